@@ -1,0 +1,438 @@
+/* arena/arena.c — offset planning for one arena (see arena.h for the contract).
+ *
+ * Pipeline of arena_plan:
+ *   1. validate the input (nothing is written to the buffers when it is invalid);
+ *   2. accept aliases and fold each accepted chain A -> B -> C into one storage block
+ *      (lifetime = union, size = the root's size, which is the max because every accepted
+ *      link is no larger than what it aliases; alignment = max of the members');
+ *   3. compute the exact lower bound peak_live_bytes by a sweep over step events;
+ *   4. pack blocks live over the whole program ("persistent") at the bottom, then place the
+ *      remaining blocks with greedy offset assignment (Pisarchyk & Lee 2020, "greedy by
+ *      size" as in TFLite) under several orderings, keeping the smallest arena;
+ *   5. write every member's offset from its block.
+ * All scratch is malloc'ed per call: no global state, so concurrent plans are safe. */
+#include "arena/arena.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A storage block: one buffer, or one accepted alias chain. */
+typedef struct arena_item {
+  size_t size, align;
+  int first, last;
+} arena_item;
+
+/* Sort key for the orderings; double keys because size x lifetime may exceed 64 bits. */
+typedef struct arena_key {
+  double k1, k2, k3;
+  int idx;
+} arena_key;
+
+/* One step event for the peak sweep: +size at `step`, -size at `step` (= last + 1). */
+typedef struct arena_event {
+  long long step;
+  size_t size;
+  int add;
+} arena_event;
+
+static void arena_err(char *errbuf, size_t errsize, const char *fmt, ...) {
+  va_list ap;
+  if (!errbuf || errsize == 0) return;
+  va_start(ap, fmt);
+  vsnprintf(errbuf, errsize, fmt, ap);
+  va_end(ap);
+}
+
+static size_t arena_align_up(size_t x, size_t a) { return (x + (a - 1)) & ~(a - 1); }
+
+static int arena_is_pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
+
+static int arena_key_cmp(const void *pa, const void *pb) {
+  const arena_key *a = (const arena_key *)pa, *b = (const arena_key *)pb;
+  /* descending on k1, k2, k3, then ascending index so the plan is deterministic */
+  if (a->k1 != b->k1) return a->k1 > b->k1 ? -1 : 1;
+  if (a->k2 != b->k2) return a->k2 > b->k2 ? -1 : 1;
+  if (a->k3 != b->k3) return a->k3 > b->k3 ? -1 : 1;
+  return (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+static int arena_event_cmp(const void *pa, const void *pb) {
+  const arena_event *a = (const arena_event *)pa, *b = (const arena_event *)pb;
+  if (a->step != b->step) return a->step < b->step ? -1 : 1;
+  /* removals first at equal steps: a buffer ending at s-1 is not live at s */
+  return a->add - b->add;
+}
+
+static int arena_validate(const arena_buf *bufs, int n, char *errbuf, size_t errsize) {
+  size_t total = 0;
+  int i;
+  if (n < 0) {
+    arena_err(errbuf, errsize, "arena: negative buffer count %d", n);
+    return -1;
+  }
+  if (n > 0 && !bufs) {
+    arena_err(errbuf, errsize, "arena: %d buffers but a NULL array", n);
+    return -1;
+  }
+  for (i = 0; i < n; i++) {
+    const arena_buf *b = &bufs[i];
+    if (b->first < 0) {
+      arena_err(errbuf, errsize, "arena: buffer %d: first step %d is negative", i, b->first);
+      return -1;
+    }
+    if (b->first > b->last) {
+      arena_err(errbuf, errsize, "arena: buffer %d: first step %d > last step %d", i, b->first,
+                b->last);
+      return -1;
+    }
+    if (!arena_is_pow2(b->align)) {
+      arena_err(errbuf, errsize, "arena: buffer %d: alignment %zu is not a power of two", i,
+                b->align);
+      return -1;
+    }
+    if (b->alias_of < -1 || b->alias_of >= n || b->alias_of == i) {
+      arena_err(errbuf, errsize, "arena: buffer %d: alias_of %d is not -1 or another buffer (n=%d)",
+                i, b->alias_of, n);
+      return -1;
+    }
+    /* Every offset the planner computes is bounded by the sum of sizes plus alignment
+     * padding, so checking that sum once rules out overflow everywhere else. */
+    if (b->size > SIZE_MAX - total || b->align > SIZE_MAX - total - b->size) {
+      arena_err(errbuf, errsize, "arena: total size overflows size_t at buffer %d", i);
+      return -1;
+    }
+    total += b->size + b->align;
+  }
+  return 0;
+}
+
+/* Accepts aliases in index order (so the first claimant of a buffer wins) and records the
+ * chains: parent[b] = a and child[a] = b for an accepted b aliasing a. */
+static int arena_accept_aliases(const arena_buf *bufs, int n, int *parent, int *child) {
+  int i, accepted = 0;
+  for (i = 0; i < n; i++) parent[i] = child[i] = -1;
+  for (i = 0; i < n; i++) {
+    int a = bufs[i].alias_of, r;
+    if (a < 0) continue;
+    /* Size-0 buffers take no space and sit at offset 0; sharing storage means nothing. */
+    if (bufs[i].size == 0 || bufs[i].size > bufs[a].size) continue;
+    /* The op at step first reads a for the last time and writes i: only then is a's
+     * storage free for i without a copy. */
+    if (bufs[a].last != bufs[i].first) continue;
+    if (child[a] >= 0) continue; /* a already handed its storage to someone else */
+    /* i has no parent yet (it is processed once); a cycle would appear iff a's chain
+     * root is i itself (possible only when all the lifetimes are one step). */
+    for (r = a; parent[r] >= 0; r = parent[r]) {}
+    if (r == i) continue;
+    parent[i] = a;
+    child[a] = i;
+    accepted++;
+  }
+  return accepted;
+}
+
+/* Exact lower bound: at each step, sum over blocks of the largest live member. Along an
+ * accepted chain sizes never grow, so the earliest live member is the largest: the root
+ * counts over [first, last] and every later member over [first + 1, last] (its first step
+ * is its parent's last, where the parent already counts). */
+static int arena_peak(const arena_buf *bufs, int n, const int *parent, size_t *peak,
+                      int *peak_step) {
+  arena_event *ev = (arena_event *)malloc(sizeof(arena_event) * (size_t)(2 * n + 1));
+  int i, ne = 0, pstep = 0, have = 0;
+  size_t cur = 0, best = 0;
+  if (!ev) return -1;
+  for (i = 0; i < n; i++) {
+    long long f = bufs[i].first, l = bufs[i].last;
+    if (!have || bufs[i].first < pstep) pstep = bufs[i].first; /* default: earliest step */
+    have = 1;
+    if (parent[i] >= 0) f += 1;
+    if (bufs[i].size == 0 || f > l) continue;
+    ev[ne].step = f;
+    ev[ne].size = bufs[i].size;
+    ev[ne].add = 1;
+    ne++;
+    ev[ne].step = l + 1;
+    ev[ne].size = bufs[i].size;
+    ev[ne].add = 0;
+    ne++;
+  }
+  qsort(ev, (size_t)ne, sizeof(arena_event), arena_event_cmp);
+  for (i = 0; i < ne; i++) {
+    if (ev[i].add) {
+      cur += ev[i].size;
+      if (cur > best) {
+        best = cur;
+        pstep = (int)ev[i].step;
+      }
+    } else {
+      cur -= ev[i].size;
+    }
+  }
+  free(ev);
+  *peak = best;
+  *peak_step = pstep;
+  return 0;
+}
+
+/* One placed block, as the greedy pass scans it. */
+typedef struct arena_slot {
+  size_t off, end;
+  int first, last;
+} arena_slot;
+
+/* Scratch for one greedy pass: the blocks already placed, kept sorted by offset so that the
+ * blocks whose lifetimes meet a new one come out in offset order without sorting. */
+typedef struct arena_placed {
+  arena_slot *slot;
+  int *first, *last;   /* copies of slot[k].first/last, contiguous for the filter */
+  int *sel;            /* the slots whose lifetimes meet the block being placed */
+  int count;
+} arena_placed;
+
+/* Greedy offset assignment: takes blocks in `order`, and puts each into the gap that best
+ * fits it (best_fit = 1: smallest gap that holds it; 0: lowest gap that holds it) among the
+ * already placed blocks whose lifetimes intersect its own, or above all of them when no
+ * gap fits. `floor` is where transient storage starts (above the persistent region).
+ * Returns the arena size; writes each block's offset into off[]. */
+static size_t arena_greedy(const arena_item *it, const int *order, int m, size_t floor,
+                           int best_fit, size_t *off, arena_placed *pl) {
+  arena_slot *sl = pl->slot;
+  int *pf = pl->first, *pla = pl->last;
+  int *sel = pl->sel;
+  size_t top = floor;
+  int oi;
+  pl->count = 0;
+  for (oi = 0; oi < m; oi++) {
+    const arena_item *x = &it[order[oi]];
+    size_t cur = floor, best_off = 0, best_gap = SIZE_MAX;
+    int found = 0, k, j, ns = 0, lo, hi, xf = x->first, xl = x->last, cnt = pl->count;
+    /* Two phases: a branch-free filter collecting the intersecting blocks (an
+     * unpredictable branch per block costs more than the test; this loop is the O(n^2)
+     * part of planning, so it reads only the dense first/last arrays), then the gap walk
+     * over the blocks it kept, which are in offset order. */
+    for (k = 0; k < cnt; k++) {
+      sel[ns] = k;
+      ns += (pla[k] >= xf) & (pf[k] <= xl);
+    }
+    for (j = 0; j < ns; j++) {
+      const arena_slot *s = &sl[sel[j]];
+      if (s->off > cur) {
+        size_t start = arena_align_up(cur, x->align);
+        if (start + x->size <= s->off) {
+          size_t gap = s->off - cur;
+          if (gap < best_gap) {
+            best_gap = gap;
+            best_off = start;
+            found = 1;
+            if (!best_fit) break;
+          }
+        }
+      }
+      if (s->end > cur) cur = s->end;
+    }
+    if (!found) best_off = arena_align_up(cur, x->align);
+    off[order[oi]] = best_off;
+    if (best_off + x->size > top) top = best_off + x->size;
+    /* insert after every placed block with offset <= best_off */
+    lo = 0;
+    hi = pl->count;
+    while (lo < hi) {
+      int mid = lo + (hi - lo) / 2;
+      if (sl[mid].off <= best_off) lo = mid + 1;
+      else hi = mid;
+    }
+    memmove(sl + lo + 1, sl + lo, sizeof(arena_slot) * (size_t)(cnt - lo));
+    memmove(pf + lo + 1, pf + lo, sizeof(int) * (size_t)(cnt - lo));
+    memmove(pla + lo + 1, pla + lo, sizeof(int) * (size_t)(cnt - lo));
+    pf[lo] = xf;
+    pla[lo] = xl;
+    sl[lo].off = best_off;
+    sl[lo].end = best_off + x->size;
+    sl[lo].first = xf;
+    sl[lo].last = xl;
+    pl->count++;
+  }
+  return top;
+}
+
+/* The passes tried for transient blocks, most useful first: greedy-by-size is the strong
+ * default; size x lifetime ("area") wins on some shapes (long-lived medium buffers,
+ * staggered lifetimes), and first fit beats best fit about as often as the reverse. On
+ * random and CNN-like sets, orderings by lifetime length or by first use never won, so
+ * they are not tried. */
+#define ARENA_NPASS 4
+
+/* Pass budget: each pass visits about nt^2/2 (placed block, new block) pairs. Past this
+ * many visits in all, the remaining passes are skipped so that ~5000 buffers plan in a
+ * few tens of milliseconds; the first pass always runs. */
+#define ARENA_VISIT_BUDGET 24000000.0
+
+static void arena_make_order(const arena_item *it, const int *ids, int m, int by_area,
+                             arena_key *keys, int *order) {
+  int i;
+  for (i = 0; i < m; i++) {
+    const arena_item *x = &it[ids[i]];
+    double sz = (double)x->size, len = (double)x->last - (double)x->first + 1.0;
+    arena_key *k = &keys[i];
+    k->idx = ids[i];
+    k->k1 = by_area ? sz * len : sz;
+    k->k2 = by_area ? sz : len;
+    k->k3 = -(double)x->first;
+  }
+  qsort(keys, (size_t)m, sizeof(arena_key), arena_key_cmp);
+  for (i = 0; i < m; i++) order[i] = keys[i].idx;
+}
+
+/* Places the blocks; returns the arena size or SIZE_MAX when out of memory. `lower` is a
+ * lower bound for the arena: once a pass reaches it, the other passes are skipped. */
+static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off) {
+  int *ids = NULL, *order = NULL;
+  size_t *try_off = NULL;
+  arena_key *keys = NULL;
+  arena_placed pl;
+  int i, np = 0, nt = 0, gmin = INT_MAX, gmax = -1;
+  size_t floor = 0, best = SIZE_MAX;
+
+  memset(&pl, 0, sizeof pl);
+  ids = (int *)malloc(sizeof(int) * (size_t)(m + 1));
+  order = (int *)malloc(sizeof(int) * (size_t)(m + 1));
+  try_off = (size_t *)malloc(sizeof(size_t) * (size_t)(m + 1));
+  keys = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
+  pl.slot = (arena_slot *)malloc(sizeof(arena_slot) * (size_t)(m + 1));
+  pl.first = (int *)malloc(sizeof(int) * (size_t)(m + 1));
+  pl.last = (int *)malloc(sizeof(int) * (size_t)(m + 1));
+  pl.sel = (int *)malloc(sizeof(int) * (size_t)(m + 1));
+  if (!ids || !order || !try_off || !keys || !pl.slot || !pl.first || !pl.last || !pl.sel)
+    goto done;
+
+  for (i = 0; i < m; i++) {
+    if (it[i].first < gmin) gmin = it[i].first;
+    if (it[i].last > gmax) gmax = it[i].last;
+  }
+  /* Persistent blocks conflict with every other block, so they form one stack at the
+   * bottom. Largest alignment first keeps padding between them near zero. */
+  for (i = 0; i < m; i++)
+    if (it[i].first <= gmin && it[i].last >= gmax) ids[np++] = i;
+  for (i = 0; i < np; i++) {
+    keys[i].idx = ids[i];
+    keys[i].k1 = (double)it[ids[i]].align;
+    keys[i].k2 = (double)it[ids[i]].size;
+    keys[i].k3 = 0;
+  }
+  qsort(keys, (size_t)np, sizeof(arena_key), arena_key_cmp);
+  for (i = 0; i < np; i++) {
+    const arena_item *x = &it[keys[i].idx];
+    off[keys[i].idx] = arena_align_up(floor, x->align);
+    floor = off[keys[i].idx] + x->size;
+  }
+  for (i = 0; i < m; i++)
+    if (!(it[i].first <= gmin && it[i].last >= gmax)) ids[nt++] = i;
+
+  {
+    double per_pass = 0.5 * (double)nt * (double)nt + 1.0;
+    int npass = (int)(ARENA_VISIT_BUDGET / per_pass), pass;
+    if (npass < 1) npass = 1;
+    if (npass > ARENA_NPASS) npass = ARENA_NPASS;
+    for (pass = 0; pass < npass && best > lower; pass++) {
+      size_t top;
+      int by_area = pass >= 2, fit = !(pass & 1);
+      if (pass == 0 || pass == 2) arena_make_order(it, ids, nt, by_area, keys, order);
+      top = arena_greedy(it, order, nt, floor, fit, try_off, &pl);
+#ifdef ARENA_DEBUG
+      fprintf(stderr, "pass %d area=%d best_fit=%d top=%zu\n", pass, by_area, fit, top);
+#endif
+      if (top < best) {
+        best = top;
+        for (i = 0; i < nt; i++) off[ids[i]] = try_off[ids[i]];
+      }
+    }
+  }
+  if (nt == 0) best = floor;
+
+done:
+  free(ids);
+  free(order);
+  free(try_off);
+  free(keys);
+  free(pl.slot);
+  free(pl.first);
+  free(pl.last);
+  free(pl.sel);
+  return best;
+}
+
+int arena_plan(arena_buf *bufs, int n, arena_result *res, char *errbuf, size_t errsize) {
+  int *parent = NULL, *child = NULL, *blk = NULL;
+  arena_item *it = NULL;
+  size_t *off = NULL, arena_bytes, lower, peak = 0;
+  int i, m = 0, accepted, peak_step = 0, rc = -1;
+  arena_buf *bp;
+
+  if (errbuf && errsize) errbuf[0] = '\0';
+  if (!res) {
+    arena_err(errbuf, errsize, "arena: NULL result");
+    return -1;
+  }
+  if (arena_validate(bufs, n, errbuf, errsize)) return -1;
+  memset(res, 0, sizeof *res);
+  if (n == 0) return 0;
+
+  parent = (int *)malloc(sizeof(int) * (size_t)n);
+  child = (int *)malloc(sizeof(int) * (size_t)n);
+  blk = (int *)malloc(sizeof(int) * (size_t)n);
+  it = (arena_item *)malloc(sizeof(arena_item) * (size_t)n);
+  off = (size_t *)malloc(sizeof(size_t) * (size_t)n);
+  if (!parent || !child || !blk || !it || !off) goto oom;
+
+  accepted = arena_accept_aliases(bufs, n, parent, child);
+  if (arena_peak(bufs, n, parent, &peak, &peak_step)) goto oom;
+
+  /* One block per chain root with size > 0, walking the chain to its tail. */
+  for (i = 0; i < n; i++) blk[i] = -1;
+  for (i = 0; i < n; i++) {
+    int c;
+    if (parent[i] >= 0 || bufs[i].size == 0) continue;
+    it[m].size = bufs[i].size;
+    it[m].align = bufs[i].align;
+    it[m].first = bufs[i].first;
+    it[m].last = bufs[i].last;
+    blk[i] = m;
+    for (c = child[i]; c >= 0; c = child[c]) {
+      if (bufs[c].align > it[m].align) it[m].align = bufs[c].align;
+      if (bufs[c].last > it[m].last) it[m].last = bufs[c].last;
+      blk[c] = m;
+    }
+    m++;
+  }
+
+  /* The peak is a lower bound for any valid plan, and so is the largest block. */
+  lower = peak;
+  for (i = 0; i < m; i++)
+    if (it[i].size > lower) lower = it[i].size;
+  arena_bytes = m ? arena_place(it, m, lower, off) : 0;
+  if (arena_bytes == SIZE_MAX) goto oom;
+
+  for (i = 0; i < n; i++) {
+    bp = &bufs[i];
+    bp->offset = blk[i] >= 0 ? off[blk[i]] : 0;
+    bp->aliased = parent[i] >= 0;
+  }
+  res->arena_bytes = arena_bytes;
+  res->peak_live_bytes = peak;
+  res->peak_step = peak_step;
+  res->aliases_accepted = accepted;
+  rc = 0;
+  goto done;
+oom:
+  arena_err(errbuf, errsize, "arena: out of host memory while planning %d buffers", n);
+done:
+  free(parent);
+  free(child);
+  free(blk);
+  free(it);
+  free(off);
+  return rc;
+}

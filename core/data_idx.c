@@ -1,0 +1,229 @@
+/* core/data_idx.c — IDX files (the MNIST family, gzip or raw), synthetic data, and the
+ * tt_dataset_load dispatcher. */
+#include "data.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+void tt_dataset_free(tt_dataset *ds) {
+  if (!ds) return;
+  free(ds->images);
+  free(ds->labels);
+  memset(ds, 0, sizeof *ds);
+}
+
+/* Reads exactly n bytes; gzread also reads uncompressed files transparently. Returns the
+ * number of bytes read (less than n if the file ends early), or -1 on a decode error. */
+static long long data_gzread_all(gzFile f, void *buf, size_t n) {
+  unsigned char *p = (unsigned char *)buf;
+  size_t got = 0;
+  while (got < n) {
+    size_t want = n - got;
+    int k;
+    if (want > (1u << 30)) want = 1u << 30;
+    k = gzread(f, p + got, (unsigned)want);
+    if (k < 0) return -1;
+    if (k == 0) break;
+    got += (size_t)k;
+  }
+  return (long long)got;
+}
+
+static uint32_t data_be32(const unsigned char *p) {
+  return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+/* Opens an IDX file, checks the magic (type 0x08 = unsigned byte, ndims as expected) and
+ * returns the dimensions. */
+static gzFile data_idx_open(const char *path, int want_dims, uint32_t *dims, tt_err *err) {
+  unsigned char hdr[16];
+  long long got;
+  int i, nd;
+  gzFile f = gzopen(path, "rb");
+  if (!f)
+    return (tt_fail(err, "%s: cannot open (%s); check [data] paths in the recipe", path,
+                    errno ? strerror(errno) : "gzopen failed"),
+            (gzFile)NULL);
+  got = data_gzread_all(f, hdr, 4);
+  if (got != 4) {
+    gzclose(f);
+    tt_fail(err, "%s: truncated: expected a 4-byte IDX magic number, found %lld bytes; re-download the file",
+            path, got < 0 ? 0 : got);
+    return NULL;
+  }
+  nd = hdr[3];
+  if (hdr[0] != 0 || hdr[1] != 0 || hdr[2] != 0x08 || nd != want_dims) {
+    gzclose(f);
+    tt_fail(err,
+            "%s: bad IDX magic %02x %02x %02x %02x: expected 00 00 08 %02x (unsigned bytes, %d dims, %s); "
+            "is this the right file?",
+            path, hdr[0], hdr[1], hdr[2], hdr[3], want_dims, want_dims,
+            want_dims == 1 ? "a labels file" : "an images file");
+    return NULL;
+  }
+  got = data_gzread_all(f, hdr + 4, (size_t)nd * 4);
+  if (got != (long long)nd * 4) {
+    gzclose(f);
+    tt_fail(err, "%s: truncated: expected %d dimension sizes in the IDX header; re-download the file", path,
+            nd);
+    return NULL;
+  }
+  for (i = 0; i < nd; i++) dims[i] = data_be32(hdr + 4 + 4 * i);
+  return f;
+}
+
+int tt_dataset_load_idx(const char *images_path, const char *labels_path, int c, int h, int w,
+                        tt_dataset *ds, tt_err *err) {
+  uint32_t idims[3], ldims[1];
+  gzFile fi, fl;
+  size_t per, total;
+  long long got;
+  int i, maxl = -1;
+  unsigned char *lab8;
+  memset(ds, 0, sizeof *ds);
+  fi = data_idx_open(images_path, 3, idims, err);
+  if (!fi) return -1;
+  if (c != 1 || (int)idims[1] != h || (int)idims[2] != w) {
+    gzclose(fi);
+    return tt_fail(err,
+                   "%s: images are 1x%ux%u (c x h x w) but the recipe's input is %dx%dx%d; "
+                   "set the [input] shape to 1x%ux%u",
+                   images_path, idims[1], idims[2], c, h, w, idims[1], idims[2]);
+  }
+  fl = data_idx_open(labels_path, 1, ldims, err);
+  if (!fl) {
+    gzclose(fi);
+    return -1;
+  }
+  if (idims[0] != ldims[0] || idims[0] == 0 || idims[0] > 0x7fffffffu) {
+    gzclose(fi);
+    gzclose(fl);
+    return tt_fail(err, "%s has %u images but %s has %u labels; they must match (and be > 0)", images_path,
+                   idims[0], labels_path, ldims[0]);
+  }
+  ds->n = (int)idims[0];
+  ds->c = 1;
+  ds->h = h;
+  ds->w = w;
+  per = (size_t)h * (size_t)w;
+  total = per * (size_t)ds->n;
+  ds->images = (uint8_t *)tt_malloc(total, "IDX images", err);
+  ds->labels = (int32_t *)tt_malloc(sizeof(int32_t) * (size_t)ds->n, "IDX labels", err);
+  lab8 = (unsigned char *)tt_malloc((size_t)ds->n, "IDX labels", err);
+  if (!ds->images || !ds->labels || !lab8) {
+    free(lab8);
+    gzclose(fi);
+    gzclose(fl);
+    tt_dataset_free(ds);
+    return -1;
+  }
+  got = data_gzread_all(fi, ds->images, total);
+  if (got != (long long)total) {
+    if (got < 0)
+      tt_fail(err, "%s: corrupt compressed data (%s); re-download the file", images_path,
+              gzerror(fi, &i));
+    else
+      tt_fail(err, "%s: truncated: expected %zu bytes of pixels (%d images of %dx%d), found %lld; re-download the file",
+              images_path, total, ds->n, h, w, got);
+    goto fail;
+  }
+  got = data_gzread_all(fl, lab8, (size_t)ds->n);
+  if (got != (long long)ds->n) {
+    if (got < 0)
+      tt_fail(err, "%s: corrupt compressed data (%s); re-download the file", labels_path, gzerror(fl, &i));
+    else
+      tt_fail(err, "%s: truncated: expected %d labels, found %lld; re-download the file", labels_path, ds->n,
+              got);
+    goto fail;
+  }
+  for (i = 0; i < ds->n; i++) {
+    ds->labels[i] = lab8[i];
+    if (lab8[i] > maxl) maxl = lab8[i];
+  }
+  ds->classes = maxl + 1;
+  free(lab8);
+  gzclose(fi);
+  gzclose(fl);
+  return 0;
+fail:
+  free(lab8);
+  gzclose(fi);
+  gzclose(fl);
+  tt_dataset_free(ds);
+  return -1;
+}
+
+static uint64_t data_splitmix(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Learnable but not trivial: each class is a bright rectangle at a class-dependent place
+ * and channel mix, over uniform noise. */
+int tt_dataset_synthetic(int n, int c, int h, int w, int classes, uint64_t seed, tt_dataset *ds, tt_err *err) {
+  int i, ch, y, x;
+  uint64_t s = seed ^ 0x5EEDDA7A5EEDDA7Aull;
+  memset(ds, 0, sizeof *ds);
+  if (n <= 0 || c <= 0 || h <= 0 || w <= 0 || classes <= 0)
+    return tt_fail(err, "synthetic data: bad shape n=%d c=%d h=%d w=%d classes=%d; check the [input] shape", n,
+                   c, h, w, classes);
+  ds->images = (uint8_t *)tt_malloc((size_t)n * c * h * w, "synthetic images", err);
+  ds->labels = (int32_t *)tt_malloc(sizeof(int32_t) * (size_t)n, "synthetic labels", err);
+  if (!ds->images || !ds->labels) {
+    tt_dataset_free(ds);
+    return -1;
+  }
+  ds->n = n;
+  ds->c = c;
+  ds->h = h;
+  ds->w = w;
+  ds->classes = classes;
+  for (i = 0; i < n; i++) {
+    int lab = (int)(data_splitmix(&s) % (uint64_t)classes);
+    int y0 = (lab * 3) % (h > 2 ? h / 2 : 1), x0 = (lab * 5) % (w > 2 ? w / 2 : 1);
+    uint8_t *img = ds->images + (size_t)i * c * h * w;
+    ds->labels[i] = lab;
+    for (ch = 0; ch < c; ch++)
+      for (y = 0; y < h; y++)
+        for (x = 0; x < w; x++) {
+          int v = (int)(data_splitmix(&s) & 127);
+          int inside = y >= y0 && y < y0 + (h + 1) / 2 && x >= x0 && x < x0 + (w + 1) / 2;
+          if (inside && ((lab + ch) % 2 == 0 || c == 1)) v += 128;
+          img[((size_t)ch * h + y) * w + x] = (uint8_t)v;
+        }
+  }
+  return 0;
+}
+
+int tt_dataset_load(const tt_data_cfg *cfg, int train, int c, int h, int w, tt_dataset *ds, tt_err *err,
+                    tt_warn_fn warn, void *ud) {
+  const char *path = train ? cfg->train : cfg->test;
+  const char *labels = train ? cfg->train_labels : cfg->test_labels;
+  const char *key = train ? "train" : "test";
+  memset(ds, 0, sizeof *ds);
+  if (c <= 0 || h <= 0 || w <= 0)
+    return tt_fail(err, "dataset: bad input shape %dx%dx%d; check the [input] section", c, h, w);
+  if (cfg->format == TT_DATA_SYNTHETIC)
+    return tt_dataset_synthetic(train ? 1024 : 256, c, h, w, 10, train ? 1 : 2, ds, err);
+  if (cfg->format == TT_DATA_NONE)
+    return tt_fail(err, "[data] (recipe line %d): no format given; set format = idx, folder, list or synthetic",
+                   cfg->line);
+  if (!path[0])
+    return tt_fail(err, "[data] (recipe line %d): no %s path; set %s = ... in the recipe", cfg->line, key, key);
+  switch (cfg->format) {
+  case TT_DATA_IDX:
+    if (!labels[0])
+      return tt_fail(err, "[data] (recipe line %d): idx format needs %s_labels = <labels file>", cfg->line, key);
+    return tt_dataset_load_idx(path, labels, c, h, w, ds, err);
+  case TT_DATA_FOLDER: return tt_dataset_load_folder(path, c, h, w, ds, err, warn, ud);
+  case TT_DATA_LIST: return tt_dataset_load_list(path, c, h, w, ds, err, warn, ud);
+  default: break;
+  }
+  return tt_fail(err, "[data] (recipe line %d): unknown format %d; use idx, folder, list or synthetic", cfg->line,
+                 (int)cfg->format);
+}

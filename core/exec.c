@@ -1,0 +1,453 @@
+/* core/exec.c — the execute stage: walks a Program's steps and calls the backend. */
+#include "exec.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t tt_hash64(uint64_t a, uint64_t b) {
+  /* splitmix64 finaliser over a combination of both words */
+  uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static int exec_be_fail(tt_exec *x, tt_err *err, const tt_program *p, const tt_step *s) {
+  const char *what = s->node >= 0 ? x->g->model->layers[s->node].name : "update";
+  const char *msg = x->be->last_error ? x->be->last_error(x->be) : "";
+  return tt_fail(err, "backend '%s' failed in step %d (%s of layer '%s'): %s", x->be->name, (int)(s - p->steps),
+                 s->op == TT_S_BWD ? "backward" : "forward", what, msg ? msg : "");
+}
+
+int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const tt_program *eval, tt_backend *be,
+                   uint64_t seed, tt_err *err) {
+  memset(x, 0, sizeof *x);
+  x->g = g, x->train = train, x->eval = eval, x->be = be, x->seed = seed;
+  const tt_program *owner = train ? train : eval;
+  if (!owner) return tt_fail(err, "internal error: an executor needs a program");
+  x->persistent_bytes = owner->persistent_bytes;
+  size_t tr = train ? train->transient_bytes : 0, ev = eval ? eval->transient_bytes : 0;
+  x->arena_bytes = x->persistent_bytes + (tr > ev ? tr : ev);
+  x->host_flag = (int32_t *)tt_malloc(sizeof(int32_t), "overflow flag", err);
+  if (!x->host_flag) return -1;
+  x->base = (unsigned char *)be->arena_alloc(be, x->arena_bytes ? x->arena_bytes : 1);
+  if (!x->base) {
+    free(x->host_flag);
+    return tt_fail(err, "could not allocate the %zu-byte arena on %s: %s", x->arena_bytes, be->name,
+                   be->last_error ? be->last_error(be) : "");
+  }
+  return 0;
+}
+
+void tt_exec_destroy(tt_exec *x) {
+  if (x->base) x->be->arena_free(x->be, x->base);
+  free(x->host_flag);
+  x->base = NULL;
+  x->host_flag = NULL;
+}
+
+void *tt_exec_ptr(const tt_exec *x, const tt_program *prog, int buf) {
+  if (buf < 0) return NULL;
+  const tt_buf *b = &prog->bufs[buf];
+  if (prog == x->train || !x->train) return x->base + b->offset;
+  /* evaluation program beside a training one: its persistent buffers are the training
+   * program's, its transient ones live after the training program's persistent region */
+  if (b->persistent) {
+    if (b->param >= 0) return x->base + x->train->bufs[x->train->param_buf[b->param]].offset;
+    return x->base + x->train->bufs[x->train->stats].offset; /* the only other one: loss statistics */
+  }
+  return x->base + x->persistent_bytes + (b->offset - prog->persistent_bytes);
+}
+
+static void exec_conv_desc(const tt_graph *g, const tt_node *n, const tt_node *xin, int batch, tt_conv_desc *d) {
+  memset(d, 0, sizeof *d);
+  d->n = batch, d->c = xin->c, d->h = xin->h, d->w = xin->w;
+  d->k = n->c, d->r = n->L->kh, d->s = n->L->kw;
+  d->stride_h = n->L->sh, d->stride_w = n->L->sw, d->pad_h = n->L->ph, d->pad_w = n->L->pw;
+  d->groups = n->groups, d->p = n->h, d->q = n->w;
+  (void)g;
+}
+
+static void exec_pool_desc(const tt_node *n, const tt_node *xin, int batch, tt_pool_desc *d) {
+  memset(d, 0, sizeof *d);
+  d->n = batch, d->c = xin->c, d->h = xin->h, d->w = xin->w;
+  d->kh = n->L->kh, d->kw = n->L->kw, d->stride_h = n->L->sh, d->stride_w = n->L->sw;
+  d->pad_h = n->L->ph, d->pad_w = n->L->pw, d->p = n->h, d->q = n->w;
+}
+
+/* The input node of n's k-th input after views (flatten) are looked through. */
+static const tt_node *exec_in_node(const tt_graph *g, const tt_node *n, int k) {
+  const tt_node *t = &g->nodes[n->in[k]];
+  while (t->kind == TT_L_FLATTEN || (t->kind == TT_L_DROPOUT && t->L->p == 0.0f)) t = &g->nodes[t->in[0]];
+  return t;
+}
+
+typedef struct exec_run {
+  tt_exec *x;
+  const tt_program *p;
+  int batch;
+  int micro_index;
+  uint64_t step;
+  float grad_scale;
+  const int32_t *labels_dev;
+} exec_run;
+
+#define EXEC_P(id) tt_exec_ptr(r->x, r->p, (id))
+#define EXEC_CHECK(call) \
+  do {                   \
+    if ((call) != 0) return exec_be_fail(r->x, err, r->p, s); \
+  } while (0)
+
+static uint64_t exec_dropout_seed(const exec_run *r, int node) {
+  return tt_hash64(tt_hash64(r->x->seed, r->step), ((uint64_t)r->micro_index << 32) | (uint64_t)node);
+}
+
+static tt_act exec_act(tt_layer_kind k) {
+  return k == TT_L_RELU ? TT_ACT_RELU : (k == TT_L_RELU6 ? TT_ACT_RELU6 : TT_ACT_SILU);
+}
+
+static int exec_fwd(exec_run *r, const tt_step *s, tt_err *err) {
+  tt_exec *x = r->x;
+  tt_backend *be = x->be;
+  const tt_graph *g = x->g;
+  const tt_node *n = &g->nodes[s->node];
+  tt_dtype dt = r->p->policy.act_dtype;
+  int N = r->batch;
+  const tt_node *xin = n->nin ? exec_in_node(g, n, 0) : NULL;
+  void *y = EXEC_P(s->out[0]);
+  const void *xp = s->nin ? EXEC_P(s->in[0]) : NULL;
+  void *ws = EXEC_P(s->ws);
+  size_t wsb = s->ws >= 0 ? r->p->bufs[s->ws].bytes : 0;
+  switch (n->kind) {
+    case TT_L_CONV: {
+      tt_conv_desc d;
+      exec_conv_desc(g, n, xin, N, &d);
+      EXEC_CHECK(be->conv_fwd(be, &d, dt, xp, EXEC_P(s->in[1]), n->bias >= 0 ? EXEC_P(s->in[2]) : NULL, y, ws, wsb));
+      break;
+    }
+    case TT_L_LINEAR:
+      EXEC_CHECK(be->linear_fwd(be, N, (int)tt_node_numel(xin), n->c, dt, xp, EXEC_P(s->in[1]),
+                                n->bias >= 0 ? EXEC_P(s->in[2]) : NULL, y, ws, wsb));
+      break;
+    case TT_L_BN: {
+      const float *gam = (const float *)EXEC_P(s->in[1]), *bet = (const float *)EXEC_P(s->in[2]);
+      float *rm = (float *)EXEC_P(s->in[3]), *rv = (float *)EXEC_P(s->in[4]);
+      int hw = n->h * n->w;
+      if (s->flags & TT_SF_EVAL)
+        EXEC_CHECK(be->bn_fwd_infer(be, N, n->c, hw, dt, xp, gam, bet, rm, rv, n->L->eps, y));
+      else
+        EXEC_CHECK(be->bn_fwd_train(be, N, n->c, hw, dt, xp, gam, bet, y, rm, rv, n->L->momentum, n->L->eps,
+                                    (float *)EXEC_P(s->out[1]), (float *)EXEC_P(s->out[2]),
+                                    !(s->flags & TT_SF_RECOMPUTE)));
+      break;
+    }
+    case TT_L_RELU:
+    case TT_L_RELU6:
+    case TT_L_SILU:
+      EXEC_CHECK(be->act_fwd(be, exec_act(n->kind), (size_t)N * tt_node_numel(n), dt, xp, y));
+      break;
+    case TT_L_DROPOUT:
+      EXEC_CHECK(be->dropout_fwd(be, (size_t)N * tt_node_numel(n), dt, n->L->p, exec_dropout_seed(r, s->node), xp, y));
+      break;
+    case TT_L_MAXPOOL:
+    case TT_L_AVGPOOL: {
+      tt_pool_desc d;
+      exec_pool_desc(n, xin, N, &d);
+      EXEC_CHECK(be->pool_fwd(be, &d, n->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG, dt, xp, y));
+      break;
+    }
+    case TT_L_GAP:
+      EXEC_CHECK(be->gap_fwd(be, N, n->c, xin->h * xin->w, dt, xp, y));
+      break;
+    case TT_L_ADD: {
+      size_t cnt = (size_t)N * tt_node_numel(n);
+      EXEC_CHECK(be->add(be, cnt, dt, xp, EXEC_P(s->in[1]), y));
+      for (int k = 2; k < n->nin; k++) EXEC_CHECK(be->add(be, cnt, dt, y, EXEC_P(s->in[k]), y));
+      break;
+    }
+    case TT_L_CONCAT: {
+      int off = 0;
+      for (int k = 0; k < n->nin; k++) {
+        const tt_node *t = exec_in_node(g, n, k);
+        EXEC_CHECK(be->channel_copy(be, N, n->h * n->w, dt, EXEC_P(s->in[k]), t->c, 0, y, n->c, off, t->c, 0.0f));
+        off += t->c;
+      }
+      break;
+    }
+    default:
+      return tt_fail(err, "internal error: no forward for layer kind %s", tt_layer_kind_name(n->kind));
+  }
+  return 0;
+}
+
+static int exec_bwd(exec_run *r, const tt_step *s, tt_err *err) {
+  tt_exec *x = r->x;
+  tt_backend *be = x->be;
+  const tt_graph *g = x->g;
+  const tt_node *n = &g->nodes[s->node];
+  tt_dtype dt = r->p->policy.act_dtype;
+  int N = r->batch;
+  const tt_node *xin = exec_in_node(g, n, 0);
+  const void *dy = EXEC_P(s->in[0]);
+  void *dx = EXEC_P(s->out[0]);
+  float bdx = (float)s->out_beta[0];
+  float bp = r->micro_index > 0 ? 1.0f : 0.0f; /* parameter gradients accumulate over micro-steps */
+  void *ws = EXEC_P(s->ws);
+  size_t wsb = s->ws >= 0 ? r->p->bufs[s->ws].bytes : 0;
+  size_t cnt = (size_t)N * tt_node_numel(n);
+  switch (n->kind) {
+    case TT_L_CONV: {
+      tt_conv_desc d;
+      exec_conv_desc(g, n, xin, N, &d);
+      float *dw = (float *)EXEC_P(s->out[1]);
+      float *db = n->bias >= 0 ? (float *)EXEC_P(s->out[2]) : NULL;
+      EXEC_CHECK(be->conv_bwd_filter(be, &d, dt, EXEC_P(s->in[1]), dy, dw, db, bp, ws, wsb));
+      if (dx) EXEC_CHECK(be->conv_bwd_data(be, &d, dt, dy, EXEC_P(s->in[2]), dx, bdx, ws, wsb));
+      break;
+    }
+    case TT_L_LINEAR: {
+      int in = (int)tt_node_numel(xin);
+      float *dw = (float *)EXEC_P(s->out[1]);
+      float *db = n->bias >= 0 ? (float *)EXEC_P(s->out[2]) : NULL;
+      EXEC_CHECK(be->linear_bwd_filter(be, N, in, n->c, dt, EXEC_P(s->in[1]), dy, dw, db, bp, ws, wsb));
+      if (dx) EXEC_CHECK(be->linear_bwd_data(be, N, in, n->c, dt, dy, EXEC_P(s->in[2]), dx, bdx, ws, wsb));
+      break;
+    }
+    case TT_L_BN:
+      EXEC_CHECK(be->bn_bwd(be, N, n->c, n->h * n->w, dt, EXEC_P(s->in[1]), dy, (const float *)EXEC_P(s->in[2]),
+                            (const float *)EXEC_P(s->in[3]), (const float *)EXEC_P(s->in[4]), dx,
+                            (float *)EXEC_P(s->out[1]), (float *)EXEC_P(s->out[2]), bdx, bp));
+      break;
+    case TT_L_RELU:
+    case TT_L_RELU6:
+    case TT_L_SILU:
+      EXEC_CHECK(be->act_bwd(be, exec_act(n->kind), cnt, dt, EXEC_P(s->in[1]), dy, dx, bdx));
+      break;
+    case TT_L_DROPOUT:
+      EXEC_CHECK(be->dropout_bwd(be, cnt, dt, n->L->p, exec_dropout_seed(r, s->node), dy, dx, bdx));
+      break;
+    case TT_L_MAXPOOL:
+    case TT_L_AVGPOOL: {
+      tt_pool_desc d;
+      exec_pool_desc(n, xin, N, &d);
+      EXEC_CHECK(be->pool_bwd(be, &d, n->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG, dt,
+                              n->kind == TT_L_MAXPOOL ? EXEC_P(s->in[1]) : NULL, dy, dx, bdx));
+      break;
+    }
+    case TT_L_GAP:
+      EXEC_CHECK(be->gap_bwd(be, N, n->c, xin->h * xin->w, dt, dy, dx, bdx));
+      break;
+    case TT_L_ADD:
+      /* outputs that do not share dy's storage first: one of them may be dy itself */
+      for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < s->nout; k++) {
+          void *o = EXEC_P(s->out[k]);
+          if (!o || (pass == 0) == (o == dy)) continue;
+          EXEC_CHECK(be->accumulate(be, cnt, dt, dy, o, (float)s->out_beta[k]));
+        }
+      break;
+    case TT_L_CONCAT: {
+      int off = 0;
+      for (int k = 0; k < n->nin; k++) {
+        const tt_node *t = exec_in_node(g, n, k);
+        void *o = EXEC_P(s->out[k]);
+        if (o) EXEC_CHECK(be->channel_copy(be, N, n->h * n->w, dt, dy, n->c, off, o, t->c, 0, t->c, (float)s->out_beta[k]));
+        off += t->c;
+      }
+      break;
+    }
+    default:
+      return tt_fail(err, "internal error: no backward for layer kind %s", tt_layer_kind_name(n->kind));
+  }
+  return 0;
+}
+
+static int exec_range(exec_run *r, int from, int to, tt_err *err) {
+  tt_exec *x = r->x;
+  tt_backend *be = x->be;
+  const tt_model *m = x->g->model;
+  for (int i = from; i < to; i++) {
+    const tt_step *s = &r->p->steps[i];
+    tt_dtype dt = r->p->policy.act_dtype;
+    switch (s->op) {
+      case TT_S_LOAD_INPUT: {
+        const tt_node *n0 = &x->g->nodes[0];
+        EXEC_CHECK(be->normalize_u8(be, r->batch, n0->c, n0->h * n0->w, (const uint8_t *)EXEC_P(s->in[0]), m->data.mean,
+                                    m->data.std, dt, EXEC_P(s->out[0])));
+        break;
+      }
+      case TT_S_CAST:
+        EXEC_CHECK(be->cast(be, x->g->params[s->arg].numel, TT_F32, EXEC_P(s->in[0]), TT_F16, EXEC_P(s->out[0])));
+        break;
+      case TT_S_FWD:
+        if (exec_fwd(r, s, err)) return -1;
+        break;
+      case TT_S_LOSS: {
+        void *dl = s->nout > 1 ? EXEC_P(s->out[0]) : NULL;
+        float *stats = (float *)EXEC_P(s->out[s->nout - 1]);
+        EXEC_CHECK(be->softmax_ce(be, r->batch, m->classes, dt, EXEC_P(s->in[0]), (const int32_t *)EXEC_P(s->in[1]),
+                                  m->train.label_smoothing, r->grad_scale, dl, stats));
+        break;
+      }
+      case TT_S_BWD:
+        if (exec_bwd(r, s, err)) return -1;
+        break;
+      default:
+        return tt_fail(err, "internal error: step %d of kind %d in the micro-step", i, (int)s->op);
+    }
+  }
+  return 0;
+}
+
+static int exec_upload_batch(tt_exec *x, const tt_program *p, const uint8_t *images, const int32_t *labels, int n,
+                             tt_err *err) {
+  tt_backend *be = x->be;
+  size_t img = (size_t)n * tt_node_numel(&x->g->nodes[0]);
+  if (be->upload(be, tt_exec_ptr(x, p, p->input_u8), images, img) ||
+      be->upload(be, tt_exec_ptr(x, p, p->labels), labels, (size_t)n * sizeof(int32_t)))
+    return tt_fail(err, "copying the batch to the device failed: %s", be->last_error(be));
+  return 0;
+}
+
+int tt_exec_micro_step(tt_exec *x, const uint8_t *images, const int32_t *labels, int micro_index, uint64_t step,
+                       float grad_scale, tt_err *err) {
+  const tt_program *p = x->train;
+  exec_run r;
+  memset(&r, 0, sizeof r);
+  r.x = x, r.p = p, r.batch = p->policy.micro_batch, r.micro_index = micro_index, r.step = step, r.grad_scale = grad_scale;
+  if (exec_upload_batch(x, p, images, labels, r.batch, err)) return -1;
+  return exec_range(&r, 0, p->micro_end, err);
+}
+
+int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscale, int *overflow, tt_err *err) {
+  const tt_program *p = x->train;
+  tt_backend *be = x->be;
+  exec_run rr;
+  exec_run *r = &rr;
+  memset(r, 0, sizeof *r);
+  r->x = x, r->p = p;
+  *overflow = 0;
+  for (int i = p->micro_end; i < p->nsteps; i++) {
+    const tt_step *s = &p->steps[i];
+    if (s->op == TT_S_CHECK) {
+      int32_t *flag = (int32_t *)EXEC_P(s->out[0]);
+      EXEC_CHECK(be->zero(be, flag, sizeof(int32_t)));
+      for (int k = 0; k < x->g->nparams; k++)
+        if (p->grad_buf[k] >= 0)
+          EXEC_CHECK(be->check_finite(be, x->g->params[k].numel, TT_F32, EXEC_P(p->grad_buf[k]), flag));
+      /* the one host-device synchronisation of the step: the loss scaler decides here */
+      EXEC_CHECK(be->download(be, x->host_flag, flag, sizeof(int32_t)));
+      if (*x->host_flag) {
+        *overflow = 1;
+        return 0;
+      }
+      continue;
+    }
+    if (s->op != TT_S_UPDATE) return tt_fail(err, "internal error: step %d in the update phase", i);
+    size_t cnt = x->g->params[s->arg].numel;
+    float *w = (float *)EXEC_P(p->param_buf[s->arg]);
+    const float *gr = (const float *)EXEC_P(p->grad_buf[s->arg]);
+    float *m1 = (float *)EXEC_P(p->m_buf[s->arg]);
+    float *m2 = (float *)EXEC_P(p->v_buf[s->arg]);
+    if (h->kind == TT_OPT_SGD)
+      EXEC_CHECK(be->sgd_update(be, cnt, w, gr, m1, h->lr, h->momentum, h->nesterov, h->weight_decay, grad_unscale));
+    else
+      EXEC_CHECK(be->adam_update(be, cnt, w, gr, m1, m2, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay,
+                                 h->kind == TT_OPT_ADAMW, t, grad_unscale));
+  }
+  return 0;
+}
+
+int tt_exec_eval(tt_exec *x, const uint8_t *images, const int32_t *labels, int n, tt_err *err) {
+  const tt_program *p = x->eval;
+  if (!p) return tt_fail(err, "internal error: no evaluation program");
+  if (n > p->policy.micro_batch) return tt_fail(err, "internal error: eval batch %d > planned %d", n, p->policy.micro_batch);
+  exec_run r;
+  memset(&r, 0, sizeof r);
+  r.x = x, r.p = p, r.batch = n, r.grad_scale = 0.0f;
+  if (exec_upload_batch(x, p, images, labels, n, err)) return -1;
+  return exec_range(&r, 0, p->micro_end, err);
+}
+
+int tt_exec_stats(tt_exec *x, float stats[2], int zero, tt_err *err) {
+  const tt_program *p = x->train ? x->train : x->eval;
+  void *dev = tt_exec_ptr(x, p, p->stats);
+  if (stats && x->be->download(x->be, stats, dev, 2 * sizeof(float)))
+    return tt_fail(err, "reading the loss statistics failed: %s", x->be->last_error(x->be));
+  if (zero && x->be->zero(x->be, dev, 2 * sizeof(float)))
+    return tt_fail(err, "zeroing the loss statistics failed: %s", x->be->last_error(x->be));
+  return 0;
+}
+
+static int exec_param_buf(const tt_exec *x, int param, int role) {
+  const tt_program *p = x->train ? x->train : x->eval;
+  switch (role) {
+    case 0: return p->param_buf[param];
+    case 1: return p->grad_buf[param];
+    case 2: return p->m_buf[param];
+    default: return p->v_buf[param];
+  }
+}
+
+int tt_exec_param_get(tt_exec *x, int param, int role, float *host, tt_err *err) {
+  int b = exec_param_buf(x, param, role);
+  const tt_program *p = x->train ? x->train : x->eval;
+  if (b < 0) return tt_fail(err, "parameter '%s' has no buffer of role %d", x->g->params[param].name, role);
+  if (x->be->download(x->be, host, tt_exec_ptr(x, p, b), x->g->params[param].numel * sizeof(float)))
+    return tt_fail(err, "reading '%s' from the device failed: %s", x->g->params[param].name, x->be->last_error(x->be));
+  return 0;
+}
+
+int tt_exec_param_set(tt_exec *x, int param, int role, const float *host, tt_err *err) {
+  int b = exec_param_buf(x, param, role);
+  const tt_program *p = x->train ? x->train : x->eval;
+  if (b < 0) return tt_fail(err, "parameter '%s' has no buffer of role %d", x->g->params[param].name, role);
+  if (x->be->upload(x->be, tt_exec_ptr(x, p, b), host, x->g->params[param].numel * sizeof(float)))
+    return tt_fail(err, "writing '%s' to the device failed: %s", x->g->params[param].name, x->be->last_error(x->be));
+  return 0;
+}
+
+static double exec_uniform(uint64_t seed, uint64_t param, uint64_t i) {
+  return (double)(tt_hash64(tt_hash64(seed, param), i) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+int tt_exec_init_params(tt_exec *x, uint64_t seed, tt_err *err) {
+  size_t maxn = 1;
+  for (int i = 0; i < x->g->nparams; i++)
+    if (x->g->params[i].numel > maxn) maxn = x->g->params[i].numel;
+  float *h = (float *)tt_malloc(maxn * sizeof(float), "parameter initialisation", err);
+  if (!h) return -1;
+  int rc = 0;
+  for (int i = 0; i < x->g->nparams && !rc; i++) {
+    const tt_param *pr = &x->g->params[i];
+    const tt_node *n = &x->g->nodes[pr->node];
+    double bound = 1.0 / sqrt((double)(pr->fan_in > 0 ? pr->fan_in : 1));
+    for (size_t k = 0; k < pr->numel; k++) {
+      double v = 0.0;
+      switch (pr->role) {
+        case TT_PR_WEIGHT:
+          if (n->kind == TT_L_CONV) { /* He normal, fan_out mode, via Box-Muller */
+            double u1 = exec_uniform(seed, (uint64_t)i, 2 * k) + 1e-300, u2 = exec_uniform(seed, (uint64_t)i, 2 * k + 1);
+            v = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2) * sqrt(2.0 / (double)pr->fan_out);
+          } else {
+            v = (2.0 * exec_uniform(seed, (uint64_t)i, k) - 1.0) * bound;
+          }
+          break;
+        case TT_PR_BIAS: v = (2.0 * exec_uniform(seed, (uint64_t)i, k) - 1.0) * bound; break;
+        case TT_PR_BN_GAMMA: case TT_PR_BN_VAR: v = 1.0; break;
+        default: v = 0.0; break;
+      }
+      h[k] = (float)v;
+    }
+    rc = tt_exec_param_set(x, i, 0, h, err);
+    if (!rc && x->train) {
+      memset(h, 0, pr->numel * sizeof(float));
+      for (int role = 1; role <= 3 && !rc; role++)
+        if (exec_param_buf(x, i, role) >= 0) rc = tt_exec_param_set(x, i, role, h, err);
+    }
+  }
+  free(h);
+  return rc;
+}

@@ -1,0 +1,66 @@
+/* core/exec.h — execute a planned Program on a backend: one arena allocation at setup,
+ * then every pointer is base + offset and nothing is allocated in the step. */
+#ifndef TT_EXEC_H
+#define TT_EXEC_H
+#include "program.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tt_exec {
+  const tt_graph *g;
+  const tt_program *train; /* may be NULL for an evaluation-only executor */
+  const tt_program *eval;  /* may be NULL */
+  tt_backend *be;
+  unsigned char *base;     /* the arena, on the backend's device */
+  size_t arena_bytes;
+  size_t persistent_bytes;
+  uint64_t seed;           /* dropout masks: hash(seed, step, micro-step, node) */
+  int32_t *host_flag;      /* overflow flag read back, allocated at setup */
+} tt_exec;
+
+typedef struct tt_opt_hparams {
+  tt_opt_kind kind;
+  float lr, momentum, weight_decay, beta1, beta2, eps;
+  int nesterov;
+} tt_opt_hparams;
+
+/* Allocates the arena: persistent region of the training program (or the evaluation program
+ * alone), then the larger of the two transient regions; they never run at the same time. */
+int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const tt_program *eval, tt_backend *be,
+                   uint64_t seed, tt_err *err);
+void tt_exec_destroy(tt_exec *x);
+
+/* Initialises parameters on the host from the seed (conv: He normal, fan_out, as torchvision;
+ * linear: PyTorch's default uniform(+-1/sqrt(fan_in)); biases uniform(+-1/sqrt(fan_in));
+ * batch norm gamma 1, beta 0, running mean 0, var 1), zeroes optimizer state, uploads. */
+int tt_exec_init_params(tt_exec *x, uint64_t seed, tt_err *err);
+
+/* One micro-step: upload the batch, forward, loss, backward. grad_scale multiplies dlogits
+ * (loss_scale / effective_batch). micro_index 0 overwrites the gradient accumulators. */
+int tt_exec_micro_step(tt_exec *x, const uint8_t *images, const int32_t *labels, int micro_index, uint64_t step,
+                       float grad_scale, tt_err *err);
+/* The update phase. grad_unscale multiplies every gradient (1/loss_scale). Under fp16 the
+ * overflow check runs first; if any gradient is inf/NaN the update is skipped and
+ * *overflow = 1. t is the 1-based optimizer step (Adam bias correction). */
+int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscale, int *overflow, tt_err *err);
+/* Forward-only evaluation of n <= eval micro-batch samples; adds to the loss statistics. */
+int tt_exec_eval(tt_exec *x, const uint8_t *images, const int32_t *labels, int n, tt_err *err);
+/* stats[0] = summed loss, stats[1] = correct predictions since the last zero. */
+int tt_exec_stats(tt_exec *x, float stats[2], int zero, tt_err *err);
+
+/* Host copies of a parameter (role: 0 value, 1 gradient, 2 first optimizer state,
+ * 3 second optimizer state); numel floats. Used by checkpoints and tests. */
+int tt_exec_param_get(tt_exec *x, int param, int role, float *host, tt_err *err);
+int tt_exec_param_set(tt_exec *x, int param, int role, const float *host, tt_err *err);
+
+/* Device pointer of a buffer of the training (prog == x->train) or evaluation program. */
+void *tt_exec_ptr(const tt_exec *x, const tt_program *prog, int buf);
+
+uint64_t tt_hash64(uint64_t a, uint64_t b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

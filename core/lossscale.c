@@ -1,0 +1,24 @@
+#include "lossscale.h"
+
+void tt_loss_scale_init(tt_loss_scale *s, int enabled) {
+  s->scale = enabled ? 65536.0f : 1.0f;
+  s->clean_steps = 0;
+  s->growth_interval = enabled ? 2000 : 0;
+  s->skipped = 0;
+}
+
+int tt_loss_scale_update(tt_loss_scale *s, int overflow) {
+  if (s->growth_interval == 0) return 0; /* fp32: no scaling, a NaN step is not skipped */
+  if (overflow) {
+    s->scale = s->scale > 1.0f ? s->scale * 0.5f : 1.0f;
+    s->clean_steps = 0;
+    s->skipped++;
+    return 1;
+  }
+  if (++s->clean_steps >= s->growth_interval) {
+    /* fp16 gradients overflow past 65504, so a scale above 2^24 is never useful */
+    if (s->scale < 16777216.0f) s->scale *= 2.0f;
+    s->clean_steps = 0;
+  }
+  return 0;
+}

@@ -1,0 +1,210 @@
+/* core/plan_report.c — `tinytrain plan`: the memory plan as a table or one JSON object. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "session.h"
+
+int tt_parse_size(const char *str, size_t *bytes) {
+  char *end;
+  double v = strtod(str, &end);
+  if (end == str || v < 0) return -1;
+  double mul = 1.0;
+  switch (*end) {
+    case 'k': case 'K': mul = 1024.0, end++; break;
+    case 'm': case 'M': mul = 1048576.0, end++; break;
+    case 'g': case 'G': mul = 1073741824.0, end++; break;
+    case 't': case 'T': mul = 1099511627776.0, end++; break;
+    default: break;
+  }
+  if (mul > 1.0 && *end == 'i') end++;
+  if (*end == 'B' || *end == 'b') end++;
+  if (*end) return -1;
+  *bytes = (size_t)(v * mul);
+  return *bytes ? 0 : -1;
+}
+
+static double plan_mib(size_t b) { return b / 1048576.0; }
+
+static void plan_json_str(FILE *out, const char *s) {
+  fputc('"', out);
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\') fputc('\\', out);
+    if ((unsigned char)*s < 0x20) fprintf(out, "\\u%04x", *s);
+    else fputc(*s, out);
+  }
+  fputc('"', out);
+}
+
+static void plan_breakdown(const tt_program *p, size_t *params, size_t *grads, size_t *opt, size_t *acts, size_t *ws) {
+  size_t at[TT_BC_COUNT];
+  tt_program_peak_breakdown(p, at);
+  *params = at[TT_BC_PARAMS] + at[TT_BC_MISC];
+  *grads = at[TT_BC_GRADS];
+  *opt = at[TT_BC_OPTIMIZER];
+  *acts = at[TT_BC_ACTIVATIONS] + at[TT_BC_ACT_GRADS] + at[TT_BC_WEIGHT_COPIES];
+  *ws = at[TT_BC_WORKSPACE];
+}
+
+static int plan_max_batch(tt_session *s, const tt_run_opts *o, int json, FILE *out) {
+  tt_sched_opts so;
+  memset(&so, 0, sizeof so);
+  so.vram_bytes = o->vram_bytes;
+  so.reserve_bytes = s->sched.reserve_bytes;
+  so.inplace = 1;
+  so.profile = s->target_cuda ? tt_profile_cuda_generic() : tt_profile_cpu();
+  static const char *const rn[3] = {"none", "auto", "all"};
+  tt_recompute_mode rm[3] = {TT_RECOMP_NONE, TT_RECOMP_AUTO, TT_RECOMP_ALL};
+  tt_dtype dts[2] = {TT_F32, TT_F16};
+  if (json) fprintf(out, "{\"budget_bytes\": %zu, \"reserve_bytes\": %zu, \"max_batch\": [", s->sched.budget_bytes,
+                    s->sched.reserve_bytes);
+  else fprintf(out, "largest micro-batch that fits in %.1f MiB (--vram %.1f MiB less %.1f MiB reserve):\n",
+               plan_mib(s->sched.budget_bytes), plan_mib(o->vram_bytes), plan_mib(s->sched.reserve_bytes));
+  if (!json) fprintf(out, "  %-10s %-10s %12s %14s\n", "precision", "recompute", "micro-batch", "arena MiB");
+  int first = 1;
+  for (int d = 0; d < 2; d++)
+    for (int r = 0; r < 3; r++) {
+      size_t arena = 0;
+      int mb = tt_sched_max_batch(&s->graph, s->be, &so, dts[d], rm[r], &arena);
+      if (json) {
+        fprintf(out, "%s{\"precision\": \"%s\", \"recompute\": \"%s\", \"micro_batch\": %d, \"arena_bytes\": %zu}",
+                first ? "" : ", ", d ? "fp16" : "fp32", rn[r], mb, arena);
+        first = 0;
+      } else {
+        fprintf(out, "  %-10s %-10s %12d %14.1f\n", d ? "fp16" : "fp32", rn[r], mb, plan_mib(arena));
+      }
+    }
+  if (json) fprintf(out, "]}\n");
+  return 0;
+}
+
+int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *errbuf, size_t errsize) {
+  tt_err err;
+  err.msg[0] = 0;
+  tt_session *s = NULL;
+  if (tt_session_open(&s, o, TT_SESSION_PLAN, &err)) {
+    snprintf(errbuf, errsize, "%s", err.msg);
+    return -1;
+  }
+  if (max_batch) {
+    plan_max_batch(s, o, json, out);
+    tt_session_close(s);
+    return 0;
+  }
+  const tt_schedule_result *r = &s->sched;
+  const tt_program *p = &r->train;
+  const tt_graph *g = &s->graph;
+  size_t bp, bg, bo, ba, bw;
+  plan_breakdown(p, &bp, &bg, &bo, &ba, &bw);
+  const char *prec = r->policy.act_dtype == TT_F16 ? "fp16" : "fp32";
+  double ratio = p->peak_live_bytes ? (double)p->arena_bytes / (double)p->peak_live_bytes : 1.0;
+  if (json) {
+    fprintf(out, "{\"recipe\": ");
+    plan_json_str(out, s->model.path);
+    fprintf(out, ", \"arena_bytes\": %zu, \"peak_live_bytes\": %zu, \"ratio\": %.4f, \"micro_batch\": %d, "
+                 "\"accum_steps\": %d, \"effective_batch\": %d, \"precision\": \"%s\", \"eval_batch\": %d, "
+                 "\"eval_arena_bytes\": %zu, \"breakdown\": {\"params\": %zu, \"grads\": %zu, \"optimizer\": %zu, "
+                 "\"activations\": %zu, \"workspace\": %zu}, \"recompute\": [",
+            p->arena_bytes, p->peak_live_bytes, ratio, r->policy.micro_batch, r->policy.accum_steps,
+            r->policy.micro_batch * r->policy.accum_steps, prec, r->eval.policy.micro_batch,
+            r->eval.persistent_bytes + r->eval.transient_bytes, bp, bg, bo, ba, bw);
+    int first = 1;
+    for (int i = 0; i < g->nnodes; i++)
+      if (r->recompute[i]) {
+        if (!first) fputs(", ", out);
+        plan_json_str(out, s->model.layers[i].name);
+        first = 0;
+      }
+    fprintf(out, "], \"inplace_ops\": %d, \"predicted_step_ms\": %.3f, \"predicted_recompute_ms\": %.3f, "
+                 "\"reserve_bytes\": %zu, \"reserve_measured\": %s, \"budget_bytes\": %zu, \"vram_bytes\": %zu, "
+                 "\"plan_ms\": %.2f, \"params\": %zu, \"target\": ",
+            p->n_inplace, r->predicted_step_ms, r->recompute_ms, r->reserve_bytes, s->reserve_measured ? "true" : "false",
+            r->budget_bytes, o->vram_bytes, s->plan_ms, g->trainable_numel);
+    plan_json_str(out, s->target_cuda ? "cuda" : "cpu");
+    fprintf(out, ", \"saved\": {\"fp32_plain_arena_bytes\": %zu, \"no_inplace_arena_bytes\": %zu, "
+                 "\"no_recompute_arena_bytes\": %zu}, \"alternatives\": [",
+            r->arena_fp32_plain, r->arena_no_inplace, r->arena_no_recompute);
+    for (int i = 0; i < r->nalts; i++) {
+      const tt_sched_alt *a = &r->alts[i];
+      fprintf(out, "%s{\"micro_batch\": %d, \"precision\": \"%s\", \"recomputed_layers\": %d, \"arena_bytes\": %zu, "
+                   "\"predicted_step_ms\": %.3f, \"why\": ",
+              i ? ", " : "", a->micro_batch, a->dtype == TT_F16 ? "fp16" : "fp32", a->recompute_units, a->arena_bytes,
+              a->step_ms);
+      plan_json_str(out, a->why);
+      fputc('}', out);
+    }
+    fprintf(out, "]}\n");
+    tt_session_close(s);
+    return 0;
+  }
+  fprintf(out, "plan for %s (%s target%s)\n", s->model.path, s->target_cuda ? "CUDA" : "CPU",
+          s->target_cuda && !s->reserve_measured ? ", no GPU here: reserve and speed are estimates" : "");
+  fprintf(out, "  model       %d layers, %.2fM parameters, %.3f GFLOP per image forward\n", g->nnodes - 1,
+          g->trainable_numel / 1e6, g->flops_per_sample / 1e9);
+  if (o->vram_bytes)
+    fprintf(out, "  budget      --vram %.1f MiB - reserve %.1f MiB (%s) = %.1f MiB for the arena\n", plan_mib(o->vram_bytes),
+            plan_mib(r->reserve_bytes),
+            s->reserve_measured ? "measured" : (r->reserve_bytes ? "estimated CUDA context + cuDNN/cuBLAS handles" : "none on the CPU"),
+            plan_mib(r->budget_bytes));
+  else
+    fprintf(out, "  budget      none given (--vram SIZE to plan for a card)\n");
+  fprintf(out, "  policy      micro-batch %d x %d accumulation steps = effective batch %d; %s; %d in-place ops; "
+               "recompute %d of %d units (%d layers)\n",
+          r->policy.micro_batch, r->policy.accum_steps, r->policy.micro_batch * r->policy.accum_steps,
+          r->policy.act_dtype == TT_F16 ? "fp16 autocast with dynamic loss scaling" : "fp32", p->n_inplace,
+          r->recomputed_units, r->nunits, p->n_recomputed_steps);
+  fprintf(out, "              batch-norm statistics are computed per micro-batch of %d\n", r->policy.micro_batch);
+  fprintf(out, "  predicted   %.1f ms per optimizer step (%.1f ms of it recomputing), %s cost model\n",
+          r->predicted_step_ms, r->recompute_ms, s->target_cuda ? "generic CUDA" : "CPU");
+  fprintf(out, "  evaluation  batch %d in the same arena\n\n", r->eval.policy.micro_batch);
+
+  fprintf(out, "  %-44s %14s %10s\n", "persistent buffers", "bytes", "MiB");
+  size_t cls[TT_BC_COUNT];
+  memset(cls, 0, sizeof cls);
+  for (int i = 0; i < p->nbufs; i++)
+    if (p->bufs[i].persistent) cls[p->bufs[i].cls] += p->bufs[i].bytes;
+  const char *pn[4] = {"weights and batch-norm statistics (fp32)", "gradient accumulators (fp32)", "optimizer state", "loss statistics, overflow flag"};
+  tt_buf_class pc[4] = {TT_BC_PARAMS, TT_BC_GRADS, TT_BC_OPTIMIZER, TT_BC_MISC};
+  for (int k = 0; k < 4; k++) fprintf(out, "    %-42s %14zu %10.2f\n", pn[k], cls[pc[k]], plan_mib(cls[pc[k]]));
+  fprintf(out, "  %-44s %14zu %10.2f\n\n", "persistent total (aligned)", p->persistent_bytes, plan_mib(p->persistent_bytes));
+  fprintf(out, "  transient buffers: activations by layer (micro-batch %d, %s)\n", r->policy.micro_batch, prec);
+  fprintf(out, "    %-34s %-14s %12s %10s  %s\n", "layer", "output", "bytes", "MiB", "");
+  for (int i = 0; i < g->nnodes; i++) {
+    const tt_node *n = &g->nodes[i];
+    int b = p->value_buf[i];
+    if (b < 0) continue;
+    int view = (i > 0 && p->value_buf[i] == p->value_buf[n->in[0]]);
+    char shape[48];
+    snprintf(shape, sizeof shape, "%dx%dx%d", n->c, n->h, n->w);
+    fprintf(out, "    %-34.34s %-14s %12zu %10.2f  %s%s\n", s->model.layers[i].name, shape, view ? (size_t)0 : p->bufs[b].bytes,
+            view ? 0.0 : plan_mib(p->bufs[b].bytes), view ? "view" : (p->bufs[b].aliased ? "in place" : ""),
+            r->recompute[i] ? (p->bufs[b].aliased ? ", recomputed" : "recomputed") : "");
+  }
+  size_t at[TT_BC_COUNT];
+  int ps = tt_program_peak_breakdown(p, at);
+  fprintf(out, "\n  live at the peak (step %d of %d)\n", ps, p->nsteps);
+  for (int c = 0; c < TT_BC_COUNT; c++)
+    if (at[c]) fprintf(out, "    %-42s %14zu %10.2f\n", tt_buf_class_name((tt_buf_class)c), at[c], plan_mib(at[c]));
+  fprintf(out, "\n  %-44s %14zu %10.2f\n", "arena (one allocation)", p->arena_bytes, plan_mib(p->arena_bytes));
+  fprintf(out, "  %-44s %14zu %10.2f\n", "lower bound (peak live bytes)", p->peak_live_bytes, plan_mib(p->peak_live_bytes));
+  fprintf(out, "  %-44s %14.4f\n", "arena / lower bound", ratio);
+  size_t ev = r->eval.persistent_bytes + r->eval.transient_bytes;
+  fprintf(out, "  %-44s %14zu %10.2f\n\n", "evaluation program (fits in the same arena)", ev, plan_mib(ev));
+  fprintf(out, "  what each technique saved at micro-batch %d:\n", r->policy.micro_batch);
+  fprintf(out, "    fp32, no in-place, no recompute           %10.1f MiB\n", plan_mib(r->arena_fp32_plain));
+  fprintf(out, "    chosen precision, no in-place             %10.1f MiB\n", plan_mib(r->arena_no_inplace));
+  fprintf(out, "    chosen precision + in-place, no recompute %10.1f MiB\n", plan_mib(r->arena_no_recompute));
+  fprintf(out, "    chosen policy                             %10.1f MiB\n\n", plan_mib(p->arena_bytes));
+  if (r->nalts) {
+    fprintf(out, "  alternatives considered (%d candidates planned in %.1f ms):\n", r->candidates_tried, s->plan_ms);
+    for (int i = 0; i < r->nalts; i++) {
+      const tt_sched_alt *a = &r->alts[i];
+      fprintf(out, "    micro-batch %4d %s recompute %3d layers  arena %9.1f MiB  %8.1f ms/step  %s\n", a->micro_batch,
+              a->dtype == TT_F16 ? "fp16" : "fp32", a->recompute_units, plan_mib(a->arena_bytes), a->step_ms, a->why);
+    }
+  } else {
+    fprintf(out, "  %d candidates planned in %.1f ms\n", r->candidates_tried, s->plan_ms);
+  }
+  tt_session_close(s);
+  return 0;
+}

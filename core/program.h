@@ -1,0 +1,130 @@
+/* core/program.h — differentiate + lower: the training graph (forward, loss, backward,
+ * optimizer update) as a flat list of steps over buffers, for one Policy; and the plan of
+ * those buffers in one arena.
+ *
+ * A training Program has two phases on one timeline: the micro-step (steps
+ * [0, micro_end): load input, forward, loss, backward, recompute inserted), executed
+ * accum_steps times per optimizer step, and the update phase (steps [micro_end, nsteps):
+ * overflow check and optimizer updates), executed once. Persistent buffers (weights,
+ * gradient accumulators, optimizer state, running statistics) live across everything and
+ * are packed first; transient buffers are placed by arena/ from their first and last use. */
+#ifndef TT_PROGRAM_H
+#define TT_PROGRAM_H
+#include "../kernels/backend.h"
+#include "graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  TT_BC_PARAMS = 0,   /* fp32 master weights and batch-norm statistics */
+  TT_BC_GRADS,        /* fp32 gradient accumulators */
+  TT_BC_OPTIMIZER,    /* momentum, Adam m and v */
+  TT_BC_ACTIVATIONS,  /* activations, saved statistics, input batch, labels */
+  TT_BC_ACT_GRADS,    /* activation gradients */
+  TT_BC_WEIGHT_COPIES,/* fp16 copies of weights under autocast */
+  TT_BC_WORKSPACE,    /* convolution / matmul workspace */
+  TT_BC_MISC,         /* loss statistics, overflow flag */
+  TT_BC_COUNT
+} tt_buf_class;
+
+const char *tt_buf_class_name(tt_buf_class c);
+
+typedef struct tt_buf {
+  char name[TT_NAME_MAX + 24];
+  size_t bytes;
+  tt_dtype dtype;
+  tt_buf_class cls;
+  int persistent;
+  int node;           /* graph node it belongs to, or -1 */
+  int param;          /* parameter id for params/grads/optimizer/weight copies, or -1 */
+  int alias_of;       /* a buffer whose storage this one may take (in-place op), or -1 */
+  int first, last;    /* step range (computed by lowering) */
+  size_t offset;      /* planned offset in the arena */
+  int aliased;        /* the planner accepted alias_of */
+} tt_buf;
+
+typedef enum {
+  TT_S_LOAD_INPUT = 0, /* in: u8 staging; out: x (normalised, dtype) */
+  TT_S_CAST,           /* in: fp32 master; out: fp16 copy (arg = param id) */
+  TT_S_FWD,            /* forward of `node`; in: input values..., out: value [, save_mean, save_invstd] */
+  TT_S_LOSS,           /* in: logits, labels; out: dlogits (training only), stats */
+  TT_S_BWD,            /* backward of `node`; in: dy, saved tensors; out: input grads..., param grads */
+  TT_S_CHECK,          /* overflow check of every gradient accumulator; out: flag */
+  TT_S_UPDATE          /* optimizer update of param `arg` */
+} tt_step_op;
+
+enum {
+  TT_SF_RECOMPUTE = 1, /* forward re-run before backward: no running-statistics update */
+  TT_SF_EVAL = 2       /* inference: batch norm uses running statistics, dropout is identity */
+};
+
+#define TT_STEP_MAX_IO (TT_MAX_INPUTS + 4)
+
+typedef struct tt_step {
+  tt_step_op op;
+  int node;  /* graph node, or -1 */
+  int arg;   /* param id for CAST/UPDATE */
+  int flags;
+  int in[TT_STEP_MAX_IO], nin;
+  int out[TT_STEP_MAX_IO], nout;
+  /* For BWD: out_beta[k] == 1 when out[k] already holds a partial gradient (fan-out) and
+   * this step must add into it. Parameter gradients use the runtime micro-step index. */
+  unsigned char out_beta[TT_STEP_MAX_IO];
+  int ws;    /* workspace buffer, or -1 */
+} tt_step;
+
+typedef struct tt_policy {
+  int micro_batch;
+  int accum_steps;     /* effective batch = micro_batch * accum_steps */
+  tt_dtype act_dtype;  /* TT_F32, or TT_F16 for autocast */
+  int inplace;         /* let ReLU/add/dropout and their backward reuse their input's storage */
+  unsigned char *recompute; /* per node: 1 = keep only for the forward pass, recompute in backward; may be NULL */
+  int training;        /* 0: forward-only evaluation program */
+} tt_policy;
+
+typedef struct tt_program {
+  const tt_graph *graph;
+  tt_policy policy;    /* recompute copied */
+  tt_buf *bufs;
+  int nbufs, cap_bufs;
+  tt_step *steps;
+  int nsteps, cap_steps;
+  int micro_end;       /* first step of the update phase (== nsteps for evaluation) */
+  /* buffer ids the executor needs directly */
+  int input_u8, labels, stats, overflow_flag;
+  int *value_buf;      /* per node: buffer holding its forward output (first instance) */
+  int *param_buf, *grad_buf, *m_buf, *v_buf; /* per param; -1 where none */
+  /* plan */
+  size_t persistent_bytes, transient_bytes, transient_peak;
+  size_t arena_bytes, peak_live_bytes;
+  size_t class_bytes[TT_BC_COUNT]; /* sum of buffer sizes per class (aliased ones counted once) */
+  int n_inplace;       /* accepted in-place aliases */
+  int n_recomputed_steps;
+} tt_program;
+
+/* Size of the workspace each op needs, from the backend's query (the CPU backend answers
+ * for planning without a GPU). */
+int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err);
+/* Plans the program's buffers: persistent ones packed first, transient ones by arena_plan. */
+int tt_program_plan(tt_program *p, tt_err *err);
+void tt_program_free(tt_program *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
+
+#ifndef TT_PROGRAM_PEAK_DECL
+#define TT_PROGRAM_PEAK_DECL
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Bytes live at the peak step, per class (persistent buffers included; an accepted alias
+ * counted once). Returns the peak step. For reports; O(steps x buffers). */
+int tt_program_peak_breakdown(const tt_program *p, size_t out[TT_BC_COUNT]);
+#ifdef __cplusplus
+}
+#endif
+#endif

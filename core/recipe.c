@@ -1,0 +1,752 @@
+/* core/recipe.c — the recipe parser: text -> tt_model.
+ *
+ * Two passes. recipe_lex cuts the text into sections ([kind] or [kind NAME]) and their
+ * `key = value` entries, rejecting anything that is not one of those. recipe_build then walks
+ * the sections in order: [net], [train] and [data] fill the settings, layer sections append
+ * layers, [block T] ... [end] defines a template and [T NAME] expands one (recipe_blocks.c).
+ * Every error is "PATH:LINE: what is wrong"; shapes are checked later by the graph stage. */
+#include "recipe_int.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const recipe_kind_names[TT_L_KIND_COUNT] = {
+    "input", "conv", "bn", "relu", "relu6", "silu", "maxpool", "avgpool",
+    "gap", "linear", "dropout", "flatten", "add", "concat"};
+
+const char *tt_layer_kind_name(tt_layer_kind k) {
+  int i = (int)k;
+  return (i >= 0 && i < TT_L_KIND_COUNT) ? recipe_kind_names[i] : "?";
+}
+
+/* ---- messages ---- */
+
+const char *recipe_quote(const char *s, char *out, size_t cap) {
+  size_t n = 0, i;
+  static const char hex[] = "0123456789abcdef";
+  for (i = 0; s[i] && n + 8 < cap; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (i >= 40) {
+      memcpy(out + n, "...", 3);
+      n += 3;
+      break;
+    }
+    if (c < 0x20 || c == 0x7f || c >= 0x80) {
+      out[n++] = '\\';
+      out[n++] = 'x';
+      out[n++] = hex[c >> 4];
+      out[n++] = hex[c & 15];
+    } else {
+      out[n++] = (char)c;
+    }
+  }
+  out[n] = 0;
+  return out;
+}
+
+int recipe_error(recipe_state *st, int line, const char *fmt, ...) {
+  char msg[800], ctx[200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  ctx[0] = 0;
+  if (st->scope && st->scope->blk) {
+    size_t n = strlen(st->scope->prefix);
+    snprintf(ctx, sizeof ctx, " (in block '%.40s', instance '%.*s' at line %d)", st->scope->blk->type,
+             (int)(n ? n - 1 : 0) > 80 ? 80 : (int)(n ? n - 1 : 0), st->scope->prefix, st->scope->inst_line);
+  }
+  return tt_fail(st->err, "%s:%d: %s%s", st->path, line, msg, ctx);
+}
+
+void recipe_warn(recipe_state *st, int line, const char *fmt, ...) {
+  char msg[800], full[1100];
+  va_list ap;
+  if (!st->warn) return;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  snprintf(full, sizeof full, "%s:%d: warning: %s", st->path, line, msg);
+  st->warn(st->ud, full);
+}
+
+/* ---- small helpers ---- */
+
+static char *recipe_trim(char *s) {
+  char *e;
+  while (*s == ' ' || *s == '\t' || *s == '\r') s++;
+  e = s + strlen(s);
+  while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) *--e = 0;
+  return s;
+}
+
+int recipe_is_ident(const char *s) {
+  const char *p;
+  if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return 0;
+  for (p = s; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_'))
+      return 0;
+  return 1;
+}
+
+int recipe_layer_kind(const char *kind) {
+  int k;
+  for (k = 1; k < TT_L_KIND_COUNT; k++)
+    if (!strcmp(kind, recipe_kind_names[k])) return k;
+  return -1;
+}
+
+const recipe_block *recipe_find_block(const recipe_state *st, const char *type) {
+  int i;
+  for (i = 0; i < st->nblocks; i++)
+    if (!strcmp(st->blocks[i].type, type)) return &st->blocks[i];
+  return NULL;
+}
+
+static void *recipe_grow(recipe_state *st, void *p, int *cap, int need, size_t elem, const char *what) {
+  int ncap;
+  void *q;
+  if (need <= *cap) return p;
+  ncap = *cap ? *cap : 16;
+  while (ncap < need) ncap *= 2;
+  q = realloc(p, (size_t)ncap * elem);
+  if (!q) {
+    tt_fail(st->err, "%s: out of host memory growing the %s table", st->path, what);
+    return NULL;
+  }
+  *cap = ncap;
+  return q;
+}
+
+/* ---- the name table: layer names and block-instance names -> layer index ---- */
+
+static unsigned recipe_hash(const char *s) {
+  unsigned h = 2166136261u;
+  while (*s) h = (h ^ (unsigned char)*s++) * 16777619u;
+  return h;
+}
+
+recipe_name *recipe_find_name(const recipe_state *st, const char *name) {
+  unsigned i;
+  if (!st->tabcap) return NULL;
+  for (i = recipe_hash(name) & (unsigned)(st->tabcap - 1); st->tab[i].key; i = (i + 1) & (unsigned)(st->tabcap - 1))
+    if (!strcmp(st->tab[i].key, name)) return &st->tab[i];
+  return NULL;
+}
+
+int recipe_lookup(const recipe_state *st, const char *name, int *line) {
+  const recipe_name *e = recipe_find_name(st, name);
+  if (!e) return -1;
+  if (line) *line = e->line;
+  return e->layer;
+}
+
+static void recipe_tab_put(recipe_name *tab, int cap, recipe_name e) {
+  unsigned i = recipe_hash(e.key) & (unsigned)(cap - 1);
+  while (tab[i].key) i = (i + 1) & (unsigned)(cap - 1);
+  tab[i] = e;
+}
+
+int recipe_add_name(recipe_state *st, const char *name, int layer, int line, int group) {
+  recipe_name e;
+  size_t n = strlen(name);
+  if ((st->tabn + 1) * 2 > st->tabcap) {
+    int ncap = st->tabcap ? st->tabcap * 2 : 64, i;
+    recipe_name *nt = (recipe_name *)tt_calloc((size_t)ncap, sizeof *nt, "recipe names", st->err);
+    if (!nt) return -1;
+    for (i = 0; i < st->tabcap; i++)
+      if (st->tab[i].key) recipe_tab_put(nt, ncap, st->tab[i]);
+    free(st->tab);
+    st->tab = nt;
+    st->tabcap = ncap;
+  }
+  e.key = (char *)tt_malloc(n + 1, "a recipe name", st->err);
+  if (!e.key) return -1;
+  memcpy(e.key, name, n + 1);
+  e.layer = layer;
+  e.line = line;
+  e.group = group;
+  recipe_tab_put(st->tab, st->tabcap, e);
+  st->tabn++;
+  return 0;
+}
+
+int recipe_push_layer(recipe_state *st, const tt_layer *L) {
+  tt_layer *nl;
+  if (st->nlayers >= RECIPE_MAX_LAYERS)
+    return recipe_error(st, L->line, "the recipe expands to more than %d layers; check 'repeat' and nested blocks",
+                        RECIPE_MAX_LAYERS);
+  nl = (tt_layer *)recipe_grow(st, st->layers, &st->caplayers, st->nlayers + 1, sizeof(tt_layer), "layer");
+  if (!nl) return -1;
+  st->layers = nl;
+  st->layers[st->nlayers] = *L;
+  if (recipe_add_name(st, L->name, st->nlayers, L->line, 0)) return -1;
+  st->nlayers++;
+  return 0;
+}
+
+/* ---- values ---- */
+
+int recipe_int(recipe_state *st, const recipe_entry *e, const char *v, long min, long max, int *out) {
+  char *end;
+  long x;
+  char q[64];
+  errno = 0;
+  x = strtol(v, &end, 10);
+  if (end == v || *end || errno == ERANGE || x < min || (*v == '+' || *v == ' '))
+    return recipe_error(st, e->line, "expected a %s integer for '%s', found '%s'",
+                        min > 0 ? "positive" : min == 0 ? "non-negative" : "", e->key, recipe_quote(v, q, sizeof q));
+  if (x > max) return recipe_error(st, e->line, "'%s' = %s is too large (at most %ld)", e->key, recipe_quote(v, q, sizeof q), max);
+  *out = (int)x;
+  return 0;
+}
+
+int recipe_bool(recipe_state *st, const recipe_entry *e, const char *v, int *out) {
+  char q[64];
+  if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "on")) return *out = 1, 0;
+  if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no") || !strcmp(v, "off")) return *out = 0, 0;
+  return recipe_error(st, e->line, "expected true or false for '%s', found '%s'", e->key, recipe_quote(v, q, sizeof q));
+}
+
+static int recipe_parse_double(const char *v, double *x) {
+  char *end;
+  errno = 0;
+  *x = strtod(v, &end);
+  return end != v && !*end && errno != ERANGE && isfinite(*x) && *v != ' ';
+}
+
+int recipe_float(recipe_state *st, const recipe_entry *e, const char *v, double lo, double hi, int lo_incl, int hi_incl,
+                 float *out) {
+  double x;
+  char q[64];
+  if (!recipe_parse_double(v, &x))
+    return recipe_error(st, e->line, "expected a number for '%s', found '%s'", e->key, recipe_quote(v, q, sizeof q));
+  if (x < lo || (x == lo && !lo_incl) || x > hi || (x == hi && !hi_incl)) {
+    if (hi >= 1e30)
+      return recipe_error(st, e->line, "expected '%s' %s %g, found '%s'", e->key, lo_incl ? ">=" : ">", lo,
+                          recipe_quote(v, q, sizeof q));
+    return recipe_error(st, e->line, "expected '%s' in %c%g, %g%c, found '%s'", e->key, lo_incl ? '[' : '(', lo, hi,
+                        hi_incl ? ']' : ')', recipe_quote(v, q, sizeof q));
+  }
+  *out = (float)x;
+  return 0;
+}
+
+static int recipe_enum(recipe_state *st, const recipe_entry *e, const char *v, const char *const *names, int n, int *out) {
+  char list[200] = "", q[64];
+  int i;
+  for (i = 0; i < n; i++)
+    if (!strcmp(v, names[i])) return *out = i, 0;
+  for (i = 0; i < n; i++) {
+    size_t l = strlen(list);
+    snprintf(list + l, sizeof list - l, "%s%s", i ? (i == n - 1 ? " or " : ", ") : "", names[i]);
+  }
+  return recipe_error(st, e->line, "expected %s for '%s', found '%s'", list, e->key, recipe_quote(v, q, sizeof q));
+}
+
+/* ---- pass 1: text -> sections and entries ---- */
+
+static int recipe_lex(recipe_state *st, char *buf, size_t len) {
+  size_t pos = 0;
+  int line = 0;
+  char q[64];
+  if (len >= 3 && (unsigned char)buf[0] == 0xEF && (unsigned char)buf[1] == 0xBB && (unsigned char)buf[2] == 0xBF) pos = 3;
+  while (pos < len) {
+    size_t start = pos, end, i;
+    char *s, *h;
+    line++;
+    while (pos < len && buf[pos] != '\n') pos++;
+    end = pos;
+    if (pos < len) pos++;
+    if (end - start > RECIPE_LINE_MAX)
+      return recipe_error(st, line, "line is %zu characters long; the limit is %d", end - start, RECIPE_LINE_MAX);
+    for (i = start; i < end; i++) {
+      unsigned char c = (unsigned char)buf[i];
+      if (c == 0) return recipe_error(st, line, "binary data (a NUL byte); a recipe is a text file");
+      if ((c < 0x20 && c != '\t' && c != '\r') || c == 0x7f)
+        return recipe_error(st, line, "unexpected control character 0x%02x; a recipe is a text file", c);
+    }
+    buf[end] = 0;
+    s = buf + start;
+    if ((h = strchr(s, '#')) != NULL) *h = 0;
+    s = recipe_trim(s);
+    if (!*s) continue;
+    if (*s == '[') {
+      char *close = strchr(s, ']'), *kind, *name, *sp;
+      recipe_section *sec;
+      if (!close) return recipe_error(st, line, "section header '%s' has no closing ']'", recipe_quote(s, q, sizeof q));
+      if (close[1]) return recipe_error(st, line, "unexpected '%s' after the section header", recipe_quote(close + 1, q, sizeof q));
+      *close = 0;
+      kind = recipe_trim(s + 1);
+      if (!*kind) return recipe_error(st, line, "empty section header '[]'; expected [kind] or [kind NAME]");
+      name = NULL;
+      for (sp = kind; *sp && *sp != ' ' && *sp != '\t'; sp++) {
+      }
+      if (*sp) {
+        *sp = 0;
+        name = recipe_trim(sp + 1);
+        for (sp = name; *sp; sp++)
+          if (*sp == ' ' || *sp == '\t')
+            return recipe_error(st, line, "expected [kind] or [kind NAME], found more than two words in '[%s %s]'",
+                                recipe_quote(kind, q, sizeof q), name);
+      }
+      if (!recipe_is_ident(kind))
+        return recipe_error(st, line, "expected a section kind (letters, digits, '_'), found '%s'", recipe_quote(kind, q, sizeof q));
+      {
+        recipe_section *ns = (recipe_section *)recipe_grow(st, st->secs, &st->capsecs, st->nsecs + 1, sizeof *ns, "section");
+        if (!ns) return -1;
+        st->secs = ns;
+      }
+      sec = &st->secs[st->nsecs++];
+      sec->kind = kind;
+      sec->name = name;
+      sec->line = line;
+      sec->e0 = st->nents;
+      sec->ne = 0;
+    } else {
+      char *eq = strchr(s, '='), *key, *val;
+      recipe_section *sec;
+      recipe_entry *ne;
+      int j;
+      if (!eq) return recipe_error(st, line, "expected 'key = value' or a [section] header, found '%s'", recipe_quote(s, q, sizeof q));
+      *eq = 0;
+      key = recipe_trim(s);
+      val = recipe_trim(eq + 1);
+      if (!recipe_is_ident(key))
+        return recipe_error(st, line, "expected a key (letters, digits, '_') before '=', found '%s'", recipe_quote(key, q, sizeof q));
+      if (!st->nsecs) return recipe_error(st, line, "'%s = ...' comes before any section; a recipe starts with [net]", key);
+      if (!*val) return recipe_error(st, line, "missing value for '%s'", key);
+      sec = &st->secs[st->nsecs - 1];
+      for (j = sec->e0; j < sec->e0 + sec->ne; j++)
+        if (!strcmp(st->ents[j].key, key))
+          return recipe_error(st, line, "'%s' is set twice in this section (first at line %d)", key, st->ents[j].line);
+      ne = (recipe_entry *)recipe_grow(st, st->ents, &st->capents, st->nents + 1, sizeof *ne, "entry");
+      if (!ne) return -1;
+      st->ents = ne;
+      st->ents[st->nents].key = key;
+      st->ents[st->nents].val = val;
+      st->ents[st->nents].line = line;
+      st->ents[st->nents].warned = 0;
+      st->nents++;
+      sec->ne++;
+    }
+  }
+  return 0;
+}
+
+/* ---- settings sections ---- */
+
+static int recipe_net(recipe_state *st, const recipe_section *sec) {
+  int j, have_in = 0, have_cls = 0;
+  char q[64];
+  tt_layer in;
+  for (j = sec->e0; j < sec->e0 + sec->ne; j++) {
+    recipe_entry *e = &st->ents[j];
+    const char *v = recipe_val(st, e);
+    if (!v) return -1;
+    if (!strcmp(e->key, "input")) {
+      long d[3];
+      const char *p = v;
+      int k;
+      for (k = 0; k < 3; k++) {
+        char *end;
+        errno = 0;
+        if (*p < '0' || *p > '9') break;
+        d[k] = strtol(p, &end, 10);
+        if (errno == ERANGE || d[k] < 1 || d[k] > 65536) break;
+        p = end;
+        if (k < 2 && *p++ != 'x') break;
+      }
+      if (k < 3 || *p)
+        return recipe_error(st, e->line, "expected the input shape as CxHxW with positive sizes (e.g. 3x224x224), found '%s'",
+                            recipe_quote(v, q, sizeof q));
+      if (d[0] > 4) return recipe_error(st, e->line, "input has %ld channels; at most 4 are supported", d[0]);
+      st->m->in_c = (int)d[0];
+      st->m->in_h = (int)d[1];
+      st->m->in_w = (int)d[2];
+      have_in = 1;
+    } else if (!strcmp(e->key, "classes")) {
+      if (recipe_int(st, e, v, 1, 1 << 24, &st->m->classes)) return -1;
+      have_cls = 1;
+    } else {
+      recipe_warn(st, e->line, "unknown key '%s' in [net], ignored (keys: input, classes)", e->key);
+    }
+  }
+  if (!have_in) return recipe_error(st, sec->line, "[net] needs 'input = CxHxW', e.g. input = 1x28x28");
+  if (!have_cls) return recipe_error(st, sec->line, "[net] needs 'classes = N', the number of classes");
+  memset(&in, 0, sizeof in);
+  in.kind = TT_L_INPUT;
+  strcpy(in.name, "input");
+  in.line = sec->line;
+  in.filters = st->m->in_c;
+  return recipe_push_layer(st, &in);
+}
+
+static const char *const recipe_opt_names[] = {"sgd", "adam", "adamw"};
+static const char *const recipe_sched_names[] = {"constant", "step", "cosine"};
+static const char *const recipe_prec_names[] = {"auto", "fp32", "fp16"};
+static const char *const recipe_recomp_names[] = {"auto", "none", "all"};
+static const char *const recipe_format_names[] = {"none", "idx", "folder", "list", "synthetic"};
+
+static int recipe_train(recipe_state *st, const recipe_section *sec) {
+  tt_train_cfg *t = &st->m->train;
+  int j, x, line_of[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* momentum nesterov beta1 beta2 eps step_epochs gamma min_lr */
+  int have_batch = 0;
+  for (j = sec->e0; j < sec->e0 + sec->ne; j++) {
+    recipe_entry *e = &st->ents[j];
+    const char *k = e->key, *v = recipe_val(st, e);
+    int rc = 0;
+    if (!v) return -1;
+    if (!strcmp(k, "batch")) rc = recipe_int(st, e, v, 1, 1 << 24, &t->batch), have_batch = 1;
+    else if (!strcmp(k, "micro_batch")) rc = recipe_int(st, e, v, 0, 1 << 24, &t->micro_batch);
+    else if (!strcmp(k, "eval_batch")) rc = recipe_int(st, e, v, 0, 1 << 24, &t->eval_batch);
+    else if (!strcmp(k, "epochs")) rc = recipe_int(st, e, v, 1, 1000000, &t->epochs);
+    else if (!strcmp(k, "optimizer")) rc = recipe_enum(st, e, v, recipe_opt_names, 3, &x), t->optimizer = (tt_opt_kind)x;
+    else if (!strcmp(k, "lr")) rc = recipe_float(st, e, v, 0, 1e38, 0, 1, &t->lr);
+    else if (!strcmp(k, "momentum")) rc = recipe_float(st, e, v, 0, 1, 1, 0, &t->momentum), line_of[0] = e->line;
+    else if (!strcmp(k, "nesterov")) rc = recipe_bool(st, e, v, &t->nesterov), line_of[1] = e->line;
+    else if (!strcmp(k, "weight_decay")) rc = recipe_float(st, e, v, 0, 1e38, 1, 1, &t->weight_decay);
+    else if (!strcmp(k, "beta1")) rc = recipe_float(st, e, v, 0, 1, 1, 0, &t->beta1), line_of[2] = e->line;
+    else if (!strcmp(k, "beta2")) rc = recipe_float(st, e, v, 0, 1, 1, 0, &t->beta2), line_of[3] = e->line;
+    else if (!strcmp(k, "eps")) rc = recipe_float(st, e, v, 0, 1, 0, 1, &t->adam_eps), line_of[4] = e->line;
+    else if (!strcmp(k, "schedule")) rc = recipe_enum(st, e, v, recipe_sched_names, 3, &x), t->schedule = (tt_sched_kind)x;
+    else if (!strcmp(k, "warmup_epochs")) rc = recipe_float(st, e, v, 0, 1e6, 1, 1, &t->warmup_epochs);
+    else if (!strcmp(k, "step_epochs")) rc = recipe_int(st, e, v, 1, 1000000, &t->step_epochs), line_of[5] = e->line;
+    else if (!strcmp(k, "gamma")) rc = recipe_float(st, e, v, 0, 1e38, 0, 1, &t->gamma), line_of[6] = e->line;
+    else if (!strcmp(k, "min_lr")) rc = recipe_float(st, e, v, 0, 1e38, 1, 1, &t->min_lr), line_of[7] = e->line;
+    else if (!strcmp(k, "label_smoothing")) rc = recipe_float(st, e, v, 0, 1, 1, 0, &t->label_smoothing);
+    else if (!strcmp(k, "precision")) rc = recipe_enum(st, e, v, recipe_prec_names, 3, &x), t->precision = (tt_precision)x;
+    else if (!strcmp(k, "recompute")) rc = recipe_enum(st, e, v, recipe_recomp_names, 3, &x), t->recompute = (tt_recompute_mode)x;
+    else if (!strcmp(k, "log_every")) rc = recipe_int(st, e, v, 1, INT_MAX, &t->log_every);
+    else if (!strcmp(k, "seed")) {
+      char *end, q[64];
+      errno = 0;
+      t->seed = strtoull(v, &end, 10);
+      if (*v < '0' || *v > '9' || *end || errno == ERANGE)
+        rc = recipe_error(st, e->line, "expected a non-negative integer for 'seed', found '%s'", recipe_quote(v, q, sizeof q));
+    } else
+      recipe_warn(st, e->line, "unknown key '%s' in [train], ignored", k);
+    if (rc) return -1;
+  }
+  if (!have_batch) return recipe_error(st, sec->line, "[train] needs 'batch = N', the effective batch size");
+  if (t->micro_batch > t->batch)
+    return recipe_error(st, sec->line, "micro_batch %d is larger than batch %d", t->micro_batch, t->batch);
+  if (t->micro_batch && t->batch % t->micro_batch)
+    return recipe_error(st, sec->line, "micro_batch %d does not divide batch %d; the batch is a whole number of micro-batches",
+                        t->micro_batch, t->batch);
+  if (t->optimizer != TT_OPT_SGD) {
+    if (line_of[0]) recipe_warn(st, line_of[0], "'momentum' applies to optimizer = sgd only, ignored");
+    if (line_of[1]) recipe_warn(st, line_of[1], "'nesterov' applies to optimizer = sgd only, ignored");
+  } else {
+    if (line_of[2]) recipe_warn(st, line_of[2], "'beta1' applies to adam and adamw only, ignored");
+    if (line_of[3]) recipe_warn(st, line_of[3], "'beta2' applies to adam and adamw only, ignored");
+    if (line_of[4]) recipe_warn(st, line_of[4], "'eps' applies to adam and adamw only, ignored");
+  }
+  if (t->schedule != TT_SCHED_STEP) {
+    if (line_of[5]) recipe_warn(st, line_of[5], "'step_epochs' applies to schedule = step only, ignored");
+    if (line_of[6]) recipe_warn(st, line_of[6], "'gamma' applies to schedule = step only, ignored");
+  }
+  if (t->schedule != TT_SCHED_COSINE && line_of[7]) recipe_warn(st, line_of[7], "'min_lr' applies to schedule = cosine only, ignored");
+  return 0;
+}
+
+static int recipe_path(recipe_state *st, const recipe_entry *e, const char *v, char *out) {
+  size_t dl = strlen(st->dir);
+  int n = (v[0] == '/' || !dl) ? snprintf(out, TT_PATH_MAX, "%s", v)
+                               : snprintf(out, TT_PATH_MAX, "%s%s%s", st->dir, st->dir[dl - 1] == '/' ? "" : "/", v);
+  if (n < 0 || n >= TT_PATH_MAX) return recipe_error(st, e->line, "path for '%s' is longer than %d characters", e->key, TT_PATH_MAX - 1);
+  return 0;
+}
+
+static int recipe_floats(recipe_state *st, const recipe_entry *e, const char *v, float *out, double lo, int lo_incl) {
+  double x[4];
+  int n = 0, c;
+  char tmp[RECIPE_VALUE_MAX], *p = tmp, q[64];
+  snprintf(tmp, sizeof tmp, "%s", v);
+  for (;;) {
+    char *comma = strchr(p, ','), *item;
+    if (comma) *comma = 0;
+    item = recipe_trim(p);
+    if (n == 4 || !recipe_parse_double(item, &x[n]))
+      return recipe_error(st, e->line, "expected 1 to 4 comma-separated numbers for '%s', found '%s'", e->key, recipe_quote(v, q, sizeof q));
+    if (x[n] < lo || (x[n] == lo && !lo_incl))
+      return recipe_error(st, e->line, "expected values %s %g for '%s', found '%s'", lo_incl ? ">=" : ">", lo, e->key, recipe_quote(item, q, sizeof q));
+    n++;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  if (n != 1 && n != st->m->in_c)
+    return recipe_error(st, e->line, "'%s' has %d values; give one per input channel (%d) or one for all", e->key, n, st->m->in_c);
+  for (c = 0; c < 4; c++) out[c] = (float)x[n == 1 ? 0 : (c < n ? c : n - 1)];
+  return 0;
+}
+
+static int recipe_data(recipe_state *st, const recipe_section *sec) {
+  tt_data_cfg *d = &st->m->data;
+  int j, x, have_format = 0, line_train = 0, line_tl = 0, line_test = 0, line_testl = 0;
+  for (j = sec->e0; j < sec->e0 + sec->ne; j++) {
+    recipe_entry *e = &st->ents[j];
+    const char *k = e->key, *v = recipe_val(st, e);
+    int rc = 0;
+    if (!v) return -1;
+    if (!strcmp(k, "format")) {
+      rc = recipe_enum(st, e, v, recipe_format_names + 1, 4, &x);
+      d->format = (tt_data_format)(x + 1);
+      have_format = 1;
+    } else if (!strcmp(k, "train")) rc = recipe_path(st, e, v, d->train), line_train = e->line;
+    else if (!strcmp(k, "train_labels")) rc = recipe_path(st, e, v, d->train_labels), line_tl = e->line;
+    else if (!strcmp(k, "test")) rc = recipe_path(st, e, v, d->test), line_test = e->line;
+    else if (!strcmp(k, "test_labels")) rc = recipe_path(st, e, v, d->test_labels), line_testl = e->line;
+    else if (!strcmp(k, "mean")) rc = recipe_floats(st, e, v, d->mean, -1e30, 1);
+    else if (!strcmp(k, "std")) rc = recipe_floats(st, e, v, d->std, 0, 0);
+    else if (!strcmp(k, "crop_pad")) rc = recipe_int(st, e, v, 0, 4096, &d->crop_pad);
+    else if (!strcmp(k, "hflip")) rc = recipe_bool(st, e, v, &d->hflip);
+    else recipe_warn(st, e->line, "unknown key '%s' in [data], ignored", k);
+    if (rc) return -1;
+  }
+  if (!have_format) return recipe_error(st, sec->line, "[data] needs 'format = idx|folder|list|synthetic'");
+  if (d->format == TT_DATA_SYNTHETIC) {
+    if (line_train) recipe_warn(st, line_train, "format = synthetic reads no files; 'train' ignored");
+    if (line_test) recipe_warn(st, line_test, "format = synthetic reads no files; 'test' ignored");
+    return 0;
+  }
+  if (!line_train) return recipe_error(st, sec->line, "[data] with format = %s needs 'train'", recipe_format_names[d->format]);
+  if (d->format == TT_DATA_IDX) {
+    if (!line_tl) return recipe_error(st, sec->line, "[data] with format = idx needs 'train_labels'");
+    if (line_test && !line_testl) return recipe_error(st, line_test, "format = idx: 'test' needs 'test_labels' too");
+    if (line_testl && !line_test) return recipe_error(st, line_testl, "format = idx: 'test_labels' needs 'test' too");
+  } else {
+    if (line_tl) recipe_warn(st, line_tl, "'train_labels' applies to format = idx only, ignored");
+    if (line_testl) recipe_warn(st, line_testl, "'test_labels' applies to format = idx only, ignored");
+  }
+  return 0;
+}
+
+/* ---- pass 2 ---- */
+
+static int recipe_build(recipe_state *st) {
+  recipe_scope *top = (recipe_scope *)tt_calloc(1, sizeof *top, "recipe scope", st->err);
+  int i, seen_train = 0, seen_data = 0, rc = -1, j;
+  char q[64];
+  if (!top) return -1;
+  top->input = -1;
+  st->scope = top;
+  if (!st->nsecs) {
+    rc = recipe_error(st, 1, "no sections; a recipe starts with [net] (input = CxHxW, classes = N)");
+    goto done;
+  }
+  if (strcmp(st->secs[0].kind, "net")) {
+    rc = recipe_error(st, st->secs[0].line, "the first section must be [net] (input = CxHxW, classes = N), found [%s]",
+                      recipe_quote(st->secs[0].kind, q, sizeof q));
+    goto done;
+  }
+  for (i = 0; i < st->nsecs; i++) {
+    recipe_section *sec = &st->secs[i];
+    const recipe_block *blk;
+    int kind;
+    if (i > 0 && !strcmp(sec->kind, "net")) {
+      rc = recipe_error(st, sec->line, "a second [net] section (the first is at line %d)", st->secs[0].line);
+      goto done;
+    }
+    if (!strcmp(sec->kind, "net") || !strcmp(sec->kind, "train") || !strcmp(sec->kind, "data")) {
+      int r, *seen = !strcmp(sec->kind, "train") ? &seen_train : !strcmp(sec->kind, "data") ? &seen_data : NULL;
+      if (sec->name) {
+        rc = recipe_error(st, sec->line, "[%s] takes no name", sec->kind);
+        goto done;
+      }
+      if (seen && *seen) {
+        rc = recipe_error(st, sec->line, "a second [%s] section (the first is at line %d)", sec->kind, *seen);
+        goto done;
+      }
+      if (seen) *seen = sec->line;
+      if (sec->kind[0] == 'n') r = recipe_net(st, sec), top->prev = 0;
+      else if (sec->kind[0] == 't') r = recipe_train(st, sec);
+      else r = recipe_data(st, sec), st->m->data.line = sec->line;
+      if (r) goto done;
+      continue;
+    }
+    if (!strcmp(sec->kind, "block")) {
+      int next;
+      if (recipe_define_block(st, i, &next)) goto done;
+      i = next;
+      continue;
+    }
+    if (!strcmp(sec->kind, "end")) {
+      rc = recipe_error(st, sec->line, "[end] without a [block] before it");
+      goto done;
+    }
+    kind = recipe_layer_kind(sec->kind);
+    if (kind > 0) {
+      if (recipe_layer_section(st, top, sec, kind)) goto done;
+      continue;
+    }
+    blk = recipe_find_block(st, sec->kind);
+    if (blk) {
+      if (recipe_instance(st, top, sec, blk)) goto done;
+      continue;
+    }
+    {
+      char list[400] = "";
+      for (j = 0; j < st->nblocks; j++) {
+        size_t l = strlen(list);
+        snprintf(list + l, sizeof list - l, "%s%s", j ? ", " : "", st->blocks[j].type);
+      }
+      rc = recipe_error(st, sec->line,
+                        "unknown section [%s]; expected net, train, data, block, end, a layer (conv, bn, relu, relu6, silu, "
+                        "maxpool, avgpool, gap, flatten, linear, dropout, add, concat) or a block defined above%s%s%s",
+                        recipe_quote(sec->kind, q, sizeof q), st->nblocks ? " (" : " (none so far)", list, st->nblocks ? ")" : "");
+      goto done;
+    }
+  }
+  if (!seen_train) {
+    rc = recipe_error(st, st->secs[0].line, "the recipe has no [train] section; it needs at least 'batch = N'");
+    goto done;
+  }
+  if (st->nlayers < 2) {
+    rc = recipe_error(st, st->secs[0].line, "the recipe has no layers; add layer sections such as [conv] after [net]");
+    goto done;
+  }
+  {
+    /* A layer nobody reads (other than the output) is usually a forgotten 'from'. */
+    char *used = (char *)tt_calloc((size_t)st->nlayers, 1, "recipe use flags", st->err);
+    if (!used) goto done;
+    for (i = 1; i < st->nlayers; i++)
+      for (j = 0; j < st->layers[i].ninputs; j++) used[st->layers[i].inputs[j]] = 1;
+    for (i = 1; i < st->nlayers - 1; i++)
+      if (!used[i]) recipe_warn(st, st->layers[i].line, "the output of layer '%s' is never used", st->layers[i].name);
+    free(used);
+  }
+  rc = 0;
+done:
+  st->scope = NULL;
+  free(top);
+  return rc;
+}
+
+static void recipe_state_free(recipe_state *st) {
+  int i;
+  for (i = 0; i < st->tabcap; i++) free(st->tab[i].key);
+  free(st->tab);
+  free(st->secs);
+  free(st->ents);
+  free(st->blocks);
+  free(st->layers);
+  free(st->buf);
+}
+
+static int recipe_parse_buf(const char *path, const char *text, size_t len, tt_model *m, tt_err *err,
+                            void (*warn)(void *ud, const char *line), void *ud) {
+  recipe_state *st;
+  const char *slash, *base, *dot;
+  int c, rc;
+  if (!path) path = "(recipe)";
+  memset(m, 0, sizeof *m);
+  st = (recipe_state *)tt_calloc(1, sizeof *st, "recipe parser", err);
+  if (!st) return -1;
+  st->path = path;
+  st->err = err;
+  st->warn = warn;
+  st->ud = ud;
+  st->m = m;
+  snprintf(m->path, sizeof m->path, "%s", path);
+  slash = strrchr(path, '/');
+  base = slash ? slash + 1 : path;
+  if (slash) {
+    size_t n = (size_t)(slash - path);
+    if (n == 0) n = 1; /* "/x.recipe": the directory is "/" */
+    if (n >= sizeof st->dir) n = sizeof st->dir - 1;
+    memcpy(st->dir, path, n);
+    st->dir[n] = 0;
+  }
+  dot = strrchr(base, '.');
+  snprintf(m->name, sizeof m->name, "%.*s", (int)((dot && dot != base) ? (size_t)(dot - base) : strlen(base)), base);
+  /* defaults */
+  m->train.epochs = 1;
+  m->train.optimizer = TT_OPT_SGD;
+  m->train.lr = 0.01f;
+  m->train.momentum = 0.9f;
+  m->train.beta1 = 0.9f;
+  m->train.beta2 = 0.999f;
+  m->train.adam_eps = 1e-8f;
+  m->train.schedule = TT_SCHED_CONSTANT;
+  m->train.step_epochs = 30;
+  m->train.gamma = 0.1f;
+  m->train.seed = 1;
+  m->train.log_every = 100;
+  for (c = 0; c < 4; c++) m->data.mean[c] = 0.f, m->data.std[c] = 1.f;
+
+  st->buf = (char *)tt_malloc(len + 1, "recipe text", err);
+  rc = st->buf ? 0 : -1;
+  if (!rc) {
+    memcpy(st->buf, text, len);
+    st->buf[len] = 0;
+    rc = recipe_lex(st, st->buf, len);
+  }
+  if (!rc) rc = recipe_build(st);
+  if (!rc) {
+    m->layers = st->layers;
+    m->nlayers = st->nlayers;
+    st->layers = NULL;
+  }
+  recipe_state_free(st);
+  free(st);
+  if (rc) tt_model_free(m);
+  return rc ? -1 : 0;
+}
+
+int tt_recipe_parse(const char *path, const char *text, tt_model *m, tt_err *err, void (*warn)(void *ud, const char *line),
+                    void *ud) {
+  return recipe_parse_buf(path, text ? text : "", text ? strlen(text) : 0, m, err, warn, ud);
+}
+
+int tt_recipe_load(const char *path, tt_model *m, tt_err *err, void (*warn)(void *ud, const char *line), void *ud) {
+  FILE *f;
+  char *text;
+  size_t cap = 1 << 16, len = 0, got;
+  int rc;
+  memset(m, 0, sizeof *m);
+  f = fopen(path, "rb");
+  if (!f) return tt_fail(err, "%s: cannot open the recipe: %s", path, strerror(errno));
+  text = (char *)tt_malloc(cap, "recipe text", err);
+  if (!text) return fclose(f), -1;
+  while ((got = fread(text + len, 1, cap - len, f)) > 0) {
+    len += got;
+    if (len == cap) {
+      char *nt;
+      if (cap >= ((size_t)64 << 20)) {
+        free(text);
+        fclose(f);
+        return tt_fail(err, "%s: the recipe is larger than 64 MiB; is this the right file?", path);
+      }
+      nt = (char *)realloc(text, cap * 2);
+      if (!nt) {
+        free(text);
+        fclose(f);
+        return tt_fail(err, "%s: out of host memory reading the recipe", path);
+      }
+      text = nt;
+      cap *= 2;
+    }
+  }
+  if (ferror(f)) {
+    int e = errno;
+    free(text);
+    fclose(f);
+    return tt_fail(err, "%s: cannot read the recipe: %s", path, strerror(e));
+  }
+  fclose(f);
+  rc = recipe_parse_buf(path, text, len, m, err, warn, ud);
+  free(text);
+  return rc;
+}
+
+void tt_model_free(tt_model *m) {
+  if (!m) return;
+  free(m->layers);
+  memset(m, 0, sizeof *m);
+}

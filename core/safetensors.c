@@ -1,0 +1,686 @@
+/* core/safetensors.c — see safetensors.h. The JSON parser here handles exactly what a
+ * header can hold (objects, arrays, strings with escapes, numbers, true/false/null) and
+ * nothing else; every value read from a file is checked before use. */
+#include "safetensors.h"
+#include "fileio.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ST_MAX_HEADER (100u * 1024u * 1024u) /* as the reference implementation */
+#define ST_MAX_DEPTH 64
+
+typedef struct st_dtype {
+  const char *name;
+  size_t size;
+} st_dtype;
+
+static const st_dtype st_dtypes[] = {{"F64", 8}, {"F32", 4},  {"F16", 2},     {"BF16", 2},    {"I64", 8},
+                                     {"I32", 4}, {"I16", 2},  {"I8", 1},      {"U64", 8},     {"U32", 4},
+                                     {"U16", 2}, {"U8", 1},   {"BOOL", 1},    {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+
+static const st_dtype *st_find_dtype(const char *name) {
+  size_t i;
+  for (i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
+    if (strcmp(st_dtypes[i].name, name) == 0) return &st_dtypes[i];
+  return NULL;
+}
+
+size_t tt_st_dtype_size(const char *dtype) {
+  const st_dtype *d = dtype ? st_find_dtype(dtype) : NULL;
+  return d ? d->size : 0;
+}
+
+/* ---------------- writing ---------------- */
+
+typedef struct st_buf {
+  char *p;
+  size_t n, cap;
+  int oom;
+} st_buf;
+
+static void st_put(st_buf *b, const char *s, size_t n) {
+  if (b->oom) return;
+  if (b->n + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    char *q;
+    while (cap < b->n + n + 1) cap *= 2;
+    q = (char *)realloc(b->p, cap);
+    if (!q) {
+      b->oom = 1;
+      return;
+    }
+    b->p = q;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+  b->p[b->n] = 0;
+}
+
+static void st_putf(st_buf *b, const char *fmt, ...) {
+  char tmp[128];
+  va_list ap;
+  int k;
+  va_start(ap, fmt);
+  k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (k > 0) st_put(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
+}
+
+static void st_put_json_string(st_buf *b, const char *s) {
+  st_put(b, "\"", 1);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') {
+      char e[2];
+      e[0] = '\\';
+      e[1] = (char)ch;
+      st_put(b, e, 2);
+    } else if (ch < 0x20) {
+      st_putf(b, "\\u%04x", ch);
+    } else {
+      st_put(b, (const char *)&ch, 1);
+    }
+  }
+  st_put(b, "\"", 1);
+}
+
+int tt_st_write(const char *path, const tt_st_tensor *t, int n, const char *const *meta_kv, tt_err *err) {
+  st_buf h;
+  const void **chunks;
+  size_t *sizes;
+  unsigned char len8[8];
+  uint64_t off = 0, hlen;
+  int i, j, first = 1, rc;
+  if (n < 0) return tt_fail(err, "%s: negative tensor count %d", path, n);
+  for (i = 0; i < n; i++) {
+    const st_dtype *d = t[i].dtype ? st_find_dtype(t[i].dtype) : NULL;
+    uint64_t elems = 1;
+    if (!t[i].name || !t[i].name[0] || strcmp(t[i].name, "__metadata__") == 0)
+      return tt_fail(err, "%s: tensor %d has an empty or reserved name; give it a unique name", path, i);
+    if (!d)
+      return tt_fail(err, "%s: tensor \"%s\" has unknown dtype \"%s\"; use F32, F16, BF16, I32, U8, ...", path,
+                     t[i].name, t[i].dtype ? t[i].dtype : "(null)");
+    if (t[i].ndim < 0 || t[i].ndim > TT_ST_MAX_DIMS)
+      return tt_fail(err, "%s: tensor \"%s\" has %d dims; at most %d are supported", path, t[i].name, t[i].ndim,
+                     TT_ST_MAX_DIMS);
+    for (j = 0; j < t[i].ndim; j++) {
+      if (t[i].shape[j] < 0) return tt_fail(err, "%s: tensor \"%s\" has a negative dim", path, t[i].name);
+      elems *= (uint64_t)t[i].shape[j];
+    }
+    if (elems * d->size != (uint64_t)t[i].bytes)
+      return tt_fail(err, "%s: tensor \"%s\": %zu bytes given but its shape and %s need %llu; fix the shape",
+                     path, t[i].name, t[i].bytes, d->name, (unsigned long long)(elems * d->size));
+    if (t[i].bytes && !t[i].data) return tt_fail(err, "%s: tensor \"%s\" has no data pointer", path, t[i].name);
+    for (j = 0; j < i; j++)
+      if (strcmp(t[i].name, t[j].name) == 0)
+        return tt_fail(err, "%s: tensor name \"%s\" appears twice; names must be unique", path, t[i].name);
+  }
+  memset(&h, 0, sizeof h);
+  st_put(&h, "{", 1);
+  if (meta_kv && meta_kv[0]) {
+    st_put(&h, "\"__metadata__\":{", 16);
+    for (i = 0; meta_kv[i]; i += 2) {
+      if (!meta_kv[i + 1]) {
+        free(h.p);
+        return tt_fail(err, "%s: metadata key \"%s\" has no value (the list must be key, value, ..., NULL)", path,
+                       meta_kv[i]);
+      }
+      if (i) st_put(&h, ",", 1);
+      st_put_json_string(&h, meta_kv[i]);
+      st_put(&h, ":", 1);
+      st_put_json_string(&h, meta_kv[i + 1]);
+    }
+    st_put(&h, "}", 1);
+    first = 0;
+  }
+  for (i = 0; i < n; i++) {
+    if (!first) st_put(&h, ",", 1);
+    first = 0;
+    st_put_json_string(&h, t[i].name);
+    st_put(&h, ":{\"dtype\":", 10);
+    st_put_json_string(&h, t[i].dtype);
+    st_put(&h, ",\"shape\":[", 10);
+    for (j = 0; j < t[i].ndim; j++) st_putf(&h, j ? ",%lld" : "%lld", (long long)t[i].shape[j]);
+    st_putf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+            (unsigned long long)(off + t[i].bytes));
+    off += t[i].bytes;
+  }
+  st_put(&h, "}", 1);
+  while (!h.oom && h.n % 8 != 0) st_put(&h, " ", 1);
+  if (h.oom) {
+    free(h.p);
+    return tt_fail(err, "%s: out of host memory building the header", path);
+  }
+  hlen = h.n;
+  for (i = 0; i < 8; i++) len8[i] = (unsigned char)(hlen >> (8 * i));
+  chunks = (const void **)tt_malloc(sizeof(void *) * (size_t)(n + 2), "safetensors chunks", err);
+  sizes = (size_t *)tt_malloc(sizeof(size_t) * (size_t)(n + 2), "safetensors chunks", err);
+  if (!chunks || !sizes) {
+    free(chunks);
+    free(sizes);
+    free(h.p);
+    return -1;
+  }
+  chunks[0] = len8;
+  sizes[0] = 8;
+  chunks[1] = h.p;
+  sizes[1] = h.n;
+  for (i = 0; i < n; i++) {
+    chunks[i + 2] = t[i].data;
+    sizes[i + 2] = t[i].bytes;
+  }
+  rc = tt_write_file_atomic(path, chunks, sizes, n + 2, err);
+  free(chunks);
+  free(sizes);
+  free(h.p);
+  return rc;
+}
+
+/* ---------------- reading: a small JSON DOM ---------------- */
+
+enum { ST_J_NULL = 0, ST_J_BOOL, ST_J_NUM, ST_J_STR, ST_J_ARR, ST_J_OBJ };
+
+typedef struct st_node {
+  int type;
+  const char *key;  /* member name when the parent is an object */
+  const char *str;  /* ST_J_STR: decoded, NUL-terminated */
+  int is_int;       /* ST_J_NUM: an integer that fits int64 */
+  int64_t ival;
+  int first, next;  /* first child, next sibling (node indices; -1 = none) */
+  int count;        /* children */
+} st_node;
+
+typedef struct st_parser {
+  const char *path;
+  const char *s, *end, *begin;
+  char *sbuf;       /* decoded strings; never longer than their encoding */
+  size_t sused;
+  st_node *nodes;
+  int nnodes, cap;
+  tt_err *err;
+} st_parser;
+
+static int st_perr(st_parser *p, const char *what) {
+  return tt_fail(p->err, "%s: corrupt safetensors header: %s at header byte %ld; the file is damaged, re-save it",
+                 p->path, what, (long)(p->s - p->begin));
+}
+
+static void st_ws(st_parser *p) {
+  while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r')) p->s++;
+}
+
+static int st_new_node(st_parser *p, int type) {
+  if (p->nnodes == p->cap) {
+    int cap = p->cap ? p->cap * 2 : 64;
+    st_node *v = (st_node *)realloc(p->nodes, sizeof(st_node) * (size_t)cap);
+    if (!v) return -1;
+    p->nodes = v;
+    p->cap = cap;
+  }
+  memset(&p->nodes[p->nnodes], 0, sizeof(st_node));
+  p->nodes[p->nnodes].type = type;
+  p->nodes[p->nnodes].first = p->nodes[p->nnodes].next = -1;
+  return p->nnodes++;
+}
+
+static int st_hex4(const char *s, unsigned *v) {
+  int i;
+  *v = 0;
+  for (i = 0; i < 4; i++) {
+    char c = s[i];
+    *v <<= 4;
+    if (c >= '0' && c <= '9') *v |= (unsigned)(c - '0');
+    else if (c >= 'a' && c <= 'f') *v |= (unsigned)(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F') *v |= (unsigned)(c - 'A' + 10);
+    else return -1;
+  }
+  return 0;
+}
+
+/* Parses a string at p->s (on the opening quote); returns the decoded copy or NULL. */
+static const char *st_string(st_parser *p) {
+  char *out = p->sbuf + p->sused, *o = out;
+  p->s++;
+  for (;;) {
+    unsigned char c;
+    if (p->s >= p->end) return (st_perr(p, "unterminated string"), (const char *)NULL);
+    c = (unsigned char)*p->s++;
+    if (c == '"') break;
+    if (c < 0x20) return (st_perr(p, "control character in a string"), (const char *)NULL);
+    if (c != '\\') {
+      *o++ = (char)c;
+      continue;
+    }
+    if (p->s >= p->end) return (st_perr(p, "unterminated escape"), (const char *)NULL);
+    c = (unsigned char)*p->s++;
+    switch (c) {
+    case '"': *o++ = '"'; break;
+    case '\\': *o++ = '\\'; break;
+    case '/': *o++ = '/'; break;
+    case 'b': *o++ = '\b'; break;
+    case 'f': *o++ = '\f'; break;
+    case 'n': *o++ = '\n'; break;
+    case 'r': *o++ = '\r'; break;
+    case 't': *o++ = '\t'; break;
+    case 'u': {
+      unsigned cp, lo;
+      if (p->end - p->s < 4 || st_hex4(p->s, &cp) != 0)
+        return (st_perr(p, "bad \\u escape"), (const char *)NULL);
+      p->s += 4;
+      if (cp >= 0xD800 && cp <= 0xDBFF) {
+        if (p->end - p->s < 6 || p->s[0] != '\\' || p->s[1] != 'u' || st_hex4(p->s + 2, &lo) != 0 ||
+            lo < 0xDC00 || lo > 0xDFFF)
+          return (st_perr(p, "unpaired surrogate in \\u escape"), (const char *)NULL);
+        p->s += 6;
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+      } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+        return (st_perr(p, "unpaired surrogate in \\u escape"), (const char *)NULL);
+      }
+      if (cp == 0) return (st_perr(p, "NUL character in a string"), (const char *)NULL);
+      if (cp < 0x80) {
+        *o++ = (char)cp;
+      } else if (cp < 0x800) {
+        *o++ = (char)(0xC0 | (cp >> 6));
+        *o++ = (char)(0x80 | (cp & 0x3F));
+      } else if (cp < 0x10000) {
+        *o++ = (char)(0xE0 | (cp >> 12));
+        *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+        *o++ = (char)(0x80 | (cp & 0x3F));
+      } else {
+        *o++ = (char)(0xF0 | (cp >> 18));
+        *o++ = (char)(0x80 | ((cp >> 12) & 0x3F));
+        *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+        *o++ = (char)(0x80 | (cp & 0x3F));
+      }
+      break;
+    }
+    default: return (st_perr(p, "unknown escape in a string"), (const char *)NULL);
+    }
+  }
+  *o++ = 0;
+  p->sused += (size_t)(o - out);
+  return out;
+}
+
+static int st_value(st_parser *p, int depth);
+
+static int st_number(st_parser *p) {
+  const char *a = p->s;
+  int neg = 0, is_int = 1, id, overflow = 0;
+  uint64_t v = 0;
+  if (p->s < p->end && *p->s == '-') neg = 1, p->s++;
+  if (p->s >= p->end || *p->s < '0' || *p->s > '9') return st_perr(p, "bad number");
+  if (*p->s == '0' && p->s + 1 < p->end && p->s[1] >= '0' && p->s[1] <= '9')
+    return st_perr(p, "number with a leading zero");
+  while (p->s < p->end && *p->s >= '0' && *p->s <= '9') {
+    if (v > (UINT64_C(0x7FFFFFFFFFFFFFFF) - 9) / 10) overflow = 1;
+    v = v * 10 + (uint64_t)(*p->s++ - '0');
+  }
+  if (p->s < p->end && *p->s == '.') {
+    is_int = 0;
+    p->s++;
+    if (p->s >= p->end || *p->s < '0' || *p->s > '9') return st_perr(p, "bad number");
+    while (p->s < p->end && *p->s >= '0' && *p->s <= '9') p->s++;
+  }
+  if (p->s < p->end && (*p->s == 'e' || *p->s == 'E')) {
+    is_int = 0;
+    p->s++;
+    if (p->s < p->end && (*p->s == '+' || *p->s == '-')) p->s++;
+    if (p->s >= p->end || *p->s < '0' || *p->s > '9') return st_perr(p, "bad number");
+    while (p->s < p->end && *p->s >= '0' && *p->s <= '9') p->s++;
+  }
+  (void)a;
+  id = st_new_node(p, ST_J_NUM);
+  if (id < 0) return tt_fail(p->err, "%s: out of host memory parsing the header", p->path);
+  p->nodes[id].is_int = is_int && !overflow;
+  p->nodes[id].ival = neg ? -(int64_t)v : (int64_t)v;
+  return id;
+}
+
+static int st_literal(st_parser *p, const char *word, int type) {
+  size_t n = strlen(word);
+  int id;
+  if ((size_t)(p->end - p->s) < n || memcmp(p->s, word, n) != 0) return st_perr(p, "unexpected character");
+  p->s += n;
+  id = st_new_node(p, type);
+  if (id < 0) return tt_fail(p->err, "%s: out of host memory parsing the header", p->path);
+  return id;
+}
+
+/* Parses an array or object; members are linked through first/next. */
+static int st_container(st_parser *p, int depth, int is_obj) {
+  int id = st_new_node(p, is_obj ? ST_J_OBJ : ST_J_ARR), last = -1;
+  char close = is_obj ? '}' : ']';
+  if (id < 0) return tt_fail(p->err, "%s: out of host memory parsing the header", p->path);
+  p->s++;
+  st_ws(p);
+  if (p->s < p->end && *p->s == close) {
+    p->s++;
+    return id;
+  }
+  for (;;) {
+    const char *key = NULL;
+    int child;
+    st_ws(p);
+    if (is_obj) {
+      if (p->s >= p->end || *p->s != '"') return st_perr(p, "expected a member name in quotes");
+      key = st_string(p);
+      if (!key) return -1;
+      st_ws(p);
+      if (p->s >= p->end || *p->s != ':') return st_perr(p, "expected ':' after a member name");
+      p->s++;
+    }
+    child = st_value(p, depth + 1);
+    if (child < 0) return -1;
+    p->nodes[child].key = key;
+    if (last < 0)
+      p->nodes[id].first = child;
+    else
+      p->nodes[last].next = child;
+    last = child;
+    p->nodes[id].count++;
+    st_ws(p);
+    if (p->s < p->end && *p->s == ',') {
+      p->s++;
+      continue;
+    }
+    if (p->s < p->end && *p->s == close) {
+      p->s++;
+      return id;
+    }
+    return st_perr(p, is_obj ? "expected ',' or '}'" : "expected ',' or ']'");
+  }
+}
+
+static int st_value(st_parser *p, int depth) {
+  st_ws(p);
+  if (depth > ST_MAX_DEPTH) return st_perr(p, "nesting too deep");
+  if (p->s >= p->end) return st_perr(p, "unexpected end of header");
+  switch (*p->s) {
+  case '{': return st_container(p, depth, 1);
+  case '[': return st_container(p, depth, 0);
+  case '"': {
+    const char *s = st_string(p);
+    int id;
+    if (!s) return -1;
+    id = st_new_node(p, ST_J_STR);
+    if (id < 0) return tt_fail(p->err, "%s: out of host memory parsing the header", p->path);
+    p->nodes[id].str = s;
+    return id;
+  }
+  case 't': return st_literal(p, "true", ST_J_BOOL);
+  case 'f': return st_literal(p, "false", ST_J_BOOL);
+  case 'n': return st_literal(p, "null", ST_J_NULL);
+  default: return st_number(p);
+  }
+}
+
+/* ---------------- reading: validation ---------------- */
+
+struct tt_st_file {
+  unsigned char *buf;   /* the whole file */
+  size_t size;
+  char *strings;        /* decoded header strings (names, dtypes' copies, metadata) */
+  tt_st_tensor *t;
+  int n;
+  const char **meta;    /* key, value, key, value, ... */
+  int nmeta;
+};
+
+static int st_cmp_begin(const void *a, const void *b) {
+  const uint64_t *x = (const uint64_t *)a, *y = (const uint64_t *)b;
+  return x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0;
+}
+
+/* Checks one tensor entry and fills *t; begin/end are returned for the coverage check. */
+static int st_tensor_entry(const char *path, const st_parser *p, const st_node *e, uint64_t data_size,
+                           tt_st_tensor *t, uint64_t *begin, uint64_t *end, tt_err *err) {
+  const st_node *dt = NULL, *sh = NULL, *of = NULL;
+  const st_dtype *d;
+  int c, k;
+  uint64_t elems = 1;
+  if (e->type != ST_J_OBJ)
+    return tt_fail(err, "%s: tensor \"%s\": expected an object with dtype, shape and data_offsets; re-save the file",
+                   path, e->key);
+  for (c = e->first; c >= 0; c = p->nodes[c].next) {
+    const st_node *m = &p->nodes[c];
+    if (strcmp(m->key, "dtype") == 0 && !dt) dt = m;
+    else if (strcmp(m->key, "shape") == 0 && !sh) sh = m;
+    else if (strcmp(m->key, "data_offsets") == 0 && !of) of = m;
+    else
+      return tt_fail(err, "%s: tensor \"%s\": unexpected or repeated field \"%s\"; the header is not safetensors",
+                     path, e->key, m->key);
+  }
+  if (!dt || !sh || !of)
+    return tt_fail(err, "%s: tensor \"%s\": missing %s; the header is incomplete, re-save the file", path, e->key,
+                   !dt ? "dtype" : !sh ? "shape" : "data_offsets");
+  if (dt->type != ST_J_STR || !(d = st_find_dtype(dt->str)))
+    return tt_fail(err, "%s: tensor \"%s\": unknown dtype %s%s%s; supported: F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32 U16 U8 BOOL",
+                   path, e->key, dt->type == ST_J_STR ? "\"" : "", dt->type == ST_J_STR ? dt->str : "(not a string)",
+                   dt->type == ST_J_STR ? "\"" : "");
+  if (sh->type != ST_J_ARR || sh->count > TT_ST_MAX_DIMS)
+    return tt_fail(err, "%s: tensor \"%s\": shape must be an array of at most %d integers", path, e->key,
+                   TT_ST_MAX_DIMS);
+  memset(t, 0, sizeof *t);
+  t->name = e->key;
+  t->dtype = d->name;
+  t->ndim = sh->count;
+  for (c = sh->first, k = 0; c >= 0; c = p->nodes[c].next, k++) {
+    const st_node *v = &p->nodes[c];
+    if (v->type != ST_J_NUM || !v->is_int || v->ival < 0)
+      return tt_fail(err, "%s: tensor \"%s\": shape[%d] is not a non-negative integer", path, e->key, k);
+    t->shape[k] = v->ival;
+    if (v->ival && elems > UINT64_C(0xFFFFFFFFFFFF) / (uint64_t)v->ival)
+      return tt_fail(err, "%s: tensor \"%s\": shape too large", path, e->key);
+    elems *= (uint64_t)v->ival;
+  }
+  if (of->type != ST_J_ARR || of->count != 2 || p->nodes[of->first].type != ST_J_NUM ||
+      p->nodes[p->nodes[of->first].next].type != ST_J_NUM || !p->nodes[of->first].is_int ||
+      !p->nodes[p->nodes[of->first].next].is_int || p->nodes[of->first].ival < 0 ||
+      p->nodes[p->nodes[of->first].next].ival < 0)
+    return tt_fail(err, "%s: tensor \"%s\": data_offsets must be [begin, end] with non-negative integers", path,
+                   e->key);
+  *begin = (uint64_t)p->nodes[of->first].ival;
+  *end = (uint64_t)p->nodes[p->nodes[of->first].next].ival;
+  if (*begin > *end || *end > data_size)
+    return tt_fail(err,
+                   "%s: tensor \"%s\": data_offsets [%llu, %llu] out of range of the %llu data bytes "
+                   "(truncated or corrupt file); re-save it",
+                   path, e->key, (unsigned long long)*begin, (unsigned long long)*end,
+                   (unsigned long long)data_size);
+  if (*end - *begin != elems * d->size)
+    return tt_fail(err, "%s: tensor \"%s\": data_offsets span %llu bytes but %s shape needs %llu; corrupt file",
+                   path, e->key, (unsigned long long)(*end - *begin), d->name,
+                   (unsigned long long)(elems * d->size));
+  t->bytes = (size_t)(*end - *begin);
+  return 0;
+}
+
+static int st_validate(tt_st_file *f, const char *path, const st_parser *p, int root, uint64_t hlen, tt_err *err) {
+  const st_node *r = &p->nodes[root];
+  uint64_t data_size = f->size - 8 - hlen;
+  uint64_t *ranges = NULL; /* [n][2] begin, end */
+  int c, i, j, nt = 0;
+  if (r->type != ST_J_OBJ) return tt_fail(err, "%s: safetensors header is not a JSON object; corrupt file", path);
+  f->t = (tt_st_tensor *)tt_calloc((size_t)r->count + 1, sizeof(tt_st_tensor), "safetensors index", err);
+  f->meta = (const char **)tt_calloc((size_t)r->count * 2 + 2, sizeof(char *), "safetensors index", err);
+  ranges = (uint64_t *)tt_calloc((size_t)r->count + 1, 2 * sizeof(uint64_t), "safetensors index", err);
+  if (!f->t || !f->meta || !ranges) goto fail;
+  for (c = r->first; c >= 0; c = p->nodes[c].next) {
+    const st_node *e = &p->nodes[c];
+    if (strcmp(e->key, "__metadata__") == 0) {
+      int m;
+      if (e->type != ST_J_OBJ) {
+        tt_fail(err, "%s: __metadata__ must be an object of strings; corrupt file", path);
+        goto fail;
+      }
+      if (f->nmeta) {
+        tt_fail(err, "%s: __metadata__ appears twice; corrupt file", path);
+        goto fail;
+      }
+      for (m = e->first; m >= 0; m = p->nodes[m].next) {
+        if (p->nodes[m].type != ST_J_STR) {
+          tt_fail(err, "%s: __metadata__ value of \"%s\" is not a string; corrupt file", path, p->nodes[m].key);
+          goto fail;
+        }
+        f->meta[2 * f->nmeta] = p->nodes[m].key;
+        f->meta[2 * f->nmeta + 1] = p->nodes[m].str;
+        f->nmeta++;
+      }
+      continue;
+    }
+    if (st_tensor_entry(path, p, e, data_size, &f->t[nt], &ranges[2 * nt], &ranges[2 * nt + 1], err) != 0)
+      goto fail;
+    nt++;
+  }
+  f->n = nt;
+  for (i = 0; i < nt; i++)
+    for (j = 0; j < i; j++)
+      if (strcmp(f->t[i].name, f->t[j].name) == 0) {
+        tt_fail(err, "%s: tensor \"%s\" appears twice in the header; corrupt file", path, f->t[i].name);
+        goto fail;
+      }
+  /* The data must be covered exactly: no overlap, no holes, nothing left over. */
+  qsort(ranges, (size_t)nt, 2 * sizeof(uint64_t), st_cmp_begin);
+  {
+    uint64_t at = 0;
+    for (i = 0; i < nt; i++) {
+      if (ranges[2 * i] != at) {
+        tt_fail(err, "%s: tensor data %s at byte %llu (expected %llu); corrupt file", path,
+                ranges[2 * i] < at ? "overlaps" : "has a hole", (unsigned long long)ranges[2 * i],
+                (unsigned long long)at);
+        goto fail;
+      }
+      at = ranges[2 * i + 1];
+    }
+    if (at != data_size) {
+      tt_fail(err, "%s: the header describes %llu data bytes but the file has %llu; truncated or corrupt file",
+              path, (unsigned long long)at, (unsigned long long)data_size);
+      goto fail;
+    }
+  }
+  for (c = r->first, i = 0; c >= 0; c = p->nodes[c].next) {
+    uint64_t b;
+    if (strcmp(p->nodes[c].key, "__metadata__") == 0) continue;
+    /* ranges were sorted; recompute begin from the tensor's own offsets node. */
+    {
+      const st_node *e = &p->nodes[c];
+      int m;
+      for (m = e->first; m >= 0 && strcmp(p->nodes[m].key, "data_offsets") != 0; m = p->nodes[m].next) {
+      }
+      b = (uint64_t)p->nodes[p->nodes[m].first].ival;
+    }
+    f->t[i].data = f->buf + 8 + hlen + b;
+    i++;
+  }
+  free(ranges);
+  return 0;
+fail:
+  free(ranges);
+  return -1;
+}
+
+int tt_st_open(const char *path, tt_st_file **out, tt_err *err) {
+  tt_st_file *f;
+  st_parser p;
+  void *data = NULL;
+  size_t size = 0;
+  uint64_t hlen = 0;
+  int i, root;
+  *out = NULL;
+  if (tt_read_file(path, &data, &size, err) != 0) return -1;
+  f = (tt_st_file *)tt_calloc(1, sizeof *f, "safetensors file", err);
+  if (!f) {
+    free(data);
+    return -1;
+  }
+  f->buf = (unsigned char *)data;
+  f->size = size;
+  if (size < 8) {
+    tt_fail(err, "%s: %zu bytes, too short for a safetensors file (8-byte header length missing); re-save it", path,
+            size);
+    goto fail;
+  }
+  for (i = 0; i < 8; i++) hlen |= (uint64_t)f->buf[i] << (8 * i);
+  if (hlen > size - 8) {
+    tt_fail(err, "%s: header length %llu exceeds the %zu bytes after it; the file is truncated or not safetensors",
+            path, (unsigned long long)hlen, size - 8);
+    goto fail;
+  }
+  if (hlen < 2 || hlen > ST_MAX_HEADER) {
+    tt_fail(err, "%s: header length %llu is implausible (2 .. %u); not a safetensors file", path,
+            (unsigned long long)hlen, ST_MAX_HEADER);
+    goto fail;
+  }
+  memset(&p, 0, sizeof p);
+  p.path = path;
+  p.begin = p.s = (const char *)f->buf + 8;
+  p.end = p.s + hlen;
+  p.err = err;
+  f->strings = (char *)tt_malloc((size_t)hlen + 1, "safetensors header strings", err);
+  if (!f->strings) goto fail;
+  p.sbuf = f->strings;
+  root = st_value(&p, 0);
+  if (root < 0) {
+    free(p.nodes);
+    goto fail;
+  }
+  st_ws(&p);
+  if (p.s != p.end) {
+    st_perr(&p, "unexpected text after the header object");
+    free(p.nodes);
+    goto fail;
+  }
+  if (st_validate(f, path, &p, root, hlen, err) != 0) {
+    free(p.nodes);
+    goto fail;
+  }
+  free(p.nodes);
+  *out = f;
+  return 0;
+fail:
+  tt_st_close(f);
+  return -1;
+}
+
+int tt_st_count(const tt_st_file *f) { return f ? f->n : 0; }
+
+const tt_st_tensor *tt_st_at(const tt_st_file *f, int i) { return f && i >= 0 && i < f->n ? &f->t[i] : NULL; }
+
+const tt_st_tensor *tt_st_get(const tt_st_file *f, const char *name) {
+  int i;
+  if (!f) return NULL;
+  for (i = 0; i < f->n; i++)
+    if (strcmp(f->t[i].name, name) == 0) return &f->t[i];
+  return NULL;
+}
+
+const char *tt_st_meta(const tt_st_file *f, const char *key) {
+  int i;
+  if (!f) return NULL;
+  for (i = 0; i < f->nmeta; i++)
+    if (strcmp(f->meta[2 * i], key) == 0) return f->meta[2 * i + 1];
+  return NULL;
+}
+
+int tt_st_meta_count(const tt_st_file *f) { return f ? f->nmeta : 0; }
+
+int tt_st_meta_at(const tt_st_file *f, int i, const char **key, const char **value) {
+  if (!f || i < 0 || i >= f->nmeta) return -1;
+  *key = f->meta[2 * i];
+  *value = f->meta[2 * i + 1];
+  return 0;
+}
+
+void tt_st_close(tt_st_file *f) {
+  if (!f) return;
+  free(f->buf);
+  free(f->strings);
+  free(f->t);
+  free((void *)f->meta);
+  free(f);
+}

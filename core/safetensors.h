@@ -1,0 +1,52 @@
+/* core/safetensors.h — reading and writing the safetensors format
+ * (https://github.com/huggingface/safetensors): an 8-byte little-endian header length N,
+ * N bytes of JSON {"name": {"dtype", "shape", "data_offsets": [begin, end]}, ...,
+ * "__metadata__": {"key": "value"}} padded with spaces, then the tensor bytes. Offsets are
+ * relative to the start of the data. Little-endian data, as the format requires. */
+#ifndef TT_SAFETENSORS_H
+#define TT_SAFETENSORS_H
+#include <stddef.h>
+#include <stdint.h>
+#include "util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TT_ST_MAX_DIMS 8
+
+typedef struct tt_st_tensor {
+  const char *name;
+  const char *dtype;                /* "F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL", ... */
+  int ndim;                         /* 0 (scalar) .. TT_ST_MAX_DIMS */
+  int64_t shape[TT_ST_MAX_DIMS];
+  const void *data;                 /* bytes; when read, points into the loaded file (at least
+                                     * 8-byte aligned base; copy before casting if unsure) */
+  size_t bytes;                     /* = product(shape) * dtype size */
+} tt_st_tensor;
+
+/* Bytes per element of a safetensors dtype name, or 0 if unknown. */
+size_t tt_st_dtype_size(const char *dtype);
+
+/* Writes n tensors (in that order) and string metadata meta_kv = {key, value, ..., NULL}
+ * (may be NULL) atomically (temporary file, fsync, rename). Returns 0 or -1 (err set). */
+int tt_st_write(const char *path, const tt_st_tensor *t, int n, const char *const *meta_kv, tt_err *err);
+
+typedef struct tt_st_file tt_st_file;
+
+/* Reads and validates the whole file: header length vs file size, JSON syntax, dtypes,
+ * shapes, offsets within the data, consistent with dtype and shape, no overlap and no
+ * holes. Returns 0, or -1 with err naming the file and what is wrong. */
+int tt_st_open(const char *path, tt_st_file **f, tt_err *err);
+int tt_st_count(const tt_st_file *f);
+const tt_st_tensor *tt_st_at(const tt_st_file *f, int i);      /* header order; NULL out of range */
+const tt_st_tensor *tt_st_get(const tt_st_file *f, const char *name); /* NULL if absent */
+const char *tt_st_meta(const tt_st_file *f, const char *key);  /* NULL if absent */
+int tt_st_meta_count(const tt_st_file *f);
+int tt_st_meta_at(const tt_st_file *f, int i, const char **key, const char **value); /* 0 ok, -1 out of range */
+void tt_st_close(tt_st_file *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,474 @@
+/* core/sched.c — policy search: the fastest policy per image that fits the budget. */
+#include "sched.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Ranking numbers, not promises: a T4-class card (8 TFLOP/s fp32, ~30 TFLOP/s sustained fp16
+ * tensor-core, 300 GB/s) and a 2-core AVX2 CPU. Memory figures never depend on them. */
+static const tt_device_profile sched_cuda = {"cuda (generic T4-class estimate)", 8e12, 30e12, 300e9, 8e-6};
+/* the CPU backend computes fp16 by converting to fp32, so fp16 is slower there, not faster */
+static const tt_device_profile sched_cpu = {"cpu", 60e9, 20e9, 10e9, 2e-6};
+
+const tt_device_profile *tt_profile_cuda_generic(void) { return &sched_cuda; }
+const tt_device_profile *tt_profile_cpu(void) { return &sched_cpu; }
+
+static double sched_step_s(const tt_program *p, const tt_step *s, const tt_device_profile *prof) {
+  const tt_graph *g = p->graph;
+  double flops = 0.0, bytes = 0.0;
+  for (int k = 0; k < s->nin; k++)
+    if (s->in[k] >= 0) bytes += (double)p->bufs[s->in[k]].bytes;
+  for (int k = 0; k < s->nout; k++)
+    if (s->out[k] >= 0) bytes += (double)p->bufs[s->out[k]].bytes;
+  if (s->node >= 0 && (s->op == TT_S_FWD || s->op == TT_S_BWD)) {
+    const tt_node *n = &g->nodes[s->node];
+    double f = n->flops * p->policy.micro_batch;
+    /* backward of conv/linear computes two products (data and filter) */
+    flops = (s->op == TT_S_BWD && (n->kind == TT_L_CONV || n->kind == TT_L_LINEAR)) ? 2.0 * f : f;
+  }
+  double peak = p->policy.act_dtype == TT_F16 ? prof->flops_fp16 : prof->flops_fp32;
+  double t = flops / peak, tb = bytes / prof->bytes_per_s;
+  return (t > tb ? t : tb) + prof->op_overhead_s;
+}
+
+static double sched_predict(const tt_program *p, const tt_device_profile *prof, double *recompute_ms) {
+  double micro = 0.0, upd = 0.0, rec = 0.0;
+  for (int i = 0; i < p->nsteps; i++) {
+    double t = sched_step_s(p, &p->steps[i], prof);
+    if (i < p->micro_end) micro += t;
+    else upd += t;
+    if (p->steps[i].flags & TT_SF_RECOMPUTE) rec += t;
+  }
+  int acc = p->policy.accum_steps > 0 ? p->policy.accum_steps : 1;
+  if (recompute_ms) *recompute_ms = 1e3 * rec * acc;
+  return 1e3 * (micro * acc + upd);
+}
+
+double tt_predict_ms(const tt_program *p, const tt_device_profile *prof) { return sched_predict(p, prof, NULL); }
+
+/* A node v is a cut when no edge jumps over it: then its output alone carries everything the
+ * rest of the network needs, and it can serve as a checkpoint. Views (flatten) never are. */
+int tt_sched_units(const tt_graph *g, int *unit_of) {
+  int n = g->nnodes;
+  int *cross = (int *)calloc((size_t)n + 1, sizeof(int));
+  if (!cross) return -1;
+  for (int b = 0; b < n; b++)
+    for (int k = 0; k < g->nodes[b].nin; k++) {
+      int a = g->nodes[b].in[k];
+      if (b - a > 1) {
+        cross[a + 1]++;
+        cross[b]--;
+      }
+    }
+  int run = 0, unit = 0;
+  for (int v = 0; v < n; v++) {
+    run += cross[v];
+    unit_of[v] = unit;
+    int cut = run == 0 && g->nodes[v].kind != TT_L_FLATTEN;
+    if (cut && v < n - 1) unit++;
+  }
+  free(cross);
+  return unit + 1;
+}
+
+/* Bytes a node's value occupies through the backward pass if it is kept (0 if nothing in
+ * backward reads it). */
+static double sched_saved_bytes(const tt_graph *g, int v, int mb, tt_dtype dt) {
+  const tt_node *n = &g->nodes[v];
+  int saved = n->kind == TT_L_RELU || n->kind == TT_L_RELU6;
+  for (int b = v + 1; b < g->nnodes && !saved; b++) {
+    const tt_node *c = &g->nodes[b];
+    for (int k = 0; k < c->nin; k++)
+      if (c->in[k] == v && (c->kind == TT_L_CONV || c->kind == TT_L_LINEAR || c->kind == TT_L_BN || c->kind == TT_L_SILU ||
+                            c->kind == TT_L_MAXPOOL || c->kind == TT_L_FLATTEN))
+        saved = 1;
+  }
+  return saved ? (double)mb * (double)tt_node_numel(n) * (double)tt_dtype_size(dt) : 0.0;
+}
+
+int tt_sched_checkpoint_dp(const tt_graph *g, int mb, tt_dtype dt, const tt_device_profile *prof, double target,
+                           unsigned char *rec) {
+  int n = g->nnodes;
+  int *unit_of = (int *)malloc(sizeof(int) * (size_t)n);
+  if (!unit_of) return -1;
+  int nu = tt_sched_units(g, unit_of);
+  double *A = (double *)calloc((size_t)nu, sizeof(double)), *C = (double *)calloc((size_t)nu, sizeof(double));
+  enum { K = 512 };
+  double *dp = (double *)malloc(sizeof(double) * (K + 1));
+  unsigned char *take = (unsigned char *)calloc((size_t)nu * (K + 1), 1);
+  int best_units = -1;
+  if (!A || !C || !dp || !take || nu < 0) goto done;
+  {
+    double total = 0.0;
+    double peak = dt == TT_F16 ? prof->flops_fp16 : prof->flops_fp32;
+    for (int v = 1; v < n; v++) {
+      int last_of_unit = (v == n - 1) || unit_of[v + 1] != unit_of[v];
+      if (last_of_unit) continue; /* the unit's output is its checkpoint */
+      double a = sched_saved_bytes(g, v, mb, dt);
+      A[unit_of[v]] += a;
+      total += a;
+      C[unit_of[v]] += g->nodes[v].flops * mb / peak + prof->op_overhead_s;
+    }
+    memset(rec, 0, (size_t)n);
+    if (total <= target) {
+      best_units = 0;
+      goto done;
+    }
+    /* Recomputing set S keeps total - sum(A_S) + max(A_S) bytes of activations through
+     * backward (one recomputed unit is rematerialised at a time). For each choice of the unit
+     * m with the largest A in S, a min-cost covering knapsack over the units no larger than m
+     * picks the rest; the cheapest over all m is optimal under this model. */
+    double best_cost = 1e300;
+    int best_m = -1;
+    unsigned char *best_take = (unsigned char *)calloc((size_t)nu, 1);
+    if (!best_take) goto done;
+    for (int m = 0; m < nu; m++) {
+      if (A[m] <= 0.0) continue;
+      /* memory = total - A_m - sum(rest) + A_m <= target  <=>  sum(rest) >= total - target */
+      double need = total - target;
+      double cost_m = C[m];
+      if (need <= 0.0) {
+        if (cost_m < best_cost) {
+          best_cost = cost_m, best_m = m;
+          memset(best_take, 0, (size_t)nu);
+        }
+        continue;
+      }
+      double unit = need / K;
+      for (int j = 0; j <= K; j++) dp[j] = 1e300;
+      dp[0] = 0.0;
+      memset(take, 0, (size_t)nu * (K + 1));
+      for (int u = 0; u < nu; u++) {
+        if (u == m || A[u] <= 0.0 || A[u] > A[m] || (A[u] == A[m] && u > m)) continue;
+        int w = (int)floor(A[u] / unit);
+        if (w <= 0) continue;
+        for (int j = K; j >= 1; j--) {
+          int from = j - w < 0 ? 0 : j - w;
+          if (dp[from] + C[u] < dp[j]) {
+            dp[j] = dp[from] + C[u];
+            take[(size_t)u * (K + 1) + j] = 1;
+          }
+        }
+      }
+      if (dp[K] + cost_m >= best_cost) continue;
+      best_cost = dp[K] + cost_m, best_m = m;
+      /* reconstruct: walk units backwards through the table */
+      memset(best_take, 0, (size_t)nu);
+      int j = K;
+      for (int u = nu - 1; u >= 0 && j > 0; u--) {
+        if (!take[(size_t)u * (K + 1) + j]) continue;
+        best_take[u] = 1;
+        int w = (int)floor(A[u] / unit);
+        j = j - w < 0 ? 0 : j - w;
+      }
+    }
+    if (best_m >= 0) {
+      best_take[best_m] = 1;
+      best_units = 0;
+      for (int u = 0; u < nu; u++) best_units += best_take[u];
+      for (int v = 1; v < n; v++) {
+        int last_of_unit = (v == n - 1) || unit_of[v + 1] != unit_of[v];
+        if (!last_of_unit && best_take[unit_of[v]]) rec[v] = 1;
+      }
+    }
+    free(best_take);
+  }
+done:
+  free(unit_of);
+  free(A);
+  free(C);
+  free(dp);
+  free(take);
+  return best_units;
+}
+
+void tt_sched_checkpoint_sqrt(const tt_graph *g, unsigned char *rec) {
+  int n = g->nnodes;
+  int *unit_of = (int *)malloc(sizeof(int) * (size_t)n);
+  memset(rec, 0, (size_t)n);
+  if (!unit_of) return;
+  int nu = tt_sched_units(g, unit_of);
+  int k = (int)floor(sqrt((double)nu) + 0.5);
+  if (k < 1) k = 1;
+  /* segments of k units: only the last unit output of each segment is kept */
+  for (int v = 1; v < n; v++) {
+    int last_of_unit = (v == n - 1) || unit_of[v + 1] != unit_of[v];
+    int seg_end = last_of_unit && ((unit_of[v] + 1) % k == 0);
+    if (!seg_end) rec[v] = 1;
+  }
+  rec[n - 1] = 0;
+  free(unit_of);
+}
+
+static void sched_all(const tt_graph *g, unsigned char *rec) {
+  int n = g->nnodes;
+  int *unit_of = (int *)malloc(sizeof(int) * (size_t)n);
+  memset(rec, 0, (size_t)n);
+  if (!unit_of) return;
+  tt_sched_units(g, unit_of);
+  for (int v = 1; v < n - 1; v++)
+    if (unit_of[v + 1] == unit_of[v]) rec[v] = 1;
+  free(unit_of);
+}
+
+/* Lowers and plans one candidate; returns 0 and fills p, or -1 (err set). */
+static int sched_try(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
+                     tt_program *p, tt_err *err) {
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = mb, pol.accum_steps = accum, pol.act_dtype = dt, pol.inplace = inplace, pol.recompute = rec;
+  pol.training = 1;
+  if (tt_lower(g, &pol, be, p, err)) return -1;
+  if (tt_program_plan(p, err)) {
+    tt_program_free(p);
+    return -1;
+  }
+  return 0;
+}
+
+static int sched_count(const unsigned char *rec, int n) {
+  int c = 0;
+  for (int i = 0; i < n; i++) c += rec[i] != 0;
+  return c;
+}
+
+/* Best fitting program for (mb, dt): plain, or with the cheapest checkpoint plan that fits.
+ * rec receives the recompute set. Returns 1 if fits, 0 if not, -1 on error. */
+static int sched_fit(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, size_t budget, int mb, int accum, tt_dtype dt,
+                     unsigned char *rec, tt_program *out, size_t *min_arena, tt_err *err) {
+  int n = g->nnodes;
+  tt_recompute_mode rm = o->recompute;
+  memset(rec, 0, (size_t)n);
+  if (rm == TT_RECOMP_ALL) sched_all(g, rec);
+  if (sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err)) return -1;
+  if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
+  if (!budget || out->arena_bytes <= budget) return 1;
+  if (rm != TT_RECOMP_AUTO) {
+    tt_program_free(out);
+    return 0;
+  }
+  /* Free the overshoot by recomputing; the model is approximate, so check with the real
+   * planner and ask for more until it fits or everything is recomputed. */
+  double total = 0.0;
+  for (int v = 1; v < n; v++) total += sched_saved_bytes(g, v, mb, dt);
+  double over = (double)(out->arena_bytes - budget);
+  tt_program_free(out);
+  for (int iter = 0; iter < 8; iter++) {
+    double target = total - over;
+    if (target < 0) target = 0;
+    int units = tt_sched_checkpoint_dp(g, mb, dt, o->profile, target, rec);
+    if (units < 0) sched_all(g, rec);
+    if (sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err)) return -1;
+    if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
+    if (out->arena_bytes <= budget) return 1;
+    over += (double)(out->arena_bytes - budget) * 1.25 + 1.0;
+    tt_program_free(out);
+    if (units < 0) break;
+  }
+  /* last resort: every unit recomputed */
+  sched_all(g, rec);
+  if (sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err)) return -1;
+  if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
+  if (out->arena_bytes <= budget) return 1;
+  tt_program_free(out);
+  return 0;
+}
+
+static void sched_add_alt(tt_schedule_result *r, int mb, tt_dtype dt, int ru, size_t arena, double ms, const char *why) {
+  if (r->nalts >= TT_SCHED_MAX_ALTS) return;
+  tt_sched_alt *a = &r->alts[r->nalts++];
+  a->micro_batch = mb, a->dtype = dt, a->recompute_units = ru, a->arena_bytes = arena, a->step_ms = ms;
+  snprintf(a->why, sizeof a->why, "%s", why);
+}
+
+static int sched_eval(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, tt_schedule_result *r, tt_err *err) {
+  int eb = o->eval_batch > 0 ? o->eval_batch : r->policy.micro_batch;
+  int fixed = o->eval_batch > 0;
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.act_dtype = r->policy.act_dtype, pol.inplace = o->inplace, pol.training = 0, pol.accum_steps = 1;
+  for (;;) {
+    pol.micro_batch = eb;
+    tt_program p;
+    if (tt_lower(g, &pol, be, &p, err) || tt_program_plan(&p, err)) return -1;
+    int ok = p.transient_bytes <= r->train.transient_bytes;
+    if (fixed || (!ok && eb == r->policy.micro_batch)) {
+      r->eval = p;
+      return 0;
+    }
+    if (!ok) return 0; /* keep the previous (smaller) one */
+    tt_program_free(&r->eval);
+    r->eval = p;
+    if (eb >= 1024) return 0;
+    eb *= 2;
+  }
+}
+
+int tt_schedule(const tt_graph *g, tt_backend *be, const tt_sched_opts *oin, tt_schedule_result *r, tt_err *err) {
+  memset(r, 0, sizeof *r);
+  tt_sched_opts o = *oin;
+  if (!o.profile) o.profile = tt_profile_cuda_generic();
+  const tt_model *m = g->model;
+  int n = g->nnodes, eff = m->train.batch;
+  if (eff <= 0) return tt_fail(err, "%s: [train] batch must be a positive integer", m->path);
+  r->reserve_bytes = o.vram_bytes ? o.reserve_bytes : 0;
+  if (o.vram_bytes && o.vram_bytes <= o.reserve_bytes)
+    return tt_fail(err, "--vram %.2f GiB is not more than the %.2f GiB reserved for the CUDA context and libraries; "
+                   "give a larger --vram", o.vram_bytes / 1073741824.0, o.reserve_bytes / 1073741824.0);
+  size_t budget = o.vram_bytes ? o.vram_bytes - o.reserve_bytes : 0;
+  r->budget_bytes = budget;
+  if (o.micro_batch > 0 && eff % o.micro_batch)
+    return tt_fail(err, "micro-batch %d does not divide the effective batch %d of %s; choose a divisor", o.micro_batch, eff,
+                   m->path);
+  tt_dtype dts[2];
+  int ndt = 0;
+  if (o.precision != TT_PREC_FP16) dts[ndt++] = TT_F32;
+  if (o.precision != TT_PREC_FP32) dts[ndt++] = TT_F16;
+  unsigned char *rec = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
+  r->recompute = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
+  if (!rec || !r->recompute) {
+    free(rec);
+    return -1;
+  }
+  double best_ms_per_img = 1e300;
+  int have = 0;
+  size_t min_arena = (size_t)-1;
+  for (int d = 0; d < ndt; d++) {
+    for (int mb = eff; mb >= 1; mb--) {
+      if (eff % mb || (o.micro_batch > 0 && mb != o.micro_batch)) continue;
+      tt_program p;
+      int fit = sched_fit(g, be, &o, budget, mb, eff / mb, dts[d], rec, &p, &min_arena, err);
+      r->candidates_tried++;
+      if (fit < 0) {
+        free(rec);
+        tt_schedule_free(r);
+        return -1;
+      }
+      if (!fit) continue;
+      double rms = 0.0;
+      double ms = sched_predict(&p, o.profile, &rms);
+      int ru = sched_count(rec, n);
+      char why[160];
+      if (ms < best_ms_per_img) {
+        if (have) {
+          snprintf(why, sizeof why, "slower: %.1f ms per step vs %.1f ms", r->predicted_step_ms, ms);
+          sched_add_alt(r, r->policy.micro_batch, r->policy.act_dtype, sched_count(r->recompute, n), r->train.arena_bytes,
+                        r->predicted_step_ms, why);
+          tt_program_free(&r->train);
+        }
+        r->train = p;
+        r->policy = p.policy;
+        memcpy(r->recompute, rec, (size_t)n);
+        r->policy.recompute = r->recompute;
+        r->train.policy.recompute = r->recompute;
+        r->predicted_step_ms = ms;
+        r->recompute_ms = rms;
+        best_ms_per_img = ms;
+        have = 1;
+      } else {
+        snprintf(why, sizeof why, "slower: %.1f ms per step vs %.1f ms", ms, best_ms_per_img);
+        sched_add_alt(r, mb, dts[d], ru, p.arena_bytes, ms, why);
+        tt_program_free(&p);
+      }
+      /* a smaller micro-batch without recompute is never faster in the model; one with
+       * recompute might be, so keep going only while this one needed recompute */
+      if (ru == 0) break;
+    }
+  }
+  free(rec);
+  if (!have) {
+    size_t need = min_arena == (size_t)-1 ? 0 : min_arena;
+    tt_schedule_free(r);
+    return tt_fail(err, "%s does not fit: the smallest plan (micro-batch %d%s, %s) needs a %.2f GiB arena but the budget is "
+                   "%.2f GiB; the smallest --vram that fits is %.2f GiB",
+                   m->path, o.micro_batch > 0 ? o.micro_batch : 1, o.recompute == TT_RECOMP_NONE ? "" : ", recomputing",
+                   o.precision == TT_PREC_FP32 ? "fp32" : "fp16", need / 1073741824.0, budget / 1073741824.0,
+                   (need + o.reserve_bytes) / 1073741824.0 + 0.005);
+  }
+  /* what each technique saved at the chosen micro-batch */
+  {
+    tt_program q;
+    tt_err e2;
+    unsigned char *none = (unsigned char *)calloc((size_t)n, 1);
+    if (none && !sched_try(g, be, r->policy.micro_batch, r->policy.accum_steps, TT_F32, 0, none, &q, &e2)) {
+      r->arena_fp32_plain = q.arena_bytes;
+      tt_program_free(&q);
+    }
+    if (none && !sched_try(g, be, r->policy.micro_batch, r->policy.accum_steps, r->policy.act_dtype, 0, r->recompute, &q, &e2)) {
+      r->arena_no_inplace = q.arena_bytes;
+      tt_program_free(&q);
+    }
+    if (none && !sched_try(g, be, r->policy.micro_batch, r->policy.accum_steps, r->policy.act_dtype, o.inplace, none, &q, &e2)) {
+      r->arena_no_recompute = q.arena_bytes;
+      tt_program_free(&q);
+    }
+    free(none);
+  }
+  {
+    int *unit_of = (int *)malloc(sizeof(int) * (size_t)n);
+    if (unit_of) {
+      r->nunits = tt_sched_units(g, unit_of);
+      int cnt = 0, prev = -1;
+      for (int v = 0; v < n; v++)
+        if (r->recompute[v] && unit_of[v] != prev) cnt++, prev = unit_of[v];
+      r->recomputed_units = cnt;
+      free(unit_of);
+    }
+  }
+  if (sched_eval(g, be, &o, r, err)) {
+    tt_schedule_free(r);
+    return -1;
+  }
+  return 0;
+}
+
+int tt_sched_max_batch(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, tt_dtype dt, tt_recompute_mode rm,
+                       size_t *arena_out) {
+  size_t budget = o->vram_bytes > o->reserve_bytes ? o->vram_bytes - o->reserve_bytes : 0;
+  int n = g->nnodes;
+  unsigned char *rec = (unsigned char *)calloc((size_t)n, 1);
+  if (!rec) return 0;
+  tt_sched_opts oo = *o;
+  oo.recompute = rm;
+  if (!oo.profile) oo.profile = tt_profile_cuda_generic();
+  /* arena size grows with the micro-batch: double until it does not fit, then bisect */
+  int lo = 0, hi = 1;
+  size_t lo_arena = 0;
+  tt_err e;
+  for (;;) {
+    tt_program p;
+    int fit = sched_fit(g, be, &oo, budget, hi, 1, dt, rec, &p, NULL, &e);
+    if (fit <= 0) break;
+    lo = hi, lo_arena = p.arena_bytes;
+    tt_program_free(&p);
+    if (hi >= (1 << 16)) break;
+    hi *= 2;
+  }
+  if (lo > 0 && hi > lo) {
+    int a = lo, b = hi; /* a fits, b does not */
+    while (b - a > 1) {
+      int mid = a + (b - a) / 2;
+      tt_program p;
+      int fit = sched_fit(g, be, &oo, budget, mid, 1, dt, rec, &p, NULL, &e);
+      if (fit > 0) {
+        a = mid, lo_arena = p.arena_bytes;
+        tt_program_free(&p);
+      } else {
+        b = mid;
+      }
+    }
+    lo = a;
+  }
+  free(rec);
+  if (arena_out) *arena_out = lo_arena;
+  return lo;
+}
+
+void tt_schedule_free(tt_schedule_result *r) {
+  tt_program_free(&r->train);
+  tt_program_free(&r->eval);
+  free(r->recompute);
+  r->recompute = NULL;
+}

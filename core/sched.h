@@ -1,0 +1,93 @@
+/* core/sched.h — the schedule stage: training graph + budget -> Policy.
+ *
+ * Enumerates micro-batch x precision x checkpoint plan, lowers and plans each candidate
+ * (planning is cheap), predicts its step time with a cost model, and keeps the fastest per
+ * image that fits the budget. Checkpoint plans come from a dynamic program over the graph's
+ * units (the stretches between single-tensor cut points; a residual block is one unit) that
+ * minimises recompute time for the memory it must free, checked against the real planner. */
+#ifndef TT_SCHED_H
+#define TT_SCHED_H
+#include "program.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tt_device_profile {
+  const char *name;
+  double flops_fp32, flops_fp16; /* sustained FLOP/s */
+  double bytes_per_s;            /* memory bandwidth */
+  double op_overhead_s;          /* per step launch / dispatch cost */
+} tt_device_profile;
+
+/* Documented targets: without a GPU, `plan --vram` plans for a generic CUDA card (the cost
+ * model only ranks candidates; memory is exact); training on the CPU uses the CPU profile. */
+const tt_device_profile *tt_profile_cuda_generic(void);
+const tt_device_profile *tt_profile_cpu(void);
+
+/* Without a GPU to measure, the CUDA context and cuDNN/cuBLAS handles are estimated at this
+ * many bytes (a CUDA 12/13 context with lazy module loading plus the library handles is
+ * 300-600 MiB on current drivers; we take the upper end so a plan never overcommits). */
+#define TT_RESERVE_ESTIMATE_BYTES ((size_t)600 << 20)
+
+typedef struct tt_sched_opts {
+  size_t vram_bytes;            /* the card's memory; 0 = no budget */
+  size_t reserve_bytes;         /* subtracted from vram_bytes */
+  int micro_batch;              /* 0 = search */
+  tt_precision precision;       /* AUTO = search */
+  tt_recompute_mode recompute;  /* AUTO = search */
+  int inplace;                  /* 1 normally; 0 to switch in-place ops off */
+  int eval_batch;               /* 0 = largest that fits in the training arena's transient region */
+  const tt_device_profile *profile;
+} tt_sched_opts;
+
+#define TT_SCHED_MAX_ALTS 12
+
+typedef struct tt_sched_alt {
+  int micro_batch;
+  tt_dtype dtype;
+  int recompute_units;          /* -1: none possible */
+  size_t arena_bytes;
+  double step_ms;               /* per effective batch */
+  char why[160];                /* why it lost */
+} tt_sched_alt;
+
+typedef struct tt_schedule_result {
+  tt_policy policy;             /* policy.recompute points into recompute[] below */
+  unsigned char *recompute;     /* per node */
+  tt_program train, eval;
+  size_t budget_bytes, reserve_bytes;
+  double predicted_step_ms;     /* per effective batch (all micro-steps and the update) */
+  double recompute_ms;          /* the part of it spent recomputing */
+  int nunits, recomputed_units;
+  /* what each technique saved, in arena bytes, at the chosen micro-batch */
+  size_t arena_fp32_plain, arena_no_inplace, arena_no_recompute;
+  tt_sched_alt alts[TT_SCHED_MAX_ALTS];
+  int nalts;
+  int candidates_tried;
+} tt_schedule_result;
+
+/* Returns 0 with a fitting schedule; -1 with err set when nothing fits (the message gives
+ * the smallest --vram that would fit and the buffers that dominate it). */
+int tt_schedule(const tt_graph *g, tt_backend *planner_be, const tt_sched_opts *o, tt_schedule_result *r, tt_err *err);
+void tt_schedule_free(tt_schedule_result *r);
+
+/* Exposed for tests and the --max-batch report. */
+double tt_predict_ms(const tt_program *p, const tt_device_profile *prof);
+/* Units: unit_of[node] = unit index (cut nodes end a unit). Returns the number of units. */
+int tt_sched_units(const tt_graph *g, int *unit_of);
+/* Fills rec[] for the minimum-recompute-cost checkpoint plan whose modelled activation
+ * memory is at most `target` bytes at this micro-batch/dtype; returns the units recomputed
+ * or -1 if even recomputing everything does not reach target. */
+int tt_sched_checkpoint_dp(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double target,
+                           unsigned char *rec);
+/* The sqrt(n) baseline: every unit recomputed except every k-th, k = round(sqrt(units)). */
+void tt_sched_checkpoint_sqrt(const tt_graph *g, unsigned char *rec);
+/* Largest micro-batch that fits (0 if none) for a fixed dtype and recompute mode. */
+int tt_sched_max_batch(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, tt_dtype dt, tt_recompute_mode rm,
+                       size_t *arena_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

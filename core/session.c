@@ -1,0 +1,119 @@
+/* core/session.c — opening a recipe: parse, build, choose the backend, schedule, allocate. */
+#include "session.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void session_warn(void *ud, const char *line) {
+  (void)ud;
+  fprintf(stderr, "%s\n", line);
+}
+
+int tt_session_open(tt_session **out, const tt_run_opts *o, int mode, tt_err *err) {
+  *out = NULL;
+  if (!o->recipe) return tt_fail(err, "no recipe given");
+  tt_session *s = (tt_session *)tt_calloc(1, sizeof(tt_session), "session", err);
+  size_t reserve = 0;
+  int want_cuda = o->device == TT_DEVICE_CUDA;
+  if (!s) return -1;
+  s->vram_bytes = o->vram_bytes;
+  if (tt_recipe_load(o->recipe, &s->model, err, session_warn, NULL)) {
+    free(s);
+    return -1;
+  }
+  if (tt_graph_build(&s->model, &s->graph, err)) goto fail;
+  /* backend */
+#ifdef TT_HAVE_CUDA
+  if (mode != TT_SESSION_PLAN && (o->device == TT_DEVICE_CUDA || (o->device == TT_DEVICE_AUTO && tt_cuda_device_count() > 0))) {
+    s->be = tt_cuda_backend_create(&reserve, err);
+    if (!s->be) goto fail;
+    s->target_cuda = 1, s->reserve_measured = 1;
+  }
+#else
+  if (want_cuda && mode != TT_SESSION_PLAN) {
+    tt_fail(err, "--device cuda: this tinytrain was built without CUDA (configure found no nvcc/cuDNN); use --device cpu");
+    goto fail;
+  }
+#endif
+  if (!s->be) {
+    s->be = tt_cpu_backend_create(o->threads);
+    if (!s->be) {
+      tt_fail(err, "could not create the CPU backend");
+      goto fail;
+    }
+    /* `plan` without a GPU plans for a CUDA card unless told --device cpu */
+    s->target_cuda = mode == TT_SESSION_PLAN && o->device != TT_DEVICE_CPU;
+    if (s->target_cuda && o->vram_bytes) reserve = TT_RESERVE_ESTIMATE_BYTES;
+  }
+  (void)want_cuda;
+  {
+  double t0 = tt_now();
+  if (mode == TT_SESSION_EVAL) {
+    tt_policy pol;
+    memset(&pol, 0, sizeof pol);
+    pol.micro_batch = s->model.train.eval_batch > 0 ? s->model.train.eval_batch : 256;
+    pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 0;
+    if (tt_lower(&s->graph, &pol, s->be, &s->sched.eval, err) || tt_program_plan(&s->sched.eval, err)) goto fail;
+    s->sched.policy = pol;
+  } else {
+    tt_sched_opts so;
+    memset(&so, 0, sizeof so);
+    so.vram_bytes = o->vram_bytes;
+    so.reserve_bytes = reserve;
+    so.micro_batch = o->micro_batch > 0 ? o->micro_batch : s->model.train.micro_batch;
+    so.precision = o->precision ? (tt_precision)o->precision : s->model.train.precision;
+    so.recompute = o->recompute ? (tt_recompute_mode)o->recompute : s->model.train.recompute;
+    so.inplace = 1;
+    so.eval_batch = s->model.train.eval_batch;
+    so.profile = s->target_cuda ? tt_profile_cuda_generic() : tt_profile_cpu();
+    /* The CPU backend computes fp16 through fp32 conversions: slower, so `auto` stays fp32
+     * there unless memory demands otherwise (the search sees that through its cost model:
+     * the CPU profile gives fp16 no extra FLOP/s). */
+    if (tt_schedule(&s->graph, s->be, &so, &s->sched, err)) goto fail;
+  }
+  s->plan_ms = 1e3 * (tt_now() - t0);
+  }
+  if (mode != TT_SESSION_PLAN) {
+    const tt_program *tr = mode == TT_SESSION_TRAIN ? &s->sched.train : NULL;
+    if (tt_exec_create(&s->x, &s->graph, tr, &s->sched.eval, s->be, s->model.train.seed, err)) goto fail;
+    s->have_exec = 1;
+  }
+  *out = s;
+  return 0;
+fail:
+  tt_session_close(s);
+  return -1;
+}
+
+void tt_session_print_summary(const tt_session *s, FILE *out) {
+  const tt_schedule_result *r = &s->sched;
+  const tt_policy *p = &r->policy;
+  fprintf(out, "tinytrain %s: %s on %s\n", TT_VERSION, s->model.path, s->be->name);
+  fprintf(out, "  model    %d layers, %.2fM parameters, %.3f GFLOP per image forward\n", s->graph.nnodes - 1,
+          s->graph.trainable_numel / 1e6, s->graph.flops_per_sample / 1e9);
+  fprintf(out, "  policy   micro-batch %d x %d accumulation = batch %d, %s, %d in-place ops, recompute %d of %d units\n",
+          p->micro_batch, p->accum_steps, p->micro_batch * p->accum_steps, p->act_dtype == TT_F16 ? "fp16 autocast" : "fp32",
+          r->train.n_inplace, r->recomputed_units, r->nunits);
+  fprintf(out, "  memory   arena %.1f MiB (lower bound %.1f MiB)%s%s\n", s->x.arena_bytes / 1048576.0,
+          r->train.peak_live_bytes / 1048576.0, s->vram_bytes ? ", budget " : "", "");
+  if (s->vram_bytes) fprintf(out, "           budget %.1f MiB of --vram %.1f MiB\n", r->budget_bytes / 1048576.0, s->vram_bytes / 1048576.0);
+  fflush(out);
+}
+
+void tt_session_close(tt_session *s) {
+  if (!s) return;
+  if (s->have_exec) tt_exec_destroy(&s->x);
+  tt_schedule_free(&s->sched);
+  if (s->be) s->be->destroy(s->be);
+  tt_graph_free(&s->graph);
+  tt_model_free(&s->model);
+  free(s);
+}
+
+const char *tt_build_info(void) {
+#ifdef TT_HAVE_CUDA
+  return "backends: cpu (OpenBLAS), cuda (" TT_CUDA_INFO ")";
+#else
+  return "backends: cpu (OpenBLAS); built without CUDA";
+#endif
+}

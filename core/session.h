@@ -1,0 +1,44 @@
+/* core/session.h — one recipe opened for planning, training or evaluation: the model,
+ * its graph, the backend, the schedule and (unless only planning) the executor. */
+#ifndef TT_SESSION_H
+#define TT_SESSION_H
+#include <stdio.h>
+
+#include "exec.h"
+#include "sched.h"
+#include "tinytrain.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { TT_SESSION_EVAL = 0, TT_SESSION_TRAIN = 1, TT_SESSION_PLAN = 2 };
+
+typedef struct tt_session {
+  tt_model model;
+  tt_graph graph;
+  tt_backend *be;
+  tt_schedule_result sched;
+  tt_exec x;
+  int have_exec;
+  int target_cuda;       /* planning for a CUDA device */
+  int reserve_measured;  /* the reserve was measured on a GPU, not estimated */
+  double plan_ms;        /* schedule + plan wall time */
+  size_t vram_bytes;
+} tt_session;
+
+int tt_session_open(tt_session **out, const tt_run_opts *o, int mode, tt_err *err);
+void tt_session_print_summary(const tt_session *s, FILE *out);
+void tt_session_close(tt_session *s);
+
+#ifdef TT_HAVE_CUDA
+/* kernels/cuda: NULL with err set when there is no usable GPU. reserve_bytes receives the
+ * device memory the context and library handles took (cudaMemGetInfo before and after). */
+tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, tt_err *err);
+int tt_cuda_device_count(void);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

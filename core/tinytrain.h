@@ -1,0 +1,67 @@
+/* tinytrain.h — public interface.
+ *
+ * tinytrain trains image classifiers on GPUs with little memory: given a recipe and a memory
+ * budget it plans every buffer in one arena before the first step, then trains without
+ * allocating again. A run either fits or is refused before anything is allocated.
+ *
+ *   tt_run_opts o; tt_run_opts_init(&o); o.recipe = "lenet.recipe"; o.vram_bytes = 4ull << 30;
+ *   char err[1024]; if (tt_train(&o, err, sizeof err)) fprintf(stderr, "%s\n", err);
+ *
+ * Every function returns 0 on success and non-zero with a one-line message in err.
+ * The library never exits the process. */
+#ifndef TINYTRAIN_H
+#define TINYTRAIN_H
+#include <stddef.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TT_VERSION "0.1.0"
+
+enum { TT_DEVICE_AUTO = 0, TT_DEVICE_CPU = 1, TT_DEVICE_CUDA = 2 };
+
+typedef struct tt_run_opts {
+  const char *recipe;
+  size_t vram_bytes;     /* the card's memory (--vram); 0 = no budget */
+  int device;            /* TT_DEVICE_* */
+  int threads;           /* CPU threads, 0 = all cores */
+  int epochs;            /* 0 = the recipe's */
+  int micro_batch;       /* 0 = the scheduler's choice */
+  int precision;         /* 0 auto, 1 fp32, 2 fp16 (tt_precision) */
+  int recompute;         /* 0 auto, 1 none, 2 all (tt_recompute_mode) */
+  const char *out_dir;   /* NULL = runs/<recipe name> */
+  const char *resume_dir;/* NULL = start fresh */
+  long long max_steps;   /* stop (with a checkpoint) after this many optimizer steps in all; 0 = no limit */
+  int progress;          /* -1 auto (a terminal gets a line updated in place), 0 plain lines, 1 in place */
+  int quiet;             /* 1: only errors */
+  FILE *out;             /* progress and summary; NULL = stdout */
+  /* results */
+  double final_accuracy, final_loss;
+  long long steps_done;
+} tt_run_opts;
+
+void tt_run_opts_init(tt_run_opts *o);
+
+/* Trains, evaluating after each epoch, writing weights.safetensors, state.safetensors,
+ * metrics.jsonl and chart.svg under the run directory. */
+int tt_train(tt_run_opts *o, char *err, size_t errsize);
+
+/* Prints the memory plan (`tinytrain plan`). json: one JSON object. max_batch: the largest
+ * micro-batch per precision and recompute setting instead. */
+int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *err, size_t errsize);
+
+/* Accuracy and mean loss of a weights file on the recipe's test split. */
+int tt_evaluate(tt_run_opts *o, const char *weights, char *err, size_t errsize);
+
+/* Parses "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024. */
+int tt_parse_size(const char *s, size_t *bytes);
+
+/* Backends built in, with versions, for --version. */
+const char *tt_build_info(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

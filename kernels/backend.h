@@ -1,0 +1,167 @@
+/* kernels/backend.h — the narrow table that execution calls.
+ *
+ * Kernels know raw pointers, shapes, dtypes and (on CUDA) a stream; never graphs.
+ * Layout is NCHW everywhere. "Activation" tensors (x, y, dx, dy) and conv/linear weight
+ * copies are in the op's dtype `dt` (fp32 or fp16). Everything that must stay exact is fp32:
+ * parameter gradients (dw, db), batch-norm parameters, running and saved statistics,
+ * optimizer state, loss and metrics.
+ *
+ * `beta` on a gradient output: 0 overwrites it, 1 adds into it. Fan-out in the graph
+ * (residual connections) and accumulation over micro-batches both use beta = 1.
+ *
+ * Every function returns 0 on success and non-zero on failure (the backend records a
+ * message retrievable with last_error). Workspace: the planner asks *_workspace() for the
+ * bytes an op needs and gives the op a planned buffer of at least that size; the op never
+ * allocates.
+ */
+#ifndef TT_BACKEND_H
+#define TT_BACKEND_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { TT_F32 = 0, TT_F16 = 1 } tt_dtype;
+
+static inline size_t tt_dtype_size(tt_dtype dt) { return dt == TT_F16 ? 2u : 4u; }
+
+/* IEEE half <-> float, round to nearest even; used by the CPU backend and by tests. */
+uint16_t tt_f32_to_f16(float f);
+float tt_f16_to_f32(uint16_t h);
+
+typedef struct tt_conv_desc {
+  int n, c, h, w;      /* input  x: [n, c, h, w]            */
+  int k, r, s;         /* filter w: [k, c/groups, r, s]     */
+  int stride_h, stride_w, pad_h, pad_w, groups;
+  int p, q;            /* output y: [n, k, p, q]            */
+} tt_conv_desc;
+
+typedef struct tt_pool_desc {
+  int n, c, h, w;      /* input  x: [n, c, h, w]            */
+  int kh, kw, stride_h, stride_w, pad_h, pad_w;
+  int p, q;            /* output y: [n, c, p, q]            */
+} tt_pool_desc;
+
+typedef enum { TT_ACT_RELU = 0, TT_ACT_RELU6 = 1, TT_ACT_SILU = 2 } tt_act;
+typedef enum { TT_POOL_MAX = 0, TT_POOL_AVG = 1 } tt_pool_mode;
+typedef enum { TT_WS_FWD = 0, TT_WS_BWD_DATA = 1, TT_WS_BWD_FILTER = 2 } tt_ws_kind;
+
+typedef struct tt_backend tt_backend;
+struct tt_backend {
+  const char *name;  /* "cpu", "cuda" */
+  void *impl;        /* backend-private state */
+  void (*destroy)(tt_backend *b);
+  const char *(*last_error)(tt_backend *b);
+
+  /* ---- memory: the one arena per device, host<->device copies ---- */
+  void *(*arena_alloc)(tt_backend *b, size_t bytes); /* NULL on failure */
+  void (*arena_free)(tt_backend *b, void *p);
+  int (*upload)(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes);
+  int (*download)(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes);
+  int (*zero)(tt_backend *b, void *p, size_t bytes);
+  int (*sync)(tt_backend *b);
+
+  /* ---- workspace queries (bytes; 0 when none is needed) ---- */
+  size_t (*conv_workspace)(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
+  size_t (*linear_workspace)(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which);
+
+  /* ---- convolution: y = conv(x, w) + bias; bias may be NULL. w, bias in dt. ---- */
+  int (*conv_fwd)(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
+                  const void *bias, void *y, void *ws, size_t ws_bytes);
+  /* dx = beta*dx + conv_transpose(dy, w) */
+  int (*conv_bwd_data)(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *dy, const void *w,
+                       void *dx, float beta, void *ws, size_t ws_bytes);
+  /* dw = beta*dw + dW(x, dy); db = beta*db + sum(dy) (db may be NULL). dw, db fp32. */
+  int (*conv_bwd_filter)(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *dy,
+                         float *dw, float *db, float beta, void *ws, size_t ws_bytes);
+
+  /* ---- linear: x [n, in], w [out, in] (PyTorch layout), bias [out], y [n, out] ---- */
+  int (*linear_fwd)(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
+                    const void *bias, void *y, void *ws, size_t ws_bytes);
+  int (*linear_bwd_data)(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *dy, const void *w,
+                         void *dx, float beta, void *ws, size_t ws_bytes);
+  int (*linear_bwd_filter)(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
+                           float *dw, float *db, float beta, void *ws, size_t ws_bytes);
+
+  /* ---- batch norm over (n, hw) per channel; gamma, beta, stats fp32 [c] ----
+   * Training: normalise with batch statistics, write save_mean and save_invstd; when
+   * update_running is non-zero, running = (1-momentum)*running + momentum*batch (running_var
+   * uses the unbiased batch variance, as PyTorch does). Recompute passes update_running = 0. */
+  int (*bn_fwd_train)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                      const float *bias, void *y, float *running_mean, float *running_var, float momentum,
+                      float eps, float *save_mean, float *save_invstd, int update_running);
+  int (*bn_fwd_infer)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                      const float *bias, const float *running_mean, const float *running_var, float eps, void *y);
+  /* dx = beta_dx*dx + ...; dgamma/dbias = beta_param*d + ... */
+  int (*bn_bwd)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
+                const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
+                float *dbias, float beta_dx, float beta_param);
+
+  /* ---- pooling; max backward finds the arg-max from x (first maximum in the window);
+   * average counts padding in the divisor (PyTorch's count_include_pad = True) ---- */
+  int (*pool_fwd)(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y);
+  int (*pool_bwd)(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
+                  const void *dy, void *dx, float beta);
+  /* global average pool: x [n, c, hw] -> y [n, c] */
+  int (*gap_fwd)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y);
+  int (*gap_bwd)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta);
+
+  /* ---- elementwise (count elements) ---- */
+  /* y = act(x); y may equal x (in place). */
+  int (*act_fwd)(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y);
+  /* dx = beta*dx + dy * act'(.). `saved` is y for RELU and RELU6 (so the forward may run in
+   * place) and x for SILU. dx may equal dy when beta == 0. */
+  int (*act_bwd)(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy,
+                 void *dx, float beta);
+  /* y = a + b2; y may equal a or b2. */
+  int (*add)(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y);
+  /* y = beta*y + x (gradient routing for add/flatten/fan-out) */
+  int (*accumulate)(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta);
+  /* Inverted dropout with a counter-based mask: element i is kept iff
+   * hash(seed, i) >= p * 2^32, kept values scaled by 1/(1-p). The same seed gives the same
+   * mask, so backward and recompute regenerate it and no mask is stored. */
+  int (*dropout_fwd)(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y);
+  int (*dropout_bwd)(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy,
+                     void *dx, float beta);
+  /* Channel-block copy for concat: for each sample, channels [src_off, src_off+nc) of src
+   * (src_c channels in all) go to channels [dst_off, dst_off+nc) of dst (dst_c channels);
+   * dst = beta*dst + src on the copied block. */
+  int (*channel_copy)(tt_backend *b, int n, int hw, tt_dtype dt, const void *src, int src_c, int src_off,
+                      void *dst, int dst_c, int dst_off, int nc, float beta);
+  int (*cast)(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst);
+
+  /* ---- input: uint8 images [n, c, hw] -> dt, (v/255 - mean[c]) / std[c] ---- */
+  int (*normalize_u8)(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
+                      const float *std, tt_dtype dt, void *dst);
+
+  /* ---- loss: softmax cross-entropy with label smoothing, computed in fp32 ----
+   * logits [n, classes] in dt, labels int32 [n]. Target = (1-s)*onehot + s/classes.
+   * stats[0] += sum of per-sample losses, stats[1] += number of correct top-1 predictions.
+   * If dlogits is non-NULL: dlogits = (softmax - target) * grad_scale (written, dt).
+   * Execution passes grad_scale = loss_scale / effective_batch. */
+  int (*softmax_ce)(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
+                    float smoothing, float grad_scale, void *dlogits, float *stats);
+
+  /* ---- optimizer updates, in place, all fp32; the gradient used is g * grad_scale ----
+   * SGD (PyTorch semantics): d = g*gs + wd*w; m = momentum*m + d; step = nesterov ? d + momentum*m : m;
+   * w -= lr*step. m may be NULL when momentum == 0. */
+  int (*sgd_update)(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
+                    int nesterov, float weight_decay, float grad_scale);
+  /* Adam (decoupled == 0: wd added to the gradient) and AdamW (decoupled == 1:
+   * w -= lr*wd*w), bias-corrected with step t (1-based). */
+  int (*adam_update)(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
+                     float grad_scale);
+  /* flag[0] = 1 if any of x[0..count) is inf or NaN (flag is not cleared; execution zeroes it). */
+  int (*check_finite)(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
+};
+
+/* The CPU backend (C11 + OpenBLAS). threads <= 0 means all cores. */
+tt_backend *tt_cpu_backend_create(int threads);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

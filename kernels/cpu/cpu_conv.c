@@ -1,0 +1,469 @@
+/* kernels/cpu/cpu_conv.c — convolution and linear layers on OpenBLAS sgemm.
+ *
+ * Convolution strategy: im2col over a chunk of `nb` samples into one column matrix
+ *   col [C*R*S, nb*P*Q]   (row = (c*R + r)*S + s, column = j*P*Q + oh*Q + ow)
+ * so each group is one big sgemm with N = nb*P*Q (small 28x28 images then give gemms
+ * large enough to use all threads well, instead of one tiny gemm per sample):
+ *   forward      : mat[K, nb*PQ]  = W_g[Kg, Cg*R*S] * col_g,   then scatter mat -> y (+bias)
+ *   backward data: col_g          = W_g^T * mat_g  (mat = dy gathered to [K, nb*PQ]),
+ *                  then a gather-form col2im writes each dx element once (beta applied there)
+ *   backward filt: dW_g          += mat_g * col_g^T  (dW prescaled by beta once)
+ *
+ * Workspace rule (identical for every kind, so one desc has one chunk size):
+ *   per_sample = (C*R*S + K) * P*Q * 4 bytes      (one sample's columns + its output matrix)
+ *   nb = clamp(floor(32 MiB / per_sample), 1, n)  (at least one sample, at most the batch)
+ *   bytes = [fp16 only: fp32 copies of w (+ bias for forward)] + C*R*S*nb*PQ*4 + K*nb*PQ*4,
+ * each part rounded up to 64 bytes. Backward filter needs no weight copy. The op computes the
+ * same layout from the desc, so any ws_bytes >= conv_workspace() works.
+ *
+ * Determinism: chunks are processed in order, gemm threading in OpenBLAS splits only M/N,
+ * db sums serially per channel; so a fixed thread count gives bit-identical results.
+ */
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "cpu_internal.h"
+
+#ifndef CPU_CONV_CHUNK_BYTES
+#define CPU_CONV_CHUNK_BYTES ((size_t)32 << 20)
+#endif
+
+static size_t cpu_conv_round(size_t floats) { return (floats + 15u) & ~(size_t)15u; }
+
+typedef struct cpu_conv_plan {
+  int nb;                       /* samples per chunk */
+  size_t off_w, off_b;          /* fp32 copies of w and bias (fp16 only), in floats */
+  size_t off_col, off_mat;      /* column matrix and [K, nb*PQ] matrix, in floats */
+  size_t total_bytes;
+} cpu_conv_plan;
+
+static cpu_conv_plan cpu_conv_make_plan(const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which) {
+  cpu_conv_plan pl;
+  size_t crs = (size_t)d->c * d->r * d->s, pq = (size_t)d->p * d->q, wsz = (size_t)d->k * (d->c / d->groups) * d->r * d->s;
+  size_t per_sample = (crs + (size_t)d->k) * pq * sizeof(float), off = 0, nb;
+  nb = per_sample ? CPU_CONV_CHUNK_BYTES / per_sample : 1;
+  if (nb < 1) nb = 1;
+  if (nb > (size_t)d->n) nb = (size_t)d->n;
+  pl.nb = (int)nb;
+  pl.off_w = pl.off_b = 0;
+  if (dt == TT_F16 && which != TT_WS_BWD_FILTER) {
+    pl.off_w = off;
+    off += cpu_conv_round(wsz);
+    if (which == TT_WS_FWD) {
+      pl.off_b = off;
+      off += cpu_conv_round((size_t)d->k);
+    }
+  }
+  pl.off_col = off;
+  off += cpu_conv_round(crs * nb * pq);
+  pl.off_mat = off;
+  off += cpu_conv_round((size_t)d->k * nb * pq);
+  pl.total_bytes = off * sizeof(float);
+  return pl;
+}
+
+static int cpu_conv_check(tt_backend *b, const char *op, const tt_conv_desc *d, tt_dtype dt) {
+  if (!d) return tt_cpu_fail(b, "%s: NULL conv desc", op);
+  if (dt != TT_F32 && dt != TT_F16) return tt_cpu_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->k <= 0 || d->r <= 0 || d->s <= 0 ||
+      d->stride_h <= 0 || d->stride_w <= 0 || d->pad_h < 0 || d->pad_w < 0 || d->groups <= 0)
+    return tt_cpu_fail(b, "%s: bad conv desc (n=%d c=%d h=%d w=%d k=%d r=%d s=%d stride=%dx%d pad=%dx%d groups=%d)",
+                       op, d->n, d->c, d->h, d->w, d->k, d->r, d->s, d->stride_h, d->stride_w, d->pad_h, d->pad_w,
+                       d->groups);
+  if (d->c % d->groups || d->k % d->groups)
+    return tt_cpu_fail(b, "%s: channels c=%d and k=%d must be divisible by groups=%d", op, d->c, d->k, d->groups);
+  if (d->h + 2 * d->pad_h < d->r || d->w + 2 * d->pad_w < d->s ||
+      d->p != (d->h + 2 * d->pad_h - d->r) / d->stride_h + 1 || d->q != (d->w + 2 * d->pad_w - d->s) / d->stride_w + 1)
+    return tt_cpu_fail(b, "%s: output %dx%d does not match input %dx%d, kernel %dx%d, stride %dx%d, pad %dx%d", op,
+                       d->p, d->q, d->h, d->w, d->r, d->s, d->stride_h, d->stride_w, d->pad_h, d->pad_w);
+  return 0;
+}
+
+static int cpu_conv_check_ws(tt_backend *b, const char *op, const cpu_conv_plan *pl, const void *ws, size_t ws_bytes) {
+  if (ws_bytes < pl->total_bytes || (pl->total_bytes && !ws))
+    return tt_cpu_fail(b, "%s: workspace too small: needs %zu bytes, given %zu%s", op, pl->total_bytes, ws_bytes,
+                       ws ? "" : " (NULL)");
+  return 0;
+}
+
+size_t tt_cpu_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which) {
+  cpu_conv_plan pl;
+  if (cpu_conv_check(b, "conv_workspace", d, dt)) return 0;
+  pl = cpu_conv_make_plan(d, dt, which);
+  return pl.total_bytes;
+}
+
+/* col[(c*R+r)*S+s][j*PQ + oh*Q + ow] = x[n0+j, c, oh*sh-ph+r, ow*sw-pw+s] (0 outside). */
+static void cpu_conv_im2col(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, int n0, int cur,
+                            float *col) {
+  const int C = d->c, H = d->h, W = d->w, R = d->r, S = d->s, P = d->p, Q = d->q;
+  const int sh = d->stride_h, sw = d->stride_w, ph = d->pad_h, pw = d->pad_w;
+  const size_t PQ = (size_t)P * Q, N = (size_t)cur * PQ, HW = (size_t)H * W;
+  ptrdiff_t task, ntask = (ptrdiff_t)cur * C;
+  int nt = tt_cpu_threads(b);
+  (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (task = 0; task < ntask; task++) {
+    int j = (int)(task / C), c = (int)(task % C), r, s, oh, ow;
+    size_t xoff = ((size_t)(n0 + j) * C + c) * HW;
+    for (r = 0; r < R; r++) {
+      for (s = 0; s < S; s++) {
+        float *dst = col + ((size_t)(c * R + r) * S + s) * N + (size_t)j * PQ;
+        /* valid ow: 0 <= ow*sw - pw + s < W */
+        int lo = pw - s > 0 ? (pw - s + sw - 1) / sw : 0;
+        int hi = W - 1 + pw - s >= 0 ? (W - 1 + pw - s) / sw + 1 : 0;
+        if (hi > Q) hi = Q;
+        if (lo > hi) lo = hi;
+        for (oh = 0; oh < P; oh++) {
+          int ih = oh * sh - ph + r;
+          float *drow = dst + (size_t)oh * Q;
+          if (ih < 0 || ih >= H) {
+            memset(drow, 0, (size_t)Q * sizeof(float));
+            continue;
+          }
+          for (ow = 0; ow < lo; ow++) drow[ow] = 0.0f;
+          if (hi > lo) {
+            /* first valid input column: lo*sw - pw + s >= 0 */
+            size_t xi = xoff + (size_t)ih * W + (size_t)(lo * sw - pw + s);
+            if (dt == TT_F32) {
+              const float *xr = (const float *)x + xi;
+              if (sw == 1)
+                memcpy(drow + lo, xr, (size_t)(hi - lo) * sizeof(float));
+              else
+                for (ow = lo; ow < hi; ow++) drow[ow] = xr[(size_t)(ow - lo) * sw];
+            } else {
+              const uint16_t *xr = (const uint16_t *)x + xi;
+              for (ow = lo; ow < hi; ow++) drow[ow] = tt_cpu_h2f(xr[(size_t)(ow - lo) * sw]);
+            }
+          }
+          for (ow = hi; ow < Q; ow++) drow[ow] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+/* Gather-form col2im: dx[n0+j, c, ih, iw] = beta*dx + sum over (r, s) of the column entries
+ * that read this input element; each dx element is written exactly once, in fixed order. */
+static void cpu_conv_col2im(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const float *col, int n0, int cur,
+                            void *dx, float beta) {
+  const int C = d->c, H = d->h, W = d->w, R = d->r, S = d->s, P = d->p, Q = d->q;
+  const int sh = d->stride_h, sw = d->stride_w, ph = d->pad_h, pw = d->pad_w;
+  const size_t PQ = (size_t)P * Q, N = (size_t)cur * PQ, HW = (size_t)H * W;
+  ptrdiff_t task, ntask = (ptrdiff_t)cur * C;
+  int nt = tt_cpu_threads(b);
+  (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (task = 0; task < ntask; task++) {
+    int j = (int)(task / C), c = (int)(task % C), ih, iw, r, s;
+    size_t xoff = ((size_t)(n0 + j) * C + c) * HW;
+    const float *cbase = col + (size_t)c * R * S * N + (size_t)j * PQ;
+    for (ih = 0; ih < H; ih++) {
+      for (iw = 0; iw < W; iw++) {
+        float acc = 0.0f;
+        for (r = 0; r < R; r++) {
+          int on = ih + ph - r, oh;
+          if (on < 0) break;
+          if (sh == 1) {
+            oh = on;
+          } else {
+            if (on % sh) continue;
+            oh = on / sh;
+          }
+          if (oh >= P) continue;
+          for (s = 0; s < S; s++) {
+            int wn = iw + pw - s, ow;
+            if (wn < 0) break;
+            if (sw == 1) {
+              ow = wn;
+            } else {
+              if (wn % sw) continue;
+              ow = wn / sw;
+            }
+            if (ow >= Q) continue;
+            acc += cbase[(size_t)(r * S + s) * N + (size_t)oh * Q + ow];
+          }
+        }
+        tt_cpu_st_beta(dt, dx, xoff + (size_t)ih * W + iw, acc, beta);
+      }
+    }
+  }
+}
+
+/* mat[k][j*PQ + pq] = t[n0+j, k, pq] (t in dt, [n, K, PQ]). */
+static void cpu_conv_gather(tt_backend *b, int K, size_t PQ, tt_dtype dt, const void *t, int n0, int cur,
+                            float *mat) {
+  const size_t N = (size_t)cur * PQ;
+  ptrdiff_t task, ntask = (ptrdiff_t)cur * K;
+  int nt = tt_cpu_threads(b);
+  (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (task = 0; task < ntask; task++) {
+    int j = (int)(task / K), k = (int)(task % K);
+    size_t toff = ((size_t)(n0 + j) * K + k) * PQ, i;
+    float *dst = mat + (size_t)k * N + (size_t)j * PQ;
+    if (dt == TT_F32)
+      memcpy(dst, (const float *)t + toff, PQ * sizeof(float));
+    else
+      for (i = 0; i < PQ; i++) dst[i] = tt_cpu_h2f(((const uint16_t *)t)[toff + i]);
+  }
+}
+
+int tt_cpu_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
+                    const void *bias, void *y, void *ws, size_t ws_bytes) {
+  cpu_conv_plan pl;
+  const float *w32, *b32 = NULL;
+  float *wsf = (float *)ws, *col, *mat;
+  int n0, g, G, K, Kg, nt = tt_cpu_threads(b);
+  size_t PQ, CgRS;
+  (void)nt;
+  if (cpu_conv_check(b, "conv_fwd", d, dt)) return -1;
+  if (!x || !w || !y) return tt_cpu_fail(b, "conv_fwd: NULL x, w or y");
+  pl = cpu_conv_make_plan(d, dt, TT_WS_FWD);
+  if (cpu_conv_check_ws(b, "conv_fwd", &pl, ws, ws_bytes)) return -1;
+  G = d->groups;
+  K = d->k;
+  Kg = K / G;
+  PQ = (size_t)d->p * d->q;
+  CgRS = (size_t)(d->c / G) * d->r * d->s;
+  col = wsf + pl.off_col;
+  mat = wsf + pl.off_mat;
+  if (dt == TT_F32) {
+    w32 = (const float *)w;
+    b32 = (const float *)bias;
+  } else {
+    tt_cpu_to_f32(b, dt, w, wsf + pl.off_w, (size_t)K * CgRS);
+    w32 = wsf + pl.off_w;
+    if (bias) {
+      tt_cpu_to_f32(b, dt, bias, wsf + pl.off_b, (size_t)K);
+      b32 = wsf + pl.off_b;
+    }
+  }
+  for (n0 = 0; n0 < d->n; n0 += pl.nb) {
+    int cur = d->n - n0 < pl.nb ? d->n - n0 : pl.nb;
+    size_t N = (size_t)cur * PQ;
+    ptrdiff_t task, ntask = (ptrdiff_t)cur * K;
+    cpu_conv_im2col(b, d, dt, x, n0, cur, col);
+    for (g = 0; g < G; g++)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Kg, (int)N, (int)CgRS, 1.0f, w32 + (size_t)g * Kg * CgRS,
+                  (int)CgRS, col + (size_t)g * CgRS * N, (int)N, 0.0f, mat + (size_t)g * Kg * N, (int)N);
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (task = 0; task < ntask; task++) {
+      int j = (int)(task / K), k = (int)(task % K);
+      size_t yoff = ((size_t)(n0 + j) * K + k) * PQ, i;
+      const float *src = mat + (size_t)k * N + (size_t)j * PQ;
+      float bv = b32 ? b32[k] : 0.0f;
+      if (dt == TT_F32) {
+        float *yd = (float *)y + yoff;
+        for (i = 0; i < PQ; i++) yd[i] = src[i] + bv;
+      } else {
+        uint16_t *yd = (uint16_t *)y + yoff;
+        for (i = 0; i < PQ; i++) yd[i] = tt_cpu_f2h(src[i] + bv);
+      }
+    }
+  }
+  return 0;
+}
+
+int tt_cpu_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *dy, const void *w,
+                         void *dx, float beta, void *ws, size_t ws_bytes) {
+  cpu_conv_plan pl;
+  const float *w32;
+  float *wsf = (float *)ws, *col, *mat;
+  int n0, g, G, K, Kg;
+  size_t PQ, CgRS;
+  if (cpu_conv_check(b, "conv_bwd_data", d, dt)) return -1;
+  if (!dy || !w || !dx) return tt_cpu_fail(b, "conv_bwd_data: NULL dy, w or dx");
+  pl = cpu_conv_make_plan(d, dt, TT_WS_BWD_DATA);
+  if (cpu_conv_check_ws(b, "conv_bwd_data", &pl, ws, ws_bytes)) return -1;
+  G = d->groups;
+  K = d->k;
+  Kg = K / G;
+  PQ = (size_t)d->p * d->q;
+  CgRS = (size_t)(d->c / G) * d->r * d->s;
+  col = wsf + pl.off_col;
+  mat = wsf + pl.off_mat;
+  if (dt == TT_F32) {
+    w32 = (const float *)w;
+  } else {
+    tt_cpu_to_f32(b, dt, w, wsf + pl.off_w, (size_t)K * CgRS);
+    w32 = wsf + pl.off_w;
+  }
+  for (n0 = 0; n0 < d->n; n0 += pl.nb) {
+    int cur = d->n - n0 < pl.nb ? d->n - n0 : pl.nb;
+    size_t N = (size_t)cur * PQ;
+    cpu_conv_gather(b, K, PQ, dt, dy, n0, cur, mat);
+    for (g = 0; g < G; g++)
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)CgRS, (int)N, Kg, 1.0f, w32 + (size_t)g * Kg * CgRS,
+                  (int)CgRS, mat + (size_t)g * Kg * N, (int)N, 0.0f, col + (size_t)g * CgRS * N, (int)N);
+    cpu_conv_col2im(b, d, dt, col, n0, cur, dx, beta);
+  }
+  return 0;
+}
+
+/* db[k] = beta*db[k] + sum over samples and positions of t[n, k, pq]; serial per k (deterministic). */
+static void cpu_conv_bias_grad(tt_backend *b, int n, int K, size_t PQ, tt_dtype dt, const void *t, float *db,
+                               float beta) {
+  ptrdiff_t k;
+  int nt = tt_cpu_threads(b);
+  (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)n * K * PQ > TT_CPU_PAR_MIN)
+  for (k = 0; k < K; k++) {
+    double acc = 0.0;
+    int i;
+    size_t q;
+    for (i = 0; i < n; i++) {
+      size_t off = ((size_t)i * K + (size_t)k) * PQ;
+      float part = 0.0f;
+      if (dt == TT_F32)
+        for (q = 0; q < PQ; q++) part += ((const float *)t)[off + q];
+      else
+        for (q = 0; q < PQ; q++) part += tt_cpu_h2f(((const uint16_t *)t)[off + q]);
+      acc += part;
+    }
+    db[k] = tt_cpu_beta_f32(db[k], (float)acc, beta);
+  }
+}
+
+/* dw = beta*dw once, so the chunked gemms can all accumulate with beta = 1. */
+static void cpu_conv_prescale(float *p, size_t count, float beta) {
+  size_t i;
+  if (beta == 0.0f)
+    memset(p, 0, count * sizeof(float));
+  else if (beta != 1.0f)
+    for (i = 0; i < count; i++) p[i] *= beta;
+}
+
+int tt_cpu_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *dy,
+                           float *dw, float *db, float beta, void *ws, size_t ws_bytes) {
+  cpu_conv_plan pl;
+  float *wsf = (float *)ws, *col, *mat;
+  int n0, g, G, K, Kg;
+  size_t PQ, CgRS;
+  if (cpu_conv_check(b, "conv_bwd_filter", d, dt)) return -1;
+  if (!x || !dy || !dw) return tt_cpu_fail(b, "conv_bwd_filter: NULL x, dy or dw");
+  pl = cpu_conv_make_plan(d, dt, TT_WS_BWD_FILTER);
+  if (cpu_conv_check_ws(b, "conv_bwd_filter", &pl, ws, ws_bytes)) return -1;
+  G = d->groups;
+  K = d->k;
+  Kg = K / G;
+  PQ = (size_t)d->p * d->q;
+  CgRS = (size_t)(d->c / G) * d->r * d->s;
+  col = wsf + pl.off_col;
+  mat = wsf + pl.off_mat;
+  cpu_conv_prescale(dw, (size_t)K * CgRS, beta);
+  for (n0 = 0; n0 < d->n; n0 += pl.nb) {
+    int cur = d->n - n0 < pl.nb ? d->n - n0 : pl.nb;
+    size_t N = (size_t)cur * PQ;
+    cpu_conv_im2col(b, d, dt, x, n0, cur, col);
+    cpu_conv_gather(b, K, PQ, dt, dy, n0, cur, mat);
+    for (g = 0; g < G; g++)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Kg, (int)CgRS, (int)N, 1.0f, mat + (size_t)g * Kg * N,
+                  (int)N, col + (size_t)g * CgRS * N, (int)N, 1.0f, dw + (size_t)g * Kg * CgRS, (int)CgRS);
+  }
+  if (db) cpu_conv_bias_grad(b, d->n, K, PQ, dt, dy, db, beta);
+  return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Linear: x [n, in], w [out, in], y [n, out]. fp32 needs no workspace; fp16 converts the
+ * operands into fp32 workspace copies (sizes below, each rounded to 64 bytes) and the result
+ * back:  fwd: x, w, y    bwd_data: dy, w, dx    bwd_filter: x, dy.
+ * --------------------------------------------------------------------------------------- */
+static size_t cpu_lin_ws(int n, int in, int out, tt_dtype dt, tt_ws_kind which) {
+  size_t x = cpu_conv_round((size_t)n * in), w = cpu_conv_round((size_t)out * in), y = cpu_conv_round((size_t)n * out);
+  if (dt != TT_F16) return 0;
+  if (which == TT_WS_FWD) return (x + w + y) * sizeof(float);
+  if (which == TT_WS_BWD_DATA) return (y + w + x) * sizeof(float);
+  return (x + y) * sizeof(float);
+}
+
+static int cpu_lin_check(tt_backend *b, const char *op, int n, int in, int out, tt_dtype dt, tt_ws_kind which,
+                         const void *ws, size_t ws_bytes) {
+  size_t need;
+  if (n <= 0 || in <= 0 || out <= 0) return tt_cpu_fail(b, "%s: bad shape n=%d in=%d out=%d", op, n, in, out);
+  if (dt != TT_F32 && dt != TT_F16) return tt_cpu_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  need = cpu_lin_ws(n, in, out, dt, which);
+  if (ws_bytes < need || (need && !ws))
+    return tt_cpu_fail(b, "%s: workspace too small: needs %zu bytes, given %zu%s", op, need, ws_bytes, ws ? "" : " (NULL)");
+  return 0;
+}
+
+size_t tt_cpu_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which) {
+  (void)b;
+  if (n <= 0 || in <= 0 || out <= 0) return 0;
+  return cpu_lin_ws(n, in, out, dt, which);
+}
+
+int tt_cpu_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
+                      const void *bias, void *y, void *ws, size_t ws_bytes) {
+  const float *x32, *w32;
+  float *y32, *wsf = (float *)ws;
+  int i, o;
+  if (cpu_lin_check(b, "linear_fwd", n, in, out, dt, TT_WS_FWD, ws, ws_bytes)) return -1;
+  if (!x || !w || !y) return tt_cpu_fail(b, "linear_fwd: NULL x, w or y");
+  if (dt == TT_F32) {
+    x32 = (const float *)x;
+    w32 = (const float *)w;
+    y32 = (float *)y;
+  } else {
+    float *xs = wsf, *wsw = xs + cpu_conv_round((size_t)n * in);
+    y32 = wsw + cpu_conv_round((size_t)out * in);
+    tt_cpu_to_f32(b, dt, x, xs, (size_t)n * in);
+    tt_cpu_to_f32(b, dt, w, wsw, (size_t)out * in);
+    x32 = xs;
+    w32 = wsw;
+  }
+  if (bias) {
+    for (i = 0; i < n; i++)
+      for (o = 0; o < out; o++) y32[(size_t)i * out + o] = tt_cpu_ld(dt, bias, (size_t)o);
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x32, in, w32, in, bias ? 1.0f : 0.0f, y32,
+              out);
+  if (dt == TT_F16) tt_cpu_from_f32(b, dt, y32, y, (size_t)n * out);
+  return 0;
+}
+
+int tt_cpu_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *dy, const void *w,
+                           void *dx, float beta, void *ws, size_t ws_bytes) {
+  float *wsf = (float *)ws;
+  if (cpu_lin_check(b, "linear_bwd_data", n, in, out, dt, TT_WS_BWD_DATA, ws, ws_bytes)) return -1;
+  if (!dy || !w || !dx) return tt_cpu_fail(b, "linear_bwd_data: NULL dy, w or dx");
+  if (dt == TT_F32) {
+    /* dx [n, in] = dy [n, out] * w [out, in]; zero first so beta = 0 never reads old NaNs. */
+    if (beta == 0.0f) memset(dx, 0, (size_t)n * in * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, (const float *)dy, out,
+                (const float *)w, in, beta, (float *)dx, in);
+  } else {
+    float *dy32 = wsf, *w32 = dy32 + cpu_conv_round((size_t)n * out), *dx32 = w32 + cpu_conv_round((size_t)out * in);
+    size_t i, cnt = (size_t)n * in;
+    tt_cpu_to_f32(b, dt, dy, dy32, (size_t)n * out);
+    tt_cpu_to_f32(b, dt, w, w32, (size_t)out * in);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy32, out, w32, in, 0.0f, dx32, in);
+    for (i = 0; i < cnt; i++) tt_cpu_st_beta(dt, dx, i, dx32[i], beta);
+  }
+  return 0;
+}
+
+int tt_cpu_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
+                             float *dw, float *db, float beta, void *ws, size_t ws_bytes) {
+  float *wsf = (float *)ws;
+  const float *x32, *dy32;
+  if (cpu_lin_check(b, "linear_bwd_filter", n, in, out, dt, TT_WS_BWD_FILTER, ws, ws_bytes)) return -1;
+  if (!x || !dy || !dw) return tt_cpu_fail(b, "linear_bwd_filter: NULL x, dy or dw");
+  if (dt == TT_F32) {
+    x32 = (const float *)x;
+    dy32 = (const float *)dy;
+  } else {
+    float *xs = wsf, *dys = xs + cpu_conv_round((size_t)n * in);
+    tt_cpu_to_f32(b, dt, x, xs, (size_t)n * in);
+    tt_cpu_to_f32(b, dt, dy, dys, (size_t)n * out);
+    x32 = xs;
+    dy32 = dys;
+  }
+  /* dw [out, in] = beta*dw + dy^T [out, n] * x [n, in] */
+  if (beta == 0.0f) memset(dw, 0, (size_t)out * in * sizeof(float));
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy32, out, x32, in, beta, dw, in);
+  if (db) cpu_conv_bias_grad(b, n, out, 1, TT_F32, dy32, db, beta);
+  return 0;
+}

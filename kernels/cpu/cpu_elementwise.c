@@ -1,0 +1,231 @@
+/* kernels/cpu/cpu_elementwise.c — activations, add, accumulate, dropout, channel copy,
+ * cast, input normalisation and the finite check. Elementwise loops are independent per
+ * element (static schedule), so results do not depend on the thread count. fp16 values are
+ * converted per element and computed in fp32.
+ */
+#include <math.h>
+
+#include "cpu_internal.h"
+
+static int cpu_ew_dt(tt_backend *b, const char *op, tt_dtype dt) {
+  if (dt != TT_F32 && dt != TT_F16) return tt_cpu_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  return 0;
+}
+
+static float cpu_ew_act(tt_act a, float v) {
+  switch (a) {
+    case TT_ACT_RELU: return (v > 0.0f || v != v) ? v : 0.0f; /* NaN propagates, as in PyTorch */
+    case TT_ACT_RELU6: return v != v ? v : (v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v));
+    default: return v / (1.0f + expf(-v)); /* SiLU */
+  }
+}
+
+/* Derivative from the saved tensor: y for RELU and RELU6, x for SILU. */
+static float cpu_ew_act_grad(tt_act a, float saved, float g) {
+  switch (a) {
+    case TT_ACT_RELU: return saved > 0.0f ? g : 0.0f;
+    case TT_ACT_RELU6: return (saved > 0.0f && saved < 6.0f) ? g : 0.0f;
+    default: {
+      float s = 1.0f / (1.0f + expf(-saved));
+      return g * s * (1.0f + saved * (1.0f - s));
+    }
+  }
+}
+
+int tt_cpu_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int nt = tt_cpu_threads(b);
+  (void)nt;
+  if (cpu_ew_dt(b, "act_fwd", dt)) return -1;
+  if (a != TT_ACT_RELU && a != TT_ACT_RELU6 && a != TT_ACT_SILU) return tt_cpu_fail(b, "act_fwd: unknown activation %d", (int)a);
+  if (count && (!x || !y)) return tt_cpu_fail(b, "act_fwd: NULL x or y");
+  if (dt == TT_F32) {
+    const float *xs = (const float *)x;
+    float *ys = (float *)y;
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
+    for (i = 0; i < n; i++) ys[i] = cpu_ew_act(a, xs[i]);
+  } else {
+    const uint16_t *xs = (const uint16_t *)x;
+    uint16_t *ys = (uint16_t *)y;
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
+    for (i = 0; i < n; i++) ys[i] = tt_cpu_f2h(cpu_ew_act(a, tt_cpu_h2f(xs[i])));
+  }
+  return 0;
+}
+
+int tt_cpu_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy,
+                   void *dx, float beta) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int nt = tt_cpu_threads(b);
+  (void)nt;
+  if (cpu_ew_dt(b, "act_bwd", dt)) return -1;
+  if (a != TT_ACT_RELU && a != TT_ACT_RELU6 && a != TT_ACT_SILU) return tt_cpu_fail(b, "act_bwd: unknown activation %d", (int)a);
+  if (count && (!saved || !dy || !dx)) return tt_cpu_fail(b, "act_bwd: NULL saved, dy or dx");
+  if (dx == dy && beta != 0.0f) return tt_cpu_fail(b, "act_bwd: dx may alias dy only when beta == 0 (beta=%g)", (double)beta);
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
+  for (i = 0; i < n; i++) {
+    float v = cpu_ew_act_grad(a, tt_cpu_ld(dt, saved, (size_t)i), tt_cpu_ld(dt, dy, (size_t)i));
+    tt_cpu_st_beta(dt, dx, (size_t)i, v, beta);
+  }
+  return 0;
+}
+
+int tt_cpu_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int nt = tt_cpu_threads(b);
+  (void)nt;
+  if (cpu_ew_dt(b, "add", dt)) return -1;
+  if (count && (!a || !b2 || !y)) return tt_cpu_fail(b, "add: NULL a, b2 or y");
+  if (dt == TT_F32) {
+    const float *as = (const float *)a, *bs = (const float *)b2;
+    float *ys = (float *)y;
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
+    for (i = 0; i < n; i++) ys[i] = as[i] + bs[i];
+  } else {
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
+    for (i = 0; i < n; i++)
+      ((uint16_t *)y)[i] = tt_cpu_f2h(tt_cpu_h2f(((const uint16_t *)a)[i]) + tt_cpu_h2f(((const uint16_t *)b2)[i]));
+  }
+  return 0;
+}
+
+int tt_cpu_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int nt = tt_cpu_threads(b);
+  (void)nt;
+  if (cpu_ew_dt(b, "accumulate", dt)) return -1;
+  if (count && (!x || !y)) return tt_cpu_fail(b, "accumulate: NULL x or y");
+  if (dt == TT_F32) {
+    const float *xs = (const float *)x;
+    float *ys = (float *)y;
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
+    for (i = 0; i < n; i++) ys[i] = tt_cpu_beta_f32(ys[i], xs[i], beta);
+  } else {
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
+    for (i = 0; i < n; i++) tt_cpu_st_beta(dt, y, (size_t)i, tt_cpu_h2f(((const uint16_t *)x)[i]), beta);
+  }
+  return 0;
+}
+
+/* Keep threshold and scale for dropout; see tt_cpu_dropout_hash in cpu_internal.h. */
+static int cpu_ew_dropout_params(tt_backend *b, const char *op, float p, uint32_t *thr, float *scale, int *all_drop) {
+  if (!(p >= 0.0f && p <= 1.0f)) return tt_cpu_fail(b, "%s: dropout probability %g is outside [0, 1]", op, (double)p);
+  *all_drop = p >= 1.0f;
+  *thr = *all_drop ? 0u : (uint32_t)((double)p * 4294967296.0);
+  *scale = *all_drop ? 0.0f : 1.0f / (1.0f - p);
+  return 0;
+}
+
+int tt_cpu_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  uint32_t thr = 0;
+  float scale = 0.0f;
+  int all_drop = 0, nt = tt_cpu_threads(b);
+  (void)nt;
+  if (cpu_ew_dt(b, "dropout_fwd", dt)) return -1;
+  if (cpu_ew_dropout_params(b, "dropout_fwd", p, &thr, &scale, &all_drop)) return -1;
+  if (count && (!x || !y)) return tt_cpu_fail(b, "dropout_fwd: NULL x or y");
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
+  for (i = 0; i < n; i++) {
+    int keep = !all_drop && (uint32_t)(tt_cpu_dropout_hash(seed, (uint64_t)i) >> 32) >= thr;
+    tt_cpu_st(dt, y, (size_t)i, keep ? tt_cpu_ld(dt, x, (size_t)i) * scale : 0.0f);
+  }
+  return 0;
+}
+
+int tt_cpu_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy,
+                       void *dx, float beta) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  uint32_t thr = 0;
+  float scale = 0.0f;
+  int all_drop = 0, nt = tt_cpu_threads(b);
+  (void)nt;
+  if (cpu_ew_dt(b, "dropout_bwd", dt)) return -1;
+  if (cpu_ew_dropout_params(b, "dropout_bwd", p, &thr, &scale, &all_drop)) return -1;
+  if (count && (!dy || !dx)) return tt_cpu_fail(b, "dropout_bwd: NULL dy or dx");
+  if (dx == dy && beta != 0.0f) return tt_cpu_fail(b, "dropout_bwd: dx may alias dy only when beta == 0");
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
+  for (i = 0; i < n; i++) {
+    int keep = !all_drop && (uint32_t)(tt_cpu_dropout_hash(seed, (uint64_t)i) >> 32) >= thr;
+    tt_cpu_st_beta(dt, dx, (size_t)i, keep ? tt_cpu_ld(dt, dy, (size_t)i) * scale : 0.0f, beta);
+  }
+  return 0;
+}
+
+int tt_cpu_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *src, int src_c, int src_off,
+                        void *dst, int dst_c, int dst_off, int nc, float beta) {
+  ptrdiff_t task, ntask = (ptrdiff_t)n * nc;
+  int nt = tt_cpu_threads(b);
+  (void)nt;
+  if (cpu_ew_dt(b, "channel_copy", dt)) return -1;
+  if (n < 0 || hw < 0 || nc < 0 || src_off < 0 || dst_off < 0 || src_off + nc > src_c || dst_off + nc > dst_c)
+    return tt_cpu_fail(b, "channel_copy: block [%d, %d+%d) does not fit src (%d channels) or [%d, %d+%d) dst (%d)",
+                       src_off, src_off, nc, src_c, dst_off, dst_off, nc, dst_c);
+  if (ntask && hw && (!src || !dst)) return tt_cpu_fail(b, "channel_copy: NULL src or dst");
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)ntask * hw > TT_CPU_PAR_MIN)
+  for (task = 0; task < ntask; task++) {
+    int i = (int)(task / nc), ch = (int)(task % nc);
+    size_t so = ((size_t)i * src_c + src_off + ch) * hw, d0 = ((size_t)i * dst_c + dst_off + ch) * hw, k;
+    if (beta == 0.0f)
+      memcpy((char *)dst + d0 * tt_dtype_size(dt), (const char *)src + so * tt_dtype_size(dt), (size_t)hw * tt_dtype_size(dt));
+    else
+      for (k = 0; k < (size_t)hw; k++) tt_cpu_st_beta(dt, dst, d0 + k, tt_cpu_ld(dt, src, so + k), beta);
+  }
+  return 0;
+}
+
+int tt_cpu_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst) {
+  if (cpu_ew_dt(b, "cast", src_dt) || cpu_ew_dt(b, "cast", dst_dt)) return -1;
+  if (count && (!src || !dst)) return tt_cpu_fail(b, "cast: NULL src or dst");
+  if (src_dt == dst_dt) {
+    if (src != dst && count) memmove(dst, src, count * tt_dtype_size(src_dt));
+  } else if (src_dt == TT_F16) {
+    if (src == dst) return tt_cpu_fail(b, "cast: fp16 -> fp32 cannot run in place");
+    tt_cpu_to_f32(b, src_dt, src, (float *)dst, count);
+  } else {
+    if (src == dst) return tt_cpu_fail(b, "cast: fp32 -> fp16 cannot run in place");
+    tt_cpu_from_f32(b, dst_dt, (const float *)src, dst, count);
+  }
+  return 0;
+}
+
+int tt_cpu_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
+                        const float *std, tt_dtype dt, void *dst) {
+  ptrdiff_t pl, npl = (ptrdiff_t)n * c;
+  int nt = tt_cpu_threads(b);
+  (void)nt;
+  if (cpu_ew_dt(b, "normalize_u8", dt)) return -1;
+  if (n < 0 || c <= 0 || hw < 0) return tt_cpu_fail(b, "normalize_u8: bad shape n=%d c=%d hw=%d", n, c, hw);
+  if (npl && hw && (!src || !mean || !std || !dst)) return tt_cpu_fail(b, "normalize_u8: NULL src, mean, std or dst");
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)npl * hw > TT_CPU_PAR_MIN)
+  for (pl = 0; pl < npl; pl++) {
+    int ch = (int)(pl % c);
+    float m = mean[ch], s = std[ch];
+    size_t off = (size_t)pl * hw, k;
+    for (k = 0; k < (size_t)hw; k++) tt_cpu_st(dt, dst, off + k, ((float)src[off + k] / 255.0f - m) / s);
+  }
+  return 0;
+}
+
+int tt_cpu_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int bad = 0, nt = tt_cpu_threads(b);
+  (void)nt;
+  if (cpu_ew_dt(b, "check_finite", dt)) return -1;
+  if (!flag || (count && !x)) return tt_cpu_fail(b, "check_finite: NULL x or flag");
+  if (dt == TT_F32) {
+    const float *xs = (const float *)x;
+#pragma omp parallel for schedule(static) num_threads(nt) reduction(| : bad) if (n > TT_CPU_PAR_MIN)
+    for (i = 0; i < n; i++) {
+      uint32_t u; /* exponent all ones = inf or NaN (immune to -ffast-math) */
+      memcpy(&u, xs + i, 4);
+      bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+  } else {
+    const uint16_t *u = (const uint16_t *)x;
+#pragma omp parallel for schedule(static) num_threads(nt) reduction(| : bad) if (n > TT_CPU_PAR_MIN)
+    for (i = 0; i < n; i++) bad |= (u[i] & 0x7c00u) == 0x7c00u;
+  }
+  if (bad) flag[0] = 1;
+  return 0;
+}

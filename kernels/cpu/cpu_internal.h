@@ -1,0 +1,187 @@
+/* kernels/cpu/cpu_internal.h — shared by the CPU backend's files only.
+ *
+ * The CPU backend stores fp16 tensors as IEEE half (uint16_t) and computes in fp32.
+ * Threading: OpenMP with schedule(static) and an explicit num_threads on every loop, so a
+ * given backend (thread count) gives bit-identical results run after run; every reduction is
+ * either serial within one output element or a fixed-order sum of fixed-size block partials.
+ *
+ * Names: functions exported to the other CPU files start tt_cpu_; file-static helpers start
+ * with the file's own prefix (cpu_be_, cpu_conv_, cpu_norm_, cpu_ew_, cpu_lo_) so that the
+ * amalgamated single file has no collisions.
+ */
+#ifndef TT_CPU_INTERNAL_H
+#define TT_CPU_INTERNAL_H
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../../core/util.h"
+#include "../backend.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tt_cpu_state {
+  int threads; /* OpenMP / OpenBLAS thread count, >= 1 */
+  tt_err err;  /* last error message */
+} tt_cpu_state;
+
+/* Records a message in the backend (prefixed by nothing; callers name the op) and returns -1. */
+int tt_cpu_fail(tt_backend *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static inline int tt_cpu_threads(tt_backend *b) { return ((tt_cpu_state *)b->impl)->threads; }
+
+/* Loops shorter than this run on one thread: the fork/join costs more than the work. */
+#define TT_CPU_PAR_MIN 32768
+
+/* IEEE half <-> float, inline for the hot loops; tt_f16_to_f32 / tt_f32_to_f16 wrap these.
+ * f32 -> f16 rounds to nearest even; overflow (|f| >= 65520) gives inf; NaN stays a quiet NaN
+ * keeping the top payload bits; values below half the smallest subnormal become signed zero. */
+static inline float tt_cpu_h2f(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
+  float f;
+  if (e == 0) {
+    f = (float)m * 5.9604644775390625e-8f; /* m * 2^-24, exact */
+    return sign ? -f : f;
+  }
+  if (e == 31)
+    bits = sign | 0x7f800000u | (m << 13);
+  else
+    bits = sign | ((e + 112u) << 23) | (m << 13);
+  memcpy(&f, &bits, 4);
+  return f;
+}
+static inline uint16_t tt_cpu_f2h(float f) {
+  uint32_t x, ax, sign, h;
+  memcpy(&x, &f, 4);
+  sign = (x >> 16) & 0x8000u;
+  ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) /* inf or NaN */
+    return (uint16_t)(sign | (ax > 0x7f800000u ? (0x7e00u | ((ax >> 13) & 0x3ffu)) : 0x7c00u));
+  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504 */
+  if (ax < 0x38800000u) {                                     /* half subnormal or zero */
+    uint32_t e = ax >> 23, mant, shift, rem, halfway;
+    if (ax <= 0x33000000u) return (uint16_t)sign; /* <= 2^-25: ties to even zero */
+    mant = (ax & 0x7fffffu) | 0x800000u;
+    shift = 126u - e; /* 14..24 */
+    h = mant >> shift;
+    rem = mant & ((1u << shift) - 1u);
+    halfway = 1u << (shift - 1u);
+    if (rem > halfway || (rem == halfway && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+  }
+  h = (ax >> 13) - (112u << 10);
+  {
+    uint32_t rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+  }
+  return (uint16_t)(sign | h);
+}
+
+/* Load/store one element of a dt tensor as fp32. */
+static inline float tt_cpu_ld(tt_dtype dt, const void *p, size_t i) {
+  return dt == TT_F16 ? tt_cpu_h2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+static inline void tt_cpu_st(tt_dtype dt, void *p, size_t i, float v) {
+  if (dt == TT_F16)
+    ((uint16_t *)p)[i] = tt_cpu_f2h(v);
+  else
+    ((float *)p)[i] = v;
+}
+/* Gradient-output store: beta == 0 overwrites (never 0*old, which would keep a NaN). */
+static inline void tt_cpu_st_beta(tt_dtype dt, void *p, size_t i, float v, float beta) {
+  if (beta != 0.0f) v += beta * tt_cpu_ld(dt, p, i);
+  tt_cpu_st(dt, p, i, v);
+}
+static inline float tt_cpu_beta_f32(float old, float v, float beta) {
+  return beta != 0.0f ? beta * old + v : v;
+}
+
+/* Converts count elements of a dt tensor into fp32 dst (a plain copy for fp32). */
+void tt_cpu_to_f32(tt_backend *b, tt_dtype dt, const void *src, float *dst, size_t count);
+/* Converts count fp32 elements into dt dst. */
+void tt_cpu_from_f32(tt_backend *b, tt_dtype dt, const float *src, void *dst, size_t count);
+
+/* Dropout mask hash (shared definition; the CUDA backend must use the same function).
+ * splitmix64 finaliser of (seed XOR i * golden ratio): h(seed, i) =
+ *   z = seed ^ (i * 0x9E3779B97F4A7C15); z += 0x9E3779B97F4A7C15;
+ *   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9; z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
+ *   z ^= z >> 31.
+ * Element i is kept iff (uint32_t)(h >> 32) >= (uint32_t)(p * 4294967296.0) (p in [0, 1));
+ * p >= 1 drops everything. Kept values are scaled by 1 / (1 - p) computed in fp32. */
+static inline uint64_t tt_cpu_dropout_hash(uint64_t seed, uint64_t i) {
+  uint64_t z = seed ^ (i * 0x9E3779B97F4A7C15ull);
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* ---- ops, one table entry each (see backend.h for semantics) ---- */
+/* cpu_conv.c */
+size_t tt_cpu_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
+size_t tt_cpu_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which);
+int tt_cpu_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
+                    const void *bias, void *y, void *ws, size_t ws_bytes);
+int tt_cpu_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *dy, const void *w,
+                         void *dx, float beta, void *ws, size_t ws_bytes);
+int tt_cpu_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *dy,
+                           float *dw, float *db, float beta, void *ws, size_t ws_bytes);
+int tt_cpu_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
+                      const void *bias, void *y, void *ws, size_t ws_bytes);
+int tt_cpu_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *dy, const void *w,
+                           void *dx, float beta, void *ws, size_t ws_bytes);
+int tt_cpu_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
+                             float *dw, float *db, float beta, void *ws, size_t ws_bytes);
+/* cpu_norm.c */
+int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                        const float *bias, void *y, float *running_mean, float *running_var, float momentum,
+                        float eps, float *save_mean, float *save_invstd, int update_running);
+int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                        const float *bias, const float *running_mean, const float *running_var, float eps,
+                        void *y);
+int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
+                  const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
+                  float *dbias, float beta_dx, float beta_param);
+int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y);
+int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
+                    const void *dy, void *dx, float beta);
+int tt_cpu_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y);
+int tt_cpu_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta);
+/* cpu_elementwise.c */
+int tt_cpu_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y);
+int tt_cpu_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy,
+                   void *dx, float beta);
+int tt_cpu_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y);
+int tt_cpu_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta);
+int tt_cpu_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y);
+int tt_cpu_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy,
+                       void *dx, float beta);
+int tt_cpu_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *src, int src_c, int src_off,
+                        void *dst, int dst_c, int dst_off, int nc, float beta);
+int tt_cpu_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst);
+int tt_cpu_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
+                        const float *std, tt_dtype dt, void *dst);
+int tt_cpu_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
+/* cpu_loss_optim.c */
+int tt_cpu_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
+                      float smoothing, float grad_scale, void *dlogits, float *stats);
+int tt_cpu_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
+                      int nesterov, float weight_decay, float grad_scale);
+int tt_cpu_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
+                       float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
+                       float grad_scale);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

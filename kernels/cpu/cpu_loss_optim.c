@@ -1,0 +1,132 @@
+/* kernels/cpu/cpu_loss_optim.c — softmax cross-entropy and the optimizer updates.
+ *
+ * softmax_ce reduces per-sample losses in fixed blocks of CPU_LO_BLOCK samples whose
+ * partial sums are added in block order, so stats do not depend on the thread count.
+ * Optimizer updates are elementwise, fp32, PyTorch torch.optim semantics.
+ */
+#include <math.h>
+
+#include "cpu_internal.h"
+
+#define CPU_LO_BLOCK 16   /* samples per partial sum */
+#define CPU_LO_BLOCKS 64  /* blocks per parallel pass (partials live on the stack) */
+
+int tt_cpu_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
+                      float smoothing, float grad_scale, void *dlogits, float *stats) {
+  int i, nt = tt_cpu_threads(b);
+  double loss_total = 0.0, correct_total = 0.0;
+  (void)nt;
+  if (dt != TT_F32 && dt != TT_F16) return tt_cpu_fail(b, "softmax_ce: unknown dtype %d", (int)dt);
+  if (n <= 0 || classes <= 0) return tt_cpu_fail(b, "softmax_ce: bad shape n=%d classes=%d", n, classes);
+  if (!logits || !labels || !stats) return tt_cpu_fail(b, "softmax_ce: NULL logits, labels or stats");
+  if (!(smoothing >= 0.0f && smoothing <= 1.0f))
+    return tt_cpu_fail(b, "softmax_ce: label smoothing %g is outside [0, 1]", (double)smoothing);
+  for (i = 0; i < n; i++)
+    if (labels[i] < 0 || labels[i] >= classes)
+      return tt_cpu_fail(b, "softmax_ce: label %d of sample %d is outside [0, %d)", (int)labels[i], i, classes);
+
+  for (i = 0; i < n; i += CPU_LO_BLOCK * CPU_LO_BLOCKS) {
+    double part_loss[CPU_LO_BLOCKS], part_correct[CPU_LO_BLOCKS];
+    int nblk = (n - i + CPU_LO_BLOCK - 1) / CPU_LO_BLOCK, blk;
+    if (nblk > CPU_LO_BLOCKS) nblk = CPU_LO_BLOCKS;
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)nblk * CPU_LO_BLOCK * classes > TT_CPU_PAR_MIN)
+    for (blk = 0; blk < nblk; blk++) {
+      int s0 = i + blk * CPU_LO_BLOCK, s1 = s0 + CPU_LO_BLOCK, smp, j;
+      double bl = 0.0, bc = 0.0;
+      if (s1 > n) s1 = n;
+      for (smp = s0; smp < s1; smp++) {
+        size_t off = (size_t)smp * classes;
+        float mx = tt_cpu_ld(dt, logits, off);
+        int arg = 0, y = labels[smp];
+        double sum = 0.0, zsum = 0.0, lse, inv;
+        float on = 1.0f - smoothing, off_t = smoothing / (float)classes;
+        for (j = 1; j < classes; j++) {
+          float v = tt_cpu_ld(dt, logits, off + j);
+          if (v > mx) {
+            mx = v;
+            arg = j;
+          }
+        }
+        for (j = 0; j < classes; j++) {
+          float v = tt_cpu_ld(dt, logits, off + j);
+          sum += exp((double)v - (double)mx);
+          zsum += v;
+        }
+        lse = (double)mx + log(sum);
+        /* loss = sum_j target_j * (lse - z_j), target = (1-s)*onehot + s/classes */
+        bl += (double)on * (lse - (double)tt_cpu_ld(dt, logits, off + y)) + (double)off_t * ((double)classes * lse - zsum);
+        bc += arg == y ? 1.0 : 0.0;
+        if (dlogits) {
+          inv = 1.0 / sum;
+          for (j = 0; j < classes; j++) {
+            float p = (float)(exp((double)tt_cpu_ld(dt, logits, off + j) - (double)mx) * inv);
+            float t = off_t + (j == y ? on : 0.0f);
+            tt_cpu_st(dt, dlogits, off + j, (p - t) * grad_scale);
+          }
+        }
+      }
+      part_loss[blk] = bl;
+      part_correct[blk] = bc;
+    }
+    for (blk = 0; blk < nblk; blk++) {
+      loss_total += part_loss[blk];
+      correct_total += part_correct[blk];
+    }
+  }
+  stats[0] += (float)loss_total;
+  stats[1] += (float)correct_total;
+  return 0;
+}
+
+int tt_cpu_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
+                      int nesterov, float weight_decay, float grad_scale) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int nt = tt_cpu_threads(b);
+  (void)nt;
+  if (count && (!w || !g)) return tt_cpu_fail(b, "sgd_update: NULL w or g");
+  if (momentum != 0.0f && count && !m) return tt_cpu_fail(b, "sgd_update: momentum %g needs a momentum buffer", (double)momentum);
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
+  for (i = 0; i < n; i++) {
+    float d = g[i] * grad_scale, step;
+    if (weight_decay != 0.0f) d += weight_decay * w[i];
+    if (momentum != 0.0f) {
+      float mv = momentum * m[i] + d;
+      m[i] = mv;
+      step = nesterov ? d + momentum * mv : mv;
+    } else {
+      step = d;
+    }
+    w[i] -= lr * step;
+  }
+  return 0;
+}
+
+int tt_cpu_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
+                       float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
+                       float grad_scale) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int nt = tt_cpu_threads(b);
+  float step_size, bc2_sqrt, decay;
+  (void)nt;
+  if (count && (!w || !g || !m || !v)) return tt_cpu_fail(b, "adam_update: NULL w, g, m or v");
+  if (t < 1) return tt_cpu_fail(b, "adam_update: step t=%d must be >= 1", t);
+  /* As torch.optim.Adam(W): the bias corrections are Python floats (double), then fp32. */
+  step_size = (float)((double)lr / (1.0 - pow((double)beta1, (double)t)));
+  bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)t));
+  decay = decoupled ? 1.0f - lr * weight_decay : 1.0f;
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
+  for (i = 0; i < n; i++) {
+    float gr = g[i] * grad_scale, mv, vv, denom, wv = w[i];
+    if (decoupled)
+      wv *= decay; /* AdamW: param.mul_(1 - lr*wd) before the step */
+    else if (weight_decay != 0.0f)
+      gr += weight_decay * wv;
+    mv = m[i] + (1.0f - beta1) * (gr - m[i]); /* exp_avg.lerp_(grad, 1-beta1) */
+    vv = beta2 * v[i] + (1.0f - beta2) * gr * gr;
+    m[i] = mv;
+    v[i] = vv;
+    denom = sqrtf(vv) / bc2_sqrt + eps;
+    w[i] = wv - step_size * mv / denom;
+  }
+  return 0;
+}

@@ -1,0 +1,689 @@
+/* tests/test_data.c — datasets (IDX, folders, list files, synthetic) and the loader.
+ * Build: gcc -std=c11 -O2 -Wall -Wextra -pthread -I. tests/test_data.c core/data*.c core/loader.c
+ *        core/fileio.c core/util.c -lz -lm -o /tmp/test_data */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "core/data.h"
+#include "core/fileio.h"
+#include "tests/tt_test.h"
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#endif
+#define STB_IMAGE_WRITE_STATIC
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#include <stb/stb_image_write.h>
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+#define FMNIST "/usr/share/datasets/fashion-mnist/"
+
+static char tmpdir[256];
+
+static const char *tpath(const char *name) {
+  static char buf[8][1024];
+  static int k;
+  char *p = buf[k++ & 7];
+  snprintf(p, 1024, "%s/%s", tmpdir, name);
+  return p;
+}
+
+static int write_bytes(const char *path, const void *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  if (n) fwrite(p, 1, n, f);
+  fclose(f);
+  return 0;
+}
+
+static int exists(const char *p) { return access(p, R_OK) == 0; }
+
+typedef struct warns {
+  int n;
+  char last[1400];
+  char all[8192];
+} warns;
+
+static void on_warn(void *ud, const char *line) {
+  warns *w = (warns *)ud;
+  w->n++;
+  snprintf(w->last, sizeof w->last, "%s", line);
+  if (strlen(w->all) + strlen(line) + 2 < sizeof w->all) {
+    strcat(w->all, line);
+    strcat(w->all, "\n");
+  }
+}
+
+/* A small IDX file pair written by hand: n images h x w and n_labels labels. */
+static void write_idx(const char *img, const char *lab, int n, int h, int w, int n_labels, int magic_img) {
+  unsigned char hdr[16];
+  size_t i, bytes = (size_t)n * h * w;
+  unsigned char *px = (unsigned char *)malloc(bytes + 1);
+  unsigned char *lb = (unsigned char *)malloc((size_t)n_labels + 1);
+  FILE *f;
+  for (i = 0; i < bytes; i++) px[i] = (unsigned char)(i * 7);
+  for (i = 0; i < (size_t)n_labels; i++) lb[i] = (unsigned char)(i % 3);
+  hdr[0] = hdr[1] = 0, hdr[2] = 8, hdr[3] = (unsigned char)magic_img;
+  hdr[4] = 0, hdr[5] = 0, hdr[6] = (unsigned char)(n >> 8), hdr[7] = (unsigned char)n;
+  hdr[8] = hdr[9] = hdr[10] = 0, hdr[11] = (unsigned char)h;
+  hdr[12] = hdr[13] = hdr[14] = 0, hdr[15] = (unsigned char)w;
+  f = fopen(img, "wb");
+  fwrite(hdr, 1, 16, f);
+  fwrite(px, 1, bytes, f);
+  fclose(f);
+  hdr[3] = 1;
+  hdr[6] = (unsigned char)(n_labels >> 8), hdr[7] = (unsigned char)n_labels;
+  f = fopen(lab, "wb");
+  fwrite(hdr, 1, 8, f);
+  fwrite(lb, 1, (size_t)n_labels, f);
+  fclose(f);
+  free(px);
+  free(lb);
+}
+
+static int gunzip_to(const char *src, const char *dst) {
+  gzFile g = gzopen(src, "rb");
+  FILE *f;
+  char buf[65536];
+  int k;
+  if (!g) return -1;
+  f = fopen(dst, "wb");
+  while ((k = gzread(g, buf, sizeof buf)) > 0) fwrite(buf, 1, (size_t)k, f);
+  fclose(f);
+  gzclose(g);
+  return 0;
+}
+
+static void test_idx_small(void) {
+  tt_dataset ds;
+  tt_err err;
+  int rc;
+  TT_TEST_BEGIN("idx_small_raw_and_errors");
+  write_idx(tpath("a-img"), tpath("a-lab"), 5, 4, 3, 5, 3);
+  rc = tt_dataset_load_idx(tpath("a-img"), tpath("a-lab"), 1, 4, 3, &ds, &err);
+  TT_CHECK(rc == 0, "small idx: %s", err.msg);
+  if (rc == 0) {
+    TT_CHECK(ds.n == 5 && ds.c == 1 && ds.h == 4 && ds.w == 3 && ds.classes == 3, "shape %d %d %d %d cls %d", ds.n,
+             ds.c, ds.h, ds.w, ds.classes);
+    TT_CHECK(ds.images[13] == (unsigned char)(13 * 7) && ds.labels[4] == 1, "content");
+    tt_dataset_free(&ds);
+  }
+  /* shape mismatch names both shapes */
+  rc = tt_dataset_load_idx(tpath("a-img"), tpath("a-lab"), 1, 28, 28, &ds, &err);
+  TT_CHECK(rc != 0 && strstr(err.msg, "1x4x3") && strstr(err.msg, "1x28x28") && strstr(err.msg, "a-img"),
+           "shape mismatch msg: %s", err.msg);
+  /* count mismatch */
+  write_idx(tpath("b-img"), tpath("b-lab"), 5, 4, 3, 4, 3);
+  rc = tt_dataset_load_idx(tpath("b-img"), tpath("b-lab"), 1, 4, 3, &ds, &err);
+  TT_CHECK(rc != 0 && strstr(err.msg, "5 images") && strstr(err.msg, "4 labels"), "count mismatch: %s", err.msg);
+  /* wrong magic: labels file given as images, and a 4-dim magic */
+  rc = tt_dataset_load_idx(tpath("a-lab"), tpath("a-lab"), 1, 4, 3, &ds, &err);
+  TT_CHECK(rc != 0 && strstr(err.msg, "magic") && strstr(err.msg, "a-lab"), "wrong magic: %s", err.msg);
+  write_idx(tpath("c-img"), tpath("c-lab"), 5, 4, 3, 5, 4);
+  rc = tt_dataset_load_idx(tpath("c-img"), tpath("c-lab"), 1, 4, 3, &ds, &err);
+  TT_CHECK(rc != 0 && strstr(err.msg, "magic"), "4-dim magic: %s", err.msg);
+  {
+    const char *junk = "GIF89a not idx at all";
+    write_bytes(tpath("junk"), junk, strlen(junk));
+    rc = tt_dataset_load_idx(tpath("junk"), tpath("a-lab"), 1, 4, 3, &ds, &err);
+    TT_CHECK(rc != 0 && strstr(err.msg, "magic") && strstr(err.msg, "junk"), "junk: %s", err.msg);
+  }
+  /* truncated pixels and labels */
+  {
+    void *p;
+    size_t n;
+    tt_read_file(tpath("a-img"), &p, &n, &err);
+    write_bytes(tpath("t-img"), p, n - 7);
+    free(p);
+    rc = tt_dataset_load_idx(tpath("t-img"), tpath("a-lab"), 1, 4, 3, &ds, &err);
+    TT_CHECK(rc != 0 && strstr(err.msg, "truncated") && strstr(err.msg, "t-img") && strstr(err.msg, "60 bytes"),
+             "truncated images: %s", err.msg);
+    tt_read_file(tpath("a-lab"), &p, &n, &err);
+    write_bytes(tpath("t-lab"), p, n - 1);
+    write_bytes(tpath("t-hdr"), p, 6);
+    free(p);
+    rc = tt_dataset_load_idx(tpath("a-img"), tpath("t-lab"), 1, 4, 3, &ds, &err);
+    TT_CHECK(rc != 0 && strstr(err.msg, "truncated") && strstr(err.msg, "t-lab"), "truncated labels: %s", err.msg);
+    rc = tt_dataset_load_idx(tpath("a-img"), tpath("t-hdr"), 1, 4, 3, &ds, &err);
+    TT_CHECK(rc != 0 && strstr(err.msg, "truncated") && strstr(err.msg, "t-hdr"), "truncated header: %s", err.msg);
+  }
+  rc = tt_dataset_load_idx(tpath("missing"), tpath("a-lab"), 1, 4, 3, &ds, &err);
+  TT_CHECK(rc != 0 && strstr(err.msg, "missing"), "missing file: %s", err.msg);
+  TT_TEST_END();
+}
+
+static void test_idx_fashion(void) {
+  tt_data_cfg cfg;
+  tt_dataset gz, raw;
+  tt_err err;
+  int rc, i, bad = 0, hist[10] = {0};
+  if (!exists(FMNIST "t10k-images-idx3-ubyte.gz") || !exists(FMNIST "t10k-labels-idx1-ubyte.gz")) {
+    TT_SKIP("idx_fashion_mnist", "no " FMNIST "t10k-*-ubyte.gz; install the dataset to run this check");
+    return;
+  }
+  TT_TEST_BEGIN("idx_fashion_mnist");
+  memset(&cfg, 0, sizeof cfg);
+  cfg.format = TT_DATA_IDX;
+  strcpy(cfg.test, FMNIST "t10k-images-idx3-ubyte.gz");
+  strcpy(cfg.test_labels, FMNIST "t10k-labels-idx1-ubyte.gz");
+  rc = tt_dataset_load(&cfg, 0, 1, 28, 28, &gz, &err, NULL, NULL);
+  TT_CHECK(rc == 0, "load gz: %s", err.msg);
+  if (rc != 0) return;
+  TT_CHECK(gz.n == 10000 && gz.c == 1 && gz.h == 28 && gz.w == 28 && gz.classes == 10, "shape %d %dx%dx%d cls %d",
+           gz.n, gz.c, gz.h, gz.w, gz.classes);
+  for (i = 0; i < gz.n; i++) {
+    if (gz.labels[i] < 0 || gz.labels[i] > 9) bad++;
+    else hist[gz.labels[i]]++;
+  }
+  TT_CHECK(bad == 0 && hist[0] == 1000 && hist[9] == 1000, "labels: bad %d, class0 %d", bad, hist[0]);
+  /* raw (uncompressed) copy: same bytes */
+  gunzip_to(cfg.test, tpath("raw-img"));
+  gunzip_to(cfg.test_labels, tpath("raw-lab"));
+  strcpy(cfg.test, tpath("raw-img"));
+  strcpy(cfg.test_labels, tpath("raw-lab"));
+  rc = tt_dataset_load(&cfg, 0, 1, 28, 28, &raw, &err, NULL, NULL);
+  TT_CHECK(rc == 0, "load raw: %s", err.msg);
+  if (rc == 0) {
+    TT_CHECK(raw.n == gz.n && memcmp(raw.images, gz.images, (size_t)gz.n * 784) == 0 &&
+                 memcmp(raw.labels, gz.labels, sizeof(int32_t) * (size_t)gz.n) == 0,
+             "raw and gz differ");
+    tt_dataset_free(&raw);
+  }
+  /* a truncated gzip file: error names the file */
+  {
+    void *p;
+    size_t n;
+    if (tt_read_file(FMNIST "t10k-images-idx3-ubyte.gz", &p, &n, &err) == 0) {
+      write_bytes(tpath("cut-img.gz"), p, n / 2);
+      free(p);
+      strcpy(cfg.test, tpath("cut-img.gz"));
+      rc = tt_dataset_load(&cfg, 0, 1, 28, 28, &raw, &err, NULL, NULL);
+      TT_CHECK(rc != 0 && strstr(err.msg, "cut-img.gz") && (strstr(err.msg, "truncated") || strstr(err.msg, "corrupt")),
+               "truncated gz: %s", err.msg);
+    }
+  }
+  /* wrong shape from the recipe: message gives both shapes */
+  strcpy(cfg.test, FMNIST "t10k-images-idx3-ubyte.gz");
+  rc = tt_dataset_load(&cfg, 0, 3, 32, 32, &raw, &err, NULL, NULL);
+  TT_CHECK(rc != 0 && strstr(err.msg, "1x28x28") && strstr(err.msg, "3x32x32"), "shape msg: %s", err.msg);
+  tt_dataset_free(&gz);
+  TT_TEST_END();
+}
+
+/* ---- folders and list files ---- */
+
+static const unsigned char class_rgb[3][3] = {{220, 30, 30}, {30, 200, 40}, {20, 40, 230}};
+
+static void solid(unsigned char *px, int w, int h, const unsigned char *rgb) {
+  int i;
+  for (i = 0; i < w * h; i++) memcpy(px + 3 * i, rgb, 3);
+}
+
+static void cut_copy(const char *src, const char *dst, double frac) {
+  void *p;
+  size_t n;
+  tt_err err;
+  if (tt_read_file(src, &p, &n, &err) == 0) {
+    write_bytes(dst, p, (size_t)(n * frac));
+    free(p);
+  }
+}
+
+/* root/{a_red,b_green,c_blue}: 9 good images (PNG, BMP, JPEG of various sizes) and 4 bad
+ * files (corrupt, truncated PNG, truncated JPEG, text). */
+static void make_folder(const char *root) {
+  static const char *cls[3] = {"a_red", "b_green", "c_blue"};
+  unsigned char *px = (unsigned char *)malloc(64 * 48 * 3);
+  char p[1024], q[1024];
+  int k;
+  mkdir(root, 0755);
+  for (k = 0; k < 3; k++) {
+    snprintf(p, sizeof p, "%s/%s", root, cls[k]);
+    mkdir(p, 0755);
+    solid(px, 64, 48, class_rgb[k]);
+    snprintf(p, sizeof p, "%s/%s/img0.png", root, cls[k]);
+    stbi_write_png(p, 64, 48, 3, px, 64 * 3);
+    solid(px, 20, 30, class_rgb[k]);
+    snprintf(p, sizeof p, "%s/%s/img1.bmp", root, cls[k]);
+    stbi_write_bmp(p, 20, 30, 3, px);
+    solid(px, 16, 16, class_rgb[k]);
+    snprintf(p, sizeof p, "%s/%s/img2.jpg", root, cls[k]);
+    stbi_write_jpg(p, 16, 16, 3, px, 95);
+  }
+  /* bad files, all in class b */
+  snprintf(p, sizeof p, "%s/b_green/bad_corrupt.png", root);
+  write_bytes(p, "\x89PNG\r\n\x1a\n garbage garbage garbage IEND....", 40);
+  {
+    /* a noisy image so that compression keeps it big enough to cut in the middle */
+    int i;
+    for (i = 0; i < 64 * 48 * 3; i++) px[i] = (unsigned char)((i * 2654435761u) >> 24);
+    snprintf(q, sizeof q, "%s/noise.png", tmpdir);
+    stbi_write_png(q, 64, 48, 3, px, 64 * 3);
+    snprintf(p, sizeof p, "%s/b_green/bad_trunc.png", root);
+    cut_copy(q, p, 0.6);
+    snprintf(q, sizeof q, "%s/noise.jpg", tmpdir);
+    stbi_write_jpg(q, 64, 48, 3, px, 95);
+    snprintf(p, sizeof p, "%s/b_green/bad_trunc.jpg", root);
+    cut_copy(q, p, 0.6);
+  }
+  snprintf(p, sizeof p, "%s/b_green/notes.txt", root);
+  write_bytes(p, "this is not an image\n", 21);
+  free(px);
+}
+
+static void check_colors(const tt_dataset *ds, int tol, const char *what) {
+  int i, ch, bad = -1;
+  size_t per = (size_t)ds->c * ds->h * ds->w, hw = (size_t)ds->h * ds->w, j;
+  for (i = 0; i < ds->n && bad < 0; i++)
+    for (ch = 0; ch < 3 && bad < 0; ch++)
+      for (j = 0; j < hw; j++) {
+        int v = ds->images[per * i + ch * hw + j], want = class_rgb[ds->labels[i]][ch];
+        if (abs(v - want) > tol) {
+          bad = i;
+          break;
+        }
+      }
+  TT_CHECK(bad < 0, "%s: image %d (label %d) has the wrong colour", what, bad, bad >= 0 ? ds->labels[bad] : -1);
+}
+
+static void test_folder(void) {
+  tt_dataset ds;
+  tt_err err;
+  warns w;
+  int rc, i, count[3] = {0, 0, 0};
+  const char *root = tpath("folder");
+  TT_TEST_BEGIN("folder_decode_skip_resize");
+  make_folder(root);
+  memset(&w, 0, sizeof w);
+  rc = tt_dataset_load_folder(root, 3, 8, 8, &ds, &err, on_warn, &w);
+  TT_CHECK(rc == 0, "folder load: %s", err.msg);
+  if (rc != 0) return;
+  TT_CHECK(ds.n == 9 && ds.skipped == 4 && ds.classes == 3 && ds.c == 3 && ds.h == 8 && ds.w == 8,
+           "n %d skipped %d classes %d", ds.n, ds.skipped, ds.classes);
+  TT_CHECK(w.n == 4 && strstr(w.all, "bad_corrupt.png: skipped (") && strstr(w.all, "bad_trunc.png: skipped (") &&
+               strstr(w.all, "bad_trunc.jpg: skipped (") && strstr(w.all, "notes.txt: skipped ("),
+           "warnings (%d):\n%s", w.n, w.all);
+  TT_CHECK(strstr(w.all, "truncated JPEG") != NULL, "truncated JPEG reason missing:\n%s", w.all);
+  for (i = 0; i < ds.n; i++)
+    if (ds.labels[i] >= 0 && ds.labels[i] < 3) count[ds.labels[i]]++;
+  TT_CHECK(count[0] == 3 && count[1] == 3 && count[2] == 3, "per class %d %d %d", count[0], count[1], count[2]);
+  check_colors(&ds, 12, "rgb");
+  tt_dataset_free(&ds);
+  /* grey decode: one channel */
+  memset(&w, 0, sizeof w);
+  rc = tt_dataset_load_folder(root, 1, 5, 7, &ds, &err, on_warn, &w);
+  TT_CHECK(rc == 0 && ds.n == 9 && ds.c == 1 && ds.h == 5 && ds.w == 7, "grey: %s", err.msg);
+  if (rc == 0) tt_dataset_free(&ds);
+  TT_TEST_END();
+}
+
+/* stb_image 2.27 itself rejects a PNG cut inside its data and a baseline JPEG cut anywhere
+ * ("expected marker"), but decodes a PNG cut just before its IEND chunk and a BMP cut
+ * short (missing rows read as zeros). The container checks in data_image.c catch those. */
+static void test_truncation_claims(void) {
+  tt_dataset ds;
+  tt_err err;
+  warns w;
+  FILE *f;
+  int rc;
+  TT_TEST_BEGIN("folder_truncated_files");
+  /* a list with only the truncated files: every one skipped -> error naming the list */
+  f = fopen(tpath("bad.list"), "w");
+  fprintf(f, "folder/b_green/bad_trunc.png 0\nfolder/b_green/bad_trunc.jpg 1\n");
+  fclose(f);
+  memset(&w, 0, sizeof w);
+  rc = tt_dataset_load_list(tpath("bad.list"), 3, 8, 8, &ds, &err, on_warn, &w);
+  TT_CHECK(rc != 0 && strstr(err.msg, "bad.list") && w.n == 2, "all-bad list: rc %d, %d warnings: %s", rc, w.n,
+           err.msg);
+  /* a PNG without its final IEND chunk (stb alone decodes it) */
+  {
+    void *p;
+    size_t n;
+    if (tt_read_file(tpath("folder/a_red/img0.png"), &p, &n, &err) == 0) {
+      write_bytes(tpath("noiend.png"), p, n - 12);
+      free(p);
+    }
+    f = fopen(tpath("png.list"), "w");
+    fprintf(f, "noiend.png 0\nfolder/a_red/img0.png 0\n");
+    fclose(f);
+    memset(&w, 0, sizeof w);
+    rc = tt_dataset_load_list(tpath("png.list"), 3, 8, 8, &ds, &err, on_warn, &w);
+    TT_CHECK(rc == 0 && ds.n == 1 && ds.skipped == 1 && strstr(w.all, "noiend.png: skipped (truncated PNG"),
+             "png without IEND: %s %s", err.msg, w.all);
+    if (rc == 0) tt_dataset_free(&ds);
+  }
+  /* a BMP cut short is caught by its header's size */
+  cut_copy(tpath("folder/a_red/img1.bmp"), tpath("cut.bmp"), 0.7);
+  f = fopen(tpath("bmp.list"), "w");
+  fprintf(f, "cut.bmp 0\nfolder/a_red/img1.bmp 0\n");
+  fclose(f);
+  memset(&w, 0, sizeof w);
+  rc = tt_dataset_load_list(tpath("bmp.list"), 3, 8, 8, &ds, &err, on_warn, &w);
+  TT_CHECK(rc == 0 && ds.n == 1 && ds.skipped == 1 && strstr(w.all, "cut.bmp: skipped (truncated BMP"),
+           "cut bmp: %s %s", err.msg, w.all);
+  if (rc == 0) tt_dataset_free(&ds);
+  TT_TEST_END();
+}
+
+static void test_folder_errors(void) {
+  tt_dataset ds;
+  tt_err err;
+  int rc;
+  TT_TEST_BEGIN("folder_errors");
+  mkdir(tpath("empty"), 0755);
+  rc = tt_dataset_load_folder(tpath("empty"), 3, 8, 8, &ds, &err, NULL, NULL);
+  TT_CHECK(rc != 0 && strstr(err.msg, tpath("empty")) && strstr(err.msg, "subfolder"), "empty: %s", err.msg);
+  mkdir(tpath("empty2"), 0755);
+  mkdir(tpath("empty2/cls"), 0755);
+  rc = tt_dataset_load_folder(tpath("empty2"), 3, 8, 8, &ds, &err, NULL, NULL);
+  TT_CHECK(rc != 0 && strstr(err.msg, tpath("empty2")), "no files: %s", err.msg);
+  rc = tt_dataset_load_folder(tpath("nope"), 3, 8, 8, &ds, &err, NULL, NULL);
+  TT_CHECK(rc != 0 && strstr(err.msg, tpath("nope")), "missing: %s", err.msg);
+  TT_TEST_END();
+}
+
+static void test_resize_crop(void) {
+  /* 40x20: left half black, right half white. Centre crop keeps columns 10..29, so the
+   * 10x10 result is black on the left five columns, white on the right five. */
+  unsigned char px[40 * 20];
+  tt_dataset ds;
+  tt_err err;
+  int x, y, rc, ok = 1;
+  FILE *f;
+  TT_TEST_BEGIN("folder_resize_centre_crop");
+  for (y = 0; y < 20; y++)
+    for (x = 0; x < 40; x++) px[y * 40 + x] = x < 20 ? 0 : 255;
+  stbi_write_png(tpath("half.png"), 40, 20, 1, px, 40);
+  f = fopen(tpath("half.list"), "w");
+  fprintf(f, "half.png 0\n");
+  fclose(f);
+  rc = tt_dataset_load_list(tpath("half.list"), 1, 10, 10, &ds, &err, NULL, NULL);
+  TT_CHECK(rc == 0, "%s", err.msg);
+  if (rc != 0) return;
+  for (y = 0; y < 10; y++)
+    for (x = 0; x < 10; x++) {
+      int v = ds.images[y * 10 + x];
+      if (x <= 3 && v > 20) ok = 0;
+      if (x >= 6 && v < 235) ok = 0;
+    }
+  TT_CHECK(ok, "crop: row 0 = %d %d %d %d %d %d %d %d %d %d", ds.images[0], ds.images[1], ds.images[2], ds.images[3],
+           ds.images[4], ds.images[5], ds.images[6], ds.images[7], ds.images[8], ds.images[9]);
+  tt_dataset_free(&ds);
+  TT_TEST_END();
+}
+
+static void test_list(void) {
+  tt_dataset ds;
+  tt_err err;
+  warns w;
+  FILE *f;
+  int rc;
+  TT_TEST_BEGIN("list_file");
+  f = fopen(tpath("train.list"), "w");
+  fprintf(f, "# comment\n\nfolder/a_red/img0.png 0\n  folder/c_blue/img2.jpg   2  \r\n");
+  fprintf(f, "%s 1\nfolder/b_green/notes.txt 1\n", tpath("folder/b_green/img1.bmp"));
+  fclose(f);
+  memset(&w, 0, sizeof w);
+  {
+    tt_data_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.format = TT_DATA_LIST;
+    strcpy(cfg.train, tpath("train.list"));
+    rc = tt_dataset_load(&cfg, 1, 3, 6, 6, &ds, &err, on_warn, &w);
+  }
+  TT_CHECK(rc == 0, "list: %s", err.msg);
+  if (rc != 0) return;
+  TT_CHECK(ds.n == 3 && ds.skipped == 1 && ds.classes == 3 && w.n == 1, "n %d skipped %d classes %d warns %d", ds.n,
+           ds.skipped, ds.classes, w.n);
+  TT_CHECK(ds.labels[0] == 0 && ds.labels[1] == 2 && ds.labels[2] == 1, "labels %d %d %d", ds.labels[0], ds.labels[1],
+           ds.labels[2]);
+  check_colors(&ds, 12, "list");
+  tt_dataset_free(&ds);
+  f = fopen(tpath("badlabel.list"), "w");
+  fprintf(f, "folder/a_red/img0.png 0\nfolder/a_red/img1.bmp cat\n");
+  fclose(f);
+  rc = tt_dataset_load_list(tpath("badlabel.list"), 3, 6, 6, &ds, &err, NULL, NULL);
+  TT_CHECK(rc != 0 && strstr(err.msg, "badlabel.list:2:"), "bad label: %s", err.msg);
+  f = fopen(tpath("nolabel.list"), "w");
+  fprintf(f, "folder/a_red/img0.png\n");
+  fclose(f);
+  rc = tt_dataset_load_list(tpath("nolabel.list"), 3, 6, 6, &ds, &err, NULL, NULL);
+  TT_CHECK(rc != 0 && strstr(err.msg, "nolabel.list:1:"), "no label: %s", err.msg);
+  TT_TEST_END();
+}
+
+/* ---- synthetic data and the loader ---- */
+
+static void test_synthetic(void) {
+  tt_data_cfg cfg;
+  tt_dataset a, b;
+  tt_err err;
+  int rc1, rc2;
+  TT_TEST_BEGIN("synthetic");
+  memset(&cfg, 0, sizeof cfg);
+  cfg.format = TT_DATA_SYNTHETIC;
+  rc1 = tt_dataset_load(&cfg, 1, 3, 16, 16, &a, &err, NULL, NULL);
+  rc2 = tt_dataset_load(&cfg, 1, 3, 16, 16, &b, &err, NULL, NULL);
+  TT_CHECK(rc1 == 0 && rc2 == 0, "%s", err.msg);
+  if (rc1 || rc2) return;
+  TT_CHECK(a.n == 1024 && a.classes == 10 && memcmp(a.images, b.images, (size_t)a.n * 3 * 256) == 0 &&
+               memcmp(a.labels, b.labels, sizeof(int32_t) * 1024) == 0,
+           "not deterministic or wrong size (%d)", a.n);
+  tt_dataset_free(&b);
+  rc2 = tt_dataset_load(&cfg, 0, 3, 16, 16, &b, &err, NULL, NULL);
+  TT_CHECK(rc2 == 0 && b.n == 256 && memcmp(a.images, b.images, 256) != 0, "test split");
+  tt_dataset_free(&a);
+  tt_dataset_free(&b);
+  TT_TEST_END();
+}
+
+/* Every batch of one epoch, concatenated: images then labels then counts. */
+typedef struct epoch_dump {
+  uint8_t *img;
+  int32_t *lab;
+  int *cnt;
+  int nb;
+} epoch_dump;
+
+static int run_epoch(const tt_dataset *ds, int batch, int shuffle, int pad, int flip, int threads, int epoch,
+                     int start, epoch_dump *d) {
+  tt_loader *l;
+  tt_err err;
+  const uint8_t *im;
+  const int32_t *lb;
+  int cnt, b = 0, rc;
+  size_t per = (size_t)ds->c * ds->h * ds->w;
+  double wait;
+  if (tt_loader_create(&l, ds, batch, shuffle, pad, flip, 1234, threads, &err) != 0) {
+    printf("# loader: %s\n", err.msg);
+    return -1;
+  }
+  d->nb = tt_loader_batches(l);
+  d->img = (uint8_t *)calloc((size_t)d->nb * batch, per);
+  d->lab = (int32_t *)calloc((size_t)d->nb * batch, sizeof(int32_t));
+  d->cnt = (int *)calloc((size_t)d->nb, sizeof(int));
+  tt_loader_start_epoch(l, epoch, start);
+  for (b = start; (rc = tt_loader_next(l, &im, &lb, &cnt, &wait)) == 0; b++) {
+    memcpy(d->img + (size_t)b * batch * per, im, (size_t)cnt * per);
+    memcpy(d->lab + (size_t)b * batch, lb, sizeof(int32_t) * (size_t)cnt);
+    d->cnt[b] = cnt;
+    tt_loader_release(l);
+  }
+  tt_loader_destroy(l);
+  return rc == 1 && b == d->nb ? 0 : -1;
+}
+
+static void free_dump(epoch_dump *d) {
+  free(d->img);
+  free(d->lab);
+  free(d->cnt);
+}
+
+/* Index of the dataset image equal to p, or -1. */
+static int find_image(const tt_dataset *ds, const uint8_t *p) {
+  size_t per = (size_t)ds->c * ds->h * ds->w;
+  int i;
+  for (i = 0; i < ds->n; i++)
+    if (memcmp(ds->images + per * i, p, per) == 0) return i;
+  return -1;
+}
+
+static void test_loader(void) {
+  tt_dataset ds;
+  tt_err err;
+  epoch_dump a, b, c, e, plain, flip, crop;
+  int i, j, seen_bad = 0, *seen;
+  size_t per;
+  TT_TEST_BEGIN("loader_determinism_and_order");
+  if (tt_dataset_synthetic(203, 3, 8, 8, 10, 7, &ds, &err) != 0) {
+    TT_CHECK(0, "%s", err.msg);
+    return;
+  }
+  per = (size_t)3 * 8 * 8;
+  TT_CHECK(run_epoch(&ds, 16, 1, 2, 1, 1, 3, 0, &a) == 0, "epoch with 1 thread");
+  TT_CHECK(run_epoch(&ds, 16, 1, 2, 1, 3, 3, 0, &b) == 0, "epoch with 3 threads");
+  TT_CHECK(a.nb == 12 && b.nb == 12, "train batches %d (want 203/16 = 12, last partial dropped)", a.nb);
+  TT_CHECK(memcmp(a.img, b.img, (size_t)12 * 16 * per) == 0 && memcmp(a.lab, b.lab, sizeof(int32_t) * 192) == 0,
+           "1 and 3 threads give different batches");
+  /* resume at batch 5: the same bytes as batches 5.. of the full epoch */
+  TT_CHECK(run_epoch(&ds, 16, 1, 2, 1, 2, 3, 5, &c) == 0, "resumed epoch");
+  TT_CHECK(memcmp(a.img + (size_t)5 * 16 * per, c.img + (size_t)5 * 16 * per, (size_t)7 * 16 * per) == 0 &&
+               memcmp(a.lab + 80, c.lab + 80, sizeof(int32_t) * 112) == 0,
+           "start_batch 5 differs from skipping 5 batches");
+  /* another epoch: another order */
+  TT_CHECK(run_epoch(&ds, 16, 1, 2, 1, 2, 4, 0, &e) == 0, "epoch 4");
+  TT_CHECK(memcmp(a.lab, e.lab, sizeof(int32_t) * 192) != 0, "epochs 3 and 4 have the same order");
+  free_dump(&a);
+  free_dump(&b);
+  free_dump(&c);
+  free_dump(&e);
+  /* without augmentation every sample appears at most once (exactly once when not shuffled) */
+  seen = (int *)calloc((size_t)ds.n, sizeof(int));
+  TT_CHECK(run_epoch(&ds, 16, 1, 0, 0, 3, 3, 0, &plain) == 0, "plain epoch");
+  for (i = 0; i < 192; i++) {
+    int k = find_image(&ds, plain.img + per * i);
+    if (k < 0 || seen[k] || ds.labels[k] != plain.lab[i]) seen_bad++;
+    else seen[k] = 1;
+  }
+  TT_CHECK(seen_bad == 0, "%d samples repeated or not from the dataset in a shuffled epoch", seen_bad);
+  free(seen);
+  TT_CHECK(run_epoch(&ds, 16, 0, 0, 0, 2, 0, 0, &c) == 0, "eval epoch");
+  TT_CHECK(c.nb == 13 && c.cnt[12] == 11 && memcmp(c.img, ds.images, (size_t)ds.n * per) == 0,
+           "eval: %d batches, last %d, in dataset order", c.nb, c.nb ? c.cnt[c.nb - 1] : -1);
+  free_dump(&c);
+  TT_TEST_END();
+
+  TT_TEST_BEGIN("loader_augmentation");
+  {
+    int flipped = 0, same = 0, other = 0, shifted = 0, unshifted = 0, badcrop = 0;
+    /* same seed and epoch: same order, so position j holds the same sample in all three */
+    TT_CHECK(run_epoch(&ds, 16, 1, 0, 1, 2, 3, 0, &flip) == 0, "flip epoch");
+    TT_CHECK(run_epoch(&ds, 16, 1, 2, 0, 2, 3, 0, &crop) == 0, "crop epoch");
+    for (i = 0; i < 192; i++) {
+      const uint8_t *o = plain.img + per * i, *f = flip.img + per * i, *cr = crop.img + per * i;
+      int mirror = 1, ch, y, x, dx, dy, found = 0;
+      for (ch = 0; ch < 3; ch++)
+        for (y = 0; y < 8; y++)
+          for (x = 0; x < 8; x++)
+            if (f[(ch * 8 + y) * 8 + x] != o[(ch * 8 + y) * 8 + 7 - x]) mirror = 0;
+      if (memcmp(o, f, per) == 0) same++;
+      else if (mirror) flipped++;
+      else other++;
+      for (dy = -2; dy <= 2 && !found; dy++)
+        for (dx = -2; dx <= 2 && !found; dx++) {
+          int ok = 1;
+          for (ch = 0; ch < 3 && ok; ch++)
+            for (y = 0; y < 8 && ok; y++)
+              for (x = 0; x < 8 && ok; x++) {
+                int sy = y + dy, sx = x + dx;
+                int want = (sy < 0 || sy > 7 || sx < 0 || sx > 7) ? 0 : o[(ch * 8 + sy) * 8 + sx];
+                if (cr[(ch * 8 + y) * 8 + x] != want) ok = 0;
+              }
+          if (ok) {
+            found = 1;
+            if (dx || dy) shifted++;
+            else unshifted++;
+          }
+        }
+      if (!found) badcrop++;
+    }
+    TT_CHECK(other == 0 && flipped > 60 && same > 60, "flip: %d flipped, %d unchanged, %d neither", flipped, same,
+             other);
+    TT_CHECK(badcrop == 0 && shifted > 120 && unshifted > 0, "crop: %d shifted, %d unshifted, %d not a crop", shifted,
+             unshifted, badcrop);
+    TT_CHECK(memcmp(plain.lab, flip.lab, sizeof(int32_t) * 192) == 0, "augmentation changed the order");
+    free_dump(&flip);
+    free_dump(&crop);
+  }
+  free_dump(&plain);
+  TT_TEST_END();
+
+  TT_TEST_BEGIN("loader_no_alloc_and_misuse");
+  {
+    tt_loader *l;
+    const uint8_t *im;
+    const int32_t *lb;
+    int cnt, rc, nb = 0;
+    uint64_t before, after;
+    double wait, total_wait = 0;
+    TT_CHECK(tt_loader_create(&l, &ds, 16, 1, 2, 1, 99, 3, &err) == 0, "%s", err.msg);
+    TT_CHECK(tt_loader_next(l, &im, &lb, &cnt, &wait) == -1, "next before start_epoch must fail");
+    before = tt_host_alloc_count();
+    for (j = 0; j < 3; j++) {
+      tt_loader_start_epoch(l, j, 0);
+      while ((rc = tt_loader_next(l, &im, &lb, &cnt, &wait)) == 0) {
+        total_wait += wait;
+        nb++;
+        tt_loader_release(l);
+      }
+      TT_CHECK(rc == 1, "epoch end rc %d", rc);
+    }
+    after = tt_host_alloc_count();
+    TT_CHECK(after == before, "%llu allocations during 3 epochs", (unsigned long long)(after - before));
+    TT_CHECK(nb == 36 && total_wait >= 0, "batches %d", nb);
+    tt_loader_start_epoch(l, 5, 0);
+    TT_CHECK(tt_loader_next(l, &im, &lb, &cnt, &wait) == 0, "next");
+    TT_CHECK(tt_loader_next(l, &im, &lb, &cnt, &wait) == -1, "next without release must fail");
+    TT_CHECK(tt_loader_start_epoch(l, 5, 13) == -1, "start_batch past the end must fail");
+    tt_loader_destroy(l); /* mid-epoch, workers busy: must not hang */
+    TT_CHECK(tt_loader_create(&l, &ds, 500, 1, 0, 0, 1, 1, &err) != 0 && strstr(err.msg, "203"),
+             "batch larger than the dataset: %s", err.msg);
+  }
+  TT_TEST_END();
+  tt_dataset_free(&ds);
+}
+
+int main(void) {
+  char cmd[512];
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/tt_test_data_XXXXXX");
+  if (!mkdtemp(tmpdir)) {
+    printf("FAIL test_data: cannot create a temporary directory\n");
+    return 1;
+  }
+  test_idx_small();
+  test_idx_fashion();
+  test_folder();
+  test_truncation_claims();
+  test_folder_errors();
+  test_resize_crop();
+  test_list();
+  test_synthetic();
+  test_loader();
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  if (system(cmd) != 0) printf("# could not remove %s\n", tmpdir);
+  TT_TEST_EXIT();
+}

@@ -1,0 +1,323 @@
+/* tests/test_safetensors.c — safetensors round trip and refusal of damaged files, atomic
+ * file writes, and the SVG chart.
+ * Build: gcc -std=c11 -O2 -Wall -Wextra -I. tests/test_safetensors.c core/safetensors.c
+ *        core/fileio.c core/chart.c core/util.c -lm -o /tmp/test_safetensors */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/chart.h"
+#include "core/fileio.h"
+#include "core/safetensors.h"
+#include "tests/tt_test.h"
+
+static char tmpdir[256];
+
+static const char *tpath(const char *name) {
+  static char buf[8][1024];
+  static int k;
+  char *p = buf[k++ & 7];
+  snprintf(p, 1024, "%s/%s", tmpdir, name);
+  return p;
+}
+
+/* A file with a hand-written header (padded to 8) and `data_len` data bytes. */
+static void write_raw(const char *path, const char *header, size_t data_len) {
+  size_t h = strlen(header), pad = (8 - h % 8) % 8, i;
+  unsigned char len8[8];
+  FILE *f = fopen(path, "wb");
+  for (i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)(h + pad) >> (8 * i));
+  fwrite(len8, 1, 8, f);
+  fwrite(header, 1, h, f);
+  for (i = 0; i < pad; i++) fputc(' ', f);
+  for (i = 0; i < data_len; i++) fputc((int)(i & 0xFF), f);
+  fclose(f);
+}
+
+static int refused(const char *path, const char *want, char *msg) {
+  tt_st_file *f = NULL;
+  tt_err err;
+  int rc = tt_st_open(path, &f, &err);
+  if (rc == 0) {
+    tt_st_close(f);
+    snprintf(msg, 1024, "accepted");
+    return 0;
+  }
+  snprintf(msg, 1024, "%s", err.msg);
+  return f == NULL && strstr(err.msg, path) != NULL && (!want || strstr(err.msg, want) != NULL);
+}
+
+static void test_round_trip(void) {
+  float w[6] = {1.5f, -2.f, 3.25f, 0.f, 1e-8f, -7.f};
+  uint8_t u[5] = {0, 1, 2, 254, 255};
+  int32_t s = -42;
+  uint16_t h[4] = {0x3C00, 0x4000, 0xC000, 0};
+  tt_st_tensor t[5];
+  const char *meta[] = {"format", "pt", "note", "quote\" back\\slash\nnewline \xC3\xA9", "step", "1200", NULL};
+  tt_st_file *f = NULL;
+  tt_err err;
+  const tt_st_tensor *g;
+  int rc;
+  TT_TEST_BEGIN("safetensors_round_trip");
+  memset(t, 0, sizeof t);
+  t[0].name = "conv1.weight", t[0].dtype = "F32", t[0].ndim = 2, t[0].shape[0] = 2, t[0].shape[1] = 3;
+  t[0].data = w, t[0].bytes = sizeof w;
+  t[1].name = "bytes \"odd\" name", t[1].dtype = "U8", t[1].ndim = 1, t[1].shape[0] = 5, t[1].data = u, t[1].bytes = 5;
+  t[2].name = "step", t[2].dtype = "I32", t[2].ndim = 0, t[2].data = &s, t[2].bytes = 4;
+  t[3].name = "half", t[3].dtype = "F16", t[3].ndim = 4, t[3].shape[0] = 1, t[3].shape[1] = 2, t[3].shape[2] = 2;
+  t[3].shape[3] = 1, t[3].data = h, t[3].bytes = 8;
+  t[4].name = "empty", t[4].dtype = "F32", t[4].ndim = 2, t[4].shape[0] = 0, t[4].shape[1] = 4, t[4].data = NULL;
+  t[4].bytes = 0;
+  rc = tt_st_write(tpath("a.safetensors"), t, 5, meta, &err);
+  TT_CHECK(rc == 0, "write: %s", err.msg);
+  TT_CHECK(access(tpath("a.safetensors.tmp"), F_OK) != 0, "temporary file left behind");
+  rc = tt_st_open(tpath("a.safetensors"), &f, &err);
+  TT_CHECK(rc == 0, "open: %s", err.msg);
+  if (rc != 0) return;
+  TT_CHECK(tt_st_count(f) == 5, "count %d", tt_st_count(f));
+  g = tt_st_get(f, "conv1.weight");
+  TT_CHECK(g && !strcmp(g->dtype, "F32") && g->ndim == 2 && g->shape[0] == 2 && g->shape[1] == 3 &&
+               g->bytes == 24 && !memcmp(g->data, w, 24),
+           "conv1.weight");
+  g = tt_st_get(f, "bytes \"odd\" name");
+  TT_CHECK(g && !strcmp(g->dtype, "U8") && g->bytes == 5 && !memcmp(g->data, u, 5), "escaped name");
+  g = tt_st_get(f, "step");
+  TT_CHECK(g && g->ndim == 0 && g->bytes == 4 && !memcmp(g->data, &s, 4), "scalar");
+  g = tt_st_get(f, "half");
+  TT_CHECK(g && !strcmp(g->dtype, "F16") && g->ndim == 4 && !memcmp(g->data, h, 8), "f16");
+  g = tt_st_get(f, "empty");
+  TT_CHECK(g && g->bytes == 0 && g->shape[0] == 0 && g->shape[1] == 4, "empty tensor");
+  TT_CHECK(tt_st_at(f, 0) && !strcmp(tt_st_at(f, 0)->name, "conv1.weight") && !tt_st_at(f, 5) && !tt_st_get(f, "x"),
+           "order / absent");
+  TT_CHECK(tt_st_meta(f, "format") && !strcmp(tt_st_meta(f, "format"), "pt") && tt_st_meta(f, "note") &&
+               !strcmp(tt_st_meta(f, "note"), meta[3]) && !strcmp(tt_st_meta(f, "step"), "1200") &&
+               tt_st_meta_count(f) == 3 && !tt_st_meta(f, "nope"),
+           "metadata: note = [%s]", tt_st_meta(f, "note") ? tt_st_meta(f, "note") : "(null)");
+  TT_CHECK(((uintptr_t)tt_st_get(f, "conv1.weight")->data & 7) == 0, "data not 8-byte aligned");
+  tt_st_close(f);
+  /* the header is valid JSON for python's parser too */
+  if (access("/usr/bin/python3", X_OK) == 0) {
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c \"import json,struct,sys; b=open('%s','rb').read(); n=struct.unpack('<Q',b[:8])[0]; "
+             "assert n %% 8 == 0; h=json.loads(b[8:8+n]); assert h['conv1.weight']['data_offsets']==[0,24]; "
+             "assert h['__metadata__']['step']=='1200'; "
+             "assert max(v['data_offsets'][1] for k,v in h.items() if k!='__metadata__')==len(b)-8-n\"",
+             tpath("a.safetensors"));
+    TT_CHECK(system(cmd) == 0, "python3 json could not parse the header");
+  }
+  /* writer refusals */
+  t[1].name = "conv1.weight";
+  TT_CHECK(tt_st_write(tpath("b.safetensors"), t, 2, NULL, &err) != 0 && strstr(err.msg, "twice"), "dup: %s", err.msg);
+  t[1].name = "u";
+  t[1].bytes = 4;
+  TT_CHECK(tt_st_write(tpath("b.safetensors"), t, 2, NULL, &err) != 0 && strstr(err.msg, "\"u\""), "bytes: %s",
+           err.msg);
+  t[1].bytes = 5;
+  t[1].dtype = "F31";
+  TT_CHECK(tt_st_write(tpath("b.safetensors"), t, 2, NULL, &err) != 0 && strstr(err.msg, "F31"), "dtype: %s", err.msg);
+  TT_TEST_END();
+}
+
+static void test_refusals(void) {
+  char msg[1024];
+  void *p;
+  size_t n;
+  tt_err err;
+  TT_TEST_BEGIN("safetensors_refuses_damaged_files");
+  if (tt_read_file(tpath("a.safetensors"), &p, &n, &err) != 0) {
+    TT_CHECK(0, "%s", err.msg);
+    return;
+  }
+  {
+    FILE *f = fopen(tpath("trunc1.safetensors"), "wb");
+    fwrite(p, 1, n - 1, f); /* one data byte missing */
+    fclose(f);
+    f = fopen(tpath("trunc2.safetensors"), "wb");
+    fwrite(p, 1, 40, f); /* cut inside the header */
+    fclose(f);
+    f = fopen(tpath("trunc3.safetensors"), "wb");
+    fwrite(p, 1, 5, f);
+    fclose(f);
+    f = fopen(tpath("corrupt.safetensors"), "wb");
+    ((unsigned char *)p)[8] = 'x'; /* the opening brace */
+    fwrite(p, 1, n, f);
+    fclose(f);
+  }
+  free(p);
+  TT_CHECK(refused(tpath("trunc1.safetensors"), NULL, msg), "missing data byte: %s", msg);
+  TT_CHECK(refused(tpath("trunc2.safetensors"), "header length", msg), "cut header: %s", msg);
+  TT_CHECK(refused(tpath("trunc3.safetensors"), "too short", msg), "5 bytes: %s", msg);
+  TT_CHECK(refused(tpath("corrupt.safetensors"), "corrupt", msg), "corrupt header: %s", msg);
+  TT_CHECK(refused(tpath("missing.safetensors"), NULL, msg), "missing: %s", msg);
+
+  write_raw(tpath("range.safetensors"), "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,1000]}}", 24);
+  TT_CHECK(refused(tpath("range.safetensors"), "out of range", msg), "offsets past the data: %s", msg);
+  write_raw(tpath("shape.safetensors"), "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", 20);
+  TT_CHECK(refused(tpath("shape.safetensors"), "needs 24", msg), "offsets vs shape: %s", msg);
+  write_raw(tpath("rev.safetensors"), "{\"w\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[8,4]}}", 8);
+  TT_CHECK(refused(tpath("rev.safetensors"), NULL, msg), "begin > end: %s", msg);
+  write_raw(tpath("overlap.safetensors"),
+            "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+            "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]}}",
+            6);
+  TT_CHECK(refused(tpath("overlap.safetensors"), "overlap", msg), "overlap: %s", msg);
+  write_raw(tpath("hole.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}", 8);
+  TT_CHECK(refused(tpath("hole.safetensors"), "hole", msg), "hole: %s", msg);
+  write_raw(tpath("extra.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 9);
+  TT_CHECK(refused(tpath("extra.safetensors"), NULL, msg), "trailing data: %s", msg);
+  write_raw(tpath("dtype.safetensors"), "{\"a\":{\"dtype\":\"Q4\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4);
+  TT_CHECK(refused(tpath("dtype.safetensors"), "Q4", msg), "dtype: %s", msg);
+  write_raw(tpath("neg.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[-4],\"data_offsets\":[0,4]}}", 4);
+  TT_CHECK(refused(tpath("neg.safetensors"), "shape", msg), "negative dim: %s", msg);
+  write_raw(tpath("frac.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4.5],\"data_offsets\":[0,4]}}", 4);
+  TT_CHECK(refused(tpath("frac.safetensors"), "shape", msg), "fractional dim: %s", msg);
+  write_raw(tpath("miss.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4]}}", 4);
+  TT_CHECK(refused(tpath("miss.safetensors"), "data_offsets", msg), "missing field: %s", msg);
+  write_raw(tpath("dup.safetensors"),
+            "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+            "\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]}}",
+            4);
+  TT_CHECK(refused(tpath("dup.safetensors"), "twice", msg), "duplicate name: %s", msg);
+  write_raw(tpath("meta.safetensors"), "{\"__metadata__\":{\"k\":5}}", 0);
+  TT_CHECK(refused(tpath("meta.safetensors"), "__metadata__", msg), "metadata value: %s", msg);
+  write_raw(tpath("json1.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},}", 4);
+  TT_CHECK(refused(tpath("json1.safetensors"), "corrupt", msg), "trailing comma: %s", msg);
+  write_raw(tpath("json2.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}} x", 4);
+  TT_CHECK(refused(tpath("json2.safetensors"), "after", msg), "text after: %s", msg);
+  write_raw(tpath("json3.safetensors"), "{\"a\\q\":1}", 0);
+  TT_CHECK(refused(tpath("json3.safetensors"), "escape", msg), "bad escape: %s", msg);
+  write_raw(tpath("json4.safetensors"), "[1,2]", 0);
+  TT_CHECK(refused(tpath("json4.safetensors"), "object", msg), "not an object: %s", msg);
+  {
+    /* header length far beyond the file */
+    unsigned char b[16] = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F, '{', '}', ' ', ' ', ' ', ' ', ' ', ' '};
+    FILE *f = fopen(tpath("huge.safetensors"), "wb");
+    fwrite(b, 1, 16, f);
+    fclose(f);
+    TT_CHECK(refused(tpath("huge.safetensors"), "header length", msg), "huge length: %s", msg);
+  }
+  /* a valid hand-written file with escapes and unicode is accepted */
+  {
+    tt_st_file *f = NULL;
+    write_raw(tpath("ok.safetensors"),
+              " { \"__metadata__\" : { \"u\" : \"\\u00e9\\ud83d\\ude00\\/\" } , \"a\\tb\" : { \"shape\" : [ 2 ] , "
+              "\"dtype\" : \"I16\" , \"data_offsets\" : [ 0 , 4 ] } } ",
+              4);
+    TT_CHECK(tt_st_open(tpath("ok.safetensors"), &f, &err) == 0, "valid file refused: %s", err.msg);
+    if (f) {
+      TT_CHECK(tt_st_get(f, "a\tb") && !strcmp(tt_st_meta(f, "u"), "\xC3\xA9\xF0\x9F\x98\x80/"), "decoded strings");
+      tt_st_close(f);
+    }
+  }
+  TT_TEST_END();
+}
+
+static void test_fileio(void) {
+  tt_err err;
+  const void *chunks[2];
+  size_t sizes[2];
+  void *p;
+  size_t n;
+  TT_TEST_BEGIN("fileio_atomic_and_mkdirs");
+  TT_CHECK(tt_mkdirs(tpath("x/y/z"), &err) == 0 && tt_mkdirs(tpath("x/y/z"), &err) == 0, "mkdirs: %s", err.msg);
+  chunks[0] = "hello ";
+  sizes[0] = 6;
+  chunks[1] = "world";
+  sizes[1] = 5;
+  TT_CHECK(tt_write_file_atomic(tpath("x/y/z/f.txt"), chunks, sizes, 2, &err) == 0, "write: %s", err.msg);
+  TT_CHECK(tt_read_file(tpath("x/y/z/f.txt"), &p, &n, &err) == 0 && n == 11 && !memcmp(p, "hello world", 12),
+           "read back");
+  free(p);
+  sizes[1] = 0;
+  TT_CHECK(tt_write_file_atomic(tpath("x/y/z/f.txt"), chunks, sizes, 2, &err) == 0 &&
+               tt_read_file(tpath("x/y/z/f.txt"), &p, &n, &err) == 0 && n == 6,
+           "overwrite");
+  free(p);
+  TT_CHECK(tt_write_file_atomic(tpath("no/such/dir/f"), chunks, sizes, 1, &err) != 0 && strstr(err.msg, "no/such"),
+           "bad dir: %s", err.msg);
+  TT_CHECK(tt_mkdirs(tpath("x/y/z/f.txt/sub"), &err) != 0 && strstr(err.msg, "f.txt"), "mkdirs over a file: %s",
+           err.msg);
+  TT_TEST_END();
+}
+
+static int count_of(const char *hay, const char *needle) {
+  int k = 0;
+  const char *s = hay;
+  while ((s = strstr(s, needle)) != NULL) k++, s++;
+  return k;
+}
+
+static void test_chart(void) {
+  double ep[30], tl[30], vl[30], acc[30];
+  tt_err err;
+  void *p;
+  size_t n;
+  int i;
+  TT_TEST_BEGIN("chart_svg");
+  for (i = 0; i < 30; i++) {
+    ep[i] = i + 1;
+    tl[i] = 2.3 * exp(-i / 8.0);
+    vl[i] = i == 4 ? NAN : 2.4 * exp(-i / 9.0);
+    acc[i] = 0.1 + 0.8 * (1 - exp(-i / 6.0));
+  }
+  TT_CHECK(tt_chart_svg(tpath("c30.svg"), ep, tl, vl, acc, 30, "resnet <small> & co", &err) == 0, "%s", err.msg);
+  if (tt_read_file(tpath("c30.svg"), &p, &n, &err) == 0) {
+    const char *s = (const char *)p;
+    TT_CHECK(strstr(s, "<svg") && strstr(s, "</svg>") && strstr(s, "resnet &lt;small&gt; &amp; co") &&
+                 strstr(s, "train loss") && strstr(s, "test accuracy") && strstr(s, "80%") && !strstr(s, "nan") &&
+                 !strstr(s, "inf"),
+             "content");
+    TT_CHECK(count_of(s, "<polyline") == 4, "%d polylines (train, test in two parts, accuracy)",
+             count_of(s, "<polyline"));
+    free(p);
+  }
+  TT_CHECK(tt_chart_svg(tpath("c1.svg"), ep, tl, vl, acc, 1, "one", &err) == 0, "%s", err.msg);
+  if (tt_read_file(tpath("c1.svg"), &p, &n, &err) == 0) {
+    TT_CHECK(strstr((char *)p, "<circle") && !strstr((char *)p, "nan") && !strstr((char *)p, "inf"), "n = 1");
+    free(p);
+  }
+  TT_CHECK(tt_chart_svg(tpath("c0.svg"), NULL, NULL, NULL, NULL, 0, NULL, &err) == 0, "%s", err.msg);
+  if (tt_read_file(tpath("c0.svg"), &p, &n, &err) == 0) {
+    TT_CHECK(strstr((char *)p, "no data yet") && strstr((char *)p, "</svg>") && !strstr((char *)p, "nan"), "n = 0");
+    free(p);
+  }
+  /* percent already, flat values, and a missing series */
+  for (i = 0; i < 5; i++) acc[i] = 91.5;
+  TT_CHECK(tt_chart_svg(tpath("c5.svg"), ep, tl, NULL, acc, 5, "flat", &err) == 0, "%s", err.msg);
+  if (tt_read_file(tpath("c5.svg"), &p, &n, &err) == 0) {
+    TT_CHECK(!strstr((char *)p, "9150") && !strstr((char *)p, "nan"), "percent input rescaled twice");
+    free(p);
+  }
+  if (access("/usr/bin/python3", X_OK) == 0) {
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c \"import xml.dom.minidom as m,sys; [m.parse(sys.argv[i]) for i in (1,2,3,4)]\" "
+             "%s %s %s %s",
+             tpath("c30.svg"), tpath("c1.svg"), tpath("c0.svg"), tpath("c5.svg"));
+    TT_CHECK(system(cmd) == 0, "an SVG is not well-formed XML");
+  }
+  TT_TEST_END();
+}
+
+int main(void) {
+  char cmd[512];
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/tt_test_st_XXXXXX");
+  if (!mkdtemp(tmpdir)) {
+    printf("FAIL test_safetensors: cannot create a temporary directory\n");
+    return 1;
+  }
+  test_round_trip();
+  test_refusals();
+  test_fileio();
+  test_chart();
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  if (system(cmd) != 0) printf("# could not remove %s\n", tmpdir);
+  TT_TEST_EXIT();
+}
