@@ -321,6 +321,39 @@ int tt_exec_micro_step(tt_exec *x, const uint8_t *images, const int32_t *labels,
   return exec_range(&r, 0, p->micro_end, err);
 }
 
+int tt_exec_micro_step_f32(tt_exec *x, const float *input, const int32_t *labels, int micro_index, uint64_t step,
+                           float grad_scale, tt_err *err) {
+  const tt_program *p = x->train;
+  tt_backend *be = x->be;
+  exec_run r;
+  memset(&r, 0, sizeof r);
+  r.x = x, r.p = p, r.batch = p->policy.micro_batch, r.micro_index = micro_index, r.step = step, r.grad_scale = grad_scale;
+  size_t cnt = (size_t)r.batch * tt_node_numel(&x->g->nodes[0]);
+  void *dst = tt_exec_ptr(x, p, p->value_buf[0]);
+  if (be->upload(be, tt_exec_ptr(x, p, p->labels), labels, (size_t)r.batch * sizeof(int32_t))) return -1;
+  /* stage the floats in the (larger or equal) workspace-free way: upload fp32 straight, or
+   * convert through the input buffer when the program stores fp16 */
+  if (p->policy.act_dtype == TT_F32) {
+    if (be->upload(be, dst, input, cnt * sizeof(float))) return tt_fail(err, "upload failed");
+  } else {
+    uint16_t *h = (uint16_t *)tt_malloc(cnt * 2, "test input", err);
+    if (!h) return -1;
+    for (size_t i = 0; i < cnt; i++) h[i] = tt_f32_to_f16(input[i]);
+    int rc = be->upload(be, dst, h, cnt * 2);
+    free(h);
+    if (rc) return tt_fail(err, "upload failed");
+  }
+  for (int i = 0; i < p->micro_end; i++) {
+    if (p->steps[i].op == TT_S_LOAD_INPUT) {
+      if (p->steps[i].flags & TT_SF_RECOMPUTE)
+        return tt_fail(err, "tt_exec_micro_step_f32 cannot be used when the input is recomputed");
+      continue;
+    }
+    if (exec_range(&r, i, i + 1, err)) return -1;
+  }
+  return 0;
+}
+
 int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscale, int *overflow, tt_err *err) {
   const tt_program *p = x->train;
   tt_backend *be = x->be;

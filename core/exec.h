@@ -41,6 +41,10 @@ int tt_exec_init_params(tt_exec *x, uint64_t seed, tt_err *err);
  * (loss_scale / effective_batch). micro_index 0 overwrites the gradient accumulators. */
 int tt_exec_micro_step(tt_exec *x, const uint8_t *images, const int32_t *labels, int micro_index, uint64_t step,
                        float grad_scale, tt_err *err);
+/* For tests: the same micro-step with the input given as normalised floats [batch, c, h, w]
+ * (fp32; converted when the program is fp16) instead of uint8 pixels. */
+int tt_exec_micro_step_f32(tt_exec *x, const float *input, const int32_t *labels, int micro_index, uint64_t step,
+                           float grad_scale, tt_err *err);
 /* The update phase. grad_unscale multiplies every gradient (1/loss_scale). Under fp16 the
  * overflow check runs first; if any gradient is inf/NaN the update is skipped and
  * *overflow = 1. t is the 1-based optimizer step (Adam bias correction). */

@@ -127,7 +127,7 @@ tt_backend *tt_cpu_backend_create(int threads) {
   }
   if (threads < 1) threads = 1;
   st->threads = threads;
-  openblas_set_num_threads(threads);
+  openblas_set_num_threads(1); /* we thread around single-threaded calls: see cpu_sgemm */
   b->name = "cpu";
   b->impl = st;
   b->destroy = cpu_be_destroy;

@@ -28,6 +28,38 @@
 #define CPU_CONV_CHUNK_BYTES ((size_t)32 << 20)
 #endif
 
+
+/* OpenBLAS's own threading allocates a job table on every threaded call, which would break
+ * the rule that a step allocates nothing. So OpenBLAS runs single-threaded and we split the
+ * output across OpenMP threads: each element is still one full-length dot product computed by
+ * one call, so results are deterministic for a given thread count. Row-major C = op(A) op(B). */
+static void cpu_sgemm(tt_backend *b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  int nt = tt_cpu_threads(b);
+  double work = (double)M * N * K;
+  if (nt <= 1 || work < 2e5) {
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  int split_n = N >= M;
+  int len = split_n ? N : M;
+  int chunk = (len + nt - 1) / nt;
+  chunk = (chunk + 15) & ~15; /* keep the micro-kernel's column/row blocks whole */
+  int parts = (len + chunk - 1) / chunk;
+  int t;
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (t = 0; t < parts; t++) {
+    int lo = t * chunk, cnt = len - lo < chunk ? len - lo : chunk;
+    if (split_n) {
+      const float *Bp = tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb;
+      cblas_sgemm(CblasRowMajor, ta, tb, M, cnt, K, alpha, A, lda, Bp, ldb, beta, C + lo, ldc);
+    } else {
+      const float *Ap = ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo;
+      cblas_sgemm(CblasRowMajor, ta, tb, cnt, N, K, alpha, Ap, lda, B, ldb, beta, C + (size_t)lo * ldc, ldc);
+    }
+  }
+}
+
 static size_t cpu_conv_round(size_t floats) { return (floats + 15u) & ~(size_t)15u; }
 
 typedef struct cpu_conv_plan {
@@ -245,7 +277,7 @@ int tt_cpu_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const voi
     ptrdiff_t task, ntask = (ptrdiff_t)cur * K;
     cpu_conv_im2col(b, d, dt, x, n0, cur, col);
     for (g = 0; g < G; g++)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Kg, (int)N, (int)CgRS, 1.0f, w32 + (size_t)g * Kg * CgRS,
+      cpu_sgemm(b, CblasNoTrans, CblasNoTrans, Kg, (int)N, (int)CgRS, 1.0f, w32 + (size_t)g * Kg * CgRS,
                   (int)CgRS, col + (size_t)g * CgRS * N, (int)N, 0.0f, mat + (size_t)g * Kg * N, (int)N);
 #pragma omp parallel for schedule(static) num_threads(nt)
     for (task = 0; task < ntask; task++) {
@@ -294,7 +326,7 @@ int tt_cpu_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, cons
     size_t N = (size_t)cur * PQ;
     cpu_conv_gather(b, K, PQ, dt, dy, n0, cur, mat);
     for (g = 0; g < G; g++)
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)CgRS, (int)N, Kg, 1.0f, w32 + (size_t)g * Kg * CgRS,
+      cpu_sgemm(b, CblasTrans, CblasNoTrans, (int)CgRS, (int)N, Kg, 1.0f, w32 + (size_t)g * Kg * CgRS,
                   (int)CgRS, mat + (size_t)g * Kg * N, (int)N, 0.0f, col + (size_t)g * CgRS * N, (int)N);
     cpu_conv_col2im(b, d, dt, col, n0, cur, dx, beta);
   }
@@ -358,7 +390,7 @@ int tt_cpu_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, co
     cpu_conv_im2col(b, d, dt, x, n0, cur, col);
     cpu_conv_gather(b, K, PQ, dt, dy, n0, cur, mat);
     for (g = 0; g < G; g++)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Kg, (int)CgRS, (int)N, 1.0f, mat + (size_t)g * Kg * N,
+      cpu_sgemm(b, CblasNoTrans, CblasTrans, Kg, (int)CgRS, (int)N, 1.0f, mat + (size_t)g * Kg * N,
                   (int)N, col + (size_t)g * CgRS * N, (int)N, 1.0f, dw + (size_t)g * Kg * CgRS, (int)CgRS);
   }
   if (db) cpu_conv_bias_grad(b, d->n, K, PQ, dt, dy, db, beta);
@@ -418,7 +450,7 @@ int tt_cpu_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const 
     for (i = 0; i < n; i++)
       for (o = 0; o < out; o++) y32[(size_t)i * out + o] = tt_cpu_ld(dt, bias, (size_t)o);
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x32, in, w32, in, bias ? 1.0f : 0.0f, y32,
+  cpu_sgemm(b, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x32, in, w32, in, bias ? 1.0f : 0.0f, y32,
               out);
   if (dt == TT_F16) tt_cpu_from_f32(b, dt, y32, y, (size_t)n * out);
   return 0;
@@ -432,14 +464,14 @@ int tt_cpu_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, c
   if (dt == TT_F32) {
     /* dx [n, in] = dy [n, out] * w [out, in]; zero first so beta = 0 never reads old NaNs. */
     if (beta == 0.0f) memset(dx, 0, (size_t)n * in * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, (const float *)dy, out,
+    cpu_sgemm(b, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, (const float *)dy, out,
                 (const float *)w, in, beta, (float *)dx, in);
   } else {
     float *dy32 = wsf, *w32 = dy32 + cpu_conv_round((size_t)n * out), *dx32 = w32 + cpu_conv_round((size_t)out * in);
     size_t i, cnt = (size_t)n * in;
     tt_cpu_to_f32(b, dt, dy, dy32, (size_t)n * out);
     tt_cpu_to_f32(b, dt, w, w32, (size_t)out * in);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy32, out, w32, in, 0.0f, dx32, in);
+    cpu_sgemm(b, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy32, out, w32, in, 0.0f, dx32, in);
     for (i = 0; i < cnt; i++) tt_cpu_st_beta(dt, dx, i, dx32[i], beta);
   }
   return 0;
@@ -463,7 +495,7 @@ int tt_cpu_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt,
   }
   /* dw [out, in] = beta*dw + dy^T [out, n] * x [n, in] */
   if (beta == 0.0f) memset(dw, 0, (size_t)out * in * sizeof(float));
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy32, out, x32, in, beta, dw, in);
+  cpu_sgemm(b, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy32, out, x32, in, beta, dw, in);
   if (db) cpu_conv_bias_grad(b, n, out, 1, TT_F32, dy32, db, beta);
   return 0;
 }

@@ -1,0 +1,292 @@
+/* tests/test_step.c — one training step against a PyTorch reference, and the no-allocation rule.
+ *
+ * The fixture tests/fixtures/small_cnn.safetensors was written by tests/torch_ref/make_fixture.py
+ * (PyTorch, float64 reference, stored as float32) for the net in tests/fixtures/small_cnn.recipe.
+ * This test needs no PyTorch. Tolerance: per tensor, max|ours - ref| <= 1e-5 * max|ref| + 1e-7
+ * (the fixture's own fp32-vs-fp64 noise is <= 4.3e-7 of max|ref|; the 1e-7 floor covers
+ * conv1.bias, whose true gradient is zero because batch norm follows it). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/data.h"
+#include "core/exec.h"
+#include "core/safetensors.h"
+#include "tests/tt_test.h"
+
+/* ---- counting allocator: every malloc in the process while `test_counting` is set ---- */
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+static volatile int test_counting;
+static volatile long test_allocs;
+void *malloc(size_t n) {
+  if (test_counting) __sync_fetch_and_add(&test_allocs, 1);
+  return __libc_malloc(n);
+}
+void *calloc(size_t n, size_t s) {
+  if (test_counting) __sync_fetch_and_add(&test_allocs, 1);
+  return __libc_calloc(n, s);
+}
+void *realloc(void *p, size_t n) {
+  if (test_counting) __sync_fetch_and_add(&test_allocs, 1);
+  return __libc_realloc(p, n);
+}
+void *aligned_alloc(size_t a, size_t n) {
+  if (test_counting) __sync_fetch_and_add(&test_allocs, 1);
+  return __libc_memalign(a, n);
+}
+int posix_memalign(void **p, size_t a, size_t n) {
+  if (test_counting) __sync_fetch_and_add(&test_allocs, 1);
+  *p = __libc_memalign(a, n);
+  return *p ? 0 : 12;
+}
+
+static double test_maxabs(const float *a, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++) m = fabs(a[i]) > m ? fabs(a[i]) : m;
+  return m;
+}
+
+/* Compares a host tensor with the fixture's; returns the relative error (max diff / max ref). */
+static double test_cmp(const tt_st_file *f, const char *name, const float *ours, size_t n, double abs_floor, int *ok) {
+  const tt_st_tensor *t = tt_st_get(f, name);
+  if (!t || t->bytes != n * sizeof(float)) {
+    TT_CHECK(0, "fixture tensor %s missing or of a different size", name);
+    *ok = 0;
+    return 1e9;
+  }
+  float *ref = (float *)malloc(t->bytes);
+  memcpy(ref, t->data, t->bytes);
+  double md = 0, mr = test_maxabs(ref, n);
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)ours[i] - ref[i]);
+    md = d > md ? d : md;
+  }
+  free(ref);
+  double tol = 1e-5 * mr + abs_floor;
+  if (md > tol) {
+    TT_CHECK(0, "%s: max |diff| %.3g > tolerance %.3g (max |ref| %.3g)", name, md, tol, mr);
+    *ok = 0;
+  }
+  return mr > 0 ? md / mr : md;
+}
+
+typedef struct test_net {
+  tt_model m;
+  tt_graph g;
+  tt_program p;
+  tt_backend *be;
+  tt_exec x;
+} test_net;
+
+static int test_open(test_net *t, const char *recipe, tt_opt_kind opt, tt_dtype dt, int mb, tt_err *err) {
+  memset(t, 0, sizeof *t);
+  if (tt_recipe_load(recipe, &t->m, err, NULL, NULL)) return -1;
+  t->m.train.optimizer = opt;
+  if (tt_graph_build(&t->m, &t->g, err)) return -1;
+  t->be = tt_cpu_backend_create(2);
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = mb, pol.accum_steps = 1, pol.act_dtype = dt, pol.inplace = 1, pol.training = 1;
+  if (tt_lower(&t->g, &pol, t->be, &t->p, err) || tt_program_plan(&t->p, err)) return -1;
+  return tt_exec_create(&t->x, &t->g, &t->p, NULL, t->be, 7, err);
+}
+
+static void test_close(test_net *t) {
+  tt_exec_destroy(&t->x);
+  tt_program_free(&t->p);
+  t->be->destroy(t->be);
+  tt_graph_free(&t->g);
+  tt_model_free(&t->m);
+}
+
+static int test_load_fixture_params(test_net *t, const tt_st_file *f, tt_err *err) {
+  for (int i = 0; i < t->g.nparams; i++) {
+    const tt_st_tensor *ts = tt_st_get(f, t->g.params[i].name);
+    if (!ts || ts->bytes != t->g.params[i].numel * 4) return tt_fail(err, "fixture lacks %s", t->g.params[i].name);
+    float *h = (float *)malloc(ts->bytes);
+    memcpy(h, ts->data, ts->bytes);
+    int rc = tt_exec_param_set(&t->x, i, 0, h, err);
+    free(h);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static void test_pytorch_reference(void) {
+  const char *fx = "tests/fixtures/small_cnn.safetensors", *recipe = "tests/fixtures/small_cnn.recipe";
+  tt_err err;
+  tt_st_file *f = NULL;
+  TT_TEST_BEGIN("step_matches_pytorch_loss_and_gradients");
+  if (tt_st_open(fx, &f, &err)) {
+    TT_CHECK(0, "%s", err.msg);
+    TT_TEST_END();
+    return;
+  }
+  test_net t;
+  int rc = test_open(&t, recipe, TT_OPT_SGD, TT_F32, 6, &err);
+  TT_CHECK(rc == 0, "%s", err.msg);
+  if (rc) {
+    tt_st_close(f);
+    TT_TEST_END();
+    return;
+  }
+  const tt_st_tensor *in = tt_st_get(f, "input"), *lab = tt_st_get(f, "labels");
+  float *input = (float *)malloc(in->bytes);
+  int32_t labels[6];
+  memcpy(input, in->data, in->bytes);
+  memcpy(labels, lab->data, sizeof labels);
+  TT_CHECK(test_load_fixture_params(&t, f, &err) == 0, "%s", err.msg);
+  TT_CHECK(tt_exec_stats(&t.x, NULL, 1, &err) == 0, "%s", err.msg);
+  TT_CHECK(tt_exec_micro_step_f32(&t.x, input, labels, 0, 0, 1.0f / 6.0f, &err) == 0, "%s", err.msg);
+  float st[2];
+  tt_exec_stats(&t.x, st, 1, &err);
+  float loss = st[0] / 6.0f;
+  int ok = 1;
+  double worst = test_cmp(f, "loss", &loss, 1, 0.0, &ok);
+  char name[160];
+  float *h = (float *)malloc(4096 * sizeof(float));
+  for (int i = 0; i < t.g.nparams; i++) {
+    const tt_param *p = &t.g.params[i];
+    if (!p->trainable) continue;
+    tt_exec_param_get(&t.x, i, 1, h, &err);
+    snprintf(name, sizeof name, "grad.%s", p->name);
+    double e = test_cmp(f, name, h, p->numel, 1e-7, &ok);
+    worst = e > worst && p->role != TT_PR_BIAS ? e : worst;
+  }
+  printf("  loss ours %.9f; worst gradient error %.2e of max|ref|\n", loss, worst);
+  TT_TEST_END();
+
+  TT_TEST_BEGIN("step_matches_pytorch_running_stats_and_sgd_update");
+  for (int i = 0; i < t.g.nparams; i++) {
+    const tt_param *p = &t.g.params[i];
+    if (p->role != TT_PR_BN_MEAN && p->role != TT_PR_BN_VAR) continue;
+    tt_exec_param_get(&t.x, i, 0, h, &err);
+    snprintf(name, sizeof name, "after_step.%s", p->name);
+    test_cmp(f, name, h, p->numel, 1e-7, &ok);
+  }
+  tt_opt_hparams hp;
+  memset(&hp, 0, sizeof hp);
+  hp.kind = TT_OPT_SGD, hp.lr = 0.1f, hp.momentum = 0.9f, hp.nesterov = 1, hp.weight_decay = 5e-4f;
+  int overflow = 0;
+  TT_CHECK(tt_exec_update(&t.x, &hp, 1, 1.0f, &overflow, &err) == 0, "%s", err.msg);
+  for (int i = 0; i < t.g.nparams; i++) {
+    const tt_param *p = &t.g.params[i];
+    if (!p->trainable) continue;
+    tt_exec_param_get(&t.x, i, 0, h, &err);
+    snprintf(name, sizeof name, "after_sgd.%s", p->name);
+    test_cmp(f, name, h, p->numel, 1e-7, &ok);
+  }
+  TT_TEST_END();
+  test_close(&t);
+
+  TT_TEST_BEGIN("step_matches_pytorch_adamw_update");
+  rc = test_open(&t, recipe, TT_OPT_ADAMW, TT_F32, 6, &err);
+  TT_CHECK(rc == 0, "%s", err.msg);
+  if (!rc) {
+    test_load_fixture_params(&t, f, &err);
+    TT_CHECK(tt_exec_micro_step_f32(&t.x, input, labels, 0, 0, 1.0f / 6.0f, &err) == 0, "%s", err.msg);
+    memset(&hp, 0, sizeof hp);
+    hp.kind = TT_OPT_ADAMW, hp.lr = 0.01f, hp.beta1 = 0.9f, hp.beta2 = 0.999f, hp.eps = 1e-8f, hp.weight_decay = 0.01f;
+    TT_CHECK(tt_exec_update(&t.x, &hp, 1, 1.0f, &overflow, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < t.g.nparams; i++) {
+      const tt_param *p = &t.g.params[i];
+      if (!p->trainable) continue;
+      tt_exec_param_get(&t.x, i, 0, h, &err);
+      snprintf(name, sizeof name, "after_adamw.%s", p->name);
+      /* conv1.bias: Adam divides a zero gradient's rounding noise by its own magnitude, so the
+       * reference itself moves by up to lr in either direction there (see make_fixture.py) */
+      test_cmp(f, name, h, p->numel, strcmp(p->name, "conv1.bias") ? 1e-7 : 1.1e-2, &ok);
+    }
+    test_close(&t);
+  }
+  TT_TEST_END();
+  free(h);
+  free(input);
+  tt_st_close(f);
+}
+
+/* After setup, the whole step (data loader, micro-steps, update, evaluation) allocates nothing. */
+static void test_no_allocation(tt_dtype dt, const char *name) {
+  tt_err err;
+  TT_TEST_BEGIN(name);
+  test_net t;
+  memset(&t, 0, sizeof t);
+  int rc = tt_recipe_load("examples/fashion_mnist/lenet.recipe", &t.m, &err, NULL, NULL);
+  TT_CHECK(rc == 0, "%s", err.msg);
+  if (rc) {
+    TT_TEST_END();
+    return;
+  }
+  tt_graph_build(&t.m, &t.g, &err);
+  t.be = tt_cpu_backend_create(2);
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = 32, pol.accum_steps = 2, pol.act_dtype = dt, pol.inplace = 1, pol.training = 1;
+  tt_program ev;
+  tt_lower(&t.g, &pol, t.be, &t.p, &err);
+  tt_program_plan(&t.p, &err);
+  pol.training = 0, pol.micro_batch = 64;
+  tt_lower(&t.g, &pol, t.be, &ev, &err);
+  tt_program_plan(&ev, &err);
+  rc = tt_exec_create(&t.x, &t.g, &t.p, &ev, t.be, 3, &err);
+  TT_CHECK(rc == 0, "%s", err.msg);
+  tt_exec_init_params(&t.x, 3, &err);
+  tt_dataset ds;
+  tt_dataset_synthetic(256, 1, 28, 28, 10, 5, &ds, &err);
+  tt_loader *ld = NULL;
+  tt_loader_create(&ld, &ds, 32, 1, 2, 1, 9, 2, &err);
+  tt_opt_hparams hp;
+  memset(&hp, 0, sizeof hp);
+  hp.kind = TT_OPT_SGD, hp.lr = 0.01f, hp.momentum = 0.9f;
+  long counted = -1;
+  for (int round = 0; round < 2; round++) {
+    /* round 0 warms up thread pools; round 1 is counted */
+    tt_loader_start_epoch(ld, round, 0);
+    if (round == 1) test_allocs = 0, test_counting = 1;
+    for (int step = 0; step < 2; step++) {
+      for (int k = 0; k < 2; k++) {
+        const uint8_t *img;
+        const int32_t *lab;
+        int cnt;
+        double w;
+        tt_loader_next(ld, &img, &lab, &cnt, &w);
+        rc |= tt_exec_micro_step(&t.x, img, lab, k, (uint64_t)step, 65536.0f / 64, &err);
+        tt_loader_release(ld);
+      }
+      int of = 0;
+      rc |= tt_exec_update(&t.x, &hp, step + 1, 1.0f / 65536, &of, &err);
+      const uint8_t *img;
+      const int32_t *lab;
+      int cnt;
+      double w;
+      tt_loader_next(ld, &img, &lab, &cnt, &w);
+      rc |= tt_exec_eval(&t.x, img, lab, cnt, &err);
+      tt_loader_release(ld);
+      float st[2];
+      rc |= tt_exec_stats(&t.x, st, 1, &err);
+    }
+    if (round == 1) test_counting = 0, counted = test_allocs;
+  }
+  TT_CHECK(rc == 0, "step failed: %s", err.msg);
+  TT_CHECK(counted == 0, "%ld allocations during two optimizer steps after setup", counted);
+  printf("  allocations during counted steps: %ld (host), arena %zu bytes allocated once\n", counted, t.x.arena_bytes);
+  tt_loader_destroy(ld);
+  tt_dataset_free(&ds);
+  tt_program_free(&ev);
+  test_close(&t);
+  TT_TEST_END();
+}
+
+int main(void) {
+  test_pytorch_reference();
+  test_no_allocation(TT_F32, "no_allocation_after_setup_fp32");
+  test_no_allocation(TT_F16, "no_allocation_after_setup_fp16");
+  TT_TEST_EXIT();
+}
