@@ -378,6 +378,10 @@ int tt_schedule(const tt_graph *g, tt_backend *be, const tt_sched_opts *oin, tt_
     }
   }
   free(rec);
+  /* alternatives were logged against the best so far; state them against the final choice */
+  for (int i = 0; i < r->nalts; i++)
+    snprintf(r->alts[i].why, sizeof r->alts[i].why, "fits, predicted %.0f%% slower than the chosen policy",
+             100.0 * (r->alts[i].step_ms / r->predicted_step_ms - 1.0));
   if (!have) {
     size_t need = min_arena == (size_t)-1 ? 0 : min_arena;
     tt_schedule_free(r);
