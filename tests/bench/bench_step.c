@@ -1,0 +1,75 @@
+/* tests/bench/bench_step.c — wall time of one training step (micro-step + update) and the
+ * memory it needs, for a recipe on the CPU backend. Prints numbers; never passes or fails.
+ *
+ *   build/bench/bench_step [RECIPE] [MICRO_BATCH] [STEPS] [THREADS]
+ *
+ * Defaults: examples/fashion_mnist/lenet.recipe, 128, 30, all cores. Reports the median and
+ * the spread over STEPS timed steps after 5 warm-up steps, the planned arena, and the
+ * process's peak resident memory (getrusage). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "core/data.h"
+#include "core/exec.h"
+
+static int bench_cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+  const char *recipe = argc > 1 ? argv[1] : "examples/fashion_mnist/lenet.recipe";
+  int mb = argc > 2 ? atoi(argv[2]) : 128, steps = argc > 3 ? atoi(argv[3]) : 30, threads = argc > 4 ? atoi(argv[4]) : 0;
+  tt_err err;
+  tt_model m;
+  tt_graph g;
+  tt_program p;
+  tt_exec x;
+  if (tt_recipe_load(recipe, &m, &err, NULL, NULL) || tt_graph_build(&m, &g, &err)) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 1;
+  }
+  tt_backend *be = tt_cpu_backend_create(threads);
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = mb, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 1;
+  if (tt_lower(&g, &pol, be, &p, &err) || tt_program_plan(&p, &err) || tt_exec_create(&x, &g, &p, NULL, be, 1, &err) ||
+      tt_exec_init_params(&x, 1, &err)) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 1;
+  }
+  tt_dataset ds;
+  tt_dataset_synthetic(mb, m.in_c, m.in_h, m.in_w, m.classes, 3, &ds, &err);
+  tt_opt_hparams hp;
+  memset(&hp, 0, sizeof hp);
+  hp.kind = TT_OPT_SGD, hp.lr = 0.01f, hp.momentum = 0.9f, hp.nesterov = 1;
+  double *t = (double *)malloc(sizeof(double) * (size_t)steps);
+  for (int i = -5; i < steps; i++) {
+    double t0 = tt_now();
+    int of;
+    if (tt_exec_micro_step(&x, ds.images, ds.labels, 0, (uint64_t)(i + 5), 1.0f / mb, &err) ||
+        tt_exec_update(&x, &hp, i + 6, 1.0f, &of, &err)) {
+      fprintf(stderr, "%s\n", err.msg);
+      return 1;
+    }
+    if (i >= 0) t[i] = 1e3 * (tt_now() - t0);
+  }
+  qsort(t, (size_t)steps, sizeof(double), bench_cmp);
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  printf("%s, micro-batch %d, fp32, CPU (%d threads)\n", recipe, mb, threads);
+  printf("  step wall time: median %.2f ms (min %.2f, max %.2f over %d steps) = %.0f images/s\n", t[steps / 2], t[0],
+         t[steps - 1], steps, mb / (t[steps / 2] / 1e3));
+  printf("  arena %.2f MiB (lower bound %.2f MiB); process peak resident memory %.1f MiB\n", x.arena_bytes / 1048576.0,
+         p.peak_live_bytes / 1048576.0, ru.ru_maxrss / 1024.0);
+  free(t);
+  tt_dataset_free(&ds);
+  tt_exec_destroy(&x);
+  tt_program_free(&p);
+  be->destroy(be);
+  tt_graph_free(&g);
+  tt_model_free(&m);
+  return 0;
+}
