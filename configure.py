@@ -259,12 +259,10 @@ def main():
         gencode = " ".join("-gencode arch=compute_%s,code=sm_%s" % (a, a) for a in arch)
         nvflags = "%s -std=c++17 %s -I. -I%s/include -I%s -DTT_HAVE_CUDA=1 -Xcompiler -fopenmp" % (
             "-O0 -g" if args.debug else "-O2", gencode, cuda["home"], cuda["cudnn"]["inc"])
-        libs += " -L%s -L%s -Wl,-rpath,%s -Wl,-rpath,%s -lcudnn -lcublas -lcudart -lnvidia-ml -lstdc++" % (
+        # NVML (libnvidia-ml, part of the driver) is opened with dlopen at run time, and
+        # libcudart loads libcuda itself, so the binary starts on a machine without a driver.
+        libs += " -L%s -L%s -Wl,-rpath,%s -Wl,-rpath,%s -lcudnn -lcublas -lcudart -ldl -lstdc++" % (
             cuda["libdir"], cuda["cudnn"]["lib"], cuda["libdir"], cuda["cudnn"]["lib"])
-        stubs = os.path.join(cuda["libdir"], "stubs")
-        if os.path.isdir(stubs):
-            # libnvidia-ml ships with the driver; the stub lets a GPU-less build machine link.
-            libs += " -L%s" % stubs
 
     lib_src = sources(LIB_DIRS, ".c")
     cu_src = sources(["kernels/cuda"], ".cu") if use_cuda else []

@@ -38,6 +38,12 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
     return tt_fail(err, "could not allocate the %zu-byte arena on %s: %s", x->arena_bytes, be->name,
                    be->last_error ? be->last_error(be) : "");
   }
+  /* persistent state (loss statistics, optimizer state) starts from zero, not from whatever
+   * the allocator handed back; transient buffers are always written before they are read */
+  if (be->zero(be, x->base, x->persistent_bytes)) {
+    tt_exec_destroy(x);
+    return tt_fail(err, "zeroing the arena on %s failed: %s", be->name, be->last_error ? be->last_error(be) : "");
+  }
   return 0;
 }
 

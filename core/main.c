@@ -31,7 +31,9 @@ static void main_usage(FILE *f, const char *cmd) {
 }
 
 static int main_bad(const char *cmd, const char *why, const char *arg) {
-  fprintf(stderr, "tinytrain: %s%s%s (tinytrain %s--help)\n", why, arg ? ": " : "", arg ? arg : "", cmd ? "plan " : "");
+  int sub = cmd && strcmp(cmd, "train"); /* plan and eval have their own --help */
+  fprintf(stderr, "tinytrain: %s%s%s (tinytrain %s%s--help)\n", why, arg ? ": " : "", arg ? arg : "", sub ? cmd : "",
+          sub ? " " : "");
   return 2;
 }
 

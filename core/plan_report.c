@@ -8,7 +8,7 @@
 int tt_parse_size(const char *str, size_t *bytes) {
   char *end;
   double v = strtod(str, &end);
-  if (end == str || v < 0) return -1;
+  if (end == str || !(v >= 0)) return -1; /* !(v >= 0) also rejects nan */
   double mul = 1.0;
   switch (*end) {
     case 'k': case 'K': mul = 1024.0, end++; break;
@@ -20,6 +20,7 @@ int tt_parse_size(const char *str, size_t *bytes) {
   if (mul > 1.0 && *end == 'i') end++;
   if (*end == 'B' || *end == 'b') end++;
   if (*end) return -1;
+  if (v * mul >= 18446744073709551616.0) return -1; /* does not fit in size_t: (size_t) would be undefined */
   *bytes = (size_t)(v * mul);
   return *bytes ? 0 : -1;
 }

@@ -112,7 +112,9 @@ void tt_session_close(tt_session *s) {
 
 const char *tt_build_info(void) {
 #ifdef TT_HAVE_CUDA
-  return "backends: cpu (OpenBLAS), cuda (" TT_CUDA_INFO ")";
+  static char buf[256];
+  snprintf(buf, sizeof buf, "backends: cpu (OpenBLAS), cuda (%s)", tt_cuda_info());
+  return buf;
 #else
   return "backends: cpu (OpenBLAS); built without CUDA";
 #endif

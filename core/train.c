@@ -182,6 +182,8 @@ static int train_body(tt_run_opts *o, train_res *R, FILE *out, tt_err *err) {
 
   tt_loader *tl = R->tl, *el = R->el;
   int epochs = o->epochs > 0 ? o->epochs : tc->epochs;
+  tt_train_cfg sched_cfg = *tc; /* the schedule (cosine length) spans the epochs of this run, --epochs included */
+  sched_cfg.epochs = epochs;
   int batches = tt_loader_batches(tl);
   int steps_per_epoch = batches / accum;
   if (steps_per_epoch < 1) {
@@ -195,6 +197,9 @@ static int train_body(tt_run_opts *o, train_res *R, FILE *out, tt_err *err) {
   int log_every = tc->log_every > 0 ? tc->log_every : 100;
   double final_loss = 0.0, final_acc = 0.0;
   int stopped = 0;
+  /* the arena is not zeroed: clear the loss/accuracy sums before the first step accumulates */
+  if (tt_exec_stats(&s->x, NULL, 1, err)) return -1;
+  if (o->max_steps > 0 && st.step >= o->max_steps) stopped = 1; /* resumed at the limit already: no step */
   for (int epoch = st.epoch; epoch < epochs && !stopped; epoch++) {
     int start_batch = epoch == st.epoch ? st.batch_in_epoch : 0;
     tt_loader_start_epoch(tl, epoch, start_batch);
@@ -203,7 +208,7 @@ static int train_body(tt_run_opts *o, train_res *R, FILE *out, tt_err *err) {
     int step_in_epoch = start_batch / accum;
     int skipped_before = (int)st.loss_scale.skipped;
     for (; step_in_epoch < steps_per_epoch; step_in_epoch++) {
-      double lr = tt_lr_at(tc, (double)epoch + (double)step_in_epoch / steps_per_epoch);
+      double lr = tt_lr_at(&sched_cfg, (double)epoch + (double)step_in_epoch / steps_per_epoch);
       float gscale = st.loss_scale.scale / (float)(mb * accum);
       for (int k = 0; k < accum; k++) {
         const uint8_t *img;

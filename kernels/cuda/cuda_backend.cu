@@ -1,0 +1,320 @@
+/* kernels/cuda/cuda_backend.cu — the CUDA backend's table, device, memory and streams.
+ *
+ * One compute stream runs every kernel, cuDNN and cuBLAS call and the uploads (so an upload
+ * is ordered before the ops that read it; from pageable memory cudaMemcpyAsync returns once
+ * the host buffer has been staged, so the caller may reuse it). Downloads run on the copy
+ * stream after an event recorded on the compute stream, and are waited for. The arena is one
+ * cudaMalloc per arena_alloc (execution calls it once); alloc_count counts them.
+ *
+ * The reserve (context + cuBLAS + cuDNN) is measured with NVML, loaded with dlopen so that a
+ * machine without the driver can still run the binary (and the CPU backend).
+ */
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+#include "tt_cuda.h"
+
+int tt_cuda_fail(tt_backend *b, const char *fmt, ...) {
+  if (b && b->impl) {
+    tt_cuda_state *st = tt_cuda_st(b);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st->err.msg, sizeof st->err.msg, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+/* ------------------------------------- NVML ------------------------------------------- */
+
+typedef struct cuda_nvml_memory {
+  unsigned long long total, free, used;
+} cuda_nvml_memory;
+typedef int (*cuda_nvml_init_fn)(void);
+typedef int (*cuda_nvml_by_bus_fn)(const char *, void **);
+typedef int (*cuda_nvml_getmem_fn)(void *, cuda_nvml_memory *);
+
+/* Opens NVML and finds the device with the given PCI bus id; 0 on success. */
+static int cuda_nvml_open(tt_cuda_state *st, const char *bus_id) {
+  void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  cuda_nvml_init_fn init;
+  cuda_nvml_by_bus_fn by_bus;
+  void *dev = NULL;
+  if (!lib) return -1;
+  init = (cuda_nvml_init_fn)dlsym(lib, "nvmlInit_v2");
+  by_bus = (cuda_nvml_by_bus_fn)dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
+  st->nvml_getmem = dlsym(lib, "nvmlDeviceGetMemoryInfo");
+  if (!init || !by_bus || !st->nvml_getmem || init() != 0 || by_bus(bus_id, &dev) != 0 || !dev) {
+    dlclose(lib);
+    st->nvml_getmem = NULL;
+    return -1;
+  }
+  st->nvml_lib = lib;
+  st->nvml_dev = dev;
+  return 0;
+}
+
+static int cuda_nvml_used(tt_cuda_state *st, size_t *used, size_t *total) {
+  cuda_nvml_memory m;
+  if (!st->nvml_lib || ((cuda_nvml_getmem_fn)st->nvml_getmem)(st->nvml_dev, &m) != 0) return -1;
+  *used = (size_t)m.used;
+  if (total) *total = (size_t)m.total;
+  return 0;
+}
+
+static void cuda_nvml_close(tt_cuda_state *st) {
+  if (st->nvml_lib) {
+    int (*shutdown)(void) = (int (*)(void))dlsym(st->nvml_lib, "nvmlShutdown");
+    if (shutdown) shutdown();
+    dlclose(st->nvml_lib);
+  }
+  st->nvml_lib = st->nvml_dev = st->nvml_getmem = NULL;
+}
+
+/* --------------------------------- table entries -------------------------------------- */
+
+static void cuda_be_destroy(tt_backend *b) {
+  tt_cuda_state *st;
+  if (!b) return;
+  st = tt_cuda_st(b);
+  if (st) {
+    /* Teardown: errors cannot be reported any more, but are still looked at. */
+    if (st->compute && cudaStreamSynchronize(st->compute) != cudaSuccess) (void)cudaGetLastError();
+    tt_cuda_conv_cache_destroy(b);
+    if (st->dnn && cudnnDestroy(st->dnn) != CUDNN_STATUS_SUCCESS) fprintf(stderr, "cuda: cudnnDestroy failed\n");
+    if (st->blas && cublasDestroy(st->blas) != CUBLAS_STATUS_SUCCESS) fprintf(stderr, "cuda: cublasDestroy failed\n");
+    if (st->ev && cudaEventDestroy(st->ev) != cudaSuccess) (void)cudaGetLastError();
+    if (st->copy && cudaStreamDestroy(st->copy) != cudaSuccess) (void)cudaGetLastError();
+    if (st->compute && cudaStreamDestroy(st->compute) != cudaSuccess) (void)cudaGetLastError();
+    cuda_nvml_close(st);
+    free(st);
+  }
+  free(b);
+}
+
+static const char *cuda_be_last_error(tt_backend *b) {
+  if (!b || !b->impl) return "no backend";
+  return tt_cuda_st(b)->err.msg;
+}
+
+static void *cuda_be_arena_alloc(tt_backend *b, size_t bytes) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  void *p = NULL;
+  cudaError_t e;
+  size_t sz = (bytes + 255u) & ~(size_t)255u;
+  if (sz == 0) sz = 256;
+  st->alloc_count++;
+  e = cudaMalloc(&p, sz);
+  if (e != cudaSuccess) {
+    size_t fr = 0, tot = 0;
+    (void)cudaGetLastError();
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) (void)cudaGetLastError();
+    tt_cuda_fail(b, "cudaMalloc(%zu bytes) failed: %s (device has %.1f MiB free of %.1f MiB); lower --vram or the batch",
+                 sz, cudaGetErrorString(e), fr / 1048576.0, tot / 1048576.0);
+    return NULL;
+  }
+  st->arena_bytes += sz;
+  return p;
+}
+
+static void cuda_be_arena_free(tt_backend *b, void *p) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  if (!p) return;
+  if (cudaStreamSynchronize(st->compute) != cudaSuccess) (void)cudaGetLastError();
+  if (cudaFree(p) != cudaSuccess) {
+    tt_cuda_fail(b, "cudaFree failed: %s", cudaGetErrorString(cudaGetLastError()));
+    return;
+  }
+  st->arena_bytes = 0;
+}
+
+static int cuda_be_upload(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  if (!bytes) return 0;
+  if (!dst_dev || !src_host) return tt_cuda_fail(b, "upload: NULL pointer for %zu bytes", bytes);
+  CUDA_CHECK(b, cudaMemcpyAsync(dst_dev, src_host, bytes, cudaMemcpyHostToDevice, st->compute));
+  return 0;
+}
+
+static int cuda_be_download(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  if (!bytes) return 0;
+  if (!dst_host || !src_dev) return tt_cuda_fail(b, "download: NULL pointer for %zu bytes", bytes);
+  CUDA_CHECK(b, cudaEventRecord(st->ev, st->compute));
+  CUDA_CHECK(b, cudaStreamWaitEvent(st->copy, st->ev, 0));
+  CUDA_CHECK(b, cudaMemcpyAsync(dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, st->copy));
+  CUDA_CHECK(b, cudaStreamSynchronize(st->copy));
+  return 0;
+}
+
+static int cuda_be_zero(tt_backend *b, void *p, size_t bytes) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  if (!bytes) return 0;
+  if (!p) return tt_cuda_fail(b, "zero: NULL pointer for %zu bytes", bytes);
+  CUDA_CHECK(b, cudaMemsetAsync(p, 0, bytes, st->compute));
+  return 0;
+}
+
+static int cuda_be_sync(tt_backend *b) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  CUDA_CHECK(b, cudaStreamSynchronize(st->compute));
+  CUDA_CHECK(b, cudaStreamSynchronize(st->copy));
+  return 0;
+}
+
+/* ------------------------------------ public ------------------------------------------ */
+
+extern "C" int tt_cuda_device_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError(); /* no driver / no device: not an error for `auto` */
+    return 0;
+  }
+  return n;
+}
+
+extern "C" const char *tt_cuda_info(void) {
+  static char buf[160];
+  int rt = 0;
+  size_t dnn = cudnnGetVersion();
+  int bmaj = 0, bmin = 0, bpat = 0;
+  if (cudaRuntimeGetVersion(&rt) != cudaSuccess) (void)cudaGetLastError();
+  if (cublasGetProperty(MAJOR_VERSION, &bmaj) != CUBLAS_STATUS_SUCCESS ||
+      cublasGetProperty(MINOR_VERSION, &bmin) != CUBLAS_STATUS_SUCCESS ||
+      cublasGetProperty(PATCH_LEVEL, &bpat) != CUBLAS_STATUS_SUCCESS)
+    bmaj = bmin = bpat = 0;
+  /* cuDNN 9 encodes major*10000 + minor*100 + patch */
+  snprintf(buf, sizeof buf, "CUDA runtime %d.%d, cuDNN %zu.%zu.%zu, cuBLAS %d.%d.%d", rt / 1000, (rt % 1000) / 10,
+           dnn / 10000, (dnn % 10000) / 100, dnn % 100, bmaj, bmin, bpat);
+  return buf;
+}
+
+extern "C" size_t tt_cuda_alloc_count(tt_backend *b) {
+  return (b && b->impl && b->name && !strcmp(b->name, "cuda")) ? tt_cuda_st(b)->alloc_count : 0;
+}
+
+extern "C" int tt_cuda_mem_used(tt_backend *b, size_t *used, size_t *total) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  size_t fr = 0, tot = 0;
+  if (cuda_nvml_used(st, used, total) == 0) return 0;
+  CUDA_CHECK(b, cudaMemGetInfo(&fr, &tot));
+  *used = tot - fr;
+  if (total) *total = tot;
+  return 0;
+}
+
+/* Creation steps that record into b (so CUDA_CHECK can be used); the caller copies the
+ * message into err on failure. */
+static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  char bus[64];
+  size_t before = 0, after = 0, fr = 0, tot = 0;
+  int have_nvml;
+  cudaDeviceProp prop;
+  CUDA_CHECK(b, cudaDeviceGetPCIBusId(bus, (int)sizeof bus, st->device));
+  have_nvml = cuda_nvml_open(st, bus) == 0 && cuda_nvml_used(st, &before, NULL) == 0;
+  CUDA_CHECK(b, cudaSetDevice(st->device));
+  CUDA_CHECK(b, cudaFree(0)); /* creates the primary context */
+  CUDA_CHECK(b, cudaGetDeviceProperties(&prop, st->device));
+  if (prop.major < 7)
+    return tt_cuda_fail(b, "CUDA device %d (%s) has compute capability %d.%d; tinytrain needs 7.0 or newer",
+                        st->device, prop.name, prop.major, prop.minor);
+  CUDA_CHECK(b, cudaStreamCreateWithFlags(&st->compute, cudaStreamNonBlocking));
+  CUDA_CHECK(b, cudaStreamCreateWithFlags(&st->copy, cudaStreamNonBlocking));
+  CUDA_CHECK(b, cudaEventCreateWithFlags(&st->ev, cudaEventDisableTiming));
+  CUBLAS_CHECK(b, cublasCreate(&st->blas));
+  CUBLAS_CHECK(b, cublasSetStream(st->blas, st->compute));
+  /* No cuBLAS-owned workspace: GEMMs get the planned buffer (or none). */
+  CUBLAS_CHECK(b, cublasSetWorkspace(st->blas, NULL, 0));
+  /* fp32 GEMMs in true fp32 (no TF32); fp16 GEMMs still use tensor cores via GemmEx. */
+  CUBLAS_CHECK(b, cublasSetMathMode(st->blas, CUBLAS_DEFAULT_MATH));
+  CUBLAS_CHECK(b, cublasSetPointerMode(st->blas, CUBLAS_POINTER_MODE_HOST));
+  CUDNN_CHECK(b, cudnnCreate(&st->dnn));
+  CUDNN_CHECK(b, cudnnSetStream(st->dnn, st->compute));
+  if (tt_cuda_conv_cache_create(b)) return -1;
+  CUDA_CHECK(b, cudaDeviceSynchronize());
+  CUDA_CHECK(b, cudaMemGetInfo(&fr, &tot));
+  st->total_mem = tot;
+  /* cuDNN workspace cap: a convolution's algorithm is chosen among those needing at most
+   * this much (64 MiB, or 1/64 of the card on small cards). */
+  st->ws_cap = tot / 64;
+  if (st->ws_cap > ((size_t)64 << 20)) st->ws_cap = (size_t)64 << 20;
+  if (have_nvml && cuda_nvml_used(st, &after, NULL) == 0 && after >= before)
+    *reserve_bytes = after - before;
+  else
+    *reserve_bytes = tot - fr; /* everything in use on the device: conservative */
+  return 0;
+}
+
+extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, tt_err *err) {
+  int count = 0;
+  size_t reserve = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  tt_backend *b;
+  tt_cuda_state *st;
+  if (e != cudaSuccess || count <= 0) {
+    (void)cudaGetLastError();
+    tt_fail(err, "no CUDA device (cudaGetDeviceCount: %s); use --device cpu or --device auto",
+            e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return NULL;
+  }
+  b = (tt_backend *)calloc(1, sizeof *b);
+  st = (tt_cuda_state *)calloc(1, sizeof *st);
+  if (!b || !st) {
+    free(b);
+    free(st);
+    tt_fail(err, "out of host memory creating the CUDA backend");
+    return NULL;
+  }
+  b->name = "cuda";
+  b->impl = st;
+  b->destroy = cuda_be_destroy;
+  b->last_error = cuda_be_last_error;
+  st->device = 0;
+  if (cuda_be_setup(b, &reserve)) {
+    tt_fail(err, "CUDA backend: %s", st->err.msg);
+    cuda_be_destroy(b);
+    return NULL;
+  }
+  if (reserve_bytes) *reserve_bytes = reserve;
+  b->arena_alloc = cuda_be_arena_alloc;
+  b->arena_free = cuda_be_arena_free;
+  b->upload = cuda_be_upload;
+  b->download = cuda_be_download;
+  b->zero = cuda_be_zero;
+  b->sync = cuda_be_sync;
+  b->conv_workspace = tt_cuda_conv_workspace;
+  b->linear_workspace = tt_cuda_linear_workspace;
+  b->conv_fwd = tt_cuda_conv_fwd;
+  b->conv_bwd_data = tt_cuda_conv_bwd_data;
+  b->conv_bwd_filter = tt_cuda_conv_bwd_filter;
+  b->linear_fwd = tt_cuda_linear_fwd;
+  b->linear_bwd_data = tt_cuda_linear_bwd_data;
+  b->linear_bwd_filter = tt_cuda_linear_bwd_filter;
+  b->bn_fwd_train = tt_cuda_bn_fwd_train;
+  b->bn_fwd_infer = tt_cuda_bn_fwd_infer;
+  b->bn_bwd = tt_cuda_bn_bwd;
+  b->pool_fwd = tt_cuda_pool_fwd;
+  b->pool_bwd = tt_cuda_pool_bwd;
+  b->gap_fwd = tt_cuda_gap_fwd;
+  b->gap_bwd = tt_cuda_gap_bwd;
+  b->act_fwd = tt_cuda_act_fwd;
+  b->act_bwd = tt_cuda_act_bwd;
+  b->add = tt_cuda_add;
+  b->accumulate = tt_cuda_accumulate;
+  b->dropout_fwd = tt_cuda_dropout_fwd;
+  b->dropout_bwd = tt_cuda_dropout_bwd;
+  b->channel_copy = tt_cuda_channel_copy;
+  b->cast = tt_cuda_cast;
+  b->normalize_u8 = tt_cuda_normalize_u8;
+  b->softmax_ce = tt_cuda_softmax_ce;
+  b->sgd_update = tt_cuda_sgd_update;
+  b->adam_update = tt_cuda_adam_update;
+  b->check_finite = tt_cuda_check_finite;
+  return b;
+}

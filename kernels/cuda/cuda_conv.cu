@@ -1,0 +1,310 @@
+/* kernels/cuda/cuda_conv.cu — convolution through cuDNN (legacy convolution API).
+ *
+ * Per shape (tt_conv_desc + dtype) a cache slot holds the tensor/filter/convolution
+ * descriptors and, per direction, the algorithm: the first of cudnnGet*Algorithm_v7's
+ * heuristic ranking that succeeds and whose workspace (cudnnGet*WorkspaceSize, exact) is at
+ * most st->ws_cap; if none fits, the one with the least workspace. *_workspace() returns the
+ * bytes of that choice (plus, for fp16 backward-filter, an fp16 copy of dw: cuDNN writes dw in
+ * the tensor dtype, and the backend accumulates it into the fp32 gradient). If the planned
+ * buffer turns out smaller at run time the choice is redone within ws_bytes.
+ *
+ * fp32 uses CUDNN_FMA_MATH (no TF32, so results match the CPU backend to ~1e-5); fp16 stores
+ * half, computes in fp32 (PSEUDO_HALF) and may use tensor cores. Bias add and bias gradient
+ * are the backend's own kernels.
+ */
+#include <string.h>
+
+#include "cuda_internal.h"
+
+static size_t cuda_conv_round(size_t v) { return (v + 255u) & ~(size_t)255u; }
+
+static int cuda_conv_check(tt_backend *b, const char *op, const tt_conv_desc *d, tt_dtype dt) {
+  if (!d) return tt_cuda_fail(b, "%s: NULL conv desc", op);
+  if (dt != TT_F32 && dt != TT_F16) return tt_cuda_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->k <= 0 || d->r <= 0 || d->s <= 0 || d->stride_h <= 0 ||
+      d->stride_w <= 0 || d->pad_h < 0 || d->pad_w < 0 || d->groups <= 0 || d->c % d->groups || d->k % d->groups)
+    return tt_cuda_fail(b, "%s: bad conv desc (n=%d c=%d h=%d w=%d k=%d r=%d s=%d groups=%d)", op, d->n, d->c, d->h,
+                        d->w, d->k, d->r, d->s, d->groups);
+  if (d->p != (d->h + 2 * d->pad_h - d->r) / d->stride_h + 1 || d->q != (d->w + 2 * d->pad_w - d->s) / d->stride_w + 1 ||
+      d->p <= 0 || d->q <= 0)
+    return tt_cuda_fail(b, "%s: output %dx%d does not match input %dx%d, filter %dx%d, stride %dx%d, pad %dx%d", op,
+                        d->p, d->q, d->h, d->w, d->r, d->s, d->stride_h, d->stride_w, d->pad_h, d->pad_w);
+  return 0;
+}
+
+int tt_cuda_conv_cache_create(tt_backend *b) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  int i;
+  st->conv = (tt_cuda_conv_slot *)calloc(TT_CUDA_CONV_SLOTS, sizeof *st->conv);
+  if (!st->conv) return tt_cuda_fail(b, "out of host memory for the convolution cache");
+  for (i = 0; i < TT_CUDA_CONV_SLOTS; i++) {
+    tt_cuda_conv_slot *s = &st->conv[i];
+    CUDNN_CHECK(b, cudnnCreateTensorDescriptor(&s->x));
+    CUDNN_CHECK(b, cudnnCreateTensorDescriptor(&s->y));
+    CUDNN_CHECK(b, cudnnCreateTensorDescriptor(&s->bias));
+    CUDNN_CHECK(b, cudnnCreateFilterDescriptor(&s->w));
+    CUDNN_CHECK(b, cudnnCreateConvolutionDescriptor(&s->conv));
+    st->nconv = i + 1;
+  }
+  return 0;
+}
+
+void tt_cuda_conv_cache_destroy(tt_backend *b) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  int i;
+  if (!st->conv) return;
+  for (i = 0; i < TT_CUDA_CONV_SLOTS; i++) {
+    tt_cuda_conv_slot *s = &st->conv[i];
+    /* teardown: a failure here cannot be acted on */
+    if (s->x) (void)cudnnDestroyTensorDescriptor(s->x);
+    if (s->y) (void)cudnnDestroyTensorDescriptor(s->y);
+    if (s->bias) (void)cudnnDestroyTensorDescriptor(s->bias);
+    if (s->w) (void)cudnnDestroyFilterDescriptor(s->w);
+    if (s->conv) (void)cudnnDestroyConvolutionDescriptor(s->conv);
+  }
+  free(st->conv);
+  st->conv = NULL;
+  st->nconv = 0;
+}
+
+static int cuda_conv_same(const tt_conv_desc *a, const tt_conv_desc *c) {
+  return a->n == c->n && a->c == c->c && a->h == c->h && a->w == c->w && a->k == c->k && a->r == c->r && a->s == c->s &&
+         a->stride_h == c->stride_h && a->stride_w == c->stride_w && a->pad_h == c->pad_h && a->pad_w == c->pad_w &&
+         a->groups == c->groups && a->p == c->p && a->q == c->q;
+}
+
+/* Finds or fills the slot for (d, dt). */
+static tt_cuda_conv_slot *cuda_conv_slot(tt_backend *b, const tt_conv_desc *d, tt_dtype dt) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  tt_cuda_conv_slot *s = NULL, *lru = NULL;
+  cudnnDataType_t ct = dt == TT_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+  cudnnStatus_t e;
+  int i, on, oc, oh, ow;
+  for (i = 0; i < st->nconv; i++) {
+    tt_cuda_conv_slot *c = &st->conv[i];
+    if (c->used && c->dt == dt && cuda_conv_same(&c->d, d)) {
+      c->last_use = ++st->tick;
+      return c;
+    }
+    if (!lru || !c->used || (lru->used && c->last_use < lru->last_use)) lru = c;
+  }
+  s = lru;
+  if (!s) {
+    tt_cuda_fail(b, "conv: no convolution cache");
+    return NULL;
+  }
+  s->used = 0;
+  memset(s->have, 0, sizeof s->have);
+#define CUDA_CONV_TRY(call)                                                                  \
+  do {                                                                                       \
+    e = (call);                                                                              \
+    if (e != CUDNN_STATUS_SUCCESS) {                                                         \
+      tt_cuda_fail(b, "%s failed: %s", #call, cudnnGetErrorString(e));                       \
+      return NULL;                                                                           \
+    }                                                                                        \
+  } while (0)
+  CUDA_CONV_TRY(cudnnSetTensor4dDescriptor(s->x, CUDNN_TENSOR_NCHW, ct, d->n, d->c, d->h, d->w));
+  CUDA_CONV_TRY(cudnnSetTensor4dDescriptor(s->y, CUDNN_TENSOR_NCHW, ct, d->n, d->k, d->p, d->q));
+  CUDA_CONV_TRY(cudnnSetTensor4dDescriptor(s->bias, CUDNN_TENSOR_NCHW, ct, 1, d->k, 1, 1));
+  CUDA_CONV_TRY(cudnnSetFilter4dDescriptor(s->w, ct, CUDNN_TENSOR_NCHW, d->k, d->c / d->groups, d->r, d->s));
+  CUDA_CONV_TRY(cudnnSetConvolution2dDescriptor(s->conv, d->pad_h, d->pad_w, d->stride_h, d->stride_w, 1, 1,
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  CUDA_CONV_TRY(cudnnSetConvolutionGroupCount(s->conv, d->groups));
+  CUDA_CONV_TRY(cudnnSetConvolutionMathType(s->conv, dt == TT_F16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  CUDA_CONV_TRY(cudnnGetConvolution2dForwardOutputDim(s->conv, s->x, s->w, &on, &oc, &oh, &ow));
+#undef CUDA_CONV_TRY
+  if (on != d->n || oc != d->k || oh != d->p || ow != d->q) {
+    tt_cuda_fail(b, "conv: cuDNN output shape [%d, %d, %d, %d] differs from the desc's [%d, %d, %d, %d]", on, oc, oh, ow,
+                 d->n, d->k, d->p, d->q);
+    return NULL;
+  }
+  s->d = *d;
+  s->dt = dt;
+  s->used = 1;
+  s->last_use = ++st->tick;
+  return s;
+}
+
+/* Math type an algorithm may run with: fp32 never with tensor cores (TF32). */
+static int cuda_conv_math_ok(tt_dtype dt, cudnnMathType_t m) {
+  return dt == TT_F16 || (m != CUDNN_TENSOR_OP_MATH && m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
+}
+
+/* Chooses the algorithm of direction `which` for slot s among those needing <= limit bytes.
+ * Writes *algo, *math, *bytes; 0 on success. */
+static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind which, size_t limit, int *algo,
+                            cudnnMathType_t *math, size_t *bytes) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  int nret = 0, i, best = -1, least = -1;
+  size_t best_ws = 0, least_ws = 0;
+  cudnnMathType_t best_m = CUDNN_DEFAULT_MATH, least_m = CUDNN_DEFAULT_MATH;
+  cudnnMathType_t base = s->dt == TT_F16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+  CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, base));
+  if (which == TT_WS_FWD) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    CUDNN_CHECK(b, cudnnGetConvolutionForwardAlgorithm_v7(st->dnn, s->x, s->w, s->conv, s->y,
+                                                          CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nret, perf));
+    for (i = 0; i < nret; i++) {
+      size_t ws = 0;
+      if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(s->dt, perf[i].mathType)) continue;
+      CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, s->dt == TT_F16 ? perf[i].mathType : base));
+      if (cudnnGetConvolutionForwardWorkspaceSize(st->dnn, s->x, s->w, s->conv, s->y, perf[i].algo, &ws) !=
+          CUDNN_STATUS_SUCCESS)
+        continue;
+      if (least < 0 || ws < least_ws) least = (int)perf[i].algo, least_ws = ws, least_m = perf[i].mathType;
+      if (best < 0 && ws <= limit) best = (int)perf[i].algo, best_ws = ws, best_m = perf[i].mathType;
+    }
+  } else if (which == TT_WS_BWD_DATA) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    CUDNN_CHECK(b, cudnnGetConvolutionBackwardDataAlgorithm_v7(st->dnn, s->w, s->y, s->conv, s->x,
+                                                               CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nret, perf));
+    for (i = 0; i < nret; i++) {
+      size_t ws = 0;
+      if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(s->dt, perf[i].mathType)) continue;
+      CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, s->dt == TT_F16 ? perf[i].mathType : base));
+      if (cudnnGetConvolutionBackwardDataWorkspaceSize(st->dnn, s->w, s->y, s->conv, s->x, perf[i].algo, &ws) !=
+          CUDNN_STATUS_SUCCESS)
+        continue;
+      if (least < 0 || ws < least_ws) least = (int)perf[i].algo, least_ws = ws, least_m = perf[i].mathType;
+      if (best < 0 && ws <= limit) best = (int)perf[i].algo, best_ws = ws, best_m = perf[i].mathType;
+    }
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    CUDNN_CHECK(b, cudnnGetConvolutionBackwardFilterAlgorithm_v7(st->dnn, s->x, s->y, s->conv, s->w,
+                                                                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nret, perf));
+    for (i = 0; i < nret; i++) {
+      size_t ws = 0;
+      if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(s->dt, perf[i].mathType)) continue;
+      CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, s->dt == TT_F16 ? perf[i].mathType : base));
+      if (cudnnGetConvolutionBackwardFilterWorkspaceSize(st->dnn, s->x, s->y, s->conv, s->w, perf[i].algo, &ws) !=
+          CUDNN_STATUS_SUCCESS)
+        continue;
+      if (least < 0 || ws < least_ws) least = (int)perf[i].algo, least_ws = ws, least_m = perf[i].mathType;
+      if (best < 0 && ws <= limit) best = (int)perf[i].algo, best_ws = ws, best_m = perf[i].mathType;
+    }
+  }
+  if (best < 0) best = least, best_ws = least_ws, best_m = least_m;
+  if (best < 0)
+    return tt_cuda_fail(b, "conv: cuDNN has no %s algorithm for n=%d c=%d %dx%d k=%d %dx%d groups=%d (%s)",
+                        which == TT_WS_FWD ? "forward" : which == TT_WS_BWD_DATA ? "backward-data" : "backward-filter",
+                        s->d.n, s->d.c, s->d.h, s->d.w, s->d.k, s->d.r, s->d.s, s->d.groups,
+                        s->dt == TT_F16 ? "fp16" : "fp32");
+  *algo = best;
+  *math = s->dt == TT_F16 ? best_m : base;
+  *bytes = best_ws;
+  return 0;
+}
+
+/* Extra bytes the backend itself needs in front of cuDNN's workspace. */
+static size_t cuda_conv_extra(const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which) {
+  if (which == TT_WS_BWD_FILTER && dt == TT_F16)
+    return cuda_conv_round((size_t)d->k * (d->c / d->groups) * d->r * d->s * sizeof(__half));
+  return 0;
+}
+
+/* Slot + algorithm for a run with ws_bytes available; *cudnn_ws receives cuDNN's part. */
+static tt_cuda_conv_slot *cuda_conv_prepare(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which,
+                                            size_t avail, int *algo, size_t *cudnn_ws) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  tt_cuda_conv_slot *s = cuda_conv_slot(b, d, dt);
+  cudnnMathType_t m;
+  cudnnStatus_t e;
+  if (!s) return NULL;
+  if (!s->have[which]) {
+    if (cuda_conv_choose(b, s, which, st->ws_cap, &s->algo[which], &s->math[which], &s->cudnn_ws[which])) return NULL;
+    s->have[which] = 1;
+  }
+  *algo = s->algo[which];
+  *cudnn_ws = s->cudnn_ws[which];
+  m = s->math[which];
+  if (*cudnn_ws > avail) { /* the planned buffer is smaller than what was asked: choose within it */
+    if (cuda_conv_choose(b, s, which, avail, algo, &m, cudnn_ws)) return NULL;
+    if (*cudnn_ws > avail) {
+      tt_cuda_fail(b, "conv: workspace too small: needs %zu bytes, given %zu", *cudnn_ws, avail);
+      return NULL;
+    }
+  }
+  e = cudnnSetConvolutionMathType(s->conv, m);
+  if (e != CUDNN_STATUS_SUCCESS) {
+    tt_cuda_fail(b, "cudnnSetConvolutionMathType failed: %s", cudnnGetErrorString(e));
+    return NULL;
+  }
+  return s;
+}
+
+size_t tt_cuda_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which) {
+  int algo;
+  size_t ws = 0;
+  if (cuda_conv_check(b, "conv_workspace", d, dt)) return 0;
+  if (which != TT_WS_FWD && which != TT_WS_BWD_DATA && which != TT_WS_BWD_FILTER) return 0;
+  if (!cuda_conv_prepare(b, d, dt, which, (size_t)-1, &algo, &ws)) return 0;
+  return ws ? cuda_conv_round(ws) + cuda_conv_extra(d, dt, which) : cuda_conv_extra(d, dt, which);
+}
+
+int tt_cuda_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
+                     const void *bias, void *y, void *ws, size_t ws_bytes) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  tt_cuda_conv_slot *s;
+  int algo;
+  size_t need;
+  float one = 1.0f, zero = 0.0f;
+  if (cuda_conv_check(b, "conv_fwd", d, dt)) return -1;
+  if (!x || !w || !y) return tt_cuda_fail(b, "conv_fwd: NULL x, w or y");
+  if (!ws) ws_bytes = 0;
+  s = cuda_conv_prepare(b, d, dt, TT_WS_FWD, ws_bytes, &algo, &need);
+  if (!s) return -1;
+  CUDNN_CHECK(b, cudnnConvolutionForward(st->dnn, &one, s->x, x, s->w, w, s->conv, (cudnnConvolutionFwdAlgo_t)algo,
+                                         need ? ws : NULL, need, &zero, s->y, y));
+  if (bias) return tt_cuda_add_bias(b, "conv_fwd", d->n, d->k, (size_t)d->p * d->q, dt, bias, y);
+  return 0;
+}
+
+int tt_cuda_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *dy, const void *w,
+                          void *dx, float beta, void *ws, size_t ws_bytes) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  tt_cuda_conv_slot *s;
+  int algo;
+  size_t need;
+  float one = 1.0f;
+  if (cuda_conv_check(b, "conv_bwd_data", d, dt)) return -1;
+  if (!dy || !w || !dx) return tt_cuda_fail(b, "conv_bwd_data: NULL dy, w or dx");
+  if (!ws) ws_bytes = 0;
+  s = cuda_conv_prepare(b, d, dt, TT_WS_BWD_DATA, ws_bytes, &algo, &need);
+  if (!s) return -1;
+  CUDNN_CHECK(b, cudnnConvolutionBackwardData(st->dnn, &one, s->w, w, s->y, dy, s->conv,
+                                              (cudnnConvolutionBwdDataAlgo_t)algo, need ? ws : NULL, need, &beta, s->x,
+                                              dx));
+  return 0;
+}
+
+int tt_cuda_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *dy,
+                            float *dw, float *db, float beta, void *ws, size_t ws_bytes) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  tt_cuda_conv_slot *s;
+  int algo;
+  size_t need, extra = cuda_conv_extra(d, dt, TT_WS_BWD_FILTER);
+  float one = 1.0f, zero = 0.0f;
+  char *cws;
+  if (cuda_conv_check(b, "conv_bwd_filter", d, dt)) return -1;
+  if (!x || !dy || !dw) return tt_cuda_fail(b, "conv_bwd_filter: NULL x, dy or dw");
+  if (!ws) ws_bytes = 0;
+  if (ws_bytes < extra)
+    return tt_cuda_fail(b, "conv_bwd_filter: workspace too small: needs at least %zu bytes, given %zu", extra, ws_bytes);
+  s = cuda_conv_prepare(b, d, dt, TT_WS_BWD_FILTER, ws_bytes - extra, &algo, &need);
+  if (!s) return -1;
+  cws = (char *)ws + extra;
+  if (dt == TT_F32) {
+    CUDNN_CHECK(b, cudnnConvolutionBackwardFilter(st->dnn, &one, s->x, x, s->y, dy, s->conv,
+                                                  (cudnnConvolutionBwdFilterAlgo_t)algo, need ? cws : NULL, need, &beta,
+                                                  s->w, dw));
+  } else {
+    /* cuDNN writes dw in half into the front of the workspace; accumulate into fp32 dw. */
+    size_t wcount = (size_t)d->k * (d->c / d->groups) * d->r * d->s;
+    CUDNN_CHECK(b, cudnnConvolutionBackwardFilter(st->dnn, &one, s->x, x, s->y, dy, s->conv,
+                                                  (cudnnConvolutionBwdFilterAlgo_t)algo, need ? cws : NULL, need, &zero,
+                                                  s->w, ws));
+    if (tt_cuda_accum_to_f32(b, "conv_bwd_filter", wcount, TT_F16, ws, dw, beta)) return -1;
+  }
+  if (db) return tt_cuda_channel_sum(b, "conv_bwd_filter", d->n, d->k, (size_t)d->p * d->q, dt, dy, db, beta);
+  return 0;
+}

@@ -1,0 +1,484 @@
+/* kernels/cuda/cuda_elementwise.cu — the backend's own kernels: activations, add,
+ * accumulate, dropout (the CPU backend's counter hash, bit for bit), channel copy, cast,
+ * input normalisation, the finite check, bias add / bias gradient helpers, softmax
+ * cross-entropy and the optimizer updates.
+ *
+ * Elementwise kernels are grid-stride loops, one element per iteration, computing in fp32
+ * exactly the expression the CPU backend computes (so results agree to rounding: nvcc may
+ * contract a*b+c into an fma). Reductions run in one block per output with a fixed-order
+ * tree, so they are deterministic.
+ */
+#include <math.h>
+
+#include "cuda_internal.h"
+
+#define CUDA_EW_LOOP(i, count) \
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count); i += (size_t)blockDim.x * gridDim.x)
+
+static int cuda_ew_dt(tt_backend *b, const char *op, tt_dtype dt) {
+  if (dt != TT_F32 && dt != TT_F16) return tt_cuda_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  return 0;
+}
+
+static cudaStream_t cuda_ew_stream(tt_backend *b) { return tt_cuda_st(b)->compute; }
+
+/* ------------------------------------ helpers ----------------------------------------- */
+
+__global__ void cuda_ew_add_bias_k(size_t count, size_t hw, int c, tt_dtype dt, const void *bias, void *y) {
+  CUDA_EW_LOOP(i, count) {
+    int ch = (int)((i / hw) % (size_t)c);
+    tt_cuda_st(dt, y, i, tt_cuda_ld(dt, y, i) + tt_cuda_ld(dt, bias, ch));
+  }
+}
+
+int tt_cuda_add_bias(tt_backend *b, const char *op, int n, int c, size_t hw, tt_dtype dt, const void *bias, void *y) {
+  size_t count = (size_t)n * c * hw;
+  if (!count) return 0;
+  cuda_ew_add_bias_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, hw, c, dt, bias, y);
+  CUDA_LAUNCH_CHECK(b, op);
+  return 0;
+}
+
+/* One block per channel. */
+__global__ void cuda_ew_channel_sum_k(int n, int c, size_t hw, tt_dtype dt, const void *t, float *out, float beta) {
+  __shared__ double sh[33];
+  int ch = blockIdx.x;
+  size_t m = (size_t)n * hw;
+  float part = 0.0f;
+  for (size_t idx = threadIdx.x; idx < m; idx += blockDim.x) {
+    size_t s = idx / hw, k = idx - s * hw;
+    part += tt_cuda_ld(dt, t, (s * c + ch) * hw + k);
+  }
+  double tot = tt_cuda_block_sum((double)part, sh);
+  if (threadIdx.x == 0) out[ch] = beta != 0.0f ? beta * out[ch] + (float)tot : (float)tot;
+}
+
+int tt_cuda_channel_sum(tt_backend *b, const char *op, int n, int c, size_t hw, tt_dtype dt, const void *t, float *out,
+                        float beta) {
+  if (c <= 0) return 0;
+  cuda_ew_channel_sum_k<<<c, TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(n, c, hw, dt, t, out, beta);
+  CUDA_LAUNCH_CHECK(b, op);
+  return 0;
+}
+
+__global__ void cuda_ew_accum_f32_k(size_t count, tt_dtype dt, const void *x, float *y, float beta) {
+  CUDA_EW_LOOP(i, count) {
+    float v = tt_cuda_ld(dt, x, i);
+    y[i] = beta != 0.0f ? beta * y[i] + v : v;
+  }
+}
+
+int tt_cuda_accum_to_f32(tt_backend *b, const char *op, size_t count, tt_dtype dt, const void *x, float *y, float beta) {
+  if (!count) return 0;
+  cuda_ew_accum_f32_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, dt, x, y, beta);
+  CUDA_LAUNCH_CHECK(b, op);
+  return 0;
+}
+
+/* ---------------------------------- activations --------------------------------------- */
+
+__device__ __forceinline__ float cuda_ew_act(tt_act a, float v) {
+  switch (a) {
+    case TT_ACT_RELU: return (v > 0.0f || v != v) ? v : 0.0f;
+    case TT_ACT_RELU6: return v != v ? v : (v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v));
+    default: return v / (1.0f + expf(-v));
+  }
+}
+
+__device__ __forceinline__ float cuda_ew_act_grad(tt_act a, float saved, float g) {
+  switch (a) {
+    case TT_ACT_RELU: return saved > 0.0f ? g : 0.0f;
+    case TT_ACT_RELU6: return (saved > 0.0f && saved < 6.0f) ? g : 0.0f;
+    default: {
+      float s = 1.0f / (1.0f + expf(-saved));
+      return g * s * (1.0f + saved * (1.0f - s));
+    }
+  }
+}
+
+__global__ void cuda_ew_act_fwd_k(tt_act a, size_t count, tt_dtype dt, const void *x, void *y) {
+  CUDA_EW_LOOP(i, count) tt_cuda_st(dt, y, i, cuda_ew_act(a, tt_cuda_ld(dt, x, i)));
+}
+
+__global__ void cuda_ew_act_bwd_k(tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy, void *dx,
+                                  float beta) {
+  CUDA_EW_LOOP(i, count) {
+    float v = cuda_ew_act_grad(a, tt_cuda_ld(dt, saved, i), tt_cuda_ld(dt, dy, i));
+    tt_cuda_st_beta(dt, dx, i, v, beta);
+  }
+}
+
+int tt_cuda_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y) {
+  if (cuda_ew_dt(b, "act_fwd", dt)) return -1;
+  if (a != TT_ACT_RELU && a != TT_ACT_RELU6 && a != TT_ACT_SILU)
+    return tt_cuda_fail(b, "act_fwd: unknown activation %d", (int)a);
+  if (!count) return 0;
+  if (!x || !y) return tt_cuda_fail(b, "act_fwd: NULL x or y");
+  cuda_ew_act_fwd_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(a, count, dt, x, y);
+  CUDA_LAUNCH_CHECK(b, "act_fwd");
+  return 0;
+}
+
+int tt_cuda_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy, void *dx,
+                    float beta) {
+  if (cuda_ew_dt(b, "act_bwd", dt)) return -1;
+  if (a != TT_ACT_RELU && a != TT_ACT_RELU6 && a != TT_ACT_SILU)
+    return tt_cuda_fail(b, "act_bwd: unknown activation %d", (int)a);
+  if (!count) return 0;
+  if (!saved || !dy || !dx) return tt_cuda_fail(b, "act_bwd: NULL saved, dy or dx");
+  if (dx == dy && beta != 0.0f)
+    return tt_cuda_fail(b, "act_bwd: dx may alias dy only when beta == 0 (beta=%g)", (double)beta);
+  cuda_ew_act_bwd_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(a, count, dt, saved, dy, dx, beta);
+  CUDA_LAUNCH_CHECK(b, "act_bwd");
+  return 0;
+}
+
+/* ------------------------------- add / accumulate ------------------------------------- */
+
+__global__ void cuda_ew_add_k(size_t count, tt_dtype dt, const void *a, const void *b2, void *y) {
+  CUDA_EW_LOOP(i, count) tt_cuda_st(dt, y, i, tt_cuda_ld(dt, a, i) + tt_cuda_ld(dt, b2, i));
+}
+
+int tt_cuda_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y) {
+  if (cuda_ew_dt(b, "add", dt)) return -1;
+  if (!count) return 0;
+  if (!a || !b2 || !y) return tt_cuda_fail(b, "add: NULL a, b2 or y");
+  cuda_ew_add_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, dt, a, b2, y);
+  CUDA_LAUNCH_CHECK(b, "add");
+  return 0;
+}
+
+__global__ void cuda_ew_accumulate_k(size_t count, tt_dtype dt, const void *x, void *y, float beta) {
+  CUDA_EW_LOOP(i, count) tt_cuda_st_beta(dt, y, i, tt_cuda_ld(dt, x, i), beta);
+}
+
+int tt_cuda_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta) {
+  if (cuda_ew_dt(b, "accumulate", dt)) return -1;
+  if (!count) return 0;
+  if (!x || !y) return tt_cuda_fail(b, "accumulate: NULL x or y");
+  cuda_ew_accumulate_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, dt, x, y, beta);
+  CUDA_LAUNCH_CHECK(b, "accumulate");
+  return 0;
+}
+
+/* ------------------------------------ dropout ----------------------------------------- */
+
+/* tt_cpu_dropout_hash (kernels/cpu/cpu_internal.h), bit for bit. */
+__device__ __forceinline__ uint64_t cuda_ew_dropout_hash(uint64_t seed, uint64_t i) {
+  uint64_t z = seed ^ (i * 0x9E3779B97F4A7C15ull);
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static int cuda_ew_dropout_params(tt_backend *b, const char *op, float p, uint32_t *thr, float *scale, int *all_drop) {
+  if (!(p >= 0.0f && p <= 1.0f))
+    return tt_cuda_fail(b, "%s: dropout probability %g is outside [0, 1]", op, (double)p);
+  *all_drop = p >= 1.0f;
+  *thr = *all_drop ? 0u : (uint32_t)((double)p * 4294967296.0);
+  *scale = *all_drop ? 0.0f : 1.0f / (1.0f - p);
+  return 0;
+}
+
+/* beta < 0 marks the forward (plain store); otherwise the backward's beta store. */
+__global__ void cuda_ew_dropout_k(size_t count, tt_dtype dt, uint32_t thr, float scale, int all_drop, uint64_t seed,
+                                  const void *x, void *y, float beta, int fwd) {
+  CUDA_EW_LOOP(i, count) {
+    int keep = !all_drop && (uint32_t)(cuda_ew_dropout_hash(seed, (uint64_t)i) >> 32) >= thr;
+    float v = keep ? tt_cuda_ld(dt, x, i) * scale : 0.0f;
+    if (fwd)
+      tt_cuda_st(dt, y, i, v);
+    else
+      tt_cuda_st_beta(dt, y, i, v, beta);
+  }
+}
+
+int tt_cuda_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y) {
+  uint32_t thr = 0;
+  float scale = 0.0f;
+  int all_drop = 0;
+  if (cuda_ew_dt(b, "dropout_fwd", dt)) return -1;
+  if (cuda_ew_dropout_params(b, "dropout_fwd", p, &thr, &scale, &all_drop)) return -1;
+  if (!count) return 0;
+  if (!x || !y) return tt_cuda_fail(b, "dropout_fwd: NULL x or y");
+  cuda_ew_dropout_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, dt, thr, scale, all_drop,
+                                                                                       seed, x, y, 0.0f, 1);
+  CUDA_LAUNCH_CHECK(b, "dropout_fwd");
+  return 0;
+}
+
+int tt_cuda_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy, void *dx,
+                        float beta) {
+  uint32_t thr = 0;
+  float scale = 0.0f;
+  int all_drop = 0;
+  if (cuda_ew_dt(b, "dropout_bwd", dt)) return -1;
+  if (cuda_ew_dropout_params(b, "dropout_bwd", p, &thr, &scale, &all_drop)) return -1;
+  if (!count) return 0;
+  if (!dy || !dx) return tt_cuda_fail(b, "dropout_bwd: NULL dy or dx");
+  if (dx == dy && beta != 0.0f) return tt_cuda_fail(b, "dropout_bwd: dx may alias dy only when beta == 0");
+  cuda_ew_dropout_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, dt, thr, scale, all_drop,
+                                                                                       seed, dy, dx, beta, 0);
+  CUDA_LAUNCH_CHECK(b, "dropout_bwd");
+  return 0;
+}
+
+/* --------------------------------- channel copy / cast -------------------------------- */
+
+__global__ void cuda_ew_channel_copy_k(size_t count, int nc, size_t hw, tt_dtype dt, const void *src, int src_c,
+                                       int src_off, void *dst, int dst_c, int dst_off, float beta) {
+  CUDA_EW_LOOP(i, count) {
+    size_t k = i % hw, t = i / hw;
+    int ch = (int)(t % (size_t)nc);
+    size_t s = t / (size_t)nc;
+    size_t so = (s * src_c + src_off + ch) * hw + k, d0 = (s * dst_c + dst_off + ch) * hw + k;
+    if (beta == 0.0f) {
+      if (dt == TT_F16)
+        ((__half *)dst)[d0] = ((const __half *)src)[so];
+      else
+        ((float *)dst)[d0] = ((const float *)src)[so];
+    } else {
+      tt_cuda_st_beta(dt, dst, d0, tt_cuda_ld(dt, src, so), beta);
+    }
+  }
+}
+
+int tt_cuda_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *src, int src_c, int src_off, void *dst,
+                         int dst_c, int dst_off, int nc, float beta) {
+  size_t count = (size_t)(n > 0 ? n : 0) * (nc > 0 ? nc : 0) * (hw > 0 ? hw : 0);
+  if (cuda_ew_dt(b, "channel_copy", dt)) return -1;
+  if (n < 0 || hw < 0 || nc < 0 || src_off < 0 || dst_off < 0 || src_off + nc > src_c || dst_off + nc > dst_c)
+    return tt_cuda_fail(b,
+                        "channel_copy: block [%d, %d+%d) does not fit src (%d channels) or [%d, %d+%d) dst (%d)",
+                        src_off, src_off, nc, src_c, dst_off, dst_off, nc, dst_c);
+  if (!count) return 0;
+  if (!src || !dst) return tt_cuda_fail(b, "channel_copy: NULL src or dst");
+  cuda_ew_channel_copy_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(
+      count, nc, (size_t)hw, dt, src, src_c, src_off, dst, dst_c, dst_off, beta);
+  CUDA_LAUNCH_CHECK(b, "channel_copy");
+  return 0;
+}
+
+__global__ void cuda_ew_cast_k(size_t count, tt_dtype sdt, const void *src, tt_dtype ddt, void *dst) {
+  CUDA_EW_LOOP(i, count) tt_cuda_st(ddt, dst, i, tt_cuda_ld(sdt, src, i));
+}
+
+int tt_cuda_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst) {
+  if (cuda_ew_dt(b, "cast", src_dt) || cuda_ew_dt(b, "cast", dst_dt)) return -1;
+  if (!count) return 0;
+  if (!src || !dst) return tt_cuda_fail(b, "cast: NULL src or dst");
+  if (src_dt == dst_dt) {
+    if (src != dst)
+      CUDA_CHECK(b, cudaMemcpyAsync(dst, src, count * tt_dtype_size(src_dt), cudaMemcpyDeviceToDevice, cuda_ew_stream(b)));
+    return 0;
+  }
+  if (src == dst)
+    return tt_cuda_fail(b, "cast: %s cannot run in place", src_dt == TT_F16 ? "fp16 -> fp32" : "fp32 -> fp16");
+  cuda_ew_cast_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, src_dt, src, dst_dt, dst);
+  CUDA_LAUNCH_CHECK(b, "cast");
+  return 0;
+}
+
+/* ---------------------------------- normalize_u8 -------------------------------------- */
+
+typedef struct cuda_ew_norm_params {
+  float mean[TT_CUDA_MAX_NORM_CH], std[TT_CUDA_MAX_NORM_CH];
+} cuda_ew_norm_params;
+
+__global__ void cuda_ew_normalize_k(size_t count, int c, size_t hw, const uint8_t *src, cuda_ew_norm_params pr,
+                                    tt_dtype dt, void *dst) {
+  CUDA_EW_LOOP(i, count) {
+    int ch = (int)((i / hw) % (size_t)c);
+    tt_cuda_st(dt, dst, i, ((float)src[i] / 255.0f - pr.mean[ch]) / pr.std[ch]);
+  }
+}
+
+int tt_cuda_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean, const float *std,
+                         tt_dtype dt, void *dst) {
+  cuda_ew_norm_params pr;
+  size_t count;
+  int ch;
+  if (cuda_ew_dt(b, "normalize_u8", dt)) return -1;
+  if (n < 0 || c <= 0 || hw < 0) return tt_cuda_fail(b, "normalize_u8: bad shape n=%d c=%d hw=%d", n, c, hw);
+  if (c > TT_CUDA_MAX_NORM_CH)
+    return tt_cuda_fail(b, "normalize_u8: %d channels; the CUDA backend takes at most %d", c, TT_CUDA_MAX_NORM_CH);
+  count = (size_t)n * c * hw;
+  if (!count) return 0;
+  if (!src || !mean || !std || !dst) return tt_cuda_fail(b, "normalize_u8: NULL src, mean, std or dst");
+  /* mean and std are host arrays (the recipe's); they travel by value. */
+  for (ch = 0; ch < c; ch++) pr.mean[ch] = mean[ch], pr.std[ch] = std[ch];
+  cuda_ew_normalize_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, c, (size_t)hw, src, pr,
+                                                                                         dt, dst);
+  CUDA_LAUNCH_CHECK(b, "normalize_u8");
+  return 0;
+}
+
+/* --------------------------------- check_finite --------------------------------------- */
+
+__global__ void cuda_ew_check_finite_k(size_t count, tt_dtype dt, const void *x, int32_t *flag) {
+  int bad = 0;
+  CUDA_EW_LOOP(i, count) {
+    if (dt == TT_F32)
+      bad |= (((const uint32_t *)x)[i] & 0x7f800000u) == 0x7f800000u;
+    else
+      bad |= (((const uint16_t *)x)[i] & 0x7c00u) == 0x7c00u;
+  }
+  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr((int *)flag, 1);
+}
+
+int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag) {
+  if (cuda_ew_dt(b, "check_finite", dt)) return -1;
+  if (!flag || (count && !x)) return tt_cuda_fail(b, "check_finite: NULL x or flag");
+  if (!count) return 0;
+  cuda_ew_check_finite_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, dt, x, flag);
+  CUDA_LAUNCH_CHECK(b, "check_finite");
+  return 0;
+}
+
+/* ------------------------------- softmax cross-entropy -------------------------------- */
+
+#define CUDA_CE_THREADS 1024
+
+/* One block; warp w handles samples w, w + nwarps, ...; each lane strides the classes. The
+ * per-warp loss and correct sums (double) are combined in warp order, so stats are
+ * deterministic. A label outside [0, classes) makes the loss NaN (the device cannot
+ * return an error; the CPU backend fails instead). */
+__global__ void cuda_ce_k(int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels, float smoothing,
+                          float grad_scale, void *dlogits, float *stats) {
+  __shared__ double sh_loss[32], sh_corr[32];
+  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  double wl = 0.0, wc = 0.0;
+  float on = 1.0f - smoothing, off_t = smoothing / (float)classes;
+  for (int smp = wid; smp < n; smp += nw) {
+    size_t off = (size_t)smp * classes;
+    int y = labels[smp], arg = -1, j, o;
+    float mx = 0.0f;
+    double sum = 0.0, zsum = 0.0, lse;
+    /* first maximum: per lane, then across lanes preferring the lower index on ties */
+    for (j = lane; j < classes; j += 32) {
+      float v = tt_cuda_ld(dt, logits, off + j);
+      if (arg < 0 || v > mx) mx = v, arg = j;
+    }
+    for (o = 16; o > 0; o >>= 1) {
+      float omx = __shfl_down_sync(0xffffffffu, mx, o);
+      int oarg = __shfl_down_sync(0xffffffffu, arg, o);
+      if (oarg >= 0 && (arg < 0 || omx > mx || (omx == mx && oarg < arg))) mx = omx, arg = oarg;
+    }
+    mx = __shfl_sync(0xffffffffu, mx, 0);
+    arg = __shfl_sync(0xffffffffu, arg, 0);
+    for (j = lane; j < classes; j += 32) {
+      float v = tt_cuda_ld(dt, logits, off + j);
+      sum += exp((double)v - (double)mx);
+      zsum += v;
+    }
+    for (o = 16; o > 0; o >>= 1) {
+      sum += __shfl_down_sync(0xffffffffu, sum, o);
+      zsum += __shfl_down_sync(0xffffffffu, zsum, o);
+    }
+    sum = __shfl_sync(0xffffffffu, sum, 0);
+    zsum = __shfl_sync(0xffffffffu, zsum, 0);
+    lse = (double)mx + log(sum);
+    if (lane == 0) {
+      if (y < 0 || y >= classes) {
+        wl += nan("");
+      } else {
+        wl += (double)on * (lse - (double)tt_cuda_ld(dt, logits, off + y)) + (double)off_t * ((double)classes * lse - zsum);
+        wc += arg == y ? 1.0 : 0.0;
+      }
+    }
+    if (dlogits) {
+      double inv = 1.0 / sum;
+      for (j = lane; j < classes; j += 32) {
+        float p = (float)(exp((double)tt_cuda_ld(dt, logits, off + j) - (double)mx) * inv);
+        float t = off_t + (j == y ? on : 0.0f);
+        tt_cuda_st(dt, dlogits, off + j, (p - t) * grad_scale);
+      }
+    }
+  }
+  if (lane == 0) sh_loss[wid] = wl, sh_corr[wid] = wc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double l = 0.0, c = 0.0;
+    for (int w = 0; w < nw; w++) l += sh_loss[w], c += sh_corr[w];
+    stats[0] += (float)l;
+    stats[1] += (float)c;
+  }
+}
+
+int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
+                       float smoothing, float grad_scale, void *dlogits, float *stats) {
+  if (cuda_ew_dt(b, "softmax_ce", dt)) return -1;
+  if (n <= 0 || classes <= 0) return tt_cuda_fail(b, "softmax_ce: bad shape n=%d classes=%d", n, classes);
+  if (!logits || !labels || !stats) return tt_cuda_fail(b, "softmax_ce: NULL logits, labels or stats");
+  if (!(smoothing >= 0.0f && smoothing <= 1.0f))
+    return tt_cuda_fail(b, "softmax_ce: label smoothing %g is outside [0, 1]", (double)smoothing);
+  cuda_ce_k<<<1, CUDA_CE_THREADS, 0, cuda_ew_stream(b)>>>(n, classes, dt, logits, labels, smoothing, grad_scale, dlogits,
+                                                          stats);
+  CUDA_LAUNCH_CHECK(b, "softmax_ce");
+  return 0;
+}
+
+/* ---------------------------------- optimizers ---------------------------------------- */
+
+__global__ void cuda_opt_sgd_k(size_t count, float *w, const float *g, float *m, float lr, float momentum, int nesterov,
+                               float weight_decay, float grad_scale) {
+  CUDA_EW_LOOP(i, count) {
+    float d = g[i] * grad_scale, step;
+    if (weight_decay != 0.0f) d += weight_decay * w[i];
+    if (momentum != 0.0f) {
+      float mv = momentum * m[i] + d;
+      m[i] = mv;
+      step = nesterov ? d + momentum * mv : mv;
+    } else {
+      step = d;
+    }
+    w[i] -= lr * step;
+  }
+}
+
+int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
+                       int nesterov, float weight_decay, float grad_scale) {
+  if (!count) return 0;
+  if (!w || !g) return tt_cuda_fail(b, "sgd_update: NULL w or g");
+  if (momentum != 0.0f && !m)
+    return tt_cuda_fail(b, "sgd_update: momentum %g needs a momentum buffer", (double)momentum);
+  cuda_opt_sgd_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, w, g, m, lr, momentum, nesterov,
+                                                                                    weight_decay, grad_scale);
+  CUDA_LAUNCH_CHECK(b, "sgd_update");
+  return 0;
+}
+
+__global__ void cuda_opt_adam_k(size_t count, float *w, const float *g, float *m, float *v, float beta1, float beta2,
+                                float eps, float weight_decay, int decoupled, float step_size, float bc2_sqrt,
+                                float decay, float grad_scale) {
+  CUDA_EW_LOOP(i, count) {
+    float gr = g[i] * grad_scale, mv, vv, denom, wv = w[i];
+    if (decoupled)
+      wv *= decay;
+    else if (weight_decay != 0.0f)
+      gr += weight_decay * wv;
+    mv = m[i] + (1.0f - beta1) * (gr - m[i]);
+    vv = beta2 * v[i] + (1.0f - beta2) * gr * gr;
+    m[i] = mv;
+    v[i] = vv;
+    denom = sqrtf(vv) / bc2_sqrt + eps;
+    w[i] = wv - step_size * mv / denom;
+  }
+}
+
+int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr, float beta1,
+                        float beta2, float eps, float weight_decay, int decoupled, int t, float grad_scale) {
+  float step_size, bc2_sqrt, decay;
+  if (t < 1) return tt_cuda_fail(b, "adam_update: step t=%d must be >= 1", t);
+  if (!count) return 0;
+  if (!w || !g || !m || !v) return tt_cuda_fail(b, "adam_update: NULL w, g, m or v");
+  /* host-side constants exactly as the CPU backend (torch.optim: Python floats, then fp32) */
+  step_size = (float)((double)lr / (1.0 - pow((double)beta1, (double)t)));
+  bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)t));
+  decay = decoupled ? 1.0f - lr * weight_decay : 1.0f;
+  cuda_opt_adam_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(
+      count, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, step_size, bc2_sqrt, decay, grad_scale);
+  CUDA_LAUNCH_CHECK(b, "adam_update");
+  return 0;
+}

@@ -1,0 +1,200 @@
+/* kernels/cuda/cuda_internal.h — shared by the CUDA backend's files only.
+ *
+ * State lives in tt_cuda_state (b->impl), never in globals: the handles, the two streams,
+ * the allocation counter, the convolution descriptor cache (allocated once at create time)
+ * and the last error. Every CUDA / cuDNN / cuBLAS call goes through one of the CUDA_CHECK,
+ * CUDNN_CHECK, CUBLAS_CHECK macros, which record "<call> failed: <reason>" and return -1.
+ * Kernel launches are followed by CUDA_LAUNCH_CHECK (cudaGetLastError).
+ *
+ * Names: functions shared between the CUDA files start tt_cuda_; file-static helpers start
+ * with cuda_. fp16 tensors are IEEE half (__half); computation is fp32.
+ */
+#ifndef TT_CUDA_INTERNAL_H
+#define TT_CUDA_INTERNAL_H
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../core/util.h"
+#include "../backend.h"
+
+/* Convolution descriptor cache: slots (with their cuDNN descriptors) are created in
+ * tt_cuda_backend_create; a miss reuses the least recently used slot, so nothing is
+ * allocated after setup. The algorithm choice is a pure function of (shape, dtype,
+ * workspace limit), so a re-derived slot picks the same algorithm the planner was told. */
+#define TT_CUDA_CONV_SLOTS 256
+#define TT_CUDA_MAX_NORM_CH 64 /* normalize_u8: channels passed by value */
+
+typedef struct tt_cuda_conv_slot {
+  int used;
+  tt_conv_desc d;
+  tt_dtype dt;
+  uint64_t last_use;
+  cudnnTensorDescriptor_t x, y, bias;
+  cudnnFilterDescriptor_t w;
+  cudnnConvolutionDescriptor_t conv;
+  int have[3];                  /* algorithm chosen for TT_WS_FWD / BWD_DATA / BWD_FILTER */
+  int algo[3];
+  cudnnMathType_t math[3];
+  size_t cudnn_ws[3];           /* cuDNN's own workspace for the chosen algorithm */
+} tt_cuda_conv_slot;
+
+typedef struct tt_cuda_state {
+  int device;
+  cudaStream_t compute, copy;
+  cudaEvent_t ev;
+  cublasHandle_t blas;
+  cudnnHandle_t dnn;
+  size_t alloc_count;   /* cudaMalloc calls made by this backend (arena_alloc) */
+  size_t arena_bytes;   /* bytes currently held by arena allocations */
+  size_t total_mem;     /* device memory */
+  size_t ws_cap;        /* largest cuDNN workspace a convolution algorithm may ask for */
+  tt_cuda_conv_slot *conv;
+  int nconv;
+  uint64_t tick;
+  void *nvml_lib;       /* dlopen'ed libnvidia-ml (may be NULL) */
+  void *nvml_dev;       /* nvmlDevice_t */
+  void *nvml_getmem;    /* nvmlDeviceGetMemoryInfo */
+  tt_err err;
+} tt_cuda_state;
+
+static inline tt_cuda_state *tt_cuda_st(tt_backend *b) { return (tt_cuda_state *)b->impl; }
+
+/* Records a message in the backend and returns -1. */
+int tt_cuda_fail(tt_backend *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+#define CUDA_CHECK(b, call)                                                                        \
+  do {                                                                                             \
+    cudaError_t cuda_e_ = (call);                                                                  \
+    if (cuda_e_ != cudaSuccess) return tt_cuda_fail((b), "%s failed: %s", #call, cudaGetErrorString(cuda_e_)); \
+  } while (0)
+#define CUDNN_CHECK(b, call)                                                                       \
+  do {                                                                                             \
+    cudnnStatus_t cuda_s_ = (call);                                                                \
+    if (cuda_s_ != CUDNN_STATUS_SUCCESS) return tt_cuda_fail((b), "%s failed: %s", #call, cudnnGetErrorString(cuda_s_)); \
+  } while (0)
+#define CUBLAS_CHECK(b, call)                                                                      \
+  do {                                                                                             \
+    cublasStatus_t cuda_s_ = (call);                                                               \
+    if (cuda_s_ != CUBLAS_STATUS_SUCCESS) return tt_cuda_fail((b), "%s failed: %s", #call, cublasGetStatusString(cuda_s_)); \
+  } while (0)
+#define CUDA_LAUNCH_CHECK(b, what)                                                                 \
+  do {                                                                                             \
+    cudaError_t cuda_e_ = cudaGetLastError();                                                      \
+    if (cuda_e_ != cudaSuccess) return tt_cuda_fail((b), "%s: kernel launch failed: %s", (what), cudaGetErrorString(cuda_e_)); \
+  } while (0)
+
+#define TT_CUDA_THREADS 256
+/* Blocks for a grid-stride loop over count elements. */
+static inline unsigned tt_cuda_blocks(size_t count) {
+  size_t bl = (count + TT_CUDA_THREADS - 1) / TT_CUDA_THREADS;
+  if (bl < 1) bl = 1;
+  if (bl > 65535u * 8u) bl = 65535u * 8u;
+  return (unsigned)bl;
+}
+
+#ifdef __CUDACC__
+/* Load/store one element of a dt tensor as fp32 (dt is uniform across a launch). */
+__device__ __forceinline__ float tt_cuda_ld(tt_dtype dt, const void *p, size_t i) {
+  return dt == TT_F16 ? __half2float(((const __half *)p)[i]) : ((const float *)p)[i];
+}
+__device__ __forceinline__ void tt_cuda_st(tt_dtype dt, void *p, size_t i, float v) {
+  if (dt == TT_F16)
+    ((__half *)p)[i] = __float2half_rn(v);
+  else
+    ((float *)p)[i] = v;
+}
+/* beta == 0 overwrites (never 0*old, which would keep a NaN), as the CPU backend. */
+__device__ __forceinline__ void tt_cuda_st_beta(tt_dtype dt, void *p, size_t i, float v, float beta) {
+  if (beta != 0.0f) v += beta * tt_cuda_ld(dt, p, i);
+  tt_cuda_st(dt, p, i, v);
+}
+/* Sum of v over the block (blockDim.x a multiple of 32, at most 1024), returned to every
+ * thread. sh: __shared__ double[33]. Fixed order, so deterministic. */
+__device__ __forceinline__ double tt_cuda_block_sum(double v, double *sh) {
+  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5, o;
+  for (o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+  __syncthreads(); /* sh may still be read from a previous call */
+  if (lane == 0) sh[wid] = v;
+  __syncthreads();
+  if (wid == 0) {
+    v = lane < nw ? sh[lane] : 0.0;
+    for (o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    if (lane == 0) sh[32] = v;
+  }
+  __syncthreads();
+  return sh[32];
+}
+#endif
+
+/* ---- shared helpers (cuda_elementwise.cu) ---- */
+/* y[(i*c + ch)*hw + k] += bias[ch] for y [n, c, hw] in dt, bias in dt. */
+int tt_cuda_add_bias(tt_backend *b, const char *op, int n, int c, size_t hw, tt_dtype dt, const void *bias, void *y);
+/* out[ch] = beta*out[ch] + sum over (n, hw) of t[n, ch, hw]; fp32 out. */
+int tt_cuda_channel_sum(tt_backend *b, const char *op, int n, int c, size_t hw, tt_dtype dt, const void *t, float *out,
+                        float beta);
+/* y (fp32) = beta*y + x (dt), count elements. */
+int tt_cuda_accum_to_f32(tt_backend *b, const char *op, size_t count, tt_dtype dt, const void *x, float *y, float beta);
+
+/* ---- ops (see backend.h) ---- */
+size_t tt_cuda_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
+int tt_cuda_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
+                     const void *bias, void *y, void *ws, size_t ws_bytes);
+int tt_cuda_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *dy, const void *w,
+                          void *dx, float beta, void *ws, size_t ws_bytes);
+int tt_cuda_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *dy,
+                            float *dw, float *db, float beta, void *ws, size_t ws_bytes);
+int tt_cuda_conv_cache_create(tt_backend *b);
+void tt_cuda_conv_cache_destroy(tt_backend *b);
+
+size_t tt_cuda_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which);
+int tt_cuda_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
+                       const void *bias, void *y, void *ws, size_t ws_bytes);
+int tt_cuda_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *dy, const void *w,
+                            void *dx, float beta, void *ws, size_t ws_bytes);
+int tt_cuda_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
+                              float *dw, float *db, float beta, void *ws, size_t ws_bytes);
+
+int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                         const float *bias, void *y, float *running_mean, float *running_var, float momentum,
+                         float eps, float *save_mean, float *save_invstd, int update_running);
+int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                         const float *bias, const float *running_mean, const float *running_var, float eps, void *y);
+int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
+                   const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
+                   float *dbias, float beta_dx, float beta_param);
+int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y);
+int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
+                     const void *dy, void *dx, float beta);
+int tt_cuda_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y);
+int tt_cuda_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta);
+
+int tt_cuda_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y);
+int tt_cuda_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy, void *dx,
+                    float beta);
+int tt_cuda_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y);
+int tt_cuda_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta);
+int tt_cuda_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y);
+int tt_cuda_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy, void *dx,
+                        float beta);
+int tt_cuda_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *src, int src_c, int src_off,
+                         void *dst, int dst_c, int dst_off, int nc, float beta);
+int tt_cuda_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst);
+int tt_cuda_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
+                         const float *std, tt_dtype dt, void *dst);
+int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
+int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
+                       float smoothing, float grad_scale, void *dlogits, float *stats);
+int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
+                       int nesterov, float weight_decay, float grad_scale);
+int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
+                        float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
+                        float grad_scale);
+#endif

@@ -1,0 +1,66 @@
+/* kernels/cuda/cuda_linear.cu — linear layers through cuBLAS (cublasGemmEx).
+ *
+ * Row-major x [n, in], w [out, in], y [n, out] are column-major x^T, w^T, y^T:
+ *   fwd:         y^T  (out x n)  = w (T of w^T) * x^T          gemm(T, N, out, n, in)
+ *   bwd_data:    dx^T (in x n)   = w^T * dy^T                  gemm(N, N, in, n, out)
+ *   bwd_filter:  dw^T (in x out) = x^T * dy (T of dy^T)        gemm(N, T, in, out, n)
+ * Compute is CUBLAS_COMPUTE_32F (true fp32: the handle's math mode is CUBLAS_DEFAULT_MATH,
+ * so no TF32); fp16 operands use tensor cores with fp32 accumulation. dw is fp32 even for
+ * fp16 operands (GemmEx with A/B half, C float) and accumulates with beta. The handle has no
+ * workspace of its own; a planned buffer is handed to cuBLAS when the planner gives one
+ * (linear_workspace asks for none).
+ */
+#include "cuda_internal.h"
+
+static int cuda_lin_check(tt_backend *b, const char *op, int n, int in, int out, tt_dtype dt) {
+  if (dt != TT_F32 && dt != TT_F16) return tt_cuda_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  if (n <= 0 || in <= 0 || out <= 0) return tt_cuda_fail(b, "%s: bad shape n=%d in=%d out=%d", op, n, in, out);
+  return 0;
+}
+
+size_t tt_cuda_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which) {
+  (void)b, (void)n, (void)in, (void)out, (void)dt, (void)which;
+  return 0;
+}
+
+static int cuda_lin_gemm(tt_backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int nn, int k, const void *A,
+                         int lda, const void *B, int ldb, void *C, int ldc, tt_dtype dt, cudaDataType_t ctype, float beta,
+                         void *ws, size_t ws_bytes) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  float one = 1.0f;
+  cudaDataType_t ab = dt == TT_F16 ? CUDA_R_16F : CUDA_R_32F;
+  CUBLAS_CHECK(b, cublasSetWorkspace(st->blas, ws_bytes ? ws : NULL, ws ? ws_bytes : 0));
+  CUBLAS_CHECK(b, cublasGemmEx(st->blas, ta, tb, m, nn, k, &one, A, ab, lda, B, ab, ldb, &beta, C, ctype, ldc,
+                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return 0;
+}
+
+int tt_cuda_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
+                       const void *bias, void *y, void *ws, size_t ws_bytes) {
+  if (cuda_lin_check(b, "linear_fwd", n, in, out, dt)) return -1;
+  if (!x || !w || !y) return tt_cuda_fail(b, "linear_fwd: NULL x, w or y");
+  if (cuda_lin_gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w, in, x, in, y, out, dt,
+                    dt == TT_F16 ? CUDA_R_16F : CUDA_R_32F, 0.0f, ws, ws_bytes))
+    return -1;
+  /* y [n, out] viewed as [n, out, 1]: bias per "channel" out */
+  if (bias) return tt_cuda_add_bias(b, "linear_fwd", n, out, 1, dt, bias, y);
+  return 0;
+}
+
+int tt_cuda_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *dy, const void *w,
+                            void *dx, float beta, void *ws, size_t ws_bytes) {
+  if (cuda_lin_check(b, "linear_bwd_data", n, in, out, dt)) return -1;
+  if (!dy || !w || !dx) return tt_cuda_fail(b, "linear_bwd_data: NULL dy, w or dx");
+  return cuda_lin_gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w, in, dy, out, dx, in, dt,
+                       dt == TT_F16 ? CUDA_R_16F : CUDA_R_32F, beta, ws, ws_bytes);
+}
+
+int tt_cuda_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
+                              float *dw, float *db, float beta, void *ws, size_t ws_bytes) {
+  if (cuda_lin_check(b, "linear_bwd_filter", n, in, out, dt)) return -1;
+  if (!x || !dy || !dw) return tt_cuda_fail(b, "linear_bwd_filter: NULL x, dy or dw");
+  if (cuda_lin_gemm(b, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, x, in, dy, out, dw, in, dt, CUDA_R_32F, beta, ws, ws_bytes))
+    return -1;
+  if (db) return tt_cuda_channel_sum(b, "linear_bwd_filter", n, out, 1, dt, dy, db, beta);
+  return 0;
+}

@@ -1,0 +1,31 @@
+/* kernels/cuda/tt_cuda.h — what the rest of tinytrain (and tests) see of the CUDA backend.
+ * Only meaningful in a build with TT_HAVE_CUDA. */
+#ifndef TT_CUDA_H
+#define TT_CUDA_H
+#include <stddef.h>
+
+#include "../../core/util.h"
+#include "../backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* NULL with err set ("no CUDA device (...)") when there is no usable GPU. reserve_bytes
+ * receives the device memory the context and library handles took: NVML's used bytes before
+ * the context exists and after cuBLAS/cuDNN are created (cudaMemGetInfo when NVML is missing:
+ * then everything in use on the device counts). */
+tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, tt_err *err);
+/* Number of CUDA devices; 0 (quietly) when there is no driver or no device. */
+int tt_cuda_device_count(void);
+/* "CUDA runtime 13.0, cuDNN 9.19.0, cuBLAS 13.1.0": versions of the linked libraries. */
+const char *tt_cuda_info(void);
+/* cudaMalloc calls this backend has made (tests: nothing is allocated after setup). */
+size_t tt_cuda_alloc_count(tt_backend *b);
+/* Device memory in use (NVML, whole device) and total; 0 on success. */
+int tt_cuda_mem_used(tt_backend *b, size_t *used, size_t *total);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

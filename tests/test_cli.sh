@@ -1,0 +1,200 @@
+#!/bin/bash
+# tests/test_cli.sh — the tinytrain command line: help and version, bad usage (exit 2, one line),
+# recipe errors (exit 1, PATH:LINE:), `plan --json` on every example, --vram fits and refusals,
+# --device cuda on a CPU-only build, missing data files. Run from the repository root:
+#   bash tests/test_cli.sh
+# Prints PASS/FAIL/SKIP lines; exits 1 if anything failed.
+cd "$(dirname "$0")/.." || exit 1
+TT=./tinytrain
+FAILED=0
+TMP=$(mktemp -d /tmp/tt_test_cli_XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; FAILED=1; }
+skip() { echo "SKIP $1: $2"; }
+
+if [ ! -x "$TT" ]; then
+  fail cli_binary "$TT not built (run ninja)"
+  exit 1
+fi
+
+# run NAME ARGS...: runs tinytrain, sets RC, OUT (stdout) and ERR (stderr)
+run() {
+  "$TT" "$@" >"$TMP/out" 2>"$TMP/err"
+  RC=$?
+  OUT=$(cat "$TMP/out")
+  ERR=$(cat "$TMP/err")
+}
+
+# ---- help and version ----
+ok=1
+for args in "--help" "-h" "plan --help" "eval --help" "train --help"; do
+  run $args
+  if [ "$RC" != 0 ]; then fail cli_help "'tinytrain $args' exited $RC"; ok=0; break; fi
+  if ! grep -q "^usage: tinytrain" "$TMP/out"; then fail cli_help "'tinytrain $args' printed no usage line on stdout"; ok=0; break; fi
+done
+run plan --help
+if [ $ok = 1 ] && ! grep -q "usage: tinytrain plan" "$TMP/out"; then fail cli_help "plan --help is not the plan usage"; ok=0; fi
+run eval --help
+if [ $ok = 1 ] && ! grep -q "usage: tinytrain eval --weights" "$TMP/out"; then fail cli_help "eval --help is not the eval usage"; ok=0; fi
+[ $ok = 1 ] && pass cli_help
+
+run --version
+VERSION_OUT=$OUT
+if [ "$RC" != 0 ]; then
+  fail cli_version "exit $RC"
+elif ! echo "$OUT" | grep -q "^tinytrain [0-9]"; then
+  fail cli_version "no 'tinytrain X.Y.Z' line: $OUT"
+elif ! echo "$OUT" | grep -qi "backends:.*cpu"; then
+  fail cli_version "does not list the backends (cpu at least): $OUT"
+else
+  pass cli_version
+fi
+
+# ---- bad usage: exit 2, one line on stderr, nothing on stdout ----
+# expect_usage NAME WANT_IN_MESSAGE ARGS...
+ok=1
+expect_usage() {
+  local what=$1 want=$2
+  shift 2
+  run "$@"
+  local lines
+  lines=$(wc -l <"$TMP/err")
+  if [ "$RC" != 2 ]; then fail cli_bad_usage "'tinytrain $*' ($what) exited $RC, want 2"; ok=0
+  elif [ "$lines" != 1 ]; then fail cli_bad_usage "'tinytrain $*' ($what) printed $lines lines on stderr: $ERR"; ok=0
+  elif [ -n "$OUT" ]; then fail cli_bad_usage "'tinytrain $*' ($what) printed on stdout: $OUT"; ok=0
+  elif ! grep -qF -- "$want" "$TMP/err"; then fail cli_bad_usage "'tinytrain $*' ($what): message lacks '$want': $ERR"; ok=0
+  fi
+}
+L=examples/fashion_mnist/lenet.recipe
+expect_usage "unknown option" "unknown option: --bogus" --bogus 1 $L
+expect_usage "unknown option" "(tinytrain --help)" --bogus 1 $L
+expect_usage "unknown plan option" "(tinytrain plan --help)" plan --bogus 1 $L
+expect_usage "unknown eval option" "(tinytrain eval --help)" eval --bogus 1 $L
+expect_usage "bad size" "4X" --vram 4X $L
+expect_usage "bad size in plan" "4X" plan --vram 4X $L
+expect_usage "negative size" "-1G" plan --vram -1G $L
+expect_usage "missing recipe" "no recipe" --vram 4G
+expect_usage "missing recipe in plan" "no recipe" plan
+expect_usage "missing value" "--vram" plan $L --vram
+expect_usage "two recipes" "more than one recipe" plan $L $L
+expect_usage "bad device" "--device" --device tpu $L
+expect_usage "bad epochs" "--epochs" --epochs 0 $L
+expect_usage "bad precision" "--precision" plan --precision fp8 $L
+expect_usage "eval without weights" "--weights" eval $L
+[ $ok = 1 ] && pass cli_bad_usage
+
+# ---- bad recipes: exit 1 (no crash), PATH:LINE: ----
+ok=1
+n=0
+for f in tests/recipes_bad/*.recipe; do
+  n=$((n + 1))
+  line=$(head -n 1 "$f" | sed -n 's/^# expect-line: *\([0-9]*\).*/\1/p')
+  want=$(sed -n '2s/^# expect: //p' "$f")
+  run plan "$f"
+  if [ "$RC" -ge 128 ]; then fail cli_bad_recipes "$f: crashed (exit $RC)"; ok=0; continue; fi
+  if [ "$RC" != 1 ]; then fail cli_bad_recipes "$f: exit $RC, want 1: $ERR"; ok=0; continue; fi
+  if ! grep -qF -- "$f" "$TMP/err"; then fail cli_bad_recipes "$f: message does not name the file: $ERR"; ok=0; continue; fi
+  if [ -n "$line" ] && ! grep -qF -- "$f:$line:" "$TMP/err"; then
+    fail cli_bad_recipes "$f: message does not point at line $line: $ERR"; ok=0; continue
+  fi
+  if [ -n "$want" ] && ! grep -qF -- "$want" "$TMP/err"; then
+    fail cli_bad_recipes "$f: message lacks '$want': $ERR"; ok=0; continue
+  fi
+done
+[ $n -gt 0 ] || { fail cli_bad_recipes "no tests/recipes_bad/*.recipe"; ok=0; }
+[ $ok = 1 ] && pass cli_bad_recipes
+
+# ---- plan --json on every example ----
+CHECK_PLAN='
+import json, sys
+d = json.load(sys.stdin)
+assert isinstance(d, dict), "not a JSON object"
+need = ["arena_bytes", "peak_live_bytes", "micro_batch", "accum_steps", "precision", "breakdown", "recompute",
+        "inplace_ops", "predicted_step_ms", "reserve_bytes", "budget_bytes"]
+miss = [k for k in need if k not in d]
+assert not miss, "missing keys %s" % miss
+miss = [k for k in ["params", "grads", "optimizer", "activations", "workspace"] if k not in d["breakdown"]]
+assert not miss, "breakdown lacks %s" % miss
+assert d["micro_batch"] >= 1 and d["accum_steps"] >= 1, "micro_batch %r accum_steps %r" % (d["micro_batch"], d["accum_steps"])
+assert d["precision"] in ("fp32", "fp16"), "precision %r" % d["precision"]
+assert isinstance(d["recompute"], list), "recompute is not a list"
+assert 0 < d["peak_live_bytes"] <= d["arena_bytes"], "peak_live %r arena %r" % (d["peak_live_bytes"], d["arena_bytes"])
+r = d["arena_bytes"] / d["peak_live_bytes"]
+assert r <= 1.05, "arena/peak_live = %.4f > 1.05" % r
+print("ratio %.4f  plan_ms %s  micro_batch %d x %d %s" % (r, d.get("plan_ms"), d["micro_batch"], d["accum_steps"], d["precision"]))
+'
+if ! python3 -c 'import json' 2>/dev/null; then
+  skip cli_plan_json "python3 not found"
+else
+  ok=1
+  n=0
+  while IFS= read -r r; do
+    n=$((n + 1))
+    run plan --json "$r"
+    if [ "$RC" != 0 ]; then fail cli_plan_json "$r: exit $RC: $ERR"; ok=0; continue; fi
+    if ! res=$(python3 -c "$CHECK_PLAN" <"$TMP/out" 2>&1); then
+      fail cli_plan_json "$r: $(echo "$res" | tail -n 1)"; ok=0; continue
+    fi
+    echo "# plan --json $r: $res"
+  done < <(find examples -name '*.recipe' | sort)
+  [ $n -gt 0 ] || { fail cli_plan_json "no examples/**/*.recipe"; ok=0; }
+  [ $ok = 1 ] && pass cli_plan_json
+fi
+
+# ---- --vram: fits, and a refusal that says what would fit ----
+run plan --vram 4G examples/imagenet/resnet50.recipe
+if [ "$RC" = 0 ]; then pass cli_plan_fits_4g; else fail cli_plan_fits_4g "resnet50 in 4G: exit $RC: $ERR"; fi
+run plan --vram 700M examples/imagenet/vgg16.recipe
+if [ "$RC" = 0 ]; then
+  fail cli_plan_refuses "vgg16 planned into --vram 700M"
+elif [ "$RC" -ge 128 ]; then
+  fail cli_plan_refuses "vgg16 --vram 700M crashed (exit $RC)"
+elif ! echo "$ERR" | grep -q "smallest --vram that fits is [0-9.]* *[KMGT]i\?B"; then
+  fail cli_plan_refuses "the refusal does not give the smallest --vram that fits: $ERR"
+else
+  # the suggested size must itself fit
+  sz=$(echo "$ERR" | sed -n 's/.*smallest --vram that fits is \([0-9.]*\) *\([KMGT]\)i\?B.*/\1\2/p')
+  run plan --vram "$sz" examples/imagenet/vgg16.recipe
+  if [ "$RC" = 0 ]; then pass cli_plan_refuses; else fail cli_plan_refuses "the suggested --vram $sz does not fit: $ERR"; fi
+fi
+
+# ---- --device cuda on a CPU-only build ----
+if echo "$VERSION_OUT" | grep -qi "cuda" && ! echo "$VERSION_OUT" | grep -qi "without cuda"; then
+  skip cli_device_cuda "this build has CUDA"
+else
+  run --device cuda --max-steps 1 --out "$TMP/cuda" examples/fashion_mnist/lenet.recipe
+  if [ "$RC" = 0 ]; then fail cli_device_cuda "--device cuda succeeded on a CPU-only build"
+  elif [ "$RC" -ge 128 ]; then fail cli_device_cuda "crashed (exit $RC)"
+  elif [ "$(wc -l <"$TMP/err")" != 1 ]; then fail cli_device_cuda "not a one-line reason: $ERR"
+  elif ! grep -qi "cuda" "$TMP/err"; then fail cli_device_cuda "the reason does not mention CUDA: $ERR"
+  else pass cli_device_cuda
+  fi
+fi
+
+# ---- a [data] path that does not exist ----
+cat >"$TMP/missing_data.recipe" <<EOF
+[net]
+input = 1x8x8
+classes = 10
+[train]
+batch = 8
+[data]
+format = idx
+train = $TMP/no-such-images-idx3-ubyte.gz
+train_labels = $TMP/no-such-labels-idx1-ubyte.gz
+[flatten]
+[linear fc]
+out = 10
+EOF
+run --device cpu --threads 1 --out "$TMP/run_missing" "$TMP/missing_data.recipe"
+if [ "$RC" != 1 ]; then
+  fail cli_missing_data "exit $RC, want 1: $ERR"
+elif ! grep -qF "$TMP/no-such-images-idx3-ubyte.gz" "$TMP/err"; then
+  fail cli_missing_data "the message does not name the missing file: $ERR"
+else
+  pass cli_missing_data
+fi
+
+exit $FAILED

@@ -1,0 +1,651 @@
+/* tests/test_cuda.c — the CUDA backend against the CPU backend.
+ *
+ * Without CUDA in the build, or without a device, every group prints a SKIP line and the
+ * test exits 0. With a GPU:
+ *   - each op on random inputs, CUDA vs CPU. Tolerance: max|cuda - cpu| <= tol * max|cpu| + 1e-7,
+ *     tol = 1e-5 (fp32 elementwise, norm, pooling, loss, optimizers), 1e-4 (fp32 conv and
+ *     GEMM: cuDNN FMA math and cuBLAS without TF32), 1e-2 (fp16 everywhere: both sides round
+ *     to half, the accumulation orders differ);
+ *   - a whole training step (forward, loss, backward, SGD and AdamW) of
+ *     tests/fixtures/small_cnn.recipe, CUDA vs CPU: loss and every gradient / parameter within
+ *     1e-4 (fp32) or 3e-2 (fp16) of max|cpu|;
+ *   - no device allocation after setup (tt_cuda_alloc_count unchanged over steps);
+ *   - measured device memory (NVML used bytes) after steps vs the reserve + arena.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/exec.h"
+#include "tests/tt_test.h"
+
+#ifdef TT_HAVE_CUDA
+#include "kernels/cuda/tt_cuda.h"
+#endif
+
+static const char *test_groups[] = {"cuda_elementwise", "cuda_dropout_mask", "cuda_loss_optim", "cuda_batchnorm",
+                                    "cuda_pooling", "cuda_conv", "cuda_linear", "cuda_step_fp32", "cuda_step_fp16",
+                                    "cuda_no_allocation_and_peak"};
+#define TEST_NGROUPS ((int)(sizeof test_groups / sizeof test_groups[0]))
+
+#ifdef TT_HAVE_CUDA
+
+/* ------------------------------------ harness ----------------------------------------- */
+
+static tt_backend *cpu, *gpu;
+static unsigned char *garena;
+static size_t goff, gcap;
+static int side; /* 0 cpu, 1 cuda */
+static uint64_t rng = 88172645463325252ull;
+
+static float test_rand(float lo, float hi) {
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return lo + (hi - lo) * (float)((rng >> 11) * (1.0 / 9007199254740992.0));
+}
+
+typedef struct tt2 {
+  void *c, *g;
+  size_t count, bytes;
+  tt_dtype dt;
+} tt2;
+
+static void *test_galloc(size_t bytes) {
+  size_t o = (goff + 255u) & ~(size_t)255u;
+  if (o + bytes > gcap) {
+    fprintf(stderr, "test arena exhausted\n");
+    exit(1); /* test harness only */
+  }
+  goff = o + bytes;
+  return garena + o;
+}
+
+/* A tensor on both backends with the same contents (random in [lo, hi]). */
+static tt2 mk(size_t count, tt_dtype dt, float lo, float hi) {
+  tt2 t;
+  t.count = count, t.dt = dt, t.bytes = count * tt_dtype_size(dt);
+  t.c = malloc(t.bytes ? t.bytes : 1);
+  t.g = test_galloc(t.bytes ? t.bytes : 1);
+  for (size_t i = 0; i < count; i++) {
+    float v = test_rand(lo, hi);
+    if (dt == TT_F16)
+      ((uint16_t *)t.c)[i] = tt_f32_to_f16(v);
+    else
+      ((float *)t.c)[i] = v;
+  }
+  if (gpu->upload(gpu, t.g, t.c, t.bytes)) printf("  upload failed: %s\n", gpu->last_error(gpu));
+  return t;
+}
+static tt2 mk_raw(size_t bytes, const void *host) {
+  tt2 t;
+  t.count = bytes, t.dt = TT_F32, t.bytes = bytes;
+  t.c = malloc(bytes);
+  memcpy(t.c, host, bytes);
+  t.g = test_galloc(bytes);
+  if (gpu->upload(gpu, t.g, t.c, bytes)) printf("  upload failed: %s\n", gpu->last_error(gpu));
+  return t;
+}
+static void fr(tt2 *t) { free(t->c); }
+
+#define P(t) (side ? (t).g : (t).c)
+#define PF(t) ((float *)P(t))
+/* Runs expr (which uses B and P()) on the CPU, then on CUDA. */
+#define BOTH(expr)                                                                             \
+  do {                                                                                         \
+    for (side = 0; side < 2; side++) {                                                         \
+      tt_backend *B = side ? gpu : cpu;                                                        \
+      int rc_ = (expr);                                                                        \
+      TT_CHECK(rc_ == 0, "%s: %s: %s", side ? "cuda" : "cpu", #expr, B->last_error(B));        \
+    }                                                                                          \
+  } while (0)
+
+static float test_get(const void *p, tt_dtype dt, size_t i) {
+  return dt == TT_F16 ? tt_f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* Compares the two sides of t; relative to max|cpu|. */
+static int cmp(const char *what, tt2 t, double tol) {
+  void *h = malloc(t.bytes ? t.bytes : 1);
+  double md = 0, mr = 0;
+  size_t worst = 0;
+  int ok;
+  if (gpu->download(gpu, h, t.g, t.bytes)) {
+    TT_CHECK(0, "%s: download failed: %s", what, gpu->last_error(gpu));
+    free(h);
+    return 0;
+  }
+  for (size_t i = 0; i < t.count; i++) {
+    double a = test_get(t.c, t.dt, i), b = test_get(h, t.dt, i), d = fabs(a - b);
+    if (fabs(a) > mr) mr = fabs(a);
+    if (d > md || d != d) md = d, worst = i;
+  }
+  ok = md <= tol * mr + 1e-7;
+  TT_CHECK(ok, "%s (%s): max |cuda - cpu| %.3g > %.1g * max|cpu| %.3g (at %zu: cpu %.7g cuda %.7g)", what,
+           t.dt == TT_F16 ? "fp16" : "fp32", md, tol, mr, worst, test_get(t.c, t.dt, worst), test_get(h, t.dt, worst));
+  free(h);
+  return ok;
+}
+
+static double tol_ew(tt_dtype dt) { return dt == TT_F16 ? 1e-2 : 1e-5; }
+static double tol_mm(tt_dtype dt) { return dt == TT_F16 ? 1e-2 : 1e-4; }
+
+/* -------------------------------------- ops ------------------------------------------- */
+
+static void test_elementwise(void) {
+  TT_TEST_BEGIN("cuda_elementwise");
+  for (int di = 0; di < 2; di++) {
+    tt_dtype dt = di ? TT_F16 : TT_F32;
+    size_t n = 100003;
+    goff = 0;
+    for (int a = 0; a < 3; a++) {
+      tt2 x = mk(n, dt, -8, 8), y = mk(n, dt, 0, 1), dy = mk(n, dt, -1, 1), dx = mk(n, dt, -1, 1);
+      BOTH(B->act_fwd(B, (tt_act)a, n, dt, P(x), P(y)));
+      cmp("act_fwd", y, tol_ew(dt));
+      BOTH(B->act_bwd(B, (tt_act)a, n, dt, a == TT_ACT_SILU ? P(x) : P(y), P(dy), P(dx), 1.0f));
+      cmp("act_bwd beta=1", dx, tol_ew(dt));
+      BOTH(B->act_bwd(B, (tt_act)a, n, dt, a == TT_ACT_SILU ? P(x) : P(y), P(dy), P(dx), 0.0f));
+      cmp("act_bwd beta=0", dx, tol_ew(dt));
+      BOTH(B->act_fwd(B, (tt_act)a, n, dt, P(x), P(x))); /* in place */
+      cmp("act_fwd in place", x, tol_ew(dt));
+      fr(&x), fr(&y), fr(&dy), fr(&dx);
+    }
+    {
+      tt2 a = mk(n, dt, -1, 1), b2 = mk(n, dt, -1, 1), y = mk(n, dt, -1, 1);
+      BOTH(B->add(B, n, dt, P(a), P(b2), P(y)));
+      cmp("add", y, tol_ew(dt));
+      BOTH(B->accumulate(B, n, dt, P(a), P(y), 1.0f));
+      cmp("accumulate beta=1", y, tol_ew(dt));
+      BOTH(B->accumulate(B, n, dt, P(b2), P(y), 0.0f));
+      cmp("accumulate beta=0", y, tol_ew(dt));
+      fr(&a), fr(&b2), fr(&y);
+    }
+    {
+      int N = 3, HW = 37, SC = 5, DC = 7;
+      tt2 s = mk((size_t)N * SC * HW, dt, -1, 1), d = mk((size_t)N * DC * HW, dt, -1, 1);
+      BOTH(B->channel_copy(B, N, HW, dt, P(s), SC, 1, P(d), DC, 3, 4, 0.0f));
+      cmp("channel_copy beta=0", d, tol_ew(dt));
+      BOTH(B->channel_copy(B, N, HW, dt, P(s), SC, 0, P(d), DC, 0, 3, 1.0f));
+      cmp("channel_copy beta=1", d, tol_ew(dt));
+      fr(&s), fr(&d);
+    }
+    {
+      tt2 s = mk(n, dt, -70000, 70000), d = mk(n, dt == TT_F16 ? TT_F32 : TT_F16, 0, 0);
+      BOTH(B->cast(B, n, dt, P(s), d.dt, P(d)));
+      cmp("cast", d, 0.0); /* exact: both round to nearest even */
+      fr(&s), fr(&d);
+    }
+    {
+      int N = 4, C = 3, HW = 1000;
+      uint8_t *px = (uint8_t *)malloc((size_t)N * C * HW);
+      float mean[3] = {0.5f, 0.4f, 0.3f}, sd[3] = {0.25f, 0.2f, 0.3f};
+      for (int i = 0; i < N * C * HW; i++) px[i] = (uint8_t)(test_rand(0, 256));
+      tt2 s = mk_raw((size_t)N * C * HW, px), d = mk((size_t)N * C * HW, dt, 0, 0);
+      BOTH(B->normalize_u8(B, N, C, HW, (const uint8_t *)P(s), mean, sd, dt, P(d)));
+      cmp("normalize_u8", d, tol_ew(dt));
+      fr(&s), fr(&d), free(px);
+    }
+    {
+      tt2 x = mk(n, dt, -1, 1);
+      int32_t zero[2] = {0, 0}, got[2] = {7, 7};
+      tt2 flag = mk_raw(2 * sizeof(int32_t), zero);
+      BOTH(B->check_finite(B, n, dt, P(x), (int32_t *)P(flag)));
+      gpu->download(gpu, got, flag.g, sizeof got);
+      TT_CHECK(got[0] == 0 && ((int32_t *)flag.c)[0] == 0, "check_finite: finite input flagged (cuda %d)", got[0]);
+      if (dt == TT_F16)
+        ((uint16_t *)x.c)[n - 5] = 0x7c00u; /* +inf */
+      else
+        ((float *)x.c)[n / 2] = NAN;
+      gpu->upload(gpu, x.g, x.c, x.bytes);
+      BOTH(B->check_finite(B, n, dt, P(x), (int32_t *)P(flag)));
+      gpu->download(gpu, got, flag.g, sizeof got);
+      TT_CHECK(got[0] == 1 && ((int32_t *)flag.c)[0] == 1, "check_finite: inf/NaN not flagged (cuda %d)", got[0]);
+      fr(&x), fr(&flag);
+    }
+  }
+  TT_TEST_END();
+}
+
+static void test_dropout(void) {
+  TT_TEST_BEGIN("cuda_dropout_mask");
+  for (int di = 0; di < 2; di++) {
+    tt_dtype dt = di ? TT_F16 : TT_F32;
+    size_t n = 200001;
+    goff = 0;
+    float ps[3] = {0.0f, 0.3f, 1.0f};
+    for (int k = 0; k < 3; k++) {
+      tt2 x = mk(n, dt, -1, 1), y = mk(n, dt, 0, 0), dx = mk(n, dt, -1, 1);
+      uint64_t seed = 0x1234567890abcdefull + (uint64_t)k;
+      BOTH(B->dropout_fwd(B, n, dt, ps[k], seed, P(x), P(y)));
+      cmp("dropout_fwd (same mask bit for bit)", y, 0.0);
+      BOTH(B->dropout_bwd(B, n, dt, ps[k], seed, P(x), P(dx), 1.0f));
+      cmp("dropout_bwd beta=1", dx, tol_ew(dt));
+      fr(&x), fr(&y), fr(&dx);
+    }
+  }
+  TT_TEST_END();
+}
+
+static void test_loss_optim(void) {
+  TT_TEST_BEGIN("cuda_loss_optim");
+  for (int di = 0; di < 2; di++) {
+    tt_dtype dt = di ? TT_F16 : TT_F32;
+    int shapes[3][2] = {{6, 5}, {257, 10}, {33, 1000}};
+    goff = 0;
+    for (int s = 0; s < 3; s++) {
+      int N = shapes[s][0], K = shapes[s][1];
+      int32_t *lab = (int32_t *)malloc(sizeof(int32_t) * N);
+      float st0[2] = {1.5f, 2.0f};
+      for (int i = 0; i < N; i++) lab[i] = (int32_t)test_rand(0, (float)K) % K;
+      tt2 lg = mk((size_t)N * K, dt, -6, 6), l = mk_raw(sizeof(int32_t) * N, lab), st = mk_raw(sizeof st0, st0);
+      tt2 dl = mk((size_t)N * K, dt, 0, 0);
+      BOTH(B->softmax_ce(B, N, K, dt, P(lg), (const int32_t *)P(l), 0.1f, 0.37f, P(dl), PF(st)));
+      st.count = 2;
+      cmp("softmax_ce stats", st, 1e-5);
+      cmp("softmax_ce dlogits", dl, tol_ew(dt));
+      BOTH(B->softmax_ce(B, N, K, dt, P(lg), (const int32_t *)P(l), 0.0f, 1.0f, NULL, PF(st)));
+      cmp("softmax_ce stats (no dlogits)", st, 1e-5);
+      fr(&lg), fr(&l), fr(&st), fr(&dl), free(lab);
+    }
+  }
+  {
+    size_t n = 50021;
+    goff = 0;
+    for (int k = 0; k < 4; k++) {
+      tt2 w = mk(n, TT_F32, -1, 1), g = mk(n, TT_F32, -1, 1), m = mk(n, TT_F32, -0.1f, 0.1f), v = mk(n, TT_F32, 0, 0.01f);
+      BOTH(B->sgd_update(B, n, PF(w), PF(g), PF(m), 0.1f, k ? 0.9f : 0.0f, k == 2, k ? 5e-4f : 0.0f, 0.5f));
+      cmp("sgd_update w", w, 1e-5);
+      if (k) cmp("sgd_update m", m, 1e-5);
+      BOTH(B->adam_update(B, n, PF(w), PF(g), PF(m), PF(v), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, k & 1, k + 1, 0.25f));
+      cmp("adam_update w", w, 1e-5);
+      cmp("adam_update m", m, 1e-5);
+      cmp("adam_update v", v, 1e-5);
+      fr(&w), fr(&g), fr(&m), fr(&v);
+    }
+  }
+  TT_TEST_END();
+}
+
+static void test_batchnorm(void) {
+  TT_TEST_BEGIN("cuda_batchnorm");
+  int shapes[3][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}};
+  for (int di = 0; di < 2; di++) {
+    tt_dtype dt = di ? TT_F16 : TT_F32;
+    for (int s = 0; s < 3; s++) {
+      int N = shapes[s][0], C = shapes[s][1], HW = shapes[s][2];
+      size_t cnt = (size_t)N * C * HW;
+      goff = 0;
+      tt2 x = mk(cnt, dt, -2, 3), y = mk(cnt, dt, 0, 0), g = mk(C, TT_F32, 0.5f, 1.5f), bb = mk(C, TT_F32, -1, 1);
+      tt2 rm = mk(C, TT_F32, -0.1f, 0.1f), rv = mk(C, TT_F32, 0.9f, 1.1f), sm = mk(C, TT_F32, 0, 0),
+          si = mk(C, TT_F32, 0, 0);
+      tt2 dy = mk(cnt, dt, -1, 1), dx = mk(cnt, dt, -1, 1), dg = mk(C, TT_F32, -1, 1), db = mk(C, TT_F32, -1, 1);
+      BOTH(B->bn_fwd_train(B, N, C, HW, dt, P(x), PF(g), PF(bb), P(y), PF(rm), PF(rv), 0.1f, 1e-5f, PF(sm), PF(si), 1));
+      cmp("bn_fwd_train y", y, tol_ew(dt));
+      cmp("bn_fwd_train save_mean", sm, 1e-5);
+      cmp("bn_fwd_train save_invstd", si, 1e-5);
+      cmp("bn_fwd_train running_mean", rm, 1e-5);
+      cmp("bn_fwd_train running_var (unbiased)", rv, 1e-5);
+      BOTH(B->bn_bwd(B, N, C, HW, dt, P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), PF(dg), PF(db), 1.0f, 1.0f));
+      cmp("bn_bwd dx", dx, tol_ew(dt));
+      cmp("bn_bwd dgamma", dg, dt == TT_F16 ? 1e-3 : 1e-5);
+      cmp("bn_bwd dbias", db, dt == TT_F16 ? 1e-3 : 1e-5);
+      BOTH(B->bn_bwd(B, N, C, HW, dt, P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), PF(dg), PF(db), 0.0f, 0.0f));
+      cmp("bn_bwd dx beta=0", dx, tol_ew(dt));
+      BOTH(B->bn_fwd_infer(B, N, C, HW, dt, P(x), PF(g), PF(bb), PF(rm), PF(rv), 1e-5f, P(y)));
+      cmp("bn_fwd_infer", y, tol_ew(dt));
+      fr(&x), fr(&y), fr(&g), fr(&bb), fr(&rm), fr(&rv), fr(&sm), fr(&si), fr(&dy), fr(&dx), fr(&dg), fr(&db);
+    }
+  }
+  TT_TEST_END();
+}
+
+static void test_pooling(void) {
+  TT_TEST_BEGIN("cuda_pooling");
+  /* n c h w kh kw sh sw ph pw */
+  int cfg[4][10] = {{2, 3, 28, 28, 2, 2, 2, 2, 0, 0}, {2, 4, 15, 13, 3, 3, 2, 2, 1, 1},
+                    {1, 2, 9, 9, 3, 3, 1, 1, 1, 1}, {3, 2, 8, 10, 2, 3, 2, 1, 1, 0}};
+  for (int di = 0; di < 2; di++) {
+    tt_dtype dt = di ? TT_F16 : TT_F32;
+    for (int k = 0; k < 4; k++)
+      for (int mode = 0; mode < 2; mode++) {
+        tt_pool_desc d;
+        int *c = cfg[k];
+        goff = 0;
+        d.n = c[0], d.c = c[1], d.h = c[2], d.w = c[3], d.kh = c[4], d.kw = c[5], d.stride_h = c[6], d.stride_w = c[7];
+        d.pad_h = c[8], d.pad_w = c[9];
+        d.p = (d.h + 2 * d.pad_h - d.kh) / d.stride_h + 1, d.q = (d.w + 2 * d.pad_w - d.kw) / d.stride_w + 1;
+        size_t xin = (size_t)d.n * d.c * d.h * d.w, yout = (size_t)d.n * d.c * d.p * d.q;
+        /* coarse values so that windows have ties: first-max must agree */
+        tt2 x = mk(xin, dt, 0, 0), y = mk(yout, dt, 0, 0), dy = mk(yout, dt, -1, 1), dx = mk(xin, dt, -1, 1);
+        for (size_t i = 0; i < xin; i++) {
+          float v = (float)(int)test_rand(-3, 3);
+          if (dt == TT_F16)
+            ((uint16_t *)x.c)[i] = tt_f32_to_f16(v);
+          else
+            ((float *)x.c)[i] = v;
+        }
+        gpu->upload(gpu, x.g, x.c, x.bytes);
+        BOTH(B->pool_fwd(B, &d, (tt_pool_mode)mode, dt, P(x), P(y)));
+        cmp(mode ? "avgpool fwd" : "maxpool fwd", y, tol_ew(dt));
+        BOTH(B->pool_bwd(B, &d, (tt_pool_mode)mode, dt, P(x), P(dy), P(dx), 1.0f));
+        cmp(mode ? "avgpool bwd" : "maxpool bwd (first max)", dx, tol_ew(dt));
+        fr(&x), fr(&y), fr(&dy), fr(&dx);
+      }
+    {
+      int N = 5, C = 7, HW = 49;
+      goff = 0;
+      tt2 x = mk((size_t)N * C * HW, dt, -1, 1), y = mk((size_t)N * C, dt, 0, 0), dx = mk((size_t)N * C * HW, dt, -1, 1);
+      BOTH(B->gap_fwd(B, N, C, HW, dt, P(x), P(y)));
+      cmp("gap_fwd", y, tol_ew(dt));
+      BOTH(B->gap_bwd(B, N, C, HW, dt, P(y), P(dx), 1.0f));
+      cmp("gap_bwd", dx, tol_ew(dt));
+      fr(&x), fr(&y), fr(&dx);
+    }
+  }
+  TT_TEST_END();
+}
+
+static void test_conv(void) {
+  TT_TEST_BEGIN("cuda_conv");
+  /* n c h w k r s sh sw ph pw groups */
+  int cfg[5][12] = {{4, 3, 16, 16, 8, 3, 3, 1, 1, 1, 1, 1}, {2, 8, 15, 15, 16, 3, 3, 2, 2, 1, 1, 2},
+                    {3, 8, 9, 9, 8, 3, 3, 1, 1, 1, 1, 8}, {2, 6, 8, 8, 6, 1, 3, 1, 1, 0, 1, 1},
+                    {8, 16, 7, 7, 32, 1, 1, 1, 1, 0, 0, 1}};
+  for (int di = 0; di < 2; di++) {
+    tt_dtype dt = di ? TT_F16 : TT_F32;
+    for (int k = 0; k < 5; k++) {
+      tt_conv_desc d;
+      int *c = cfg[k];
+      goff = 0;
+      d.n = c[0], d.c = c[1], d.h = c[2], d.w = c[3], d.k = c[4], d.r = c[5], d.s = c[6], d.stride_h = c[7];
+      d.stride_w = c[8], d.pad_h = c[9], d.pad_w = c[10], d.groups = c[11];
+      d.p = (d.h + 2 * d.pad_h - d.r) / d.stride_h + 1, d.q = (d.w + 2 * d.pad_w - d.s) / d.stride_w + 1;
+      size_t xin = (size_t)d.n * d.c * d.h * d.w, yout = (size_t)d.n * d.k * d.p * d.q;
+      size_t wn = (size_t)d.k * (d.c / d.groups) * d.r * d.s;
+      size_t wsz[2] = {0, 0};
+      for (int wk = 0; wk < 3; wk++) {
+        size_t a = cpu->conv_workspace(cpu, &d, dt, (tt_ws_kind)wk), bq = gpu->conv_workspace(gpu, &d, dt, (tt_ws_kind)wk);
+        wsz[0] = a > wsz[0] ? a : wsz[0];
+        wsz[1] = bq > wsz[1] ? bq : wsz[1];
+      }
+      tt2 x = mk(xin, dt, -1, 1), w = mk(wn, dt, -0.5f, 0.5f), bias = mk(d.k, dt, -1, 1), y = mk(yout, dt, 0, 0);
+      tt2 dy = mk(yout, dt, -1, 1), dx = mk(xin, dt, -1, 1), dw = mk(wn, TT_F32, -1, 1), db = mk(d.k, TT_F32, -1, 1);
+      tt2 ws;
+      ws.c = malloc(wsz[0] + 1), ws.g = test_galloc(wsz[1] + 1);
+#define WS (side ? ws.g : ws.c), (side ? wsz[1] : wsz[0])
+      BOTH(B->conv_fwd(B, &d, dt, P(x), P(w), P(bias), P(y), WS));
+      cmp("conv_fwd", y, tol_mm(dt));
+      BOTH(B->conv_bwd_data(B, &d, dt, P(dy), P(w), P(dx), 1.0f, WS));
+      cmp("conv_bwd_data beta=1", dx, tol_mm(dt));
+      BOTH(B->conv_bwd_data(B, &d, dt, P(dy), P(w), P(dx), 0.0f, WS));
+      cmp("conv_bwd_data beta=0", dx, tol_mm(dt));
+      BOTH(B->conv_bwd_filter(B, &d, dt, P(x), P(dy), PF(dw), PF(db), 1.0f, WS));
+      cmp("conv_bwd_filter dw beta=1", dw, tol_mm(dt));
+      cmp("conv_bwd_filter db beta=1", db, tol_mm(dt));
+      BOTH(B->conv_bwd_filter(B, &d, dt, P(x), P(dy), PF(dw), NULL, 0.0f, WS));
+      cmp("conv_bwd_filter dw beta=0", dw, tol_mm(dt));
+#undef WS
+      free(ws.c);
+      fr(&x), fr(&w), fr(&bias), fr(&y), fr(&dy), fr(&dx), fr(&dw), fr(&db);
+      if (tt_test_current_failed) {
+        printf("  (conv config %d, %s)\n", k, dt == TT_F16 ? "fp16" : "fp32");
+        break;
+      }
+    }
+  }
+  TT_TEST_END();
+}
+
+static void test_linear(void) {
+  TT_TEST_BEGIN("cuda_linear");
+  int cfg[3][3] = {{6, 32, 5}, {64, 400, 120}, {33, 257, 10}};
+  for (int di = 0; di < 2; di++) {
+    tt_dtype dt = di ? TT_F16 : TT_F32;
+    for (int k = 0; k < 3; k++) {
+      int N = cfg[k][0], IN = cfg[k][1], OUT = cfg[k][2];
+      size_t wsz[2] = {0, 0};
+      goff = 0;
+      for (int wk = 0; wk < 3; wk++) {
+        size_t a = cpu->linear_workspace(cpu, N, IN, OUT, dt, (tt_ws_kind)wk);
+        size_t bq = gpu->linear_workspace(gpu, N, IN, OUT, dt, (tt_ws_kind)wk);
+        wsz[0] = a > wsz[0] ? a : wsz[0];
+        wsz[1] = bq > wsz[1] ? bq : wsz[1];
+      }
+      tt2 x = mk((size_t)N * IN, dt, -1, 1), w = mk((size_t)OUT * IN, dt, -0.2f, 0.2f), bias = mk(OUT, dt, -1, 1);
+      tt2 y = mk((size_t)N * OUT, dt, 0, 0), dy = mk((size_t)N * OUT, dt, -1, 1), dx = mk((size_t)N * IN, dt, -1, 1);
+      tt2 dw = mk((size_t)OUT * IN, TT_F32, -1, 1), db = mk(OUT, TT_F32, -1, 1);
+      tt2 ws;
+      ws.c = malloc(wsz[0] + 1), ws.g = test_galloc(wsz[1] + 1);
+#define WS (side ? ws.g : ws.c), (side ? wsz[1] : wsz[0])
+      BOTH(B->linear_fwd(B, N, IN, OUT, dt, P(x), P(w), P(bias), P(y), WS));
+      cmp("linear_fwd", y, tol_mm(dt));
+      BOTH(B->linear_bwd_data(B, N, IN, OUT, dt, P(dy), P(w), P(dx), 1.0f, WS));
+      cmp("linear_bwd_data beta=1", dx, tol_mm(dt));
+      BOTH(B->linear_bwd_filter(B, N, IN, OUT, dt, P(x), P(dy), PF(dw), PF(db), 1.0f, WS));
+      cmp("linear_bwd_filter dw beta=1", dw, tol_mm(dt));
+      cmp("linear_bwd_filter db beta=1", db, tol_mm(dt));
+      BOTH(B->linear_bwd_filter(B, N, IN, OUT, dt, P(x), P(dy), PF(dw), PF(db), 0.0f, WS));
+      cmp("linear_bwd_filter dw beta=0", dw, tol_mm(dt));
+#undef WS
+      free(ws.c);
+      fr(&x), fr(&w), fr(&bias), fr(&y), fr(&dy), fr(&dx), fr(&dw), fr(&db);
+    }
+  }
+  TT_TEST_END();
+}
+
+/* ----------------------------------- training step ------------------------------------ */
+
+typedef struct test_net {
+  tt_model m;
+  tt_graph g;
+  tt_program p, ev;
+  tt_exec x;
+  int have_x, have_p, have_ev;
+} test_net;
+
+static int test_net_open(test_net *t, const char *recipe, tt_backend *be, tt_dtype dt, int mb, int accum, int eval_mb,
+                         tt_err *err) {
+  tt_policy pol;
+  memset(t, 0, sizeof *t);
+  if (tt_recipe_load(recipe, &t->m, err, NULL, NULL)) return -1;
+  if (tt_graph_build(&t->m, &t->g, err)) return -1;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = mb, pol.accum_steps = accum, pol.act_dtype = dt, pol.inplace = 1, pol.training = 1;
+  if (tt_lower(&t->g, &pol, be, &t->p, err) || tt_program_plan(&t->p, err)) return -1;
+  t->have_p = 1;
+  if (eval_mb > 0) {
+    pol.training = 0, pol.micro_batch = eval_mb, pol.accum_steps = 1;
+    if (tt_lower(&t->g, &pol, be, &t->ev, err) || tt_program_plan(&t->ev, err)) return -1;
+    t->have_ev = 1;
+  }
+  if (tt_exec_create(&t->x, &t->g, &t->p, t->have_ev ? &t->ev : NULL, be, 11, err)) return -1;
+  t->have_x = 1;
+  return tt_exec_init_params(&t->x, 11, err);
+}
+
+static void test_net_close(test_net *t) {
+  if (t->have_x) tt_exec_destroy(&t->x);
+  if (t->have_p) tt_program_free(&t->p);
+  if (t->have_ev) tt_program_free(&t->ev);
+  tt_graph_free(&t->g);
+  tt_model_free(&t->m);
+}
+
+/* Compares role (0 value, 1 grad) of every trainable param (and running stats for values). */
+static void test_cmp_params(test_net *a, test_net *b, int role, double tol, const char *when) {
+  float *ha = NULL, *hb = NULL;
+  tt_err err;
+  for (int i = 0; i < a->g.nparams; i++) {
+    const tt_param *p = &a->g.params[i];
+    double md = 0, mr = 0;
+    if (role == 1 && !p->trainable) continue;
+    ha = (float *)realloc(ha, p->numel * sizeof(float));
+    hb = (float *)realloc(hb, p->numel * sizeof(float));
+    if (tt_exec_param_get(&a->x, i, role, ha, &err) || tt_exec_param_get(&b->x, i, role, hb, &err)) {
+      TT_CHECK(0, "param_get %s: %s", p->name, err.msg);
+      break;
+    }
+    for (size_t k = 0; k < p->numel; k++) {
+      double d = fabs((double)ha[k] - hb[k]);
+      if (fabs(ha[k]) > mr) mr = fabs(ha[k]);
+      if (d > md || d != d) md = d;
+    }
+    /* a bias followed by batch norm has a zero true gradient: compare absolutely */
+    TT_CHECK(md <= tol * mr + (role == 1 ? 1e-6 : 1e-7), "%s %s%s: max |cuda - cpu| %.3g > %.0e * max|cpu| %.3g", when,
+             role ? "grad." : "", p->name, md, tol, mr);
+  }
+  free(ha), free(hb);
+}
+
+static void test_step(tt_dtype dt, const char *name) {
+  const char *recipe = "tests/fixtures/small_cnn.recipe";
+  double tol = dt == TT_F16 ? 3e-2 : 1e-4;
+  tt_err err;
+  test_net a, b;
+  TT_TEST_BEGIN(name);
+  int rc = test_net_open(&a, recipe, cpu, dt, 6, 1, 0, &err);
+  TT_CHECK(rc == 0, "cpu: %s", err.msg);
+  int rc2 = test_net_open(&b, recipe, gpu, dt, 6, 1, 0, &err);
+  TT_CHECK(rc2 == 0, "cuda: %s", err.msg);
+  if (!rc && !rc2) {
+    const tt_node *in = &a.g.nodes[0];
+    size_t cnt = (size_t)6 * in->c * in->h * in->w;
+    float *input = (float *)malloc(cnt * sizeof(float)), sa[2], sb[2];
+    int32_t labels[6] = {0, 4, 2, 1, 3, 2};
+    for (size_t i = 0; i < cnt; i++) input[i] = test_rand(-2, 2);
+    for (int opt = 0; opt < 2; opt++) {
+      tt_opt_hparams hp;
+      int ova = 0, ovb = 0;
+      tt_exec_stats(&a.x, NULL, 1, &err);
+      tt_exec_stats(&b.x, NULL, 1, &err);
+      TT_CHECK(tt_exec_micro_step_f32(&a.x, input, labels, 0, (uint64_t)opt, 1.0f / 6, &err) == 0, "cpu step: %s", err.msg);
+      TT_CHECK(tt_exec_micro_step_f32(&b.x, input, labels, 0, (uint64_t)opt, 1.0f / 6, &err) == 0, "cuda step: %s",
+               err.msg);
+      tt_exec_stats(&a.x, sa, 1, &err);
+      tt_exec_stats(&b.x, sb, 1, &err);
+      TT_CHECK(fabs(sa[0] - sb[0]) <= tol * fabs(sa[0]) + 1e-6 && sa[1] == sb[1],
+               "loss/correct: cpu %.7g/%g cuda %.7g/%g", sa[0], sa[1], sb[0], sb[1]);
+      printf("  %s step %d: loss cpu %.7f cuda %.7f\n", dt == TT_F16 ? "fp16" : "fp32", opt, sa[0] / 6, sb[0] / 6);
+      test_cmp_params(&a, &b, 1, tol, opt ? "after AdamW step, gradient" : "gradient");
+      memset(&hp, 0, sizeof hp);
+      if (opt == 0)
+        hp.kind = TT_OPT_SGD, hp.lr = 0.1f, hp.momentum = 0.9f, hp.nesterov = 1, hp.weight_decay = 5e-4f;
+      else
+        hp.kind = TT_OPT_ADAMW, hp.lr = 0.01f, hp.beta1 = 0.9f, hp.beta2 = 0.999f, hp.eps = 1e-8f, hp.weight_decay = 0.01f;
+      a.m.train.optimizer = b.m.train.optimizer = hp.kind;
+      TT_CHECK(tt_exec_update(&a.x, &hp, 1, 1.0f, &ova, &err) == 0, "cpu update: %s", err.msg);
+      TT_CHECK(tt_exec_update(&b.x, &hp, 1, 1.0f, &ovb, &err) == 0, "cuda update: %s", err.msg);
+      TT_CHECK(ova == ovb, "overflow flags differ: cpu %d cuda %d", ova, ovb);
+      test_cmp_params(&a, &b, 0, tol, opt ? "after AdamW" : "after SGD");
+    }
+    free(input);
+  }
+  test_net_close(&a);
+  test_net_close(&b);
+  TT_TEST_END();
+}
+
+/* No cudaMalloc after setup, and the device holds what the plan says (+ lazily loaded
+ * kernel modules, which CUDA 12+ loads on first launch: allowed up to 256 MiB, printed). */
+static void test_no_alloc_and_peak(void) {
+  tt_err err;
+  test_net t;
+  TT_TEST_BEGIN("cuda_no_allocation_and_peak");
+  size_t used0 = 0, used1 = 0, total = 0;
+  TT_CHECK(tt_cuda_mem_used(gpu, &used0, &total) == 0, "mem_used: %s", gpu->last_error(gpu));
+  int rc = test_net_open(&t, "examples/fashion_mnist/lenet.recipe", gpu, TT_F16, 32, 2, 64, &err);
+  TT_CHECK(rc == 0, "%s", err.msg);
+  if (!rc) {
+    const tt_node *in = &t.g.nodes[0];
+    size_t img = (size_t)in->c * in->h * in->w;
+    uint8_t *images = (uint8_t *)malloc(64 * img);
+    int32_t labels[64];
+    size_t allocs0 = tt_cuda_alloc_count(gpu);
+    tt_opt_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.kind = TT_OPT_SGD, hp.lr = 0.01f, hp.momentum = 0.9f;
+    for (size_t i = 0; i < 64 * img; i++) images[i] = (uint8_t)test_rand(0, 256);
+    for (int i = 0; i < 64; i++) labels[i] = i % t.m.classes;
+    for (int step = 0; step < 3 && !rc; step++) {
+      int ov = 0;
+      for (int k = 0; k < 2 && !rc; k++)
+        rc = tt_exec_micro_step(&t.x, images + (size_t)k * 32 * img, labels + k * 32, k, (uint64_t)step, 1024.0f / 64, &err);
+      if (!rc) rc = tt_exec_update(&t.x, &hp, step + 1, 1.0f / 1024, &ov, &err);
+      if (!rc) rc = tt_exec_eval(&t.x, images, labels, 64, &err);
+    }
+    TT_CHECK(rc == 0, "%s", err.msg);
+    TT_CHECK(gpu->sync(gpu) == 0, "sync: %s", gpu->last_error(gpu));
+    TT_CHECK(tt_cuda_alloc_count(gpu) == allocs0, "cudaMalloc called %zu times during the steps",
+             tt_cuda_alloc_count(gpu) - allocs0);
+    TT_CHECK(tt_cuda_mem_used(gpu, &used1, &total) == 0, "mem_used: %s", gpu->last_error(gpu));
+    {
+      double grown = used1 > used0 ? (double)(used1 - used0) : 0.0, arena = (double)t.x.arena_bytes;
+      printf("  device used grew %.2f MiB over steps; arena %.2f MiB (plan); excess %.2f MiB\n", grown / 1048576.0,
+             arena / 1048576.0, (grown - arena) / 1048576.0);
+      TT_CHECK(grown <= arena + 256.0 * 1048576.0, "device memory grew %.1f MiB for an arena of %.1f MiB",
+               grown / 1048576.0, arena / 1048576.0);
+    }
+    free(images);
+  }
+  test_net_close(&t);
+  TT_TEST_END();
+}
+
+int main(void) {
+  tt_err err;
+  size_t reserve = 0, allocs;
+  int ndev = tt_cuda_device_count();
+  if (ndev <= 0) {
+    /* the backend's own message says why (no driver, no device) */
+    gpu = tt_cuda_backend_create(&reserve, &err);
+    if (gpu) { /* cannot happen with no device; be safe */
+      gpu->destroy(gpu);
+      snprintf(err.msg, sizeof err.msg, "no CUDA device");
+    }
+    for (int i = 0; i < TEST_NGROUPS; i++) printf("SKIP %s: %s\n", test_groups[i], err.msg);
+    return 0;
+  }
+  gpu = tt_cuda_backend_create(&reserve, &err);
+  if (!gpu) {
+    printf("FAIL cuda_create: %s\n", err.msg);
+    return 1;
+  }
+  printf("  %s; reserve (context + handles) %.1f MiB\n", tt_cuda_info(), reserve / 1048576.0);
+  cpu = tt_cpu_backend_create(0);
+  gcap = (size_t)64 << 20;
+  garena = (unsigned char *)gpu->arena_alloc(gpu, gcap);
+  if (!garena) {
+    printf("FAIL cuda_arena: %s\n", gpu->last_error(gpu));
+    return 1;
+  }
+  allocs = tt_cuda_alloc_count(gpu);
+  test_elementwise();
+  test_dropout();
+  test_loss_optim();
+  test_batchnorm();
+  test_pooling();
+  test_conv();
+  test_linear();
+  TT_TEST_BEGIN("cuda_ops_allocate_nothing");
+  TT_CHECK(tt_cuda_alloc_count(gpu) == allocs, "ops called cudaMalloc %zu times", tt_cuda_alloc_count(gpu) - allocs);
+  TT_CHECK(gpu->sync(gpu) == 0, "sync after the op tests: %s", gpu->last_error(gpu));
+  TT_TEST_END();
+  gpu->arena_free(gpu, garena);
+  test_step(TT_F32, "cuda_step_fp32");
+  test_step(TT_F16, "cuda_step_fp16");
+  test_no_alloc_and_peak();
+  cpu->destroy(cpu);
+  gpu->destroy(gpu);
+  TT_TEST_EXIT();
+}
+
+#else
+
+int main(void) {
+  for (int i = 0; i < TEST_NGROUPS; i++) printf("SKIP %s: built without CUDA (configure found no nvcc/cuDNN)\n", test_groups[i]);
+  return 0;
+}
+#endif

@@ -1,0 +1,859 @@
+/* tests/test_sched.c — the scheduler's techniques and their equivalences (DESIGN.md,
+ * "Techniques the scheduler mixes" and "Equivalences the tests hold"):
+ *   1. checkpointed training == plain training, bit-exact on CPU fp32 (batch norm + dropout);
+ *   2. k accumulated micro-batches of m == one batch of k*m (no batch norm; SGD and Adam);
+ *   3. fp16 autocast tracks fp32 on Fashion-MNIST (loss curve, test accuracy);
+ *   4. the dynamic loss scaler, alone and with an injected overflow;
+ *   5. tt_schedule over a range of --vram budgets: fits, monotonic;
+ *   6. the optimal checkpoint plan recomputes no more than the sqrt(n) baseline;
+ *   7. tt_sched_max_batch returns the largest micro-batch that fits. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/data.h"
+#include "core/exec.h"
+#include "core/graph.h"
+#include "core/lossscale.h"
+#include "core/model.h"
+#include "core/program.h"
+#include "core/sched.h"
+#include "kernels/backend.h"
+#include "tests/tt_test.h"
+
+#define GIB ((size_t)1 << 30)
+
+/* ---- deterministic PRNG (splitmix64) ---- */
+typedef struct rng { uint64_t s; } rng;
+static uint64_t rng_next(rng *r) {
+  uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+typedef struct net {
+  tt_model m;
+  tt_graph g;
+  int have_m, have_g;
+} net;
+
+static int net_open(net *n, const char *name, const char *text, const char *path, tt_err *e) {
+  memset(n, 0, sizeof *n);
+  int rc = path ? tt_recipe_load(path, &n->m, e, NULL, NULL) : tt_recipe_parse(name, text, &n->m, e, NULL, NULL);
+  if (rc) return -1;
+  n->have_m = 1;
+  if (tt_graph_build(&n->m, &n->g, e)) return -1;
+  n->have_g = 1;
+  return 0;
+}
+static void net_close(net *n) {
+  if (n->have_g) tt_graph_free(&n->g);
+  if (n->have_m) tt_model_free(&n->m);
+  memset(n, 0, sizeof *n);
+}
+
+static int build_prog(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, const unsigned char *rec,
+                      int training, tt_program *p, tt_err *e) {
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = mb, pol.accum_steps = accum, pol.act_dtype = dt, pol.inplace = 1;
+  pol.recompute = (unsigned char *)rec, pol.training = training;
+  memset(p, 0, sizeof *p);
+  if (tt_lower(g, &pol, be, p, e)) return -1;
+  if (tt_program_plan(p, e)) {
+    tt_program_free(p);
+    return -1;
+  }
+  return 0;
+}
+
+/* Every non-cut node recomputed (what recompute = all does). */
+static void rec_all(const tt_graph *g, unsigned char *rec) {
+  int n = g->nnodes;
+  int *unit_of = (int *)malloc(sizeof(int) * (size_t)n);
+  memset(rec, 0, (size_t)n);
+  tt_sched_units(g, unit_of);
+  for (int v = 1; v < n - 1; v++)
+    if (unit_of[v + 1] == unit_of[v]) rec[v] = 1;
+  free(unit_of);
+}
+
+static int count_flag(const tt_program *p, int flag) {
+  int c = 0;
+  for (int i = 0; i < p->nsteps; i++) c += (p->steps[i].flags & flag) != 0;
+  return c;
+}
+
+/* All parameter state (value, gradient, optimizer states where present), concatenated. */
+static size_t state_floats(const tt_graph *g) {
+  size_t t = 0;
+  for (int i = 0; i < g->nparams; i++) t += 4 * g->params[i].numel;
+  return t;
+}
+static int snapshot(tt_exec *x, float *out, int roles, tt_err *e) {
+  const tt_graph *g = x->g;
+  size_t off = 0;
+  for (int i = 0; i < g->nparams; i++)
+    for (int role = 0; role < roles; role++) {
+      size_t n = g->params[i].numel;
+      if (tt_exec_param_get(x, i, role, out + off, e)) memset(out + off, 0, n * sizeof(float));
+      off += n;
+    }
+  return 0;
+}
+
+/* max|a-b| / max|b| over one tensor */
+static double rel_err(const float *a, const float *b, size_t n) {
+  double md = 0.0, mb = 0.0;
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - (double)b[i]);
+    if (isnan(d)) d = INFINITY;
+    if (d > md) md = d;
+    if (fabs((double)b[i]) > mb) mb = fabs((double)b[i]);
+  }
+  return mb > 0.0 ? md / mb : md;
+}
+
+/* ======================================================================== 1. checkpointing */
+
+/* A stem, then residual blocks with batch norm and dropout inside (so recomputing a block
+ * re-runs both), max-pool, linear. Deep enough that saved activations outweigh the CPU
+ * backend's im2col workspace, so checkpointing shrinks the arena. */
+#define BLK(i, prev)                                                                                   \
+  "[conv b" #i "c1]\nfilters = 8\nsize = 3\nbias = false\n[bn b" #i "n1]\n[relu b" #i "r1]\n"      \
+  "[dropout b" #i "d]\np = 0.3\n"                                                                      \
+  "[conv b" #i "c2]\nfilters = 8\nsize = 3\nbias = false\n[bn b" #i "n2]\n"                          \
+  "[add b" #i "a]\nfrom = b" #i "n2, " prev "\n[relu b" #i "r2]\n"
+static const char *RECIPE_BN =
+    "[net]\ninput = 1x12x12\nclasses = 5\n"
+    "[train]\nbatch = 16\nmicro_batch = 8\noptimizer = sgd\nlr = 0.05\nmomentum = 0.9\nweight_decay = 5e-4\nseed = 7\n"
+    "[conv c0]\nfilters = 8\nsize = 3\nbias = false\n"
+    "[bn n0]\n[relu r0]\n"
+    BLK(1, "r0") BLK(2, "b1r2") BLK(3, "b2r2") BLK(4, "b3r2")
+    "[maxpool p1]\nsize = 2\n"
+    "[flatten]\n"
+    "[linear fc]\nout = 5\n";
+
+#define CK_MB 8
+#define CK_ACCUM 2
+#define CK_STEPS 3
+
+/* Runs CK_STEPS optimizer steps; writes the final state and loss statistics. */
+static int ck_run(const net *n, tt_backend *be, const unsigned char *rec, const uint8_t *imgs, const int32_t *labs,
+                  float *state, float stats[2], tt_program *prog_out, tt_err *e) {
+  tt_program p;
+  if (build_prog(&n->g, be, CK_MB, CK_ACCUM, TT_F32, rec, 1, &p, e)) return -1;
+  tt_exec x;
+  if (tt_exec_create(&x, &n->g, &p, NULL, be, 99, e)) {
+    tt_program_free(&p);
+    return -1;
+  }
+  int rc = tt_exec_init_params(&x, 1234, e);
+  if (!rc) rc = tt_exec_stats(&x, NULL, 1, e); /* the arena is not zeroed */
+  tt_opt_hparams hp;
+  memset(&hp, 0, sizeof hp);
+  hp.kind = TT_OPT_SGD, hp.lr = 0.05f, hp.momentum = 0.9f, hp.weight_decay = 5e-4f, hp.nesterov = 1;
+  size_t per = (size_t)CK_MB * 144;
+  for (int s = 0; s < CK_STEPS && !rc; s++) {
+    for (int k = 0; k < CK_ACCUM && !rc; k++) {
+      int b = s * CK_ACCUM + k;
+      rc = tt_exec_micro_step(&x, imgs + (size_t)b * per, labs + (size_t)b * CK_MB, k, (uint64_t)s,
+                              1.0f / (CK_MB * CK_ACCUM), e);
+    }
+    int of = 0;
+    if (!rc) rc = tt_exec_update(&x, &hp, s + 1, 1.0f, &of, e);
+  }
+  if (!rc) rc = snapshot(&x, state, 4, e);
+  if (!rc) rc = tt_exec_stats(&x, stats, 0, e);
+  tt_exec_destroy(&x);
+  if (prog_out && !rc) *prog_out = p;
+  else tt_program_free(&p);
+  return rc;
+}
+
+static void test_checkpoint_equals_plain(tt_backend *be) {
+  TT_TEST_BEGIN("checkpointed training == plain training, bit-exact (fp32, batch norm + dropout)");
+  tt_err e;
+  net n;
+  if (net_open(&n, "bn_dropout.recipe", RECIPE_BN, NULL, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+    TT_TEST_END();
+    return;
+  }
+  int nb = CK_STEPS * CK_ACCUM;
+  size_t per = (size_t)CK_MB * 144;
+  uint8_t *imgs = (uint8_t *)malloc(per * nb);
+  int32_t *labs = (int32_t *)malloc(sizeof(int32_t) * CK_MB * nb);
+  rng r = {42};
+  for (size_t i = 0; i < per * nb; i++) imgs[i] = (uint8_t)(rng_next(&r) & 0xff);
+  for (int i = 0; i < CK_MB * nb; i++) labs[i] = (int32_t)(rng_next(&r) % 5);
+  size_t sf = state_floats(&n.g);
+  float *s_plain = (float *)calloc(sf, sizeof(float)), *s_rec = (float *)calloc(sf, sizeof(float));
+  unsigned char *rec = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
+  float st_plain[2], st_rec[2];
+  tt_program pp, pr;
+  int have_pp = 0;
+  if (ck_run(&n, be, NULL, imgs, labs, s_plain, st_plain, &pp, &e) == 0) have_pp = 1;
+  else TT_CHECK(0, "plain run: %s", e.msg);
+  for (int variant = 0; variant < 2 && have_pp; variant++) {
+    if (variant == 0) rec_all(&n.g, rec);
+    else tt_sched_checkpoint_sqrt(&n.g, rec);
+    int nrec = 0;
+    for (int v = 0; v < n.g.nnodes; v++) nrec += rec[v];
+    const char *vn = variant == 0 ? "recompute all" : "sqrt plan";
+    TT_CHECK(nrec > 0, "%s: the plan recomputes no node", vn);
+    memset(s_rec, 0, sf * sizeof(float));
+    if (ck_run(&n, be, rec, imgs, labs, s_rec, st_rec, &pr, &e)) {
+      TT_CHECK(0, "%s run: %s", vn, e.msg);
+      continue;
+    }
+    int nrs = count_flag(&pr, TT_SF_RECOMPUTE);
+    printf("  %s: %d nodes marked, %d recompute steps, arena %zu B vs plain %zu B\n", vn, nrec, nrs, pr.arena_bytes,
+           pp.arena_bytes);
+    TT_CHECK(nrs > 0, "%s: the program has no TT_SF_RECOMPUTE step", vn);
+    TT_CHECK(pr.arena_bytes < pp.arena_bytes, "%s: arena %zu is not smaller than plain %zu", vn, pr.arena_bytes,
+               pp.arena_bytes);
+    TT_CHECK(memcmp(st_plain, st_rec, sizeof st_plain) == 0, "%s: loss statistics differ: %.9g/%g vs %.9g/%g", vn,
+             (double)st_plain[0], (double)st_plain[1], (double)st_rec[0], (double)st_rec[1]);
+    size_t off = 0;
+    for (int i = 0; i < n.g.nparams; i++) {
+      for (int role = 0; role < 4; role++) {
+        size_t k = n.g.params[i].numel;
+        if (memcmp(s_plain + off, s_rec + off, k * sizeof(float))) {
+          TT_CHECK(0, "%s: parameter '%s' role %d differs (rel %.3g)", vn, n.g.params[i].name, role,
+                   rel_err(s_rec + off, s_plain + off, k));
+        }
+        off += k;
+      }
+    }
+    /* the running statistics did move (so the comparison above means something) */
+    for (int i = 0; i < n.g.nparams; i++)
+      if (n.g.params[i].role == TT_PR_BN_MEAN) {
+        size_t o2 = 0;
+        for (int j = 0; j < i; j++) o2 += 4 * n.g.params[j].numel;
+        int moved = 0;
+        for (size_t k = 0; k < n.g.params[i].numel; k++) moved |= s_plain[o2 + k] != 0.0f;
+        TT_CHECK(moved, "running mean of '%s' never moved", n.g.params[i].name);
+      }
+    tt_program_free(&pr);
+  }
+  /* at a larger micro-batch, where activations dominate even more */
+  if (have_pp) {
+    tt_program a, b;
+    rec_all(&n.g, rec);
+    if (!build_prog(&n.g, be, 128, 1, TT_F32, NULL, 1, &a, &e)) {
+      if (!build_prog(&n.g, be, 128, 1, TT_F32, rec, 1, &b, &e)) {
+        printf("  micro-batch 128: arena plain %zu B, recompute all %zu B\n", a.arena_bytes, b.arena_bytes);
+        TT_CHECK(b.arena_bytes < a.arena_bytes, "mb 128: recompute arena %zu not below plain %zu", b.arena_bytes,
+                 a.arena_bytes);
+        tt_program_free(&b);
+      }
+      tt_program_free(&a);
+    }
+    tt_program_free(&pp);
+  }
+  free(rec);
+  free(s_plain);
+  free(s_rec);
+  free(imgs);
+  free(labs);
+  net_close(&n);
+  TT_TEST_END();
+}
+
+/* ======================================================================== 2. accumulation */
+
+static const char *RECIPE_NOBN_FMT =
+    "[net]\ninput = 2x10x10\nclasses = 6\n"
+    "[train]\nbatch = 16\noptimizer = %s\nlr = %s\n%s"
+    "[conv c1]\nfilters = 6\nsize = 3\n"
+    "[relu r1]\n"
+    "[conv c2]\nfilters = 6\nsize = 3\n"
+    "[relu r2]\n"
+    "[add a1]\nfrom = r2, r1\n"
+    "[maxpool p1]\nsize = 2\n"
+    "[flatten]\n"
+    "[linear fc1]\nout = 12\n"
+    "[relu r3]\n"
+    "[linear fc2]\nout = 6\n";
+
+/* nsteps optimizer steps with micro-batch mb x accum over the same data; final state. */
+static int acc_run(const net *n, tt_backend *be, int mb, int accum, tt_dtype dt, const float *in, const int32_t *labs,
+                   int nsteps, const tt_opt_hparams *hp, float *state, tt_err *e) {
+  tt_program p;
+  if (build_prog(&n->g, be, mb, accum, dt, NULL, 1, &p, e)) return -1;
+  tt_exec x;
+  if (tt_exec_create(&x, &n->g, &p, NULL, be, 5, e)) {
+    tt_program_free(&p);
+    return -1;
+  }
+  int rc = tt_exec_init_params(&x, 77, e);
+  size_t per = tt_node_numel(&n->g.nodes[0]);
+  int eff = mb * accum;
+  for (int s = 0; s < nsteps && !rc; s++) {
+    for (int k = 0; k < accum && !rc; k++) {
+      size_t b0 = (size_t)s * eff + (size_t)k * mb;
+      rc = tt_exec_micro_step_f32(&x, in + b0 * per, labs + b0, k, (uint64_t)s, 1.0f / eff, e);
+    }
+    int of = 0;
+    if (!rc) rc = tt_exec_update(&x, hp, s + 1, 1.0f, &of, e);
+  }
+  if (!rc) snapshot(&x, state, 1, e);
+  tt_exec_destroy(&x);
+  tt_program_free(&p);
+  return rc;
+}
+
+static void test_accumulation(tt_backend *be) {
+  const char *opts[2] = {"sgd", "adam"};
+  for (int o = 0; o < 2; o++) {
+    char name[128];
+    snprintf(name, sizeof name, "accumulation: 4 micro-batches of 4 == one batch of 16 (fp32, %s)", opts[o]);
+    TT_TEST_BEGIN(name);
+    char text[2048];
+    snprintf(text, sizeof text, RECIPE_NOBN_FMT, opts[o], o ? "0.001" : "0.05",
+             o ? "weight_decay = 1e-4\n" : "momentum = 0.9\nweight_decay = 5e-4\n");
+    tt_err e;
+    net n;
+    if (net_open(&n, "nobn.recipe", text, NULL, &e)) {
+      TT_CHECK(0, "%s", e.msg);
+      TT_TEST_END();
+      continue;
+    }
+    const int steps = 3, eff = 16;
+    size_t per = tt_node_numel(&n.g.nodes[0]);
+    float *in = (float *)malloc(sizeof(float) * per * eff * steps);
+    int32_t *labs = (int32_t *)malloc(sizeof(int32_t) * eff * steps);
+    rng r = {1000 + (uint64_t)o};
+    for (size_t i = 0; i < per * eff * steps; i++) in[i] = (float)((double)(rng_next(&r) >> 11) / 9007199254740992.0 * 2 - 1);
+    for (int i = 0; i < eff * steps; i++) labs[i] = (int32_t)(rng_next(&r) % 6);
+    tt_opt_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.kind = o ? TT_OPT_ADAM : TT_OPT_SGD;
+    hp.lr = o ? 1e-3f : 0.05f, hp.momentum = 0.9f, hp.weight_decay = o ? 1e-4f : 5e-4f;
+    hp.beta1 = 0.9f, hp.beta2 = 0.999f, hp.eps = 1e-8f;
+    size_t sf = state_floats(&n.g);
+    float *a = (float *)calloc(sf, sizeof(float)), *b = (float *)calloc(sf, sizeof(float));
+    float *init = (float *)calloc(sf, sizeof(float));
+    double worst = 0.0;
+    for (int ns = 1; ns <= steps; ns += steps - 1) { /* after 1 and after 3 optimizer steps */
+      if (acc_run(&n, be, 4, 4, TT_F32, in, labs, ns, &hp, a, &e) || acc_run(&n, be, 16, 1, TT_F32, in, labs, ns, &hp, b, &e) ||
+          acc_run(&n, be, 16, 1, TT_F32, in, labs, 0, &hp, init, &e)) {
+        TT_CHECK(0, "%s", e.msg);
+        break;
+      }
+      size_t off = 0;
+      for (int i = 0; i < n.g.nparams; i++) {
+        size_t k = n.g.params[i].numel;
+        double re = rel_err(a + off, b + off, k);
+        if (re > worst) worst = re;
+        TT_CHECK(re <= 1e-5, "after %d steps '%s' differs: max|a-b|/max|b| = %.3g", ns, n.g.params[i].name, re);
+        /* and the step did change it */
+        TT_CHECK(memcmp(b + off, init + off, k * sizeof(float)) != 0, "'%s' did not change", n.g.params[i].name);
+        off += k;
+      }
+    }
+    printf("  %s: worst per-tensor relative difference %.3g\n", opts[o], worst);
+    free(a);
+    free(b);
+    free(init);
+    free(in);
+    free(labs);
+    net_close(&n);
+    TT_TEST_END();
+  }
+}
+
+/* ======================================================================== 3. fp16 vs fp32 */
+
+#define FM_DIR "/usr/share/datasets/fashion-mnist/"
+#ifndef FM_C1
+#define FM_C1 "8"
+#define FM_C2 "16"
+#endif
+static const char *RECIPE_FM =
+    "[net]\ninput = 1x28x28\nclasses = 10\n"
+    "[train]\nbatch = 32\noptimizer = sgd\nlr = 0.05\nmomentum = 0.9\nweight_decay = 5e-4\nseed = 1\n"
+    "[data]\nformat = idx\n"
+    "train = " FM_DIR "train-images-idx3-ubyte.gz\ntrain_labels = " FM_DIR "train-labels-idx1-ubyte.gz\n"
+    "test = " FM_DIR "t10k-images-idx3-ubyte.gz\ntest_labels = " FM_DIR "t10k-labels-idx1-ubyte.gz\n"
+    "mean = 0.2860\nstd = 0.3530\n"
+    "[conv conv1]\nfilters = " FM_C1 "\nsize = 5\nbias = false\n"
+    "[bn bn1]\nactivation = relu\n"
+    "[maxpool pool1]\nsize = 2\n"
+    "[conv conv2]\nfilters = " FM_C2 "\nsize = 3\nbias = false\n"
+    "[bn bn2]\nactivation = relu\n"
+    "[maxpool pool2]\nsize = 2\n"
+    "[flatten]\n"
+    "[linear fc1]\nout = 10\n";
+
+#ifndef FM_STEPS
+#define FM_STEPS 300
+#endif
+#define FM_BATCH 32
+#define FM_WIN 25
+#define FM_EVAL_MB 500
+#ifndef FM_LR
+#define FM_LR 0.05
+#endif
+#ifndef FM_SEED
+#define FM_SEED 2024
+#endif
+
+typedef struct fm_result {
+  double win_loss[FM_STEPS / FM_WIN];
+  double test_acc, test_loss;
+  long long skipped;
+  float final_scale;
+  double seconds, eval_seconds;
+} fm_result;
+
+static int fm_run(const net *n, tt_backend *be, tt_dtype dt, const tt_dataset *tr, const tt_dataset *te, fm_result *res,
+                  tt_err *e) {
+  double t0 = tt_now();
+  memset(res, 0, sizeof *res);
+  tt_program p, pe;
+  if (build_prog(&n->g, be, FM_BATCH, 1, dt, NULL, 1, &p, e)) return -1;
+  if (build_prog(&n->g, be, FM_EVAL_MB, 1, dt, NULL, 0, &pe, e)) {
+    tt_program_free(&p);
+    return -1;
+  }
+  tt_exec x;
+  if (tt_exec_create(&x, &n->g, &p, &pe, be, 1, e)) {
+    tt_program_free(&p);
+    tt_program_free(&pe);
+    return -1;
+  }
+  int rc = tt_exec_init_params(&x, 1, e);
+  tt_loss_scale ls;
+  tt_loss_scale_init(&ls, dt == TT_F16);
+  tt_opt_hparams hp;
+  memset(&hp, 0, sizeof hp);
+  hp.kind = TT_OPT_SGD, hp.lr = 0.05f, hp.momentum = 0.9f, hp.weight_decay = 5e-4f, hp.nesterov = 0;
+  size_t per = (size_t)tr->c * tr->h * tr->w;
+  uint8_t *img = (uint8_t *)malloc(per * FM_BATCH);
+  int32_t lab[FM_BATCH];
+  rng r = {FM_SEED};
+  if (!rc) rc = tt_exec_stats(&x, NULL, 1, e);
+  for (int s = 0; s < FM_STEPS && !rc; s++) {
+    for (int i = 0; i < FM_BATCH; i++) {
+      int j = (int)(rng_next(&r) % (uint64_t)tr->n);
+      memcpy(img + (size_t)i * per, tr->images + (size_t)j * per, per);
+      lab[i] = tr->labels[j];
+    }
+    /* cosine decay to zero: the end point is a settled model, not one step of a noisy walk */
+    hp.lr = (float)(FM_LR * 0.5 * (1.0 + cos(3.141592653589793 * s / FM_STEPS)));
+    rc = tt_exec_micro_step(&x, img, lab, 0, (uint64_t)s, ls.scale / FM_BATCH, e);
+    int of = 0;
+    if (!rc) rc = tt_exec_update(&x, &hp, (int)(s - ls.skipped) + 1, 1.0f / ls.scale, &of, e);
+    tt_loss_scale_update(&ls, of);
+    if (!rc && (s + 1) % FM_WIN == 0) {
+      float st[2];
+      rc = tt_exec_stats(&x, st, 1, e);
+      res->win_loss[s / FM_WIN] = st[0] / (double)(FM_WIN * FM_BATCH);
+    }
+  }
+  free(img);
+  res->eval_seconds = tt_now();
+  /* evaluation over the whole test set */
+  if (!rc) rc = tt_exec_stats(&x, NULL, 1, e);
+  for (int i = 0; i < te->n && !rc; i += FM_EVAL_MB) {
+    int cnt = te->n - i < FM_EVAL_MB ? te->n - i : FM_EVAL_MB;
+    rc = tt_exec_eval(&x, te->images + (size_t)i * per, te->labels + i, cnt, e);
+  }
+  float st[2] = {0, 0};
+  if (!rc) rc = tt_exec_stats(&x, st, 1, e);
+  res->test_loss = st[0] / (double)te->n;
+  res->test_acc = 100.0 * st[1] / (double)te->n;
+  res->skipped = ls.skipped;
+  res->final_scale = ls.scale;
+  tt_exec_destroy(&x);
+  tt_program_free(&p);
+  tt_program_free(&pe);
+  res->seconds = tt_now() - t0;
+  res->eval_seconds = tt_now() - res->eval_seconds;
+  return rc;
+}
+
+static void test_fp16_tracks_fp32(tt_backend *be) {
+  const char *name = "fp16 autocast tracks fp32 on Fashion-MNIST (loss windows, test accuracy)";
+  if (access(FM_DIR "train-images-idx3-ubyte.gz", R_OK) || access(FM_DIR "t10k-images-idx3-ubyte.gz", R_OK)) {
+    TT_SKIP(name, "Fashion-MNIST not found under " FM_DIR " (train/t10k idx3/idx1 .gz files)");
+    return;
+  }
+  TT_TEST_BEGIN(name);
+  tt_err e;
+  net n;
+  tt_dataset tr, te;
+  memset(&tr, 0, sizeof tr);
+  memset(&te, 0, sizeof te);
+  if (net_open(&n, "fm_small.recipe", RECIPE_FM, NULL, &e) ||
+      tt_dataset_load(&n.m.data, 1, 1, 28, 28, &tr, &e, NULL, NULL) ||
+      tt_dataset_load(&n.m.data, 0, 1, 28, 28, &te, &e, NULL, NULL)) {
+    TT_CHECK(0, "%s", e.msg);
+    TT_TEST_END();
+    return;
+  }
+  fm_result r32, r16;
+  if (fm_run(&n, be, TT_F32, &tr, &te, &r32, &e) || fm_run(&n, be, TT_F16, &tr, &te, &r16, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+  } else {
+    printf("  window  fp32 loss  fp16 loss  |diff|  (mean over %d steps of batch %d)\n", FM_WIN, FM_BATCH);
+    for (int w = 0; w < FM_STEPS / FM_WIN; w++) {
+      double a = r32.win_loss[w], b = r16.win_loss[w], d = fabs(a - b), tol = 0.05 + 0.05 * a;
+      printf("  %4d    %.4f     %.4f     %.4f\n", (w + 1) * FM_WIN, a, b, d);
+      TT_CHECK(isfinite(b) && d <= tol, "window %d: fp16 loss %.4f vs fp32 %.4f (|diff| %.4f > %.4f)", w + 1, b, a, d, tol);
+    }
+    printf("  test accuracy fp32 %.2f%%  fp16 %.2f%%  (diff %.2f points); test loss %.4f vs %.4f\n", r32.test_acc,
+           r16.test_acc, fabs(r32.test_acc - r16.test_acc), r32.test_loss, r16.test_loss);
+    printf("  fp16: %lld skipped steps, final loss scale %g; time fp32 %.1f s, fp16 %.1f s\n", r16.skipped,
+           (double)r16.final_scale, r32.seconds, r16.seconds);
+    printf("  (of which evaluation fp32 %.1f s, fp16 %.1f s)\n", r32.eval_seconds, r16.eval_seconds);
+    TT_CHECK(fabs(r32.test_acc - r16.test_acc) <= 0.5, "test accuracy fp16 %.2f vs fp32 %.2f", r16.test_acc, r32.test_acc);
+    TT_CHECK(r32.test_acc > 70.0, "fp32 reached only %.2f%% (the net did not learn)", r32.test_acc);
+    TT_CHECK(r32.win_loss[FM_STEPS / FM_WIN - 1] < r32.win_loss[0], "the loss did not go down");
+  }
+  tt_dataset_free(&tr);
+  tt_dataset_free(&te);
+  net_close(&n);
+  TT_TEST_END();
+}
+
+/* ======================================================================== 4. loss scaler */
+
+static void test_loss_scale_unit(void) {
+  TT_TEST_BEGIN("loss scaler: 65536 start, x2 after 2000 clean steps, x0.5 and skip on overflow, floor 1, disabled");
+  tt_loss_scale s;
+  tt_loss_scale_init(&s, 1);
+  TT_CHECK(s.scale == 65536.0f, "start %g", (double)s.scale);
+  for (int i = 0; i < 1999; i++) TT_CHECK(tt_loss_scale_update(&s, 0) == 0, "clean step skipped");
+  TT_CHECK(s.scale == 65536.0f, "grew before 2000 clean steps: %g", (double)s.scale);
+  tt_loss_scale_update(&s, 0);
+  TT_CHECK(s.scale == 131072.0f, "after 2000 clean steps %g", (double)s.scale);
+  TT_CHECK(tt_loss_scale_update(&s, 1) == 1, "overflow not skipped");
+  TT_CHECK(s.scale == 65536.0f && s.skipped == 1, "after overflow %g, skipped %lld", (double)s.scale, s.skipped);
+  /* an overflow resets the clean-step count */
+  for (int i = 0; i < 1500; i++) tt_loss_scale_update(&s, 0);
+  tt_loss_scale_update(&s, 1);
+  for (int i = 0; i < 1999; i++) tt_loss_scale_update(&s, 0);
+  TT_CHECK(s.scale == 32768.0f, "clean count not reset by overflow: %g", (double)s.scale);
+  tt_loss_scale_update(&s, 0);
+  TT_CHECK(s.scale == 65536.0f, "did not grow 2000 steps after the overflow: %g", (double)s.scale);
+  for (int i = 0; i < 40; i++) TT_CHECK(tt_loss_scale_update(&s, 1) == 1, "overflow not skipped");
+  TT_CHECK(s.scale == 1.0f, "floor: %g", (double)s.scale);
+  TT_CHECK(s.skipped == 42, "skipped %lld", s.skipped);
+  tt_loss_scale d;
+  tt_loss_scale_init(&d, 0);
+  TT_CHECK(d.scale == 1.0f, "disabled start %g", (double)d.scale);
+  int any = 0;
+  for (int i = 0; i < 5000; i++) any |= tt_loss_scale_update(&d, i % 3 == 0);
+  TT_CHECK(!any && d.scale == 1.0f && d.skipped == 0, "disabled: skip %d scale %g skipped %lld", any, (double)d.scale,
+           d.skipped);
+  TT_TEST_END();
+}
+
+static void test_overflow_injection(tt_backend *be) {
+  TT_TEST_BEGIN("fp16 overflow: update skipped and parameters unchanged, then a clean step updates");
+  char text[2048];
+  snprintf(text, sizeof text, RECIPE_NOBN_FMT, "sgd", "0.05", "momentum = 0.9\n");
+  tt_err e;
+  net n;
+  if (net_open(&n, "nobn16.recipe", text, NULL, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+    TT_TEST_END();
+    return;
+  }
+  tt_program p;
+  tt_exec x;
+  int mb = 8;
+  if (build_prog(&n.g, be, mb, 1, TT_F16, NULL, 1, &p, &e) || tt_exec_create(&x, &n.g, &p, NULL, be, 3, &e) ||
+      tt_exec_init_params(&x, 3, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+    net_close(&n);
+    TT_TEST_END();
+    return;
+  }
+  int has_check = 0;
+  for (int i = p.micro_end; i < p.nsteps; i++) has_check |= p.steps[i].op == TT_S_CHECK;
+  TT_CHECK(has_check, "the fp16 program has no overflow check");
+  size_t per = tt_node_numel(&n.g.nodes[0]);
+  float *in = (float *)malloc(sizeof(float) * per * mb);
+  int32_t labs[8];
+  rng r = {9};
+  for (size_t i = 0; i < per * mb; i++) in[i] = (float)((double)(rng_next(&r) >> 11) / 9007199254740992.0 - 0.5);
+  for (int i = 0; i < mb; i++) labs[i] = (int32_t)(rng_next(&r) % 6);
+  size_t sf = state_floats(&n.g);
+  float *before = (float *)calloc(sf, sizeof(float)), *after = (float *)calloc(sf, sizeof(float));
+  tt_opt_hparams hp;
+  memset(&hp, 0, sizeof hp);
+  hp.kind = TT_OPT_SGD, hp.lr = 0.05f, hp.momentum = 0.9f;
+  tt_loss_scale ls;
+  tt_loss_scale_init(&ls, 1);
+  int of = 0, t = 1;
+  /* (a) inf written into one gradient accumulator after backward */
+  snapshot(&x, before, 1, &e);
+  int rc = tt_exec_micro_step_f32(&x, in, labs, 0, 0, ls.scale / mb, &e);
+  int wparam = -1;
+  for (int i = 0; i < n.g.nparams; i++)
+    if (n.g.params[i].trainable) wparam = i;
+  float *g = (float *)malloc(sizeof(float) * n.g.params[wparam].numel);
+  if (!rc) rc = tt_exec_param_get(&x, wparam, 1, g, &e);
+  if (!rc) {
+    g[0] = INFINITY;
+    rc = tt_exec_param_set(&x, wparam, 1, g, &e);
+  }
+  if (!rc) rc = tt_exec_update(&x, &hp, t, 1.0f / ls.scale, &of, &e);
+  TT_CHECK(!rc, "%s", e.msg);
+  TT_CHECK(of == 1, "inf in a gradient: overflow = %d", of);
+  TT_CHECK(tt_loss_scale_update(&ls, of) == 1 && ls.scale == 32768.0f, "scaler: %g", (double)ls.scale);
+  snapshot(&x, after, 1, &e);
+  TT_CHECK(memcmp(before, after, sf * sizeof(float)) == 0, "parameters changed on a skipped update (injected grad)");
+  /* (b) an input that becomes inf in fp16 */
+  float *big = (float *)malloc(sizeof(float) * per * mb);
+  memcpy(big, in, sizeof(float) * per * mb);
+  big[3] = 1e30f;
+  of = 0;
+  rc = tt_exec_micro_step_f32(&x, big, labs, 0, 1, ls.scale / mb, &e);
+  if (!rc) rc = tt_exec_update(&x, &hp, t, 1.0f / ls.scale, &of, &e);
+  TT_CHECK(!rc, "%s", e.msg);
+  TT_CHECK(of == 1, "1e30 input (fp16 inf): overflow = %d", of);
+  tt_loss_scale_update(&ls, of);
+  snapshot(&x, after, 1, &e);
+  TT_CHECK(memcmp(before, after, sf * sizeof(float)) == 0, "parameters changed on a skipped update (inf input)");
+  /* (c) a clean step updates every trainable parameter */
+  of = 1;
+  rc = tt_exec_micro_step_f32(&x, in, labs, 0, 2, ls.scale / mb, &e);
+  if (!rc) rc = tt_exec_update(&x, &hp, t, 1.0f / ls.scale, &of, &e);
+  TT_CHECK(!rc, "%s", e.msg);
+  TT_CHECK(of == 0, "clean step: overflow = %d", of);
+  snapshot(&x, after, 1, &e);
+  size_t off = 0;
+  for (int i = 0; i < n.g.nparams; i++) {
+    size_t k = n.g.params[i].numel;
+    int changed = memcmp(before + off, after + off, k * sizeof(float)) != 0;
+    int finite = 1;
+    for (size_t j = 0; j < k; j++) finite &= isfinite(after[off + j]) != 0;
+    if (n.g.params[i].trainable) TT_CHECK(changed && finite, "'%s' changed %d finite %d after a clean step", n.g.params[i].name, changed, finite);
+    off += k;
+  }
+  free(g);
+  free(big);
+  free(in);
+  free(before);
+  free(after);
+  tt_exec_destroy(&x);
+  tt_program_free(&p);
+  net_close(&n);
+  TT_TEST_END();
+}
+
+/* ======================================================================== 5-7. scheduler */
+
+static void test_schedule_budgets(tt_backend *be, const char *path, int check_4g) {
+  char name[256];
+  snprintf(name, sizeof name, "schedule %s: every plan fits its budget (train and eval), arena non-increasing as --vram shrinks",
+           path);
+  TT_TEST_BEGIN(name);
+  tt_err e;
+  net n;
+  if (net_open(&n, NULL, NULL, path, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+    TT_TEST_END();
+    return;
+  }
+  /* budgets from large to small, in units of 0.5 GiB */
+  static const int halves[] = {32, 24, 20, 16, 12, 10, 8, 7, 6, 5, 4, 3};
+  int nb = (int)(sizeof halves / sizeof halves[0]);
+  size_t prev_arena = (size_t)-1;
+  int prev_fit = 1;
+  for (int i = 0; i < nb; i++) {
+    tt_sched_opts o;
+    memset(&o, 0, sizeof o);
+    o.vram_bytes = (size_t)halves[i] * (GIB / 2);
+    o.reserve_bytes = TT_RESERVE_ESTIMATE_BYTES;
+    o.inplace = 1;
+    tt_schedule_result r;
+    double t0 = tt_now();
+    int rc = tt_schedule(&n.g, be, &o, &r, &e);
+    double ms = 1e3 * (tt_now() - t0);
+    if (rc) {
+      printf("  --vram %.1fG: nothing fits (%.0f ms): %s\n", halves[i] / 2.0, ms, e.msg);
+      prev_fit = 0;
+      continue;
+    }
+    TT_CHECK(prev_fit, "--vram %.1fG fits but a larger budget did not", halves[i] / 2.0);
+    size_t total = r.train.persistent_bytes +
+                   (r.train.transient_bytes > r.eval.transient_bytes ? r.train.transient_bytes : r.eval.transient_bytes);
+    printf("  --vram %4.1fG: mb %3d x %2d %s, recompute %2d/%d units, arena %7.1f MiB (budget %7.1f), eval mb %d, "
+           "%.1f ms/step predicted, planned in %.0f ms\n",
+           halves[i] / 2.0, r.policy.micro_batch, r.policy.accum_steps, r.policy.act_dtype == TT_F16 ? "fp16" : "fp32",
+           r.recomputed_units, r.nunits, r.train.arena_bytes / 1048576.0, r.budget_bytes / 1048576.0,
+           r.eval.policy.micro_batch, r.predicted_step_ms, ms);
+    TT_CHECK(r.budget_bytes == o.vram_bytes - o.reserve_bytes, "budget %zu", r.budget_bytes);
+    TT_CHECK(r.train.arena_bytes <= r.budget_bytes, "--vram %.1fG: arena %zu > budget %zu", halves[i] / 2.0,
+             r.train.arena_bytes, r.budget_bytes);
+    TT_CHECK(total <= r.budget_bytes, "--vram %.1fG: with the eval transient the arena is %zu > budget %zu",
+             halves[i] / 2.0, total, r.budget_bytes);
+    TT_CHECK(r.eval.policy.micro_batch >= 1 && r.eval.policy.training == 0, "no evaluation program");
+    TT_CHECK(r.train.arena_bytes <= prev_arena, "--vram %.1fG gave arena %zu, more than %zu at a larger budget",
+             halves[i] / 2.0, r.train.arena_bytes, prev_arena);
+    prev_arena = r.train.arena_bytes;
+    tt_schedule_free(&r);
+  }
+  if (check_4g) {
+    tt_sched_opts o;
+    memset(&o, 0, sizeof o);
+    o.vram_bytes = 4 * GIB;
+    o.reserve_bytes = TT_RESERVE_ESTIMATE_BYTES;
+    o.inplace = 1;
+    tt_schedule_result r;
+    double t0 = tt_now();
+    int rc = tt_schedule(&n.g, be, &o, &r, &e);
+    double ms = 1e3 * (tt_now() - t0);
+    TT_CHECK(rc == 0, "--vram 4G does not fit: %s", e.msg);
+    if (!rc) {
+      printf("  --vram 4G: one tt_schedule call took %.1f ms (%d candidates); mb %d, arena %.1f MiB\n", ms,
+             r.candidates_tried, r.policy.micro_batch, r.train.arena_bytes / 1048576.0);
+      tt_schedule_free(&r);
+    }
+  }
+  net_close(&n);
+  TT_TEST_END();
+}
+
+static void test_optimal_beats_sqrt(tt_backend *be) {
+  TT_TEST_BEGIN("resnet50 mb 64 fp16: the scheduler's checkpoint plan recomputes no more than sqrt(n) at the same memory");
+  tt_err e;
+  net n;
+  if (net_open(&n, NULL, NULL, "examples/imagenet/resnet50.recipe", &e)) {
+    TT_CHECK(0, "%s", e.msg);
+    TT_TEST_END();
+    return;
+  }
+  const int mb = 64;
+  int accum = n.m.train.batch / mb;
+  const tt_device_profile *prof = tt_profile_cuda_generic();
+  unsigned char *rec = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
+  tt_sched_checkpoint_sqrt(&n.g, rec);
+  tt_program ps, p0;
+  if (build_prog(&n.g, be, mb, accum, TT_F16, rec, 1, &ps, &e) || build_prog(&n.g, be, mb, accum, TT_F16, NULL, 1, &p0, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+  } else {
+    double t_sqrt = tt_predict_ms(&ps, prof) - tt_predict_ms(&p0, prof);
+    size_t a_sqrt = ps.arena_bytes;
+    tt_sched_opts o;
+    memset(&o, 0, sizeof o);
+    o.vram_bytes = a_sqrt + TT_RESERVE_ESTIMATE_BYTES;
+    o.reserve_bytes = TT_RESERVE_ESTIMATE_BYTES;
+    o.micro_batch = mb;
+    o.precision = TT_PREC_FP16;
+    o.inplace = 1;
+    tt_schedule_result r;
+    if (tt_schedule(&n.g, be, &o, &r, &e)) {
+      TT_CHECK(0, "tt_schedule at the sqrt plan's arena: %s", e.msg);
+    } else {
+      printf("  plain: arena %.1f MiB, %.1f ms/step; sqrt(n): arena %.1f MiB, recompute %.2f ms/step;\n"
+             "  scheduler: arena %.1f MiB, recompute %.2f ms/step (%d of %d units)\n",
+             p0.arena_bytes / 1048576.0, tt_predict_ms(&p0, prof), a_sqrt / 1048576.0, t_sqrt,
+             r.train.arena_bytes / 1048576.0, r.recompute_ms, r.recomputed_units, r.nunits);
+      TT_CHECK(r.policy.micro_batch == mb && r.policy.act_dtype == TT_F16, "policy mb %d", r.policy.micro_batch);
+      TT_CHECK(r.train.arena_bytes <= a_sqrt, "arena %zu > budget %zu", r.train.arena_bytes, a_sqrt);
+      TT_CHECK(r.recompute_ms <= t_sqrt * 1.01, "recompute %.3f ms > sqrt(n) %.3f ms", r.recompute_ms, t_sqrt);
+      tt_schedule_free(&r);
+    }
+    tt_program_free(&ps);
+    tt_program_free(&p0);
+  }
+  free(rec);
+  net_close(&n);
+  TT_TEST_END();
+}
+
+static int fits_at(const net *n, tt_backend *be, int mb, tt_dtype dt, const unsigned char *rec, size_t budget) {
+  tt_program p;
+  tt_err e;
+  if (build_prog(&n->g, be, mb, 1, dt, rec, 1, &p, &e)) return -1;
+  int ok = p.arena_bytes <= budget;
+  tt_program_free(&p);
+  return ok;
+}
+
+static void test_max_batch(tt_backend *be) {
+  TT_TEST_BEGIN("tt_sched_max_batch: mb fits and mb+1 does not (resnet18, --vram 4G/2G; none and all, fp32 and fp16)");
+  tt_err e;
+  net n;
+  if (net_open(&n, NULL, NULL, "examples/imagenet/resnet18.recipe", &e)) {
+    TT_CHECK(0, "%s", e.msg);
+    TT_TEST_END();
+    return;
+  }
+  unsigned char *all = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
+  rec_all(&n.g, all);
+  size_t vrams[2] = {4 * GIB, 2 * GIB};
+  for (int vi = 0; vi < 2; vi++)
+    for (int d = 0; d < 2; d++) {
+      tt_dtype dt = d ? TT_F16 : TT_F32;
+      tt_sched_opts o;
+      memset(&o, 0, sizeof o);
+      o.vram_bytes = vrams[vi];
+      o.reserve_bytes = TT_RESERVE_ESTIMATE_BYTES;
+      o.inplace = 1;
+      size_t budget = o.vram_bytes - o.reserve_bytes;
+      int mbn[3];
+      for (int m = 0; m < 2; m++) {
+        tt_recompute_mode rm = m ? TT_RECOMP_ALL : TT_RECOMP_NONE;
+        const unsigned char *rec = m ? all : NULL;
+        size_t arena = 0;
+        int mb = tt_sched_max_batch(&n.g, be, &o, dt, rm, &arena);
+        mbn[m] = mb;
+        printf("  --vram %zuG %s recompute %s: max micro-batch %d (arena %.1f MiB)\n", vrams[vi] / GIB, d ? "fp16" : "fp32",
+               m ? "all" : "none", mb, arena / 1048576.0);
+        TT_CHECK(mb >= 1, "nothing fits");
+        if (mb >= 1) TT_CHECK(fits_at(&n, be, mb, dt, rec, budget) == 1, "mb %d does not fit", mb);
+        TT_CHECK(fits_at(&n, be, mb + 1, dt, rec, budget) == 0, "mb %d + 1 also fits", mb);
+        TT_CHECK(arena <= budget, "reported arena %zu > budget", arena);
+      }
+      int mba = tt_sched_max_batch(&n.g, be, &o, dt, TT_RECOMP_AUTO, NULL);
+      mbn[2] = mba;
+      TT_CHECK(mba >= mbn[0] && mba >= mbn[1], "auto %d < none %d or all %d", mba, mbn[0], mbn[1]);
+      TT_CHECK(mbn[1] >= mbn[0], "recompute all %d < none %d", mbn[1], mbn[0]);
+    }
+  free(all);
+  net_close(&n);
+  TT_TEST_END();
+}
+
+int main(void) {
+  tt_backend *be = tt_cpu_backend_create(0);
+  if (!be) {
+    printf("FAIL test_sched: could not create the CPU backend\n");
+    return 1;
+  }
+  double t0 = tt_now(), t;
+  test_loss_scale_unit();
+  test_checkpoint_equals_plain(be);
+  test_accumulation(be);
+  test_overflow_injection(be);
+  t = tt_now();
+  printf("  (equivalence tests: %.1f s)\n", t - t0);
+  test_schedule_budgets(be, "examples/imagenet/resnet18.recipe", 0);
+  test_schedule_budgets(be, "examples/imagenet/resnet50.recipe", 1);
+  test_optimal_beats_sqrt(be);
+  test_max_batch(be);
+  printf("  (scheduler tests: %.1f s)\n", tt_now() - t);
+  t = tt_now();
+  /* one thread: a few hundred small steps gain little from two, and OpenMP threads that
+   * spin on a loaded machine can make this test many times slower */
+  tt_backend *be1 = tt_cpu_backend_create(1);
+  if (be1) {
+    test_fp16_tracks_fp32(be1);
+    be1->destroy(be1);
+  }
+  printf("  (fp16 vs fp32: %.1f s; total %.1f s)\n", tt_now() - t, tt_now() - t0);
+  be->destroy(be);
+  TT_TEST_EXIT();
+}

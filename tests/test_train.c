@@ -1,0 +1,469 @@
+/* tests/test_train.c — the train stage end to end on CPU (synthetic data, a few seconds):
+ *   - a run stopped mid-epoch and resumed ends bit-identical to an uninterrupted run
+ *     (weights, batch-norm statistics and optimizer state), with gradient accumulation,
+ *     dropout, batch norm and nesterov momentum in play;
+ *   - the learning-rate schedules (tt_lr_at) and that the schedule spans --epochs;
+ *   - metrics.jsonl is one JSON object per line with the documented fields;
+ *   - a truncated state file and a checkpoint of another recipe are refused with messages
+ *     naming the file / the tensor and both shapes, and a good checkpoint still resumes;
+ *   - tt_parse_size. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/model.h"
+#include "core/safetensors.h"
+#include "core/tinytrain.h"
+#include "tests/tt_test.h"
+
+double tt_lr_at(const tt_train_cfg *t, double epoch); /* core/train.c */
+
+static char tmpdir[256];
+
+static const char *tpath(char *buf, const char *name) {
+  snprintf(buf, 1024, "%s/%s", tmpdir, name);
+  return buf;
+}
+
+static int write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  fputs(text, f);
+  return fclose(f);
+}
+
+/* The synthetic set has 1024 training images: batch 32 = 16 x 2 accumulation gives 32 optimizer
+ * steps per epoch. Batch norm, dropout (the mask depends on the step), nesterov momentum with
+ * weight decay, and a warm-up + cosine schedule: everything a resume must restore. */
+static const char *recipe_fmt =
+    "[net]\n"
+    "input = 1x16x16\n"
+    "classes = 10\n"
+    "[train]\n"
+    "batch = 32\n"
+    "micro_batch = 16\n"
+    "epochs = %d\n"
+    "optimizer = sgd\n"
+    "lr = 0.05\n"
+    "momentum = 0.9\n"
+    "nesterov = true\n"
+    "weight_decay = 5e-4\n"
+    "schedule = cosine\n"
+    "warmup_epochs = 0.5\n"
+    "seed = 7\n"
+    "log_every = 5\n"
+    "[data]\n"
+    "format = synthetic\n"
+    "mean = 0.5\n"
+    "std = 0.25\n"
+    "[conv conv1]\n"
+    "filters = 8\n"
+    "size = 3\n"
+    "bias = false\n"
+    "[bn bn1]\n"
+    "activation = relu\n"
+    "[maxpool pool1]\n"
+    "size = 2\n"
+    "[conv conv2]\n"
+    "filters = %d\n"
+    "size = 3\n"
+    "[bn bn2]\n"
+    "activation = relu\n"
+    "[maxpool pool2]\n"
+    "size = 2\n"
+    "[flatten]\n"
+    "[linear fc1]\n"
+    "out = 32\n"
+    "activation = relu\n"
+    "[dropout]\n"
+    "p = 0.3\n"
+    "[linear fc2]\n"
+    "out = 10\n";
+
+static int write_recipe(const char *path, int epochs, int conv2_filters) {
+  char text[4096];
+  snprintf(text, sizeof text, recipe_fmt, epochs, conv2_filters);
+  return write_file(path, text);
+}
+
+static int train(const char *recipe, const char *out, const char *resume, long long max_steps, int epochs,
+                 tt_run_opts *res, char *err, size_t errsize) {
+  tt_run_opts o;
+  tt_run_opts_init(&o);
+  o.recipe = recipe;
+  o.device = TT_DEVICE_CPU;
+  o.threads = 2;
+  o.quiet = 1;
+  o.progress = 0;
+  o.out_dir = out;
+  o.resume_dir = resume;
+  o.max_steps = max_steps;
+  o.epochs = epochs;
+  err[0] = 0;
+  int rc = tt_train(&o, err, errsize);
+  if (res) *res = o;
+  return rc;
+}
+
+/* Compares every tensor of file a with the same-named tensor of b, byte for byte, that both
+ * hold the same set of names, and (with_meta) that their metadata (step, epoch, seed...) is the same. Returns the number of tensors compared, or -1 with why set.
+ * *opt_tensors counts names ending in ".opt_m" / ".opt_v". */
+static int compare_st(const char *a, const char *b, int with_meta, int *opt_tensors, char *why, size_t whysize) {
+  tt_err e;
+  tt_st_file *fa = NULL, *fb = NULL;
+  int n = -1;
+  *opt_tensors = 0;
+  if (tt_st_open(a, &fa, &e)) {
+    snprintf(why, whysize, "%s", e.msg);
+    goto out;
+  }
+  if (tt_st_open(b, &fb, &e)) {
+    snprintf(why, whysize, "%s", e.msg);
+    goto out;
+  }
+  if (tt_st_count(fa) != tt_st_count(fb)) {
+    snprintf(why, whysize, "%s has %d tensors, %s has %d", a, tt_st_count(fa), b, tt_st_count(fb));
+    goto out;
+  }
+  for (int i = 0; i < tt_st_count(fa); i++) {
+    const tt_st_tensor *ta = tt_st_at(fa, i), *tb = tt_st_get(fb, ta->name);
+    if (!tb) {
+      snprintf(why, whysize, "tensor '%s' is missing from %s", ta->name, b);
+      goto out;
+    }
+    int same = !strcmp(ta->dtype, tb->dtype) && ta->ndim == tb->ndim && ta->bytes == tb->bytes;
+    for (int d = 0; same && d < ta->ndim; d++) same = ta->shape[d] == tb->shape[d];
+    if (!same) {
+      snprintf(why, whysize, "tensor '%s' has a different dtype or shape", ta->name);
+      goto out;
+    }
+    if (memcmp(ta->data, tb->data, ta->bytes)) {
+      size_t k = 0, cnt = ta->bytes / 4;
+      float va = 0, vb = 0;
+      for (k = 0; k < cnt; k++) {
+        memcpy(&va, (const char *)ta->data + 4 * k, 4);
+        memcpy(&vb, (const char *)tb->data + 4 * k, 4);
+        if (memcmp(&va, &vb, 4)) break;
+      }
+      snprintf(why, whysize, "tensor '%s' differs: element %zu is %.9g vs %.9g", ta->name, k, (double)va, (double)vb);
+      goto out;
+    }
+    size_t L = strlen(ta->name);
+    if (L > 6 && (!strcmp(ta->name + L - 6, ".opt_m") || !strcmp(ta->name + L - 6, ".opt_v"))) (*opt_tensors)++;
+  }
+  for (int i = 0; with_meta && i < tt_st_meta_count(fa); i++) {
+    const char *key, *va, *vb;
+    tt_st_meta_at(fa, i, &key, &va);
+    vb = tt_st_meta(fb, key);
+    if (!vb || strcmp(va, vb)) {
+      snprintf(why, whysize, "metadata '%s' is '%s' in %s but '%s' in %s", key, va, a, vb ? vb : "(absent)", b);
+      goto out;
+    }
+  }
+  if (with_meta && tt_st_meta_count(fa) != tt_st_meta_count(fb)) {
+    snprintf(why, whysize, "%s and %s hold different numbers of metadata keys", a, b);
+    goto out;
+  }
+  n = tt_st_count(fa);
+out:
+  if (fa) tt_st_close(fa);
+  if (fb) tt_st_close(fb);
+  return n;
+}
+
+static const char *meta_of(const char *file, const char *key, char *buf, size_t size) {
+  tt_err e;
+  tt_st_file *f = NULL;
+  buf[0] = 0;
+  if (tt_st_open(file, &f, &e)) return buf;
+  const char *v = tt_st_meta(f, key);
+  snprintf(buf, size, "%s", v ? v : "");
+  tt_st_close(f);
+  return buf;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int have_python3(void) { return system("python3 -c 'import json' >/dev/null 2>&1") == 0; }
+
+/* metrics.jsonl: every line a JSON object with "event"; eval lines with epoch, step, loss and
+ * accuracy in [0, 1]; train lines with lr; eval epochs expected_evals = 1..N, the steps of train
+ * lines strictly increasing. Run by python3 (json.loads). */
+static const char *metrics_checker =
+    "import json, math, sys\n"
+    "path, nevals, steps_per_epoch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n"
+    "evals, last_train = [], 0\n"
+    "for no, line in enumerate(open(path), 1):\n"
+    "    where = '%s:%d' % (path, no)\n"
+    "    try:\n"
+    "        d = json.loads(line)\n"
+    "    except ValueError as e:\n"
+    "        sys.exit('%s: not JSON (%s): %r' % (where, e, line))\n"
+    "    if not isinstance(d, dict) or 'event' not in d:\n"
+    "        sys.exit('%s: not an object with \"event\": %r' % (where, line))\n"
+    "    for k in ('loss', 'accuracy', 'lr'):\n"
+    "        if k in d and not (isinstance(d[k], (int, float)) and math.isfinite(d[k])):\n"
+    "            sys.exit('%s: %s is %r' % (where, k, d.get(k)))\n"
+    "    if 'accuracy' in d and not 0.0 <= d['accuracy'] <= 1.0:\n"
+    "        sys.exit('%s: accuracy %r outside [0, 1]' % (where, d['accuracy']))\n"
+    "    if d['event'] == 'eval':\n"
+    "        for k in ('epoch', 'step', 'loss', 'accuracy'):\n"
+    "            if k not in d:\n"
+    "                sys.exit('%s: eval line without %r' % (where, k))\n"
+    "        evals.append((d['epoch'], d['step']))\n"
+    "    elif d['event'] == 'train':\n"
+    "        for k in ('epoch', 'step', 'loss', 'lr'):\n"
+    "            if k not in d:\n"
+    "                sys.exit('%s: train line without %r' % (where, k))\n"
+    "        if d['step'] <= last_train:\n"
+    "            sys.exit('%s: train step %d after %d' % (where, d['step'], last_train))\n"
+    "        if not d['lr'] >= 0:\n"
+    "            sys.exit('%s: lr %r' % (where, d['lr']))\n"
+    "        last_train = d['step']\n"
+    "want = [(e, e * steps_per_epoch) for e in range(1, nevals + 1)]\n"
+    "if evals != want:\n"
+    "    sys.exit('%s: eval (epoch, step) pairs %r, expected %r' % (path, evals, want))\n";
+
+static void check_metrics(const char *name, const char *metrics, int nevals, int steps_per_epoch) {
+  char py[1024], cmd[4096];
+  TT_TEST_BEGIN(name);
+  if (!have_python3()) {
+    TT_SKIP(name, "python3 not found");
+    return;
+  }
+  tpath(py, "check_metrics.py");
+  TT_CHECK(write_file(py, metrics_checker) == 0, "cannot write %s", py);
+  snprintf(cmd, sizeof cmd, "python3 '%s' '%s' %d %d 2>&1", py, metrics, nevals, steps_per_epoch);
+  FILE *p = popen(cmd, "r");
+  char out[2048] = "";
+  size_t got = p ? fread(out, 1, sizeof out - 1, p) : 0;
+  out[got] = 0;
+  int rc = p ? pclose(p) : -1;
+  char *nl = strchr(out, '\n');
+  if (nl) *nl = 0;
+  TT_CHECK(rc == 0, "%s", out[0] ? out : "python3 failed");
+  TT_TEST_END();
+}
+
+static int copy_file(const char *from, const char *to) {
+  FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+  char buf[65536];
+  size_t n;
+  int rc = a && b ? 0 : -1;
+  while (!rc && (n = fread(buf, 1, sizeof buf, a)) > 0)
+    if (fwrite(buf, 1, n, b) != n) rc = -1;
+  if (a) fclose(a);
+  if (b && fclose(b)) rc = -1;
+  return rc;
+}
+
+static void test_lr_schedules(void) {
+  tt_train_cfg c;
+  const double lr = 0.1;
+  TT_TEST_BEGIN("lr_schedules");
+  /* constant */
+  memset(&c, 0, sizeof c);
+  c.lr = (float)lr, c.epochs = 10, c.schedule = TT_SCHED_CONSTANT;
+  for (double e = 0; e < 12; e += 0.37) TT_CHECK(tt_lr_at(&c, e) == (double)c.lr, "constant: lr(%g) = %g", e, tt_lr_at(&c, e));
+  /* step: x gamma every step_epochs */
+  c.schedule = TT_SCHED_STEP, c.gamma = 0.1f, c.step_epochs = 30, c.epochs = 90;
+  double L = c.lr, g = c.gamma;
+  TT_CHECK(fabs(tt_lr_at(&c, 0) - L) < 1e-12, "step: lr(0) = %g", tt_lr_at(&c, 0));
+  TT_CHECK(fabs(tt_lr_at(&c, 29.99) - L) < 1e-12, "step: lr(29.99) = %g", tt_lr_at(&c, 29.99));
+  TT_CHECK(fabs(tt_lr_at(&c, 30) - L * g) < 1e-9, "step: lr(30) = %g, want %g", tt_lr_at(&c, 30), L * g);
+  TT_CHECK(fabs(tt_lr_at(&c, 59.5) - L * g) < 1e-9, "step: lr(59.5) = %g", tt_lr_at(&c, 59.5));
+  TT_CHECK(fabs(tt_lr_at(&c, 65) - L * g * g) < 1e-10, "step: lr(65) = %g, want %g", tt_lr_at(&c, 65), L * g * g);
+  c.gamma = 0.5f, c.step_epochs = 2;
+  TT_CHECK(fabs(tt_lr_at(&c, 5) - L * 0.25) < 1e-9, "step (gamma 0.5, every 2): lr(5) = %g", tt_lr_at(&c, 5));
+  /* cosine from lr to min_lr over the run */
+  c.schedule = TT_SCHED_COSINE, c.epochs = 10, c.min_lr = 0.001f;
+  double M = c.min_lr;
+  TT_CHECK(fabs(tt_lr_at(&c, 0) - L) < 1e-9, "cosine: lr(0) = %g, want %g", tt_lr_at(&c, 0), L);
+  TT_CHECK(fabs(tt_lr_at(&c, 5) - 0.5 * (L + M)) < 1e-9, "cosine: lr(5) = %g, want %g", tt_lr_at(&c, 5), 0.5 * (L + M));
+  TT_CHECK(fabs(tt_lr_at(&c, 2.5) - (M + (L - M) * 0.5 * (1 + cos(3.14159265358979323846 / 4)))) < 1e-9, "cosine: lr(2.5) = %g",
+           tt_lr_at(&c, 2.5));
+  TT_CHECK(fabs(tt_lr_at(&c, 10) - M) < 1e-9, "cosine: lr(10) = %g, want min_lr %g", tt_lr_at(&c, 10), M);
+  TT_CHECK(fabs(tt_lr_at(&c, 12) - M) < 1e-9, "cosine: lr(12) = %g, past the end want min_lr", tt_lr_at(&c, 12));
+  for (double e = 0.1; e <= 10; e += 0.1)
+    TT_CHECK(tt_lr_at(&c, e) <= tt_lr_at(&c, e - 0.1) + 1e-15, "cosine: not decreasing at %g", e);
+  /* linear warm-up from lr/100 to lr, continuous at the boundary, with each schedule */
+  for (int s = 0; s < 3; s++) {
+    memset(&c, 0, sizeof c);
+    c.lr = (float)lr, c.epochs = 10, c.schedule = (tt_sched_kind)s, c.warmup_epochs = 2.0f, c.gamma = 0.1f;
+    c.step_epochs = 30, c.min_lr = 0.0f;
+    L = c.lr;
+    TT_CHECK(fabs(tt_lr_at(&c, 0) - L / 100) < 1e-12, "warm-up (schedule %d): lr(0) = %g, want lr/100 = %g", s,
+             tt_lr_at(&c, 0), L / 100);
+    TT_CHECK(fabs(tt_lr_at(&c, 1) - L * (0.01 + 0.99 * 0.5)) < 1e-12, "warm-up (schedule %d): lr(1) = %g", s,
+             tt_lr_at(&c, 1));
+    TT_CHECK(tt_lr_at(&c, 0.5) < tt_lr_at(&c, 1.0) && tt_lr_at(&c, 1.0) < tt_lr_at(&c, 1.5),
+             "warm-up (schedule %d): not increasing", s);
+    TT_CHECK(fabs(tt_lr_at(&c, 2) - L) < 1e-9, "warm-up (schedule %d): lr at warmup_epochs = %g, want lr %g", s,
+             tt_lr_at(&c, 2), L);
+    double before = tt_lr_at(&c, 2 - 1e-9), after = tt_lr_at(&c, 2 + 1e-9);
+    TT_CHECK(fabs(before - after) < 1e-6 * L, "warm-up (schedule %d): jump at the boundary %g -> %g", s, before, after);
+  }
+  TT_TEST_END();
+}
+
+static void test_parse_size(void) {
+  struct {
+    const char *s;
+    size_t want;
+  } good[] = {{"512M", 512ull << 20}, {"4G", 4ull << 30}, {"4GiB", 4ull << 30}, {"3.5G", 3584ull << 20},
+              {"1024", 1024},        {"2T", 2ull << 40}, {"64K", 65536},       {"1.5GB", 1536ull << 20}};
+  const char *bad[] = {"", "4X", "-1G", "G", "4GX", "M4", "0", "nan", "inf", "1e30G", "4 G"};
+  TT_TEST_BEGIN("parse_size");
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    size_t b = 12345;
+    int rc = tt_parse_size(good[i].s, &b);
+    TT_CHECK(rc == 0 && b == good[i].want, "'%s': rc %d, %zu bytes, want %zu", good[i].s, rc, b, good[i].want);
+  }
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    size_t b = 0;
+    TT_CHECK(tt_parse_size(bad[i], &b) != 0, "'%s' accepted as %zu bytes", bad[i], b);
+  }
+  TT_TEST_END();
+}
+
+int main(void) {
+  char recipe[1024], recipe1[1024], recipe_wide[1024], dA[1024], dB[1024], dO[1024], dT[1024], dE[1024], dW[1024];
+  char a[1100], b[1100], why[1024], err[1500], m[64];
+  tt_run_opts r;
+  double t0 = now_s();
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/tt_test_train_XXXXXX");
+  if (!mkdtemp(tmpdir)) {
+    printf("FAIL setup: mkdtemp failed\n");
+    return 1;
+  }
+  test_lr_schedules();
+  test_parse_size();
+
+  tpath(recipe, "syn.recipe"), tpath(recipe1, "syn1.recipe"), tpath(recipe_wide, "syn_wide.recipe");
+  tpath(dA, "A"), tpath(dB, "B"), tpath(dO, "O"), tpath(dT, "T"), tpath(dE, "E"), tpath(dW, "W");
+  if (write_recipe(recipe, 2, 16) || write_recipe(recipe1, 1, 16) || write_recipe(recipe_wide, 2, 12)) {
+    printf("FAIL setup: cannot write recipes under %s\n", tmpdir);
+    return 1;
+  }
+  const int steps_per_epoch = 32, k = 13; /* 13: mid-epoch, not a multiple of 32 */
+
+  /* ---- resumed == continuous ---- */
+  TT_TEST_BEGIN("resume_bit_exact");
+  int rcA = train(recipe, dA, NULL, 0, 0, &r, err, sizeof err);
+  TT_CHECK(rcA == 0, "run A: %s", err);
+  TT_CHECK(rcA || r.steps_done == 2 * steps_per_epoch, "run A did %lld steps, want %d", r.steps_done,
+           2 * steps_per_epoch);
+  double accA = r.final_accuracy, lossA = r.final_loss;
+  int rcB = train(recipe, dB, NULL, k, 0, &r, err, sizeof err);
+  TT_CHECK(rcB == 0, "run B (max_steps %d): %s", k, err);
+  TT_CHECK(rcB || r.steps_done == k, "run B stopped after %lld steps, want %d", r.steps_done, k);
+  snprintf(b, sizeof b, "%s/state.safetensors", dB);
+  TT_CHECK(atoi(meta_of(b, "step", m, sizeof m)) == k, "B's state says step '%s', want %d", m, k);
+  TT_CHECK(atoi(meta_of(b, "batch_in_epoch", m, sizeof m)) == 2 * k, "B's state says batch_in_epoch '%s', want %d", m,
+           2 * k);
+  TT_CHECK(atoi(meta_of(b, "epoch", m, sizeof m)) == 0, "B's state says epoch '%s', want 0", m);
+  if (rcB == 0) {
+    /* resuming at the step limit already reached does no step and leaves the state as it was */
+    rcB = train(recipe, dB, dB, k, 0, &r, err, sizeof err);
+    TT_CHECK(rcB == 0, "resuming B with max_steps %d: %s", k, err);
+    TT_CHECK(rcB || r.steps_done == k, "resuming at step %d with max_steps %d ended at step %lld", k, k, r.steps_done);
+    TT_CHECK(atoi(meta_of(b, "step", m, sizeof m)) == k, "B's state says step '%s' after a no-op resume, want %d", m, k);
+  }
+  if (rcB == 0) {
+    rcB = train(recipe, dB, dB, 0, 0, &r, err, sizeof err);
+    TT_CHECK(rcB == 0, "resuming B: %s", err);
+    TT_CHECK(rcB || r.steps_done == 2 * steps_per_epoch, "resumed B ended at step %lld, want %d", r.steps_done,
+             2 * steps_per_epoch);
+    TT_CHECK(rcB || (r.final_accuracy == accA && r.final_loss == lossA),
+             "final test accuracy/loss %.6f/%.6f after resume vs %.6f/%.6f continuous", r.final_accuracy, r.final_loss,
+             accA, lossA);
+  }
+  if (rcA == 0 && rcB == 0) {
+    int nopt = 0, n;
+    snprintf(a, sizeof a, "%s/weights.safetensors", dA), snprintf(b, sizeof b, "%s/weights.safetensors", dB);
+    n = compare_st(a, b, 1, &nopt, why, sizeof why);
+    TT_CHECK(n > 0, "weights: %s", why);
+    TT_CHECK(n < 0 || n == 15, "weights.safetensors holds %d tensors, want 15 (conv1 1, bn 4+4, conv2 2, fc 2+2)", n);
+    snprintf(a, sizeof a, "%s/state.safetensors", dA), snprintf(b, sizeof b, "%s/state.safetensors", dB);
+    n = compare_st(a, b, 1, &nopt, why, sizeof why);
+    TT_CHECK(n > 0, "state: %s", why);
+    TT_CHECK(n < 0 || nopt == 11, "state.safetensors holds %d momentum tensors, want 11 (one per trainable tensor)", nopt);
+  }
+  TT_TEST_END();
+
+  /* --epochs (o.epochs) overrides the recipe's epochs, and the cosine schedule spans it: a 1-epoch
+   * recipe run for 2 epochs trains exactly like the 2-epoch recipe. */
+  TT_TEST_BEGIN("epochs_override_schedule");
+  int rcO = train(recipe1, dO, NULL, 0, 2, &r, err, sizeof err);
+  TT_CHECK(rcO == 0, "run with epochs = 2 over a 1-epoch recipe: %s", err);
+  if (rcO == 0 && rcA == 0) {
+    int nopt = 0;
+    snprintf(a, sizeof a, "%s/weights.safetensors", dA), snprintf(b, sizeof b, "%s/weights.safetensors", dO);
+    TT_CHECK(compare_st(a, b, 0, &nopt, why, sizeof why) > 0, "recipe epochs = 2 vs recipe epochs = 1 with --epochs 2: %s",
+             why);
+  }
+  TT_TEST_END();
+
+  /* ---- metrics.jsonl ---- */
+  snprintf(a, sizeof a, "%s/metrics.jsonl", dA), snprintf(b, sizeof b, "%s/metrics.jsonl", dB);
+  if (rcA == 0) check_metrics("metrics_jsonl", a, 2, steps_per_epoch);
+  if (rcB == 0) check_metrics("metrics_jsonl_resumed", b, 2, steps_per_epoch);
+
+  /* ---- damaged and foreign checkpoints ---- */
+  TT_TEST_BEGIN("resume_truncated_state");
+  if (rcA == 0) {
+    char s[1100], t[1100];
+    mkdir(dT, 0755);
+    snprintf(s, sizeof s, "%s/weights.safetensors", dA), snprintf(t, sizeof t, "%s/weights.safetensors", dT);
+    TT_CHECK(copy_file(s, t) == 0, "cannot copy %s", s);
+    snprintf(s, sizeof s, "%s/state.safetensors", dA), snprintf(t, sizeof t, "%s/state.safetensors", dT);
+    TT_CHECK(copy_file(s, t) == 0, "cannot copy %s", s);
+    struct stat sb;
+    TT_CHECK(stat(t, &sb) == 0 && truncate(t, sb.st_size / 2) == 0, "cannot truncate %s", t);
+    char out[1100];
+    snprintf(out, sizeof out, "%s/out", dT);
+    int rc = train(recipe, out, dT, 0, 3, &r, err, sizeof err);
+    TT_CHECK(rc != 0, "resuming from a state file cut to half its size succeeded");
+    TT_CHECK(rc == 0 || strstr(err, t), "the message does not name %s: %s", t, err);
+    TT_CHECK(rc == 0 || !strchr(err, '\n'), "the message is not one line: %s", err);
+    /* the good checkpoint it was copied from still resumes: one more epoch */
+    rc = train(recipe, dE, dA, 0, 3, &r, err, sizeof err);
+    TT_CHECK(rc == 0, "resuming from the intact checkpoint %s: %s", dA, err);
+    TT_CHECK(rc || r.steps_done == 3 * steps_per_epoch, "resumed run ended at step %lld, want %d", r.steps_done,
+             3 * steps_per_epoch);
+    TT_CHECK(rc || (r.final_accuracy > 0.0 && r.final_accuracy <= 1.0), "accuracy %g", r.final_accuracy);
+  } else {
+    TT_CHECK(0, "needs run A");
+  }
+  TT_TEST_END();
+
+  TT_TEST_BEGIN("resume_other_recipe");
+  if (rcA == 0) {
+    int rc = train(recipe_wide, dW, dA, 0, 0, &r, err, sizeof err);
+    TT_CHECK(rc != 0, "a checkpoint with conv2 16 filters resumed into a recipe with 12");
+    TT_CHECK(rc == 0 || strstr(err, "conv2.weight"), "the message does not name the tensor conv2.weight: %s", err);
+    TT_CHECK(rc == 0 || (strstr(err, "16x8x3x3") && strstr(err, "12x8x3x3")),
+             "the message does not give both shapes 16x8x3x3 and 12x8x3x3: %s", err);
+    TT_CHECK(rc == 0 || strstr(err, "state.safetensors"), "the message does not name the file: %s", err);
+  } else {
+    TT_CHECK(0, "needs run A");
+  }
+  TT_TEST_END();
+
+  printf("# test_train: %.1f s\n", now_s() - t0);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  if (system(cmd) != 0) printf("# could not remove %s\n", tmpdir);
+  TT_TEST_EXIT();
+}
