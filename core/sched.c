@@ -384,12 +384,38 @@ int tt_schedule(const tt_graph *g, tt_backend *be, const tt_sched_opts *oin, tt_
              100.0 * (r->alts[i].step_ms / r->predicted_step_ms - 1.0));
   if (!have) {
     size_t need = min_arena == (size_t)-1 ? 0 : min_arena;
+    /* name what dominates the smallest plan: re-plan it and take the biggest classes at its peak */
+    char dom[256] = "";
+    {
+      unsigned char *rr = (unsigned char *)calloc((size_t)n, 1);
+      tt_program q;
+      tt_err e2;
+      if (rr) {
+        if (o.recompute != TT_RECOMP_NONE) sched_all(g, rr);
+        if (!sched_try(g, be, o.micro_batch > 0 ? o.micro_batch : 1, eff, o.precision == TT_PREC_FP32 ? TT_F32 : TT_F16,
+                       o.inplace, rr, &q, &e2)) {
+          size_t at[TT_BC_COUNT];
+          tt_program_peak_breakdown(&q, at);
+          for (int k = 0; k < 3; k++) {
+            int bi = -1;
+            for (int c = 0; c < TT_BC_COUNT; c++)
+              if (at[c] && (bi < 0 || at[c] > at[bi])) bi = c;
+            if (bi < 0) break;
+            snprintf(dom + strlen(dom), sizeof dom - strlen(dom), "%s%s %.2f GiB", k ? ", " : "",
+                     tt_buf_class_name((tt_buf_class)bi), at[bi] / 1073741824.0);
+            at[bi] = 0;
+          }
+          tt_program_free(&q);
+        }
+        free(rr);
+      }
+    }
     tt_schedule_free(r);
     return tt_fail(err, "%s does not fit: the smallest plan (micro-batch %d%s, %s) needs a %.2f GiB arena but the budget is "
-                   "%.2f GiB; the smallest --vram that fits is %.2f GiB",
+                   "%.2f GiB; the smallest --vram that fits is %.2f GiB; it is dominated by %s",
                    m->path, o.micro_batch > 0 ? o.micro_batch : 1, o.recompute == TT_RECOMP_NONE ? "" : ", recomputing",
                    o.precision == TT_PREC_FP32 ? "fp32" : "fp16", need / 1073741824.0, budget / 1073741824.0,
-                   (need + o.reserve_bytes) / 1073741824.0 + 0.005);
+                   (need + o.reserve_bytes) / 1073741824.0 + 0.005, dom[0] ? dom : "(breakdown unavailable)");
   }
   /* what each technique saved at the chosen micro-batch */
   {
