@@ -118,8 +118,8 @@ static int cmp(const char *what, tt2 t, double tol) {
     return 0;
   }
   for (size_t i = 0; i < t.count; i++) {
-    double a = test_get(t.c, t.dt, i), b = test_get(h, t.dt, i), d = fabs(a - b);
-    if (fabs(a) > mr) mr = fabs(a);
+    double a = test_get(t.c, t.dt, i), b = test_get(h, t.dt, i), d = a == b ? 0.0 : fabs(a - b);
+    if (fabs(a) > mr && isfinite(a)) mr = fabs(a); /* equal infinities count as equal */
     if (d > md || d != d) md = d, worst = i;
   }
   ok = md <= tol * mr + 1e-7;
@@ -447,10 +447,11 @@ typedef struct test_net {
 } test_net;
 
 static int test_net_open(test_net *t, const char *recipe, tt_backend *be, tt_dtype dt, int mb, int accum, int eval_mb,
-                         tt_err *err) {
+                         tt_opt_kind opt, tt_err *err) {
   tt_policy pol;
   memset(t, 0, sizeof *t);
   if (tt_recipe_load(recipe, &t->m, err, NULL, NULL)) return -1;
+  t->m.train.optimizer = opt; /* decides which optimizer state the program holds */
   if (tt_graph_build(&t->m, &t->g, err)) return -1;
   memset(&pol, 0, sizeof pol);
   pol.micro_batch = mb, pol.accum_steps = accum, pol.act_dtype = dt, pol.inplace = 1, pol.training = 1;
@@ -504,47 +505,54 @@ static void test_step(tt_dtype dt, const char *name) {
   const char *recipe = "tests/fixtures/small_cnn.recipe";
   double tol = dt == TT_F16 ? 3e-2 : 1e-4;
   tt_err err;
-  test_net a, b;
   TT_TEST_BEGIN(name);
-  int rc = test_net_open(&a, recipe, cpu, dt, 6, 1, 0, &err);
-  TT_CHECK(rc == 0, "cpu: %s", err.msg);
-  int rc2 = test_net_open(&b, recipe, gpu, dt, 6, 1, 0, &err);
-  TT_CHECK(rc2 == 0, "cuda: %s", err.msg);
-  if (!rc && !rc2) {
-    const tt_node *in = &a.g.nodes[0];
-    size_t cnt = (size_t)6 * in->c * in->h * in->w;
-    float *input = (float *)malloc(cnt * sizeof(float)), sa[2], sb[2];
-    int32_t labels[6] = {0, 4, 2, 1, 3, 2};
-    for (size_t i = 0; i < cnt; i++) input[i] = test_rand(-2, 2);
-    for (int opt = 0; opt < 2; opt++) {
+  for (int opt = 0; opt < 2; opt++) {
+    tt_opt_kind kind = opt ? TT_OPT_ADAMW : TT_OPT_SGD;
+    test_net a, b;
+    int rc = test_net_open(&a, recipe, cpu, dt, 6, 1, 0, kind, &err);
+    TT_CHECK(rc == 0, "cpu: %s", err.msg);
+    int rc2 = test_net_open(&b, recipe, gpu, dt, 6, 1, 0, kind, &err);
+    TT_CHECK(rc2 == 0, "cuda: %s", err.msg);
+    if (!rc && !rc2) {
+      const tt_node *in = &a.g.nodes[0];
+      size_t cnt = (size_t)6 * in->c * in->h * in->w;
+      float *input = (float *)malloc(cnt * sizeof(float)), sa[2], sb[2];
+      int32_t labels[6] = {0, 4, 2, 1, 3, 2};
       tt_opt_hparams hp;
-      int ova = 0, ovb = 0;
-      tt_exec_stats(&a.x, NULL, 1, &err);
-      tt_exec_stats(&b.x, NULL, 1, &err);
-      TT_CHECK(tt_exec_micro_step_f32(&a.x, input, labels, 0, (uint64_t)opt, 1.0f / 6, &err) == 0, "cpu step: %s", err.msg);
-      TT_CHECK(tt_exec_micro_step_f32(&b.x, input, labels, 0, (uint64_t)opt, 1.0f / 6, &err) == 0, "cuda step: %s",
-               err.msg);
-      tt_exec_stats(&a.x, sa, 1, &err);
-      tt_exec_stats(&b.x, sb, 1, &err);
-      TT_CHECK(fabs(sa[0] - sb[0]) <= tol * fabs(sa[0]) + 1e-6 && sa[1] == sb[1],
-               "loss/correct: cpu %.7g/%g cuda %.7g/%g", sa[0], sa[1], sb[0], sb[1]);
-      printf("  %s step %d: loss cpu %.7f cuda %.7f\n", dt == TT_F16 ? "fp16" : "fp32", opt, sa[0] / 6, sb[0] / 6);
-      test_cmp_params(&a, &b, 1, tol, opt ? "after AdamW step, gradient" : "gradient");
-      memset(&hp, 0, sizeof hp);
-      if (opt == 0)
-        hp.kind = TT_OPT_SGD, hp.lr = 0.1f, hp.momentum = 0.9f, hp.nesterov = 1, hp.weight_decay = 5e-4f;
-      else
-        hp.kind = TT_OPT_ADAMW, hp.lr = 0.01f, hp.beta1 = 0.9f, hp.beta2 = 0.999f, hp.eps = 1e-8f, hp.weight_decay = 0.01f;
-      a.m.train.optimizer = b.m.train.optimizer = hp.kind;
-      TT_CHECK(tt_exec_update(&a.x, &hp, 1, 1.0f, &ova, &err) == 0, "cpu update: %s", err.msg);
-      TT_CHECK(tt_exec_update(&b.x, &hp, 1, 1.0f, &ovb, &err) == 0, "cuda update: %s", err.msg);
-      TT_CHECK(ova == ovb, "overflow flags differ: cpu %d cuda %d", ova, ovb);
-      test_cmp_params(&a, &b, 0, tol, opt ? "after AdamW" : "after SGD");
+      for (size_t i = 0; i < cnt; i++) input[i] = test_rand(-2, 2);
+      test_cmp_params(&a, &b, 0, 0.0, "initial");
+      for (int step = 0; step < 2; step++) {
+        int ova = 0, ovb = 0;
+        tt_exec_stats(&a.x, NULL, 1, &err);
+        tt_exec_stats(&b.x, NULL, 1, &err);
+        TT_CHECK(tt_exec_micro_step_f32(&a.x, input, labels, 0, (uint64_t)step, 1.0f / 6, &err) == 0, "cpu step: %s",
+                 err.msg);
+        TT_CHECK(tt_exec_micro_step_f32(&b.x, input, labels, 0, (uint64_t)step, 1.0f / 6, &err) == 0, "cuda step: %s",
+                 err.msg);
+        tt_exec_stats(&a.x, sa, 1, &err);
+        tt_exec_stats(&b.x, sb, 1, &err);
+        TT_CHECK(fabs(sa[0] - sb[0]) <= tol * fabs(sa[0]) + 1e-6 && sa[1] == sb[1], "loss/correct: cpu %.7g/%g cuda %.7g/%g",
+                 sa[0], sa[1], sb[0], sb[1]);
+        printf("  %s %s step %d: loss cpu %.7f cuda %.7f\n", dt == TT_F16 ? "fp16" : "fp32", opt ? "adamw" : "sgd", step,
+               sa[0] / 6, sb[0] / 6);
+        test_cmp_params(&a, &b, 1, tol, "gradient");
+        memset(&hp, 0, sizeof hp);
+        if (!opt)
+          hp.kind = TT_OPT_SGD, hp.lr = 0.1f, hp.momentum = 0.9f, hp.nesterov = 1, hp.weight_decay = 5e-4f;
+        else
+          hp.kind = TT_OPT_ADAMW, hp.lr = 0.01f, hp.beta1 = 0.9f, hp.beta2 = 0.999f, hp.eps = 1e-8f, hp.weight_decay = 0.01f;
+        TT_CHECK(tt_exec_update(&a.x, &hp, step + 1, 1.0f, &ova, &err) == 0, "cpu update: %s", err.msg);
+        TT_CHECK(tt_exec_update(&b.x, &hp, step + 1, 1.0f, &ovb, &err) == 0, "cuda update: %s", err.msg);
+        TT_CHECK(ova == ovb, "overflow flags differ: cpu %d cuda %d", ova, ovb);
+        /* AdamW divides by sqrt(v): parameters whose true gradient is zero (a bias before batch
+         * norm) move by noise/noise, so compare those loosely */
+        test_cmp_params(&a, &b, 0, opt ? 1e-2 : tol, opt ? "after AdamW" : "after SGD");
+      }
+      free(input);
     }
-    free(input);
+    test_net_close(&a);
+    test_net_close(&b);
   }
-  test_net_close(&a);
-  test_net_close(&b);
   TT_TEST_END();
 }
 
@@ -556,7 +564,7 @@ static void test_no_alloc_and_peak(void) {
   TT_TEST_BEGIN("cuda_no_allocation_and_peak");
   size_t used0 = 0, used1 = 0, total = 0;
   TT_CHECK(tt_cuda_mem_used(gpu, &used0, &total) == 0, "mem_used: %s", gpu->last_error(gpu));
-  int rc = test_net_open(&t, "examples/fashion_mnist/lenet.recipe", gpu, TT_F16, 32, 2, 64, &err);
+  int rc = test_net_open(&t, "examples/fashion_mnist/lenet.recipe", gpu, TT_F16, 32, 2, 64, TT_OPT_SGD, &err);
   TT_CHECK(rc == 0, "%s", err.msg);
   if (!rc) {
     const tt_node *in = &t.g.nodes[0];
@@ -645,6 +653,7 @@ int main(void) {
 #else
 
 int main(void) {
+  (void)tt_test_failures, (void)tt_test_current_failed, (void)tt_test_current_name;
   for (int i = 0; i < TEST_NGROUPS; i++) printf("SKIP %s: built without CUDA (configure found no nvcc/cuDNN)\n", test_groups[i]);
   return 0;
 }
