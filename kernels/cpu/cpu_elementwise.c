@@ -12,26 +12,6 @@ static int cpu_ew_dt(tt_backend *b, const char *op, tt_dtype dt) {
   return 0;
 }
 
-static float cpu_ew_act(tt_act a, float v) {
-  switch (a) {
-    case TT_ACT_RELU: return (v > 0.0f || v != v) ? v : 0.0f; /* NaN propagates, as in PyTorch */
-    case TT_ACT_RELU6: return v != v ? v : (v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v));
-    default: return v / (1.0f + expf(-v)); /* SiLU */
-  }
-}
-
-/* Derivative from the saved tensor: y for RELU and RELU6, x for SILU. */
-static float cpu_ew_act_grad(tt_act a, float saved, float g) {
-  switch (a) {
-    case TT_ACT_RELU: return saved > 0.0f ? g : 0.0f;
-    case TT_ACT_RELU6: return (saved > 0.0f && saved < 6.0f) ? g : 0.0f;
-    default: {
-      float s = 1.0f / (1.0f + expf(-saved));
-      return g * s * (1.0f + saved * (1.0f - s));
-    }
-  }
-}
-
 int tt_cpu_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y) {
   ptrdiff_t i, n = (ptrdiff_t)count;
   int nt = tt_cpu_threads(b);
@@ -43,12 +23,12 @@ int tt_cpu_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const voi
     const float *xs = (const float *)x;
     float *ys = (float *)y;
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
-    for (i = 0; i < n; i++) ys[i] = cpu_ew_act(a, xs[i]);
+    for (i = 0; i < n; i++) ys[i] = tt_act_value(a, xs[i]);
   } else {
     const uint16_t *xs = (const uint16_t *)x;
     uint16_t *ys = (uint16_t *)y;
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
-    for (i = 0; i < n; i++) ys[i] = tt_cpu_f2h(cpu_ew_act(a, tt_cpu_h2f(xs[i])));
+    for (i = 0; i < n; i++) ys[i] = tt_cpu_f2h(tt_act_value(a, tt_cpu_h2f(xs[i])));
   }
   return 0;
 }
@@ -64,7 +44,7 @@ int tt_cpu_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const voi
   if (dx == dy && beta != 0.0f) return tt_cpu_fail(b, "act_bwd: dx may alias dy only when beta == 0 (beta=%g)", (double)beta);
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
   for (i = 0; i < n; i++) {
-    float v = cpu_ew_act_grad(a, tt_cpu_ld(dt, saved, (size_t)i), tt_cpu_ld(dt, dy, (size_t)i));
+    float v = tt_act_grad(a, tt_cpu_ld(dt, saved, (size_t)i), tt_cpu_ld(dt, dy, (size_t)i));
     tt_cpu_st_beta(dt, dx, (size_t)i, v, beta);
   }
   return 0;
@@ -107,7 +87,7 @@ int tt_cpu_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, v
   return 0;
 }
 
-/* Keep threshold and scale for dropout; see tt_cpu_dropout_hash in cpu_internal.h. */
+/* Keep threshold and scale for dropout; see tt_dropout_hash in kernels/kernel_math.h. */
 static int cpu_ew_dropout_params(tt_backend *b, const char *op, float p, uint32_t *thr, float *scale, int *all_drop) {
   if (!(p >= 0.0f && p <= 1.0f)) return tt_cpu_fail(b, "%s: dropout probability %g is outside [0, 1]", op, (double)p);
   *all_drop = p >= 1.0f;
@@ -127,7 +107,7 @@ int tt_cpu_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64
   if (count && (!x || !y)) return tt_cpu_fail(b, "dropout_fwd: NULL x or y");
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
   for (i = 0; i < n; i++) {
-    int keep = !all_drop && (uint32_t)(tt_cpu_dropout_hash(seed, (uint64_t)i) >> 32) >= thr;
+    int keep = !all_drop && (uint32_t)(tt_dropout_hash(seed, (uint64_t)i) >> 32) >= thr;
     tt_cpu_st(dt, y, (size_t)i, keep ? tt_cpu_ld(dt, x, (size_t)i) * scale : 0.0f);
   }
   return 0;
@@ -146,7 +126,7 @@ int tt_cpu_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64
   if (dx == dy && beta != 0.0f) return tt_cpu_fail(b, "dropout_bwd: dx may alias dy only when beta == 0");
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
   for (i = 0; i < n; i++) {
-    int keep = !all_drop && (uint32_t)(tt_cpu_dropout_hash(seed, (uint64_t)i) >> 32) >= thr;
+    int keep = !all_drop && (uint32_t)(tt_dropout_hash(seed, (uint64_t)i) >> 32) >= thr;
     tt_cpu_st_beta(dt, dx, (size_t)i, keep ? tt_cpu_ld(dt, dy, (size_t)i) * scale : 0.0f, beta);
   }
   return 0;

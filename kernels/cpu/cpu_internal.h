@@ -17,6 +17,7 @@
 
 #include "../../core/util.h"
 #include "../backend.h"
+#include "../kernel_math.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -111,20 +112,8 @@ void tt_cpu_to_f32(tt_backend *b, tt_dtype dt, const void *src, float *dst, size
 /* Converts count fp32 elements into dt dst. */
 void tt_cpu_from_f32(tt_backend *b, tt_dtype dt, const float *src, void *dst, size_t count);
 
-/* Dropout mask hash (shared definition; the CUDA backend must use the same function).
- * splitmix64 finaliser of (seed XOR i * golden ratio): h(seed, i) =
- *   z = seed ^ (i * 0x9E3779B97F4A7C15); z += 0x9E3779B97F4A7C15;
- *   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9; z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
- *   z ^= z >> 31.
- * Element i is kept iff (uint32_t)(h >> 32) >= (uint32_t)(p * 4294967296.0) (p in [0, 1));
- * p >= 1 drops everything. Kept values are scaled by 1 / (1 - p) computed in fp32. */
-static inline uint64_t tt_cpu_dropout_hash(uint64_t seed, uint64_t i) {
-  uint64_t z = seed ^ (i * 0x9E3779B97F4A7C15ull);
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+/* Dropout masks, activation derivatives and optimizer element updates are in
+ * kernels/kernel_math.h, shared with the CUDA backend. */
 
 /* ---- ops, one table entry each (see backend.h for semantics) ---- */
 /* cpu_conv.c */

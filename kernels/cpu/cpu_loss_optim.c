@@ -86,18 +86,7 @@ int tt_cpu_sgd_update(tt_backend *b, size_t count, float *w, const float *g, flo
   if (count && (!w || !g)) return tt_cpu_fail(b, "sgd_update: NULL w or g");
   if (momentum != 0.0f && count && !m) return tt_cpu_fail(b, "sgd_update: momentum %g needs a momentum buffer", (double)momentum);
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
-  for (i = 0; i < n; i++) {
-    float d = g[i] * grad_scale, step;
-    if (weight_decay != 0.0f) d += weight_decay * w[i];
-    if (momentum != 0.0f) {
-      float mv = momentum * m[i] + d;
-      m[i] = mv;
-      step = nesterov ? d + momentum * mv : mv;
-    } else {
-      step = d;
-    }
-    w[i] -= lr * step;
-  }
+  for (i = 0; i < n; i++) tt_sgd_elem((size_t)i, w, g, m, lr, momentum, nesterov, weight_decay, grad_scale);
   return 0;
 }
 
@@ -106,27 +95,11 @@ int tt_cpu_adam_update(tt_backend *b, size_t count, float *w, const float *g, fl
                        float grad_scale) {
   ptrdiff_t i, n = (ptrdiff_t)count;
   int nt = tt_cpu_threads(b);
-  float step_size, bc2_sqrt, decay;
   (void)nt;
   if (count && (!w || !g || !m || !v)) return tt_cpu_fail(b, "adam_update: NULL w, g, m or v");
   if (t < 1) return tt_cpu_fail(b, "adam_update: step t=%d must be >= 1", t);
-  /* As torch.optim.Adam(W): the bias corrections are Python floats (double), then fp32. */
-  step_size = (float)((double)lr / (1.0 - pow((double)beta1, (double)t)));
-  bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)t));
-  decay = decoupled ? 1.0f - lr * weight_decay : 1.0f;
+  tt_adam_consts k = tt_adam_make_consts(lr, beta1, beta2, weight_decay, decoupled, t);
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
-  for (i = 0; i < n; i++) {
-    float gr = g[i] * grad_scale, mv, vv, denom, wv = w[i];
-    if (decoupled)
-      wv *= decay; /* AdamW: param.mul_(1 - lr*wd) before the step */
-    else if (weight_decay != 0.0f)
-      gr += weight_decay * wv;
-    mv = m[i] + (1.0f - beta1) * (gr - m[i]); /* exp_avg.lerp_(grad, 1-beta1) */
-    vv = beta2 * v[i] + (1.0f - beta2) * gr * gr;
-    m[i] = mv;
-    v[i] = vv;
-    denom = sqrtf(vv) / bc2_sqrt + eps;
-    w[i] = wv - step_size * mv / denom;
-  }
+  for (i = 0; i < n; i++) tt_adam_elem((size_t)i, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale);
   return 0;
 }

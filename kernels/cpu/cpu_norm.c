@@ -137,25 +137,6 @@ int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *
 
 /* --------------------------------- pooling -------------------------------------------- */
 
-static int cpu_norm_pool_check(tt_backend *b, const char *op, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt) {
-  if (!d) return tt_cpu_fail(b, "%s: NULL pool desc", op);
-  if (dt != TT_F32 && dt != TT_F16) return tt_cpu_fail(b, "%s: unknown dtype %d", op, (int)dt);
-  if (mode != TT_POOL_MAX && mode != TT_POOL_AVG) return tt_cpu_fail(b, "%s: unknown pool mode %d", op, (int)mode);
-  if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->kh <= 0 || d->kw <= 0 || d->stride_h <= 0 ||
-      d->stride_w <= 0 || d->pad_h < 0 || d->pad_w < 0)
-    return tt_cpu_fail(b, "%s: bad pool desc (n=%d c=%d h=%d w=%d kernel=%dx%d stride=%dx%d pad=%dx%d)", op, d->n,
-                       d->c, d->h, d->w, d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w);
-  /* PyTorch's rule: padding at most half the kernel, so no window is all padding. */
-  if (2 * d->pad_h > d->kh || 2 * d->pad_w > d->kw)
-    return tt_cpu_fail(b, "%s: padding %dx%d must be at most half the kernel %dx%d", op, d->pad_h, d->pad_w, d->kh,
-                       d->kw);
-  if (d->h + 2 * d->pad_h < d->kh || d->w + 2 * d->pad_w < d->kw ||
-      d->p != (d->h + 2 * d->pad_h - d->kh) / d->stride_h + 1 || d->q != (d->w + 2 * d->pad_w - d->kw) / d->stride_w + 1)
-    return tt_cpu_fail(b, "%s: output %dx%d does not match input %dx%d, kernel %dx%d, stride %dx%d, pad %dx%d", op,
-                       d->p, d->q, d->h, d->w, d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w);
-  return 0;
-}
-
 /* First maximum of window (oh, ow) in the plane starting at xoff, as an index into the
  * plane; NaN wins (PyTorch propagates NaN). Returns -1 only for an all-padding window. */
 static ptrdiff_t cpu_norm_argmax(const tt_pool_desc *d, tt_dtype dt, const void *x, size_t xoff, int oh, int ow,
@@ -185,7 +166,8 @@ int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   ptrdiff_t pl, npl;
   int nt = tt_cpu_threads(b);
   (void)nt;
-  if (cpu_norm_pool_check(b, "pool_fwd", d, mode, dt)) return -1;
+  char msg[256];
+  if (tt_pool_desc_error("pool_fwd", d, mode, dt, msg, sizeof msg)) return tt_cpu_fail(b, "%s", msg);
   if (!x || !y) return tt_cpu_fail(b, "pool_fwd: NULL x or y");
   npl = (ptrdiff_t)d->n * d->c;
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -223,7 +205,8 @@ int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   ptrdiff_t pl, npl;
   int nt = tt_cpu_threads(b);
   (void)nt;
-  if (cpu_norm_pool_check(b, "pool_bwd", d, mode, dt)) return -1;
+  char msg[256];
+  if (tt_pool_desc_error("pool_bwd", d, mode, dt, msg, sizeof msg)) return tt_cpu_fail(b, "%s", msg);
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_cpu_fail(b, "pool_bwd: NULL x (max), dy or dx");
   npl = (ptrdiff_t)d->n * d->c;
 #pragma omp parallel for schedule(static) num_threads(nt)

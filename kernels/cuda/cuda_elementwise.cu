@@ -77,33 +77,14 @@ int tt_cuda_accum_to_f32(tt_backend *b, const char *op, size_t count, tt_dtype d
 
 /* ---------------------------------- activations --------------------------------------- */
 
-__device__ __forceinline__ float cuda_ew_act(tt_act a, float v) {
-  switch (a) {
-    case TT_ACT_RELU: return (v > 0.0f || v != v) ? v : 0.0f;
-    case TT_ACT_RELU6: return v != v ? v : (v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v));
-    default: return v / (1.0f + expf(-v));
-  }
-}
-
-__device__ __forceinline__ float cuda_ew_act_grad(tt_act a, float saved, float g) {
-  switch (a) {
-    case TT_ACT_RELU: return saved > 0.0f ? g : 0.0f;
-    case TT_ACT_RELU6: return (saved > 0.0f && saved < 6.0f) ? g : 0.0f;
-    default: {
-      float s = 1.0f / (1.0f + expf(-saved));
-      return g * s * (1.0f + saved * (1.0f - s));
-    }
-  }
-}
-
 __global__ void cuda_ew_act_fwd_k(tt_act a, size_t count, tt_dtype dt, const void *x, void *y) {
-  CUDA_EW_LOOP(i, count) tt_cuda_st(dt, y, i, cuda_ew_act(a, tt_cuda_ld(dt, x, i)));
+  CUDA_EW_LOOP(i, count) tt_cuda_st(dt, y, i, tt_act_value(a, tt_cuda_ld(dt, x, i)));
 }
 
 __global__ void cuda_ew_act_bwd_k(tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy, void *dx,
                                   float beta) {
   CUDA_EW_LOOP(i, count) {
-    float v = cuda_ew_act_grad(a, tt_cuda_ld(dt, saved, i), tt_cuda_ld(dt, dy, i));
+    float v = tt_act_grad(a, tt_cuda_ld(dt, saved, i), tt_cuda_ld(dt, dy, i));
     tt_cuda_st_beta(dt, dx, i, v, beta);
   }
 }
@@ -163,15 +144,6 @@ int tt_cuda_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, 
 
 /* ------------------------------------ dropout ----------------------------------------- */
 
-/* tt_cpu_dropout_hash (kernels/cpu/cpu_internal.h), bit for bit. */
-__device__ __forceinline__ uint64_t cuda_ew_dropout_hash(uint64_t seed, uint64_t i) {
-  uint64_t z = seed ^ (i * 0x9E3779B97F4A7C15ull);
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 static int cuda_ew_dropout_params(tt_backend *b, const char *op, float p, uint32_t *thr, float *scale, int *all_drop) {
   if (!(p >= 0.0f && p <= 1.0f))
     return tt_cuda_fail(b, "%s: dropout probability %g is outside [0, 1]", op, (double)p);
@@ -185,7 +157,7 @@ static int cuda_ew_dropout_params(tt_backend *b, const char *op, float p, uint32
 __global__ void cuda_ew_dropout_k(size_t count, tt_dtype dt, uint32_t thr, float scale, int all_drop, uint64_t seed,
                                   const void *x, void *y, float beta, int fwd) {
   CUDA_EW_LOOP(i, count) {
-    int keep = !all_drop && (uint32_t)(cuda_ew_dropout_hash(seed, (uint64_t)i) >> 32) >= thr;
+    int keep = !all_drop && (uint32_t)(tt_dropout_hash(seed, (uint64_t)i) >> 32) >= thr;
     float v = keep ? tt_cuda_ld(dt, x, i) * scale : 0.0f;
     if (fwd)
       tt_cuda_st(dt, y, i, v);
@@ -423,18 +395,7 @@ int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const voi
 
 __global__ void cuda_opt_sgd_k(size_t count, float *w, const float *g, float *m, float lr, float momentum, int nesterov,
                                float weight_decay, float grad_scale) {
-  CUDA_EW_LOOP(i, count) {
-    float d = g[i] * grad_scale, step;
-    if (weight_decay != 0.0f) d += weight_decay * w[i];
-    if (momentum != 0.0f) {
-      float mv = momentum * m[i] + d;
-      m[i] = mv;
-      step = nesterov ? d + momentum * mv : mv;
-    } else {
-      step = d;
-    }
-    w[i] -= lr * step;
-  }
+  CUDA_EW_LOOP(i, count) tt_sgd_elem(i, w, g, m, lr, momentum, nesterov, weight_decay, grad_scale);
 }
 
 int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
@@ -450,35 +411,18 @@ int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, fl
 }
 
 __global__ void cuda_opt_adam_k(size_t count, float *w, const float *g, float *m, float *v, float beta1, float beta2,
-                                float eps, float weight_decay, int decoupled, float step_size, float bc2_sqrt,
-                                float decay, float grad_scale) {
-  CUDA_EW_LOOP(i, count) {
-    float gr = g[i] * grad_scale, mv, vv, denom, wv = w[i];
-    if (decoupled)
-      wv *= decay;
-    else if (weight_decay != 0.0f)
-      gr += weight_decay * wv;
-    mv = m[i] + (1.0f - beta1) * (gr - m[i]);
-    vv = beta2 * v[i] + (1.0f - beta2) * gr * gr;
-    m[i] = mv;
-    v[i] = vv;
-    denom = sqrtf(vv) / bc2_sqrt + eps;
-    w[i] = wv - step_size * mv / denom;
-  }
+                                float eps, float weight_decay, int decoupled, tt_adam_consts k, float grad_scale) {
+  CUDA_EW_LOOP(i, count) tt_adam_elem(i, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale);
 }
 
 int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr, float beta1,
                         float beta2, float eps, float weight_decay, int decoupled, int t, float grad_scale) {
-  float step_size, bc2_sqrt, decay;
   if (t < 1) return tt_cuda_fail(b, "adam_update: step t=%d must be >= 1", t);
   if (!count) return 0;
   if (!w || !g || !m || !v) return tt_cuda_fail(b, "adam_update: NULL w, g, m or v");
-  /* host-side constants exactly as the CPU backend (torch.optim: Python floats, then fp32) */
-  step_size = (float)((double)lr / (1.0 - pow((double)beta1, (double)t)));
-  bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)t));
-  decay = decoupled ? 1.0f - lr * weight_decay : 1.0f;
+  tt_adam_consts k = tt_adam_make_consts(lr, beta1, beta2, weight_decay, decoupled, t); /* as the CPU does */
   cuda_opt_adam_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(
-      count, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, step_size, bc2_sqrt, decay, grad_scale);
+      count, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale);
   CUDA_LAUNCH_CHECK(b, "adam_update");
   return 0;
 }

@@ -20,6 +20,7 @@
 
 #include "../../core/util.h"
 #include "../backend.h"
+#include "../kernel_math.h"
 
 /* Convolution descriptor cache: slots (with their cuDNN descriptors) are created in
  * tt_cuda_backend_create; a miss reuses the least recently used slot, so nothing is

@@ -1,0 +1,122 @@
+/* kernels/kernel_math.h — numerics every backend must compute identically, written once.
+ *
+ * The CPU backend compiles these as plain C; the CUDA backend as __host__ __device__
+ * functions inside its kernels. Dropout masks in particular are a contract: backward and
+ * recompute regenerate them from (seed, index), so a CUDA mask must equal the CPU's bit for
+ * bit. Nothing here allocates or touches a stream. */
+#ifndef TT_KERNEL_MATH_H
+#define TT_KERNEL_MATH_H
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "backend.h"
+
+#ifdef __CUDACC__
+#define TT_HD __host__ __device__
+#else
+#define TT_HD
+#endif
+
+/* Dropout: splitmix64 finaliser of (seed XOR i * golden ratio). Element i is kept iff
+ * (uint32_t)(h >> 32) >= (uint32_t)(p * 2^32) (p in [0, 1)); p >= 1 drops everything;
+ * kept values are scaled by 1 / (1 - p) computed in fp32. */
+static inline TT_HD uint64_t tt_dropout_hash(uint64_t seed, uint64_t i) {
+  uint64_t z = seed ^ (i * 0x9E3779B97F4A7C15ull);
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* Activation forward; NaN propagates through ReLU and ReLU6, as in PyTorch. */
+static inline TT_HD float tt_act_value(tt_act a, float v) {
+  switch (a) {
+    case TT_ACT_RELU: return (v > 0.0f || v != v) ? v : 0.0f;
+    case TT_ACT_RELU6: return v != v ? v : (v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v));
+    default: return v / (1.0f + expf(-v)); /* SiLU */
+  }
+}
+
+/* Activation backward from the saved tensor: y for RELU and RELU6, x for SILU. */
+static inline TT_HD float tt_act_grad(tt_act a, float saved, float g) {
+  switch (a) {
+    case TT_ACT_RELU: return saved > 0.0f ? g : 0.0f;
+    case TT_ACT_RELU6: return (saved > 0.0f && saved < 6.0f) ? g : 0.0f;
+    default: {
+      float s = 1.0f / (1.0f + expf(-saved));
+      return g * s * (1.0f + saved * (1.0f - s));
+    }
+  }
+}
+
+/* One element of SGD as torch.optim.SGD: d = g*gs + wd*w; m = momentum*m + d;
+ * step = nesterov ? d + momentum*m : m; w -= lr*step. m may be NULL when momentum == 0. */
+static inline TT_HD void tt_sgd_elem(size_t i, float *w, const float *g, float *m, float lr, float momentum, int nesterov,
+                                     float weight_decay, float grad_scale) {
+  float d = g[i] * grad_scale, step;
+  if (weight_decay != 0.0f) d += weight_decay * w[i];
+  if (momentum != 0.0f) {
+    float mv = momentum * m[i] + d;
+    m[i] = mv;
+    step = nesterov ? d + momentum * mv : mv;
+  } else {
+    step = d;
+  }
+  w[i] -= lr * step;
+}
+
+/* Adam's per-step constants, as torch.optim.Adam(W) computes them: bias corrections as
+ * Python floats (double), then fp32; AdamW decays the weight by (1 - lr*wd) first. */
+typedef struct tt_adam_consts {
+  float step_size, bc2_sqrt, decay;
+} tt_adam_consts;
+
+static inline tt_adam_consts tt_adam_make_consts(float lr, float beta1, float beta2, float weight_decay, int decoupled,
+                                                 int t) {
+  tt_adam_consts k;
+  k.step_size = (float)((double)lr / (1.0 - pow((double)beta1, (double)t)));
+  k.bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)t));
+  k.decay = decoupled ? 1.0f - lr * weight_decay : 1.0f;
+  return k;
+}
+
+static inline TT_HD void tt_adam_elem(size_t i, float *w, const float *g, float *m, float *v, float beta1, float beta2,
+                                      float eps, float weight_decay, int decoupled, tt_adam_consts k, float grad_scale) {
+  float gr = g[i] * grad_scale, wv = w[i];
+  if (decoupled)
+    wv *= k.decay;
+  else if (weight_decay != 0.0f)
+    gr += weight_decay * wv;
+  float mv = m[i] + (1.0f - beta1) * (gr - m[i]); /* exp_avg.lerp_(grad, 1-beta1) */
+  float vv = beta2 * v[i] + (1.0f - beta2) * gr * gr;
+  m[i] = mv;
+  v[i] = vv;
+  w[i] = wv - k.step_size * mv / (sqrtf(vv) / k.bc2_sqrt + eps);
+}
+
+/* Validates a pooling call; returns 0, or -1 with the reason in msg. PyTorch's rule:
+ * padding at most half the kernel, so no window is all padding. */
+static inline int tt_pool_desc_error(const char *op, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, char *msg,
+                                     size_t size) {
+  if (!d) return snprintf(msg, size, "%s: NULL pool desc", op), -1;
+  if (dt != TT_F32 && dt != TT_F16) return snprintf(msg, size, "%s: unknown dtype %d", op, (int)dt), -1;
+  if (mode != TT_POOL_MAX && mode != TT_POOL_AVG) return snprintf(msg, size, "%s: unknown pool mode %d", op, (int)mode), -1;
+  if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->kh <= 0 || d->kw <= 0 || d->stride_h <= 0 ||
+      d->stride_w <= 0 || d->pad_h < 0 || d->pad_w < 0)
+    return snprintf(msg, size, "%s: bad pool desc (n=%d c=%d h=%d w=%d kernel=%dx%d stride=%dx%d pad=%dx%d)", op, d->n,
+                    d->c, d->h, d->w, d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w),
+           -1;
+  if (2 * d->pad_h > d->kh || 2 * d->pad_w > d->kw)
+    return snprintf(msg, size, "%s: padding %dx%d must be at most half the kernel %dx%d", op, d->pad_h, d->pad_w, d->kh,
+                    d->kw),
+           -1;
+  if (d->h + 2 * d->pad_h < d->kh || d->w + 2 * d->pad_w < d->kw ||
+      d->p != (d->h + 2 * d->pad_h - d->kh) / d->stride_h + 1 || d->q != (d->w + 2 * d->pad_w - d->kw) / d->stride_w + 1)
+    return snprintf(msg, size, "%s: output %dx%d does not match input %dx%d, kernel %dx%d, stride %dx%d, pad %dx%d", op,
+                    d->p, d->q, d->h, d->w, d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w),
+           -1;
+  return 0;
+}
+
+#endif
