@@ -16,14 +16,21 @@
 
 static const char *const ckpt_role_suffix[4] = {"", ".grad", ".opt_m", ".opt_v"};
 
+/* Whether a checkpoint holds tensor `role` of parameter i: values always; optimizer state
+ * (roles 2, 3) only in the state file and only where the optimizer has it; gradients never. */
+static int ckpt_has(const tt_exec *x, int i, int role, int with_state) {
+  if (role == 0) return 1;
+  if (role == 1 || !with_state || !x->train) return 0;
+  return (role == 2 ? x->train->m_buf[i] : x->train->v_buf[i]) >= 0;
+}
+
 static int ckpt_collect(tt_exec *x, int with_state, tt_st_tensor **out_t, float **out_data, int *out_n, tt_err *err) {
   const tt_graph *g = x->g;
   size_t total = 0;
   int n = 0;
   for (int i = 0; i < g->nparams; i++)
     for (int role = 0; role < 4; role++) {
-      if (role == 1 || (role > 0 && !with_state)) continue;
-      if (role > 0 && (!x->train || (role == 2 ? x->train->m_buf[i] : x->train->v_buf[i]) < 0)) continue;
+      if (!ckpt_has(x, i, role, with_state)) continue;
       total += g->params[i].numel;
       n++;
     }
@@ -38,8 +45,7 @@ static int ckpt_collect(tt_exec *x, int with_state, tt_st_tensor **out_t, float 
   int k = 0;
   for (int i = 0; i < g->nparams; i++)
     for (int role = 0; role < 4; role++) {
-      if (role == 1 || (role > 0 && !with_state)) continue;
-      if (role > 0 && (!x->train || (role == 2 ? x->train->m_buf[i] : x->train->v_buf[i]) < 0)) continue;
+      if (!ckpt_has(x, i, role, with_state)) continue;
       const tt_param *p = &g->params[i];
       char *nm = names + (size_t)k * (TT_NAME_MAX + 32);
       snprintf(nm, TT_NAME_MAX + 32, "%s%s", p->name, ckpt_role_suffix[role]);
@@ -112,8 +118,7 @@ int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_sta
   for (int pass = 0; pass < 2 && !rc; pass++)
     for (int i = 0; i < g->nparams && !rc; i++)
       for (int role = 0; role < 4 && !rc; role++) {
-        if (role == 1 || (role > 0 && !with_state)) continue;
-        if (role > 0 && (!x->train || (role == 2 ? x->train->m_buf[i] : x->train->v_buf[i]) < 0)) continue;
+        if (!ckpt_has(x, i, role, with_state)) continue;
         const tt_param *p = &g->params[i];
         snprintf(nm, sizeof nm, "%s%s", p->name, ckpt_role_suffix[role]);
         const tt_st_tensor *t = tt_st_get(f, nm);

@@ -300,6 +300,7 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
   if (!ints) return -1;
   for (int i = 0; i < 5 * nn + 5 * np + 8; i++) ints[i] = -1;
   c.canon = ints, c.cur_val = ints + nn, c.cur_save = ints + 2 * nn, c.gbuf = ints + 3 * nn;
+  p->tables = ints;
   p->value_buf = ints + 4 * nn;
   c.wcopy = ints + 5 * nn;
   p->param_buf = ints + 5 * nn + np, p->grad_buf = ints + 5 * nn + 2 * np, p->m_buf = ints + 5 * nn + 3 * np;
@@ -499,7 +500,8 @@ int tt_program_plan(tt_program *p, tt_err *err) {
 void tt_program_free(tt_program *p) {
   free(p->bufs);
   free(p->steps);
-  free(p->value_buf ? p->value_buf - 4 * p->graph->nnodes : NULL);
+  free(p->tables);
+  p->tables = NULL;
   p->bufs = NULL;
   p->steps = NULL;
   p->value_buf = NULL;

@@ -96,6 +96,7 @@ typedef struct tt_program {
   int input_u8, labels, stats, overflow_flag;
   int *value_buf;      /* per node: buffer holding its forward output (first instance) */
   int *param_buf, *grad_buf, *m_buf, *v_buf; /* per param; -1 where none */
+  int *tables;         /* the one allocation behind the per-node and per-param arrays */
   /* plan */
   size_t persistent_bytes, transient_bytes, transient_peak;
   size_t arena_bytes, peak_live_bytes;

@@ -94,8 +94,8 @@ void tt_session_print_summary(const tt_session *s, FILE *out) {
   fprintf(out, "  policy   micro-batch %d x %d accumulation = batch %d, %s, %d in-place ops, recompute %d of %d units\n",
           p->micro_batch, p->accum_steps, p->micro_batch * p->accum_steps, p->act_dtype == TT_F16 ? "fp16 autocast" : "fp32",
           r->train.n_inplace, r->recomputed_units, r->nunits);
-  fprintf(out, "  memory   arena %.1f MiB (lower bound %.1f MiB)%s%s\n", s->x.arena_bytes / 1048576.0,
-          r->train.peak_live_bytes / 1048576.0, s->vram_bytes ? ", budget " : "", "");
+  fprintf(out, "  memory   arena %.1f MiB (lower bound %.1f MiB)\n", s->x.arena_bytes / 1048576.0,
+          r->train.peak_live_bytes / 1048576.0);
   if (s->vram_bytes) fprintf(out, "           budget %.1f MiB of --vram %.1f MiB\n", r->budget_bytes / 1048576.0, s->vram_bytes / 1048576.0);
   fflush(out);
 }
