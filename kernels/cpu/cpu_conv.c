@@ -175,8 +175,56 @@ static void cpu_conv_im2col(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, c
   }
 }
 
+/* Scatter-form col2im for fp32: one task owns the whole plane dx[n0+j, c], scales it by beta
+ * once, then adds the column rows of each (r, s) in fixed order as contiguous row segments
+ * (vectorisable; the gather form below costs a branchy loop per input element). The order of
+ * the sums is fixed per plane, so results stay deterministic for any thread count. */
+static void cpu_conv_col2im_f32(tt_backend *b, const tt_conv_desc *d, const float *col, int n0, int cur, float *dx,
+                                float beta) {
+  const int C = d->c, H = d->h, W = d->w, R = d->r, S = d->s, P = d->p, Q = d->q;
+  const int sh = d->stride_h, sw = d->stride_w, ph = d->pad_h, pw = d->pad_w;
+  const size_t PQ = (size_t)P * Q, N = (size_t)cur * PQ, HW = (size_t)H * W;
+  ptrdiff_t task, ntask = (ptrdiff_t)cur * C;
+  int nt = tt_cpu_threads(b);
+  (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (task = 0; task < ntask; task++) {
+    int j = (int)(task / C), c = (int)(task % C), r, s, oh, ow;
+    float *plane = dx + ((size_t)(n0 + j) * C + c) * HW;
+    const float *cbase = col + (size_t)c * R * S * N + (size_t)j * PQ;
+    size_t i;
+    if (beta == 0.0f)
+      memset(plane, 0, HW * sizeof(float));
+    else if (beta != 1.0f)
+      for (i = 0; i < HW; i++) plane[i] *= beta;
+    for (r = 0; r < R; r++) {
+      for (s = 0; s < S; s++) {
+        const float *src = cbase + (size_t)(r * S + s) * N;
+        /* valid ow: 0 <= ow*sw - pw + s < W (as in im2col) */
+        int lo = pw - s > 0 ? (pw - s + sw - 1) / sw : 0;
+        int hi = W - 1 + pw - s >= 0 ? (W - 1 + pw - s) / sw + 1 : 0;
+        if (hi > Q) hi = Q;
+        if (lo >= hi) continue;
+        for (oh = 0; oh < P; oh++) {
+          int ih = oh * sh - ph + r;
+          const float *srow;
+          float *drow;
+          if (ih < 0 || ih >= H) continue;
+          srow = src + (size_t)oh * Q + lo;
+          drow = plane + (size_t)ih * W + (size_t)(lo * sw - pw + s); /* >= 0 by the choice of lo */
+          if (sw == 1)
+            for (ow = 0; ow < hi - lo; ow++) drow[ow] += srow[ow];
+          else
+            for (ow = 0; ow < hi - lo; ow++) drow[(size_t)ow * sw] += srow[ow];
+        }
+      }
+    }
+  }
+}
+
 /* Gather-form col2im: dx[n0+j, c, ih, iw] = beta*dx + sum over (r, s) of the column entries
- * that read this input element; each dx element is written exactly once, in fixed order. */
+ * that read this input element; each dx element is written exactly once, in fixed order.
+ * Used for fp16 dx, where the scatter form would need an fp32 plane per task. */
 static void cpu_conv_col2im(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const float *col, int n0, int cur,
                             void *dx, float beta) {
   const int C = d->c, H = d->h, W = d->w, R = d->r, S = d->s, P = d->p, Q = d->q;
@@ -328,7 +376,10 @@ int tt_cpu_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, cons
     for (g = 0; g < G; g++)
       cpu_sgemm(b, CblasTrans, CblasNoTrans, (int)CgRS, (int)N, Kg, 1.0f, w32 + (size_t)g * Kg * CgRS,
                   (int)CgRS, mat + (size_t)g * Kg * N, (int)N, 0.0f, col + (size_t)g * CgRS * N, (int)N);
-    cpu_conv_col2im(b, d, dt, col, n0, cur, dx, beta);
+    if (dt == TT_F32)
+      cpu_conv_col2im_f32(b, d, col, n0, cur, (float *)dx, beta);
+    else
+      cpu_conv_col2im(b, d, dt, col, n0, cur, dx, beta);
   }
   return 0;
 }
