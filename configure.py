@@ -309,14 +309,19 @@ def main():
         n.append("build %s: cc %s" % (o, src))
         n.append("build build/tests/%s: link %s build/libtinytrain.a" % (t, o))
         test_bins.append("build/tests/%s" % t)
+    bench_bins = []
     for b in sorted(glob.glob(os.path.join(ROOT, "tests/bench/*.c"))):
         name = os.path.basename(b)[:-2]
         o = "build/obj/bench_%s.o" % name
         n.append("build %s: cc %s" % (o, os.path.relpath(b, ROOT)))
         n.append("build build/bench/%s: link %s build/libtinytrain.a" % (name, o))
         n.append("build bench_%s: phony build/bench/%s" % (name, name))
+        bench_bins.append("build/bench/%s" % name)
+    # `ninja bench` builds every benchmark; `ninja test` builds them too, so they always compile
+    # and are never stale beside a rebuilt library.
+    n.append("build bench: phony %s" % " ".join(bench_bins))
     scripts = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests/test_*.sh")))
-    n.append("build test: test | tinytrain %s\n  tests = %s" % (" ".join(test_bins), " ".join(test_bins + ["'bash %s'" % s for s in scripts])))
+    n.append("build test: test | tinytrain %s\n  tests = %s" % (" ".join(test_bins + bench_bins), " ".join(test_bins + ["'bash %s'" % s for s in scripts])))
     n.append("build amalgamation: amalgamate | %s core/tinytrain.h" % " ".join(lib_src))
     n.append("build build.ninja: configure configure.py")
     n.append("default tinytrain")
