@@ -147,11 +147,6 @@ static int train_body(tt_run_opts *o, train_res *R, FILE *out, tt_err *err) {
       tt_loader_create(&R->el, &R->test_ds, s->sched.eval.policy.micro_batch, 0, 0, 0, tc->seed, 1, err))
     return -1;
 
-  /* run directory */
-  if (o->out_dir) snprintf(dir, sizeof dir, "%s", o->out_dir);
-  else snprintf(dir, sizeof dir, "runs/%s", m->name);
-  if (tt_mkdirs(dir, err)) return -1;
-
   tt_ckpt_state st;
   memset(&st, 0, sizeof st);
   tt_loss_scale_init(&st.loss_scale, s->sched.policy.act_dtype == TT_F16);
@@ -168,6 +163,13 @@ static int train_body(tt_run_opts *o, train_res *R, FILE *out, tt_err *err) {
   } else if (tt_exec_init_params(&s->x, tc->seed, err)) {
     return -1;
   }
+
+  /* run directory: --out, else the resumed run's own directory, else runs/<name>. Made only
+   * now, so that a refused checkpoint leaves no empty directory behind. */
+  if (o->out_dir) snprintf(dir, sizeof dir, "%s", o->out_dir);
+  else if (o->resume_dir) snprintf(dir, sizeof dir, "%s", o->resume_dir);
+  else snprintf(dir, sizeof dir, "runs/%s", m->name);
+  if (tt_mkdirs(dir, err)) return -1;
   snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
   R->hist = (train_hist *)tt_calloc(1, sizeof(train_hist), "metrics history", err);
   if (!R->hist) return -1;

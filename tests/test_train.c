@@ -437,6 +437,7 @@ int main(void) {
     TT_CHECK(rc != 0, "resuming from a state file cut to half its size succeeded");
     TT_CHECK(rc == 0 || strstr(err, t), "the message does not name %s: %s", t, err);
     TT_CHECK(rc == 0 || !strchr(err, '\n'), "the message is not one line: %s", err);
+    TT_CHECK(rc == 0 || stat(out, &sb) != 0, "the refused resume left a run directory %s behind", out);
     /* the good checkpoint it was copied from still resumes: one more epoch */
     rc = train(recipe, dE, dA, 0, 3, &r, err, sizeof err);
     TT_CHECK(rc == 0, "resuming from the intact checkpoint %s: %s", dA, err);
@@ -456,6 +457,8 @@ int main(void) {
     TT_CHECK(rc == 0 || (strstr(err, "16x8x3x3") && strstr(err, "12x8x3x3")),
              "the message does not give both shapes 16x8x3x3 and 12x8x3x3: %s", err);
     TT_CHECK(rc == 0 || strstr(err, "state.safetensors"), "the message does not name the file: %s", err);
+    struct stat sb;
+    TT_CHECK(rc == 0 || stat(dW, &sb) != 0, "the refused resume left a run directory %s behind", dW);
   } else {
     TT_CHECK(0, "needs run A");
   }
