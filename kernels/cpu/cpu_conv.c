@@ -6,7 +6,8 @@
  * large enough to use all threads well, instead of one tiny gemm per sample):
  *   forward      : mat[K, nb*PQ]  = W_g[Kg, Cg*R*S] * col_g,   then scatter mat -> y (+bias)
  *   backward data: col_g          = W_g^T * mat_g  (mat = dy gathered to [K, nb*PQ]),
- *                  then a gather-form col2im writes each dx element once (beta applied there)
+ *                  then col2im: fp32 dx scatters per (sample, channel) plane, beta applied once
+ *                  per plane first; fp16 dx gathers, each element written once
  *   backward filt: dW_g          += mat_g * col_g^T  (dW prescaled by beta once)
  *
  * Workspace rule (identical for every kind, so one desc has one chunk size):
