@@ -29,6 +29,24 @@ static inline TT_HD uint64_t tt_dropout_hash(uint64_t seed, uint64_t i) {
   return z ^ (z >> 31);
 }
 
+/* Batch-norm training statistics of one channel from its m values: sq is the sum of squared
+ * deviations from mean. Writes the saved mean and 1/sqrt(biased var + eps) and, when asked,
+ * moves the running statistics as PyTorch does: running_var takes the unbiased variance, except
+ * for m == 1 where that would be inf/NaN and the biased one is used. */
+static inline TT_HD void tt_bn_channel_stats(double mean_d, double sq, size_t m, float eps, float momentum,
+                                             int update_running, float *save_mean, float *save_invstd,
+                                             float *running_mean, float *running_var) {
+  double var = sq / (double)m; /* biased: used to normalise */
+  float mean = (float)mean_d;
+  *save_mean = mean;
+  *save_invstd = (float)(1.0 / sqrt(var + (double)eps));
+  if (update_running) {
+    double unbiased = m > 1 ? sq / (double)(m - 1) : var;
+    *running_mean = (1.0f - momentum) * *running_mean + momentum * mean;
+    *running_var = (1.0f - momentum) * *running_var + momentum * (float)unbiased;
+  }
+}
+
 /* Activation forward; NaN propagates through ReLU and ReLU6, as in PyTorch. */
 static inline TT_HD float tt_act_value(tt_act a, float v) {
   switch (a) {

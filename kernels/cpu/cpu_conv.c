@@ -126,6 +126,17 @@ size_t tt_cpu_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, 
   return pl.total_bytes;
 }
 
+/* The output columns ow whose input column ow*sw - pw + s lies inside [0, W), as [*lo, *hi)
+ * (empty when *lo == *hi); shared by im2col and col2im so both read the same window. */
+static void cpu_conv_valid_cols(int W, int Q, int sw, int pw, int s, int *lo, int *hi) {
+  int l = pw - s > 0 ? (pw - s + sw - 1) / sw : 0;
+  int h = W - 1 + pw - s >= 0 ? (W - 1 + pw - s) / sw + 1 : 0;
+  if (h > Q) h = Q;
+  if (l > h) l = h;
+  *lo = l;
+  *hi = h;
+}
+
 /* col[(c*R+r)*S+s][j*PQ + oh*Q + ow] = x[n0+j, c, oh*sh-ph+r, ow*sw-pw+s] (0 outside). */
 static void cpu_conv_im2col(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, int n0, int cur,
                             float *col) {
@@ -142,11 +153,8 @@ static void cpu_conv_im2col(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, c
     for (r = 0; r < R; r++) {
       for (s = 0; s < S; s++) {
         float *dst = col + ((size_t)(c * R + r) * S + s) * N + (size_t)j * PQ;
-        /* valid ow: 0 <= ow*sw - pw + s < W */
-        int lo = pw - s > 0 ? (pw - s + sw - 1) / sw : 0;
-        int hi = W - 1 + pw - s >= 0 ? (W - 1 + pw - s) / sw + 1 : 0;
-        if (hi > Q) hi = Q;
-        if (lo > hi) lo = hi;
+        int lo, hi;
+        cpu_conv_valid_cols(W, Q, sw, pw, s, &lo, &hi);
         for (oh = 0; oh < P; oh++) {
           int ih = oh * sh - ph + r;
           float *drow = dst + (size_t)oh * Q;
@@ -201,11 +209,9 @@ static void cpu_conv_col2im_f32(tt_backend *b, const tt_conv_desc *d, const floa
     for (r = 0; r < R; r++) {
       for (s = 0; s < S; s++) {
         const float *src = cbase + (size_t)(r * S + s) * N;
-        /* valid ow: 0 <= ow*sw - pw + s < W (as in im2col) */
-        int lo = pw - s > 0 ? (pw - s + sw - 1) / sw : 0;
-        int hi = W - 1 + pw - s >= 0 ? (W - 1 + pw - s) / sw + 1 : 0;
-        if (hi > Q) hi = Q;
-        if (lo >= hi) continue;
+        int lo, hi;
+        cpu_conv_valid_cols(W, Q, sw, pw, s, &lo, &hi);
+        if (lo == hi) continue;
         for (oh = 0; oh < P; oh++) {
           int ih = oh * sh - ph + r;
           const float *srow;

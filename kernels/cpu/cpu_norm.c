@@ -30,7 +30,7 @@ int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
     return tt_cpu_fail(b, "bn_fwd_train: update_running set but running_mean or running_var is NULL");
 #pragma omp parallel for schedule(static) num_threads(nt) if (m * c > TT_CPU_PAR_MIN)
   for (ch = 0; ch < c; ch++) {
-    double sum = 0.0, sq = 0.0, var, mean_d;
+    double sum = 0.0, sq = 0.0, mean_d;
     float mean, invstd, g, bb;
     int i;
     size_t k;
@@ -46,18 +46,10 @@ int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
         sq += dv * dv;
       }
     }
-    var = sq / (double)m; /* biased: used to normalise */
-    mean = (float)mean_d;
-    invstd = (float)(1.0 / sqrt(var + (double)eps));
-    save_mean[ch] = mean;
-    save_invstd[ch] = invstd;
-    if (update_running) {
-      /* PyTorch: running_var uses the unbiased variance; with one value per channel it
-       * would be inf/NaN, so m == 1 falls back to the biased one. */
-      double unbiased = m > 1 ? sq / (double)(m - 1) : var;
-      running_mean[ch] = (1.0f - momentum) * running_mean[ch] + momentum * mean;
-      running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * (float)unbiased;
-    }
+    tt_bn_channel_stats(mean_d, sq, m, eps, momentum, update_running, save_mean + ch, save_invstd + ch,
+                        update_running ? running_mean + ch : NULL, update_running ? running_var + ch : NULL);
+    mean = save_mean[ch];
+    invstd = save_invstd[ch];
     g = gamma[ch];
     bb = bias[ch];
     for (i = 0; i < n; i++) {

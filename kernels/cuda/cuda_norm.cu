@@ -33,7 +33,7 @@ __global__ void cuda_bn_train_k(int n, int c, int hw, tt_dtype dt, const void *x
   const int ch = blockIdx.x;
   const size_t m = (size_t)n * hw;
   float part = 0.0f, mean, invstd, g, bb;
-  double mean_d, sq, var;
+  double mean_d, sq;
   for (size_t idx = threadIdx.x; idx < m; idx += blockDim.x) {
     size_t s = idx / hw, k = idx - s * hw;
     part += tt_cuda_ld(dt, x, (s * c + ch) * hw + k);
@@ -46,16 +46,14 @@ __global__ void cuda_bn_train_k(int n, int c, int hw, tt_dtype dt, const void *x
     part += dv * dv;
   }
   sq = tt_cuda_block_sum((double)part, sh);
-  var = sq / (double)m;
-  mean = (float)mean_d;
-  invstd = (float)(1.0 / sqrt(var + (double)eps));
-  if (threadIdx.x == 0) {
-    save_mean[ch] = mean;
-    save_invstd[ch] = invstd;
-    if (update_running) {
-      double unbiased = m > 1 ? sq / (double)(m - 1) : var;
-      running_mean[ch] = (1.0f - momentum) * running_mean[ch] + momentum * mean;
-      running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * (float)unbiased;
+  {
+    /* every thread needs mean and invstd; thread 0 alone writes them and moves the running stats */
+    const int lead = threadIdx.x == 0, upd = lead && update_running;
+    tt_bn_channel_stats(mean_d, sq, m, eps, momentum, upd, &mean, &invstd, upd ? running_mean + ch : NULL,
+                        upd ? running_var + ch : NULL);
+    if (lead) {
+      save_mean[ch] = mean;
+      save_invstd[ch] = invstd;
     }
   }
   g = gamma[ch];
