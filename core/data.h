@@ -21,7 +21,6 @@ typedef struct tt_dataset {
   int skipped;      /* images that could not be decoded (folder/list); each was warned about */
 } tt_dataset;
 
-typedef void (*tt_warn_fn)(void *ud, const char *line);
 
 /* Loads the train (train=1) or test (train=0) split described by cfg, shaped to the
  * recipe's c x h x w. idx: shapes must match exactly; folder/list: images are decoded to c

@@ -1,6 +1,7 @@
 /* core/data_idx.c — IDX files (the MNIST family, gzip or raw), synthetic data, and the
  * tt_dataset_load dispatcher. */
 #include "data.h"
+#include "../kernels/kernel_math.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -156,13 +157,6 @@ fail:
   return -1;
 }
 
-static uint64_t data_splitmix(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 /* Learnable but not trivial: each class is a bright rectangle at a class-dependent place
  * and channel mix, over uniform noise. */
 int tt_dataset_synthetic(int n, int c, int h, int w, int classes, uint64_t seed, tt_dataset *ds, tt_err *err) {
@@ -184,14 +178,14 @@ int tt_dataset_synthetic(int n, int c, int h, int w, int classes, uint64_t seed,
   ds->w = w;
   ds->classes = classes;
   for (i = 0; i < n; i++) {
-    int lab = (int)(data_splitmix(&s) % (uint64_t)classes);
+    int lab = (int)(tt_splitmix_next(&s) % (uint64_t)classes);
     int y0 = (lab * 3) % (h > 2 ? h / 2 : 1), x0 = (lab * 5) % (w > 2 ? w / 2 : 1);
     uint8_t *img = ds->images + (size_t)i * c * h * w;
     ds->labels[i] = lab;
     for (ch = 0; ch < c; ch++)
       for (y = 0; y < h; y++)
         for (x = 0; x < w; x++) {
-          int v = (int)(data_splitmix(&s) & 127);
+          int v = (int)(tt_splitmix_next(&s) & 127);
           int inside = y >= y0 && y < y0 + (h + 1) / 2 && x >= x0 && x < x0 + (w + 1) / 2;
           if (inside && ((lab + ch) % 2 == 0 || c == 1)) v += 128;
           img[((size_t)ch * h + y) * w + x] = (uint8_t)v;

@@ -1,17 +1,17 @@
 /* core/exec.c — the execute stage: walks a Program's steps and calls the backend. */
 #include "exec.h"
 
+#include "../kernels/kernel_math.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 uint64_t tt_hash64(uint64_t a, uint64_t b) {
-  /* splitmix64 finaliser over a combination of both words */
-  uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  /* the mixer over a combination of both words (the constant makes this the historical
+   * a * golden + b + 0x632BE59BD9B4E019 before the finaliser) */
+  return tt_mix64(a * TT_GOLDEN64 + b + (0x632BE59BD9B4E019ull - TT_GOLDEN64));
 }
 
 static int exec_be_fail(tt_exec *x, tt_err *err, const tt_program *p, const tt_step *s) {

@@ -8,6 +8,7 @@
 #define _POSIX_C_SOURCE 200809L
 #endif
 #include "data.h"
+#include "../kernels/kernel_math.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -36,16 +37,9 @@ struct tt_loader {
   pthread_t threads[LOADER_MAX_THREADS];
 };
 
-static uint64_t loader_mix(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 /* Counter-based: the random bits for sample position j of epoch e. */
 static uint64_t loader_key(uint64_t seed, int epoch, int64_t pos) {
-  return loader_mix(loader_mix(loader_mix(seed ^ 0xA5A5F00DC0FFEEull) ^ (uint64_t)(int64_t)epoch) ^
+  return tt_mix64(tt_mix64(tt_mix64(seed ^ 0xA5A5F00DC0FFEEull) ^ (uint64_t)(int64_t)epoch) ^
                     (uint64_t)pos);
 }
 
@@ -56,7 +50,7 @@ static void loader_permute(tt_loader *l) {
   {
     uint64_t s = loader_key(l->seed, l->epoch, -1); /* position -1: reserved for the order */
     for (i = n - 1; i > 0; i--) {
-      uint64_t r = loader_mix(s + (uint64_t)i);
+      uint64_t r = tt_mix64(s + (uint64_t)i);
       int j = (int)(((r >> 32) * (uint64_t)(i + 1)) >> 32); /* uniform enough in [0, i] */
       int32_t t = l->perm[i];
       l->perm[i] = l->perm[j];

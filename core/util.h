@@ -30,6 +30,10 @@ void *tt_calloc(size_t n, size_t size, const char *what, tt_err *err);
  * it is a diagnostic counter, not state the library depends on. */
 uint64_t tt_host_alloc_count(void);
 
+/* Where a stage reports a warning: one line, "file:line: warning: ..." or naming the file;
+ * ud is the caller's. Recipe parsing and data loading take one (NULL: warnings dropped). */
+typedef void (*tt_warn_fn)(void *ud, const char *line);
+
 /* Monotonic clock in seconds. */
 double tt_now(void);
 

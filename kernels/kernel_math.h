@@ -18,16 +18,28 @@
 #define TT_HD
 #endif
 
-/* Dropout: splitmix64 finaliser of (seed XOR i * golden ratio). Element i is kept iff
- * (uint32_t)(h >> 32) >= (uint32_t)(p * 2^32) (p in [0, 1)); p >= 1 drops everything;
- * kept values are scaled by 1 / (1 - p) computed in fp32. */
-static inline TT_HD uint64_t tt_dropout_hash(uint64_t seed, uint64_t i) {
-  uint64_t z = seed ^ (i * 0x9E3779B97F4A7C15ull);
-  z += 0x9E3779B97F4A7C15ull;
+/* The one 64-bit mixer of the project: splitmix64's step (add the golden-ratio increment)
+ * and finaliser. Dropout masks, data shuffles, parameter initialisation and the tests'
+ * generators all derive their bits from it, so each stream is reproducible everywhere. */
+#define TT_GOLDEN64 0x9E3779B97F4A7C15ull
+static inline TT_HD uint64_t tt_mix64(uint64_t z) {
+  z += TT_GOLDEN64;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+
+/* The next value of a splitmix64 stream whose state is *s. */
+static inline TT_HD uint64_t tt_splitmix_next(uint64_t *s) {
+  uint64_t r = tt_mix64(*s);
+  *s += TT_GOLDEN64;
+  return r;
+}
+
+/* Dropout: the mixer of (seed XOR i * golden ratio). Element i is kept iff
+ * (uint32_t)(h >> 32) >= (uint32_t)(p * 2^32) (p in [0, 1)); p >= 1 drops everything;
+ * kept values are scaled by 1 / (1 - p) computed in fp32. */
+static inline TT_HD uint64_t tt_dropout_hash(uint64_t seed, uint64_t i) { return tt_mix64(seed ^ (i * TT_GOLDEN64)); }
 
 /* Batch-norm training statistics of one channel from its m values: sq is the sum of squared
  * deviations from mean. Writes the saved mean and 1/sqrt(biased var + eps) and, when asked,
