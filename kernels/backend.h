@@ -52,6 +52,7 @@ typedef struct tt_backend tt_backend;
 struct tt_backend {
   const char *name;  /* "cpu", "cuda" */
   void *impl;        /* backend-private state */
+  size_t align;      /* every planned buffer starts at a multiple of this many bytes */
   void (*destroy)(tt_backend *b);
   const char *(*last_error)(tt_backend *b);
 

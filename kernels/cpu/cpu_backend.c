@@ -129,6 +129,7 @@ tt_backend *tt_cpu_backend_create(int threads) {
   st->threads = threads;
   openblas_set_num_threads(1); /* we thread around single-threaded calls: see cpu_sgemm */
   b->name = "cpu";
+  b->align = 256; /* what vectorised loops and OpenBLAS like; matches the CUDA backend so plans agree */
   b->impl = st;
   b->destroy = cpu_be_destroy;
   b->last_error = cpu_be_last_error;

@@ -272,6 +272,7 @@ extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, tt_err *err
     return NULL;
   }
   b->name = "cuda";
+  b->align = 256; /* cuDNN and the vectorised kernels want 256-byte aligned tensors */
   b->impl = st;
   b->destroy = cuda_be_destroy;
   b->last_error = cuda_be_last_error;
