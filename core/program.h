@@ -92,6 +92,7 @@ typedef struct tt_program {
   tt_step *steps;
   int nsteps, cap_steps;
   int micro_end;       /* first step of the update phase (== nsteps for evaluation) */
+  size_t align;        /* every buffer's offset is a multiple of this (the backend's) */
   /* buffer ids the executor needs directly */
   int input_u8, labels, stats, overflow_flag;
   int *value_buf;      /* per node: buffer holding its forward output (first instance) */
@@ -105,26 +106,17 @@ typedef struct tt_program {
   int n_recomputed_steps;
 } tt_program;
 
-/* Size of the workspace each op needs, from the backend's query (the CPU backend answers
- * for planning without a GPU). */
+/* Differentiates and lowers graph g under pol into p. The workspace of each conv and linear
+ * step is sized by the backend's query (the CPU backend answers for planning without a
+ * GPU); every buffer is aligned to be->align. */
 int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err);
 /* Plans the program's buffers: persistent ones packed first, transient ones by arena_plan. */
 int tt_program_plan(tt_program *p, tt_err *err);
 void tt_program_free(tt_program *p);
-
-#ifdef __cplusplus
-}
-#endif
-#endif
-
-#ifndef TT_PROGRAM_PEAK_DECL
-#define TT_PROGRAM_PEAK_DECL
-#ifdef __cplusplus
-extern "C" {
-#endif
 /* Bytes live at the peak step, per class (persistent buffers included; an accepted alias
  * counted once). Returns the peak step. For reports; O(steps x buffers). */
 int tt_program_peak_breakdown(const tt_program *p, size_t out[TT_BC_COUNT]);
+
 #ifdef __cplusplus
 }
 #endif
