@@ -2,7 +2,7 @@
  * shapes (the batch dimension stays symbolic) and the parameters each node owns. */
 #ifndef TT_GRAPH_H
 #define TT_GRAPH_H
-#include "model.h"
+#include "ops.h"
 
 #ifdef __cplusplus
 extern "C" {

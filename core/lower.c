@@ -139,14 +139,12 @@ static int lower_fwd(lower_ctx *c, int node, int flags) {
   int w = -1, b = -1;
   if (n->weight >= 0 && (w = lower_weight(c, n->weight)) < 0) return -1;
   if (n->bias >= 0 && (b = lower_weight(c, n->bias)) < 0) return -1;
-  int ws = (n->kind == TT_L_CONV || n->kind == TT_L_LINEAR) ? lower_ws(c, node, 0) : -1;
+  int ws = tt_op(n->kind)->workspace ? lower_ws(c, node, 0) : -1;
   if (ws < -1) return -1;
   int y = lower_buf(c, name, (flags & TT_SF_RECOMPUTE) ? ".recomputed" : "", lower_act_bytes(c, node), c->pol->act_dtype,
                     TT_BC_ACTIVATIONS, 0, node, -1);
   if (y < 0) return -1;
-  int inplace_ok = n->kind == TT_L_RELU || n->kind == TT_L_RELU6 || n->kind == TT_L_ADD || n->kind == TT_L_DROPOUT ||
-                   (n->kind == TT_L_SILU && !c->pol->training);
-  if (c->pol->inplace && inplace_ok) c->p->bufs[y].alias_of = ins[0];
+  if (c->pol->inplace && tt_op_fwd_inplace(n->L, c->pol->training)) c->p->bufs[y].alias_of = ins[0];
   tt_step *s;
   if (n->kind == TT_L_INPUT) {
     s = lower_step(c, TT_S_LOAD_INPUT, node, flags);
@@ -191,32 +189,16 @@ static int lower_value(lower_ctx *c, int node) {
   return lower_fwd(c, node, TT_SF_RECOMPUTE);
 }
 
-static int lower_backward_inplace_ok(tt_layer_kind k) {
-  return k == TT_L_RELU || k == TT_L_RELU6 || k == TT_L_SILU || k == TT_L_DROPOUT || k == TT_L_ADD;
-}
-
 static int lower_bwd(lower_ctx *c, int node) {
   const tt_graph *g = c->g;
   const tt_node *n = &g->nodes[node];
   int dy = c->gbuf[node];
   /* Saved tensors first: recomputation steps must precede this backward step. */
-  int saved[3] = {-1, -1, -1};
+  const tt_op_traits *op = tt_op(n->kind);
+  int saved[2] = {-1, -1};
   int nsaved = 0;
-  switch (n->kind) {
-    case TT_L_CONV:
-    case TT_L_LINEAR:
-    case TT_L_BN:
-    case TT_L_SILU:
-    case TT_L_MAXPOOL:
-      saved[nsaved++] = lower_value(c, c->canon[n->in[0]]); /* conv/linear need x for dW */
-      break;
-    case TT_L_RELU:
-    case TT_L_RELU6:
-      saved[nsaved++] = lower_value(c, node);
-      break;
-    default:
-      break;
-  }
+  if (op->bwd_reads & TT_READS_INPUT) saved[nsaved++] = lower_value(c, c->canon[n->in[0]]); /* conv/linear: x for dW */
+  if (op->bwd_reads & TT_READS_OUTPUT) saved[nsaved++] = lower_value(c, node);
   for (int k = 0; k < nsaved; k++)
     if (saved[k] < 0) return -1;
   int save_stats = -1;
@@ -229,7 +211,7 @@ static int lower_bwd(lower_ctx *c, int node) {
   }
   int w = (n->weight >= 0) ? lower_weight(c, n->weight) : -1;
   if (n->weight >= 0 && w < 0) return -1;
-  int ws = (n->kind == TT_L_CONV || n->kind == TT_L_LINEAR) ? lower_ws(c, node, 1) : -1;
+  int ws = op->workspace ? lower_ws(c, node, 1) : -1;
   if (ws < -1) return -1;
   tt_step *s = lower_step(c, TT_S_BWD, node, 0);
   if (!s) return -1;
@@ -257,7 +239,7 @@ static int lower_bwd(lower_ctx *c, int node) {
       s = &c->p->steps[c->p->nsteps - 1];
       /* Elementwise backward may write dx over dy; for add only the last input may, after
        * the others have read dy. */
-      if (c->pol->inplace && lower_backward_inplace_ok(n->kind) && (n->kind != TT_L_ADD || k == n->nin - 1))
+      if (c->pol->inplace && op->bwd_inplace && (n->kind != TT_L_ADD || k == n->nin - 1))
         c->p->bufs[gb].alias_of = dy;
       c->gbuf[t] = gb;
       s->out[s->nout] = gb;
@@ -301,8 +283,7 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
   p->v_buf = ints + 5 * nn + 4 * np;
   for (int i = 0; i < nn; i++) {
     const tt_node *n = &g->nodes[i];
-    int view = n->kind == TT_L_FLATTEN || (n->kind == TT_L_DROPOUT && (!pol->training || n->L->p == 0.0f));
-    c.canon[i] = view ? c.canon[n->in[0]] : i;
+    c.canon[i] = tt_op_is_view(n->L, pol->training) ? c.canon[n->in[0]] : i;
   }
   const tt_model *m = g->model;
   /* persistent buffers: masters, gradients, optimizer state, in parameter order */

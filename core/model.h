@@ -30,8 +30,6 @@ typedef enum {
   TT_L_KIND_COUNT
 } tt_layer_kind;
 
-const char *tt_layer_kind_name(tt_layer_kind k);
-
 typedef struct tt_layer {
   tt_layer_kind kind;
   char name[TT_NAME_MAX];       /* unique; safetensors names are "<name>.weight" etc. */

@@ -15,14 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const recipe_kind_names[TT_L_KIND_COUNT] = {
-    "input", "conv", "bn", "relu", "relu6", "silu", "maxpool", "avgpool",
-    "gap", "linear", "dropout", "flatten", "add", "concat"};
-
-const char *tt_layer_kind_name(tt_layer_kind k) {
-  int i = (int)k;
-  return (i >= 0 && i < TT_L_KIND_COUNT) ? recipe_kind_names[i] : "?";
-}
 
 /* ---- messages ---- */
 
@@ -94,12 +86,7 @@ int recipe_is_ident(const char *s) {
   return 1;
 }
 
-int recipe_layer_kind(const char *kind) {
-  int k;
-  for (k = 1; k < TT_L_KIND_COUNT; k++)
-    if (!strcmp(kind, recipe_kind_names[k])) return k;
-  return -1;
-}
+int recipe_layer_kind(const char *kind) { return tt_layer_kind_from_name(kind); }
 
 const recipe_block *recipe_find_block(const recipe_state *st, const char *type) {
   int i;

@@ -2,7 +2,7 @@
  * (layer sections, blocks and their instances). Not a public header. */
 #ifndef TT_RECIPE_INT_H
 #define TT_RECIPE_INT_H
-#include "model.h"
+#include "ops.h"
 
 #ifdef __cplusplus
 extern "C" {

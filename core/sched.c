@@ -66,26 +66,34 @@ int tt_sched_units(const tt_graph *g, int *unit_of) {
   for (int v = 0; v < n; v++) {
     run += cross[v];
     unit_of[v] = unit;
-    int cut = run == 0 && g->nodes[v].kind != TT_L_FLATTEN;
+    int cut = run == 0 && !tt_op_is_view(g->nodes[v].L, 1);
     if (cut && v < n - 1) unit++;
   }
   free(cross);
   return unit + 1;
 }
 
+/* Whether backward reads v's value: v's own backward reads its output, or a consumer's
+ * backward reads its input. A view passes the question on to its own consumers. The
+ * lowering (lower_bwd) keeps exactly these values alive: both read tt_op's bwd_reads. */
+static int sched_bwd_reads(const tt_graph *g, int v) {
+  if (tt_op(g->nodes[v].kind)->bwd_reads & TT_READS_OUTPUT) return 1;
+  for (int b = v + 1; b < g->nnodes; b++) {
+    const tt_node *c = &g->nodes[b];
+    for (int k = 0; k < c->nin; k++) {
+      if (c->in[k] != v) continue;
+      if (tt_op_is_view(c->L, 1) ? sched_bwd_reads(g, b) : (k == 0 && (tt_op(c->kind)->bwd_reads & TT_READS_INPUT)))
+        return 1;
+    }
+  }
+  return 0;
+}
+
 /* Bytes a node's value occupies through the backward pass if it is kept (0 if nothing in
  * backward reads it). */
 static double sched_saved_bytes(const tt_graph *g, int v, int mb, tt_dtype dt) {
-  const tt_node *n = &g->nodes[v];
-  int saved = n->kind == TT_L_RELU || n->kind == TT_L_RELU6;
-  for (int b = v + 1; b < g->nnodes && !saved; b++) {
-    const tt_node *c = &g->nodes[b];
-    for (int k = 0; k < c->nin; k++)
-      if (c->in[k] == v && (c->kind == TT_L_CONV || c->kind == TT_L_LINEAR || c->kind == TT_L_BN || c->kind == TT_L_SILU ||
-                            c->kind == TT_L_MAXPOOL || c->kind == TT_L_FLATTEN))
-        saved = 1;
-  }
-  return saved ? (double)mb * (double)tt_node_numel(n) * (double)tt_dtype_size(dt) : 0.0;
+  if (!sched_bwd_reads(g, v)) return 0.0;
+  return (double)mb * (double)tt_node_numel(&g->nodes[v]) * (double)tt_dtype_size(dt);
 }
 
 int tt_sched_checkpoint_dp(const tt_graph *g, int mb, tt_dtype dt, const tt_device_profile *prof, double target,
