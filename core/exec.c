@@ -15,7 +15,7 @@ uint64_t tt_hash64(uint64_t a, uint64_t b) {
 }
 
 static int exec_be_fail(tt_exec *x, tt_err *err, const tt_program *p, const tt_step *s) {
-  const char *what = s->node >= 0 ? x->g->model->layers[s->node].name : "update";
+  const char *what = s->name ? s->name : "update";
   const char *msg = x->be->last_error ? x->be->last_error(x->be) : "";
   return tt_fail(err, "backend '%s' failed in step %d (%s of layer '%s'): %s", x->be->name, (int)(s - p->steps),
                  s->op == TT_S_BWD ? "backward" : "forward", what, msg ? msg : "");
@@ -67,29 +67,6 @@ void *tt_exec_ptr(const tt_exec *x, const tt_program *prog, int buf) {
   return x->base + x->persistent_bytes + (b->offset - prog->persistent_bytes);
 }
 
-static void exec_conv_desc(const tt_graph *g, const tt_node *n, const tt_node *xin, int batch, tt_conv_desc *d) {
-  memset(d, 0, sizeof *d);
-  d->n = batch, d->c = xin->c, d->h = xin->h, d->w = xin->w;
-  d->k = n->c, d->r = n->L->kh, d->s = n->L->kw;
-  d->stride_h = n->L->sh, d->stride_w = n->L->sw, d->pad_h = n->L->ph, d->pad_w = n->L->pw;
-  d->groups = n->groups, d->p = n->h, d->q = n->w;
-  (void)g;
-}
-
-static void exec_pool_desc(const tt_node *n, const tt_node *xin, int batch, tt_pool_desc *d) {
-  memset(d, 0, sizeof *d);
-  d->n = batch, d->c = xin->c, d->h = xin->h, d->w = xin->w;
-  d->kh = n->L->kh, d->kw = n->L->kw, d->stride_h = n->L->sh, d->stride_w = n->L->sw;
-  d->pad_h = n->L->ph, d->pad_w = n->L->pw, d->p = n->h, d->q = n->w;
-}
-
-/* The input node of n's k-th input after views (flatten) are looked through. */
-static const tt_node *exec_in_node(const tt_graph *g, const tt_node *n, int k) {
-  const tt_node *t = &g->nodes[n->in[k]];
-  while (t->kind == TT_L_FLATTEN || (t->kind == TT_L_DROPOUT && t->L->p == 0.0f)) t = &g->nodes[t->in[0]];
-  return t;
-}
-
 typedef struct exec_run {
   tt_exec *x;
   const tt_program *p;
@@ -97,7 +74,6 @@ typedef struct exec_run {
   int micro_index;
   uint64_t step;
   float grad_scale;
-  const int32_t *labels_dev;
 } exec_run;
 
 #define EXEC_P(id) tt_exec_ptr(r->x, r->p, (id))
@@ -115,135 +91,120 @@ static tt_act exec_act(tt_layer_kind k) {
 }
 
 static int exec_fwd(exec_run *r, const tt_step *s, tt_err *err) {
-  tt_exec *x = r->x;
-  tt_backend *be = x->be;
-  const tt_graph *g = x->g;
-  const tt_node *n = &g->nodes[s->node];
+  tt_backend *be = r->x->be;
+  const tt_op_args *a = &s->a;
   tt_dtype dt = r->p->policy.act_dtype;
   int N = r->batch;
-  const tt_node *xin = n->nin ? exec_in_node(g, n, 0) : NULL;
-  void *y = EXEC_P(s->out[0]);
-  const void *xp = s->nin ? EXEC_P(s->in[0]) : NULL;
+  void *y = EXEC_P(s->out[TT_FWD_Y]);                 /* [N, ...] in dt */
+  const void *xp = EXEC_P(s->in[TT_FWD_X]);           /* [N, ...] in dt */
   void *ws = EXEC_P(s->ws);
   size_t wsb = s->ws >= 0 ? r->p->bufs[s->ws].bytes : 0;
-  switch (n->kind) {
+  switch (s->kind) {
     case TT_L_CONV: {
-      tt_conv_desc d;
-      exec_conv_desc(g, n, xin, N, &d);
-      EXEC_CHECK(be->conv_fwd(be, &d, dt, xp, EXEC_P(s->in[1]), n->bias >= 0 ? EXEC_P(s->in[2]) : NULL, y, ws, wsb));
+      tt_conv_desc d = a->conv;
+      d.n = N;
+      EXEC_CHECK(be->conv_fwd(be, &d, dt, xp, EXEC_P(s->in[TT_FWD_W]), EXEC_P(s->in[TT_FWD_B]), y, ws, wsb));
       break;
     }
     case TT_L_LINEAR:
-      EXEC_CHECK(be->linear_fwd(be, N, (int)tt_node_numel(xin), n->c, dt, xp, EXEC_P(s->in[1]),
-                                n->bias >= 0 ? EXEC_P(s->in[2]) : NULL, y, ws, wsb));
+      EXEC_CHECK(be->linear_fwd(be, N, a->linear.in, a->linear.out, dt, xp, EXEC_P(s->in[TT_FWD_W]), EXEC_P(s->in[TT_FWD_B]),
+                                y, ws, wsb));
       break;
     case TT_L_BN: {
-      const float *gam = (const float *)EXEC_P(s->in[1]), *bet = (const float *)EXEC_P(s->in[2]);
-      float *rm = (float *)EXEC_P(s->in[3]), *rv = (float *)EXEC_P(s->in[4]);
-      int hw = n->h * n->w;
+      const float *gam = (const float *)EXEC_P(s->in[TT_BN_GAMMA]), *bet = (const float *)EXEC_P(s->in[TT_BN_BETA]); /* [c] */
+      float *rm = (float *)EXEC_P(s->in[TT_BN_RMEAN]), *rv = (float *)EXEC_P(s->in[TT_BN_RVAR]);                    /* [c] */
       if (s->flags & TT_SF_EVAL)
-        EXEC_CHECK(be->bn_fwd_infer(be, N, n->c, hw, dt, xp, gam, bet, rm, rv, n->L->eps, y));
+        EXEC_CHECK(be->bn_fwd_infer(be, N, a->bn.c, a->bn.hw, dt, xp, gam, bet, rm, rv, a->bn.eps, y));
       else
-        EXEC_CHECK(be->bn_fwd_train(be, N, n->c, hw, dt, xp, gam, bet, y, rm, rv, n->L->momentum, n->L->eps,
-                                    (float *)EXEC_P(s->out[1]), (float *)EXEC_P(s->out[2]),
+        EXEC_CHECK(be->bn_fwd_train(be, N, a->bn.c, a->bn.hw, dt, xp, gam, bet, y, rm, rv, a->bn.momentum, a->bn.eps,
+                                    (float *)EXEC_P(s->out[TT_BN_SAVE_MEAN]), (float *)EXEC_P(s->out[TT_BN_SAVE_INVSTD]),
                                     !(s->flags & TT_SF_RECOMPUTE)));
       break;
     }
     case TT_L_RELU:
     case TT_L_RELU6:
     case TT_L_SILU:
-      EXEC_CHECK(be->act_fwd(be, exec_act(n->kind), (size_t)N * tt_node_numel(n), dt, xp, y));
+      EXEC_CHECK(be->act_fwd(be, exec_act(s->kind), (size_t)N * a->eltwise.numel, dt, xp, y));
       break;
     case TT_L_DROPOUT:
-      EXEC_CHECK(be->dropout_fwd(be, (size_t)N * tt_node_numel(n), dt, n->L->p, exec_dropout_seed(r, s->node), xp, y));
+      EXEC_CHECK(be->dropout_fwd(be, (size_t)N * a->eltwise.numel, dt, a->eltwise.p, exec_dropout_seed(r, s->node), xp, y));
       break;
     case TT_L_MAXPOOL:
     case TT_L_AVGPOOL: {
-      tt_pool_desc d;
-      exec_pool_desc(n, xin, N, &d);
-      EXEC_CHECK(be->pool_fwd(be, &d, n->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG, dt, xp, y));
+      tt_pool_desc d = a->pool;
+      d.n = N;
+      EXEC_CHECK(be->pool_fwd(be, &d, s->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG, dt, xp, y));
       break;
     }
     case TT_L_GAP:
-      EXEC_CHECK(be->gap_fwd(be, N, n->c, xin->h * xin->w, dt, xp, y));
+      EXEC_CHECK(be->gap_fwd(be, N, a->gap.c, a->gap.hw, dt, xp, y));
       break;
     case TT_L_ADD: {
-      size_t cnt = (size_t)N * tt_node_numel(n);
+      size_t cnt = (size_t)N * a->eltwise.numel;
       EXEC_CHECK(be->add(be, cnt, dt, xp, EXEC_P(s->in[1]), y));
-      for (int k = 2; k < n->nin; k++) EXEC_CHECK(be->add(be, cnt, dt, y, EXEC_P(s->in[k]), y));
+      for (int k = 2; k < s->nin; k++) EXEC_CHECK(be->add(be, cnt, dt, y, EXEC_P(s->in[k]), y));
       break;
     }
-    case TT_L_CONCAT: {
-      int off = 0;
-      for (int k = 0; k < n->nin; k++) {
-        const tt_node *t = exec_in_node(g, n, k);
-        EXEC_CHECK(be->channel_copy(be, N, n->h * n->w, dt, EXEC_P(s->in[k]), t->c, 0, y, n->c, off, t->c, 0.0f));
-        off += t->c;
-      }
+    case TT_L_CONCAT:
+      for (int k = 0, off = 0; k < a->concat.nin; off += a->concat.cin[k], k++)
+        EXEC_CHECK(be->channel_copy(be, N, a->concat.hw, dt, EXEC_P(s->in[k]), a->concat.cin[k], 0, y, a->concat.c, off,
+                                    a->concat.cin[k], 0.0f));
       break;
-    }
     default:
-      return tt_fail(err, "internal error: no forward for layer kind %s", tt_layer_kind_name(n->kind));
+      return tt_fail(err, "internal error: no forward for layer kind %s", tt_layer_kind_name(s->kind));
   }
   return 0;
 }
 
 static int exec_bwd(exec_run *r, const tt_step *s, tt_err *err) {
-  tt_exec *x = r->x;
-  tt_backend *be = x->be;
-  const tt_graph *g = x->g;
-  const tt_node *n = &g->nodes[s->node];
+  tt_backend *be = r->x->be;
+  const tt_op_args *a = &s->a;
   tt_dtype dt = r->p->policy.act_dtype;
   int N = r->batch;
-  const tt_node *xin = exec_in_node(g, n, 0);
-  const void *dy = EXEC_P(s->in[0]);
-  void *dx = EXEC_P(s->out[0]);
-  float bdx = (float)s->out_beta[0];
+  const void *dy = EXEC_P(s->in[TT_BWD_DY]);   /* [N, ...] in dt, like the layer's output */
+  const void *sv = EXEC_P(s->in[TT_BWD_SAVED]); /* x or y, as tt_op(kind)->bwd_reads says */
+  void *dx = EXEC_P(s->out[TT_BWD_DX]);         /* [N, ...] like the input; NULL for the image */
+  float *dw = (float *)EXEC_P(s->out[TT_BWD_DW]), *db = (float *)EXEC_P(s->out[TT_BWD_DB]); /* fp32, param shapes */
+  float bdx = (float)s->out_beta[TT_BWD_DX];
   float bp = r->micro_index > 0 ? 1.0f : 0.0f; /* parameter gradients accumulate over micro-steps */
   void *ws = EXEC_P(s->ws);
   size_t wsb = s->ws >= 0 ? r->p->bufs[s->ws].bytes : 0;
-  size_t cnt = (size_t)N * tt_node_numel(n);
-  switch (n->kind) {
+  size_t cnt = (size_t)N * a->eltwise.numel;
+  switch (s->kind) {
     case TT_L_CONV: {
-      tt_conv_desc d;
-      exec_conv_desc(g, n, xin, N, &d);
-      float *dw = (float *)EXEC_P(s->out[1]);
-      float *db = n->bias >= 0 ? (float *)EXEC_P(s->out[2]) : NULL;
-      EXEC_CHECK(be->conv_bwd_filter(be, &d, dt, EXEC_P(s->in[1]), dy, dw, db, bp, ws, wsb));
-      if (dx) EXEC_CHECK(be->conv_bwd_data(be, &d, dt, dy, EXEC_P(s->in[2]), dx, bdx, ws, wsb));
+      tt_conv_desc d = a->conv;
+      d.n = N;
+      EXEC_CHECK(be->conv_bwd_filter(be, &d, dt, sv, dy, dw, db, bp, ws, wsb));
+      if (dx) EXEC_CHECK(be->conv_bwd_data(be, &d, dt, dy, EXEC_P(s->in[TT_BWD_W]), dx, bdx, ws, wsb));
       break;
     }
-    case TT_L_LINEAR: {
-      int in = (int)tt_node_numel(xin);
-      float *dw = (float *)EXEC_P(s->out[1]);
-      float *db = n->bias >= 0 ? (float *)EXEC_P(s->out[2]) : NULL;
-      EXEC_CHECK(be->linear_bwd_filter(be, N, in, n->c, dt, EXEC_P(s->in[1]), dy, dw, db, bp, ws, wsb));
-      if (dx) EXEC_CHECK(be->linear_bwd_data(be, N, in, n->c, dt, dy, EXEC_P(s->in[2]), dx, bdx, ws, wsb));
+    case TT_L_LINEAR:
+      EXEC_CHECK(be->linear_bwd_filter(be, N, a->linear.in, a->linear.out, dt, sv, dy, dw, db, bp, ws, wsb));
+      if (dx)
+        EXEC_CHECK(be->linear_bwd_data(be, N, a->linear.in, a->linear.out, dt, dy, EXEC_P(s->in[TT_BWD_W]), dx, bdx, ws, wsb));
       break;
-    }
     case TT_L_BN:
-      EXEC_CHECK(be->bn_bwd(be, N, n->c, n->h * n->w, dt, EXEC_P(s->in[1]), dy, (const float *)EXEC_P(s->in[2]),
-                            (const float *)EXEC_P(s->in[3]), (const float *)EXEC_P(s->in[4]), dx,
-                            (float *)EXEC_P(s->out[1]), (float *)EXEC_P(s->out[2]), bdx, bp));
+      EXEC_CHECK(be->bn_bwd(be, N, a->bn.c, a->bn.hw, dt, sv, dy, (const float *)EXEC_P(s->in[TT_BWD_GAMMA]),
+                            (const float *)EXEC_P(s->in[TT_BWD_SAVE_MEAN]), (const float *)EXEC_P(s->in[TT_BWD_SAVE_INVSTD]),
+                            dx, dw, db, bdx, bp));
       break;
     case TT_L_RELU:
     case TT_L_RELU6:
     case TT_L_SILU:
-      EXEC_CHECK(be->act_bwd(be, exec_act(n->kind), cnt, dt, EXEC_P(s->in[1]), dy, dx, bdx));
+      EXEC_CHECK(be->act_bwd(be, exec_act(s->kind), cnt, dt, sv, dy, dx, bdx));
       break;
     case TT_L_DROPOUT:
-      EXEC_CHECK(be->dropout_bwd(be, cnt, dt, n->L->p, exec_dropout_seed(r, s->node), dy, dx, bdx));
+      EXEC_CHECK(be->dropout_bwd(be, cnt, dt, a->eltwise.p, exec_dropout_seed(r, s->node), dy, dx, bdx));
       break;
     case TT_L_MAXPOOL:
     case TT_L_AVGPOOL: {
-      tt_pool_desc d;
-      exec_pool_desc(n, xin, N, &d);
-      EXEC_CHECK(be->pool_bwd(be, &d, n->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG, dt,
-                              n->kind == TT_L_MAXPOOL ? EXEC_P(s->in[1]) : NULL, dy, dx, bdx));
+      tt_pool_desc d = a->pool;
+      d.n = N;
+      EXEC_CHECK(be->pool_bwd(be, &d, s->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG, dt, sv, dy, dx, bdx));
       break;
     }
     case TT_L_GAP:
-      EXEC_CHECK(be->gap_bwd(be, N, n->c, xin->h * xin->w, dt, dy, dx, bdx));
+      EXEC_CHECK(be->gap_bwd(be, N, a->gap.c, a->gap.hw, dt, dy, dx, bdx));
       break;
     case TT_L_ADD:
       /* outputs that do not share dy's storage first: one of them may be dy itself */
@@ -254,49 +215,43 @@ static int exec_bwd(exec_run *r, const tt_step *s, tt_err *err) {
           EXEC_CHECK(be->accumulate(be, cnt, dt, dy, o, (float)s->out_beta[k]));
         }
       break;
-    case TT_L_CONCAT: {
-      int off = 0;
-      for (int k = 0; k < n->nin; k++) {
-        const tt_node *t = exec_in_node(g, n, k);
+    case TT_L_CONCAT:
+      for (int k = 0, off = 0; k < a->concat.nin; off += a->concat.cin[k], k++) {
         void *o = EXEC_P(s->out[k]);
-        if (o) EXEC_CHECK(be->channel_copy(be, N, n->h * n->w, dt, dy, n->c, off, o, t->c, 0, t->c, (float)s->out_beta[k]));
-        off += t->c;
+        if (o)
+          EXEC_CHECK(be->channel_copy(be, N, a->concat.hw, dt, dy, a->concat.c, off, o, a->concat.cin[k], 0, a->concat.cin[k],
+                                      (float)s->out_beta[k]));
       }
       break;
-    }
     default:
-      return tt_fail(err, "internal error: no backward for layer kind %s", tt_layer_kind_name(n->kind));
+      return tt_fail(err, "internal error: no backward for layer kind %s", tt_layer_kind_name(s->kind));
   }
   return 0;
 }
 
 static int exec_range(exec_run *r, int from, int to, tt_err *err) {
-  tt_exec *x = r->x;
-  tt_backend *be = x->be;
-  const tt_model *m = x->g->model;
+  tt_backend *be = r->x->be;
+  tt_dtype dt = r->p->policy.act_dtype;
   for (int i = from; i < to; i++) {
     const tt_step *s = &r->p->steps[i];
-    tt_dtype dt = r->p->policy.act_dtype;
     switch (s->op) {
       case TT_S_LOAD_INPUT: {
-        const tt_node *n0 = &x->g->nodes[0];
-        EXEC_CHECK(be->normalize_u8(be, r->batch, n0->c, n0->h * n0->w, (const uint8_t *)EXEC_P(s->in[0]), m->data.mean,
-                                    m->data.std, dt, EXEC_P(s->out[0])));
+        const tt_load_args *a = &s->a.load;
+        EXEC_CHECK(be->normalize_u8(be, r->batch, a->c, a->hw, (const uint8_t *)EXEC_P(s->in[TT_LOAD_U8]), a->mean, a->std,
+                                    dt, EXEC_P(s->out[TT_LOAD_X])));
         break;
       }
       case TT_S_CAST:
-        EXEC_CHECK(be->cast(be, x->g->params[s->arg].numel, TT_F32, EXEC_P(s->in[0]), TT_F16, EXEC_P(s->out[0])));
+        EXEC_CHECK(be->cast(be, s->a.count, TT_F32, EXEC_P(s->in[TT_CAST_SRC]), TT_F16, EXEC_P(s->out[TT_CAST_DST])));
         break;
       case TT_S_FWD:
         if (exec_fwd(r, s, err)) return -1;
         break;
-      case TT_S_LOSS: {
-        void *dl = s->nout > 1 ? EXEC_P(s->out[0]) : NULL;
-        float *stats = (float *)EXEC_P(s->out[s->nout - 1]);
-        EXEC_CHECK(be->softmax_ce(be, r->batch, m->classes, dt, EXEC_P(s->in[0]), (const int32_t *)EXEC_P(s->in[1]),
-                                  m->train.label_smoothing, r->grad_scale, dl, stats));
+      case TT_S_LOSS:
+        EXEC_CHECK(be->softmax_ce(be, r->batch, s->a.loss.classes, dt, EXEC_P(s->in[TT_LOSS_LOGITS]),
+                                  (const int32_t *)EXEC_P(s->in[TT_LOSS_LABELS]), s->a.loss.label_smoothing, r->grad_scale,
+                                  EXEC_P(s->out[TT_LOSS_DLOGITS]), (float *)EXEC_P(s->out[TT_LOSS_STATS])));
         break;
-      }
       case TT_S_BWD:
         if (exec_bwd(r, s, err)) return -1;
         break;
@@ -310,7 +265,7 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
 static int exec_upload_batch(tt_exec *x, const tt_program *p, const uint8_t *images, const int32_t *labels, int n,
                              tt_err *err) {
   tt_backend *be = x->be;
-  size_t img = (size_t)n * tt_node_numel(&x->g->nodes[0]);
+  size_t img = (size_t)n * p->input_numel;
   if (be->upload(be, tt_exec_ptr(x, p, p->input_u8), images, img) ||
       be->upload(be, tt_exec_ptr(x, p, p->labels), labels, (size_t)n * sizeof(int32_t)))
     return tt_fail(err, "copying the batch to the device failed: %s", be->last_error(be));
@@ -334,7 +289,7 @@ int tt_exec_micro_step_f32(tt_exec *x, const float *input, const int32_t *labels
   exec_run r;
   memset(&r, 0, sizeof r);
   r.x = x, r.p = p, r.batch = p->policy.micro_batch, r.micro_index = micro_index, r.step = step, r.grad_scale = grad_scale;
-  size_t cnt = (size_t)r.batch * tt_node_numel(&x->g->nodes[0]);
+  size_t cnt = (size_t)r.batch * p->input_numel;
   void *dst = tt_exec_ptr(x, p, p->value_buf[0]);
   if (be->upload(be, tt_exec_ptr(x, p, p->labels), labels, (size_t)r.batch * sizeof(int32_t))) return -1;
   /* stage the floats in the (larger or equal) workspace-free way: upload fp32 straight, or
@@ -373,9 +328,9 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
     if (s->op == TT_S_CHECK) {
       int32_t *flag = (int32_t *)EXEC_P(s->out[0]);
       EXEC_CHECK(be->zero(be, flag, sizeof(int32_t)));
-      for (int k = 0; k < x->g->nparams; k++)
+      for (int k = 0; k < p->nparams; k++)
         if (p->grad_buf[k] >= 0)
-          EXEC_CHECK(be->check_finite(be, x->g->params[k].numel, TT_F32, EXEC_P(p->grad_buf[k]), flag));
+          EXEC_CHECK(be->check_finite(be, p->bufs[p->grad_buf[k]].bytes / sizeof(float), TT_F32, EXEC_P(p->grad_buf[k]), flag));
       /* the one host-device synchronisation of the step: the loss scaler decides here */
       EXEC_CHECK(be->download(be, x->host_flag, flag, sizeof(int32_t)));
       if (*x->host_flag) {
@@ -385,11 +340,10 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
       continue;
     }
     if (s->op != TT_S_UPDATE) return tt_fail(err, "internal error: step %d in the update phase", i);
-    size_t cnt = x->g->params[s->arg].numel;
-    float *w = (float *)EXEC_P(p->param_buf[s->arg]);
-    const float *gr = (const float *)EXEC_P(p->grad_buf[s->arg]);
-    float *m1 = (float *)EXEC_P(p->m_buf[s->arg]);
-    float *m2 = (float *)EXEC_P(p->v_buf[s->arg]);
+    size_t cnt = s->a.count;
+    float *w = (float *)EXEC_P(s->out[TT_UPD_PARAM]);
+    const float *gr = (const float *)EXEC_P(s->in[TT_UPD_GRAD]);
+    float *m1 = (float *)EXEC_P(s->out[TT_UPD_M]), *m2 = (float *)EXEC_P(s->out[TT_UPD_V]);
     if (h->kind == TT_OPT_SGD)
       EXEC_CHECK(be->sgd_update(be, cnt, w, gr, m1, h->lr, h->momentum, h->nesterov, h->weight_decay, grad_unscale));
     else
@@ -430,20 +384,24 @@ static int exec_param_buf(const tt_exec *x, int param, int role) {
   }
 }
 
-int tt_exec_param_get(tt_exec *x, int param, int role, float *host, tt_err *err) {
-  int b = exec_param_buf(x, param, role);
+/* Copies parameter `param`'s buffer of `role` between the device and host (numel floats). */
+static int exec_param_copy(tt_exec *x, int param, int role, void *host, int to_device, tt_err *err) {
   const tt_program *p = x->train ? x->train : x->eval;
-  if (b < 0) return tt_fail(err, "parameter '%s' has no buffer of role %d", x->g->params[param].name, role);
-  if (x->be->download(x->be, host, tt_exec_ptr(x, p, b), x->g->params[param].numel * sizeof(float)))
-    return tt_fail(err, "reading '%s' from the device failed: %s", x->g->params[param].name, x->be->last_error(x->be));
+  const char *name = p->bufs[p->param_buf[param]].name;
+  int b = exec_param_buf(x, param, role);
+  if (b < 0) return tt_fail(err, "parameter '%s' has no buffer of role %d", name, role);
+  void *dev = tt_exec_ptr(x, p, b);
+  size_t bytes = p->bufs[b].bytes;
+  if (to_device ? x->be->upload(x->be, dev, host, bytes) : x->be->download(x->be, host, dev, bytes))
+    return tt_fail(err, "%s '%s' %s the device failed: %s", to_device ? "writing" : "reading", name,
+                   to_device ? "to" : "from", x->be->last_error(x->be));
   return 0;
 }
 
+int tt_exec_param_get(tt_exec *x, int param, int role, float *host, tt_err *err) {
+  return exec_param_copy(x, param, role, host, 0, err);
+}
+
 int tt_exec_param_set(tt_exec *x, int param, int role, const float *host, tt_err *err) {
-  int b = exec_param_buf(x, param, role);
-  const tt_program *p = x->train ? x->train : x->eval;
-  if (b < 0) return tt_fail(err, "parameter '%s' has no buffer of role %d", x->g->params[param].name, role);
-  if (x->be->upload(x->be, tt_exec_ptr(x, p, b), host, x->g->params[param].numel * sizeof(float)))
-    return tt_fail(err, "writing '%s' to the device failed: %s", x->g->params[param].name, x->be->last_error(x->be));
-  return 0;
+  return exec_param_copy(x, param, role, (void *)host, 1, err);
 }

@@ -6,7 +6,12 @@
  * a backward step that needs such a value re-runs the forward ops that produce it (from the
  * nearest kept values) into new buffers, just before it. In-place ops only *propose* to reuse
  * their input's storage (alias_of); arena/ accepts the alias only when the input is dead after
- * that op, so correctness never rests on the proposal. */
+ * that op, so correctness never rests on the proposal.
+ *
+ * Every step leaves here complete: its operands in the slots program.h names and its
+ * arguments (descriptors, sizes, hyper-parameters) in tt_op_args, so the executor reads the
+ * Program and nothing else. What an op's backward reads, whether it may run in place and
+ * whether it is a view come from its row in core/ops.c, the same row the scheduler reads. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +24,7 @@ typedef struct lower_ctx {
   tt_backend *be;
   tt_program *p;
   tt_err *err;
-  int *canon;     /* node -> node whose value it shares (flatten; dropout in evaluation) */
+  int *canon;     /* node -> node whose value it shares (a view: flatten; dropout in evaluation) */
   int *cur_val;   /* node -> buffer now holding its value, -1 if dropped */
   int *cur_save;  /* node -> first of two buffers with batch-norm saved statistics */
   int *gbuf;      /* node -> gradient buffer, -1 until a consumer writes it */
@@ -55,6 +60,7 @@ static int lower_buf(lower_ctx *c, const char *name, const char *suffix, size_t 
   return p->nbufs++;
 }
 
+/* A new step with every operand slot empty (-1); node >= 0 names the layer it belongs to. */
 static tt_step *lower_step(lower_ctx *c, tt_step_op op, int node, int flags) {
   tt_program *p = c->p;
   if (lower_grow((void **)&p->steps, &p->cap_steps, p->nsteps + 1, sizeof(tt_step), c->err)) return NULL;
@@ -62,120 +68,175 @@ static tt_step *lower_step(lower_ctx *c, tt_step_op op, int node, int flags) {
   memset(s, 0, sizeof *s);
   s->op = op;
   s->node = node;
+  if (node >= 0) {
+    s->kind = c->g->nodes[node].kind;
+    s->name = c->g->model->layers[node].name;
+  }
   s->arg = -1;
   s->flags = flags;
   s->ws = -1;
+  for (int k = 0; k < TT_STEP_MAX_IO; k++) s->in[k] = s->out[k] = -1;
   return s;
+}
+
+/* Puts buffer b in slot k of the step's inputs (out = 0) or outputs (out = 1). */
+static void lower_set(tt_step *s, int out, int k, int b) {
+  int *slots = out ? s->out : s->in, *n = out ? &s->nout : &s->nin;
+  slots[k] = b;
+  if (*n < k + 1) *n = k + 1;
 }
 
 static size_t lower_act_bytes(const lower_ctx *c, int node) {
   return (size_t)c->pol->micro_batch * tt_node_numel(&c->g->nodes[node]) * tt_dtype_size(c->pol->act_dtype);
 }
 
-/* Workspace for a conv or linear node's forward (kind FWD) or backward (both kinds). */
-static size_t lower_ws_bytes(const lower_ctx *c, int node, int backward) {
-  const tt_node *n = &c->g->nodes[node];
-  const tt_node *x = &c->g->nodes[c->canon[n->in[0]]];
+/* The node whose value a node's k-th input reads (views looked through). */
+static const tt_node *lower_in(const lower_ctx *c, const tt_node *n, int k) { return &c->g->nodes[c->canon[n->in[k]]]; }
+
+static void lower_conv_desc(const lower_ctx *c, const tt_node *n, tt_conv_desc *d) {
+  const tt_node *x = lower_in(c, n, 0);
+  memset(d, 0, sizeof *d);
+  d->n = c->pol->micro_batch, d->c = x->c, d->h = x->h, d->w = x->w;
+  d->k = n->c, d->r = n->L->kh, d->s = n->L->kw;
+  d->stride_h = n->L->sh, d->stride_w = n->L->sw, d->pad_h = n->L->ph, d->pad_w = n->L->pw;
+  d->groups = n->groups, d->p = n->h, d->q = n->w;
+}
+
+/* The operation arguments of a forward or backward step of node n. */
+static void lower_args(const lower_ctx *c, const tt_node *n, tt_op_args *a) {
+  const tt_node *x = n->nin ? lower_in(c, n, 0) : NULL;
+  switch (n->kind) {
+    case TT_L_CONV: lower_conv_desc(c, n, &a->conv); break;
+    case TT_L_MAXPOOL:
+    case TT_L_AVGPOOL: {
+      tt_pool_desc *d = &a->pool;
+      d->n = c->pol->micro_batch, d->c = x->c, d->h = x->h, d->w = x->w;
+      d->kh = n->L->kh, d->kw = n->L->kw, d->stride_h = n->L->sh, d->stride_w = n->L->sw;
+      d->pad_h = n->L->ph, d->pad_w = n->L->pw, d->p = n->h, d->q = n->w;
+      break;
+    }
+    case TT_L_LINEAR: a->linear.in = (int)tt_node_numel(x), a->linear.out = n->c; break;
+    case TT_L_BN: a->bn.c = n->c, a->bn.hw = n->h * n->w, a->bn.eps = n->L->eps, a->bn.momentum = n->L->momentum; break;
+    case TT_L_GAP: a->gap.c = n->c, a->gap.hw = x->h * x->w; break;
+    case TT_L_CONCAT:
+      a->concat.c = n->c, a->concat.hw = n->h * n->w, a->concat.nin = n->nin;
+      for (int k = 0; k < n->nin; k++) a->concat.cin[k] = c->g->nodes[n->in[k]].c;
+      break;
+    case TT_L_INPUT: {
+      const tt_data_cfg *dc = &c->g->model->data;
+      a->load.c = n->c, a->load.hw = n->h * n->w;
+      memcpy(a->load.mean, dc->mean, sizeof a->load.mean);
+      memcpy(a->load.std, dc->std, sizeof a->load.std);
+      break;
+    }
+    default: /* relu, relu6, silu, dropout, add */
+      a->eltwise.numel = tt_node_numel(n), a->eltwise.p = n->L->p;
+      break;
+  }
+}
+
+/* Workspace for a conv or linear node's forward or backward (the larger of its two products). */
+static size_t lower_ws_bytes(const lower_ctx *c, const tt_node *n, int backward) {
   tt_backend *be = c->be;
   tt_dtype dt = c->pol->act_dtype;
-  int mb = c->pol->micro_batch;
   if (n->kind == TT_L_CONV) {
     tt_conv_desc d;
-    memset(&d, 0, sizeof d);
-    d.n = mb, d.c = x->c, d.h = x->h, d.w = x->w, d.k = n->c, d.r = n->L->kh, d.s = n->L->kw;
-    d.stride_h = n->L->sh, d.stride_w = n->L->sw, d.pad_h = n->L->ph, d.pad_w = n->L->pw, d.groups = n->groups;
-    d.p = n->h, d.q = n->w;
+    lower_conv_desc(c, n, &d);
     if (!backward) return be->conv_workspace(be, &d, dt, TT_WS_FWD);
     size_t a = be->conv_workspace(be, &d, dt, TT_WS_BWD_DATA), b = be->conv_workspace(be, &d, dt, TT_WS_BWD_FILTER);
     return a > b ? a : b;
   }
-  if (n->kind == TT_L_LINEAR) {
-    int in = (int)tt_node_numel(x);
-    if (!backward) return be->linear_workspace(be, mb, in, n->c, dt, TT_WS_FWD);
-    size_t a = be->linear_workspace(be, mb, in, n->c, dt, TT_WS_BWD_DATA);
-    size_t b = be->linear_workspace(be, mb, in, n->c, dt, TT_WS_BWD_FILTER);
-    return a > b ? a : b;
-  }
-  return 0;
+  int mb = c->pol->micro_batch, in = (int)tt_node_numel(lower_in(c, n, 0));
+  if (!backward) return be->linear_workspace(be, mb, in, n->c, dt, TT_WS_FWD);
+  size_t a = be->linear_workspace(be, mb, in, n->c, dt, TT_WS_BWD_DATA);
+  size_t b = be->linear_workspace(be, mb, in, n->c, dt, TT_WS_BWD_FILTER);
+  return a > b ? a : b;
 }
 
+/* The workspace buffer of node's forward or backward: -1 when it needs none, -2 on error. */
 static int lower_ws(lower_ctx *c, int node, int backward) {
-  size_t bytes = lower_ws_bytes(c, node, backward);
-  if (!bytes) return -1; /* no workspace */
+  const tt_node *n = &c->g->nodes[node];
+  if (!tt_op(n->kind)->workspace) return -1;
+  size_t bytes = lower_ws_bytes(c, n, backward);
+  if (!bytes) return -1;
   int b = lower_buf(c, c->g->model->layers[node].name, backward ? ".ws_bwd" : ".ws_fwd", bytes, TT_F32, TT_BC_WORKSPACE, 0,
                     node, -1);
   return b < 0 ? -2 : b;
 }
 
-/* The buffer an op reads for parameter `param`: the fp32 master, or under autocast an fp16
- * copy made once per micro-step at its first use. */
+/* The buffer an op reads for parameter `param` (-1: none): the fp32 master, or under
+ * autocast an fp16 copy made once per micro-step at its first use. -2 on error. */
 static int lower_weight(lower_ctx *c, int param) {
+  if (param < 0) return -1;
   const tt_param *pr = &c->g->params[param];
   if (c->pol->act_dtype == TT_F32 || !pr->half_copy) return c->p->param_buf[param];
   if (c->wcopy[param] >= 0) return c->wcopy[param];
   int b = lower_buf(c, pr->name, ".fp16", pr->numel * 2, TT_F16, TT_BC_WEIGHT_COPIES, 0, pr->node, param);
-  if (b < 0) return -1;
+  if (b < 0) return -2;
   tt_step *s = lower_step(c, TT_S_CAST, pr->node, 0);
-  if (!s) return -1;
+  if (!s) return -2;
   s->arg = param;
-  s->in[s->nin++] = c->p->param_buf[param];
-  s->out[s->nout++] = b;
+  s->a.count = pr->numel;
+  lower_set(s, 0, TT_CAST_SRC, c->p->param_buf[param]);
+  lower_set(s, 1, TT_CAST_DST, b);
   c->wcopy[param] = b;
   return b;
 }
 
 static int lower_value(lower_ctx *c, int node);
 
+/* The image batch: u8 staging and labels in, the normalised input out. */
+static int lower_load(lower_ctx *c, int node, int y, int flags) {
+  tt_step *s = lower_step(c, TT_S_LOAD_INPUT, node, flags);
+  if (!s) return -1;
+  lower_args(c, &c->g->nodes[node], &s->a);
+  lower_set(s, 0, TT_LOAD_U8, c->p->input_u8);
+  lower_set(s, 0, TT_LOAD_LABELS, c->p->labels); /* makes the labels live from the first step */
+  lower_set(s, 1, TT_LOAD_X, y);
+  c->cur_val[node] = y;
+  return y;
+}
+
 /* Emits the forward of `node` into a new value buffer; inputs must hold their values. */
 static int lower_fwd(lower_ctx *c, int node, int flags) {
   const tt_graph *g = c->g;
   const tt_node *n = &g->nodes[node];
-  const char *name = g->model->layers[node].name;
   int ins[TT_MAX_INPUTS];
-  for (int k = 0; k < n->nin; k++) {
-    ins[k] = lower_value(c, c->canon[n->in[k]]);
-    if (ins[k] < 0) return -1;
-  }
-  int w = -1, b = -1;
-  if (n->weight >= 0 && (w = lower_weight(c, n->weight)) < 0) return -1;
-  if (n->bias >= 0 && (b = lower_weight(c, n->bias)) < 0) return -1;
-  int ws = tt_op(n->kind)->workspace ? lower_ws(c, node, 0) : -1;
-  if (ws < -1) return -1;
-  int y = lower_buf(c, name, (flags & TT_SF_RECOMPUTE) ? ".recomputed" : "", lower_act_bytes(c, node), c->pol->act_dtype,
-                    TT_BC_ACTIVATIONS, 0, node, -1);
+  for (int k = 0; k < n->nin; k++)
+    if ((ins[k] = lower_value(c, c->canon[n->in[k]])) < 0) return -1;
+  int w = lower_weight(c, n->weight), b = lower_weight(c, n->bias);
+  int ws = lower_ws(c, node, 0);
+  if (w < -1 || b < -1 || ws < -1) return -1;
+  int y = lower_buf(c, g->model->layers[node].name, (flags & TT_SF_RECOMPUTE) ? ".recomputed" : "", lower_act_bytes(c, node),
+                    c->pol->act_dtype, TT_BC_ACTIVATIONS, 0, node, -1);
   if (y < 0) return -1;
   if (c->pol->inplace && tt_op_fwd_inplace(n->L, c->pol->training)) c->p->bufs[y].alias_of = ins[0];
-  tt_step *s;
-  if (n->kind == TT_L_INPUT) {
-    s = lower_step(c, TT_S_LOAD_INPUT, node, flags);
-    if (!s) return -1;
-    s->in[s->nin++] = c->p->input_u8;
-    s->in[s->nin++] = c->p->labels; /* makes the labels live from the first step */
-    s->out[s->nout++] = y;
-    c->cur_val[node] = y;
-    return y;
-  }
-  s = lower_step(c, TT_S_FWD, node, flags);
-  if (!s) return -1;
-  for (int k = 0; k < n->nin; k++) s->in[s->nin++] = ins[k];
-  if (w >= 0) s->in[s->nin++] = w;
-  if (b >= 0) s->in[s->nin++] = b;
-  if (n->kind == TT_L_BN) {
-    s->in[s->nin++] = c->p->param_buf[n->gamma];
-    s->in[s->nin++] = c->p->param_buf[n->beta];
-    s->in[s->nin++] = c->p->param_buf[n->rmean];
-    s->in[s->nin++] = c->p->param_buf[n->rvar];
-  }
-  s->out[s->nout++] = y;
+  if (n->kind == TT_L_INPUT) return lower_load(c, node, y, flags);
+  int save = -1;
   if (n->kind == TT_L_BN && c->pol->training) {
     size_t sb = (size_t)n->c * sizeof(float);
-    int m = lower_buf(c, name, ".save_mean", sb, TT_F32, TT_BC_ACTIVATIONS, 0, node, -1);
-    int v = lower_buf(c, name, ".save_invstd", sb, TT_F32, TT_BC_ACTIVATIONS, 0, node, -1);
-    if (m < 0 || v < 0) return -1;
-    s = &c->p->steps[c->p->nsteps - 1]; /* lower_buf may not move steps, but be explicit */
-    s->out[s->nout++] = m;
-    s->out[s->nout++] = v;
-    c->cur_save[node] = m;
+    save = lower_buf(c, g->model->layers[node].name, ".save_mean", sb, TT_F32, TT_BC_ACTIVATIONS, 0, node, -1);
+    if (save < 0 || lower_buf(c, g->model->layers[node].name, ".save_invstd", sb, TT_F32, TT_BC_ACTIVATIONS, 0, node, -1) < 0)
+      return -1;
+  }
+  tt_step *s = lower_step(c, TT_S_FWD, node, flags);
+  if (!s) return -1;
+  lower_args(c, n, &s->a);
+  for (int k = 0; k < n->nin; k++) lower_set(s, 0, k, ins[k]);
+  if (n->kind == TT_L_CONV || n->kind == TT_L_LINEAR) {
+    lower_set(s, 0, TT_FWD_W, w);
+    lower_set(s, 0, TT_FWD_B, b);
+  } else if (n->kind == TT_L_BN) {
+    lower_set(s, 0, TT_BN_GAMMA, c->p->param_buf[n->gamma]);
+    lower_set(s, 0, TT_BN_BETA, c->p->param_buf[n->beta]);
+    lower_set(s, 0, TT_BN_RMEAN, c->p->param_buf[n->rmean]);
+    lower_set(s, 0, TT_BN_RVAR, c->p->param_buf[n->rvar]);
+  }
+  lower_set(s, 1, TT_FWD_Y, y);
+  if (save >= 0) {
+    lower_set(s, 1, TT_BN_SAVE_MEAN, save);
+    lower_set(s, 1, TT_BN_SAVE_INVSTD, save + 1);
+    c->cur_save[node] = save;
   }
   s->ws = ws;
   if (flags & TT_SF_RECOMPUTE) c->p->n_recomputed_steps++;
@@ -189,180 +250,194 @@ static int lower_value(lower_ctx *c, int node) {
   return lower_fwd(c, node, TT_SF_RECOMPUTE);
 }
 
-static int lower_bwd(lower_ctx *c, int node) {
-  const tt_graph *g = c->g;
-  const tt_node *n = &g->nodes[node];
-  int dy = c->gbuf[node];
-  /* Saved tensors first: recomputation steps must precede this backward step. */
-  const tt_op_traits *op = tt_op(n->kind);
-  int saved[2] = {-1, -1};
-  int nsaved = 0;
-  if (op->bwd_reads & TT_READS_INPUT) saved[nsaved++] = lower_value(c, c->canon[n->in[0]]); /* conv/linear: x for dW */
-  if (op->bwd_reads & TT_READS_OUTPUT) saved[nsaved++] = lower_value(c, node);
-  for (int k = 0; k < nsaved; k++)
-    if (saved[k] < 0) return -1;
-  int save_stats = -1;
-  if (n->kind == TT_L_BN) {
-    if (c->cur_save[node] < 0 || c->cur_val[node] < 0) {
-      /* statistics were dropped with the value: recompute the node itself */
-      if (lower_fwd(c, node, TT_SF_RECOMPUTE) < 0) return -1;
-    }
-    save_stats = c->cur_save[node];
-  }
-  int w = (n->weight >= 0) ? lower_weight(c, n->weight) : -1;
-  if (n->weight >= 0 && w < 0) return -1;
-  int ws = op->workspace ? lower_ws(c, node, 1) : -1;
-  if (ws < -1) return -1;
-  tt_step *s = lower_step(c, TT_S_BWD, node, 0);
-  if (!s) return -1;
-  s->in[s->nin++] = dy;
-  for (int k = 0; k < nsaved; k++) s->in[s->nin++] = saved[k];
-  if (w >= 0) s->in[s->nin++] = w;
-  if (n->kind == TT_L_BN) {
-    s->in[s->nin++] = c->p->param_buf[n->gamma];
-    s->in[s->nin++] = save_stats;
-    s->in[s->nin++] = save_stats + 1;
-  }
-  s->ws = ws;
-  /* input gradients, one per input (-1 when the input is the image: no gradient needed) */
+/* The gradient outputs of backward step s (slots 0..nin-1), one per input of n: a new
+ * buffer for the first writer, the existing one (added into) for later writers of a fan-out,
+ * none (-1) for the image. */
+static int lower_input_grads(lower_ctx *c, int node, tt_step **sp) {
+  const tt_node *n = &c->g->nodes[node];
   for (int k = 0; k < n->nin; k++) {
     int t = c->canon[n->in[k]];
-    if (g->nodes[t].kind == TT_L_INPUT) {
-      s->out[s->nout] = -1;
-      s->out_beta[s->nout++] = 0;
+    tt_step *s = *sp;
+    if (c->g->nodes[t].kind == TT_L_INPUT) {
+      lower_set(s, 1, k, -1);
       continue;
     }
-    if (c->gbuf[t] < 0) {
-      int gb = lower_buf(c, g->model->layers[t].name, ".grad", lower_act_bytes(c, t), c->pol->act_dtype, TT_BC_ACT_GRADS, 0,
-                         t, -1);
-      if (gb < 0) return -1;
-      s = &c->p->steps[c->p->nsteps - 1];
-      /* Elementwise backward may write dx over dy; for add only the last input may, after
-       * the others have read dy. */
-      if (c->pol->inplace && op->bwd_inplace && (n->kind != TT_L_ADD || k == n->nin - 1))
-        c->p->bufs[gb].alias_of = dy;
-      c->gbuf[t] = gb;
-      s->out[s->nout] = gb;
-      s->out_beta[s->nout++] = 0;
-    } else {
-      s->out[s->nout] = c->gbuf[t];
-      s->out_beta[s->nout++] = 1;
+    if (c->gbuf[t] >= 0) {
+      lower_set(s, 1, k, c->gbuf[t]);
+      s->out_beta[k] = 1;
+      continue;
     }
-  }
-  /* parameter gradients */
-  int pids[2] = {-1, -1};
-  if (n->kind == TT_L_BN) pids[0] = n->gamma, pids[1] = n->beta;
-  else pids[0] = n->weight, pids[1] = n->bias;
-  for (int k = 0; k < 2; k++) {
-    if (pids[k] < 0) continue;
-    s->out[s->nout] = c->p->grad_buf[pids[k]];
-    s->out_beta[s->nout++] = 0;
+    int gb = lower_buf(c, c->g->model->layers[t].name, ".grad", lower_act_bytes(c, t), c->pol->act_dtype, TT_BC_ACT_GRADS, 0,
+                       t, -1);
+    if (gb < 0) return -1;
+    *sp = s = &c->p->steps[c->p->nsteps - 1];
+    /* Elementwise backward may write dx over dy; for add only the last input may, after
+     * the others have read dy. */
+    if (c->pol->inplace && tt_op(n->kind)->bwd_inplace && (n->kind != TT_L_ADD || k == n->nin - 1))
+      c->p->bufs[gb].alias_of = s->in[TT_BWD_DY];
+    c->gbuf[t] = gb;
+    lower_set(s, 1, k, gb);
   }
   return 0;
 }
 
-int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err) {
-  memset(p, 0, sizeof *p);
-  p->graph = g;
-  p->policy = *pol;
-  p->align = be->align ? be->align : 1;
-  p->input_u8 = p->labels = p->stats = p->overflow_flag = -1;
-  if (pol->micro_batch <= 0) return tt_fail(err, "micro-batch must be positive (got %d)", pol->micro_batch);
+static int lower_bwd(lower_ctx *c, int node) {
+  const tt_node *n = &c->g->nodes[node];
+  const tt_op_traits *op = tt_op(n->kind);
+  /* Saved tensors first: recomputation steps must precede this backward step. */
+  int saved = -1;
+  if (op->bwd_reads & TT_READS_INPUT) saved = lower_value(c, c->canon[n->in[0]]); /* conv/linear: x for dW */
+  if (op->bwd_reads & TT_READS_OUTPUT) saved = lower_value(c, node);
+  if (op->bwd_reads && saved < 0) return -1;
+  if (n->kind == TT_L_BN && (c->cur_save[node] < 0 || c->cur_val[node] < 0)) {
+    /* statistics were dropped with the value: recompute the node itself */
+    if (lower_fwd(c, node, TT_SF_RECOMPUTE) < 0) return -1;
+  }
+  int w = lower_weight(c, n->weight), ws = lower_ws(c, node, 1);
+  if (w < -1 || ws < -1) return -1;
+  tt_step *s = lower_step(c, TT_S_BWD, node, 0);
+  if (!s) return -1;
+  lower_args(c, n, &s->a);
+  lower_set(s, 0, TT_BWD_DY, c->gbuf[node]);
+  if (saved >= 0) lower_set(s, 0, TT_BWD_SAVED, saved);
+  if (n->kind == TT_L_CONV || n->kind == TT_L_LINEAR) lower_set(s, 0, TT_BWD_W, w);
+  if (n->kind == TT_L_BN) {
+    lower_set(s, 0, TT_BWD_GAMMA, c->p->param_buf[n->gamma]);
+    lower_set(s, 0, TT_BWD_SAVE_MEAN, c->cur_save[node]);
+    lower_set(s, 0, TT_BWD_SAVE_INVSTD, c->cur_save[node] + 1);
+  }
+  s->ws = ws;
+  if (lower_input_grads(c, node, &s)) return -1;
+  if (op->has_params) {
+    int pw = n->kind == TT_L_BN ? n->gamma : n->weight, pb = n->kind == TT_L_BN ? n->beta : n->bias;
+    lower_set(s, 1, TT_BWD_DW, c->p->grad_buf[pw]);
+    if (pb >= 0) lower_set(s, 1, TT_BWD_DB, c->p->grad_buf[pb]);
+  }
+  return 0;
+}
+
+/* The tables of the lowering context and of the Program, in one allocation; views resolved. */
+static int lower_tables(lower_ctx *c) {
+  const tt_graph *g = c->g;
+  tt_program *p = c->p;
   int nn = g->nnodes, np = g->nparams;
-  lower_ctx c;
-  memset(&c, 0, sizeof c);
-  c.g = g, c.pol = pol, c.be = be, c.p = p, c.err = err;
-  int *ints = (int *)tt_malloc(sizeof(int) * (size_t)(5 * nn + 5 * np + 8), "lowering tables", err);
+  int *ints = (int *)tt_malloc(sizeof(int) * (size_t)(5 * nn + 5 * np + 8), "lowering tables", c->err);
   if (!ints) return -1;
   for (int i = 0; i < 5 * nn + 5 * np + 8; i++) ints[i] = -1;
-  c.canon = ints, c.cur_val = ints + nn, c.cur_save = ints + 2 * nn, c.gbuf = ints + 3 * nn;
+  c->canon = ints, c->cur_val = ints + nn, c->cur_save = ints + 2 * nn, c->gbuf = ints + 3 * nn;
   p->tables = ints;
   p->value_buf = ints + 4 * nn;
-  c.wcopy = ints + 5 * nn;
+  c->wcopy = ints + 5 * nn;
   p->param_buf = ints + 5 * nn + np, p->grad_buf = ints + 5 * nn + 2 * np, p->m_buf = ints + 5 * nn + 3 * np;
   p->v_buf = ints + 5 * nn + 4 * np;
   for (int i = 0; i < nn; i++) {
     const tt_node *n = &g->nodes[i];
-    c.canon[i] = tt_op_is_view(n->L, pol->training) ? c.canon[n->in[0]] : i;
+    c->canon[i] = tt_op_is_view(n->L, c->pol->training) ? c->canon[n->in[0]] : i;
   }
-  const tt_model *m = g->model;
-  /* persistent buffers: masters, gradients, optimizer state, in parameter order */
-  for (int i = 0; i < np; i++) {
+  return 0;
+}
+
+/* Persistent buffers (masters, gradients, optimizer state in parameter order; loss
+ * statistics; the overflow flag) and the transient uint8 batch and labels. */
+static int lower_persistent(lower_ctx *c) {
+  const tt_graph *g = c->g;
+  const tt_train_cfg *tc = &g->model->train;
+  const tt_policy *pol = c->pol;
+  tt_program *p = c->p;
+  for (int i = 0; i < g->nparams; i++) {
     const tt_param *pr = &g->params[i];
     size_t bytes = pr->numel * sizeof(float);
-    if ((p->param_buf[i] = lower_buf(&c, pr->name, "", bytes, TT_F32, TT_BC_PARAMS, 1, pr->node, i)) < 0) goto fail;
+    if ((p->param_buf[i] = lower_buf(c, pr->name, "", bytes, TT_F32, TT_BC_PARAMS, 1, pr->node, i)) < 0) return -1;
     if (!pol->training || !pr->trainable) continue;
-    if ((p->grad_buf[i] = lower_buf(&c, pr->name, ".grad", bytes, TT_F32, TT_BC_GRADS, 1, pr->node, i)) < 0) goto fail;
-    int nstate = m->train.optimizer == TT_OPT_SGD ? (m->train.momentum != 0.0f) : 2;
-    if (nstate >= 1 && (p->m_buf[i] = lower_buf(&c, pr->name, m->train.optimizer == TT_OPT_SGD ? ".momentum" : ".adam_m",
-                                                bytes, TT_F32, TT_BC_OPTIMIZER, 1, pr->node, i)) < 0)
-      goto fail;
-    if (nstate >= 2 && (p->v_buf[i] = lower_buf(&c, pr->name, ".adam_v", bytes, TT_F32, TT_BC_OPTIMIZER, 1, pr->node, i)) < 0)
-      goto fail;
+    if ((p->grad_buf[i] = lower_buf(c, pr->name, ".grad", bytes, TT_F32, TT_BC_GRADS, 1, pr->node, i)) < 0) return -1;
+    int nstate = tc->optimizer == TT_OPT_SGD ? (tc->momentum != 0.0f) : 2;
+    if (nstate >= 1 && (p->m_buf[i] = lower_buf(c, pr->name, tc->optimizer == TT_OPT_SGD ? ".momentum" : ".adam_m", bytes,
+                                                TT_F32, TT_BC_OPTIMIZER, 1, pr->node, i)) < 0)
+      return -1;
+    if (nstate >= 2 && (p->v_buf[i] = lower_buf(c, pr->name, ".adam_v", bytes, TT_F32, TT_BC_OPTIMIZER, 1, pr->node, i)) < 0)
+      return -1;
   }
-  if ((p->stats = lower_buf(&c, "loss_stats", "", 2 * sizeof(float), TT_F32, TT_BC_MISC, 1, -1, -1)) < 0) goto fail;
+  if ((p->stats = lower_buf(c, "loss_stats", "", 2 * sizeof(float), TT_F32, TT_BC_MISC, 1, -1, -1)) < 0) return -1;
   if (pol->training && pol->act_dtype == TT_F16 &&
-      (p->overflow_flag = lower_buf(&c, "overflow_flag", "", sizeof(int32_t), TT_F32, TT_BC_MISC, 1, -1, -1)) < 0)
-    goto fail;
-  /* transient: the uint8 batch and labels, uploaded before each micro-step */
-  if ((p->input_u8 = lower_buf(&c, "input", ".u8", (size_t)pol->micro_batch * tt_node_numel(&g->nodes[0]), TT_F32,
-                               TT_BC_ACTIVATIONS, 0, 0, -1)) < 0)
-    goto fail;
-  if ((p->labels = lower_buf(&c, "labels", "", (size_t)pol->micro_batch * sizeof(int32_t), TT_F32, TT_BC_ACTIVATIONS, 0, -1,
+      (p->overflow_flag = lower_buf(c, "overflow_flag", "", sizeof(int32_t), TT_F32, TT_BC_MISC, 1, -1, -1)) < 0)
+    return -1;
+  if ((p->input_u8 = lower_buf(c, "input", ".u8", (size_t)pol->micro_batch * p->input_numel, TT_F32, TT_BC_ACTIVATIONS, 0,
+                               0, -1)) < 0)
+    return -1;
+  if ((p->labels = lower_buf(c, "labels", "", (size_t)pol->micro_batch * sizeof(int32_t), TT_F32, TT_BC_ACTIVATIONS, 0, -1,
                              -1)) < 0)
-    goto fail;
-  /* forward */
+    return -1;
+  return 0;
+}
+
+/* Forward in recipe order, then the loss on the last node's value. */
+static int lower_forward(lower_ctx *c) {
+  const tt_graph *g = c->g;
+  const tt_policy *pol = c->pol;
+  tt_program *p = c->p;
+  int nn = g->nnodes;
   for (int i = 0; i < nn; i++) {
-    if (c.canon[i] != i) continue;
-    if (lower_fwd(&c, i, pol->training ? 0 : TT_SF_EVAL) < 0) goto fail;
-    p->value_buf[i] = c.cur_val[i];
+    if (c->canon[i] != i) continue;
+    if (lower_fwd(c, i, pol->training ? 0 : TT_SF_EVAL) < 0) return -1;
+    p->value_buf[i] = c->cur_val[i];
   }
-  for (int i = 0; i < nn; i++) p->value_buf[i] = p->value_buf[c.canon[i]];
-  {
-    int last = c.canon[nn - 1];
-    tt_step *s = lower_step(&c, TT_S_LOSS, last, pol->training ? 0 : TT_SF_EVAL);
-    if (!s) goto fail;
-    s->in[s->nin++] = c.cur_val[last];
-    s->in[s->nin++] = p->labels;
-    if (pol->training) {
-      int gb = lower_buf(&c, m->layers[last].name, ".grad", lower_act_bytes(&c, last), pol->act_dtype, TT_BC_ACT_GRADS, 0,
-                         last, -1);
-      if (gb < 0) goto fail;
-      s = &p->steps[p->nsteps - 1];
-      s->out[s->nout++] = gb;
-      c.gbuf[last] = gb;
-    }
-    s->out[s->nout++] = p->stats;
+  for (int i = 0; i < nn; i++) p->value_buf[i] = p->value_buf[c->canon[i]];
+  int last = c->canon[nn - 1], gb = -1;
+  if (pol->training &&
+      (gb = lower_buf(c, g->model->layers[last].name, ".grad", lower_act_bytes(c, last), pol->act_dtype, TT_BC_ACT_GRADS, 0,
+                      last, -1)) < 0)
+    return -1;
+  tt_step *s = lower_step(c, TT_S_LOSS, last, pol->training ? 0 : TT_SF_EVAL);
+  if (!s) return -1;
+  s->a.loss.classes = g->model->classes;
+  s->a.loss.label_smoothing = g->model->train.label_smoothing;
+  lower_set(s, 0, TT_LOSS_LOGITS, c->cur_val[last]);
+  lower_set(s, 0, TT_LOSS_LABELS, p->labels);
+  lower_set(s, 1, TT_LOSS_DLOGITS, gb);
+  lower_set(s, 1, TT_LOSS_STATS, p->stats);
+  c->gbuf[last] = gb;
+  return 0;
+}
+
+/* Backward in reverse order, after dropping the values the policy recomputes. */
+static int lower_backward(lower_ctx *c) {
+  const tt_graph *g = c->g;
+  const tt_policy *pol = c->pol;
+  if (pol->recompute)
+    for (int i = 0; i < g->nnodes; i++)
+      if (pol->recompute[i] && c->canon[i] == i) c->cur_val[i] = -1; /* BN's saved statistics (2c floats) stay */
+  for (int i = g->nnodes - 1; i >= 1; i--) {
+    if (c->canon[i] != i || c->gbuf[i] < 0) continue;
+    if (lower_bwd(c, i) < 0) return -1;
   }
-  if (pol->training) {
-    /* values of recomputed nodes are dropped after the forward pass */
-    if (pol->recompute)
-      for (int i = 0; i < nn; i++)
-        if (pol->recompute[i] && c.canon[i] == i) c.cur_val[i] = -1; /* BN's saved statistics (2c floats) stay */
-    for (int i = nn - 1; i >= 1; i--) {
-      if (c.canon[i] != i || c.gbuf[i] < 0) continue;
-      if (lower_bwd(&c, i) < 0) goto fail;
-    }
+  return 0;
+}
+
+/* The update phase: the overflow check under fp16, then one update per trainable parameter. */
+static int lower_update(lower_ctx *c) {
+  const tt_graph *g = c->g;
+  tt_program *p = c->p;
+  if (p->overflow_flag >= 0) {
+    tt_step *s = lower_step(c, TT_S_CHECK, -1, 0);
+    if (!s) return -1;
+    lower_set(s, 1, TT_CHECK_FLAG, p->overflow_flag);
   }
-  p->micro_end = p->nsteps;
-  if (pol->training) {
-    if (p->overflow_flag >= 0) {
-      tt_step *s = lower_step(&c, TT_S_CHECK, -1, 0);
-      if (!s) goto fail;
-      s->out[s->nout++] = p->overflow_flag;
-    }
-    for (int i = 0; i < np; i++) {
-      if (p->grad_buf[i] < 0) continue;
-      tt_step *s = lower_step(&c, TT_S_UPDATE, g->params[i].node, 0);
-      if (!s) goto fail;
-      s->arg = i;
-      s->in[s->nin++] = p->grad_buf[i];
-      s->out[s->nout++] = p->param_buf[i];
-      if (p->m_buf[i] >= 0) s->out[s->nout++] = p->m_buf[i];
-      if (p->v_buf[i] >= 0) s->out[s->nout++] = p->v_buf[i];
-    }
+  for (int i = 0; i < g->nparams; i++) {
+    if (p->grad_buf[i] < 0) continue;
+    tt_step *s = lower_step(c, TT_S_UPDATE, g->params[i].node, 0);
+    if (!s) return -1;
+    s->arg = i;
+    s->a.count = g->params[i].numel;
+    lower_set(s, 0, TT_UPD_GRAD, p->grad_buf[i]);
+    lower_set(s, 1, TT_UPD_PARAM, p->param_buf[i]);
+    if (p->m_buf[i] >= 0) lower_set(s, 1, TT_UPD_M, p->m_buf[i]);
+    if (p->v_buf[i] >= 0) lower_set(s, 1, TT_UPD_V, p->v_buf[i]);
   }
-  /* liveness */
+  return 0;
+}
+
+/* First and last step of every buffer; persistent ones span the whole program. */
+static void lower_liveness(tt_program *p) {
   for (int si = 0; si < p->nsteps; si++) {
     const tt_step *s = &p->steps[si];
     int ids[2 * TT_STEP_MAX_IO + 1], k = 0;
@@ -376,24 +451,47 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
       b->last = si;
     }
   }
-  /* A forward add proposed to write over its first input; if that input is read later,
-   * propose another input that is dead after the add instead. */
-  for (int si = 0; si < p->nsteps; si++) {
-    const tt_step *s = &p->steps[si];
-    if (s->op != TT_S_FWD || g->nodes[s->node].kind != TT_L_ADD) continue;
-    tt_buf *y = &p->bufs[s->out[0]];
-    if (y->alias_of < 0 || p->bufs[y->alias_of].last == si) continue;
-    for (int j = 1; j < g->nodes[s->node].nin; j++)
-      if (p->bufs[s->in[j]].last == si) {
-        y->alias_of = s->in[j];
-        break;
-      }
-  }
   for (int i = 0; i < p->nbufs; i++) {
     tt_buf *b = &p->bufs[i];
     if (b->persistent) b->first = 0, b->last = p->nsteps - 1;
     if (b->first < 0) b->first = b->last = 0; /* unused (e.g. labels of a net without loss) */
   }
+}
+
+/* A forward add proposed to write over its first input; if that input is read later,
+ * propose another input that is dead after the add instead. */
+static void lower_retarget_add(tt_program *p) {
+  for (int si = 0; si < p->nsteps; si++) {
+    const tt_step *s = &p->steps[si];
+    if (s->op != TT_S_FWD || s->kind != TT_L_ADD) continue;
+    tt_buf *y = &p->bufs[s->out[TT_FWD_Y]];
+    if (y->alias_of < 0 || p->bufs[y->alias_of].last == si) continue;
+    for (int j = 1; j < s->nin; j++)
+      if (p->bufs[s->in[j]].last == si) {
+        y->alias_of = s->in[j];
+        break;
+      }
+  }
+}
+
+int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err) {
+  memset(p, 0, sizeof *p);
+  p->graph = g;
+  p->policy = *pol;
+  p->align = be->align ? be->align : 1;
+  p->nparams = g->nparams;
+  p->input_numel = tt_node_numel(&g->nodes[0]);
+  p->input_u8 = p->labels = p->stats = p->overflow_flag = -1;
+  if (pol->micro_batch <= 0) return tt_fail(err, "micro-batch must be positive (got %d)", pol->micro_batch);
+  lower_ctx c;
+  memset(&c, 0, sizeof c);
+  c.g = g, c.pol = pol, c.be = be, c.p = p, c.err = err;
+  if (lower_tables(&c)) return -1;
+  if (lower_persistent(&c) || lower_forward(&c) || (pol->training && lower_backward(&c))) goto fail;
+  p->micro_end = p->nsteps;
+  if (pol->training && lower_update(&c)) goto fail;
+  lower_liveness(p);
+  lower_retarget_add(p);
   return 0;
 fail:
   tt_program_free(p);

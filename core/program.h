@@ -46,14 +46,39 @@ typedef struct tt_buf {
 } tt_buf;
 
 typedef enum {
-  TT_S_LOAD_INPUT = 0, /* in: u8 staging; out: x (normalised, dtype) */
+  TT_S_LOAD_INPUT = 0, /* in: u8 staging, labels; out: x (normalised, dtype) */
   TT_S_CAST,           /* in: fp32 master; out: fp16 copy (arg = param id) */
-  TT_S_FWD,            /* forward of `node`; in: input values..., out: value [, save_mean, save_invstd] */
-  TT_S_LOSS,           /* in: logits, labels; out: dlogits (training only), stats */
-  TT_S_BWD,            /* backward of `node`; in: dy, saved tensors; out: input grads..., param grads */
+  TT_S_FWD,            /* forward of `node`: slots below */
+  TT_S_LOSS,           /* in: logits, labels; out: dlogits (training only, else -1), stats */
+  TT_S_BWD,            /* backward of `node`: slots below */
   TT_S_CHECK,          /* overflow check of every gradient accumulator; out: flag */
-  TT_S_UPDATE          /* optimizer update of param `arg` */
+  TT_S_UPDATE          /* optimizer update of param `arg`: in grad; out param, m, v */
 } tt_step_op;
+
+/* Operand slots: the in[]/out[] entry that holds each tensor. An absent optional operand (a
+ * bias, the input gradient of a layer fed by the image, dlogits when evaluating, optimizer
+ * state SGD without momentum lacks) is -1. */
+enum {
+  /* FWD in: the inputs in recipe order (x = input 0; add and concat: input k in slot k),
+   * then conv/linear weight and bias, or batch-norm parameters and running statistics */
+  TT_FWD_X = 0, TT_FWD_W = 1, TT_FWD_B = 2,
+  TT_BN_GAMMA = 1, TT_BN_BETA = 2, TT_BN_RMEAN = 3, TT_BN_RVAR = 4,
+  /* FWD out: the value; batch norm when training: saved mean and 1/std [c] fp32 */
+  TT_FWD_Y = 0, TT_BN_SAVE_MEAN = 1, TT_BN_SAVE_INVSTD = 2,
+  /* BWD in: dy, then what tt_op(kind)->bwd_reads names (x or y), then conv/linear weight or
+   * batch-norm gamma and saved statistics */
+  TT_BWD_DY = 0, TT_BWD_SAVED = 1, TT_BWD_W = 2,
+  TT_BWD_GAMMA = 2, TT_BWD_SAVE_MEAN = 3, TT_BWD_SAVE_INVSTD = 4,
+  /* BWD out: dx (add and concat: input k's gradient in slot k), then dw and db (batch norm:
+   * dgamma and dbeta) */
+  TT_BWD_DX = 0, TT_BWD_DW = 1, TT_BWD_DB = 2,
+  /* LOAD_INPUT, LOSS, CAST, CHECK, UPDATE */
+  TT_LOAD_U8 = 0, TT_LOAD_LABELS = 1, TT_LOAD_X = 0,
+  TT_LOSS_LOGITS = 0, TT_LOSS_LABELS = 1, TT_LOSS_DLOGITS = 0, TT_LOSS_STATS = 1,
+  TT_CAST_SRC = 0, TT_CAST_DST = 0,
+  TT_CHECK_FLAG = 0,
+  TT_UPD_GRAD = 0, TT_UPD_PARAM = 0, TT_UPD_M = 1, TT_UPD_V = 2
+};
 
 enum {
   TT_SF_RECOMPUTE = 1, /* forward re-run before backward: no running-statistics update */
@@ -62,8 +87,33 @@ enum {
 
 #define TT_STEP_MAX_IO (TT_MAX_INPUTS + 4)
 
+/* What a step's op needs besides its buffers, per sample (the executor supplies the batch,
+ * which for evaluation may be smaller than the planned one). Filled once by lower.c. */
+typedef struct tt_linear_args { int in, out; } tt_linear_args;         /* features */
+typedef struct tt_bn_args { int c, hw; float eps, momentum; } tt_bn_args; /* x [N, c, hw] */
+typedef struct tt_gap_args { int c, hw; } tt_gap_args;                 /* x [N, c, hw] -> y [N, c] */
+typedef struct tt_eltwise_args { size_t numel; float p; } tt_eltwise_args; /* y [N, numel]; dropout p */
+typedef struct tt_concat_args { int c, hw, nin, cin[TT_MAX_INPUTS]; } tt_concat_args; /* y [N, c, hw] */
+typedef struct tt_load_args { int c, hw; float mean[4], std[4]; } tt_load_args; /* u8 [N, c, hw] */
+typedef struct tt_loss_args { int classes; float label_smoothing; } tt_loss_args; /* logits [N, classes] */
+
+typedef union tt_op_args {
+  tt_conv_desc conv;   /* n is the planned micro-batch; the executor runs its own batch */
+  tt_pool_desc pool;   /* the same */
+  tt_linear_args linear;
+  tt_bn_args bn;
+  tt_gap_args gap;
+  tt_eltwise_args eltwise; /* relu, relu6, silu, dropout, add */
+  tt_concat_args concat;
+  tt_load_args load;
+  tt_loss_args loss;
+  size_t count;        /* CAST, UPDATE: elements of the parameter */
+} tt_op_args;
+
 typedef struct tt_step {
   tt_step_op op;
+  tt_layer_kind kind; /* FWD/BWD: the layer's kind */
+  const char *name;   /* the layer's name (for messages), or NULL */
   int node;  /* graph node, or -1 */
   int arg;   /* param id for CAST/UPDATE */
   int flags;
@@ -73,6 +123,7 @@ typedef struct tt_step {
    * this step must add into it. Parameter gradients use the runtime micro-step index. */
   unsigned char out_beta[TT_STEP_MAX_IO];
   int ws;    /* workspace buffer, or -1 */
+  tt_op_args a;
 } tt_step;
 
 typedef struct tt_policy {
@@ -93,6 +144,8 @@ typedef struct tt_program {
   int nsteps, cap_steps;
   int micro_end;       /* first step of the update phase (== nsteps for evaluation) */
   size_t align;        /* every buffer's offset is a multiple of this (the backend's) */
+  int nparams;         /* entries of param_buf, grad_buf, m_buf, v_buf */
+  size_t input_numel;  /* elements of one input sample (c x h x w) */
   /* buffer ids the executor needs directly */
   int input_u8, labels, stats, overflow_flag;
   int *value_buf;      /* per node: buffer holding its forward output (first instance) */
