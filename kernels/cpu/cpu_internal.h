@@ -15,7 +15,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../../core/util.h"
 #include "../backend.h"
 #include "../kernel_math.h"
 
@@ -29,7 +28,7 @@ extern "C" {
 
 typedef struct tt_cpu_state {
   int threads; /* OpenMP / OpenBLAS thread count, >= 1 */
-  tt_err err;  /* last error message */
+  char err[1024]; /* last error message, one line */
 } tt_cpu_state;
 
 /* Records a message in the backend (prefixed by nothing; callers name the op) and returns -1. */

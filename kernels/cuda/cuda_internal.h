@@ -18,7 +18,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../core/util.h"
 #include "../backend.h"
 #include "../kernel_math.h"
 
@@ -59,7 +58,7 @@ typedef struct tt_cuda_state {
   void *nvml_lib;       /* dlopen'ed libnvidia-ml (may be NULL) */
   void *nvml_dev;       /* nvmlDevice_t */
   void *nvml_getmem;    /* nvmlDeviceGetMemoryInfo */
-  tt_err err;
+  char err[1024];       /* last error message, one line */
 } tt_cuda_state;
 
 static inline tt_cuda_state *tt_cuda_st(tt_backend *b) { return (tt_cuda_state *)b->impl; }
