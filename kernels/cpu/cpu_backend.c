@@ -127,7 +127,7 @@ tt_backend *tt_cpu_backend_create(int threads) {
   }
   if (threads < 1) threads = 1;
   st->threads = threads;
-  openblas_set_num_threads(1); /* we thread around single-threaded calls: see cpu_sgemm */
+  openblas_set_num_threads(1); /* we thread around single-threaded calls: see tt_cpu_sgemm */
   b->name = "cpu";
   b->align = 256; /* what vectorised loops and OpenBLAS like; matches the CUDA backend so plans agree */
   b->impl = st;
