@@ -79,10 +79,54 @@ static int cpu_conv_check(tt_backend *b, const char *op, const tt_conv_desc *d, 
   return 0;
 }
 
-static int cpu_conv_check_ws(tt_backend *b, const char *op, const cpu_conv_plan *pl, const void *ws, size_t ws_bytes) {
-  if (ws_bytes < pl->total_bytes || (pl->total_bytes && !ws))
-    return tt_cpu_fail(b, "%s: workspace too small: needs %zu bytes, given %zu%s", op, pl->total_bytes, ws_bytes,
+/* What the three entry points set up alike, filled once by cpu_conv_begin. */
+typedef struct cpu_conv_setup {
+  int nb;                /* samples per chunk (the plan's) */
+  int G, K, Kg;          /* groups, output channels, output channels per group */
+  size_t PQ, CgRS;       /* output positions per sample; rows of one group's columns (C/G*R*S) */
+  float *col, *mat;      /* workspace: col [C*R*S, nb*PQ], mat [K, nb*PQ] */
+  const float *w32;      /* w [K, C/G, R, S] in fp32: w itself, or its workspace copy (fp16); NULL if w is */
+  const float *b32;      /* bias [K] in fp32 likewise; NULL if bias is */
+} cpu_conv_setup;
+
+/* The prologue of conv_fwd, conv_bwd_data and conv_bwd_filter, checks in this order: the
+ * desc and dtype, the tensor pointers (ptrs_ok false: "<op>: NULL <ptr_names>"), the
+ * workspace against the plan for `which`. Then carves the workspace and, for fp16, converts
+ * w and bias (each when non-NULL) into their fp32 copies. */
+static int cpu_conv_begin(tt_backend *b, const char *op, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which,
+                          int ptrs_ok, const char *ptr_names, const void *w, const void *bias, void *ws,
+                          size_t ws_bytes, cpu_conv_setup *cs) {
+  cpu_conv_plan pl;
+  float *wsf = (float *)ws;
+  if (cpu_conv_check(b, op, d, dt)) return -1;
+  if (!ptrs_ok) return tt_cpu_fail(b, "%s: NULL %s", op, ptr_names);
+  pl = cpu_conv_make_plan(d, dt, which);
+  if (ws_bytes < pl.total_bytes || (pl.total_bytes && !ws))
+    return tt_cpu_fail(b, "%s: workspace too small: needs %zu bytes, given %zu%s", op, pl.total_bytes, ws_bytes,
                        ws ? "" : " (NULL)");
+  cs->nb = pl.nb;
+  cs->G = d->groups;
+  cs->K = d->k;
+  cs->Kg = cs->K / cs->G;
+  cs->PQ = (size_t)d->p * d->q;
+  cs->CgRS = (size_t)(d->c / cs->G) * d->r * d->s;
+  cs->col = wsf + pl.off_col;
+  cs->mat = wsf + pl.off_mat;
+  cs->w32 = NULL;
+  cs->b32 = NULL;
+  if (dt == TT_F32) {
+    cs->w32 = (const float *)w;
+    cs->b32 = (const float *)bias;
+  } else {
+    if (w) {
+      tt_cpu_to_f32(b, dt, w, wsf + pl.off_w, (size_t)cs->K * cs->CgRS);
+      cs->w32 = wsf + pl.off_w;
+    }
+    if (bias) {
+      tt_cpu_to_f32(b, dt, bias, wsf + pl.off_b, (size_t)cs->K);
+      cs->b32 = wsf + pl.off_b;
+    }
+  }
   return 0;
 }
 
@@ -263,97 +307,68 @@ static void cpu_conv_gather(tt_backend *b, int K, size_t PQ, tt_dtype dt, const 
   }
 }
 
-int tt_cpu_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
-                    const void *bias, void *y, void *ws, size_t ws_bytes) {
-  cpu_conv_plan pl;
-  const float *w32, *b32 = NULL;
-  float *wsf = (float *)ws, *col, *mat;
-  int n0, g, G, K, Kg, nt = tt_cpu_threads(b);
-  size_t PQ, CgRS;
+/* y[n0+j, k, pq] = mat[k][j*PQ + pq] + b32[k] (b32 may be NULL; y [n, K, PQ] in dt): the
+ * inverse of cpu_conv_gather, with the bias. */
+static void cpu_conv_scatter(tt_backend *b, int K, size_t PQ, tt_dtype dt, const float *mat, const float *b32, int n0,
+                             int cur, void *y) {
+  const size_t N = (size_t)cur * PQ;
+  ptrdiff_t task, ntask = (ptrdiff_t)cur * K;
+  int nt = tt_cpu_threads(b);
   (void)nt;
-  if (cpu_conv_check(b, "conv_fwd", d, dt)) return -1;
-  if (!x || !w || !y) return tt_cpu_fail(b, "conv_fwd: NULL x, w or y");
-  pl = cpu_conv_make_plan(d, dt, TT_WS_FWD);
-  if (cpu_conv_check_ws(b, "conv_fwd", &pl, ws, ws_bytes)) return -1;
-  G = d->groups;
-  K = d->k;
-  Kg = K / G;
-  PQ = (size_t)d->p * d->q;
-  CgRS = (size_t)(d->c / G) * d->r * d->s;
-  col = wsf + pl.off_col;
-  mat = wsf + pl.off_mat;
-  if (dt == TT_F32) {
-    w32 = (const float *)w;
-    b32 = (const float *)bias;
-  } else {
-    tt_cpu_to_f32(b, dt, w, wsf + pl.off_w, (size_t)K * CgRS);
-    w32 = wsf + pl.off_w;
-    if (bias) {
-      tt_cpu_to_f32(b, dt, bias, wsf + pl.off_b, (size_t)K);
-      b32 = wsf + pl.off_b;
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (task = 0; task < ntask; task++) {
+    int j = (int)(task / K), k = (int)(task % K);
+    size_t yoff = ((size_t)(n0 + j) * K + k) * PQ, i;
+    const float *src = mat + (size_t)k * N + (size_t)j * PQ;
+    float bv = b32 ? b32[k] : 0.0f;
+    if (dt == TT_F32) {
+      float *yd = (float *)y + yoff;
+      for (i = 0; i < PQ; i++) yd[i] = src[i] + bv;
+    } else {
+      uint16_t *yd = (uint16_t *)y + yoff;
+      for (i = 0; i < PQ; i++) yd[i] = tt_cpu_f2h(src[i] + bv);
     }
   }
-  for (n0 = 0; n0 < d->n; n0 += pl.nb) {
-    int cur = d->n - n0 < pl.nb ? d->n - n0 : pl.nb;
-    size_t N = (size_t)cur * PQ;
-    ptrdiff_t task, ntask = (ptrdiff_t)cur * K;
-    cpu_conv_im2col(b, d, dt, x, n0, cur, col);
-    for (g = 0; g < G; g++)
-      tt_cpu_sgemm(b, CblasNoTrans, CblasNoTrans, Kg, (int)N, (int)CgRS, 1.0f, w32 + (size_t)g * Kg * CgRS,
-                   (int)CgRS, col + (size_t)g * CgRS * N, (int)N, 0.0f, mat + (size_t)g * Kg * N, (int)N);
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (task = 0; task < ntask; task++) {
-      int j = (int)(task / K), k = (int)(task % K);
-      size_t yoff = ((size_t)(n0 + j) * K + k) * PQ, i;
-      const float *src = mat + (size_t)k * N + (size_t)j * PQ;
-      float bv = b32 ? b32[k] : 0.0f;
-      if (dt == TT_F32) {
-        float *yd = (float *)y + yoff;
-        for (i = 0; i < PQ; i++) yd[i] = src[i] + bv;
-      } else {
-        uint16_t *yd = (uint16_t *)y + yoff;
-        for (i = 0; i < PQ; i++) yd[i] = tt_cpu_f2h(src[i] + bv);
-      }
-    }
+}
+
+int tt_cpu_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
+                    const void *bias, void *y, void *ws, size_t ws_bytes) {
+  cpu_conv_setup cs;
+  int n0, g;
+  if (cpu_conv_begin(b, "conv_fwd", d, dt, TT_WS_FWD, x && w && y, "x, w or y", w, bias, ws, ws_bytes, &cs))
+    return -1;
+  for (n0 = 0; n0 < d->n; n0 += cs.nb) {
+    int cur = d->n - n0 < cs.nb ? d->n - n0 : cs.nb;
+    size_t N = (size_t)cur * cs.PQ;
+    cpu_conv_im2col(b, d, dt, x, n0, cur, cs.col);
+    for (g = 0; g < cs.G; g++)
+      tt_cpu_sgemm(b, CblasNoTrans, CblasNoTrans, cs.Kg, (int)N, (int)cs.CgRS, 1.0f,
+                   cs.w32 + (size_t)g * cs.Kg * cs.CgRS, (int)cs.CgRS, cs.col + (size_t)g * cs.CgRS * N, (int)N,
+                   0.0f, cs.mat + (size_t)g * cs.Kg * N, (int)N);
+    cpu_conv_scatter(b, cs.K, cs.PQ, dt, cs.mat, cs.b32, n0, cur, y);
   }
   return 0;
 }
 
 int tt_cpu_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *dy, const void *w,
                          void *dx, float beta, void *ws, size_t ws_bytes) {
-  cpu_conv_plan pl;
-  const float *w32;
-  float *wsf = (float *)ws, *col, *mat;
-  int n0, g, G, K, Kg;
-  size_t PQ, CgRS;
-  if (cpu_conv_check(b, "conv_bwd_data", d, dt)) return -1;
-  if (!dy || !w || !dx) return tt_cpu_fail(b, "conv_bwd_data: NULL dy, w or dx");
-  pl = cpu_conv_make_plan(d, dt, TT_WS_BWD_DATA);
-  if (cpu_conv_check_ws(b, "conv_bwd_data", &pl, ws, ws_bytes)) return -1;
-  G = d->groups;
-  K = d->k;
-  Kg = K / G;
-  PQ = (size_t)d->p * d->q;
-  CgRS = (size_t)(d->c / G) * d->r * d->s;
-  col = wsf + pl.off_col;
-  mat = wsf + pl.off_mat;
-  if (dt == TT_F32) {
-    w32 = (const float *)w;
-  } else {
-    tt_cpu_to_f32(b, dt, w, wsf + pl.off_w, (size_t)K * CgRS);
-    w32 = wsf + pl.off_w;
-  }
-  for (n0 = 0; n0 < d->n; n0 += pl.nb) {
-    int cur = d->n - n0 < pl.nb ? d->n - n0 : pl.nb;
-    size_t N = (size_t)cur * PQ;
-    cpu_conv_gather(b, K, PQ, dt, dy, n0, cur, mat);
-    for (g = 0; g < G; g++)
-      tt_cpu_sgemm(b, CblasTrans, CblasNoTrans, (int)CgRS, (int)N, Kg, 1.0f, w32 + (size_t)g * Kg * CgRS,
-                   (int)CgRS, mat + (size_t)g * Kg * N, (int)N, 0.0f, col + (size_t)g * CgRS * N, (int)N);
+  cpu_conv_setup cs;
+  int n0, g;
+  if (cpu_conv_begin(b, "conv_bwd_data", d, dt, TT_WS_BWD_DATA, dy && w && dx, "dy, w or dx", w, NULL, ws, ws_bytes,
+                     &cs))
+    return -1;
+  for (n0 = 0; n0 < d->n; n0 += cs.nb) {
+    int cur = d->n - n0 < cs.nb ? d->n - n0 : cs.nb;
+    size_t N = (size_t)cur * cs.PQ;
+    cpu_conv_gather(b, cs.K, cs.PQ, dt, dy, n0, cur, cs.mat);
+    for (g = 0; g < cs.G; g++)
+      tt_cpu_sgemm(b, CblasTrans, CblasNoTrans, (int)cs.CgRS, (int)N, cs.Kg, 1.0f,
+                   cs.w32 + (size_t)g * cs.Kg * cs.CgRS, (int)cs.CgRS, cs.mat + (size_t)g * cs.Kg * N, (int)N,
+                   0.0f, cs.col + (size_t)g * cs.CgRS * N, (int)N);
     if (dt == TT_F32)
-      cpu_conv_col2im_f32(b, d, col, n0, cur, (float *)dx, beta);
+      cpu_conv_col2im_f32(b, d, cs.col, n0, cur, (float *)dx, beta);
     else
-      cpu_conv_col2im(b, d, dt, col, n0, cur, dx, beta);
+      cpu_conv_col2im(b, d, dt, cs.col, n0, cur, dx, beta);
   }
   return 0;
 }
@@ -369,31 +384,22 @@ static void cpu_conv_prescale(float *p, size_t count, float beta) {
 
 int tt_cpu_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *dy,
                            float *dw, float *db, float beta, void *ws, size_t ws_bytes) {
-  cpu_conv_plan pl;
-  float *wsf = (float *)ws, *col, *mat;
-  int n0, g, G, K, Kg;
-  size_t PQ, CgRS;
-  if (cpu_conv_check(b, "conv_bwd_filter", d, dt)) return -1;
-  if (!x || !dy || !dw) return tt_cpu_fail(b, "conv_bwd_filter: NULL x, dy or dw");
-  pl = cpu_conv_make_plan(d, dt, TT_WS_BWD_FILTER);
-  if (cpu_conv_check_ws(b, "conv_bwd_filter", &pl, ws, ws_bytes)) return -1;
-  G = d->groups;
-  K = d->k;
-  Kg = K / G;
-  PQ = (size_t)d->p * d->q;
-  CgRS = (size_t)(d->c / G) * d->r * d->s;
-  col = wsf + pl.off_col;
-  mat = wsf + pl.off_mat;
-  cpu_conv_prescale(dw, (size_t)K * CgRS, beta);
-  for (n0 = 0; n0 < d->n; n0 += pl.nb) {
-    int cur = d->n - n0 < pl.nb ? d->n - n0 : pl.nb;
-    size_t N = (size_t)cur * PQ;
-    cpu_conv_im2col(b, d, dt, x, n0, cur, col);
-    cpu_conv_gather(b, K, PQ, dt, dy, n0, cur, mat);
-    for (g = 0; g < G; g++)
-      tt_cpu_sgemm(b, CblasNoTrans, CblasTrans, Kg, (int)CgRS, (int)N, 1.0f, mat + (size_t)g * Kg * N,
-                   (int)N, col + (size_t)g * CgRS * N, (int)N, 1.0f, dw + (size_t)g * Kg * CgRS, (int)CgRS);
+  cpu_conv_setup cs;
+  int n0, g;
+  if (cpu_conv_begin(b, "conv_bwd_filter", d, dt, TT_WS_BWD_FILTER, x && dy && dw, "x, dy or dw", NULL, NULL, ws,
+                     ws_bytes, &cs))
+    return -1;
+  cpu_conv_prescale(dw, (size_t)cs.K * cs.CgRS, beta);
+  for (n0 = 0; n0 < d->n; n0 += cs.nb) {
+    int cur = d->n - n0 < cs.nb ? d->n - n0 : cs.nb;
+    size_t N = (size_t)cur * cs.PQ;
+    cpu_conv_im2col(b, d, dt, x, n0, cur, cs.col);
+    cpu_conv_gather(b, cs.K, cs.PQ, dt, dy, n0, cur, cs.mat);
+    for (g = 0; g < cs.G; g++)
+      tt_cpu_sgemm(b, CblasNoTrans, CblasTrans, cs.Kg, (int)cs.CgRS, (int)N, 1.0f, cs.mat + (size_t)g * cs.Kg * N,
+                   (int)N, cs.col + (size_t)g * cs.CgRS * N, (int)N, 1.0f, dw + (size_t)g * cs.Kg * cs.CgRS,
+                   (int)cs.CgRS);
   }
-  if (db) tt_cpu_channel_sum(b, d->n, K, PQ, dt, dy, db, beta);
+  if (db) tt_cpu_channel_sum(b, d->n, cs.K, cs.PQ, dt, dy, db, beta);
   return 0;
 }
