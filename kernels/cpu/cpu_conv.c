@@ -15,7 +15,8 @@
  *   nb = clamp(floor(32 MiB / per_sample), 1, n)  (at least one sample, at most the batch)
  *   bytes = [fp16 only: fp32 copies of w (+ bias for forward)] + C*R*S*nb*PQ*4 + K*nb*PQ*4,
  * each part rounded up to 64 bytes. Backward filter needs no weight copy. The op computes the
- * same layout from the desc, so any ws_bytes >= conv_workspace() works.
+ * same layout from the desc, so any ws_bytes >= conv_workspace() works. The three entry
+ * points share one prologue, cpu_conv_begin: checks, this layout, the fp16 weight copies.
  *
  * Determinism: chunks are processed in order, tt_cpu_sgemm splits only M or N across
  * threads, db sums serially per channel (tt_cpu_channel_sum); so a fixed thread count gives
