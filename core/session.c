@@ -25,7 +25,7 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, int mode, tt_err *er
   /* backend */
 #ifdef TT_HAVE_CUDA
   if (mode != TT_SESSION_PLAN && (o->device == TT_DEVICE_CUDA || (o->device == TT_DEVICE_AUTO && tt_cuda_device_count() > 0))) {
-    s->be = tt_cuda_backend_create(&reserve, err);
+    s->be = tt_cuda_backend_create(&reserve, err ? err->msg : NULL, err ? sizeof err->msg : 0);
     if (!s->be) goto fail;
     s->target_cuda = 1, s->reserve_measured = 1;
   }

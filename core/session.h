@@ -34,7 +34,7 @@ void tt_session_close(tt_session *s);
 #ifdef TT_HAVE_CUDA
 /* kernels/cuda: NULL with err set when there is no usable GPU. reserve_bytes receives the
  * device memory the context and library handles took (cudaMemGetInfo before and after). */
-tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, tt_err *err);
+tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize);
 int tt_cuda_device_count(void);
 /* "CUDA runtime 13.0, cuDNN 9.19.0, cuBLAS 13.1.0" (kernels/cuda/tt_cuda.h has the rest) */
 const char *tt_cuda_info(void);

@@ -608,7 +608,7 @@ int main(void) {
   int ndev = tt_cuda_device_count();
   if (ndev <= 0) {
     /* the backend's own message says why (no driver, no device) */
-    gpu = tt_cuda_backend_create(&reserve, &err);
+    gpu = tt_cuda_backend_create(&reserve, err.msg, sizeof err.msg);
     if (gpu) { /* cannot happen with no device; be safe */
       gpu->destroy(gpu);
       snprintf(err.msg, sizeof err.msg, "no CUDA device");
@@ -616,7 +616,7 @@ int main(void) {
     for (int i = 0; i < TEST_NGROUPS; i++) printf("SKIP %s: %s\n", test_groups[i], err.msg);
     return 0;
   }
-  gpu = tt_cuda_backend_create(&reserve, &err);
+  gpu = tt_cuda_backend_create(&reserve, err.msg, sizeof err.msg);
   if (!gpu) {
     printf("FAIL cuda_create: %s\n", err.msg);
     return 1;

@@ -17,7 +17,7 @@ int tt_cpu_fail(tt_backend *b, const char *fmt, ...) {
     tt_cpu_state *st = (tt_cpu_state *)b->impl;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(st->err.msg, sizeof st->err.msg, fmt, ap);
+    vsnprintf(st->err, sizeof st->err, fmt, ap);
     va_end(ap);
   }
   return -1;
@@ -64,7 +64,7 @@ static void cpu_be_destroy(tt_backend *b) {
 
 static const char *cpu_be_last_error(tt_backend *b) {
   if (!b || !b->impl) return "no backend";
-  return ((tt_cpu_state *)b->impl)->err.msg;
+  return ((tt_cpu_state *)b->impl)->err;
 }
 
 static void *cpu_be_arena_alloc(tt_backend *b, size_t bytes) {
@@ -127,7 +127,7 @@ tt_backend *tt_cpu_backend_create(int threads) {
   }
   if (threads < 1) threads = 1;
   st->threads = threads;
-  openblas_set_num_threads(1); /* we thread around single-threaded calls: see cpu_sgemm */
+  openblas_set_num_threads(1); /* we thread around single-threaded calls: see tt_cpu_sgemm */
   b->name = "cpu";
   b->align = 256; /* what vectorised loops and OpenBLAS like; matches the CUDA backend so plans agree */
   b->impl = st;

@@ -1,4 +1,4 @@
-/* kernels/cpu/cpu_conv.c — convolution and linear layers on OpenBLAS sgemm.
+/* kernels/cpu/cpu_conv.c — convolution on OpenBLAS sgemm (tt_cpu_sgemm, cpu_linear.c).
  *
  * Convolution strategy: im2col over a chunk of `nb` samples into one column matrix
  *   col [C*R*S, nb*P*Q]   (row = (c*R + r)*S + s, column = j*P*Q + oh*Q + ow)
@@ -15,10 +15,12 @@
  *   nb = clamp(floor(32 MiB / per_sample), 1, n)  (at least one sample, at most the batch)
  *   bytes = [fp16 only: fp32 copies of w (+ bias for forward)] + C*R*S*nb*PQ*4 + K*nb*PQ*4,
  * each part rounded up to 64 bytes. Backward filter needs no weight copy. The op computes the
- * same layout from the desc, so any ws_bytes >= conv_workspace() works.
+ * same layout from the desc, so any ws_bytes >= conv_workspace() works. The three entry
+ * points share one prologue, cpu_conv_begin: checks, this layout, the fp16 weight copies.
  *
- * Determinism: chunks are processed in order, gemm threading in OpenBLAS splits only M/N,
- * db sums serially per channel; so a fixed thread count gives bit-identical results.
+ * Determinism: chunks are processed in order, tt_cpu_sgemm splits only M or N across
+ * threads, db sums serially per channel (tt_cpu_channel_sum); so a fixed thread count gives
+ * bit-identical results.
  */
 #include <cblas.h>
 #include <stdlib.h>
@@ -28,40 +30,6 @@
 #ifndef CPU_CONV_CHUNK_BYTES
 #define CPU_CONV_CHUNK_BYTES ((size_t)32 << 20)
 #endif
-
-
-/* OpenBLAS's own threading allocates a job table on every threaded call, which would break
- * the rule that a step allocates nothing. So OpenBLAS runs single-threaded and we split the
- * output across OpenMP threads: each element is still one full-length dot product computed by
- * one call, so results are deterministic for a given thread count. Row-major C = op(A) op(B). */
-static void cpu_sgemm(tt_backend *b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
-                      const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-  int nt = tt_cpu_threads(b);
-  double work = (double)M * N * K;
-  if (nt <= 1 || work < 2e5) {
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-  int split_n = N >= M;
-  int len = split_n ? N : M;
-  int chunk = (len + nt - 1) / nt;
-  chunk = (chunk + 15) & ~15; /* keep the micro-kernel's column/row blocks whole */
-  int parts = (len + chunk - 1) / chunk;
-  int t;
-#pragma omp parallel for schedule(static) num_threads(nt)
-  for (t = 0; t < parts; t++) {
-    int lo = t * chunk, cnt = len - lo < chunk ? len - lo : chunk;
-    if (split_n) {
-      const float *Bp = tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb;
-      cblas_sgemm(CblasRowMajor, ta, tb, M, cnt, K, alpha, A, lda, Bp, ldb, beta, C + lo, ldc);
-    } else {
-      const float *Ap = ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo;
-      cblas_sgemm(CblasRowMajor, ta, tb, cnt, N, K, alpha, Ap, lda, B, ldb, beta, C + (size_t)lo * ldc, ldc);
-    }
-  }
-}
-
-static size_t cpu_conv_round(size_t floats) { return (floats + 15u) & ~(size_t)15u; }
 
 typedef struct cpu_conv_plan {
   int nb;                       /* samples per chunk */
@@ -81,16 +49,16 @@ static cpu_conv_plan cpu_conv_make_plan(const tt_conv_desc *d, tt_dtype dt, tt_w
   pl.off_w = pl.off_b = 0;
   if (dt == TT_F16 && which != TT_WS_BWD_FILTER) {
     pl.off_w = off;
-    off += cpu_conv_round(wsz);
+    off += tt_cpu_round_floats(wsz);
     if (which == TT_WS_FWD) {
       pl.off_b = off;
-      off += cpu_conv_round((size_t)d->k);
+      off += tt_cpu_round_floats((size_t)d->k);
     }
   }
   pl.off_col = off;
-  off += cpu_conv_round(crs * nb * pq);
+  off += tt_cpu_round_floats(crs * nb * pq);
   pl.off_mat = off;
-  off += cpu_conv_round((size_t)d->k * nb * pq);
+  off += tt_cpu_round_floats((size_t)d->k * nb * pq);
   pl.total_bytes = off * sizeof(float);
   return pl;
 }
@@ -112,10 +80,54 @@ static int cpu_conv_check(tt_backend *b, const char *op, const tt_conv_desc *d, 
   return 0;
 }
 
-static int cpu_conv_check_ws(tt_backend *b, const char *op, const cpu_conv_plan *pl, const void *ws, size_t ws_bytes) {
-  if (ws_bytes < pl->total_bytes || (pl->total_bytes && !ws))
-    return tt_cpu_fail(b, "%s: workspace too small: needs %zu bytes, given %zu%s", op, pl->total_bytes, ws_bytes,
+/* What the three entry points set up alike, filled once by cpu_conv_begin. */
+typedef struct cpu_conv_setup {
+  int nb;                /* samples per chunk (the plan's) */
+  int G, K, Kg;          /* groups, output channels, output channels per group */
+  size_t PQ, CgRS;       /* output positions per sample; rows of one group's columns (C/G*R*S) */
+  float *col, *mat;      /* workspace: col [C*R*S, nb*PQ], mat [K, nb*PQ] */
+  const float *w32;      /* w [K, C/G, R, S] in fp32: w itself, or its workspace copy (fp16); NULL if w is */
+  const float *b32;      /* bias [K] in fp32 likewise; NULL if bias is */
+} cpu_conv_setup;
+
+/* The prologue of conv_fwd, conv_bwd_data and conv_bwd_filter, checks in this order: the
+ * desc and dtype, the tensor pointers (ptrs_ok false: "<op>: NULL <ptr_names>"), the
+ * workspace against the plan for `which`. Then carves the workspace and, for fp16, converts
+ * w and bias (each when non-NULL) into their fp32 copies. */
+static int cpu_conv_begin(tt_backend *b, const char *op, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which,
+                          int ptrs_ok, const char *ptr_names, const void *w, const void *bias, void *ws,
+                          size_t ws_bytes, cpu_conv_setup *cs) {
+  cpu_conv_plan pl;
+  float *wsf = (float *)ws;
+  if (cpu_conv_check(b, op, d, dt)) return -1;
+  if (!ptrs_ok) return tt_cpu_fail(b, "%s: NULL %s", op, ptr_names);
+  pl = cpu_conv_make_plan(d, dt, which);
+  if (ws_bytes < pl.total_bytes || (pl.total_bytes && !ws))
+    return tt_cpu_fail(b, "%s: workspace too small: needs %zu bytes, given %zu%s", op, pl.total_bytes, ws_bytes,
                        ws ? "" : " (NULL)");
+  cs->nb = pl.nb;
+  cs->G = d->groups;
+  cs->K = d->k;
+  cs->Kg = cs->K / cs->G;
+  cs->PQ = (size_t)d->p * d->q;
+  cs->CgRS = (size_t)(d->c / cs->G) * d->r * d->s;
+  cs->col = wsf + pl.off_col;
+  cs->mat = wsf + pl.off_mat;
+  cs->w32 = NULL;
+  cs->b32 = NULL;
+  if (dt == TT_F32) {
+    cs->w32 = (const float *)w;
+    cs->b32 = (const float *)bias;
+  } else {
+    if (w) {
+      tt_cpu_to_f32(b, dt, w, wsf + pl.off_w, (size_t)cs->K * cs->CgRS);
+      cs->w32 = wsf + pl.off_w;
+    }
+    if (bias) {
+      tt_cpu_to_f32(b, dt, bias, wsf + pl.off_b, (size_t)cs->K);
+      cs->b32 = wsf + pl.off_b;
+    }
+  }
   return 0;
 }
 
@@ -296,123 +308,70 @@ static void cpu_conv_gather(tt_backend *b, int K, size_t PQ, tt_dtype dt, const 
   }
 }
 
-int tt_cpu_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
-                    const void *bias, void *y, void *ws, size_t ws_bytes) {
-  cpu_conv_plan pl;
-  const float *w32, *b32 = NULL;
-  float *wsf = (float *)ws, *col, *mat;
-  int n0, g, G, K, Kg, nt = tt_cpu_threads(b);
-  size_t PQ, CgRS;
+/* y[n0+j, k, pq] = mat[k][j*PQ + pq] + b32[k] (b32 may be NULL; y [n, K, PQ] in dt): the
+ * inverse of cpu_conv_gather, with the bias. */
+static void cpu_conv_scatter(tt_backend *b, int K, size_t PQ, tt_dtype dt, const float *mat, const float *b32, int n0,
+                             int cur, void *y) {
+  const size_t N = (size_t)cur * PQ;
+  ptrdiff_t task, ntask = (ptrdiff_t)cur * K;
+  int nt = tt_cpu_threads(b);
   (void)nt;
-  if (cpu_conv_check(b, "conv_fwd", d, dt)) return -1;
-  if (!x || !w || !y) return tt_cpu_fail(b, "conv_fwd: NULL x, w or y");
-  pl = cpu_conv_make_plan(d, dt, TT_WS_FWD);
-  if (cpu_conv_check_ws(b, "conv_fwd", &pl, ws, ws_bytes)) return -1;
-  G = d->groups;
-  K = d->k;
-  Kg = K / G;
-  PQ = (size_t)d->p * d->q;
-  CgRS = (size_t)(d->c / G) * d->r * d->s;
-  col = wsf + pl.off_col;
-  mat = wsf + pl.off_mat;
-  if (dt == TT_F32) {
-    w32 = (const float *)w;
-    b32 = (const float *)bias;
-  } else {
-    tt_cpu_to_f32(b, dt, w, wsf + pl.off_w, (size_t)K * CgRS);
-    w32 = wsf + pl.off_w;
-    if (bias) {
-      tt_cpu_to_f32(b, dt, bias, wsf + pl.off_b, (size_t)K);
-      b32 = wsf + pl.off_b;
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (task = 0; task < ntask; task++) {
+    int j = (int)(task / K), k = (int)(task % K);
+    size_t yoff = ((size_t)(n0 + j) * K + k) * PQ, i;
+    const float *src = mat + (size_t)k * N + (size_t)j * PQ;
+    float bv = b32 ? b32[k] : 0.0f;
+    if (dt == TT_F32) {
+      float *yd = (float *)y + yoff;
+      for (i = 0; i < PQ; i++) yd[i] = src[i] + bv;
+    } else {
+      uint16_t *yd = (uint16_t *)y + yoff;
+      for (i = 0; i < PQ; i++) yd[i] = tt_cpu_f2h(src[i] + bv);
     }
   }
-  for (n0 = 0; n0 < d->n; n0 += pl.nb) {
-    int cur = d->n - n0 < pl.nb ? d->n - n0 : pl.nb;
-    size_t N = (size_t)cur * PQ;
-    ptrdiff_t task, ntask = (ptrdiff_t)cur * K;
-    cpu_conv_im2col(b, d, dt, x, n0, cur, col);
-    for (g = 0; g < G; g++)
-      cpu_sgemm(b, CblasNoTrans, CblasNoTrans, Kg, (int)N, (int)CgRS, 1.0f, w32 + (size_t)g * Kg * CgRS,
-                  (int)CgRS, col + (size_t)g * CgRS * N, (int)N, 0.0f, mat + (size_t)g * Kg * N, (int)N);
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (task = 0; task < ntask; task++) {
-      int j = (int)(task / K), k = (int)(task % K);
-      size_t yoff = ((size_t)(n0 + j) * K + k) * PQ, i;
-      const float *src = mat + (size_t)k * N + (size_t)j * PQ;
-      float bv = b32 ? b32[k] : 0.0f;
-      if (dt == TT_F32) {
-        float *yd = (float *)y + yoff;
-        for (i = 0; i < PQ; i++) yd[i] = src[i] + bv;
-      } else {
-        uint16_t *yd = (uint16_t *)y + yoff;
-        for (i = 0; i < PQ; i++) yd[i] = tt_cpu_f2h(src[i] + bv);
-      }
-    }
+}
+
+int tt_cpu_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
+                    const void *bias, void *y, void *ws, size_t ws_bytes) {
+  cpu_conv_setup cs;
+  int n0, g;
+  if (cpu_conv_begin(b, "conv_fwd", d, dt, TT_WS_FWD, x && w && y, "x, w or y", w, bias, ws, ws_bytes, &cs))
+    return -1;
+  for (n0 = 0; n0 < d->n; n0 += cs.nb) {
+    int cur = d->n - n0 < cs.nb ? d->n - n0 : cs.nb;
+    size_t N = (size_t)cur * cs.PQ;
+    cpu_conv_im2col(b, d, dt, x, n0, cur, cs.col);
+    for (g = 0; g < cs.G; g++)
+      tt_cpu_sgemm(b, CblasNoTrans, CblasNoTrans, cs.Kg, (int)N, (int)cs.CgRS, 1.0f,
+                   cs.w32 + (size_t)g * cs.Kg * cs.CgRS, (int)cs.CgRS, cs.col + (size_t)g * cs.CgRS * N, (int)N,
+                   0.0f, cs.mat + (size_t)g * cs.Kg * N, (int)N);
+    cpu_conv_scatter(b, cs.K, cs.PQ, dt, cs.mat, cs.b32, n0, cur, y);
   }
   return 0;
 }
 
 int tt_cpu_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *dy, const void *w,
                          void *dx, float beta, void *ws, size_t ws_bytes) {
-  cpu_conv_plan pl;
-  const float *w32;
-  float *wsf = (float *)ws, *col, *mat;
-  int n0, g, G, K, Kg;
-  size_t PQ, CgRS;
-  if (cpu_conv_check(b, "conv_bwd_data", d, dt)) return -1;
-  if (!dy || !w || !dx) return tt_cpu_fail(b, "conv_bwd_data: NULL dy, w or dx");
-  pl = cpu_conv_make_plan(d, dt, TT_WS_BWD_DATA);
-  if (cpu_conv_check_ws(b, "conv_bwd_data", &pl, ws, ws_bytes)) return -1;
-  G = d->groups;
-  K = d->k;
-  Kg = K / G;
-  PQ = (size_t)d->p * d->q;
-  CgRS = (size_t)(d->c / G) * d->r * d->s;
-  col = wsf + pl.off_col;
-  mat = wsf + pl.off_mat;
-  if (dt == TT_F32) {
-    w32 = (const float *)w;
-  } else {
-    tt_cpu_to_f32(b, dt, w, wsf + pl.off_w, (size_t)K * CgRS);
-    w32 = wsf + pl.off_w;
-  }
-  for (n0 = 0; n0 < d->n; n0 += pl.nb) {
-    int cur = d->n - n0 < pl.nb ? d->n - n0 : pl.nb;
-    size_t N = (size_t)cur * PQ;
-    cpu_conv_gather(b, K, PQ, dt, dy, n0, cur, mat);
-    for (g = 0; g < G; g++)
-      cpu_sgemm(b, CblasTrans, CblasNoTrans, (int)CgRS, (int)N, Kg, 1.0f, w32 + (size_t)g * Kg * CgRS,
-                  (int)CgRS, mat + (size_t)g * Kg * N, (int)N, 0.0f, col + (size_t)g * CgRS * N, (int)N);
+  cpu_conv_setup cs;
+  int n0, g;
+  if (cpu_conv_begin(b, "conv_bwd_data", d, dt, TT_WS_BWD_DATA, dy && w && dx, "dy, w or dx", w, NULL, ws, ws_bytes,
+                     &cs))
+    return -1;
+  for (n0 = 0; n0 < d->n; n0 += cs.nb) {
+    int cur = d->n - n0 < cs.nb ? d->n - n0 : cs.nb;
+    size_t N = (size_t)cur * cs.PQ;
+    cpu_conv_gather(b, cs.K, cs.PQ, dt, dy, n0, cur, cs.mat);
+    for (g = 0; g < cs.G; g++)
+      tt_cpu_sgemm(b, CblasTrans, CblasNoTrans, (int)cs.CgRS, (int)N, cs.Kg, 1.0f,
+                   cs.w32 + (size_t)g * cs.Kg * cs.CgRS, (int)cs.CgRS, cs.mat + (size_t)g * cs.Kg * N, (int)N,
+                   0.0f, cs.col + (size_t)g * cs.CgRS * N, (int)N);
     if (dt == TT_F32)
-      cpu_conv_col2im_f32(b, d, col, n0, cur, (float *)dx, beta);
+      cpu_conv_col2im_f32(b, d, cs.col, n0, cur, (float *)dx, beta);
     else
-      cpu_conv_col2im(b, d, dt, col, n0, cur, dx, beta);
+      cpu_conv_col2im(b, d, dt, cs.col, n0, cur, dx, beta);
   }
   return 0;
-}
-
-/* db[k] = beta*db[k] + sum over samples and positions of t[n, k, pq]; serial per k (deterministic). */
-static void cpu_conv_bias_grad(tt_backend *b, int n, int K, size_t PQ, tt_dtype dt, const void *t, float *db,
-                               float beta) {
-  ptrdiff_t k;
-  int nt = tt_cpu_threads(b);
-  (void)nt;
-#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)n * K * PQ > TT_CPU_PAR_MIN)
-  for (k = 0; k < K; k++) {
-    double acc = 0.0;
-    int i;
-    size_t q;
-    for (i = 0; i < n; i++) {
-      size_t off = ((size_t)i * K + (size_t)k) * PQ;
-      float part = 0.0f;
-      if (dt == TT_F32)
-        for (q = 0; q < PQ; q++) part += ((const float *)t)[off + q];
-      else
-        for (q = 0; q < PQ; q++) part += tt_cpu_h2f(((const uint16_t *)t)[off + q]);
-      acc += part;
-    }
-    db[k] = tt_cpu_beta_f32(db[k], (float)acc, beta);
-  }
 }
 
 /* dw = beta*dw once, so the chunked gemms can all accumulate with beta = 1. */
@@ -426,134 +385,22 @@ static void cpu_conv_prescale(float *p, size_t count, float beta) {
 
 int tt_cpu_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *dy,
                            float *dw, float *db, float beta, void *ws, size_t ws_bytes) {
-  cpu_conv_plan pl;
-  float *wsf = (float *)ws, *col, *mat;
-  int n0, g, G, K, Kg;
-  size_t PQ, CgRS;
-  if (cpu_conv_check(b, "conv_bwd_filter", d, dt)) return -1;
-  if (!x || !dy || !dw) return tt_cpu_fail(b, "conv_bwd_filter: NULL x, dy or dw");
-  pl = cpu_conv_make_plan(d, dt, TT_WS_BWD_FILTER);
-  if (cpu_conv_check_ws(b, "conv_bwd_filter", &pl, ws, ws_bytes)) return -1;
-  G = d->groups;
-  K = d->k;
-  Kg = K / G;
-  PQ = (size_t)d->p * d->q;
-  CgRS = (size_t)(d->c / G) * d->r * d->s;
-  col = wsf + pl.off_col;
-  mat = wsf + pl.off_mat;
-  cpu_conv_prescale(dw, (size_t)K * CgRS, beta);
-  for (n0 = 0; n0 < d->n; n0 += pl.nb) {
-    int cur = d->n - n0 < pl.nb ? d->n - n0 : pl.nb;
-    size_t N = (size_t)cur * PQ;
-    cpu_conv_im2col(b, d, dt, x, n0, cur, col);
-    cpu_conv_gather(b, K, PQ, dt, dy, n0, cur, mat);
-    for (g = 0; g < G; g++)
-      cpu_sgemm(b, CblasNoTrans, CblasTrans, Kg, (int)CgRS, (int)N, 1.0f, mat + (size_t)g * Kg * N,
-                  (int)N, col + (size_t)g * CgRS * N, (int)N, 1.0f, dw + (size_t)g * Kg * CgRS, (int)CgRS);
+  cpu_conv_setup cs;
+  int n0, g;
+  if (cpu_conv_begin(b, "conv_bwd_filter", d, dt, TT_WS_BWD_FILTER, x && dy && dw, "x, dy or dw", NULL, NULL, ws,
+                     ws_bytes, &cs))
+    return -1;
+  cpu_conv_prescale(dw, (size_t)cs.K * cs.CgRS, beta);
+  for (n0 = 0; n0 < d->n; n0 += cs.nb) {
+    int cur = d->n - n0 < cs.nb ? d->n - n0 : cs.nb;
+    size_t N = (size_t)cur * cs.PQ;
+    cpu_conv_im2col(b, d, dt, x, n0, cur, cs.col);
+    cpu_conv_gather(b, cs.K, cs.PQ, dt, dy, n0, cur, cs.mat);
+    for (g = 0; g < cs.G; g++)
+      tt_cpu_sgemm(b, CblasNoTrans, CblasTrans, cs.Kg, (int)cs.CgRS, (int)N, 1.0f, cs.mat + (size_t)g * cs.Kg * N,
+                   (int)N, cs.col + (size_t)g * cs.CgRS * N, (int)N, 1.0f, dw + (size_t)g * cs.Kg * cs.CgRS,
+                   (int)cs.CgRS);
   }
-  if (db) cpu_conv_bias_grad(b, d->n, K, PQ, dt, dy, db, beta);
-  return 0;
-}
-
-/* ---------------------------------------------------------------------------------------
- * Linear: x [n, in], w [out, in], y [n, out]. fp32 needs no workspace; fp16 converts the
- * operands into fp32 workspace copies (sizes below, each rounded to 64 bytes) and the result
- * back:  fwd: x, w, y    bwd_data: dy, w, dx    bwd_filter: x, dy.
- * --------------------------------------------------------------------------------------- */
-static size_t cpu_lin_ws(int n, int in, int out, tt_dtype dt, tt_ws_kind which) {
-  size_t x = cpu_conv_round((size_t)n * in), w = cpu_conv_round((size_t)out * in), y = cpu_conv_round((size_t)n * out);
-  if (dt != TT_F16) return 0;
-  if (which == TT_WS_FWD) return (x + w + y) * sizeof(float);
-  if (which == TT_WS_BWD_DATA) return (y + w + x) * sizeof(float);
-  return (x + y) * sizeof(float);
-}
-
-static int cpu_lin_check(tt_backend *b, const char *op, int n, int in, int out, tt_dtype dt, tt_ws_kind which,
-                         const void *ws, size_t ws_bytes) {
-  size_t need;
-  if (n <= 0 || in <= 0 || out <= 0) return tt_cpu_fail(b, "%s: bad shape n=%d in=%d out=%d", op, n, in, out);
-  if (dt != TT_F32 && dt != TT_F16) return tt_cpu_fail(b, "%s: unknown dtype %d", op, (int)dt);
-  need = cpu_lin_ws(n, in, out, dt, which);
-  if (ws_bytes < need || (need && !ws))
-    return tt_cpu_fail(b, "%s: workspace too small: needs %zu bytes, given %zu%s", op, need, ws_bytes, ws ? "" : " (NULL)");
-  return 0;
-}
-
-size_t tt_cpu_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which) {
-  (void)b;
-  if (n <= 0 || in <= 0 || out <= 0) return 0;
-  return cpu_lin_ws(n, in, out, dt, which);
-}
-
-int tt_cpu_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
-                      const void *bias, void *y, void *ws, size_t ws_bytes) {
-  const float *x32, *w32;
-  float *y32, *wsf = (float *)ws;
-  int i, o;
-  if (cpu_lin_check(b, "linear_fwd", n, in, out, dt, TT_WS_FWD, ws, ws_bytes)) return -1;
-  if (!x || !w || !y) return tt_cpu_fail(b, "linear_fwd: NULL x, w or y");
-  if (dt == TT_F32) {
-    x32 = (const float *)x;
-    w32 = (const float *)w;
-    y32 = (float *)y;
-  } else {
-    float *xs = wsf, *wsw = xs + cpu_conv_round((size_t)n * in);
-    y32 = wsw + cpu_conv_round((size_t)out * in);
-    tt_cpu_to_f32(b, dt, x, xs, (size_t)n * in);
-    tt_cpu_to_f32(b, dt, w, wsw, (size_t)out * in);
-    x32 = xs;
-    w32 = wsw;
-  }
-  if (bias) {
-    for (i = 0; i < n; i++)
-      for (o = 0; o < out; o++) y32[(size_t)i * out + o] = tt_cpu_ld(dt, bias, (size_t)o);
-  }
-  cpu_sgemm(b, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x32, in, w32, in, bias ? 1.0f : 0.0f, y32,
-              out);
-  if (dt == TT_F16) tt_cpu_from_f32(b, dt, y32, y, (size_t)n * out);
-  return 0;
-}
-
-int tt_cpu_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *dy, const void *w,
-                           void *dx, float beta, void *ws, size_t ws_bytes) {
-  float *wsf = (float *)ws;
-  if (cpu_lin_check(b, "linear_bwd_data", n, in, out, dt, TT_WS_BWD_DATA, ws, ws_bytes)) return -1;
-  if (!dy || !w || !dx) return tt_cpu_fail(b, "linear_bwd_data: NULL dy, w or dx");
-  if (dt == TT_F32) {
-    /* dx [n, in] = dy [n, out] * w [out, in]; zero first so beta = 0 never reads old NaNs. */
-    if (beta == 0.0f) memset(dx, 0, (size_t)n * in * sizeof(float));
-    cpu_sgemm(b, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, (const float *)dy, out,
-                (const float *)w, in, beta, (float *)dx, in);
-  } else {
-    float *dy32 = wsf, *w32 = dy32 + cpu_conv_round((size_t)n * out), *dx32 = w32 + cpu_conv_round((size_t)out * in);
-    size_t i, cnt = (size_t)n * in;
-    tt_cpu_to_f32(b, dt, dy, dy32, (size_t)n * out);
-    tt_cpu_to_f32(b, dt, w, w32, (size_t)out * in);
-    cpu_sgemm(b, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy32, out, w32, in, 0.0f, dx32, in);
-    for (i = 0; i < cnt; i++) tt_cpu_st_beta(dt, dx, i, dx32[i], beta);
-  }
-  return 0;
-}
-
-int tt_cpu_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
-                             float *dw, float *db, float beta, void *ws, size_t ws_bytes) {
-  float *wsf = (float *)ws;
-  const float *x32, *dy32;
-  if (cpu_lin_check(b, "linear_bwd_filter", n, in, out, dt, TT_WS_BWD_FILTER, ws, ws_bytes)) return -1;
-  if (!x || !dy || !dw) return tt_cpu_fail(b, "linear_bwd_filter: NULL x, dy or dw");
-  if (dt == TT_F32) {
-    x32 = (const float *)x;
-    dy32 = (const float *)dy;
-  } else {
-    float *xs = wsf, *dys = xs + cpu_conv_round((size_t)n * in);
-    tt_cpu_to_f32(b, dt, x, xs, (size_t)n * in);
-    tt_cpu_to_f32(b, dt, dy, dys, (size_t)n * out);
-    x32 = xs;
-    dy32 = dys;
-  }
-  /* dw [out, in] = beta*dw + dy^T [out, n] * x [n, in] */
-  if (beta == 0.0f) memset(dw, 0, (size_t)out * in * sizeof(float));
-  cpu_sgemm(b, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy32, out, x32, in, beta, dw, in);
-  if (db) cpu_conv_bias_grad(b, n, out, 1, TT_F32, dy32, db, beta);
+  if (db) tt_cpu_channel_sum(b, d->n, cs.K, cs.PQ, dt, dy, db, beta);
   return 0;
 }

@@ -1,7 +1,8 @@
 /* kernels/cpu/cpu_elementwise.c — activations, add, accumulate, dropout, channel copy,
- * cast, input normalisation and the finite check. Elementwise loops are independent per
- * element (static schedule), so results do not depend on the thread count. fp16 values are
- * converted per element and computed in fp32.
+ * cast, input normalisation, and the per-channel sum that the conv and linear bias
+ * gradients share. Elementwise loops are independent per element (static schedule), so
+ * results do not depend on the thread count. fp16 values are converted per element and
+ * computed in fp32.
  */
 #include <math.h>
 
@@ -10,6 +11,31 @@
 static int cpu_ew_dt(tt_backend *b, const char *op, tt_dtype dt) {
   if (dt != TT_F32 && dt != TT_F16) return tt_cpu_fail(b, "%s: unknown dtype %d", op, (int)dt);
   return 0;
+}
+
+/* out[ch] = beta*out[ch] + sum over (n, hw) of t[n, ch, hw]: the bias gradient of conv and
+ * linear. Serial per channel: one float partial per sample, the partials added in sample
+ * order in double, so the sum does not depend on the thread count. */
+void tt_cpu_channel_sum(tt_backend *b, int n, int c, size_t hw, tt_dtype dt, const void *t, float *out, float beta) {
+  ptrdiff_t ch;
+  int nt = tt_cpu_threads(b);
+  (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)n * c * hw > TT_CPU_PAR_MIN)
+  for (ch = 0; ch < c; ch++) {
+    double acc = 0.0;
+    int i;
+    size_t q;
+    for (i = 0; i < n; i++) {
+      size_t off = ((size_t)i * c + (size_t)ch) * hw;
+      float part = 0.0f;
+      if (dt == TT_F32)
+        for (q = 0; q < hw; q++) part += ((const float *)t)[off + q];
+      else
+        for (q = 0; q < hw; q++) part += tt_cpu_h2f(((const uint16_t *)t)[off + q]);
+      acc += part;
+    }
+    out[ch] = tt_cpu_beta_f32(out[ch], (float)acc, beta);
+  }
 }
 
 int tt_cpu_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y) {
@@ -196,28 +222,5 @@ int tt_cpu_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src,
     size_t off = (size_t)pl * hw, k;
     for (k = 0; k < (size_t)hw; k++) tt_cpu_st(dt, dst, off + k, ((float)src[off + k] / 255.0f - m) / s);
   }
-  return 0;
-}
-
-int tt_cpu_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag) {
-  ptrdiff_t i, n = (ptrdiff_t)count;
-  int bad = 0, nt = tt_cpu_threads(b);
-  (void)nt;
-  if (cpu_ew_dt(b, "check_finite", dt)) return -1;
-  if (!flag || (count && !x)) return tt_cpu_fail(b, "check_finite: NULL x or flag");
-  if (dt == TT_F32) {
-    const float *xs = (const float *)x;
-#pragma omp parallel for schedule(static) num_threads(nt) reduction(| : bad) if (n > TT_CPU_PAR_MIN)
-    for (i = 0; i < n; i++) {
-      uint32_t u; /* exponent all ones = inf or NaN (immune to -ffast-math) */
-      memcpy(&u, xs + i, 4);
-      bad |= (u & 0x7f800000u) == 0x7f800000u;
-    }
-  } else {
-    const uint16_t *u = (const uint16_t *)x;
-#pragma omp parallel for schedule(static) num_threads(nt) reduction(| : bad) if (n > TT_CPU_PAR_MIN)
-    for (i = 0; i < n; i++) bad |= (u[i] & 0x7c00u) == 0x7c00u;
-  }
-  if (bad) flag[0] = 1;
   return 0;
 }

@@ -5,17 +5,22 @@
  * given backend (thread count) gives bit-identical results run after run; every reduction is
  * either serial within one output element or a fixed-order sum of fixed-size block partials.
  *
+ * Files, one concern each, pairing up with kernels/cuda/: cpu_backend.c (table, memory,
+ * threads, fp16 conversion), cpu_conv.c, cpu_linear.c (linear and the threaded sgemm),
+ * cpu_norm.c (batch norm, pooling), cpu_elementwise.c, cpu_loss_optim.c (softmax
+ * cross-entropy, optimizer updates, the overflow check).
+ *
  * Names: functions exported to the other CPU files start tt_cpu_; file-static helpers start
- * with the file's own prefix (cpu_be_, cpu_conv_, cpu_norm_, cpu_ew_, cpu_lo_) so that the
- * amalgamated single file has no collisions.
+ * with the file's own prefix (cpu_be_, cpu_conv_, cpu_lin_, cpu_norm_, cpu_ew_, cpu_lo_) so
+ * that the amalgamated single file has no collisions.
  */
 #ifndef TT_CPU_INTERNAL_H
 #define TT_CPU_INTERNAL_H
+#include <cblas.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "../../core/util.h"
 #include "../backend.h"
 #include "../kernel_math.h"
 
@@ -29,7 +34,7 @@ extern "C" {
 
 typedef struct tt_cpu_state {
   int threads; /* OpenMP / OpenBLAS thread count, >= 1 */
-  tt_err err;  /* last error message */
+  char err[1024]; /* last error message, one line */
 } tt_cpu_state;
 
 /* Records a message in the backend (prefixed by nothing; callers name the op) and returns -1. */
@@ -107,6 +112,9 @@ static inline float tt_cpu_beta_f32(float old, float v, float beta) {
   return beta != 0.0f ? beta * old + v : v;
 }
 
+/* Workspace parts are counted in floats, each rounded up to 16 floats (64 bytes). */
+static inline size_t tt_cpu_round_floats(size_t floats) { return (floats + 15u) & ~(size_t)15u; }
+
 /* Converts count elements of a dt tensor into fp32 dst (a plain copy for fp32). */
 void tt_cpu_to_f32(tt_backend *b, tt_dtype dt, const void *src, float *dst, size_t count);
 /* Converts count fp32 elements into dt dst. */
@@ -115,16 +123,25 @@ void tt_cpu_from_f32(tt_backend *b, tt_dtype dt, const float *src, void *dst, si
 /* Dropout masks, activation derivatives and optimizer element updates are in
  * kernels/kernel_math.h, shared with the CUDA backend. */
 
+/* ---- shared helpers ---- */
+/* cpu_linear.c: row-major C = alpha*op(A) op(B) + beta*C, OpenBLAS single-threaded calls
+ * split over M or N across the backend's OpenMP threads (deterministic per thread count). */
+void tt_cpu_sgemm(tt_backend *b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+/* cpu_elementwise.c: out[ch] = beta*out[ch] + sum over (n, hw) of t[n, ch, hw]; fp32 out. */
+void tt_cpu_channel_sum(tt_backend *b, int n, int c, size_t hw, tt_dtype dt, const void *t, float *out, float beta);
+
 /* ---- ops, one table entry each (see backend.h for semantics) ---- */
 /* cpu_conv.c */
 size_t tt_cpu_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
-size_t tt_cpu_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which);
 int tt_cpu_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
                     const void *bias, void *y, void *ws, size_t ws_bytes);
 int tt_cpu_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *dy, const void *w,
                          void *dx, float beta, void *ws, size_t ws_bytes);
 int tt_cpu_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *dy,
                            float *dw, float *db, float beta, void *ws, size_t ws_bytes);
+/* cpu_linear.c */
+size_t tt_cpu_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which);
 int tt_cpu_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
                       const void *bias, void *y, void *ws, size_t ws_bytes);
 int tt_cpu_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *dy, const void *w,
@@ -160,7 +177,6 @@ int tt_cpu_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *s
 int tt_cpu_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst);
 int tt_cpu_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
                         const float *std, tt_dtype dt, void *dst);
-int tt_cpu_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
 /* cpu_loss_optim.c */
 int tt_cpu_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
                       float smoothing, float grad_scale, void *dlogits, float *stats);
@@ -169,6 +185,7 @@ int tt_cpu_sgd_update(tt_backend *b, size_t count, float *w, const float *g, flo
 int tt_cpu_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
                        float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
                        float grad_scale);
+int tt_cpu_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,10 @@
-/* kernels/cpu/cpu_loss_optim.c — softmax cross-entropy and the optimizer updates.
+/* kernels/cpu/cpu_loss_optim.c — softmax cross-entropy, the optimizer updates and the
+ * loss-scale overflow check (check_finite).
  *
  * softmax_ce reduces per-sample losses in fixed blocks of CPU_LO_BLOCK samples whose
  * partial sums are added in block order, so stats do not depend on the thread count.
- * Optimizer updates are elementwise, fp32, PyTorch torch.optim semantics.
+ * Optimizer updates are elementwise, fp32, PyTorch torch.optim semantics. check_finite
+ * tests the exponent bits, so it holds under -ffast-math too.
  */
 #include <math.h>
 
@@ -101,5 +103,28 @@ int tt_cpu_adam_update(tt_backend *b, size_t count, float *w, const float *g, fl
   tt_adam_consts k = tt_adam_make_consts(lr, beta1, beta2, weight_decay, decoupled, t);
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
   for (i = 0; i < n; i++) tt_adam_elem((size_t)i, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale);
+  return 0;
+}
+
+int tt_cpu_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int bad = 0, nt = tt_cpu_threads(b);
+  (void)nt;
+  if (dt != TT_F32 && dt != TT_F16) return tt_cpu_fail(b, "check_finite: unknown dtype %d", (int)dt);
+  if (!flag || (count && !x)) return tt_cpu_fail(b, "check_finite: NULL x or flag");
+  if (dt == TT_F32) {
+    const float *xs = (const float *)x;
+#pragma omp parallel for schedule(static) num_threads(nt) reduction(| : bad) if (n > TT_CPU_PAR_MIN)
+    for (i = 0; i < n; i++) {
+      uint32_t u; /* exponent all ones = inf or NaN (immune to -ffast-math) */
+      memcpy(&u, xs + i, 4);
+      bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+  } else {
+    const uint16_t *u = (const uint16_t *)x;
+#pragma omp parallel for schedule(static) num_threads(nt) reduction(| : bad) if (n > TT_CPU_PAR_MIN)
+    for (i = 0; i < n; i++) bad |= (u[i] & 0x7c00u) == 0x7c00u;
+  }
+  if (bad) flag[0] = 1;
   return 0;
 }

@@ -24,7 +24,7 @@ int tt_cuda_fail(tt_backend *b, const char *fmt, ...) {
     tt_cuda_state *st = tt_cuda_st(b);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(st->err.msg, sizeof st->err.msg, fmt, ap);
+    vsnprintf(st->err, sizeof st->err, fmt, ap);
     va_end(ap);
   }
   return -1;
@@ -99,7 +99,7 @@ static void cuda_be_destroy(tt_backend *b) {
 
 static const char *cuda_be_last_error(tt_backend *b) {
   if (!b || !b->impl) return "no backend";
-  return tt_cuda_st(b)->err.msg;
+  return tt_cuda_st(b)->err;
 }
 
 static void *cuda_be_arena_alloc(tt_backend *b, size_t bytes) {
@@ -209,7 +209,7 @@ extern "C" int tt_cuda_mem_used(tt_backend *b, size_t *used, size_t *total) {
 }
 
 /* Creation steps that record into b (so CUDA_CHECK can be used); the caller copies the
- * message into err on failure. */
+ * message into errbuf on failure. */
 static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   tt_cuda_state *st = tt_cuda_st(b);
   char bus[64];
@@ -251,7 +251,21 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   return 0;
 }
 
-extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, tt_err *err) {
+/* Formats a creation failure into errbuf (when given). */
+static void cuda_be_create_fail(char *errbuf, size_t errsize, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static void cuda_be_create_fail(char *errbuf, size_t errsize, const char *fmt, ...) {
+  va_list ap;
+  if (!errbuf || !errsize) return;
+  va_start(ap, fmt);
+  vsnprintf(errbuf, errsize, fmt, ap);
+  va_end(ap);
+}
+
+extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize) {
   int count = 0;
   size_t reserve = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
@@ -259,8 +273,8 @@ extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, tt_err *err
   tt_cuda_state *st;
   if (e != cudaSuccess || count <= 0) {
     (void)cudaGetLastError();
-    tt_fail(err, "no CUDA device (cudaGetDeviceCount: %s); use --device cpu or --device auto",
-            e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    cuda_be_create_fail(errbuf, errsize, "no CUDA device (cudaGetDeviceCount: %s); use --device cpu or --device auto",
+                        e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     return NULL;
   }
   b = (tt_backend *)calloc(1, sizeof *b);
@@ -268,7 +282,7 @@ extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, tt_err *err
   if (!b || !st) {
     free(b);
     free(st);
-    tt_fail(err, "out of host memory creating the CUDA backend");
+    cuda_be_create_fail(errbuf, errsize, "out of host memory creating the CUDA backend");
     return NULL;
   }
   b->name = "cuda";
@@ -278,7 +292,7 @@ extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, tt_err *err
   b->last_error = cuda_be_last_error;
   st->device = 0;
   if (cuda_be_setup(b, &reserve)) {
-    tt_fail(err, "CUDA backend: %s", st->err.msg);
+    cuda_be_create_fail(errbuf, errsize, "CUDA backend: %s", st->err);
     cuda_be_destroy(b);
     return NULL;
   }

@@ -1,7 +1,7 @@
-/* kernels/cuda/cuda_elementwise.cu — the backend's own kernels: activations, add,
- * accumulate, dropout (the CPU backend's counter hash, bit for bit), channel copy, cast,
- * input normalisation, the finite check, bias add / bias gradient helpers, softmax
- * cross-entropy and the optimizer updates.
+/* kernels/cuda/cuda_elementwise.cu — the backend's own elementwise kernels: activations,
+ * add, accumulate, dropout (the CPU backend's counter hash, bit for bit), channel copy,
+ * cast, input normalisation, and the bias add / bias gradient helpers that conv and linear
+ * share.
  *
  * Elementwise kernels are grid-stride loops, one element per iteration, computing in fp32
  * exactly the expression the CPU backend computes (so results agree to rounding: nvcc may
@@ -11,9 +11,6 @@
 #include <math.h>
 
 #include "cuda_internal.h"
-
-#define CUDA_EW_LOOP(i, count) \
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count); i += (size_t)blockDim.x * gridDim.x)
 
 static int cuda_ew_dt(tt_backend *b, const char *op, tt_dtype dt) {
   if (dt != TT_F32 && dt != TT_F16) return tt_cuda_fail(b, "%s: unknown dtype %d", op, (int)dt);
@@ -25,7 +22,7 @@ static cudaStream_t cuda_ew_stream(tt_backend *b) { return tt_cuda_st(b)->comput
 /* ------------------------------------ helpers ----------------------------------------- */
 
 __global__ void cuda_ew_add_bias_k(size_t count, size_t hw, int c, tt_dtype dt, const void *bias, void *y) {
-  CUDA_EW_LOOP(i, count) {
+  TT_CUDA_LOOP(i, count) {
     int ch = (int)((i / hw) % (size_t)c);
     tt_cuda_st(dt, y, i, tt_cuda_ld(dt, y, i) + tt_cuda_ld(dt, bias, ch));
   }
@@ -62,7 +59,7 @@ int tt_cuda_channel_sum(tt_backend *b, const char *op, int n, int c, size_t hw, 
 }
 
 __global__ void cuda_ew_accum_f32_k(size_t count, tt_dtype dt, const void *x, float *y, float beta) {
-  CUDA_EW_LOOP(i, count) {
+  TT_CUDA_LOOP(i, count) {
     float v = tt_cuda_ld(dt, x, i);
     y[i] = beta != 0.0f ? beta * y[i] + v : v;
   }
@@ -78,12 +75,12 @@ int tt_cuda_accum_to_f32(tt_backend *b, const char *op, size_t count, tt_dtype d
 /* ---------------------------------- activations --------------------------------------- */
 
 __global__ void cuda_ew_act_fwd_k(tt_act a, size_t count, tt_dtype dt, const void *x, void *y) {
-  CUDA_EW_LOOP(i, count) tt_cuda_st(dt, y, i, tt_act_value(a, tt_cuda_ld(dt, x, i)));
+  TT_CUDA_LOOP(i, count) tt_cuda_st(dt, y, i, tt_act_value(a, tt_cuda_ld(dt, x, i)));
 }
 
 __global__ void cuda_ew_act_bwd_k(tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy, void *dx,
                                   float beta) {
-  CUDA_EW_LOOP(i, count) {
+  TT_CUDA_LOOP(i, count) {
     float v = tt_act_grad(a, tt_cuda_ld(dt, saved, i), tt_cuda_ld(dt, dy, i));
     tt_cuda_st_beta(dt, dx, i, v, beta);
   }
@@ -117,7 +114,7 @@ int tt_cuda_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const vo
 /* ------------------------------- add / accumulate ------------------------------------- */
 
 __global__ void cuda_ew_add_k(size_t count, tt_dtype dt, const void *a, const void *b2, void *y) {
-  CUDA_EW_LOOP(i, count) tt_cuda_st(dt, y, i, tt_cuda_ld(dt, a, i) + tt_cuda_ld(dt, b2, i));
+  TT_CUDA_LOOP(i, count) tt_cuda_st(dt, y, i, tt_cuda_ld(dt, a, i) + tt_cuda_ld(dt, b2, i));
 }
 
 int tt_cuda_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y) {
@@ -130,7 +127,7 @@ int tt_cuda_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const v
 }
 
 __global__ void cuda_ew_accumulate_k(size_t count, tt_dtype dt, const void *x, void *y, float beta) {
-  CUDA_EW_LOOP(i, count) tt_cuda_st_beta(dt, y, i, tt_cuda_ld(dt, x, i), beta);
+  TT_CUDA_LOOP(i, count) tt_cuda_st_beta(dt, y, i, tt_cuda_ld(dt, x, i), beta);
 }
 
 int tt_cuda_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta) {
@@ -156,7 +153,7 @@ static int cuda_ew_dropout_params(tt_backend *b, const char *op, float p, uint32
 /* beta < 0 marks the forward (plain store); otherwise the backward's beta store. */
 __global__ void cuda_ew_dropout_k(size_t count, tt_dtype dt, uint32_t thr, float scale, int all_drop, uint64_t seed,
                                   const void *x, void *y, float beta, int fwd) {
-  CUDA_EW_LOOP(i, count) {
+  TT_CUDA_LOOP(i, count) {
     int keep = !all_drop && (uint32_t)(tt_dropout_hash(seed, (uint64_t)i) >> 32) >= thr;
     float v = keep ? tt_cuda_ld(dt, x, i) * scale : 0.0f;
     if (fwd)
@@ -200,7 +197,7 @@ int tt_cuda_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint6
 
 __global__ void cuda_ew_channel_copy_k(size_t count, int nc, size_t hw, tt_dtype dt, const void *src, int src_c,
                                        int src_off, void *dst, int dst_c, int dst_off, float beta) {
-  CUDA_EW_LOOP(i, count) {
+  TT_CUDA_LOOP(i, count) {
     size_t k = i % hw, t = i / hw;
     int ch = (int)(t % (size_t)nc);
     size_t s = t / (size_t)nc;
@@ -233,7 +230,7 @@ int tt_cuda_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *
 }
 
 __global__ void cuda_ew_cast_k(size_t count, tt_dtype sdt, const void *src, tt_dtype ddt, void *dst) {
-  CUDA_EW_LOOP(i, count) tt_cuda_st(ddt, dst, i, tt_cuda_ld(sdt, src, i));
+  TT_CUDA_LOOP(i, count) tt_cuda_st(ddt, dst, i, tt_cuda_ld(sdt, src, i));
 }
 
 int tt_cuda_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst) {
@@ -260,7 +257,7 @@ typedef struct cuda_ew_norm_params {
 
 __global__ void cuda_ew_normalize_k(size_t count, int c, size_t hw, const uint8_t *src, cuda_ew_norm_params pr,
                                     tt_dtype dt, void *dst) {
-  CUDA_EW_LOOP(i, count) {
+  TT_CUDA_LOOP(i, count) {
     int ch = (int)((i / hw) % (size_t)c);
     tt_cuda_st(dt, dst, i, ((float)src[i] / 255.0f - pr.mean[ch]) / pr.std[ch]);
   }
@@ -283,146 +280,5 @@ int tt_cuda_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src
   cuda_ew_normalize_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, c, (size_t)hw, src, pr,
                                                                                          dt, dst);
   CUDA_LAUNCH_CHECK(b, "normalize_u8");
-  return 0;
-}
-
-/* --------------------------------- check_finite --------------------------------------- */
-
-__global__ void cuda_ew_check_finite_k(size_t count, tt_dtype dt, const void *x, int32_t *flag) {
-  int bad = 0;
-  CUDA_EW_LOOP(i, count) {
-    if (dt == TT_F32)
-      bad |= (((const uint32_t *)x)[i] & 0x7f800000u) == 0x7f800000u;
-    else
-      bad |= (((const uint16_t *)x)[i] & 0x7c00u) == 0x7c00u;
-  }
-  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr((int *)flag, 1);
-}
-
-int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag) {
-  if (cuda_ew_dt(b, "check_finite", dt)) return -1;
-  if (!flag || (count && !x)) return tt_cuda_fail(b, "check_finite: NULL x or flag");
-  if (!count) return 0;
-  cuda_ew_check_finite_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, dt, x, flag);
-  CUDA_LAUNCH_CHECK(b, "check_finite");
-  return 0;
-}
-
-/* ------------------------------- softmax cross-entropy -------------------------------- */
-
-#define CUDA_CE_THREADS 1024
-
-/* One block; warp w handles samples w, w + nwarps, ...; each lane strides the classes. The
- * per-warp loss and correct sums (double) are combined in warp order, so stats are
- * deterministic. A label outside [0, classes) makes the loss NaN (the device cannot
- * return an error; the CPU backend fails instead). */
-__global__ void cuda_ce_k(int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels, float smoothing,
-                          float grad_scale, void *dlogits, float *stats) {
-  __shared__ double sh_loss[32], sh_corr[32];
-  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  double wl = 0.0, wc = 0.0;
-  float on = 1.0f - smoothing, off_t = smoothing / (float)classes;
-  for (int smp = wid; smp < n; smp += nw) {
-    size_t off = (size_t)smp * classes;
-    int y = labels[smp], arg = -1, j, o;
-    float mx = 0.0f;
-    double sum = 0.0, zsum = 0.0, lse;
-    /* first maximum: per lane, then across lanes preferring the lower index on ties */
-    for (j = lane; j < classes; j += 32) {
-      float v = tt_cuda_ld(dt, logits, off + j);
-      if (arg < 0 || v > mx) mx = v, arg = j;
-    }
-    for (o = 16; o > 0; o >>= 1) {
-      float omx = __shfl_down_sync(0xffffffffu, mx, o);
-      int oarg = __shfl_down_sync(0xffffffffu, arg, o);
-      if (oarg >= 0 && (arg < 0 || omx > mx || (omx == mx && oarg < arg))) mx = omx, arg = oarg;
-    }
-    mx = __shfl_sync(0xffffffffu, mx, 0);
-    arg = __shfl_sync(0xffffffffu, arg, 0);
-    for (j = lane; j < classes; j += 32) {
-      float v = tt_cuda_ld(dt, logits, off + j);
-      sum += exp((double)v - (double)mx);
-      zsum += v;
-    }
-    for (o = 16; o > 0; o >>= 1) {
-      sum += __shfl_down_sync(0xffffffffu, sum, o);
-      zsum += __shfl_down_sync(0xffffffffu, zsum, o);
-    }
-    sum = __shfl_sync(0xffffffffu, sum, 0);
-    zsum = __shfl_sync(0xffffffffu, zsum, 0);
-    lse = (double)mx + log(sum);
-    if (lane == 0) {
-      if (y < 0 || y >= classes) {
-        wl += nan("");
-      } else {
-        wl += (double)on * (lse - (double)tt_cuda_ld(dt, logits, off + y)) + (double)off_t * ((double)classes * lse - zsum);
-        wc += arg == y ? 1.0 : 0.0;
-      }
-    }
-    if (dlogits) {
-      double inv = 1.0 / sum;
-      for (j = lane; j < classes; j += 32) {
-        float p = (float)(exp((double)tt_cuda_ld(dt, logits, off + j) - (double)mx) * inv);
-        float t = off_t + (j == y ? on : 0.0f);
-        tt_cuda_st(dt, dlogits, off + j, (p - t) * grad_scale);
-      }
-    }
-  }
-  if (lane == 0) sh_loss[wid] = wl, sh_corr[wid] = wc;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double l = 0.0, c = 0.0;
-    for (int w = 0; w < nw; w++) l += sh_loss[w], c += sh_corr[w];
-    stats[0] += (float)l;
-    stats[1] += (float)c;
-  }
-}
-
-int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
-                       float smoothing, float grad_scale, void *dlogits, float *stats) {
-  if (cuda_ew_dt(b, "softmax_ce", dt)) return -1;
-  if (n <= 0 || classes <= 0) return tt_cuda_fail(b, "softmax_ce: bad shape n=%d classes=%d", n, classes);
-  if (!logits || !labels || !stats) return tt_cuda_fail(b, "softmax_ce: NULL logits, labels or stats");
-  if (!(smoothing >= 0.0f && smoothing <= 1.0f))
-    return tt_cuda_fail(b, "softmax_ce: label smoothing %g is outside [0, 1]", (double)smoothing);
-  cuda_ce_k<<<1, CUDA_CE_THREADS, 0, cuda_ew_stream(b)>>>(n, classes, dt, logits, labels, smoothing, grad_scale, dlogits,
-                                                          stats);
-  CUDA_LAUNCH_CHECK(b, "softmax_ce");
-  return 0;
-}
-
-/* ---------------------------------- optimizers ---------------------------------------- */
-
-__global__ void cuda_opt_sgd_k(size_t count, float *w, const float *g, float *m, float lr, float momentum, int nesterov,
-                               float weight_decay, float grad_scale) {
-  CUDA_EW_LOOP(i, count) tt_sgd_elem(i, w, g, m, lr, momentum, nesterov, weight_decay, grad_scale);
-}
-
-int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
-                       int nesterov, float weight_decay, float grad_scale) {
-  if (!count) return 0;
-  if (!w || !g) return tt_cuda_fail(b, "sgd_update: NULL w or g");
-  if (momentum != 0.0f && !m)
-    return tt_cuda_fail(b, "sgd_update: momentum %g needs a momentum buffer", (double)momentum);
-  cuda_opt_sgd_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, w, g, m, lr, momentum, nesterov,
-                                                                                    weight_decay, grad_scale);
-  CUDA_LAUNCH_CHECK(b, "sgd_update");
-  return 0;
-}
-
-__global__ void cuda_opt_adam_k(size_t count, float *w, const float *g, float *m, float *v, float beta1, float beta2,
-                                float eps, float weight_decay, int decoupled, tt_adam_consts k, float grad_scale) {
-  CUDA_EW_LOOP(i, count) tt_adam_elem(i, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale);
-}
-
-int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr, float beta1,
-                        float beta2, float eps, float weight_decay, int decoupled, int t, float grad_scale) {
-  if (t < 1) return tt_cuda_fail(b, "adam_update: step t=%d must be >= 1", t);
-  if (!count) return 0;
-  if (!w || !g || !m || !v) return tt_cuda_fail(b, "adam_update: NULL w, g, m or v");
-  tt_adam_consts k = tt_adam_make_consts(lr, beta1, beta2, weight_decay, decoupled, t); /* as the CPU does */
-  cuda_opt_adam_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(
-      count, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale);
-  CUDA_LAUNCH_CHECK(b, "adam_update");
   return 0;
 }

@@ -6,6 +6,11 @@
  * CUDNN_CHECK, CUBLAS_CHECK macros, which record "<call> failed: <reason>" and return -1.
  * Kernel launches are followed by CUDA_LAUNCH_CHECK (cudaGetLastError).
  *
+ * Files, one concern each, pairing up with kernels/cpu/: cuda_backend.cu (table, device,
+ * memory, streams), cuda_conv.cu (cuDNN), cuda_linear.cu (cuBLAS), cuda_norm.cu (batch norm,
+ * pooling), cuda_elementwise.cu, cuda_loss_optim.cu (softmax cross-entropy, optimizer
+ * updates, the overflow check).
+ *
  * Names: functions shared between the CUDA files start tt_cuda_; file-static helpers start
  * with cuda_. fp16 tensors are IEEE half (__half); computation is fp32.
  */
@@ -18,7 +23,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../core/util.h"
 #include "../backend.h"
 #include "../kernel_math.h"
 
@@ -59,7 +63,7 @@ typedef struct tt_cuda_state {
   void *nvml_lib;       /* dlopen'ed libnvidia-ml (may be NULL) */
   void *nvml_dev;       /* nvmlDevice_t */
   void *nvml_getmem;    /* nvmlDeviceGetMemoryInfo */
-  tt_err err;
+  char err[1024];       /* last error message, one line */
 } tt_cuda_state;
 
 static inline tt_cuda_state *tt_cuda_st(tt_backend *b) { return (tt_cuda_state *)b->impl; }
@@ -93,6 +97,9 @@ int tt_cuda_fail(tt_backend *b, const char *fmt, ...)
   } while (0)
 
 #define TT_CUDA_THREADS 256
+/* Grid-stride loop over count elements (launch with tt_cuda_blocks(count) blocks). */
+#define TT_CUDA_LOOP(i, count) \
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count); i += (size_t)blockDim.x * gridDim.x)
 /* Blocks for a grid-stride loop over count elements. */
 static inline unsigned tt_cuda_blocks(size_t count) {
   size_t bl = (count + TT_CUDA_THREADS - 1) / TT_CUDA_THREADS;
@@ -145,6 +152,7 @@ int tt_cuda_channel_sum(tt_backend *b, const char *op, int n, int c, size_t hw, 
 int tt_cuda_accum_to_f32(tt_backend *b, const char *op, size_t count, tt_dtype dt, const void *x, float *y, float beta);
 
 /* ---- ops (see backend.h) ---- */
+/* cuda_conv.cu */
 size_t tt_cuda_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
 int tt_cuda_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
                      const void *bias, void *y, void *ws, size_t ws_bytes);
@@ -154,7 +162,7 @@ int tt_cuda_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, c
                             float *dw, float *db, float beta, void *ws, size_t ws_bytes);
 int tt_cuda_conv_cache_create(tt_backend *b);
 void tt_cuda_conv_cache_destroy(tt_backend *b);
-
+/* cuda_linear.cu */
 size_t tt_cuda_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which);
 int tt_cuda_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
                        const void *bias, void *y, void *ws, size_t ws_bytes);
@@ -162,7 +170,7 @@ int tt_cuda_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, 
                             void *dx, float beta, void *ws, size_t ws_bytes);
 int tt_cuda_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
                               float *dw, float *db, float beta, void *ws, size_t ws_bytes);
-
+/* cuda_norm.cu */
 int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                          const float *bias, void *y, float *running_mean, float *running_var, float momentum,
                          float eps, float *save_mean, float *save_invstd, int update_running);
@@ -176,7 +184,7 @@ int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt
                      const void *dy, void *dx, float beta);
 int tt_cuda_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y);
 int tt_cuda_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta);
-
+/* cuda_elementwise.cu */
 int tt_cuda_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y);
 int tt_cuda_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy, void *dx,
                     float beta);
@@ -190,7 +198,7 @@ int tt_cuda_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *
 int tt_cuda_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst);
 int tt_cuda_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
                          const float *std, tt_dtype dt, void *dst);
-int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
+/* cuda_loss_optim.cu */
 int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
                        float smoothing, float grad_scale, void *dlogits, float *stats);
 int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
@@ -198,4 +206,5 @@ int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, fl
 int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
                         float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
                         float grad_scale);
+int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
 #endif

@@ -4,18 +4,18 @@
 #define TT_CUDA_H
 #include <stddef.h>
 
-#include "../../core/util.h"
 #include "../backend.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* NULL with err set ("no CUDA device (...)") when there is no usable GPU. reserve_bytes
+/* NULL with a message in errbuf (errsize bytes; "no CUDA device (...)") when there is no
+ * usable GPU. reserve_bytes
  * receives the device memory the context and library handles took: NVML's used bytes before
  * the context exists and after cuBLAS/cuDNN are created (cudaMemGetInfo when NVML is missing:
  * then everything in use on the device counts). */
-tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, tt_err *err);
+tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize);
 /* Number of CUDA devices; 0 (quietly) when there is no driver or no device. */
 int tt_cuda_device_count(void);
 /* "CUDA runtime 13.0, cuDNN 9.19.0, cuBLAS 13.1.0": versions of the linked libraries. */

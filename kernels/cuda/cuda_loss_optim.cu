@@ -1,0 +1,154 @@
+/* kernels/cuda/cuda_loss_optim.cu — softmax cross-entropy, the optimizer updates and the
+ * loss-scale overflow check (check_finite), as the backend's own kernels.
+ *
+ * softmax_ce runs in one block and combines per-warp sums in warp order, so stats are
+ * deterministic. Optimizer updates are grid-stride loops over the element updates in
+ * kernels/kernel_math.h, the ones the CPU backend runs. check_finite tests the exponent
+ * bits, as the CPU backend does.
+ */
+#include <math.h>
+
+#include "cuda_internal.h"
+
+static cudaStream_t cuda_lo_stream(tt_backend *b) { return tt_cuda_st(b)->compute; }
+
+/* ------------------------------- softmax cross-entropy -------------------------------- */
+
+#define CUDA_LO_CE_THREADS 1024
+
+/* One block; warp w handles samples w, w + nwarps, ...; each lane strides the classes. The
+ * per-warp loss and correct sums (double) are combined in warp order, so stats are
+ * deterministic. A label outside [0, classes) makes the loss NaN (the device cannot
+ * return an error; the CPU backend fails instead). */
+__global__ void cuda_lo_ce_k(int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels, float smoothing,
+                          float grad_scale, void *dlogits, float *stats) {
+  __shared__ double sh_loss[32], sh_corr[32];
+  int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  double wl = 0.0, wc = 0.0;
+  float on = 1.0f - smoothing, off_t = smoothing / (float)classes;
+  for (int smp = wid; smp < n; smp += nw) {
+    size_t off = (size_t)smp * classes;
+    int y = labels[smp], arg = -1, j, o;
+    float mx = 0.0f;
+    double sum = 0.0, zsum = 0.0, lse;
+    /* first maximum: per lane, then across lanes preferring the lower index on ties */
+    for (j = lane; j < classes; j += 32) {
+      float v = tt_cuda_ld(dt, logits, off + j);
+      if (arg < 0 || v > mx) mx = v, arg = j;
+    }
+    for (o = 16; o > 0; o >>= 1) {
+      float omx = __shfl_down_sync(0xffffffffu, mx, o);
+      int oarg = __shfl_down_sync(0xffffffffu, arg, o);
+      if (oarg >= 0 && (arg < 0 || omx > mx || (omx == mx && oarg < arg))) mx = omx, arg = oarg;
+    }
+    mx = __shfl_sync(0xffffffffu, mx, 0);
+    arg = __shfl_sync(0xffffffffu, arg, 0);
+    for (j = lane; j < classes; j += 32) {
+      float v = tt_cuda_ld(dt, logits, off + j);
+      sum += exp((double)v - (double)mx);
+      zsum += v;
+    }
+    for (o = 16; o > 0; o >>= 1) {
+      sum += __shfl_down_sync(0xffffffffu, sum, o);
+      zsum += __shfl_down_sync(0xffffffffu, zsum, o);
+    }
+    sum = __shfl_sync(0xffffffffu, sum, 0);
+    zsum = __shfl_sync(0xffffffffu, zsum, 0);
+    lse = (double)mx + log(sum);
+    if (lane == 0) {
+      if (y < 0 || y >= classes) {
+        wl += nan("");
+      } else {
+        wl += (double)on * (lse - (double)tt_cuda_ld(dt, logits, off + y)) + (double)off_t * ((double)classes * lse - zsum);
+        wc += arg == y ? 1.0 : 0.0;
+      }
+    }
+    if (dlogits) {
+      double inv = 1.0 / sum;
+      for (j = lane; j < classes; j += 32) {
+        float p = (float)(exp((double)tt_cuda_ld(dt, logits, off + j) - (double)mx) * inv);
+        float t = off_t + (j == y ? on : 0.0f);
+        tt_cuda_st(dt, dlogits, off + j, (p - t) * grad_scale);
+      }
+    }
+  }
+  if (lane == 0) sh_loss[wid] = wl, sh_corr[wid] = wc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double l = 0.0, c = 0.0;
+    for (int w = 0; w < nw; w++) l += sh_loss[w], c += sh_corr[w];
+    stats[0] += (float)l;
+    stats[1] += (float)c;
+  }
+}
+
+int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
+                       float smoothing, float grad_scale, void *dlogits, float *stats) {
+  if (dt != TT_F32 && dt != TT_F16) return tt_cuda_fail(b, "softmax_ce: unknown dtype %d", (int)dt);
+  if (n <= 0 || classes <= 0) return tt_cuda_fail(b, "softmax_ce: bad shape n=%d classes=%d", n, classes);
+  if (!logits || !labels || !stats) return tt_cuda_fail(b, "softmax_ce: NULL logits, labels or stats");
+  if (!(smoothing >= 0.0f && smoothing <= 1.0f))
+    return tt_cuda_fail(b, "softmax_ce: label smoothing %g is outside [0, 1]", (double)smoothing);
+  cuda_lo_ce_k<<<1, CUDA_LO_CE_THREADS, 0, cuda_lo_stream(b)>>>(n, classes, dt, logits, labels, smoothing, grad_scale, dlogits,
+                                                          stats);
+  CUDA_LAUNCH_CHECK(b, "softmax_ce");
+  return 0;
+}
+
+/* ---------------------------------- optimizers ---------------------------------------- */
+
+__global__ void cuda_lo_sgd_k(size_t count, float *w, const float *g, float *m, float lr, float momentum, int nesterov,
+                               float weight_decay, float grad_scale) {
+  TT_CUDA_LOOP(i, count) tt_sgd_elem(i, w, g, m, lr, momentum, nesterov, weight_decay, grad_scale);
+}
+
+int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
+                       int nesterov, float weight_decay, float grad_scale) {
+  if (!count) return 0;
+  if (!w || !g) return tt_cuda_fail(b, "sgd_update: NULL w or g");
+  if (momentum != 0.0f && !m)
+    return tt_cuda_fail(b, "sgd_update: momentum %g needs a momentum buffer", (double)momentum);
+  cuda_lo_sgd_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b)>>>(count, w, g, m, lr, momentum, nesterov,
+                                                                                    weight_decay, grad_scale);
+  CUDA_LAUNCH_CHECK(b, "sgd_update");
+  return 0;
+}
+
+__global__ void cuda_lo_adam_k(size_t count, float *w, const float *g, float *m, float *v, float beta1, float beta2,
+                                float eps, float weight_decay, int decoupled, tt_adam_consts k, float grad_scale) {
+  TT_CUDA_LOOP(i, count) tt_adam_elem(i, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale);
+}
+
+int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr, float beta1,
+                        float beta2, float eps, float weight_decay, int decoupled, int t, float grad_scale) {
+  if (t < 1) return tt_cuda_fail(b, "adam_update: step t=%d must be >= 1", t);
+  if (!count) return 0;
+  if (!w || !g || !m || !v) return tt_cuda_fail(b, "adam_update: NULL w, g, m or v");
+  tt_adam_consts k = tt_adam_make_consts(lr, beta1, beta2, weight_decay, decoupled, t); /* as the CPU does */
+  cuda_lo_adam_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b)>>>(
+      count, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale);
+  CUDA_LAUNCH_CHECK(b, "adam_update");
+  return 0;
+}
+
+/* --------------------------------- check_finite --------------------------------------- */
+
+__global__ void cuda_lo_check_finite_k(size_t count, tt_dtype dt, const void *x, int32_t *flag) {
+  int bad = 0;
+  TT_CUDA_LOOP(i, count) {
+    if (dt == TT_F32)
+      bad |= (((const uint32_t *)x)[i] & 0x7f800000u) == 0x7f800000u;
+    else
+      bad |= (((const uint16_t *)x)[i] & 0x7c00u) == 0x7c00u;
+  }
+  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr((int *)flag, 1);
+}
+
+int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag) {
+  if (dt != TT_F32 && dt != TT_F16) return tt_cuda_fail(b, "check_finite: unknown dtype %d", (int)dt);
+  if (!flag || (count && !x)) return tt_cuda_fail(b, "check_finite: NULL x or flag");
+  if (!count) return 0;
+  cuda_lo_check_finite_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b)>>>(count, dt, x, flag);
+  CUDA_LAUNCH_CHECK(b, "check_finite");
+  return 0;
+}
