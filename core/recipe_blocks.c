@@ -75,33 +75,15 @@ const char *recipe_val(recipe_state *st, const recipe_entry *e) {
   return st->vbuf;
 }
 
+const recipe_block *recipe_find_block(const recipe_state *st, const char *type) {
+  int i;
+  for (i = 0; i < st->nblocks; i++)
+    if (!strcmp(st->blocks[i].type, type)) return &st->blocks[i];
+  return NULL;
+}
+
 static const char *const recipe_act_names[] = {"relu", "relu6", "silu", "linear"};
 static const tt_layer_kind recipe_act_kinds[] = {TT_L_RELU, TT_L_RELU6, TT_L_SILU, TT_L_INPUT};
-
-/* "N" or "AxB" (height x width). */
-static int recipe_pair(recipe_state *st, const recipe_entry *e, const char *v, long min, long max, int *a, int *b) {
-  long x[2];
-  const char *p = v;
-  int k, n = strchr(v, 'x') ? 2 : 1;
-  char q[64];
-  for (k = 0; k < n; k++) {
-    char *end;
-    if (*p < '0' || *p > '9') break;
-    errno = 0;
-    x[k] = strtol(p, &end, 10);
-    if (errno == ERANGE || x[k] < min) break;
-    p = end;
-    if (k == 0 && n == 2 && *p++ != 'x') break;
-  }
-  if (k < n || *p)
-    return recipe_error(st, e->line, "expected a %s integer or HxW for '%s', found '%s'", min > 0 ? "positive" : "non-negative",
-                        e->key, recipe_quote(v, q, sizeof q));
-  if (x[0] > max || x[n - 1] > max)
-    return recipe_error(st, e->line, "'%s' = %s is too large (at most %ld)", e->key, recipe_quote(v, q, sizeof q), max);
-  *a = (int)x[0];
-  *b = (int)x[n - 1];
-  return 0;
-}
 
 static int recipe_valid_name(const char *s) {
   const char *p;
