@@ -6,6 +6,9 @@
  * layers, [block T] ... [end] defines a template and [T NAME] expands one (recipe_blocks.c).
  * Every error is "PATH:LINE: what is wrong" (recipe_values.c: messages, typed values, the name
  * table); shapes are checked later by the graph stage. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
 #include "recipe_int.h"
 
 #include <errno.h>
@@ -13,6 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fileio.h"
 
 /* ---- pass 1: text -> sections and entries ---- */
 
@@ -437,43 +444,27 @@ int tt_recipe_parse(const char *path, const char *text, tt_model *m, tt_err *err
   return recipe_parse_buf(path, text ? text : "", text ? strlen(text) : 0, m, err, warn, ud);
 }
 
+/* The file is read by tt_read_file, whose messages suit any file ("cannot open (...); check
+ * the path"). A recipe keeps the ones README.md documents ("PATH: cannot open the recipe:
+ * <reason>"), and those for a directory and a file of 64 MiB or more, so these cases are
+ * looked at first. Past them (a read error, no memory, a file that is not regular such as a
+ * pipe, which tt_read_file refuses) tt_read_file's own messages stand. */
+#define RECIPE_FILE_MAX ((long long)64 << 20)
+
 int tt_recipe_load(const char *path, tt_model *m, tt_err *err, tt_warn_fn warn, void *ud) {
-  FILE *f;
-  char *text;
-  size_t cap = 1 << 16, len = 0, got;
+  struct stat sb;
+  void *text;
+  size_t len;
   int rc;
   memset(m, 0, sizeof *m);
-  f = fopen(path, "rb");
-  if (!f) return tt_fail(err, "%s: cannot open the recipe: %s", path, strerror(errno));
-  text = (char *)tt_malloc(cap, "recipe text", err);
-  if (!text) return fclose(f), -1;
-  while ((got = fread(text + len, 1, cap - len, f)) > 0) {
-    len += got;
-    if (len == cap) {
-      char *nt;
-      if (cap >= ((size_t)64 << 20)) {
-        free(text);
-        fclose(f);
-        return tt_fail(err, "%s: the recipe is larger than 64 MiB; is this the right file?", path);
-      }
-      nt = (char *)realloc(text, cap * 2);
-      if (!nt) {
-        free(text);
-        fclose(f);
-        return tt_fail(err, "%s: out of host memory reading the recipe", path);
-      }
-      text = nt;
-      cap *= 2;
-    }
+  if (access(path, R_OK) != 0) return tt_fail(err, "%s: cannot open the recipe: %s", path, strerror(errno));
+  if (stat(path, &sb) == 0) {
+    if (S_ISDIR(sb.st_mode)) return tt_fail(err, "%s: cannot read the recipe: %s", path, strerror(EISDIR));
+    if (S_ISREG(sb.st_mode) && (long long)sb.st_size >= RECIPE_FILE_MAX)
+      return tt_fail(err, "%s: the recipe is larger than 64 MiB; is this the right file?", path);
   }
-  if (ferror(f)) {
-    int e = errno;
-    free(text);
-    fclose(f);
-    return tt_fail(err, "%s: cannot read the recipe: %s", path, strerror(e));
-  }
-  fclose(f);
-  rc = recipe_parse_buf(path, text, len, m, err, warn, ud);
+  if (tt_read_file(path, &text, &len, err)) return -1;
+  rc = recipe_parse_buf(path, (const char *)text, len, m, err, warn, ud);
   free(text);
   return rc;
 }
