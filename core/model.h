@@ -1,5 +1,5 @@
-/* core/model.h — what the recipe parser produces: named layers in topological order,
- * the input shape, the loss, training settings and the data section. Plain data. */
+/* core/model.h — what the recipe parser (recipe.h) produces: named layers in topological
+ * order, the input shape, the loss, training settings and the data section. Plain data. */
 #ifndef TT_MODEL_H
 #define TT_MODEL_H
 #include "util.h"
@@ -94,15 +94,6 @@ typedef struct tt_model {
   tt_train_cfg train;
   tt_data_cfg data;
 } tt_model;
-
-/* Parses a recipe file. On error returns -1 and err holds "file:line: expected X, found Y".
- * Warnings (unknown keys, unused settings) go to `warn` if non-NULL, one line each,
- * as "file:line: warning: ...". */
-int tt_recipe_load(const char *path, tt_model *m, tt_err *err, void (*warn)(void *ud, const char *line), void *ud);
-/* Same, from text in memory; `path` is used in messages only. */
-int tt_recipe_parse(const char *path, const char *text, tt_model *m, tt_err *err,
-                    void (*warn)(void *ud, const char *line), void *ud);
-void tt_model_free(tt_model *m);
 
 #ifdef __cplusplus
 }

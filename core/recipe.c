@@ -4,237 +4,22 @@
  * `key = value` entries, rejecting anything that is not one of those. recipe_build then walks
  * the sections in order: [net], [train] and [data] fill the settings, layer sections append
  * layers, [block T] ... [end] defines a template and [T NAME] expands one (recipe_blocks.c).
- * Every error is "PATH:LINE: what is wrong"; shapes are checked later by the graph stage. */
+ * Every error is "PATH:LINE: what is wrong" (recipe_values.c: messages, typed values, the name
+ * table); shapes are checked later by the graph stage. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
 #include "recipe_int.h"
 
 #include <errno.h>
 #include <limits.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-
-/* ---- messages ---- */
-
-const char *recipe_quote(const char *s, char *out, size_t cap) {
-  size_t n = 0, i;
-  static const char hex[] = "0123456789abcdef";
-  for (i = 0; s[i] && n + 8 < cap; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (i >= 40) {
-      memcpy(out + n, "...", 3);
-      n += 3;
-      break;
-    }
-    if (c < 0x20 || c == 0x7f || c >= 0x80) {
-      out[n++] = '\\';
-      out[n++] = 'x';
-      out[n++] = hex[c >> 4];
-      out[n++] = hex[c & 15];
-    } else {
-      out[n++] = (char)c;
-    }
-  }
-  out[n] = 0;
-  return out;
-}
-
-int recipe_error(recipe_state *st, int line, const char *fmt, ...) {
-  char msg[800], ctx[200];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  ctx[0] = 0;
-  if (st->scope && st->scope->blk) {
-    size_t n = strlen(st->scope->prefix);
-    snprintf(ctx, sizeof ctx, " (in block '%.40s', instance '%.*s' at line %d)", st->scope->blk->type,
-             (int)(n ? n - 1 : 0) > 80 ? 80 : (int)(n ? n - 1 : 0), st->scope->prefix, st->scope->inst_line);
-  }
-  return tt_fail(st->err, "%s:%d: %s%s", st->path, line, msg, ctx);
-}
-
-void recipe_warn(recipe_state *st, int line, const char *fmt, ...) {
-  char msg[800], full[1100];
-  va_list ap;
-  if (!st->warn) return;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  snprintf(full, sizeof full, "%s:%d: warning: %s", st->path, line, msg);
-  st->warn(st->ud, full);
-}
-
-/* ---- small helpers ---- */
-
-static char *recipe_trim(char *s) {
-  char *e;
-  while (*s == ' ' || *s == '\t' || *s == '\r') s++;
-  e = s + strlen(s);
-  while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) *--e = 0;
-  return s;
-}
-
-int recipe_is_ident(const char *s) {
-  const char *p;
-  if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return 0;
-  for (p = s; *p; p++)
-    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_'))
-      return 0;
-  return 1;
-}
-
-int recipe_layer_kind(const char *kind) { return tt_layer_kind_from_name(kind); }
-
-const recipe_block *recipe_find_block(const recipe_state *st, const char *type) {
-  int i;
-  for (i = 0; i < st->nblocks; i++)
-    if (!strcmp(st->blocks[i].type, type)) return &st->blocks[i];
-  return NULL;
-}
-
-static void *recipe_grow(recipe_state *st, void *p, int *cap, int need, size_t elem, const char *what) {
-  int ncap;
-  void *q;
-  if (need <= *cap) return p;
-  ncap = *cap ? *cap : 16;
-  while (ncap < need) ncap *= 2;
-  q = realloc(p, (size_t)ncap * elem);
-  if (!q) {
-    tt_fail(st->err, "%s: out of host memory growing the %s table", st->path, what);
-    return NULL;
-  }
-  *cap = ncap;
-  return q;
-}
-
-/* ---- the name table: layer names and block-instance names -> layer index ---- */
-
-static unsigned recipe_hash(const char *s) {
-  unsigned h = 2166136261u;
-  while (*s) h = (h ^ (unsigned char)*s++) * 16777619u;
-  return h;
-}
-
-recipe_name *recipe_find_name(const recipe_state *st, const char *name) {
-  unsigned i;
-  if (!st->tabcap) return NULL;
-  for (i = recipe_hash(name) & (unsigned)(st->tabcap - 1); st->tab[i].key; i = (i + 1) & (unsigned)(st->tabcap - 1))
-    if (!strcmp(st->tab[i].key, name)) return &st->tab[i];
-  return NULL;
-}
-
-int recipe_lookup(const recipe_state *st, const char *name, int *line) {
-  const recipe_name *e = recipe_find_name(st, name);
-  if (!e) return -1;
-  if (line) *line = e->line;
-  return e->layer;
-}
-
-static void recipe_tab_put(recipe_name *tab, int cap, recipe_name e) {
-  unsigned i = recipe_hash(e.key) & (unsigned)(cap - 1);
-  while (tab[i].key) i = (i + 1) & (unsigned)(cap - 1);
-  tab[i] = e;
-}
-
-int recipe_add_name(recipe_state *st, const char *name, int layer, int line, int group) {
-  recipe_name e;
-  size_t n = strlen(name);
-  if ((st->tabn + 1) * 2 > st->tabcap) {
-    int ncap = st->tabcap ? st->tabcap * 2 : 64, i;
-    recipe_name *nt = (recipe_name *)tt_calloc((size_t)ncap, sizeof *nt, "recipe names", st->err);
-    if (!nt) return -1;
-    for (i = 0; i < st->tabcap; i++)
-      if (st->tab[i].key) recipe_tab_put(nt, ncap, st->tab[i]);
-    free(st->tab);
-    st->tab = nt;
-    st->tabcap = ncap;
-  }
-  e.key = (char *)tt_malloc(n + 1, "a recipe name", st->err);
-  if (!e.key) return -1;
-  memcpy(e.key, name, n + 1);
-  e.layer = layer;
-  e.line = line;
-  e.group = group;
-  recipe_tab_put(st->tab, st->tabcap, e);
-  st->tabn++;
-  return 0;
-}
-
-int recipe_push_layer(recipe_state *st, const tt_layer *L) {
-  tt_layer *nl;
-  if (st->nlayers >= RECIPE_MAX_LAYERS)
-    return recipe_error(st, L->line, "the recipe expands to more than %d layers; check 'repeat' and nested blocks",
-                        RECIPE_MAX_LAYERS);
-  nl = (tt_layer *)recipe_grow(st, st->layers, &st->caplayers, st->nlayers + 1, sizeof(tt_layer), "layer");
-  if (!nl) return -1;
-  st->layers = nl;
-  st->layers[st->nlayers] = *L;
-  if (recipe_add_name(st, L->name, st->nlayers, L->line, 0)) return -1;
-  st->nlayers++;
-  return 0;
-}
-
-/* ---- values ---- */
-
-int recipe_int(recipe_state *st, const recipe_entry *e, const char *v, long min, long max, int *out) {
-  char *end;
-  long x;
-  char q[64];
-  errno = 0;
-  x = strtol(v, &end, 10);
-  if (end == v || *end || errno == ERANGE || x < min || (*v == '+' || *v == ' '))
-    return recipe_error(st, e->line, "expected a %s integer for '%s', found '%s'",
-                        min > 0 ? "positive" : min == 0 ? "non-negative" : "", e->key, recipe_quote(v, q, sizeof q));
-  if (x > max) return recipe_error(st, e->line, "'%s' = %s is too large (at most %ld)", e->key, recipe_quote(v, q, sizeof q), max);
-  *out = (int)x;
-  return 0;
-}
-
-int recipe_bool(recipe_state *st, const recipe_entry *e, const char *v, int *out) {
-  char q[64];
-  if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "on")) return *out = 1, 0;
-  if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no") || !strcmp(v, "off")) return *out = 0, 0;
-  return recipe_error(st, e->line, "expected true or false for '%s', found '%s'", e->key, recipe_quote(v, q, sizeof q));
-}
-
-static int recipe_parse_double(const char *v, double *x) {
-  char *end;
-  errno = 0;
-  *x = strtod(v, &end);
-  return end != v && !*end && errno != ERANGE && isfinite(*x) && *v != ' ';
-}
-
-int recipe_float(recipe_state *st, const recipe_entry *e, const char *v, double lo, double hi, int lo_incl, int hi_incl,
-                 float *out) {
-  double x;
-  char q[64];
-  if (!recipe_parse_double(v, &x))
-    return recipe_error(st, e->line, "expected a number for '%s', found '%s'", e->key, recipe_quote(v, q, sizeof q));
-  if (x < lo || (x == lo && !lo_incl) || x > hi || (x == hi && !hi_incl)) {
-    if (hi >= 1e30)
-      return recipe_error(st, e->line, "expected '%s' %s %g, found '%s'", e->key, lo_incl ? ">=" : ">", lo,
-                          recipe_quote(v, q, sizeof q));
-    return recipe_error(st, e->line, "expected '%s' in %c%g, %g%c, found '%s'", e->key, lo_incl ? '[' : '(', lo, hi,
-                        hi_incl ? ']' : ')', recipe_quote(v, q, sizeof q));
-  }
-  *out = (float)x;
-  return 0;
-}
-
-static int recipe_enum(recipe_state *st, const recipe_entry *e, const char *v, const char *const *names, int n, int *out) {
-  char list[200] = "", q[64];
-  int i;
-  for (i = 0; i < n; i++)
-    if (!strcmp(v, names[i])) return *out = i, 0;
-  for (i = 0; i < n; i++) {
-    size_t l = strlen(list);
-    snprintf(list + l, sizeof list - l, "%s%s", i ? (i == n - 1 ? " or " : ", ") : "", names[i]);
-  }
-  return recipe_error(st, e->line, "expected %s for '%s', found '%s'", list, e->key, recipe_quote(v, q, sizeof q));
-}
+#include "fileio.h"
 
 /* ---- pass 1: text -> sections and entries ---- */
 
@@ -442,37 +227,6 @@ static int recipe_train(recipe_state *st, const recipe_section *sec) {
   return 0;
 }
 
-static int recipe_path(recipe_state *st, const recipe_entry *e, const char *v, char *out) {
-  size_t dl = strlen(st->dir);
-  int n = (v[0] == '/' || !dl) ? snprintf(out, TT_PATH_MAX, "%s", v)
-                               : snprintf(out, TT_PATH_MAX, "%s%s%s", st->dir, st->dir[dl - 1] == '/' ? "" : "/", v);
-  if (n < 0 || n >= TT_PATH_MAX) return recipe_error(st, e->line, "path for '%s' is longer than %d characters", e->key, TT_PATH_MAX - 1);
-  return 0;
-}
-
-static int recipe_floats(recipe_state *st, const recipe_entry *e, const char *v, float *out, double lo, int lo_incl) {
-  double x[4];
-  int n = 0, c;
-  char tmp[RECIPE_VALUE_MAX], *p = tmp, q[64];
-  snprintf(tmp, sizeof tmp, "%s", v);
-  for (;;) {
-    char *comma = strchr(p, ','), *item;
-    if (comma) *comma = 0;
-    item = recipe_trim(p);
-    if (n == 4 || !recipe_parse_double(item, &x[n]))
-      return recipe_error(st, e->line, "expected 1 to 4 comma-separated numbers for '%s', found '%s'", e->key, recipe_quote(v, q, sizeof q));
-    if (x[n] < lo || (x[n] == lo && !lo_incl))
-      return recipe_error(st, e->line, "expected values %s %g for '%s', found '%s'", lo_incl ? ">=" : ">", lo, e->key, recipe_quote(item, q, sizeof q));
-    n++;
-    if (!comma) break;
-    p = comma + 1;
-  }
-  if (n != 1 && n != st->m->in_c)
-    return recipe_error(st, e->line, "'%s' has %d values; give one per input channel (%d) or one for all", e->key, n, st->m->in_c);
-  for (c = 0; c < 4; c++) out[c] = (float)x[n == 1 ? 0 : (c < n ? c : n - 1)];
-  return 0;
-}
-
 static int recipe_data(recipe_state *st, const recipe_section *sec) {
   tt_data_cfg *d = &st->m->data;
   int j, x, have_format = 0, line_train = 0, line_tl = 0, line_test = 0, line_testl = 0;
@@ -626,8 +380,8 @@ static void recipe_state_free(recipe_state *st) {
   free(st->buf);
 }
 
-static int recipe_parse_buf(const char *path, const char *text, size_t len, tt_model *m, tt_err *err,
-                            void (*warn)(void *ud, const char *line), void *ud) {
+static int recipe_parse_buf(const char *path, const char *text, size_t len, tt_model *m, tt_err *err, tt_warn_fn warn,
+                            void *ud) {
   recipe_state *st;
   const char *slash, *base, *dot;
   int c, rc;
@@ -686,48 +440,31 @@ static int recipe_parse_buf(const char *path, const char *text, size_t len, tt_m
   return rc ? -1 : 0;
 }
 
-int tt_recipe_parse(const char *path, const char *text, tt_model *m, tt_err *err, void (*warn)(void *ud, const char *line),
-                    void *ud) {
+int tt_recipe_parse(const char *path, const char *text, tt_model *m, tt_err *err, tt_warn_fn warn, void *ud) {
   return recipe_parse_buf(path, text ? text : "", text ? strlen(text) : 0, m, err, warn, ud);
 }
 
-int tt_recipe_load(const char *path, tt_model *m, tt_err *err, void (*warn)(void *ud, const char *line), void *ud) {
-  FILE *f;
-  char *text;
-  size_t cap = 1 << 16, len = 0, got;
+/* The file is read by tt_read_file, whose messages suit any file ("cannot open (...); check
+ * the path"). A recipe keeps the ones README.md documents ("PATH: cannot open the recipe:
+ * <reason>"), and those for a directory and a file of 64 MiB or more, so these cases are
+ * looked at first. Past them (a read error, no memory, a file that is not regular such as a
+ * pipe, which tt_read_file refuses) tt_read_file's own messages stand. */
+#define RECIPE_FILE_MAX ((long long)64 << 20)
+
+int tt_recipe_load(const char *path, tt_model *m, tt_err *err, tt_warn_fn warn, void *ud) {
+  struct stat sb;
+  void *text;
+  size_t len;
   int rc;
   memset(m, 0, sizeof *m);
-  f = fopen(path, "rb");
-  if (!f) return tt_fail(err, "%s: cannot open the recipe: %s", path, strerror(errno));
-  text = (char *)tt_malloc(cap, "recipe text", err);
-  if (!text) return fclose(f), -1;
-  while ((got = fread(text + len, 1, cap - len, f)) > 0) {
-    len += got;
-    if (len == cap) {
-      char *nt;
-      if (cap >= ((size_t)64 << 20)) {
-        free(text);
-        fclose(f);
-        return tt_fail(err, "%s: the recipe is larger than 64 MiB; is this the right file?", path);
-      }
-      nt = (char *)realloc(text, cap * 2);
-      if (!nt) {
-        free(text);
-        fclose(f);
-        return tt_fail(err, "%s: out of host memory reading the recipe", path);
-      }
-      text = nt;
-      cap *= 2;
-    }
+  if (access(path, R_OK) != 0) return tt_fail(err, "%s: cannot open the recipe: %s", path, strerror(errno));
+  if (stat(path, &sb) == 0) {
+    if (S_ISDIR(sb.st_mode)) return tt_fail(err, "%s: cannot read the recipe: %s", path, strerror(EISDIR));
+    if (S_ISREG(sb.st_mode) && (long long)sb.st_size >= RECIPE_FILE_MAX)
+      return tt_fail(err, "%s: the recipe is larger than 64 MiB; is this the right file?", path);
   }
-  if (ferror(f)) {
-    int e = errno;
-    free(text);
-    fclose(f);
-    return tt_fail(err, "%s: cannot read the recipe: %s", path, strerror(e));
-  }
-  fclose(f);
-  rc = recipe_parse_buf(path, text, len, m, err, warn, ud);
+  if (tt_read_file(path, &text, &len, err)) return -1;
+  rc = recipe_parse_buf(path, (const char *)text, len, m, err, warn, ud);
   free(text);
   return rc;
 }

@@ -75,33 +75,15 @@ const char *recipe_val(recipe_state *st, const recipe_entry *e) {
   return st->vbuf;
 }
 
+const recipe_block *recipe_find_block(const recipe_state *st, const char *type) {
+  int i;
+  for (i = 0; i < st->nblocks; i++)
+    if (!strcmp(st->blocks[i].type, type)) return &st->blocks[i];
+  return NULL;
+}
+
 static const char *const recipe_act_names[] = {"relu", "relu6", "silu", "linear"};
 static const tt_layer_kind recipe_act_kinds[] = {TT_L_RELU, TT_L_RELU6, TT_L_SILU, TT_L_INPUT};
-
-/* "N" or "AxB" (height x width). */
-static int recipe_pair(recipe_state *st, const recipe_entry *e, const char *v, long min, long max, int *a, int *b) {
-  long x[2];
-  const char *p = v;
-  int k, n = strchr(v, 'x') ? 2 : 1;
-  char q[64];
-  for (k = 0; k < n; k++) {
-    char *end;
-    if (*p < '0' || *p > '9') break;
-    errno = 0;
-    x[k] = strtol(p, &end, 10);
-    if (errno == ERANGE || x[k] < min) break;
-    p = end;
-    if (k == 0 && n == 2 && *p++ != 'x') break;
-  }
-  if (k < n || *p)
-    return recipe_error(st, e->line, "expected a %s integer or HxW for '%s', found '%s'", min > 0 ? "positive" : "non-negative",
-                        e->key, recipe_quote(v, q, sizeof q));
-  if (x[0] > max || x[n - 1] > max)
-    return recipe_error(st, e->line, "'%s' = %s is too large (at most %ld)", e->key, recipe_quote(v, q, sizeof q), max);
-  *a = (int)x[0];
-  *b = (int)x[n - 1];
-  return 0;
-}
 
 static int recipe_valid_name(const char *s) {
   const char *p;
@@ -318,10 +300,71 @@ static int recipe_expand(recipe_state *st, recipe_scope *child) {
   return 0;
 }
 
+/* The instance's own keys (repeat, start, from) and its parameter values, into child->pval
+ * with the block's defaults filled in. Messages are in the scope of the section (sc). */
+static int recipe_instance_args(recipe_state *st, const recipe_scope *sc, const recipe_section *sec, recipe_scope *child,
+                                int *repeat, int *start, int *have_start, int *input) {
+  const recipe_block *blk = child->blk;
+  char q[64], list[300];
+  int j;
+  for (j = sec->e0; j < sec->e0 + sec->ne; j++) {
+    recipe_entry *e = &st->ents[j];
+    const char *v = recipe_val(st, e);
+    int p;
+    if (!v) return -1;
+    if (!strcmp(e->key, "repeat")) {
+      if (recipe_int(st, e, v, 1, RECIPE_MAX_REPEAT, repeat)) return -1;
+    } else if (!strcmp(e->key, "start")) {
+      if (recipe_int(st, e, v, 0, 1000000, start)) return -1;
+      *have_start = 1;
+    } else if (!strcmp(e->key, "from")) {
+      if (strchr(v, ',')) return recipe_error(st, e->line, "a block instance takes one input; 'from' names several");
+      *input = recipe_resolve(st, sc, v, e->line);
+      if (*input < 0) return -1;
+    } else {
+      for (p = 0; p < blk->nparams && strcmp(blk->pname[p], e->key); p++) {
+      }
+      if (p == blk->nparams) {
+        recipe_param_list(blk, list, sizeof list);
+        return recipe_error(st, e->line, "block '%s' has no parameter '%s' (its parameters: %s; and repeat, start, from)",
+                            blk->type, e->key, list);
+      }
+      if (strlen(v) >= RECIPE_PARAM_VALUE_MAX)
+        return recipe_error(st, e->line, "value of parameter '%s' is longer than %d characters", e->key,
+                            RECIPE_PARAM_VALUE_MAX - 1);
+      strcpy(child->pstore[p], v);
+      child->pval[p] = child->pstore[p];
+    }
+  }
+  for (j = 0; j < blk->nparams; j++) {
+    if (child->pval[j]) continue;
+    if (!blk->pdef[j])
+      return recipe_error(st, sec->line, "instance '%s' of block '%s' needs parameter '%s'", recipe_quote(sec->name, q, sizeof q),
+                          blk->type, blk->pname[j]);
+    child->pval[j] = blk->pdef[j];
+  }
+  return 0;
+}
+
+/* The group name of a repeated instance ("layer3") names its latest copy, `output`; it is
+ * re-pointed by a later section of the same name, so several sections may share it. */
+static int recipe_name_group(recipe_state *st, const recipe_scope *sc, const recipe_section *sec, const char *base, int output) {
+  recipe_name *g;
+  char gname[2 * TT_NAME_MAX], full[TT_NAME_MAX];
+  snprintf(gname, sizeof gname, "%s%s", sc->prefix, base);
+  g = recipe_find_name(st, gname);
+  if (g && g->group) {
+    g->layer = output;
+    return 0;
+  }
+  if (recipe_full_name(st, sc, base, sec->line, full) || recipe_add_name(st, full, output, sec->line, 1)) return -1;
+  return 0;
+}
+
 int recipe_instance(recipe_state *st, recipe_scope *sc, const recipe_section *sec, const recipe_block *blk) {
   recipe_scope *child;
-  char base[TT_NAME_MAX], local[TT_NAME_MAX + 16], full[TT_NAME_MAX], q[64], list[300];
-  int j, r, repeat = 1, start = 0, have_start = 0, input = sc->prev, output = -1, rc = -1;
+  char base[TT_NAME_MAX], local[TT_NAME_MAX + 16], full[TT_NAME_MAX];
+  int r, repeat = 1, start = 0, have_start = 0, input = sc->prev, output = -1, rc = -1;
   if (!sec->name)
     return recipe_error(st, sec->line, "an instance of block '%s' needs a name, e.g. [%s layer1]", blk->type, blk->type);
   if (sc->depth + 1 > RECIPE_MAX_DEPTH)
@@ -333,49 +376,7 @@ int recipe_instance(recipe_state *st, recipe_scope *sc, const recipe_section *se
   child->depth = sc->depth + 1;
   child->inst_line = sec->line;
   child->parent = sc;
-  for (j = sec->e0; j < sec->e0 + sec->ne; j++) {
-    recipe_entry *e = &st->ents[j];
-    const char *v = recipe_val(st, e);
-    int p;
-    if (!v) goto done;
-    if (!strcmp(e->key, "repeat")) {
-      if (recipe_int(st, e, v, 1, RECIPE_MAX_REPEAT, &repeat)) goto done;
-    } else if (!strcmp(e->key, "start")) {
-      if (recipe_int(st, e, v, 0, 1000000, &start)) goto done;
-      have_start = 1;
-    } else if (!strcmp(e->key, "from")) {
-      if (strchr(v, ',')) {
-        recipe_error(st, e->line, "a block instance takes one input; 'from' names several");
-        goto done;
-      }
-      input = recipe_resolve(st, sc, v, e->line);
-      if (input < 0) goto done;
-    } else {
-      for (p = 0; p < blk->nparams && strcmp(blk->pname[p], e->key); p++) {
-      }
-      if (p == blk->nparams) {
-        recipe_param_list(blk, list, sizeof list);
-        recipe_error(st, e->line, "block '%s' has no parameter '%s' (its parameters: %s; and repeat, start, from)", blk->type, e->key,
-                     list);
-        goto done;
-      }
-      if (strlen(v) >= RECIPE_PARAM_VALUE_MAX) {
-        recipe_error(st, e->line, "value of parameter '%s' is longer than %d characters", e->key, RECIPE_PARAM_VALUE_MAX - 1);
-        goto done;
-      }
-      strcpy(child->pstore[p], v);
-      child->pval[p] = child->pstore[p];
-    }
-  }
-  for (j = 0; j < blk->nparams; j++) {
-    if (child->pval[j]) continue;
-    if (!blk->pdef[j]) {
-      recipe_error(st, sec->line, "instance '%s' of block '%s' needs parameter '%s'", recipe_quote(sec->name, q, sizeof q), blk->type,
-                   blk->pname[j]);
-      goto done;
-    }
-    child->pval[j] = blk->pdef[j];
-  }
+  if (recipe_instance_args(st, sc, sec, child, &repeat, &start, &have_start, &input)) goto done;
   if (recipe_local_name(st, sc, sec->name, blk->type, 0, sec->line, base)) goto done;
   for (r = 0; r < repeat; r++) {
     if (repeat > 1 || have_start) snprintf(local, sizeof local, "%s.%d", base, start + r);
@@ -404,18 +405,7 @@ int recipe_instance(recipe_state *st, recipe_scope *sc, const recipe_section *se
     if (recipe_add_name(st, full, output, sec->line, 0)) goto done;
     input = output;
   }
-  if (repeat > 1 || have_start) {
-    /* The group name ("layer3") follows its latest copy, so several sections may share it. */
-    recipe_name *g;
-    char gname[2 * TT_NAME_MAX];
-    snprintf(gname, sizeof gname, "%s%s", sc->prefix, base);
-    g = recipe_find_name(st, gname);
-    if (g && g->group) {
-      g->layer = output;
-    } else if (recipe_full_name(st, sc, base, sec->line, full) || recipe_add_name(st, full, output, sec->line, 1)) {
-      goto done;
-    }
-  }
+  if ((repeat > 1 || have_start) && recipe_name_group(st, sc, sec, base, output)) goto done;
   sc->prev = output;
   rc = 0;
 done:

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "recipe.h"
+
 static void session_warn(void *ud, const char *line) {
   (void)ud;
   fprintf(stderr, "%s\n", line);

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/exec.h"
+#include "core/recipe.h"
 #include "tests/tt_test.h"
 
 #ifdef TT_HAVE_CUDA

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/model.h"
+#include "core/recipe.h"
 #include "tests/tt_test.h"
 
 typedef struct warnings {

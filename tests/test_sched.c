@@ -18,7 +18,7 @@
 #include "core/exec.h"
 #include "core/graph.h"
 #include "core/lossscale.h"
-#include "core/model.h"
+#include "core/recipe.h"
 #include "core/program.h"
 #include "core/sched.h"
 #include "kernels/backend.h"

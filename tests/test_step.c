@@ -15,6 +15,7 @@
 
 #include "core/data.h"
 #include "core/exec.h"
+#include "core/recipe.h"
 #include "core/safetensors.h"
 #include "tests/tt_test.h"
 

@@ -13,6 +13,7 @@
 
 #include "core/data.h"
 #include "core/exec.h"
+#include "core/recipe.h"
 
 static int bench_cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
