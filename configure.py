@@ -27,7 +27,7 @@ DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libstb-dev", "zlib1g-dev", "d
 LIB_DIRS = ["core", "arena", "kernels/cpu"]
 CLI_SOURCES = ["core/main.c"]
 TESTS = ["test_ops", "test_arena", "test_recipe", "test_data", "test_safetensors", "test_graph",
-         "test_step", "test_train", "test_sched", "test_cuda"]
+         "test_lower", "test_step", "test_train", "test_sched", "test_cuda"]
 
 
 def run(cmd):

@@ -1,0 +1,331 @@
+/* tests/test_lower.c — the lower stage on its own data (DESIGN.md, "Every stage can be
+ * tested on its own data"): for one fixed recipe, the buffers and steps the lowering emits,
+ * their operand slots and arguments, liveness, in-place proposals and recompute steps. The
+ * counts below are derived by hand from the recipe in the comments, not read off a run. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/graph.h"
+#include "core/program.h"
+#include "core/recipe.h"
+#include "kernels/backend.h"
+#include "tests/tt_test.h"
+
+tt_backend *tt_cpu_backend_create(int threads);
+
+/* nodes: 0 input, 1 c1, 2 b1, 3 r1, 4 c2, 5 a1, 6 f1 (a view), 7 fc
+ * params: c1.weight; b1 gamma, beta, running mean, running var; c2 weight, bias; fc weight,
+ * bias: 9, of which 7 trainable (running statistics are not). */
+static const char *lower_recipe =
+    "[net]\ninput = 1x8x8\nclasses = 3\n"
+    "[train]\nbatch = 4\noptimizer = sgd\nlr = 0.1\nmomentum = 0.9\n"
+    "[conv c1]\nfilters = 2\nsize = 3\npad = 1\nbias = false\n"
+    "[bn b1]\n"
+    "[relu r1]\n"
+    "[conv c2]\nfilters = 2\nsize = 3\npad = 1\n"
+    "[add a1]\nfrom = c2, r1\n"
+    "[flatten f1]\n"
+    "[linear fc]\nout = 3\n";
+
+typedef struct lw {
+  tt_model m;
+  tt_graph g;
+  tt_program p;
+  tt_backend *be;
+} lw;
+
+static int lw_open(lw *t, int training, tt_dtype dt, int inplace, const unsigned char *rec, tt_err *e) {
+  memset(t, 0, sizeof *t);
+  t->be = tt_cpu_backend_create(1);
+  if (!t->be) return tt_fail(e, "no CPU backend");
+  if (tt_recipe_parse("lower.recipe", lower_recipe, &t->m, e, NULL, NULL) || tt_graph_build(&t->m, &t->g, e)) return -1;
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = 4, pol.accum_steps = 1, pol.act_dtype = dt, pol.inplace = inplace, pol.training = training;
+  pol.recompute = (unsigned char *)rec;
+  if (tt_lower(&t->g, &pol, t->be, &t->p, e) || tt_program_plan(&t->p, e)) return -1;
+  return 0;
+}
+
+static void lw_close(lw *t) {
+  tt_program_free(&t->p);
+  tt_graph_free(&t->g);
+  tt_model_free(&t->m);
+  if (t->be) t->be->destroy(t->be);
+}
+
+static int count_steps(const tt_program *p, tt_step_op op, int node) {
+  int n = 0;
+  for (int i = 0; i < p->nsteps; i++)
+    if (p->steps[i].op == op && (node < 0 || p->steps[i].node == node)) n++;
+  return n;
+}
+
+static int find_step(const tt_program *p, tt_step_op op, int node, int flags) {
+  for (int i = 0; i < p->nsteps; i++)
+    if (p->steps[i].op == op && p->steps[i].node == node && (p->steps[i].flags & flags) == flags) return i;
+  return -1;
+}
+
+static int find_buf(const tt_program *p, const char *name) {
+  for (int i = 0; i < p->nbufs; i++)
+    if (!strcmp(p->bufs[i].name, name)) return i;
+  return -1;
+}
+
+static int count_class(const tt_program *p, tt_buf_class c) {
+  int n = 0;
+  for (int i = 0; i < p->nbufs; i++) n += p->bufs[i].cls == c;
+  return n;
+}
+
+static void test_counts(void) {
+  TT_TEST_BEGIN("lower_buffer_and_step_counts");
+  tt_err e = {{0}};
+  lw t;
+  if (lw_open(&t, 1, TT_F32, 0, NULL, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+    lw_close(&t);
+    return;
+  }
+  const tt_program *p = &t.p;
+  /* micro-step: load, 6 forwards (the flatten is a view), loss, 6 backwards (nothing for
+   * the input, nothing for the view); update phase: 7 updates, no check in fp32 */
+  TT_CHECK(count_steps(p, TT_S_LOAD_INPUT, -1) == 1, "load steps %d", count_steps(p, TT_S_LOAD_INPUT, -1));
+  TT_CHECK(count_steps(p, TT_S_FWD, -1) == 6, "forward steps %d", count_steps(p, TT_S_FWD, -1));
+  TT_CHECK(count_steps(p, TT_S_FWD, 6) == 0, "the flatten view got a step");
+  TT_CHECK(count_steps(p, TT_S_LOSS, -1) == 1, "loss steps %d", count_steps(p, TT_S_LOSS, -1));
+  TT_CHECK(count_steps(p, TT_S_BWD, -1) == 6, "backward steps %d", count_steps(p, TT_S_BWD, -1));
+  TT_CHECK(count_steps(p, TT_S_UPDATE, -1) == 7, "update steps %d", count_steps(p, TT_S_UPDATE, -1));
+  TT_CHECK(count_steps(p, TT_S_CAST, -1) == 0 && count_steps(p, TT_S_CHECK, -1) == 0, "fp32 has casts or a check");
+  TT_CHECK(p->micro_end == 14 && p->nsteps == 21, "micro_end %d nsteps %d", p->micro_end, p->nsteps);
+  /* buffers: 9 masters, 7 gradients, 7 momenta; activations: u8 batch, labels, the 6 values
+   * and the input value, 2 batch-norm saved statistics; 6 activation gradients */
+  TT_CHECK(count_class(p, TT_BC_PARAMS) == 9, "params %d", count_class(p, TT_BC_PARAMS));
+  TT_CHECK(count_class(p, TT_BC_GRADS) == 7, "grads %d", count_class(p, TT_BC_GRADS));
+  TT_CHECK(count_class(p, TT_BC_OPTIMIZER) == 7, "optimizer %d", count_class(p, TT_BC_OPTIMIZER));
+  TT_CHECK(count_class(p, TT_BC_ACTIVATIONS) == 11, "activations %d", count_class(p, TT_BC_ACTIVATIONS));
+  TT_CHECK(count_class(p, TT_BC_ACT_GRADS) == 6, "activation grads %d", count_class(p, TT_BC_ACT_GRADS));
+  TT_CHECK(count_class(p, TT_BC_WEIGHT_COPIES) == 0, "weight copies in fp32");
+  TT_CHECK(find_buf(p, "f1") < 0, "a buffer for the flatten view");
+  TT_CHECK(p->value_buf[6] == p->value_buf[5], "the view's value is not its input's");
+  TT_CHECK(p->nparams == 9 && p->input_numel == 64, "nparams %d input_numel %zu", p->nparams, p->input_numel);
+  lw_close(&t);
+
+  /* fp16 autocast: one cast per conv/linear weight and bias (5) made once per micro-step
+   * and reused by backward, and the overflow check */
+  if (lw_open(&t, 1, TT_F16, 0, NULL, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+  } else {
+    TT_CHECK(count_steps(&t.p, TT_S_CAST, -1) == 5, "casts %d", count_steps(&t.p, TT_S_CAST, -1));
+    TT_CHECK(count_class(&t.p, TT_BC_WEIGHT_COPIES) == 5, "copies %d", count_class(&t.p, TT_BC_WEIGHT_COPIES));
+    TT_CHECK(count_steps(&t.p, TT_S_CHECK, -1) == 1 && t.p.overflow_flag >= 0, "no overflow check under fp16");
+    TT_CHECK(t.p.nsteps == 27, "fp16 nsteps %d", t.p.nsteps);
+  }
+  lw_close(&t);
+
+  /* evaluation: forward and loss only; no gradients, no optimizer state */
+  if (lw_open(&t, 0, TT_F32, 0, NULL, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+  } else {
+    TT_CHECK(t.p.nsteps == 8 && t.p.micro_end == 8, "eval nsteps %d micro_end %d", t.p.nsteps, t.p.micro_end);
+    TT_CHECK(count_class(&t.p, TT_BC_GRADS) == 0 && count_class(&t.p, TT_BC_OPTIMIZER) == 0, "eval has training state");
+    int l = find_step(&t.p, TT_S_LOSS, 7, TT_SF_EVAL);
+    TT_CHECK(l >= 0 && t.p.steps[l].out[TT_LOSS_DLOGITS] == -1 && t.p.steps[l].out[TT_LOSS_STATS] == t.p.stats,
+             "eval loss writes dlogits");
+  }
+  lw_close(&t);
+  TT_TEST_END();
+}
+
+static void test_slots_and_args(void) {
+  TT_TEST_BEGIN("lower_operand_slots_and_arguments");
+  tt_err e = {{0}};
+  lw t;
+  if (lw_open(&t, 1, TT_F32, 0, NULL, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+    lw_close(&t);
+    return;
+  }
+  const tt_program *p = &t.p;
+  int c1 = find_step(p, TT_S_FWD, 1, 0), c2 = find_step(p, TT_S_FWD, 4, 0), fc = find_step(p, TT_S_FWD, 7, 0);
+  int b1 = find_step(p, TT_S_FWD, 2, 0), ld = find_step(p, TT_S_LOAD_INPUT, 0, 0), ls = find_step(p, TT_S_LOSS, 7, 0);
+  TT_CHECK(c1 >= 0 && c2 >= 0 && fc >= 0 && b1 >= 0 && ld >= 0 && ls >= 0, "steps missing");
+  if (tt_test_current_failed) {
+    lw_close(&t);
+    return;
+  }
+  const tt_conv_desc *d = &p->steps[c1].a.conv;
+  TT_CHECK(d->n == 4 && d->c == 1 && d->h == 8 && d->w == 8 && d->k == 2 && d->r == 3 && d->s == 3 && d->pad_h == 1 &&
+               d->pad_w == 1 && d->stride_h == 1 && d->groups == 1 && d->p == 8 && d->q == 8,
+           "c1 descriptor n%d c%d %dx%d k%d %dx%d", d->n, d->c, d->h, d->w, d->k, d->r, d->s);
+  TT_CHECK(p->steps[c1].kind == TT_L_CONV && p->steps[c1].name && !strcmp(p->steps[c1].name, "c1"), "c1 kind or name");
+  TT_CHECK(p->steps[c1].in[TT_FWD_W] == p->param_buf[t.g.nodes[1].weight], "c1 weight slot");
+  TT_CHECK(p->steps[c1].in[TT_FWD_B] == -1, "c1 has no bias but its slot is %d", p->steps[c1].in[TT_FWD_B]);
+  TT_CHECK(p->steps[c2].in[TT_FWD_B] == p->param_buf[t.g.nodes[4].bias], "c2 bias slot");
+  TT_CHECK(p->steps[fc].a.linear.in == 128 && p->steps[fc].a.linear.out == 3, "fc %d -> %d", p->steps[fc].a.linear.in,
+           p->steps[fc].a.linear.out);
+  TT_CHECK(p->steps[fc].in[TT_FWD_X] == p->value_buf[5], "fc reads through the flatten view");
+  TT_CHECK(p->steps[b1].a.bn.c == 2 && p->steps[b1].a.bn.hw == 64, "bn args c%d hw%d", p->steps[b1].a.bn.c,
+           p->steps[b1].a.bn.hw);
+  TT_CHECK(p->steps[b1].out[TT_BN_SAVE_MEAN] >= 0 && p->steps[b1].out[TT_BN_SAVE_INVSTD] == p->steps[b1].out[TT_BN_SAVE_MEAN] + 1,
+           "bn saved statistics");
+  TT_CHECK(p->steps[ld].a.load.c == 1 && p->steps[ld].a.load.hw == 64 && p->steps[ld].a.load.std[0] == 1.0f,
+           "load args c%d hw%d", p->steps[ld].a.load.c, p->steps[ld].a.load.hw);
+  TT_CHECK(p->steps[ls].a.loss.classes == 3, "loss classes %d", p->steps[ls].a.loss.classes);
+  /* backward slots: c1 is fed by the image (no dx); c1's weight gradient; bn reads x and its statistics */
+  int bc1 = find_step(p, TT_S_BWD, 1, 0), bb1 = find_step(p, TT_S_BWD, 2, 0), br1 = find_step(p, TT_S_BWD, 3, 0);
+  TT_CHECK(bc1 >= 0 && p->steps[bc1].out[TT_BWD_DX] == -1, "c1 backward writes a gradient for the image");
+  TT_CHECK(bc1 >= 0 && p->steps[bc1].out[TT_BWD_DW] == p->grad_buf[t.g.nodes[1].weight] && p->steps[bc1].out[TT_BWD_DB] == -1,
+           "c1 parameter gradient slots");
+  TT_CHECK(bc1 >= 0 && p->steps[bc1].in[TT_BWD_SAVED] == p->value_buf[0], "c1 backward does not read its input");
+  TT_CHECK(bb1 >= 0 && p->steps[bb1].in[TT_BWD_SAVED] == p->value_buf[1] &&
+               p->steps[bb1].in[TT_BWD_SAVE_MEAN] == p->steps[b1].out[TT_BN_SAVE_MEAN],
+           "bn backward operands");
+  TT_CHECK(br1 >= 0 && p->steps[br1].in[TT_BWD_SAVED] == p->value_buf[3], "relu backward reads its output");
+  /* every update carries its parameter's size */
+  for (int i = p->micro_end; i < p->nsteps; i++) {
+    const tt_step *s = &p->steps[i];
+    TT_CHECK(s->op == TT_S_UPDATE && s->a.count == t.g.params[s->arg].numel && s->out[TT_UPD_PARAM] == p->param_buf[s->arg] &&
+                 s->out[TT_UPD_M] == p->m_buf[s->arg] && s->out[TT_UPD_V] == -1,
+             "update step %d", i);
+  }
+  lw_close(&t);
+  TT_TEST_END();
+}
+
+static void test_liveness(void) {
+  TT_TEST_BEGIN("lower_liveness");
+  tt_err e = {{0}};
+  lw t;
+  if (lw_open(&t, 1, TT_F32, 0, NULL, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+    lw_close(&t);
+    return;
+  }
+  const tt_program *p = &t.p;
+  for (int si = 0; si < p->nsteps; si++) {
+    const tt_step *s = &p->steps[si];
+    for (int k = 0; k < s->nin; k++)
+      if (s->in[k] >= 0) TT_CHECK(p->bufs[s->in[k]].first <= si && si <= p->bufs[s->in[k]].last, "step %d reads a dead buffer", si);
+    for (int k = 0; k < s->nout; k++)
+      if (s->out[k] >= 0) TT_CHECK(p->bufs[s->out[k]].first <= si && si <= p->bufs[s->out[k]].last, "step %d writes a dead buffer", si);
+  }
+  for (int i = 0; i < p->nbufs; i++)
+    if (p->bufs[i].persistent) TT_CHECK(p->bufs[i].first == 0 && p->bufs[i].last == p->nsteps - 1, "persistent %s", p->bufs[i].name);
+  /* what backward reads decides how long a value lives (core/ops.c): batch norm's backward
+   * reads its input, not its output, so b1's value dies at the relu that reads it; relu's
+   * backward reads its output, so r1's value lives until r1's backward */
+  int fr1 = find_step(p, TT_S_FWD, 3, 0), br1 = find_step(p, TT_S_BWD, 3, 0), bb1 = find_step(p, TT_S_BWD, 2, 0);
+  TT_CHECK(p->bufs[p->value_buf[2]].last == fr1, "b1 value last used at %d, not at the relu %d", p->bufs[p->value_buf[2]].last,
+           fr1);
+  TT_CHECK(p->bufs[p->value_buf[3]].last == br1, "r1 value last used at %d, not at its backward %d",
+           p->bufs[p->value_buf[3]].last, br1);
+  TT_CHECK(p->bufs[p->value_buf[1]].last == bb1, "c1 value last used at %d, not at bn backward %d", p->bufs[p->value_buf[1]].last,
+           bb1);
+  /* the fan-out: r1's gradient is written by the add's backward and added into by c2's */
+  int ba1 = find_step(p, TT_S_BWD, 5, 0), bc2 = find_step(p, TT_S_BWD, 4, 0);
+  int g_r1 = find_buf(p, "r1.grad");
+  TT_CHECK(ba1 >= 0 && bc2 >= 0 && g_r1 >= 0, "fan-out steps");
+  if (ba1 >= 0 && bc2 >= 0 && g_r1 >= 0) {
+    TT_CHECK(p->steps[ba1].out[1] == g_r1 && p->steps[ba1].out_beta[1] == 0, "the add does not overwrite r1.grad");
+    TT_CHECK(p->steps[bc2].out[TT_BWD_DX] == g_r1 && p->steps[bc2].out_beta[TT_BWD_DX] == 1, "c2 does not add into r1.grad");
+    TT_CHECK(ba1 < bc2, "the overwrite comes after the add");
+  }
+  TT_CHECK(p->arena_bytes >= p->peak_live_bytes && p->peak_live_bytes > 0, "arena %zu < peak %zu", p->arena_bytes,
+           p->peak_live_bytes);
+  lw_close(&t);
+  TT_TEST_END();
+}
+
+static void test_inplace(void) {
+  TT_TEST_BEGIN("lower_inplace_proposals");
+  tt_err e = {{0}};
+  lw t;
+  if (lw_open(&t, 1, TT_F32, 0, NULL, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+  } else {
+    for (int i = 0; i < t.p.nbufs; i++) TT_CHECK(t.p.bufs[i].alias_of == -1, "%s proposes an alias without in-place", t.p.bufs[i].name);
+    TT_CHECK(t.p.n_inplace == 0, "n_inplace %d", t.p.n_inplace);
+  }
+  lw_close(&t);
+  if (lw_open(&t, 1, TT_F32, 1, NULL, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+    lw_close(&t);
+    return;
+  }
+  const tt_program *p = &t.p;
+  /* forward: the relu over the batch norm's output (dead after it); the add over c2, its
+   * first input, dead after the add (c2's backward reads r1, not c2) */
+  TT_CHECK(p->bufs[p->value_buf[3]].alias_of == p->value_buf[2], "r1 does not propose b1's storage");
+  TT_CHECK(p->bufs[p->value_buf[5]].alias_of == p->value_buf[4], "a1 does not propose c2's storage");
+  TT_CHECK(p->bufs[p->value_buf[3]].aliased && p->bufs[p->value_buf[5]].aliased, "the planner refused a forward alias");
+  /* backward: relu writes b1.grad over r1.grad; the add only its last input's gradient over dy */
+  int g_b1 = find_buf(p, "b1.grad"), g_r1 = find_buf(p, "r1.grad"), g_c2 = find_buf(p, "c2.grad"), g_a1 = find_buf(p, "a1.grad");
+  TT_CHECK(g_b1 >= 0 && g_r1 >= 0 && g_c2 >= 0 && g_a1 >= 0, "gradient buffers missing");
+  if (g_b1 >= 0 && g_r1 >= 0 && g_c2 >= 0 && g_a1 >= 0) {
+    TT_CHECK(p->bufs[g_b1].alias_of == g_r1, "relu backward does not propose dy");
+    TT_CHECK(p->bufs[g_r1].alias_of == g_a1, "the add's last input does not propose dy");
+    TT_CHECK(p->bufs[g_c2].alias_of == -1, "the add's first input proposes dy");
+  }
+  /* convolutions, batch norm and linear never run in place */
+  TT_CHECK(p->bufs[p->value_buf[1]].alias_of == -1 && p->bufs[p->value_buf[2]].alias_of == -1 &&
+               p->bufs[p->value_buf[7]].alias_of == -1,
+           "a conv, bn or linear proposes an alias");
+  TT_CHECK(p->n_inplace >= 3, "accepted aliases %d", p->n_inplace);
+  lw_close(&t);
+  /* the traits rule: silu's backward reads its input, so it runs in place only when evaluating */
+  tt_layer L;
+  memset(&L, 0, sizeof L);
+  L.kind = TT_L_SILU;
+  TT_CHECK(!tt_op_fwd_inplace(&L, 1) && tt_op_fwd_inplace(&L, 0), "silu in-place rule");
+  L.kind = TT_L_DROPOUT;
+  L.p = 0.5f;
+  TT_CHECK(!tt_op_is_view(&L, 1) && tt_op_is_view(&L, 0), "dropout view rule");
+  L.p = 0.0f;
+  TT_CHECK(tt_op_is_view(&L, 1), "dropout with p = 0 is not a view");
+  TT_TEST_END();
+}
+
+static void test_recompute(void) {
+  TT_TEST_BEGIN("lower_recompute_steps");
+  tt_err e = {{0}};
+  lw t;
+  unsigned char rec[8] = {0, 0, 1, 1, 0, 0, 0, 0}; /* drop b1 and r1 after the forward pass */
+  if (lw_open(&t, 1, TT_F32, 0, rec, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+    lw_close(&t);
+    return;
+  }
+  const tt_program *p = &t.p;
+  /* c2's backward reads r1, which reads b1: both re-run (b1 from the kept c1), once, just
+   * before it; r1's and b1's own backwards then find the recomputed values */
+  TT_CHECK(p->n_recomputed_steps == 2, "recomputed steps %d", p->n_recomputed_steps);
+  int rb1 = find_step(p, TT_S_FWD, 2, TT_SF_RECOMPUTE), rr1 = find_step(p, TT_S_FWD, 3, TT_SF_RECOMPUTE);
+  int bc2 = find_step(p, TT_S_BWD, 4, 0), ls = find_step(p, TT_S_LOSS, 7, 0);
+  TT_CHECK(rb1 > ls && rr1 > rb1 && bc2 > rr1, "order: loss %d, b1 again %d, r1 again %d, c2 backward %d", ls, rb1, rr1, bc2);
+  int vb1 = find_buf(p, "b1.recomputed"), vr1 = find_buf(p, "r1.recomputed");
+  TT_CHECK(vb1 >= 0 && vr1 >= 0, "recomputed buffers missing");
+  if (rr1 >= 0 && vr1 >= 0) TT_CHECK(p->steps[rr1].out[TT_FWD_Y] == vr1, "r1 recomputed into another buffer");
+  if (bc2 >= 0 && vr1 >= 0) TT_CHECK(p->steps[bc2].in[TT_BWD_SAVED] == vr1, "c2 backward reads the dropped value");
+  /* the originals die with the forward pass */
+  TT_CHECK(p->bufs[p->value_buf[3]].last <= ls && p->bufs[p->value_buf[2]].last <= ls, "dropped values live into backward");
+  /* the batch norm that re-runs saves statistics again but must not move running statistics:
+   * the flag the executor reads for that */
+  TT_CHECK(rb1 >= 0 && p->steps[rb1].out[TT_BN_SAVE_MEAN] >= 0, "recomputed bn has no statistics");
+  int bb1 = find_step(p, TT_S_BWD, 2, 0);
+  if (rb1 >= 0 && bb1 >= 0) TT_CHECK(p->steps[bb1].in[TT_BWD_SAVE_MEAN] == p->steps[rb1].out[TT_BN_SAVE_MEAN], "bn backward reads the old statistics");
+  TT_CHECK(count_steps(p, TT_S_FWD, -1) == 8 && count_steps(p, TT_S_BWD, -1) == 6, "forward %d backward %d",
+           count_steps(p, TT_S_FWD, -1), count_steps(p, TT_S_BWD, -1));
+  lw_close(&t);
+  TT_TEST_END();
+}
+
+int main(void) {
+  test_counts();
+  test_slots_and_args();
+  test_liveness();
+  test_inplace();
+  test_recompute();
+  TT_TEST_EXIT();
+}
