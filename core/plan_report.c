@@ -5,26 +5,6 @@
 
 #include "session.h"
 
-int tt_parse_size(const char *str, size_t *bytes) {
-  char *end;
-  double v = strtod(str, &end);
-  if (end == str || !(v >= 0)) return -1; /* !(v >= 0) also rejects nan */
-  double mul = 1.0;
-  switch (*end) {
-    case 'k': case 'K': mul = 1024.0, end++; break;
-    case 'm': case 'M': mul = 1048576.0, end++; break;
-    case 'g': case 'G': mul = 1073741824.0, end++; break;
-    case 't': case 'T': mul = 1099511627776.0, end++; break;
-    default: break;
-  }
-  if (mul > 1.0 && *end == 'i') end++;
-  if (*end == 'B' || *end == 'b') end++;
-  if (*end) return -1;
-  if (v * mul >= 18446744073709551616.0) return -1; /* does not fit in size_t: (size_t) would be undefined */
-  *bytes = (size_t)(v * mul);
-  return *bytes ? 0 : -1;
-}
-
 static double plan_mib(size_t b) { return b / 1048576.0; }
 
 static void plan_json_str(FILE *out, const char *s) {

@@ -4,11 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void session_warn(void *ud, const char *line) {
-  (void)ud;
-  fprintf(stderr, "%s\n", line);
-}
-
 int tt_session_open(tt_session **out, const tt_run_opts *o, int mode, tt_err *err) {
   *out = NULL;
   if (!o->recipe) return tt_fail(err, "no recipe given");
@@ -17,7 +12,7 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, int mode, tt_err *er
   int want_cuda = o->device == TT_DEVICE_CUDA;
   if (!s) return -1;
   s->vram_bytes = o->vram_bytes;
-  if (tt_recipe_load(o->recipe, &s->model, err, session_warn, NULL)) {
+  if (tt_recipe_load(o->recipe, &s->model, err, tt_warn_stderr, NULL)) {
     free(s);
     return -1;
   }

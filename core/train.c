@@ -42,11 +42,6 @@ double tt_lr_at(const tt_train_cfg *t, double epoch) {
   }
 }
 
-static void train_warn(void *ud, const char *line) {
-  (void)ud;
-  fprintf(stderr, "%s\n", line);
-}
-
 typedef struct train_hist {
   double epoch[4096], train_loss[4096], test_loss[4096], test_acc[4096];
   int n;
@@ -125,8 +120,8 @@ static int train_body(tt_run_opts *o, train_res *R, FILE *out, tt_err *err) {
     tt_fail(err, "%s: has no [data] section; add one with format and train/test paths to train", m->path);
     return -1;
   }
-  if (tt_dataset_load(&m->data, 1, m->in_c, m->in_h, m->in_w, &R->train_ds, err, train_warn, NULL) ||
-      tt_dataset_load(&m->data, 0, m->in_c, m->in_h, m->in_w, &R->test_ds, err, train_warn, NULL))
+  if (tt_dataset_load(&m->data, 1, m->in_c, m->in_h, m->in_w, &R->train_ds, err, tt_warn_stderr, NULL) ||
+      tt_dataset_load(&m->data, 0, m->in_c, m->in_h, m->in_w, &R->test_ds, err, tt_warn_stderr, NULL))
     return -1;
   if (R->train_ds.skipped || R->test_ds.skipped)
     train_say(o, out, "data: skipped %d training and %d test images that could not be read (listed above)\n",
@@ -347,7 +342,7 @@ int tt_evaluate(tt_run_opts *o, const char *weights, char *errbuf, size_t errsiz
     goto done;
   }
   if (tt_checkpoint_load(&s->x, weights, 0, NULL, &err)) goto done;
-  if (tt_dataset_load(&s->model.data, 0, s->model.in_c, s->model.in_h, s->model.in_w, &ds, &err, train_warn, NULL)) goto done;
+  if (tt_dataset_load(&s->model.data, 0, s->model.in_c, s->model.in_h, s->model.in_w, &ds, &err, tt_warn_stderr, NULL)) goto done;
   if (tt_loader_create(&el, &ds, s->sched.eval.policy.micro_batch, 0, 0, 0, 1, 1, &err)) goto done;
   double loss, acc;
   if (train_evaluate(s, el, &loss, &acc, &err)) goto done;
