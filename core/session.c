@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int tt_session_open(tt_session **out, const tt_run_opts *o, int mode, tt_err *err) {
+int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode, tt_err *err) {
   *out = NULL;
   if (!o->recipe) return tt_fail(err, "no recipe given");
   tt_session *s = (tt_session *)tt_calloc(1, sizeof(tt_session), "session", err);

@@ -15,6 +15,7 @@
 #include "fileio.h"
 #include "session.h"
 #include "tinytrain.h"
+#include "train.h"
 
 void tt_run_opts_init(tt_run_opts *o) {
   memset(o, 0, sizeof *o);
@@ -109,7 +110,7 @@ typedef struct train_res {
 
 static int train_body(tt_run_opts *o, train_res *R, FILE *out, tt_err *err) {
   char dir[TT_PATH_MAX], path[TT_PATH_MAX + 64];
-  if (tt_session_open(&R->s, o, 1, err)) return -1;
+  if (tt_session_open(&R->s, o, TT_SESSION_TRAIN, err)) return -1;
   tt_session *s = R->s;
   const tt_model *m = &s->model;
   const tt_train_cfg *tc = &m->train;
@@ -336,7 +337,7 @@ int tt_evaluate(tt_run_opts *o, const char *weights, char *errbuf, size_t errsiz
   tt_loader *el = NULL;
   int rc = -1;
   FILE *out = o->out ? o->out : stdout;
-  if (tt_session_open(&s, o, 0, &err)) goto done;
+  if (tt_session_open(&s, o, TT_SESSION_EVAL, &err)) goto done;
   if (s->model.data.format == TT_DATA_NONE) {
     tt_fail(&err, "%s: has no [data] section with a test split", s->model.path);
     goto done;

@@ -21,9 +21,8 @@
 #include "core/model.h"
 #include "core/safetensors.h"
 #include "core/tinytrain.h"
+#include "core/train.h"
 #include "tests/tt_test.h"
-
-double tt_lr_at(const tt_train_cfg *t, double epoch); /* core/train.c */
 
 static char tmpdir[256];
 
