@@ -22,6 +22,7 @@ typedef struct tt_session {
   tt_graph graph;
   tt_backend *be;
   tt_schedule_result sched;
+  tt_sched_opts sched_opts;  /* what tt_schedule was given (TRAIN, PLAN): tt_sched_explain takes it too */
   tt_exec x;
   int have_exec;
   int target_cuda;       /* planning for a CUDA device */
