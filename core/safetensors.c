@@ -255,7 +255,6 @@ static const char *st_string(st_parser *p) {
 static int st_value(st_parser *p, int depth);
 
 static int st_number(st_parser *p) {
-  const char *a = p->s;
   int neg = 0, is_int = 1, id, overflow = 0;
   uint64_t v = 0;
   if (p->s < p->end && *p->s == '-') neg = 1, p->s++;
@@ -279,7 +278,6 @@ static int st_number(st_parser *p) {
     if (p->s >= p->end || *p->s < '0' || *p->s > '9') return st_perr(p, "bad number");
     while (p->s < p->end && *p->s >= '0' && *p->s <= '9') p->s++;
   }
-  (void)a;
   id = st_new_node(p, ST_J_NUM);
   if (id < 0) return tt_fail(p->err, "%s: out of host memory parsing the header", p->path);
   p->nodes[id].is_int = is_int && !overflow;
