@@ -291,7 +291,8 @@ int tt_evaluate(tt_run_opts *o, const char *weights, char *errbuf, size_t errsiz
     goto done;
   }
   if (tt_checkpoint_load(&s->x, weights, 0, NULL, &err)) goto done;
-  if (tt_dataset_load(&s->model.data, 0, s->model.in_c, s->model.in_h, s->model.in_w, &ds, &err, tt_warn_stderr, NULL)) goto done;
+  if (tt_dataset_load(&s->model.data, 0, s->model.in_c, s->model.in_h, s->model.in_w, &ds, &err, tt_warn_stderr, NULL))
+    goto done;
   if (tt_loader_create(&el, &ds, s->sched.eval.policy.micro_batch, 0, 0, 0, 1, 1, &err)) goto done;
   double loss, acc;
   if (train_evaluate(s, el, &loss, &acc, &err)) goto done;

@@ -409,7 +409,8 @@ static size_t mutate(char *t, size_t len, size_t cap, uint64_t *rng) {
     return len + 1;
   }
   if (op == 2) { /* corrupt a character with any non-NUL byte or a syntax character */
-    t[pos] = (tt_test_xorshift(rng) % 2) ? (char)(1 + tt_test_xorshift(rng) % 255) : pick[tt_test_xorshift(rng) % (sizeof pick - 1)];
+    t[pos] = (tt_test_xorshift(rng) % 2) ? (char)(1 + tt_test_xorshift(rng) % 255)
+                                         : pick[tt_test_xorshift(rng) % (sizeof pick - 1)];
     return len;
   }
   {

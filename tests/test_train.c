@@ -338,8 +338,10 @@ int main(void) {
   test_lr_schedules();
   test_parse_size();
 
-  tt_test_path_in(recipe, "syn.recipe"), tt_test_path_in(recipe1, "syn1.recipe"), tt_test_path_in(recipe_wide, "syn_wide.recipe");
-  tt_test_path_in(dA, "A"), tt_test_path_in(dB, "B"), tt_test_path_in(dO, "O"), tt_test_path_in(dT, "T"), tt_test_path_in(dE, "E"), tt_test_path_in(dW, "W");
+  tt_test_path_in(recipe, "syn.recipe"), tt_test_path_in(recipe1, "syn1.recipe");
+  tt_test_path_in(recipe_wide, "syn_wide.recipe");
+  tt_test_path_in(dA, "A"), tt_test_path_in(dB, "B"), tt_test_path_in(dO, "O");
+  tt_test_path_in(dT, "T"), tt_test_path_in(dE, "E"), tt_test_path_in(dW, "W");
   if (write_recipe(recipe, 2, 16) || write_recipe(recipe1, 1, 16) || write_recipe(recipe_wide, 2, 12)) {
     printf("FAIL setup: cannot write recipes under %s\n", tt_test_dir());
     return 1;

@@ -46,7 +46,9 @@ static const char *tt_test_current_name;
 typedef struct tt_test_rng { uint64_t s; } tt_test_rng;
 static inline uint64_t tt_test_rng_next(tt_test_rng *r) { return tt_splitmix_next(&r->s); }
 /* Uniform in [0, 1): the top 53 bits. */
-static inline double tt_test_rng_unit(tt_test_rng *r) { return (double)(tt_test_rng_next(r) >> 11) / 9007199254740992.0; }
+static inline double tt_test_rng_unit(tt_test_rng *r) {
+  return (double)(tt_test_rng_next(r) >> 11) / 9007199254740992.0;
+}
 /* Uniform in [lo, hi], both included (modulo bias is irrelevant here). */
 static inline int tt_test_rng_int(tt_test_rng *r, int lo, int hi) {
   return lo + (int)(tt_test_rng_next(r) % (uint64_t)(hi - lo + 1));
