@@ -3,7 +3,6 @@
 #include "fileio.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,53 +14,15 @@
 #define CHART_TOP 50
 #define CHART_GAP 60
 
-typedef struct chart_buf {
-  char *p;
-  size_t n, cap;
-  int oom;
-} chart_buf;
-
-static void chart_printf(chart_buf *b, const char *fmt, ...) {
-  va_list ap;
-  int k;
-  if (b->oom) return;
-  for (;;) {
-    size_t room = b->cap - b->n;
-    va_start(ap, fmt);
-    k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? room : 0, fmt, ap);
-    va_end(ap);
-    if (k < 0) {
-      b->oom = 1;
-      return;
-    }
-    if (b->p && (size_t)k < room) {
-      b->n += (size_t)k;
-      return;
-    }
-    {
-      size_t cap = b->cap ? b->cap * 2 : 4096;
-      char *q;
-      while (cap < b->n + (size_t)k + 1) cap *= 2;
-      q = (char *)realloc(b->p, cap);
-      if (!q) {
-        b->oom = 1;
-        return;
-      }
-      b->p = q;
-      b->cap = cap;
-    }
-  }
-}
-
-static void chart_escape(chart_buf *b, const char *s) {
+static void chart_escape(tt_strbuf *b, const char *s) {
   for (; s && *s; s++) {
     switch (*s) {
-    case '<': chart_printf(b, "&lt;"); break;
-    case '>': chart_printf(b, "&gt;"); break;
-    case '&': chart_printf(b, "&amp;"); break;
-    case '"': chart_printf(b, "&quot;"); break;
+    case '<': tt_strbuf_printf(b, "&lt;"); break;
+    case '>': tt_strbuf_printf(b, "&gt;"); break;
+    case '&': tt_strbuf_printf(b, "&amp;"); break;
+    case '"': tt_strbuf_printf(b, "&quot;"); break;
     default:
-      if ((unsigned char)*s >= 0x20) chart_printf(b, "%c", *s);
+      if ((unsigned char)*s >= 0x20) tt_strbuf_put(b, s, 1);
     }
   }
 }
@@ -92,7 +53,7 @@ static double chart_sy(const chart_axes *a, double y) {
   return a->py + a->ph - (y - a->y0) / (a->y1 - a->y0) * a->ph;
 }
 
-static void chart_panel(chart_buf *b, const double *epoch, int n, const chart_series *s, int ns, int py,
+static void chart_panel(tt_strbuf *b, const double *epoch, int n, const chart_series *s, int ns, int py,
                         const char *ylabel, int percent) {
   chart_axes a;
   double lo = INFINITY, hi = -INFINITY, step, t;
@@ -137,30 +98,30 @@ static void chart_panel(chart_buf *b, const double *epoch, int n, const chart_se
     if (a.y1 > 100) a.y1 = 100;
     if (a.y1 <= a.y0) a.y1 = a.y0 + step;
   }
-  chart_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fff\" stroke=\"#444\"/>\n", a.px, a.py,
+  tt_strbuf_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fff\" stroke=\"#444\"/>\n", a.px, a.py,
                a.pw, a.ph);
   for (t = a.y0, guard = 0; t <= a.y1 + step * 1e-6 && guard < 50; t += step, guard++) {
     double y = chart_sy(&a, t);
-    chart_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", a.px, y, a.px + a.pw, y);
-    chart_printf(b, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%g%s</text>\n", a.px - 6, y + 4,
+    tt_strbuf_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", a.px, y, a.px + a.pw, y);
+    tt_strbuf_printf(b, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%g%s</text>\n", a.px - 6, y + 4,
                  fabs(t) < step * 1e-6 ? 0.0 : t, percent ? "%" : "");
   }
   step = chart_step(a.x0, a.x1, 8);
   if (step < 1 && a.x1 - a.x0 >= 2) step = 1;
   for (t = ceil(a.x0 / step - 1e-9) * step, guard = 0; t <= a.x1 + step * 1e-6 && guard < 50; t += step, guard++) {
     double x = chart_sx(&a, t);
-    chart_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#444\"/>\n", x, a.py + a.ph, x,
+    tt_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#444\"/>\n", x, a.py + a.ph, x,
                  a.py + a.ph + 5);
-    chart_printf(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"11\">%g</text>\n", x,
+    tt_strbuf_printf(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"11\">%g</text>\n", x,
                  a.py + a.ph + 18, fabs(t) < step * 1e-6 ? 0.0 : t);
   }
-  chart_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">epoch</text>\n", a.px + a.pw / 2,
+  tt_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">epoch</text>\n", a.px + a.pw / 2,
                a.py + a.ph + 34);
-  chart_printf(b,
+  tt_strbuf_printf(b,
                "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\" transform=\"rotate(-90 %d %d)\">%s</text>\n",
                18, a.py + a.ph / 2, 18, a.py + a.ph / 2, ylabel);
   if (n == 0)
-    chart_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"14\" fill=\"#888\">no data yet</text>\n",
+    tt_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"14\" fill=\"#888\">no data yet</text>\n",
                  a.px + a.pw / 2, a.py + a.ph / 2);
   for (k = 0; k < ns; k++) {
     int open = 0, ly = a.py + 16 + 20 * k, lx = a.px + a.pw + 12;
@@ -169,30 +130,30 @@ static void chart_panel(chart_buf *b, const double *epoch, int n, const chart_se
       int ok = isfinite(s[k].v[i]) && isfinite(epoch[i]);
       if (ok) {
         if (!open)
-          chart_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", s[k].color,
+          tt_strbuf_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", s[k].color,
                        s[k].dashed ? " stroke-dasharray=\"6 3\"" : "");
-        chart_printf(b, "%.1f,%.1f ", chart_sx(&a, epoch[i]), chart_sy(&a, s[k].v[i] * s[k].scale));
+        tt_strbuf_printf(b, "%.1f,%.1f ", chart_sx(&a, epoch[i]), chart_sy(&a, s[k].v[i] * s[k].scale));
         open = 1;
       } else if (open) {
-        chart_printf(b, "\"/>\n");
+        tt_strbuf_printf(b, "\"/>\n");
         open = 0;
       }
     }
-    if (open) chart_printf(b, "\"/>\n");
+    if (open) tt_strbuf_printf(b, "\"/>\n");
     if (n <= 60)
       for (i = 0; i < n; i++)
         if (isfinite(s[k].v[i]) && isfinite(epoch[i]))
-          chart_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n", chart_sx(&a, epoch[i]),
+          tt_strbuf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n", chart_sx(&a, epoch[i]),
                        chart_sy(&a, s[k].v[i] * s[k].scale), s[k].color);
-    chart_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", lx, ly,
+    tt_strbuf_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", lx, ly,
                  lx + 24, ly, s[k].color, s[k].dashed ? " stroke-dasharray=\"6 3\"" : "");
-    chart_printf(b, "<text x=\"%d\" y=\"%d\" font-size=\"12\">%s</text>\n", lx + 30, ly + 4, s[k].name);
+    tt_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" font-size=\"12\">%s</text>\n", lx + 30, ly + 4, s[k].name);
   }
 }
 
 int tt_chart_svg(const char *path, const double *epoch, const double *train_loss, const double *test_loss,
                  const double *test_acc, int n, const char *title, tt_err *err) {
-  chart_buf b;
+  tt_strbuf b;
   chart_series loss[2], acc[1];
   int i, height = CHART_TOP + 2 * CHART_PANEL_H + CHART_GAP + 50, rc;
   const void *chunk;
@@ -217,17 +178,17 @@ int tt_chart_svg(const char *path, const double *epoch, const double *train_loss
   acc[0].name = "test accuracy";
   acc[0].color = "#2ca02c";
   acc[0].dashed = 0;
-  chart_printf(&b,
+  tt_strbuf_printf(&b,
                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
                "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"#fafafa\"/>\n"
                "<text x=\"%d\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">",
                CHART_W, height, CHART_W, height, CHART_W / 2);
   chart_escape(&b, title && title[0] ? title : "training");
-  chart_printf(&b, "</text>\n");
+  tt_strbuf_printf(&b, "</text>\n");
   chart_panel(&b, epoch, n, loss, 2, CHART_TOP, "loss", 0);
   chart_panel(&b, epoch, n, acc, 1, CHART_TOP + CHART_PANEL_H + CHART_GAP, "test accuracy (%)", 1);
-  chart_printf(&b, "</svg>\n");
+  tt_strbuf_printf(&b, "</svg>\n");
   if (b.oom) {
     free(b.p);
     return tt_fail(err, "%s: out of host memory building the chart", path);

@@ -5,37 +5,7 @@
 
 #include "session.h"
 
-int tt_parse_size(const char *str, size_t *bytes) {
-  char *end;
-  double v = strtod(str, &end);
-  if (end == str || !(v >= 0)) return -1; /* !(v >= 0) also rejects nan */
-  double mul = 1.0;
-  switch (*end) {
-    case 'k': case 'K': mul = 1024.0, end++; break;
-    case 'm': case 'M': mul = 1048576.0, end++; break;
-    case 'g': case 'G': mul = 1073741824.0, end++; break;
-    case 't': case 'T': mul = 1099511627776.0, end++; break;
-    default: break;
-  }
-  if (mul > 1.0 && *end == 'i') end++;
-  if (*end == 'B' || *end == 'b') end++;
-  if (*end) return -1;
-  if (v * mul >= 18446744073709551616.0) return -1; /* does not fit in size_t: (size_t) would be undefined */
-  *bytes = (size_t)(v * mul);
-  return *bytes ? 0 : -1;
-}
-
 static double plan_mib(size_t b) { return b / 1048576.0; }
-
-static void plan_json_str(FILE *out, const char *s) {
-  fputc('"', out);
-  for (; *s; s++) {
-    if (*s == '"' || *s == '\\') fputc('\\', out);
-    if ((unsigned char)*s < 0x20) fprintf(out, "\\u%04x", *s);
-    else fputc(*s, out);
-  }
-  fputc('"', out);
-}
 
 static void plan_breakdown(const tt_program *p, size_t *params, size_t *grads, size_t *opt, size_t *acts, size_t *ws) {
   size_t at[TT_BC_COUNT];
@@ -79,65 +49,70 @@ static int plan_max_batch(tt_session *s, const tt_run_opts *o, int json, FILE *o
   return 0;
 }
 
-int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *errbuf, size_t errsize) {
-  tt_err err;
-  err.msg[0] = 0;
-  tt_session *s = NULL;
-  if (tt_session_open(&s, o, TT_SESSION_PLAN, &err)) {
-    snprintf(errbuf, errsize, "%s", err.msg);
-    return -1;
-  }
-  if (max_batch) {
-    plan_max_batch(s, o, json, out);
-    tt_session_close(s);
-    return 0;
-  }
+/* Plans what only the report reads (tt_sched_explain); that time counts in the planning time
+ * the report states. */
+static void plan_explain(tt_session *s) {
+  double t0 = tt_now();
+  tt_sched_explain(&s->graph, s->be, &s->sched_opts, &s->sched);
+  s->plan_ms += 1e3 * (tt_now() - t0);
+}
+
+/* The plan as one JSON object (`plan --json`), built in memory and written whole. */
+static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_err *err) {
   const tt_schedule_result *r = &s->sched;
   const tt_program *p = &r->train;
   const tt_graph *g = &s->graph;
   size_t bp, bg, bo, ba, bw;
   plan_breakdown(p, &bp, &bg, &bo, &ba, &bw);
-  const char *prec = r->policy.act_dtype == TT_F16 ? "fp16" : "fp32";
   double ratio = p->peak_live_bytes ? (double)p->arena_bytes / (double)p->peak_live_bytes : 1.0;
-  if (json) {
-    fprintf(out, "{\"recipe\": ");
-    plan_json_str(out, s->model.path);
-    fprintf(out, ", \"arena_bytes\": %zu, \"peak_live_bytes\": %zu, \"ratio\": %.4f, \"micro_batch\": %d, "
-                 "\"accum_steps\": %d, \"effective_batch\": %d, \"precision\": \"%s\", \"eval_batch\": %d, "
-                 "\"eval_arena_bytes\": %zu, \"breakdown\": {\"params\": %zu, \"grads\": %zu, \"optimizer\": %zu, "
-                 "\"activations\": %zu, \"workspace\": %zu}, \"recompute\": [",
-            p->arena_bytes, p->peak_live_bytes, ratio, r->policy.micro_batch, r->policy.accum_steps,
-            r->policy.micro_batch * r->policy.accum_steps, prec, r->eval.policy.micro_batch,
-            r->eval.persistent_bytes + r->eval.transient_bytes, bp, bg, bo, ba, bw);
-    int first = 1;
-    for (int i = 0; i < g->nnodes; i++)
-      if (r->recompute[i]) {
-        if (!first) fputs(", ", out);
-        plan_json_str(out, s->model.layers[i].name);
-        first = 0;
-      }
-    fprintf(out, "], \"inplace_ops\": %d, \"predicted_step_ms\": %.3f, \"predicted_recompute_ms\": %.3f, "
-                 "\"reserve_bytes\": %zu, \"reserve_measured\": %s, \"budget_bytes\": %zu, \"vram_bytes\": %zu, "
-                 "\"plan_ms\": %.2f, \"params\": %zu, \"target\": ",
-            p->n_inplace, r->predicted_step_ms, r->recompute_ms, r->reserve_bytes, s->reserve_measured ? "true" : "false",
-            r->budget_bytes, o->vram_bytes, s->plan_ms, g->trainable_numel);
-    plan_json_str(out, s->target_cuda ? "cuda" : "cpu");
-    fprintf(out, ", \"saved\": {\"fp32_plain_arena_bytes\": %zu, \"no_inplace_arena_bytes\": %zu, "
-                 "\"no_recompute_arena_bytes\": %zu}, \"alternatives\": [",
-            r->arena_fp32_plain, r->arena_no_inplace, r->arena_no_recompute);
-    for (int i = 0; i < r->nalts; i++) {
-      const tt_sched_alt *a = &r->alts[i];
-      fprintf(out, "%s{\"micro_batch\": %d, \"precision\": \"%s\", \"recomputed_layers\": %d, \"arena_bytes\": %zu, "
-                   "\"predicted_step_ms\": %.3f, \"why\": ",
-              i ? ", " : "", a->micro_batch, a->dtype == TT_F16 ? "fp16" : "fp32", a->recompute_units, a->arena_bytes,
-              a->step_ms);
-      plan_json_str(out, a->why);
-      fputc('}', out);
+  tt_strbuf b;
+  memset(&b, 0, sizeof b);
+  tt_strbuf_printf(&b, "{\"recipe\": ");
+  tt_strbuf_json(&b, s->model.path);
+  tt_strbuf_printf(&b, ", \"arena_bytes\": %zu, \"peak_live_bytes\": %zu, \"ratio\": %.4f, \"micro_batch\": %d, "
+                       "\"accum_steps\": %d, \"effective_batch\": %d, \"precision\": \"%s\", \"eval_batch\": %d, "
+                       "\"eval_arena_bytes\": %zu, \"breakdown\": {\"params\": %zu, \"grads\": %zu, \"optimizer\": %zu, "
+                       "\"activations\": %zu, \"workspace\": %zu}, \"recompute\": [",
+                   p->arena_bytes, p->peak_live_bytes, ratio, r->policy.micro_batch, r->policy.accum_steps,
+                   r->policy.micro_batch * r->policy.accum_steps, r->policy.act_dtype == TT_F16 ? "fp16" : "fp32",
+                   r->eval.policy.micro_batch, r->eval.persistent_bytes + r->eval.transient_bytes, bp, bg, bo, ba, bw);
+  int first = 1;
+  for (int i = 0; i < g->nnodes; i++)
+    if (r->recompute[i]) {
+      if (!first) tt_strbuf_put(&b, ", ", 2);
+      tt_strbuf_json(&b, s->model.layers[i].name);
+      first = 0;
     }
-    fprintf(out, "]}\n");
-    tt_session_close(s);
-    return 0;
+  tt_strbuf_printf(&b, "], \"inplace_ops\": %d, \"predicted_step_ms\": %.3f, \"predicted_recompute_ms\": %.3f, "
+                       "\"reserve_bytes\": %zu, \"reserve_measured\": %s, \"budget_bytes\": %zu, \"vram_bytes\": %zu, "
+                       "\"plan_ms\": %.2f, \"params\": %zu, \"target\": ",
+                   p->n_inplace, r->predicted_step_ms, r->recompute_ms, r->reserve_bytes,
+                   s->reserve_measured ? "true" : "false", r->budget_bytes, o->vram_bytes, s->plan_ms, g->trainable_numel);
+  tt_strbuf_json(&b, s->target_cuda ? "cuda" : "cpu");
+  tt_strbuf_printf(&b, ", \"saved\": {\"fp32_plain_arena_bytes\": %zu, \"no_inplace_arena_bytes\": %zu, "
+                       "\"no_recompute_arena_bytes\": %zu}, \"alternatives\": [",
+                   r->arena_fp32_plain, r->arena_no_inplace, r->arena_no_recompute);
+  for (int i = 0; i < r->nalts; i++) {
+    const tt_sched_alt *a = &r->alts[i];
+    tt_strbuf_printf(&b, "%s{\"micro_batch\": %d, \"precision\": \"%s\", \"recomputed_layers\": %d, \"arena_bytes\": %zu, "
+                         "\"predicted_step_ms\": %.3f, \"why\": ",
+                     i ? ", " : "", a->micro_batch, a->dtype == TT_F16 ? "fp16" : "fp32", a->recompute_units,
+                     a->arena_bytes, a->step_ms);
+    tt_strbuf_json(&b, a->why);
+    tt_strbuf_put(&b, "}", 1);
   }
+  tt_strbuf_printf(&b, "]}\n");
+  int rc = b.oom ? tt_fail(err, "out of host memory writing the plan of %s", s->model.path) : 0;
+  if (!rc) fwrite(b.p, 1, b.n, out);
+  free(b.p);
+  return rc;
+}
+
+/* The text report's opening: target, model, budget, the chosen policy and its predicted time. */
+static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *out) {
+  const tt_schedule_result *r = &s->sched;
+  const tt_program *p = &r->train;
+  const tt_graph *g = &s->graph;
   fprintf(out, "plan for %s (%s target%s)\n", s->model.path, s->target_cuda ? "CUDA" : "CPU",
           s->target_cuda && !s->reserve_measured ? ", no GPU here: reserve and speed are estimates" : "");
   fprintf(out, "  model       %d layers, %.2fM parameters, %.3f GFLOP per image forward\n", g->nnodes - 1,
@@ -158,7 +133,13 @@ int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *errb
   fprintf(out, "  predicted   %.1f ms per optimizer step (%.1f ms of it recomputing), %s cost model\n",
           r->predicted_step_ms, r->recompute_ms, s->target_cuda ? "generic CUDA" : "CPU");
   fprintf(out, "  evaluation  batch %d in the same arena\n\n", r->eval.policy.micro_batch);
+}
 
+/* Persistent buffers by class, then every layer's activation buffer. */
+static void plan_text_buffers(const tt_session *s, FILE *out) {
+  const tt_schedule_result *r = &s->sched;
+  const tt_program *p = &r->train;
+  const tt_graph *g = &s->graph;
   fprintf(out, "  %-44s %14s %10s\n", "persistent buffers", "bytes", "MiB");
   size_t cls[TT_BC_COUNT];
   memset(cls, 0, sizeof cls);
@@ -168,7 +149,8 @@ int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *errb
   tt_buf_class pc[4] = {TT_BC_PARAMS, TT_BC_GRADS, TT_BC_OPTIMIZER, TT_BC_MISC};
   for (int k = 0; k < 4; k++) fprintf(out, "    %-42s %14zu %10.2f\n", pn[k], cls[pc[k]], plan_mib(cls[pc[k]]));
   fprintf(out, "  %-44s %14zu %10.2f\n\n", "persistent total (aligned)", p->persistent_bytes, plan_mib(p->persistent_bytes));
-  fprintf(out, "  transient buffers: activations by layer (micro-batch %d, %s)\n", r->policy.micro_batch, prec);
+  fprintf(out, "  transient buffers: activations by layer (micro-batch %d, %s)\n", r->policy.micro_batch,
+          r->policy.act_dtype == TT_F16 ? "fp16" : "fp32");
   fprintf(out, "    %-34s %-14s %12s %10s  %s\n", "layer", "output", "bytes", "MiB", "");
   for (int i = 0; i < g->nnodes; i++) {
     const tt_node *n = &g->nodes[i];
@@ -181,6 +163,13 @@ int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *errb
             view ? 0.0 : plan_mib(p->bufs[b].bytes), view ? "view" : (p->bufs[b].aliased ? "in place" : ""),
             r->recompute[i] ? (p->bufs[b].aliased ? ", recomputed" : "recomputed") : "");
   }
+}
+
+/* What is live at the peak, the arena against its lower bound, and the evaluation program. */
+static void plan_text_peak(const tt_session *s, FILE *out) {
+  const tt_schedule_result *r = &s->sched;
+  const tt_program *p = &r->train;
+  double ratio = p->peak_live_bytes ? (double)p->arena_bytes / (double)p->peak_live_bytes : 1.0;
   size_t at[TT_BC_COUNT];
   int ps = tt_program_peak_breakdown(p, at);
   fprintf(out, "\n  live at the peak (step %d of %d)\n", ps, p->nsteps);
@@ -191,11 +180,16 @@ int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *errb
   fprintf(out, "  %-44s %14.4f\n", "arena / lower bound", ratio);
   size_t ev = r->eval.persistent_bytes + r->eval.transient_bytes;
   fprintf(out, "  %-44s %14zu %10.2f\n\n", "evaluation program (fits in the same arena)", ev, plan_mib(ev));
+}
+
+/* What each technique saved, and the alternatives the search planned and rejected. */
+static void plan_text_choices(const tt_session *s, FILE *out) {
+  const tt_schedule_result *r = &s->sched;
   fprintf(out, "  what each technique saved at micro-batch %d:\n", r->policy.micro_batch);
   fprintf(out, "    fp32, no in-place, no recompute           %10.1f MiB\n", plan_mib(r->arena_fp32_plain));
   fprintf(out, "    chosen precision, no in-place             %10.1f MiB\n", plan_mib(r->arena_no_inplace));
   fprintf(out, "    chosen precision + in-place, no recompute %10.1f MiB\n", plan_mib(r->arena_no_recompute));
-  fprintf(out, "    chosen policy                             %10.1f MiB\n\n", plan_mib(p->arena_bytes));
+  fprintf(out, "    chosen policy                             %10.1f MiB\n\n", plan_mib(r->train.arena_bytes));
   if (r->nalts) {
     fprintf(out, "  alternatives considered (%d candidates planned in %.1f ms):\n", r->candidates_tried, s->plan_ms);
     for (int i = 0; i < r->nalts; i++) {
@@ -206,6 +200,31 @@ int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *errb
   } else {
     fprintf(out, "  %d candidates planned in %.1f ms\n", r->candidates_tried, s->plan_ms);
   }
+}
+
+int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *errbuf, size_t errsize) {
+  tt_err err;
+  err.msg[0] = 0;
+  tt_session *s = NULL;
+  if (tt_session_open(&s, o, TT_SESSION_PLAN, &err)) {
+    snprintf(errbuf, errsize, "%s", err.msg);
+    return -1;
+  }
+  int rc = 0;
+  if (max_batch) {
+    plan_max_batch(s, o, json, out);
+  } else {
+    plan_explain(s);
+    if (json) {
+      rc = plan_json(s, o, out, &err);
+    } else {
+      plan_text_policy(s, o, out);
+      plan_text_buffers(s, out);
+      plan_text_peak(s, out);
+      plan_text_choices(s, out);
+    }
+  }
   tt_session_close(s);
-  return 0;
+  if (rc) snprintf(errbuf, errsize, "%s", err.msg);
+  return rc;
 }

@@ -4,7 +4,6 @@
 #include "safetensors.h"
 #include "fileio.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,61 +34,8 @@ size_t tt_st_dtype_size(const char *dtype) {
 
 /* ---------------- writing ---------------- */
 
-typedef struct st_buf {
-  char *p;
-  size_t n, cap;
-  int oom;
-} st_buf;
-
-static void st_put(st_buf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->n + n + 1 > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    char *q;
-    while (cap < b->n + n + 1) cap *= 2;
-    q = (char *)realloc(b->p, cap);
-    if (!q) {
-      b->oom = 1;
-      return;
-    }
-    b->p = q;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->n, s, n);
-  b->n += n;
-  b->p[b->n] = 0;
-}
-
-static void st_putf(st_buf *b, const char *fmt, ...) {
-  char tmp[128];
-  va_list ap;
-  int k;
-  va_start(ap, fmt);
-  k = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (k > 0) st_put(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
-}
-
-static void st_put_json_string(st_buf *b, const char *s) {
-  st_put(b, "\"", 1);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') {
-      char e[2];
-      e[0] = '\\';
-      e[1] = (char)ch;
-      st_put(b, e, 2);
-    } else if (ch < 0x20) {
-      st_putf(b, "\\u%04x", ch);
-    } else {
-      st_put(b, (const char *)&ch, 1);
-    }
-  }
-  st_put(b, "\"", 1);
-}
-
 int tt_st_write(const char *path, const tt_st_tensor *t, int n, const char *const *meta_kv, tt_err *err) {
-  st_buf h;
+  tt_strbuf h;
   const void **chunks;
   size_t *sizes;
   unsigned char len8[8];
@@ -120,37 +66,37 @@ int tt_st_write(const char *path, const tt_st_tensor *t, int n, const char *cons
         return tt_fail(err, "%s: tensor name \"%s\" appears twice; names must be unique", path, t[i].name);
   }
   memset(&h, 0, sizeof h);
-  st_put(&h, "{", 1);
+  tt_strbuf_put(&h, "{", 1);
   if (meta_kv && meta_kv[0]) {
-    st_put(&h, "\"__metadata__\":{", 16);
+    tt_strbuf_put(&h, "\"__metadata__\":{", 16);
     for (i = 0; meta_kv[i]; i += 2) {
       if (!meta_kv[i + 1]) {
         free(h.p);
         return tt_fail(err, "%s: metadata key \"%s\" has no value (the list must be key, value, ..., NULL)", path,
                        meta_kv[i]);
       }
-      if (i) st_put(&h, ",", 1);
-      st_put_json_string(&h, meta_kv[i]);
-      st_put(&h, ":", 1);
-      st_put_json_string(&h, meta_kv[i + 1]);
+      if (i) tt_strbuf_put(&h, ",", 1);
+      tt_strbuf_json(&h, meta_kv[i]);
+      tt_strbuf_put(&h, ":", 1);
+      tt_strbuf_json(&h, meta_kv[i + 1]);
     }
-    st_put(&h, "}", 1);
+    tt_strbuf_put(&h, "}", 1);
     first = 0;
   }
   for (i = 0; i < n; i++) {
-    if (!first) st_put(&h, ",", 1);
+    if (!first) tt_strbuf_put(&h, ",", 1);
     first = 0;
-    st_put_json_string(&h, t[i].name);
-    st_put(&h, ":{\"dtype\":", 10);
-    st_put_json_string(&h, t[i].dtype);
-    st_put(&h, ",\"shape\":[", 10);
-    for (j = 0; j < t[i].ndim; j++) st_putf(&h, j ? ",%lld" : "%lld", (long long)t[i].shape[j]);
-    st_putf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+    tt_strbuf_json(&h, t[i].name);
+    tt_strbuf_put(&h, ":{\"dtype\":", 10);
+    tt_strbuf_json(&h, t[i].dtype);
+    tt_strbuf_put(&h, ",\"shape\":[", 10);
+    for (j = 0; j < t[i].ndim; j++) tt_strbuf_printf(&h, j ? ",%lld" : "%lld", (long long)t[i].shape[j]);
+    tt_strbuf_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
             (unsigned long long)(off + t[i].bytes));
     off += t[i].bytes;
   }
-  st_put(&h, "}", 1);
-  while (!h.oom && h.n % 8 != 0) st_put(&h, " ", 1);
+  tt_strbuf_put(&h, "}", 1);
+  while (!h.oom && h.n % 8 != 0) tt_strbuf_put(&h, " ", 1);
   if (h.oom) {
     free(h.p);
     return tt_fail(err, "%s: out of host memory building the header", path);
@@ -309,7 +255,6 @@ static const char *st_string(st_parser *p) {
 static int st_value(st_parser *p, int depth);
 
 static int st_number(st_parser *p) {
-  const char *a = p->s;
   int neg = 0, is_int = 1, id, overflow = 0;
   uint64_t v = 0;
   if (p->s < p->end && *p->s == '-') neg = 1, p->s++;
@@ -333,7 +278,6 @@ static int st_number(st_parser *p) {
     if (p->s >= p->end || *p->s < '0' || *p->s > '9') return st_perr(p, "bad number");
     while (p->s < p->end && *p->s >= '0' && *p->s <= '9') p->s++;
   }
-  (void)a;
   id = st_new_node(p, ST_J_NUM);
   if (id < 0) return tt_fail(p->err, "%s: out of host memory parsing the header", p->path);
   p->nodes[id].is_int = is_int && !overflow;

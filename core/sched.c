@@ -284,11 +284,11 @@ static int sched_fit(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, 
   return 0;
 }
 
-static void sched_add_alt(tt_schedule_result *r, int mb, tt_dtype dt, int ru, size_t arena, double ms, const char *why) {
+/* Records a candidate that fits but lost; tt_sched_explain says why, against the final choice. */
+static void sched_add_alt(tt_schedule_result *r, int mb, tt_dtype dt, int ru, size_t arena, double ms) {
   if (r->nalts >= TT_SCHED_MAX_ALTS) return;
   tt_sched_alt *a = &r->alts[r->nalts++];
   a->micro_batch = mb, a->dtype = dt, a->recompute_units = ru, a->arena_bytes = arena, a->step_ms = ms;
-  snprintf(a->why, sizeof a->why, "%s", why);
 }
 
 static int sched_eval(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, tt_schedule_result *r, tt_err *err) {
@@ -314,70 +314,66 @@ static int sched_eval(const tt_graph *g, tt_backend *be, const tt_sched_opts *o,
   }
 }
 
-int tt_schedule(const tt_graph *g, tt_backend *be, const tt_sched_opts *oin, tt_schedule_result *r, tt_err *err) {
-  memset(r, 0, sizeof *r);
-  tt_sched_opts o = *oin;
-  if (!o.profile) o.profile = tt_profile_cuda_generic();
+/* Checks the options against the recipe and sets r's reserve and budget. */
+static int sched_budget(const tt_graph *g, const tt_sched_opts *o, tt_schedule_result *r, tt_err *err) {
   const tt_model *m = g->model;
-  int n = g->nnodes, eff = m->train.batch;
+  int eff = m->train.batch;
   if (eff <= 0) return tt_fail(err, "%s: [train] batch must be a positive integer", m->path);
-  r->reserve_bytes = o.vram_bytes ? o.reserve_bytes : 0;
-  if (o.vram_bytes && o.vram_bytes <= o.reserve_bytes)
+  r->reserve_bytes = o->vram_bytes ? o->reserve_bytes : 0;
+  if (o->vram_bytes && o->vram_bytes <= o->reserve_bytes)
     return tt_fail(err, "--vram %.2f GiB is not more than the %.2f GiB reserved for the CUDA context and libraries; "
-                   "give a larger --vram", o.vram_bytes / 1073741824.0, o.reserve_bytes / 1073741824.0);
-  size_t budget = o.vram_bytes ? o.vram_bytes - o.reserve_bytes : 0;
-  r->budget_bytes = budget;
-  if (o.micro_batch > 0 && eff % o.micro_batch)
-    return tt_fail(err, "micro-batch %d does not divide the effective batch %d of %s; choose a divisor", o.micro_batch, eff,
+                   "give a larger --vram", o->vram_bytes / 1073741824.0, o->reserve_bytes / 1073741824.0);
+  r->budget_bytes = o->vram_bytes ? o->vram_bytes - o->reserve_bytes : 0;
+  if (o->micro_batch > 0 && eff % o->micro_batch)
+    return tt_fail(err, "micro-batch %d does not divide the effective batch %d of %s; choose a divisor", o->micro_batch, eff,
                    m->path);
+  return 0;
+}
+
+/* Makes the fitting program p (recompute set rec, predicted ms and rms) the schedule. */
+static void sched_keep(tt_schedule_result *r, const tt_program *p, const unsigned char *rec, int n, double ms, double rms) {
+  r->train = *p;
+  r->policy = p->policy;
+  memcpy(r->recompute, rec, (size_t)n);
+  r->policy.recompute = r->recompute;
+  r->train.policy.recompute = r->recompute;
+  r->predicted_step_ms = ms;
+  r->recompute_ms = rms;
+}
+
+/* The search: each precision allowed, micro-batches from the effective batch down. Returns 1 with
+ * the fastest fitting candidate kept in r and the others fitting listed as alternatives, 0 when
+ * nothing fits, -1 on error. *min_arena receives the smallest arena any candidate planned. */
+static int sched_search(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, tt_schedule_result *r,
+                        unsigned char *rec, size_t *min_arena, tt_err *err) {
+  int n = g->nnodes, eff = g->model->train.batch, have = 0;
   tt_dtype dts[2];
   int ndt = 0;
-  if (o.precision != TT_PREC_FP16) dts[ndt++] = TT_F32;
-  if (o.precision != TT_PREC_FP32) dts[ndt++] = TT_F16;
-  unsigned char *rec = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
-  r->recompute = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
-  if (!rec || !r->recompute) {
-    free(rec);
-    return -1;
-  }
+  if (o->precision != TT_PREC_FP16) dts[ndt++] = TT_F32;
+  if (o->precision != TT_PREC_FP32) dts[ndt++] = TT_F16;
   double best_ms_per_img = 1e300;
-  int have = 0;
-  size_t min_arena = (size_t)-1;
   for (int d = 0; d < ndt; d++) {
     for (int mb = eff; mb >= 1; mb--) {
-      if (eff % mb || (o.micro_batch > 0 && mb != o.micro_batch)) continue;
+      if (eff % mb || (o->micro_batch > 0 && mb != o->micro_batch)) continue;
       tt_program p;
-      int fit = sched_fit(g, be, &o, budget, mb, eff / mb, dts[d], rec, &p, &min_arena, err);
+      int fit = sched_fit(g, be, o, r->budget_bytes, mb, eff / mb, dts[d], rec, &p, min_arena, err);
       r->candidates_tried++;
-      if (fit < 0) {
-        free(rec);
-        tt_schedule_free(r);
-        return -1;
-      }
+      if (fit < 0) return -1;
       if (!fit) continue;
       double rms = 0.0;
-      double ms = sched_predict(&p, o.profile, &rms);
+      double ms = sched_predict(&p, o->profile, &rms);
       int ru = sched_count(rec, n);
-      char why[160];
       if (ms < best_ms_per_img) {
         if (have) {
-          snprintf(why, sizeof why, "slower: %.1f ms per step vs %.1f ms", r->predicted_step_ms, ms);
           sched_add_alt(r, r->policy.micro_batch, r->policy.act_dtype, sched_count(r->recompute, n), r->train.arena_bytes,
-                        r->predicted_step_ms, why);
+                        r->predicted_step_ms);
           tt_program_free(&r->train);
         }
-        r->train = p;
-        r->policy = p.policy;
-        memcpy(r->recompute, rec, (size_t)n);
-        r->policy.recompute = r->recompute;
-        r->train.policy.recompute = r->recompute;
-        r->predicted_step_ms = ms;
-        r->recompute_ms = rms;
+        sched_keep(r, &p, rec, n, ms, rms);
         best_ms_per_img = ms;
         have = 1;
       } else {
-        snprintf(why, sizeof why, "slower: %.1f ms per step vs %.1f ms", ms, best_ms_per_img);
-        sched_add_alt(r, mb, dts[d], ru, p.arena_bytes, ms, why);
+        sched_add_alt(r, mb, dts[d], ru, p.arena_bytes, ms);
         tt_program_free(&p);
       }
       /* a smaller micro-batch without recompute is never faster in the model; one with
@@ -385,81 +381,126 @@ int tt_schedule(const tt_graph *g, tt_backend *be, const tt_sched_opts *oin, tt_
       if (ru == 0) break;
     }
   }
+  return have;
+}
+
+/* Units of the graph and how many of them the chosen plan recomputes (the run's summary). */
+static void sched_count_units(const tt_graph *g, tt_schedule_result *r) {
+  int n = g->nnodes;
+  int *unit_of = (int *)malloc(sizeof(int) * (size_t)n);
+  if (!unit_of) return;
+  r->nunits = tt_sched_units(g, unit_of);
+  int cnt = 0, prev = -1;
+  for (int v = 0; v < n; v++)
+    if (r->recompute[v] && unit_of[v] != prev) cnt++, prev = unit_of[v];
+  r->recomputed_units = cnt;
+  free(unit_of);
+}
+
+/* Nothing fits: the message gives the smallest --vram that would and what dominates it. */
+static int sched_refuse(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, tt_schedule_result *r,
+                        size_t min_arena, tt_err *err) {
+  size_t need = min_arena == (size_t)-1 ? 0 : min_arena;
+  tt_sched_explain(g, be, o, r);
+  tt_fail(err, "%s does not fit: the smallest plan (micro-batch %d%s, %s) needs a %.2f GiB arena but the budget is "
+          "%.2f GiB; the smallest --vram that fits is %.2f GiB; it is dominated by %s",
+          g->model->path, o->micro_batch > 0 ? o->micro_batch : 1, o->recompute == TT_RECOMP_NONE ? "" : ", recomputing",
+          o->precision == TT_PREC_FP32 ? "fp32" : "fp16", need / 1073741824.0, r->budget_bytes / 1073741824.0,
+          (need + o->reserve_bytes) / 1073741824.0 + 0.005, r->dominant[0] ? r->dominant : "(breakdown unavailable)");
+  tt_schedule_free(r);
+  return -1;
+}
+
+int tt_schedule(const tt_graph *g, tt_backend *be, const tt_sched_opts *oin, tt_schedule_result *r, tt_err *err) {
+  memset(r, 0, sizeof *r);
+  tt_sched_opts o = *oin;
+  if (!o.profile) o.profile = tt_profile_cuda_generic();
+  int n = g->nnodes;
+  if (sched_budget(g, &o, r, err)) return -1;
+  unsigned char *rec = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
+  r->recompute = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
+  if (!rec || !r->recompute) {
+    free(rec);
+    return -1;
+  }
+  size_t min_arena = (size_t)-1;
+  int have = sched_search(g, be, &o, r, rec, &min_arena, err);
   free(rec);
-  /* alternatives were logged against the best so far; state them against the final choice */
-  for (int i = 0; i < r->nalts; i++)
-    snprintf(r->alts[i].why, sizeof r->alts[i].why, "fits, predicted %.0f%% slower than the chosen policy",
-             100.0 * (r->alts[i].step_ms / r->predicted_step_ms - 1.0));
-  if (!have) {
-    size_t need = min_arena == (size_t)-1 ? 0 : min_arena;
-    /* name what dominates the smallest plan: re-plan it and take the biggest classes at its peak */
-    char dom[256] = "";
-    {
-      unsigned char *rr = (unsigned char *)calloc((size_t)n, 1);
-      tt_program q;
-      tt_err e2;
-      if (rr) {
-        if (o.recompute != TT_RECOMP_NONE) sched_all(g, rr);
-        if (!sched_try(g, be, o.micro_batch > 0 ? o.micro_batch : 1, eff, o.precision == TT_PREC_FP32 ? TT_F32 : TT_F16,
-                       o.inplace, rr, &q, &e2)) {
-          size_t at[TT_BC_COUNT];
-          tt_program_peak_breakdown(&q, at);
-          for (int k = 0; k < 3; k++) {
-            int bi = -1;
-            for (int c = 0; c < TT_BC_COUNT; c++)
-              if (at[c] && (bi < 0 || at[c] > at[bi])) bi = c;
-            if (bi < 0) break;
-            snprintf(dom + strlen(dom), sizeof dom - strlen(dom), "%s%s %.2f GiB", k ? ", " : "",
-                     tt_buf_class_name((tt_buf_class)bi), at[bi] / 1073741824.0);
-            at[bi] = 0;
-          }
-          tt_program_free(&q);
-        }
-        free(rr);
-      }
-    }
+  if (have < 0) {
     tt_schedule_free(r);
-    return tt_fail(err, "%s does not fit: the smallest plan (micro-batch %d%s, %s) needs a %.2f GiB arena but the budget is "
-                   "%.2f GiB; the smallest --vram that fits is %.2f GiB; it is dominated by %s",
-                   m->path, o.micro_batch > 0 ? o.micro_batch : 1, o.recompute == TT_RECOMP_NONE ? "" : ", recomputing",
-                   o.precision == TT_PREC_FP32 ? "fp32" : "fp16", need / 1073741824.0, budget / 1073741824.0,
-                   (need + o.reserve_bytes) / 1073741824.0 + 0.005, dom[0] ? dom : "(breakdown unavailable)");
+    return -1;
   }
-  /* what each technique saved at the chosen micro-batch */
-  {
-    tt_program q;
-    tt_err e2;
-    unsigned char *none = (unsigned char *)calloc((size_t)n, 1);
-    if (none && !sched_try(g, be, r->policy.micro_batch, r->policy.accum_steps, TT_F32, 0, none, &q, &e2)) {
-      r->arena_fp32_plain = q.arena_bytes;
-      tt_program_free(&q);
-    }
-    if (none && !sched_try(g, be, r->policy.micro_batch, r->policy.accum_steps, r->policy.act_dtype, 0, r->recompute, &q, &e2)) {
-      r->arena_no_inplace = q.arena_bytes;
-      tt_program_free(&q);
-    }
-    if (none && !sched_try(g, be, r->policy.micro_batch, r->policy.accum_steps, r->policy.act_dtype, o.inplace, none, &q, &e2)) {
-      r->arena_no_recompute = q.arena_bytes;
-      tt_program_free(&q);
-    }
-    free(none);
-  }
-  {
-    int *unit_of = (int *)malloc(sizeof(int) * (size_t)n);
-    if (unit_of) {
-      r->nunits = tt_sched_units(g, unit_of);
-      int cnt = 0, prev = -1;
-      for (int v = 0; v < n; v++)
-        if (r->recompute[v] && unit_of[v] != prev) cnt++, prev = unit_of[v];
-      r->recomputed_units = cnt;
-      free(unit_of);
-    }
-  }
+  if (!have) return sched_refuse(g, be, &o, r, min_arena, err);
+  sched_count_units(g, r);
   if (sched_eval(g, be, &o, r, err)) {
     tt_schedule_free(r);
     return -1;
   }
   return 0;
+}
+
+/* ---- report-only: what `tinytrain plan` and a refusal say, planned only when asked ---- */
+
+/* The three largest buffer classes live at the peak of the smallest plan the options allow:
+ * micro-batch 1 (or the one given), every unit recomputed unless recompute is off. */
+static void sched_dominant(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, char *dom, size_t size) {
+  int eff = g->model->train.batch;
+  unsigned char *rr = (unsigned char *)calloc((size_t)g->nnodes, 1);
+  tt_program q;
+  tt_err e2;
+  dom[0] = 0;
+  if (!rr) return;
+  if (o->recompute != TT_RECOMP_NONE) sched_all(g, rr);
+  if (!sched_try(g, be, o->micro_batch > 0 ? o->micro_batch : 1, eff, o->precision == TT_PREC_FP32 ? TT_F32 : TT_F16,
+                 o->inplace, rr, &q, &e2)) {
+    size_t at[TT_BC_COUNT];
+    tt_program_peak_breakdown(&q, at);
+    for (int k = 0; k < 3; k++) {
+      int bi = -1;
+      for (int c = 0; c < TT_BC_COUNT; c++)
+        if (at[c] && (bi < 0 || at[c] > at[bi])) bi = c;
+      if (bi < 0) break;
+      snprintf(dom + strlen(dom), size - strlen(dom), "%s%s %.2f GiB", k ? ", " : "",
+               tt_buf_class_name((tt_buf_class)bi), at[bi] / 1073741824.0);
+      at[bi] = 0;
+    }
+    tt_program_free(&q);
+  }
+  free(rr);
+}
+
+/* The arena at the chosen micro-batch with the techniques switched off: fp32 without in-place
+ * or recompute; the chosen precision without in-place; without recompute. */
+static void sched_savings(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, tt_schedule_result *r) {
+  const tt_policy *pol = &r->policy;
+  tt_program q;
+  tt_err e2;
+  unsigned char *none = (unsigned char *)calloc((size_t)g->nnodes, 1);
+  if (!none) return;
+  if (!sched_try(g, be, pol->micro_batch, pol->accum_steps, TT_F32, 0, none, &q, &e2)) {
+    r->arena_fp32_plain = q.arena_bytes;
+    tt_program_free(&q);
+  }
+  if (!sched_try(g, be, pol->micro_batch, pol->accum_steps, pol->act_dtype, 0, r->recompute, &q, &e2)) {
+    r->arena_no_inplace = q.arena_bytes;
+    tt_program_free(&q);
+  }
+  if (!sched_try(g, be, pol->micro_batch, pol->accum_steps, pol->act_dtype, o->inplace, none, &q, &e2)) {
+    r->arena_no_recompute = q.arena_bytes;
+    tt_program_free(&q);
+  }
+  free(none);
+}
+
+void tt_sched_explain(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, tt_schedule_result *r) {
+  if (r->policy.micro_batch <= 0) {
+    sched_dominant(g, be, o, r->dominant, sizeof r->dominant);
+    return;
+  }
+  sched_savings(g, be, o, r);
+  for (int i = 0; i < r->nalts; i++)
+    snprintf(r->alts[i].why, sizeof r->alts[i].why, "fits, predicted %.0f%% slower than the chosen policy",
+             100.0 * (r->alts[i].step_ms / r->predicted_step_ms - 1.0));
 }
 
 int tt_sched_max_batch(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, tt_dtype dt, tt_recompute_mode rm,

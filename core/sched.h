@@ -60,17 +60,25 @@ typedef struct tt_schedule_result {
   double predicted_step_ms;     /* per effective batch (all micro-steps and the update) */
   double recompute_ms;          /* the part of it spent recomputing */
   int nunits, recomputed_units;
-  /* what each technique saved, in arena bytes, at the chosen micro-batch */
-  size_t arena_fp32_plain, arena_no_inplace, arena_no_recompute;
-  tt_sched_alt alts[TT_SCHED_MAX_ALTS];
+  tt_sched_alt alts[TT_SCHED_MAX_ALTS]; /* candidates that fit but lost (their why: tt_sched_explain) */
   int nalts;
   int candidates_tried;
+  /* Report-only, filled by tt_sched_explain (zero after tt_schedule alone): what each technique
+   * saved, in arena bytes, at the chosen micro-batch; and when nothing fits, the largest buffer
+   * classes of the smallest plan ("params 0.10 GiB, grads 0.10 GiB, optimizer 0.10 GiB"). */
+  size_t arena_fp32_plain, arena_no_inplace, arena_no_recompute;
+  char dominant[256];
 } tt_schedule_result;
 
 /* Returns 0 with a fitting schedule; -1 with err set when nothing fits (the message gives
  * the smallest --vram that would fit and the buffers that dominate it). */
 int tt_schedule(const tt_graph *g, tt_backend *planner_be, const tt_sched_opts *o, tt_schedule_result *r, tt_err *err);
 void tt_schedule_free(tt_schedule_result *r);
+/* The parts of a schedule only a report reads, planned only when asked (`tinytrain plan`, and
+ * tt_schedule's refusal): for a schedule tt_schedule chose, the arena with each technique
+ * switched off and why each alternative lost; for none (r->policy.micro_batch 0), which
+ * buffer classes dominate the smallest plan. o: the options tt_schedule was given. */
+void tt_sched_explain(const tt_graph *g, tt_backend *planner_be, const tt_sched_opts *o, tt_schedule_result *r);
 
 /* Exposed for tests and the --max-batch report. */
 double tt_predict_ms(const tt_program *p, const tt_device_profile *prof);

@@ -6,12 +6,7 @@
 
 #include "recipe.h"
 
-static void session_warn(void *ud, const char *line) {
-  (void)ud;
-  fprintf(stderr, "%s\n", line);
-}
-
-int tt_session_open(tt_session **out, const tt_run_opts *o, int mode, tt_err *err) {
+int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode, tt_err *err) {
   *out = NULL;
   if (!o->recipe) return tt_fail(err, "no recipe given");
   tt_session *s = (tt_session *)tt_calloc(1, sizeof(tt_session), "session", err);
@@ -19,7 +14,7 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, int mode, tt_err *er
   int want_cuda = o->device == TT_DEVICE_CUDA;
   if (!s) return -1;
   s->vram_bytes = o->vram_bytes;
-  if (tt_recipe_load(o->recipe, &s->model, err, session_warn, NULL)) {
+  if (tt_recipe_load(o->recipe, &s->model, err, tt_warn_stderr, NULL)) {
     free(s);
     return -1;
   }
@@ -58,20 +53,19 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, int mode, tt_err *er
     if (tt_lower(&s->graph, &pol, s->be, &s->sched.eval, err) || tt_program_plan(&s->sched.eval, err)) goto fail;
     s->sched.policy = pol;
   } else {
-    tt_sched_opts so;
-    memset(&so, 0, sizeof so);
-    so.vram_bytes = o->vram_bytes;
-    so.reserve_bytes = reserve;
-    so.micro_batch = o->micro_batch > 0 ? o->micro_batch : s->model.train.micro_batch;
-    so.precision = o->precision ? (tt_precision)o->precision : s->model.train.precision;
-    so.recompute = o->recompute ? (tt_recompute_mode)o->recompute : s->model.train.recompute;
-    so.inplace = 1;
-    so.eval_batch = s->model.train.eval_batch;
-    so.profile = s->target_cuda ? tt_profile_cuda_generic() : tt_profile_cpu();
+    tt_sched_opts *so = &s->sched_opts;
+    so->vram_bytes = o->vram_bytes;
+    so->reserve_bytes = reserve;
+    so->micro_batch = o->micro_batch > 0 ? o->micro_batch : s->model.train.micro_batch;
+    so->precision = o->precision ? (tt_precision)o->precision : s->model.train.precision;
+    so->recompute = o->recompute ? (tt_recompute_mode)o->recompute : s->model.train.recompute;
+    so->inplace = 1;
+    so->eval_batch = s->model.train.eval_batch;
+    so->profile = s->target_cuda ? tt_profile_cuda_generic() : tt_profile_cpu();
     /* The CPU backend computes fp16 through fp32 conversions: slower, so `auto` stays fp32
      * there unless memory demands otherwise (the search sees that through its cost model:
      * the CPU profile gives fp16 no extra FLOP/s). */
-    if (tt_schedule(&s->graph, s->be, &so, &s->sched, err)) goto fail;
+    if (tt_schedule(&s->graph, s->be, so, &s->sched, err)) goto fail;
   }
   s->plan_ms = 1e3 * (tt_now() - t0);
   }

@@ -12,13 +12,17 @@
 extern "C" {
 #endif
 
-enum { TT_SESSION_EVAL = 0, TT_SESSION_TRAIN = 1, TT_SESSION_PLAN = 2 };
+/* What a session is opened for. EVAL lowers only the evaluation program; TRAIN schedules and
+ * allocates both programs; PLAN schedules for the target device (a CUDA card even without a
+ * GPU here, unless --device cpu) and allocates nothing. */
+typedef enum tt_session_mode { TT_SESSION_EVAL = 0, TT_SESSION_TRAIN = 1, TT_SESSION_PLAN = 2 } tt_session_mode;
 
 typedef struct tt_session {
   tt_model model;
   tt_graph graph;
   tt_backend *be;
   tt_schedule_result sched;
+  tt_sched_opts sched_opts;  /* what tt_schedule was given (TRAIN, PLAN): tt_sched_explain takes it too */
   tt_exec x;
   int have_exec;
   int target_cuda;       /* planning for a CUDA device */
@@ -27,7 +31,7 @@ typedef struct tt_session {
   size_t vram_bytes;
 } tt_session;
 
-int tt_session_open(tt_session **out, const tt_run_opts *o, int mode, tt_err *err);
+int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode, tt_err *err);
 void tt_session_print_summary(const tt_session *s, FILE *out);
 void tt_session_close(tt_session *s);
 

@@ -55,7 +55,8 @@ int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *err,
 /* Accuracy and mean loss of a weights file on the recipe's test split. */
 int tt_evaluate(tt_run_opts *o, const char *weights, char *err, size_t errsize);
 
-/* Parses "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024. */
+/* Parses "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024.
+ * (Defined in core/util.c, declared in util.h for the library's own use.) */
 int tt_parse_size(const char *s, size_t *bytes);
 
 /* Backends built in, with versions, for --version. */

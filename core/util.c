@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* A counter of host allocations made through tt_malloc; only tests read it. */
@@ -39,4 +40,90 @@ double tt_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void tt_warn_stderr(void *ud, const char *line) {
+  (void)ud;
+  fprintf(stderr, "%s\n", line);
+}
+
+/* Makes room for `more` bytes and the terminating zero; 0, or -1 with oom set. */
+static int util_strbuf_reserve(tt_strbuf *b, size_t more) {
+  size_t cap;
+  char *q;
+  if (b->oom) return -1;
+  if (b->n + more + 1 <= b->cap) return 0;
+  cap = b->cap ? b->cap : 256;
+  while (cap < b->n + more + 1) cap *= 2;
+  q = (char *)realloc(b->p, cap);
+  if (!q) {
+    b->oom = 1;
+    return -1;
+  }
+  b->p = q;
+  b->cap = cap;
+  return 0;
+}
+
+void tt_strbuf_put(tt_strbuf *b, const char *s, size_t n) {
+  if (util_strbuf_reserve(b, n)) return;
+  memcpy(b->p + b->n, s, n);
+  b->n += n;
+  b->p[b->n] = 0;
+}
+
+void tt_strbuf_printf(tt_strbuf *b, const char *fmt, ...) {
+  va_list ap;
+  int k;
+  if (b->oom) return;
+  va_start(ap, fmt);
+  k = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (k < 0) {
+    b->oom = 1;
+    return;
+  }
+  if (util_strbuf_reserve(b, (size_t)k)) return;
+  va_start(ap, fmt);
+  vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+  va_end(ap);
+  b->n += (size_t)k;
+}
+
+void tt_strbuf_json(tt_strbuf *b, const char *s) {
+  tt_strbuf_put(b, "\"", 1);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') {
+      char e[2];
+      e[0] = '\\';
+      e[1] = (char)ch;
+      tt_strbuf_put(b, e, 2);
+    } else if (ch < 0x20) {
+      tt_strbuf_printf(b, "\\u%04x", ch);
+    } else {
+      tt_strbuf_put(b, (const char *)&ch, 1);
+    }
+  }
+  tt_strbuf_put(b, "\"", 1);
+}
+
+int tt_parse_size(const char *str, size_t *bytes) {
+  char *end;
+  double v = strtod(str, &end);
+  if (end == str || !(v >= 0)) return -1; /* !(v >= 0) also rejects nan */
+  double mul = 1.0;
+  switch (*end) {
+    case 'k': case 'K': mul = 1024.0, end++; break;
+    case 'm': case 'M': mul = 1048576.0, end++; break;
+    case 'g': case 'G': mul = 1073741824.0, end++; break;
+    case 't': case 'T': mul = 1099511627776.0, end++; break;
+    default: break;
+  }
+  if (mul > 1.0 && *end == 'i') end++;
+  if (*end == 'B' || *end == 'b') end++;
+  if (*end) return -1;
+  if (v * mul >= 18446744073709551616.0) return -1; /* does not fit in size_t: (size_t) would be undefined */
+  *bytes = (size_t)(v * mul);
+  return *bytes ? 0 : -1;
 }

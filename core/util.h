@@ -1,4 +1,5 @@
-/* Internal helpers shared by every module: error reporting and checked allocation.
+/* Internal helpers shared by every module: error reporting, checked allocation, a growable
+ * string, JSON string quoting and size parsing.
  * Library code never exits; it fills a tt_err and returns a non-zero status. */
 #ifndef TT_UTIL_H
 #define TT_UTIL_H
@@ -33,6 +34,31 @@ uint64_t tt_host_alloc_count(void);
 /* Where a stage reports a warning: one line, "file:line: warning: ..." or naming the file;
  * ud is the caller's. Recipe parsing and data loading take one (NULL: warnings dropped). */
 typedef void (*tt_warn_fn)(void *ud, const char *line);
+/* The tt_warn_fn of the command line and the train stage: the line on stderr. */
+void tt_warn_stderr(void *ud, const char *line);
+
+/* A growable NUL-terminated string for text built in memory (safetensors headers, the SVG
+ * chart, the plan's JSON). Zero-initialise it; after an allocation failure oom is set and
+ * later appends do nothing, so a writer checks oom once at the end. free(p) releases it. */
+typedef struct tt_strbuf {
+  char *p;     /* NULL until the first append */
+  size_t n;    /* bytes used, not counting the terminating zero */
+  size_t cap;
+  int oom;
+} tt_strbuf;
+
+void tt_strbuf_put(tt_strbuf *b, const char *s, size_t n);
+void tt_strbuf_printf(tt_strbuf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Appends s as a quoted JSON string: '"' and '\\' escaped, control characters as \u00XX. */
+void tt_strbuf_json(tt_strbuf *b, const char *s);
+
+/* Parses "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024.
+ * Returns 0, or -1 for anything else (zero bytes included). Also in the public header. */
+int tt_parse_size(const char *s, size_t *bytes);
 
 /* Monotonic clock in seconds. */
 double tt_now(void);

@@ -8,19 +8,6 @@
 #include "arena/arena.h"
 #include "tests/tt_test.h"
 
-/* ---- deterministic PRNG (splitmix64): the same sets on every run and machine ---- */
-typedef struct rng { uint64_t s; } rng;
-static uint64_t rng_next(rng *r) {
-  uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-static int rng_int(rng *r, int lo, int hi) { /* inclusive */
-  return lo + (int)(rng_next(r) % (uint64_t)(hi - lo + 1));
-}
-static double rng_unit(rng *r) { return (double)(rng_next(r) >> 11) / 9007199254740992.0; }
-
 static arena_buf mkbuf(size_t size, size_t align, int first, int last, int alias_of) {
   arena_buf b;
   memset(&b, 0, sizeof b);
@@ -90,40 +77,40 @@ static int wrongly_rejected(const arena_buf *b, int n) {
 }
 
 /* ---- random buffer sets ---- */
-static int random_set(rng *r, arena_buf *b, int maxn) {
-  int n = rng_int(r, 1, maxn), nsteps = rng_int(r, 1, 60), i;
+static int random_set(tt_test_rng *r, arena_buf *b, int maxn) {
+  int n = tt_test_rng_int(r, 1, maxn), nsteps = tt_test_rng_int(r, 1, 60), i;
   for (i = 0; i < n; i++) {
-    int f = rng_int(r, 0, nsteps - 1), l = rng_int(r, f, nsteps - 1 < f + 20 ? nsteps - 1 : f + 20);
+    int f = tt_test_rng_int(r, 0, nsteps - 1), l = tt_test_rng_int(r, f, nsteps - 1 < f + 20 ? nsteps - 1 : f + 20);
     /* log-uniform sizes 1 B .. 64 MiB, with some zero-size buffers */
-    double e = rng_unit(r) * 26.0;
-    size_t size = ((size_t)1 << (int)e) + (size_t)(rng_next(r) % ((size_t)1 << (int)e));
+    double e = tt_test_rng_unit(r) * 26.0;
+    size_t size = ((size_t)1 << (int)e) + (size_t)(tt_test_rng_next(r) % ((size_t)1 << (int)e));
     if (size > ((size_t)64 << 20)) size = (size_t)64 << 20;
-    if (rng_int(r, 0, 40) == 0) size = 0;
-    b[i] = mkbuf(size, (size_t)1 << rng_int(r, 0, 8), f, l, -1);
-    if (rng_int(r, 0, 9) == 0) { /* persistent */
+    if (tt_test_rng_int(r, 0, 40) == 0) size = 0;
+    b[i] = mkbuf(size, (size_t)1 << tt_test_rng_int(r, 0, 8), f, l, -1);
+    if (tt_test_rng_int(r, 0, 9) == 0) { /* persistent */
       b[i].first = 0;
       b[i].last = nsteps - 1;
     }
-    if (i > 0 && rng_int(r, 0, 5) == 0) {
-      int a = rng_int(r, 0, i - 1);
+    if (i > 0 && tt_test_rng_int(r, 0, 5) == 0) {
+      int a = tt_test_rng_int(r, 0, i - 1);
       b[i].alias_of = a;
-      if (rng_int(r, 0, 2) > 0) { /* make it acceptable most of the time */
+      if (tt_test_rng_int(r, 0, 2) > 0) { /* make it acceptable most of the time */
         b[i].first = b[a].last;
-        if (b[i].last < b[i].first) b[i].last = b[i].first + rng_int(r, 0, 5);
+        if (b[i].last < b[i].first) b[i].last = b[i].first + tt_test_rng_int(r, 0, 5);
         if (b[i].size > b[a].size) b[i].size = b[a].size;
       }
     }
   }
   /* a few aliases pointing forward, so order of indices does not matter */
   for (i = 0; i + 1 < n; i++)
-    if (b[i].alias_of < 0 && rng_int(r, 0, 30) == 0) b[i].alias_of = rng_int(r, i + 1, n - 1);
+    if (b[i].alias_of < 0 && tt_test_rng_int(r, 0, 30) == 0) b[i].alias_of = tt_test_rng_int(r, i + 1, n - 1);
   return n;
 }
 
 static void test_random_properties(void) {
   enum { SETS = 3000, MAXN = 250 };
   arena_buf *b = (arena_buf *)malloc(sizeof(arena_buf) * MAXN);
-  rng r;
+  tt_test_rng r;
   int s, total_alias = 0;
   double worst = 1.0;
   char err[512];
@@ -585,7 +572,7 @@ static void test_timing(void) {
   arena_buf *b = (arena_buf *)malloc(sizeof(arena_buf) * N);
   arena_result res;
   char err[256];
-  rng r;
+  tt_test_rng r;
   int i, rc;
   clock_t t0;
   double ms, cms;
@@ -593,8 +580,8 @@ static void test_timing(void) {
   cnn_cfg big = {"resnet-big", 100, 3, 1, 1, 1, 64, 32, 16};
   r.s = 777;
   for (i = 0; i < N; i++) {
-    int f = rng_int(&r, 0, 1999), len = rng_int(&r, 0, 200);
-    b[i] = mkbuf((size_t)rng_int(&r, 1, 1 << 22), (size_t)1 << rng_int(&r, 0, 8), f, f + len, -1);
+    int f = tt_test_rng_int(&r, 0, 1999), len = tt_test_rng_int(&r, 0, 200);
+    b[i] = mkbuf((size_t)tt_test_rng_int(&r, 1, 1 << 22), (size_t)1 << tt_test_rng_int(&r, 0, 8), f, f + len, -1);
     if (i % 10 == 0) {
       b[i].first = 0;
       b[i].last = 2200;

@@ -41,11 +41,11 @@ static tt_backend *cpu, *gpu;
 static unsigned char *garena;
 static size_t goff, gcap;
 static int side; /* 0 cpu, 1 cuda */
-static uint64_t rng = 88172645463325252ull;
+static uint64_t cuda_rng = 88172645463325252ull;
 
 static float test_rand(float lo, float hi) {
-  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-  return lo + (hi - lo) * (float)((rng >> 11) * (1.0 / 9007199254740992.0));
+  uint64_t x = tt_test_xorshift(&cuda_rng);
+  return lo + (hi - lo) * (float)((x >> 11) * (1.0 / 9007199254740992.0));
 }
 
 typedef struct tt2 {

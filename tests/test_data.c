@@ -32,16 +32,6 @@
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
 
-static char tmpdir[256];
-
-static const char *tpath(const char *name) {
-  static char buf[8][1024];
-  static int k;
-  char *p = buf[k++ & 7];
-  snprintf(p, 1024, "%s/%s", tmpdir, name);
-  return p;
-}
-
 static int write_bytes(const char *path, const void *p, size_t n) {
   FILE *f = fopen(path, "wb");
   if (!f) return -1;
@@ -113,8 +103,8 @@ static void test_idx_small(void) {
   tt_err err;
   int rc;
   TT_TEST_BEGIN("idx_small_raw_and_errors");
-  write_idx(tpath("a-img"), tpath("a-lab"), 5, 4, 3, 5, 3);
-  rc = tt_dataset_load_idx(tpath("a-img"), tpath("a-lab"), 1, 4, 3, &ds, &err);
+  write_idx(tt_test_path("a-img"), tt_test_path("a-lab"), 5, 4, 3, 5, 3);
+  rc = tt_dataset_load_idx(tt_test_path("a-img"), tt_test_path("a-lab"), 1, 4, 3, &ds, &err);
   TT_CHECK(rc == 0, "small idx: %s", err.msg);
   if (rc == 0) {
     TT_CHECK(ds.n == 5 && ds.c == 1 && ds.h == 4 && ds.w == 3 && ds.classes == 3, "shape %d %d %d %d cls %d", ds.n,
@@ -123,45 +113,45 @@ static void test_idx_small(void) {
     tt_dataset_free(&ds);
   }
   /* shape mismatch names both shapes */
-  rc = tt_dataset_load_idx(tpath("a-img"), tpath("a-lab"), 1, 28, 28, &ds, &err);
+  rc = tt_dataset_load_idx(tt_test_path("a-img"), tt_test_path("a-lab"), 1, 28, 28, &ds, &err);
   TT_CHECK(rc != 0 && strstr(err.msg, "1x4x3") && strstr(err.msg, "1x28x28") && strstr(err.msg, "a-img"),
            "shape mismatch msg: %s", err.msg);
   /* count mismatch */
-  write_idx(tpath("b-img"), tpath("b-lab"), 5, 4, 3, 4, 3);
-  rc = tt_dataset_load_idx(tpath("b-img"), tpath("b-lab"), 1, 4, 3, &ds, &err);
+  write_idx(tt_test_path("b-img"), tt_test_path("b-lab"), 5, 4, 3, 4, 3);
+  rc = tt_dataset_load_idx(tt_test_path("b-img"), tt_test_path("b-lab"), 1, 4, 3, &ds, &err);
   TT_CHECK(rc != 0 && strstr(err.msg, "5 images") && strstr(err.msg, "4 labels"), "count mismatch: %s", err.msg);
   /* wrong magic: labels file given as images, and a 4-dim magic */
-  rc = tt_dataset_load_idx(tpath("a-lab"), tpath("a-lab"), 1, 4, 3, &ds, &err);
+  rc = tt_dataset_load_idx(tt_test_path("a-lab"), tt_test_path("a-lab"), 1, 4, 3, &ds, &err);
   TT_CHECK(rc != 0 && strstr(err.msg, "magic") && strstr(err.msg, "a-lab"), "wrong magic: %s", err.msg);
-  write_idx(tpath("c-img"), tpath("c-lab"), 5, 4, 3, 5, 4);
-  rc = tt_dataset_load_idx(tpath("c-img"), tpath("c-lab"), 1, 4, 3, &ds, &err);
+  write_idx(tt_test_path("c-img"), tt_test_path("c-lab"), 5, 4, 3, 5, 4);
+  rc = tt_dataset_load_idx(tt_test_path("c-img"), tt_test_path("c-lab"), 1, 4, 3, &ds, &err);
   TT_CHECK(rc != 0 && strstr(err.msg, "magic"), "4-dim magic: %s", err.msg);
   {
     const char *junk = "GIF89a not idx at all";
-    write_bytes(tpath("junk"), junk, strlen(junk));
-    rc = tt_dataset_load_idx(tpath("junk"), tpath("a-lab"), 1, 4, 3, &ds, &err);
+    write_bytes(tt_test_path("junk"), junk, strlen(junk));
+    rc = tt_dataset_load_idx(tt_test_path("junk"), tt_test_path("a-lab"), 1, 4, 3, &ds, &err);
     TT_CHECK(rc != 0 && strstr(err.msg, "magic") && strstr(err.msg, "junk"), "junk: %s", err.msg);
   }
   /* truncated pixels and labels */
   {
     void *p;
     size_t n;
-    tt_read_file(tpath("a-img"), &p, &n, &err);
-    write_bytes(tpath("t-img"), p, n - 7);
+    tt_read_file(tt_test_path("a-img"), &p, &n, &err);
+    write_bytes(tt_test_path("t-img"), p, n - 7);
     free(p);
-    rc = tt_dataset_load_idx(tpath("t-img"), tpath("a-lab"), 1, 4, 3, &ds, &err);
+    rc = tt_dataset_load_idx(tt_test_path("t-img"), tt_test_path("a-lab"), 1, 4, 3, &ds, &err);
     TT_CHECK(rc != 0 && strstr(err.msg, "truncated") && strstr(err.msg, "t-img") && strstr(err.msg, "60 bytes"),
              "truncated images: %s", err.msg);
-    tt_read_file(tpath("a-lab"), &p, &n, &err);
-    write_bytes(tpath("t-lab"), p, n - 1);
-    write_bytes(tpath("t-hdr"), p, 6);
+    tt_read_file(tt_test_path("a-lab"), &p, &n, &err);
+    write_bytes(tt_test_path("t-lab"), p, n - 1);
+    write_bytes(tt_test_path("t-hdr"), p, 6);
     free(p);
-    rc = tt_dataset_load_idx(tpath("a-img"), tpath("t-lab"), 1, 4, 3, &ds, &err);
+    rc = tt_dataset_load_idx(tt_test_path("a-img"), tt_test_path("t-lab"), 1, 4, 3, &ds, &err);
     TT_CHECK(rc != 0 && strstr(err.msg, "truncated") && strstr(err.msg, "t-lab"), "truncated labels: %s", err.msg);
-    rc = tt_dataset_load_idx(tpath("a-img"), tpath("t-hdr"), 1, 4, 3, &ds, &err);
+    rc = tt_dataset_load_idx(tt_test_path("a-img"), tt_test_path("t-hdr"), 1, 4, 3, &ds, &err);
     TT_CHECK(rc != 0 && strstr(err.msg, "truncated") && strstr(err.msg, "t-hdr"), "truncated header: %s", err.msg);
   }
-  rc = tt_dataset_load_idx(tpath("missing"), tpath("a-lab"), 1, 4, 3, &ds, &err);
+  rc = tt_dataset_load_idx(tt_test_path("missing"), tt_test_path("a-lab"), 1, 4, 3, &ds, &err);
   TT_CHECK(rc != 0 && strstr(err.msg, "missing"), "missing file: %s", err.msg);
   TT_TEST_END();
 }
@@ -191,10 +181,10 @@ static void test_idx_fashion(void) {
   }
   TT_CHECK(bad == 0 && hist[0] == 1000 && hist[9] == 1000, "labels: bad %d, class0 %d", bad, hist[0]);
   /* raw (uncompressed) copy: same bytes */
-  gunzip_to(cfg.test, tpath("raw-img"));
-  gunzip_to(cfg.test_labels, tpath("raw-lab"));
-  strcpy(cfg.test, tpath("raw-img"));
-  strcpy(cfg.test_labels, tpath("raw-lab"));
+  gunzip_to(cfg.test, tt_test_path("raw-img"));
+  gunzip_to(cfg.test_labels, tt_test_path("raw-lab"));
+  strcpy(cfg.test, tt_test_path("raw-img"));
+  strcpy(cfg.test_labels, tt_test_path("raw-lab"));
   rc = tt_dataset_load(&cfg, 0, 1, 28, 28, &raw, &err, NULL, NULL);
   TT_CHECK(rc == 0, "load raw: %s", err.msg);
   if (rc == 0) {
@@ -208,9 +198,9 @@ static void test_idx_fashion(void) {
     void *p;
     size_t n;
     if (tt_read_file(FMNIST "t10k-images-idx3-ubyte.gz", &p, &n, &err) == 0) {
-      write_bytes(tpath("cut-img.gz"), p, n / 2);
+      write_bytes(tt_test_path("cut-img.gz"), p, n / 2);
       free(p);
-      strcpy(cfg.test, tpath("cut-img.gz"));
+      strcpy(cfg.test, tt_test_path("cut-img.gz"));
       rc = tt_dataset_load(&cfg, 0, 1, 28, 28, &raw, &err, NULL, NULL);
       TT_CHECK(rc != 0 && strstr(err.msg, "cut-img.gz") && (strstr(err.msg, "truncated") || strstr(err.msg, "corrupt")),
                "truncated gz: %s", err.msg);
@@ -271,11 +261,11 @@ static void make_folder(const char *root) {
     /* a noisy image so that compression keeps it big enough to cut in the middle */
     int i;
     for (i = 0; i < 64 * 48 * 3; i++) px[i] = (unsigned char)((i * 2654435761u) >> 24);
-    snprintf(q, sizeof q, "%s/noise.png", tmpdir);
+    snprintf(q, sizeof q, "%s/noise.png", tt_test_dir());
     stbi_write_png(q, 64, 48, 3, px, 64 * 3);
     snprintf(p, sizeof p, "%s/b_green/bad_trunc.png", root);
     cut_copy(q, p, 0.6);
-    snprintf(q, sizeof q, "%s/noise.jpg", tmpdir);
+    snprintf(q, sizeof q, "%s/noise.jpg", tt_test_dir());
     stbi_write_jpg(q, 64, 48, 3, px, 95);
     snprintf(p, sizeof p, "%s/b_green/bad_trunc.jpg", root);
     cut_copy(q, p, 0.6);
@@ -305,7 +295,7 @@ static void test_folder(void) {
   tt_err err;
   warns w;
   int rc, i, count[3] = {0, 0, 0};
-  const char *root = tpath("folder");
+  const char *root = tt_test_path("folder");
   TT_TEST_BEGIN("folder_decode_skip_resize");
   make_folder(root);
   memset(&w, 0, sizeof w);
@@ -342,37 +332,37 @@ static void test_truncation_claims(void) {
   int rc;
   TT_TEST_BEGIN("folder_truncated_files");
   /* a list with only the truncated files: every one skipped -> error naming the list */
-  f = fopen(tpath("bad.list"), "w");
+  f = fopen(tt_test_path("bad.list"), "w");
   fprintf(f, "folder/b_green/bad_trunc.png 0\nfolder/b_green/bad_trunc.jpg 1\n");
   fclose(f);
   memset(&w, 0, sizeof w);
-  rc = tt_dataset_load_list(tpath("bad.list"), 3, 8, 8, &ds, &err, on_warn, &w);
+  rc = tt_dataset_load_list(tt_test_path("bad.list"), 3, 8, 8, &ds, &err, on_warn, &w);
   TT_CHECK(rc != 0 && strstr(err.msg, "bad.list") && w.n == 2, "all-bad list: rc %d, %d warnings: %s", rc, w.n,
            err.msg);
   /* a PNG without its final IEND chunk (stb alone decodes it) */
   {
     void *p;
     size_t n;
-    if (tt_read_file(tpath("folder/a_red/img0.png"), &p, &n, &err) == 0) {
-      write_bytes(tpath("noiend.png"), p, n - 12);
+    if (tt_read_file(tt_test_path("folder/a_red/img0.png"), &p, &n, &err) == 0) {
+      write_bytes(tt_test_path("noiend.png"), p, n - 12);
       free(p);
     }
-    f = fopen(tpath("png.list"), "w");
+    f = fopen(tt_test_path("png.list"), "w");
     fprintf(f, "noiend.png 0\nfolder/a_red/img0.png 0\n");
     fclose(f);
     memset(&w, 0, sizeof w);
-    rc = tt_dataset_load_list(tpath("png.list"), 3, 8, 8, &ds, &err, on_warn, &w);
+    rc = tt_dataset_load_list(tt_test_path("png.list"), 3, 8, 8, &ds, &err, on_warn, &w);
     TT_CHECK(rc == 0 && ds.n == 1 && ds.skipped == 1 && strstr(w.all, "noiend.png: skipped (truncated PNG"),
              "png without IEND: %s %s", err.msg, w.all);
     if (rc == 0) tt_dataset_free(&ds);
   }
   /* a BMP cut short is caught by its header's size */
-  cut_copy(tpath("folder/a_red/img1.bmp"), tpath("cut.bmp"), 0.7);
-  f = fopen(tpath("bmp.list"), "w");
+  cut_copy(tt_test_path("folder/a_red/img1.bmp"), tt_test_path("cut.bmp"), 0.7);
+  f = fopen(tt_test_path("bmp.list"), "w");
   fprintf(f, "cut.bmp 0\nfolder/a_red/img1.bmp 0\n");
   fclose(f);
   memset(&w, 0, sizeof w);
-  rc = tt_dataset_load_list(tpath("bmp.list"), 3, 8, 8, &ds, &err, on_warn, &w);
+  rc = tt_dataset_load_list(tt_test_path("bmp.list"), 3, 8, 8, &ds, &err, on_warn, &w);
   TT_CHECK(rc == 0 && ds.n == 1 && ds.skipped == 1 && strstr(w.all, "cut.bmp: skipped (truncated BMP"),
            "cut bmp: %s %s", err.msg, w.all);
   if (rc == 0) tt_dataset_free(&ds);
@@ -384,15 +374,15 @@ static void test_folder_errors(void) {
   tt_err err;
   int rc;
   TT_TEST_BEGIN("folder_errors");
-  mkdir(tpath("empty"), 0755);
-  rc = tt_dataset_load_folder(tpath("empty"), 3, 8, 8, &ds, &err, NULL, NULL);
-  TT_CHECK(rc != 0 && strstr(err.msg, tpath("empty")) && strstr(err.msg, "subfolder"), "empty: %s", err.msg);
-  mkdir(tpath("empty2"), 0755);
-  mkdir(tpath("empty2/cls"), 0755);
-  rc = tt_dataset_load_folder(tpath("empty2"), 3, 8, 8, &ds, &err, NULL, NULL);
-  TT_CHECK(rc != 0 && strstr(err.msg, tpath("empty2")), "no files: %s", err.msg);
-  rc = tt_dataset_load_folder(tpath("nope"), 3, 8, 8, &ds, &err, NULL, NULL);
-  TT_CHECK(rc != 0 && strstr(err.msg, tpath("nope")), "missing: %s", err.msg);
+  mkdir(tt_test_path("empty"), 0755);
+  rc = tt_dataset_load_folder(tt_test_path("empty"), 3, 8, 8, &ds, &err, NULL, NULL);
+  TT_CHECK(rc != 0 && strstr(err.msg, tt_test_path("empty")) && strstr(err.msg, "subfolder"), "empty: %s", err.msg);
+  mkdir(tt_test_path("empty2"), 0755);
+  mkdir(tt_test_path("empty2/cls"), 0755);
+  rc = tt_dataset_load_folder(tt_test_path("empty2"), 3, 8, 8, &ds, &err, NULL, NULL);
+  TT_CHECK(rc != 0 && strstr(err.msg, tt_test_path("empty2")), "no files: %s", err.msg);
+  rc = tt_dataset_load_folder(tt_test_path("nope"), 3, 8, 8, &ds, &err, NULL, NULL);
+  TT_CHECK(rc != 0 && strstr(err.msg, tt_test_path("nope")), "missing: %s", err.msg);
   TT_TEST_END();
 }
 
@@ -407,11 +397,11 @@ static void test_resize_crop(void) {
   TT_TEST_BEGIN("folder_resize_centre_crop");
   for (y = 0; y < 20; y++)
     for (x = 0; x < 40; x++) px[y * 40 + x] = x < 20 ? 0 : 255;
-  stbi_write_png(tpath("half.png"), 40, 20, 1, px, 40);
-  f = fopen(tpath("half.list"), "w");
+  stbi_write_png(tt_test_path("half.png"), 40, 20, 1, px, 40);
+  f = fopen(tt_test_path("half.list"), "w");
   fprintf(f, "half.png 0\n");
   fclose(f);
-  rc = tt_dataset_load_list(tpath("half.list"), 1, 10, 10, &ds, &err, NULL, NULL);
+  rc = tt_dataset_load_list(tt_test_path("half.list"), 1, 10, 10, &ds, &err, NULL, NULL);
   TT_CHECK(rc == 0, "%s", err.msg);
   if (rc != 0) return;
   for (y = 0; y < 10; y++)
@@ -433,16 +423,16 @@ static void test_list(void) {
   FILE *f;
   int rc;
   TT_TEST_BEGIN("list_file");
-  f = fopen(tpath("train.list"), "w");
+  f = fopen(tt_test_path("train.list"), "w");
   fprintf(f, "# comment\n\nfolder/a_red/img0.png 0\n  folder/c_blue/img2.jpg   2  \r\n");
-  fprintf(f, "%s 1\nfolder/b_green/notes.txt 1\n", tpath("folder/b_green/img1.bmp"));
+  fprintf(f, "%s 1\nfolder/b_green/notes.txt 1\n", tt_test_path("folder/b_green/img1.bmp"));
   fclose(f);
   memset(&w, 0, sizeof w);
   {
     tt_data_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.format = TT_DATA_LIST;
-    strcpy(cfg.train, tpath("train.list"));
+    strcpy(cfg.train, tt_test_path("train.list"));
     rc = tt_dataset_load(&cfg, 1, 3, 6, 6, &ds, &err, on_warn, &w);
   }
   TT_CHECK(rc == 0, "list: %s", err.msg);
@@ -453,15 +443,15 @@ static void test_list(void) {
            ds.labels[2]);
   check_colors(&ds, 12, "list");
   tt_dataset_free(&ds);
-  f = fopen(tpath("badlabel.list"), "w");
+  f = fopen(tt_test_path("badlabel.list"), "w");
   fprintf(f, "folder/a_red/img0.png 0\nfolder/a_red/img1.bmp cat\n");
   fclose(f);
-  rc = tt_dataset_load_list(tpath("badlabel.list"), 3, 6, 6, &ds, &err, NULL, NULL);
+  rc = tt_dataset_load_list(tt_test_path("badlabel.list"), 3, 6, 6, &ds, &err, NULL, NULL);
   TT_CHECK(rc != 0 && strstr(err.msg, "badlabel.list:2:"), "bad label: %s", err.msg);
-  f = fopen(tpath("nolabel.list"), "w");
+  f = fopen(tt_test_path("nolabel.list"), "w");
   fprintf(f, "folder/a_red/img0.png\n");
   fclose(f);
-  rc = tt_dataset_load_list(tpath("nolabel.list"), 3, 6, 6, &ds, &err, NULL, NULL);
+  rc = tt_dataset_load_list(tt_test_path("nolabel.list"), 3, 6, 6, &ds, &err, NULL, NULL);
   TT_CHECK(rc != 0 && strstr(err.msg, "nolabel.list:1:"), "no label: %s", err.msg);
   TT_TEST_END();
 }
@@ -668,12 +658,7 @@ static void test_loader(void) {
 }
 
 int main(void) {
-  char cmd[512];
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/tt_test_data_XXXXXX");
-  if (!mkdtemp(tmpdir)) {
-    printf("FAIL test_data: cannot create a temporary directory\n");
-    return 1;
-  }
+  if (tt_test_tmpdir("data", "test_data")) return 1;
   test_idx_small();
   test_idx_fashion();
   test_folder();
@@ -683,7 +668,6 @@ int main(void) {
   test_list();
   test_synthetic();
   test_loader();
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0) printf("# could not remove %s\n", tmpdir);
+  tt_test_tmpdir_remove();
   TT_TEST_EXIT();
 }

@@ -25,15 +25,9 @@
 #include "tests/tt_test.h"
 
 static tt_backend *B;
-static uint64_t rng_state = 0x1234567ull;
+static tt_test_rng ops_rng = {0x1234567ull};
 
-static double urand(void) { /* [0, 1) */
-  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return (double)(z >> 11) * (1.0 / 9007199254740992.0);
-}
+static double urand(void) { return tt_test_rng_unit(&ops_rng); } /* [0, 1) */
 static float frand(void) { return (float)(2.0 * urand() - 1.0); }
 static float *fvec(size_t n) {
   float *p = (float *)malloc((n ? n : 1) * sizeof(float));
@@ -826,7 +820,10 @@ static void test_add_accumulate_copy(void) {
 }
 
 /* --------------------------------- dropout -------------------------------------------- */
-static uint64_t ref_hash(uint64_t seed, uint64_t i) { /* the documented splitmix64 mask hash */
+/* The documented mask hash (kernel_math.h: splitmix64's finaliser of seed ^ i * golden ratio),
+ * written out here on purpose instead of calling tt_dropout_hash or tt_mix64: the check is that
+ * the kernels agree with the documented formula, so it must not share their code. */
+static uint64_t ref_hash(uint64_t seed, uint64_t i) {
   uint64_t z = seed ^ (i * 0x9E3779B97F4A7C15ull);
   z += 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

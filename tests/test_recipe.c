@@ -376,12 +376,6 @@ static void test_bad_files(void) {
   TT_TEST_END();
 }
 
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t x = *s;
-  x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-  return *s = x;
-}
-
 static char *read_all(const char *path) {
   FILE *f = fopen(path, "rb");
   long n;
@@ -401,8 +395,8 @@ static char *read_all(const char *path) {
  * swap a line. The text stays NUL-terminated; corrupt bytes are never NUL. */
 static size_t mutate(char *t, size_t len, size_t cap, uint64_t *rng) {
   static const char pick[] = "[]=$#,x. \n{}-0123456789abcdefgz";
-  size_t pos = len ? (size_t)(rng_next(rng) % len) : 0;
-  unsigned op = (unsigned)(rng_next(rng) % 7);
+  size_t pos = len ? (size_t)(tt_test_xorshift(rng) % len) : 0;
+  unsigned op = (unsigned)(tt_test_xorshift(rng) % 7);
   if (!len) op = 1;
   if (op == 0) { /* delete a character */
     memmove(t + pos, t + pos + 1, len - pos);
@@ -410,12 +404,13 @@ static size_t mutate(char *t, size_t len, size_t cap, uint64_t *rng) {
   }
   if (op == 1 && len + 1 < cap) { /* duplicate or insert a character */
     memmove(t + pos + 1, t + pos, len - pos + 1);
-    if (len && rng_next(rng) % 2) t[pos] = t[pos + 1];
-    else t[pos] = pick[rng_next(rng) % (sizeof pick - 1)];
+    if (len && tt_test_xorshift(rng) % 2) t[pos] = t[pos + 1];
+    else t[pos] = pick[tt_test_xorshift(rng) % (sizeof pick - 1)];
     return len + 1;
   }
   if (op == 2) { /* corrupt a character with any non-NUL byte or a syntax character */
-    t[pos] = (rng_next(rng) % 2) ? (char)(1 + rng_next(rng) % 255) : pick[rng_next(rng) % (sizeof pick - 1)];
+    t[pos] = (tt_test_xorshift(rng) % 2) ? (char)(1 + tt_test_xorshift(rng) % 255)
+                                         : pick[tt_test_xorshift(rng) % (sizeof pick - 1)];
     return len;
   }
   {
@@ -469,7 +464,7 @@ static void test_mutations(void) {
     t = (char *)malloc(cap);
     for (it = 0; it < per_file; it++) {
       size_t len = olen;
-      int k, nmut = 1 + (int)(rng_next(&rng) % 4), line = 0, i, j;
+      int k, nmut = 1 + (int)(tt_test_xorshift(&rng) % 4), line = 0, i, j;
       tt_model m;
       tt_err err;
       memcpy(t, orig, olen + 1);

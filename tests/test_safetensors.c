@@ -17,16 +17,6 @@
 #include "core/safetensors.h"
 #include "tests/tt_test.h"
 
-static char tmpdir[256];
-
-static const char *tpath(const char *name) {
-  static char buf[8][1024];
-  static int k;
-  char *p = buf[k++ & 7];
-  snprintf(p, 1024, "%s/%s", tmpdir, name);
-  return p;
-}
-
 /* A file with a hand-written header (padded to 8) and `data_len` data bytes. */
 static void write_raw(const char *path, const char *header, size_t data_len) {
   size_t h = strlen(header), pad = (8 - h % 8) % 8, i;
@@ -74,10 +64,10 @@ static void test_round_trip(void) {
   t[3].shape[3] = 1, t[3].data = h, t[3].bytes = 8;
   t[4].name = "empty", t[4].dtype = "F32", t[4].ndim = 2, t[4].shape[0] = 0, t[4].shape[1] = 4, t[4].data = NULL;
   t[4].bytes = 0;
-  rc = tt_st_write(tpath("a.safetensors"), t, 5, meta, &err);
+  rc = tt_st_write(tt_test_path("a.safetensors"), t, 5, meta, &err);
   TT_CHECK(rc == 0, "write: %s", err.msg);
-  TT_CHECK(access(tpath("a.safetensors.tmp"), F_OK) != 0, "temporary file left behind");
-  rc = tt_st_open(tpath("a.safetensors"), &f, &err);
+  TT_CHECK(access(tt_test_path("a.safetensors.tmp"), F_OK) != 0, "temporary file left behind");
+  rc = tt_st_open(tt_test_path("a.safetensors"), &f, &err);
   TT_CHECK(rc == 0, "open: %s", err.msg);
   if (rc != 0) return;
   TT_CHECK(tt_st_count(f) == 5, "count %d", tt_st_count(f));
@@ -109,19 +99,19 @@ static void test_round_trip(void) {
              "assert n %% 8 == 0; h=json.loads(b[8:8+n]); assert h['conv1.weight']['data_offsets']==[0,24]; "
              "assert h['__metadata__']['step']=='1200'; "
              "assert max(v['data_offsets'][1] for k,v in h.items() if k!='__metadata__')==len(b)-8-n\"",
-             tpath("a.safetensors"));
+             tt_test_path("a.safetensors"));
     TT_CHECK(system(cmd) == 0, "python3 json could not parse the header");
   }
   /* writer refusals */
   t[1].name = "conv1.weight";
-  TT_CHECK(tt_st_write(tpath("b.safetensors"), t, 2, NULL, &err) != 0 && strstr(err.msg, "twice"), "dup: %s", err.msg);
+  TT_CHECK(tt_st_write(tt_test_path("b.safetensors"), t, 2, NULL, &err) != 0 && strstr(err.msg, "twice"), "dup: %s", err.msg);
   t[1].name = "u";
   t[1].bytes = 4;
-  TT_CHECK(tt_st_write(tpath("b.safetensors"), t, 2, NULL, &err) != 0 && strstr(err.msg, "\"u\""), "bytes: %s",
+  TT_CHECK(tt_st_write(tt_test_path("b.safetensors"), t, 2, NULL, &err) != 0 && strstr(err.msg, "\"u\""), "bytes: %s",
            err.msg);
   t[1].bytes = 5;
   t[1].dtype = "F31";
-  TT_CHECK(tt_st_write(tpath("b.safetensors"), t, 2, NULL, &err) != 0 && strstr(err.msg, "F31"), "dtype: %s", err.msg);
+  TT_CHECK(tt_st_write(tt_test_path("b.safetensors"), t, 2, NULL, &err) != 0 && strstr(err.msg, "F31"), "dtype: %s", err.msg);
   TT_TEST_END();
 }
 
@@ -131,86 +121,86 @@ static void test_refusals(void) {
   size_t n;
   tt_err err;
   TT_TEST_BEGIN("safetensors_refuses_damaged_files");
-  if (tt_read_file(tpath("a.safetensors"), &p, &n, &err) != 0) {
+  if (tt_read_file(tt_test_path("a.safetensors"), &p, &n, &err) != 0) {
     TT_CHECK(0, "%s", err.msg);
     return;
   }
   {
-    FILE *f = fopen(tpath("trunc1.safetensors"), "wb");
+    FILE *f = fopen(tt_test_path("trunc1.safetensors"), "wb");
     fwrite(p, 1, n - 1, f); /* one data byte missing */
     fclose(f);
-    f = fopen(tpath("trunc2.safetensors"), "wb");
+    f = fopen(tt_test_path("trunc2.safetensors"), "wb");
     fwrite(p, 1, 40, f); /* cut inside the header */
     fclose(f);
-    f = fopen(tpath("trunc3.safetensors"), "wb");
+    f = fopen(tt_test_path("trunc3.safetensors"), "wb");
     fwrite(p, 1, 5, f);
     fclose(f);
-    f = fopen(tpath("corrupt.safetensors"), "wb");
+    f = fopen(tt_test_path("corrupt.safetensors"), "wb");
     ((unsigned char *)p)[8] = 'x'; /* the opening brace */
     fwrite(p, 1, n, f);
     fclose(f);
   }
   free(p);
-  TT_CHECK(refused(tpath("trunc1.safetensors"), NULL, msg), "missing data byte: %s", msg);
-  TT_CHECK(refused(tpath("trunc2.safetensors"), "header length", msg), "cut header: %s", msg);
-  TT_CHECK(refused(tpath("trunc3.safetensors"), "too short", msg), "5 bytes: %s", msg);
-  TT_CHECK(refused(tpath("corrupt.safetensors"), "corrupt", msg), "corrupt header: %s", msg);
-  TT_CHECK(refused(tpath("missing.safetensors"), NULL, msg), "missing: %s", msg);
+  TT_CHECK(refused(tt_test_path("trunc1.safetensors"), NULL, msg), "missing data byte: %s", msg);
+  TT_CHECK(refused(tt_test_path("trunc2.safetensors"), "header length", msg), "cut header: %s", msg);
+  TT_CHECK(refused(tt_test_path("trunc3.safetensors"), "too short", msg), "5 bytes: %s", msg);
+  TT_CHECK(refused(tt_test_path("corrupt.safetensors"), "corrupt", msg), "corrupt header: %s", msg);
+  TT_CHECK(refused(tt_test_path("missing.safetensors"), NULL, msg), "missing: %s", msg);
 
-  write_raw(tpath("range.safetensors"), "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,1000]}}", 24);
-  TT_CHECK(refused(tpath("range.safetensors"), "out of range", msg), "offsets past the data: %s", msg);
-  write_raw(tpath("shape.safetensors"), "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", 20);
-  TT_CHECK(refused(tpath("shape.safetensors"), "needs 24", msg), "offsets vs shape: %s", msg);
-  write_raw(tpath("rev.safetensors"), "{\"w\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[8,4]}}", 8);
-  TT_CHECK(refused(tpath("rev.safetensors"), NULL, msg), "begin > end: %s", msg);
-  write_raw(tpath("overlap.safetensors"),
+  write_raw(tt_test_path("range.safetensors"), "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,1000]}}", 24);
+  TT_CHECK(refused(tt_test_path("range.safetensors"), "out of range", msg), "offsets past the data: %s", msg);
+  write_raw(tt_test_path("shape.safetensors"), "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", 20);
+  TT_CHECK(refused(tt_test_path("shape.safetensors"), "needs 24", msg), "offsets vs shape: %s", msg);
+  write_raw(tt_test_path("rev.safetensors"), "{\"w\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[8,4]}}", 8);
+  TT_CHECK(refused(tt_test_path("rev.safetensors"), NULL, msg), "begin > end: %s", msg);
+  write_raw(tt_test_path("overlap.safetensors"),
             "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
             "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]}}",
             6);
-  TT_CHECK(refused(tpath("overlap.safetensors"), "overlap", msg), "overlap: %s", msg);
-  write_raw(tpath("hole.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}", 8);
-  TT_CHECK(refused(tpath("hole.safetensors"), "hole", msg), "hole: %s", msg);
-  write_raw(tpath("extra.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 9);
-  TT_CHECK(refused(tpath("extra.safetensors"), NULL, msg), "trailing data: %s", msg);
-  write_raw(tpath("dtype.safetensors"), "{\"a\":{\"dtype\":\"Q4\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4);
-  TT_CHECK(refused(tpath("dtype.safetensors"), "Q4", msg), "dtype: %s", msg);
-  write_raw(tpath("neg.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[-4],\"data_offsets\":[0,4]}}", 4);
-  TT_CHECK(refused(tpath("neg.safetensors"), "shape", msg), "negative dim: %s", msg);
-  write_raw(tpath("frac.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4.5],\"data_offsets\":[0,4]}}", 4);
-  TT_CHECK(refused(tpath("frac.safetensors"), "shape", msg), "fractional dim: %s", msg);
-  write_raw(tpath("miss.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4]}}", 4);
-  TT_CHECK(refused(tpath("miss.safetensors"), "data_offsets", msg), "missing field: %s", msg);
-  write_raw(tpath("dup.safetensors"),
+  TT_CHECK(refused(tt_test_path("overlap.safetensors"), "overlap", msg), "overlap: %s", msg);
+  write_raw(tt_test_path("hole.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}", 8);
+  TT_CHECK(refused(tt_test_path("hole.safetensors"), "hole", msg), "hole: %s", msg);
+  write_raw(tt_test_path("extra.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 9);
+  TT_CHECK(refused(tt_test_path("extra.safetensors"), NULL, msg), "trailing data: %s", msg);
+  write_raw(tt_test_path("dtype.safetensors"), "{\"a\":{\"dtype\":\"Q4\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4);
+  TT_CHECK(refused(tt_test_path("dtype.safetensors"), "Q4", msg), "dtype: %s", msg);
+  write_raw(tt_test_path("neg.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[-4],\"data_offsets\":[0,4]}}", 4);
+  TT_CHECK(refused(tt_test_path("neg.safetensors"), "shape", msg), "negative dim: %s", msg);
+  write_raw(tt_test_path("frac.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4.5],\"data_offsets\":[0,4]}}", 4);
+  TT_CHECK(refused(tt_test_path("frac.safetensors"), "shape", msg), "fractional dim: %s", msg);
+  write_raw(tt_test_path("miss.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4]}}", 4);
+  TT_CHECK(refused(tt_test_path("miss.safetensors"), "data_offsets", msg), "missing field: %s", msg);
+  write_raw(tt_test_path("dup.safetensors"),
             "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
             "\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]}}",
             4);
-  TT_CHECK(refused(tpath("dup.safetensors"), "twice", msg), "duplicate name: %s", msg);
-  write_raw(tpath("meta.safetensors"), "{\"__metadata__\":{\"k\":5}}", 0);
-  TT_CHECK(refused(tpath("meta.safetensors"), "__metadata__", msg), "metadata value: %s", msg);
-  write_raw(tpath("json1.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},}", 4);
-  TT_CHECK(refused(tpath("json1.safetensors"), "corrupt", msg), "trailing comma: %s", msg);
-  write_raw(tpath("json2.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}} x", 4);
-  TT_CHECK(refused(tpath("json2.safetensors"), "after", msg), "text after: %s", msg);
-  write_raw(tpath("json3.safetensors"), "{\"a\\q\":1}", 0);
-  TT_CHECK(refused(tpath("json3.safetensors"), "escape", msg), "bad escape: %s", msg);
-  write_raw(tpath("json4.safetensors"), "[1,2]", 0);
-  TT_CHECK(refused(tpath("json4.safetensors"), "object", msg), "not an object: %s", msg);
+  TT_CHECK(refused(tt_test_path("dup.safetensors"), "twice", msg), "duplicate name: %s", msg);
+  write_raw(tt_test_path("meta.safetensors"), "{\"__metadata__\":{\"k\":5}}", 0);
+  TT_CHECK(refused(tt_test_path("meta.safetensors"), "__metadata__", msg), "metadata value: %s", msg);
+  write_raw(tt_test_path("json1.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},}", 4);
+  TT_CHECK(refused(tt_test_path("json1.safetensors"), "corrupt", msg), "trailing comma: %s", msg);
+  write_raw(tt_test_path("json2.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}} x", 4);
+  TT_CHECK(refused(tt_test_path("json2.safetensors"), "after", msg), "text after: %s", msg);
+  write_raw(tt_test_path("json3.safetensors"), "{\"a\\q\":1}", 0);
+  TT_CHECK(refused(tt_test_path("json3.safetensors"), "escape", msg), "bad escape: %s", msg);
+  write_raw(tt_test_path("json4.safetensors"), "[1,2]", 0);
+  TT_CHECK(refused(tt_test_path("json4.safetensors"), "object", msg), "not an object: %s", msg);
   {
     /* header length far beyond the file */
     unsigned char b[16] = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F, '{', '}', ' ', ' ', ' ', ' ', ' ', ' '};
-    FILE *f = fopen(tpath("huge.safetensors"), "wb");
+    FILE *f = fopen(tt_test_path("huge.safetensors"), "wb");
     fwrite(b, 1, 16, f);
     fclose(f);
-    TT_CHECK(refused(tpath("huge.safetensors"), "header length", msg), "huge length: %s", msg);
+    TT_CHECK(refused(tt_test_path("huge.safetensors"), "header length", msg), "huge length: %s", msg);
   }
   /* a valid hand-written file with escapes and unicode is accepted */
   {
     tt_st_file *f = NULL;
-    write_raw(tpath("ok.safetensors"),
+    write_raw(tt_test_path("ok.safetensors"),
               " { \"__metadata__\" : { \"u\" : \"\\u00e9\\ud83d\\ude00\\/\" } , \"a\\tb\" : { \"shape\" : [ 2 ] , "
               "\"dtype\" : \"I16\" , \"data_offsets\" : [ 0 , 4 ] } } ",
               4);
-    TT_CHECK(tt_st_open(tpath("ok.safetensors"), &f, &err) == 0, "valid file refused: %s", err.msg);
+    TT_CHECK(tt_st_open(tt_test_path("ok.safetensors"), &f, &err) == 0, "valid file refused: %s", err.msg);
     if (f) {
       TT_CHECK(tt_st_get(f, "a\tb") && !strcmp(tt_st_meta(f, "u"), "\xC3\xA9\xF0\x9F\x98\x80/"), "decoded strings");
       tt_st_close(f);
@@ -226,23 +216,23 @@ static void test_fileio(void) {
   void *p;
   size_t n;
   TT_TEST_BEGIN("fileio_atomic_and_mkdirs");
-  TT_CHECK(tt_mkdirs(tpath("x/y/z"), &err) == 0 && tt_mkdirs(tpath("x/y/z"), &err) == 0, "mkdirs: %s", err.msg);
+  TT_CHECK(tt_mkdirs(tt_test_path("x/y/z"), &err) == 0 && tt_mkdirs(tt_test_path("x/y/z"), &err) == 0, "mkdirs: %s", err.msg);
   chunks[0] = "hello ";
   sizes[0] = 6;
   chunks[1] = "world";
   sizes[1] = 5;
-  TT_CHECK(tt_write_file_atomic(tpath("x/y/z/f.txt"), chunks, sizes, 2, &err) == 0, "write: %s", err.msg);
-  TT_CHECK(tt_read_file(tpath("x/y/z/f.txt"), &p, &n, &err) == 0 && n == 11 && !memcmp(p, "hello world", 12),
+  TT_CHECK(tt_write_file_atomic(tt_test_path("x/y/z/f.txt"), chunks, sizes, 2, &err) == 0, "write: %s", err.msg);
+  TT_CHECK(tt_read_file(tt_test_path("x/y/z/f.txt"), &p, &n, &err) == 0 && n == 11 && !memcmp(p, "hello world", 12),
            "read back");
   free(p);
   sizes[1] = 0;
-  TT_CHECK(tt_write_file_atomic(tpath("x/y/z/f.txt"), chunks, sizes, 2, &err) == 0 &&
-               tt_read_file(tpath("x/y/z/f.txt"), &p, &n, &err) == 0 && n == 6,
+  TT_CHECK(tt_write_file_atomic(tt_test_path("x/y/z/f.txt"), chunks, sizes, 2, &err) == 0 &&
+               tt_read_file(tt_test_path("x/y/z/f.txt"), &p, &n, &err) == 0 && n == 6,
            "overwrite");
   free(p);
-  TT_CHECK(tt_write_file_atomic(tpath("no/such/dir/f"), chunks, sizes, 1, &err) != 0 && strstr(err.msg, "no/such"),
+  TT_CHECK(tt_write_file_atomic(tt_test_path("no/such/dir/f"), chunks, sizes, 1, &err) != 0 && strstr(err.msg, "no/such"),
            "bad dir: %s", err.msg);
-  TT_CHECK(tt_mkdirs(tpath("x/y/z/f.txt/sub"), &err) != 0 && strstr(err.msg, "f.txt"), "mkdirs over a file: %s",
+  TT_CHECK(tt_mkdirs(tt_test_path("x/y/z/f.txt/sub"), &err) != 0 && strstr(err.msg, "f.txt"), "mkdirs over a file: %s",
            err.msg);
   TT_TEST_END();
 }
@@ -267,8 +257,8 @@ static void test_chart(void) {
     vl[i] = i == 4 ? NAN : 2.4 * exp(-i / 9.0);
     acc[i] = 0.1 + 0.8 * (1 - exp(-i / 6.0));
   }
-  TT_CHECK(tt_chart_svg(tpath("c30.svg"), ep, tl, vl, acc, 30, "resnet <small> & co", &err) == 0, "%s", err.msg);
-  if (tt_read_file(tpath("c30.svg"), &p, &n, &err) == 0) {
+  TT_CHECK(tt_chart_svg(tt_test_path("c30.svg"), ep, tl, vl, acc, 30, "resnet <small> & co", &err) == 0, "%s", err.msg);
+  if (tt_read_file(tt_test_path("c30.svg"), &p, &n, &err) == 0) {
     const char *s = (const char *)p;
     TT_CHECK(strstr(s, "<svg") && strstr(s, "</svg>") && strstr(s, "resnet &lt;small&gt; &amp; co") &&
                  strstr(s, "train loss") && strstr(s, "test accuracy") && strstr(s, "80%") && !strstr(s, "nan") &&
@@ -278,20 +268,20 @@ static void test_chart(void) {
              count_of(s, "<polyline"));
     free(p);
   }
-  TT_CHECK(tt_chart_svg(tpath("c1.svg"), ep, tl, vl, acc, 1, "one", &err) == 0, "%s", err.msg);
-  if (tt_read_file(tpath("c1.svg"), &p, &n, &err) == 0) {
+  TT_CHECK(tt_chart_svg(tt_test_path("c1.svg"), ep, tl, vl, acc, 1, "one", &err) == 0, "%s", err.msg);
+  if (tt_read_file(tt_test_path("c1.svg"), &p, &n, &err) == 0) {
     TT_CHECK(strstr((char *)p, "<circle") && !strstr((char *)p, "nan") && !strstr((char *)p, "inf"), "n = 1");
     free(p);
   }
-  TT_CHECK(tt_chart_svg(tpath("c0.svg"), NULL, NULL, NULL, NULL, 0, NULL, &err) == 0, "%s", err.msg);
-  if (tt_read_file(tpath("c0.svg"), &p, &n, &err) == 0) {
+  TT_CHECK(tt_chart_svg(tt_test_path("c0.svg"), NULL, NULL, NULL, NULL, 0, NULL, &err) == 0, "%s", err.msg);
+  if (tt_read_file(tt_test_path("c0.svg"), &p, &n, &err) == 0) {
     TT_CHECK(strstr((char *)p, "no data yet") && strstr((char *)p, "</svg>") && !strstr((char *)p, "nan"), "n = 0");
     free(p);
   }
   /* percent already, flat values, and a missing series */
   for (i = 0; i < 5; i++) acc[i] = 91.5;
-  TT_CHECK(tt_chart_svg(tpath("c5.svg"), ep, tl, NULL, acc, 5, "flat", &err) == 0, "%s", err.msg);
-  if (tt_read_file(tpath("c5.svg"), &p, &n, &err) == 0) {
+  TT_CHECK(tt_chart_svg(tt_test_path("c5.svg"), ep, tl, NULL, acc, 5, "flat", &err) == 0, "%s", err.msg);
+  if (tt_read_file(tt_test_path("c5.svg"), &p, &n, &err) == 0) {
     TT_CHECK(!strstr((char *)p, "9150") && !strstr((char *)p, "nan"), "percent input rescaled twice");
     free(p);
   }
@@ -300,24 +290,18 @@ static void test_chart(void) {
     snprintf(cmd, sizeof cmd,
              "/usr/bin/python3 -c \"import xml.dom.minidom as m,sys; [m.parse(sys.argv[i]) for i in (1,2,3,4)]\" "
              "%s %s %s %s",
-             tpath("c30.svg"), tpath("c1.svg"), tpath("c0.svg"), tpath("c5.svg"));
+             tt_test_path("c30.svg"), tt_test_path("c1.svg"), tt_test_path("c0.svg"), tt_test_path("c5.svg"));
     TT_CHECK(system(cmd) == 0, "an SVG is not well-formed XML");
   }
   TT_TEST_END();
 }
 
 int main(void) {
-  char cmd[512];
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/tt_test_st_XXXXXX");
-  if (!mkdtemp(tmpdir)) {
-    printf("FAIL test_safetensors: cannot create a temporary directory\n");
-    return 1;
-  }
+  if (tt_test_tmpdir("st", "test_safetensors")) return 1;
   test_round_trip();
   test_refusals();
   test_fileio();
   test_chart();
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0) printf("# could not remove %s\n", tmpdir);
+  tt_test_tmpdir_remove();
   TT_TEST_EXIT();
 }

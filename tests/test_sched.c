@@ -26,15 +26,6 @@
 
 #define GIB ((size_t)1 << 30)
 
-/* ---- deterministic PRNG (splitmix64) ---- */
-typedef struct rng { uint64_t s; } rng;
-static uint64_t rng_next(rng *r) {
-  uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 typedef struct net {
   tt_model m;
   tt_graph g;
@@ -188,9 +179,9 @@ static void test_checkpoint_equals_plain(tt_backend *be) {
   size_t per = (size_t)CK_MB * 144;
   uint8_t *imgs = (uint8_t *)malloc(per * nb);
   int32_t *labs = (int32_t *)malloc(sizeof(int32_t) * CK_MB * nb);
-  rng r = {42};
-  for (size_t i = 0; i < per * nb; i++) imgs[i] = (uint8_t)(rng_next(&r) & 0xff);
-  for (int i = 0; i < CK_MB * nb; i++) labs[i] = (int32_t)(rng_next(&r) % 5);
+  tt_test_rng r = {42};
+  for (size_t i = 0; i < per * nb; i++) imgs[i] = (uint8_t)(tt_test_rng_next(&r) & 0xff);
+  for (int i = 0; i < CK_MB * nb; i++) labs[i] = (int32_t)(tt_test_rng_next(&r) % 5);
   size_t sf = state_floats(&n.g);
   float *s_plain = (float *)calloc(sf, sizeof(float)), *s_rec = (float *)calloc(sf, sizeof(float));
   unsigned char *rec = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
@@ -328,9 +319,9 @@ static void test_accumulation(tt_backend *be) {
     size_t per = tt_node_numel(&n.g.nodes[0]);
     float *in = (float *)malloc(sizeof(float) * per * eff * steps);
     int32_t *labs = (int32_t *)malloc(sizeof(int32_t) * eff * steps);
-    rng r = {1000 + (uint64_t)o};
-    for (size_t i = 0; i < per * eff * steps; i++) in[i] = (float)((double)(rng_next(&r) >> 11) / 9007199254740992.0 * 2 - 1);
-    for (int i = 0; i < eff * steps; i++) labs[i] = (int32_t)(rng_next(&r) % 6);
+    tt_test_rng r = {1000 + (uint64_t)o};
+    for (size_t i = 0; i < per * eff * steps; i++) in[i] = (float)(tt_test_rng_unit(&r) * 2 - 1);
+    for (int i = 0; i < eff * steps; i++) labs[i] = (int32_t)(tt_test_rng_next(&r) % 6);
     tt_opt_hparams hp;
     memset(&hp, 0, sizeof hp);
     hp.kind = o ? TT_OPT_ADAM : TT_OPT_SGD;
@@ -437,11 +428,11 @@ static int fm_run(const net *n, tt_backend *be, tt_dtype dt, const tt_dataset *t
   size_t per = (size_t)tr->c * tr->h * tr->w;
   uint8_t *img = (uint8_t *)malloc(per * FM_BATCH);
   int32_t lab[FM_BATCH];
-  rng r = {FM_SEED};
+  tt_test_rng r = {FM_SEED};
   if (!rc) rc = tt_exec_stats(&x, NULL, 1, e);
   for (int s = 0; s < FM_STEPS && !rc; s++) {
     for (int i = 0; i < FM_BATCH; i++) {
-      int j = (int)(rng_next(&r) % (uint64_t)tr->n);
+      int j = (int)(tt_test_rng_next(&r) % (uint64_t)tr->n);
       memcpy(img + (size_t)i * per, tr->images + (size_t)j * per, per);
       lab[i] = tr->labels[j];
     }
@@ -583,9 +574,9 @@ static void test_overflow_injection(tt_backend *be) {
   size_t per = tt_node_numel(&n.g.nodes[0]);
   float *in = (float *)malloc(sizeof(float) * per * mb);
   int32_t labs[8];
-  rng r = {9};
-  for (size_t i = 0; i < per * mb; i++) in[i] = (float)((double)(rng_next(&r) >> 11) / 9007199254740992.0 - 0.5);
-  for (int i = 0; i < mb; i++) labs[i] = (int32_t)(rng_next(&r) % 6);
+  tt_test_rng r = {9};
+  for (size_t i = 0; i < per * mb; i++) in[i] = (float)(tt_test_rng_unit(&r) - 0.5);
+  for (int i = 0; i < mb; i++) labs[i] = (int32_t)(tt_test_rng_next(&r) % 6);
   size_t sf = state_floats(&n.g);
   float *before = (float *)calloc(sf, sizeof(float)), *after = (float *)calloc(sf, sizeof(float));
   tt_opt_hparams hp;

@@ -21,16 +21,8 @@
 #include "core/model.h"
 #include "core/safetensors.h"
 #include "core/tinytrain.h"
+#include "core/train.h"
 #include "tests/tt_test.h"
-
-double tt_lr_at(const tt_train_cfg *t, double epoch); /* core/train.c */
-
-static char tmpdir[256];
-
-static const char *tpath(char *buf, const char *name) {
-  snprintf(buf, 1024, "%s/%s", tmpdir, name);
-  return buf;
-}
 
 static int write_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
@@ -242,7 +234,7 @@ static void check_metrics(const char *name, const char *metrics, int nevals, int
     TT_SKIP(name, "python3 not found");
     return;
   }
-  tpath(py, "check_metrics.py");
+  tt_test_path_in(py, "check_metrics.py");
   TT_CHECK(write_file(py, metrics_checker) == 0, "cannot write %s", py);
   snprintf(cmd, sizeof cmd, "python3 '%s' '%s' %d %d 2>&1", py, metrics, nevals, steps_per_epoch);
   FILE *p = popen(cmd, "r");
@@ -342,18 +334,16 @@ int main(void) {
   char a[1100], b[1100], why[1024], err[1500], m[64];
   tt_run_opts r;
   double t0 = now_s();
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/tt_test_train_XXXXXX");
-  if (!mkdtemp(tmpdir)) {
-    printf("FAIL setup: mkdtemp failed\n");
-    return 1;
-  }
+  if (tt_test_tmpdir("train", "setup")) return 1;
   test_lr_schedules();
   test_parse_size();
 
-  tpath(recipe, "syn.recipe"), tpath(recipe1, "syn1.recipe"), tpath(recipe_wide, "syn_wide.recipe");
-  tpath(dA, "A"), tpath(dB, "B"), tpath(dO, "O"), tpath(dT, "T"), tpath(dE, "E"), tpath(dW, "W");
+  tt_test_path_in(recipe, "syn.recipe"), tt_test_path_in(recipe1, "syn1.recipe");
+  tt_test_path_in(recipe_wide, "syn_wide.recipe");
+  tt_test_path_in(dA, "A"), tt_test_path_in(dB, "B"), tt_test_path_in(dO, "O");
+  tt_test_path_in(dT, "T"), tt_test_path_in(dE, "E"), tt_test_path_in(dW, "W");
   if (write_recipe(recipe, 2, 16) || write_recipe(recipe1, 1, 16) || write_recipe(recipe_wide, 2, 12)) {
-    printf("FAIL setup: cannot write recipes under %s\n", tmpdir);
+    printf("FAIL setup: cannot write recipes under %s\n", tt_test_dir());
     return 1;
   }
   const int steps_per_epoch = 32, k = 13; /* 13: mid-epoch, not a multiple of 32 */
@@ -465,8 +455,6 @@ int main(void) {
   TT_TEST_END();
 
   printf("# test_train: %.1f s\n", now_s() - t0);
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-  if (system(cmd) != 0) printf("# could not remove %s\n", tmpdir);
+  tt_test_tmpdir_remove();
   TT_TEST_EXIT();
 }

@@ -7,8 +7,11 @@
 #ifndef TT_TEST_H
 #define TT_TEST_H
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+#include "kernels/kernel_math.h"
 
 static int tt_test_failures;
 static int tt_test_current_failed;
@@ -36,5 +39,60 @@ static const char *tt_test_current_name;
   } while (0)
 
 #define TT_TEST_EXIT() return tt_test_failures ? 1 : 0
+
+/* ---- deterministic generators: the same data on every run and machine ---- */
+
+/* A splitmix64 stream (the project's one mixer, kernels/kernel_math.h); s is the seed. */
+typedef struct tt_test_rng { uint64_t s; } tt_test_rng;
+static inline uint64_t tt_test_rng_next(tt_test_rng *r) { return tt_splitmix_next(&r->s); }
+/* Uniform in [0, 1): the top 53 bits. */
+static inline double tt_test_rng_unit(tt_test_rng *r) {
+  return (double)(tt_test_rng_next(r) >> 11) / 9007199254740992.0;
+}
+/* Uniform in [lo, hi], both included (modulo bias is irrelevant here). */
+static inline int tt_test_rng_int(tt_test_rng *r, int lo, int hi) {
+  return lo + (int)(tt_test_rng_next(r) % (uint64_t)(hi - lo + 1));
+}
+
+/* xorshift64 (13, 7, 17): the generator test_recipe's fuzzer and test_cuda's inputs were
+ * written with. Kept rather than moved to the splitmix stream so those tests keep seeing the
+ * very inputs they always have. *s must not be 0. */
+static inline uint64_t tt_test_xorshift(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+  return *s = x;
+}
+
+/* ---- one temporary directory per test binary ---- */
+
+/* Its path; empty until tt_test_tmpdir made it. */
+static inline char *tt_test_dir(void) {
+  static char dir[256];
+  return dir;
+}
+/* Makes /tmp/tt_test_<tag>_XXXXXX. On failure prints "FAIL <name>: ..." and returns -1. */
+static inline int tt_test_tmpdir(const char *tag, const char *name) {
+  snprintf(tt_test_dir(), 256, "/tmp/tt_test_%s_XXXXXX", tag);
+  if (mkdtemp(tt_test_dir())) return 0;
+  printf("FAIL %s: cannot create a temporary directory\n", name);
+  return -1;
+}
+/* <dir>/<name> in buf (1024 bytes). */
+static inline const char *tt_test_path_in(char *buf, const char *name) {
+  snprintf(buf, 1024, "%s/%s", tt_test_dir(), name);
+  return buf;
+}
+/* <dir>/<name> in one of 8 rotating buffers: enough for the arguments of one call. */
+static inline const char *tt_test_path(const char *name) {
+  static char buf[8][1024];
+  static int k;
+  return tt_test_path_in(buf[k++ & 7], name);
+}
+/* Removes the directory and everything in it (the end of main). */
+static inline void tt_test_tmpdir_remove(void) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tt_test_dir());
+  if (system(cmd) != 0) printf("# could not remove %s\n", tt_test_dir());
+}
 
 #endif

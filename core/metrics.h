@@ -1,0 +1,68 @@
+/* core/metrics.h — what a training run reports: one JSON object per line in metrics.jsonl, the
+ * progress line on the terminal (rewritten in place on a tty), the per-epoch and closing text,
+ * and the history chart.svg is drawn from. train.c decides what happened; this file says it. */
+#ifndef TT_METRICS_H
+#define TT_METRICS_H
+#include <stddef.h>
+#include <stdio.h>
+
+#include "lossscale.h"
+#include "util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tt_metrics {
+  FILE *out;                  /* progress and summary text */
+  int quiet;                  /* 1: say nothing (errors are the caller's) */
+  int in_place;               /* the progress line is rewritten in place, not appended */
+  int epochs, steps_per_epoch;/* of this run, for the progress line */
+  size_t arena_bytes;         /* for the progress line */
+  FILE *jsonl;                /* metrics.jsonl; NULL until tt_metrics_open */
+  struct metrics_hist *hist;  /* per-epoch points of the chart (metrics.c) */
+} tt_metrics;
+
+/* The running figures of the epoch in progress that the lines are made from. The trainer adds
+ * to wait, loss_sum, images and log_images; the metrics functions read them and restart the
+ * logging interval. */
+typedef struct tt_epoch_meter {
+  int epoch;                  /* 0-based */
+  double t0;                  /* tt_now() when the epoch started */
+  double wait;                /* seconds spent waiting for the loader this epoch */
+  double loss_sum;            /* summed per-image training loss of the logged intervals */
+  long long images;           /* trained this epoch */
+  double log_t0;              /* start of the current logging interval */
+  long long log_images;       /* trained in it */
+  int skipped_before;         /* fp16 updates skipped before this epoch */
+} tt_epoch_meter;
+
+/* progress: -1 auto (a terminal gets the line rewritten in place), 0 plain lines, 1 in place. */
+void tt_metrics_init(tt_metrics *m, FILE *out, int quiet, int progress);
+/* A line of text for the person watching, unless quiet. */
+void tt_metrics_say(const tt_metrics *m, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Opens dir/metrics.jsonl: appended to when resuming, whose eval lines then seed the chart's
+ * history; otherwise written afresh. */
+int tt_metrics_open(tt_metrics *m, const char *dir, int resume, tt_err *err);
+void tt_metrics_close(tt_metrics *m);
+
+void tt_metrics_epoch_begin(tt_epoch_meter *e, int epoch, long long skipped_before);
+/* A logging interval ended at optimizer step `step` (step_in_epoch, 0-based): its "train" line
+ * and the progress line. loss and accuracy are the interval's means per image. */
+void tt_metrics_train(tt_metrics *m, tt_epoch_meter *e, int step_in_epoch, long long step, double loss, double accuracy,
+                      double lr, const tt_loss_scale *ls);
+/* The epoch was evaluated: its "eval" line, its summary line and its point of the chart. */
+void tt_metrics_eval(tt_metrics *m, const tt_epoch_meter *e, long long step, double test_loss, double test_acc);
+/* dir/chart.svg from the history so far. */
+int tt_metrics_chart(const tt_metrics *m, const char *dir, const char *title, tt_err *err);
+/* The closing text: fp16 skipped steps, if any, and where the run's files are. */
+void tt_metrics_summary(const tt_metrics *m, const char *dir, const tt_loss_scale *ls);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
