@@ -76,13 +76,13 @@ int tt_sched_units(const tt_graph *g, int *unit_of) {
 /* Whether backward reads v's value: v's own backward reads its output, or a consumer's
  * backward reads its input. A view passes the question on to its own consumers. The
  * lowering (lower_bwd) keeps exactly these values alive: both read tt_op's bwd_reads. */
-static int sched_bwd_reads(const tt_graph *g, int v) {
+int tt_sched_bwd_reads(const tt_graph *g, int v) {
   if (tt_op(g->nodes[v].kind)->bwd_reads & TT_READS_OUTPUT) return 1;
   for (int b = v + 1; b < g->nnodes; b++) {
     const tt_node *c = &g->nodes[b];
     for (int k = 0; k < c->nin; k++) {
       if (c->in[k] != v) continue;
-      if (tt_op_is_view(c->L, 1) ? sched_bwd_reads(g, b) : (k == 0 && (tt_op(c->kind)->bwd_reads & TT_READS_INPUT)))
+      if (tt_op_is_view(c->L, 1) ? tt_sched_bwd_reads(g, b) : (k == 0 && (tt_op(c->kind)->bwd_reads & TT_READS_INPUT)))
         return 1;
     }
   }
@@ -92,7 +92,7 @@ static int sched_bwd_reads(const tt_graph *g, int v) {
 /* Bytes a node's value occupies through the backward pass if it is kept (0 if nothing in
  * backward reads it). */
 static double sched_saved_bytes(const tt_graph *g, int v, int mb, tt_dtype dt) {
-  if (!sched_bwd_reads(g, v)) return 0.0;
+  if (!tt_sched_bwd_reads(g, v)) return 0.0;
   return (double)mb * (double)tt_node_numel(&g->nodes[v]) * (double)tt_dtype_size(dt);
 }
 

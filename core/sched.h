@@ -84,6 +84,9 @@ void tt_sched_explain(const tt_graph *g, tt_backend *planner_be, const tt_sched_
 double tt_predict_ms(const tt_program *p, const tt_device_profile *prof);
 /* Units: unit_of[node] = unit index (cut nodes end a unit). Returns the number of units. */
 int tt_sched_units(const tt_graph *g, int *unit_of);
+/* Whether the backward pass reads node v's value (the checkpoint search's memory model; it
+ * reads the same op-traits row as the lowering, and tests/test_lower.c holds them equal). */
+int tt_sched_bwd_reads(const tt_graph *g, int v);
 /* Fills rec[] for the minimum-recompute-cost checkpoint plan whose modelled activation
  * memory is at most `target` bytes at this micro-batch/dtype; returns the units recomputed
  * or -1 if even recomputing everything does not reach target. */

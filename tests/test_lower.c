@@ -8,6 +8,7 @@
 #include "core/graph.h"
 #include "core/program.h"
 #include "core/recipe.h"
+#include "core/sched.h"
 #include "kernels/backend.h"
 #include "tests/tt_test.h"
 
@@ -321,11 +322,69 @@ static void test_recompute(void) {
   TT_TEST_END();
 }
 
+/* views (flatten, dropout that is active in training) and the other kinds whose backward
+ * reads input or output: silu, maxpool, relu6 */
+static const char *lower_recipe2 =
+    "[net]\ninput = 2x6x6\nclasses = 4\n"
+    "[train]\nbatch = 2\noptimizer = adam\nlr = 0.01\n"
+    "[conv c1]\nfilters = 3\nsize = 3\npad = 1\n"
+    "[silu s1]\n"
+    "[maxpool p1]\nsize = 2\n"
+    "[dropout d1]\np = 0.25\n"
+    "[flatten f1]\n"
+    "[relu6 r6]\n"
+    "[dropout d2]\np = 0.5\n"
+    "[linear fc1]\nout = 4\n"
+    "[avgpool ap]\nfrom = p1\nsize = 3\n"
+    "[flatten f2]\n"
+    "[linear fc2]\nout = 4\n"
+    "[add out]\nfrom = fc1, fc2\n";
+
+/* The scheduler's memory model says a node's value is kept for backward exactly when the
+ * lowered program (no recompute) has a backward step read it: both read core/ops.c. */
+static void check_sched_agrees(const char *name, const char *text) {
+  tt_err e = {{0}};
+  tt_model m;
+  tt_graph g;
+  tt_program p;
+  memset(&m, 0, sizeof m);
+  memset(&g, 0, sizeof g);
+  memset(&p, 0, sizeof p);
+  tt_backend *be = tt_cpu_backend_create(1);
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = 2, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.training = 1;
+  if (!be || tt_recipe_parse(name, text, &m, &e, NULL, NULL) || tt_graph_build(&m, &g, &e) || tt_lower(&g, &pol, be, &p, &e)) {
+    TT_CHECK(0, "%s: %s", name, e.msg);
+  } else {
+    for (int v = 0; v < g.nnodes; v++) {
+      if (tt_op_is_view(g.nodes[v].L, 1)) continue; /* a view has no value of its own */
+      int read = 0;
+      for (int si = p.micro_end - 1; si >= 0 && p.steps[si].op == TT_S_BWD; si--)
+        for (int k = 0; k < p.steps[si].nin; k++) read |= p.steps[si].in[k] == p.value_buf[v];
+      TT_CHECK(read == tt_sched_bwd_reads(&g, v), "%s: node %s: lowering %s its value in backward, the scheduler says %d", name,
+               m.layers[v].name, read ? "reads" : "does not read", tt_sched_bwd_reads(&g, v));
+    }
+  }
+  tt_program_free(&p);
+  tt_graph_free(&g);
+  tt_model_free(&m);
+  if (be) be->destroy(be);
+}
+
+static void test_sched_agrees(void) {
+  TT_TEST_BEGIN("lower_and_scheduler_agree_on_saved_values");
+  check_sched_agrees("lower.recipe", lower_recipe);
+  check_sched_agrees("lower2.recipe", lower_recipe2);
+  TT_TEST_END();
+}
+
 int main(void) {
   test_counts();
   test_slots_and_args();
   test_liveness();
   test_inplace();
   test_recompute();
+  test_sched_agrees();
   TT_TEST_EXIT();
 }
