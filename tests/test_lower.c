@@ -35,16 +35,24 @@ typedef struct lw {
   tt_backend *be;
 } lw;
 
-static int lw_open(lw *t, int training, tt_dtype dt, int inplace, const unsigned char *rec, tt_err *e) {
+static void lw_close(lw *t);
+
+/* Builds the program; on failure records it in the current test, frees what was made and
+ * returns -1. */
+static int lw_open(lw *t, int training, tt_dtype dt, int inplace, const unsigned char *rec) {
+  tt_err e = {{0}};
   memset(t, 0, sizeof *t);
   t->be = tt_cpu_backend_create(1);
-  if (!t->be) return tt_fail(e, "no CPU backend");
-  if (tt_recipe_parse("lower.recipe", lower_recipe, &t->m, e, NULL, NULL) || tt_graph_build(&t->m, &t->g, e)) return -1;
   tt_policy pol;
   memset(&pol, 0, sizeof pol);
   pol.micro_batch = 4, pol.accum_steps = 1, pol.act_dtype = dt, pol.inplace = inplace, pol.training = training;
   pol.recompute = (unsigned char *)rec;
-  if (tt_lower(&t->g, &pol, t->be, &t->p, e) || tt_program_plan(&t->p, e)) return -1;
+  if (!t->be || tt_recipe_parse("lower.recipe", lower_recipe, &t->m, &e, NULL, NULL) || tt_graph_build(&t->m, &t->g, &e) ||
+      tt_lower(&t->g, &pol, t->be, &t->p, &e) || tt_program_plan(&t->p, &e)) {
+    TT_CHECK(0, "setting up: %s", t->be ? e.msg : "no CPU backend");
+    lw_close(t);
+    return -1;
+  }
   return 0;
 }
 
@@ -82,13 +90,8 @@ static int count_class(const tt_program *p, tt_buf_class c) {
 
 static void test_counts(void) {
   TT_TEST_BEGIN("lower_buffer_and_step_counts");
-  tt_err e = {{0}};
   lw t;
-  if (lw_open(&t, 1, TT_F32, 0, NULL, &e)) {
-    TT_CHECK(0, "%s", e.msg);
-    lw_close(&t);
-    return;
-  }
+  if (lw_open(&t, 1, TT_F32, 0, NULL)) return;
   const tt_program *p = &t.p;
   /* micro-step: load, 6 forwards (the flatten is a view), loss, 6 backwards (nothing for
    * the input, nothing for the view); update phase: 7 updates, no check in fp32 */
@@ -115,39 +118,30 @@ static void test_counts(void) {
 
   /* fp16 autocast: one cast per conv/linear weight and bias (5) made once per micro-step
    * and reused by backward, and the overflow check */
-  if (lw_open(&t, 1, TT_F16, 0, NULL, &e)) {
-    TT_CHECK(0, "%s", e.msg);
-  } else {
+  if (!lw_open(&t, 1, TT_F16, 0, NULL)) {
     TT_CHECK(count_steps(&t.p, TT_S_CAST, -1) == 5, "casts %d", count_steps(&t.p, TT_S_CAST, -1));
     TT_CHECK(count_class(&t.p, TT_BC_WEIGHT_COPIES) == 5, "copies %d", count_class(&t.p, TT_BC_WEIGHT_COPIES));
     TT_CHECK(count_steps(&t.p, TT_S_CHECK, -1) == 1 && t.p.overflow_flag >= 0, "no overflow check under fp16");
     TT_CHECK(t.p.nsteps == 27, "fp16 nsteps %d", t.p.nsteps);
+    lw_close(&t);
   }
-  lw_close(&t);
 
   /* evaluation: forward and loss only; no gradients, no optimizer state */
-  if (lw_open(&t, 0, TT_F32, 0, NULL, &e)) {
-    TT_CHECK(0, "%s", e.msg);
-  } else {
+  if (!lw_open(&t, 0, TT_F32, 0, NULL)) {
     TT_CHECK(t.p.nsteps == 8 && t.p.micro_end == 8, "eval nsteps %d micro_end %d", t.p.nsteps, t.p.micro_end);
     TT_CHECK(count_class(&t.p, TT_BC_GRADS) == 0 && count_class(&t.p, TT_BC_OPTIMIZER) == 0, "eval has training state");
     int l = find_step(&t.p, TT_S_LOSS, 7, TT_SF_EVAL);
     TT_CHECK(l >= 0 && t.p.steps[l].out[TT_LOSS_DLOGITS] == -1 && t.p.steps[l].out[TT_LOSS_STATS] == t.p.stats,
              "eval loss writes dlogits");
+    lw_close(&t);
   }
-  lw_close(&t);
   TT_TEST_END();
 }
 
 static void test_slots_and_args(void) {
   TT_TEST_BEGIN("lower_operand_slots_and_arguments");
-  tt_err e = {{0}};
   lw t;
-  if (lw_open(&t, 1, TT_F32, 0, NULL, &e)) {
-    TT_CHECK(0, "%s", e.msg);
-    lw_close(&t);
-    return;
-  }
+  if (lw_open(&t, 1, TT_F32, 0, NULL)) return;
   const tt_program *p = &t.p;
   int c1 = find_step(p, TT_S_FWD, 1, 0), c2 = find_step(p, TT_S_FWD, 4, 0), fc = find_step(p, TT_S_FWD, 7, 0);
   int b1 = find_step(p, TT_S_FWD, 2, 0), ld = find_step(p, TT_S_LOAD_INPUT, 0, 0), ls = find_step(p, TT_S_LOSS, 7, 0);
@@ -197,13 +191,8 @@ static void test_slots_and_args(void) {
 
 static void test_liveness(void) {
   TT_TEST_BEGIN("lower_liveness");
-  tt_err e = {{0}};
   lw t;
-  if (lw_open(&t, 1, TT_F32, 0, NULL, &e)) {
-    TT_CHECK(0, "%s", e.msg);
-    lw_close(&t);
-    return;
-  }
+  if (lw_open(&t, 1, TT_F32, 0, NULL)) return;
   const tt_program *p = &t.p;
   for (int si = 0; si < p->nsteps; si++) {
     const tt_step *s = &p->steps[si];
@@ -241,20 +230,13 @@ static void test_liveness(void) {
 
 static void test_inplace(void) {
   TT_TEST_BEGIN("lower_inplace_proposals");
-  tt_err e = {{0}};
   lw t;
-  if (lw_open(&t, 1, TT_F32, 0, NULL, &e)) {
-    TT_CHECK(0, "%s", e.msg);
-  } else {
+  if (!lw_open(&t, 1, TT_F32, 0, NULL)) {
     for (int i = 0; i < t.p.nbufs; i++) TT_CHECK(t.p.bufs[i].alias_of == -1, "%s proposes an alias without in-place", t.p.bufs[i].name);
     TT_CHECK(t.p.n_inplace == 0, "n_inplace %d", t.p.n_inplace);
-  }
-  lw_close(&t);
-  if (lw_open(&t, 1, TT_F32, 1, NULL, &e)) {
-    TT_CHECK(0, "%s", e.msg);
     lw_close(&t);
-    return;
   }
+  if (lw_open(&t, 1, TT_F32, 1, NULL)) return;
   const tt_program *p = &t.p;
   /* forward: the relu over the batch norm's output (dead after it); the add over c2, its
    * first input, dead after the add (c2's backward reads r1, not c2) */
@@ -290,14 +272,9 @@ static void test_inplace(void) {
 
 static void test_recompute(void) {
   TT_TEST_BEGIN("lower_recompute_steps");
-  tt_err e = {{0}};
   lw t;
   unsigned char rec[8] = {0, 0, 1, 1, 0, 0, 0, 0}; /* drop b1 and r1 after the forward pass */
-  if (lw_open(&t, 1, TT_F32, 0, rec, &e)) {
-    TT_CHECK(0, "%s", e.msg);
-    lw_close(&t);
-    return;
-  }
+  if (lw_open(&t, 1, TT_F32, 0, rec)) return;
   const tt_program *p = &t.p;
   /* c2's backward reads r1, which reads b1: both re-run (b1 from the kept c1), once, just
    * before it; r1's and b1's own backwards then find the recomputed values */
