@@ -31,7 +31,7 @@ __global__ void cuda_ew_add_bias_k(size_t count, size_t hw, int c, tt_dtype dt, 
 int tt_cuda_add_bias(tt_backend *b, const char *op, int n, int c, size_t hw, tt_dtype dt, const void *bias, void *y) {
   size_t count = (size_t)n * c * hw;
   if (!count) return 0;
-  cuda_ew_add_bias_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, hw, c, dt, bias, y);
+  TT_LAUNCH(cuda_ew_add_bias_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, hw, c, dt, bias, y);
   CUDA_LAUNCH_CHECK(b, op);
   return 0;
 }
@@ -53,7 +53,7 @@ __global__ void cuda_ew_channel_sum_k(int n, int c, size_t hw, tt_dtype dt, cons
 int tt_cuda_channel_sum(tt_backend *b, const char *op, int n, int c, size_t hw, tt_dtype dt, const void *t, float *out,
                         float beta) {
   if (c <= 0) return 0;
-  cuda_ew_channel_sum_k<<<c, TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(n, c, hw, dt, t, out, beta);
+  TT_LAUNCH(cuda_ew_channel_sum_k, c, TT_CUDA_THREADS, 0, cuda_ew_stream(b), n, c, hw, dt, t, out, beta);
   CUDA_LAUNCH_CHECK(b, op);
   return 0;
 }
@@ -67,7 +67,7 @@ __global__ void cuda_ew_accum_f32_k(size_t count, tt_dtype dt, const void *x, fl
 
 int tt_cuda_accum_to_f32(tt_backend *b, const char *op, size_t count, tt_dtype dt, const void *x, float *y, float beta) {
   if (!count) return 0;
-  cuda_ew_accum_f32_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, dt, x, y, beta);
+  TT_LAUNCH(cuda_ew_accum_f32_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, dt, x, y, beta);
   CUDA_LAUNCH_CHECK(b, op);
   return 0;
 }
@@ -92,7 +92,7 @@ int tt_cuda_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const vo
     return tt_cuda_fail(b, "act_fwd: unknown activation %d", (int)a);
   if (!count) return 0;
   if (!x || !y) return tt_cuda_fail(b, "act_fwd: NULL x or y");
-  cuda_ew_act_fwd_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(a, count, dt, x, y);
+  TT_LAUNCH(cuda_ew_act_fwd_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), a, count, dt, x, y);
   CUDA_LAUNCH_CHECK(b, "act_fwd");
   return 0;
 }
@@ -106,7 +106,7 @@ int tt_cuda_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const vo
   if (!saved || !dy || !dx) return tt_cuda_fail(b, "act_bwd: NULL saved, dy or dx");
   if (dx == dy && beta != 0.0f)
     return tt_cuda_fail(b, "act_bwd: dx may alias dy only when beta == 0 (beta=%g)", (double)beta);
-  cuda_ew_act_bwd_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(a, count, dt, saved, dy, dx, beta);
+  TT_LAUNCH(cuda_ew_act_bwd_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), a, count, dt, saved, dy, dx, beta);
   CUDA_LAUNCH_CHECK(b, "act_bwd");
   return 0;
 }
@@ -121,7 +121,7 @@ int tt_cuda_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const v
   if (cuda_ew_dt(b, "add", dt)) return -1;
   if (!count) return 0;
   if (!a || !b2 || !y) return tt_cuda_fail(b, "add: NULL a, b2 or y");
-  cuda_ew_add_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, dt, a, b2, y);
+  TT_LAUNCH(cuda_ew_add_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, dt, a, b2, y);
   CUDA_LAUNCH_CHECK(b, "add");
   return 0;
 }
@@ -134,7 +134,7 @@ int tt_cuda_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, 
   if (cuda_ew_dt(b, "accumulate", dt)) return -1;
   if (!count) return 0;
   if (!x || !y) return tt_cuda_fail(b, "accumulate: NULL x or y");
-  cuda_ew_accumulate_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, dt, x, y, beta);
+  TT_LAUNCH(cuda_ew_accumulate_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, dt, x, y, beta);
   CUDA_LAUNCH_CHECK(b, "accumulate");
   return 0;
 }
@@ -171,7 +171,7 @@ int tt_cuda_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint6
   if (cuda_ew_dropout_params(b, "dropout_fwd", p, &thr, &scale, &all_drop)) return -1;
   if (!count) return 0;
   if (!x || !y) return tt_cuda_fail(b, "dropout_fwd: NULL x or y");
-  cuda_ew_dropout_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, dt, thr, scale, all_drop,
+  TT_LAUNCH(cuda_ew_dropout_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, dt, thr, scale, all_drop,
                                                                                        seed, x, y, 0.0f, 1);
   CUDA_LAUNCH_CHECK(b, "dropout_fwd");
   return 0;
@@ -187,7 +187,7 @@ int tt_cuda_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint6
   if (!count) return 0;
   if (!dy || !dx) return tt_cuda_fail(b, "dropout_bwd: NULL dy or dx");
   if (dx == dy && beta != 0.0f) return tt_cuda_fail(b, "dropout_bwd: dx may alias dy only when beta == 0");
-  cuda_ew_dropout_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, dt, thr, scale, all_drop,
+  TT_LAUNCH(cuda_ew_dropout_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, dt, thr, scale, all_drop,
                                                                                        seed, dy, dx, beta, 0);
   CUDA_LAUNCH_CHECK(b, "dropout_bwd");
   return 0;
@@ -223,7 +223,7 @@ int tt_cuda_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *
                         src_off, src_off, nc, src_c, dst_off, dst_off, nc, dst_c);
   if (!count) return 0;
   if (!src || !dst) return tt_cuda_fail(b, "channel_copy: NULL src or dst");
-  cuda_ew_channel_copy_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(
+  TT_LAUNCH(cuda_ew_channel_copy_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b),
       count, nc, (size_t)hw, dt, src, src_c, src_off, dst, dst_c, dst_off, beta);
   CUDA_LAUNCH_CHECK(b, "channel_copy");
   return 0;
@@ -244,7 +244,7 @@ int tt_cuda_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, 
   }
   if (src == dst)
     return tt_cuda_fail(b, "cast: %s cannot run in place", src_dt == TT_F16 ? "fp16 -> fp32" : "fp32 -> fp16");
-  cuda_ew_cast_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, src_dt, src, dst_dt, dst);
+  TT_LAUNCH(cuda_ew_cast_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, src_dt, src, dst_dt, dst);
   CUDA_LAUNCH_CHECK(b, "cast");
   return 0;
 }
@@ -277,7 +277,7 @@ int tt_cuda_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src
   if (!src || !mean || !std || !dst) return tt_cuda_fail(b, "normalize_u8: NULL src, mean, std or dst");
   /* mean and std are host arrays (the recipe's); they travel by value. */
   for (ch = 0; ch < c; ch++) pr.mean[ch] = mean[ch], pr.std[ch] = std[ch];
-  cuda_ew_normalize_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b)>>>(count, c, (size_t)hw, src, pr,
+  TT_LAUNCH(cuda_ew_normalize_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, c, (size_t)hw, src, pr,
                                                                                          dt, dst);
   CUDA_LAUNCH_CHECK(b, "normalize_u8");
   return 0;

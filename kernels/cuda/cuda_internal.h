@@ -97,6 +97,11 @@ int tt_cuda_fail(tt_backend *b, const char *fmt, ...)
   } while (0)
 
 #define TT_CUDA_THREADS 256
+/* Every kernel launch goes through this macro, so that a build can run the kernels elsewhere
+ * (the host emulation in tests/ defines it before including this header). */
+#ifndef TT_LAUNCH
+#define TT_LAUNCH(kernel, grid, block, shmem, stream, ...) kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
+#endif
 /* Grid-stride loop over count elements (launch with tt_cuda_blocks(count) blocks). */
 #define TT_CUDA_LOOP(i, count) \
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count); i += (size_t)blockDim.x * gridDim.x)

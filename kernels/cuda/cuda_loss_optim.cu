@@ -89,7 +89,7 @@ int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const voi
   if (!logits || !labels || !stats) return tt_cuda_fail(b, "softmax_ce: NULL logits, labels or stats");
   if (!(smoothing >= 0.0f && smoothing <= 1.0f))
     return tt_cuda_fail(b, "softmax_ce: label smoothing %g is outside [0, 1]", (double)smoothing);
-  cuda_lo_ce_k<<<1, CUDA_LO_CE_THREADS, 0, cuda_lo_stream(b)>>>(n, classes, dt, logits, labels, smoothing, grad_scale, dlogits,
+  TT_LAUNCH(cuda_lo_ce_k, 1, CUDA_LO_CE_THREADS, 0, cuda_lo_stream(b), n, classes, dt, logits, labels, smoothing, grad_scale, dlogits,
                                                           stats);
   CUDA_LAUNCH_CHECK(b, "softmax_ce");
   return 0;
@@ -108,7 +108,7 @@ int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, fl
   if (!w || !g) return tt_cuda_fail(b, "sgd_update: NULL w or g");
   if (momentum != 0.0f && !m)
     return tt_cuda_fail(b, "sgd_update: momentum %g needs a momentum buffer", (double)momentum);
-  cuda_lo_sgd_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b)>>>(count, w, g, m, lr, momentum, nesterov,
+  TT_LAUNCH(cuda_lo_sgd_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b), count, w, g, m, lr, momentum, nesterov,
                                                                                     weight_decay, grad_scale);
   CUDA_LAUNCH_CHECK(b, "sgd_update");
   return 0;
@@ -125,7 +125,7 @@ int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, f
   if (!count) return 0;
   if (!w || !g || !m || !v) return tt_cuda_fail(b, "adam_update: NULL w, g, m or v");
   tt_adam_consts k = tt_adam_make_consts(lr, beta1, beta2, weight_decay, decoupled, t); /* as the CPU does */
-  cuda_lo_adam_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b)>>>(
+  TT_LAUNCH(cuda_lo_adam_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b),
       count, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale);
   CUDA_LAUNCH_CHECK(b, "adam_update");
   return 0;
@@ -148,7 +148,7 @@ int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x
   if (dt != TT_F32 && dt != TT_F16) return tt_cuda_fail(b, "check_finite: unknown dtype %d", (int)dt);
   if (!flag || (count && !x)) return tt_cuda_fail(b, "check_finite: NULL x or flag");
   if (!count) return 0;
-  cuda_lo_check_finite_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b)>>>(count, dt, x, flag);
+  TT_LAUNCH(cuda_lo_check_finite_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b), count, dt, x, flag);
   CUDA_LAUNCH_CHECK(b, "check_finite");
   return 0;
 }

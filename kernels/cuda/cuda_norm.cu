@@ -72,7 +72,7 @@ int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
     return tt_cuda_fail(b, "bn_fwd_train: NULL x, gamma, bias, y, save_mean or save_invstd");
   if (update_running && (!running_mean || !running_var))
     return tt_cuda_fail(b, "bn_fwd_train: update_running set but running_mean or running_var is NULL");
-  cuda_bn_train_k<<<c, CUDA_NORM_THREADS, 0, cuda_norm_stream(b)>>>(n, c, hw, dt, x, gamma, bias, y, running_mean,
+  TT_LAUNCH(cuda_bn_train_k, c, CUDA_NORM_THREADS, 0, cuda_norm_stream(b), n, c, hw, dt, x, gamma, bias, y, running_mean,
                                                                     running_var, momentum, eps, save_mean, save_invstd,
                                                                     update_running);
   CUDA_LAUNCH_CHECK(b, "bn_fwd_train");
@@ -95,7 +95,7 @@ int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   if (cuda_norm_bn_check(b, "bn_fwd_infer", n, c, hw, dt)) return -1;
   if (!x || !gamma || !bias || !running_mean || !running_var || !y)
     return tt_cuda_fail(b, "bn_fwd_infer: NULL x, gamma, bias, running_mean, running_var or y");
-  cuda_bn_infer_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_norm_stream(b)>>>(
+  TT_LAUNCH(cuda_bn_infer_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
       count, c, (size_t)hw, dt, x, gamma, bias, running_mean, running_var, eps, y);
   CUDA_LAUNCH_CHECK(b, "bn_fwd_infer");
   return 0;
@@ -140,7 +140,7 @@ int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
   if (cuda_norm_bn_check(b, "bn_bwd", n, c, hw, dt)) return -1;
   if (!x || !dy || !gamma || !save_mean || !save_invstd)
     return tt_cuda_fail(b, "bn_bwd: NULL x, dy, gamma, save_mean or save_invstd");
-  cuda_bn_bwd_k<<<c, CUDA_NORM_THREADS, 0, cuda_norm_stream(b)>>>(n, c, hw, dt, x, dy, gamma, save_mean, save_invstd, dx,
+  TT_LAUNCH(cuda_bn_bwd_k, c, CUDA_NORM_THREADS, 0, cuda_norm_stream(b), n, c, hw, dt, x, dy, gamma, save_mean, save_invstd, dx,
                                                                   dgamma, dbias, beta_dx, beta_param);
   CUDA_LAUNCH_CHECK(b, "bn_bwd");
   return 0;
@@ -228,7 +228,7 @@ int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt
   char msg[256];
   if (tt_pool_desc_error("pool_fwd", d, mode, dt, msg, sizeof msg)) return tt_cuda_fail(b, "%s", msg);
   if (!x || !y) return tt_cuda_fail(b, "pool_fwd: NULL x or y");
-  cuda_pool_fwd_k<<<tt_cuda_blocks((size_t)d->n * d->c * d->p * d->q), TT_CUDA_THREADS, 0, cuda_norm_stream(b)>>>(
+  TT_LAUNCH(cuda_pool_fwd_k, tt_cuda_blocks((size_t)d->n * d->c * d->p * d->q), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
       *d, mode, dt, x, y);
   CUDA_LAUNCH_CHECK(b, "pool_fwd");
   return 0;
@@ -239,7 +239,7 @@ int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt
   char msg[256];
   if (tt_pool_desc_error("pool_bwd", d, mode, dt, msg, sizeof msg)) return tt_cuda_fail(b, "%s", msg);
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_cuda_fail(b, "pool_bwd: NULL x (max), dy or dx");
-  cuda_pool_bwd_k<<<tt_cuda_blocks((size_t)d->n * d->c * d->h * d->w), TT_CUDA_THREADS, 0, cuda_norm_stream(b)>>>(
+  TT_LAUNCH(cuda_pool_bwd_k, tt_cuda_blocks((size_t)d->n * d->c * d->h * d->w), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
       *d, mode, dt, x, dy, dx, beta);
   CUDA_LAUNCH_CHECK(b, "pool_bwd");
   return 0;
@@ -265,7 +265,7 @@ int tt_cuda_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void
   size_t planes = (size_t)n * c;
   if (cuda_norm_bn_check(b, "gap_fwd", n, c, hw, dt)) return -1;
   if (!x || !y) return tt_cuda_fail(b, "gap_fwd: NULL x or y");
-  cuda_gap_fwd_k<<<tt_cuda_blocks(planes * 32), TT_CUDA_THREADS, 0, cuda_norm_stream(b)>>>(planes, hw, dt, x, y);
+  TT_LAUNCH(cuda_gap_fwd_k, tt_cuda_blocks(planes * 32), TT_CUDA_THREADS, 0, cuda_norm_stream(b), planes, hw, dt, x, y);
   CUDA_LAUNCH_CHECK(b, "gap_fwd");
   return 0;
 }
@@ -281,7 +281,7 @@ int tt_cuda_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void
   size_t count = (size_t)n * c * hw;
   if (cuda_norm_bn_check(b, "gap_bwd", n, c, hw, dt)) return -1;
   if (!dy || !dx) return tt_cuda_fail(b, "gap_bwd: NULL dy or dx");
-  cuda_gap_bwd_k<<<tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_norm_stream(b)>>>(count, hw, dt, dy, dx, beta);
+  TT_LAUNCH(cuda_gap_bwd_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_norm_stream(b), count, hw, dt, dy, dx, beta);
   CUDA_LAUNCH_CHECK(b, "gap_bwd");
   return 0;
 }
