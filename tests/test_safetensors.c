@@ -209,6 +209,89 @@ static void test_refusals(void) {
   TT_TEST_END();
 }
 
+/* The metadata table was sized by the number of top-level members (tensors + 1), so a file
+ * with more metadata keys than tensors wrote past it: every checkpoint of a model with fewer
+ * than 10 tensors (tinytrain's state has 11 keys) crashed `tinytrain eval --weights`. */
+static void test_metadata_keys(void) {
+  static const char *ckpt_keys[] = {"format", "recipe", "step", "epoch", "batch_in_epoch", "loss_scale",
+                                    "loss_scale_clean_steps", "skipped_steps", "seed", "micro_batch",
+                                    "accum_steps", "loss_scale_growth_interval"};
+  char keys[64][16], vals[64][16];
+  const char *meta[2 * 64 + 1];
+  float w[4] = {1, 2, 3, 4};
+  tt_st_tensor t[4];
+  tt_st_file *f = NULL;
+  tt_err err;
+  int i, nt, nk, ok;
+  TT_TEST_BEGIN("safetensors_more_metadata_keys_than_tensors");
+  memset(t, 0, sizeof t);
+  for (i = 0; i < 4; i++) {
+    static const char *names[4] = {"c1.weight", "c1.bias", "fc.weight", "fc.bias"};
+    t[i].name = names[i], t[i].dtype = "F32", t[i].ndim = 1, t[i].shape[0] = 1, t[i].data = &w[i], t[i].bytes = 4;
+  }
+  for (nt = 0; nt <= 4; nt += 2)
+    for (nk = 12; nk <= 64; nk += 52) {
+      for (i = 0; i < nk; i++) {
+        if (i < 12) snprintf(keys[i], sizeof keys[i], "%s", ckpt_keys[i]);
+        else snprintf(keys[i], sizeof keys[i], "key%d", i);
+        snprintf(vals[i], sizeof vals[i], "v%d", i);
+        meta[2 * i] = keys[i], meta[2 * i + 1] = vals[i];
+      }
+      meta[2 * nk] = NULL;
+      TT_CHECK(tt_st_write(tt_test_path("meta_many.safetensors"), t, nt, meta, &err) == 0, "write: %s", err.msg);
+      TT_CHECK(tt_st_open(tt_test_path("meta_many.safetensors"), &f, &err) == 0, "%d tensors, %d keys: %s", nt, nk,
+               err.msg);
+      if (!f) continue;
+      ok = tt_st_count(f) == nt && tt_st_meta_count(f) == nk;
+      for (i = 0; ok && i < nk; i++) {
+        const char *k, *v;
+        ok = tt_st_meta_at(f, i, &k, &v) == 0 && !strcmp(k, keys[i]) && !strcmp(v, vals[i]) &&
+             tt_st_meta(f, keys[i]) && !strcmp(tt_st_meta(f, keys[i]), vals[i]);
+      }
+      TT_CHECK(ok, "%d tensors, %d keys: read back %d tensors, %d keys", nt, nk, tt_st_count(f), tt_st_meta_count(f));
+      tt_st_close(f);
+      f = NULL;
+    }
+  /* a key given twice is refused rather than one of the two values silently winning */
+  {
+    char msg[1024];
+    write_raw(tt_test_path("meta_dup.safetensors"), "{\"__metadata__\":{\"step\":\"1\",\"a\":\"x\",\"step\":\"2\"}}", 0);
+    TT_CHECK(refused(tt_test_path("meta_dup.safetensors"), "\"step\" appears twice", msg), "duplicate key: %s", msg);
+    write_raw(tt_test_path("meta_two.safetensors"), "{\"__metadata__\":{},\"__metadata__\":{\"a\":\"x\"}}", 0);
+    TT_CHECK(refused(tt_test_path("meta_two.safetensors"), "__metadata__ appears twice", msg), "two objects: %s", msg);
+  }
+  TT_TEST_END();
+}
+
+/* tt_st_open_mem: the checks of tt_st_open on bytes in memory (the fuzz target's entry). */
+static void test_open_mem(void) {
+  void *p;
+  size_t n;
+  tt_err err;
+  tt_st_file *f = NULL;
+  TT_TEST_BEGIN("safetensors_open_from_memory");
+  if (tt_read_file(tt_test_path("a.safetensors"), &p, &n, &err) != 0) {
+    TT_CHECK(0, "%s", err.msg);
+    return;
+  }
+  TT_CHECK(tt_st_open_mem("mem", p, n, &f, &err) == 0, "%s", err.msg);
+  if (f) {
+    const tt_st_tensor *g = tt_st_get(f, "conv1.weight");
+    TT_CHECK(tt_st_count(f) == 5 && g && g->bytes == 24 && ((uintptr_t)g->data & 7) == 0 &&
+                 ((const unsigned char *)g->data < (const unsigned char *)p ||
+                  (const unsigned char *)g->data >= (const unsigned char *)p + n),
+             "content, or data pointing into the caller's buffer");
+    tt_st_close(f);
+  }
+  f = NULL;
+  TT_CHECK(tt_st_open_mem("mem", p, n - 1, &f, &err) != 0 && !f && strstr(err.msg, "mem: "), "truncated: %s",
+           err.msg);
+  TT_CHECK(tt_st_open_mem("empty", NULL, 0, &f, &err) != 0 && !f && strstr(err.msg, "too short"), "empty: %s",
+           err.msg);
+  free(p);
+  TT_TEST_END();
+}
+
 static void test_fileio(void) {
   tt_err err;
   const void *chunks[2];
@@ -300,6 +383,8 @@ int main(void) {
   if (tt_test_tmpdir("st", "test_safetensors")) return 1;
   test_round_trip();
   test_refusals();
+  test_metadata_keys();
+  test_open_mem();
   test_fileio();
   test_chart();
   tt_test_tmpdir_remove();
