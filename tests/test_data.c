@@ -4,6 +4,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -456,6 +457,53 @@ static void test_list(void) {
   TT_TEST_END();
 }
 
+/* ---- special files: named pipes, directories, dangling links ---- */
+
+/* A reader that opens a named pipe waits for a writer forever: an alarm turns that hang into
+ * a failure of the test that hung. */
+static void on_alarm(int sig) {
+  char line[256];
+  int n = snprintf(line, sizeof line, "FAIL %s: hung for 20 s (a named pipe was opened and waited on)\n",
+                   tt_test_current_name ? tt_test_current_name : "?");
+  (void)sig;
+  if (write(1, line, (size_t)n) < 0) _exit(2);
+  _exit(1);
+}
+
+static void arm_alarm(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_alarm;
+  sigaction(SIGALRM, &sa, NULL);
+  alarm(20);
+}
+
+static void test_fifo_inputs(void) {
+  tt_dataset ds;
+  tt_err err;
+  int rc;
+  TT_TEST_BEGIN("special_files_refused_at_once");
+  if (mkfifo(tt_test_path("pipe"), 0644) != 0) {
+    TT_SKIP("special_files_refused_at_once", "mkfifo failed");
+    return;
+  }
+  arm_alarm();
+  write_idx(tt_test_path("f-img"), tt_test_path("f-lab"), 5, 4, 3, 5, 3);
+  rc = tt_dataset_load_idx(tt_test_path("pipe"), tt_test_path("f-lab"), 1, 4, 3, &ds, &err);
+  TT_CHECK(rc != 0 && strstr(err.msg, tt_test_path("pipe")) && strstr(err.msg, "named pipe"), "idx images: %s",
+           err.msg);
+  rc = tt_dataset_load_idx(tt_test_path("f-img"), tt_test_path("pipe"), 1, 4, 3, &ds, &err);
+  TT_CHECK(rc != 0 && strstr(err.msg, tt_test_path("pipe")) && strstr(err.msg, "named pipe"), "idx labels: %s",
+           err.msg);
+  rc = tt_dataset_load_idx(tt_test_path("folder"), tt_test_path("f-lab"), 1, 4, 3, &ds, &err);
+  TT_CHECK(rc != 0 && strstr(err.msg, "a directory"), "idx directory: %s", err.msg);
+  rc = tt_dataset_load_list(tt_test_path("pipe"), 3, 8, 8, &ds, &err, NULL, NULL);
+  TT_CHECK(rc != 0 && strstr(err.msg, tt_test_path("pipe")) && strstr(err.msg, "named pipe"), "list file: %s",
+           err.msg);
+  alarm(0);
+  TT_TEST_END();
+}
+
 /* ---- synthetic data and the loader ---- */
 
 static void test_synthetic(void) {
@@ -666,6 +714,7 @@ int main(void) {
   test_folder_errors();
   test_resize_crop();
   test_list();
+  test_fifo_inputs();
   test_synthetic();
   test_loader();
   tt_test_tmpdir_remove();

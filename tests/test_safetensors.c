@@ -6,14 +6,17 @@
 #define _POSIX_C_SOURCE 200809L
 #endif
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/chart.h"
 #include "core/fileio.h"
+#include "core/recipe.h"
 #include "core/safetensors.h"
 #include "tests/tt_test.h"
 
@@ -292,6 +295,61 @@ static void test_open_mem(void) {
   TT_TEST_END();
 }
 
+/* A reader that opens a named pipe waits for a writer forever: the alarm turns that hang
+ * into a failure of the test that hung. */
+static void on_alarm(int sig) {
+  char line[256];
+  int n = snprintf(line, sizeof line, "FAIL %s: hung for 20 s (a named pipe was opened and waited on)\n",
+                   tt_test_current_name ? tt_test_current_name : "?");
+  (void)sig;
+  if (write(1, line, (size_t)n) < 0) _exit(2);
+  _exit(1);
+}
+
+/* Every reader refuses what is not a regular file at once: the recipe, --weights and
+ * state.safetensors (tt_st_open), any tt_read_file; and a writer does not wait on a pipe left
+ * at its temporary name. (The data readers have the same test in test_data.) */
+static void test_special_files(void) {
+  struct sigaction sa;
+  const char *fifo = tt_test_path("pipe");
+  void *p = NULL;
+  size_t n;
+  tt_err err;
+  tt_st_file *f = NULL;
+  tt_model m;
+  TT_TEST_BEGIN("fileio_refuses_special_files");
+  if (mkfifo(fifo, 0644) != 0 || mkfifo(tt_test_path("out.safetensors.tmp"), 0644) != 0) {
+    TT_SKIP("fileio_refuses_special_files", "mkfifo failed");
+    return;
+  }
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_alarm;
+  sigaction(SIGALRM, &sa, NULL);
+  alarm(20);
+  TT_CHECK(tt_read_file(fifo, &p, &n, &err) != 0 && !p && strstr(err.msg, fifo) &&
+               strstr(err.msg, "not a regular file (a named pipe (FIFO))"),
+           "tt_read_file: %s", err.msg);
+  TT_CHECK(tt_st_open(tt_test_path("pipe"), &f, &err) != 0 && !f && strstr(err.msg, "named pipe"), "tt_st_open: %s",
+           err.msg);
+  TT_CHECK(tt_recipe_load(tt_test_path("pipe"), &m, &err, NULL, NULL) != 0 && strstr(err.msg, "named pipe"),
+           "tt_recipe_load: %s", err.msg);
+  TT_CHECK(tt_open_regular(tt_test_path("pipe"), NULL, &err) < 0 && strstr(err.msg, "named pipe"),
+           "tt_open_regular: %s", err.msg);
+  TT_CHECK(tt_read_file("/dev/null", &p, &n, &err) != 0 && strstr(err.msg, "a character device"), "/dev/null: %s",
+           err.msg);
+  TT_CHECK(tt_read_file(tt_test_dir(), &p, &n, &err) != 0 && strstr(err.msg, "a directory"), "directory: %s",
+           err.msg);
+  {
+    const void *chunks[1] = {"x"};
+    size_t sizes[1] = {1};
+    TT_CHECK(tt_write_file_atomic(tt_test_path("out.safetensors"), chunks, sizes, 1, &err) != 0 &&
+                 strstr(err.msg, "out.safetensors.tmp"),
+             "writer over a pipe: %s", err.msg);
+  }
+  alarm(0);
+  TT_TEST_END();
+}
+
 static void test_fileio(void) {
   tt_err err;
   const void *chunks[2];
@@ -386,6 +444,7 @@ int main(void) {
   test_metadata_keys();
   test_open_mem();
   test_fileio();
+  test_special_files();
   test_chart();
   tt_test_tmpdir_remove();
   TT_TEST_EXIT();
