@@ -481,6 +481,8 @@ static void arm_alarm(void) {
 static void test_fifo_inputs(void) {
   tt_dataset ds;
   tt_err err;
+  warns w;
+  FILE *f;
   int rc;
   TT_TEST_BEGIN("special_files_refused_at_once");
   if (mkfifo(tt_test_path("pipe"), 0644) != 0) {
@@ -500,7 +502,64 @@ static void test_fifo_inputs(void) {
   rc = tt_dataset_load_list(tt_test_path("pipe"), 3, 8, 8, &ds, &err, NULL, NULL);
   TT_CHECK(rc != 0 && strstr(err.msg, tt_test_path("pipe")) && strstr(err.msg, "named pipe"), "list file: %s",
            err.msg);
+  /* entries of a list: each skipped with its own reason, the good one kept */
+  mkdir(tt_test_path("adir"), 0755);
+  if (symlink("no-such-target.png", tt_test_path("dangling.png")) != 0) TT_CHECK(0, "symlink failed");
+  f = fopen(tt_test_path("special.list"), "w");
+  fprintf(f, "pipe 0\nadir 1\nmissing.png 1\ndangling.png 2\nfolder/a_red/img0.png 0\n");
+  fclose(f);
+  memset(&w, 0, sizeof w);
+  rc = tt_dataset_load_list(tt_test_path("special.list"), 3, 8, 8, &ds, &err, on_warn, &w);
+  TT_CHECK(rc == 0 && ds.n == 1 && ds.skipped == 4 && w.n == 4, "list entries: rc %d n %d skipped %d: %s\n%s", rc,
+           ds.n, ds.skipped, err.msg, w.all);
+  TT_CHECK(strstr(w.all, "/pipe: skipped (a named pipe (FIFO), not an image file)") &&
+               strstr(w.all, "/adir: skipped (a directory, not an image file)") &&
+               strstr(w.all, "/missing.png: skipped (cannot open: No such file or directory)") &&
+               strstr(w.all, "/dangling.png: skipped (dangling symbolic link to 'no-such-target.png')"),
+           "list reasons:\n%s", w.all);
+  if (rc == 0) tt_dataset_free(&ds);
   alarm(0);
+  TT_TEST_END();
+}
+
+/* In a folder data set, what is not a regular file in a class folder is counted as skipped
+ * and named with its reason; at the top, what is not a class folder is named and ignored. */
+static void test_folder_special(void) {
+  char root[1024], p[1024];
+  tt_dataset ds;
+  tt_err err;
+  warns w;
+  int rc;
+  TT_TEST_BEGIN("folder_special_entries_named");
+  tt_test_path_in(root, "special");
+  mkdir(root, 0755);
+  mkdir(tt_test_path("special/cls"), 0755);
+  mkdir(tt_test_path("special/cls/nested"), 0755);
+  snprintf(p, sizeof p, "%s/folder/a_red/img0.png", tt_test_dir());
+  if (symlink(p, tt_test_path("special/cls/good.png")) != 0 ||
+      symlink("gone.png", tt_test_path("special/cls/link.png")) != 0 ||
+      symlink("gone", tt_test_path("special/cls2")) != 0 || mkfifo(tt_test_path("special/cls/pipe.png"), 0644) != 0 ||
+      mkfifo(tt_test_path("special/toppipe"), 0644) != 0) {
+    TT_SKIP("folder_special_entries_named", "symlink or mkfifo failed");
+    return;
+  }
+  write_bytes(tt_test_path("special/readme.txt"), "classes are subfolders\n", 23);
+  write_bytes(tt_test_path("special/cls/.hidden"), "x", 1);
+  arm_alarm();
+  memset(&w, 0, sizeof w);
+  rc = tt_dataset_load_folder(root, 3, 8, 8, &ds, &err, on_warn, &w);
+  alarm(0);
+  TT_CHECK(rc == 0 && ds.n == 1 && ds.skipped == 3 && ds.classes == 1 && w.n == 6,
+           "rc %d n %d skipped %d classes %d warnings %d: %s\n%s", rc, ds.n, ds.skipped, ds.classes, w.n, err.msg,
+           w.all);
+  TT_CHECK(strstr(w.all, "/cls/link.png: skipped (dangling symbolic link to 'gone.png')") &&
+               strstr(w.all, "/cls/nested: skipped (a directory, not an image file)") &&
+               strstr(w.all, "/cls/pipe.png: skipped (a named pipe (FIFO), not an image file)") &&
+               strstr(w.all, "/cls2: ignored (dangling symbolic link to 'gone'; not a class subfolder)") &&
+               strstr(w.all, "/toppipe: ignored (a named pipe (FIFO), not an image file; not a class subfolder)") &&
+               strstr(w.all, "/readme.txt: ignored (a regular file; not a class subfolder)") && !strstr(w.all, "hidden"),
+           "warnings:\n%s", w.all);
+  if (rc == 0) tt_dataset_free(&ds);
   TT_TEST_END();
 }
 
@@ -715,6 +774,7 @@ int main(void) {
   test_resize_crop();
   test_list();
   test_fifo_inputs();
+  test_folder_special();
   test_synthetic();
   test_loader();
   tt_test_tmpdir_remove();
