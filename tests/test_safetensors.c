@@ -15,9 +15,11 @@
 #include <unistd.h>
 
 #include "core/chart.h"
+#include "core/checkpoint.h"
 #include "core/fileio.h"
 #include "core/recipe.h"
 #include "core/safetensors.h"
+#include "core/session.h"
 #include "tests/tt_test.h"
 
 /* A file with a hand-written header (padded to 8) and `data_len` data bytes. */
@@ -266,6 +268,47 @@ static void test_metadata_keys(void) {
   TT_TEST_END();
 }
 
+/* The reported crash end to end: a model of 7 tensors writes its checkpoint (11 metadata keys)
+ * and reads it back, as `eval --weights` and `--resume` do. */
+static void test_small_model_checkpoint(void) {
+  static const char recipe[] =
+      "[net]\ninput = 1x4x4\nclasses = 10\n[train]\nbatch = 4\noptimizer = adam\n[conv c1]\nfilters = 2\n"
+      "size = 3\nbias = false\n[bn bn1]\n[flatten]\n[linear fc]\nout = 10\n";
+  char path[1024], dir[1024], file[1200];
+  const void *chunk = recipe;
+  size_t size = sizeof recipe - 1;
+  tt_run_opts o;
+  tt_session *s = NULL;
+  tt_ckpt_state st, back;
+  tt_err err;
+  TT_TEST_BEGIN("checkpoint_of_a_small_model_loads");
+  tt_test_path_in(path, "tiny.recipe");
+  tt_test_path_in(dir, "tiny_run");
+  if (tt_write_file_atomic(path, &chunk, &size, 1, &err) != 0 || tt_mkdirs(dir, &err) != 0) {
+    TT_CHECK(0, "%s", err.msg);
+    return;
+  }
+  tt_run_opts_init(&o);
+  o.recipe = path;
+  o.device = TT_DEVICE_CPU;
+  o.threads = 1;
+  if (tt_session_open(&s, &o, TT_SESSION_TRAIN, &err) != 0) {
+    TT_CHECK(0, "session: %s", err.msg);
+    return;
+  }
+  memset(&st, 0, sizeof st);
+  st.step = 3, st.epoch = 1, st.seed = 5, st.micro_batch = 4, st.accum_steps = 1, st.loss_scale.scale = 1.f;
+  TT_CHECK(s->graph.nparams < 10, "the model has %d parameter tensors; the test needs fewer than 10", s->graph.nparams);
+  TT_CHECK(tt_checkpoint_save(&s->x, dir, &st, &err) == 0, "save: %s", err.msg);
+  snprintf(file, sizeof file, "%s/weights.safetensors", dir);
+  TT_CHECK(tt_checkpoint_load(&s->x, file, 0, NULL, &err) == 0, "weights: %s", err.msg);
+  snprintf(file, sizeof file, "%s/state.safetensors", dir);
+  TT_CHECK(tt_checkpoint_load(&s->x, file, 1, &back, &err) == 0 && back.step == 3 && back.seed == 5,
+           "state: %s", err.msg);
+  tt_session_close(s);
+  TT_TEST_END();
+}
+
 /* tt_st_open_mem: the checks of tt_st_open on bytes in memory (the fuzz target's entry). */
 static void test_open_mem(void) {
   void *p;
@@ -442,6 +485,7 @@ int main(void) {
   test_round_trip();
   test_refusals();
   test_metadata_keys();
+  test_small_model_checkpoint();
   test_open_mem();
   test_fileio();
   test_special_files();
