@@ -29,8 +29,10 @@ for t in "${TARGETS[@]}"; do
   fi
 done
 
-[ -f build.ninja ] || ./configure.py >/dev/null || exit 1
-ninja fuzz-build || exit 1
+if [ -z "${TT_FUZZ_BUILT:-}" ]; then # set by `ninja fuzz`, which built them already
+  [ -f build.ninja ] || ./configure.py >/dev/null || exit 1
+  ninja fuzz-build || exit 1
+fi
 
 mkdir -p build-fuzz/artifacts
 failed=0
