@@ -9,6 +9,9 @@
 --sanitize   AddressSanitizer + UndefinedBehaviorSanitizer (CPU build)
 --cuda-arch  compute capabilities to build CUDA kernels for (default: the GPU found, else 80,90)
 
+Where clang links libFuzzer, build.ninja also has `ninja fuzz-build` (the fuzz targets of
+tests/fuzz/, clang with ASan + UBSan, in build-fuzz/) and `ninja fuzz` (tests/fuzz/run.sh).
+
 Standard library only. `python3 configure.py --amalgamate` (what `ninja amalgamation` runs)
 joins core/, arena/ and kernels/ into tinytrain.c + tinytrain.h.
 """
@@ -21,7 +24,9 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libstb-dev", "zlib1g-dev", "dataset-fashion-mnist"]
+DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libstb-dev", "zlib1g-dev", "dataset-fashion-mnist",
+                # the fuzz targets (tests/fuzz/): clang with libFuzzer (libclang-rt-dev) and its OpenMP
+                "clang", "libclang-rt-dev", "libomp-dev"]
 
 # Library sources (everything but the command line) in dependency order; the amalgamation keeps it.
 LIB_DIRS = ["core", "arena", "kernels/cpu"]
@@ -153,6 +158,65 @@ def gpu_arch():
     return caps or None
 
 
+FUZZ_TARGETS = ["recipe", "safetensors", "checkpoint"]
+
+
+def find_fuzzer():
+    """clang that links -fsanitize=fuzzer,address,undefined with OpenMP, or (None, why)."""
+    cc = os.environ.get("FUZZ_CC") or "clang"
+    if not shutil.which(cc):
+        return None, "no %s" % cc
+    rc, out = run([cc, "--version"])
+    ver = out.splitlines()[0] if rc == 0 and out else "unknown"
+    d = os.path.join(ROOT, "build-fuzz")
+    os.makedirs(d, exist_ok=True)
+    src = os.path.join(d, "probe.c")
+    with open(src, "w") as f:
+        f.write("#include <stddef.h>\n#include <stdint.h>\n#include <omp.h>\n"
+                "int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; return (int)n * 0 + omp_get_max_threads() * 0; }\n")
+    rc, out = run([cc, "-fsanitize=fuzzer,address,undefined", "-fopenmp", src, "-o", os.path.join(d, "probe")])
+    if rc != 0:
+        return None, "%s cannot link -fsanitize=fuzzer with -fopenmp (%s)" % (cc, (out.strip().splitlines() or ["?"])[-1])
+    return {"cc": cc, "version": ver}, None
+
+
+def fuzz_rules(fz, why, blas, stb, lib_src):
+    """build.ninja lines for `ninja fuzz-build` (the targets, in build-fuzz/) and `ninja fuzz` (runs them)."""
+    n = []
+    bins = ["build-fuzz/fuzz_%s" % t for t in FUZZ_TARGETS]
+    if not fz:
+        msg = "fuzz: %s; install clang, libclang-rt-dev and libomp-dev (./configure.py --deps)" % why
+        n.append("rule fuzzmissing\n  command = echo '%s' && false\n  description = FUZZ (unavailable)" % msg.replace("'", ""))
+        n.append("build fuzz-build: fuzzmissing\nbuild fuzz: fuzzmissing")
+        return n
+    # The library again, with clang, coverage for libFuzzer and ASan + UBSan (every UB report fatal),
+    # CPU only; objects apart from the gcc build's.
+    n.append("fuzzcc = %s" % fz["cc"])
+    n.append("fuzzflags = -O1 -g -std=c11 -D_GNU_SOURCE -Wall -Wno-unused-parameter -fopenmp -pthread -I. -I%s -I%s "
+             "-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+             % (blas["inc"], stb["inc"]))
+    n.append("rule fuzzcc\n  command = $fuzzcc -MMD -MF $out.d $fuzzflags -c $in -o $out\n  depfile = $out.d\n"
+             "  deps = gcc\n  description = FUZZCC $out")
+    n.append("rule fuzzlink\n  command = $fuzzcc -fsanitize=fuzzer,address,undefined -fopenmp -pthread $in -o $out "
+             "-lopenblas -lz -lm\n  description = FUZZLINK $out")
+    # ninja has built the targets already (the implicit inputs of `fuzz`): run.sh must not
+    # start a second ninja inside this one
+    n.append("rule fuzzrun\n  command = TT_FUZZ_BUILT=1 bash tests/fuzz/run.sh\n  description = FUZZ\n  pool = console")
+    objs = []
+    for src in lib_src:
+        o = "build-fuzz/obj/" + src.replace("/", "_")[:-2] + ".o"
+        n.append("build %s: fuzzcc %s" % (o, src))
+        objs.append(o)
+    n.append("build build-fuzz/libtinytrain.a: ar %s" % " ".join(objs))
+    for t in FUZZ_TARGETS:
+        o = "build-fuzz/obj/fuzz_%s.o" % t
+        n.append("build %s: fuzzcc tests/fuzz/fuzz_%s.c" % (o, t))
+        n.append("build build-fuzz/fuzz_%s: fuzzlink %s build-fuzz/libtinytrain.a" % (t, o))
+    n.append("build fuzz-build: phony %s" % " ".join(bins))
+    n.append("build fuzz: fuzzrun | %s" % " ".join(bins))
+    return n
+
+
 def sources(dirs, ext):
     out = []
     for d in dirs:
@@ -224,6 +288,8 @@ def main():
     print("OpenBLAS   : %s" % (("%s (%s)" % (blas["version"], blas["inc"])) if blas else "NOT FOUND"))
     print("stb        : %s" % (("stb_image v%s (%s)" % (stb["version"], stb["inc"])) if stb else "NOT FOUND"))
     print("zlib       : %s" % (zlib["version"] if zlib else "NOT FOUND"))
+    fuzz, fuzz_why = find_fuzzer()
+    print("libFuzzer  : %s" % (("%s (ninja fuzz)" % fuzz["version"]) if fuzz else "not available (%s)" % fuzz_why))
     if args.cpu_only:
         print("CUDA       : disabled (--cpu-only)")
     elif not cuda:
@@ -323,6 +389,7 @@ def main():
     scripts = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests/test_*.sh")))
     n.append("build test: test | tinytrain %s\n  tests = %s" % (" ".join(test_bins + bench_bins), " ".join(test_bins + ["'bash %s'" % s for s in scripts])))
     n.append("build amalgamation: amalgamate | %s core/tinytrain.h" % " ".join(lib_src))
+    n += fuzz_rules(fuzz, fuzz_why, blas, stb, lib_src)
     n.append("build build.ninja: configure configure.py")
     n.append("default tinytrain")
     with open(os.path.join(ROOT, "build.ninja"), "w") as f:

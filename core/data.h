@@ -18,15 +18,19 @@ typedef struct tt_dataset {
   int n, c, h, w, classes;
   uint8_t *images;  /* [n, c, h, w] */
   int32_t *labels;  /* [n], each in [0, classes) */
-  int skipped;      /* images that could not be decoded (folder/list); each was warned about */
+  int skipped;      /* entries that could not be decoded (folder/list): corrupt images, but also
+                     * directories, named pipes, devices and dangling links; each was warned about */
 } tt_dataset;
 
 
 /* Loads the train (train=1) or test (train=0) split described by cfg, shaped to the
  * recipe's c x h x w. idx: shapes must match exactly; folder/list: images are decoded to c
- * channels and resized (shorter side to fit, then centre crop). Unreadable images are
- * skipped, counted in ds->skipped and reported through warn (may be NULL) as
- * "path: skipped (reason)". Synthetic: 1024 (train) or 256 (test) deterministic images of
+ * channels and resized (shorter side to fit, then centre crop). Unreadable entries of a class
+ * folder or a list (a corrupt image, a directory, a named pipe, a dangling link) are skipped,
+ * counted in ds->skipped and reported through warn (may be NULL) as "path: skipped (reason)";
+ * entries at the top of a folder data set that are not class folders are reported as
+ * "path: ignored (...)". An IDX or list file that is not a regular file is an error, found
+ * without reading (a pipe is never waited on). Synthetic: 1024 (train) or 256 (test) deterministic images of
  * 10 classes. Returns 0, or -1 with err naming the file and what was expected. */
 int tt_dataset_load(const tt_data_cfg *cfg, int train, int c, int h, int w, tt_dataset *ds, tt_err *err,
                     tt_warn_fn warn, void *ud);

@@ -1,10 +1,15 @@
 /* core/data_idx.c — IDX files (the MNIST family, gzip or raw). */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
 #include "data.h"
+#include "fileio.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 /* Reads exactly n bytes; gzread also reads uncompressed files transparently. Returns the
@@ -34,11 +39,17 @@ static gzFile data_idx_open(const char *path, int want_dims, uint32_t *dims, tt_
   unsigned char hdr[16];
   long long got;
   int i, nd;
-  gzFile f = gzopen(path, "rb");
-  if (!f)
-    return (tt_fail(err, "%s: cannot open (%s); check [data] paths in the recipe", path,
-                    errno ? strerror(errno) : "gzopen failed"),
-            (gzFile)NULL);
+  gzFile f;
+  /* gzopen would open a named pipe and wait for a writer forever: open and check the file
+   * first, then hand the descriptor to zlib (gzclose closes it). */
+  int fd = tt_open_regular(path, "check [data] paths in the recipe", err);
+  if (fd < 0) return NULL;
+  f = gzdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    tt_fail(err, "%s: cannot open (out of host memory for the decompressor)", path);
+    return NULL;
+  }
   got = data_gzread_all(f, hdr, 4);
   if (got != 4) {
     gzclose(f);

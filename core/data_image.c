@@ -107,6 +107,41 @@ static const char *data_check_complete(const unsigned char *b, size_t n) {
   return NULL;
 }
 
+/* Whether path can be read as an image file; if not, writes why and returns -1. A dangling
+ * symbolic link, a directory, a named pipe or a device in a class folder or a list is skipped
+ * and named like a corrupt image, never silently passed over nor waited on. */
+static int data_check_kind(const char *path, char *reason) {
+  struct stat st;
+  if (lstat(path, &st) != 0) {
+    snprintf(reason, DATA_REASON_MAX, "cannot open: %s", strerror(errno));
+    return -1;
+  }
+  if (S_ISLNK(st.st_mode) && stat(path, &st) != 0) {
+    int e = errno;
+    char target[96]; /* long targets are cut: the reason fits DATA_REASON_MAX */
+    ssize_t k = readlink(path, target, sizeof target - 1);
+    target[k > 0 ? k : 0] = 0;
+    if (e == ENOENT)
+      snprintf(reason, DATA_REASON_MAX, "dangling symbolic link to '%s'", target);
+    else
+      snprintf(reason, DATA_REASON_MAX, "symbolic link to '%s': %.40s", target, strerror(e));
+    return -1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    snprintf(reason, DATA_REASON_MAX, "%s, not an image file", tt_file_kind(st.st_mode));
+    return -1;
+  }
+  return 0;
+}
+
+/* tt_read_file's message without its leading "PATH: " (the warning names the path already). */
+static void data_reason_from(const char *path, const tt_err *e, char *reason) {
+  size_t n = strlen(path);
+  const char *m = e->msg;
+  if (strncmp(m, path, n) == 0 && m[n] == ':' && m[n + 1] == ' ') m += n + 2;
+  snprintf(reason, DATA_REASON_MAX, "%.*s", DATA_REASON_MAX - 1, m);
+}
+
 /* Decodes path into out ([c, h, w]); on failure writes the reason and returns -1. */
 static int data_decode_one(const char *path, int c, int h, int w, uint8_t *out, char *reason) {
   void *buf = NULL;
@@ -115,8 +150,11 @@ static int data_decode_one(const char *path, int c, int h, int w, uint8_t *out, 
   unsigned char *px, *hwc;
   int iw, ih, comp, ch, y, x;
   const char *why;
+  if (data_check_kind(path, reason) != 0) return -1;
+  /* the reason comes from the failure itself, not from errno, which nothing here promised to
+   * keep (a refused pipe or a short read leaves errno as it was) */
   if (tt_read_file(path, &buf, &size, &e) != 0) {
-    snprintf(reason, DATA_REASON_MAX, "cannot read: %s", strerror(errno ? errno : EIO));
+    data_reason_from(path, &e, reason);
     return -1;
   }
   if (size == 0 || size > 0x7fffffff) {
@@ -284,9 +322,9 @@ static int data_decode_all(const data_items *items, int classes, const char *whe
 
 static int data_cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* Sorted names of the entries of dir that are directories (want_dirs) or regular files;
- * hidden entries are ignored. */
-static int data_list_dir(const char *dir, int want_dirs, char ***out, int *count, tt_err *err) {
+/* Sorted names of the entries of dir, whatever their kind (the caller looks at each);
+ * hidden entries (".", "..", ".DS_Store", ...) are ignored. */
+static int data_list_dir(const char *dir, char ***out, int *count, tt_err *err) {
   DIR *d = opendir(dir);
   struct dirent *e;
   char **v = NULL;
@@ -295,19 +333,15 @@ static int data_list_dir(const char *dir, int want_dirs, char ***out, int *count
   *count = 0;
   if (!d) return tt_fail(err, "%s: cannot open directory (%s); check [data] paths in the recipe", dir, strerror(errno));
   while ((e = readdir(d)) != NULL) {
-    char full[4096];
-    struct stat st;
     size_t len;
     if (e->d_name[0] == '.') continue;
-    if (snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= (int)sizeof full) continue;
-    if (stat(full, &st) != 0) continue;
-    if (want_dirs ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) continue;
     if (n == cap) {
       char **nv;
-      cap = cap ? cap * 2 : 64;
-      nv = (char **)realloc(v, sizeof(char *) * (size_t)cap);
+      int ncap = cap ? cap * 2 : 64;
+      nv = (char **)realloc(v, sizeof(char *) * (size_t)ncap);
       if (!nv) break;
       v = nv;
+      cap = ncap;
     }
     len = strlen(e->d_name);
     v[n] = (char *)malloc(len + 1);
@@ -316,9 +350,43 @@ static int data_list_dir(const char *dir, int want_dirs, char ***out, int *count
     n++;
   }
   closedir(d);
+  if (e != NULL) { /* stopped early: out of memory */
+    int i;
+    for (i = 0; i < n; i++) free(v[i]);
+    free(v);
+    return tt_fail(err, "%s: out of host memory listing the directory", dir);
+  }
   if (n > 1) qsort(v, (size_t)n, sizeof(char *), data_cmp_str);
   *out = v;
   *count = n;
+  return 0;
+}
+
+/* The class subfolders of root (sorted). Every other entry is warned about: a file, a
+ * dangling link or a pipe at the top is not a class, and saying so beats a silent miss. */
+static int data_list_classes(const char *root, char ***out, int *count, tt_err *err, tt_warn_fn warn,
+                             void *ud) {
+  char **v;
+  int n, i, k = 0;
+  if (data_list_dir(root, &v, &n, err) != 0) return -1;
+  for (i = 0; i < n; i++) {
+    char full[4096], why[DATA_REASON_MAX];
+    struct stat st;
+    if (snprintf(full, sizeof full, "%s/%s", root, v[i]) < (int)sizeof full && stat(full, &st) == 0 &&
+        S_ISDIR(st.st_mode)) {
+      v[k++] = v[i];
+      continue;
+    }
+    if (data_check_kind(full, why) == 0) snprintf(why, sizeof why, "a regular file");
+    if (warn) {
+      char line[4400];
+      snprintf(line, sizeof line, "%s: ignored (%s; not a class subfolder)", full, why);
+      warn(ud, line);
+    }
+    free(v[i]);
+  }
+  *out = v;
+  *count = k;
   return 0;
 }
 
@@ -335,7 +403,7 @@ int tt_dataset_load_folder(const char *dir, int c, int h, int w, tt_dataset *ds,
   data_items items;
   memset(&items, 0, sizeof items);
   memset(ds, 0, sizeof *ds);
-  if (data_list_dir(dir, 1, &classes, &nclasses, err) != 0) return -1;
+  if (data_list_classes(dir, &classes, &nclasses, err, warn, ud) != 0) return -1;
   if (nclasses == 0) {
     tt_fail(err, "%s: no class subfolders; put the images of each class in their own subfolder", dir);
     goto done;
@@ -348,7 +416,8 @@ int tt_dataset_load_folder(const char *dir, int c, int h, int w, tt_dataset *ds,
       tt_fail(err, "%s/%s: path too long (limit 4095 bytes); use shorter names", dir, classes[k]);
       goto done;
     }
-    if (data_list_dir(sub, 0, &files, &nfiles, err) != 0) goto done;
+    /* every entry becomes an item: what is not a regular file is skipped with its reason */
+    if (data_list_dir(sub, &files, &nfiles, err) != 0) goto done;
     for (i = 0; i < nfiles; i++) {
       char full[4096];
       if (snprintf(full, sizeof full, "%s/%s", sub, files[i]) >= (int)sizeof full) {

@@ -55,10 +55,19 @@ int tt_write_file_atomic(const char *path, const void *const *chunks, const size
   if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
     return tt_fail(err, "%s: path too long (limit %d bytes); use a shorter output path", path,
                    (int)sizeof tmp - 5);
-  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  /* O_NONBLOCK: a named pipe left at the temporary name fails (ENXIO) instead of waiting for
+   * a reader; for a regular file the flag changes nothing. */
+  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
   if (fd < 0)
     return tt_fail(err, "%s: cannot create (%s); check that the directory exists and is writable", tmp,
                    strerror(errno));
+  {
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      close(fd);
+      return tt_fail(err, "%s: exists and is not a regular file; remove it", tmp);
+    }
+  }
   for (i = 0; i < nchunks; i++) {
     if (sizes[i] == 0) continue;
     if (fileio_write_all(fd, chunks[i], sizes[i]) != 0) {
@@ -88,37 +97,76 @@ int tt_write_file_atomic(const char *path, const void *const *chunks, const size
   return 0;
 }
 
+const char *tt_file_kind(unsigned mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a named pipe (FIFO)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+/* open() with O_NONBLOCK: a named pipe with no writer would block open() (and then read())
+ * forever; so would some devices. Only after fstat says "regular file" is the descriptor
+ * made blocking again for the reads. */
+int tt_open_regular(const char *path, const char *todo, tt_err *err) {
+  struct stat st;
+  int fd, flags;
+  if (!todo) todo = "check the path";
+  fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return tt_fail(err, "%s: cannot open (%s); %s", path, strerror(errno), todo);
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return tt_fail(err, "%s: cannot stat (%s); %s", path, strerror(e), todo);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return tt_fail(err, "%s: not a regular file (%s); give the path of a file", path, tt_file_kind(st.st_mode));
+  }
+  flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    int e = errno;
+    close(fd);
+    return tt_fail(err, "%s: cannot read (%s); %s", path, strerror(e), todo);
+  }
+  return fd;
+}
+
 int tt_read_file(const char *path, void **data, size_t *size, tt_err *err) {
-  FILE *f;
   struct stat st;
   unsigned char *buf;
   size_t n, got = 0;
+  int fd;
   *data = NULL;
   *size = 0;
-  f = fopen(path, "rb");
-  if (!f) return tt_fail(err, "%s: cannot open (%s); check the path", path, strerror(errno));
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fclose(f);
-    return tt_fail(err, "%s: not a regular file; give the path of a file", path);
+  fd = tt_open_regular(path, NULL, err);
+  if (fd < 0) return -1;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return tt_fail(err, "%s: cannot stat (%s); check the path", path, strerror(e));
   }
   n = (size_t)st.st_size;
   buf = (unsigned char *)tt_malloc(n + 1, path, err);
   if (!buf) {
-    fclose(f);
+    close(fd);
     return -1;
   }
   while (got < n) {
-    size_t k = fread(buf + got, 1, n - got, f);
-    if (k == 0) break;
-    got += k;
+    ssize_t k = read(fd, buf + got, n - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    got += (size_t)k;
   }
-  if (ferror(f) || got != n) {
-    fclose(f);
+  close(fd);
+  if (got != n) {
     free(buf);
     return tt_fail(err, "%s: read %zu of %zu bytes; the file changed while reading or the disk failed", path,
                    got, n);
   }
-  fclose(f);
   buf[n] = 0;
   *data = buf;
   *size = n;

@@ -13,9 +13,18 @@ extern "C" {
 /* Writes the concatenation of chunks[0..nchunks) atomically. Returns 0 or -1 (err set). */
 int tt_write_file_atomic(const char *path, const void *const *chunks, const size_t *sizes, int nchunks,
                          tt_err *err);
-/* Reads a whole file into a tt_malloc'ed buffer (free() it); a zero byte is appended after
+/* Every input is opened through tt_open_regular: anything but a regular file (a directory, a
+ * named pipe, a device) is refused at once, never waited on.
+ * Reads a whole file into a tt_malloc'ed buffer (free() it); a zero byte is appended after
  * the last byte (not counted in *size) so text can be parsed in place. */
 int tt_read_file(const char *path, void **data, size_t *size, tt_err *err);
+/* Opens path for reading if it is a regular file (opened with O_NONBLOCK, checked with fstat,
+ * then made blocking). Returns the descriptor, or -1 with err "PATH: cannot open (<reason>);
+ * <todo>" (todo NULL: "check the path") or "PATH: not a regular file (a named pipe (FIFO));
+ * give the path of a file". */
+int tt_open_regular(const char *path, const char *todo, tt_err *err);
+/* "a directory", "a named pipe (FIFO)", "a character device", ... for a st_mode. */
+const char *tt_file_kind(unsigned mode);
 /* mkdir -p: creates path and its missing parents (0755). Existing directories are fine. */
 int tt_mkdirs(const char *path, tt_err *err);
 

@@ -444,151 +444,181 @@ static int st_tensor_entry(const char *path, const st_parser *p, const st_node *
   return 0;
 }
 
+static int st_cmp_name(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first name that appears twice among v[0..n), or NULL; sorts v. Sorting keeps a header
+ * of a million names from taking a quadratic time to check. */
+static const char *st_first_duplicate(const char **v, int n) {
+  int i;
+  if (n < 2) return NULL;
+  qsort((void *)v, (size_t)n, sizeof(char *), st_cmp_name);
+  for (i = 1; i < n; i++)
+    if (strcmp(v[i - 1], v[i]) == 0) return v[i];
+  return NULL;
+}
+
+/* Reads the __metadata__ object e into f->meta (sized for all its keys by st_validate);
+ * scratch holds as many pointers. */
+static int st_metadata(tt_st_file *f, const char *path, const st_parser *p, const st_node *e, const char **scratch,
+                       tt_err *err) {
+  int m;
+  const char *dup;
+  if (e->type != ST_J_OBJ) return tt_fail(err, "%s: __metadata__ must be an object of strings; corrupt file", path);
+  for (m = e->first; m >= 0; m = p->nodes[m].next) {
+    if (p->nodes[m].type != ST_J_STR)
+      return tt_fail(err, "%s: __metadata__ value of \"%s\" is not a string; corrupt file", path, p->nodes[m].key);
+    f->meta[2 * f->nmeta] = p->nodes[m].key;
+    f->meta[2 * f->nmeta + 1] = p->nodes[m].str;
+    f->nmeta++;
+  }
+  for (m = 0; m < f->nmeta; m++) scratch[m] = f->meta[2 * m];
+  dup = st_first_duplicate(scratch, f->nmeta);
+  if (dup) return tt_fail(err, "%s: __metadata__ key \"%s\" appears twice; corrupt file", path, dup);
+  return 0;
+}
+
+/* The data must be covered exactly: no overlap, no holes, nothing left over. ranges: [n][2]. */
+static int st_check_coverage(const char *path, uint64_t *ranges, int n, uint64_t data_size, tt_err *err) {
+  uint64_t at = 0;
+  int i;
+  qsort(ranges, (size_t)n, 2 * sizeof(uint64_t), st_cmp_begin);
+  for (i = 0; i < n; i++) {
+    if (ranges[2 * i] != at)
+      return tt_fail(err, "%s: tensor data %s at byte %llu (expected %llu); corrupt file", path,
+                     ranges[2 * i] < at ? "overlaps" : "has a hole", (unsigned long long)ranges[2 * i],
+                     (unsigned long long)at);
+    at = ranges[2 * i + 1];
+  }
+  if (at != data_size)
+    return tt_fail(err, "%s: the header describes %llu data bytes but the file has %llu; truncated or corrupt file",
+                   path, (unsigned long long)at, (unsigned long long)data_size);
+  return 0;
+}
+
 static int st_validate(tt_st_file *f, const char *path, const st_parser *p, int root, uint64_t hlen, tt_err *err) {
   const st_node *r = &p->nodes[root];
   uint64_t data_size = f->size - 8 - hlen;
-  uint64_t *ranges = NULL; /* [n][2] begin, end */
-  int c, i, j, nt = 0;
+  uint64_t *ranges = NULL, *begins = NULL; /* ranges: [n][2] begin, end, sorted later; begins: [n] */
+  const char **names = NULL;                /* scratch for the duplicate checks */
+  int c, i, nt = 0, seen_meta = 0;
+  size_t nkeys = 0;
+  const char *dup;
   if (r->type != ST_J_OBJ) return tt_fail(err, "%s: safetensors header is not a JSON object; corrupt file", path);
+  /* The metadata table holds the keys of __metadata__, not one slot per top-level member: a
+   * checkpoint of a small model has more metadata keys than tensors. */
+  for (c = r->first; c >= 0; c = p->nodes[c].next)
+    if (strcmp(p->nodes[c].key, "__metadata__") == 0 && p->nodes[c].type == ST_J_OBJ)
+      nkeys += (size_t)p->nodes[c].count;
   f->t = (tt_st_tensor *)tt_calloc((size_t)r->count + 1, sizeof(tt_st_tensor), "safetensors index", err);
-  f->meta = (const char **)tt_calloc((size_t)r->count * 2 + 2, sizeof(char *), "safetensors index", err);
+  f->meta = (const char **)tt_calloc(nkeys * 2 + 2, sizeof(char *), "safetensors index", err);
   ranges = (uint64_t *)tt_calloc((size_t)r->count + 1, 2 * sizeof(uint64_t), "safetensors index", err);
-  if (!f->t || !f->meta || !ranges) goto fail;
+  begins = (uint64_t *)tt_calloc((size_t)r->count + 1, sizeof(uint64_t), "safetensors index", err);
+  names = (const char **)tt_calloc(nkeys + (size_t)r->count + 1, sizeof(char *), "safetensors index", err);
+  if (!f->t || !f->meta || !ranges || !begins || !names) goto fail;
   for (c = r->first; c >= 0; c = p->nodes[c].next) {
     const st_node *e = &p->nodes[c];
     if (strcmp(e->key, "__metadata__") == 0) {
-      int m;
-      if (e->type != ST_J_OBJ) {
-        tt_fail(err, "%s: __metadata__ must be an object of strings; corrupt file", path);
-        goto fail;
-      }
-      if (f->nmeta) {
+      if (seen_meta++) {
         tt_fail(err, "%s: __metadata__ appears twice; corrupt file", path);
         goto fail;
       }
-      for (m = e->first; m >= 0; m = p->nodes[m].next) {
-        if (p->nodes[m].type != ST_J_STR) {
-          tt_fail(err, "%s: __metadata__ value of \"%s\" is not a string; corrupt file", path, p->nodes[m].key);
-          goto fail;
-        }
-        f->meta[2 * f->nmeta] = p->nodes[m].key;
-        f->meta[2 * f->nmeta + 1] = p->nodes[m].str;
-        f->nmeta++;
-      }
+      if (st_metadata(f, path, p, e, names, err) != 0) goto fail;
       continue;
     }
     if (st_tensor_entry(path, p, e, data_size, &f->t[nt], &ranges[2 * nt], &ranges[2 * nt + 1], err) != 0)
       goto fail;
+    begins[nt] = ranges[2 * nt];
     nt++;
   }
   f->n = nt;
-  for (i = 0; i < nt; i++)
-    for (j = 0; j < i; j++)
-      if (strcmp(f->t[i].name, f->t[j].name) == 0) {
-        tt_fail(err, "%s: tensor \"%s\" appears twice in the header; corrupt file", path, f->t[i].name);
-        goto fail;
-      }
-  /* The data must be covered exactly: no overlap, no holes, nothing left over. */
-  qsort(ranges, (size_t)nt, 2 * sizeof(uint64_t), st_cmp_begin);
-  {
-    uint64_t at = 0;
-    for (i = 0; i < nt; i++) {
-      if (ranges[2 * i] != at) {
-        tt_fail(err, "%s: tensor data %s at byte %llu (expected %llu); corrupt file", path,
-                ranges[2 * i] < at ? "overlaps" : "has a hole", (unsigned long long)ranges[2 * i],
-                (unsigned long long)at);
-        goto fail;
-      }
-      at = ranges[2 * i + 1];
-    }
-    if (at != data_size) {
-      tt_fail(err, "%s: the header describes %llu data bytes but the file has %llu; truncated or corrupt file",
-              path, (unsigned long long)at, (unsigned long long)data_size);
-      goto fail;
-    }
+  for (i = 0; i < nt; i++) names[i] = f->t[i].name;
+  dup = st_first_duplicate(names, nt);
+  if (dup) {
+    tt_fail(err, "%s: tensor \"%s\" appears twice in the header; corrupt file", path, dup);
+    goto fail;
   }
-  for (c = r->first, i = 0; c >= 0; c = p->nodes[c].next) {
-    uint64_t b;
-    if (strcmp(p->nodes[c].key, "__metadata__") == 0) continue;
-    /* ranges were sorted; recompute begin from the tensor's own offsets node. */
-    {
-      const st_node *e = &p->nodes[c];
-      int m;
-      for (m = e->first; m >= 0 && strcmp(p->nodes[m].key, "data_offsets") != 0; m = p->nodes[m].next) {
-      }
-      b = (uint64_t)p->nodes[p->nodes[m].first].ival;
-    }
-    f->t[i].data = f->buf + 8 + hlen + b;
-    i++;
-  }
+  if (st_check_coverage(path, ranges, nt, data_size, err) != 0) goto fail;
+  for (i = 0; i < nt; i++) f->t[i].data = f->buf + 8 + hlen + begins[i];
   free(ranges);
+  free(begins);
+  free((void *)names);
   return 0;
 fail:
   free(ranges);
+  free(begins);
+  free((void *)names);
   return -1;
 }
 
-int tt_st_open(const char *path, tt_st_file **out, tt_err *err) {
-  tt_st_file *f;
+/* Parses and validates f->buf (f->size bytes, owned by f); `path` names it in messages. */
+static int st_parse(tt_st_file *f, const char *path, tt_err *err) {
   st_parser p;
-  void *data = NULL;
-  size_t size = 0;
   uint64_t hlen = 0;
-  int i, root;
-  *out = NULL;
-  if (tt_read_file(path, &data, &size, err) != 0) return -1;
-  f = (tt_st_file *)tt_calloc(1, sizeof *f, "safetensors file", err);
-  if (!f) {
-    free(data);
-    return -1;
-  }
-  f->buf = (unsigned char *)data;
-  f->size = size;
-  if (size < 8) {
-    tt_fail(err, "%s: %zu bytes, too short for a safetensors file (8-byte header length missing); re-save it", path,
-            size);
-    goto fail;
-  }
+  int i, root, rc;
+  if (f->size < 8)
+    return tt_fail(err, "%s: %zu bytes, too short for a safetensors file (8-byte header length missing); re-save it",
+                   path, f->size);
   for (i = 0; i < 8; i++) hlen |= (uint64_t)f->buf[i] << (8 * i);
-  if (hlen > size - 8) {
-    tt_fail(err, "%s: header length %llu exceeds the %zu bytes after it; the file is truncated or not safetensors",
-            path, (unsigned long long)hlen, size - 8);
-    goto fail;
-  }
-  if (hlen < 2 || hlen > ST_MAX_HEADER) {
-    tt_fail(err, "%s: header length %llu is implausible (2 .. %u); not a safetensors file", path,
-            (unsigned long long)hlen, ST_MAX_HEADER);
-    goto fail;
-  }
+  if (hlen > f->size - 8)
+    return tt_fail(err,
+                   "%s: header length %llu exceeds the %zu bytes after it; the file is truncated or not safetensors",
+                   path, (unsigned long long)hlen, f->size - 8);
+  if (hlen < 2 || hlen > ST_MAX_HEADER)
+    return tt_fail(err, "%s: header length %llu is implausible (2 .. %u); not a safetensors file", path,
+                   (unsigned long long)hlen, ST_MAX_HEADER);
   memset(&p, 0, sizeof p);
   p.path = path;
   p.begin = p.s = (const char *)f->buf + 8;
   p.end = p.s + hlen;
   p.err = err;
   f->strings = (char *)tt_malloc((size_t)hlen + 1, "safetensors header strings", err);
-  if (!f->strings) goto fail;
+  if (!f->strings) return -1;
   p.sbuf = f->strings;
   root = st_value(&p, 0);
-  if (root < 0) {
-    free(p.nodes);
-    goto fail;
+  rc = root < 0 ? -1 : 0;
+  if (rc == 0) {
+    st_ws(&p);
+    if (p.s != p.end) rc = st_perr(&p, "unexpected text after the header object");
   }
-  st_ws(&p);
-  if (p.s != p.end) {
-    st_perr(&p, "unexpected text after the header object");
-    free(p.nodes);
-    goto fail;
-  }
-  if (st_validate(f, path, &p, root, hlen, err) != 0) {
-    free(p.nodes);
-    goto fail;
-  }
+  if (rc == 0) rc = st_validate(f, path, &p, root, hlen, err);
   free(p.nodes);
+  return rc;
+}
+
+/* Takes ownership of data (a tt_malloc'ed buffer of size bytes, freed on failure too). */
+static int st_open_owned(const char *path, void *data, size_t size, tt_st_file **out, tt_err *err) {
+  tt_st_file *f = (tt_st_file *)tt_calloc(1, sizeof *f, "safetensors file", err);
+  if (!f) {
+    free(data);
+    return -1;
+  }
+  f->buf = (unsigned char *)data;
+  f->size = size;
+  if (st_parse(f, path, err) != 0) {
+    tt_st_close(f);
+    return -1;
+  }
   *out = f;
   return 0;
-fail:
-  tt_st_close(f);
-  return -1;
+}
+
+int tt_st_open(const char *path, tt_st_file **out, tt_err *err) {
+  void *data = NULL;
+  size_t size = 0;
+  *out = NULL;
+  if (tt_read_file(path, &data, &size, err) != 0) return -1;
+  return st_open_owned(path, data, size, out, err);
+}
+
+int tt_st_open_mem(const char *name, const void *data, size_t size, tt_st_file **out, tt_err *err) {
+  void *copy;
+  *out = NULL;
+  copy = tt_malloc(size + 1, name, err); /* + 1: a zero-byte file still gets a buffer */
+  if (!copy) return -1;
+  if (size) memcpy(copy, data, size);
+  return st_open_owned(name, copy, size, out, err);
 }
 
 int tt_st_count(const tt_st_file *f) { return f ? f->n : 0; }

@@ -38,6 +38,9 @@ typedef struct tt_st_file tt_st_file;
  * shapes, offsets within the data, consistent with dtype and shape, no overlap and no
  * holes. Returns 0, or -1 with err naming the file and what is wrong. */
 int tt_st_open(const char *path, tt_st_file **f, tt_err *err);
+/* The same checks on size bytes in memory (copied; data may be freed after the call); `name`
+ * stands for the file in messages. */
+int tt_st_open_mem(const char *name, const void *data, size_t size, tt_st_file **f, tt_err *err);
 int tt_st_count(const tt_st_file *f);
 const tt_st_tensor *tt_st_at(const tt_st_file *f, int i);      /* header order; NULL out of range */
 const tt_st_tensor *tt_st_get(const tt_st_file *f, const char *name); /* NULL if absent */

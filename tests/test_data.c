@@ -4,6 +4,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -456,6 +457,112 @@ static void test_list(void) {
   TT_TEST_END();
 }
 
+/* ---- special files: named pipes, directories, dangling links ---- */
+
+/* A reader that opens a named pipe waits for a writer forever: an alarm turns that hang into
+ * a failure of the test that hung. */
+static void on_alarm(int sig) {
+  char line[256];
+  int n = snprintf(line, sizeof line, "FAIL %s: hung for 20 s (a named pipe was opened and waited on)\n",
+                   tt_test_current_name ? tt_test_current_name : "?");
+  (void)sig;
+  if (write(1, line, (size_t)n) < 0) _exit(2);
+  _exit(1);
+}
+
+static void arm_alarm(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_alarm;
+  sigaction(SIGALRM, &sa, NULL);
+  alarm(20);
+}
+
+static void test_fifo_inputs(void) {
+  tt_dataset ds;
+  tt_err err;
+  warns w;
+  FILE *f;
+  int rc;
+  TT_TEST_BEGIN("special_files_refused_at_once");
+  if (mkfifo(tt_test_path("pipe"), 0644) != 0) {
+    TT_SKIP("special_files_refused_at_once", "mkfifo failed");
+    return;
+  }
+  arm_alarm();
+  write_idx(tt_test_path("f-img"), tt_test_path("f-lab"), 5, 4, 3, 5, 3);
+  rc = tt_dataset_load_idx(tt_test_path("pipe"), tt_test_path("f-lab"), 1, 4, 3, &ds, &err);
+  TT_CHECK(rc != 0 && strstr(err.msg, tt_test_path("pipe")) && strstr(err.msg, "named pipe"), "idx images: %s",
+           err.msg);
+  rc = tt_dataset_load_idx(tt_test_path("f-img"), tt_test_path("pipe"), 1, 4, 3, &ds, &err);
+  TT_CHECK(rc != 0 && strstr(err.msg, tt_test_path("pipe")) && strstr(err.msg, "named pipe"), "idx labels: %s",
+           err.msg);
+  rc = tt_dataset_load_idx(tt_test_path("folder"), tt_test_path("f-lab"), 1, 4, 3, &ds, &err);
+  TT_CHECK(rc != 0 && strstr(err.msg, "a directory"), "idx directory: %s", err.msg);
+  rc = tt_dataset_load_list(tt_test_path("pipe"), 3, 8, 8, &ds, &err, NULL, NULL);
+  TT_CHECK(rc != 0 && strstr(err.msg, tt_test_path("pipe")) && strstr(err.msg, "named pipe"), "list file: %s",
+           err.msg);
+  /* entries of a list: each skipped with its own reason, the good one kept */
+  mkdir(tt_test_path("adir"), 0755);
+  if (symlink("no-such-target.png", tt_test_path("dangling.png")) != 0) TT_CHECK(0, "symlink failed");
+  f = fopen(tt_test_path("special.list"), "w");
+  fprintf(f, "pipe 0\nadir 1\nmissing.png 1\ndangling.png 2\nfolder/a_red/img0.png 0\n");
+  fclose(f);
+  memset(&w, 0, sizeof w);
+  rc = tt_dataset_load_list(tt_test_path("special.list"), 3, 8, 8, &ds, &err, on_warn, &w);
+  TT_CHECK(rc == 0 && ds.n == 1 && ds.skipped == 4 && w.n == 4, "list entries: rc %d n %d skipped %d: %s\n%s", rc,
+           ds.n, ds.skipped, err.msg, w.all);
+  TT_CHECK(strstr(w.all, "/pipe: skipped (a named pipe (FIFO), not an image file)") &&
+               strstr(w.all, "/adir: skipped (a directory, not an image file)") &&
+               strstr(w.all, "/missing.png: skipped (cannot open: No such file or directory)") &&
+               strstr(w.all, "/dangling.png: skipped (dangling symbolic link to 'no-such-target.png')"),
+           "list reasons:\n%s", w.all);
+  if (rc == 0) tt_dataset_free(&ds);
+  alarm(0);
+  TT_TEST_END();
+}
+
+/* In a folder data set, what is not a regular file in a class folder is counted as skipped
+ * and named with its reason; at the top, what is not a class folder is named and ignored. */
+static void test_folder_special(void) {
+  char root[1024], p[1024];
+  tt_dataset ds;
+  tt_err err;
+  warns w;
+  int rc;
+  TT_TEST_BEGIN("folder_special_entries_named");
+  tt_test_path_in(root, "special");
+  mkdir(root, 0755);
+  mkdir(tt_test_path("special/cls"), 0755);
+  mkdir(tt_test_path("special/cls/nested"), 0755);
+  snprintf(p, sizeof p, "%s/folder/a_red/img0.png", tt_test_dir());
+  if (symlink(p, tt_test_path("special/cls/good.png")) != 0 ||
+      symlink("gone.png", tt_test_path("special/cls/link.png")) != 0 ||
+      symlink("gone", tt_test_path("special/cls2")) != 0 || mkfifo(tt_test_path("special/cls/pipe.png"), 0644) != 0 ||
+      mkfifo(tt_test_path("special/toppipe"), 0644) != 0) {
+    TT_SKIP("folder_special_entries_named", "symlink or mkfifo failed");
+    return;
+  }
+  write_bytes(tt_test_path("special/readme.txt"), "classes are subfolders\n", 23);
+  write_bytes(tt_test_path("special/cls/.hidden"), "x", 1);
+  arm_alarm();
+  memset(&w, 0, sizeof w);
+  rc = tt_dataset_load_folder(root, 3, 8, 8, &ds, &err, on_warn, &w);
+  alarm(0);
+  TT_CHECK(rc == 0 && ds.n == 1 && ds.skipped == 3 && ds.classes == 1 && w.n == 6,
+           "rc %d n %d skipped %d classes %d warnings %d: %s\n%s", rc, ds.n, ds.skipped, ds.classes, w.n, err.msg,
+           w.all);
+  TT_CHECK(strstr(w.all, "/cls/link.png: skipped (dangling symbolic link to 'gone.png')") &&
+               strstr(w.all, "/cls/nested: skipped (a directory, not an image file)") &&
+               strstr(w.all, "/cls/pipe.png: skipped (a named pipe (FIFO), not an image file)") &&
+               strstr(w.all, "/cls2: ignored (dangling symbolic link to 'gone'; not a class subfolder)") &&
+               strstr(w.all, "/toppipe: ignored (a named pipe (FIFO), not an image file; not a class subfolder)") &&
+               strstr(w.all, "/readme.txt: ignored (a regular file; not a class subfolder)") && !strstr(w.all, "hidden"),
+           "warnings:\n%s", w.all);
+  if (rc == 0) tt_dataset_free(&ds);
+  TT_TEST_END();
+}
+
 /* ---- synthetic data and the loader ---- */
 
 static void test_synthetic(void) {
@@ -666,6 +773,8 @@ int main(void) {
   test_folder_errors();
   test_resize_crop();
   test_list();
+  test_fifo_inputs();
+  test_folder_special();
   test_synthetic();
   test_loader();
   tt_test_tmpdir_remove();

@@ -6,15 +6,20 @@
 #define _POSIX_C_SOURCE 200809L
 #endif
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/chart.h"
+#include "core/checkpoint.h"
 #include "core/fileio.h"
+#include "core/recipe.h"
 #include "core/safetensors.h"
+#include "core/session.h"
 #include "tests/tt_test.h"
 
 /* A file with a hand-written header (padded to 8) and `data_len` data bytes. */
@@ -209,6 +214,185 @@ static void test_refusals(void) {
   TT_TEST_END();
 }
 
+/* The metadata table was sized by the number of top-level members (tensors + 1), so a file
+ * with more metadata keys than tensors wrote past it: every checkpoint of a model with fewer
+ * than 10 tensors (tinytrain's state has 11 keys) crashed `tinytrain eval --weights`. */
+static void test_metadata_keys(void) {
+  static const char *ckpt_keys[] = {"format", "recipe", "step", "epoch", "batch_in_epoch", "loss_scale",
+                                    "loss_scale_clean_steps", "skipped_steps", "seed", "micro_batch",
+                                    "accum_steps", "loss_scale_growth_interval"};
+  char keys[64][16], vals[64][16];
+  const char *meta[2 * 64 + 1];
+  float w[4] = {1, 2, 3, 4};
+  tt_st_tensor t[4];
+  tt_st_file *f = NULL;
+  tt_err err;
+  int i, nt, nk, ok;
+  TT_TEST_BEGIN("safetensors_more_metadata_keys_than_tensors");
+  memset(t, 0, sizeof t);
+  for (i = 0; i < 4; i++) {
+    static const char *names[4] = {"c1.weight", "c1.bias", "fc.weight", "fc.bias"};
+    t[i].name = names[i], t[i].dtype = "F32", t[i].ndim = 1, t[i].shape[0] = 1, t[i].data = &w[i], t[i].bytes = 4;
+  }
+  for (nt = 0; nt <= 4; nt += 2)
+    for (nk = 12; nk <= 64; nk += 52) {
+      for (i = 0; i < nk; i++) {
+        if (i < 12) snprintf(keys[i], sizeof keys[i], "%s", ckpt_keys[i]);
+        else snprintf(keys[i], sizeof keys[i], "key%d", i);
+        snprintf(vals[i], sizeof vals[i], "v%d", i);
+        meta[2 * i] = keys[i], meta[2 * i + 1] = vals[i];
+      }
+      meta[2 * nk] = NULL;
+      TT_CHECK(tt_st_write(tt_test_path("meta_many.safetensors"), t, nt, meta, &err) == 0, "write: %s", err.msg);
+      TT_CHECK(tt_st_open(tt_test_path("meta_many.safetensors"), &f, &err) == 0, "%d tensors, %d keys: %s", nt, nk,
+               err.msg);
+      if (!f) continue;
+      ok = tt_st_count(f) == nt && tt_st_meta_count(f) == nk;
+      for (i = 0; ok && i < nk; i++) {
+        const char *k, *v;
+        ok = tt_st_meta_at(f, i, &k, &v) == 0 && !strcmp(k, keys[i]) && !strcmp(v, vals[i]) &&
+             tt_st_meta(f, keys[i]) && !strcmp(tt_st_meta(f, keys[i]), vals[i]);
+      }
+      TT_CHECK(ok, "%d tensors, %d keys: read back %d tensors, %d keys", nt, nk, tt_st_count(f), tt_st_meta_count(f));
+      tt_st_close(f);
+      f = NULL;
+    }
+  /* a key given twice is refused rather than one of the two values silently winning */
+  {
+    char msg[1024];
+    write_raw(tt_test_path("meta_dup.safetensors"), "{\"__metadata__\":{\"step\":\"1\",\"a\":\"x\",\"step\":\"2\"}}", 0);
+    TT_CHECK(refused(tt_test_path("meta_dup.safetensors"), "\"step\" appears twice", msg), "duplicate key: %s", msg);
+    write_raw(tt_test_path("meta_two.safetensors"), "{\"__metadata__\":{},\"__metadata__\":{\"a\":\"x\"}}", 0);
+    TT_CHECK(refused(tt_test_path("meta_two.safetensors"), "__metadata__ appears twice", msg), "two objects: %s", msg);
+  }
+  TT_TEST_END();
+}
+
+/* The reported crash end to end: a model of 7 tensors writes its checkpoint (11 metadata keys)
+ * and reads it back, as `eval --weights` and `--resume` do. */
+static void test_small_model_checkpoint(void) {
+  static const char recipe[] =
+      "[net]\ninput = 1x4x4\nclasses = 10\n[train]\nbatch = 4\noptimizer = adam\n[conv c1]\nfilters = 2\n"
+      "size = 3\nbias = false\n[bn bn1]\n[flatten]\n[linear fc]\nout = 10\n";
+  char path[1024], dir[1024], file[1200];
+  const void *chunk = recipe;
+  size_t size = sizeof recipe - 1;
+  tt_run_opts o;
+  tt_session *s = NULL;
+  tt_ckpt_state st, back;
+  tt_err err;
+  TT_TEST_BEGIN("checkpoint_of_a_small_model_loads");
+  tt_test_path_in(path, "tiny.recipe");
+  tt_test_path_in(dir, "tiny_run");
+  if (tt_write_file_atomic(path, &chunk, &size, 1, &err) != 0 || tt_mkdirs(dir, &err) != 0) {
+    TT_CHECK(0, "%s", err.msg);
+    return;
+  }
+  tt_run_opts_init(&o);
+  o.recipe = path;
+  o.device = TT_DEVICE_CPU;
+  o.threads = 1;
+  if (tt_session_open(&s, &o, TT_SESSION_TRAIN, &err) != 0) {
+    TT_CHECK(0, "session: %s", err.msg);
+    return;
+  }
+  memset(&st, 0, sizeof st);
+  st.step = 3, st.epoch = 1, st.seed = 5, st.micro_batch = 4, st.accum_steps = 1, st.loss_scale.scale = 1.f;
+  TT_CHECK(s->graph.nparams < 10, "the model has %d parameter tensors; the test needs fewer than 10", s->graph.nparams);
+  TT_CHECK(tt_checkpoint_save(&s->x, dir, &st, &err) == 0, "save: %s", err.msg);
+  snprintf(file, sizeof file, "%s/weights.safetensors", dir);
+  TT_CHECK(tt_checkpoint_load(&s->x, file, 0, NULL, &err) == 0, "weights: %s", err.msg);
+  snprintf(file, sizeof file, "%s/state.safetensors", dir);
+  TT_CHECK(tt_checkpoint_load(&s->x, file, 1, &back, &err) == 0 && back.step == 3 && back.seed == 5,
+           "state: %s", err.msg);
+  tt_session_close(s);
+  TT_TEST_END();
+}
+
+/* tt_st_open_mem: the checks of tt_st_open on bytes in memory (the fuzz target's entry). */
+static void test_open_mem(void) {
+  void *p;
+  size_t n;
+  tt_err err;
+  tt_st_file *f = NULL;
+  TT_TEST_BEGIN("safetensors_open_from_memory");
+  if (tt_read_file(tt_test_path("a.safetensors"), &p, &n, &err) != 0) {
+    TT_CHECK(0, "%s", err.msg);
+    return;
+  }
+  TT_CHECK(tt_st_open_mem("mem", p, n, &f, &err) == 0, "%s", err.msg);
+  if (f) {
+    const tt_st_tensor *g = tt_st_get(f, "conv1.weight");
+    TT_CHECK(tt_st_count(f) == 5 && g && g->bytes == 24 && ((uintptr_t)g->data & 7) == 0 &&
+                 ((const unsigned char *)g->data < (const unsigned char *)p ||
+                  (const unsigned char *)g->data >= (const unsigned char *)p + n),
+             "content, or data pointing into the caller's buffer");
+    tt_st_close(f);
+  }
+  f = NULL;
+  TT_CHECK(tt_st_open_mem("mem", p, n - 1, &f, &err) != 0 && !f && strstr(err.msg, "mem: "), "truncated: %s",
+           err.msg);
+  TT_CHECK(tt_st_open_mem("empty", NULL, 0, &f, &err) != 0 && !f && strstr(err.msg, "too short"), "empty: %s",
+           err.msg);
+  free(p);
+  TT_TEST_END();
+}
+
+/* A reader that opens a named pipe waits for a writer forever: the alarm turns that hang
+ * into a failure of the test that hung. */
+static void on_alarm(int sig) {
+  char line[256];
+  int n = snprintf(line, sizeof line, "FAIL %s: hung for 20 s (a named pipe was opened and waited on)\n",
+                   tt_test_current_name ? tt_test_current_name : "?");
+  (void)sig;
+  if (write(1, line, (size_t)n) < 0) _exit(2);
+  _exit(1);
+}
+
+/* Every reader refuses what is not a regular file at once: the recipe, --weights and
+ * state.safetensors (tt_st_open), any tt_read_file; and a writer does not wait on a pipe left
+ * at its temporary name. (The data readers have the same test in test_data.) */
+static void test_special_files(void) {
+  struct sigaction sa;
+  const char *fifo = tt_test_path("pipe");
+  void *p = NULL;
+  size_t n;
+  tt_err err;
+  tt_st_file *f = NULL;
+  tt_model m;
+  TT_TEST_BEGIN("fileio_refuses_special_files");
+  if (mkfifo(fifo, 0644) != 0 || mkfifo(tt_test_path("out.safetensors.tmp"), 0644) != 0) {
+    TT_SKIP("fileio_refuses_special_files", "mkfifo failed");
+    return;
+  }
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_alarm;
+  sigaction(SIGALRM, &sa, NULL);
+  alarm(20);
+  TT_CHECK(tt_read_file(fifo, &p, &n, &err) != 0 && !p && strstr(err.msg, fifo) &&
+               strstr(err.msg, "not a regular file (a named pipe (FIFO))"),
+           "tt_read_file: %s", err.msg);
+  TT_CHECK(tt_st_open(tt_test_path("pipe"), &f, &err) != 0 && !f && strstr(err.msg, "named pipe"), "tt_st_open: %s",
+           err.msg);
+  TT_CHECK(tt_recipe_load(tt_test_path("pipe"), &m, &err, NULL, NULL) != 0 && strstr(err.msg, "named pipe"),
+           "tt_recipe_load: %s", err.msg);
+  TT_CHECK(tt_open_regular(tt_test_path("pipe"), NULL, &err) < 0 && strstr(err.msg, "named pipe"),
+           "tt_open_regular: %s", err.msg);
+  TT_CHECK(tt_read_file("/dev/null", &p, &n, &err) != 0 && strstr(err.msg, "a character device"), "/dev/null: %s",
+           err.msg);
+  TT_CHECK(tt_read_file(tt_test_dir(), &p, &n, &err) != 0 && strstr(err.msg, "a directory"), "directory: %s",
+           err.msg);
+  {
+    const void *chunks[1] = {"x"};
+    size_t sizes[1] = {1};
+    TT_CHECK(tt_write_file_atomic(tt_test_path("out.safetensors"), chunks, sizes, 1, &err) != 0 &&
+                 strstr(err.msg, "out.safetensors.tmp"),
+             "writer over a pipe: %s", err.msg);
+  }
+  alarm(0);
+  TT_TEST_END();
+}
+
 static void test_fileio(void) {
   tt_err err;
   const void *chunks[2];
@@ -300,7 +484,11 @@ int main(void) {
   if (tt_test_tmpdir("st", "test_safetensors")) return 1;
   test_round_trip();
   test_refusals();
+  test_metadata_keys();
+  test_small_model_checkpoint();
+  test_open_mem();
   test_fileio();
+  test_special_files();
   test_chart();
   tt_test_tmpdir_remove();
   TT_TEST_EXIT();

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# tests/fuzz/run.sh [RUNS] [TARGET...] — builds the libFuzzer targets (`ninja fuzz-build`:
+# clang, ASan + UBSan, in build-fuzz/) and runs each for RUNS inputs (default: each target's
+# own count below) over its committed seed corpus tests/fuzz/corpus/<TARGET>/. TARGETs:
+# recipe, safetensors, checkpoint (default: all three).
+#
+# Any crash, leak, sanitizer report, input over the time or memory limit, or a target that
+# will not start, fails the run (exit 1); the input that did it is kept in
+# build-fuzz/artifacts/ (replay: build-fuzz/fuzz_TARGET FILE). New inputs the fuzzer finds go
+# to build-fuzz/corpus/TARGET/ (the committed seeds are only read); FUZZ_SEED=N changes the
+# random seed (default 1: the same inputs on every run, so a red CI can be replayed).
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+
+# about 40 s each on one core of the 2-core CI machine (see README, Tests)
+declare -A DEFAULT_RUNS=([recipe]=1200000 [safetensors]=2500000 [checkpoint]=600000)
+RUNS=${1:-}
+shift || true
+TARGETS=("$@")
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(recipe safetensors checkpoint)
+if [ -n "$RUNS" ] && ! [[ "$RUNS" =~ ^[0-9]+$ ]]; then
+  echo "usage: tests/fuzz/run.sh [RUNS] [recipe|safetensors|checkpoint ...]" >&2
+  exit 2
+fi
+for t in "${TARGETS[@]}"; do
+  if [ -z "${DEFAULT_RUNS[$t]:-}" ]; then
+    echo "fuzz: unknown target '$t' (recipe, safetensors, checkpoint)" >&2
+    exit 2
+  fi
+done
+
+if [ -z "${TT_FUZZ_BUILT:-}" ]; then # set by `ninja fuzz`, which built them already
+  [ -f build.ninja ] || ./configure.py >/dev/null || exit 1
+  ninja fuzz-build || exit 1
+fi
+
+mkdir -p build-fuzz/artifacts
+failed=0
+for t in "${TARGETS[@]}"; do
+  n=${RUNS:-${DEFAULT_RUNS[$t]}}
+  work=build-fuzz/corpus/$t
+  rm -rf "$work"
+  mkdir -p "$work"
+  log=build-fuzz/fuzz_$t.log
+  start=$(date +%s)
+  # -max_len: the largest seed is ~6 KiB; -timeout: one input taking 10 s is a hang;
+  # -error_exitcode: any finding, including a leak at exit, is exit 77
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    build-fuzz/fuzz_"$t" -runs="$n" -seed="${FUZZ_SEED:-1}" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
+    -error_exitcode=77 -timeout_exitcode=77 -print_final_stats=1 \
+    -artifact_prefix=build-fuzz/artifacts/"$t"- "$work" tests/fuzz/corpus/"$t" >"$log" 2>&1
+  rc=$?
+  secs=$(( $(date +%s) - start ))
+  stats=$(grep -E "^#[0-9]+.*DONE" "$log" | tail -1)
+  if [ $rc -ne 0 ]; then
+    echo "FAIL fuzz_$t: exit $rc after ${secs}s; last lines of $log:"
+    tail -40 "$log" | sed 's/^/    /'
+    failed=1
+  else
+    echo "PASS fuzz_$t: $n runs in ${secs}s, no finding (${stats#*DONE   })"
+  fi
+done
+exit $failed
