@@ -264,6 +264,12 @@ def main():
         libs += " -L%s -L%s -Wl,-rpath,%s -Wl,-rpath,%s -lcudnn -lcublas -lcudart -ldl -lstdc++" % (
             cuda["libdir"], cuda["cudnn"]["lib"], cuda["libdir"], cuda["cudnn"]["lib"])
 
+    ptx_arch = []
+    cuda_check_flags = ""
+    glob_h = []
+    if use_cuda:
+        cuda_check_flags = "-std=c++17 -O2 -I. -I%s/include -I%s -DTT_HAVE_CUDA=1" % (cuda["home"], cuda["cudnn"]["inc"])
+        glob_h = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "kernels/cuda/*.h")))
     lib_src = sources(LIB_DIRS, ".c")
     cu_src = sources(["kernels/cuda"], ".cu") if use_cuda else []
     n = []
@@ -322,6 +328,13 @@ def main():
     n.append("build bench: phony %s" % " ".join(bench_bins))
     scripts = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests/test_*.sh")))
     n.append("build test: test | tinytrain %s\n  tests = %s" % (" ".join(test_bins + bench_bins), " ".join(test_bins + ["'bash %s'" % s for s in scripts])))
+    if use_cuda:
+        # `ninja cuda-check`: every .cu for the architectures CI checks, warnings as errors, resources
+        # against each architecture's limits, and the linked binary's SASS/PTX list (tests/tools/cuda_check.py)
+        n.append("rule cuda_check\n  command = python3 tests/tools/cuda_check.py --nvcc $nvcc --binary tinytrain "
+                 "--expect-sass=%s --expect-ptx=%s -- %s\n  description = CUDA-CHECK\n  pool = console" % (
+                     ",".join(arch), ",".join(ptx_arch), cuda_check_flags))
+        n.append("build cuda-check: cuda_check | tinytrain tests/tools/cuda_check.py %s" % " ".join(cu_src + glob_h))
     n.append("build amalgamation: amalgamate | %s core/tinytrain.h" % " ".join(lib_src))
     n.append("build build.ninja: configure configure.py")
     n.append("default tinytrain")
