@@ -97,6 +97,15 @@ int tt_cuda_fail(tt_backend *b, const char *fmt, ...)
   } while (0)
 
 #define TT_CUDA_THREADS 256
+/* Every kernel is declared with the block size it is launched with,
+ *   __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) name(...)
+ * so that ptxas fits its registers to that block: a block may use 64K registers on every
+ * architecture from sm_75, so 1024 threads get at most 64 registers each (CUDA C++ Programming
+ * Guide, "Launch Bounds" and the compute-capability table). tests/tools/cuda_check.py holds the
+ * bound equal to the launch's block size. The host emulation may define it away. */
+#ifndef TT_LAUNCH_BOUNDS
+#define TT_LAUNCH_BOUNDS(threads) __launch_bounds__(threads)
+#endif
 /* Every kernel launch goes through this macro, so that a build can run the kernels elsewhere
  * (the host emulation in tests/ defines it before including this header). */
 #ifndef TT_LAUNCH

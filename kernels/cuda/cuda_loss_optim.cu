@@ -20,8 +20,9 @@ static cudaStream_t cuda_lo_stream(tt_backend *b) { return tt_cuda_st(b)->comput
  * per-warp loss and correct sums (double) are combined in warp order, so stats are
  * deterministic. A label outside [0, classes) makes the loss NaN (the device cannot
  * return an error; the CPU backend fails instead). */
-__global__ void cuda_lo_ce_k(int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels, float smoothing,
-                          float grad_scale, void *dlogits, float *stats) {
+__global__ void TT_LAUNCH_BOUNDS(CUDA_LO_CE_THREADS) cuda_lo_ce_k(int n, int classes, tt_dtype dt, const void *logits,
+                                                                  const int32_t *labels, float smoothing,
+                                                                  float grad_scale, void *dlogits, float *stats) {
   __shared__ double sh_loss[32], sh_corr[32];
   int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
   double wl = 0.0, wc = 0.0;
@@ -97,8 +98,9 @@ int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const voi
 
 /* ---------------------------------- optimizers ---------------------------------------- */
 
-__global__ void cuda_lo_sgd_k(size_t count, float *w, const float *g, float *m, float lr, float momentum, int nesterov,
-                               float weight_decay, float grad_scale) {
+__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_sgd_k(size_t count, float *w, const float *g, float *m,
+                                                                float lr, float momentum, int nesterov,
+                                                                float weight_decay, float grad_scale) {
   TT_CUDA_LOOP(i, count) tt_sgd_elem(i, w, g, m, lr, momentum, nesterov, weight_decay, grad_scale);
 }
 
@@ -114,8 +116,10 @@ int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, fl
   return 0;
 }
 
-__global__ void cuda_lo_adam_k(size_t count, float *w, const float *g, float *m, float *v, float beta1, float beta2,
-                                float eps, float weight_decay, int decoupled, tt_adam_consts k, float grad_scale) {
+__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_adam_k(size_t count, float *w, const float *g, float *m,
+                                                                 float *v, float beta1, float beta2, float eps,
+                                                                 float weight_decay, int decoupled, tt_adam_consts k,
+                                                                 float grad_scale) {
   TT_CUDA_LOOP(i, count) tt_adam_elem(i, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale);
 }
 
@@ -133,7 +137,8 @@ int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, f
 
 /* --------------------------------- check_finite --------------------------------------- */
 
-__global__ void cuda_lo_check_finite_k(size_t count, tt_dtype dt, const void *x, int32_t *flag) {
+__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_check_finite_k(size_t count, tt_dtype dt, const void *x,
+                                                                         int32_t *flag) {
   int bad = 0;
   TT_CUDA_LOOP(i, count) {
     if (dt == TT_F32)
