@@ -208,6 +208,55 @@ extern "C" int tt_cuda_mem_used(tt_backend *b, size_t *used, size_t *total) {
   return 0;
 }
 
+#ifndef TT_CUDA_ARCHS
+#define TT_CUDA_ARCHS "unknown" /* configure.py passes the sm_ list it built */
+#endif
+
+/* Asks the runtime about every kernel of the backend (cudaFuncGetAttributes): a card this build
+ * has no image for fails here, in a second, naming the card and the --cuda-arch to build; a
+ * kernel whose launch block does not fit the card's registers fails here rather than at the
+ * first step. Under lazy loading (the default since CUDA 12.2; CUDA C++ Programming Guide,
+ * "Lazy Loading") the runtime loads a kernel when it is first referenced, so this also puts
+ * every kernel of ours on the device before the reserve is measured. */
+static int cuda_be_check_kernels(tt_backend *b, const cudaDeviceProp *prop) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  const tt_cuda_kernel *tabs[3] = {tt_cuda_elementwise_kernels, tt_cuda_norm_kernels, tt_cuda_loss_optim_kernels};
+  int counts[3] = {tt_cuda_elementwise_nkernels, tt_cuda_norm_nkernels, tt_cuda_loss_optim_nkernels};
+  int t, i, cc = prop->major * 10 + prop->minor;
+  for (t = 0; t < 3; t++)
+    for (i = 0; i < counts[t]; i++) {
+      const tt_cuda_kernel *k = &tabs[t][i];
+      cudaFuncAttributes a;
+      cudaError_t e = cudaFuncGetAttributes(&a, k->fn);
+      if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction) {
+        (void)cudaGetLastError();
+        return tt_cuda_fail(b,
+                            "CUDA device %d is a %s (compute capability %d.%d) and this tinytrain has no kernel image "
+                            "for it (built for sm_%s, with PTX of the newest only); rebuild with "
+                            "./configure.py --cuda-arch %d && ninja",
+                            st->device, prop->name, prop->major, prop->minor, TT_CUDA_ARCHS, cc);
+      }
+      if (e == cudaErrorUnsupportedPtxVersion || e == cudaErrorInvalidPtx || e == cudaErrorJitCompilerNotFound) {
+        (void)cudaGetLastError();
+        return tt_cuda_fail(b,
+                            "CUDA device %d is a %s (compute capability %d.%d): this build has no SASS for it and the "
+                            "driver cannot compile its PTX (%s); update the driver, or rebuild with "
+                            "./configure.py --cuda-arch %d && ninja",
+                            st->device, prop->name, prop->major, prop->minor, cudaGetErrorString(e), cc);
+      }
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return tt_cuda_fail(b, "cudaFuncGetAttributes(%s) failed: %s", k->name, cudaGetErrorString(e));
+      }
+      if (a.maxThreadsPerBlock < k->threads)
+        return tt_cuda_fail(b,
+                            "kernel %s is launched with %d threads but takes at most %d on %s (%d registers per "
+                            "thread); this build is broken: run ninja cuda-check",
+                            k->name, k->threads, a.maxThreadsPerBlock, prop->name, a.numRegs);
+    }
+  return 0;
+}
+
 /* Creation steps that record into b (so CUDA_CHECK can be used); the caller copies the
  * message into errbuf on failure. */
 static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
@@ -221,9 +270,11 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   CUDA_CHECK(b, cudaSetDevice(st->device));
   CUDA_CHECK(b, cudaFree(0)); /* creates the primary context */
   CUDA_CHECK(b, cudaGetDeviceProperties(&prop, st->device));
-  if (prop.major < 7)
-    return tt_cuda_fail(b, "CUDA device %d (%s) has compute capability %d.%d; tinytrain needs 7.0 or newer",
+  /* CUDA 13 builds for compute capability 7.5 and newer only (nvcc --list-gpu-arch) */
+  if (prop.major * 10 + prop.minor < 75)
+    return tt_cuda_fail(b, "CUDA device %d (%s) has compute capability %d.%d; tinytrain needs 7.5 or newer",
                         st->device, prop.name, prop.major, prop.minor);
+  if (cuda_be_check_kernels(b, &prop)) return -1;
   CUDA_CHECK(b, cudaStreamCreateWithFlags(&st->compute, cudaStreamNonBlocking));
   CUDA_CHECK(b, cudaStreamCreateWithFlags(&st->copy, cudaStreamNonBlocking));
   CUDA_CHECK(b, cudaEventCreateWithFlags(&st->ev, cudaEventDisableTiming));

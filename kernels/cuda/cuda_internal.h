@@ -111,6 +111,21 @@ int tt_cuda_fail(tt_backend *b, const char *fmt, ...)
 #ifndef TT_LAUNCH
 #define TT_LAUNCH(kernel, grid, block, shmem, stream, ...) kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
 #endif
+/* The backend's own kernels, one table per file (TT_CUDA_KERNEL(kernel, block size) each), so
+ * that setup can ask the runtime about every one (cudaFuncGetAttributes) before anything else:
+ * that a kernel image for the device exists, that the block it is launched with fits, and, as
+ * the reference loads a lazily loaded kernel, so that its module is on the device before the
+ * reserve is measured. tests/tools/cuda_check.py holds the tables complete and their block sizes
+ * equal to the launches'. */
+typedef struct tt_cuda_kernel {
+  const char *name;
+  const void *fn;
+  int threads;
+} tt_cuda_kernel;
+#define TT_CUDA_KERNEL(k, threads) {#k, (const void *)(k), (threads)}
+extern const tt_cuda_kernel tt_cuda_elementwise_kernels[], tt_cuda_norm_kernels[], tt_cuda_loss_optim_kernels[];
+extern const int tt_cuda_elementwise_nkernels, tt_cuda_norm_nkernels, tt_cuda_loss_optim_nkernels;
+
 /* Grid-stride loop over count elements (launch with tt_cuda_blocks(count) blocks). */
 #define TT_CUDA_LOOP(i, count) \
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count); i += (size_t)blockDim.x * gridDim.x)

@@ -157,3 +157,12 @@ int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x
   CUDA_LAUNCH_CHECK(b, "check_finite");
   return 0;
 }
+
+/* every kernel of this file, for the setup check (cuda_internal.h) */
+const tt_cuda_kernel tt_cuda_loss_optim_kernels[] = {
+    TT_CUDA_KERNEL(cuda_lo_ce_k, CUDA_LO_CE_THREADS),
+    TT_CUDA_KERNEL(cuda_lo_sgd_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_lo_adam_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_lo_check_finite_k, TT_CUDA_THREADS),
+};
+const int tt_cuda_loss_optim_nkernels = (int)(sizeof tt_cuda_loss_optim_kernels / sizeof tt_cuda_loss_optim_kernels[0]);

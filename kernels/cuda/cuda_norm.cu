@@ -293,3 +293,15 @@ int tt_cuda_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void
   CUDA_LAUNCH_CHECK(b, "gap_bwd");
   return 0;
 }
+
+/* every kernel of this file, for the setup check (cuda_internal.h) */
+const tt_cuda_kernel tt_cuda_norm_kernels[] = {
+    TT_CUDA_KERNEL(cuda_bn_train_k, CUDA_NORM_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_infer_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_bwd_k, CUDA_NORM_THREADS),
+    TT_CUDA_KERNEL(cuda_pool_fwd_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_pool_bwd_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_gap_fwd_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_gap_bwd_k, TT_CUDA_THREADS),
+};
+const int tt_cuda_norm_nkernels = (int)(sizeof tt_cuda_norm_kernels / sizeof tt_cuda_norm_kernels[0]);

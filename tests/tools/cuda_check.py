@@ -13,7 +13,8 @@
 3. Finds every launch in the sources: each goes through TT_LAUNCH(kernel, grid, block, shmem,
    stream, ...) (cuda_internal.h), and `block` and `shmem` must be compile-time constants (macros
    from the CUDA sources, resolved here).
-4. Fails on: a compiler warning; a spill, a stack frame or local memory; a kernel that is never
+4. Fails on: a compiler warning; a kernel missing from the TT_CUDA_KERNEL tables the backend's
+   setup checks on the device (or listed there with another block size); a spill, a stack frame or local memory; a kernel that is never
    launched or launched with two block sizes; a kernel without __launch_bounds__ equal to its block
    size; registers x block size over the register file a block may use; more threads than 1024;
    static + dynamic shared memory over 48 KiB (what a block gets without opting in, which the
@@ -108,6 +109,7 @@ class Sources:
         self.defines = {}
         self.kernels = {}   # name -> (file, line, launch-bounds expression or None)
         self.launches = {}  # name -> [(file, line, block expr, shmem expr)]
+        self.table = {}     # name -> [threads expr] from TT_CUDA_KERNEL(kernel, threads) entries
         for path in headers + files:
             text = strip_comments(open(path).read())
             for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+([^\n]+)$", text, flags=re.M):
@@ -118,6 +120,8 @@ class Sources:
                                  text):
                 line = text.count("\n", 0, m.start()) + 1
                 self.kernels[m.group(3)] = (os.path.relpath(path, ROOT), line, m.group(2))
+            for m in re.finditer(r"\bTT_CUDA_KERNEL\s*\(\s*(\w+)\s*,\s*([^)]+)\)", text):
+                self.table.setdefault(m.group(1), []).append(m.group(2).strip())
             for m in re.finditer(r"\bTT_LAUNCH\s*\(", text):
                 if re.match(r"\s*#\s*define", text[text.rfind("\n", 0, m.start()) + 1:m.start()]):
                     continue
@@ -298,6 +302,13 @@ def main():
         elif vals and lbv != max(vals):
             errors.append("%s:%d: kernel %s: __launch_bounds__(%d) but launched with %d threads" % (f, line, k, lbv,
                                                                                                     max(vals)))
+        ent = src.table.get(k, [])
+        if len(ent) != 1:
+            errors.append("%s:%d: kernel %s is in %d TT_CUDA_KERNEL table entries; exactly one, so the backend's setup "
+                          "checks it on the device" % (f, line, k, len(ent)))
+        elif vals and src.value(ent[0]) != max(vals):
+            errors.append("%s:%d: kernel %s: its TT_CUDA_KERNEL entry says %s threads, the launch uses %d"
+                          % (f, line, k, ent[0], max(vals)))
         for v in vals:
             if v > MAX_THREADS or v % 32:
                 errors.append("%s:%d: kernel %s launched with %d threads (at most %d, a multiple of 32)"
