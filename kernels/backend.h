@@ -12,7 +12,8 @@
  * Every function returns 0 on success and non-zero on failure (the backend records a
  * message retrievable with last_error). Workspace: the planner asks *_workspace() for the
  * bytes an op needs and gives the op a planned buffer of at least that size; the op never
- * allocates.
+ * allocates. A query that cannot answer (a bad shape, a library failure) returns TT_WS_ERROR
+ * with the reason in last_error; never a size, since 0 would plan no workspace at all.
  */
 #ifndef TT_BACKEND_H
 #define TT_BACKEND_H
@@ -48,6 +49,9 @@ typedef enum { TT_ACT_RELU = 0, TT_ACT_RELU6 = 1, TT_ACT_SILU = 2 } tt_act;
 typedef enum { TT_POOL_MAX = 0, TT_POOL_AVG = 1 } tt_pool_mode;
 typedef enum { TT_WS_FWD = 0, TT_WS_BWD_DATA = 1, TT_WS_BWD_FILTER = 2 } tt_ws_kind;
 
+/* What a failed *_workspace query returns (see above). */
+#define TT_WS_ERROR ((size_t)-1)
+
 typedef struct tt_backend tt_backend;
 struct tt_backend {
   const char *name;  /* "cpu", "cuda" */
@@ -64,7 +68,7 @@ struct tt_backend {
   int (*zero)(tt_backend *b, void *p, size_t bytes);
   int (*sync)(tt_backend *b);
 
-  /* ---- workspace queries (bytes; 0 when none is needed) ---- */
+  /* ---- workspace queries (bytes; 0 when none is needed; TT_WS_ERROR on failure) ---- */
   size_t (*conv_workspace)(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
   size_t (*linear_workspace)(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which);
 
