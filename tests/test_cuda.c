@@ -624,7 +624,7 @@ int main(void) {
   }
   printf("  %s; reserve (context + handles) %.1f MiB\n", tt_cuda_info(), reserve / 1048576.0);
   cpu = tt_cpu_backend_create(0);
-  gcap = (size_t)64 << 20;
+  gcap = (size_t)160 << 20; /* the ops and their workspaces (cuBLAS: 32 MiB on Hopper and newer, cuDNN: up to 64 MiB) */
   garena = (unsigned char *)gpu->arena_alloc(gpu, gcap);
   if (!garena) {
     printf("FAIL cuda_arena: %s\n", gpu->last_error(gpu));

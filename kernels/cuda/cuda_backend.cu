@@ -280,7 +280,7 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   CUDA_CHECK(b, cudaEventCreateWithFlags(&st->ev, cudaEventDisableTiming));
   CUBLAS_CHECK(b, cublasCreate(&st->blas));
   CUBLAS_CHECK(b, cublasSetStream(st->blas, st->compute));
-  /* No cuBLAS-owned workspace: GEMMs get the planned buffer (or none). */
+  /* No cuBLAS-owned workspace: every GEMM gets its planned buffer (cuda_linear.cu). */
   CUBLAS_CHECK(b, cublasSetWorkspace(st->blas, NULL, 0));
   /* fp32 GEMMs in true fp32 (no TF32); fp16 GEMMs still use tensor cores via GemmEx. */
   CUBLAS_CHECK(b, cublasSetMathMode(st->blas, CUBLAS_DEFAULT_MATH));
@@ -295,6 +295,7 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
    * this much (64 MiB, or 1/64 of the card on small cards). */
   st->ws_cap = tot / 64;
   if (st->ws_cap > ((size_t)64 << 20)) st->ws_cap = (size_t)64 << 20;
+  st->blas_ws = (size_t)(prop.major >= 9 ? 32 : 4) << 20; /* cuda_linear.cu says why */
   if (have_nvml && cuda_nvml_used(st, &after, NULL) == 0 && after >= before)
     *reserve_bytes = after - before;
   else

@@ -57,6 +57,7 @@ typedef struct tt_cuda_state {
   size_t arena_bytes;   /* bytes currently held by arena allocations */
   size_t total_mem;     /* device memory */
   size_t ws_cap;        /* largest cuDNN workspace a convolution algorithm may ask for */
+  size_t blas_ws;       /* cuBLAS workspace each GEMM is planned (cuda_linear.cu) */
   tt_cuda_conv_slot *conv;
   int nconv;
   uint64_t tick;
