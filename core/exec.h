@@ -8,6 +8,11 @@
 extern "C" {
 #endif
 
+/* Staging slots for the batch: the loader's images and labels are copied into one, which goes
+ * to the device on the backend's copy stream; a slot is refilled only after the event recorded
+ * after its copy has completed. Three let the host run up to two micro-steps ahead. */
+#define TT_EXEC_STAGE_SLOTS 3
+
 typedef struct tt_exec {
   const tt_graph *g;
   const tt_program *train; /* may be NULL for an evaluation-only executor */
@@ -17,7 +22,13 @@ typedef struct tt_exec {
   size_t arena_bytes;
   size_t persistent_bytes;
   uint64_t seed;           /* dropout masks: hash(seed, step, micro-step, node) */
-  int32_t *host_flag;      /* overflow flag read back, allocated at setup */
+  /* host_alloc'ed at setup: the batch staging ring (images, then labels at stage_labels_off) */
+  unsigned char *stage[TT_EXEC_STAGE_SLOTS];
+  void *stage_ev[TT_EXEC_STAGE_SLOTS]; /* recorded after slot k's copy */
+  size_t stage_bytes, stage_labels_off;
+  int stage_next;
+  int32_t *host_flag;      /* the overflow flag read back (host_alloc'ed) */
+  void *flag_ev;           /* recorded after that read-back */
 } tt_exec;
 
 typedef struct tt_opt_hparams {

@@ -63,10 +63,33 @@ struct tt_backend {
   /* ---- memory: the one arena per device, host<->device copies ---- */
   void *(*arena_alloc)(tt_backend *b, size_t bytes); /* NULL on failure */
   void (*arena_free)(tt_backend *b, void *p);
+  /* Complete when they return: upload's src may be reused at once, download's dst holds the
+   * bytes; ordered after the work queued so far. For setup, checkpoints and tests, not the step. */
   int (*upload)(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes);
   int (*download)(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes);
   int (*zero)(tt_backend *b, void *p, size_t bytes);
   int (*sync)(tt_backend *b);
+
+  /* ---- staging and the copy stream (CUDA: one copy stream beside the compute stream) ----
+   * host_alloc: host memory the device copies from and to without staging (page-locked,
+   * cudaHostAlloc, on CUDA; ordinary memory on the CPU); allocated at setup only; NULL on
+   * failure. Events order the copy stream against the host and the compute stream; created at
+   * setup. event_sync waits on the host for the work before the event's latest record (at once
+   * for an event never recorded). */
+  void *(*host_alloc)(tt_backend *b, size_t bytes);
+  void (*host_free)(tt_backend *b, void *p);
+  void *(*event_create)(tt_backend *b); /* NULL on failure */
+  void (*event_destroy)(tt_backend *b, void *ev);
+  int (*event_sync)(tt_backend *b, void *ev);
+  /* Copies bytes from host_alloc'ed src to dst on the copy stream, after the work queued on the
+   * compute stream so far (dst may be storage that work still uses); compute work queued after
+   * the call waits for the copy. Then records `done` (may be NULL): src must stay untouched until
+   * event_sync(done) has returned. */
+  int (*upload_async)(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes, void *done);
+  /* Copies bytes from src to host_alloc'ed dst on the copy stream, after the work queued on the
+   * compute stream so far; compute work queued after the call waits for the copy (so it may
+   * overwrite src). dst holds the bytes once event_sync(done) has returned. */
+  int (*download_async)(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes, void *done);
 
   /* ---- workspace queries (bytes; 0 when none is needed; TT_WS_ERROR on failure) ---- */
   size_t (*conv_workspace)(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);

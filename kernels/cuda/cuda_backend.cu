@@ -1,10 +1,15 @@
 /* kernels/cuda/cuda_backend.cu — the CUDA backend's table, device, memory and streams.
  *
- * One compute stream runs every kernel, cuDNN and cuBLAS call and the uploads (so an upload
- * is ordered before the ops that read it; from pageable memory cudaMemcpyAsync returns once
- * the host buffer has been staged, so the caller may reuse it). Downloads run on the copy
- * stream after an event recorded on the compute stream, and are waited for. The arena is one
- * cudaMalloc per arena_alloc (execution calls it once); alloc_count counts them.
+ * One compute stream runs every kernel, cuDNN and cuBLAS call; every copy between host and
+ * device runs on the copy stream, ordered by two events: `ev`, recorded on the compute stream
+ * and waited for by the copy stream (a copy starts after the work queued before it, which may
+ * still use its destination or produce its source), and `ev_copy`, recorded after the copy and
+ * waited for by the compute stream (the work queued after it sees the bytes). The batch goes
+ * through upload_async from page-locked staging (host_alloc): the host does not wait, and the
+ * caller's event says when the staging buffer may be refilled. upload and download wait for
+ * their copy before returning, so their host buffers are free (or filled) when they return;
+ * they serve setup, checkpoints and tests. The arena is one cudaMalloc per arena_alloc
+ * (execution calls it once); alloc_count counts them and the cudaHostAlloc calls.
  *
  * The reserve (context + cuBLAS + cuDNN) is measured with NVML, loaded with dlopen so that a
  * machine without the driver can still run the binary (and the CPU backend).
@@ -89,6 +94,7 @@ static void cuda_be_destroy(tt_backend *b) {
     if (st->dnn && cudnnDestroy(st->dnn) != CUDNN_STATUS_SUCCESS) fprintf(stderr, "cuda: cudnnDestroy failed\n");
     if (st->blas && cublasDestroy(st->blas) != CUBLAS_STATUS_SUCCESS) fprintf(stderr, "cuda: cublasDestroy failed\n");
     if (st->ev && cudaEventDestroy(st->ev) != cudaSuccess) (void)cudaGetLastError();
+    if (st->ev_copy && cudaEventDestroy(st->ev_copy) != cudaSuccess) (void)cudaGetLastError();
     if (st->copy && cudaStreamDestroy(st->copy) != cudaSuccess) (void)cudaGetLastError();
     if (st->compute && cudaStreamDestroy(st->compute) != cudaSuccess) (void)cudaGetLastError();
     cuda_nvml_close(st);
@@ -133,11 +139,28 @@ static void cuda_be_arena_free(tt_backend *b, void *p) {
   st->arena_bytes = 0;
 }
 
+/* One copy on the copy stream, ordered after the compute work queued so far and before the
+ * compute work queued next (cudaStreamWaitEvent waits for the event's latest record at the time
+ * of the call, so both events can be recorded again by the next copy); `done`, when given, is
+ * recorded after it. */
+static int cuda_be_copy(tt_backend *b, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                        cudaEvent_t done) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  CUDA_CHECK(b, cudaEventRecord(st->ev, st->compute));
+  CUDA_CHECK(b, cudaStreamWaitEvent(st->copy, st->ev, 0));
+  CUDA_CHECK(b, cudaMemcpyAsync(dst, src, bytes, kind, st->copy));
+  CUDA_CHECK(b, cudaEventRecord(st->ev_copy, st->copy));
+  CUDA_CHECK(b, cudaStreamWaitEvent(st->compute, st->ev_copy, 0));
+  if (done) CUDA_CHECK(b, cudaEventRecord(done, st->copy));
+  return 0;
+}
+
 static int cuda_be_upload(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes) {
   tt_cuda_state *st = tt_cuda_st(b);
   if (!bytes) return 0;
   if (!dst_dev || !src_host) return tt_cuda_fail(b, "upload: NULL pointer for %zu bytes", bytes);
-  CUDA_CHECK(b, cudaMemcpyAsync(dst_dev, src_host, bytes, cudaMemcpyHostToDevice, st->compute));
+  if (cuda_be_copy(b, dst_dev, src_host, bytes, cudaMemcpyHostToDevice, NULL)) return -1;
+  CUDA_CHECK(b, cudaStreamSynchronize(st->copy)); /* the caller may reuse src when this returns */
   return 0;
 }
 
@@ -145,11 +168,63 @@ static int cuda_be_download(tt_backend *b, void *dst_host, const void *src_dev, 
   tt_cuda_state *st = tt_cuda_st(b);
   if (!bytes) return 0;
   if (!dst_host || !src_dev) return tt_cuda_fail(b, "download: NULL pointer for %zu bytes", bytes);
-  CUDA_CHECK(b, cudaEventRecord(st->ev, st->compute));
-  CUDA_CHECK(b, cudaStreamWaitEvent(st->copy, st->ev, 0));
-  CUDA_CHECK(b, cudaMemcpyAsync(dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, st->copy));
+  if (cuda_be_copy(b, dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, NULL)) return -1;
   CUDA_CHECK(b, cudaStreamSynchronize(st->copy));
   return 0;
+}
+
+static void *cuda_be_host_alloc(tt_backend *b, size_t bytes) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  void *p = NULL;
+  cudaError_t e;
+  st->alloc_count++;
+  e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    tt_cuda_fail(b, "cudaHostAlloc(%zu bytes) failed: %s", bytes, cudaGetErrorString(e));
+    return NULL;
+  }
+  return p;
+}
+
+static void cuda_be_host_free(tt_backend *b, void *p) {
+  if (p && cudaFreeHost(p) != cudaSuccess)
+    tt_cuda_fail(b, "cudaFreeHost failed: %s", cudaGetErrorString(cudaGetLastError()));
+}
+
+static void *cuda_be_event_create(tt_backend *b) {
+  cudaEvent_t e = NULL;
+  cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  if (r != cudaSuccess) {
+    (void)cudaGetLastError();
+    tt_cuda_fail(b, "cudaEventCreateWithFlags failed: %s", cudaGetErrorString(r));
+    return NULL;
+  }
+  return (void *)e;
+}
+
+static void cuda_be_event_destroy(tt_backend *b, void *ev) {
+  if (ev && cudaEventDestroy((cudaEvent_t)ev) != cudaSuccess)
+    tt_cuda_fail(b, "cudaEventDestroy failed: %s", cudaGetErrorString(cudaGetLastError()));
+}
+
+/* cudaEventSynchronize returns at once for an event never recorded (CUDA Runtime API). */
+static int cuda_be_event_sync(tt_backend *b, void *ev) {
+  if (!ev) return tt_cuda_fail(b, "event_sync: NULL event");
+  CUDA_CHECK(b, cudaEventSynchronize((cudaEvent_t)ev));
+  return 0;
+}
+
+static int cuda_be_upload_async(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes, void *done) {
+  if (!bytes) return 0;
+  if (!dst_dev || !src_host) return tt_cuda_fail(b, "upload_async: NULL pointer for %zu bytes", bytes);
+  return cuda_be_copy(b, dst_dev, src_host, bytes, cudaMemcpyHostToDevice, (cudaEvent_t)done);
+}
+
+static int cuda_be_download_async(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes, void *done) {
+  if (!bytes) return 0;
+  if (!dst_host || !src_dev) return tt_cuda_fail(b, "download_async: NULL pointer for %zu bytes", bytes);
+  return cuda_be_copy(b, dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, (cudaEvent_t)done);
 }
 
 static int cuda_be_zero(tt_backend *b, void *p, size_t bytes) {
@@ -278,6 +353,7 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   CUDA_CHECK(b, cudaStreamCreateWithFlags(&st->compute, cudaStreamNonBlocking));
   CUDA_CHECK(b, cudaStreamCreateWithFlags(&st->copy, cudaStreamNonBlocking));
   CUDA_CHECK(b, cudaEventCreateWithFlags(&st->ev, cudaEventDisableTiming));
+  CUDA_CHECK(b, cudaEventCreateWithFlags(&st->ev_copy, cudaEventDisableTiming));
   CUBLAS_CHECK(b, cublasCreate(&st->blas));
   CUBLAS_CHECK(b, cublasSetStream(st->blas, st->compute));
   /* No cuBLAS-owned workspace: every GEMM gets its planned buffer (cuda_linear.cu). */
@@ -355,6 +431,13 @@ extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbu
   b->download = cuda_be_download;
   b->zero = cuda_be_zero;
   b->sync = cuda_be_sync;
+  b->host_alloc = cuda_be_host_alloc;
+  b->host_free = cuda_be_host_free;
+  b->event_create = cuda_be_event_create;
+  b->event_destroy = cuda_be_event_destroy;
+  b->event_sync = cuda_be_event_sync;
+  b->upload_async = cuda_be_upload_async;
+  b->download_async = cuda_be_download_async;
   b->conv_workspace = tt_cuda_conv_workspace;
   b->linear_workspace = tt_cuda_linear_workspace;
   b->conv_fwd = tt_cuda_conv_fwd;

@@ -50,10 +50,11 @@ typedef struct tt_cuda_conv_slot {
 typedef struct tt_cuda_state {
   int device;
   cudaStream_t compute, copy;
-  cudaEvent_t ev;
+  cudaEvent_t ev;       /* compute -> copy: a copy starts after the work queued before it */
+  cudaEvent_t ev_copy;  /* copy -> compute: the work queued after a copy waits for it */
   cublasHandle_t blas;
   cudnnHandle_t dnn;
-  size_t alloc_count;   /* cudaMalloc calls made by this backend (arena_alloc) */
+  size_t alloc_count;   /* cudaMalloc (arena_alloc) and cudaHostAlloc (host_alloc) calls made */
   size_t arena_bytes;   /* bytes currently held by arena allocations */
   size_t total_mem;     /* device memory */
   size_t ws_cap;        /* largest cuDNN workspace a convolution algorithm may ask for */

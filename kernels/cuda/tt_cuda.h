@@ -20,7 +20,7 @@ tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t e
 int tt_cuda_device_count(void);
 /* "CUDA runtime 13.0, cuDNN 9.19.0, cuBLAS 13.1.0": versions of the linked libraries. */
 const char *tt_cuda_info(void);
-/* cudaMalloc calls this backend has made (tests: nothing is allocated after setup). */
+/* cudaMalloc and cudaHostAlloc calls this backend has made (tests: nothing is allocated after setup). */
 size_t tt_cuda_alloc_count(tt_backend *b);
 /* Device memory in use (NVML, whole device) and total; 0 on success. */
 int tt_cuda_mem_used(tt_backend *b, size_t *used, size_t *total);
