@@ -376,21 +376,17 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
   exec_run *r = &rr;
   memset(r, 0, sizeof *r);
   r->x = x, r->p = p;
-  *overflow = 0;
+  const int32_t *flag = NULL; /* the overflow flag (fp16), which every update reads */
+  if (overflow) *overflow = 0;
   for (int i = p->micro_end; i < p->nsteps; i++) {
     const tt_step *s = &p->steps[i];
     if (s->op == TT_S_CHECK) {
-      int32_t *flag = (int32_t *)EXEC_P(s->out[0]);
-      EXEC_CHECK(be->zero(be, flag, sizeof(int32_t)));
+      int32_t *f = (int32_t *)EXEC_P(s->out[TT_CHECK_FLAG]);
+      EXEC_CHECK(be->zero(be, f, sizeof(int32_t)));
       for (int k = 0; k < p->nparams; k++)
         if (p->grad_buf[k] >= 0)
-          EXEC_CHECK(be->check_finite(be, p->bufs[p->grad_buf[k]].bytes / sizeof(float), TT_F32, EXEC_P(p->grad_buf[k]), flag));
-      /* the one host-device synchronisation of the step: the loss scaler decides here */
-      EXEC_CHECK(be->download(be, x->host_flag, flag, sizeof(int32_t)));
-      if (*x->host_flag) {
-        *overflow = 1;
-        return 0;
-      }
+          EXEC_CHECK(be->check_finite(be, p->bufs[p->grad_buf[k]].bytes / sizeof(float), TT_F32, EXEC_P(p->grad_buf[k]), f));
+      flag = f;
       continue;
     }
     if (s->op != TT_S_UPDATE) return tt_fail(err, "internal error: step %d in the update phase", i);
@@ -399,11 +395,25 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
     const float *gr = (const float *)EXEC_P(s->in[TT_UPD_GRAD]);
     float *m1 = (float *)EXEC_P(s->out[TT_UPD_M]), *m2 = (float *)EXEC_P(s->out[TT_UPD_V]);
     if (h->kind == TT_OPT_SGD)
-      EXEC_CHECK(be->sgd_update(be, cnt, w, gr, m1, h->lr, h->momentum, h->nesterov, h->weight_decay, grad_unscale));
+      EXEC_CHECK(be->sgd_update(be, cnt, w, gr, m1, h->lr, h->momentum, h->nesterov, h->weight_decay, grad_unscale, flag));
     else
       EXEC_CHECK(be->adam_update(be, cnt, w, gr, m1, m2, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay,
-                                 h->kind == TT_OPT_ADAMW, t, grad_unscale));
+                                 h->kind == TT_OPT_ADAMW, t, grad_unscale, flag));
   }
+  if (flag) {
+    /* read the flag back without waiting: the next check zeroes it only after this copy */
+    if (be->download_async(be, x->host_flag, flag, sizeof(int32_t), x->flag_ev))
+      return tt_fail(err, "reading the overflow flag back failed: %s", be->last_error(be));
+  } else {
+    *x->host_flag = 0; /* fp32: no check, never an overflow */
+  }
+  return overflow ? tt_exec_overflow(x, overflow, err) : 0;
+}
+
+int tt_exec_overflow(tt_exec *x, int *overflow, tt_err *err) {
+  if (x->be->event_sync(x->be, x->flag_ev))
+    return tt_fail(err, "waiting for the overflow flag failed: %s", x->be->last_error(x->be));
+  *overflow = *x->host_flag != 0;
   return 0;
 }
 

@@ -57,9 +57,15 @@ int tt_exec_micro_step(tt_exec *x, const uint8_t *images, const int32_t *labels,
 int tt_exec_micro_step_f32(tt_exec *x, const float *input, const int32_t *labels, int micro_index, uint64_t step,
                            float grad_scale, tt_err *err);
 /* The update phase. grad_unscale multiplies every gradient (1/loss_scale). Under fp16 the
- * overflow check runs first; if any gradient is inf/NaN the update is skipped and
- * *overflow = 1. t is the 1-based optimizer step (Adam bias correction). */
+ * overflow check runs first and every update reads its flag on the device: if any gradient is
+ * inf/NaN no parameter or optimizer state moves. t is the 1-based optimizer step (Adam bias
+ * correction). The flag is read back without waiting: with overflow non-NULL this waits for it
+ * and sets *overflow (tests, tools); a training loop passes NULL and asks tt_exec_overflow later. */
 int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscale, int *overflow, tt_err *err);
+/* Whether the last tt_exec_update found an overflow (0 for fp32): waits for its flag's read-back,
+ * which by the time the next step's micro-steps are queued is long done. Call it before the next
+ * tt_exec_update, which reads the flag back into the same place. */
+int tt_exec_overflow(tt_exec *x, int *overflow, tt_err *err);
 /* Forward-only evaluation of n <= eval micro-batch samples; adds to the loss statistics. */
 int tt_exec_eval(tt_exec *x, const uint8_t *images, const int32_t *labels, int n, tt_err *err);
 /* stats[0] = summed loss, stats[1] = correct predictions since the last zero. */

@@ -173,15 +173,18 @@ struct tt_backend {
                     float smoothing, float grad_scale, void *dlogits, float *stats);
 
   /* ---- optimizer updates, in place, all fp32; the gradient used is g * grad_scale ----
+   * skip: NULL, or the int32 flag check_finite wrote earlier in the same stream order: when it
+   * is non-zero the update changes nothing (w, m and v keep their values). So an fp16 overflow
+   * skips the update on the device and the host need not wait for the flag before issuing it.
    * SGD (PyTorch semantics): d = g*gs + wd*w; m = momentum*m + d; step = nesterov ? d + momentum*m : m;
    * w -= lr*step. m may be NULL when momentum == 0. */
   int (*sgd_update)(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
-                    int nesterov, float weight_decay, float grad_scale);
+                    int nesterov, float weight_decay, float grad_scale, const int32_t *skip);
   /* Adam (decoupled == 0: wd added to the gradient) and AdamW (decoupled == 1:
    * w -= lr*wd*w), bias-corrected with step t (1-based). */
   int (*adam_update)(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
                      float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
-                     float grad_scale);
+                     float grad_scale, const int32_t *skip);
   /* flag[0] = 1 if any of x[0..count) is inf or NaN (flag is not cleared; execution zeroes it). */
   int (*check_finite)(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
 };

@@ -368,7 +368,8 @@ static void test_staging_ring(void) {
     for (int s = 0; s < 4 && !rc; s++) {
       rc = tt_exec_micro_step(&t.x, img, lab, 0, (uint64_t)s, 1.0f / 8, &err);
       int of = 0;
-      if (!rc) rc = tt_exec_update(&t.x, &hp, s + 1, 1.0f, &of, &err);
+      if (!rc) rc = tt_exec_update(&t.x, &hp, s + 1, 1.0f, NULL, &err);
+      if (!rc) rc = tt_exec_overflow(&t.x, &of, &err);
       if (!rc) rc = tt_exec_eval(&t.x, img, lab, 16, &err);
     }
     TT_CHECK(rc == 0, "steps: %s", err.msg);
