@@ -417,6 +417,24 @@ int tt_exec_overflow(tt_exec *x, int *overflow, tt_err *err) {
   return 0;
 }
 
+int tt_exec_warmup(tt_exec *x, tt_err *err) {
+  const tt_program *ps[2] = {x->train, x->eval};
+  for (int k = 0; k < 2; k++) {
+    const tt_program *p = ps[k];
+    if (!p) continue;
+    exec_run r;
+    memset(&r, 0, sizeof r);
+    r.x = x, r.p = p, r.batch = p->policy.micro_batch;
+    for (int i = 0; i < p->micro_end; i++) {
+      const tt_step *s = &p->steps[i];
+      if ((s->op != TT_S_FWD && s->op != TT_S_BWD) || (s->kind != TT_L_CONV && s->kind != TT_L_LINEAR)) continue;
+      if (s->op == TT_S_FWD ? exec_fwd(&r, s, err) : exec_bwd(&r, s, err)) return -1;
+    }
+  }
+  if (x->be->sync(x->be)) return tt_fail(err, "warming up on %s failed: %s", x->be->name, x->be->last_error(x->be));
+  return 0;
+}
+
 int tt_exec_eval(tt_exec *x, const uint8_t *images, const int32_t *labels, int n, tt_err *err) {
   const tt_program *p = x->eval;
   if (!p) return tt_fail(err, "internal error: no evaluation program");

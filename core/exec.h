@@ -66,6 +66,12 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
  * which by the time the next step's micro-steps are queued is long done. Call it before the next
  * tt_exec_update, which reads the flag back into the same place. */
 int tt_exec_overflow(tt_exec *x, int *overflow, tt_err *err);
+/* Runs every convolution and matmul step of both programs once, on whatever the arena holds,
+ * so that the libraries behind them (cuDNN, cuBLAS) load their kernels now, before the session
+ * measures what they took; then waits for the device. They write only activations, activation
+ * gradients, workspaces and gradient accumulators, which every step overwrites before reading:
+ * weights, statistics and optimizer state are untouched. Call before the first step. */
+int tt_exec_warmup(tt_exec *x, tt_err *err);
 /* Forward-only evaluation of n <= eval micro-batch samples; adds to the loss statistics. */
 int tt_exec_eval(tt_exec *x, const uint8_t *images, const int32_t *labels, int n, tt_err *err);
 /* stats[0] = summed loss, stats[1] = correct predictions since the last zero. */

@@ -332,6 +332,14 @@ static int cuda_be_check_kernels(tt_backend *b, const cudaDeviceProp *prop) {
   return 0;
 }
 
+extern "C" int tt_cuda_mem_free(tt_backend *b, size_t *free_bytes, size_t *total_bytes) {
+  size_t fr = 0, tot = 0;
+  CUDA_CHECK(b, cudaMemGetInfo(&fr, &tot));
+  *free_bytes = fr;
+  if (total_bytes) *total_bytes = tot;
+  return 0;
+}
+
 /* Creation steps that record into b (so CUDA_CHECK can be used); the caller copies the
  * message into errbuf on failure. */
 static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
