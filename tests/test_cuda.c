@@ -30,7 +30,7 @@
 
 static const char *test_groups[] = {"cuda_elementwise", "cuda_dropout_mask", "cuda_loss_optim", "cuda_batchnorm",
                                     "cuda_pooling", "cuda_conv", "cuda_linear", "cuda_step_fp32", "cuda_step_fp16",
-                                    "cuda_no_allocation_and_peak"};
+                                    "cuda_no_allocation_and_peak", "cuda_staging_copies"};
 #define TEST_NGROUPS ((int)(sizeof test_groups / sizeof test_groups[0]))
 
 #ifdef TT_HAVE_CUDA
@@ -617,6 +617,40 @@ static void test_no_alloc_and_peak(void) {
   TT_TEST_END();
 }
 
+/* Page-locked staging and the copy stream (backend.h): a copy from a host_alloc'ed buffer is
+ * complete when event_sync on its event returns (the buffer may be refilled then), a kernel
+ * queued after upload_async sees the bytes, and download_async fills page-locked memory by its
+ * event. */
+static void test_staging(void) {
+  TT_TEST_BEGIN("cuda_staging_copies");
+  const size_t n = (size_t)3 << 20; /* floats */
+  float *h = (float *)gpu->host_alloc(gpu, n * sizeof(float)), *back = (float *)gpu->host_alloc(gpu, n * sizeof(float));
+  void *ev = gpu->event_create(gpu), *ev2 = gpu->event_create(gpu);
+  TT_CHECK(h && back && ev && ev2, "host_alloc / event_create: %s", gpu->last_error(gpu));
+  if (h && back && ev && ev2) {
+    goff = 0;
+    float *d = (float *)test_galloc(n * sizeof(float)), *d2 = (float *)test_galloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = (float)i;
+    TT_CHECK(gpu->event_sync(gpu, ev) == 0, "event_sync on an event never recorded: %s", gpu->last_error(gpu));
+    TT_CHECK(gpu->upload_async(gpu, d, h, n * sizeof(float), ev) == 0, "%s", gpu->last_error(gpu));
+    /* queued after the copy on the compute stream: must see the uploaded values */
+    TT_CHECK(gpu->accumulate(gpu, n, TT_F32, d, d2, 0.0f) == 0, "%s", gpu->last_error(gpu));
+    TT_CHECK(gpu->event_sync(gpu, ev) == 0, "%s", gpu->last_error(gpu));
+    for (size_t i = 0; i < n; i++) h[i] = -1.0f; /* the slot refilled after its event */
+    TT_CHECK(gpu->download_async(gpu, back, d2, n * sizeof(float), ev2) == 0, "%s", gpu->last_error(gpu));
+    TT_CHECK(gpu->event_sync(gpu, ev2) == 0, "%s", gpu->last_error(gpu));
+    size_t bad = n;
+    for (size_t i = 0; i < n && bad == n; i++)
+      if (back[i] != (float)i) bad = i;
+    TT_CHECK(bad == n, "element %zu came back %g, want %g", bad, bad < n ? (double)back[bad] : 0.0, (double)bad);
+  }
+  if (ev) gpu->event_destroy(gpu, ev);
+  if (ev2) gpu->event_destroy(gpu, ev2);
+  if (h) gpu->host_free(gpu, h);
+  if (back) gpu->host_free(gpu, back);
+  TT_TEST_END();
+}
+
 int main(void) {
   tt_err err;
   size_t reserve = 0, allocs;
@@ -644,6 +678,7 @@ int main(void) {
     printf("FAIL cuda_arena: %s\n", gpu->last_error(gpu));
     return 1;
   }
+  test_staging(); /* allocates page-locked memory: before the allocation count below */
   allocs = tt_cuda_alloc_count(gpu);
   test_elementwise();
   test_dropout();
