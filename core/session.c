@@ -85,12 +85,14 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
     tt_sched_opts *so = &s->sched_opts;
     so->vram_bytes = o->vram_bytes;
     so->reserve_bytes = reserve;
+#ifdef TT_HAVE_CUDA
     /* --vram is the card's memory; on a card that has less free (a desktop on it, another
      * process), the budget is what is free, keeping the libraries' margin free too */
     if (o->vram_bytes && s->device_free_known && o->vram_bytes > reserve) {
       size_t usable = s->device_free_bytes > TT_CUDA_LIBRARY_MARGIN_BYTES ? s->device_free_bytes - TT_CUDA_LIBRARY_MARGIN_BYTES : 0;
       if (o->vram_bytes - reserve > usable) so->vram_bytes = reserve + usable, s->budget_clamped = 1;
     }
+#endif
     so->micro_batch = o->micro_batch > 0 ? o->micro_batch : s->model.train.micro_batch;
     so->precision = o->precision ? (tt_precision)o->precision : s->model.train.precision;
     so->recompute = o->recompute ? (tt_recompute_mode)o->recompute : s->model.train.recompute;
