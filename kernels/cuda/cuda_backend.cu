@@ -131,7 +131,9 @@ static void *cuda_be_arena_alloc(tt_backend *b, size_t bytes) {
 static void cuda_be_arena_free(tt_backend *b, void *p) {
   tt_cuda_state *st = tt_cuda_st(b);
   if (!p) return;
+  /* both streams: a copy on the copy stream may still target the arena */
   if (cudaStreamSynchronize(st->compute) != cudaSuccess) (void)cudaGetLastError();
+  if (cudaStreamSynchronize(st->copy) != cudaSuccess) (void)cudaGetLastError();
   if (cudaFree(p) != cudaSuccess) {
     tt_cuda_fail(b, "cudaFree failed: %s", cudaGetErrorString(cudaGetLastError()));
     return;
