@@ -14,9 +14,9 @@
    stream, ...) (cuda_internal.h), and `block` and `shmem` must be compile-time constants (macros
    from the CUDA sources, resolved here).
 4. Fails on: a compiler warning; a kernel missing from the TT_CUDA_KERNEL tables the backend's
-   setup checks on the device (or listed there with another block size); a spill, a stack frame or local memory; a kernel that is never
-   launched or launched with two block sizes; a kernel without __launch_bounds__ equal to its block
-   size; registers x block size over the register file a block may use; more threads than 1024;
+   setup checks on the device (or listed there with another block size); a spill, a stack frame
+   or local memory; a kernel that is never launched or launched with two block sizes; a kernel
+   without __launch_bounds__ equal to its block size; registers x block size over the register file a block may use; more threads than 1024;
    static + dynamic shared memory over 48 KiB (what a block gets without opting in, which the
    backend never does) or over the architecture's per-block maximum.
 5. With --binary: cuobjdump --list-elf / --list-ptx on the linked program must show exactly the
