@@ -7,7 +7,9 @@
 --cpu-only   builds without CUDA even where nvcc is present
 --debug      -O0 -g, and the runtime checks every arena plan with arena_check
 --sanitize   AddressSanitizer + UndefinedBehaviorSanitizer (CPU build)
---cuda-arch  compute capabilities to build CUDA kernels for (default: the GPU found, else 80,90)
+--cuda-arch  compute capabilities to build CUDA kernels for: a list (75,86), or `native` for the GPUs
+             nvidia-smi sees; default: every architecture from 7.5 that nvcc supports
+             (nvcc --list-gpu-arch). PTX of the newest one is always added, so a newer card JITs it.
 
 Where clang links libFuzzer, build.ninja also has `ninja fuzz-build` (the fuzz targets of
 tests/fuzz/, clang with ASan + UBSan, in build-fuzz/) and `ninja fuzz` (tests/fuzz/run.sh).
@@ -147,6 +149,33 @@ def find_cuda():
                 header_define(vh, "CUDNN_MAJOR"), header_define(vh, "CUDNN_MINOR"), header_define(vh, "CUDNN_PATCHLEVEL"))}
             break
     return cuda
+
+
+def nvcc_archs(nvcc):
+    """Compute capabilities nvcc can build SASS for, from 7.5 up (CUDA 13 dropped everything older)."""
+    rc, out = run([nvcc, "--list-gpu-arch"])
+    caps = sorted({int(m) for m in re.findall(r"\bcompute_(\d+)\b", out)}) if rc == 0 else []
+    return [str(c) for c in caps if c >= 75]
+
+
+def choose_archs(requested, supported):
+    """SASS architectures to build and the one to add PTX for (the newest)."""
+    if requested is None:
+        if not supported:
+            sys.exit("configure: nvcc --list-gpu-arch listed no architecture from 7.5; give --cuda-arch")
+        archs = supported
+    elif requested.strip() == "native":
+        archs = gpu_arch()
+        if not archs:
+            sys.exit("configure: --cuda-arch native: nvidia-smi found no GPU; give the list, e.g. --cuda-arch 75,86")
+    else:
+        archs = [a.strip().replace(".", "").replace("sm_", "") for a in requested.split(",") if a.strip()]
+    bad = [a for a in archs if not a.isdigit() or int(a) < 75 or (supported and a not in supported)]
+    if bad:
+        sys.exit("configure: --cuda-arch %s: not buildable by this nvcc (it builds %s; CUDA 13 needs 7.5 or newer)" % (
+            ",".join(bad), ",".join(supported) or "nothing from 7.5"))
+    archs = sorted(set(archs), key=int)
+    return archs, archs[-1]
 
 
 def gpu_arch():
@@ -306,8 +335,8 @@ def main():
         print("CUDA       : cuBLAS/cuDNN or kernels/cuda missing: building the CPU backend only")
     arch = None
     if use_cuda:
-        arch = args.cuda_arch.replace(" ", "").split(",") if args.cuda_arch else (gpu_arch() or ["80", "90"])
-        print("CUDA arch  : %s" % ",".join("sm_" + a for a in arch))
+        arch, ptx = choose_archs(args.cuda_arch, nvcc_archs(cuda["nvcc"]))
+        print("CUDA arch  : %s + PTX compute_%s" % (",".join("sm_" + a for a in arch), ptx))
 
     opt = "-O0 -g" if args.debug else "-O2 -g"
     cflags = "%s -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -pthread -I. -I%s -I%s" % (
@@ -323,13 +352,21 @@ def main():
     if use_cuda:
         cflags += " -DTT_HAVE_CUDA=1 -I%s/include -I%s" % (cuda["home"], cuda["cudnn"]["inc"])
         gencode = " ".join("-gencode arch=compute_%s,code=sm_%s" % (a, a) for a in arch)
-        nvflags = "%s -std=c++17 %s -I. -I%s/include -I%s -DTT_HAVE_CUDA=1 -Xcompiler -fopenmp" % (
-            "-O0 -g" if args.debug else "-O2", gencode, cuda["home"], cuda["cudnn"]["inc"])
+        gencode += " -gencode arch=compute_%s,code=compute_%s" % (ptx, ptx)
+        # TT_CUDA_ARCHS: named in the message when the card has no kernel image in this build
+        nvflags = "%s -std=c++17 %s -I. -I%s/include -I%s -DTT_HAVE_CUDA=1 -DTT_CUDA_ARCHS=\\\"%s\\\" -Xcompiler -fopenmp" % (
+            "-O0 -g" if args.debug else "-O2", gencode, cuda["home"], cuda["cudnn"]["inc"], ",".join(arch))
         # NVML (libnvidia-ml, part of the driver) is opened with dlopen at run time, and
         # libcudart loads libcuda itself, so the binary starts on a machine without a driver.
         libs += " -L%s -L%s -Wl,-rpath,%s -Wl,-rpath,%s -lcudnn -lcublas -lcudart -ldl -lstdc++" % (
             cuda["libdir"], cuda["cudnn"]["lib"], cuda["libdir"], cuda["cudnn"]["lib"])
 
+    ptx_arch = [ptx] if use_cuda else []
+    cuda_check_flags = ""
+    glob_h = []
+    if use_cuda:
+        cuda_check_flags = "-std=c++17 -O2 -I. -I%s/include -I%s -DTT_HAVE_CUDA=1" % (cuda["home"], cuda["cudnn"]["inc"])
+        glob_h = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "kernels/cuda/*.h")))
     lib_src = sources(LIB_DIRS, ".c")
     cu_src = sources(["kernels/cuda"], ".cu") if use_cuda else []
     n = []
@@ -388,6 +425,13 @@ def main():
     n.append("build bench: phony %s" % " ".join(bench_bins))
     scripts = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests/test_*.sh")))
     n.append("build test: test | tinytrain %s\n  tests = %s" % (" ".join(test_bins + bench_bins), " ".join(test_bins + ["'bash %s'" % s for s in scripts])))
+    if use_cuda:
+        # `ninja cuda-check`: every .cu for the architectures CI checks, warnings as errors, resources
+        # against each architecture's limits, and the linked binary's SASS/PTX list (tests/tools/cuda_check.py)
+        n.append("rule cuda_check\n  command = python3 tests/tools/cuda_check.py --nvcc $nvcc --binary tinytrain "
+                 "--expect-sass=%s --expect-ptx=%s -- %s\n  description = CUDA-CHECK\n  pool = console" % (
+                     ",".join(arch), ",".join(ptx_arch), cuda_check_flags))
+        n.append("build cuda-check: cuda_check | tinytrain tests/tools/cuda_check.py %s" % " ".join(cu_src + glob_h))
     n.append("build amalgamation: amalgamate | %s core/tinytrain.h" % " ".join(lib_src))
     n += fuzz_rules(fuzz, fuzz_why, blas, stb, lib_src)
     n.append("build build.ninja: configure configure.py")

@@ -73,7 +73,7 @@ int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_
     float *data;
     int n;
     if (ckpt_collect(x, with_state, &t, &data, &n, err)) return -1;
-    char v[10][64];
+    char v[12][64];
     snprintf(v[0], sizeof v[0], "%lld", st->step);
     snprintf(v[1], sizeof v[1], "%d", st->epoch);
     snprintf(v[2], sizeof v[2], "%d", st->batch_in_epoch);
@@ -84,10 +84,16 @@ int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_
     snprintf(v[7], sizeof v[7], "%d", st->micro_batch);
     snprintf(v[8], sizeof v[8], "%d", st->accum_steps);
     snprintf(v[9], sizeof v[9], "%d", st->loss_scale.growth_interval);
+    /* the last step's overflow outcome, not yet recorded by the scaler (core/lossscale.h):
+     * -1 none, else 0 or 1 (the caller read it back before saving) */
+    snprintf(v[10], sizeof v[10], "%d", st->loss_scale.pending ? st->loss_scale.pending_overflow : -1);
+    snprintf(v[11], sizeof v[11], "%.9g",
+             (double)(st->loss_scale.pending ? st->loss_scale.pending_scale : st->loss_scale.scale));
     const char *meta[] = {"format", "tinytrain", "recipe", x->g->model->name, "step", v[0], "epoch", v[1],
                           "batch_in_epoch", v[2], "loss_scale", v[3], "loss_scale_clean_steps", v[4],
                           "skipped_steps", v[5], "seed", v[6], "micro_batch", v[7], "accum_steps", v[8],
-                          "loss_scale_growth_interval", v[9], NULL};
+                          "loss_scale_growth_interval", v[9], "loss_scale_pending", v[10],
+                          "loss_scale_pending_scale", v[11], NULL};
     snprintf(path, sizeof path, "%s/%s", dir, with_state ? "state.safetensors" : "weights.safetensors");
     int rc = tt_st_write(path, t, n, meta, err);
     /* names live in one block allocated by ckpt_collect, starting at t[0].name */
@@ -171,6 +177,16 @@ int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_sta
       if (!rc) {
         if (!ls) rc = tt_fail(err, "%s: no loss_scale in its metadata", file);
         else st->loss_scale.scale = (float)strtod(ls, NULL);
+      }
+      /* optional (checkpoints before the asynchronous overflow read-back have none) */
+      const char *pend = tt_st_meta(f, "loss_scale_pending"), *pscale = tt_st_meta(f, "loss_scale_pending_scale");
+      st->loss_scale.pending_overflow = -1;
+      if (!rc && pend && pscale && (!strcmp(pend, "0") || !strcmp(pend, "1"))) {
+        st->loss_scale.pending = 1;
+        st->loss_scale.pending_overflow = pend[0] - '0';
+        st->loss_scale.pending_scale = (float)strtod(pscale, NULL);
+      } else if (!rc && pend && strcmp(pend, "-1")) {
+        rc = tt_fail(err, "%s: loss_scale_pending is '%s'; expected -1, 0 or 1", file, pend);
       }
     }
   }

@@ -21,6 +21,33 @@ static int exec_be_fail(tt_exec *x, tt_err *err, const tt_program *p, const tt_s
                  s->op == TT_S_BWD ? "backward" : "forward", what, msg ? msg : "");
 }
 
+/* The staging ring and the overflow flag's read-back buffer, host_alloc'ed (page-locked on a
+ * GPU, so the copies need no staging of their own and the host does not wait for them). */
+static int exec_staging_create(tt_exec *x, tt_err *err) {
+  tt_backend *be = x->be;
+  size_t mb = 0, numel = 0;
+  const tt_program *ps[2] = {x->train, x->eval};
+  for (int k = 0; k < 2; k++)
+    if (ps[k]) {
+      if ((size_t)ps[k]->policy.micro_batch > mb) mb = (size_t)ps[k]->policy.micro_batch;
+      numel = ps[k]->input_numel;
+    }
+  x->stage_labels_off = (mb * numel + 63) & ~(size_t)63;
+  x->stage_bytes = x->stage_labels_off + mb * sizeof(int32_t);
+  for (int k = 0; k < TT_EXEC_STAGE_SLOTS; k++) {
+    x->stage[k] = (unsigned char *)be->host_alloc(be, x->stage_bytes);
+    x->stage_ev[k] = x->stage[k] ? be->event_create(be) : NULL;
+    if (!x->stage_ev[k])
+      return tt_fail(err, "could not set up batch staging (%zu bytes x %d) on %s: %s", x->stage_bytes,
+                     TT_EXEC_STAGE_SLOTS, be->name, be->last_error(be));
+  }
+  x->host_flag = (int32_t *)be->host_alloc(be, sizeof(int32_t));
+  x->flag_ev = x->host_flag ? be->event_create(be) : NULL;
+  if (!x->flag_ev) return tt_fail(err, "could not set up the overflow flag's read-back on %s: %s", be->name, be->last_error(be));
+  *x->host_flag = 0;
+  return 0;
+}
+
 int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const tt_program *eval, tt_backend *be,
                    uint64_t seed, tt_err *err) {
   memset(x, 0, sizeof *x);
@@ -30,11 +57,13 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
   x->persistent_bytes = owner->persistent_bytes;
   size_t tr = train ? train->transient_bytes : 0, ev = eval ? eval->transient_bytes : 0;
   x->arena_bytes = x->persistent_bytes + (tr > ev ? tr : ev);
-  x->host_flag = (int32_t *)tt_malloc(sizeof(int32_t), "overflow flag", err);
-  if (!x->host_flag) return -1;
+  if (exec_staging_create(x, err)) {
+    tt_exec_destroy(x);
+    return -1;
+  }
   x->base = (unsigned char *)be->arena_alloc(be, x->arena_bytes ? x->arena_bytes : 1);
   if (!x->base) {
-    free(x->host_flag);
+    tt_exec_destroy(x);
     return tt_fail(err, "could not allocate the %zu-byte arena on %s: %s", x->arena_bytes, be->name,
                    be->last_error ? be->last_error(be) : "");
   }
@@ -48,10 +77,24 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
 }
 
 void tt_exec_destroy(tt_exec *x) {
-  if (x->base) x->be->arena_free(x->be, x->base);
-  free(x->host_flag);
+  tt_backend *be = x->be;
+  if (!be) return;
+  if (x->base) be->arena_free(be, x->base); /* waits for the device's work */
+  for (int k = 0; k < TT_EXEC_STAGE_SLOTS; k++) {
+    if (x->stage_ev[k]) {
+      if (be->event_sync(be, x->stage_ev[k])) fprintf(stderr, "tinytrain: %s\n", be->last_error(be)); /* teardown */
+      be->event_destroy(be, x->stage_ev[k]);
+    }
+    if (x->stage[k]) be->host_free(be, x->stage[k]);
+    x->stage[k] = NULL, x->stage_ev[k] = NULL;
+  }
+  if (x->flag_ev) {
+    if (be->event_sync(be, x->flag_ev)) fprintf(stderr, "tinytrain: %s\n", be->last_error(be));
+    be->event_destroy(be, x->flag_ev);
+  }
+  if (x->host_flag) be->host_free(be, x->host_flag);
   x->base = NULL;
-  x->host_flag = NULL;
+  x->host_flag = NULL, x->flag_ev = NULL;
 }
 
 void *tt_exec_ptr(const tt_exec *x, const tt_program *prog, int buf) {
@@ -262,12 +305,23 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
   return 0;
 }
 
+/* The batch goes through the next staging slot: wait until that slot's previous copy has run
+ * (the event recorded after it), fill it from the loader's buffers, which the caller may release
+ * as soon as this returns, and copy it on the copy stream; the compute stream waits for the copy,
+ * and the copy for the work queued before it, which may still use the input buffers' storage. */
 static int exec_upload_batch(tt_exec *x, const tt_program *p, const uint8_t *images, const int32_t *labels, int n,
                              tt_err *err) {
   tt_backend *be = x->be;
-  size_t img = (size_t)n * p->input_numel;
-  if (be->upload(be, tt_exec_ptr(x, p, p->input_u8), images, img) ||
-      be->upload(be, tt_exec_ptr(x, p, p->labels), labels, (size_t)n * sizeof(int32_t)))
+  size_t img = (size_t)n * p->input_numel, lab = (size_t)n * sizeof(int32_t);
+  int k = x->stage_next;
+  if (img > x->stage_labels_off || x->stage_labels_off + lab > x->stage_bytes)
+    return tt_fail(err, "internal error: a batch of %d does not fit the staging slots", n);
+  x->stage_next = (k + 1) % TT_EXEC_STAGE_SLOTS;
+  if (be->event_sync(be, x->stage_ev[k])) return tt_fail(err, "waiting for a batch copy failed: %s", be->last_error(be));
+  memcpy(x->stage[k], images, img);
+  memcpy(x->stage[k] + x->stage_labels_off, labels, lab);
+  if (be->upload_async(be, tt_exec_ptr(x, p, p->input_u8), x->stage[k], img, NULL) ||
+      be->upload_async(be, tt_exec_ptr(x, p, p->labels), x->stage[k] + x->stage_labels_off, lab, x->stage_ev[k]))
     return tt_fail(err, "copying the batch to the device failed: %s", be->last_error(be));
   return 0;
 }
@@ -322,21 +376,17 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
   exec_run *r = &rr;
   memset(r, 0, sizeof *r);
   r->x = x, r->p = p;
-  *overflow = 0;
+  const int32_t *flag = NULL; /* the overflow flag (fp16), which every update reads */
+  if (overflow) *overflow = 0;
   for (int i = p->micro_end; i < p->nsteps; i++) {
     const tt_step *s = &p->steps[i];
     if (s->op == TT_S_CHECK) {
-      int32_t *flag = (int32_t *)EXEC_P(s->out[0]);
-      EXEC_CHECK(be->zero(be, flag, sizeof(int32_t)));
+      int32_t *f = (int32_t *)EXEC_P(s->out[TT_CHECK_FLAG]);
+      EXEC_CHECK(be->zero(be, f, sizeof(int32_t)));
       for (int k = 0; k < p->nparams; k++)
         if (p->grad_buf[k] >= 0)
-          EXEC_CHECK(be->check_finite(be, p->bufs[p->grad_buf[k]].bytes / sizeof(float), TT_F32, EXEC_P(p->grad_buf[k]), flag));
-      /* the one host-device synchronisation of the step: the loss scaler decides here */
-      EXEC_CHECK(be->download(be, x->host_flag, flag, sizeof(int32_t)));
-      if (*x->host_flag) {
-        *overflow = 1;
-        return 0;
-      }
+          EXEC_CHECK(be->check_finite(be, p->bufs[p->grad_buf[k]].bytes / sizeof(float), TT_F32, EXEC_P(p->grad_buf[k]), f));
+      flag = f;
       continue;
     }
     if (s->op != TT_S_UPDATE) return tt_fail(err, "internal error: step %d in the update phase", i);
@@ -345,11 +395,43 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
     const float *gr = (const float *)EXEC_P(s->in[TT_UPD_GRAD]);
     float *m1 = (float *)EXEC_P(s->out[TT_UPD_M]), *m2 = (float *)EXEC_P(s->out[TT_UPD_V]);
     if (h->kind == TT_OPT_SGD)
-      EXEC_CHECK(be->sgd_update(be, cnt, w, gr, m1, h->lr, h->momentum, h->nesterov, h->weight_decay, grad_unscale));
+      EXEC_CHECK(be->sgd_update(be, cnt, w, gr, m1, h->lr, h->momentum, h->nesterov, h->weight_decay, grad_unscale, flag));
     else
       EXEC_CHECK(be->adam_update(be, cnt, w, gr, m1, m2, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay,
-                                 h->kind == TT_OPT_ADAMW, t, grad_unscale));
+                                 h->kind == TT_OPT_ADAMW, t, grad_unscale, flag));
   }
+  if (flag) {
+    /* read the flag back without waiting: the next check zeroes it only after this copy */
+    if (be->download_async(be, x->host_flag, flag, sizeof(int32_t), x->flag_ev))
+      return tt_fail(err, "reading the overflow flag back failed: %s", be->last_error(be));
+  } else {
+    *x->host_flag = 0; /* fp32: no check, never an overflow */
+  }
+  return overflow ? tt_exec_overflow(x, overflow, err) : 0;
+}
+
+int tt_exec_overflow(tt_exec *x, int *overflow, tt_err *err) {
+  if (x->be->event_sync(x->be, x->flag_ev))
+    return tt_fail(err, "waiting for the overflow flag failed: %s", x->be->last_error(x->be));
+  *overflow = *x->host_flag != 0;
+  return 0;
+}
+
+int tt_exec_warmup(tt_exec *x, tt_err *err) {
+  const tt_program *ps[2] = {x->train, x->eval};
+  for (int k = 0; k < 2; k++) {
+    const tt_program *p = ps[k];
+    if (!p) continue;
+    exec_run r;
+    memset(&r, 0, sizeof r);
+    r.x = x, r.p = p, r.batch = p->policy.micro_batch;
+    for (int i = 0; i < p->micro_end; i++) {
+      const tt_step *s = &p->steps[i];
+      if ((s->op != TT_S_FWD && s->op != TT_S_BWD) || (s->kind != TT_L_CONV && s->kind != TT_L_LINEAR)) continue;
+      if (s->op == TT_S_FWD ? exec_fwd(&r, s, err) : exec_bwd(&r, s, err)) return -1;
+    }
+  }
+  if (x->be->sync(x->be)) return tt_fail(err, "warming up on %s failed: %s", x->be->name, x->be->last_error(x->be));
   return 0;
 }
 

@@ -8,6 +8,11 @@
 extern "C" {
 #endif
 
+/* Staging slots for the batch: the loader's images and labels are copied into one, which goes
+ * to the device on the backend's copy stream; a slot is refilled only after the event recorded
+ * after its copy has completed. Three let the host run up to two micro-steps ahead. */
+#define TT_EXEC_STAGE_SLOTS 3
+
 typedef struct tt_exec {
   const tt_graph *g;
   const tt_program *train; /* may be NULL for an evaluation-only executor */
@@ -17,7 +22,13 @@ typedef struct tt_exec {
   size_t arena_bytes;
   size_t persistent_bytes;
   uint64_t seed;           /* dropout masks: hash(seed, step, micro-step, node) */
-  int32_t *host_flag;      /* overflow flag read back, allocated at setup */
+  /* host_alloc'ed at setup: the batch staging ring (images, then labels at stage_labels_off) */
+  unsigned char *stage[TT_EXEC_STAGE_SLOTS];
+  void *stage_ev[TT_EXEC_STAGE_SLOTS]; /* recorded after slot k's copy */
+  size_t stage_bytes, stage_labels_off;
+  int stage_next;
+  int32_t *host_flag;      /* the overflow flag read back (host_alloc'ed) */
+  void *flag_ev;           /* recorded after that read-back */
 } tt_exec;
 
 typedef struct tt_opt_hparams {
@@ -46,9 +57,21 @@ int tt_exec_micro_step(tt_exec *x, const uint8_t *images, const int32_t *labels,
 int tt_exec_micro_step_f32(tt_exec *x, const float *input, const int32_t *labels, int micro_index, uint64_t step,
                            float grad_scale, tt_err *err);
 /* The update phase. grad_unscale multiplies every gradient (1/loss_scale). Under fp16 the
- * overflow check runs first; if any gradient is inf/NaN the update is skipped and
- * *overflow = 1. t is the 1-based optimizer step (Adam bias correction). */
+ * overflow check runs first and every update reads its flag on the device: if any gradient is
+ * inf/NaN no parameter or optimizer state moves. t is the 1-based optimizer step (Adam bias
+ * correction). The flag is read back without waiting: with overflow non-NULL this waits for it
+ * and sets *overflow (tests, tools); a training loop passes NULL and asks tt_exec_overflow later. */
 int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscale, int *overflow, tt_err *err);
+/* Whether the last tt_exec_update found an overflow (0 for fp32): waits for its flag's read-back,
+ * which by the time the next step's micro-steps are queued is long done. Call it before the next
+ * tt_exec_update, which reads the flag back into the same place. */
+int tt_exec_overflow(tt_exec *x, int *overflow, tt_err *err);
+/* Runs every convolution and matmul step of both programs once, on whatever the arena holds,
+ * so that the libraries behind them (cuDNN, cuBLAS) load their kernels now, before the session
+ * measures what they took; then waits for the device. They write only activations, activation
+ * gradients, workspaces and gradient accumulators, which every step overwrites before reading:
+ * weights, statistics and optimizer state are untouched. Call before the first step. */
+int tt_exec_warmup(tt_exec *x, tt_err *err);
 /* Forward-only evaluation of n <= eval micro-batch samples; adds to the loss statistics. */
 int tt_exec_eval(tt_exec *x, const uint8_t *images, const int32_t *labels, int n, tt_err *err);
 /* stats[0] = summed loss, stats[1] = correct predictions since the last zero. */

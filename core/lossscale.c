@@ -5,12 +5,14 @@ void tt_loss_scale_init(tt_loss_scale *s, int enabled) {
   s->clean_steps = 0;
   s->growth_interval = enabled ? 2000 : 0;
   s->skipped = 0;
+  s->pending = 0, s->pending_overflow = -1, s->pending_scale = s->scale;
 }
 
-int tt_loss_scale_update(tt_loss_scale *s, int overflow) {
+int tt_loss_scale_record(tt_loss_scale *s, int overflow, float scale_used) {
   if (s->growth_interval == 0) return 0; /* fp32: no scaling, a NaN step is not skipped */
   if (overflow) {
-    s->scale = s->scale > 1.0f ? s->scale * 0.5f : 1.0f;
+    float half = scale_used > 1.0f ? scale_used * 0.5f : 1.0f;
+    if (half < s->scale) s->scale = half;
     s->clean_steps = 0;
     s->skipped++;
     return 1;
@@ -22,3 +24,5 @@ int tt_loss_scale_update(tt_loss_scale *s, int overflow) {
   }
   return 0;
 }
+
+int tt_loss_scale_update(tt_loss_scale *s, int overflow) { return tt_loss_scale_record(s, overflow, s->scale); }

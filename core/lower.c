@@ -135,7 +135,8 @@ static void lower_args(const lower_ctx *c, const tt_node *n, tt_op_args *a) {
   }
 }
 
-/* Workspace for a conv or linear node's forward or backward (the larger of its two products). */
+/* Workspace for a conv or linear node's forward or backward (the larger of its two products);
+ * TT_WS_ERROR when the backend could not answer (the larger of the two is then TT_WS_ERROR too). */
 static size_t lower_ws_bytes(const lower_ctx *c, const tt_node *n, int backward) {
   tt_backend *be = c->be;
   tt_dtype dt = c->pol->act_dtype;
@@ -153,11 +154,20 @@ static size_t lower_ws_bytes(const lower_ctx *c, const tt_node *n, int backward)
   return a > b ? a : b;
 }
 
-/* The workspace buffer of node's forward or backward: -1 when it needs none, -2 on error. */
+/* The workspace buffer of node's forward or backward: -1 when it needs none, -2 on error (a
+ * failed query is an error naming the layer: planning it as 0 bytes would fail at run time). */
 static int lower_ws(lower_ctx *c, int node, int backward) {
   const tt_node *n = &c->g->nodes[node];
   if (!tt_op(n->kind)->workspace) return -1;
   size_t bytes = lower_ws_bytes(c, n, backward);
+  if (bytes == TT_WS_ERROR) {
+    const tt_layer *L = &c->g->model->layers[node];
+    const char *msg = c->be->last_error ? c->be->last_error(c->be) : NULL;
+    tt_fail(c->err, "%s:%d: layer '%s': the %s backend could not size its %s workspace at micro-batch %d (%s): %s",
+            c->g->model->path, L->line, L->name, c->be->name, backward ? "backward" : "forward", c->pol->micro_batch,
+            c->pol->act_dtype == TT_F16 ? "fp16" : "fp32", msg && *msg ? msg : "no reason given");
+    return -2;
+  }
   if (!bytes) return -1;
   int b = lower_buf(c, c->g->model->layers[node].name, backward ? ".ws_bwd" : ".ws_fwd", bytes, TT_F32, TT_BC_WORKSPACE, 0,
                     node, -1);

@@ -89,6 +89,10 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
                    p->n_inplace, r->predicted_step_ms, r->recompute_ms, r->reserve_bytes,
                    s->reserve_measured ? "true" : "false", r->budget_bytes, o->vram_bytes, s->plan_ms, g->trainable_numel);
   tt_strbuf_json(&b, s->target_cuda ? "cuda" : "cpu");
+  /* the device's free memory after the context and handles: null without a GPU to ask */
+  if (s->device_free_known) tt_strbuf_printf(&b, ", \"device_free_bytes\": %zu", s->device_free_bytes);
+  else tt_strbuf_printf(&b, ", \"device_free_bytes\": null");
+  tt_strbuf_printf(&b, ", \"budget_clamped\": %s", s->budget_clamped ? "true" : "false");
   tt_strbuf_printf(&b, ", \"saved\": {\"fp32_plain_arena_bytes\": %zu, \"no_inplace_arena_bytes\": %zu, "
                        "\"no_recompute_arena_bytes\": %zu}, \"alternatives\": [",
                    r->arena_fp32_plain, r->arena_no_inplace, r->arena_no_recompute);
@@ -124,6 +128,11 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
             plan_mib(r->budget_bytes));
   else
     fprintf(out, "  budget      none given (--vram SIZE to plan for a card)\n");
+  if (s->device_free_known)
+    fprintf(out, "              the device has %.1f MiB free%s\n", plan_mib(s->device_free_bytes),
+            s->budget_clamped ? ": the budget is clamped to it (less the libraries' margin)" : "");
+  else if (s->target_cuda)
+    fprintf(out, "              the device's free memory is unknown (no GPU here): the budget assumes all of --vram\n");
   fprintf(out, "  policy      micro-batch %d x %d accumulation steps = effective batch %d; %s; %d in-place ops; "
                "recompute %d of %d units (%d layers)\n",
           r->policy.micro_batch, r->policy.accum_steps, r->policy.micro_batch * r->policy.accum_steps,

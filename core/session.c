@@ -6,6 +6,29 @@
 
 #include "recipe.h"
 
+#ifdef TT_HAVE_CUDA
+/* After the arena: every convolution and GEMM runs once, so cuDNN and cuBLAS load what they will
+ * use, and the device memory they took beyond the arena is measured against the margin the plan
+ * kept for them (TT_CUDA_LIBRARY_MARGIN_BYTES). Over the margin and over --vram: refused now,
+ * before the first step, with the figures. (The free-memory difference counts the whole device:
+ * on a GPU another process is allocating on, the figure is pessimistic.) */
+static int session_settle(tt_session *s, size_t reserve, tt_err *err) {
+  size_t fr = 0;
+  if (tt_exec_warmup(&s->x, err)) return -1;
+  if (tt_cuda_mem_free(s->be, &fr, NULL)) return tt_fail(err, "cudaMemGetInfo after the warm-up failed: %s", s->be->last_error(s->be));
+  size_t taken = s->device_free_bytes > fr ? s->device_free_bytes - fr : 0;
+  s->library_bytes = taken > s->x.arena_bytes ? taken - s->x.arena_bytes : 0;
+  size_t measured = reserve - TT_CUDA_LIBRARY_MARGIN_BYTES, total = measured + s->x.arena_bytes + s->library_bytes;
+  if (s->library_bytes > TT_CUDA_LIBRARY_MARGIN_BYTES && s->vram_bytes && total > s->vram_bytes)
+    return tt_fail(err,
+                   "cuDNN/cuBLAS took %.0f MiB of device memory after setup, more than the %.0f MiB margin the plan "
+                   "kept: the process holds %.0f MiB, over --vram %.0f MiB; lower --vram by %.0f MiB",
+                   s->library_bytes / 1048576.0, TT_CUDA_LIBRARY_MARGIN_BYTES / 1048576.0, total / 1048576.0,
+                   s->vram_bytes / 1048576.0, (total - s->vram_bytes) / 1048576.0 + 1);
+  return 0;
+}
+#endif
+
 int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode, tt_err *err) {
   *out = NULL;
   if (!o->recipe) return tt_fail(err, "no recipe given");
@@ -19,12 +42,18 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
     return -1;
   }
   if (tt_graph_build(&s->model, &s->graph, err)) goto fail;
-  /* backend */
+  /* backend: the GPU when there is one, for `plan` too, so that plan and train plan alike (the
+   * reserve measured, workspaces sized by cuDNN/cuBLAS); `plan` without a GPU estimates */
 #ifdef TT_HAVE_CUDA
-  if (mode != TT_SESSION_PLAN && (o->device == TT_DEVICE_CUDA || (o->device == TT_DEVICE_AUTO && tt_cuda_device_count() > 0))) {
-    s->be = tt_cuda_backend_create(&reserve, err ? err->msg : NULL, err ? sizeof err->msg : 0);
-    if (!s->be) goto fail;
-    s->target_cuda = 1, s->reserve_measured = 1;
+  if (o->device == TT_DEVICE_CUDA || o->device == TT_DEVICE_AUTO) {
+    int ndev = tt_cuda_device_count();
+    if (ndev > 0 || (mode != TT_SESSION_PLAN && o->device == TT_DEVICE_CUDA)) {
+      s->be = tt_cuda_backend_create(&reserve, err ? err->msg : NULL, err ? sizeof err->msg : 0);
+      if (!s->be) goto fail;
+      s->target_cuda = 1, s->reserve_measured = 1;
+      reserve += TT_CUDA_LIBRARY_MARGIN_BYTES; /* what cuDNN/cuBLAS load later (tt_cuda.h) */
+      if (tt_cuda_mem_free(s->be, &s->device_free_bytes, NULL) == 0) s->device_free_known = 1;
+    }
   }
 #else
   if (want_cuda && mode != TT_SESSION_PLAN) {
@@ -56,6 +85,14 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
     tt_sched_opts *so = &s->sched_opts;
     so->vram_bytes = o->vram_bytes;
     so->reserve_bytes = reserve;
+#ifdef TT_HAVE_CUDA
+    /* --vram is the card's memory; on a card that has less free (a desktop on it, another
+     * process), the budget is what is free, keeping the libraries' margin free too */
+    if (o->vram_bytes && s->device_free_known && o->vram_bytes > reserve) {
+      size_t usable = s->device_free_bytes > TT_CUDA_LIBRARY_MARGIN_BYTES ? s->device_free_bytes - TT_CUDA_LIBRARY_MARGIN_BYTES : 0;
+      if (o->vram_bytes - reserve > usable) so->vram_bytes = reserve + usable, s->budget_clamped = 1;
+    }
+#endif
     so->micro_batch = o->micro_batch > 0 ? o->micro_batch : s->model.train.micro_batch;
     so->precision = o->precision ? (tt_precision)o->precision : s->model.train.precision;
     so->recompute = o->recompute ? (tt_recompute_mode)o->recompute : s->model.train.recompute;
@@ -65,7 +102,14 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
     /* The CPU backend computes fp16 through fp32 conversions: slower, so `auto` stays fp32
      * there unless memory demands otherwise (the search sees that through its cost model:
      * the CPU profile gives fp16 no extra FLOP/s). */
-    if (tt_schedule(&s->graph, s->be, so, &s->sched, err)) goto fail;
+    if (tt_schedule(&s->graph, s->be, so, &s->sched, err)) {
+      if (s->budget_clamped && err) {
+        size_t n = strlen(err->msg);
+        snprintf(err->msg + n, sizeof err->msg - n, " (the budget was clamped to the device's free memory: %.0f MiB free now)",
+                 s->device_free_bytes / 1048576.0);
+      }
+      goto fail;
+    }
   }
   s->plan_ms = 1e3 * (tt_now() - t0);
   }
@@ -73,6 +117,9 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
     const tt_program *tr = mode == TT_SESSION_TRAIN ? &s->sched.train : NULL;
     if (tt_exec_create(&s->x, &s->graph, tr, &s->sched.eval, s->be, s->model.train.seed, err)) goto fail;
     s->have_exec = 1;
+#ifdef TT_HAVE_CUDA
+    if (s->reserve_measured && session_settle(s, reserve, err)) goto fail;
+#endif
   }
   *out = s;
   return 0;
@@ -92,7 +139,14 @@ void tt_session_print_summary(const tt_session *s, FILE *out) {
           r->train.n_inplace, r->recomputed_units, r->nunits);
   fprintf(out, "  memory   arena %.1f MiB (lower bound %.1f MiB)\n", s->x.arena_bytes / 1048576.0,
           r->train.peak_live_bytes / 1048576.0);
-  if (s->vram_bytes) fprintf(out, "           budget %.1f MiB of --vram %.1f MiB\n", r->budget_bytes / 1048576.0, s->vram_bytes / 1048576.0);
+  if (s->vram_bytes) fprintf(out, "           budget %.1f MiB of --vram %.1f MiB%s\n", r->budget_bytes / 1048576.0, s->vram_bytes / 1048576.0,
+                             s->budget_clamped ? ", clamped to the device's free memory" : "");
+#ifdef TT_HAVE_CUDA
+  if (s->reserve_measured)
+    fprintf(out, "           reserve %.1f MiB (measured, with %.0f MiB kept for cuDNN/cuBLAS, which took %.1f MiB)\n",
+            s->sched_opts.reserve_bytes / 1048576.0, TT_CUDA_LIBRARY_MARGIN_BYTES / 1048576.0,
+            s->library_bytes / 1048576.0);
+#endif
   fflush(out);
 }
 

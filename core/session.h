@@ -27,6 +27,10 @@ typedef struct tt_session {
   int have_exec;
   int target_cuda;       /* planning for a CUDA device */
   int reserve_measured;  /* the reserve was measured on a GPU, not estimated */
+  int device_free_known; /* device_free_bytes was read on a GPU (after the context and handles) */
+  size_t device_free_bytes;
+  int budget_clamped;    /* --vram less the reserve was more than the device had free */
+  size_t library_bytes;  /* device memory cuDNN/cuBLAS took after the arena (warm-up), training only */
   double plan_ms;        /* schedule + plan wall time */
   size_t vram_bytes;
 } tt_session;
@@ -35,16 +39,12 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
 void tt_session_print_summary(const tt_session *s, FILE *out);
 void tt_session_close(tt_session *s);
 
-#ifdef TT_HAVE_CUDA
-/* kernels/cuda: NULL with err set when there is no usable GPU. reserve_bytes receives the
- * device memory the context and library handles took (cudaMemGetInfo before and after). */
-tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize);
-int tt_cuda_device_count(void);
-/* "CUDA runtime 13.0, cuDNN 9.19.0, cuBLAS 13.1.0" (kernels/cuda/tt_cuda.h has the rest) */
-const char *tt_cuda_info(void);
-#endif
-
 #ifdef __cplusplus
 }
+#endif
+
+#ifdef TT_HAVE_CUDA
+/* the CUDA backend's creation, device queries and TT_CUDA_LIBRARY_MARGIN_BYTES */
+#include "../kernels/cuda/tt_cuda.h"
 #endif
 #endif

@@ -158,10 +158,33 @@ static int train_loop_setup(train_run *R, tt_err *err) {
   return tt_exec_stats(&R->s->x, NULL, 1, err);
 }
 
-/* One optimizer step (step_in_epoch k of epoch): accum micro-steps, then the update. */
+/* Records the previous step's overflow outcome in the loss scaler (core/lossscale.h: the host
+ * learns of an overflow one step late; the update itself was skipped on the device). */
+static int train_record_pending(train_run *R, tt_err *err) {
+  tt_loss_scale *ls = &R->st.loss_scale;
+  int of = ls->pending_overflow;
+  if (!ls->pending) return 0;
+  if (of < 0 && tt_exec_overflow(&R->s->x, &of, err)) return -1;
+  tt_loss_scale_record(ls, of, ls->pending_scale);
+  ls->pending = 0, ls->pending_overflow = -1;
+  return 0;
+}
+
+/* Before a checkpoint: the pending outcome is read (waiting is fine here) but not recorded, so
+ * the checkpoint holds exactly the state a run that goes on would have. */
+static int train_resolve_pending(train_run *R, tt_err *err) {
+  tt_loss_scale *ls = &R->st.loss_scale;
+  if (ls->pending && ls->pending_overflow < 0 && tt_exec_overflow(&R->s->x, &ls->pending_overflow, err)) return -1;
+  return 0;
+}
+
+/* One optimizer step (step_in_epoch k of epoch): accum micro-steps, then the update. The
+ * micro-steps are queued at the scale known now; the previous step's overflow outcome is
+ * recorded only then, so the host never waits for the device in the step (core/lossscale.h). */
 static int train_step(train_run *R, int epoch, int k, double lr, tt_epoch_meter *e, tt_err *err) {
   tt_ckpt_state *st = &R->st;
-  float gscale = st->loss_scale.scale / (float)(R->mb * R->accum);
+  float used = st->loss_scale.scale; /* the scale this step's gradients carry */
+  float gscale = used / (float)(R->mb * R->accum);
   for (int a = 0; a < R->accum; a++) {
     const uint8_t *img;
     const int32_t *lab;
@@ -174,12 +197,13 @@ static int train_step(train_run *R, int epoch, int k, double lr, tt_epoch_meter 
     tt_loader_release(R->tl);
     if (rc) return -1;
   }
-  int overflow = 0;
   R->hp.lr = (float)lr;
-  if (tt_exec_update(&R->s->x, &R->hp, (int)(st->step - st->loss_scale.skipped) + 1, 1.0f / st->loss_scale.scale,
-                     &overflow, err))
+  if (train_record_pending(R, err)) return -1; /* every earlier outcome known: Adam's t is exact */
+  if (tt_exec_update(&R->s->x, &R->hp, (int)(st->step - st->loss_scale.skipped) + 1, 1.0f / used, NULL, err))
     return -1;
-  tt_loss_scale_update(&st->loss_scale, overflow);
+  if (st->loss_scale.growth_interval) {
+    st->loss_scale.pending = 1, st->loss_scale.pending_overflow = -1, st->loss_scale.pending_scale = used;
+  }
   st->step++;
   e->images += (long long)R->mb * R->accum;
   e->log_images += (long long)R->mb * R->accum;
@@ -230,7 +254,7 @@ static int train_end_epoch(train_run *R, int epoch, const tt_epoch_meter *e, int
   tt_metrics_eval(&R->mt, e, R->st.step, loss, acc);
   if (!stopped) R->st.epoch = epoch + 1, R->st.batch_in_epoch = 0;
   R->st.micro_batch = R->mb, R->st.accum_steps = R->accum;
-  if (tt_checkpoint_save(&R->s->x, R->dir, &R->st, err)) return -1;
+  if (train_resolve_pending(R, err) || tt_checkpoint_save(&R->s->x, R->dir, &R->st, err)) return -1;
   return tt_metrics_chart(&R->mt, R->dir, R->s->model.name, err);
 }
 
@@ -249,8 +273,9 @@ static int train_body(train_run *R, tt_err *err) {
   }
   if (stopped) {
     R->st.micro_batch = R->mb, R->st.accum_steps = R->accum;
-    if (tt_checkpoint_save(&R->s->x, R->dir, &R->st, err)) return -1;
+    if (train_resolve_pending(R, err) || tt_checkpoint_save(&R->s->x, R->dir, &R->st, err)) return -1;
   }
+  if (train_record_pending(R, err)) return -1; /* the run is over: the summary counts the last step too */
   o->final_accuracy = R->final_acc;
   o->final_loss = R->final_loss;
   o->steps_done = R->st.step;

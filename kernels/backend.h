@@ -12,7 +12,8 @@
  * Every function returns 0 on success and non-zero on failure (the backend records a
  * message retrievable with last_error). Workspace: the planner asks *_workspace() for the
  * bytes an op needs and gives the op a planned buffer of at least that size; the op never
- * allocates.
+ * allocates. A query that cannot answer (a bad shape, a library failure) returns TT_WS_ERROR
+ * with the reason in last_error; never a size, since 0 would plan no workspace at all.
  */
 #ifndef TT_BACKEND_H
 #define TT_BACKEND_H
@@ -48,6 +49,9 @@ typedef enum { TT_ACT_RELU = 0, TT_ACT_RELU6 = 1, TT_ACT_SILU = 2 } tt_act;
 typedef enum { TT_POOL_MAX = 0, TT_POOL_AVG = 1 } tt_pool_mode;
 typedef enum { TT_WS_FWD = 0, TT_WS_BWD_DATA = 1, TT_WS_BWD_FILTER = 2 } tt_ws_kind;
 
+/* What a failed *_workspace query returns (see above). */
+#define TT_WS_ERROR ((size_t)-1)
+
 typedef struct tt_backend tt_backend;
 struct tt_backend {
   const char *name;  /* "cpu", "cuda" */
@@ -59,12 +63,35 @@ struct tt_backend {
   /* ---- memory: the one arena per device, host<->device copies ---- */
   void *(*arena_alloc)(tt_backend *b, size_t bytes); /* NULL on failure */
   void (*arena_free)(tt_backend *b, void *p);
+  /* Complete when they return: upload's src may be reused at once, download's dst holds the
+   * bytes; ordered after the work queued so far. For setup, checkpoints and tests, not the step. */
   int (*upload)(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes);
   int (*download)(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes);
   int (*zero)(tt_backend *b, void *p, size_t bytes);
   int (*sync)(tt_backend *b);
 
-  /* ---- workspace queries (bytes; 0 when none is needed) ---- */
+  /* ---- staging and the copy stream (CUDA: one copy stream beside the compute stream) ----
+   * host_alloc: host memory the device copies from and to without staging (page-locked,
+   * cudaHostAlloc, on CUDA; ordinary memory on the CPU); allocated at setup only; NULL on
+   * failure. Events order the copy stream against the host and the compute stream; created at
+   * setup. event_sync waits on the host for the work before the event's latest record (at once
+   * for an event never recorded). */
+  void *(*host_alloc)(tt_backend *b, size_t bytes);
+  void (*host_free)(tt_backend *b, void *p);
+  void *(*event_create)(tt_backend *b); /* NULL on failure */
+  void (*event_destroy)(tt_backend *b, void *ev);
+  int (*event_sync)(tt_backend *b, void *ev);
+  /* Copies bytes from host_alloc'ed src to dst on the copy stream, after the work queued on the
+   * compute stream so far (dst may be storage that work still uses); compute work queued after
+   * the call waits for the copy. Then records `done` (may be NULL): src must stay untouched until
+   * event_sync(done) has returned. */
+  int (*upload_async)(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes, void *done);
+  /* Copies bytes from src to host_alloc'ed dst on the copy stream, after the work queued on the
+   * compute stream so far; compute work queued after the call waits for the copy (so it may
+   * overwrite src). dst holds the bytes once event_sync(done) has returned. */
+  int (*download_async)(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes, void *done);
+
+  /* ---- workspace queries (bytes; 0 when none is needed; TT_WS_ERROR on failure) ---- */
   size_t (*conv_workspace)(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
   size_t (*linear_workspace)(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which);
 
@@ -146,15 +173,18 @@ struct tt_backend {
                     float smoothing, float grad_scale, void *dlogits, float *stats);
 
   /* ---- optimizer updates, in place, all fp32; the gradient used is g * grad_scale ----
+   * skip: NULL, or the int32 flag check_finite wrote earlier in the same stream order: when it
+   * is non-zero the update changes nothing (w, m and v keep their values). So an fp16 overflow
+   * skips the update on the device and the host need not wait for the flag before issuing it.
    * SGD (PyTorch semantics): d = g*gs + wd*w; m = momentum*m + d; step = nesterov ? d + momentum*m : m;
    * w -= lr*step. m may be NULL when momentum == 0. */
   int (*sgd_update)(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
-                    int nesterov, float weight_decay, float grad_scale);
+                    int nesterov, float weight_decay, float grad_scale, const int32_t *skip);
   /* Adam (decoupled == 0: wd added to the gradient) and AdamW (decoupled == 1:
    * w -= lr*wd*w), bias-corrected with step t (1-based). */
   int (*adam_update)(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
                      float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
-                     float grad_scale);
+                     float grad_scale, const int32_t *skip);
   /* flag[0] = 1 if any of x[0..count) is inf or NaN (flag is not cleared; execution zeroes it). */
   int (*check_finite)(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
 };

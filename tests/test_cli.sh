@@ -121,6 +121,13 @@ assert d["micro_batch"] >= 1 and d["accum_steps"] >= 1, "micro_batch %r accum_st
 assert d["precision"] in ("fp32", "fp16"), "precision %r" % d["precision"]
 assert isinstance(d["recompute"], list), "recompute is not a list"
 assert 0 < d["peak_live_bytes"] <= d["arena_bytes"], "peak_live %r arena %r" % (d["peak_live_bytes"], d["arena_bytes"])
+# device free memory: null where no GPU was asked (the plan estimates), else the budget fits in it
+assert "device_free_bytes" in d and "budget_clamped" in d, "no device_free_bytes / budget_clamped"
+if d.get("reserve_measured"):
+    assert isinstance(d["device_free_bytes"], int), "measured reserve but device_free_bytes %r" % d["device_free_bytes"]
+    assert d["budget_bytes"] <= d["device_free_bytes"], "budget %r > device free %r" % (d["budget_bytes"], d["device_free_bytes"])
+else:
+    assert d["device_free_bytes"] is None, "no GPU asked but device_free_bytes %r" % d["device_free_bytes"]
 r = d["arena_bytes"] / d["peak_live_bytes"]
 assert r <= 1.05, "arena/peak_live = %.4f > 1.05" % r
 print("ratio %.4f  plan_ms %s  micro_batch %d x %d %s" % (r, d.get("plan_ms"), d["micro_batch"], d["accum_steps"], d["precision"]))
@@ -145,7 +152,10 @@ fi
 
 # ---- --vram: fits, and a refusal that says what would fit ----
 run plan --vram 4G examples/imagenet/resnet50.recipe
-if [ "$RC" = 0 ]; then pass cli_plan_fits_4g; else fail cli_plan_fits_4g "resnet50 in 4G: exit $RC: $ERR"; fi
+if [ "$RC" != 0 ]; then fail cli_plan_fits_4g "resnet50 in 4G: exit $RC: $ERR"
+elif ! grep -q "free memory is unknown (no GPU here)\|the device has [0-9.]* MiB free" "$TMP/out"; then
+  fail cli_plan_fits_4g "the plan does not say what the device has free (or that it is unknown)"
+else pass cli_plan_fits_4g; fi
 run plan --vram 700M examples/imagenet/vgg16.recipe
 if [ "$RC" = 0 ]; then
   fail cli_plan_refuses "vgg16 planned into --vram 700M"

@@ -30,7 +30,7 @@
 
 static const char *test_groups[] = {"cuda_elementwise", "cuda_dropout_mask", "cuda_loss_optim", "cuda_batchnorm",
                                     "cuda_pooling", "cuda_conv", "cuda_linear", "cuda_step_fp32", "cuda_step_fp16",
-                                    "cuda_no_allocation_and_peak"};
+                                    "cuda_no_allocation_and_peak", "cuda_staging_copies"};
 #define TEST_NGROUPS ((int)(sizeof test_groups / sizeof test_groups[0]))
 
 #ifdef TT_HAVE_CUDA
@@ -256,14 +256,28 @@ static void test_loss_optim(void) {
     goff = 0;
     for (int k = 0; k < 4; k++) {
       tt2 w = mk(n, TT_F32, -1, 1), g = mk(n, TT_F32, -1, 1), m = mk(n, TT_F32, -0.1f, 0.1f), v = mk(n, TT_F32, 0, 0.01f);
-      BOTH(B->sgd_update(B, n, PF(w), PF(g), PF(m), 0.1f, k ? 0.9f : 0.0f, k == 2, k ? 5e-4f : 0.0f, 0.5f));
+      BOTH(B->sgd_update(B, n, PF(w), PF(g), PF(m), 0.1f, k ? 0.9f : 0.0f, k == 2, k ? 5e-4f : 0.0f, 0.5f, NULL));
       cmp("sgd_update w", w, 1e-5);
       if (k) cmp("sgd_update m", m, 1e-5);
-      BOTH(B->adam_update(B, n, PF(w), PF(g), PF(m), PF(v), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, k & 1, k + 1, 0.25f));
+      BOTH(B->adam_update(B, n, PF(w), PF(g), PF(m), PF(v), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, k & 1, k + 1, 0.25f,
+                          NULL));
       cmp("adam_update w", w, 1e-5);
       cmp("adam_update m", m, 1e-5);
       cmp("adam_update v", v, 1e-5);
       fr(&w), fr(&g), fr(&m), fr(&v);
+    }
+    /* a set overflow flag in device memory: both backends leave w, m and v as they were */
+    {
+      int32_t one = 1;
+      tt2 w = mk(n, TT_F32, -1, 1), g = mk(n, TT_F32, -1, 1), m = mk(n, TT_F32, -0.1f, 0.1f), v = mk(n, TT_F32, 0, 0.01f);
+      tt2 w0 = mk(n, TT_F32, 0, 0), flag = mk_raw(sizeof one, &one);
+      memcpy(w0.c, w.c, n * sizeof(float));
+      BOTH(B->sgd_update(B, n, PF(w), PF(g), PF(m), 0.1f, 0.9f, 1, 5e-4f, 0.5f, (const int32_t *)P(flag)));
+      BOTH(B->adam_update(B, n, PF(w), PF(g), PF(m), PF(v), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 2, 0.25f,
+                          (const int32_t *)P(flag)));
+      cmp("update with the overflow flag set: w", w, 0.0);
+      TT_CHECK(!memcmp(w.c, w0.c, n * sizeof(float)), "the CPU backend moved w despite the flag");
+      fr(&w), fr(&g), fr(&m), fr(&v), fr(&w0), fr(&flag);
     }
   }
   TT_TEST_END();
@@ -603,6 +617,40 @@ static void test_no_alloc_and_peak(void) {
   TT_TEST_END();
 }
 
+/* Page-locked staging and the copy stream (backend.h): a copy from a host_alloc'ed buffer is
+ * complete when event_sync on its event returns (the buffer may be refilled then), a kernel
+ * queued after upload_async sees the bytes, and download_async fills page-locked memory by its
+ * event. */
+static void test_staging(void) {
+  TT_TEST_BEGIN("cuda_staging_copies");
+  const size_t n = (size_t)3 << 20; /* floats */
+  float *h = (float *)gpu->host_alloc(gpu, n * sizeof(float)), *back = (float *)gpu->host_alloc(gpu, n * sizeof(float));
+  void *ev = gpu->event_create(gpu), *ev2 = gpu->event_create(gpu);
+  TT_CHECK(h && back && ev && ev2, "host_alloc / event_create: %s", gpu->last_error(gpu));
+  if (h && back && ev && ev2) {
+    goff = 0;
+    float *d = (float *)test_galloc(n * sizeof(float)), *d2 = (float *)test_galloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = (float)i;
+    TT_CHECK(gpu->event_sync(gpu, ev) == 0, "event_sync on an event never recorded: %s", gpu->last_error(gpu));
+    TT_CHECK(gpu->upload_async(gpu, d, h, n * sizeof(float), ev) == 0, "%s", gpu->last_error(gpu));
+    /* queued after the copy on the compute stream: must see the uploaded values */
+    TT_CHECK(gpu->accumulate(gpu, n, TT_F32, d, d2, 0.0f) == 0, "%s", gpu->last_error(gpu));
+    TT_CHECK(gpu->event_sync(gpu, ev) == 0, "%s", gpu->last_error(gpu));
+    for (size_t i = 0; i < n; i++) h[i] = -1.0f; /* the slot refilled after its event */
+    TT_CHECK(gpu->download_async(gpu, back, d2, n * sizeof(float), ev2) == 0, "%s", gpu->last_error(gpu));
+    TT_CHECK(gpu->event_sync(gpu, ev2) == 0, "%s", gpu->last_error(gpu));
+    size_t bad = n;
+    for (size_t i = 0; i < n && bad == n; i++)
+      if (back[i] != (float)i) bad = i;
+    TT_CHECK(bad == n, "element %zu came back %g, want %g", bad, bad < n ? (double)back[bad] : 0.0, (double)bad);
+  }
+  if (ev) gpu->event_destroy(gpu, ev);
+  if (ev2) gpu->event_destroy(gpu, ev2);
+  if (h) gpu->host_free(gpu, h);
+  if (back) gpu->host_free(gpu, back);
+  TT_TEST_END();
+}
+
 int main(void) {
   tt_err err;
   size_t reserve = 0, allocs;
@@ -624,12 +672,13 @@ int main(void) {
   }
   printf("  %s; reserve (context + handles) %.1f MiB\n", tt_cuda_info(), reserve / 1048576.0);
   cpu = tt_cpu_backend_create(0);
-  gcap = (size_t)64 << 20;
+  gcap = (size_t)160 << 20; /* the ops and their workspaces (cuBLAS: 32 MiB on Hopper and newer, cuDNN: up to 64 MiB) */
   garena = (unsigned char *)gpu->arena_alloc(gpu, gcap);
   if (!garena) {
     printf("FAIL cuda_arena: %s\n", gpu->last_error(gpu));
     return 1;
   }
+  test_staging(); /* allocates page-locked memory: before the allocation count below */
   allocs = tt_cuda_alloc_count(gpu);
   test_elementwise();
   test_dropout();

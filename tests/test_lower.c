@@ -356,7 +356,74 @@ static void test_sched_agrees(void) {
   TT_TEST_END();
 }
 
+/* A backend whose workspace query fails for one direction, as cuDNN's can: the CPU backend's
+ * table with conv_workspace / linear_workspace replaced. */
+static tt_ws_kind ws_fail_which;
+static int ws_fail_linear;
+static const char *ws_fail_error(tt_backend *b) {
+  (void)b;
+  return "cudnnGetConvolutionBackwardFilterWorkspaceSize failed: CUDNN_STATUS_NOT_SUPPORTED";
+}
+static size_t ws_fail_conv(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which) {
+  (void)b, (void)d, (void)dt;
+  return !ws_fail_linear && which == ws_fail_which ? TT_WS_ERROR : 0;
+}
+static size_t ws_fail_lin(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which) {
+  (void)b, (void)n, (void)in, (void)out, (void)dt;
+  return ws_fail_linear && which == ws_fail_which ? TT_WS_ERROR : 0;
+}
+
+static void test_workspace_query_failure(void) {
+  TT_TEST_BEGIN("lower_workspace_query_failure_is_an_error_naming_the_layer");
+  tt_err e = {{0}};
+  tt_model m;
+  tt_graph g;
+  memset(&m, 0, sizeof m);
+  memset(&g, 0, sizeof g);
+  tt_backend *cpu = tt_cpu_backend_create(1);
+  if (!cpu || tt_recipe_parse("lower.recipe", lower_recipe, &m, &e, NULL, NULL) || tt_graph_build(&m, &g, &e)) {
+    TT_CHECK(0, "setting up: %s", e.msg);
+  } else {
+    tt_backend fake = *cpu;
+    fake.last_error = ws_fail_error, fake.conv_workspace = ws_fail_conv, fake.linear_workspace = ws_fail_lin;
+    static const struct { int linear; tt_ws_kind which; const char *layer; const char *dir; } cases[] = {
+        {0, TT_WS_FWD, "'c1'", "forward"}, {0, TT_WS_BWD_FILTER, "'c2'", "backward"}, /* backward runs last layer first */
+        {0, TT_WS_BWD_DATA, "'c2'", "backward"}, {1, TT_WS_BWD_DATA, "'fc'", "backward"}};
+    for (int k = 0; k < 4; k++) {
+      ws_fail_linear = cases[k].linear, ws_fail_which = cases[k].which;
+      tt_policy pol;
+      memset(&pol, 0, sizeof pol);
+      pol.micro_batch = 4, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 1;
+      tt_program p;
+      e.msg[0] = 0;
+      int rc = tt_lower(&g, &pol, &fake, &p, &e);
+      TT_CHECK(rc != 0, "case %d: a failed workspace query was planned as %s", k, rc ? "" : "0 bytes");
+      if (rc == 0) {
+        tt_program_free(&p);
+        continue;
+      }
+      TT_CHECK(strstr(e.msg, "lower.recipe:") && strstr(e.msg, cases[k].layer) && strstr(e.msg, cases[k].dir) &&
+                   strstr(e.msg, "CUDNN_STATUS_NOT_SUPPORTED"),
+               "case %d: the message should name the recipe line, layer %s, the %s workspace and the reason: %s", k,
+               cases[k].layer, cases[k].dir, e.msg);
+    }
+    printf("  e.g. %s\n", e.msg);
+    /* the CPU backend's own queries answer TT_WS_ERROR, with a reason, for a shape they cannot size */
+    tt_conv_desc bad;
+    memset(&bad, 0, sizeof bad);
+    TT_CHECK(cpu->conv_workspace(cpu, &bad, TT_F32, TT_WS_FWD) == TT_WS_ERROR && *cpu->last_error(cpu),
+             "cpu conv_workspace of an empty desc: not TT_WS_ERROR");
+    TT_CHECK(cpu->linear_workspace(cpu, 0, 4, 4, TT_F16, TT_WS_FWD) == TT_WS_ERROR && *cpu->last_error(cpu),
+             "cpu linear_workspace of n = 0: not TT_WS_ERROR");
+  }
+  tt_graph_free(&g);
+  tt_model_free(&m);
+  if (cpu) cpu->destroy(cpu);
+  TT_TEST_END();
+}
+
 int main(void) {
+  test_workspace_query_failure();
   test_counts();
   test_slots_and_args();
   test_liveness();

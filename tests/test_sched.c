@@ -545,6 +545,32 @@ static void test_loss_scale_unit(void) {
   TT_CHECK(!any && d.scale == 1.0f && d.skipped == 0, "disabled: skip %d scale %g skipped %lld", any, (double)d.scale,
            d.skipped);
   TT_TEST_END();
+
+  /* learned one step late (core/lossscale.h): outcomes recorded with the scale each step ran at */
+  TT_TEST_BEGIN("loss scaler one step late: two overflows at one scale halve it once, both skipped; the same as "
+                "the synchronous rule when the scale used is the current one");
+  tt_loss_scale a, b;
+  tt_loss_scale_init(&a, 1);
+  tt_loss_scale_init(&b, 1);
+  /* steps n and n+1 both ran at 65536 (n+1 was queued before n's overflow was known) */
+  TT_CHECK(tt_loss_scale_record(&a, 1, 65536.0f) == 1 && a.scale == 32768.0f, "first overflow: %g", (double)a.scale);
+  TT_CHECK(tt_loss_scale_record(&a, 1, 65536.0f) == 1 && a.scale == 32768.0f && a.skipped == 2,
+           "second overflow at the same scale: scale %g skipped %lld", (double)a.scale, a.skipped);
+  /* a step that ran at the lowered scale and overflows halves again */
+  TT_CHECK(tt_loss_scale_record(&a, 1, 32768.0f) == 1 && a.scale == 16384.0f, "overflow at the new scale: %g",
+           (double)a.scale);
+  /* with scale_used == current scale, record is update, step for step */
+  tt_test_rng rr = {5};
+  int same = 1;
+  tt_loss_scale_init(&a, 1);
+  for (int i = 0; i < 20000; i++) {
+    int of = tt_test_rng_next(&rr) % 997 == 0;
+    same &= tt_loss_scale_record(&a, of, a.scale) == tt_loss_scale_update(&b, of);
+    same &= a.scale == b.scale && a.clean_steps == b.clean_steps && a.skipped == b.skipped;
+  }
+  TT_CHECK(same, "record(scale used = current) differs from update: %g/%lld vs %g/%lld", (double)a.scale, a.skipped,
+           (double)b.scale, b.skipped);
+  TT_TEST_END();
 }
 
 static void test_overflow_injection(tt_backend *be) {
@@ -631,6 +657,30 @@ static void test_overflow_injection(tt_backend *be) {
     if (n.g.params[i].trainable) TT_CHECK(changed && finite, "'%s' changed %d finite %d after a clean step", n.g.params[i].name, changed, finite);
     off += k;
   }
+  /* (d) without waiting (what a training loop does): an inf gradient, the update issued with no
+   * overflow out-parameter, the parameters still unchanged, and the flag read back afterwards */
+  snapshot(&x, before, 1, &e);
+  rc = tt_exec_micro_step_f32(&x, in, labs, 0, 3, ls.scale / mb, &e);
+  if (!rc) rc = tt_exec_param_get(&x, wparam, 1, g, &e);
+  if (!rc) {
+    g[1] = NAN;
+    rc = tt_exec_param_set(&x, wparam, 1, g, &e);
+  }
+  if (!rc) rc = tt_exec_update(&x, &hp, t, 1.0f / ls.scale, NULL, &e);
+  of = 0;
+  if (!rc) rc = tt_exec_overflow(&x, &of, &e);
+  TT_CHECK(!rc, "%s", e.msg);
+  TT_CHECK(of == 1, "NaN gradient, flag read back later: overflow = %d", of);
+  snapshot(&x, after, 1, &e);
+  TT_CHECK(memcmp(before, after, sf * sizeof(float)) == 0, "parameters changed on an update skipped on the device");
+  /* (e) the next clean step, also without waiting, updates and reads back 0 */
+  rc = tt_exec_micro_step_f32(&x, in, labs, 0, 4, ls.scale / mb, &e);
+  if (!rc) rc = tt_exec_update(&x, &hp, t, 1.0f / ls.scale, NULL, &e);
+  of = 1;
+  if (!rc) rc = tt_exec_overflow(&x, &of, &e);
+  TT_CHECK(!rc && of == 0, "clean step read back %d: %s", of, e.msg);
+  snapshot(&x, after, 1, &e);
+  TT_CHECK(memcmp(before, after, sf * sizeof(float)) != 0, "a clean step after a skipped one changed nothing");
   free(g);
   free(big);
   free(in);

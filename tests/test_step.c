@@ -285,7 +285,131 @@ static void test_no_allocation(tt_dtype dt, const char *name) {
   TT_TEST_END();
 }
 
+/* ---- the staging ring's ordering, on a backend that logs it ----
+ * The CPU backend's table with the staging calls wrapped: distinct events, and a log of every
+ * upload_async (source, event recorded) and event_sync. The rule checked: a batch is copied from
+ * a host_alloc'ed slot, never from the loader's memory, and a slot is refilled (its next copy
+ * issued) only after event_sync on the event its previous copy recorded. On a GPU that event
+ * completes when the copy has run; here the copy is immediate, so only the order can be checked. */
+#define ST_LOG_MAX 512
+typedef struct st_log_entry {
+  int sync;          /* 1: event_sync(ev); 0: upload_async(src, done = ev) */
+  const void *src;
+  const void *ev;
+} st_log_entry;
+static struct {
+  tt_backend *cpu;
+  st_log_entry log[ST_LOG_MAX];
+  int n;
+  int events[64], nev;
+  const unsigned char *host[16];
+  size_t host_bytes[16];
+  int nhost;
+} st_fake;
+
+static void *st_host_alloc(tt_backend *b, size_t bytes) {
+  void *p = st_fake.cpu->host_alloc(st_fake.cpu, bytes);
+  (void)b;
+  if (p && st_fake.nhost < 16) st_fake.host[st_fake.nhost] = (const unsigned char *)p, st_fake.host_bytes[st_fake.nhost++] = bytes;
+  return p;
+}
+static void *st_event_create(tt_backend *b) {
+  (void)b;
+  return st_fake.nev < 64 ? &st_fake.events[st_fake.nev++] : NULL;
+}
+static int st_event_sync(tt_backend *b, void *ev) {
+  (void)b;
+  if (st_fake.n < ST_LOG_MAX) st_fake.log[st_fake.n].sync = 1, st_fake.log[st_fake.n].src = NULL, st_fake.log[st_fake.n++].ev = ev;
+  return 0;
+}
+static int st_upload_async(tt_backend *b, void *dst, const void *src, size_t bytes, void *done) {
+  (void)b;
+  if (st_fake.n < ST_LOG_MAX) st_fake.log[st_fake.n].sync = 0, st_fake.log[st_fake.n].src = src, st_fake.log[st_fake.n++].ev = done;
+  return st_fake.cpu->upload_async(st_fake.cpu, dst, src, bytes, NULL);
+}
+static int st_slot_of(const void *p) {
+  for (int k = 0; k < st_fake.nhost; k++)
+    if ((const unsigned char *)p >= st_fake.host[k] && (const unsigned char *)p < st_fake.host[k] + st_fake.host_bytes[k]) return k;
+  return -1;
+}
+
+static void test_staging_ring(void) {
+  TT_TEST_BEGIN("staging_ring_refills_a_slot_only_after_its_copy_event");
+  tt_err err;
+  test_net t;
+  memset(&t, 0, sizeof t);
+  memset(&st_fake, 0, sizeof st_fake);
+  int rc = tt_recipe_load("examples/fashion_mnist/lenet.recipe", &t.m, &err, NULL, NULL);
+  if (!rc) rc = tt_graph_build(&t.m, &t.g, &err);
+  st_fake.cpu = tt_cpu_backend_create(1);
+  tt_backend fake = *st_fake.cpu;
+  fake.host_alloc = st_host_alloc, fake.event_create = st_event_create, fake.event_sync = st_event_sync;
+  fake.upload_async = st_upload_async;
+  t.be = &fake;
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = 8, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 1;
+  tt_program ev;
+  memset(&ev, 0, sizeof ev);
+  if (!rc) rc = tt_lower(&t.g, &pol, t.be, &t.p, &err) || tt_program_plan(&t.p, &err);
+  pol.training = 0, pol.micro_batch = 16;
+  if (!rc) rc = tt_lower(&t.g, &pol, t.be, &ev, &err) || tt_program_plan(&ev, &err);
+  if (!rc) rc = tt_exec_create(&t.x, &t.g, &t.p, &ev, t.be, 3, &err) || tt_exec_init_params(&t.x, 3, &err);
+  TT_CHECK(rc == 0, "setting up: %s", err.msg);
+  if (!rc) {
+    uint8_t *img = (uint8_t *)malloc(16 * 28 * 28);
+    int32_t lab[16];
+    for (int i = 0; i < 16 * 28 * 28; i++) img[i] = (uint8_t)(i * 7);
+    for (int i = 0; i < 16; i++) lab[i] = i % 10;
+    tt_opt_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.kind = TT_OPT_SGD, hp.lr = 0.01f;
+    int first = st_fake.n;
+    for (int s = 0; s < 4 && !rc; s++) {
+      rc = tt_exec_micro_step(&t.x, img, lab, 0, (uint64_t)s, 1.0f / 8, &err);
+      int of = 0;
+      if (!rc) rc = tt_exec_update(&t.x, &hp, s + 1, 1.0f, NULL, &err);
+      if (!rc) rc = tt_exec_overflow(&t.x, &of, &err);
+      if (!rc) rc = tt_exec_eval(&t.x, img, lab, 16, &err);
+    }
+    TT_CHECK(rc == 0, "steps: %s", err.msg);
+    /* per slot: the event its last copy recorded, and whether event_sync(that event) came since */
+    const void *pending[16];
+    int synced[16], copies = 0, refills = 0;
+    for (int k = 0; k < 16; k++) pending[k] = NULL, synced[k] = 1;
+    for (int i = first; i < st_fake.n; i++) {
+      const st_log_entry *e = &st_fake.log[i];
+      if (e->sync) {
+        for (int k = 0; k < 16; k++)
+          if (pending[k] && pending[k] == e->ev) synced[k] = 1;
+        continue;
+      }
+      int k = st_slot_of(e->src);
+      TT_CHECK(k >= 0, "log entry %d: a copy from memory that is not a staging slot (the caller's buffer?)", i);
+      if (k < 0) break;
+      copies++;
+      if (!e->ev) continue; /* the images half of a slot; its labels' copy records the event */
+      if (pending[k]) refills++;
+      TT_CHECK(synced[k], "log entry %d: slot %d refilled before event_sync on its previous copy's event", i, k);
+      pending[k] = e->ev, synced[k] = 0;
+    }
+    TT_CHECK(copies == 16 && refills >= 4, "expected 16 copies (8 batches) with slots reused, saw %d copies, %d refills",
+             copies, refills);
+    printf("  %d copies from %d staging slots, %d refills, each after its slot's event\n", copies, TT_EXEC_STAGE_SLOTS,
+           refills);
+    free(img);
+  }
+  tt_exec_destroy(&t.x);
+  tt_program_free(&ev);
+  tt_program_free(&t.p);
+  st_fake.cpu->destroy(st_fake.cpu);
+  tt_graph_free(&t.g);
+  tt_model_free(&t.m);
+  TT_TEST_END();
+}
+
 int main(void) {
+  test_staging_ring();
   test_pytorch_reference();
   test_no_allocation(TT_F32, "no_allocation_after_setup_fp32");
   test_no_allocation(TT_F16, "no_allocation_after_setup_fp16");

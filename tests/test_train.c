@@ -85,6 +85,18 @@ static int write_recipe(const char *path, int epochs, int conv2_filters) {
   return write_file(path, text);
 }
 
+/* The same recipe under fp16 autocast: the loss scaler and its one-step-late overflow outcome
+ * (core/lossscale.h) are part of what a resume must restore. */
+static int write_recipe_fp16(const char *path, int epochs) {
+  char text[4096], out[4200];
+  snprintf(text, sizeof text, recipe_fmt, epochs, 16);
+  const char *at = strstr(text, "seed = 7\n");
+  if (!at) return -1;
+  at += strlen("seed = 7\n");
+  snprintf(out, sizeof out, "%.*sprecision = fp16\n%s", (int)(at - text), text, at);
+  return write_file(path, out);
+}
+
 static int train(const char *recipe, const char *out, const char *resume, long long max_steps, int epochs,
                  tt_run_opts *res, char *err, size_t errsize) {
   tt_run_opts o;
@@ -389,6 +401,36 @@ int main(void) {
     n = compare_st(a, b, 1, &nopt, why, sizeof why);
     TT_CHECK(n > 0, "state: %s", why);
     TT_CHECK(n < 0 || nopt == 11, "state.safetensors holds %d momentum tensors, want 11 (one per trainable tensor)", nopt);
+  }
+  TT_TEST_END();
+
+  /* fp16: the same, with the loss scale, its clean-step count and the last step's pending overflow
+   * outcome in the state's metadata */
+  TT_TEST_BEGIN("resume_bit_exact_fp16");
+  {
+    char r16[1024], d16a[1024], d16b[1024];
+    tt_test_path_in(r16, "syn16.recipe"), tt_test_path_in(d16a, "A16"), tt_test_path_in(d16b, "B16");
+    int rc = write_recipe_fp16(r16, 1);
+    TT_CHECK(rc == 0, "cannot write %s", r16);
+    if (!rc) rc = train(r16, d16a, NULL, 0, 0, &r, err, sizeof err);
+    TT_CHECK(rc == 0, "fp16 run A: %s", err);
+    double acc16 = r.final_accuracy;
+    if (!rc) rc = train(r16, d16b, NULL, k, 0, &r, err, sizeof err);
+    TT_CHECK(rc == 0, "fp16 run B (max_steps %d): %s", k, err);
+    snprintf(b, sizeof b, "%s/state.safetensors", d16b);
+    TT_CHECK(rc || strcmp(meta_of(b, "loss_scale_pending", m, sizeof m), "-1") != 0,
+             "B stopped after an fp16 step but its state has no pending overflow outcome ('%s')", m);
+    if (!rc) rc = train(r16, d16b, d16b, 0, 0, &r, err, sizeof err);
+    TT_CHECK(rc == 0, "resuming fp16 B: %s", err);
+    TT_CHECK(rc || r.final_accuracy == acc16, "fp16 accuracy %.6f after resume vs %.6f", r.final_accuracy, acc16);
+    if (!rc) {
+      int nopt = 0;
+      snprintf(a, sizeof a, "%s/state.safetensors", d16a);
+      int n = compare_st(a, b, 1, &nopt, why, sizeof why);
+      TT_CHECK(n > 0, "fp16 state: %s", why);
+      printf("  fp16: loss scale %s, %s skipped, pending '%s' at the end\n", meta_of(a, "loss_scale", m, sizeof m),
+             meta_of(a, "skipped_steps", why, sizeof why), meta_of(a, "loss_scale_pending", err, sizeof err));
+    }
   }
   TT_TEST_END();
 

@@ -110,6 +110,43 @@ static int cpu_be_sync(tt_backend *b) {
   return 0;
 }
 
+/* Staging on the CPU: the "device" is host memory and every copy is done when the call returns,
+ * so events have nothing to wait for; one immutable token stands for all of them. */
+static const char cpu_be_event_token = 0;
+
+static void *cpu_be_host_alloc(tt_backend *b, size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) tt_cpu_fail(b, "host_alloc: out of host memory allocating %zu bytes", bytes);
+  return p;
+}
+
+static void cpu_be_host_free(tt_backend *b, void *p) {
+  (void)b;
+  free(p);
+}
+
+static void *cpu_be_event_create(tt_backend *b) {
+  (void)b;
+  return (void *)&cpu_be_event_token;
+}
+
+static void cpu_be_event_destroy(tt_backend *b, void *ev) { (void)b, (void)ev; }
+
+static int cpu_be_event_sync(tt_backend *b, void *ev) {
+  if (!ev) return tt_cpu_fail(b, "event_sync: NULL event");
+  return 0;
+}
+
+static int cpu_be_upload_async(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes, void *done) {
+  (void)done;
+  return cpu_be_upload(b, dst_dev, src_host, bytes);
+}
+
+static int cpu_be_download_async(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes, void *done) {
+  (void)done;
+  return cpu_be_download(b, dst_host, src_dev, bytes);
+}
+
 tt_backend *tt_cpu_backend_create(int threads) {
   tt_backend *b = (tt_backend *)calloc(1, sizeof *b);
   tt_cpu_state *st = (tt_cpu_state *)calloc(1, sizeof *st);
@@ -139,6 +176,13 @@ tt_backend *tt_cpu_backend_create(int threads) {
   b->download = cpu_be_download;
   b->zero = cpu_be_zero;
   b->sync = cpu_be_sync;
+  b->host_alloc = cpu_be_host_alloc;
+  b->host_free = cpu_be_host_free;
+  b->event_create = cpu_be_event_create;
+  b->event_destroy = cpu_be_event_destroy;
+  b->event_sync = cpu_be_event_sync;
+  b->upload_async = cpu_be_upload_async;
+  b->download_async = cpu_be_download_async;
   b->conv_workspace = tt_cpu_conv_workspace;
   b->linear_workspace = tt_cpu_linear_workspace;
   b->conv_fwd = tt_cpu_conv_fwd;

@@ -133,7 +133,9 @@ static int cpu_conv_begin(tt_backend *b, const char *op, const tt_conv_desc *d, 
 
 size_t tt_cpu_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which) {
   cpu_conv_plan pl;
-  if (cpu_conv_check(b, "conv_workspace", d, dt)) return 0;
+  if (cpu_conv_check(b, "conv_workspace", d, dt)) return TT_WS_ERROR;
+  if (which != TT_WS_FWD && which != TT_WS_BWD_DATA && which != TT_WS_BWD_FILTER)
+    return tt_cpu_fail(b, "conv_workspace: unknown workspace kind %d", (int)which), TT_WS_ERROR;
   pl = cpu_conv_make_plan(d, dt, which);
   return pl.total_bytes;
 }

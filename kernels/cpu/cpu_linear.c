@@ -61,8 +61,9 @@ static int cpu_lin_check(tt_backend *b, const char *op, int n, int in, int out, 
 }
 
 size_t tt_cpu_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which) {
-  (void)b;
-  if (n <= 0 || in <= 0 || out <= 0) return 0;
+  if (n <= 0 || in <= 0 || out <= 0)
+    return tt_cpu_fail(b, "linear_workspace: bad shape n=%d in=%d out=%d", n, in, out), TT_WS_ERROR;
+  if (dt != TT_F32 && dt != TT_F16) return tt_cpu_fail(b, "linear_workspace: unknown dtype %d", (int)dt), TT_WS_ERROR;
   return cpu_lin_ws(n, in, out, dt, which);
 }
 

@@ -81,12 +81,13 @@ int tt_cpu_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void
 }
 
 int tt_cpu_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
-                      int nesterov, float weight_decay, float grad_scale) {
+                      int nesterov, float weight_decay, float grad_scale, const int32_t *skip) {
   ptrdiff_t i, n = (ptrdiff_t)count;
   int nt = tt_cpu_threads(b);
   (void)nt;
   if (count && (!w || !g)) return tt_cpu_fail(b, "sgd_update: NULL w or g");
   if (momentum != 0.0f && count && !m) return tt_cpu_fail(b, "sgd_update: momentum %g needs a momentum buffer", (double)momentum);
+  if (skip && *skip) return 0; /* an overflow: the update is skipped */
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
   for (i = 0; i < n; i++) tt_sgd_elem((size_t)i, w, g, m, lr, momentum, nesterov, weight_decay, grad_scale);
   return 0;
@@ -94,12 +95,13 @@ int tt_cpu_sgd_update(tt_backend *b, size_t count, float *w, const float *g, flo
 
 int tt_cpu_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
                        float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
-                       float grad_scale) {
+                       float grad_scale, const int32_t *skip) {
   ptrdiff_t i, n = (ptrdiff_t)count;
   int nt = tt_cpu_threads(b);
   (void)nt;
   if (count && (!w || !g || !m || !v)) return tt_cpu_fail(b, "adam_update: NULL w, g, m or v");
   if (t < 1) return tt_cpu_fail(b, "adam_update: step t=%d must be >= 1", t);
+  if (skip && *skip) return 0; /* an overflow: the update is skipped */
   tt_adam_consts k = tt_adam_make_consts(lr, beta1, beta2, weight_decay, decoupled, t);
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_CPU_PAR_MIN)
   for (i = 0; i < n; i++) tt_adam_elem((size_t)i, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale);

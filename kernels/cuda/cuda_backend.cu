@@ -1,10 +1,15 @@
 /* kernels/cuda/cuda_backend.cu — the CUDA backend's table, device, memory and streams.
  *
- * One compute stream runs every kernel, cuDNN and cuBLAS call and the uploads (so an upload
- * is ordered before the ops that read it; from pageable memory cudaMemcpyAsync returns once
- * the host buffer has been staged, so the caller may reuse it). Downloads run on the copy
- * stream after an event recorded on the compute stream, and are waited for. The arena is one
- * cudaMalloc per arena_alloc (execution calls it once); alloc_count counts them.
+ * One compute stream runs every kernel, cuDNN and cuBLAS call; every copy between host and
+ * device runs on the copy stream, ordered by two events: `ev`, recorded on the compute stream
+ * and waited for by the copy stream (a copy starts after the work queued before it, which may
+ * still use its destination or produce its source), and `ev_copy`, recorded after the copy and
+ * waited for by the compute stream (the work queued after it sees the bytes). The batch goes
+ * through upload_async from page-locked staging (host_alloc): the host does not wait, and the
+ * caller's event says when the staging buffer may be refilled. upload and download wait for
+ * their copy before returning, so their host buffers are free (or filled) when they return;
+ * they serve setup, checkpoints and tests. The arena is one cudaMalloc per arena_alloc
+ * (execution calls it once); alloc_count counts them and the cudaHostAlloc calls.
  *
  * The reserve (context + cuBLAS + cuDNN) is measured with NVML, loaded with dlopen so that a
  * machine without the driver can still run the binary (and the CPU backend).
@@ -89,6 +94,7 @@ static void cuda_be_destroy(tt_backend *b) {
     if (st->dnn && cudnnDestroy(st->dnn) != CUDNN_STATUS_SUCCESS) fprintf(stderr, "cuda: cudnnDestroy failed\n");
     if (st->blas && cublasDestroy(st->blas) != CUBLAS_STATUS_SUCCESS) fprintf(stderr, "cuda: cublasDestroy failed\n");
     if (st->ev && cudaEventDestroy(st->ev) != cudaSuccess) (void)cudaGetLastError();
+    if (st->ev_copy && cudaEventDestroy(st->ev_copy) != cudaSuccess) (void)cudaGetLastError();
     if (st->copy && cudaStreamDestroy(st->copy) != cudaSuccess) (void)cudaGetLastError();
     if (st->compute && cudaStreamDestroy(st->compute) != cudaSuccess) (void)cudaGetLastError();
     cuda_nvml_close(st);
@@ -125,7 +131,9 @@ static void *cuda_be_arena_alloc(tt_backend *b, size_t bytes) {
 static void cuda_be_arena_free(tt_backend *b, void *p) {
   tt_cuda_state *st = tt_cuda_st(b);
   if (!p) return;
+  /* both streams: a copy on the copy stream may still target the arena */
   if (cudaStreamSynchronize(st->compute) != cudaSuccess) (void)cudaGetLastError();
+  if (cudaStreamSynchronize(st->copy) != cudaSuccess) (void)cudaGetLastError();
   if (cudaFree(p) != cudaSuccess) {
     tt_cuda_fail(b, "cudaFree failed: %s", cudaGetErrorString(cudaGetLastError()));
     return;
@@ -133,11 +141,28 @@ static void cuda_be_arena_free(tt_backend *b, void *p) {
   st->arena_bytes = 0;
 }
 
+/* One copy on the copy stream, ordered after the compute work queued so far and before the
+ * compute work queued next (cudaStreamWaitEvent waits for the event's latest record at the time
+ * of the call, so both events can be recorded again by the next copy); `done`, when given, is
+ * recorded after it. */
+static int cuda_be_copy(tt_backend *b, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                        cudaEvent_t done) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  CUDA_CHECK(b, cudaEventRecord(st->ev, st->compute));
+  CUDA_CHECK(b, cudaStreamWaitEvent(st->copy, st->ev, 0));
+  CUDA_CHECK(b, cudaMemcpyAsync(dst, src, bytes, kind, st->copy));
+  CUDA_CHECK(b, cudaEventRecord(st->ev_copy, st->copy));
+  CUDA_CHECK(b, cudaStreamWaitEvent(st->compute, st->ev_copy, 0));
+  if (done) CUDA_CHECK(b, cudaEventRecord(done, st->copy));
+  return 0;
+}
+
 static int cuda_be_upload(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes) {
   tt_cuda_state *st = tt_cuda_st(b);
   if (!bytes) return 0;
   if (!dst_dev || !src_host) return tt_cuda_fail(b, "upload: NULL pointer for %zu bytes", bytes);
-  CUDA_CHECK(b, cudaMemcpyAsync(dst_dev, src_host, bytes, cudaMemcpyHostToDevice, st->compute));
+  if (cuda_be_copy(b, dst_dev, src_host, bytes, cudaMemcpyHostToDevice, NULL)) return -1;
+  CUDA_CHECK(b, cudaStreamSynchronize(st->copy)); /* the caller may reuse src when this returns */
   return 0;
 }
 
@@ -145,11 +170,63 @@ static int cuda_be_download(tt_backend *b, void *dst_host, const void *src_dev, 
   tt_cuda_state *st = tt_cuda_st(b);
   if (!bytes) return 0;
   if (!dst_host || !src_dev) return tt_cuda_fail(b, "download: NULL pointer for %zu bytes", bytes);
-  CUDA_CHECK(b, cudaEventRecord(st->ev, st->compute));
-  CUDA_CHECK(b, cudaStreamWaitEvent(st->copy, st->ev, 0));
-  CUDA_CHECK(b, cudaMemcpyAsync(dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, st->copy));
+  if (cuda_be_copy(b, dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, NULL)) return -1;
   CUDA_CHECK(b, cudaStreamSynchronize(st->copy));
   return 0;
+}
+
+static void *cuda_be_host_alloc(tt_backend *b, size_t bytes) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  void *p = NULL;
+  cudaError_t e;
+  st->alloc_count++;
+  e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    tt_cuda_fail(b, "cudaHostAlloc(%zu bytes) failed: %s", bytes, cudaGetErrorString(e));
+    return NULL;
+  }
+  return p;
+}
+
+static void cuda_be_host_free(tt_backend *b, void *p) {
+  if (p && cudaFreeHost(p) != cudaSuccess)
+    tt_cuda_fail(b, "cudaFreeHost failed: %s", cudaGetErrorString(cudaGetLastError()));
+}
+
+static void *cuda_be_event_create(tt_backend *b) {
+  cudaEvent_t e = NULL;
+  cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  if (r != cudaSuccess) {
+    (void)cudaGetLastError();
+    tt_cuda_fail(b, "cudaEventCreateWithFlags failed: %s", cudaGetErrorString(r));
+    return NULL;
+  }
+  return (void *)e;
+}
+
+static void cuda_be_event_destroy(tt_backend *b, void *ev) {
+  if (ev && cudaEventDestroy((cudaEvent_t)ev) != cudaSuccess)
+    tt_cuda_fail(b, "cudaEventDestroy failed: %s", cudaGetErrorString(cudaGetLastError()));
+}
+
+/* cudaEventSynchronize returns at once for an event never recorded (CUDA Runtime API). */
+static int cuda_be_event_sync(tt_backend *b, void *ev) {
+  if (!ev) return tt_cuda_fail(b, "event_sync: NULL event");
+  CUDA_CHECK(b, cudaEventSynchronize((cudaEvent_t)ev));
+  return 0;
+}
+
+static int cuda_be_upload_async(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes, void *done) {
+  if (!bytes) return 0;
+  if (!dst_dev || !src_host) return tt_cuda_fail(b, "upload_async: NULL pointer for %zu bytes", bytes);
+  return cuda_be_copy(b, dst_dev, src_host, bytes, cudaMemcpyHostToDevice, (cudaEvent_t)done);
+}
+
+static int cuda_be_download_async(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes, void *done) {
+  if (!bytes) return 0;
+  if (!dst_host || !src_dev) return tt_cuda_fail(b, "download_async: NULL pointer for %zu bytes", bytes);
+  return cuda_be_copy(b, dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, (cudaEvent_t)done);
 }
 
 static int cuda_be_zero(tt_backend *b, void *p, size_t bytes) {
@@ -208,6 +285,63 @@ extern "C" int tt_cuda_mem_used(tt_backend *b, size_t *used, size_t *total) {
   return 0;
 }
 
+#ifndef TT_CUDA_ARCHS
+#define TT_CUDA_ARCHS "unknown" /* configure.py passes the sm_ list it built */
+#endif
+
+/* Asks the runtime about every kernel of the backend (cudaFuncGetAttributes): a card this build
+ * has no image for fails here, in a second, naming the card and the --cuda-arch to build; a
+ * kernel whose launch block does not fit the card's registers fails here rather than at the
+ * first step. Under lazy loading (the default since CUDA 12.2; CUDA C++ Programming Guide,
+ * "Lazy Loading") the runtime loads a kernel when it is first referenced, so this also puts
+ * every kernel of ours on the device before the reserve is measured. */
+static int cuda_be_check_kernels(tt_backend *b, const cudaDeviceProp *prop) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  const tt_cuda_kernel *tabs[3] = {tt_cuda_elementwise_kernels, tt_cuda_norm_kernels, tt_cuda_loss_optim_kernels};
+  int counts[3] = {tt_cuda_elementwise_nkernels, tt_cuda_norm_nkernels, tt_cuda_loss_optim_nkernels};
+  int t, i, cc = prop->major * 10 + prop->minor;
+  for (t = 0; t < 3; t++)
+    for (i = 0; i < counts[t]; i++) {
+      const tt_cuda_kernel *k = &tabs[t][i];
+      cudaFuncAttributes a;
+      cudaError_t e = cudaFuncGetAttributes(&a, k->fn);
+      if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction) {
+        (void)cudaGetLastError();
+        return tt_cuda_fail(b,
+                            "CUDA device %d is a %s (compute capability %d.%d) and this tinytrain has no kernel image "
+                            "for it (built for sm_%s, with PTX of the newest only); rebuild with "
+                            "./configure.py --cuda-arch %d && ninja",
+                            st->device, prop->name, prop->major, prop->minor, TT_CUDA_ARCHS, cc);
+      }
+      if (e == cudaErrorUnsupportedPtxVersion || e == cudaErrorInvalidPtx || e == cudaErrorJitCompilerNotFound) {
+        (void)cudaGetLastError();
+        return tt_cuda_fail(b,
+                            "CUDA device %d is a %s (compute capability %d.%d): this build has no SASS for it and the "
+                            "driver cannot compile its PTX (%s); update the driver, or rebuild with "
+                            "./configure.py --cuda-arch %d && ninja",
+                            st->device, prop->name, prop->major, prop->minor, cudaGetErrorString(e), cc);
+      }
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return tt_cuda_fail(b, "cudaFuncGetAttributes(%s) failed: %s", k->name, cudaGetErrorString(e));
+      }
+      if (a.maxThreadsPerBlock < k->threads)
+        return tt_cuda_fail(b,
+                            "kernel %s is launched with %d threads but takes at most %d on %s (%d registers per "
+                            "thread); this build is broken: run ninja cuda-check",
+                            k->name, k->threads, a.maxThreadsPerBlock, prop->name, a.numRegs);
+    }
+  return 0;
+}
+
+extern "C" int tt_cuda_mem_free(tt_backend *b, size_t *free_bytes, size_t *total_bytes) {
+  size_t fr = 0, tot = 0;
+  CUDA_CHECK(b, cudaMemGetInfo(&fr, &tot));
+  *free_bytes = fr;
+  if (total_bytes) *total_bytes = tot;
+  return 0;
+}
+
 /* Creation steps that record into b (so CUDA_CHECK can be used); the caller copies the
  * message into errbuf on failure. */
 static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
@@ -221,15 +355,18 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   CUDA_CHECK(b, cudaSetDevice(st->device));
   CUDA_CHECK(b, cudaFree(0)); /* creates the primary context */
   CUDA_CHECK(b, cudaGetDeviceProperties(&prop, st->device));
-  if (prop.major < 7)
-    return tt_cuda_fail(b, "CUDA device %d (%s) has compute capability %d.%d; tinytrain needs 7.0 or newer",
+  /* CUDA 13 builds for compute capability 7.5 and newer only (nvcc --list-gpu-arch) */
+  if (prop.major * 10 + prop.minor < 75)
+    return tt_cuda_fail(b, "CUDA device %d (%s) has compute capability %d.%d; tinytrain needs 7.5 or newer",
                         st->device, prop.name, prop.major, prop.minor);
+  if (cuda_be_check_kernels(b, &prop)) return -1;
   CUDA_CHECK(b, cudaStreamCreateWithFlags(&st->compute, cudaStreamNonBlocking));
   CUDA_CHECK(b, cudaStreamCreateWithFlags(&st->copy, cudaStreamNonBlocking));
   CUDA_CHECK(b, cudaEventCreateWithFlags(&st->ev, cudaEventDisableTiming));
+  CUDA_CHECK(b, cudaEventCreateWithFlags(&st->ev_copy, cudaEventDisableTiming));
   CUBLAS_CHECK(b, cublasCreate(&st->blas));
   CUBLAS_CHECK(b, cublasSetStream(st->blas, st->compute));
-  /* No cuBLAS-owned workspace: GEMMs get the planned buffer (or none). */
+  /* No cuBLAS-owned workspace: every GEMM gets its planned buffer (cuda_linear.cu). */
   CUBLAS_CHECK(b, cublasSetWorkspace(st->blas, NULL, 0));
   /* fp32 GEMMs in true fp32 (no TF32); fp16 GEMMs still use tensor cores via GemmEx. */
   CUBLAS_CHECK(b, cublasSetMathMode(st->blas, CUBLAS_DEFAULT_MATH));
@@ -244,6 +381,7 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
    * this much (64 MiB, or 1/64 of the card on small cards). */
   st->ws_cap = tot / 64;
   if (st->ws_cap > ((size_t)64 << 20)) st->ws_cap = (size_t)64 << 20;
+  st->blas_ws = (size_t)(prop.major >= 9 ? 32 : 4) << 20; /* cuda_linear.cu says why */
   if (have_nvml && cuda_nvml_used(st, &after, NULL) == 0 && after >= before)
     *reserve_bytes = after - before;
   else
@@ -303,6 +441,13 @@ extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbu
   b->download = cuda_be_download;
   b->zero = cuda_be_zero;
   b->sync = cuda_be_sync;
+  b->host_alloc = cuda_be_host_alloc;
+  b->host_free = cuda_be_host_free;
+  b->event_create = cuda_be_event_create;
+  b->event_destroy = cuda_be_event_destroy;
+  b->event_sync = cuda_be_event_sync;
+  b->upload_async = cuda_be_upload_async;
+  b->download_async = cuda_be_download_async;
   b->conv_workspace = tt_cuda_conv_workspace;
   b->linear_workspace = tt_cuda_linear_workspace;
   b->conv_fwd = tt_cuda_conv_fwd;

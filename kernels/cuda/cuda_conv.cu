@@ -235,9 +235,11 @@ static tt_cuda_conv_slot *cuda_conv_prepare(tt_backend *b, const tt_conv_desc *d
 size_t tt_cuda_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which) {
   int algo;
   size_t ws = 0;
-  if (cuda_conv_check(b, "conv_workspace", d, dt)) return 0;
-  if (which != TT_WS_FWD && which != TT_WS_BWD_DATA && which != TT_WS_BWD_FILTER) return 0;
-  if (!cuda_conv_prepare(b, d, dt, which, (size_t)-1, &algo, &ws)) return 0;
+  /* a failure is TT_WS_ERROR with the reason recorded, never 0 (backend.h) */
+  if (cuda_conv_check(b, "conv_workspace", d, dt)) return TT_WS_ERROR;
+  if (which != TT_WS_FWD && which != TT_WS_BWD_DATA && which != TT_WS_BWD_FILTER)
+    return tt_cuda_fail(b, "conv_workspace: unknown workspace kind %d", (int)which), TT_WS_ERROR;
+  if (!cuda_conv_prepare(b, d, dt, which, (size_t)-1, &algo, &ws)) return TT_WS_ERROR;
   return ws ? cuda_conv_round(ws) + cuda_conv_extra(d, dt, which) : cuda_conv_extra(d, dt, which);
 }
 

@@ -50,13 +50,15 @@ typedef struct tt_cuda_conv_slot {
 typedef struct tt_cuda_state {
   int device;
   cudaStream_t compute, copy;
-  cudaEvent_t ev;
+  cudaEvent_t ev;       /* compute -> copy: a copy starts after the work queued before it */
+  cudaEvent_t ev_copy;  /* copy -> compute: the work queued after a copy waits for it */
   cublasHandle_t blas;
   cudnnHandle_t dnn;
-  size_t alloc_count;   /* cudaMalloc calls made by this backend (arena_alloc) */
+  size_t alloc_count;   /* cudaMalloc (arena_alloc) and cudaHostAlloc (host_alloc) calls made */
   size_t arena_bytes;   /* bytes currently held by arena allocations */
   size_t total_mem;     /* device memory */
   size_t ws_cap;        /* largest cuDNN workspace a convolution algorithm may ask for */
+  size_t blas_ws;       /* cuBLAS workspace each GEMM is planned (cuda_linear.cu) */
   tt_cuda_conv_slot *conv;
   int nconv;
   uint64_t tick;
@@ -97,11 +99,35 @@ int tt_cuda_fail(tt_backend *b, const char *fmt, ...)
   } while (0)
 
 #define TT_CUDA_THREADS 256
+/* Every kernel is declared with the block size it is launched with,
+ *   __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) name(...)
+ * so that ptxas fits its registers to that block: a block may use 64K registers on every
+ * architecture from sm_75, so 1024 threads get at most 64 registers each (CUDA C++ Programming
+ * Guide, "Launch Bounds" and the compute-capability table). tests/tools/cuda_check.py holds the
+ * bound equal to the launch's block size. The host emulation may define it away. */
+#ifndef TT_LAUNCH_BOUNDS
+#define TT_LAUNCH_BOUNDS(threads) __launch_bounds__(threads)
+#endif
 /* Every kernel launch goes through this macro, so that a build can run the kernels elsewhere
  * (the host emulation in tests/ defines it before including this header). */
 #ifndef TT_LAUNCH
 #define TT_LAUNCH(kernel, grid, block, shmem, stream, ...) kernel<<<(grid), (block), (shmem), (stream)>>>(__VA_ARGS__)
 #endif
+/* The backend's own kernels, one table per file (TT_CUDA_KERNEL(kernel, block size) each), so
+ * that setup can ask the runtime about every one (cudaFuncGetAttributes) before anything else:
+ * that a kernel image for the device exists, that the block it is launched with fits, and, as
+ * the reference loads a lazily loaded kernel, so that its module is on the device before the
+ * reserve is measured. tests/tools/cuda_check.py holds the tables complete and their block sizes
+ * equal to the launches'. */
+typedef struct tt_cuda_kernel {
+  const char *name;
+  const void *fn;
+  int threads;
+} tt_cuda_kernel;
+#define TT_CUDA_KERNEL(k, threads) {#k, (const void *)(k), (threads)}
+extern const tt_cuda_kernel tt_cuda_elementwise_kernels[], tt_cuda_norm_kernels[], tt_cuda_loss_optim_kernels[];
+extern const int tt_cuda_elementwise_nkernels, tt_cuda_norm_nkernels, tt_cuda_loss_optim_nkernels;
+
 /* Grid-stride loop over count elements (launch with tt_cuda_blocks(count) blocks). */
 #define TT_CUDA_LOOP(i, count) \
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count); i += (size_t)blockDim.x * gridDim.x)
@@ -207,9 +233,9 @@ int tt_cuda_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src
 int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
                        float smoothing, float grad_scale, void *dlogits, float *stats);
 int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
-                       int nesterov, float weight_decay, float grad_scale);
+                       int nesterov, float weight_decay, float grad_scale, const int32_t *skip);
 int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
                         float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
-                        float grad_scale);
+                        float grad_scale, const int32_t *skip);
 int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
 #endif

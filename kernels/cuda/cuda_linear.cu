@@ -6,9 +6,17 @@
  *   bwd_filter:  dw^T (in x out) = x^T * dy (T of dy^T)        gemm(N, T, in, out, n)
  * Compute is CUBLAS_COMPUTE_32F (true fp32: the handle's math mode is CUBLAS_DEFAULT_MATH,
  * so no TF32); fp16 operands use tensor cores with fp32 accumulation. dw is fp32 even for
- * fp16 operands (GemmEx with A/B half, C float) and accumulates with beta. The handle has no
- * workspace of its own; a planned buffer is handed to cuBLAS when the planner gives one
- * (linear_workspace asks for none).
+ * fp16 operands (GemmEx with A/B half, C float) and accumulates with beta.
+ *
+ * Workspace: the handle has none of its own (setup sets a zero-byte one, so cuBLAS never
+ * allocates); every GEMM gets its step's planned buffer through cublasSetWorkspace, which binds
+ * it for the calls that follow on the handle's stream. linear_workspace asks for the size the
+ * cuBLAS documentation recommends for cublasSetWorkspace: 32 MiB on Hopper (compute capability
+ * 9.x), 4 MiB on the architectures before it; for Blackwell and newer we take Hopper's (what
+ * PyTorch does for capability 9 and up), so the bigger tiles have room. A smaller buffer only
+ * narrows cuBLAS's choice of algorithm. The buffer is 256-byte aligned (the arena's alignment),
+ * as cuBLAS requires of a user workspace. cublasSetStream resets the workspace to the default
+ * pool, so the stream is set once, at setup, before the zero-byte workspace.
  */
 #include "cuda_internal.h"
 
@@ -19,8 +27,10 @@ static int cuda_lin_check(tt_backend *b, const char *op, int n, int in, int out,
 }
 
 size_t tt_cuda_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which) {
-  (void)b, (void)n, (void)in, (void)out, (void)dt, (void)which;
-  return 0;
+  if (cuda_lin_check(b, "linear_workspace", n, in, out, dt)) return TT_WS_ERROR;
+  if (which != TT_WS_FWD && which != TT_WS_BWD_DATA && which != TT_WS_BWD_FILTER)
+    return tt_cuda_fail(b, "linear_workspace: unknown workspace kind %d", (int)which), TT_WS_ERROR;
+  return tt_cuda_st(b)->blas_ws; /* every direction is one GEMM */
 }
 
 static int cuda_lin_gemm(tt_backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int nn, int k, const void *A,

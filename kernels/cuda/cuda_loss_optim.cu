@@ -3,7 +3,8 @@
  *
  * softmax_ce runs in one block and combines per-warp sums in warp order, so stats are
  * deterministic. Optimizer updates are grid-stride loops over the element updates in
- * kernels/kernel_math.h, the ones the CPU backend runs. check_finite tests the exponent
+ * kernels/kernel_math.h, the ones the CPU backend runs, and do nothing when the overflow flag
+ * they are given is set. check_finite tests the exponent
  * bits, as the CPU backend does.
  */
 #include <math.h>
@@ -20,8 +21,9 @@ static cudaStream_t cuda_lo_stream(tt_backend *b) { return tt_cuda_st(b)->comput
  * per-warp loss and correct sums (double) are combined in warp order, so stats are
  * deterministic. A label outside [0, classes) makes the loss NaN (the device cannot
  * return an error; the CPU backend fails instead). */
-__global__ void cuda_lo_ce_k(int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels, float smoothing,
-                          float grad_scale, void *dlogits, float *stats) {
+__global__ void TT_LAUNCH_BOUNDS(CUDA_LO_CE_THREADS) cuda_lo_ce_k(int n, int classes, tt_dtype dt, const void *logits,
+                                                                  const int32_t *labels, float smoothing,
+                                                                  float grad_scale, void *dlogits, float *stats) {
   __shared__ double sh_loss[32], sh_corr[32];
   int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
   double wl = 0.0, wc = 0.0;
@@ -97,43 +99,53 @@ int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const voi
 
 /* ---------------------------------- optimizers ---------------------------------------- */
 
-__global__ void cuda_lo_sgd_k(size_t count, float *w, const float *g, float *m, float lr, float momentum, int nesterov,
-                               float weight_decay, float grad_scale) {
+/* skip: NULL or the overflow flag check_finite wrote earlier on this stream; every thread reads
+ * it and, when it is set, returns before touching w, m or v (backend.h). */
+__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_sgd_k(size_t count, float *w, const float *g, float *m,
+                                                                float lr, float momentum, int nesterov,
+                                                                float weight_decay, float grad_scale,
+                                                                const int32_t *skip) {
+  if (skip && *skip) return;
   TT_CUDA_LOOP(i, count) tt_sgd_elem(i, w, g, m, lr, momentum, nesterov, weight_decay, grad_scale);
 }
 
 int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
-                       int nesterov, float weight_decay, float grad_scale) {
+                       int nesterov, float weight_decay, float grad_scale, const int32_t *skip) {
   if (!count) return 0;
   if (!w || !g) return tt_cuda_fail(b, "sgd_update: NULL w or g");
   if (momentum != 0.0f && !m)
     return tt_cuda_fail(b, "sgd_update: momentum %g needs a momentum buffer", (double)momentum);
-  TT_LAUNCH(cuda_lo_sgd_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b), count, w, g, m, lr, momentum, nesterov,
-                                                                                    weight_decay, grad_scale);
+  TT_LAUNCH(cuda_lo_sgd_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b), count, w, g, m, lr, momentum,
+            nesterov, weight_decay, grad_scale, skip);
   CUDA_LAUNCH_CHECK(b, "sgd_update");
   return 0;
 }
 
-__global__ void cuda_lo_adam_k(size_t count, float *w, const float *g, float *m, float *v, float beta1, float beta2,
-                                float eps, float weight_decay, int decoupled, tt_adam_consts k, float grad_scale) {
+__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_adam_k(size_t count, float *w, const float *g, float *m,
+                                                                 float *v, float beta1, float beta2, float eps,
+                                                                 float weight_decay, int decoupled, tt_adam_consts k,
+                                                                 float grad_scale, const int32_t *skip) {
+  if (skip && *skip) return;
   TT_CUDA_LOOP(i, count) tt_adam_elem(i, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale);
 }
 
 int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr, float beta1,
-                        float beta2, float eps, float weight_decay, int decoupled, int t, float grad_scale) {
+                        float beta2, float eps, float weight_decay, int decoupled, int t, float grad_scale,
+                        const int32_t *skip) {
   if (t < 1) return tt_cuda_fail(b, "adam_update: step t=%d must be >= 1", t);
   if (!count) return 0;
   if (!w || !g || !m || !v) return tt_cuda_fail(b, "adam_update: NULL w, g, m or v");
   tt_adam_consts k = tt_adam_make_consts(lr, beta1, beta2, weight_decay, decoupled, t); /* as the CPU does */
   TT_LAUNCH(cuda_lo_adam_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b),
-      count, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale);
+      count, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale, skip);
   CUDA_LAUNCH_CHECK(b, "adam_update");
   return 0;
 }
 
 /* --------------------------------- check_finite --------------------------------------- */
 
-__global__ void cuda_lo_check_finite_k(size_t count, tt_dtype dt, const void *x, int32_t *flag) {
+__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_check_finite_k(size_t count, tt_dtype dt, const void *x,
+                                                                         int32_t *flag) {
   int bad = 0;
   TT_CUDA_LOOP(i, count) {
     if (dt == TT_F32)
@@ -152,3 +164,12 @@ int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x
   CUDA_LAUNCH_CHECK(b, "check_finite");
   return 0;
 }
+
+/* every kernel of this file, for the setup check (cuda_internal.h) */
+const tt_cuda_kernel tt_cuda_loss_optim_kernels[] = {
+    TT_CUDA_KERNEL(cuda_lo_ce_k, CUDA_LO_CE_THREADS),
+    TT_CUDA_KERNEL(cuda_lo_sgd_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_lo_adam_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_lo_check_finite_k, TT_CUDA_THREADS),
+};
+const int tt_cuda_loss_optim_nkernels = (int)(sizeof tt_cuda_loss_optim_kernels / sizeof tt_cuda_loss_optim_kernels[0]);

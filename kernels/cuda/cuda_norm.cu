@@ -26,9 +26,11 @@ static cudaStream_t cuda_norm_stream(tt_backend *b) { return tt_cuda_st(b)->comp
 
 /* --------------------------------- batch norm ----------------------------------------- */
 
-__global__ void cuda_bn_train_k(int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma, const float *bias,
-                                void *y, float *running_mean, float *running_var, float momentum, float eps,
-                                float *save_mean, float *save_invstd, int update_running) {
+__global__ void TT_LAUNCH_BOUNDS(CUDA_NORM_THREADS) cuda_bn_train_k(int n, int c, int hw, tt_dtype dt, const void *x,
+                                                                    const float *gamma, const float *bias, void *y,
+                                                                    float *running_mean, float *running_var,
+                                                                    float momentum, float eps, float *save_mean,
+                                                                    float *save_invstd, int update_running) {
   __shared__ double sh[33];
   const int ch = blockIdx.x;
   const size_t m = (size_t)n * hw;
@@ -79,9 +81,10 @@ int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   return 0;
 }
 
-__global__ void cuda_bn_infer_k(size_t count, int c, size_t hw, tt_dtype dt, const void *x, const float *gamma,
-                                const float *bias, const float *running_mean, const float *running_var, float eps,
-                                void *y) {
+__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_infer_k(size_t count, int c, size_t hw, tt_dtype dt,
+                                                                  const void *x, const float *gamma, const float *bias,
+                                                                  const float *running_mean, const float *running_var,
+                                                                  float eps, void *y) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
     int ch = (int)((i / hw) % (size_t)c);
     float mean = running_mean[ch], invstd = (float)(1.0 / sqrt((double)running_var[ch] + (double)eps));
@@ -101,9 +104,11 @@ int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   return 0;
 }
 
-__global__ void cuda_bn_bwd_k(int n, int c, int hw, tt_dtype dt, const void *x, const void *dy, const float *gamma,
-                              const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbias,
-                              float beta_dx, float beta_param) {
+__global__ void TT_LAUNCH_BOUNDS(CUDA_NORM_THREADS) cuda_bn_bwd_k(int n, int c, int hw, tt_dtype dt, const void *x,
+                                                                  const void *dy, const float *gamma,
+                                                                  const float *save_mean, const float *save_invstd,
+                                                                  void *dx, float *dgamma, float *dbias, float beta_dx,
+                                                                  float beta_param) {
   __shared__ double sh[33];
   const int ch = blockIdx.x;
   const size_t m = (size_t)n * hw;
@@ -172,7 +177,8 @@ __device__ long long cuda_norm_argmax(tt_pool_desc d, tt_dtype dt, const void *x
   return arg;
 }
 
-__global__ void cuda_pool_fwd_k(tt_pool_desc d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y) {
+__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_fwd_k(tt_pool_desc d, tt_pool_mode mode, tt_dtype dt,
+                                                                  const void *x, void *y) {
   size_t count = (size_t)d.n * d.c * d.p * d.q;
   float inv = 1.0f / (float)(d.kh * d.kw);
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
@@ -197,8 +203,8 @@ __global__ void cuda_pool_fwd_k(tt_pool_desc d, tt_pool_mode mode, tt_dtype dt, 
   }
 }
 
-__global__ void cuda_pool_bwd_k(tt_pool_desc d, tt_pool_mode mode, tt_dtype dt, const void *x, const void *dy, void *dx,
-                                float beta) {
+__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_bwd_k(tt_pool_desc d, tt_pool_mode mode, tt_dtype dt,
+                                                                  const void *x, const void *dy, void *dx, float beta) {
   size_t count = (size_t)d.n * d.c * d.h * d.w;
   float inv = 1.0f / (float)(d.kh * d.kw);
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
@@ -248,7 +254,8 @@ int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt
 /* ---------------------------- global average pooling ---------------------------------- */
 
 /* One warp per plane: lanes stride the plane, fp32 partials combined in double. */
-__global__ void cuda_gap_fwd_k(size_t planes, int hw, tt_dtype dt, const void *x, void *y) {
+__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_gap_fwd_k(size_t planes, int hw, tt_dtype dt, const void *x,
+                                                                 void *y) {
   size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   int lane = threadIdx.x & 31;
   size_t nwarps = ((size_t)blockDim.x * gridDim.x) >> 5;
@@ -270,7 +277,8 @@ int tt_cuda_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void
   return 0;
 }
 
-__global__ void cuda_gap_bwd_k(size_t count, int hw, tt_dtype dt, const void *dy, void *dx, float beta) {
+__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_gap_bwd_k(size_t count, int hw, tt_dtype dt, const void *dy,
+                                                                 void *dx, float beta) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
     float g = tt_cuda_ld(dt, dy, i / (size_t)hw) / (float)hw;
     tt_cuda_st_beta(dt, dx, i, g, beta);
@@ -285,3 +293,15 @@ int tt_cuda_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void
   CUDA_LAUNCH_CHECK(b, "gap_bwd");
   return 0;
 }
+
+/* every kernel of this file, for the setup check (cuda_internal.h) */
+const tt_cuda_kernel tt_cuda_norm_kernels[] = {
+    TT_CUDA_KERNEL(cuda_bn_train_k, CUDA_NORM_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_infer_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_bwd_k, CUDA_NORM_THREADS),
+    TT_CUDA_KERNEL(cuda_pool_fwd_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_pool_bwd_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_gap_fwd_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_gap_bwd_k, TT_CUDA_THREADS),
+};
+const int tt_cuda_norm_nkernels = (int)(sizeof tt_cuda_norm_kernels / sizeof tt_cuda_norm_kernels[0]);
