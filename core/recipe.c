@@ -103,7 +103,6 @@ static int recipe_lex(recipe_state *st, char *buf, size_t len) {
       st->ents[st->nents].key = key;
       st->ents[st->nents].val = val;
       st->ents[st->nents].line = line;
-      st->ents[st->nents].warned = 0;
       st->nents++;
       sec->ne++;
     }

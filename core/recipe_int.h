@@ -26,7 +26,6 @@ extern "C" {
 typedef struct recipe_entry {
   char *key, *val; /* point into the parser's copy of the text */
   int line;
-  int warned;      /* a body entry is seen once per instance; warn once */
 } recipe_entry;
 
 typedef struct recipe_section {
