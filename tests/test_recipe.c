@@ -323,6 +323,36 @@ static void test_warnings(void) {
   }
   TT_TEST_END();
 
+  TT_TEST_BEGIN("recipe_mean_std_scale_warns");
+  {
+    static const struct {
+      const char *data, *want; /* want NULL: no warning */
+    } cases[] = {
+        {"mean = 125.3, 123.0, 113.9\nstd = 0.247, 0.243, 0.261\n",
+         "w.recipe:7: warning: 'mean' = 125.3 looks like the 0-255 pixel scale, but pixels are normalised on [0, 1]; "
+         "use mean = 0.4914, 0.4824, 0.4467"},
+        {"mean = 0.4914\nstd = 63\n", "w.recipe:8: warning: 'std' = 63 looks like the 0-255 pixel scale, but pixels are "
+                                      "normalised on [0, 1]; use std = 0.2471"},
+        {"mean = -0.5\n", "w.recipe:7: warning: 'mean' = -0.5 is outside [0, 1]"},
+        {"mean = 0.5, 0.4, 0.3\nstd = 0.2, 0.25, 1\n", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      char t[512];
+      snprintf(t, sizeof t, "[net]\ninput = 3x4x4\nclasses = 2\n[train]\nbatch = 4\n[data]\n%sformat = synthetic\n"
+                            "[flatten]\n[linear]\nout = 2\n", cases[i].data);
+      memset(&w, 0, sizeof w);
+      int rc = tt_recipe_parse("w.recipe", t, &m, &err, collect_warning, &w);
+      TT_CHECK(rc == 0, "case %zu: %s", i, err.msg);
+      if (rc) continue;
+      tt_model_free(&m);
+      if (!cases[i].want) TT_CHECK(w.n == 0, "case %zu: unexpected warning %s", i, w.first);
+      else
+        TT_CHECK(w.n == 1 && !strncmp(w.first, cases[i].want, strlen(cases[i].want)), "case %zu: %d warnings, first: %s\n"
+                 "  want: %s", i, w.n, w.first, cases[i].want);
+    }
+  }
+  TT_TEST_END();
+
   TT_TEST_BEGIN("recipe_open_error");
   TT_CHECK(tt_recipe_load("tests/recipes_bad/does-not-exist.recipe", &m, &err, NULL, NULL) != 0, "loaded a missing file");
   TT_CHECK(strstr(err.msg, "tests/recipes_bad/does-not-exist.recipe") && strstr(err.msg, "No such file"), "message: %s", err.msg);
