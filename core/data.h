@@ -27,7 +27,7 @@ typedef struct tt_dataset {
  * channels and resized (shorter side to fit, then centre crop). Unreadable images are
  * skipped, counted in ds->skipped and reported through warn (may be NULL) as
  * "path: skipped (reason)". Synthetic: 1024 (train) or 256 (test) deterministic images of
- * 10 classes. Returns 0, or -1 with err naming the file and what was expected. */
+ * cfg->classes classes (10 when it is 0). Returns 0, or -1 with err naming the file and what was expected. */
 int tt_dataset_load(const tt_data_cfg *cfg, int train, int c, int h, int w, tt_dataset *ds, tt_err *err,
                     tt_warn_fn warn, void *ud);
 void tt_dataset_free(tt_dataset *ds);

@@ -270,6 +270,7 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
     if (rc) return -1;
   }
   if (!have_format) return recipe_error(st, sec->line, "[data] needs 'format = idx|folder|list|synthetic'");
+  d->classes = st->m->classes;
   if (line_mean) recipe_check_norm(st, line_mean, "mean", d->mean);
   if (line_std) recipe_check_norm(st, line_std, "std", d->std);
   if (d->format == TT_DATA_SYNTHETIC) {

@@ -10,6 +10,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/data.h"
 #include "core/model.h"
+#include "core/recipe.h"
 #include "core/safetensors.h"
 #include "core/tinytrain.h"
 #include "core/train.h"
@@ -329,6 +332,39 @@ static void test_parse_size(void) {
   TT_TEST_END();
 }
 
+/* ---- synthetic data honours [net] classes ---- */
+
+static void test_synthetic_classes(void) {
+  char rec[1024], d[1024], err[1500], text[1024];
+  tt_run_opts r;
+  TT_TEST_BEGIN("synthetic_honours_classes");
+  tt_test_path_in(rec, "syn3.recipe"), tt_test_path_in(d, "Syn3");
+  snprintf(text, sizeof text, "[net]\ninput = 1x8x8\nclasses = 3\n[train]\nbatch = 32\n[data]\nformat = synthetic\n"
+                              "[flatten]\n[linear fc]\nout = 3\n");
+  write_file(rec, text);
+  int rc = train(rec, d, NULL, 4, 0, &r, err, sizeof err);
+  TT_CHECK(rc == 0, "synthetic data with classes = 3: %s", err);
+  tt_model mdl;
+  tt_err e;
+  snprintf(text, sizeof text, "[net]\ninput = 1x8x8\nclasses = 20\n[train]\nbatch = 32\n[data]\nformat = synthetic\n"
+                              "[flatten]\n[linear fc]\nout = 20\n");
+  if (tt_recipe_parse("syn20.recipe", text, &mdl, &e, NULL, NULL) == 0) {
+    tt_dataset ds;
+    if (tt_dataset_load(&mdl.data, 1, 1, 8, 8, &ds, &e, NULL, NULL) == 0) {
+      int hi = 0, lo = 99;
+      for (int i = 0; i < ds.n; i++) hi = ds.labels[i] > hi ? ds.labels[i] : hi, lo = ds.labels[i] < lo ? ds.labels[i] : lo;
+      TT_CHECK(lo == 0 && hi == 19, "classes = 20: labels from %d to %d", lo, hi);
+      tt_dataset_free(&ds);
+    } else {
+      TT_CHECK(0, "%s", e.msg);
+    }
+    tt_model_free(&mdl);
+  } else {
+    TT_CHECK(0, "%s", e.msg);
+  }
+  TT_TEST_END();
+}
+
 int main(void) {
   char recipe[1024], recipe1[1024], recipe_wide[1024], dA[1024], dB[1024], dO[1024], dT[1024], dE[1024], dW[1024];
   char a[1100], b[1100], why[1024], err[1500], m[64];
@@ -347,6 +383,7 @@ int main(void) {
     return 1;
   }
   const int steps_per_epoch = 32, k = 13; /* 13: mid-epoch, not a multiple of 32 */
+
 
   /* ---- resumed == continuous ---- */
   TT_TEST_BEGIN("resume_bit_exact");
@@ -453,6 +490,8 @@ int main(void) {
     TT_CHECK(0, "needs run A");
   }
   TT_TEST_END();
+
+  test_synthetic_classes();
 
   printf("# test_train: %.1f s\n", now_s() - t0);
   tt_test_tmpdir_remove();
