@@ -1,7 +1,7 @@
-/* core/train.c — the train stage: data, resume or initialise, the epochs and their steps,
- * learning-rate schedule, evaluation, checkpoints. What the run reports (metrics.jsonl, the
- * progress line, the summary text, the chart) is metrics.c's. Everything it needs is set up
- * before the first step; the step loop allocates nothing. */
+/* core/train.c — the train stage: data, resume or initialise, the run directory, the epochs
+ * and their steps, learning-rate schedule, evaluation, checkpoints. What the run reports
+ * (metrics.jsonl, the progress line, the summary text, the chart) is metrics.c's. Everything
+ * it needs is set up before the first step; the step loop allocates nothing. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,10 +74,12 @@ typedef struct train_run {
   tt_metrics mt;
   tt_ckpt_state st;              /* step, position and loss scale: what a checkpoint holds */
   char dir[TT_PATH_MAX];         /* the run directory */
-  int mb, accum;                 /* micro-batch and accumulation steps of the schedule */
+  char resumed_from[TT_PATH_MAX + 64]; /* the state file resumed from, for messages */
+  int mb, accum, batch;          /* micro-batch, accumulation steps, effective batch */
   int epochs, steps_per_epoch, log_every;
   tt_train_cfg sched_cfg;        /* the recipe's, spanning the epochs of this run */
   tt_opt_hparams hp;
+  long long saved_step;          /* step of the checkpoint on disk; -1 none yet */
   double final_loss, final_acc;  /* of the last evaluation */
 } train_run;
 
@@ -96,46 +98,15 @@ static int train_data(train_run *R, tt_err *err) {
     if (R->train_ds.labels[k] < 0 || R->train_ds.labels[k] >= m->classes)
       return tt_fail(err, "%s: training label %d of image %d is outside [0, %d) set by [net] classes", m->data.train,
                      R->train_ds.labels[k], k, m->classes);
-  if (R->train_ds.n < R->mb * R->accum)
+  if (R->train_ds.n < R->batch)
     return tt_fail(err, "%s: %d training images are fewer than one effective batch of %d", m->data.train, R->train_ds.n,
-                   R->mb * R->accum);
+                   R->batch);
   int loader_threads = 2;
   const tt_train_cfg *tc = &m->train;
   if (tt_loader_create(&R->tl, &R->train_ds, R->mb, 1, m->data.crop_pad, m->data.hflip, tc->seed, loader_threads, err) ||
       tt_loader_create(&R->el, &R->test_ds, R->s->sched.eval.policy.micro_batch, 0, 0, 0, tc->seed, 1, err))
     return -1;
   return 0;
-}
-
-/* The starting state: the resumed run's checkpoint, or freshly initialised parameters. */
-static int train_resume_or_init(train_run *R, tt_err *err) {
-  const tt_model *m = &R->s->model;
-  const tt_train_cfg *tc = &m->train;
-  tt_ckpt_state *st = &R->st;
-  memset(st, 0, sizeof *st);
-  tt_loss_scale_init(&st->loss_scale, R->s->sched.policy.act_dtype == TT_F16);
-  st->seed = tc->seed;
-  if (!R->o->resume_dir) return tt_exec_init_params(&R->s->x, tc->seed, err);
-  char path[TT_PATH_MAX + 64];
-  snprintf(path, sizeof path, "%s/state.safetensors", R->o->resume_dir);
-  if (tt_checkpoint_load(&R->s->x, path, 1, st, err)) return -1;
-  if (st->micro_batch * st->accum_steps != tc->batch)
-    return tt_fail(err, "%s: was written with effective batch %d but %s has batch %d", path,
-                   st->micro_batch * st->accum_steps, m->path, tc->batch);
-  tt_metrics_say(&R->mt, "resumed from %s at step %lld (epoch %d, batch %d)\n", path, st->step, st->epoch + 1,
-                 st->batch_in_epoch);
-  return 0;
-}
-
-/* The run directory: --out, else the resumed run's own directory, else runs/<name>. Made only
- * now, so that a refused checkpoint leaves no empty directory behind. */
-static int train_run_dir(train_run *R, tt_err *err) {
-  const tt_run_opts *o = R->o;
-  if (o->out_dir) snprintf(R->dir, sizeof R->dir, "%s", o->out_dir);
-  else if (o->resume_dir) snprintf(R->dir, sizeof R->dir, "%s", o->resume_dir);
-  else snprintf(R->dir, sizeof R->dir, "runs/%s", R->s->model.name);
-  if (tt_mkdirs(R->dir, err)) return -1;
-  return tt_metrics_open(&R->mt, R->dir, o->resume_dir != NULL, err);
 }
 
 /* The run's length, learning-rate schedule, optimizer settings and logging interval. */
@@ -158,10 +129,58 @@ static int train_loop_setup(train_run *R, tt_err *err) {
   return tt_exec_stats(&R->s->x, NULL, 1, err);
 }
 
+/* A resumed state against this run: the effective batch. */
+static int train_resume_check(train_run *R, tt_err *err) {
+  const tt_model *m = &R->s->model;
+  tt_ckpt_state *st = &R->st;
+  if (st->micro_batch * st->accum_steps != R->batch)
+    return tt_fail(err, "%s: was written with effective batch %d but %s has batch %d", R->resumed_from,
+                   st->micro_batch * st->accum_steps, m->path, R->batch);
+  return 0;
+}
+
+/* The starting state: the resumed run's checkpoint, or freshly initialised parameters. */
+static int train_resume_or_init(train_run *R, tt_err *err) {
+  const tt_model *m = &R->s->model;
+  const tt_train_cfg *tc = &m->train;
+  tt_ckpt_state *st = &R->st;
+  memset(st, 0, sizeof *st);
+  tt_loss_scale_init(&st->loss_scale, R->s->sched.policy.act_dtype == TT_F16);
+  st->seed = tc->seed;
+  R->saved_step = -1;
+  if (!R->o->resume_dir) return tt_exec_init_params(&R->s->x, tc->seed, err);
+  snprintf(R->resumed_from, sizeof R->resumed_from, "%s/state.safetensors", R->o->resume_dir);
+  if (tt_checkpoint_load(&R->s->x, R->resumed_from, 1, st, err) || train_resume_check(R, err))
+    return -1;
+  R->saved_step = st->step;
+  tt_metrics_say(&R->mt, "resumed from %s at step %lld (epoch %d, batch %d)\n", R->resumed_from, st->step, st->epoch + 1,
+                 st->batch_in_epoch);
+  return 0;
+}
+
+/* The run directory: --out, else the resumed run's own directory, else runs/<name>. Made only
+ * now, so that a refused checkpoint leaves no empty directory behind. */
+static int train_run_dir(train_run *R, tt_err *err) {
+  const tt_run_opts *o = R->o;
+  if (o->out_dir) snprintf(R->dir, sizeof R->dir, "%s", o->out_dir);
+  else if (o->resume_dir) snprintf(R->dir, sizeof R->dir, "%s", o->resume_dir);
+  else snprintf(R->dir, sizeof R->dir, "runs/%s", R->s->model.name);
+  if (tt_mkdirs(R->dir, err)) return -1;
+  return tt_metrics_open(&R->mt, R->dir, o->resume_dir != NULL, err);
+}
+
+/* Writes both checkpoint files for the state as it stands. */
+static int train_save(train_run *R, tt_err *err) {
+  R->st.micro_batch = R->mb, R->st.accum_steps = R->accum;
+  if (tt_checkpoint_save(&R->s->x, R->dir, &R->st, err)) return -1;
+  R->saved_step = R->st.step;
+  return 0;
+}
+
 /* One optimizer step (step_in_epoch k of epoch): accum micro-steps, then the update. */
 static int train_step(train_run *R, int epoch, int k, double lr, tt_epoch_meter *e, tt_err *err) {
   tt_ckpt_state *st = &R->st;
-  float gscale = st->loss_scale.scale / (float)(R->mb * R->accum);
+  float gscale = st->loss_scale.scale / (float)R->batch;
   for (int a = 0; a < R->accum; a++) {
     const uint8_t *img;
     const int32_t *lab;
@@ -181,8 +200,8 @@ static int train_step(train_run *R, int epoch, int k, double lr, tt_epoch_meter 
     return -1;
   tt_loss_scale_update(&st->loss_scale, overflow);
   st->step++;
-  e->images += (long long)R->mb * R->accum;
-  e->log_images += (long long)R->mb * R->accum;
+  e->images += R->batch;
+  e->log_images += R->batch;
   return 0;
 }
 
@@ -200,57 +219,59 @@ static int train_log(train_run *R, tt_epoch_meter *e, int k, double lr, tt_err *
   return 0;
 }
 
-/* The steps of one epoch from where the state says it stands. Sets *stopped, and the position
- * to resume from, when --max-steps is reached. */
+/* After step k of epoch: the position a checkpoint records, then whether --max-steps stops
+ * the run (on the last step of an epoch it goes on to the evaluation, as every epoch's end
+ * does). */
+static void train_after_step(train_run *R, int epoch, int k, int *stopped) {
+  tt_ckpt_state *st = &R->st;
+  st->epoch = epoch, st->batch_in_epoch = (k + 1) * R->accum;
+  if (R->o->max_steps > 0 && st->step >= R->o->max_steps) {
+    *stopped = 1;
+    if (k + 1 == R->steps_per_epoch) st->epoch = epoch + 1, st->batch_in_epoch = 0;
+  }
+}
+
+/* The steps of one epoch from where the state says it stands, until its end or a stop. */
 static int train_epoch(train_run *R, int epoch, tt_epoch_meter *e, int *stopped, tt_err *err) {
   tt_ckpt_state *st = &R->st;
   int start_batch = epoch == st->epoch ? st->batch_in_epoch : 0;
-  tt_loader_start_epoch(R->tl, epoch, start_batch);
+  if (tt_loader_start_epoch(R->tl, epoch, start_batch))
+    return tt_fail(err, "epoch %d cannot start at micro-batch %d of %d", epoch + 1, start_batch, tt_loader_batches(R->tl));
   tt_metrics_epoch_begin(e, epoch, st->loss_scale.skipped);
-  for (int k = start_batch / R->accum; k < R->steps_per_epoch; k++) {
+  for (int k = start_batch / R->accum; k < R->steps_per_epoch && !*stopped; k++) {
     double lr = tt_lr_at(&R->sched_cfg, (double)epoch + (double)k / R->steps_per_epoch);
     if (train_step(R, epoch, k, lr, e, err)) return -1;
     if ((st->step % R->log_every == 0 || k == R->steps_per_epoch - 1) && train_log(R, e, k, lr, err)) return -1;
-    if (R->o->max_steps > 0 && st->step >= R->o->max_steps) {
-      *stopped = 1;
-      st->epoch = epoch;
-      st->batch_in_epoch = (k + 1) * R->accum;
-      if (k + 1 == R->steps_per_epoch) st->epoch = epoch + 1, st->batch_in_epoch = 0;
-      break;
-    }
+    train_after_step(R, epoch, k, stopped);
   }
   return 0;
 }
 
 /* End of epoch: evaluate, report, checkpoint, chart. */
-static int train_end_epoch(train_run *R, int epoch, const tt_epoch_meter *e, int stopped, tt_err *err) {
+static int train_end_epoch(train_run *R, int epoch, const tt_epoch_meter *e, tt_err *err) {
   double loss, acc;
   if (train_evaluate(R->s, R->el, &loss, &acc, err)) return -1;
   R->final_loss = loss, R->final_acc = acc;
   tt_metrics_eval(&R->mt, e, R->st.step, loss, acc);
-  if (!stopped) R->st.epoch = epoch + 1, R->st.batch_in_epoch = 0;
-  R->st.micro_batch = R->mb, R->st.accum_steps = R->accum;
-  if (tt_checkpoint_save(&R->s->x, R->dir, &R->st, err)) return -1;
+  R->st.epoch = epoch + 1, R->st.batch_in_epoch = 0;
+  if (train_save(R, err)) return -1;
   return tt_metrics_chart(&R->mt, R->dir, R->s->model.name, err);
 }
 
 static int train_body(train_run *R, tt_err *err) {
   tt_run_opts *o = R->o;
   if (tt_session_open(&R->s, o, TT_SESSION_TRAIN, err)) return -1;
-  R->mb = R->s->sched.policy.micro_batch, R->accum = R->s->sched.policy.accum_steps;
+  R->mb = R->s->sched.policy.micro_batch, R->accum = R->s->sched.policy.accum_steps, R->batch = R->mb * R->accum;
   if (!o->quiet) tt_session_print_summary(R->s, R->mt.out);
-  if (train_data(R, err) || train_resume_or_init(R, err) || train_run_dir(R, err) || train_loop_setup(R, err)) return -1;
+  if (train_data(R, err) || train_loop_setup(R, err) || train_resume_or_init(R, err) || train_run_dir(R, err)) return -1;
   int stopped = o->max_steps > 0 && R->st.step >= o->max_steps; /* resumed at the limit already: no step */
   for (int epoch = R->st.epoch; epoch < R->epochs && !stopped; epoch++) {
     tt_epoch_meter e;
     if (train_epoch(R, epoch, &e, &stopped, err)) return -1;
-    if (stopped && R->st.batch_in_epoch != 0) break; /* mid-epoch stop: checkpoint below, no evaluation */
-    if (train_end_epoch(R, epoch, &e, stopped, err)) return -1;
+    if (stopped && R->st.epoch == epoch) break; /* stopped inside the epoch: checkpoint below, no evaluation */
+    if (train_end_epoch(R, epoch, &e, err)) return -1;
   }
-  if (stopped) {
-    R->st.micro_batch = R->mb, R->st.accum_steps = R->accum;
-    if (tt_checkpoint_save(&R->s->x, R->dir, &R->st, err)) return -1;
-  }
+  if (stopped && R->saved_step != R->st.step && train_save(R, err)) return -1;
   o->final_accuracy = R->final_acc;
   o->final_loss = R->final_loss;
   o->steps_done = R->st.step;
