@@ -18,19 +18,21 @@ typedef struct metrics_hist {
   int n;
 } metrics_hist;
 
-/* Rebuilds the chart history from the eval lines of an existing metrics.jsonl (resume). */
+/* Rebuilds the chart history from the eval lines (epoch lines without a test split) of an
+ * existing metrics.jsonl (resume). */
 static void metrics_hist_read(metrics_hist *h, const char *path) {
   FILE *f = fopen(path, "r");
   if (!f) return;
   char line[1024];
   while (fgets(line, sizeof line, f) && h->n < METRICS_HIST_MAX) {
-    if (!strstr(line, "\"event\": \"eval\"")) continue;
+    int eval = strstr(line, "\"event\": \"eval\"") != NULL;
+    if (!eval && !strstr(line, "\"event\": \"epoch\"")) continue;
     const char *e = strstr(line, "\"epoch\": "), *l = strstr(line, "\"loss\": "), *a = strstr(line, "\"accuracy\": ");
     const char *tl = strstr(line, "\"train_loss\": ");
-    if (!e || !l || !a) continue;
+    if (!e || (eval && (!l || !a))) continue;
     h->epoch[h->n] = atof(e + 9);
-    h->test_loss[h->n] = atof(l + 8);
-    h->test_acc[h->n] = atof(a + 12);
+    h->test_loss[h->n] = eval ? atof(l + 8) : NAN;
+    h->test_acc[h->n] = eval ? atof(a + 12) : NAN;
     h->train_loss[h->n] = tl ? atof(tl + 14) : NAN;
     h->n++;
   }
@@ -116,6 +118,23 @@ void tt_metrics_eval(tt_metrics *m, const tt_epoch_meter *e, long long step, dou
     h->train_loss[h->n] = train_loss;
     h->test_loss[h->n] = test_loss;
     h->test_acc[h->n] = test_acc;
+    h->n++;
+  }
+}
+
+void tt_metrics_epoch(tt_metrics *m, const tt_epoch_meter *e, long long step) {
+  double train_loss = e->images ? e->loss_sum / (double)e->images : 0.0;
+  fprintf(m->jsonl, "{\"event\": \"epoch\", \"epoch\": %d, \"step\": %lld, \"train_loss\": %.6g, \"seconds\": %.2f}\n",
+          e->epoch + 1, step, train_loss, tt_now() - e->t0);
+  fflush(m->jsonl);
+  if (m->in_place && !m->quiet) fprintf(m->out, "\n");
+  tt_metrics_say(m, "epoch %d/%d  train loss %.4f  (%.1f s)\n", e->epoch + 1, m->epochs, train_loss, tt_now() - e->t0);
+  metrics_hist *h = m->hist;
+  if (h->n < METRICS_HIST_MAX) {
+    h->epoch[h->n] = e->epoch + 1;
+    h->train_loss[h->n] = train_loss;
+    h->test_loss[h->n] = NAN;
+    h->test_acc[h->n] = NAN;
     h->n++;
   }
 }

@@ -57,6 +57,9 @@ void tt_metrics_train(tt_metrics *m, tt_epoch_meter *e, int step_in_epoch, long 
                       double lr, const tt_loss_scale *ls);
 /* The epoch was evaluated: its "eval" line, its summary line and its point of the chart. */
 void tt_metrics_eval(tt_metrics *m, const tt_epoch_meter *e, long long step, double test_loss, double test_acc);
+/* The epoch ended and there is no test split: an "epoch" line with train_loss, its summary
+ * line and its point of the chart. */
+void tt_metrics_epoch(tt_metrics *m, const tt_epoch_meter *e, long long step);
 /* dir/chart.svg from the history so far. */
 int tt_metrics_chart(const tt_metrics *m, const char *dir, const char *title, tt_err *err);
 /* The closing text: fp16 skipped steps, if any, and where the run's files are. */

@@ -38,7 +38,7 @@ typedef struct tt_run_opts {
   int quiet;             /* 1: only errors */
   FILE *out;             /* progress and summary; NULL = stdout */
   /* results */
-  double final_accuracy, final_loss;
+  double final_accuracy, final_loss; /* of the last evaluation; NaN when the run evaluated nothing */
   long long steps_done;
 } tt_run_opts;
 

@@ -18,6 +18,7 @@
 void tt_run_opts_init(tt_run_opts *o) {
   memset(o, 0, sizeof *o);
   o->progress = -1;
+  o->final_accuracy = o->final_loss = NAN;
 }
 
 double tt_lr_at(const tt_train_cfg *t, double epoch) {
@@ -70,7 +71,7 @@ typedef struct train_run {
   tt_run_opts *o;
   tt_session *s;
   tt_dataset train_ds, test_ds;
-  tt_loader *tl, *el;            /* training and test batches */
+  tt_loader *tl, *el;            /* training and test batches; el is NULL without a test split */
   tt_metrics mt;
   tt_ckpt_state st;              /* step, position and loss scale: what a checkpoint holds */
   char dir[TT_PATH_MAX];         /* the run directory */
@@ -83,14 +84,18 @@ typedef struct train_run {
   double final_loss, final_acc;  /* of the last evaluation */
 } train_run;
 
-/* Loads both splits, checks them against the recipe and the schedule, and starts the loaders. */
+/* Loads both splits (the test split when the recipe has one), checks them against the recipe
+ * and the schedule, and starts the loaders. */
 static int train_data(train_run *R, tt_err *err) {
   const tt_model *m = &R->s->model;
   if (m->data.format == TT_DATA_NONE)
     return tt_fail(err, "%s: has no [data] section; add one with format and train/test paths to train", m->path);
+  int has_test = m->data.format == TT_DATA_SYNTHETIC || m->data.test[0];
   if (tt_dataset_load(&m->data, 1, m->in_c, m->in_h, m->in_w, &R->train_ds, err, tt_warn_stderr, NULL) ||
-      tt_dataset_load(&m->data, 0, m->in_c, m->in_h, m->in_w, &R->test_ds, err, tt_warn_stderr, NULL))
+      (has_test && tt_dataset_load(&m->data, 0, m->in_c, m->in_h, m->in_w, &R->test_ds, err, tt_warn_stderr, NULL)))
     return -1;
+  if (!has_test)
+    tt_metrics_say(&R->mt, "data: %s has no test split ([data] test = ...): training without evaluation\n", m->path);
   if (R->train_ds.skipped || R->test_ds.skipped)
     tt_metrics_say(&R->mt, "data: skipped %d training and %d test images that could not be read (listed above)\n",
                    R->train_ds.skipped, R->test_ds.skipped);
@@ -103,8 +108,9 @@ static int train_data(train_run *R, tt_err *err) {
                    R->batch);
   int loader_threads = 2;
   const tt_train_cfg *tc = &m->train;
-  if (tt_loader_create(&R->tl, &R->train_ds, R->mb, 1, m->data.crop_pad, m->data.hflip, tc->seed, loader_threads, err) ||
-      tt_loader_create(&R->el, &R->test_ds, R->s->sched.eval.policy.micro_batch, 0, 0, 0, tc->seed, 1, err))
+  if (tt_loader_create(&R->tl, &R->train_ds, R->mb, 1, m->data.crop_pad, m->data.hflip, tc->seed, loader_threads, err))
+    return -1;
+  if (has_test && tt_loader_create(&R->el, &R->test_ds, R->s->sched.eval.policy.micro_batch, 0, 0, 0, tc->seed, 1, err))
     return -1;
   return 0;
 }
@@ -247,12 +253,16 @@ static int train_epoch(train_run *R, int epoch, tt_epoch_meter *e, int *stopped,
   return 0;
 }
 
-/* End of epoch: evaluate, report, checkpoint, chart. */
+/* End of epoch: evaluate (when there is a test split), report, checkpoint, chart. */
 static int train_end_epoch(train_run *R, int epoch, const tt_epoch_meter *e, tt_err *err) {
-  double loss, acc;
-  if (train_evaluate(R->s, R->el, &loss, &acc, err)) return -1;
-  R->final_loss = loss, R->final_acc = acc;
-  tt_metrics_eval(&R->mt, e, R->st.step, loss, acc);
+  if (R->el) {
+    double loss, acc;
+    if (train_evaluate(R->s, R->el, &loss, &acc, err)) return -1;
+    R->final_loss = loss, R->final_acc = acc;
+    tt_metrics_eval(&R->mt, e, R->st.step, loss, acc);
+  } else {
+    tt_metrics_epoch(&R->mt, e, R->st.step);
+  }
   R->st.epoch = epoch + 1, R->st.batch_in_epoch = 0;
   if (train_save(R, err)) return -1;
   return tt_metrics_chart(&R->mt, R->dir, R->s->model.name, err);
@@ -285,6 +295,7 @@ int tt_train(tt_run_opts *o, char *errbuf, size_t errsize) {
   train_run R;
   memset(&R, 0, sizeof R);
   R.o = o;
+  R.final_loss = R.final_acc = NAN;
   tt_metrics_init(&R.mt, o->out ? o->out : stdout, o->quiet, o->progress);
   int rc = train_body(&R, &err);
   tt_metrics_close(&R.mt);

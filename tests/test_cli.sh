@@ -1,7 +1,8 @@
 #!/bin/bash
 # tests/test_cli.sh — the tinytrain command line: help and version, bad usage (exit 2, one line),
 # recipe errors (exit 1, PATH:LINE:), `plan --json` on every example, --vram fits and refusals,
-# --device cuda on a CPU-only build, missing data files. Run from the repository root:
+# --device cuda on a CPU-only build, missing data files, the README's example recipe. Run from
+# the repository root:
 #   bash tests/test_cli.sh
 # Prints PASS/FAIL/SKIP lines; exits 1 if anything failed.
 cd "$(dirname "$0")/.." || exit 1
@@ -195,6 +196,22 @@ elif ! grep -qF "$TMP/no-such-images-idx3-ubyte.gz" "$TMP/err"; then
   fail cli_missing_data "the message does not name the missing file: $ERR"
 else
   pass cli_missing_data
+fi
+
+# ---- the README's example recipe (no test split) trains, saying once that it will not evaluate ----
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  skip cli_readme_recipe "no Fashion-MNIST in /usr/share/datasets (apt-get install dataset-fashion-mnist)"
+else
+  python3 -c '
+import re, sys
+m = re.search(r"```ini\n(# A small CNN for Fashion-MNIST.*?)```", open("README.md").read(), re.S)
+sys.stdout.write(m.group(1) if m else "")' >"$TMP/readme.recipe"
+  run --device cpu --threads 1 --max-steps 2 --out "$TMP/readme" "$TMP/readme.recipe"
+  if [ ! -s "$TMP/readme.recipe" ]; then fail cli_readme_recipe "no '# A small CNN for Fashion-MNIST' recipe in README.md"
+  elif [ "$RC" != 0 ]; then fail cli_readme_recipe "exit $RC: $ERR"
+  elif [ "$(grep -c "no test split" "$TMP/out")" != 1 ]; then fail cli_readme_recipe "does not say once that it will not evaluate: $OUT"
+  else pass cli_readme_recipe
+  fi
 fi
 
 exit $FAILED

@@ -332,7 +332,83 @@ static void test_parse_size(void) {
   TT_TEST_END();
 }
 
-/* ---- synthetic data honours [net] classes ---- */
+/* ---- helpers ---- */
+
+/* The whole file in a malloc'ed string (NULL if it cannot be read). */
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *p = (char *)malloc((size_t)n + 1);
+  size_t got = p ? fread(p, 1, (size_t)n, f) : 0;
+  fclose(f);
+  if (p) p[got] = 0;
+  return p;
+}
+
+static int count_substr(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = text; p && (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+  return n;
+}
+
+/* ---- a recipe without a test split trains (README), synthetic data honours classes ---- */
+
+static void put_be32(FILE *f, unsigned v) {
+  unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
+  fwrite(b, 1, 4, f);
+}
+
+/* n 8x8 idx images of 4 classes (a bright quarter per class) and their labels. */
+static int write_idx(const char *images, const char *labels, int n) {
+  FILE *fi = fopen(images, "wb"), *fl = fopen(labels, "wb");
+  if (!fi || !fl) return -1;
+  put_be32(fi, 0x803), put_be32(fi, (unsigned)n), put_be32(fi, 8), put_be32(fi, 8);
+  put_be32(fl, 0x801), put_be32(fl, (unsigned)n);
+  uint64_t s = 3;
+  for (int i = 0; i < n; i++) {
+    int c = i % 4;
+    for (int p = 0; p < 64; p++) {
+      int y = p / 8, x = p % 8, in = (y / 4) * 2 + x / 4 == c;
+      fputc((int)(tt_splitmix_next(&s) % 100) + (in ? 150 : 0), fi);
+    }
+    fputc(c, fl);
+  }
+  return fclose(fi) | fclose(fl);
+}
+
+static void test_no_test_split(void) {
+  char rec[1024], img[1024], lab[1024], d[1024], out[1024], text[4096], err[1500];
+  TT_TEST_BEGIN("train_without_test_split");
+  tt_test_path_in(rec, "notest.recipe"), tt_test_path_in(img, "notest-images-idx3-ubyte");
+  tt_test_path_in(lab, "notest-labels-idx1-ubyte"), tt_test_path_in(d, "NoTest"), tt_test_path_in(out, "notest.out");
+  snprintf(text, sizeof text,
+           "[net]\ninput = 1x8x8\nclasses = 4\n[train]\nbatch = 32\nepochs = 2\nlr = 0.05\nlog_every = 4\n"
+           "[data]\nformat = idx\ntrain = %s\ntrain_labels = %s\nmean = 0.4\nstd = 0.3\n"
+           "[conv conv1]\nfilters = 4\nsize = 3\nactivation = relu\n[flatten]\n[linear fc]\nout = 4\n",
+           img, lab);
+  TT_CHECK(write_idx(img, lab, 256) == 0 && write_file(rec, text) == 0, "cannot write the idx files");
+  tt_run_opts o;
+  tt_run_opts_init(&o);
+  o.recipe = rec, o.device = TT_DEVICE_CPU, o.threads = 2, o.progress = 0, o.out_dir = d;
+  o.out = fopen(out, "w");
+  int rc = tt_train(&o, err, sizeof err);
+  if (o.out) fclose(o.out);
+  TT_CHECK(rc == 0, "a recipe without 'test' did not train: %s", err);
+  char *said = slurp(out), met[1100], *lines;
+  snprintf(met, sizeof met, "%s/metrics.jsonl", d);
+  lines = slurp(met);
+  TT_CHECK(rc || (said && count_substr(said, "no test split") == 1), "want 'no test split' said once: %s",
+           said ? said : "");
+  TT_CHECK(rc || (lines && count_substr(lines, "\"event\": \"epoch\"") == 2 && !strstr(lines, "\"event\": \"eval\"")),
+           "metrics.jsonl: want 2 epoch lines and no eval line: %s", lines ? lines : "");
+  TT_CHECK(rc || (isnan(o.final_accuracy) && o.steps_done == 16), "final accuracy %g (want NaN: never evaluated), "
+           "%lld steps", o.final_accuracy, o.steps_done);
+  free(said), free(lines);
+  TT_TEST_END();
+}
 
 static void test_synthetic_classes(void) {
   char rec[1024], d[1024], err[1500], text[1024];
@@ -491,6 +567,7 @@ int main(void) {
   }
   TT_TEST_END();
 
+  test_no_test_split();
   test_synthetic_classes();
 
   printf("# test_train: %.1f s\n", now_s() - t0);
