@@ -76,7 +76,7 @@ int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_
     char v[10][64];
     snprintf(v[0], sizeof v[0], "%lld", st->step);
     snprintf(v[1], sizeof v[1], "%d", st->epoch);
-    snprintf(v[2], sizeof v[2], "%d", st->batch_in_epoch);
+    snprintf(v[2], sizeof v[2], "%lld", st->images_in_epoch);
     snprintf(v[3], sizeof v[3], "%.9g", (double)st->loss_scale.scale);
     snprintf(v[4], sizeof v[4], "%d", st->loss_scale.clean_steps);
     snprintf(v[5], sizeof v[5], "%lld", st->loss_scale.skipped);
@@ -85,7 +85,7 @@ int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_
     snprintf(v[8], sizeof v[8], "%d", st->accum_steps);
     snprintf(v[9], sizeof v[9], "%d", st->loss_scale.growth_interval);
     const char *meta[] = {"format", "tinytrain", "recipe", x->g->model->name, "step", v[0], "epoch", v[1],
-                          "batch_in_epoch", v[2], "loss_scale", v[3], "loss_scale_clean_steps", v[4],
+                          "images_in_epoch", v[2], "loss_scale", v[3], "loss_scale_clean_steps", v[4],
                           "skipped_steps", v[5], "seed", v[6], "micro_batch", v[7], "accum_steps", v[8],
                           "loss_scale_growth_interval", v[9], NULL};
     snprintf(path, sizeof path, "%s/%s", dir, with_state ? "state.safetensors" : "weights.safetensors");
@@ -157,12 +157,16 @@ int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_sta
       const char *ls = tt_st_meta(f, "loss_scale");
       rc = ckpt_meta_ll(f, file, "step", &st->step, err);
       if (!rc && !(rc = ckpt_meta_ll(f, file, "epoch", &v, err))) st->epoch = (int)v;
-      if (!rc && !(rc = ckpt_meta_ll(f, file, "batch_in_epoch", &v, err))) st->batch_in_epoch = (int)v;
       if (!rc && !(rc = ckpt_meta_ll(f, file, "loss_scale_clean_steps", &v, err))) st->loss_scale.clean_steps = (int)v;
       if (!rc && !(rc = ckpt_meta_ll(f, file, "loss_scale_growth_interval", &v, err))) st->loss_scale.growth_interval = (int)v;
       if (!rc && !(rc = ckpt_meta_ll(f, file, "skipped_steps", &v, err))) st->loss_scale.skipped = v;
       if (!rc && !(rc = ckpt_meta_ll(f, file, "micro_batch", &v, err))) st->micro_batch = (int)v;
       if (!rc && !(rc = ckpt_meta_ll(f, file, "accum_steps", &v, err))) st->accum_steps = (int)v;
+      /* the position in images; a state file from before counted micro-batches of its micro_batch */
+      if (!rc && (tt_st_meta(f, "images_in_epoch") || !tt_st_meta(f, "batch_in_epoch")))
+        rc = ckpt_meta_ll(f, file, "images_in_epoch", &st->images_in_epoch, err);
+      else if (!rc && !(rc = ckpt_meta_ll(f, file, "batch_in_epoch", &v, err)))
+        st->images_in_epoch = v * st->micro_batch;
       if (!rc) {
         const char *sv = tt_st_meta(f, "seed");
         if (!sv) rc = tt_fail(err, "%s: no seed in its metadata", file);

@@ -135,13 +135,22 @@ static int train_loop_setup(train_run *R, tt_err *err) {
   return tt_exec_stats(&R->s->x, NULL, 1, err);
 }
 
-/* A resumed state against this run: the effective batch. */
+/* A resumed state against this run: the effective batch, and the loss scale against this run's
+ * precision (a policy change may switch fp16 autocast on or off). */
 static int train_resume_check(train_run *R, tt_err *err) {
   const tt_model *m = &R->s->model;
   tt_ckpt_state *st = &R->st;
   if (st->micro_batch * st->accum_steps != R->batch)
     return tt_fail(err, "%s: was written with effective batch %d but %s has batch %d", R->resumed_from,
                    st->micro_batch * st->accum_steps, m->path, R->batch);
+  int fp16 = R->s->sched.policy.act_dtype == TT_F16;
+  if (fp16 != (st->loss_scale.growth_interval > 0)) {
+    long long skipped = st->loss_scale.skipped;
+    tt_loss_scale_init(&st->loss_scale, fp16);
+    st->loss_scale.skipped = skipped;
+    tt_metrics_say(&R->mt, "resume: the checkpoint was written %s fp16 autocast, this run %s it: loss scale %g\n",
+                   fp16 ? "without" : "with", fp16 ? "uses" : "does not use", (double)st->loss_scale.scale);
+  }
   return 0;
 }
 
@@ -159,8 +168,9 @@ static int train_resume_or_init(train_run *R, tt_err *err) {
   if (tt_checkpoint_load(&R->s->x, R->resumed_from, 1, st, err) || train_resume_check(R, err))
     return -1;
   R->saved_step = st->step;
-  tt_metrics_say(&R->mt, "resumed from %s at step %lld (epoch %d, batch %d)\n", R->resumed_from, st->step, st->epoch + 1,
-                 st->batch_in_epoch);
+  tt_metrics_say(&R->mt, "resumed from %s at step %lld (epoch %d, image %lld of %lld)%s\n", R->resumed_from, st->step,
+                 st->epoch + 1, st->images_in_epoch, (long long)R->steps_per_epoch * R->batch,
+                 st->micro_batch != R->mb ? "; the position is in images, so the new micro-batch starts there" : "");
   return 0;
 }
 
@@ -230,21 +240,21 @@ static int train_log(train_run *R, tt_epoch_meter *e, int k, double lr, tt_err *
  * does). */
 static void train_after_step(train_run *R, int epoch, int k, int *stopped) {
   tt_ckpt_state *st = &R->st;
-  st->epoch = epoch, st->batch_in_epoch = (k + 1) * R->accum;
+  st->epoch = epoch, st->images_in_epoch = (long long)(k + 1) * R->batch;
   if (R->o->max_steps > 0 && st->step >= R->o->max_steps) {
     *stopped = 1;
-    if (k + 1 == R->steps_per_epoch) st->epoch = epoch + 1, st->batch_in_epoch = 0;
+    if (k + 1 == R->steps_per_epoch) st->epoch = epoch + 1, st->images_in_epoch = 0;
   }
 }
 
 /* The steps of one epoch from where the state says it stands, until its end or a stop. */
 static int train_epoch(train_run *R, int epoch, tt_epoch_meter *e, int *stopped, tt_err *err) {
   tt_ckpt_state *st = &R->st;
-  int start_batch = epoch == st->epoch ? st->batch_in_epoch : 0;
-  if (tt_loader_start_epoch(R->tl, epoch, start_batch))
-    return tt_fail(err, "epoch %d cannot start at micro-batch %d of %d", epoch + 1, start_batch, tt_loader_batches(R->tl));
+  long long start = epoch == st->epoch ? st->images_in_epoch : 0;
+  if (tt_loader_start_epoch(R->tl, epoch, (int)(start / R->mb)))
+    return tt_fail(err, "epoch %d cannot start at image %lld of %d", epoch + 1, start, R->train_ds.n);
   tt_metrics_epoch_begin(e, epoch, st->loss_scale.skipped);
-  for (int k = start_batch / R->accum; k < R->steps_per_epoch && !*stopped; k++) {
+  for (int k = (int)(start / R->batch); k < R->steps_per_epoch && !*stopped; k++) {
     double lr = tt_lr_at(&R->sched_cfg, (double)epoch + (double)k / R->steps_per_epoch);
     if (train_step(R, epoch, k, lr, e, err)) return -1;
     if ((st->step % R->log_every == 0 || k == R->steps_per_epoch - 1) && train_log(R, e, k, lr, err)) return -1;
@@ -263,7 +273,7 @@ static int train_end_epoch(train_run *R, int epoch, const tt_epoch_meter *e, tt_
   } else {
     tt_metrics_epoch(&R->mt, e, R->st.step);
   }
-  R->st.epoch = epoch + 1, R->st.batch_in_epoch = 0;
+  R->st.epoch = epoch + 1, R->st.images_in_epoch = 0;
   if (train_save(R, err)) return -1;
   return tt_metrics_chart(&R->mt, R->dir, R->s->model.name, err);
 }

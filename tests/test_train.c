@@ -88,11 +88,25 @@ static int write_recipe(const char *path, int epochs, int conv2_filters) {
   return write_file(path, text);
 }
 
+/* No batch norm, no dropout, fp32: k micro-batches of m train like one of k*m but for the
+ * order of fp32 sums, so runs under different micro-batches can be compared. */
+static const char *recipe_plain_text =
+    "[net]\ninput = 1x16x16\nclasses = 10\n"
+    "[train]\nbatch = 32\nepochs = 2\nlr = 0.05\nmomentum = 0.9\nseed = 7\nlog_every = 5\nprecision = fp32\n"
+    "[data]\nformat = synthetic\nmean = 0.5\nstd = 0.25\n"
+    "[conv conv1]\nfilters = 8\nsize = 3\nactivation = relu\n[maxpool]\nsize = 2\n"
+    "[conv conv2]\nfilters = 8\nsize = 3\nactivation = relu\n[flatten]\n[linear fc]\nout = 10\n";
+
+static int train_micro_batch; /* o.micro_batch of the next train() calls; 0: the recipe's */
+static int train_precision;   /* o.precision of the next train() calls; 0: the recipe's */
+
 static int train(const char *recipe, const char *out, const char *resume, long long max_steps, int epochs,
                  tt_run_opts *res, char *err, size_t errsize) {
   tt_run_opts o;
   tt_run_opts_init(&o);
   o.recipe = recipe;
+  o.micro_batch = train_micro_batch;
+  o.precision = train_precision;
   o.device = TT_DEVICE_CPU;
   o.threads = 2;
   o.quiet = 1;
@@ -332,7 +346,52 @@ static void test_parse_size(void) {
   TT_TEST_END();
 }
 
-/* ---- helpers ---- */
+/* ---- helpers for the checkpoint and metrics tests ---- */
+
+/* Copies the safetensors file src to dst with metadata `key` set to value (value NULL: the key
+ * removed; key NULL: the metadata as it is) and, when nan_tensor names a tensor, its first
+ * value made NaN. */
+static int rewrite_st(const char *src, const char *dst, const char *key, const char *value, const char *nan_tensor,
+                      char *why, size_t whysize) {
+  tt_err e;
+  tt_st_file *f = NULL;
+  if (tt_st_open(src, &f, &e)) {
+    snprintf(why, whysize, "%s", e.msg);
+    return -1;
+  }
+  int n = tt_st_count(f), nm = tt_st_meta_count(f), k = 0, found = 0;
+  tt_st_tensor *t = (tt_st_tensor *)calloc((size_t)n + 1, sizeof *t);
+  const char **kv = (const char **)calloc(2 * (size_t)nm + 3, sizeof *kv);
+  float *patched = NULL;
+  for (int i = 0; i < nm; i++) {
+    const char *mk, *mv;
+    tt_st_meta_at(f, i, &mk, &mv);
+    if (key && !strcmp(mk, key)) {
+      found = 1;
+      if (!value) continue;
+      mv = value;
+    }
+    kv[k++] = mk, kv[k++] = mv;
+  }
+  if (key && value && !found) kv[k++] = key, kv[k++] = value;
+  kv[k] = NULL;
+  for (int i = 0; i < n; i++) {
+    t[i] = *tt_st_at(f, i);
+    if (nan_tensor && !strcmp(t[i].name, nan_tensor)) {
+      patched = (float *)malloc(t[i].bytes);
+      memcpy(patched, t[i].data, t[i].bytes);
+      patched[0] = NAN;
+      t[i].data = patched;
+    }
+  }
+  int rc = tt_st_write(dst, t, n, kv, &e);
+  if (rc) snprintf(why, whysize, "%s", e.msg);
+  free(patched);
+  free(kv);
+  free(t);
+  tt_st_close(f);
+  return rc;
+}
 
 /* The whole file in a malloc'ed string (NULL if it cannot be read). */
 static char *slurp(const char *path) {
@@ -352,6 +411,106 @@ static int count_substr(const char *text, const char *needle) {
   int n = 0;
   for (const char *p = text; p && (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
   return n;
+}
+
+/* ---- a checkpoint under one micro-batch resumed under another: the position is in images ---- */
+
+/* Largest |a - b| over every tensor of two files, relative to the largest |a|; -1 on error. */
+static double max_rel_diff(const char *a, const char *b, char *why, size_t whysize) { /* why: 1024 bytes */
+  tt_err e;
+  tt_st_file *fa = NULL, *fb = NULL;
+  double d = 0, big = 1e-12;
+  if (tt_st_open(a, &fa, &e) || tt_st_open(b, &fb, &e)) {
+    snprintf(why, whysize, "%s", e.msg);
+    if (fa) tt_st_close(fa);
+    return -1;
+  }
+  for (int i = 0; i < tt_st_count(fa); i++) {
+    const tt_st_tensor *ta = tt_st_at(fa, i), *tb = tt_st_get(fb, ta->name);
+    if (!tb || tb->bytes != ta->bytes) {
+      snprintf(why, whysize, "tensor %s missing or of another size in %.900s", ta->name, b);
+      d = -1;
+      break;
+    }
+    for (size_t k = 0; k < ta->bytes / 4; k++) {
+      float x, y;
+      memcpy(&x, (const char *)ta->data + 4 * k, 4), memcpy(&y, (const char *)tb->data + 4 * k, 4);
+      if (fabs((double)x) > big) big = fabs((double)x);
+      if (fabs((double)x - y) > d || x != x || y != y) d = (x != x || y != y) ? 1e30 : fabs((double)x - y);
+    }
+  }
+  tt_st_close(fa), tt_st_close(fb);
+  return d < 0 ? -1 : d / big;
+}
+
+static void test_policy_change(const char *recipe_plain) {
+  char dC[1024], d1[1024], d2[1024], a[1100], b[1100], why[1024], err[1500];
+  tt_run_opts r;
+  tt_test_path_in(dC, "P_cont"), tt_test_path_in(d1, "P_16_32"), tt_test_path_in(d2, "P_32_8");
+  TT_TEST_BEGIN("resume_policy_change");
+  train_micro_batch = 32;
+  int rc = train(recipe_plain, dC, NULL, 0, 1, &r, err, sizeof err);
+  TT_CHECK(rc == 0, "continuous run, micro-batch 32: %s", err);
+  /* one epoch: 13 steps at micro-batch 16 (x2), the rest at 32 (x1); 13 at 32, the rest at 8 (x4) */
+  const char *dirs[2] = {d1, d2};
+  const int before[2] = {16, 32}, after[2] = {32, 8};
+  for (int i = 0; i < 2 && rc == 0; i++) {
+    train_micro_batch = before[i];
+    int r1 = train(recipe_plain, dirs[i], NULL, 13, 1, &r, err, sizeof err);
+    TT_CHECK(r1 == 0, "13 steps at micro-batch %d: %s", before[i], err);
+    train_micro_batch = after[i];
+    int r2 = r1 ? -1 : train(recipe_plain, dirs[i], dirs[i], 0, 1, &r, err, sizeof err);
+    TT_CHECK(r1 || r2 == 0, "resumed at micro-batch %d: %s", after[i], err);
+    TT_CHECK(r1 || r2 || r.steps_done == 32, "micro-batch %d -> %d: the resumed run ended at step %lld, want 32 (one "
+             "epoch): it started at the wrong point of the epoch", before[i], after[i], r.steps_done);
+    if (r1 || r2) continue;
+    snprintf(a, sizeof a, "%s/state.safetensors", dC), snprintf(b, sizeof b, "%s/state.safetensors", dirs[i]);
+    double d = max_rel_diff(a, b, why, sizeof why);
+    /* the same images in the same steps: only the order of fp32 sums differs */
+    TT_CHECK(d >= 0 && d < 1e-4, "micro-batch %d -> %d vs 32 throughout: the states differ by %g of the largest (%s)",
+             before[i], after[i], d, d < 0 ? why : "want < 1e-4: the same images in the same steps");
+  }
+  train_micro_batch = 0;
+  /* fp32, then resumed under fp16 autocast: the loss scale becomes fp16's (65536, doubling
+   * after 2000 clean steps), not fp32's fixed 1 */
+  char d3[1024], m[64];
+  tt_test_path_in(d3, "P_fp16");
+  train_precision = 1;
+  int r1 = train(recipe_plain, d3, NULL, 5, 1, &r, err, sizeof err);
+  train_precision = 2;
+  int r2 = r1 ? -1 : train(recipe_plain, d3, d3, 8, 1, &r, err, sizeof err);
+  train_precision = 0;
+  TT_CHECK(r1 == 0 && r2 == 0, "fp32 for 5 steps, then fp16: %s", err);
+  snprintf(b, sizeof b, "%s/state.safetensors", d3);
+  TT_CHECK(r2 || (atoi(meta_of(b, "loss_scale_growth_interval", m, sizeof m)) == 2000 &&
+                  atof(meta_of(b, "loss_scale", m, sizeof m)) >= 1024),
+           "resumed under fp16 from an fp32 checkpoint: loss scale %s, growth interval %s; want fp16's dynamic scale",
+           meta_of(b, "loss_scale", m, sizeof m), meta_of(b, "loss_scale_growth_interval", why, sizeof why));
+  TT_TEST_END();
+}
+
+/* A state file from before positions were counted in images ('batch_in_epoch' in micro-batches
+ * of its micro_batch) resumes to the same end as the run that was never stopped. */
+static void test_old_state(const char *recipe, const char *dA, const char *state13) {
+  char d[1024], dst[1100], a[1100], why[1024], err[1500];
+  tt_run_opts r;
+  TT_TEST_BEGIN("resume_old_state_file");
+  tt_test_path_in(d, "Old");
+  mkdir(d, 0755);
+  snprintf(dst, sizeof dst, "%s/state.safetensors", d);
+  snprintf(a, sizeof a, "%s/old1.safetensors", tt_test_dir());
+  int rc = rewrite_st(state13, a, "images_in_epoch", NULL, NULL, why, sizeof why) ||
+           rewrite_st(a, dst, "batch_in_epoch", "26", NULL, why, sizeof why);
+  TT_CHECK(rc == 0, "cannot write the old-style state file: %s", why);
+  if (rc == 0) {
+    rc = train(recipe, d, d, 0, 0, &r, err, sizeof err);
+    TT_CHECK(rc == 0 && r.steps_done == 64, "resuming an old state file (batch_in_epoch = 26 at micro-batch 16): rc %d, "
+             "%lld steps: %s", rc, r.steps_done, err);
+    int nopt;
+    snprintf(a, sizeof a, "%s/state.safetensors", dA);
+    TT_CHECK(rc || compare_st(a, dst, 1, &nopt, why, sizeof why) > 0, "resumed from an old state file: %s", why);
+  }
+  TT_TEST_END();
 }
 
 /* ---- a recipe without a test split trains (README), synthetic data honours classes ---- */
@@ -443,6 +602,7 @@ static void test_synthetic_classes(void) {
 
 int main(void) {
   char recipe[1024], recipe1[1024], recipe_wide[1024], dA[1024], dB[1024], dO[1024], dT[1024], dE[1024], dW[1024];
+  char recipe_plain[1024], state13[1100];
   char a[1100], b[1100], why[1024], err[1500], m[64];
   tt_run_opts r;
   double t0 = now_s();
@@ -452,9 +612,11 @@ int main(void) {
 
   tt_test_path_in(recipe, "syn.recipe"), tt_test_path_in(recipe1, "syn1.recipe");
   tt_test_path_in(recipe_wide, "syn_wide.recipe");
+  tt_test_path_in(recipe_plain, "plain.recipe"), tt_test_path_in(state13, "state13.safetensors");
   tt_test_path_in(dA, "A"), tt_test_path_in(dB, "B"), tt_test_path_in(dO, "O");
   tt_test_path_in(dT, "T"), tt_test_path_in(dE, "E"), tt_test_path_in(dW, "W");
-  if (write_recipe(recipe, 2, 16) || write_recipe(recipe1, 1, 16) || write_recipe(recipe_wide, 2, 12)) {
+  if (write_recipe(recipe, 2, 16) || write_recipe(recipe1, 1, 16) || write_recipe(recipe_wide, 2, 12) ||
+      write_file(recipe_plain, recipe_plain_text)) {
     printf("FAIL setup: cannot write recipes under %s\n", tt_test_dir());
     return 1;
   }
@@ -473,9 +635,11 @@ int main(void) {
   TT_CHECK(rcB || r.steps_done == k, "run B stopped after %lld steps, want %d", r.steps_done, k);
   snprintf(b, sizeof b, "%s/state.safetensors", dB);
   TT_CHECK(atoi(meta_of(b, "step", m, sizeof m)) == k, "B's state says step '%s', want %d", m, k);
-  TT_CHECK(atoi(meta_of(b, "batch_in_epoch", m, sizeof m)) == 2 * k, "B's state says batch_in_epoch '%s', want %d", m,
-           2 * k);
+  /* the position is counted in images (issue 14 item 8), no longer in micro-batches (batch_in_epoch = 2k) */
+  TT_CHECK(atoi(meta_of(b, "images_in_epoch", m, sizeof m)) == 32 * k, "B's state says images_in_epoch '%s', want %d",
+           m, 32 * k);
   TT_CHECK(atoi(meta_of(b, "epoch", m, sizeof m)) == 0, "B's state says epoch '%s', want 0", m);
+  TT_CHECK(copy_file(b, state13) == 0, "cannot copy %s", b);
   if (rcB == 0) {
     /* resuming at the step limit already reached does no step and leaves the state as it was */
     rcB = train(recipe, dB, dB, k, 0, &r, err, sizeof err);
@@ -567,6 +731,8 @@ int main(void) {
   }
   TT_TEST_END();
 
+  if (rcA == 0) test_old_state(recipe, dA, state13);
+  test_policy_change(recipe_plain);
   test_no_test_split();
   test_synthetic_classes();
 
