@@ -135,14 +135,29 @@ static int train_loop_setup(train_run *R, tt_err *err) {
   return tt_exec_stats(&R->s->x, NULL, 1, err);
 }
 
-/* A resumed state against this run: the effective batch, and the loss scale against this run's
- * precision (a policy change may switch fp16 autocast on or off). */
+/* A resumed state against this run: the effective batch, the position against the size of an
+ * epoch, the step count against the position (a warning), and the loss scale against this
+ * run's precision (a policy change may switch fp16 autocast on or off). */
 static int train_resume_check(train_run *R, tt_err *err) {
   const tt_model *m = &R->s->model;
   tt_ckpt_state *st = &R->st;
+  const char *path = R->resumed_from;
+  long long per_epoch = (long long)R->steps_per_epoch * R->batch;
   if (st->micro_batch * st->accum_steps != R->batch)
-    return tt_fail(err, "%s: was written with effective batch %d but %s has batch %d", R->resumed_from,
+    return tt_fail(err, "%s: was written with effective batch %d but %s has batch %d", path,
                    st->micro_batch * st->accum_steps, m->path, R->batch);
+  if (st->images_in_epoch > per_epoch)
+    return tt_fail(err, "%s: metadata 'images_in_epoch' = %lld is past the end of an epoch (%lld images of %s); was "
+                   "the training set changed? Resume with the data it was written with",
+                   path, st->images_in_epoch, per_epoch, m->data.train[0] ? m->data.train : "synthetic data");
+  long long want = (long long)st->epoch * R->steps_per_epoch + st->images_in_epoch / R->batch;
+  if (st->step != want) {
+    char w[TT_PATH_MAX + 400];
+    snprintf(w, sizeof w, "%s: warning: step %lld, but epoch %d at image %lld makes %lld steps of %d per epoch; was "
+             "the training set changed since it was written? Continuing from step %lld",
+             path, st->step, st->epoch + 1, st->images_in_epoch, want, R->steps_per_epoch, st->step);
+    tt_warn_stderr(NULL, w);
+  }
   int fp16 = R->s->sched.policy.act_dtype == TT_F16;
   if (fp16 != (st->loss_scale.growth_interval > 0)) {
     long long skipped = st->loss_scale.skipped;
@@ -165,7 +180,7 @@ static int train_resume_or_init(train_run *R, tt_err *err) {
   R->saved_step = -1;
   if (!R->o->resume_dir) return tt_exec_init_params(&R->s->x, tc->seed, err);
   snprintf(R->resumed_from, sizeof R->resumed_from, "%s/state.safetensors", R->o->resume_dir);
-  if (tt_checkpoint_load(&R->s->x, R->resumed_from, 1, st, err) || train_resume_check(R, err))
+  if (tt_checkpoint_load(&R->s->x, R->resumed_from, 1, st, tt_warn_stderr, NULL, err) || train_resume_check(R, err))
     return -1;
   R->saved_step = st->step;
   tt_metrics_say(&R->mt, "resumed from %s at step %lld (epoch %d, image %lld of %lld)%s\n", R->resumed_from, st->step,
@@ -332,7 +347,7 @@ int tt_evaluate(tt_run_opts *o, const char *weights, char *errbuf, size_t errsiz
     tt_fail(&err, "%s: has no [data] section with a test split", s->model.path);
     goto done;
   }
-  if (tt_checkpoint_load(&s->x, weights, 0, NULL, &err)) goto done;
+  if (tt_checkpoint_load(&s->x, weights, 0, NULL, tt_warn_stderr, NULL, &err)) goto done;
   if (tt_dataset_load(&s->model.data, 0, s->model.in_c, s->model.in_h, s->model.in_w, &ds, &err, tt_warn_stderr, NULL))
     goto done;
   if (tt_loader_create(&el, &ds, s->sched.eval.policy.micro_batch, 0, 0, 0, 1, 1, &err)) goto done;

@@ -11,6 +11,7 @@
 #define _POSIX_C_SOURCE 200809L
 #endif
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -489,6 +490,50 @@ static void test_policy_change(const char *recipe_plain) {
   TT_TEST_END();
 }
 
+/* ---- damaged metadata: refused naming the file and the key; metrics.jsonl untouched ---- */
+
+static void test_bad_metadata(const char *recipe, const char *dA) {
+  static const struct {
+    const char *key, *value;
+  } bad[] = {{"epoch", "-1"},           {"epoch", "4294967296"},  {"epoch", "99"},        {"step", "-5"},
+             {"step", "1000000000000000"}, {"step", ""},          {"step", "12x"},        {"images_in_epoch", "-32"},
+             {"images_in_epoch", "99999999999"}, {"images_in_epoch", ""}, {"images_in_epoch", "33"},
+             {"images_in_epoch", "1056"}, {"loss_scale", "0"},     {"loss_scale", "nan"},  {"loss_scale", "inf"},
+             {"loss_scale", ""},         {"loss_scale", "-65536"}, {"seed", ""},           {"seed", "-1"},
+             {"micro_batch", "0"},       {"accum_steps", "-2"},    {"skipped_steps", "65"},
+             {"loss_scale_clean_steps", "-1"}, {"loss_scale_growth_interval", ""}};
+  char d[1024], src[1100], dst[1100], met[1100], why[1024], err[1500];
+  tt_run_opts r;
+  TT_TEST_BEGIN("resume_bad_metadata");
+  snprintf(src, sizeof src, "%s/metrics.jsonl", dA);
+  char *metrics0 = slurp(src);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "M%zu", i);
+    tt_test_path_in(d, name);
+    mkdir(d, 0755);
+    snprintf(src, sizeof src, "%s/state.safetensors", dA), snprintf(dst, sizeof dst, "%s/state.safetensors", d);
+    if (rewrite_st(src, dst, bad[i].key, bad[i].value, NULL, why, sizeof why)) {
+      TT_CHECK(0, "cannot write %s: %s", dst, why);
+      continue;
+    }
+    snprintf(src, sizeof src, "%s/metrics.jsonl", dA), snprintf(met, sizeof met, "%s/metrics.jsonl", d);
+    copy_file(src, met);
+    int rc = train(recipe, NULL, d, 0, 3, &r, err, sizeof err);
+    char key[64];
+    snprintf(key, sizeof key, "'%s'", bad[i].key);
+    TT_CHECK(rc != 0, "%s = '%s' was accepted (resumed to step %lld)", bad[i].key, bad[i].value, r.steps_done);
+    TT_CHECK(rc == 0 || (strstr(err, dst) && strstr(err, key)), "%s = '%s': the message names neither %s nor %s: %s",
+             bad[i].key, bad[i].value, dst, key, err);
+    char *now = slurp(met);
+    TT_CHECK(now && metrics0 && !strcmp(now, metrics0), "%s = '%s': the refused resume changed %s", bad[i].key,
+             bad[i].value, met);
+    free(now);
+  }
+  free(metrics0);
+  TT_TEST_END();
+}
+
 /* A state file from before positions were counted in images ('batch_in_epoch' in micro-batches
  * of its micro_batch) resumes to the same end as the run that was never stopped. */
 static void test_old_state(const char *recipe, const char *dA, const char *state13) {
@@ -510,6 +555,64 @@ static void test_old_state(const char *recipe, const char *dA, const char *state
     snprintf(a, sizeof a, "%s/state.safetensors", dA);
     TT_CHECK(rc || compare_st(a, dst, 1, &nopt, why, sizeof why) > 0, "resumed from an old state file: %s", why);
   }
+  TT_TEST_END();
+}
+
+/* Sends stderr to the file `log` until stderr_restore; returns the saved descriptor. */
+static int stderr_to(const char *log) {
+  fflush(stderr);
+  int saved = dup(2), fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  dup2(fd, 2);
+  close(fd);
+  return saved;
+}
+
+static void stderr_restore(int saved) {
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+}
+
+/* NaN weights are evaluated with a warning naming the file and the tensor; a state whose step
+ * does not match its epoch and position resumes with a warning. */
+static void test_nan_weights(const char *recipe, const char *dA) {
+  char src[1100], dst[1100], log[1100], why[1024], err[1500];
+  TT_TEST_BEGIN("eval_nan_weights_warns");
+  snprintf(src, sizeof src, "%s/weights.safetensors", dA);
+  snprintf(dst, sizeof dst, "%s/nan_weights.safetensors", tt_test_dir());
+  tt_test_path_in(log, "nan_stderr.txt");
+  TT_CHECK(rewrite_st(src, dst, NULL, NULL, "fc2.weight", why, sizeof why) == 0, "%s", why);
+  tt_run_opts o;
+  tt_run_opts_init(&o);
+  o.recipe = recipe, o.device = TT_DEVICE_CPU, o.threads = 2, o.quiet = 1;
+  FILE *devnull = fopen("/dev/null", "w");
+  o.out = devnull;
+  int saved = stderr_to(log);
+  int rc = tt_evaluate(&o, dst, err, sizeof err);
+  stderr_restore(saved);
+  if (devnull) fclose(devnull);
+  char *text = slurp(log);
+  TT_CHECK(rc == 0, "evaluating NaN weights: %s", err);
+  TT_CHECK(text && strstr(text, dst) && strstr(text, "fc2.weight") && strstr(text, "NaN"),
+           "no warning naming %s and fc2.weight on stderr: '%s'", dst, text ? text : "");
+  free(text);
+  TT_TEST_END();
+
+  TT_TEST_BEGIN("resume_step_mismatch_warns");
+  char d[1024];
+  tt_run_opts r;
+  tt_test_path_in(d, "Steps");
+  mkdir(d, 0755);
+  snprintf(src, sizeof src, "%s/state.safetensors", dA), snprintf(dst, sizeof dst, "%s/state.safetensors", d);
+  TT_CHECK(rewrite_st(src, dst, "step", "60", NULL, why, sizeof why) == 0, "%s", why);
+  saved = stderr_to(log);
+  rc = train(recipe, d, d, 60, 0, &r, err, sizeof err); /* at the step limit already: only the checks */
+  stderr_restore(saved);
+  text = slurp(log);
+  TT_CHECK(rc == 0, "step 60 at the end of epoch 2 (64 steps): %s", err);
+  TT_CHECK(text && strstr(text, dst) && strstr(text, "step 60") && strstr(text, "makes 64 steps"),
+           "no warning naming %s, its step 60 and the 64 its position makes: '%s'", dst, text ? text : "");
+  free(text);
   TT_TEST_END();
 }
 
@@ -731,7 +834,11 @@ int main(void) {
   }
   TT_TEST_END();
 
-  if (rcA == 0) test_old_state(recipe, dA, state13);
+  if (rcA == 0) {
+    test_bad_metadata(recipe, dA);
+    test_old_state(recipe, dA, state13);
+    test_nan_weights(recipe, dA);
+  }
   test_policy_change(recipe_plain);
   test_no_test_split();
   test_synthetic_classes();
