@@ -2,10 +2,14 @@
  * and their steps, learning-rate schedule, evaluation, checkpoints. What the run reports
  * (metrics.jsonl, the progress line, the summary text, the chart) is metrics.c's. Everything
  * it needs is set up before the first step; the step loop allocates nothing. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "data.h"
@@ -189,15 +193,27 @@ static int train_resume_or_init(train_run *R, tt_err *err) {
   return 0;
 }
 
+/* Temporary files of writes that a kill interrupted (fileio.c writes <file>.tmp, then renames). */
+static void train_remove_stale(train_run *R) {
+  static const char *const names[4] = {"state.safetensors", "weights.safetensors", "metrics.jsonl", "chart.svg"};
+  char p[TT_PATH_MAX + 64];
+  for (int i = 0; i < 4; i++) {
+    snprintf(p, sizeof p, "%s/%s.tmp", R->dir, names[i]);
+    if (unlink(p) == 0) tt_metrics_say(&R->mt, "removed %s, left behind by an interrupted write\n", p);
+  }
+}
+
 /* The run directory: --out, else the resumed run's own directory, else runs/<name>. Made only
- * now, so that a refused checkpoint leaves no empty directory behind. */
+ * now, after every check of the resume, so that a refused run leaves no directory behind and
+ * a refused resume leaves metrics.jsonl as it was. */
 static int train_run_dir(train_run *R, tt_err *err) {
   const tt_run_opts *o = R->o;
   if (o->out_dir) snprintf(R->dir, sizeof R->dir, "%s", o->out_dir);
   else if (o->resume_dir) snprintf(R->dir, sizeof R->dir, "%s", o->resume_dir);
   else snprintf(R->dir, sizeof R->dir, "runs/%s", R->s->model.name);
   if (tt_mkdirs(R->dir, err)) return -1;
-  return tt_metrics_open(&R->mt, R->dir, o->resume_dir != NULL, err);
+  train_remove_stale(R);
+  return tt_metrics_open(&R->mt, R->dir, o->resume_dir, R->st.step, R->st.epoch, err);
 }
 
 /* Writes both checkpoint files for the state as it stands. */
@@ -246,8 +262,7 @@ static int train_log(train_run *R, tt_epoch_meter *e, int k, double lr, tt_err *
                    R->s->model.path);
   double acc = e->log_images ? sv[1] / (double)e->log_images : 0.0;
   e->loss_sum += sv[0];
-  tt_metrics_train(&R->mt, e, k, R->st.step, l, acc, lr, &R->st.loss_scale);
-  return 0;
+  return tt_metrics_train(&R->mt, e, k, R->st.step, l, acc, lr, &R->st.loss_scale, err);
 }
 
 /* After step k of epoch: the position a checkpoint records, then whether --max-steps stops
@@ -284,9 +299,9 @@ static int train_end_epoch(train_run *R, int epoch, const tt_epoch_meter *e, tt_
     double loss, acc;
     if (train_evaluate(R->s, R->el, &loss, &acc, err)) return -1;
     R->final_loss = loss, R->final_acc = acc;
-    tt_metrics_eval(&R->mt, e, R->st.step, loss, acc);
-  } else {
-    tt_metrics_epoch(&R->mt, e, R->st.step);
+    if (tt_metrics_eval(&R->mt, e, R->st.step, loss, acc, err)) return -1;
+  } else if (tt_metrics_epoch(&R->mt, e, R->st.step, err)) {
+    return -1;
   }
   R->st.epoch = epoch + 1, R->st.images_in_epoch = 0;
   if (train_save(R, err)) return -1;

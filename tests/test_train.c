@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "core/data.h"
+#include "core/metrics.h"
 #include "core/model.h"
 #include "core/recipe.h"
 #include "core/safetensors.h"
@@ -414,6 +415,18 @@ static int count_substr(const char *text, const char *needle) {
   return n;
 }
 
+/* The largest "step" of the train lines of a metrics.jsonl so far (0 when none). */
+static long long metrics_max_step(const char *path) {
+  char *text = slurp(path);
+  long long best = 0;
+  for (const char *p = text; p && (p = strstr(p, "\"event\": \"train\"")) != NULL; p++) {
+    const char *q = strstr(p, "\"step\": ");
+    if (q && atoll(q + 8) > best) best = atoll(q + 8);
+  }
+  free(text);
+  return best;
+}
+
 /* ---- a checkpoint under one micro-batch resumed under another: the position is in images ---- */
 
 /* Largest |a - b| over every tensor of two files, relative to the largest |a|; -1 on error. */
@@ -613,6 +626,66 @@ static void test_nan_weights(const char *recipe, const char *dA) {
   TT_CHECK(text && strstr(text, dst) && strstr(text, "step 60") && strstr(text, "makes 64 steps"),
            "no warning naming %s, its step 60 and the 64 its position makes: '%s'", dst, text ? text : "");
   free(text);
+  TT_TEST_END();
+}
+
+/* ---- metrics.jsonl after a resume: cut back to the checkpoint's step ---- */
+
+/* A run that wrote the lines of steps 15 and 20 but whose checkpoint on disk is at step 13 (the
+ * one at 20 never landed, and a write killed half-way left a large .tmp): the resume drops
+ * those lines, which it writes again, marks itself, so steps only go forward, and removes the
+ * stale .tmp. */
+static void test_metrics_cut(const char *recipe) {
+  char d[1024], st[1100], saved[1100], met[1100], err[1500];
+  tt_run_opts r;
+  TT_TEST_BEGIN("metrics_cut_on_resume");
+  tt_test_path_in(d, "Cut"), tt_test_path_in(saved, "cut13.safetensors");
+  snprintf(st, sizeof st, "%s/state.safetensors", d), snprintf(met, sizeof met, "%s/metrics.jsonl", d);
+  int rc = train(recipe, d, NULL, 13, 0, &r, err, sizeof err);
+  TT_CHECK(rc == 0 && copy_file(st, saved) == 0, "13 steps: %s", err);
+  rc = rc ? rc : train(recipe, d, d, 20, 0, &r, err, sizeof err);
+  TT_CHECK(rc == 0 && metrics_max_step(met) == 20, "resumed to step 20: %s", err);
+  TT_CHECK(rc || copy_file(saved, st) == 0, "cannot put the step-13 state back");
+  char tmp[1100]; /* a chart the kill cut short: this resume stops mid-epoch and writes no chart to replace it */
+  snprintf(tmp, sizeof tmp, "%s/chart.svg.tmp", d);
+  FILE *f = fopen(tmp, "w");
+  for (int i = 0; f && i < 100000; i++) fputs("half-written ", f);
+  if (f) fclose(f);
+  rc = rc ? rc : train(recipe, d, d, 25, 0, &r, err, sizeof err);
+  TT_CHECK(rc == 0 && r.steps_done == 25, "resumed from step 13 again: %s", err);
+  TT_CHECK(access(tmp, F_OK) != 0, "the stale %s is still there after the resume", tmp);
+  char *text = slurp(met);
+  TT_CHECK(rc || (text && count_substr(text, "\"event\": \"resume\", \"epoch\": 1, \"step\": 13}") == 2),
+           "want two resume lines at step 13: %s", text ? text : "");
+  free(text);
+  TT_TEST_END();
+  if (rc == 0) check_metrics("metrics_cut_no_repeats", met, 0, 32);
+}
+
+/* ---- a metrics line on a full disk ---- */
+
+static void test_metrics_disk_full(void) {
+  tt_metrics mt;
+  tt_epoch_meter e;
+  tt_loss_scale ls;
+  tt_err err;
+  TT_TEST_BEGIN("metrics_disk_full_is_an_error");
+  if (access("/dev/full", W_OK) != 0) {
+    TT_SKIP("metrics_disk_full_is_an_error", "no /dev/full");
+    return;
+  }
+  tt_metrics_init(&mt, stdout, 1, 0);
+  snprintf(mt.path, sizeof mt.path, "/dev/full");
+  mt.jsonl = fopen("/dev/full", "w");
+  tt_loss_scale_init(&ls, 0);
+  tt_metrics_epoch_begin(&e, 0, 0);
+  err.msg[0] = 0;
+  int rc = tt_metrics_train(&mt, &e, 0, 1, 2.3, 0.1, 0.01, &ls, &err);
+  TT_CHECK(rc != 0, "a train line written to /dev/full reported success");
+  TT_CHECK(rc == 0 || (strstr(err.msg, "/dev/full") && strstr(err.msg, "space")), "message: %s", err.msg);
+  rc = tt_metrics_eval(&mt, &e, 1, 2.3, 0.1, &err);
+  TT_CHECK(rc != 0, "an eval line written to /dev/full reported success");
+  tt_metrics_close(&mt);
   TT_TEST_END();
 }
 
@@ -840,6 +913,8 @@ int main(void) {
     test_nan_weights(recipe, dA);
   }
   test_policy_change(recipe_plain);
+  test_metrics_cut(recipe);
+  test_metrics_disk_full();
   test_no_test_split();
   test_synthetic_classes();
 
