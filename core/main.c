@@ -26,7 +26,8 @@ static void main_usage(FILE *f, const char *cmd) {
                "       tinytrain --version | --help\n\n"
                "Trains RECIPE inside SIZE of device memory (512M, 4G, 4GiB, 3.5G), planning every buffer\n"
                "before the first step. Writes weights.safetensors, state.safetensors, metrics.jsonl and chart.svg\n"
-               "to DIR (default runs/<recipe name>). Exit status 0 on success, 1 on failure, 2 on bad usage.\n");
+               "to DIR (default runs/<recipe name>, or runs/<recipe name>-2 ... when that holds an earlier run).\n"
+               "Exit status 0 on success, 1 on failure, 2 on bad usage.\n");
   }
 }
 

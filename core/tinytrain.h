@@ -45,7 +45,9 @@ typedef struct tt_run_opts {
 void tt_run_opts_init(tt_run_opts *o);
 
 /* Trains, evaluating after each epoch, writing weights.safetensors, state.safetensors,
- * metrics.jsonl and chart.svg under the run directory. */
+ * metrics.jsonl and chart.svg under the run directory: out_dir, else resume_dir, else
+ * runs/<recipe name> or, when that exists, the first free runs/<recipe name>-2, -3, ...
+ * An out_dir that holds another run's files is refused. */
 int tt_train(tt_run_opts *o, char *err, size_t errsize);
 
 /* Prints the memory plan (`tinytrain plan`). json: one JSON object. max_batch: the largest

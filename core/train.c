@@ -5,10 +5,12 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -193,6 +195,41 @@ static int train_resume_or_init(train_run *R, tt_err *err) {
   return 0;
 }
 
+/* The file that shows dir holds a run, or NULL. */
+static const char *train_holds_run(const char *dir) {
+  static const char *const names[3] = {"state.safetensors", "weights.safetensors", "metrics.jsonl"};
+  char p[TT_PATH_MAX + 64];
+  for (int i = 0; i < 3; i++) {
+    snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+    if (access(p, F_OK) == 0) return names[i];
+  }
+  return NULL;
+}
+
+static int train_same_dir(const char *a, const char *b) {
+  struct stat sa, sb;
+  if (stat(a, &sa) || stat(b, &sb)) return 0;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* runs/<name>, or the first of runs/<name>-2, -3, ... that does not exist yet: a recipe run
+ * again never overwrites the run before it. mkdir decides, so two runs started at once
+ * cannot pick the same directory. */
+static int train_fresh_dir(train_run *R, tt_err *err) {
+  const char *name = R->s->model.name;
+  if (tt_mkdirs("runs", err)) return -1;
+  for (int k = 1; k <= 100000; k++) {
+    if (k == 1) snprintf(R->dir, sizeof R->dir, "runs/%s", name);
+    else snprintf(R->dir, sizeof R->dir, "runs/%s-%d", name, k);
+    if (mkdir(R->dir, 0755) == 0) {
+      if (k > 1) tt_metrics_say(&R->mt, "runs/%s holds an earlier run: this one writes to %s\n", name, R->dir);
+      return 0;
+    }
+    if (errno != EEXIST) return tt_fail(err, "%s: cannot create the run directory (%s); use --out DIR", R->dir, strerror(errno));
+  }
+  return tt_fail(err, "runs/%s-2 to -100000 all exist; clean up runs/ or use --out DIR", name);
+}
+
 /* Temporary files of writes that a kill interrupted (fileio.c writes <file>.tmp, then renames). */
 static void train_remove_stale(train_run *R) {
   static const char *const names[4] = {"state.safetensors", "weights.safetensors", "metrics.jsonl", "chart.svg"};
@@ -203,15 +240,23 @@ static void train_remove_stale(train_run *R) {
   }
 }
 
-/* The run directory: --out, else the resumed run's own directory, else runs/<name>. Made only
- * now, after every check of the resume, so that a refused run leaves no directory behind and
- * a refused resume leaves metrics.jsonl as it was. */
+/* The run directory: --out, else the resumed run's own directory, else a fresh runs/<name>.
+ * Made only now, after every check of the resume, so that a refused run leaves no directory
+ * behind and a refused resume leaves metrics.jsonl as it was. */
 static int train_run_dir(train_run *R, tt_err *err) {
   const tt_run_opts *o = R->o;
-  if (o->out_dir) snprintf(R->dir, sizeof R->dir, "%s", o->out_dir);
-  else if (o->resume_dir) snprintf(R->dir, sizeof R->dir, "%s", o->resume_dir);
-  else snprintf(R->dir, sizeof R->dir, "runs/%s", R->s->model.name);
-  if (tt_mkdirs(R->dir, err)) return -1;
+  if (o->out_dir) {
+    snprintf(R->dir, sizeof R->dir, "%s", o->out_dir);
+    const char *held = train_holds_run(R->dir);
+    if (held && !(o->resume_dir && train_same_dir(o->out_dir, o->resume_dir)))
+      return tt_fail(err, "%s: holds an earlier run (%s); continue it with --resume %s, or choose another --out, or "
+                     "remove it first", R->dir, held, R->dir);
+    if (tt_mkdirs(R->dir, err)) return -1;
+  } else if (o->resume_dir) {
+    snprintf(R->dir, sizeof R->dir, "%s", o->resume_dir);
+  } else if (train_fresh_dir(R, err)) {
+    return -1;
+  }
   train_remove_stale(R);
   return tt_metrics_open(&R->mt, R->dir, o->resume_dir, R->st.step, R->st.epoch, err);
 }

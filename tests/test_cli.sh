@@ -1,8 +1,8 @@
 #!/bin/bash
 # tests/test_cli.sh — the tinytrain command line: help and version, bad usage (exit 2, one line),
 # recipe errors (exit 1, PATH:LINE:), `plan --json` on every example, --vram fits and refusals,
-# --device cuda on a CPU-only build, missing data files, the README's example recipe. Run from
-# the repository root:
+# --device cuda on a CPU-only build, missing data files, the README's example recipe, the run
+# directory of a recipe run twice. Run from the repository root:
 #   bash tests/test_cli.sh
 # Prints PASS/FAIL/SKIP lines; exits 1 if anything failed.
 cd "$(dirname "$0")/.." || exit 1
@@ -211,6 +211,53 @@ sys.stdout.write(m.group(1) if m else "")' >"$TMP/readme.recipe"
   elif [ "$RC" != 0 ]; then fail cli_readme_recipe "exit $RC: $ERR"
   elif [ "$(grep -c "no test split" "$TMP/out")" != 1 ]; then fail cli_readme_recipe "does not say once that it will not evaluate: $OUT"
   else pass cli_readme_recipe
+  fi
+fi
+
+# ---- a recipe run again gets its own directory; --out over an earlier run is refused ----
+TTA="$PWD/tinytrain"
+cat >"$TMP/syn.recipe" <<EOF
+[net]
+input = 1x8x8
+classes = 10
+[train]
+batch = 16
+epochs = 200
+log_every = 1
+[data]
+format = synthetic
+[conv]
+filters = 4
+size = 3
+[conv]
+filters = 4
+size = 3
+[flatten]
+[linear fc]
+out = 10
+EOF
+mkdir -p "$TMP/cwd"
+ok=1
+for k in 1 2; do
+  (cd "$TMP/cwd" && "$TTA" --device cpu --threads 1 --max-steps 2 "$TMP/syn.recipe" >"$TMP/out" 2>"$TMP/err")
+  rc=$?
+  if [ "$rc" != 0 ]; then fail cli_run_dir "run $k of the same recipe: exit $rc: $(cat "$TMP/err")"; ok=0; break; fi
+  [ $k = 1 ] && first=$(md5sum <"$TMP/cwd/runs/syn/state.safetensors")
+done
+if [ $ok = 1 ]; then
+  if [ ! -f "$TMP/cwd/runs/syn-2/state.safetensors" ]; then
+    fail cli_run_dir "the second run did not write runs/syn-2: $(ls "$TMP/cwd/runs")"
+  elif [ "$(md5sum <"$TMP/cwd/runs/syn/state.safetensors")" != "$first" ]; then
+    fail cli_run_dir "the second run changed runs/syn/state.safetensors"
+  elif ! grep -q "runs/syn-2" "$TMP/out"; then
+    fail cli_run_dir "the second run does not say it writes to runs/syn-2: $(cat "$TMP/out")"
+  else
+    run --device cpu --threads 1 --max-steps 2 --out "$TMP/cwd/runs/syn" "$TMP/syn.recipe"
+    if [ "$RC" != 1 ]; then fail cli_run_dir "--out over an earlier run: exit $RC, want 1"
+    elif ! grep -qF -- "--resume $TMP/cwd/runs/syn" "$TMP/err"; then fail cli_run_dir "the refusal does not say --resume: $ERR"
+    elif [ "$(md5sum <"$TMP/cwd/runs/syn/state.safetensors")" != "$first" ]; then fail cli_run_dir "the refused run changed the earlier one"
+    else pass cli_run_dir
+    fi
   fi
 fi
 
