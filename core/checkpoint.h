@@ -18,7 +18,9 @@ typedef struct tt_ckpt_state {
   int epoch;                 /* epoch in progress (0-based) */
   /* Training images of that epoch already consumed: a whole number of effective batches.
    * Counted in images, not micro-batches, so that a run resumed under another policy (another
-   * --vram, hence another micro-batch) continues at the same image of the epoch. */
+   * --vram, hence another micro-batch) continues at the same image of the epoch. It may equal
+   * the epoch's size: the steps are done and only the epoch's evaluation is left (a stop by a
+   * signal on the last step). */
   long long images_in_epoch;
   tt_loss_scale loss_scale;
   unsigned long long seed;

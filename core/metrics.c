@@ -155,8 +155,10 @@ int tt_metrics_train(tt_metrics *m, tt_epoch_meter *e, int step_in_epoch, long l
   return 0;
 }
 
+/* "null" when this process trained no image of the epoch (resumed with only its evaluation left). */
 static void metrics_train_loss(const tt_epoch_meter *e, char *buf, size_t size) {
-  snprintf(buf, size, "%.6g", e->images ? e->loss_sum / (double)e->images : 0.0);
+  if (e->images) snprintf(buf, size, "%.6g", e->loss_sum / (double)e->images);
+  else snprintf(buf, size, "null");
 }
 
 int tt_metrics_eval(tt_metrics *m, const tt_epoch_meter *e, long long step, double test_loss, double test_acc,

@@ -62,7 +62,8 @@ void tt_metrics_epoch_begin(tt_epoch_meter *e, int epoch, long long skipped_befo
  * writer returns -1 with err naming the file when the line could not be written (disk full). */
 int tt_metrics_train(tt_metrics *m, tt_epoch_meter *e, int step_in_epoch, long long step, double loss, double accuracy,
                      double lr, const tt_loss_scale *ls, tt_err *err);
-/* The epoch was evaluated: its "eval" line, its summary line and its point of the chart. */
+/* The epoch was evaluated: its "eval" line, its summary line and its point of the chart.
+ * train_loss is null when this process trained none of the epoch's images. */
 int tt_metrics_eval(tt_metrics *m, const tt_epoch_meter *e, long long step, double test_loss, double test_acc,
                     tt_err *err);
 /* The epoch ended and there is no test split: an "epoch" line with train_loss, its summary

@@ -83,6 +83,10 @@ typedef struct tt_train_cfg {
   tt_precision precision;
   tt_recompute_mode recompute;
   int log_every;                /* optimizer steps between "train" metric lines */
+  /* checkpoint_every: a checkpoint every this many optimizer steps, or (steps 0) every this many
+   * seconds of wall time; both 0: only at the end of each epoch and on a stop. Default 600 s. */
+  long long checkpoint_steps;
+  double checkpoint_seconds;
 } tt_train_cfg;
 
 typedef struct tt_model {

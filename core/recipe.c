@@ -194,6 +194,7 @@ static int recipe_train(recipe_state *st, const recipe_section *sec) {
     else if (!strcmp(k, "precision")) rc = recipe_enum(st, e, v, recipe_prec_names, 3, &x), t->precision = (tt_precision)x;
     else if (!strcmp(k, "recompute")) rc = recipe_enum(st, e, v, recipe_recomp_names, 3, &x), t->recompute = (tt_recompute_mode)x;
     else if (!strcmp(k, "log_every")) rc = recipe_int(st, e, v, 1, INT_MAX, &t->log_every);
+    else if (!strcmp(k, "checkpoint_every")) rc = recipe_interval(st, e, v, &t->checkpoint_steps, &t->checkpoint_seconds);
     else if (!strcmp(k, "seed")) {
       char *end, q[64];
       errno = 0;
@@ -441,6 +442,7 @@ static int recipe_parse_buf(const char *path, const char *text, size_t len, tt_m
   m->train.gamma = 0.1f;
   m->train.seed = 1;
   m->train.log_every = 100;
+  m->train.checkpoint_seconds = 600; /* ten minutes of work is the most a crash loses */
   for (c = 0; c < 4; c++) m->data.mean[c] = 0.f, m->data.std[c] = 1.f;
 
   st->buf = (char *)tt_malloc(len + 1, "recipe text", err);

@@ -124,6 +124,9 @@ int recipe_path(recipe_state *st, const recipe_entry *e, const char *v, char *ou
 /* 1 to 4 comma-separated numbers, one per input channel or one for all; out[4]. */
 int recipe_floats(recipe_state *st, const recipe_entry *e, const char *v, float *out, double lo, int lo_incl);
 
+/* checkpoint_every: steps, or a wall time in seconds (tt_parse_interval). */
+int recipe_interval(recipe_state *st, const recipe_entry *e, const char *v, long long *steps, double *seconds);
+
 /* The name table. */
 int recipe_lookup(const recipe_state *st, const char *name, int *line);
 recipe_name *recipe_find_name(const recipe_state *st, const char *name);

@@ -1,5 +1,6 @@
 /* core/train.c — the train stage: data, resume or initialise, the run directory, the epochs
- * and their steps, learning-rate schedule, evaluation, checkpoints. What the run reports
+ * and their steps, learning-rate schedule, evaluation, checkpoints (at the end of each epoch,
+ * every checkpoint_every, and when a signal asks the run to stop). What the run reports
  * (metrics.jsonl, the progress line, the summary text, the chart) is metrics.c's. Everything
  * it needs is set up before the first step; the step loop allocates nothing. */
 #ifndef _POSIX_C_SOURCE
@@ -7,6 +8,7 @@
 #endif
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,51 @@ void tt_run_opts_init(tt_run_opts *o) {
   memset(o, 0, sizeof *o);
   o->progress = -1;
   o->final_accuracy = o->final_loss = NAN;
+}
+
+int tt_train_checkpoint_due(long long every_steps, double every_seconds, long long step, double seconds_since) {
+  if (every_steps > 0) return step % every_steps == 0;
+  return every_seconds > 0 && seconds_since >= every_seconds;
+}
+
+/* ---- SIGINT and SIGTERM: stop at the next step boundary with a checkpoint ---- */
+
+/* The signal that asked the run to stop, 0 while none did. The one piece of process-wide
+ * state in the library: a signal handler can reach nothing else. The handler only sets it;
+ * the step loop reads it between steps. */
+static volatile sig_atomic_t train_stop_signal;
+
+static void train_on_signal(int sig) { train_stop_signal = sig; }
+
+typedef struct train_signals {
+  struct sigaction old[2];
+  int installed[2];
+} train_signals;
+
+static const int train_signal_nums[2] = {SIGINT, SIGTERM};
+
+/* Only where the disposition is the default: an ignored signal (the SIGINT of a background
+ * job) stays ignored, and an application's own handler stays its own. SA_RESETHAND: a second
+ * Ctrl-C takes the default action at once (a step that hangs can still be killed; the
+ * checkpoints on disk stay loadable, every write being atomic). */
+static void train_signals_install(train_signals *t) {
+  train_stop_signal = 0;
+  for (int i = 0; i < 2; i++) {
+    t->installed[i] = 0;
+    if (sigaction(train_signal_nums[i], NULL, &t->old[i]) != 0) continue;
+    if ((t->old[i].sa_flags & SA_SIGINFO) || t->old[i].sa_handler != SIG_DFL) continue;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = train_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    t->installed[i] = sigaction(train_signal_nums[i], &sa, NULL) == 0;
+  }
+}
+
+static void train_signals_restore(train_signals *t) {
+  for (int i = 0; i < 2; i++)
+    if (t->installed[i]) sigaction(train_signal_nums[i], &t->old[i], NULL);
 }
 
 double tt_lr_at(const tt_train_cfg *t, double epoch) {
@@ -86,7 +133,11 @@ typedef struct train_run {
   int epochs, steps_per_epoch, log_every;
   tt_train_cfg sched_cfg;        /* the recipe's, spanning the epochs of this run */
   tt_opt_hparams hp;
+  long long ckpt_steps;          /* checkpoint_every: steps, or seconds of wall time */
+  double ckpt_seconds;
+  double last_save;              /* tt_now() at the last checkpoint (or the start) */
   long long saved_step;          /* step of the checkpoint on disk; -1 none yet */
+  int stop_signal;               /* the signal this run stopped for */
   double final_loss, final_acc;  /* of the last evaluation */
 } train_run;
 
@@ -121,7 +172,7 @@ static int train_data(train_run *R, tt_err *err) {
   return 0;
 }
 
-/* The run's length, learning-rate schedule, optimizer settings and logging interval. */
+/* The run's length, learning-rate schedule, optimizer settings, logging and checkpoint intervals. */
 static int train_loop_setup(train_run *R, tt_err *err) {
   const tt_model *m = &R->s->model;
   const tt_train_cfg *tc = &m->train;
@@ -135,6 +186,10 @@ static int train_loop_setup(train_run *R, tt_err *err) {
   hp->kind = tc->optimizer, hp->momentum = tc->momentum, hp->weight_decay = tc->weight_decay, hp->beta1 = tc->beta1;
   hp->beta2 = tc->beta2, hp->eps = tc->adam_eps, hp->nesterov = tc->nesterov;
   R->log_every = tc->log_every > 0 ? tc->log_every : 100;
+  R->ckpt_steps = tc->checkpoint_steps, R->ckpt_seconds = tc->checkpoint_seconds;
+  if (R->o->checkpoint_every && tt_parse_interval(R->o->checkpoint_every, &R->ckpt_steps, &R->ckpt_seconds))
+    return tt_fail(err, "checkpoint_every '%.40s': expected optimizer steps (500), a wall time (30s, 10m, 1h) or 0",
+                   R->o->checkpoint_every);
   R->mt.epochs = R->epochs, R->mt.steps_per_epoch = R->steps_per_epoch;
   R->mt.arena_bytes = R->s->x.arena_bytes;
   /* the arena is not zeroed: clear the loss/accuracy sums before the first step accumulates */
@@ -258,6 +313,7 @@ static int train_run_dir(train_run *R, tt_err *err) {
     return -1;
   }
   train_remove_stale(R);
+  R->last_save = tt_now();
   return tt_metrics_open(&R->mt, R->dir, o->resume_dir, R->st.step, R->st.epoch, err);
 }
 
@@ -266,6 +322,7 @@ static int train_save(train_run *R, tt_err *err) {
   R->st.micro_batch = R->mb, R->st.accum_steps = R->accum;
   if (tt_checkpoint_save(&R->s->x, R->dir, &R->st, err)) return -1;
   R->saved_step = R->st.step;
+  R->last_save = tt_now();
   return 0;
 }
 
@@ -310,16 +367,24 @@ static int train_log(train_run *R, tt_epoch_meter *e, int k, double lr, tt_err *
   return tt_metrics_train(&R->mt, e, k, R->st.step, l, acc, lr, &R->st.loss_scale, err);
 }
 
-/* After step k of epoch: the position a checkpoint records, then whether --max-steps stops
- * the run (on the last step of an epoch it goes on to the evaluation, as every epoch's end
- * does). */
-static void train_after_step(train_run *R, int epoch, int k, int *stopped) {
+/* After step k of epoch: the position a checkpoint records, then whether to stop (a signal,
+ * --max-steps) or to write a checkpoint because checkpoint_every says so. A signal on the
+ * last step of an epoch records the whole epoch as done but not evaluated: the resumed run
+ * evaluates it. --max-steps there goes on to the evaluation, as every epoch's end does. */
+static int train_after_step(train_run *R, int epoch, int k, int *stopped, tt_err *err) {
   tt_ckpt_state *st = &R->st;
+  int last = k + 1 == R->steps_per_epoch;
   st->epoch = epoch, st->images_in_epoch = (long long)(k + 1) * R->batch;
-  if (R->o->max_steps > 0 && st->step >= R->o->max_steps) {
+  if (train_stop_signal) {
+    R->stop_signal = train_stop_signal;
     *stopped = 1;
-    if (k + 1 == R->steps_per_epoch) st->epoch = epoch + 1, st->images_in_epoch = 0;
+  } else if (R->o->max_steps > 0 && st->step >= R->o->max_steps) {
+    *stopped = 1;
+    if (last) st->epoch = epoch + 1, st->images_in_epoch = 0;
+  } else if (!last && tt_train_checkpoint_due(R->ckpt_steps, R->ckpt_seconds, st->step, tt_now() - R->last_save)) {
+    return train_save(R, err);
   }
+  return 0;
 }
 
 /* The steps of one epoch from where the state says it stands, until its end or a stop. */
@@ -333,7 +398,7 @@ static int train_epoch(train_run *R, int epoch, tt_epoch_meter *e, int *stopped,
     double lr = tt_lr_at(&R->sched_cfg, (double)epoch + (double)k / R->steps_per_epoch);
     if (train_step(R, epoch, k, lr, e, err)) return -1;
     if ((st->step % R->log_every == 0 || k == R->steps_per_epoch - 1) && train_log(R, e, k, lr, err)) return -1;
-    train_after_step(R, epoch, k, stopped);
+    if (train_after_step(R, epoch, k, stopped, err)) return -1;
   }
   return 0;
 }
@@ -353,6 +418,15 @@ static int train_end_epoch(train_run *R, int epoch, const tt_epoch_meter *e, tt_
   return tt_metrics_chart(&R->mt, R->dir, R->s->model.name, err);
 }
 
+/* A signal stopped the run after its checkpoint: TT_STOPPED, and where to continue. */
+static int train_stopped(train_run *R, tt_err *err) {
+  R->o->stop_signal = R->stop_signal;
+  tt_fail(err, "stopped by %s at step %lld (epoch %d, image %lld); the checkpoint is in %s: continue with --resume %s",
+          R->stop_signal == SIGINT ? "SIGINT" : R->stop_signal == SIGTERM ? "SIGTERM" : "a signal", R->st.step,
+          R->st.epoch + 1, R->st.images_in_epoch, R->dir, R->dir);
+  return TT_STOPPED;
+}
+
 static int train_body(train_run *R, tt_err *err) {
   tt_run_opts *o = R->o;
   if (tt_session_open(&R->s, o, TT_SESSION_TRAIN, err)) return -1;
@@ -365,13 +439,14 @@ static int train_body(train_run *R, tt_err *err) {
     if (train_epoch(R, epoch, &e, &stopped, err)) return -1;
     if (stopped && R->st.epoch == epoch) break; /* stopped inside the epoch: checkpoint below, no evaluation */
     if (train_end_epoch(R, epoch, &e, err)) return -1;
+    if (train_stop_signal && epoch + 1 < R->epochs) R->stop_signal = train_stop_signal, stopped = 1; /* during the evaluation */
   }
   if (stopped && R->saved_step != R->st.step && train_save(R, err)) return -1;
   o->final_accuracy = R->final_acc;
   o->final_loss = R->final_loss;
   o->steps_done = R->st.step;
   tt_metrics_summary(&R->mt, R->dir, &R->st.loss_scale);
-  return 0;
+  return R->stop_signal ? train_stopped(R, err) : 0;
 }
 
 int tt_train(tt_run_opts *o, char *errbuf, size_t errsize) {
@@ -381,8 +456,12 @@ int tt_train(tt_run_opts *o, char *errbuf, size_t errsize) {
   memset(&R, 0, sizeof R);
   R.o = o;
   R.final_loss = R.final_acc = NAN;
+  o->stop_signal = 0;
   tt_metrics_init(&R.mt, o->out ? o->out : stdout, o->quiet, o->progress);
+  train_signals sig;
+  train_signals_install(&sig);
   int rc = train_body(&R, &err);
+  train_signals_restore(&sig);
   tt_metrics_close(&R.mt);
   if (R.tl) tt_loader_destroy(R.tl);
   if (R.el) tt_loader_destroy(R.el);

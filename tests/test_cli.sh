@@ -1,8 +1,8 @@
 #!/bin/bash
 # tests/test_cli.sh — the tinytrain command line: help and version, bad usage (exit 2, one line),
 # recipe errors (exit 1, PATH:LINE:), `plan --json` on every example, --vram fits and refusals,
-# --device cuda on a CPU-only build, missing data files, the README's example recipe, the run
-# directory of a recipe run twice. Run from the repository root:
+# --device cuda on a CPU-only build, missing data files, the run directory of a recipe run
+# twice, SIGTERM (exit 143, checkpoint, --resume). Run from the repository root:
 #   bash tests/test_cli.sh
 # Prints PASS/FAIL/SKIP lines; exits 1 if anything failed.
 cd "$(dirname "$0")/.." || exit 1
@@ -84,6 +84,7 @@ expect_usage "bad device" "--device" --device tpu $L
 expect_usage "bad epochs" "--epochs" --epochs 0 $L
 expect_usage "bad precision" "--precision" plan --precision fp8 $L
 expect_usage "eval without weights" "--weights" eval $L
+expect_usage "bad checkpoint interval" "--checkpoint-every" --checkpoint-every 10x $L
 [ $ok = 1 ] && pass cli_bad_usage
 
 # ---- bad recipes: exit 1 (no crash), PATH:LINE: ----
@@ -258,6 +259,31 @@ if [ $ok = 1 ]; then
     elif [ "$(md5sum <"$TMP/cwd/runs/syn/state.safetensors")" != "$first" ]; then fail cli_run_dir "the refused run changed the earlier one"
     else pass cli_run_dir
     fi
+  fi
+fi
+
+# ---- SIGTERM: a checkpoint at the next step, exit 143, and --resume continues ----
+"$TT" --device cpu --threads 1 --out "$TMP/sig" "$TMP/syn.recipe" >"$TMP/sig.out" 2>"$TMP/sig.err" &
+pid=$!
+for _ in $(seq 1 600); do
+  grep -q '"step": 3,' "$TMP/sig/metrics.jsonl" 2>/dev/null && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.05
+done
+kill -TERM $pid 2>/dev/null
+wait $pid
+rc=$?
+if [ "$rc" != 143 ]; then
+  fail cli_sigterm "exit $rc, want 143: $(cat "$TMP/sig.err")"
+elif ! grep -qF -- "--resume $TMP/sig" "$TMP/sig.err"; then
+  fail cli_sigterm "stderr does not say how to continue: $(cat "$TMP/sig.err")"
+elif [ ! -f "$TMP/sig/state.safetensors" ]; then
+  fail cli_sigterm "no checkpoint in $TMP/sig"
+else
+  run --device cpu --threads 1 --resume "$TMP/sig" --max-steps 300 "$TMP/syn.recipe"
+  if [ "$RC" != 0 ]; then fail cli_sigterm "--resume after SIGTERM: exit $RC: $ERR"
+  elif ! echo "$OUT" | grep -q "resumed from $TMP/sig/state.safetensors at step [1-9]"; then fail cli_sigterm "no 'resumed from' line: $OUT"
+  else pass cli_sigterm
   fi
 fi
 

@@ -13,10 +13,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -90,6 +93,22 @@ static int write_recipe(const char *path, int epochs, int conv2_filters) {
   return write_file(path, text);
 }
 
+/* The recipe above with line `from` replaced by `to`, twice (from2 may be NULL). */
+static int write_recipe_edit(const char *path, int epochs, const char *from, const char *to, const char *from2,
+                             const char *to2) {
+  char text[4096], out[4096];
+  snprintf(text, sizeof text, recipe_fmt, epochs, 16);
+  for (int pass = 0; pass < 2; pass++) {
+    const char *f = pass ? from2 : from, *t = pass ? to2 : to;
+    char *at = f ? strstr(text, f) : NULL;
+    if (!f) continue;
+    if (!at) return -1;
+    snprintf(out, sizeof out, "%.*s%s%s", (int)(at - text), text, t, at + strlen(f));
+    snprintf(text, sizeof text, "%s", out);
+  }
+  return write_file(path, text);
+}
+
 /* No batch norm, no dropout, fp32: k micro-batches of m train like one of k*m but for the
  * order of fp32 sums, so runs under different micro-batches can be compared. */
 static const char *recipe_plain_text =
@@ -99,8 +118,9 @@ static const char *recipe_plain_text =
     "[conv conv1]\nfilters = 8\nsize = 3\nactivation = relu\n[maxpool]\nsize = 2\n"
     "[conv conv2]\nfilters = 8\nsize = 3\nactivation = relu\n[flatten]\n[linear fc]\nout = 10\n";
 
-static int train_micro_batch; /* o.micro_batch of the next train() calls; 0: the recipe's */
-static int train_precision;   /* o.precision of the next train() calls; 0: the recipe's */
+static int train_micro_batch;        /* o.micro_batch of the next train() calls; 0: the recipe's */
+static int train_precision;          /* o.precision of the next train() calls; 0: the recipe's */
+static const char *train_ckpt_every; /* o.checkpoint_every of the next train() calls; NULL: the recipe's */
 
 static int train(const char *recipe, const char *out, const char *resume, long long max_steps, int epochs,
                  tt_run_opts *res, char *err, size_t errsize) {
@@ -109,6 +129,7 @@ static int train(const char *recipe, const char *out, const char *resume, long l
   o.recipe = recipe;
   o.micro_batch = train_micro_batch;
   o.precision = train_precision;
+  o.checkpoint_every = train_ckpt_every;
   o.device = TT_DEVICE_CPU;
   o.threads = 2;
   o.quiet = 1;
@@ -348,7 +369,7 @@ static void test_parse_size(void) {
   TT_TEST_END();
 }
 
-/* ---- helpers for the checkpoint and metrics tests ---- */
+/* ---- helpers for the checkpoint, signal and metrics tests ---- */
 
 /* Copies the safetensors file src to dst with metadata `key` set to value (value NULL: the key
  * removed; key NULL: the metadata as it is) and, when nan_tensor names a tensor, its first
@@ -425,6 +446,162 @@ static long long metrics_max_step(const char *path) {
   }
   free(text);
   return best;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Waits until the child's metrics.jsonl shows step >= want; 0, or -1 when the child ended first
+ * or 60 s passed. */
+static int wait_for_step(pid_t pid, const char *metrics, long long want) {
+  for (double t0 = now_s(); now_s() - t0 < 60;) {
+    if (metrics_max_step(metrics) >= want) return 0;
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) return -1;
+    sleep_ms(2);
+  }
+  return -1;
+}
+
+/* Waits up to 60 s for the child; on a timeout kills it and returns -1. */
+static int wait_child(pid_t pid, int *status) {
+  for (double t0 = now_s(); now_s() - t0 < 60; sleep_ms(5))
+    if (waitpid(pid, status, WNOHANG) == pid) return 0;
+  kill(pid, SIGKILL);
+  waitpid(pid, status, 0);
+  return -1;
+}
+
+/* Trains in a child process (for signals: the parent must survive what the child gets). The
+ * child exits as the command line would: 128 + the signal for TT_STOPPED. */
+static pid_t train_child(const char *recipe, const char *out, int epochs) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  signal(SIGINT, SIG_DFL); /* however the test itself was started */
+  signal(SIGTERM, SIG_DFL);
+  tt_run_opts r;
+  char e[1500];
+  int rc = train(recipe, out, NULL, 0, epochs, &r, e, sizeof e);
+  _exit(rc == TT_STOPPED ? 128 + r.stop_signal : rc ? 1 : 0);
+}
+
+/* ---- signals in child processes ----
+ * libgomp's thread pool does not survive a fork, so both children are started before this
+ * process trains anything itself; what they left is checked afterwards. */
+
+typedef struct child_run {
+  char dir[1024];
+  int started, ended, status; /* status from waitpid */
+  long long logged;           /* the largest step metrics.jsonl showed when the signal was sent */
+} child_run;
+
+/* Trains recipe for `epochs` in a child; once its metrics.jsonl shows step `at`, sends sig. */
+static void child_signal(child_run *c, const char *recipe, const char *name, int epochs, long long at, int sig) {
+  char met[1100];
+  memset(c, 0, sizeof *c);
+  tt_test_path_in(c->dir, name);
+  snprintf(met, sizeof met, "%s/metrics.jsonl", c->dir);
+  pid_t pid = train_child(recipe, c->dir, epochs);
+  if (pid <= 0) return;
+  c->started = wait_for_step(pid, met, at) == 0;
+  c->logged = metrics_max_step(met);
+  kill(pid, sig);
+  c->ended = wait_child(pid, &c->status) == 0;
+}
+
+/* SIGINT: a checkpoint at the next step boundary, exit status 130, and the checkpoint resumes
+ * to the very state of a run that was never stopped. */
+static void test_sigint(const child_run *c, const char *recipe) {
+  char dC[1024], a[1100], b[1100], m[64], why[1024], err[1500];
+  tt_run_opts r;
+  int st = c->status;
+  tt_test_path_in(dC, "C");
+  TT_TEST_BEGIN("sigint_checkpoint_resume");
+  TT_CHECK(c->started, "the child showed no training step within 60 s");
+  TT_CHECK(c->ended, "the child did not stop within 60 s of SIGINT");
+  TT_CHECK(c->ended && WIFEXITED(st) && WEXITSTATUS(st) == 130, "the child ended with exit %d, signal %d; want exit 130",
+           WIFEXITED(st) ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  snprintf(b, sizeof b, "%s/state.safetensors", c->dir);
+  long long S = atoll(meta_of(b, "step", m, sizeof m));
+  TT_CHECK(S >= 5 && S < 200 * 32, "the checkpoint after SIGINT says step '%s'", m);
+  TT_CHECK(atoll(meta_of(b, "images_in_epoch", m, sizeof m)) == (S % 32 ? S % 32 : 32) * 32,
+           "images_in_epoch '%s' at step %lld", m, S);
+  if (S < 5 || S >= 200 * 32) return;
+  long long T = S + 40;
+  int rc = train(recipe, c->dir, c->dir, T, 200, &r, err, sizeof err);
+  TT_CHECK(rc == 0 && r.steps_done == T, "resuming after SIGINT: rc %d, %lld steps: %s", rc, r.steps_done, err);
+  int rc2 = train(recipe, dC, NULL, T, 200, &r, err, sizeof err);
+  TT_CHECK(rc2 == 0, "the uninterrupted run: %s", err);
+  if (rc == 0 && rc2 == 0) {
+    int nopt;
+    snprintf(a, sizeof a, "%s/state.safetensors", c->dir), snprintf(b, sizeof b, "%s/state.safetensors", dC);
+    TT_CHECK(compare_st(a, b, 1, &nopt, why, sizeof why) > 0, "interrupted by SIGINT vs uninterrupted: %s", why);
+  }
+  TT_TEST_END();
+  snprintf(a, sizeof a, "%s/metrics.jsonl", c->dir);
+  check_metrics("sigint_metrics_jsonl", a, (int)(T / 32), 32);
+}
+
+/* A signal on the last step of an epoch records the epoch's steps as done but not evaluated
+ * (images_in_epoch = the epoch's size). Made here from the checkpoint at the end of epoch 1:
+ * the resumed run evaluates epoch 1 (train_loss null: it trained none of its images), then
+ * ends exactly where the uninterrupted run did. */
+static void test_pending_evaluation(const char *recipe, const char *dA) {
+  char d[1024], d2[1024], st[1100], st2[1100], a[1100], why[1024], err[1500];
+  tt_run_opts r;
+  TT_TEST_BEGIN("resume_pending_evaluation");
+  tt_test_path_in(d, "Pend"), tt_test_path_in(d2, "Pend2");
+  int rc = train(recipe, d, NULL, 32, 0, &r, err, sizeof err);
+  TT_CHECK(rc == 0, "one epoch: %s", err);
+  mkdir(d2, 0755);
+  snprintf(st, sizeof st, "%s/state.safetensors", d), snprintf(st2, sizeof st2, "%s/state.safetensors", d2);
+  snprintf(a, sizeof a, "%s/pend.safetensors", tt_test_dir());
+  rc = rc ? rc : rewrite_st(st, a, "epoch", "0", NULL, why, sizeof why) ||
+                     rewrite_st(a, st2, "images_in_epoch", "1024", NULL, why, sizeof why);
+  TT_CHECK(rc == 0, "cannot write the pending state: %s %s", why, err);
+  rc = rc ? rc : train(recipe, d2, d2, 0, 0, &r, err, sizeof err);
+  TT_CHECK(rc == 0 && r.steps_done == 64, "resumed with the evaluation of epoch 1 pending: rc %d, %lld steps: %s", rc,
+           r.steps_done, err);
+  snprintf(a, sizeof a, "%s/metrics.jsonl", d2);
+  char *text = slurp(a);
+  TT_CHECK(rc || (text && strstr(text, "{\"event\": \"eval\", \"epoch\": 1, \"step\": 32,") &&
+                  strstr(text, "\"train_loss\": null")),
+           "want the eval line of epoch 1 with train_loss null: %s", text ? text : "");
+  free(text);
+  int nopt;
+  snprintf(a, sizeof a, "%s/state.safetensors", dA);
+  TT_CHECK(rc || compare_st(a, st2, 1, &nopt, why, sizeof why) > 0, "vs the uninterrupted run: %s", why);
+  TT_TEST_END();
+}
+
+/* kill -9 after step 25 of a recipe with checkpoint_every = 10 (128 steps per epoch): the last
+ * periodic checkpoint resumes, and metrics.jsonl loses the lines written after it (no step
+ * twice). */
+static void test_kill9(const child_run *c, const char *recipe) {
+  char a[1100], b[1100], m[64], err[1500];
+  tt_run_opts r;
+  TT_TEST_BEGIN("kill9_checkpoint_every");
+  TT_CHECK(c->started, "the child showed no step 25 within 60 s");
+  snprintf(a, sizeof a, "%s/metrics.jsonl", c->dir);
+  snprintf(b, sizeof b, "%s/state.safetensors", c->dir);
+  long long S = atoll(meta_of(b, "step", m, sizeof m));
+  TT_CHECK(S >= 10 && S % 10 == 0, "after kill -9 at step %lld (128 steps per epoch, checkpoint_every = 10) the "
+           "state says step '%s'; want a checkpoint every 10 steps", c->logged, m);
+  if (S < 10) return;
+  TT_CHECK(atoi(meta_of(b, "epoch", m, sizeof m)) == S / 128, "epoch '%s' at step %lld", m, S);
+  long long T = S + 30;
+  int rc = train(recipe, c->dir, c->dir, T, 50, &r, err, sizeof err);
+  TT_CHECK(rc == 0 && r.steps_done == T, "resuming after kill -9: rc %d, %lld steps: %s", rc, r.steps_done, err);
+  char *text = slurp(a);
+  char want[128];
+  snprintf(want, sizeof want, "{\"event\": \"resume\", \"epoch\": %lld, \"step\": %lld}", S / 128 + 1, S);
+  TT_CHECK(text && count_substr(text, want) == 1, "metrics.jsonl has no line %s", want);
+  free(text);
+  TT_TEST_END();
+  check_metrics("kill9_metrics_no_repeats", a, (int)(T / 128), 128);
 }
 
 /* ---- a checkpoint under one micro-batch resumed under another: the position is in images ---- */
@@ -662,7 +839,26 @@ static void test_metrics_cut(const char *recipe) {
   if (rc == 0) check_metrics("metrics_cut_no_repeats", met, 0, 32);
 }
 
-/* ---- a metrics line on a full disk ---- */
+/* ---- small units: intervals, when a checkpoint is due, a metrics line on a full disk ---- */
+
+static void test_intervals(void) {
+  long long st = -1;
+  double sec = -1;
+  TT_TEST_BEGIN("checkpoint_every_values");
+  TT_CHECK(tt_parse_interval("500", &st, &sec) == 0 && st == 500 && sec == 0, "'500': %lld steps, %g s", st, sec);
+  TT_CHECK(tt_parse_interval("10m", &st, &sec) == 0 && st == 0 && sec == 600, "'10m': %lld steps, %g s", st, sec);
+  TT_CHECK(tt_parse_interval("10min", &st, &sec) == 0 && sec == 600, "'10min': %g s", sec);
+  TT_CHECK(tt_parse_interval("30s", &st, &sec) == 0 && sec == 30, "'30s': %g s", sec);
+  TT_CHECK(tt_parse_interval("1.5h", &st, &sec) == 0 && sec == 5400, "'1.5h': %g s", sec);
+  TT_CHECK(tt_parse_interval("0", &st, &sec) == 0 && st == 0 && sec == 0, "'0': %lld steps, %g s", st, sec);
+  const char *bad[] = {"", "-5", "1e3", "0x10", "5 m", "5d", "1.5", "m", "10mm", "..5s", "99999999999999"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    TT_CHECK(tt_parse_interval(bad[i], &st, &sec) != 0, "'%s' accepted", bad[i]);
+  TT_CHECK(tt_train_checkpoint_due(10, 0, 20, 0) && !tt_train_checkpoint_due(10, 0, 21, 1e9), "every 10 steps");
+  TT_CHECK(tt_train_checkpoint_due(0, 600, 7, 600.5) && !tt_train_checkpoint_due(0, 600, 7, 599), "every 600 s");
+  TT_CHECK(!tt_train_checkpoint_due(0, 0, 10, 1e9), "0 is never");
+  TT_TEST_END();
+}
 
 static void test_metrics_disk_full(void) {
   tt_metrics mt;
@@ -778,26 +974,35 @@ static void test_synthetic_classes(void) {
 
 int main(void) {
   char recipe[1024], recipe1[1024], recipe_wide[1024], dA[1024], dB[1024], dO[1024], dT[1024], dE[1024], dW[1024];
-  char recipe_plain[1024], state13[1100];
+  char recipe_k9[1024], recipe_plain[1024], state13[1100];
   char a[1100], b[1100], why[1024], err[1500], m[64];
   tt_run_opts r;
   double t0 = now_s();
   if (tt_test_tmpdir("train", "setup")) return 1;
   test_lr_schedules();
   test_parse_size();
+  test_intervals();
 
   tt_test_path_in(recipe, "syn.recipe"), tt_test_path_in(recipe1, "syn1.recipe");
-  tt_test_path_in(recipe_wide, "syn_wide.recipe");
+  tt_test_path_in(recipe_wide, "syn_wide.recipe"), tt_test_path_in(recipe_k9, "syn_k9.recipe");
   tt_test_path_in(recipe_plain, "plain.recipe"), tt_test_path_in(state13, "state13.safetensors");
   tt_test_path_in(dA, "A"), tt_test_path_in(dB, "B"), tt_test_path_in(dO, "O");
   tt_test_path_in(dT, "T"), tt_test_path_in(dE, "E"), tt_test_path_in(dW, "W");
   if (write_recipe(recipe, 2, 16) || write_recipe(recipe1, 1, 16) || write_recipe(recipe_wide, 2, 12) ||
+      write_recipe_edit(recipe_k9, 50, "batch = 32\nmicro_batch = 16\n", "batch = 8\nmicro_batch = 8\n",
+                        "log_every = 5\n", "log_every = 1\ncheckpoint_every = 10\n") ||
       write_file(recipe_plain, recipe_plain_text)) {
     printf("FAIL setup: cannot write recipes under %s\n", tt_test_dir());
     return 1;
   }
   const int steps_per_epoch = 32, k = 13; /* 13: mid-epoch, not a multiple of 32 */
 
+  /* ---- signals: the children first, before this process uses OpenMP ---- */
+  child_run c_int, c_k9;
+  child_signal(&c_int, recipe, "S", 200, 5, SIGINT);
+  child_signal(&c_k9, recipe_k9, "K", 50, 25, SIGKILL);
+  test_sigint(&c_int, recipe);
+  test_kill9(&c_k9, recipe_k9);
 
   /* ---- resumed == continuous ---- */
   TT_TEST_BEGIN("resume_bit_exact");
@@ -911,6 +1116,7 @@ int main(void) {
     test_bad_metadata(recipe, dA);
     test_old_state(recipe, dA, state13);
     test_nan_weights(recipe, dA);
+    test_pending_evaluation(recipe, dA);
   }
   test_policy_change(recipe_plain);
   test_metrics_cut(recipe);
