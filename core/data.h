@@ -31,7 +31,7 @@ typedef struct tt_dataset {
  * entries at the top of a folder data set that are not class folders are reported as
  * "path: ignored (...)". An IDX or list file that is not a regular file is an error, found
  * without reading (a pipe is never waited on). Synthetic: 1024 (train) or 256 (test) deterministic images of
- * 10 classes. Returns 0, or -1 with err naming the file and what was expected. */
+ * cfg->classes classes (10 when it is 0). Returns 0, or -1 with err naming the file and what was expected. */
 int tt_dataset_load(const tt_data_cfg *cfg, int train, int c, int h, int w, tt_dataset *ds, tt_err *err,
                     tt_warn_fn warn, void *ud);
 void tt_dataset_free(tt_dataset *ds);

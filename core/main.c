@@ -20,13 +20,16 @@ static void main_usage(FILE *f, const char *cmd) {
   } else {
     fprintf(f, "usage: tinytrain [train] [--vram SIZE] [--device auto|cpu|cuda] [--epochs N] [--out DIR]\n"
                "                 [--resume DIR] [--threads N] [--micro-batch N] [--precision fp32|fp16|auto]\n"
-               "                 [--recompute none|auto|all] [--max-steps N] RECIPE\n"
+               "                 [--recompute none|auto|all] [--max-steps N] [--checkpoint-every N|10m]\n"
+               "                 RECIPE\n"
                "       tinytrain plan [options] RECIPE      (tinytrain plan --help)\n"
                "       tinytrain eval --weights FILE RECIPE (tinytrain eval --help)\n"
                "       tinytrain --version | --help\n\n"
                "Trains RECIPE inside SIZE of device memory (512M, 4G, 4GiB, 3.5G), planning every buffer\n"
                "before the first step. Writes weights.safetensors, state.safetensors, metrics.jsonl and chart.svg\n"
-               "to DIR (default runs/<recipe name>). Exit status 0 on success, 1 on failure, 2 on bad usage.\n");
+               "to DIR (default runs/<recipe name>, or runs/<recipe name>-2 ... when that holds an earlier run).\n"
+               "Ctrl-C (SIGINT) or SIGTERM stops at the next step with a checkpoint; --resume DIR continues.\n"
+               "Exit status 0 on success, 1 on failure, 2 on bad usage, 130/143 when stopped by SIGINT/SIGTERM.\n");
   }
 }
 
@@ -86,6 +89,12 @@ int main(int argc, char **argv) {
       int n;
       if (main_int(v, &n)) return main_bad(cmd, "--max-steps takes a positive integer, not", v);
       o.max_steps = n;
+    } else if (!strcmp(a, "--checkpoint-every")) {
+      long long st;
+      double sec;
+      if (tt_parse_interval(v, &st, &sec))
+        return main_bad(cmd, "--checkpoint-every takes optimizer steps (500), a wall time (30s, 10m, 1h) or 0, not", v);
+      o.checkpoint_every = v;
     } else if (!strcmp(a, "--precision")) {
       if (!strcmp(v, "auto")) o.precision = 0;
       else if (!strcmp(v, "fp32")) o.precision = 1;
@@ -123,7 +132,7 @@ int main(int argc, char **argv) {
   }
   if (rc) {
     fprintf(stderr, "tinytrain: %s\n", err);
-    return 1;
+    return rc == TT_STOPPED && o.stop_signal > 0 ? 128 + o.stop_signal : 1; /* 130 SIGINT, 143 SIGTERM */
   }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "lossscale.h"
+#include "model.h"
 #include "util.h"
 
 #ifdef __cplusplus
@@ -20,6 +21,7 @@ typedef struct tt_metrics {
   int epochs, steps_per_epoch;/* of this run, for the progress line */
   size_t arena_bytes;         /* for the progress line */
   FILE *jsonl;                /* metrics.jsonl; NULL until tt_metrics_open */
+  char path[TT_PATH_MAX + 64]; /* its path, for messages */
   struct metrics_hist *hist;  /* per-epoch points of the chart (metrics.c) */
 } tt_metrics;
 
@@ -45,18 +47,28 @@ void tt_metrics_say(const tt_metrics *m, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
-/* Opens dir/metrics.jsonl: appended to when resuming, whose eval lines then seed the chart's
- * history; otherwise written afresh. */
-int tt_metrics_open(tt_metrics *m, const char *dir, int resume, tt_err *err);
+/* Opens dir/metrics.jsonl. A fresh run (resume_dir NULL) writes it afresh. A resumed run
+ * carries over resume_dir/metrics.jsonl (dir's own, or the run's it resumes with --out
+ * elsewhere) up to the checkpoint's step, drops the lines written after that checkpoint (they
+ * would repeat) and a line cut short by a kill, adds {"event": "resume", "epoch", "step"}
+ * (written atomically), then appends; its eval lines seed the chart's history. Called only
+ * once every check of the resume passed: a refused resume leaves the file as it was. */
+int tt_metrics_open(tt_metrics *m, const char *dir, const char *resume_dir, long long step, int epoch, tt_err *err);
 void tt_metrics_close(tt_metrics *m);
 
 void tt_metrics_epoch_begin(tt_epoch_meter *e, int epoch, long long skipped_before);
 /* A logging interval ended at optimizer step `step` (step_in_epoch, 0-based): its "train" line
- * and the progress line. loss and accuracy are the interval's means per image. */
-void tt_metrics_train(tt_metrics *m, tt_epoch_meter *e, int step_in_epoch, long long step, double loss, double accuracy,
-                      double lr, const tt_loss_scale *ls);
-/* The epoch was evaluated: its "eval" line, its summary line and its point of the chart. */
-void tt_metrics_eval(tt_metrics *m, const tt_epoch_meter *e, long long step, double test_loss, double test_acc);
+ * and the progress line. loss and accuracy are the interval's means per image. Every line
+ * writer returns -1 with err naming the file when the line could not be written (disk full). */
+int tt_metrics_train(tt_metrics *m, tt_epoch_meter *e, int step_in_epoch, long long step, double loss, double accuracy,
+                     double lr, const tt_loss_scale *ls, tt_err *err);
+/* The epoch was evaluated: its "eval" line, its summary line and its point of the chart.
+ * train_loss is null when this process trained none of the epoch's images. */
+int tt_metrics_eval(tt_metrics *m, const tt_epoch_meter *e, long long step, double test_loss, double test_acc,
+                    tt_err *err);
+/* The epoch ended and there is no test split: an "epoch" line with train_loss, its summary
+ * line and its point of the chart. */
+int tt_metrics_epoch(tt_metrics *m, const tt_epoch_meter *e, long long step, tt_err *err);
 /* dir/chart.svg from the history so far. */
 int tt_metrics_chart(const tt_metrics *m, const char *dir, const char *title, tt_err *err);
 /* The closing text: fp16 skipped steps, if any, and where the run's files are. */

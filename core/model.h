@@ -61,6 +61,7 @@ typedef struct tt_data_cfg {
   float mean[4], std[4];        /* per channel, on [0,1] pixel values; default 0 and 1 */
   int crop_pad;                 /* random crop after zero padding by this many pixels; 0 = off */
   int hflip;                    /* random horizontal flip */
+  int classes;                  /* [net] classes: the labels format = synthetic draws (0: 10) */
   int line;                     /* recipe line of [data] */
 } tt_data_cfg;
 
@@ -82,6 +83,10 @@ typedef struct tt_train_cfg {
   tt_precision precision;
   tt_recompute_mode recompute;
   int log_every;                /* optimizer steps between "train" metric lines */
+  /* checkpoint_every: a checkpoint every this many optimizer steps, or (steps 0) every this many
+   * seconds of wall time; both 0: only at the end of each epoch and on a stop. Default 600 s. */
+  long long checkpoint_steps;
+  double checkpoint_seconds;
 } tt_train_cfg;
 
 typedef struct tt_model {

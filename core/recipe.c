@@ -103,7 +103,6 @@ static int recipe_lex(recipe_state *st, char *buf, size_t len) {
       st->ents[st->nents].key = key;
       st->ents[st->nents].val = val;
       st->ents[st->nents].line = line;
-      st->ents[st->nents].warned = 0;
       st->nents++;
       sec->ne++;
     }
@@ -195,6 +194,7 @@ static int recipe_train(recipe_state *st, const recipe_section *sec) {
     else if (!strcmp(k, "precision")) rc = recipe_enum(st, e, v, recipe_prec_names, 3, &x), t->precision = (tt_precision)x;
     else if (!strcmp(k, "recompute")) rc = recipe_enum(st, e, v, recipe_recomp_names, 3, &x), t->recompute = (tt_recompute_mode)x;
     else if (!strcmp(k, "log_every")) rc = recipe_int(st, e, v, 1, INT_MAX, &t->log_every);
+    else if (!strcmp(k, "checkpoint_every")) rc = recipe_interval(st, e, v, &t->checkpoint_steps, &t->checkpoint_seconds);
     else if (!strcmp(k, "seed")) {
       char *end, q[64];
       errno = 0;
@@ -227,9 +227,29 @@ static int recipe_train(recipe_state *st, const recipe_section *sec) {
   return 0;
 }
 
+/* Pixels are normalised on [0, 1] (uint8 / 255, then (x - mean) / std): a mean above 1 or a
+ * std above 1 was almost surely written on the 0-255 scale, which trains to losses of 1e9.
+ * A warning with the values divided by 255, not an error: the recipe may mean it. */
+static void recipe_check_norm(recipe_state *st, int line, const char *key, const float *v) {
+  int c, n = st->m->in_c, bad = -1, all255 = 1, same = 1, off = 0;
+  char fix[128] = "";
+  for (c = 0; c < n; c++) {
+    if ((v[c] > 1.0f || v[c] < 0.0f) && bad < 0) bad = c;
+    if (!(v[c] > 1.0f && v[c] <= 255.0f)) all255 = 0;
+    if (v[c] != v[0]) same = 0;
+  }
+  if (bad < 0) return;
+  for (c = 0; c < (same ? 1 : n); c++) off += snprintf(fix + off, sizeof fix - (size_t)off, "%s%.4g", c ? ", " : "", v[c] / 255.0);
+  if (all255)
+    recipe_warn(st, line, "'%s' = %g looks like the 0-255 pixel scale, but pixels are normalised on [0, 1]; "
+                "use %s = %s (divided by 255)", key, (double)v[0], key, fix);
+  else
+    recipe_warn(st, line, "'%s' = %g is outside [0, 1], where normalised pixels lie; check it", key, (double)v[bad]);
+}
+
 static int recipe_data(recipe_state *st, const recipe_section *sec) {
   tt_data_cfg *d = &st->m->data;
-  int j, x, have_format = 0, line_train = 0, line_tl = 0, line_test = 0, line_testl = 0;
+  int j, x, have_format = 0, line_train = 0, line_tl = 0, line_test = 0, line_testl = 0, line_mean = 0, line_std = 0;
   for (j = sec->e0; j < sec->e0 + sec->ne; j++) {
     recipe_entry *e = &st->ents[j];
     const char *k = e->key, *v = recipe_val(st, e);
@@ -243,14 +263,17 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
     else if (!strcmp(k, "train_labels")) rc = recipe_path(st, e, v, d->train_labels), line_tl = e->line;
     else if (!strcmp(k, "test")) rc = recipe_path(st, e, v, d->test), line_test = e->line;
     else if (!strcmp(k, "test_labels")) rc = recipe_path(st, e, v, d->test_labels), line_testl = e->line;
-    else if (!strcmp(k, "mean")) rc = recipe_floats(st, e, v, d->mean, -1e30, 1);
-    else if (!strcmp(k, "std")) rc = recipe_floats(st, e, v, d->std, 0, 0);
+    else if (!strcmp(k, "mean")) rc = recipe_floats(st, e, v, d->mean, -1e30, 1), line_mean = e->line;
+    else if (!strcmp(k, "std")) rc = recipe_floats(st, e, v, d->std, 0, 0), line_std = e->line;
     else if (!strcmp(k, "crop_pad")) rc = recipe_int(st, e, v, 0, 4096, &d->crop_pad);
     else if (!strcmp(k, "hflip")) rc = recipe_bool(st, e, v, &d->hflip);
     else recipe_warn(st, e->line, "unknown key '%s' in [data], ignored", k);
     if (rc) return -1;
   }
   if (!have_format) return recipe_error(st, sec->line, "[data] needs 'format = idx|folder|list|synthetic'");
+  d->classes = st->m->classes;
+  if (line_mean) recipe_check_norm(st, line_mean, "mean", d->mean);
+  if (line_std) recipe_check_norm(st, line_std, "std", d->std);
   if (d->format == TT_DATA_SYNTHETIC) {
     if (line_train) recipe_warn(st, line_train, "format = synthetic reads no files; 'train' ignored");
     if (line_test) recipe_warn(st, line_test, "format = synthetic reads no files; 'test' ignored");
@@ -419,6 +442,7 @@ static int recipe_parse_buf(const char *path, const char *text, size_t len, tt_m
   m->train.gamma = 0.1f;
   m->train.seed = 1;
   m->train.log_every = 100;
+  m->train.checkpoint_seconds = 600; /* ten minutes of work is the most a crash loses */
   for (c = 0; c < 4; c++) m->data.mean[c] = 0.f, m->data.std[c] = 1.f;
 
   st->buf = (char *)tt_malloc(len + 1, "recipe text", err);

@@ -229,10 +229,10 @@ int recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_sectio
     else if (kind == TT_L_DROPOUT && !strcmp(k, "p")) rc = recipe_float(st, e, v, 0, 1, 1, 0, &L.p);
     else known = 0;
     if (rc) return -1;
-    if (!known && !e->warned) {
-      e->warned = 1;
-      recipe_warn(st, e->line, "unknown key '%s' in [%s %s], ignored (keys of %s: %s)", k, kname, L.name, kname, recipe_keys_of(kind));
-    }
+    /* an error, not a warning: a misspelt key (dilation, padding) would silently change the model */
+    if (!known)
+      return recipe_error(st, e->line, "unknown key '%s' in [%s %s]; the keys of %s are: %s", k, kname, L.name, kname,
+                          recipe_keys_of(kind));
   }
   if ((kind == TT_L_CONV || kind == TT_L_LINEAR) && !have_filters)
     return recipe_error(st, sec->line, "[%s %s] needs '%s'", kname, L.name, kind == TT_L_CONV ? "filters = N" : "out = N");

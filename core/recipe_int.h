@@ -26,7 +26,6 @@ extern "C" {
 typedef struct recipe_entry {
   char *key, *val; /* point into the parser's copy of the text */
   int line;
-  int warned;      /* a body entry is seen once per instance; warn once */
 } recipe_entry;
 
 typedef struct recipe_section {
@@ -124,6 +123,9 @@ int recipe_pair(recipe_state *st, const recipe_entry *e, const char *v, long min
 int recipe_path(recipe_state *st, const recipe_entry *e, const char *v, char *out);
 /* 1 to 4 comma-separated numbers, one per input channel or one for all; out[4]. */
 int recipe_floats(recipe_state *st, const recipe_entry *e, const char *v, float *out, double lo, int lo_incl);
+
+/* checkpoint_every: steps, or a wall time in seconds (tt_parse_interval). */
+int recipe_interval(recipe_state *st, const recipe_entry *e, const char *v, long long *steps, double *seconds);
 
 /* The name table. */
 int recipe_lookup(const recipe_state *st, const char *name, int *line);

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tinytrain.h"
+
 /* ---- layer kinds: a section name's kind, from the op-traits table ---- */
 
 int recipe_layer_kind(const char *kind) { return tt_layer_kind_from_name(kind); }
@@ -281,4 +283,32 @@ int recipe_floats(recipe_state *st, const recipe_entry *e, const char *v, float 
     return recipe_error(st, e->line, "'%s' has %d values; give one per input channel (%d) or one for all", e->key, n, st->m->in_c);
   for (c = 0; c < 4; c++) out[c] = (float)x[n == 1 ? 0 : (c < n ? c : n - 1)];
   return 0;
+}
+
+/* "500" (optimizer steps), "30s", "10m", "10min", "1.5h" (wall time), "0" (never). Digits and
+ * at most one '.' before the unit, so "0x10", "1e3" and "-5" are refused. */
+int tt_parse_interval(const char *s, long long *steps, double *seconds) {
+  const char *p = s;
+  int dots = 0, digits = 0;
+  double x, mult;
+  if (!s) return -1;
+  for (; (*p >= '0' && *p <= '9') || *p == '.'; p++) dots += *p == '.', digits += *p != '.';
+  if (!digits || dots > 1) return -1;
+  x = strtod(s, NULL);
+  if (!*p) {
+    if (dots || x > 1e12) return -1; /* steps are whole */
+    *steps = (long long)x, *seconds = 0;
+    return 0;
+  }
+  mult = !strcmp(p, "s") ? 1 : (!strcmp(p, "m") || !strcmp(p, "min")) ? 60 : !strcmp(p, "h") ? 3600 : 0;
+  if (mult == 0 || x * mult > 1e9) return -1;
+  *steps = 0, *seconds = x * mult;
+  return 0;
+}
+
+int recipe_interval(recipe_state *st, const recipe_entry *e, const char *v, long long *steps, double *seconds) {
+  char q[64];
+  if (tt_parse_interval(v, steps, seconds) == 0) return 0;
+  return recipe_error(st, e->line, "expected optimizer steps (e.g. 500), a wall time (30s, 10m, 1h) or 0 for '%s', found '%s'",
+                      e->key, recipe_quote(v, q, sizeof q));
 }

@@ -34,18 +34,30 @@ typedef struct tt_run_opts {
   const char *out_dir;   /* NULL = runs/<recipe name> */
   const char *resume_dir;/* NULL = start fresh */
   long long max_steps;   /* stop (with a checkpoint) after this many optimizer steps in all; 0 = no limit */
+  const char *checkpoint_every; /* "500" optimizer steps, "10m" / "30s" / "1h" wall time, "0" only at the
+                                 * ends of epochs (tt_parse_interval); NULL = the recipe's (default 10m) */
   int progress;          /* -1 auto (a terminal gets a line updated in place), 0 plain lines, 1 in place */
   int quiet;             /* 1: only errors */
   FILE *out;             /* progress and summary; NULL = stdout */
   /* results */
-  double final_accuracy, final_loss;
+  double final_accuracy, final_loss; /* of the last evaluation; NaN when the run evaluated nothing */
   long long steps_done;
+  int stop_signal;       /* SIGINT or SIGTERM when tt_train returned TT_STOPPED, else 0 */
 } tt_run_opts;
+
+/* tt_train's status when SIGINT or SIGTERM asked it to stop: it finished the step in progress,
+ * wrote a checkpoint and returned (err says where; o->stop_signal says which). The command
+ * line exits 128 + the signal number (130, 143). */
+#define TT_STOPPED 2
 
 void tt_run_opts_init(tt_run_opts *o);
 
 /* Trains, evaluating after each epoch, writing weights.safetensors, state.safetensors,
- * metrics.jsonl and chart.svg under the run directory. */
+ * metrics.jsonl and chart.svg under the run directory: out_dir, else resume_dir, else
+ * runs/<recipe name> or, when that exists, the first free runs/<recipe name>-2, -3, ...
+ * An out_dir that holds another run's files is refused. While it runs, SIGINT and SIGTERM
+ * (where their disposition is the default) stop it at the next step boundary with a
+ * checkpoint: it returns TT_STOPPED. Returns 0, TT_STOPPED, or -1 with err set. */
 int tt_train(tt_run_opts *o, char *err, size_t errsize);
 
 /* Prints the memory plan (`tinytrain plan`). json: one JSON object. max_batch: the largest
@@ -58,6 +70,11 @@ int tt_evaluate(tt_run_opts *o, const char *weights, char *err, size_t errsize);
 /* Parses "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024.
  * (Defined in core/util.c, declared in util.h for the library's own use.) */
 int tt_parse_size(const char *s, size_t *bytes);
+
+/* Parses a checkpoint interval: "500" (optimizer steps: *steps = 500, *seconds = 0), "30s", "10m",
+ * "10min", "1.5h" (wall time: *steps = 0, *seconds), or "0" (never; both 0). Returns 0, or -1
+ * for anything else. (Defined in core/recipe_values.c: the recipe's checkpoint_every.) */
+int tt_parse_interval(const char *s, long long *steps, double *seconds);
 
 /* Backends built in, with versions, for --version. */
 const char *tt_build_info(void);

@@ -13,6 +13,11 @@ extern "C" {
  * min_lr at t->epochs. */
 double tt_lr_at(const tt_train_cfg *t, double epoch);
 
+/* Whether checkpoint_every asks for a checkpoint after optimizer step `step`: every_steps > 0
+ * counts steps; otherwise every_seconds > 0 counts the wall time since the last checkpoint;
+ * both 0 never (the ends of epochs and stops still write theirs). */
+int tt_train_checkpoint_due(long long every_steps, double every_seconds, long long step, double seconds_since);
+
 #ifdef __cplusplus
 }
 #endif

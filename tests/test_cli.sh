@@ -1,7 +1,8 @@
 #!/bin/bash
 # tests/test_cli.sh — the tinytrain command line: help and version, bad usage (exit 2, one line),
 # recipe errors (exit 1, PATH:LINE:), `plan --json` on every example, --vram fits and refusals,
-# --device cuda on a CPU-only build, missing data files. Run from the repository root:
+# --device cuda on a CPU-only build, missing data files, the run directory of a recipe run
+# twice, SIGTERM (exit 143, checkpoint, --resume). Run from the repository root:
 #   bash tests/test_cli.sh
 # Prints PASS/FAIL/SKIP lines; exits 1 if anything failed.
 cd "$(dirname "$0")/.." || exit 1
@@ -83,6 +84,7 @@ expect_usage "bad device" "--device" --device tpu $L
 expect_usage "bad epochs" "--epochs" --epochs 0 $L
 expect_usage "bad precision" "--precision" plan --precision fp8 $L
 expect_usage "eval without weights" "--weights" eval $L
+expect_usage "bad checkpoint interval" "--checkpoint-every" --checkpoint-every 10x $L
 [ $ok = 1 ] && pass cli_bad_usage
 
 # ---- bad recipes: exit 1 (no crash), PATH:LINE: ----
@@ -205,6 +207,94 @@ elif ! grep -qF "$TMP/no-such-images-idx3-ubyte.gz" "$TMP/err"; then
   fail cli_missing_data "the message does not name the missing file: $ERR"
 else
   pass cli_missing_data
+fi
+
+# ---- the README's example recipe (no test split) trains, saying once that it will not evaluate ----
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  skip cli_readme_recipe "no Fashion-MNIST in /usr/share/datasets (apt-get install dataset-fashion-mnist)"
+else
+  python3 -c '
+import re, sys
+m = re.search(r"```ini\n(# A small CNN for Fashion-MNIST.*?)```", open("README.md").read(), re.S)
+sys.stdout.write(m.group(1) if m else "")' >"$TMP/readme.recipe"
+  run --device cpu --threads 1 --max-steps 2 --out "$TMP/readme" "$TMP/readme.recipe"
+  if [ ! -s "$TMP/readme.recipe" ]; then fail cli_readme_recipe "no '# A small CNN for Fashion-MNIST' recipe in README.md"
+  elif [ "$RC" != 0 ]; then fail cli_readme_recipe "exit $RC: $ERR"
+  elif [ "$(grep -c "no test split" "$TMP/out")" != 1 ]; then fail cli_readme_recipe "does not say once that it will not evaluate: $OUT"
+  else pass cli_readme_recipe
+  fi
+fi
+
+# ---- a recipe run again gets its own directory; --out over an earlier run is refused ----
+TTA="$PWD/tinytrain"
+cat >"$TMP/syn.recipe" <<EOF
+[net]
+input = 1x8x8
+classes = 10
+[train]
+batch = 16
+epochs = 200
+log_every = 1
+[data]
+format = synthetic
+[conv]
+filters = 4
+size = 3
+[conv]
+filters = 4
+size = 3
+[flatten]
+[linear fc]
+out = 10
+EOF
+mkdir -p "$TMP/cwd"
+ok=1
+for k in 1 2; do
+  (cd "$TMP/cwd" && "$TTA" --device cpu --threads 1 --max-steps 2 "$TMP/syn.recipe" >"$TMP/out" 2>"$TMP/err")
+  rc=$?
+  if [ "$rc" != 0 ]; then fail cli_run_dir "run $k of the same recipe: exit $rc: $(cat "$TMP/err")"; ok=0; break; fi
+  [ $k = 1 ] && first=$(md5sum <"$TMP/cwd/runs/syn/state.safetensors")
+done
+if [ $ok = 1 ]; then
+  if [ ! -f "$TMP/cwd/runs/syn-2/state.safetensors" ]; then
+    fail cli_run_dir "the second run did not write runs/syn-2: $(ls "$TMP/cwd/runs")"
+  elif [ "$(md5sum <"$TMP/cwd/runs/syn/state.safetensors")" != "$first" ]; then
+    fail cli_run_dir "the second run changed runs/syn/state.safetensors"
+  elif ! grep -q "runs/syn-2" "$TMP/out"; then
+    fail cli_run_dir "the second run does not say it writes to runs/syn-2: $(cat "$TMP/out")"
+  else
+    run --device cpu --threads 1 --max-steps 2 --out "$TMP/cwd/runs/syn" "$TMP/syn.recipe"
+    if [ "$RC" != 1 ]; then fail cli_run_dir "--out over an earlier run: exit $RC, want 1"
+    elif ! grep -qF -- "--resume $TMP/cwd/runs/syn" "$TMP/err"; then fail cli_run_dir "the refusal does not say --resume: $ERR"
+    elif [ "$(md5sum <"$TMP/cwd/runs/syn/state.safetensors")" != "$first" ]; then fail cli_run_dir "the refused run changed the earlier one"
+    else pass cli_run_dir
+    fi
+  fi
+fi
+
+# ---- SIGTERM: a checkpoint at the next step, exit 143, and --resume continues ----
+"$TT" --device cpu --threads 1 --out "$TMP/sig" "$TMP/syn.recipe" >"$TMP/sig.out" 2>"$TMP/sig.err" &
+pid=$!
+for _ in $(seq 1 600); do
+  grep -q '"step": 3,' "$TMP/sig/metrics.jsonl" 2>/dev/null && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.05
+done
+kill -TERM $pid 2>/dev/null
+wait $pid
+rc=$?
+if [ "$rc" != 143 ]; then
+  fail cli_sigterm "exit $rc, want 143: $(cat "$TMP/sig.err")"
+elif ! grep -qF -- "--resume $TMP/sig" "$TMP/sig.err"; then
+  fail cli_sigterm "stderr does not say how to continue: $(cat "$TMP/sig.err")"
+elif [ ! -f "$TMP/sig/state.safetensors" ]; then
+  fail cli_sigterm "no checkpoint in $TMP/sig"
+else
+  run --device cpu --threads 1 --resume "$TMP/sig" --max-steps 300 "$TMP/syn.recipe"
+  if [ "$RC" != 0 ]; then fail cli_sigterm "--resume after SIGTERM: exit $RC: $ERR"
+  elif ! echo "$OUT" | grep -q "resumed from $TMP/sig/state.safetensors at step [1-9]"; then fail cli_sigterm "no 'resumed from' line: $OUT"
+  else pass cli_sigterm
+  fi
 fi
 
 exit $FAILED
