@@ -1,0 +1,887 @@
+/* tests/cuda_emu/emu_runtime.cc — the emulated device: one fake sm_75 with 4 GiB, device memory
+ * on host mappings (tracked, poisoned when fresh, inaccessible to host code), streams whose
+ * work waits until something needs it, events, errors (see emu_internal.h for the model).
+ *
+ * Contracts checked here, each failing the call with cudaErrorInvalidValue (or the error a real
+ * runtime gives) and a message that cudaGetErrorString returns: copies and memsets lie inside
+ * one allocation and their direction matches the pointers; streams and events are live
+ * handles; a freed pointer is a live allocation's base.
+ */
+#include <errno.h>
+#include <execinfo.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "emu_internal.h"
+
+tt_emu_counts emu_counts;
+
+/* --------------------------------- errors --------------------------------------------- */
+
+static int emu_quiet;
+static char emu_last[2048];
+static cudaError_t emu_sticky_code = cudaSuccess, emu_last_code = cudaSuccess, emu_detail_code = cudaSuccess;
+static char emu_detail[2048], emu_errstr[2400];
+
+const char *emu_vviolation(const char *fmt, va_list ap) {
+  vsnprintf(emu_last, sizeof emu_last, fmt, ap);
+  if (!emu_quiet) {
+    fprintf(stderr, "cuda_emu: %s\n", emu_last);
+    fflush(stderr);
+  }
+  return emu_last;
+}
+
+const char *emu_violation(const char *fmt, ...) {
+  va_list ap;
+  const char *r;
+  va_start(ap, fmt);
+  r = emu_vviolation(fmt, ap);
+  va_end(ap);
+  return r;
+}
+
+cudaError_t emu_cuda_fail(cudaError_t e, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  snprintf(emu_detail, sizeof emu_detail, "%s", emu_vviolation(fmt, ap));
+  va_end(ap);
+  emu_detail_code = e;
+  emu_last_code = e;
+  return e;
+}
+
+cudaError_t emu_sticky(void) { return emu_sticky_code; }
+
+void emu_set_sticky(cudaError_t e, const char *msg) {
+  if (emu_sticky_code != cudaSuccess) return; /* the first failure is the one to read */
+  emu_sticky_code = e;
+  snprintf(emu_detail, sizeof emu_detail, "%s", msg);
+  emu_detail_code = e;
+  emu_violation("%s", msg);
+}
+
+extern "C" int tt_emu_set_quiet(int quiet) {
+  int o = emu_quiet;
+  emu_quiet = quiet;
+  return o;
+}
+extern "C" const char *tt_emu_last_violation(void) { return emu_last; }
+extern "C" void tt_emu_clear_sticky(void) {
+  emu_sticky_code = emu_last_code = emu_detail_code = cudaSuccess;
+  emu_detail[0] = 0;
+}
+extern "C" void tt_emu_get_counts(tt_emu_counts *c) { *c = emu_counts; }
+
+static const char *emu_error_name(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInitializationError: return "cudaErrorInitializationError";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    default: return "cudaErrorUnknown";
+  }
+}
+
+static const char *emu_error_text(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    default: return "unknown error";
+  }
+}
+
+extern "C" const char *cudaGetErrorName(cudaError_t e) { return emu_error_name(e); }
+extern "C" const char *cudaGetErrorString(cudaError_t e) {
+  if (e != cudaSuccess && e == emu_detail_code && emu_detail[0]) {
+    snprintf(emu_errstr, sizeof emu_errstr, "%s [cuda_emu: %s]", emu_error_text(e), emu_detail);
+    return emu_errstr;
+  }
+  return emu_error_text(e);
+}
+extern "C" cudaError_t cudaGetLastError(void) {
+  cudaError_t e = emu_sticky_code != cudaSuccess ? emu_sticky_code : emu_last_code;
+  emu_last_code = cudaSuccess;
+  return e;
+}
+extern "C" cudaError_t cudaPeekAtLastError(void) {
+  return emu_sticky_code != cudaSuccess ? emu_sticky_code : emu_last_code;
+}
+
+/* Every API entry: the context exists, a sticky error fails the call. */
+#define EMU_ENTER()                                      \
+  do {                                                   \
+    emu_init();                                          \
+    if (emu_sticky_code != cudaSuccess) return emu_sticky_code; \
+  } while (0)
+
+/* --------------------------------- the device ----------------------------------------- */
+
+static const size_t emu_total_mem = (size_t)4 << 30;
+static const size_t emu_context_bytes = (size_t)300 << 20; /* what a context takes on a real card */
+static long long emu_reserved; /* context + library handles */
+static size_t emu_allocated;
+static int emu_inited, emu_protect = 1;
+
+static void emu_install_handler(void);
+
+void emu_init(void) {
+  const char *p;
+  if (emu_inited) return;
+  emu_inited = 1;
+  emu_reserved = (long long)emu_context_bytes;
+  p = getenv("TT_EMU_PROTECT");
+  if (p && !strcmp(p, "0")) emu_protect = 0;
+#if defined(__SANITIZE_ADDRESS__)
+  emu_protect = 0; /* AddressSanitizer owns SIGSEGV */
+#endif
+  if (emu_protect) emu_install_handler();
+}
+
+void emu_reserve_add(long long bytes) { emu_reserved += bytes; }
+
+static int emu_device_count(void) {
+  const char *p = getenv("TT_EMU_DEVICES"); /* 0 emulates a machine without a GPU */
+  return p && !strcmp(p, "0") ? 0 : 1;
+}
+
+extern "C" cudaError_t cudaGetDeviceCount(int *count) {
+  if (!count) return emu_cuda_fail(cudaErrorInvalidValue, "cudaGetDeviceCount: NULL count");
+  *count = emu_device_count();
+  if (!*count) return emu_cuda_fail(cudaErrorNoDevice, "emulating a machine without a GPU (TT_EMU_DEVICES=0)");
+  return cudaSuccess;
+}
+
+static cudaError_t emu_check_device(const char *who, int device) {
+  if (device != 0 || !emu_device_count())
+    return emu_cuda_fail(cudaErrorInvalidDevice, "%s: device %d does not exist (the emulation has device 0)", who, device);
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaSetDevice(int device) {
+  EMU_ENTER();
+  return emu_check_device("cudaSetDevice", device);
+}
+extern "C" cudaError_t cudaGetDevice(int *device) {
+  EMU_ENTER();
+  if (!device) return emu_cuda_fail(cudaErrorInvalidValue, "cudaGetDevice: NULL device");
+  *device = 0;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
+  EMU_ENTER();
+  if (!prop) return emu_cuda_fail(cudaErrorInvalidValue, "cudaGetDeviceProperties: NULL prop");
+  if (emu_check_device("cudaGetDeviceProperties", device)) return cudaErrorInvalidDevice;
+  memset(prop, 0, sizeof *prop);
+  snprintf(prop->name, sizeof prop->name, "tinytrain CUDA emulator (sm_75, on the CPU)");
+  prop->totalGlobalMem = emu_total_mem;
+  prop->sharedMemPerBlock = 48 * 1024;
+  prop->sharedMemPerBlockOptin = 64 * 1024;
+  prop->sharedMemPerMultiprocessor = 64 * 1024;
+  prop->regsPerBlock = 65536;
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = 1024;
+  prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = 1024, prop->maxThreadsDim[2] = 64;
+  prop->maxGridSize[0] = 0x7fffffff, prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
+  prop->clockRate = 1590000;
+  prop->totalConstMem = 65536;
+  prop->major = 7, prop->minor = 5;
+  prop->multiProcessorCount = 40;
+  prop->maxThreadsPerMultiProcessor = 1024;
+  prop->memoryBusWidth = 256;
+  prop->l2CacheSize = 4 << 20;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device) {
+  cudaDeviceProp p;
+  cudaError_t e;
+  if (!value) return emu_cuda_fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute: NULL value");
+  if ((e = cudaGetDeviceProperties(&p, device)) != cudaSuccess) return e;
+  switch (attr) {
+    case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; break;
+    case cudaDevAttrMaxBlockDimX: *value = p.maxThreadsDim[0]; break;
+    case cudaDevAttrMaxGridDimX: *value = p.maxGridSize[0]; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *value = (int)p.sharedMemPerBlock; break;
+    case cudaDevAttrWarpSize: *value = 32; break;
+    case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
+    case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
+    case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = (int)p.sharedMemPerBlockOptin; break;
+    default: return emu_cuda_fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute: attribute %d is not emulated", (int)attr);
+  }
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaDeviceGetPCIBusId(char *buf, int len, int device) {
+  EMU_ENTER();
+  if (!buf || len <= 0) return emu_cuda_fail(cudaErrorInvalidValue, "cudaDeviceGetPCIBusId: no buffer");
+  if (emu_check_device("cudaDeviceGetPCIBusId", device)) return cudaErrorInvalidDevice;
+  snprintf(buf, (size_t)len, "emulated"); /* NVML finds no such device: the backend falls back to cudaMemGetInfo */
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaRuntimeGetVersion(int *v) {
+  if (!v) return emu_cuda_fail(cudaErrorInvalidValue, "cudaRuntimeGetVersion: NULL");
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+extern "C" cudaError_t cudaDriverGetVersion(int *v) {
+  if (!v) return emu_cuda_fail(cudaErrorInvalidValue, "cudaDriverGetVersion: NULL");
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+extern "C" cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
+  if (least) *least = 0;
+  if (greatest) *greatest = -5;
+  return cudaSuccess;
+}
+
+/* --------------------------------- allocations ---------------------------------------- */
+
+static std::map<uintptr_t, emu_alloc> emu_live;  /* by base */
+static std::vector<emu_alloc> emu_freed;         /* quarantined (mapped inaccessible), for messages */
+static unsigned long emu_next_id = 1;
+static int emu_window;                           /* device_enter depth */
+static size_t emu_page;
+
+static size_t emu_pagesize(void) {
+  if (!emu_page) emu_page = (size_t)sysconf(_SC_PAGESIZE);
+  return emu_page;
+}
+
+const emu_alloc *emu_alloc_find(const void *p, int end) {
+  uintptr_t a = (uintptr_t)p;
+  std::map<uintptr_t, emu_alloc>::const_iterator it = emu_live.upper_bound(a);
+  if (it == emu_live.begin()) return NULL;
+  --it;
+  if (a < it->first + it->second.size || (a == it->first + it->second.size && (end || !it->second.size)))
+    return &it->second;
+  return NULL;
+}
+
+int emu_is_device(const void *p) {
+  const emu_alloc *a = emu_alloc_find(p, 1);
+  return a && a->kind == EMU_DEVICE;
+}
+extern "C" int tt_emu_is_device_ptr(const void *p) { return emu_is_device(p); }
+
+const char *emu_describe(const void *p, char *buf, size_t n) {
+  const emu_alloc *a = emu_alloc_find(p, 1);
+  if (a)
+    snprintf(buf, n, "%p (offset %zu of the %zu-byte %s allocation #%lu)", p, (size_t)((const char *)p - a->base),
+             a->size, a->kind == EMU_DEVICE ? "device" : "pinned host", a->id);
+  else {
+    for (size_t i = 0; i < emu_freed.size(); i++)
+      if ((const char *)p >= emu_freed[i].base && (const char *)p < emu_freed[i].base + emu_freed[i].size) {
+        snprintf(buf, n, "%p (offset %zu of the freed %zu-byte allocation #%lu)", p,
+                 (size_t)((const char *)p - emu_freed[i].base), emu_freed[i].size, emu_freed[i].id);
+        return buf;
+      }
+    snprintf(buf, n, "%p (host memory, not from cudaMalloc)", p);
+  }
+  return buf;
+}
+
+int emu_dev_range(const void *p, size_t bytes, char *msg, size_t msgsize) {
+  const emu_alloc *a;
+  char d[256];
+  if (!p) return snprintf(msg, msgsize, "NULL pointer"), -1;
+  a = emu_alloc_find(p, bytes == 0);
+  if (!a || a->kind != EMU_DEVICE)
+    return snprintf(msg, msgsize, "%s is not device memory", emu_describe(p, d, sizeof d)), -1;
+  if ((size_t)((const char *)p - a->base) + bytes > a->size)
+    return snprintf(msg, msgsize, "%zu bytes at %s run %zu bytes past its end", bytes, emu_describe(p, d, sizeof d),
+                    (size_t)((const char *)p - a->base) + bytes - a->size),
+           -1;
+  return 0;
+}
+
+static void emu_protect_all(int prot) {
+  if (!emu_protect) return;
+  for (std::map<uintptr_t, emu_alloc>::iterator it = emu_live.begin(); it != emu_live.end(); ++it)
+    if (it->second.kind == EMU_DEVICE)
+      if (mprotect(it->second.map, it->second.map_size - emu_pagesize(), prot) != 0) {
+        fprintf(stderr, "cuda_emu: mprotect failed: %s\n", strerror(errno));
+        abort();
+      }
+}
+
+void emu_device_enter(void) {
+  if (emu_window++ == 0) emu_protect_all(PROT_READ | PROT_WRITE);
+}
+void emu_device_leave(void) {
+  if (--emu_window == 0) emu_protect_all(PROT_NONE);
+}
+
+/* Mapping layout: [ ... | base ... base+size (rounded up to 256) | guard page ], so an access
+ * just past the end (beyond the rounding) faults. */
+static cudaError_t emu_map(void **ptr, size_t size, int kind, const char *who) {
+  size_t pg = emu_pagesize(), body = (size + 255u) & ~(size_t)255u, map_body, map_size;
+  char *m;
+  emu_alloc a;
+  if (!ptr) return emu_cuda_fail(cudaErrorInvalidValue, "%s: NULL result pointer", who);
+  *ptr = NULL;
+  if (body == 0) body = 256;
+  map_body = (body + pg - 1) / pg * pg;
+  map_size = map_body + pg;
+  m = (char *)mmap(NULL, map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return emu_cuda_fail(cudaErrorMemoryAllocation, "%s(%zu bytes): host mmap failed", who, size);
+  if (mprotect(m + map_body, pg, PROT_NONE) != 0) {
+    munmap(m, map_size);
+    return emu_cuda_fail(cudaErrorMemoryAllocation, "%s: mprotect failed", who);
+  }
+  a.map = m, a.map_size = map_size, a.base = m + (map_body - body), a.size = size, a.kind = kind;
+  a.id = emu_next_id++, a.freed = 0;
+  /* fresh device memory is not zero on a GPU: fill it with NaN bytes */
+  memset(a.base, kind == EMU_DEVICE ? 0xff : 0, body);
+  if (kind == EMU_DEVICE && emu_protect && emu_window == 0) mprotect(m, map_body, PROT_NONE);
+  emu_live[(uintptr_t)a.base] = a;
+  *ptr = a.base;
+  return cudaSuccess;
+}
+
+static void emu_run_all(void);
+
+static cudaError_t emu_unmap(void *p, int kind, const char *who) {
+  std::map<uintptr_t, emu_alloc>::iterator it = emu_live.find((uintptr_t)p);
+  char d[256];
+  if (!p) return cudaSuccess;
+  if (it == emu_live.end() || it->second.kind != kind)
+    return emu_cuda_fail(cudaErrorInvalidValue, "%s(%s): not the start of a live %s allocation", who,
+                         emu_describe(p, d, sizeof d), kind == EMU_DEVICE ? "device" : "pinned host");
+  emu_alloc a = it->second;
+  emu_live.erase(it);
+  /* quarantine: the pages go back to the system, the addresses stay reserved and inaccessible */
+  madvise(a.map, a.map_size, MADV_DONTNEED);
+  mprotect(a.map, a.map_size, PROT_NONE);
+  a.freed = 1;
+  emu_freed.push_back(a);
+  if (kind == EMU_DEVICE) emu_allocated -= (a.size + 255u) & ~(size_t)255u;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaMalloc(void **p, size_t size) {
+  size_t body = (size + 255u) & ~(size_t)255u;
+  cudaError_t e;
+  EMU_ENTER();
+  if (!p) return emu_cuda_fail(cudaErrorInvalidValue, "cudaMalloc: NULL devPtr");
+  *p = NULL;
+  if (emu_allocated + body + (size_t)emu_reserved > emu_total_mem)
+    return emu_cuda_fail(cudaErrorMemoryAllocation, "cudaMalloc(%zu bytes): the emulated device has %zu bytes free", size,
+                         emu_total_mem - emu_allocated - (size_t)emu_reserved);
+  if ((e = emu_map(p, size, EMU_DEVICE, "cudaMalloc")) != cudaSuccess) return e;
+  emu_allocated += body;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaFree(void *p) {
+  EMU_ENTER();
+  if (!p) return cudaSuccess; /* cudaFree(0) creates the context */
+  emu_run_all();              /* cudaFree synchronises the device */
+  if (emu_sticky_code != cudaSuccess) return emu_sticky_code;
+  return emu_unmap(p, EMU_DEVICE, "cudaFree");
+}
+
+extern "C" cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags) {
+  EMU_ENTER();
+  return emu_map(p, size, EMU_PINNED, "cudaHostAlloc");
+}
+extern "C" cudaError_t cudaMallocHost(void **p, size_t size) { return cudaHostAlloc(p, size, 0); }
+extern "C" cudaError_t cudaFreeHost(void *p) {
+  EMU_ENTER();
+  emu_run_all();
+  return emu_unmap(p, EMU_PINNED, "cudaFreeHost");
+}
+
+extern "C" cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
+  EMU_ENTER();
+  if (!free_b || !total) return emu_cuda_fail(cudaErrorInvalidValue, "cudaMemGetInfo: NULL argument");
+  *total = emu_total_mem;
+  *free_b = emu_total_mem - emu_allocated - (size_t)emu_reserved;
+  return cudaSuccess;
+}
+
+/* ------------------------------------ SIGSEGV ----------------------------------------- */
+
+static void emu_write(const char *s) {
+  ssize_t r = write(2, s, strlen(s));
+  (void)r;
+}
+
+static void emu_segv(int sig, siginfo_t *si, void *ctx) {
+  static char msg[1200];
+  char d[512], k[400];
+  const char *addr = (const char *)si->si_addr;
+  const emu_alloc *a = emu_alloc_find(addr, 0), *freed = NULL, *below = NULL;
+  size_t len;
+  (void)ctx;
+  if (!a) {
+    std::map<uintptr_t, emu_alloc>::iterator it = emu_live.upper_bound((uintptr_t)addr);
+    if (it != emu_live.begin()) below = &(--it)->second; /* the live allocation just before */
+    for (size_t i = 0; i < emu_freed.size(); i++)
+      if (addr >= emu_freed[i].map && addr < emu_freed[i].map + emu_freed[i].map_size) freed = &emu_freed[i];
+  }
+  if (a)
+    emu_describe(addr, d, sizeof d);
+  else {
+    len = (size_t)snprintf(d, sizeof d, "%p", (const void *)addr);
+    if (below && addr - below->base < ((ptrdiff_t)64 << 20))
+      len += (size_t)snprintf(d + len, sizeof d - len, ", %zu bytes past the end of the %zu-byte allocation #%lu",
+                              (size_t)(addr - below->base - below->size), below->size, below->id);
+    if (freed)
+      snprintf(d + len, sizeof d - len, ", in the freed %zu-byte allocation #%lu", freed->size, freed->id);
+  }
+  if (emu_in_kernel()) {
+    snprintf(msg, sizeof msg, "%s: illegal memory access at %s", emu_kernel_now(k, sizeof k), d);
+    emu_kernel_fault(msg);
+  }
+  if (a || freed) {
+    snprintf(msg, sizeof msg,
+             "cuda_emu: host code touched device memory at %s: on a GPU the host cannot dereference a device pointer "
+             "(copy with cudaMemcpy); backtrace:\n", d);
+    emu_write(msg);
+    {
+      void *bt[32];
+      int nb = backtrace(bt, 32);
+      backtrace_symbols_fd(bt, nb, 2);
+    }
+    signal(SIGABRT, SIG_DFL);
+    abort();
+  }
+  /* not ours: let it crash as it would have */
+  signal(sig, SIG_DFL);
+}
+
+static void emu_install_handler(void) {
+  static char altstack[64 * 1024];
+  stack_t ss;
+  struct sigaction sa;
+  ss.ss_sp = altstack, ss.ss_size = sizeof altstack, ss.ss_flags = 0;
+  sigaltstack(&ss, NULL);
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = emu_segv;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, NULL);
+  sigaction(SIGBUS, &sa, NULL);
+}
+
+/* ------------------------------------ streams ----------------------------------------- */
+
+struct emu_op {
+  uint64_t seq;
+  const char *what;
+  std::function<void()> fn;
+};
+struct CUstream_st {
+  unsigned flags;
+  int priority, alive, id;
+  std::deque<emu_op> q;
+};
+struct CUevent_st {
+  unsigned flags;
+  int alive, recorded;
+  cudaStream_t stream;
+  uint64_t seq;
+  int queried; /* cudaEventQuery said "not ready" once for this record */
+};
+
+static CUstream_st emu_null_stream = {0, 0, 1, 0, std::deque<emu_op>()};
+static std::vector<CUstream_st *> emu_streams; /* every stream ever created (never freed: stale handles stay detectable) */
+static std::set<CUevent_st *> emu_events_all;
+static uint64_t emu_seq;
+
+static CUstream_st *emu_resolve(cudaStream_t s) {
+  return (!s || s == cudaStreamLegacy || s == cudaStreamPerThread) ? &emu_null_stream : s;
+}
+
+int emu_stream_check(cudaStream_t s, const char *who, char *msg, size_t msgsize) {
+  CUstream_st *st = emu_resolve(s);
+  if (st == &emu_null_stream) return 0;
+  for (size_t i = 0; i < emu_streams.size(); i++)
+    if (emu_streams[i] == st) {
+      if (st->alive) return 0;
+      return snprintf(msg, msgsize, "%s: stream %p was destroyed", who, (void *)s), -1;
+    }
+  return snprintf(msg, msgsize, "%s: %p is not a stream", who, (void *)s), -1;
+}
+
+static void emu_run_op(emu_op &op) {
+  if (emu_sticky_code != cudaSuccess) return; /* after a fault the device runs nothing */
+  emu_device_enter();
+  op.fn();
+  emu_device_leave();
+}
+
+static int emu_blocking(const CUstream_st *s) {
+  return s == &emu_null_stream || !(s->flags & cudaStreamNonBlocking);
+}
+
+/* Runs s's queued work up to and including sequence number seq, in order. The legacy default
+ * stream and the blocking streams (created without cudaStreamNonBlocking) wait for each
+ * other: before an operation of one runs, the other's earlier operations do. */
+static void emu_run_upto(CUstream_st *s, uint64_t seq) {
+  while (!s->q.empty() && s->q.front().seq <= seq) {
+    uint64_t x = s->q.front().seq;
+    if (s == &emu_null_stream) {
+      for (size_t i = 0; i < emu_streams.size(); i++)
+        if (emu_streams[i]->alive && emu_blocking(emu_streams[i])) emu_run_upto(emu_streams[i], x);
+    } else if (emu_blocking(s)) {
+      emu_run_upto(&emu_null_stream, x);
+    }
+    if (s->q.empty() || s->q.front().seq != x) continue;
+    emu_op op = s->q.front();
+    s->q.pop_front();
+    emu_run_op(op);
+  }
+}
+
+static void emu_run_stream(CUstream_st *s) { emu_run_upto(s, UINT64_MAX); }
+
+/* What a synchronisation of the legacy default stream waits for: its work and the blocking streams'. */
+static void emu_run_blocking(void) {
+  emu_run_stream(&emu_null_stream);
+  for (size_t i = 0; i < emu_streams.size(); i++)
+    if (emu_streams[i]->alive && emu_blocking(emu_streams[i])) emu_run_stream(emu_streams[i]);
+}
+
+static void emu_run_all(void) {
+  emu_run_stream(&emu_null_stream);
+  for (size_t i = emu_streams.size(); i-- > 0;) emu_run_stream(emu_streams[i]);
+}
+
+void emu_enqueue(cudaStream_t s, const char *what, std::function<void()> fn) {
+  emu_op op;
+  op.seq = ++emu_seq, op.what = what, op.fn = fn;
+  emu_resolve(s)->q.push_back(op);
+}
+
+static cudaError_t emu_stream_arg(cudaStream_t s, const char *who) {
+  char msg[256];
+  if (emu_stream_check(s, who, msg, sizeof msg)) return emu_cuda_fail(cudaErrorInvalidResourceHandle, "%s", msg);
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaStreamCreateWithPriority(cudaStream_t *ps, unsigned int flags, int priority) {
+  CUstream_st *s;
+  EMU_ENTER();
+  if (!ps) return emu_cuda_fail(cudaErrorInvalidValue, "cudaStreamCreate: NULL stream pointer");
+  if (flags & ~cudaStreamNonBlocking) return emu_cuda_fail(cudaErrorInvalidValue, "cudaStreamCreate: flags 0x%x", flags);
+  s = new CUstream_st();
+  s->flags = flags, s->priority = priority, s->alive = 1, s->id = (int)emu_streams.size() + 1;
+  emu_streams.push_back(s);
+  *ps = s;
+  return cudaSuccess;
+}
+extern "C" cudaError_t cudaStreamCreateWithFlags(cudaStream_t *ps, unsigned int flags) {
+  return cudaStreamCreateWithPriority(ps, flags, 0);
+}
+extern "C" cudaError_t cudaStreamCreate(cudaStream_t *ps) { return cudaStreamCreateWithPriority(ps, 0, 0); }
+
+extern "C" cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  EMU_ENTER();
+  if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread)
+    return emu_cuda_fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: cannot destroy the default stream");
+  if (emu_stream_arg(s, "cudaStreamDestroy")) return cudaErrorInvalidResourceHandle;
+  emu_run_stream(s); /* its work still completes */
+  s->alive = 0;
+  return emu_sticky_code;
+}
+
+extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  EMU_ENTER();
+  if (emu_stream_arg(s, "cudaStreamSynchronize")) return cudaErrorInvalidResourceHandle;
+  if (emu_resolve(s) == &emu_null_stream)
+    emu_run_blocking();
+  else
+    emu_run_stream(emu_resolve(s));
+  return emu_sticky_code;
+}
+
+extern "C" cudaError_t cudaStreamQuery(cudaStream_t s) {
+  CUstream_st *st;
+  EMU_ENTER();
+  if (emu_stream_arg(s, "cudaStreamQuery")) return cudaErrorInvalidResourceHandle;
+  st = emu_resolve(s);
+  if (st->q.empty()) return cudaSuccess;
+  emu_run_stream(st); /* still running when asked; done by the next question */
+  return emu_sticky_code != cudaSuccess ? emu_sticky_code : cudaErrorNotReady;
+}
+
+extern "C" cudaError_t cudaDeviceSynchronize(void) {
+  EMU_ENTER();
+  emu_run_all();
+  return emu_sticky_code;
+}
+
+extern "C" cudaError_t cudaDeviceReset(void) {
+  emu_run_all();
+  tt_emu_clear_sticky();
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *data) {
+  EMU_ENTER();
+  if (emu_stream_arg(s, "cudaLaunchHostFunc")) return cudaErrorInvalidResourceHandle;
+  if (!fn) return emu_cuda_fail(cudaErrorInvalidValue, "cudaLaunchHostFunc: NULL function");
+  emu_enqueue(s, "host function", [fn, data]() {
+    emu_device_leave(); /* host code: device memory is not accessible */
+    fn(data);
+    emu_device_enter();
+  });
+  return cudaSuccess;
+}
+
+/* ------------------------------------ events ------------------------------------------ */
+
+static cudaError_t emu_event_arg(cudaEvent_t e, const char *who) {
+  if (!e || !emu_events_all.count(e))
+    return emu_cuda_fail(cudaErrorInvalidResourceHandle, "%s: %p is not an event", who, (void *)e);
+  if (!e->alive) return emu_cuda_fail(cudaErrorInvalidResourceHandle, "%s: event %p was destroyed", who, (void *)e);
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventCreateWithFlags(cudaEvent_t *pe, unsigned int flags) {
+  CUevent_st *e;
+  EMU_ENTER();
+  if (!pe) return emu_cuda_fail(cudaErrorInvalidValue, "cudaEventCreate: NULL event pointer");
+  e = new CUevent_st();
+  e->flags = flags, e->alive = 1;
+  emu_events_all.insert(e);
+  *pe = e;
+  return cudaSuccess;
+}
+extern "C" cudaError_t cudaEventCreate(cudaEvent_t *pe) { return cudaEventCreateWithFlags(pe, 0); }
+
+extern "C" cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  EMU_ENTER();
+  if (emu_event_arg(e, "cudaEventDestroy")) return cudaErrorInvalidResourceHandle;
+  e->alive = 0;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  CUstream_st *st;
+  EMU_ENTER();
+  if (emu_event_arg(e, "cudaEventRecord") || emu_stream_arg(s, "cudaEventRecord")) return cudaErrorInvalidResourceHandle;
+  st = emu_resolve(s);
+  emu_enqueue(s, "event record", []() {});
+  e->recorded = 1, e->stream = st, e->seq = emu_seq, e->queried = 0;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
+  EMU_ENTER();
+  if (emu_event_arg(e, "cudaStreamWaitEvent") || emu_stream_arg(s, "cudaStreamWaitEvent"))
+    return cudaErrorInvalidResourceHandle;
+  if (!e->recorded) return cudaSuccess; /* waiting on an event never recorded completes at once */
+  {
+    CUstream_st *es = e->stream;
+    uint64_t eseq = e->seq;
+    emu_enqueue(s, "event wait", [es, eseq]() { emu_run_upto(es, eseq); });
+  }
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  EMU_ENTER();
+  if (emu_event_arg(e, "cudaEventSynchronize")) return cudaErrorInvalidResourceHandle;
+  if (e->recorded) emu_run_upto(e->stream, e->seq);
+  return emu_sticky_code;
+}
+
+extern "C" cudaError_t cudaEventQuery(cudaEvent_t e) {
+  EMU_ENTER();
+  if (emu_event_arg(e, "cudaEventQuery")) return cudaErrorInvalidResourceHandle;
+  if (!e->recorded || e->queried) return cudaSuccess;
+  if (!e->stream->q.empty() && e->stream->q.front().seq <= e->seq) {
+    emu_run_upto(e->stream, e->seq);
+    e->queried = 1;
+    return emu_sticky_code != cudaSuccess ? emu_sticky_code : cudaErrorNotReady;
+  }
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+  EMU_ENTER();
+  if (!ms) return emu_cuda_fail(cudaErrorInvalidValue, "cudaEventElapsedTime: NULL ms");
+  if (emu_event_arg(a, "cudaEventElapsedTime") || emu_event_arg(b, "cudaEventElapsedTime"))
+    return cudaErrorInvalidResourceHandle;
+  if ((a->flags | b->flags) & cudaEventDisableTiming)
+    return emu_cuda_fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: an event was created with cudaEventDisableTiming");
+  *ms = 0.0f; /* the emulation has no device time */
+  return cudaSuccess;
+}
+
+/* ------------------------------------ copies ------------------------------------------ */
+
+static int emu_is_pinned(const void *p) {
+  const emu_alloc *a = emu_alloc_find(p, 1);
+  return a && a->kind == EMU_PINNED;
+}
+
+/* Checks a copy; *kind is resolved for cudaMemcpyDefault. */
+static cudaError_t emu_copy_check(const char *who, void *dst, const void *src, size_t n, cudaMemcpyKind *kind) {
+  char m[512], d1[256], d2[256];
+  int ddev = emu_is_device(dst), sdev = emu_is_device(src);
+  if (!dst || !src) return emu_cuda_fail(cudaErrorInvalidValue, "%s: NULL %s for %zu bytes", who, dst ? "src" : "dst", n);
+  if (*kind == cudaMemcpyDefault) *kind = (cudaMemcpyKind)((sdev ? 2 : 0) + (ddev ? 1 : 0));
+  switch (*kind) {
+    case cudaMemcpyHostToHost: break;
+    case cudaMemcpyHostToDevice:
+    case cudaMemcpyDeviceToHost:
+    case cudaMemcpyDeviceToDevice: break;
+    default: return emu_cuda_fail(cudaErrorInvalidMemcpyDirection, "%s: copy kind %d", who, (int)*kind);
+  }
+  {
+    int want_sdev = *kind == cudaMemcpyDeviceToHost || *kind == cudaMemcpyDeviceToDevice;
+    int want_ddev = *kind == cudaMemcpyHostToDevice || *kind == cudaMemcpyDeviceToDevice;
+    static const char *names[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice"};
+    if (want_sdev != sdev || want_ddev != ddev)
+      return emu_cuda_fail(cudaErrorInvalidValue, "%s(cudaMemcpy%s): src %s, dst %s do not match the direction", who,
+                           names[*kind], emu_describe(src, d1, sizeof d1), emu_describe(dst, d2, sizeof d2));
+    if (sdev && emu_dev_range(src, n, m, sizeof m)) return emu_cuda_fail(cudaErrorInvalidValue, "%s: src: %s", who, m);
+    if (ddev && emu_dev_range(dst, n, m, sizeof m)) return emu_cuda_fail(cudaErrorInvalidValue, "%s: dst: %s", who, m);
+    if (emu_overlap(dst, n, src, n))
+      return emu_cuda_fail(cudaErrorInvalidValue, "%s: %zu bytes from %p to %p overlap", who, n, src, dst);
+  }
+  return cudaSuccess;
+}
+
+static cudaError_t emu_copy(const char *who, void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s,
+                            int sync) {
+  cudaError_t e;
+  EMU_ENTER();
+  if (emu_stream_arg(s, who)) return cudaErrorInvalidResourceHandle;
+  if (!n) return cudaSuccess;
+  if ((e = emu_copy_check(who, dst, src, n, &kind)) != cudaSuccess) return e;
+  emu_counts.copies++;
+  if (kind == cudaMemcpyHostToHost) { /* fully synchronous */
+    emu_enqueue(s, "copy", [dst, src, n]() { memcpy(dst, src, n); });
+    emu_run_upto(emu_resolve(s), emu_seq);
+    return emu_sticky_code;
+  }
+  if (kind == cudaMemcpyHostToDevice && !emu_is_pinned(src)) {
+    /* pageable source: staged now, so the caller may reuse its buffer at once */
+    std::shared_ptr<std::vector<char> > stage(new std::vector<char>((const char *)src, (const char *)src + n));
+    emu_enqueue(s, "copy to device", [dst, stage]() { memcpy(dst, stage->data(), stage->size()); });
+  } else {
+    emu_enqueue(s, "copy", [dst, src, n]() { memcpy(dst, src, n); });
+  }
+  /* into pageable host memory the call returns when the copy is done */
+  if (sync || (kind == cudaMemcpyDeviceToHost && !emu_is_pinned(dst))) emu_run_upto(emu_resolve(s), emu_seq);
+  return emu_sticky_code;
+}
+
+extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
+  return emu_copy("cudaMemcpyAsync", dst, src, n, kind, s, 0);
+}
+extern "C" cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+  return emu_copy("cudaMemcpy", dst, src, n, kind, NULL, 1);
+}
+
+static cudaError_t emu_memset(const char *who, void *p, int v, size_t n, cudaStream_t s, int sync) {
+  char m[512];
+  EMU_ENTER();
+  if (emu_stream_arg(s, who)) return cudaErrorInvalidResourceHandle;
+  if (!n) return cudaSuccess;
+  if (emu_dev_range(p, n, m, sizeof m)) return emu_cuda_fail(cudaErrorInvalidValue, "%s(%zu bytes): %s", who, n, m);
+  emu_counts.copies++;
+  emu_enqueue(s, "memset", [p, v, n]() { memset(p, v, n); });
+  if (sync) emu_run_upto(emu_resolve(s), emu_seq);
+  return emu_sticky_code;
+}
+
+extern "C" cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
+  return emu_memset("cudaMemsetAsync", p, v, n, s, 0);
+}
+extern "C" cudaError_t cudaMemset(void *p, int v, size_t n) { return emu_memset("cudaMemset", p, v, n, NULL, 1); }
+
+/* ------------------------------------ launches ---------------------------------------- */
+
+cudaError_t tt_emu_launch_erased(tt_emu_launch_desc *d) {
+  char m[512], dd[256];
+  int bound;
+  size_t threads;
+  if (emu_sticky_code != cudaSuccess) {
+    d->destroy(d->closure);
+    return emu_sticky_code;
+  }
+  emu_init();
+#define EMU_LAUNCH_FAIL(err, ...)                  \
+  do {                                             \
+    d->destroy(d->closure);                        \
+    return emu_cuda_fail((err), __VA_ARGS__);      \
+  } while (0)
+  if (emu_stream_check(d->stream, d->name, m, sizeof m)) EMU_LAUNCH_FAIL(cudaErrorInvalidResourceHandle, "%s", m);
+  threads = (size_t)d->block.x * d->block.y * d->block.z;
+  if (!d->grid.x || !d->grid.y || !d->grid.z || !d->block.x || !d->block.y || !d->block.z || d->grid.x > 0x7fffffffu ||
+      d->grid.y > 65535u || d->grid.z > 65535u || d->block.x > 1024u || d->block.y > 1024u || d->block.z > 64u ||
+      threads > 1024u)
+    EMU_LAUNCH_FAIL(cudaErrorInvalidConfiguration,
+                    "%s<<<(%u,%u,%u), (%u,%u,%u)>>> at %s:%d: grid or block dimensions outside the device's limits "
+                    "(block at most 1024 threads, (1024,1024,64); grid at most (2^31-1,65535,65535); none zero)",
+                    d->name, d->grid.x, d->grid.y, d->grid.z, d->block.x, d->block.y, d->block.z, d->file, d->line);
+  bound = tt_emu_kernel_bound(d->kernel);
+  if (threads > (size_t)bound)
+    EMU_LAUNCH_FAIL(cudaErrorLaunchOutOfResources,
+                    "%s at %s:%d launched with %zu threads per block, more than its __launch_bounds__(%d)", d->name,
+                    d->file, d->line, threads, bound);
+  if (d->shmem > 48 * 1024)
+    EMU_LAUNCH_FAIL(cudaErrorInvalidValue, "%s at %s:%d asks for %zu bytes of dynamic shared memory (at most 48 KiB)",
+                    d->name, d->file, d->line, d->shmem);
+  if (d->shmem)
+    EMU_LAUNCH_FAIL(cudaErrorInvalidValue, "%s at %s:%d: dynamic shared memory is not emulated (tests/cuda_emu)",
+                    d->name, d->file, d->line);
+  if (d->bad_arg)
+    EMU_LAUNCH_FAIL(cudaErrorInvalidValue,
+                    "%s at %s:%d: argument %d is a pointer to %s: a kernel can only read device memory", d->name,
+                    d->file, d->line, d->bad_index + 1, emu_describe(d->bad_value, dd, sizeof dd));
+#undef EMU_LAUNCH_FAIL
+  emu_counts.launches++;
+  {
+    std::shared_ptr<tt_emu_launch_desc> copy(new tt_emu_launch_desc(*d), [](tt_emu_launch_desc *p) {
+      p->destroy(p->closure);
+      delete p;
+    });
+    emu_enqueue(d->stream, d->name, [copy]() { emu_run_launch(copy.get()); });
+  }
+  return cudaSuccess;
+}
