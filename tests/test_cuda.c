@@ -1,7 +1,11 @@
 /* tests/test_cuda.c — the CUDA backend against the CPU backend.
  *
  * Without CUDA in the build, or without a device, every group prints a SKIP line and the
- * test exits 0. With a GPU:
+ * test exits 0. Built against the host emulation instead (build/tests/test_cuda_emu, with
+ * TT_CUDA_EMULATION; tests/cuda_emu) it runs on any machine: the backend's own sources, its
+ * kernels on emulated threads, cuDNN and cuBLAS as reference loops that check their argument
+ * contracts; the comparisons below are the same (the last group at a smaller batch), and the
+ * launch count is printed. With a GPU, or emulated:
  *   - each op on random inputs, CUDA vs CPU. Tolerance: max|cuda - cpu| <= tol * max|cpu| + 1e-7,
  *     tol = 1e-5 (fp32 elementwise, norm, pooling, loss, optimizers), 1e-4 (fp32 conv and
  *     GEMM: cuDNN FMA math and cuBLAS without TF32), 1e-2 (fp16 everywhere: both sides round
@@ -27,6 +31,9 @@
 
 #ifdef TT_HAVE_CUDA
 #include "kernels/cuda/tt_cuda.h"
+#endif
+#ifdef TT_CUDA_EMULATION
+#include "tests/cuda_emu/tt_emu.h"
 #endif
 
 static const char *test_groups[] = {"cuda_elementwise", "cuda_dropout_mask", "cuda_loss_optim", "cuda_batchnorm",
@@ -618,31 +625,39 @@ static void test_step(tt_dtype dt, const char *name) {
 
 /* No cudaMalloc after setup, and the device holds what the plan says (+ lazily loaded
  * kernel modules, which CUDA 12+ loads on first launch: allowed up to 256 MiB, printed). */
+#ifdef TT_CUDA_EMULATION
+#define TEST_PEAK_MB 4 /* emulated threads are slow; the allocation count and the peak do not need more */
+#else
+#define TEST_PEAK_MB 32
+#endif
+#define TEST_PEAK_EVAL (2 * TEST_PEAK_MB)
 static void test_no_alloc_and_peak(void) {
   tt_err err;
   test_net t;
   TT_TEST_BEGIN("cuda_no_allocation_and_peak");
   size_t used0 = 0, used1 = 0, total = 0;
   TT_CHECK(tt_cuda_mem_used(gpu, &used0, &total) == 0, "mem_used: %s", gpu->last_error(gpu));
-  int rc = test_net_open(&t, "examples/fashion_mnist/lenet.recipe", gpu, TT_F16, 32, 2, 64, TT_OPT_SGD, &err);
+  int rc = test_net_open(&t, "examples/fashion_mnist/lenet.recipe", gpu, TT_F16, TEST_PEAK_MB, 2, TEST_PEAK_EVAL,
+                         TT_OPT_SGD, &err);
   TT_CHECK(rc == 0, "%s", err.msg);
   if (!rc) {
     const tt_node *in = &t.g.nodes[0];
     size_t img = (size_t)in->c * in->h * in->w;
-    uint8_t *images = (uint8_t *)malloc(64 * img);
-    int32_t labels[64];
+    uint8_t *images = (uint8_t *)malloc(TEST_PEAK_EVAL * img);
+    int32_t labels[TEST_PEAK_EVAL];
     size_t allocs0 = tt_cuda_alloc_count(gpu);
     tt_opt_hparams hp;
     memset(&hp, 0, sizeof hp);
     hp.kind = TT_OPT_SGD, hp.lr = 0.01f, hp.momentum = 0.9f;
-    for (size_t i = 0; i < 64 * img; i++) images[i] = (uint8_t)test_rand(0, 256);
-    for (int i = 0; i < 64; i++) labels[i] = i % t.m.classes;
+    for (size_t i = 0; i < TEST_PEAK_EVAL * img; i++) images[i] = (uint8_t)test_rand(0, 256);
+    for (int i = 0; i < TEST_PEAK_EVAL; i++) labels[i] = i % t.m.classes;
     for (int step = 0; step < 3 && !rc; step++) {
       int ov = 0;
       for (int k = 0; k < 2 && !rc; k++)
-        rc = tt_exec_micro_step(&t.x, images + (size_t)k * 32 * img, labels + k * 32, k, (uint64_t)step, 1024.0f / 64, &err);
+        rc = tt_exec_micro_step(&t.x, images + (size_t)k * TEST_PEAK_MB * img, labels + k * TEST_PEAK_MB, k,
+                                (uint64_t)step, 1024.0f / TEST_PEAK_EVAL, &err);
       if (!rc) rc = tt_exec_update(&t.x, &hp, step + 1, 1.0f / 1024, &ov, &err);
-      if (!rc) rc = tt_exec_eval(&t.x, images, labels, 64, &err);
+      if (!rc) rc = tt_exec_eval(&t.x, images, labels, TEST_PEAK_EVAL, &err);
     }
     TT_CHECK(rc == 0, "%s", err.msg);
     TT_CHECK(gpu->sync(gpu) == 0, "sync: %s", gpu->last_error(gpu));
@@ -707,6 +722,14 @@ int main(void) {
   test_no_alloc_and_peak();
   cpu->destroy(cpu);
   gpu->destroy(gpu);
+#ifdef TT_CUDA_EMULATION
+  {
+    tt_emu_counts c;
+    tt_emu_get_counts(&c);
+    printf("  cuda emulation: %zu kernel launches (%zu threads), %zu cuBLAS and %zu cuDNN calls, %zu copies\n",
+           c.launches, c.threads, c.blas_calls, c.dnn_calls, c.copies);
+  }
+#endif
   TT_TEST_EXIT();
 }
 
