@@ -78,7 +78,7 @@ struct emu_run {
   int n;
   std::vector<emu_thread> th;
   std::vector<int> order; /* start order of the block's threads */
-  std::vector<int> warp_waiting;
+  std::vector<int> warp_waiting, warp_done; /* lanes per warp at a warp operation / finished */
   std::vector<int> ready;
   size_t rhead;
   int next, ndone, nbar;
@@ -207,8 +207,40 @@ emu_run *emu_cur_run(const char *what, const char *file, int line) {
   return g_run;
 }
 
-/* The calling thread waits on its fiber until the scheduler resumes it. */
-void emu_park(emu_run *r, emu_thread *th) { swapcontext(&th->fiber->ctx, &r->sched); }
+/* The fiber to run next: a thread whose barrier completed, else a fiber to start the next
+ * unstarted thread on; NULL when neither (the scheduler then decides: done, or deadlock). */
+emu_fiber *emu_pick(emu_run *r) {
+  if (r->failed) return NULL;
+  if (r->rhead < r->ready.size()) {
+    emu_thread *th = &r->th[r->ready[r->rhead++]];
+    th->state = T_RUNNING;
+    tt_emu_b.thread_idx = th->idx;
+    return th->fiber;
+  }
+  if (r->next < r->n) {
+    emu_fiber *f;
+    if (!emu_idle.empty()) {
+      f = emu_idle.back();
+      emu_idle.pop_back();
+    } else {
+      f = emu_fiber_new();
+    }
+    f->idle = 0;
+    return f;
+  }
+  return NULL;
+}
+
+/* Switches from fiber `from` to whatever runs next (straight to it, not through the scheduler). */
+void emu_switch(emu_run *r, emu_fiber *from) {
+  emu_fiber *to = emu_pick(r);
+  if (to == from) return; /* its own barrier completed and it is first in line */
+  g_cur = to;
+  swapcontext(&from->ctx, to ? &to->ctx : &r->sched);
+}
+
+/* The calling thread waits on its fiber until it is resumed. */
+void emu_park(emu_run *r, emu_thread *th) { emu_switch(r, th->fiber); }
 
 void emu_make_ready(emu_run *r, int t) {
   r->th[t].state = T_READY;
@@ -256,7 +288,12 @@ int emu_warp_lanes(const emu_run *r, int w) { return std::min(32, r->n - w * 32)
 
 /* Completes the warp operations of warp w whose lanes have all arrived. */
 void emu_warp_try(emu_run *r, int w) {
-  int base = w * 32, wn = emu_warp_lanes(r, w);
+  int base = w * 32, wn = emu_warp_lanes(r, w), minmask = 32;
+  if (!r->warp_waiting[w]) return;
+  /* cheap exit while lanes are still on their way: no mask can be complete yet */
+  for (int l = 0; l < wn; l++)
+    if (r->th[base + l].state == T_WARP) minmask = std::min(minmask, __builtin_popcount(r->th[base + l].mask));
+  if (r->warp_waiting[w] + r->warp_done[w] < minmask) return;
   for (int l = 0; l < wn && r->warp_waiting[w]; l++) {
     emu_thread *th = &r->th[base + l];
     unsigned m = th->mask;
@@ -338,12 +375,13 @@ void emu_worker(void) {
       r->d->run(r->d->closure);
       th->state = T_DONE;
       r->ndone++;
+      r->warp_done[t >> 5]++;
       f->thread = -1;
       if (r->warp_waiting[t >> 5]) emu_warp_try(r, t >> 5);
     }
     f->idle = 1;
     emu_idle.push_back(f);
-    swapcontext(&f->ctx, &r->sched);
+    emu_switch(r, f); /* only a ready thread or the scheduler: no thread is left to start */
   }
 }
 
@@ -386,26 +424,12 @@ void emu_run_block(emu_run *r) {
   r->ready.clear();
   r->rhead = 0;
   std::fill(r->warp_waiting.begin(), r->warp_waiting.end(), 0);
+  std::fill(r->warp_done.begin(), r->warp_done.end(), 0);
   for (int t = 0; t < r->n; t++) r->th[t].state = T_UNSTARTED, r->th[t].fiber = NULL;
   while (!r->failed) {
-    emu_fiber *f;
-    if (r->rhead < r->ready.size()) {
-      emu_thread *th = &r->th[r->ready[r->rhead++]];
-      th->state = T_RUNNING;
-      f = th->fiber;
-      tt_emu_b.thread_idx = th->idx;
-    } else if (r->next < r->n) {
-      if (!emu_idle.empty()) {
-        f = emu_idle.back();
-        emu_idle.pop_back();
-      } else {
-        f = emu_fiber_new();
-      }
-      f->idle = 0;
-    } else if (r->ndone == r->n) {
-      return;
-    } else {
-      emu_deadlock(r);
+    emu_fiber *f = emu_pick(r);
+    if (!f) {
+      if (r->ndone != r->n) emu_deadlock(r);
       return;
     }
     g_cur = f;
@@ -545,6 +569,7 @@ void emu_run_launch(const tt_emu_launch_desc *d) {
   r->th.assign(r->n, emu_thread());
   r->order.resize(r->n);
   r->warp_waiting.assign((r->n + 31) / 32, 0);
+  r->warp_done.assign((r->n + 31) / 32, 0);
   r->failed = 0;
   r->msg.clear();
   for (int t = 0; t < r->n; t++) {
