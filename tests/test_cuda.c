@@ -698,7 +698,11 @@ int main(void) {
   }
   printf("  %s; reserve (context + handles) %.1f MiB\n", tt_cuda_info(), reserve / 1048576.0);
   cpu = tt_cpu_backend_create(0);
+#ifdef TT_CUDA_EMULATION
+  gcap = (size_t)16 << 20; /* ample for the op tests; the emulation flips the protection of every page at each sync */
+#else
   gcap = (size_t)64 << 20;
+#endif
   garena = (unsigned char *)gpu->arena_alloc(gpu, gcap);
   if (!garena) {
     printf("FAIL cuda_arena: %s\n", gpu->last_error(gpu));
