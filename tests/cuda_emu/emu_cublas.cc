@@ -36,7 +36,8 @@ struct cublasContext {
   cublasPointerMode_t pmode;
 };
 
-static std::set<cublasContext *> emu_blas_handles;
+/* never destroyed, so handles stay reachable (and stale ones detectable) until the process ends */
+static std::set<cublasContext *> &emu_blas_handles = *new std::set<cublasContext *>();
 static char emu_blas_msg[2048], emu_blas_str[2400];
 static cublasStatus_t emu_blas_code;
 static const long long emu_blas_handle_bytes = 8ll << 20; /* its default workspace pool */

@@ -58,7 +58,8 @@ struct cudnnConvolutionStruct {
   cudnnMathType_t math;
 };
 
-static std::set<void *> emu_dnn_objs; /* every handle and descriptor ever created */
+/* every handle and descriptor ever created; never destroyed, so stale ones stay detectable */
+static std::set<void *> &emu_dnn_objs = *new std::set<void *>();
 static char emu_dnn_msg[2048], emu_dnn_str[2400];
 static cudnnStatus_t emu_dnn_code;
 static const long long emu_dnn_handle_bytes = 16ll << 20;

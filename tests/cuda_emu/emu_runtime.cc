@@ -167,10 +167,7 @@ void emu_init(void) {
   emu_reserved = (long long)emu_context_bytes;
   p = getenv("TT_EMU_PROTECT");
   if (p && !strcmp(p, "0")) emu_protect = 0;
-#if defined(__SANITIZE_ADDRESS__)
-  emu_protect = 0; /* AddressSanitizer owns SIGSEGV */
-#endif
-  if (emu_protect) emu_install_handler();
+  emu_install_handler(); /* faults that are not the emulation's go on to the previous handler */
 }
 
 void emu_reserve_add(long long bytes) { emu_reserved += bytes; }
@@ -275,8 +272,9 @@ extern "C" cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greates
 
 /* --------------------------------- allocations ---------------------------------------- */
 
-static std::map<uintptr_t, emu_alloc> emu_live;  /* by base */
-static std::vector<emu_alloc> emu_freed;         /* quarantined (mapped inaccessible), for messages */
+/* Registries are never destroyed: objects they point to stay reachable until the process ends. */
+static std::map<uintptr_t, emu_alloc> &emu_live = *new std::map<uintptr_t, emu_alloc>(); /* by base */
+static std::vector<emu_alloc> &emu_freed = *new std::vector<emu_alloc>(); /* quarantined, for messages */
 static unsigned long emu_next_id = 1;
 static int emu_window;                           /* device_enter depth */
 static size_t emu_page;
@@ -445,6 +443,8 @@ static void emu_write(const char *s) {
   (void)r;
 }
 
+static struct sigaction emu_old_segv, emu_old_bus;
+
 static void emu_segv(int sig, siginfo_t *si, void *ctx) {
   static char msg[1200];
   char d[512], k[400];
@@ -485,8 +485,8 @@ static void emu_segv(int sig, siginfo_t *si, void *ctx) {
     signal(SIGABRT, SIG_DFL);
     abort();
   }
-  /* not ours: let it crash as it would have */
-  signal(sig, SIG_DFL);
+  /* not ours: the handler that was there before (a sanitizer's, or the default) sees it again */
+  sigaction(sig, sig == SIGBUS ? &emu_old_bus : &emu_old_segv, NULL);
 }
 
 static void emu_install_handler(void) {
@@ -499,8 +499,8 @@ static void emu_install_handler(void) {
   sa.sa_sigaction = emu_segv;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGSEGV, &sa, NULL);
-  sigaction(SIGBUS, &sa, NULL);
+  sigaction(SIGSEGV, &sa, &emu_old_segv);
+  sigaction(SIGBUS, &sa, &emu_old_bus);
 }
 
 /* ------------------------------------ streams ----------------------------------------- */
@@ -524,8 +524,9 @@ struct CUevent_st {
 };
 
 static CUstream_st emu_null_stream = {0, 0, 1, 0, std::deque<emu_op>()};
-static std::vector<CUstream_st *> emu_streams; /* every stream ever created (never freed: stale handles stay detectable) */
-static std::set<CUevent_st *> emu_events_all;
+/* every stream and event ever created (never freed: stale handles stay detectable) */
+static std::vector<CUstream_st *> &emu_streams = *new std::vector<CUstream_st *>();
+static std::set<CUevent_st *> &emu_events_all = *new std::set<CUevent_st *>();
 static uint64_t emu_seq;
 
 static CUstream_st *emu_resolve(cudaStream_t s) {

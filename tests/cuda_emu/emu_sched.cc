@@ -89,7 +89,7 @@ struct emu_run {
 };
 
 const size_t EMU_STACK = 256 * 1024;
-std::vector<emu_fiber *> emu_fibers, emu_idle;
+std::vector<emu_fiber *> &emu_fibers = *new std::vector<emu_fiber *>(), &emu_idle = *new std::vector<emu_fiber *>();
 emu_run *g_run;
 emu_fiber *g_cur;
 sigjmp_buf g_fault_jmp;
