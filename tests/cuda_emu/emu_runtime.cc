@@ -384,6 +384,8 @@ static cudaError_t emu_unmap(void *p, int kind, const char *who) {
   if (it == emu_live.end() || it->second.kind != kind)
     return emu_cuda_fail(cudaErrorInvalidValue, "%s(%s): not the start of a live %s allocation", who,
                          emu_describe(p, d, sizeof d), kind == EMU_DEVICE ? "device" : "pinned host");
+  if (!it->second.map)
+    return emu_cuda_fail(cudaErrorInvalidValue, "%s(%p): registered with cudaHostRegister; use cudaHostUnregister", who, p);
   emu_alloc a = it->second;
   emu_live.erase(it);
   /* quarantine: the pages go back to the system, the addresses stay reserved and inaccessible */
@@ -426,6 +428,32 @@ extern "C" cudaError_t cudaFreeHost(void *p) {
   EMU_ENTER();
   emu_run_all();
   return emu_unmap(p, EMU_PINNED, "cudaFreeHost");
+}
+
+/* Registered host memory counts as pinned: copies from it are not staged. */
+static std::map<uintptr_t, size_t> &emu_registered = *new std::map<uintptr_t, size_t>();
+
+extern "C" cudaError_t cudaHostRegister(void *p, size_t size, unsigned int flags) {
+  emu_alloc a;
+  EMU_ENTER();
+  if (!p || !size) return emu_cuda_fail(cudaErrorInvalidValue, "cudaHostRegister: NULL or empty range");
+  if (emu_alloc_find(p, 0) || emu_registered.count((uintptr_t)p))
+    return emu_cuda_fail(cudaErrorInvalidValue, "cudaHostRegister(%p): already registered or allocated", p);
+  memset(&a, 0, sizeof a);
+  a.base = (char *)p, a.size = size, a.kind = EMU_PINNED, a.id = emu_next_id++;
+  emu_live[(uintptr_t)p] = a;
+  emu_registered[(uintptr_t)p] = size;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaHostUnregister(void *p) {
+  EMU_ENTER();
+  if (!emu_registered.count((uintptr_t)p))
+    return emu_cuda_fail(cudaErrorInvalidValue, "cudaHostUnregister(%p): not registered", p);
+  emu_run_all(); /* copies from it finish first */
+  emu_registered.erase((uintptr_t)p);
+  emu_live.erase((uintptr_t)p);
+  return cudaSuccess;
 }
 
 extern "C" cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
@@ -634,6 +662,32 @@ extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   else
     emu_run_stream(emu_resolve(s));
   return emu_sticky_code;
+}
+
+extern "C" cudaError_t cudaStreamGetFlags(cudaStream_t s, unsigned int *flags) {
+  EMU_ENTER();
+  if (emu_stream_arg(s, "cudaStreamGetFlags")) return cudaErrorInvalidResourceHandle;
+  if (!flags) return emu_cuda_fail(cudaErrorInvalidValue, "cudaStreamGetFlags: NULL flags");
+  *flags = emu_resolve(s)->flags;
+  return cudaSuccess;
+}
+
+/* Stream-ordered allocation: the memory exists at once (a real pool may hand it out later, but
+ * using it only through the stream is the contract either way); the free waits for the stream. */
+extern "C" cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
+  EMU_ENTER();
+  if (emu_stream_arg(s, "cudaMallocAsync")) return cudaErrorInvalidResourceHandle;
+  return cudaMalloc(p, size);
+}
+
+extern "C" cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
+  EMU_ENTER();
+  if (emu_stream_arg(s, "cudaFreeAsync")) return cudaErrorInvalidResourceHandle;
+  if (!p) return cudaSuccess;
+  if (!emu_live.count((uintptr_t)p) || emu_live[(uintptr_t)p].kind != EMU_DEVICE)
+    return emu_cuda_fail(cudaErrorInvalidValue, "cudaFreeAsync(%p): not the start of a live device allocation", p);
+  emu_run_upto(emu_resolve(s), emu_seq); /* the stream's earlier work may still use it */
+  return emu_unmap(p, EMU_DEVICE, "cudaFreeAsync");
 }
 
 extern "C" cudaError_t cudaStreamQuery(cudaStream_t s) {

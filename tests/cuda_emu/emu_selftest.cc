@@ -318,6 +318,15 @@ static void test_memory_streams(void) {
   OK(cudaStreamWaitEvent(b, ev, 0));
   OK(cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, b));
   TT_CHECK(h[7] == 7.0f, "after an event wait the copy should see the kernel's result, got %g", h[7]);
+  /* into pinned (registered) memory a copy is asynchronous: done only once the stream is */
+  OK(cudaHostRegister(h, sizeof h, cudaHostRegisterDefault));
+  h[7] = -1.0f;
+  OK(cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, a));
+  TT_CHECK(h[7] == -1.0f, "a copy into pinned memory finished before the stream was synchronised (%g)", h[7]);
+  OK(cudaStreamSynchronize(a));
+  TT_CHECK(h[7] == 7.0f, "after the synchronisation the pinned buffer holds %g", h[7]);
+  EXPECT_FAIL(cudaFreeHost(h), cudaErrorInvalidValue, "use cudaHostUnregister");
+  OK(cudaHostUnregister(h));
   OK(cudaStreamDestroy(a));
   EXPECT_FAIL(cudaStreamSynchronize(a), cudaErrorInvalidResourceHandle, "was destroyed");
   OK(cudaStreamDestroy(b));

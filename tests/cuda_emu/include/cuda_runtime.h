@@ -123,6 +123,9 @@ typedef enum cudaFuncAttribute {
 #define cudaHostAllocPortable 0x01u
 #define cudaHostAllocMapped 0x02u
 #define cudaHostAllocWriteCombined 0x04u
+#define cudaHostRegisterDefault 0x00u
+#define cudaHostRegisterPortable 0x01u
+#define cudaHostRegisterMapped 0x02u
 
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
@@ -193,6 +196,10 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, cudaMemcpyKind 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, cudaMemcpyKind kind, cudaStream_t stream);
 cudaError_t cudaMemset(void *devPtr, int value, size_t count);
 cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream);
+cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream);
+cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream);
+cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags);
+cudaError_t cudaHostUnregister(void *ptr);
 
 cudaError_t cudaStreamCreate(cudaStream_t *pStream);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags);
@@ -200,6 +207,7 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int fla
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaStreamQuery(cudaStream_t stream);
+cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int *flags);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData);
 cudaError_t cudaEventCreate(cudaEvent_t *event);
@@ -402,6 +410,23 @@ static inline float __uint_as_float(unsigned u) {
   return x;
 }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+#ifndef TT_EMU_NO_MINMAX
+/* CUDA's global min / max overloads for device code. */
+#define TT_EMU_MINMAX(T)                                   \
+  static inline T min(T a, T b) { return b < a ? b : a; } \
+  static inline T max(T a, T b) { return a < b ? b : a; }
+TT_EMU_MINMAX(int)
+TT_EMU_MINMAX(unsigned)
+TT_EMU_MINMAX(long)
+TT_EMU_MINMAX(unsigned long)
+TT_EMU_MINMAX(long long)
+TT_EMU_MINMAX(unsigned long long)
+#undef TT_EMU_MINMAX
+static inline float min(float a, float b) { return fminf(a, b); }
+static inline float max(float a, float b) { return fmaxf(a, b); }
+static inline double min(double a, double b) { return fmin(a, b); }
+static inline double max(double a, double b) { return fmax(a, b); }
+#endif
 static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
 static inline int __ffs(int x) { return __builtin_ffs(x); }
 
@@ -489,6 +514,17 @@ static inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attr, F *fun
 template <typename F>
 static inline cudaError_t cudaFuncSetAttribute(F *func, cudaFuncAttribute attr, int value) {
   return func ? cudaSuccess : cudaErrorInvalidDeviceFunction;
+}
+template <typename F>
+static inline cudaError_t cudaOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, F *func,
+                                                             size_t dynamicSMemSize = 0, int blockSizeLimit = 0) {
+  int b;
+  if (!minGridSize || !blockSize || !func) return cudaErrorInvalidValue;
+  b = tt_emu_kernel_bound((const void *)func);
+  if (blockSizeLimit > 0 && blockSizeLimit < b) b = blockSizeLimit;
+  *blockSize = b;
+  *minGridSize = 40 * (2048 / b > 0 ? 2048 / b : 1); /* 40 multiprocessors, 2048 threads each */
+  return cudaSuccess;
 }
 template <typename F>
 static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, F *func, int blockSize,
