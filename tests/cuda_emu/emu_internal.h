@@ -1,6 +1,7 @@
 /* tests/cuda_emu/emu_internal.h — shared by the files of the CUDA host emulation only.
  *
- * Files: emu_runtime.cc (device, memory, streams, events, errors), emu_sched.cc (kernel launches:
+ * Files: emu_runtime.cc (device, memory, errors), emu_stream.cc (streams, events, copies,
+ * kernel submission), emu_sched.cc (kernel launches:
  * each CUDA thread a ucontext fiber, barriers and warp exchanges), emu_cublas.cc and
  * emu_cudnn.cc (reference implementations of the library calls the backend makes, which check
  * the documented argument contracts). Names: emu_ inside the emulation, tt_emu_ where tests or
@@ -36,6 +37,13 @@ cudaError_t emu_sticky(void);
 void emu_set_sticky(cudaError_t e, const char *msg);
 /* First call of the process: the fake context. */
 void emu_init(void);
+/* Every API entry: the context exists, a sticky error fails the call. */
+#define EMU_ENTER()                                      \
+  do {                                                   \
+    emu_init();                                          \
+    if (emu_sticky() != cudaSuccess) return emu_sticky(); \
+  } while (0)
+
 
 /* ---------------------------------- allocations --------------------------------------- */
 
@@ -67,13 +75,17 @@ void emu_device_enter(void);
 void emu_device_leave(void);
 /* Memory the fake device reports as used by handles (cudaMemGetInfo). */
 void emu_reserve_add(long long bytes);
+/* Frees a device allocation (who names the call in messages); its work must be done. */
+cudaError_t emu_free_device(void *p, const char *who);
 
 /* ------------------------------------ streams ----------------------------------------- */
 
 /* 0 when s names a live stream (NULL and the legacy/per-thread handles included). */
 int emu_stream_check(cudaStream_t s, const char *who, char *msg, size_t msgsize);
-/* Queues fn on s (runs it now, after the blocking streams, for the legacy default stream). */
+/* Queues fn on s; it runs when something waits for s. */
 void emu_enqueue(cudaStream_t s, const char *what, std::function<void()> fn);
+/* Runs every stream's queued work (a device synchronisation). */
+void emu_run_all(void);
 
 /* ------------------------------------ kernels ----------------------------------------- */
 
