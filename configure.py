@@ -359,6 +359,11 @@ def main():
         n.append("build build/tests/test_cuda_emu_self: emulink build/obj/emu/tests_cuda_emu_emu_selftest.o %s "
                  "build/libtinytrain_host.a" % " ".join(emu_objs))
         test_bins += ["build/tests/%s" % t for t in EMU_TESTS]
+        # The command line on the emulated device (`ninja build/tinytrain_emu`; not built by default):
+        # core/session.c chooses the CUDA backend only when built with TT_HAVE_CUDA.
+        n.append("build build/obj/emu/core_session.o: cc core/session.c\n  cflags = $cflags -DTT_HAVE_CUDA=1")
+        n.append("build build/tinytrain_emu: emulink %s build/obj/emu/core_session.o %s build/libtinytrain_host.a"
+                 % (" ".join(cli_objs), " ".join(emu_objs)))
     bench_bins = []
     for b in sorted(glob.glob(os.path.join(ROOT, "tests/bench/*.c"))):
         name = os.path.basename(b)[:-2]
