@@ -288,7 +288,8 @@ int emu_is_device(const void *p) {
   const emu_alloc *a = emu_alloc_find(p, 1);
   return a && a->kind == EMU_DEVICE;
 }
-extern "C" int tt_emu_is_device_ptr(const void *p) { return emu_is_device(p); }
+/* Pinned (page-locked, registered) host memory is mapped for the device too (unified addressing). */
+extern "C" int tt_emu_is_device_ptr(const void *p) { return emu_alloc_find(p, 1) != NULL; }
 
 const char *emu_describe(const void *p, char *buf, size_t n) {
   const emu_alloc *a = emu_alloc_find(p, 1);

@@ -268,7 +268,7 @@ static void test_launch(void) {
   TT_LAUNCH(self_unbounded_k, 0, 32, 0, 0, o);
   EXPECT_FAIL(cudaGetLastError(), cudaErrorInvalidConfiguration, "outside the device's limits");
   TT_LAUNCH(self_unbounded_k, 1, 32, 0, 0, host);
-  EXPECT_FAIL(cudaGetLastError(), cudaErrorInvalidValue, "a kernel can only read device memory");
+  EXPECT_FAIL(cudaGetLastError(), cudaErrorInvalidValue, "a kernel can only use device (or pinned) memory");
   /* writing past the end of an allocation: an illegal address, sticky */
   TT_LAUNCH(self_write_k, 8, 256, 0, 0, o, (size_t)4096 + 2048);
   EXPECT_FAIL(cudaDeviceSynchronize(), cudaErrorIllegalAddress, "past the end");

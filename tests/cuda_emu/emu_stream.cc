@@ -415,7 +415,7 @@ cudaError_t tt_emu_launch_erased(tt_emu_launch_desc *d) {
                     d->name, d->file, d->line);
   if (d->bad_arg)
     EMU_LAUNCH_FAIL(cudaErrorInvalidValue,
-                    "%s at %s:%d: argument %d is a pointer to %s: a kernel can only read device memory", d->name,
+                    "%s at %s:%d: argument %d is a pointer to %s: a kernel can only use device (or pinned) memory", d->name,
                     d->file, d->line, d->bad_index + 1, emu_describe(d->bad_value, dd, sizeof dd));
 #undef EMU_LAUNCH_FAIL
   emu_counts.launches++;

@@ -433,7 +433,8 @@ static inline int __ffs(int x) { return __builtin_ffs(x); }
 /* ------------------------------------ launches ---------------------------------------- */
 
 extern "C" {
-/* Whether p lies inside (or one past the end of) memory from cudaMalloc. */
+/* Whether a kernel may use p: inside (or one past the end of) memory from cudaMalloc, or
+ * pinned host memory (cudaMallocHost, cudaHostAlloc, cudaHostRegister). */
 int tt_emu_is_device_ptr(const void *p);
 /* Maximum threads per block of a kernel: its __launch_bounds__, else 1024. */
 int tt_emu_kernel_bound(const void *kernel);
