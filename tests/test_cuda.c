@@ -612,7 +612,8 @@ static void test_step(tt_dtype dt, const char *name) {
         TT_CHECK(ova == ovb, "overflow flags differ: cpu %d cuda %d", ova, ovb);
         /* AdamW divides by sqrt(v): an element whose gradient is noise moves by about +-lr a step
          * on either side, so after step+1 steps the two may be 2*lr*(step+1) apart */
-        test_cmp_params(&a, &b, 0, tol, opt ? 2.0 * hp.lr * (step + 1) : 0.0, &nz, opt ? "after AdamW" : "after SGD");
+        test_cmp_params(&a, &b, 0, opt && tol > 1e-2 ? 1e-2 : tol, opt ? 2.0 * hp.lr * (step + 1) : 0.0, &nz,
+                        opt ? "after AdamW" : "after SGD");
       }
       test_noise_free(&nz);
       free(input);
