@@ -35,6 +35,9 @@ LIB_DIRS = ["core", "arena", "kernels/cpu"]
 CLI_SOURCES = ["core/main.c"]
 TESTS = ["test_ops", "test_arena", "test_recipe", "test_data", "test_safetensors", "test_graph",
          "test_lower", "test_step", "test_train", "test_sched", "test_cuda"]
+# The CUDA backend's own sources compiled as C++ against tests/cuda_emu (host emulation): test_cuda
+# built against them runs without a GPU; emu_selftest checks the emulation's own checks.
+EMU_TESTS = ["test_cuda_emu", "test_cuda_emu_self"]
 
 
 def run(cmd):
@@ -85,6 +88,20 @@ def find_cc(requested):
             if rc == 0:
                 return cc, out.splitlines()[0]
     sys.exit("configure: no C compiler found (set CC or install gcc)")
+
+
+def find_cxx(requested_cc):
+    """The C++ compiler matching the C one (the CUDA emulation test needs it); None if absent."""
+    cands = [os.environ.get("CXX")]
+    if requested_cc and "clang" in os.path.basename(requested_cc):
+        cands.append("clang++")
+    cands += ["g++", "c++", "clang++"]
+    for cxx in cands:
+        if cxx and shutil.which(cxx):
+            rc, out = run([cxx, "--version"])
+            if rc == 0:
+                return cxx, out.splitlines()[0]
+    return None, None
 
 
 def find_openblas():
@@ -311,9 +328,12 @@ def main():
         install_deps()
 
     cc, ccver = find_cc(args.cc)
+    cxx, cxxver = find_cxx(cc)
     blas, stb, zlib = find_openblas(), find_stb(), find_zlib()
     cuda = None if args.cpu_only else find_cuda()
     print("C compiler : %s (%s)" % (cc, ccver))
+    print("C++        : %s" % (("%s (%s); CUDA backend tested under host emulation" % (cxx, cxxver)) if cxx else
+                               "NOT FOUND: the CUDA emulation tests (test_cuda_emu) are not built"))
     print("OpenBLAS   : %s" % (("%s (%s)" % (blas["version"], blas["inc"])) if blas else "NOT FOUND"))
     print("stb        : %s" % (("stb_image v%s (%s)" % (stb["version"], stb["inc"])) if stb else "NOT FOUND"))
     print("zlib       : %s" % (zlib["version"] if zlib else "NOT FOUND"))
@@ -382,6 +402,18 @@ def main():
     if use_cuda:
         n.append("nvcc = %s\nnvflags = %s" % (cuda["nvcc"], nvflags))
         n.append("rule nvcc\n  command = $nvcc -MD -MF $out.d $nvflags -c $in -o $out\n  depfile = $out.d\n  deps = gcc\n  description = NVCC $out")
+    if cxx:
+        # The CUDA emulation: kernels/cuda/<name>.cu as C++ against the stub headers in
+        # tests/cuda_emu/include (never the toolkit's), whether or not nvcc is installed.
+        emuflags = "%s -std=c++17 -D_GNU_SOURCE -D__CUDACC__ -DTT_CUDA_EMULATION=1 -DTT_HAVE_CUDA=1 -Wall -Wextra " \
+                   "-Wno-unused-parameter -I. -Itests/cuda_emu/include" % opt
+        if args.sanitize:
+            emuflags += " -fsanitize=address,undefined -fno-omit-frame-pointer"
+        n.append("cxx = %s\nemuflags = %s" % (cxx, emuflags))
+        n.append("rule emucxx\n  command = $cxx -MMD -MF $out.d $emuflags -x c++ -c $in -o $out\n  depfile = $out.d\n"
+                 "  deps = gcc\n  description = CXX (emulated CUDA) $out")
+        n.append("rule emulink\n  command = $cxx $ldflags $in -o $out -lopenblas -lz -lm -ldl\n"
+                 "  description = LINK $out")
     n.append("rule test\n  command = python3 tests/run_tests.py $tests\n  description = TEST\n  pool = console")
     n.append("rule amalgamate\n  command = python3 configure.py --amalgamate\n  description = AMALGAMATE")
     n.append("rule configure\n  command = python3 configure.py %s\n  generator = 1\n  description = CONFIGURE" % " ".join(
@@ -412,6 +444,29 @@ def main():
         n.append("build %s: cc %s" % (o, src))
         n.append("build build/tests/%s: link %s build/libtinytrain.a" % (t, o))
         test_bins.append("build/tests/%s" % t)
+    if cxx:
+        host_objs = [o for o in objs if not o.endswith(".cu.o")]
+        n.append("build build/libtinytrain_host.a: ar %s" % " ".join(host_objs))
+        emu_objs = []
+        for src in sources(["kernels/cuda"], ".cu") + sources(["tests/cuda_emu"], ".cc"):
+            if src.endswith("emu_selftest.cc"):
+                continue
+            o = "build/obj/emu/" + src.replace("/", "_").rsplit(".", 1)[0] + ".o"
+            n.append("build %s: emucxx %s" % (o, src))
+            emu_objs.append(o)
+        n.append("build build/obj/emu/tests_test_cuda.o: cc tests/test_cuda.c\n"
+                 "  cflags = $cflags -DTT_HAVE_CUDA=1 -DTT_CUDA_EMULATION=1 -Itests/cuda_emu")
+        n.append("build build/obj/emu/tests_cuda_emu_emu_selftest.o: emucxx tests/cuda_emu/emu_selftest.cc")
+        n.append("build build/tests/test_cuda_emu: emulink build/obj/emu/tests_test_cuda.o %s build/libtinytrain_host.a"
+                 % " ".join(emu_objs))
+        n.append("build build/tests/test_cuda_emu_self: emulink build/obj/emu/tests_cuda_emu_emu_selftest.o %s "
+                 "build/libtinytrain_host.a" % " ".join(emu_objs))
+        test_bins += ["build/tests/%s" % t for t in EMU_TESTS]
+        # The command line on the emulated device (`ninja build/tinytrain_emu`; not built by default):
+        # core/session.c chooses the CUDA backend only when built with TT_HAVE_CUDA.
+        n.append("build build/obj/emu/core_session.o: cc core/session.c\n  cflags = $cflags -DTT_HAVE_CUDA=1")
+        n.append("build build/tinytrain_emu: emulink %s build/obj/emu/core_session.o %s build/libtinytrain_host.a"
+                 % (" ".join(cli_objs), " ".join(emu_objs)))
     bench_bins = []
     for b in sorted(glob.glob(os.path.join(ROOT, "tests/bench/*.c"))):
         name = os.path.basename(b)[:-2]

@@ -1,0 +1,105 @@
+/* tests/cuda_emu/emu_internal.h — shared by the files of the CUDA host emulation only.
+ *
+ * Files: emu_runtime.cc (device, memory, errors), emu_stream.cc (streams, events, copies,
+ * kernel submission), emu_sched.cc (kernel launches:
+ * each CUDA thread a ucontext fiber, barriers and warp exchanges), emu_cublas.cc and
+ * emu_cudnn.cc (reference implementations of the library calls the backend makes, which check
+ * the documented argument contracts). Names: emu_ inside the emulation, tt_emu_ where tests or
+ * the stub headers call in.
+ *
+ * The model: one host thread plays the device. Work given to a stream is queued and runs only
+ * when something waits for it (a stream or device synchronisation, an event the host or
+ * another stream waits on, a copy into pageable host memory), in stream order; so a missing
+ * wait shows up as stale data. Device memory is mapped inaccessible while host code runs, so a
+ * host dereference of a device pointer stops the program with a message.
+ */
+#ifndef TT_EMU_INTERNAL_H
+#define TT_EMU_INTERNAL_H
+#include <cuda_runtime.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <functional>
+
+#include "tt_emu.h"
+
+/* ---------------------------------- violations ---------------------------------------- */
+
+/* Records a contract violation (tt_emu_last_violation) and prints "cuda_emu: <msg>" on
+ * stderr unless quiet. Returns the recorded message. */
+const char *emu_violation(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *emu_vviolation(const char *fmt, va_list ap);
+/* A runtime call failing with e: the message is what cudaGetErrorString(e) will add. */
+cudaError_t emu_cuda_fail(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The sticky error (a kernel that failed), or cudaSuccess; every API call returns it. */
+cudaError_t emu_sticky(void);
+void emu_set_sticky(cudaError_t e, const char *msg);
+/* First call of the process: the fake context. */
+void emu_init(void);
+/* Every API entry: the context exists, a sticky error fails the call. */
+#define EMU_ENTER()                                      \
+  do {                                                   \
+    emu_init();                                          \
+    if (emu_sticky() != cudaSuccess) return emu_sticky(); \
+  } while (0)
+
+
+/* ---------------------------------- allocations --------------------------------------- */
+
+enum { EMU_DEVICE = 1, EMU_PINNED = 2 };
+struct emu_alloc {
+  char *base;      /* what the caller got */
+  size_t size;     /* bytes asked for */
+  char *map;       /* the mapping (base is near its end, a guard page follows) */
+  size_t map_size; /* mapping bytes including the guard page */
+  int kind;
+  unsigned long id; /* 1, 2, ... in allocation order */
+  int freed;
+};
+/* The live allocation containing p (base <= p < base + size; p == base + size counts when
+ * size == 0 or end is set), or NULL. */
+const emu_alloc *emu_alloc_find(const void *p, int end);
+/* 0 when [p, p + bytes) lies inside one live device allocation; otherwise a message in msg. */
+int emu_dev_range(const void *p, size_t bytes, char *msg, size_t msgsize);
+int emu_is_device(const void *p);
+/* "0x... (offset N of the M-byte device allocation #id)" or "0x... (host memory)". */
+const char *emu_describe(const void *p, char *buf, size_t n);
+static inline int emu_overlap(const void *a, size_t an, const void *b, size_t bn) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return an && bn && x < y + bn && y < x + an;
+}
+
+/* Device code and copies run between enter and leave: device memory is accessible then. */
+void emu_device_enter(void);
+void emu_device_leave(void);
+/* Memory the fake device reports as used by handles (cudaMemGetInfo). */
+void emu_reserve_add(long long bytes);
+/* Frees a device allocation (who names the call in messages); its work must be done. */
+cudaError_t emu_free_device(void *p, const char *who);
+
+/* ------------------------------------ streams ----------------------------------------- */
+
+/* 0 when s names a live stream (NULL and the legacy/per-thread handles included). */
+int emu_stream_check(cudaStream_t s, const char *who, char *msg, size_t msgsize);
+/* Queues fn on s; it runs when something waits for s. */
+void emu_enqueue(cudaStream_t s, const char *what, std::function<void()> fn);
+/* Runs every stream's queued work (a device synchronisation). */
+void emu_run_all(void);
+
+/* ------------------------------------ kernels ----------------------------------------- */
+
+/* Runs every block of d (called when the stream reaches the launch); a failure sets the sticky
+ * error with a message naming the kernel, the launch site, the block and the threads. */
+void emu_run_launch(const tt_emu_launch_desc *d);
+/* The kernel and block running now, for the SIGSEGV handler's message ("" outside kernels). */
+const char *emu_kernel_now(char *buf, size_t n);
+/* Called by the SIGSEGV handler for a fault inside a kernel: does not return. */
+void emu_kernel_fault(const char *msg) __attribute__((noreturn));
+int emu_in_kernel(void);
+
+/* ------------------------------------ counters ---------------------------------------- */
+
+extern tt_emu_counts emu_counts;
+
+#endif

@@ -1,0 +1,505 @@
+/* tests/cuda_emu/emu_selftest.cc — the CUDA host emulation checks itself: that it computes what a
+ * GPU computes (half conversions, barriers, shuffles, GEMM and convolution layouts) and that
+ * each misuse it promises to catch is caught, with a message, without a hang. Built with the
+ * emulation flags (configure.py: build/tests/test_cuda_emu_self); prints PASS/FAIL lines.
+ */
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kernels/backend.h"
+#include "tests/cuda_emu/tt_emu.h"
+#include "tests/tt_test.h"
+
+/* Expects call to fail with code, and the emulation's message to contain want. */
+#define EXPECT_FAIL(call, code, want)                                                                         \
+  do {                                                                                                        \
+    int rc_ = (int)(call);                                                                                    \
+    TT_CHECK(rc_ == (int)(code), "%s returned %d, expected %d (%s)", #call, rc_, (int)(code), #code);          \
+    TT_CHECK(strstr(tt_emu_last_violation(), (want)) != NULL, "%s: message '%s' lacks '%s'", #call,             \
+             tt_emu_last_violation(), (want));                                                                \
+  } while (0)
+#define OK(call) TT_CHECK((int)(call) == 0, "%s failed: %s", #call, tt_emu_last_violation())
+
+static uint64_t self_rng = 12345;
+static float self_rand(void) { return (float)((tt_splitmix_next(&self_rng) >> 11) * (1.0 / 9007199254740992.0)) * 2 - 1; }
+
+/* After an expected kernel failure: the error is sticky, as on a GPU; forget it. */
+static void self_recover(void) {
+  (void)cudaGetLastError();
+  tt_emu_clear_sticky();
+}
+
+/* ------------------------------------ half ------------------------------------------- */
+
+static int self_same_half(uint16_t a, uint16_t b) {
+  int an = (a & 0x7fffu) > 0x7c00u, bn = (b & 0x7fffu) > 0x7c00u;
+  return an || bn ? an && bn : a == b;
+}
+
+static void test_half(void) {
+  int bad = 0;
+  TT_TEST_BEGIN("cuda_emu_half");
+  for (uint32_t h = 0; h < 65536; h++) {
+    float a = __half2float(__ushort_as_half((unsigned short)h)), b = tt_f16_to_f32((uint16_t)h);
+    if (!(a == b || (a != a && b != b)) || (a == 0 && b == 0 && signbit(a) != signbit(b))) bad++;
+    /* ties and their neighbours: the midpoint between h and h+1 must round to the even one */
+    if ((h & 0x7c00u) != 0x7c00u && h != 0x7bffu && h != 0xfbffu) {
+      float lo = b, hi = tt_f16_to_f32((uint16_t)(h + 1)), mid;
+      uint32_t mb;
+      mid = (float)(((double)lo + (double)hi) / 2);
+      memcpy(&mb, &mid, 4);
+      for (int d = -1; d <= 1; d++) {
+        uint32_t xb = mb + (uint32_t)d;
+        float x;
+        memcpy(&x, &xb, 4);
+        if (!self_same_half(__half_as_ushort(__float2half_rn(x)), tt_f32_to_f16(x))) bad++;
+      }
+    }
+  }
+  {
+    float edge[] = {65504.0f, 65519.99f, 65520.0f, 1e30f, -1e30f, 5.9604645e-08f, 2.9802322e-08f, 2.9802326e-08f,
+                    6.1035156e-05f, 6.1035152e-05f, 1e-45f, 0.0f, -0.0f, INFINITY, -INFINITY, NAN};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
+      if (!self_same_half(__half_as_ushort(__float2half_rn(edge[i])), tt_f32_to_f16(edge[i]))) bad++;
+  }
+  for (int i = 0; i < 1000000; i++) {
+    uint32_t xb = (uint32_t)tt_splitmix_next(&self_rng);
+    float x;
+    memcpy(&x, &xb, 4);
+    if (!self_same_half(__half_as_ushort(__float2half_rn(x)), tt_f32_to_f16(x))) bad++;
+  }
+  TT_CHECK(bad == 0, "%d conversions differ from the CPU backend's tt_f32_to_f16 / tt_f16_to_f32", bad);
+  TT_CHECK(__half_as_ushort(__float2half_rn(NAN)) == 0x7fffu, "a NaN converts to the canonical 0x7fff on a GPU");
+  TT_TEST_END();
+}
+
+/* ---------------------------------- barriers ----------------------------------------- */
+
+__global__ void self_block_sum_k(const float *x, float *out) {
+  __shared__ float sh[256];
+  int t = threadIdx.x;
+  sh[t] = x[blockIdx.x * blockDim.x + t];
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (t < s) sh[t] += sh[t + s];
+    __syncthreads();
+  }
+  if (t == 0) out[blockIdx.x] = sh[0];
+}
+
+__global__ void self_early_exit_k(float *out) {
+  __shared__ float sh[256];
+  if (threadIdx.x >= 100) return; /* the bug: these threads never reach the barrier */
+  sh[threadIdx.x] = 1.0f;
+  __syncthreads();
+  out[threadIdx.x] = sh[0];
+}
+
+__global__ void self_two_barriers_k(float *out) {
+  if (threadIdx.x & 1)
+    __syncthreads();
+  else
+    __syncthreads();
+  out[threadIdx.x] = 1.0f;
+}
+
+__global__ void self_votes_k(int *out) {
+  int t = threadIdx.x;
+  out[0 * 64 + t] = __syncthreads_or(t == 37);
+  out[1 * 64 + t] = __syncthreads_and(t < 64);
+  out[2 * 64 + t] = __syncthreads_count(t % 3 == 0);
+}
+
+__global__ void self_read_shared_k(unsigned *out) {
+  __shared__ unsigned sh[4];
+  if (blockIdx.x == 0 && threadIdx.x == 0) sh[0] = 7u; /* only block 0 writes */
+  __syncthreads();
+  if (threadIdx.x == 0) out[blockIdx.x] = sh[0];
+}
+
+static void test_barriers(void) {
+  float *x, *o, hx[4 * 256], ho[256];
+  int *vo, hv[3 * 64];
+  unsigned *uo, hu[2];
+  TT_TEST_BEGIN("cuda_emu_barriers");
+  OK(cudaMalloc(&x, sizeof hx));
+  OK(cudaMalloc(&o, sizeof ho));
+  OK(cudaMalloc(&vo, sizeof hv));
+  OK(cudaMalloc(&uo, sizeof hu));
+  for (int i = 0; i < 4 * 256; i++) hx[i] = (float)(i % 17);
+  OK(cudaMemcpy(x, hx, sizeof hx, cudaMemcpyHostToDevice));
+  TT_LAUNCH(self_block_sum_k, 4, 256, 0, 0, x, o);
+  OK(cudaGetLastError());
+  OK(cudaMemcpy(ho, o, 4 * sizeof(float), cudaMemcpyDeviceToHost));
+  for (int b = 0; b < 4; b++) {
+    float want = 0;
+    for (int i = 0; i < 256; i++) want += hx[b * 256 + i];
+    TT_CHECK(ho[b] == want, "block sum %d: %g, expected %g", b, ho[b], want);
+  }
+  TT_LAUNCH(self_votes_k, 1, 64, 0, 0, vo);
+  OK(cudaMemcpy(hv, vo, sizeof hv, cudaMemcpyDeviceToHost));
+  TT_CHECK(hv[5] == 1 && hv[64 + 9] == 1 && hv[128 + 63] == 22, "__syncthreads_or/and/count gave %d %d %d", hv[5],
+           hv[64 + 9], hv[128 + 63]);
+  TT_LAUNCH(self_read_shared_k, 2, 32, 0, 0, uo);
+  OK(cudaMemcpy(hu, uo, sizeof hu, cudaMemcpyDeviceToHost));
+  TT_CHECK(hu[1] == 0xffffffffu, "block 1 read %#x from shared memory it never wrote (fresh shared memory is 0xff..)",
+           hu[1]);
+  /* misuse: failures are reported when the stream runs the kernel, and stay (sticky) */
+  TT_LAUNCH(self_early_exit_k, 1, 256, 0, 0, o);
+  OK(cudaGetLastError()); /* the launch itself is fine */
+  EXPECT_FAIL(cudaDeviceSynchronize(), cudaErrorLaunchFailure, "exited without reaching it");
+  TT_CHECK(strstr(tt_emu_last_violation(), "threads 0-99 wait at __syncthreads") != NULL, "message: %s",
+           tt_emu_last_violation());
+  EXPECT_FAIL(cudaMemcpy(ho, o, 4, cudaMemcpyDeviceToHost), cudaErrorLaunchFailure, "exited");
+  self_recover();
+  TT_LAUNCH(self_two_barriers_k, 1, 64, 0, 0, o);
+  EXPECT_FAIL(cudaDeviceSynchronize(), cudaErrorLaunchFailure, "different barriers");
+  self_recover();
+  cudaFree(x), cudaFree(o), cudaFree(vo), cudaFree(uo);
+  TT_TEST_END();
+}
+
+/* ------------------------------------ warps ------------------------------------------- */
+
+__global__ void self_shfl_k(int *out, int width) {
+  int t = threadIdx.x, v = 1000 + t;
+  out[0 * 64 + t] = __shfl_sync(0xffffffffu, v, 3, width);
+  out[1 * 64 + t] = __shfl_up_sync(0xffffffffu, v, 2, width);
+  out[2 * 64 + t] = __shfl_down_sync(0xffffffffu, v, 5, width);
+  out[3 * 64 + t] = __shfl_xor_sync(0xffffffffu, v, 9, width);
+  out[4 * 64 + t] = (int)__ballot_sync(0xffffffffu, t % 5 == 0);
+  out[5 * 64 + t] = __any_sync(0xffffffffu, t == 40) * 2 + __all_sync(0xffffffffu, t < 60);
+  {
+    double d = __shfl_down_sync(0xffffffffu, (double)t * 0.5, 1);
+    out[6 * 64 + t] = (int)(d * 2);
+  }
+}
+
+static int self_expect_shfl(int op, int t, int w) {
+  int lane = t & 31, seg = lane & ~(w - 1), base = t & ~31, src;
+  switch (op) {
+    case 0: src = seg + (3 & (w - 1)); break;
+    case 1: src = (lane & (w - 1)) >= 2 ? lane - 2 : lane; break;
+    case 2: src = (lane & (w - 1)) + 5 < w ? lane + 5 : lane; break;
+    default: src = lane ^ 9; if (src >= seg + w) src = lane;
+  }
+  return 1000 + base + src;
+}
+
+__global__ void self_bad_mask_k(int *out) { out[threadIdx.x] = __shfl_sync(0x0000ffffu, 1, 0); }
+__global__ void self_partial_warp_k(int *out) { out[threadIdx.x] = __shfl_down_sync(0xffffffffu, 1, 1); }
+__global__ void self_diverge_k(int *out) {
+  int v = threadIdx.x < 16 ? __shfl_sync(0xffffffffu, 1, 0) : __shfl_xor_sync(0xffffffffu, 2, 1);
+  out[threadIdx.x] = v;
+}
+__global__ void self_read_exited_k(int *out) {
+  if (threadIdx.x >= 16) return;
+  out[threadIdx.x] = __shfl_down_sync(0xffffffffu, 1, 8);
+}
+
+static void test_warps(void) {
+  int *o, h[7 * 64];
+  TT_TEST_BEGIN("cuda_emu_warps");
+  OK(cudaMalloc(&o, sizeof h));
+  for (int w = 32; w >= 8; w /= 4) {
+    TT_LAUNCH(self_shfl_k, 1, 64, 0, 0, o, w);
+    OK(cudaMemcpy(h, o, sizeof h, cudaMemcpyDeviceToHost));
+    for (int op = 0; op < 4; op++)
+      for (int t = 0; t < 64; t++)
+        TT_CHECK(h[op * 64 + t] == self_expect_shfl(op, t, w), "shuffle %d width %d thread %d: %d, expected %d", op, w, t,
+                 h[op * 64 + t], self_expect_shfl(op, t, w));
+  }
+  TT_CHECK((unsigned)h[4 * 64] == 0x42108421u && (unsigned)h[4 * 64 + 40] == 0x10842108u, "ballot: %#x %#x",
+           (unsigned)h[4 * 64], (unsigned)h[4 * 64 + 40]);
+  TT_CHECK(h[5 * 64 + 0] == 1 && h[5 * 64 + 40] == 2, "any/all: %d %d", h[5 * 64], h[5 * 64 + 40]);
+  TT_CHECK(h[6 * 64 + 3] == 4 && h[6 * 64 + 31] == 31, "double shuffle: %d %d", h[6 * 64 + 3], h[6 * 64 + 31]);
+  TT_LAUNCH(self_bad_mask_k, 1, 32, 0, 0, o);
+  EXPECT_FAIL(cudaDeviceSynchronize(), cudaErrorLaunchFailure, "leaves out the calling lane");
+  self_recover();
+  TT_LAUNCH(self_partial_warp_k, 1, 48, 0, 0, o);
+  EXPECT_FAIL(cudaDeviceSynchronize(), cudaErrorLaunchFailure, "names lanes that do not exist");
+  self_recover();
+  TT_LAUNCH(self_diverge_k, 1, 32, 0, 0, o);
+  EXPECT_FAIL(cudaDeviceSynchronize(), cudaErrorLaunchFailure, "disagree");
+  self_recover();
+  TT_LAUNCH(self_read_exited_k, 1, 32, 0, 0, o);
+  EXPECT_FAIL(cudaDeviceSynchronize(), cudaErrorLaunchFailure, "has exited");
+  self_recover();
+  cudaFree(o);
+  TT_TEST_END();
+}
+
+/* ---------------------------------- launch checks -------------------------------------- */
+
+__global__ void __launch_bounds__(128) self_bounded_k(float *o) { o[blockIdx.x * blockDim.x + threadIdx.x] = 1.0f; }
+__global__ void __launch_bounds__(2 * 64 + 32, 2) self_bounded_expr_k(float *o) { o[threadIdx.x] = 2.0f; }
+__global__ void self_unbounded_k(float *o) { o[threadIdx.x] = 3.0f; }
+__global__ void self_write_k(float *o, size_t n) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)blockDim.x * gridDim.x) o[i] = (float)i;
+}
+
+static void test_launch(void) {
+  float *o, host[4];
+  cudaFuncAttributes fa;
+  TT_TEST_BEGIN("cuda_emu_launch_checks");
+  OK(cudaMalloc(&o, 4096 * sizeof(float)));
+  OK(cudaFuncGetAttributes(&fa, self_bounded_k));
+  TT_CHECK(fa.maxThreadsPerBlock == 128, "__launch_bounds__(128) read back as %d", fa.maxThreadsPerBlock);
+  OK(cudaFuncGetAttributes(&fa, self_bounded_expr_k));
+  TT_CHECK(fa.maxThreadsPerBlock == 160, "__launch_bounds__(2 * 64 + 32, 2) read back as %d", fa.maxThreadsPerBlock);
+  OK(cudaFuncGetAttributes(&fa, self_unbounded_k));
+  TT_CHECK(fa.maxThreadsPerBlock == 1024, "no __launch_bounds__ read back as %d", fa.maxThreadsPerBlock);
+  TT_LAUNCH(self_bounded_k, 2, 128, 0, 0, o);
+  OK(cudaGetLastError());
+  TT_LAUNCH(self_bounded_k, 1, 256, 0, 0, o);
+  EXPECT_FAIL(cudaGetLastError(), cudaErrorLaunchOutOfResources, "more than its __launch_bounds__(128)");
+  TT_LAUNCH(self_bounded_expr_k, 1, 192, 0, 0, o);
+  EXPECT_FAIL(cudaGetLastError(), cudaErrorLaunchOutOfResources, "__launch_bounds__(160)");
+  TT_LAUNCH(self_unbounded_k, 1, 2048, 0, 0, o);
+  EXPECT_FAIL(cudaGetLastError(), cudaErrorInvalidConfiguration, "outside the device's limits");
+  TT_LAUNCH(self_unbounded_k, 0, 32, 0, 0, o);
+  EXPECT_FAIL(cudaGetLastError(), cudaErrorInvalidConfiguration, "outside the device's limits");
+  TT_LAUNCH(self_unbounded_k, 1, 32, 0, 0, host);
+  EXPECT_FAIL(cudaGetLastError(), cudaErrorInvalidValue, "a kernel can only use device (or pinned) memory");
+  /* writing past the end of an allocation: an illegal address, sticky */
+  TT_LAUNCH(self_write_k, 8, 256, 0, 0, o, (size_t)4096 + 2048);
+  EXPECT_FAIL(cudaDeviceSynchronize(), cudaErrorIllegalAddress, "past the end");
+  self_recover();
+  TT_LAUNCH(self_write_k, 8, 256, 0, 0, o, (size_t)4096);
+  OK(cudaDeviceSynchronize());
+  cudaFree(o);
+  TT_TEST_END();
+}
+
+/* ---------------------------------- memory, streams ----------------------------------- */
+
+static void test_memory_streams(void) {
+  float *d, h[256];
+  cudaStream_t a, b;
+  cudaEvent_t ev;
+  int st = 0;
+  TT_TEST_BEGIN("cuda_emu_memory_streams");
+  OK(cudaMalloc(&d, 256 * sizeof(float)));
+  OK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+  TT_CHECK(h[0] != h[0] && h[255] != h[255], "fresh device memory should read as NaN (0xff bytes), got %g", h[0]);
+  EXPECT_FAIL(cudaMemcpy(d, h, sizeof h + 4, cudaMemcpyHostToDevice), cudaErrorInvalidValue, "past its end");
+  EXPECT_FAIL(cudaMemcpy(h, d, sizeof h, cudaMemcpyHostToDevice), cudaErrorInvalidValue, "do not match the direction");
+  EXPECT_FAIL(cudaMemsetAsync(h, 0, sizeof h, 0), cudaErrorInvalidValue, "not device memory");
+  /* host code reading device memory stops the program with a message (in a child process) */
+  fflush(stdout);
+  if (fork() == 0) {
+    int fd = open("/dev/null", 1);
+    dup2(fd, 2);
+    volatile float v = d[3];
+    (void)v;
+    _exit(0);
+  }
+  wait(&st);
+  TT_CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "a host read of device memory should abort (status %#x)", st);
+  /* streams run their work only when something waits: a copy on another stream that does not
+   * wait for the kernel reads what was there before */
+  OK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  OK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  OK(cudaMemsetAsync(d, 0, 256 * sizeof(float), a));
+  OK(cudaStreamSynchronize(a));
+  TT_LAUNCH(self_write_k, 1, 256, 0, a, d, (size_t)256);
+  OK(cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, b));
+  TT_CHECK(h[7] == 0.0f, "an unordered copy saw the kernel's result (%g): the emulation should show the race", h[7]);
+  OK(cudaEventRecord(ev, a));
+  OK(cudaStreamWaitEvent(b, ev, 0));
+  OK(cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, b));
+  TT_CHECK(h[7] == 7.0f, "after an event wait the copy should see the kernel's result, got %g", h[7]);
+  /* into pinned (registered) memory a copy is asynchronous: done only once the stream is */
+  OK(cudaHostRegister(h, sizeof h, cudaHostRegisterDefault));
+  h[7] = -1.0f;
+  OK(cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, a));
+  TT_CHECK(h[7] == -1.0f, "a copy into pinned memory finished before the stream was synchronised (%g)", h[7]);
+  OK(cudaStreamSynchronize(a));
+  TT_CHECK(h[7] == 7.0f, "after the synchronisation the pinned buffer holds %g", h[7]);
+  EXPECT_FAIL(cudaFreeHost(h), cudaErrorInvalidValue, "use cudaHostUnregister");
+  OK(cudaHostUnregister(h));
+  OK(cudaStreamDestroy(a));
+  EXPECT_FAIL(cudaStreamSynchronize(a), cudaErrorInvalidResourceHandle, "was destroyed");
+  OK(cudaStreamDestroy(b));
+  OK(cudaEventDestroy(ev));
+  OK(cudaFree(d));
+  EXPECT_FAIL(cudaFree(d), cudaErrorInvalidValue, "not the start of a live device allocation");
+  TT_TEST_END();
+}
+
+/* ------------------------------------ cuBLAS ------------------------------------------ */
+
+static void test_cublas(void) {
+  cublasHandle_t hb;
+  const int m = 5, n = 3, k = 4;
+  float ha[m * k], hbm[k * n], hc[m * n], *A, *B, *C, *ws, one = 1.0f, zero = 0.0f;
+  TT_TEST_BEGIN("cuda_emu_cublas");
+  OK(cublasCreate(&hb));
+  OK(cudaMalloc(&A, sizeof ha));
+  OK(cudaMalloc(&B, sizeof hbm));
+  OK(cudaMalloc(&C, sizeof hc));
+  OK(cudaMalloc(&ws, 1 << 16));
+  for (int i = 0; i < m * k; i++) ha[i] = self_rand();
+  for (int i = 0; i < k * n; i++) hbm[i] = self_rand();
+  OK(cudaMemcpy(A, ha, sizeof ha, cudaMemcpyHostToDevice));
+  OK(cudaMemcpy(B, hbm, sizeof hbm, cudaMemcpyHostToDevice));
+  /* C (m x n) = A^T (A stored k x m, lda = k) * B (k x n); C holds NaN and beta = 0 must not read it */
+  OK(cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_32F, k, B, CUDA_R_32F, k, &zero, C, CUDA_R_32F,
+                  m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  OK(cudaMemcpy(hc, C, sizeof hc, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < m; i++)
+    for (int j = 0; j < n; j++) {
+      double want = 0;
+      for (int p = 0; p < k; p++) want += (double)ha[i * k + p] * hbm[j * k + p];
+      TT_CHECK(fabs(hc[j * m + i] - want) < 1e-6, "C[%d,%d] = %g, expected %g", i, j, hc[j * m + i], want);
+    }
+  EXPECT_FAIL(cublasGemmEx(hb, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_32F, m - 1, B, CUDA_R_32F, k, &zero, C,
+                           CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              CUBLAS_STATUS_INVALID_VALUE, "lda >= max(1, 5)");
+  EXPECT_FAIL(cublasGemmEx(hb, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_32F, m, B, CUDA_R_32F, k, &zero, C,
+                           CUDA_R_16F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              CUBLAS_STATUS_NOT_SUPPORTED, "not a supported combination");
+  EXPECT_FAIL(cublasGemmEx(hb, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_32F, m, B, CUDA_R_32F, k, &zero, A,
+                           CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              CUBLAS_STATUS_INVALID_VALUE, "overlaps A");
+  EXPECT_FAIL(cublasGemmEx(hb, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, ws, A, CUDA_R_32F, m, B, CUDA_R_32F, k, &zero, C,
+                           CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              CUBLAS_STATUS_INVALID_VALUE, "CUBLAS_POINTER_MODE_HOST");
+  EXPECT_FAIL(cublasGemmEx(hb, CUBLAS_OP_N, CUBLAS_OP_N, m, n, 64, &one, A, CUDA_R_32F, m, B, CUDA_R_32F, 64, &zero, C,
+                           CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              CUBLAS_STATUS_INVALID_VALUE, "past its end");
+  EXPECT_FAIL(cublasSetWorkspace(hb, (char *)ws + 16, 4096), CUBLAS_STATUS_INVALID_VALUE, "not aligned to 256 bytes");
+  OK(cublasSetWorkspace(hb, ws, 1 << 16));
+  EXPECT_FAIL(cublasGemmEx(hb, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_32F, m, B, CUDA_R_32F, k, &zero,
+                           (float *)ws + 64, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              CUBLAS_STATUS_INVALID_VALUE, "overlaps A, B or C");
+  OK(cublasDestroy(hb));
+  EXPECT_FAIL(cublasSetMathMode(hb, CUBLAS_DEFAULT_MATH), CUBLAS_STATUS_NOT_INITIALIZED, "not a live cuBLAS handle");
+  cudaFree(A), cudaFree(B), cudaFree(C), cudaFree(ws);
+  TT_TEST_END();
+}
+
+/* ------------------------------------ cuDNN ------------------------------------------- */
+
+static void test_cudnn(void) {
+  cudnnHandle_t h;
+  cudnnTensorDescriptor_t xd, yd, bad;
+  cudnnFilterDescriptor_t wd;
+  cudnnConvolutionDescriptor_t cd;
+  const int N = 2, C = 3, H = 6, W = 5, K = 4, R = 3, S = 2;
+  int on, oc, oh, ow, nret = 0;
+  float hx[N * C * H * W], hw[K * C * R * S], hy[N * K * H * W], *x, *w, *y, *ws, one = 1.0f, zero = 0.0f;
+  size_t need = 0;
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  TT_TEST_BEGIN("cuda_emu_cudnn");
+  OK(cudnnCreate(&h));
+  OK(cudnnCreateTensorDescriptor(&xd));
+  OK(cudnnCreateTensorDescriptor(&yd));
+  OK(cudnnCreateTensorDescriptor(&bad));
+  OK(cudnnCreateFilterDescriptor(&wd));
+  OK(cudnnCreateConvolutionDescriptor(&cd));
+  OK(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, C, H, W));
+  OK(cudnnSetFilter4dDescriptor(wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, K, C, R, S));
+  OK(cudnnSetConvolution2dDescriptor(cd, 1, 0, 2, 1, 1, 1, CUDNN_CONVOLUTION, CUDNN_DATA_FLOAT));
+  OK(cudnnGetConvolution2dForwardOutputDim(cd, xd, wd, &on, &oc, &oh, &ow));
+  TT_CHECK(on == N && oc == K && oh == 3 && ow == 4, "output dims %d %d %d %d", on, oc, oh, ow);
+  OK(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, on, oc, oh, ow));
+  OK(cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nret, perf));
+  TT_CHECK(nret > 2 && perf[0].status == CUDNN_STATUS_SUCCESS && perf[0].memory > 0, "algorithm ranking: %d, first %d/%zu",
+           nret, (int)perf[0].algo, perf[0].memory);
+  OK(cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, &need));
+  TT_CHECK(need > 0, "the precomputed-index GEMM should need a workspace");
+  OK(cudaMalloc(&x, sizeof hx));
+  OK(cudaMalloc(&w, sizeof hw));
+  OK(cudaMalloc(&y, sizeof hy));
+  OK(cudaMalloc(&ws, need));
+  for (int i = 0; i < N * C * H * W; i++) hx[i] = self_rand();
+  for (int i = 0; i < K * C * R * S; i++) hw[i] = self_rand();
+  OK(cudaMemcpy(x, hx, sizeof hx, cudaMemcpyHostToDevice));
+  OK(cudaMemcpy(w, hw, sizeof hw, cudaMemcpyHostToDevice));
+  OK(cudnnConvolutionForward(h, &one, xd, x, wd, w, cd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, ws, need, &zero,
+                             yd, y));
+  OK(cudaMemcpy(hy, y, (size_t)N * K * oh * ow * sizeof(float), cudaMemcpyDeviceToHost));
+  { /* convolution mode flips the filter; stride 2x1, pad 1x0 */
+    int bad_el = 0;
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < K; k++)
+        for (int p = 0; p < oh; p++)
+          for (int q = 0; q < ow; q++) {
+            double acc = 0;
+            for (int c = 0; c < C; c++)
+              for (int r = 0; r < R; r++)
+                for (int s = 0; s < S; s++) {
+                  int ih = p * 2 - 1 + r, iw = q + s;
+                  if (ih < 0 || ih >= H || iw >= W) continue;
+                  acc += (double)hx[((n * C + c) * H + ih) * W + iw] * hw[((k * C + c) * R + (R - 1 - r)) * S + (S - 1 - s)];
+                }
+            if (fabs(hy[((n * K + k) * oh + p) * ow + q] - acc) > 1e-5) bad_el++;
+          }
+    TT_CHECK(bad_el == 0, "%d convolution outputs differ from the direct loops", bad_el);
+  }
+  EXPECT_FAIL(cudnnConvolutionForward(h, &one, xd, x, wd, w, cd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, ws,
+                                      need - 4, &zero, yd, y),
+              CUDNN_STATUS_BAD_PARAM, "needs");
+  EXPECT_FAIL(cudnnConvolutionForward(h, &one, xd, x, wd, w, cd, CUDNN_CONVOLUTION_FWD_ALGO_FFT, ws, need, &zero, yd, y),
+              CUDNN_STATUS_NOT_SUPPORTED, "does not support this problem");
+  EXPECT_FAIL(cudnnConvolutionForward(h, &one, xd, x, wd, w, cd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, ws, need,
+                                      &zero, xd, y),
+              CUDNN_STATUS_BAD_PARAM, "the convolution gives");
+  EXPECT_FAIL(cudnnConvolutionForward(h, &one, xd, x, wd, w, cd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, ws, need,
+                                      &zero, yd, x),
+              CUDNN_STATUS_BAD_PARAM, "overlaps");
+  EXPECT_FAIL(cudnnConvolutionForward(h, &one, xd, x, wd, w, cd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, ws, need,
+                                      &zero, yd, ws),
+              CUDNN_STATUS_BAD_PARAM, "the workspace");
+  EXPECT_FAIL(cudnnConvolutionForward(h, ws, xd, x, wd, w, cd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, ws, need,
+                                      &zero, yd, y),
+              CUDNN_STATUS_BAD_PARAM, "host pointers");
+  OK(cudnnSetTensor4dDescriptor(bad, CUDNN_TENSOR_NCHW, CUDNN_DATA_HALF, on, oc, oh, ow));
+  EXPECT_FAIL(cudnnConvolutionForward(h, &one, xd, x, wd, w, cd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, NULL, 0, &zero,
+                                      bad, y),
+              CUDNN_STATUS_BAD_PARAM, "data types differ");
+  EXPECT_FAIL(cudnnSetTensor4dDescriptor(bad, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 0, 1, 1, 1), CUDNN_STATUS_BAD_PARAM,
+              "must be > 0");
+  /* the math type is part of the workspace size: fp16 tensor-op math needs more */
+  OK(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_HALF, N, C, H, W));
+  OK(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NCHW, CUDNN_DATA_HALF, on, oc, oh, ow));
+  OK(cudnnSetFilter4dDescriptor(wd, CUDNN_DATA_HALF, CUDNN_TENSOR_NCHW, K, C, R, S));
+  OK(cudnnSetConvolutionMathType(cd, CUDNN_DEFAULT_MATH));
+  OK(cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, &need));
+  OK(cudnnSetConvolutionMathType(cd, CUDNN_TENSOR_OP_MATH));
+  EXPECT_FAIL(cudnnConvolutionForward(h, &one, xd, x, wd, w, cd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, ws, need, &zero,
+                                      yd, y),
+              CUDNN_STATUS_BAD_PARAM, "math type 1");
+  cudnnDestroyTensorDescriptor(xd), cudnnDestroyTensorDescriptor(yd), cudnnDestroyTensorDescriptor(bad);
+  cudnnDestroyFilterDescriptor(wd), cudnnDestroyConvolutionDescriptor(cd);
+  OK(cudnnDestroy(h));
+  cudaFree(x), cudaFree(w), cudaFree(y), cudaFree(ws);
+  TT_TEST_END();
+}
+
+int main(void) {
+  tt_emu_set_quiet(1); /* the misuse below is on purpose; messages are checked, not printed */
+  test_half();
+  test_barriers();
+  test_warps();
+  test_launch();
+  test_memory_streams();
+  test_cublas();
+  test_cudnn();
+  {
+    tt_emu_counts c;
+    tt_emu_get_counts(&c);
+    printf("  cuda emulation self-test: %zu kernel launches, %zu threads\n", c.launches, c.threads);
+  }
+  TT_TEST_EXIT();
+}

@@ -1,0 +1,430 @@
+/* tests/cuda_emu/emu_stream.cc — streams, events, copies and kernel submission of the emulated
+ * device (see emu_internal.h for the model): work queued on a stream runs only when something
+ * waits for it — a stream, event or device synchronisation, an event another stream waits on,
+ * a copy into pageable host memory — in stream order, the legacy default stream and the
+ * blocking streams ordered with each other as on CUDA. So a missing wait reads stale data.
+ *
+ * Contracts checked here, each failing the call with the error a real runtime gives and a
+ * message (cudaGetErrorString): copies and memsets lie inside one allocation and their
+ * direction matches the pointers; streams and events are live handles; a launch fits the
+ * device's limits and the kernel's __launch_bounds__, and passes no host pointer.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "emu_internal.h"
+
+/* ------------------------------------ streams ----------------------------------------- */
+
+struct emu_op {
+  uint64_t seq;
+  const char *what;
+  std::function<void()> fn;
+};
+struct CUstream_st {
+  unsigned flags;
+  int priority, alive, id;
+  std::deque<emu_op> q;
+};
+struct CUevent_st {
+  unsigned flags;
+  int alive, recorded;
+  cudaStream_t stream;
+  uint64_t seq;
+  int queried; /* cudaEventQuery said "not ready" once for this record */
+};
+
+static CUstream_st emu_null_stream = {0, 0, 1, 0, std::deque<emu_op>()};
+/* every stream and event ever created (never freed: stale handles stay detectable) */
+static std::vector<CUstream_st *> &emu_streams = *new std::vector<CUstream_st *>();
+static std::set<CUevent_st *> &emu_events_all = *new std::set<CUevent_st *>();
+static uint64_t emu_seq;
+
+static CUstream_st *emu_resolve(cudaStream_t s) {
+  return (!s || s == cudaStreamLegacy || s == cudaStreamPerThread) ? &emu_null_stream : s;
+}
+
+int emu_stream_check(cudaStream_t s, const char *who, char *msg, size_t msgsize) {
+  CUstream_st *st = emu_resolve(s);
+  if (st == &emu_null_stream) return 0;
+  for (size_t i = 0; i < emu_streams.size(); i++)
+    if (emu_streams[i] == st) {
+      if (st->alive) return 0;
+      return snprintf(msg, msgsize, "%s: stream %p was destroyed", who, (void *)s), -1;
+    }
+  return snprintf(msg, msgsize, "%s: %p is not a stream", who, (void *)s), -1;
+}
+
+static void emu_run_op(emu_op &op) {
+  if (emu_sticky() != cudaSuccess) return; /* after a fault the device runs nothing */
+  emu_device_enter();
+  op.fn();
+  emu_device_leave();
+}
+
+static int emu_blocking(const CUstream_st *s) {
+  return s == &emu_null_stream || !(s->flags & cudaStreamNonBlocking);
+}
+
+/* Runs s's queued work up to and including sequence number seq, in order. The legacy default
+ * stream and the blocking streams (created without cudaStreamNonBlocking) wait for each
+ * other: before an operation of one runs, the other's earlier operations do. */
+static void emu_run_upto(CUstream_st *s, uint64_t seq) {
+  while (!s->q.empty() && s->q.front().seq <= seq) {
+    uint64_t x = s->q.front().seq;
+    if (s == &emu_null_stream) {
+      for (size_t i = 0; i < emu_streams.size(); i++)
+        if (emu_streams[i]->alive && emu_blocking(emu_streams[i])) emu_run_upto(emu_streams[i], x);
+    } else if (emu_blocking(s)) {
+      emu_run_upto(&emu_null_stream, x);
+    }
+    if (s->q.empty() || s->q.front().seq != x) continue;
+    emu_op op = s->q.front();
+    s->q.pop_front();
+    emu_run_op(op);
+  }
+}
+
+static void emu_run_stream(CUstream_st *s) { emu_run_upto(s, UINT64_MAX); }
+
+/* What a synchronisation of the legacy default stream waits for: its work and the blocking streams'. */
+static void emu_run_blocking(void) {
+  emu_run_stream(&emu_null_stream);
+  for (size_t i = 0; i < emu_streams.size(); i++)
+    if (emu_streams[i]->alive && emu_blocking(emu_streams[i])) emu_run_stream(emu_streams[i]);
+}
+
+void emu_run_all(void) {
+  emu_run_stream(&emu_null_stream);
+  for (size_t i = emu_streams.size(); i-- > 0;) emu_run_stream(emu_streams[i]);
+}
+
+void emu_enqueue(cudaStream_t s, const char *what, std::function<void()> fn) {
+  emu_op op;
+  op.seq = ++emu_seq, op.what = what, op.fn = fn;
+  emu_resolve(s)->q.push_back(op);
+}
+
+static cudaError_t emu_stream_arg(cudaStream_t s, const char *who) {
+  char msg[256];
+  if (emu_stream_check(s, who, msg, sizeof msg)) return emu_cuda_fail(cudaErrorInvalidResourceHandle, "%s", msg);
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaStreamCreateWithPriority(cudaStream_t *ps, unsigned int flags, int priority) {
+  CUstream_st *s;
+  EMU_ENTER();
+  if (!ps) return emu_cuda_fail(cudaErrorInvalidValue, "cudaStreamCreate: NULL stream pointer");
+  if (flags & ~cudaStreamNonBlocking) return emu_cuda_fail(cudaErrorInvalidValue, "cudaStreamCreate: flags 0x%x", flags);
+  s = new CUstream_st();
+  s->flags = flags, s->priority = priority, s->alive = 1, s->id = (int)emu_streams.size() + 1;
+  emu_streams.push_back(s);
+  *ps = s;
+  return cudaSuccess;
+}
+extern "C" cudaError_t cudaStreamCreateWithFlags(cudaStream_t *ps, unsigned int flags) {
+  return cudaStreamCreateWithPriority(ps, flags, 0);
+}
+extern "C" cudaError_t cudaStreamCreate(cudaStream_t *ps) { return cudaStreamCreateWithPriority(ps, 0, 0); }
+
+extern "C" cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  EMU_ENTER();
+  if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread)
+    return emu_cuda_fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: cannot destroy the default stream");
+  if (emu_stream_arg(s, "cudaStreamDestroy")) return cudaErrorInvalidResourceHandle;
+  emu_run_stream(s); /* its work still completes */
+  s->alive = 0;
+  return emu_sticky();
+}
+
+extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  EMU_ENTER();
+  if (emu_stream_arg(s, "cudaStreamSynchronize")) return cudaErrorInvalidResourceHandle;
+  if (emu_resolve(s) == &emu_null_stream)
+    emu_run_blocking();
+  else
+    emu_run_stream(emu_resolve(s));
+  return emu_sticky();
+}
+
+extern "C" cudaError_t cudaStreamGetFlags(cudaStream_t s, unsigned int *flags) {
+  EMU_ENTER();
+  if (emu_stream_arg(s, "cudaStreamGetFlags")) return cudaErrorInvalidResourceHandle;
+  if (!flags) return emu_cuda_fail(cudaErrorInvalidValue, "cudaStreamGetFlags: NULL flags");
+  *flags = emu_resolve(s)->flags;
+  return cudaSuccess;
+}
+
+/* Stream-ordered allocation: the memory exists at once (a real pool may hand it out later, but
+ * using it only through the stream is the contract either way); the free waits for the stream. */
+extern "C" cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
+  EMU_ENTER();
+  if (emu_stream_arg(s, "cudaMallocAsync")) return cudaErrorInvalidResourceHandle;
+  return cudaMalloc(p, size);
+}
+
+extern "C" cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
+  EMU_ENTER();
+  if (emu_stream_arg(s, "cudaFreeAsync")) return cudaErrorInvalidResourceHandle;
+  if (!p) return cudaSuccess;
+  emu_run_upto(emu_resolve(s), emu_seq); /* the stream's earlier work may still use it */
+  return emu_free_device(p, "cudaFreeAsync");
+}
+
+extern "C" cudaError_t cudaStreamQuery(cudaStream_t s) {
+  CUstream_st *st;
+  EMU_ENTER();
+  if (emu_stream_arg(s, "cudaStreamQuery")) return cudaErrorInvalidResourceHandle;
+  st = emu_resolve(s);
+  if (st->q.empty()) return cudaSuccess;
+  emu_run_stream(st); /* still running when asked; done by the next question */
+  return emu_sticky() != cudaSuccess ? emu_sticky() : cudaErrorNotReady;
+}
+
+extern "C" cudaError_t cudaDeviceSynchronize(void) {
+  EMU_ENTER();
+  emu_run_all();
+  return emu_sticky();
+}
+
+extern "C" cudaError_t cudaDeviceReset(void) {
+  emu_run_all();
+  tt_emu_clear_sticky();
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *data) {
+  EMU_ENTER();
+  if (emu_stream_arg(s, "cudaLaunchHostFunc")) return cudaErrorInvalidResourceHandle;
+  if (!fn) return emu_cuda_fail(cudaErrorInvalidValue, "cudaLaunchHostFunc: NULL function");
+  emu_enqueue(s, "host function", [fn, data]() {
+    emu_device_leave(); /* host code: device memory is not accessible */
+    fn(data);
+    emu_device_enter();
+  });
+  return cudaSuccess;
+}
+
+/* ------------------------------------ events ------------------------------------------ */
+
+static cudaError_t emu_event_arg(cudaEvent_t e, const char *who) {
+  if (!e || !emu_events_all.count(e))
+    return emu_cuda_fail(cudaErrorInvalidResourceHandle, "%s: %p is not an event", who, (void *)e);
+  if (!e->alive) return emu_cuda_fail(cudaErrorInvalidResourceHandle, "%s: event %p was destroyed", who, (void *)e);
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventCreateWithFlags(cudaEvent_t *pe, unsigned int flags) {
+  CUevent_st *e;
+  EMU_ENTER();
+  if (!pe) return emu_cuda_fail(cudaErrorInvalidValue, "cudaEventCreate: NULL event pointer");
+  e = new CUevent_st();
+  e->flags = flags, e->alive = 1;
+  emu_events_all.insert(e);
+  *pe = e;
+  return cudaSuccess;
+}
+extern "C" cudaError_t cudaEventCreate(cudaEvent_t *pe) { return cudaEventCreateWithFlags(pe, 0); }
+
+extern "C" cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  EMU_ENTER();
+  if (emu_event_arg(e, "cudaEventDestroy")) return cudaErrorInvalidResourceHandle;
+  e->alive = 0;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  CUstream_st *st;
+  EMU_ENTER();
+  if (emu_event_arg(e, "cudaEventRecord") || emu_stream_arg(s, "cudaEventRecord")) return cudaErrorInvalidResourceHandle;
+  st = emu_resolve(s);
+  emu_enqueue(s, "event record", []() {});
+  e->recorded = 1, e->stream = st, e->seq = emu_seq, e->queried = 0;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
+  EMU_ENTER();
+  if (emu_event_arg(e, "cudaStreamWaitEvent") || emu_stream_arg(s, "cudaStreamWaitEvent"))
+    return cudaErrorInvalidResourceHandle;
+  if (!e->recorded) return cudaSuccess; /* waiting on an event never recorded completes at once */
+  {
+    CUstream_st *es = e->stream;
+    uint64_t eseq = e->seq;
+    emu_enqueue(s, "event wait", [es, eseq]() { emu_run_upto(es, eseq); });
+  }
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  EMU_ENTER();
+  if (emu_event_arg(e, "cudaEventSynchronize")) return cudaErrorInvalidResourceHandle;
+  if (e->recorded) emu_run_upto(e->stream, e->seq);
+  return emu_sticky();
+}
+
+extern "C" cudaError_t cudaEventQuery(cudaEvent_t e) {
+  EMU_ENTER();
+  if (emu_event_arg(e, "cudaEventQuery")) return cudaErrorInvalidResourceHandle;
+  if (!e->recorded || e->queried) return cudaSuccess;
+  if (!e->stream->q.empty() && e->stream->q.front().seq <= e->seq) {
+    emu_run_upto(e->stream, e->seq);
+    e->queried = 1;
+    return emu_sticky() != cudaSuccess ? emu_sticky() : cudaErrorNotReady;
+  }
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+  EMU_ENTER();
+  if (!ms) return emu_cuda_fail(cudaErrorInvalidValue, "cudaEventElapsedTime: NULL ms");
+  if (emu_event_arg(a, "cudaEventElapsedTime") || emu_event_arg(b, "cudaEventElapsedTime"))
+    return cudaErrorInvalidResourceHandle;
+  if ((a->flags | b->flags) & cudaEventDisableTiming)
+    return emu_cuda_fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: an event was created with cudaEventDisableTiming");
+  *ms = 0.0f; /* the emulation has no device time */
+  return cudaSuccess;
+}
+
+/* ------------------------------------ copies ------------------------------------------ */
+
+static int emu_is_pinned(const void *p) {
+  const emu_alloc *a = emu_alloc_find(p, 1);
+  return a && a->kind == EMU_PINNED;
+}
+
+/* Checks a copy; *kind is resolved for cudaMemcpyDefault. */
+static cudaError_t emu_copy_check(const char *who, void *dst, const void *src, size_t n, cudaMemcpyKind *kind) {
+  char m[512], d1[256], d2[256];
+  int ddev = emu_is_device(dst), sdev = emu_is_device(src);
+  if (!dst || !src) return emu_cuda_fail(cudaErrorInvalidValue, "%s: NULL %s for %zu bytes", who, dst ? "src" : "dst", n);
+  if (*kind == cudaMemcpyDefault) *kind = (cudaMemcpyKind)((sdev ? 2 : 0) + (ddev ? 1 : 0));
+  switch (*kind) {
+    case cudaMemcpyHostToHost: break;
+    case cudaMemcpyHostToDevice:
+    case cudaMemcpyDeviceToHost:
+    case cudaMemcpyDeviceToDevice: break;
+    default: return emu_cuda_fail(cudaErrorInvalidMemcpyDirection, "%s: copy kind %d", who, (int)*kind);
+  }
+  {
+    int want_sdev = *kind == cudaMemcpyDeviceToHost || *kind == cudaMemcpyDeviceToDevice;
+    int want_ddev = *kind == cudaMemcpyHostToDevice || *kind == cudaMemcpyDeviceToDevice;
+    static const char *names[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice"};
+    if (want_sdev != sdev || want_ddev != ddev)
+      return emu_cuda_fail(cudaErrorInvalidValue, "%s(cudaMemcpy%s): src %s, dst %s do not match the direction", who,
+                           names[*kind], emu_describe(src, d1, sizeof d1), emu_describe(dst, d2, sizeof d2));
+    if (sdev && emu_dev_range(src, n, m, sizeof m)) return emu_cuda_fail(cudaErrorInvalidValue, "%s: src: %s", who, m);
+    if (ddev && emu_dev_range(dst, n, m, sizeof m)) return emu_cuda_fail(cudaErrorInvalidValue, "%s: dst: %s", who, m);
+    if (emu_overlap(dst, n, src, n))
+      return emu_cuda_fail(cudaErrorInvalidValue, "%s: %zu bytes from %p to %p overlap", who, n, src, dst);
+  }
+  return cudaSuccess;
+}
+
+static cudaError_t emu_copy(const char *who, void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s,
+                            int sync) {
+  cudaError_t e;
+  EMU_ENTER();
+  if (emu_stream_arg(s, who)) return cudaErrorInvalidResourceHandle;
+  if (!n) return cudaSuccess;
+  if ((e = emu_copy_check(who, dst, src, n, &kind)) != cudaSuccess) return e;
+  emu_counts.copies++;
+  if (kind == cudaMemcpyHostToHost) { /* fully synchronous */
+    emu_enqueue(s, "copy", [dst, src, n]() { memcpy(dst, src, n); });
+    emu_run_upto(emu_resolve(s), emu_seq);
+    return emu_sticky();
+  }
+  if (kind == cudaMemcpyHostToDevice && !emu_is_pinned(src)) {
+    /* pageable source: staged now, so the caller may reuse its buffer at once */
+    std::shared_ptr<std::vector<char> > stage(new std::vector<char>((const char *)src, (const char *)src + n));
+    emu_enqueue(s, "copy to device", [dst, stage]() { memcpy(dst, stage->data(), stage->size()); });
+  } else {
+    emu_enqueue(s, "copy", [dst, src, n]() { memcpy(dst, src, n); });
+  }
+  /* into pageable host memory the call returns when the copy is done */
+  if (sync || (kind == cudaMemcpyDeviceToHost && !emu_is_pinned(dst))) emu_run_upto(emu_resolve(s), emu_seq);
+  return emu_sticky();
+}
+
+extern "C" cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t s) {
+  return emu_copy("cudaMemcpyAsync", dst, src, n, kind, s, 0);
+}
+extern "C" cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+  return emu_copy("cudaMemcpy", dst, src, n, kind, NULL, 1);
+}
+
+static cudaError_t emu_memset(const char *who, void *p, int v, size_t n, cudaStream_t s, int sync) {
+  char m[512];
+  EMU_ENTER();
+  if (emu_stream_arg(s, who)) return cudaErrorInvalidResourceHandle;
+  if (!n) return cudaSuccess;
+  if (emu_dev_range(p, n, m, sizeof m)) return emu_cuda_fail(cudaErrorInvalidValue, "%s(%zu bytes): %s", who, n, m);
+  emu_counts.copies++;
+  emu_enqueue(s, "memset", [p, v, n]() { memset(p, v, n); });
+  if (sync) emu_run_upto(emu_resolve(s), emu_seq);
+  return emu_sticky();
+}
+
+extern "C" cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
+  return emu_memset("cudaMemsetAsync", p, v, n, s, 0);
+}
+extern "C" cudaError_t cudaMemset(void *p, int v, size_t n) { return emu_memset("cudaMemset", p, v, n, NULL, 1); }
+
+/* ------------------------------------ launches ---------------------------------------- */
+
+cudaError_t tt_emu_launch_erased(tt_emu_launch_desc *d) {
+  char m[512], dd[256];
+  int bound;
+  size_t threads;
+  if (emu_sticky() != cudaSuccess) {
+    d->destroy(d->closure);
+    return emu_sticky();
+  }
+  emu_init();
+#define EMU_LAUNCH_FAIL(err, ...)                  \
+  do {                                             \
+    d->destroy(d->closure);                        \
+    return emu_cuda_fail((err), __VA_ARGS__);      \
+  } while (0)
+  if (emu_stream_check(d->stream, d->name, m, sizeof m)) EMU_LAUNCH_FAIL(cudaErrorInvalidResourceHandle, "%s", m);
+  threads = (size_t)d->block.x * d->block.y * d->block.z;
+  if (!d->grid.x || !d->grid.y || !d->grid.z || !d->block.x || !d->block.y || !d->block.z || d->grid.x > 0x7fffffffu ||
+      d->grid.y > 65535u || d->grid.z > 65535u || d->block.x > 1024u || d->block.y > 1024u || d->block.z > 64u ||
+      threads > 1024u)
+    EMU_LAUNCH_FAIL(cudaErrorInvalidConfiguration,
+                    "%s<<<(%u,%u,%u), (%u,%u,%u)>>> at %s:%d: grid or block dimensions outside the device's limits "
+                    "(block at most 1024 threads, (1024,1024,64); grid at most (2^31-1,65535,65535); none zero)",
+                    d->name, d->grid.x, d->grid.y, d->grid.z, d->block.x, d->block.y, d->block.z, d->file, d->line);
+  bound = tt_emu_kernel_bound(d->kernel);
+  if (threads > (size_t)bound)
+    EMU_LAUNCH_FAIL(cudaErrorLaunchOutOfResources,
+                    "%s at %s:%d launched with %zu threads per block, more than its __launch_bounds__(%d)", d->name,
+                    d->file, d->line, threads, bound);
+  if (d->shmem > 48 * 1024)
+    EMU_LAUNCH_FAIL(cudaErrorInvalidValue, "%s at %s:%d asks for %zu bytes of dynamic shared memory (at most 48 KiB)",
+                    d->name, d->file, d->line, d->shmem);
+  if (d->shmem)
+    EMU_LAUNCH_FAIL(cudaErrorInvalidValue, "%s at %s:%d: dynamic shared memory is not emulated (tests/cuda_emu)",
+                    d->name, d->file, d->line);
+  if (d->bad_arg)
+    EMU_LAUNCH_FAIL(cudaErrorInvalidValue,
+                    "%s at %s:%d: argument %d is a pointer to %s: a kernel can only use device (or pinned) memory", d->name,
+                    d->file, d->line, d->bad_index + 1, emu_describe(d->bad_value, dd, sizeof dd));
+#undef EMU_LAUNCH_FAIL
+  emu_counts.launches++;
+  {
+    std::shared_ptr<tt_emu_launch_desc> copy(new tt_emu_launch_desc(*d), [](tt_emu_launch_desc *p) {
+      p->destroy(p->closure);
+      delete p;
+    });
+    emu_enqueue(d->stream, d->name, [copy]() { emu_run_launch(copy.get()); });
+  }
+  return cudaSuccess;
+}

@@ -1,0 +1,27 @@
+/* tests/cuda_emu/tt_emu.h — what a test program sees of the CUDA emulation (C and C++).
+ * Only in the emulated build (TT_CUDA_EMULATION); see include/cuda_runtime.h. */
+#ifndef TT_EMU_H
+#define TT_EMU_H
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Work given to the emulated device: kernel launches (accepted by the launch checks), emulated
+ * threads that ran, cuBLAS and cuDNN calls, copies and memsets. */
+typedef struct tt_emu_counts {
+  size_t launches, threads, blas_calls, dnn_calls, copies;
+} tt_emu_counts;
+void tt_emu_get_counts(tt_emu_counts *c);
+/* 1: violations are not printed on stderr (they still fail the call); returns the old value. */
+int tt_emu_set_quiet(int quiet);
+/* The message of the last violation the emulation found ("" if none). */
+const char *tt_emu_last_violation(void);
+/* Forgets a sticky error (a failed kernel) so that a test can go on; real CUDA cannot. */
+void tt_emu_clear_sticky(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
