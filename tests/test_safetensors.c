@@ -301,9 +301,9 @@ static void test_small_model_checkpoint(void) {
   TT_CHECK(s->graph.nparams < 10, "the model has %d parameter tensors; the test needs fewer than 10", s->graph.nparams);
   TT_CHECK(tt_checkpoint_save(&s->x, dir, &st, &err) == 0, "save: %s", err.msg);
   snprintf(file, sizeof file, "%s/weights.safetensors", dir);
-  TT_CHECK(tt_checkpoint_load(&s->x, file, 0, NULL, &err) == 0, "weights: %s", err.msg);
+  TT_CHECK(tt_checkpoint_load(&s->x, file, 0, NULL, NULL, NULL, &err) == 0, "weights: %s", err.msg);
   snprintf(file, sizeof file, "%s/state.safetensors", dir);
-  TT_CHECK(tt_checkpoint_load(&s->x, file, 1, &back, &err) == 0 && back.step == 3 && back.seed == 5,
+  TT_CHECK(tt_checkpoint_load(&s->x, file, 1, &back, NULL, NULL, &err) == 0 && back.step == 3 && back.seed == 5,
            "state: %s", err.msg);
   tt_session_close(s);
   TT_TEST_END();

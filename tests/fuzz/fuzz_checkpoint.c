@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (size && fwrite(data, 1, size, f) != size) abort();
   fclose(f);
-  (void)tt_checkpoint_load(&fuzz_session->x, fuzz_path, 1, &st, &err);
-  (void)tt_checkpoint_load(&fuzz_session->x, fuzz_path, 0, NULL, &err);
+  (void)tt_checkpoint_load(&fuzz_session->x, fuzz_path, 1, &st, NULL, NULL, &err);
+  (void)tt_checkpoint_load(&fuzz_session->x, fuzz_path, 0, NULL, NULL, NULL, &err);
   return 0;
 }
