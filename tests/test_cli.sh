@@ -5,7 +5,7 @@
 #   bash tests/test_cli.sh
 # Prints PASS/FAIL/SKIP lines; exits 1 if anything failed.
 cd "$(dirname "$0")/.." || exit 1
-TT=./tinytrain
+TT=${TT:-./tinytrain}
 FAILED=0
 TMP=$(mktemp -d /tmp/tt_test_cli_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
