@@ -300,13 +300,20 @@ static int sched_eval(const tt_graph *g, tt_backend *be, const tt_sched_opts *o,
   for (;;) {
     pol.micro_batch = eb;
     tt_program p;
-    if (tt_lower(g, &pol, be, &p, err) || tt_program_plan(&p, err)) return -1;
+    if (tt_lower(g, &pol, be, &p, err)) return -1;
+    if (tt_program_plan(&p, err)) {
+      tt_program_free(&p);
+      return -1;
+    }
     int ok = p.transient_bytes <= r->train.transient_bytes;
     if (fixed || (!ok && eb == r->policy.micro_batch)) {
       r->eval = p;
       return 0;
     }
-    if (!ok) return 0; /* keep the previous (smaller) one */
+    if (!ok) { /* keep the previous (smaller) one */
+      tt_program_free(&p);
+      return 0;
+    }
     tt_program_free(&r->eval);
     r->eval = p;
     if (eb >= 1024) return 0;
@@ -421,6 +428,7 @@ int tt_schedule(const tt_graph *g, tt_backend *be, const tt_sched_opts *oin, tt_
   r->recompute = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
   if (!rec || !r->recompute) {
     free(rec);
+    tt_schedule_free(r);
     return -1;
   }
   size_t min_arena = (size_t)-1;

@@ -30,6 +30,10 @@ void *tt_calloc(size_t n, size_t size, const char *what, tt_err *err);
  * prove that a training step allocates nothing after setup. Atomic, process-wide:
  * it is a diagnostic counter, not state the library depends on. */
 uint64_t tt_host_alloc_count(void);
+/* Test hook: the n-th tt_malloc/tt_calloc from now (1: the next one) fails as if the host were
+ * out of memory; 0 switches it off. Process-wide like the counter; only tests call it, to
+ * check that every failure path releases what it took. */
+void tt_host_alloc_fail_at(uint64_t n);
 
 /* Where a stage reports a warning: one line, "file:line: warning: ..." or naming the file;
  * ud is the caller's. Recipe parsing and data loading take one (NULL: warnings dropped). */
