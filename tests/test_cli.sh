@@ -197,4 +197,30 @@ else
   pass cli_missing_data
 fi
 
+# ---- --threads beyond the cores: lowered to the cores, with a warning (1000000 crashed OpenMP) ----
+cat >"$TMP/synthetic.recipe" <<EOF
+[net]
+input = 1x16x16
+classes = 10
+[train]
+batch = 8
+[data]
+format = synthetic
+[conv c1]
+filters = 8
+size = 3
+[relu]
+[flatten]
+[linear fc]
+out = 10
+EOF
+run --device cpu --threads 1000000 --max-steps 1 --out "$TMP/run_threads" "$TMP/synthetic.recipe"
+if [ "$RC" != 0 ]; then
+  fail cli_threads_bounded "--threads 1000000: exit $RC: $(echo "$ERR" | tail -n 3)"
+elif ! grep -q "threads 1000000 is more than the [0-9]* cores this process can use; using [0-9]*" "$TMP/err"; then
+  fail cli_threads_bounded "no warning that --threads was lowered: $ERR"
+else
+  pass cli_threads_bounded
+fi
+
 exit $FAILED
