@@ -300,11 +300,13 @@ static int sched_eval(const tt_graph *g, tt_backend *be, const tt_sched_opts *o,
   for (;;) {
     pol.micro_batch = eb;
     tt_program p;
-    if (tt_lower(g, &pol, be, &p, err)) return -1;
-    if (tt_program_plan(&p, err)) {
+    int bad = tt_lower(g, &pol, be, &p, err);
+    if (!bad && tt_program_plan(&p, err)) {
       tt_program_free(&p);
-      return -1;
+      bad = 1;
     }
+    /* a larger batch that cannot be planned (sizes past 64 bits): keep the previous one */
+    if (bad) return fixed || eb == r->policy.micro_batch ? -1 : 0;
     int ok = p.transient_bytes <= r->train.transient_bytes;
     if (fixed || (!ok && eb == r->policy.micro_batch)) {
       r->eval = p;
@@ -353,7 +355,7 @@ static void sched_keep(tt_schedule_result *r, const tt_program *p, const unsigne
  * nothing fits, -1 on error. *min_arena receives the smallest arena any candidate planned. */
 static int sched_search(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, tt_schedule_result *r,
                         unsigned char *rec, size_t *min_arena, tt_err *err) {
-  int n = g->nnodes, eff = g->model->train.batch, have = 0;
+  int n = g->nnodes, eff = g->model->train.batch, have = 0, failed = 0;
   tt_dtype dts[2];
   int ndt = 0;
   if (o->precision != TT_PREC_FP16) dts[ndt++] = TT_F32;
@@ -365,7 +367,13 @@ static int sched_search(const tt_graph *g, tt_backend *be, const tt_sched_opts *
       tt_program p;
       int fit = sched_fit(g, be, o, r->budget_bytes, mb, eff / mb, dts[d], rec, &p, min_arena, err);
       r->candidates_tried++;
-      if (fit < 0) return -1;
+      /* Under a budget, a candidate that cannot be planned (its sizes overflow 64 bits) does
+       * not fit, and a smaller micro-batch may; err keeps why in case none plans at all. */
+      if (fit < 0 && !r->budget_bytes) return -1;
+      if (fit < 0) {
+        failed = 1;
+        continue;
+      }
       if (!fit) continue;
       double rms = 0.0;
       double ms = sched_predict(&p, o->profile, &rms);
@@ -388,7 +396,7 @@ static int sched_search(const tt_graph *g, tt_backend *be, const tt_sched_opts *
       if (ru == 0) break;
     }
   }
-  return have;
+  return !have && failed && *min_arena == (size_t)-1 ? -1 : have;
 }
 
 /* Units of the graph and how many of them the chosen plan recomputes (the run's summary). */

@@ -60,6 +60,13 @@ void tt_strbuf_printf(tt_strbuf *b, const char *fmt, ...)
 /* Appends s as a quoted JSON string: '"' and '\\' escaped, control characters as \u00XX. */
 void tt_strbuf_json(tt_strbuf *b, const char *s);
 
+/* Size arithmetic that cannot wrap: the product or sum, or SIZE_MAX when it does not fit (and
+ * SIZE_MAX in stays SIZE_MAX, so a chain of them needs one check at the end). */
+static inline size_t tt_size_mul(size_t a, size_t b) {
+  return (a == SIZE_MAX || b == SIZE_MAX || (a && b > SIZE_MAX / a)) ? SIZE_MAX : a * b;
+}
+static inline size_t tt_size_add(size_t a, size_t b) { return b >= SIZE_MAX - a ? SIZE_MAX : a + b; }
+
 /* Parses "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024.
  * Returns 0, or -1 for anything else (zero bytes included). Also in the public header. */
 int tt_parse_size(const char *s, size_t *bytes);

@@ -160,6 +160,22 @@ else
   if [ "$RC" = 0 ]; then pass cli_plan_refuses; else fail cli_plan_refuses "the suggested --vram $sz does not fit: $ERR"; fi
 fi
 
+# ---- sizes past 64 bits: 200 layers of 2^31 values at the recipe's batch of 2^24 ----
+# Without a budget the plan is refused (it wrapped to a small arena); under --vram the search
+# goes on to smaller micro-batches and refuses with the smallest --vram that fits.
+printf '[net]\ninput = 1x46340x46340\nclasses = 10\n[train]\nbatch = 16777216\n[block r]\n[relu]\n[end]\n[r rr]\nrepeat = 200\n[gap]\n[linear]\nout = 10\n' >"$TMP/huge.recipe"
+run plan "$TMP/huge.recipe"
+if [ "$RC" != 1 ] || ! echo "$ERR" | grep -qF "$TMP/huge.recipe: the 414 buffers of the plan at micro-batch 16777216 add up to more than 2^64 bytes"; then
+  fail cli_plan_overflow "no budget: exit $RC: $ERR"
+else
+  run plan --vram 4G "$TMP/huge.recipe"
+  if [ "$RC" != 1 ] || ! echo "$ERR" | grep -q "does not fit.*smallest --vram that fits is"; then
+    fail cli_plan_overflow "--vram 4G: exit $RC: $ERR"
+  else
+    pass cli_plan_overflow
+  fi
+fi
+
 # ---- --device cuda on a CPU-only build ----
 if echo "$VERSION_OUT" | grep -qi "cuda" && ! echo "$VERSION_OUT" | grep -qi "without cuda"; then
   skip cli_device_cuda "this build has CUDA"
