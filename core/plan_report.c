@@ -172,9 +172,13 @@ static void plan_text_peak(const tt_session *s, FILE *out) {
   double ratio = p->peak_live_bytes ? (double)p->arena_bytes / (double)p->peak_live_bytes : 1.0;
   size_t at[TT_BC_COUNT];
   int ps = tt_program_peak_breakdown(p, at);
-  fprintf(out, "\n  live at the peak (step %d of %d)\n", ps, p->nsteps);
-  for (int c = 0; c < TT_BC_COUNT; c++)
+  size_t sum = 0;
+  fprintf(out, "\n  live at the peak (step %d of %d; persistent buffers with their alignment)\n", ps, p->nsteps);
+  for (int c = 0; c < TT_BC_COUNT; c++) {
     if (at[c]) fprintf(out, "    %-42s %14zu %10.2f\n", tt_buf_class_name((tt_buf_class)c), at[c], plan_mib(at[c]));
+    sum += at[c];
+  }
+  fprintf(out, "    %-42s %14zu %10.2f\n", "total (the lower bound below)", sum, plan_mib(sum));
   fprintf(out, "\n  %-44s %14zu %10.2f\n", "arena (one allocation)", p->arena_bytes, plan_mib(p->arena_bytes));
   fprintf(out, "  %-44s %14zu %10.2f\n", "lower bound (peak live bytes)", p->peak_live_bytes, plan_mib(p->peak_live_bytes));
   fprintf(out, "  %-44s %14.4f\n", "arena / lower bound", ratio);

@@ -166,8 +166,10 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
 /* Plans the program's buffers: persistent ones packed first, transient ones by arena_plan. */
 int tt_program_plan(tt_program *p, tt_err *err);
 void tt_program_free(tt_program *p);
-/* Bytes live at the peak step, per class (persistent buffers included; an accepted alias
- * counted once). Returns the peak step. For reports; O(steps x buffers). */
+/* Bytes live at the peak step, per class, counted as peak_live_bytes is (persistent buffers
+ * with their alignment padding; storage an in-place op took over counted once, as the buffer
+ * live there), so the classes sum to peak_live_bytes. Returns the peak step (-1 and zeros when
+ * out of host memory). For reports; O(steps + buffers). */
 int tt_program_peak_breakdown(const tt_program *p, size_t out[TT_BC_COUNT]);
 
 #ifdef __cplusplus
