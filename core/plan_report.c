@@ -210,6 +210,10 @@ int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *errb
   tt_err err;
   err.msg[0] = 0;
   tt_session *s = NULL;
+  if (max_batch && !o->vram_bytes) {
+    snprintf(errbuf, errsize, "plan --max-batch needs a budget (--vram SIZE): without one every micro-batch fits");
+    return -1;
+  }
   if (tt_session_open(&s, o, TT_SESSION_PLAN, &err)) {
     snprintf(errbuf, errsize, "%s", err.msg);
     return -1;

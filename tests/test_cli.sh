@@ -83,6 +83,8 @@ expect_usage "bad device" "--device" --device tpu $L
 expect_usage "bad epochs" "--epochs" --epochs 0 $L
 expect_usage "bad precision" "--precision" plan --precision fp8 $L
 expect_usage "eval without weights" "--weights" eval $L
+expect_usage "max-batch without a budget" "--max-batch needs a budget: give --vram SIZE" plan --max-batch $L
+expect_usage "max-batch outside plan" "--max-batch is an option of plan" eval --max-batch --weights "$TMP/none.safetensors" $L
 [ $ok = 1 ] && pass cli_bad_usage
 
 # ---- bad recipes: exit 1 (no crash), PATH:LINE: ----
