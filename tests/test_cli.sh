@@ -125,6 +125,8 @@ assert isinstance(d["recompute"], list), "recompute is not a list"
 assert 0 < d["peak_live_bytes"] <= d["arena_bytes"], "peak_live %r arena %r" % (d["peak_live_bytes"], d["arena_bytes"])
 b = sum(d["breakdown"].values())
 assert b == d["peak_live_bytes"], "breakdown sums to %d, not peak_live_bytes %d" % (b, d["peak_live_bytes"])
+nip = d["saved"]["no_inplace_arena_bytes"]
+assert d["arena_bytes"] <= nip, "in-place ops make the arena %d, larger than %d without" % (d["arena_bytes"], nip)
 r = d["arena_bytes"] / d["peak_live_bytes"]
 assert r <= 1.05, "arena/peak_live = %.4f > 1.05" % r
 print("ratio %.4f  plan_ms %s  micro_batch %d x %d %s" % (r, d.get("plan_ms"), d["micro_batch"], d["accum_steps"], d["precision"]))
