@@ -29,6 +29,7 @@ typedef struct lower_ctx {
   int *cur_save;  /* node -> first of two buffers with batch-norm saved statistics */
   int *gbuf;      /* node -> gradient buffer, -1 until a consumer writes it */
   int *wcopy;     /* param -> fp16 copy buffer, -1 if not made yet in this micro-step */
+  int too_large;  /* a buffer's size passed 2^64 bytes: tt_lower returns TT_ERR_TOO_LARGE */
 } lower_ctx;
 
 static int lower_grow(void **arr, int *cap, int need, size_t elem, tt_err *err) {
@@ -47,7 +48,7 @@ static int lower_grow(void **arr, int *cap, int need, size_t elem, tt_err *err) 
 static int lower_buf(lower_ctx *c, const char *name, const char *suffix, size_t bytes, tt_dtype dt, tt_buf_class cls,
                      int persistent, int node, int param) {
   tt_program *p = c->p;
-  if (bytes == SIZE_MAX)
+  if (bytes == SIZE_MAX && (c->too_large = 1))
     return tt_fail(c->err, "buffer '%s%s' at micro-batch %d needs more than 2^64 bytes; use a smaller micro-batch or a "
                    "smaller model", name, suffix, c->pol->micro_batch);
   if (lower_grow((void **)&p->bufs, &p->cap_bufs, p->nbufs + 1, sizeof(tt_buf), c->err)) return -1;
@@ -502,5 +503,5 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
   return 0;
 fail:
   tt_program_free(p);
-  return -1;
+  return c.too_large ? TT_ERR_TOO_LARGE : -1;
 }

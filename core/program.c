@@ -20,9 +20,11 @@ int tt_program_plan(tt_program *p, tt_err *err) {
   int ntrans = 0;
   /* Every buffer end to end, aligned, bounds every offset below: checked once here. */
   for (int i = 0; i < p->nbufs; i++) all = tt_size_add(all, tt_size_add(p->bufs[i].bytes, p->align));
-  if (all == SIZE_MAX)
-    return tt_fail(err, "%s: the %d buffers of the plan at micro-batch %d add up to more than 2^64 bytes; use a "
-                   "smaller micro-batch or a smaller model", p->graph->model->path, p->nbufs, p->policy.micro_batch);
+  if (all == SIZE_MAX) {
+    tt_fail(err, "%s: the %d buffers of the plan at micro-batch %d add up to more than 2^64 bytes; use a smaller "
+            "micro-batch or a smaller model", p->graph->model->path, p->nbufs, p->policy.micro_batch);
+    return TT_ERR_TOO_LARGE;
+  }
   for (int i = 0; i < p->nbufs; i++) {
     tt_buf *b = &p->bufs[i];
     if (!b->persistent) {

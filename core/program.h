@@ -159,6 +159,10 @@ typedef struct tt_program {
   int n_recomputed_steps;
 } tt_program;
 
+/* What tt_lower and tt_program_plan return (besides 0 and -1) when a size would pass 2^64
+ * bytes: the plan is too large to exist, which a search may treat as "does not fit". */
+#define TT_ERR_TOO_LARGE (-2)
+
 /* Differentiates and lowers graph g under pol into p. The workspace of each conv and linear
  * step is sized by the backend's query (the CPU backend answers for planning without a
  * GPU); every buffer is aligned to be->align. */

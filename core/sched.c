@@ -221,19 +221,17 @@ static void sched_all(const tt_graph *g, unsigned char *rec) {
   free(unit_of);
 }
 
-/* Lowers and plans one policy; returns 0 and fills p, or -1 (err set). */
+/* Lowers and plans one policy; returns 0 and fills p, or -1 or TT_ERR_TOO_LARGE (err set). */
 static int sched_plan_one(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
                           tt_program *p, tt_err *err) {
   tt_policy pol;
+  int rc;
   memset(&pol, 0, sizeof pol);
   pol.micro_batch = mb, pol.accum_steps = accum, pol.act_dtype = dt, pol.inplace = inplace, pol.recompute = rec;
   pol.training = 1;
-  if (tt_lower(g, &pol, be, p, err)) return -1;
-  if (tt_program_plan(p, err)) {
-    tt_program_free(p);
-    return -1;
-  }
-  return 0;
+  if ((rc = tt_lower(g, &pol, be, p, err))) return rc;
+  if ((rc = tt_program_plan(p, err))) tt_program_free(p);
+  return rc;
 }
 
 /* One candidate: with in-place ops allowed, planned both ways. An accepted alias fuses two
@@ -242,11 +240,11 @@ static int sched_plan_one(const tt_graph *g, tt_backend *be, int mb, int accum, 
 static int sched_try(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
                      tt_program *p, tt_err *err) {
   tt_program q;
-  if (sched_plan_one(g, be, mb, accum, dt, inplace, rec, p, err)) return -1;
-  if (!inplace) return 0;
-  if (sched_plan_one(g, be, mb, accum, dt, 0, rec, &q, err)) {
+  int rc;
+  if ((rc = sched_plan_one(g, be, mb, accum, dt, inplace, rec, p, err)) || !inplace) return rc;
+  if ((rc = sched_plan_one(g, be, mb, accum, dt, 0, rec, &q, err))) {
     tt_program_free(p);
-    return -1;
+    return rc;
   }
   if (q.arena_bytes < p->arena_bytes) {
     tt_program_free(p);
@@ -264,14 +262,14 @@ static int sched_count(const unsigned char *rec, int n) {
 }
 
 /* Best fitting program for (mb, dt): plain, or with the cheapest checkpoint plan that fits.
- * rec receives the recompute set. Returns 1 if fits, 0 if not, -1 on error. */
+ * rec receives the recompute set. Returns 1 if fits, 0 if not, -1 or TT_ERR_TOO_LARGE on error. */
 static int sched_fit(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, size_t budget, int mb, int accum, tt_dtype dt,
                      unsigned char *rec, tt_program *out, size_t *min_arena, tt_err *err) {
-  int n = g->nnodes;
+  int n = g->nnodes, rc;
   tt_recompute_mode rm = o->recompute;
   memset(rec, 0, (size_t)n);
   if (rm == TT_RECOMP_ALL) sched_all(g, rec);
-  if (sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err)) return -1;
+  if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err))) return rc;
   if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
   if (!budget || out->arena_bytes <= budget) return 1;
   if (rm != TT_RECOMP_AUTO) {
@@ -289,7 +287,7 @@ static int sched_fit(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, 
     if (target < 0) target = 0;
     int units = tt_sched_checkpoint_dp(g, mb, dt, o->profile, target, rec);
     if (units < 0) sched_all(g, rec);
-    if (sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err)) return -1;
+    if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err))) return rc;
     if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
     if (out->arena_bytes <= budget) return 1;
     over += (double)(out->arena_bytes - budget) * 1.25 + 1.0;
@@ -298,7 +296,7 @@ static int sched_fit(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, 
   }
   /* last resort: every unit recomputed */
   sched_all(g, rec);
-  if (sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err)) return -1;
+  if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err))) return rc;
   if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
   if (out->arena_bytes <= budget) return 1;
   tt_program_free(out);
@@ -321,13 +319,10 @@ static int sched_eval(const tt_graph *g, tt_backend *be, const tt_sched_opts *o,
   for (;;) {
     pol.micro_batch = eb;
     tt_program p;
-    int bad = tt_lower(g, &pol, be, &p, err);
-    if (!bad && tt_program_plan(&p, err)) {
-      tt_program_free(&p);
-      bad = 1;
-    }
-    /* a larger batch that cannot be planned (sizes past 64 bits): keep the previous one */
-    if (bad) return fixed || eb == r->policy.micro_batch ? -1 : 0;
+    int rc = tt_lower(g, &pol, be, &p, err);
+    if (!rc && (rc = tt_program_plan(&p, err))) tt_program_free(&p);
+    /* a larger batch too large to plan (sizes past 2^64 bytes): keep the previous one */
+    if (rc) return rc == TT_ERR_TOO_LARGE && !fixed && eb != r->policy.micro_batch ? 0 : -1;
     int ok = p.transient_bytes <= r->train.transient_bytes;
     if (fixed || (!ok && eb == r->policy.micro_batch)) {
       r->eval = p;
@@ -388,13 +383,13 @@ static int sched_search(const tt_graph *g, tt_backend *be, const tt_sched_opts *
       tt_program p;
       int fit = sched_fit(g, be, o, r->budget_bytes, mb, eff / mb, dts[d], rec, &p, min_arena, err);
       r->candidates_tried++;
-      /* Under a budget, a candidate that cannot be planned (its sizes overflow 64 bits) does
-       * not fit, and a smaller micro-batch may; err keeps why in case none plans at all. */
-      if (fit < 0 && !r->budget_bytes) return -1;
-      if (fit < 0) {
+      /* Under a budget, a candidate too large to plan (its sizes pass 2^64 bytes) does not
+       * fit, and a smaller micro-batch may; err keeps why in case none plans at all. */
+      if (fit == TT_ERR_TOO_LARGE && r->budget_bytes) {
         failed = 1;
         continue;
       }
+      if (fit < 0) return -1;
       if (!fit) continue;
       double rms = 0.0;
       double ms = sched_predict(&p, o->profile, &rms);
