@@ -50,6 +50,21 @@ static void net_close(net *n) {
   memset(n, 0, sizeof *n);
 }
 
+static int build_prog_inplace(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, const unsigned char *rec,
+                              int inplace, tt_program *p, tt_err *e) {
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = mb, pol.accum_steps = accum, pol.act_dtype = dt, pol.inplace = inplace;
+  pol.recompute = (unsigned char *)rec, pol.training = 1;
+  memset(p, 0, sizeof *p);
+  if (tt_lower(g, &pol, be, p, e)) return -1;
+  if (tt_program_plan(p, e)) {
+    tt_program_free(p);
+    return -1;
+  }
+  return 0;
+}
+
 static int build_prog(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, const unsigned char *rec,
                       int training, tt_program *p, tt_err *e) {
   tt_policy pol;
@@ -169,93 +184,191 @@ static int ck_run(const net *n, tt_backend *be, const unsigned char *rec, const 
   return rc;
 }
 
-static void test_checkpoint_equals_plain(tt_backend *be) {
-  TT_TEST_BEGIN("checkpointed training == plain training, bit-exact (fp32, batch norm + dropout)");
+/* Trains with recompute plan rec and compares with the plain run (state s_plain, loss
+ * statistics st_plain, program pp): some node dropped, recompute steps in the program, a
+ * smaller arena, and every parameter, gradient and optimizer state bit for bit. */
+static void ck_check_variant(const net *n, tt_backend *be, const unsigned char *rec, const char *vn, const uint8_t *imgs,
+                             const int32_t *labs, const float *s_plain, const float *st_plain, const tt_program *pp) {
+  tt_err e;
+  tt_program pr;
+  size_t sf = state_floats(&n->g);
+  float *s_rec = (float *)calloc(sf, sizeof(float)), st_rec[2];
+  int nrec = 0;
+  for (int v = 0; v < n->g.nnodes; v++) nrec += rec[v];
+  TT_CHECK(nrec > 0, "%s: the plan recomputes no node", vn);
+  if (ck_run(n, be, rec, imgs, labs, s_rec, st_rec, &pr, &e)) {
+    TT_CHECK(0, "%s run: %s", vn, e.msg);
+    free(s_rec);
+    return;
+  }
+  int nrs = count_flag(&pr, TT_SF_RECOMPUTE);
+  printf("  %s: %d nodes marked, %d recompute steps, arena %zu B vs plain %zu B\n", vn, nrec, nrs, pr.arena_bytes,
+         pp->arena_bytes);
+  TT_CHECK(nrs > 0, "%s: the program has no TT_SF_RECOMPUTE step", vn);
+  TT_CHECK(pr.arena_bytes < pp->arena_bytes, "%s: arena %zu is not smaller than plain %zu", vn, pr.arena_bytes,
+           pp->arena_bytes);
+  TT_CHECK(memcmp(st_plain, st_rec, sizeof st_rec) == 0, "%s: loss statistics differ: %.9g/%g vs %.9g/%g", vn,
+           (double)st_plain[0], (double)st_plain[1], (double)st_rec[0], (double)st_rec[1]);
+  size_t off = 0;
+  for (int i = 0; i < n->g.nparams; i++) {
+    for (int role = 0; role < 4; role++) {
+      size_t k = n->g.params[i].numel;
+      if (memcmp(s_plain + off, s_rec + off, k * sizeof(float))) {
+        TT_CHECK(0, "%s: parameter '%s' role %d differs (rel %.3g)", vn, n->g.params[i].name, role,
+                 rel_err(s_rec + off, s_plain + off, k));
+      }
+      off += k;
+    }
+  }
+  /* the running statistics did move (so the comparison above means something) */
+  for (int i = 0; i < n->g.nparams; i++)
+    if (n->g.params[i].role == TT_PR_BN_MEAN) {
+      size_t o2 = 0;
+      for (int j = 0; j < i; j++) o2 += 4 * n->g.params[j].numel;
+      int moved = 0;
+      for (size_t k = 0; k < n->g.params[i].numel; k++) moved |= s_plain[o2 + k] != 0.0f;
+      TT_CHECK(moved, "running mean of '%s' never moved", n->g.params[i].name);
+    }
+  tt_program_free(&pr);
+  free(s_rec);
+}
+
+/* The plain run of recipe text, then each variant's plan (0: the test's every-non-cut-node
+ * plan, 1: sqrt(n), 2: the scheduler's `all`, 3: the scheduler's cheapest plan freeing a
+ * quarter of the plain program's transient bytes) against it. */
+static void ck_compare(const char *name, const char *text, const int *variants, int nvar, tt_backend *be) {
+  static const char *const names[4] = {"recompute all (every non-cut node)", "sqrt plan", "scheduler's recompute all",
+                                       "scheduler's cheapest plan freeing a quarter"};
   tt_err e;
   net n;
-  if (net_open(&n, "bn_dropout.recipe", RECIPE_BN, NULL, &e)) {
+  if (net_open(&n, name, text, NULL, &e)) {
     TT_CHECK(0, "%s", e.msg);
-    TT_TEST_END();
     return;
   }
   int nb = CK_STEPS * CK_ACCUM;
-  size_t per = (size_t)CK_MB * 144;
+  size_t per = (size_t)CK_MB * 144, sf = state_floats(&n.g);
   uint8_t *imgs = (uint8_t *)malloc(per * nb);
   int32_t *labs = (int32_t *)malloc(sizeof(int32_t) * CK_MB * nb);
   tt_test_rng r = {42};
   for (size_t i = 0; i < per * nb; i++) imgs[i] = (uint8_t)(tt_test_rng_next(&r) & 0xff);
   for (int i = 0; i < CK_MB * nb; i++) labs[i] = (int32_t)(tt_test_rng_next(&r) % 5);
-  size_t sf = state_floats(&n.g);
-  float *s_plain = (float *)calloc(sf, sizeof(float)), *s_rec = (float *)calloc(sf, sizeof(float));
+  float *s_plain = (float *)calloc(sf, sizeof(float)), st_plain[2];
   unsigned char *rec = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
-  float st_plain[2], st_rec[2];
-  tt_program pp, pr;
-  int have_pp = 0;
-  if (ck_run(&n, be, NULL, imgs, labs, s_plain, st_plain, &pp, &e) == 0) have_pp = 1;
-  else TT_CHECK(0, "plain run: %s", e.msg);
-  for (int variant = 0; variant < 2 && have_pp; variant++) {
-    if (variant == 0) rec_all(&n.g, rec);
-    else tt_sched_checkpoint_sqrt(&n.g, rec);
-    int nrec = 0;
-    for (int v = 0; v < n.g.nnodes; v++) nrec += rec[v];
-    const char *vn = variant == 0 ? "recompute all" : "sqrt plan";
-    TT_CHECK(nrec > 0, "%s: the plan recomputes no node", vn);
-    memset(s_rec, 0, sf * sizeof(float));
-    if (ck_run(&n, be, rec, imgs, labs, s_rec, st_rec, &pr, &e)) {
-      TT_CHECK(0, "%s run: %s", vn, e.msg);
-      continue;
-    }
-    int nrs = count_flag(&pr, TT_SF_RECOMPUTE);
-    printf("  %s: %d nodes marked, %d recompute steps, arena %zu B vs plain %zu B\n", vn, nrec, nrs, pr.arena_bytes,
-           pp.arena_bytes);
-    TT_CHECK(nrs > 0, "%s: the program has no TT_SF_RECOMPUTE step", vn);
-    TT_CHECK(pr.arena_bytes < pp.arena_bytes, "%s: arena %zu is not smaller than plain %zu", vn, pr.arena_bytes,
-               pp.arena_bytes);
-    TT_CHECK(memcmp(st_plain, st_rec, sizeof st_plain) == 0, "%s: loss statistics differ: %.9g/%g vs %.9g/%g", vn,
-             (double)st_plain[0], (double)st_plain[1], (double)st_rec[0], (double)st_rec[1]);
-    size_t off = 0;
-    for (int i = 0; i < n.g.nparams; i++) {
-      for (int role = 0; role < 4; role++) {
-        size_t k = n.g.params[i].numel;
-        if (memcmp(s_plain + off, s_rec + off, k * sizeof(float))) {
-          TT_CHECK(0, "%s: parameter '%s' role %d differs (rel %.3g)", vn, n.g.params[i].name, role,
-                   rel_err(s_rec + off, s_plain + off, k));
-        }
-        off += k;
+  tt_program pp;
+  if (ck_run(&n, be, NULL, imgs, labs, s_plain, st_plain, &pp, &e) == 0) {
+    for (int k = 0; k < nvar; k++) {
+      int vr = variants[k];
+      if (vr == 0) rec_all(&n.g, rec);
+      else if (vr == 1) tt_sched_checkpoint_sqrt(&n.g, rec);
+      else if (vr == 2) TT_CHECK(tt_sched_checkpoint_all(&n.g, rec, &e) == 0, "%s", e.msg);
+      else {
+        double need = 0.25 * (double)pp.transient_bytes;
+        TT_CHECK(tt_sched_checkpoint_dp(&n.g, CK_MB, TT_F32, tt_profile_cpu(), need, rec, &e) > 0, "no plan frees %.0f B",
+                 need);
       }
-    }
-    /* the running statistics did move (so the comparison above means something) */
-    for (int i = 0; i < n.g.nparams; i++)
-      if (n.g.params[i].role == TT_PR_BN_MEAN) {
-        size_t o2 = 0;
-        for (int j = 0; j < i; j++) o2 += 4 * n.g.params[j].numel;
-        int moved = 0;
-        for (size_t k = 0; k < n.g.params[i].numel; k++) moved |= s_plain[o2 + k] != 0.0f;
-        TT_CHECK(moved, "running mean of '%s' never moved", n.g.params[i].name);
-      }
-    tt_program_free(&pr);
-  }
-  /* at a larger micro-batch, where activations dominate even more */
-  if (have_pp) {
-    tt_program a, b;
-    rec_all(&n.g, rec);
-    if (!build_prog(&n.g, be, 128, 1, TT_F32, NULL, 1, &a, &e)) {
-      if (!build_prog(&n.g, be, 128, 1, TT_F32, rec, 1, &b, &e)) {
-        printf("  micro-batch 128: arena plain %zu B, recompute all %zu B\n", a.arena_bytes, b.arena_bytes);
-        TT_CHECK(b.arena_bytes < a.arena_bytes, "mb 128: recompute arena %zu not below plain %zu", b.arena_bytes,
-                 a.arena_bytes);
-        tt_program_free(&b);
-      }
-      tt_program_free(&a);
+      ck_check_variant(&n, be, rec, names[vr], imgs, labs, s_plain, st_plain, &pp);
     }
     tt_program_free(&pp);
+  } else {
+    TT_CHECK(0, "plain run: %s", e.msg);
   }
   free(rec);
   free(s_plain);
-  free(s_rec);
   free(imgs);
   free(labs);
   net_close(&n);
+}
+
+static void test_checkpoint_equals_plain(tt_backend *be) {
+  static const int variants[] = {0, 1, 2};
+  TT_TEST_BEGIN("checkpointed training == plain training, bit-exact (fp32, batch norm + dropout)");
+  ck_compare("bn_dropout.recipe", RECIPE_BN, variants, 3, be);
+  /* at a larger micro-batch, where activations dominate even more */
+  {
+    tt_err e;
+    net n;
+    unsigned char *rec = NULL;
+    if (net_open(&n, "bn_dropout.recipe", RECIPE_BN, NULL, &e) == 0 && (rec = (unsigned char *)calloc((size_t)n.g.nnodes, 1))) {
+      tt_program a, b;
+      rec_all(&n.g, rec);
+      if (!build_prog(&n.g, be, 128, 1, TT_F32, NULL, 1, &a, &e)) {
+        if (!build_prog(&n.g, be, 128, 1, TT_F32, rec, 1, &b, &e)) {
+          printf("  micro-batch 128: arena plain %zu B, recompute all %zu B\n", a.arena_bytes, b.arena_bytes);
+          TT_CHECK(b.arena_bytes < a.arena_bytes, "mb 128: recompute arena %zu not below plain %zu", b.arena_bytes,
+                   a.arena_bytes);
+          tt_program_free(&b);
+        }
+        tt_program_free(&a);
+      }
+    }
+    free(rec);
+    net_close(&n);
+  }
+  TT_TEST_END();
+}
+
+/* A plain chain (no residual connections): every layer is its own unit, so dropping "the
+ * inside of each unit" dropped nothing; segments of layers between checkpoints do. */
+static const char *RECIPE_CHAIN =
+    "[net]\ninput = 1x12x12\nclasses = 5\n"
+    "[train]\nbatch = 16\nmicro_batch = 8\noptimizer = sgd\nlr = 0.05\nmomentum = 0.9\nweight_decay = 5e-4\nseed = 7\n"
+    "[conv c1]\nfilters = 8\nsize = 3\nbias = false\n[bn n1]\n[relu r1]\n"
+    "[conv c2]\nfilters = 8\nsize = 3\nbias = false\n[bn n2]\n[relu r2]\n[dropout d1]\np = 0.3\n"
+    "[conv c3]\nfilters = 8\nsize = 3\nbias = false\n[bn n3]\n[relu r3]\n"
+    "[conv c4]\nfilters = 8\nsize = 3\n[relu r4]\n[dropout d2]\np = 0.2\n"
+    "[conv c5]\nfilters = 8\nsize = 3\nbias = false\n[bn n5]\n[relu r5]\n"
+    "[maxpool p1]\nsize = 2\n"
+    "[conv c6]\nfilters = 8\nsize = 3\n[relu r6]\n"
+    "[flatten]\n"
+    "[linear fc1]\nout = 16\n[relu r7]\n"
+    "[linear fc]\nout = 5\n";
+
+static void test_checkpoint_chain_equals_plain(tt_backend *be) {
+  static const int variants[] = {2, 3, 1};
+  TT_TEST_BEGIN("checkpointed training == plain training on a chain, bit-exact (the scheduler's plans, fp32)");
+  ck_compare("chain.recipe", RECIPE_CHAIN, variants, 3, be);
+  TT_TEST_END();
+}
+
+/* Issue 14: on plain chains (LeNet, VGG-16) --recompute all recomputed no layer, since every
+ * layer was a unit of its own and only the inside of a unit was dropped. Now the plan says
+ * which layers it recomputes, and the arena shrinks. */
+static void test_recompute_all_chains(tt_backend *be) {
+  static const char *const paths[2] = {"examples/fashion_mnist/lenet.recipe", "examples/imagenet/vgg16.recipe"};
+  TT_TEST_BEGIN("--recompute all on chains (LeNet, VGG-16) recomputes layers and lowers the arena");
+  for (int i = 0; i < 2; i++) {
+    tt_err e;
+    net n;
+    tt_schedule_result r[2];
+    if (net_open(&n, NULL, NULL, paths[i], &e)) {
+      TT_CHECK(0, "%s", e.msg);
+      continue;
+    }
+    int ok = 0;
+    for (int k = 0; k < 2; k++) {
+      tt_sched_opts o;
+      memset(&o, 0, sizeof o);
+      o.inplace = 1, o.precision = TT_PREC_FP16, o.recompute = k ? TT_RECOMP_ALL : TT_RECOMP_NONE;
+      if (tt_schedule(&n.g, be, &o, &r[k], &e)) {
+        TT_CHECK(0, "%s: %s", paths[i], e.msg);
+        break;
+      }
+      ok++;
+    }
+    if (ok == 2) {
+      int layers = 0;
+      for (int v = 0; v < n.g.nnodes; v++) layers += r[1].recompute[v];
+      printf("  %s mb %d: recompute none %.1f MiB; all %.1f MiB, %d layers marked, %d recompute steps, %d of %d units\n",
+             paths[i], r[1].policy.micro_batch, r[0].train.arena_bytes / 1048576.0, r[1].train.arena_bytes / 1048576.0,
+             layers, r[1].train.n_recomputed_steps, r[1].recomputed_units, r[1].nunits);
+      TT_CHECK(layers > 0 && r[1].train.n_recomputed_steps > 0 && r[1].recomputed_units > 0, "%s: nothing recomputed",
+               paths[i]);
+      TT_CHECK(r[1].train.arena_bytes < r[0].train.arena_bytes, "%s: recompute all %zu B, not below none %zu B", paths[i],
+               r[1].train.arena_bytes, r[0].train.arena_bytes);
+    }
+    for (int k = 0; k < ok; k++) tt_schedule_free(&r[k]);
+    net_close(&n);
+  }
   TT_TEST_END();
 }
 
@@ -863,11 +976,16 @@ static void test_schedule_frees(tt_backend *be) {
 #endif
 }
 
+/* Whether mb fits with plan rec, with in-place ops or without (the scheduler plans both). */
 static int fits_at(const net *n, tt_backend *be, int mb, tt_dtype dt, const unsigned char *rec, size_t budget) {
   tt_program p;
   tt_err e;
   if (build_prog(&n->g, be, mb, 1, dt, rec, 1, &p, &e)) return -1;
   int ok = p.arena_bytes <= budget;
+  tt_program_free(&p);
+  if (ok) return 1;
+  if (build_prog_inplace(&n->g, be, mb, 1, dt, rec, 0, &p, &e)) return -1;
+  ok = p.arena_bytes <= budget;
   tt_program_free(&p);
   return ok;
 }
@@ -882,7 +1000,7 @@ static void test_max_batch(tt_backend *be) {
     return;
   }
   unsigned char *all = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
-  rec_all(&n.g, all);
+  TT_CHECK(tt_sched_checkpoint_all(&n.g, all, &e) == 0, "%s", e.msg); /* what recompute = all plans */
   size_t vrams[2] = {4 * GIB, 2 * GIB};
   for (int vi = 0; vi < 2; vi++)
     for (int d = 0; d < 2; d++) {
@@ -940,6 +1058,8 @@ int main(int argc, char **argv) {
   double t0 = tt_now(), t;
   test_loss_scale_unit();
   test_checkpoint_equals_plain(be);
+  test_checkpoint_chain_equals_plain(be);
+  test_recompute_all_chains(be);
   test_accumulation(be);
   test_overflow_injection(be);
   t = tt_now();
