@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -1035,6 +1036,75 @@ static void test_max_batch(tt_backend *be) {
   TT_TEST_END();
 }
 
+/* ======================================================================== 8. planning time */
+
+/* A chain of about `layers` conv-bn-relu layers (repeat groups of at most 9000). */
+static char *deep_chain(int layers) {
+  size_t cap = 2048;
+  char *t = (char *)malloc(cap);
+  int blocks = layers / 3, n = 0, k = 0;
+  if (!t) return NULL;
+  n += snprintf(t + n, cap - n, "[net]\ninput = 3x16x16\nclasses = 10\n[train]\nbatch = 32\n"
+                                "[block b]\n[conv c]\nfilters = 8\nsize = 3\nbias = false\n[bn n]\n[relu r]\n[end]\n");
+  for (; blocks > 0; k++, blocks -= 9000) n += snprintf(t + n, cap - n, "[b g%d]\nrepeat = %d\n", k, blocks > 9000 ? 9000 : blocks);
+  snprintf(t + n, cap - n, "[gap]\n[linear fc]\nout = 10\n");
+  return t;
+}
+
+/* CPU seconds of tt_schedule + tt_sched_explain (what `plan` runs) on a chain of `layers`,
+ * the least of two runs; budget_frac > 0: a budget of that fraction of *arena (the arena
+ * without one), which recomputation must close. -1 on failure. */
+static double plan_seconds(tt_backend *be, int layers, double budget_frac, size_t *arena) {
+  tt_err e;
+  net n;
+  char *text = deep_chain(layers);
+  double best = -1.0;
+  if (!text || net_open(&n, "deep.recipe", text, NULL, &e)) {
+    free(text);
+    return -1.0;
+  }
+  for (int k = 0; k < 2; k++) {
+    tt_sched_opts o;
+    tt_schedule_result r;
+    memset(&o, 0, sizeof o);
+    o.inplace = 1, o.precision = TT_PREC_FP16, o.micro_batch = 32;
+    if (budget_frac > 0) o.vram_bytes = (size_t)(budget_frac * (double)*arena);
+    clock_t t0 = clock();
+    if (tt_schedule(&n.g, be, &o, &r, &e)) break;
+    tt_sched_explain(&n.g, be, &o, &r);
+    double t = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    if (best < 0 || t < best) best = t;
+    if (budget_frac <= 0) *arena = r.train.arena_bytes;
+    tt_schedule_free(&r);
+  }
+  net_close(&n);
+  free(text);
+  return best;
+}
+
+/* Issue 14: planning grew with the square of the layers (113 s at 50,000). Four times the
+ * layers must take about four times as long: the bound is a generous 8x (the square is 16x),
+ * with and without a budget that forces recomputation. tests/bench/bench_plan prints the
+ * times at 5,000 to 50,000 layers. */
+static void test_planning_scales(tt_backend *be) {
+  TT_TEST_BEGIN("planning time grows about linearly with depth (2000 and 8000 layers, CPU time)");
+  for (int b = 0; b < 2; b++) {
+    size_t a_small = 0, a_big = 0;
+    double frac = b ? 0.5 : 0.0;
+    if (b && (plan_seconds(be, 2000, 0.0, &a_small) < 0 || plan_seconds(be, 8000, 0.0, &a_big) < 0)) {
+      TT_CHECK(0, "planning without a budget failed");
+      break;
+    }
+    double t1 = plan_seconds(be, 2000, frac, &a_small), t4 = plan_seconds(be, 8000, frac, &a_big);
+    printf("  %s: 2000 layers %.3f s, 8000 layers %.3f s (x%.1f)\n", b ? "half the arena as budget" : "no budget", t1, t4,
+           t4 / (t1 > 0.001 ? t1 : 0.001));
+    TT_CHECK(t1 >= 0 && t4 >= 0, "planning failed");
+    TT_CHECK(t4 <= 8.0 * (t1 > 0.02 ? t1 : 0.02), "%s: 4x the layers took %.3f s against %.3f s", b ? "budget" : "no budget",
+             t4, t1);
+  }
+  TT_TEST_END();
+}
+
 int main(int argc, char **argv) {
 #ifdef __GLIBC__
   /* Once, again with glibc's thread cache off, so that test_schedule_frees counts the heap
@@ -1069,6 +1139,7 @@ int main(int argc, char **argv) {
   test_optimal_beats_sqrt(be);
   test_max_batch(be);
   test_schedule_frees(be);
+  test_planning_scales(be);
   printf("  (scheduler tests: %.1f s)\n", tt_now() - t);
   t = tt_now();
   /* one thread: a few hundred small steps gain little from two, and OpenMP threads that
