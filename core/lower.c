@@ -48,9 +48,11 @@ static int lower_grow(void **arr, int *cap, int need, size_t elem, tt_err *err) 
 static int lower_buf(lower_ctx *c, const char *name, const char *suffix, size_t bytes, tt_dtype dt, tt_buf_class cls,
                      int persistent, int node, int param) {
   tt_program *p = c->p;
-  if (bytes == SIZE_MAX && (c->too_large = 1))
+  if (bytes == SIZE_MAX) {
+    c->too_large = 1;
     return tt_fail(c->err, "buffer '%s%s' at micro-batch %d needs more than 2^64 bytes; use a smaller micro-batch or a "
                    "smaller model", name, suffix, c->pol->micro_batch);
+  }
   if (lower_grow((void **)&p->bufs, &p->cap_bufs, p->nbufs + 1, sizeof(tt_buf), c->err)) return -1;
   tt_buf *b = &p->bufs[p->nbufs];
   memset(b, 0, sizeof *b);
