@@ -299,7 +299,7 @@ def main():
     # The shell tests run the binary named by TT. A sanitizer build reports leaks too, and every
     # finding makes the program exit non-zero, so the test that ran it fails.
     # tests/sanitize.supp names the findings in code that is not ours (a test's JPEG writer).
-    test_env = "TT=%s" % tt_bin
+    test_env = "TT=%s" % (tt_bin if "/" in tt_bin else "./" + tt_bin)
     if args.sanitize:
         test_env += (" ASAN_OPTIONS=detect_leaks=1:abort_on_error=0"
                      " UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=tests/sanitize.supp")
