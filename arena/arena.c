@@ -8,7 +8,8 @@
  *   3. compute the exact lower bound peak_live_bytes by a sweep over step events;
  *   4. pack blocks live over the whole program ("persistent") at the bottom, then place the
  *      remaining blocks in time order (the sweep: each takes the lowest free stretch that
- *      holds it, O(n log n)), and, while the O(n^2) conflict scans fit a budget (about 7000
+ *      holds it, O(n log n); forward, then backward from the last step when that was not at
+ *      the lower bound), and, while the O(n^2) conflict scans fit a budget (about 7000
  *      blocks), with greedy offset assignment (Pisarchyk & Lee 2020, "greedy by size" as in
  *      TFLite) under several orderings; the smallest arena wins;
  *   5. write every member's offset from its block.
@@ -399,14 +400,14 @@ static int arena_first_cmp(const void *pa, const void *pb) {
   return (a->idx > b->idx) - (a->idx < b->idx);
 }
 
-/* Places the blocks ids[0..m) in order of first use: at each block's first step the blocks
- * that ended before it give back their space, and it takes the lowest free stretch that
- * holds it (or the top). O(m log m). On nested lifetimes (a chain's activations are released
+/* Places the blocks ids[0..m) in order of first use (reverse: of last use, from the end): at
+ * each block's first step the blocks that ended before it give back their space, and it takes
+ * the lowest free stretch that holds it (or the top). O(m log m). On nested lifetimes (a chain's activations are released
  * in the reverse order they were made) it packs like a stack, at the lower bound. Each block
  * takes its size rounded up to the largest alignment (training programs align every buffer
  * alike, so this costs nothing there). Returns the arena size, or SIZE_MAX when out of
  * memory; writes off[] for the blocks. */
-static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t floor, size_t *off) {
+static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t floor, int reverse, size_t *off) {
   arena_key *by_first = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
   arena_key *by_last = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
   arena_free fl;
@@ -424,17 +425,17 @@ static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t fl
     free(by_first), free(by_last), free(fl.t);
     return SIZE_MAX;
   }
-  for (i = 0; i < m; i++) {
+  for (i = 0; i < m; i++) { /* reversed: the same sweep from the last step back */
     const arena_item *x = &it[ids[i]];
     by_first[i].idx = by_last[i].idx = ids[i];
-    by_first[i].k1 = (double)x->first, by_first[i].k2 = (double)x->size, by_first[i].k3 = 0;
-    by_last[i].k1 = (double)x->last, by_last[i].k2 = 0, by_last[i].k3 = 0;
+    by_first[i].k1 = reverse ? -(double)x->last : (double)x->first, by_first[i].k2 = (double)x->size, by_first[i].k3 = 0;
+    by_last[i].k1 = reverse ? -(double)x->first : (double)x->last, by_last[i].k2 = 0, by_last[i].k3 = 0;
   }
   qsort(by_first, (size_t)m, sizeof(arena_key), arena_first_cmp);
   qsort(by_last, (size_t)m, sizeof(arena_key), arena_first_cmp);
   for (i = 0; i < m; i++) {
     const arena_item *x = &it[by_first[i].idx];
-    for (; e < m && it[by_last[e].idx].last < x->first; e++)
+    for (; e < m && by_last[e].k1 < by_first[i].k1; e++)
       arena_free_release(&fl, off[by_last[e].idx], arena_align_up(it[by_last[e].idx].size, unit));
     off[by_first[i].idx] = arena_free_take(&fl, arena_align_up(x->size, unit));
     if (fl.top > high) high = fl.top;
@@ -519,8 +520,17 @@ static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off
   /* The sweep first (it reaches the lower bound on chains), then greedy-by-size passes while
    * they fit the visit budget: past about 7000 blocks the sweep alone plans. */
   if (nt > 0) {
-    best = arena_sweep(it, ids, nt, floor, off);
+    size_t rev;
+    best = arena_sweep(it, ids, nt, floor, 0, off);
     if (best == SIZE_MAX) goto done;
+    rev = best > lower ? arena_sweep(it, ids, nt, floor, 1, try_off) : SIZE_MAX;
+#ifdef ARENA_DEBUG
+    fprintf(stderr, "sweep top=%zu reversed %zu floor=%zu lower=%zu\n", best, rev, floor, lower);
+#endif
+    if (rev < best) {
+      best = rev;
+      for (i = 0; i < nt; i++) off[ids[i]] = try_off[ids[i]];
+    }
   }
   {
     double per_pass = 0.5 * (double)nt * (double)nt + 1.0;
