@@ -228,7 +228,12 @@ static void ckpt_mark(const ckpt_model *m, unsigned char *rec) {
   }
 }
 
-/* The bounds L tried: from the smallest unit part to everything, by factors of `step`. */
+/* The bounds L on the largest segment tried: from the smallest part of a unit to everything,
+ * by factors of `step` (the first call, with L = 0, gives the smallest). `all` tries eight a
+ * doubling, `auto`, which also bisects a price for each, two. */
+#define CKPT_ALL_STEP 1.0905 /* 2^(1/8) */
+#define CKPT_DP_STEP 1.4142  /* 2^(1/2) */
+#define CKPT_BISECTIONS 20
 static double ckpt_next_bound(const ckpt_model *m, double L, double step) {
   double all = m->q[m->nu] - m->p[m->u0];
   if (L <= 0) return m->lmin > 0 ? m->lmin : -1.0;
@@ -243,7 +248,7 @@ int tt_sched_checkpoint_all(const tt_graph *g, unsigned char *rec, tt_err *err) 
   memset(rec, 0, (size_t)g->nnodes);
   if (ckpt_build(g, 1, TT_F32, tt_profile_cuda_generic(), &m, err)) return -1;
   double best_l = -1, best_keep = 0, best_cost = 0;
-  for (double L = ckpt_next_bound(&m, 0, 1.0); L > 0; L = ckpt_next_bound(&m, L, 1.0905)) {
+  for (double L = ckpt_next_bound(&m, 0, CKPT_ALL_STEP); L > 0; L = ckpt_next_bound(&m, L, CKPT_ALL_STEP)) {
     ckpt_solve(&m, L, w, &pl);
     double freed = pl.saved - pl.maxseg; /* the largest segment comes back in backward */
     if (best_l < 0 || freed > best_keep || (freed == best_keep && pl.cost < best_cost))
@@ -258,14 +263,15 @@ int tt_sched_checkpoint_all(const tt_graph *g, unsigned char *rec, tt_err *err) 
 }
 
 /* The cheapest plan with segments of at most L bytes that frees `need`: the smallest price
- * per byte whose plan frees enough, by bisection on a log scale. *cost: its time (or -1). */
+ * per byte (between lo and hi) whose plan frees enough, by bisection on a log scale. Returns
+ * the plan's time, or -1 when even price hi frees too little; *best_price: its price. */
 static double ckpt_price(ckpt_model *m, double L, double need, double lo, double hi, double *best_price) {
   ckpt_plan pl;
   double w[4] = {hi, 1.0, 1.0, 0.0}, best = -1.0;
   ckpt_solve(m, L, w, &pl);
   if (pl.saved - pl.maxseg < need) return -1.0; /* even at the highest price */
   best = pl.cost, *best_price = hi;
-  for (int it = 0; it < 20; it++) {
+  for (int it = 0; it < CKPT_BISECTIONS; it++) {
     double mid = sqrt(lo * hi);
     w[0] = mid;
     ckpt_solve(m, L, w, &pl);
@@ -298,7 +304,7 @@ int tt_sched_checkpoint_dp(const tt_graph *g, int mb, tt_dtype dt, const tt_devi
   if (hi > 0) {
     lo /= 16, hi *= 16;
     double best_cost = -1, best_l = 0, best_w = 0;
-    for (double L = ckpt_next_bound(&m, 0, 2.0); L > 0; L = ckpt_next_bound(&m, L, 1.4142)) {
+    for (double L = ckpt_next_bound(&m, 0, CKPT_DP_STEP); L > 0; L = ckpt_next_bound(&m, L, CKPT_DP_STEP)) {
       double price = 0, c = ckpt_price(&m, L, need, lo, hi, &price);
       if (c >= 0 && (best_cost < 0 || c < best_cost)) best_cost = c, best_l = L, best_w = price;
     }
