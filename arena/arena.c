@@ -7,8 +7,11 @@
  *      link is no larger than what it aliases; alignment = max of the members');
  *   3. compute the exact lower bound peak_live_bytes by a sweep over step events;
  *   4. pack blocks live over the whole program ("persistent") at the bottom, then place the
- *      remaining blocks with greedy offset assignment (Pisarchyk & Lee 2020, "greedy by
- *      size" as in TFLite) under several orderings, keeping the smallest arena;
+ *      remaining blocks in time order (the sweep: each takes the lowest free stretch that
+ *      holds it, O(n log n); forward, then backward from the last step when that was not at
+ *      the lower bound), and, while the O(n^2) conflict scans fit a budget (about 7000
+ *      blocks), with greedy offset assignment (Pisarchyk & Lee 2020, "greedy by size" as in
+ *      TFLite) under several orderings; the smallest arena wins;
  *   5. write every member's offset from its block.
  * All scratch is malloc'ed per call: no global state, so concurrent plans are safe. */
 #include "arena/arena.h"
@@ -47,6 +50,14 @@ static void arena_err(char *errbuf, size_t errsize, const char *fmt, ...) {
 }
 
 static size_t arena_align_up(size_t x, size_t a) { return (x + (a - 1)) & ~(a - 1); }
+
+/* splitmix64: the sweep's treap priorities (deterministic, so plans are too). */
+static uint64_t arena_mix(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 
 static int arena_is_pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 
@@ -111,11 +122,18 @@ static int arena_validate(const arena_buf *bufs, int n, char *errbuf, size_t err
 
 /* Accepts aliases in index order (so the first claimant of a buffer wins) and records the
  * chains: parent[b] = a and child[a] = b for an accepted b aliasing a. */
-static int arena_accept_aliases(const arena_buf *bufs, int n, int *parent, int *child) {
+/* The representative of x's set in a union-find over accepted links (path halving). */
+static int arena_uf_find(int *uf, int x) {
+  while (uf[x] != x) x = uf[x] = uf[uf[x]];
+  return x;
+}
+
+/* uf: n ints of scratch. */
+static int arena_accept_aliases(const arena_buf *bufs, int n, int *parent, int *child, int *uf) {
   int i, accepted = 0;
-  for (i = 0; i < n; i++) parent[i] = child[i] = -1;
+  for (i = 0; i < n; i++) parent[i] = child[i] = -1, uf[i] = i;
   for (i = 0; i < n; i++) {
-    int a = bufs[i].alias_of, r;
+    int a = bufs[i].alias_of;
     if (a < 0) continue;
     /* Size-0 buffers take no space and sit at offset 0; sharing storage means nothing. */
     if (bufs[i].size == 0 || bufs[i].size > bufs[a].size) continue;
@@ -123,10 +141,11 @@ static int arena_accept_aliases(const arena_buf *bufs, int n, int *parent, int *
      * storage free for i without a copy. */
     if (bufs[a].last != bufs[i].first) continue;
     if (child[a] >= 0) continue; /* a already handed its storage to someone else */
-    /* i has no parent yet (it is processed once); a cycle would appear iff a's chain
-     * root is i itself (possible only when all the lifetimes are one step). */
-    for (r = a; parent[r] >= 0; r = parent[r]) {}
-    if (r == i) continue;
+    /* i has no parent yet (it is processed once), so it roots its chain: linking it under a
+     * closes a cycle iff a is in i's chain (possible only when all the lifetimes are one
+     * step), i.e. iff both are in one set. (A walk to the root was O(n^2) on long chains.) */
+    if (arena_uf_find(uf, a) == arena_uf_find(uf, i)) continue;
+    uf[arena_uf_find(uf, i)] = arena_uf_find(uf, a);
     parent[i] = a;
     child[a] = i;
     accepted++;
@@ -258,6 +277,173 @@ static size_t arena_greedy(const arena_item *it, const int *order, int m, size_t
   return top;
 }
 
+/* ---- the sweep: placement in time order, for programs of any size ---- */
+
+/* The free space below the sweep's top: stretches [off, end), disjoint and coalesced, in a
+ * treap ordered by offset, each node knowing the longest stretch in its subtree, so that the
+ * lowest stretch that holds a block and the neighbours of a released one are found in
+ * O(log n). (A list scanned per block was O(n^2): holes a chain's transient buffers leave
+ * between the activations it keeps pile up through the forward pass.) */
+typedef struct arena_tnode {
+  size_t off, end, maxlen;
+  uint64_t pri;
+  int l, r;
+} arena_tnode;
+
+typedef struct arena_free {
+  arena_tnode *t;
+  int root, nused, spare; /* spare: a freed node's index, chained through .l */
+  uint64_t seed;
+  size_t top; /* everything at or above it is free */
+} arena_free;
+
+static void arena_t_fix(arena_tnode *t, int x) {
+  size_t m = t[x].end - t[x].off;
+  if (t[x].l >= 0 && t[t[x].l].maxlen > m) m = t[t[x].l].maxlen;
+  if (t[x].r >= 0 && t[t[x].r].maxlen > m) m = t[t[x].r].maxlen;
+  t[x].maxlen = m;
+}
+
+/* Splits x into offsets < key (*a) and >= key (*b). */
+static void arena_t_split(arena_tnode *t, int x, size_t key, int *a, int *b) {
+  if (x < 0) {
+    *a = *b = -1;
+  } else if (t[x].off < key) {
+    arena_t_split(t, t[x].r, key, &t[x].r, b);
+    arena_t_fix(t, x);
+    *a = x;
+  } else {
+    arena_t_split(t, t[x].l, key, a, &t[x].l);
+    arena_t_fix(t, x);
+    *b = x;
+  }
+}
+
+/* Joins a and b, every offset in a below every offset in b. */
+static int arena_t_merge(arena_tnode *t, int a, int b) {
+  if (a < 0) return b;
+  if (b < 0) return a;
+  if (t[a].pri > t[b].pri) {
+    t[a].r = arena_t_merge(t, t[a].r, b);
+    arena_t_fix(t, a);
+    return a;
+  }
+  t[b].l = arena_t_merge(t, a, t[b].l);
+  arena_t_fix(t, b);
+  return b;
+}
+
+static void arena_free_insert(arena_free *fl, size_t off, size_t end) {
+  int a, b, x = fl->spare >= 0 ? fl->spare : fl->nused++;
+  if (x == fl->spare) fl->spare = fl->t[x].l;
+  fl->t[x].off = off, fl->t[x].end = end, fl->t[x].l = fl->t[x].r = -1;
+  fl->t[x].pri = arena_mix(&fl->seed);
+  arena_t_fix(fl->t, x);
+  arena_t_split(fl->t, fl->root, off, &a, &b);
+  fl->root = arena_t_merge(fl->t, arena_t_merge(fl->t, a, x), b);
+}
+
+/* Removes the stretch starting at off (present) and returns its end. */
+static size_t arena_free_remove(arena_free *fl, size_t off) {
+  int a, b, x, c;
+  arena_t_split(fl->t, fl->root, off, &a, &b);
+  arena_t_split(fl->t, b, off + 1, &x, &c);
+  fl->root = arena_t_merge(fl->t, a, c);
+  fl->t[x].l = fl->spare, fl->spare = x;
+  return fl->t[x].end;
+}
+
+/* Returns [off, off + size) to the free space, merging it with its neighbours (and the top). */
+static void arena_free_release(arena_free *fl, size_t off, size_t size) {
+  size_t end = off + size;
+  int x, below = -1, above = -1;
+  for (x = fl->root; x >= 0;) { /* the last stretch below off, the first at or above it */
+    if (fl->t[x].off < off) below = x, x = fl->t[x].r;
+    else above = x, x = fl->t[x].l;
+  }
+  if (below >= 0 && fl->t[below].end == off) off = fl->t[below].off, arena_free_remove(fl, off);
+  if (above >= 0 && fl->t[above].off == end) end = arena_free_remove(fl, end);
+  if (end == fl->top) fl->top = off;
+  else arena_free_insert(fl, off, end);
+}
+
+/* The lowest stretch in x's subtree at least `need` long, or -1: one path down the tree. */
+static int arena_free_find(const arena_tnode *t, int x, size_t need) {
+  while (x >= 0 && t[x].maxlen >= need) {
+    if (t[x].l >= 0 && t[t[x].l].maxlen >= need) x = t[x].l;
+    else if (t[x].end - t[x].off >= need) return x;
+    else x = t[x].r;
+  }
+  return -1;
+}
+
+/* Takes the lowest free stretch that holds `size` bytes, or the top; its offset. Every offset
+ * and size the sweep handles is a multiple of one alignment, so any stretch long enough fits. */
+static size_t arena_free_take(arena_free *fl, size_t size) {
+  int x = arena_free_find(fl->t, fl->root, size);
+  size_t start, end;
+  if (x < 0) {
+    start = fl->top;
+    fl->top += size;
+    return start;
+  }
+  start = fl->t[x].off;
+  end = arena_free_remove(fl, start);
+  if (start + size < end) arena_free_insert(fl, start + size, end);
+  return start;
+}
+
+static int arena_first_cmp(const void *pa, const void *pb) {
+  const arena_key *a = (const arena_key *)pa, *b = (const arena_key *)pb;
+  if (a->k1 != b->k1) return a->k1 < b->k1 ? -1 : 1; /* ascending step */
+  if (a->k2 != b->k2) return a->k2 > b->k2 ? -1 : 1; /* then larger first */
+  return (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+/* Places the blocks ids[0..m) in order of first use (reverse: of last use, from the end): at
+ * each block's first step the blocks that ended before it give back their space, and it takes
+ * the lowest free stretch that holds it (or the top). O(m log m). On nested lifetimes (a chain's activations are released
+ * in the reverse order they were made) it packs like a stack, at the lower bound. Each block
+ * takes its size rounded up to the largest alignment (training programs align every buffer
+ * alike, so this costs nothing there). Returns the arena size, or SIZE_MAX when out of
+ * memory; writes off[] for the blocks. */
+static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t floor, int reverse, size_t *off) {
+  arena_key *by_first = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
+  arena_key *by_last = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
+  arena_free fl;
+  size_t high, unit = 1;
+  int i, e = 0;
+  for (i = 0; i < m; i++)
+    if (it[ids[i]].align > unit) unit = it[ids[i]].align;
+  high = floor = arena_align_up(floor, unit);
+  memset(&fl, 0, sizeof fl);
+  fl.t = (arena_tnode *)malloc(sizeof(arena_tnode) * (size_t)(2 * m + 2));
+  fl.root = fl.spare = -1;
+  fl.seed = 0x9e3779b97f4a7c15ull;
+  fl.top = floor;
+  if (!by_first || !by_last || !fl.t) {
+    free(by_first), free(by_last), free(fl.t);
+    return SIZE_MAX;
+  }
+  for (i = 0; i < m; i++) { /* reversed: the same sweep from the last step back */
+    const arena_item *x = &it[ids[i]];
+    by_first[i].idx = by_last[i].idx = ids[i];
+    by_first[i].k1 = reverse ? -(double)x->last : (double)x->first, by_first[i].k2 = (double)x->size, by_first[i].k3 = 0;
+    by_last[i].k1 = reverse ? -(double)x->first : (double)x->last, by_last[i].k2 = 0, by_last[i].k3 = 0;
+  }
+  qsort(by_first, (size_t)m, sizeof(arena_key), arena_first_cmp);
+  qsort(by_last, (size_t)m, sizeof(arena_key), arena_first_cmp);
+  for (i = 0; i < m; i++) {
+    const arena_item *x = &it[by_first[i].idx];
+    for (; e < m && by_last[e].k1 < by_first[i].k1; e++)
+      arena_free_release(&fl, off[by_last[e].idx], arena_align_up(it[by_last[e].idx].size, unit));
+    off[by_first[i].idx] = arena_free_take(&fl, arena_align_up(x->size, unit));
+    if (fl.top > high) high = fl.top;
+  }
+  free(by_first), free(by_last), free(fl.t);
+  return high;
+}
+
 /* The passes tried for transient blocks, most useful first: greedy-by-size is the strong
  * default; size x lifetime ("area") wins on some shapes (long-lived medium buffers,
  * staggered lifetimes), and first fit beats best fit about as often as the reverse. On
@@ -331,10 +517,24 @@ static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off
   for (i = 0; i < m; i++)
     if (!(it[i].first <= gmin && it[i].last >= gmax)) ids[nt++] = i;
 
+  /* The sweep first (it reaches the lower bound on chains), then greedy-by-size passes while
+   * they fit the visit budget: past about 7000 blocks the sweep alone plans. */
+  if (nt > 0) {
+    size_t rev;
+    best = arena_sweep(it, ids, nt, floor, 0, off);
+    if (best == SIZE_MAX) goto done;
+    rev = best > lower ? arena_sweep(it, ids, nt, floor, 1, try_off) : SIZE_MAX;
+#ifdef ARENA_DEBUG
+    fprintf(stderr, "sweep top=%zu reversed %zu floor=%zu lower=%zu\n", best, rev, floor, lower);
+#endif
+    if (rev < best) {
+      best = rev;
+      for (i = 0; i < nt; i++) off[ids[i]] = try_off[ids[i]];
+    }
+  }
   {
     double per_pass = 0.5 * (double)nt * (double)nt + 1.0;
     int npass = (int)(ARENA_VISIT_BUDGET / per_pass), pass;
-    if (npass < 1) npass = 1;
     if (npass > ARENA_NPASS) npass = ARENA_NPASS;
     for (pass = 0; pass < npass && best > lower; pass++) {
       size_t top;
@@ -387,7 +587,7 @@ int arena_plan(arena_buf *bufs, int n, arena_result *res, char *errbuf, size_t e
   off = (size_t *)malloc(sizeof(size_t) * (size_t)n);
   if (!parent || !child || !blk || !it || !off) goto oom;
 
-  accepted = arena_accept_aliases(bufs, n, parent, child);
+  accepted = arena_accept_aliases(bufs, n, parent, child, blk); /* blk: scratch until below */
   if (arena_peak(bufs, n, parent, &peak, &peak_step)) goto oom;
 
   /* One block per chain root with size > 0, walking the chain to its tail. */

@@ -8,6 +8,11 @@
 extern "C" {
 #endif
 
+/* The most values one tensor may hold per sample (channels x height x width): the kernels take
+ * per-sample sizes, and a linear layer's inputs, as 32-bit ints. A layer whose output (or a
+ * conv whose filter, per output position) would hold more is refused at its recipe line. */
+#define TT_MAX_SAMPLE_NUMEL 2147483647
+
 typedef enum {
   TT_PR_WEIGHT = 0, /* conv [k, c/g, r, s] or linear [out, in] */
   TT_PR_BIAS,       /* conv or linear bias [k] */

@@ -29,6 +29,7 @@ typedef struct lower_ctx {
   int *cur_save;  /* node -> first of two buffers with batch-norm saved statistics */
   int *gbuf;      /* node -> gradient buffer, -1 until a consumer writes it */
   int *wcopy;     /* param -> fp16 copy buffer, -1 if not made yet in this micro-step */
+  int too_large;  /* a buffer's size passed 2^64 bytes: tt_lower returns TT_ERR_TOO_LARGE */
 } lower_ctx;
 
 static int lower_grow(void **arr, int *cap, int need, size_t elem, tt_err *err) {
@@ -42,9 +43,16 @@ static int lower_grow(void **arr, int *cap, int need, size_t elem, tt_err *err) 
   return 0;
 }
 
+/* A new buffer; bytes is SIZE_MAX when its size overflowed (tt_size_mul), which fails here,
+ * naming the buffer, rather than wrapping to a small size. */
 static int lower_buf(lower_ctx *c, const char *name, const char *suffix, size_t bytes, tt_dtype dt, tt_buf_class cls,
                      int persistent, int node, int param) {
   tt_program *p = c->p;
+  if (bytes == SIZE_MAX) {
+    c->too_large = 1;
+    return tt_fail(c->err, "buffer '%s%s' at micro-batch %d needs more than 2^64 bytes; use a smaller micro-batch or a "
+                   "smaller model", name, suffix, c->pol->micro_batch);
+  }
   if (lower_grow((void **)&p->bufs, &p->cap_bufs, p->nbufs + 1, sizeof(tt_buf), c->err)) return -1;
   tt_buf *b = &p->bufs[p->nbufs];
   memset(b, 0, sizeof *b);
@@ -86,8 +94,10 @@ static void lower_set(tt_step *s, int out, int k, int b) {
   if (*n < k + 1) *n = k + 1;
 }
 
+/* Bytes of a node's value or gradient at the micro-batch (SIZE_MAX: overflow, see lower_buf). */
 static size_t lower_act_bytes(const lower_ctx *c, int node) {
-  return (size_t)c->pol->micro_batch * tt_node_numel(&c->g->nodes[node]) * tt_dtype_size(c->pol->act_dtype);
+  return tt_size_mul(tt_size_mul((size_t)c->pol->micro_batch, tt_node_numel(&c->g->nodes[node])),
+                     tt_dtype_size(c->pol->act_dtype));
 }
 
 /* The node whose value a node's k-th input reads (views looked through). */
@@ -181,7 +191,7 @@ static int lower_weight(lower_ctx *c, int param) {
   const tt_param *pr = &c->g->params[param];
   if (c->pol->act_dtype == TT_F32 || !pr->half_copy) return c->p->param_buf[param];
   if (c->wcopy[param] >= 0) return c->wcopy[param];
-  int b = lower_buf(c, pr->name, ".fp16", pr->numel * 2, TT_F16, TT_BC_WEIGHT_COPIES, 0, pr->node, param);
+  int b = lower_buf(c, pr->name, ".fp16", tt_size_mul(pr->numel, 2), TT_F16, TT_BC_WEIGHT_COPIES, 0, pr->node, param);
   if (b < 0) return -2;
   tt_step *s = lower_step(c, TT_S_CAST, pr->node, 0);
   if (!s) return -2;
@@ -356,7 +366,7 @@ static int lower_persistent(lower_ctx *c) {
   tt_program *p = c->p;
   for (int i = 0; i < g->nparams; i++) {
     const tt_param *pr = &g->params[i];
-    size_t bytes = pr->numel * sizeof(float);
+    size_t bytes = tt_size_mul(pr->numel, sizeof(float));
     if ((p->param_buf[i] = lower_buf(c, pr->name, "", bytes, TT_F32, TT_BC_PARAMS, 1, pr->node, i)) < 0) return -1;
     if (!pol->training || !pr->trainable) continue;
     if ((p->grad_buf[i] = lower_buf(c, pr->name, ".grad", bytes, TT_F32, TT_BC_GRADS, 1, pr->node, i)) < 0) return -1;
@@ -371,11 +381,11 @@ static int lower_persistent(lower_ctx *c) {
   if (pol->training && pol->act_dtype == TT_F16 &&
       (p->overflow_flag = lower_buf(c, "overflow_flag", "", sizeof(int32_t), TT_F32, TT_BC_MISC, 1, -1, -1)) < 0)
     return -1;
-  if ((p->input_u8 = lower_buf(c, "input", ".u8", (size_t)pol->micro_batch * p->input_numel, TT_F32, TT_BC_ACTIVATIONS, 0,
-                               0, -1)) < 0)
+  if ((p->input_u8 = lower_buf(c, "input", ".u8", tt_size_mul((size_t)pol->micro_batch, p->input_numel), TT_F32,
+                               TT_BC_ACTIVATIONS, 0, 0, -1)) < 0)
     return -1;
-  if ((p->labels = lower_buf(c, "labels", "", (size_t)pol->micro_batch * sizeof(int32_t), TT_F32, TT_BC_ACTIVATIONS, 0, -1,
-                             -1)) < 0)
+  if ((p->labels = lower_buf(c, "labels", "", tt_size_mul((size_t)pol->micro_batch, sizeof(int32_t)), TT_F32,
+                             TT_BC_ACTIVATIONS, 0, -1, -1)) < 0)
     return -1;
   return 0;
 }
@@ -505,5 +515,5 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
   return 0;
 fail:
   tt_program_free(p);
-  return -1;
+  return c.too_large ? TT_ERR_TOO_LARGE : -1;
 }

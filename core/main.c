@@ -120,6 +120,11 @@ int main(int argc, char **argv) {
     if (takes) i++;
   }
   if (!o.recipe) return main_bad(strcmp(cmd, "train") ? cmd : NULL, "no recipe given", NULL);
+  if ((max_batch || json) && strcmp(cmd, "plan"))
+    return main_bad(cmd, max_batch ? "--max-batch is an option of plan" : "--json is an option of plan", NULL);
+  /* the largest micro-batch that fits needs something to fit in: without a budget every
+   * batch "fits" and the search stopped at its cap of 65536 */
+  if (max_batch && !o.vram_bytes) return main_bad(cmd, "--max-batch needs a budget: give --vram SIZE", NULL);
   char err[1200];
   int rc;
   if (!strcmp(cmd, "plan")) {

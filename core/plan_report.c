@@ -57,6 +57,19 @@ static void plan_explain(tt_session *s) {
   s->plan_ms += 1e3 * (tt_now() - t0);
 }
 
+/* The recomputed layers come in runs (segments: everything between two checkpoints); the next
+ * run from node *from: its first and last node, and how many layers it recomputes (views,
+ * which have no step, not counted); 0 when there is none. */
+static int plan_next_run(const tt_session *s, int *from, int *first, int *last) {
+  int v = *from, n = s->graph.nnodes, layers = 0;
+  while (v < n && !s->sched.recompute[v]) v++;
+  if (v >= n) return 0;
+  *first = v;
+  for (; v < n && s->sched.recompute[v]; v++) layers += !tt_op_is_view(&s->model.layers[v], 1);
+  *last = v - 1, *from = v;
+  return layers;
+}
+
 /* The plan as one JSON object (`plan --json`), built in memory and written whole. */
 static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_err *err) {
   const tt_schedule_result *r = &s->sched;
@@ -83,6 +96,14 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
       tt_strbuf_json(&b, s->model.layers[i].name);
       first = 0;
     }
+  tt_strbuf_printf(&b, "], \"recompute_segments\": [");
+  for (int v = 0, a, z, k = 0, nl; (nl = plan_next_run(s, &v, &a, &z)) > 0; k++) {
+    tt_strbuf_printf(&b, "%s{\"first\": ", k ? ", " : "");
+    tt_strbuf_json(&b, s->model.layers[a].name);
+    tt_strbuf_printf(&b, ", \"last\": ");
+    tt_strbuf_json(&b, s->model.layers[z].name);
+    tt_strbuf_printf(&b, ", \"layers\": %d}", nl);
+  }
   tt_strbuf_printf(&b, "], \"inplace_ops\": %d, \"predicted_step_ms\": %.3f, \"predicted_recompute_ms\": %.3f, "
                        "\"reserve_bytes\": %zu, \"reserve_measured\": %s, \"budget_bytes\": %zu, \"vram_bytes\": %zu, "
                        "\"plan_ms\": %.2f, \"params\": %zu, \"target\": ",
@@ -112,6 +133,17 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
   return rc;
 }
 
+/* Which layers the backward pass recomputes, segment by segment (the first few). */
+static void plan_text_recomputed(const tt_session *s, FILE *out) {
+  int v = 0, a, z, k = 0, nseg = 0, layers = 0, nl;
+  while ((nl = plan_next_run(s, &v, &a, &z)) > 0) nseg++, layers += nl;
+  if (!nseg) return;
+  fprintf(out, "              recomputed: %d layers in %d segment%s:", layers, nseg, nseg > 1 ? "s" : "");
+  for (v = 0; k < 6 && plan_next_run(s, &v, &a, &z) > 0; k++)
+    fprintf(out, "%s %s%s%s", k ? "," : "", s->model.layers[a].name, a < z ? ".." : "", a < z ? s->model.layers[z].name : "");
+  fprintf(out, "%s\n", nseg > k ? ", ..." : "");
+}
+
 /* The text report's opening: target, model, budget, the chosen policy and its predicted time. */
 static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *out) {
   const tt_schedule_result *r = &s->sched;
@@ -138,6 +170,7 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
           r->policy.micro_batch, r->policy.accum_steps, r->policy.micro_batch * r->policy.accum_steps,
           r->policy.act_dtype == TT_F16 ? "fp16 autocast with dynamic loss scaling" : "fp32", p->n_inplace,
           r->recomputed_units, r->nunits, p->n_recomputed_steps);
+  plan_text_recomputed(s, out);
   fprintf(out, "              batch-norm statistics are computed per micro-batch of %d\n", r->policy.micro_batch);
   fprintf(out, "  predicted   %.1f ms per optimizer step (%.1f ms of it recomputing), %s cost model\n",
           r->predicted_step_ms, r->recompute_ms, s->target_cuda ? "generic CUDA" : "CPU");
@@ -181,9 +214,13 @@ static void plan_text_peak(const tt_session *s, FILE *out) {
   double ratio = p->peak_live_bytes ? (double)p->arena_bytes / (double)p->peak_live_bytes : 1.0;
   size_t at[TT_BC_COUNT];
   int ps = tt_program_peak_breakdown(p, at);
-  fprintf(out, "\n  live at the peak (step %d of %d)\n", ps, p->nsteps);
-  for (int c = 0; c < TT_BC_COUNT; c++)
+  size_t sum = 0;
+  fprintf(out, "\n  live at the peak (step %d of %d; persistent buffers with their alignment)\n", ps, p->nsteps);
+  for (int c = 0; c < TT_BC_COUNT; c++) {
     if (at[c]) fprintf(out, "    %-42s %14zu %10.2f\n", tt_buf_class_name((tt_buf_class)c), at[c], plan_mib(at[c]));
+    sum += at[c];
+  }
+  fprintf(out, "    %-42s %14zu %10.2f\n", "total (the lower bound below)", sum, plan_mib(sum));
   fprintf(out, "\n  %-44s %14zu %10.2f\n", "arena (one allocation)", p->arena_bytes, plan_mib(p->arena_bytes));
   fprintf(out, "  %-44s %14zu %10.2f\n", "lower bound (peak live bytes)", p->peak_live_bytes, plan_mib(p->peak_live_bytes));
   fprintf(out, "  %-44s %14.4f\n", "arena / lower bound", ratio);
@@ -215,6 +252,10 @@ int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *errb
   tt_err err;
   err.msg[0] = 0;
   tt_session *s = NULL;
+  if (max_batch && !o->vram_bytes) {
+    snprintf(errbuf, errsize, "plan --max-batch needs a budget (--vram SIZE): without one every micro-batch fits");
+    return -1;
+  }
   if (tt_session_open(&s, o, TT_SESSION_PLAN, &err)) {
     snprintf(errbuf, errsize, "%s", err.msg);
     return -1;

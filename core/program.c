@@ -15,9 +15,16 @@ const char *tt_buf_class_name(tt_buf_class c) {
 
 int tt_program_plan(tt_program *p, tt_err *err) {
   /* Persistent buffers are live at every step, so packing them end to end is optimal. */
-  size_t off = 0;
+  size_t off = 0, all = 0;
   memset(p->class_bytes, 0, sizeof p->class_bytes);
   int ntrans = 0;
+  /* Every buffer end to end, aligned, bounds every offset below: checked once here. */
+  for (int i = 0; i < p->nbufs; i++) all = tt_size_add(all, tt_size_add(p->bufs[i].bytes, p->align));
+  if (all == SIZE_MAX) {
+    tt_fail(err, "%s: the %d buffers of the plan at micro-batch %d add up to more than 2^64 bytes; use a smaller "
+            "micro-batch or a smaller model", p->graph->model->path, p->nbufs, p->policy.micro_batch);
+    return TT_ERR_TOO_LARGE;
+  }
   for (int i = 0; i < p->nbufs; i++) {
     tt_buf *b = &p->bufs[i];
     if (!b->persistent) {
@@ -96,21 +103,39 @@ void tt_program_free(tt_program *p) {
   p->nbufs = p->nsteps = 0;
 }
 
+/* Bytes a buffer adds to the steps it is live at, counted as the plan's lower bound counts them
+ * (arena.h): a persistent buffer with its alignment padding (persistent_bytes packs them so), a
+ * transient one at its size, and a buffer that took over another's storage (an accepted in-place
+ * alias) only after its first step, where the buffer it replaces still counts. Sets [*f, *l]. */
+static size_t program_live_span(const tt_program *p, const tt_buf *b, int *f, int *l) {
+  *f = b->first + (b->aliased ? 1 : 0), *l = b->last;
+  if (b->persistent) return (b->bytes + p->align - 1) / p->align * p->align;
+  return b->bytes;
+}
+
 int tt_program_peak_breakdown(const tt_program *p, size_t out[TT_BC_COUNT]) {
-  size_t best = 0;
-  int best_step = 0;
+  int best_step = 0, f, l;
+  for (int c = 0; c < TT_BC_COUNT; c++) out[c] = 0;
+  if (p->nsteps <= 0) return 0;
+  /* live bytes per step from +size at the first step and -size after the last (size_t wraps
+   * in the running sums but every prefix is a true total) */
+  size_t *delta = (size_t *)calloc((size_t)p->nsteps + 1, sizeof(size_t));
+  if (!delta) return -1;
+  for (int i = 0; i < p->nbufs; i++) {
+    size_t sz = program_live_span(p, &p->bufs[i], &f, &l);
+    if (!sz || f > l) continue;
+    delta[f] += sz;
+    delta[l + 1] -= sz;
+  }
+  size_t live = 0, best = 0;
   for (int s = 0; s < p->nsteps; s++) {
-    size_t live = 0;
-    for (int i = 0; i < p->nbufs; i++) {
-      const tt_buf *b = &p->bufs[i];
-      if (b->first <= s && s <= b->last && !b->aliased) live += b->bytes;
-    }
+    live += delta[s];
     if (live > best) best = live, best_step = s;
   }
-  for (int c = 0; c < TT_BC_COUNT; c++) out[c] = 0;
+  free(delta);
   for (int i = 0; i < p->nbufs; i++) {
-    const tt_buf *b = &p->bufs[i];
-    if (b->first <= best_step && best_step <= b->last && !b->aliased) out[b->cls] += b->bytes;
+    size_t sz = program_live_span(p, &p->bufs[i], &f, &l);
+    if (f <= best_step && best_step <= l) out[p->bufs[i].cls] += sz;
   }
   return best_step;
 }

@@ -159,6 +159,10 @@ typedef struct tt_program {
   int n_recomputed_steps;
 } tt_program;
 
+/* What tt_lower and tt_program_plan return (besides 0 and -1) when a size would pass 2^64
+ * bytes: the plan is too large to exist, which a search may treat as "does not fit". */
+#define TT_ERR_TOO_LARGE (-2)
+
 /* Differentiates and lowers graph g under pol into p. The workspace of each conv and linear
  * step is sized by the backend's query (the CPU backend answers for planning without a
  * GPU); every buffer is aligned to be->align. */
@@ -166,8 +170,10 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
 /* Plans the program's buffers: persistent ones packed first, transient ones by arena_plan. */
 int tt_program_plan(tt_program *p, tt_err *err);
 void tt_program_free(tt_program *p);
-/* Bytes live at the peak step, per class (persistent buffers included; an accepted alias
- * counted once). Returns the peak step. For reports; O(steps x buffers). */
+/* Bytes live at the peak step, per class, counted as peak_live_bytes is (persistent buffers
+ * with their alignment padding; storage an in-place op took over counted once, as the buffer
+ * live there), so the classes sum to peak_live_bytes. Returns the peak step (-1 and zeros when
+ * out of host memory). For reports; O(steps + buffers). */
 int tt_program_peak_breakdown(const tt_program *p, size_t out[TT_BC_COUNT]);
 
 #ifdef __cplusplus

@@ -48,190 +48,36 @@ static double sched_predict(const tt_program *p, const tt_device_profile *prof, 
 
 double tt_predict_ms(const tt_program *p, const tt_device_profile *prof) { return sched_predict(p, prof, NULL); }
 
-/* A node v is a cut when no edge jumps over it: then its output alone carries everything the
- * rest of the network needs, and it can serve as a checkpoint. Views (flatten) never are. */
-int tt_sched_units(const tt_graph *g, int *unit_of) {
-  int n = g->nnodes;
-  int *cross = (int *)calloc((size_t)n + 1, sizeof(int));
-  if (!cross) return -1;
-  for (int b = 0; b < n; b++)
-    for (int k = 0; k < g->nodes[b].nin; k++) {
-      int a = g->nodes[b].in[k];
-      if (b - a > 1) {
-        cross[a + 1]++;
-        cross[b]--;
-      }
-    }
-  int run = 0, unit = 0;
-  for (int v = 0; v < n; v++) {
-    run += cross[v];
-    unit_of[v] = unit;
-    int cut = run == 0 && !tt_op_is_view(g->nodes[v].L, 1);
-    if (cut && v < n - 1) unit++;
-  }
-  free(cross);
-  return unit + 1;
-}
-
-/* Whether backward reads v's value: v's own backward reads its output, or a consumer's
- * backward reads its input. A view passes the question on to its own consumers. The
- * lowering (lower_bwd) keeps exactly these values alive: both read tt_op's bwd_reads. */
-int tt_sched_bwd_reads(const tt_graph *g, int v) {
-  if (tt_op(g->nodes[v].kind)->bwd_reads & TT_READS_OUTPUT) return 1;
-  for (int b = v + 1; b < g->nnodes; b++) {
-    const tt_node *c = &g->nodes[b];
-    for (int k = 0; k < c->nin; k++) {
-      if (c->in[k] != v) continue;
-      if (tt_op_is_view(c->L, 1) ? tt_sched_bwd_reads(g, b) : (k == 0 && (tt_op(c->kind)->bwd_reads & TT_READS_INPUT)))
-        return 1;
-    }
-  }
-  return 0;
-}
-
-/* Bytes a node's value occupies through the backward pass if it is kept (0 if nothing in
- * backward reads it). */
-static double sched_saved_bytes(const tt_graph *g, int v, int mb, tt_dtype dt) {
-  if (!tt_sched_bwd_reads(g, v)) return 0.0;
-  return (double)mb * (double)tt_node_numel(&g->nodes[v]) * (double)tt_dtype_size(dt);
-}
-
-int tt_sched_checkpoint_dp(const tt_graph *g, int mb, tt_dtype dt, const tt_device_profile *prof, double target,
-                           unsigned char *rec) {
-  int n = g->nnodes;
-  int *unit_of = (int *)malloc(sizeof(int) * (size_t)n);
-  if (!unit_of) return -1;
-  int nu = tt_sched_units(g, unit_of);
-  double *A = (double *)calloc((size_t)nu, sizeof(double)), *C = (double *)calloc((size_t)nu, sizeof(double));
-  enum { K = 512 };
-  double *dp = (double *)malloc(sizeof(double) * (K + 1));
-  unsigned char *take = (unsigned char *)calloc((size_t)nu * (K + 1), 1);
-  int best_units = -1;
-  if (!A || !C || !dp || !take || nu < 0) goto done;
-  {
-    double total = 0.0;
-    double peak = dt == TT_F16 ? prof->flops_fp16 : prof->flops_fp32;
-    for (int v = 1; v < n; v++) {
-      int last_of_unit = (v == n - 1) || unit_of[v + 1] != unit_of[v];
-      if (last_of_unit) continue; /* the unit's output is its checkpoint */
-      double a = sched_saved_bytes(g, v, mb, dt);
-      A[unit_of[v]] += a;
-      total += a;
-      C[unit_of[v]] += g->nodes[v].flops * mb / peak + prof->op_overhead_s;
-    }
-    memset(rec, 0, (size_t)n);
-    if (total <= target) {
-      best_units = 0;
-      goto done;
-    }
-    /* Recomputing set S keeps total - sum(A_S) + max(A_S) bytes of activations through
-     * backward (one recomputed unit is rematerialised at a time). For each choice of the unit
-     * m with the largest A in S, a min-cost covering knapsack over the units no larger than m
-     * picks the rest; the cheapest over all m is optimal under this model. */
-    double best_cost = 1e300;
-    int best_m = -1;
-    unsigned char *best_take = (unsigned char *)calloc((size_t)nu, 1);
-    if (!best_take) goto done;
-    for (int m = 0; m < nu; m++) {
-      if (A[m] <= 0.0) continue;
-      /* memory = total - A_m - sum(rest) + A_m <= target  <=>  sum(rest) >= total - target */
-      double need = total - target;
-      double cost_m = C[m];
-      if (need <= 0.0) {
-        if (cost_m < best_cost) {
-          best_cost = cost_m, best_m = m;
-          memset(best_take, 0, (size_t)nu);
-        }
-        continue;
-      }
-      double unit = need / K;
-      for (int j = 0; j <= K; j++) dp[j] = 1e300;
-      dp[0] = 0.0;
-      memset(take, 0, (size_t)nu * (K + 1));
-      for (int u = 0; u < nu; u++) {
-        if (u == m || A[u] <= 0.0 || A[u] > A[m] || (A[u] == A[m] && u > m)) continue;
-        int w = (int)floor(A[u] / unit);
-        if (w <= 0) continue;
-        for (int j = K; j >= 1; j--) {
-          int from = j - w < 0 ? 0 : j - w;
-          if (dp[from] + C[u] < dp[j]) {
-            dp[j] = dp[from] + C[u];
-            take[(size_t)u * (K + 1) + j] = 1;
-          }
-        }
-      }
-      if (dp[K] + cost_m >= best_cost) continue;
-      best_cost = dp[K] + cost_m, best_m = m;
-      /* reconstruct: walk units backwards through the table */
-      memset(best_take, 0, (size_t)nu);
-      int j = K;
-      for (int u = nu - 1; u >= 0 && j > 0; u--) {
-        if (!take[(size_t)u * (K + 1) + j]) continue;
-        best_take[u] = 1;
-        int w = (int)floor(A[u] / unit);
-        j = j - w < 0 ? 0 : j - w;
-      }
-    }
-    if (best_m >= 0) {
-      best_take[best_m] = 1;
-      best_units = 0;
-      for (int u = 0; u < nu; u++) best_units += best_take[u];
-      for (int v = 1; v < n; v++) {
-        int last_of_unit = (v == n - 1) || unit_of[v + 1] != unit_of[v];
-        if (!last_of_unit && best_take[unit_of[v]]) rec[v] = 1;
-      }
-    }
-    free(best_take);
-  }
-done:
-  free(unit_of);
-  free(A);
-  free(C);
-  free(dp);
-  free(take);
-  return best_units;
-}
-
-void tt_sched_checkpoint_sqrt(const tt_graph *g, unsigned char *rec) {
-  int n = g->nnodes;
-  int *unit_of = (int *)malloc(sizeof(int) * (size_t)n);
-  memset(rec, 0, (size_t)n);
-  if (!unit_of) return;
-  int nu = tt_sched_units(g, unit_of);
-  int k = (int)floor(sqrt((double)nu) + 0.5);
-  if (k < 1) k = 1;
-  /* segments of k units: only the last unit output of each segment is kept */
-  for (int v = 1; v < n; v++) {
-    int last_of_unit = (v == n - 1) || unit_of[v + 1] != unit_of[v];
-    int seg_end = last_of_unit && ((unit_of[v] + 1) % k == 0);
-    if (!seg_end) rec[v] = 1;
-  }
-  rec[n - 1] = 0;
-  free(unit_of);
-}
-
-static void sched_all(const tt_graph *g, unsigned char *rec) {
-  int n = g->nnodes;
-  int *unit_of = (int *)malloc(sizeof(int) * (size_t)n);
-  memset(rec, 0, (size_t)n);
-  if (!unit_of) return;
-  tt_sched_units(g, unit_of);
-  for (int v = 1; v < n - 1; v++)
-    if (unit_of[v + 1] == unit_of[v]) rec[v] = 1;
-  free(unit_of);
-}
-
-/* Lowers and plans one candidate; returns 0 and fills p, or -1 (err set). */
-static int sched_try(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
-                     tt_program *p, tt_err *err) {
+/* Lowers and plans one policy; returns 0 and fills p, or -1 or TT_ERR_TOO_LARGE (err set). */
+static int sched_plan_one(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
+                          tt_program *p, tt_err *err) {
   tt_policy pol;
+  int rc;
   memset(&pol, 0, sizeof pol);
   pol.micro_batch = mb, pol.accum_steps = accum, pol.act_dtype = dt, pol.inplace = inplace, pol.recompute = rec;
   pol.training = 1;
-  if (tt_lower(g, &pol, be, p, err)) return -1;
-  if (tt_program_plan(p, err)) {
+  if ((rc = tt_lower(g, &pol, be, p, err))) return rc;
+  if ((rc = tt_program_plan(p, err))) tt_program_free(p);
+  return rc;
+}
+
+/* One candidate: with in-place ops allowed, planned both ways. An accepted alias fuses two
+ * buffers' lifetimes into one block, which sometimes packs worse (VGG-16: 2 MiB more); the
+ * cost model times both alike, so in-place ops stay only when the arena is no larger. */
+static int sched_try(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
+                     tt_program *p, tt_err *err) {
+  tt_program q;
+  int rc;
+  if ((rc = sched_plan_one(g, be, mb, accum, dt, inplace, rec, p, err)) || !inplace) return rc;
+  if ((rc = sched_plan_one(g, be, mb, accum, dt, 0, rec, &q, err))) {
     tt_program_free(p);
-    return -1;
+    return rc;
+  }
+  if (q.arena_bytes < p->arena_bytes) {
+    tt_program_free(p);
+    *p = q;
+  } else {
+    tt_program_free(&q);
   }
   return 0;
 }
@@ -243,14 +89,14 @@ static int sched_count(const unsigned char *rec, int n) {
 }
 
 /* Best fitting program for (mb, dt): plain, or with the cheapest checkpoint plan that fits.
- * rec receives the recompute set. Returns 1 if fits, 0 if not, -1 on error. */
+ * rec receives the recompute set. Returns 1 if fits, 0 if not, -1 or TT_ERR_TOO_LARGE on error. */
 static int sched_fit(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, size_t budget, int mb, int accum, tt_dtype dt,
                      unsigned char *rec, tt_program *out, size_t *min_arena, tt_err *err) {
-  int n = g->nnodes;
+  int n = g->nnodes, rc;
   tt_recompute_mode rm = o->recompute;
   memset(rec, 0, (size_t)n);
-  if (rm == TT_RECOMP_ALL) sched_all(g, rec);
-  if (sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err)) return -1;
+  if (rm == TT_RECOMP_ALL && tt_sched_checkpoint_all(g, rec, err)) return -1;
+  if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err))) return rc;
   if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
   if (!budget || out->arena_bytes <= budget) return 1;
   if (rm != TT_RECOMP_AUTO) {
@@ -258,26 +104,22 @@ static int sched_fit(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, 
     return 0;
   }
   /* Free the overshoot by recomputing; the model is approximate, so check with the real
-   * planner and ask for more until it fits or everything is recomputed. */
-  double total = 0.0;
-  for (int v = 1; v < n; v++) total += sched_saved_bytes(g, v, mb, dt);
+   * planner and ask for more until it fits or the plan that frees the most is reached. */
   double over = (double)(out->arena_bytes - budget);
   tt_program_free(out);
   for (int iter = 0; iter < 8; iter++) {
-    double target = total - over;
-    if (target < 0) target = 0;
-    int units = tt_sched_checkpoint_dp(g, mb, dt, o->profile, target, rec);
-    if (units < 0) sched_all(g, rec);
-    if (sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err)) return -1;
+    int units = tt_sched_checkpoint_dp(g, mb, dt, o->profile, over, rec, err);
+    if (units < -1 || (units == -1 && tt_sched_checkpoint_all(g, rec, err))) return -1;
+    if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err))) return rc;
     if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
     if (out->arena_bytes <= budget) return 1;
     over += (double)(out->arena_bytes - budget) * 1.25 + 1.0;
     tt_program_free(out);
     if (units < 0) break;
   }
-  /* last resort: every unit recomputed */
-  sched_all(g, rec);
-  if (sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err)) return -1;
+  /* last resort: the plan that frees the most */
+  if (tt_sched_checkpoint_all(g, rec, err)) return -1;
+  if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err))) return rc;
   if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
   if (out->arena_bytes <= budget) return 1;
   tt_program_free(out);
@@ -300,13 +142,19 @@ static int sched_eval(const tt_graph *g, tt_backend *be, const tt_sched_opts *o,
   for (;;) {
     pol.micro_batch = eb;
     tt_program p;
-    if (tt_lower(g, &pol, be, &p, err) || tt_program_plan(&p, err)) return -1;
+    int rc = tt_lower(g, &pol, be, &p, err);
+    if (!rc && (rc = tt_program_plan(&p, err))) tt_program_free(&p);
+    /* a larger batch too large to plan (sizes past 2^64 bytes): keep the previous one */
+    if (rc) return rc == TT_ERR_TOO_LARGE && !fixed && eb != r->policy.micro_batch ? 0 : -1;
     int ok = p.transient_bytes <= r->train.transient_bytes;
     if (fixed || (!ok && eb == r->policy.micro_batch)) {
       r->eval = p;
       return 0;
     }
-    if (!ok) return 0; /* keep the previous (smaller) one */
+    if (!ok) { /* keep the previous (smaller) one */
+      tt_program_free(&p);
+      return 0;
+    }
     tt_program_free(&r->eval);
     r->eval = p;
     if (eb >= 1024) return 0;
@@ -346,7 +194,7 @@ static void sched_keep(tt_schedule_result *r, const tt_program *p, const unsigne
  * nothing fits, -1 on error. *min_arena receives the smallest arena any candidate planned. */
 static int sched_search(const tt_graph *g, tt_backend *be, const tt_sched_opts *o, tt_schedule_result *r,
                         unsigned char *rec, size_t *min_arena, tt_err *err) {
-  int n = g->nnodes, eff = g->model->train.batch, have = 0;
+  int n = g->nnodes, eff = g->model->train.batch, have = 0, failed = 0;
   tt_dtype dts[2];
   int ndt = 0;
   if (o->precision != TT_PREC_FP16) dts[ndt++] = TT_F32;
@@ -358,12 +206,20 @@ static int sched_search(const tt_graph *g, tt_backend *be, const tt_sched_opts *
       tt_program p;
       int fit = sched_fit(g, be, o, r->budget_bytes, mb, eff / mb, dts[d], rec, &p, min_arena, err);
       r->candidates_tried++;
+      /* Under a budget, a candidate too large to plan (its sizes pass 2^64 bytes) does not
+       * fit, and a smaller micro-batch may; err keeps why in case none plans at all. */
+      if (fit == TT_ERR_TOO_LARGE && r->budget_bytes) {
+        failed = 1;
+        continue;
+      }
       if (fit < 0) return -1;
       if (!fit) continue;
       double rms = 0.0;
       double ms = sched_predict(&p, o->profile, &rms);
       int ru = sched_count(rec, n);
-      if (ms < best_ms_per_img) {
+      /* faster wins; as fast (to rounding), the smaller arena */
+      int as_fast = fabs(ms - best_ms_per_img) <= 1e-9 * ms;
+      if (as_fast ? have && p.arena_bytes < r->train.arena_bytes : ms < best_ms_per_img) {
         if (have) {
           sched_add_alt(r, r->policy.micro_batch, r->policy.act_dtype, sched_count(r->recompute, n), r->train.arena_bytes,
                         r->predicted_step_ms);
@@ -381,7 +237,7 @@ static int sched_search(const tt_graph *g, tt_backend *be, const tt_sched_opts *
       if (ru == 0) break;
     }
   }
-  return have;
+  return !have && failed && *min_arena == (size_t)-1 ? -1 : have;
 }
 
 /* Units of the graph and how many of them the chosen plan recomputes (the run's summary). */
@@ -421,6 +277,7 @@ int tt_schedule(const tt_graph *g, tt_backend *be, const tt_sched_opts *oin, tt_
   r->recompute = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
   if (!rec || !r->recompute) {
     free(rec);
+    tt_schedule_free(r);
     return -1;
   }
   size_t min_arena = (size_t)-1;
@@ -450,7 +307,10 @@ static void sched_dominant(const tt_graph *g, tt_backend *be, const tt_sched_opt
   tt_err e2;
   dom[0] = 0;
   if (!rr) return;
-  if (o->recompute != TT_RECOMP_NONE) sched_all(g, rr);
+  if (o->recompute != TT_RECOMP_NONE && tt_sched_checkpoint_all(g, rr, &e2)) {
+    free(rr);
+    return;
+  }
   if (!sched_try(g, be, o->micro_batch > 0 ? o->micro_batch : 1, eff, o->precision == TT_PREC_FP32 ? TT_F32 : TT_F16,
                  o->inplace, rr, &q, &e2)) {
     size_t at[TT_BC_COUNT];

@@ -2,9 +2,10 @@
  *
  * Enumerates micro-batch x precision x checkpoint plan, lowers and plans each candidate
  * (planning is cheap), predicts its step time with a cost model, and keeps the fastest per
- * image that fits the budget. Checkpoint plans come from a dynamic program over the graph's
- * units (the stretches between single-tensor cut points; a residual block is one unit) that
- * minimises recompute time for the memory it must free, checked against the real planner. */
+ * image that fits the budget. Checkpoint plans (core/sched_recompute.c) recompute segments
+ * of the graph's units (the stretches between single-tensor cut points: a layer of a plain
+ * chain, a residual block), chosen by a dynamic program that minimises recompute time for the
+ * memory it must free, and are checked against the real planner. */
 #ifndef TT_SCHED_H
 #define TT_SCHED_H
 #include "program.h"
@@ -82,16 +83,24 @@ void tt_sched_explain(const tt_graph *g, tt_backend *planner_be, const tt_sched_
 
 /* Exposed for tests and the --max-batch report. */
 double tt_predict_ms(const tt_program *p, const tt_device_profile *prof);
-/* Units: unit_of[node] = unit index (cut nodes end a unit). Returns the number of units. */
+/* Checkpoint plans (core/sched_recompute.c). Units: unit_of[node] = unit index (cut nodes end
+ * a unit); returns the number of units, -1 out of host memory. */
 int tt_sched_units(const tt_graph *g, int *unit_of);
 /* Whether the backward pass reads node v's value (the checkpoint search's memory model; it
- * reads the same op-traits row as the lowering, and tests/test_lower.c holds them equal). */
+ * reads the same op-traits row as the lowering, and tests/test_lower.c holds them equal);
+ * _all answers for every node at once, in O(nodes + edges). */
 int tt_sched_bwd_reads(const tt_graph *g, int v);
-/* Fills rec[] for the minimum-recompute-cost checkpoint plan whose modelled activation
- * memory is at most `target` bytes at this micro-batch/dtype; returns the units recomputed
- * or -1 if even recomputing everything does not reach target. */
-int tt_sched_checkpoint_dp(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double target,
-                           unsigned char *rec);
+void tt_sched_bwd_reads_all(const tt_graph *g, unsigned char *reads);
+/* Fills rec[] (per node: 1 = dropped after the forward pass, recomputed in backward) with
+ * the cheapest plan, in the cost model, that frees at least `need` bytes of the activation
+ * memory backward keeps, at this micro-batch and dtype. Returns the units recomputed; -1 when
+ * no plan frees that much (rec all zero); -2 out of host memory (err set). */
+int tt_sched_checkpoint_dp(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need,
+                           unsigned char *rec, tt_err *err);
+/* `--recompute all`: the plan that keeps the least activation memory in the model (segments
+ * of units with checkpoints between them; on a chain of layers about sqrt(n) segments).
+ * 0, or -1 out of host memory (err set). */
+int tt_sched_checkpoint_all(const tt_graph *g, unsigned char *rec, tt_err *err);
 /* The sqrt(n) baseline: every unit recomputed except every k-th, k = round(sqrt(units)). */
 void tt_sched_checkpoint_sqrt(const tt_graph *g, unsigned char *rec);
 /* Largest micro-batch that fits (0 if none) for a fixed dtype and recompute mode. */

@@ -1,8 +1,12 @@
 /* core/session.c — opening a recipe: parse, build, choose the backend, schedule, allocate. */
 #include "session.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "recipe.h"
 
@@ -28,6 +32,23 @@ static int session_settle(tt_session *s, size_t reserve, tt_err *err) {
   return 0;
 }
 #endif
+/* The CPU backend's threads: what was asked (0: all), but never more than the cores this
+ * process may run on. More gain nothing, each costs its stack (--threads 10000: 700 MB), and
+ * OpenMP fails outright on 1000000; so a larger request is lowered, with a warning. */
+static int session_threads(int asked) {
+#ifdef _OPENMP
+  int cores = omp_get_num_procs(); /* the CPUs in this process's affinity mask */
+#else
+  int cores = 1;
+#endif
+  if (cores < 1) cores = 1;
+  if (asked <= cores) return asked;
+  char msg[160];
+  snprintf(msg, sizeof msg, "tinytrain: warning: --threads %d is more than the %d cores this process can use; using %d", asked,
+           cores, cores);
+  tt_warn_stderr(NULL, msg);
+  return cores;
+}
 
 int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode, tt_err *err) {
   *out = NULL;
@@ -62,7 +83,7 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
   }
 #endif
   if (!s->be) {
-    s->be = tt_cpu_backend_create(o->threads);
+    s->be = tt_cpu_backend_create(session_threads(o->threads));
     if (!s->be) {
       tt_fail(err, "could not create the CPU backend");
       goto fail;

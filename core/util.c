@@ -9,6 +9,16 @@
 
 /* A counter of host allocations made through tt_malloc; only tests read it. */
 static volatile uint64_t util_alloc_count;
+/* The value of the counter at which an allocation fails (tt_host_alloc_fail_at); 0: none. */
+static volatile uint64_t util_alloc_fail_at;
+
+/* Counts one allocation; 1 when the test hook says this one fails. */
+static int util_alloc_fails(void) {
+  uint64_t k = __sync_add_and_fetch(&util_alloc_count, 1);
+  return util_alloc_fail_at != 0 && k == util_alloc_fail_at;
+}
+
+void tt_host_alloc_fail_at(uint64_t n) { util_alloc_fail_at = n ? tt_host_alloc_count() + n : 0; }
 
 int tt_fail(tt_err *err, const char *fmt, ...) {
   if (err) {
@@ -21,15 +31,13 @@ int tt_fail(tt_err *err, const char *fmt, ...) {
 }
 
 void *tt_malloc(size_t bytes, const char *what, tt_err *err) {
-  void *p = malloc(bytes ? bytes : 1);
-  __sync_fetch_and_add(&util_alloc_count, 1);
+  void *p = util_alloc_fails() ? NULL : malloc(bytes ? bytes : 1);
   if (!p) tt_fail(err, "out of host memory allocating %zu bytes for %s", bytes, what);
   return p;
 }
 
 void *tt_calloc(size_t n, size_t size, const char *what, tt_err *err) {
-  void *p = calloc(n ? n : 1, size ? size : 1);
-  __sync_fetch_and_add(&util_alloc_count, 1);
+  void *p = util_alloc_fails() ? NULL : calloc(n ? n : 1, size ? size : 1);
   if (!p) tt_fail(err, "out of host memory allocating %zu x %zu bytes for %s", n, size, what);
   return p;
 }

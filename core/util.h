@@ -30,6 +30,10 @@ void *tt_calloc(size_t n, size_t size, const char *what, tt_err *err);
  * prove that a training step allocates nothing after setup. Atomic, process-wide:
  * it is a diagnostic counter, not state the library depends on. */
 uint64_t tt_host_alloc_count(void);
+/* Test hook: the n-th tt_malloc/tt_calloc from now (1: the next one) fails as if the host were
+ * out of memory; 0 switches it off. Process-wide like the counter; only tests call it, to
+ * check that every failure path releases what it took. */
+void tt_host_alloc_fail_at(uint64_t n);
 
 /* Where a stage reports a warning: one line, "file:line: warning: ..." or naming the file;
  * ud is the caller's. Recipe parsing and data loading take one (NULL: warnings dropped). */
@@ -55,6 +59,13 @@ void tt_strbuf_printf(tt_strbuf *b, const char *fmt, ...)
     ;
 /* Appends s as a quoted JSON string: '"' and '\\' escaped, control characters as \u00XX. */
 void tt_strbuf_json(tt_strbuf *b, const char *s);
+
+/* Size arithmetic that cannot wrap: the product or sum, or SIZE_MAX when it does not fit (and
+ * SIZE_MAX in stays SIZE_MAX, so a chain of them needs one check at the end). */
+static inline size_t tt_size_mul(size_t a, size_t b) {
+  return (a == SIZE_MAX || b == SIZE_MAX || (a && b > SIZE_MAX / a)) ? SIZE_MAX : a * b;
+}
+static inline size_t tt_size_add(size_t a, size_t b) { return b >= SIZE_MAX - a ? SIZE_MAX : a + b; }
 
 /* Parses "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024.
  * Returns 0, or -1 for anything else (zero bytes included). Also in the public header. */

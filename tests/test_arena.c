@@ -218,7 +218,7 @@ static void add_grad(prog *p, int *grad, int t, int g) {
 }
 
 static void build_cnn(prog *p, const cnn_cfg *c) {
-  fop *ops = (fop *)calloc(4096, sizeof(fop));
+  fop *ops = (fop *)calloc((size_t)c->blocks_per_stage * (size_t)c->stages * 16 + 64, sizeof(fop)); /* <= 16 ops a block */
   int nops = 0, i, x, st, bl, h = c->res, ch = c->ch, cin = 3;
   size_t es = c->fp16 ? 2 : 4;
   int *grad;
@@ -604,6 +604,80 @@ static void test_timing(void) {
   free(b);
 }
 
+/* ---- large programs: the sweep plans alone past the greedy passes' budget ---- */
+
+/* Random sets of 9000 buffers, too many for greedy-by-size: the time-order sweep's plan must
+ * be as valid as any (issue 14: planning time grew with the square of the layers). */
+static void test_sweep_large(void) {
+  enum { N = 9000, SETS = 3 };
+  arena_buf *b = (arena_buf *)malloc(sizeof(arena_buf) * N);
+  tt_test_rng r;
+  char err[512];
+  double worst = 1.0;
+  r.s = 4242;
+  TT_TEST_BEGIN("arena_sweep_large_random");
+  for (int s = 0; s < SETS && !tt_test_current_failed; s++) {
+    arena_result res;
+    for (int i = 0; i < N; i++) {
+      int f = tt_test_rng_int(&r, 0, 2999), len = tt_test_rng_int(&r, 0, tt_test_rng_int(&r, 0, 1) ? 5 : 300);
+      b[i] = mkbuf((size_t)tt_test_rng_int(&r, 1, 1 << 20), (size_t)1 << tt_test_rng_int(&r, 0, 8), f, f + len, -1);
+      if (i % 25 == 0) b[i].first = 0, b[i].last = 3300;
+      if (i > 0 && tt_test_rng_int(&r, 0, 7) == 0) { /* an acceptable in-place alias */
+        int a = tt_test_rng_int(&r, 0, i - 1);
+        b[i].alias_of = a, b[i].first = b[a].last;
+        if (b[i].last < b[i].first) b[i].last = b[i].first + len;
+        if (b[i].size > b[a].size) b[i].size = b[a].size;
+      }
+    }
+    int rc = arena_plan(b, N, &res, err, sizeof err);
+    TT_CHECK(rc == 0, "set %d: %s", s, err);
+    if (rc) break;
+    TT_CHECK(arena_check(b, N, res.arena_bytes, err, sizeof err) == 0, "set %d: %s", s, err);
+    TT_CHECK(res.peak_live_bytes == brute_peak(b, N, NULL), "set %d: peak mismatch", s);
+    TT_CHECK(res.arena_bytes >= res.peak_live_bytes, "set %d: arena below peak", s);
+    if ((double)res.arena_bytes / (double)res.peak_live_bytes > worst)
+      worst = (double)res.arena_bytes / (double)res.peak_live_bytes;
+  }
+  TT_TEST_END();
+  printf("INFO arena sweep: %d sets of %d random buffers, worst arena/peak %.3f\n", SETS, N, worst);
+  free(b);
+}
+
+/* CPU milliseconds to plan p (the least of two runs, so a busy machine counts less). */
+static double plan_cpu_ms(prog *p, arena_result *res) {
+  double best = 1e300;
+  char err[256];
+  for (int k = 0; k < 2; k++) {
+    clock_t t0 = clock();
+    if (arena_plan(p->b, p->n, res, err, sizeof err)) return -1.0;
+    double ms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC;
+    if (ms < best) best = ms;
+  }
+  return best;
+}
+
+/* A deep chain's training program and one four times deeper: planning time about linear (a
+ * generous bound, 8x, where the square is 16x), and the arena still at its lower bound. */
+static void test_scaling(void) {
+  cnn_cfg small = {"chain-200x3", 200, 3, 0, 1, 0, 32, 32, 16}, big = {"chain-800x3", 800, 3, 0, 1, 0, 32, 32, 16};
+  prog a, b;
+  arena_result ra, rb;
+  TT_TEST_BEGIN("arena_scaling_linear");
+  build_cnn(&a, &small);
+  build_cnn(&b, &big);
+  double ta = plan_cpu_ms(&a, &ra), tb = plan_cpu_ms(&b, &rb);
+  TT_CHECK(ta >= 0 && tb >= 0, "planning failed");
+  printf("INFO arena scaling: %d buffers in %.1f ms (ratio %.4f), %d buffers in %.1f ms (ratio %.4f): x%.1f time for "
+         "x%.1f buffers\n", a.n, ta, (double)ra.arena_bytes / ra.peak_live_bytes, b.n, tb,
+         (double)rb.arena_bytes / rb.peak_live_bytes, tb / (ta > 0.01 ? ta : 0.01), (double)b.n / a.n);
+  TT_CHECK(tb <= 8.0 * (ta > 5.0 ? ta : 5.0), "4x the buffers took %.1f ms against %.1f ms", tb, ta);
+  TT_CHECK((double)rb.arena_bytes / rb.peak_live_bytes <= 1.05, "deep chain: arena/peak %.4f",
+           (double)rb.arena_bytes / rb.peak_live_bytes);
+  free(a.b);
+  free(b.b);
+  TT_TEST_END();
+}
+
 int main(void) {
   test_alias();
   test_edges();
@@ -611,5 +685,7 @@ int main(void) {
   test_random_properties();
   test_cnn_programs();
   test_timing();
+  test_sweep_large();
+  test_scaling();
   TT_TEST_EXIT();
 }

@@ -6,7 +6,7 @@
 #   bash tests/test_cli.sh
 # Prints PASS/FAIL/SKIP lines; exits 1 if anything failed.
 cd "$(dirname "$0")/.." || exit 1
-TT=./tinytrain
+TT=${TT:-./tinytrain}
 FAILED=0
 TMP=$(mktemp -d /tmp/tt_test_cli_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
@@ -85,6 +85,8 @@ expect_usage "bad epochs" "--epochs" --epochs 0 $L
 expect_usage "bad precision" "--precision" plan --precision fp8 $L
 expect_usage "eval without weights" "--weights" eval $L
 expect_usage "bad checkpoint interval" "--checkpoint-every" --checkpoint-every 10x $L
+expect_usage "max-batch without a budget" "--max-batch needs a budget: give --vram SIZE" plan --max-batch $L
+expect_usage "max-batch outside plan" "--max-batch is an option of plan" eval --max-batch --weights "$TMP/none.safetensors" $L
 [ $ok = 1 ] && pass cli_bad_usage
 
 # ---- bad recipes: exit 1 (no crash), PATH:LINE: ----
@@ -130,6 +132,10 @@ if d.get("reserve_measured"):
     assert d["budget_bytes"] <= d["device_free_bytes"], "budget %r > device free %r" % (d["budget_bytes"], d["device_free_bytes"])
 else:
     assert d["device_free_bytes"] is None, "no GPU asked but device_free_bytes %r" % d["device_free_bytes"]
+b = sum(d["breakdown"].values())
+assert b == d["peak_live_bytes"], "breakdown sums to %d, not peak_live_bytes %d" % (b, d["peak_live_bytes"])
+nip = d["saved"]["no_inplace_arena_bytes"]
+assert d["arena_bytes"] <= nip, "in-place ops make the arena %d, larger than %d without" % (d["arena_bytes"], nip)
 r = d["arena_bytes"] / d["peak_live_bytes"]
 assert r <= 1.05, "arena/peak_live = %.4f > 1.05" % r
 print("ratio %.4f  plan_ms %s  micro_batch %d x %d %s" % (r, d.get("plan_ms"), d["micro_batch"], d["accum_steps"], d["precision"]))
@@ -170,6 +176,22 @@ else
   sz=$(echo "$ERR" | sed -n 's/.*smallest --vram that fits is \([0-9.]*\) *\([KMGT]\)i\?B.*/\1\2/p')
   run plan --vram "$sz" examples/imagenet/vgg16.recipe
   if [ "$RC" = 0 ]; then pass cli_plan_refuses; else fail cli_plan_refuses "the suggested --vram $sz does not fit: $ERR"; fi
+fi
+
+# ---- sizes past 64 bits: 200 layers of 2^31 values at the recipe's batch of 2^24 ----
+# Without a budget the plan is refused (it wrapped to a small arena); under --vram the search
+# goes on to smaller micro-batches and refuses with the smallest --vram that fits.
+printf '[net]\ninput = 1x46340x46340\nclasses = 10\n[train]\nbatch = 16777216\n[block r]\n[relu]\n[end]\n[r rr]\nrepeat = 200\n[gap]\n[linear]\nout = 10\n' >"$TMP/huge.recipe"
+run plan "$TMP/huge.recipe"
+if [ "$RC" != 1 ] || ! echo "$ERR" | grep -qF "$TMP/huge.recipe: the 414 buffers of the plan at micro-batch 16777216 add up to more than 2^64 bytes"; then
+  fail cli_plan_overflow "no budget: exit $RC: $ERR"
+else
+  run plan --vram 4G "$TMP/huge.recipe"
+  if [ "$RC" != 1 ] || ! echo "$ERR" | grep -q "does not fit.*smallest --vram that fits is"; then
+    fail cli_plan_overflow "--vram 4G: exit $RC: $ERR"
+  else
+    pass cli_plan_overflow
+  fi
 fi
 
 # ---- --device cuda on a CPU-only build ----
@@ -295,6 +317,32 @@ else
   elif ! echo "$OUT" | grep -q "resumed from $TMP/sig/state.safetensors at step [1-9]"; then fail cli_sigterm "no 'resumed from' line: $OUT"
   else pass cli_sigterm
   fi
+fi
+
+# ---- --threads beyond the cores: lowered to the cores, with a warning (1000000 crashed OpenMP) ----
+cat >"$TMP/synthetic.recipe" <<EOF
+[net]
+input = 1x16x16
+classes = 10
+[train]
+batch = 8
+[data]
+format = synthetic
+[conv c1]
+filters = 8
+size = 3
+[relu]
+[flatten]
+[linear fc]
+out = 10
+EOF
+run --device cpu --threads 1000000 --max-steps 1 --out "$TMP/run_threads" "$TMP/synthetic.recipe"
+if [ "$RC" != 0 ]; then
+  fail cli_threads_bounded "--threads 1000000: exit $RC: $(echo "$ERR" | tail -n 3)"
+elif ! grep -q "threads 1000000 is more than the [0-9]* cores this process can use; using [0-9]*" "$TMP/err"; then
+  fail cli_threads_bounded "no warning that --threads was lowered: $ERR"
+else
+  pass cli_threads_bounded
 fi
 
 exit $FAILED

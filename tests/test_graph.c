@@ -312,9 +312,67 @@ static void test_errors(void) {
   expect_error("mem/window3.recipe",
                NET("1x9x5", "2") "[conv ok]\nfilters = 2\nsize = 3\n[maxpool]\nsize = 6\nstride = 1\n[flatten]\n[linear]\nout = 2\n",
                "[maxpool]", "[maxpool maxpool1]", "a 6x6 window does not fit the 9x5 input");
-  /* Not asserted: with a stride larger than the overhang the window is accepted today (see
-   * graph_out_dim: C division truncates toward zero), e.g. [maxpool] size = 6 (stride 6) on 5x5
-   * gives 1x1 where PyTorch refuses. */
+  /* A stride larger than the overhang hid these (C division truncates toward zero, so they gave
+   * 1x1); PyTorch refuses both, and so does the build now. */
+  expect_error("mem/window4.recipe",
+               NET("1x3x3", "2") "[conv c]\nfilters = 2\nsize = 4\nstride = 2\npad = 0\n[flatten]\n[linear]\nout = 2\n",
+               "[conv c]", "[conv c]", "a 4x4 window with pad 0x0 does not fit the 3x3 input");
+  expect_error("mem/window5.recipe", NET("1x5x5", "2") "[maxpool]\nsize = 6\n[flatten]\n[linear]\nout = 2\n", "[maxpool]",
+               "[maxpool maxpool1]", "a 6x6 window does not fit the 5x5 input");
+  expect_error("mem/window6.recipe", NET("1x5x5", "2") "[avgpool]\nsize = 6\npad = 0x3\n[flatten]\n[linear]\nout = 2\n",
+               "[avgpool]", "[avgpool avgpool1]", "a 6x6 window with pad 0x3 does not fit the 5x5 input");
+  TT_TEST_END();
+
+  TT_TEST_BEGIN("graph_window_rounds_down");
+  {
+    /* what still fits: floor((4 - 3) / 2) + 1 = 1 and floor((5 - 2) / 2) + 1 = 2, as in PyTorch */
+    tt_model m;
+    tt_graph g;
+    tt_err err;
+    char s[128];
+    if (build("mem/floor.recipe", NET("1x4x4", "2") "[conv c]\nfilters = 2\nsize = 3\nstride = 2\npad = 0\n"
+                                  "[maxpool p]\nsize = 1\nstride = 1\n[flatten]\n[linear]\nout = 2\n", &m, &g, &err) != 0) {
+      TT_CHECK(0, "%s", err.msg);
+    } else {
+      TT_CHECK(shape_is(&g, "c", 2, 1, 1), "%s", shape_of(&g, "c", s, sizeof s));
+      done(&m, &g);
+    }
+    if (build("mem/floor2.recipe", NET("1x5x5", "2") "[maxpool p]\nsize = 2\n[flatten]\n[linear]\nout = 2\n", &m, &g, &err) != 0) {
+      TT_CHECK(0, "%s", err.msg);
+    } else {
+      TT_CHECK(shape_is(&g, "p", 1, 2, 2), "%s", shape_of(&g, "p", s, sizeof s));
+      done(&m, &g);
+    }
+  }
+  TT_TEST_END();
+
+  /* Shapes are computed in 64 bits and every tensor holds at most 2^31 - 1 values per image
+   * (the kernels count in ints): before, these wrapped to zero or negative sizes and an arena
+   * of 1.8e19 bytes while plan exited 0. */
+  TT_TEST_BEGIN("graph_error_sizes_overflow");
+  expect_error("mem/huge_input.recipe", NET("4x65536x65536", "10") "[flatten]\n[linear]\nout = 10\n", "[net]", "[net]",
+               "input = 4x65536x65536 is 17179869184 values per image; an image must hold 1 to 2147483647 (the kernels "
+               "count in 32 bits); use a smaller input");
+  expect_error("mem/huge_conv.recipe", NET("4x256x256", "10") "[conv c]\nfilters = 32768\nsize = 3\n[gap]\n[linear]\nout = 10\n",
+               "[conv c]", "[conv c]",
+               "its output 32768x256x256 is 2147483648 values per image, more than the 2147483647 one tensor may hold "
+               "(the kernels count in 32 bits); make the layer smaller");
+  expect_error("mem/huge_pad.recipe",
+               NET("1x2048x2048", "10") "[conv c]\nfilters = 1024\nsize = 1\npad = 4096\n[gap]\n[linear]\nout = 10\n",
+               "[conv c]", "[conv c]",
+               "its output 1024x10240x10240 is 107374182400 values per image, more than the 2147483647 one tensor may "
+               "hold (the kernels count in 32 bits); make the layer smaller");
+  expect_error("mem/huge_concat.recipe",
+               NET("4x32x32", "10") "[conv a]\nfilters = 1048576\nsize = 1\n[conv b]\nfrom = input\nfilters = 1048576\n"
+                                    "size = 1\n[concat cat]\nfrom = a, b\n[gap]\n[linear]\nout = 10\n",
+               "[concat cat]", "[concat cat]",
+               "its output 2097152x32x32 is 2147483648 values per image, more than the 2147483647 one tensor may hold "
+               "(the kernels count in 32 bits); make the layer smaller");
+  expect_error("mem/huge_filter.recipe",
+               NET("4x16x16", "10") "[conv c]\nfilters = 1048576\nsize = 4096\n[gap]\n[linear]\nout = 10\n", "[conv c]",
+               "[conv c]",
+               "its filter's fan-in (67108864) or fan-out (17592186044416) is more than 2147483647; use a smaller size, "
+               "fewer filters or more groups");
   TT_TEST_END();
 
   TT_TEST_BEGIN("graph_error_groups");

@@ -422,6 +422,55 @@ static void test_workspace_query_failure(void) {
   TT_TEST_END();
 }
 
+/* Byte sizes are micro-batch x values x dtype size: computed without wrapping, and a plan
+ * whose sizes do not fit in 64 bits is refused with a message naming the buffer or the recipe. */
+static void test_size_overflow(void) {
+  TT_TEST_BEGIN("lower_and_plan_refuse_sizes_past_64_bits");
+  tt_err e = {{0}};
+  tt_model m;
+  tt_graph g;
+  tt_program p;
+  tt_backend *be = tt_cpu_backend_create(1);
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 1;
+  /* (a) one buffer: a graph built by a program, not the recipe parser (which keeps tensors
+   * below 2^31 values): r1 made 2^31-1 x 2 x 1 values at micro-batch 2^31-1 is 2^65 bytes */
+  if (!be || tt_recipe_parse("lower.recipe", lower_recipe, &m, &e, NULL, NULL) || tt_graph_build(&m, &g, &e)) {
+    TT_CHECK(0, "setting up: %s", e.msg);
+  } else {
+    g.nodes[3].c = 2147483647, g.nodes[3].h = 2, g.nodes[3].w = 1;
+    pol.micro_batch = 2147483647;
+    int rc = tt_lower(&g, &pol, be, &p, &e);
+    if (!rc) tt_program_free(&p);
+    TT_CHECK(rc != 0 && strstr(e.msg, "buffer 'r1'") && strstr(e.msg, "more than 2^64 bytes"),
+             "a 2^65-byte value: tt_lower returned %d: %s", rc, rc ? e.msg : "");
+    tt_graph_free(&g);
+    tt_model_free(&m);
+  }
+  /* (b) the sum: 200 layers of 2^31 values at micro-batch 2^24 (2^57 bytes each) */
+  static const char *many =
+      "[net]\ninput = 1x46340x46340\nclasses = 10\n[train]\nbatch = 16777216\n"
+      "[block r]\n[relu]\n[end]\n[r rr]\nrepeat = 200\n[gap]\n[linear]\nout = 10\n";
+  if (!be || tt_recipe_parse("many.recipe", many, &m, &e, NULL, NULL) || tt_graph_build(&m, &g, &e)) {
+    TT_CHECK(0, "setting up: %s", e.msg);
+  } else {
+    pol.micro_batch = 16777216;
+    int rc = tt_lower(&g, &pol, be, &p, &e);
+    if (!rc) {
+      rc = tt_program_plan(&p, &e);
+      if (!rc) printf("  planned an arena of %zu bytes\n", p.arena_bytes);
+      tt_program_free(&p);
+    }
+    TT_CHECK(rc != 0 && strstr(e.msg, "many.recipe: the ") && strstr(e.msg, "add up to more than 2^64 bytes"),
+             "buffers adding up past 2^64 bytes: %d: %s", rc, rc ? e.msg : "");
+    tt_graph_free(&g);
+    tt_model_free(&m);
+  }
+  if (be) be->destroy(be);
+  TT_TEST_END();
+}
+
 int main(void) {
   test_workspace_query_failure();
   test_counts();
@@ -430,5 +479,6 @@ int main(void) {
   test_inplace();
   test_recompute();
   test_sched_agrees();
+  test_size_overflow();
   TT_TEST_EXIT();
 }

@@ -12,7 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "core/data.h"
 #include "core/exec.h"
@@ -45,6 +49,21 @@ static void net_close(net *n) {
   if (n->have_g) tt_graph_free(&n->g);
   if (n->have_m) tt_model_free(&n->m);
   memset(n, 0, sizeof *n);
+}
+
+static int build_prog_inplace(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, const unsigned char *rec,
+                              int inplace, tt_program *p, tt_err *e) {
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = mb, pol.accum_steps = accum, pol.act_dtype = dt, pol.inplace = inplace;
+  pol.recompute = (unsigned char *)rec, pol.training = 1;
+  memset(p, 0, sizeof *p);
+  if (tt_lower(g, &pol, be, p, e)) return -1;
+  if (tt_program_plan(p, e)) {
+    tt_program_free(p);
+    return -1;
+  }
+  return 0;
 }
 
 static int build_prog(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, const unsigned char *rec,
@@ -166,93 +185,191 @@ static int ck_run(const net *n, tt_backend *be, const unsigned char *rec, const 
   return rc;
 }
 
-static void test_checkpoint_equals_plain(tt_backend *be) {
-  TT_TEST_BEGIN("checkpointed training == plain training, bit-exact (fp32, batch norm + dropout)");
+/* Trains with recompute plan rec and compares with the plain run (state s_plain, loss
+ * statistics st_plain, program pp): some node dropped, recompute steps in the program, a
+ * smaller arena, and every parameter, gradient and optimizer state bit for bit. */
+static void ck_check_variant(const net *n, tt_backend *be, const unsigned char *rec, const char *vn, const uint8_t *imgs,
+                             const int32_t *labs, const float *s_plain, const float *st_plain, const tt_program *pp) {
+  tt_err e;
+  tt_program pr;
+  size_t sf = state_floats(&n->g);
+  float *s_rec = (float *)calloc(sf, sizeof(float)), st_rec[2];
+  int nrec = 0;
+  for (int v = 0; v < n->g.nnodes; v++) nrec += rec[v];
+  TT_CHECK(nrec > 0, "%s: the plan recomputes no node", vn);
+  if (ck_run(n, be, rec, imgs, labs, s_rec, st_rec, &pr, &e)) {
+    TT_CHECK(0, "%s run: %s", vn, e.msg);
+    free(s_rec);
+    return;
+  }
+  int nrs = count_flag(&pr, TT_SF_RECOMPUTE);
+  printf("  %s: %d nodes marked, %d recompute steps, arena %zu B vs plain %zu B\n", vn, nrec, nrs, pr.arena_bytes,
+         pp->arena_bytes);
+  TT_CHECK(nrs > 0, "%s: the program has no TT_SF_RECOMPUTE step", vn);
+  TT_CHECK(pr.arena_bytes < pp->arena_bytes, "%s: arena %zu is not smaller than plain %zu", vn, pr.arena_bytes,
+           pp->arena_bytes);
+  TT_CHECK(memcmp(st_plain, st_rec, sizeof st_rec) == 0, "%s: loss statistics differ: %.9g/%g vs %.9g/%g", vn,
+           (double)st_plain[0], (double)st_plain[1], (double)st_rec[0], (double)st_rec[1]);
+  size_t off = 0;
+  for (int i = 0; i < n->g.nparams; i++) {
+    for (int role = 0; role < 4; role++) {
+      size_t k = n->g.params[i].numel;
+      if (memcmp(s_plain + off, s_rec + off, k * sizeof(float))) {
+        TT_CHECK(0, "%s: parameter '%s' role %d differs (rel %.3g)", vn, n->g.params[i].name, role,
+                 rel_err(s_rec + off, s_plain + off, k));
+      }
+      off += k;
+    }
+  }
+  /* the running statistics did move (so the comparison above means something) */
+  for (int i = 0; i < n->g.nparams; i++)
+    if (n->g.params[i].role == TT_PR_BN_MEAN) {
+      size_t o2 = 0;
+      for (int j = 0; j < i; j++) o2 += 4 * n->g.params[j].numel;
+      int moved = 0;
+      for (size_t k = 0; k < n->g.params[i].numel; k++) moved |= s_plain[o2 + k] != 0.0f;
+      TT_CHECK(moved, "running mean of '%s' never moved", n->g.params[i].name);
+    }
+  tt_program_free(&pr);
+  free(s_rec);
+}
+
+/* The plain run of recipe text, then each variant's plan (0: the test's every-non-cut-node
+ * plan, 1: sqrt(n), 2: the scheduler's `all`, 3: the scheduler's cheapest plan freeing a
+ * quarter of the plain program's transient bytes) against it. */
+static void ck_compare(const char *name, const char *text, const int *variants, int nvar, tt_backend *be) {
+  static const char *const names[4] = {"recompute all (every non-cut node)", "sqrt plan", "scheduler's recompute all",
+                                       "scheduler's cheapest plan freeing a quarter"};
   tt_err e;
   net n;
-  if (net_open(&n, "bn_dropout.recipe", RECIPE_BN, NULL, &e)) {
+  if (net_open(&n, name, text, NULL, &e)) {
     TT_CHECK(0, "%s", e.msg);
-    TT_TEST_END();
     return;
   }
   int nb = CK_STEPS * CK_ACCUM;
-  size_t per = (size_t)CK_MB * 144;
+  size_t per = (size_t)CK_MB * 144, sf = state_floats(&n.g);
   uint8_t *imgs = (uint8_t *)malloc(per * nb);
   int32_t *labs = (int32_t *)malloc(sizeof(int32_t) * CK_MB * nb);
   tt_test_rng r = {42};
   for (size_t i = 0; i < per * nb; i++) imgs[i] = (uint8_t)(tt_test_rng_next(&r) & 0xff);
   for (int i = 0; i < CK_MB * nb; i++) labs[i] = (int32_t)(tt_test_rng_next(&r) % 5);
-  size_t sf = state_floats(&n.g);
-  float *s_plain = (float *)calloc(sf, sizeof(float)), *s_rec = (float *)calloc(sf, sizeof(float));
+  float *s_plain = (float *)calloc(sf, sizeof(float)), st_plain[2];
   unsigned char *rec = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
-  float st_plain[2], st_rec[2];
-  tt_program pp, pr;
-  int have_pp = 0;
-  if (ck_run(&n, be, NULL, imgs, labs, s_plain, st_plain, &pp, &e) == 0) have_pp = 1;
-  else TT_CHECK(0, "plain run: %s", e.msg);
-  for (int variant = 0; variant < 2 && have_pp; variant++) {
-    if (variant == 0) rec_all(&n.g, rec);
-    else tt_sched_checkpoint_sqrt(&n.g, rec);
-    int nrec = 0;
-    for (int v = 0; v < n.g.nnodes; v++) nrec += rec[v];
-    const char *vn = variant == 0 ? "recompute all" : "sqrt plan";
-    TT_CHECK(nrec > 0, "%s: the plan recomputes no node", vn);
-    memset(s_rec, 0, sf * sizeof(float));
-    if (ck_run(&n, be, rec, imgs, labs, s_rec, st_rec, &pr, &e)) {
-      TT_CHECK(0, "%s run: %s", vn, e.msg);
-      continue;
-    }
-    int nrs = count_flag(&pr, TT_SF_RECOMPUTE);
-    printf("  %s: %d nodes marked, %d recompute steps, arena %zu B vs plain %zu B\n", vn, nrec, nrs, pr.arena_bytes,
-           pp.arena_bytes);
-    TT_CHECK(nrs > 0, "%s: the program has no TT_SF_RECOMPUTE step", vn);
-    TT_CHECK(pr.arena_bytes < pp.arena_bytes, "%s: arena %zu is not smaller than plain %zu", vn, pr.arena_bytes,
-               pp.arena_bytes);
-    TT_CHECK(memcmp(st_plain, st_rec, sizeof st_plain) == 0, "%s: loss statistics differ: %.9g/%g vs %.9g/%g", vn,
-             (double)st_plain[0], (double)st_plain[1], (double)st_rec[0], (double)st_rec[1]);
-    size_t off = 0;
-    for (int i = 0; i < n.g.nparams; i++) {
-      for (int role = 0; role < 4; role++) {
-        size_t k = n.g.params[i].numel;
-        if (memcmp(s_plain + off, s_rec + off, k * sizeof(float))) {
-          TT_CHECK(0, "%s: parameter '%s' role %d differs (rel %.3g)", vn, n.g.params[i].name, role,
-                   rel_err(s_rec + off, s_plain + off, k));
-        }
-        off += k;
+  tt_program pp;
+  if (ck_run(&n, be, NULL, imgs, labs, s_plain, st_plain, &pp, &e) == 0) {
+    for (int k = 0; k < nvar; k++) {
+      int vr = variants[k];
+      if (vr == 0) rec_all(&n.g, rec);
+      else if (vr == 1) tt_sched_checkpoint_sqrt(&n.g, rec);
+      else if (vr == 2) TT_CHECK(tt_sched_checkpoint_all(&n.g, rec, &e) == 0, "%s", e.msg);
+      else {
+        double need = 0.25 * (double)pp.transient_bytes;
+        TT_CHECK(tt_sched_checkpoint_dp(&n.g, CK_MB, TT_F32, tt_profile_cpu(), need, rec, &e) > 0, "no plan frees %.0f B",
+                 need);
       }
-    }
-    /* the running statistics did move (so the comparison above means something) */
-    for (int i = 0; i < n.g.nparams; i++)
-      if (n.g.params[i].role == TT_PR_BN_MEAN) {
-        size_t o2 = 0;
-        for (int j = 0; j < i; j++) o2 += 4 * n.g.params[j].numel;
-        int moved = 0;
-        for (size_t k = 0; k < n.g.params[i].numel; k++) moved |= s_plain[o2 + k] != 0.0f;
-        TT_CHECK(moved, "running mean of '%s' never moved", n.g.params[i].name);
-      }
-    tt_program_free(&pr);
-  }
-  /* at a larger micro-batch, where activations dominate even more */
-  if (have_pp) {
-    tt_program a, b;
-    rec_all(&n.g, rec);
-    if (!build_prog(&n.g, be, 128, 1, TT_F32, NULL, 1, &a, &e)) {
-      if (!build_prog(&n.g, be, 128, 1, TT_F32, rec, 1, &b, &e)) {
-        printf("  micro-batch 128: arena plain %zu B, recompute all %zu B\n", a.arena_bytes, b.arena_bytes);
-        TT_CHECK(b.arena_bytes < a.arena_bytes, "mb 128: recompute arena %zu not below plain %zu", b.arena_bytes,
-                 a.arena_bytes);
-        tt_program_free(&b);
-      }
-      tt_program_free(&a);
+      ck_check_variant(&n, be, rec, names[vr], imgs, labs, s_plain, st_plain, &pp);
     }
     tt_program_free(&pp);
+  } else {
+    TT_CHECK(0, "plain run: %s", e.msg);
   }
   free(rec);
   free(s_plain);
-  free(s_rec);
   free(imgs);
   free(labs);
   net_close(&n);
+}
+
+static void test_checkpoint_equals_plain(tt_backend *be) {
+  static const int variants[] = {0, 1, 2};
+  TT_TEST_BEGIN("checkpointed training == plain training, bit-exact (fp32, batch norm + dropout)");
+  ck_compare("bn_dropout.recipe", RECIPE_BN, variants, 3, be);
+  /* at a larger micro-batch, where activations dominate even more */
+  {
+    tt_err e;
+    net n;
+    unsigned char *rec = NULL;
+    if (net_open(&n, "bn_dropout.recipe", RECIPE_BN, NULL, &e) == 0 && (rec = (unsigned char *)calloc((size_t)n.g.nnodes, 1))) {
+      tt_program a, b;
+      rec_all(&n.g, rec);
+      if (!build_prog(&n.g, be, 128, 1, TT_F32, NULL, 1, &a, &e)) {
+        if (!build_prog(&n.g, be, 128, 1, TT_F32, rec, 1, &b, &e)) {
+          printf("  micro-batch 128: arena plain %zu B, recompute all %zu B\n", a.arena_bytes, b.arena_bytes);
+          TT_CHECK(b.arena_bytes < a.arena_bytes, "mb 128: recompute arena %zu not below plain %zu", b.arena_bytes,
+                   a.arena_bytes);
+          tt_program_free(&b);
+        }
+        tt_program_free(&a);
+      }
+    }
+    free(rec);
+    net_close(&n);
+  }
+  TT_TEST_END();
+}
+
+/* A plain chain (no residual connections): every layer is its own unit, so dropping "the
+ * inside of each unit" dropped nothing; segments of layers between checkpoints do. */
+static const char *RECIPE_CHAIN =
+    "[net]\ninput = 1x12x12\nclasses = 5\n"
+    "[train]\nbatch = 16\nmicro_batch = 8\noptimizer = sgd\nlr = 0.05\nmomentum = 0.9\nweight_decay = 5e-4\nseed = 7\n"
+    "[conv c1]\nfilters = 8\nsize = 3\nbias = false\n[bn n1]\n[relu r1]\n"
+    "[conv c2]\nfilters = 8\nsize = 3\nbias = false\n[bn n2]\n[relu r2]\n[dropout d1]\np = 0.3\n"
+    "[conv c3]\nfilters = 8\nsize = 3\nbias = false\n[bn n3]\n[relu r3]\n"
+    "[conv c4]\nfilters = 8\nsize = 3\n[relu r4]\n[dropout d2]\np = 0.2\n"
+    "[conv c5]\nfilters = 8\nsize = 3\nbias = false\n[bn n5]\n[relu r5]\n"
+    "[maxpool p1]\nsize = 2\n"
+    "[conv c6]\nfilters = 8\nsize = 3\n[relu r6]\n"
+    "[flatten]\n"
+    "[linear fc1]\nout = 16\n[relu r7]\n"
+    "[linear fc]\nout = 5\n";
+
+static void test_checkpoint_chain_equals_plain(tt_backend *be) {
+  static const int variants[] = {2, 3, 1};
+  TT_TEST_BEGIN("checkpointed training == plain training on a chain, bit-exact (the scheduler's plans, fp32)");
+  ck_compare("chain.recipe", RECIPE_CHAIN, variants, 3, be);
+  TT_TEST_END();
+}
+
+/* Issue 14: on plain chains (LeNet, VGG-16) --recompute all recomputed no layer, since every
+ * layer was a unit of its own and only the inside of a unit was dropped. Now the plan says
+ * which layers it recomputes, and the arena shrinks. */
+static void test_recompute_all_chains(tt_backend *be) {
+  static const char *const paths[2] = {"examples/fashion_mnist/lenet.recipe", "examples/imagenet/vgg16.recipe"};
+  TT_TEST_BEGIN("--recompute all on chains (LeNet, VGG-16) recomputes layers and lowers the arena");
+  for (int i = 0; i < 2; i++) {
+    tt_err e;
+    net n;
+    tt_schedule_result r[2];
+    if (net_open(&n, NULL, NULL, paths[i], &e)) {
+      TT_CHECK(0, "%s", e.msg);
+      continue;
+    }
+    int ok = 0;
+    for (int k = 0; k < 2; k++) {
+      tt_sched_opts o;
+      memset(&o, 0, sizeof o);
+      o.inplace = 1, o.precision = TT_PREC_FP16, o.recompute = k ? TT_RECOMP_ALL : TT_RECOMP_NONE;
+      if (tt_schedule(&n.g, be, &o, &r[k], &e)) {
+        TT_CHECK(0, "%s: %s", paths[i], e.msg);
+        break;
+      }
+      ok++;
+    }
+    if (ok == 2) {
+      int layers = 0;
+      for (int v = 0; v < n.g.nnodes; v++) layers += r[1].recompute[v];
+      printf("  %s mb %d: recompute none %.1f MiB; all %.1f MiB, %d layers marked, %d recompute steps, %d of %d units\n",
+             paths[i], r[1].policy.micro_batch, r[0].train.arena_bytes / 1048576.0, r[1].train.arena_bytes / 1048576.0,
+             layers, r[1].train.n_recomputed_steps, r[1].recomputed_units, r[1].nunits);
+      TT_CHECK(layers > 0 && r[1].train.n_recomputed_steps > 0 && r[1].recomputed_units > 0, "%s: nothing recomputed",
+               paths[i]);
+      TT_CHECK(r[1].train.arena_bytes < r[0].train.arena_bytes, "%s: recompute all %zu B, not below none %zu B", paths[i],
+               r[1].train.arena_bytes, r[0].train.arena_bytes);
+    }
+    for (int k = 0; k < ok; k++) tt_schedule_free(&r[k]);
+    net_close(&n);
+  }
   TT_TEST_END();
 }
 
@@ -814,11 +931,112 @@ static void test_optimal_beats_sqrt(tt_backend *be) {
   TT_TEST_END();
 }
 
+#ifdef __GLIBC__
+/* Bytes the process holds from malloc (glibc's own count; under AddressSanitizer, which owns
+ * malloc, it stays constant and LeakSanitizer checks at exit instead). */
+static size_t heap_in_use(void) {
+  struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
+}
+
+/* glibc's count is exact only without its per-thread cache of freed blocks (a cached block
+ * counts as in use): main() runs this binary again with the cache off. */
+#define HEAP_TUNABLE "glibc.malloc.tcache_count=0"
+
+/* One tt_schedule (and, when it fits, tt_sched_explain) then tt_schedule_free: returns tt_schedule's
+ * status; *leaked receives the heap bytes still held afterwards, *allocs the allocations
+ * tt_schedule itself made through tt_malloc/tt_calloc. */
+static int schedule_once(const net *n, tt_backend *be, const tt_sched_opts *o, size_t *leaked, uint64_t *allocs,
+                         tt_err *e) {
+  tt_schedule_result r;
+  size_t before = heap_in_use();
+  uint64_t c0 = tt_host_alloc_count();
+  int rc = tt_schedule(&n->g, be, o, &r, e);
+  *allocs = tt_host_alloc_count() - c0;
+  if (!rc) {
+    tt_sched_explain(&n->g, be, o, &r);
+    tt_schedule_free(&r);
+  }
+  *leaked = heap_in_use() - before;
+  return rc;
+}
+#endif
+
+/* Issue 14: every schedule, refusal and failure frees what it took (the evaluation program
+ * sched_eval planned and dropped leaked ~20 KB per run; a failed allocation of the recompute
+ * table leaked the other one). */
+static void test_schedule_frees(tt_backend *be) {
+  TT_TEST_BEGIN("tt_schedule frees everything: fits, fits by recomputing, refuses, and when any allocation fails");
+#ifndef __GLIBC__
+  TT_SKIP(tt_test_current_name, "no glibc mallinfo2 to count the heap");
+  (void)be;
+  return;
+#else
+  const char *tun = getenv("GLIBC_TUNABLES");
+  if (!tun || !strstr(tun, HEAP_TUNABLE)) {
+    TT_SKIP(tt_test_current_name, "GLIBC_TUNABLES lacks " HEAP_TUNABLE ", so the heap count is not exact");
+    return;
+  }
+  tt_err e;
+  net n;
+  if (net_open(&n, "bn_dropout.recipe", RECIPE_BN, NULL, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+    TT_TEST_END();
+    return;
+  }
+  printf("  (heap counted from here)\n");
+  tt_program p;
+  size_t plain = 0, leaked = 0;
+  if (!build_prog(&n.g, be, n.m.train.batch, 1, TT_F32, NULL, 1, &p, &e)) {
+    plain = p.arena_bytes;
+    tt_program_free(&p);
+  }
+  TT_CHECK(plain > 0, "%s", e.msg);
+  /* no budget; a budget the plain plan misses by 20%; a budget nothing fits */
+  size_t budgets[3] = {0, plain - plain / 5, 4096};
+  for (int i = 0; i < 3; i++) {
+    tt_sched_opts o;
+    memset(&o, 0, sizeof o);
+    o.vram_bytes = budgets[i], o.inplace = 1, o.precision = TT_PREC_FP32;
+    uint64_t allocs;
+    int rc = schedule_once(&n, be, &o, &leaked, &allocs, &e);
+    TT_CHECK(rc == (i == 2 ? -1 : 0), "budget %zu: rc %d: %s", budgets[i], rc, e.msg);
+    TT_CHECK(leaked == 0, "budget %zu: %zu bytes still held after tt_schedule_free", budgets[i], leaked);
+  }
+  /* the k-th allocation fails, for every k until tt_schedule makes fewer than k */
+  int k, failures = 0;
+  for (k = 1; k < 10000; k++) {
+    tt_sched_opts o;
+    memset(&o, 0, sizeof o);
+    o.vram_bytes = budgets[1], o.inplace = 1, o.precision = TT_PREC_FP32;
+    uint64_t allocs;
+    tt_host_alloc_fail_at((uint64_t)k);
+    e.msg[0] = 0;
+    int rc = schedule_once(&n, be, &o, &leaked, &allocs, &e);
+    tt_host_alloc_fail_at(0);
+    if (allocs < (uint64_t)k) break; /* tt_schedule made fewer than k */
+    failures++;
+    TT_CHECK(rc != 0 && strstr(e.msg, "out of host memory"), "allocation %d failed but tt_schedule said %d: %s", k, rc,
+             e.msg);
+    TT_CHECK(leaked == 0, "allocation %d failed: %zu bytes still held", k, leaked);
+  }
+  printf("  %d allocations made to fail one at a time\n", failures);
+  TT_CHECK(failures > 2, "only %d allocations seen", failures);
+  net_close(&n);
+  TT_TEST_END();
+#endif
+}
+
+/* Whether mb fits with plan rec, with in-place ops or without (the scheduler plans both). */
 static int fits_at(const net *n, tt_backend *be, int mb, tt_dtype dt, const unsigned char *rec, size_t budget) {
   tt_program p;
   tt_err e;
   if (build_prog(&n->g, be, mb, 1, dt, rec, 1, &p, &e)) return -1;
   int ok = p.arena_bytes <= budget;
+  tt_program_free(&p);
+  if (ok) return 1;
+  if (build_prog_inplace(&n->g, be, mb, 1, dt, rec, 0, &p, &e)) return -1;
+  ok = p.arena_bytes <= budget;
   tt_program_free(&p);
   return ok;
 }
@@ -833,7 +1051,7 @@ static void test_max_batch(tt_backend *be) {
     return;
   }
   unsigned char *all = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
-  rec_all(&n.g, all);
+  TT_CHECK(tt_sched_checkpoint_all(&n.g, all, &e) == 0, "%s", e.msg); /* what recompute = all plans */
   size_t vrams[2] = {4 * GIB, 2 * GIB};
   for (int vi = 0; vi < 2; vi++)
     for (int d = 0; d < 2; d++) {
@@ -868,7 +1086,90 @@ static void test_max_batch(tt_backend *be) {
   TT_TEST_END();
 }
 
-int main(void) {
+/* ======================================================================== 8. planning time */
+
+/* A chain of about `layers` conv-bn-relu layers (repeat groups of at most 9000). */
+static char *deep_chain(int layers) {
+  size_t cap = 2048;
+  char *t = (char *)malloc(cap);
+  int blocks = layers / 3, n = 0, k = 0;
+  if (!t) return NULL;
+  n += snprintf(t + n, cap - n, "[net]\ninput = 3x16x16\nclasses = 10\n[train]\nbatch = 32\n"
+                                "[block b]\n[conv c]\nfilters = 8\nsize = 3\nbias = false\n[bn n]\n[relu r]\n[end]\n");
+  for (; blocks > 0; k++, blocks -= 9000) n += snprintf(t + n, cap - n, "[b g%d]\nrepeat = %d\n", k, blocks > 9000 ? 9000 : blocks);
+  snprintf(t + n, cap - n, "[gap]\n[linear fc]\nout = 10\n");
+  return t;
+}
+
+/* CPU seconds of tt_schedule + tt_sched_explain (what `plan` runs) on a chain of `layers`,
+ * the least of two runs; budget_frac > 0: a budget of that fraction of *arena (the arena
+ * without one), which recomputation must close. -1 on failure. */
+static double plan_seconds(tt_backend *be, int layers, double budget_frac, size_t *arena) {
+  tt_err e;
+  net n;
+  char *text = deep_chain(layers);
+  double best = -1.0;
+  if (!text || net_open(&n, "deep.recipe", text, NULL, &e)) {
+    free(text);
+    return -1.0;
+  }
+  for (int k = 0; k < 2; k++) {
+    tt_sched_opts o;
+    tt_schedule_result r;
+    memset(&o, 0, sizeof o);
+    o.inplace = 1, o.precision = TT_PREC_FP16, o.micro_batch = 32;
+    if (budget_frac > 0) o.vram_bytes = (size_t)(budget_frac * (double)*arena);
+    clock_t t0 = clock();
+    if (tt_schedule(&n.g, be, &o, &r, &e)) break;
+    tt_sched_explain(&n.g, be, &o, &r);
+    double t = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    if (best < 0 || t < best) best = t;
+    if (budget_frac <= 0) *arena = r.train.arena_bytes;
+    tt_schedule_free(&r);
+  }
+  net_close(&n);
+  free(text);
+  return best;
+}
+
+/* Issue 14: planning grew with the square of the layers (113 s at 50,000). Four times the
+ * layers must take about four times as long: the bound is a generous 8x (the square is 16x),
+ * with and without a budget that forces recomputation. tests/bench/bench_plan prints the
+ * times at 5,000 to 50,000 layers. */
+static void test_planning_scales(tt_backend *be) {
+  TT_TEST_BEGIN("planning time grows about linearly with depth (2000 and 8000 layers, CPU time)");
+  for (int b = 0; b < 2; b++) {
+    size_t a_small = 0, a_big = 0;
+    double frac = b ? 0.5 : 0.0;
+    if (b && (plan_seconds(be, 2000, 0.0, &a_small) < 0 || plan_seconds(be, 8000, 0.0, &a_big) < 0)) {
+      TT_CHECK(0, "planning without a budget failed");
+      break;
+    }
+    double t1 = plan_seconds(be, 2000, frac, &a_small), t4 = plan_seconds(be, 8000, frac, &a_big);
+    printf("  %s: 2000 layers %.3f s, 8000 layers %.3f s (x%.1f)\n", b ? "half the arena as budget" : "no budget", t1, t4,
+           t4 / (t1 > 0.001 ? t1 : 0.001));
+    TT_CHECK(t1 >= 0 && t4 >= 0, "planning failed");
+    TT_CHECK(t4 <= 8.0 * (t1 > 0.02 ? t1 : 0.02), "%s: 4x the layers took %.3f s against %.3f s", b ? "budget" : "no budget",
+             t4, t1);
+  }
+  TT_TEST_END();
+}
+
+int main(int argc, char **argv) {
+#ifdef __GLIBC__
+  /* Once, again with glibc's thread cache off, so that test_schedule_frees counts the heap
+   * exactly (when exec fails the test skips). */
+  const char *tun = getenv("GLIBC_TUNABLES");
+  if (argc >= 1 && (!tun || !strstr(tun, HEAP_TUNABLE))) {
+    char v[1024];
+    snprintf(v, sizeof v, "%s%s" HEAP_TUNABLE, tun ? tun : "", tun && *tun ? ":" : "");
+    setenv("GLIBC_TUNABLES", v, 1);
+    execv("/proc/self/exe", argv);
+    if (tun) setenv("GLIBC_TUNABLES", tun, 1); /* exec failed: the heap test skips */
+    else unsetenv("GLIBC_TUNABLES");
+  }
+#endif
+  (void)argc, (void)argv;
   tt_backend *be = tt_cpu_backend_create(0);
   if (!be) {
     printf("FAIL test_sched: could not create the CPU backend\n");
@@ -877,6 +1178,8 @@ int main(void) {
   double t0 = tt_now(), t;
   test_loss_scale_unit();
   test_checkpoint_equals_plain(be);
+  test_checkpoint_chain_equals_plain(be);
+  test_recompute_all_chains(be);
   test_accumulation(be);
   test_overflow_injection(be);
   t = tt_now();
@@ -885,6 +1188,8 @@ int main(void) {
   test_schedule_budgets(be, "examples/imagenet/resnet50.recipe", 1);
   test_optimal_beats_sqrt(be);
   test_max_batch(be);
+  test_schedule_frees(be);
+  test_planning_scales(be);
   printf("  (scheduler tests: %.1f s)\n", tt_now() - t);
   t = tt_now();
   /* one thread: a few hundred small steps gain little from two, and OpenMP threads that
