@@ -459,25 +459,6 @@ static void test_list(void) {
 
 /* ---- special files: named pipes, directories, dangling links ---- */
 
-/* A reader that opens a named pipe waits for a writer forever: an alarm turns that hang into
- * a failure of the test that hung. */
-static void on_alarm(int sig) {
-  char line[256];
-  int n = snprintf(line, sizeof line, "FAIL %s: hung for 20 s (a named pipe was opened and waited on)\n",
-                   tt_test_current_name ? tt_test_current_name : "?");
-  (void)sig;
-  if (write(1, line, (size_t)n) < 0) _exit(2);
-  _exit(1);
-}
-
-static void arm_alarm(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_alarm;
-  sigaction(SIGALRM, &sa, NULL);
-  alarm(20);
-}
-
 static void test_fifo_inputs(void) {
   tt_dataset ds;
   tt_err err;
@@ -489,7 +470,7 @@ static void test_fifo_inputs(void) {
     TT_SKIP("special_files_refused_at_once", "mkfifo failed");
     return;
   }
-  arm_alarm();
+  tt_test_arm_alarm(20);
   write_idx(tt_test_path("f-img"), tt_test_path("f-lab"), 5, 4, 3, 5, 3);
   rc = tt_dataset_load_idx(tt_test_path("pipe"), tt_test_path("f-lab"), 1, 4, 3, &ds, &err);
   TT_CHECK(rc != 0 && strstr(err.msg, tt_test_path("pipe")) && strstr(err.msg, "named pipe"), "idx images: %s",
@@ -545,7 +526,7 @@ static void test_folder_special(void) {
   }
   write_bytes(tt_test_path("special/readme.txt"), "classes are subfolders\n", 23);
   write_bytes(tt_test_path("special/cls/.hidden"), "x", 1);
-  arm_alarm();
+  tt_test_arm_alarm(20);
   memset(&w, 0, sizeof w);
   rc = tt_dataset_load_folder(root, 3, 8, 8, &ds, &err, on_warn, &w);
   alarm(0);

@@ -338,22 +338,10 @@ static void test_open_mem(void) {
   TT_TEST_END();
 }
 
-/* A reader that opens a named pipe waits for a writer forever: the alarm turns that hang
- * into a failure of the test that hung. */
-static void on_alarm(int sig) {
-  char line[256];
-  int n = snprintf(line, sizeof line, "FAIL %s: hung for 20 s (a named pipe was opened and waited on)\n",
-                   tt_test_current_name ? tt_test_current_name : "?");
-  (void)sig;
-  if (write(1, line, (size_t)n) < 0) _exit(2);
-  _exit(1);
-}
-
 /* Every reader refuses what is not a regular file at once: the recipe, --weights and
  * state.safetensors (tt_st_open), any tt_read_file; and a writer does not wait on a pipe left
  * at its temporary name. (The data readers have the same test in test_data.) */
 static void test_special_files(void) {
-  struct sigaction sa;
   const char *fifo = tt_test_path("pipe");
   void *p = NULL;
   size_t n;
@@ -365,10 +353,7 @@ static void test_special_files(void) {
     TT_SKIP("fileio_refuses_special_files", "mkfifo failed");
     return;
   }
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_alarm;
-  sigaction(SIGALRM, &sa, NULL);
-  alarm(20);
+  tt_test_arm_alarm(20);
   TT_CHECK(tt_read_file(fifo, &p, &n, &err) != 0 && !p && strstr(err.msg, fifo) &&
                strstr(err.msg, "not a regular file (a named pipe (FIFO))"),
            "tt_read_file: %s", err.msg);

@@ -7,9 +7,12 @@
 #ifndef TT_TEST_H
 #define TT_TEST_H
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "kernels/kernel_math.h"
 
@@ -93,6 +96,25 @@ static inline void tt_test_tmpdir_remove(void) {
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tt_test_dir());
   if (system(cmd) != 0) printf("# could not remove %s\n", tt_test_dir());
+}
+
+/* A reader that opens a named pipe waits for a writer forever: a test that could hang arms
+ * this alarm, which turns the hang into a failure of the test that hung after `seconds`
+ * (alarm(0) disarms it). */
+static inline void tt_test_on_alarm(int sig) {
+  char line[256];
+  int n = snprintf(line, sizeof line, "FAIL %s: hung for the alarm's time (a named pipe was opened and waited on)\n",
+                   tt_test_current_name ? tt_test_current_name : "?");
+  (void)sig;
+  if (write(1, line, (size_t)n) < 0) _exit(2);
+  _exit(1);
+}
+static inline void tt_test_arm_alarm(unsigned seconds) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = tt_test_on_alarm;
+  sigaction(SIGALRM, &sa, NULL);
+  alarm(seconds);
 }
 
 #endif
