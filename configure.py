@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libstb-dev", "zlib1g-dev", "dataset-fashion-mnist"]
 
 # Library sources (everything but the command line) in dependency order; the amalgamation keeps it.
-LIB_DIRS = ["core", "arena", "kernels/cpu"]
+LIB_DIRS = ["core", "arena", "kernels/ref"]
 CLI_SOURCES = ["core/main.c"]
 TESTS = ["test_ops", "test_arena", "test_recipe", "test_data", "test_safetensors", "test_graph",
          "test_lower", "test_step", "test_train", "test_sched", "test_cuda"]

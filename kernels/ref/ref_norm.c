@@ -1,4 +1,4 @@
-/* kernels/cpu/cpu_norm.c — batch norm, pooling and global average pooling.
+/* kernels/ref/ref_norm.c — batch norm, pooling and global average pooling.
  *
  * All loops are parallel over channels (batch norm) or over (sample, channel) planes
  * (pooling), and every reduction is serial inside its task, so results do not depend on the
@@ -6,29 +6,29 @@
  */
 #include <math.h>
 
-#include "cpu_internal.h"
+#include "ref_internal.h"
 
 /* ------------------------------- batch norm ------------------------------------------- */
 
-static int cpu_norm_bn_check(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt) {
-  if (n <= 0 || c <= 0 || hw <= 0) return tt_cpu_fail(b, "%s: bad shape n=%d c=%d hw=%d", op, n, c, hw);
-  if (dt != TT_F32 && dt != TT_F16) return tt_cpu_fail(b, "%s: unknown dtype %d", op, (int)dt);
+static int ref_norm_bn_check(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt) {
+  if (n <= 0 || c <= 0 || hw <= 0) return tt_ref_fail(b, "%s: bad shape n=%d c=%d hw=%d", op, n, c, hw);
+  if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "%s: unknown dtype %d", op, (int)dt);
   return 0;
 }
 
-int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+int tt_ref_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, void *y, float *running_mean, float *running_var, float momentum,
-                        float eps, float *save_mean, float *save_invstd, int update_running) {
+                        float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes) {
   ptrdiff_t ch;
-  int nt = tt_cpu_threads(b);
+  int nt = tt_ref_threads(b);
   const size_t m = (size_t)n * hw;
   (void)nt;
-  if (cpu_norm_bn_check(b, "bn_fwd_train", n, c, hw, dt)) return -1;
+  if (ref_norm_bn_check(b, "bn_fwd_train", n, c, hw, dt)) return -1;
   if (!x || !gamma || !bias || !y || !save_mean || !save_invstd)
-    return tt_cpu_fail(b, "bn_fwd_train: NULL x, gamma, bias, y, save_mean or save_invstd");
+    return tt_ref_fail(b, "bn_fwd_train: NULL x, gamma, bias, y, save_mean or save_invstd");
   if (update_running && (!running_mean || !running_var))
-    return tt_cpu_fail(b, "bn_fwd_train: update_running set but running_mean or running_var is NULL");
-#pragma omp parallel for schedule(static) num_threads(nt) if (m * c > TT_CPU_PAR_MIN)
+    return tt_ref_fail(b, "bn_fwd_train: update_running set but running_mean or running_var is NULL");
+#pragma omp parallel for schedule(static) num_threads(nt) if (m * c > TT_REF_PAR_MIN)
   for (ch = 0; ch < c; ch++) {
     double sum = 0.0, sq = 0.0, mean_d;
     float mean, invstd, g, bb;
@@ -36,13 +36,13 @@ int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
     size_t k;
     for (i = 0; i < n; i++) {
       size_t off = ((size_t)i * c + (size_t)ch) * hw;
-      for (k = 0; k < (size_t)hw; k++) sum += tt_cpu_ld(dt, x, off + k);
+      for (k = 0; k < (size_t)hw; k++) sum += tt_ref_ld(dt, x, off + k);
     }
     mean_d = sum / (double)m;
     for (i = 0; i < n; i++) {
       size_t off = ((size_t)i * c + (size_t)ch) * hw;
       for (k = 0; k < (size_t)hw; k++) {
-        double dv = tt_cpu_ld(dt, x, off + k) - mean_d;
+        double dv = tt_ref_ld(dt, x, off + k) - mean_d;
         sq += dv * dv;
       }
     }
@@ -54,22 +54,22 @@ int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
     bb = bias[ch];
     for (i = 0; i < n; i++) {
       size_t off = ((size_t)i * c + (size_t)ch) * hw;
-      for (k = 0; k < (size_t)hw; k++) tt_cpu_st(dt, y, off + k, (tt_cpu_ld(dt, x, off + k) - mean) * invstd * g + bb);
+      for (k = 0; k < (size_t)hw; k++) tt_ref_st(dt, y, off + k, (tt_ref_ld(dt, x, off + k) - mean) * invstd * g + bb);
     }
   }
   return 0;
 }
 
-int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+int tt_ref_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, const float *running_mean, const float *running_var, float eps,
-                        void *y) {
+                        void *y, void *ws, size_t ws_bytes) {
   ptrdiff_t ch;
-  int nt = tt_cpu_threads(b);
+  int nt = tt_ref_threads(b);
   (void)nt;
-  if (cpu_norm_bn_check(b, "bn_fwd_infer", n, c, hw, dt)) return -1;
+  if (ref_norm_bn_check(b, "bn_fwd_infer", n, c, hw, dt)) return -1;
   if (!x || !gamma || !bias || !running_mean || !running_var || !y)
-    return tt_cpu_fail(b, "bn_fwd_infer: NULL x, gamma, bias, running_mean, running_var or y");
-#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)n * hw * c > TT_CPU_PAR_MIN)
+    return tt_ref_fail(b, "bn_fwd_infer: NULL x, gamma, bias, running_mean, running_var or y");
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)n * hw * c > TT_REF_PAR_MIN)
   for (ch = 0; ch < c; ch++) {
     float mean = running_mean[ch], invstd = (float)(1.0 / sqrt((double)running_var[ch] + (double)eps));
     float g = gamma[ch], bb = bias[ch];
@@ -77,23 +77,23 @@ int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
     size_t k;
     for (i = 0; i < n; i++) {
       size_t off = ((size_t)i * c + (size_t)ch) * hw;
-      for (k = 0; k < (size_t)hw; k++) tt_cpu_st(dt, y, off + k, (tt_cpu_ld(dt, x, off + k) - mean) * invstd * g + bb);
+      for (k = 0; k < (size_t)hw; k++) tt_ref_st(dt, y, off + k, (tt_ref_ld(dt, x, off + k) - mean) * invstd * g + bb);
     }
   }
   return 0;
 }
 
-int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
+int tt_ref_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                   const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
-                  float *dbias, float beta_dx, float beta_param) {
+                  float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
   ptrdiff_t ch;
-  int nt = tt_cpu_threads(b);
+  int nt = tt_ref_threads(b);
   const size_t m = (size_t)n * hw;
   (void)nt;
-  if (cpu_norm_bn_check(b, "bn_bwd", n, c, hw, dt)) return -1;
+  if (ref_norm_bn_check(b, "bn_bwd", n, c, hw, dt)) return -1;
   if (!x || !dy || !gamma || !save_mean || !save_invstd)
-    return tt_cpu_fail(b, "bn_bwd: NULL x, dy, gamma, save_mean or save_invstd");
-#pragma omp parallel for schedule(static) num_threads(nt) if (m * c > TT_CPU_PAR_MIN)
+    return tt_ref_fail(b, "bn_bwd: NULL x, dy, gamma, save_mean or save_invstd");
+#pragma omp parallel for schedule(static) num_threads(nt) if (m * c > TT_REF_PAR_MIN)
   for (ch = 0; ch < c; ch++) {
     double sdy = 0.0, sdyx = 0.0;
     float mean = save_mean[ch], invstd = save_invstd[ch], a, mdy, mdyx;
@@ -102,14 +102,14 @@ int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *
     for (i = 0; i < n; i++) {
       size_t off = ((size_t)i * c + (size_t)ch) * hw;
       for (k = 0; k < (size_t)hw; k++) {
-        float g = tt_cpu_ld(dt, dy, off + k);
-        float xh = (tt_cpu_ld(dt, x, off + k) - mean) * invstd;
+        float g = tt_ref_ld(dt, dy, off + k);
+        float xh = (tt_ref_ld(dt, x, off + k) - mean) * invstd;
         sdy += g;
         sdyx += (double)g * xh;
       }
     }
-    if (dbias) dbias[ch] = tt_cpu_beta_f32(dbias[ch], (float)sdy, beta_param);
-    if (dgamma) dgamma[ch] = tt_cpu_beta_f32(dgamma[ch], (float)sdyx, beta_param);
+    if (dbias) dbias[ch] = tt_ref_beta_f32(dbias[ch], (float)sdy, beta_param);
+    if (dgamma) dgamma[ch] = tt_ref_beta_f32(dgamma[ch], (float)sdyx, beta_param);
     if (!dx) continue;
     /* dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)) */
     a = gamma[ch] * invstd;
@@ -118,9 +118,9 @@ int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *
     for (i = 0; i < n; i++) {
       size_t off = ((size_t)i * c + (size_t)ch) * hw;
       for (k = 0; k < (size_t)hw; k++) {
-        float xh = (tt_cpu_ld(dt, x, off + k) - mean) * invstd;
-        float v = a * (tt_cpu_ld(dt, dy, off + k) - mdy - xh * mdyx);
-        tt_cpu_st_beta(dt, dx, off + k, v, beta_dx);
+        float xh = (tt_ref_ld(dt, x, off + k) - mean) * invstd;
+        float v = a * (tt_ref_ld(dt, dy, off + k) - mdy - xh * mdyx);
+        tt_ref_st_beta(dt, dx, off + k, v, beta_dx);
       }
     }
   }
@@ -131,7 +131,7 @@ int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *
 
 /* First maximum of window (oh, ow) in the plane starting at xoff, as an index into the
  * plane; NaN wins (PyTorch propagates NaN). Returns -1 only for an all-padding window. */
-static ptrdiff_t cpu_norm_argmax(const tt_pool_desc *d, tt_dtype dt, const void *x, size_t xoff, int oh, int ow,
+static ptrdiff_t ref_norm_argmax(const tt_pool_desc *d, tt_dtype dt, const void *x, size_t xoff, int oh, int ow,
                                  float *best_out) {
   int h0 = oh * d->stride_h - d->pad_h, w0 = ow * d->stride_w - d->pad_w, ih, iw;
   int h1 = h0 + d->kh, w1 = w0 + d->kw;
@@ -144,7 +144,7 @@ static ptrdiff_t cpu_norm_argmax(const tt_pool_desc *d, tt_dtype dt, const void 
   for (ih = h0; ih < h1; ih++)
     for (iw = w0; iw < w1; iw++) {
       size_t i = (size_t)ih * d->w + iw;
-      float v = tt_cpu_ld(dt, x, xoff + i);
+      float v = tt_ref_ld(dt, x, xoff + i);
       if (arg < 0 || v > best || v != v) {
         best = v;
         arg = (ptrdiff_t)i;
@@ -154,13 +154,14 @@ static ptrdiff_t cpu_norm_argmax(const tt_pool_desc *d, tt_dtype dt, const void 
   return arg;
 }
 
-int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y) {
+int tt_ref_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
+                    void *ws, size_t ws_bytes) {
   ptrdiff_t pl, npl;
-  int nt = tt_cpu_threads(b);
+  int nt = tt_ref_threads(b);
   (void)nt;
   char msg[256];
-  if (tt_pool_desc_error("pool_fwd", d, mode, dt, msg, sizeof msg)) return tt_cpu_fail(b, "%s", msg);
-  if (!x || !y) return tt_cpu_fail(b, "pool_fwd: NULL x or y");
+  if (tt_pool_desc_error("pool_fwd", d, mode, dt, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg);
+  if (!x || !y) return tt_ref_fail(b, "pool_fwd: NULL x or y");
   npl = (ptrdiff_t)d->n * d->c;
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (pl = 0; pl < npl; pl++) {
@@ -171,7 +172,7 @@ int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
       for (ow = 0; ow < d->q; ow++) {
         float v;
         if (mode == TT_POOL_MAX) {
-          cpu_norm_argmax(d, dt, x, xoff, oh, ow, &v);
+          ref_norm_argmax(d, dt, x, xoff, oh, ow, &v);
         } else {
           int h0 = oh * d->stride_h - d->pad_h, w0 = ow * d->stride_w - d->pad_w, ih, iw;
           int h1 = h0 + d->kh, w1 = w0 + d->kw;
@@ -181,10 +182,10 @@ int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
           if (h1 > d->h) h1 = d->h;
           if (w1 > d->w) w1 = d->w;
           for (ih = h0; ih < h1; ih++)
-            for (iw = w0; iw < w1; iw++) s += tt_cpu_ld(dt, x, xoff + (size_t)ih * d->w + iw);
+            for (iw = w0; iw < w1; iw++) s += tt_ref_ld(dt, x, xoff + (size_t)ih * d->w + iw);
           v = s * inv;
         }
-        tt_cpu_st(dt, y, yoff + (size_t)oh * d->q + ow, v);
+        tt_ref_st(dt, y, yoff + (size_t)oh * d->q + ow, v);
       }
   }
   return 0;
@@ -192,14 +193,14 @@ int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
 
 /* Gather form: each dx element sums the windows that contain it (in oh, ow order), so it
  * is written exactly once, with beta, and fp16 accumulates in fp32. */
-int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
-                    const void *dy, void *dx, float beta) {
+int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
+                    const void *dy, void *dx, float beta, void *ws, size_t ws_bytes) {
   ptrdiff_t pl, npl;
-  int nt = tt_cpu_threads(b);
+  int nt = tt_ref_threads(b);
   (void)nt;
   char msg[256];
-  if (tt_pool_desc_error("pool_bwd", d, mode, dt, msg, sizeof msg)) return tt_cpu_fail(b, "%s", msg);
-  if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_cpu_fail(b, "pool_bwd: NULL x (max), dy or dx");
+  if (tt_pool_desc_error("pool_bwd", d, mode, dt, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg);
+  if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_ref_fail(b, "pool_bwd: NULL x (max), dy or dx");
   npl = (ptrdiff_t)d->n * d->c;
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (pl = 0; pl < npl; pl++) {
@@ -221,14 +222,14 @@ int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
         if (ow1 > d->q - 1) ow1 = d->q - 1;
         for (oh = oh0; oh <= oh1; oh++)
           for (ow = ow0; ow <= ow1; ow++) {
-            float g = tt_cpu_ld(dt, dy, yoff + (size_t)oh * d->q + ow), bv;
+            float g = tt_ref_ld(dt, dy, yoff + (size_t)oh * d->q + ow), bv;
             if (mode == TT_POOL_MAX) {
-              if (cpu_norm_argmax(d, dt, x, xoff, oh, ow, &bv) == me) acc += g;
+              if (ref_norm_argmax(d, dt, x, xoff, oh, ow, &bv) == me) acc += g;
             } else {
               acc += g * inv;
             }
           }
-        tt_cpu_st_beta(dt, dx, xoff + (size_t)me, acc, beta);
+        tt_ref_st_beta(dt, dx, xoff + (size_t)me, acc, beta);
       }
     }
   }
@@ -237,33 +238,33 @@ int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
 
 /* --------------------------- global average pooling ----------------------------------- */
 
-int tt_cpu_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y) {
+int tt_ref_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y) {
   ptrdiff_t pl, npl = (ptrdiff_t)n * c;
-  int nt = tt_cpu_threads(b);
+  int nt = tt_ref_threads(b);
   (void)nt;
-  if (cpu_norm_bn_check(b, "gap_fwd", n, c, hw, dt)) return -1;
-  if (!x || !y) return tt_cpu_fail(b, "gap_fwd: NULL x or y");
-#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)npl * hw > TT_CPU_PAR_MIN)
+  if (ref_norm_bn_check(b, "gap_fwd", n, c, hw, dt)) return -1;
+  if (!x || !y) return tt_ref_fail(b, "gap_fwd: NULL x or y");
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)npl * hw > TT_REF_PAR_MIN)
   for (pl = 0; pl < npl; pl++) {
     size_t off = (size_t)pl * hw, k;
     double s = 0.0;
-    for (k = 0; k < (size_t)hw; k++) s += tt_cpu_ld(dt, x, off + k);
-    tt_cpu_st(dt, y, (size_t)pl, (float)(s / (double)hw));
+    for (k = 0; k < (size_t)hw; k++) s += tt_ref_ld(dt, x, off + k);
+    tt_ref_st(dt, y, (size_t)pl, (float)(s / (double)hw));
   }
   return 0;
 }
 
-int tt_cpu_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta) {
+int tt_ref_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta) {
   ptrdiff_t pl, npl = (ptrdiff_t)n * c;
-  int nt = tt_cpu_threads(b);
+  int nt = tt_ref_threads(b);
   (void)nt;
-  if (cpu_norm_bn_check(b, "gap_bwd", n, c, hw, dt)) return -1;
-  if (!dy || !dx) return tt_cpu_fail(b, "gap_bwd: NULL dy or dx");
-#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)npl * hw > TT_CPU_PAR_MIN)
+  if (ref_norm_bn_check(b, "gap_bwd", n, c, hw, dt)) return -1;
+  if (!dy || !dx) return tt_ref_fail(b, "gap_bwd: NULL dy or dx");
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)npl * hw > TT_REF_PAR_MIN)
   for (pl = 0; pl < npl; pl++) {
     size_t off = (size_t)pl * hw, k;
-    float g = tt_cpu_ld(dt, dy, (size_t)pl) / (float)hw;
-    for (k = 0; k < (size_t)hw; k++) tt_cpu_st_beta(dt, dx, off + k, g, beta);
+    float g = tt_ref_ld(dt, dy, (size_t)pl) / (float)hw;
+    for (k = 0; k < (size_t)hw; k++) tt_ref_st_beta(dt, dx, off + k, g, beta);
   }
   return 0;
 }
