@@ -201,11 +201,3 @@ tt_backend *tt_ref_backend_create(int threads) {
   tt_ref_fill_table(b);
   return b;
 }
-
-/* Until kernels/cpu/ has its oneDNN backend, the CPU backend is the reference one. */
-tt_backend *tt_cpu_backend_create(int threads) {
-  tt_backend *b = tt_ref_backend_create(threads);
-  if (b) b->name = "cpu";
-  return b;
-}
-const char *tt_cpu_backend_info(void) { return "the reference loops"; }

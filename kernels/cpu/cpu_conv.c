@@ -1,0 +1,233 @@
+/* kernels/cpu/cpu_conv.c — convolution on oneDNN: forward, backward-data, backward-weights.
+ *
+ * The primitives choose their layouts (format "any"): on AVX-512 the direct JIT kernels want
+ * nChw16c activations and blocked weights. (With plain NCHW oneDNN falls back to its
+ * im2col + gemm convolution, which allocates its packing buffers on every call outside the
+ * scratchpad, so plain layouts are never forced.) The caller's NCHW tensors are reordered into
+ * workspace copies and back, a chunk of samples at a time (cpu_internal.h); weights once per
+ * call; the weight and bias gradients through fp32 copies that later chunks add to. fp16
+ * storage converts to fp32 around the same fp32 primitives (oneDNN 2.6 has f16 convolution
+ * only on AVX512-FP16 CPUs, and its f16 reorders are scalar).
+ *
+ * Chunk size: the samples whose staged copies (every activation copy of the call, in the
+ * primitive's layout plus any fp32 plain copy) fit in TT_CPU_CHUNK_BYTES, at least one, at
+ * most the batch, measured on the whole batch's primitive; the chunk's primitive and the
+ * remainder's are built with the call.
+ */
+#include <stdio.h>
+
+#include "cpu_internal.h"
+
+static int cpu_conv_check(tt_backend *b, const char *op, const tt_conv_desc *d, tt_dtype dt) {
+  if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->k <= 0 || d->r <= 0 || d->s <= 0 || d->stride_h <= 0 ||
+      d->stride_w <= 0 || d->pad_h < 0 || d->pad_w < 0 || d->groups <= 0)
+    return tt_ref_fail(b, "%s: bad conv desc (n=%d c=%d h=%d w=%d k=%d r=%d s=%d stride=%dx%d pad=%dx%d groups=%d)", op,
+                       d->n, d->c, d->h, d->w, d->k, d->r, d->s, d->stride_h, d->stride_w, d->pad_h, d->pad_w, d->groups);
+  if (d->c % d->groups || d->k % d->groups)
+    return tt_ref_fail(b, "%s: channels c=%d and k=%d must be divisible by groups=%d", op, d->c, d->k, d->groups);
+  if (d->h + 2 * d->pad_h < d->r || d->w + 2 * d->pad_w < d->s ||
+      d->p != (d->h + 2 * d->pad_h - d->r) / d->stride_h + 1 || d->q != (d->w + 2 * d->pad_w - d->s) / d->stride_w + 1)
+    return tt_ref_fail(b, "%s: output %dx%d does not match input %dx%d, kernel %dx%d, stride %dx%d, pad %dx%d", op, d->p,
+                       d->q, d->h, d->w, d->r, d->s, d->stride_h, d->stride_w, d->pad_h, d->pad_w);
+  return 0;
+}
+
+static const char *cpu_conv_name(tt_op_kind k) {
+  return k == TT_OP_CONV_FWD ? "conv_fwd" : (k == TT_OP_CONV_BWD_DATA ? "conv_bwd_data" : "conv_bwd_filter");
+}
+
+/* The memory descs of one chunk of nb samples: the caller's (plain) and the primitive's
+ * ("any"), for x, w, bias and y. */
+typedef struct cpu_conv_mds {
+  dnnl_memory_desc_t x, w, b, y;         /* plain: nchw, (g)oihw, x, nchw */
+  dnnl_memory_desc_t xa, wa, ya;         /* any */
+  dnnl_dims_t strides, pad_l, pad_r;
+} cpu_conv_mds;
+
+static int cpu_conv_mds_init(tt_cpu_build *bd, const tt_conv_desc *d, int nb, cpu_conv_mds *m) {
+  tt_backend *b = bd->b;
+  const char *what = bd->c->what;
+  int64_t xd[4], yd[4], wd[5], bdim[1];
+  int G = d->groups, wn;
+  dnnl_format_tag_t wtag;
+  xd[0] = nb, xd[1] = d->c, xd[2] = d->h, xd[3] = d->w;
+  yd[0] = nb, yd[1] = d->k, yd[2] = d->p, yd[3] = d->q;
+  if (G > 1) {
+    wd[0] = G, wd[1] = d->k / G, wd[2] = d->c / G, wd[3] = d->r, wd[4] = d->s;
+    wn = 5, wtag = dnnl_goihw;
+  } else {
+    wd[0] = d->k, wd[1] = d->c, wd[2] = d->r, wd[3] = d->s;
+    wn = 4, wtag = dnnl_oihw;
+  }
+  bdim[0] = d->k;
+  /* oneDNN's rule is (h + pad_l + pad_r - r) / stride + 1 == p in integers, which pad_r = pad_l
+   * meets exactly when p follows PyTorch's floor formula (checked above) */
+  m->strides[0] = d->stride_h, m->strides[1] = d->stride_w;
+  m->pad_l[0] = m->pad_r[0] = d->pad_h, m->pad_l[1] = m->pad_r[1] = d->pad_w;
+  if (tt_cpu_md(b, what, &m->x, 4, xd, dnnl_nchw) || tt_cpu_md(b, what, &m->y, 4, yd, dnnl_nchw) ||
+      tt_cpu_md(b, what, &m->w, wn, wd, wtag) || tt_cpu_md(b, what, &m->b, 1, bdim, dnnl_x) ||
+      tt_cpu_md(b, what, &m->xa, 4, xd, dnnl_format_tag_any) || tt_cpu_md(b, what, &m->ya, 4, yd, dnnl_format_tag_any) ||
+      tt_cpu_md(b, what, &m->wa, wn, wd, dnnl_format_tag_any))
+    return -1;
+  return 0;
+}
+
+/* The forward primitive desc (also the backward ones' hint). */
+static int cpu_conv_fwd_pd(tt_cpu_build *bd, cpu_conv_mds *m, int bias, dnnl_primitive_desc_t *pd) {
+  dnnl_convolution_desc_t cd;
+  if (TT_CPU_DNNL(bd->b, bd->c->what,
+                  dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct, &m->xa, &m->wa,
+                                                     bias ? &m->b : NULL, &m->ya, m->strides, m->pad_l, m->pad_r)))
+    return -1;
+  return tt_cpu_pd(bd, &cd, NULL, pd);
+}
+
+/* Describes the primitives of one chunk of nb samples into v. Pointer indices: forward
+ * x, w, bias, y; backward-data dy, w, dx; backward-weights x, dy, dw, db. */
+static int cpu_conv_variant(tt_cpu_build *bd, const tt_op_desc *op, int nb, tt_cpu_variant *v) {
+  tt_backend *b = bd->b;
+  const tt_conv_desc *d = &op->u.conv;
+  const char *what = bd->c->what;
+  int half = op->dt == TT_F16, rc = 0;
+  cpu_conv_mds m;
+  dnnl_primitive_desc_t pd = NULL, hint = NULL;
+  v->nb = nb;
+  if (cpu_conv_mds_init(bd, d, nb, &m)) return -1;
+  if (op->kind == TT_OP_CONV_FWD) {
+    if (cpu_conv_fwd_pd(bd, &m, op->bias, &pd) || tt_cpu_add_stage(bd, v, pd)) return -1;
+    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &m.x, half, 0) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_WEIGHTS, TT_CPU_PARAM_IN, &m.w, half, 1) < 0 ||
+        (op->bias && tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_BIAS, TT_CPU_PARAM_IN, &m.b, half, 2) < 0) ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_ACT_OUT, &m.y, half, 3) < 0)
+      return -1;
+    return 0;
+  }
+  if (cpu_conv_fwd_pd(bd, &m, op->kind == TT_OP_CONV_BWD_FILTER && op->bias, &hint)) return -1;
+  if (op->kind == TT_OP_CONV_BWD_DATA) {
+    dnnl_convolution_desc_t cd;
+    rc = TT_CPU_DNNL(b, what, dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &m.xa, &m.wa, &m.ya,
+                                                                        m.strides, m.pad_l, m.pad_r));
+    if (!rc) rc = tt_cpu_pd(bd, &cd, hint, &pd);
+    dnnl_primitive_desc_destroy(hint);
+    if (rc || tt_cpu_add_stage(bd, v, pd)) return -1;
+    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_DST, TT_CPU_ACT_IN, &m.y, half, 0) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_WEIGHTS, TT_CPU_PARAM_IN, &m.w, half, 1) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_SRC, TT_CPU_ACT_OUT, &m.x, half, 2) < 0)
+      return -1;
+    return 0;
+  }
+  {
+    dnnl_convolution_desc_t cd;
+    rc = TT_CPU_DNNL(b, what, dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &m.xa, &m.wa,
+                                                                           op->bias ? &m.b : NULL, &m.ya, m.strides,
+                                                                           m.pad_l, m.pad_r));
+    if (!rc) rc = tt_cpu_pd(bd, &cd, hint, &pd);
+    dnnl_primitive_desc_destroy(hint);
+    if (rc || tt_cpu_add_stage(bd, v, pd)) return -1;
+    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &m.x, half, 0) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_DST, TT_CPU_ACT_IN, &m.y, half, 1) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_WEIGHTS, TT_CPU_GRAD_OUT, &m.w, 0, 2) < 0 ||
+        (op->bias && tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_BIAS, TT_CPU_GRAD_OUT, &m.b, 0, 3) < 0))
+      return -1;
+  }
+  return 0;
+}
+
+/* Staged bytes per sample of a variant's activation tensors. */
+static size_t cpu_conv_staged_per_sample(const tt_cpu_variant *v) {
+  size_t bytes = 0;
+  int i;
+  for (i = 0; i < v->nt; i++) {
+    const tt_cpu_tensor *t = &v->t[i];
+    if (t->role != TT_CPU_ACT_IN && t->role != TT_CPU_ACT_OUT) continue;
+    if (t->reorder) bytes += t->prim_bytes;
+    if (t->plain_copy) bytes += t->plain_bytes;
+  }
+  return bytes / (size_t)v->nb;
+}
+
+int tt_cpu_conv_build(tt_cpu_build *bd, const tt_op_desc *op) {
+  const tt_conv_desc *d = &op->u.conv;
+  tt_cpu_call *c = bd->c;
+  tt_cpu_build trial_bd = *bd;
+  tt_cpu_variant *trial;
+  size_t per;
+  int nb, i;
+  snprintf(c->what, sizeof c->what, "%s (n=%d, %dx%dx%d -> %dx%dx%d, kernel %dx%d, stride %dx%d, pad %dx%d, groups %d, %s)",
+           cpu_conv_name(op->kind), d->n, d->c, d->h, d->w, d->k, d->p, d->q, d->r, d->s, d->stride_h, d->stride_w,
+           d->pad_h, d->pad_w, d->groups, op->dt == TT_F16 ? "fp16" : "fp32");
+  if (cpu_conv_check(bd->b, c->what, d, op->dt)) return -1;
+  /* the whole batch's primitive, only measured, tells the staged bytes per sample */
+  trial = &c->v[1];
+  trial_bd.create = 0;
+  i = cpu_conv_variant(&trial_bd, op, d->n, trial);
+  per = i ? 0 : cpu_conv_staged_per_sample(trial);
+  for (i = 0; i < trial->ns; i++)
+    if (trial->s[i].pd) dnnl_primitive_desc_destroy(trial->s[i].pd);
+  memset(trial, 0, sizeof *trial);
+  nb = per ? (int)(TT_CPU_CHUNK_BYTES / per) : d->n;
+  if (nb < 1) nb = 1;
+  if (nb > d->n) nb = d->n;
+  c->nb = nb;
+  c->nv = d->n % nb ? 2 : 1;
+  if (cpu_conv_variant(bd, op, nb, &c->v[0])) return -1;
+  if (c->nv == 2 && cpu_conv_variant(bd, op, d->n % nb, &c->v[1])) return -1;
+  return 0;
+}
+
+/* ---- table entries ---- */
+
+static void cpu_conv_op(tt_op_desc *op, tt_op_kind kind, const tt_conv_desc *d, tt_dtype dt, int bias, int accumulate) {
+  memset(op, 0, sizeof *op);
+  op->kind = kind, op->dt = dt, op->bias = bias, op->accumulate = accumulate;
+  op->u.conv = *d;
+}
+
+size_t tt_cpu_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which) {
+  tt_op_desc op;
+  if (!d) return 0;
+  /* the most any call of this kind may need: with a bias, adding into dx */
+  cpu_conv_op(&op, which == TT_WS_FWD ? TT_OP_CONV_FWD : (which == TT_WS_BWD_DATA ? TT_OP_CONV_BWD_DATA : TT_OP_CONV_BWD_FILTER),
+              d, dt, 1, 1);
+  return b->op_workspace(b, &op);
+}
+
+int tt_cpu_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
+                    const void *bias, void *y, void *ws, size_t ws_bytes) {
+  tt_op_desc op;
+  const tt_cpu_call *c;
+  void *ptrs[4];
+  if (!d) return tt_ref_fail(b, "conv_fwd: NULL conv desc");
+  if (!x || !w || !y) return tt_ref_fail(b, "conv_fwd: NULL x, w or y");
+  cpu_conv_op(&op, TT_OP_CONV_FWD, d, dt, bias != NULL, 0);
+  if (!(c = tt_cpu_get(b, &op))) return -1;
+  ptrs[0] = (void *)x, ptrs[1] = (void *)w, ptrs[2] = (void *)bias, ptrs[3] = y;
+  return tt_cpu_run(b, c, ptrs, ws, ws_bytes, 0.0f, 0.0f);
+}
+
+int tt_cpu_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *dy, const void *w,
+                         void *dx, float beta, void *ws, size_t ws_bytes) {
+  tt_op_desc op;
+  const tt_cpu_call *c;
+  void *ptrs[3];
+  if (!d) return tt_ref_fail(b, "conv_bwd_data: NULL conv desc");
+  if (!dy || !w || !dx) return tt_ref_fail(b, "conv_bwd_data: NULL dy, w or dx");
+  cpu_conv_op(&op, TT_OP_CONV_BWD_DATA, d, dt, 0, beta != 0.0f);
+  if (!(c = tt_cpu_get(b, &op))) return -1;
+  ptrs[0] = (void *)dy, ptrs[1] = (void *)w, ptrs[2] = dx;
+  return tt_cpu_run(b, c, ptrs, ws, ws_bytes, beta, 0.0f);
+}
+
+int tt_cpu_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *dy,
+                           float *dw, float *db, float beta, void *ws, size_t ws_bytes) {
+  tt_op_desc op;
+  const tt_cpu_call *c;
+  void *ptrs[4];
+  if (!d) return tt_ref_fail(b, "conv_bwd_filter: NULL conv desc");
+  if (!x || !dy || !dw) return tt_ref_fail(b, "conv_bwd_filter: NULL x, dy or dw");
+  cpu_conv_op(&op, TT_OP_CONV_BWD_FILTER, d, dt, db != NULL, 0);
+  if (!(c = tt_cpu_get(b, &op))) return -1;
+  ptrs[0] = (void *)x, ptrs[1] = (void *)dy, ptrs[2] = dw, ptrs[3] = db;
+  return tt_cpu_run(b, c, ptrs, ws, ws_bytes, 0.0f, beta);
+}

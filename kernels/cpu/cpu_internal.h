@@ -1,0 +1,212 @@
+/* kernels/cpu/cpu_internal.h — shared by the oneDNN CPU backend's files only.
+ *
+ * The CPU backend runs convolution, linear (matmul), batch norm and pooling as oneDNN
+ * primitives and every other op as the reference loops (kernels/ref/): its state starts with a
+ * tt_ref_state, so the tt_ref_ functions run on it unchanged.
+ *
+ * One backend call (a tt_op_desc: kind, dtype, shapes) becomes one tt_cpu_call, built once:
+ * at prepare() for the executor's calls, or on first use for a caller that prepared nothing.
+ * A call is a short sequence of oneDNN primitives ("stages") over "tensors": the caller's
+ * pointers, planned-workspace regions, and staged copies of the caller's tensors in the
+ * layout and data type a primitive wants (oneDNN's blocked formats for convolution; fp32 for
+ * fp16 storage), made and written back by reorders or conversions around the primitive. Every
+ * primitive runs in oneDNN's user scratchpad mode: its scratchpad, the staged copies and the
+ * intermediate tensors are all regions of the call's one planned workspace (op_workspace says
+ * how big), so a prepared call allocates no tensor memory. (oneDNN's execute still allocates a
+ * few small bookkeeping objects per primitive, its argument map and scratchpad grantor, and
+ * frees them before returning: tests/test_step.c counts them apart.)
+ *
+ * Convolution stages its activations per chunk of samples, so the copies stay under
+ * TT_CPU_CHUNK_BYTES whatever the batch; the chunk size and its primitives (the chunk and the
+ * remainder) are fixed when the call is built.
+ *
+ * Threads: oneDNN (OpenMP runtime) uses omp_get_max_threads(); every entry point sets it to the
+ * backend's count first (tt_cpu_enter), so primitives are built and run with the same count
+ * and, oneDNN's reductions being statically partitioned, give bit-identical results run to run.
+ *
+ * Names: functions shared between the CPU files start tt_cpu_; file-static helpers start with
+ * the file's prefix (cpu_be_, cpu_conv_, cpu_lin_, cpu_norm_).
+ */
+#ifndef TT_CPU_INTERNAL_H
+#define TT_CPU_INTERNAL_H
+#include <dnnl.h>
+#include <dnnl_debug.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../ref/ref_internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Staged activation copies of one convolution chunk stay under this many bytes. */
+#ifndef TT_CPU_CHUNK_BYTES
+#define TT_CPU_CHUNK_BYTES ((size_t)32 << 20)
+#endif
+#define TT_CPU_MAX_TENSORS 10
+#define TT_CPU_MAX_STAGES 2
+
+/* What a tensor of a call is. */
+typedef enum {
+  TT_CPU_ACT_IN = 0,  /* caller's input, one slice per chunk (x, dy) */
+  TT_CPU_ACT_OUT,     /* caller's output, one slice per chunk (y, dx); added into when the call accumulates */
+  TT_CPU_PARAM_IN,    /* caller's input, whole, for every chunk (weights, bias, gamma, statistics) */
+  TT_CPU_PARAM_OUT,   /* caller's fp32 output, whole, written once (the saved mean) */
+  TT_CPU_GRAD_OUT,    /* caller's fp32 parameter gradient, whole: beta at run time, summed over chunks */
+  TT_CPU_WS           /* in the workspace only (variance, diff scale, pooling workspace) */
+} tt_cpu_role;
+
+/* A tensor as the caller holds it (plain layout, fp32 or fp16: user) and as a primitive wants
+ * it (prim). When they differ the primitive works on a copy in the workspace: converted from
+ * or to fp16 by our loops, reordered by oneDNN, or both (through an fp32 plain copy). An
+ * output that is added into, and every parameter gradient, goes through the fp32 plain copy
+ * and is combined by our loop (beta*out + copy), so no primitive needs a sum post-op. */
+typedef struct tt_cpu_tensor {
+  tt_cpu_role role;
+  int ptr;            /* caller pointer index (not TT_CPU_WS) */
+  int half;           /* the caller stores fp16 */
+  int reorder;        /* prim and user layouts differ: oneDNN reorders */
+  int plain_copy;     /* an fp32 plain copy sits between the caller and the primitive */
+  size_t sample_bytes;/* ACT tensors: the caller's bytes per sample */
+  size_t count;       /* elements (of this chunk) */
+  size_t prim_bytes, plain_bytes;
+  size_t off, plain_off; /* the primitive-side copy (reorder or TT_CPU_WS); the fp32 plain copy */
+  dnnl_memory_t mprim, mplain; /* primitive side; fp32 plain (the caller's pointer or the plain copy) */
+  dnnl_primitive_t reo; /* plain -> prim (inputs) or prim -> plain (outputs) */
+  dnnl_memory_t mreo_scratch;
+  size_t reo_scratch;
+} tt_cpu_tensor;
+
+typedef struct tt_cpu_stage {
+  dnnl_primitive_desc_t pd; /* while the call is being built */
+  dnnl_primitive_t prim;
+  size_t scratch;
+  dnnl_memory_t mscratch;
+  int t[TT_CPU_MAX_TENSORS], arg[TT_CPU_MAX_TENSORS], nt; /* the variant's tensors it passes, as DNNL_ARG_* */
+} tt_cpu_stage;
+
+/* The primitives of one chunk size. */
+typedef struct tt_cpu_variant {
+  int nb;
+  tt_cpu_tensor t[TT_CPU_MAX_TENSORS];
+  int nt;
+  tt_cpu_stage s[TT_CPU_MAX_STAGES];
+  int ns;
+  size_t bytes;       /* staging laid out after the shared scratchpad */
+} tt_cpu_variant;
+
+typedef struct tt_cpu_call {
+  tt_op_desc key;
+  uint64_t hash;
+  char what[200];     /* the op and its shape, for messages */
+  int nb;             /* samples per chunk (the whole batch unless convolution chunks) */
+  tt_cpu_variant v[2];/* chunks of nb; the remainder */
+  int nv;
+  int aux[4];         /* tensor indices (of v[0]) the op's own loops read or write */
+  size_t scratch_bytes; /* the one scratchpad region at the start of the workspace, shared by all primitives */
+  size_t ws_bytes;    /* everything: what op_workspace answers */
+} tt_cpu_call;
+
+/* The ws pointer of tensor t of variant 0 (TT_CPU_WS tensors). */
+static inline void *tt_cpu_ws_tensor(const tt_cpu_call *c, int t, void *ws) { return (char *)ws + c->v[0].t[t].off; }
+
+typedef struct tt_cpu_size { tt_op_desc key; uint64_t hash; size_t bytes; } tt_cpu_size;
+
+typedef struct tt_cpu_state {
+  tt_ref_state ref; /* first: the reference ops read this */
+  dnnl_engine_t eng;
+  dnnl_stream_t stream;
+  tt_cpu_call **calls; /* built calls: open addressing on the hash, cap_calls a power of two */
+  int ncalls, cap_calls;
+  tt_cpu_size *sizes;  /* op_workspace answers, the same way (the scheduler asks for many shapes) */
+  int nsizes, cap_sizes;
+  long built_late;     /* calls built on first use rather than by prepare */
+} tt_cpu_state;
+
+static inline tt_cpu_state *tt_cpu_st(tt_backend *b) { return (tt_cpu_state *)b->impl; }
+
+/* Sets oneDNN's (OpenMP's) thread count to the backend's. */
+void tt_cpu_enter(tt_backend *b);
+/* Checks a oneDNN status: 0, or -1 with "<what>: <call> failed: <status>" recorded. */
+int tt_cpu_check(tt_backend *b, dnnl_status_t s, const char *what, const char *call);
+#define TT_CPU_DNNL(b, what, call) tt_cpu_check((b), (call), (what), #call)
+
+/* ---- building a call (cpu_backend.c) ----
+ * The op files describe each variant: tt_cpu_add_stage for each primitive (in run order),
+ * tt_cpu_add_tensor for each of its arguments; the builder creates the reorders and
+ * primitives (or, when only sizing, just measures) and lays out the workspace. */
+typedef struct tt_cpu_build {
+  tt_backend *b;
+  tt_cpu_call *c;
+  int create;      /* 0: only sizes are wanted (op_workspace) */
+} tt_cpu_build;
+
+/* A plain-layout memory desc (tag: dnnl_nchw, dnnl_ab, dnnl_ba, dnnl_x, ...). */
+int tt_cpu_md(tt_backend *b, const char *what, dnnl_memory_desc_t *md, int ndims, const int64_t *dims,
+              dnnl_format_tag_t tag);
+/* A primitive desc (op_desc: one of dnnl's *_desc_t; hint may be NULL) in user scratchpad mode. */
+int tt_cpu_pd(tt_cpu_build *bd, const void *op_desc, const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd);
+/* Adds stage `stage` (the next) to v from a primitive desc made by tt_cpu_pd, which v owns now. */
+int tt_cpu_add_stage(tt_cpu_build *bd, tt_cpu_variant *v, dnnl_primitive_desc_t pd);
+/* Adds argument `arg` of stage `stage`; returns the tensor's index or -1. user: the caller's
+ * layout in fp32 (ignored for TT_CPU_WS); half: the caller stores it in fp16; ptr: the
+ * caller's pointer index. */
+int tt_cpu_add_tensor(tt_cpu_build *bd, tt_cpu_variant *v, int stage, int arg, tt_cpu_role role,
+                      const dnnl_memory_desc_t *user, int half, int ptr);
+/* Passes tensor t (already added) to stage `stage` as `arg` too (the pooling workspace). */
+int tt_cpu_share_tensor(tt_cpu_build *bd, tt_cpu_variant *v, int stage, int arg, int t);
+
+/* ---- running a call ----
+ * ptrs: the caller's pointers by index (GRAD_OUT ones may be NULL: not wanted); ws, ws_bytes:
+ * the planned workspace; beta_act: ACT_OUT tensors are beta_act*out + result when the call
+ * accumulates; beta_grad: GRAD_OUT tensors, likewise. Runs every chunk: stage in, run the
+ * primitives, stage out. */
+int tt_cpu_run(tt_backend *b, const tt_cpu_call *c, void *const *ptrs, void *ws, size_t ws_bytes, float beta_act,
+               float beta_grad);
+
+/* The call for op (built now if it was not prepared), or NULL with last_error set. */
+const tt_cpu_call *tt_cpu_get(tt_backend *b, const tt_op_desc *op);
+/* Whether this backend runs op with oneDNN (else: the reference loops, no workspace). */
+int tt_cpu_uses_dnnl(const tt_op_desc *op);
+
+/* ---- the op files: build one call (create == 0: sizes only) ---- */
+int tt_cpu_conv_build(tt_cpu_build *bd, const tt_op_desc *op);
+int tt_cpu_linear_build(tt_cpu_build *bd, const tt_op_desc *op);
+int tt_cpu_bn_build(tt_cpu_build *bd, const tt_op_desc *op);
+int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op);
+
+/* ---- table entries ---- */
+size_t tt_cpu_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
+int tt_cpu_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
+                    const void *bias, void *y, void *ws, size_t ws_bytes);
+int tt_cpu_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *dy, const void *w,
+                         void *dx, float beta, void *ws, size_t ws_bytes);
+int tt_cpu_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *dy,
+                           float *dw, float *db, float beta, void *ws, size_t ws_bytes);
+size_t tt_cpu_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which);
+int tt_cpu_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
+                      const void *bias, void *y, void *ws, size_t ws_bytes);
+int tt_cpu_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *dy, const void *w,
+                           void *dx, float beta, void *ws, size_t ws_bytes);
+int tt_cpu_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
+                             float *dw, float *db, float beta, void *ws, size_t ws_bytes);
+int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                        const float *bias, void *y, float *running_mean, float *running_var, float momentum,
+                        float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes);
+int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                        const float *bias, const float *running_mean, const float *running_var, float eps,
+                        void *y, void *ws, size_t ws_bytes);
+int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
+                  const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
+                  float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
+                    void *ws, size_t ws_bytes);
+int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
+                    const void *dy, void *dx, float beta, void *ws, size_t ws_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
