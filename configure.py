@@ -26,7 +26,7 @@ DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "
 # Library sources (everything but the command line) in dependency order; the amalgamation keeps it.
 LIB_DIRS = ["core", "arena", "kernels/ref", "kernels/cpu"]
 CLI_SOURCES = ["core/main.c"]
-TESTS = ["test_ops", "test_arena", "test_recipe", "test_data", "test_safetensors", "test_graph",
+TESTS = ["test_ops", "test_cpu_vs_ref", "test_arena", "test_recipe", "test_data", "test_safetensors", "test_graph",
          "test_lower", "test_step", "test_train", "test_sched", "test_cuda"]
 
 

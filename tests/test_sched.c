@@ -839,7 +839,7 @@ int main(void) {
   t = tt_now();
   /* one thread: a few hundred small steps gain little from two, and OpenMP threads that
    * spin on a loaded machine can make this test many times slower */
-  tt_backend *be1 = tt_cpu_backend_create(1);
+  tt_backend *be1 = getenv("FM_REF") ? tt_ref_backend_create(1) : tt_cpu_backend_create(1);
   if (be1) {
     test_fp16_tracks_fp32(be1);
     be1->destroy(be1);

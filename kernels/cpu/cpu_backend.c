@@ -643,6 +643,11 @@ tt_backend *tt_cpu_backend_create(int threads) {
     return NULL;
   }
   tt_ref_state_init(&st->ref, threads);
+  st->chunk_bytes = TT_CPU_CHUNK_BYTES;
+  {
+    const char *env = getenv("TINYTRAIN_CPU_CHUNK_BYTES");
+    if (env && atol(env) > 0) st->chunk_bytes = (size_t)atol(env);
+  }
   b->name = "cpu";
   b->impl = st;
   b->destroy = cpu_be_destroy;

@@ -10,7 +10,7 @@
  * only on AVX512-FP16 CPUs, and its f16 reorders are scalar).
  *
  * Chunk size: the samples whose staged copies (every activation copy of the call, in the
- * primitive's layout plus any fp32 plain copy) fit in TT_CPU_CHUNK_BYTES, at least one, at
+ * primitive's layout plus any fp32 plain copy) fit in the backend's chunk_bytes, at least one, at
  * most the batch, measured on the whole batch's primitive; the chunk's primitive and the
  * remainder's are built with the call.
  */
@@ -166,7 +166,7 @@ int tt_cpu_conv_build(tt_cpu_build *bd, const tt_op_desc *op) {
   for (i = 0; i < trial->ns; i++)
     if (trial->s[i].pd) dnnl_primitive_desc_destroy(trial->s[i].pd);
   memset(trial, 0, sizeof *trial);
-  nb = per ? (int)(TT_CPU_CHUNK_BYTES / per) : d->n;
+  nb = per ? (int)(tt_cpu_st(bd->b)->chunk_bytes / per) : d->n;
   if (nb < 1) nb = 1;
   if (nb > d->n) nb = d->n;
   c->nb = nb;

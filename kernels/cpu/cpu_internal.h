@@ -41,7 +41,9 @@
 extern "C" {
 #endif
 
-/* Staged activation copies of one convolution chunk stay under this many bytes. */
+/* Staged activation copies of one convolution chunk stay under this many bytes (the
+ * environment's TINYTRAIN_CPU_CHUNK_BYTES overrides it when the backend is created: tests use
+ * it to exercise chunking on small shapes). */
 #ifndef TT_CPU_CHUNK_BYTES
 #define TT_CPU_CHUNK_BYTES ((size_t)32 << 20)
 #endif
@@ -123,6 +125,7 @@ typedef struct tt_cpu_state {
   tt_cpu_size *sizes;  /* op_workspace answers, the same way (the scheduler asks for many shapes) */
   int nsizes, cap_sizes;
   long built_late;     /* calls built on first use rather than by prepare */
+  size_t chunk_bytes;  /* TT_CPU_CHUNK_BYTES, or TINYTRAIN_CPU_CHUNK_BYTES from the environment (tests) */
 } tt_cpu_state;
 
 static inline tt_cpu_state *tt_cpu_st(tt_backend *b) { return (tt_cpu_state *)b->impl; }

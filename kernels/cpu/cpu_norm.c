@@ -1,7 +1,8 @@
 /* kernels/cpu/cpu_norm.c — batch norm and pooling on oneDNN (fp32, dx overwritten); fp16
  * storage and an accumulating dx run the reference loops (see cpu_backend.c).
  *
- * Batch norm: x [n, c, hw] as oneDNN's 3-D ncw, scale and shift separate (gamma, beta fp32).
+ * Batch norm: x [n, c, hw] as oneDNN's nchw [n, c, hw, 1], scale and shift separate (gamma,
+ * beta fp32).
  * The training forward writes the batch mean straight into save_mean and the biased variance
  * into the workspace; our loop turns it into save_invstd = 1/sqrt(var + eps) and moves the
  * running statistics as PyTorch does (unbiased variance, as tt_bn_channel_stats). Backward
@@ -28,7 +29,7 @@ int tt_cpu_bn_build(tt_cpu_build *bd, const tt_op_desc *op) {
   tt_cpu_call *c = bd->c;
   const tt_bn_desc *n = &op->u.bn;
   tt_cpu_variant *v = &c->v[0];
-  int64_t dd[3], cd[1];
+  int64_t dd[4], cd[1];
   dnnl_memory_desc_t data, ch;
   dnnl_batch_normalization_desc_t bnd;
   dnnl_primitive_desc_t pd, hint;
@@ -40,9 +41,11 @@ int tt_cpu_bn_build(tt_cpu_build *bd, const tt_op_desc *op) {
   if (n->n <= 0 || n->c <= 0 || n->hw <= 0) return tt_ref_fail(b, "%s: bad shape", c->what);
   c->nb = n->n, c->nv = 1;
   v->nb = n->n;
-  dd[0] = n->n, dd[1] = n->c, dd[2] = n->hw;
+  /* as [n, c, hw, 1] nchw: oneDNN 2.6 has its vectorised plain-layout batch norm for 4-D and
+   * 5-D tensors only (3-D ncw gets its scalar reference) */
+  dd[0] = n->n, dd[1] = n->c, dd[2] = n->hw, dd[3] = 1;
   cd[0] = n->c;
-  if (tt_cpu_md(b, c->what, &data, 3, dd, dnnl_abc) || tt_cpu_md(b, c->what, &ch, 1, cd, dnnl_x)) return -1;
+  if (tt_cpu_md(b, c->what, &data, 4, dd, dnnl_nchw) || tt_cpu_md(b, c->what, &ch, 1, cd, dnnl_x)) return -1;
   if (op->kind == TT_OP_BN_FWD_INFER) {
     if (TT_CPU_DNNL(b, c->what, dnnl_batch_normalization_forward_desc_init(&bnd, dnnl_forward_inference, &data, n->eps,
                                                                             flags | dnnl_use_global_stats)) ||

@@ -32,7 +32,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s\n", err.msg);
     return 1;
   }
-  tt_backend *be = tt_cpu_backend_create(threads);
+  const char *pick = getenv("TINYTRAIN_CPU_BACKEND"); /* "ref": the reference loops */
+  tt_backend *be = pick && !strcmp(pick, "ref") ? tt_ref_backend_create(threads) : tt_cpu_backend_create(threads);
   tt_policy pol;
   memset(&pol, 0, sizeof pol);
   pol.micro_batch = mb, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 1;
@@ -60,7 +61,7 @@ int main(int argc, char **argv) {
   qsort(t, (size_t)steps, sizeof(double), bench_cmp);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  printf("%s, micro-batch %d, fp32, CPU (%d threads)\n", recipe, mb, threads);
+  printf("%s, micro-batch %d, fp32, CPU backend '%s' (%d threads)\n", recipe, mb, be->name, threads);
   printf("  step wall time: median %.2f ms (min %.2f, max %.2f over %d steps) = %.0f images/s\n", t[steps / 2], t[0],
          t[steps - 1], steps, mb / (t[steps / 2] / 1e3));
   printf("  arena %.2f MiB (lower bound %.2f MiB); process peak resident memory %.1f MiB\n", x.arena_bytes / 1048576.0,
