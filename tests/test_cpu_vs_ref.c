@@ -1,8 +1,8 @@
 /* tests/test_cpu_vs_ref.c — the oneDNN CPU backend (kernels/cpu/) against the reference
  * backend (kernels/ref/), op by op, on the same inputs: convolution in every direction
  * (groups, depthwise, strides, padding, first-layer and 1x1 shapes, chunked batches), linear,
- * batch norm, pooling; fp32 and fp16 storage; gradient outputs overwritten (beta 0) and added
- * into (beta 1).
+ * batch norm, pooling, the elementwise ops it runs itself; fp32 and fp16 storage; gradient
+ * outputs overwritten (beta 0) and added into (beta 1).
  *
  * Every call gets a workspace of exactly what that backend's op_workspace answers, filled with
  * NaN first, so a result that read the workspace before writing it, or a too small answer,
@@ -333,6 +333,45 @@ static void pool_case(const char *name, int n, int c, int h, int w, int kh, int 
   free(x), free(dy), free(x_), free(dy_), free(yc), free(yr);
 }
 
+/* ---------------------------------- elementwise --------------------------------------- */
+
+/* ReLU, ReLU6, add and accumulate run the CPU backend's own vectorised loops: the same float
+ * expressions as the reference, so the same bits, NaN, infinities and signed zeros included. */
+static void test_elementwise(void) {
+  TT_TEST_BEGIN("cpu_vs_ref:relu_relu6_add_accumulate_bitwise");
+  size_t n = 100003; /* odd: vector tails and uneven thread shares */
+  float *x = vec(n, 8.0f), *g = vec(n, 1.0f), *o = vec(n, 1.0f);
+  x[0] = NAN, x[1] = INFINITY, x[2] = -INFINITY, x[3] = -0.0f, x[4] = 0.0f, x[5] = 6.0f, x[6] = -NAN;
+  for (int a = 0; a < 2; a++) {
+    tt_act act = a ? TT_ACT_RELU6 : TT_ACT_RELU;
+    float *yc = dup(o, n), *yr = dup(o, n), *xc = dup(x, n);
+    TT_CHECK(!C->act_fwd(C, act, n, TT_F32, x, yc) && !R->act_fwd(R, act, n, TT_F32, x, yr), "act_fwd");
+    TT_CHECK(!memcmp(yc, yr, n * 4), "%s forward differs from the reference", a ? "relu6" : "relu");
+    C->act_fwd(C, act, n, TT_F32, xc, xc); /* in place */
+    TT_CHECK(!memcmp(xc, yr, n * 4), "%s in-place forward differs", a ? "relu6" : "relu");
+    for (int beta = 0; beta < 2; beta++) {
+      float *dc = dup(o, n), *dr = dup(o, n);
+      C->act_bwd(C, act, n, TT_F32, yr, g, dc, (float)beta);
+      R->act_bwd(R, act, n, TT_F32, yr, g, dr, (float)beta);
+      TT_CHECK(!memcmp(dc, dr, n * 4), "%s backward (beta %d) differs", a ? "relu6" : "relu", beta);
+      free(dc), free(dr);
+    }
+    free(yc), free(yr), free(xc);
+  }
+  {
+    float *yc = dup(o, n), *yr = dup(o, n);
+    C->add(C, n, TT_F32, x, g, yc), R->add(R, n, TT_F32, x, g, yr);
+    TT_CHECK(!memcmp(yc, yr, n * 4), "add differs");
+    for (int beta = 0; beta < 2; beta++) {
+      C->accumulate(C, n, TT_F32, g, yc, (float)beta), R->accumulate(R, n, TT_F32, g, yr, (float)beta);
+      TT_CHECK(!memcmp(yc, yr, n * 4), "accumulate (beta %d) differs", beta);
+    }
+    free(yc), free(yr);
+  }
+  TT_TEST_END();
+  free(x), free(g), free(o);
+}
+
 /* A whole call list prepared ahead, as the executor does, then the calls: same results as
  * calls built on first use, and the workspace answers do not change once built. */
 static void test_prepare(void) {
@@ -365,6 +404,7 @@ int main(void) {
   tt_backend *chunked = tt_cpu_backend_create(2);
   unsetenv("TINYTRAIN_CPU_CHUNK_BYTES");
   test_prepare();
+  test_elementwise();
   test_conv(chunked);
   for (int dt = 0; dt < 2; dt++) {
     linear_case(6, 20, 7, (tt_dtype)dt, 1);

@@ -1,14 +1,17 @@
 /* kernels/cpu/cpu_backend.c — the oneDNN CPU backend: its table, threads, the calls it builds
  * (primitives, reorders, workspace layout; see cpu_internal.h) and running them.
  *
- * Which ops run on oneDNN (tt_cpu_uses_dnnl): convolution forward, backward-data and
- * backward-weights (groups and depthwise included) and linear (matmul) in fp32 and fp16
- * storage; batch norm and pooling in fp32 when dx is overwritten. The rest is the reference
- * loops (kernels/ref/): activations (oneDNN's ReLU turns NaN into 0, where ours and PyTorch's
- * propagate it, and a vectorised loop is as fast), add, dropout, concat, global average pool,
- * softmax cross-entropy, casts, optimizer updates; and batch norm and pooling on fp16 storage
- * or when dx is added into (oneDNN 2.6 has no f16 kernels on CPUs without AVX512-FP16, and no
- * accumulating backward; both cases are rare and memory-bound).
+ * What runs where (tt_cpu_uses_dnnl; the measurements are in each file's header):
+ *   oneDNN primitives: convolution forward, backward-data and backward-weights (groups and
+ *     depthwise included) and linear (matmul), fp32 and fp16 storage; max and average pooling
+ *     in fp32 with dx overwritten;
+ *   our vectorised loops (cpu_elementwise.c): batch norm, ReLU and ReLU6 forward and
+ *     backward, add, accumulate, in fp32;
+ *   the reference loops (kernels/ref/): everything else (SiLU, dropout, concat, global average
+ *     pooling, softmax cross-entropy, casts, input normalisation, optimizer updates, the
+ *     overflow check) and the fp16 forms of batch norm, pooling and activations, and pooling
+ *     with dx added into (oneDNN 2.6 has no f16 kernels on CPUs without AVX512-FP16 and no
+ *     accumulating backward; these cases are memory-bound and rare).
  *
  * Memory is host memory, as in the reference backend: the arena is one aligned allocation.
  */
@@ -98,7 +101,7 @@ static int cpu_be_reorder_pd(tt_cpu_build *bd, const dnnl_memory_desc_t *from, c
 }
 
 static int cpu_be_is_out(tt_cpu_role r) {
-  return r == TT_CPU_ACT_OUT || r == TT_CPU_PARAM_OUT || r == TT_CPU_GRAD_OUT;
+  return r == TT_CPU_ACT_OUT || r == TT_CPU_GRAD_OUT;
 }
 
 int tt_cpu_add_tensor(tt_cpu_build *bd, tt_cpu_variant *v, int stage, int arg, tt_cpu_role role,
@@ -239,10 +242,7 @@ int tt_cpu_uses_dnnl(const tt_op_desc *op) {
     case TT_OP_LINEAR_FWD:
     case TT_OP_LINEAR_BWD_DATA:
     case TT_OP_LINEAR_BWD_FILTER: return 1;
-    case TT_OP_BN_FWD_TRAIN:
-    case TT_OP_BN_FWD_INFER:
     case TT_OP_POOL_FWD: return op->dt == TT_F32;
-    case TT_OP_BN_BWD:
     case TT_OP_POOL_BWD: return op->dt == TT_F32 && !op->accumulate;
     default: return 0;
   }
@@ -268,9 +268,6 @@ static tt_cpu_call *cpu_be_build(tt_backend *b, const tt_op_desc *op, int create
     case TT_OP_LINEAR_FWD:
     case TT_OP_LINEAR_BWD_DATA:
     case TT_OP_LINEAR_BWD_FILTER: rc = tt_cpu_linear_build(&bd, op); break;
-    case TT_OP_BN_FWD_TRAIN:
-    case TT_OP_BN_FWD_INFER:
-    case TT_OP_BN_BWD: rc = tt_cpu_bn_build(&bd, op); break;
     case TT_OP_POOL_FWD:
     case TT_OP_POOL_BWD: rc = tt_cpu_pool_build(&bd, op); break;
     default: rc = tt_ref_fail(b, "internal error: no oneDNN call for op kind %d", (int)op->kind); break;
@@ -386,8 +383,7 @@ static void cpu_be_key(const tt_op_desc *op, tt_op_desc *k) {
     case TT_OP_BN_FWD_TRAIN:
     case TT_OP_BN_FWD_INFER:
     case TT_OP_BN_BWD:
-      k->u.bn.n = op->u.bn.n, k->u.bn.c = op->u.bn.c, k->u.bn.hw = op->u.bn.hw;
-      k->u.bn.eps = op->kind == TT_OP_BN_BWD ? 0.0f : op->u.bn.eps; /* see tt_cpu_bn_bwd */
+      k->u.bn.n = op->u.bn.n, k->u.bn.c = op->u.bn.c, k->u.bn.hw = op->u.bn.hw, k->u.bn.eps = op->u.bn.eps;
       k->accumulate = op->kind == TT_OP_BN_BWD && op->accumulate;
       break;
     case TT_OP_POOL_FWD:
@@ -581,8 +577,6 @@ int tt_cpu_run(tt_backend *b, const tt_cpu_call *c, void *const *ptrs, void *ws,
         beta = c->key.accumulate ? beta_act : 0.0f;
       else if (t->role == TT_CPU_GRAD_OUT)
         beta = n0 == 0 ? beta_grad : 1.0f; /* later chunks add to the first's */
-      else if (t->role == TT_CPU_PARAM_OUT)
-        beta = 0.0f;
       else
         continue;
       if (cpu_be_stage_out(b, c, t, cpu_be_user(t, ptrs, n0), ws, beta)) return -1;
@@ -673,6 +667,10 @@ tt_backend *tt_cpu_backend_create(int threads) {
   b->bn_fwd_train = tt_cpu_bn_fwd_train;
   b->bn_fwd_infer = tt_cpu_bn_fwd_infer;
   b->bn_bwd = tt_cpu_bn_bwd;
+  b->act_fwd = tt_cpu_act_fwd;
+  b->act_bwd = tt_cpu_act_bwd;
+  b->add = tt_cpu_add;
+  b->accumulate = tt_cpu_accumulate;
   b->pool_fwd = tt_cpu_pool_fwd;
   b->pool_bwd = tt_cpu_pool_bwd;
   b->op_workspace = cpu_be_op_workspace;

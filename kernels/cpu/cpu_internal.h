@@ -1,8 +1,9 @@
 /* kernels/cpu/cpu_internal.h — shared by the oneDNN CPU backend's files only.
  *
- * The CPU backend runs convolution, linear (matmul), batch norm and pooling as oneDNN
- * primitives and every other op as the reference loops (kernels/ref/): its state starts with a
- * tt_ref_state, so the tt_ref_ functions run on it unchanged.
+ * The CPU backend runs convolution, linear (matmul) and pooling as oneDNN primitives, batch
+ * norm and the hot elementwise ops as its own vectorised loops, and everything else as the
+ * reference loops (kernels/ref/): its state starts with a tt_ref_state, so the tt_ref_
+ * functions run on it unchanged (cpu_backend.c lists what runs where).
  *
  * One backend call (a tt_op_desc: kind, dtype, shapes) becomes one tt_cpu_call, built once:
  * at prepare() for the executor's calls, or on first use for a caller that prepared nothing.
@@ -54,10 +55,9 @@ extern "C" {
 typedef enum {
   TT_CPU_ACT_IN = 0,  /* caller's input, one slice per chunk (x, dy) */
   TT_CPU_ACT_OUT,     /* caller's output, one slice per chunk (y, dx); added into when the call accumulates */
-  TT_CPU_PARAM_IN,    /* caller's input, whole, for every chunk (weights, bias, gamma, statistics) */
-  TT_CPU_PARAM_OUT,   /* caller's fp32 output, whole, written once (the saved mean) */
+  TT_CPU_PARAM_IN,    /* caller's input, whole, for every chunk (weights, bias) */
   TT_CPU_GRAD_OUT,    /* caller's fp32 parameter gradient, whole: beta at run time, summed over chunks */
-  TT_CPU_WS           /* in the workspace only (variance, diff scale, pooling workspace) */
+  TT_CPU_WS           /* in the workspace only (max pooling's recomputed output and workspace) */
 } tt_cpu_role;
 
 /* A tensor as the caller holds it (plain layout, fp32 or fp16: user) and as a primitive wants
@@ -106,13 +106,9 @@ typedef struct tt_cpu_call {
   int nb;             /* samples per chunk (the whole batch unless convolution chunks) */
   tt_cpu_variant v[2];/* chunks of nb; the remainder */
   int nv;
-  int aux[4];         /* tensor indices (of v[0]) the op's own loops read or write */
   size_t scratch_bytes; /* the one scratchpad region at the start of the workspace, shared by all primitives */
   size_t ws_bytes;    /* everything: what op_workspace answers */
 } tt_cpu_call;
-
-/* The ws pointer of tensor t of variant 0 (TT_CPU_WS tensors). */
-static inline void *tt_cpu_ws_tensor(const tt_cpu_call *c, int t, void *ws) { return (char *)ws + c->v[0].t[t].off; }
 
 typedef struct tt_cpu_size { tt_op_desc key; uint64_t hash; size_t bytes; } tt_cpu_size;
 
@@ -177,8 +173,15 @@ int tt_cpu_uses_dnnl(const tt_op_desc *op);
 /* ---- the op files: build one call (create == 0: sizes only) ---- */
 int tt_cpu_conv_build(tt_cpu_build *bd, const tt_op_desc *op);
 int tt_cpu_linear_build(tt_cpu_build *bd, const tt_op_desc *op);
-int tt_cpu_bn_build(tt_cpu_build *bd, const tt_op_desc *op);
 int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op);
+
+/* ---- cpu_elementwise.c: batch norm's fp32 loops (inference: running statistics) ---- */
+int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, const float *x, const float *gamma, const float *bias,
+                        float *y, float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
+                        float *save_invstd, int update_running, int inference);
+int tt_cpu_bn_bwd_loops(tt_backend *b, int n, int c, int hw, const float *x, const float *dy, const float *gamma,
+                        const float *save_mean, const float *save_invstd, float *dx, float *dgamma, float *dbias,
+                        float beta_dx, float beta_param);
 
 /* ---- table entries ---- */
 size_t tt_cpu_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
@@ -204,6 +207,11 @@ int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
 int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                   const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
                   float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+int tt_cpu_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y);
+int tt_cpu_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy, void *dx,
+                   float beta);
+int tt_cpu_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y);
+int tt_cpu_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta);
 int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
                     void *ws, size_t ws_bytes);
 int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,

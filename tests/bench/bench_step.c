@@ -1,11 +1,12 @@
 /* tests/bench/bench_step.c — wall time of one training step (micro-step + update) and the
  * memory it needs, for a recipe on the CPU backend. Prints numbers; never passes or fails.
  *
- *   build/bench/bench_step [RECIPE] [MICRO_BATCH] [STEPS] [THREADS]
+ *   build/bench/bench_step [RECIPE] [MICRO_BATCH] [STEPS] [THREADS] [WARMUP]
  *
- * Defaults: examples/fashion_mnist/lenet.recipe, 128, 30, all cores. Reports the median and
- * the spread over STEPS timed steps after 5 warm-up steps, the planned arena, and the
- * process's peak resident memory (getrusage). */
+ * Defaults: examples/fashion_mnist/lenet.recipe, 128, 30, all cores, 5. Reports the median and
+ * the spread over STEPS timed steps after WARMUP warm-up steps, the planned arena, and the
+ * process's peak resident memory (getrusage). TINYTRAIN_CPU_BACKEND=ref runs the reference
+ * loops instead of oneDNN. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@ static int bench_cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
   const char *recipe = argc > 1 ? argv[1] : "examples/fashion_mnist/lenet.recipe";
   int mb = argc > 2 ? atoi(argv[2]) : 128, steps = argc > 3 ? atoi(argv[3]) : 30, threads = argc > 4 ? atoi(argv[4]) : 0;
+  int warmup = argc > 5 ? atoi(argv[5]) : 5;
   tt_err err;
   tt_model m;
   tt_graph g;
@@ -47,12 +49,13 @@ int main(int argc, char **argv) {
   tt_opt_hparams hp;
   memset(&hp, 0, sizeof hp);
   hp.kind = TT_OPT_SGD, hp.lr = 0.01f, hp.momentum = 0.9f, hp.nesterov = 1;
+  if (steps < 1) steps = 1;
   double *t = (double *)malloc(sizeof(double) * (size_t)steps);
-  for (int i = -5; i < steps; i++) {
+  for (int i = -warmup; i < steps; i++) {
     double t0 = tt_now();
     int of;
-    if (tt_exec_micro_step(&x, ds.images, ds.labels, 0, (uint64_t)(i + 5), 1.0f / mb, &err) ||
-        tt_exec_update(&x, &hp, i + 6, 1.0f, &of, &err)) {
+    if (tt_exec_micro_step(&x, ds.images, ds.labels, 0, (uint64_t)(i + warmup), 1.0f / mb, &err) ||
+        tt_exec_update(&x, &hp, i + warmup + 1, 1.0f, &of, &err)) {
       fprintf(stderr, "%s\n", err.msg);
       return 1;
     }

@@ -1,0 +1,340 @@
+#!/usr/bin/env python3
+"""tinytrain's CPU backend against PyTorch on the same CPU: speed, memory, largest batch.
+
+    apt-get install -y python3-torch python3-torchvision     # Debian's PyTorch, the reference
+    ninja build/bench/bench_step tinytrain
+    /usr/bin/python3 tests/bench/cpu_vs_torch.py [--threads 2] [--runs 3] [--quick] [--skip-max-batch]
+
+Part 1, training speed and memory. For each network the same model, batch, thread count and
+synthetic data (a fixed random batch) in both: LeNet (examples/fashion_mnist/lenet.recipe,
+batch 128), the fashion ResNet (examples/fashion_mnist/resnet.recipe, batch 128) and ResNet-50
+(examples/imagenet/resnet50.recipe = torchvision's resnet50, 3x224x224, batch 16, a few
+steps). Each measurement is a fresh process: tinytrain's build/bench/bench_step (one training
+step = micro-step + SGD update, fp32, its default oneDNN CPU backend) and a PyTorch child
+(forward, cross-entropy, backward, SGD step); images/s from the median step time after a
+warm-up. The two alternate, --runs times each, and the table shows the medians and the peak
+resident memory of each process (getrusage of the child: everything the process touched,
+interpreter and libraries included).
+
+Part 2, the largest ResNet-50 (224x224) batch in 4 GiB. tinytrain: `tinytrain plan --device
+cpu --vram 4G --max-batch` (on the CPU the whole --vram budget is the arena); also one real
+run at that batch, whose peak resident memory is printed beside it. PyTorch: the largest batch
+whose process peak resident memory stays under 4 GiB over two training steps, found by
+doubling then bisecting with a fresh process per probe, fp32 plain and with
+torch.utils.checkpoint (checkpoint_sequential over the network's 20 stages, sqrt segments).
+
+A benchmark: it prints numbers, never passes or fails. Load on the machine changes them: the
+load averages are printed at the start and the end.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GIB = 1 << 30
+
+NETS = {  # name: (recipe, batch, timed steps, warm-up steps, input shape, classes)
+    "lenet": ("examples/fashion_mnist/lenet.recipe", 128, 40, 5, (1, 28, 28), 10),
+    "fashion_resnet": ("examples/fashion_mnist/resnet.recipe", 128, 15, 3, (1, 28, 28), 10),
+    "resnet50": ("examples/imagenet/resnet50.recipe", 16, 4, 2, (3, 224, 224), 1000),
+}
+
+
+# --------------------------------------------------------------------------- PyTorch side
+
+def torch_model(name):
+    import torch.nn as nn
+    if name == "lenet":
+        return nn.Sequential(
+            nn.Conv2d(1, 32, 5, padding=2, bias=False), nn.BatchNorm2d(32), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(64 * 7 * 7, 256), nn.ReLU(inplace=True), nn.Dropout(0.3), nn.Linear(256, 10))
+    if name == "fashion_resnet":
+        from torchvision.models.resnet import BasicBlock
+
+        def down(cin, c):
+            return BasicBlock(cin, c, stride=2, downsample=nn.Sequential(nn.Conv2d(cin, c, 1, stride=2, bias=False),
+                                                                           nn.BatchNorm2d(c)))
+        return nn.Sequential(
+            nn.Conv2d(1, 24, 3, padding=1, bias=False), nn.BatchNorm2d(24), nn.ReLU(inplace=True),
+            BasicBlock(24, 24), BasicBlock(24, 24), down(24, 48), BasicBlock(48, 48), down(48, 96), BasicBlock(96, 96),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(96, 10))
+    if name == "resnet50":
+        import torchvision
+        return torchvision.models.resnet50(num_classes=1000)
+    raise ValueError(name)
+
+
+def torch_optimizer(name, params):
+    import torch
+    if name == "lenet":
+        return torch.optim.SGD(params, lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-4), 0.0
+    if name == "fashion_resnet":
+        return torch.optim.SGD(params, lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4), 0.1
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-4), 0.0
+
+
+def resnet50_stages(net):
+    """torchvision's resnet50 as a list of 20 sequential stages (stem, 16 bottlenecks, head)."""
+    import torch.nn as nn
+    stages = [nn.Sequential(net.conv1, net.bn1, net.relu, net.maxpool)]
+    for layer in (net.layer1, net.layer2, net.layer3, net.layer4):
+        stages += list(layer)
+    stages.append(nn.Sequential(net.avgpool, nn.Flatten(), net.fc))
+    return nn.Sequential(*stages)
+
+
+def torch_child(a):
+    """One PyTorch measurement in this (fresh) process; prints a JSON line."""
+    import torch
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(1)
+    _, batch, steps, warmup, shape, classes = NETS[a.model]
+    batch = a.batch or batch
+    steps = a.steps if a.steps is not None else steps
+    warmup = a.warmup if a.warmup is not None else warmup
+    net = torch_model(a.model)
+    net.train()
+    forward = net
+    if a.checkpoint:
+        from torch.utils.checkpoint import checkpoint_sequential
+        seq = resnet50_stages(net)
+        segments = max(1, int(round(math.sqrt(len(seq)))))
+        forward = lambda x: checkpoint_sequential(seq, segments, x)  # noqa: E731
+    opt, smoothing = torch_optimizer(a.model, net.parameters())
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=smoothing)
+    x = torch.randn(batch, *shape, requires_grad=bool(a.checkpoint))
+    y = torch.randint(0, classes, (batch,))
+    times = []
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(forward(x), y)
+        loss.backward()
+        opt.step()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    med = statistics.median(times) if times else float("nan")
+    print(json.dumps({"images_per_s": batch / med if times else 0.0, "step_ms": 1e3 * med if times else 0.0,
+                      "torch": torch.__version__}))
+
+
+# ------------------------------------------------------------------------- measurement
+
+def run_child(cmd, env_threads, timeout=3600):
+    """Runs cmd in a fresh process; returns (stdout, return code, peak resident bytes)."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(env_threads))
+    with tempfile.TemporaryFile() as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
+        out.seek(0)
+        text = out.read().decode("utf-8", "replace")
+    return text, p.returncode, ru.ru_maxrss * 1024
+
+
+def tinytrain_speed(name, threads):
+    recipe, batch, steps, warmup, _, _ = NETS[name]
+    text, rc, rss = run_child([os.path.join(ROOT, "build/bench/bench_step"), recipe, str(batch), str(steps), str(threads),
+                               str(warmup)], threads)
+    m = re.search(r"= (\d+) images/s", text)
+    if rc != 0 or not m:
+        raise RuntimeError("bench_step failed:\n" + text)
+    return float(m.group(1)), rss
+
+
+def torch_speed(name, threads, batch=None, steps=None, warmup=None, checkpoint=False):
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--model", name, "--threads", str(threads)]
+    if batch:
+        cmd += ["--batch", str(batch)]
+    if steps is not None:
+        cmd += ["--steps", str(steps)]
+    if warmup is not None:
+        cmd += ["--warmup", str(warmup)]
+    if checkpoint:
+        cmd += ["--checkpoint"]
+    text, rc, rss = run_child(cmd, threads)
+    line = [l for l in text.splitlines() if l.startswith("{")]
+    if rc != 0 or not line:
+        return None, rss, text
+    return json.loads(line[-1]), rss, text
+
+
+def load():
+    try:
+        return " ".join(open("/proc/loadavg").read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def mib(b):
+    return "%.0f MiB" % (b / 1048576.0)
+
+
+def part_speed(a):
+    print("== training speed and peak resident memory: %d threads, median of %d alternating runs, fresh processes" %
+          (a.threads, a.runs))
+    results = {}
+    for name in NETS:
+        tt, pt, tt_rss, pt_rss = [], [], [], []
+        for r in range(a.runs):
+            order = ("tt", "pt") if r % 2 == 0 else ("pt", "tt")
+            for who in order:
+                if who == "tt":
+                    ips, rss = tinytrain_speed(name, a.threads)
+                    tt.append(ips), tt_rss.append(rss)
+                else:
+                    res, rss, text = torch_speed(name, a.threads)
+                    if res is None:
+                        raise RuntimeError("PyTorch child failed:\n" + text)
+                    pt.append(res["images_per_s"]), pt_rss.append(rss)
+            print("  %-15s run %d: tinytrain %8.1f images/s %9s | pytorch %8.1f images/s %9s" %
+                  (name, r + 1, tt[-1], mib(tt_rss[-1]), pt[-1], mib(pt_rss[-1])))
+            sys.stdout.flush()
+        results[name] = (statistics.median(tt), statistics.median(pt), statistics.median(tt_rss), statistics.median(pt_rss))
+    print()
+    print("  %-15s %6s %12s %12s %7s %14s %14s %7s" % ("network", "batch", "tinytrain/s", "pytorch/s", "ratio",
+                                                      "tinytrain RSS", "pytorch RSS", "ratio"))
+    for name, (tt, pt, tr, pr) in results.items():
+        print("  %-15s %6d %12.1f %12.1f %6.2fx %14s %14s %6.2fx" % (name, NETS[name][1], tt, pt, tt / pt, mib(tr), mib(pr),
+                                                                     tr / pr))
+    print("  (images/s: tinytrain / pytorch, higher is better; RSS: tinytrain / pytorch, lower is better)")
+    print()
+
+
+def torch_max_batch(threads, checkpoint, limit=4 * GIB):
+    """Largest ResNet-50 batch whose two-step training process stays under limit bytes."""
+    probes = {}
+
+    def fits(b):
+        if b not in probes:
+            res, rss, _ = torch_speed("resnet50", threads, batch=b, steps=1, warmup=1, checkpoint=checkpoint)
+            probes[b] = (res is not None and rss < limit, rss)
+            print("    pytorch%s batch %4d: peak RSS %s%s" % (" + checkpoint" if checkpoint else "", b, mib(rss),
+                                                            "" if probes[b][0] else "  (over)"))
+            sys.stdout.flush()
+        return probes[b][0]
+
+    lo, hi = 0, 8
+    while fits(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo, (probes[lo][1] if lo else 0)
+
+
+def tinytrain_max_batch(threads):
+    text, rc, _ = run_child([os.path.join(ROOT, "tinytrain"), "plan", "--device", "cpu", "--vram", "4G", "--max-batch",
+                             NETS["resnet50"][0]], threads)
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*(fp32|fp16)\s+(none|auto|all)\s+(\d+)\s+([\d.]+)", line)
+        if m:
+            rows[(m.group(1), m.group(2))] = (int(m.group(3)), float(m.group(4)))
+    if rc != 0 or not rows:
+        raise RuntimeError("tinytrain plan --max-batch failed:\n" + text)
+    return rows
+
+
+def tinytrain_run_rss(batch, threads, recompute):
+    """Peak RSS of tinytrain training ResNet-50 at micro-batch `batch` for 2 steps (synthetic data)."""
+    with open(os.path.join(ROOT, NETS["resnet50"][0])) as f:
+        text = f.read()
+    text = re.sub(r"(?m)^batch = \d+", "batch = %d" % batch, text)
+    text = re.sub(r"(?ms)^\[data\].*?(?=^\[block)", "[data]\nformat = synthetic\n\n", text)
+    d = tempfile.mkdtemp(prefix="tt_maxb_")
+    path = os.path.join(d, "resnet50_b%d.recipe" % batch)
+    with open(path, "w") as f:
+        f.write(text)
+    out, rc, rss = run_child([os.path.join(ROOT, "tinytrain"), "--device", "cpu", "--vram", "4G", "--threads", str(threads),
+                              "--micro-batch", str(batch), "--precision", "fp32", "--recompute", recompute,
+                              "--max-steps", "2", "--out", os.path.join(d, "run"), path], threads)
+    return rss if rc == 0 else None, out
+
+
+def part_max_batch(a):
+    print("== largest ResNet-50 (3x224x224, fp32) batch in 4 GiB")
+    rows = tinytrain_max_batch(a.threads)
+    for (prec, rec), (mb, arena) in sorted(rows.items()):
+        if prec == "fp32":
+            print("  tinytrain plan --device cpu --vram 4G --max-batch: fp32, recompute %-4s -> micro-batch %4d (arena %.0f MiB)"
+                  % (rec, mb, arena))
+    tt_best = max(rows[("fp32", r)][0] for r in ("none", "auto", "all") if ("fp32", r) in rows)
+    rec = "none" if rows.get(("fp32", "none"), (0,))[0] == tt_best else "auto"
+    if not a.skip_run:
+        rss, out = tinytrain_run_rss(tt_best, a.threads, rec)
+        print("  tinytrain training at micro-batch %d (recompute %s), 2 steps: %s" %
+              (tt_best, rec, ("peak RSS " + mib(rss)) if rss else "FAILED\n" + out[-2000:]))
+    pt_plain, pt_plain_rss = torch_max_batch(a.threads, False)
+    pt_ckpt, pt_ckpt_rss = torch_max_batch(a.threads, True)
+    print("  pytorch fp32 plain:              batch %4d (peak RSS %s)" % (pt_plain, mib(pt_plain_rss)))
+    print("  pytorch fp32 + utils.checkpoint: batch %4d (peak RSS %s)" % (pt_ckpt, mib(pt_ckpt_rss)))
+    print("  tinytrain fp32:                  batch %4d  = %.2fx pytorch plain, %.2fx pytorch checkpointed" %
+          (tt_best, tt_best / max(pt_plain, 1), tt_best / max(pt_ckpt, 1)))
+    print()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--skip-max-batch", action="store_true", help="only part 1")
+    ap.add_argument("--skip-speed", action="store_true", help="only part 2")
+    ap.add_argument("--skip-run", action="store_true", help="part 2 without the tinytrain run at its largest batch")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--warmup", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--checkpoint", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        torch_child(a)
+        return
+    try:
+        import torch  # noqa: F401
+        import torchvision  # noqa: F401
+    except ImportError:
+        print("PyTorch not installed: apt-get install -y python3-torch python3-torchvision; run with /usr/bin/python3")
+        return
+    for exe in ("build/bench/bench_step", "tinytrain"):
+        if not os.path.exists(os.path.join(ROOT, exe)):
+            print("%s not built: run ninja build/bench/bench_step tinytrain" % exe)
+            return
+    info = subprocess.run([os.path.join(ROOT, "tinytrain"), "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          cwd=ROOT).stdout.decode().strip().replace("\n", "; ")
+    print("tinytrain: %s" % info)
+    print("pytorch:   %s (%s)" % (torch.__version__, torch.__file__))
+    print("cpu:       %s, %d logical cores; load average at start %s" % (cpu_name(), os.cpu_count() or 0, load()))
+    print()
+    t0 = time.time()
+    if not a.skip_speed:
+        part_speed(a)
+    if not a.skip_max_batch:
+        part_max_batch(a)
+    print("load average at end %s; %.0f s" % (load(), time.time() - t0))
+
+
+def cpu_name():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "?"
+
+
+if __name__ == "__main__":
+    main()
