@@ -96,21 +96,24 @@ void tt_program_free(tt_program *p) {
   p->nbufs = p->nsteps = 0;
 }
 
+/* Whether buffer b holds storage of its own at step s: live then, and when it took over an
+ * input's storage in place, only after that input's last step (the two share it until then). */
+static int program_holds(const tt_program *p, const tt_buf *b, int s) {
+  if (s < b->first || s > b->last) return 0;
+  return !b->aliased || s > p->bufs[b->alias_of].last;
+}
+
 int tt_program_peak_breakdown(const tt_program *p, size_t out[TT_BC_COUNT]) {
   size_t best = 0;
   int best_step = 0;
   for (int s = 0; s < p->nsteps; s++) {
     size_t live = 0;
-    for (int i = 0; i < p->nbufs; i++) {
-      const tt_buf *b = &p->bufs[i];
-      if (b->first <= s && s <= b->last && !b->aliased) live += b->bytes;
-    }
+    for (int i = 0; i < p->nbufs; i++)
+      if (program_holds(p, &p->bufs[i], s)) live += p->bufs[i].bytes;
     if (live > best) best = live, best_step = s;
   }
   for (int c = 0; c < TT_BC_COUNT; c++) out[c] = 0;
-  for (int i = 0; i < p->nbufs; i++) {
-    const tt_buf *b = &p->bufs[i];
-    if (b->first <= best_step && best_step <= b->last && !b->aliased) out[b->cls] += b->bytes;
-  }
+  for (int i = 0; i < p->nbufs; i++)
+    if (program_holds(p, &p->bufs[i], best_step)) out[p->bufs[i].cls] += p->bufs[i].bytes;
   return best_step;
 }

@@ -9,12 +9,13 @@ Part 1, training speed and memory. For each network the same model, batch, threa
 synthetic data (a fixed random batch) in both: LeNet (examples/fashion_mnist/lenet.recipe,
 batch 128), the fashion ResNet (examples/fashion_mnist/resnet.recipe, batch 128) and ResNet-50
 (examples/imagenet/resnet50.recipe = torchvision's resnet50, 3x224x224, batch 16, a few
-steps). Each measurement is a fresh process: tinytrain's build/bench/bench_step (one training
+steps; and once more with tinytrain's scheduler recomputing what it must to fit a 1.2 GiB
+arena, as `tinytrain --vram 1.2G` would). Each measurement is a fresh process: tinytrain's build/bench/bench_step (one training
 step = micro-step + SGD update, fp32, its default oneDNN CPU backend) and a PyTorch child
 (forward, cross-entropy, backward, SGD step); images/s from the median step time after a
 warm-up. The two alternate, --runs times each, and the table shows the medians and the peak
-resident memory of each process (getrusage of the child: everything the process touched,
-interpreter and libraries included).
+resident memory of each process (its VmHWM: everything the process touched, interpreter and
+libraries included).
 
 Part 2, the largest ResNet-50 (224x224) batch in 4 GiB. tinytrain: `tinytrain plan --device
 cpu --vram 4G --max-batch` (on the CPU the whole --vram budget is the arena); also one real
@@ -45,6 +46,11 @@ NETS = {  # name: (recipe, batch, timed steps, warm-up steps, input shape, class
     "fashion_resnet": ("examples/fashion_mnist/resnet.recipe", 128, 15, 3, (1, 28, 28), 10),
     "resnet50": ("examples/imagenet/resnet50.recipe", 16, 4, 2, (3, 224, 224), 1000),
 }
+# The rows of part 1: (label, network, tinytrain --vram for bench_step or None). The ResNet-50
+# row with a budget has tinytrain's scheduler recompute what it must to fit a 1.2 GiB arena,
+# against the same plain PyTorch run: the speed that memory costs.
+ROWS = [("lenet", "lenet", None), ("fashion_resnet", "fashion_resnet", None), ("resnet50", "resnet50", None),
+        ("resnet50 @1.2G", "resnet50", "1.2G")]
 
 
 # --------------------------------------------------------------------------- PyTorch side
@@ -124,26 +130,50 @@ def torch_child(a):
     med = statistics.median(times) if times else float("nan")
     print(json.dumps({"images_per_s": batch / med if times else 0.0, "step_ms": 1e3 * med if times else 0.0,
                       "torch": torch.__version__}))
+    print("VmHWM %d" % vm_hwm(os.getpid()))
+    sys.stdout.flush()
 
 
 # ------------------------------------------------------------------------- measurement
 
-def run_child(cmd, env_threads, timeout=3600):
-    """Runs cmd in a fresh process; returns (stdout, return code, peak resident bytes)."""
+def vm_hwm(pid):
+    """The process's own peak resident set (VmHWM, bytes), or 0 once it is gone."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def run_child(cmd, env_threads):
+    """Runs cmd in a fresh process; returns (output, return code, peak resident bytes).
+
+    The peak is the child's own high-water mark (VmHWM), read every 20 ms until it exits: it
+    only grows, so the last reading holds the peak of everything before it. (getrusage of a
+    child would not do: Linux counts in it the resident set of the process it was forked
+    from, this Python, up to the exec.)"""
     env = dict(os.environ, OMP_NUM_THREADS=str(env_threads))
     with tempfile.TemporaryFile() as out:
         p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-        _, status, ru = os.wait4(p.pid, 0)
-        p.returncode = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status
+        peak = 0
+        while p.poll() is None:
+            peak = max(peak, vm_hwm(p.pid))
+            time.sleep(0.02)
         out.seek(0)
         text = out.read().decode("utf-8", "replace")
-    return text, p.returncode, ru.ru_maxrss * 1024
+    m = re.search(r"^VmHWM (\d+)$", text, re.M)  # the child's own last word, when it gives one
+    if m:
+        peak = max(peak, int(m.group(1)))
+    return text, p.returncode, peak
 
 
-def tinytrain_speed(name, threads):
+def tinytrain_speed(name, threads, vram=None):
     recipe, batch, steps, warmup, _, _ = NETS[name]
     text, rc, rss = run_child([os.path.join(ROOT, "build/bench/bench_step"), recipe, str(batch), str(steps), str(threads),
-                               str(warmup)], threads)
+                               str(warmup)] + ([vram] if vram else []), threads)
     m = re.search(r"= (\d+) images/s", text)
     if rc != 0 or not m:
         raise RuntimeError("bench_step failed:\n" + text)
@@ -181,31 +211,36 @@ def mib(b):
 def part_speed(a):
     print("== training speed and peak resident memory: %d threads, median of %d alternating runs, fresh processes" %
           (a.threads, a.runs))
-    results = {}
-    for name in NETS:
-        tt, pt, tt_rss, pt_rss = [], [], [], []
+    results = []
+    torch_runs = {}  # one set of PyTorch runs per network, shared by its rows
+    for label, name, vram in ROWS:
+        tt, tt_rss = [], []
+        pt, pt_rss = torch_runs.setdefault(name, ([], []))
+        fresh_torch = not pt
         for r in range(a.runs):
             order = ("tt", "pt") if r % 2 == 0 else ("pt", "tt")
             for who in order:
                 if who == "tt":
-                    ips, rss = tinytrain_speed(name, a.threads)
+                    ips, rss = tinytrain_speed(name, a.threads, vram)
                     tt.append(ips), tt_rss.append(rss)
-                else:
+                elif fresh_torch:
                     res, rss, text = torch_speed(name, a.threads)
                     if res is None:
                         raise RuntimeError("PyTorch child failed:\n" + text)
                     pt.append(res["images_per_s"]), pt_rss.append(rss)
             print("  %-15s run %d: tinytrain %8.1f images/s %9s | pytorch %8.1f images/s %9s" %
-                  (name, r + 1, tt[-1], mib(tt_rss[-1]), pt[-1], mib(pt_rss[-1])))
+                  (label, r + 1, tt[-1], mib(tt_rss[-1]), pt[r], mib(pt_rss[r])))
             sys.stdout.flush()
-        results[name] = (statistics.median(tt), statistics.median(pt), statistics.median(tt_rss), statistics.median(pt_rss))
+        results.append((label, name, statistics.median(tt), statistics.median(pt), statistics.median(tt_rss),
+                        statistics.median(pt_rss)))
     print()
     print("  %-15s %6s %12s %12s %7s %14s %14s %7s" % ("network", "batch", "tinytrain/s", "pytorch/s", "ratio",
                                                       "tinytrain RSS", "pytorch RSS", "ratio"))
-    for name, (tt, pt, tr, pr) in results.items():
-        print("  %-15s %6d %12.1f %12.1f %6.2fx %14s %14s %6.2fx" % (name, NETS[name][1], tt, pt, tt / pt, mib(tr), mib(pr),
+    for label, name, tt, pt, tr, pr in results:
+        print("  %-15s %6d %12.1f %12.1f %6.2fx %14s %14s %6.2fx" % (label, NETS[name][1], tt, pt, tt / pt, mib(tr), mib(pr),
                                                                      tr / pr))
-    print("  (images/s: tinytrain / pytorch, higher is better; RSS: tinytrain / pytorch, lower is better)")
+    print("  (images/s: tinytrain / pytorch, higher is better; RSS: tinytrain / pytorch, lower is better;")
+    print("   \"@1.2G\": tinytrain's scheduler recomputes what it must for a 1.2 GiB arena, PyTorch as above)")
     print()
 
 
@@ -302,10 +337,10 @@ def main():
     if a.child:
         torch_child(a)
         return
-    try:
-        import torch  # noqa: F401
-        import torchvision  # noqa: F401
-    except ImportError:
+    # the parent stays small (no torch here): children are measured on their own
+    probe = subprocess.run([sys.executable, "-c", "import torch, torchvision; print(torch.__version__, torch.__file__)"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if probe.returncode != 0:
         print("PyTorch not installed: apt-get install -y python3-torch python3-torchvision; run with /usr/bin/python3")
         return
     for exe in ("build/bench/bench_step", "tinytrain"):
@@ -315,7 +350,7 @@ def main():
     info = subprocess.run([os.path.join(ROOT, "tinytrain"), "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           cwd=ROOT).stdout.decode().strip().replace("\n", "; ")
     print("tinytrain: %s" % info)
-    print("pytorch:   %s (%s)" % (torch.__version__, torch.__file__))
+    print("pytorch:   %s" % probe.stdout.decode().strip())
     print("cpu:       %s, %d logical cores; load average at start %s" % (cpu_name(), os.cpu_count() or 0, load()))
     print()
     t0 = time.time()
