@@ -230,12 +230,12 @@ static void test_pytorch_reference(void) {
  * still held after the steps, and the small ones counted and printed. The two backends run the
  * same steps; only the oneDNN calls differ. */
 #define TEST_SMALL_ALLOC 1024
-static void test_no_allocation(tt_dtype dt, int onednn, const char *name) {
+static void test_no_allocation(tt_dtype dt, int onednn, const char *recipe, const char *name) {
   tt_err err;
   TT_TEST_BEGIN(name);
   test_net t;
   memset(&t, 0, sizeof t);
-  int rc = tt_recipe_load("examples/fashion_mnist/lenet.recipe", &t.m, &err, NULL, NULL);
+  int rc = tt_recipe_load(recipe, &t.m, &err, NULL, NULL);
   TT_CHECK(rc == 0, "%s", err.msg);
   if (rc) {
     TT_TEST_END();
@@ -311,9 +311,12 @@ static void test_no_allocation(tt_dtype dt, int onednn, const char *name) {
 
 int main(void) {
   test_pytorch_reference();
-  test_no_allocation(TT_F32, 0, "no_allocation_after_setup_fp32_ref");
-  test_no_allocation(TT_F16, 0, "no_allocation_after_setup_fp16_ref");
-  test_no_allocation(TT_F32, 1, "no_tensor_allocation_after_setup_fp32_onednn");
-  test_no_allocation(TT_F16, 1, "no_tensor_allocation_after_setup_fp16_onednn");
+  const char *lenet = "examples/fashion_mnist/lenet.recipe", *resnet = "examples/fashion_mnist/resnet.recipe";
+  test_no_allocation(TT_F32, 0, lenet, "no_allocation_after_setup_fp32_ref");
+  test_no_allocation(TT_F16, 0, lenet, "no_allocation_after_setup_fp16_ref");
+  test_no_allocation(TT_F32, 1, lenet, "no_tensor_allocation_after_setup_fp32_onednn");
+  test_no_allocation(TT_F16, 1, lenet, "no_tensor_allocation_after_setup_fp16_onednn");
+  /* residual blocks, 1x1 projections, channels-last convolutions (24 channels) */
+  test_no_allocation(TT_F32, 1, resnet, "no_tensor_allocation_after_setup_fp32_onednn_resnet");
   TT_TEST_EXIT();
 }

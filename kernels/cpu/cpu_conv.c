@@ -1,7 +1,8 @@
 /* kernels/cpu/cpu_conv.c — convolution on oneDNN: forward, backward-data, backward-weights.
  *
  * The primitives choose their layouts (format "any"): on AVX-512 the direct JIT kernels want
- * nChw16c activations and blocked weights. (With plain NCHW oneDNN falls back to its
+ * nChw16c activations and blocked weights (channels-last where channel counts are not
+ * multiples of 16: cpu_conv_act_tag). (With plain NCHW oneDNN falls back to its
  * im2col + gemm convolution, which allocates its packing buffers on every call outside the
  * scratchpad, so plain layouts are never forced.) The caller's NCHW tensors are reordered into
  * workspace copies and back, a chunk of samples at a time (cpu_internal.h); weights once per
@@ -45,6 +46,16 @@ typedef struct cpu_conv_mds {
   dnnl_dims_t strides, pad_l, pad_r;
 } cpu_conv_mds;
 
+/* The activation layout the primitives get: oneDNN's choice ("any": nChw16c on AVX-512, and
+ * plain NCHW input for first layers of 1 to 7 channels) unless a channel count is not a
+ * multiple of 16, where channels-last (NHWC) is faster: nChw16c pads 24 channels to 32, and
+ * both the kernels and the reorders pay for it. Measured, one thread, 128x24x28x28 3x3:
+ * forward 8.3 against 6.2 ms, backward-data 8.4 against 6.0, backward-weights 8.6 against 6.5;
+ * with multiples of 16 the blocked layout is as fast or faster (ResNet-50's shapes). */
+static dnnl_format_tag_t cpu_conv_act_tag(const tt_conv_desc *d) {
+  return d->c >= 8 && (d->c % 16 || d->k % 16) ? dnnl_nhwc : dnnl_format_tag_any;
+}
+
 static int cpu_conv_mds_init(tt_cpu_build *bd, const tt_conv_desc *d, int nb, cpu_conv_mds *m) {
   tt_backend *b = bd->b;
   const char *what = bd->c->what;
@@ -67,7 +78,7 @@ static int cpu_conv_mds_init(tt_cpu_build *bd, const tt_conv_desc *d, int nb, cp
   m->pad_l[0] = m->pad_r[0] = d->pad_h, m->pad_l[1] = m->pad_r[1] = d->pad_w;
   if (tt_cpu_md(b, what, &m->x, 4, xd, dnnl_nchw) || tt_cpu_md(b, what, &m->y, 4, yd, dnnl_nchw) ||
       tt_cpu_md(b, what, &m->w, wn, wd, wtag) || tt_cpu_md(b, what, &m->b, 1, bdim, dnnl_x) ||
-      tt_cpu_md(b, what, &m->xa, 4, xd, dnnl_format_tag_any) || tt_cpu_md(b, what, &m->ya, 4, yd, dnnl_format_tag_any) ||
+      tt_cpu_md(b, what, &m->xa, 4, xd, cpu_conv_act_tag(d)) || tt_cpu_md(b, what, &m->ya, 4, yd, cpu_conv_act_tag(d)) ||
       tt_cpu_md(b, what, &m->wa, wn, wd, dnnl_format_tag_any))
     return -1;
   return 0;

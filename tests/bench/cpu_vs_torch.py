@@ -174,10 +174,10 @@ def tinytrain_speed(name, threads, vram=None):
     recipe, batch, steps, warmup, _, _ = NETS[name]
     text, rc, rss = run_child([os.path.join(ROOT, "build/bench/bench_step"), recipe, str(batch), str(steps), str(threads),
                                str(warmup)] + ([vram] if vram else []), threads)
-    m = re.search(r"= (\d+) images/s", text)
+    m = re.search(r"median ([\d.]+) ms", text)
     if rc != 0 or not m:
         raise RuntimeError("bench_step failed:\n" + text)
-    return float(m.group(1)), rss
+    return batch / (float(m.group(1)) / 1e3), rss
 
 
 def torch_speed(name, threads, batch=None, steps=None, warmup=None, checkpoint=False):
