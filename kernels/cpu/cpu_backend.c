@@ -423,7 +423,7 @@ static size_t cpu_be_op_workspace(tt_backend *b, const tt_op_desc *op) {
 }
 
 /* The built call for k (a normalised key), building it if needed. */
-static const tt_cpu_call *cpu_be_call(tt_backend *b, const tt_op_desc *k, int late) {
+static const tt_cpu_call *cpu_be_call(tt_backend *b, const tt_op_desc *k) {
   tt_cpu_state *st = tt_cpu_st(b);
   uint64_t h = cpu_be_hash(k);
   tt_cpu_call *c = cpu_be_find_call(st, k, h);
@@ -435,14 +435,13 @@ static const tt_cpu_call *cpu_be_call(tt_backend *b, const tt_op_desc *k, int la
     cpu_be_free_call(c);
     return NULL;
   }
-  if (late) st->built_late++;
   return c;
 }
 
 const tt_cpu_call *tt_cpu_get(tt_backend *b, const tt_op_desc *op) {
   tt_op_desc k;
   cpu_be_key(op, &k);
-  return cpu_be_call(b, &k, 1);
+  return cpu_be_call(b, &k);
 }
 
 static int cpu_be_prepare(tt_backend *b, const tt_op_desc *ops, int nops) {
@@ -450,7 +449,7 @@ static int cpu_be_prepare(tt_backend *b, const tt_op_desc *ops, int nops) {
   for (i = 0; i < nops; i++) {
     tt_op_desc k;
     cpu_be_key(&ops[i], &k);
-    if (tt_cpu_uses_dnnl(&k) && !cpu_be_call(b, &k, 0)) return -1;
+    if (tt_cpu_uses_dnnl(&k) && !cpu_be_call(b, &k)) return -1;
   }
   return 0;
 }

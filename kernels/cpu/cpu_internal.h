@@ -120,7 +120,6 @@ typedef struct tt_cpu_state {
   int ncalls, cap_calls;
   tt_cpu_size *sizes;  /* op_workspace answers, the same way (the scheduler asks for many shapes) */
   int nsizes, cap_sizes;
-  long built_late;     /* calls built on first use rather than by prepare */
   size_t chunk_bytes;  /* TT_CPU_CHUNK_BYTES, or TINYTRAIN_CPU_CHUNK_BYTES from the environment (tests) */
 } tt_cpu_state;
 
