@@ -31,14 +31,14 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libstb-dev", "zlib1g-dev", "dataset-fashion-mnist",
+DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "zlib1g-dev", "dataset-fashion-mnist",
                 # the fuzz targets (tests/fuzz/): clang with libFuzzer (libclang-rt-dev) and its OpenMP
                 "clang", "libclang-rt-dev", "libomp-dev"]
 
 # Library sources (everything but the command line) in dependency order; the amalgamation keeps it.
-LIB_DIRS = ["core", "arena", "kernels/cpu"]
+LIB_DIRS = ["core", "arena", "kernels/ref", "kernels/cpu"]
 CLI_SOURCES = ["core/main.c"]
-TESTS = ["test_ops", "test_arena", "test_recipe", "test_data", "test_safetensors", "test_graph",
+TESTS = ["test_ops", "test_cpu_vs_ref", "test_arena", "test_recipe", "test_data", "test_safetensors", "test_graph",
          "test_lower", "test_step", "test_train", "test_sched", "test_cuda"]
 # The CUDA backend's own sources compiled as C++ against tests/cuda_emu (host emulation): test_cuda
 # built against them runs without a GPU; emu_selftest checks the emulation's own checks.
@@ -125,6 +125,24 @@ def find_openblas():
     ver = header_define(cfg, "OPENBLAS_VERSION") if cfg else None
     ver = (ver or "unknown").replace("OpenBLAS", "").strip()
     return {"inc": inc, "version": ver}
+
+
+def find_dnnl():
+    """oneDNN (Debian: libdnnl-dev), the CPU backend's primitives: its header and version."""
+    inc = None
+    for d in ["/usr/include", "/usr/local/include"]:
+        if os.path.exists(os.path.join(d, "oneapi", "dnnl", "dnnl.h")):
+            inc = d
+            break
+    if inc is None:
+        return None
+    vh = os.path.join(inc, "oneapi", "dnnl", "dnnl_version.h")
+    ver = ".".join(str(header_define(vh, "DNNL_VERSION_" + k)) for k in ("MAJOR", "MINOR", "PATCH"))
+    cfg = header_define(os.path.join(inc, "oneapi", "dnnl", "dnnl_config.h"), "DNNL_CPU_RUNTIME") or "?"
+    libs = glob.glob("/usr/lib/*-linux-gnu/libdnnl.so") + glob.glob("/usr/lib/libdnnl.so") + glob.glob("/usr/local/lib*/libdnnl.so")
+    if not libs:
+        return None
+    return {"inc": inc, "version": ver, "runtime": cfg.replace("DNNL_RUNTIME_", ""), "lib": libs[0]}
 
 
 def find_stb():
@@ -254,7 +272,7 @@ def fuzz_rules(fz, why, blas, stb, lib_src):
     n.append("rule fuzzcc\n  command = $fuzzcc -MMD -MF $out.d $fuzzflags -c $in -o $out\n  depfile = $out.d\n"
              "  deps = gcc\n  description = FUZZCC $out")
     n.append("rule fuzzlink\n  command = $fuzzcc -fsanitize=fuzzer,address,undefined -fopenmp -pthread $in -o $out "
-             "-lopenblas -lz -lm\n  description = FUZZLINK $out")
+             "-ldnnl -lopenblas -lz -lm\n  description = FUZZLINK $out")
     # ninja has built the targets already (the implicit inputs of `fuzz`): run.sh must not
     # start a second ninja inside this one
     n.append("rule fuzzrun\n  command = TT_FUZZ_BUILT=1 bash tests/fuzz/run.sh\n  description = FUZZ\n  pool = console")
@@ -311,8 +329,9 @@ def amalgamate():
         emit(src)
     with open(os.path.join(ROOT, "tinytrain.c"), "w") as f:
         f.write("/* tinytrain.c — amalgamated by configure.py --amalgamate; do not edit. Build:\n"
-                " *   cc -O2 -fopenmp -c tinytrain.c -I/usr/include/x86_64-linux-gnu/openblas-pthread\n"
-                " * and link with -lopenblas -lz -lm -lpthread (stb_image.h from libstb-dev). */\n")
+                " *   cc -O2 -fopenmp -c tinytrain.c -I/usr/include/x86_64-linux-gnu/openblas-pthread -I/usr/include/stb\n"
+                " * and link with -fopenmp -ldnnl -lopenblas -lz -lm -lpthread (oneDNN from libdnnl-dev, OpenBLAS from\n"
+                " * libopenblas-dev, stb_image.h from libstb-dev). */\n")
         f.write("\n".join(out) + "\n")
     with open(os.path.join(ROOT, "core", "tinytrain.h")) as f:
         hdr = f.read()
@@ -340,12 +359,13 @@ def main():
 
     cc, ccver = find_cc(args.cc)
     cxx, cxxver = find_cxx(cc)
-    blas, stb, zlib = find_openblas(), find_stb(), find_zlib()
+    blas, dnnl, stb, zlib = find_openblas(), find_dnnl(), find_stb(), find_zlib()
     cuda = None if args.cpu_only else find_cuda()
     print("C compiler : %s (%s)" % (cc, ccver))
     print("C++        : %s" % (("%s (%s); CUDA backend tested under host emulation" % (cxx, cxxver)) if cxx else
                                "NOT FOUND: the CUDA emulation tests (test_cuda_emu) are not built"))
     print("OpenBLAS   : %s" % (("%s (%s)" % (blas["version"], blas["inc"])) if blas else "NOT FOUND"))
+    print("oneDNN     : %s" % (("%s, %s runtime (%s)" % (dnnl["version"], dnnl["runtime"], dnnl["lib"])) if dnnl else "NOT FOUND"))
     print("stb        : %s" % (("stb_image v%s (%s)" % (stb["version"], stb["inc"])) if stb else "NOT FOUND"))
     print("zlib       : %s" % (zlib["version"] if zlib else "NOT FOUND"))
     fuzz, fuzz_why = find_fuzzer()
@@ -358,7 +378,11 @@ def main():
         print("CUDA       : %s (%s)" % (cuda["version"], cuda["nvcc"]))
         print("cuBLAS     : %s" % (cuda.get("cublas_version") or ("found" if cuda["cublas"] else "NOT FOUND")))
         print("cuDNN      : %s" % (("%s (%s)" % (cuda["cudnn"]["version"], cuda["cudnn"]["inc"])) if cuda.get("cudnn") else "NOT FOUND"))
-    missing = [n for n, v in (("OpenBLAS (libopenblas-dev)", blas), ("stb (libstb-dev)", stb), ("zlib (zlib1g-dev)", zlib)) if not v]
+    missing = [n for n, v in (("OpenBLAS (libopenblas-dev)", blas), ("oneDNN (libdnnl-dev)", dnnl), ("stb (libstb-dev)", stb),
+                              ("zlib (zlib1g-dev)", zlib)) if not v]
+    if dnnl and dnnl["runtime"] != "OMP":
+        sys.exit("configure: oneDNN was built for the %s CPU runtime; tinytrain needs its OpenMP build (Debian's libdnnl-dev)" %
+                 dnnl["runtime"])
     if missing:
         sys.exit("configure: missing required: %s; run ./configure.py --deps" % ", ".join(missing))
     use_cuda = bool(cuda and cuda["cublas"] and cuda.get("cudnn")) and bool(glob.glob(os.path.join(ROOT, "kernels/cuda/*.cu")))
@@ -373,7 +397,7 @@ def main():
     cflags = "%s -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -pthread -I. -I%s -I%s" % (
         opt, blas["inc"], stb["inc"])
     ldflags = "-fopenmp -pthread"
-    libs = "-lopenblas -lz -lm"
+    libs = "-ldnnl -lopenblas -lz -lm"
     if args.debug:
         cflags += " -DTT_DEBUG=1"
     if args.sanitize:
@@ -429,7 +453,7 @@ def main():
         n.append("cxx = %s\nemuflags = %s" % (cxx, emuflags))
         n.append("rule emucxx\n  command = $cxx -MMD -MF $out.d $emuflags -x c++ -c $in -o $out\n  depfile = $out.d\n"
                  "  deps = gcc\n  description = CXX (emulated CUDA) $out")
-        n.append("rule emulink\n  command = $cxx $ldflags $in -o $out -lopenblas -lz -lm -ldl\n"
+        n.append("rule emulink\n  command = $cxx $ldflags $in -o $out -ldnnl -lopenblas -lz -lm -ldl\n"
                  "  description = LINK $out")
     # The shell tests run the binary named by TT. A sanitizer build reports leaks too, and every
     # finding makes the program exit non-zero, so the test that ran it fails.

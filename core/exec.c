@@ -48,6 +48,31 @@ static int exec_staging_create(tt_exec *x, tt_err *err) {
   return 0;
 }
 
+/* Hands every backend call of the programs (at their planned batches) to the backend's
+ * prepare, once: after this the steps allocate nothing. Calls repeat (a recompute step, the
+ * same shape in many blocks); the backend keeps one of each. */
+static int exec_prepare(tt_exec *x, tt_err *err) {
+  tt_backend *be = x->be;
+  const tt_program *progs[2] = {x->train, x->eval};
+  int cap = 0, n = 0, rc;
+  if (!be->prepare) return 0;
+  for (int k = 0; k < 2; k++)
+    if (progs[k]) cap += progs[k]->nsteps * TT_STEP_MAX_OPS;
+  tt_op_desc *ops = (tt_op_desc *)tt_malloc(sizeof(tt_op_desc) * (size_t)(cap ? cap : 1), "backend call list", err);
+  if (!ops) return -1;
+  for (int k = 0; k < 2; k++) {
+    const tt_program *p = progs[k];
+    if (!p) continue;
+    for (int i = 0; i < p->nsteps; i++) n += tt_step_backend_ops(p, &p->steps[i], p->policy.micro_batch, ops + n);
+  }
+  rc = be->prepare(be, ops, n);
+  free(ops);
+  if (rc)
+    return tt_fail(err, "backend '%s' could not prepare the program's %d calls: %s", be->name, n,
+                   be->last_error ? be->last_error(be) : "");
+  return 0;
+}
+
 int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const tt_program *eval, tt_backend *be,
                    uint64_t seed, tt_err *err) {
   memset(x, 0, sizeof *x);
@@ -72,6 +97,10 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
   if (be->zero(be, x->base, x->persistent_bytes)) {
     tt_exec_destroy(x);
     return tt_fail(err, "zeroing the arena on %s failed: %s", be->name, be->last_error ? be->last_error(be) : "");
+  }
+  if (exec_prepare(x, err)) {
+    tt_exec_destroy(x);
+    return -1;
   }
   return 0;
 }
@@ -113,7 +142,8 @@ void *tt_exec_ptr(const tt_exec *x, const tt_program *prog, int buf) {
 typedef struct exec_run {
   tt_exec *x;
   const tt_program *p;
-  int batch;
+  int batch;      /* samples every op runs on: always the program's planned micro-batch */
+  int loss_batch; /* samples the loss counts: fewer for a final partial evaluation batch */
   int micro_index;
   uint64_t step;
   float grad_scale;
@@ -157,11 +187,11 @@ static int exec_fwd(exec_run *r, const tt_step *s, tt_err *err) {
       const float *gam = (const float *)EXEC_P(s->in[TT_BN_GAMMA]), *bet = (const float *)EXEC_P(s->in[TT_BN_BETA]); /* [c] */
       float *rm = (float *)EXEC_P(s->in[TT_BN_RMEAN]), *rv = (float *)EXEC_P(s->in[TT_BN_RVAR]);                    /* [c] */
       if (s->flags & TT_SF_EVAL)
-        EXEC_CHECK(be->bn_fwd_infer(be, N, a->bn.c, a->bn.hw, dt, xp, gam, bet, rm, rv, a->bn.eps, y));
+        EXEC_CHECK(be->bn_fwd_infer(be, N, a->bn.c, a->bn.hw, dt, xp, gam, bet, rm, rv, a->bn.eps, y, ws, wsb));
       else
         EXEC_CHECK(be->bn_fwd_train(be, N, a->bn.c, a->bn.hw, dt, xp, gam, bet, y, rm, rv, a->bn.momentum, a->bn.eps,
                                     (float *)EXEC_P(s->out[TT_BN_SAVE_MEAN]), (float *)EXEC_P(s->out[TT_BN_SAVE_INVSTD]),
-                                    !(s->flags & TT_SF_RECOMPUTE)));
+                                    !(s->flags & TT_SF_RECOMPUTE), ws, wsb));
       break;
     }
     case TT_L_RELU:
@@ -176,7 +206,7 @@ static int exec_fwd(exec_run *r, const tt_step *s, tt_err *err) {
     case TT_L_AVGPOOL: {
       tt_pool_desc d = a->pool;
       d.n = N;
-      EXEC_CHECK(be->pool_fwd(be, &d, s->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG, dt, xp, y));
+      EXEC_CHECK(be->pool_fwd(be, &d, s->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG, dt, xp, y, ws, wsb));
       break;
     }
     case TT_L_GAP:
@@ -229,7 +259,7 @@ static int exec_bwd(exec_run *r, const tt_step *s, tt_err *err) {
     case TT_L_BN:
       EXEC_CHECK(be->bn_bwd(be, N, a->bn.c, a->bn.hw, dt, sv, dy, (const float *)EXEC_P(s->in[TT_BWD_GAMMA]),
                             (const float *)EXEC_P(s->in[TT_BWD_SAVE_MEAN]), (const float *)EXEC_P(s->in[TT_BWD_SAVE_INVSTD]),
-                            dx, dw, db, bdx, bp));
+                            dx, dw, db, bdx, bp, ws, wsb));
       break;
     case TT_L_RELU:
     case TT_L_RELU6:
@@ -243,7 +273,7 @@ static int exec_bwd(exec_run *r, const tt_step *s, tt_err *err) {
     case TT_L_AVGPOOL: {
       tt_pool_desc d = a->pool;
       d.n = N;
-      EXEC_CHECK(be->pool_bwd(be, &d, s->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG, dt, sv, dy, dx, bdx));
+      EXEC_CHECK(be->pool_bwd(be, &d, s->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG, dt, sv, dy, dx, bdx, ws, wsb));
       break;
     }
     case TT_L_GAP:
@@ -291,7 +321,7 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
         if (exec_fwd(r, s, err)) return -1;
         break;
       case TT_S_LOSS:
-        EXEC_CHECK(be->softmax_ce(be, r->batch, s->a.loss.classes, dt, EXEC_P(s->in[TT_LOSS_LOGITS]),
+        EXEC_CHECK(be->softmax_ce(be, r->loss_batch, s->a.loss.classes, dt, EXEC_P(s->in[TT_LOSS_LOGITS]),
                                   (const int32_t *)EXEC_P(s->in[TT_LOSS_LABELS]), s->a.loss.label_smoothing, r->grad_scale,
                                   EXEC_P(s->out[TT_LOSS_DLOGITS]), (float *)EXEC_P(s->out[TT_LOSS_STATS])));
         break;
@@ -331,7 +361,8 @@ int tt_exec_micro_step(tt_exec *x, const uint8_t *images, const int32_t *labels,
   const tt_program *p = x->train;
   exec_run r;
   memset(&r, 0, sizeof r);
-  r.x = x, r.p = p, r.batch = p->policy.micro_batch, r.micro_index = micro_index, r.step = step, r.grad_scale = grad_scale;
+  r.x = x, r.p = p, r.batch = r.loss_batch = p->policy.micro_batch, r.micro_index = micro_index, r.step = step;
+  r.grad_scale = grad_scale;
   if (exec_upload_batch(x, p, images, labels, r.batch, err)) return -1;
   return exec_range(&r, 0, p->micro_end, err);
 }
@@ -342,7 +373,8 @@ int tt_exec_micro_step_f32(tt_exec *x, const float *input, const int32_t *labels
   tt_backend *be = x->be;
   exec_run r;
   memset(&r, 0, sizeof r);
-  r.x = x, r.p = p, r.batch = p->policy.micro_batch, r.micro_index = micro_index, r.step = step, r.grad_scale = grad_scale;
+  r.x = x, r.p = p, r.batch = r.loss_batch = p->policy.micro_batch, r.micro_index = micro_index, r.step = step;
+  r.grad_scale = grad_scale;
   size_t cnt = (size_t)r.batch * p->input_numel;
   void *dst = tt_exec_ptr(x, p, p->value_buf[0]);
   if (be->upload(be, tt_exec_ptr(x, p, p->labels), labels, (size_t)r.batch * sizeof(int32_t))) return -1;
@@ -439,9 +471,14 @@ int tt_exec_eval(tt_exec *x, const uint8_t *images, const int32_t *labels, int n
   const tt_program *p = x->eval;
   if (!p) return tt_fail(err, "internal error: no evaluation program");
   if (n > p->policy.micro_batch) return tt_fail(err, "internal error: eval batch %d > planned %d", n, p->policy.micro_batch);
+  /* A final partial batch runs at the planned batch all the same, the samples past n being
+   * whatever the input buffer held (evaluation is per sample: batch norm uses the running
+   * statistics), and only the loss looks at n: every op keeps the one shape the backend
+   * prepared, so nothing is built or allocated for the remainder. Costs at most one batch of
+   * work per evaluation. */
   exec_run r;
   memset(&r, 0, sizeof r);
-  r.x = x, r.p = p, r.batch = n, r.grad_scale = 0.0f;
+  r.x = x, r.p = p, r.batch = p->policy.micro_batch, r.loss_batch = n, r.grad_scale = 0.0f;
   if (exec_upload_batch(x, p, images, labels, n, err)) return -1;
   return exec_range(&r, 0, p->micro_end, err);
 }

@@ -38,7 +38,9 @@ typedef struct tt_opt_hparams {
 } tt_opt_hparams;
 
 /* Allocates the arena: persistent region of the training program (or the evaluation program
- * alone), then the larger of the two transient regions; they never run at the same time. */
+ * alone), then the larger of the two transient regions; they never run at the same time. Then
+ * hands every backend call the programs make to the backend's prepare (oneDNN primitives are
+ * built there), so the steps allocate nothing. */
 int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const tt_program *eval, tt_backend *be,
                    uint64_t seed, tt_err *err);
 void tt_exec_destroy(tt_exec *x);
@@ -72,7 +74,9 @@ int tt_exec_overflow(tt_exec *x, int *overflow, tt_err *err);
  * gradients, workspaces and gradient accumulators, which every step overwrites before reading:
  * weights, statistics and optimizer state are untouched. Call before the first step. */
 int tt_exec_warmup(tt_exec *x, tt_err *err);
-/* Forward-only evaluation of n <= eval micro-batch samples; adds to the loss statistics. */
+/* Forward-only evaluation of n <= eval micro-batch samples; adds to the loss statistics. A
+ * final partial batch (n smaller) still runs every op at the planned batch, so the backend
+ * sees only the shapes it prepared; the loss counts the first n. */
 int tt_exec_eval(tt_exec *x, const uint8_t *images, const int32_t *labels, int n, tt_err *err);
 /* stats[0] = summed loss, stats[1] = correct predictions since the last zero. */
 int tt_exec_stats(tt_exec *x, float stats[2], int zero, tt_err *err);

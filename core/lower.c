@@ -145,43 +145,116 @@ static void lower_args(const lower_ctx *c, const tt_node *n, tt_op_args *a) {
   }
 }
 
-/* Workspace for a conv or linear node's forward or backward (the larger of its two products);
- * TT_WS_ERROR when the backend could not answer (the larger of the two is then TT_WS_ERROR too). */
-static size_t lower_ws_bytes(const lower_ctx *c, const tt_node *n, int backward) {
-  tt_backend *be = c->be;
-  tt_dtype dt = c->pol->act_dtype;
-  if (n->kind == TT_L_CONV) {
-    tt_conv_desc d;
-    lower_conv_desc(c, n, &d);
-    if (!backward) return be->conv_workspace(be, &d, dt, TT_WS_FWD);
-    size_t a = be->conv_workspace(be, &d, dt, TT_WS_BWD_DATA), b = be->conv_workspace(be, &d, dt, TT_WS_BWD_FILTER);
-    return a > b ? a : b;
-  }
-  int mb = c->pol->micro_batch, in = (int)tt_node_numel(lower_in(c, n, 0));
-  if (!backward) return be->linear_workspace(be, mb, in, n->c, dt, TT_WS_FWD);
-  size_t a = be->linear_workspace(be, mb, in, n->c, dt, TT_WS_BWD_DATA);
-  size_t b = be->linear_workspace(be, mb, in, n->c, dt, TT_WS_BWD_FILTER);
-  return a > b ? a : b;
+static tt_op_desc *lower_op(tt_op_desc *ops, int *n, tt_op_kind kind, tt_dtype dt) {
+  tt_op_desc *o = &ops[(*n)++];
+  memset(o, 0, sizeof *o);
+  o->kind = kind, o->dt = dt;
+  return o;
 }
 
-/* The workspace buffer of node's forward or backward: -1 when it needs none, -2 on error (a
- * failed query is an error naming the layer: planning it as 0 bytes would fail at run time). */
-static int lower_ws(lower_ctx *c, int node, int backward) {
-  const tt_node *n = &c->g->nodes[node];
-  if (!tt_op(n->kind)->workspace) return -1;
-  size_t bytes = lower_ws_bytes(c, n, backward);
-  if (bytes == TT_WS_ERROR) {
-    const tt_layer *L = &c->g->model->layers[node];
-    const char *msg = c->be->last_error ? c->be->last_error(c->be) : NULL;
-    tt_fail(c->err, "%s:%d: layer '%s': the %s backend could not size its %s workspace at micro-batch %d (%s): %s",
-            c->g->model->path, L->line, L->name, c->be->name, backward ? "backward" : "forward", c->pol->micro_batch,
-            c->pol->act_dtype == TT_F16 ? "fp16" : "fp32", msg && *msg ? msg : "no reason given");
-    return -2;
+int tt_step_backend_ops(const tt_program *p, const tt_step *s, int batch, tt_op_desc ops[TT_STEP_MAX_OPS]) {
+  tt_dtype dt = p->policy.act_dtype;
+  const tt_op_args *a = &s->a;
+  tt_op_desc *o;
+  int n = 0, bwd = s->op == TT_S_BWD;
+  if (s->op != TT_S_FWD && !bwd) return 0;
+  switch (s->kind) {
+    case TT_L_CONV:
+      if (!bwd) {
+        o = lower_op(ops, &n, TT_OP_CONV_FWD, dt);
+        o->bias = s->in[TT_FWD_B] >= 0;
+        o->u.conv = a->conv, o->u.conv.n = batch;
+        break;
+      }
+      o = lower_op(ops, &n, TT_OP_CONV_BWD_FILTER, dt);
+      o->bias = s->out[TT_BWD_DB] >= 0;
+      o->u.conv = a->conv, o->u.conv.n = batch;
+      if (s->out[TT_BWD_DX] >= 0) {
+        o = lower_op(ops, &n, TT_OP_CONV_BWD_DATA, dt);
+        o->accumulate = s->out_beta[TT_BWD_DX];
+        o->u.conv = a->conv, o->u.conv.n = batch;
+      }
+      break;
+    case TT_L_LINEAR:
+      if (!bwd) {
+        o = lower_op(ops, &n, TT_OP_LINEAR_FWD, dt);
+        o->bias = s->in[TT_FWD_B] >= 0;
+        o->u.linear.n = batch, o->u.linear.in = a->linear.in, o->u.linear.out = a->linear.out;
+        break;
+      }
+      o = lower_op(ops, &n, TT_OP_LINEAR_BWD_FILTER, dt);
+      o->bias = s->out[TT_BWD_DB] >= 0;
+      o->u.linear.n = batch, o->u.linear.in = a->linear.in, o->u.linear.out = a->linear.out;
+      if (s->out[TT_BWD_DX] >= 0) {
+        o = lower_op(ops, &n, TT_OP_LINEAR_BWD_DATA, dt);
+        o->accumulate = s->out_beta[TT_BWD_DX];
+        o->u.linear.n = batch, o->u.linear.in = a->linear.in, o->u.linear.out = a->linear.out;
+      }
+      break;
+    case TT_L_BN:
+      o = lower_op(ops, &n, bwd ? TT_OP_BN_BWD : ((s->flags & TT_SF_EVAL) ? TT_OP_BN_FWD_INFER : TT_OP_BN_FWD_TRAIN), dt);
+      if (bwd) o->accumulate = s->out_beta[TT_BWD_DX];
+      o->u.bn.n = batch, o->u.bn.c = a->bn.c, o->u.bn.hw = a->bn.hw, o->u.bn.eps = a->bn.eps;
+      break;
+    case TT_L_RELU:
+    case TT_L_RELU6:
+    case TT_L_SILU:
+      if (bwd && s->out[TT_BWD_DX] < 0) break;
+      o = lower_op(ops, &n, bwd ? TT_OP_ACT_BWD : TT_OP_ACT_FWD, dt);
+      if (bwd) o->accumulate = s->out_beta[TT_BWD_DX];
+      o->u.act.act = s->kind == TT_L_RELU ? TT_ACT_RELU : (s->kind == TT_L_RELU6 ? TT_ACT_RELU6 : TT_ACT_SILU);
+      o->u.act.count = (size_t)batch * a->eltwise.numel;
+      break;
+    case TT_L_MAXPOOL:
+    case TT_L_AVGPOOL:
+      if (bwd && s->out[TT_BWD_DX] < 0) break;
+      o = lower_op(ops, &n, bwd ? TT_OP_POOL_BWD : TT_OP_POOL_FWD, dt);
+      if (bwd) o->accumulate = s->out_beta[TT_BWD_DX];
+      o->pool_mode = s->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG;
+      o->u.pool = a->pool, o->u.pool.n = batch;
+      break;
+    default: /* add, concat, gap, dropout: plain loops in every backend, no workspace */
+      break;
   }
-  if (!bytes) return -1;
-  int b = lower_buf(c, c->g->model->layers[node].name, backward ? ".ws_bwd" : ".ws_fwd", bytes, TT_F32, TT_BC_WORKSPACE, 0,
-                    node, -1);
-  return b < 0 ? -2 : b;
+  return n;
+}
+
+/* The step's workspace buffer (the largest any of its backend calls asks for), or none. A
+ * failed query (TT_WS_ERROR) is an error naming the layer: planning it as 0 bytes would fail at
+ * run time. */
+static int lower_ws(lower_ctx *c, tt_step *s) {
+  tt_backend *be = c->be;
+  tt_op_desc ops[TT_STEP_MAX_OPS];
+  int n = tt_step_backend_ops(c->p, s, c->pol->micro_batch, ops);
+  size_t bytes = 0;
+  for (int k = 0; k < n; k++) {
+    size_t w;
+    if (be->op_workspace) {
+      w = be->op_workspace(be, &ops[k]);
+    } else if (ops[k].kind <= TT_OP_CONV_BWD_FILTER) { /* a backend without the generic query */
+      w = be->conv_workspace(be, &ops[k].u.conv, ops[k].dt, (tt_ws_kind)(ops[k].kind - TT_OP_CONV_FWD));
+    } else if (ops[k].kind <= TT_OP_LINEAR_BWD_FILTER) {
+      const tt_linear_desc *l = &ops[k].u.linear;
+      w = be->linear_workspace(be, l->n, l->in, l->out, ops[k].dt, (tt_ws_kind)(ops[k].kind - TT_OP_LINEAR_FWD));
+    } else {
+      w = 0;
+    }
+    if (w == TT_WS_ERROR) {
+      const tt_layer *L = &c->g->model->layers[s->node];
+      const char *msg = be->last_error ? be->last_error(be) : NULL;
+      return tt_fail(c->err, "%s:%d: layer '%s': the %s backend could not size its %s workspace at micro-batch %d (%s): %s",
+                     c->g->model->path, L->line, L->name, be->name, s->op == TT_S_BWD ? "backward" : "forward",
+                     c->pol->micro_batch, c->pol->act_dtype == TT_F16 ? "fp16" : "fp32", msg && *msg ? msg : "no reason given");
+    }
+    if (w > bytes) bytes = w;
+  }
+  s->ws = -1;
+  if (!bytes) return 0;
+  int b = lower_buf(c, s->name ? s->name : "step", s->op == TT_S_BWD ? ".ws_bwd" : ".ws_fwd", bytes, TT_F32, TT_BC_WORKSPACE,
+                    0, s->node, -1);
+  if (b < 0) return -1;
+  s->ws = b;
+  return 0;
 }
 
 /* The buffer an op reads for parameter `param` (-1: none): the fp32 master, or under
@@ -225,8 +298,7 @@ static int lower_fwd(lower_ctx *c, int node, int flags) {
   for (int k = 0; k < n->nin; k++)
     if ((ins[k] = lower_value(c, c->canon[n->in[k]])) < 0) return -1;
   int w = lower_weight(c, n->weight), b = lower_weight(c, n->bias);
-  int ws = lower_ws(c, node, 0);
-  if (w < -1 || b < -1 || ws < -1) return -1;
+  if (w < -1 || b < -1) return -1;
   int y = lower_buf(c, g->model->layers[node].name, (flags & TT_SF_RECOMPUTE) ? ".recomputed" : "", lower_act_bytes(c, node),
                     c->pol->act_dtype, TT_BC_ACTIVATIONS, 0, node, -1);
   if (y < 0) return -1;
@@ -258,7 +330,7 @@ static int lower_fwd(lower_ctx *c, int node, int flags) {
     lower_set(s, 1, TT_BN_SAVE_INVSTD, save + 1);
     c->cur_save[node] = save;
   }
-  s->ws = ws;
+  if (lower_ws(c, s)) return -1;
   if (flags & TT_SF_RECOMPUTE) c->p->n_recomputed_steps++;
   c->cur_val[node] = y;
   return y;
@@ -313,8 +385,8 @@ static int lower_bwd(lower_ctx *c, int node) {
     /* statistics were dropped with the value: recompute the node itself */
     if (lower_fwd(c, node, TT_SF_RECOMPUTE) < 0) return -1;
   }
-  int w = lower_weight(c, n->weight), ws = lower_ws(c, node, 1);
-  if (w < -1 || ws < -1) return -1;
+  int w = lower_weight(c, n->weight);
+  if (w < -1) return -1;
   tt_step *s = lower_step(c, TT_S_BWD, node, 0);
   if (!s) return -1;
   lower_args(c, n, &s->a);
@@ -326,14 +398,13 @@ static int lower_bwd(lower_ctx *c, int node) {
     lower_set(s, 0, TT_BWD_SAVE_MEAN, c->cur_save[node]);
     lower_set(s, 0, TT_BWD_SAVE_INVSTD, c->cur_save[node] + 1);
   }
-  s->ws = ws;
   if (lower_input_grads(c, node, &s)) return -1;
   if (op->has_params) {
     int pw = n->kind == TT_L_BN ? n->gamma : n->weight, pb = n->kind == TT_L_BN ? n->beta : n->bias;
     lower_set(s, 1, TT_BWD_DW, c->p->grad_buf[pw]);
     if (pb >= 0) lower_set(s, 1, TT_BWD_DB, c->p->grad_buf[pb]);
   }
-  return 0;
+  return lower_ws(c, s); /* last: the calls depend on which gradients are added into */
 }
 
 /* The tables of the lowering context and of the Program, in one allocation; views resolved. */

@@ -5,24 +5,24 @@
 #include <string.h>
 
 static const tt_op_traits ops_table[TT_L_KIND_COUNT] = {
-    /* name       view                   fwd_ip bwd_ip bwd_reads        params ws */
-    {"input",   TT_VIEW_NEVER,         0, 0, 0,               0, 0},
-    {"conv",    TT_VIEW_NEVER,         0, 0, TT_READS_INPUT,  1, 1},
-    {"bn",      TT_VIEW_NEVER,         0, 0, TT_READS_INPUT,  1, 0},
-    {"relu",    TT_VIEW_NEVER,         1, 1, TT_READS_OUTPUT, 0, 0},
-    {"relu6",   TT_VIEW_NEVER,         1, 1, TT_READS_OUTPUT, 0, 0},
-    {"silu",    TT_VIEW_NEVER,         1, 1, TT_READS_INPUT,  0, 0},
-    {"maxpool", TT_VIEW_NEVER,         0, 0, TT_READS_INPUT,  0, 0},
-    {"avgpool", TT_VIEW_NEVER,         0, 0, 0,               0, 0},
-    {"gap",     TT_VIEW_NEVER,         0, 0, 0,               0, 0},
-    {"linear",  TT_VIEW_NEVER,         0, 0, TT_READS_INPUT,  1, 1},
-    {"dropout", TT_VIEW_WHEN_IDENTITY, 1, 1, 0,               0, 0}, /* the mask is regenerated */
-    {"flatten", TT_VIEW_ALWAYS,        0, 0, 0,               0, 0},
-    {"add",     TT_VIEW_NEVER,         1, 1, 0,               0, 0},
-    {"concat",  TT_VIEW_NEVER,         0, 0, 0,               0, 0},
+    /* name       view                   fwd_ip bwd_ip bwd_reads        params */
+    {"input",   TT_VIEW_NEVER,         0, 0, 0,               0},
+    {"conv",    TT_VIEW_NEVER,         0, 0, TT_READS_INPUT,  1},
+    {"bn",      TT_VIEW_NEVER,         0, 0, TT_READS_INPUT,  1},
+    {"relu",    TT_VIEW_NEVER,         1, 1, TT_READS_OUTPUT, 0},
+    {"relu6",   TT_VIEW_NEVER,         1, 1, TT_READS_OUTPUT, 0},
+    {"silu",    TT_VIEW_NEVER,         1, 1, TT_READS_INPUT,  0},
+    {"maxpool", TT_VIEW_NEVER,         0, 0, TT_READS_INPUT,  0},
+    {"avgpool", TT_VIEW_NEVER,         0, 0, 0,               0},
+    {"gap",     TT_VIEW_NEVER,         0, 0, 0,               0},
+    {"linear",  TT_VIEW_NEVER,         0, 0, TT_READS_INPUT,  1},
+    {"dropout", TT_VIEW_WHEN_IDENTITY, 1, 1, 0,               0}, /* the mask is regenerated */
+    {"flatten", TT_VIEW_ALWAYS,        0, 0, 0,               0},
+    {"add",     TT_VIEW_NEVER,         1, 1, 0,               0},
+    {"concat",  TT_VIEW_NEVER,         0, 0, 0,               0},
 };
 
-static const tt_op_traits ops_unknown = {"?", TT_VIEW_NEVER, 0, 0, 0, 0, 0};
+static const tt_op_traits ops_unknown = {"?", TT_VIEW_NEVER, 0, 0, 0, 0};
 
 const tt_op_traits *tt_op(tt_layer_kind k) {
   int i = (int)k;

@@ -25,7 +25,7 @@ typedef struct tt_op_traits {
   unsigned char bwd_inplace;   /* backward may write dx over dy (elementwise; add: last input only) */
   unsigned char bwd_reads;     /* TT_READS_* : the tensors backward keeps alive */
   unsigned char has_params;    /* owns parameters (conv, linear, batch norm) */
-  unsigned char workspace;     /* asks the backend for a workspace (conv, linear) */
+  /* (which steps need a workspace is the backend's answer: lower.c asks op_workspace) */
 } tt_op_traits;
 
 /* The row of kind k; an out-of-range k gets a row named "?" with no traits. */

@@ -83,13 +83,24 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
   }
 #endif
   if (!s->be) {
-    s->be = tt_cpu_backend_create(session_threads(o->threads));
+    /* `plan` without a GPU plans for a CUDA card unless told --device cpu; its workspaces are
+     * then the reference backend's (bounded im2col chunks, like a capped cuDNN workspace),
+     * not oneDNN's. TINYTRAIN_CPU_BACKEND=ref runs the reference loops instead of oneDNN
+     * (for comparisons; the tests create both backends themselves). */
+    const char *pick = getenv("TINYTRAIN_CPU_BACKEND");
+    s->target_cuda = mode == TT_SESSION_PLAN && o->device != TT_DEVICE_CPU;
+    if (pick && *pick && strcmp(pick, "ref") && strcmp(pick, "onednn")) {
+      tt_fail(err, "TINYTRAIN_CPU_BACKEND=%s: expected 'onednn' (the default) or 'ref'", pick);
+      goto fail;
+    }
+    if (s->target_cuda || (pick && !strcmp(pick, "ref")))
+      s->be = tt_ref_backend_create(session_threads(o->threads));
+    else
+      s->be = tt_cpu_backend_create(session_threads(o->threads));
     if (!s->be) {
       tt_fail(err, "could not create the CPU backend");
       goto fail;
     }
-    /* `plan` without a GPU plans for a CUDA card unless told --device cpu */
-    s->target_cuda = mode == TT_SESSION_PLAN && o->device != TT_DEVICE_CPU;
     if (s->target_cuda && o->vram_bytes) reserve = TT_RESERVE_ESTIMATE_BYTES;
   }
   (void)want_cuda;
@@ -182,11 +193,11 @@ void tt_session_close(tt_session *s) {
 }
 
 const char *tt_build_info(void) {
+  static char buf[384];
 #ifdef TT_HAVE_CUDA
-  static char buf[256];
-  snprintf(buf, sizeof buf, "backends: cpu (OpenBLAS), cuda (%s)", tt_cuda_info());
-  return buf;
+  snprintf(buf, sizeof buf, "backends: cpu (%s), ref (OpenBLAS), cuda (%s)", tt_cpu_backend_info(), tt_cuda_info());
 #else
-  return "backends: cpu (OpenBLAS); built without CUDA";
+  snprintf(buf, sizeof buf, "backends: cpu (%s), ref (OpenBLAS); built without CUDA", tt_cpu_backend_info());
 #endif
+  return buf;
 }

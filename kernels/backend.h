@@ -52,9 +52,53 @@ typedef enum { TT_WS_FWD = 0, TT_WS_BWD_DATA = 1, TT_WS_BWD_FILTER = 2 } tt_ws_k
 /* What a failed *_workspace query returns (see above). */
 #define TT_WS_ERROR ((size_t)-1)
 
+/* ---- set-up: the calls a Program makes, described by shape ----
+ * Lowering asks op_workspace() for every backend call a step will make (kind, dtype, shapes
+ * at the planned batch) and gives the step a planned workspace of the largest answer; the
+ * executor hands the calls of all its Programs to prepare() once, before the first step, so a
+ * backend builds what it needs (oneDNN primitives, cuDNN algorithm choices) outside the step
+ * loop. A call whose shape was never prepared still works: the backend may prepare it then
+ * (and allocate doing so), which the executor never lets happen. */
+typedef enum {
+  TT_OP_CONV_FWD = 0,
+  TT_OP_CONV_BWD_DATA,
+  TT_OP_CONV_BWD_FILTER,
+  TT_OP_LINEAR_FWD,
+  TT_OP_LINEAR_BWD_DATA,
+  TT_OP_LINEAR_BWD_FILTER,
+  TT_OP_BN_FWD_TRAIN,
+  TT_OP_BN_FWD_INFER,
+  TT_OP_BN_BWD,
+  TT_OP_POOL_FWD,
+  TT_OP_POOL_BWD,
+  TT_OP_ACT_FWD,
+  TT_OP_ACT_BWD,
+  TT_OP_KIND_COUNT
+} tt_op_kind;
+
+typedef struct tt_linear_desc { int n, in, out; } tt_linear_desc; /* x [n, in], w [out, in], y [n, out] */
+typedef struct tt_bn_desc { int n, c, hw; float eps; } tt_bn_desc; /* x [n, c, hw] */
+typedef struct tt_act_desc { size_t count; tt_act act; } tt_act_desc;
+
+/* One backend call. Zero the whole struct before filling it (backends compare descs bytewise). */
+typedef struct tt_op_desc {
+  tt_op_kind kind;
+  tt_dtype dt;
+  int bias;       /* conv/linear: forward adds a bias; backward-filter computes its gradient */
+  int accumulate; /* backward-data, bn, pool and act backward: dx is added into (beta != 0) */
+  tt_pool_mode pool_mode;
+  union {
+    tt_conv_desc conv;
+    tt_pool_desc pool;
+    tt_linear_desc linear;
+    tt_bn_desc bn;
+    tt_act_desc act;
+  } u;
+} tt_op_desc;
+
 typedef struct tt_backend tt_backend;
 struct tt_backend {
-  const char *name;  /* "cpu", "cuda" */
+  const char *name;  /* "cpu", "ref", "cuda" */
   void *impl;        /* backend-private state */
   size_t align;      /* every planned buffer starts at a multiple of this many bytes */
   void (*destroy)(tt_backend *b);
@@ -119,19 +163,21 @@ struct tt_backend {
    * uses the unbiased batch variance, as PyTorch does). Recompute passes update_running = 0. */
   int (*bn_fwd_train)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                       const float *bias, void *y, float *running_mean, float *running_var, float momentum,
-                      float eps, float *save_mean, float *save_invstd, int update_running);
+                      float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes);
   int (*bn_fwd_infer)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                      const float *bias, const float *running_mean, const float *running_var, float eps, void *y);
+                      const float *bias, const float *running_mean, const float *running_var, float eps, void *y,
+                      void *ws, size_t ws_bytes);
   /* dx = beta_dx*dx + ...; dgamma/dbias = beta_param*d + ... */
   int (*bn_bwd)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                 const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
-                float *dbias, float beta_dx, float beta_param);
+                float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
 
   /* ---- pooling; max backward finds the arg-max from x (first maximum in the window);
    * average counts padding in the divisor (PyTorch's count_include_pad = True) ---- */
-  int (*pool_fwd)(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y);
+  int (*pool_fwd)(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y, void *ws,
+                  size_t ws_bytes);
   int (*pool_bwd)(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
-                  const void *dy, void *dx, float beta);
+                  const void *dy, void *dx, float beta, void *ws, size_t ws_bytes);
   /* global average pool: x [n, c, hw] -> y [n, c] */
   int (*gap_fwd)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y);
   int (*gap_bwd)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta);
@@ -187,10 +233,23 @@ struct tt_backend {
                      float grad_scale, const int32_t *skip);
   /* flag[0] = 1 if any of x[0..count) is inf or NaN (flag is not cleared; execution zeroes it). */
   int (*check_finite)(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
+
+  /* ---- set-up (see tt_op_desc above) ----
+   * op_workspace: bytes of planned workspace the call needs (0: none; TT_WS_ERROR, with the
+   * reason in last_error, when it cannot answer); the same answer as
+   * conv_workspace/linear_workspace for those kinds. prepare: builds what the calls need;
+   * may allocate; returns non-zero with last_error set when a call cannot be built. */
+  size_t (*op_workspace)(tt_backend *b, const tt_op_desc *op);
+  int (*prepare)(tt_backend *b, const tt_op_desc *ops, int nops);
 };
 
-/* The CPU backend (C11 + OpenBLAS). threads <= 0 means all cores. */
+/* The CPU backend (oneDNN primitives, the reference loops for the rest). threads <= 0 means
+ * all cores. */
 tt_backend *tt_cpu_backend_create(int threads);
+/* The reference backend (plain C loops and OpenBLAS): the truth the others are tested against. */
+tt_backend *tt_ref_backend_create(int threads);
+/* "oneDNN 2.6.3 (cpu runtime OpenMP, ISA avx512_core)": what the CPU backend runs on. */
+const char *tt_cpu_backend_info(void);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* tests/test_cuda.c — the CUDA backend against the CPU backend.
+/* tests/test_cuda.c — the CUDA backend against the reference CPU backend (kernels/ref/).
  *
  * Without CUDA in the build, or without a device, every group prints a SKIP line and the
  * test exits 0. Built against the host emulation instead (build/tests/test_cuda_emu, with
@@ -304,19 +304,19 @@ static void test_batchnorm(void) {
       tt2 rm = mk(C, TT_F32, -0.1f, 0.1f), rv = mk(C, TT_F32, 0.9f, 1.1f), sm = mk(C, TT_F32, 0, 0),
           si = mk(C, TT_F32, 0, 0);
       tt2 dy = mk(cnt, dt, -1, 1), dx = mk(cnt, dt, -1, 1), dg = mk(C, TT_F32, -1, 1), db = mk(C, TT_F32, -1, 1);
-      BOTH(B->bn_fwd_train(B, N, C, HW, dt, P(x), PF(g), PF(bb), P(y), PF(rm), PF(rv), 0.1f, 1e-5f, PF(sm), PF(si), 1));
+      BOTH(B->bn_fwd_train(B, N, C, HW, dt, P(x), PF(g), PF(bb), P(y), PF(rm), PF(rv), 0.1f, 1e-5f, PF(sm), PF(si), 1, NULL, 0));
       cmp("bn_fwd_train y", y, tol_ew(dt));
       cmp("bn_fwd_train save_mean", sm, 1e-5);
       cmp("bn_fwd_train save_invstd", si, 1e-5);
       cmp("bn_fwd_train running_mean", rm, 1e-5);
       cmp("bn_fwd_train running_var (unbiased)", rv, 1e-5);
-      BOTH(B->bn_bwd(B, N, C, HW, dt, P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), PF(dg), PF(db), 1.0f, 1.0f));
+      BOTH(B->bn_bwd(B, N, C, HW, dt, P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), PF(dg), PF(db), 1.0f, 1.0f, NULL, 0));
       cmp("bn_bwd dx", dx, tol_ew(dt));
       cmp("bn_bwd dgamma", dg, dt == TT_F16 ? 1e-3 : 1e-5);
       cmp("bn_bwd dbias", db, dt == TT_F16 ? 1e-3 : 1e-5);
-      BOTH(B->bn_bwd(B, N, C, HW, dt, P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), PF(dg), PF(db), 0.0f, 0.0f));
+      BOTH(B->bn_bwd(B, N, C, HW, dt, P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), PF(dg), PF(db), 0.0f, 0.0f, NULL, 0));
       cmp("bn_bwd dx beta=0", dx, tol_ew(dt));
-      BOTH(B->bn_fwd_infer(B, N, C, HW, dt, P(x), PF(g), PF(bb), PF(rm), PF(rv), 1e-5f, P(y)));
+      BOTH(B->bn_fwd_infer(B, N, C, HW, dt, P(x), PF(g), PF(bb), PF(rm), PF(rv), 1e-5f, P(y), NULL, 0));
       cmp("bn_fwd_infer", y, tol_ew(dt));
       fr(&x), fr(&y), fr(&g), fr(&bb), fr(&rm), fr(&rv), fr(&sm), fr(&si), fr(&dy), fr(&dx), fr(&dg), fr(&db);
     }
@@ -350,9 +350,9 @@ static void test_pooling(void) {
             ((float *)x.c)[i] = v;
         }
         gpu->upload(gpu, x.g, x.c, x.bytes);
-        BOTH(B->pool_fwd(B, &d, (tt_pool_mode)mode, dt, P(x), P(y)));
+        BOTH(B->pool_fwd(B, &d, (tt_pool_mode)mode, dt, P(x), P(y), NULL, 0));
         cmp(mode ? "avgpool fwd" : "maxpool fwd", y, tol_ew(dt));
-        BOTH(B->pool_bwd(B, &d, (tt_pool_mode)mode, dt, P(x), P(dy), P(dx), 1.0f));
+        BOTH(B->pool_bwd(B, &d, (tt_pool_mode)mode, dt, P(x), P(dy), P(dx), 1.0f, NULL, 0));
         cmp(mode ? "avgpool bwd" : "maxpool bwd (first max)", dx, tol_ew(dt));
         fr(&x), fr(&y), fr(&dy), fr(&dx);
       }
@@ -746,7 +746,7 @@ int main(void) {
     return 1;
   }
   printf("  %s; reserve (context + handles) %.1f MiB\n", tt_cuda_info(), reserve / 1048576.0);
-  cpu = tt_cpu_backend_create(0);
+  cpu = tt_ref_backend_create(0); /* the truth: the plain loops */
 #ifdef TT_CUDA_EMULATION
   gcap = (size_t)80 << 20; /* the ops and their workspaces (cuBLAS 4 MiB on this sm_75, cuDNN up to 64 MiB); the emulation flips the protection of every page at each sync, so no larger */
 #else

@@ -357,7 +357,7 @@ static void test_sched_agrees(void) {
 }
 
 /* A backend whose workspace query fails for one direction, as cuDNN's can: the CPU backend's
- * table with conv_workspace / linear_workspace replaced. */
+ * table with conv_workspace / linear_workspace replaced (and no op_workspace). */
 static tt_ws_kind ws_fail_which;
 static int ws_fail_linear;
 static const char *ws_fail_error(tt_backend *b) {
@@ -386,6 +386,7 @@ static void test_workspace_query_failure(void) {
   } else {
     tt_backend fake = *cpu;
     fake.last_error = ws_fail_error, fake.conv_workspace = ws_fail_conv, fake.linear_workspace = ws_fail_lin;
+    fake.op_workspace = NULL; /* lowering then asks the two queries above (a backend without the generic one) */
     static const struct { int linear; tt_ws_kind which; const char *layer; const char *dir; } cases[] = {
         {0, TT_WS_FWD, "'c1'", "forward"}, {0, TT_WS_BWD_FILTER, "'c2'", "backward"}, /* backward runs last layer first */
         {0, TT_WS_BWD_DATA, "'c2'", "backward"}, {1, TT_WS_BWD_DATA, "'fc'", "backward"}};

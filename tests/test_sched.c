@@ -621,7 +621,12 @@ static void test_fp16_tracks_fp32(tt_backend *be) {
     printf("  fp16: %lld skipped steps, final loss scale %g; time fp32 %.1f s, fp16 %.1f s\n", r16.skipped,
            (double)r16.final_scale, r32.seconds, r16.seconds);
     printf("  (of which evaluation fp32 %.1f s, fp16 %.1f s)\n", r32.eval_seconds, r16.eval_seconds);
-    TT_CHECK(fabs(r32.test_acc - r16.test_acc) <= 0.5, "test accuracy fp16 %.2f vs fp32 %.2f", r16.test_acc, r32.test_acc);
+    /* 1 point: after 300 steps, test accuracy moves by a few tenths of a point under any
+     * numerical perturbation. Over seeds 1..11 of this test, fp16 against fp32 differed by up
+     * to 0.64 points on the reference backend and 0.96 on the oneDNN one, and fp32 on one
+     * backend against fp32 on the other by up to 0.62 (different summation orders, both
+     * right). A broken fp16 path is off by far more, or not finite. */
+    TT_CHECK(fabs(r32.test_acc - r16.test_acc) <= 1.0, "test accuracy fp16 %.2f vs fp32 %.2f", r16.test_acc, r32.test_acc);
     TT_CHECK(r32.test_acc > 70.0, "fp32 reached only %.2f%% (the net did not learn)", r32.test_acc);
     TT_CHECK(r32.win_loss[FM_STEPS / FM_WIN - 1] < r32.win_loss[0], "the loss did not go down");
   }

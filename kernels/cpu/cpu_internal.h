@@ -1,138 +1,188 @@
-/* kernels/cpu/cpu_internal.h — shared by the CPU backend's files only.
+/* kernels/cpu/cpu_internal.h — shared by the oneDNN CPU backend's files only.
  *
- * The CPU backend stores fp16 tensors as IEEE half (uint16_t) and computes in fp32.
- * Threading: OpenMP with schedule(static) and an explicit num_threads on every loop, so a
- * given backend (thread count) gives bit-identical results run after run; every reduction is
- * either serial within one output element or a fixed-order sum of fixed-size block partials.
+ * The CPU backend runs convolution, linear (matmul) and pooling as oneDNN primitives, batch
+ * norm and the hot elementwise ops as its own vectorised loops, and everything else as the
+ * reference loops (kernels/ref/): its state starts with a tt_ref_state, so the tt_ref_
+ * functions run on it unchanged (cpu_backend.c lists what runs where).
  *
- * Files, one concern each, pairing up with kernels/cuda/: cpu_backend.c (table, memory,
- * threads, fp16 conversion), cpu_conv.c, cpu_linear.c (linear and the threaded sgemm),
- * cpu_norm.c (batch norm, pooling), cpu_elementwise.c, cpu_loss_optim.c (softmax
- * cross-entropy, optimizer updates, the overflow check).
+ * One backend call (a tt_op_desc: kind, dtype, shapes) becomes one tt_cpu_call, built once:
+ * at prepare() for the executor's calls, or on first use for a caller that prepared nothing.
+ * A call is a short sequence of oneDNN primitives ("stages") over "tensors": the caller's
+ * pointers, planned-workspace regions, and staged copies of the caller's tensors in the
+ * layout and data type a primitive wants (oneDNN's blocked formats for convolution; fp32 for
+ * fp16 storage), made and written back by reorders or conversions around the primitive. Every
+ * primitive runs in oneDNN's user scratchpad mode: its scratchpad, the staged copies and the
+ * intermediate tensors are all regions of the call's one planned workspace (op_workspace says
+ * how big), so a prepared call allocates no tensor memory. (oneDNN's execute still allocates a
+ * few small bookkeeping objects per primitive, its argument map and scratchpad grantor, and
+ * frees them before returning: tests/test_step.c counts them apart.)
  *
- * Names: functions exported to the other CPU files start tt_cpu_; file-static helpers start
- * with the file's own prefix (cpu_be_, cpu_conv_, cpu_lin_, cpu_norm_, cpu_ew_, cpu_lo_) so
- * that the amalgamated single file has no collisions.
+ * Convolution stages its activations per chunk of samples, so the copies stay under
+ * TT_CPU_CHUNK_BYTES whatever the batch; the chunk size and its primitives (the chunk and the
+ * remainder) are fixed when the call is built.
+ *
+ * Threads: oneDNN (OpenMP runtime) uses omp_get_max_threads(); every entry point sets it to the
+ * backend's count first (tt_cpu_enter), so primitives are built and run with the same count
+ * and, oneDNN's reductions being statically partitioned, give bit-identical results run to run.
+ *
+ * Names: functions shared between the CPU files start tt_cpu_; file-static helpers start with
+ * the file's prefix (cpu_be_, cpu_conv_, cpu_lin_, cpu_norm_).
  */
 #ifndef TT_CPU_INTERNAL_H
 #define TT_CPU_INTERNAL_H
-#include <cblas.h>
+#include <dnnl.h>
+#include <dnnl_debug.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "../backend.h"
-#include "../kernel_math.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "../ref/ref_internal.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* Staged activation copies of one convolution chunk stay under this many bytes (the
+ * environment's TINYTRAIN_CPU_CHUNK_BYTES overrides it when the backend is created: tests use
+ * it to exercise chunking on small shapes). */
+#ifndef TT_CPU_CHUNK_BYTES
+#define TT_CPU_CHUNK_BYTES ((size_t)32 << 20)
+#endif
+#define TT_CPU_MAX_TENSORS 10
+#define TT_CPU_MAX_STAGES 2
+
+/* What a tensor of a call is. */
+typedef enum {
+  TT_CPU_ACT_IN = 0,  /* caller's input, one slice per chunk (x, dy) */
+  TT_CPU_ACT_OUT,     /* caller's output, one slice per chunk (y, dx); added into when the call accumulates */
+  TT_CPU_PARAM_IN,    /* caller's input, whole, for every chunk (weights, bias) */
+  TT_CPU_GRAD_OUT,    /* caller's fp32 parameter gradient, whole: beta at run time, summed over chunks */
+  TT_CPU_WS           /* in the workspace only (max pooling's recomputed output and workspace) */
+} tt_cpu_role;
+
+/* A tensor as the caller holds it (plain layout, fp32 or fp16: user) and as a primitive wants
+ * it (prim). When they differ the primitive works on a copy in the workspace: converted from
+ * or to fp16 by our loops, reordered by oneDNN, or both (through an fp32 plain copy). An
+ * output that is added into, and every parameter gradient, goes through the fp32 plain copy
+ * and is combined by our loop (beta*out + copy), so no primitive needs a sum post-op. */
+typedef struct tt_cpu_tensor {
+  tt_cpu_role role;
+  int ptr;            /* caller pointer index (not TT_CPU_WS) */
+  int half;           /* the caller stores fp16 */
+  int reorder;        /* prim and user layouts differ: oneDNN reorders */
+  int plain_copy;     /* an fp32 plain copy sits between the caller and the primitive */
+  size_t sample_bytes;/* ACT tensors: the caller's bytes per sample */
+  size_t count;       /* elements (of this chunk) */
+  size_t prim_bytes, plain_bytes;
+  size_t off, plain_off; /* the primitive-side copy (reorder or TT_CPU_WS); the fp32 plain copy */
+  dnnl_memory_t mprim, mplain; /* primitive side; fp32 plain (the caller's pointer or the plain copy) */
+  dnnl_primitive_t reo; /* plain -> prim (inputs) or prim -> plain (outputs) */
+  dnnl_memory_t mreo_scratch;
+  size_t reo_scratch;
+} tt_cpu_tensor;
+
+typedef struct tt_cpu_stage {
+  dnnl_primitive_desc_t pd; /* while the call is being built */
+  dnnl_primitive_t prim;
+  size_t scratch;
+  dnnl_memory_t mscratch;
+  int t[TT_CPU_MAX_TENSORS], arg[TT_CPU_MAX_TENSORS], nt; /* the variant's tensors it passes, as DNNL_ARG_* */
+} tt_cpu_stage;
+
+/* The primitives of one chunk size. */
+typedef struct tt_cpu_variant {
+  int nb;
+  tt_cpu_tensor t[TT_CPU_MAX_TENSORS];
+  int nt;
+  tt_cpu_stage s[TT_CPU_MAX_STAGES];
+  int ns;
+  size_t bytes;       /* staging laid out after the shared scratchpad */
+} tt_cpu_variant;
+
+typedef struct tt_cpu_call {
+  tt_op_desc key;
+  uint64_t hash;
+  char what[200];     /* the op and its shape, for messages */
+  int nb;             /* samples per chunk (the whole batch unless convolution chunks) */
+  tt_cpu_variant v[2];/* chunks of nb; the remainder */
+  int nv;
+  size_t scratch_bytes; /* the one scratchpad region at the start of the workspace, shared by all primitives */
+  size_t ws_bytes;    /* everything: what op_workspace answers */
+} tt_cpu_call;
+
+typedef struct tt_cpu_size { tt_op_desc key; uint64_t hash; size_t bytes; } tt_cpu_size;
+
 typedef struct tt_cpu_state {
-  int threads; /* OpenMP / OpenBLAS thread count, >= 1 */
-  char err[1024]; /* last error message, one line */
+  tt_ref_state ref; /* first: the reference ops read this */
+  dnnl_engine_t eng;
+  dnnl_stream_t stream;
+  tt_cpu_call **calls; /* built calls: open addressing on the hash, cap_calls a power of two */
+  int ncalls, cap_calls;
+  tt_cpu_size *sizes;  /* op_workspace answers, the same way (the scheduler asks for many shapes) */
+  int nsizes, cap_sizes;
+  size_t chunk_bytes;  /* TT_CPU_CHUNK_BYTES, or TINYTRAIN_CPU_CHUNK_BYTES from the environment (tests) */
 } tt_cpu_state;
 
-/* Records a message in the backend (prefixed by nothing; callers name the op) and returns -1. */
-int tt_cpu_fail(tt_backend *b, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+static inline tt_cpu_state *tt_cpu_st(tt_backend *b) { return (tt_cpu_state *)b->impl; }
 
-static inline int tt_cpu_threads(tt_backend *b) { return ((tt_cpu_state *)b->impl)->threads; }
+/* Sets oneDNN's (OpenMP's) thread count to the backend's. */
+void tt_cpu_enter(tt_backend *b);
+/* Checks a oneDNN status: 0, or -1 with "<what>: <call> failed: <status>" recorded. */
+int tt_cpu_check(tt_backend *b, dnnl_status_t s, const char *what, const char *call);
+#define TT_CPU_DNNL(b, what, call) tt_cpu_check((b), (call), (what), #call)
 
-/* Loops shorter than this run on one thread: the fork/join costs more than the work. */
-#define TT_CPU_PAR_MIN 32768
+/* ---- building a call (cpu_backend.c) ----
+ * The op files describe each variant: tt_cpu_add_stage for each primitive (in run order),
+ * tt_cpu_add_tensor for each of its arguments; the builder creates the reorders and
+ * primitives (or, when only sizing, just measures) and lays out the workspace. */
+typedef struct tt_cpu_build {
+  tt_backend *b;
+  tt_cpu_call *c;
+  int create;      /* 0: only sizes are wanted (op_workspace) */
+} tt_cpu_build;
 
-/* IEEE half <-> float, inline for the hot loops; tt_f16_to_f32 / tt_f32_to_f16 wrap these.
- * f32 -> f16 rounds to nearest even; overflow (|f| >= 65520) gives inf; NaN stays a quiet NaN
- * keeping the top payload bits; values below half the smallest subnormal become signed zero. */
-static inline float tt_cpu_h2f(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
-  float f;
-  if (e == 0) {
-    f = (float)m * 5.9604644775390625e-8f; /* m * 2^-24, exact */
-    return sign ? -f : f;
-  }
-  if (e == 31)
-    bits = sign | 0x7f800000u | (m << 13);
-  else
-    bits = sign | ((e + 112u) << 23) | (m << 13);
-  memcpy(&f, &bits, 4);
-  return f;
-}
-static inline uint16_t tt_cpu_f2h(float f) {
-  uint32_t x, ax, sign, h;
-  memcpy(&x, &f, 4);
-  sign = (x >> 16) & 0x8000u;
-  ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) /* inf or NaN */
-    return (uint16_t)(sign | (ax > 0x7f800000u ? (0x7e00u | ((ax >> 13) & 0x3ffu)) : 0x7c00u));
-  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504 */
-  if (ax < 0x38800000u) {                                     /* half subnormal or zero */
-    uint32_t e = ax >> 23, mant, shift, rem, halfway;
-    if (ax <= 0x33000000u) return (uint16_t)sign; /* <= 2^-25: ties to even zero */
-    mant = (ax & 0x7fffffu) | 0x800000u;
-    shift = 126u - e; /* 14..24 */
-    h = mant >> shift;
-    rem = mant & ((1u << shift) - 1u);
-    halfway = 1u << (shift - 1u);
-    if (rem > halfway || (rem == halfway && (h & 1u))) h++;
-    return (uint16_t)(sign | h);
-  }
-  h = (ax >> 13) - (112u << 10);
-  {
-    uint32_t rem = ax & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
-  }
-  return (uint16_t)(sign | h);
-}
+/* A plain-layout memory desc (tag: dnnl_nchw, dnnl_ab, dnnl_ba, dnnl_x, ...). */
+int tt_cpu_md(tt_backend *b, const char *what, dnnl_memory_desc_t *md, int ndims, const int64_t *dims,
+              dnnl_format_tag_t tag);
+/* A primitive desc (op_desc: one of dnnl's *_desc_t; hint may be NULL) in user scratchpad mode. */
+int tt_cpu_pd(tt_cpu_build *bd, const void *op_desc, const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd);
+/* Adds stage `stage` (the next) to v from a primitive desc made by tt_cpu_pd, which v owns now. */
+int tt_cpu_add_stage(tt_cpu_build *bd, tt_cpu_variant *v, dnnl_primitive_desc_t pd);
+/* Adds argument `arg` of stage `stage`; returns the tensor's index or -1. user: the caller's
+ * layout in fp32 (ignored for TT_CPU_WS); half: the caller stores it in fp16; ptr: the
+ * caller's pointer index. */
+int tt_cpu_add_tensor(tt_cpu_build *bd, tt_cpu_variant *v, int stage, int arg, tt_cpu_role role,
+                      const dnnl_memory_desc_t *user, int half, int ptr);
+/* Passes tensor t (already added) to stage `stage` as `arg` too (the pooling workspace). */
+int tt_cpu_share_tensor(tt_cpu_build *bd, tt_cpu_variant *v, int stage, int arg, int t);
 
-/* Load/store one element of a dt tensor as fp32. */
-static inline float tt_cpu_ld(tt_dtype dt, const void *p, size_t i) {
-  return dt == TT_F16 ? tt_cpu_h2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
-static inline void tt_cpu_st(tt_dtype dt, void *p, size_t i, float v) {
-  if (dt == TT_F16)
-    ((uint16_t *)p)[i] = tt_cpu_f2h(v);
-  else
-    ((float *)p)[i] = v;
-}
-/* Gradient-output store: beta == 0 overwrites (never 0*old, which would keep a NaN). */
-static inline void tt_cpu_st_beta(tt_dtype dt, void *p, size_t i, float v, float beta) {
-  if (beta != 0.0f) v += beta * tt_cpu_ld(dt, p, i);
-  tt_cpu_st(dt, p, i, v);
-}
-static inline float tt_cpu_beta_f32(float old, float v, float beta) {
-  return beta != 0.0f ? beta * old + v : v;
-}
+/* ---- running a call ----
+ * ptrs: the caller's pointers by index (GRAD_OUT ones may be NULL: not wanted); ws, ws_bytes:
+ * the planned workspace; beta_act: ACT_OUT tensors are beta_act*out + result when the call
+ * accumulates; beta_grad: GRAD_OUT tensors, likewise. Runs every chunk: stage in, run the
+ * primitives, stage out. */
+int tt_cpu_run(tt_backend *b, const tt_cpu_call *c, void *const *ptrs, void *ws, size_t ws_bytes, float beta_act,
+               float beta_grad);
 
-/* Workspace parts are counted in floats, each rounded up to 16 floats (64 bytes). */
-static inline size_t tt_cpu_round_floats(size_t floats) { return (floats + 15u) & ~(size_t)15u; }
+/* The call for op (built now if it was not prepared), or NULL with last_error set. */
+const tt_cpu_call *tt_cpu_get(tt_backend *b, const tt_op_desc *op);
+/* Whether this backend runs op with oneDNN (else: the reference loops, no workspace). */
+int tt_cpu_uses_dnnl(const tt_op_desc *op);
 
-/* Converts count elements of a dt tensor into fp32 dst (a plain copy for fp32). */
-void tt_cpu_to_f32(tt_backend *b, tt_dtype dt, const void *src, float *dst, size_t count);
-/* Converts count fp32 elements into dt dst. */
-void tt_cpu_from_f32(tt_backend *b, tt_dtype dt, const float *src, void *dst, size_t count);
+/* ---- the op files: build one call (create == 0: sizes only) ---- */
+int tt_cpu_conv_build(tt_cpu_build *bd, const tt_op_desc *op);
+int tt_cpu_linear_build(tt_cpu_build *bd, const tt_op_desc *op);
+int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op);
 
-/* Dropout masks, activation derivatives and optimizer element updates are in
- * kernels/kernel_math.h, shared with the CUDA backend. */
+/* ---- cpu_elementwise.c: batch norm's fp32 loops (inference: running statistics) ---- */
+int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, const float *x, const float *gamma, const float *bias,
+                        float *y, float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
+                        float *save_invstd, int update_running, int inference);
+int tt_cpu_bn_bwd_loops(tt_backend *b, int n, int c, int hw, const float *x, const float *dy, const float *gamma,
+                        const float *save_mean, const float *save_invstd, float *dx, float *dgamma, float *dbias,
+                        float beta_dx, float beta_param);
 
-/* ---- shared helpers ---- */
-/* cpu_linear.c: row-major C = alpha*op(A) op(B) + beta*C, OpenBLAS single-threaded calls
- * split over M or N across the backend's OpenMP threads (deterministic per thread count). */
-void tt_cpu_sgemm(tt_backend *b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
-                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
-/* cpu_elementwise.c: out[ch] = beta*out[ch] + sum over (n, hw) of t[n, ch, hw]; fp32 out. */
-void tt_cpu_channel_sum(tt_backend *b, int n, int c, size_t hw, tt_dtype dt, const void *t, float *out, float beta);
-
-/* ---- ops, one table entry each (see backend.h for semantics) ---- */
-/* cpu_conv.c */
+/* ---- table entries ---- */
 size_t tt_cpu_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
 int tt_cpu_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
                     const void *bias, void *y, void *ws, size_t ws_bytes);
@@ -140,7 +190,6 @@ int tt_cpu_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, cons
                          void *dx, float beta, void *ws, size_t ws_bytes);
 int tt_cpu_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *dy,
                            float *dw, float *db, float beta, void *ws, size_t ws_bytes);
-/* cpu_linear.c */
 size_t tt_cpu_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which);
 int tt_cpu_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
                       const void *bias, void *y, void *ws, size_t ws_bytes);
@@ -148,44 +197,24 @@ int tt_cpu_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, c
                            void *dx, float beta, void *ws, size_t ws_bytes);
 int tt_cpu_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
                              float *dw, float *db, float beta, void *ws, size_t ws_bytes);
-/* cpu_norm.c */
 int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, void *y, float *running_mean, float *running_var, float momentum,
-                        float eps, float *save_mean, float *save_invstd, int update_running);
+                        float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes);
 int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, const float *running_mean, const float *running_var, float eps,
-                        void *y);
+                        void *y, void *ws, size_t ws_bytes);
 int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                   const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
-                  float *dbias, float beta_dx, float beta_param);
-int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y);
-int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
-                    const void *dy, void *dx, float beta);
-int tt_cpu_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y);
-int tt_cpu_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta);
-/* cpu_elementwise.c */
+                  float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
 int tt_cpu_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y);
-int tt_cpu_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy,
-                   void *dx, float beta);
+int tt_cpu_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy, void *dx,
+                   float beta);
 int tt_cpu_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y);
 int tt_cpu_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta);
-int tt_cpu_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y);
-int tt_cpu_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy,
-                       void *dx, float beta);
-int tt_cpu_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *src, int src_c, int src_off,
-                        void *dst, int dst_c, int dst_off, int nc, float beta);
-int tt_cpu_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst);
-int tt_cpu_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
-                        const float *std, tt_dtype dt, void *dst);
-/* cpu_loss_optim.c */
-int tt_cpu_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
-                      float smoothing, float grad_scale, void *dlogits, float *stats);
-int tt_cpu_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
-                      int nesterov, float weight_decay, float grad_scale, const int32_t *skip);
-int tt_cpu_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
-                       float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
-                       float grad_scale, const int32_t *skip);
-int tt_cpu_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
+int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
+                    void *ws, size_t ws_bytes);
+int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
+                    const void *dy, void *dx, float beta, void *ws, size_t ws_bytes);
 
 #ifdef __cplusplus
 }

@@ -1,141 +1,144 @@
-/* kernels/cpu/cpu_linear.c — linear layers, and the threaded sgemm that convolution uses too.
+/* kernels/cpu/cpu_linear.c — linear layers on oneDNN matmul.
  *
- * Linear: x [n, in], w [out, in], y [n, out]. fp32 needs no workspace; fp16 converts the
- * operands into fp32 workspace copies (sizes below, each rounded to 64 bytes) and the result
- * back:  fwd: x, w, y    bwd_data: dy, w, dx    bwd_filter: x, dy.
- * db sums serially per output feature (tt_cpu_channel_sum), so results are deterministic.
+ * x [n, in], w [out, in] (PyTorch's layout), bias [out], y [n, out], all row-major; each product
+ * is one matmul over the caller's own layouts, a transpose being a strided view:
+ *   forward         y  = x  · wᵀ + bias   (w seen as [in, out], tag ba)
+ *   backward data   dx = dy · w
+ *   backward weights dw = dyᵀ · x         (dy seen as [out, n], tag ba); db sums dy per feature
+ * (our loop, fixed order: tt_ref_channel_sum). Matmul, not inner product: oneDNN 2.6's inner
+ * product runs its gemm, which allocates packing buffers on every call; matmul's brgemm kernels
+ * take everything from the scratchpad. fp16 storage converts to fp32 workspace copies.
  */
-#include <cblas.h>
+#include <stdio.h>
 
 #include "cpu_internal.h"
 
-/* OpenBLAS's own threading allocates a job table on every threaded call, which would break
- * the rule that a step allocates nothing. So OpenBLAS runs single-threaded and we split the
- * output across OpenMP threads: each element is still one full-length dot product computed by
- * one call, so results are deterministic for a given thread count. Row-major C = op(A) op(B). */
-void tt_cpu_sgemm(tt_backend *b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
-                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-  int nt = tt_cpu_threads(b);
-  double work = (double)M * N * K;
-  if (nt <= 1 || work < 2e5) {
-    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    return;
-  }
-  int split_n = N >= M;
-  int len = split_n ? N : M;
-  int chunk = (len + nt - 1) / nt;
-  chunk = (chunk + 15) & ~15; /* keep the micro-kernel's column/row blocks whole */
-  int parts = (len + chunk - 1) / chunk;
-  int t;
-#pragma omp parallel for schedule(static) num_threads(nt)
-  for (t = 0; t < parts; t++) {
-    int lo = t * chunk, cnt = len - lo < chunk ? len - lo : chunk;
-    if (split_n) {
-      const float *Bp = tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb;
-      cblas_sgemm(CblasRowMajor, ta, tb, M, cnt, K, alpha, A, lda, Bp, ldb, beta, C + lo, ldc);
-    } else {
-      const float *Ap = ta == CblasNoTrans ? A + (size_t)lo * lda : A + lo;
-      cblas_sgemm(CblasRowMajor, ta, tb, cnt, N, K, alpha, Ap, lda, B, ldb, beta, C + (size_t)lo * ldc, ldc);
-    }
-  }
+static const char *cpu_lin_name(tt_op_kind k) {
+  return k == TT_OP_LINEAR_FWD ? "linear_fwd" : (k == TT_OP_LINEAR_BWD_DATA ? "linear_bwd_data" : "linear_bwd_filter");
 }
 
-static size_t cpu_lin_ws(int n, int in, int out, tt_dtype dt, tt_ws_kind which) {
-  size_t x = tt_cpu_round_floats((size_t)n * in), w = tt_cpu_round_floats((size_t)out * in),
-         y = tt_cpu_round_floats((size_t)n * out);
-  if (dt != TT_F16) return 0;
-  if (which == TT_WS_FWD) return (x + w + y) * sizeof(float);
-  if (which == TT_WS_BWD_DATA) return (y + w + x) * sizeof(float);
-  return (x + y) * sizeof(float);
-}
-
-static int cpu_lin_check(tt_backend *b, const char *op, int n, int in, int out, tt_dtype dt, tt_ws_kind which,
-                         const void *ws, size_t ws_bytes) {
-  size_t need;
-  if (n <= 0 || in <= 0 || out <= 0) return tt_cpu_fail(b, "%s: bad shape n=%d in=%d out=%d", op, n, in, out);
-  if (dt != TT_F32 && dt != TT_F16) return tt_cpu_fail(b, "%s: unknown dtype %d", op, (int)dt);
-  need = cpu_lin_ws(n, in, out, dt, which);
-  if (ws_bytes < need || (need && !ws))
-    return tt_cpu_fail(b, "%s: workspace too small: needs %zu bytes, given %zu%s", op, need, ws_bytes, ws ? "" : " (NULL)");
+/* Pointer indices: forward x, w, bias, y; backward-data dy, w, dx; backward-weights dy, x, dw. */
+int tt_cpu_linear_build(tt_cpu_build *bd, const tt_op_desc *op) {
+  tt_backend *b = bd->b;
+  tt_cpu_call *c = bd->c;
+  const tt_linear_desc *l = &op->u.linear;
+  tt_cpu_variant *v = &c->v[0];
+  int half = op->dt == TT_F16;
+  int64_t d0[2], d1[2], d2[2], db[2];
+  dnnl_memory_desc_t m0, m1, m2, mb;
+  dnnl_matmul_desc_t md;
+  dnnl_primitive_desc_t pd;
+  snprintf(c->what, sizeof c->what, "%s (n=%d, in=%d, out=%d, %s)", cpu_lin_name(op->kind), l->n, l->in, l->out,
+           half ? "fp16" : "fp32");
+  if (l->n <= 0 || l->in <= 0 || l->out <= 0) return tt_ref_fail(b, "%s: bad shape", c->what);
+  if (op->dt != TT_F32 && op->dt != TT_F16) return tt_ref_fail(b, "%s: unknown dtype %d", c->what, (int)op->dt);
+  c->nb = l->n, c->nv = 1;
+  v->nb = l->n;
+  if (op->kind == TT_OP_LINEAR_FWD) {
+    d0[0] = l->n, d0[1] = l->in;   /* x */
+    d1[0] = l->in, d1[1] = l->out; /* w as [in, out] */
+    d2[0] = l->n, d2[1] = l->out;  /* y */
+    db[0] = 1, db[1] = l->out;
+    if (tt_cpu_md(b, c->what, &m0, 2, d0, dnnl_ab) || tt_cpu_md(b, c->what, &m1, 2, d1, dnnl_ba) ||
+        tt_cpu_md(b, c->what, &m2, 2, d2, dnnl_ab) || tt_cpu_md(b, c->what, &mb, 2, db, dnnl_ab))
+      return -1;
+    if (TT_CPU_DNNL(b, c->what, dnnl_matmul_desc_init(&md, &m0, &m1, op->bias ? &mb : NULL, &m2)) ||
+        tt_cpu_pd(bd, &md, NULL, &pd) || tt_cpu_add_stage(bd, v, pd))
+      return -1;
+    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &m0, half, 0) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_WEIGHTS, TT_CPU_PARAM_IN, &m1, half, 1) < 0 ||
+        (op->bias && tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_BIAS, TT_CPU_PARAM_IN, &mb, half, 2) < 0) ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_ACT_OUT, &m2, half, 3) < 0)
+      return -1;
+    return 0;
+  }
+  if (op->kind == TT_OP_LINEAR_BWD_DATA) {
+    d0[0] = l->n, d0[1] = l->out;  /* dy */
+    d1[0] = l->out, d1[1] = l->in; /* w */
+    d2[0] = l->n, d2[1] = l->in;   /* dx */
+    if (tt_cpu_md(b, c->what, &m0, 2, d0, dnnl_ab) || tt_cpu_md(b, c->what, &m1, 2, d1, dnnl_ab) ||
+        tt_cpu_md(b, c->what, &m2, 2, d2, dnnl_ab))
+      return -1;
+    if (TT_CPU_DNNL(b, c->what, dnnl_matmul_desc_init(&md, &m0, &m1, NULL, &m2)) || tt_cpu_pd(bd, &md, NULL, &pd) ||
+        tt_cpu_add_stage(bd, v, pd))
+      return -1;
+    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &m0, half, 0) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_WEIGHTS, TT_CPU_PARAM_IN, &m1, half, 1) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_ACT_OUT, &m2, half, 2) < 0)
+      return -1;
+    return 0;
+  }
+  d0[0] = l->out, d0[1] = l->n;  /* dy as [out, n] */
+  d1[0] = l->n, d1[1] = l->in;   /* x */
+  d2[0] = l->out, d2[1] = l->in; /* dw */
+  if (tt_cpu_md(b, c->what, &m0, 2, d0, dnnl_ba) || tt_cpu_md(b, c->what, &m1, 2, d1, dnnl_ab) ||
+      tt_cpu_md(b, c->what, &m2, 2, d2, dnnl_ab))
+    return -1;
+  if (TT_CPU_DNNL(b, c->what, dnnl_matmul_desc_init(&md, &m0, &m1, NULL, &m2)) || tt_cpu_pd(bd, &md, NULL, &pd) ||
+      tt_cpu_add_stage(bd, v, pd))
+    return -1;
+  if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &m0, half, 0) < 0 ||
+      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_WEIGHTS, TT_CPU_ACT_IN, &m1, half, 1) < 0 ||
+      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_GRAD_OUT, &m2, 0, 2) < 0)
+    return -1;
   return 0;
 }
 
+/* ---- table entries ---- */
+
+static void cpu_lin_op(tt_op_desc *op, tt_op_kind kind, int n, int in, int out, tt_dtype dt, int bias, int accumulate) {
+  memset(op, 0, sizeof *op);
+  op->kind = kind, op->dt = dt, op->bias = bias, op->accumulate = accumulate;
+  op->u.linear.n = n, op->u.linear.in = in, op->u.linear.out = out;
+}
+
 size_t tt_cpu_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which) {
+  tt_op_desc op;
   if (n <= 0 || in <= 0 || out <= 0)
-    return tt_cpu_fail(b, "linear_workspace: bad shape n=%d in=%d out=%d", n, in, out), TT_WS_ERROR;
-  if (dt != TT_F32 && dt != TT_F16) return tt_cpu_fail(b, "linear_workspace: unknown dtype %d", (int)dt), TT_WS_ERROR;
-  return cpu_lin_ws(n, in, out, dt, which);
+    return tt_ref_fail(b, "linear_workspace: bad shape n=%d in=%d out=%d", n, in, out), TT_WS_ERROR;
+  if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "linear_workspace: unknown dtype %d", (int)dt), TT_WS_ERROR;
+  if (which != TT_WS_FWD && which != TT_WS_BWD_DATA && which != TT_WS_BWD_FILTER)
+    return tt_ref_fail(b, "linear_workspace: unknown workspace kind %d", (int)which), TT_WS_ERROR;
+  /* the most any call of this kind may need: with a bias, adding into dx */
+  cpu_lin_op(&op, which == TT_WS_FWD ? TT_OP_LINEAR_FWD : (which == TT_WS_BWD_DATA ? TT_OP_LINEAR_BWD_DATA : TT_OP_LINEAR_BWD_FILTER),
+             n, in, out, dt, 1, 1);
+  return b->op_workspace(b, &op);
 }
 
 int tt_cpu_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
                       const void *bias, void *y, void *ws, size_t ws_bytes) {
-  const float *x32, *w32;
-  float *y32, *wsf = (float *)ws;
-  int i, o;
-  if (cpu_lin_check(b, "linear_fwd", n, in, out, dt, TT_WS_FWD, ws, ws_bytes)) return -1;
-  if (!x || !w || !y) return tt_cpu_fail(b, "linear_fwd: NULL x, w or y");
-  if (dt == TT_F32) {
-    x32 = (const float *)x;
-    w32 = (const float *)w;
-    y32 = (float *)y;
-  } else {
-    float *xs = wsf, *wsw = xs + tt_cpu_round_floats((size_t)n * in);
-    y32 = wsw + tt_cpu_round_floats((size_t)out * in);
-    tt_cpu_to_f32(b, dt, x, xs, (size_t)n * in);
-    tt_cpu_to_f32(b, dt, w, wsw, (size_t)out * in);
-    x32 = xs;
-    w32 = wsw;
-  }
-  if (bias) {
-    for (i = 0; i < n; i++)
-      for (o = 0; o < out; o++) y32[(size_t)i * out + o] = tt_cpu_ld(dt, bias, (size_t)o);
-  }
-  tt_cpu_sgemm(b, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x32, in, w32, in, bias ? 1.0f : 0.0f, y32, out);
-  if (dt == TT_F16) tt_cpu_from_f32(b, dt, y32, y, (size_t)n * out);
-  return 0;
+  tt_op_desc op;
+  const tt_cpu_call *c;
+  void *ptrs[4];
+  if (!x || !w || !y) return tt_ref_fail(b, "linear_fwd: NULL x, w or y");
+  cpu_lin_op(&op, TT_OP_LINEAR_FWD, n, in, out, dt, bias != NULL, 0);
+  if (!(c = tt_cpu_get(b, &op))) return -1;
+  ptrs[0] = (void *)x, ptrs[1] = (void *)w, ptrs[2] = (void *)bias, ptrs[3] = y;
+  return tt_cpu_run(b, c, ptrs, ws, ws_bytes, 0.0f, 0.0f);
 }
 
 int tt_cpu_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *dy, const void *w,
                            void *dx, float beta, void *ws, size_t ws_bytes) {
-  float *wsf = (float *)ws;
-  if (cpu_lin_check(b, "linear_bwd_data", n, in, out, dt, TT_WS_BWD_DATA, ws, ws_bytes)) return -1;
-  if (!dy || !w || !dx) return tt_cpu_fail(b, "linear_bwd_data: NULL dy, w or dx");
-  if (dt == TT_F32) {
-    /* dx [n, in] = dy [n, out] * w [out, in]; zero first so beta = 0 never reads old NaNs. */
-    if (beta == 0.0f) memset(dx, 0, (size_t)n * in * sizeof(float));
-    tt_cpu_sgemm(b, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, (const float *)dy, out, (const float *)w, in, beta,
-                 (float *)dx, in);
-  } else {
-    float *dy32 = wsf, *w32 = dy32 + tt_cpu_round_floats((size_t)n * out);
-    float *dx32 = w32 + tt_cpu_round_floats((size_t)out * in);
-    size_t i, cnt = (size_t)n * in;
-    tt_cpu_to_f32(b, dt, dy, dy32, (size_t)n * out);
-    tt_cpu_to_f32(b, dt, w, w32, (size_t)out * in);
-    tt_cpu_sgemm(b, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy32, out, w32, in, 0.0f, dx32, in);
-    for (i = 0; i < cnt; i++) tt_cpu_st_beta(dt, dx, i, dx32[i], beta);
-  }
-  return 0;
+  tt_op_desc op;
+  const tt_cpu_call *c;
+  void *ptrs[3];
+  if (!dy || !w || !dx) return tt_ref_fail(b, "linear_bwd_data: NULL dy, w or dx");
+  cpu_lin_op(&op, TT_OP_LINEAR_BWD_DATA, n, in, out, dt, 0, beta != 0.0f);
+  if (!(c = tt_cpu_get(b, &op))) return -1;
+  ptrs[0] = (void *)dy, ptrs[1] = (void *)w, ptrs[2] = dx;
+  return tt_cpu_run(b, c, ptrs, ws, ws_bytes, beta, 0.0f);
 }
 
 int tt_cpu_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
                              float *dw, float *db, float beta, void *ws, size_t ws_bytes) {
-  float *wsf = (float *)ws;
-  const float *x32, *dy32;
-  if (cpu_lin_check(b, "linear_bwd_filter", n, in, out, dt, TT_WS_BWD_FILTER, ws, ws_bytes)) return -1;
-  if (!x || !dy || !dw) return tt_cpu_fail(b, "linear_bwd_filter: NULL x, dy or dw");
-  if (dt == TT_F32) {
-    x32 = (const float *)x;
-    dy32 = (const float *)dy;
-  } else {
-    float *xs = wsf, *dys = xs + tt_cpu_round_floats((size_t)n * in);
-    tt_cpu_to_f32(b, dt, x, xs, (size_t)n * in);
-    tt_cpu_to_f32(b, dt, dy, dys, (size_t)n * out);
-    x32 = xs;
-    dy32 = dys;
-  }
-  /* dw [out, in] = beta*dw + dy^T [out, n] * x [n, in] */
-  if (beta == 0.0f) memset(dw, 0, (size_t)out * in * sizeof(float));
-  tt_cpu_sgemm(b, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy32, out, x32, in, beta, dw, in);
-  if (db) tt_cpu_channel_sum(b, n, out, 1, TT_F32, dy32, db, beta);
+  tt_op_desc op;
+  const tt_cpu_call *c;
+  void *ptrs[3];
+  if (!x || !dy || !dw) return tt_ref_fail(b, "linear_bwd_filter: NULL x, dy or dw");
+  cpu_lin_op(&op, TT_OP_LINEAR_BWD_FILTER, n, in, out, dt, db != NULL, 0);
+  if (!(c = tt_cpu_get(b, &op))) return -1;
+  ptrs[0] = (void *)dy, ptrs[1] = (void *)x, ptrs[2] = dw;
+  if (tt_cpu_run(b, c, ptrs, ws, ws_bytes, 0.0f, beta)) return -1;
+  if (db) tt_ref_channel_sum(b, n, out, 1, dt, dy, db, beta);
   return 0;
 }

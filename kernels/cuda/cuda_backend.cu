@@ -403,6 +403,28 @@ static void cuda_be_create_fail(char *errbuf, size_t errsize, const char *fmt, .
   va_end(ap);
 }
 
+/* The generic workspace query: convolution and linear as their own queries (cuDNN's
+ * algorithm workspace, the fp16 staging of GEMMs); nothing else needs one here. */
+static size_t cuda_be_op_workspace(tt_backend *b, const tt_op_desc *op) {
+  const tt_linear_desc *l = &op->u.linear;
+  switch (op->kind) {
+    case TT_OP_CONV_FWD: return tt_cuda_conv_workspace(b, &op->u.conv, op->dt, TT_WS_FWD);
+    case TT_OP_CONV_BWD_DATA: return tt_cuda_conv_workspace(b, &op->u.conv, op->dt, TT_WS_BWD_DATA);
+    case TT_OP_CONV_BWD_FILTER: return tt_cuda_conv_workspace(b, &op->u.conv, op->dt, TT_WS_BWD_FILTER);
+    case TT_OP_LINEAR_FWD: return tt_cuda_linear_workspace(b, l->n, l->in, l->out, op->dt, TT_WS_FWD);
+    case TT_OP_LINEAR_BWD_DATA: return tt_cuda_linear_workspace(b, l->n, l->in, l->out, op->dt, TT_WS_BWD_DATA);
+    case TT_OP_LINEAR_BWD_FILTER: return tt_cuda_linear_workspace(b, l->n, l->in, l->out, op->dt, TT_WS_BWD_FILTER);
+    default: return 0;
+  }
+}
+
+/* Nothing to build ahead: convolution algorithms are chosen and cached by the workspace
+ * queries lowering already made. */
+static int cuda_be_prepare(tt_backend *b, const tt_op_desc *ops, int nops) {
+  (void)b, (void)ops, (void)nops;
+  return 0;
+}
+
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize) {
   int count = 0;
   size_t reserve = 0;
@@ -476,5 +498,7 @@ extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbu
   b->sgd_update = tt_cuda_sgd_update;
   b->adam_update = tt_cuda_adam_update;
   b->check_finite = tt_cuda_check_finite;
+  b->op_workspace = cuda_be_op_workspace;
+  b->prepare = cuda_be_prepare;
   return b;
 }

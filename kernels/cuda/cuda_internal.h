@@ -204,15 +204,17 @@ int tt_cuda_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt
 /* cuda_norm.cu */
 int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                          const float *bias, void *y, float *running_mean, float *running_var, float momentum,
-                         float eps, float *save_mean, float *save_invstd, int update_running);
+                         float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes);
 int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                         const float *bias, const float *running_mean, const float *running_var, float eps, void *y);
+                         const float *bias, const float *running_mean, const float *running_var, float eps, void *y,
+                         void *ws, size_t ws_bytes);
 int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                    const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
-                   float *dbias, float beta_dx, float beta_param);
-int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y);
+                   float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
+                     void *ws, size_t ws_bytes);
 int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
-                     const void *dy, void *dx, float beta);
+                     const void *dy, void *dx, float beta, void *ws, size_t ws_bytes);
 int tt_cuda_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y);
 int tt_cuda_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta);
 /* cuda_elementwise.cu */

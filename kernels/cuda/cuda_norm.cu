@@ -68,7 +68,7 @@ __global__ void TT_LAUNCH_BOUNDS(CUDA_NORM_THREADS) cuda_bn_train_k(int n, int c
 
 int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                          const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
-                         float *save_mean, float *save_invstd, int update_running) {
+                         float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes) {
   if (cuda_norm_bn_check(b, "bn_fwd_train", n, c, hw, dt)) return -1;
   if (!x || !gamma || !bias || !y || !save_mean || !save_invstd)
     return tt_cuda_fail(b, "bn_fwd_train: NULL x, gamma, bias, y, save_mean or save_invstd");
@@ -93,7 +93,8 @@ __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_infer_k(size_t count, 
 }
 
 int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                         const float *bias, const float *running_mean, const float *running_var, float eps, void *y) {
+                         const float *bias, const float *running_mean, const float *running_var, float eps, void *y,
+                         void *ws, size_t ws_bytes) {
   size_t count = (size_t)n * c * hw;
   if (cuda_norm_bn_check(b, "bn_fwd_infer", n, c, hw, dt)) return -1;
   if (!x || !gamma || !bias || !running_mean || !running_var || !y)
@@ -141,7 +142,7 @@ __global__ void TT_LAUNCH_BOUNDS(CUDA_NORM_THREADS) cuda_bn_bwd_k(int n, int c, 
 
 int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy, const float *gamma,
                    const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbias, float beta_dx,
-                   float beta_param) {
+                   float beta_param, void *ws, size_t ws_bytes) {
   if (cuda_norm_bn_check(b, "bn_bwd", n, c, hw, dt)) return -1;
   if (!x || !dy || !gamma || !save_mean || !save_invstd)
     return tt_cuda_fail(b, "bn_bwd: NULL x, dy, gamma, save_mean or save_invstd");
@@ -230,7 +231,8 @@ __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_bwd_k(tt_pool_desc d
   }
 }
 
-int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y) {
+int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
+                     void *ws, size_t ws_bytes) {
   char msg[256];
   if (tt_pool_desc_error("pool_fwd", d, mode, dt, msg, sizeof msg)) return tt_cuda_fail(b, "%s", msg);
   if (!x || !y) return tt_cuda_fail(b, "pool_fwd: NULL x or y");
@@ -241,7 +243,7 @@ int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt
 }
 
 int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, const void *dy,
-                     void *dx, float beta) {
+                     void *dx, float beta, void *ws, size_t ws_bytes) {
   char msg[256];
   if (tt_pool_desc_error("pool_bwd", d, mode, dt, msg, sizeof msg)) return tt_cuda_fail(b, "%s", msg);
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_cuda_fail(b, "pool_bwd: NULL x (max), dy or dx");

@@ -1,11 +1,14 @@
 /* tests/bench/bench_step.c — wall time of one training step (micro-step + update) and the
  * memory it needs, for a recipe on the CPU backend. Prints numbers; never passes or fails.
  *
- *   build/bench/bench_step [RECIPE] [MICRO_BATCH] [STEPS] [THREADS]
+ *   build/bench/bench_step [RECIPE] [MICRO_BATCH] [STEPS] [THREADS] [WARMUP] [VRAM]
  *
- * Defaults: examples/fashion_mnist/lenet.recipe, 128, 30, all cores. Reports the median and
- * the spread over STEPS timed steps after 5 warm-up steps, the planned arena, and the
- * process's peak resident memory (getrusage). */
+ * Defaults: examples/fashion_mnist/lenet.recipe, 128, 30, all cores, 5, no budget. Reports the
+ * median and the spread over STEPS timed steps after WARMUP warm-up steps, the planned arena,
+ * and the process's peak resident memory (getrusage). Without VRAM the step is fp32 with
+ * in-place ops and nothing recomputed; with VRAM (e.g. 1.2G) the scheduler chooses what to
+ * recompute at this micro-batch (fp32) so the arena fits, as `tinytrain --vram` on the CPU
+ * does. TINYTRAIN_CPU_BACKEND=ref runs the reference loops instead of oneDNN. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +17,7 @@
 #include "core/data.h"
 #include "core/exec.h"
 #include "core/recipe.h"
+#include "core/sched.h"
 
 static int bench_cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -23,6 +27,12 @@ static int bench_cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
   const char *recipe = argc > 1 ? argv[1] : "examples/fashion_mnist/lenet.recipe";
   int mb = argc > 2 ? atoi(argv[2]) : 128, steps = argc > 3 ? atoi(argv[3]) : 30, threads = argc > 4 ? atoi(argv[4]) : 0;
+  int warmup = argc > 5 ? atoi(argv[5]) : 5;
+  size_t vram = 0;
+  if (argc > 6 && tt_parse_size(argv[6], &vram)) {
+    fprintf(stderr, "bench_step: bad VRAM size '%s'\n", argv[6]);
+    return 2;
+  }
   tt_err err;
   tt_model m;
   tt_graph g;
@@ -32,12 +42,29 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s\n", err.msg);
     return 1;
   }
-  tt_backend *be = tt_cpu_backend_create(threads);
+  const char *pick = getenv("TINYTRAIN_CPU_BACKEND"); /* "ref": the reference loops */
+  tt_backend *be = pick && !strcmp(pick, "ref") ? tt_ref_backend_create(threads) : tt_cpu_backend_create(threads);
   tt_policy pol;
+  tt_schedule_result sr;
   memset(&pol, 0, sizeof pol);
+  memset(&sr, 0, sizeof sr);
   pol.micro_batch = mb, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 1;
-  if (tt_lower(&g, &pol, be, &p, &err) || tt_program_plan(&p, &err) || tt_exec_create(&x, &g, &p, NULL, be, 1, &err) ||
-      tt_exec_init_params(&x, 1, &err)) {
+  if (vram) {
+    tt_sched_opts so;
+    memset(&so, 0, sizeof so);
+    so.vram_bytes = vram, so.micro_batch = mb, so.precision = TT_PREC_FP32, so.recompute = TT_RECOMP_AUTO;
+    so.inplace = 1, so.profile = tt_profile_cpu();
+    if (tt_schedule(&g, be, &so, &sr, &err)) {
+      fprintf(stderr, "%s\n", err.msg);
+      return 1;
+    }
+    p = sr.train;
+    memset(&sr.train, 0, sizeof sr.train); /* p owns it now */
+  } else if (tt_lower(&g, &pol, be, &p, &err) || tt_program_plan(&p, &err)) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 1;
+  }
+  if (tt_exec_create(&x, &g, &p, NULL, be, 1, &err) || tt_exec_init_params(&x, 1, &err)) {
     fprintf(stderr, "%s\n", err.msg);
     return 1;
   }
@@ -46,12 +73,13 @@ int main(int argc, char **argv) {
   tt_opt_hparams hp;
   memset(&hp, 0, sizeof hp);
   hp.kind = TT_OPT_SGD, hp.lr = 0.01f, hp.momentum = 0.9f, hp.nesterov = 1;
+  if (steps < 1) steps = 1;
   double *t = (double *)malloc(sizeof(double) * (size_t)steps);
-  for (int i = -5; i < steps; i++) {
+  for (int i = -warmup; i < steps; i++) {
     double t0 = tt_now();
     int of;
-    if (tt_exec_micro_step(&x, ds.images, ds.labels, 0, (uint64_t)(i + 5), 1.0f / mb, &err) ||
-        tt_exec_update(&x, &hp, i + 6, 1.0f, &of, &err)) {
+    if (tt_exec_micro_step(&x, ds.images, ds.labels, 0, (uint64_t)(i + warmup), 1.0f / mb, &err) ||
+        tt_exec_update(&x, &hp, i + warmup + 1, 1.0f, &of, &err)) {
       fprintf(stderr, "%s\n", err.msg);
       return 1;
     }
@@ -60,7 +88,9 @@ int main(int argc, char **argv) {
   qsort(t, (size_t)steps, sizeof(double), bench_cmp);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  printf("%s, micro-batch %d, fp32, CPU (%d threads)\n", recipe, mb, threads);
+  printf("%s, micro-batch %d, fp32, CPU backend '%s' (%d threads)", recipe, mb, be->name, threads);
+  if (vram) printf(", --vram %.2f GiB: recompute %d of %d units", vram / 1073741824.0, sr.recomputed_units, sr.nunits);
+  printf("\n");
   printf("  step wall time: median %.2f ms (min %.2f, max %.2f over %d steps) = %.0f images/s\n", t[steps / 2], t[0],
          t[steps - 1], steps, mb / (t[steps / 2] / 1e3));
   printf("  arena %.2f MiB (lower bound %.2f MiB); process peak resident memory %.1f MiB\n", x.arena_bytes / 1048576.0,
@@ -69,6 +99,7 @@ int main(int argc, char **argv) {
   tt_dataset_free(&ds);
   tt_exec_destroy(&x);
   tt_program_free(&p);
+  tt_schedule_free(&sr);
   be->destroy(be);
   tt_graph_free(&g);
   tt_model_free(&m);

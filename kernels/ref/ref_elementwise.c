@@ -1,0 +1,226 @@
+/* kernels/ref/ref_elementwise.c — activations, add, accumulate, dropout, channel copy,
+ * cast, input normalisation, and the per-channel sum that the conv and linear bias
+ * gradients share. Elementwise loops are independent per element (static schedule), so
+ * results do not depend on the thread count. fp16 values are converted per element and
+ * computed in fp32.
+ */
+#include <math.h>
+
+#include "ref_internal.h"
+
+static int ref_ew_dt(tt_backend *b, const char *op, tt_dtype dt) {
+  if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  return 0;
+}
+
+/* out[ch] = beta*out[ch] + sum over (n, hw) of t[n, ch, hw]: the bias gradient of conv and
+ * linear. Serial per channel: one float partial per sample, the partials added in sample
+ * order in double, so the sum does not depend on the thread count. */
+void tt_ref_channel_sum(tt_backend *b, int n, int c, size_t hw, tt_dtype dt, const void *t, float *out, float beta) {
+  ptrdiff_t ch;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)n * c * hw > TT_REF_PAR_MIN)
+  for (ch = 0; ch < c; ch++) {
+    double acc = 0.0;
+    int i;
+    size_t q;
+    for (i = 0; i < n; i++) {
+      size_t off = ((size_t)i * c + (size_t)ch) * hw;
+      float part = 0.0f;
+      if (dt == TT_F32)
+        for (q = 0; q < hw; q++) part += ((const float *)t)[off + q];
+      else
+        for (q = 0; q < hw; q++) part += tt_ref_h2f(((const uint16_t *)t)[off + q]);
+      acc += part;
+    }
+    out[ch] = tt_ref_beta_f32(out[ch], (float)acc, beta);
+  }
+}
+
+int tt_ref_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (ref_ew_dt(b, "act_fwd", dt)) return -1;
+  if (a != TT_ACT_RELU && a != TT_ACT_RELU6 && a != TT_ACT_SILU) return tt_ref_fail(b, "act_fwd: unknown activation %d", (int)a);
+  if (count && (!x || !y)) return tt_ref_fail(b, "act_fwd: NULL x or y");
+  if (dt == TT_F32) {
+    const float *xs = (const float *)x;
+    float *ys = (float *)y;
+    if (a == TT_ACT_RELU) { /* the common case, as its own loop so the compiler vectorises it */
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+      for (i = 0; i < n; i++) ys[i] = tt_act_value(TT_ACT_RELU, xs[i]);
+    } else {
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+      for (i = 0; i < n; i++) ys[i] = tt_act_value(a, xs[i]);
+    }
+  } else {
+    const uint16_t *xs = (const uint16_t *)x;
+    uint16_t *ys = (uint16_t *)y;
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+    for (i = 0; i < n; i++) ys[i] = tt_ref_f2h(tt_act_value(a, tt_ref_h2f(xs[i])));
+  }
+  return 0;
+}
+
+int tt_ref_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy,
+                   void *dx, float beta) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (ref_ew_dt(b, "act_bwd", dt)) return -1;
+  if (a != TT_ACT_RELU && a != TT_ACT_RELU6 && a != TT_ACT_SILU) return tt_ref_fail(b, "act_bwd: unknown activation %d", (int)a);
+  if (count && (!saved || !dy || !dx)) return tt_ref_fail(b, "act_bwd: NULL saved, dy or dx");
+  if (dx == dy && beta != 0.0f) return tt_ref_fail(b, "act_bwd: dx may alias dy only when beta == 0 (beta=%g)", (double)beta);
+  if (dt == TT_F32 && a == TT_ACT_RELU) { /* the common case, vectorisable */
+    const float *sv = (const float *)saved, *g = (const float *)dy;
+    float *o = (float *)dx;
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+    for (i = 0; i < n; i++) o[i] = tt_ref_beta_f32(o[i], tt_act_grad(TT_ACT_RELU, sv[i], g[i]), beta);
+    return 0;
+  }
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+  for (i = 0; i < n; i++) {
+    float v = tt_act_grad(a, tt_ref_ld(dt, saved, (size_t)i), tt_ref_ld(dt, dy, (size_t)i));
+    tt_ref_st_beta(dt, dx, (size_t)i, v, beta);
+  }
+  return 0;
+}
+
+int tt_ref_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (ref_ew_dt(b, "add", dt)) return -1;
+  if (count && (!a || !b2 || !y)) return tt_ref_fail(b, "add: NULL a, b2 or y");
+  if (dt == TT_F32) {
+    const float *as = (const float *)a, *bs = (const float *)b2;
+    float *ys = (float *)y;
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+    for (i = 0; i < n; i++) ys[i] = as[i] + bs[i];
+  } else {
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+    for (i = 0; i < n; i++)
+      ((uint16_t *)y)[i] = tt_ref_f2h(tt_ref_h2f(((const uint16_t *)a)[i]) + tt_ref_h2f(((const uint16_t *)b2)[i]));
+  }
+  return 0;
+}
+
+int tt_ref_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (ref_ew_dt(b, "accumulate", dt)) return -1;
+  if (count && (!x || !y)) return tt_ref_fail(b, "accumulate: NULL x or y");
+  if (dt == TT_F32) {
+    const float *xs = (const float *)x;
+    float *ys = (float *)y;
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+    for (i = 0; i < n; i++) ys[i] = tt_ref_beta_f32(ys[i], xs[i], beta);
+  } else {
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+    for (i = 0; i < n; i++) tt_ref_st_beta(dt, y, (size_t)i, tt_ref_h2f(((const uint16_t *)x)[i]), beta);
+  }
+  return 0;
+}
+
+/* Keep threshold and scale for dropout; see tt_dropout_hash in kernels/kernel_math.h. */
+static int ref_ew_dropout_params(tt_backend *b, const char *op, float p, uint32_t *thr, float *scale, int *all_drop) {
+  if (!(p >= 0.0f && p <= 1.0f)) return tt_ref_fail(b, "%s: dropout probability %g is outside [0, 1]", op, (double)p);
+  *all_drop = p >= 1.0f;
+  *thr = *all_drop ? 0u : (uint32_t)((double)p * 4294967296.0);
+  *scale = *all_drop ? 0.0f : 1.0f / (1.0f - p);
+  return 0;
+}
+
+int tt_ref_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  uint32_t thr = 0;
+  float scale = 0.0f;
+  int all_drop = 0, nt = tt_ref_threads(b);
+  (void)nt;
+  if (ref_ew_dt(b, "dropout_fwd", dt)) return -1;
+  if (ref_ew_dropout_params(b, "dropout_fwd", p, &thr, &scale, &all_drop)) return -1;
+  if (count && (!x || !y)) return tt_ref_fail(b, "dropout_fwd: NULL x or y");
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+  for (i = 0; i < n; i++) {
+    int keep = !all_drop && (uint32_t)(tt_dropout_hash(seed, (uint64_t)i) >> 32) >= thr;
+    tt_ref_st(dt, y, (size_t)i, keep ? tt_ref_ld(dt, x, (size_t)i) * scale : 0.0f);
+  }
+  return 0;
+}
+
+int tt_ref_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy,
+                       void *dx, float beta) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  uint32_t thr = 0;
+  float scale = 0.0f;
+  int all_drop = 0, nt = tt_ref_threads(b);
+  (void)nt;
+  if (ref_ew_dt(b, "dropout_bwd", dt)) return -1;
+  if (ref_ew_dropout_params(b, "dropout_bwd", p, &thr, &scale, &all_drop)) return -1;
+  if (count && (!dy || !dx)) return tt_ref_fail(b, "dropout_bwd: NULL dy or dx");
+  if (dx == dy && beta != 0.0f) return tt_ref_fail(b, "dropout_bwd: dx may alias dy only when beta == 0");
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+  for (i = 0; i < n; i++) {
+    int keep = !all_drop && (uint32_t)(tt_dropout_hash(seed, (uint64_t)i) >> 32) >= thr;
+    tt_ref_st_beta(dt, dx, (size_t)i, keep ? tt_ref_ld(dt, dy, (size_t)i) * scale : 0.0f, beta);
+  }
+  return 0;
+}
+
+int tt_ref_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *src, int src_c, int src_off,
+                        void *dst, int dst_c, int dst_off, int nc, float beta) {
+  ptrdiff_t task, ntask = (ptrdiff_t)n * nc;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (ref_ew_dt(b, "channel_copy", dt)) return -1;
+  if (n < 0 || hw < 0 || nc < 0 || src_off < 0 || dst_off < 0 || src_off + nc > src_c || dst_off + nc > dst_c)
+    return tt_ref_fail(b, "channel_copy: block [%d, %d+%d) does not fit src (%d channels) or [%d, %d+%d) dst (%d)",
+                       src_off, src_off, nc, src_c, dst_off, dst_off, nc, dst_c);
+  if (ntask && hw && (!src || !dst)) return tt_ref_fail(b, "channel_copy: NULL src or dst");
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)ntask * hw > TT_REF_PAR_MIN)
+  for (task = 0; task < ntask; task++) {
+    int i = (int)(task / nc), ch = (int)(task % nc);
+    size_t so = ((size_t)i * src_c + src_off + ch) * hw, d0 = ((size_t)i * dst_c + dst_off + ch) * hw, k;
+    if (beta == 0.0f)
+      memcpy((char *)dst + d0 * tt_dtype_size(dt), (const char *)src + so * tt_dtype_size(dt), (size_t)hw * tt_dtype_size(dt));
+    else
+      for (k = 0; k < (size_t)hw; k++) tt_ref_st_beta(dt, dst, d0 + k, tt_ref_ld(dt, src, so + k), beta);
+  }
+  return 0;
+}
+
+int tt_ref_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst) {
+  if (ref_ew_dt(b, "cast", src_dt) || ref_ew_dt(b, "cast", dst_dt)) return -1;
+  if (count && (!src || !dst)) return tt_ref_fail(b, "cast: NULL src or dst");
+  if (src_dt == dst_dt) {
+    if (src != dst && count) memmove(dst, src, count * tt_dtype_size(src_dt));
+  } else if (src_dt == TT_F16) {
+    if (src == dst) return tt_ref_fail(b, "cast: fp16 -> fp32 cannot run in place");
+    tt_ref_to_f32(b, src_dt, src, (float *)dst, count);
+  } else {
+    if (src == dst) return tt_ref_fail(b, "cast: fp32 -> fp16 cannot run in place");
+    tt_ref_from_f32(b, dst_dt, (const float *)src, dst, count);
+  }
+  return 0;
+}
+
+int tt_ref_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
+                        const float *std, tt_dtype dt, void *dst) {
+  ptrdiff_t pl, npl = (ptrdiff_t)n * c;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (ref_ew_dt(b, "normalize_u8", dt)) return -1;
+  if (n < 0 || c <= 0 || hw < 0) return tt_ref_fail(b, "normalize_u8: bad shape n=%d c=%d hw=%d", n, c, hw);
+  if (npl && hw && (!src || !mean || !std || !dst)) return tt_ref_fail(b, "normalize_u8: NULL src, mean, std or dst");
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)npl * hw > TT_REF_PAR_MIN)
+  for (pl = 0; pl < npl; pl++) {
+    int ch = (int)(pl % c);
+    float m = mean[ch], s = std[ch];
+    size_t off = (size_t)pl * hw, k;
+    for (k = 0; k < (size_t)hw; k++) tt_ref_st(dt, dst, off + k, ((float)src[off + k] / 255.0f - m) / s);
+  }
+  return 0;
+}

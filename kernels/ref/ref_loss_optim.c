@@ -1,0 +1,132 @@
+/* kernels/ref/ref_loss_optim.c — softmax cross-entropy, the optimizer updates and the
+ * loss-scale overflow check (check_finite).
+ *
+ * softmax_ce reduces per-sample losses in fixed blocks of REF_LO_BLOCK samples whose
+ * partial sums are added in block order, so stats do not depend on the thread count.
+ * Optimizer updates are elementwise, fp32, PyTorch torch.optim semantics. check_finite
+ * tests the exponent bits, so it holds under -ffast-math too.
+ */
+#include <math.h>
+
+#include "ref_internal.h"
+
+#define REF_LO_BLOCK 16   /* samples per partial sum */
+#define REF_LO_BLOCKS 64  /* blocks per parallel pass (partials live on the stack) */
+
+int tt_ref_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
+                      float smoothing, float grad_scale, void *dlogits, float *stats) {
+  int i, nt = tt_ref_threads(b);
+  double loss_total = 0.0, correct_total = 0.0;
+  (void)nt;
+  if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "softmax_ce: unknown dtype %d", (int)dt);
+  if (n <= 0 || classes <= 0) return tt_ref_fail(b, "softmax_ce: bad shape n=%d classes=%d", n, classes);
+  if (!logits || !labels || !stats) return tt_ref_fail(b, "softmax_ce: NULL logits, labels or stats");
+  if (!(smoothing >= 0.0f && smoothing <= 1.0f))
+    return tt_ref_fail(b, "softmax_ce: label smoothing %g is outside [0, 1]", (double)smoothing);
+  for (i = 0; i < n; i++)
+    if (labels[i] < 0 || labels[i] >= classes)
+      return tt_ref_fail(b, "softmax_ce: label %d of sample %d is outside [0, %d)", (int)labels[i], i, classes);
+
+  for (i = 0; i < n; i += REF_LO_BLOCK * REF_LO_BLOCKS) {
+    double part_loss[REF_LO_BLOCKS], part_correct[REF_LO_BLOCKS];
+    int nblk = (n - i + REF_LO_BLOCK - 1) / REF_LO_BLOCK, blk;
+    if (nblk > REF_LO_BLOCKS) nblk = REF_LO_BLOCKS;
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)nblk * REF_LO_BLOCK * classes > TT_REF_PAR_MIN)
+    for (blk = 0; blk < nblk; blk++) {
+      int s0 = i + blk * REF_LO_BLOCK, s1 = s0 + REF_LO_BLOCK, smp, j;
+      double bl = 0.0, bc = 0.0;
+      if (s1 > n) s1 = n;
+      for (smp = s0; smp < s1; smp++) {
+        size_t off = (size_t)smp * classes;
+        float mx = tt_ref_ld(dt, logits, off);
+        int arg = 0, y = labels[smp];
+        double sum = 0.0, zsum = 0.0, lse, inv;
+        float on = 1.0f - smoothing, off_t = smoothing / (float)classes;
+        for (j = 1; j < classes; j++) {
+          float v = tt_ref_ld(dt, logits, off + j);
+          if (v > mx) {
+            mx = v;
+            arg = j;
+          }
+        }
+        for (j = 0; j < classes; j++) {
+          float v = tt_ref_ld(dt, logits, off + j);
+          sum += exp((double)v - (double)mx);
+          zsum += v;
+        }
+        lse = (double)mx + log(sum);
+        /* loss = sum_j target_j * (lse - z_j), target = (1-s)*onehot + s/classes */
+        bl += (double)on * (lse - (double)tt_ref_ld(dt, logits, off + y)) + (double)off_t * ((double)classes * lse - zsum);
+        bc += arg == y ? 1.0 : 0.0;
+        if (dlogits) {
+          inv = 1.0 / sum;
+          for (j = 0; j < classes; j++) {
+            float p = (float)(exp((double)tt_ref_ld(dt, logits, off + j) - (double)mx) * inv);
+            float t = off_t + (j == y ? on : 0.0f);
+            tt_ref_st(dt, dlogits, off + j, (p - t) * grad_scale);
+          }
+        }
+      }
+      part_loss[blk] = bl;
+      part_correct[blk] = bc;
+    }
+    for (blk = 0; blk < nblk; blk++) {
+      loss_total += part_loss[blk];
+      correct_total += part_correct[blk];
+    }
+  }
+  stats[0] += (float)loss_total;
+  stats[1] += (float)correct_total;
+  return 0;
+}
+
+int tt_ref_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
+                      int nesterov, float weight_decay, float grad_scale, const int32_t *skip) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (count && (!w || !g)) return tt_ref_fail(b, "sgd_update: NULL w or g");
+  if (momentum != 0.0f && count && !m) return tt_ref_fail(b, "sgd_update: momentum %g needs a momentum buffer", (double)momentum);
+  if (skip && *skip) return 0; /* an overflow: the update is skipped */
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+  for (i = 0; i < n; i++) tt_sgd_elem((size_t)i, w, g, m, lr, momentum, nesterov, weight_decay, grad_scale);
+  return 0;
+}
+
+int tt_ref_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
+                       float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
+                       float grad_scale, const int32_t *skip) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (count && (!w || !g || !m || !v)) return tt_ref_fail(b, "adam_update: NULL w, g, m or v");
+  if (t < 1) return tt_ref_fail(b, "adam_update: step t=%d must be >= 1", t);
+  if (skip && *skip) return 0; /* an overflow: the update is skipped */
+  tt_adam_consts k = tt_adam_make_consts(lr, beta1, beta2, weight_decay, decoupled, t);
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+  for (i = 0; i < n; i++) tt_adam_elem((size_t)i, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale);
+  return 0;
+}
+
+int tt_ref_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int bad = 0, nt = tt_ref_threads(b);
+  (void)nt;
+  if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "check_finite: unknown dtype %d", (int)dt);
+  if (!flag || (count && !x)) return tt_ref_fail(b, "check_finite: NULL x or flag");
+  if (dt == TT_F32) {
+    const float *xs = (const float *)x;
+#pragma omp parallel for schedule(static) num_threads(nt) reduction(| : bad) if (n > TT_REF_PAR_MIN)
+    for (i = 0; i < n; i++) {
+      uint32_t u; /* exponent all ones = inf or NaN (immune to -ffast-math) */
+      memcpy(&u, xs + i, 4);
+      bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+  } else {
+    const uint16_t *u = (const uint16_t *)x;
+#pragma omp parallel for schedule(static) num_threads(nt) reduction(| : bad) if (n > TT_REF_PAR_MIN)
+    for (i = 0; i < n; i++) bad |= (u[i] & 0x7c00u) == 0x7c00u;
+  }
+  if (bad) flag[0] = 1;
+  return 0;
+}

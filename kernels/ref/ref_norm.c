@@ -1,0 +1,270 @@
+/* kernels/ref/ref_norm.c — batch norm, pooling and global average pooling.
+ *
+ * All loops are parallel over channels (batch norm) or over (sample, channel) planes
+ * (pooling), and every reduction is serial inside its task, so results do not depend on the
+ * thread count. fp16 tensors are converted per element; no workspace is needed.
+ */
+#include <math.h>
+
+#include "ref_internal.h"
+
+/* ------------------------------- batch norm ------------------------------------------- */
+
+static int ref_norm_bn_check(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt) {
+  if (n <= 0 || c <= 0 || hw <= 0) return tt_ref_fail(b, "%s: bad shape n=%d c=%d hw=%d", op, n, c, hw);
+  if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  return 0;
+}
+
+int tt_ref_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                        const float *bias, void *y, float *running_mean, float *running_var, float momentum,
+                        float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes) {
+  ptrdiff_t ch;
+  int nt = tt_ref_threads(b);
+  const size_t m = (size_t)n * hw;
+  (void)nt;
+  if (ref_norm_bn_check(b, "bn_fwd_train", n, c, hw, dt)) return -1;
+  if (!x || !gamma || !bias || !y || !save_mean || !save_invstd)
+    return tt_ref_fail(b, "bn_fwd_train: NULL x, gamma, bias, y, save_mean or save_invstd");
+  if (update_running && (!running_mean || !running_var))
+    return tt_ref_fail(b, "bn_fwd_train: update_running set but running_mean or running_var is NULL");
+#pragma omp parallel for schedule(static) num_threads(nt) if (m * c > TT_REF_PAR_MIN)
+  for (ch = 0; ch < c; ch++) {
+    double sum = 0.0, sq = 0.0, mean_d;
+    float mean, invstd, g, bb;
+    int i;
+    size_t k;
+    for (i = 0; i < n; i++) {
+      size_t off = ((size_t)i * c + (size_t)ch) * hw;
+      for (k = 0; k < (size_t)hw; k++) sum += tt_ref_ld(dt, x, off + k);
+    }
+    mean_d = sum / (double)m;
+    for (i = 0; i < n; i++) {
+      size_t off = ((size_t)i * c + (size_t)ch) * hw;
+      for (k = 0; k < (size_t)hw; k++) {
+        double dv = tt_ref_ld(dt, x, off + k) - mean_d;
+        sq += dv * dv;
+      }
+    }
+    tt_bn_channel_stats(mean_d, sq, m, eps, momentum, update_running, save_mean + ch, save_invstd + ch,
+                        update_running ? running_mean + ch : NULL, update_running ? running_var + ch : NULL);
+    mean = save_mean[ch];
+    invstd = save_invstd[ch];
+    g = gamma[ch];
+    bb = bias[ch];
+    for (i = 0; i < n; i++) {
+      size_t off = ((size_t)i * c + (size_t)ch) * hw;
+      for (k = 0; k < (size_t)hw; k++) tt_ref_st(dt, y, off + k, (tt_ref_ld(dt, x, off + k) - mean) * invstd * g + bb);
+    }
+  }
+  return 0;
+}
+
+int tt_ref_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                        const float *bias, const float *running_mean, const float *running_var, float eps,
+                        void *y, void *ws, size_t ws_bytes) {
+  ptrdiff_t ch;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (ref_norm_bn_check(b, "bn_fwd_infer", n, c, hw, dt)) return -1;
+  if (!x || !gamma || !bias || !running_mean || !running_var || !y)
+    return tt_ref_fail(b, "bn_fwd_infer: NULL x, gamma, bias, running_mean, running_var or y");
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)n * hw * c > TT_REF_PAR_MIN)
+  for (ch = 0; ch < c; ch++) {
+    float mean = running_mean[ch], invstd = (float)(1.0 / sqrt((double)running_var[ch] + (double)eps));
+    float g = gamma[ch], bb = bias[ch];
+    int i;
+    size_t k;
+    for (i = 0; i < n; i++) {
+      size_t off = ((size_t)i * c + (size_t)ch) * hw;
+      for (k = 0; k < (size_t)hw; k++) tt_ref_st(dt, y, off + k, (tt_ref_ld(dt, x, off + k) - mean) * invstd * g + bb);
+    }
+  }
+  return 0;
+}
+
+int tt_ref_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
+                  const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
+                  float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
+  ptrdiff_t ch;
+  int nt = tt_ref_threads(b);
+  const size_t m = (size_t)n * hw;
+  (void)nt;
+  if (ref_norm_bn_check(b, "bn_bwd", n, c, hw, dt)) return -1;
+  if (!x || !dy || !gamma || !save_mean || !save_invstd)
+    return tt_ref_fail(b, "bn_bwd: NULL x, dy, gamma, save_mean or save_invstd");
+#pragma omp parallel for schedule(static) num_threads(nt) if (m * c > TT_REF_PAR_MIN)
+  for (ch = 0; ch < c; ch++) {
+    double sdy = 0.0, sdyx = 0.0;
+    float mean = save_mean[ch], invstd = save_invstd[ch], a, mdy, mdyx;
+    int i;
+    size_t k;
+    for (i = 0; i < n; i++) {
+      size_t off = ((size_t)i * c + (size_t)ch) * hw;
+      for (k = 0; k < (size_t)hw; k++) {
+        float g = tt_ref_ld(dt, dy, off + k);
+        float xh = (tt_ref_ld(dt, x, off + k) - mean) * invstd;
+        sdy += g;
+        sdyx += (double)g * xh;
+      }
+    }
+    if (dbias) dbias[ch] = tt_ref_beta_f32(dbias[ch], (float)sdy, beta_param);
+    if (dgamma) dgamma[ch] = tt_ref_beta_f32(dgamma[ch], (float)sdyx, beta_param);
+    if (!dx) continue;
+    /* dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)) */
+    a = gamma[ch] * invstd;
+    mdy = (float)(sdy / (double)m);
+    mdyx = (float)(sdyx / (double)m);
+    for (i = 0; i < n; i++) {
+      size_t off = ((size_t)i * c + (size_t)ch) * hw;
+      for (k = 0; k < (size_t)hw; k++) {
+        float xh = (tt_ref_ld(dt, x, off + k) - mean) * invstd;
+        float v = a * (tt_ref_ld(dt, dy, off + k) - mdy - xh * mdyx);
+        tt_ref_st_beta(dt, dx, off + k, v, beta_dx);
+      }
+    }
+  }
+  return 0;
+}
+
+/* --------------------------------- pooling -------------------------------------------- */
+
+/* First maximum of window (oh, ow) in the plane starting at xoff, as an index into the
+ * plane; NaN wins (PyTorch propagates NaN). Returns -1 only for an all-padding window. */
+static ptrdiff_t ref_norm_argmax(const tt_pool_desc *d, tt_dtype dt, const void *x, size_t xoff, int oh, int ow,
+                                 float *best_out) {
+  int h0 = oh * d->stride_h - d->pad_h, w0 = ow * d->stride_w - d->pad_w, ih, iw;
+  int h1 = h0 + d->kh, w1 = w0 + d->kw;
+  ptrdiff_t arg = -1;
+  float best = -INFINITY;
+  if (h0 < 0) h0 = 0;
+  if (w0 < 0) w0 = 0;
+  if (h1 > d->h) h1 = d->h;
+  if (w1 > d->w) w1 = d->w;
+  for (ih = h0; ih < h1; ih++)
+    for (iw = w0; iw < w1; iw++) {
+      size_t i = (size_t)ih * d->w + iw;
+      float v = tt_ref_ld(dt, x, xoff + i);
+      if (arg < 0 || v > best || v != v) {
+        best = v;
+        arg = (ptrdiff_t)i;
+      }
+    }
+  *best_out = best;
+  return arg;
+}
+
+int tt_ref_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
+                    void *ws, size_t ws_bytes) {
+  ptrdiff_t pl, npl;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  char msg[256];
+  if (tt_pool_desc_error("pool_fwd", d, mode, dt, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg);
+  if (!x || !y) return tt_ref_fail(b, "pool_fwd: NULL x or y");
+  npl = (ptrdiff_t)d->n * d->c;
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (pl = 0; pl < npl; pl++) {
+    size_t xoff = (size_t)pl * d->h * d->w, yoff = (size_t)pl * d->p * d->q;
+    float inv = 1.0f / (float)(d->kh * d->kw); /* count_include_pad: the full window */
+    int oh, ow;
+    for (oh = 0; oh < d->p; oh++)
+      for (ow = 0; ow < d->q; ow++) {
+        float v;
+        if (mode == TT_POOL_MAX) {
+          ref_norm_argmax(d, dt, x, xoff, oh, ow, &v);
+        } else {
+          int h0 = oh * d->stride_h - d->pad_h, w0 = ow * d->stride_w - d->pad_w, ih, iw;
+          int h1 = h0 + d->kh, w1 = w0 + d->kw;
+          float s = 0.0f;
+          if (h0 < 0) h0 = 0;
+          if (w0 < 0) w0 = 0;
+          if (h1 > d->h) h1 = d->h;
+          if (w1 > d->w) w1 = d->w;
+          for (ih = h0; ih < h1; ih++)
+            for (iw = w0; iw < w1; iw++) s += tt_ref_ld(dt, x, xoff + (size_t)ih * d->w + iw);
+          v = s * inv;
+        }
+        tt_ref_st(dt, y, yoff + (size_t)oh * d->q + ow, v);
+      }
+  }
+  return 0;
+}
+
+/* Gather form: each dx element sums the windows that contain it (in oh, ow order), so it
+ * is written exactly once, with beta, and fp16 accumulates in fp32. */
+int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
+                    const void *dy, void *dx, float beta, void *ws, size_t ws_bytes) {
+  ptrdiff_t pl, npl;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  char msg[256];
+  if (tt_pool_desc_error("pool_bwd", d, mode, dt, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg);
+  if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_ref_fail(b, "pool_bwd: NULL x (max), dy or dx");
+  npl = (ptrdiff_t)d->n * d->c;
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (pl = 0; pl < npl; pl++) {
+    size_t xoff = (size_t)pl * d->h * d->w, yoff = (size_t)pl * d->p * d->q;
+    float inv = 1.0f / (float)(d->kh * d->kw);
+    int ih, iw;
+    for (ih = 0; ih < d->h; ih++) {
+      /* windows containing ih: oh*sh - ph <= ih <= oh*sh - ph + kh - 1 */
+      int a = ih + d->pad_h - d->kh + 1, oh0, oh1;
+      oh0 = a <= 0 ? 0 : (a + d->stride_h - 1) / d->stride_h;
+      oh1 = (ih + d->pad_h) / d->stride_h;
+      if (oh1 > d->p - 1) oh1 = d->p - 1;
+      for (iw = 0; iw < d->w; iw++) {
+        int bq = iw + d->pad_w - d->kw + 1, ow0, ow1, oh, ow;
+        ptrdiff_t me = (ptrdiff_t)ih * d->w + iw;
+        float acc = 0.0f;
+        ow0 = bq <= 0 ? 0 : (bq + d->stride_w - 1) / d->stride_w;
+        ow1 = (iw + d->pad_w) / d->stride_w;
+        if (ow1 > d->q - 1) ow1 = d->q - 1;
+        for (oh = oh0; oh <= oh1; oh++)
+          for (ow = ow0; ow <= ow1; ow++) {
+            float g = tt_ref_ld(dt, dy, yoff + (size_t)oh * d->q + ow), bv;
+            if (mode == TT_POOL_MAX) {
+              if (ref_norm_argmax(d, dt, x, xoff, oh, ow, &bv) == me) acc += g;
+            } else {
+              acc += g * inv;
+            }
+          }
+        tt_ref_st_beta(dt, dx, xoff + (size_t)me, acc, beta);
+      }
+    }
+  }
+  return 0;
+}
+
+/* --------------------------- global average pooling ----------------------------------- */
+
+int tt_ref_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y) {
+  ptrdiff_t pl, npl = (ptrdiff_t)n * c;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (ref_norm_bn_check(b, "gap_fwd", n, c, hw, dt)) return -1;
+  if (!x || !y) return tt_ref_fail(b, "gap_fwd: NULL x or y");
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)npl * hw > TT_REF_PAR_MIN)
+  for (pl = 0; pl < npl; pl++) {
+    size_t off = (size_t)pl * hw, k;
+    double s = 0.0;
+    for (k = 0; k < (size_t)hw; k++) s += tt_ref_ld(dt, x, off + k);
+    tt_ref_st(dt, y, (size_t)pl, (float)(s / (double)hw));
+  }
+  return 0;
+}
+
+int tt_ref_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta) {
+  ptrdiff_t pl, npl = (ptrdiff_t)n * c;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (ref_norm_bn_check(b, "gap_bwd", n, c, hw, dt)) return -1;
+  if (!dy || !dx) return tt_ref_fail(b, "gap_bwd: NULL dy or dx");
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)npl * hw > TT_REF_PAR_MIN)
+  for (pl = 0; pl < npl; pl++) {
+    size_t off = (size_t)pl * hw, k;
+    float g = tt_ref_ld(dt, dy, (size_t)pl) / (float)hw;
+    for (k = 0; k < (size_t)hw; k++) tt_ref_st_beta(dt, dx, off + k, g, beta);
+  }
+  return 0;
+}

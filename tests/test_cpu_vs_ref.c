@@ -1,0 +1,423 @@
+/* tests/test_cpu_vs_ref.c — the oneDNN CPU backend (kernels/cpu/) against the reference
+ * backend (kernels/ref/), op by op, on the same inputs: convolution in every direction
+ * (groups, depthwise, strides, padding, first-layer and 1x1 shapes, chunked batches), linear,
+ * batch norm, pooling, the elementwise ops it runs itself; fp32 and fp16 storage; gradient
+ * outputs overwritten (beta 0) and added into (beta 1).
+ *
+ * Every call gets a workspace of exactly what that backend's op_workspace answers, filled with
+ * NaN first, so a result that read the workspace before writing it, or a too small answer,
+ * shows. Tolerance, per output tensor: max|cpu - ref| <= tol * max|ref| + 1e-7 with tol =
+ * 2e-5 in fp32 (different summation orders and FMA: the observed worst is ~1e-6) and 2e-3 for
+ * fp16 outputs (both sides round to half from slightly different fp32 values: one ulp is
+ * 2^-11 of the largest). Also: the oneDNN backend is bit-identical run to run. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "tests/tt_test.h"
+
+static tt_backend *R, *C; /* reference, oneDNN */
+static tt_test_rng cvr_rng = {0x5eed5eedull};
+#define TOL32 2e-5
+#define TOL16 2e-3
+
+static float *vec(size_t n, float scale) {
+  float *p = (float *)malloc((n ? n : 1) * sizeof(float));
+  for (size_t i = 0; i < n; i++) p[i] = scale * (float)(2.0 * tt_test_rng_unit(&cvr_rng) - 1.0);
+  return p;
+}
+static float *dup(const float *a, size_t n) {
+  float *p = (float *)malloc((n ? n : 1) * sizeof(float));
+  memcpy(p, a, n * sizeof(float));
+  return p;
+}
+/* A tensor of n elements in dt holding a (rounded to half when dt is fp16). */
+static void *in_dt(const float *a, size_t n, tt_dtype dt) {
+  if (dt == TT_F32) return dup(a, n);
+  uint16_t *h = (uint16_t *)malloc((n ? n : 1) * 2);
+  for (size_t i = 0; i < n; i++) h[i] = tt_f32_to_f16(a[i]);
+  return h;
+}
+static float *as_f32(const void *p, size_t n, tt_dtype dt) {
+  float *o = (float *)malloc((n ? n : 1) * sizeof(float));
+  for (size_t i = 0; i < n; i++) o[i] = dt == TT_F32 ? ((const float *)p)[i] : tt_f16_to_f32(((const uint16_t *)p)[i]);
+  return o;
+}
+/* A workspace of exactly what backend b asks for op, NaN-filled. */
+static void *ws_for(tt_backend *b, const tt_op_desc *op, size_t *bytes) {
+  *bytes = b->op_workspace(b, op);
+  void *w = malloc(*bytes ? *bytes : 1);
+  memset(w, 0xff, *bytes);
+  return w;
+}
+/* Compares two tensors of n elements in dt (cpu vs ref); records a failure naming what. */
+static double cmp(const char *what, const void *cpu, const void *ref, size_t n, tt_dtype dt) {
+  float *a = as_f32(cpu, n, dt), *b = as_f32(ref, n, dt);
+  double md = 0, mr = 0;
+  size_t worst = 0;
+  for (size_t i = 0; i < n; i++) mr = fmax(mr, fabs(b[i]));
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)a[i] - b[i]);
+    if (!(d <= md)) md = d, worst = i; /* NaN counts as worst */
+  }
+  double tol = (dt == TT_F16 ? TOL16 : TOL32) * mr + 1e-7;
+  TT_CHECK(md <= tol, "%s: max |cpu - ref| %.3g > %.3g (max |ref| %.3g) at %zu: cpu %.7g ref %.7g", what, md, tol, mr, worst,
+           (double)a[worst], (double)b[worst]);
+  free(a);
+  free(b);
+  return mr > 0 ? md / mr : md;
+}
+
+/* ------------------------------------ convolution ------------------------------------- */
+
+static tt_conv_desc mkconv(int n, int c, int h, int w, int k, int r, int s, int sh, int sw, int ph, int pw, int g) {
+  tt_conv_desc d;
+  memset(&d, 0, sizeof d);
+  d.n = n, d.c = c, d.h = h, d.w = w, d.k = k, d.r = r, d.s = s;
+  d.stride_h = sh, d.stride_w = sw, d.pad_h = ph, d.pad_w = pw, d.groups = g;
+  d.p = (h + 2 * ph - r) / sh + 1;
+  d.q = (w + 2 * pw - s) / sw + 1;
+  return d;
+}
+
+static tt_op_desc conv_op(tt_op_kind kind, const tt_conv_desc *d, tt_dtype dt, int bias, int acc) {
+  tt_op_desc o;
+  memset(&o, 0, sizeof o);
+  o.kind = kind, o.dt = dt, o.bias = bias, o.accumulate = acc, o.u.conv = *d;
+  return o;
+}
+
+/* Runs the three directions on both backends; beta 0 and 1 for the gradients. */
+static void conv_case(tt_backend *cb, const char *name, tt_conv_desc d, tt_dtype dt, int bias) {
+  char tn[160];
+  snprintf(tn, sizeof tn, "cpu_vs_ref:%s_%s%s", name, dt == TT_F16 ? "fp16" : "fp32", cb != C ? "_chunked" : "");
+  TT_TEST_BEGIN(tn);
+  size_t xn = (size_t)d.n * d.c * d.h * d.w, yn = (size_t)d.n * d.k * d.p * d.q;
+  size_t wn = (size_t)d.k * (d.c / d.groups) * d.r * d.s;
+  float *x = vec(xn, 1.0f), *w = vec(wn, 0.5f), *bv = vec((size_t)d.k, 0.5f), *dy = vec(yn, 1.0f);
+  void *x_ = in_dt(x, xn, dt), *w_ = in_dt(w, wn, dt), *b_ = in_dt(bv, (size_t)d.k, dt), *dy_ = in_dt(dy, yn, dt);
+  void *yc = in_dt(dy, yn, dt), *yr = in_dt(dy, yn, dt);
+  float *dx0 = vec(xn, 1.0f), *dw0 = vec(wn, 1.0f), *db0 = vec((size_t)d.k, 1.0f);
+  for (int beta = 0; beta < 2; beta++) {
+    tt_op_desc of = conv_op(TT_OP_CONV_FWD, &d, dt, bias, 0), od = conv_op(TT_OP_CONV_BWD_DATA, &d, dt, 0, beta);
+    tt_op_desc ow = conv_op(TT_OP_CONV_BWD_FILTER, &d, dt, bias, 0);
+    void *dxc = in_dt(dx0, xn, dt), *dxr = in_dt(dx0, xn, dt);
+    float *dwc = dup(dw0, wn), *dwr = dup(dw0, wn), *dbc = dup(db0, (size_t)d.k), *dbr = dup(db0, (size_t)d.k);
+    size_t wc, wr;
+    void *wsc, *wsr;
+    if (beta == 0) {
+      wsc = ws_for(cb, &of, &wc), wsr = ws_for(R, &of, &wr);
+      TT_CHECK(!cb->conv_fwd(cb, &d, dt, x_, w_, bias ? b_ : NULL, yc, wsc, wc), "conv_fwd: %s", cb->last_error(cb));
+      TT_CHECK(!R->conv_fwd(R, &d, dt, x_, w_, bias ? b_ : NULL, yr, wsr, wr), "ref conv_fwd: %s", R->last_error(R));
+      cmp("y", yc, yr, yn, dt);
+      free(wsc), free(wsr);
+    }
+    wsc = ws_for(cb, &od, &wc), wsr = ws_for(R, &od, &wr);
+    TT_CHECK(!cb->conv_bwd_data(cb, &d, dt, dy_, w_, dxc, (float)beta, wsc, wc), "conv_bwd_data: %s", cb->last_error(cb));
+    TT_CHECK(!R->conv_bwd_data(R, &d, dt, dy_, w_, dxr, (float)beta, wsr, wr), "ref: %s", R->last_error(R));
+    cmp(beta ? "dx (beta 1)" : "dx", dxc, dxr, xn, dt);
+    free(wsc), free(wsr);
+    wsc = ws_for(cb, &ow, &wc), wsr = ws_for(R, &ow, &wr);
+    TT_CHECK(!cb->conv_bwd_filter(cb, &d, dt, x_, dy_, dwc, bias ? dbc : NULL, (float)beta, wsc, wc), "conv_bwd_filter: %s",
+             cb->last_error(cb));
+    TT_CHECK(!R->conv_bwd_filter(R, &d, dt, x_, dy_, dwr, bias ? dbr : NULL, (float)beta, wsr, wr), "ref: %s",
+             R->last_error(R));
+    cmp(beta ? "dw (beta 1)" : "dw", dwc, dwr, wn, TT_F32);
+    if (bias) cmp(beta ? "db (beta 1)" : "db", dbc, dbr, (size_t)d.k, TT_F32);
+    if (beta == 0) { /* run to run, bit for bit */
+      float *dw2 = dup(dw0, wn), *db2 = dup(db0, (size_t)d.k);
+      cb->conv_bwd_filter(cb, &d, dt, x_, dy_, dw2, bias ? db2 : NULL, 0.0f, wsc, wc);
+      TT_CHECK(!memcmp(dw2, dwc, wn * 4) && !memcmp(db2, dbc, (size_t)d.k * 4), "conv_bwd_filter is not bit-identical run to run");
+      free(dw2), free(db2);
+    }
+    free(wsc), free(wsr);
+    free(dxc), free(dxr), free(dwc), free(dwr), free(dbc), free(dbr);
+  }
+  { /* a workspace one byte short is refused, naming the op */
+    tt_op_desc of = conv_op(TT_OP_CONV_FWD, &d, dt, bias, 0);
+    size_t wc;
+    void *wsc = ws_for(cb, &of, &wc);
+    if (wc) {
+      int rc = cb->conv_fwd(cb, &d, dt, x_, w_, bias ? b_ : NULL, yc, wsc, wc - 1);
+      TT_CHECK(rc != 0 && strstr(cb->last_error(cb), "conv_fwd") && strstr(cb->last_error(cb), "workspace"),
+               "a short workspace was not refused: %s", cb->last_error(cb));
+    }
+    free(wsc);
+  }
+  TT_TEST_END();
+  free(x), free(w), free(bv), free(dy), free(x_), free(w_), free(b_), free(dy_), free(yc), free(yr);
+  free(dx0), free(dw0), free(db0);
+}
+
+static void test_conv(tt_backend *chunked) {
+  static const struct {
+    const char *name;
+    int n, c, h, w, k, r, s, sh, sw, ph, pw, g, bias;
+  } cs[] = {
+      {"conv_3x3_s1_p1", 4, 16, 10, 9, 32, 3, 3, 1, 1, 1, 1, 1, 0},
+      {"conv_3x3_s1_p1_bias_odd_channels", 3, 5, 8, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1},
+      {"conv_1x1", 4, 24, 7, 7, 40, 1, 1, 1, 1, 0, 0, 1, 0},
+      {"conv_1x1_s2_downsample", 2, 32, 8, 8, 64, 1, 1, 2, 2, 0, 0, 1, 0},
+      {"conv_3x3_s2_p1", 3, 16, 11, 11, 16, 3, 3, 2, 2, 1, 1, 1, 0},
+      {"conv_5x5_p2_first_layer_c1", 5, 1, 12, 12, 32, 5, 5, 1, 1, 2, 2, 1, 1},
+      {"conv_7x7_s2_p3_stem_c3", 2, 3, 20, 20, 16, 7, 7, 2, 2, 3, 3, 1, 0},
+      {"conv_3x2_s2x1_p1x0_groups2", 2, 8, 9, 8, 12, 3, 2, 2, 1, 1, 0, 2, 1},
+      {"conv_depthwise_3x3_s1_p1", 3, 16, 9, 9, 16, 3, 3, 1, 1, 1, 1, 16, 0},
+      {"conv_depthwise_3x3_s2_p1_bias", 2, 32, 10, 10, 32, 3, 3, 2, 2, 1, 1, 32, 1},
+      {"conv_2x4_s1x2_p1x2", 2, 4, 9, 10, 6, 2, 4, 1, 2, 1, 2, 1, 0},
+  };
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+    for (int dt = 0; dt < 2; dt++) {
+      tt_conv_desc d = mkconv(cs[i].n, cs[i].c, cs[i].h, cs[i].w, cs[i].k, cs[i].r, cs[i].s, cs[i].sh, cs[i].sw, cs[i].ph,
+                              cs[i].pw, cs[i].g);
+      conv_case(C, cs[i].name, d, (tt_dtype)dt, cs[i].bias);
+    }
+  /* a backend with a small chunk budget: the batch in chunks of 2 plus a remainder of 1 */
+  if (chunked) {
+    conv_case(chunked, "conv_3x3_s1_p1_bias", mkconv(5, 16, 12, 12, 16, 3, 3, 1, 1, 1, 1, 1), TT_F32, 1);
+    conv_case(chunked, "conv_3x3_s1_p1_bias", mkconv(5, 16, 12, 12, 16, 3, 3, 1, 1, 1, 1, 1), TT_F16, 1);
+  }
+}
+
+/* --------------------------------------- linear --------------------------------------- */
+
+static void linear_case(int n, int in, int out, tt_dtype dt, int bias) {
+  char tn[128];
+  snprintf(tn, sizeof tn, "cpu_vs_ref:linear_%dx%d_to_%d%s_%s", n, in, out, bias ? "_bias" : "", dt == TT_F16 ? "fp16" : "fp32");
+  TT_TEST_BEGIN(tn);
+  size_t xn = (size_t)n * in, wn = (size_t)out * in, yn = (size_t)n * out;
+  float *x = vec(xn, 1.0f), *w = vec(wn, 0.3f), *bv = vec((size_t)out, 0.3f), *dy = vec(yn, 1.0f);
+  void *x_ = in_dt(x, xn, dt), *w_ = in_dt(w, wn, dt), *b_ = in_dt(bv, (size_t)out, dt), *dy_ = in_dt(dy, yn, dt);
+  void *yc = in_dt(dy, yn, dt), *yr = in_dt(dy, yn, dt);
+  float *dx0 = vec(xn, 1.0f), *dw0 = vec(wn, 1.0f), *db0 = vec((size_t)out, 1.0f);
+  for (int beta = 0; beta < 2; beta++) {
+    tt_op_desc o;
+    size_t wc, wr;
+    void *wsc, *wsr, *dxc = in_dt(dx0, xn, dt), *dxr = in_dt(dx0, xn, dt);
+    float *dwc = dup(dw0, wn), *dwr = dup(dw0, wn), *dbc = dup(db0, (size_t)out), *dbr = dup(db0, (size_t)out);
+    memset(&o, 0, sizeof o);
+    o.dt = dt, o.u.linear.n = n, o.u.linear.in = in, o.u.linear.out = out;
+    if (!beta) {
+      o.kind = TT_OP_LINEAR_FWD, o.bias = bias;
+      wsc = ws_for(C, &o, &wc), wsr = ws_for(R, &o, &wr);
+      TT_CHECK(!C->linear_fwd(C, n, in, out, dt, x_, w_, bias ? b_ : NULL, yc, wsc, wc), "linear_fwd: %s", C->last_error(C));
+      TT_CHECK(!R->linear_fwd(R, n, in, out, dt, x_, w_, bias ? b_ : NULL, yr, wsr, wr), "ref: %s", R->last_error(R));
+      cmp("y", yc, yr, yn, dt);
+      free(wsc), free(wsr);
+    }
+    o.kind = TT_OP_LINEAR_BWD_DATA, o.bias = 0, o.accumulate = beta;
+    wsc = ws_for(C, &o, &wc), wsr = ws_for(R, &o, &wr);
+    TT_CHECK(!C->linear_bwd_data(C, n, in, out, dt, dy_, w_, dxc, (float)beta, wsc, wc), "bwd_data: %s", C->last_error(C));
+    TT_CHECK(!R->linear_bwd_data(R, n, in, out, dt, dy_, w_, dxr, (float)beta, wsr, wr), "ref: %s", R->last_error(R));
+    cmp(beta ? "dx (beta 1)" : "dx", dxc, dxr, xn, dt);
+    free(wsc), free(wsr);
+    o.kind = TT_OP_LINEAR_BWD_FILTER, o.bias = bias, o.accumulate = 0;
+    wsc = ws_for(C, &o, &wc), wsr = ws_for(R, &o, &wr);
+    TT_CHECK(!C->linear_bwd_filter(C, n, in, out, dt, x_, dy_, dwc, bias ? dbc : NULL, (float)beta, wsc, wc),
+             "bwd_filter: %s", C->last_error(C));
+    TT_CHECK(!R->linear_bwd_filter(R, n, in, out, dt, x_, dy_, dwr, bias ? dbr : NULL, (float)beta, wsr, wr), "ref: %s",
+             R->last_error(R));
+    cmp(beta ? "dw (beta 1)" : "dw", dwc, dwr, wn, TT_F32);
+    if (bias) cmp(beta ? "db (beta 1)" : "db", dbc, dbr, (size_t)out, TT_F32);
+    free(wsc), free(wsr), free(dxc), free(dxr), free(dwc), free(dwr), free(dbc), free(dbr);
+  }
+  TT_TEST_END();
+  free(x), free(w), free(bv), free(dy), free(x_), free(w_), free(b_), free(dy_), free(yc), free(yr);
+  free(dx0), free(dw0), free(db0);
+}
+
+/* ------------------------------------- batch norm ------------------------------------- */
+
+static void bn_case(int n, int c, int hw, tt_dtype dt) {
+  char tn[128];
+  snprintf(tn, sizeof tn, "cpu_vs_ref:bn_%dx%dx%d_%s", n, c, hw, dt == TT_F16 ? "fp16" : "fp32");
+  TT_TEST_BEGIN(tn);
+  size_t xn = (size_t)n * c * hw, cc = (size_t)c;
+  float *x = vec(xn, 2.0f), *dy = vec(xn, 1.0f), *g = vec(cc, 1.0f), *bt = vec(cc, 0.5f);
+  for (size_t i = 0; i < xn; i++) x[i] += 0.7f; /* a mean away from zero */
+  void *x_ = in_dt(x, xn, dt), *dy_ = in_dt(dy, xn, dt), *yc = in_dt(dy, xn, dt), *yr = in_dt(dy, xn, dt);
+  float *rmc = vec(cc, 0.2f), *rvc = vec(cc, 0.2f), *rmr, *rvr;
+  for (size_t i = 0; i < cc; i++) rvc[i] += 1.0f;
+  rmr = dup(rmc, cc), rvr = dup(rvc, cc);
+  float *smc = vec(cc, 1), *sic = vec(cc, 1), *smr = vec(cc, 1), *sir = vec(cc, 1);
+  tt_op_desc o;
+  size_t wc, wr;
+  void *wsc, *wsr;
+  memset(&o, 0, sizeof o);
+  o.dt = dt, o.u.bn.n = n, o.u.bn.c = c, o.u.bn.hw = hw, o.u.bn.eps = 1e-5f;
+  o.kind = TT_OP_BN_FWD_TRAIN;
+  wsc = ws_for(C, &o, &wc), wsr = ws_for(R, &o, &wr);
+  TT_CHECK(!C->bn_fwd_train(C, n, c, hw, dt, x_, g, bt, yc, rmc, rvc, 0.1f, 1e-5f, smc, sic, 1, wsc, wc), "bn_fwd_train: %s",
+           C->last_error(C));
+  TT_CHECK(!R->bn_fwd_train(R, n, c, hw, dt, x_, g, bt, yr, rmr, rvr, 0.1f, 1e-5f, smr, sir, 1, wsr, wr), "ref: %s",
+           R->last_error(R));
+  cmp("train y", yc, yr, xn, dt);
+  cmp("save_mean", smc, smr, cc, TT_F32);
+  cmp("save_invstd", sic, sir, cc, TT_F32);
+  cmp("running_mean", rmc, rmr, cc, TT_F32);
+  cmp("running_var", rvc, rvr, cc, TT_F32);
+  free(wsc), free(wsr);
+  o.kind = TT_OP_BN_FWD_INFER;
+  wsc = ws_for(C, &o, &wc), wsr = ws_for(R, &o, &wr);
+  TT_CHECK(!C->bn_fwd_infer(C, n, c, hw, dt, x_, g, bt, rmr, rvr, 1e-5f, yc, wsc, wc), "bn_fwd_infer: %s", C->last_error(C));
+  TT_CHECK(!R->bn_fwd_infer(R, n, c, hw, dt, x_, g, bt, rmr, rvr, 1e-5f, yr, wsr, wr), "ref: %s", R->last_error(R));
+  cmp("infer y", yc, yr, xn, dt);
+  free(wsc), free(wsr);
+  for (int beta = 0; beta < 2; beta++) {
+    float *d0 = vec(xn, 1.0f), *p0 = vec(2 * cc, 1.0f);
+    void *dxc = in_dt(d0, xn, dt), *dxr = in_dt(d0, xn, dt);
+    float *dgc = dup(p0, cc), *dgr = dup(p0, cc), *dbc = dup(p0 + cc, cc), *dbr = dup(p0 + cc, cc);
+    o.kind = TT_OP_BN_BWD, o.accumulate = beta;
+    wsc = ws_for(C, &o, &wc), wsr = ws_for(R, &o, &wr);
+    /* both from the reference's saved statistics, so only the backward differs */
+    TT_CHECK(!C->bn_bwd(C, n, c, hw, dt, x_, dy_, g, smr, sir, dxc, dgc, dbc, (float)beta, (float)beta, wsc, wc), "bn_bwd: %s",
+             C->last_error(C));
+    TT_CHECK(!R->bn_bwd(R, n, c, hw, dt, x_, dy_, g, smr, sir, dxr, dgr, dbr, (float)beta, (float)beta, wsr, wr), "ref: %s",
+             R->last_error(R));
+    cmp(beta ? "dx (beta 1)" : "dx", dxc, dxr, xn, dt);
+    cmp(beta ? "dgamma (beta 1)" : "dgamma", dgc, dgr, cc, TT_F32);
+    cmp(beta ? "dbeta (beta 1)" : "dbeta", dbc, dbr, cc, TT_F32);
+    /* dbeta and dgamma alone (a layer fed by the image has no dx) */
+    o.accumulate = 0;
+    free(wsc);
+    wsc = ws_for(C, &o, &wc);
+    TT_CHECK(!C->bn_bwd(C, n, c, hw, dt, x_, dy_, g, smr, sir, NULL, dgc, dbc, 0.0f, 0.0f, wsc, wc), "bn_bwd without dx: %s",
+             C->last_error(C));
+    free(wsc), free(wsr), free(d0), free(p0), free(dxc), free(dxr), free(dgc), free(dgr), free(dbc), free(dbr);
+  }
+  TT_TEST_END();
+  free(x), free(dy), free(g), free(bt), free(x_), free(dy_), free(yc), free(yr);
+  free(rmc), free(rvc), free(rmr), free(rvr), free(smc), free(sic), free(smr), free(sir);
+}
+
+/* -------------------------------------- pooling --------------------------------------- */
+
+static void pool_case(const char *name, int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw,
+                      tt_pool_mode mode, tt_dtype dt) {
+  char tn[128];
+  snprintf(tn, sizeof tn, "cpu_vs_ref:%s_%s", name, dt == TT_F16 ? "fp16" : "fp32");
+  TT_TEST_BEGIN(tn);
+  tt_pool_desc d;
+  memset(&d, 0, sizeof d);
+  d.n = n, d.c = c, d.h = h, d.w = w, d.kh = kh, d.kw = kw, d.stride_h = sh, d.stride_w = sw, d.pad_h = ph, d.pad_w = pw;
+  d.p = (h + 2 * ph - kh) / sh + 1, d.q = (w + 2 * pw - kw) / sw + 1;
+  size_t xn = (size_t)n * c * h * w, yn = (size_t)n * c * d.p * d.q;
+  float *x = vec(xn, 1.0f), *dy = vec(yn, 1.0f);
+  /* some exact ties, which must go to the first maximum on both */
+  for (size_t i = 0; i + 1 < xn; i += 7) x[i + 1] = x[i];
+  void *x_ = in_dt(x, xn, dt), *dy_ = in_dt(dy, yn, dt), *yc = in_dt(dy, yn, dt), *yr = in_dt(dy, yn, dt);
+  tt_op_desc o;
+  size_t wc, wr;
+  void *wsc, *wsr;
+  memset(&o, 0, sizeof o);
+  o.dt = dt, o.pool_mode = mode, o.u.pool = d, o.kind = TT_OP_POOL_FWD;
+  wsc = ws_for(C, &o, &wc), wsr = ws_for(R, &o, &wr);
+  TT_CHECK(!C->pool_fwd(C, &d, mode, dt, x_, yc, wsc, wc), "pool_fwd: %s", C->last_error(C));
+  TT_CHECK(!R->pool_fwd(R, &d, mode, dt, x_, yr, wsr, wr), "ref: %s", R->last_error(R));
+  cmp("y", yc, yr, yn, dt);
+  free(wsc), free(wsr);
+  for (int beta = 0; beta < 2; beta++) {
+    float *d0 = vec(xn, 1.0f);
+    void *dxc = in_dt(d0, xn, dt), *dxr = in_dt(d0, xn, dt);
+    o.kind = TT_OP_POOL_BWD, o.accumulate = beta;
+    wsc = ws_for(C, &o, &wc), wsr = ws_for(R, &o, &wr);
+    TT_CHECK(!C->pool_bwd(C, &d, mode, dt, x_, dy_, dxc, (float)beta, wsc, wc), "pool_bwd: %s", C->last_error(C));
+    TT_CHECK(!R->pool_bwd(R, &d, mode, dt, x_, dy_, dxr, (float)beta, wsr, wr), "ref: %s", R->last_error(R));
+    cmp(beta ? "dx (beta 1)" : "dx", dxc, dxr, xn, dt);
+    free(wsc), free(wsr), free(d0), free(dxc), free(dxr);
+  }
+  TT_TEST_END();
+  free(x), free(dy), free(x_), free(dy_), free(yc), free(yr);
+}
+
+/* ---------------------------------- elementwise --------------------------------------- */
+
+/* ReLU, ReLU6, add and accumulate run the CPU backend's own vectorised loops: the same float
+ * expressions as the reference, so the same bits, NaN, infinities and signed zeros included. */
+static void test_elementwise(void) {
+  TT_TEST_BEGIN("cpu_vs_ref:relu_relu6_add_accumulate_bitwise");
+  size_t n = 100003; /* odd: vector tails and uneven thread shares */
+  float *x = vec(n, 8.0f), *g = vec(n, 1.0f), *o = vec(n, 1.0f);
+  x[0] = NAN, x[1] = INFINITY, x[2] = -INFINITY, x[3] = -0.0f, x[4] = 0.0f, x[5] = 6.0f, x[6] = -NAN;
+  for (int a = 0; a < 2; a++) {
+    tt_act act = a ? TT_ACT_RELU6 : TT_ACT_RELU;
+    float *yc = dup(o, n), *yr = dup(o, n), *xc = dup(x, n);
+    TT_CHECK(!C->act_fwd(C, act, n, TT_F32, x, yc) && !R->act_fwd(R, act, n, TT_F32, x, yr), "act_fwd");
+    TT_CHECK(!memcmp(yc, yr, n * 4), "%s forward differs from the reference", a ? "relu6" : "relu");
+    C->act_fwd(C, act, n, TT_F32, xc, xc); /* in place */
+    TT_CHECK(!memcmp(xc, yr, n * 4), "%s in-place forward differs", a ? "relu6" : "relu");
+    for (int beta = 0; beta < 2; beta++) {
+      float *dc = dup(o, n), *dr = dup(o, n);
+      C->act_bwd(C, act, n, TT_F32, yr, g, dc, (float)beta);
+      R->act_bwd(R, act, n, TT_F32, yr, g, dr, (float)beta);
+      TT_CHECK(!memcmp(dc, dr, n * 4), "%s backward (beta %d) differs", a ? "relu6" : "relu", beta);
+      free(dc), free(dr);
+    }
+    free(yc), free(yr), free(xc);
+  }
+  {
+    float *yc = dup(o, n), *yr = dup(o, n);
+    C->add(C, n, TT_F32, x, g, yc), R->add(R, n, TT_F32, x, g, yr);
+    TT_CHECK(!memcmp(yc, yr, n * 4), "add differs");
+    for (int beta = 0; beta < 2; beta++) {
+      C->accumulate(C, n, TT_F32, g, yc, (float)beta), R->accumulate(R, n, TT_F32, g, yr, (float)beta);
+      TT_CHECK(!memcmp(yc, yr, n * 4), "accumulate (beta %d) differs", beta);
+    }
+    free(yc), free(yr);
+  }
+  TT_TEST_END();
+  free(x), free(g), free(o);
+}
+
+/* A whole call list prepared ahead, as the executor does, then the calls: same results as
+ * calls built on first use, and the workspace answers do not change once built. */
+static void test_prepare(void) {
+  TT_TEST_BEGIN("cpu_vs_ref:prepare_then_run");
+  tt_conv_desc d = mkconv(4, 8, 10, 10, 16, 3, 3, 1, 1, 1, 1, 1);
+  tt_op_desc ops[3];
+  ops[0] = conv_op(TT_OP_CONV_FWD, &d, TT_F32, 1, 0);
+  ops[1] = conv_op(TT_OP_CONV_BWD_DATA, &d, TT_F32, 0, 1);
+  ops[2] = conv_op(TT_OP_CONV_BWD_FILTER, &d, TT_F32, 1, 0);
+  size_t before[3], after[3];
+  for (int i = 0; i < 3; i++) before[i] = C->op_workspace(C, &ops[i]);
+  TT_CHECK(!C->prepare(C, ops, 3), "prepare: %s", C->last_error(C));
+  for (int i = 0; i < 3; i++) after[i] = C->op_workspace(C, &ops[i]);
+  TT_CHECK(!memcmp(before, after, sizeof before), "a workspace answer changed once the call was built");
+  TT_CHECK(C->conv_workspace(C, &d, TT_F32, TT_WS_FWD) >= before[0], "conv_workspace below op_workspace");
+  TT_TEST_END();
+  conv_case(C, "conv_3x3_prepared", d, TT_F32, 1);
+}
+
+int main(void) {
+  R = tt_ref_backend_create(2);
+  C = tt_cpu_backend_create(2);
+  if (!R || !C) {
+    printf("FAIL cpu_vs_ref: could not create the %s backend\n", R ? "oneDNN" : "reference");
+    return 1;
+  }
+  printf("  %s\n", tt_cpu_backend_info());
+  /* 16x12x12 fp32 per sample: 9 KiB in, 9 KiB out, blocked alike; 40 KiB chunks = 2 samples */
+  setenv("TINYTRAIN_CPU_CHUNK_BYTES", "40000", 1);
+  tt_backend *chunked = tt_cpu_backend_create(2);
+  unsetenv("TINYTRAIN_CPU_CHUNK_BYTES");
+  test_prepare();
+  test_elementwise();
+  test_conv(chunked);
+  for (int dt = 0; dt < 2; dt++) {
+    linear_case(6, 20, 7, (tt_dtype)dt, 1);
+    linear_case(33, 64, 10, (tt_dtype)dt, 0);
+    bn_case(4, 6, 25, (tt_dtype)dt);
+    bn_case(7, 20, 1, (tt_dtype)dt);
+    pool_case("maxpool_2x2_s2", 3, 5, 8, 8, 2, 2, 2, 2, 0, 0, TT_POOL_MAX, (tt_dtype)dt);
+    pool_case("maxpool_3x3_s2_p1", 2, 16, 9, 9, 3, 3, 2, 2, 1, 1, TT_POOL_MAX, (tt_dtype)dt);
+    pool_case("avgpool_3x3_s2_p1_include_pad", 2, 4, 7, 7, 3, 3, 2, 2, 1, 1, TT_POOL_AVG, (tt_dtype)dt);
+    pool_case("avgpool_2x3_s1_p1", 2, 3, 5, 6, 2, 3, 1, 1, 1, 1, TT_POOL_AVG, (tt_dtype)dt);
+  }
+  if (chunked) chunked->destroy(chunked);
+  C->destroy(C);
+  R->destroy(R);
+  TT_TEST_EXIT();
+}
