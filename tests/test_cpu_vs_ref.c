@@ -29,14 +29,14 @@ static float *vec(size_t n, float scale) {
   for (size_t i = 0; i < n; i++) p[i] = scale * (float)(2.0 * tt_test_rng_unit(&cvr_rng) - 1.0);
   return p;
 }
-static float *dup(const float *a, size_t n) {
+static float *vr_dup(const float *a, size_t n) {
   float *p = (float *)malloc((n ? n : 1) * sizeof(float));
   memcpy(p, a, n * sizeof(float));
   return p;
 }
 /* A tensor of n elements in dt holding a (rounded to half when dt is fp16). */
 static void *in_dt(const float *a, size_t n, tt_dtype dt) {
-  if (dt == TT_F32) return dup(a, n);
+  if (dt == TT_F32) return vr_dup(a, n);
   uint16_t *h = (uint16_t *)malloc((n ? n : 1) * 2);
   for (size_t i = 0; i < n; i++) h[i] = tt_f32_to_f16(a[i]);
   return h;
@@ -105,7 +105,7 @@ static void conv_case(tt_backend *cb, const char *name, tt_conv_desc d, tt_dtype
     tt_op_desc of = conv_op(TT_OP_CONV_FWD, &d, dt, bias, 0), od = conv_op(TT_OP_CONV_BWD_DATA, &d, dt, 0, beta);
     tt_op_desc ow = conv_op(TT_OP_CONV_BWD_FILTER, &d, dt, bias, 0);
     void *dxc = in_dt(dx0, xn, dt), *dxr = in_dt(dx0, xn, dt);
-    float *dwc = dup(dw0, wn), *dwr = dup(dw0, wn), *dbc = dup(db0, (size_t)d.k), *dbr = dup(db0, (size_t)d.k);
+    float *dwc = vr_dup(dw0, wn), *dwr = vr_dup(dw0, wn), *dbc = vr_dup(db0, (size_t)d.k), *dbr = vr_dup(db0, (size_t)d.k);
     size_t wc, wr;
     void *wsc, *wsr;
     if (beta == 0) {
@@ -128,7 +128,7 @@ static void conv_case(tt_backend *cb, const char *name, tt_conv_desc d, tt_dtype
     cmp(beta ? "dw (beta 1)" : "dw", dwc, dwr, wn, TT_F32);
     if (bias) cmp(beta ? "db (beta 1)" : "db", dbc, dbr, (size_t)d.k, TT_F32);
     if (beta == 0) { /* run to run, bit for bit */
-      float *dw2 = dup(dw0, wn), *db2 = dup(db0, (size_t)d.k);
+      float *dw2 = vr_dup(dw0, wn), *db2 = vr_dup(db0, (size_t)d.k);
       cb->conv_bwd_filter(cb, &d, dt, x_, dy_, dw2, bias ? db2 : NULL, 0.0f, wsc, wc);
       TT_CHECK(!memcmp(dw2, dwc, wn * 4) && !memcmp(db2, dbc, (size_t)d.k * 4), "conv_bwd_filter is not bit-identical run to run");
       free(dw2), free(db2);
@@ -197,7 +197,7 @@ static void linear_case(int n, int in, int out, tt_dtype dt, int bias) {
     tt_op_desc o;
     size_t wc, wr;
     void *wsc, *wsr, *dxc = in_dt(dx0, xn, dt), *dxr = in_dt(dx0, xn, dt);
-    float *dwc = dup(dw0, wn), *dwr = dup(dw0, wn), *dbc = dup(db0, (size_t)out), *dbr = dup(db0, (size_t)out);
+    float *dwc = vr_dup(dw0, wn), *dwr = vr_dup(dw0, wn), *dbc = vr_dup(db0, (size_t)out), *dbr = vr_dup(db0, (size_t)out);
     memset(&o, 0, sizeof o);
     o.dt = dt, o.u.linear.n = n, o.u.linear.in = in, o.u.linear.out = out;
     if (!beta) {
@@ -241,7 +241,7 @@ static void bn_case(int n, int c, int hw, tt_dtype dt) {
   void *x_ = in_dt(x, xn, dt), *dy_ = in_dt(dy, xn, dt), *yc = in_dt(dy, xn, dt), *yr = in_dt(dy, xn, dt);
   float *rmc = vec(cc, 0.2f), *rvc = vec(cc, 0.2f), *rmr, *rvr;
   for (size_t i = 0; i < cc; i++) rvc[i] += 1.0f;
-  rmr = dup(rmc, cc), rvr = dup(rvc, cc);
+  rmr = vr_dup(rmc, cc), rvr = vr_dup(rvc, cc);
   float *smc = vec(cc, 1), *sic = vec(cc, 1), *smr = vec(cc, 1), *sir = vec(cc, 1);
   tt_op_desc o;
   size_t wc, wr;
@@ -269,7 +269,7 @@ static void bn_case(int n, int c, int hw, tt_dtype dt) {
   for (int beta = 0; beta < 2; beta++) {
     float *d0 = vec(xn, 1.0f), *p0 = vec(2 * cc, 1.0f);
     void *dxc = in_dt(d0, xn, dt), *dxr = in_dt(d0, xn, dt);
-    float *dgc = dup(p0, cc), *dgr = dup(p0, cc), *dbc = dup(p0 + cc, cc), *dbr = dup(p0 + cc, cc);
+    float *dgc = vr_dup(p0, cc), *dgr = vr_dup(p0, cc), *dbc = vr_dup(p0 + cc, cc), *dbr = vr_dup(p0 + cc, cc);
     o.kind = TT_OP_BN_BWD, o.accumulate = beta;
     wsc = ws_for(C, &o, &wc), wsr = ws_for(R, &o, &wr);
     /* both from the reference's saved statistics, so only the backward differs */
@@ -344,13 +344,13 @@ static void test_elementwise(void) {
   x[0] = NAN, x[1] = INFINITY, x[2] = -INFINITY, x[3] = -0.0f, x[4] = 0.0f, x[5] = 6.0f, x[6] = -NAN;
   for (int a = 0; a < 2; a++) {
     tt_act act = a ? TT_ACT_RELU6 : TT_ACT_RELU;
-    float *yc = dup(o, n), *yr = dup(o, n), *xc = dup(x, n);
+    float *yc = vr_dup(o, n), *yr = vr_dup(o, n), *xc = vr_dup(x, n);
     TT_CHECK(!C->act_fwd(C, act, n, TT_F32, x, yc) && !R->act_fwd(R, act, n, TT_F32, x, yr), "act_fwd");
     TT_CHECK(!memcmp(yc, yr, n * 4), "%s forward differs from the reference", a ? "relu6" : "relu");
     C->act_fwd(C, act, n, TT_F32, xc, xc); /* in place */
     TT_CHECK(!memcmp(xc, yr, n * 4), "%s in-place forward differs", a ? "relu6" : "relu");
     for (int beta = 0; beta < 2; beta++) {
-      float *dc = dup(o, n), *dr = dup(o, n);
+      float *dc = vr_dup(o, n), *dr = vr_dup(o, n);
       C->act_bwd(C, act, n, TT_F32, yr, g, dc, (float)beta);
       R->act_bwd(R, act, n, TT_F32, yr, g, dr, (float)beta);
       TT_CHECK(!memcmp(dc, dr, n * 4), "%s backward (beta %d) differs", a ? "relu6" : "relu", beta);
@@ -359,7 +359,7 @@ static void test_elementwise(void) {
     free(yc), free(yr), free(xc);
   }
   {
-    float *yc = dup(o, n), *yr = dup(o, n);
+    float *yc = vr_dup(o, n), *yr = vr_dup(o, n);
     C->add(C, n, TT_F32, x, g, yc), R->add(R, n, TT_F32, x, g, yr);
     TT_CHECK(!memcmp(yc, yr, n * 4), "add differs");
     for (int beta = 0; beta < 2; beta++) {
