@@ -50,62 +50,90 @@ static int session_threads(int asked) {
   return cores;
 }
 
+/* The backend: the GPU when there is one, for `plan` too, so that plan and train plan alike
+ * (the reserve measured, workspaces sized by cuDNN/cuBLAS); `plan` without a GPU estimates.
+ * *reserve: the device memory outside the arena that the budget must leave. */
+static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode mode, size_t *reserve, tt_err *err) {
+#ifdef TT_HAVE_CUDA
+  if (o->device == TT_DEVICE_CUDA || o->device == TT_DEVICE_AUTO) {
+    int ndev = tt_cuda_device_count();
+    if (ndev > 0 || (mode != TT_SESSION_PLAN && o->device == TT_DEVICE_CUDA)) {
+      s->be = tt_cuda_backend_create(reserve, err ? err->msg : NULL, err ? sizeof err->msg : 0);
+      if (!s->be) return -1;
+      s->target_cuda = 1, s->reserve_measured = 1;
+      *reserve += TT_CUDA_LIBRARY_MARGIN_BYTES; /* what cuDNN/cuBLAS load later (tt_cuda.h) */
+      if (tt_cuda_mem_free(s->be, &s->device_free_bytes, NULL) == 0) s->device_free_known = 1;
+      return 0;
+    }
+  }
+#else
+  if (o->device == TT_DEVICE_CUDA && mode != TT_SESSION_PLAN)
+    return tt_fail(err, "--device cuda: this tinytrain was built without CUDA (configure found no nvcc/cuDNN); use --device cpu");
+#endif
+  /* `plan` without a GPU plans for a CUDA card unless told --device cpu; its workspaces are
+   * then the reference backend's (bounded im2col chunks, like a capped cuDNN workspace),
+   * not oneDNN's. TINYTRAIN_CPU_BACKEND=ref runs the reference loops instead of oneDNN
+   * (for comparisons; the tests create both backends themselves). */
+  const char *pick = getenv("TINYTRAIN_CPU_BACKEND");
+  s->target_cuda = mode == TT_SESSION_PLAN && o->device != TT_DEVICE_CPU;
+  if (pick && *pick && strcmp(pick, "ref") && strcmp(pick, "onednn"))
+    return tt_fail(err, "TINYTRAIN_CPU_BACKEND=%s: expected 'onednn' (the default) or 'ref'", pick);
+  if (s->target_cuda || (pick && !strcmp(pick, "ref")))
+    s->be = tt_ref_backend_create(session_threads(o->threads));
+  else
+    s->be = tt_cpu_backend_create(session_threads(o->threads));
+  if (!s->be) return tt_fail(err, "could not create the CPU backend");
+  if (s->target_cuda && o->vram_bytes) *reserve = TT_RESERVE_ESTIMATE_BYTES;
+  return 0;
+}
+
+/* The training programs the scheduler chooses under the budget (--vram less the reserve). */
+static int session_schedule(tt_session *s, const tt_run_opts *o, size_t reserve, tt_err *err) {
+  tt_sched_opts *so = &s->sched_opts;
+  so->vram_bytes = o->vram_bytes;
+  so->reserve_bytes = reserve;
+#ifdef TT_HAVE_CUDA
+  /* --vram is the card's memory; on a card that has less free (a desktop on it, another
+   * process), the budget is what is free, keeping the libraries' margin free too */
+  if (o->vram_bytes && s->device_free_known && o->vram_bytes > reserve) {
+    size_t usable = s->device_free_bytes > TT_CUDA_LIBRARY_MARGIN_BYTES ? s->device_free_bytes - TT_CUDA_LIBRARY_MARGIN_BYTES : 0;
+    if (o->vram_bytes - reserve > usable) so->vram_bytes = reserve + usable, s->budget_clamped = 1;
+  }
+#endif
+  so->micro_batch = o->micro_batch > 0 ? o->micro_batch : s->model.train.micro_batch;
+  so->precision = o->precision ? (tt_precision)o->precision : s->model.train.precision;
+  so->recompute = o->recompute ? (tt_recompute_mode)o->recompute : s->model.train.recompute;
+  so->inplace = 1;
+  so->eval_batch = s->model.train.eval_batch;
+  so->profile = s->target_cuda ? tt_profile_cuda_generic() : tt_profile_cpu();
+  /* The CPU backend computes fp16 through fp32 conversions: slower, so `auto` stays fp32
+   * there unless memory demands otherwise (the search sees that through its cost model:
+   * the CPU profile gives fp16 no extra FLOP/s). */
+  if (tt_schedule(&s->graph, s->be, so, &s->sched, err)) {
+    if (s->budget_clamped && err) {
+      size_t n = strlen(err->msg);
+      snprintf(err->msg + n, sizeof err->msg - n, " (the budget was clamped to the device's free memory: %.0f MiB free now)",
+               s->device_free_bytes / 1048576.0);
+    }
+    return -1;
+  }
+  return 0;
+}
+
 int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode, tt_err *err) {
   *out = NULL;
   if (!o->recipe) return tt_fail(err, "no recipe given");
   tt_session *s = (tt_session *)tt_calloc(1, sizeof(tt_session), "session", err);
   size_t reserve = 0;
-  int want_cuda = o->device == TT_DEVICE_CUDA;
+  double t0; /* declared before the first goto: C++ (the amalgamation under nvcc) forbids jumping over an initialisation */
   if (!s) return -1;
   s->vram_bytes = o->vram_bytes;
   if (tt_recipe_load(o->recipe, &s->model, err, tt_warn_stderr, NULL)) {
     free(s);
     return -1;
   }
-  if (tt_graph_build(&s->model, &s->graph, err)) goto fail;
-  /* backend: the GPU when there is one, for `plan` too, so that plan and train plan alike (the
-   * reserve measured, workspaces sized by cuDNN/cuBLAS); `plan` without a GPU estimates */
-#ifdef TT_HAVE_CUDA
-  if (o->device == TT_DEVICE_CUDA || o->device == TT_DEVICE_AUTO) {
-    int ndev = tt_cuda_device_count();
-    if (ndev > 0 || (mode != TT_SESSION_PLAN && o->device == TT_DEVICE_CUDA)) {
-      s->be = tt_cuda_backend_create(&reserve, err ? err->msg : NULL, err ? sizeof err->msg : 0);
-      if (!s->be) goto fail;
-      s->target_cuda = 1, s->reserve_measured = 1;
-      reserve += TT_CUDA_LIBRARY_MARGIN_BYTES; /* what cuDNN/cuBLAS load later (tt_cuda.h) */
-      if (tt_cuda_mem_free(s->be, &s->device_free_bytes, NULL) == 0) s->device_free_known = 1;
-    }
-  }
-#else
-  if (want_cuda && mode != TT_SESSION_PLAN) {
-    tt_fail(err, "--device cuda: this tinytrain was built without CUDA (configure found no nvcc/cuDNN); use --device cpu");
-    goto fail;
-  }
-#endif
-  if (!s->be) {
-    /* `plan` without a GPU plans for a CUDA card unless told --device cpu; its workspaces are
-     * then the reference backend's (bounded im2col chunks, like a capped cuDNN workspace),
-     * not oneDNN's. TINYTRAIN_CPU_BACKEND=ref runs the reference loops instead of oneDNN
-     * (for comparisons; the tests create both backends themselves). */
-    const char *pick = getenv("TINYTRAIN_CPU_BACKEND");
-    s->target_cuda = mode == TT_SESSION_PLAN && o->device != TT_DEVICE_CPU;
-    if (pick && *pick && strcmp(pick, "ref") && strcmp(pick, "onednn")) {
-      tt_fail(err, "TINYTRAIN_CPU_BACKEND=%s: expected 'onednn' (the default) or 'ref'", pick);
-      goto fail;
-    }
-    if (s->target_cuda || (pick && !strcmp(pick, "ref")))
-      s->be = tt_ref_backend_create(session_threads(o->threads));
-    else
-      s->be = tt_cpu_backend_create(session_threads(o->threads));
-    if (!s->be) {
-      tt_fail(err, "could not create the CPU backend");
-      goto fail;
-    }
-    if (s->target_cuda && o->vram_bytes) reserve = TT_RESERVE_ESTIMATE_BYTES;
-  }
-  (void)want_cuda;
-  {
-  double t0 = tt_now();
+  if (tt_graph_build(&s->model, &s->graph, err) || session_backend(s, o, mode, &reserve, err)) goto fail;
+  t0 = tt_now();
   if (mode == TT_SESSION_EVAL) {
     tt_policy pol;
     memset(&pol, 0, sizeof pol);
@@ -113,38 +141,10 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
     pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 0;
     if (tt_lower(&s->graph, &pol, s->be, &s->sched.eval, err) || tt_program_plan(&s->sched.eval, err)) goto fail;
     s->sched.policy = pol;
-  } else {
-    tt_sched_opts *so = &s->sched_opts;
-    so->vram_bytes = o->vram_bytes;
-    so->reserve_bytes = reserve;
-#ifdef TT_HAVE_CUDA
-    /* --vram is the card's memory; on a card that has less free (a desktop on it, another
-     * process), the budget is what is free, keeping the libraries' margin free too */
-    if (o->vram_bytes && s->device_free_known && o->vram_bytes > reserve) {
-      size_t usable = s->device_free_bytes > TT_CUDA_LIBRARY_MARGIN_BYTES ? s->device_free_bytes - TT_CUDA_LIBRARY_MARGIN_BYTES : 0;
-      if (o->vram_bytes - reserve > usable) so->vram_bytes = reserve + usable, s->budget_clamped = 1;
-    }
-#endif
-    so->micro_batch = o->micro_batch > 0 ? o->micro_batch : s->model.train.micro_batch;
-    so->precision = o->precision ? (tt_precision)o->precision : s->model.train.precision;
-    so->recompute = o->recompute ? (tt_recompute_mode)o->recompute : s->model.train.recompute;
-    so->inplace = 1;
-    so->eval_batch = s->model.train.eval_batch;
-    so->profile = s->target_cuda ? tt_profile_cuda_generic() : tt_profile_cpu();
-    /* The CPU backend computes fp16 through fp32 conversions: slower, so `auto` stays fp32
-     * there unless memory demands otherwise (the search sees that through its cost model:
-     * the CPU profile gives fp16 no extra FLOP/s). */
-    if (tt_schedule(&s->graph, s->be, so, &s->sched, err)) {
-      if (s->budget_clamped && err) {
-        size_t n = strlen(err->msg);
-        snprintf(err->msg + n, sizeof err->msg - n, " (the budget was clamped to the device's free memory: %.0f MiB free now)",
-                 s->device_free_bytes / 1048576.0);
-      }
-      goto fail;
-    }
+  } else if (session_schedule(s, o, reserve, err)) {
+    goto fail;
   }
   s->plan_ms = 1e3 * (tt_now() - t0);
-  }
   if (mode != TT_SESSION_PLAN) {
     const tt_program *tr = mode == TT_SESSION_TRAIN ? &s->sched.train : NULL;
     if (tt_exec_create(&s->x, &s->graph, tr, &s->sched.eval, s->be, s->model.train.seed, err)) goto fail;
