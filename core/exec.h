@@ -22,6 +22,7 @@ typedef struct tt_exec {
   size_t arena_bytes;
   size_t persistent_bytes;
   uint64_t seed;           /* dropout masks: hash(seed, step, micro-step, node) */
+  int rank, ranks;         /* multi-process training (core/dist.h): 0, 0 for one process */
   /* host_alloc'ed at setup: the batch staging ring (images, then labels at stage_labels_off) */
   unsigned char *stage[TT_EXEC_STAGE_SLOTS];
   void *stage_ev[TT_EXEC_STAGE_SLOTS]; /* recorded after slot k's copy */

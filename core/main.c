@@ -8,12 +8,13 @@
 static void main_usage(FILE *f, const char *cmd) {
   if (cmd && !strcmp(cmd, "plan")) {
     fprintf(f, "usage: tinytrain plan [--vram SIZE] [--device auto|cpu|cuda] [--micro-batch N] [--precision fp32|fp16|auto]\n"
-               "                      [--recompute none|auto|all] [--max-batch] [--json] RECIPE\n\n"
+               "                      [--recompute none|auto|all] [--ranks N] [--max-batch] [--json] RECIPE\n\n"
                "Says whether and how RECIPE's training fits in SIZE of device memory, without a GPU and without\n"
                "data files: the chosen micro-batch, accumulation, precision and recomputed layers, every buffer\n"
                "class, the arena size against its lower bound, and the alternatives rejected. --max-batch gives\n"
                "the largest micro-batch that fits for each precision and recompute setting. Without a GPU the\n"
-               "plan targets a CUDA card (reserve for the CUDA context estimated); --device cpu plans for the CPU.\n");
+               "plan targets a CUDA card (reserve for the CUDA context estimated); --device cpu plans for the CPU.\n"
+               "--ranks N plans one process's share of the batch, as if launched by mpirun -np N.\n");
   } else if (cmd && !strcmp(cmd, "eval")) {
     fprintf(f, "usage: tinytrain eval --weights FILE [--device auto|cpu|cuda] [--threads N] RECIPE\n\n"
                "Prints the top-1 accuracy and loss of FILE (weights.safetensors) on RECIPE's test split.\n");
@@ -29,6 +30,7 @@ static void main_usage(FILE *f, const char *cmd) {
                "before the first step. Writes weights.safetensors, state.safetensors, metrics.jsonl and chart.svg\n"
                "to DIR (default runs/<recipe name>, or runs/<recipe name>-2 ... when that holds an earlier run).\n"
                "Ctrl-C (SIGINT) or SIGTERM stops at the next step with a checkpoint; --resume DIR continues.\n"
+               "Several processes (one per GPU): mpirun -np N tinytrain ...; RECIPE's batch is then the global batch.\n"
                "Exit status 0 on success, 1 on failure, 2 on bad usage, 130/143 when stopped by SIGINT/SIGTERM.\n");
   }
 }
@@ -85,6 +87,9 @@ int main(int argc, char **argv) {
       if (main_int(v, &o.threads)) return main_bad(cmd, "--threads takes a positive integer, not", v);
     } else if (!strcmp(a, "--micro-batch")) {
       if (main_int(v, &o.micro_batch)) return main_bad(cmd, "--micro-batch takes a positive integer, not", v);
+    } else if (!strcmp(a, "--ranks")) {
+      if (strcmp(cmd, "plan")) return main_bad(cmd, "--ranks is an option of plan (training takes its processes from mpirun -np)", NULL);
+      if (main_int(v, &o.ranks)) return main_bad(cmd, "--ranks takes a positive integer, not", v);
     } else if (!strcmp(a, "--max-steps")) {
       int n;
       if (main_int(v, &n)) return main_bad(cmd, "--max-steps takes a positive integer, not", v);
@@ -136,8 +141,12 @@ int main(int argc, char **argv) {
     rc = tt_train(&o, err, sizeof err);
   }
   if (rc) {
-    fprintf(stderr, "tinytrain: %s\n", err);
+    /* under mpirun: the rank that failed, then MPI_Abort ends the other processes */
+    if (tt_dist_size() > 1 && strncmp(err, "rank ", 5)) fprintf(stderr, "tinytrain: rank %d of %d: %s\n", tt_dist_rank(), tt_dist_size(), err);
+    else fprintf(stderr, "tinytrain: %s\n", err);
+    tt_dist_end(rc != TT_STOPPED);
     return rc == TT_STOPPED && o.stop_signal > 0 ? 128 + o.stop_signal : 1; /* 130 SIGINT, 143 SIGTERM */
   }
+  tt_dist_end(0);
   return 0;
 }

@@ -65,6 +65,7 @@ typedef struct tt_cuda_state {
   void *nvml_lib;       /* dlopen'ed libnvidia-ml (may be NULL) */
   void *nvml_dev;       /* nvmlDevice_t */
   void *nvml_getmem;    /* nvmlDeviceGetMemoryInfo */
+  void *nccl;           /* ncclComm_t of a multi-process run (cuda_nccl.cu), else NULL */
   char err[1024];       /* last error message, one line */
 } tt_cuda_state;
 

@@ -1,0 +1,232 @@
+/* core/dist.c — data-parallel training over processes launched by mpirun (core/dist.h).
+ *
+ * The CPU backend all-reduces with MPI on the arena's host memory; the CUDA backend with NCCL
+ * on the device (kernels/cuda/cuda_nccl.cu), its unique id broadcast over MPI. Every MPI call
+ * returns its error (MPI_ERRORS_RETURN) and is checked: a failure names the rank and the
+ * call. A process that dies is mpirun's to report: it ends the whole job. */
+#include "dist.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef TT_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#include "tinytrain.h"
+#ifdef TT_HAVE_CUDA
+#include "../kernels/cuda/tt_cuda.h"
+#endif
+
+typedef struct dist_state {
+  int inited, mpi;           /* tt_dist_init ran; MPI was initialised by it */
+  int rank, size, local_rank, local_size;
+  double allreduce_seconds;  /* in tt_dist_allreduce_grads */
+} dist_state;
+
+/* Process-wide, like MPI itself. */
+static dist_state dist_g = {0, 0, 0, 1, 0, 1, 0.0};
+
+int tt_dist_rank(void) { return dist_g.rank; }
+int tt_dist_size(void) { return dist_g.size; }
+int tt_dist_local_rank(void) { return dist_g.local_rank; }
+int tt_dist_local_size(void) { return dist_g.local_size; }
+double tt_dist_allreduce_seconds(void) { return dist_g.allreduce_seconds; }
+
+/* The number of processes the launcher says it started, 0 when none did (no mpirun). */
+static long dist_launched(void) {
+  const char *v = getenv("OMPI_COMM_WORLD_SIZE");
+  if (!v || !*v) v = getenv("PMI_SIZE");
+  if (!v || !*v) return 0;
+  long n = strtol(v, NULL, 10);
+  return n > 0 ? n : 0;
+}
+
+#ifdef TT_HAVE_MPI
+static int dist_mpi_fail(tt_err *err, int rc, const char *call) {
+  char s[MPI_MAX_ERROR_STRING + 1];
+  int len = 0;
+  if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS) len = 0;
+  s[len] = 0;
+  return tt_fail(err, "rank %d of %d: %s failed: %s (another process of the job may have died: see mpirun's message)",
+                 dist_g.rank, dist_g.size, call, len ? s : "unknown MPI error");
+}
+#define DIST_MPI(err, call)                                        \
+  do {                                                             \
+    int dist_rc_ = (call);                                         \
+    if (dist_rc_ != MPI_SUCCESS) return dist_mpi_fail((err), dist_rc_, #call); \
+  } while (0)
+
+static int dist_mpi_init(tt_err *err) {
+  int flag = 0, provided = 0;
+  DIST_MPI(err, MPI_Initialized(&flag));
+  if (!flag) DIST_MPI(err, MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided));
+  dist_g.mpi = 1;
+  DIST_MPI(err, MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  DIST_MPI(err, MPI_Comm_rank(MPI_COMM_WORLD, &dist_g.rank));
+  DIST_MPI(err, MPI_Comm_size(MPI_COMM_WORLD, &dist_g.size));
+  MPI_Comm local;
+  DIST_MPI(err, MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, dist_g.rank, MPI_INFO_NULL, &local));
+  DIST_MPI(err, MPI_Comm_rank(local, &dist_g.local_rank));
+  DIST_MPI(err, MPI_Comm_size(local, &dist_g.local_size));
+  DIST_MPI(err, MPI_Comm_free(&local));
+  return 0;
+}
+#endif
+
+int tt_dist_init(tt_err *err) {
+  if (dist_g.inited) return 0;
+  long n = dist_launched();
+#ifdef TT_HAVE_MPI
+  if (n > 0 && dist_mpi_init(err)) return -1;
+#else
+  if (n > 1)
+    return tt_fail(err, "started by mpirun as one of %ld processes, but this tinytrain was built without MPI; install "
+                   "openmpi-bin and libopenmpi-dev (./configure.py --deps), rerun ./configure.py and ninja", n);
+#endif
+  dist_g.inited = 1;
+  return 0;
+}
+
+void tt_dist_end(int failed) {
+#ifdef TT_HAVE_MPI
+  if (!dist_g.mpi) return;
+  dist_g.mpi = 0;
+  if (failed && dist_g.size > 1) MPI_Abort(MPI_COMM_WORLD, 1); /* the others may wait in a collective */
+  else if (MPI_Finalize() != MPI_SUCCESS) fprintf(stderr, "tinytrain: rank %d: MPI_Finalize failed\n", dist_g.rank);
+#else
+  (void)failed;
+#endif
+}
+
+int tt_dist_threads(void) {
+#ifdef _OPENMP
+  int cores = omp_get_num_procs();
+#else
+  int cores = 1;
+#endif
+  int t = cores / (dist_g.local_size > 0 ? dist_g.local_size : 1);
+  return t < 1 ? 1 : t;
+}
+
+int tt_dist_per_rank_batch(tt_model *model, int ranks, tt_err *err) {
+  int b = model->train.batch;
+  if (ranks <= 1) return 0;
+  if (b % ranks)
+    return tt_fail(err, "%s: [train] batch %d does not divide among %d ranks; the recipe's batch is the global batch "
+                   "(micro-batch x accumulation x ranks): make it a multiple of %d or change the process count",
+                   model->path, b, ranks, ranks);
+  model->train.batch = b / ranks;
+  return 0;
+}
+
+static int dist_on_cuda(const tt_exec *x) { return !strcmp(x->be->name, "cuda"); }
+
+size_t tt_dist_grad_bytes(const tt_exec *x) {
+  const tt_program *p = x->train;
+  size_t n = 0;
+  for (int k = 0; p && k < p->nparams; k++)
+    if (p->grad_buf[k] >= 0) n += p->bufs[p->grad_buf[k]].bytes;
+  return n;
+}
+
+/* One in-place collective on an fp32 buffer of the arena: sum (root < 0) or broadcast from root. */
+static int dist_collective(tt_exec *x, const tt_program *p, int buf, int root, tt_err *err) {
+  float *ptr = (float *)tt_exec_ptr(x, p, buf);
+  size_t count = p->bufs[buf].bytes / sizeof(float);
+#ifdef TT_HAVE_CUDA
+  if (dist_on_cuda(x)) {
+    int rc = root < 0 ? tt_cuda_nccl_allreduce(x->be, ptr, count) : tt_cuda_nccl_broadcast(x->be, ptr, count, root);
+    if (rc) return tt_fail(err, "rank %d: %s of '%s' failed: %s", dist_g.rank, root < 0 ? "all-reduce" : "broadcast",
+                           p->bufs[buf].name, x->be->last_error(x->be));
+    return 0;
+  }
+#endif
+#ifdef TT_HAVE_MPI
+  if (root < 0) DIST_MPI(err, MPI_Allreduce(MPI_IN_PLACE, ptr, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  else DIST_MPI(err, MPI_Bcast(ptr, (int)count, MPI_FLOAT, root, MPI_COMM_WORLD));
+  return 0;
+#else
+  (void)ptr, (void)count, (void)root;
+  return tt_fail(err, "internal error: a collective without MPI");
+#endif
+}
+
+/* Runs the collective over the chosen parameter buffers: the work queued on the device first
+ * (the CPU backend's arena is read by MPI directly), NCCL's calls grouped. which: 0 gradients
+ * (sum), 1 every parameter, 2 batch-norm running statistics (broadcast from rank 0). */
+static int dist_params(tt_exec *x, int which, tt_err *err) {
+  const tt_program *p = x->train ? x->train : x->eval;
+  int cuda = dist_on_cuda(x);
+  if (!cuda && x->be->sync(x->be)) return tt_fail(err, "rank %d: %s: %s", dist_g.rank, x->be->name, x->be->last_error(x->be));
+#ifdef TT_HAVE_CUDA
+  if (cuda && tt_cuda_nccl_group(x->be, 0)) return tt_fail(err, "rank %d: %s", dist_g.rank, x->be->last_error(x->be));
+#endif
+  for (int k = 0; k < p->nparams; k++) {
+    tt_param_role role = x->g->params[k].role;
+    int buf = which == 0 ? p->grad_buf[k] : p->param_buf[k];
+    if (buf < 0 || (which == 2 && role != TT_PR_BN_MEAN && role != TT_PR_BN_VAR)) continue;
+    if (dist_collective(x, p, buf, which == 0 ? -1 : 0, err)) return -1;
+  }
+#ifdef TT_HAVE_CUDA
+  if (cuda && tt_cuda_nccl_group(x->be, 1)) return tt_fail(err, "rank %d: %s", dist_g.rank, x->be->last_error(x->be));
+#endif
+  return 0;
+}
+
+int tt_dist_allreduce_grads(tt_exec *x, tt_err *err) {
+  if (dist_g.size <= 1) return 0;
+  double t0 = tt_now();
+  int rc = dist_params(x, 0, err);
+  dist_g.allreduce_seconds += tt_now() - t0;
+  return rc;
+}
+
+int tt_dist_broadcast_params(tt_exec *x, int stats_only, tt_err *err) {
+  if (dist_g.size <= 1) return 0;
+  return dist_params(x, stats_only ? 2 : 1, err);
+}
+
+int tt_dist_sum(double *v, int n, tt_err *err) {
+  if (dist_g.size <= 1) return 0;
+#ifdef TT_HAVE_MPI
+  DIST_MPI(err, MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+#endif
+  return 0;
+}
+
+int tt_dist_max(int *v, tt_err *err) {
+  if (dist_g.size <= 1) return 0;
+#ifdef TT_HAVE_MPI
+  DIST_MPI(err, MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+#endif
+  return 0;
+}
+
+#ifdef TT_HAVE_CUDA
+/* Between the CUDA backend's creation and the schedule: the NCCL communicator (rank 0's unique
+ * id broadcast over MPI), and the device memory it took added to the reserve the plan keeps. */
+int tt_dist_cuda_attach(tt_backend *be, size_t *reserve, tt_err *err) {
+  if (dist_g.size <= 1) return 0;
+  unsigned char id[TT_CUDA_NCCL_ID_BYTES];
+  size_t taken = 0;
+  memset(id, 0, sizeof id);
+  if (dist_g.rank == 0 && tt_cuda_nccl_id(be, id)) return tt_fail(err, "rank 0: %s", be->last_error(be));
+#ifdef TT_HAVE_MPI
+  DIST_MPI(err, MPI_Bcast(id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
+#endif
+  if (tt_cuda_nccl_init(be, id, dist_g.size, dist_g.rank, &taken))
+    return tt_fail(err, "rank %d: %s", dist_g.rank, be->last_error(be));
+  *reserve += taken;
+  return 0;
+}
+
+int tt_dist_cuda_select(tt_err *err) {
+  if (dist_g.size <= 1) return 0;
+  if (tt_cuda_select_device(dist_g.local_rank, err ? err->msg : NULL, err ? sizeof err->msg : 0)) return -1;
+  return 0;
+}
+#endif

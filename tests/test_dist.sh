@@ -1,0 +1,189 @@
+#!/bin/bash
+# tests/test_dist.sh — multi-process training on the CPU (mpirun; core/dist.c):
+#   dist_equal2     mpirun -np 2 equals one process with two accumulation steps of the same
+#                   micro-batch: weights and optimizer state bit for bit after 6 optimizer steps
+#   dist_equal3     -np 3 against one process with three accumulation steps: within 1e-5
+#                   (the sum of three gradients is added in another order)
+#   dist_resume     a 2-rank checkpoint resumed on 1 and on 3 ranks continues the same run
+#                   (same data order): within 1e-5 of the 2-rank run that was not interrupted
+#   dist_plan       plan --ranks N plans one rank's share and says so; a batch that does not
+#                   divide among the ranks is refused
+#   dist_kill       a rank killed mid-run ends the job within seconds, mpirun's message names
+#                   the rank, and the last checkpoint loads (eval) and resumes
+# fp32, one thread per rank, the default CPU backend (oneDNN; bit-exact here: each rank computes
+# its micro-batch's gradient exactly as the accumulating process does, and a sum of two floats
+# does not depend on the order). The recipe has dropout: a rank's micro-step draws the masks of
+# the global micro-step whose batch it trains, so dropout does not break the equality. Skipped, with a message, where mpirun is missing
+# or the binary was built without MPI. Run from the repository root: bash tests/test_dist.sh
+cd "$(dirname "$0")/.." || exit 1
+TT=${TT:-./tinytrain}
+FAILED=0
+TMP=$(mktemp -d /tmp/tt_test_dist_XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; FAILED=1; }
+skip() { echo "SKIP $1: $2"; }
+
+if ! command -v mpirun >/dev/null 2>&1; then
+  skip dist "mpirun not found (Debian: openmpi-bin libopenmpi-dev; ./configure.py --deps)"
+  exit 0
+fi
+# root in CI containers; more ranks than cores; shared memory between the local ranks (no
+# network probing, no ptrace-based single copy, which containers forbid)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_hwloc_base_binding_policy=none
+# a sanitizer build: what MPI's own libraries keep until exit is not ours
+export LSAN_OPTIONS=${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$PWD/tests/lsan_mpi.supp
+CMP="python3 tests/tools/st_compare.py"
+
+# mp N ARGS...: tinytrain on N ranks (N = 0: without mpirun); RC, ERR
+mp() {
+  local n=$1
+  shift
+  if [ "$n" = 0 ]; then
+    timeout 120 "$TT" "$@" >"$TMP/out" 2>"$TMP/err"
+  else
+    timeout 120 mpirun -np "$n" "$TT" "$@" >"$TMP/out" 2>"$TMP/err"
+  fi
+  RC=$?
+  ERR=$(tail -5 "$TMP/err")
+}
+
+cat >"$TMP/tiny.recipe" <<EOF
+[net]
+input = 1x8x8
+classes = 10
+[train]
+batch = 12
+optimizer = adam
+lr = 0.01
+epochs = 1000
+seed = 7
+[data]
+format = synthetic
+[conv c1]
+filters = 4
+size = 3
+[relu]
+[flatten]
+[linear fc1]
+out = 16
+[relu]
+[dropout]
+p = 0.25
+[linear fc]
+out = 10
+EOF
+R="$TMP/tiny.recipe"
+O="--device cpu --threads 1"
+
+mp 2 $O --micro-batch 1 --max-steps 1 --out "$TMP/probe" "$R"
+if [ "$RC" != 0 ] && grep -q "built without MPI" "$TMP/err"; then
+  skip dist "$TT was built without MPI (configure found no mpicc)"
+  exit 0
+fi
+
+# ---- equivalence: 2 ranks = 1 process x 2 accumulation steps; 3 ranks within 1e-5 ----
+mp 0 $O --micro-batch 6 --max-steps 6 --out "$TMP/one2" "$R"
+[ "$RC" = 0 ] || fail dist_equal2 "one process: exit $RC: $ERR"
+mp 2 $O --micro-batch 6 --max-steps 6 --out "$TMP/two" "$R"
+if [ "$RC" != 0 ]; then
+  fail dist_equal2 "mpirun -np 2: exit $RC: $ERR"
+elif ! grep -q "micro-batch 6 x 1 accumulation" "$TMP/out"; then
+  fail dist_equal2 "each rank should run micro-batch 6 x 1 accumulation: $(head -4 "$TMP/out")"
+elif ! m=$($CMP "$TMP/one2/weights.safetensors" "$TMP/two/weights.safetensors") ||
+     ! m2=$($CMP "$TMP/one2/state.safetensors" "$TMP/two/state.safetensors"); then
+  fail dist_equal2 "weights or optimizer state not bit for bit: $m $m2"
+else
+  pass dist_equal2
+fi
+
+mp 0 $O --micro-batch 4 --max-steps 6 --out "$TMP/one3" "$R"
+[ "$RC" = 0 ] || fail dist_equal3 "one process: exit $RC: $ERR"
+mp 3 $O --micro-batch 4 --max-steps 6 --out "$TMP/three" "$R"
+if [ "$RC" != 0 ]; then
+  fail dist_equal3 "mpirun -np 3: exit $RC: $ERR"
+elif ! m=$($CMP --tol 1e-5 "$TMP/one3/state.safetensors" "$TMP/three/state.safetensors"); then
+  fail dist_equal3 "$m"
+else
+  pass dist_equal3
+fi
+
+# ---- resume a 2-rank checkpoint on 1 and on 3 ranks: the same run as 2 ranks throughout ----
+ok=1
+mp 2 $O --micro-batch 2 --max-steps 10 --out "$TMP/ref" "$R"
+[ "$RC" = 0 ] || { fail dist_resume "2 ranks, 10 steps: exit $RC: $ERR"; ok=0; }
+for n in 0 3; do
+  [ $ok = 1 ] || break
+  rm -rf "$TMP/part"
+  mp 2 $O --micro-batch 2 --max-steps 4 --out "$TMP/part" "$R"
+  [ "$RC" = 0 ] || { fail dist_resume "2 ranks, 4 steps: exit $RC: $ERR"; ok=0; break; }
+  mp $n $O --micro-batch 2 --max-steps 10 --resume "$TMP/part" "$R"
+  [ "$RC" = 0 ] || { fail dist_resume "resumed on ${n/0/1} ranks: exit $RC: $ERR"; ok=0; break; }
+  if ! m=$($CMP --tol 1e-5 "$TMP/ref/state.safetensors" "$TMP/part/state.safetensors"); then
+    fail dist_resume "resumed on ${n/0/1} ranks: not the run that went on on 2 ranks: $m"; ok=0
+  fi
+done
+[ $ok = 1 ] && pass dist_resume
+
+# ---- plan --ranks ----
+ok=1
+"$TT" plan --device cpu --ranks 3 --micro-batch 2 "$R" >"$TMP/plan" 2>&1 || { fail dist_plan "plan --ranks 3 failed: $(tail -2 "$TMP/plan")"; ok=0; }
+if [ $ok = 1 ] && ! grep -q "micro-batch 2 x 2 accumulation steps = effective batch 4" "$TMP/plan"; then
+  fail dist_plan "plan --ranks 3 of batch 12 should plan 2 x 2 per rank: $(grep policy "$TMP/plan")"; ok=0
+fi
+if [ $ok = 1 ] && ! grep -q "planned per rank for --ranks 3.*global batch 4 x 3 ranks = 12" "$TMP/plan"; then
+  fail dist_plan "plan --ranks 3 does not say it plans per rank: $(grep -A1 ranks "$TMP/plan")"; ok=0
+fi
+if [ $ok = 1 ] && ! "$TT" plan --device cpu --ranks 3 --json "$R" | grep -q '"ranks": 3, "global_batch": 12'; then
+  fail dist_plan "plan --json lacks ranks and global_batch"; ok=0
+fi
+if [ $ok = 1 ]; then
+  "$TT" plan --device cpu --ranks 5 "$R" >"$TMP/plan" 2>&1
+  rc=$?
+  if [ $rc != 1 ] || ! grep -q "batch 12 does not divide among 5 ranks" "$TMP/plan"; then
+    fail dist_plan "batch 12 on 5 ranks: exit $rc, want 1 and a message: $(tail -1 "$TMP/plan")"; ok=0
+  fi
+fi
+[ $ok = 1 ] && pass dist_plan
+
+# ---- a rank killed mid-run ----
+rm -rf "$TMP/kill"
+timeout 120 mpirun -np 2 "$TT" $O --micro-batch 2 --checkpoint-every 1 --out "$TMP/kill" "$R" >"$TMP/kout" 2>"$TMP/kerr" &
+MP=$!
+for i in $(seq 300); do [ -f "$TMP/kill/state.safetensors" ] && break; sleep 0.1; done
+sleep 0.5
+victim=
+for p in $(pgrep -P "$MP" -d ' ' ; pgrep -f "$TT" -d ' '); do
+  if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$'; then victim=$p; break; fi
+done
+if [ -z "$victim" ]; then
+  kill "$MP" 2>/dev/null
+  wait "$MP"
+  fail dist_kill "rank 1's process not found (did the run end before it was killed?): $(tail -3 "$TMP/kerr")"
+else
+  t0=$(date +%s)
+  kill -9 "$victim"
+  wait "$MP"
+  rc=$?
+  took=$(($(date +%s) - t0))
+  if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then
+    fail dist_kill "mpirun exited $rc after rank 1 was killed (want a failure before the timeout)"
+  elif [ "$took" -gt 15 ]; then
+    fail dist_kill "the job took ${took}s to end after rank 1 died"
+  elif ! grep -q "rank 1" "$TMP/kerr"; then
+    fail dist_kill "no message names rank 1: $(tail -4 "$TMP/kerr")"
+  elif ! "$TT" eval --device cpu --weights "$TMP/kill/weights.safetensors" "$R" >"$TMP/eout" 2>&1; then
+    fail dist_kill "the last checkpoint does not load: $(tail -1 "$TMP/eout")"
+  else
+    step=$(python3 -c "import json,struct,sys; d=open(sys.argv[1],'rb').read(); n=struct.unpack('<Q',d[:8])[0]; print(json.loads(d[8:8+n])['__metadata__']['step'])" "$TMP/kill/state.safetensors" 2>/dev/null)
+    mp 0 $O --micro-batch 2 --max-steps $((${step:-0} + 1)) --resume "$TMP/kill" "$R"
+    if [ -z "$step" ] || [ "$RC" != 0 ]; then
+      fail dist_kill "resuming the last checkpoint (step '$step') failed: exit $RC: $ERR"
+    else
+      pass dist_kill
+    fi
+  fi
+fi
+exit $FAILED
