@@ -488,6 +488,7 @@ static int train_open(train_run *R, tt_err *err) {
 static void train_dist_summary(const train_run *R, double seconds) {
   if (R->ranks <= 1) return;
   double ar = tt_dist_allreduce_seconds();
+  if (R->mt.in_place && !R->mt.quiet) fputc('\n', R->mt.out); /* after the progress line */
   tt_metrics_say(&R->mt, "dist: %d ranks; %.2f MiB of fp32 gradients all-reduced per step; all-reduce %.2f s of %.2f s "
                  "(%.1f%%) on rank 0\n", R->ranks, tt_dist_grad_bytes(&R->s->x) / 1048576.0, ar, seconds,
                  seconds > 0 ? 100.0 * ar / seconds : 0.0);
