@@ -33,8 +33,12 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_hwloc_base_binding_policy=none
-# a sanitizer build: what MPI's own libraries keep until exit is not ours
+# a sanitizer build: what MPI's own libraries keep until exit is not ours (tests/lsan_mpi.supp);
+# the suppressions match only with whole stacks (the slow unwinder) and with MPI's plugins
+# still loaded at exit (no dlclose), so that their frames have names
 export LSAN_OPTIONS=${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$PWD/tests/lsan_mpi.supp
+export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0
+export OMPI_MCA_mca_base_component_disable_dlclose=1
 CMP="python3 tests/tools/st_compare.py"
 
 # mp N ARGS...: tinytrain on N ranks (N = 0: without mpirun); RC, ERR
