@@ -125,39 +125,36 @@ int tt_dist_per_rank_batch(tt_model *model, int ranks, tt_err *err) {
 
 static int dist_on_cuda(const tt_exec *x) { return !strcmp(x->be->name, "cuda"); }
 
-size_t tt_dist_grad_bytes(const tt_exec *x) {
-  const tt_program *p = x->train;
+size_t tt_dist_grad_bytes(const tt_program *p) {
   size_t n = 0;
   for (int k = 0; p && k < p->nparams; k++)
     if (p->grad_buf[k] >= 0) n += p->bufs[p->grad_buf[k]].bytes;
   return n;
 }
 
-/* One in-place collective on an fp32 buffer of the arena: sum (root < 0) or broadcast from root. */
-static int dist_collective(tt_exec *x, const tt_program *p, int buf, int root, tt_err *err) {
+/* Broadcasts an fp32 buffer of the arena from rank 0, in place. */
+static int dist_bcast(tt_exec *x, const tt_program *p, int buf, tt_err *err) {
   float *ptr = (float *)tt_exec_ptr(x, p, buf);
   size_t count = p->bufs[buf].bytes / sizeof(float);
 #ifdef TT_HAVE_CUDA
   if (dist_on_cuda(x)) {
-    int rc = root < 0 ? tt_cuda_nccl_allreduce(x->be, ptr, count) : tt_cuda_nccl_broadcast(x->be, ptr, count, root);
-    if (rc) return tt_fail(err, "rank %d: %s of '%s' failed: %s", dist_g.rank, root < 0 ? "all-reduce" : "broadcast",
-                           p->bufs[buf].name, x->be->last_error(x->be));
+    if (tt_cuda_nccl_broadcast(x->be, ptr, count, 0))
+      return tt_fail(err, "rank %d: broadcast of '%s' failed: %s", dist_g.rank, p->bufs[buf].name, x->be->last_error(x->be));
     return 0;
   }
 #endif
 #ifdef TT_HAVE_MPI
-  if (root < 0) DIST_MPI(err, MPI_Allreduce(MPI_IN_PLACE, ptr, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
-  else DIST_MPI(err, MPI_Bcast(ptr, (int)count, MPI_FLOAT, root, MPI_COMM_WORLD));
+  DIST_MPI(err, MPI_Bcast(ptr, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD));
   return 0;
 #else
-  (void)ptr, (void)count, (void)root;
-  return tt_fail(err, "internal error: a collective without MPI");
+  (void)ptr, (void)count;
+  return tt_fail(err, "internal error: a broadcast without MPI");
 #endif
 }
 
-/* Runs the collective over the chosen parameter buffers: the work queued on the device first
- * (the CPU backend's arena is read by MPI directly), NCCL's calls grouped. which: 0 gradients
- * (sum), 1 every parameter, 2 batch-norm running statistics (broadcast from rank 0). */
+/* Rank 0's parameter buffers to every rank: the work queued on the device first (the CPU
+ * backend's arena is read by MPI directly), NCCL's calls grouped. which: 1 every parameter,
+ * 2 batch-norm running statistics. */
 static int dist_params(tt_exec *x, int which, tt_err *err) {
   const tt_program *p = x->train ? x->train : x->eval;
   int cuda = dist_on_cuda(x);
@@ -167,22 +164,14 @@ static int dist_params(tt_exec *x, int which, tt_err *err) {
 #endif
   for (int k = 0; k < p->nparams; k++) {
     tt_param_role role = x->g->params[k].role;
-    int buf = which == 0 ? p->grad_buf[k] : p->param_buf[k];
+    int buf = p->param_buf[k];
     if (buf < 0 || (which == 2 && role != TT_PR_BN_MEAN && role != TT_PR_BN_VAR)) continue;
-    if (dist_collective(x, p, buf, which == 0 ? -1 : 0, err)) return -1;
+    if (dist_bcast(x, p, buf, err)) return -1;
   }
 #ifdef TT_HAVE_CUDA
   if (cuda && tt_cuda_nccl_group(x->be, 1)) return tt_fail(err, "rank %d: %s", dist_g.rank, x->be->last_error(x->be));
 #endif
   return 0;
-}
-
-int tt_dist_allreduce_grads(tt_exec *x, tt_err *err) {
-  if (dist_g.size <= 1) return 0;
-  double t0 = tt_now();
-  int rc = dist_params(x, 0, err);
-  dist_g.allreduce_seconds += tt_now() - t0;
-  return rc;
 }
 
 int tt_dist_broadcast_params(tt_exec *x, int stats_only, tt_err *err) {
@@ -230,3 +219,179 @@ int tt_dist_cuda_select(tt_err *err) {
   return 0;
 }
 #endif
+
+/* ---- the gradient all-reduce in buckets, overlapping backward ---- */
+
+typedef struct dist_bucket {
+  size_t off, bytes; /* a run of gradients end to end in the arena (with their alignment padding) */
+  int ready;         /* the step of the micro-step after which backward no longer writes any of them */
+} dist_bucket;
+
+struct tt_dist_buckets {
+  tt_exec *x;
+  int n, next;       /* buckets (in the order they become ready); the next one to start */
+  int cuda;
+  dist_bucket *b;
+#ifdef TT_HAVE_MPI
+  MPI_Request *req;  /* [n] */
+#endif
+};
+
+/* A bucket closes once it holds a quarter of the gradients, at least 256 KiB and at most 25 MiB
+ * (PyTorch DDP's default): a few buckets for a small model, 25 MiB messages for a large one.
+ * TINYTRAIN_DIST_BUCKET=BYTES sets it (tests: many buckets on a small model). */
+static size_t dist_bucket_cap(size_t total) {
+  const char *env = getenv("TINYTRAIN_DIST_BUCKET");
+  size_t cap = total / 4, lo = (size_t)256 << 10, hi = (size_t)25 << 20;
+  if (env && *env && tt_parse_size(env, &cap) == 0 && cap > 0) return cap;
+  return cap < lo ? lo : cap > hi ? hi : cap;
+}
+
+/* For each parameter, the last step of the micro-step that writes its gradient. */
+static int *dist_ready_steps(const tt_program *p, tt_err *err) {
+  int *ready = (int *)tt_malloc(sizeof(int) * (size_t)(p->nparams + 1), "bucket plan", err);
+  if (!ready) return NULL;
+  for (int k = 0; k < p->nparams; k++) ready[k] = -1;
+  for (int i = 0; i < p->micro_end; i++)
+    for (int j = 0; j < p->steps[i].nout; j++) {
+      int o = p->steps[i].out[j];
+      if (o >= 0 && p->bufs[o].cls == TT_BC_GRADS && p->bufs[o].param >= 0 && p->bufs[o].param < p->nparams)
+        ready[p->bufs[o].param] = i;
+    }
+  return ready;
+}
+
+/* The buckets of p from the last parameter back (the order backward finishes them, roughly),
+ * ordered by the step they are ready after; b NULL: only counted. Returns their number. */
+static int dist_plan_buckets(const tt_program *p, dist_bucket *b, tt_err *err) {
+  int *ready = dist_ready_steps(p, err);
+  if (!ready) return -1;
+  size_t cap = dist_bucket_cap(tt_dist_grad_bytes(p)), end = 0;
+  dist_bucket cur;
+  int n = 0, open = 0;
+  memset(&cur, 0, sizeof cur);
+  for (int k = p->nparams - 1; k >= 0; k--) {
+    const tt_buf *g = p->grad_buf[k] >= 0 ? &p->bufs[p->grad_buf[k]] : NULL;
+    if (!g) continue;
+    if (open && g->offset + g->bytes > cur.off) {
+      free(ready);
+      return tt_fail(err, "internal error: the gradient of '%s' does not lie before the next one in the arena", g->name);
+    }
+    if (!open) end = g->offset + g->bytes, cur.ready = -1, open = 1;
+    cur.off = g->offset;
+    if (ready[k] > cur.ready) cur.ready = ready[k];
+    if (end - cur.off >= cap) {
+      cur.bytes = end - cur.off, open = 0;
+      if (b) b[n] = cur;
+      n++;
+    }
+  }
+  if (open) {
+    cur.bytes = end - cur.off;
+    if (b) b[n] = cur;
+    n++;
+  }
+  free(ready);
+  for (int i = 1; b && i < n; i++) /* by ready step, stable: every rank starts them in the same order */
+    for (int j = i; j > 0 && b[j - 1].ready > b[j].ready; j--) {
+      dist_bucket t = b[j];
+      b[j] = b[j - 1], b[j - 1] = t;
+    }
+  return n;
+}
+
+int tt_dist_bucket_count(const tt_program *p) { return dist_plan_buckets(p, NULL, NULL); }
+
+void tt_dist_buckets_destroy(tt_dist_buckets *d) {
+  if (!d) return;
+  if (d->x && d->x->after_step_ud == d) d->x->after_step = NULL, d->x->after_step_ud = NULL;
+  free(d->b);
+#ifdef TT_HAVE_MPI
+  free(d->req);
+#endif
+  free(d);
+}
+
+int tt_dist_buckets_create(tt_dist_buckets **out, tt_exec *x, tt_err *err) {
+  *out = NULL;
+  if (dist_g.size <= 1) return 0;
+  tt_dist_buckets *d = (tt_dist_buckets *)tt_calloc(1, sizeof *d, "all-reduce buckets", err);
+  if (!d) return -1;
+  d->x = x, d->cuda = dist_on_cuda(x);
+  d->n = dist_plan_buckets(x->train, NULL, err);
+  d->b = d->n > 0 ? (dist_bucket *)tt_calloc((size_t)d->n, sizeof(dist_bucket), "all-reduce buckets", err) : NULL;
+#ifdef TT_HAVE_MPI
+  d->req = d->n > 0 ? (MPI_Request *)tt_calloc((size_t)d->n, sizeof(MPI_Request), "all-reduce requests", err) : NULL;
+  if (d->n > 0 && !d->req) d->n = -1;
+#endif
+  if (d->n < 0 || (d->n > 0 && (!d->b || dist_plan_buckets(x->train, d->b, err) != d->n))) {
+    tt_dist_buckets_destroy(d);
+    return -1;
+  }
+  *out = d;
+  return 0;
+}
+
+/* Starts bucket k's in-place sum: NCCL on its own stream after the compute stream's work so
+ * far, or a non-blocking MPI all-reduce on the CPU backend's (synchronous) arena. */
+static int dist_bucket_start(tt_dist_buckets *d, int k, tt_err *err) {
+  tt_exec *x = d->x;
+  float *ptr = (float *)(x->base + d->b[k].off);
+  size_t count = d->b[k].bytes / sizeof(float);
+#ifdef TT_HAVE_CUDA
+  if (d->cuda) {
+    if (tt_cuda_nccl_allreduce_async(x->be, ptr, count))
+      return tt_fail(err, "rank %d: the all-reduce of gradient bucket %d failed: %s", dist_g.rank, k, x->be->last_error(x->be));
+    return 0;
+  }
+#endif
+  if (x->be->sync(x->be)) return tt_fail(err, "rank %d: %s: %s", dist_g.rank, x->be->name, x->be->last_error(x->be));
+#ifdef TT_HAVE_MPI
+  DIST_MPI(err, MPI_Iallreduce(MPI_IN_PLACE, ptr, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &d->req[k]));
+  return 0;
+#else
+  (void)ptr, (void)count;
+  return tt_fail(err, "internal error: an all-reduce without MPI");
+#endif
+}
+
+/* exec's after_step during the last micro-step: the buckets ready by now start; on the CPU,
+ * MPI is entered so that the ones in flight progress (it has no progress thread). */
+static int dist_after_step(void *ud, int step, tt_err *err) {
+  tt_dist_buckets *d = (tt_dist_buckets *)ud;
+  double t0 = tt_now();
+  while (d->next < d->n && d->b[d->next].ready <= step)
+    if (dist_bucket_start(d, d->next++, err)) return -1;
+#ifdef TT_HAVE_MPI
+  int done = 0;
+  if (!d->cuda && d->next > 0) DIST_MPI(err, MPI_Testall(d->next, d->req, &done, MPI_STATUSES_IGNORE));
+#endif
+  dist_g.allreduce_seconds += tt_now() - t0;
+  return 0;
+}
+
+void tt_dist_allreduce_begin(tt_dist_buckets *d) {
+  if (!d) return;
+  d->next = 0;
+#ifdef TT_HAVE_MPI
+  for (int k = 0; k < d->n; k++) d->req[k] = MPI_REQUEST_NULL;
+#endif
+  d->x->after_step = dist_after_step, d->x->after_step_ud = d;
+}
+
+int tt_dist_allreduce_end(tt_dist_buckets *d, tt_err *err) {
+  if (!d) return 0;
+  double t0 = tt_now();
+  d->x->after_step = NULL, d->x->after_step_ud = NULL;
+  while (d->next < d->n)
+    if (dist_bucket_start(d, d->next++, err)) return -1;
+#ifdef TT_HAVE_CUDA
+  if (d->cuda && tt_cuda_nccl_join(d->x->be))
+    return tt_fail(err, "rank %d: the gradient all-reduce failed: %s", dist_g.rank, d->x->be->last_error(d->x->be));
+#endif
+#ifdef TT_HAVE_MPI
+  if (!d->cuda && d->n > 0) DIST_MPI(err, MPI_Waitall(d->n, d->req, MPI_STATUSES_IGNORE));
+#endif
+  dist_g.allreduce_seconds += tt_now() - t0;
+  return 0;
+}

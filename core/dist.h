@@ -35,10 +35,22 @@ int tt_dist_threads(void);
  * budget), or fails naming the recipe when it does not divide. */
 int tt_dist_per_rank_batch(tt_model *model, int ranks, tt_err *err);
 
-/* Sums every parameter gradient over the ranks, in place, in fp32: once per optimizer step,
- * after the last micro-step's backward and before the update (and so before the fp16 overflow
- * check: an inf/NaN on any rank reaches every rank's sum, and every rank skips the step). */
-int tt_dist_allreduce_grads(tt_exec *x, tt_err *err);
+/* The gradient sum over the ranks, in fp32, in place, once per optimizer step, in buckets:
+ * runs of gradient accumulators that lie end to end in the arena (core/lower.c plans them so;
+ * the buckets are spans of the arena, nothing is copied). During the last micro-step of a step
+ * (between begin and end), each bucket's all-reduce starts as soon as backward has written
+ * the last gradient in it, overlapping the rest of backward (NCCL on its own stream; MPI
+ * non-blocking on the CPU); end starts any left and waits (CPU) or makes the device's next work
+ * wait (GPU). Before the update, and so before the fp16 overflow check: an inf/NaN on any rank
+ * reaches every rank's sum, and every rank skips the step. create gives NULL for one process,
+ * and begin/end do nothing with NULL. */
+typedef struct tt_dist_buckets tt_dist_buckets;
+int tt_dist_buckets_create(tt_dist_buckets **out, tt_exec *x, tt_err *err);
+void tt_dist_buckets_destroy(tt_dist_buckets *d);
+void tt_dist_allreduce_begin(tt_dist_buckets *d);
+int tt_dist_allreduce_end(tt_dist_buckets *d, tt_err *err);
+/* How many buckets a training program's gradients make (for the plan). */
+int tt_dist_bucket_count(const tt_program *p);
 /* Rank 0's parameters to every rank: all of them (stats_only 0: after initialisation or a
  * resume), or only the batch-norm running statistics (stats_only 1: before an evaluation, as
  * PyTorch DDP broadcasts its buffers from rank 0). */
@@ -50,7 +62,7 @@ int tt_dist_max(int *v, tt_err *err);
 /* Seconds spent in the gradient all-reduce (waiting for the slowest rank included) and bytes
  * all-reduced per optimizer step, since the process started. */
 double tt_dist_allreduce_seconds(void);
-size_t tt_dist_grad_bytes(const tt_exec *x);
+size_t tt_dist_grad_bytes(const tt_program *p);
 
 #ifdef TT_HAVE_CUDA
 /* The CUDA backend's hooks (core/session.c): before the backend is created, the GPU this

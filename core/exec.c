@@ -334,6 +334,7 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
       default:
         return tt_fail(err, "internal error: step %d of kind %d in the micro-step", i, (int)s->op);
     }
+    if (r->x->after_step && r->x->after_step(r->x->after_step_ud, i, err)) return -1;
   }
   return 0;
 }

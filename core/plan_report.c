@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist.h"
 #include "session.h"
 
 static double plan_mib(size_t b) { return b / 1048576.0; }
@@ -175,9 +176,11 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
   plan_text_recomputed(s, out);
   if (s->ranks > 1)
     fprintf(out, "  ranks       planned per rank for --ranks %d (the budget is each rank's GPU): global batch %d x %d ranks = %d;\n"
-                 "              fp32 gradients all-reduced once per optimizer step (%.1f MiB per rank)\n",
+                 "              fp32 gradients all-reduced once per optimizer step (%.1f MiB per rank) in %d buckets\n"
+                 "              of the arena, each started when backward has written its last gradient\n",
             s->ranks, r->policy.micro_batch * r->policy.accum_steps, s->ranks,
-            r->policy.micro_batch * r->policy.accum_steps * s->ranks, plan_mib(s->sched.train.class_bytes[TT_BC_GRADS]));
+            r->policy.micro_batch * r->policy.accum_steps * s->ranks, plan_mib(s->sched.train.class_bytes[TT_BC_GRADS]),
+            tt_dist_bucket_count(&s->sched.train));
   fprintf(out, "              batch-norm statistics are computed per micro-batch of %d\n", r->policy.micro_batch);
   fprintf(out, "  predicted   %.1f ms per optimizer step (%.1f ms of it recomputing), %s cost model\n",
           r->predicted_step_ms, r->recompute_ms, s->target_cuda ? "generic CUDA" : "CPU");

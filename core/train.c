@@ -134,6 +134,7 @@ typedef struct train_run {
   char resumed_from[TT_PATH_MAX + 64]; /* the state file resumed from, for messages */
   int mb, accum, batch;          /* micro-batch, accumulation steps, effective batch (global: x ranks) */
   int rank, ranks;               /* this process and the processes (core/dist.h); only rank 0 writes */
+  tt_dist_buckets *bk;           /* the gradient all-reduce's buckets; NULL for one process */
   int epochs, steps_per_epoch, log_every;
   tt_train_cfg sched_cfg;        /* the recipe's, spanning the epochs of this run */
   tt_opt_hparams hp;
@@ -371,11 +372,12 @@ static int train_step(train_run *R, int epoch, int k, double lr, tt_epoch_meter 
     if (tt_loader_next(R->tl, &img, &lab, &cnt, &w) != 0)
       return tt_fail(err, "the training-data loader ended early (epoch %d, step %d)", epoch + 1, k);
     e->wait += w;
+    if (a == R->accum - 1) tt_dist_allreduce_begin(R->bk); /* its backward starts the buckets */
     int rc = tt_exec_micro_step(&R->s->x, img, lab, a, (uint64_t)st->step, gscale, err);
     tt_loader_release(R->tl);
     if (rc) return -1;
   }
-  if (tt_dist_allreduce_grads(&R->s->x, err)) return -1; /* summed over the ranks, before the overflow check */
+  if (tt_dist_allreduce_end(R->bk, err)) return -1; /* summed over the ranks, before the overflow check */
   R->hp.lr = (float)lr;
   if (train_record_pending(R, err)) return -1; /* every earlier outcome known: Adam's t is exact */
   if (tt_exec_update(&R->s->x, &R->hp, (int)(st->step - st->loss_scale.skipped) + 1, 1.0f / used, NULL, err))
@@ -476,7 +478,7 @@ static int train_open(train_run *R, tt_err *err) {
   so.ranks = R->ranks;
   if (R->ranks > 1 && !so.threads) so.threads = tt_dist_threads();
   if (R->rank) R->mt.quiet = 1;
-  if (tt_session_open(&R->s, &so, TT_SESSION_TRAIN, err)) return -1;
+  if (tt_session_open(&R->s, &so, TT_SESSION_TRAIN, err) || tt_dist_buckets_create(&R->bk, &R->s->x, err)) return -1;
   R->mb = R->s->sched.policy.micro_batch, R->accum = R->s->sched.policy.accum_steps;
   R->batch = R->mb * R->accum * R->ranks;
   R->s->x.rank = R->rank, R->s->x.ranks = R->ranks; /* dropout masks follow the global micro-batch */
@@ -490,7 +492,7 @@ static void train_dist_summary(const train_run *R, double seconds) {
   double ar = tt_dist_allreduce_seconds();
   if (R->mt.in_place && !R->mt.quiet) fputc('\n', R->mt.out); /* after the progress line */
   tt_metrics_say(&R->mt, "dist: %d ranks; %.2f MiB of fp32 gradients all-reduced per step; all-reduce %.2f s of %.2f s "
-                 "(%.1f%%) on rank 0\n", R->ranks, tt_dist_grad_bytes(&R->s->x) / 1048576.0, ar, seconds,
+                 "(%.1f%%) on rank 0\n", R->ranks, tt_dist_grad_bytes(R->s->x.train) / 1048576.0, ar, seconds,
                  seconds > 0 ? 100.0 * ar / seconds : 0.0);
 }
 
@@ -535,6 +537,7 @@ int tt_train(tt_run_opts *o, char *errbuf, size_t errsize) {
   if (R.el) tt_loader_destroy(R.el);
   tt_dataset_free(&R.train_ds);
   tt_dataset_free(&R.test_ds);
+  tt_dist_buckets_destroy(R.bk);
   if (R.s) tt_session_close(R.s);
   if (rc && errbuf) snprintf(errbuf, errsize, "%s", err.msg[0] ? err.msg : "unknown error");
   return rc;

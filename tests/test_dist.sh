@@ -2,6 +2,8 @@
 # tests/test_dist.sh — multi-process training on the CPU (mpirun; core/dist.c):
 #   dist_equal2     mpirun -np 2 equals one process with two accumulation steps of the same
 #                   micro-batch: weights and optimizer state bit for bit after 6 optimizer steps
+#   dist_buckets    the same with the gradients in many small buckets (TINYTRAIN_DIST_BUCKET),
+#                   each all-reduced while backward still runs
 #   dist_equal3     -np 3 against one process with three accumulation steps: within 1e-5
 #                   (the sum of three gradients is added in another order)
 #   dist_resume     a 2-rank checkpoint resumed on 1 and on 3 ranks continues the same run
@@ -47,6 +49,8 @@ mp() {
   shift
   if [ "$n" = 0 ]; then
     timeout 120 "$TT" "$@" >"$TMP/out" 2>"$TMP/err"
+  elif [ "$1" = -x ]; then # mp N -x VAR ARGS: VAR passed to the ranks
+    timeout 120 mpirun -np "$n" -x "$2" "$TT" "${@:3}" >"$TMP/out" 2>"$TMP/err"
   else
     timeout 120 mpirun -np "$n" "$TT" "$@" >"$TMP/out" 2>"$TMP/err"
   fi
@@ -101,6 +105,20 @@ elif ! m=$($CMP "$TMP/one2/weights.safetensors" "$TMP/two/weights.safetensors") 
   fail dist_equal2 "weights or optimizer state not bit for bit: $m $m2"
 else
   pass dist_equal2
+fi
+
+# the same with the gradients in many small buckets, each all-reduced while backward goes on
+# (a bucket started before backward finished writing it would break the equality)
+n=$(TINYTRAIN_DIST_BUCKET=256 "$TT" plan --device cpu --ranks 2 --micro-batch 6 "$R" | sed -n 's/.* in \([0-9]*\) buckets$/\1/p')
+TINYTRAIN_DIST_BUCKET=256 mp 2 -x TINYTRAIN_DIST_BUCKET $O --micro-batch 6 --max-steps 6 --out "$TMP/twob" "$R"
+if [ "$RC" != 0 ]; then
+  fail dist_buckets "mpirun -np 2: exit $RC: $ERR"
+elif ! [ "${n:-0}" -ge 3 ] 2>/dev/null; then
+  fail dist_buckets "plan should say the gradients go in 3 or more buckets of 256 bytes: '$n'"
+elif ! m=$($CMP "$TMP/one2/state.safetensors" "$TMP/twob/state.safetensors"); then
+  fail dist_buckets "$n buckets: not bit for bit: $m"
+else
+  pass dist_buckets
 fi
 
 mp 0 $O --micro-batch 4 --max-steps 6 --out "$TMP/one3" "$R"

@@ -1,9 +1,10 @@
 /* kernels/cuda/cuda_nccl.cu — the all-reduce between GPUs for multi-process training
  * (core/dist.c): the device a process uses, NCCL's communicator (bootstrapped with the unique
- * id rank 0 makes, which core/dist.c broadcasts over MPI), and in-place fp32 all-reduce and
- * broadcast on the compute stream, so they are ordered after the backward that wrote the
- * gradients and before the update that reads them. Every NCCL call is checked; the
- * communicator lives in the backend's state and goes with it.
+ * id rank 0 makes, which core/dist.c broadcasts over MPI); in-place fp32 broadcasts on the
+ * compute stream, and the gradient buckets' all-reduce on a stream of its own, ordered by
+ * events after the backward steps that wrote each bucket and before the update (join), so
+ * it overlaps the rest of backward. Every NCCL call is checked; the communicator, stream and
+ * events live in the backend's state and go with it.
  *
  * Built without NCCL (no nccl.h, or the host emulation of tests/cuda_emu), every entry point
  * fails with a message saying so. */
@@ -48,6 +49,9 @@ extern "C" int tt_cuda_nccl_init(tt_backend *b, const void *id, int nranks, int 
   CUDA_CHECK(b, cudaMemGetInfo(&before, &tot));
   NCCL_CHECK(b, ncclCommInitRank(&comm, nranks, u, rank));
   st->nccl = comm;
+  CUDA_CHECK(b, cudaStreamCreateWithFlags(&st->nccl_stream, cudaStreamNonBlocking));
+  CUDA_CHECK(b, cudaEventCreateWithFlags(&st->nccl_ready, cudaEventDisableTiming));
+  CUDA_CHECK(b, cudaEventCreateWithFlags(&st->nccl_done, cudaEventDisableTiming));
   CUDA_CHECK(b, cudaMalloc((void **)&probe, 64 * sizeof(float)));
   CUDA_CHECK(b, cudaMemsetAsync(probe, 0, 64 * sizeof(float), st->compute));
   ncclResult_t r = ncclAllReduce(probe, probe, 64, ncclFloat32, ncclSum, comm, st->compute);
@@ -72,8 +76,23 @@ extern "C" int tt_cuda_nccl_group(tt_backend *b, int end) {
   return 0;
 }
 
-extern "C" int tt_cuda_nccl_allreduce(tt_backend *b, float *buf, size_t count) {
-  NCCL_CHECK(b, ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, cuda_nccl_comm(b), tt_cuda_st(b)->compute));
+/* A bucket of gradients: backward has written it (queued on compute before this call), and
+ * nothing queued on compute after it touches it until join. */
+extern "C" int tt_cuda_nccl_allreduce_async(tt_backend *b, float *buf, size_t count) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  CUDA_CHECK(b, cudaEventRecord(st->nccl_ready, st->compute));
+  CUDA_CHECK(b, cudaStreamWaitEvent(st->nccl_stream, st->nccl_ready, 0));
+  NCCL_CHECK(b, ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, cuda_nccl_comm(b), st->nccl_stream));
+  return 0;
+}
+
+extern "C" int tt_cuda_nccl_join(tt_backend *b) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  CUDA_CHECK(b, cudaEventRecord(st->nccl_done, st->nccl_stream));
+  CUDA_CHECK(b, cudaStreamWaitEvent(st->compute, st->nccl_done, 0));
+  ncclResult_t async = ncclSuccess;
+  NCCL_CHECK(b, ncclCommGetAsyncError(cuda_nccl_comm(b), &async));
+  if (async != ncclSuccess) return tt_cuda_fail(b, "NCCL reported an asynchronous error: %s", ncclGetErrorString(async));
   return 0;
 }
 
@@ -84,9 +103,13 @@ extern "C" int tt_cuda_nccl_broadcast(tt_backend *b, float *buf, size_t count, i
 
 extern "C" void tt_cuda_nccl_destroy(tt_backend *b) {
   tt_cuda_state *st = tt_cuda_st(b);
-  if (!st->nccl) return;
-  if (ncclCommDestroy((ncclComm_t)st->nccl) != ncclSuccess) fprintf(stderr, "cuda: ncclCommDestroy failed\n");
-  st->nccl = NULL;
+  /* teardown: errors cannot be reported any more, but are still looked at */
+  if (st->nccl_stream && cudaStreamSynchronize(st->nccl_stream) != cudaSuccess) (void)cudaGetLastError();
+  if (st->nccl && ncclCommDestroy((ncclComm_t)st->nccl) != ncclSuccess) fprintf(stderr, "cuda: ncclCommDestroy failed\n");
+  if (st->nccl_ready && cudaEventDestroy(st->nccl_ready) != cudaSuccess) (void)cudaGetLastError();
+  if (st->nccl_done && cudaEventDestroy(st->nccl_done) != cudaSuccess) (void)cudaGetLastError();
+  if (st->nccl_stream && cudaStreamDestroy(st->nccl_stream) != cudaSuccess) (void)cudaGetLastError();
+  st->nccl = NULL, st->nccl_ready = NULL, st->nccl_done = NULL, st->nccl_stream = NULL;
 }
 
 #else /* no NCCL in this build */
@@ -100,7 +123,8 @@ extern "C" int tt_cuda_nccl_init(tt_backend *b, const void *id, int nranks, int 
   return cuda_nccl_missing(b);
 }
 extern "C" int tt_cuda_nccl_group(tt_backend *b, int end) { return cuda_nccl_missing(b); }
-extern "C" int tt_cuda_nccl_allreduce(tt_backend *b, float *buf, size_t count) { return cuda_nccl_missing(b); }
+extern "C" int tt_cuda_nccl_allreduce_async(tt_backend *b, float *buf, size_t count) { return cuda_nccl_missing(b); }
+extern "C" int tt_cuda_nccl_join(tt_backend *b) { return cuda_nccl_missing(b); }
 extern "C" int tt_cuda_nccl_broadcast(tt_backend *b, float *buf, size_t count, int root) { return cuda_nccl_missing(b); }
 extern "C" void tt_cuda_nccl_destroy(tt_backend *b) {}
 #endif
