@@ -507,7 +507,9 @@ static int train_body(train_run *R, tt_err *err) {
     if (train_epoch(R, epoch, &e, &stopped, err)) return -1;
     if (stopped && R->st.epoch == epoch) break; /* stopped inside the epoch: checkpoint below, no evaluation */
     if (train_end_epoch(R, epoch, &e, err)) return -1;
-    if (train_stop_signal && epoch + 1 < R->epochs) R->stop_signal = train_stop_signal, stopped = 1; /* during the evaluation */
+    int sig = train_stop_signal; /* during the evaluation: on any rank, then every rank stops */
+    if (tt_dist_max(&sig, err)) return -1;
+    if (sig && epoch + 1 < R->epochs) R->stop_signal = sig, stopped = 1;
   }
   if (stopped && R->saved_step != R->st.step && train_save(R, err)) return -1;
   if (train_record_pending(R, err)) return -1; /* the run is over: the summary counts the last step too */
