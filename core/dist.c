@@ -13,6 +13,8 @@
 #include <omp.h>
 #endif
 #ifdef TT_HAVE_MPI
+#define OMPI_SKIP_MPICXX 1 /* the C bindings only, also when compiled as C++ (nvcc -x cu) */
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #endif
 
