@@ -8,6 +8,10 @@
 #                   (the sum of three gradients is added in another order)
 #   dist_resume     a 2-rank checkpoint resumed on 1 and on 3 ranks continues the same run
 #                   (same data order): within 1e-5 of the 2-rank run that was not interrupted
+#   dist_bn         with batch norm: all but the running statistics bit for bit (these are
+#                   rank 0's, from half the micro-batches)
+#   dist_eval       eval on 3 ranks (sharded, sums over the ranks) prints what one process does;
+#                   a 2-rank epoch's evaluation is that of rank 0's weights and statistics
 #   dist_plan       plan --ranks N plans one rank's share and says so; a batch that does not
 #                   divide among the ranks is refused
 #   dist_kill       a rank killed mid-run ends the job within seconds, mpirun's message names
@@ -148,6 +152,49 @@ for n in 0 3; do
   fi
 done
 [ $ok = 1 ] && pass dist_resume
+
+# ---- batch norm: per-rank statistics, rank 0's running statistics; sharded evaluation ----
+sed 's/^\[relu\]$/[bn]\n[relu]/; s/^\[train\]$/[train]\neval_batch = 32/' "$R" >"$TMP/bn.recipe"
+mp 0 $O --micro-batch 6 --max-steps 6 --out "$TMP/bn1" "$TMP/bn.recipe"
+[ "$RC" = 0 ] || fail dist_bn "one process: exit $RC: $ERR"
+mp 2 $O --micro-batch 6 --max-steps 6 --out "$TMP/bn2" "$TMP/bn.recipe"
+if [ "$RC" != 0 ]; then
+  fail dist_bn "mpirun -np 2: exit $RC: $ERR"
+elif ! grep -q "running_mean" <(python3 -c "import json,struct,sys; d=open(sys.argv[1],'rb').read(); print(d[8:8+struct.unpack('<Q',d[:8])[0]].decode())" "$TMP/bn2/weights.safetensors"); then
+  fail dist_bn "the recipe has no batch-norm running statistics"
+elif ! m=$($CMP --skip running_ "$TMP/bn1/state.safetensors" "$TMP/bn2/state.safetensors"); then
+  fail dist_bn "weights and optimizer state (running statistics left out) not bit for bit: $m"
+elif $CMP "$TMP/bn1/weights.safetensors" "$TMP/bn2/weights.safetensors" >/dev/null; then
+  fail dist_bn "the running statistics equal one process's: rank 0 saw only half the micro-batches"
+else
+  pass dist_bn
+fi
+# evaluation sharded over the ranks and summed: the one-process figures
+"$TT" eval --device cpu --threads 1 --weights "$TMP/bn2/weights.safetensors" "$TMP/bn.recipe" >"$TMP/e1" 2>&1
+mp 3 eval --device cpu --threads 1 --weights "$TMP/bn2/weights.safetensors" "$TMP/bn.recipe"
+cp "$TMP/out" "$TMP/e3"
+rc3=$RC
+# the evaluation at the end of an epoch of 2 ranks used rank 0's running statistics (broadcast):
+# its accuracy is that of the saved weights
+mp 2 $O --micro-batch 6 --epochs 1 --out "$TMP/bnep" "$TMP/bn.recipe"
+rc2=$RC
+"$TT" eval --device cpu --threads 1 --weights "$TMP/bnep/weights.safetensors" "$TMP/bn.recipe" >"$TMP/e2" 2>&1
+same=$(python3 -c "
+import json, re, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if '\"eval\"' in l]
+m = re.search(r'accuracy ([0-9.]+) ', open(sys.argv[2]).read())
+print(1 if ev and m and abs(ev[-1]['accuracy'] - float(m.group(1))) < 1e-4 else 0)" "$TMP/bnep/metrics.jsonl" "$TMP/e2" 2>&1)
+if [ "$rc2" != 0 ]; then
+  fail dist_eval "mpirun -np 2, one epoch: exit $rc2"
+elif [ "$same" != 1 ]; then
+  fail dist_eval "the 2-rank evaluation ($(grep eval "$TMP/bnep/metrics.jsonl" | tail -1)) is not that of rank 0's weights and statistics ($(cat "$TMP/e2")): $same"
+elif [ "$rc3" != 0 ]; then
+  fail dist_eval "mpirun -np 3 eval: exit $rc3"
+elif ! grep -q "on 256 test images" "$TMP/e1" || [ "$(cat "$TMP/e3")" != "$(cat "$TMP/e1")" ]; then
+  fail dist_eval "3 ranks printed '$(cat "$TMP/e3")', one process '$(cat "$TMP/e1")'"
+else
+  pass dist_eval
+fi
 
 # ---- plan --ranks ----
 ok=1
