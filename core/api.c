@@ -11,6 +11,7 @@
 #include "session.h"
 #include "tinytrain.h"
 #include "train.h"
+#include "api_int.h"
 
 struct tt_net {
   tt_session *s;
@@ -19,6 +20,7 @@ struct tt_net {
   long long step;
   double lr;
   int mb, accum, batch, emb, classes;
+  int train;                /* 0: opened for prediction only (no training program) */
   size_t numel;             /* values per sample */
   /* host buffers for a short last micro-batch (padded with repeats) and the logits */
   uint8_t *pad_u8;
@@ -50,15 +52,20 @@ static int net_alloc(tt_net *n, tt_err *err) {
 }
 
 int tt_net_open(tt_net **out, const tt_run_opts *o, char *errbuf, size_t errsize) {
+  return tt_net_open_mode(out, o, 1, errbuf, errsize);
+}
+
+int tt_net_open_mode(tt_net **out, const tt_run_opts *o, int train, char *errbuf, size_t errsize) {
   tt_err err;
   err.msg[0] = 0;
   *out = NULL;
   tt_net *n = (tt_net *)tt_calloc(1, sizeof(tt_net), "tt_net", &err);
   if (!n) goto fail;
-  if (tt_session_open(&n->s, o, TT_SESSION_TRAIN, &err)) goto fail;
+  if (tt_session_open(&n->s, o, train ? TT_SESSION_TRAIN : TT_SESSION_EVAL, &err)) goto fail;
   {
     const tt_session *s = n->s;
     n->mb = s->sched.policy.micro_batch, n->accum = s->sched.policy.accum_steps, n->batch = n->mb * n->accum;
+    n->train = train;
     n->emb = s->sched.eval.policy.micro_batch, n->classes = s->model.classes;
     n->numel = (size_t)s->model.in_c * s->model.in_h * s->model.in_w;
     tt_train_hparams(&s->model.train, &n->hp);
@@ -124,6 +131,7 @@ static int net_check_labels(tt_net *n, const int32_t *labels, int count) {
 
 static int net_train(tt_net *n, const uint8_t *u8, const float *f32, const int32_t *labels, int count,
                      tt_step_stats *out) {
+  if (!n->train) return net_fail(n, "train_step: this net was opened for prediction only");
   if (!(u8 || f32) || !labels) return net_fail(n, "train_step: images and labels are required");
   if (count < 1 || count > n->batch)
     return net_fail(n, "train_step: %d samples; the plan takes 1 to %d (micro-batch %d x %d accumulation); split the "

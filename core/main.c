@@ -26,6 +26,19 @@ static void main_usage(FILE *f, const char *cmd) {
                "  --max-batch            the largest micro-batch that fits, per precision and recompute setting\n"
                "  --json                 one JSON object instead of the text report\n"
                "  -h, --help             this text\n");
+  } else if (cmd && !strcmp(cmd, "predict")) {
+    fprintf(f, "usage: tinytrain predict --weights FILE [--top N] [--json] [--device auto|cpu|cuda] [--threads N]\n"
+               "                         RECIPE IMAGE|FOLDER...\n\n"
+               "Prints the N most probable classes of each image (a folder: each image file in it) under FILE,\n"
+               "by name when FILE's metadata holds the class names, else by number. Images are decoded as\n"
+               "RECIPE's test split is (resized, centre-cropped to the recipe's input).\n\n"
+               "options:\n"
+               "  --weights FILE         the weights (weights.safetensors of a run; required)\n"
+               "  --top N                classes per image (default 5, at most the recipe's classes)\n"
+               "  --json                 one JSON array: {\"file\", \"top\": [{\"class\", \"name\", \"probability\"}]}\n"
+               "  --device auto|cpu|cuda where to run (auto: a GPU if there is one)\n"
+               "  --threads N            CPU threads (default: all cores)\n"
+               "  -h, --help             this text\n");
   } else if (cmd && !strcmp(cmd, "eval")) {
     fprintf(f, "usage: tinytrain eval --weights FILE [--device auto|cpu|cuda] [--threads N] RECIPE\n\n"
                "Prints the top-1 accuracy and loss of FILE (weights.safetensors) on RECIPE's test split.\n\n"
@@ -41,6 +54,7 @@ static void main_usage(FILE *f, const char *cmd) {
                "                 RECIPE\n"
                "       tinytrain plan [options] RECIPE      (tinytrain plan --help)\n"
                "       tinytrain eval --weights FILE RECIPE (tinytrain eval --help)\n"
+               "       tinytrain predict --weights FILE RECIPE IMAGE... (tinytrain predict --help)\n"
                "       tinytrain --version | --help\n\n"
                "Trains RECIPE inside SIZE of device memory (512M, 4G, 4GiB, 3.5G), planning every buffer\n"
                "before the first step. Writes weights.safetensors, state.safetensors, metrics.jsonl and chart.svg\n"
@@ -84,11 +98,14 @@ typedef struct main_args {
   const char *cmd;
   int json, max_batch;
   const char *weights;
+  int top;
+  char **images;    /* predict: the operands after the recipe */
+  int nimages;
 } main_args;
 
 enum {
   OPT_VRAM = 256, OPT_DEVICE, OPT_EPOCHS, OPT_THREADS, OPT_MICRO_BATCH, OPT_MAX_STEPS, OPT_CHECKPOINT_EVERY,
-  OPT_PRECISION, OPT_RECOMPUTE, OPT_OUT, OPT_RESUME, OPT_WEIGHTS, OPT_JSON, OPT_MAX_BATCH, OPT_VERSION
+  OPT_PRECISION, OPT_RECOMPUTE, OPT_OUT, OPT_RESUME, OPT_WEIGHTS, OPT_JSON, OPT_MAX_BATCH, OPT_VERSION, OPT_TOP
 };
 
 static const struct option main_options[] = {
@@ -108,6 +125,7 @@ static const struct option main_options[] = {
     {"out", required_argument, NULL, OPT_OUT},
     {"resume", required_argument, NULL, OPT_RESUME},
     {"weights", required_argument, NULL, OPT_WEIGHTS},
+    {"top", required_argument, NULL, OPT_TOP},
     {NULL, 0, NULL, 0}};
 
 /* index of v in the '|'-free list names (NULL-terminated), or -1 */
@@ -163,6 +181,7 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
     case OPT_OUT: o->out_dir = v; return 0;
     case OPT_RESUME: o->resume_dir = v; return 0;
     case OPT_WEIGHTS: a->weights = v; return 0;
+    case OPT_TOP: return main_int(v, &a->top) ? main_bad(cmd, "--top takes a positive integer, not", v) : 0;
     default: return main_bad(cmd, "unknown option", v);
   }
 }
@@ -188,6 +207,10 @@ static int main_parse(int argc, char **argv, int first, tt_run_opts *o, main_arg
     if (rc) return rc;
   }
   for (int i = optind; i < n; i++) {
+    if (o->recipe && !strcmp(a->cmd, "predict")) {
+      a->images = av + i, a->nimages = n - i;
+      break;
+    }
     if (o->recipe) return main_bad(a->cmd, "more than one recipe given", av[i]);
     o->recipe = av[i];
   }
@@ -201,13 +224,15 @@ int main(int argc, char **argv) {
   memset(&a, 0, sizeof a);
   a.cmd = "train";
   int first = 1;
-  if (argc > 1 && (!strcmp(argv[1], "train") || !strcmp(argv[1], "plan") || !strcmp(argv[1], "eval"))) a.cmd = argv[first++];
+  static const char *const cmds[] = {"train", "plan", "eval", "predict", NULL};
+  if (argc > 1 && main_pick(argv[1], cmds) >= 0) a.cmd = argv[first++];
   const char *cmd = a.cmd;
   int prc = main_parse(argc, argv, first, &o, &a);
   if (prc) return prc < 0 ? 0 : prc;
   if (!o.recipe) return main_bad(strcmp(cmd, "train") ? cmd : NULL, "no recipe given", NULL);
-  if ((a.max_batch || a.json) && strcmp(cmd, "plan"))
-    return main_bad(cmd, a.max_batch ? "--max-batch is an option of plan" : "--json is an option of plan", NULL);
+  if ((a.max_batch || a.json) && strcmp(cmd, "plan") && !(a.json && !strcmp(cmd, "predict")))
+    return main_bad(cmd, a.max_batch ? "--max-batch is an option of plan" : "--json is an option of plan and predict", NULL);
+  if (a.top && strcmp(cmd, "predict")) return main_bad(cmd, "--top is an option of predict", NULL);
   /* the largest micro-batch that fits needs something to fit in: without a budget every
    * batch "fits" and the search stopped at its cap of 65536 */
   if (a.max_batch && !o.vram_bytes) return main_bad(cmd, "--max-batch needs a budget: give --vram SIZE", NULL);
@@ -215,6 +240,10 @@ int main(int argc, char **argv) {
   int rc;
   if (!strcmp(cmd, "plan")) {
     rc = tt_plan(&o, a.json, a.max_batch, stdout, err, sizeof err);
+  } else if (!strcmp(cmd, "predict")) {
+    if (!a.weights) return main_bad(cmd, "predict needs --weights FILE", NULL);
+    if (!a.nimages) return main_bad(cmd, "predict needs image files or folders after the recipe", NULL);
+    rc = tt_predict(&o, a.weights, (const char *const *)a.images, a.nimages, a.top ? a.top : 5, a.json, err, sizeof err);
   } else if (!strcmp(cmd, "eval")) {
     if (!a.weights) return main_bad(cmd, "eval needs --weights FILE", NULL);
     rc = tt_evaluate(&o, a.weights, err, sizeof err);

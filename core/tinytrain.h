@@ -82,6 +82,12 @@ int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *err,
 /* Accuracy and mean loss of a weights file on the recipe's test split. */
 int tt_evaluate(tt_run_opts *o, const char *weights, char *err, size_t errsize);
 
+/* `tinytrain predict`: the top classes (by name when the weights' metadata "classes" has them,
+ * else by number) of each image file in inputs, a folder standing for its files, one line each
+ * on o->out (stdout) or, json, one JSON array. Images are decoded as the test split's are. */
+int tt_predict(tt_run_opts *o, const char *weights, const char *const *inputs, int ninputs, int top, int json,
+               char *err, size_t errsize);
+
 /* Parses "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024.
  * (Defined in core/util.c, declared in util.h for the library's own use.) */
 int tt_parse_size(const char *s, size_t *bytes);
