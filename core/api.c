@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "finetune.h"
 #include "session.h"
 #include "tinytrain.h"
 #include "train.h"
@@ -255,4 +256,14 @@ int tt_net_save(tt_net *n, const char *path) {
 int tt_net_load(tt_net *n, const char *path) {
   if (!path) return net_fail(n, "load: no path");
   return tt_checkpoint_load(&n->s->x, path, 0, NULL, tt_warn_stderr, NULL, &n->err);
+}
+
+int tt_net_load_matching(tt_net *n, const char *path, char *report, size_t reportsize) {
+  tt_strbuf rep;
+  if (!path) return net_fail(n, "load_matching: no path");
+  memset(&rep, 0, sizeof rep);
+  int rc = tt_finetune_load(&n->s->x, path, &rep, NULL, &n->err);
+  if (!rc && report && reportsize) snprintf(report, reportsize, "%s", rep.p);
+  free(rep.p);
+  return rc;
 }

@@ -247,12 +247,12 @@ static int exec_bwd(exec_run *r, const tt_step *s, tt_err *err) {
     case TT_L_CONV: {
       tt_conv_desc d = a->conv;
       d.n = N;
-      EXEC_CHECK(be->conv_bwd_filter(be, &d, dt, sv, dy, dw, db, bp, ws, wsb));
+      if (dw) EXEC_CHECK(be->conv_bwd_filter(be, &d, dt, sv, dy, dw, db, bp, ws, wsb)); /* none: frozen */
       if (dx) EXEC_CHECK(be->conv_bwd_data(be, &d, dt, dy, EXEC_P(s->in[TT_BWD_W]), dx, bdx, ws, wsb));
       break;
     }
     case TT_L_LINEAR:
-      EXEC_CHECK(be->linear_bwd_filter(be, N, a->linear.in, a->linear.out, dt, sv, dy, dw, db, bp, ws, wsb));
+      if (dw) EXEC_CHECK(be->linear_bwd_filter(be, N, a->linear.in, a->linear.out, dt, sv, dy, dw, db, bp, ws, wsb));
       if (dx)
         EXEC_CHECK(be->linear_bwd_data(be, N, a->linear.in, a->linear.out, dt, dy, EXEC_P(s->in[TT_BWD_W]), dx, bdx, ws, wsb));
       break;

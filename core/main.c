@@ -49,7 +49,7 @@ static void main_usage(FILE *f, const char *cmd) {
                "  -h, --help             this text\n");
   } else {
     fprintf(f, "usage: tinytrain [train] [--vram SIZE] [--device auto|cpu|cuda] [--epochs N] [--out DIR]\n"
-               "                 [--resume DIR] [--threads N] [--micro-batch N] [--precision fp32|fp16|auto]\n"
+               "                 [--resume DIR | --init FILE] [--threads N] [--micro-batch N] [--precision fp32|fp16|auto]\n"
                "                 [--recompute none|auto|all] [--max-steps N] [--checkpoint-every N|10m]\n"
                "                 RECIPE\n"
                "       tinytrain plan [options] RECIPE      (tinytrain plan --help)\n"
@@ -67,6 +67,7 @@ static void main_usage(FILE *f, const char *cmd) {
                "  --epochs N             instead of the recipe's [train] epochs\n"
                "  --out DIR              the run directory\n"
                "  --resume DIR           continue the run in DIR from its state.safetensors\n"
+               "  --init FILE            start from FILE's weights where names and shapes match (fine-tuning)\n"
                "  --threads N            CPU threads (default: all cores)\n"
                "  --micro-batch N        fix the micro-batch instead of the scheduler's choice\n"
                "  --precision P          fp32, fp16 or auto (the recipe's)\n"
@@ -105,7 +106,7 @@ typedef struct main_args {
 
 enum {
   OPT_VRAM = 256, OPT_DEVICE, OPT_EPOCHS, OPT_THREADS, OPT_MICRO_BATCH, OPT_MAX_STEPS, OPT_CHECKPOINT_EVERY,
-  OPT_PRECISION, OPT_RECOMPUTE, OPT_OUT, OPT_RESUME, OPT_WEIGHTS, OPT_JSON, OPT_MAX_BATCH, OPT_VERSION, OPT_TOP
+  OPT_PRECISION, OPT_RECOMPUTE, OPT_OUT, OPT_RESUME, OPT_WEIGHTS, OPT_JSON, OPT_MAX_BATCH, OPT_VERSION, OPT_TOP, OPT_INIT
 };
 
 static const struct option main_options[] = {
@@ -126,6 +127,7 @@ static const struct option main_options[] = {
     {"resume", required_argument, NULL, OPT_RESUME},
     {"weights", required_argument, NULL, OPT_WEIGHTS},
     {"top", required_argument, NULL, OPT_TOP},
+    {"init", required_argument, NULL, OPT_INIT},
     {NULL, 0, NULL, 0}};
 
 /* index of v in the '|'-free list names (NULL-terminated), or -1 */
@@ -180,6 +182,7 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
       return 0;
     case OPT_OUT: o->out_dir = v; return 0;
     case OPT_RESUME: o->resume_dir = v; return 0;
+    case OPT_INIT: o->init_weights = v; return 0;
     case OPT_WEIGHTS: a->weights = v; return 0;
     case OPT_TOP: return main_int(v, &a->top) ? main_bad(cmd, "--top takes a positive integer, not", v) : 0;
     default: return main_bad(cmd, "unknown option", v);
@@ -233,6 +236,9 @@ int main(int argc, char **argv) {
   if ((a.max_batch || a.json) && strcmp(cmd, "plan") && !(a.json && !strcmp(cmd, "predict")))
     return main_bad(cmd, a.max_batch ? "--max-batch is an option of plan" : "--json is an option of plan and predict", NULL);
   if (a.top && strcmp(cmd, "predict")) return main_bad(cmd, "--top is an option of predict", NULL);
+  if (o.init_weights && strcmp(cmd, "train")) return main_bad(cmd, "--init is an option of train", NULL);
+  if (o.init_weights && o.resume_dir)
+    return main_bad(cmd, "--init starts a new run from weights, --resume continues one: give one of them", NULL);
   /* the largest micro-batch that fits needs something to fit in: without a budget every
    * batch "fits" and the search stopped at its cap of 65536 */
   if (a.max_batch && !o.vram_bytes) return main_bad(cmd, "--max-batch needs a budget: give --vram SIZE", NULL);

@@ -44,6 +44,7 @@ typedef struct tt_run_opts {
   int recompute;         /* 0 auto, 1 none, 2 all (tt_recompute_mode) */
   const char *out_dir;   /* NULL = runs/<recipe name> */
   const char *resume_dir;/* NULL = start fresh */
+  const char *init_weights; /* start from these weights where names and shapes match (fine-tuning); NULL = none */
   long long max_steps;   /* stop (with a checkpoint) after this many optimizer steps in all; 0 = no limit */
   const char *checkpoint_every; /* "500" optimizer steps, "10m" / "30s" / "1h" wall time, "0" only at the
                                  * ends of epochs (tt_parse_interval); NULL = the recipe's (default 10m) */
@@ -171,6 +172,10 @@ double tt_net_lr_at(const tt_net *net, double epoch);
  * from a safetensors file; tt_net_load wants every tensor, by name and shape. */
 int tt_net_save(tt_net *net, const char *path);
 int tt_net_load(tt_net *net, const char *path);
+/* Fine-tuning: loads only the tensors of path that match a parameter by name and shape (a
+ * classifier of another class count keeps its fresh initialisation); report (may be NULL) gets
+ * one line saying what was loaded, skipped and freshly initialised. Nothing matching is an error. */
+int tt_net_load_matching(tt_net *net, const char *path, char *report, size_t reportsize);
 
 #ifdef __cplusplus
 }

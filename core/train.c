@@ -18,6 +18,7 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "fileio.h"
+#include "finetune.h"
 #include "metrics.h"
 #include "session.h"
 #include "tinytrain.h"
@@ -207,6 +208,17 @@ static int train_resume_check(train_run *R, tt_err *err) {
   return 0;
 }
 
+/* --init W: what matches of W over the fresh parameters (core/finetune.c), reported. */
+static int train_init_from(train_run *R, tt_err *err) {
+  tt_strbuf rep;
+  if (!R->o->init_weights) return 0;
+  memset(&rep, 0, sizeof rep);
+  int rc = tt_finetune_load(&R->s->x, R->o->init_weights, &rep, NULL, err);
+  if (!rc) tt_metrics_say(&R->mt, "%s\n", rep.p);
+  free(rep.p);
+  return rc;
+}
+
 /* The starting state: the resumed run's checkpoint, or freshly initialised parameters. */
 static int train_resume_or_init(train_run *R, tt_err *err) {
   const tt_model *m = &R->s->model;
@@ -216,7 +228,7 @@ static int train_resume_or_init(train_run *R, tt_err *err) {
   tt_loss_scale_init(&st->loss_scale, R->s->sched.policy.act_dtype == TT_F16);
   st->seed = tc->seed;
   R->saved_step = -1;
-  if (!R->o->resume_dir) return tt_exec_init_params(&R->s->x, tc->seed, err);
+  if (!R->o->resume_dir) return tt_exec_init_params(&R->s->x, tc->seed, err) || train_init_from(R, err) ? -1 : 0;
   snprintf(R->resumed_from, sizeof R->resumed_from, "%s/state.safetensors", R->o->resume_dir);
   if (tt_checkpoint_load(&R->s->x, R->resumed_from, 1, st, tt_warn_stderr, NULL, err) || train_resume_check(R, err))
     return -1;
