@@ -23,10 +23,12 @@ struct tt_net {
   int mb, accum, batch, emb, classes;
   int train;                /* 0: opened for prediction only (no training program) */
   size_t numel;             /* values per sample */
-  /* host buffers for a short last micro-batch (padded with repeats) and the logits */
+  /* host buffers: a short last micro-batch padded with repeats (allocated at its first use),
+   * labels (zeros for predict), the logits */
   uint8_t *pad_u8;
   float *pad_f32, *logits;
   int32_t *pad_lab;
+  int most;                 /* samples the padding buffers hold: the larger micro-batch */
   tt_err err;
 };
 
@@ -44,12 +46,10 @@ static int net_fail(tt_net *n, const char *fmt, ...) {
 }
 
 static int net_alloc(tt_net *n, tt_err *err) {
-  int most = n->mb > n->emb ? n->mb : n->emb;
-  n->pad_u8 = (uint8_t *)tt_malloc(tt_size_mul((size_t)most, n->numel), "padded batch", err);
-  n->pad_f32 = (float *)tt_malloc(tt_size_mul((size_t)most, n->numel * sizeof(float)), "padded batch", err);
-  n->pad_lab = (int32_t *)tt_calloc((size_t)most, sizeof(int32_t), "padded labels", err);
+  n->most = n->mb > n->emb ? n->mb : n->emb;
+  n->pad_lab = (int32_t *)tt_calloc((size_t)n->most, sizeof(int32_t), "padded labels", err);
   n->logits = (float *)tt_malloc(tt_size_mul((size_t)n->emb, (size_t)n->classes * sizeof(float)), "logits", err);
-  return n->pad_u8 && n->pad_f32 && n->pad_lab && n->logits ? 0 : -1;
+  return n->pad_lab && n->logits ? 0 : -1;
 }
 
 int tt_net_open(tt_net **out, const tt_run_opts *o, char *errbuf, size_t errsize) {
@@ -104,14 +104,24 @@ void tt_net_info_get(const tt_net *n, tt_net_info *i) {
 }
 
 /* Samples [from, from + cnt) of the caller's batch as one full micro-batch of `full`: the
- * caller's memory itself when cnt == full, else copied and padded by repeating them. */
-static void net_chunk(tt_net *n, const uint8_t *u8, const float *f32, const int32_t *lab, int from, int cnt, int full,
-                      const uint8_t **cu8, const float **cf32, const int32_t **clab) {
+ * caller's memory itself when cnt == full (labels absent: zeros), else copied and padded by
+ * repeating them. */
+static int net_chunk(tt_net *n, const uint8_t *u8, const float *f32, const int32_t *lab, int from, int cnt, int full,
+                     const uint8_t **cu8, const float **cf32, const int32_t **clab) {
   size_t v = n->numel;
   *cu8 = u8 ? u8 + (size_t)from * v : NULL;
   *cf32 = f32 ? f32 + (size_t)from * v : NULL;
   *clab = lab ? lab + from : n->pad_lab;
-  if (cnt == full && lab) return;
+  if (cnt == full) {
+    if (!lab) memset(n->pad_lab, 0, sizeof(int32_t) * (size_t)full);
+    return 0;
+  }
+  if (u8 && !n->pad_u8 &&
+      !(n->pad_u8 = (uint8_t *)tt_malloc(tt_size_mul((size_t)n->most, v), "padded batch", &n->err)))
+    return -1;
+  if (f32 && !n->pad_f32 &&
+      !(n->pad_f32 = (float *)tt_malloc(tt_size_mul((size_t)n->most, v * sizeof(float)), "padded batch", &n->err)))
+    return -1;
   for (int k = 0; k < full; k++) {
     int src = from + k % cnt;
     if (u8) memcpy(n->pad_u8 + (size_t)k * v, u8 + (size_t)src * v, v);
@@ -121,6 +131,7 @@ static void net_chunk(tt_net *n, const uint8_t *u8, const float *f32, const int3
   if (u8) *cu8 = n->pad_u8;
   if (f32) *cf32 = n->pad_f32;
   *clab = n->pad_lab;
+  return 0;
 }
 
 static int net_check_labels(tt_net *n, const int32_t *labels, int count) {
@@ -148,8 +159,8 @@ static int net_train(tt_net *n, const uint8_t *u8, const float *f32, const int32
     const uint8_t *cu8;
     const float *cf32;
     const int32_t *clab;
-    net_chunk(n, u8, f32, labels, a * n->mb, cnt, n->mb, &cu8, &cf32, &clab);
-    if (tt_exec_micro_step_n(x, 1, cu8, cf32, clab, cnt, a, (uint64_t)n->step, gscale, &n->err)) return -1;
+    if (net_chunk(n, u8, f32, labels, a * n->mb, cnt, n->mb, &cu8, &cf32, &clab) ||
+        tt_exec_micro_step_n(x, 1, cu8, cf32, clab, cnt, a, (uint64_t)n->step, gscale, &n->err)) return -1;
   }
   if (tt_train_update(x, &n->hp, &n->ls, n->step, n->lr, used, &n->err)) return -1;
   n->step++;
@@ -196,8 +207,8 @@ static int net_forward(tt_net *n, const uint8_t *u8, const float *f32, const int
     const uint8_t *cu8;
     const float *cf32;
     const int32_t *clab;
-    net_chunk(n, u8, f32, labels, from, cnt, n->emb, &cu8, &cf32, &clab);
-    if (tt_exec_micro_step_n(&n->s->x, 0, cu8, cf32, clab, cnt, 0, 0, 0.0f, &n->err)) return -1;
+    if (net_chunk(n, u8, f32, labels, from, cnt, n->emb, &cu8, &cf32, &clab) ||
+        tt_exec_micro_step_n(&n->s->x, 0, cu8, cf32, clab, cnt, 0, 0, 0.0f, &n->err)) return -1;
     if (!probs && !classes) continue;
     if (tt_exec_logits(&n->s->x, cnt, n->logits, &n->err)) return -1;
     for (int i = 0; i < cnt; i++) {
