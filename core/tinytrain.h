@@ -169,7 +169,9 @@ int tt_net_set_lr(tt_net *net, double lr);
 double tt_net_lr_at(const tt_net *net, double epoch);
 
 /* Weights (parameters and batch-norm statistics, fp32, under the recipe's layer names) to or
- * from a safetensors file; tt_net_load wants every tensor, by name and shape. */
+ * from a safetensors file; tt_net_load wants every tensor, by name and shape. The save is atomic
+ * (a temporary file renamed over path); a path that is not a regular file (/dev/null, a pipe)
+ * is refused. */
 int tt_net_save(tt_net *net, const char *path);
 int tt_net_load(tt_net *net, const char *path);
 /* Fine-tuning: loads only the tensors of path that match a parameter by name and shape (a

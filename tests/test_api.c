@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/data.h"
@@ -266,6 +267,18 @@ static void test_partial_batch(void) {
   snprintf(wb, sizeof wb, "%s/b.safetensors", tmpdir);
   TT_CHECK(tt_net_save(a, wa) == 0 && tt_net_save(b, wb) == 0, "save failed");
   TT_CHECK(same_weights(wa, wb, 1e-5, why, sizeof why) == 0, "a padded micro-batch trains otherwise: %s", why);
+  /* saving onto something that is not a regular file (a pipe here; /dev/null alike) is refused,
+   * and leaves it as it was: the atomic write's rename would replace it */
+  {
+    char fifo[160];
+    struct stat st;
+    snprintf(fifo, sizeof fifo, "%s/pipe", tmpdir);
+    if (mkfifo(fifo, 0644) == 0) {
+      TT_CHECK(tt_net_save(b, fifo) != 0 && strstr(tt_net_error(b), "not a regular file"), "save onto a pipe: '%s'",
+               tt_net_error(b));
+      TT_CHECK(stat(fifo, &st) == 0 && S_ISFIFO(st.st_mode), "the pipe was replaced by the save");
+    }
+  }
   /* misuse */
   TT_CHECK(tt_net_train_step(b, img, lab, 33, &sb) != 0 && strstr(tt_net_error(b), "1 to 32"),
            "33 samples for a batch of 32: '%s'", tt_net_error(b));

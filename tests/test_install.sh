@@ -29,7 +29,7 @@ FLAGS=$(PKG_CONFIG_PATH=$R/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$TMP pkg-config 
 if ! ${CC:-cc} -O1 -o "$TMP/embed" examples/embed/embed.c $FLAGS >"$TMP/cc" 2>&1; then
   fail install_pkg_config "cc examples/embed/embed.c $FLAGS: $(cat "$TMP/cc")"
 fi
-OUT=$(LD_LIBRARY_PATH=$R/lib "$TMP/embed" 2>&1) || fail install_pkg_config "the example against the installed library: $OUT"
+OUT=$(LD_LIBRARY_PATH=$R/lib "$TMP/embed" "$TMP/w.safetensors" 2>&1) || fail install_pkg_config "the example against the installed library: $OUT"
 LD_LIBRARY_PATH=$R/lib ldd "$TMP/embed" | grep -q "libtinytrain.so.0 => $R/lib" ||
   fail install_pkg_config "the example is not linked to the installed libtinytrain.so.0: $(ldd "$TMP/embed")"
 echo "PASS install_pkg_config"

@@ -2,6 +2,7 @@
  * orientations in noise), trains on them batch by batch, then predicts new ones.
  *   cc -O2 embed.c tinytrain.c ... (the amalgamation), or
  *   cc embed.c $(pkg-config --cflags --libs tinytrain)       (the installed library)
+ *   ./embed [weights.safetensors]   (saves the trained weights there, and loads them back)
  * Exits 0 when the model learnt (accuracy over 80%), 1 otherwise. */
 #include <stdint.h>
 #include <stdio.h>
@@ -33,7 +34,7 @@ static void make_batch(uint8_t *img, int32_t *lab, int n) {
   for (int i = 0; i < n; i++) make_image(img + i * 256, lab[i] = rnd(3));
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   char err[1024];
   tt_run_opts o;
   tt_run_opts_init(&o);
@@ -60,7 +61,8 @@ int main(void) {
   int right = 0, rc = tt_net_topk(net, img, 32, 1, top, NULL);
   for (int i = 0; i < 32 && !rc; i++) right += top[i] == lab[i];
   if (!rc) printf("embed: predicted %d of 32 new images right\n", right);
-  if (rc || tt_net_save(net, "/dev/null") != 0) fprintf(stderr, "embed: %s\n", tt_net_error(net));
+  if (!rc && argc > 1) rc = tt_net_save(net, argv[1]) || tt_net_load(net, argv[1]); /* weights to keep */
+  if (rc) fprintf(stderr, "embed: %s\n", tt_net_error(net));
   tt_net_close(net);
   return !rc && right > 25 ? 0 : 1;
 }
