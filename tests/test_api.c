@@ -210,6 +210,16 @@ static void test_predict(tt_net *net) {
     if (tt_test_current_failed) break;
   }
   TT_CHECK(fabs((double)correct / n - acc) < 1e-9, "predict's accuracy %d/%d, evaluate's %g", correct, n, acc);
+  { /* the same images as normalised floats (the recipe's mean 0.5, std 0.25) predict alike */
+    size_t cnt = (size_t)n * 256;
+    float *fx = (float *)malloc(sizeof(float) * cnt), *p2 = (float *)malloc(sizeof(float) * n * C);
+    for (size_t i = 0; i < cnt; i++) fx[i] = (ds.images[i] / 255.0f - 0.5f) / 0.25f;
+    TT_CHECK(tt_net_predict_f32(net, fx, n, p2) == 0, "predict_f32: %s", tt_net_error(net));
+    double worst = 0;
+    for (size_t i = 0; i < (size_t)n * C; i++) worst = fmax(worst, fabs(p2[i] - probs[i]));
+    TT_CHECK(worst < 1e-4, "predict_f32 differs from predict by %g", worst);
+    free(fx), free(p2);
+  }
   TT_CHECK(acc > 0.2 && loss > 0.0, "after 7 steps: accuracy %g loss %g", acc, loss);
   /* a second net loading the saved weights predicts the same probabilities */
   char w[160], err[1200];
