@@ -390,7 +390,7 @@ def install(builddir):
     print("installed tinytrain %s under %s" % (info["version"], root))
 
 
-def library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, sanitize, use_cuda):
+def library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, sanitize, use_cuda, nvcc_amal=None):
     """build.ninja lines for the shared library (versioned soname), the amalgamation compiled with cc
     and examples/embed linked against it, and `ninja install`; records what install needs in
     B/install.json. Returns what `ninja test` must build first."""
@@ -417,6 +417,11 @@ def library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, sanitize, us
     n.append("build %s/tinytrain.o: amalcc %s/tinytrain.c" % (amal, amal))
     n.append("build %s/obj/examples_embed.o: amalcc examples/embed/embed.c | %s/tinytrain.h\n  incl = -I%s" % (B, amal, amal))
     n.append("build %s/examples/embed: amallink %s/obj/examples_embed.o %s/tinytrain.o" % (B, B, amal))
+    extra = []
+    if nvcc_amal:  # the same tinytrain.c through nvcc -x cu: the CUDA backend compiles in it too
+        n.append("rule amalnvcc\n  command = $nvcc -x cu %s -c $in -o $out\n  description = NVCC (amalgamation) $out" % nvcc_amal)
+        n.append("build %s/tinytrain_cuda.o: amalnvcc %s/tinytrain.c" % (amal, amal))
+        extra.append("%s/tinytrain_cuda.o" % amal)
     n.append("rule install\n  command = python3 configure.py --install %s\n  description = INSTALL\n  pool = console" % B)
     n.append("build install: install | %s %s/%s %s" % (tt_bin, B, so, lib))
     os.makedirs(os.path.join(ROOT, B), exist_ok=True)
@@ -424,7 +429,7 @@ def library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, sanitize, us
         json.dump({"bin": tt_bin, "so": so, "soname": soname, "version": version,
                    "libs": "-fopenmp -pthread -ldnnl -lopenblas -lz -lm" +
                            (" -lcudnn -lcublas -lcudart -ldl -lstdc++" if use_cuda else "")}, f)
-    return ["%s/examples/embed" % B, "%s/%s" % (B, so), lib]
+    return ["%s/examples/embed" % B, "%s/%s" % (B, so), lib] + extra
 
 
 def main():
@@ -620,7 +625,9 @@ def main():
     # `ninja bench` builds every benchmark; `ninja test` builds them too, so they always compile
     # and are never stale beside a rebuilt library.
     n.append("build bench: phony %s" % " ".join(bench_bins))
-    test_deps = library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, args.sanitize, use_cuda)
+    test_deps = library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, args.sanitize, use_cuda,
+                              ("-std=c++17 -O1 -arch=sm_%s -Xcompiler -fopenmp -D_GNU_SOURCE -I%s -I%s -I%s/include -I%s" % (
+                                  ptx, blas["inc"], stb["inc"], cuda["home"], cuda["cudnn"]["inc"])) if use_cuda else None)
     scripts = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests/test_*.sh")))
     if args.sanitize:
         scripts = [s for s in scripts if s not in SANITIZE_SKIP]
