@@ -121,6 +121,51 @@ done:
   TT_TEST_END();
 }
 
+/* A PyTorch-style state dict: fp16 and bf16 tensors convert, an int64 counter that names no
+ * parameter (num_batches_tracked) is reported unused, not an error. */
+static void test_state_dict_dtypes(void) {
+  TT_TEST_BEGIN("finetune_state_dict_dtypes");
+  char err[1200], path[128], rep[2048];
+  snprintf(path, sizeof path, "%s/sd.safetensors", tmpdir);
+  uint16_t w16[16 * 64], b16[16];
+  int64_t nbt = 7;
+  for (int i = 0; i < 16 * 64; i++) w16[i] = tt_f32_to_f16(0.25f);
+  for (int i = 0; i < 16; i++) b16[i] = 0x3f80; /* bf16 1.0 */
+  tt_st_tensor t[3];
+  memset(t, 0, sizeof t);
+  t[0].name = "fc1.weight", t[0].dtype = "F16", t[0].ndim = 2, t[0].shape[0] = 16, t[0].shape[1] = 64;
+  t[0].data = w16, t[0].bytes = sizeof w16;
+  t[1].name = "fc1.bias", t[1].dtype = "BF16", t[1].ndim = 1, t[1].shape[0] = 16, t[1].data = b16, t[1].bytes = sizeof b16;
+  t[2].name = "bn1.num_batches_tracked", t[2].dtype = "I64", t[2].ndim = 0, t[2].data = &nbt, t[2].bytes = 8;
+  tt_err e;
+  int rc = tt_st_write(path, t, 3, NULL, &e);
+  TT_CHECK(rc == 0, "write: %s", e.msg);
+  tt_net *n = ft_open(FT_RECIPE("3", ""), err, sizeof err);
+  TT_CHECK(n != NULL, "open: %s", err);
+  if (!n || rc) {
+    tt_net_close(n);
+    return;
+  }
+  TT_CHECK(tt_net_load_matching(n, path, rep, sizeof rep) == 0, "load: %s", tt_net_error(n));
+  TT_CHECK(strstr(rep, "loaded 2 of") && strstr(rep, "1 tensors of the file name no parameter here (bn1.num_batches_tracked)"),
+           "report: %s", rep);
+  char out[128];
+  snprintf(out, sizeof out, "%s/sd_out.safetensors", tmpdir);
+  tt_st_file *f = NULL;
+  if (tt_net_save(n, out) == 0 && tt_st_open(out, &f, &e) == 0) {
+    const tt_st_tensor *w = tt_st_get(f, "fc1.weight"), *b = tt_st_get(f, "fc1.bias");
+    float wv, bv;
+    memcpy(&wv, (const char *)w->data + 4 * 37, 4);
+    memcpy(&bv, (const char *)b->data + 4 * 5, 4);
+    TT_CHECK(wv == 0.25f && bv == 1.0f, "fc1.weight[37] %g (want 0.25 from fp16), fc1.bias[5] %g (want 1 from bf16)", wv, bv);
+    tt_st_close(f);
+  } else {
+    TT_CHECK(0, "save: %s", tt_net_error(n));
+  }
+  tt_net_close(n);
+  TT_TEST_END();
+}
+
 static void test_freeze(void) {
   TT_TEST_BEGIN("freeze_keeps_weights_and_plans_no_gradient");
   char err[1200], w0[128], w1[128];
@@ -169,6 +214,7 @@ int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/tt_test_finetune_XXXXXX");
   if (!mkdtemp(tmpdir)) return 1;
   test_other_classes();
+  test_state_dict_dtypes();
   test_freeze();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
