@@ -32,6 +32,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "zlib1g-dev", "dataset-fashion-mnist",
+                # the test that builds examples/embed against the installed library (tests/test_install.sh)
+                "pkg-config",
                 # the fuzz targets (tests/fuzz/): clang with libFuzzer (libclang-rt-dev) and its OpenMP
                 "clang", "libclang-rt-dev", "libomp-dev",
                 # multi-process training (core/dist.c): mpirun and MPI's headers and library
@@ -41,7 +43,7 @@ DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "
 LIB_DIRS = ["core", "arena", "kernels/ref", "kernels/cpu"]
 CLI_SOURCES = ["core/main.c"]
 TESTS = ["test_ops", "test_cpu_vs_ref", "test_arena", "test_recipe", "test_data", "test_safetensors", "test_graph",
-         "test_lower", "test_step", "test_train", "test_sched", "test_cuda"]
+         "test_lower", "test_step", "test_train", "test_sched", "test_cuda", "test_api", "test_finetune"]
 # The CUDA backend's own sources compiled as C++ against tests/cuda_emu (host emulation): test_cuda
 # built against them runs without a GPU; emu_selftest checks the emulation's own checks.
 EMU_TESTS = ["test_cuda_emu", "test_cuda_emu_self"]
@@ -49,7 +51,7 @@ EMU_TESTS = ["test_cuda_emu", "test_cuda_emu_self"]
 # Not part of a --sanitize build's `ninja test`: test_step counts allocations by replacing
 # malloc, which AddressSanitizer must own; test_torch_weights.sh runs ./tinytrain, not the
 # sanitized binary, and PyTorch.
-SANITIZE_SKIP = ["test_step", "tests/test_torch_weights.sh"]
+SANITIZE_SKIP = ["test_step", "tests/test_torch_weights.sh", "tests/test_install.sh"]
 
 
 def run(cmd):
@@ -338,8 +340,9 @@ def sources(dirs, ext):
     return [os.path.relpath(p, ROOT) for p in out if os.path.relpath(p, ROOT) not in CLI_SOURCES]
 
 
-def amalgamate():
-    """Joins the library into tinytrain.h (public header) + tinytrain.c (every module)."""
+def amalgamate(out_dir=None):
+    """Joins the library into tinytrain.h (public header) + tinytrain.c (every module, the CUDA
+    backend behind #ifdef TT_HAVE_CUDA, which nvcc defines): in the repository root, or out_dir."""
     seen = set()
     out = []
 
@@ -365,19 +368,108 @@ def amalgamate():
                 continue
             out.append(line)
 
+    # compiled by nvcc (-x cu): the CUDA backend too; by cc: the CPU backends alone
+    out.append("#if defined(__CUDACC__) && !defined(TT_HAVE_CUDA)\n#define TT_HAVE_CUDA 1\n#endif")
     for src in sources(LIB_DIRS, ".c"):
         emit(src)
-    with open(os.path.join(ROOT, "tinytrain.c"), "w") as f:
-        f.write("/* tinytrain.c — amalgamated by configure.py --amalgamate; do not edit. Build:\n"
-                " *   cc -O2 -fopenmp -c tinytrain.c -I/usr/include/x86_64-linux-gnu/openblas-pthread -I/usr/include/stb\n"
+    out.append("#ifdef TT_HAVE_CUDA /* ---- the CUDA backend (nvcc -x cu) ---- */")
+    for src in sources(["kernels/cuda"], ".cu"):
+        emit(src)
+    out.append("#endif /* TT_HAVE_CUDA */")
+    dest = os.path.join(ROOT, out_dir) if out_dir else ROOT
+    os.makedirs(dest, exist_ok=True)
+    with open(os.path.join(dest, "tinytrain.c"), "w") as f:
+        f.write("/* tinytrain.c — amalgamated by configure.py --amalgamate; do not edit. Build for the CPU:\n"
+                " *   cc -O2 -std=c11 -D_GNU_SOURCE -fopenmp -c tinytrain.c -I/usr/include/x86_64-linux-gnu/openblas-pthread\n"
+                " *      -I/usr/include/stb\n"
                 " * and link with -fopenmp -ldnnl -lopenblas -lz -lm -lpthread (oneDNN from libdnnl-dev, OpenBLAS from\n"
-                " * libopenblas-dev, stb_image.h from libstb-dev). */\n")
+                " * libopenblas-dev, stb_image.h from libstb-dev). With the CUDA backend:\n"
+                " *   nvcc -x cu -std=c++17 -O2 -Xcompiler -fopenmp -arch=sm_80 -c tinytrain.c -I<cudnn include> (same -I)\n"
+                " * and link with the same plus -lcudnn -lcublas -lcudart -ldl -lstdc++. */\n")
         f.write("\n".join(out) + "\n")
     with open(os.path.join(ROOT, "core", "tinytrain.h")) as f:
         hdr = f.read()
-    with open(os.path.join(ROOT, "tinytrain.h"), "w") as f:
+    with open(os.path.join(dest, "tinytrain.h"), "w") as f:
         f.write(hdr)
     print("wrote tinytrain.c (%d lines) and tinytrain.h" % len(out))
+
+
+def install(builddir):
+    """`ninja install`: the binary, libtinytrain.so (versioned soname), libtinytrain.a, the header and
+    tinytrain.pc under $DESTDIR$PREFIX (PREFIX default /usr/local), from what configure recorded."""
+    import json
+    with open(os.path.join(ROOT, builddir, "install.json")) as f:
+        info = json.load(f)
+    prefix = os.environ.get("PREFIX") or "/usr/local"
+    root = os.environ.get("DESTDIR", "") + prefix
+    dirs = {k: os.path.join(root, k) for k in ("bin", "lib", "include", "lib/pkgconfig")}
+    for d in dirs.values():
+        os.makedirs(d, exist_ok=True)
+    so, soname = info["so"], info["soname"]
+
+    def put(src, dst, mode):
+        tmp = dst + ".tmp"
+        shutil.copyfile(os.path.join(ROOT, src), tmp)
+        os.chmod(tmp, mode)
+        os.replace(tmp, dst)
+
+    put(info["bin"], os.path.join(dirs["bin"], "tinytrain"), 0o755)
+    put(os.path.join(builddir, so), os.path.join(dirs["lib"], so), 0o755)
+    put(os.path.join(builddir, "libtinytrain.a"), os.path.join(dirs["lib"], "libtinytrain.a"), 0o644)
+    put("core/tinytrain.h", os.path.join(dirs["include"], "tinytrain.h"), 0o644)
+    for link in (soname, "libtinytrain.so"):
+        p = os.path.join(dirs["lib"], link)
+        if os.path.lexists(p):
+            os.remove(p)
+        os.symlink(so, p)
+    pc = ("prefix=%s\nexec_prefix=${prefix}\nlibdir=${exec_prefix}/lib\nincludedir=${prefix}/include\n\n"
+          "Name: tinytrain\nDescription: trains image classifiers on GPUs with little memory\nVersion: %s\n"
+          "Libs: -L${libdir} -ltinytrain\nLibs.private: %s\nCflags: -I${includedir}\n" % (prefix, info["version"], info["libs"]))
+    with open(os.path.join(dirs["lib/pkgconfig"], "tinytrain.pc"), "w") as f:
+        f.write(pc)
+    print("installed tinytrain %s under %s" % (info["version"], root))
+
+
+def library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, sanitize, use_cuda, nvcc_amal=None, extra_libs=""):
+    """build.ninja lines for the shared library (versioned soname), the amalgamation compiled with cc
+    and examples/embed linked against it, and `ninja install`; records what install needs in
+    B/install.json. Returns what `ninja test` must build first."""
+    import json
+    version = header_define(os.path.join(ROOT, "core", "tinytrain.h"), "TT_VERSION") or "0.0.0"
+    soname, so = "libtinytrain.so.%s" % version.split(".")[0], "libtinytrain.so.%s" % version
+    n.append("rule solink\n  command = $cc -shared -Wl,-soname,%s $ldflags $in -o $out $libs\n  description = LINK $out" % soname)
+    n.append("build %s/%s: solink %s" % (B, so, " ".join(objs)))
+    amal = B + "/amalg"
+    deps = lib_src + sources(["kernels/cuda"], ".cu")
+    for d in LIB_DIRS + ["kernels", "kernels/cuda"]:
+        deps += sources([d], ".h")
+    n.append("rule amalgamate_dir\n  command = python3 configure.py --amalgamate --amalgamate-dir $dir > /dev/null\n"
+             "  description = AMALGAMATE $dir")
+    n.append("build %s/tinytrain.c %s/tinytrain.h: amalgamate_dir | configure.py %s\n  dir = %s"
+             % (amal, amal, " ".join(sorted(set(deps))), amal))
+    # the amalgamation as a user builds it: cc, no project flags beyond the libraries' include paths
+    amalflags = "%s -std=c11 -D_GNU_SOURCE -fopenmp -pthread -I%s -I%s" % (opt, blas["inc"], stb["inc"])
+    if sanitize:
+        amalflags += " -fsanitize=address,undefined -fno-omit-frame-pointer"
+    n.append("rule amalcc\n  command = $cc -MMD -MF $out.d %s $incl -c $in -o $out\n  depfile = $out.d\n  deps = gcc\n"
+             "  description = CC (amalgamation) $out" % amalflags)
+    n.append("rule amallink\n  command = $cc $ldflags $in -o $out -ldnnl -lopenblas -lz -lm\n  description = LINK $out")
+    n.append("build %s/tinytrain.o: amalcc %s/tinytrain.c" % (amal, amal))
+    n.append("build %s/obj/examples_embed.o: amalcc examples/embed/embed.c | %s/tinytrain.h\n  incl = -I%s" % (B, amal, amal))
+    n.append("build %s/examples/embed: amallink %s/obj/examples_embed.o %s/tinytrain.o" % (B, B, amal))
+    extra = []
+    if nvcc_amal:  # the same tinytrain.c through nvcc -x cu: the CUDA backend compiles in it too
+        n.append("rule amalnvcc\n  command = $nvcc -x cu %s -c $in -o $out\n  description = NVCC (amalgamation) $out" % nvcc_amal)
+        n.append("build %s/tinytrain_cuda.o: amalnvcc %s/tinytrain.c" % (amal, amal))
+        extra.append("%s/tinytrain_cuda.o" % amal)
+    n.append("rule install\n  command = python3 configure.py --install %s\n  description = INSTALL\n  pool = console" % B)
+    n.append("build install: install | %s %s/%s %s" % (tt_bin, B, so, lib))
+    os.makedirs(os.path.join(ROOT, B), exist_ok=True)
+    with open(os.path.join(ROOT, B, "install.json"), "w") as f:
+        json.dump({"bin": tt_bin, "so": so, "soname": soname, "version": version,
+                   "libs": "-fopenmp -pthread -ldnnl -lopenblas -lz -lm" +
+                           (" -lcudnn -lcublas -lcudart -ldl -lstdc++" if use_cuda else "") + extra_libs}, f)
+    return ["%s/examples/embed" % B, "%s/%s" % (B, so), lib] + extra
 
 
 def main():
@@ -390,9 +482,14 @@ def main():
     ap.add_argument("--cuda-arch", default=None)
     ap.add_argument("--cc", default=None)
     ap.add_argument("--amalgamate", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--amalgamate-dir", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--install", default=None, metavar="BUILDDIR", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.install:
+        install(args.install)
+        return
     if args.amalgamate:
-        amalgamate()
+        amalgamate(args.amalgamate_dir)
         return
     if args.deps:
         install_deps()
@@ -440,7 +537,7 @@ def main():
         print("CUDA arch  : %s + PTX compute_%s" % (",".join("sm_" + a for a in arch), ptx))
 
     opt = "-O0 -g" if args.debug else "-O2 -g"
-    cflags = "%s -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -pthread -I. -I%s -I%s" % (
+    cflags = "%s -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -fopenmp -pthread -I. -I%s -I%s" % (
         opt, blas["inc"], stb["inc"])
     ldflags = "-fopenmp -pthread"
     libs = "-ldnnl -lopenblas -lz -lm"
@@ -460,7 +557,7 @@ def main():
         gencode = " ".join("-gencode arch=compute_%s,code=sm_%s" % (a, a) for a in arch)
         gencode += " -gencode arch=compute_%s,code=compute_%s" % (ptx, ptx)
         # TT_CUDA_ARCHS: named in the message when the card has no kernel image in this build
-        nvflags = "%s -std=c++17 %s -I. -I%s/include -I%s -DTT_HAVE_CUDA=1 -DTT_CUDA_ARCHS=\\\"%s\\\" -Xcompiler -fopenmp" % (
+        nvflags = "%s -std=c++17 %s -I. -I%s/include -I%s -DTT_HAVE_CUDA=1 -DTT_CUDA_ARCHS=\\\"%s\\\" -Xcompiler -fopenmp -Xcompiler -fPIC" % (
             "-O0 -g" if args.debug else "-O2", gencode, cuda["home"], cuda["cudnn"]["inc"], ",".join(arch))
         if cuda.get("nccl"):  # kernels/cuda/cuda_nccl.cu: the all-reduce between GPUs
             nvflags += " -DTT_HAVE_NCCL=1 -I%s" % cuda["nccl"]["inc"]
@@ -515,7 +612,7 @@ def main():
     # The shell tests run the binary named by TT. A sanitizer build reports leaks too, and every
     # finding makes the program exit non-zero, so the test that ran it fails.
     # tests/sanitize.supp names the findings in code that is not ours (a test's JPEG writer).
-    test_env = "TT=%s" % (tt_bin if "/" in tt_bin else "./" + tt_bin)
+    test_env = "TT=%s TT_BUILD=%s" % (tt_bin if "/" in tt_bin else "./" + tt_bin, B)
     if args.sanitize:
         test_env += (" ASAN_OPTIONS=detect_leaks=1:abort_on_error=0"
                      " UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=tests/sanitize.supp")
@@ -585,10 +682,15 @@ def main():
     # `ninja bench` builds every benchmark; `ninja test` builds them too, so they always compile
     # and are never stale beside a rebuilt library.
     n.append("build bench: phony %s" % " ".join(bench_bins))
+    test_deps = library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, args.sanitize, use_cuda,
+                              ("-std=c++17 -O1 -arch=sm_%s -Xcompiler -fopenmp -D_GNU_SOURCE -I%s -I%s -I%s/include -I%s" % (
+                                  ptx, blas["inc"], stb["inc"], cuda["home"], cuda["cudnn"]["inc"])) if use_cuda else None,
+                              extra_libs=(" " + mpilibs if mpilibs else "") +
+                                         (" -lnccl" if use_cuda and cuda.get("nccl") else ""))
     scripts = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests/test_*.sh")))
     if args.sanitize:
         scripts = [s for s in scripts if s not in SANITIZE_SKIP]
-    n.append("build test: test | %s %s\n  tests = %s" % (tt_bin, " ".join(test_bins + bench_bins), " ".join(test_bins + ["'bash %s'" % s for s in scripts])))
+    n.append("build test: test | %s %s\n  tests = %s" % (tt_bin, " ".join(test_bins + bench_bins + test_deps), " ".join(test_bins + ["'bash %s'" % s for s in scripts])))
     if use_cuda:
         # `ninja cuda-check`: every .cu for the architectures CI checks, warnings as errors, resources
         # against each architecture's limits, and the linked binary's SASS/PTX list (tests/tools/cuda_check.py)

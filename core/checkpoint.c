@@ -286,3 +286,16 @@ int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_sta
   tt_st_close(f);
   return rc;
 }
+
+int tt_checkpoint_save_weights(tt_exec *x, const char *path, const char *const *meta, tt_err *err) {
+  tt_st_tensor *t;
+  float *data;
+  int n;
+  if (ckpt_collect(x, 0, &t, &data, &n, err)) return -1;
+  const char *def[] = {"format", "tinytrain", "recipe", x->g->model->name, NULL};
+  int rc = tt_st_write(path, t, n, meta ? meta : def, err);
+  free(n ? (void *)t[0].name : NULL);
+  free(t);
+  free(data);
+  return rc;
+}

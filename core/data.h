@@ -45,6 +45,14 @@ int tt_dataset_load_list(const char *list_path, int c, int h, int w, tt_dataset 
                          tt_warn_fn warn, void *ud);
 int tt_dataset_synthetic(int n, int c, int h, int w, int classes, uint64_t seed, tt_dataset *ds, tt_err *err);
 
+/* One image file decoded as the test split's images are: to c channels, the shorter side
+ * fitted to h x w and the rest centre-cropped, into out [c, h, w]. err names the file. */
+int tt_image_decode(const char *path, int c, int h, int w, uint8_t *out, tt_err *err);
+/* The sorted names of dir's entries (hidden ones left out), whatever their kind; free with
+ * tt_dir_entries_free. */
+int tt_dir_entries(const char *dir, char ***names, int *n, tt_err *err);
+void tt_dir_entries_free(char **names, int n);
+
 /* ---- Loader: background threads fill a ring of preallocated batch buffers. ----
  * Determinism: the order of epoch e depends on (seed, e) only; the augmentation of the
  * sample at position j of epoch e depends on (seed, e, j) only — never on thread count or

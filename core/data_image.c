@@ -508,3 +508,13 @@ done:
   data_items_free(&items);
   return rc;
 }
+
+int tt_image_decode(const char *path, int c, int h, int w, uint8_t *out, tt_err *err) {
+  char reason[DATA_REASON_MAX];
+  if (data_decode_one(path, c, h, w, out, reason)) return tt_fail(err, "%s: %s", path, reason);
+  return 0;
+}
+
+int tt_dir_entries(const char *dir, char ***names, int *n, tt_err *err) { return data_list_dir(dir, names, n, err); }
+
+void tt_dir_entries_free(char **names, int n) { data_free_names(names, n); }

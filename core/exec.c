@@ -250,12 +250,12 @@ static int exec_bwd(exec_run *r, const tt_step *s, tt_err *err) {
     case TT_L_CONV: {
       tt_conv_desc d = a->conv;
       d.n = N;
-      EXEC_CHECK(be->conv_bwd_filter(be, &d, dt, sv, dy, dw, db, bp, ws, wsb));
+      if (dw) EXEC_CHECK(be->conv_bwd_filter(be, &d, dt, sv, dy, dw, db, bp, ws, wsb)); /* none: frozen */
       if (dx) EXEC_CHECK(be->conv_bwd_data(be, &d, dt, dy, EXEC_P(s->in[TT_BWD_W]), dx, bdx, ws, wsb));
       break;
     }
     case TT_L_LINEAR:
-      EXEC_CHECK(be->linear_bwd_filter(be, N, a->linear.in, a->linear.out, dt, sv, dy, dw, db, bp, ws, wsb));
+      if (dw) EXEC_CHECK(be->linear_bwd_filter(be, N, a->linear.in, a->linear.out, dt, sv, dy, dw, db, bp, ws, wsb));
       if (dx)
         EXEC_CHECK(be->linear_bwd_data(be, N, a->linear.in, a->linear.out, dt, dy, EXEC_P(s->in[TT_BWD_W]), dx, bdx, ws, wsb));
       break;
@@ -327,6 +327,11 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
         EXEC_CHECK(be->softmax_ce(be, r->loss_batch, s->a.loss.classes, dt, EXEC_P(s->in[TT_LOSS_LOGITS]),
                                   (const int32_t *)EXEC_P(s->in[TT_LOSS_LABELS]), s->a.loss.label_smoothing, r->grad_scale,
                                   EXEC_P(s->out[TT_LOSS_DLOGITS]), (float *)EXEC_P(s->out[TT_LOSS_STATS])));
+        if (s->out[TT_LOSS_DLOGITS] >= 0 && r->loss_batch < r->batch) { /* a partial batch: no gradient past it */
+          size_t row = (size_t)s->a.loss.classes * tt_dtype_size(dt);
+          EXEC_CHECK(be->zero(be, (unsigned char *)EXEC_P(s->out[TT_LOSS_DLOGITS]) + row * r->loss_batch,
+                              row * (size_t)(r->batch - r->loss_batch)));
+        }
         break;
       case TT_S_BWD:
         if (exec_bwd(r, s, err)) return -1;
@@ -360,25 +365,22 @@ static int exec_upload_batch(tt_exec *x, const tt_program *p, const uint8_t *ima
   return 0;
 }
 
-int tt_exec_micro_step(tt_exec *x, const uint8_t *images, const int32_t *labels, int micro_index, uint64_t step,
-                       float grad_scale, tt_err *err) {
-  const tt_program *p = x->train;
-  exec_run r;
-  memset(&r, 0, sizeof r);
-  r.x = x, r.p = p, r.batch = r.loss_batch = p->policy.micro_batch, r.micro_index = micro_index, r.step = step;
-  r.grad_scale = grad_scale;
-  if (exec_upload_batch(x, p, images, labels, r.batch, err)) return -1;
-  return exec_range(&r, 0, p->micro_end, err);
-}
-
-int tt_exec_micro_step_f32(tt_exec *x, const float *input, const int32_t *labels, int micro_index, uint64_t step,
-                           float grad_scale, tt_err *err) {
-  const tt_program *p = x->train;
+/* A micro-step of program p (the training or the evaluation one) on images (uint8, staged) or
+ * input (normalised fp32 straight into the input's value buffer): p's full planned batch, of
+ * which the loss counts the first n. In training, the logits' gradient of the samples past n is
+ * zeroed, so that they add nothing to the weights' gradients (exactly so without batch norm,
+ * whose batch statistics still see them). */
+static int exec_micro(tt_exec *x, const tt_program *p, const uint8_t *images, const float *input, const int32_t *labels,
+                      int n, int micro_index, uint64_t step, float grad_scale, tt_err *err) {
   tt_backend *be = x->be;
   exec_run r;
   memset(&r, 0, sizeof r);
-  r.x = x, r.p = p, r.batch = r.loss_batch = p->policy.micro_batch, r.micro_index = micro_index, r.step = step;
+  r.x = x, r.p = p, r.batch = p->policy.micro_batch, r.loss_batch = n, r.micro_index = micro_index, r.step = step;
   r.grad_scale = grad_scale;
+  if (images) {
+    if (exec_upload_batch(x, p, images, labels, r.batch, err)) return -1;
+    return exec_range(&r, 0, p->micro_end, err);
+  }
   size_t cnt = (size_t)r.batch * p->input_numel;
   void *dst = tt_exec_ptr(x, p, p->value_buf[0]);
   if (be->upload(be, tt_exec_ptr(x, p, p->labels), labels, (size_t)r.batch * sizeof(int32_t))) return -1;
@@ -387,7 +389,7 @@ int tt_exec_micro_step_f32(tt_exec *x, const float *input, const int32_t *labels
   if (p->policy.act_dtype == TT_F32) {
     if (be->upload(be, dst, input, cnt * sizeof(float))) return tt_fail(err, "upload failed");
   } else {
-    uint16_t *h = (uint16_t *)tt_malloc(cnt * 2, "test input", err);
+    uint16_t *h = (uint16_t *)tt_malloc(cnt * 2, "fp16 input", err);
     if (!h) return -1;
     for (size_t i = 0; i < cnt; i++) h[i] = tt_f32_to_f16(input[i]);
     int rc = be->upload(be, dst, h, cnt * 2);
@@ -397,10 +399,47 @@ int tt_exec_micro_step_f32(tt_exec *x, const float *input, const int32_t *labels
   for (int i = 0; i < p->micro_end; i++) {
     if (p->steps[i].op == TT_S_LOAD_INPUT) {
       if (p->steps[i].flags & TT_SF_RECOMPUTE)
-        return tt_fail(err, "tt_exec_micro_step_f32 cannot be used when the input is recomputed");
+        return tt_fail(err, "fp32 input cannot be used when the input is recomputed (the plan recomputes it; use uint8 images)");
       continue;
     }
     if (exec_range(&r, i, i + 1, err)) return -1;
+  }
+  return 0;
+}
+
+int tt_exec_micro_step(tt_exec *x, const uint8_t *images, const int32_t *labels, int micro_index, uint64_t step,
+                       float grad_scale, tt_err *err) {
+  return exec_micro(x, x->train, images, NULL, labels, x->train->policy.micro_batch, micro_index, step, grad_scale, err);
+}
+
+int tt_exec_micro_step_f32(tt_exec *x, const float *input, const int32_t *labels, int micro_index, uint64_t step,
+                           float grad_scale, tt_err *err) {
+  return exec_micro(x, x->train, NULL, input, labels, x->train->policy.micro_batch, micro_index, step, grad_scale, err);
+}
+
+int tt_exec_micro_step_n(tt_exec *x, int train, const uint8_t *images, const float *input, const int32_t *labels, int n,
+                         int micro_index, uint64_t step, float grad_scale, tt_err *err) {
+  const tt_program *p = train ? x->train : x->eval;
+  if (!p) return tt_fail(err, "internal error: no %s program", train ? "training" : "evaluation");
+  if (n < 1 || n > p->policy.micro_batch)
+    return tt_fail(err, "internal error: %d samples for a micro-batch of %d", n, p->policy.micro_batch);
+  return exec_micro(x, p, images, input, labels, n, micro_index, step, train ? grad_scale : 0.0f, err);
+}
+
+int tt_exec_logits(tt_exec *x, int n, float *out, tt_err *err) {
+  const tt_program *p = x->eval;
+  const tt_step *loss = NULL;
+  for (int i = 0; p && i < p->micro_end && !loss; i++)
+    if (p->steps[i].op == TT_S_LOSS) loss = &p->steps[i];
+  if (!loss) return tt_fail(err, "internal error: no evaluation program with a loss");
+  int b = loss->in[TT_LOSS_LOGITS];
+  size_t cnt = (size_t)n * loss->a.loss.classes;
+  tt_dtype dt = p->bufs[b].dtype;
+  if (x->be->download(x->be, out, tt_exec_ptr(x, p, b), cnt * tt_dtype_size(dt)))
+    return tt_fail(err, "reading the logits failed: %s", x->be->last_error(x->be));
+  if (dt == TT_F16) { /* widen in place, from the end */
+    const uint16_t *h = (const uint16_t *)out;
+    for (size_t i = cnt; i-- > 0;) out[i] = tt_f16_to_f32(h[i]);
   }
   return 0;
 }

@@ -63,6 +63,15 @@ int tt_exec_micro_step(tt_exec *x, const uint8_t *images, const int32_t *labels,
  * (fp32; converted when the program is fp16) instead of uint8 pixels. */
 int tt_exec_micro_step_f32(tt_exec *x, const float *input, const int32_t *labels, int micro_index, uint64_t step,
                            float grad_scale, tt_err *err);
+/* A micro-step of the training program (train = 1) or a forward pass of the evaluation program
+ * (train = 0) on a batch given as uint8 images or normalised fp32 input (the other NULL), each
+ * holding the program's full planned batch, of which only the first n count: the loss and its
+ * statistics, and in training the gradient (the logits' gradient past n is zeroed; batch norm's
+ * batch statistics still see every sample). The step-level API pads a short batch with repeats. */
+int tt_exec_micro_step_n(tt_exec *x, int train, const uint8_t *images, const float *input, const int32_t *labels, int n,
+                         int micro_index, uint64_t step, float grad_scale, tt_err *err);
+/* The evaluation program's logits of the last forward pass, first n samples, as fp32 [n, classes]. */
+int tt_exec_logits(tt_exec *x, int n, float *out, tt_err *err);
 /* The update phase. grad_unscale multiplies every gradient (1/loss_scale). Under fp16 the
  * overflow check runs first and every update reads its flag on the device: if any gradient is
  * inf/NaN no parameter or optimizer state moves. t is the 1-based optimizer step (Adam bias

@@ -55,6 +55,14 @@ int tt_write_file_atomic(const char *path, const void *const *chunks, const size
   if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
     return tt_fail(err, "%s: path too long (limit %d bytes); use a shorter output path", path,
                    (int)sizeof tmp - 5);
+  {
+    /* the rename below would replace whatever is at path: never a device (/dev/null), a pipe
+     * or a directory */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+      return tt_fail(err, "%s: exists and is %s, not a regular file; give the path of a file to write", path,
+                     tt_file_kind(st.st_mode));
+  }
   /* O_NONBLOCK: a named pipe left at the temporary name fails (ENXIO) instead of waiting for
    * a reader; for a regular file the flag changes nothing. */
   fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);

@@ -185,6 +185,7 @@ static int graph_add_param(tt_graph *g, int node, const char *layer, const char 
   p->fan_in = fan_in;
   p->fan_out = fan_out;
   if (trainable) g->trainable_numel = tt_size_add(g->trainable_numel, p->numel);
+  else if (role != TT_PR_BN_MEAN && role != TT_PR_BN_VAR) g->frozen_numel = tt_size_add(g->frozen_numel, p->numel);
   if (p->numel == SIZE_MAX || g->trainable_numel == SIZE_MAX) return -1;
   return g->nparams++;
 }
@@ -195,29 +196,29 @@ static int graph_add_param(tt_graph *g, int node, const char *layer, const char 
 static int graph_params(tt_graph *g, tt_node *n) {
   const tt_layer *L = n->L;
   const tt_node *x = &g->nodes[n->in[0]];
-  int i = n->layer, xc = x->c;
+  int i = n->layer, xc = x->c, tr = !L->freeze; /* a frozen layer's weights are not trainable */
   if (L->kind == TT_L_CONV) {
     int cg = xc / n->groups;
     int64_t ws[4] = {L->filters, cg, L->kh, L->kw};
     int fan_in = cg * L->kh * L->kw, fan_out = L->filters / n->groups * L->kh * L->kw; /* < 2^31: graph_conv_shape */
-    if ((n->weight = graph_add_param(g, i, L->name, "weight", TT_PR_WEIGHT, 4, ws, 1, 1, fan_in, fan_out)) < 0) return -1;
+    if ((n->weight = graph_add_param(g, i, L->name, "weight", TT_PR_WEIGHT, 4, ws, tr, 1, fan_in, fan_out)) < 0) return -1;
     if (L->bias) {
       int64_t bs[1] = {L->filters};
-      if ((n->bias = graph_add_param(g, i, L->name, "bias", TT_PR_BIAS, 1, bs, 1, 1, fan_in, fan_out)) < 0) return -1;
+      if ((n->bias = graph_add_param(g, i, L->name, "bias", TT_PR_BIAS, 1, bs, tr, 1, fan_in, fan_out)) < 0) return -1;
     }
   } else if (L->kind == TT_L_BN) {
     int64_t s[1] = {xc};
-    if ((n->gamma = graph_add_param(g, i, L->name, "weight", TT_PR_BN_GAMMA, 1, s, 1, 0, 0, 0)) < 0 ||
-        (n->beta = graph_add_param(g, i, L->name, "bias", TT_PR_BN_BETA, 1, s, 1, 0, 0, 0)) < 0 ||
+    if ((n->gamma = graph_add_param(g, i, L->name, "weight", TT_PR_BN_GAMMA, 1, s, tr, 0, 0, 0)) < 0 ||
+        (n->beta = graph_add_param(g, i, L->name, "bias", TT_PR_BN_BETA, 1, s, tr, 0, 0, 0)) < 0 ||
         (n->rmean = graph_add_param(g, i, L->name, "running_mean", TT_PR_BN_MEAN, 1, s, 0, 0, 0, 0)) < 0 ||
         (n->rvar = graph_add_param(g, i, L->name, "running_var", TT_PR_BN_VAR, 1, s, 0, 0, 0, 0)) < 0)
       return -1;
   } else if (L->kind == TT_L_LINEAR) {
     int64_t ws[2] = {L->filters, xc};
-    if ((n->weight = graph_add_param(g, i, L->name, "weight", TT_PR_WEIGHT, 2, ws, 1, 1, xc, L->filters)) < 0) return -1;
+    if ((n->weight = graph_add_param(g, i, L->name, "weight", TT_PR_WEIGHT, 2, ws, tr, 1, xc, L->filters)) < 0) return -1;
     if (L->bias) {
       int64_t bs[1] = {L->filters};
-      if ((n->bias = graph_add_param(g, i, L->name, "bias", TT_PR_BIAS, 1, bs, 1, 1, xc, L->filters)) < 0) return -1;
+      if ((n->bias = graph_add_param(g, i, L->name, "bias", TT_PR_BIAS, 1, bs, tr, 1, xc, L->filters)) < 0) return -1;
     }
   }
   return 0;

@@ -54,6 +54,7 @@ typedef struct tt_graph {
   tt_param *params;
   int nparams;
   size_t trainable_numel;
+  size_t frozen_numel;   /* weights of layers with freeze = true (not trainable) */
   double flops_per_sample; /* forward */
 } tt_graph;
 

@@ -42,6 +42,9 @@ typedef struct tt_layer {
   int groups;                   /* conv; groups == input channels is depthwise; -1 = "depthwise"
                                  * in the recipe: the graph stage sets it to the input channels */
   int bias;                     /* conv and linear: 1 if the layer has a bias */
+  int freeze;                   /* conv, linear, batch norm: 1 keeps the weights as loaded (no gradient,
+                                 * no optimizer state, no update; batch norm's running statistics
+                                 * still update in training) */
   float eps, momentum;          /* batch norm (PyTorch meaning of momentum: 0.1 default) */
   float p;                      /* dropout probability */
 } tt_layer;

@@ -6,6 +6,13 @@
 #include "dist.h"
 #include "session.h"
 
+/* Bytes the frozen layers' weights would have taken in gradients and optimizer state. */
+static size_t plan_frozen_saved(const tt_session *s) {
+  const tt_train_cfg *tc = &s->model.train;
+  size_t per = 1 + (tc->optimizer == TT_OPT_SGD ? (tc->momentum != 0.0f) : 2); /* gradient + state */
+  return tt_size_mul(s->graph.frozen_numel, per * sizeof(float));
+}
+
 static double plan_mib(size_t b) { return b / 1048576.0; }
 
 static void plan_breakdown(const tt_program *p, size_t *params, size_t *grads, size_t *opt, size_t *acts, size_t *ws) {
@@ -117,6 +124,7 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
   if (s->device_free_known) tt_strbuf_printf(&b, ", \"device_free_bytes\": %zu", s->device_free_bytes);
   else tt_strbuf_printf(&b, ", \"device_free_bytes\": null");
   tt_strbuf_printf(&b, ", \"budget_clamped\": %s", s->budget_clamped ? "true" : "false");
+  tt_strbuf_printf(&b, ", \"frozen_params\": %zu, \"frozen_saved_bytes\": %zu", g->frozen_numel, plan_frozen_saved(s));
   tt_strbuf_printf(&b, ", \"saved\": {\"fp32_plain_arena_bytes\": %zu, \"no_inplace_arena_bytes\": %zu, "
                        "\"no_recompute_arena_bytes\": %zu}, \"alternatives\": [",
                    r->arena_fp32_plain, r->arena_no_inplace, r->arena_no_recompute);
@@ -156,6 +164,9 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
           s->target_cuda && !s->reserve_measured ? ", no GPU here: reserve and speed are estimates" : "");
   fprintf(out, "  model       %d layers, %.2fM parameters, %.3f GFLOP per image forward\n", g->nnodes - 1,
           g->trainable_numel / 1e6, g->flops_per_sample / 1e9);
+  if (g->frozen_numel)
+    fprintf(out, "  frozen      %zu parameters (freeze = true): %.2f MiB of gradients and optimizer state not planned\n",
+            g->frozen_numel, plan_mib(plan_frozen_saved(s)));
   if (o->vram_bytes)
     fprintf(out, "  budget      --vram %.1f MiB - reserve %.1f MiB (%s) = %.1f MiB for the arena\n", plan_mib(o->vram_bytes),
             plan_mib(r->reserve_bytes),

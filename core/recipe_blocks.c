@@ -170,11 +170,11 @@ static int recipe_from(recipe_state *st, const recipe_scope *sc, const recipe_en
 
 static const char *recipe_keys_of(int kind) {
   switch (kind) {
-    case TT_L_CONV: return "filters, size, stride, pad, groups, bias, activation, from";
-    case TT_L_BN: return "eps, momentum, activation, from";
+    case TT_L_CONV: return "filters, size, stride, pad, groups, bias, activation, freeze, from";
+    case TT_L_BN: return "eps, momentum, activation, freeze, from";
     case TT_L_MAXPOOL:
     case TT_L_AVGPOOL: return "size, stride, pad, from";
-    case TT_L_LINEAR: return "out, bias, activation, from";
+    case TT_L_LINEAR: return "out, bias, activation, freeze, from";
     case TT_L_DROPOUT: return "p, from";
     case TT_L_ADD:
     case TT_L_CONCAT: return "from";
@@ -215,6 +215,8 @@ int recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_sectio
     } else if (kind == TT_L_CONV && !strcmp(k, "filters")) rc = recipe_int(st, e, v, 1, 1 << 20, &L.filters), have_filters = 1;
     else if (kind == TT_L_LINEAR && !strcmp(k, "out")) rc = recipe_int(st, e, v, 1, 1 << 24, &L.filters), have_filters = 1;
     else if ((kind == TT_L_CONV || kind == TT_L_LINEAR) && !strcmp(k, "bias")) rc = recipe_bool(st, e, v, &L.bias);
+    else if ((kind == TT_L_CONV || kind == TT_L_LINEAR || kind == TT_L_BN) && !strcmp(k, "freeze"))
+      rc = recipe_bool(st, e, v, &L.freeze);
     else if (kind == TT_L_CONV && !strcmp(k, "groups")) {
       if (!strcmp(v, "depthwise")) L.groups = -1;
       else rc = recipe_int(st, e, v, 1, 1 << 20, &L.groups);

@@ -363,6 +363,69 @@ static int st_value(st_parser *p, int depth) {
   }
 }
 
+/* ---------------- lists of names in metadata ---------------- */
+
+void tt_st_names_format(tt_strbuf *b, const char *const *names, int n) {
+  int i;
+  tt_strbuf_put(b, "[", 1);
+  for (i = 0; i < n; i++) {
+    if (i) tt_strbuf_put(b, ", ", 2);
+    tt_strbuf_json(b, names[i]);
+  }
+  tt_strbuf_put(b, "]", 1);
+}
+
+/* Copies the n strings of array node arr into one block: n pointers, then the strings. */
+static char **st_names_copy(const st_parser *p, int arr, int n, tt_err *err) {
+  size_t bytes = sizeof(char *) * (size_t)n;
+  int i, c;
+  char **v, *o;
+  for (c = p->nodes[arr].first; c >= 0; c = p->nodes[c].next) bytes += strlen(p->nodes[c].str) + 1;
+  v = (char **)tt_malloc(bytes ? bytes : 1, "a list of names", err);
+  if (!v) return NULL;
+  o = (char *)(v + n);
+  for (i = 0, c = p->nodes[arr].first; c >= 0; c = p->nodes[c].next, i++) {
+    size_t len = strlen(p->nodes[c].str) + 1;
+    memcpy(o, p->nodes[c].str, len);
+    v[i] = o;
+    o += len;
+  }
+  return v;
+}
+
+int tt_st_names_parse(const char *what, const char *value, char ***names, int *n, tt_err *err) {
+  st_parser p;
+  int root, c, rc = -1;
+  size_t len = strlen(value);
+  *names = NULL;
+  *n = 0;
+  memset(&p, 0, sizeof p);
+  p.path = what;
+  p.begin = p.s = value;
+  p.end = value + len;
+  p.err = err;
+  p.sbuf = (char *)tt_malloc(len + 1, "a list of names", err);
+  if (!p.sbuf) return -1;
+  root = st_value(&p, 0);
+  if (root >= 0) {
+    st_ws(&p);
+    if (p.s != p.end) root = st_perr(&p, "unexpected text after the list");
+  }
+  if (root >= 0 && p.nodes[root].type != ST_J_ARR) root = tt_fail(err, "%s: expected a JSON array of strings", what);
+  for (c = root >= 0 ? p.nodes[root].first : -1; c >= 0; c = p.nodes[c].next)
+    if (p.nodes[c].type != ST_J_STR) {
+      root = tt_fail(err, "%s: element %d is not a string; expected a JSON array of strings", what, *n);
+      break;
+    } else {
+      (*n)++;
+    }
+  if (root >= 0 && (*names = st_names_copy(&p, root, *n, err)) != NULL) rc = 0;
+  if (rc != 0) *n = 0;
+  free(p.nodes);
+  free(p.sbuf);
+  return rc;
+}
+
 /* ---------------- reading: validation ---------------- */
 
 struct tt_st_file {

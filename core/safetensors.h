@@ -49,6 +49,17 @@ int tt_st_meta_count(const tt_st_file *f);
 int tt_st_meta_at(const tt_st_file *f, int i, const char **key, const char **value); /* 0 ok, -1 out of range */
 void tt_st_close(tt_st_file *f);
 
+/* A list of names kept as one metadata value: a JSON array of strings, as Python's
+ * json.dumps(list) writes it (weights and state files keep the run's class names under
+ * TT_META_CLASSES, so `json.loads(safe_open(f, "np").metadata()["classes"])` reads them). */
+#define TT_META_CLASSES "classes"
+/* Appends names[0..n) to b as a JSON array of strings. */
+void tt_st_names_format(tt_strbuf *b, const char *const *names, int n);
+/* Parses value (a JSON array of strings; `what` names it in messages, e.g. "w.safetensors:
+ * metadata 'classes'") into *names: one allocation holding the n pointers and the strings,
+ * released with free(*names). Returns 0, or -1 with err saying what is wrong. */
+int tt_st_names_parse(const char *what, const char *value, char ***names, int *n, tt_err *err);
+
 #ifdef __cplusplus
 }
 #endif

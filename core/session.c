@@ -124,13 +124,15 @@ static int session_schedule(tt_session *s, const tt_run_opts *o, size_t reserve,
 
 int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode, tt_err *err) {
   *out = NULL;
-  if (!o->recipe) return tt_fail(err, "no recipe given");
+  if (!o->recipe && !o->recipe_text) return tt_fail(err, "no recipe given");
   tt_session *s = (tt_session *)tt_calloc(1, sizeof(tt_session), "session", err);
   size_t reserve = 0;
   double t0; /* declared before the first goto: C++ (the amalgamation under nvcc) forbids jumping over an initialisation */
   if (!s) return -1;
   s->vram_bytes = o->vram_bytes;
-  if (tt_recipe_load(o->recipe, &s->model, err, tt_warn_stderr, NULL)) {
+  if (o->recipe_text ? tt_recipe_parse(o->recipe ? o->recipe : "(recipe text)", o->recipe_text, &s->model, err,
+                                        tt_warn_stderr, NULL)
+                     : tt_recipe_load(o->recipe, &s->model, err, tt_warn_stderr, NULL)) {
     free(s);
     return -1;
   }

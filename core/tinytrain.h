@@ -12,6 +12,7 @@
 #ifndef TINYTRAIN_H
 #define TINYTRAIN_H
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #ifdef __cplusplus
@@ -21,6 +22,16 @@ extern "C" {
 #define TT_VERSION "0.1.0"
 
 enum { TT_DEVICE_AUTO = 0, TT_DEVICE_CPU = 1, TT_DEVICE_CUDA = 2 };
+
+/* What tt_train's progress callback (tt_run_opts.on_progress) is told. */
+typedef struct tt_progress {
+  int eval;              /* 0: a logged training interval; 1: the evaluation at the end of an epoch */
+  int epoch, epochs;     /* 0-based epoch, and the run's number of epochs */
+  long long step;        /* optimizer steps done */
+  int steps_per_epoch;
+  double loss, accuracy; /* of the interval, or of the test split */
+  double lr;
+} tt_progress;
 
 typedef struct tt_run_opts {
   const char *recipe;
@@ -33,9 +44,14 @@ typedef struct tt_run_opts {
   int recompute;         /* 0 auto, 1 none, 2 all (tt_recompute_mode) */
   const char *out_dir;   /* NULL = runs/<recipe name> */
   const char *resume_dir;/* NULL = start fresh */
+  const char *init_weights; /* start from these weights where names and shapes match (fine-tuning); NULL = none */
   long long max_steps;   /* stop (with a checkpoint) after this many optimizer steps in all; 0 = no limit */
   const char *checkpoint_every; /* "500" optimizer steps, "10m" / "30s" / "1h" wall time, "0" only at the
                                  * ends of epochs (tt_parse_interval); NULL = the recipe's (default 10m) */
+  const char *recipe_text;/* the recipe's text instead of the file `recipe` (which then only names it in messages) */
+  /* called by tt_train after each logged interval (eval 0) and each evaluation (eval 1); NULL: none */
+  void (*on_progress)(void *ud, const struct tt_progress *p);
+  void *progress_ud;
   int progress;          /* -1 auto (a terminal gets a line updated in place), 0 plain lines, 1 in place */
   int quiet;             /* 1: only errors */
   FILE *out;             /* progress and summary; NULL = stdout */
@@ -69,6 +85,12 @@ int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *err,
 /* Accuracy and mean loss of a weights file on the recipe's test split. */
 int tt_evaluate(tt_run_opts *o, const char *weights, char *err, size_t errsize);
 
+/* `tinytrain predict`: the top classes (by name when the weights' metadata "classes" has them,
+ * else by number) of each image file in inputs, a folder standing for its files, one line each
+ * on o->out (stdout) or, json, one JSON array. Images are decoded as the test split's are. */
+int tt_predict(tt_run_opts *o, const char *weights, const char *const *inputs, int ninputs, int top, int json,
+               char *err, size_t errsize);
+
 /* Parses "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024.
  * (Defined in core/util.c, declared in util.h for the library's own use.) */
 int tt_parse_size(const char *s, size_t *bytes);
@@ -89,6 +111,84 @@ void tt_dist_end(int failed);
 
 /* Backends built in, with versions, for --version. */
 const char *tt_build_info(void);
+
+/* ---- The step-level API: a model held open, fed batches by the program that embeds it ----
+ *
+ *   tt_run_opts o; tt_run_opts_init(&o); o.recipe = "lenet.recipe"; o.vram_bytes = 2ull << 30;
+ *   tt_net *net; char err[1024];
+ *   if (tt_net_open(&net, &o, err, sizeof err)) { fprintf(stderr, "%s\n", err); ... }
+ *   tt_step_stats st;
+ *   if (tt_net_train_step(net, images, labels, 64, &st)) fprintf(stderr, "%s\n", tt_net_error(net));
+ *   tt_net_predict(net, images, 1, probs);   ...   tt_net_save(net, "w.safetensors"); tt_net_close(net);
+ *
+ * Opening plans and allocates once (the arena on the device, a few host buffers); the calls
+ * after it allocate nothing on the device. Images are [count, channels, height, width] uint8
+ * pixels (normalised on the device with the recipe's mean and std), or already normalised
+ * floats (the _f32 calls); labels are int32 in [0, classes). Every call returns 0, or -1 with
+ * the reason in tt_net_error(net). A handle is used by one thread at a time. */
+typedef struct tt_net tt_net;
+
+typedef struct tt_net_info {
+  size_t arena_bytes;      /* the one device allocation */
+  int micro_batch, accum_steps;
+  int batch;               /* micro_batch x accum_steps: the most one tt_net_train_step takes */
+  int eval_batch;          /* samples per forward pass of predict and evaluate (they take any count) */
+  int fp16;                /* 1: fp16 autocast, 0: fp32 */
+  const char *precision;   /* "fp16" or "fp32" */
+  int classes, channels, height, width;
+  long long steps;         /* optimizer steps done */
+  double lr;               /* the learning rate of the next step */
+  const char *device;      /* the backend */
+  const char *name;        /* the recipe's name */
+} tt_net_info;
+
+typedef struct tt_step_stats {
+  double loss, accuracy;   /* of the batch just trained */
+  long long step;          /* optimizer steps done, this one included */
+  long long skipped;       /* fp16 updates skipped for overflow so far (known one step late) */
+} tt_step_stats;
+
+/* Opens o->recipe (or o->recipe_text) for training on o->device within o->vram_bytes
+ * (o->micro_batch, precision, recompute, threads as for tt_train), with parameters initialised
+ * from the recipe's seed. The recipe needs no [data] section. */
+int tt_net_open(tt_net **out, const tt_run_opts *o, char *err, size_t errsize);
+void tt_net_close(tt_net *net);
+/* The message of the last call that failed. */
+const char *tt_net_error(const tt_net *net);
+void tt_net_info_get(const tt_net *net, tt_net_info *info);
+
+/* One optimizer step on count (1 .. info.batch) samples: micro-batches of info.micro_batch,
+ * accumulated, then the update; the gradient is the mean over the count. A count that is not
+ * a multiple of the micro-batch pads its last micro-batch with repeats of its own samples whose
+ * loss and gradient are not counted (batch norm's batch statistics do see them). */
+int tt_net_train_step(tt_net *net, const uint8_t *images, const int32_t *labels, int count, tt_step_stats *st);
+int tt_net_train_step_f32(tt_net *net, const float *images, const int32_t *labels, int count, tt_step_stats *st);
+
+/* Class probabilities (softmax) of count samples through the forward-only program: probs
+ * [count, classes]. tt_net_topk: the k most probable classes of each, best first: classes and
+ * probs [count, k] (probs may be NULL). */
+int tt_net_predict(tt_net *net, const uint8_t *images, int count, float *probs);
+int tt_net_predict_f32(tt_net *net, const float *images, int count, float *probs);
+int tt_net_topk(tt_net *net, const uint8_t *images, int count, int k, int32_t *classes, float *probs);
+/* Mean loss and top-1 accuracy of count labelled samples (forward only). */
+int tt_net_evaluate(tt_net *net, const uint8_t *images, const int32_t *labels, int count, double *loss,
+                    double *accuracy);
+
+/* The learning rate of the following steps (the recipe's lr until set). */
+int tt_net_set_lr(tt_net *net, double lr);
+/* The recipe's schedule (warm-up, step or cosine over its epochs) at a fractional epoch. */
+double tt_net_lr_at(const tt_net *net, double epoch);
+
+/* Weights (parameters and batch-norm statistics, fp32, under the recipe's layer names) to or
+ * from a safetensors file; tt_net_load wants every tensor, by name and shape. The save is atomic
+ * (a temporary file renamed over path); a path that is not a regular file (/dev/null, a pipe)
+ * is refused. */
+int tt_net_save(tt_net *net, const char *path);
+int tt_net_load(tt_net *net, const char *path);
+/* Fine-tuning: loads only the tensors of path that match a parameter by name and shape (a
+ * classifier of another class count keeps its fresh initialisation); report (may be NULL) gets
+ * one line saying what was loaded, skipped and freshly initialised. Nothing matching is an error. */
+int tt_net_load_matching(tt_net *net, const char *path, char *report, size_t reportsize);
 
 #ifdef __cplusplus
 }

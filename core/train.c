@@ -19,6 +19,7 @@
 #include "data.h"
 #include "dist.h"
 #include "fileio.h"
+#include "finetune.h"
 #include "metrics.h"
 #include "session.h"
 #include "tinytrain.h"
@@ -97,25 +98,10 @@ double tt_lr_at(const tt_train_cfg *t, double epoch) {
 }
 
 static int train_evaluate(tt_session *s, tt_loader *ld, double *loss, double *acc, tt_err *err) {
-  float st[2];
-  if (tt_exec_stats(&s->x, NULL, 1, err)) return -1;
-  tt_loader_start_epoch(ld, 0, 0);
   long long n = 0;
-  for (;;) {
-    const uint8_t *img;
-    const int32_t *lab;
-    int cnt;
-    double w;
-    int r = tt_loader_next(ld, &img, &lab, &cnt, &w);
-    if (r == 1) break;
-    if (r < 0) return tt_fail(err, "the test-data loader failed");
-    int rc = tt_exec_eval(&s->x, img, lab, cnt, err);
-    tt_loader_release(ld);
-    if (rc) return -1;
-    n += cnt;
-  }
-  if (tt_exec_stats(&s->x, st, 1, err)) return -1;
-  double sum[3] = {st[0], st[1], (double)n}; /* each rank evaluated its shard: the sums of all */
+  if (tt_train_eval_pass(&s->x, ld, loss, acc, &n, err)) return -1;
+  if (tt_dist_size() <= 1) return 0;
+  double sum[3] = {*loss * (double)n, *acc * (double)n, (double)n}; /* each rank evaluated its shard: the sums of all */
   if (tt_dist_sum(sum, 3, err)) return -1;
   *loss = sum[2] > 0 ? sum[0] / sum[2] : 0.0;
   *acc = sum[2] > 0 ? sum[1] / sum[2] : 0.0;
@@ -188,10 +174,7 @@ static int train_loop_setup(train_run *R, tt_err *err) {
   R->sched_cfg.epochs = R->epochs;
   R->steps_per_epoch = tt_loader_batches(R->tl) / R->accum;
   if (R->steps_per_epoch < 1) return tt_fail(err, "%s: one epoch has fewer images than one effective batch", m->path);
-  tt_opt_hparams *hp = &R->hp;
-  memset(hp, 0, sizeof *hp);
-  hp->kind = tc->optimizer, hp->momentum = tc->momentum, hp->weight_decay = tc->weight_decay, hp->beta1 = tc->beta1;
-  hp->beta2 = tc->beta2, hp->eps = tc->adam_eps, hp->nesterov = tc->nesterov;
+  tt_train_hparams(tc, &R->hp);
   R->log_every = tc->log_every > 0 ? tc->log_every : 100;
   R->ckpt_steps = tc->checkpoint_steps, R->ckpt_seconds = tc->checkpoint_seconds;
   if (R->o->checkpoint_every && tt_parse_interval(R->o->checkpoint_every, &R->ckpt_steps, &R->ckpt_seconds))
@@ -237,6 +220,17 @@ static int train_resume_check(train_run *R, tt_err *err) {
   return 0;
 }
 
+/* --init W: what matches of W over the fresh parameters (core/finetune.c), reported. */
+static int train_init_from(train_run *R, tt_err *err) {
+  tt_strbuf rep;
+  if (!R->o->init_weights) return 0;
+  memset(&rep, 0, sizeof rep);
+  int rc = tt_finetune_load(&R->s->x, R->o->init_weights, &rep, NULL, err);
+  if (!rc) tt_metrics_say(&R->mt, "%s\n", rep.p);
+  free(rep.p);
+  return rc;
+}
+
 /* The starting state: the resumed run's checkpoint, or freshly initialised parameters. */
 static int train_resume_or_init(train_run *R, tt_err *err) {
   const tt_model *m = &R->s->model;
@@ -246,7 +240,9 @@ static int train_resume_or_init(train_run *R, tt_err *err) {
   tt_loss_scale_init(&st->loss_scale, R->s->sched.policy.act_dtype == TT_F16);
   st->seed = tc->seed;
   R->saved_step = -1;
-  if (!R->o->resume_dir) return tt_exec_init_params(&R->s->x, tc->seed, err) || tt_dist_broadcast_params(&R->s->x, 0, err);
+  if (!R->o->resume_dir)
+    return tt_exec_init_params(&R->s->x, tc->seed, err) || train_init_from(R, err) ||
+                   tt_dist_broadcast_params(&R->s->x, 0, err) ? -1 : 0;
   snprintf(R->resumed_from, sizeof R->resumed_from, "%s/state.safetensors", R->o->resume_dir);
   if (tt_checkpoint_load(&R->s->x, R->resumed_from, 1, st, tt_warn_stderr, NULL, err) || train_resume_check(R, err) ||
       tt_dist_broadcast_params(&R->s->x, 0, err))
@@ -329,13 +325,7 @@ static int train_run_dir(train_run *R, tt_err *err) {
 /* Records the previous step's overflow outcome in the loss scaler (core/lossscale.h: the host
  * learns of an overflow one step late; the update itself was skipped on the device). */
 static int train_record_pending(train_run *R, tt_err *err) {
-  tt_loss_scale *ls = &R->st.loss_scale;
-  int of = ls->pending_overflow;
-  if (!ls->pending) return 0;
-  if (of < 0 && tt_exec_overflow(&R->s->x, &of, err)) return -1;
-  tt_loss_scale_record(ls, of, ls->pending_scale);
-  ls->pending = 0, ls->pending_overflow = -1;
-  return 0;
+  return tt_train_settle(&R->s->x, &R->st.loss_scale, err);
 }
 
 /* Before a checkpoint: the pending outcome is read (waiting is fine here) but not recorded, so
@@ -378,17 +368,21 @@ static int train_step(train_run *R, int epoch, int k, double lr, tt_epoch_meter 
     if (rc) return -1;
   }
   if (tt_dist_allreduce_end(R->bk, err)) return -1; /* summed over the ranks, before the overflow check */
-  R->hp.lr = (float)lr;
-  if (train_record_pending(R, err)) return -1; /* every earlier outcome known: Adam's t is exact */
-  if (tt_exec_update(&R->s->x, &R->hp, (int)(st->step - st->loss_scale.skipped) + 1, 1.0f / used, NULL, err))
-    return -1;
-  if (st->loss_scale.growth_interval) {
-    st->loss_scale.pending = 1, st->loss_scale.pending_overflow = -1, st->loss_scale.pending_scale = used;
-  }
+  if (tt_train_update(&R->s->x, &R->hp, &st->loss_scale, st->step, lr, used, err)) return -1;
   st->step++;
   e->images += R->batch;
   e->log_images += R->batch;
   return 0;
+}
+
+/* Tells the caller's progress callback (tt_run_opts.on_progress), if any. */
+static void train_progress(train_run *R, int eval, int epoch, double loss, double acc, double lr) {
+  if (!R->o->on_progress) return;
+  tt_progress p;
+  memset(&p, 0, sizeof p);
+  p.eval = eval, p.epoch = epoch, p.epochs = R->epochs, p.step = R->st.step, p.steps_per_epoch = R->steps_per_epoch;
+  p.loss = loss, p.accuracy = acc, p.lr = lr;
+  R->o->on_progress(R->o->progress_ud, &p);
 }
 
 /* Ends a logging interval: reads and clears the device's loss/accuracy sums, then the lines. */
@@ -404,6 +398,7 @@ static int train_log(train_run *R, tt_epoch_meter *e, int k, double lr, tt_err *
   double acc = e->log_images ? sv[1] / (double)e->log_images : 0.0;
   e->loss_sum += sv[0];
   if (R->rank) return e->log_images = 0, 0;
+  train_progress(R, 0, e->epoch, l, acc, lr);
   return tt_metrics_train(&R->mt, e, k, R->st.step, l, acc, lr, &R->st.loss_scale, err);
 }
 
@@ -452,6 +447,7 @@ static int train_end_epoch(train_run *R, int epoch, const tt_epoch_meter *e, tt_
     /* batch-norm running statistics: rank 0's (PyTorch DDP's rule) */
     if (tt_dist_broadcast_params(&R->s->x, 1, err) || train_evaluate(R->s, R->el, &loss, &acc, err)) return -1;
     R->final_loss = loss, R->final_acc = acc;
+    if (R->rank == 0) train_progress(R, 1, epoch, loss, acc, R->hp.lr);
     if (R->rank == 0 && tt_metrics_eval(&R->mt, e, R->st.step, loss, acc, err)) return -1;
   } else if (R->rank == 0 && tt_metrics_epoch(&R->mt, e, R->st.step, err)) {
     return -1;

@@ -87,7 +87,33 @@ expect_usage "eval without weights" "--weights" eval $L
 expect_usage "bad checkpoint interval" "--checkpoint-every" --checkpoint-every 10x $L
 expect_usage "max-batch without a budget" "--max-batch needs a budget: give --vram SIZE" plan --max-batch $L
 expect_usage "max-batch outside plan" "--max-batch is an option of plan" eval --max-batch --weights "$TMP/none.safetensors" $L
+expect_usage "flag with a value" "this option takes no value: --json=1" plan --json=1 $L
+expect_usage "init and resume" "--init starts a new run from weights, --resume continues one" --init w --resume d $L
+expect_usage "init outside train" "--init is an option of train" eval --weights w --init w $L
+expect_usage "predict without images" "predict needs image files or folders" predict --weights w $L
+expect_usage "top outside predict" "--top is an option of predict" eval --weights w --top 3 $L
 [ $ok = 1 ] && pass cli_bad_usage
+
+# ---- getopt_long: --opt=VALUE as --opt VALUE, options after the recipe ----
+strip_ms() { sed 's/"plan_ms": [0-9.e+-]*//; s/"predicted_step_ms": [0-9.e+-]*//'; }
+run plan --vram 4G --json $L
+A=$(echo "$OUT" | strip_ms)
+run plan $L --vram=4G --json
+OUT=$(echo "$OUT" | strip_ms)
+if [ "$RC" != 0 ]; then fail cli_opt_equals "plan $L --vram=4G --json exited $RC: $ERR"
+elif [ "$OUT" != "$A" ]; then fail cli_opt_equals "--vram=4G after the recipe planned otherwise than --vram 4G before it"
+elif ! echo "$OUT" | grep -q '"budget_bytes"'; then fail cli_opt_equals "no plan: $OUT"
+else pass cli_opt_equals; fi
+ok=1
+for c in "" plan eval predict; do
+  run $c --help
+  for o in --vram --device --threads --init --top; do
+    { [ "$c" = eval ] || [ "$c" = predict ]; } && [ $o = --vram ] && continue
+    { [ "$c" != "" ] && [ $o = --init ]; } || { [ "$c" != predict ] && [ $o = --top ]; } && continue
+    if ! grep -qF -- "  $o" "$TMP/out"; then fail cli_help_options "'tinytrain $c --help' does not list $o"; ok=0; fi
+  done
+done
+[ $ok = 1 ] && pass cli_help_options
 
 # ---- bad recipes: exit 1 (no crash), PATH:LINE: ----
 ok=1

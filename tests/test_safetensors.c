@@ -465,8 +465,37 @@ static void test_chart(void) {
   TT_TEST_END();
 }
 
+/* Class names in metadata: a JSON array of strings that survives quotes, backslashes and UTF-8,
+ * and refusals of anything else. */
+static void test_names(void) {
+  const char *in[4] = {"T-shirt/top", "say \"hi\"\\", "caf\xc3\xa9", ""};
+  tt_strbuf b = {0};
+  char **v = NULL;
+  int n = -1, i;
+  tt_err err;
+  TT_TEST_BEGIN("metadata_name_lists");
+  tt_st_names_format(&b, in, 4);
+  TT_CHECK(!b.oom && tt_st_names_parse("m", b.p, &v, &n, &err) == 0, "parse %s: %s", b.p, err.msg);
+  TT_CHECK(n == 4, "n %d", n);
+  for (i = 0; v && i < n && i < 4; i++) TT_CHECK(!strcmp(v[i], in[i]), "name %d: '%s' != '%s'", i, v[i], in[i]);
+  free(v);
+  free(b.p);
+  TT_CHECK(tt_st_names_parse("m", " [ ] ", &v, &n, &err) == 0 && n == 0, "empty list: %s", err.msg);
+  free(v);
+  TT_CHECK(tt_st_names_parse("w.st: metadata 'classes'", "[\"a\", 3]", &v, &n, &err) != 0 && !v && n == 0 &&
+               strstr(err.msg, "w.st: metadata 'classes'") && strstr(err.msg, "element 1"),
+           "number element: %s", err.msg);
+  TT_CHECK(tt_st_names_parse("m", "{\"a\": \"b\"}", &v, &n, &err) != 0 && strstr(err.msg, "array"), "object: %s",
+           err.msg);
+  TT_CHECK(tt_st_names_parse("m", "[\"a\"] x", &v, &n, &err) != 0, "trailing text accepted");
+  TT_CHECK(tt_st_names_parse("m", "[\"a", &v, &n, &err) != 0 && strstr(err.msg, "unterminated"), "unterminated: %s",
+           err.msg);
+  TT_TEST_END();
+}
+
 int main(void) {
   if (tt_test_tmpdir("st", "test_safetensors")) return 1;
+  test_names();
   test_round_trip();
   test_refusals();
   test_metadata_keys();
