@@ -215,6 +215,13 @@ if [ $ok = 1 ]; then
     fail dist_plan "batch 12 on 5 ranks: exit $rc, want 1 and a message: $(tail -1 "$TMP/plan")"; ok=0
   fi
 fi
+if [ $ok = 1 ]; then
+  "$TT" --ranks 2 "$R" >"$TMP/plan" 2>&1
+  rc=$?
+  if [ $rc != 2 ] || ! grep -q "an option of plan" "$TMP/plan"; then
+    fail dist_plan "train --ranks: exit $rc, want 2 and a usage line: $(tail -1 "$TMP/plan")"; ok=0
+  fi
+fi
 [ $ok = 1 ] && pass dist_plan
 
 # ---- a rank killed mid-run ----
