@@ -8,6 +8,8 @@
 #                   (the sum of three gradients is added in another order)
 #   dist_resume     a 2-rank checkpoint resumed on 1 and on 3 ranks continues the same run
 #                   (same data order): within 1e-5 of the 2-rank run that was not interrupted
+#   dist_fp16       fp16 from a loss scale of 2^24: the same steps skipped on overflow on 2 ranks
+#                   as in one process, and the same state bit for bit
 #   dist_bn         with batch norm: all but the running statistics bit for bit (these are
 #                   rank 0's, from half the micro-batches)
 #   dist_eval       eval on 3 ranks (sharded, sums over the ranks) prints what one process does;
@@ -152,6 +154,35 @@ for n in 0 3; do
   fi
 done
 [ $ok = 1 ] && pass dist_resume
+
+# ---- fp16: the overflow decision is global (one skipped step everywhere) ----
+# a checkpoint whose loss scale is set to 2^24 overflows for several steps, while the scale
+# comes down: 2 ranks must skip exactly the steps one process with 2 accumulation steps skips
+mp 0 $O --precision fp16 --micro-batch 6 --max-steps 2 --out "$TMP/h0" "$R"
+python3 - "$TMP/h0/state.safetensors" <<'PYEOF'
+import json, struct, sys
+d = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", d[:8])[0]
+h = json.loads(d[8:8 + n])
+h["__metadata__"]["loss_scale"] = "16777216"
+t = json.dumps(h, separators=(",", ":")).encode()
+t += b" " * (-len(t) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(t)) + t + d[8 + n:])
+PYEOF
+cp -r "$TMP/h0" "$TMP/h1" && cp -r "$TMP/h0" "$TMP/h2"
+mp 0 $O --precision fp16 --micro-batch 6 --max-steps 30 --resume "$TMP/h1" "$R"
+s1=$(grep -o "fp16: [0-9]* optimizer steps skipped" "$TMP/out")
+mp 2 $O --precision fp16 --micro-batch 6 --max-steps 30 --resume "$TMP/h2" "$R"
+s2=$(grep -o "fp16: [0-9]* optimizer steps skipped" "$TMP/out")
+if [ "$RC" != 0 ]; then
+  fail dist_fp16 "mpirun -np 2: exit $RC: $ERR"
+elif [ -z "$s1" ] || [ "$s1" != "$s2" ]; then
+  fail dist_fp16 "one process: '$s1', 2 ranks: '$s2' (want the same steps skipped, some)"
+elif ! m=$($CMP "$TMP/h1/state.safetensors" "$TMP/h2/state.safetensors"); then
+  fail dist_fp16 "not bit for bit after the skipped steps: $m"
+else
+  pass dist_fp16
+fi
 
 # ---- batch norm: per-rank statistics, rank 0's running statistics; sharded evaluation ----
 sed 's/^\[relu\]$/[bn]\n[relu]/; s/^\[train\]$/[train]\neval_batch = 32/' "$R" >"$TMP/bn.recipe"
