@@ -16,6 +16,7 @@
 #                   a 2-rank epoch's evaluation is that of rank 0's weights and statistics
 #   dist_plan       plan --ranks N plans one rank's share and says so; a batch that does not
 #                   divide among the ranks is refused
+#   dist_fail       a rank that fails (rank 0 refusing --out) ends the job with a line naming it
 #   dist_kill       a rank killed mid-run ends the job within seconds, mpirun's message names
 #                   the rank, and the last checkpoint loads (eval) and resumes
 # fp32, one thread per rank, the default CPU backend (oneDNN; bit-exact here: each rank computes
@@ -254,6 +255,22 @@ if [ $ok = 1 ]; then
   fi
 fi
 [ $ok = 1 ] && pass dist_plan
+
+# ---- a rank that fails: its one-line reason names it, MPI_Abort ends the others ----
+# --out holding an earlier run is refused by rank 0 only (the others never write), while rank 1
+# goes on to its first collective
+t0=$(date +%s)
+mp 2 $O --max-steps 3 --out "$TMP/two" "$R"
+took=$(($(date +%s) - t0))
+if [ "$RC" = 0 ] || [ "$RC" = 124 ]; then
+  fail dist_fail "mpirun exited $RC with rank 0 failing (want a failure before the timeout)"
+elif ! grep -q "^tinytrain: rank 0 of 2: .*holds an earlier run" "$TMP/err"; then
+  fail dist_fail "no 'tinytrain: rank 0 of 2: ...' line: $ERR"
+elif [ "$took" -gt 15 ]; then
+  fail dist_fail "the job took ${took}s to end after rank 0 failed"
+else
+  pass dist_fail
+fi
 
 # ---- a rank killed mid-run ----
 rm -rf "$TMP/kill"
