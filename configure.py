@@ -35,7 +35,9 @@ DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "
                 # the test that builds examples/embed against the installed library (tests/test_install.sh)
                 "pkg-config",
                 # the fuzz targets (tests/fuzz/): clang with libFuzzer (libclang-rt-dev) and its OpenMP
-                "clang", "libclang-rt-dev", "libomp-dev"]
+                "clang", "libclang-rt-dev", "libomp-dev",
+                # multi-process training (core/dist.c): mpirun and MPI's headers and library
+                "openmpi-bin", "libopenmpi-dev"]
 
 # Library sources (everything but the command line) in dependency order; the amalgamation keeps it.
 LIB_DIRS = ["core", "arena", "kernels/ref", "kernels/cpu"]
@@ -162,6 +164,44 @@ def find_stb():
 def find_zlib():
     h = first_existing(["/usr/include/zlib.h", "/usr/local/include/zlib.h"])
     return {"version": header_define(h, "ZLIB_VERSION")} if h else None
+
+
+def find_mpi():
+    """MPI for multi-process training (Debian: openmpi-bin, libopenmpi-dev): the compile and link flags
+    of mpicc --showme (or pkg-config ompi-c), the version mpirun reports, and whether mpirun is there."""
+    flags = None
+    mpicc = shutil.which("mpicc")
+    if mpicc:
+        rc1, comp = run([mpicc, "--showme:compile"])
+        rc2, link = run([mpicc, "--showme:link"])
+        if rc1 == 0 and rc2 == 0:
+            flags = (comp.strip(), link.strip())
+    if flags is None and shutil.which("pkg-config"):
+        rc1, comp = run(["pkg-config", "--cflags", "ompi-c"])
+        rc2, link = run(["pkg-config", "--libs", "ompi-c"])
+        if rc1 == 0 and rc2 == 0:
+            flags = (comp.strip(), link.strip())
+    if flags is None:
+        return None
+    mpirun = shutil.which("mpirun")
+    ver = "unknown"
+    if mpirun:
+        rc, out = run([mpirun, "--version"])
+        m = re.search(r"(Open MPI|MPICH|HYDRA)\S*\)?\s*(?:Version:)?\s*(\d+\.\d+(?:\.\d+)?)", out)
+        if m:
+            ver = "%s %s" % (m.group(1), m.group(2))
+    return {"cflags": flags[0], "libs": flags[1], "version": ver, "mpirun": mpirun}
+
+
+def find_nccl(cuda):
+    """NCCL (the CUDA toolkit's, or libnccl-dev): header, library and version."""
+    for inc, lib in ((os.path.join(cuda["home"], "include"), cuda["libdir"]),
+                     ("/usr/include", "/usr/lib/x86_64-linux-gnu"), ("/usr/include", "/usr/lib/aarch64-linux-gnu")):
+        h = os.path.join(inc, "nccl.h")
+        if os.path.exists(h) and glob.glob(os.path.join(lib, "libnccl.so*")):
+            ver = "%s.%s.%s" % (header_define(h, "NCCL_MAJOR"), header_define(h, "NCCL_MINOR"), header_define(h, "NCCL_PATCH"))
+            return {"inc": inc, "lib": lib, "version": ver}
+    return None
 
 
 def find_cuda():
@@ -390,7 +430,7 @@ def install(builddir):
     print("installed tinytrain %s under %s" % (info["version"], root))
 
 
-def library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, sanitize, use_cuda, nvcc_amal=None):
+def library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, sanitize, use_cuda, nvcc_amal=None, extra_libs=""):
     """build.ninja lines for the shared library (versioned soname), the amalgamation compiled with cc
     and examples/embed linked against it, and `ninja install`; records what install needs in
     B/install.json. Returns what `ninja test` must build first."""
@@ -428,7 +468,7 @@ def library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, sanitize, us
     with open(os.path.join(ROOT, B, "install.json"), "w") as f:
         json.dump({"bin": tt_bin, "so": so, "soname": soname, "version": version,
                    "libs": "-fopenmp -pthread -ldnnl -lopenblas -lz -lm" +
-                           (" -lcudnn -lcublas -lcudart -ldl -lstdc++" if use_cuda else "")}, f)
+                           (" -lcudnn -lcublas -lcudart -ldl -lstdc++" if use_cuda else "") + extra_libs}, f)
     return ["%s/examples/embed" % B, "%s/%s" % (B, so), lib] + extra
 
 
@@ -465,6 +505,9 @@ def main():
     print("oneDNN     : %s" % (("%s, %s runtime (%s)" % (dnnl["version"], dnnl["runtime"], dnnl["lib"])) if dnnl else "NOT FOUND"))
     print("stb        : %s" % (("stb_image v%s (%s)" % (stb["version"], stb["inc"])) if stb else "NOT FOUND"))
     print("zlib       : %s" % (zlib["version"] if zlib else "NOT FOUND"))
+    mpi = find_mpi()
+    print("MPI        : %s" % (("%s (%s)" % (mpi["version"], mpi["mpirun"] or "no mpirun: multi-process tests skipped"))
+                               if mpi else "not found: one process only (openmpi-bin, libopenmpi-dev: ./configure.py --deps)"))
     fuzz, fuzz_why = find_fuzzer()
     print("libFuzzer  : %s" % (("%s (ninja fuzz)" % fuzz["version"]) if fuzz else "not available (%s)" % fuzz_why))
     if args.cpu_only:
@@ -475,6 +518,9 @@ def main():
         print("CUDA       : %s (%s)" % (cuda["version"], cuda["nvcc"]))
         print("cuBLAS     : %s" % (cuda.get("cublas_version") or ("found" if cuda["cublas"] else "NOT FOUND")))
         print("cuDNN      : %s" % (("%s (%s)" % (cuda["cudnn"]["version"], cuda["cudnn"]["inc"])) if cuda.get("cudnn") else "NOT FOUND"))
+        cuda["nccl"] = find_nccl(cuda)
+        print("NCCL       : %s" % (("%s (%s)" % (cuda["nccl"]["version"], cuda["nccl"]["inc"])) if cuda["nccl"] else
+                                   "not found: multi-process training on GPUs unavailable (libnccl-dev)"))
     missing = [n for n, v in (("OpenBLAS (libopenblas-dev)", blas), ("oneDNN (libdnnl-dev)", dnnl), ("stb (libstb-dev)", stb),
                               ("zlib (zlib1g-dev)", zlib)) if not v]
     if dnnl and dnnl["runtime"] != "OMP":
@@ -497,6 +543,11 @@ def main():
     libs = "-ldnnl -lopenblas -lz -lm"
     if args.debug:
         cflags += " -DTT_DEBUG=1"
+    mpilibs = ""
+    if mpi:  # core/dist.c: multi-process training under mpirun
+        cflags += " -DTT_HAVE_MPI=1 " + mpi["cflags"]
+        mpilibs = mpi["libs"]
+        libs += " " + mpilibs
     if args.sanitize:
         cflags += " -fsanitize=address,undefined -fno-omit-frame-pointer"
         ldflags += " -fsanitize=address,undefined"
@@ -508,6 +559,10 @@ def main():
         # TT_CUDA_ARCHS: named in the message when the card has no kernel image in this build
         nvflags = "%s -std=c++17 %s -I. -I%s/include -I%s -DTT_HAVE_CUDA=1 -DTT_CUDA_ARCHS=\\\"%s\\\" -Xcompiler -fopenmp -Xcompiler -fPIC" % (
             "-O0 -g" if args.debug else "-O2", gencode, cuda["home"], cuda["cudnn"]["inc"], ",".join(arch))
+        if cuda.get("nccl"):  # kernels/cuda/cuda_nccl.cu: the all-reduce between GPUs
+            nvflags += " -DTT_HAVE_NCCL=1 -I%s" % cuda["nccl"]["inc"]
+            cflags += " -DTT_HAVE_NCCL=1"
+            libs += " -L%s -lnccl" % cuda["nccl"]["lib"]
         # NVML (libnvidia-ml, part of the driver) is opened with dlopen at run time, and
         # libcudart loads libcuda itself, so the binary starts on a machine without a driver.
         libs += " -L%s -L%s -Wl,-rpath,%s -Wl,-rpath,%s -lcudnn -lcublas -lcudart -ldl -lstdc++" % (
@@ -518,6 +573,8 @@ def main():
     glob_h = []
     if use_cuda:
         cuda_check_flags = "-std=c++17 -O2 -I. -I%s/include -I%s -DTT_HAVE_CUDA=1" % (cuda["home"], cuda["cudnn"]["inc"])
+        if cuda.get("nccl"):
+            cuda_check_flags += " -DTT_HAVE_NCCL=1 -I%s" % cuda["nccl"]["inc"]
         glob_h = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "kernels/cuda/*.h")))
     B = args.builddir.rstrip("/") or "build"
     default_dir = os.path.normpath(B) == "build"
@@ -550,7 +607,7 @@ def main():
         n.append("cxx = %s\nemuflags = %s" % (cxx, emuflags))
         n.append("rule emucxx\n  command = $cxx -MMD -MF $out.d $emuflags -x c++ -c $in -o $out\n  depfile = $out.d\n"
                  "  deps = gcc\n  description = CXX (emulated CUDA) $out")
-        n.append("rule emulink\n  command = $cxx $ldflags $in -o $out -ldnnl -lopenblas -lz -lm -ldl\n"
+        n.append("rule emulink\n  command = $cxx $ldflags $in -o $out -ldnnl -lopenblas -lz -lm -ldl %s\n" % mpilibs +
                  "  description = LINK $out")
     # The shell tests run the binary named by TT. A sanitizer build reports leaks too, and every
     # finding makes the program exit non-zero, so the test that ran it fails.
@@ -627,7 +684,9 @@ def main():
     n.append("build bench: phony %s" % " ".join(bench_bins))
     test_deps = library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, args.sanitize, use_cuda,
                               ("-std=c++17 -O1 -arch=sm_%s -Xcompiler -fopenmp -D_GNU_SOURCE -I%s -I%s -I%s/include -I%s" % (
-                                  ptx, blas["inc"], stb["inc"], cuda["home"], cuda["cudnn"]["inc"])) if use_cuda else None)
+                                  ptx, blas["inc"], stb["inc"], cuda["home"], cuda["cudnn"]["inc"])) if use_cuda else None,
+                              extra_libs=(" " + mpilibs if mpilibs else "") +
+                                         (" -lnccl" if use_cuda and cuda.get("nccl") else ""))
     scripts = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests/test_*.sh")))
     if args.sanitize:
         scripts = [s for s in scripts if s not in SANITIZE_SKIP]

@@ -70,8 +70,15 @@ int tt_loader_create(tt_loader **out, const tt_dataset *ds, int batch, int shuff
  * Abandons whatever the previous epoch had in flight. Returns 0, or -1 if start_batch is
  * out of range. */
 int tt_loader_start_epoch(tt_loader *l, int epoch, int start_batch);
-/* Batches per epoch. */
+/* Batches per epoch (of this shard). */
 int tt_loader_batches(const tt_loader *l);
+/* Multi-process training (core/dist.h): this loader gives shard `shard` of `nshards`, batch b
+ * being batch b * nshards + shard of the whole epoch's order (the same seeded permutation on
+ * every rank), so the shards of an epoch together are the one-process epoch, byte for byte.
+ * Training batches: the epoch's batches divided evenly (a remainder is dropped); evaluation:
+ * all of them. Call before tt_loader_start_epoch; start_batch then counts this shard's batches.
+ * (0, 1): the whole epoch, as created. */
+void tt_loader_shard(tt_loader *l, int shard, int nshards);
 /* Blocks until the next batch is ready. images: [count, c, h, w] uint8, labels: [count].
  * Valid until tt_loader_release. wait_seconds (may be NULL): time spent blocked.
  * Returns 0 ok, 1 at the end of the epoch (no batch), -1 on misuse (no epoch started, or

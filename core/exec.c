@@ -155,8 +155,11 @@ typedef struct exec_run {
     if ((call) != 0) return exec_be_fail(r->x, err, r->p, s); \
   } while (0)
 
+/* Micro-step a of rank `rank` of `ranks` draws the masks of micro-step a * ranks + rank of one
+ * process: the batch it trains is that one (core/dist.h), so the masks follow the batch. */
 static uint64_t exec_dropout_seed(const exec_run *r, int node) {
-  return tt_hash64(tt_hash64(r->x->seed, r->step), ((uint64_t)r->micro_index << 32) | (uint64_t)node);
+  uint64_t mi = (uint64_t)r->micro_index * (uint64_t)(r->x->ranks > 1 ? r->x->ranks : 1) + (uint64_t)r->x->rank;
+  return tt_hash64(tt_hash64(r->x->seed, r->step), (mi << 32) | (uint64_t)node);
 }
 
 static tt_act exec_act(tt_layer_kind k) {
@@ -336,6 +339,7 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
       default:
         return tt_fail(err, "internal error: step %d of kind %d in the micro-step", i, (int)s->op);
     }
+    if (r->x->after_step && r->x->after_step(r->x->after_step_ud, i, err)) return -1;
   }
   return 0;
 }

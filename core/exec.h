@@ -22,6 +22,11 @@ typedef struct tt_exec {
   size_t arena_bytes;
   size_t persistent_bytes;
   uint64_t seed;           /* dropout masks: hash(seed, step, micro-step, node) */
+  int rank, ranks;         /* multi-process training (core/dist.h): 0, 0 for one process */
+  /* While set, called after every step of a micro-step with the step's index (core/dist.c:
+   * a bucket's all-reduce starts once backward has written its last gradient); NULL otherwise. */
+  int (*after_step)(void *ud, int step, tt_err *err);
+  void *after_step_ud;
   /* host_alloc'ed at setup: the batch staging ring (images, then labels at stage_labels_off) */
   unsigned char *stage[TT_EXEC_STAGE_SLOTS];
   void *stage_ev[TT_EXEC_STAGE_SLOTS]; /* recorded after slot k's copy */

@@ -22,7 +22,9 @@ struct tt_loader {
   const tt_dataset *ds;
   int batch, shuffle, crop_pad, hflip;
   uint64_t seed;
-  int nbatches;
+  int nbatches;             /* this shard's */
+  int gbatches;             /* of the whole epoch */
+  int shard, nshards;       /* batch b of this shard is batch b * nshards + shard of the epoch */
   size_t per;              /* bytes per image: c*h*w */
   int32_t *perm;           /* [n] sample index at each position of the current epoch */
   int nslots;
@@ -95,7 +97,7 @@ static void loader_augment(const tt_loader *l, const uint8_t *src, uint8_t *dst,
 }
 
 static void loader_fill(tt_loader *l, int b, int slot) {
-  int64_t first = (int64_t)b * l->batch;
+  int64_t first = ((int64_t)b * l->nshards + l->shard) * l->batch; /* positions of the whole epoch */
   int k, cnt = l->batch;
   uint8_t *img = l->images + (size_t)slot * l->batch * l->per;
   int32_t *lab = l->labels + (size_t)slot * l->batch;
@@ -158,7 +160,8 @@ int tt_loader_create(tt_loader **out, const tt_dataset *ds, int batch, int shuff
   l->hflip = hflip;
   l->seed = seed;
   l->per = (size_t)ds->c * ds->h * ds->w;
-  l->nbatches = shuffle ? ds->n / batch : (ds->n + batch - 1) / batch;
+  l->nbatches = l->gbatches = shuffle ? ds->n / batch : (ds->n + batch - 1) / batch;
+  l->shard = 0, l->nshards = 1;
   l->nslots = nthreads + 2 < 3 ? 3 : nthreads + 2;
   l->perm = (int32_t *)tt_malloc(sizeof(int32_t) * (size_t)ds->n, "loader order", err);
   l->images = (uint8_t *)tt_malloc((size_t)l->nslots * batch * l->per, "loader batch ring", err);
@@ -207,6 +210,17 @@ int tt_loader_start_epoch(tt_loader *l, int epoch, int start_batch) {
 }
 
 int tt_loader_batches(const tt_loader *l) { return l->nbatches; }
+
+void tt_loader_shard(tt_loader *l, int shard, int nshards) {
+  pthread_mutex_lock(&l->mu);
+  if (nshards < 1 || shard < 0 || shard >= nshards) shard = 0, nshards = 1;
+  l->shard = shard, l->nshards = nshards;
+  /* training: every shard the same number of batches (the remainder is dropped, like the
+   * last partial batch); evaluation: every batch of the epoch, in one shard or another */
+  l->nbatches = l->shuffle ? l->gbatches / nshards : (l->gbatches - shard + nshards - 1) / nshards;
+  l->active = 0;
+  pthread_mutex_unlock(&l->mu);
+}
 
 int tt_loader_next(tt_loader *l, const uint8_t **images, const int32_t **labels, int *count,
                    double *wait_seconds) {

@@ -428,8 +428,10 @@ static int lower_tables(lower_ctx *c) {
   return 0;
 }
 
-/* Persistent buffers (masters, gradients, optimizer state in parameter order; loss
- * statistics; the overflow flag) and the transient uint8 batch and labels. */
+/* Persistent buffers (masters, then gradients, then optimizer state, each in parameter order;
+ * loss statistics; the overflow flag) and the transient uint8 batch and labels. Persistent
+ * buffers are packed in the order they are made (tt_program_plan), so the gradients lie end
+ * to end: a multi-process run all-reduces runs of them in place as buckets (core/dist.c). */
 static int lower_persistent(lower_ctx *c) {
   const tt_graph *g = c->g;
   const tt_train_cfg *tc = &g->model->train;
@@ -437,10 +439,21 @@ static int lower_persistent(lower_ctx *c) {
   tt_program *p = c->p;
   for (int i = 0; i < g->nparams; i++) {
     const tt_param *pr = &g->params[i];
+    if ((p->param_buf[i] = lower_buf(c, pr->name, "", tt_size_mul(pr->numel, sizeof(float)), TT_F32, TT_BC_PARAMS, 1,
+                                     pr->node, i)) < 0)
+      return -1;
+  }
+  for (int i = 0; pol->training && i < g->nparams; i++) {
+    const tt_param *pr = &g->params[i];
+    if (pr->trainable &&
+        (p->grad_buf[i] = lower_buf(c, pr->name, ".grad", tt_size_mul(pr->numel, sizeof(float)), TT_F32, TT_BC_GRADS, 1,
+                                    pr->node, i)) < 0)
+      return -1;
+  }
+  for (int i = 0; i < g->nparams; i++) {
+    const tt_param *pr = &g->params[i];
     size_t bytes = tt_size_mul(pr->numel, sizeof(float));
-    if ((p->param_buf[i] = lower_buf(c, pr->name, "", bytes, TT_F32, TT_BC_PARAMS, 1, pr->node, i)) < 0) return -1;
     if (!pol->training || !pr->trainable) continue;
-    if ((p->grad_buf[i] = lower_buf(c, pr->name, ".grad", bytes, TT_F32, TT_BC_GRADS, 1, pr->node, i)) < 0) return -1;
     int nstate = tc->optimizer == TT_OPT_SGD ? (tc->momentum != 0.0f) : 2;
     if (nstate >= 1 && (p->m_buf[i] = lower_buf(c, pr->name, tc->optimizer == TT_OPT_SGD ? ".momentum" : ".adam_m", bytes,
                                                 TT_F32, TT_BC_OPTIMIZER, 1, pr->node, i)) < 0)

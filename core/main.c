@@ -10,7 +10,7 @@
 static void main_usage(FILE *f, const char *cmd) {
   if (cmd && !strcmp(cmd, "plan")) {
     fprintf(f, "usage: tinytrain plan [--vram SIZE] [--device auto|cpu|cuda] [--micro-batch N] [--precision fp32|fp16|auto]\n"
-               "                      [--recompute none|auto|all] [--max-batch] [--json] RECIPE\n\n"
+               "                      [--recompute none|auto|all] [--ranks N] [--max-batch] [--json] RECIPE\n\n"
                "Says whether and how RECIPE's training fits in SIZE of device memory, without a GPU and without\n"
                "data files: the chosen micro-batch, accumulation, precision and recomputed layers, every buffer\n"
                "class, the arena size against its lower bound, and the alternatives rejected. --max-batch gives\n"
@@ -23,6 +23,7 @@ static void main_usage(FILE *f, const char *cmd) {
                "  --precision P          fp32, fp16 or auto (the recipe's)\n"
                "  --recompute R          none, auto or all (the recipe's)\n"
                "  --threads N            CPU threads (default: all cores)\n"
+               "  --ranks N              plan one process's share of the batch, as if launched by mpirun -np N\n"
                "  --max-batch            the largest micro-batch that fits, per precision and recompute setting\n"
                "  --json                 one JSON object instead of the text report\n"
                "  -h, --help             this text\n");
@@ -60,6 +61,7 @@ static void main_usage(FILE *f, const char *cmd) {
                "before the first step. Writes weights.safetensors, state.safetensors, metrics.jsonl and chart.svg\n"
                "to DIR (default runs/<recipe name>, or runs/<recipe name>-2 ... when that holds an earlier run).\n"
                "Ctrl-C (SIGINT) or SIGTERM stops at the next step with a checkpoint; --resume DIR continues.\n"
+               "Several processes (one per GPU): mpirun -np N tinytrain ...; RECIPE's batch is then the global batch.\n"
                "Exit status 0 on success, 1 on failure, 2 on bad usage, 130/143 when stopped by SIGINT/SIGTERM.\n\n"
                "options (--opt VALUE and --opt=VALUE alike):\n"
                "  --vram SIZE            the card's memory; the run is planned to fit in it (none: no budget)\n"
@@ -106,7 +108,8 @@ typedef struct main_args {
 
 enum {
   OPT_VRAM = 256, OPT_DEVICE, OPT_EPOCHS, OPT_THREADS, OPT_MICRO_BATCH, OPT_MAX_STEPS, OPT_CHECKPOINT_EVERY,
-  OPT_PRECISION, OPT_RECOMPUTE, OPT_OUT, OPT_RESUME, OPT_WEIGHTS, OPT_JSON, OPT_MAX_BATCH, OPT_VERSION, OPT_TOP, OPT_INIT
+  OPT_PRECISION, OPT_RECOMPUTE, OPT_OUT, OPT_RESUME, OPT_WEIGHTS, OPT_JSON, OPT_MAX_BATCH, OPT_VERSION, OPT_TOP, OPT_INIT,
+  OPT_RANKS
 };
 
 static const struct option main_options[] = {
@@ -128,6 +131,7 @@ static const struct option main_options[] = {
     {"weights", required_argument, NULL, OPT_WEIGHTS},
     {"top", required_argument, NULL, OPT_TOP},
     {"init", required_argument, NULL, OPT_INIT},
+    {"ranks", required_argument, NULL, OPT_RANKS},
     {NULL, 0, NULL, 0}};
 
 /* index of v in the '|'-free list names (NULL-terminated), or -1 */
@@ -185,6 +189,9 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
     case OPT_INIT: o->init_weights = v; return 0;
     case OPT_WEIGHTS: a->weights = v; return 0;
     case OPT_TOP: return main_int(v, &a->top) ? main_bad(cmd, "--top takes a positive integer, not", v) : 0;
+    case OPT_RANKS:
+      if (strcmp(cmd, "plan")) return main_bad(cmd, "--ranks is an option of plan (training takes its processes from mpirun -np)", NULL);
+      return main_int(v, &o->ranks) ? main_bad(cmd, "--ranks takes a positive integer, not", v) : 0;
     default: return main_bad(cmd, "unknown option", v);
   }
 }
@@ -257,8 +264,12 @@ int main(int argc, char **argv) {
     rc = tt_train(&o, err, sizeof err);
   }
   if (rc) {
-    fprintf(stderr, "tinytrain: %s\n", err);
+    /* under mpirun: the rank that failed, then MPI_Abort ends the other processes */
+    if (tt_dist_size() > 1 && strncmp(err, "rank ", 5)) fprintf(stderr, "tinytrain: rank %d of %d: %s\n", tt_dist_rank(), tt_dist_size(), err);
+    else fprintf(stderr, "tinytrain: %s\n", err);
+    tt_dist_end(rc != TT_STOPPED);
     return rc == TT_STOPPED && o.stop_signal > 0 ? 128 + o.stop_signal : 1; /* 130 SIGINT, 143 SIGTERM */
   }
+  tt_dist_end(0);
   return 0;
 }

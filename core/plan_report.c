@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dist.h"
 #include "session.h"
 
 /* Bytes the frozen layers' weights would have taken in gradients and optimizer state. */
@@ -90,11 +91,13 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
   tt_strbuf_printf(&b, "{\"recipe\": ");
   tt_strbuf_json(&b, s->model.path);
   tt_strbuf_printf(&b, ", \"arena_bytes\": %zu, \"peak_live_bytes\": %zu, \"ratio\": %.4f, \"micro_batch\": %d, "
-                       "\"accum_steps\": %d, \"effective_batch\": %d, \"precision\": \"%s\", \"eval_batch\": %d, "
+                       "\"accum_steps\": %d, \"effective_batch\": %d, \"ranks\": %d, \"global_batch\": %d, "
+                       "\"precision\": \"%s\", \"eval_batch\": %d, "
                        "\"eval_arena_bytes\": %zu, \"breakdown\": {\"params\": %zu, \"grads\": %zu, \"optimizer\": %zu, "
                        "\"activations\": %zu, \"workspace\": %zu}, \"recompute\": [",
                    p->arena_bytes, p->peak_live_bytes, ratio, r->policy.micro_batch, r->policy.accum_steps,
-                   r->policy.micro_batch * r->policy.accum_steps, r->policy.act_dtype == TT_F16 ? "fp16" : "fp32",
+                   r->policy.micro_batch * r->policy.accum_steps, s->ranks,
+                   r->policy.micro_batch * r->policy.accum_steps * s->ranks, r->policy.act_dtype == TT_F16 ? "fp16" : "fp32",
                    r->eval.policy.micro_batch, r->eval.persistent_bytes + r->eval.transient_bytes, bp, bg, bo, ba, bw);
   int first = 1;
   for (int i = 0; i < g->nnodes; i++)
@@ -182,6 +185,13 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
           r->policy.act_dtype == TT_F16 ? "fp16 autocast with dynamic loss scaling" : "fp32", p->n_inplace,
           r->recomputed_units, r->nunits, p->n_recomputed_steps);
   plan_text_recomputed(s, out);
+  if (s->ranks > 1)
+    fprintf(out, "  ranks       planned per rank for --ranks %d (the budget is each rank's GPU): global batch %d x %d ranks = %d;\n"
+                 "              fp32 gradients all-reduced once per optimizer step (%.1f MiB per rank) in %d buckets\n"
+                 "              of the arena, each started when backward has written its last gradient\n",
+            s->ranks, r->policy.micro_batch * r->policy.accum_steps, s->ranks,
+            r->policy.micro_batch * r->policy.accum_steps * s->ranks, plan_mib(s->sched.train.class_bytes[TT_BC_GRADS]),
+            tt_dist_bucket_count(&s->sched.train));
   fprintf(out, "              batch-norm statistics are computed per micro-batch of %d\n", r->policy.micro_batch);
   fprintf(out, "  predicted   %.1f ms per optimizer step (%.1f ms of it recomputing), %s cost model\n",
           r->predicted_step_ms, r->recompute_ms, s->target_cuda ? "generic CUDA" : "CPU");

@@ -8,6 +8,7 @@
 #include <omp.h>
 #endif
 
+#include "dist.h"
 #include "recipe.h"
 
 #ifdef TT_HAVE_CUDA
@@ -58,8 +59,9 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
   if (o->device == TT_DEVICE_CUDA || o->device == TT_DEVICE_AUTO) {
     int ndev = tt_cuda_device_count();
     if (ndev > 0 || (mode != TT_SESSION_PLAN && o->device == TT_DEVICE_CUDA)) {
+      if (mode != TT_SESSION_PLAN && tt_dist_cuda_select(err)) return -1;
       s->be = tt_cuda_backend_create(reserve, err ? err->msg : NULL, err ? sizeof err->msg : 0);
-      if (!s->be) return -1;
+      if (!s->be || (mode == TT_SESSION_TRAIN && tt_dist_cuda_attach(s->be, reserve, err))) return -1;
       s->target_cuda = 1, s->reserve_measured = 1;
       *reserve += TT_CUDA_LIBRARY_MARGIN_BYTES; /* what cuDNN/cuBLAS load later (tt_cuda.h) */
       if (tt_cuda_mem_free(s->be, &s->device_free_bytes, NULL) == 0) s->device_free_known = 1;
@@ -134,6 +136,8 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
     free(s);
     return -1;
   }
+  s->ranks = o->ranks > 1 && mode != TT_SESSION_EVAL ? o->ranks : 1;
+  if (tt_dist_per_rank_batch(&s->model, s->ranks, err)) goto fail; /* the schedule is per rank */
   if (tt_graph_build(&s->model, &s->graph, err) || session_backend(s, o, mode, &reserve, err)) goto fail;
   t0 = tt_now();
   if (mode == TT_SESSION_EVAL) {
@@ -171,6 +175,9 @@ void tt_session_print_summary(const tt_session *s, FILE *out) {
   fprintf(out, "  policy   micro-batch %d x %d accumulation = batch %d, %s, %d in-place ops, recompute %d of %d units\n",
           p->micro_batch, p->accum_steps, p->micro_batch * p->accum_steps, p->act_dtype == TT_F16 ? "fp16 autocast" : "fp32",
           r->train.n_inplace, r->recomputed_units, r->nunits);
+  if (s->ranks > 1)
+    fprintf(out, "  ranks    %d processes, each planned for its share: global batch %d x %d = %d\n", s->ranks,
+            p->micro_batch * p->accum_steps, s->ranks, p->micro_batch * p->accum_steps * s->ranks);
   fprintf(out, "  memory   arena %.1f MiB (lower bound %.1f MiB)\n", s->x.arena_bytes / 1048576.0,
           r->train.peak_live_bytes / 1048576.0);
   if (s->vram_bytes) fprintf(out, "           budget %.1f MiB of --vram %.1f MiB%s\n", r->budget_bytes / 1048576.0, s->vram_bytes / 1048576.0,

@@ -33,6 +33,7 @@ typedef struct tt_session {
   size_t library_bytes;  /* device memory cuDNN/cuBLAS took after the arena (warm-up), training only */
   double plan_ms;        /* schedule + plan wall time */
   size_t vram_bytes;
+  int ranks;             /* processes the recipe's batch is shared among (core/dist.h); the plan is per rank */
 } tt_session;
 
 int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode, tt_err *err);

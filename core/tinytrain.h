@@ -55,6 +55,8 @@ typedef struct tt_run_opts {
   int progress;          /* -1 auto (a terminal gets a line updated in place), 0 plain lines, 1 in place */
   int quiet;             /* 1: only errors */
   FILE *out;             /* progress and summary; NULL = stdout */
+  int ranks;             /* plan: as if launched on this many processes (--ranks); 0 = 1. tt_train
+                          * sets its own from the launch (core/dist.h) */
   /* results */
   double final_accuracy, final_loss; /* of the last evaluation; NaN when the run evaluated nothing */
   long long steps_done;
@@ -97,6 +99,15 @@ int tt_parse_size(const char *s, size_t *bytes);
  * "10min", "1.5h" (wall time: *steps = 0, *seconds), or "0" (never; both 0). Returns 0, or -1
  * for anything else. (Defined in core/recipe_values.c: the recipe's checkpoint_every.) */
 int tt_parse_interval(const char *s, long long *steps, double *seconds);
+
+/* Multi-process training (mpirun -np N tinytrain ...; core/dist.h): this process's rank and the
+ * number of processes (0 and 1 without mpirun; known once tt_train or tt_evaluate has started).
+ * tt_dist_end: call once before exiting: MPI_Finalize, or after a failure with more than one
+ * process MPI_Abort, which ends every process of the job (the others may be waiting in a
+ * collective for this one). Nothing without mpirun. */
+int tt_dist_rank(void);
+int tt_dist_size(void);
+void tt_dist_end(int failed);
 
 /* Backends built in, with versions, for --version. */
 const char *tt_build_info(void);

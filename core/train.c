@@ -17,6 +17,7 @@
 
 #include "checkpoint.h"
 #include "data.h"
+#include "dist.h"
 #include "fileio.h"
 #include "finetune.h"
 #include "metrics.h"
@@ -97,7 +98,14 @@ double tt_lr_at(const tt_train_cfg *t, double epoch) {
 }
 
 static int train_evaluate(tt_session *s, tt_loader *ld, double *loss, double *acc, tt_err *err) {
-  return tt_train_eval_pass(&s->x, ld, loss, acc, NULL, err);
+  long long n = 0;
+  if (tt_train_eval_pass(&s->x, ld, loss, acc, &n, err)) return -1;
+  if (tt_dist_size() <= 1) return 0;
+  double sum[3] = {*loss * (double)n, *acc * (double)n, (double)n}; /* each rank evaluated its shard: the sums of all */
+  if (tt_dist_sum(sum, 3, err)) return -1;
+  *loss = sum[2] > 0 ? sum[0] / sum[2] : 0.0;
+  *acc = sum[2] > 0 ? sum[1] / sum[2] : 0.0;
+  return 0;
 }
 
 /* Everything one tt_train call holds; tt_train releases it whatever state the run reached. */
@@ -110,7 +118,9 @@ typedef struct train_run {
   tt_ckpt_state st;              /* step, position and loss scale: what a checkpoint holds */
   char dir[TT_PATH_MAX];         /* the run directory */
   char resumed_from[TT_PATH_MAX + 64]; /* the state file resumed from, for messages */
-  int mb, accum, batch;          /* micro-batch, accumulation steps, effective batch */
+  int mb, accum, batch;          /* micro-batch, accumulation steps, effective batch (global: x ranks) */
+  int rank, ranks;               /* this process and the processes (core/dist.h); only rank 0 writes */
+  tt_dist_buckets *bk;           /* the gradient all-reduce's buckets; NULL for one process */
   int epochs, steps_per_epoch, log_every;
   tt_train_cfg sched_cfg;        /* the recipe's, spanning the epochs of this run */
   tt_opt_hparams hp;
@@ -150,6 +160,8 @@ static int train_data(train_run *R, tt_err *err) {
     return -1;
   if (has_test && tt_loader_create(&R->el, &R->test_ds, R->s->sched.eval.policy.micro_batch, 0, 0, 0, tc->seed, 1, err))
     return -1;
+  tt_loader_shard(R->tl, R->rank, R->ranks); /* every rank its share of the same order */
+  if (R->el) tt_loader_shard(R->el, R->rank, R->ranks);
   return 0;
 }
 
@@ -228,9 +240,12 @@ static int train_resume_or_init(train_run *R, tt_err *err) {
   tt_loss_scale_init(&st->loss_scale, R->s->sched.policy.act_dtype == TT_F16);
   st->seed = tc->seed;
   R->saved_step = -1;
-  if (!R->o->resume_dir) return tt_exec_init_params(&R->s->x, tc->seed, err) || train_init_from(R, err) ? -1 : 0;
+  if (!R->o->resume_dir)
+    return tt_exec_init_params(&R->s->x, tc->seed, err) || train_init_from(R, err) ||
+                   tt_dist_broadcast_params(&R->s->x, 0, err) ? -1 : 0;
   snprintf(R->resumed_from, sizeof R->resumed_from, "%s/state.safetensors", R->o->resume_dir);
-  if (tt_checkpoint_load(&R->s->x, R->resumed_from, 1, st, tt_warn_stderr, NULL, err) || train_resume_check(R, err))
+  if (tt_checkpoint_load(&R->s->x, R->resumed_from, 1, st, tt_warn_stderr, NULL, err) || train_resume_check(R, err) ||
+      tt_dist_broadcast_params(&R->s->x, 0, err))
     return -1;
   R->saved_step = st->step;
   tt_metrics_say(&R->mt, "resumed from %s at step %lld (epoch %d, image %lld of %lld)%s\n", R->resumed_from, st->step,
@@ -289,6 +304,7 @@ static void train_remove_stale(train_run *R) {
  * behind and a refused resume leaves metrics.jsonl as it was. */
 static int train_run_dir(train_run *R, tt_err *err) {
   const tt_run_opts *o = R->o;
+  if (R->rank) return 0; /* rank 0 writes the run directory */
   if (o->out_dir) {
     snprintf(R->dir, sizeof R->dir, "%s", o->out_dir);
     const char *held = train_holds_run(R->dir);
@@ -322,8 +338,10 @@ static int train_resolve_pending(train_run *R, tt_err *err) {
 
 /* Writes both checkpoint files for the state as it stands. */
 static int train_save(train_run *R, tt_err *err) {
-  R->st.micro_batch = R->mb, R->st.accum_steps = R->accum;
-  if (train_resolve_pending(R, err) || tt_checkpoint_save(&R->s->x, R->dir, &R->st, err)) return -1;
+  /* accum_steps: the micro-batches of a step over all ranks, so a resume on another number of
+   * ranks sees the same effective batch */
+  R->st.micro_batch = R->mb, R->st.accum_steps = R->accum * R->ranks;
+  if (train_resolve_pending(R, err) || (R->rank == 0 && tt_checkpoint_save(&R->s->x, R->dir, &R->st, err))) return -1;
   R->saved_step = R->st.step;
   R->last_save = tt_now();
   return 0;
@@ -344,10 +362,12 @@ static int train_step(train_run *R, int epoch, int k, double lr, tt_epoch_meter 
     if (tt_loader_next(R->tl, &img, &lab, &cnt, &w) != 0)
       return tt_fail(err, "the training-data loader ended early (epoch %d, step %d)", epoch + 1, k);
     e->wait += w;
+    if (a == R->accum - 1) tt_dist_allreduce_begin(R->bk); /* its backward starts the buckets */
     int rc = tt_exec_micro_step(&R->s->x, img, lab, a, (uint64_t)st->step, gscale, err);
     tt_loader_release(R->tl);
     if (rc) return -1;
   }
+  if (tt_dist_allreduce_end(R->bk, err)) return -1; /* summed over the ranks, before the overflow check */
   if (tt_train_update(&R->s->x, &R->hp, &st->loss_scale, st->step, lr, used, err)) return -1;
   st->step++;
   e->images += R->batch;
@@ -367,14 +387,17 @@ static void train_progress(train_run *R, int eval, int epoch, double loss, doubl
 
 /* Ends a logging interval: reads and clears the device's loss/accuracy sums, then the lines. */
 static int train_log(train_run *R, tt_epoch_meter *e, int k, double lr, tt_err *err) {
-  float sv[2];
-  if (tt_exec_stats(&R->s->x, sv, 1, err)) return -1;
+  float f[2];
+  if (tt_exec_stats(&R->s->x, f, 1, err)) return -1;
+  double sv[2] = {f[0], f[1]}; /* every rank's sums: e->log_images counts the global batch */
+  if (tt_dist_sum(sv, 2, err)) return -1;
   double l = e->log_images ? sv[0] / (double)e->log_images : 0.0;
   if (!isfinite(l) && R->s->sched.policy.act_dtype == TT_F32)
     return tt_fail(err, "the training loss became %g at step %lld; lower [train] lr in %s", l, R->st.step,
                    R->s->model.path);
   double acc = e->log_images ? sv[1] / (double)e->log_images : 0.0;
   e->loss_sum += sv[0];
+  if (R->rank) return e->log_images = 0, 0;
   train_progress(R, 0, e->epoch, l, acc, lr);
   return tt_metrics_train(&R->mt, e, k, R->st.step, l, acc, lr, &R->st.loss_scale, err);
 }
@@ -387,8 +410,10 @@ static int train_after_step(train_run *R, int epoch, int k, int *stopped, tt_err
   tt_ckpt_state *st = &R->st;
   int last = k + 1 == R->steps_per_epoch;
   st->epoch = epoch, st->images_in_epoch = (long long)(k + 1) * R->batch;
-  if (train_stop_signal) {
-    R->stop_signal = train_stop_signal;
+  int sig = train_stop_signal;
+  if (tt_dist_max(&sig, err)) return -1; /* a signal to any rank stops every rank at this step */
+  if (sig) {
+    R->stop_signal = sig;
     *stopped = 1;
   } else if (R->o->max_steps > 0 && st->step >= R->o->max_steps) {
     *stopped = 1;
@@ -403,7 +428,7 @@ static int train_after_step(train_run *R, int epoch, int k, int *stopped, tt_err
 static int train_epoch(train_run *R, int epoch, tt_epoch_meter *e, int *stopped, tt_err *err) {
   tt_ckpt_state *st = &R->st;
   long long start = epoch == st->epoch ? st->images_in_epoch : 0;
-  if (tt_loader_start_epoch(R->tl, epoch, (int)(start / R->mb)))
+  if (tt_loader_start_epoch(R->tl, epoch, (int)(start / ((long long)R->mb * R->ranks))))
     return tt_fail(err, "epoch %d cannot start at image %lld of %d", epoch + 1, start, R->train_ds.n);
   tt_metrics_epoch_begin(e, epoch, st->loss_scale.skipped);
   for (int k = (int)(start / R->batch); k < R->steps_per_epoch && !*stopped; k++) {
@@ -419,16 +444,17 @@ static int train_epoch(train_run *R, int epoch, tt_epoch_meter *e, int *stopped,
 static int train_end_epoch(train_run *R, int epoch, const tt_epoch_meter *e, tt_err *err) {
   if (R->el) {
     double loss, acc;
-    if (train_evaluate(R->s, R->el, &loss, &acc, err)) return -1;
+    /* batch-norm running statistics: rank 0's (PyTorch DDP's rule) */
+    if (tt_dist_broadcast_params(&R->s->x, 1, err) || train_evaluate(R->s, R->el, &loss, &acc, err)) return -1;
     R->final_loss = loss, R->final_acc = acc;
-    train_progress(R, 1, epoch, loss, acc, R->hp.lr);
-    if (tt_metrics_eval(&R->mt, e, R->st.step, loss, acc, err)) return -1;
-  } else if (tt_metrics_epoch(&R->mt, e, R->st.step, err)) {
+    if (R->rank == 0) train_progress(R, 1, epoch, loss, acc, R->hp.lr);
+    if (R->rank == 0 && tt_metrics_eval(&R->mt, e, R->st.step, loss, acc, err)) return -1;
+  } else if (R->rank == 0 && tt_metrics_epoch(&R->mt, e, R->st.step, err)) {
     return -1;
   }
   R->st.epoch = epoch + 1, R->st.images_in_epoch = 0;
   if (train_save(R, err)) return -1;
-  return tt_metrics_chart(&R->mt, R->dir, R->s->model.name, err);
+  return R->rank ? 0 : tt_metrics_chart(&R->mt, R->dir, R->s->model.name, err);
 }
 
 /* A signal stopped the run after its checkpoint: TT_STOPPED, and where to continue. */
@@ -440,25 +466,55 @@ static int train_stopped(train_run *R, tt_err *err) {
   return TT_STOPPED;
 }
 
+/* Under mpirun: the processes, each one's share of the cores, and only rank 0 speaks. */
+static int train_open(train_run *R, tt_err *err) {
+  tt_run_opts so = *R->o;
+  if (tt_dist_init(err)) return -1;
+  R->rank = tt_dist_rank(), R->ranks = tt_dist_size();
+  so.ranks = R->ranks;
+  if (R->ranks > 1 && !so.threads) so.threads = tt_dist_threads();
+  if (R->rank) R->mt.quiet = 1;
+  if (tt_session_open(&R->s, &so, TT_SESSION_TRAIN, err) || tt_dist_buckets_create(&R->bk, &R->s->x, err)) return -1;
+  R->mb = R->s->sched.policy.micro_batch, R->accum = R->s->sched.policy.accum_steps;
+  R->batch = R->mb * R->accum * R->ranks;
+  R->s->x.rank = R->rank, R->s->x.ranks = R->ranks; /* dropout masks follow the global micro-batch */
+  if (!R->mt.quiet) tt_session_print_summary(R->s, R->mt.out);
+  return 0;
+}
+
+/* The share of the training time the gradient all-reduce took (waiting for the slowest rank included). */
+static void train_dist_summary(const train_run *R, double seconds) {
+  if (R->ranks <= 1) return;
+  double ar = tt_dist_allreduce_seconds(), mib = tt_dist_grad_bytes(R->s->x.train) / 1048576.0;
+  if (R->mt.in_place && !R->mt.quiet) fputc('\n', R->mt.out); /* after the progress line */
+  if (!strcmp(R->s->be->name, "cuda")) /* the host only queues them: NCCL's time is the device's */
+    tt_metrics_say(&R->mt, "dist: %d ranks; %.2f MiB of fp32 gradients all-reduced per step on NCCL's stream\n", R->ranks, mib);
+  else
+    tt_metrics_say(&R->mt, "dist: %d ranks; %.2f MiB of fp32 gradients all-reduced per step; all-reduce %.2f s of %.2f s "
+                   "(%.1f%%) on rank 0\n", R->ranks, mib, ar, seconds, seconds > 0 ? 100.0 * ar / seconds : 0.0);
+}
+
 static int train_body(train_run *R, tt_err *err) {
   tt_run_opts *o = R->o;
-  if (tt_session_open(&R->s, o, TT_SESSION_TRAIN, err)) return -1;
-  R->mb = R->s->sched.policy.micro_batch, R->accum = R->s->sched.policy.accum_steps, R->batch = R->mb * R->accum;
-  if (!o->quiet) tt_session_print_summary(R->s, R->mt.out);
+  if (train_open(R, err)) return -1;
   if (train_data(R, err) || train_loop_setup(R, err) || train_resume_or_init(R, err) || train_run_dir(R, err)) return -1;
   int stopped = o->max_steps > 0 && R->st.step >= o->max_steps; /* resumed at the limit already: no step */
+  double t_train = tt_now();
   for (int epoch = R->st.epoch; epoch < R->epochs && !stopped; epoch++) {
     tt_epoch_meter e;
     if (train_epoch(R, epoch, &e, &stopped, err)) return -1;
     if (stopped && R->st.epoch == epoch) break; /* stopped inside the epoch: checkpoint below, no evaluation */
     if (train_end_epoch(R, epoch, &e, err)) return -1;
-    if (train_stop_signal && epoch + 1 < R->epochs) R->stop_signal = train_stop_signal, stopped = 1; /* during the evaluation */
+    int sig = train_stop_signal; /* during the evaluation: on any rank, then every rank stops */
+    if (tt_dist_max(&sig, err)) return -1;
+    if (sig && epoch + 1 < R->epochs) R->stop_signal = sig, stopped = 1;
   }
   if (stopped && R->saved_step != R->st.step && train_save(R, err)) return -1;
   if (train_record_pending(R, err)) return -1; /* the run is over: the summary counts the last step too */
   o->final_accuracy = R->final_acc;
   o->final_loss = R->final_loss;
   o->steps_done = R->st.step;
+  train_dist_summary(R, tt_now() - t_train);
   tt_metrics_summary(&R->mt, R->dir, &R->st.loss_scale);
   return R->stop_signal ? train_stopped(R, err) : 0;
 }
@@ -481,6 +537,7 @@ int tt_train(tt_run_opts *o, char *errbuf, size_t errsize) {
   if (R.el) tt_loader_destroy(R.el);
   tt_dataset_free(&R.train_ds);
   tt_dataset_free(&R.test_ds);
+  tt_dist_buckets_destroy(R.bk);
   if (R.s) tt_session_close(R.s);
   if (rc && errbuf) snprintf(errbuf, errsize, "%s", err.msg[0] ? err.msg : "unknown error");
   return rc;
@@ -495,7 +552,7 @@ int tt_evaluate(tt_run_opts *o, const char *weights, char *errbuf, size_t errsiz
   tt_loader *el = NULL;
   int rc = -1;
   FILE *out = o->out ? o->out : stdout;
-  if (tt_session_open(&s, o, TT_SESSION_EVAL, &err)) goto done;
+  if (tt_dist_init(&err) || tt_session_open(&s, o, TT_SESSION_EVAL, &err)) goto done;
   if (s->model.data.format == TT_DATA_NONE) {
     tt_fail(&err, "%s: has no [data] section with a test split", s->model.path);
     goto done;
@@ -504,10 +561,11 @@ int tt_evaluate(tt_run_opts *o, const char *weights, char *errbuf, size_t errsiz
   if (tt_dataset_load(&s->model.data, 0, s->model.in_c, s->model.in_h, s->model.in_w, &ds, &err, tt_warn_stderr, NULL))
     goto done;
   if (tt_loader_create(&el, &ds, s->sched.eval.policy.micro_batch, 0, 0, 0, 1, 1, &err)) goto done;
+  tt_loader_shard(el, tt_dist_rank(), tt_dist_size());
   double loss, acc;
   if (train_evaluate(s, el, &loss, &acc, &err)) goto done;
   o->final_accuracy = acc, o->final_loss = loss;
-  fprintf(out, "accuracy %.4f (%.2f%%) loss %.4f on %d test images\n", acc, 100.0 * acc, loss, ds.n);
+  if (tt_dist_rank() == 0) fprintf(out, "accuracy %.4f (%.2f%%) loss %.4f on %d test images\n", acc, 100.0 * acc, loss, ds.n);
   rc = 0;
 done:
   if (el) tt_loader_destroy(el);

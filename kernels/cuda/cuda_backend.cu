@@ -90,6 +90,7 @@ static void cuda_be_destroy(tt_backend *b) {
   if (st) {
     /* Teardown: errors cannot be reported any more, but are still looked at. */
     if (st->compute && cudaStreamSynchronize(st->compute) != cudaSuccess) (void)cudaGetLastError();
+    tt_cuda_nccl_destroy(b);
     tt_cuda_conv_cache_destroy(b);
     if (st->dnn && cudnnDestroy(st->dnn) != CUDNN_STATUS_SUCCESS) fprintf(stderr, "cuda: cudnnDestroy failed\n");
     if (st->blas && cublasDestroy(st->blas) != CUBLAS_STATUS_SUCCESS) fprintf(stderr, "cuda: cublasDestroy failed\n");
@@ -450,7 +451,13 @@ extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbu
   b->impl = st;
   b->destroy = cuda_be_destroy;
   b->last_error = cuda_be_last_error;
+  /* the device the calling thread selected: 0, or the one a multi-process launch chose by
+   * local rank (tt_cuda_select_device) */
   st->device = 0;
+  if (cudaGetDevice(&st->device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    st->device = 0;
+  }
   if (cuda_be_setup(b, &reserve)) {
     cuda_be_create_fail(errbuf, errsize, "CUDA backend: %s", st->err);
     cuda_be_destroy(b);

@@ -65,6 +65,9 @@ typedef struct tt_cuda_state {
   void *nvml_lib;       /* dlopen'ed libnvidia-ml (may be NULL) */
   void *nvml_dev;       /* nvmlDevice_t */
   void *nvml_getmem;    /* nvmlDeviceGetMemoryInfo */
+  void *nccl;           /* ncclComm_t of a multi-process run (cuda_nccl.cu), else NULL */
+  cudaStream_t nccl_stream; /* the gradient all-reduce's stream, beside compute (cuda_nccl.cu) */
+  cudaEvent_t nccl_ready, nccl_done; /* compute -> nccl_stream, nccl_stream -> compute */
   char err[1024];       /* last error message, one line */
 } tt_cuda_state;
 

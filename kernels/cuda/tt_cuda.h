@@ -33,6 +33,26 @@ size_t tt_cuda_alloc_count(tt_backend *b);
 /* Device memory in use (NVML, whole device) and total; 0 on success. */
 int tt_cuda_mem_used(tt_backend *b, size_t *used, size_t *total);
 
+/* Multi-process training (core/dist.c, cuda_nccl.cu). tt_cuda_select_device: before the backend
+ * is created, the device this process uses (its local rank modulo the devices it sees), which
+ * tt_cuda_backend_create then takes. The NCCL calls fail with the reason in last_error: where
+ * the build has no NCCL, they all do. tt_cuda_nccl_id (rank 0) writes the unique id that
+ * tt_cuda_nccl_init takes on every rank; bytes_taken: the device memory NCCL took (measured).
+ * broadcast is in place, fp32, on the compute stream; several go between tt_cuda_nccl_group(b, 0)
+ * and tt_cuda_nccl_group(b, 1). allreduce_async sums in place on the all-reduce stream, after the
+ * work queued on the compute stream so far (an event), so it overlaps what is queued after it;
+ * join makes the compute stream's next work wait for every all-reduce started. The backend
+ * destroys the communicator and the stream. */
+#define TT_CUDA_NCCL_ID_BYTES 128
+int tt_cuda_select_device(int local_rank, char *errbuf, size_t errsize);
+int tt_cuda_nccl_id(tt_backend *b, void *id);
+int tt_cuda_nccl_init(tt_backend *b, const void *id, int nranks, int rank, size_t *bytes_taken);
+int tt_cuda_nccl_group(tt_backend *b, int end);
+int tt_cuda_nccl_allreduce_async(tt_backend *b, float *buf, size_t count);
+int tt_cuda_nccl_join(tt_backend *b);
+int tt_cuda_nccl_broadcast(tt_backend *b, float *buf, size_t count, int root);
+void tt_cuda_nccl_destroy(tt_backend *b);
+
 #ifdef __cplusplus
 }
 #endif

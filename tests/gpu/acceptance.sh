@@ -14,6 +14,7 @@
 #      --device cuda while sampling the process's device memory (nvidia-smi
 #      --query-compute-apps), against `plan --json` for the same recipe and budget: the peak must
 #      stay under --vram, plan and train must choose the same arena;
+#   4b. mpirun -np 2 through NCCL against one process with 2 accumulation steps (LeNet);
 #   5. tests/bench/resnet50_vs_torch.py (numbers only).
 # Fashion-MNIST: $TT_FASHION_DIR, else /usr/share/datasets/fashion-mnist, else
 # build/data/fashion-mnist (a copy carried to the device machine); with none, a synthetic set
@@ -192,6 +193,36 @@ EOF
   v=$(grep '^VERDICT' "$WORK/cmp")
   if echo "$v" | grep -q PASS; then result PASS "resnet 4G" "peak ${peak} MiB under --vram 4G; plan and train agree"
   else result FAIL "resnet 4G" "${v#VERDICT FAIL }"; fi
+fi
+
+# ---- 4b. two processes through NCCL (core/dist.c, kernels/cuda/cuda_nccl.cu) ----
+# mpirun -np 2 against one process with two accumulation steps of the same micro-batch (LeNet,
+# fp32, 20 steps): the weights must agree within 1e-3, batch-norm running statistics left out
+# (each rank keeps its own between broadcasts; cuDNN's algorithms need not be
+# deterministic). Each rank takes the GPU of its local rank modulo the GPUs it sees; NCCL
+# refuses two ranks on one GPU ("Duplicate GPU detected"), which is then reported as a SKIP.
+say ""
+say "## 4b. NCCL: mpirun -np 2 against one process with 2 accumulation steps (LeNet, 20 steps)"
+if ! command -v mpirun >/dev/null; then
+  result SKIP nccl "mpirun not found (openmpi-bin)"
+else
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  ./tinytrain --device cuda --vram 4G --precision fp32 --micro-batch 64 --max-steps 20 --out "$WORK/nccl1" \
+    "$WORK/lenet.recipe" >"$WORK/nccl" 2>&1
+  rc1=$?
+  timeout 240 mpirun -np 2 -x NCCL_DEBUG=WARN ./tinytrain --device cuda --vram 4G --precision fp32 --micro-batch 64 --max-steps 20 \
+    --out "$WORK/nccl2" "$WORK/lenet.recipe" >>"$WORK/nccl" 2>&1
+  rc2=$?
+  block "$WORK/nccl" 20
+  if grep -q "Duplicate GPU" "$WORK/nccl" || { [ "$("$SMI" -L | grep -c '^GPU')" -lt 2 ] && grep -qi "invalid usage" "$WORK/nccl"; }; then
+    result SKIP nccl "NCCL refuses two ranks on one GPU: needs a machine with 2 GPUs"
+  elif [ $rc1 != 0 ] || [ $rc2 != 0 ]; then
+    result FAIL nccl "one process exit $rc1, mpirun -np 2 exit $rc2"
+  elif m=$(python3 tests/tools/st_compare.py --tol 1e-3 --skip running_ "$WORK/nccl1/weights.safetensors" "$WORK/nccl2/weights.safetensors"); then
+    result PASS nccl "$m"
+  else
+    result FAIL nccl "$m"
+  fi
 fi
 
 # ---- 5. ResNet-50 against PyTorch ----
