@@ -32,6 +32,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "zlib1g-dev", "dataset-fashion-mnist",
+                "libturbojpeg0-dev",  # JPEG decoding (optional: without it stb_image decodes JPEG)
                 # the fuzz targets (tests/fuzz/): clang with libFuzzer (libclang-rt-dev) and its OpenMP
                 "clang", "libclang-rt-dev", "libomp-dev"]
 
@@ -39,7 +40,8 @@ DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "
 LIB_DIRS = ["core", "arena", "kernels/ref", "kernels/cpu"]
 CLI_SOURCES = ["core/main.c"]
 TESTS = ["test_ops", "test_cpu_vs_ref", "test_arena", "test_recipe", "test_data", "test_safetensors", "test_graph",
-         "test_lower", "test_step", "test_train", "test_sched", "test_cuda"]
+         "test_lower", "test_step", "test_train", "test_sched", "test_cuda",
+         "test_stream"]
 # The CUDA backend's own sources compiled as C++ against tests/cuda_emu (host emulation): test_cuda
 # built against them runs without a GPU; emu_selftest checks the emulation's own checks.
 EMU_TESTS = ["test_cuda_emu", "test_cuda_emu_self"]
@@ -157,6 +159,22 @@ def find_stb():
     return {"inc": inc, "version": ver}
 
 
+# TurboJPEG (libturbojpeg0-dev): compile and link flags when found, empty otherwise (the fuzz and
+# emulation link lines use them too).
+JPEG = {"cflags": "", "libs": ""}
+
+
+def find_turbojpeg():
+    h = first_existing(["/usr/include/turbojpeg.h", "/usr/local/include/turbojpeg.h"])
+    libs = glob.glob("/usr/lib/*-linux-gnu/libturbojpeg.so") + glob.glob("/usr/lib/libturbojpeg.so") + \
+        glob.glob("/usr/local/lib*/libturbojpeg.so")
+    if not h or not libs:
+        return None
+    rc, out = run(["pkg-config", "--modversion", "libturbojpeg"]) if shutil.which("pkg-config") else (1, "")
+    ver = out.strip() if rc == 0 and out.strip() else "unknown version"
+    return {"version": ver, "lib": libs[0], "cflags": " -DTT_HAVE_TURBOJPEG=1", "libs": " -lturbojpeg"}
+
+
 def find_zlib():
     h = first_existing(["/usr/include/zlib.h", "/usr/local/include/zlib.h"])
     return {"version": header_define(h, "ZLIB_VERSION")} if h else None
@@ -232,7 +250,7 @@ def gpu_arch():
     return caps or None
 
 
-FUZZ_TARGETS = ["recipe", "safetensors", "checkpoint"]
+FUZZ_TARGETS = ["recipe", "safetensors", "checkpoint", "image"]
 
 
 def find_fuzzer():
@@ -267,12 +285,12 @@ def fuzz_rules(fz, why, blas, stb, lib_src):
     # CPU only; objects apart from the gcc build's.
     n.append("fuzzcc = %s" % fz["cc"])
     n.append("fuzzflags = -O1 -g -std=c11 -D_GNU_SOURCE -Wall -Wno-unused-parameter -fopenmp -pthread -I. -I%s -I%s "
-             "-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-             % (blas["inc"], stb["inc"]))
+             "-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer%s"
+             % (blas["inc"], stb["inc"], JPEG["cflags"]))
     n.append("rule fuzzcc\n  command = $fuzzcc -MMD -MF $out.d $fuzzflags -c $in -o $out\n  depfile = $out.d\n"
              "  deps = gcc\n  description = FUZZCC $out")
     n.append("rule fuzzlink\n  command = $fuzzcc -fsanitize=fuzzer,address,undefined -fopenmp -pthread $in -o $out "
-             "-ldnnl -lopenblas -lz -lm\n  description = FUZZLINK $out")
+             "-ldnnl -lopenblas -lz -lm%s\n  description = FUZZLINK $out" % JPEG["libs"])
     # ninja has built the targets already (the implicit inputs of `fuzz`): run.sh must not
     # start a second ninja inside this one
     n.append("rule fuzzrun\n  command = TT_FUZZ_BUILT=1 bash tests/fuzz/run.sh\n  description = FUZZ\n  pool = console")
@@ -368,6 +386,10 @@ def main():
     print("oneDNN     : %s" % (("%s, %s runtime (%s)" % (dnnl["version"], dnnl["runtime"], dnnl["lib"])) if dnnl else "NOT FOUND"))
     print("stb        : %s" % (("stb_image v%s (%s)" % (stb["version"], stb["inc"])) if stb else "NOT FOUND"))
     print("zlib       : %s" % (zlib["version"] if zlib else "NOT FOUND"))
+    tj = find_turbojpeg()
+    JPEG.update(tj or {})
+    print("TurboJPEG  : %s" % (("libjpeg-turbo %s (%s)" % (tj["version"], tj["lib"])) if tj else
+                               "not found: JPEG decoded by stb_image (slower; apt-get install libturbojpeg0-dev)"))
     fuzz, fuzz_why = find_fuzzer()
     print("libFuzzer  : %s" % (("%s (ninja fuzz)" % fuzz["version"]) if fuzz else "not available (%s)" % fuzz_why))
     if args.cpu_only:
@@ -397,7 +419,8 @@ def main():
     cflags = "%s -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fopenmp -pthread -I. -I%s -I%s" % (
         opt, blas["inc"], stb["inc"])
     ldflags = "-fopenmp -pthread"
-    libs = "-ldnnl -lopenblas -lz -lm"
+    libs = "-ldnnl -lopenblas -lz -lm" + JPEG["libs"]
+    cflags += JPEG["cflags"]
     if args.debug:
         cflags += " -DTT_DEBUG=1"
     if args.sanitize:
@@ -453,7 +476,7 @@ def main():
         n.append("cxx = %s\nemuflags = %s" % (cxx, emuflags))
         n.append("rule emucxx\n  command = $cxx -MMD -MF $out.d $emuflags -x c++ -c $in -o $out\n  depfile = $out.d\n"
                  "  deps = gcc\n  description = CXX (emulated CUDA) $out")
-        n.append("rule emulink\n  command = $cxx $ldflags $in -o $out -ldnnl -lopenblas -lz -lm -ldl\n"
+        n.append("rule emulink\n  command = $cxx $ldflags $in -o $out -ldnnl -lopenblas -lz -lm -ldl" + JPEG["libs"] + "\n"
                  "  description = LINK $out")
     # The shell tests run the binary named by TT. A sanitizer build reports leaks too, and every
     # finding makes the program exit non-zero, so the test that ran it fails.

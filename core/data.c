@@ -8,7 +8,14 @@
 #include "../kernels/kernel_math.h"
 
 void tt_dataset_free(tt_dataset *ds) {
+  int i;
   if (!ds) return;
+  if (ds->paths)
+    for (i = 0; i < ds->n; i++) free(ds->paths[i]);
+  if (ds->class_names)
+    for (i = 0; i < ds->classes; i++) free(ds->class_names[i]);
+  free(ds->paths);
+  free(ds->class_names);
   free(ds->images);
   free(ds->labels);
   memset(ds, 0, sizeof *ds);
@@ -71,8 +78,13 @@ int tt_dataset_load(const tt_data_cfg *cfg, int train, int c, int h, int w, tt_d
     if (!labels[0])
       return tt_fail(err, "[data] (recipe line %d): idx format needs %s_labels = <labels file>", cfg->line, key);
     return tt_dataset_load_idx(path, labels, c, h, w, ds, err);
-  case TT_DATA_FOLDER: return tt_dataset_load_folder(path, c, h, w, ds, err, warn, ud);
-  case TT_DATA_LIST: return tt_dataset_load_list(path, c, h, w, ds, err, warn, ud);
+  case TT_DATA_FOLDER:
+  case TT_DATA_LIST: { /* streaming: the loader decodes each batch */
+    int rc = cfg->format == TT_DATA_FOLDER ? tt_dataset_scan_folder(path, c, h, w, ds, err, warn, ud)
+                                           : tt_dataset_scan_list(path, c, h, w, ds, err, warn, ud);
+    ds->max_pixels = cfg->max_megapixels > 0 ? (long long)cfg->max_megapixels * 1000000 : 0;
+    return rc;
+  }
   default: break;
   }
   return tt_fail(err, "[data] (recipe line %d): unknown format %d; use idx, folder, list or synthetic", cfg->line,

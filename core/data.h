@@ -1,9 +1,10 @@
-/* core/data.h — datasets decoded into host memory, and the background batch loader.
+/* core/data.h — datasets, the image decoder, and the background batch loader.
  *
- * Every format ends up as one NCHW uint8 array plus int32 labels. Folder and list datasets
- * are decoded once at start (several threads, stb_image) and kept in memory; a packed
- * format that is memory-mapped instead is future work. Normalisation (mean/std) is not
- * done here: it runs on the device from uint8. */
+ * A data set is either in memory (one NCHW uint8 array plus int32 labels: IDX, synthetic, or
+ * a folder/list decoded by tt_dataset_decode_all) or streaming (folder and list sets as the
+ * trainer loads them: paths and labels only; the loader threads decode the images of each
+ * batch into its fixed ring of buffers, so host memory does not grow with the data set).
+ * Normalisation (mean/std) is not done here: it runs on the device from uint8. */
 #ifndef TT_DATA_H
 #define TT_DATA_H
 #include <stdint.h>
@@ -14,13 +15,37 @@
 extern "C" {
 #endif
 
+#define TT_DECODE_REASON_MAX 160
+/* The decoders' default limit on width x height (64 megapixels; recipe: max_megapixels). */
+#define TT_DEFAULT_MAX_PIXELS (64LL * 1000 * 1000)
+
 typedef struct tt_dataset {
   int n, c, h, w, classes;
-  uint8_t *images;  /* [n, c, h, w] */
+  uint8_t *images;  /* [n, c, h, w]; NULL for a streaming data set */
   int32_t *labels;  /* [n], each in [0, classes) */
   int skipped;      /* entries that could not be decoded (folder/list): corrupt images, but also
                      * directories, named pipes, devices and dangling links; each was warned about */
+  char **paths;     /* streaming (folder/list): [n] the image file of each sample */
+  char **class_names; /* folder: [classes] the class subfolder names (NULL otherwise) */
+  long long max_pixels; /* the decoder's pixel limit (0: TT_DEFAULT_MAX_PIXELS) */
+  char source[TT_PATH_MAX]; /* folder or list file, for messages */
 } tt_dataset;
+
+/* ---- Decoding one image ----
+ * To [c, h, w] uint8 (c 1..4): resized so the shorter side fits, then centre-cropped (the
+ * evaluation transform). The header is read first: an image of more than max_pixels pixels
+ * (0: TT_DEFAULT_MAX_PIXELS) is refused before any pixel memory is allocated. JPEG goes
+ * through TurboJPEG when the build has it (DCT-domain downscaling when the image is at least
+ * twice the target), PNG/BMP through stb_image. A truncated or corrupt file fails. Returns 0,
+ * or -1 with reason ([TT_DECODE_REASON_MAX], without the path) saying why. Thread-safe. */
+int tt_image_decode(const void *data, size_t size, int c, int h, int w, long long max_pixels, uint8_t *out,
+                    char *reason);
+int tt_image_decode_file(const char *path, int c, int h, int w, long long max_pixels, uint8_t *out, char *reason);
+/* Whether path is a regular file (or a link to one), found without opening it (a pipe is never
+ * waited on); if not, writes why to reason and returns -1. */
+int tt_file_check_kind(const char *path, char *reason);
+/* "libjpeg-turbo (TurboJPEG)" or "stb_image": what this build decodes JPEG with. */
+const char *tt_image_jpeg_decoder(void);
 
 
 /* Loads the train (train=1) or test (train=0) split described by cfg, shaped to the
@@ -36,7 +61,16 @@ int tt_dataset_load(const tt_data_cfg *cfg, int train, int c, int h, int w, tt_d
                     tt_warn_fn warn, void *ud);
 void tt_dataset_free(tt_dataset *ds);
 
-/* The individual formats (tt_dataset_load dispatches to these). */
+/* The individual formats (tt_dataset_load dispatches to these). scan_folder / scan_list make a
+ * streaming data set (paths and labels; what is not a regular file is skipped and warned about
+ * at the scan, a corrupt image later, by the loader); load_folder / load_list scan and then
+ * decode everything into memory (tt_dataset_decode_all: the corrupt images are dropped,
+ * counted and warned about; an error when none decodes). */
+int tt_dataset_scan_folder(const char *dir, int c, int h, int w, tt_dataset *ds, tt_err *err, tt_warn_fn warn,
+                           void *ud);
+int tt_dataset_scan_list(const char *list_path, int c, int h, int w, tt_dataset *ds, tt_err *err,
+                         tt_warn_fn warn, void *ud);
+int tt_dataset_decode_all(tt_dataset *ds, tt_err *err, tt_warn_fn warn, void *ud);
 int tt_dataset_load_idx(const char *images_path, const char *labels_path, int c, int h, int w,
                         tt_dataset *ds, tt_err *err);
 int tt_dataset_load_folder(const char *dir, int c, int h, int w, tt_dataset *ds, tt_err *err, tt_warn_fn warn,
@@ -50,12 +84,15 @@ int tt_dataset_synthetic(int n, int c, int h, int w, int classes, uint64_t seed,
  * sample at position j of epoch e depends on (seed, e, j) only — never on thread count or
  * scheduling — so a resumed run sees the same bytes. */
 typedef struct tt_loader tt_loader;
+/* Training loader threads when the recipe does not say ([data] loader_threads). */
+#define TT_LOADER_THREADS 2
 
 /* batch: images per batch. shuffle: 1 for training (random order, the last partial batch
  * is dropped), 0 for evaluation (dataset order, the last partial batch is kept).
  * crop_pad: random crop after zero padding by this many pixels (0 = off). hflip: random
  * horizontal flip with probability 0.5. nthreads: worker threads (<= 0: 2). The ring holds
- * nthreads + 2 batches (at least 3). The dataset must outlive the loader. */
+ * nthreads + 2 batches (at least 3). The dataset must outlive the loader; a streaming one
+ * (ds->paths) is decoded by the workers. */
 int tt_loader_create(tt_loader **out, const tt_dataset *ds, int batch, int shuffle, int crop_pad, int hflip,
                      uint64_t seed, int nthreads, tt_err *err);
 /* Begins epoch `epoch` at batch index start_batch (0 normally; > 0 to resume mid-epoch).
@@ -73,6 +110,17 @@ int tt_loader_next(tt_loader *l, const uint8_t **images, const int32_t **labels,
 /* The caller is done with the batch returned last; its buffer goes back to the workers. */
 void tt_loader_release(tt_loader *l);
 void tt_loader_destroy(tt_loader *l);
+/* Streaming data sets: where the loader reports an image that fails to decode
+ * ("PATH: skipped (why); replaced by ..."; called from a worker thread, under the loader's lock),
+ * and how many have failed so far. tt_loader_next returns -1 when no image of the set decodes. */
+void tt_loader_set_warn(tt_loader *l, tt_warn_fn warn, void *ud);
+int tt_loader_skipped(tt_loader *l);
+/* Ring slots for nthreads workers, and the host memory of a loader (the batch ring with its
+ * labels, plus one staging image per slot when streaming); nthreads <= 0 means 2. Each worker
+ * decoding also holds, briefly, its file and the decoded image before resizing (at most
+ * max_pixels x c bytes: the decoder refuses more). */
+int tt_loader_slots(int nthreads);
+size_t tt_loader_host_bytes(int batch, int c, int h, int w, int nthreads, int streaming);
 
 #ifdef __cplusplus
 }

@@ -61,6 +61,8 @@ typedef struct tt_data_cfg {
   float mean[4], std[4];        /* per channel, on [0,1] pixel values; default 0 and 1 */
   int crop_pad;                 /* random crop after zero padding by this many pixels; 0 = off */
   int hflip;                    /* random horizontal flip */
+  int max_megapixels;           /* folder/list: decoders refuse larger images (0: 64) */
+  int loader_threads;           /* training loader threads (0: TT_LOADER_THREADS, core/data.h) */
   int classes;                  /* [net] classes: the labels format = synthetic draws (0: 10) */
   int line;                     /* recipe line of [data] */
 } tt_data_cfg;

@@ -267,6 +267,8 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
     else if (!strcmp(k, "std")) rc = recipe_floats(st, e, v, d->std, 0, 0), line_std = e->line;
     else if (!strcmp(k, "crop_pad")) rc = recipe_int(st, e, v, 0, 4096, &d->crop_pad);
     else if (!strcmp(k, "hflip")) rc = recipe_bool(st, e, v, &d->hflip);
+    else if (!strcmp(k, "max_megapixels")) rc = recipe_int(st, e, v, 1, 1000000, &d->max_megapixels);
+    else if (!strcmp(k, "loader_threads")) rc = recipe_int(st, e, v, 1, 64, &d->loader_threads);
     else recipe_warn(st, e->line, "unknown key '%s' in [data], ignored", k);
     if (rc) return -1;
   }

@@ -163,12 +163,14 @@ static int train_data(train_run *R, tt_err *err) {
   if (R->train_ds.n < R->batch)
     return tt_fail(err, "%s: %d training images are fewer than one effective batch of %d", m->data.train, R->train_ds.n,
                    R->batch);
-  int loader_threads = 2;
+  int loader_threads = m->data.loader_threads > 0 ? m->data.loader_threads : TT_LOADER_THREADS;
   const tt_train_cfg *tc = &m->train;
   if (tt_loader_create(&R->tl, &R->train_ds, R->mb, 1, m->data.crop_pad, m->data.hflip, tc->seed, loader_threads, err))
     return -1;
   if (has_test && tt_loader_create(&R->el, &R->test_ds, R->s->sched.eval.policy.micro_batch, 0, 0, 0, tc->seed, 1, err))
     return -1;
+  tt_loader_set_warn(R->tl, tt_warn_stderr, NULL); /* a streaming set's corrupt images, as met */
+  if (R->el) tt_loader_set_warn(R->el, tt_warn_stderr, NULL);
   return 0;
 }
 
@@ -515,6 +517,7 @@ int tt_evaluate(tt_run_opts *o, const char *weights, char *errbuf, size_t errsiz
   if (tt_dataset_load(&s->model.data, 0, s->model.in_c, s->model.in_h, s->model.in_w, &ds, &err, tt_warn_stderr, NULL))
     goto done;
   if (tt_loader_create(&el, &ds, s->sched.eval.policy.micro_batch, 0, 0, 0, 1, 1, &err)) goto done;
+  tt_loader_set_warn(el, tt_warn_stderr, NULL);
   double loss, acc;
   if (train_evaluate(s, el, &loss, &acc, &err)) goto done;
   o->final_accuracy = acc, o->final_loss = loss;

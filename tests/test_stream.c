@@ -1,0 +1,259 @@
+/* tests/test_stream.c — streaming image data sets (the loader decodes each batch), the
+ * decoders (TurboJPEG or stb_image) on committed corrupt, truncated and over-the-limit files
+ * (tests/fixtures/images/), and the pixel limit. Run from the repository root. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/data.h"
+#include "core/fileio.h"
+#include "tests/tt_test.h"
+
+#include "tests/tt_stb_write.h"
+
+#define FX "tests/fixtures/images/"
+
+typedef struct warns {
+  int n;
+  char all[8192];
+} warns;
+
+static void on_warn(void *ud, const char *line) {
+  warns *w = (warns *)ud;
+  w->n++;
+  if (strlen(w->all) + strlen(line) + 2 < sizeof w->all) {
+    strcat(w->all, line);
+    strcat(w->all, "\n");
+  }
+}
+
+/* root/c0..c2: 37 noisy images, JPEG and PNG, of several sizes (so the resize and, for the
+ * larger JPEGs, TurboJPEG's DCT scaling are exercised). */
+static void make_noise_folder(const char *root, int n) {
+  unsigned char *px = (unsigned char *)malloc(160 * 120 * 3);
+  uint64_t s = 42;
+  int i, k;
+  char p[1024];
+  mkdir(root, 0755);
+  for (k = 0; k < 3; k++) {
+    snprintf(p, sizeof p, "%s/c%d", root, k);
+    mkdir(p, 0755);
+  }
+  for (i = 0; i < n; i++) {
+    int w = 24 + (i % 5) * 30, h = 20 + (i % 3) * 40, j;
+    for (j = 0; j < w * h * 3; j++) px[j] = (unsigned char)((tt_splitmix_next(&s) & 127) + (j / (3 * w)) * 64 / h);
+    snprintf(p, sizeof p, "%s/c%d/img%02d.%s", root, i % 3, i, i % 2 ? "png" : "jpg");
+    if (i % 2)
+      stbi_write_png(p, w, h, 3, px, w * 3);
+    else
+      stbi_write_jpg(p, w, h, 3, px, 90);
+  }
+  free(px);
+}
+
+typedef struct epoch_dump {
+  uint8_t *img;
+  int32_t *lab;
+  int nb, total;
+} epoch_dump;
+
+/* One epoch of batches concatenated; returns 0, or the tt_loader_next code that stopped it. */
+static int run_epoch(const tt_dataset *ds, int batch, int shuffle, int threads, int epoch, int start, warns *w,
+                     epoch_dump *d, int *skipped) {
+  tt_loader *l;
+  tt_err err;
+  const uint8_t *im;
+  const int32_t *lb;
+  int cnt, rc;
+  size_t per = (size_t)ds->c * ds->h * ds->w;
+  double wait;
+  memset(d, 0, sizeof *d);
+  if (tt_loader_create(&l, ds, batch, shuffle, shuffle ? 2 : 0, shuffle, 77, threads, &err) != 0) {
+    printf("# loader: %s\n", err.msg);
+    return -2;
+  }
+  if (w) tt_loader_set_warn(l, on_warn, w);
+  d->nb = tt_loader_batches(l);
+  d->img = (uint8_t *)calloc((size_t)d->nb * batch, per);
+  d->lab = (int32_t *)calloc((size_t)d->nb * batch, sizeof(int32_t));
+  tt_loader_start_epoch(l, epoch, start);
+  while ((rc = tt_loader_next(l, &im, &lb, &cnt, &wait)) == 0) {
+    memcpy(d->img + (size_t)d->total * per, im, (size_t)cnt * per);
+    memcpy(d->lab + d->total, lb, sizeof(int32_t) * (size_t)cnt);
+    d->total += cnt;
+    tt_loader_release(l);
+  }
+  if (skipped) *skipped = tt_loader_skipped(l);
+  tt_loader_destroy(l);
+  return rc == 1 ? 0 : rc;
+}
+
+static void free_dump(epoch_dump *d) {
+  free(d->img);
+  free(d->lab);
+}
+
+/* Streaming gives, bit for bit, the batches of the same data set decoded into memory first:
+ * shuffled and augmented (two epochs, a resumed one, 1 or 3 threads) and in evaluation order. */
+static void test_stream_equals_memory(void) {
+  tt_dataset mem, st;
+  tt_err err;
+  epoch_dump a, b, c;
+  const char *root = tt_test_path("noise");
+  size_t per = (size_t)3 * 20 * 24;
+  int rc, e;
+  TT_TEST_BEGIN("stream_equals_in_memory");
+  make_noise_folder(root, 37);
+  rc = tt_dataset_scan_folder(root, 3, 20, 24, &st, &err, NULL, NULL);
+  TT_CHECK(rc == 0 && st.n == 37 && !st.images && st.paths && st.classes == 3, "scan: %s", err.msg);
+  TT_CHECK(rc != 0 || (st.class_names && !strcmp(st.class_names[0], "c0") && !strcmp(st.class_names[2], "c2")),
+           "class names");
+  if (rc != 0) return;
+  rc = tt_dataset_load_folder(root, 3, 20, 24, &mem, &err, NULL, NULL);
+  TT_CHECK(rc == 0 && mem.n == 37 && mem.images, "decode all: %s", err.msg);
+  if (rc != 0) return;
+  for (e = 0; e < 2; e++) {
+    TT_CHECK(run_epoch(&mem, 8, 1, 2, e, 0, NULL, &a, NULL) == 0, "memory epoch %d", e);
+    TT_CHECK(run_epoch(&st, 8, 1, e ? 3 : 1, e, 0, NULL, &b, NULL) == 0, "streaming epoch %d", e);
+    TT_CHECK(a.total == 32 && b.total == 32 && memcmp(a.img, b.img, 32 * per) == 0 &&
+                 memcmp(a.lab, b.lab, 32 * sizeof(int32_t)) == 0,
+             "epoch %d: streaming batches differ from the in-memory ones (%d, %d images)", e, a.total, b.total);
+    if (e == 1) { /* resumed at batch 2: the tail of the same epoch */
+      TT_CHECK(run_epoch(&st, 8, 1, 2, e, 2, NULL, &c, NULL) == 0 && c.total == 16 &&
+                   memcmp(c.img, a.img + 16 * per, 16 * per) == 0,
+               "resumed streaming epoch differs");
+      free_dump(&c);
+    }
+    free_dump(&a);
+    free_dump(&b);
+  }
+  TT_CHECK(run_epoch(&mem, 5, 0, 1, 0, 0, NULL, &a, NULL) == 0 && run_epoch(&st, 5, 0, 2, 0, 0, NULL, &b, NULL) == 0,
+           "eval epochs");
+  TT_CHECK(a.total == 37 && b.total == 37 && memcmp(a.img, b.img, 37 * per) == 0 &&
+               memcmp(b.img, mem.images, 37 * per) == 0,
+           "evaluation order: streaming differs");
+  free_dump(&a);
+  free_dump(&b);
+  tt_dataset_free(&mem);
+  tt_dataset_free(&st);
+  TT_TEST_END();
+}
+
+/* A corrupt image met while streaming is warned about once with its path, counted, and
+ * replaced by the next image of the data set; a set where nothing decodes stops the loader. */
+static void test_stream_corrupt(void) {
+  tt_dataset st;
+  tt_err err;
+  warns w;
+  epoch_dump a;
+  FILE *f;
+  int rc, skipped = -1;
+  uint8_t want[3 * 8 * 8];
+  char why[TT_DECODE_REASON_MAX];
+  TT_TEST_BEGIN("stream_corrupt_replaced");
+  f = fopen(tt_test_path("mixed.list"), "w");
+  fprintf(f, "noise/c0/img00.jpg 0\n%s/" FX "corrupt.jpg 1\nnoise/c1/img01.png 2\nnoise/c2/img02.jpg 0\n",
+          getcwd(why, sizeof why));
+  fclose(f);
+  rc = tt_dataset_scan_list(tt_test_path("mixed.list"), 3, 8, 8, &st, &err, NULL, NULL);
+  TT_CHECK(rc == 0 && st.n == 4 && st.classes == 3, "scan: %s", err.msg);
+  if (rc != 0) return;
+  memset(&w, 0, sizeof w);
+  TT_CHECK(run_epoch(&st, 4, 0, 2, 0, 0, &w, &a, &skipped) == 0 && a.total == 4, "epoch");
+  TT_CHECK(skipped == 1 && w.n == 1 && strstr(w.all, "corrupt.jpg: skipped (") && strstr(w.all, "replaced"),
+           "skipped %d, warnings:\n%s", skipped, w.all);
+  TT_CHECK(tt_image_decode_file(st.paths[2], 3, 8, 8, 0, want, why) == 0, "decode: %s", why);
+  TT_CHECK(a.lab[1] == 2 && memcmp(a.img + 192, want, 192) == 0 && memcmp(a.img + 384, want, 192) == 0,
+           "position 1 should hold the next image (label 2), got label %d", a.lab[1]);
+  free_dump(&a);
+  tt_dataset_free(&st);
+  /* nothing decodes: the loader says so instead of producing batches */
+  f = fopen(tt_test_path("allbad.list"), "w");
+  fprintf(f, "%s/" FX "corrupt.png 0\n%s/" FX "truncated.jpg 1\n", getcwd(why, sizeof why), getcwd(why, sizeof why));
+  fclose(f);
+  rc = tt_dataset_scan_list(tt_test_path("allbad.list"), 3, 8, 8, &st, &err, NULL, NULL);
+  TT_CHECK(rc == 0 && st.n == 2, "scan: %s", err.msg);
+  if (rc == 0) {
+    memset(&w, 0, sizeof w);
+    TT_CHECK(run_epoch(&st, 2, 0, 1, 0, 0, &w, &a, &skipped) == -1 && skipped == 2 && w.n == 2,
+             "all bad: skipped %d, %d warnings", skipped, w.n);
+    free_dump(&a);
+    tt_dataset_free(&st);
+  }
+  TT_TEST_END();
+}
+
+/* The committed fixtures: good files decode; truncated, corrupt and over-the-limit ones fail
+ * with a reason, the last from the header. */
+static void test_decoder_fixtures(void) {
+  static const struct {
+    const char *file, *reason;
+  } bad[] = {{"truncated.jpg", "truncated JPEG"},
+             {"truncated.png", "truncated PNG"},
+             {"corrupt.jpg", ""},
+             {"corrupt.png", ""},
+             {"huge_header.png", "20000x20000 = 400000000 pixels, over the limit of 64000000"},
+             {"huge_header.jpg", "30000x30000 = 900000000 pixels, over the limit of 64000000"}};
+  uint8_t out[3 * 12 * 16];
+  char why[TT_DECODE_REASON_MAX];
+  size_t i;
+  TT_TEST_BEGIN("decoder_fixtures");
+  printf("# JPEG decoder: %s\n", tt_image_jpeg_decoder());
+  TT_CHECK(tt_image_decode_file(FX "good.jpg", 3, 12, 16, 0, out, why) == 0, "good.jpg: %s", why);
+  TT_CHECK(tt_image_decode_file(FX "good.png", 3, 12, 16, 0, out, why) == 0, "good.png: %s", why);
+  TT_CHECK(tt_image_decode_file(FX "good.jpg", 1, 6, 6, 0, out, why) == 0, "good.jpg grey: %s", why);
+  for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char p[256];
+    snprintf(p, sizeof p, FX "%s", bad[i].file);
+    memset(why, 0, sizeof why);
+    TT_CHECK(tt_image_decode_file(p, 3, 12, 16, 0, out, why) != 0 && why[0] && strstr(why, bad[i].reason),
+             "%s: decoded, or the reason '%s' lacks '%s'", bad[i].file, why, bad[i].reason);
+  }
+  /* the limit is the caller's: a 16x12 image is over a 100-pixel limit, for both decoders */
+  TT_CHECK(tt_image_decode_file(FX "good.jpg", 3, 12, 16, 100, out, why) != 0 &&
+               strstr(why, "16x12 = 192 pixels, over the limit of 100"),
+           "jpeg limit: %s", why);
+  TT_CHECK(tt_image_decode_file(FX "good.png", 3, 12, 16, 100, out, why) != 0 &&
+               strstr(why, "16x12 = 192 pixels, over the limit of 100"),
+           "png limit: %s", why);
+  TT_CHECK(tt_image_decode_file(FX "good.png", 3, 12, 16, 192, out, why) == 0, "png at the limit: %s", why);
+  TT_TEST_END();
+}
+
+/* A large JPEG (DCT-domain downscaled by TurboJPEG) still decodes to its content: the left
+ * half dark, the right half bright, after the resize. */
+static void test_jpeg_downscale(void) {
+  unsigned char *px = (unsigned char *)malloc(640 * 480 * 3);
+  uint8_t out[3 * 32 * 32];
+  char why[TT_DECODE_REASON_MAX];
+  int x, y, ok = 1;
+  TT_TEST_BEGIN("jpeg_downscaled_decode");
+  for (y = 0; y < 480; y++)
+    for (x = 0; x < 640; x++) memset(px + ((size_t)y * 640 + x) * 3, x < 320 ? 20 : 230, 3);
+  stbi_write_jpg(tt_test_path("big.jpg"), 640, 480, 3, px, 90);
+  free(px);
+  TT_CHECK(tt_image_decode_file(tt_test_path("big.jpg"), 3, 32, 32, 0, out, why) == 0, "%s", why);
+  for (y = 0; y < 32; y++)
+    for (x = 0; x < 32; x++) {
+      int v = out[(size_t)y * 32 + x];
+      if ((x < 14 && v > 40) || (x > 17 && v < 210)) ok = 0;
+    }
+  TT_CHECK(ok, "downscaled content wrong: row 0 = %d %d ... %d %d", out[0], out[1], out[30], out[31]);
+  TT_TEST_END();
+}
+
+int main(void) {
+  if (tt_test_tmpdir("stream", "test_stream")) return 1;
+  test_stream_equals_memory();
+  test_stream_corrupt();
+  test_decoder_fixtures();
+  test_jpeg_downscale();
+  tt_test_tmpdir_remove();
+  TT_TEST_EXIT();
+}
