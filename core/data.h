@@ -61,14 +61,26 @@ int tt_dataset_load(const tt_data_cfg *cfg, int train, int c, int h, int w, tt_d
                     tt_warn_fn warn, void *ud);
 void tt_dataset_free(tt_dataset *ds);
 
+/* The run's classes are the training set's. tt_dataset_name_classes gives the training set ds
+ * `classes` names ([net] classes): a folder's subfolder names (numbered beyond them), else
+ * cfg->class_names (comma-separated, exactly `classes` of them) or "0", "1", ... Returns 0,
+ * or -1 with err. tt_dataset_map_classes maps a test folder's labels to the training set's
+ * classes by name: a test class the training set lacks is an error naming its folder. For a
+ * test set without names (list, idx, synthetic) the labels stay as they are. */
+int tt_dataset_name_classes(const tt_data_cfg *cfg, int classes, tt_dataset *ds, tt_err *err);
+int tt_dataset_map_classes(tt_dataset *test, const tt_dataset *train, tt_err *err);
+/* The same against the class names in a weights or state file's metadata (none: unchanged). */
+int tt_dataset_map_classes_from(tt_dataset *test, const char *weights, tt_err *err);
+
 /* The individual formats (tt_dataset_load dispatches to these). scan_folder / scan_list make a
  * streaming data set (paths and labels; what is not a regular file is skipped and warned about
  * at the scan, a corrupt image later, by the loader); load_folder / load_list scan and then
  * decode everything into memory (tt_dataset_decode_all: the corrupt images are dropped,
- * counted and warned about; an error when none decodes). */
+ * counted and warned about; an error when none decodes). scan_list with max_classes > 0
+ * refuses a label >= max_classes with an error naming the file and line. */
 int tt_dataset_scan_folder(const char *dir, int c, int h, int w, tt_dataset *ds, tt_err *err, tt_warn_fn warn,
                            void *ud);
-int tt_dataset_scan_list(const char *list_path, int c, int h, int w, tt_dataset *ds, tt_err *err,
+int tt_dataset_scan_list(const char *list_path, int c, int h, int w, int max_classes, tt_dataset *ds, tt_err *err,
                          tt_warn_fn warn, void *ud);
 int tt_dataset_decode_all(tt_dataset *ds, tt_err *err, tt_warn_fn warn, void *ud);
 int tt_dataset_load_idx(const char *images_path, const char *labels_path, int c, int h, int w,

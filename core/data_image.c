@@ -319,7 +319,7 @@ done:
 
 /* ---- List files ---- */
 
-int tt_dataset_scan_list(const char *list_path, int c, int h, int w, tt_dataset *ds, tt_err *err,
+int tt_dataset_scan_list(const char *list_path, int c, int h, int w, int max_classes, tt_dataset *ds, tt_err *err,
                          tt_warn_fn warn, void *ud) {
   void *buf = NULL;
   size_t size = 0;
@@ -365,6 +365,11 @@ int tt_dataset_scan_list(const char *list_path, int c, int h, int w, tt_dataset 
               lineno, lab);
       goto done;
     }
+    if (max_classes > 0 && v >= max_classes) {
+      tt_fail(err, "%s:%d: label %ld is not below [net] classes = %d; fix the label or raise classes", list_path,
+              lineno, v, max_classes);
+      goto done;
+    }
     end = lab;
     while (end > line && (end[-1] == ' ' || end[-1] == '\t')) end--;
     *end = 0;
@@ -397,6 +402,6 @@ int tt_dataset_load_folder(const char *dir, int c, int h, int w, tt_dataset *ds,
 
 int tt_dataset_load_list(const char *list_path, int c, int h, int w, tt_dataset *ds, tt_err *err,
                          tt_warn_fn warn, void *ud) {
-  if (tt_dataset_scan_list(list_path, c, h, w, ds, err, warn, ud) != 0) return -1;
+  if (tt_dataset_scan_list(list_path, c, h, w, 0, ds, err, warn, ud) != 0) return -1;
   return tt_dataset_decode_all(ds, err, warn, ud);
 }

@@ -63,6 +63,7 @@ typedef struct tt_data_cfg {
   int hflip;                    /* random horizontal flip */
   int max_megapixels;           /* folder/list: decoders refuse larger images (0: 64) */
   int loader_threads;           /* training loader threads (0: TT_LOADER_THREADS, core/data.h) */
+  char class_names[4096];       /* comma-separated names of [net] classes for list/idx/synthetic ("": 0, 1, ...) */
   int classes;                  /* [net] classes: the labels format = synthetic draws (0: 10) */
   int line;                     /* recipe line of [data] */
 } tt_data_cfg;

@@ -247,6 +247,22 @@ static void recipe_check_norm(recipe_state *st, int line, const char *key, const
     recipe_warn(st, line, "'%s' = %g is outside [0, 1], where normalised pixels lie; check it", key, (double)v[bad]);
 }
 
+/* class_names: comma-separated, none empty; kept as written (split when the data is loaded). */
+static int recipe_class_names(recipe_state *st, const recipe_entry *e, const char *v, char *out, size_t size) {
+  const char *p = v;
+  if (strlen(v) >= size)
+    return recipe_error(st, e->line, "'class_names' is longer than %d characters", (int)size - 1);
+  for (;;) {
+    const char *c = strchr(p, ',');
+    size_t len = c ? (size_t)(c - p) : strlen(p);
+    if (strspn(p, " \t") >= len) return recipe_error(st, e->line, "'class_names' has an empty name; write name, name, ...");
+    if (!c) break;
+    p = c + 1;
+  }
+  memcpy(out, v, strlen(v) + 1);
+  return 0;
+}
+
 static int recipe_data(recipe_state *st, const recipe_section *sec) {
   tt_data_cfg *d = &st->m->data;
   int j, x, have_format = 0, line_train = 0, line_tl = 0, line_test = 0, line_testl = 0, line_mean = 0, line_std = 0;
@@ -269,6 +285,7 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
     else if (!strcmp(k, "hflip")) rc = recipe_bool(st, e, v, &d->hflip);
     else if (!strcmp(k, "max_megapixels")) rc = recipe_int(st, e, v, 1, 1000000, &d->max_megapixels);
     else if (!strcmp(k, "loader_threads")) rc = recipe_int(st, e, v, 1, 64, &d->loader_threads);
+    else if (!strcmp(k, "class_names")) rc = recipe_class_names(st, e, v, d->class_names, sizeof d->class_names);
     else recipe_warn(st, e->line, "unknown key '%s' in [data], ignored", k);
     if (rc) return -1;
   }

@@ -151,6 +151,9 @@ static int train_data(train_run *R, tt_err *err) {
   if (tt_dataset_load(&m->data, 1, m->in_c, m->in_h, m->in_w, &R->train_ds, err, tt_warn_stderr, NULL) ||
       (has_test && tt_dataset_load(&m->data, 0, m->in_c, m->in_h, m->in_w, &R->test_ds, err, tt_warn_stderr, NULL)))
     return -1;
+  if (tt_dataset_name_classes(&m->data, m->classes, &R->train_ds, err) ||
+      (has_test && tt_dataset_map_classes(&R->test_ds, &R->train_ds, err))) /* the run's classes: training's */
+    return -1;
   if (!has_test)
     tt_metrics_say(&R->mt, "data: %s has no test split ([data] test = ...): training without evaluation\n", m->path);
   if (R->train_ds.skipped || R->test_ds.skipped)
@@ -240,6 +243,7 @@ static int train_resume_or_init(train_run *R, tt_err *err) {
   memset(st, 0, sizeof *st);
   tt_loss_scale_init(&st->loss_scale, R->s->sched.policy.act_dtype == TT_F16);
   st->seed = tc->seed;
+  st->classes = (const char *const *)R->train_ds.class_names, st->nclasses = R->train_ds.classes; /* saved, checked */
   R->saved_step = -1;
   if (!R->o->resume_dir) return tt_exec_init_params(&R->s->x, tc->seed, err);
   snprintf(R->resumed_from, sizeof R->resumed_from, "%s/state.safetensors", R->o->resume_dir);
@@ -514,7 +518,8 @@ int tt_evaluate(tt_run_opts *o, const char *weights, char *errbuf, size_t errsiz
     goto done;
   }
   if (tt_checkpoint_load(&s->x, weights, 0, NULL, tt_warn_stderr, NULL, &err)) goto done;
-  if (tt_dataset_load(&s->model.data, 0, s->model.in_c, s->model.in_h, s->model.in_w, &ds, &err, tt_warn_stderr, NULL))
+  if (tt_dataset_load(&s->model.data, 0, s->model.in_c, s->model.in_h, s->model.in_w, &ds, &err, tt_warn_stderr, NULL) ||
+      tt_dataset_map_classes_from(&ds, weights, &err)) /* a test folder by the weights' class names */
     goto done;
   if (tt_loader_create(&el, &ds, s->sched.eval.policy.micro_batch, 0, 0, 0, 1, 1, &err)) goto done;
   tt_loader_set_warn(el, tt_warn_stderr, NULL);

@@ -161,7 +161,7 @@ static void test_stream_corrupt(void) {
   fprintf(f, "noise/c0/img00.jpg 0\n%s/" FX "corrupt.jpg 1\nnoise/c1/img01.png 2\nnoise/c2/img02.jpg 0\n",
           getcwd(why, sizeof why));
   fclose(f);
-  rc = tt_dataset_scan_list(tt_test_path("mixed.list"), 3, 8, 8, &st, &err, NULL, NULL);
+  rc = tt_dataset_scan_list(tt_test_path("mixed.list"), 3, 8, 8, 0, &st, &err, NULL, NULL);
   TT_CHECK(rc == 0 && st.n == 4 && st.classes == 3, "scan: %s", err.msg);
   if (rc != 0) return;
   memset(&w, 0, sizeof w);
@@ -177,7 +177,7 @@ static void test_stream_corrupt(void) {
   f = fopen(tt_test_path("allbad.list"), "w");
   fprintf(f, "%s/" FX "corrupt.png 0\n%s/" FX "truncated.jpg 1\n", getcwd(why, sizeof why), getcwd(why, sizeof why));
   fclose(f);
-  rc = tt_dataset_scan_list(tt_test_path("allbad.list"), 3, 8, 8, &st, &err, NULL, NULL);
+  rc = tt_dataset_scan_list(tt_test_path("allbad.list"), 3, 8, 8, 0, &st, &err, NULL, NULL);
   TT_CHECK(rc == 0 && st.n == 2, "scan: %s", err.msg);
   if (rc == 0) {
     memset(&w, 0, sizeof w);
@@ -248,12 +248,64 @@ static void test_jpeg_downscale(void) {
   TT_TEST_END();
 }
 
+/* The run's classes: a test folder missing a class is mapped by name; names for a set without
+ * them come from class_names or are numbers. */
+static void test_classes(void) {
+  tt_dataset tr, te;
+  tt_data_cfg cfg;
+  tt_err err;
+  int rc, i, ok = 1;
+  TT_TEST_BEGIN("classes_by_name");
+  memset(&cfg, 0, sizeof cfg);
+  mkdir(tt_test_path("te"), 0755);
+  if (rename(tt_test_path("noise/c0"), tt_test_path("te/c0")) != 0 ||
+      rename(tt_test_path("noise/c2"), tt_test_path("te/c2")) != 0) {
+    TT_CHECK(0, "cannot make the test folder");
+    return;
+  }
+  /* training: c1 only, named up to 3 classes; the test folder c0, c2 */
+  rc = tt_dataset_scan_folder(tt_test_path("noise"), 3, 8, 8, &tr, &err, NULL, NULL);
+  TT_CHECK(rc == 0 && tt_dataset_name_classes(&cfg, 3, &tr, &err) == 0 && tr.classes == 3 &&
+               !strcmp(tr.class_names[0], "c1") && !strcmp(tr.class_names[2], "2"),
+           "training names: %s", err.msg);
+  if (rc != 0) return;
+  rc = tt_dataset_scan_folder(tt_test_path("te"), 3, 8, 8, &te, &err, NULL, NULL);
+  TT_CHECK(rc == 0 && tt_dataset_map_classes(&te, &tr, &err) != 0 && strstr(err.msg, "te/c0: a test class"),
+           "c0 is not a training class: %s", err.msg);
+  if (rc == 0) tt_dataset_free(&te);
+  free(tr.class_names[0]);
+  tr.class_names[0] = (char *)malloc(3);
+  strcpy(tr.class_names[0], "c2"); /* now training has c2 (index 0) and c0 (index 1) */
+  free(tr.class_names[1]);
+  tr.class_names[1] = (char *)malloc(3);
+  strcpy(tr.class_names[1], "c0");
+  rc = tt_dataset_scan_folder(tt_test_path("te"), 3, 8, 8, &te, &err, NULL, NULL);
+  TT_CHECK(rc == 0 && tt_dataset_map_classes(&te, &tr, &err) == 0 && te.classes == 3, "map: %s", err.msg);
+  for (i = 0; rc == 0 && i < te.n; i++) /* c0's files hold even indices img00, img03...: by path */
+    if (te.labels[i] != (strstr(te.paths[i], "/c0/") ? 1 : 0)) ok = 0;
+  TT_CHECK(ok, "test labels not mapped by name");
+  if (rc == 0) tt_dataset_free(&te);
+  tt_dataset_free(&tr);
+  /* a list: names from class_names, which must count [net] classes */
+  memset(&tr, 0, sizeof tr);
+  strcpy(cfg.class_names, " shirt , shoe,bag ");
+  TT_CHECK(tt_dataset_name_classes(&cfg, 3, &tr, &err) == 0 && !strcmp(tr.class_names[0], "shirt") &&
+               !strcmp(tr.class_names[1], "shoe") && !strcmp(tr.class_names[2], "bag"),
+           "class_names: %s", err.msg);
+  tt_dataset_free(&tr);
+  TT_CHECK(tt_dataset_name_classes(&cfg, 4, &tr, &err) != 0 && strstr(err.msg, "3 names but [net] classes = 4"),
+           "count: %s", err.msg);
+  tt_dataset_free(&tr);
+  TT_TEST_END();
+}
+
 int main(void) {
   if (tt_test_tmpdir("stream", "test_stream")) return 1;
   test_stream_equals_memory();
   test_stream_corrupt();
   test_decoder_fixtures();
   test_jpeg_downscale();
+  test_classes();
   tt_test_tmpdir_remove();
   TT_TEST_EXIT();
 }
