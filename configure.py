@@ -250,7 +250,7 @@ def gpu_arch():
     return caps or None
 
 
-FUZZ_TARGETS = ["recipe", "safetensors", "checkpoint", "image"]
+FUZZ_TARGETS = ["recipe", "safetensors", "checkpoint", "image", "npy"]
 
 
 def find_fuzzer():

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "../kernels/kernel_math.h"
 
@@ -18,7 +19,10 @@ void tt_dataset_free(tt_dataset *ds) {
     for (i = 0; i < ds->classes; i++) free(ds->class_names[i]);
   free(ds->paths);
   free(ds->class_names);
-  free(ds->images);
+  if (ds->map)
+    munmap(ds->map, ds->map_bytes); /* images point into it */
+  else
+    free(ds->images);
   free(ds->labels);
   memset(ds, 0, sizeof *ds);
 }
@@ -71,7 +75,7 @@ int tt_dataset_load(const tt_data_cfg *cfg, int train, int c, int h, int w, tt_d
   if (cfg->format == TT_DATA_SYNTHETIC)
     return tt_dataset_synthetic(train ? 1024 : 256, c, h, w, cfg->classes > 0 ? cfg->classes : 10, train ? 1 : 2, ds, err);
   if (cfg->format == TT_DATA_NONE)
-    return tt_fail(err, "[data] (recipe line %d): no format given; set format = idx, folder, list or synthetic",
+    return tt_fail(err, "[data] (recipe line %d): no format given; set format = idx, folder, list, npy or synthetic",
                    cfg->line);
   if (!path[0])
     return tt_fail(err, "[data] (recipe line %d): no %s path; set %s = ... in the recipe", cfg->line, key, key);
@@ -80,6 +84,10 @@ int tt_dataset_load(const tt_data_cfg *cfg, int train, int c, int h, int w, tt_d
     if (!labels[0])
       return tt_fail(err, "[data] (recipe line %d): idx format needs %s_labels = <labels file>", cfg->line, key);
     return tt_dataset_load_idx(path, labels, c, h, w, ds, err);
+  case TT_DATA_NPY:
+    if (!labels[0])
+      return tt_fail(err, "[data] (recipe line %d): npy format needs %s_labels = <labels .npy file>", cfg->line, key);
+    return tt_dataset_load_npy(path, labels, c, h, w, cfg->classes, ds, err);
   case TT_DATA_FOLDER:
   case TT_DATA_LIST: { /* streaming: the loader decodes each batch */
     int rc = cfg->format == TT_DATA_FOLDER ? tt_dataset_scan_folder(path, c, h, w, ds, err, warn, ud)
@@ -89,7 +97,7 @@ int tt_dataset_load(const tt_data_cfg *cfg, int train, int c, int h, int w, tt_d
   }
   default: break;
   }
-  return tt_fail(err, "[data] (recipe line %d): unknown format %d; use idx, folder, list or synthetic", cfg->line,
+  return tt_fail(err, "[data] (recipe line %d): unknown format %d; use idx, folder, list, npy or synthetic", cfg->line,
                  (int)cfg->format);
 }
 

@@ -28,7 +28,10 @@ typedef struct tt_dataset {
   char **paths;     /* streaming (folder/list): [n] the image file of each sample */
   char **class_names; /* folder: [classes] the class subfolder names (NULL otherwise) */
   long long max_pixels; /* the decoder's pixel limit (0: TT_DEFAULT_MAX_PIXELS) */
-  char source[TT_PATH_MAX]; /* folder or list file, for messages */
+  char source[TT_PATH_MAX]; /* folder, list or images file, for messages */
+  int hwc;          /* images are [n, h, w, c] (format = npy), not [n, c, h, w] */
+  void *map;        /* format = npy: the memory-mapped images file (images points into it) */
+  size_t map_bytes;
 } tt_dataset;
 
 /* ---- Decoding one image ----
@@ -83,6 +86,26 @@ int tt_dataset_scan_folder(const char *dir, int c, int h, int w, tt_dataset *ds,
 int tt_dataset_scan_list(const char *list_path, int c, int h, int w, int max_classes, tt_dataset *ds, tt_err *err,
                          tt_warn_fn warn, void *ud);
 int tt_dataset_decode_all(tt_dataset *ds, tt_err *err, tt_warn_fn warn, void *ud);
+/* Decodes the streaming samples [start, start + count) on several threads into images
+ * ([count, c, h, w]); reasons ([count][TT_DECODE_REASON_MAX]) gets "" for each one decoded,
+ * else why not. */
+void tt_dataset_decode_range(const tt_dataset *ds, int start, int count, uint8_t *images, char *reasons);
+/* format = npy: images (N, H, W, C) or (N, H, W) uint8, memory-mapped, H, W, C equal to the
+ * recipe's input; labels (N,) int8..int64 or uint8/uint16, each in [0, classes) when classes > 0.
+ * A file PREFIX-classes.json (a JSON array of strings) next to PREFIX-images.npy names the
+ * classes. Every header is checked (magic, version, dtype, fortran_order, shape, file size). */
+int tt_dataset_load_npy(const char *images_path, const char *labels_path, int c, int h, int w, int classes,
+                        tt_dataset *ds, tt_err *err);
+typedef struct tt_npy_info {
+  char kind;          /* 'u' or 'i' */
+  int itemsize;       /* bytes per element */
+  int ndim;
+  long long shape[4];
+  long long count;    /* elements */
+  size_t data_offset; /* where the array starts */
+} tt_npy_info;
+/* Parses a .npy header from the first size bytes of a file. Returns 0, or -1 with why. */
+int tt_npy_parse_header(const void *data, size_t size, tt_npy_info *info, char *why);
 int tt_dataset_load_idx(const char *images_path, const char *labels_path, int c, int h, int w,
                         tt_dataset *ds, tt_err *err);
 int tt_dataset_load_folder(const char *dir, int c, int h, int w, tt_dataset *ds, tt_err *err, tt_warn_fn warn,
@@ -90,6 +113,15 @@ int tt_dataset_load_folder(const char *dir, int c, int h, int w, tt_dataset *ds,
 int tt_dataset_load_list(const char *list_path, int c, int h, int w, tt_dataset *ds, tt_err *err,
                          tt_warn_fn warn, void *ud);
 int tt_dataset_synthetic(int n, int c, int h, int w, int classes, uint64_t seed, tt_dataset *ds, tt_err *err);
+
+/* ---- tinytrain pack (core/pack.c) ----
+ * tt_pack_set writes a scanned (streaming) data set to PREFIX-images.npy ((N, H, W, C) uint8,
+ * the decoder's resize and centre crop), PREFIX-labels.npy ((N,) int32) and, when the set has
+ * class names, PREFIX-classes.json; each file under a temporary name, renamed when complete.
+ * Images that fail to decode are skipped and warned about; *kept counts the rest.
+ * tt_pack_main is the command (argv[0] = "pack"); it returns the exit status. */
+int tt_pack_set(const tt_dataset *ds, const char *prefix, int *kept, tt_warn_fn warn, void *ud, tt_err *err);
+int tt_pack_main(int argc, char **argv);
 
 /* ---- Loader: background threads fill a ring of preallocated batch buffers. ----
  * Determinism: the order of epoch e depends on (seed, e) only; the augmentation of the

@@ -111,8 +111,9 @@ static int data_items_to_dataset(data_items *items, int classes, const char *whe
 
 typedef struct data_job {
   const tt_dataset *ds;
-  uint8_t *images;  /* [ds->n, c, h, w] */
-  char *reasons;    /* [ds->n][TT_DECODE_REASON_MAX]; "" = decoded */
+  int start, count; /* the samples [start, start + count) */
+  uint8_t *images;  /* [count, c, h, w] */
+  char *reasons;    /* [count][TT_DECODE_REASON_MAX]; "" = decoded */
   int next;         /* next item to claim, under mu */
   pthread_mutex_t mu;
 } data_job;
@@ -126,25 +127,28 @@ static void *data_worker(void *arg) {
     pthread_mutex_lock(&j->mu);
     i = j->next++;
     pthread_mutex_unlock(&j->mu);
-    if (i >= ds->n) break;
-    tt_image_decode_file(ds->paths[i], ds->c, ds->h, ds->w, ds->max_pixels, j->images + per * i,
+    if (i >= j->count) break;
+    tt_image_decode_file(ds->paths[j->start + i], ds->c, ds->h, ds->w, ds->max_pixels, j->images + per * i,
                          j->reasons + (size_t)TT_DECODE_REASON_MAX * i);
   }
   return NULL;
 }
 
-static void data_decode_threads(data_job *job) {
+void tt_dataset_decode_range(const tt_dataset *ds, int start, int count, uint8_t *images, char *reasons) {
   pthread_t th[DATA_MAX_THREADS];
+  data_job job;
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int nth = ncpu > 0 ? (int)ncpu : 2, started = 0, i;
+  memset(&job, 0, sizeof job);
+  job.ds = ds, job.start = start, job.count = count, job.images = images, job.reasons = reasons;
   if (nth > DATA_MAX_THREADS) nth = DATA_MAX_THREADS;
-  if (nth > job->ds->n) nth = job->ds->n;
-  pthread_mutex_init(&job->mu, NULL);
+  if (nth > count) nth = count;
+  pthread_mutex_init(&job.mu, NULL);
   for (i = 0; i < nth; i++)
-    if (pthread_create(&th[started], NULL, data_worker, job) == 0) started++;
-  if (started == 0) data_worker(job); /* no threads available: decode here */
+    if (pthread_create(&th[started], NULL, data_worker, &job) == 0) started++;
+  if (started == 0) data_worker(&job); /* no threads available: decode here */
   for (i = 0; i < started; i++) pthread_join(th[i], NULL);
-  pthread_mutex_destroy(&job->mu);
+  pthread_mutex_destroy(&job.mu);
 }
 
 int tt_dataset_decode_all(tt_dataset *ds, tt_err *err, tt_warn_fn warn, void *ud) {
@@ -153,7 +157,6 @@ int tt_dataset_decode_all(tt_dataset *ds, tt_err *err, tt_warn_fn warn, void *ud
   size_t per = (size_t)ds->c * ds->h * ds->w;
   if (ds->images || !ds->paths) return 0; /* in memory already */
   memset(&job, 0, sizeof job);
-  job.ds = ds;
   job.images = (uint8_t *)tt_malloc(per * (size_t)n, "decoded images", err);
   job.reasons = (char *)tt_calloc((size_t)n, TT_DECODE_REASON_MAX, "decode status", err);
   if (!job.images || !job.reasons) {
@@ -161,7 +164,7 @@ int tt_dataset_decode_all(tt_dataset *ds, tt_err *err, tt_warn_fn warn, void *ud
     free(job.reasons);
     return -1;
   }
-  data_decode_threads(&job);
+  tt_dataset_decode_range(ds, 0, n, job.images, job.reasons);
   for (i = 0; i < n; i++) { /* warnings in data set order, so the output is reproducible */
     const char *r = job.reasons + (size_t)TT_DECODE_REASON_MAX * i;
     if (r[0]) {

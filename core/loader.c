@@ -163,6 +163,18 @@ static void loader_free(tt_loader *l) {
   free(l);
 }
 
+/* An [h, w, c] image (format = npy) to [c, h, w] in the slot's staging buffer. */
+static const uint8_t *loader_from_hwc(tt_loader *l, const uint8_t *src, int slot) {
+  const tt_dataset *ds = l->ds;
+  uint8_t *dst = l->stage + (size_t)slot * l->per;
+  size_t hw = (size_t)ds->h * ds->w, i;
+  int ch, c = ds->c;
+  if (c == 1) return src;
+  for (i = 0; i < hw; i++)
+    for (ch = 0; ch < c; ch++) dst[(size_t)ch * hw + i] = src[i * c + ch];
+  return dst;
+}
+
 static void loader_fill(tt_loader *l, int b, int slot) {
   int64_t first = (int64_t)b * l->batch;
   int k, cnt = l->batch;
@@ -175,6 +187,7 @@ static void loader_fill(tt_loader *l, int b, int slot) {
     if (l->ds->images) {
       src = l->ds->images + (size_t)idx * l->per;
       lab[k] = l->ds->labels[idx];
+      if (l->ds->hwc) src = loader_from_hwc(l, src, slot);
     } else if ((src = loader_decode(l, idx, slot, &lab[k])) == NULL) {
       pthread_mutex_lock(&l->mu);
       l->failed = 1;
@@ -243,11 +256,12 @@ int tt_loader_create(tt_loader **out, const tt_dataset *ds, int batch, int shuff
   l->images = (uint8_t *)tt_malloc((size_t)l->nslots * batch * l->per, "loader batch ring", err);
   l->labels = (int32_t *)tt_malloc(sizeof(int32_t) * (size_t)l->nslots * batch, "loader label ring", err);
   l->state = (int *)tt_calloc((size_t)l->nslots * 3, sizeof(int), "loader slots", err);
-  if (!ds->images) { /* streaming: a staging image per slot, a failure flag per sample */
+  if (!ds->images || ds->hwc) /* streaming or [h, w, c]: a staging image per slot */
     l->stage = (uint8_t *)tt_malloc((size_t)l->nslots * l->per, "loader staging images", err);
+  if (!ds->images) /* streaming: a failure flag per sample */
     l->bad = (uint8_t *)tt_calloc((size_t)ds->n, 1, "loader decode failures", err);
-  }
-  if (!l->perm || !l->images || !l->labels || !l->state || (!ds->images && (!l->stage || !l->bad))) {
+  if (!l->perm || !l->images || !l->labels || !l->state || (!l->stage && (!ds->images || ds->hwc)) ||
+      (!ds->images && !l->bad)) {
     loader_free(l);
     return -1;
   }

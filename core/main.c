@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data.h"
 #include "tinytrain.h"
 
 static void main_usage(FILE *f, const char *cmd) {
@@ -24,6 +25,7 @@ static void main_usage(FILE *f, const char *cmd) {
                "                 RECIPE\n"
                "       tinytrain plan [options] RECIPE      (tinytrain plan --help)\n"
                "       tinytrain eval --weights FILE RECIPE (tinytrain eval --help)\n"
+               "       tinytrain pack [--size N] SOURCE PREFIX | RECIPE (tinytrain pack --help)\n"
                "       tinytrain --version | --help\n\n"
                "Trains RECIPE inside SIZE of device memory (512M, 4G, 4GiB, 3.5G), planning every buffer\n"
                "before the first step. Writes weights.safetensors, state.safetensors, metrics.jsonl and chart.svg\n"
@@ -53,6 +55,7 @@ int main(int argc, char **argv) {
   tt_run_opts_init(&o);
   const char *cmd = "train";
   int i = 1;
+  if (argc > 1 && !strcmp(argv[1], "pack")) return tt_pack_main(argc - 1, argv + 1); /* core/pack.c */
   if (argc > 1 && (!strcmp(argv[1], "train") || !strcmp(argv[1], "plan") || !strcmp(argv[1], "eval"))) cmd = argv[i++];
   int json = 0, max_batch = 0;
   const char *weights = NULL;

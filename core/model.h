@@ -48,7 +48,7 @@ typedef struct tt_layer {
 
 typedef enum { TT_OPT_SGD = 0, TT_OPT_ADAM, TT_OPT_ADAMW } tt_opt_kind;
 typedef enum { TT_SCHED_CONSTANT = 0, TT_SCHED_STEP, TT_SCHED_COSINE } tt_sched_kind;
-typedef enum { TT_DATA_NONE = 0, TT_DATA_IDX, TT_DATA_FOLDER, TT_DATA_LIST, TT_DATA_SYNTHETIC } tt_data_format;
+typedef enum { TT_DATA_NONE = 0, TT_DATA_IDX, TT_DATA_FOLDER, TT_DATA_LIST, TT_DATA_SYNTHETIC, TT_DATA_NPY } tt_data_format;
 typedef enum { TT_PREC_AUTO = 0, TT_PREC_FP32, TT_PREC_FP16 } tt_precision;
 typedef enum { TT_RECOMP_AUTO = 0, TT_RECOMP_NONE, TT_RECOMP_ALL } tt_recompute_mode;
 

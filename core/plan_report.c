@@ -76,6 +76,8 @@ static size_t plan_loader_bytes(const tt_session *s, int *threads, int *streamin
   const tt_model *m = &s->model;
   *threads = m->data.loader_threads > 0 ? m->data.loader_threads : TT_LOADER_THREADS;
   *streaming = m->data.format == TT_DATA_FOLDER || m->data.format == TT_DATA_LIST;
+  if (m->data.format == TT_DATA_NPY) /* memory-mapped; its staging images are the same size */
+    return tt_loader_host_bytes(s->sched.policy.micro_batch, m->in_c, m->in_h, m->in_w, *threads, 1);
   return tt_loader_host_bytes(s->sched.policy.micro_batch, m->in_c, m->in_h, m->in_w, *threads, *streaming);
 }
 
@@ -88,6 +90,9 @@ static void plan_text_loader(const tt_session *s, FILE *out) {
   if (streaming)
     fprintf(out, "              streamed from disk (decoded per batch; independent of the data set's size); each thread\n"
                  "              also holds one file and its decoded image briefly (the pixel limit bounds it)\n\n");
+  else if (s->model.data.format == TT_DATA_NPY)
+    fprintf(out, "              format = npy: the images file is memory-mapped (pages in as read; the kernel's\n"
+                 "              page cache, not this process, holds it), the labels read (4 bytes per image)\n\n");
   else if (s->model.data.format == TT_DATA_NONE)
     fprintf(out, "              (the recipe has no [data] section)\n\n");
   else

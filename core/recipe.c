@@ -162,7 +162,7 @@ static const char *const recipe_opt_names[] = {"sgd", "adam", "adamw"};
 static const char *const recipe_sched_names[] = {"constant", "step", "cosine"};
 static const char *const recipe_prec_names[] = {"auto", "fp32", "fp16"};
 static const char *const recipe_recomp_names[] = {"auto", "none", "all"};
-static const char *const recipe_format_names[] = {"none", "idx", "folder", "list", "synthetic"};
+static const char *const recipe_format_names[] = {"none", "idx", "folder", "list", "synthetic", "npy"};
 
 static int recipe_train(recipe_state *st, const recipe_section *sec) {
   tt_train_cfg *t = &st->m->train;
@@ -272,7 +272,7 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
     int rc = 0;
     if (!v) return -1;
     if (!strcmp(k, "format")) {
-      rc = recipe_enum(st, e, v, recipe_format_names + 1, 4, &x);
+      rc = recipe_enum(st, e, v, recipe_format_names + 1, 5, &x);
       d->format = (tt_data_format)(x + 1);
       have_format = 1;
     } else if (!strcmp(k, "train")) rc = recipe_path(st, e, v, d->train), line_train = e->line;
@@ -289,7 +289,7 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
     else recipe_warn(st, e->line, "unknown key '%s' in [data], ignored", k);
     if (rc) return -1;
   }
-  if (!have_format) return recipe_error(st, sec->line, "[data] needs 'format = idx|folder|list|synthetic'");
+  if (!have_format) return recipe_error(st, sec->line, "[data] needs 'format = idx|folder|list|npy|synthetic'");
   d->classes = st->m->classes;
   if (line_mean) recipe_check_norm(st, line_mean, "mean", d->mean);
   if (line_std) recipe_check_norm(st, line_std, "std", d->std);
@@ -299,13 +299,14 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
     return 0;
   }
   if (!line_train) return recipe_error(st, sec->line, "[data] with format = %s needs 'train'", recipe_format_names[d->format]);
-  if (d->format == TT_DATA_IDX) {
-    if (!line_tl) return recipe_error(st, sec->line, "[data] with format = idx needs 'train_labels'");
-    if (line_test && !line_testl) return recipe_error(st, line_test, "format = idx: 'test' needs 'test_labels' too");
-    if (line_testl && !line_test) return recipe_error(st, line_testl, "format = idx: 'test_labels' needs 'test' too");
+  if (d->format == TT_DATA_IDX || d->format == TT_DATA_NPY) {
+    const char *f = recipe_format_names[d->format];
+    if (!line_tl) return recipe_error(st, sec->line, "[data] with format = %s needs 'train_labels'", f);
+    if (line_test && !line_testl) return recipe_error(st, line_test, "format = %s: 'test' needs 'test_labels' too", f);
+    if (line_testl && !line_test) return recipe_error(st, line_testl, "format = %s: 'test_labels' needs 'test' too", f);
   } else {
-    if (line_tl) recipe_warn(st, line_tl, "'train_labels' applies to format = idx only, ignored");
-    if (line_testl) recipe_warn(st, line_testl, "'test_labels' applies to format = idx only, ignored");
+    if (line_tl) recipe_warn(st, line_tl, "'train_labels' applies to format = idx and npy only, ignored");
+    if (line_testl) recipe_warn(st, line_testl, "'test_labels' applies to format = idx and npy only, ignored");
   }
   return 0;
 }

@@ -2,8 +2,8 @@
 # tests/test_data_cli.sh — image data through the command line: a folder data set streamed into a
 # short run, the class names in both checkpoint files' metadata, a test folder with a class the
 # training set lacks (error naming it), a resume against renamed classes (error), a list label
-# >= [net] classes (error naming file:line), a corrupt image skipped by name, and the loader's
-# host memory in `plan`. The images are copies of the committed tests/fixtures/images/ files.
+# >= [net] classes (error naming file:line), a corrupt image skipped by name, the loader's
+# host memory in `plan`, and `tinytrain pack` (a recipe's folders, then a run on format = npy). The images are copies of the committed tests/fixtures/images/ files.
 # Run from the repository root: bash tests/test_data_cli.sh
 cd "$(dirname "$0")/.." || exit 1
 TT=${TT:-./tinytrain}
@@ -99,4 +99,23 @@ if echo "$out" | grep -q "loader      host .* MiB: 2 threads, a ring of 4 batche
    grep -q '"loader": {"host_bytes": [0-9]*, "threads": 2, "streaming": true}' "$TMP/out"; then
   pass data_cli_plan_loader
 else fail data_cli_plan_loader "$out"; fi
+# pack the recipe's folders, then train from the .npy files (numpy's format)
+run pack "$TMP/r.recipe"
+if [ $RC != 0 ] || [ ! -f "$TMP/data/train-images.npy" ] || [ ! -f "$TMP/data/val-labels.npy" ] ||
+   [ "$(cat "$TMP/data/train-classes.json")" != '["apple", "banana", "cherry"]' ] || ls "$TMP/data/"*.tmp >/dev/null 2>&1; then
+  fail data_cli_pack "exit $RC: $ERR $(ls "$TMP/data")"
+else
+  sed -e 's/^format = folder/format = npy/' -e 's#^train = data/train#train = data/train-images.npy\ntrain_labels = data/train-labels.npy#' \
+    -e 's#^test = data/val#test = data/val-images.npy\ntest_labels = data/val-labels.npy#' "$TMP/r.recipe" >"$TMP/n.recipe"
+  run --out "$TMP/run5" --max-steps 3 "$TMP/n.recipe"
+  w=$(meta "$TMP/run5/weights.safetensors" classes 2>/dev/null)
+  if [ $RC = 0 ] && [ "$w" = '["apple", "banana", "cherry"]' ]; then pass data_cli_pack; else fail data_cli_pack "npy run: exit $RC, classes '$w': $ERR"; fi
+fi
+run pack --size 5x7 --channels 1 "$TMP/data/val" "$TMP/small"
+hdr=$(head -c 128 "$TMP/small-images.npy" | tr -d '\000-\011\013-\037\200-\377')
+if [ $RC = 0 ] && echo "$hdr" | grep -q "'shape': (36, 5, 7, 1)" &&
+   [ "$(stat -c %s "$TMP/small-images.npy")" = $((128 + 36 * 35)) ]; then pass data_cli_pack_size
+else fail data_cli_pack_size "exit $RC: $ERR / $hdr"; fi
+run pack --size 0 a b
+if [ $RC = 2 ]; then pass data_cli_pack_usage; else fail data_cli_pack_usage "exit $RC"; fi
 exit $FAILED

@@ -299,12 +299,114 @@ static void test_classes(void) {
   TT_TEST_END();
 }
 
+/* pack then format = npy: the same images as decoding the folder (in memory), by the loader. */
+static void test_pack_npy(void) {
+  tt_dataset st, mem, np;
+  tt_err err;
+  epoch_dump a, b;
+  int rc, kept = 0;
+  char pre[1024], img[1100], lab[1100];
+  size_t per = (size_t)3 * 20 * 24;
+  TT_TEST_BEGIN("pack_then_npy");
+  snprintf(pre, sizeof pre, "%s", tt_test_path("packed"));
+  snprintf(img, sizeof img, "%s-images.npy", pre);
+  snprintf(lab, sizeof lab, "%s-labels.npy", pre);
+  rc = tt_dataset_scan_folder(tt_test_path("noise"), 3, 20, 24, &st, &err, NULL, NULL);
+  TT_CHECK(rc == 0 && tt_pack_set(&st, pre, &kept, NULL, NULL, &err) == 0 && kept == 37, "pack: %s", err.msg);
+  if (rc == 0) tt_dataset_free(&st);
+  rc = tt_dataset_load_npy(img, lab, 3, 20, 24, 3, &np, &err);
+  TT_CHECK(rc == 0 && np.n == 37 && np.hwc && np.map && np.class_names && !strcmp(np.class_names[1], "c1"),
+           "load npy: %s", err.msg);
+  if (rc != 0) return;
+  TT_CHECK(tt_dataset_load_folder(tt_test_path("noise"), 3, 20, 24, &mem, &err, NULL, NULL) == 0, "%s", err.msg);
+  TT_CHECK(run_epoch(&mem, 6, 0, 1, 0, 0, NULL, &a, NULL) == 0 && run_epoch(&np, 6, 0, 2, 0, 0, NULL, &b, NULL) == 0 &&
+               a.total == 37 && b.total == 37 && memcmp(a.img, b.img, 37 * per) == 0 &&
+               memcmp(a.lab, b.lab, 37 * sizeof(int32_t)) == 0,
+           "npy batches differ from the folder decoded in memory");
+  free_dump(&a);
+  free_dump(&b);
+  TT_CHECK(run_epoch(&mem, 8, 1, 1, 2, 0, NULL, &a, NULL) == 0 && run_epoch(&np, 8, 1, 3, 2, 0, NULL, &b, NULL) == 0 &&
+               memcmp(a.img, b.img, 32 * per) == 0,
+           "npy shuffled and augmented batches differ");
+  free_dump(&a);
+  free_dump(&b);
+  tt_dataset_free(&mem);
+  tt_dataset_free(&np);
+  rc = tt_dataset_load_npy(img, lab, 3, 24, 24, 3, &np, &err);
+  TT_CHECK(rc != 0 && strstr(err.msg, "packed-images.npy: images are 20x24x3") && strstr(err.msg, "3x24x24"),
+           "shape mismatch: %s", err.msg);
+  rc = tt_dataset_load_npy(img, lab, 3, 20, 24, 2, &np, &err);
+  TT_CHECK(rc != 0 && strstr(err.msg, "packed-labels.npy: label 2 at index ") && strstr(err.msg, "not in [0, 2)"), "label range: %s",
+           err.msg);
+  TT_TEST_END();
+}
+
+/* A .npy file as numpy writes it, or damaged: header text hdr, then body bytes of data. */
+static void write_npy(const char *path, int version, const char *hdr, const void *data, size_t body) {
+  FILE *f = fopen(path, "wb");
+  size_t n = strlen(hdr), pad = (64 - (n + 1 + (version == 1 ? 10 : 12)) % 64) % 64, i;
+  unsigned char pre[12] = {0x93, 'N', 'U', 'M', 'P', 'Y', (unsigned char)version, 0};
+  size_t hl = n + pad + 1;
+  pre[8] = (unsigned char)hl, pre[9] = (unsigned char)(hl >> 8);
+  fwrite(pre, 1, version == 1 ? 10 : 12, f);
+  fwrite(hdr, 1, n, f);
+  for (i = 0; i < pad; i++) fputc(' ', f);
+  fputc('\n', f);
+  fwrite(data, 1, body, f);
+  fclose(f);
+}
+
+static void test_npy_headers(void) {
+  static const struct {
+    int version;
+    const char *hdr;
+    size_t body;
+    const char *want; /* in the error, or NULL: accepted */
+  } cases[] = {
+      {1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 2, 3), }", 12, NULL},
+      {2, "{\"descr\":\"u1\",\"fortran_order\":False,\"shape\":(2,2,3,1)}", 12, NULL},
+      {1, "{'descr': '|u1', 'fortran_order': True, 'shape': (2, 2, 3), }", 12, "fortran_order is True"},
+      {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2, 3), }", 48, "dtype '<f4'"},
+      {1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 2, 3), }", 11, "needs"},
+      {1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 2, 3, 1, 1), }", 12, "more than 4"},
+      {1, "{'descr': '|u1', 'shape': (2, 2, 3), }", 12, "lacks 'fortran_order'"},
+      {1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 2, 3), 'x': 1}", 12, "unknown key 'x'"},
+      {3, "{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (2,), }", 8, "structured"},
+  };
+  uint8_t px[64];
+  int64_t lab64[2] = {1, 0};
+  tt_dataset ds;
+  tt_err err;
+  size_t i;
+  TT_TEST_BEGIN("npy_headers");
+  for (i = 0; i < sizeof px; i++) px[i] = (uint8_t)(i * 9);
+  {
+    const char *lh = "{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }";
+    write_npy(tt_test_path("l.npy"), 1, lh, lab64, sizeof lab64);
+  }
+  for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int rc;
+    write_npy(tt_test_path("x.npy"), cases[i].version, cases[i].hdr, px, cases[i].body);
+    rc = tt_dataset_load_npy(tt_test_path("x.npy"), tt_test_path("l.npy"), 1, 2, 3, 2, &ds, &err);
+    if (!cases[i].want) {
+      TT_CHECK(rc == 0 && ds.n == 2 && ds.labels[0] == 1 && ds.images[7] == 63, "case %zu refused: %s", i, err.msg);
+      if (rc == 0) tt_dataset_free(&ds);
+    } else {
+      TT_CHECK(rc != 0 && strstr(err.msg, "x.npy: ") && strstr(err.msg, cases[i].want), "case %zu: '%s' lacks '%s'", i,
+               err.msg, cases[i].want);
+    }
+  }
+  TT_TEST_END();
+}
+
 int main(void) {
   if (tt_test_tmpdir("stream", "test_stream")) return 1;
   test_stream_equals_memory();
   test_stream_corrupt();
   test_decoder_fixtures();
   test_jpeg_downscale();
+  test_pack_npy();
+  test_npy_headers();
   test_classes();
   tt_test_tmpdir_remove();
   TT_TEST_EXIT();
