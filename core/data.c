@@ -208,3 +208,15 @@ int tt_dataset_map_classes_from(tt_dataset *test, const char *weights, tt_err *e
   tt_st_close(f);
   return rc;
 }
+
+void tt_crop_from_cfg(const tt_data_cfg *cfg, int train, tt_crop *crop) {
+  memset(crop, 0, sizeof *crop);
+  if (train && cfg->random_resized_crop) {
+    crop->mode = TT_CROP_RANDOM_RESIZED;
+    crop->scale[0] = cfg->crop_scale[0], crop->scale[1] = cfg->crop_scale[1];
+    crop->ratio[0] = cfg->crop_ratio[0], crop->ratio[1] = cfg->crop_ratio[1];
+  } else if (!train && cfg->resize > 0) {
+    crop->mode = TT_CROP_RESIZE_CENTER;
+    crop->resize = cfg->resize;
+  }
+}

@@ -44,6 +44,31 @@ typedef struct tt_dataset {
 int tt_image_decode(const void *data, size_t size, int c, int h, int w, long long max_pixels, uint8_t *out,
                     char *reason);
 int tt_image_decode_file(const char *path, int c, int h, int w, long long max_pixels, uint8_t *out, char *reason);
+/* Which region of an image becomes the h x w result (torchvision's transforms):
+ * FIT: the shorter side fits, the longer one is cropped to the centre (the default);
+ * RESIZE_CENTER: Resize(resize) then CenterCrop(h, w) (evaluation);
+ * RANDOM_RESIZED: RandomResizedCrop((h, w), scale, ratio) drawn from key (0 in scale/ratio:
+ * the ImageNet defaults 0.08..1 and 3/4..4/3). */
+typedef enum { TT_CROP_FIT = 0, TT_CROP_RESIZE_CENTER, TT_CROP_RANDOM_RESIZED } tt_crop_mode;
+typedef struct tt_crop {
+  tt_crop_mode mode;
+  int resize;
+  float scale[2], ratio[2];
+  uint64_t key; /* RANDOM_RESIZED: the draw (the loader's per epoch and position) */
+} tt_crop;
+/* The box (x0, y0, x1, y1, in source pixels) crop takes from an iw x ih image for h x w. */
+void tt_crop_box(const tt_crop *crop, int iw, int ih, int h, int w, double *box);
+/* The decoders with a crop (NULL: FIT, what tt_image_decode does). */
+int tt_image_decode_crop(const void *data, size_t size, int c, int h, int w, long long max_pixels, const tt_crop *crop,
+                         uint8_t *out, char *reason);
+int tt_image_decode_file_crop(const char *path, int c, int h, int w, long long max_pixels, const tt_crop *crop,
+                              uint8_t *out, char *reason);
+/* An in-memory [c, sh, sw] image's crop box resized to [c, h, w] in dst. Returns 0 or -1. */
+int tt_image_resize_box(const uint8_t *src, int c, int sh, int sw, const tt_crop *crop, int h, int w, uint8_t *dst);
+/* The crop of [data] for the training (train = 1: random_resized_crop) or evaluation
+ * (train = 0: resize) loader. */
+void tt_crop_from_cfg(const tt_data_cfg *cfg, int train, tt_crop *crop);
+
 /* Whether path is a regular file (or a link to one), found without opening it (a pipe is never
  * waited on); if not, writes why to reason and returns -1. */
 int tt_file_check_kind(const char *path, char *reason);
@@ -160,10 +185,14 @@ void tt_loader_destroy(tt_loader *l);
 void tt_loader_set_warn(tt_loader *l, tt_warn_fn warn, void *ud);
 int tt_loader_skipped(tt_loader *l);
 /* Ring slots for nthreads workers, and the host memory of a loader (the batch ring with its
- * labels, plus one staging image per slot when streaming); nthreads <= 0 means 2. Each worker
+ * labels, plus two staging images per slot); nthreads <= 0 means 2. Each worker
  * decoding also holds, briefly, its file and the decoded image before resizing (at most
  * max_pixels x c bytes: the decoder refuses more). */
 int tt_loader_slots(int nthreads);
+/* The region each image is resized from (default FIT: the image as decoded or stored). A
+ * RANDOM_RESIZED crop is drawn per (seed, epoch, position); it is taken from the full image
+ * when streaming, from the stored image otherwise. Call before tt_loader_start_epoch. */
+void tt_loader_set_crop(tt_loader *l, const tt_crop *crop);
 size_t tt_loader_host_bytes(int batch, int c, int h, int w, int nthreads, int streaming);
 
 #ifdef __cplusplus

@@ -11,6 +11,7 @@
 #include "fileio.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,17 +115,102 @@ static int decode_check_pixels(int iw, int ih, long long max_pixels, char *reaso
   return 0;
 }
 
+/* Counter-based uniform on [0, 1) from key and a draw index. */
+static double crop_unit(uint64_t key, int i) {
+  uint64_t z = key + 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* torchvision's RandomResizedCrop.get_params: up to 10 draws of an area fraction in scale and
+ * a log-uniform aspect ratio in ratio whose box fits, else the centre crop clamped to ratio. */
+static void crop_random_resized(const tt_crop *cr, int iw, int ih, double *b) {
+  double area = (double)iw * ih, s0 = cr->scale[0] > 0 ? cr->scale[0] : 0.08, s1 = cr->scale[1] > 0 ? cr->scale[1] : 1.0;
+  double r0 = cr->ratio[0] > 0 ? cr->ratio[0] : 0.75, r1 = cr->ratio[1] > 0 ? cr->ratio[1] : 4.0 / 3, in_ratio;
+  int t, cw, ch;
+  for (t = 0; t < 10; t++) {
+    double target = area * (s0 + (s1 - s0) * crop_unit(cr->key, 4 * t));
+    double aspect = exp(log(r0) + (log(r1) - log(r0)) * crop_unit(cr->key, 4 * t + 1));
+    cw = (int)floor(sqrt(target * aspect) + 0.5);
+    ch = (int)floor(sqrt(target / aspect) + 0.5);
+    if (cw > 0 && cw <= iw && ch > 0 && ch <= ih) {
+      int x0 = (int)(crop_unit(cr->key, 4 * t + 2) * (iw - cw + 1)), y0 = (int)(crop_unit(cr->key, 4 * t + 3) * (ih - ch + 1));
+      b[0] = x0, b[1] = y0, b[2] = x0 + cw, b[3] = y0 + ch;
+      return;
+    }
+  }
+  in_ratio = (double)iw / ih;
+  cw = iw, ch = ih;
+  if (in_ratio < r0) ch = (int)floor(iw / r0 + 0.5);
+  else if (in_ratio > r1) cw = (int)floor(ih * r1 + 0.5);
+  b[0] = (iw - cw) / 2, b[1] = (ih - ch) / 2, b[2] = b[0] + cw, b[3] = b[1] + ch;
+}
+
+void tt_crop_box(const tt_crop *crop, int iw, int ih, int h, int w, double *b) {
+  double sw = iw, sh = ih; /* the box's size in source pixels */
+  if (crop && crop->mode == TT_CROP_RANDOM_RESIZED) {
+    crop_random_resized(crop, iw, ih, b);
+    return;
+  }
+  if (crop && crop->mode == TT_CROP_RESIZE_CENTER && crop->resize > 0) { /* shorter side to resize, centre h x w */
+    double s = (double)crop->resize / (iw < ih ? iw : ih);
+    sw = w / s < iw ? w / s : iw;
+    sh = h / s < ih ? h / s : ih;
+  } else if ((double)iw / ih > (double)w / h) { /* fit: the shorter side fits, the longer one is cropped */
+    sw = (double)ih * w / h;
+  } else if ((double)iw / ih < (double)w / h) {
+    sh = (double)iw * h / w;
+  }
+  b[0] = (iw - sw) / 2, b[1] = (ih - sh) / 2, b[2] = b[0] + sw, b[3] = b[1] + sh;
+}
+
+/* The crop box as fractions of the image (the FIT box exactly as before: whole when the aspect
+ * ratios agree). */
+static void decode_box_fractions(const tt_crop *crop, int iw, int ih, int h, int w, double *fr) {
+  double b[4];
+  if (!crop || crop->mode == TT_CROP_FIT) { /* the folder reader's transform, kept bit for bit */
+    double src_aspect = (double)iw / ih, dst_aspect = (double)w / h;
+    fr[0] = fr[1] = 0, fr[2] = fr[3] = 1;
+    if (src_aspect > dst_aspect) {
+      double keep = dst_aspect / src_aspect;
+      fr[0] = (float)((1.0 - keep) / 2), fr[2] = (float)(fr[0] + keep);
+    } else if (src_aspect < dst_aspect) {
+      double keep = src_aspect / dst_aspect;
+      fr[1] = (float)((1.0 - keep) / 2), fr[3] = (float)(fr[1] + keep);
+    }
+    return;
+  }
+  tt_crop_box(crop, iw, ih, h, w, b);
+  fr[0] = b[0] / iw, fr[1] = b[1] / ih, fr[2] = b[2] / iw, fr[3] = b[3] / ih;
+}
+
+int tt_image_resize_box(const uint8_t *src, int c, int sh, int sw, const tt_crop *crop, int h, int w, uint8_t *dst) {
+  double fr[4];
+  int ch;
+  decode_box_fractions(crop, sw, sh, h, w, fr);
+  for (ch = 0; ch < c; ch++) /* plane by plane: [c, h, w] */
+    if (!stbir_resize_region(src + (size_t)ch * sh * sw, sw, sh, 0, dst + (size_t)ch * h * w, w, h, 0, STBIR_TYPE_UINT8,
+                             1, STBIR_ALPHA_CHANNEL_NONE, 0, STBIR_EDGE_CLAMP, STBIR_EDGE_CLAMP, STBIR_FILTER_DEFAULT,
+                             STBIR_FILTER_DEFAULT, STBIR_COLORSPACE_LINEAR, NULL, (float)fr[0], (float)fr[1],
+                             (float)fr[2], (float)fr[3]))
+      return -1;
+  return 0;
+}
+
 #ifdef TT_HAVE_TURBOJPEG
-/* The smallest of TurboJPEG's DCT scaling factors (1/8 ... 1) that keeps both sides at least
- * the target's: the resize that follows then only shrinks. */
-static void decode_jpeg_scale(int iw, int ih, int w, int h, int *sw, int *sh) {
+/* The smallest of TurboJPEG's DCT scaling factors (1/8 ... 1) that keeps the crop box at least
+ * the target's size: the resize that follows then only shrinks. */
+static void decode_jpeg_scale(int iw, int ih, int w, int h, const double *fr, int *sw, int *sh) {
   int n = 0, i;
   tjscalingfactor *f = tjGetScalingFactors(&n);
   *sw = iw;
   *sh = ih;
-  for (i = 0; f && i < n; i++) {
+  for (i = 0; f && i < n; i++) { /* the crop box (fractions fr) must keep at least w x h pixels */
     int a = TJSCALED(iw, f[i]), b = TJSCALED(ih, f[i]);
-    if (f[i].num < f[i].denom && a >= w && b >= h && (long long)a * b < (long long)*sw * *sh) {
+    if (f[i].num < f[i].denom && a * (fr[2] - fr[0]) >= w && b * (fr[3] - fr[1]) >= h &&
+        (long long)a * b < (long long)*sw * *sh) {
       *sw = a;
       *sh = b;
     }
@@ -135,7 +221,7 @@ static void decode_jpeg_scale(int iw, int ih, int w, int h, int *sw, int *sh) {
  * opaque) in a malloc'd buffer. Returns NULL
  * with a reason; corrupt data (a libjpeg warning included) is a failure, not grey rows. */
 static unsigned char *decode_jpeg(const unsigned char *buf, size_t size, int c, int w, int h, long long max_pixels,
-                                  int *ow, int *oh, char *reason) {
+                                  const tt_crop *crop, double *fr, int *ow, int *oh, char *reason) {
   tjhandle tj = tjInitDecompress();
   int iw = 0, ih = 0, sub = 0, cs = 0, sw, sh;
   unsigned char *px = NULL;
@@ -148,7 +234,8 @@ static unsigned char *decode_jpeg(const unsigned char *buf, size_t size, int c, 
     goto done;
   }
   if (decode_check_pixels(iw, ih, max_pixels, reason) != 0) goto done;
-  decode_jpeg_scale(iw, ih, w, h, &sw, &sh);
+  decode_box_fractions(crop, iw, ih, h, w, fr);
+  decode_jpeg_scale(iw, ih, w, h, fr, &sw, &sh);
   px = (unsigned char *)malloc((size_t)sw * sh * c);
   if (!px) {
     REASON("out of host memory decoding %dx%d", sw, sh);
@@ -176,24 +263,15 @@ done:
 }
 #endif
 
-/* Interleaved iw x ih x c pixels to [c, h, w] in out: the centred region with the target's
- * aspect ratio (shorter side fits, the longer one is cropped), resized. */
-static int decode_fit(const unsigned char *px, int iw, int ih, int c, int h, int w, uint8_t *out, char *reason) {
+/* Interleaved iw x ih x c pixels to [c, h, w] in out: the region fr (fractions x0, y0, x1, y1
+ * of the image) resized to h x w. */
+static int decode_fit(const unsigned char *px, int iw, int ih, int c, const double *fr, int h, int w, uint8_t *out,
+                      char *reason) {
   const unsigned char *hwc = px;
   unsigned char *tmp = NULL;
-  int ch, y, x;
-  if (iw != w || ih != h) {
-    float s0 = 0.f, t0 = 0.f, s1 = 1.f, t1 = 1.f;
-    double src_aspect = (double)iw / ih, dst_aspect = (double)w / h;
-    if (src_aspect > dst_aspect) {
-      double keep = dst_aspect / src_aspect;
-      s0 = (float)((1.0 - keep) / 2);
-      s1 = (float)(s0 + keep);
-    } else if (src_aspect < dst_aspect) {
-      double keep = src_aspect / dst_aspect;
-      t0 = (float)((1.0 - keep) / 2);
-      t1 = (float)(t0 + keep);
-    }
+  int ch, y, x, whole = fr[0] == 0 && fr[1] == 0 && fr[2] == 1 && fr[3] == 1;
+  if (iw != w || ih != h || !whole) {
+    float s0 = (float)fr[0], t0 = (float)fr[1], s1 = (float)fr[2], t1 = (float)fr[3];
     tmp = (unsigned char *)malloc((size_t)h * w * c);
     if (!tmp) {
       REASON("out of host memory resizing");
@@ -238,13 +316,14 @@ static int decode_header_size(const unsigned char *b, size_t n, int *w, int *h) 
   return 0;
 }
 
-static int decode_any(const void *data, size_t size, int c, int h, int w, long long max_pixels, uint8_t *out,
-                      char *reason) {
+static int decode_any(const void *data, size_t size, int c, int h, int w, long long max_pixels, const tt_crop *crop,
+                      uint8_t *out, char *reason) {
   const unsigned char *buf = (const unsigned char *)data;
   unsigned char *px = NULL;
   /* SOI alone makes a JPEG for stb_image too: anything starting so goes to TurboJPEG (stb's
    * JPEG decoder overruns a table on some such inputs; found by tests/fuzz/fuzz_image.c) */
   int iw = 0, ih = 0, comp = 0, rc, jpeg = size >= 2 && buf[0] == 0xFF && buf[1] == 0xD8;
+  double fr[4];
   const char *why;
   reason[0] = 0;
   if (c < 1 || c > 4 || h <= 0 || w <= 0) {
@@ -262,9 +341,9 @@ static int decode_any(const void *data, size_t size, int c, int h, int w, long l
   }
 #ifdef TT_HAVE_TURBOJPEG
   if (jpeg) {
-    px = decode_jpeg(buf, size, c, w, h, max_pixels, &iw, &ih, reason);
+    px = decode_jpeg(buf, size, c, w, h, max_pixels, crop, fr, &iw, &ih, reason);
     if (!px) return -1;
-    rc = decode_fit(px, iw, ih, c, h, w, out, reason);
+    rc = decode_fit(px, iw, ih, c, fr, h, w, out, reason);
     free(px);
     return rc;
   }
@@ -288,14 +367,20 @@ static int decode_any(const void *data, size_t size, int c, int h, int w, long l
     REASON("%s", r && r[0] ? r : "cannot decode");
     return -1;
   }
-  rc = decode_fit(px, iw, ih, c, h, w, out, reason);
+  decode_box_fractions(crop, iw, ih, h, w, fr);
+  rc = decode_fit(px, iw, ih, c, fr, h, w, out, reason);
   stbi_image_free(px);
   return rc;
 }
 
 int tt_image_decode(const void *data, size_t size, int c, int h, int w, long long max_pixels, uint8_t *out,
                     char *reason) {
-  int rc = decode_any(data, size, c, h, w, max_pixels, out, reason);
+  return tt_image_decode_crop(data, size, c, h, w, max_pixels, NULL, out, reason);
+}
+
+int tt_image_decode_crop(const void *data, size_t size, int c, int h, int w, long long max_pixels, const tt_crop *crop,
+                         uint8_t *out, char *reason) {
+  int rc = decode_any(data, size, c, h, w, max_pixels, crop, out, reason);
   if (rc != 0 && !reason[0]) REASON("cannot decode");
   return rc;
 }
@@ -325,6 +410,11 @@ int tt_file_check_kind(const char *path, char *reason) {
 }
 
 int tt_image_decode_file(const char *path, int c, int h, int w, long long max_pixels, uint8_t *out, char *reason) {
+  return tt_image_decode_file_crop(path, c, h, w, max_pixels, NULL, out, reason);
+}
+
+int tt_image_decode_file_crop(const char *path, int c, int h, int w, long long max_pixels, const tt_crop *crop,
+                              uint8_t *out, char *reason) {
   void *buf = NULL;
   size_t size = 0, n = strlen(path);
   tt_err e;
@@ -338,7 +428,7 @@ int tt_image_decode_file(const char *path, int c, int h, int w, long long max_pi
     REASON("%.*s", TT_DECODE_REASON_MAX - 1, m);
     return -1;
   }
-  rc = tt_image_decode(buf, size, c, h, w, max_pixels, out, reason);
+  rc = tt_image_decode_crop(buf, size, c, h, w, max_pixels, crop, out, reason);
   free(buf);
   return rc;
 }

@@ -39,6 +39,7 @@ struct tt_loader {
   int skipped, failed;     /* streaming: images that failed; 1 = no image of the set decodes */
   tt_warn_fn warn;
   void *warn_ud;
+  tt_crop crop;            /* FIT (none), RESIZE_CENTER or RANDOM_RESIZED (key set per sample) */
   int32_t *labels;         /* [nslots, batch] */
   int *state, *count, *which; /* [nslots]: LOADER_*, samples in the slot, batch index */
   pthread_mutex_t mu;
@@ -116,14 +117,14 @@ static int loader_is_bad(tt_loader *l, int idx) {
 
 /* Streaming: decodes sample idx (or, if it fails, the next one that decodes) into the
  * slot's staging buffer; returns the image and sets *label, or NULL if none decodes. */
-static const uint8_t *loader_decode(tt_loader *l, int idx, int slot, int32_t *label) {
+static const uint8_t *loader_decode(tt_loader *l, int idx, int slot, const tt_crop *crop, int32_t *label) {
   const tt_dataset *ds = l->ds;
-  uint8_t *dst = l->stage + (size_t)slot * l->per;
+  uint8_t *dst = l->stage + (size_t)slot * 2 * l->per;
   int tries;
   for (tries = 0; tries < ds->n; tries++, idx = (idx + 1) % ds->n) {
     char why[TT_DECODE_REASON_MAX];
     if (loader_is_bad(l, idx)) continue;
-    if (tt_image_decode_file(ds->paths[idx], ds->c, ds->h, ds->w, ds->max_pixels, dst, why) == 0) {
+    if (tt_image_decode_file_crop(ds->paths[idx], ds->c, ds->h, ds->w, ds->max_pixels, crop, dst, why) == 0) {
       *label = ds->labels[idx];
       return dst;
     }
@@ -166,7 +167,7 @@ static void loader_free(tt_loader *l) {
 /* An [h, w, c] image (format = npy) to [c, h, w] in the slot's staging buffer. */
 static const uint8_t *loader_from_hwc(tt_loader *l, const uint8_t *src, int slot) {
   const tt_dataset *ds = l->ds;
-  uint8_t *dst = l->stage + (size_t)slot * l->per;
+  uint8_t *dst = l->stage + (size_t)slot * 2 * l->per;
   size_t hw = (size_t)ds->h * ds->w, i;
   int ch, c = ds->c;
   if (c == 1) return src;
@@ -184,11 +185,17 @@ static void loader_fill(tt_loader *l, int b, int slot) {
   for (k = 0; k < cnt; k++) {
     int idx = l->perm[first + k];
     const uint8_t *src;
+    tt_crop crop = l->crop;
+    crop.key = tt_mix64(loader_key(l->seed, l->epoch, first + k) ^ 0xC809C809ull);
     if (l->ds->images) {
       src = l->ds->images + (size_t)idx * l->per;
       lab[k] = l->ds->labels[idx];
       if (l->ds->hwc) src = loader_from_hwc(l, src, slot);
-    } else if ((src = loader_decode(l, idx, slot, &lab[k])) == NULL) {
+      if (crop.mode != TT_CROP_FIT) { /* the crop of the stored image, resized back to h x w */
+        uint8_t *out = l->stage + ((size_t)slot * 2 + 1) * l->per;
+        if (tt_image_resize_box(src, l->ds->c, l->ds->h, l->ds->w, &crop, l->ds->h, l->ds->w, out) == 0) src = out;
+      }
+    } else if ((src = loader_decode(l, idx, slot, &crop, &lab[k])) == NULL) {
       pthread_mutex_lock(&l->mu);
       l->failed = 1;
       pthread_mutex_unlock(&l->mu);
@@ -256,12 +263,11 @@ int tt_loader_create(tt_loader **out, const tt_dataset *ds, int batch, int shuff
   l->images = (uint8_t *)tt_malloc((size_t)l->nslots * batch * l->per, "loader batch ring", err);
   l->labels = (int32_t *)tt_malloc(sizeof(int32_t) * (size_t)l->nslots * batch, "loader label ring", err);
   l->state = (int *)tt_calloc((size_t)l->nslots * 3, sizeof(int), "loader slots", err);
-  if (!ds->images || ds->hwc) /* streaming or [h, w, c]: a staging image per slot */
-    l->stage = (uint8_t *)tt_malloc((size_t)l->nslots * l->per, "loader staging images", err);
+  /* two staging images per slot: decoded or converted from [h, w, c], and cropped */
+  l->stage = (uint8_t *)tt_malloc((size_t)l->nslots * 2 * l->per, "loader staging images", err);
   if (!ds->images) /* streaming: a failure flag per sample */
     l->bad = (uint8_t *)tt_calloc((size_t)ds->n, 1, "loader decode failures", err);
-  if (!l->perm || !l->images || !l->labels || !l->state || (!l->stage && (!ds->images || ds->hwc)) ||
-      (!ds->images && !l->bad)) {
+  if (!l->perm || !l->images || !l->labels || !l->state || !l->stage || (!ds->images && !l->bad)) {
     loader_free(l);
     return -1;
   }
@@ -378,5 +384,14 @@ int tt_loader_skipped(tt_loader *l) {
 size_t tt_loader_host_bytes(int batch, int c, int h, int w, int nthreads, int streaming) {
   size_t per = (size_t)c * h * w;
   size_t nslots = (size_t)(tt_loader_slots(nthreads));
-  return nslots * (size_t)batch * (per + sizeof(int32_t)) + (streaming ? nslots * per : 0);
+  (void)streaming; /* the staging images are there for every format */
+  return nslots * (size_t)batch * (per + sizeof(int32_t)) + nslots * 2 * per;
+}
+
+void tt_loader_set_crop(tt_loader *l, const tt_crop *crop) {
+  pthread_mutex_lock(&l->mu);
+  while (l->busy > 0) pthread_cond_wait(&l->ready, &l->mu); /* not under a fill */
+  if (crop) l->crop = *crop;
+  else memset(&l->crop, 0, sizeof l->crop);
+  pthread_mutex_unlock(&l->mu);
 }

@@ -63,6 +63,9 @@ typedef struct tt_data_cfg {
   int hflip;                    /* random horizontal flip */
   int max_megapixels;           /* folder/list: decoders refuse larger images (0: 64) */
   int loader_threads;           /* training loader threads (0: TT_LOADER_THREADS, core/data.h) */
+  int random_resized_crop;      /* training: torchvision's RandomResizedCrop to the input size */
+  float crop_scale[2], crop_ratio[2]; /* its area-fraction and aspect ranges (0: 0.08..1, 3/4..4/3) */
+  int resize;                   /* evaluation: shorter side to this, then centre crop (0: fit) */
   char class_names[4096];       /* comma-separated names of [net] classes for list/idx/synthetic ("": 0, 1, ...) */
   int classes;                  /* [net] classes: the labels format = synthetic draws (0: 10) */
   int line;                     /* recipe line of [data] */

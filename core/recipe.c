@@ -263,6 +263,22 @@ static int recipe_class_names(recipe_state *st, const recipe_entry *e, const cha
   return 0;
 }
 
+/* "a, b": two numbers in (lo, hi] with a <= b (crop_scale, crop_ratio). */
+static int recipe_range(recipe_state *st, const recipe_entry *e, const char *v, double lo, double hi, float *out) {
+  char *end;
+  double a = strtod(v, &end), b;
+  while (*end == ' ' || *end == '\t') end++;
+  if (end == v || *end != ',') goto bad;
+  v = end + 1;
+  b = strtod(v, &end);
+  while (*end == ' ' || *end == '\t') end++;
+  if (end == v || *end || !(a > lo && b <= hi && a <= b)) goto bad;
+  out[0] = (float)a, out[1] = (float)b;
+  return 0;
+bad:
+  return recipe_error(st, e->line, "'%s' must be two numbers 'low, high' with %g < low <= high <= %g", e->key, lo, hi);
+}
+
 static int recipe_data(recipe_state *st, const recipe_section *sec) {
   tt_data_cfg *d = &st->m->data;
   int j, x, have_format = 0, line_train = 0, line_tl = 0, line_test = 0, line_testl = 0, line_mean = 0, line_std = 0;
@@ -285,6 +301,10 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
     else if (!strcmp(k, "hflip")) rc = recipe_bool(st, e, v, &d->hflip);
     else if (!strcmp(k, "max_megapixels")) rc = recipe_int(st, e, v, 1, 1000000, &d->max_megapixels);
     else if (!strcmp(k, "loader_threads")) rc = recipe_int(st, e, v, 1, 64, &d->loader_threads);
+    else if (!strcmp(k, "random_resized_crop")) rc = recipe_bool(st, e, v, &d->random_resized_crop);
+    else if (!strcmp(k, "crop_scale")) rc = recipe_range(st, e, v, 0, 1, d->crop_scale);
+    else if (!strcmp(k, "crop_ratio")) rc = recipe_range(st, e, v, 0, 100, d->crop_ratio);
+    else if (!strcmp(k, "resize")) rc = recipe_int(st, e, v, 1, 65536, &d->resize);
     else if (!strcmp(k, "class_names")) rc = recipe_class_names(st, e, v, d->class_names, sizeof d->class_names);
     else recipe_warn(st, e->line, "unknown key '%s' in [data], ignored", k);
     if (rc) return -1;

@@ -174,6 +174,10 @@ static int train_data(train_run *R, tt_err *err) {
     return -1;
   tt_loader_set_warn(R->tl, tt_warn_stderr, NULL); /* a streaming set's corrupt images, as met */
   if (R->el) tt_loader_set_warn(R->el, tt_warn_stderr, NULL);
+  tt_crop crop[2]; /* [data] random_resized_crop (training), resize (evaluation) */
+  tt_crop_from_cfg(&m->data, 1, &crop[0]), tt_crop_from_cfg(&m->data, 0, &crop[1]);
+  tt_loader_set_crop(R->tl, &crop[0]);
+  if (R->el) tt_loader_set_crop(R->el, &crop[1]);
   return 0;
 }
 
@@ -523,6 +527,9 @@ int tt_evaluate(tt_run_opts *o, const char *weights, char *errbuf, size_t errsiz
     goto done;
   if (tt_loader_create(&el, &ds, s->sched.eval.policy.micro_batch, 0, 0, 0, 1, 1, &err)) goto done;
   tt_loader_set_warn(el, tt_warn_stderr, NULL);
+  tt_crop crop;
+  tt_crop_from_cfg(&s->model.data, 0, &crop);
+  tt_loader_set_crop(el, &crop);
   double loss, acc;
   if (train_evaluate(s, el, &loss, &acc, &err)) goto done;
   o->final_accuracy = acc, o->final_loss = loss;

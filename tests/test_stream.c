@@ -4,6 +4,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,8 @@ typedef struct epoch_dump {
   int nb, total;
 } epoch_dump;
 
+static const tt_crop *g_crop; /* the crop run_epoch gives its loaders (NULL: none) */
+
 /* One epoch of batches concatenated; returns 0, or the tt_loader_next code that stopped it. */
 static int run_epoch(const tt_dataset *ds, int batch, int shuffle, int threads, int epoch, int start, warns *w,
                      epoch_dump *d, int *skipped) {
@@ -79,6 +82,7 @@ static int run_epoch(const tt_dataset *ds, int batch, int shuffle, int threads, 
     return -2;
   }
   if (w) tt_loader_set_warn(l, on_warn, w);
+  if (g_crop) tt_loader_set_crop(l, g_crop);
   d->nb = tt_loader_batches(l);
   d->img = (uint8_t *)calloc((size_t)d->nb * batch, per);
   d->lab = (int32_t *)calloc((size_t)d->nb * batch, sizeof(int32_t));
@@ -399,6 +403,105 @@ static void test_npy_headers(void) {
   TT_TEST_END();
 }
 
+/* RandomResizedCrop boxes: inside the image, area and aspect in their ranges, spread out, the
+ * fallback when no draw fits; Resize + CenterCrop takes the centre. */
+static void test_crop_boxes(void) {
+  tt_crop cr;
+  double b[4];
+  int k, outside = 0, bad_area = 0, bad_ratio = 0, small = 0, large = 0;
+  TT_TEST_BEGIN("random_resized_crop_boxes");
+  memset(&cr, 0, sizeof cr);
+  cr.mode = TT_CROP_RANDOM_RESIZED; /* ImageNet defaults */
+  for (k = 0; k < 2000; k++) {
+    double bw, bh, area;
+    cr.key = tt_mix64((uint64_t)k);
+    tt_crop_box(&cr, 500, 375, 224, 224, b);
+    bw = b[2] - b[0], bh = b[3] - b[1], area = bw * bh / (500.0 * 375);
+    if (b[0] < 0 || b[1] < 0 || b[2] > 500 || b[3] > 375 || bw < 1 || bh < 1) outside++;
+    if (area < 0.075 || area > 1.0) bad_area++;
+    if (bw / bh < 0.74 || bw / bh > 1.35) bad_ratio++;
+    small += area < 0.3;
+    large += area > 0.8;
+  }
+  TT_CHECK(outside == 0 && bad_area == 0 && bad_ratio < 20 && small > 400 && large > 40,
+           "outside %d, area out of range %d, ratio out of range %d, small %d, large %d", outside, bad_area, bad_ratio,
+           small, large);
+  /* no draw can fit: the centre crop clamped to the ratio */
+  cr.scale[0] = 0.9f, cr.scale[1] = 1, cr.ratio[0] = cr.ratio[1] = 1;
+  tt_crop_box(&cr, 1000, 10, 10, 10, b);
+  TT_CHECK(b[0] == 495 && b[1] == 0 && b[2] == 505 && b[3] == 10, "fallback box %g %g %g %g", b[0], b[1], b[2], b[3]);
+  memset(&cr, 0, sizeof cr);
+  cr.mode = TT_CROP_RESIZE_CENTER, cr.resize = 256;
+  tt_crop_box(&cr, 512, 400, 224, 224, b); /* scale 0.64: a 350 x 350 centre box */
+  TT_CHECK(fabs(b[0] - 81) < 1e-9 && fabs(b[1] - 25) < 1e-9 && fabs(b[2] - 431) < 1e-9 && fabs(b[3] - 375) < 1e-9,
+           "resize box %g %g %g %g", b[0], b[1], b[2], b[3]);
+  TT_TEST_END();
+}
+
+/* The crops through the decoder and the loader: the evaluation transform takes the centre, a
+ * random crop is the same for any thread count and on resume, and differs from no crop. */
+static void test_crop_pipeline(void) {
+  unsigned char px[40 * 40];
+  uint8_t out[10 * 10];
+  char why[TT_DECODE_REASON_MAX];
+  tt_crop cr;
+  tt_dataset syn, st;
+  tt_err err;
+  epoch_dump a, b, c;
+  int x, y, white = 1, dark = 0, rc;
+  TT_TEST_BEGIN("crop_pipeline");
+  for (y = 0; y < 40; y++)
+    for (x = 0; x < 40; x++) px[y * 40 + x] = (x >= 5 && x < 35 && y >= 5 && y < 35) ? 255 : 0;
+  stbi_write_png(tt_test_path("sq.png"), 40, 40, 1, px, 40);
+  memset(&cr, 0, sizeof cr);
+  cr.mode = TT_CROP_RESIZE_CENTER, cr.resize = 20; /* 40 -> 20, centre 10 x 10: inside the white square */
+  TT_CHECK(tt_image_decode_file_crop(tt_test_path("sq.png"), 1, 10, 10, 0, &cr, out, why) == 0, "%s", why);
+  for (x = 0; x < 100; x++) white &= out[x] > 230;
+  TT_CHECK(white, "resize + centre crop is not the centre: corner %d", out[0]);
+  TT_CHECK(tt_image_decode_file_crop(tt_test_path("sq.png"), 1, 10, 10, 0, NULL, out, why) == 0, "%s", why);
+  dark = out[0] < 30 && out[99] < 30;
+  TT_CHECK(dark, "fit: corners %d %d should be dark", out[0], out[99]);
+  /* in memory: random resized crops, the same whatever the threads, on resume too */
+  memset(&cr, 0, sizeof cr);
+  cr.mode = TT_CROP_RANDOM_RESIZED;
+  rc = tt_dataset_synthetic(50, 3, 16, 16, 4, 3, &syn, &err);
+  TT_CHECK(rc == 0, "%s", err.msg);
+  if (rc != 0) return;
+  TT_CHECK(run_epoch(&syn, 8, 1, 1, 1, 0, NULL, &a, NULL) == 0, "plain");
+  g_crop = &cr;
+  TT_CHECK(run_epoch(&syn, 8, 1, 1, 1, 0, NULL, &b, NULL) == 0 && run_epoch(&syn, 8, 1, 3, 1, 2, NULL, &c, NULL) == 0,
+           "rrc epochs");
+  TT_CHECK(memcmp(a.img, b.img, 48 * 768) != 0 && memcmp(a.lab, b.lab, 48 * sizeof(int32_t)) == 0,
+           "the crop changed nothing, or changed the order");
+  TT_CHECK(c.total == 32 && memcmp(b.img + 16 * 768, c.img, 32 * 768) == 0, "resumed with 3 threads differs");
+  free_dump(&a);
+  free_dump(&b);
+  free_dump(&c);
+  tt_dataset_free(&syn);
+  /* streaming: the crop is drawn on the full decoded image */
+  mkdir(tt_test_path("sq"), 0755);
+  mkdir(tt_test_path("sq/a"), 0755);
+  for (x = 0; x < 12; x++) {
+    char p[64];
+    snprintf(p, sizeof p, "sq/a/%02d.png", x);
+    stbi_write_png(tt_test_path(p), 40, 40, 1, px, 40);
+  }
+  rc = tt_dataset_scan_folder(tt_test_path("sq"), 1, 10, 10, &st, &err, NULL, NULL);
+  TT_CHECK(rc == 0, "%s", err.msg);
+  if (rc == 0) {
+    TT_CHECK(run_epoch(&st, 4, 1, 1, 0, 0, NULL, &a, NULL) == 0 && run_epoch(&st, 4, 1, 2, 0, 0, NULL, &b, NULL) == 0 &&
+                 a.total == 12 && memcmp(a.img, b.img, 1200) == 0,
+             "streaming crops differ between 1 and 2 threads");
+    for (x = 0, dark = 0; x < 12; x++) dark += memcmp(a.img, a.img + 100 * x, 100) != 0;
+    TT_CHECK(dark > 6, "the same image gave the same crop at %d of 12 positions", 12 - dark);
+    free_dump(&a);
+    free_dump(&b);
+    tt_dataset_free(&st);
+  }
+  g_crop = NULL;
+  TT_TEST_END();
+}
+
 int main(void) {
   if (tt_test_tmpdir("stream", "test_stream")) return 1;
   test_stream_equals_memory();
@@ -408,6 +511,8 @@ int main(void) {
   test_pack_npy();
   test_npy_headers();
   test_classes();
+  test_crop_boxes();
+  test_crop_pipeline();
   tt_test_tmpdir_remove();
   TT_TEST_EXIT();
 }
