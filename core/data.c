@@ -167,6 +167,8 @@ int tt_dataset_name_classes(const tt_data_cfg *cfg, int classes, tt_dataset *ds,
 int tt_dataset_map_classes(tt_dataset *test, const tt_dataset *train, tt_err *err) {
   int *map, i, k;
   if (!test->class_names) return 0; /* labels are indices already (list, idx, synthetic) */
+  if (!train->class_names)
+    return tt_fail(err, "%s: a test folder needs a training set with class names to be mapped to", test->source);
   map = (int *)tt_malloc(sizeof(int) * (size_t)test->classes, "class map", err);
   if (!map) return -1;
   for (k = 0; k < test->classes; k++) {

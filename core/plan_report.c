@@ -86,7 +86,7 @@ static void plan_text_loader(const tt_session *s, FILE *out) {
   size_t bytes = plan_loader_bytes(s, &threads, &streaming);
   fprintf(out, "  loader      host %.1f MiB: %d threads, a ring of %d batches of %d images of %d bytes%s\n",
           plan_mib(bytes), threads, tt_loader_slots(threads), s->sched.policy.micro_batch,
-          s->model.in_c * s->model.in_h * s->model.in_w, " + 2 staging images per batch");
+          s->model.in_c * s->model.in_h * s->model.in_w, " + 2 staging images per slot");
   if (streaming)
     fprintf(out, "              streamed from disk (decoded per batch; independent of the data set's size); each thread\n"
                  "              also holds one file and its decoded image briefly (the pixel limit bounds it)\n\n");
