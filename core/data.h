@@ -63,8 +63,11 @@ int tt_image_decode_crop(const void *data, size_t size, int c, int h, int w, lon
                          uint8_t *out, char *reason);
 int tt_image_decode_file_crop(const char *path, int c, int h, int w, long long max_pixels, const tt_crop *crop,
                               uint8_t *out, char *reason);
-/* An in-memory [c, sh, sw] image's crop box resized to [c, h, w] in dst. Returns 0 or -1. */
-int tt_image_resize_box(const uint8_t *src, int c, int sh, int sw, const tt_crop *crop, int h, int w, uint8_t *dst);
+/* An in-memory sw x sh x c image's crop box, resized to [c, h, w] in dst: src interleaved
+ * ([sh, sw, c]: hwc = 1) or planar ([c, sh, sw]). Bilinear when the box is at most twice the
+ * target each way (as torchvision), stb_image_resize's filter otherwise. Returns 0 or -1. */
+int tt_image_crop_resize(const uint8_t *src, int sw, int sh, int c, int hwc, const tt_crop *crop, int h, int w,
+                         uint8_t *dst);
 /* The crop of [data] for the training (train = 1: random_resized_crop) or evaluation
  * (train = 0: resize) loader. */
 void tt_crop_from_cfg(const tt_data_cfg *cfg, int train, tt_crop *crop);

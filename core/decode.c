@@ -186,19 +186,6 @@ static void decode_box_fractions(const tt_crop *crop, int iw, int ih, int h, int
   fr[0] = b[0] / iw, fr[1] = b[1] / ih, fr[2] = b[2] / iw, fr[3] = b[3] / ih;
 }
 
-int tt_image_resize_box(const uint8_t *src, int c, int sh, int sw, const tt_crop *crop, int h, int w, uint8_t *dst) {
-  double fr[4];
-  int ch;
-  decode_box_fractions(crop, sw, sh, h, w, fr);
-  for (ch = 0; ch < c; ch++) /* plane by plane: [c, h, w] */
-    if (!stbir_resize_region(src + (size_t)ch * sh * sw, sw, sh, 0, dst + (size_t)ch * h * w, w, h, 0, STBIR_TYPE_UINT8,
-                             1, STBIR_ALPHA_CHANNEL_NONE, 0, STBIR_EDGE_CLAMP, STBIR_EDGE_CLAMP, STBIR_FILTER_DEFAULT,
-                             STBIR_FILTER_DEFAULT, STBIR_COLORSPACE_LINEAR, NULL, (float)fr[0], (float)fr[1],
-                             (float)fr[2], (float)fr[3]))
-      return -1;
-  return 0;
-}
-
 #ifdef TT_HAVE_TURBOJPEG
 /* The smallest of TurboJPEG's DCT scaling factors (1/8 ... 1) that keeps the crop box at least
  * the target's size: the resize that follows then only shrinks. */
@@ -293,6 +280,88 @@ static int decode_fit(const unsigned char *px, int iw, int ih, int c, const doub
   return 0;
 }
 
+/* Bilinear (torchvision's interpolation for RandomResizedCrop and Resize, without its
+ * antialiasing: used only when the box is at most twice the target) from the box fr of an
+ * sw x sh x c image, interleaved (hwc) or planar, to [c, h, w]; 8-bit fixed-point weights. */
+static int crop_bilinear(const uint8_t *src, int sw, int sh, int c, int hwc, const double *fr, int h, int w,
+                         uint8_t *dst) {
+  int *tab = (int *)malloc(sizeof(int) * 3 * ((size_t)w + h)), ox, oy, ch;
+  int *cx0, *cx1, *wx, *ry0, *ry1, *wy;
+  size_t xs = hwc ? (size_t)c : 1, plane = (size_t)sw * sh;
+  double bx = fr[0] * sw, by = fr[1] * sh, bw = (fr[2] - fr[0]) * sw, bh = (fr[3] - fr[1]) * sh;
+  if (!tab) return -1;
+  cx0 = tab, cx1 = cx0 + w, wx = cx1 + w, ry0 = wx + w, ry1 = ry0 + h, wy = ry1 + h;
+  for (ox = 0; ox < w; ox++) {
+    double x = bx + (ox + 0.5) * bw / w - 0.5;
+    int x0;
+    if (x < 0) x = 0;
+    if (x > sw - 1) x = sw - 1;
+    x0 = (int)x;
+    cx0[ox] = (int)(x0 * xs), cx1[ox] = (int)((x0 + 1 < sw ? x0 + 1 : x0) * xs), wx[ox] = (int)((x - x0) * 256 + 0.5);
+  }
+  for (oy = 0; oy < h; oy++) {
+    double y = by + (oy + 0.5) * bh / h - 0.5;
+    int y0;
+    if (y < 0) y = 0;
+    if (y > sh - 1) y = sh - 1;
+    y0 = (int)y;
+    ry0[oy] = y0, ry1[oy] = y0 + 1 < sh ? y0 + 1 : y0, wy[oy] = (int)((y - y0) * 256 + 0.5);
+  }
+  for (ch = 0; ch < c; ch++) {
+    const uint8_t *base = src + (hwc ? (size_t)ch : (size_t)ch * plane);
+    for (oy = 0; oy < h; oy++) {
+      const uint8_t *r0 = base + (size_t)ry0[oy] * sw * xs, *r1 = base + (size_t)ry1[oy] * sw * xs;
+      uint8_t *o = dst + ((size_t)ch * h + oy) * w;
+      int b = wy[oy], a = 256 - b;
+      for (ox = 0; ox < w; ox++) {
+        int f = wx[ox], e = 256 - f;
+        int top = r0[cx0[ox]] * e + r0[cx1[ox]] * f, bot = r1[cx0[ox]] * e + r1[cx1[ox]] * f;
+        o[ox] = (uint8_t)((top * a + bot * b + 32768) >> 16);
+      }
+    }
+  }
+  free(tab);
+  return 0;
+}
+
+/* The box fr of an image to [c, h, w]: bilinear when the box is at most twice the target
+ * each way, else stb_image_resize's filtered resampling (no aliasing on strong shrinking). */
+static int crop_resize_fr(const uint8_t *src, int sw, int sh, int c, int hwc, const double *fr, int h, int w,
+                          uint8_t *dst, char *reason) {
+  int ch;
+  if ((fr[2] - fr[0]) * sw <= 2.0 * w && (fr[3] - fr[1]) * sh <= 2.0 * h) {
+    if (crop_bilinear(src, sw, sh, c, hwc, fr, h, w, dst) == 0) return 0;
+    REASON("out of host memory resizing");
+    return -1;
+  }
+  if (hwc) return decode_fit(src, sw, sh, c, fr, h, w, dst, reason);
+  for (ch = 0; ch < c; ch++) /* plane by plane */
+    if (!stbir_resize_region(src + (size_t)ch * sh * sw, sw, sh, 0, dst + (size_t)ch * h * w, w, h, 0, STBIR_TYPE_UINT8,
+                             1, STBIR_ALPHA_CHANNEL_NONE, 0, STBIR_EDGE_CLAMP, STBIR_EDGE_CLAMP, STBIR_FILTER_DEFAULT,
+                             STBIR_FILTER_DEFAULT, STBIR_COLORSPACE_LINEAR, NULL, (float)fr[0], (float)fr[1],
+                             (float)fr[2], (float)fr[3])) {
+      REASON("resize from %dx%d failed", sw, sh);
+      return -1;
+    }
+  return 0;
+}
+
+int tt_image_crop_resize(const uint8_t *src, int sw, int sh, int c, int hwc, const tt_crop *crop, int h, int w,
+                         uint8_t *dst) {
+  double fr[4];
+  char reason[TT_DECODE_REASON_MAX];
+  decode_box_fractions(crop, sw, sh, h, w, fr);
+  return crop_resize_fr(src, sw, sh, c, hwc, fr, h, w, dst, reason);
+}
+
+/* The decoded image to the result: FIT exactly as the folder reader always did (stb_image_resize),
+ * a crop through crop_resize_fr. */
+static int decode_finish(const unsigned char *px, int iw, int ih, int c, const tt_crop *crop, const double *fr, int h,
+                         int w, uint8_t *out, char *reason) {
+  if (!crop || crop->mode == TT_CROP_FIT) return decode_fit(px, iw, ih, c, fr, h, w, out, reason);
+  return crop_resize_fr(px, iw, ih, c, 1, fr, h, w, out, reason);
+}
+
 /* Width and height from a PNG's IHDR or a BMP's info header, read here because stb_image's
  * own header reader gives only "unknown image type" for a PNG over about 350 megapixels.
  * Returns 1 when found. */
@@ -343,7 +412,7 @@ static int decode_any(const void *data, size_t size, int c, int h, int w, long l
   if (jpeg) {
     px = decode_jpeg(buf, size, c, w, h, max_pixels, crop, fr, &iw, &ih, reason);
     if (!px) return -1;
-    rc = decode_fit(px, iw, ih, c, fr, h, w, out, reason);
+    rc = decode_finish(px, iw, ih, c, crop, fr, h, w, out, reason);
     free(px);
     return rc;
   }
@@ -368,7 +437,7 @@ static int decode_any(const void *data, size_t size, int c, int h, int w, long l
     return -1;
   }
   decode_box_fractions(crop, iw, ih, h, w, fr);
-  rc = decode_fit(px, iw, ih, c, fr, h, w, out, reason);
+  rc = decode_finish(px, iw, ih, c, crop, fr, h, w, out, reason);
   stbi_image_free(px);
   return rc;
 }

@@ -188,13 +188,15 @@ static void loader_fill(tt_loader *l, int b, int slot) {
     tt_crop crop = l->crop;
     crop.key = tt_mix64(loader_key(l->seed, l->epoch, first + k) ^ 0xC809C809ull);
     if (l->ds->images) {
-      src = l->ds->images + (size_t)idx * l->per;
-      lab[k] = l->ds->labels[idx];
-      if (l->ds->hwc) src = loader_from_hwc(l, src, slot);
-      if (crop.mode != TT_CROP_FIT) { /* the crop of the stored image, resized back to h x w */
-        uint8_t *out = l->stage + ((size_t)slot * 2 + 1) * l->per;
-        if (tt_image_resize_box(src, l->ds->c, l->ds->h, l->ds->w, &crop, l->ds->h, l->ds->w, out) == 0) src = out;
-      }
+      const tt_dataset *ds = l->ds;
+      uint8_t *out = l->stage + ((size_t)slot * 2 + 1) * l->per;
+      src = ds->images + (size_t)idx * l->per;
+      lab[k] = ds->labels[idx];
+      /* a crop of the stored image (read as it is stored), resized back to h x w */
+      if (crop.mode != TT_CROP_FIT && tt_image_crop_resize(src, ds->w, ds->h, ds->c, ds->hwc, &crop, ds->h, ds->w, out) == 0)
+        src = out;
+      else if (ds->hwc)
+        src = loader_from_hwc(l, src, slot);
     } else if ((src = loader_decode(l, idx, slot, &crop, &lab[k])) == NULL) {
       pthread_mutex_lock(&l->mu);
       l->failed = 1;
