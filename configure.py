@@ -33,6 +33,7 @@ import sys
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "zlib1g-dev", "dataset-fashion-mnist",
                 "libturbojpeg0-dev",  # JPEG decoding (optional: without it stb_image decodes JPEG)
+                "libjpeg62-turbo-dev",  # its libjpeg API: decoding a crop box alone (optional)
                 # the fuzz targets (tests/fuzz/): clang with libFuzzer (libclang-rt-dev) and its OpenMP
                 "clang", "libclang-rt-dev", "libomp-dev"]
 
@@ -172,7 +173,12 @@ def find_turbojpeg():
         return None
     rc, out = run(["pkg-config", "--modversion", "libturbojpeg"]) if shutil.which("pkg-config") else (1, "")
     ver = out.strip() if rc == 0 and out.strip() else "unknown version"
-    return {"version": ver, "lib": libs[0], "cflags": " -DTT_HAVE_TURBOJPEG=1", "libs": " -lturbojpeg"}
+    tj = {"version": ver, "lib": libs[0], "cflags": " -DTT_HAVE_TURBOJPEG=1", "libs": " -lturbojpeg", "libjpeg": False}
+    # its libjpeg API (libjpeg62-turbo-dev) decodes a crop box alone (core/decode_jpeg_crop.c)
+    if first_existing(["/usr/include/jpeglib.h", "/usr/local/include/jpeglib.h"]) and \
+            glob.glob("/usr/lib/*-linux-gnu/libjpeg.so") + glob.glob("/usr/lib/libjpeg.so"):
+        tj.update(cflags=tj["cflags"] + " -DTT_HAVE_LIBJPEG=1", libs=tj["libs"] + " -ljpeg", libjpeg=True)
+    return tj
 
 
 def find_zlib():
@@ -388,7 +394,8 @@ def main():
     print("zlib       : %s" % (zlib["version"] if zlib else "NOT FOUND"))
     tj = find_turbojpeg()
     JPEG.update(tj or {})
-    print("TurboJPEG  : %s" % (("libjpeg-turbo %s (%s)" % (tj["version"], tj["lib"])) if tj else
+    print("TurboJPEG  : %s" % (("libjpeg-turbo %s (%s)%s" % (tj["version"], tj["lib"], ", crop decoding through its libjpeg API"
+                                                              if tj["libjpeg"] else "")) if tj else
                                "not found: JPEG decoded by stb_image (slower; apt-get install libturbojpeg0-dev)"))
     fuzz, fuzz_why = find_fuzzer()
     print("libFuzzer  : %s" % (("%s (ninja fuzz)" % fuzz["version"]) if fuzz else "not available (%s)" % fuzz_why))

@@ -68,6 +68,13 @@ int tt_image_decode_file_crop(const char *path, int c, int h, int w, long long m
  * target each way (as torchvision), stb_image_resize's filter otherwise. Returns 0 or -1. */
 int tt_image_crop_resize(const uint8_t *src, int sw, int sh, int c, int hwc, const tt_crop *crop, int h, int w,
                          uint8_t *dst);
+/* Internal to the decoders (core/decode.c, core/decode_jpeg_crop.c): the pixel limit's check
+ * (0, or -1 with reason), the crop box as fractions of an iw x ih image, and a JPEG's box alone
+ * decoded to interleaved pixels (NULL with reason; fr becomes the box within what was decoded). */
+int tt_image_check_pixels(int iw, int ih, long long max_pixels, char *reason);
+void tt_image_box_fractions(const tt_crop *crop, int iw, int ih, int h, int w, double *fr);
+unsigned char *tt_jpeg_decode_box(const unsigned char *buf, size_t size, int c, int h, int w, long long max_pixels,
+                                  const tt_crop *crop, double *fr, int *ow, int *oh, char *reason);
 /* The crop of [data] for the training (train = 1: random_resized_crop) or evaluation
  * (train = 0: resize) loader. */
 void tt_crop_from_cfg(const tt_data_cfg *cfg, int train, tt_crop *crop);

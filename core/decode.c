@@ -101,7 +101,7 @@ static const char *decode_check_complete(const unsigned char *b, size_t n) {
   return NULL;
 }
 
-static int decode_check_pixels(int iw, int ih, long long max_pixels, char *reason) {
+int tt_image_check_pixels(int iw, int ih, long long max_pixels, char *reason) {
   long long lim = max_pixels > 0 ? max_pixels : TT_DEFAULT_MAX_PIXELS;
   if (iw <= 0 || ih <= 0) {
     REASON("bad image size %dx%d in the header", iw, ih);
@@ -168,7 +168,7 @@ void tt_crop_box(const tt_crop *crop, int iw, int ih, int h, int w, double *b) {
 
 /* The crop box as fractions of the image (the FIT box exactly as before: whole when the aspect
  * ratios agree). */
-static void decode_box_fractions(const tt_crop *crop, int iw, int ih, int h, int w, double *fr) {
+void tt_image_box_fractions(const tt_crop *crop, int iw, int ih, int h, int w, double *fr) {
   double b[4];
   if (!crop || crop->mode == TT_CROP_FIT) { /* the folder reader's transform, kept bit for bit */
     double src_aspect = (double)iw / ih, dst_aspect = (double)w / h;
@@ -220,8 +220,8 @@ static unsigned char *decode_jpeg(const unsigned char *buf, size_t size, int c, 
     REASON("JPEG header: %s", tjGetErrorStr2(tj));
     goto done;
   }
-  if (decode_check_pixels(iw, ih, max_pixels, reason) != 0) goto done;
-  decode_box_fractions(crop, iw, ih, h, w, fr);
+  if (tt_image_check_pixels(iw, ih, max_pixels, reason) != 0) goto done;
+  tt_image_box_fractions(crop, iw, ih, h, w, fr);
   decode_jpeg_scale(iw, ih, w, h, fr, &sw, &sh);
   px = (unsigned char *)malloc((size_t)sw * sh * c);
   if (!px) {
@@ -350,7 +350,7 @@ int tt_image_crop_resize(const uint8_t *src, int sw, int sh, int c, int hwc, con
                          uint8_t *dst) {
   double fr[4];
   char reason[TT_DECODE_REASON_MAX];
-  decode_box_fractions(crop, sw, sh, h, w, fr);
+  tt_image_box_fractions(crop, sw, sh, h, w, fr);
   return crop_resize_fr(src, sw, sh, c, hwc, fr, h, w, dst, reason);
 }
 
@@ -408,6 +408,15 @@ static int decode_any(const void *data, size_t size, int c, int h, int w, long l
     REASON("%s", why);
     return -1;
   }
+#if defined(TT_HAVE_TURBOJPEG) && defined(TT_HAVE_LIBJPEG)
+  if (jpeg && crop && crop->mode != TT_CROP_FIT) { /* only the box is decoded (core/decode_jpeg_crop.c) */
+    px = tt_jpeg_decode_box(buf, size, c, h, w, max_pixels, crop, fr, &iw, &ih, reason);
+    if (!px) return -1;
+    rc = crop_resize_fr(px, iw, ih, c, 1, fr, h, w, out, reason);
+    free(px);
+    return rc;
+  }
+#endif
 #ifdef TT_HAVE_TURBOJPEG
   if (jpeg) {
     px = decode_jpeg(buf, size, c, w, h, max_pixels, crop, fr, &iw, &ih, reason);
@@ -423,20 +432,20 @@ static int decode_any(const void *data, size_t size, int c, int h, int w, long l
     REASON("not a PNG, JPEG or BMP file");
     return -1;
   }
-  if (decode_header_size(buf, size, &iw, &ih) && decode_check_pixels(iw, ih, max_pixels, reason) != 0) return -1;
+  if (decode_header_size(buf, size, &iw, &ih) && tt_image_check_pixels(iw, ih, max_pixels, reason) != 0) return -1;
   if (!stbi_info_from_memory(buf, (int)size, &iw, &ih, &comp)) {
     const char *r = stbi_failure_reason();
     REASON("%s", r && r[0] ? r : "not an image (PNG, JPEG or BMP)");
     return -1;
   }
-  if (decode_check_pixels(iw, ih, max_pixels, reason) != 0) return -1;
+  if (tt_image_check_pixels(iw, ih, max_pixels, reason) != 0) return -1;
   px = stbi_load_from_memory(buf, (int)size, &iw, &ih, &comp, c);
   if (!px) {
     const char *r = stbi_failure_reason(); /* may be "" (found by tests/fuzz/fuzz_image.c) */
     REASON("%s", r && r[0] ? r : "cannot decode");
     return -1;
   }
-  decode_box_fractions(crop, iw, ih, h, w, fr);
+  tt_image_box_fractions(crop, iw, ih, h, w, fr);
   rc = decode_finish(px, iw, ih, c, crop, fr, h, w, out, reason);
   stbi_image_free(px);
   return rc;

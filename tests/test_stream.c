@@ -502,6 +502,36 @@ static void test_crop_pipeline(void) {
   TT_TEST_END();
 }
 
+/* A JPEG crop decoded alone (the box's rows and iMCU columns) gives the pixels a whole decode
+ * gives: the same result as cropping the whole decoded image. */
+static void test_jpeg_box_decode(void) {
+  unsigned char *px = (unsigned char *)malloc(120 * 90 * 3);
+  uint8_t *full = (uint8_t *)malloc(3 * 90 * 120), *a = (uint8_t *)malloc(3 * 128 * 128), *b = (uint8_t *)malloc(3 * 128 * 128);
+  char why[TT_DECODE_REASON_MAX];
+  tt_crop cr;
+  uint64_t s = 9;
+  int i, k, same = 0, mode;
+  TT_TEST_BEGIN("jpeg_crop_decode_exact");
+  for (i = 0; i < 120 * 90 * 3; i++) px[i] = (unsigned char)(tt_splitmix_next(&s) & 255);
+  stbi_write_jpg(tt_test_path("box.jpg"), 120, 90, 3, px, 85);
+  TT_CHECK(tt_image_decode_file(tt_test_path("box.jpg"), 3, 90, 120, 0, full, why) == 0, "%s", why);
+  for (mode = 0, k = 0; mode < 2; mode++)
+    for (i = 0; i < 20; i++, k++) {
+      memset(&cr, 0, sizeof cr);
+      cr.mode = mode ? TT_CROP_RESIZE_CENTER : TT_CROP_RANDOM_RESIZED, cr.resize = 140 + i, cr.key = tt_mix64((uint64_t)i);
+      if (tt_image_decode_file_crop(tt_test_path("box.jpg"), 3, 128, 128, 0, &cr, a, why) != 0 ||
+          tt_image_crop_resize(full, 120, 90, 3, 0, &cr, 128, 128, b) != 0)
+        continue;
+      same += memcmp(a, b, 3 * 128 * 128) == 0;
+    }
+  TT_CHECK(same == 40, "%d of 40 crops equal to the crop of the whole decode", same);
+  free(px);
+  free(full);
+  free(a);
+  free(b);
+  TT_TEST_END();
+}
+
 int main(void) {
   if (tt_test_tmpdir("stream", "test_stream")) return 1;
   test_stream_equals_memory();
@@ -513,6 +543,7 @@ int main(void) {
   test_classes();
   test_crop_boxes();
   test_crop_pipeline();
+  test_jpeg_box_decode();
   tt_test_tmpdir_remove();
   TT_TEST_EXIT();
 }
