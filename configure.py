@@ -34,6 +34,8 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "zlib1g-dev", "dataset-fashion-mnist",
                 # the test that builds examples/embed against the installed library (tests/test_install.sh)
                 "pkg-config",
+                "libturbojpeg0-dev",  # JPEG decoding (optional: without it stb_image decodes JPEG)
+                "libjpeg62-turbo-dev",  # its libjpeg API: decoding a crop box alone (optional)
                 # the fuzz targets (tests/fuzz/): clang with libFuzzer (libclang-rt-dev) and its OpenMP
                 "clang", "libclang-rt-dev", "libomp-dev",
                 # multi-process training (core/dist.c): mpirun and MPI's headers and library
@@ -43,7 +45,8 @@ DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "
 LIB_DIRS = ["core", "arena", "kernels/ref", "kernels/cpu"]
 CLI_SOURCES = ["core/main.c"]
 TESTS = ["test_ops", "test_cpu_vs_ref", "test_arena", "test_recipe", "test_data", "test_safetensors", "test_graph",
-         "test_lower", "test_step", "test_train", "test_sched", "test_cuda", "test_api", "test_finetune"]
+         "test_lower", "test_step", "test_train", "test_sched", "test_cuda", "test_api", "test_finetune",
+         "test_stream"]
 # The CUDA backend's own sources compiled as C++ against tests/cuda_emu (host emulation): test_cuda
 # built against them runs without a GPU; emu_selftest checks the emulation's own checks.
 EMU_TESTS = ["test_cuda_emu", "test_cuda_emu_self"]
@@ -161,6 +164,27 @@ def find_stb():
     return {"inc": inc, "version": ver}
 
 
+# TurboJPEG (libturbojpeg0-dev): compile and link flags when found, empty otherwise (the fuzz and
+# emulation link lines use them too).
+JPEG = {"cflags": "", "libs": ""}
+
+
+def find_turbojpeg():
+    h = first_existing(["/usr/include/turbojpeg.h", "/usr/local/include/turbojpeg.h"])
+    libs = glob.glob("/usr/lib/*-linux-gnu/libturbojpeg.so") + glob.glob("/usr/lib/libturbojpeg.so") + \
+        glob.glob("/usr/local/lib*/libturbojpeg.so")
+    if not h or not libs:
+        return None
+    rc, out = run(["pkg-config", "--modversion", "libturbojpeg"]) if shutil.which("pkg-config") else (1, "")
+    ver = out.strip() if rc == 0 and out.strip() else "unknown version"
+    tj = {"version": ver, "lib": libs[0], "cflags": " -DTT_HAVE_TURBOJPEG=1", "libs": " -lturbojpeg", "libjpeg": False}
+    # its libjpeg API (libjpeg62-turbo-dev) decodes a crop box alone (core/decode_jpeg_crop.c)
+    if first_existing(["/usr/include/jpeglib.h", "/usr/local/include/jpeglib.h"]) and \
+            glob.glob("/usr/lib/*-linux-gnu/libjpeg.so") + glob.glob("/usr/lib/libjpeg.so"):
+        tj.update(cflags=tj["cflags"] + " -DTT_HAVE_LIBJPEG=1", libs=tj["libs"] + " -ljpeg", libjpeg=True)
+    return tj
+
+
 def find_zlib():
     h = first_existing(["/usr/include/zlib.h", "/usr/local/include/zlib.h"])
     return {"version": header_define(h, "ZLIB_VERSION")} if h else None
@@ -274,7 +298,7 @@ def gpu_arch():
     return caps or None
 
 
-FUZZ_TARGETS = ["recipe", "safetensors", "checkpoint"]
+FUZZ_TARGETS = ["recipe", "safetensors", "checkpoint", "image", "npy"]
 
 
 def find_fuzzer():
@@ -309,12 +333,12 @@ def fuzz_rules(fz, why, blas, stb, lib_src):
     # CPU only; objects apart from the gcc build's.
     n.append("fuzzcc = %s" % fz["cc"])
     n.append("fuzzflags = -O1 -g -std=c11 -D_GNU_SOURCE -Wall -Wno-unused-parameter -fopenmp -pthread -I. -I%s -I%s "
-             "-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-             % (blas["inc"], stb["inc"]))
+             "-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer%s"
+             % (blas["inc"], stb["inc"], JPEG["cflags"]))
     n.append("rule fuzzcc\n  command = $fuzzcc -MMD -MF $out.d $fuzzflags -c $in -o $out\n  depfile = $out.d\n"
              "  deps = gcc\n  description = FUZZCC $out")
     n.append("rule fuzzlink\n  command = $fuzzcc -fsanitize=fuzzer,address,undefined -fopenmp -pthread $in -o $out "
-             "-ldnnl -lopenblas -lz -lm\n  description = FUZZLINK $out")
+             "-ldnnl -lopenblas -lz -lm%s\n  description = FUZZLINK $out" % JPEG["libs"])
     # ninja has built the targets already (the implicit inputs of `fuzz`): run.sh must not
     # start a second ninja inside this one
     n.append("rule fuzzrun\n  command = TT_FUZZ_BUILT=1 bash tests/fuzz/run.sh\n  description = FUZZ\n  pool = console")
@@ -508,6 +532,11 @@ def main():
     mpi = find_mpi()
     print("MPI        : %s" % (("%s (%s)" % (mpi["version"], mpi["mpirun"] or "no mpirun: multi-process tests skipped"))
                                if mpi else "not found: one process only (openmpi-bin, libopenmpi-dev: ./configure.py --deps)"))
+    tj = find_turbojpeg()
+    JPEG.update(tj or {})
+    print("TurboJPEG  : %s" % (("libjpeg-turbo %s (%s)%s" % (tj["version"], tj["lib"], ", crop decoding through its libjpeg API"
+                                                              if tj["libjpeg"] else "")) if tj else
+                               "not found: JPEG decoded by stb_image (slower; apt-get install libturbojpeg0-dev)"))
     fuzz, fuzz_why = find_fuzzer()
     print("libFuzzer  : %s" % (("%s (ninja fuzz)" % fuzz["version"]) if fuzz else "not available (%s)" % fuzz_why))
     if args.cpu_only:
@@ -540,7 +569,8 @@ def main():
     cflags = "%s -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -fopenmp -pthread -I. -I%s -I%s" % (
         opt, blas["inc"], stb["inc"])
     ldflags = "-fopenmp -pthread"
-    libs = "-ldnnl -lopenblas -lz -lm"
+    libs = "-ldnnl -lopenblas -lz -lm" + JPEG["libs"]
+    cflags += JPEG["cflags"]
     if args.debug:
         cflags += " -DTT_DEBUG=1"
     mpilibs = ""
@@ -607,7 +637,7 @@ def main():
         n.append("cxx = %s\nemuflags = %s" % (cxx, emuflags))
         n.append("rule emucxx\n  command = $cxx -MMD -MF $out.d $emuflags -x c++ -c $in -o $out\n  depfile = $out.d\n"
                  "  deps = gcc\n  description = CXX (emulated CUDA) $out")
-        n.append("rule emulink\n  command = $cxx $ldflags $in -o $out -ldnnl -lopenblas -lz -lm -ldl %s\n" % mpilibs +
+        n.append("rule emulink\n  command = $cxx $ldflags $in -o $out -ldnnl -lopenblas -lz -lm -ldl%s %s\n" % (JPEG["libs"], mpilibs) +
                  "  description = LINK $out")
     # The shell tests run the binary named by TT. A sanitizer build reports leaks too, and every
     # finding makes the program exit non-zero, so the test that ran it fails.
@@ -685,7 +715,7 @@ def main():
     test_deps = library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, args.sanitize, use_cuda,
                               ("-std=c++17 -O1 -arch=sm_%s -Xcompiler -fopenmp -D_GNU_SOURCE -I%s -I%s -I%s/include -I%s" % (
                                   ptx, blas["inc"], stb["inc"], cuda["home"], cuda["cudnn"]["inc"])) if use_cuda else None,
-                              extra_libs=(" " + mpilibs if mpilibs else "") +
+                              extra_libs=JPEG["libs"] + (" " + mpilibs if mpilibs else "") +
                                          (" -lnccl" if use_cuda and cuda.get("nccl") else ""))
     scripts = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests/test_*.sh")))
     if args.sanitize:

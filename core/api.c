@@ -56,6 +56,8 @@ int tt_net_open(tt_net **out, const tt_run_opts *o, char *errbuf, size_t errsize
   return tt_net_open_mode(out, o, 1, errbuf, errsize);
 }
 
+const tt_data_cfg *tt_net_data_cfg(const tt_net *net) { return &net->s->model.data; }
+
 int tt_net_open_mode(tt_net **out, const tt_run_opts *o, int train, char *errbuf, size_t errsize) {
   tt_err err;
   err.msg[0] = 0;

@@ -95,9 +95,17 @@ int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_
                           "images_in_epoch", v[2], "loss_scale", v[3], "loss_scale_clean_steps", v[4],
                           "skipped_steps", v[5], "seed", v[6], "micro_batch", v[7], "accum_steps", v[8],
                           "loss_scale_growth_interval", v[9], "loss_scale_pending", v[10],
-                          "loss_scale_pending_scale", v[11], NULL};
+                          "loss_scale_pending_scale", v[11], NULL, NULL, NULL};
+    tt_strbuf names;
+    memset(&names, 0, sizeof names);
+    if (st->classes && st->nclasses > 0) {
+      tt_st_names_format(&names, st->classes, st->nclasses);
+      meta[28] = TT_META_CLASSES, meta[29] = names.p;
+    }
     snprintf(path, sizeof path, "%s/%s", dir, with_state ? "state.safetensors" : "weights.safetensors");
-    int rc = tt_st_write(path, t, n, meta, err);
+    int rc = names.oom ? tt_fail(err, "%s: out of host memory writing the class names", dir)
+                       : tt_st_write(path, t, n, meta, err);
+    free(names.p);
     /* names live in one block allocated by ckpt_collect, starting at t[0].name */
     free(n ? (void *)t[0].name : NULL);
     free(t);
@@ -181,9 +189,32 @@ static int ckpt_meta_pending(tt_st_file *f, const char *path, tt_ckpt_state *st,
   return 0;
 }
 
+/* The file's class names against the run's (st->classes), when both have them. */
+static int ckpt_check_classes(tt_st_file *f, const char *path, const tt_ckpt_state *st, tt_err *err) {
+  const char *v = tt_st_meta(f, TT_META_CLASSES);
+  char what[TT_PATH_MAX + 64], **names = NULL;
+  int n = 0, i, rc = 0;
+  if (!v || !st->classes) return 0;
+  snprintf(what, sizeof what, "%s: metadata '%s'", path, TT_META_CLASSES);
+  if (tt_st_names_parse(what, v, &names, &n, err)) return -1;
+  for (i = 0; i < n && i < st->nclasses && !strcmp(names[i], st->classes[i]); i++) {}
+  if (n != st->nclasses)
+    rc = tt_fail(err, "%s: was written for %d classes, this run's training set has %d; resume with the data it was "
+                 "written with", path, n, st->nclasses);
+  else if (i < n)
+    rc = tt_fail(err, "%s: class %d is '%.100s' there but '%.100s' in this run's training set; resume with the data "
+                 "it was written with", path, i, names[i], st->classes[i]);
+  free(names);
+  return rc;
+}
+
 static int ckpt_read_state(tt_st_file *f, const char *path, tt_ckpt_state *st, tt_err *err) {
   long long v[7];
+  const char *const *classes = st->classes;
+  int nclasses = st->nclasses;
+  if (ckpt_check_classes(f, path, st, err)) return -1;
   memset(st, 0, sizeof *st);
+  st->classes = classes, st->nclasses = nclasses;
   if (ckpt_meta_int(f, path, "step", 0, CKPT_STEPS_MAX, &st->step, err) ||
       ckpt_meta_int(f, path, "epoch", 0, CKPT_EPOCHS_MAX, &v[0], err) ||
       ckpt_meta_int(f, path, "micro_batch", 1, 1 << 24, &v[1], err) ||

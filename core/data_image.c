@@ -1,8 +1,8 @@
 /* core/data_image.c — image folders (one subfolder per class) and list files ("path label"
- * per line). Every image is decoded once at start with stb_image, on several threads, to
- * the recipe's channel count, resized so the shorter side fits and centre-cropped to h x w,
- * and stored as NCHW uint8. Unreadable files are skipped, counted and warned about.
- * (A packed, memory-mapped format that avoids decoding at every start is future work.) */
+ * per line). A scan keeps paths and labels only (a streaming data set: the loader decodes
+ * each batch, core/decode.c); tt_dataset_decode_all decodes every image into memory instead,
+ * on several threads (small sets and the tests). What is not a regular file is skipped at
+ * the scan, a corrupt image when it is decoded; each is counted and warned about. */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
@@ -15,32 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* stb is compiled here, file-static, so a program that also links its own stb does not
- * collide; its own warnings are not ours to fix. */
-#if defined(__GNUC__)
-#pragma GCC diagnostic ignored "-Wunused-function" /* file-static stb: unused parts */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wunused-parameter"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
-#pragma GCC diagnostic ignored "-Wshadow"
-#endif
-#define STB_IMAGE_STATIC
-#define STB_IMAGE_IMPLEMENTATION
-#define STBI_NO_STDIO
-#include <stb/stb_image.h>
-#define STB_IMAGE_RESIZE_STATIC
-#define STB_IMAGE_RESIZE_IMPLEMENTATION
-#include <stb/stb_image_resize.h>
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
-
-#define DATA_REASON_MAX 160
 #define DATA_MAX_THREADS 16
 
 typedef struct data_item {
@@ -79,239 +57,153 @@ static void data_items_free(data_items *a) {
   memset(a, 0, sizeof *a);
 }
 
-/* ---- Decoding one file ---- */
+/* ---- From the scanned entries to a streaming data set ---- */
 
-/* stb_image decodes some truncated files "successfully" (missing rows become grey or
- * zero). Catch the common cases from the container: PNG must end with an IEND chunk, JPEG
- * with an EOI marker (trailing padding allowed), BMP must be as long as its header says. */
-static const char *data_check_complete(const unsigned char *b, size_t n) {
-  size_t i, lo;
-  if (n >= 8 && b[0] == 0x89 && b[1] == 'P' && b[2] == 'N' && b[3] == 'G') {
-    lo = n > 64 ? n - 64 : 8;
-    for (i = n >= 4 ? n - 4 : 0; i + 1 > lo; i--)
-      if (memcmp(b + i, "IEND", 4) == 0) return NULL;
-    return "truncated PNG: no IEND chunk at the end";
+static void data_warn(tt_warn_fn warn, void *ud, const char *path, const char *what, const char *reason) {
+  if (warn) {
+    char line[4400];
+    snprintf(line, sizeof line, "%s: %s (%s)", path, what, reason);
+    warn(ud, line);
   }
-  if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) {
-    /* Inside entropy-coded data 0xFF is always stuffed as FF 00, so FF D9 near the end
-     * can only be the real end-of-image marker. */
-    lo = n > 1024 ? n - 1024 : 2;
-    for (i = n - 2; i + 1 > lo; i--)
-      if (b[i] == 0xFF && b[i + 1] == 0xD9) return NULL;
-    return "truncated JPEG: no end-of-image marker";
-  }
-  if (n >= 14 && b[0] == 'B' && b[1] == 'M') {
-    uint32_t size = (uint32_t)b[2] | ((uint32_t)b[3] << 8) | ((uint32_t)b[4] << 16) | ((uint32_t)b[5] << 24);
-    if (size > n) return "truncated BMP: shorter than its header says";
-  }
-  return NULL;
 }
 
-/* Whether path can be read as an image file; if not, writes why and returns -1. A dangling
- * symbolic link, a directory, a named pipe or a device in a class folder or a list is skipped
- * and named like a corrupt image, never silently passed over nor waited on. */
-static int data_check_kind(const char *path, char *reason) {
-  struct stat st;
-  if (lstat(path, &st) != 0) {
-    snprintf(reason, DATA_REASON_MAX, "cannot open: %s", strerror(errno));
+/* Whether a file name ends in an image extension the decoders read (any case), as torchvision's
+ * ImageFolder picks its files: a folder's README or notes are not samples. */
+static int data_image_name(const char *path) {
+  static const char *const ext[] = {"jpg", "jpeg", "png", "bmp", "pgm", "ppm", "pnm", NULL};
+  const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
+  int i;
+  if (!dot || (slash && dot < slash)) return 0;
+  for (i = 0; ext[i]; i++)
+    if (!strcasecmp(dot + 1, ext[i])) return 1;
+  return 0;
+}
+
+/* Moves the entries that are regular files (or links to one) into ds as a streaming data set:
+ * paths and labels only, nothing decoded. The rest (a directory, a pipe, a device, a dangling
+ * link; with by_name, a file whose name has no image extension) is counted in ds->skipped and
+ * warned about. `where` names the folder or list file. */
+static int data_items_to_dataset(data_items *items, int classes, const char *where, int by_name, int c, int h, int w,
+                                 tt_dataset *ds, tt_err *err, tt_warn_fn warn, void *ud) {
+  int i, k = 0;
+  memset(ds, 0, sizeof *ds);
+  if (items->n == 0)
+    return tt_fail(err, "%s: no image files found; put PNG/JPEG/BMP files there (one subfolder per class)",
+                   where);
+  ds->paths = (char **)tt_calloc((size_t)items->n, sizeof(char *), "image paths", err);
+  ds->labels = (int32_t *)tt_malloc(sizeof(int32_t) * (size_t)items->n, "labels", err);
+  if (!ds->paths || !ds->labels) {
+    tt_dataset_free(ds);
     return -1;
   }
-  if (S_ISLNK(st.st_mode) && stat(path, &st) != 0) {
-    int e = errno;
-    char target[96]; /* long targets are cut: the reason fits DATA_REASON_MAX */
-    ssize_t k = readlink(path, target, sizeof target - 1);
-    target[k > 0 ? k : 0] = 0;
-    if (e == ENOENT)
-      snprintf(reason, DATA_REASON_MAX, "dangling symbolic link to '%s'", target);
-    else
-      snprintf(reason, DATA_REASON_MAX, "symbolic link to '%s': %.40s", target, strerror(e));
-    return -1;
+  for (i = 0; i < items->n; i++) {
+    char why[TT_DECODE_REASON_MAX];
+    if (tt_file_check_kind(items->v[i].path, why) != 0 ||
+        (by_name && !data_image_name(items->v[i].path) &&
+         snprintf(why, sizeof why, "not an image file name: .jpg, .jpeg, .png, .bmp, .pgm, .ppm or .pnm") > 0)) {
+      ds->skipped++;
+      data_warn(warn, ud, items->v[i].path, "skipped", why);
+      continue;
+    }
+    ds->paths[k] = items->v[i].path;
+    items->v[i].path = NULL;
+    ds->labels[k++] = items->v[i].label;
   }
-  if (!S_ISREG(st.st_mode)) {
-    snprintf(reason, DATA_REASON_MAX, "%s, not an image file", tt_file_kind(st.st_mode));
-    return -1;
+  ds->n = k;
+  ds->c = c;
+  ds->h = h;
+  ds->w = w;
+  ds->classes = classes;
+  snprintf(ds->source, sizeof ds->source, "%s", where);
+  if (k == 0) {
+    tt_dataset_free(ds);
+    return tt_fail(err, "%s: none of its %d entries is an image file; check the files (see the warnings)", where,
+                   items->n);
   }
   return 0;
 }
 
-/* tt_read_file's message without its leading "PATH: " (the warning names the path already). */
-static void data_reason_from(const char *path, const tt_err *e, char *reason) {
-  size_t n = strlen(path);
-  const char *m = e->msg;
-  if (strncmp(m, path, n) == 0 && m[n] == ':' && m[n + 1] == ' ') m += n + 2;
-  snprintf(reason, DATA_REASON_MAX, "%.*s", DATA_REASON_MAX - 1, m);
-}
-
-/* Decodes path into out ([c, h, w]); on failure writes the reason and returns -1. */
-static int data_decode_one(const char *path, int c, int h, int w, uint8_t *out, char *reason) {
-  void *buf = NULL;
-  size_t size = 0;
-  tt_err e;
-  unsigned char *px, *hwc;
-  int iw, ih, comp, ch, y, x;
-  const char *why;
-  if (data_check_kind(path, reason) != 0) return -1;
-  /* the reason comes from the failure itself, not from errno, which nothing here promised to
-   * keep (a refused pipe or a short read leaves errno as it was) */
-  if (tt_read_file(path, &buf, &size, &e) != 0) {
-    data_reason_from(path, &e, reason);
-    return -1;
-  }
-  if (size == 0 || size > 0x7fffffff) {
-    free(buf);
-    snprintf(reason, DATA_REASON_MAX, size ? "file too large" : "empty file");
-    return -1;
-  }
-  why = data_check_complete((const unsigned char *)buf, size);
-  if (why) {
-    free(buf);
-    snprintf(reason, DATA_REASON_MAX, "%s", why);
-    return -1;
-  }
-  px = stbi_load_from_memory((const stbi_uc *)buf, (int)size, &iw, &ih, &comp, c);
-  free(buf);
-  if (!px) {
-    const char *r = stbi_failure_reason();
-    snprintf(reason, DATA_REASON_MAX, "%s", r ? r : "cannot decode");
-    return -1;
-  }
-  if (iw == w && ih == h) {
-    hwc = px;
-  } else {
-    /* Region of the source with the target's aspect ratio, centred: the shorter side
-     * fits, the longer one is cropped. */
-    float s0 = 0.f, t0 = 0.f, s1 = 1.f, t1 = 1.f;
-    double src_aspect = (double)iw / ih, dst_aspect = (double)w / h;
-    if (src_aspect > dst_aspect) {
-      double keep = dst_aspect / src_aspect;
-      s0 = (float)((1.0 - keep) / 2);
-      s1 = (float)(s0 + keep);
-    } else if (src_aspect < dst_aspect) {
-      double keep = src_aspect / dst_aspect;
-      t0 = (float)((1.0 - keep) / 2);
-      t1 = (float)(t0 + keep);
-    }
-    hwc = (unsigned char *)malloc((size_t)h * w * c);
-    if (!hwc) {
-      stbi_image_free(px);
-      snprintf(reason, DATA_REASON_MAX, "out of host memory resizing");
-      return -1;
-    }
-    if (!stbir_resize_region(px, iw, ih, 0, hwc, w, h, 0, STBIR_TYPE_UINT8, c, STBIR_ALPHA_CHANNEL_NONE, 0,
-                             STBIR_EDGE_CLAMP, STBIR_EDGE_CLAMP, STBIR_FILTER_DEFAULT, STBIR_FILTER_DEFAULT,
-                             STBIR_COLORSPACE_LINEAR, NULL, s0, t0, s1, t1)) {
-      stbi_image_free(px);
-      free(hwc);
-      snprintf(reason, DATA_REASON_MAX, "resize from %dx%d failed", iw, ih);
-      return -1;
-    }
-    stbi_image_free(px);
-  }
-  for (ch = 0; ch < c; ch++)
-    for (y = 0; y < h; y++)
-      for (x = 0; x < w; x++) out[((size_t)ch * h + y) * w + x] = hwc[((size_t)y * w + x) * c + ch];
-  if (hwc == px)
-    stbi_image_free(px);
-  else
-    free(hwc);
-  return 0;
-}
-
-/* ---- Decoding all files on several threads ---- */
+/* ---- Decoding all files on several threads (tt_dataset_decode_all) ---- */
 
 typedef struct data_job {
-  const data_items *items;
-  int c, h, w;
-  uint8_t *images;  /* [items->n, c, h, w] */
-  char *reasons;    /* [items->n][DATA_REASON_MAX]; "" = decoded */
+  const tt_dataset *ds;
+  int start, count; /* the samples [start, start + count) */
+  uint8_t *images;  /* [count, c, h, w] */
+  char *reasons;    /* [count][TT_DECODE_REASON_MAX]; "" = decoded */
   int next;         /* next item to claim, under mu */
   pthread_mutex_t mu;
 } data_job;
 
 static void *data_worker(void *arg) {
   data_job *j = (data_job *)arg;
-  size_t per = (size_t)j->c * j->h * j->w;
+  const tt_dataset *ds = j->ds;
+  size_t per = (size_t)ds->c * ds->h * ds->w;
   for (;;) {
     int i;
     pthread_mutex_lock(&j->mu);
     i = j->next++;
     pthread_mutex_unlock(&j->mu);
-    if (i >= j->items->n) break;
-    if (data_decode_one(j->items->v[i].path, j->c, j->h, j->w, j->images + per * i,
-                        j->reasons + (size_t)DATA_REASON_MAX * i) != 0 &&
-        !j->reasons[(size_t)DATA_REASON_MAX * i])
-      strcpy(j->reasons + (size_t)DATA_REASON_MAX * i, "cannot decode");
+    if (i >= j->count) break;
+    tt_image_decode_file(ds->paths[j->start + i], ds->c, ds->h, ds->w, ds->max_pixels, j->images + per * i,
+                         j->reasons + (size_t)TT_DECODE_REASON_MAX * i);
   }
   return NULL;
 }
 
-/* Decodes every item into ds, drops the failures (warning once per file, in list order so
- * the output is reproducible). `where` names the folder or list file for errors. */
-static int data_decode_all(const data_items *items, int classes, const char *where, int c, int h, int w,
-                           tt_dataset *ds, tt_err *err, tt_warn_fn warn, void *ud) {
-  data_job job;
+void tt_dataset_decode_range(const tt_dataset *ds, int start, int count, uint8_t *images, char *reasons) {
   pthread_t th[DATA_MAX_THREADS];
-  int nth, started = 0, i, k = 0;
+  data_job job;
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  size_t per = (size_t)c * h * w;
-  memset(ds, 0, sizeof *ds);
+  int nth = ncpu > 0 ? (int)ncpu : 2, started = 0, i;
   memset(&job, 0, sizeof job);
-  if (items->n == 0)
-    return tt_fail(err, "%s: no image files found; put PNG/JPEG/BMP files there (one subfolder per class)",
-                   where);
-  job.items = items;
-  job.c = c;
-  job.h = h;
-  job.w = w;
-  job.images = (uint8_t *)tt_malloc(per * (size_t)items->n, "decoded images", err);
-  job.reasons = (char *)tt_calloc((size_t)items->n, DATA_REASON_MAX, "decode status", err);
-  ds->labels = (int32_t *)tt_malloc(sizeof(int32_t) * (size_t)items->n, "labels", err);
-  if (!job.images || !job.reasons || !ds->labels) {
-    free(job.images);
-    free(job.reasons);
-    free(ds->labels);
-    ds->labels = NULL;
-    return -1;
-  }
-  pthread_mutex_init(&job.mu, NULL);
-  nth = ncpu > 0 ? (int)ncpu : 2;
+  job.ds = ds, job.start = start, job.count = count, job.images = images, job.reasons = reasons;
   if (nth > DATA_MAX_THREADS) nth = DATA_MAX_THREADS;
-  if (nth > items->n) nth = items->n;
+  if (nth > count) nth = count;
+  pthread_mutex_init(&job.mu, NULL);
   for (i = 0; i < nth; i++)
     if (pthread_create(&th[started], NULL, data_worker, &job) == 0) started++;
   if (started == 0) data_worker(&job); /* no threads available: decode here */
   for (i = 0; i < started; i++) pthread_join(th[i], NULL);
   pthread_mutex_destroy(&job.mu);
+}
 
-  ds->c = c;
-  ds->h = h;
-  ds->w = w;
-  ds->classes = classes;
-  for (i = 0; i < items->n; i++) {
-    const char *r = job.reasons + (size_t)DATA_REASON_MAX * i;
+int tt_dataset_decode_all(tt_dataset *ds, tt_err *err, tt_warn_fn warn, void *ud) {
+  data_job job;
+  int i, k = 0, n = ds->n;
+  size_t per = (size_t)ds->c * ds->h * ds->w;
+  if (ds->images || !ds->paths) return 0; /* in memory already */
+  memset(&job, 0, sizeof job);
+  job.images = (uint8_t *)tt_malloc(per * (size_t)n, "decoded images", err);
+  job.reasons = (char *)tt_calloc((size_t)n, TT_DECODE_REASON_MAX, "decode status", err);
+  if (!job.images || !job.reasons) {
+    free(job.images);
+    free(job.reasons);
+    return -1;
+  }
+  tt_dataset_decode_range(ds, 0, n, job.images, job.reasons);
+  for (i = 0; i < n; i++) { /* warnings in data set order, so the output is reproducible */
+    const char *r = job.reasons + (size_t)TT_DECODE_REASON_MAX * i;
     if (r[0]) {
       ds->skipped++;
-      if (warn) {
-        char line[1400];
-        snprintf(line, sizeof line, "%s: skipped (%s)", items->v[i].path, r);
-        warn(ud, line);
-      }
+      data_warn(warn, ud, ds->paths[i], "skipped", r);
       continue;
     }
     if (k != i) memmove(job.images + per * k, job.images + per * i, per);
-    ds->labels[k++] = items->v[i].label;
+    ds->labels[k++] = ds->labels[i];
   }
   free(job.reasons);
-  if (k == 0) {
-    free(job.images);
-    free(ds->labels);
-    memset(ds, 0, sizeof *ds);
-    return tt_fail(err, "%s: none of its %d image files could be decoded; check the files (see the warnings)",
-                   where, items->n);
-  }
-  ds->n = k;
+  for (i = 0; i < n; i++) free(ds->paths[i]);
+  free(ds->paths);
+  ds->paths = NULL;
   ds->images = job.images;
-  if (k < items->n) {
+  ds->n = k;
+  if (k == 0) {
+    tt_fail(err, "%s: none of its %d image files could be decoded; check the files (see the warnings)", ds->source,
+            n + ds->skipped);
+    tt_dataset_free(ds);
+    return -1;
+  }
+  if (k < n) {
     uint8_t *shrunk = (uint8_t *)realloc(job.images, per * (size_t)k);
     if (shrunk) ds->images = shrunk;
   }
@@ -370,14 +262,14 @@ static int data_list_classes(const char *root, char ***out, int *count, tt_err *
   int n, i, k = 0;
   if (data_list_dir(root, &v, &n, err) != 0) return -1;
   for (i = 0; i < n; i++) {
-    char full[4096], why[DATA_REASON_MAX];
+    char full[4096], why[TT_DECODE_REASON_MAX];
     struct stat st;
     if (snprintf(full, sizeof full, "%s/%s", root, v[i]) < (int)sizeof full && stat(full, &st) == 0 &&
         S_ISDIR(st.st_mode)) {
       v[k++] = v[i];
       continue;
     }
-    if (data_check_kind(full, why) == 0) snprintf(why, sizeof why, "a regular file");
+    if (tt_file_check_kind(full, why) == 0) snprintf(why, sizeof why, "a regular file");
     if (warn) {
       char line[4400];
       snprintf(line, sizeof line, "%s: ignored (%s; not a class subfolder)", full, why);
@@ -396,7 +288,7 @@ static void data_free_names(char **v, int n) {
   free(v);
 }
 
-int tt_dataset_load_folder(const char *dir, int c, int h, int w, tt_dataset *ds, tt_err *err, tt_warn_fn warn,
+int tt_dataset_scan_folder(const char *dir, int c, int h, int w, tt_dataset *ds, tt_err *err, tt_warn_fn warn,
                            void *ud) {
   char **classes = NULL;
   int nclasses = 0, k, rc = -1;
@@ -432,7 +324,12 @@ int tt_dataset_load_folder(const char *dir, int c, int h, int w, tt_dataset *ds,
     }
     data_free_names(files, nfiles);
   }
-  rc = data_decode_all(&items, nclasses, dir, c, h, w, ds, err, warn, ud);
+  rc = data_items_to_dataset(&items, nclasses, dir, 1, c, h, w, ds, err, warn, ud);
+  if (rc == 0) { /* the class names go with the data set */
+    ds->class_names = classes;
+    classes = NULL;
+    nclasses = 0;
+  }
 done:
   data_free_names(classes, nclasses);
   data_items_free(&items);
@@ -441,7 +338,7 @@ done:
 
 /* ---- List files ---- */
 
-int tt_dataset_load_list(const char *list_path, int c, int h, int w, tt_dataset *ds, tt_err *err,
+int tt_dataset_scan_list(const char *list_path, int c, int h, int w, int max_classes, tt_dataset *ds, tt_err *err,
                          tt_warn_fn warn, void *ud) {
   void *buf = NULL;
   size_t size = 0;
@@ -487,6 +384,11 @@ int tt_dataset_load_list(const char *list_path, int c, int h, int w, tt_dataset 
               lineno, lab);
       goto done;
     }
+    if (max_classes > 0 && v >= max_classes) {
+      tt_fail(err, "%s:%d: label %ld is not below [net] classes = %d; fix the label or raise classes", list_path,
+              lineno, v, max_classes);
+      goto done;
+    }
     end = lab;
     while (end > line && (end[-1] == ' ' || end[-1] == '\t')) end--;
     *end = 0;
@@ -502,19 +404,36 @@ int tt_dataset_load_list(const char *list_path, int c, int h, int w, tt_dataset 
     tt_fail(err, "%s: no entries; write one \"path label\" line per image", list_path);
     goto done;
   }
-  rc = data_decode_all(&items, maxl + 1, list_path, c, h, w, ds, err, warn, ud);
+  rc = data_items_to_dataset(&items, maxl + 1, list_path, 0, c, h, w, ds, err, warn, ud);
 done:
   free(buf);
   data_items_free(&items);
   return rc;
 }
 
-int tt_image_decode(const char *path, int c, int h, int w, uint8_t *out, tt_err *err) {
-  char reason[DATA_REASON_MAX];
-  if (data_decode_one(path, c, h, w, out, reason)) return tt_fail(err, "%s: %s", path, reason);
+int tt_image_decode_eval(const char *path, const tt_data_cfg *cfg, int c, int h, int w, uint8_t *out, tt_err *err) {
+  char reason[TT_DECODE_REASON_MAX];
+  tt_crop crop;
+  tt_crop_from_cfg(cfg, 0, &crop);
+  long long max_pixels = cfg->max_megapixels > 0 ? (long long)cfg->max_megapixels * 1000000 : 0;
+  if (tt_image_decode_file_crop(path, c, h, w, max_pixels, &crop, out, reason)) return tt_fail(err, "%s: %s", path, reason);
   return 0;
 }
 
 int tt_dir_entries(const char *dir, char ***names, int *n, tt_err *err) { return data_list_dir(dir, names, n, err); }
 
 void tt_dir_entries_free(char **names, int n) { data_free_names(names, n); }
+
+/* ---- Scanned and decoded into memory ---- */
+
+int tt_dataset_load_folder(const char *dir, int c, int h, int w, tt_dataset *ds, tt_err *err, tt_warn_fn warn,
+                           void *ud) {
+  if (tt_dataset_scan_folder(dir, c, h, w, ds, err, warn, ud) != 0) return -1;
+  return tt_dataset_decode_all(ds, err, warn, ud);
+}
+
+int tt_dataset_load_list(const char *list_path, int c, int h, int w, tt_dataset *ds, tt_err *err,
+                         tt_warn_fn warn, void *ud) {
+  if (tt_dataset_scan_list(list_path, c, h, w, 0, ds, err, warn, ud) != 0) return -1;
+  return tt_dataset_decode_all(ds, err, warn, ud);
+}

@@ -1,5 +1,11 @@
 /* core/loader.c — background batch preparation into a ring of preallocated buffers.
  *
+ * A streaming data set (paths only) is decoded here, image by image, into a staging buffer
+ * of the slot being filled, then augmented into the slot. An image that fails to decode is
+ * warned about once (with its path), counted, and replaced by the next sample of the data
+ * set (index + 1, wrapping) that decodes: the replacement depends only on the files, so the
+ * bytes still depend on (seed, epoch, position) only.
+ *
  * Batch b of an epoch always goes to ring slot b % nslots. A worker claims the lowest
  * unclaimed batch whose slot is free, fills it without holding the lock, and marks it
  * ready; the consumer takes batches strictly in order. What a batch contains depends only
@@ -11,6 +17,7 @@
 #include "../kernels/kernel_math.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +36,12 @@ struct tt_loader {
   int32_t *perm;           /* [n] sample index at each position of the current epoch */
   int nslots;
   uint8_t *images;         /* [nslots, batch, c, h, w] */
+  uint8_t *stage;          /* streaming: [nslots, c, h, w] one decoded image per slot */
+  uint8_t *bad;            /* streaming: [n] 1 = failed to decode (under mu) */
+  int skipped, failed;     /* streaming: images that failed; 1 = no image of the set decodes */
+  tt_warn_fn warn;
+  void *warn_ud;
+  tt_crop crop;            /* FIT (none), RESIZE_CENTER or RANDOM_RESIZED (key set per sample) */
   int32_t *labels;         /* [nslots, batch] */
   int *state, *count, *which; /* [nslots]: LOADER_*, samples in the slot, batch index */
   pthread_mutex_t mu;
@@ -96,6 +109,75 @@ static void loader_augment(const tt_loader *l, const uint8_t *src, uint8_t *dst,
   }
 }
 
+static int loader_is_bad(tt_loader *l, int idx) {
+  int r;
+  pthread_mutex_lock(&l->mu);
+  r = l->bad[idx];
+  pthread_mutex_unlock(&l->mu);
+  return r;
+}
+
+/* Streaming: decodes sample idx (or, if it fails, the next one that decodes) into the
+ * slot's staging buffer; returns the image and sets *label, or NULL if none decodes. */
+static const uint8_t *loader_decode(tt_loader *l, int idx, int slot, const tt_crop *crop, int32_t *label) {
+  const tt_dataset *ds = l->ds;
+  uint8_t *dst = l->stage + (size_t)slot * 2 * l->per;
+  int tries;
+  for (tries = 0; tries < ds->n; tries++, idx = (idx + 1) % ds->n) {
+    char why[TT_DECODE_REASON_MAX];
+    if (loader_is_bad(l, idx)) continue;
+    if (tt_image_decode_file_crop(ds->paths[idx], ds->c, ds->h, ds->w, ds->max_pixels, crop, dst, why) == 0) {
+      *label = ds->labels[idx];
+      return dst;
+    }
+    pthread_mutex_lock(&l->mu);
+    if (!l->bad[idx]) { /* another worker may have met it too: warn once */
+      l->bad[idx] = 1;
+      l->skipped++;
+      if (l->warn) {
+        char line[4400];
+        snprintf(line, sizeof line, "%s: skipped (%s); replaced by the next image of the data set", ds->paths[idx],
+                 why);
+        l->warn(l->warn_ud, line);
+      }
+    }
+    pthread_mutex_unlock(&l->mu);
+  }
+  return NULL;
+}
+
+static int loader_threads(int nthreads) {
+  if (nthreads <= 0) nthreads = 2;
+  return nthreads > LOADER_MAX_THREADS ? LOADER_MAX_THREADS : nthreads;
+}
+
+int tt_loader_slots(int nthreads) {
+  nthreads = loader_threads(nthreads);
+  return nthreads + 2 < 3 ? 3 : nthreads + 2;
+}
+
+static void loader_free(tt_loader *l) {
+  free(l->perm);
+  free(l->images);
+  free(l->labels);
+  free(l->state);
+  free(l->stage);
+  free(l->bad);
+  free(l);
+}
+
+/* An [h, w, c] image (format = npy) to [c, h, w] in the slot's staging buffer. */
+static const uint8_t *loader_from_hwc(tt_loader *l, const uint8_t *src, int slot) {
+  const tt_dataset *ds = l->ds;
+  uint8_t *dst = l->stage + (size_t)slot * 2 * l->per;
+  size_t hw = (size_t)ds->h * ds->w, i;
+  int ch, c = ds->c;
+  if (c == 1) return src;
+  for (i = 0; i < hw; i++)
+    for (ch = 0; ch < c; ch++) dst[(size_t)ch * hw + i] = src[i * c + ch];
+  return dst;
+}
+
 static void loader_fill(tt_loader *l, int b, int slot) {
   int64_t first = ((int64_t)b * l->nshards + l->shard) * l->batch; /* positions of the whole epoch */
   int k, cnt = l->batch;
@@ -104,8 +186,28 @@ static void loader_fill(tt_loader *l, int b, int slot) {
   if (first + cnt > l->ds->n) cnt = (int)(l->ds->n - first);
   for (k = 0; k < cnt; k++) {
     int idx = l->perm[first + k];
-    loader_augment(l, l->ds->images + (size_t)idx * l->per, img + (size_t)k * l->per, first + k);
-    lab[k] = l->ds->labels[idx];
+    const uint8_t *src;
+    tt_crop crop = l->crop;
+    crop.key = tt_mix64(loader_key(l->seed, l->epoch, first + k) ^ 0xC809C809ull);
+    if (l->ds->images) {
+      const tt_dataset *ds = l->ds;
+      uint8_t *out = l->stage + ((size_t)slot * 2 + 1) * l->per;
+      src = ds->images + (size_t)idx * l->per;
+      lab[k] = ds->labels[idx];
+      /* a crop of the stored image (read as it is stored), resized back to h x w */
+      if (crop.mode != TT_CROP_FIT && tt_image_crop_resize(src, ds->w, ds->h, ds->c, ds->hwc, &crop, ds->h, ds->w, out) == 0)
+        src = out;
+      else if (ds->hwc)
+        src = loader_from_hwc(l, src, slot);
+    } else if ((src = loader_decode(l, idx, slot, &crop, &lab[k])) == NULL) {
+      pthread_mutex_lock(&l->mu);
+      l->failed = 1;
+      pthread_mutex_unlock(&l->mu);
+      memset(img + (size_t)k * l->per, 0, l->per);
+      lab[k] = 0;
+      continue;
+    }
+    loader_augment(l, src, img + (size_t)k * l->per, first + k);
   }
   l->count[slot] = cnt;
 }
@@ -139,7 +241,7 @@ int tt_loader_create(tt_loader **out, const tt_dataset *ds, int batch, int shuff
   tt_loader *l;
   int i;
   *out = NULL;
-  if (!ds || ds->n <= 0 || !ds->images || !ds->labels)
+  if (!ds || ds->n <= 0 || !(ds->images || ds->paths) || !ds->labels)
     return tt_fail(err, "loader: the dataset is empty; check the [data] section");
   if (batch <= 0) return tt_fail(err, "loader: batch %d must be > 0; set batch in [train]", batch);
   if (shuffle && ds->n < batch)
@@ -149,8 +251,7 @@ int tt_loader_create(tt_loader **out, const tt_dataset *ds, int batch, int shuff
                    ds->n, batch);
   if (crop_pad < 0 || crop_pad > 0x7FFF)
     return tt_fail(err, "loader: crop_pad %d out of range [0, 32767]; fix crop_pad in [data]", crop_pad);
-  if (nthreads <= 0) nthreads = 2;
-  if (nthreads > LOADER_MAX_THREADS) nthreads = LOADER_MAX_THREADS;
+  nthreads = loader_threads(nthreads);
   l = (tt_loader *)tt_calloc(1, sizeof *l, "loader", err);
   if (!l) return -1;
   l->ds = ds;
@@ -162,17 +263,17 @@ int tt_loader_create(tt_loader **out, const tt_dataset *ds, int batch, int shuff
   l->per = (size_t)ds->c * ds->h * ds->w;
   l->nbatches = l->gbatches = shuffle ? ds->n / batch : (ds->n + batch - 1) / batch;
   l->shard = 0, l->nshards = 1;
-  l->nslots = nthreads + 2 < 3 ? 3 : nthreads + 2;
+  l->nslots = tt_loader_slots(nthreads);
   l->perm = (int32_t *)tt_malloc(sizeof(int32_t) * (size_t)ds->n, "loader order", err);
   l->images = (uint8_t *)tt_malloc((size_t)l->nslots * batch * l->per, "loader batch ring", err);
   l->labels = (int32_t *)tt_malloc(sizeof(int32_t) * (size_t)l->nslots * batch, "loader label ring", err);
   l->state = (int *)tt_calloc((size_t)l->nslots * 3, sizeof(int), "loader slots", err);
-  if (!l->perm || !l->images || !l->labels || !l->state) {
-    free(l->perm);
-    free(l->images);
-    free(l->labels);
-    free(l->state);
-    free(l);
+  /* two staging images per slot: decoded or converted from [h, w, c], and cropped */
+  l->stage = (uint8_t *)tt_malloc((size_t)l->nslots * 2 * l->per, "loader staging images", err);
+  if (!ds->images) /* streaming: a failure flag per sample */
+    l->bad = (uint8_t *)tt_calloc((size_t)ds->n, 1, "loader decode failures", err);
+  if (!l->perm || !l->images || !l->labels || !l->state || !l->stage || (!ds->images && !l->bad)) {
+    loader_free(l);
     return -1;
   }
   l->count = l->state + l->nslots;
@@ -243,6 +344,10 @@ int tt_loader_next(tt_loader *l, const uint8_t **images, const int32_t **labels,
     while (!(l->state[slot] == LOADER_READY && l->which[slot] == b)) pthread_cond_wait(&l->ready, &l->mu);
     if (wait_seconds) *wait_seconds = tt_now() - t0;
   }
+  if (l->failed) { /* streaming, and not one image of the data set decodes */
+    pthread_mutex_unlock(&l->mu);
+    return -1;
+  }
   l->state[slot] = LOADER_HELD;
   l->holding = 1;
   l->next_take++;
@@ -274,9 +379,35 @@ void tt_loader_destroy(tt_loader *l) {
   pthread_mutex_destroy(&l->mu);
   pthread_cond_destroy(&l->work);
   pthread_cond_destroy(&l->ready);
-  free(l->perm);
-  free(l->images);
-  free(l->labels);
-  free(l->state);
-  free(l);
+  loader_free(l);
+}
+
+void tt_loader_set_warn(tt_loader *l, tt_warn_fn warn, void *ud) {
+  pthread_mutex_lock(&l->mu);
+  l->warn = warn;
+  l->warn_ud = ud;
+  pthread_mutex_unlock(&l->mu);
+}
+
+int tt_loader_skipped(tt_loader *l) {
+  int n;
+  pthread_mutex_lock(&l->mu);
+  n = l->skipped;
+  pthread_mutex_unlock(&l->mu);
+  return n;
+}
+
+size_t tt_loader_host_bytes(int batch, int c, int h, int w, int nthreads, int streaming) {
+  size_t per = (size_t)c * h * w;
+  size_t nslots = (size_t)(tt_loader_slots(nthreads));
+  (void)streaming; /* the staging images are there for every format */
+  return nslots * (size_t)batch * (per + sizeof(int32_t)) + nslots * 2 * per;
+}
+
+void tt_loader_set_crop(tt_loader *l, const tt_crop *crop) {
+  pthread_mutex_lock(&l->mu);
+  while (l->busy > 0) pthread_cond_wait(&l->ready, &l->mu); /* not under a fill */
+  if (crop) l->crop = *crop;
+  else memset(&l->crop, 0, sizeof l->crop);
+  pthread_mutex_unlock(&l->mu);
 }

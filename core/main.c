@@ -40,6 +40,20 @@ static void main_usage(FILE *f, const char *cmd) {
                "  --device auto|cpu|cuda where to run (auto: a GPU if there is one)\n"
                "  --threads N            CPU threads (default: all cores)\n"
                "  -h, --help             this text\n");
+  } else if (cmd && !strcmp(cmd, "pack")) {
+    fprintf(f, "usage: tinytrain pack [--size N|HxW] [--channels C] [--max-megapixels M] SOURCE PREFIX\n"
+               "       tinytrain pack RECIPE\n\n"
+               "Decodes an image folder (one subfolder per class) or a list file (\"path label\" lines) once\n"
+               "into PREFIX-images.npy ((N, H, W, C) uint8: each image resized so its shorter side fits,\n"
+               "then centre-cropped), PREFIX-labels.npy ((N,) int32) and PREFIX-classes.json (the class\n"
+               "names). With a RECIPE, packs its [data] train and test sets at its input size next to them\n"
+               "(PATH-images.npy, ...), the test set labelled by the training set's class names, and prints\n"
+               "the [data] lines that read them (format = npy).\n\n"
+               "options:\n"
+               "  --size N|HxW           the records' size (default 224)\n"
+               "  --channels C           1 to 4 (default 3)\n"
+               "  --max-megapixels M     refuse (skip) larger images (default 64)\n"
+               "  -h, --help             this text\n");
   } else if (cmd && !strcmp(cmd, "eval")) {
     fprintf(f, "usage: tinytrain eval --weights FILE [--device auto|cpu|cuda] [--threads N] RECIPE\n\n"
                "Prints the top-1 accuracy and loss of FILE (weights.safetensors) on RECIPE's test split.\n\n"
@@ -56,6 +70,7 @@ static void main_usage(FILE *f, const char *cmd) {
                "       tinytrain plan [options] RECIPE      (tinytrain plan --help)\n"
                "       tinytrain eval --weights FILE RECIPE (tinytrain eval --help)\n"
                "       tinytrain predict --weights FILE RECIPE IMAGE... (tinytrain predict --help)\n"
+               "       tinytrain pack [--size N] SOURCE PREFIX | RECIPE (tinytrain pack --help)\n"
                "       tinytrain --version | --help\n\n"
                "Trains RECIPE inside SIZE of device memory (512M, 4G, 4GiB, 3.5G), planning every buffer\n"
                "before the first step. Writes weights.safetensors, state.safetensors, metrics.jsonl and chart.svg\n"
@@ -102,14 +117,15 @@ typedef struct main_args {
   int json, max_batch;
   const char *weights;
   int top;
-  char **images;    /* predict: the operands after the recipe */
+  char **images;    /* predict: the operands after the recipe; pack: its PREFIX */
   int nimages;
+  int pack_h, pack_w, pack_c, pack_mp; /* pack --size, --channels, --max-megapixels */
 } main_args;
 
 enum {
   OPT_VRAM = 256, OPT_DEVICE, OPT_EPOCHS, OPT_THREADS, OPT_MICRO_BATCH, OPT_MAX_STEPS, OPT_CHECKPOINT_EVERY,
   OPT_PRECISION, OPT_RECOMPUTE, OPT_OUT, OPT_RESUME, OPT_WEIGHTS, OPT_JSON, OPT_MAX_BATCH, OPT_VERSION, OPT_TOP, OPT_INIT,
-  OPT_RANKS
+  OPT_RANKS, OPT_SIZE, OPT_CHANNELS, OPT_MAX_MEGAPIXELS
 };
 
 static const struct option main_options[] = {
@@ -132,6 +148,9 @@ static const struct option main_options[] = {
     {"top", required_argument, NULL, OPT_TOP},
     {"init", required_argument, NULL, OPT_INIT},
     {"ranks", required_argument, NULL, OPT_RANKS},
+    {"size", required_argument, NULL, OPT_SIZE},
+    {"channels", required_argument, NULL, OPT_CHANNELS},
+    {"max-megapixels", required_argument, NULL, OPT_MAX_MEGAPIXELS},
     {NULL, 0, NULL, 0}};
 
 /* index of v in the '|'-free list names (NULL-terminated), or -1 */
@@ -139,6 +158,25 @@ static int main_pick(const char *v, const char *const *names) {
   for (int k = 0; names[k]; k++)
     if (!strcmp(v, names[k])) return k;
   return -1;
+}
+
+/* pack --size: "N" or "HxW", 1 .. 16384 each. */
+static int main_size(const char *v, int *h, int *w) {
+  char *e;
+  long a = strtol(v, &e, 10), b = a;
+  if (*e == 'x') b = strtol(e + 1, &e, 10);
+  if (e == v || *e || a < 1 || b < 1 || a > 16384 || b > 16384) return -1;
+  *h = (int)a, *w = (int)b;
+  return 0;
+}
+
+/* pack's own options. Returns 0 or 2 (bad usage). */
+static int main_pack_option(int c, const char *v, main_args *a) {
+  if (strcmp(a->cmd, "pack")) return main_bad(a->cmd, "--size, --channels and --max-megapixels are options of pack", NULL);
+  if (c == OPT_SIZE) return main_size(v, &a->pack_h, &a->pack_w) ? main_bad("pack", "--size takes N or HxW (1 to 16384), not", v) : 0;
+  if (c == OPT_CHANNELS)
+    return main_int(v, &a->pack_c) || a->pack_c > 4 ? main_bad("pack", "--channels takes 1, 2, 3 or 4, not", v) : 0;
+  return main_int(v, &a->pack_mp) ? main_bad("pack", "--max-megapixels takes a positive integer, not", v) : 0;
 }
 
 /* One option with its value (v; NULL for flags). Returns 0, 2 for bad usage (message printed),
@@ -192,6 +230,9 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
     case OPT_RANKS:
       if (strcmp(cmd, "plan")) return main_bad(cmd, "--ranks is an option of plan (training takes its processes from mpirun -np)", NULL);
       return main_int(v, &o->ranks) ? main_bad(cmd, "--ranks takes a positive integer, not", v) : 0;
+    case OPT_SIZE:
+    case OPT_CHANNELS:
+    case OPT_MAX_MEGAPIXELS: return main_pack_option(c, v, a);
     default: return main_bad(cmd, "unknown option", v);
   }
 }
@@ -217,7 +258,7 @@ static int main_parse(int argc, char **argv, int first, tt_run_opts *o, main_arg
     if (rc) return rc;
   }
   for (int i = optind; i < n; i++) {
-    if (o->recipe && !strcmp(a->cmd, "predict")) {
+    if (o->recipe && (!strcmp(a->cmd, "predict") || !strcmp(a->cmd, "pack"))) {
       a->images = av + i, a->nimages = n - i;
       break;
     }
@@ -234,7 +275,7 @@ int main(int argc, char **argv) {
   memset(&a, 0, sizeof a);
   a.cmd = "train";
   int first = 1;
-  static const char *const cmds[] = {"train", "plan", "eval", "predict", NULL};
+  static const char *const cmds[] = {"train", "plan", "eval", "predict", "pack", NULL};
   if (argc > 1 && main_pick(argv[1], cmds) >= 0) a.cmd = argv[first++];
   const char *cmd = a.cmd;
   int prc = main_parse(argc, argv, first, &o, &a);
@@ -257,6 +298,9 @@ int main(int argc, char **argv) {
     if (!a.weights) return main_bad(cmd, "predict needs --weights FILE", NULL);
     if (!a.nimages) return main_bad(cmd, "predict needs image files or folders after the recipe", NULL);
     rc = tt_predict(&o, a.weights, (const char *const *)a.images, a.nimages, a.top ? a.top : 5, a.json, err, sizeof err);
+  } else if (!strcmp(cmd, "pack")) { /* pack SOURCE PREFIX, or pack RECIPE */
+    if (a.nimages > 1) return main_bad(cmd, "pack takes SOURCE PREFIX or RECIPE", NULL);
+    rc = tt_pack(o.recipe, a.nimages ? a.images[0] : NULL, a.pack_c, a.pack_h, a.pack_w, a.pack_mp, stdout, err, sizeof err);
   } else if (!strcmp(cmd, "eval")) {
     if (!a.weights) return main_bad(cmd, "eval needs --weights FILE", NULL);
     rc = tt_evaluate(&o, a.weights, err, sizeof err);

@@ -51,7 +51,7 @@ typedef struct tt_layer {
 
 typedef enum { TT_OPT_SGD = 0, TT_OPT_ADAM, TT_OPT_ADAMW } tt_opt_kind;
 typedef enum { TT_SCHED_CONSTANT = 0, TT_SCHED_STEP, TT_SCHED_COSINE } tt_sched_kind;
-typedef enum { TT_DATA_NONE = 0, TT_DATA_IDX, TT_DATA_FOLDER, TT_DATA_LIST, TT_DATA_SYNTHETIC } tt_data_format;
+typedef enum { TT_DATA_NONE = 0, TT_DATA_IDX, TT_DATA_FOLDER, TT_DATA_LIST, TT_DATA_SYNTHETIC, TT_DATA_NPY } tt_data_format;
 typedef enum { TT_PREC_AUTO = 0, TT_PREC_FP32, TT_PREC_FP16 } tt_precision;
 typedef enum { TT_RECOMP_AUTO = 0, TT_RECOMP_NONE, TT_RECOMP_ALL } tt_recompute_mode;
 
@@ -64,6 +64,12 @@ typedef struct tt_data_cfg {
   float mean[4], std[4];        /* per channel, on [0,1] pixel values; default 0 and 1 */
   int crop_pad;                 /* random crop after zero padding by this many pixels; 0 = off */
   int hflip;                    /* random horizontal flip */
+  int max_megapixels;           /* folder/list: decoders refuse larger images (0: 64) */
+  int loader_threads;           /* training loader threads (0: TT_LOADER_THREADS, core/data.h) */
+  int random_resized_crop;      /* training: torchvision's RandomResizedCrop to the input size */
+  float crop_scale[2], crop_ratio[2]; /* its area-fraction and aspect ranges (0: 0.08..1, 3/4..4/3) */
+  int resize;                   /* evaluation: shorter side to this, then centre crop (0: fit) */
+  char class_names[4096];       /* comma-separated names of [net] classes for list/idx/synthetic ("": 0, 1, ...) */
   int classes;                  /* [net] classes: the labels format = synthetic draws (0: 10) */
   int line;                     /* recipe line of [data] */
 } tt_data_cfg;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "dist.h"
+#include "data.h"
 #include "session.h"
 
 /* Bytes the frozen layers' weights would have taken in gradients and optimizer state. */
@@ -78,6 +79,35 @@ static int plan_next_run(const tt_session *s, int *from, int *first, int *last) 
   return layers;
 }
 
+/* The training loader's host memory: its ring of batches (+ staging images when streaming). */
+static size_t plan_loader_bytes(const tt_session *s, int *threads, int *streaming) {
+  const tt_model *m = &s->model;
+  *threads = m->data.loader_threads > 0 ? m->data.loader_threads : TT_LOADER_THREADS;
+  *streaming = m->data.format == TT_DATA_FOLDER || m->data.format == TT_DATA_LIST;
+  if (m->data.format == TT_DATA_NPY) /* memory-mapped; its staging images are the same size */
+    return tt_loader_host_bytes(s->sched.policy.micro_batch, m->in_c, m->in_h, m->in_w, *threads, 1);
+  return tt_loader_host_bytes(s->sched.policy.micro_batch, m->in_c, m->in_h, m->in_w, *threads, *streaming);
+}
+
+static void plan_text_loader(const tt_session *s, FILE *out) {
+  int threads, streaming;
+  size_t bytes = plan_loader_bytes(s, &threads, &streaming);
+  fprintf(out, "  loader      host %.1f MiB: %d threads, a ring of %d batches of %d images of %d bytes%s\n",
+          plan_mib(bytes), threads, tt_loader_slots(threads), s->sched.policy.micro_batch,
+          s->model.in_c * s->model.in_h * s->model.in_w, " + 2 staging images per slot");
+  if (streaming)
+    fprintf(out, "              streamed from disk (decoded per batch; independent of the data set's size); each thread\n"
+                 "              also holds one file and its decoded image briefly (the pixel limit bounds it)\n\n");
+  else if (s->model.data.format == TT_DATA_NPY)
+    fprintf(out, "              format = npy: the images file is memory-mapped (pages in as read; the kernel's\n"
+                 "              page cache, not this process, holds it), the labels read (4 bytes per image)\n\n");
+  else if (s->model.data.format == TT_DATA_NONE)
+    fprintf(out, "              (the recipe has no [data] section)\n\n");
+  else
+    fprintf(out, "              plus the data set itself in memory (format = %s)\n\n",
+            s->model.data.format == TT_DATA_IDX ? "idx" : "synthetic");
+}
+
 /* The plan as one JSON object (`plan --json`), built in memory and written whole. */
 static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_err *err) {
   const tt_schedule_result *r = &s->sched;
@@ -125,6 +155,12 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
   else tt_strbuf_printf(&b, ", \"device_free_bytes\": null");
   tt_strbuf_printf(&b, ", \"budget_clamped\": %s", s->budget_clamped ? "true" : "false");
   tt_strbuf_printf(&b, ", \"frozen_params\": %zu, \"frozen_saved_bytes\": %zu", g->frozen_numel, plan_frozen_saved(s));
+  {
+    int threads, streaming;
+    size_t lb = plan_loader_bytes(s, &threads, &streaming);
+    tt_strbuf_printf(&b, ", \"loader\": {\"host_bytes\": %zu, \"threads\": %d, \"streaming\": %s}", lb, threads,
+                     streaming ? "true" : "false");
+  }
   tt_strbuf_printf(&b, ", \"saved\": {\"fp32_plain_arena_bytes\": %zu, \"no_inplace_arena_bytes\": %zu, "
                        "\"no_recompute_arena_bytes\": %zu}, \"alternatives\": [",
                    r->arena_fp32_plain, r->arena_no_inplace, r->arena_no_recompute);
@@ -195,7 +231,8 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
   fprintf(out, "              batch-norm statistics are computed per micro-batch of %d\n", r->policy.micro_batch);
   fprintf(out, "  predicted   %.1f ms per optimizer step (%.1f ms of it recomputing), %s cost model\n",
           r->predicted_step_ms, r->recompute_ms, s->target_cuda ? "generic CUDA" : "CPU");
-  fprintf(out, "  evaluation  batch %d in the same arena\n\n", r->eval.policy.micro_batch);
+  fprintf(out, "  evaluation  batch %d in the same arena\n", r->eval.policy.micro_batch);
+  plan_text_loader(s, out);
 }
 
 /* Persistent buffers by class, then every layer's activation buffer. */

@@ -119,7 +119,8 @@ static int predict_chunk(predict_ctx *c, tt_net *net, const tt_net_info *in, int
   int k = 0;
   for (int i = from; i < from + n; i++) {
     tt_err e;
-    if (tt_image_decode(c->paths[i], in->channels, in->height, in->width, img + per * k, &e)) {
+    if (tt_image_decode_eval(c->paths[i], tt_net_data_cfg(net), in->channels, in->height, in->width, img + per * k,
+                             &e)) {
       if (!c->from_dir[i]) return tt_fail(err, "%s", e.msg);
       char w[1100];
       snprintf(w, sizeof w, "%s (skipped)", e.msg);

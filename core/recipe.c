@@ -162,7 +162,7 @@ static const char *const recipe_opt_names[] = {"sgd", "adam", "adamw"};
 static const char *const recipe_sched_names[] = {"constant", "step", "cosine"};
 static const char *const recipe_prec_names[] = {"auto", "fp32", "fp16"};
 static const char *const recipe_recomp_names[] = {"auto", "none", "all"};
-static const char *const recipe_format_names[] = {"none", "idx", "folder", "list", "synthetic"};
+static const char *const recipe_format_names[] = {"none", "idx", "folder", "list", "synthetic", "npy"};
 
 static int recipe_train(recipe_state *st, const recipe_section *sec) {
   tt_train_cfg *t = &st->m->train;
@@ -247,6 +247,38 @@ static void recipe_check_norm(recipe_state *st, int line, const char *key, const
     recipe_warn(st, line, "'%s' = %g is outside [0, 1], where normalised pixels lie; check it", key, (double)v[bad]);
 }
 
+/* class_names: comma-separated, none empty; kept as written (split when the data is loaded). */
+static int recipe_class_names(recipe_state *st, const recipe_entry *e, const char *v, char *out, size_t size) {
+  const char *p = v;
+  if (strlen(v) >= size)
+    return recipe_error(st, e->line, "'class_names' is longer than %d characters", (int)size - 1);
+  for (;;) {
+    const char *c = strchr(p, ',');
+    size_t len = c ? (size_t)(c - p) : strlen(p);
+    if (strspn(p, " \t") >= len) return recipe_error(st, e->line, "'class_names' has an empty name; write name, name, ...");
+    if (!c) break;
+    p = c + 1;
+  }
+  memcpy(out, v, strlen(v) + 1);
+  return 0;
+}
+
+/* "a, b": two numbers in (lo, hi] with a <= b (crop_scale, crop_ratio). */
+static int recipe_range(recipe_state *st, const recipe_entry *e, const char *v, double lo, double hi, float *out) {
+  char *end;
+  double a = strtod(v, &end), b;
+  while (*end == ' ' || *end == '\t') end++;
+  if (end == v || *end != ',') goto bad;
+  v = end + 1;
+  b = strtod(v, &end);
+  while (*end == ' ' || *end == '\t') end++;
+  if (end == v || *end || !(a > lo && b <= hi && a <= b)) goto bad;
+  out[0] = (float)a, out[1] = (float)b;
+  return 0;
+bad:
+  return recipe_error(st, e->line, "'%s' must be two numbers 'low, high' with %g < low <= high <= %g", e->key, lo, hi);
+}
+
 static int recipe_data(recipe_state *st, const recipe_section *sec) {
   tt_data_cfg *d = &st->m->data;
   int j, x, have_format = 0, line_train = 0, line_tl = 0, line_test = 0, line_testl = 0, line_mean = 0, line_std = 0;
@@ -256,7 +288,7 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
     int rc = 0;
     if (!v) return -1;
     if (!strcmp(k, "format")) {
-      rc = recipe_enum(st, e, v, recipe_format_names + 1, 4, &x);
+      rc = recipe_enum(st, e, v, recipe_format_names + 1, 5, &x);
       d->format = (tt_data_format)(x + 1);
       have_format = 1;
     } else if (!strcmp(k, "train")) rc = recipe_path(st, e, v, d->train), line_train = e->line;
@@ -267,10 +299,17 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
     else if (!strcmp(k, "std")) rc = recipe_floats(st, e, v, d->std, 0, 0), line_std = e->line;
     else if (!strcmp(k, "crop_pad")) rc = recipe_int(st, e, v, 0, 4096, &d->crop_pad);
     else if (!strcmp(k, "hflip")) rc = recipe_bool(st, e, v, &d->hflip);
+    else if (!strcmp(k, "max_megapixels")) rc = recipe_int(st, e, v, 1, 1000000, &d->max_megapixels);
+    else if (!strcmp(k, "loader_threads")) rc = recipe_int(st, e, v, 1, 64, &d->loader_threads);
+    else if (!strcmp(k, "random_resized_crop")) rc = recipe_bool(st, e, v, &d->random_resized_crop);
+    else if (!strcmp(k, "crop_scale")) rc = recipe_range(st, e, v, 0, 1, d->crop_scale);
+    else if (!strcmp(k, "crop_ratio")) rc = recipe_range(st, e, v, 0, 100, d->crop_ratio);
+    else if (!strcmp(k, "resize")) rc = recipe_int(st, e, v, 1, 65536, &d->resize);
+    else if (!strcmp(k, "class_names")) rc = recipe_class_names(st, e, v, d->class_names, sizeof d->class_names);
     else recipe_warn(st, e->line, "unknown key '%s' in [data], ignored", k);
     if (rc) return -1;
   }
-  if (!have_format) return recipe_error(st, sec->line, "[data] needs 'format = idx|folder|list|synthetic'");
+  if (!have_format) return recipe_error(st, sec->line, "[data] needs 'format = idx|folder|list|npy|synthetic'");
   d->classes = st->m->classes;
   if (line_mean) recipe_check_norm(st, line_mean, "mean", d->mean);
   if (line_std) recipe_check_norm(st, line_std, "std", d->std);
@@ -280,13 +319,14 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
     return 0;
   }
   if (!line_train) return recipe_error(st, sec->line, "[data] with format = %s needs 'train'", recipe_format_names[d->format]);
-  if (d->format == TT_DATA_IDX) {
-    if (!line_tl) return recipe_error(st, sec->line, "[data] with format = idx needs 'train_labels'");
-    if (line_test && !line_testl) return recipe_error(st, line_test, "format = idx: 'test' needs 'test_labels' too");
-    if (line_testl && !line_test) return recipe_error(st, line_testl, "format = idx: 'test_labels' needs 'test' too");
+  if (d->format == TT_DATA_IDX || d->format == TT_DATA_NPY) {
+    const char *f = recipe_format_names[d->format];
+    if (!line_tl) return recipe_error(st, sec->line, "[data] with format = %s needs 'train_labels'", f);
+    if (line_test && !line_testl) return recipe_error(st, line_test, "format = %s: 'test' needs 'test_labels' too", f);
+    if (line_testl && !line_test) return recipe_error(st, line_testl, "format = %s: 'test_labels' needs 'test' too", f);
   } else {
-    if (line_tl) recipe_warn(st, line_tl, "'train_labels' applies to format = idx only, ignored");
-    if (line_testl) recipe_warn(st, line_testl, "'test_labels' applies to format = idx only, ignored");
+    if (line_tl) recipe_warn(st, line_tl, "'train_labels' applies to format = idx and npy only, ignored");
+    if (line_testl) recipe_warn(st, line_testl, "'test_labels' applies to format = idx and npy only, ignored");
   }
   return 0;
 }

@@ -91,6 +91,17 @@ int tt_evaluate(tt_run_opts *o, const char *weights, char *err, size_t errsize);
 int tt_predict(tt_run_opts *o, const char *weights, const char *const *inputs, int ninputs, int top, int json,
                char *err, size_t errsize);
 
+/* `tinytrain pack`: decodes an image folder (one subfolder per class) or a list file ("path
+ * label" lines) once into PREFIX-images.npy ((N, H, W, C) uint8, each image resized so its
+ * shorter side fits h x w, then centre-cropped), PREFIX-labels.npy ((N,) int32) and
+ * PREFIX-classes.json (the class names), each written under a temporary name and renamed.
+ * c, h, w: 0 for 3 x 224 x 224; max_megapixels: the decoders' limit (0: 64). With prefix NULL,
+ * source is a recipe: its [data] train and test sets are packed at its input size beside them
+ * (the test set labelled by the training set's class names), and the [data] lines that read
+ * them (format = npy) are printed. Progress on out (NULL: stdout). Returns 0 or -1. */
+int tt_pack(const char *source, const char *prefix, int c, int h, int w, int max_megapixels, FILE *out, char *err,
+            size_t errsize);
+
 /* Parses "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024.
  * (Defined in core/util.c, declared in util.h for the library's own use.) */
 int tt_parse_size(const char *s, size_t *bytes);

@@ -142,6 +142,9 @@ static int train_data(train_run *R, tt_err *err) {
   if (tt_dataset_load(&m->data, 1, m->in_c, m->in_h, m->in_w, &R->train_ds, err, tt_warn_stderr, NULL) ||
       (has_test && tt_dataset_load(&m->data, 0, m->in_c, m->in_h, m->in_w, &R->test_ds, err, tt_warn_stderr, NULL)))
     return -1;
+  if (tt_dataset_name_classes(&m->data, m->classes, &R->train_ds, err) ||
+      (has_test && tt_dataset_map_classes(&R->test_ds, &R->train_ds, err))) /* the run's classes: training's */
+    return -1;
   if (!has_test)
     tt_metrics_say(&R->mt, "data: %s has no test split ([data] test = ...): training without evaluation\n", m->path);
   if (R->train_ds.skipped || R->test_ds.skipped)
@@ -154,7 +157,7 @@ static int train_data(train_run *R, tt_err *err) {
   if (R->train_ds.n < R->batch)
     return tt_fail(err, "%s: %d training images are fewer than one effective batch of %d", m->data.train, R->train_ds.n,
                    R->batch);
-  int loader_threads = 2;
+  int loader_threads = m->data.loader_threads > 0 ? m->data.loader_threads : TT_LOADER_THREADS;
   const tt_train_cfg *tc = &m->train;
   if (tt_loader_create(&R->tl, &R->train_ds, R->mb, 1, m->data.crop_pad, m->data.hflip, tc->seed, loader_threads, err))
     return -1;
@@ -162,6 +165,12 @@ static int train_data(train_run *R, tt_err *err) {
     return -1;
   tt_loader_shard(R->tl, R->rank, R->ranks); /* every rank its share of the same order */
   if (R->el) tt_loader_shard(R->el, R->rank, R->ranks);
+  tt_loader_set_warn(R->tl, tt_warn_stderr, NULL); /* a streaming set's corrupt images, as met */
+  if (R->el) tt_loader_set_warn(R->el, tt_warn_stderr, NULL);
+  tt_crop crop[2]; /* [data] random_resized_crop (training), resize (evaluation) */
+  tt_crop_from_cfg(&m->data, 1, &crop[0]), tt_crop_from_cfg(&m->data, 0, &crop[1]);
+  tt_loader_set_crop(R->tl, &crop[0]);
+  if (R->el) tt_loader_set_crop(R->el, &crop[1]);
   return 0;
 }
 
@@ -239,6 +248,7 @@ static int train_resume_or_init(train_run *R, tt_err *err) {
   memset(st, 0, sizeof *st);
   tt_loss_scale_init(&st->loss_scale, R->s->sched.policy.act_dtype == TT_F16);
   st->seed = tc->seed;
+  st->classes = (const char *const *)R->train_ds.class_names, st->nclasses = R->train_ds.classes; /* saved, checked */
   R->saved_step = -1;
   if (!R->o->resume_dir)
     return tt_exec_init_params(&R->s->x, tc->seed, err) || train_init_from(R, err) ||
@@ -558,10 +568,15 @@ int tt_evaluate(tt_run_opts *o, const char *weights, char *errbuf, size_t errsiz
     goto done;
   }
   if (tt_checkpoint_load(&s->x, weights, 0, NULL, tt_warn_stderr, NULL, &err)) goto done;
-  if (tt_dataset_load(&s->model.data, 0, s->model.in_c, s->model.in_h, s->model.in_w, &ds, &err, tt_warn_stderr, NULL))
+  if (tt_dataset_load(&s->model.data, 0, s->model.in_c, s->model.in_h, s->model.in_w, &ds, &err, tt_warn_stderr, NULL) ||
+      tt_dataset_map_classes_from(&ds, weights, &err)) /* a test folder by the weights' class names */
     goto done;
   if (tt_loader_create(&el, &ds, s->sched.eval.policy.micro_batch, 0, 0, 0, 1, 1, &err)) goto done;
   tt_loader_shard(el, tt_dist_rank(), tt_dist_size());
+  tt_loader_set_warn(el, tt_warn_stderr, NULL);
+  tt_crop crop;
+  tt_crop_from_cfg(&s->model.data, 0, &crop);
+  tt_loader_set_crop(el, &crop);
   double loss, acc;
   if (train_evaluate(s, el, &loss, &acc, &err)) goto done;
   o->final_accuracy = acc, o->final_loss = loss;

@@ -17,19 +17,7 @@
 #include "core/fileio.h"
 #include "tests/tt_test.h"
 
-#if defined(__GNUC__)
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wunused-parameter"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#endif
-#define STB_IMAGE_WRITE_STATIC
-#define STB_IMAGE_WRITE_IMPLEMENTATION
-#include <stb/stb_image_write.h>
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
+#include "tests/tt_stb_write.h"
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
 
@@ -437,6 +425,12 @@ static void test_list(void) {
     rc = tt_dataset_load(&cfg, 1, 3, 6, 6, &ds, &err, on_warn, &w);
   }
   TT_CHECK(rc == 0, "list: %s", err.msg);
+  if (rc != 0) return;
+  /* tt_dataset_load streams a list: paths and labels only, the text file found at decoding */
+  TT_CHECK(!ds.images && ds.paths && ds.n == 4 && ds.skipped == 0 && w.n == 0, "streaming list: n %d images %p",
+           ds.n, (void *)ds.images);
+  rc = tt_dataset_decode_all(&ds, &err, on_warn, &w);
+  TT_CHECK(rc == 0 && ds.images && !ds.paths, "decode_all: %s", err.msg);
   if (rc != 0) return;
   TT_CHECK(ds.n == 3 && ds.skipped == 1 && ds.classes == 3 && w.n == 1, "n %d skipped %d classes %d warns %d", ds.n,
            ds.skipped, ds.classes, w.n);

@@ -92,19 +92,21 @@ elif [ "${CHECK%% *}" != ok ]; then fail predict_matches_eval "$CHECK"
 elif ! grep -q "notes.txt.*skipped" "$TMP/pred.err"; then fail predict_matches_eval "no warning for notes.txt: $(cat "$TMP/pred.err")"
 else pass predict_matches_eval; echo "# predict: $CHECK, eval: $EVAL"; fi
 
-# class names: the weights' metadata "classes" (a JSON array), else numbers
-python3 - "$W" "$TMP/named.safetensors" <<'PY'
+# class names: the weights' metadata "classes" (a JSON array; training wrote the folder names
+# there), else numbers (the same weights with the key taken out)
+python3 - "$W" "$TMP/unnamed.safetensors" <<'PY'
 import json, struct, sys
 b = open(sys.argv[1], "rb").read()
 n = struct.unpack("<Q", b[:8])[0]
 h = json.loads(b[8:8 + n])
-h.setdefault("__metadata__", {})["classes"] = json.dumps(["bar", "diag", "left"])
+assert json.loads(h["__metadata__"]["classes"]) == ["bar", "diag", "left"], h["__metadata__"]
+del h["__metadata__"]["classes"]
 hb = json.dumps(h).encode()
 hb += b" " * (-len(hb) % 8)
 open(sys.argv[2], "wb").write(struct.pack("<Q", len(hb)) + hb + b[8 + n:])
 PY
-OUT=$("$TT" predict --device cpu --threads 1 --weights "$TMP/named.safetensors" --top=1 "$TMP/p.recipe" "$TMP/test/diag/000.pgm" 2>&1)
-OUT0=$("$TT" predict --device cpu --threads 1 --weights "$W" --top=1 "$TMP/p.recipe" "$TMP/test/diag/000.pgm" 2>&1)
+OUT=$("$TT" predict --device cpu --threads 1 --weights "$W" --top=1 "$TMP/p.recipe" "$TMP/test/diag/000.pgm" 2>&1)
+OUT0=$("$TT" predict --device cpu --threads 1 --weights "$TMP/unnamed.safetensors" --top=1 "$TMP/p.recipe" "$TMP/test/diag/000.pgm" 2>&1)
 if ! echo "$OUT" | grep -qE "^$TMP/test/diag/000.pgm: (bar|diag|left) [0-9.]+%$"; then fail predict_names "with names: $OUT"
 elif ! echo "$OUT0" | grep -qE "^$TMP/test/diag/000.pgm: [0-2] [0-9.]+%$"; then fail predict_names "without names: $OUT0"
 else pass predict_names; fi

@@ -10,7 +10,8 @@ C=tests/fuzz/corpus
 TMP=$(mktemp -d /tmp/tt_fuzz_corpus_XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 [ -x ./tinytrain ] || { echo "make_corpus.sh: build ./tinytrain first (ninja)" >&2; exit 1; }
-rm -rf "$C"
+# corpus/image/ is kept: tests/fixtures/images/, a few small images and the fuzzer's findings
+rm -rf "$C/recipe" "$C/safetensors" "$C/checkpoint"
 mkdir -p "$C/recipe" "$C/safetensors" "$C/checkpoint"
 
 # recipes: every example and fixture, the malformed set, the fuzz model
