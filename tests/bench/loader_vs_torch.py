@@ -15,7 +15,7 @@ peak resident memory against the number of images.
    np.load(mmap_mode="r") doing the same RandomResizedCrop + flip + normalise on tensors.
    Both sides are timed over the same number of batches after one warm-up batch; the figure
    compared is images/s divided by the number of loader threads (workers).
-3. The peak resident memory (VmHWM of the child, polled) of `tinytrain --max-steps 3` on
+3. The peak resident memory (VmHWM of the child, polled) of `tinytrain --vram 4G --max-steps 3` on
    examples/imagenet/resnet50.recipe pointed at generated folders of each --rss-images size:
    with streaming it should not grow with the number of images.
 
@@ -134,7 +134,8 @@ def peak_rss(folder, work, device, recipe_path, steps=3):
         f.write("\n".join(lines) + "\n")
     out = os.path.join(work, "run_%d" % len(os.listdir(folder)))
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [TT, "--device", device, "--max-steps", str(steps), "--out", out, recipe]
+    # within 4 GiB, as the README trains: the scheduler picks the micro-batch and accumulation
+    cmd = [TT, "--device", device, "--vram", "4G", "--max-steps", str(steps), "--out", out, recipe]
     # VmHWM of the child, polled: getrusage's ru_maxrss would keep this Python's size across exec
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     hwm = 0
