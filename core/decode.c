@@ -283,12 +283,53 @@ static int decode_fit(const unsigned char *px, int iw, int ih, int c, const doub
 /* Bilinear (torchvision's interpolation for RandomResizedCrop and Resize, without its
  * antialiasing: used only when the box is at most twice the target) from the box fr of an
  * sw x sh x c image, interleaved (hwc) or planar, to [c, h, w]; 8-bit fixed-point weights. */
+/* Source rows interpolated across (every channel: [c][w], scaled by 256), the last two kept:
+ * consecutive output rows mostly read the same two source rows. */
+typedef struct crop_rows {
+  const uint8_t *src;
+  int sw, c, hwc, w;
+  size_t plane;
+  const int *cx0, *cx1, *wx;
+  int y[2];
+  int *buf[2];
+} crop_rows;
+
+/* Source row y across, into the slot that does not hold row `keep`. */
+static const int *crop_row(crop_rows *r, int y, int keep) {
+  int s, ch, ox;
+  if (r->y[0] == y) return r->buf[0];
+  if (r->y[1] == y) return r->buf[1];
+  s = r->y[0] == keep ? 1 : 0;
+  for (ch = 0; ch < r->c; ch++) {
+    const uint8_t *row = r->src + (r->hwc ? (size_t)y * r->sw * r->c + ch : ch * r->plane + (size_t)y * r->sw);
+    int *o = r->buf[s] + (size_t)ch * r->w;
+    for (ox = 0; ox < r->w; ox++) o[ox] = row[r->cx0[ox]] * (256 - r->wx[ox]) + row[r->cx1[ox]] * r->wx[ox];
+  }
+  r->y[s] = y;
+  return r->buf[s];
+}
+
+/* One output row of one channel from the two source rows across: restrict and `omp simd` (the
+ * build has OpenMP) tell the compiler the rows and the output do not overlap, so it vectorises. */
+#if defined(__GNUC__) || defined(_MSC_VER)
+#define CROP_RESTRICT __restrict
+#else
+#define CROP_RESTRICT
+#endif
+static void crop_blend(const int *CROP_RESTRICT t, const int *CROP_RESTRICT u, int a, int b, int w,
+                       uint8_t *CROP_RESTRICT o) {
+  int ox;
+#pragma omp simd
+  for (ox = 0; ox < w; ox++) o[ox] = (uint8_t)((t[ox] * a + u[ox] * b + 32768) >> 16);
+}
+
 static int crop_bilinear(const uint8_t *src, int sw, int sh, int c, int hwc, const double *fr, int h, int w,
                          uint8_t *dst) {
-  int *tab = (int *)malloc(sizeof(int) * 3 * ((size_t)w + h)), ox, oy, ch;
+  int *tab = (int *)malloc(sizeof(int) * (3 * ((size_t)w + h) + 2 * (size_t)c * w)), ox, oy, ch;
   int *cx0, *cx1, *wx, *ry0, *ry1, *wy;
-  size_t xs = hwc ? (size_t)c : 1, plane = (size_t)sw * sh;
+  size_t xs = hwc ? (size_t)c : 1;
   double bx = fr[0] * sw, by = fr[1] * sh, bw = (fr[2] - fr[0]) * sw, bh = (fr[3] - fr[1]) * sh;
+  crop_rows rows;
   if (!tab) return -1;
   cx0 = tab, cx1 = cx0 + w, wx = cx1 + w, ry0 = wx + w, ry1 = ry0 + h, wy = ry1 + h;
   for (ox = 0; ox < w; ox++) {
@@ -307,18 +348,15 @@ static int crop_bilinear(const uint8_t *src, int sw, int sh, int c, int hwc, con
     y0 = (int)y;
     ry0[oy] = y0, ry1[oy] = y0 + 1 < sh ? y0 + 1 : y0, wy[oy] = (int)((y - y0) * 256 + 0.5);
   }
-  for (ch = 0; ch < c; ch++) {
-    const uint8_t *base = src + (hwc ? (size_t)ch : (size_t)ch * plane);
-    for (oy = 0; oy < h; oy++) {
-      const uint8_t *r0 = base + (size_t)ry0[oy] * sw * xs, *r1 = base + (size_t)ry1[oy] * sw * xs;
-      uint8_t *o = dst + ((size_t)ch * h + oy) * w;
-      int b = wy[oy], a = 256 - b;
-      for (ox = 0; ox < w; ox++) {
-        int f = wx[ox], e = 256 - f;
-        int top = r0[cx0[ox]] * e + r0[cx1[ox]] * f, bot = r1[cx0[ox]] * e + r1[cx1[ox]] * f;
-        o[ox] = (uint8_t)((top * a + bot * b + 32768) >> 16);
-      }
-    }
+  rows.src = src, rows.sw = sw, rows.c = c, rows.hwc = hwc, rows.w = w, rows.plane = (size_t)sw * sh;
+  rows.cx0 = cx0, rows.cx1 = cx1, rows.wx = wx;
+  rows.y[0] = rows.y[1] = -1;
+  rows.buf[0] = wy + h, rows.buf[1] = rows.buf[0] + (size_t)c * w;
+  for (oy = 0; oy < h; oy++) {
+    const int *top = crop_row(&rows, ry0[oy], -1), *bot = crop_row(&rows, ry1[oy], ry0[oy]);
+    int b = wy[oy], a = 256 - b;
+    for (ch = 0; ch < c; ch++)
+      crop_blend(top + (size_t)ch * w, bot + (size_t)ch * w, a, b, w, dst + ((size_t)ch * h + oy) * w);
   }
   free(tab);
   return 0;

@@ -101,9 +101,18 @@ static void loader_augment(const tt_loader *l, const uint8_t *src, uint8_t *dst,
         memset(row, 0, (size_t)w);
         continue;
       }
-      for (x = 0; x < w; x++) {
-        int sx = (flip ? w - 1 - x : x) + dx;
-        row[x] = (sx >= 0 && sx < w) ? sp[(size_t)sy * w + sx] : 0;
+      /* x takes source column (flip ? w - 1 - x : x) + dx: inside the image for x in [x0, x1) */
+      const uint8_t *srow = sp + (size_t)sy * w;
+      int x0 = flip ? (dx > 0 ? dx : 0) : (dx < 0 ? -dx : 0), x1 = flip ? (dx < 0 ? w + dx : w) : (dx > 0 ? w - dx : w);
+      if (x0 > w) x0 = w; /* a pad wider than the image: the row is all padding */
+      if (x1 < x0) x1 = x0;
+      memset(row, 0, (size_t)x0);
+      memset(row + x1, 0, (size_t)(w - x1));
+      if (!flip) {
+        memcpy(row + x0, srow + x0 + dx, (size_t)(x1 - x0));
+      } else {
+        const uint8_t *s = srow + w - 1 + dx;
+        for (x = x0; x < x1; x++) row[x] = s[-x];
       }
     }
   }
