@@ -22,7 +22,8 @@ static int exec_be_fail(tt_exec *x, tt_err *err, const tt_program *p, const tt_s
 }
 
 /* The staging ring and the overflow flag's read-back buffer, host_alloc'ed (page-locked on a
- * GPU, so the copies need no staging of their own and the host does not wait for them). */
+ * GPU, so the copies need no staging of their own and the host does not wait for them). A
+ * host-memory backend (the CPU) has no ring: its first step normalises the batch in place. */
 static int exec_staging_create(tt_exec *x, tt_err *err) {
   tt_backend *be = x->be;
   size_t mb = 0, numel = 0;
@@ -34,7 +35,7 @@ static int exec_staging_create(tt_exec *x, tt_err *err) {
     }
   x->stage_labels_off = (mb * numel + 63) & ~(size_t)63;
   x->stage_bytes = x->stage_labels_off + mb * sizeof(int32_t);
-  for (int k = 0; k < TT_EXEC_STAGE_SLOTS; k++) {
+  for (int k = 0; k < TT_EXEC_STAGE_SLOTS && !be->host_memory; k++) { /* the CPU reads the batch in place */
     x->stage[k] = (unsigned char *)be->host_alloc(be, x->stage_bytes);
     x->stage_ev[k] = x->stage[k] ? be->event_create(be) : NULL;
     if (!x->stage_ev[k])
@@ -147,6 +148,8 @@ typedef struct exec_run {
   int micro_index;
   uint64_t step;
   float grad_scale;
+  const uint8_t *host_images; /* a host-memory backend: the caller's uint8 batch, read in place */
+  int host_count;             /* its samples: the planned batch, or a partial evaluation batch's */
 } exec_run;
 
 #define EXEC_P(id) tt_exec_ptr(r->x, r->p, (id))
@@ -313,8 +316,12 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
     switch (s->op) {
       case TT_S_LOAD_INPUT: {
         const tt_load_args *a = &s->a.load;
-        EXEC_CHECK(be->normalize_u8(be, r->batch, a->c, a->hw, (const uint8_t *)EXEC_P(s->in[TT_LOAD_U8]), a->mean, a->std,
-                                    dt, EXEC_P(s->out[TT_LOAD_X])));
+        /* on the CPU the normalisation is the batch's first copy: from the loader's (or the
+         * caller's) buffer, the samples it holds; a partial evaluation batch leaves the rest of
+         * the input as it was, which only the loss's count keeps out */
+        const uint8_t *u8 = r->host_images ? r->host_images : (const uint8_t *)EXEC_P(s->in[TT_LOAD_U8]);
+        EXEC_CHECK(be->normalize_u8(be, r->host_images ? r->host_count : r->batch, a->c, a->hw, u8, a->mean, a->std, dt,
+                                    EXEC_P(s->out[TT_LOAD_X])));
         break;
       }
       case TT_S_CAST:
@@ -349,10 +356,16 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
  * as soon as this returns, and copy it on the copy stream; the compute stream waits for the copy,
  * and the copy for the work queued before it, which may still use the input buffers' storage. */
 static int exec_upload_batch(tt_exec *x, const tt_program *p, const uint8_t *images, const int32_t *labels, int n,
-                             tt_err *err) {
+                             exec_run *r, tt_err *err) {
   tt_backend *be = x->be;
   size_t img = (size_t)n * p->input_numel, lab = (size_t)n * sizeof(int32_t);
   int k = x->stage_next;
+  if (be->host_memory) { /* the steps run before the caller gets its buffers back */
+    r->host_images = images, r->host_count = n;
+    if (be->upload(be, tt_exec_ptr(x, p, p->labels), labels, lab))
+      return tt_fail(err, "copying the labels failed: %s", be->last_error(be));
+    return 0;
+  }
   if (img > x->stage_labels_off || x->stage_labels_off + lab > x->stage_bytes)
     return tt_fail(err, "internal error: a batch of %d does not fit the staging slots", n);
   x->stage_next = (k + 1) % TT_EXEC_STAGE_SLOTS;
@@ -378,7 +391,7 @@ static int exec_micro(tt_exec *x, const tt_program *p, const uint8_t *images, co
   r.x = x, r.p = p, r.batch = p->policy.micro_batch, r.loss_batch = n, r.micro_index = micro_index, r.step = step;
   r.grad_scale = grad_scale;
   if (images) {
-    if (exec_upload_batch(x, p, images, labels, r.batch, err)) return -1;
+    if (exec_upload_batch(x, p, images, labels, r.batch, &r, err)) return -1;
     return exec_range(&r, 0, p->micro_end, err);
   }
   size_t cnt = (size_t)r.batch * p->input_numel;
@@ -522,7 +535,7 @@ int tt_exec_eval(tt_exec *x, const uint8_t *images, const int32_t *labels, int n
   exec_run r;
   memset(&r, 0, sizeof r);
   r.x = x, r.p = p, r.batch = p->policy.micro_batch, r.loss_batch = n, r.grad_scale = 0.0f;
-  if (exec_upload_batch(x, p, images, labels, n, err)) return -1;
+  if (exec_upload_batch(x, p, images, labels, n, &r, err)) return -1;
   return exec_range(&r, 0, p->micro_end, err);
 }
 

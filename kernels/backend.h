@@ -101,6 +101,9 @@ struct tt_backend {
   const char *name;  /* "cpu", "ref", "cuda" */
   void *impl;        /* backend-private state */
   size_t align;      /* every planned buffer starts at a multiple of this many bytes */
+  int host_memory;   /* 1: the arena is host memory, so a step may read the caller's host buffers
+                      * directly (the CPU backends: the executor normalises the loader's uint8
+                      * batch straight into the input, with no staging copy) */
   void (*destroy)(tt_backend *b);
   const char *(*last_error)(tt_backend *b);
 

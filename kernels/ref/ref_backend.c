@@ -184,6 +184,7 @@ void tt_ref_state_init(tt_ref_state *st, int threads) {
 
 void tt_ref_fill_table(tt_backend *b) {
   b->align = 256; /* what vectorised loops and OpenBLAS like; matches the CUDA backend so plans agree */
+  b->host_memory = 1;
   b->arena_alloc = ref_be_arena_alloc;
   b->arena_free = ref_be_arena_free;
   b->upload = ref_be_upload;
