@@ -525,6 +525,10 @@ static int train_body(train_run *R, tt_err *err) {
   o->final_loss = R->final_loss;
   o->steps_done = R->st.step;
   train_dist_summary(R, tt_now() - t_train);
+  int bad_train = R->tl ? tt_loader_skipped(R->tl) : 0, bad_test = R->el ? tt_loader_skipped(R->el) : 0;
+  if (bad_train || bad_test) /* met while streaming: each warned about once, with its path, when first met */
+    tt_metrics_say(&R->mt, "data: %d training and %d test images failed to decode while streaming and were replaced by "
+                           "the next image of their set (listed above)\n", bad_train, bad_test);
   tt_metrics_summary(&R->mt, R->dir, &R->st.loss_scale);
   return R->stop_signal ? train_stopped(R, err) : 0;
 }

@@ -60,6 +60,8 @@ s=$(meta "$TMP/run/state.safetensors" classes 2>/dev/null)
 if [ $RC != 0 ]; then fail data_cli_folder_run "exit $RC: $ERR"
 elif [ "$w" != '["apple", "banana", "cherry"]' ] || [ "$s" != "$w" ]; then fail data_cli_folder_run "classes metadata: '$w' / '$s'"
 elif ! grep -q "banana/cut.jpg: skipped (truncated JPEG" "$TMP/err"; then fail data_cli_folder_run "no warning for the cut JPEG: $ERR"
+elif ! grep -q "data: 1 training and 0 test images failed to decode while streaming" "$TMP/out"; then
+  fail data_cli_folder_run "the summary does not count the cut JPEG: $(tail -5 "$TMP/out")"
 else pass data_cli_folder_run; fi
 
 mkdir -p "$TMP/data/val/durian" && cp $FX/good.jpg "$TMP/data/val/durian/"
