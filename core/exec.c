@@ -122,6 +122,8 @@ void tt_exec_destroy(tt_exec *x) {
     if (be->event_sync(be, x->flag_ev)) fprintf(stderr, "tinytrain: %s\n", be->last_error(be));
     be->event_destroy(be, x->flag_ev);
   }
+  free(x->f16_input);
+  x->f16_input = NULL;
   if (x->host_flag) be->host_free(be, x->host_flag);
   x->base = NULL;
   x->host_flag = NULL, x->flag_ev = NULL;
@@ -402,12 +404,15 @@ static int exec_micro(tt_exec *x, const tt_program *p, const uint8_t *images, co
   if (p->policy.act_dtype == TT_F32) {
     if (be->upload(be, dst, input, cnt * sizeof(float))) return tt_fail(err, "upload failed");
   } else {
-    uint16_t *h = (uint16_t *)tt_malloc(cnt * 2, "fp16 input", err);
-    if (!h) return -1;
+    if (!be->host_memory && !x->f16_input) { /* sized for the larger of the two programs' batches */
+      int mb = x->train ? x->train->policy.micro_batch : 0;
+      if (x->eval && x->eval->policy.micro_batch > mb) mb = x->eval->policy.micro_batch;
+      x->f16_input = (uint16_t *)tt_malloc(tt_size_mul((size_t)mb * 2, p->input_numel), "fp16 input", err);
+      if (!x->f16_input) return -1;
+    }
+    uint16_t *h = be->host_memory ? (uint16_t *)dst : x->f16_input;
     for (size_t i = 0; i < cnt; i++) h[i] = tt_f32_to_f16(input[i]);
-    int rc = be->upload(be, dst, h, cnt * 2);
-    free(h);
-    if (rc) return tt_fail(err, "upload failed");
+    if (!be->host_memory && be->upload(be, dst, h, cnt * 2)) return tt_fail(err, "upload failed");
   }
   for (int i = 0; i < p->micro_end; i++) {
     if (p->steps[i].op == TT_S_LOAD_INPUT) {

@@ -33,6 +33,8 @@ typedef struct tt_exec {
   size_t stage_bytes, stage_labels_off;
   int stage_next;
   int32_t *host_flag;      /* the overflow flag read back (host_alloc'ed) */
+  uint16_t *f16_input;     /* float input to an fp16 program on a device: converted here first
+                            * (allocated at its first use, kept; the CPU converts in place) */
   void *flag_ev;           /* recorded after that read-back */
 } tt_exec;
 
