@@ -29,6 +29,7 @@ typedef struct lower_ctx {
   int *cur_save;  /* node -> first of two buffers with batch-norm saved statistics */
   int *gbuf;      /* node -> gradient buffer, -1 until a consumer writes it */
   int *wcopy;     /* param -> fp16 copy buffer, -1 if not made yet in this micro-step */
+  char *needs_grad; /* backward: node -> a trainable parameter at or before it (else no gradient flows in) */
   int too_large;  /* a buffer's size passed 2^64 bytes: tt_lower returns TT_ERR_TOO_LARGE */
 } lower_ctx;
 
@@ -350,7 +351,10 @@ static int lower_input_grads(lower_ctx *c, int node, tt_step **sp) {
   for (int k = 0; k < n->nin; k++) {
     int t = c->canon[n->in[k]];
     tt_step *s = *sp;
-    if (c->g->nodes[t].kind == TT_L_INPUT) {
+    /* no gradient into the image, nor into a frozen prefix (nothing trainable at or before it)
+     * where the consumer can leave dx out: conv and linear skip backward-data, add the output */
+    if (c->g->nodes[t].kind == TT_L_INPUT ||
+        (!c->needs_grad[t] && (n->kind == TT_L_CONV || n->kind == TT_L_LINEAR || n->kind == TT_L_ADD))) {
       lower_set(s, 1, k, -1);
       continue;
     }
@@ -504,17 +508,36 @@ static int lower_forward(lower_ctx *c) {
 }
 
 /* Backward in reverse order, after dropping the values the policy recomputes. */
+/* Whether node i holds a trainable parameter (its gradient is planned). */
+static int lower_trainable(const lower_ctx *c, const tt_node *n) {
+  const int pr[4] = {n->weight, n->bias, n->gamma, n->beta};
+  for (int k = 0; k < 4; k++)
+    if (pr[k] >= 0 && c->p->grad_buf[pr[k]] >= 0) return 1;
+  return 0;
+}
+
 static int lower_backward(lower_ctx *c) {
   const tt_graph *g = c->g;
   const tt_policy *pol = c->pol;
+  int rc = 0;
   if (pol->recompute)
     for (int i = 0; i < g->nnodes; i++)
       if (pol->recompute[i] && c->canon[i] == i) c->cur_val[i] = -1; /* BN's saved statistics (2c floats) stay */
-  for (int i = g->nnodes - 1; i >= 1; i--) {
-    if (c->canon[i] != i || c->gbuf[i] < 0) continue;
-    if (lower_bwd(c, i) < 0) return -1;
+  c->needs_grad = (char *)tt_calloc((size_t)g->nnodes, 1, "lowering tables", c->err);
+  if (!c->needs_grad) return -1;
+  for (int i = 0; i < g->nnodes; i++) { /* inputs come before their consumers; a later one: assume so */
+    const tt_node *n = &g->nodes[i];
+    c->needs_grad[i] = (char)lower_trainable(c, n);
+    for (int k = 0; k < n->nin; k++)
+      if (n->in[k] >= i || c->needs_grad[c->canon[n->in[k]]]) c->needs_grad[i] = 1;
   }
-  return 0;
+  for (int i = g->nnodes - 1; i >= 1 && rc == 0; i--) {
+    if (c->canon[i] != i || c->gbuf[i] < 0) continue;
+    if (lower_bwd(c, i) < 0) rc = -1;
+  }
+  free(c->needs_grad);
+  c->needs_grad = NULL;
+  return rc;
 }
 
 /* The update phase: the overflow check under fp16, then one update per trainable parameter. */

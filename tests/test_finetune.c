@@ -201,6 +201,19 @@ static void test_freeze(void) {
       TT_CHECK((p1->grad_buf[i] >= 0) == want && (p1->m_buf[i] >= 0) == want && (p0->m_buf[i] >= 0) == (p0->grad_buf[i] >= 0),
                "%s: gradient buffer %d, momentum %d", pr->name, p1->grad_buf[i], p1->m_buf[i]);
     }
+    /* nothing trainable at or before maxpool: no backward step runs there (fc1 leaves dx out) */
+    int bwd[2] = {0, 0}, fc = 0;
+    for (int k = 0; k < 2; k++) {
+      const tt_program *p = k ? p1 : p0;
+      for (int i = 0; i < p->nsteps; i++) {
+        const tt_step *st = &p->steps[i];
+        const char *nm = st->op == TT_S_BWD && st->node >= 0 ? s[k]->model.layers[st->node].name : "";
+        bwd[k] += !strncmp(nm, "conv1", 5) || !strncmp(nm, "bn1", 3) || !strncmp(nm, "maxpool", 7);
+        if (k && !strcmp(nm, "fc1")) fc = st->out[TT_BWD_DX] < 0 && st->out[TT_BWD_DW] >= 0;
+      }
+    }
+    TT_CHECK(bwd[0] >= 3 && bwd[1] == 0 && fc, "backward steps in the frozen prefix: %d unfrozen, %d frozen (want 0); "
+             "fc1 leaves dx out: %d", bwd[0], bwd[1], fc);
     TT_CHECK(p0->class_bytes[TT_BC_GRADS] - p1->class_bytes[TT_BC_GRADS] == frozen &&
              p0->class_bytes[TT_BC_OPTIMIZER] - p1->class_bytes[TT_BC_OPTIMIZER] == frozen,
              "gradients %zu -> %zu, optimizer %zu -> %zu, frozen %zu bytes", p0->class_bytes[TT_BC_GRADS],
