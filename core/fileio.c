@@ -48,16 +48,14 @@ static void fileio_sync_dir(const char *path) {
   close(fd);
 }
 
-int tt_write_file_atomic(const char *path, const void *const *chunks, const size_t *sizes, int nchunks,
-                         tt_err *err) {
-  char tmp[4096];
-  int fd, i;
-  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-    return tt_fail(err, "%s: path too long (limit %d bytes); use a shorter output path", path,
-                   (int)sizeof tmp - 5);
+int tt_atomic_open(tt_atomic_file *a, const char *path, tt_err *err) {
+  a->fd = -1;
+  if (snprintf(a->path, sizeof a->path, "%s", path) >= (int)sizeof a->path ||
+      snprintf(a->tmp, sizeof a->tmp, "%s.tmp", path) >= (int)sizeof a->tmp)
+    return tt_fail(err, "%s: path too long (limit %d bytes); use a shorter output path", path, (int)sizeof a->tmp - 5);
   {
-    /* the rename below would replace whatever is at path: never a device (/dev/null), a pipe
-     * or a directory */
+    /* the rename at the commit would replace whatever is at path: never a device (/dev/null),
+     * a pipe or a directory */
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
       return tt_fail(err, "%s: exists and is %s, not a regular file; give the path of a file to write", path,
@@ -65,44 +63,74 @@ int tt_write_file_atomic(const char *path, const void *const *chunks, const size
   }
   /* O_NONBLOCK: a named pipe left at the temporary name fails (ENXIO) instead of waiting for
    * a reader; for a regular file the flag changes nothing. */
-  fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return tt_fail(err, "%s: cannot create (%s); check that the directory exists and is writable", tmp,
+  a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
+  if (a->fd < 0)
+    return tt_fail(err, "%s: cannot create (%s); check that the directory exists and is writable", a->tmp,
                    strerror(errno));
   {
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      close(fd);
-      return tt_fail(err, "%s: exists and is not a regular file; remove it", tmp);
+    if (fstat(a->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      close(a->fd);
+      a->fd = -1;
+      return tt_fail(err, "%s: exists and is not a regular file; remove it", a->tmp);
     }
   }
-  for (i = 0; i < nchunks; i++) {
-    if (sizes[i] == 0) continue;
-    if (fileio_write_all(fd, chunks[i], sizes[i]) != 0) {
-      int e = errno;
-      close(fd);
-      unlink(tmp);
-      return tt_fail(err, "%s: write failed (%s); check free disk space", tmp, strerror(e));
-    }
-  }
-  if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
-    int e = errno;
-    close(fd);
-    unlink(tmp);
-    return tt_fail(err, "%s: fsync failed (%s); check the disk", tmp, strerror(e));
-  }
-  if (close(fd) != 0) {
-    int e = errno;
-    unlink(tmp);
-    return tt_fail(err, "%s: close failed (%s); check free disk space", tmp, strerror(e));
-  }
-  if (rename(tmp, path) != 0) {
-    int e = errno;
-    unlink(tmp);
-    return tt_fail(err, "%s: cannot rename %s over it (%s); check permissions", path, tmp, strerror(e));
-  }
-  fileio_sync_dir(path);
   return 0;
+}
+
+void tt_atomic_discard(tt_atomic_file *a) {
+  if (a->fd < 0) return;
+  close(a->fd);
+  unlink(a->tmp);
+  a->fd = -1;
+}
+
+/* Discards the temporary file and fails with what went wrong (errno e). */
+static int fileio_fail(tt_atomic_file *a, int e, const char *what, const char *todo, tt_err *err) {
+  tt_atomic_discard(a);
+  return tt_fail(err, "%s: %s failed (%s); %s", a->tmp, what, strerror(e), todo);
+}
+
+int tt_atomic_write(tt_atomic_file *a, const void *data, size_t n, tt_err *err) {
+  if (fileio_write_all(a->fd, data, n) != 0) return fileio_fail(a, errno, "write", "check free disk space", err);
+  return 0;
+}
+
+int tt_atomic_write_at(tt_atomic_file *a, const void *data, size_t n, long long offset, tt_err *err) {
+  const unsigned char *p = (const unsigned char *)data;
+  while (n > 0) {
+    ssize_t k = pwrite(a->fd, p, n, (off_t)offset);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return fileio_fail(a, errno, "write", "check free disk space", err);
+    p += k, n -= (size_t)k, offset += k;
+  }
+  return 0;
+}
+
+int tt_atomic_commit(tt_atomic_file *a, tt_err *err) {
+  if (fsync(a->fd) != 0 && errno != EINVAL && errno != EROFS) return fileio_fail(a, errno, "fsync", "check the disk", err);
+  if (close(a->fd) != 0) {
+    int e = errno;
+    a->fd = -1;
+    unlink(a->tmp);
+    return tt_fail(err, "%s: close failed (%s); check free disk space", a->tmp, strerror(e));
+  }
+  a->fd = -1;
+  if (rename(a->tmp, a->path) != 0) {
+    int e = errno;
+    unlink(a->tmp);
+    return tt_fail(err, "%s: cannot rename %s over it (%s); check permissions", a->path, a->tmp, strerror(e));
+  }
+  fileio_sync_dir(a->path);
+  return 0;
+}
+
+int tt_write_file_atomic(const char *path, const void *const *chunks, const size_t *sizes, int nchunks,
+                         tt_err *err) {
+  tt_atomic_file a;
+  int i, rc = tt_atomic_open(&a, path, err);
+  for (i = 0; i < nchunks && rc == 0; i++) rc = tt_atomic_write(&a, chunks[i], sizes[i], err);
+  return rc == 0 ? tt_atomic_commit(&a, err) : -1;
 }
 
 const char *tt_file_kind(unsigned mode) {

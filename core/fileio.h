@@ -10,6 +10,18 @@
 extern "C" {
 #endif
 
+/* A file written a piece at a time, atomically: open makes "<path>.tmp" (refusing a path that
+ * exists and is not a regular file), write/write_at add to it, commit fsyncs and renames it
+ * over path; a failed call (or discard) removes the temporary file. Returns 0 or -1 (err set). */
+typedef struct tt_atomic_file {
+  int fd;
+  char path[4096], tmp[4096];
+} tt_atomic_file;
+int tt_atomic_open(tt_atomic_file *a, const char *path, tt_err *err);
+int tt_atomic_write(tt_atomic_file *a, const void *data, size_t n, tt_err *err);
+int tt_atomic_write_at(tt_atomic_file *a, const void *data, size_t n, long long offset, tt_err *err);
+int tt_atomic_commit(tt_atomic_file *a, tt_err *err);
+void tt_atomic_discard(tt_atomic_file *a);
 /* Writes the concatenation of chunks[0..nchunks) atomically. Returns 0 or -1 (err set). */
 int tt_write_file_atomic(const char *path, const void *const *chunks, const size_t *sizes, int nchunks,
                          tt_err *err);

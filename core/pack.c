@@ -10,10 +10,10 @@
 #define _POSIX_C_SOURCE 200809L
 #endif
 #include "data.h"
+#include "fileio.h"
 #include "recipe.h"
 #include "safetensors.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,51 +38,26 @@ static void pack_npy_header(char *h, const char *descr, const long long *shape, 
   h[PACK_HEADER - 1] = '\n';
 }
 
-/* Closes f, checking the writes, and renames tmp to path. */
-static int pack_finish(FILE *f, const char *tmp, const char *path, tt_err *err) {
-  int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
-  if (fclose(f) != 0) bad = 1;
-  if (bad) {
-    int e = errno;
-    remove(tmp);
-    return tt_fail(err, "%s: write failed (%s); check the disk space", tmp, strerror(e));
-  }
-  if (rename(tmp, path) != 0) {
-    int e = errno;
-    remove(tmp);
-    return tt_fail(err, "%s: cannot rename to %s (%s)", tmp, path, strerror(e));
-  }
-  return 0;
-}
-
-static FILE *pack_open(const char *tmp, tt_err *err) {
-  FILE *f = fopen(tmp, "wb");
-  if (!f) tt_fail(err, "%s: cannot create (%s); check the output directory", tmp, strerror(errno));
-  return f;
-}
-
 /* Decodes ds a chunk at a time into PREFIX-images.npy (HWC records); the labels of the images
  * kept go to labels (n entries), their count to *kept. */
 static int pack_images(const tt_dataset *ds, const char *prefix, int32_t *labels, int *kept, tt_warn_fn warn, void *ud,
                        tt_err *err) {
-  char path[TT_PATH_MAX + 32], tmp[TT_PATH_MAX + 40], head[PACK_HEADER];
+  char path[TT_PATH_MAX + 32], head[PACK_HEADER];
   size_t per = (size_t)ds->c * ds->h * ds->w, hw = (size_t)ds->h * ds->w, j;
   uint8_t *chw = (uint8_t *)tt_malloc(per * PACK_CHUNK, "pack chunk", err);
   uint8_t *hwc = (uint8_t *)tt_malloc(per, "pack record", err);
   char *reasons = (char *)tt_malloc((size_t)TT_DECODE_REASON_MAX * PACK_CHUNK, "pack status", err);
   long long shape[4] = {0, ds->h, ds->w, ds->c};
-  FILE *f;
+  tt_atomic_file f;
   int start, k, ch, rc = -1;
   snprintf(path, sizeof path, "%s-images.npy", prefix);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
   *kept = 0;
-  if (!chw || !hwc || !reasons || !(f = pack_open(tmp, err))) goto done;
   pack_npy_header(head, "|u1", shape, 4); /* the count is written again at the end */
-  fwrite(head, 1, PACK_HEADER, f);
-  for (start = 0; start < ds->n; start += PACK_CHUNK) {
+  if (!chw || !hwc || !reasons || tt_atomic_open(&f, path, err) || tt_atomic_write(&f, head, PACK_HEADER, err)) goto done;
+  for (start = 0, rc = 0; start < ds->n && rc == 0; start += PACK_CHUNK) {
     int cnt = ds->n - start < PACK_CHUNK ? ds->n - start : PACK_CHUNK;
     tt_dataset_decode_range(ds, start, cnt, chw, reasons);
-    for (k = 0; k < cnt; k++) {
+    for (k = 0; k < cnt && rc == 0; k++) {
       const char *r = reasons + (size_t)TT_DECODE_REASON_MAX * k;
       if (r[0]) {
         if (warn) {
@@ -94,20 +69,20 @@ static int pack_images(const tt_dataset *ds, const char *prefix, int32_t *labels
       }
       for (j = 0; j < hw; j++)
         for (ch = 0; ch < ds->c; ch++) hwc[j * ds->c + ch] = chw[per * k + (size_t)ch * hw + j];
-      fwrite(hwc, 1, per, f);
+      rc = tt_atomic_write(&f, hwc, per, err);
       labels[(*kept)++] = ds->labels[start + k];
     }
   }
-  shape[0] = *kept;
-  pack_npy_header(head, "|u1", shape, 4);
-  if (fseek(f, 0, SEEK_SET) == 0) fwrite(head, 1, PACK_HEADER, f);
+  if (rc) goto done; /* the writer removed its temporary file */
+  rc = -1;
   if (*kept == 0) {
-    fclose(f);
-    remove(tmp);
+    tt_atomic_discard(&f);
     tt_fail(err, "%s: none of its %d images could be decoded (see the warnings)", ds->source, ds->n);
     goto done;
   }
-  rc = pack_finish(f, tmp, path, err);
+  shape[0] = *kept;
+  pack_npy_header(head, "|u1", shape, 4);
+  rc = tt_atomic_write_at(&f, head, PACK_HEADER, 0, err) || tt_atomic_commit(&f, err) ? -1 : 0;
 done:
   free(chw);
   free(hwc);
@@ -116,41 +91,47 @@ done:
 }
 
 static int pack_labels(const char *prefix, const int32_t *labels, int n, tt_err *err) {
-  char path[TT_PATH_MAX + 32], tmp[TT_PATH_MAX + 40], head[PACK_HEADER];
-  long long shape[1];
-  int i;
-  FILE *f;
+  char path[TT_PATH_MAX + 32], head[PACK_HEADER];
+  long long shape[1] = {n};
+  unsigned char *b = (unsigned char *)tt_malloc((size_t)n * 4 + 1, "pack labels", err);
+  int i, rc;
+  if (!b) return -1;
   snprintf(path, sizeof path, "%s-labels.npy", prefix);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  if (!(f = pack_open(tmp, err))) return -1;
-  shape[0] = n;
   pack_npy_header(head, "<i4", shape, 1);
-  fwrite(head, 1, PACK_HEADER, f);
   for (i = 0; i < n; i++) { /* little-endian whatever the host */
     uint32_t v = (uint32_t)labels[i];
-    unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16), (unsigned char)(v >> 24)};
-    fwrite(b, 1, 4, f);
+    b[4 * i] = (unsigned char)v, b[4 * i + 1] = (unsigned char)(v >> 8);
+    b[4 * i + 2] = (unsigned char)(v >> 16), b[4 * i + 3] = (unsigned char)(v >> 24);
   }
-  return pack_finish(f, tmp, path, err);
+  {
+    const void *chunks[2] = {head, b};
+    size_t sizes[2] = {PACK_HEADER, (size_t)n * 4};
+    rc = tt_write_file_atomic(path, chunks, sizes, 2, err);
+  }
+  free(b);
+  return rc;
 }
 
 static int pack_classes(const char *prefix, const tt_dataset *ds, tt_err *err) {
-  char path[TT_PATH_MAX + 32], tmp[TT_PATH_MAX + 40];
+  char path[TT_PATH_MAX + 32];
   tt_strbuf b;
-  FILE *f;
+  int rc;
   if (!ds->class_names) return 0;
   memset(&b, 0, sizeof b);
   tt_st_names_format(&b, (const char *const *)ds->class_names, ds->classes);
+  tt_strbuf_put(&b, "\n", 1);
   snprintf(path, sizeof path, "%s-classes.json", prefix);
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  if (b.oom || !(f = pack_open(tmp, err))) {
+  if (b.oom) {
     free(b.p);
-    return b.oom ? tt_fail(err, "out of host memory writing %s", path) : -1;
+    return tt_fail(err, "out of host memory writing %s", path);
   }
-  fwrite(b.p, 1, b.n, f);
-  fputc('\n', f);
+  {
+    const void *chunks[1] = {b.p};
+    size_t sizes[1] = {b.n};
+    rc = tt_write_file_atomic(path, chunks, sizes, 1, err);
+  }
   free(b.p);
-  return pack_finish(f, tmp, path, err);
+  return rc;
 }
 
 int tt_pack_set(const tt_dataset *ds, const char *prefix, int *kept, tt_warn_fn warn, void *ud, tt_err *err) {
