@@ -92,7 +92,7 @@ int tt_dataset_load(const tt_data_cfg *cfg, int train, int c, int h, int w, tt_d
   case TT_DATA_LIST: { /* streaming: the loader decodes each batch */
     int rc = cfg->format == TT_DATA_FOLDER ? tt_dataset_scan_folder(path, c, h, w, ds, err, warn, ud)
                                            : tt_dataset_scan_list(path, c, h, w, cfg->classes, ds, err, warn, ud);
-    ds->max_pixels = cfg->max_megapixels > 0 ? (long long)cfg->max_megapixels * 1000000 : 0;
+    ds->max_pixels = tt_max_pixels(cfg->max_megapixels);
     return rc;
   }
   default: break;

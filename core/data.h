@@ -18,6 +18,8 @@ extern "C" {
 #define TT_DECODE_REASON_MAX 160
 /* The decoders' default limit on width x height (64 megapixels; recipe: max_megapixels). */
 #define TT_DEFAULT_MAX_PIXELS (64LL * 1000 * 1000)
+/* The decoders' pixel limit of [data] max_megapixels (0 or less: 0, the default). */
+static inline long long tt_max_pixels(int megapixels) { return megapixels > 0 ? (long long)megapixels * 1000000 : 0; }
 
 typedef struct tt_dataset {
   int n, c, h, w, classes;

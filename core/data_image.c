@@ -415,8 +415,8 @@ int tt_image_decode_eval(const char *path, const tt_data_cfg *cfg, int c, int h,
   char reason[TT_DECODE_REASON_MAX];
   tt_crop crop;
   tt_crop_from_cfg(cfg, 0, &crop);
-  long long max_pixels = cfg->max_megapixels > 0 ? (long long)cfg->max_megapixels * 1000000 : 0;
-  if (tt_image_decode_file_crop(path, c, h, w, max_pixels, &crop, out, reason)) return tt_fail(err, "%s: %s", path, reason);
+  if (tt_image_decode_file_crop(path, c, h, w, tt_max_pixels(cfg->max_megapixels), &crop, out, reason))
+    return tt_fail(err, "%s: %s", path, reason);
   return 0;
 }
 

@@ -155,7 +155,7 @@ static int pack_scan(const char *src, int c, int h, int w, int max_classes, int 
   int is_dir = access(src, F_OK) == 0 && tt_file_check_kind(src, why) != 0;
   int rc = is_dir ? tt_dataset_scan_folder(src, c, h, w, ds, err, tt_warn_stderr, NULL)
                   : tt_dataset_scan_list(src, c, h, w, max_classes, ds, err, tt_warn_stderr, NULL);
-  ds->max_pixels = max_mp > 0 ? (long long)max_mp * 1000000 : 0;
+  ds->max_pixels = tt_max_pixels(max_mp);
   return rc;
 }
 
