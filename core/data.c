@@ -191,23 +191,15 @@ int tt_dataset_map_classes(tt_dataset *test, const tt_dataset *train, tt_err *er
 }
 
 int tt_dataset_map_classes_from(tt_dataset *test, const char *weights, tt_err *err) {
-  tt_st_file *f = NULL;
   tt_dataset train;
-  const char *v;
-  char what[TT_PATH_MAX + 64];
-  int rc = 0;
+  int rc;
   if (!test->class_names) return 0;
-  if (tt_st_open(weights, &f, err)) return -1;
-  v = tt_st_meta(f, TT_META_CLASSES);
-  if (v) { /* older files have no names: the test folder's own order is all there is */
-    memset(&train, 0, sizeof train);
-    snprintf(what, sizeof what, "%s: metadata '%s'", weights, TT_META_CLASSES);
-    snprintf(train.source, sizeof train.source, "of %s", weights);
-    rc = tt_st_names_parse(what, v, &train.class_names, &train.classes, err);
-    if (!rc) rc = tt_dataset_map_classes(test, &train, err);
-    free(train.class_names); /* one allocation (tt_st_names_parse) */
-  }
-  tt_st_close(f);
+  memset(&train, 0, sizeof train);
+  snprintf(train.source, sizeof train.source, "of %s", weights);
+  rc = tt_st_file_names(weights, TT_META_CLASSES, &train.class_names, &train.classes, err);
+  if (!rc && train.class_names) rc = tt_dataset_map_classes(test, &train, err); /* older files have no names:
+                                                                                * the test folder's own order is all there is */
+  free(train.class_names); /* one allocation (tt_st_names_parse) */
   return rc;
 }
 

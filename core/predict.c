@@ -64,22 +64,16 @@ static int predict_collect(predict_ctx *c, const char *const *inputs, int n, tt_
 
 /* The class names the weights carry (metadata TT_META_CLASSES), when there are `classes` of them. */
 static void predict_names(predict_ctx *c, const char *weights, int classes) {
-  tt_st_file *f = NULL;
   tt_err e;
-  if (tt_st_open(weights, &f, &e)) return; /* tt_net_load read it already: cannot happen but for a race */
-  const char *v = tt_st_meta(f, TT_META_CLASSES);
-  char what[TT_PATH_MAX + 64];
-  snprintf(what, sizeof what, "%s: metadata '%s'", weights, TT_META_CLASSES);
-  if (v && tt_st_names_parse(what, v, &c->names, &c->nnames, &e) == 0 && c->nnames != classes) {
+  if (tt_st_file_names(weights, TT_META_CLASSES, &c->names, &c->nnames, &e)) {
+    tt_warn_stderr(NULL, e.msg); /* printed by number then */
+  } else if (c->names && c->nnames != classes) {
     char w[TT_PATH_MAX + 160];
     snprintf(w, sizeof w, "%s: warning: %d class names for %d classes; printing class numbers", weights, c->nnames, classes);
     tt_warn_stderr(NULL, w);
     free(c->names);
     c->names = NULL;
-  } else if (v && !c->names) {
-    tt_warn_stderr(NULL, e.msg);
   }
-  tt_st_close(f);
 }
 
 /* One image's line: text "path: name 93.10%, ..." or a JSON object. */

@@ -426,6 +426,20 @@ int tt_st_names_parse(const char *what, const char *value, char ***names, int *n
   return rc;
 }
 
+int tt_st_file_names(const char *path, const char *key, char ***names, int *n, tt_err *err) {
+  tt_st_file *f = NULL;
+  const char *v;
+  char what[4200];
+  int rc = 0;
+  *names = NULL, *n = 0;
+  if (tt_st_open(path, &f, err)) return -1;
+  v = tt_st_meta(f, key);
+  snprintf(what, sizeof what, "%s: metadata '%s'", path, key);
+  if (v) rc = tt_st_names_parse(what, v, names, n, err);
+  tt_st_close(f);
+  return rc;
+}
+
 /* ---------------- reading: validation ---------------- */
 
 struct tt_st_file {

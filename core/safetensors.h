@@ -59,6 +59,9 @@ void tt_st_names_format(tt_strbuf *b, const char *const *names, int n);
  * metadata 'classes'") into *names: one allocation holding the n pointers and the strings,
  * released with free(*names). Returns 0, or -1 with err saying what is wrong. */
 int tt_st_names_parse(const char *what, const char *value, char ***names, int *n, tt_err *err);
+/* The list of names a file's metadata keeps under key (TT_META_CLASSES), parsed as above; when
+ * the file has no such key, 0 with *names NULL and *n 0. Messages name the file and the key. */
+int tt_st_file_names(const char *path, const char *key, char ***names, int *n, tt_err *err);
 
 #ifdef __cplusplus
 }
