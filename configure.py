@@ -45,7 +45,7 @@ DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "
 LIB_DIRS = ["core", "arena", "kernels/ref", "kernels/cpu"]
 CLI_SOURCES = ["core/main.c"]
 TESTS = ["test_ops", "test_cpu_vs_ref", "test_arena", "test_recipe", "test_data", "test_safetensors", "test_graph",
-         "test_lower", "test_step", "test_train", "test_sched", "test_cuda", "test_api", "test_finetune",
+         "test_lower", "test_step", "test_train", "test_sched", "test_equiv", "test_cuda", "test_api", "test_finetune",
          "test_stream"]
 # The CUDA backend's own sources compiled as C++ against tests/cuda_emu (host emulation): test_cuda
 # built against them runs without a GPU; emu_selftest checks the emulation's own checks.
