@@ -20,7 +20,7 @@ Where clang links libFuzzer, build.ninja also has `ninja fuzz-build` (the fuzz t
 tests/fuzz/, clang with ASan + UBSan, in build-fuzz/) and `ninja fuzz` (tests/fuzz/run.sh).
 
 Standard library only. `python3 configure.py --amalgamate` (what `ninja amalgamation` runs)
-joins core/, arena/ and kernels/ into tinytrain.c + tinytrain.h.
+joins core/ (its stage folders), arena/ and kernels/ into tinytrain.c + tinytrain.h.
 """
 import argparse
 import glob
@@ -38,12 +38,14 @@ DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "
                 "libjpeg62-turbo-dev",  # its libjpeg API: decoding a crop box alone (optional)
                 # the fuzz targets (tests/fuzz/): clang with libFuzzer (libclang-rt-dev) and its OpenMP
                 "clang", "libclang-rt-dev", "libomp-dev",
-                # multi-process training (core/dist.c): mpirun and MPI's headers and library
+                # multi-process training (core/runtime/dist.c): mpirun and MPI's headers and library
                 "openmpi-bin", "libopenmpi-dev"]
 
 # Library sources (everything but the command line) in dependency order; the amalgamation keeps it.
-LIB_DIRS = ["core", "arena", "kernels/ref", "kernels/cpu"]
-CLI_SOURCES = ["core/main.c"]
+# core/'s stage folders in the order of the flow (each includes only the folders before it;
+# tests/test_layering.py holds that), then the arena planner and the CPU backends.
+LIB_DIRS = ["core/base", "core/compile", "core/data", "core/runtime", "core/app", "arena", "kernels/ref", "kernels/cpu"]
+CLI_SOURCES = ["core/app/main.c"]
 TESTS = ["test_ops", "test_cpu_vs_ref", "test_arena", "test_recipe", "test_data", "test_safetensors", "test_graph",
          "test_lower", "test_step", "test_train", "test_sched", "test_equiv", "test_cuda", "test_api", "test_finetune",
          "test_stream"]
@@ -178,7 +180,7 @@ def find_turbojpeg():
     rc, out = run(["pkg-config", "--modversion", "libturbojpeg"]) if shutil.which("pkg-config") else (1, "")
     ver = out.strip() if rc == 0 and out.strip() else "unknown version"
     tj = {"version": ver, "lib": libs[0], "cflags": " -DTT_HAVE_TURBOJPEG=1", "libs": " -lturbojpeg", "libjpeg": False}
-    # its libjpeg API (libjpeg62-turbo-dev) decodes a crop box alone (core/decode_jpeg_crop.c)
+    # its libjpeg API (libjpeg62-turbo-dev) decodes a crop box alone (core/data/decode_jpeg_crop.c)
     if first_existing(["/usr/include/jpeglib.h", "/usr/local/include/jpeglib.h"]) and \
             glob.glob("/usr/lib/*-linux-gnu/libjpeg.so") + glob.glob("/usr/lib/libjpeg.so"):
         tj.update(cflags=tj["cflags"] + " -DTT_HAVE_LIBJPEG=1", libs=tj["libs"] + " -ljpeg", libjpeg=True)
@@ -574,7 +576,7 @@ def main():
     if args.debug:
         cflags += " -DTT_DEBUG=1"
     mpilibs = ""
-    if mpi:  # core/dist.c: multi-process training under mpirun
+    if mpi:  # core/runtime/dist.c: multi-process training under mpirun
         cflags += " -DTT_HAVE_MPI=1 " + mpi["cflags"]
         mpilibs = mpi["libs"]
         libs += " " + mpilibs
@@ -697,9 +699,9 @@ def main():
                  % (B, B, " ".join(emu_objs), host_lib))
         test_bins += ["%s/tests/%s" % (B, t) for t in EMU_TESTS]
         # The command line on the emulated device (`ninja build/tinytrain_emu`; not built by default):
-        # core/session.c chooses the CUDA backend only when built with TT_HAVE_CUDA.
-        n.append("build %s/obj/emu/core_session.o: cc core/session.c\n  cflags = $cflags -DTT_HAVE_CUDA=1" % B)
-        n.append("build %s/tinytrain_emu: emulink %s %s/obj/emu/core_session.o %s %s"
+        # core/runtime/session.c chooses the CUDA backend only when built with TT_HAVE_CUDA.
+        n.append("build %s/obj/emu/core_runtime_session.o: cc core/runtime/session.c\n  cflags = $cflags -DTT_HAVE_CUDA=1" % B)
+        n.append("build %s/tinytrain_emu: emulink %s %s/obj/emu/core_runtime_session.o %s %s"
                  % (B, " ".join(cli_objs), B, " ".join(emu_objs), host_lib))
     bench_bins = []
     for b in sorted(glob.glob(os.path.join(ROOT, "tests/bench/*.c"))):

@@ -56,7 +56,7 @@ typedef struct tt_run_opts {
   int quiet;             /* 1: only errors */
   FILE *out;             /* progress and summary; NULL = stdout */
   int ranks;             /* plan: as if launched on this many processes (--ranks); 0 = 1. tt_train
-                          * sets its own from the launch (core/dist.h) */
+                          * sets its own from the launch (core/runtime/dist.h) */
   /* results */
   double final_accuracy, final_loss; /* of the last evaluation; NaN when the run evaluated nothing */
   long long steps_done;
@@ -103,15 +103,15 @@ int tt_pack(const char *source, const char *prefix, int c, int h, int w, int max
             size_t errsize);
 
 /* Parses "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024.
- * (Defined in core/util.c, declared in util.h for the library's own use.) */
+ * (Defined in core/base/util.c, declared in util.h for the library's own use.) */
 int tt_parse_size(const char *s, size_t *bytes);
 
 /* Parses a checkpoint interval: "500" (optimizer steps: *steps = 500, *seconds = 0), "30s", "10m",
  * "10min", "1.5h" (wall time: *steps = 0, *seconds), or "0" (never; both 0). Returns 0, or -1
- * for anything else. (Defined in core/recipe_values.c: the recipe's checkpoint_every.) */
+ * for anything else. (Defined in core/compile/recipe_values.c: the recipe's checkpoint_every.) */
 int tt_parse_interval(const char *s, long long *steps, double *seconds);
 
-/* Multi-process training (mpirun -np N tinytrain ...; core/dist.h): this process's rank and the
+/* Multi-process training (mpirun -np N tinytrain ...; core/runtime/dist.h): this process's rank and the
  * number of processes (0 and 1 without mpirun; known once tt_train or tt_evaluate has started).
  * tt_dist_end: call once before exiting: MPI_Finalize, or after a failure with more than one
  * process MPI_Abort, which ends every process of the job (the others may be waiting in a

@@ -13,9 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/data.h"
-#include "core/recipe.h"
-#include "core/safetensors.h"
+#include "core/data/data.h"
+#include "core/compile/recipe.h"
+#include "core/base/safetensors.h"
 #include "core/tinytrain.h"
 #include "tests/tt_test.h"
 

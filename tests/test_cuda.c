@@ -25,8 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/exec.h"
-#include "core/recipe.h"
+#include "core/runtime/exec.h"
+#include "core/compile/recipe.h"
 #include "tests/tt_test.h"
 
 #ifdef TT_HAVE_CUDA

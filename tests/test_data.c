@@ -1,6 +1,6 @@
 /* tests/test_data.c — datasets (IDX, folders, list files, synthetic) and the loader.
- * Build: gcc -std=c11 -O2 -Wall -Wextra -pthread -I. tests/test_data.c core/data*.c core/loader.c
- *        core/fileio.c core/util.c -lz -lm -o /tmp/test_data */
+ * Build: gcc -std=c11 -O2 -Wall -Wextra -pthread -I. tests/test_data.c core/data*.c core/data/loader.c
+ *        core/base/fileio.c core/base/util.c -lz -lm -o /tmp/test_data */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
@@ -13,8 +13,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/data.h"
-#include "core/fileio.h"
+#include "core/data/data.h"
+#include "core/base/fileio.h"
 #include "tests/tt_test.h"
 
 #include "tests/tt_stb_write.h"

@@ -1,5 +1,5 @@
 #!/bin/bash
-# tests/test_dist.sh — multi-process training on the CPU (mpirun; core/dist.c):
+# tests/test_dist.sh — multi-process training on the CPU (mpirun; core/runtime/dist.c):
 #   dist_equal2     mpirun -np 2 equals one process with two accumulation steps of the same
 #                   micro-batch: weights and optimizer state bit for bit after 6 optimizer steps
 #   dist_buckets    the same with the gradients in many small buckets (TINYTRAIN_DIST_BUCKET),

@@ -15,13 +15,13 @@
 #include <malloc.h>
 #endif
 
-#include "core/data.h"
-#include "core/exec.h"
-#include "core/graph.h"
-#include "core/lossscale.h"
-#include "core/recipe.h"
-#include "core/program.h"
-#include "core/sched.h"
+#include "core/data/data.h"
+#include "core/runtime/exec.h"
+#include "core/compile/graph.h"
+#include "core/runtime/lossscale.h"
+#include "core/compile/recipe.h"
+#include "core/compile/program.h"
+#include "core/compile/policy.h"
 #include "kernels/backend.h"
 #include "tests/tt_test.h"
 #include "tests/test_sched_util.h"
@@ -31,7 +31,7 @@ static void rec_all(const tt_graph *g, unsigned char *rec) {
   int n = g->nnodes;
   int *unit_of = (int *)malloc(sizeof(int) * (size_t)n);
   memset(rec, 0, (size_t)n);
-  tt_sched_units(g, unit_of);
+  tt_recompute_units(g, unit_of);
   for (int v = 1; v < n - 1; v++)
     if (unit_of[v + 1] == unit_of[v]) rec[v] = 1;
   free(unit_of);
@@ -191,11 +191,11 @@ static void ck_compare(const char *name, const char *text, const int *variants, 
     for (int k = 0; k < nvar; k++) {
       int vr = variants[k];
       if (vr == 0) rec_all(&n.g, rec);
-      else if (vr == 1) tt_sched_checkpoint_sqrt(&n.g, rec);
-      else if (vr == 2) TT_CHECK(tt_sched_checkpoint_all(&n.g, rec, &e) == 0, "%s", e.msg);
+      else if (vr == 1) tt_recompute_sqrt(&n.g, rec);
+      else if (vr == 2) TT_CHECK(tt_recompute_all(&n.g, rec, &e) == 0, "%s", e.msg);
       else {
         double need = 0.25 * (double)pp.transient_bytes;
-        TT_CHECK(tt_sched_checkpoint_dp(&n.g, CK_MB, TT_F32, tt_profile_cpu(), need, rec, &e) > 0, "no plan frees %.0f B",
+        TT_CHECK(tt_recompute_search(&n.g, CK_MB, TT_F32, tt_profile_cpu(), need, rec, &e) > 0, "no plan frees %.0f B",
                  need);
       }
       ck_check_variant(&n, be, rec, names[vr], imgs, labs, s_plain, st_plain, &pp);
@@ -271,17 +271,17 @@ static void test_recompute_all_chains(tt_backend *be) {
   for (int i = 0; i < 2; i++) {
     tt_err e;
     net n;
-    tt_schedule_result r[2];
+    tt_policy_result r[2];
     if (net_open(&n, NULL, NULL, paths[i], &e)) {
       TT_CHECK(0, "%s", e.msg);
       continue;
     }
     int ok = 0;
     for (int k = 0; k < 2; k++) {
-      tt_sched_opts o;
+      tt_policy_opts o;
       memset(&o, 0, sizeof o);
       o.inplace = 1, o.precision = TT_PREC_FP16, o.recompute = k ? TT_RECOMP_ALL : TT_RECOMP_NONE;
-      if (tt_schedule(&n.g, be, &o, &r[k], &e)) {
+      if (tt_policy_search(&n.g, be, &o, &r[k], &e)) {
         TT_CHECK(0, "%s: %s", paths[i], e.msg);
         break;
       }
@@ -298,7 +298,7 @@ static void test_recompute_all_chains(tt_backend *be) {
       TT_CHECK(r[1].train.arena_bytes < r[0].train.arena_bytes, "%s: recompute all %zu B, not below none %zu B", paths[i],
                r[1].train.arena_bytes, r[0].train.arena_bytes);
     }
-    for (int k = 0; k < ok; k++) tt_schedule_free(&r[k]);
+    for (int k = 0; k < ok; k++) tt_policy_result_free(&r[k]);
     net_close(&n);
   }
   TT_TEST_END();
@@ -599,7 +599,7 @@ static void test_loss_scale_unit(void) {
            d.skipped);
   TT_TEST_END();
 
-  /* learned one step late (core/lossscale.h): outcomes recorded with the scale each step ran at */
+  /* learned one step late (core/runtime/lossscale.h): outcomes recorded with the scale each step ran at */
   TT_TEST_BEGIN("loss scaler one step late: two overflows at one scale halve it once, both skipped; the same as "
                 "the synchronous rule when the scale used is the current one");
   tt_loss_scale a, b;

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/safetensors.h"
-#include "core/session.h"
+#include "core/base/safetensors.h"
+#include "core/runtime/session.h"
 #include "core/tinytrain.h"
 #include "tests/tt_test.h"
 

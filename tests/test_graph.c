@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/graph.h"
-#include "core/recipe.h"
+#include "core/compile/graph.h"
+#include "core/compile/recipe.h"
 #include "tests/tt_test.h"
 
 /* Parses `text` (messages name `path`) and builds its graph. 0: built (release with done());

@@ -5,10 +5,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/graph.h"
-#include "core/program.h"
-#include "core/recipe.h"
-#include "core/sched.h"
+#include "core/compile/graph.h"
+#include "core/compile/program.h"
+#include "core/compile/recipe.h"
+#include "core/compile/policy.h"
 #include "kernels/backend.h"
 #include "tests/tt_test.h"
 
@@ -203,7 +203,7 @@ static void test_liveness(void) {
   }
   for (int i = 0; i < p->nbufs; i++)
     if (p->bufs[i].persistent) TT_CHECK(p->bufs[i].first == 0 && p->bufs[i].last == p->nsteps - 1, "persistent %s", p->bufs[i].name);
-  /* what backward reads decides how long a value lives (core/ops.c): batch norm's backward
+  /* what backward reads decides how long a value lives (core/compile/ops.c): batch norm's backward
    * reads its input, not its output, so b1's value dies at the relu that reads it; relu's
    * backward reads its output, so r1's value lives until r1's backward */
   int fr1 = find_step(p, TT_S_FWD, 3, 0), br1 = find_step(p, TT_S_BWD, 3, 0), bb1 = find_step(p, TT_S_BWD, 2, 0);
@@ -318,7 +318,7 @@ static const char *lower_recipe2 =
     "[add out]\nfrom = fc1, fc2\n";
 
 /* The scheduler's memory model says a node's value is kept for backward exactly when the
- * lowered program (no recompute) has a backward step read it: both read core/ops.c. */
+ * lowered program (no recompute) has a backward step read it: both read core/compile/ops.c. */
 static void check_sched_agrees(const char *name, const char *text) {
   tt_err e = {{0}};
   tt_model m;
@@ -339,8 +339,8 @@ static void check_sched_agrees(const char *name, const char *text) {
       int read = 0;
       for (int si = p.micro_end - 1; si >= 0 && p.steps[si].op == TT_S_BWD; si--)
         for (int k = 0; k < p.steps[si].nin; k++) read |= p.steps[si].in[k] == p.value_buf[v];
-      TT_CHECK(read == tt_sched_bwd_reads(&g, v), "%s: node %s: lowering %s its value in backward, the scheduler says %d", name,
-               m.layers[v].name, read ? "reads" : "does not read", tt_sched_bwd_reads(&g, v));
+      TT_CHECK(read == tt_recompute_bwd_reads(&g, v), "%s: node %s: lowering %s its value in backward, the scheduler says %d", name,
+               m.layers[v].name, read ? "reads" : "does not read", tt_recompute_bwd_reads(&g, v));
     }
   }
   tt_program_free(&p);

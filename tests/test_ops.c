@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/util.h"
+#include "core/base/util.h"
 #include "kernels/backend.h"
 #include "tests/tt_test.h"
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/recipe.h"
+#include "core/compile/recipe.h"
 #include "tests/tt_test.h"
 
 typedef struct warnings {
@@ -226,7 +226,7 @@ static void test_defaults(void) {
     TT_CHECK(m.train.batch == 64 && m.train.micro_batch == 0 && m.train.eval_batch == 0 && m.train.epochs == 1, "batch/epochs");
     TT_CHECK(m.train.optimizer == TT_OPT_SGD && m.train.lr == 0.01f && m.train.momentum == 0.9f && !m.train.nesterov, "sgd");
     TT_CHECK(m.train.weight_decay == 0 && m.train.beta1 == 0.9f && m.train.beta2 == 0.999f && m.train.adam_eps == 1e-8f, "adam");
-    TT_CHECK(m.train.schedule == TT_SCHED_CONSTANT && m.train.warmup_epochs == 0 && m.train.step_epochs == 30 &&
+    TT_CHECK(m.train.schedule == TT_LR_CONSTANT && m.train.warmup_epochs == 0 && m.train.step_epochs == 30 &&
                  m.train.gamma == 0.1f && m.train.min_lr == 0,
              "schedule");
     TT_CHECK(m.train.label_smoothing == 0 && m.train.seed == 1 && m.train.precision == TT_PREC_AUTO &&
@@ -256,7 +256,7 @@ static void test_defaults(void) {
                      "hflip = yes\ncrop_pad = 4\n[gap]\n[linear]\nout = 2\n";
     if (tt_recipe_parse("some/dir/x.recipe", t2, &m, &err, NULL, NULL) == 0) {
       TT_CHECK(m.train.micro_batch == 8 && m.train.optimizer == TT_OPT_ADAMW && m.train.lr == 3e-4f && m.train.beta2 == 0.98f &&
-                   m.train.adam_eps == 1e-6f && m.train.schedule == TT_SCHED_COSINE && m.train.min_lr == 1e-5f,
+                   m.train.adam_eps == 1e-6f && m.train.schedule == TT_LR_COSINE && m.train.min_lr == 1e-5f,
                "train values");
       TT_CHECK(m.train.precision == TT_PREC_FP16 && m.train.recompute == TT_RECOMP_ALL && m.train.seed == 18446744073709551615ULL,
                "precision/recompute/seed");

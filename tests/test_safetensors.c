@@ -1,7 +1,7 @@
 /* tests/test_safetensors.c — safetensors round trip and refusal of damaged files, atomic
  * file writes, and the SVG chart.
- * Build: gcc -std=c11 -O2 -Wall -Wextra -I. tests/test_safetensors.c core/safetensors.c
- *        core/fileio.c core/chart.c core/util.c -lm -o /tmp/test_safetensors */
+ * Build: gcc -std=c11 -O2 -Wall -Wextra -I. tests/test_safetensors.c core/base/safetensors.c
+ *        core/base/fileio.c core/app/chart.c core/base/util.c -lm -o /tmp/test_safetensors */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
@@ -14,12 +14,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/chart.h"
-#include "core/checkpoint.h"
-#include "core/fileio.h"
-#include "core/recipe.h"
-#include "core/safetensors.h"
-#include "core/session.h"
+#include "core/app/chart.h"
+#include "core/runtime/checkpoint.h"
+#include "core/base/fileio.h"
+#include "core/compile/recipe.h"
+#include "core/base/safetensors.h"
+#include "core/runtime/session.h"
 #include "tests/tt_test.h"
 
 /* A file with a hand-written header (padded to 8) and `data_len` data bytes. */

@@ -1,7 +1,7 @@
 /* tests/test_sched.c — the scheduler's properties (DESIGN.md, "Techniques the scheduler mixes"):
- *   1. tt_schedule over a range of --vram budgets: fits, monotonic;
+ *   1. tt_policy_search over a range of --vram budgets: fits, monotonic;
  *   2. the optimal checkpoint plan recomputes no more than the sqrt(n) baseline;
- *   3. tt_sched_max_batch returns the largest micro-batch that fits;
+ *   3. tt_policy_max_batch returns the largest micro-batch that fits;
  *   4. scheduling frees what it allocates; planning time grows linearly with depth.
  * The equivalences the techniques must hold are in tests/test_equiv.c. */
 #include <math.h>
@@ -15,13 +15,13 @@
 #include <malloc.h>
 #endif
 
-#include "core/data.h"
-#include "core/exec.h"
-#include "core/graph.h"
-#include "core/lossscale.h"
-#include "core/recipe.h"
-#include "core/program.h"
-#include "core/sched.h"
+#include "core/data/data.h"
+#include "core/runtime/exec.h"
+#include "core/compile/graph.h"
+#include "core/runtime/lossscale.h"
+#include "core/compile/recipe.h"
+#include "core/compile/program.h"
+#include "core/compile/policy.h"
 #include "kernels/backend.h"
 #include "tests/tt_test.h"
 #include "tests/test_sched_util.h"
@@ -46,14 +46,14 @@ static void test_schedule_budgets(tt_backend *be, const char *path, int check_4g
   size_t prev_arena = (size_t)-1;
   int prev_fit = 1;
   for (int i = 0; i < nb; i++) {
-    tt_sched_opts o;
+    tt_policy_opts o;
     memset(&o, 0, sizeof o);
     o.vram_bytes = (size_t)halves[i] * (GIB / 2);
     o.reserve_bytes = TT_RESERVE_ESTIMATE_BYTES;
     o.inplace = 1;
-    tt_schedule_result r;
+    tt_policy_result r;
     double t0 = tt_now();
-    int rc = tt_schedule(&n.g, be, &o, &r, &e);
+    int rc = tt_policy_search(&n.g, be, &o, &r, &e);
     double ms = 1e3 * (tt_now() - t0);
     if (rc) {
       printf("  --vram %.1fG: nothing fits (%.0f ms): %s\n", halves[i] / 2.0, ms, e.msg);
@@ -77,23 +77,23 @@ static void test_schedule_budgets(tt_backend *be, const char *path, int check_4g
     TT_CHECK(r.train.arena_bytes <= prev_arena, "--vram %.1fG gave arena %zu, more than %zu at a larger budget",
              halves[i] / 2.0, r.train.arena_bytes, prev_arena);
     prev_arena = r.train.arena_bytes;
-    tt_schedule_free(&r);
+    tt_policy_result_free(&r);
   }
   if (check_4g) {
-    tt_sched_opts o;
+    tt_policy_opts o;
     memset(&o, 0, sizeof o);
     o.vram_bytes = 4 * GIB;
     o.reserve_bytes = TT_RESERVE_ESTIMATE_BYTES;
     o.inplace = 1;
-    tt_schedule_result r;
+    tt_policy_result r;
     double t0 = tt_now();
-    int rc = tt_schedule(&n.g, be, &o, &r, &e);
+    int rc = tt_policy_search(&n.g, be, &o, &r, &e);
     double ms = 1e3 * (tt_now() - t0);
     TT_CHECK(rc == 0, "--vram 4G does not fit: %s", e.msg);
     if (!rc) {
-      printf("  --vram 4G: one tt_schedule call took %.1f ms (%d candidates); mb %d, arena %.1f MiB\n", ms,
+      printf("  --vram 4G: one tt_policy_search call took %.1f ms (%d candidates); mb %d, arena %.1f MiB\n", ms,
              r.candidates_tried, r.policy.micro_batch, r.train.arena_bytes / 1048576.0);
-      tt_schedule_free(&r);
+      tt_policy_result_free(&r);
     }
   }
   net_close(&n);
@@ -113,23 +113,23 @@ static void test_optimal_beats_sqrt(tt_backend *be) {
   int accum = n.m.train.batch / mb;
   const tt_device_profile *prof = tt_profile_cuda_generic();
   unsigned char *rec = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
-  tt_sched_checkpoint_sqrt(&n.g, rec);
+  tt_recompute_sqrt(&n.g, rec);
   tt_program ps, p0;
   if (build_prog(&n.g, be, mb, accum, TT_F16, rec, 1, &ps, &e) || build_prog(&n.g, be, mb, accum, TT_F16, NULL, 1, &p0, &e)) {
     TT_CHECK(0, "%s", e.msg);
   } else {
     double t_sqrt = tt_predict_ms(&ps, prof) - tt_predict_ms(&p0, prof);
     size_t a_sqrt = ps.arena_bytes;
-    tt_sched_opts o;
+    tt_policy_opts o;
     memset(&o, 0, sizeof o);
     o.vram_bytes = a_sqrt + TT_RESERVE_ESTIMATE_BYTES;
     o.reserve_bytes = TT_RESERVE_ESTIMATE_BYTES;
     o.micro_batch = mb;
     o.precision = TT_PREC_FP16;
     o.inplace = 1;
-    tt_schedule_result r;
-    if (tt_schedule(&n.g, be, &o, &r, &e)) {
-      TT_CHECK(0, "tt_schedule at the sqrt plan's arena: %s", e.msg);
+    tt_policy_result r;
+    if (tt_policy_search(&n.g, be, &o, &r, &e)) {
+      TT_CHECK(0, "tt_policy_search at the sqrt plan's arena: %s", e.msg);
     } else {
       printf("  plain: arena %.1f MiB, %.1f ms/step; sqrt(n): arena %.1f MiB, recompute %.2f ms/step;\n"
              "  scheduler: arena %.1f MiB, recompute %.2f ms/step (%d of %d units)\n",
@@ -138,7 +138,7 @@ static void test_optimal_beats_sqrt(tt_backend *be) {
       TT_CHECK(r.policy.micro_batch == mb && r.policy.act_dtype == TT_F16, "policy mb %d", r.policy.micro_batch);
       TT_CHECK(r.train.arena_bytes <= a_sqrt, "arena %zu > budget %zu", r.train.arena_bytes, a_sqrt);
       TT_CHECK(r.recompute_ms <= t_sqrt * 1.01, "recompute %.3f ms > sqrt(n) %.3f ms", r.recompute_ms, t_sqrt);
-      tt_schedule_free(&r);
+      tt_policy_result_free(&r);
     }
     tt_program_free(&ps);
     tt_program_free(&p0);
@@ -160,19 +160,19 @@ static size_t heap_in_use(void) {
  * counts as in use): main() runs this binary again with the cache off. */
 #define HEAP_TUNABLE "glibc.malloc.tcache_count=0"
 
-/* One tt_schedule (and, when it fits, tt_sched_explain) then tt_schedule_free: returns tt_schedule's
+/* One tt_policy_search (and, when it fits, tt_policy_explain) then tt_policy_result_free: returns tt_policy_search's
  * status; *leaked receives the heap bytes still held afterwards, *allocs the allocations
- * tt_schedule itself made through tt_malloc/tt_calloc. */
-static int schedule_once(const net *n, tt_backend *be, const tt_sched_opts *o, size_t *leaked, uint64_t *allocs,
+ * tt_policy_search itself made through tt_malloc/tt_calloc. */
+static int schedule_once(const net *n, tt_backend *be, const tt_policy_opts *o, size_t *leaked, uint64_t *allocs,
                          tt_err *e) {
-  tt_schedule_result r;
+  tt_policy_result r;
   size_t before = heap_in_use();
   uint64_t c0 = tt_host_alloc_count();
-  int rc = tt_schedule(&n->g, be, o, &r, e);
+  int rc = tt_policy_search(&n->g, be, o, &r, e);
   *allocs = tt_host_alloc_count() - c0;
   if (!rc) {
-    tt_sched_explain(&n->g, be, o, &r);
-    tt_schedule_free(&r);
+    tt_policy_explain(&n->g, be, o, &r);
+    tt_policy_result_free(&r);
   }
   *leaked = heap_in_use() - before;
   return rc;
@@ -183,7 +183,7 @@ static int schedule_once(const net *n, tt_backend *be, const tt_sched_opts *o, s
  * sched_eval planned and dropped leaked ~20 KB per run; a failed allocation of the recompute
  * table leaked the other one). */
 static void test_schedule_frees(tt_backend *be) {
-  TT_TEST_BEGIN("tt_schedule frees everything: fits, fits by recomputing, refuses, and when any allocation fails");
+  TT_TEST_BEGIN("tt_policy_search frees everything: fits, fits by recomputing, refuses, and when any allocation fails");
 #ifndef __GLIBC__
   TT_SKIP(tt_test_current_name, "no glibc mallinfo2 to count the heap");
   (void)be;
@@ -212,18 +212,18 @@ static void test_schedule_frees(tt_backend *be) {
   /* no budget; a budget the plain plan misses by 20%; a budget nothing fits */
   size_t budgets[3] = {0, plain - plain / 5, 4096};
   for (int i = 0; i < 3; i++) {
-    tt_sched_opts o;
+    tt_policy_opts o;
     memset(&o, 0, sizeof o);
     o.vram_bytes = budgets[i], o.inplace = 1, o.precision = TT_PREC_FP32;
     uint64_t allocs;
     int rc = schedule_once(&n, be, &o, &leaked, &allocs, &e);
     TT_CHECK(rc == (i == 2 ? -1 : 0), "budget %zu: rc %d: %s", budgets[i], rc, e.msg);
-    TT_CHECK(leaked == 0, "budget %zu: %zu bytes still held after tt_schedule_free", budgets[i], leaked);
+    TT_CHECK(leaked == 0, "budget %zu: %zu bytes still held after tt_policy_result_free", budgets[i], leaked);
   }
-  /* the k-th allocation fails, for every k until tt_schedule makes fewer than k */
+  /* the k-th allocation fails, for every k until tt_policy_search makes fewer than k */
   int k, failures = 0;
   for (k = 1; k < 10000; k++) {
-    tt_sched_opts o;
+    tt_policy_opts o;
     memset(&o, 0, sizeof o);
     o.vram_bytes = budgets[1], o.inplace = 1, o.precision = TT_PREC_FP32;
     uint64_t allocs;
@@ -231,9 +231,9 @@ static void test_schedule_frees(tt_backend *be) {
     e.msg[0] = 0;
     int rc = schedule_once(&n, be, &o, &leaked, &allocs, &e);
     tt_host_alloc_fail_at(0);
-    if (allocs < (uint64_t)k) break; /* tt_schedule made fewer than k */
+    if (allocs < (uint64_t)k) break; /* tt_policy_search made fewer than k */
     failures++;
-    TT_CHECK(rc != 0 && strstr(e.msg, "out of host memory"), "allocation %d failed but tt_schedule said %d: %s", k, rc,
+    TT_CHECK(rc != 0 && strstr(e.msg, "out of host memory"), "allocation %d failed but tt_policy_search said %d: %s", k, rc,
              e.msg);
     TT_CHECK(leaked == 0, "allocation %d failed: %zu bytes still held", k, leaked);
   }
@@ -259,7 +259,7 @@ static int fits_at(const net *n, tt_backend *be, int mb, tt_dtype dt, const unsi
 }
 
 static void test_max_batch(tt_backend *be) {
-  TT_TEST_BEGIN("tt_sched_max_batch: mb fits and mb+1 does not (resnet18, --vram 4G/2G; none and all, fp32 and fp16)");
+  TT_TEST_BEGIN("tt_policy_max_batch: mb fits and mb+1 does not (resnet18, --vram 4G/2G; none and all, fp32 and fp16)");
   tt_err e;
   net n;
   if (net_open(&n, NULL, NULL, "examples/imagenet/resnet18.recipe", &e)) {
@@ -268,12 +268,12 @@ static void test_max_batch(tt_backend *be) {
     return;
   }
   unsigned char *all = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
-  TT_CHECK(tt_sched_checkpoint_all(&n.g, all, &e) == 0, "%s", e.msg); /* what recompute = all plans */
+  TT_CHECK(tt_recompute_all(&n.g, all, &e) == 0, "%s", e.msg); /* what recompute = all plans */
   size_t vrams[2] = {4 * GIB, 2 * GIB};
   for (int vi = 0; vi < 2; vi++)
     for (int d = 0; d < 2; d++) {
       tt_dtype dt = d ? TT_F16 : TT_F32;
-      tt_sched_opts o;
+      tt_policy_opts o;
       memset(&o, 0, sizeof o);
       o.vram_bytes = vrams[vi];
       o.reserve_bytes = TT_RESERVE_ESTIMATE_BYTES;
@@ -284,7 +284,7 @@ static void test_max_batch(tt_backend *be) {
         tt_recompute_mode rm = m ? TT_RECOMP_ALL : TT_RECOMP_NONE;
         const unsigned char *rec = m ? all : NULL;
         size_t arena = 0;
-        int mb = tt_sched_max_batch(&n.g, be, &o, dt, rm, &arena);
+        int mb = tt_policy_max_batch(&n.g, be, &o, dt, rm, &arena);
         mbn[m] = mb;
         printf("  --vram %zuG %s recompute %s: max micro-batch %d (arena %.1f MiB)\n", vrams[vi] / GIB, d ? "fp16" : "fp32",
                m ? "all" : "none", mb, arena / 1048576.0);
@@ -293,7 +293,7 @@ static void test_max_batch(tt_backend *be) {
         TT_CHECK(fits_at(&n, be, mb + 1, dt, rec, budget) == 0, "mb %d + 1 also fits", mb);
         TT_CHECK(arena <= budget, "reported arena %zu > budget", arena);
       }
-      int mba = tt_sched_max_batch(&n.g, be, &o, dt, TT_RECOMP_AUTO, NULL);
+      int mba = tt_policy_max_batch(&n.g, be, &o, dt, TT_RECOMP_AUTO, NULL);
       mbn[2] = mba;
       TT_CHECK(mba >= mbn[0] && mba >= mbn[1], "auto %d < none %d or all %d", mba, mbn[0], mbn[1]);
       TT_CHECK(mbn[1] >= mbn[0], "recompute all %d < none %d", mbn[1], mbn[0]);
@@ -318,7 +318,7 @@ static char *deep_chain(int layers) {
   return t;
 }
 
-/* CPU seconds of tt_schedule + tt_sched_explain (what `plan` runs) on a chain of `layers`,
+/* CPU seconds of tt_policy_search + tt_policy_explain (what `plan` runs) on a chain of `layers`,
  * the least of two runs; budget_frac > 0: a budget of that fraction of *arena (the arena
  * without one), which recomputation must close. -1 on failure. */
 static double plan_seconds(tt_backend *be, int layers, double budget_frac, size_t *arena) {
@@ -331,18 +331,18 @@ static double plan_seconds(tt_backend *be, int layers, double budget_frac, size_
     return -1.0;
   }
   for (int k = 0; k < 2; k++) {
-    tt_sched_opts o;
-    tt_schedule_result r;
+    tt_policy_opts o;
+    tt_policy_result r;
     memset(&o, 0, sizeof o);
     o.inplace = 1, o.precision = TT_PREC_FP16, o.micro_batch = 32;
     if (budget_frac > 0) o.vram_bytes = (size_t)(budget_frac * (double)*arena);
     clock_t t0 = clock();
-    if (tt_schedule(&n.g, be, &o, &r, &e)) break;
-    tt_sched_explain(&n.g, be, &o, &r);
+    if (tt_policy_search(&n.g, be, &o, &r, &e)) break;
+    tt_policy_explain(&n.g, be, &o, &r);
     double t = (double)(clock() - t0) / CLOCKS_PER_SEC;
     if (best < 0 || t < best) best = t;
     if (budget_frac <= 0) *arena = r.train.arena_bytes;
-    tt_schedule_free(&r);
+    tt_policy_result_free(&r);
   }
   net_close(&n);
   free(text);

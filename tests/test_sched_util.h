@@ -4,10 +4,10 @@
 #define TT_TEST_SCHED_UTIL_H
 #include <string.h>
 
-#include "core/graph.h"
-#include "core/program.h"
-#include "core/recipe.h"
-#include "core/sched.h"
+#include "core/compile/graph.h"
+#include "core/compile/program.h"
+#include "core/compile/recipe.h"
+#include "core/compile/policy.h"
 #include "kernels/backend.h"
 
 typedef struct net {

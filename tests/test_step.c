@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/data.h"
-#include "core/exec.h"
-#include "core/recipe.h"
-#include "core/safetensors.h"
+#include "core/data/data.h"
+#include "core/runtime/exec.h"
+#include "core/compile/recipe.h"
+#include "core/base/safetensors.h"
 #include "tests/tt_test.h"
 
 /* ---- counting allocator: every malloc in the process while `test_counting` is set ----

@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/data.h"
-#include "core/fileio.h"
+#include "core/data/data.h"
+#include "core/base/fileio.h"
 #include "tests/tt_test.h"
 
 #include "tests/tt_stb_write.h"

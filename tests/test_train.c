@@ -23,13 +23,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/data.h"
-#include "core/metrics.h"
-#include "core/model.h"
-#include "core/recipe.h"
-#include "core/safetensors.h"
+#include "core/data/data.h"
+#include "core/app/metrics.h"
+#include "core/compile/model.h"
+#include "core/compile/recipe.h"
+#include "core/base/safetensors.h"
 #include "core/tinytrain.h"
-#include "core/train.h"
+#include "core/app/train.h"
 #include "tests/tt_test.h"
 
 static int write_file(const char *path, const char *text) {
@@ -94,7 +94,7 @@ static int write_recipe(const char *path, int epochs, int conv2_filters) {
 }
 
 /* The same recipe under fp16 autocast: the loss scaler and its one-step-late overflow outcome
- * (core/lossscale.h) are part of what a resume must restore. */
+ * (core/runtime/lossscale.h) are part of what a resume must restore. */
 static int write_recipe_fp16(const char *path, int epochs) {
   char text[4096], out[4200];
   snprintf(text, sizeof text, recipe_fmt, epochs, 16);
@@ -318,10 +318,10 @@ static void test_lr_schedules(void) {
   TT_TEST_BEGIN("lr_schedules");
   /* constant */
   memset(&c, 0, sizeof c);
-  c.lr = (float)lr, c.epochs = 10, c.schedule = TT_SCHED_CONSTANT;
+  c.lr = (float)lr, c.epochs = 10, c.schedule = TT_LR_CONSTANT;
   for (double e = 0; e < 12; e += 0.37) TT_CHECK(tt_lr_at(&c, e) == (double)c.lr, "constant: lr(%g) = %g", e, tt_lr_at(&c, e));
   /* step: x gamma every step_epochs */
-  c.schedule = TT_SCHED_STEP, c.gamma = 0.1f, c.step_epochs = 30, c.epochs = 90;
+  c.schedule = TT_LR_STEP, c.gamma = 0.1f, c.step_epochs = 30, c.epochs = 90;
   double L = c.lr, g = c.gamma;
   TT_CHECK(fabs(tt_lr_at(&c, 0) - L) < 1e-12, "step: lr(0) = %g", tt_lr_at(&c, 0));
   TT_CHECK(fabs(tt_lr_at(&c, 29.99) - L) < 1e-12, "step: lr(29.99) = %g", tt_lr_at(&c, 29.99));
@@ -331,7 +331,7 @@ static void test_lr_schedules(void) {
   c.gamma = 0.5f, c.step_epochs = 2;
   TT_CHECK(fabs(tt_lr_at(&c, 5) - L * 0.25) < 1e-9, "step (gamma 0.5, every 2): lr(5) = %g", tt_lr_at(&c, 5));
   /* cosine from lr to min_lr over the run */
-  c.schedule = TT_SCHED_COSINE, c.epochs = 10, c.min_lr = 0.001f;
+  c.schedule = TT_LR_COSINE, c.epochs = 10, c.min_lr = 0.001f;
   double M = c.min_lr;
   TT_CHECK(fabs(tt_lr_at(&c, 0) - L) < 1e-9, "cosine: lr(0) = %g, want %g", tt_lr_at(&c, 0), L);
   TT_CHECK(fabs(tt_lr_at(&c, 5) - 0.5 * (L + M)) < 1e-9, "cosine: lr(5) = %g, want %g", tt_lr_at(&c, 5), 0.5 * (L + M));
@@ -344,7 +344,7 @@ static void test_lr_schedules(void) {
   /* linear warm-up from lr/100 to lr, continuous at the boundary, with each schedule */
   for (int s = 0; s < 3; s++) {
     memset(&c, 0, sizeof c);
-    c.lr = (float)lr, c.epochs = 10, c.schedule = (tt_sched_kind)s, c.warmup_epochs = 2.0f, c.gamma = 0.1f;
+    c.lr = (float)lr, c.epochs = 10, c.schedule = (tt_lr_schedule)s, c.warmup_epochs = 2.0f, c.gamma = 0.1f;
     c.step_epochs = 30, c.min_lr = 0.0f;
     L = c.lr;
     TT_CHECK(fabs(tt_lr_at(&c, 0) - L / 100) < 1e-12, "warm-up (schedule %d): lr(0) = %g, want lr/100 = %g", s,

@@ -1,6 +1,6 @@
 /* kernels/cuda/cuda_nccl.cu — the all-reduce between GPUs for multi-process training
- * (core/dist.c): the device a process uses, NCCL's communicator (bootstrapped with the unique
- * id rank 0 makes, which core/dist.c broadcasts over MPI); in-place fp32 broadcasts on the
+ * (core/runtime/dist.c): the device a process uses, NCCL's communicator (bootstrapped with the unique
+ * id rank 0 makes, which core/runtime/dist.c broadcasts over MPI); in-place fp32 broadcasts on the
  * compute stream, and the gradient buckets' all-reduce on a stream of its own, ordered by
  * events after the backward steps that wrote each bucket and before the update (join), so
  * it overlaps the rest of backward. Every NCCL call is checked; the communicator, stream and

@@ -20,7 +20,7 @@ tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t e
  * algorithm's first run, and a kernel that needs more local memory than the context holds
  * grows it. The planner keeps this much beside the measured reserve, and a training session
  * runs every convolution and GEMM of its programs once after allocating the arena and checks
- * that the libraries stayed within it (core/session.c). */
+ * that the libraries stayed within it (core/runtime/session.c). */
 #define TT_CUDA_LIBRARY_MARGIN_BYTES ((size_t)128 << 20)
 /* The device's free and total memory now (cudaMemGetInfo); 0 on success. */
 int tt_cuda_mem_free(tt_backend *b, size_t *free_bytes, size_t *total_bytes);
@@ -33,7 +33,7 @@ size_t tt_cuda_alloc_count(tt_backend *b);
 /* Device memory in use (NVML, whole device) and total; 0 on success. */
 int tt_cuda_mem_used(tt_backend *b, size_t *used, size_t *total);
 
-/* Multi-process training (core/dist.c, cuda_nccl.cu). tt_cuda_select_device: before the backend
+/* Multi-process training (core/runtime/dist.c, cuda_nccl.cu). tt_cuda_select_device: before the backend
  * is created, the device this process uses (its local rank modulo the devices it sees), which
  * tt_cuda_backend_create then takes. The NCCL calls fail with the reason in last_error: where
  * the build has no NCCL, they all do. tt_cuda_nccl_id (rank 0) writes the unique id that

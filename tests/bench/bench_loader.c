@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/data.h"
+#include "core/data/data.h"
 
 /* VmHWM of /proc/self/status (KiB): unlike getrusage's ru_maxrss it starts afresh at exec, so
  * a parent's size (Python with PyTorch loaded) does not show. -1 where there is none. */

@@ -12,9 +12,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/graph.h"
-#include "core/recipe.h"
-#include "core/sched.h"
+#include "core/compile/graph.h"
+#include "core/compile/recipe.h"
+#include "core/compile/policy.h"
 
 /* About `layers` layers: conv-bn-relu blocks (residual: two and an add and a relu), repeated
  * in groups of at most 9000 (the recipe's repeat limit is 10000). */
@@ -47,7 +47,7 @@ static void bench_one(tt_backend *be, int layers, int residual, double budget_fr
   tt_err e;
   tt_model m;
   tt_graph g;
-  tt_schedule_result r;
+  tt_policy_result r;
   char *text = bench_recipe(layers, residual);
   double t0 = bench_now();
   if (!text || tt_recipe_parse("bench.recipe", text, &m, &e, NULL, NULL)) {
@@ -63,13 +63,13 @@ static void bench_one(tt_backend *be, int layers, int residual, double budget_fr
     return;
   }
   double t2 = bench_now();
-  tt_sched_opts o;
+  tt_policy_opts o;
   memset(&o, 0, sizeof o);
   o.inplace = 1, o.precision = TT_PREC_FP16, o.micro_batch = 32, o.profile = tt_profile_cuda_generic();
   if (budget_frac > 0) o.vram_bytes = (size_t)(budget_frac * (double)*arena_io);
-  int rc = tt_schedule(&g, be, &o, &r, &e);
+  int rc = tt_policy_search(&g, be, &o, &r, &e);
   double t3 = bench_now();
-  if (!rc) tt_sched_explain(&g, be, &o, &r);
+  if (!rc) tt_policy_explain(&g, be, &o, &r);
   double t4 = bench_now();
   if (rc) {
     printf("%6d layers (%s%s): %s\n", g.nnodes - 1, residual ? "residual" : "chain", budget_frac > 0 ? ", budget" : "",
@@ -83,7 +83,7 @@ static void bench_one(tt_backend *be, int layers, int residual, double budget_fr
            t3 - t2, t4 - t3, 1e6 * (t4 - t0) / (g.nnodes - 1), r.train.arena_bytes / 1048576.0,
            (double)r.train.arena_bytes / (double)r.train.peak_live_bytes, rec);
     if (budget_frac <= 0) *arena_io = r.train.arena_bytes;
-    tt_schedule_free(&r);
+    tt_policy_result_free(&r);
   }
   fflush(stdout);
   tt_graph_free(&g);

@@ -14,10 +14,10 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "core/data.h"
-#include "core/exec.h"
-#include "core/recipe.h"
-#include "core/sched.h"
+#include "core/data/data.h"
+#include "core/runtime/exec.h"
+#include "core/compile/recipe.h"
+#include "core/compile/policy.h"
 
 static int bench_cmp(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -45,16 +45,16 @@ int main(int argc, char **argv) {
   const char *pick = getenv("TINYTRAIN_CPU_BACKEND"); /* "ref": the reference loops */
   tt_backend *be = pick && !strcmp(pick, "ref") ? tt_ref_backend_create(threads) : tt_cpu_backend_create(threads);
   tt_policy pol;
-  tt_schedule_result sr;
+  tt_policy_result sr;
   memset(&pol, 0, sizeof pol);
   memset(&sr, 0, sizeof sr);
   pol.micro_batch = mb, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 1;
   if (vram) {
-    tt_sched_opts so;
+    tt_policy_opts so;
     memset(&so, 0, sizeof so);
     so.vram_bytes = vram, so.micro_batch = mb, so.precision = TT_PREC_FP32, so.recompute = TT_RECOMP_AUTO;
     so.inplace = 1, so.profile = tt_profile_cpu();
-    if (tt_schedule(&g, be, &so, &sr, &err)) {
+    if (tt_policy_search(&g, be, &so, &sr, &err)) {
       fprintf(stderr, "%s\n", err.msg);
       return 1;
     }
@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
   tt_dataset_free(&ds);
   tt_exec_destroy(&x);
   tt_program_free(&p);
-  tt_schedule_free(&sr);
+  tt_policy_result_free(&sr);
   be->destroy(be);
   tt_graph_free(&g);
   tt_model_free(&m);

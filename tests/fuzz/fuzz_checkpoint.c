@@ -1,5 +1,5 @@
 /* tests/fuzz/fuzz_checkpoint.c — libFuzzer target: the checkpoint loader (tt_checkpoint_load,
- * core/checkpoint.c), which reads weights.safetensors for `eval --weights` and
+ * core/runtime/checkpoint.c), which reads weights.safetensors for `eval --weights` and
  * state.safetensors for `--resume`: tensor names, dtypes and shapes against the model, and
  * the counters in the metadata. The model is opened once, for training on the CPU, from
  * tests/fuzz/tiny.recipe (or $TT_FUZZ_RECIPE); each input is written to a temporary file
@@ -14,8 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/checkpoint.h"
-#include "core/session.h"
+#include "core/runtime/checkpoint.h"
+#include "core/runtime/session.h"
 
 static tt_session *fuzz_session;
 static char fuzz_path[256];

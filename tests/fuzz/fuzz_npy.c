@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/data.h"
+#include "core/data/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/recipe.h"
+#include "core/compile/recipe.h"
 
 static void fuzz_recipe_warn(void *ud, const char *line) {
   (void)ud;

@@ -195,7 +195,7 @@ EOF
   else result FAIL "resnet 4G" "${v#VERDICT FAIL }"; fi
 fi
 
-# ---- 4b. two processes through NCCL (core/dist.c, kernels/cuda/cuda_nccl.cu) ----
+# ---- 4b. two processes through NCCL (core/runtime/dist.c, kernels/cuda/cuda_nccl.cu) ----
 # mpirun -np 2 against one process with two accumulation steps of the same micro-batch (LeNet,
 # fp32, 20 steps): the weights must agree within 1e-3, batch-norm running statistics left out
 # (each rank keeps its own between broadcasts; cuDNN's algorithms need not be

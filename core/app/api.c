@@ -1,0 +1,283 @@
+/* core/app/api.c — the step-level API (tinytrain.h, tt_net_*): a recipe opened for training once,
+ * then fed the caller's batches. The optimizer step and the loss scaling are core/runtime/step.c's,
+ * the same tt_train runs, so a run through this API is the run of the command line. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/checkpoint.h"
+#include "../runtime/finetune.h"
+#include "../runtime/session.h"
+#include "../runtime/step.h"
+#include "../tinytrain.h"
+#include "train.h"
+#include "api_int.h"
+
+struct tt_net {
+  tt_session *s;
+  tt_opt_hparams hp;
+  tt_loss_scale ls;
+  long long step;
+  double lr;
+  int mb, accum, batch, emb, classes;
+  int train;                /* 0: opened for prediction only (no training program) */
+  size_t numel;             /* values per sample */
+  /* host buffers: a short last micro-batch padded with repeats (allocated at its first use),
+   * labels (zeros for predict), the logits */
+  uint8_t *pad_u8;
+  float *pad_f32, *logits;
+  int32_t *pad_lab;
+  int most;                 /* samples the padding buffers hold: the larger micro-batch */
+  tt_err err;
+};
+
+static int net_fail(tt_net *n, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static int net_fail(tt_net *n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(n->err.msg, sizeof n->err.msg, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+static int net_alloc(tt_net *n, tt_err *err) {
+  n->most = n->mb > n->emb ? n->mb : n->emb;
+  n->pad_lab = (int32_t *)tt_calloc((size_t)n->most, sizeof(int32_t), "padded labels", err);
+  n->logits = (float *)tt_malloc(tt_size_mul((size_t)n->emb, (size_t)n->classes * sizeof(float)), "logits", err);
+  return n->pad_lab && n->logits ? 0 : -1;
+}
+
+int tt_net_open(tt_net **out, const tt_run_opts *o, char *errbuf, size_t errsize) {
+  return tt_net_open_mode(out, o, 1, errbuf, errsize);
+}
+
+const tt_data_cfg *tt_net_data_cfg(const tt_net *net) { return &net->s->model.data; }
+
+int tt_net_open_mode(tt_net **out, const tt_run_opts *o, int train, char *errbuf, size_t errsize) {
+  tt_err err;
+  err.msg[0] = 0;
+  *out = NULL;
+  tt_net *n = (tt_net *)tt_calloc(1, sizeof(tt_net), "tt_net", &err);
+  if (!n) goto fail;
+  if (tt_session_open(&n->s, o, train ? TT_SESSION_TRAIN : TT_SESSION_EVAL, &err)) goto fail;
+  {
+    const tt_session *s = n->s;
+    n->mb = s->sched.policy.micro_batch, n->accum = s->sched.policy.accum_steps, n->batch = n->mb * n->accum;
+    n->train = train;
+    n->emb = s->sched.eval.policy.micro_batch, n->classes = s->model.classes;
+    n->numel = (size_t)s->model.in_c * s->model.in_h * s->model.in_w;
+    tt_step_hparams(&s->model.train, &n->hp);
+    n->lr = s->model.train.lr;
+    tt_loss_scale_init(&n->ls, s->sched.policy.act_dtype == TT_F16);
+  }
+  if (net_alloc(n, &err) || tt_exec_init_params(&n->s->x, n->s->model.train.seed, &err)) goto fail;
+  *out = n;
+  return 0;
+fail:
+  if (errbuf && errsize) snprintf(errbuf, errsize, "%s", err.msg[0] ? err.msg : "unknown error");
+  tt_net_close(n);
+  return -1;
+}
+
+void tt_net_close(tt_net *n) {
+  if (!n) return;
+  if (n->s) tt_session_close(n->s);
+  free(n->pad_u8), free(n->pad_f32), free(n->pad_lab), free(n->logits);
+  free(n);
+}
+
+const char *tt_net_error(const tt_net *n) { return n ? n->err.msg : "no tt_net (tt_net_open failed)"; }
+
+void tt_net_info_get(const tt_net *n, tt_net_info *i) {
+  const tt_session *s = n->s;
+  memset(i, 0, sizeof *i);
+  i->arena_bytes = s->x.arena_bytes;
+  i->micro_batch = n->mb, i->accum_steps = n->accum, i->batch = n->batch, i->eval_batch = n->emb;
+  i->fp16 = s->sched.policy.act_dtype == TT_F16;
+  i->precision = i->fp16 ? "fp16" : "fp32";
+  i->classes = n->classes, i->channels = s->model.in_c, i->height = s->model.in_h, i->width = s->model.in_w;
+  i->steps = n->step, i->lr = n->lr;
+  i->device = s->be->name, i->name = s->model.name;
+}
+
+/* Samples [from, from + cnt) of the caller's batch as one full micro-batch of `full`: the
+ * caller's memory itself when cnt == full (labels absent: zeros), else copied and padded by
+ * repeating them. */
+static int net_chunk(tt_net *n, const uint8_t *u8, const float *f32, const int32_t *lab, int from, int cnt, int full,
+                     const uint8_t **cu8, const float **cf32, const int32_t **clab) {
+  size_t v = n->numel;
+  *cu8 = u8 ? u8 + (size_t)from * v : NULL;
+  *cf32 = f32 ? f32 + (size_t)from * v : NULL;
+  *clab = lab ? lab + from : n->pad_lab;
+  if (cnt == full) {
+    if (!lab) memset(n->pad_lab, 0, sizeof(int32_t) * (size_t)full);
+    return 0;
+  }
+  if (u8 && !n->pad_u8 &&
+      !(n->pad_u8 = (uint8_t *)tt_malloc(tt_size_mul((size_t)n->most, v), "padded batch", &n->err)))
+    return -1;
+  if (f32 && !n->pad_f32 &&
+      !(n->pad_f32 = (float *)tt_malloc(tt_size_mul((size_t)n->most, v * sizeof(float)), "padded batch", &n->err)))
+    return -1;
+  for (int k = 0; k < full; k++) {
+    int src = from + k % cnt;
+    if (u8) memcpy(n->pad_u8 + (size_t)k * v, u8 + (size_t)src * v, v);
+    if (f32) memcpy(n->pad_f32 + (size_t)k * v, f32 + (size_t)src * v, v * sizeof(float));
+    n->pad_lab[k] = lab ? lab[src] : 0;
+  }
+  if (u8) *cu8 = n->pad_u8;
+  if (f32) *cf32 = n->pad_f32;
+  *clab = n->pad_lab;
+  return 0;
+}
+
+static int net_check_labels(tt_net *n, const int32_t *labels, int count) {
+  for (int k = 0; k < count; k++)
+    if (labels[k] < 0 || labels[k] >= n->classes)
+      return net_fail(n, "label %d of sample %d is outside [0, %d) set by [net] classes", labels[k], k, n->classes);
+  return 0;
+}
+
+static int net_train(tt_net *n, const uint8_t *u8, const float *f32, const int32_t *labels, int count,
+                     tt_step_stats *out) {
+  if (!n->train) return net_fail(n, "train_step: this net was opened for prediction only");
+  if (!(u8 || f32) || !labels) return net_fail(n, "train_step: images and labels are required");
+  if (count < 1 || count > n->batch)
+    return net_fail(n, "train_step: %d samples; the plan takes 1 to %d (micro-batch %d x %d accumulation); split the "
+                    "batch or open with a larger budget", count, n->batch, n->mb, n->accum);
+  if (net_check_labels(n, labels, count)) return -1;
+  tt_exec *x = &n->s->x;
+  float used = n->ls.scale; /* the scale this step's gradients carry */
+  float gscale = used / (float)count;
+  float sv[2];
+  if (tt_exec_stats(x, NULL, 1, &n->err)) return -1;
+  for (int a = 0; a * n->mb < count; a++) {
+    int cnt = count - a * n->mb < n->mb ? count - a * n->mb : n->mb;
+    const uint8_t *cu8;
+    const float *cf32;
+    const int32_t *clab;
+    if (net_chunk(n, u8, f32, labels, a * n->mb, cnt, n->mb, &cu8, &cf32, &clab) ||
+        tt_exec_micro_step_n(x, 1, cu8, cf32, clab, cnt, a, (uint64_t)n->step, gscale, &n->err)) return -1;
+  }
+  if (tt_step_update(x, &n->hp, &n->ls, n->step, n->lr, used, &n->err)) return -1;
+  n->step++;
+  if (tt_exec_stats(x, sv, 1, &n->err)) return -1;
+  if (out) {
+    out->loss = sv[0] / (double)count, out->accuracy = sv[1] / (double)count;
+    out->step = n->step, out->skipped = n->ls.skipped;
+  }
+  return 0;
+}
+
+int tt_net_train_step(tt_net *n, const uint8_t *images, const int32_t *labels, int count, tt_step_stats *st) {
+  return net_train(n, images, NULL, labels, count, st);
+}
+
+int tt_net_train_step_f32(tt_net *n, const float *images, const int32_t *labels, int count, tt_step_stats *st) {
+  return net_train(n, NULL, images, labels, count, st);
+}
+
+/* The k largest of p[0..classes) into cls/pr, best first (ties: the lower class). */
+static void net_topk(const float *p, int classes, int k, int32_t *cls, float *pr) {
+  for (int j = 0; j < k; j++) {
+    int best = -1;
+    for (int c = 0; c < classes; c++) {
+      int taken = 0;
+      for (int q = 0; q < j && !taken; q++) taken = cls[q] == c;
+      if (!taken && (best < 0 || p[c] > p[best])) best = c;
+    }
+    cls[j] = best;
+    if (pr) pr[j] = p[best];
+  }
+}
+
+/* Forward passes over count samples: with labels, adds to the loss statistics; with probs or
+ * classes, the softmax of each sample (all of it, or its top k). */
+static int net_forward(tt_net *n, const uint8_t *u8, const float *f32, const int32_t *labels, int count, float *probs,
+                       int k, int32_t *classes, float *kprobs) {
+  if (!(u8 || f32)) return net_fail(n, "no images given");
+  if (count < 0) return net_fail(n, "a negative count of samples (%d)", count);
+  if (labels && net_check_labels(n, labels, count)) return -1;
+  int C = n->classes;
+  for (int from = 0; from < count; from += n->emb) {
+    int cnt = count - from < n->emb ? count - from : n->emb;
+    const uint8_t *cu8;
+    const float *cf32;
+    const int32_t *clab;
+    if (net_chunk(n, u8, f32, labels, from, cnt, n->emb, &cu8, &cf32, &clab) ||
+        tt_exec_micro_step_n(&n->s->x, 0, cu8, cf32, clab, cnt, 0, 0, 0.0f, &n->err)) return -1;
+    if (!probs && !classes) continue;
+    if (tt_exec_logits(&n->s->x, cnt, n->logits, &n->err)) return -1;
+    for (int i = 0; i < cnt; i++) {
+      float *l = n->logits + (size_t)i * C, mx = l[0];
+      double sum = 0.0;
+      for (int c = 1; c < C; c++) mx = l[c] > mx ? l[c] : mx;
+      for (int c = 0; c < C; c++) sum += (l[c] = expf(l[c] - mx));
+      for (int c = 0; c < C; c++) l[c] = (float)(l[c] / sum);
+      if (probs) memcpy(probs + (size_t)(from + i) * C, l, (size_t)C * sizeof(float));
+      if (classes) net_topk(l, C, k, classes + (size_t)(from + i) * k, kprobs ? kprobs + (size_t)(from + i) * k : NULL);
+    }
+  }
+  return 0;
+}
+
+int tt_net_predict(tt_net *n, const uint8_t *images, int count, float *probs) {
+  if (!probs) return net_fail(n, "predict: probs is NULL");
+  return net_forward(n, images, NULL, NULL, count, probs, 0, NULL, NULL);
+}
+
+int tt_net_predict_f32(tt_net *n, const float *images, int count, float *probs) {
+  if (!probs) return net_fail(n, "predict: probs is NULL");
+  return net_forward(n, NULL, images, NULL, count, probs, 0, NULL, NULL);
+}
+
+int tt_net_topk(tt_net *n, const uint8_t *images, int count, int k, int32_t *classes, float *probs) {
+  if (!classes) return net_fail(n, "topk: classes is NULL");
+  if (k < 1 || k > n->classes) return net_fail(n, "topk: k = %d; the model has %d classes", k, n->classes);
+  return net_forward(n, images, NULL, NULL, count, NULL, k, classes, probs);
+}
+
+int tt_net_evaluate(tt_net *n, const uint8_t *images, const int32_t *labels, int count, double *loss, double *acc) {
+  float sv[2];
+  if (!labels) return net_fail(n, "evaluate: labels are required");
+  if (tt_exec_stats(&n->s->x, NULL, 1, &n->err) || net_forward(n, images, NULL, labels, count, NULL, 0, NULL, NULL) ||
+      tt_exec_stats(&n->s->x, sv, 1, &n->err))
+    return -1;
+  if (loss) *loss = count ? sv[0] / (double)count : 0.0;
+  if (acc) *acc = count ? sv[1] / (double)count : 0.0;
+  return 0;
+}
+
+int tt_net_set_lr(tt_net *n, double lr) {
+  if (!(lr >= 0.0) || !isfinite(lr)) return net_fail(n, "set_lr: the learning rate must be finite and >= 0, not %g", lr);
+  n->lr = lr;
+  return 0;
+}
+
+double tt_net_lr_at(const tt_net *n, double epoch) { return tt_lr_at(&n->s->model.train, epoch); }
+
+int tt_net_save(tt_net *n, const char *path) {
+  if (!path) return net_fail(n, "save: no path");
+  return tt_checkpoint_save_weights(&n->s->x, path, NULL, &n->err);
+}
+
+int tt_net_load(tt_net *n, const char *path) {
+  if (!path) return net_fail(n, "load: no path");
+  return tt_checkpoint_load(&n->s->x, path, 0, NULL, tt_warn_stderr, NULL, &n->err);
+}
+
+int tt_net_load_matching(tt_net *n, const char *path, char *report, size_t reportsize) {
+  tt_strbuf rep;
+  if (!path) return net_fail(n, "load_matching: no path");
+  memset(&rep, 0, sizeof rep);
+  int rc = tt_finetune_load(&n->s->x, path, &rep, NULL, &n->err);
+  if (!rc && report && reportsize) snprintf(report, reportsize, "%s", rep.p);
+  free(rep.p);
+  return rc;
+}

@@ -1,0 +1,201 @@
+/* core/app/chart.c — see chart.h. Plain SVG 1.1 text, no scripts, no external fonts. */
+#include "chart.h"
+#include "../base/fileio.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHART_W 760
+#define CHART_PANEL_H 260
+#define CHART_LEFT 70
+#define CHART_RIGHT 150 /* room for the legend */
+#define CHART_TOP 50
+#define CHART_GAP 60
+
+static void chart_escape(tt_strbuf *b, const char *s) {
+  for (; s && *s; s++) {
+    switch (*s) {
+    case '<': tt_strbuf_printf(b, "&lt;"); break;
+    case '>': tt_strbuf_printf(b, "&gt;"); break;
+    case '&': tt_strbuf_printf(b, "&amp;"); break;
+    case '"': tt_strbuf_printf(b, "&quot;"); break;
+    default:
+      if ((unsigned char)*s >= 0x20) tt_strbuf_put(b, s, 1);
+    }
+  }
+}
+
+/* A "nice" tick step (1, 2 or 5 times a power of ten) giving about `want` ticks. */
+static double chart_step(double lo, double hi, int want) {
+  double raw = (hi - lo) / want, mag, f;
+  if (!(raw > 0)) return 1;
+  mag = pow(10, floor(log10(raw)));
+  f = raw / mag;
+  return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * mag;
+}
+
+typedef struct chart_series {
+  const double *v;
+  double scale; /* multiplies every value (accuracy fraction -> percent) */
+  const char *name, *color;
+  int dashed;
+} chart_series;
+
+typedef struct chart_axes {
+  double x0, x1, y0, y1; /* data ranges */
+  int px, py, pw, ph;    /* panel rectangle in pixels */
+} chart_axes;
+
+static double chart_sx(const chart_axes *a, double x) { return a->px + (x - a->x0) / (a->x1 - a->x0) * a->pw; }
+static double chart_sy(const chart_axes *a, double y) {
+  return a->py + a->ph - (y - a->y0) / (a->y1 - a->y0) * a->ph;
+}
+
+static void chart_panel(tt_strbuf *b, const double *epoch, int n, const chart_series *s, int ns, int py,
+                        const char *ylabel, int percent) {
+  chart_axes a;
+  double lo = INFINITY, hi = -INFINITY, step, t;
+  int i, k, any = 0, guard;
+  a.px = CHART_LEFT;
+  a.py = py;
+  a.pw = CHART_W - CHART_LEFT - CHART_RIGHT;
+  a.ph = CHART_PANEL_H;
+  /* x range: the epochs seen, at least one unit wide */
+  a.x0 = 0;
+  a.x1 = 1;
+  for (i = 0; i < n; i++)
+    if (isfinite(epoch[i])) {
+      if (!any || epoch[i] < a.x0) a.x0 = epoch[i];
+      if (!any || epoch[i] > a.x1) a.x1 = epoch[i];
+      any = 1;
+    }
+  if (a.x1 - a.x0 < 1) {
+    double mid = (a.x0 + a.x1) / 2;
+    a.x0 = any && n == 1 ? mid - 0.5 : a.x0;
+    a.x1 = a.x0 + 1;
+  }
+  if (a.x0 > 0 && a.x0 < 1) a.x0 = 0;
+  for (k = 0; k < ns; k++)
+    for (i = 0; s[k].v && i < n; i++)
+      if (isfinite(s[k].v[i]) && isfinite(epoch[i])) {
+        double v = s[k].v[i] * s[k].scale;
+        if (v < lo) lo = v;
+        if (v > hi) hi = v;
+      }
+  if (!(lo <= hi)) {
+    lo = 0;
+    hi = percent ? 100 : 1;
+  }
+  if (!percent && lo > 0) lo = 0; /* losses from zero: the eye reads ratios */
+  if (hi - lo < 1e-9) hi = lo + (percent ? 1 : 1e-3 + fabs(lo) * 0.1);
+  step = chart_step(lo, hi, 5);
+  a.y0 = floor(lo / step) * step;
+  a.y1 = ceil(hi / step) * step;
+  if (percent) {
+    if (a.y0 < 0) a.y0 = 0;
+    if (a.y1 > 100) a.y1 = 100;
+    if (a.y1 <= a.y0) a.y1 = a.y0 + step;
+  }
+  tt_strbuf_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fff\" stroke=\"#444\"/>\n", a.px, a.py,
+               a.pw, a.ph);
+  for (t = a.y0, guard = 0; t <= a.y1 + step * 1e-6 && guard < 50; t += step, guard++) {
+    double y = chart_sy(&a, t);
+    tt_strbuf_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", a.px, y, a.px + a.pw, y);
+    tt_strbuf_printf(b, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%g%s</text>\n", a.px - 6, y + 4,
+                 fabs(t) < step * 1e-6 ? 0.0 : t, percent ? "%" : "");
+  }
+  step = chart_step(a.x0, a.x1, 8);
+  if (step < 1 && a.x1 - a.x0 >= 2) step = 1;
+  for (t = ceil(a.x0 / step - 1e-9) * step, guard = 0; t <= a.x1 + step * 1e-6 && guard < 50; t += step, guard++) {
+    double x = chart_sx(&a, t);
+    tt_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#444\"/>\n", x, a.py + a.ph, x,
+                 a.py + a.ph + 5);
+    tt_strbuf_printf(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"11\">%g</text>\n", x,
+                 a.py + a.ph + 18, fabs(t) < step * 1e-6 ? 0.0 : t);
+  }
+  tt_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">epoch</text>\n", a.px + a.pw / 2,
+               a.py + a.ph + 34);
+  tt_strbuf_printf(b,
+               "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\" transform=\"rotate(-90 %d %d)\">%s</text>\n",
+               18, a.py + a.ph / 2, 18, a.py + a.ph / 2, ylabel);
+  if (n == 0)
+    tt_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"14\" fill=\"#888\">no data yet</text>\n",
+                 a.px + a.pw / 2, a.py + a.ph / 2);
+  for (k = 0; k < ns; k++) {
+    int open = 0, ly = a.py + 16 + 20 * k, lx = a.px + a.pw + 12;
+    if (!s[k].v) continue;
+    for (i = 0; i < n; i++) {
+      int ok = isfinite(s[k].v[i]) && isfinite(epoch[i]);
+      if (ok) {
+        if (!open)
+          tt_strbuf_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", s[k].color,
+                       s[k].dashed ? " stroke-dasharray=\"6 3\"" : "");
+        tt_strbuf_printf(b, "%.1f,%.1f ", chart_sx(&a, epoch[i]), chart_sy(&a, s[k].v[i] * s[k].scale));
+        open = 1;
+      } else if (open) {
+        tt_strbuf_printf(b, "\"/>\n");
+        open = 0;
+      }
+    }
+    if (open) tt_strbuf_printf(b, "\"/>\n");
+    if (n <= 60)
+      for (i = 0; i < n; i++)
+        if (isfinite(s[k].v[i]) && isfinite(epoch[i]))
+          tt_strbuf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n", chart_sx(&a, epoch[i]),
+                       chart_sy(&a, s[k].v[i] * s[k].scale), s[k].color);
+    tt_strbuf_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", lx, ly,
+                 lx + 24, ly, s[k].color, s[k].dashed ? " stroke-dasharray=\"6 3\"" : "");
+    tt_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" font-size=\"12\">%s</text>\n", lx + 30, ly + 4, s[k].name);
+  }
+}
+
+int tt_chart_svg(const char *path, const double *epoch, const double *train_loss, const double *test_loss,
+                 const double *test_acc, int n, const char *title, tt_err *err) {
+  tt_strbuf b;
+  chart_series loss[2], acc[1];
+  int i, height = CHART_TOP + 2 * CHART_PANEL_H + CHART_GAP + 50, rc;
+  const void *chunk;
+  size_t size;
+  double scale = 100;
+  if (n < 0 || (n > 0 && !epoch)) return tt_fail(err, "%s: chart needs epochs for its %d points", path, n);
+  for (i = 0; test_acc && i < n; i++)
+    if (isfinite(test_acc[i]) && test_acc[i] > 1.0) scale = 1;
+  memset(&b, 0, sizeof b);
+  loss[0].v = train_loss;
+  loss[0].scale = 1;
+  loss[0].name = "train loss";
+  loss[0].color = "#1f77b4";
+  loss[0].dashed = 0;
+  loss[1].v = test_loss;
+  loss[1].scale = 1;
+  loss[1].name = "test loss";
+  loss[1].color = "#d62728";
+  loss[1].dashed = 1;
+  acc[0].v = test_acc;
+  acc[0].scale = scale;
+  acc[0].name = "test accuracy";
+  acc[0].color = "#2ca02c";
+  acc[0].dashed = 0;
+  tt_strbuf_printf(&b,
+               "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+               "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"#fafafa\"/>\n"
+               "<text x=\"%d\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">",
+               CHART_W, height, CHART_W, height, CHART_W / 2);
+  chart_escape(&b, title && title[0] ? title : "training");
+  tt_strbuf_printf(&b, "</text>\n");
+  chart_panel(&b, epoch, n, loss, 2, CHART_TOP, "loss", 0);
+  chart_panel(&b, epoch, n, acc, 1, CHART_TOP + CHART_PANEL_H + CHART_GAP, "test accuracy (%)", 1);
+  tt_strbuf_printf(&b, "</svg>\n");
+  if (b.oom) {
+    free(b.p);
+    return tt_fail(err, "%s: out of host memory building the chart", path);
+  }
+  chunk = b.p;
+  size = b.n;
+  rc = tt_write_file_atomic(path, &chunk, &size, 1, err);
+  free(b.p);
+  return rc;
+}

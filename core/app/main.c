@@ -1,0 +1,319 @@
+/* core/app/main.c — the tinytrain command line. The only file that may exit. Options are parsed
+ * with getopt_long: `--vram 4G` and `--vram=4G` both work, and options may follow the recipe. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../tinytrain.h"
+
+static void main_usage(FILE *f, const char *cmd) {
+  if (cmd && !strcmp(cmd, "plan")) {
+    fprintf(f, "usage: tinytrain plan [--vram SIZE] [--device auto|cpu|cuda] [--micro-batch N] [--precision fp32|fp16|auto]\n"
+               "                      [--recompute none|auto|all] [--ranks N] [--max-batch] [--json] RECIPE\n\n"
+               "Says whether and how RECIPE's training fits in SIZE of device memory, without a GPU and without\n"
+               "data files: the chosen micro-batch, accumulation, precision and recomputed layers, every buffer\n"
+               "class, the arena size against its lower bound, and the alternatives rejected. --max-batch gives\n"
+               "the largest micro-batch that fits for each precision and recompute setting. Without a GPU the\n"
+               "plan targets a CUDA card (reserve for the CUDA context estimated); --device cpu plans for the CPU.\n\n"
+               "options:\n"
+               "  --vram SIZE            the card's memory (512M, 4G, 4GiB, 3.5G); none: no budget\n"
+               "  --device auto|cpu|cuda the device to plan for (auto: a GPU if there is one, else a CUDA card)\n"
+               "  --micro-batch N        fix the micro-batch instead of the scheduler's choice\n"
+               "  --precision P          fp32, fp16 or auto (the recipe's)\n"
+               "  --recompute R          none, auto or all (the recipe's)\n"
+               "  --threads N            CPU threads (default: all cores)\n"
+               "  --ranks N              plan one process's share of the batch, as if launched by mpirun -np N\n"
+               "  --max-batch            the largest micro-batch that fits, per precision and recompute setting\n"
+               "  --json                 one JSON object instead of the text report\n"
+               "  -h, --help             this text\n");
+  } else if (cmd && !strcmp(cmd, "predict")) {
+    fprintf(f, "usage: tinytrain predict --weights FILE [--top N] [--json] [--device auto|cpu|cuda] [--threads N]\n"
+               "                         RECIPE IMAGE|FOLDER...\n\n"
+               "Prints the N most probable classes of each image (a folder: each image file in it) under FILE,\n"
+               "by name when FILE's metadata holds the class names, else by number. Images are decoded as\n"
+               "RECIPE's test split is (resized, centre-cropped to the recipe's input).\n\n"
+               "options:\n"
+               "  --weights FILE         the weights (weights.safetensors of a run; required)\n"
+               "  --top N                classes per image (default 5, at most the recipe's classes)\n"
+               "  --json                 one JSON array: {\"file\", \"top\": [{\"class\", \"name\", \"probability\"}]}\n"
+               "  --device auto|cpu|cuda where to run (auto: a GPU if there is one)\n"
+               "  --threads N            CPU threads (default: all cores)\n"
+               "  -h, --help             this text\n");
+  } else if (cmd && !strcmp(cmd, "pack")) {
+    fprintf(f, "usage: tinytrain pack [--size N|HxW] [--channels C] [--max-megapixels M] SOURCE PREFIX\n"
+               "       tinytrain pack RECIPE\n\n"
+               "Decodes an image folder (one subfolder per class) or a list file (\"path label\" lines) once\n"
+               "into PREFIX-images.npy ((N, H, W, C) uint8: each image resized so its shorter side fits,\n"
+               "then centre-cropped), PREFIX-labels.npy ((N,) int32) and PREFIX-classes.json (the class\n"
+               "names). With a RECIPE, packs its [data] train and test sets at its input size next to them\n"
+               "(PATH-images.npy, ...), the test set labelled by the training set's class names, and prints\n"
+               "the [data] lines that read them (format = npy).\n\n"
+               "options:\n"
+               "  --size N|HxW           the records' size (default 224)\n"
+               "  --channels C           1 to 4 (default 3)\n"
+               "  --max-megapixels M     refuse (skip) larger images (default 64)\n"
+               "  -h, --help             this text\n");
+  } else if (cmd && !strcmp(cmd, "eval")) {
+    fprintf(f, "usage: tinytrain eval --weights FILE [--device auto|cpu|cuda] [--threads N] RECIPE\n\n"
+               "Prints the top-1 accuracy and loss of FILE (weights.safetensors) on RECIPE's test split.\n\n"
+               "options:\n"
+               "  --weights FILE         the weights to evaluate (required)\n"
+               "  --device auto|cpu|cuda where to run (auto: a GPU if there is one)\n"
+               "  --threads N            CPU threads (default: all cores)\n"
+               "  -h, --help             this text\n");
+  } else {
+    fprintf(f, "usage: tinytrain [train] [--vram SIZE] [--device auto|cpu|cuda] [--epochs N] [--out DIR]\n"
+               "                 [--resume DIR | --init FILE] [--threads N] [--micro-batch N] [--precision fp32|fp16|auto]\n"
+               "                 [--recompute none|auto|all] [--max-steps N] [--checkpoint-every N|10m]\n"
+               "                 RECIPE\n"
+               "       tinytrain plan [options] RECIPE      (tinytrain plan --help)\n"
+               "       tinytrain eval --weights FILE RECIPE (tinytrain eval --help)\n"
+               "       tinytrain predict --weights FILE RECIPE IMAGE... (tinytrain predict --help)\n"
+               "       tinytrain pack [--size N] SOURCE PREFIX | RECIPE (tinytrain pack --help)\n"
+               "       tinytrain --version | --help\n\n"
+               "Trains RECIPE inside SIZE of device memory (512M, 4G, 4GiB, 3.5G), planning every buffer\n"
+               "before the first step. Writes weights.safetensors, state.safetensors, metrics.jsonl and chart.svg\n"
+               "to DIR (default runs/<recipe name>, or runs/<recipe name>-2 ... when that holds an earlier run).\n"
+               "Ctrl-C (SIGINT) or SIGTERM stops at the next step with a checkpoint; --resume DIR continues.\n"
+               "Several processes (one per GPU): mpirun -np N tinytrain ...; RECIPE's batch is then the global batch.\n"
+               "Exit status 0 on success, 1 on failure, 2 on bad usage, 130/143 when stopped by SIGINT/SIGTERM.\n\n"
+               "options (--opt VALUE and --opt=VALUE alike):\n"
+               "  --vram SIZE            the card's memory; the run is planned to fit in it (none: no budget)\n"
+               "  --device auto|cpu|cuda where to train (auto: a GPU if there is one)\n"
+               "  --epochs N             instead of the recipe's [train] epochs\n"
+               "  --out DIR              the run directory\n"
+               "  --resume DIR           continue the run in DIR from its state.safetensors\n"
+               "  --init FILE            start from FILE's weights where names and shapes match (fine-tuning)\n"
+               "  --threads N            CPU threads (default: all cores)\n"
+               "  --micro-batch N        fix the micro-batch instead of the scheduler's choice\n"
+               "  --precision P          fp32, fp16 or auto (the recipe's)\n"
+               "  --recompute R          none, auto or all (the recipe's)\n"
+               "  --max-steps N          stop with a checkpoint after N optimizer steps in all\n"
+               "  --checkpoint-every I   optimizer steps (500), wall time (30s, 10m, 1h) or 0 (ends of epochs)\n"
+               "  --version              the version and the backends built in\n"
+               "  -h, --help             this text\n");
+  }
+}
+
+static int main_bad(const char *cmd, const char *why, const char *arg) {
+  int sub = cmd && strcmp(cmd, "train"); /* plan and eval have their own --help */
+  fprintf(stderr, "tinytrain: %s%s%s (tinytrain %s%s--help)\n", why, arg ? ": " : "", arg ? arg : "", sub ? cmd : "",
+          sub ? " " : "");
+  return 2;
+}
+
+static int main_int(const char *s, int *v) {
+  char *end;
+  long x = strtol(s, &end, 10);
+  if (end == s || *end || x <= 0 || x > 1000000000L) return -1;
+  *v = (int)x;
+  return 0;
+}
+
+/* What the command line asked for beyond tt_run_opts. */
+typedef struct main_args {
+  const char *cmd;
+  int json, max_batch;
+  const char *weights;
+  int top;
+  char **images;    /* predict: the operands after the recipe; pack: its PREFIX */
+  int nimages;
+  int pack_h, pack_w, pack_c, pack_mp; /* pack --size, --channels, --max-megapixels */
+} main_args;
+
+enum {
+  OPT_VRAM = 256, OPT_DEVICE, OPT_EPOCHS, OPT_THREADS, OPT_MICRO_BATCH, OPT_MAX_STEPS, OPT_CHECKPOINT_EVERY,
+  OPT_PRECISION, OPT_RECOMPUTE, OPT_OUT, OPT_RESUME, OPT_WEIGHTS, OPT_JSON, OPT_MAX_BATCH, OPT_VERSION, OPT_TOP, OPT_INIT,
+  OPT_RANKS, OPT_SIZE, OPT_CHANNELS, OPT_MAX_MEGAPIXELS
+};
+
+static const struct option main_options[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"max-batch", no_argument, NULL, OPT_MAX_BATCH},
+    {"vram", required_argument, NULL, OPT_VRAM},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"epochs", required_argument, NULL, OPT_EPOCHS},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"micro-batch", required_argument, NULL, OPT_MICRO_BATCH},
+    {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
+    {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT_EVERY},
+    {"precision", required_argument, NULL, OPT_PRECISION},
+    {"recompute", required_argument, NULL, OPT_RECOMPUTE},
+    {"out", required_argument, NULL, OPT_OUT},
+    {"resume", required_argument, NULL, OPT_RESUME},
+    {"weights", required_argument, NULL, OPT_WEIGHTS},
+    {"top", required_argument, NULL, OPT_TOP},
+    {"init", required_argument, NULL, OPT_INIT},
+    {"ranks", required_argument, NULL, OPT_RANKS},
+    {"size", required_argument, NULL, OPT_SIZE},
+    {"channels", required_argument, NULL, OPT_CHANNELS},
+    {"max-megapixels", required_argument, NULL, OPT_MAX_MEGAPIXELS},
+    {NULL, 0, NULL, 0}};
+
+/* index of v in the '|'-free list names (NULL-terminated), or -1 */
+static int main_pick(const char *v, const char *const *names) {
+  for (int k = 0; names[k]; k++)
+    if (!strcmp(v, names[k])) return k;
+  return -1;
+}
+
+/* pack --size: "N" or "HxW", 1 .. 16384 each. */
+static int main_size(const char *v, int *h, int *w) {
+  char *e;
+  long a = strtol(v, &e, 10), b = a;
+  if (*e == 'x') b = strtol(e + 1, &e, 10);
+  if (e == v || *e || a < 1 || b < 1 || a > 16384 || b > 16384) return -1;
+  *h = (int)a, *w = (int)b;
+  return 0;
+}
+
+/* pack's own options. Returns 0 or 2 (bad usage). */
+static int main_pack_option(int c, const char *v, main_args *a) {
+  if (strcmp(a->cmd, "pack")) return main_bad(a->cmd, "--size, --channels and --max-megapixels are options of pack", NULL);
+  if (c == OPT_SIZE) return main_size(v, &a->pack_h, &a->pack_w) ? main_bad("pack", "--size takes N or HxW (1 to 16384), not", v) : 0;
+  if (c == OPT_CHANNELS)
+    return main_int(v, &a->pack_c) || a->pack_c > 4 ? main_bad("pack", "--channels takes 1, 2, 3 or 4, not", v) : 0;
+  return main_int(v, &a->pack_mp) ? main_bad("pack", "--max-megapixels takes a positive integer, not", v) : 0;
+}
+
+/* One option with its value (v; NULL for flags). Returns 0, 2 for bad usage (message printed),
+ * or -1 when the option printed what was asked (--help, --version) and the program ends with 0. */
+static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
+  static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
+  static const char *const precisions[] = {"auto", "fp32", "fp16", NULL};
+  static const char *const recomputes[] = {"auto", "none", "all", NULL};
+  const char *cmd = a->cmd;
+  int k, n;
+  long long st;
+  double sec;
+  switch (c) {
+    case 'h': main_usage(stdout, cmd); return -1;
+    case OPT_VERSION: printf("tinytrain %s\n%s\n", TT_VERSION, tt_build_info()); return -1;
+    case OPT_JSON: a->json = 1; return 0;
+    case OPT_MAX_BATCH: a->max_batch = 1; return 0;
+    case OPT_VRAM:
+      if (tt_parse_size(v, &o->vram_bytes)) return main_bad(cmd, "--vram takes a size like 512M, 4G, 4GiB or 3.5G, not", v);
+      return 0;
+    case OPT_DEVICE: /* TT_DEVICE_AUTO, _CPU, _CUDA in this order */
+      if ((k = main_pick(v, devices)) < 0) return main_bad(cmd, "--device takes auto, cpu or cuda, not", v);
+      o->device = k;
+      return 0;
+    case OPT_EPOCHS: return main_int(v, &o->epochs) ? main_bad(cmd, "--epochs takes a positive integer, not", v) : 0;
+    case OPT_THREADS: return main_int(v, &o->threads) ? main_bad(cmd, "--threads takes a positive integer, not", v) : 0;
+    case OPT_MICRO_BATCH:
+      return main_int(v, &o->micro_batch) ? main_bad(cmd, "--micro-batch takes a positive integer, not", v) : 0;
+    case OPT_MAX_STEPS:
+      if (main_int(v, &n)) return main_bad(cmd, "--max-steps takes a positive integer, not", v);
+      o->max_steps = n;
+      return 0;
+    case OPT_CHECKPOINT_EVERY:
+      if (tt_parse_interval(v, &st, &sec))
+        return main_bad(cmd, "--checkpoint-every takes optimizer steps (500), a wall time (30s, 10m, 1h) or 0, not", v);
+      o->checkpoint_every = v;
+      return 0;
+    case OPT_PRECISION: /* 0 auto, 1 fp32, 2 fp16 */
+      if ((k = main_pick(v, precisions)) < 0) return main_bad(cmd, "--precision takes fp32, fp16 or auto, not", v);
+      o->precision = k;
+      return 0;
+    case OPT_RECOMPUTE: /* 0 auto, 1 none, 2 all */
+      if ((k = main_pick(v, recomputes)) < 0) return main_bad(cmd, "--recompute takes none, auto or all, not", v);
+      o->recompute = k;
+      return 0;
+    case OPT_OUT: o->out_dir = v; return 0;
+    case OPT_RESUME: o->resume_dir = v; return 0;
+    case OPT_INIT: o->init_weights = v; return 0;
+    case OPT_WEIGHTS: a->weights = v; return 0;
+    case OPT_TOP: return main_int(v, &a->top) ? main_bad(cmd, "--top takes a positive integer, not", v) : 0;
+    case OPT_RANKS:
+      if (strcmp(cmd, "plan")) return main_bad(cmd, "--ranks is an option of plan (training takes its processes from mpirun -np)", NULL);
+      return main_int(v, &o->ranks) ? main_bad(cmd, "--ranks takes a positive integer, not", v) : 0;
+    case OPT_SIZE:
+    case OPT_CHANNELS:
+    case OPT_MAX_MEGAPIXELS: return main_pack_option(c, v, a);
+    default: return main_bad(cmd, "unknown option", v);
+  }
+}
+
+/* Parses argv[first..]: the options (getopt_long, which moves the operands to the end) and the
+ * recipe. Returns 0, 2 for bad usage, or -1 when --help or --version was answered. */
+static int main_parse(int argc, char **argv, int first, tt_run_opts *o, main_args *a) {
+  int n = argc - first + 1; /* getopt_long takes argv[0] as the program's name */
+  char **av = argv + first - 1;
+  opterr = 0;
+  optind = 1;
+  for (;;) {
+    int c = getopt_long(n, av, ":h", main_options, NULL);
+    if (c == -1) break;
+    int rc;
+    if (c == ':') rc = main_bad(a->cmd, "missing value for", av[optind - 1]);
+    else if (c == '?' && optopt >= OPT_VRAM) rc = main_bad(a->cmd, "this option takes no value", av[optind - 1]);
+    else if (c == '?' && optopt) {
+      char s[3] = {'-', (char)optopt, 0};
+      rc = main_bad(a->cmd, "unknown option", s);
+    } else if (c == '?') rc = main_bad(a->cmd, "unknown option", av[optind - 1]);
+    else rc = main_option(c, optarg, o, a);
+    if (rc) return rc;
+  }
+  for (int i = optind; i < n; i++) {
+    if (o->recipe && (!strcmp(a->cmd, "predict") || !strcmp(a->cmd, "pack"))) {
+      a->images = av + i, a->nimages = n - i;
+      break;
+    }
+    if (o->recipe) return main_bad(a->cmd, "more than one recipe given", av[i]);
+    o->recipe = av[i];
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  tt_run_opts o;
+  tt_run_opts_init(&o);
+  main_args a;
+  memset(&a, 0, sizeof a);
+  a.cmd = "train";
+  int first = 1;
+  static const char *const cmds[] = {"train", "plan", "eval", "predict", "pack", NULL};
+  if (argc > 1 && main_pick(argv[1], cmds) >= 0) a.cmd = argv[first++];
+  const char *cmd = a.cmd;
+  int prc = main_parse(argc, argv, first, &o, &a);
+  if (prc) return prc < 0 ? 0 : prc;
+  if (!o.recipe) return main_bad(strcmp(cmd, "train") ? cmd : NULL, "no recipe given", NULL);
+  if ((a.max_batch || a.json) && strcmp(cmd, "plan") && !(a.json && !strcmp(cmd, "predict")))
+    return main_bad(cmd, a.max_batch ? "--max-batch is an option of plan" : "--json is an option of plan and predict", NULL);
+  if (a.top && strcmp(cmd, "predict")) return main_bad(cmd, "--top is an option of predict", NULL);
+  if (o.init_weights && strcmp(cmd, "train")) return main_bad(cmd, "--init is an option of train", NULL);
+  if (o.init_weights && o.resume_dir)
+    return main_bad(cmd, "--init starts a new run from weights, --resume continues one: give one of them", NULL);
+  /* the largest micro-batch that fits needs something to fit in: without a budget every
+   * batch "fits" and the search stopped at its cap of 65536 */
+  if (a.max_batch && !o.vram_bytes) return main_bad(cmd, "--max-batch needs a budget: give --vram SIZE", NULL);
+  char err[1200];
+  int rc;
+  if (!strcmp(cmd, "plan")) {
+    rc = tt_plan(&o, a.json, a.max_batch, stdout, err, sizeof err);
+  } else if (!strcmp(cmd, "predict")) {
+    if (!a.weights) return main_bad(cmd, "predict needs --weights FILE", NULL);
+    if (!a.nimages) return main_bad(cmd, "predict needs image files or folders after the recipe", NULL);
+    rc = tt_predict(&o, a.weights, (const char *const *)a.images, a.nimages, a.top ? a.top : 5, a.json, err, sizeof err);
+  } else if (!strcmp(cmd, "pack")) { /* pack SOURCE PREFIX, or pack RECIPE */
+    if (a.nimages > 1) return main_bad(cmd, "pack takes SOURCE PREFIX or RECIPE", NULL);
+    rc = tt_pack(o.recipe, a.nimages ? a.images[0] : NULL, a.pack_c, a.pack_h, a.pack_w, a.pack_mp, stdout, err, sizeof err);
+  } else if (!strcmp(cmd, "eval")) {
+    if (!a.weights) return main_bad(cmd, "eval needs --weights FILE", NULL);
+    rc = tt_evaluate(&o, a.weights, err, sizeof err);
+  } else {
+    rc = tt_train(&o, err, sizeof err);
+  }
+  if (rc) {
+    /* under mpirun: the rank that failed, then MPI_Abort ends the other processes */
+    if (tt_dist_size() > 1 && strncmp(err, "rank ", 5)) fprintf(stderr, "tinytrain: rank %d of %d: %s\n", tt_dist_rank(), tt_dist_size(), err);
+    else fprintf(stderr, "tinytrain: %s\n", err);
+    tt_dist_end(rc != TT_STOPPED);
+    return rc == TT_STOPPED && o.stop_signal > 0 ? 128 + o.stop_signal : 1; /* 130 SIGINT, 143 SIGTERM */
+  }
+  tt_dist_end(0);
+  return 0;
+}

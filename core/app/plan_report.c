@@ -1,0 +1,338 @@
+/* core/app/plan_report.c — `tinytrain plan`: the memory plan as a table or one JSON object. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../runtime/dist.h"
+#include "../data/data.h"
+#include "../runtime/session.h"
+
+/* Bytes the frozen layers' weights would have taken in gradients and optimizer state. */
+static size_t plan_frozen_saved(const tt_session *s) {
+  const tt_train_cfg *tc = &s->model.train;
+  size_t per = 1 + (tc->optimizer == TT_OPT_SGD ? (tc->momentum != 0.0f) : 2); /* gradient + state */
+  return tt_size_mul(s->graph.frozen_numel, per * sizeof(float));
+}
+
+static double plan_mib(size_t b) { return b / 1048576.0; }
+
+static void plan_breakdown(const tt_program *p, size_t *params, size_t *grads, size_t *opt, size_t *acts, size_t *ws) {
+  size_t at[TT_BC_COUNT];
+  tt_program_peak_breakdown(p, at);
+  *params = at[TT_BC_PARAMS] + at[TT_BC_MISC];
+  *grads = at[TT_BC_GRADS];
+  *opt = at[TT_BC_OPTIMIZER];
+  *acts = at[TT_BC_ACTIVATIONS] + at[TT_BC_ACT_GRADS] + at[TT_BC_WEIGHT_COPIES];
+  *ws = at[TT_BC_WORKSPACE];
+}
+
+static int plan_max_batch(tt_session *s, const tt_run_opts *o, int json, FILE *out) {
+  tt_policy_opts so;
+  memset(&so, 0, sizeof so);
+  so.vram_bytes = o->vram_bytes;
+  so.reserve_bytes = s->sched.reserve_bytes;
+  so.inplace = 1;
+  so.profile = s->target_cuda ? tt_profile_cuda_generic() : tt_profile_cpu();
+  static const char *const rn[3] = {"none", "auto", "all"};
+  tt_recompute_mode rm[3] = {TT_RECOMP_NONE, TT_RECOMP_AUTO, TT_RECOMP_ALL};
+  tt_dtype dts[2] = {TT_F32, TT_F16};
+  if (json) fprintf(out, "{\"budget_bytes\": %zu, \"reserve_bytes\": %zu, \"max_batch\": [", s->sched.budget_bytes,
+                    s->sched.reserve_bytes);
+  else fprintf(out, "largest micro-batch that fits in %.1f MiB (--vram %.1f MiB less %.1f MiB reserve):\n",
+               plan_mib(s->sched.budget_bytes), plan_mib(o->vram_bytes), plan_mib(s->sched.reserve_bytes));
+  if (!json) fprintf(out, "  %-10s %-10s %12s %14s\n", "precision", "recompute", "micro-batch", "arena MiB");
+  int first = 1;
+  for (int d = 0; d < 2; d++)
+    for (int r = 0; r < 3; r++) {
+      size_t arena = 0;
+      int mb = tt_policy_max_batch(&s->graph, s->be, &so, dts[d], rm[r], &arena);
+      if (json) {
+        fprintf(out, "%s{\"precision\": \"%s\", \"recompute\": \"%s\", \"micro_batch\": %d, \"arena_bytes\": %zu}",
+                first ? "" : ", ", d ? "fp16" : "fp32", rn[r], mb, arena);
+        first = 0;
+      } else {
+        fprintf(out, "  %-10s %-10s %12d %14.1f\n", d ? "fp16" : "fp32", rn[r], mb, plan_mib(arena));
+      }
+    }
+  if (json) fprintf(out, "]}\n");
+  return 0;
+}
+
+/* Plans what only the report reads (tt_policy_explain); that time counts in the planning time
+ * the report states. */
+static void plan_explain(tt_session *s) {
+  double t0 = tt_now();
+  tt_policy_explain(&s->graph, s->be, &s->policy_opts, &s->sched);
+  s->plan_ms += 1e3 * (tt_now() - t0);
+}
+
+/* The recomputed layers come in runs (segments: everything between two kept boundaries); the next
+ * run from node *from: its first and last node, and how many layers it recomputes (views,
+ * which have no step, not counted); 0 when there is none. */
+static int plan_next_run(const tt_session *s, int *from, int *first, int *last) {
+  int v = *from, n = s->graph.nnodes, layers = 0;
+  while (v < n && !s->sched.recompute[v]) v++;
+  if (v >= n) return 0;
+  *first = v;
+  for (; v < n && s->sched.recompute[v]; v++) layers += !tt_op_is_view(&s->model.layers[v], 1);
+  *last = v - 1, *from = v;
+  return layers;
+}
+
+/* The training loader's host memory: its ring of batches (+ staging images when streaming). */
+static size_t plan_loader_bytes(const tt_session *s, int *threads, int *streaming) {
+  const tt_model *m = &s->model;
+  *threads = m->data.loader_threads > 0 ? m->data.loader_threads : TT_LOADER_THREADS;
+  *streaming = m->data.format == TT_DATA_FOLDER || m->data.format == TT_DATA_LIST;
+  if (m->data.format == TT_DATA_NPY) /* memory-mapped; its staging images are the same size */
+    return tt_loader_host_bytes(s->sched.policy.micro_batch, m->in_c, m->in_h, m->in_w, *threads, 1);
+  return tt_loader_host_bytes(s->sched.policy.micro_batch, m->in_c, m->in_h, m->in_w, *threads, *streaming);
+}
+
+static void plan_text_loader(const tt_session *s, FILE *out) {
+  int threads, streaming;
+  size_t bytes = plan_loader_bytes(s, &threads, &streaming);
+  fprintf(out, "  loader      host %.1f MiB: %d threads, a ring of %d batches of %d images of %d bytes%s\n",
+          plan_mib(bytes), threads, tt_loader_slots(threads), s->sched.policy.micro_batch,
+          s->model.in_c * s->model.in_h * s->model.in_w, " + 2 staging images per slot");
+  if (streaming)
+    fprintf(out, "              streamed from disk (decoded per batch; independent of the data set's size); each thread\n"
+                 "              also holds one file and its decoded image briefly (the pixel limit bounds it)\n\n");
+  else if (s->model.data.format == TT_DATA_NPY)
+    fprintf(out, "              format = npy: the images file is memory-mapped (pages in as read; the kernel's\n"
+                 "              page cache, not this process, holds it), the labels read (4 bytes per image)\n\n");
+  else if (s->model.data.format == TT_DATA_NONE)
+    fprintf(out, "              (the recipe has no [data] section)\n\n");
+  else
+    fprintf(out, "              plus the data set itself in memory (format = %s)\n\n",
+            s->model.data.format == TT_DATA_IDX ? "idx" : "synthetic");
+}
+
+/* The plan as one JSON object (`plan --json`), built in memory and written whole. */
+static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_err *err) {
+  const tt_policy_result *r = &s->sched;
+  const tt_program *p = &r->train;
+  const tt_graph *g = &s->graph;
+  size_t bp, bg, bo, ba, bw;
+  plan_breakdown(p, &bp, &bg, &bo, &ba, &bw);
+  double ratio = p->peak_live_bytes ? (double)p->arena_bytes / (double)p->peak_live_bytes : 1.0;
+  tt_strbuf b;
+  memset(&b, 0, sizeof b);
+  tt_strbuf_printf(&b, "{\"recipe\": ");
+  tt_strbuf_json(&b, s->model.path);
+  tt_strbuf_printf(&b, ", \"arena_bytes\": %zu, \"peak_live_bytes\": %zu, \"ratio\": %.4f, \"micro_batch\": %d, "
+                       "\"accum_steps\": %d, \"effective_batch\": %d, \"ranks\": %d, \"global_batch\": %d, "
+                       "\"precision\": \"%s\", \"eval_batch\": %d, "
+                       "\"eval_arena_bytes\": %zu, \"breakdown\": {\"params\": %zu, \"grads\": %zu, \"optimizer\": %zu, "
+                       "\"activations\": %zu, \"workspace\": %zu}, \"recompute\": [",
+                   p->arena_bytes, p->peak_live_bytes, ratio, r->policy.micro_batch, r->policy.accum_steps,
+                   r->policy.micro_batch * r->policy.accum_steps, s->ranks,
+                   r->policy.micro_batch * r->policy.accum_steps * s->ranks, r->policy.act_dtype == TT_F16 ? "fp16" : "fp32",
+                   r->eval.policy.micro_batch, r->eval.persistent_bytes + r->eval.transient_bytes, bp, bg, bo, ba, bw);
+  int first = 1;
+  for (int i = 0; i < g->nnodes; i++)
+    if (r->recompute[i]) {
+      if (!first) tt_strbuf_put(&b, ", ", 2);
+      tt_strbuf_json(&b, s->model.layers[i].name);
+      first = 0;
+    }
+  tt_strbuf_printf(&b, "], \"recompute_segments\": [");
+  for (int v = 0, a, z, k = 0, nl; (nl = plan_next_run(s, &v, &a, &z)) > 0; k++) {
+    tt_strbuf_printf(&b, "%s{\"first\": ", k ? ", " : "");
+    tt_strbuf_json(&b, s->model.layers[a].name);
+    tt_strbuf_printf(&b, ", \"last\": ");
+    tt_strbuf_json(&b, s->model.layers[z].name);
+    tt_strbuf_printf(&b, ", \"layers\": %d}", nl);
+  }
+  tt_strbuf_printf(&b, "], \"inplace_ops\": %d, \"predicted_step_ms\": %.3f, \"predicted_recompute_ms\": %.3f, "
+                       "\"reserve_bytes\": %zu, \"reserve_measured\": %s, \"budget_bytes\": %zu, \"vram_bytes\": %zu, "
+                       "\"plan_ms\": %.2f, \"params\": %zu, \"target\": ",
+                   p->n_inplace, r->predicted_step_ms, r->recompute_ms, r->reserve_bytes,
+                   s->reserve_measured ? "true" : "false", r->budget_bytes, o->vram_bytes, s->plan_ms, g->trainable_numel);
+  tt_strbuf_json(&b, s->target_cuda ? "cuda" : "cpu");
+  /* the device's free memory after the context and handles: null without a GPU to ask */
+  if (s->device_free_known) tt_strbuf_printf(&b, ", \"device_free_bytes\": %zu", s->device_free_bytes);
+  else tt_strbuf_printf(&b, ", \"device_free_bytes\": null");
+  tt_strbuf_printf(&b, ", \"budget_clamped\": %s", s->budget_clamped ? "true" : "false");
+  tt_strbuf_printf(&b, ", \"frozen_params\": %zu, \"frozen_saved_bytes\": %zu", g->frozen_numel, plan_frozen_saved(s));
+  {
+    int threads, streaming;
+    size_t lb = plan_loader_bytes(s, &threads, &streaming);
+    tt_strbuf_printf(&b, ", \"loader\": {\"host_bytes\": %zu, \"threads\": %d, \"streaming\": %s}", lb, threads,
+                     streaming ? "true" : "false");
+  }
+  tt_strbuf_printf(&b, ", \"saved\": {\"fp32_plain_arena_bytes\": %zu, \"no_inplace_arena_bytes\": %zu, "
+                       "\"no_recompute_arena_bytes\": %zu}, \"alternatives\": [",
+                   r->arena_fp32_plain, r->arena_no_inplace, r->arena_no_recompute);
+  for (int i = 0; i < r->nalts; i++) {
+    const tt_policy_alt *a = &r->alts[i];
+    tt_strbuf_printf(&b, "%s{\"micro_batch\": %d, \"precision\": \"%s\", \"recomputed_layers\": %d, \"arena_bytes\": %zu, "
+                         "\"predicted_step_ms\": %.3f, \"why\": ",
+                     i ? ", " : "", a->micro_batch, a->dtype == TT_F16 ? "fp16" : "fp32", a->recompute_units,
+                     a->arena_bytes, a->step_ms);
+    tt_strbuf_json(&b, a->why);
+    tt_strbuf_put(&b, "}", 1);
+  }
+  tt_strbuf_printf(&b, "]}\n");
+  int rc = b.oom ? tt_fail(err, "out of host memory writing the plan of %s", s->model.path) : 0;
+  if (!rc) fwrite(b.p, 1, b.n, out);
+  free(b.p);
+  return rc;
+}
+
+/* Which layers the backward pass recomputes, segment by segment (the first few). */
+static void plan_text_recomputed(const tt_session *s, FILE *out) {
+  int v = 0, a, z, k = 0, nseg = 0, layers = 0, nl;
+  while ((nl = plan_next_run(s, &v, &a, &z)) > 0) nseg++, layers += nl;
+  if (!nseg) return;
+  fprintf(out, "              recomputed: %d layers in %d segment%s:", layers, nseg, nseg > 1 ? "s" : "");
+  for (v = 0; k < 6 && plan_next_run(s, &v, &a, &z) > 0; k++)
+    fprintf(out, "%s %s%s%s", k ? "," : "", s->model.layers[a].name, a < z ? ".." : "", a < z ? s->model.layers[z].name : "");
+  fprintf(out, "%s\n", nseg > k ? ", ..." : "");
+}
+
+/* The text report's opening: target, model, budget, the chosen policy and its predicted time. */
+static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *out) {
+  const tt_policy_result *r = &s->sched;
+  const tt_program *p = &r->train;
+  const tt_graph *g = &s->graph;
+  fprintf(out, "plan for %s (%s target%s)\n", s->model.path, s->target_cuda ? "CUDA" : "CPU",
+          s->target_cuda && !s->reserve_measured ? ", no GPU here: reserve and speed are estimates" : "");
+  fprintf(out, "  model       %d layers, %.2fM parameters, %.3f GFLOP per image forward\n", g->nnodes - 1,
+          g->trainable_numel / 1e6, g->flops_per_sample / 1e9);
+  if (g->frozen_numel)
+    fprintf(out, "  frozen      %zu parameters (freeze = true): %.2f MiB of gradients and optimizer state not planned\n",
+            g->frozen_numel, plan_mib(plan_frozen_saved(s)));
+  if (o->vram_bytes)
+    fprintf(out, "  budget      --vram %.1f MiB - reserve %.1f MiB (%s) = %.1f MiB for the arena\n", plan_mib(o->vram_bytes),
+            plan_mib(r->reserve_bytes),
+            s->reserve_measured ? "measured" : (r->reserve_bytes ? "estimated CUDA context + cuDNN/cuBLAS handles" : "none on the CPU"),
+            plan_mib(r->budget_bytes));
+  else
+    fprintf(out, "  budget      none given (--vram SIZE to plan for a card)\n");
+  if (s->device_free_known)
+    fprintf(out, "              the device has %.1f MiB free%s\n", plan_mib(s->device_free_bytes),
+            s->budget_clamped ? ": the budget is clamped to it (less the libraries' margin)" : "");
+  else if (s->target_cuda)
+    fprintf(out, "              the device's free memory is unknown (no GPU here): the budget assumes all of --vram\n");
+  fprintf(out, "  policy      micro-batch %d x %d accumulation steps = effective batch %d; %s; %d in-place ops; "
+               "recompute %d of %d units (%d layers)\n",
+          r->policy.micro_batch, r->policy.accum_steps, r->policy.micro_batch * r->policy.accum_steps,
+          r->policy.act_dtype == TT_F16 ? "fp16 autocast with dynamic loss scaling" : "fp32", p->n_inplace,
+          r->recomputed_units, r->nunits, p->n_recomputed_steps);
+  plan_text_recomputed(s, out);
+  if (s->ranks > 1)
+    fprintf(out, "  ranks       planned per rank for --ranks %d (the budget is each rank's GPU): global batch %d x %d ranks = %d;\n"
+                 "              fp32 gradients all-reduced once per optimizer step (%.1f MiB per rank) in %d buckets\n"
+                 "              of the arena, each started when backward has written its last gradient\n",
+            s->ranks, r->policy.micro_batch * r->policy.accum_steps, s->ranks,
+            r->policy.micro_batch * r->policy.accum_steps * s->ranks, plan_mib(s->sched.train.class_bytes[TT_BC_GRADS]),
+            tt_dist_bucket_count(&s->sched.train));
+  fprintf(out, "              batch-norm statistics are computed per micro-batch of %d\n", r->policy.micro_batch);
+  fprintf(out, "  predicted   %.1f ms per optimizer step (%.1f ms of it recomputing), %s cost model\n",
+          r->predicted_step_ms, r->recompute_ms, s->target_cuda ? "generic CUDA" : "CPU");
+  fprintf(out, "  evaluation  batch %d in the same arena\n", r->eval.policy.micro_batch);
+  plan_text_loader(s, out);
+}
+
+/* Persistent buffers by class, then every layer's activation buffer. */
+static void plan_text_buffers(const tt_session *s, FILE *out) {
+  const tt_policy_result *r = &s->sched;
+  const tt_program *p = &r->train;
+  const tt_graph *g = &s->graph;
+  fprintf(out, "  %-44s %14s %10s\n", "persistent buffers", "bytes", "MiB");
+  size_t cls[TT_BC_COUNT];
+  memset(cls, 0, sizeof cls);
+  for (int i = 0; i < p->nbufs; i++)
+    if (p->bufs[i].persistent) cls[p->bufs[i].cls] += p->bufs[i].bytes;
+  const char *pn[4] = {"weights and batch-norm statistics (fp32)", "gradient accumulators (fp32)", "optimizer state", "loss statistics, overflow flag"};
+  tt_buf_class pc[4] = {TT_BC_PARAMS, TT_BC_GRADS, TT_BC_OPTIMIZER, TT_BC_MISC};
+  for (int k = 0; k < 4; k++) fprintf(out, "    %-42s %14zu %10.2f\n", pn[k], cls[pc[k]], plan_mib(cls[pc[k]]));
+  fprintf(out, "  %-44s %14zu %10.2f\n\n", "persistent total (aligned)", p->persistent_bytes, plan_mib(p->persistent_bytes));
+  fprintf(out, "  transient buffers: activations by layer (micro-batch %d, %s)\n", r->policy.micro_batch,
+          r->policy.act_dtype == TT_F16 ? "fp16" : "fp32");
+  fprintf(out, "    %-34s %-14s %12s %10s  %s\n", "layer", "output", "bytes", "MiB", "");
+  for (int i = 0; i < g->nnodes; i++) {
+    const tt_node *n = &g->nodes[i];
+    int b = p->value_buf[i];
+    if (b < 0) continue;
+    int view = (i > 0 && p->value_buf[i] == p->value_buf[n->in[0]]);
+    char shape[48];
+    snprintf(shape, sizeof shape, "%dx%dx%d", n->c, n->h, n->w);
+    fprintf(out, "    %-34.34s %-14s %12zu %10.2f  %s%s\n", s->model.layers[i].name, shape, view ? (size_t)0 : p->bufs[b].bytes,
+            view ? 0.0 : plan_mib(p->bufs[b].bytes), view ? "view" : (p->bufs[b].aliased ? "in place" : ""),
+            r->recompute[i] ? (p->bufs[b].aliased ? ", recomputed" : "recomputed") : "");
+  }
+}
+
+/* What is live at the peak, the arena against its lower bound, and the evaluation program. */
+static void plan_text_peak(const tt_session *s, FILE *out) {
+  const tt_policy_result *r = &s->sched;
+  const tt_program *p = &r->train;
+  double ratio = p->peak_live_bytes ? (double)p->arena_bytes / (double)p->peak_live_bytes : 1.0;
+  size_t at[TT_BC_COUNT];
+  int ps = tt_program_peak_breakdown(p, at);
+  size_t sum = 0;
+  fprintf(out, "\n  live at the peak (step %d of %d; persistent buffers with their alignment)\n", ps, p->nsteps);
+  for (int c = 0; c < TT_BC_COUNT; c++) {
+    if (at[c]) fprintf(out, "    %-42s %14zu %10.2f\n", tt_buf_class_name((tt_buf_class)c), at[c], plan_mib(at[c]));
+    sum += at[c];
+  }
+  fprintf(out, "    %-42s %14zu %10.2f\n", "total (the lower bound below)", sum, plan_mib(sum));
+  fprintf(out, "\n  %-44s %14zu %10.2f\n", "arena (one allocation)", p->arena_bytes, plan_mib(p->arena_bytes));
+  fprintf(out, "  %-44s %14zu %10.2f\n", "lower bound (peak live bytes)", p->peak_live_bytes, plan_mib(p->peak_live_bytes));
+  fprintf(out, "  %-44s %14.4f\n", "arena / lower bound", ratio);
+  size_t ev = r->eval.persistent_bytes + r->eval.transient_bytes;
+  fprintf(out, "  %-44s %14zu %10.2f\n\n", "evaluation program (fits in the same arena)", ev, plan_mib(ev));
+}
+
+/* What each technique saved, and the alternatives the search planned and rejected. */
+static void plan_text_choices(const tt_session *s, FILE *out) {
+  const tt_policy_result *r = &s->sched;
+  fprintf(out, "  what each technique saved at micro-batch %d:\n", r->policy.micro_batch);
+  fprintf(out, "    fp32, no in-place, no recompute           %10.1f MiB\n", plan_mib(r->arena_fp32_plain));
+  fprintf(out, "    chosen precision, no in-place             %10.1f MiB\n", plan_mib(r->arena_no_inplace));
+  fprintf(out, "    chosen precision + in-place, no recompute %10.1f MiB\n", plan_mib(r->arena_no_recompute));
+  fprintf(out, "    chosen policy                             %10.1f MiB\n\n", plan_mib(r->train.arena_bytes));
+  if (r->nalts) {
+    fprintf(out, "  alternatives considered (%d candidates planned in %.1f ms):\n", r->candidates_tried, s->plan_ms);
+    for (int i = 0; i < r->nalts; i++) {
+      const tt_policy_alt *a = &r->alts[i];
+      fprintf(out, "    micro-batch %4d %s recompute %3d layers  arena %9.1f MiB  %8.1f ms/step  %s\n", a->micro_batch,
+              a->dtype == TT_F16 ? "fp16" : "fp32", a->recompute_units, plan_mib(a->arena_bytes), a->step_ms, a->why);
+    }
+  } else {
+    fprintf(out, "  %d candidates planned in %.1f ms\n", r->candidates_tried, s->plan_ms);
+  }
+}
+
+int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *errbuf, size_t errsize) {
+  tt_err err;
+  err.msg[0] = 0;
+  tt_session *s = NULL;
+  if (max_batch && !o->vram_bytes) {
+    snprintf(errbuf, errsize, "plan --max-batch needs a budget (--vram SIZE): without one every micro-batch fits");
+    return -1;
+  }
+  if (tt_session_open(&s, o, TT_SESSION_PLAN, &err)) {
+    snprintf(errbuf, errsize, "%s", err.msg);
+    return -1;
+  }
+  int rc = 0;
+  if (max_batch) {
+    plan_max_batch(s, o, json, out);
+  } else {
+    plan_explain(s);
+    if (json) {
+      rc = plan_json(s, o, out, &err);
+    } else {
+      plan_text_policy(s, o, out);
+      plan_text_buffers(s, out);
+      plan_text_peak(s, out);
+      plan_text_choices(s, out);
+    }
+  }
+  tt_session_close(s);
+  if (rc) snprintf(errbuf, errsize, "%s", err.msg);
+  return rc;
+}

@@ -1,0 +1,181 @@
+/* core/app/predict.c — `tinytrain predict`: the top classes of image files (or of the images in
+ * folders) under a weights file, by name when the weights' metadata has the class names. The
+ * images are decoded as the test split's are, and run through the step-level API's forward-only
+ * net (core/app/api.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "api_int.h"
+#include "../data/data.h"
+#include "../base/safetensors.h"
+#include "../tinytrain.h"
+
+typedef struct predict_ctx {
+  char **paths;       /* every image to predict, in order */
+  int npaths, cap;
+  int *from_dir;      /* 1: found in a folder (undecodable: skipped with a warning) */
+  char **names;       /* class names from the weights' metadata, or NULL */
+  int nnames;
+} predict_ctx;
+
+static int predict_push(predict_ctx *c, const char *path, int from_dir, tt_err *err) {
+  if (c->npaths == c->cap) {
+    int ncap = c->cap ? 2 * c->cap : 64;
+    char **np = (char **)realloc(c->paths, sizeof(char *) * (size_t)ncap);
+    if (np) c->paths = np;
+    int *nf = np ? (int *)realloc(c->from_dir, sizeof(int) * (size_t)ncap) : NULL;
+    if (nf) c->from_dir = nf;
+    if (!np || !nf) return tt_fail(err, "out of host memory listing the images");
+    c->cap = ncap;
+  }
+  size_t len = strlen(path);
+  char *p = (char *)tt_malloc(len + 1, "image path", err);
+  if (!p) return -1;
+  memcpy(p, path, len + 1);
+  c->paths[c->npaths] = p, c->from_dir[c->npaths] = from_dir;
+  c->npaths++;
+  return 0;
+}
+
+/* The inputs as image paths: a file as given, a folder as its regular files (sorted). */
+static int predict_collect(predict_ctx *c, const char *const *inputs, int n, tt_err *err) {
+  for (int i = 0; i < n; i++) {
+    struct stat st;
+    if (stat(inputs[i], &st) != 0 || !S_ISDIR(st.st_mode)) {
+      if (predict_push(c, inputs[i], 0, err)) return -1;
+      continue;
+    }
+    char **names;
+    int k, rc = 0;
+    if (tt_dir_entries(inputs[i], &names, &k, err)) return -1;
+    for (int j = 0; j < k && !rc; j++) {
+      char full[TT_PATH_MAX + 256];
+      snprintf(full, sizeof full, "%s/%s", inputs[i], names[j]);
+      if (stat(full, &st) == 0 && S_ISREG(st.st_mode)) rc = predict_push(c, full, 1, err);
+    }
+    tt_dir_entries_free(names, k);
+    if (rc) return -1;
+  }
+  if (!c->npaths) return tt_fail(err, "no image files to predict in the folders given");
+  return 0;
+}
+
+/* The class names the weights carry (metadata TT_META_CLASSES), when there are `classes` of them. */
+static void predict_names(predict_ctx *c, const char *weights, int classes) {
+  tt_err e;
+  if (tt_st_file_names(weights, TT_META_CLASSES, &c->names, &c->nnames, &e)) {
+    tt_warn_stderr(NULL, e.msg); /* printed by number then */
+  } else if (c->names && c->nnames != classes) {
+    char w[TT_PATH_MAX + 160];
+    snprintf(w, sizeof w, "%s: warning: %d class names for %d classes; printing class numbers", weights, c->nnames, classes);
+    tt_warn_stderr(NULL, w);
+    free(c->names);
+    c->names = NULL;
+  }
+}
+
+/* One image's line: text "path: name 93.10%, ..." or a JSON object. */
+static void predict_print(const predict_ctx *c, FILE *out, int json, int first, const char *path, const int32_t *cls,
+                          const float *pr, int k) {
+  tt_strbuf b;
+  memset(&b, 0, sizeof b);
+  if (json) {
+    tt_strbuf_printf(&b, "%s{\"file\": ", first ? "" : ",\n");
+    tt_strbuf_json(&b, path);
+    tt_strbuf_printf(&b, ", \"top\": [");
+  } else {
+    tt_strbuf_printf(&b, "%s:", path);
+  }
+  for (int j = 0; j < k; j++) {
+    if (json) {
+      tt_strbuf_printf(&b, "%s{\"class\": %d, \"name\": ", j ? ", " : "", (int)cls[j]);
+      if (c->names) tt_strbuf_json(&b, c->names[cls[j]]);
+      else tt_strbuf_printf(&b, "null");
+      tt_strbuf_printf(&b, ", \"probability\": %.6g}", (double)pr[j]);
+    } else if (c->names) {
+      tt_strbuf_printf(&b, "%s %s %.2f%%", j ? "," : "", c->names[cls[j]], 100.0 * pr[j]);
+    } else {
+      tt_strbuf_printf(&b, "%s %d %.2f%%", j ? "," : "", (int)cls[j], 100.0 * pr[j]);
+    }
+  }
+  tt_strbuf_printf(&b, json ? "]}" : "\n");
+  if (!b.oom) fputs(b.p, out);
+  free(b.p);
+}
+
+/* Decodes paths [from, from + n) into img (skipping, with a warning, what a folder held that is
+ * not an image), predicts and prints them. *printed counts the lines so far. */
+static int predict_chunk(predict_ctx *c, tt_net *net, const tt_net_info *in, int from, int n, int top, int json,
+                         uint8_t *img, int32_t *cls, float *pr, const char **done, int *printed, FILE *out, tt_err *err) {
+  size_t per = (size_t)in->channels * in->height * in->width;
+  int k = 0;
+  for (int i = from; i < from + n; i++) {
+    tt_err e;
+    if (tt_image_decode_eval(c->paths[i], tt_net_data_cfg(net), in->channels, in->height, in->width, img + per * k,
+                             &e)) {
+      if (!c->from_dir[i]) return tt_fail(err, "%s", e.msg);
+      char w[1100];
+      snprintf(w, sizeof w, "%s (skipped)", e.msg);
+      tt_warn_stderr(NULL, w);
+      continue;
+    }
+    done[k++] = c->paths[i];
+  }
+  if (k && tt_net_topk(net, img, k, top, cls, pr)) return tt_fail(err, "%s", tt_net_error(net));
+  for (int i = 0; i < k; i++) predict_print(c, out, json, *printed + i == 0, done[i], cls + i * top, pr + i * top, top);
+  *printed += k;
+  return 0;
+}
+
+static int predict_run(predict_ctx *c, tt_net *net, int top, int json, FILE *out, tt_err *err) {
+  tt_net_info in;
+  tt_net_info_get(net, &in);
+  if (top > in.classes) top = in.classes;
+  int B = in.eval_batch, printed = 0, rc = 0;
+  size_t per = (size_t)in.channels * in.height * in.width;
+  uint8_t *img = (uint8_t *)tt_malloc(tt_size_mul(per, (size_t)B), "images", err);
+  int32_t *cls = (int32_t *)tt_malloc(sizeof(int32_t) * (size_t)B * top, "classes", err);
+  float *pr = (float *)tt_malloc(sizeof(float) * (size_t)B * top, "probabilities", err);
+  const char **done = (const char **)tt_malloc(sizeof(char *) * (size_t)B, "paths", err);
+  if (!img || !cls || !pr || !done) rc = -1;
+  if (!rc && json) fputs("[\n", out);
+  for (int from = 0; !rc && from < c->npaths; from += B)
+    rc = predict_chunk(c, net, &in, from, c->npaths - from < B ? c->npaths - from : B, top, json, img, cls, pr, done,
+                       &printed, out, err);
+  if (!rc && json) fputs("\n]\n", out);
+  if (!rc && !printed) rc = tt_fail(err, "none of the %d files given could be read as an image", c->npaths);
+  free(img), free(cls), free(pr), free((void *)done);
+  return rc;
+}
+
+int tt_predict(tt_run_opts *o, const char *weights, const char *const *inputs, int ninputs, int top, int json,
+               char *errbuf, size_t errsize) {
+  tt_err err;
+  err.msg[0] = 0;
+  predict_ctx c;
+  memset(&c, 0, sizeof c);
+  tt_net *net = NULL;
+  int rc = -1;
+  FILE *out = o->out ? o->out : stdout;
+  if (top < 1) top = 1;
+  if (predict_collect(&c, inputs, ninputs, &err)) goto done;
+  if (tt_net_open_mode(&net, o, 0, err.msg, sizeof err.msg)) goto done;
+  if (tt_net_load(net, weights)) {
+    tt_fail(&err, "%s", tt_net_error(net));
+    goto done;
+  }
+  {
+    tt_net_info in;
+    tt_net_info_get(net, &in);
+    predict_names(&c, weights, in.classes);
+  }
+  rc = predict_run(&c, net, top, json, out, &err);
+done:
+  tt_net_close(net);
+  for (int i = 0; i < c.npaths; i++) free(c.paths[i]);
+  free(c.paths), free(c.from_dir), free(c.names);
+  if (rc && errbuf) snprintf(errbuf, errsize, "%s", err.msg[0] ? err.msg : "unknown error");
+  return rc;
+}

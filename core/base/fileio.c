@@ -1,0 +1,234 @@
+/* core/base/fileio.c — see fileio.h. POSIX (open/write/fsync/rename). */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+#include "fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+static int fileio_write_all(int fd, const void *buf, size_t n) {
+  const unsigned char *p = (const unsigned char *)buf;
+  while (n > 0) {
+    ssize_t k = write(fd, p, n);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    p += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+/* fsync the directory holding path so that the rename itself is durable. */
+static void fileio_sync_dir(const char *path) {
+  char dir[4096];
+  const char *slash = strrchr(path, '/');
+  int fd;
+  if (!slash) {
+    strcpy(dir, ".");
+  } else if (slash == path) {
+    strcpy(dir, "/");
+  } else {
+    size_t n = (size_t)(slash - path);
+    if (n >= sizeof dir) return;
+    memcpy(dir, path, n);
+    dir[n] = 0;
+  }
+  fd = open(dir, O_RDONLY);
+  if (fd < 0) return; /* best effort: some file systems refuse to open directories */
+  (void)fsync(fd);
+  close(fd);
+}
+
+int tt_atomic_open(tt_atomic_file *a, const char *path, tt_err *err) {
+  a->fd = -1;
+  if (snprintf(a->path, sizeof a->path, "%s", path) >= (int)sizeof a->path ||
+      snprintf(a->tmp, sizeof a->tmp, "%s.tmp", path) >= (int)sizeof a->tmp)
+    return tt_fail(err, "%s: path too long (limit %d bytes); use a shorter output path", path, (int)sizeof a->tmp - 5);
+  {
+    /* the rename at the commit would replace whatever is at path: never a device (/dev/null),
+     * a pipe or a directory */
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+      return tt_fail(err, "%s: exists and is %s, not a regular file; give the path of a file to write", path,
+                     tt_file_kind(st.st_mode));
+  }
+  /* O_NONBLOCK: a named pipe left at the temporary name fails (ENXIO) instead of waiting for
+   * a reader; for a regular file the flag changes nothing. */
+  a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
+  if (a->fd < 0)
+    return tt_fail(err, "%s: cannot create (%s); check that the directory exists and is writable", a->tmp,
+                   strerror(errno));
+  {
+    struct stat st;
+    if (fstat(a->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      close(a->fd);
+      a->fd = -1;
+      return tt_fail(err, "%s: exists and is not a regular file; remove it", a->tmp);
+    }
+  }
+  return 0;
+}
+
+void tt_atomic_discard(tt_atomic_file *a) {
+  if (a->fd < 0) return;
+  close(a->fd);
+  unlink(a->tmp);
+  a->fd = -1;
+}
+
+/* Discards the temporary file and fails with what went wrong (errno e). */
+static int fileio_fail(tt_atomic_file *a, int e, const char *what, const char *todo, tt_err *err) {
+  tt_atomic_discard(a);
+  return tt_fail(err, "%s: %s failed (%s); %s", a->tmp, what, strerror(e), todo);
+}
+
+int tt_atomic_write(tt_atomic_file *a, const void *data, size_t n, tt_err *err) {
+  if (fileio_write_all(a->fd, data, n) != 0) return fileio_fail(a, errno, "write", "check free disk space", err);
+  return 0;
+}
+
+int tt_atomic_write_at(tt_atomic_file *a, const void *data, size_t n, long long offset, tt_err *err) {
+  const unsigned char *p = (const unsigned char *)data;
+  while (n > 0) {
+    ssize_t k = pwrite(a->fd, p, n, (off_t)offset);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return fileio_fail(a, errno, "write", "check free disk space", err);
+    p += k, n -= (size_t)k, offset += k;
+  }
+  return 0;
+}
+
+int tt_atomic_commit(tt_atomic_file *a, tt_err *err) {
+  if (fsync(a->fd) != 0 && errno != EINVAL && errno != EROFS) return fileio_fail(a, errno, "fsync", "check the disk", err);
+  if (close(a->fd) != 0) {
+    int e = errno;
+    a->fd = -1;
+    unlink(a->tmp);
+    return tt_fail(err, "%s: close failed (%s); check free disk space", a->tmp, strerror(e));
+  }
+  a->fd = -1;
+  if (rename(a->tmp, a->path) != 0) {
+    int e = errno;
+    unlink(a->tmp);
+    return tt_fail(err, "%s: cannot rename %s over it (%s); check permissions", a->path, a->tmp, strerror(e));
+  }
+  fileio_sync_dir(a->path);
+  return 0;
+}
+
+int tt_write_file_atomic(const char *path, const void *const *chunks, const size_t *sizes, int nchunks,
+                         tt_err *err) {
+  tt_atomic_file a;
+  int i, rc = tt_atomic_open(&a, path, err);
+  for (i = 0; i < nchunks && rc == 0; i++) rc = tt_atomic_write(&a, chunks[i], sizes[i], err);
+  return rc == 0 ? tt_atomic_commit(&a, err) : -1;
+}
+
+const char *tt_file_kind(unsigned mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a named pipe (FIFO)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+/* open() with O_NONBLOCK: a named pipe with no writer would block open() (and then read())
+ * forever; so would some devices. Only after fstat says "regular file" is the descriptor
+ * made blocking again for the reads. */
+int tt_open_regular(const char *path, const char *todo, tt_err *err) {
+  struct stat st;
+  int fd, flags;
+  if (!todo) todo = "check the path";
+  fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return tt_fail(err, "%s: cannot open (%s); %s", path, strerror(errno), todo);
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return tt_fail(err, "%s: cannot stat (%s); %s", path, strerror(e), todo);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return tt_fail(err, "%s: not a regular file (%s); give the path of a file", path, tt_file_kind(st.st_mode));
+  }
+  flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    int e = errno;
+    close(fd);
+    return tt_fail(err, "%s: cannot read (%s); %s", path, strerror(e), todo);
+  }
+  return fd;
+}
+
+int tt_read_file(const char *path, void **data, size_t *size, tt_err *err) {
+  struct stat st;
+  unsigned char *buf;
+  size_t n, got = 0;
+  int fd;
+  *data = NULL;
+  *size = 0;
+  fd = tt_open_regular(path, NULL, err);
+  if (fd < 0) return -1;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return tt_fail(err, "%s: cannot stat (%s); check the path", path, strerror(e));
+  }
+  n = (size_t)st.st_size;
+  buf = (unsigned char *)tt_malloc(n + 1, path, err);
+  if (!buf) {
+    close(fd);
+    return -1;
+  }
+  while (got < n) {
+    ssize_t k = read(fd, buf + got, n - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    got += (size_t)k;
+  }
+  close(fd);
+  if (got != n) {
+    free(buf);
+    return tt_fail(err, "%s: read %zu of %zu bytes; the file changed while reading or the disk failed", path,
+                   got, n);
+  }
+  buf[n] = 0;
+  *data = buf;
+  *size = n;
+  return 0;
+}
+
+int tt_mkdirs(const char *path, tt_err *err) {
+  char buf[4096];
+  size_t len = strlen(path), i;
+  struct stat st;
+  if (len == 0) return 0;
+  if (len >= sizeof buf) return tt_fail(err, "%s: path too long; use a shorter directory", path);
+  memcpy(buf, path, len + 1);
+  for (i = 1; i <= len; i++) {
+    if (buf[i] == '/' || buf[i] == 0) {
+      char saved = buf[i];
+      buf[i] = 0;
+      if (mkdir(buf, 0755) != 0) {
+        if (errno != EEXIST || stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
+          int e = errno == EEXIST ? ENOTDIR : errno;
+          return tt_fail(err, "%s: cannot create directory %s (%s); check permissions", path, buf,
+                         strerror(e));
+        }
+      }
+      buf[i] = saved;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,737 @@
+/* core/base/safetensors.c — see safetensors.h. The JSON parser here handles exactly what a
+ * header can hold (objects, arrays, strings with escapes, numbers, true/false/null) and
+ * nothing else; every value read from a file is checked before use. */
+#include "safetensors.h"
+#include "fileio.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ST_MAX_HEADER (100u * 1024u * 1024u) /* as the reference implementation */
+#define ST_MAX_DEPTH 64
+
+typedef struct st_dtype {
+  const char *name;
+  size_t size;
+} st_dtype;
+
+static const st_dtype st_dtypes[] = {{"F64", 8}, {"F32", 4},  {"F16", 2},     {"BF16", 2},    {"I64", 8},
+                                     {"I32", 4}, {"I16", 2},  {"I8", 1},      {"U64", 8},     {"U32", 4},
+                                     {"U16", 2}, {"U8", 1},   {"BOOL", 1},    {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+
+static const st_dtype *st_find_dtype(const char *name) {
+  size_t i;
+  for (i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
+    if (strcmp(st_dtypes[i].name, name) == 0) return &st_dtypes[i];
+  return NULL;
+}
+
+size_t tt_st_dtype_size(const char *dtype) {
+  const st_dtype *d = dtype ? st_find_dtype(dtype) : NULL;
+  return d ? d->size : 0;
+}
+
+/* ---------------- writing ---------------- */
+
+int tt_st_write(const char *path, const tt_st_tensor *t, int n, const char *const *meta_kv, tt_err *err) {
+  tt_strbuf h;
+  const void **chunks;
+  size_t *sizes;
+  unsigned char len8[8];
+  uint64_t off = 0, hlen;
+  int i, j, first = 1, rc;
+  if (n < 0) return tt_fail(err, "%s: negative tensor count %d", path, n);
+  for (i = 0; i < n; i++) {
+    const st_dtype *d = t[i].dtype ? st_find_dtype(t[i].dtype) : NULL;
+    uint64_t elems = 1;
+    if (!t[i].name || !t[i].name[0] || strcmp(t[i].name, "__metadata__") == 0)
+      return tt_fail(err, "%s: tensor %d has an empty or reserved name; give it a unique name", path, i);
+    if (!d)
+      return tt_fail(err, "%s: tensor \"%s\" has unknown dtype \"%s\"; use F32, F16, BF16, I32, U8, ...", path,
+                     t[i].name, t[i].dtype ? t[i].dtype : "(null)");
+    if (t[i].ndim < 0 || t[i].ndim > TT_ST_MAX_DIMS)
+      return tt_fail(err, "%s: tensor \"%s\" has %d dims; at most %d are supported", path, t[i].name, t[i].ndim,
+                     TT_ST_MAX_DIMS);
+    for (j = 0; j < t[i].ndim; j++) {
+      if (t[i].shape[j] < 0) return tt_fail(err, "%s: tensor \"%s\" has a negative dim", path, t[i].name);
+      elems *= (uint64_t)t[i].shape[j];
+    }
+    if (elems * d->size != (uint64_t)t[i].bytes)
+      return tt_fail(err, "%s: tensor \"%s\": %zu bytes given but its shape and %s need %llu; fix the shape",
+                     path, t[i].name, t[i].bytes, d->name, (unsigned long long)(elems * d->size));
+    if (t[i].bytes && !t[i].data) return tt_fail(err, "%s: tensor \"%s\" has no data pointer", path, t[i].name);
+    for (j = 0; j < i; j++)
+      if (strcmp(t[i].name, t[j].name) == 0)
+        return tt_fail(err, "%s: tensor name \"%s\" appears twice; names must be unique", path, t[i].name);
+  }
+  memset(&h, 0, sizeof h);
+  tt_strbuf_put(&h, "{", 1);
+  if (meta_kv && meta_kv[0]) {
+    tt_strbuf_put(&h, "\"__metadata__\":{", 16);
+    for (i = 0; meta_kv[i]; i += 2) {
+      if (!meta_kv[i + 1]) {
+        free(h.p);
+        return tt_fail(err, "%s: metadata key \"%s\" has no value (the list must be key, value, ..., NULL)", path,
+                       meta_kv[i]);
+      }
+      if (i) tt_strbuf_put(&h, ",", 1);
+      tt_strbuf_json(&h, meta_kv[i]);
+      tt_strbuf_put(&h, ":", 1);
+      tt_strbuf_json(&h, meta_kv[i + 1]);
+    }
+    tt_strbuf_put(&h, "}", 1);
+    first = 0;
+  }
+  for (i = 0; i < n; i++) {
+    if (!first) tt_strbuf_put(&h, ",", 1);
+    first = 0;
+    tt_strbuf_json(&h, t[i].name);
+    tt_strbuf_put(&h, ":{\"dtype\":", 10);
+    tt_strbuf_json(&h, t[i].dtype);
+    tt_strbuf_put(&h, ",\"shape\":[", 10);
+    for (j = 0; j < t[i].ndim; j++) tt_strbuf_printf(&h, j ? ",%lld" : "%lld", (long long)t[i].shape[j]);
+    tt_strbuf_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+            (unsigned long long)(off + t[i].bytes));
+    off += t[i].bytes;
+  }
+  tt_strbuf_put(&h, "}", 1);
+  while (!h.oom && h.n % 8 != 0) tt_strbuf_put(&h, " ", 1);
+  if (h.oom) {
+    free(h.p);
+    return tt_fail(err, "%s: out of host memory building the header", path);
+  }
+  hlen = h.n;
+  for (i = 0; i < 8; i++) len8[i] = (unsigned char)(hlen >> (8 * i));
+  chunks = (const void **)tt_malloc(sizeof(void *) * (size_t)(n + 2), "safetensors chunks", err);
+  sizes = (size_t *)tt_malloc(sizeof(size_t) * (size_t)(n + 2), "safetensors chunks", err);
+  if (!chunks || !sizes) {
+    free(chunks);
+    free(sizes);
+    free(h.p);
+    return -1;
+  }
+  chunks[0] = len8;
+  sizes[0] = 8;
+  chunks[1] = h.p;
+  sizes[1] = h.n;
+  for (i = 0; i < n; i++) {
+    chunks[i + 2] = t[i].data;
+    sizes[i + 2] = t[i].bytes;
+  }
+  rc = tt_write_file_atomic(path, chunks, sizes, n + 2, err);
+  free(chunks);
+  free(sizes);
+  free(h.p);
+  return rc;
+}
+
+/* ---------------- reading: a small JSON DOM ---------------- */
+
+enum { ST_J_NULL = 0, ST_J_BOOL, ST_J_NUM, ST_J_STR, ST_J_ARR, ST_J_OBJ };
+
+typedef struct st_node {
+  int type;
+  const char *key;  /* member name when the parent is an object */
+  const char *str;  /* ST_J_STR: decoded, NUL-terminated */
+  int is_int;       /* ST_J_NUM: an integer that fits int64 */
+  int64_t ival;
+  int first, next;  /* first child, next sibling (node indices; -1 = none) */
+  int count;        /* children */
+} st_node;
+
+typedef struct st_parser {
+  const char *path;
+  const char *s, *end, *begin;
+  char *sbuf;       /* decoded strings; never longer than their encoding */
+  size_t sused;
+  st_node *nodes;
+  int nnodes, cap;
+  tt_err *err;
+} st_parser;
+
+static int st_perr(st_parser *p, const char *what) {
+  return tt_fail(p->err, "%s: corrupt safetensors header: %s at header byte %ld; the file is damaged, re-save it",
+                 p->path, what, (long)(p->s - p->begin));
+}
+
+static void st_ws(st_parser *p) {
+  while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r')) p->s++;
+}
+
+static int st_new_node(st_parser *p, int type) {
+  if (p->nnodes == p->cap) {
+    int cap = p->cap ? p->cap * 2 : 64;
+    st_node *v = (st_node *)realloc(p->nodes, sizeof(st_node) * (size_t)cap);
+    if (!v) return -1;
+    p->nodes = v;
+    p->cap = cap;
+  }
+  memset(&p->nodes[p->nnodes], 0, sizeof(st_node));
+  p->nodes[p->nnodes].type = type;
+  p->nodes[p->nnodes].first = p->nodes[p->nnodes].next = -1;
+  return p->nnodes++;
+}
+
+static int st_hex4(const char *s, unsigned *v) {
+  int i;
+  *v = 0;
+  for (i = 0; i < 4; i++) {
+    char c = s[i];
+    *v <<= 4;
+    if (c >= '0' && c <= '9') *v |= (unsigned)(c - '0');
+    else if (c >= 'a' && c <= 'f') *v |= (unsigned)(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F') *v |= (unsigned)(c - 'A' + 10);
+    else return -1;
+  }
+  return 0;
+}
+
+/* Parses a string at p->s (on the opening quote); returns the decoded copy or NULL. */
+static const char *st_string(st_parser *p) {
+  char *out = p->sbuf + p->sused, *o = out;
+  p->s++;
+  for (;;) {
+    unsigned char c;
+    if (p->s >= p->end) return (st_perr(p, "unterminated string"), (const char *)NULL);
+    c = (unsigned char)*p->s++;
+    if (c == '"') break;
+    if (c < 0x20) return (st_perr(p, "control character in a string"), (const char *)NULL);
+    if (c != '\\') {
+      *o++ = (char)c;
+      continue;
+    }
+    if (p->s >= p->end) return (st_perr(p, "unterminated escape"), (const char *)NULL);
+    c = (unsigned char)*p->s++;
+    switch (c) {
+    case '"': *o++ = '"'; break;
+    case '\\': *o++ = '\\'; break;
+    case '/': *o++ = '/'; break;
+    case 'b': *o++ = '\b'; break;
+    case 'f': *o++ = '\f'; break;
+    case 'n': *o++ = '\n'; break;
+    case 'r': *o++ = '\r'; break;
+    case 't': *o++ = '\t'; break;
+    case 'u': {
+      unsigned cp, lo;
+      if (p->end - p->s < 4 || st_hex4(p->s, &cp) != 0)
+        return (st_perr(p, "bad \\u escape"), (const char *)NULL);
+      p->s += 4;
+      if (cp >= 0xD800 && cp <= 0xDBFF) {
+        if (p->end - p->s < 6 || p->s[0] != '\\' || p->s[1] != 'u' || st_hex4(p->s + 2, &lo) != 0 ||
+            lo < 0xDC00 || lo > 0xDFFF)
+          return (st_perr(p, "unpaired surrogate in \\u escape"), (const char *)NULL);
+        p->s += 6;
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+      } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+        return (st_perr(p, "unpaired surrogate in \\u escape"), (const char *)NULL);
+      }
+      if (cp == 0) return (st_perr(p, "NUL character in a string"), (const char *)NULL);
+      if (cp < 0x80) {
+        *o++ = (char)cp;
+      } else if (cp < 0x800) {
+        *o++ = (char)(0xC0 | (cp >> 6));
+        *o++ = (char)(0x80 | (cp & 0x3F));
+      } else if (cp < 0x10000) {
+        *o++ = (char)(0xE0 | (cp >> 12));
+        *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+        *o++ = (char)(0x80 | (cp & 0x3F));
+      } else {
+        *o++ = (char)(0xF0 | (cp >> 18));
+        *o++ = (char)(0x80 | ((cp >> 12) & 0x3F));
+        *o++ = (char)(0x80 | ((cp >> 6) & 0x3F));
+        *o++ = (char)(0x80 | (cp & 0x3F));
+      }
+      break;
+    }
+    default: return (st_perr(p, "unknown escape in a string"), (const char *)NULL);
+    }
+  }
+  *o++ = 0;
+  p->sused += (size_t)(o - out);
+  return out;
+}
+
+static int st_value(st_parser *p, int depth);
+
+static int st_number(st_parser *p) {
+  int neg = 0, is_int = 1, id, overflow = 0;
+  uint64_t v = 0;
+  if (p->s < p->end && *p->s == '-') neg = 1, p->s++;
+  if (p->s >= p->end || *p->s < '0' || *p->s > '9') return st_perr(p, "bad number");
+  if (*p->s == '0' && p->s + 1 < p->end && p->s[1] >= '0' && p->s[1] <= '9')
+    return st_perr(p, "number with a leading zero");
+  while (p->s < p->end && *p->s >= '0' && *p->s <= '9') {
+    if (v > (UINT64_C(0x7FFFFFFFFFFFFFFF) - 9) / 10) overflow = 1;
+    v = v * 10 + (uint64_t)(*p->s++ - '0');
+  }
+  if (p->s < p->end && *p->s == '.') {
+    is_int = 0;
+    p->s++;
+    if (p->s >= p->end || *p->s < '0' || *p->s > '9') return st_perr(p, "bad number");
+    while (p->s < p->end && *p->s >= '0' && *p->s <= '9') p->s++;
+  }
+  if (p->s < p->end && (*p->s == 'e' || *p->s == 'E')) {
+    is_int = 0;
+    p->s++;
+    if (p->s < p->end && (*p->s == '+' || *p->s == '-')) p->s++;
+    if (p->s >= p->end || *p->s < '0' || *p->s > '9') return st_perr(p, "bad number");
+    while (p->s < p->end && *p->s >= '0' && *p->s <= '9') p->s++;
+  }
+  id = st_new_node(p, ST_J_NUM);
+  if (id < 0) return tt_fail(p->err, "%s: out of host memory parsing the header", p->path);
+  p->nodes[id].is_int = is_int && !overflow;
+  p->nodes[id].ival = neg ? -(int64_t)v : (int64_t)v;
+  return id;
+}
+
+static int st_literal(st_parser *p, const char *word, int type) {
+  size_t n = strlen(word);
+  int id;
+  if ((size_t)(p->end - p->s) < n || memcmp(p->s, word, n) != 0) return st_perr(p, "unexpected character");
+  p->s += n;
+  id = st_new_node(p, type);
+  if (id < 0) return tt_fail(p->err, "%s: out of host memory parsing the header", p->path);
+  return id;
+}
+
+/* Parses an array or object; members are linked through first/next. */
+static int st_container(st_parser *p, int depth, int is_obj) {
+  int id = st_new_node(p, is_obj ? ST_J_OBJ : ST_J_ARR), last = -1;
+  char close = is_obj ? '}' : ']';
+  if (id < 0) return tt_fail(p->err, "%s: out of host memory parsing the header", p->path);
+  p->s++;
+  st_ws(p);
+  if (p->s < p->end && *p->s == close) {
+    p->s++;
+    return id;
+  }
+  for (;;) {
+    const char *key = NULL;
+    int child;
+    st_ws(p);
+    if (is_obj) {
+      if (p->s >= p->end || *p->s != '"') return st_perr(p, "expected a member name in quotes");
+      key = st_string(p);
+      if (!key) return -1;
+      st_ws(p);
+      if (p->s >= p->end || *p->s != ':') return st_perr(p, "expected ':' after a member name");
+      p->s++;
+    }
+    child = st_value(p, depth + 1);
+    if (child < 0) return -1;
+    p->nodes[child].key = key;
+    if (last < 0)
+      p->nodes[id].first = child;
+    else
+      p->nodes[last].next = child;
+    last = child;
+    p->nodes[id].count++;
+    st_ws(p);
+    if (p->s < p->end && *p->s == ',') {
+      p->s++;
+      continue;
+    }
+    if (p->s < p->end && *p->s == close) {
+      p->s++;
+      return id;
+    }
+    return st_perr(p, is_obj ? "expected ',' or '}'" : "expected ',' or ']'");
+  }
+}
+
+static int st_value(st_parser *p, int depth) {
+  st_ws(p);
+  if (depth > ST_MAX_DEPTH) return st_perr(p, "nesting too deep");
+  if (p->s >= p->end) return st_perr(p, "unexpected end of header");
+  switch (*p->s) {
+  case '{': return st_container(p, depth, 1);
+  case '[': return st_container(p, depth, 0);
+  case '"': {
+    const char *s = st_string(p);
+    int id;
+    if (!s) return -1;
+    id = st_new_node(p, ST_J_STR);
+    if (id < 0) return tt_fail(p->err, "%s: out of host memory parsing the header", p->path);
+    p->nodes[id].str = s;
+    return id;
+  }
+  case 't': return st_literal(p, "true", ST_J_BOOL);
+  case 'f': return st_literal(p, "false", ST_J_BOOL);
+  case 'n': return st_literal(p, "null", ST_J_NULL);
+  default: return st_number(p);
+  }
+}
+
+/* ---------------- lists of names in metadata ---------------- */
+
+void tt_st_names_format(tt_strbuf *b, const char *const *names, int n) {
+  int i;
+  tt_strbuf_put(b, "[", 1);
+  for (i = 0; i < n; i++) {
+    if (i) tt_strbuf_put(b, ", ", 2);
+    tt_strbuf_json(b, names[i]);
+  }
+  tt_strbuf_put(b, "]", 1);
+}
+
+/* Copies the n strings of array node arr into one block: n pointers, then the strings. */
+static char **st_names_copy(const st_parser *p, int arr, int n, tt_err *err) {
+  size_t bytes = sizeof(char *) * (size_t)n;
+  int i, c;
+  char **v, *o;
+  for (c = p->nodes[arr].first; c >= 0; c = p->nodes[c].next) bytes += strlen(p->nodes[c].str) + 1;
+  v = (char **)tt_malloc(bytes ? bytes : 1, "a list of names", err);
+  if (!v) return NULL;
+  o = (char *)(v + n);
+  for (i = 0, c = p->nodes[arr].first; c >= 0; c = p->nodes[c].next, i++) {
+    size_t len = strlen(p->nodes[c].str) + 1;
+    memcpy(o, p->nodes[c].str, len);
+    v[i] = o;
+    o += len;
+  }
+  return v;
+}
+
+int tt_st_names_parse(const char *what, const char *value, char ***names, int *n, tt_err *err) {
+  st_parser p;
+  int root, c, rc = -1;
+  size_t len = strlen(value);
+  *names = NULL;
+  *n = 0;
+  memset(&p, 0, sizeof p);
+  p.path = what;
+  p.begin = p.s = value;
+  p.end = value + len;
+  p.err = err;
+  p.sbuf = (char *)tt_malloc(len + 1, "a list of names", err);
+  if (!p.sbuf) return -1;
+  root = st_value(&p, 0);
+  if (root >= 0) {
+    st_ws(&p);
+    if (p.s != p.end) root = st_perr(&p, "unexpected text after the list");
+  }
+  if (root >= 0 && p.nodes[root].type != ST_J_ARR) root = tt_fail(err, "%s: expected a JSON array of strings", what);
+  for (c = root >= 0 ? p.nodes[root].first : -1; c >= 0; c = p.nodes[c].next)
+    if (p.nodes[c].type != ST_J_STR) {
+      root = tt_fail(err, "%s: element %d is not a string; expected a JSON array of strings", what, *n);
+      break;
+    } else {
+      (*n)++;
+    }
+  if (root >= 0 && (*names = st_names_copy(&p, root, *n, err)) != NULL) rc = 0;
+  if (rc != 0) *n = 0;
+  free(p.nodes);
+  free(p.sbuf);
+  return rc;
+}
+
+int tt_st_file_names(const char *path, const char *key, char ***names, int *n, tt_err *err) {
+  tt_st_file *f = NULL;
+  const char *v;
+  char what[4200];
+  int rc = 0;
+  *names = NULL, *n = 0;
+  if (tt_st_open(path, &f, err)) return -1;
+  v = tt_st_meta(f, key);
+  snprintf(what, sizeof what, "%s: metadata '%s'", path, key);
+  if (v) rc = tt_st_names_parse(what, v, names, n, err);
+  tt_st_close(f);
+  return rc;
+}
+
+/* ---------------- reading: validation ---------------- */
+
+struct tt_st_file {
+  unsigned char *buf;   /* the whole file */
+  size_t size;
+  char *strings;        /* decoded header strings (names, dtypes' copies, metadata) */
+  tt_st_tensor *t;
+  int n;
+  const char **meta;    /* key, value, key, value, ... */
+  int nmeta;
+};
+
+static int st_cmp_begin(const void *a, const void *b) {
+  const uint64_t *x = (const uint64_t *)a, *y = (const uint64_t *)b;
+  return x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0;
+}
+
+/* Checks one tensor entry and fills *t; begin/end are returned for the coverage check. */
+static int st_tensor_entry(const char *path, const st_parser *p, const st_node *e, uint64_t data_size,
+                           tt_st_tensor *t, uint64_t *begin, uint64_t *end, tt_err *err) {
+  const st_node *dt = NULL, *sh = NULL, *of = NULL;
+  const st_dtype *d;
+  int c, k;
+  uint64_t elems = 1;
+  if (e->type != ST_J_OBJ)
+    return tt_fail(err, "%s: tensor \"%s\": expected an object with dtype, shape and data_offsets; re-save the file",
+                   path, e->key);
+  for (c = e->first; c >= 0; c = p->nodes[c].next) {
+    const st_node *m = &p->nodes[c];
+    if (strcmp(m->key, "dtype") == 0 && !dt) dt = m;
+    else if (strcmp(m->key, "shape") == 0 && !sh) sh = m;
+    else if (strcmp(m->key, "data_offsets") == 0 && !of) of = m;
+    else
+      return tt_fail(err, "%s: tensor \"%s\": unexpected or repeated field \"%s\"; the header is not safetensors",
+                     path, e->key, m->key);
+  }
+  if (!dt || !sh || !of)
+    return tt_fail(err, "%s: tensor \"%s\": missing %s; the header is incomplete, re-save the file", path, e->key,
+                   !dt ? "dtype" : !sh ? "shape" : "data_offsets");
+  if (dt->type != ST_J_STR || !(d = st_find_dtype(dt->str)))
+    return tt_fail(err, "%s: tensor \"%s\": unknown dtype %s%s%s; supported: F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32 U16 U8 BOOL",
+                   path, e->key, dt->type == ST_J_STR ? "\"" : "", dt->type == ST_J_STR ? dt->str : "(not a string)",
+                   dt->type == ST_J_STR ? "\"" : "");
+  if (sh->type != ST_J_ARR || sh->count > TT_ST_MAX_DIMS)
+    return tt_fail(err, "%s: tensor \"%s\": shape must be an array of at most %d integers", path, e->key,
+                   TT_ST_MAX_DIMS);
+  memset(t, 0, sizeof *t);
+  t->name = e->key;
+  t->dtype = d->name;
+  t->ndim = sh->count;
+  for (c = sh->first, k = 0; c >= 0; c = p->nodes[c].next, k++) {
+    const st_node *v = &p->nodes[c];
+    if (v->type != ST_J_NUM || !v->is_int || v->ival < 0)
+      return tt_fail(err, "%s: tensor \"%s\": shape[%d] is not a non-negative integer", path, e->key, k);
+    t->shape[k] = v->ival;
+    if (v->ival && elems > UINT64_C(0xFFFFFFFFFFFF) / (uint64_t)v->ival)
+      return tt_fail(err, "%s: tensor \"%s\": shape too large", path, e->key);
+    elems *= (uint64_t)v->ival;
+  }
+  if (of->type != ST_J_ARR || of->count != 2 || p->nodes[of->first].type != ST_J_NUM ||
+      p->nodes[p->nodes[of->first].next].type != ST_J_NUM || !p->nodes[of->first].is_int ||
+      !p->nodes[p->nodes[of->first].next].is_int || p->nodes[of->first].ival < 0 ||
+      p->nodes[p->nodes[of->first].next].ival < 0)
+    return tt_fail(err, "%s: tensor \"%s\": data_offsets must be [begin, end] with non-negative integers", path,
+                   e->key);
+  *begin = (uint64_t)p->nodes[of->first].ival;
+  *end = (uint64_t)p->nodes[p->nodes[of->first].next].ival;
+  if (*begin > *end || *end > data_size)
+    return tt_fail(err,
+                   "%s: tensor \"%s\": data_offsets [%llu, %llu] out of range of the %llu data bytes "
+                   "(truncated or corrupt file); re-save it",
+                   path, e->key, (unsigned long long)*begin, (unsigned long long)*end,
+                   (unsigned long long)data_size);
+  if (*end - *begin != elems * d->size)
+    return tt_fail(err, "%s: tensor \"%s\": data_offsets span %llu bytes but %s shape needs %llu; corrupt file",
+                   path, e->key, (unsigned long long)(*end - *begin), d->name,
+                   (unsigned long long)(elems * d->size));
+  t->bytes = (size_t)(*end - *begin);
+  return 0;
+}
+
+static int st_cmp_name(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first name that appears twice among v[0..n), or NULL; sorts v. Sorting keeps a header
+ * of a million names from taking a quadratic time to check. */
+static const char *st_first_duplicate(const char **v, int n) {
+  int i;
+  if (n < 2) return NULL;
+  qsort((void *)v, (size_t)n, sizeof(char *), st_cmp_name);
+  for (i = 1; i < n; i++)
+    if (strcmp(v[i - 1], v[i]) == 0) return v[i];
+  return NULL;
+}
+
+/* Reads the __metadata__ object e into f->meta (sized for all its keys by st_validate);
+ * scratch holds as many pointers. */
+static int st_metadata(tt_st_file *f, const char *path, const st_parser *p, const st_node *e, const char **scratch,
+                       tt_err *err) {
+  int m;
+  const char *dup;
+  if (e->type != ST_J_OBJ) return tt_fail(err, "%s: __metadata__ must be an object of strings; corrupt file", path);
+  for (m = e->first; m >= 0; m = p->nodes[m].next) {
+    if (p->nodes[m].type != ST_J_STR)
+      return tt_fail(err, "%s: __metadata__ value of \"%s\" is not a string; corrupt file", path, p->nodes[m].key);
+    f->meta[2 * f->nmeta] = p->nodes[m].key;
+    f->meta[2 * f->nmeta + 1] = p->nodes[m].str;
+    f->nmeta++;
+  }
+  for (m = 0; m < f->nmeta; m++) scratch[m] = f->meta[2 * m];
+  dup = st_first_duplicate(scratch, f->nmeta);
+  if (dup) return tt_fail(err, "%s: __metadata__ key \"%s\" appears twice; corrupt file", path, dup);
+  return 0;
+}
+
+/* The data must be covered exactly: no overlap, no holes, nothing left over. ranges: [n][2]. */
+static int st_check_coverage(const char *path, uint64_t *ranges, int n, uint64_t data_size, tt_err *err) {
+  uint64_t at = 0;
+  int i;
+  qsort(ranges, (size_t)n, 2 * sizeof(uint64_t), st_cmp_begin);
+  for (i = 0; i < n; i++) {
+    if (ranges[2 * i] != at)
+      return tt_fail(err, "%s: tensor data %s at byte %llu (expected %llu); corrupt file", path,
+                     ranges[2 * i] < at ? "overlaps" : "has a hole", (unsigned long long)ranges[2 * i],
+                     (unsigned long long)at);
+    at = ranges[2 * i + 1];
+  }
+  if (at != data_size)
+    return tt_fail(err, "%s: the header describes %llu data bytes but the file has %llu; truncated or corrupt file",
+                   path, (unsigned long long)at, (unsigned long long)data_size);
+  return 0;
+}
+
+static int st_validate(tt_st_file *f, const char *path, const st_parser *p, int root, uint64_t hlen, tt_err *err) {
+  const st_node *r = &p->nodes[root];
+  uint64_t data_size = f->size - 8 - hlen;
+  uint64_t *ranges = NULL, *begins = NULL; /* ranges: [n][2] begin, end, sorted later; begins: [n] */
+  const char **names = NULL;                /* scratch for the duplicate checks */
+  int c, i, nt = 0, seen_meta = 0;
+  size_t nkeys = 0;
+  const char *dup;
+  if (r->type != ST_J_OBJ) return tt_fail(err, "%s: safetensors header is not a JSON object; corrupt file", path);
+  /* The metadata table holds the keys of __metadata__, not one slot per top-level member: a
+   * checkpoint of a small model has more metadata keys than tensors. */
+  for (c = r->first; c >= 0; c = p->nodes[c].next)
+    if (strcmp(p->nodes[c].key, "__metadata__") == 0 && p->nodes[c].type == ST_J_OBJ)
+      nkeys += (size_t)p->nodes[c].count;
+  f->t = (tt_st_tensor *)tt_calloc((size_t)r->count + 1, sizeof(tt_st_tensor), "safetensors index", err);
+  f->meta = (const char **)tt_calloc(nkeys * 2 + 2, sizeof(char *), "safetensors index", err);
+  ranges = (uint64_t *)tt_calloc((size_t)r->count + 1, 2 * sizeof(uint64_t), "safetensors index", err);
+  begins = (uint64_t *)tt_calloc((size_t)r->count + 1, sizeof(uint64_t), "safetensors index", err);
+  names = (const char **)tt_calloc(nkeys + (size_t)r->count + 1, sizeof(char *), "safetensors index", err);
+  if (!f->t || !f->meta || !ranges || !begins || !names) goto fail;
+  for (c = r->first; c >= 0; c = p->nodes[c].next) {
+    const st_node *e = &p->nodes[c];
+    if (strcmp(e->key, "__metadata__") == 0) {
+      if (seen_meta++) {
+        tt_fail(err, "%s: __metadata__ appears twice; corrupt file", path);
+        goto fail;
+      }
+      if (st_metadata(f, path, p, e, names, err) != 0) goto fail;
+      continue;
+    }
+    if (st_tensor_entry(path, p, e, data_size, &f->t[nt], &ranges[2 * nt], &ranges[2 * nt + 1], err) != 0)
+      goto fail;
+    begins[nt] = ranges[2 * nt];
+    nt++;
+  }
+  f->n = nt;
+  for (i = 0; i < nt; i++) names[i] = f->t[i].name;
+  dup = st_first_duplicate(names, nt);
+  if (dup) {
+    tt_fail(err, "%s: tensor \"%s\" appears twice in the header; corrupt file", path, dup);
+    goto fail;
+  }
+  if (st_check_coverage(path, ranges, nt, data_size, err) != 0) goto fail;
+  for (i = 0; i < nt; i++) f->t[i].data = f->buf + 8 + hlen + begins[i];
+  free(ranges);
+  free(begins);
+  free((void *)names);
+  return 0;
+fail:
+  free(ranges);
+  free(begins);
+  free((void *)names);
+  return -1;
+}
+
+/* Parses and validates f->buf (f->size bytes, owned by f); `path` names it in messages. */
+static int st_parse(tt_st_file *f, const char *path, tt_err *err) {
+  st_parser p;
+  uint64_t hlen = 0;
+  int i, root, rc;
+  if (f->size < 8)
+    return tt_fail(err, "%s: %zu bytes, too short for a safetensors file (8-byte header length missing); re-save it",
+                   path, f->size);
+  for (i = 0; i < 8; i++) hlen |= (uint64_t)f->buf[i] << (8 * i);
+  if (hlen > f->size - 8)
+    return tt_fail(err,
+                   "%s: header length %llu exceeds the %zu bytes after it; the file is truncated or not safetensors",
+                   path, (unsigned long long)hlen, f->size - 8);
+  if (hlen < 2 || hlen > ST_MAX_HEADER)
+    return tt_fail(err, "%s: header length %llu is implausible (2 .. %u); not a safetensors file", path,
+                   (unsigned long long)hlen, ST_MAX_HEADER);
+  memset(&p, 0, sizeof p);
+  p.path = path;
+  p.begin = p.s = (const char *)f->buf + 8;
+  p.end = p.s + hlen;
+  p.err = err;
+  f->strings = (char *)tt_malloc((size_t)hlen + 1, "safetensors header strings", err);
+  if (!f->strings) return -1;
+  p.sbuf = f->strings;
+  root = st_value(&p, 0);
+  rc = root < 0 ? -1 : 0;
+  if (rc == 0) {
+    st_ws(&p);
+    if (p.s != p.end) rc = st_perr(&p, "unexpected text after the header object");
+  }
+  if (rc == 0) rc = st_validate(f, path, &p, root, hlen, err);
+  free(p.nodes);
+  return rc;
+}
+
+/* Takes ownership of data (a tt_malloc'ed buffer of size bytes, freed on failure too). */
+static int st_open_owned(const char *path, void *data, size_t size, tt_st_file **out, tt_err *err) {
+  tt_st_file *f = (tt_st_file *)tt_calloc(1, sizeof *f, "safetensors file", err);
+  if (!f) {
+    free(data);
+    return -1;
+  }
+  f->buf = (unsigned char *)data;
+  f->size = size;
+  if (st_parse(f, path, err) != 0) {
+    tt_st_close(f);
+    return -1;
+  }
+  *out = f;
+  return 0;
+}
+
+int tt_st_open(const char *path, tt_st_file **out, tt_err *err) {
+  void *data = NULL;
+  size_t size = 0;
+  *out = NULL;
+  if (tt_read_file(path, &data, &size, err) != 0) return -1;
+  return st_open_owned(path, data, size, out, err);
+}
+
+int tt_st_open_mem(const char *name, const void *data, size_t size, tt_st_file **out, tt_err *err) {
+  void *copy;
+  *out = NULL;
+  copy = tt_malloc(size + 1, name, err); /* + 1: a zero-byte file still gets a buffer */
+  if (!copy) return -1;
+  if (size) memcpy(copy, data, size);
+  return st_open_owned(name, copy, size, out, err);
+}
+
+int tt_st_count(const tt_st_file *f) { return f ? f->n : 0; }
+
+const tt_st_tensor *tt_st_at(const tt_st_file *f, int i) { return f && i >= 0 && i < f->n ? &f->t[i] : NULL; }
+
+const tt_st_tensor *tt_st_get(const tt_st_file *f, const char *name) {
+  int i;
+  if (!f) return NULL;
+  for (i = 0; i < f->n; i++)
+    if (strcmp(f->t[i].name, name) == 0) return &f->t[i];
+  return NULL;
+}
+
+const char *tt_st_meta(const tt_st_file *f, const char *key) {
+  int i;
+  if (!f) return NULL;
+  for (i = 0; i < f->nmeta; i++)
+    if (strcmp(f->meta[2 * i], key) == 0) return f->meta[2 * i + 1];
+  return NULL;
+}
+
+int tt_st_meta_count(const tt_st_file *f) { return f ? f->nmeta : 0; }
+
+int tt_st_meta_at(const tt_st_file *f, int i, const char **key, const char **value) {
+  if (!f || i < 0 || i >= f->nmeta) return -1;
+  *key = f->meta[2 * i];
+  *value = f->meta[2 * i + 1];
+  return 0;
+}
+
+void tt_st_close(tt_st_file *f) {
+  if (!f) return;
+  free(f->buf);
+  free(f->strings);
+  free(f->t);
+  free((void *)f->meta);
+  free(f);
+}

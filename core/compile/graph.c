@@ -1,0 +1,314 @@
+/* core/compile/graph.c — the build stage: Model -> forward graph with shapes and parameters.
+ *
+ * Node by node, in recipe order: link the inputs (earlier layers only), apply the kind's
+ * shape rule (output shape, conv groups, forward FLOPs; the checks a recipe cannot make
+ * alone), then create the parameters the kind owns. Last, every output must be used and the
+ * last layer must give one value per class. Errors name the recipe file and layer line. */
+#include "graph.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* "PATH:LINE: [kind name]: what"; returns -1. */
+static int graph_layer_fail(const tt_model *m, const tt_layer *L, tt_err *err, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+static int graph_layer_fail(const tt_model *m, const tt_layer *L, tt_err *err, const char *fmt, ...) {
+  char what[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  return tt_fail(err, "%s:%d: [%s %s]: %s", m->path, L->line, tt_layer_kind_name(L->kind), L->name, what);
+}
+
+/* Output size of a sliding window, or -1 when the window does not fit the padded input:
+ * PyTorch's rule, floor((in + 2 pad - k) / stride) + 1 with in + 2 pad >= k. (C's division
+ * truncates toward zero, so without the sign test a window one pixel too large still gave 1
+ * when the stride exceeded the overhang.) In 64 bits, where the sizes (ints) cannot wrap. */
+static int64_t graph_out_dim(int64_t in, int64_t k, int64_t stride, int64_t pad) {
+  int64_t span = in + 2 * pad - k;
+  return span < 0 ? -1 : span / stride + 1;
+}
+
+/* Sets n's output shape after checking it: not empty, and at most TT_MAX_SAMPLE_NUMEL values
+ * per sample (so c, h, w, c*h*w and h*w all fit the ints the kernels take). */
+static int graph_set_shape(const tt_model *m, tt_node *n, int64_t c, int64_t h, int64_t w, tt_err *err) {
+  const int64_t max = TT_MAX_SAMPLE_NUMEL;
+  if (c < 1 || h < 1 || w < 1)
+    return graph_layer_fail(m, n->L, err, "its output would be empty (%lldx%lldx%lld)", (long long)c, (long long)h,
+                            (long long)w);
+  if (c > max || h > max / c || w > max / (c * h))
+    return graph_layer_fail(m, n->L, err,
+                            "its output %lldx%lldx%lld is %.0f values per image, more than the %lld one tensor may "
+                            "hold (the kernels count in 32 bits); make the layer smaller",
+                            (long long)c, (long long)h, (long long)w, (double)c * (double)h * (double)w, (long long)max);
+  n->c = (int)c, n->h = (int)h, n->w = (int)w;
+  return 0;
+}
+
+/* ---- shape rules: a node's output shape (and conv groups, FLOPs) from its first input x ---- */
+
+static int graph_conv_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_err *err) {
+  const tt_layer *L = n->L;
+  int xc = x->c, xh = x->h, xw = x->w;
+  int groups = L->groups < 0 ? xc : (L->groups == 0 ? 1 : L->groups);
+  if (L->filters <= 0 || L->kh <= 0 || L->kw <= 0 || L->sh <= 0 || L->sw <= 0 || L->ph < 0 || L->pw < 0)
+    return graph_layer_fail(m, L, err, "filters, size and stride must be positive and pad non-negative");
+  if (xc % groups || L->filters % groups)
+    return graph_layer_fail(m, L, err, "groups = %d must divide the input channels (%d) and filters (%d)", groups, xc,
+                            L->filters);
+  n->groups = groups;
+  int64_t h = graph_out_dim(xh, L->kh, L->sh, L->ph), w = graph_out_dim(xw, L->kw, L->sw, L->pw);
+  if (h < 0 || w < 0)
+    return graph_layer_fail(m, L, err, "a %dx%d window with pad %dx%d does not fit the %dx%d input", L->kh, L->kw, L->ph,
+                            L->pw, xh, xw);
+  /* the filter's inputs and outputs per position: the kernels' matrix sizes, and the fans */
+  int64_t window = (int64_t)L->kh * L->kw, fan_in = (int64_t)(xc / groups) * window;
+  int64_t fan_out = (int64_t)(L->filters / groups) * window;
+  if (fan_in > TT_MAX_SAMPLE_NUMEL || fan_out > TT_MAX_SAMPLE_NUMEL)
+    return graph_layer_fail(m, L, err, "its filter's fan-in (%lld) or fan-out (%lld) is more than %d; use a smaller size, "
+                            "fewer filters or more groups", (long long)fan_in, (long long)fan_out, TT_MAX_SAMPLE_NUMEL);
+  if (graph_set_shape(m, n, L->filters, h, w, err)) return -1;
+  n->flops = 2.0 * (double)n->c * n->h * n->w * (double)fan_in;
+  return 0;
+}
+
+static int graph_pool_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_err *err) {
+  const tt_layer *L = n->L;
+  if (L->kh <= 0 || L->kw <= 0 || L->sh <= 0 || L->sw <= 0 || L->ph < 0 || L->pw < 0 || (int64_t)L->ph * 2 > L->kh ||
+      (int64_t)L->pw * 2 > L->kw)
+    return graph_layer_fail(m, L, err, "size and stride must be positive and pad at most half the size");
+  int64_t h = graph_out_dim(x->h, L->kh, L->sh, L->ph), w = graph_out_dim(x->w, L->kw, L->sw, L->pw);
+  if (h < 0 || w < 0) {
+    if (L->ph || L->pw)
+      return graph_layer_fail(m, L, err, "a %dx%d window with pad %dx%d does not fit the %dx%d input", L->kh, L->kw, L->ph,
+                              L->pw, x->h, x->w);
+    return graph_layer_fail(m, L, err, "a %dx%d window does not fit the %dx%d input", L->kh, L->kw, x->h, x->w);
+  }
+  if (graph_set_shape(m, n, x->c, h, w, err)) return -1;
+  n->flops = (double)n->c * n->h * n->w * L->kh * L->kw;
+  return 0;
+}
+
+static int graph_linear_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_err *err) {
+  const tt_layer *L = n->L;
+  if (L->filters <= 0) return graph_layer_fail(m, L, err, "out must be a positive integer");
+  if (x->h != 1 || x->w != 1)
+    return graph_layer_fail(m, L, err, "input is %dx%dx%d; add a [flatten] or [gap] layer before a linear layer", x->c, x->h,
+                            x->w);
+  if (graph_set_shape(m, n, L->filters, 1, 1, err)) return -1;
+  n->flops = 2.0 * x->c * L->filters;
+  return 0;
+}
+
+/* add: every input has the first one's shape; concat (along channels): the same height and width. */
+static int graph_join_shape(const tt_graph *g, tt_node *n, tt_err *err) {
+  const tt_model *m = g->model;
+  const tt_layer *L = n->L;
+  const tt_node *x = &g->nodes[n->in[0]];
+  int xc = x->c, xh = x->h, xw = x->w, k;
+  int64_t csum = 0;
+  if (n->nin < 2) return graph_layer_fail(m, L, err, "needs at least two inputs: from = a, b");
+  for (k = 0; k < n->nin; k++) {
+    const tt_node *y = &g->nodes[n->in[k]];
+    int same = L->kind == TT_L_ADD ? (y->c == xc && y->h == xh && y->w == xw) : (y->h == xh && y->w == xw);
+    if (!same)
+      return graph_layer_fail(m, L, err, "input '%s' is %dx%dx%d but '%s' is %dx%dx%d; %s", m->layers[n->in[k]].name, y->c,
+                              y->h, y->w, m->layers[n->in[0]].name, xc, xh, xw,
+                              L->kind == TT_L_ADD ? "add needs equal shapes" : "concat needs equal height and width");
+    csum += y->c;
+  }
+  if (graph_set_shape(m, n, L->kind == TT_L_ADD ? xc : csum, xh, xw, err)) return -1;
+  n->flops = L->kind == TT_L_ADD ? (double)xc * xh * xw * (n->nin - 1) : 0.0;
+  return 0;
+}
+
+static int graph_shape(const tt_graph *g, tt_node *n, tt_err *err) {
+  const tt_model *m = g->model;
+  const tt_layer *L = n->L;
+  const tt_node *x = &g->nodes[n->in[0]];
+  double xn = (double)x->c * x->h * x->w;
+  switch (L->kind) {
+    case TT_L_CONV: return graph_conv_shape(m, n, x, err);
+    case TT_L_BN:
+      n->c = x->c, n->h = x->h, n->w = x->w;
+      n->flops = 8.0 * xn;
+      return 0;
+    case TT_L_RELU:
+    case TT_L_RELU6:
+    case TT_L_SILU:
+    case TT_L_DROPOUT:
+      if (L->kind == TT_L_DROPOUT && (L->p < 0.0f || L->p >= 1.0f)) return graph_layer_fail(m, L, err, "dropout p must be in [0, 1)");
+      n->c = x->c, n->h = x->h, n->w = x->w;
+      n->flops = xn;
+      return 0;
+    case TT_L_MAXPOOL:
+    case TT_L_AVGPOOL: return graph_pool_shape(m, n, x, err);
+    case TT_L_GAP:
+      n->c = x->c, n->h = 1, n->w = 1;
+      n->flops = xn;
+      return 0;
+    case TT_L_FLATTEN: /* x holds at most TT_MAX_SAMPLE_NUMEL values, so c*h*w fits an int */
+      return graph_set_shape(m, n, (int64_t)x->c * x->h * x->w, 1, 1, err);
+    case TT_L_LINEAR: return graph_linear_shape(m, n, x, err);
+    case TT_L_ADD:
+    case TT_L_CONCAT: return graph_join_shape(g, n, err);
+    default: return graph_layer_fail(m, L, err, "unsupported layer kind");
+  }
+}
+
+/* ---- parameters ---- */
+
+/* Adds a parameter; its id, or -1 when its element count (or the model's) does not fit in 64
+ * bits. The shape rules keep every dimension below 2^31, so only absurd models get there. */
+static int graph_add_param(tt_graph *g, int node, const char *layer, const char *suffix, tt_param_role role,
+                           int ndim, const int64_t *shape, int trainable, int half_copy, int fan_in, int fan_out) {
+  tt_param *p = &g->params[g->nparams];
+  memset(p, 0, sizeof *p);
+  snprintf(p->name, sizeof p->name, "%s.%s", layer, suffix);
+  p->ndim = ndim;
+  p->numel = 1;
+  for (int i = 0; i < ndim; i++) {
+    p->shape[i] = shape[i];
+    p->numel = tt_size_mul(p->numel, (size_t)shape[i]);
+  }
+  p->trainable = trainable;
+  p->half_copy = half_copy;
+  p->node = node;
+  p->role = role;
+  p->fan_in = fan_in;
+  p->fan_out = fan_out;
+  if (trainable) g->trainable_numel = tt_size_add(g->trainable_numel, p->numel);
+  else if (role != TT_PR_BN_MEAN && role != TT_PR_BN_VAR) g->frozen_numel = tt_size_add(g->frozen_numel, p->numel);
+  if (p->numel == SIZE_MAX || g->trainable_numel == SIZE_MAX) return -1;
+  return g->nparams++;
+}
+
+/* The parameters a node owns, after its shape rule: conv weight [k, c/g, r, s] and bias [k],
+ * linear weight [out, in] and bias [out], batch-norm gamma, beta and running statistics [c].
+ * Returns -1 when a count overflows (graph_add_param). */
+static int graph_params(tt_graph *g, tt_node *n) {
+  const tt_layer *L = n->L;
+  const tt_node *x = &g->nodes[n->in[0]];
+  int i = n->layer, xc = x->c, tr = !L->freeze; /* a frozen layer's weights are not trainable */
+  if (L->kind == TT_L_CONV) {
+    int cg = xc / n->groups;
+    int64_t ws[4] = {L->filters, cg, L->kh, L->kw};
+    int fan_in = cg * L->kh * L->kw, fan_out = L->filters / n->groups * L->kh * L->kw; /* < 2^31: graph_conv_shape */
+    if ((n->weight = graph_add_param(g, i, L->name, "weight", TT_PR_WEIGHT, 4, ws, tr, 1, fan_in, fan_out)) < 0) return -1;
+    if (L->bias) {
+      int64_t bs[1] = {L->filters};
+      if ((n->bias = graph_add_param(g, i, L->name, "bias", TT_PR_BIAS, 1, bs, tr, 1, fan_in, fan_out)) < 0) return -1;
+    }
+  } else if (L->kind == TT_L_BN) {
+    int64_t s[1] = {xc};
+    if ((n->gamma = graph_add_param(g, i, L->name, "weight", TT_PR_BN_GAMMA, 1, s, tr, 0, 0, 0)) < 0 ||
+        (n->beta = graph_add_param(g, i, L->name, "bias", TT_PR_BN_BETA, 1, s, tr, 0, 0, 0)) < 0 ||
+        (n->rmean = graph_add_param(g, i, L->name, "running_mean", TT_PR_BN_MEAN, 1, s, 0, 0, 0, 0)) < 0 ||
+        (n->rvar = graph_add_param(g, i, L->name, "running_var", TT_PR_BN_VAR, 1, s, 0, 0, 0, 0)) < 0)
+      return -1;
+  } else if (L->kind == TT_L_LINEAR) {
+    int64_t ws[2] = {L->filters, xc};
+    if ((n->weight = graph_add_param(g, i, L->name, "weight", TT_PR_WEIGHT, 2, ws, tr, 1, xc, L->filters)) < 0) return -1;
+    if (L->bias) {
+      int64_t bs[1] = {L->filters};
+      if ((n->bias = graph_add_param(g, i, L->name, "bias", TT_PR_BIAS, 1, bs, tr, 1, xc, L->filters)) < 0) return -1;
+    }
+  }
+  return 0;
+}
+
+/* ---- the graph ---- */
+
+/* The network input, [net] input = CxHxW: the same limit as every other tensor. */
+static int graph_input_shape(const tt_graph *g, tt_node *n, tt_err *err) {
+  const tt_model *m = g->model;
+  double numel = (double)m->in_c * (double)m->in_h * (double)m->in_w;
+  if (m->in_c < 1 || m->in_h < 1 || m->in_w < 1 || numel > TT_MAX_SAMPLE_NUMEL)
+    return tt_fail(err, "%s:%d: [net]: input = %dx%dx%d is %.0f values per image; an image must hold 1 to %d (the kernels "
+                   "count in 32 bits); use a smaller input", m->path, n->L->line, m->in_c, m->in_h, m->in_w, numel,
+                   TT_MAX_SAMPLE_NUMEL);
+  n->c = m->in_c, n->h = m->in_h, n->w = m->in_w;
+  return 0;
+}
+
+/* Node i of layer i: its inputs, which must be earlier layers. */
+static int graph_link(tt_graph *g, int i, tt_err *err) {
+  const tt_layer *L = &g->model->layers[i];
+  tt_node *n = &g->nodes[i];
+  n->layer = i;
+  n->kind = L->kind;
+  n->L = L;
+  n->nin = L->ninputs;
+  n->weight = n->bias = n->gamma = n->beta = n->rmean = n->rvar = -1;
+  for (int k = 0; k < L->ninputs; k++) {
+    if (L->inputs[k] < 0 || L->inputs[k] >= i)
+      return graph_layer_fail(g->model, L, err, "input refers to a layer that is not earlier in the recipe");
+    n->in[k] = L->inputs[k];
+    g->nodes[n->in[k]].nconsumers++;
+  }
+  return 0;
+}
+
+/* Every layer's output must reach the loss: a dangling branch would get no gradient. And the
+ * last layer gives the logits, one per class. */
+static int graph_check_outputs(const tt_graph *g, tt_err *err) {
+  const tt_model *m = g->model;
+  const tt_node *last = &g->nodes[g->nnodes - 1];
+  for (int i = 0; i < g->nnodes - 1; i++)
+    if (g->nodes[i].nconsumers == 0)
+      return graph_layer_fail(m, &m->layers[i], err, "its output is never used; connect it with from = ... or remove it");
+  if (tt_node_numel(last) != (size_t)m->classes)
+    return graph_layer_fail(m, last->L, err,
+                            "the last layer gives %dx%dx%d values but [net] classes = %d; end with a linear layer of out = %d",
+                            last->c, last->h, last->w, m->classes, m->classes);
+  return 0;
+}
+
+int tt_graph_build(const tt_model *m, tt_graph *g, tt_err *err) {
+  int i;
+  memset(g, 0, sizeof *g);
+  g->model = m;
+  if (m->nlayers < 2) return tt_fail(err, "%s: the recipe has no layers after [net]; add at least one layer", m->path);
+  g->nodes = (tt_node *)tt_calloc((size_t)m->nlayers, sizeof(tt_node), "graph nodes", err);
+  g->params = (tt_param *)tt_calloc((size_t)m->nlayers * 6, sizeof(tt_param), "graph parameters", err);
+  if (!g->nodes || !g->params) goto fail;
+  g->nnodes = m->nlayers;
+  for (i = 0; i < m->nlayers; i++) {
+    tt_node *n = &g->nodes[i];
+    if (graph_link(g, i, err)) goto fail;
+    if (n->kind == TT_L_INPUT) {
+      if (graph_input_shape(g, n, err)) goto fail;
+      continue;
+    }
+    if (n->nin < 1) {
+      graph_layer_fail(m, n->L, err, "has no input");
+      goto fail;
+    }
+    if (graph_shape(g, n, err)) goto fail;
+    if (graph_params(g, n)) {
+      graph_layer_fail(m, n->L, err, "its parameters, or the model's, number more than 2^64");
+      goto fail;
+    }
+    g->flops_per_sample += n->flops;
+  }
+  if (graph_check_outputs(g, err)) goto fail;
+  return 0;
+fail:
+  tt_graph_free(g);
+  return -1;
+}
+
+void tt_graph_free(tt_graph *g) {
+  free(g->nodes);
+  free(g->params);
+  g->nodes = NULL;
+  g->params = NULL;
+  g->nnodes = g->nparams = 0;
+}

@@ -1,0 +1,626 @@
+/* core/compile/lower.c — differentiate and lower: forward graph + Policy -> Program.
+ *
+ * Forward steps run in recipe order; the loss op writes dlogits directly; backward runs in
+ * reverse and writes each input's gradient (the first writer overwrites, later writers of a
+ * fan-out add). Nodes marked for recompute lose their forward value after the forward pass;
+ * a backward step that needs such a value re-runs the forward ops that produce it (from the
+ * nearest kept values) into new buffers, just before it. In-place ops only *propose* to reuse
+ * their input's storage (alias_of); arena/ accepts the alias only when the input is dead after
+ * that op, so correctness never rests on the proposal.
+ *
+ * Every step leaves here complete: its operands in the slots program.h names and its
+ * arguments (descriptors, sizes, hyper-parameters) in tt_op_args, so the executor reads the
+ * Program and nothing else. What an op's backward reads, whether it may run in place and
+ * whether it is a view come from its row in core/compile/ops.c, the same row the scheduler reads. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "program.h"
+
+typedef struct lower_ctx {
+  const tt_graph *g;
+  const tt_policy *pol;
+  tt_backend *be;
+  tt_program *p;
+  tt_err *err;
+  int *canon;     /* node -> node whose value it shares (a view: flatten; dropout in evaluation) */
+  int *cur_val;   /* node -> buffer now holding its value, -1 if dropped */
+  int *cur_save;  /* node -> first of two buffers with batch-norm saved statistics */
+  int *gbuf;      /* node -> gradient buffer, -1 until a consumer writes it */
+  int *wcopy;     /* param -> fp16 copy buffer, -1 if not made yet in this micro-step */
+  char *needs_grad; /* backward: node -> a trainable parameter at or before it (else no gradient flows in) */
+  int too_large;  /* a buffer's size passed 2^64 bytes: tt_lower returns TT_ERR_TOO_LARGE */
+} lower_ctx;
+
+static int lower_grow(void **arr, int *cap, int need, size_t elem, tt_err *err) {
+  if (need <= *cap) return 0;
+  int nc = *cap ? *cap * 2 : 64;
+  while (nc < need) nc *= 2;
+  void *q = realloc(*arr, (size_t)nc * elem);
+  if (!q) return tt_fail(err, "out of host memory growing the program to %d entries", nc);
+  *arr = q;
+  *cap = nc;
+  return 0;
+}
+
+/* A new buffer; bytes is SIZE_MAX when its size overflowed (tt_size_mul), which fails here,
+ * naming the buffer, rather than wrapping to a small size. */
+static int lower_buf(lower_ctx *c, const char *name, const char *suffix, size_t bytes, tt_dtype dt, tt_buf_class cls,
+                     int persistent, int node, int param) {
+  tt_program *p = c->p;
+  if (bytes == SIZE_MAX) {
+    c->too_large = 1;
+    return tt_fail(c->err, "buffer '%s%s' at micro-batch %d needs more than 2^64 bytes; use a smaller micro-batch or a "
+                   "smaller model", name, suffix, c->pol->micro_batch);
+  }
+  if (lower_grow((void **)&p->bufs, &p->cap_bufs, p->nbufs + 1, sizeof(tt_buf), c->err)) return -1;
+  tt_buf *b = &p->bufs[p->nbufs];
+  memset(b, 0, sizeof *b);
+  snprintf(b->name, sizeof b->name, "%s%s", name, suffix);
+  b->bytes = bytes;
+  b->dtype = dt;
+  b->cls = cls;
+  b->persistent = persistent;
+  b->node = node;
+  b->param = param;
+  b->alias_of = -1;
+  b->first = b->last = -1;
+  return p->nbufs++;
+}
+
+/* A new step with every operand slot empty (-1); node >= 0 names the layer it belongs to. */
+static tt_step *lower_step(lower_ctx *c, tt_step_op op, int node, int flags) {
+  tt_program *p = c->p;
+  if (lower_grow((void **)&p->steps, &p->cap_steps, p->nsteps + 1, sizeof(tt_step), c->err)) return NULL;
+  tt_step *s = &p->steps[p->nsteps++];
+  memset(s, 0, sizeof *s);
+  s->op = op;
+  s->node = node;
+  if (node >= 0) {
+    s->kind = c->g->nodes[node].kind;
+    s->name = c->g->model->layers[node].name;
+  }
+  s->arg = -1;
+  s->flags = flags;
+  s->ws = -1;
+  for (int k = 0; k < TT_STEP_MAX_IO; k++) s->in[k] = s->out[k] = -1;
+  return s;
+}
+
+/* Puts buffer b in slot k of the step's inputs (out = 0) or outputs (out = 1). */
+static void lower_set(tt_step *s, int out, int k, int b) {
+  int *slots = out ? s->out : s->in, *n = out ? &s->nout : &s->nin;
+  slots[k] = b;
+  if (*n < k + 1) *n = k + 1;
+}
+
+/* Bytes of a node's value or gradient at the micro-batch (SIZE_MAX: overflow, see lower_buf). */
+static size_t lower_act_bytes(const lower_ctx *c, int node) {
+  return tt_size_mul(tt_size_mul((size_t)c->pol->micro_batch, tt_node_numel(&c->g->nodes[node])),
+                     tt_dtype_size(c->pol->act_dtype));
+}
+
+/* The node whose value a node's k-th input reads (views looked through). */
+static const tt_node *lower_in(const lower_ctx *c, const tt_node *n, int k) { return &c->g->nodes[c->canon[n->in[k]]]; }
+
+static void lower_conv_desc(const lower_ctx *c, const tt_node *n, tt_conv_desc *d) {
+  const tt_node *x = lower_in(c, n, 0);
+  memset(d, 0, sizeof *d);
+  d->n = c->pol->micro_batch, d->c = x->c, d->h = x->h, d->w = x->w;
+  d->k = n->c, d->r = n->L->kh, d->s = n->L->kw;
+  d->stride_h = n->L->sh, d->stride_w = n->L->sw, d->pad_h = n->L->ph, d->pad_w = n->L->pw;
+  d->groups = n->groups, d->p = n->h, d->q = n->w;
+}
+
+/* The operation arguments of a forward or backward step of node n. */
+static void lower_args(const lower_ctx *c, const tt_node *n, tt_op_args *a) {
+  const tt_node *x = n->nin ? lower_in(c, n, 0) : NULL;
+  switch (n->kind) {
+    case TT_L_CONV: lower_conv_desc(c, n, &a->conv); break;
+    case TT_L_MAXPOOL:
+    case TT_L_AVGPOOL: {
+      tt_pool_desc *d = &a->pool;
+      d->n = c->pol->micro_batch, d->c = x->c, d->h = x->h, d->w = x->w;
+      d->kh = n->L->kh, d->kw = n->L->kw, d->stride_h = n->L->sh, d->stride_w = n->L->sw;
+      d->pad_h = n->L->ph, d->pad_w = n->L->pw, d->p = n->h, d->q = n->w;
+      break;
+    }
+    case TT_L_LINEAR: a->linear.in = (int)tt_node_numel(x), a->linear.out = n->c; break;
+    case TT_L_BN: a->bn.c = n->c, a->bn.hw = n->h * n->w, a->bn.eps = n->L->eps, a->bn.momentum = n->L->momentum; break;
+    case TT_L_GAP: a->gap.c = n->c, a->gap.hw = x->h * x->w; break;
+    case TT_L_CONCAT:
+      a->concat.c = n->c, a->concat.hw = n->h * n->w, a->concat.nin = n->nin;
+      for (int k = 0; k < n->nin; k++) a->concat.cin[k] = c->g->nodes[n->in[k]].c;
+      break;
+    case TT_L_INPUT: {
+      const tt_data_cfg *dc = &c->g->model->data;
+      a->load.c = n->c, a->load.hw = n->h * n->w;
+      memcpy(a->load.mean, dc->mean, sizeof a->load.mean);
+      memcpy(a->load.std, dc->std, sizeof a->load.std);
+      break;
+    }
+    default: /* relu, relu6, silu, dropout, add */
+      a->eltwise.numel = tt_node_numel(n), a->eltwise.p = n->L->p;
+      break;
+  }
+}
+
+static tt_op_desc *lower_op(tt_op_desc *ops, int *n, tt_op_kind kind, tt_dtype dt) {
+  tt_op_desc *o = &ops[(*n)++];
+  memset(o, 0, sizeof *o);
+  o->kind = kind, o->dt = dt;
+  return o;
+}
+
+int tt_step_backend_ops(const tt_program *p, const tt_step *s, int batch, tt_op_desc ops[TT_STEP_MAX_OPS]) {
+  tt_dtype dt = p->policy.act_dtype;
+  const tt_op_args *a = &s->a;
+  tt_op_desc *o;
+  int n = 0, bwd = s->op == TT_S_BWD;
+  if (s->op != TT_S_FWD && !bwd) return 0;
+  switch (s->kind) {
+    case TT_L_CONV:
+      if (!bwd) {
+        o = lower_op(ops, &n, TT_OP_CONV_FWD, dt);
+        o->bias = s->in[TT_FWD_B] >= 0;
+        o->u.conv = a->conv, o->u.conv.n = batch;
+        break;
+      }
+      o = lower_op(ops, &n, TT_OP_CONV_BWD_FILTER, dt);
+      o->bias = s->out[TT_BWD_DB] >= 0;
+      o->u.conv = a->conv, o->u.conv.n = batch;
+      if (s->out[TT_BWD_DX] >= 0) {
+        o = lower_op(ops, &n, TT_OP_CONV_BWD_DATA, dt);
+        o->accumulate = s->out_beta[TT_BWD_DX];
+        o->u.conv = a->conv, o->u.conv.n = batch;
+      }
+      break;
+    case TT_L_LINEAR:
+      if (!bwd) {
+        o = lower_op(ops, &n, TT_OP_LINEAR_FWD, dt);
+        o->bias = s->in[TT_FWD_B] >= 0;
+        o->u.linear.n = batch, o->u.linear.in = a->linear.in, o->u.linear.out = a->linear.out;
+        break;
+      }
+      o = lower_op(ops, &n, TT_OP_LINEAR_BWD_FILTER, dt);
+      o->bias = s->out[TT_BWD_DB] >= 0;
+      o->u.linear.n = batch, o->u.linear.in = a->linear.in, o->u.linear.out = a->linear.out;
+      if (s->out[TT_BWD_DX] >= 0) {
+        o = lower_op(ops, &n, TT_OP_LINEAR_BWD_DATA, dt);
+        o->accumulate = s->out_beta[TT_BWD_DX];
+        o->u.linear.n = batch, o->u.linear.in = a->linear.in, o->u.linear.out = a->linear.out;
+      }
+      break;
+    case TT_L_BN:
+      o = lower_op(ops, &n, bwd ? TT_OP_BN_BWD : ((s->flags & TT_SF_EVAL) ? TT_OP_BN_FWD_INFER : TT_OP_BN_FWD_TRAIN), dt);
+      if (bwd) o->accumulate = s->out_beta[TT_BWD_DX];
+      o->u.bn.n = batch, o->u.bn.c = a->bn.c, o->u.bn.hw = a->bn.hw, o->u.bn.eps = a->bn.eps;
+      break;
+    case TT_L_RELU:
+    case TT_L_RELU6:
+    case TT_L_SILU:
+      if (bwd && s->out[TT_BWD_DX] < 0) break;
+      o = lower_op(ops, &n, bwd ? TT_OP_ACT_BWD : TT_OP_ACT_FWD, dt);
+      if (bwd) o->accumulate = s->out_beta[TT_BWD_DX];
+      o->u.act.act = s->kind == TT_L_RELU ? TT_ACT_RELU : (s->kind == TT_L_RELU6 ? TT_ACT_RELU6 : TT_ACT_SILU);
+      o->u.act.count = (size_t)batch * a->eltwise.numel;
+      break;
+    case TT_L_MAXPOOL:
+    case TT_L_AVGPOOL:
+      if (bwd && s->out[TT_BWD_DX] < 0) break;
+      o = lower_op(ops, &n, bwd ? TT_OP_POOL_BWD : TT_OP_POOL_FWD, dt);
+      if (bwd) o->accumulate = s->out_beta[TT_BWD_DX];
+      o->pool_mode = s->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG;
+      o->u.pool = a->pool, o->u.pool.n = batch;
+      break;
+    default: /* add, concat, gap, dropout: plain loops in every backend, no workspace */
+      break;
+  }
+  return n;
+}
+
+/* The step's workspace buffer (the largest any of its backend calls asks for), or none. A
+ * failed query (TT_WS_ERROR) is an error naming the layer: planning it as 0 bytes would fail at
+ * run time. */
+static int lower_ws(lower_ctx *c, tt_step *s) {
+  tt_backend *be = c->be;
+  tt_op_desc ops[TT_STEP_MAX_OPS];
+  int n = tt_step_backend_ops(c->p, s, c->pol->micro_batch, ops);
+  size_t bytes = 0;
+  for (int k = 0; k < n; k++) {
+    size_t w;
+    if (be->op_workspace) {
+      w = be->op_workspace(be, &ops[k]);
+    } else if (ops[k].kind <= TT_OP_CONV_BWD_FILTER) { /* a backend without the generic query */
+      w = be->conv_workspace(be, &ops[k].u.conv, ops[k].dt, (tt_ws_kind)(ops[k].kind - TT_OP_CONV_FWD));
+    } else if (ops[k].kind <= TT_OP_LINEAR_BWD_FILTER) {
+      const tt_linear_desc *l = &ops[k].u.linear;
+      w = be->linear_workspace(be, l->n, l->in, l->out, ops[k].dt, (tt_ws_kind)(ops[k].kind - TT_OP_LINEAR_FWD));
+    } else {
+      w = 0;
+    }
+    if (w == TT_WS_ERROR) {
+      const tt_layer *L = &c->g->model->layers[s->node];
+      const char *msg = be->last_error ? be->last_error(be) : NULL;
+      return tt_fail(c->err, "%s:%d: layer '%s': the %s backend could not size its %s workspace at micro-batch %d (%s): %s",
+                     c->g->model->path, L->line, L->name, be->name, s->op == TT_S_BWD ? "backward" : "forward",
+                     c->pol->micro_batch, c->pol->act_dtype == TT_F16 ? "fp16" : "fp32", msg && *msg ? msg : "no reason given");
+    }
+    if (w > bytes) bytes = w;
+  }
+  s->ws = -1;
+  if (!bytes) return 0;
+  int b = lower_buf(c, s->name ? s->name : "step", s->op == TT_S_BWD ? ".ws_bwd" : ".ws_fwd", bytes, TT_F32, TT_BC_WORKSPACE,
+                    0, s->node, -1);
+  if (b < 0) return -1;
+  s->ws = b;
+  return 0;
+}
+
+/* The buffer an op reads for parameter `param` (-1: none): the fp32 master, or under
+ * autocast an fp16 copy made once per micro-step at its first use. -2 on error. */
+static int lower_weight(lower_ctx *c, int param) {
+  if (param < 0) return -1;
+  const tt_param *pr = &c->g->params[param];
+  if (c->pol->act_dtype == TT_F32 || !pr->half_copy) return c->p->param_buf[param];
+  if (c->wcopy[param] >= 0) return c->wcopy[param];
+  int b = lower_buf(c, pr->name, ".fp16", tt_size_mul(pr->numel, 2), TT_F16, TT_BC_WEIGHT_COPIES, 0, pr->node, param);
+  if (b < 0) return -2;
+  tt_step *s = lower_step(c, TT_S_CAST, pr->node, 0);
+  if (!s) return -2;
+  s->arg = param;
+  s->a.count = pr->numel;
+  lower_set(s, 0, TT_CAST_SRC, c->p->param_buf[param]);
+  lower_set(s, 1, TT_CAST_DST, b);
+  c->wcopy[param] = b;
+  return b;
+}
+
+static int lower_value(lower_ctx *c, int node);
+
+/* The image batch: u8 staging and labels in, the normalised input out. */
+static int lower_load(lower_ctx *c, int node, int y, int flags) {
+  tt_step *s = lower_step(c, TT_S_LOAD_INPUT, node, flags);
+  if (!s) return -1;
+  lower_args(c, &c->g->nodes[node], &s->a);
+  lower_set(s, 0, TT_LOAD_U8, c->p->input_u8);
+  lower_set(s, 0, TT_LOAD_LABELS, c->p->labels); /* makes the labels live from the first step */
+  lower_set(s, 1, TT_LOAD_X, y);
+  c->cur_val[node] = y;
+  return y;
+}
+
+/* Emits the forward of `node` into a new value buffer; inputs must hold their values. */
+static int lower_fwd(lower_ctx *c, int node, int flags) {
+  const tt_graph *g = c->g;
+  const tt_node *n = &g->nodes[node];
+  int ins[TT_MAX_INPUTS];
+  for (int k = 0; k < n->nin; k++)
+    if ((ins[k] = lower_value(c, c->canon[n->in[k]])) < 0) return -1;
+  int w = lower_weight(c, n->weight), b = lower_weight(c, n->bias);
+  if (w < -1 || b < -1) return -1;
+  int y = lower_buf(c, g->model->layers[node].name, (flags & TT_SF_RECOMPUTE) ? ".recomputed" : "", lower_act_bytes(c, node),
+                    c->pol->act_dtype, TT_BC_ACTIVATIONS, 0, node, -1);
+  if (y < 0) return -1;
+  if (c->pol->inplace && tt_op_fwd_inplace(n->L, c->pol->training)) c->p->bufs[y].alias_of = ins[0];
+  if (n->kind == TT_L_INPUT) return lower_load(c, node, y, flags);
+  int save = -1;
+  if (n->kind == TT_L_BN && c->pol->training) {
+    size_t sb = (size_t)n->c * sizeof(float);
+    save = lower_buf(c, g->model->layers[node].name, ".save_mean", sb, TT_F32, TT_BC_ACTIVATIONS, 0, node, -1);
+    if (save < 0 || lower_buf(c, g->model->layers[node].name, ".save_invstd", sb, TT_F32, TT_BC_ACTIVATIONS, 0, node, -1) < 0)
+      return -1;
+  }
+  tt_step *s = lower_step(c, TT_S_FWD, node, flags);
+  if (!s) return -1;
+  lower_args(c, n, &s->a);
+  for (int k = 0; k < n->nin; k++) lower_set(s, 0, k, ins[k]);
+  if (n->kind == TT_L_CONV || n->kind == TT_L_LINEAR) {
+    lower_set(s, 0, TT_FWD_W, w);
+    lower_set(s, 0, TT_FWD_B, b);
+  } else if (n->kind == TT_L_BN) {
+    lower_set(s, 0, TT_BN_GAMMA, c->p->param_buf[n->gamma]);
+    lower_set(s, 0, TT_BN_BETA, c->p->param_buf[n->beta]);
+    lower_set(s, 0, TT_BN_RMEAN, c->p->param_buf[n->rmean]);
+    lower_set(s, 0, TT_BN_RVAR, c->p->param_buf[n->rvar]);
+  }
+  lower_set(s, 1, TT_FWD_Y, y);
+  if (save >= 0) {
+    lower_set(s, 1, TT_BN_SAVE_MEAN, save);
+    lower_set(s, 1, TT_BN_SAVE_INVSTD, save + 1);
+    c->cur_save[node] = save;
+  }
+  if (lower_ws(c, s)) return -1;
+  if (flags & TT_SF_RECOMPUTE) c->p->n_recomputed_steps++;
+  c->cur_val[node] = y;
+  return y;
+}
+
+/* A buffer holding node's value now, recomputing it (and what it depends on) if dropped. */
+static int lower_value(lower_ctx *c, int node) {
+  if (c->cur_val[node] >= 0) return c->cur_val[node];
+  return lower_fwd(c, node, TT_SF_RECOMPUTE);
+}
+
+/* The gradient outputs of backward step s (slots 0..nin-1), one per input of n: a new
+ * buffer for the first writer, the existing one (added into) for later writers of a fan-out,
+ * none (-1) for the image. */
+static int lower_input_grads(lower_ctx *c, int node, tt_step **sp) {
+  const tt_node *n = &c->g->nodes[node];
+  for (int k = 0; k < n->nin; k++) {
+    int t = c->canon[n->in[k]];
+    tt_step *s = *sp;
+    /* no gradient into the image, nor into a frozen prefix (nothing trainable at or before it)
+     * where the consumer can leave dx out: conv and linear skip backward-data, add the output */
+    if (c->g->nodes[t].kind == TT_L_INPUT ||
+        (!c->needs_grad[t] && (n->kind == TT_L_CONV || n->kind == TT_L_LINEAR || n->kind == TT_L_ADD))) {
+      lower_set(s, 1, k, -1);
+      continue;
+    }
+    if (c->gbuf[t] >= 0) {
+      lower_set(s, 1, k, c->gbuf[t]);
+      s->out_beta[k] = 1;
+      continue;
+    }
+    int gb = lower_buf(c, c->g->model->layers[t].name, ".grad", lower_act_bytes(c, t), c->pol->act_dtype, TT_BC_ACT_GRADS, 0,
+                       t, -1);
+    if (gb < 0) return -1;
+    *sp = s = &c->p->steps[c->p->nsteps - 1];
+    /* Elementwise backward may write dx over dy; for add only the last input may, after
+     * the others have read dy. */
+    if (c->pol->inplace && tt_op(n->kind)->bwd_inplace && (n->kind != TT_L_ADD || k == n->nin - 1))
+      c->p->bufs[gb].alias_of = s->in[TT_BWD_DY];
+    c->gbuf[t] = gb;
+    lower_set(s, 1, k, gb);
+  }
+  return 0;
+}
+
+static int lower_bwd(lower_ctx *c, int node) {
+  const tt_node *n = &c->g->nodes[node];
+  const tt_op_traits *op = tt_op(n->kind);
+  /* Saved tensors first: recomputation steps must precede this backward step. */
+  int saved = -1;
+  if (op->bwd_reads & TT_READS_INPUT) saved = lower_value(c, c->canon[n->in[0]]); /* conv/linear: x for dW */
+  if (op->bwd_reads & TT_READS_OUTPUT) saved = lower_value(c, node);
+  if (op->bwd_reads && saved < 0) return -1;
+  if (n->kind == TT_L_BN && (c->cur_save[node] < 0 || c->cur_val[node] < 0)) {
+    /* statistics were dropped with the value: recompute the node itself */
+    if (lower_fwd(c, node, TT_SF_RECOMPUTE) < 0) return -1;
+  }
+  int w = lower_weight(c, n->weight);
+  if (w < -1) return -1;
+  tt_step *s = lower_step(c, TT_S_BWD, node, 0);
+  if (!s) return -1;
+  lower_args(c, n, &s->a);
+  lower_set(s, 0, TT_BWD_DY, c->gbuf[node]);
+  if (saved >= 0) lower_set(s, 0, TT_BWD_SAVED, saved);
+  if (n->kind == TT_L_CONV || n->kind == TT_L_LINEAR) lower_set(s, 0, TT_BWD_W, w);
+  if (n->kind == TT_L_BN) {
+    lower_set(s, 0, TT_BWD_GAMMA, c->p->param_buf[n->gamma]);
+    lower_set(s, 0, TT_BWD_SAVE_MEAN, c->cur_save[node]);
+    lower_set(s, 0, TT_BWD_SAVE_INVSTD, c->cur_save[node] + 1);
+  }
+  if (lower_input_grads(c, node, &s)) return -1;
+  if (op->has_params) {
+    int pw = n->kind == TT_L_BN ? n->gamma : n->weight, pb = n->kind == TT_L_BN ? n->beta : n->bias;
+    lower_set(s, 1, TT_BWD_DW, c->p->grad_buf[pw]);
+    if (pb >= 0) lower_set(s, 1, TT_BWD_DB, c->p->grad_buf[pb]);
+  }
+  return lower_ws(c, s); /* last: the calls depend on which gradients are added into */
+}
+
+/* The tables of the lowering context and of the Program, in one allocation; views resolved. */
+static int lower_tables(lower_ctx *c) {
+  const tt_graph *g = c->g;
+  tt_program *p = c->p;
+  int nn = g->nnodes, np = g->nparams;
+  int *ints = (int *)tt_malloc(sizeof(int) * (size_t)(5 * nn + 5 * np + 8), "lowering tables", c->err);
+  if (!ints) return -1;
+  for (int i = 0; i < 5 * nn + 5 * np + 8; i++) ints[i] = -1;
+  c->canon = ints, c->cur_val = ints + nn, c->cur_save = ints + 2 * nn, c->gbuf = ints + 3 * nn;
+  p->tables = ints;
+  p->value_buf = ints + 4 * nn;
+  c->wcopy = ints + 5 * nn;
+  p->param_buf = ints + 5 * nn + np, p->grad_buf = ints + 5 * nn + 2 * np, p->m_buf = ints + 5 * nn + 3 * np;
+  p->v_buf = ints + 5 * nn + 4 * np;
+  for (int i = 0; i < nn; i++) {
+    const tt_node *n = &g->nodes[i];
+    c->canon[i] = tt_op_is_view(n->L, c->pol->training) ? c->canon[n->in[0]] : i;
+  }
+  return 0;
+}
+
+/* Persistent buffers (masters, then gradients, then optimizer state, each in parameter order;
+ * loss statistics; the overflow flag) and the transient uint8 batch and labels. Persistent
+ * buffers are packed in the order they are made (tt_program_plan), so the gradients lie end
+ * to end: a multi-process run all-reduces runs of them in place as buckets (core/runtime/dist.c). */
+static int lower_persistent(lower_ctx *c) {
+  const tt_graph *g = c->g;
+  const tt_train_cfg *tc = &g->model->train;
+  const tt_policy *pol = c->pol;
+  tt_program *p = c->p;
+  for (int i = 0; i < g->nparams; i++) {
+    const tt_param *pr = &g->params[i];
+    if ((p->param_buf[i] = lower_buf(c, pr->name, "", tt_size_mul(pr->numel, sizeof(float)), TT_F32, TT_BC_PARAMS, 1,
+                                     pr->node, i)) < 0)
+      return -1;
+  }
+  for (int i = 0; pol->training && i < g->nparams; i++) {
+    const tt_param *pr = &g->params[i];
+    if (pr->trainable &&
+        (p->grad_buf[i] = lower_buf(c, pr->name, ".grad", tt_size_mul(pr->numel, sizeof(float)), TT_F32, TT_BC_GRADS, 1,
+                                    pr->node, i)) < 0)
+      return -1;
+  }
+  for (int i = 0; i < g->nparams; i++) {
+    const tt_param *pr = &g->params[i];
+    size_t bytes = tt_size_mul(pr->numel, sizeof(float));
+    if (!pol->training || !pr->trainable) continue;
+    int nstate = tc->optimizer == TT_OPT_SGD ? (tc->momentum != 0.0f) : 2;
+    if (nstate >= 1 && (p->m_buf[i] = lower_buf(c, pr->name, tc->optimizer == TT_OPT_SGD ? ".momentum" : ".adam_m", bytes,
+                                                TT_F32, TT_BC_OPTIMIZER, 1, pr->node, i)) < 0)
+      return -1;
+    if (nstate >= 2 && (p->v_buf[i] = lower_buf(c, pr->name, ".adam_v", bytes, TT_F32, TT_BC_OPTIMIZER, 1, pr->node, i)) < 0)
+      return -1;
+  }
+  if ((p->stats = lower_buf(c, "loss_stats", "", 2 * sizeof(float), TT_F32, TT_BC_MISC, 1, -1, -1)) < 0) return -1;
+  if (pol->training && pol->act_dtype == TT_F16 &&
+      (p->overflow_flag = lower_buf(c, "overflow_flag", "", sizeof(int32_t), TT_F32, TT_BC_MISC, 1, -1, -1)) < 0)
+    return -1;
+  if ((p->input_u8 = lower_buf(c, "input", ".u8", tt_size_mul((size_t)pol->micro_batch, p->input_numel), TT_F32,
+                               TT_BC_ACTIVATIONS, 0, 0, -1)) < 0)
+    return -1;
+  if ((p->labels = lower_buf(c, "labels", "", tt_size_mul((size_t)pol->micro_batch, sizeof(int32_t)), TT_F32,
+                             TT_BC_ACTIVATIONS, 0, -1, -1)) < 0)
+    return -1;
+  return 0;
+}
+
+/* Forward in recipe order, then the loss on the last node's value. */
+static int lower_forward(lower_ctx *c) {
+  const tt_graph *g = c->g;
+  const tt_policy *pol = c->pol;
+  tt_program *p = c->p;
+  int nn = g->nnodes;
+  for (int i = 0; i < nn; i++) {
+    if (c->canon[i] != i) continue;
+    if (lower_fwd(c, i, pol->training ? 0 : TT_SF_EVAL) < 0) return -1;
+    p->value_buf[i] = c->cur_val[i];
+  }
+  for (int i = 0; i < nn; i++) p->value_buf[i] = p->value_buf[c->canon[i]];
+  int last = c->canon[nn - 1], gb = -1;
+  if (pol->training &&
+      (gb = lower_buf(c, g->model->layers[last].name, ".grad", lower_act_bytes(c, last), pol->act_dtype, TT_BC_ACT_GRADS, 0,
+                      last, -1)) < 0)
+    return -1;
+  tt_step *s = lower_step(c, TT_S_LOSS, last, pol->training ? 0 : TT_SF_EVAL);
+  if (!s) return -1;
+  s->a.loss.classes = g->model->classes;
+  s->a.loss.label_smoothing = g->model->train.label_smoothing;
+  lower_set(s, 0, TT_LOSS_LOGITS, c->cur_val[last]);
+  lower_set(s, 0, TT_LOSS_LABELS, p->labels);
+  lower_set(s, 1, TT_LOSS_DLOGITS, gb);
+  lower_set(s, 1, TT_LOSS_STATS, p->stats);
+  c->gbuf[last] = gb;
+  return 0;
+}
+
+/* Backward in reverse order, after dropping the values the policy recomputes. */
+/* Whether node i holds a trainable parameter (its gradient is planned). */
+static int lower_trainable(const lower_ctx *c, const tt_node *n) {
+  const int pr[4] = {n->weight, n->bias, n->gamma, n->beta};
+  for (int k = 0; k < 4; k++)
+    if (pr[k] >= 0 && c->p->grad_buf[pr[k]] >= 0) return 1;
+  return 0;
+}
+
+static int lower_backward(lower_ctx *c) {
+  const tt_graph *g = c->g;
+  const tt_policy *pol = c->pol;
+  int rc = 0;
+  if (pol->recompute)
+    for (int i = 0; i < g->nnodes; i++)
+      if (pol->recompute[i] && c->canon[i] == i) c->cur_val[i] = -1; /* BN's saved statistics (2c floats) stay */
+  c->needs_grad = (char *)tt_calloc((size_t)g->nnodes, 1, "lowering tables", c->err);
+  if (!c->needs_grad) return -1;
+  for (int i = 0; i < g->nnodes; i++) { /* inputs come before their consumers; a later one: assume so */
+    const tt_node *n = &g->nodes[i];
+    c->needs_grad[i] = (char)lower_trainable(c, n);
+    for (int k = 0; k < n->nin; k++)
+      if (n->in[k] >= i || c->needs_grad[c->canon[n->in[k]]]) c->needs_grad[i] = 1;
+  }
+  for (int i = g->nnodes - 1; i >= 1 && rc == 0; i--) {
+    if (c->canon[i] != i || c->gbuf[i] < 0) continue;
+    if (lower_bwd(c, i) < 0) rc = -1;
+  }
+  free(c->needs_grad);
+  c->needs_grad = NULL;
+  return rc;
+}
+
+/* The update phase: the overflow check under fp16, then one update per trainable parameter. */
+static int lower_update(lower_ctx *c) {
+  const tt_graph *g = c->g;
+  tt_program *p = c->p;
+  if (p->overflow_flag >= 0) {
+    tt_step *s = lower_step(c, TT_S_CHECK, -1, 0);
+    if (!s) return -1;
+    lower_set(s, 1, TT_CHECK_FLAG, p->overflow_flag);
+  }
+  for (int i = 0; i < g->nparams; i++) {
+    if (p->grad_buf[i] < 0) continue;
+    tt_step *s = lower_step(c, TT_S_UPDATE, g->params[i].node, 0);
+    if (!s) return -1;
+    s->arg = i;
+    s->a.count = g->params[i].numel;
+    lower_set(s, 0, TT_UPD_GRAD, p->grad_buf[i]);
+    lower_set(s, 1, TT_UPD_PARAM, p->param_buf[i]);
+    if (p->m_buf[i] >= 0) lower_set(s, 1, TT_UPD_M, p->m_buf[i]);
+    if (p->v_buf[i] >= 0) lower_set(s, 1, TT_UPD_V, p->v_buf[i]);
+  }
+  return 0;
+}
+
+/* First and last step of every buffer; persistent ones span the whole program. */
+static void lower_liveness(tt_program *p) {
+  for (int si = 0; si < p->nsteps; si++) {
+    const tt_step *s = &p->steps[si];
+    int ids[2 * TT_STEP_MAX_IO + 1], k = 0;
+    for (int j = 0; j < s->nin; j++) ids[k++] = s->in[j];
+    for (int j = 0; j < s->nout; j++) ids[k++] = s->out[j];
+    ids[k++] = s->ws;
+    for (int j = 0; j < k; j++) {
+      if (ids[j] < 0) continue;
+      tt_buf *b = &p->bufs[ids[j]];
+      if (b->first < 0) b->first = si;
+      b->last = si;
+    }
+  }
+  for (int i = 0; i < p->nbufs; i++) {
+    tt_buf *b = &p->bufs[i];
+    if (b->persistent) b->first = 0, b->last = p->nsteps - 1;
+    if (b->first < 0) b->first = b->last = 0; /* unused (e.g. labels of a net without loss) */
+  }
+}
+
+/* A forward add proposed to write over its first input; if that input is read later,
+ * propose another input that is dead after the add instead. */
+static void lower_retarget_add(tt_program *p) {
+  for (int si = 0; si < p->nsteps; si++) {
+    const tt_step *s = &p->steps[si];
+    if (s->op != TT_S_FWD || s->kind != TT_L_ADD) continue;
+    tt_buf *y = &p->bufs[s->out[TT_FWD_Y]];
+    if (y->alias_of < 0 || p->bufs[y->alias_of].last == si) continue;
+    for (int j = 1; j < s->nin; j++)
+      if (p->bufs[s->in[j]].last == si) {
+        y->alias_of = s->in[j];
+        break;
+      }
+  }
+}
+
+int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err) {
+  memset(p, 0, sizeof *p);
+  p->graph = g;
+  p->policy = *pol;
+  p->align = be->align ? be->align : 1;
+  p->nparams = g->nparams;
+  p->input_numel = tt_node_numel(&g->nodes[0]);
+  p->input_u8 = p->labels = p->stats = p->overflow_flag = -1;
+  if (pol->micro_batch <= 0) return tt_fail(err, "micro-batch must be positive (got %d)", pol->micro_batch);
+  lower_ctx c;
+  memset(&c, 0, sizeof c);
+  c.g = g, c.pol = pol, c.be = be, c.p = p, c.err = err;
+  if (lower_tables(&c)) return -1;
+  if (lower_persistent(&c) || lower_forward(&c) || (pol->training && lower_backward(&c))) goto fail;
+  p->micro_end = p->nsteps;
+  if (pol->training && lower_update(&c)) goto fail;
+  lower_liveness(p);
+  lower_retarget_add(p);
+  return 0;
+fail:
+  tt_program_free(p);
+  return c.too_large ? TT_ERR_TOO_LARGE : -1;
+}

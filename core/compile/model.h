@@ -1,0 +1,115 @@
+/* core/compile/model.h — what the recipe parser (recipe.h) produces: named layers in topological
+ * order, the input shape, the loss, training settings and the data section. Plain data. */
+#ifndef TT_MODEL_H
+#define TT_MODEL_H
+#include "../base/util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TT_NAME_MAX 96
+#define TT_PATH_MAX 1024
+#define TT_MAX_INPUTS 8
+
+typedef enum {
+  TT_L_INPUT = 0,
+  TT_L_CONV,
+  TT_L_BN,
+  TT_L_RELU,
+  TT_L_RELU6,
+  TT_L_SILU,
+  TT_L_MAXPOOL,
+  TT_L_AVGPOOL,
+  TT_L_GAP, /* global average pool: [c,h,w] -> [c,1,1] */
+  TT_L_LINEAR,
+  TT_L_DROPOUT,
+  TT_L_FLATTEN, /* [c,h,w] -> [c*h*w,1,1]; a view, no data moves */
+  TT_L_ADD,
+  TT_L_CONCAT, /* along channels */
+  TT_L_KIND_COUNT
+} tt_layer_kind;
+
+typedef struct tt_layer {
+  tt_layer_kind kind;
+  char name[TT_NAME_MAX];       /* unique; safetensors names are "<name>.weight" etc. */
+  int inputs[TT_MAX_INPUTS];    /* indices of earlier layers */
+  int ninputs;
+  int line;                     /* recipe line of the section that made this layer */
+  /* conv: filters = output channels; linear: filters = output features */
+  int filters;
+  int kh, kw, sh, sw, ph, pw;   /* conv and pooling window, stride, padding */
+  int groups;                   /* conv; groups == input channels is depthwise; -1 = "depthwise"
+                                 * in the recipe: the graph stage sets it to the input channels */
+  int bias;                     /* conv and linear: 1 if the layer has a bias */
+  int freeze;                   /* conv, linear, batch norm: 1 keeps the weights as loaded (no gradient,
+                                 * no optimizer state, no update; batch norm's running statistics
+                                 * still update in training) */
+  float eps, momentum;          /* batch norm (PyTorch meaning of momentum: 0.1 default) */
+  float p;                      /* dropout probability */
+} tt_layer;
+
+typedef enum { TT_OPT_SGD = 0, TT_OPT_ADAM, TT_OPT_ADAMW } tt_opt_kind;
+typedef enum { TT_LR_CONSTANT = 0, TT_LR_STEP, TT_LR_COSINE } tt_lr_schedule;
+typedef enum { TT_DATA_NONE = 0, TT_DATA_IDX, TT_DATA_FOLDER, TT_DATA_LIST, TT_DATA_SYNTHETIC, TT_DATA_NPY } tt_data_format;
+typedef enum { TT_PREC_AUTO = 0, TT_PREC_FP32, TT_PREC_FP16 } tt_precision;
+typedef enum { TT_RECOMP_AUTO = 0, TT_RECOMP_NONE, TT_RECOMP_ALL } tt_recompute_mode;
+
+typedef struct tt_data_cfg {
+  tt_data_format format;
+  /* idx: images and labels files (gzip or not); folder: a directory with one subfolder per
+   * class; list: a text file of "path label" lines (paths relative to the list file). */
+  char train[TT_PATH_MAX], train_labels[TT_PATH_MAX];
+  char test[TT_PATH_MAX], test_labels[TT_PATH_MAX];
+  float mean[4], std[4];        /* per channel, on [0,1] pixel values; default 0 and 1 */
+  int crop_pad;                 /* random crop after zero padding by this many pixels; 0 = off */
+  int hflip;                    /* random horizontal flip */
+  int max_megapixels;           /* folder/list: decoders refuse larger images (0: 64) */
+  int loader_threads;           /* training loader threads (0: TT_LOADER_THREADS, core/data/data.h) */
+  int random_resized_crop;      /* training: torchvision's RandomResizedCrop to the input size */
+  float crop_scale[2], crop_ratio[2]; /* its area-fraction and aspect ranges (0: 0.08..1, 3/4..4/3) */
+  int resize;                   /* evaluation: shorter side to this, then centre crop (0: fit) */
+  char class_names[4096];       /* comma-separated names of [net] classes for list/idx/synthetic ("": 0, 1, ...) */
+  int classes;                  /* [net] classes: the labels format = synthetic draws (0: 10) */
+  int line;                     /* recipe line of [data] */
+} tt_data_cfg;
+
+typedef struct tt_train_cfg {
+  int batch;                    /* effective batch (images per optimizer step) */
+  int micro_batch;              /* 0: the scheduler chooses */
+  int eval_batch;               /* 0: same as the micro-batch the scheduler may pick */
+  int epochs;
+  tt_opt_kind optimizer;
+  float lr, momentum, weight_decay, beta1, beta2, adam_eps;
+  int nesterov;
+  tt_lr_schedule schedule;
+  float warmup_epochs;          /* linear warm-up from lr/100 (0 = none) */
+  int step_epochs;              /* step schedule: multiply by gamma every step_epochs */
+  float gamma;
+  float min_lr;                 /* cosine floor */
+  float label_smoothing;
+  unsigned long long seed;
+  tt_precision precision;
+  tt_recompute_mode recompute;
+  int log_every;                /* optimizer steps between "train" metric lines */
+  /* checkpoint_every: a checkpoint every this many optimizer steps, or (steps 0) every this many
+   * seconds of wall time; both 0: only at the end of each epoch and on a stop. Default 600 s. */
+  long long checkpoint_steps;
+  double checkpoint_seconds;
+} tt_train_cfg;
+
+typedef struct tt_model {
+  char path[TT_PATH_MAX];       /* recipe file */
+  char name[TT_NAME_MAX];       /* recipe file name without directory and extension */
+  int in_c, in_h, in_w;         /* input shape per sample */
+  int classes;
+  tt_layer *layers;             /* layers[0] is the input; the last layer gives the logits */
+  int nlayers;
+  tt_train_cfg train;
+  tt_data_cfg data;
+} tt_model;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

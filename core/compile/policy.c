@@ -1,0 +1,371 @@
+/* core/compile/policy.c — policy search: the fastest policy per image that fits the budget. */
+#include "policy.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Lowers and plans one policy; returns 0 and fills p, or -1 or TT_ERR_TOO_LARGE (err set). */
+static int sched_plan_one(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
+                          tt_program *p, tt_err *err) {
+  tt_policy pol;
+  int rc;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = mb, pol.accum_steps = accum, pol.act_dtype = dt, pol.inplace = inplace, pol.recompute = rec;
+  pol.training = 1;
+  if ((rc = tt_lower(g, &pol, be, p, err))) return rc;
+  if ((rc = tt_program_plan(p, err))) tt_program_free(p);
+  return rc;
+}
+
+/* One candidate: with in-place ops allowed, planned both ways. An accepted alias fuses two
+ * buffers' lifetimes into one block, which sometimes packs worse (VGG-16: 2 MiB more); the
+ * cost model times both alike, so in-place ops stay only when the arena is no larger. */
+static int sched_try(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
+                     tt_program *p, tt_err *err) {
+  tt_program q;
+  int rc;
+  if ((rc = sched_plan_one(g, be, mb, accum, dt, inplace, rec, p, err)) || !inplace) return rc;
+  if ((rc = sched_plan_one(g, be, mb, accum, dt, 0, rec, &q, err))) {
+    tt_program_free(p);
+    return rc;
+  }
+  if (q.arena_bytes < p->arena_bytes) {
+    tt_program_free(p);
+    *p = q;
+  } else {
+    tt_program_free(&q);
+  }
+  return 0;
+}
+
+static int sched_count(const unsigned char *rec, int n) {
+  int c = 0;
+  for (int i = 0; i < n; i++) c += rec[i] != 0;
+  return c;
+}
+
+/* Best fitting program for (mb, dt): plain, or with the cheapest recompute plan that fits.
+ * rec receives the recompute set. Returns 1 if fits, 0 if not, -1 or TT_ERR_TOO_LARGE on error. */
+static int sched_fit(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum, tt_dtype dt,
+                     unsigned char *rec, tt_program *out, size_t *min_arena, tt_err *err) {
+  int n = g->nnodes, rc;
+  tt_recompute_mode rm = o->recompute;
+  memset(rec, 0, (size_t)n);
+  if (rm == TT_RECOMP_ALL && tt_recompute_all(g, rec, err)) return -1;
+  if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err))) return rc;
+  if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
+  if (!budget || out->arena_bytes <= budget) return 1;
+  if (rm != TT_RECOMP_AUTO) {
+    tt_program_free(out);
+    return 0;
+  }
+  /* Free the overshoot by recomputing; the model is approximate, so check with the real
+   * planner and ask for more until it fits or the plan that frees the most is reached. */
+  double over = (double)(out->arena_bytes - budget);
+  tt_program_free(out);
+  for (int iter = 0; iter < 8; iter++) {
+    int units = tt_recompute_search(g, mb, dt, o->profile, over, rec, err);
+    if (units < -1 || (units == -1 && tt_recompute_all(g, rec, err))) return -1;
+    if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err))) return rc;
+    if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
+    if (out->arena_bytes <= budget) return 1;
+    over += (double)(out->arena_bytes - budget) * 1.25 + 1.0;
+    tt_program_free(out);
+    if (units < 0) break;
+  }
+  /* last resort: the plan that frees the most */
+  if (tt_recompute_all(g, rec, err)) return -1;
+  if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err))) return rc;
+  if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
+  if (out->arena_bytes <= budget) return 1;
+  tt_program_free(out);
+  return 0;
+}
+
+/* Records a candidate that fits but lost; tt_policy_explain says why, against the final choice. */
+static void sched_add_alt(tt_policy_result *r, int mb, tt_dtype dt, int ru, size_t arena, double ms) {
+  if (r->nalts >= TT_POLICY_MAX_ALTS) return;
+  tt_policy_alt *a = &r->alts[r->nalts++];
+  a->micro_batch = mb, a->dtype = dt, a->recompute_units = ru, a->arena_bytes = arena, a->step_ms = ms;
+}
+
+static int sched_eval(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r, tt_err *err) {
+  int eb = o->eval_batch > 0 ? o->eval_batch : r->policy.micro_batch;
+  int fixed = o->eval_batch > 0;
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.act_dtype = r->policy.act_dtype, pol.inplace = o->inplace, pol.training = 0, pol.accum_steps = 1;
+  for (;;) {
+    pol.micro_batch = eb;
+    tt_program p;
+    int rc = tt_lower(g, &pol, be, &p, err);
+    if (!rc && (rc = tt_program_plan(&p, err))) tt_program_free(&p);
+    /* a larger batch too large to plan (sizes past 2^64 bytes): keep the previous one */
+    if (rc) return rc == TT_ERR_TOO_LARGE && !fixed && eb != r->policy.micro_batch ? 0 : -1;
+    int ok = p.transient_bytes <= r->train.transient_bytes;
+    if (fixed || (!ok && eb == r->policy.micro_batch)) {
+      r->eval = p;
+      return 0;
+    }
+    if (!ok) { /* keep the previous (smaller) one */
+      tt_program_free(&p);
+      return 0;
+    }
+    tt_program_free(&r->eval);
+    r->eval = p;
+    if (eb >= 1024) return 0;
+    eb *= 2;
+  }
+}
+
+/* Checks the options against the recipe and sets r's reserve and budget. */
+static int sched_budget(const tt_graph *g, const tt_policy_opts *o, tt_policy_result *r, tt_err *err) {
+  const tt_model *m = g->model;
+  int eff = m->train.batch;
+  if (eff <= 0) return tt_fail(err, "%s: [train] batch must be a positive integer", m->path);
+  r->reserve_bytes = o->vram_bytes ? o->reserve_bytes : 0;
+  if (o->vram_bytes && o->vram_bytes <= o->reserve_bytes)
+    return tt_fail(err, "--vram %.2f GiB is not more than the %.2f GiB reserved for the CUDA context and libraries; "
+                   "give a larger --vram", o->vram_bytes / 1073741824.0, o->reserve_bytes / 1073741824.0);
+  r->budget_bytes = o->vram_bytes ? o->vram_bytes - o->reserve_bytes : 0;
+  if (o->micro_batch > 0 && eff % o->micro_batch)
+    return tt_fail(err, "micro-batch %d does not divide the effective batch %d of %s; choose a divisor", o->micro_batch, eff,
+                   m->path);
+  return 0;
+}
+
+/* Makes the fitting program p (recompute set rec, predicted ms and rms) the schedule. */
+static void sched_keep(tt_policy_result *r, const tt_program *p, const unsigned char *rec, int n, double ms, double rms) {
+  r->train = *p;
+  r->policy = p->policy;
+  memcpy(r->recompute, rec, (size_t)n);
+  r->policy.recompute = r->recompute;
+  r->train.policy.recompute = r->recompute;
+  r->predicted_step_ms = ms;
+  r->recompute_ms = rms;
+}
+
+/* The search: each precision allowed, micro-batches from the effective batch down. Returns 1 with
+ * the fastest fitting candidate kept in r and the others fitting listed as alternatives, 0 when
+ * nothing fits, -1 on error. *min_arena receives the smallest arena any candidate planned. */
+static int sched_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r,
+                        unsigned char *rec, size_t *min_arena, tt_err *err) {
+  int n = g->nnodes, eff = g->model->train.batch, have = 0, failed = 0;
+  tt_dtype dts[2];
+  int ndt = 0;
+  if (o->precision != TT_PREC_FP16) dts[ndt++] = TT_F32;
+  if (o->precision != TT_PREC_FP32) dts[ndt++] = TT_F16;
+  double best_ms_per_img = 1e300;
+  for (int d = 0; d < ndt; d++) {
+    for (int mb = eff; mb >= 1; mb--) {
+      if (eff % mb || (o->micro_batch > 0 && mb != o->micro_batch)) continue;
+      tt_program p;
+      int fit = sched_fit(g, be, o, r->budget_bytes, mb, eff / mb, dts[d], rec, &p, min_arena, err);
+      r->candidates_tried++;
+      /* Under a budget, a candidate too large to plan (its sizes pass 2^64 bytes) does not
+       * fit, and a smaller micro-batch may; err keeps why in case none plans at all. */
+      if (fit == TT_ERR_TOO_LARGE && r->budget_bytes) {
+        failed = 1;
+        continue;
+      }
+      if (fit < 0) return -1;
+      if (!fit) continue;
+      double rms = 0.0;
+      double ms = tt_cost_predict_ms(&p, o->profile, &rms);
+      int ru = sched_count(rec, n);
+      /* faster wins; as fast (to rounding), the smaller arena */
+      int as_fast = fabs(ms - best_ms_per_img) <= 1e-9 * ms;
+      if (as_fast ? have && p.arena_bytes < r->train.arena_bytes : ms < best_ms_per_img) {
+        if (have) {
+          sched_add_alt(r, r->policy.micro_batch, r->policy.act_dtype, sched_count(r->recompute, n), r->train.arena_bytes,
+                        r->predicted_step_ms);
+          tt_program_free(&r->train);
+        }
+        sched_keep(r, &p, rec, n, ms, rms);
+        best_ms_per_img = ms;
+        have = 1;
+      } else {
+        sched_add_alt(r, mb, dts[d], ru, p.arena_bytes, ms);
+        tt_program_free(&p);
+      }
+      /* a smaller micro-batch without recompute is never faster in the model; one with
+       * recompute might be, so keep going only while this one needed recompute */
+      if (ru == 0) break;
+    }
+  }
+  return !have && failed && *min_arena == (size_t)-1 ? -1 : have;
+}
+
+/* Units of the graph and how many of them the chosen plan recomputes (the run's summary). */
+static void sched_count_units(const tt_graph *g, tt_policy_result *r) {
+  int n = g->nnodes;
+  int *unit_of = (int *)malloc(sizeof(int) * (size_t)n);
+  if (!unit_of) return;
+  r->nunits = tt_recompute_units(g, unit_of);
+  int cnt = 0, prev = -1;
+  for (int v = 0; v < n; v++)
+    if (r->recompute[v] && unit_of[v] != prev) cnt++, prev = unit_of[v];
+  r->recomputed_units = cnt;
+  free(unit_of);
+}
+
+/* Nothing fits: the message gives the smallest --vram that would and what dominates it. */
+static int sched_refuse(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r,
+                        size_t min_arena, tt_err *err) {
+  size_t need = min_arena == (size_t)-1 ? 0 : min_arena;
+  tt_policy_explain(g, be, o, r);
+  tt_fail(err, "%s does not fit: the smallest plan (micro-batch %d%s, %s) needs a %.2f GiB arena but the budget is "
+          "%.2f GiB; the smallest --vram that fits is %.2f GiB; it is dominated by %s",
+          g->model->path, o->micro_batch > 0 ? o->micro_batch : 1, o->recompute == TT_RECOMP_NONE ? "" : ", recomputing",
+          o->precision == TT_PREC_FP32 ? "fp32" : "fp16", need / 1073741824.0, r->budget_bytes / 1073741824.0,
+          (need + o->reserve_bytes) / 1073741824.0 + 0.005, r->dominant[0] ? r->dominant : "(breakdown unavailable)");
+  tt_policy_result_free(r);
+  return -1;
+}
+
+int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oin, tt_policy_result *r, tt_err *err) {
+  memset(r, 0, sizeof *r);
+  tt_policy_opts o = *oin;
+  if (!o.profile) o.profile = tt_profile_cuda_generic();
+  int n = g->nnodes;
+  if (sched_budget(g, &o, r, err)) return -1;
+  unsigned char *rec = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
+  r->recompute = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
+  if (!rec || !r->recompute) {
+    free(rec);
+    tt_policy_result_free(r);
+    return -1;
+  }
+  size_t min_arena = (size_t)-1;
+  int have = sched_search(g, be, &o, r, rec, &min_arena, err);
+  free(rec);
+  if (have < 0) {
+    tt_policy_result_free(r);
+    return -1;
+  }
+  if (!have) return sched_refuse(g, be, &o, r, min_arena, err);
+  sched_count_units(g, r);
+  if (sched_eval(g, be, &o, r, err)) {
+    tt_policy_result_free(r);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- report-only: what `tinytrain plan` and a refusal say, planned only when asked ---- */
+
+/* The three largest buffer classes live at the peak of the smallest plan the options allow:
+ * micro-batch 1 (or the one given), every unit recomputed unless recompute is off. */
+static void sched_dominant(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, char *dom, size_t size) {
+  int eff = g->model->train.batch;
+  unsigned char *rr = (unsigned char *)calloc((size_t)g->nnodes, 1);
+  tt_program q;
+  tt_err e2;
+  dom[0] = 0;
+  if (!rr) return;
+  if (o->recompute != TT_RECOMP_NONE && tt_recompute_all(g, rr, &e2)) {
+    free(rr);
+    return;
+  }
+  if (!sched_try(g, be, o->micro_batch > 0 ? o->micro_batch : 1, eff, o->precision == TT_PREC_FP32 ? TT_F32 : TT_F16,
+                 o->inplace, rr, &q, &e2)) {
+    size_t at[TT_BC_COUNT];
+    tt_program_peak_breakdown(&q, at);
+    for (int k = 0; k < 3; k++) {
+      int bi = -1;
+      for (int c = 0; c < TT_BC_COUNT; c++)
+        if (at[c] && (bi < 0 || at[c] > at[bi])) bi = c;
+      if (bi < 0) break;
+      snprintf(dom + strlen(dom), size - strlen(dom), "%s%s %.2f GiB", k ? ", " : "",
+               tt_buf_class_name((tt_buf_class)bi), at[bi] / 1073741824.0);
+      at[bi] = 0;
+    }
+    tt_program_free(&q);
+  }
+  free(rr);
+}
+
+/* The arena at the chosen micro-batch with the techniques switched off: fp32 without in-place
+ * or recompute; the chosen precision without in-place; without recompute. */
+static void sched_savings(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r) {
+  const tt_policy *pol = &r->policy;
+  tt_program q;
+  tt_err e2;
+  unsigned char *none = (unsigned char *)calloc((size_t)g->nnodes, 1);
+  if (!none) return;
+  if (!sched_try(g, be, pol->micro_batch, pol->accum_steps, TT_F32, 0, none, &q, &e2)) {
+    r->arena_fp32_plain = q.arena_bytes;
+    tt_program_free(&q);
+  }
+  if (!sched_try(g, be, pol->micro_batch, pol->accum_steps, pol->act_dtype, 0, r->recompute, &q, &e2)) {
+    r->arena_no_inplace = q.arena_bytes;
+    tt_program_free(&q);
+  }
+  if (!sched_try(g, be, pol->micro_batch, pol->accum_steps, pol->act_dtype, o->inplace, none, &q, &e2)) {
+    r->arena_no_recompute = q.arena_bytes;
+    tt_program_free(&q);
+  }
+  free(none);
+}
+
+void tt_policy_explain(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r) {
+  if (r->policy.micro_batch <= 0) {
+    sched_dominant(g, be, o, r->dominant, sizeof r->dominant);
+    return;
+  }
+  sched_savings(g, be, o, r);
+  for (int i = 0; i < r->nalts; i++)
+    snprintf(r->alts[i].why, sizeof r->alts[i].why, "fits, predicted %.0f%% slower than the chosen policy",
+             100.0 * (r->alts[i].step_ms / r->predicted_step_ms - 1.0));
+}
+
+int tt_policy_max_batch(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_dtype dt, tt_recompute_mode rm,
+                       size_t *arena_out) {
+  size_t budget = o->vram_bytes > o->reserve_bytes ? o->vram_bytes - o->reserve_bytes : 0;
+  int n = g->nnodes;
+  unsigned char *rec = (unsigned char *)calloc((size_t)n, 1);
+  if (!rec) return 0;
+  tt_policy_opts oo = *o;
+  oo.recompute = rm;
+  if (!oo.profile) oo.profile = tt_profile_cuda_generic();
+  /* arena size grows with the micro-batch: double until it does not fit, then bisect */
+  int lo = 0, hi = 1;
+  size_t lo_arena = 0;
+  tt_err e;
+  for (;;) {
+    tt_program p;
+    int fit = sched_fit(g, be, &oo, budget, hi, 1, dt, rec, &p, NULL, &e);
+    if (fit <= 0) break;
+    lo = hi, lo_arena = p.arena_bytes;
+    tt_program_free(&p);
+    if (hi >= (1 << 16)) break;
+    hi *= 2;
+  }
+  if (lo > 0 && hi > lo) {
+    int a = lo, b = hi; /* a fits, b does not */
+    while (b - a > 1) {
+      int mid = a + (b - a) / 2;
+      tt_program p;
+      int fit = sched_fit(g, be, &oo, budget, mid, 1, dt, rec, &p, NULL, &e);
+      if (fit > 0) {
+        a = mid, lo_arena = p.arena_bytes;
+        tt_program_free(&p);
+      } else {
+        b = mid;
+      }
+    }
+    lo = a;
+  }
+  free(rec);
+  if (arena_out) *arena_out = lo_arena;
+  return lo;
+}
+
+void tt_policy_result_free(tt_policy_result *r) {
+  tt_program_free(&r->train);
+  tt_program_free(&r->eval);
+  free(r->recompute);
+  r->recompute = NULL;
+}

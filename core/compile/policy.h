@@ -1,0 +1,81 @@
+/* core/compile/policy.h — the policy search: training graph + budget -> Policy.
+ *
+ * Enumerates micro-batch x precision x recompute plan, lowers and plans each candidate
+ * (planning is cheap), predicts its step time with a cost model, and keeps the fastest per
+ * image that fits the budget. Recompute plans (core/compile/recompute.c) recompute segments
+ * of the graph's units (the stretches between single-tensor cut points: a layer of a plain
+ * chain, a residual block), chosen by a dynamic program that minimises recompute time for the
+ * memory it must free, and are checked against the real planner. */
+#ifndef TT_POLICY_H
+#define TT_POLICY_H
+#include "cost.h"
+#include "program.h"
+#include "recompute.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Without a GPU to measure, the CUDA context and cuDNN/cuBLAS handles are estimated at this
+ * many bytes (a CUDA 12/13 context with lazy module loading plus the library handles is
+ * 300-600 MiB on current drivers; we take the upper end so a plan never overcommits). */
+#define TT_RESERVE_ESTIMATE_BYTES ((size_t)600 << 20)
+
+typedef struct tt_policy_opts {
+  size_t vram_bytes;            /* the card's memory; 0 = no budget */
+  size_t reserve_bytes;         /* subtracted from vram_bytes */
+  int micro_batch;              /* 0 = search */
+  tt_precision precision;       /* AUTO = search */
+  tt_recompute_mode recompute;  /* AUTO = search */
+  int inplace;                  /* 1 normally; 0 to switch in-place ops off */
+  int eval_batch;               /* 0 = largest that fits in the training arena's transient region */
+  const tt_device_profile *profile;
+} tt_policy_opts;
+
+#define TT_POLICY_MAX_ALTS 12
+
+typedef struct tt_policy_alt {
+  int micro_batch;
+  tt_dtype dtype;
+  int recompute_units;          /* -1: none possible */
+  size_t arena_bytes;
+  double step_ms;               /* per effective batch */
+  char why[160];                /* why it lost */
+} tt_policy_alt;
+
+typedef struct tt_policy_result {
+  tt_policy policy;             /* policy.recompute points into recompute[] below */
+  unsigned char *recompute;     /* per node */
+  tt_program train, eval;
+  size_t budget_bytes, reserve_bytes;
+  double predicted_step_ms;     /* per effective batch (all micro-steps and the update) */
+  double recompute_ms;          /* the part of it spent recomputing */
+  int nunits, recomputed_units;
+  tt_policy_alt alts[TT_POLICY_MAX_ALTS]; /* candidates that fit but lost (their why: tt_policy_explain) */
+  int nalts;
+  int candidates_tried;
+  /* Report-only, filled by tt_policy_explain (zero after tt_policy_search alone): what each technique
+   * saved, in arena bytes, at the chosen micro-batch; and when nothing fits, the largest buffer
+   * classes of the smallest plan ("params 0.10 GiB, grads 0.10 GiB, optimizer 0.10 GiB"). */
+  size_t arena_fp32_plain, arena_no_inplace, arena_no_recompute;
+  char dominant[256];
+} tt_policy_result;
+
+/* Returns 0 with a fitting schedule; -1 with err set when nothing fits (the message gives
+ * the smallest --vram that would fit and the buffers that dominate it). */
+int tt_policy_search(const tt_graph *g, tt_backend *planner_be, const tt_policy_opts *o, tt_policy_result *r, tt_err *err);
+void tt_policy_result_free(tt_policy_result *r);
+/* The parts of a schedule only a report reads, planned only when asked (`tinytrain plan`, and
+ * tt_policy_search's refusal): for a schedule tt_policy_search chose, the arena with each technique
+ * switched off and why each alternative lost; for none (r->policy.micro_batch 0), which
+ * buffer classes dominate the smallest plan. o: the options tt_policy_search was given. */
+void tt_policy_explain(const tt_graph *g, tt_backend *planner_be, const tt_policy_opts *o, tt_policy_result *r);
+
+/* Largest micro-batch that fits (0 if none) for a fixed dtype and recompute mode. */
+int tt_policy_max_batch(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_dtype dt, tt_recompute_mode rm,
+                       size_t *arena_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,314 @@
+/* core/compile/recipe_values.c — what both halves of the parser share: the layer kind of a section
+ * name (from core/compile/ops.c's table), the messages ("PATH:LINE: ..." errors and warnings), the typed values of `key = value` entries
+ * (integers, booleans, numbers, sizes, enums, paths, lists of numbers) and the name table
+ * (layer and block-instance names -> layer index). It calls nothing in recipe.c or
+ * recipe_blocks.c. */
+#include "recipe_int.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../tinytrain.h"
+
+/* ---- layer kinds: a section name's kind, from the op-traits table ---- */
+
+int recipe_layer_kind(const char *kind) { return tt_layer_kind_from_name(kind); }
+
+/* ---- messages ---- */
+
+const char *recipe_quote(const char *s, char *out, size_t cap) {
+  size_t n = 0, i;
+  static const char hex[] = "0123456789abcdef";
+  for (i = 0; s[i] && n + 8 < cap; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (i >= 40) {
+      memcpy(out + n, "...", 3);
+      n += 3;
+      break;
+    }
+    if (c < 0x20 || c == 0x7f || c >= 0x80) {
+      out[n++] = '\\';
+      out[n++] = 'x';
+      out[n++] = hex[c >> 4];
+      out[n++] = hex[c & 15];
+    } else {
+      out[n++] = (char)c;
+    }
+  }
+  out[n] = 0;
+  return out;
+}
+
+int recipe_error(recipe_state *st, int line, const char *fmt, ...) {
+  char msg[800], ctx[200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  ctx[0] = 0;
+  if (st->scope && st->scope->blk) {
+    size_t n = strlen(st->scope->prefix);
+    snprintf(ctx, sizeof ctx, " (in block '%.40s', instance '%.*s' at line %d)", st->scope->blk->type,
+             (int)(n ? n - 1 : 0) > 80 ? 80 : (int)(n ? n - 1 : 0), st->scope->prefix, st->scope->inst_line);
+  }
+  return tt_fail(st->err, "%s:%d: %s%s", st->path, line, msg, ctx);
+}
+
+void recipe_warn(recipe_state *st, int line, const char *fmt, ...) {
+  char msg[800], full[1100];
+  va_list ap;
+  if (!st->warn) return;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  snprintf(full, sizeof full, "%s:%d: warning: %s", st->path, line, msg);
+  st->warn(st->ud, full);
+}
+
+/* ---- small helpers ---- */
+
+char *recipe_trim(char *s) {
+  char *e;
+  while (*s == ' ' || *s == '\t' || *s == '\r') s++;
+  e = s + strlen(s);
+  while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) *--e = 0;
+  return s;
+}
+
+int recipe_is_ident(const char *s) {
+  const char *p;
+  if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return 0;
+  for (p = s; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_'))
+      return 0;
+  return 1;
+}
+
+void *recipe_grow(recipe_state *st, void *p, int *cap, int need, size_t elem, const char *what) {
+  int ncap;
+  void *q;
+  if (need <= *cap) return p;
+  ncap = *cap ? *cap : 16;
+  while (ncap < need) ncap *= 2;
+  q = realloc(p, (size_t)ncap * elem);
+  if (!q) {
+    tt_fail(st->err, "%s: out of host memory growing the %s table", st->path, what);
+    return NULL;
+  }
+  *cap = ncap;
+  return q;
+}
+
+/* ---- the name table: layer names and block-instance names -> layer index ---- */
+
+static unsigned recipe_hash(const char *s) {
+  unsigned h = 2166136261u;
+  while (*s) h = (h ^ (unsigned char)*s++) * 16777619u;
+  return h;
+}
+
+recipe_name *recipe_find_name(const recipe_state *st, const char *name) {
+  unsigned i;
+  if (!st->tabcap) return NULL;
+  for (i = recipe_hash(name) & (unsigned)(st->tabcap - 1); st->tab[i].key; i = (i + 1) & (unsigned)(st->tabcap - 1))
+    if (!strcmp(st->tab[i].key, name)) return &st->tab[i];
+  return NULL;
+}
+
+int recipe_lookup(const recipe_state *st, const char *name, int *line) {
+  const recipe_name *e = recipe_find_name(st, name);
+  if (!e) return -1;
+  if (line) *line = e->line;
+  return e->layer;
+}
+
+static void recipe_tab_put(recipe_name *tab, int cap, recipe_name e) {
+  unsigned i = recipe_hash(e.key) & (unsigned)(cap - 1);
+  while (tab[i].key) i = (i + 1) & (unsigned)(cap - 1);
+  tab[i] = e;
+}
+
+int recipe_add_name(recipe_state *st, const char *name, int layer, int line, int group) {
+  recipe_name e;
+  size_t n = strlen(name);
+  if ((st->tabn + 1) * 2 > st->tabcap) {
+    int ncap = st->tabcap ? st->tabcap * 2 : 64, i;
+    recipe_name *nt = (recipe_name *)tt_calloc((size_t)ncap, sizeof *nt, "recipe names", st->err);
+    if (!nt) return -1;
+    for (i = 0; i < st->tabcap; i++)
+      if (st->tab[i].key) recipe_tab_put(nt, ncap, st->tab[i]);
+    free(st->tab);
+    st->tab = nt;
+    st->tabcap = ncap;
+  }
+  e.key = (char *)tt_malloc(n + 1, "a recipe name", st->err);
+  if (!e.key) return -1;
+  memcpy(e.key, name, n + 1);
+  e.layer = layer;
+  e.line = line;
+  e.group = group;
+  recipe_tab_put(st->tab, st->tabcap, e);
+  st->tabn++;
+  return 0;
+}
+
+int recipe_push_layer(recipe_state *st, const tt_layer *L) {
+  tt_layer *nl;
+  if (st->nlayers >= RECIPE_MAX_LAYERS)
+    return recipe_error(st, L->line, "the recipe expands to more than %d layers; check 'repeat' and nested blocks",
+                        RECIPE_MAX_LAYERS);
+  nl = (tt_layer *)recipe_grow(st, st->layers, &st->caplayers, st->nlayers + 1, sizeof(tt_layer), "layer");
+  if (!nl) return -1;
+  st->layers = nl;
+  st->layers[st->nlayers] = *L;
+  if (recipe_add_name(st, L->name, st->nlayers, L->line, 0)) return -1;
+  st->nlayers++;
+  return 0;
+}
+
+/* ---- values ---- */
+
+int recipe_int(recipe_state *st, const recipe_entry *e, const char *v, long min, long max, int *out) {
+  char *end;
+  long x;
+  char q[64];
+  errno = 0;
+  x = strtol(v, &end, 10);
+  if (end == v || *end || errno == ERANGE || x < min || (*v == '+' || *v == ' '))
+    return recipe_error(st, e->line, "expected a %s integer for '%s', found '%s'",
+                        min > 0 ? "positive" : min == 0 ? "non-negative" : "", e->key, recipe_quote(v, q, sizeof q));
+  if (x > max) return recipe_error(st, e->line, "'%s' = %s is too large (at most %ld)", e->key, recipe_quote(v, q, sizeof q), max);
+  *out = (int)x;
+  return 0;
+}
+
+int recipe_bool(recipe_state *st, const recipe_entry *e, const char *v, int *out) {
+  char q[64];
+  if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "on")) return *out = 1, 0;
+  if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no") || !strcmp(v, "off")) return *out = 0, 0;
+  return recipe_error(st, e->line, "expected true or false for '%s', found '%s'", e->key, recipe_quote(v, q, sizeof q));
+}
+
+static int recipe_parse_double(const char *v, double *x) {
+  char *end;
+  errno = 0;
+  *x = strtod(v, &end);
+  return end != v && !*end && errno != ERANGE && isfinite(*x) && *v != ' ';
+}
+
+int recipe_float(recipe_state *st, const recipe_entry *e, const char *v, double lo, double hi, int lo_incl, int hi_incl,
+                 float *out) {
+  double x;
+  char q[64];
+  if (!recipe_parse_double(v, &x))
+    return recipe_error(st, e->line, "expected a number for '%s', found '%s'", e->key, recipe_quote(v, q, sizeof q));
+  if (x < lo || (x == lo && !lo_incl) || x > hi || (x == hi && !hi_incl)) {
+    if (hi >= 1e30)
+      return recipe_error(st, e->line, "expected '%s' %s %g, found '%s'", e->key, lo_incl ? ">=" : ">", lo,
+                          recipe_quote(v, q, sizeof q));
+    return recipe_error(st, e->line, "expected '%s' in %c%g, %g%c, found '%s'", e->key, lo_incl ? '[' : '(', lo, hi,
+                        hi_incl ? ']' : ')', recipe_quote(v, q, sizeof q));
+  }
+  *out = (float)x;
+  return 0;
+}
+
+int recipe_enum(recipe_state *st, const recipe_entry *e, const char *v, const char *const *names, int n, int *out) {
+  char list[200] = "", q[64];
+  int i;
+  for (i = 0; i < n; i++)
+    if (!strcmp(v, names[i])) return *out = i, 0;
+  for (i = 0; i < n; i++) {
+    size_t l = strlen(list);
+    snprintf(list + l, sizeof list - l, "%s%s", i ? (i == n - 1 ? " or " : ", ") : "", names[i]);
+  }
+  return recipe_error(st, e->line, "expected %s for '%s', found '%s'", list, e->key, recipe_quote(v, q, sizeof q));
+}
+
+/* "N" or "AxB" (height x width). */
+int recipe_pair(recipe_state *st, const recipe_entry *e, const char *v, long min, long max, int *a, int *b) {
+  long x[2];
+  const char *p = v;
+  int k, n = strchr(v, 'x') ? 2 : 1;
+  char q[64];
+  for (k = 0; k < n; k++) {
+    char *end;
+    if (*p < '0' || *p > '9') break;
+    errno = 0;
+    x[k] = strtol(p, &end, 10);
+    if (errno == ERANGE || x[k] < min) break;
+    p = end;
+    if (k == 0 && n == 2 && *p++ != 'x') break;
+  }
+  if (k < n || *p)
+    return recipe_error(st, e->line, "expected a %s integer or HxW for '%s', found '%s'", min > 0 ? "positive" : "non-negative",
+                        e->key, recipe_quote(v, q, sizeof q));
+  if (x[0] > max || x[n - 1] > max)
+    return recipe_error(st, e->line, "'%s' = %s is too large (at most %ld)", e->key, recipe_quote(v, q, sizeof q), max);
+  *a = (int)x[0];
+  *b = (int)x[n - 1];
+  return 0;
+}
+
+int recipe_path(recipe_state *st, const recipe_entry *e, const char *v, char *out) {
+  size_t dl = strlen(st->dir);
+  int n = (v[0] == '/' || !dl) ? snprintf(out, TT_PATH_MAX, "%s", v)
+                               : snprintf(out, TT_PATH_MAX, "%s%s%s", st->dir, st->dir[dl - 1] == '/' ? "" : "/", v);
+  if (n < 0 || n >= TT_PATH_MAX) return recipe_error(st, e->line, "path for '%s' is longer than %d characters", e->key, TT_PATH_MAX - 1);
+  return 0;
+}
+
+int recipe_floats(recipe_state *st, const recipe_entry *e, const char *v, float *out, double lo, int lo_incl) {
+  double x[4];
+  int n = 0, c;
+  char tmp[RECIPE_VALUE_MAX], *p = tmp, q[64];
+  snprintf(tmp, sizeof tmp, "%s", v);
+  for (;;) {
+    char *comma = strchr(p, ','), *item;
+    if (comma) *comma = 0;
+    item = recipe_trim(p);
+    if (n == 4 || !recipe_parse_double(item, &x[n]))
+      return recipe_error(st, e->line, "expected 1 to 4 comma-separated numbers for '%s', found '%s'", e->key, recipe_quote(v, q, sizeof q));
+    if (x[n] < lo || (x[n] == lo && !lo_incl))
+      return recipe_error(st, e->line, "expected values %s %g for '%s', found '%s'", lo_incl ? ">=" : ">", lo, e->key, recipe_quote(item, q, sizeof q));
+    n++;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  if (n != 1 && n != st->m->in_c)
+    return recipe_error(st, e->line, "'%s' has %d values; give one per input channel (%d) or one for all", e->key, n, st->m->in_c);
+  for (c = 0; c < 4; c++) out[c] = (float)x[n == 1 ? 0 : (c < n ? c : n - 1)];
+  return 0;
+}
+
+/* "500" (optimizer steps), "30s", "10m", "10min", "1.5h" (wall time), "0" (never). Digits and
+ * at most one '.' before the unit, so "0x10", "1e3" and "-5" are refused. */
+int tt_parse_interval(const char *s, long long *steps, double *seconds) {
+  const char *p = s;
+  int dots = 0, digits = 0;
+  double x, mult;
+  if (!s) return -1;
+  for (; (*p >= '0' && *p <= '9') || *p == '.'; p++) dots += *p == '.', digits += *p != '.';
+  if (!digits || dots > 1) return -1;
+  x = strtod(s, NULL);
+  if (!*p) {
+    if (dots || x > 1e12) return -1; /* steps are whole */
+    *steps = (long long)x, *seconds = 0;
+    return 0;
+  }
+  mult = !strcmp(p, "s") ? 1 : (!strcmp(p, "m") || !strcmp(p, "min")) ? 60 : !strcmp(p, "h") ? 3600 : 0;
+  if (mult == 0 || x * mult > 1e9) return -1;
+  *steps = 0, *seconds = x * mult;
+  return 0;
+}
+
+int recipe_interval(recipe_state *st, const recipe_entry *e, const char *v, long long *steps, double *seconds) {
+  char q[64];
+  if (tt_parse_interval(v, steps, seconds) == 0) return 0;
+  return recipe_error(st, e->line, "expected optimizer steps (e.g. 500), a wall time (30s, 10m, 1h) or 0 for '%s', found '%s'",
+                      e->key, recipe_quote(v, q, sizeof q));
+}

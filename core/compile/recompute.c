@@ -1,0 +1,338 @@
+/* core/compile/recompute.c — recompute plans: which values the forward pass drops and the
+ * backward pass recomputes.
+ *
+ * Units are the stretches between single-tensor cut points (nodes no edge jumps over): on a
+ * chain every layer is one, in a ResNet every residual block. A plan recomputes segments:
+ * runs of consecutive units whose values are all dropped after the forward pass except the
+ * segment's last output, the kept boundary the next segment starts from. Backward recomputes a
+ * segment from the kept boundary before it when it first needs one of its values. A one-unit
+ * segment drops a residual block's inside and keeps its output; on a chain a segment spans
+ * several layers (a one-layer unit alone has nothing inside to drop).
+ *
+ * The memory model: the bytes backward keeps (every value it reads), less what the segments
+ * drop, plus the largest segment, which is back while its backward runs. The time model: the
+ * forward time of what is dropped. For a bound L on the largest segment, the best segments
+ * come from a dynamic program over the units with a sliding-window maximum (segments are
+ * contiguous and a segment's bytes only grow as it extends), O(units). `all` maximises the
+ * memory freed over a grid of bounds L; the cheapest plan freeing a given amount comes from
+ * the same program with a price per byte (a Lagrangian relaxation, searched by bisection) over
+ * the grid: O(units x grid x bisection steps), linear in the layers. The real planner checks
+ * every plan (sched.c), since the model is approximate. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "recompute.h"
+
+/* A node v is a cut when no edge jumps over it: then its output alone carries everything the
+ * rest of the network needs, and it can serve as a kept boundary. Views (flatten) never are. */
+int tt_recompute_units(const tt_graph *g, int *unit_of) {
+  int n = g->nnodes;
+  int *cross = (int *)calloc((size_t)n + 1, sizeof(int));
+  if (!cross) return -1;
+  for (int b = 0; b < n; b++)
+    for (int k = 0; k < g->nodes[b].nin; k++) {
+      int a = g->nodes[b].in[k];
+      if (b - a > 1) {
+        cross[a + 1]++;
+        cross[b]--;
+      }
+    }
+  int run = 0, unit = 0;
+  for (int v = 0; v < n; v++) {
+    run += cross[v];
+    unit_of[v] = unit;
+    int cut = run == 0 && !tt_op_is_view(g->nodes[v].L, 1);
+    if (cut && v < n - 1) unit++;
+  }
+  free(cross);
+  return unit + 1;
+}
+
+/* Whether backward reads each node's value: its own backward reads its output, or a
+ * consumer's backward reads its input; a view passes the question on to its own consumers.
+ * One pass from the last node back, each consumer settled before its inputs: O(nodes +
+ * edges). The lowering (lower_bwd) keeps exactly these values alive: both read tt_op's
+ * bwd_reads. */
+void tt_recompute_bwd_reads_all(const tt_graph *g, unsigned char *reads) {
+  for (int v = 0; v < g->nnodes; v++) reads[v] = (tt_op(g->nodes[v].kind)->bwd_reads & TT_READS_OUTPUT) != 0;
+  for (int b = g->nnodes - 1; b >= 1; b--) {
+    const tt_node *c = &g->nodes[b];
+    int view = tt_op_is_view(c->L, 1);
+    for (int k = 0; k < c->nin; k++)
+      if (view ? reads[b] : (k == 0 && (tt_op(c->kind)->bwd_reads & TT_READS_INPUT))) reads[c->in[k]] = 1;
+  }
+}
+
+int tt_recompute_bwd_reads(const tt_graph *g, int v) {
+  unsigned char *reads = (unsigned char *)malloc((size_t)g->nnodes);
+  if (!reads) return 1; /* out of memory: the answer that keeps the value */
+  tt_recompute_bwd_reads_all(g, reads);
+  int r = reads[v];
+  free(reads);
+  return r;
+}
+
+/* ---- the model: per unit, the bytes and time of its inside and of its output ---- */
+
+typedef struct ckpt_model {
+  int n, nu, u0;          /* nodes; units; the first unit a segment may start at */
+  int *unit_of, *last;    /* node -> unit; unit -> its last node (its output) */
+  /* Prefix sums over units: segment [i, j) drops units i..j-1 inside and outputs i..j-2, so
+   * its bytes are q[j] - p[i] and its time qc[j] - pc[i]. It needs the value before it kept
+   * through backward, its kept boundary: ex[i] bytes more when backward would not read it anyway
+   * (a conv output a ReLU overwrites in place, say). */
+  double *p, *q, *pc, *qc, *ex;
+  double lmin;            /* the smallest positive bytes a unit's inside or output holds */
+  /* scratch for ckpt_solve */
+  double *f1, *f2, *k1, *k2;
+  int *choice, *dq;
+} ckpt_model;
+
+/* The result of one solve: bytes dropped (less the boundaries kept for them), largest
+ * segment, time, units recomputed. */
+typedef struct ckpt_plan {
+  double saved, maxseg, cost;
+  int units;
+} ckpt_plan;
+
+static void ckpt_free(ckpt_model *m) {
+  free(m->unit_of);
+  free(m->p);
+  free(m->choice);
+  memset(m, 0, sizeof *m);
+}
+
+/* Bytes kept through backward, if not dropped (0 for values backward does not read), and
+ * seconds to recompute, of every node: views, the input and the logits are free and never
+ * dropped. full[v]: the value's bytes whatever reads it. */
+static void ckpt_node_costs(const tt_graph *g, int mb, tt_dtype dt, const tt_device_profile *prof, const unsigned char *reads,
+                            double *bytes, double *secs, double *full) {
+  double peak = dt == TT_F16 ? prof->flops_fp16 : prof->flops_fp32;
+  for (int v = 0; v < g->nnodes; v++) {
+    const tt_node *x = &g->nodes[v];
+    int free_node = v == 0 || v == g->nnodes - 1 || tt_op_is_view(x->L, 1);
+    full[v] = (double)mb * (double)tt_node_numel(x) * (double)tt_dtype_size(dt);
+    bytes[v] = free_node || !reads[v] ? 0.0 : full[v];
+    secs[v] = free_node ? 0.0 : x->flops * mb / peak + prof->op_overhead_s;
+  }
+}
+
+/* Builds the model at micro-batch mb and dtype dt; 0, or -1 out of host memory (err set). */
+static int ckpt_build(const tt_graph *g, int mb, tt_dtype dt, const tt_device_profile *prof, ckpt_model *m, tt_err *err) {
+  int n = g->nnodes;
+  memset(m, 0, sizeof *m);
+  m->n = n;
+  m->unit_of = (int *)tt_malloc(sizeof(int) * (size_t)(2 * n + 2), "recompute plan", err);
+  m->p = (double *)tt_malloc(sizeof(double) * (size_t)(12 * n + 12), "recompute plan", err);
+  m->choice = (int *)tt_malloc(sizeof(int) * (size_t)(2 * n + 2), "recompute plan", err);
+  unsigned char *reads = (unsigned char *)tt_malloc((size_t)n, "recompute plan", err);
+  if (!m->unit_of || !m->p || !m->choice || !reads || (m->nu = tt_recompute_units(g, m->unit_of)) < 0) {
+    free(reads);
+    ckpt_free(m);
+    return tt_fail(err, "out of host memory planning recomputation for %d layers", n);
+  }
+  int nu = m->nu;
+  m->last = m->unit_of + n + 1, m->dq = m->choice + n + 1;
+  m->q = m->p + (n + 1), m->pc = m->p + 2 * (n + 1), m->qc = m->p + 3 * (n + 1);
+  m->f1 = m->p + 4 * (n + 1), m->f2 = m->p + 5 * (n + 1), m->k1 = m->p + 6 * (n + 1), m->k2 = m->p + 7 * (n + 1);
+  m->ex = m->p + 8 * (n + 1);
+  double *bytes = m->p + 9 * (n + 1), *secs = m->p + 10 * (n + 1), *full = m->p + 11 * (n + 1); /* per node */
+  tt_recompute_bwd_reads_all(g, reads);
+  ckpt_node_costs(g, mb, dt, prof, reads, bytes, secs, full);
+  for (int v = 0; v < n; v++) m->last[m->unit_of[v]] = v;
+  m->u0 = m->last[0] == 0; /* unit 0 is the input alone: nothing to drop, its output kept */
+  for (int u = m->u0; u < nu; u++) {
+    int before = u ? m->last[u - 1] : 0; /* unit 0's segment starts from the input itself */
+    m->ex[u] = reads[before] ? 0.0 : full[before];
+  }
+  free(reads);
+  /* inside and output of each unit, summed from the front */
+  double si = 0, so = 0, ci = 0, co = 0, lmin = 0;
+  m->p[0] = m->pc[0] = 0;
+  for (int u = 0, v = 0; u < nu; u++) {
+    double ai = 0, ao = 0, ti = 0, to = 0;
+    for (; v < m->last[u]; v++) ai += bytes[v], ti += secs[v];
+    ao = bytes[v], to = secs[v], v++;
+    if (ai > 0 && (lmin == 0 || ai < lmin)) lmin = ai;
+    if (ao > 0 && (lmin == 0 || ao < lmin)) lmin = ao;
+    /* q[u+1] = inside through u + outputs through u-1; p[u+1] = inside and outputs through u */
+    m->q[u + 1] = si + ai + so, m->qc[u + 1] = ci + ti + co;
+    si += ai, so += ao, ci += ti, co += to;
+    m->p[u + 1] = si + so, m->pc[u + 1] = ci + co;
+  }
+  m->lmin = lmin;
+  return 0;
+}
+
+/* Is objective (a1, a2) better than (b1, b2)? Lexicographic. */
+static int ckpt_better(double a1, double a2, double b1, double b2) { return a1 > b1 || (a1 == b1 && a2 > b2); }
+
+/* The segments, each dropping at most L bytes, that maximise w[0]*bytes - w[1]*time (ties:
+ * w[2]*bytes - w[3]*time), summed over segments, bytes net of the boundaries they need. A
+ * unit outside every segment adds 0. The
+ * start of the best segment ending at j is the maximum of a key over a window of starts that
+ * only moves right: a monotone deque. Fills m->choice and the plan's totals. */
+static void ckpt_solve(ckpt_model *m, double L, const double w[4], ckpt_plan *out) {
+  int nu = m->nu, u0 = m->u0, head = 0, tail = 0, lo = u0;
+  double *f1 = m->f1, *f2 = m->f2, *k1 = m->k1, *k2 = m->k2;
+  f1[u0] = f2[u0] = 0.0;
+  for (int j = u0 + 1; j <= nu; j++) {
+    int i = j - 1;
+    k1[i] = f1[i] - w[0] * (m->p[i] + m->ex[i]) + w[1] * m->pc[i];
+    k2[i] = f2[i] - w[2] * (m->p[i] + m->ex[i]) + w[3] * m->pc[i];
+    while (tail > head && !ckpt_better(k1[m->dq[tail - 1]], k2[m->dq[tail - 1]], k1[i], k2[i])) tail--;
+    m->dq[tail++] = i;
+    while (lo < j && m->q[j] - m->p[lo] > L) lo++;
+    while (head < tail && m->dq[head] < lo) head++;
+    f1[j] = f1[j - 1], f2[j] = f2[j - 1], m->choice[j] = -1;
+    if (head < tail) {
+      int s = m->dq[head];
+      double v1 = k1[s] + w[0] * m->q[j] - w[1] * m->qc[j], v2 = k2[s] + w[2] * m->q[j] - w[3] * m->qc[j];
+      if (ckpt_better(v1, v2, f1[j], f2[j])) f1[j] = v1, f2[j] = v2, m->choice[j] = s;
+    }
+  }
+  memset(out, 0, sizeof *out);
+  for (int j = nu; j > u0;) {
+    int s = m->choice[j];
+    if (s < 0) {
+      j--;
+      continue;
+    }
+    double d = m->q[j] - m->p[s];
+    out->saved += d - m->ex[s], out->cost += m->qc[j] - m->pc[s], out->units += j - s;
+    if (d > out->maxseg) out->maxseg = d;
+    j = s;
+  }
+}
+
+/* rec[] from the segments ckpt_solve left in m->choice. */
+static void ckpt_mark(const ckpt_model *m, unsigned char *rec) {
+  int nu = m->nu;
+  /* per unit: 1 its inside dropped, 3 its output too (the deque's ints, done with, hold it) */
+  unsigned char *drop = (unsigned char *)m->dq;
+  memset(drop, 0, (size_t)nu + 1);
+  for (int j = nu; j > m->u0;) {
+    int s = m->choice[j];
+    if (s < 0) {
+      j--;
+      continue;
+    }
+    for (int u = s; u < j; u++) drop[u] = u < j - 1 ? 3 : 1;
+    j = s;
+  }
+  memset(rec, 0, (size_t)m->n);
+  for (int v = 1; v < m->n - 1; v++) {
+    int u = m->unit_of[v];
+    rec[v] = (drop[u] & 1) && (v != m->last[u] || (drop[u] & 2));
+  }
+}
+
+/* The bounds L on the largest segment tried: from the smallest part of a unit to everything,
+ * by factors of `step` (the first call, with L = 0, gives the smallest). `all` tries eight a
+ * doubling, `auto`, which also bisects a price for each, two. */
+#define CKPT_ALL_STEP 1.0905 /* 2^(1/8) */
+#define CKPT_DP_STEP 1.4142  /* 2^(1/2) */
+#define CKPT_BISECTIONS 20
+static double ckpt_next_bound(const ckpt_model *m, double L, double step) {
+  double all = m->q[m->nu] - m->p[m->u0];
+  if (L <= 0) return m->lmin > 0 ? m->lmin : -1.0;
+  if (L >= all) return -1.0;
+  return L * step < all ? L * step : all;
+}
+
+int tt_recompute_all(const tt_graph *g, unsigned char *rec, tt_err *err) {
+  ckpt_model m;
+  ckpt_plan pl;
+  static const double w[4] = {1.0, 0.0, 0.0, 1.0}; /* most bytes dropped, then least time */
+  memset(rec, 0, (size_t)g->nnodes);
+  if (ckpt_build(g, 1, TT_F32, tt_profile_cuda_generic(), &m, err)) return -1;
+  double best_l = -1, best_keep = 0, best_cost = 0;
+  for (double L = ckpt_next_bound(&m, 0, CKPT_ALL_STEP); L > 0; L = ckpt_next_bound(&m, L, CKPT_ALL_STEP)) {
+    ckpt_solve(&m, L, w, &pl);
+    double freed = pl.saved - pl.maxseg; /* the largest segment comes back in backward */
+    if (best_l < 0 || freed > best_keep || (freed == best_keep && pl.cost < best_cost))
+      best_l = L, best_keep = freed, best_cost = pl.cost;
+  }
+  if (best_l > 0 && best_keep > 0) {
+    ckpt_solve(&m, best_l, w, &pl);
+    ckpt_mark(&m, rec);
+  }
+  ckpt_free(&m);
+  return 0;
+}
+
+/* The cheapest plan with segments of at most L bytes that frees `need`: the smallest price
+ * per byte (between lo and hi) whose plan frees enough, by bisection on a log scale. Returns
+ * the plan's time, or -1 when even price hi frees too little; *best_price: its price. */
+static double ckpt_price(ckpt_model *m, double L, double need, double lo, double hi, double *best_price) {
+  ckpt_plan pl;
+  double w[4] = {hi, 1.0, 1.0, 0.0}, best = -1.0;
+  ckpt_solve(m, L, w, &pl);
+  if (pl.saved - pl.maxseg < need) return -1.0; /* even at the highest price */
+  best = pl.cost, *best_price = hi;
+  for (int it = 0; it < CKPT_BISECTIONS; it++) {
+    double mid = sqrt(lo * hi);
+    w[0] = mid;
+    ckpt_solve(m, L, w, &pl);
+    if (pl.saved - pl.maxseg >= need) {
+      hi = mid;
+      if (pl.cost < best) best = pl.cost, *best_price = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  return best;
+}
+
+int tt_recompute_search(const tt_graph *g, int mb, tt_dtype dt, const tt_device_profile *prof, double need,
+                           unsigned char *rec, tt_err *err) {
+  ckpt_model m;
+  ckpt_plan pl;
+  memset(rec, 0, (size_t)g->nnodes);
+  if (need <= 0) return 0;
+  if (ckpt_build(g, mb, dt, prof, &m, err)) return -2;
+  /* prices between the cheapest and the dearest byte to recompute, widely */
+  double lo = 0, hi = 0;
+  for (int u = m.u0; u < m.nu; u++) {
+    double d = m.p[u + 1] - m.p[u], c = m.pc[u + 1] - m.pc[u];
+    if (d <= 0 || c <= 0) continue;
+    if (lo == 0 || c / d < lo) lo = c / d;
+    if (c / d > hi) hi = c / d;
+  }
+  int units = -1;
+  if (hi > 0) {
+    lo /= 16, hi *= 16;
+    double best_cost = -1, best_l = 0, best_w = 0;
+    for (double L = ckpt_next_bound(&m, 0, CKPT_DP_STEP); L > 0; L = ckpt_next_bound(&m, L, CKPT_DP_STEP)) {
+      double price = 0, c = ckpt_price(&m, L, need, lo, hi, &price);
+      if (c >= 0 && (best_cost < 0 || c < best_cost)) best_cost = c, best_l = L, best_w = price;
+    }
+    if (best_cost >= 0) {
+      double w[4] = {best_w, 1.0, 1.0, 0.0};
+      ckpt_solve(&m, best_l, w, &pl);
+      ckpt_mark(&m, rec);
+      units = pl.units;
+    }
+  }
+  ckpt_free(&m);
+  return units;
+}
+
+void tt_recompute_sqrt(const tt_graph *g, unsigned char *rec) {
+  int n = g->nnodes;
+  int *unit_of = (int *)malloc(sizeof(int) * (size_t)n);
+  memset(rec, 0, (size_t)n);
+  if (!unit_of) return;
+  int nu = tt_recompute_units(g, unit_of);
+  int k = (int)floor(sqrt((double)nu) + 0.5);
+  if (k < 1) k = 1;
+  /* segments of k units: only the last unit output of each segment is kept */
+  for (int v = 1; v < n; v++) {
+    int last_of_unit = (v == n - 1) || unit_of[v + 1] != unit_of[v];
+    int seg_end = last_of_unit && ((unit_of[v] + 1) % k == 0);
+    if (!seg_end) rec[v] = 1;
+  }
+  rec[n - 1] = 0;
+  free(unit_of);
+}

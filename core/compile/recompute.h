@@ -1,0 +1,35 @@
+/* core/compile/recompute.h — recompute plans: which values the forward pass drops and
+ * backward recomputes (per node, rec[v] = 1), chosen over the graph's units. See recompute.c. */
+#ifndef TT_RECOMPUTE_H
+#define TT_RECOMPUTE_H
+#include "cost.h"
+#include "graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Units: unit_of[node] = unit index (cut nodes end
+ * a unit); returns the number of units, -1 out of host memory. */
+int tt_recompute_units(const tt_graph *g, int *unit_of);
+/* Whether the backward pass reads node v's value (the recompute search's memory model; it
+ * reads the same op-traits row as the lowering, and tests/test_lower.c holds them equal);
+ * _all answers for every node at once, in O(nodes + edges). */
+int tt_recompute_bwd_reads(const tt_graph *g, int v);
+void tt_recompute_bwd_reads_all(const tt_graph *g, unsigned char *reads);
+/* Fills rec[] (per node: 1 = dropped after the forward pass, recomputed in backward) with
+ * the cheapest plan, in the cost model, that frees at least `need` bytes of the activation
+ * memory backward keeps, at this micro-batch and dtype. Returns the units recomputed; -1 when
+ * no plan frees that much (rec all zero); -2 out of host memory (err set). */
+int tt_recompute_search(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need,
+                           unsigned char *rec, tt_err *err);
+/* `--recompute all`: the plan that keeps the least activation memory in the model (segments
+ * of units with kept boundaries between them; on a chain of layers about sqrt(n) segments).
+ * 0, or -1 out of host memory (err set). */
+int tt_recompute_all(const tt_graph *g, unsigned char *rec, tt_err *err);
+/* The sqrt(n) baseline: every unit recomputed except every k-th, k = round(sqrt(units)). */
+void tt_recompute_sqrt(const tt_graph *g, unsigned char *rec);
+#ifdef __cplusplus
+}
+#endif
+#endif

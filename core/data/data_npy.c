@@ -1,0 +1,302 @@
+/* core/data/data_npy.c — format = npy: images N x H x W x C uint8 (or N x H x W for one channel)
+ * in a standard .npy file, memory-mapped (never read whole), and labels N int32, int64 or
+ * uint8 in another, as numpy.save writes them (tinytrain pack writes such pairs too). The
+ * header is checked fully: magic and version, dtype (little-endian), fortran_order, shape,
+ * and the file's size against the shape. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+#include "data.h"
+#include "../base/fileio.h"
+#include "../base/safetensors.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define NPY_WHY(...) snprintf(why, TT_DECODE_REASON_MAX, __VA_ARGS__)
+#define NPY_HEADER_MAX 65536
+
+static const char *npy_ws(const char *p, const char *e) {
+  while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+  return p;
+}
+
+/* A quoted string at p (' or "); copies it into out. Returns the position after it, or NULL. */
+static const char *npy_string(const char *p, const char *e, char *out, size_t size) {
+  char q;
+  size_t n = 0;
+  if (p >= e || (*p != '\'' && *p != '"')) return NULL;
+  q = *p++;
+  while (p < e && *p != q) {
+    if (n + 1 >= size) return NULL;
+    out[n++] = *p++;
+  }
+  if (p >= e) return NULL;
+  out[n] = 0;
+  return p + 1;
+}
+
+static int npy_descr(const char *descr, tt_npy_info *info, char *why) {
+  const char *d = descr;
+  char kind;
+  int size;
+  if ((d[0] == '<' || d[0] == '|' || d[0] == '=') && d[1]) d++;
+  else if (d[0] == '>') {
+    NPY_WHY("dtype '%.20s' is big-endian; save it as little-endian (arr.astype(arr.dtype.newbyteorder('<')))", d);
+    return -1;
+  }
+  kind = d[0];
+  size = atoi(d + 1);
+  if ((kind == 'u' && (size == 1 || size == 2)) || (kind == 'i' && (size == 1 || size == 2 || size == 4 || size == 8))) {
+    if (!(d[1] >= '1' && d[1] <= '8' && d[2] == 0)) goto bad;
+    info->kind = kind;
+    info->itemsize = size;
+    return 0;
+  }
+bad:
+  NPY_WHY("dtype '%.20s' is not an integer type this reader knows (uint8, uint16, int8 ... int64)", descr);
+  return -1;
+}
+
+/* (d0, d1, ...) with an optional trailing comma. */
+static const char *npy_shape(const char *p, const char *e, tt_npy_info *info, char *why) {
+  if (p >= e || *p != '(') return NULL;
+  p = npy_ws(p + 1, e);
+  info->ndim = 0;
+  while (p < e && *p != ')') {
+    long long v = 0;
+    if (*p < '0' || *p > '9') return NULL;
+    while (p < e && *p >= '0' && *p <= '9') {
+      v = v * 10 + (*p++ - '0');
+      if (v > (1LL << 40)) {
+        NPY_WHY("a dimension of the shape is over 2^40");
+        return NULL;
+      }
+    }
+    if (info->ndim == 4) {
+      NPY_WHY("more than 4 dimensions");
+      return NULL;
+    }
+    info->shape[info->ndim++] = v;
+    p = npy_ws(p, e);
+    if (p < e && *p == ',') p = npy_ws(p + 1, e);
+  }
+  return p < e ? p + 1 : NULL;
+}
+
+/* The header's dict: {'descr': ..., 'fortran_order': ..., 'shape': (...), } */
+static int npy_dict(const char *p, const char *e, tt_npy_info *info, char *why) {
+  int seen = 0;
+  p = npy_ws(p, e);
+  if (p >= e || *p++ != '{') return NPY_WHY("the header is not a Python dict"), -1;
+  for (;;) {
+    char key[32], val[32];
+    p = npy_ws(p, e);
+    if (p < e && *p == '}') break;
+    if (!(p = npy_string(p, e, key, sizeof key))) return NPY_WHY("a key of the header dict is not a short string"), -1;
+    p = npy_ws(p, e);
+    if (p >= e || *p++ != ':') return NPY_WHY("no ':' after '%s' in the header", key), -1;
+    p = npy_ws(p, e);
+    if (!strcmp(key, "descr")) {
+      if (!(p = npy_string(p, e, val, sizeof val))) return NPY_WHY("'descr' is not a simple dtype string (a structured dtype?)"), -1;
+      if (npy_descr(val, info, why)) return -1;
+      seen |= 1;
+    } else if (!strcmp(key, "fortran_order")) {
+      if (e - p >= 5 && !memcmp(p, "False", 5)) p += 5;
+      else if (e - p >= 4 && !memcmp(p, "True", 4)) return NPY_WHY("fortran_order is True; save a C-ordered array (np.ascontiguousarray)"), -1;
+      else return NPY_WHY("fortran_order is neither True nor False"), -1;
+      seen |= 2;
+    } else if (!strcmp(key, "shape")) {
+      why[0] = 0;
+      if (!(p = npy_shape(p, e, info, why))) return why[0] ? -1 : (NPY_WHY("'shape' is not a tuple of integers"), -1);
+      seen |= 4;
+    } else {
+      return NPY_WHY("unknown key '%s' in the header", key), -1;
+    }
+    p = npy_ws(p, e);
+    if (p < e && *p == ',') p++;
+    else if (p >= e || *p != '}') return NPY_WHY("expected ',' or '}' in the header dict"), -1;
+  }
+  if (seen != 7) return NPY_WHY("the header lacks '%s'", !(seen & 1) ? "descr" : !(seen & 2) ? "fortran_order" : "shape"), -1;
+  return 0;
+}
+
+int tt_npy_parse_header(const void *data, size_t size, tt_npy_info *info, char *why) {
+  const unsigned char *b = (const unsigned char *)data;
+  size_t start, hlen;
+  long long i, count = 1;
+  memset(info, 0, sizeof *info);
+  why[0] = 0;
+  if (size < 10 || memcmp(b, "\x93NUMPY", 6) != 0) return NPY_WHY("not a .npy file (no \\x93NUMPY magic)"), -1;
+  if (b[6] < 1 || b[6] > 3) return NPY_WHY("format version %d.%d, not 1, 2 or 3", b[6], b[7]), -1;
+  if (b[6] == 1) {
+    hlen = (size_t)b[8] | ((size_t)b[9] << 8);
+    start = 10;
+  } else {
+    if (size < 12) return NPY_WHY("truncated header"), -1;
+    hlen = (size_t)b[8] | ((size_t)b[9] << 8) | ((size_t)b[10] << 16) | ((size_t)b[11] << 24);
+    start = 12;
+  }
+  if (hlen > NPY_HEADER_MAX) return NPY_WHY("header of %zu bytes, over the %d this reader takes", hlen, NPY_HEADER_MAX), -1;
+  if (start + hlen > size) return NPY_WHY("truncated header (%zu bytes announced)", hlen), -1;
+  if (npy_dict((const char *)b + start, (const char *)b + start + hlen, info, why)) return -1;
+  for (i = 0; i < info->ndim; i++) {
+    if (info->shape[i] && count > (1LL << 50) / info->shape[i]) return NPY_WHY("the shape has over 2^50 elements"), -1;
+    count *= info->shape[i];
+  }
+  info->count = count;
+  info->data_offset = start + hlen;
+  return 0;
+}
+
+/* Reads a file's header (and, for labels, everything) and checks its size against the shape. */
+static int npy_open(const char *path, tt_npy_info *info, int *fd_out, size_t *file_size, tt_err *err) {
+  char why[TT_DECODE_REASON_MAX];
+  unsigned char head[NPY_HEADER_MAX + 12];
+  struct stat st;
+  ssize_t got;
+  int fd;
+  if (tt_file_check_kind(path, why) != 0) return tt_fail(err, "%s: %s; check [data] paths", path, why);
+  fd = open(path, O_RDONLY);
+  if (fd < 0) return tt_fail(err, "%s: cannot open (%s)", path, strerror(errno));
+  got = pread(fd, head, sizeof head, 0);
+  if (got < 0 || fstat(fd, &st) != 0) {
+    close(fd);
+    return tt_fail(err, "%s: cannot read (%s)", path, strerror(errno));
+  }
+  if (tt_npy_parse_header(head, (size_t)got, info, why) != 0) {
+    close(fd);
+    return tt_fail(err, "%s: %s", path, why);
+  }
+  if ((unsigned long long)st.st_size != info->data_offset + (unsigned long long)info->count * info->itemsize) {
+    close(fd);
+    return tt_fail(err, "%s: is %lld bytes, but its header's shape needs %llu; is it truncated or still being written?",
+                   path, (long long)st.st_size,
+                   (unsigned long long)(info->data_offset + (unsigned long long)info->count * info->itemsize));
+  }
+  *fd_out = fd;
+  *file_size = (size_t)st.st_size;
+  return 0;
+}
+
+static long long npy_label_at(const unsigned char *p, const tt_npy_info *li, long long i) {
+  const unsigned char *q = p + (size_t)i * li->itemsize;
+  unsigned long long v = 0;
+  int k;
+  for (k = li->itemsize - 1; k >= 0; k--) v = (v << 8) | q[k];
+  if (li->kind == 'i' && li->itemsize < 8 && (v >> (li->itemsize * 8 - 1)) & 1) v |= ~0ULL << (li->itemsize * 8);
+  return (long long)v;
+}
+
+static int npy_labels(const char *path, long long n, int classes, tt_dataset *ds, tt_err *err) {
+  tt_npy_info li;
+  int fd;
+  size_t size;
+  long long i;
+  unsigned char *buf;
+  if (npy_open(path, &li, &fd, &size, err)) return -1;
+  if (li.ndim != 1 || li.shape[0] != n) {
+    close(fd);
+    return tt_fail(err, "%s: labels of shape (%lld%s) for %lld images; expected shape (%lld,)", path,
+                   li.ndim ? li.shape[0] : 0, li.ndim == 1 ? "," : ", ...", n, n);
+  }
+  buf = (unsigned char *)tt_malloc(size - li.data_offset + 1, "npy labels", err);
+  ds->labels = (int32_t *)tt_malloc(sizeof(int32_t) * (size_t)(n ? n : 1), "labels", err);
+  if (!buf || !ds->labels || pread(fd, buf, size - li.data_offset, (off_t)li.data_offset) != (ssize_t)(size - li.data_offset)) {
+    free(buf);
+    close(fd);
+    return buf && ds->labels ? tt_fail(err, "%s: cannot read the labels", path) : -1;
+  }
+  close(fd);
+  for (i = 0; i < n; i++) {
+    long long v = npy_label_at(buf, &li, i);
+    if (v < 0 || (classes > 0 && v >= classes)) {
+      free(buf);
+      return tt_fail(err, "%s: label %lld at index %lld is not in [0, %d) ([net] classes); fix the labels or classes",
+                     path, v, i, classes);
+    }
+    ds->labels[i] = (int32_t)v;
+  }
+  free(buf);
+  return 0;
+}
+
+/* PREFIX-classes.json next to PREFIX-images.npy (as tinytrain pack writes): the class names. */
+static int npy_class_names(const char *images_path, tt_dataset *ds, tt_err *err) {
+  char p[TT_PATH_MAX + 32];
+  size_t n = strlen(images_path), k = strlen("-images.npy");
+  void *buf = NULL;
+  size_t size = 0;
+  char **names = NULL, **v;
+  int count = 0, i;
+  if (n < k || strcmp(images_path + n - k, "-images.npy") != 0 || n - k + 14 >= sizeof p) return 0;
+  snprintf(p, sizeof p, "%.*s-classes.json", (int)(n - k), images_path);
+  if (access(p, F_OK) != 0) return 0;
+  if (tt_read_file(p, &buf, &size, err) != 0) return -1;
+  {
+    char *text = (char *)realloc(buf, size + 1);
+    if (!text) {
+      free(buf);
+      return tt_fail(err, "out of host memory reading %s", p);
+    }
+    text[size] = 0;
+    i = tt_st_names_parse(p, text, &names, &count, err);
+    free(text);
+    if (i) return -1;
+  }
+  v = (char **)tt_calloc((size_t)(count ? count : 1), sizeof(char *), "class names", err); /* one per name */
+  for (i = 0; v && i < count; i++) {
+    v[i] = (char *)tt_malloc(strlen(names[i]) + 1, "class name", err);
+    if (v[i]) strcpy(v[i], names[i]);
+  }
+  free(names);
+  if (!v) return -1;
+  ds->class_names = v;
+  ds->classes = count;
+  for (i = 0; i < count; i++)
+    if (!v[i]) return -1;
+  return 0;
+}
+
+int tt_dataset_load_npy(const char *images_path, const char *labels_path, int c, int h, int w, int classes,
+                        tt_dataset *ds, tt_err *err) {
+  tt_npy_info ii;
+  int fd, ic;
+  size_t size;
+  void *map;
+  memset(ds, 0, sizeof *ds);
+  if (npy_open(images_path, &ii, &fd, &size, err)) return -1;
+  ic = ii.ndim == 4 ? (int)ii.shape[3] : 1;
+  if (ii.kind != 'u' || ii.itemsize != 1 || (ii.ndim != 4 && ii.ndim != 3) || ii.shape[0] < 1 || ii.shape[0] > 0x7fffffff) {
+    close(fd);
+    return tt_fail(err, "%s: expected uint8 images of shape (N, H, W, C) or (N, H, W), N >= 1; found dtype %c%d with %d "
+                   "dimensions", images_path, ii.kind, ii.itemsize, ii.ndim);
+  }
+  if (ii.shape[1] != h || ii.shape[2] != w || ic != c) {
+    close(fd);
+    return tt_fail(err, "%s: images are %lldx%lldx%d (H x W x C) but the recipe's input is %dx%dx%d (C x H x W); pack "
+                   "them at the input size or change [net] input", images_path, ii.shape[1], ii.shape[2], ic, c, h, w);
+  }
+  map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) return tt_fail(err, "%s: cannot memory-map (%s)", images_path, strerror(errno));
+  ds->map = map;
+  ds->map_bytes = size;
+  ds->images = (uint8_t *)map + ii.data_offset;
+  ds->hwc = 1;
+  ds->n = (int)ii.shape[0];
+  ds->c = c, ds->h = h, ds->w = w;
+  ds->classes = classes;
+  snprintf(ds->source, sizeof ds->source, "%s", images_path);
+  if (npy_labels(labels_path, ii.shape[0], classes, ds, err) || npy_class_names(images_path, ds, err)) {
+    tt_dataset_free(ds);
+    return -1;
+  }
+  return 0;
+}

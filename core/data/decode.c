@@ -1,0 +1,485 @@
+/* core/data/decode.c — one image file to C x H x W uint8: JPEG through libjpeg-turbo's TurboJPEG
+ * API (with its DCT-domain downscaling when the image is at least twice the target), PNG, BMP,
+ * binary PGM/PPM (and JPEG in a build without TurboJPEG) through stb_image. Every decoder reads the header
+ * first and refuses an image of more pixels than the limit, so a decompression bomb costs no
+ * more memory than the limit allows. The image is then resized so its shorter side fits and
+ * centre-cropped to h x w (stb_image_resize). */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+#include "data.h"
+#include "../base/fileio.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef TT_HAVE_TURBOJPEG
+#include <turbojpeg.h>
+#endif
+
+/* stb is compiled here, file-static, so a program that also links its own stb does not
+ * collide; its own warnings are not ours to fix. */
+#if defined(__GNUC__)
+#pragma GCC diagnostic ignored "-Wunused-function" /* file-static stb: unused parts */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
+#pragma GCC diagnostic ignored "-Wshadow"
+#endif
+#define STB_IMAGE_STATIC
+#define STB_IMAGE_IMPLEMENTATION
+#define STBI_NO_STDIO
+#include <stb/stb_image.h>
+#define STB_IMAGE_RESIZE_STATIC
+#define STB_IMAGE_RESIZE_IMPLEMENTATION
+#include <stb/stb_image_resize.h>
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+#define REASON(...) snprintf(reason, TT_DECODE_REASON_MAX, __VA_ARGS__)
+
+const char *tt_image_jpeg_decoder(void) {
+#ifdef TT_HAVE_TURBOJPEG
+  return "libjpeg-turbo (TurboJPEG)";
+#else
+  return "stb_image";
+#endif
+}
+
+static uint32_t decode_be32(const unsigned char *b) {
+  return ((uint32_t)b[0] << 24) | ((uint32_t)b[1] << 16) | ((uint32_t)b[2] << 8) | b[3];
+}
+
+static uint32_t decode_le32(const unsigned char *b) {
+  return (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24);
+}
+
+/* Walks a PNG's chunks: each must lie inside the file and the last be IEND. An empty IDAT
+ * chunk before any data is refused too: stb_image offsets a null pointer on it (UB; found by
+ * tests/fuzz/fuzz_image.c). */
+static const char *decode_check_png(const unsigned char *b, size_t n) {
+  size_t pos = 8;
+  int data = 0;
+  while (pos + 12 <= n) {
+    uint32_t len = decode_be32(b + pos);
+    if (len > n - pos - 12) return "truncated PNG: a chunk runs past the end of the file";
+    if (memcmp(b + pos + 4, "IEND", 4) == 0) return NULL;
+    if (memcmp(b + pos + 4, "IDAT", 4) == 0) {
+      if (len == 0 && !data) return "corrupt PNG: empty IDAT chunk";
+      data = 1;
+    }
+    pos += 12 + (size_t)len;
+  }
+  return "truncated PNG: no IEND chunk at the end";
+}
+
+/* stb_image decodes some truncated files "successfully" (missing rows become grey or
+ * zero). Catch the common cases from the container: PNG must end with an IEND chunk, JPEG
+ * with an EOI marker (trailing padding allowed), BMP must be as long as its header says. */
+static const char *decode_check_complete(const unsigned char *b, size_t n) {
+  size_t i, lo;
+  if (n >= 8 && b[0] == 0x89 && b[1] == 'P' && b[2] == 'N' && b[3] == 'G') return decode_check_png(b, n);
+  if (n >= 2 && b[0] == 0xFF && b[1] == 0xD8) {
+    /* Inside entropy-coded data 0xFF is always stuffed as FF 00, so FF D9 near the end
+     * can only be the real end-of-image marker. */
+    lo = n > 1024 ? n - 1024 : 2;
+    for (i = n - 2; i + 1 > lo; i--)
+      if (b[i] == 0xFF && b[i + 1] == 0xD9) return NULL;
+    return "truncated JPEG: no end-of-image marker";
+  }
+  if (n >= 14 && b[0] == 'B' && b[1] == 'M') {
+    if (decode_le32(b + 2) > n) return "truncated BMP: shorter than its header says";
+  }
+  return NULL;
+}
+
+#ifdef TT_HAVE_TURBOJPEG
+/* The smallest of TurboJPEG's DCT scaling factors (1/8 ... 1) that keeps the crop box at least
+ * the target's size: the resize that follows then only shrinks. */
+static void decode_jpeg_scale(int iw, int ih, int w, int h, const double *fr, int *sw, int *sh) {
+  int n = 0, i;
+  tjscalingfactor *f = tjGetScalingFactors(&n);
+  *sw = iw;
+  *sh = ih;
+  for (i = 0; f && i < n; i++) { /* the crop box (fractions fr) must keep at least w x h pixels */
+    int a = TJSCALED(iw, f[i]), b = TJSCALED(ih, f[i]);
+    if (f[i].num < f[i].denom && a * (fr[2] - fr[0]) >= w && b * (fr[3] - fr[1]) >= h &&
+        (long long)a * b < (long long)*sw * *sh) {
+      *sw = a;
+      *sh = b;
+    }
+  }
+}
+
+/* Decodes a JPEG to interleaved c-channel pixels (1 grey, 2 grey + alpha, 3 RGB, 4 RGBA; alpha
+ * opaque) in a malloc'd buffer. Returns NULL
+ * with a reason; corrupt data (a libjpeg warning included) is a failure, not grey rows. */
+static unsigned char *decode_jpeg(const unsigned char *buf, size_t size, int c, int w, int h, long long max_pixels,
+                                  const tt_crop *crop, double *fr, int *ow, int *oh, char *reason) {
+  tjhandle tj = tjInitDecompress();
+  int iw = 0, ih = 0, sub = 0, cs = 0, sw, sh;
+  unsigned char *px = NULL;
+  if (!tj) {
+    REASON("cannot start the JPEG decoder: %s", tjGetErrorStr2(NULL));
+    return NULL;
+  }
+  if (tjDecompressHeader3(tj, buf, (unsigned long)size, &iw, &ih, &sub, &cs) != 0) {
+    REASON("JPEG header: %s", tjGetErrorStr2(tj));
+    goto done;
+  }
+  if (tt_image_check_pixels(iw, ih, max_pixels, reason) != 0) goto done;
+  tt_image_box_fractions(crop, iw, ih, h, w, fr);
+  decode_jpeg_scale(iw, ih, w, h, fr, &sw, &sh);
+  px = (unsigned char *)malloc((size_t)sw * sh * c);
+  if (!px) {
+    REASON("out of host memory decoding %dx%d", sw, sh);
+    goto done;
+  }
+  if (tjDecompress2(tj, buf, (unsigned long)size, px, sw, 0, sh, c <= 2 ? TJPF_GRAY : c == 3 ? TJPF_RGB : TJPF_RGBA,
+                    TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS) != 0) {
+    REASON("corrupt JPEG: %s", tjGetErrorStr2(tj));
+    free(px);
+    px = NULL;
+    goto done;
+  }
+  if (c == 2) { /* grey + opaque alpha, expanded in place from the end */
+    size_t i = (size_t)sw * sh;
+    while (i-- > 0) {
+      px[2 * i + 1] = 255;
+      px[2 * i] = px[i];
+    }
+  }
+  *ow = sw;
+  *oh = sh;
+done:
+  tjDestroy(tj);
+  return px;
+}
+#endif
+
+/* Interleaved iw x ih x c pixels to [c, h, w] in out: the region fr (fractions x0, y0, x1, y1
+ * of the image) resized to h x w. */
+static int decode_fit(const unsigned char *px, int iw, int ih, int c, const double *fr, int h, int w, uint8_t *out,
+                      char *reason) {
+  const unsigned char *hwc = px;
+  unsigned char *tmp = NULL;
+  int ch, y, x, whole = fr[0] == 0 && fr[1] == 0 && fr[2] == 1 && fr[3] == 1;
+  if (iw != w || ih != h || !whole) {
+    float s0 = (float)fr[0], t0 = (float)fr[1], s1 = (float)fr[2], t1 = (float)fr[3];
+    tmp = (unsigned char *)malloc((size_t)h * w * c);
+    if (!tmp) {
+      REASON("out of host memory resizing");
+      return -1;
+    }
+    if (!stbir_resize_region(px, iw, ih, 0, tmp, w, h, 0, STBIR_TYPE_UINT8, c, STBIR_ALPHA_CHANNEL_NONE, 0,
+                             STBIR_EDGE_CLAMP, STBIR_EDGE_CLAMP, STBIR_FILTER_DEFAULT, STBIR_FILTER_DEFAULT,
+                             STBIR_COLORSPACE_LINEAR, NULL, s0, t0, s1, t1)) {
+      free(tmp);
+      REASON("resize from %dx%d failed", iw, ih);
+      return -1;
+    }
+    hwc = tmp;
+  }
+  for (ch = 0; ch < c; ch++)
+    for (y = 0; y < h; y++)
+      for (x = 0; x < w; x++) out[((size_t)ch * h + y) * w + x] = hwc[((size_t)y * w + x) * c + ch];
+  free(tmp);
+  return 0;
+}
+
+/* Bilinear (torchvision's interpolation for RandomResizedCrop and Resize, without its
+ * antialiasing: used only when the box is at most twice the target) from the box fr of an
+ * sw x sh x c image, interleaved (hwc) or planar, to [c, h, w]; 8-bit fixed-point weights. */
+/* Source rows interpolated across (every channel: [c][w], scaled by 256), the last two kept:
+ * consecutive output rows mostly read the same two source rows. */
+typedef struct crop_rows {
+  const uint8_t *src;
+  int sw, c, hwc, w;
+  size_t plane;
+  const int *cx0, *cx1, *wx;
+  int y[2];
+  int *buf[2];
+} crop_rows;
+
+/* Source row y across, into the slot that does not hold row `keep`. */
+static const int *crop_row(crop_rows *r, int y, int keep) {
+  int s, ch, ox;
+  if (r->y[0] == y) return r->buf[0];
+  if (r->y[1] == y) return r->buf[1];
+  s = r->y[0] == keep ? 1 : 0;
+  for (ch = 0; ch < r->c; ch++) {
+    const uint8_t *row = r->src + (r->hwc ? (size_t)y * r->sw * r->c + ch : ch * r->plane + (size_t)y * r->sw);
+    int *o = r->buf[s] + (size_t)ch * r->w;
+    for (ox = 0; ox < r->w; ox++) o[ox] = row[r->cx0[ox]] * (256 - r->wx[ox]) + row[r->cx1[ox]] * r->wx[ox];
+  }
+  r->y[s] = y;
+  return r->buf[s];
+}
+
+/* One output row of one channel from the two source rows across: restrict and `omp simd` (the
+ * build has OpenMP) tell the compiler the rows and the output do not overlap, so it vectorises. */
+#if defined(__GNUC__) || defined(_MSC_VER)
+#define CROP_RESTRICT __restrict
+#else
+#define CROP_RESTRICT
+#endif
+static void crop_blend(const int *CROP_RESTRICT t, const int *CROP_RESTRICT u, int a, int b, int w,
+                       uint8_t *CROP_RESTRICT o) {
+  int ox;
+#pragma omp simd
+  for (ox = 0; ox < w; ox++) o[ox] = (uint8_t)((t[ox] * a + u[ox] * b + 32768) >> 16);
+}
+
+static int crop_bilinear(const uint8_t *src, int sw, int sh, int c, int hwc, const double *fr, int h, int w,
+                         uint8_t *dst) {
+  int *tab = (int *)malloc(sizeof(int) * (3 * ((size_t)w + h) + 2 * (size_t)c * w)), ox, oy, ch;
+  int *cx0, *cx1, *wx, *ry0, *ry1, *wy;
+  size_t xs = hwc ? (size_t)c : 1;
+  double bx = fr[0] * sw, by = fr[1] * sh, bw = (fr[2] - fr[0]) * sw, bh = (fr[3] - fr[1]) * sh;
+  crop_rows rows;
+  if (!tab) return -1;
+  cx0 = tab, cx1 = cx0 + w, wx = cx1 + w, ry0 = wx + w, ry1 = ry0 + h, wy = ry1 + h;
+  for (ox = 0; ox < w; ox++) {
+    double x = bx + (ox + 0.5) * bw / w - 0.5;
+    int x0;
+    if (x < 0) x = 0;
+    if (x > sw - 1) x = sw - 1;
+    x0 = (int)x;
+    cx0[ox] = (int)(x0 * xs), cx1[ox] = (int)((x0 + 1 < sw ? x0 + 1 : x0) * xs), wx[ox] = (int)((x - x0) * 256 + 0.5);
+  }
+  for (oy = 0; oy < h; oy++) {
+    double y = by + (oy + 0.5) * bh / h - 0.5;
+    int y0;
+    if (y < 0) y = 0;
+    if (y > sh - 1) y = sh - 1;
+    y0 = (int)y;
+    ry0[oy] = y0, ry1[oy] = y0 + 1 < sh ? y0 + 1 : y0, wy[oy] = (int)((y - y0) * 256 + 0.5);
+  }
+  rows.src = src, rows.sw = sw, rows.c = c, rows.hwc = hwc, rows.w = w, rows.plane = (size_t)sw * sh;
+  rows.cx0 = cx0, rows.cx1 = cx1, rows.wx = wx;
+  rows.y[0] = rows.y[1] = -1;
+  rows.buf[0] = wy + h, rows.buf[1] = rows.buf[0] + (size_t)c * w;
+  for (oy = 0; oy < h; oy++) {
+    const int *top = crop_row(&rows, ry0[oy], -1), *bot = crop_row(&rows, ry1[oy], ry0[oy]);
+    int b = wy[oy], a = 256 - b;
+    for (ch = 0; ch < c; ch++)
+      crop_blend(top + (size_t)ch * w, bot + (size_t)ch * w, a, b, w, dst + ((size_t)ch * h + oy) * w);
+  }
+  free(tab);
+  return 0;
+}
+
+/* The box fr of an image to [c, h, w]: bilinear when the box is at most twice the target
+ * each way, else stb_image_resize's filtered resampling (no aliasing on strong shrinking). */
+static int crop_resize_fr(const uint8_t *src, int sw, int sh, int c, int hwc, const double *fr, int h, int w,
+                          uint8_t *dst, char *reason) {
+  int ch;
+  if ((fr[2] - fr[0]) * sw <= 2.0 * w && (fr[3] - fr[1]) * sh <= 2.0 * h) {
+    if (crop_bilinear(src, sw, sh, c, hwc, fr, h, w, dst) == 0) return 0;
+    REASON("out of host memory resizing");
+    return -1;
+  }
+  if (hwc) return decode_fit(src, sw, sh, c, fr, h, w, dst, reason);
+  for (ch = 0; ch < c; ch++) /* plane by plane */
+    if (!stbir_resize_region(src + (size_t)ch * sh * sw, sw, sh, 0, dst + (size_t)ch * h * w, w, h, 0, STBIR_TYPE_UINT8,
+                             1, STBIR_ALPHA_CHANNEL_NONE, 0, STBIR_EDGE_CLAMP, STBIR_EDGE_CLAMP, STBIR_FILTER_DEFAULT,
+                             STBIR_FILTER_DEFAULT, STBIR_COLORSPACE_LINEAR, NULL, (float)fr[0], (float)fr[1],
+                             (float)fr[2], (float)fr[3])) {
+      REASON("resize from %dx%d failed", sw, sh);
+      return -1;
+    }
+  return 0;
+}
+
+int tt_image_crop_resize(const uint8_t *src, int sw, int sh, int c, int hwc, const tt_crop *crop, int h, int w,
+                         uint8_t *dst) {
+  double fr[4];
+  char reason[TT_DECODE_REASON_MAX];
+  tt_image_box_fractions(crop, sw, sh, h, w, fr);
+  return crop_resize_fr(src, sw, sh, c, hwc, fr, h, w, dst, reason);
+}
+
+/* The decoded image to the result: FIT exactly as the folder reader always did (stb_image_resize),
+ * a crop through crop_resize_fr. */
+static int decode_finish(const unsigned char *px, int iw, int ih, int c, const tt_crop *crop, const double *fr, int h,
+                         int w, uint8_t *out, char *reason) {
+  if (!crop || crop->mode == TT_CROP_FIT) return decode_fit(px, iw, ih, c, fr, h, w, out, reason);
+  return crop_resize_fr(px, iw, ih, c, 1, fr, h, w, out, reason);
+}
+
+/* The next decimal number of a binary PNM header at *pos (whitespace and # comments skipped),
+ * or -1. */
+static long decode_pnm_number(const unsigned char *b, size_t n, size_t *pos) {
+  long v = -1;
+  while (*pos < n && (b[*pos] == '#' || b[*pos] == ' ' || b[*pos] == '\t' || b[*pos] == '\r' || b[*pos] == '\n')) {
+    if (b[*pos] == '#')
+      while (*pos < n && b[*pos] != '\n') (*pos)++;
+    else
+      (*pos)++;
+  }
+  while (*pos < n && b[*pos] >= '0' && b[*pos] <= '9' && v < 0x7fffffffL / 10) v = (v < 0 ? 0 : v * 10) + (b[(*pos)++] - '0');
+  return v;
+}
+
+/* Width and height from a PNG's IHDR, a BMP's info header or a binary PGM/PPM's (P5, P6) header,
+ * read here because stb_image's own header reader gives only "unknown image type" for a PNG
+ * over about 350 megapixels. Returns 1 when found. */
+static int decode_header_size(const unsigned char *b, size_t n, int *w, int *h) {
+  if (n >= 3 && b[0] == 'P' && (b[1] == '5' || b[1] == '6')) {
+    size_t pos = 2;
+    long x = decode_pnm_number(b, n, &pos), y = decode_pnm_number(b, n, &pos);
+    *w = (int)x, *h = (int)y; /* -1 when absent: refused as a bad size */
+    return 1;
+  }
+  if (n >= 24 && b[0] == 0x89 && b[1] == 'P' && memcmp(b + 12, "IHDR", 4) == 0) {
+    uint32_t x = decode_be32(b + 16), y = decode_be32(b + 20);
+    *w = x > 0x7fffffff ? -1 : (int)x;
+    *h = y > 0x7fffffff ? -1 : (int)y;
+    return 1;
+  }
+  if (n >= 26 && b[0] == 'B' && b[1] == 'M') {
+    int32_t x = (int32_t)decode_le32(b + 18), y = (int32_t)decode_le32(b + 22);
+    if (decode_le32(b + 14) == 12) { /* the old OS/2 header: 16-bit sizes */
+      x = (int32_t)(b[18] | (b[19] << 8));
+      y = (int32_t)(b[20] | (b[21] << 8));
+    }
+    *w = x;
+    *h = y < 0 && y != INT32_MIN ? -y : y; /* negative: stored top-down */
+    return 1;
+  }
+  return 0;
+}
+
+static int decode_any(const void *data, size_t size, int c, int h, int w, long long max_pixels, const tt_crop *crop,
+                      uint8_t *out, char *reason) {
+  const unsigned char *buf = (const unsigned char *)data;
+  unsigned char *px = NULL;
+  /* SOI alone makes a JPEG for stb_image too: anything starting so goes to TurboJPEG (stb's
+   * JPEG decoder overruns a table on some such inputs; found by tests/fuzz/fuzz_image.c) */
+  int iw = 0, ih = 0, comp = 0, rc, jpeg = size >= 2 && buf[0] == 0xFF && buf[1] == 0xD8;
+  double fr[4];
+  const char *why;
+  reason[0] = 0;
+  if (c < 1 || c > 4 || h <= 0 || w <= 0) {
+    REASON("bad target shape %dx%dx%d", c, h, w);
+    return -1;
+  }
+  if (size == 0 || size > 0x7fffffff) {
+    REASON(size ? "file too large" : "empty file");
+    return -1;
+  }
+  why = decode_check_complete(buf, size);
+  if (why) {
+    REASON("%s", why);
+    return -1;
+  }
+#if defined(TT_HAVE_TURBOJPEG) && defined(TT_HAVE_LIBJPEG)
+  if (jpeg && crop && crop->mode != TT_CROP_FIT) { /* only the box is decoded (core/data/decode_jpeg_crop.c) */
+    px = tt_jpeg_decode_box(buf, size, c, h, w, max_pixels, crop, fr, &iw, &ih, reason);
+    if (!px) return -1;
+    rc = crop_resize_fr(px, iw, ih, c, 1, fr, h, w, out, reason);
+    free(px);
+    return rc;
+  }
+#endif
+#ifdef TT_HAVE_TURBOJPEG
+  if (jpeg) {
+    px = decode_jpeg(buf, size, c, w, h, max_pixels, crop, fr, &iw, &ih, reason);
+    if (!px) return -1;
+    rc = decode_finish(px, iw, ih, c, crop, fr, h, w, out, reason);
+    free(px);
+    return rc;
+  }
+#endif
+  if (!jpeg && !decode_header_size(buf, size, &iw, &ih)) {
+    /* only what is known to be PNG, BMP, binary PGM/PPM (or JPEG) reaches stb_image: it would
+     * otherwise try every format it knows, JPEG after any run of 0xFF bytes among them */
+    REASON("not a PNG, JPEG, BMP or binary PGM/PPM file");
+    return -1;
+  }
+  if (decode_header_size(buf, size, &iw, &ih) && tt_image_check_pixels(iw, ih, max_pixels, reason) != 0) return -1;
+  if (!stbi_info_from_memory(buf, (int)size, &iw, &ih, &comp)) {
+    const char *r = stbi_failure_reason();
+    REASON("%s", r && r[0] ? r : "not an image (PNG, JPEG, BMP or binary PGM/PPM)");
+    return -1;
+  }
+  if (tt_image_check_pixels(iw, ih, max_pixels, reason) != 0) return -1;
+  px = stbi_load_from_memory(buf, (int)size, &iw, &ih, &comp, c);
+  if (!px) {
+    const char *r = stbi_failure_reason(); /* may be "" (found by tests/fuzz/fuzz_image.c) */
+    REASON("%s", r && r[0] ? r : "cannot decode");
+    return -1;
+  }
+  tt_image_box_fractions(crop, iw, ih, h, w, fr);
+  rc = decode_finish(px, iw, ih, c, crop, fr, h, w, out, reason);
+  stbi_image_free(px);
+  return rc;
+}
+
+int tt_image_decode(const void *data, size_t size, int c, int h, int w, long long max_pixels, uint8_t *out,
+                    char *reason) {
+  return tt_image_decode_crop(data, size, c, h, w, max_pixels, NULL, out, reason);
+}
+
+int tt_image_decode_crop(const void *data, size_t size, int c, int h, int w, long long max_pixels, const tt_crop *crop,
+                         uint8_t *out, char *reason) {
+  int rc = decode_any(data, size, c, h, w, max_pixels, crop, out, reason);
+  if (rc != 0 && !reason[0]) REASON("cannot decode");
+  return rc;
+}
+
+int tt_file_check_kind(const char *path, char *reason) {
+  struct stat st;
+  if (lstat(path, &st) != 0) {
+    REASON("cannot open: %s", strerror(errno));
+    return -1;
+  }
+  if (S_ISLNK(st.st_mode) && stat(path, &st) != 0) {
+    int e = errno;
+    char target[96]; /* long targets are cut: the reason fits TT_DECODE_REASON_MAX */
+    ssize_t k = readlink(path, target, sizeof target - 1);
+    target[k > 0 ? k : 0] = 0;
+    if (e == ENOENT)
+      REASON("dangling symbolic link to '%s'", target);
+    else
+      REASON("symbolic link to '%s': %.40s", target, strerror(e));
+    return -1;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    REASON("%s, not an image file", tt_file_kind(st.st_mode));
+    return -1;
+  }
+  return 0;
+}
+
+int tt_image_decode_file(const char *path, int c, int h, int w, long long max_pixels, uint8_t *out, char *reason) {
+  return tt_image_decode_file_crop(path, c, h, w, max_pixels, NULL, out, reason);
+}
+
+int tt_image_decode_file_crop(const char *path, int c, int h, int w, long long max_pixels, const tt_crop *crop,
+                              uint8_t *out, char *reason) {
+  void *buf = NULL;
+  size_t size = 0, n = strlen(path);
+  tt_err e;
+  int rc;
+  if (tt_file_check_kind(path, reason) != 0) return -1;
+  /* the reason comes from the failure itself, not from errno, which nothing here promised to
+   * keep (a refused pipe or a short read leaves errno as it was) */
+  if (tt_read_file(path, &buf, &size, &e) != 0) {
+    const char *m = e.msg; /* without its leading "PATH: ": the caller names the path */
+    if (strncmp(m, path, n) == 0 && m[n] == ':' && m[n + 1] == ' ') m += n + 2;
+    REASON("%.*s", TT_DECODE_REASON_MAX - 1, m);
+    return -1;
+  }
+  rc = tt_image_decode_crop(buf, size, c, h, w, max_pixels, crop, out, reason);
+  free(buf);
+  return rc;
+}

@@ -1,0 +1,236 @@
+/* core/data/pack.c — `tinytrain pack`: decodes an image folder (or list file) once into fixed-size
+ * uint8 records, written as standard .npy files that numpy, PyTorch and format = npy read:
+ *   PREFIX-images.npy  (N, H, W, C) uint8, each image resized so its shorter side fits H x W
+ *                      and centre-cropped (the transform of the folder reader, tt_image_decode)
+ *   PREFIX-labels.npy  (N,) int32
+ *   PREFIX-classes.json the class names, a JSON array of strings
+ * Memory stays bounded: images are decoded and written a chunk at a time. Each file is
+ * written under a temporary name and renamed when complete. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+#include "data.h"
+#include "../base/fileio.h"
+#include "../compile/recipe.h"
+#include "../base/safetensors.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PACK_CHUNK 64
+#define PACK_HEADER 128 /* bytes of a .npy header as written here (a multiple of 64) */
+
+/* A version 1.0 .npy header of exactly PACK_HEADER bytes. */
+static void pack_npy_header(char *h, const char *descr, const long long *shape, int ndim) {
+  char dict[PACK_HEADER];
+  int n, i;
+  n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+  for (i = 0; i < ndim; i++) /* as numpy writes it: (5,) and (2, 3) */
+    n += snprintf(dict + n, sizeof dict - (size_t)n, "%lld%s", shape[i], i + 1 < ndim ? ", " : ndim == 1 ? "," : "");
+  snprintf(dict + n, sizeof dict - (size_t)n, "), }");
+  memcpy(h, "\x93NUMPY\x01\x00", 8);
+  h[8] = (char)((PACK_HEADER - 10) & 0xff);
+  h[9] = (char)((PACK_HEADER - 10) >> 8);
+  memset(h + 10, ' ', PACK_HEADER - 10);
+  memcpy(h + 10, dict, strlen(dict));
+  h[PACK_HEADER - 1] = '\n';
+}
+
+/* Decodes ds a chunk at a time into PREFIX-images.npy (HWC records); the labels of the images
+ * kept go to labels (n entries), their count to *kept. */
+static int pack_images(const tt_dataset *ds, const char *prefix, int32_t *labels, int *kept, tt_warn_fn warn, void *ud,
+                       tt_err *err) {
+  char path[TT_PATH_MAX + 32], head[PACK_HEADER];
+  size_t per = (size_t)ds->c * ds->h * ds->w, hw = (size_t)ds->h * ds->w, j;
+  uint8_t *chw = (uint8_t *)tt_malloc(per * PACK_CHUNK, "pack chunk", err);
+  uint8_t *hwc = (uint8_t *)tt_malloc(per, "pack record", err);
+  char *reasons = (char *)tt_malloc((size_t)TT_DECODE_REASON_MAX * PACK_CHUNK, "pack status", err);
+  long long shape[4] = {0, ds->h, ds->w, ds->c};
+  tt_atomic_file f;
+  int start, k, ch, rc = -1;
+  snprintf(path, sizeof path, "%s-images.npy", prefix);
+  *kept = 0;
+  pack_npy_header(head, "|u1", shape, 4); /* the count is written again at the end */
+  if (!chw || !hwc || !reasons || tt_atomic_open(&f, path, err) || tt_atomic_write(&f, head, PACK_HEADER, err)) goto done;
+  for (start = 0, rc = 0; start < ds->n && rc == 0; start += PACK_CHUNK) {
+    int cnt = ds->n - start < PACK_CHUNK ? ds->n - start : PACK_CHUNK;
+    tt_dataset_decode_range(ds, start, cnt, chw, reasons);
+    for (k = 0; k < cnt && rc == 0; k++) {
+      const char *r = reasons + (size_t)TT_DECODE_REASON_MAX * k;
+      if (r[0]) {
+        if (warn) {
+          char line[TT_PATH_MAX + TT_DECODE_REASON_MAX + 32];
+          snprintf(line, sizeof line, "%s: skipped (%s)", ds->paths[start + k], r);
+          warn(ud, line);
+        }
+        continue;
+      }
+      for (j = 0; j < hw; j++)
+        for (ch = 0; ch < ds->c; ch++) hwc[j * ds->c + ch] = chw[per * k + (size_t)ch * hw + j];
+      rc = tt_atomic_write(&f, hwc, per, err);
+      labels[(*kept)++] = ds->labels[start + k];
+    }
+  }
+  if (rc) goto done; /* the writer removed its temporary file */
+  rc = -1;
+  if (*kept == 0) {
+    tt_atomic_discard(&f);
+    tt_fail(err, "%s: none of its %d images could be decoded (see the warnings)", ds->source, ds->n);
+    goto done;
+  }
+  shape[0] = *kept;
+  pack_npy_header(head, "|u1", shape, 4);
+  rc = tt_atomic_write_at(&f, head, PACK_HEADER, 0, err) || tt_atomic_commit(&f, err) ? -1 : 0;
+done:
+  free(chw);
+  free(hwc);
+  free(reasons);
+  return rc;
+}
+
+static int pack_labels(const char *prefix, const int32_t *labels, int n, tt_err *err) {
+  char path[TT_PATH_MAX + 32], head[PACK_HEADER];
+  long long shape[1] = {n};
+  unsigned char *b = (unsigned char *)tt_malloc((size_t)n * 4 + 1, "pack labels", err);
+  int i, rc;
+  if (!b) return -1;
+  snprintf(path, sizeof path, "%s-labels.npy", prefix);
+  pack_npy_header(head, "<i4", shape, 1);
+  for (i = 0; i < n; i++) { /* little-endian whatever the host */
+    uint32_t v = (uint32_t)labels[i];
+    b[4 * i] = (unsigned char)v, b[4 * i + 1] = (unsigned char)(v >> 8);
+    b[4 * i + 2] = (unsigned char)(v >> 16), b[4 * i + 3] = (unsigned char)(v >> 24);
+  }
+  {
+    const void *chunks[2] = {head, b};
+    size_t sizes[2] = {PACK_HEADER, (size_t)n * 4};
+    rc = tt_write_file_atomic(path, chunks, sizes, 2, err);
+  }
+  free(b);
+  return rc;
+}
+
+static int pack_classes(const char *prefix, const tt_dataset *ds, tt_err *err) {
+  char path[TT_PATH_MAX + 32];
+  tt_strbuf b;
+  int rc;
+  if (!ds->class_names) return 0;
+  memset(&b, 0, sizeof b);
+  tt_st_names_format(&b, (const char *const *)ds->class_names, ds->classes);
+  tt_strbuf_put(&b, "\n", 1);
+  snprintf(path, sizeof path, "%s-classes.json", prefix);
+  if (b.oom) {
+    free(b.p);
+    return tt_fail(err, "out of host memory writing %s", path);
+  }
+  {
+    const void *chunks[1] = {b.p};
+    size_t sizes[1] = {b.n};
+    rc = tt_write_file_atomic(path, chunks, sizes, 1, err);
+  }
+  free(b.p);
+  return rc;
+}
+
+int tt_pack_set(const tt_dataset *ds, const char *prefix, int *kept, tt_warn_fn warn, void *ud, tt_err *err) {
+  int32_t *labels;
+  int rc;
+  if (strlen(prefix) >= TT_PATH_MAX) return tt_fail(err, "%s: output prefix too long", prefix);
+  labels = (int32_t *)tt_malloc(sizeof(int32_t) * (size_t)ds->n, "pack labels", err);
+  if (!labels) return -1;
+  rc = pack_images(ds, prefix, labels, kept, warn, ud, err);
+  if (!rc) rc = pack_labels(prefix, labels, *kept, err);
+  if (!rc) rc = pack_classes(prefix, ds, err);
+  free(labels);
+  return rc;
+}
+
+/* ---- the command: tinytrain pack ---- */
+
+/* Scans SOURCE: a directory is a folder data set, anything else a list file. */
+static int pack_scan(const char *src, int c, int h, int w, int max_classes, int max_mp, tt_dataset *ds, tt_err *err) {
+  char why[TT_DECODE_REASON_MAX];
+  int is_dir = access(src, F_OK) == 0 && tt_file_check_kind(src, why) != 0;
+  int rc = is_dir ? tt_dataset_scan_folder(src, c, h, w, ds, err, tt_warn_stderr, NULL)
+                  : tt_dataset_scan_list(src, c, h, w, max_classes, ds, err, tt_warn_stderr, NULL);
+  ds->max_pixels = tt_max_pixels(max_mp);
+  return rc;
+}
+
+static int pack_write(FILE *out, const char *src, const tt_dataset *ds, const char *prefix, tt_err *err) {
+  int kept = 0;
+  if (tt_pack_set(ds, prefix, &kept, tt_warn_stderr, NULL, err)) return -1;
+  fprintf(out, "%s: %d images of %dx%dx%d packed (%d skipped) into %s-images.npy, %s-labels.npy%s%s%s\n", src, kept, ds->h,
+         ds->w, ds->c, ds->n - kept + ds->skipped, prefix, prefix, ds->class_names ? ", " : "",
+         ds->class_names ? prefix : "", ds->class_names ? "-classes.json" : "");
+  return 0;
+}
+
+/* PATH without a trailing slash, as an output prefix. */
+static void pack_prefix(char *out, size_t size, const char *path) {
+  size_t n = strlen(path);
+  while (n > 1 && path[n - 1] == '/') n--;
+  snprintf(out, size, "%.*s", (int)n, path);
+}
+
+/* tinytrain pack RECIPE: the [data] train (and test) sets at the recipe's input size. */
+static int pack_recipe(FILE *out, const char *recipe, tt_err *err) {
+  tt_model *m = (tt_model *)tt_calloc(1, sizeof *m, "model", err);
+  tt_dataset tr, te;
+  char ptr[TT_PATH_MAX], pte[TT_PATH_MAX];
+  int rc = -1;
+  memset(&tr, 0, sizeof tr);
+  memset(&te, 0, sizeof te);
+  if (!m || tt_recipe_load(recipe, m, err, tt_warn_stderr, NULL)) goto done;
+  if (m->data.format != TT_DATA_FOLDER && m->data.format != TT_DATA_LIST) {
+    tt_fail(err, "%s: [data] is not format = folder or list; pack reads image folders and list files", recipe);
+    goto done;
+  }
+  pack_prefix(ptr, sizeof ptr, m->data.train);
+  if (pack_scan(m->data.train, m->in_c, m->in_h, m->in_w, m->classes, m->data.max_megapixels, &tr, err) ||
+      tt_dataset_name_classes(&m->data, m->classes, &tr, err) || pack_write(out, m->data.train, &tr, ptr, err))
+    goto done;
+  if (m->data.test[0]) {
+    pack_prefix(pte, sizeof pte, m->data.test);
+    if (pack_scan(m->data.test, m->in_c, m->in_h, m->in_w, m->classes, m->data.max_megapixels, &te, err) ||
+        tt_dataset_map_classes(&te, &tr, err))
+      goto done;
+    te.class_names = tr.class_names, te.classes = tr.classes; /* the run's names, borrowed */
+    rc = pack_write(out, m->data.test, &te, pte, err);
+    te.class_names = NULL;
+    if (rc) goto done;
+  }
+  fprintf(out, "\nto read them, in %s's [data]:\nformat = npy\ntrain = %s-images.npy\ntrain_labels = %s-labels.npy\n", recipe,
+         ptr, ptr);
+  if (m->data.test[0]) fprintf(out, "test = %s-images.npy\ntest_labels = %s-labels.npy\n", pte, pte);
+  rc = 0;
+done:
+  tt_dataset_free(&tr);
+  tt_dataset_free(&te);
+  if (m) tt_model_free(m);
+  free(m);
+  return rc;
+}
+
+int tt_pack(const char *source, const char *prefix, int c, int h, int w, int max_megapixels, FILE *out, char *errbuf,
+            size_t errsize) {
+  tt_err err;
+  tt_dataset ds;
+  int rc;
+  err.msg[0] = 0;
+  if (!out) out = stdout;
+  if (!prefix) {
+    rc = pack_recipe(out, source, &err);
+  } else {
+    char pre[TT_PATH_MAX];
+    memset(&ds, 0, sizeof ds);
+    pack_prefix(pre, sizeof pre, prefix);
+    rc = pack_scan(source, c > 0 ? c : 3, h > 0 ? h : 224, w > 0 ? w : 224, 0, max_megapixels, &ds, &err) ||
+         pack_write(out, source, &ds, pre, &err);
+    tt_dataset_free(&ds);
+  }
+  if (rc && errbuf && errsize) snprintf(errbuf, errsize, "%s", err.msg);
+  return rc ? -1 : 0;
+}

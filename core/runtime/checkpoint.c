@@ -1,0 +1,332 @@
+/* core/runtime/checkpoint.c — weights for other tools, and the state a resumed run needs.
+ *
+ * weights.safetensors: every parameter and batch-norm statistic under its recipe name
+ * ("conv1.weight", "bn1.running_mean"), fp32, loadable by PyTorch's safetensors.
+ * state.safetensors: the same tensors plus optimizer state, with counters in the metadata.
+ * Resuming reads only the state file, so the pair can never be half-updated: each file is
+ * written to a temporary name, synced and renamed (fileio.c), and the state file alone is a
+ * consistent snapshot. */
+#include "checkpoint.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/safetensors.h"
+
+static const char *const ckpt_role_suffix[4] = {"", ".grad", ".opt_m", ".opt_v"};
+
+/* Whether a checkpoint holds tensor `role` of parameter i: values always; optimizer state
+ * (roles 2, 3) only in the state file and only where the optimizer has it; gradients never. */
+static int ckpt_has(const tt_exec *x, int i, int role, int with_state) {
+  if (role == 0) return 1;
+  if (role == 1 || !with_state || !x->train) return 0;
+  return (role == 2 ? x->train->m_buf[i] : x->train->v_buf[i]) >= 0;
+}
+
+static int ckpt_collect(tt_exec *x, int with_state, tt_st_tensor **out_t, float **out_data, int *out_n, tt_err *err) {
+  const tt_graph *g = x->g;
+  size_t total = 0;
+  int n = 0;
+  for (int i = 0; i < g->nparams; i++)
+    for (int role = 0; role < 4; role++) {
+      if (!ckpt_has(x, i, role, with_state)) continue;
+      total += g->params[i].numel;
+      n++;
+    }
+  tt_st_tensor *t = (tt_st_tensor *)tt_calloc((size_t)n, sizeof(tt_st_tensor), "checkpoint tensors", err);
+  float *data = (float *)tt_malloc(total * sizeof(float), "checkpoint data", err);
+  char *names = (char *)tt_malloc((size_t)n * (TT_NAME_MAX + 32), "checkpoint names", err);
+  if (!t || !data || !names) {
+    free(t), free(data), free(names);
+    return -1;
+  }
+  size_t off = 0;
+  int k = 0;
+  for (int i = 0; i < g->nparams; i++)
+    for (int role = 0; role < 4; role++) {
+      if (!ckpt_has(x, i, role, with_state)) continue;
+      const tt_param *p = &g->params[i];
+      char *nm = names + (size_t)k * (TT_NAME_MAX + 32);
+      snprintf(nm, TT_NAME_MAX + 32, "%s%s", p->name, ckpt_role_suffix[role]);
+      if (tt_exec_param_get(x, i, role, data + off, err)) {
+        free(t), free(data), free(names);
+        return -1;
+      }
+      t[k].name = nm;
+      t[k].dtype = "F32";
+      t[k].ndim = p->ndim;
+      for (int d = 0; d < p->ndim; d++) t[k].shape[d] = p->shape[d];
+      t[k].data = data + off;
+      t[k].bytes = p->numel * sizeof(float);
+      off += p->numel;
+      k++;
+    }
+  *out_t = t, *out_data = data, *out_n = n;
+  return 0;
+}
+
+int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_err *err) {
+  char path[TT_PATH_MAX + 64];
+  for (int with_state = 0; with_state <= 1; with_state++) {
+    tt_st_tensor *t;
+    float *data;
+    int n;
+    if (ckpt_collect(x, with_state, &t, &data, &n, err)) return -1;
+    char v[12][64];
+    snprintf(v[0], sizeof v[0], "%lld", st->step);
+    snprintf(v[1], sizeof v[1], "%d", st->epoch);
+    snprintf(v[2], sizeof v[2], "%lld", st->images_in_epoch);
+    snprintf(v[3], sizeof v[3], "%.9g", (double)st->loss_scale.scale);
+    snprintf(v[4], sizeof v[4], "%d", st->loss_scale.clean_steps);
+    snprintf(v[5], sizeof v[5], "%lld", st->loss_scale.skipped);
+    snprintf(v[6], sizeof v[6], "%llu", st->seed);
+    snprintf(v[7], sizeof v[7], "%d", st->micro_batch);
+    snprintf(v[8], sizeof v[8], "%d", st->accum_steps);
+    snprintf(v[9], sizeof v[9], "%d", st->loss_scale.growth_interval);
+    /* the last step's overflow outcome, not yet recorded by the scaler (core/runtime/lossscale.h):
+     * -1 none, else 0 or 1 (the caller read it back before saving) */
+    snprintf(v[10], sizeof v[10], "%d", st->loss_scale.pending ? st->loss_scale.pending_overflow : -1);
+    snprintf(v[11], sizeof v[11], "%.9g",
+             (double)(st->loss_scale.pending ? st->loss_scale.pending_scale : st->loss_scale.scale));
+    const char *meta[] = {"format", "tinytrain", "recipe", x->g->model->name, "step", v[0], "epoch", v[1],
+                          "images_in_epoch", v[2], "loss_scale", v[3], "loss_scale_clean_steps", v[4],
+                          "skipped_steps", v[5], "seed", v[6], "micro_batch", v[7], "accum_steps", v[8],
+                          "loss_scale_growth_interval", v[9], "loss_scale_pending", v[10],
+                          "loss_scale_pending_scale", v[11], NULL, NULL, NULL};
+    tt_strbuf names;
+    memset(&names, 0, sizeof names);
+    if (st->classes && st->nclasses > 0) {
+      tt_st_names_format(&names, st->classes, st->nclasses);
+      meta[28] = TT_META_CLASSES, meta[29] = names.p;
+    }
+    snprintf(path, sizeof path, "%s/%s", dir, with_state ? "state.safetensors" : "weights.safetensors");
+    int rc = names.oom ? tt_fail(err, "%s: out of host memory writing the class names", dir)
+                       : tt_st_write(path, t, n, meta, err);
+    free(names.p);
+    /* names live in one block allocated by ckpt_collect, starting at t[0].name */
+    free(n ? (void *)t[0].name : NULL);
+    free(t);
+    free(data);
+    if (rc) return -1;
+  }
+  return 0;
+}
+
+/* ---- reading the state's counters: each one present, a whole integer, in its range ---- */
+
+#define CKPT_FIX "the state file is damaged or was edited; resume from another checkpoint or start afresh"
+
+static int ckpt_meta_int(tt_st_file *f, const char *path, const char *key, long long lo, long long hi, long long *out,
+                         tt_err *err) {
+  const char *v = tt_st_meta(f, key);
+  char *end;
+  if (!v) return tt_fail(err, "%s: not a tinytrain state file (no '%s' in its metadata)", path, key);
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (!v[0] || *end || end == v || errno == ERANGE)
+    return tt_fail(err, "%s: metadata '%s' = '%.40s' is not an integer; " CKPT_FIX, path, key, v);
+  if (x < lo || x > hi)
+    return tt_fail(err, "%s: metadata '%s' = %lld is outside [%lld, %lld]; " CKPT_FIX, path, key, x, lo, hi);
+  *out = x;
+  return 0;
+}
+
+/* The loss scale is a finite number in [1, 2^24] (lossscale.c never leaves that range). */
+static int ckpt_meta_scale(tt_st_file *f, const char *path, float *out, tt_err *err) {
+  const char *v = tt_st_meta(f, "loss_scale");
+  char *end;
+  if (!v) return tt_fail(err, "%s: not a tinytrain state file (no 'loss_scale' in its metadata)", path);
+  double x = strtod(v, &end);
+  if (!v[0] || *end || end == v || !isfinite(x))
+    return tt_fail(err, "%s: metadata 'loss_scale' = '%.40s' is not a finite number; " CKPT_FIX, path, v);
+  if (x < 1.0 || x > 16777216.0)
+    return tt_fail(err, "%s: metadata 'loss_scale' = %g is outside [1, 16777216]; " CKPT_FIX, path, x);
+  *out = (float)x;
+  return 0;
+}
+
+static int ckpt_meta_seed(tt_st_file *f, const char *path, unsigned long long *out, tt_err *err) {
+  const char *v = tt_st_meta(f, "seed");
+  char *end;
+  if (!v) return tt_fail(err, "%s: not a tinytrain state file (no 'seed' in its metadata)", path);
+  errno = 0;
+  *out = strtoull(v, &end, 10);
+  if (v[0] < '0' || v[0] > '9' || *end || errno == ERANGE)
+    return tt_fail(err, "%s: metadata 'seed' = '%.40s' is not a non-negative 64-bit integer; " CKPT_FIX, path, v);
+  return 0;
+}
+
+/* The position in the epoch, in images. A state file from before positions were counted in
+ * images holds 'batch_in_epoch' in micro-batches of its own 'micro_batch': converted. */
+static int ckpt_meta_position(tt_st_file *f, const char *path, tt_ckpt_state *st, tt_err *err) {
+  long long v;
+  if (tt_st_meta(f, "images_in_epoch") || !tt_st_meta(f, "batch_in_epoch"))
+    return ckpt_meta_int(f, path, "images_in_epoch", 0, CKPT_IMAGES_MAX, &st->images_in_epoch, err);
+  if (ckpt_meta_int(f, path, "batch_in_epoch", 0, CKPT_IMAGES_MAX / st->micro_batch, &v, err)) return -1;
+  st->images_in_epoch = v * st->micro_batch;
+  return 0;
+}
+
+/* The last step's overflow outcome the scaler had not yet recorded (core/runtime/lossscale.h):
+ * optional, since checkpoints from before the asynchronous read-back have none. */
+static int ckpt_meta_pending(tt_st_file *f, const char *path, tt_ckpt_state *st, tt_err *err) {
+  const char *pend = tt_st_meta(f, "loss_scale_pending"), *pscale = tt_st_meta(f, "loss_scale_pending_scale");
+  st->loss_scale.pending_overflow = -1;
+  if (!pend || !strcmp(pend, "-1")) return 0;
+  if (strcmp(pend, "0") && strcmp(pend, "1"))
+    return tt_fail(err, "%s: metadata 'loss_scale_pending' = '%.40s'; expected -1, 0 or 1; " CKPT_FIX, path, pend);
+  char *end;
+  double x = pscale ? strtod(pscale, &end) : 0.0;
+  if (!pscale || !pscale[0] || *end || !isfinite(x) || x < 1.0 || x > 16777216.0)
+    return tt_fail(err, "%s: metadata 'loss_scale_pending_scale' = '%.40s' is not a number in [1, 16777216]; " CKPT_FIX,
+                   path, pscale ? pscale : "");
+  st->loss_scale.pending = 1;
+  st->loss_scale.pending_overflow = pend[0] - '0';
+  st->loss_scale.pending_scale = (float)x;
+  return 0;
+}
+
+/* The file's class names against the run's (st->classes), when both have them. */
+static int ckpt_check_classes(tt_st_file *f, const char *path, const tt_ckpt_state *st, tt_err *err) {
+  const char *v = tt_st_meta(f, TT_META_CLASSES);
+  char what[TT_PATH_MAX + 64], **names = NULL;
+  int n = 0, i, rc = 0;
+  if (!v || !st->classes) return 0;
+  snprintf(what, sizeof what, "%s: metadata '%s'", path, TT_META_CLASSES);
+  if (tt_st_names_parse(what, v, &names, &n, err)) return -1;
+  for (i = 0; i < n && i < st->nclasses && !strcmp(names[i], st->classes[i]); i++) {}
+  if (n != st->nclasses)
+    rc = tt_fail(err, "%s: was written for %d classes, this run's training set has %d; resume with the data it was "
+                 "written with", path, n, st->nclasses);
+  else if (i < n)
+    rc = tt_fail(err, "%s: class %d is '%.100s' there but '%.100s' in this run's training set; resume with the data "
+                 "it was written with", path, i, names[i], st->classes[i]);
+  free(names);
+  return rc;
+}
+
+static int ckpt_read_state(tt_st_file *f, const char *path, tt_ckpt_state *st, tt_err *err) {
+  long long v[7];
+  const char *const *classes = st->classes;
+  int nclasses = st->nclasses;
+  if (ckpt_check_classes(f, path, st, err)) return -1;
+  memset(st, 0, sizeof *st);
+  st->classes = classes, st->nclasses = nclasses;
+  if (ckpt_meta_int(f, path, "step", 0, CKPT_STEPS_MAX, &st->step, err) ||
+      ckpt_meta_int(f, path, "epoch", 0, CKPT_EPOCHS_MAX, &v[0], err) ||
+      ckpt_meta_int(f, path, "micro_batch", 1, 1 << 24, &v[1], err) ||
+      ckpt_meta_int(f, path, "accum_steps", 1, 1 << 24, &v[2], err) ||
+      ckpt_meta_int(f, path, "loss_scale_growth_interval", 0, 1000000000, &v[3], err) ||
+      ckpt_meta_int(f, path, "loss_scale_clean_steps", 0, v[3], &v[4], err) ||
+      ckpt_meta_int(f, path, "skipped_steps", 0, st->step, &st->loss_scale.skipped, err) ||
+      ckpt_meta_scale(f, path, &st->loss_scale.scale, err) || ckpt_meta_seed(f, path, &st->seed, err))
+    return -1;
+  st->epoch = (int)v[0], st->micro_batch = (int)v[1], st->accum_steps = (int)v[2];
+  st->loss_scale.growth_interval = (int)v[3], st->loss_scale.clean_steps = (int)v[4];
+  if (ckpt_meta_position(f, path, st, err) || ckpt_meta_pending(f, path, st, err)) return -1;
+  long long batch = (long long)st->micro_batch * st->accum_steps;
+  if (st->images_in_epoch % batch)
+    return tt_fail(err, "%s: metadata 'images_in_epoch' = %lld is not a whole number of effective batches of %lld; " CKPT_FIX,
+                   path, st->images_in_epoch, batch);
+  if (st->step < st->epoch)
+    return tt_fail(err, "%s: metadata 'epoch' = %d but 'step' = %lld: every finished epoch has at least one step; " CKPT_FIX,
+                   path, st->epoch, st->step);
+  return 0;
+}
+
+/* ---- reading the tensors ---- */
+
+/* Whether the file's tensor `nm` exists with parameter p's dtype and shape; else the error. */
+static const tt_st_tensor *ckpt_check_tensor(tt_st_file *f, const char *file, const char *nm, const tt_param *p,
+                                             const char *recipe, tt_err *err) {
+  const tt_st_tensor *t = tt_st_get(f, nm);
+  if (!t) {
+    tt_fail(err, "%s: has no tensor '%s' that recipe %s needs; was it written for another recipe or optimizer?", file, nm,
+            recipe);
+    return NULL;
+  }
+  int same = strcmp(t->dtype, "F32") == 0 && t->ndim == p->ndim;
+  for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
+  if (same) return t;
+  char a[96] = "", b[96] = "";
+  for (int d = 0; d < t->ndim && d < 4; d++) snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "x" : "", (long long)t->shape[d]);
+  for (int d = 0; d < p->ndim; d++) snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "x" : "", (long long)p->shape[d]);
+  tt_fail(err, "%s: tensor '%s' is %s [%s] but recipe %s needs F32 [%s]", file, nm, t->dtype, a, recipe, b);
+  return NULL;
+}
+
+/* NaN and infinite values in a tensor (the data may not be 4-byte aligned: copied out). */
+static long long ckpt_nonfinite(const tt_st_tensor *t) {
+  long long bad = 0;
+  const char *p = (const char *)t->data;
+  for (size_t k = 0; k + 4 <= t->bytes; k += 4) {
+    float v;
+    memcpy(&v, p + k, 4);
+    bad += !isfinite(v);
+  }
+  return bad;
+}
+
+int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_state *st, tt_warn_fn warn, void *ud,
+                       tt_err *err) {
+  tt_st_file *f = NULL;
+  if (tt_st_open(file, &f, err)) return -1;
+  const tt_graph *g = x->g;
+  int rc = 0, bad_tensors = 0;
+  long long bad_values = 0;
+  char nm[TT_NAME_MAX + 32], first_bad[TT_NAME_MAX + 32] = "";
+  /* the counters first, then every tensor, and only then any change: a refused file changes nothing */
+  if (with_state && st) rc = ckpt_read_state(f, file, st, err);
+  for (int pass = 0; pass < 2 && !rc; pass++)
+    for (int i = 0; i < g->nparams && !rc; i++)
+      for (int role = 0; role < 4 && !rc; role++) {
+        if (!ckpt_has(x, i, role, with_state)) continue;
+        snprintf(nm, sizeof nm, "%s%s", g->params[i].name, ckpt_role_suffix[role]);
+        const tt_st_tensor *t = ckpt_check_tensor(f, file, nm, &g->params[i], g->model->path, err);
+        if (!t) {
+          rc = -1;
+          break;
+        }
+        if (pass == 0) {
+          long long bad = ckpt_nonfinite(t);
+          if (bad && !bad_tensors++) snprintf(first_bad, sizeof first_bad, "%s", nm);
+          bad_values += bad;
+          continue;
+        }
+        /* the data pointer may not be 4-byte aligned for every header length: copied first */
+        float *tmp = (float *)tt_malloc(t->bytes, "checkpoint tensor", err);
+        if (!tmp) {
+          rc = -1;
+          break;
+        }
+        memcpy(tmp, t->data, t->bytes);
+        rc = tt_exec_param_set(x, i, role, tmp, err);
+        free(tmp);
+      }
+  if (!rc && bad_tensors && warn) {
+    char line[TT_PATH_MAX + 400];
+    snprintf(line, sizeof line,
+             "%s: warning: %lld NaN or infinite values in %d tensor%s (the first is '%s'); the model's outputs will not "
+             "be numbers. Was it saved from a run that diverged?",
+             file, bad_values, bad_tensors, bad_tensors > 1 ? "s" : "", first_bad);
+    warn(ud, line);
+  }
+  tt_st_close(f);
+  return rc;
+}
+
+int tt_checkpoint_save_weights(tt_exec *x, const char *path, const char *const *meta, tt_err *err) {
+  tt_st_tensor *t;
+  float *data;
+  int n;
+  if (ckpt_collect(x, 0, &t, &data, &n, err)) return -1;
+  const char *def[] = {"format", "tinytrain", "recipe", x->g->model->name, NULL};
+  int rc = tt_st_write(path, t, n, meta ? meta : def, err);
+  free(n ? (void *)t[0].name : NULL);
+  free(t);
+  free(data);
+  return rc;
+}

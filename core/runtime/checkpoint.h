@@ -1,0 +1,52 @@
+/* core/runtime/checkpoint.h — weights.safetensors and state.safetensors (see checkpoint.c). */
+#ifndef TT_CHECKPOINT_H
+#define TT_CHECKPOINT_H
+#include "exec.h"
+#include "lossscale.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Ranges a state file's counters must lie in (the recipe allows at most 1000000 epochs). */
+#define CKPT_STEPS_MAX 1000000000000LL /* 10^12 optimizer steps */
+#define CKPT_EPOCHS_MAX 1000000LL
+#define CKPT_IMAGES_MAX 2147483647LL   /* images into one epoch */
+
+typedef struct tt_ckpt_state {
+  long long step;            /* optimizer steps done */
+  int epoch;                 /* epoch in progress (0-based) */
+  /* Training images of that epoch already consumed: a whole number of effective batches.
+   * Counted in images, not micro-batches, so that a run resumed under another policy (another
+   * --vram, hence another micro-batch) continues at the same image of the epoch. It may equal
+   * the epoch's size: the steps are done and only the epoch's evaluation is left (a stop by a
+   * signal on the last step). */
+  long long images_in_epoch;
+  tt_loss_scale loss_scale;
+  unsigned long long seed;
+  int micro_batch, accum_steps; /* the policy that wrote it (their product is the recipe's batch) */
+  /* The run's class names (the training set's; not owned): saved in both files' metadata under
+   * TT_META_CLASSES. On loading a state file, when set and the file has names too, they must
+   * be the same (an error naming the first difference); loading leaves these two fields. */
+  const char *const *classes;
+  int nclasses;
+} tt_ckpt_state;
+
+/* Writes dir/weights.safetensors and dir/state.safetensors, each atomically. */
+int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_err *err);
+/* Writes the weights alone to path (atomically), with metadata meta (key, value, ..., NULL;
+ * NULL: format = tinytrain and the recipe's name). */
+int tt_checkpoint_save_weights(tt_exec *x, const char *path, const char *const *meta, tt_err *err);
+/* Loads parameters (and with_state: optimizer state and counters into st) from a file. The
+ * counters are checked first (each present, an integer, in its range: a message names the file
+ * and the key), then every tensor (a missing or mismatched one is an error naming it); nothing
+ * is changed before all of it passed. NaN or infinite values are loaded, with one warning
+ * through warn (may be NULL) naming the file and the first such tensor. Older state files
+ * that count the position in micro-batches ('batch_in_epoch') are read and converted. */
+int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_state *st, tt_warn_fn warn, void *ud,
+                       tt_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

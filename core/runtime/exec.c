@@ -1,0 +1,587 @@
+/* core/runtime/exec.c — the execute stage: walks a Program's steps and calls the backend. */
+#include "exec.h"
+
+#include "../../kernels/kernel_math.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t tt_hash64(uint64_t a, uint64_t b) {
+  /* the mixer over a combination of both words (the constant makes this the historical
+   * a * golden + b + 0x632BE59BD9B4E019 before the finaliser) */
+  return tt_mix64(a * TT_GOLDEN64 + b + (0x632BE59BD9B4E019ull - TT_GOLDEN64));
+}
+
+static int exec_be_fail(tt_exec *x, tt_err *err, const tt_program *p, const tt_step *s) {
+  const char *what = s->name ? s->name : "update";
+  const char *msg = x->be->last_error ? x->be->last_error(x->be) : "";
+  return tt_fail(err, "backend '%s' failed in step %d (%s of layer '%s'): %s", x->be->name, (int)(s - p->steps),
+                 s->op == TT_S_BWD ? "backward" : "forward", what, msg ? msg : "");
+}
+
+/* The staging ring and the overflow flag's read-back buffer, host_alloc'ed (page-locked on a
+ * GPU, so the copies need no staging of their own and the host does not wait for them). A
+ * host-memory backend (the CPU) has no ring: its first step normalises the batch in place. */
+static int exec_staging_create(tt_exec *x, tt_err *err) {
+  tt_backend *be = x->be;
+  size_t mb = 0, numel = 0;
+  const tt_program *ps[2] = {x->train, x->eval};
+  for (int k = 0; k < 2; k++)
+    if (ps[k]) {
+      if ((size_t)ps[k]->policy.micro_batch > mb) mb = (size_t)ps[k]->policy.micro_batch;
+      numel = ps[k]->input_numel;
+    }
+  x->stage_labels_off = (mb * numel + 63) & ~(size_t)63;
+  x->stage_bytes = x->stage_labels_off + mb * sizeof(int32_t);
+  for (int k = 0; k < TT_EXEC_STAGE_SLOTS && !be->host_memory; k++) { /* the CPU reads the batch in place */
+    x->stage[k] = (unsigned char *)be->host_alloc(be, x->stage_bytes);
+    x->stage_ev[k] = x->stage[k] ? be->event_create(be) : NULL;
+    if (!x->stage_ev[k])
+      return tt_fail(err, "could not set up batch staging (%zu bytes x %d) on %s: %s", x->stage_bytes,
+                     TT_EXEC_STAGE_SLOTS, be->name, be->last_error(be));
+  }
+  x->host_flag = (int32_t *)be->host_alloc(be, sizeof(int32_t));
+  x->flag_ev = x->host_flag ? be->event_create(be) : NULL;
+  if (!x->flag_ev) return tt_fail(err, "could not set up the overflow flag's read-back on %s: %s", be->name, be->last_error(be));
+  *x->host_flag = 0;
+  return 0;
+}
+
+/* Hands every backend call of the programs (at their planned batches) to the backend's
+ * prepare, once: after this the steps allocate nothing. Calls repeat (a recompute step, the
+ * same shape in many blocks); the backend keeps one of each. */
+static int exec_prepare(tt_exec *x, tt_err *err) {
+  tt_backend *be = x->be;
+  const tt_program *progs[2] = {x->train, x->eval};
+  int cap = 0, n = 0, rc;
+  if (!be->prepare) return 0;
+  for (int k = 0; k < 2; k++)
+    if (progs[k]) cap += progs[k]->nsteps * TT_STEP_MAX_OPS;
+  tt_op_desc *ops = (tt_op_desc *)tt_malloc(sizeof(tt_op_desc) * (size_t)(cap ? cap : 1), "backend call list", err);
+  if (!ops) return -1;
+  for (int k = 0; k < 2; k++) {
+    const tt_program *p = progs[k];
+    if (!p) continue;
+    for (int i = 0; i < p->nsteps; i++) n += tt_step_backend_ops(p, &p->steps[i], p->policy.micro_batch, ops + n);
+  }
+  rc = be->prepare(be, ops, n);
+  free(ops);
+  if (rc)
+    return tt_fail(err, "backend '%s' could not prepare the program's %d calls: %s", be->name, n,
+                   be->last_error ? be->last_error(be) : "");
+  return 0;
+}
+
+int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const tt_program *eval, tt_backend *be,
+                   uint64_t seed, tt_err *err) {
+  memset(x, 0, sizeof *x);
+  x->g = g, x->train = train, x->eval = eval, x->be = be, x->seed = seed;
+  const tt_program *owner = train ? train : eval;
+  if (!owner) return tt_fail(err, "internal error: an executor needs a program");
+  x->persistent_bytes = owner->persistent_bytes;
+  size_t tr = train ? train->transient_bytes : 0, ev = eval ? eval->transient_bytes : 0;
+  x->arena_bytes = x->persistent_bytes + (tr > ev ? tr : ev);
+  if (exec_staging_create(x, err)) {
+    tt_exec_destroy(x);
+    return -1;
+  }
+  x->base = (unsigned char *)be->arena_alloc(be, x->arena_bytes ? x->arena_bytes : 1);
+  if (!x->base) {
+    tt_exec_destroy(x);
+    return tt_fail(err, "could not allocate the %zu-byte arena on %s: %s", x->arena_bytes, be->name,
+                   be->last_error ? be->last_error(be) : "");
+  }
+  /* persistent state (loss statistics, optimizer state) starts from zero, not from whatever
+   * the allocator handed back; transient buffers are always written before they are read */
+  if (be->zero(be, x->base, x->persistent_bytes)) {
+    tt_exec_destroy(x);
+    return tt_fail(err, "zeroing the arena on %s failed: %s", be->name, be->last_error ? be->last_error(be) : "");
+  }
+  if (exec_prepare(x, err)) {
+    tt_exec_destroy(x);
+    return -1;
+  }
+  return 0;
+}
+
+void tt_exec_destroy(tt_exec *x) {
+  tt_backend *be = x->be;
+  if (!be) return;
+  if (x->base) be->arena_free(be, x->base); /* waits for the device's work */
+  for (int k = 0; k < TT_EXEC_STAGE_SLOTS; k++) {
+    if (x->stage_ev[k]) {
+      if (be->event_sync(be, x->stage_ev[k])) fprintf(stderr, "tinytrain: %s\n", be->last_error(be)); /* teardown */
+      be->event_destroy(be, x->stage_ev[k]);
+    }
+    if (x->stage[k]) be->host_free(be, x->stage[k]);
+    x->stage[k] = NULL, x->stage_ev[k] = NULL;
+  }
+  if (x->flag_ev) {
+    if (be->event_sync(be, x->flag_ev)) fprintf(stderr, "tinytrain: %s\n", be->last_error(be));
+    be->event_destroy(be, x->flag_ev);
+  }
+  free(x->f16_input);
+  x->f16_input = NULL;
+  if (x->host_flag) be->host_free(be, x->host_flag);
+  x->base = NULL;
+  x->host_flag = NULL, x->flag_ev = NULL;
+}
+
+void *tt_exec_ptr(const tt_exec *x, const tt_program *prog, int buf) {
+  if (buf < 0) return NULL;
+  const tt_buf *b = &prog->bufs[buf];
+  if (prog == x->train || !x->train) return x->base + b->offset;
+  /* evaluation program beside a training one: its persistent buffers are the training
+   * program's, its transient ones live after the training program's persistent region */
+  if (b->persistent) {
+    if (b->param >= 0) return x->base + x->train->bufs[x->train->param_buf[b->param]].offset;
+    return x->base + x->train->bufs[x->train->stats].offset; /* the only other one: loss statistics */
+  }
+  return x->base + x->persistent_bytes + (b->offset - prog->persistent_bytes);
+}
+
+typedef struct exec_run {
+  tt_exec *x;
+  const tt_program *p;
+  int batch;      /* samples every op runs on: always the program's planned micro-batch */
+  int loss_batch; /* samples the loss counts: fewer for a final partial evaluation batch */
+  int micro_index;
+  uint64_t step;
+  float grad_scale;
+  const uint8_t *host_images; /* a host-memory backend: the caller's uint8 batch, read in place */
+  int host_count;             /* its samples: the planned batch, or a partial evaluation batch's */
+} exec_run;
+
+#define EXEC_P(id) tt_exec_ptr(r->x, r->p, (id))
+#define EXEC_CHECK(call) \
+  do {                   \
+    if ((call) != 0) return exec_be_fail(r->x, err, r->p, s); \
+  } while (0)
+
+/* Micro-step a of rank `rank` of `ranks` draws the masks of micro-step a * ranks + rank of one
+ * process: the batch it trains is that one (core/runtime/dist.h), so the masks follow the batch. */
+static uint64_t exec_dropout_seed(const exec_run *r, int node) {
+  uint64_t mi = (uint64_t)r->micro_index * (uint64_t)(r->x->ranks > 1 ? r->x->ranks : 1) + (uint64_t)r->x->rank;
+  return tt_hash64(tt_hash64(r->x->seed, r->step), (mi << 32) | (uint64_t)node);
+}
+
+static tt_act exec_act(tt_layer_kind k) {
+  return k == TT_L_RELU ? TT_ACT_RELU : (k == TT_L_RELU6 ? TT_ACT_RELU6 : TT_ACT_SILU);
+}
+
+static int exec_fwd(exec_run *r, const tt_step *s, tt_err *err) {
+  tt_backend *be = r->x->be;
+  const tt_op_args *a = &s->a;
+  tt_dtype dt = r->p->policy.act_dtype;
+  int N = r->batch;
+  void *y = EXEC_P(s->out[TT_FWD_Y]);                 /* [N, ...] in dt */
+  const void *xp = EXEC_P(s->in[TT_FWD_X]);           /* [N, ...] in dt */
+  void *ws = EXEC_P(s->ws);
+  size_t wsb = s->ws >= 0 ? r->p->bufs[s->ws].bytes : 0;
+  switch (s->kind) {
+    case TT_L_CONV: {
+      tt_conv_desc d = a->conv;
+      d.n = N;
+      EXEC_CHECK(be->conv_fwd(be, &d, dt, xp, EXEC_P(s->in[TT_FWD_W]), EXEC_P(s->in[TT_FWD_B]), y, ws, wsb));
+      break;
+    }
+    case TT_L_LINEAR:
+      EXEC_CHECK(be->linear_fwd(be, N, a->linear.in, a->linear.out, dt, xp, EXEC_P(s->in[TT_FWD_W]), EXEC_P(s->in[TT_FWD_B]),
+                                y, ws, wsb));
+      break;
+    case TT_L_BN: {
+      const float *gam = (const float *)EXEC_P(s->in[TT_BN_GAMMA]), *bet = (const float *)EXEC_P(s->in[TT_BN_BETA]); /* [c] */
+      float *rm = (float *)EXEC_P(s->in[TT_BN_RMEAN]), *rv = (float *)EXEC_P(s->in[TT_BN_RVAR]);                    /* [c] */
+      if (s->flags & TT_SF_EVAL)
+        EXEC_CHECK(be->bn_fwd_infer(be, N, a->bn.c, a->bn.hw, dt, xp, gam, bet, rm, rv, a->bn.eps, y, ws, wsb));
+      else
+        EXEC_CHECK(be->bn_fwd_train(be, N, a->bn.c, a->bn.hw, dt, xp, gam, bet, y, rm, rv, a->bn.momentum, a->bn.eps,
+                                    (float *)EXEC_P(s->out[TT_BN_SAVE_MEAN]), (float *)EXEC_P(s->out[TT_BN_SAVE_INVSTD]),
+                                    !(s->flags & TT_SF_RECOMPUTE), ws, wsb));
+      break;
+    }
+    case TT_L_RELU:
+    case TT_L_RELU6:
+    case TT_L_SILU:
+      EXEC_CHECK(be->act_fwd(be, exec_act(s->kind), (size_t)N * a->eltwise.numel, dt, xp, y));
+      break;
+    case TT_L_DROPOUT:
+      EXEC_CHECK(be->dropout_fwd(be, (size_t)N * a->eltwise.numel, dt, a->eltwise.p, exec_dropout_seed(r, s->node), xp, y));
+      break;
+    case TT_L_MAXPOOL:
+    case TT_L_AVGPOOL: {
+      tt_pool_desc d = a->pool;
+      d.n = N;
+      EXEC_CHECK(be->pool_fwd(be, &d, s->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG, dt, xp, y, ws, wsb));
+      break;
+    }
+    case TT_L_GAP:
+      EXEC_CHECK(be->gap_fwd(be, N, a->gap.c, a->gap.hw, dt, xp, y));
+      break;
+    case TT_L_ADD: {
+      size_t cnt = (size_t)N * a->eltwise.numel;
+      EXEC_CHECK(be->add(be, cnt, dt, xp, EXEC_P(s->in[1]), y));
+      for (int k = 2; k < s->nin; k++) EXEC_CHECK(be->add(be, cnt, dt, y, EXEC_P(s->in[k]), y));
+      break;
+    }
+    case TT_L_CONCAT:
+      for (int k = 0, off = 0; k < a->concat.nin; off += a->concat.cin[k], k++)
+        EXEC_CHECK(be->channel_copy(be, N, a->concat.hw, dt, EXEC_P(s->in[k]), a->concat.cin[k], 0, y, a->concat.c, off,
+                                    a->concat.cin[k], 0.0f));
+      break;
+    default:
+      return tt_fail(err, "internal error: no forward for layer kind %s", tt_layer_kind_name(s->kind));
+  }
+  return 0;
+}
+
+static int exec_bwd(exec_run *r, const tt_step *s, tt_err *err) {
+  tt_backend *be = r->x->be;
+  const tt_op_args *a = &s->a;
+  tt_dtype dt = r->p->policy.act_dtype;
+  int N = r->batch;
+  const void *dy = EXEC_P(s->in[TT_BWD_DY]);   /* [N, ...] in dt, like the layer's output */
+  const void *sv = EXEC_P(s->in[TT_BWD_SAVED]); /* x or y, as tt_op(kind)->bwd_reads says */
+  void *dx = EXEC_P(s->out[TT_BWD_DX]);         /* [N, ...] like the input; NULL for the image */
+  float *dw = (float *)EXEC_P(s->out[TT_BWD_DW]), *db = (float *)EXEC_P(s->out[TT_BWD_DB]); /* fp32, param shapes */
+  float bdx = (float)s->out_beta[TT_BWD_DX];
+  float bp = r->micro_index > 0 ? 1.0f : 0.0f; /* parameter gradients accumulate over micro-steps */
+  void *ws = EXEC_P(s->ws);
+  size_t wsb = s->ws >= 0 ? r->p->bufs[s->ws].bytes : 0;
+  size_t cnt = (size_t)N * a->eltwise.numel;
+  switch (s->kind) {
+    case TT_L_CONV: {
+      tt_conv_desc d = a->conv;
+      d.n = N;
+      if (dw) EXEC_CHECK(be->conv_bwd_filter(be, &d, dt, sv, dy, dw, db, bp, ws, wsb)); /* none: frozen */
+      if (dx) EXEC_CHECK(be->conv_bwd_data(be, &d, dt, dy, EXEC_P(s->in[TT_BWD_W]), dx, bdx, ws, wsb));
+      break;
+    }
+    case TT_L_LINEAR:
+      if (dw) EXEC_CHECK(be->linear_bwd_filter(be, N, a->linear.in, a->linear.out, dt, sv, dy, dw, db, bp, ws, wsb));
+      if (dx)
+        EXEC_CHECK(be->linear_bwd_data(be, N, a->linear.in, a->linear.out, dt, dy, EXEC_P(s->in[TT_BWD_W]), dx, bdx, ws, wsb));
+      break;
+    case TT_L_BN:
+      EXEC_CHECK(be->bn_bwd(be, N, a->bn.c, a->bn.hw, dt, sv, dy, (const float *)EXEC_P(s->in[TT_BWD_GAMMA]),
+                            (const float *)EXEC_P(s->in[TT_BWD_SAVE_MEAN]), (const float *)EXEC_P(s->in[TT_BWD_SAVE_INVSTD]),
+                            dx, dw, db, bdx, bp, ws, wsb));
+      break;
+    case TT_L_RELU:
+    case TT_L_RELU6:
+    case TT_L_SILU:
+      EXEC_CHECK(be->act_bwd(be, exec_act(s->kind), cnt, dt, sv, dy, dx, bdx));
+      break;
+    case TT_L_DROPOUT:
+      EXEC_CHECK(be->dropout_bwd(be, cnt, dt, a->eltwise.p, exec_dropout_seed(r, s->node), dy, dx, bdx));
+      break;
+    case TT_L_MAXPOOL:
+    case TT_L_AVGPOOL: {
+      tt_pool_desc d = a->pool;
+      d.n = N;
+      EXEC_CHECK(be->pool_bwd(be, &d, s->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG, dt, sv, dy, dx, bdx, ws, wsb));
+      break;
+    }
+    case TT_L_GAP:
+      EXEC_CHECK(be->gap_bwd(be, N, a->gap.c, a->gap.hw, dt, dy, dx, bdx));
+      break;
+    case TT_L_ADD:
+      /* outputs that do not share dy's storage first: one of them may be dy itself */
+      for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < s->nout; k++) {
+          void *o = EXEC_P(s->out[k]);
+          if (!o || (pass == 0) == (o == dy)) continue;
+          EXEC_CHECK(be->accumulate(be, cnt, dt, dy, o, (float)s->out_beta[k]));
+        }
+      break;
+    case TT_L_CONCAT:
+      for (int k = 0, off = 0; k < a->concat.nin; off += a->concat.cin[k], k++) {
+        void *o = EXEC_P(s->out[k]);
+        if (o)
+          EXEC_CHECK(be->channel_copy(be, N, a->concat.hw, dt, dy, a->concat.c, off, o, a->concat.cin[k], 0, a->concat.cin[k],
+                                      (float)s->out_beta[k]));
+      }
+      break;
+    default:
+      return tt_fail(err, "internal error: no backward for layer kind %s", tt_layer_kind_name(s->kind));
+  }
+  return 0;
+}
+
+static int exec_range(exec_run *r, int from, int to, tt_err *err) {
+  tt_backend *be = r->x->be;
+  tt_dtype dt = r->p->policy.act_dtype;
+  for (int i = from; i < to; i++) {
+    const tt_step *s = &r->p->steps[i];
+    switch (s->op) {
+      case TT_S_LOAD_INPUT: {
+        const tt_load_args *a = &s->a.load;
+        /* on the CPU the normalisation is the batch's first copy: from the loader's (or the
+         * caller's) buffer, the samples it holds; a partial evaluation batch leaves the rest of
+         * the input as it was, which only the loss's count keeps out */
+        const uint8_t *u8 = r->host_images ? r->host_images : (const uint8_t *)EXEC_P(s->in[TT_LOAD_U8]);
+        EXEC_CHECK(be->normalize_u8(be, r->host_images ? r->host_count : r->batch, a->c, a->hw, u8, a->mean, a->std, dt,
+                                    EXEC_P(s->out[TT_LOAD_X])));
+        break;
+      }
+      case TT_S_CAST:
+        EXEC_CHECK(be->cast(be, s->a.count, TT_F32, EXEC_P(s->in[TT_CAST_SRC]), TT_F16, EXEC_P(s->out[TT_CAST_DST])));
+        break;
+      case TT_S_FWD:
+        if (exec_fwd(r, s, err)) return -1;
+        break;
+      case TT_S_LOSS:
+        EXEC_CHECK(be->softmax_ce(be, r->loss_batch, s->a.loss.classes, dt, EXEC_P(s->in[TT_LOSS_LOGITS]),
+                                  (const int32_t *)EXEC_P(s->in[TT_LOSS_LABELS]), s->a.loss.label_smoothing, r->grad_scale,
+                                  EXEC_P(s->out[TT_LOSS_DLOGITS]), (float *)EXEC_P(s->out[TT_LOSS_STATS])));
+        if (s->out[TT_LOSS_DLOGITS] >= 0 && r->loss_batch < r->batch) { /* a partial batch: no gradient past it */
+          size_t row = (size_t)s->a.loss.classes * tt_dtype_size(dt);
+          EXEC_CHECK(be->zero(be, (unsigned char *)EXEC_P(s->out[TT_LOSS_DLOGITS]) + row * r->loss_batch,
+                              row * (size_t)(r->batch - r->loss_batch)));
+        }
+        break;
+      case TT_S_BWD:
+        if (exec_bwd(r, s, err)) return -1;
+        break;
+      default:
+        return tt_fail(err, "internal error: step %d of kind %d in the micro-step", i, (int)s->op);
+    }
+    if (r->x->after_step && r->x->after_step(r->x->after_step_ud, i, err)) return -1;
+  }
+  return 0;
+}
+
+/* The batch goes through the next staging slot: wait until that slot's previous copy has run
+ * (the event recorded after it), fill it from the loader's buffers, which the caller may release
+ * as soon as this returns, and copy it on the copy stream; the compute stream waits for the copy,
+ * and the copy for the work queued before it, which may still use the input buffers' storage. */
+static int exec_upload_batch(tt_exec *x, const tt_program *p, const uint8_t *images, const int32_t *labels, int n,
+                             exec_run *r, tt_err *err) {
+  tt_backend *be = x->be;
+  size_t img = (size_t)n * p->input_numel, lab = (size_t)n * sizeof(int32_t);
+  int k = x->stage_next;
+  if (be->host_memory) { /* the steps run before the caller gets its buffers back */
+    r->host_images = images, r->host_count = n;
+    if (be->upload(be, tt_exec_ptr(x, p, p->labels), labels, lab))
+      return tt_fail(err, "copying the labels failed: %s", be->last_error(be));
+    return 0;
+  }
+  if (img > x->stage_labels_off || x->stage_labels_off + lab > x->stage_bytes)
+    return tt_fail(err, "internal error: a batch of %d does not fit the staging slots", n);
+  x->stage_next = (k + 1) % TT_EXEC_STAGE_SLOTS;
+  if (be->event_sync(be, x->stage_ev[k])) return tt_fail(err, "waiting for a batch copy failed: %s", be->last_error(be));
+  memcpy(x->stage[k], images, img);
+  memcpy(x->stage[k] + x->stage_labels_off, labels, lab);
+  if (be->upload_async(be, tt_exec_ptr(x, p, p->input_u8), x->stage[k], img, NULL) ||
+      be->upload_async(be, tt_exec_ptr(x, p, p->labels), x->stage[k] + x->stage_labels_off, lab, x->stage_ev[k]))
+    return tt_fail(err, "copying the batch to the device failed: %s", be->last_error(be));
+  return 0;
+}
+
+/* A micro-step of program p (the training or the evaluation one) on images (uint8, staged) or
+ * input (normalised fp32 straight into the input's value buffer): p's full planned batch, of
+ * which the loss counts the first n. In training, the logits' gradient of the samples past n is
+ * zeroed, so that they add nothing to the weights' gradients (exactly so without batch norm,
+ * whose batch statistics still see them). */
+static int exec_micro(tt_exec *x, const tt_program *p, const uint8_t *images, const float *input, const int32_t *labels,
+                      int n, int micro_index, uint64_t step, float grad_scale, tt_err *err) {
+  tt_backend *be = x->be;
+  exec_run r;
+  memset(&r, 0, sizeof r);
+  r.x = x, r.p = p, r.batch = p->policy.micro_batch, r.loss_batch = n, r.micro_index = micro_index, r.step = step;
+  r.grad_scale = grad_scale;
+  if (images) {
+    if (exec_upload_batch(x, p, images, labels, r.batch, &r, err)) return -1;
+    return exec_range(&r, 0, p->micro_end, err);
+  }
+  size_t cnt = (size_t)r.batch * p->input_numel;
+  void *dst = tt_exec_ptr(x, p, p->value_buf[0]);
+  if (be->upload(be, tt_exec_ptr(x, p, p->labels), labels, (size_t)r.batch * sizeof(int32_t))) return -1;
+  /* stage the floats in the (larger or equal) workspace-free way: upload fp32 straight, or
+   * convert through the input buffer when the program stores fp16 */
+  if (p->policy.act_dtype == TT_F32) {
+    if (be->upload(be, dst, input, cnt * sizeof(float))) return tt_fail(err, "upload failed");
+  } else {
+    if (!be->host_memory && !x->f16_input) { /* sized for the larger of the two programs' batches */
+      int mb = x->train ? x->train->policy.micro_batch : 0;
+      if (x->eval && x->eval->policy.micro_batch > mb) mb = x->eval->policy.micro_batch;
+      x->f16_input = (uint16_t *)tt_malloc(tt_size_mul((size_t)mb * 2, p->input_numel), "fp16 input", err);
+      if (!x->f16_input) return -1;
+    }
+    uint16_t *h = be->host_memory ? (uint16_t *)dst : x->f16_input;
+    for (size_t i = 0; i < cnt; i++) h[i] = tt_f32_to_f16(input[i]);
+    if (!be->host_memory && be->upload(be, dst, h, cnt * 2)) return tt_fail(err, "upload failed");
+  }
+  for (int i = 0; i < p->micro_end; i++) {
+    if (p->steps[i].op == TT_S_LOAD_INPUT) {
+      if (p->steps[i].flags & TT_SF_RECOMPUTE)
+        return tt_fail(err, "fp32 input cannot be used when the input is recomputed (the plan recomputes it; use uint8 images)");
+      continue;
+    }
+    if (exec_range(&r, i, i + 1, err)) return -1;
+  }
+  return 0;
+}
+
+int tt_exec_micro_step(tt_exec *x, const uint8_t *images, const int32_t *labels, int micro_index, uint64_t step,
+                       float grad_scale, tt_err *err) {
+  return exec_micro(x, x->train, images, NULL, labels, x->train->policy.micro_batch, micro_index, step, grad_scale, err);
+}
+
+int tt_exec_micro_step_f32(tt_exec *x, const float *input, const int32_t *labels, int micro_index, uint64_t step,
+                           float grad_scale, tt_err *err) {
+  return exec_micro(x, x->train, NULL, input, labels, x->train->policy.micro_batch, micro_index, step, grad_scale, err);
+}
+
+int tt_exec_micro_step_n(tt_exec *x, int train, const uint8_t *images, const float *input, const int32_t *labels, int n,
+                         int micro_index, uint64_t step, float grad_scale, tt_err *err) {
+  const tt_program *p = train ? x->train : x->eval;
+  if (!p) return tt_fail(err, "internal error: no %s program", train ? "training" : "evaluation");
+  if (n < 1 || n > p->policy.micro_batch)
+    return tt_fail(err, "internal error: %d samples for a micro-batch of %d", n, p->policy.micro_batch);
+  return exec_micro(x, p, images, input, labels, n, micro_index, step, train ? grad_scale : 0.0f, err);
+}
+
+int tt_exec_logits(tt_exec *x, int n, float *out, tt_err *err) {
+  const tt_program *p = x->eval;
+  const tt_step *loss = NULL;
+  for (int i = 0; p && i < p->micro_end && !loss; i++)
+    if (p->steps[i].op == TT_S_LOSS) loss = &p->steps[i];
+  if (!loss) return tt_fail(err, "internal error: no evaluation program with a loss");
+  int b = loss->in[TT_LOSS_LOGITS];
+  size_t cnt = (size_t)n * loss->a.loss.classes;
+  tt_dtype dt = p->bufs[b].dtype;
+  if (x->be->download(x->be, out, tt_exec_ptr(x, p, b), cnt * tt_dtype_size(dt)))
+    return tt_fail(err, "reading the logits failed: %s", x->be->last_error(x->be));
+  if (dt == TT_F16) { /* widen in place, from the end */
+    const uint16_t *h = (const uint16_t *)out;
+    for (size_t i = cnt; i-- > 0;) out[i] = tt_f16_to_f32(h[i]);
+  }
+  return 0;
+}
+
+int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscale, int *overflow, tt_err *err) {
+  const tt_program *p = x->train;
+  tt_backend *be = x->be;
+  exec_run rr;
+  exec_run *r = &rr;
+  memset(r, 0, sizeof *r);
+  r->x = x, r->p = p;
+  const int32_t *flag = NULL; /* the overflow flag (fp16), which every update reads */
+  if (overflow) *overflow = 0;
+  for (int i = p->micro_end; i < p->nsteps; i++) {
+    const tt_step *s = &p->steps[i];
+    if (s->op == TT_S_CHECK) {
+      int32_t *f = (int32_t *)EXEC_P(s->out[TT_CHECK_FLAG]);
+      EXEC_CHECK(be->zero(be, f, sizeof(int32_t)));
+      for (int k = 0; k < p->nparams; k++)
+        if (p->grad_buf[k] >= 0)
+          EXEC_CHECK(be->check_finite(be, p->bufs[p->grad_buf[k]].bytes / sizeof(float), TT_F32, EXEC_P(p->grad_buf[k]), f));
+      flag = f;
+      continue;
+    }
+    if (s->op != TT_S_UPDATE) return tt_fail(err, "internal error: step %d in the update phase", i);
+    size_t cnt = s->a.count;
+    float *w = (float *)EXEC_P(s->out[TT_UPD_PARAM]);
+    const float *gr = (const float *)EXEC_P(s->in[TT_UPD_GRAD]);
+    float *m1 = (float *)EXEC_P(s->out[TT_UPD_M]), *m2 = (float *)EXEC_P(s->out[TT_UPD_V]);
+    if (h->kind == TT_OPT_SGD)
+      EXEC_CHECK(be->sgd_update(be, cnt, w, gr, m1, h->lr, h->momentum, h->nesterov, h->weight_decay, grad_unscale, flag));
+    else
+      EXEC_CHECK(be->adam_update(be, cnt, w, gr, m1, m2, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay,
+                                 h->kind == TT_OPT_ADAMW, t, grad_unscale, flag));
+  }
+  if (flag) {
+    /* read the flag back without waiting: the next check zeroes it only after this copy */
+    if (be->download_async(be, x->host_flag, flag, sizeof(int32_t), x->flag_ev))
+      return tt_fail(err, "reading the overflow flag back failed: %s", be->last_error(be));
+  } else {
+    *x->host_flag = 0; /* fp32: no check, never an overflow */
+  }
+  return overflow ? tt_exec_overflow(x, overflow, err) : 0;
+}
+
+int tt_exec_overflow(tt_exec *x, int *overflow, tt_err *err) {
+  if (x->be->event_sync(x->be, x->flag_ev))
+    return tt_fail(err, "waiting for the overflow flag failed: %s", x->be->last_error(x->be));
+  *overflow = *x->host_flag != 0;
+  return 0;
+}
+
+int tt_exec_warmup(tt_exec *x, tt_err *err) {
+  const tt_program *ps[2] = {x->train, x->eval};
+  for (int k = 0; k < 2; k++) {
+    const tt_program *p = ps[k];
+    if (!p) continue;
+    exec_run r;
+    memset(&r, 0, sizeof r);
+    r.x = x, r.p = p, r.batch = p->policy.micro_batch;
+    for (int i = 0; i < p->micro_end; i++) {
+      const tt_step *s = &p->steps[i];
+      if ((s->op != TT_S_FWD && s->op != TT_S_BWD) || (s->kind != TT_L_CONV && s->kind != TT_L_LINEAR)) continue;
+      if (s->op == TT_S_FWD ? exec_fwd(&r, s, err) : exec_bwd(&r, s, err)) return -1;
+    }
+  }
+  if (x->be->sync(x->be)) return tt_fail(err, "warming up on %s failed: %s", x->be->name, x->be->last_error(x->be));
+  return 0;
+}
+
+int tt_exec_eval(tt_exec *x, const uint8_t *images, const int32_t *labels, int n, tt_err *err) {
+  const tt_program *p = x->eval;
+  if (!p) return tt_fail(err, "internal error: no evaluation program");
+  if (n > p->policy.micro_batch) return tt_fail(err, "internal error: eval batch %d > planned %d", n, p->policy.micro_batch);
+  /* A final partial batch runs at the planned batch all the same, the samples past n being
+   * whatever the input buffer held (evaluation is per sample: batch norm uses the running
+   * statistics), and only the loss looks at n: every op keeps the one shape the backend
+   * prepared, so nothing is built or allocated for the remainder. Costs at most one batch of
+   * work per evaluation. */
+  exec_run r;
+  memset(&r, 0, sizeof r);
+  r.x = x, r.p = p, r.batch = p->policy.micro_batch, r.loss_batch = n, r.grad_scale = 0.0f;
+  if (exec_upload_batch(x, p, images, labels, n, &r, err)) return -1;
+  return exec_range(&r, 0, p->micro_end, err);
+}
+
+int tt_exec_stats(tt_exec *x, float stats[2], int zero, tt_err *err) {
+  const tt_program *p = x->train ? x->train : x->eval;
+  void *dev = tt_exec_ptr(x, p, p->stats);
+  if (stats && x->be->download(x->be, stats, dev, 2 * sizeof(float)))
+    return tt_fail(err, "reading the loss statistics failed: %s", x->be->last_error(x->be));
+  if (zero && x->be->zero(x->be, dev, 2 * sizeof(float)))
+    return tt_fail(err, "zeroing the loss statistics failed: %s", x->be->last_error(x->be));
+  return 0;
+}
+
+static int exec_param_buf(const tt_exec *x, int param, int role) {
+  const tt_program *p = x->train ? x->train : x->eval;
+  switch (role) {
+    case 0: return p->param_buf[param];
+    case 1: return p->grad_buf[param];
+    case 2: return p->m_buf[param];
+    default: return p->v_buf[param];
+  }
+}
+
+/* Copies parameter `param`'s buffer of `role` between the device and host (numel floats). */
+static int exec_param_copy(tt_exec *x, int param, int role, void *host, int to_device, tt_err *err) {
+  const tt_program *p = x->train ? x->train : x->eval;
+  const char *name = p->bufs[p->param_buf[param]].name;
+  int b = exec_param_buf(x, param, role);
+  if (b < 0) return tt_fail(err, "parameter '%s' has no buffer of role %d", name, role);
+  void *dev = tt_exec_ptr(x, p, b);
+  size_t bytes = p->bufs[b].bytes;
+  if (to_device ? x->be->upload(x->be, dev, host, bytes) : x->be->download(x->be, host, dev, bytes))
+    return tt_fail(err, "%s '%s' %s the device failed: %s", to_device ? "writing" : "reading", name,
+                   to_device ? "to" : "from", x->be->last_error(x->be));
+  return 0;
+}
+
+int tt_exec_param_get(tt_exec *x, int param, int role, float *host, tt_err *err) {
+  return exec_param_copy(x, param, role, host, 0, err);
+}
+
+int tt_exec_param_set(tt_exec *x, int param, int role, const float *host, tt_err *err) {
+  return exec_param_copy(x, param, role, (void *)host, 1, err);
+}

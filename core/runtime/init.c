@@ -1,0 +1,57 @@
+/* core/runtime/init.c — parameter initialisation: values from the seed on the host, uploaded
+ * through the executor (the same numbers on every backend). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec.h"
+
+/* Whether param has a buffer of this role (1 gradient, 2 and 3 optimizer state). */
+static int init_has_role(const tt_exec *x, int param, int role) {
+  const tt_program *p = x->train ? x->train : x->eval;
+  const int *tab = role == 1 ? p->grad_buf : (role == 2 ? p->m_buf : p->v_buf);
+  return tab[param] >= 0;
+}
+
+static double init_uniform(uint64_t seed, uint64_t param, uint64_t i) {
+  return (double)(tt_hash64(tt_hash64(seed, param), i) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+int tt_exec_init_params(tt_exec *x, uint64_t seed, tt_err *err) {
+  size_t maxn = 1;
+  for (int i = 0; i < x->g->nparams; i++)
+    if (x->g->params[i].numel > maxn) maxn = x->g->params[i].numel;
+  float *h = (float *)tt_malloc(maxn * sizeof(float), "parameter initialisation", err);
+  if (!h) return -1;
+  int rc = 0;
+  for (int i = 0; i < x->g->nparams && !rc; i++) {
+    const tt_param *pr = &x->g->params[i];
+    const tt_node *n = &x->g->nodes[pr->node];
+    double bound = 1.0 / sqrt((double)(pr->fan_in > 0 ? pr->fan_in : 1));
+    for (size_t k = 0; k < pr->numel; k++) {
+      double v = 0.0;
+      switch (pr->role) {
+        case TT_PR_WEIGHT:
+          if (n->kind == TT_L_CONV) { /* He normal, fan_out mode, via Box-Muller */
+            double u1 = init_uniform(seed, (uint64_t)i, 2 * k) + 1e-300, u2 = init_uniform(seed, (uint64_t)i, 2 * k + 1);
+            v = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2) * sqrt(2.0 / (double)pr->fan_out);
+          } else {
+            v = (2.0 * init_uniform(seed, (uint64_t)i, k) - 1.0) * bound;
+          }
+          break;
+        case TT_PR_BIAS: v = (2.0 * init_uniform(seed, (uint64_t)i, k) - 1.0) * bound; break;
+        case TT_PR_BN_GAMMA: case TT_PR_BN_VAR: v = 1.0; break;
+        default: v = 0.0; break;
+      }
+      h[k] = (float)v;
+    }
+    rc = tt_exec_param_set(x, i, 0, h, err);
+    if (!rc && x->train) {
+      memset(h, 0, pr->numel * sizeof(float));
+      for (int role = 1; role <= 3 && !rc; role++)
+        if (init_has_role(x, i, role)) rc = tt_exec_param_set(x, i, role, h, err);
+    }
+  }
+  free(h);
+  return rc;
+}

@@ -1,0 +1,212 @@
+/* core/runtime/session.c — opening a recipe: parse, build, choose the backend, schedule, allocate. */
+#include "session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "dist.h"
+#include "../compile/recipe.h"
+
+#ifdef TT_HAVE_CUDA
+/* After the arena: every convolution and GEMM runs once, so cuDNN and cuBLAS load what they will
+ * use, and the device memory they took beyond the arena is measured against the margin the plan
+ * kept for them (TT_CUDA_LIBRARY_MARGIN_BYTES). Over the margin and over --vram: refused now,
+ * before the first step, with the figures. (The free-memory difference counts the whole device:
+ * on a GPU another process is allocating on, the figure is pessimistic.) */
+static int session_settle(tt_session *s, size_t reserve, tt_err *err) {
+  size_t fr = 0;
+  if (tt_exec_warmup(&s->x, err)) return -1;
+  if (tt_cuda_mem_free(s->be, &fr, NULL)) return tt_fail(err, "cudaMemGetInfo after the warm-up failed: %s", s->be->last_error(s->be));
+  size_t taken = s->device_free_bytes > fr ? s->device_free_bytes - fr : 0;
+  s->library_bytes = taken > s->x.arena_bytes ? taken - s->x.arena_bytes : 0;
+  size_t measured = reserve - TT_CUDA_LIBRARY_MARGIN_BYTES, total = measured + s->x.arena_bytes + s->library_bytes;
+  if (s->library_bytes > TT_CUDA_LIBRARY_MARGIN_BYTES && s->vram_bytes && total > s->vram_bytes)
+    return tt_fail(err,
+                   "cuDNN/cuBLAS took %.0f MiB of device memory after setup, more than the %.0f MiB margin the plan "
+                   "kept: the process holds %.0f MiB, over --vram %.0f MiB; lower --vram by %.0f MiB",
+                   s->library_bytes / 1048576.0, TT_CUDA_LIBRARY_MARGIN_BYTES / 1048576.0, total / 1048576.0,
+                   s->vram_bytes / 1048576.0, (total - s->vram_bytes) / 1048576.0 + 1);
+  return 0;
+}
+#endif
+/* The CPU backend's threads: what was asked (0: all), but never more than the cores this
+ * process may run on. More gain nothing, each costs its stack (--threads 10000: 700 MB), and
+ * OpenMP fails outright on 1000000; so a larger request is lowered, with a warning. */
+static int session_threads(int asked) {
+#ifdef _OPENMP
+  int cores = omp_get_num_procs(); /* the CPUs in this process's affinity mask */
+#else
+  int cores = 1;
+#endif
+  if (cores < 1) cores = 1;
+  if (asked <= cores) return asked;
+  char msg[160];
+  snprintf(msg, sizeof msg, "tinytrain: warning: --threads %d is more than the %d cores this process can use; using %d", asked,
+           cores, cores);
+  tt_warn_stderr(NULL, msg);
+  return cores;
+}
+
+/* The backend: the GPU when there is one, for `plan` too, so that plan and train plan alike
+ * (the reserve measured, workspaces sized by cuDNN/cuBLAS); `plan` without a GPU estimates.
+ * *reserve: the device memory outside the arena that the budget must leave. */
+static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode mode, size_t *reserve, tt_err *err) {
+#ifdef TT_HAVE_CUDA
+  if (o->device == TT_DEVICE_CUDA || o->device == TT_DEVICE_AUTO) {
+    int ndev = tt_cuda_device_count();
+    if (ndev > 0 || (mode != TT_SESSION_PLAN && o->device == TT_DEVICE_CUDA)) {
+      if (mode != TT_SESSION_PLAN && tt_dist_cuda_select(err)) return -1;
+      s->be = tt_cuda_backend_create(reserve, err ? err->msg : NULL, err ? sizeof err->msg : 0);
+      if (!s->be || (mode == TT_SESSION_TRAIN && tt_dist_cuda_attach(s->be, reserve, err))) return -1;
+      s->target_cuda = 1, s->reserve_measured = 1;
+      *reserve += TT_CUDA_LIBRARY_MARGIN_BYTES; /* what cuDNN/cuBLAS load later (tt_cuda.h) */
+      if (tt_cuda_mem_free(s->be, &s->device_free_bytes, NULL) == 0) s->device_free_known = 1;
+      return 0;
+    }
+  }
+#else
+  if (o->device == TT_DEVICE_CUDA && mode != TT_SESSION_PLAN)
+    return tt_fail(err, "--device cuda: this tinytrain was built without CUDA (configure found no nvcc/cuDNN); use --device cpu");
+#endif
+  /* `plan` without a GPU plans for a CUDA card unless told --device cpu; its workspaces are
+   * then the reference backend's (bounded im2col chunks, like a capped cuDNN workspace),
+   * not oneDNN's. TINYTRAIN_CPU_BACKEND=ref runs the reference loops instead of oneDNN
+   * (for comparisons; the tests create both backends themselves). */
+  const char *pick = getenv("TINYTRAIN_CPU_BACKEND");
+  s->target_cuda = mode == TT_SESSION_PLAN && o->device != TT_DEVICE_CPU;
+  if (pick && *pick && strcmp(pick, "ref") && strcmp(pick, "onednn"))
+    return tt_fail(err, "TINYTRAIN_CPU_BACKEND=%s: expected 'onednn' (the default) or 'ref'", pick);
+  if (s->target_cuda || (pick && !strcmp(pick, "ref")))
+    s->be = tt_ref_backend_create(session_threads(o->threads));
+  else
+    s->be = tt_cpu_backend_create(session_threads(o->threads));
+  if (!s->be) return tt_fail(err, "could not create the CPU backend");
+  if (s->target_cuda && o->vram_bytes) *reserve = TT_RESERVE_ESTIMATE_BYTES;
+  return 0;
+}
+
+/* The training programs the scheduler chooses under the budget (--vram less the reserve). */
+static int session_schedule(tt_session *s, const tt_run_opts *o, size_t reserve, tt_err *err) {
+  tt_policy_opts *so = &s->policy_opts;
+  so->vram_bytes = o->vram_bytes;
+  so->reserve_bytes = reserve;
+#ifdef TT_HAVE_CUDA
+  /* --vram is the card's memory; on a card that has less free (a desktop on it, another
+   * process), the budget is what is free, keeping the libraries' margin free too */
+  if (o->vram_bytes && s->device_free_known && o->vram_bytes > reserve) {
+    size_t usable = s->device_free_bytes > TT_CUDA_LIBRARY_MARGIN_BYTES ? s->device_free_bytes - TT_CUDA_LIBRARY_MARGIN_BYTES : 0;
+    if (o->vram_bytes - reserve > usable) so->vram_bytes = reserve + usable, s->budget_clamped = 1;
+  }
+#endif
+  so->micro_batch = o->micro_batch > 0 ? o->micro_batch : s->model.train.micro_batch;
+  so->precision = o->precision ? (tt_precision)o->precision : s->model.train.precision;
+  so->recompute = o->recompute ? (tt_recompute_mode)o->recompute : s->model.train.recompute;
+  so->inplace = 1;
+  so->eval_batch = s->model.train.eval_batch;
+  so->profile = s->target_cuda ? tt_profile_cuda_generic() : tt_profile_cpu();
+  /* The CPU backend computes fp16 through fp32 conversions: slower, so `auto` stays fp32
+   * there unless memory demands otherwise (the search sees that through its cost model:
+   * the CPU profile gives fp16 no extra FLOP/s). */
+  if (tt_policy_search(&s->graph, s->be, so, &s->sched, err)) {
+    if (s->budget_clamped && err) {
+      size_t n = strlen(err->msg);
+      snprintf(err->msg + n, sizeof err->msg - n, " (the budget was clamped to the device's free memory: %.0f MiB free now)",
+               s->device_free_bytes / 1048576.0);
+    }
+    return -1;
+  }
+  return 0;
+}
+
+int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode, tt_err *err) {
+  *out = NULL;
+  if (!o->recipe && !o->recipe_text) return tt_fail(err, "no recipe given");
+  tt_session *s = (tt_session *)tt_calloc(1, sizeof(tt_session), "session", err);
+  size_t reserve = 0;
+  double t0; /* declared before the first goto: C++ (the amalgamation under nvcc) forbids jumping over an initialisation */
+  if (!s) return -1;
+  s->vram_bytes = o->vram_bytes;
+  if (o->recipe_text ? tt_recipe_parse(o->recipe ? o->recipe : "(recipe text)", o->recipe_text, &s->model, err,
+                                        tt_warn_stderr, NULL)
+                     : tt_recipe_load(o->recipe, &s->model, err, tt_warn_stderr, NULL)) {
+    free(s);
+    return -1;
+  }
+  s->ranks = o->ranks > 1 && mode != TT_SESSION_EVAL ? o->ranks : 1;
+  if (tt_dist_per_rank_batch(&s->model, s->ranks, err)) goto fail; /* the schedule is per rank */
+  if (tt_graph_build(&s->model, &s->graph, err) || session_backend(s, o, mode, &reserve, err)) goto fail;
+  t0 = tt_now();
+  if (mode == TT_SESSION_EVAL) {
+    tt_policy pol;
+    memset(&pol, 0, sizeof pol);
+    pol.micro_batch = s->model.train.eval_batch > 0 ? s->model.train.eval_batch : 256;
+    pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 0;
+    if (tt_lower(&s->graph, &pol, s->be, &s->sched.eval, err) || tt_program_plan(&s->sched.eval, err)) goto fail;
+    s->sched.policy = pol;
+  } else if (session_schedule(s, o, reserve, err)) {
+    goto fail;
+  }
+  s->plan_ms = 1e3 * (tt_now() - t0);
+  if (mode != TT_SESSION_PLAN) {
+    const tt_program *tr = mode == TT_SESSION_TRAIN ? &s->sched.train : NULL;
+    if (tt_exec_create(&s->x, &s->graph, tr, &s->sched.eval, s->be, s->model.train.seed, err)) goto fail;
+    s->have_exec = 1;
+#ifdef TT_HAVE_CUDA
+    if (s->reserve_measured && session_settle(s, reserve, err)) goto fail;
+#endif
+  }
+  *out = s;
+  return 0;
+fail:
+  tt_session_close(s);
+  return -1;
+}
+
+void tt_session_print_summary(const tt_session *s, FILE *out) {
+  const tt_policy_result *r = &s->sched;
+  const tt_policy *p = &r->policy;
+  fprintf(out, "tinytrain %s: %s on %s\n", TT_VERSION, s->model.path, s->be->name);
+  fprintf(out, "  model    %d layers, %.2fM parameters, %.3f GFLOP per image forward\n", s->graph.nnodes - 1,
+          s->graph.trainable_numel / 1e6, s->graph.flops_per_sample / 1e9);
+  fprintf(out, "  policy   micro-batch %d x %d accumulation = batch %d, %s, %d in-place ops, recompute %d of %d units\n",
+          p->micro_batch, p->accum_steps, p->micro_batch * p->accum_steps, p->act_dtype == TT_F16 ? "fp16 autocast" : "fp32",
+          r->train.n_inplace, r->recomputed_units, r->nunits);
+  if (s->ranks > 1)
+    fprintf(out, "  ranks    %d processes, each planned for its share: global batch %d x %d = %d\n", s->ranks,
+            p->micro_batch * p->accum_steps, s->ranks, p->micro_batch * p->accum_steps * s->ranks);
+  fprintf(out, "  memory   arena %.1f MiB (lower bound %.1f MiB)\n", s->x.arena_bytes / 1048576.0,
+          r->train.peak_live_bytes / 1048576.0);
+  if (s->vram_bytes) fprintf(out, "           budget %.1f MiB of --vram %.1f MiB%s\n", r->budget_bytes / 1048576.0, s->vram_bytes / 1048576.0,
+                             s->budget_clamped ? ", clamped to the device's free memory" : "");
+#ifdef TT_HAVE_CUDA
+  if (s->reserve_measured)
+    fprintf(out, "           reserve %.1f MiB (measured, with %.0f MiB kept for cuDNN/cuBLAS, which took %.1f MiB)\n",
+            s->policy_opts.reserve_bytes / 1048576.0, TT_CUDA_LIBRARY_MARGIN_BYTES / 1048576.0,
+            s->library_bytes / 1048576.0);
+#endif
+  fflush(out);
+}
+
+void tt_session_close(tt_session *s) {
+  if (!s) return;
+  if (s->have_exec) tt_exec_destroy(&s->x);
+  tt_policy_result_free(&s->sched);
+  if (s->be) s->be->destroy(s->be);
+  tt_graph_free(&s->graph);
+  tt_model_free(&s->model);
+  free(s);
+}
+
+const char *tt_build_info(void) {
+  static char buf[384];
+#ifdef TT_HAVE_CUDA
+  snprintf(buf, sizeof buf, "backends: cpu (%s), ref (OpenBLAS), cuda (%s)", tt_cpu_backend_info(), tt_cuda_info());
+#else
+  snprintf(buf, sizeof buf, "backends: cpu (%s), ref (OpenBLAS); built without CUDA", tt_cpu_backend_info());
+#endif
+  return buf;
+}

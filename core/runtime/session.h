@@ -1,0 +1,51 @@
+/* core/runtime/session.h — one recipe opened for planning, training or evaluation: the model,
+ * its graph, the backend, the schedule and (unless only planning) the executor. */
+#ifndef TT_SESSION_H
+#define TT_SESSION_H
+#include <stdio.h>
+
+#include "exec.h"
+#include "../compile/policy.h"
+#include "../tinytrain.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a session is opened for. EVAL lowers only the evaluation program; TRAIN schedules and
+ * allocates both programs; PLAN schedules for the target device (a CUDA card even without a
+ * GPU here, unless --device cpu) and allocates nothing. */
+typedef enum tt_session_mode { TT_SESSION_EVAL = 0, TT_SESSION_TRAIN = 1, TT_SESSION_PLAN = 2 } tt_session_mode;
+
+typedef struct tt_session {
+  tt_model model;
+  tt_graph graph;
+  tt_backend *be;
+  tt_policy_result sched;
+  tt_policy_opts policy_opts;  /* what tt_policy_search was given (TRAIN, PLAN): tt_policy_explain takes it too */
+  tt_exec x;
+  int have_exec;
+  int target_cuda;       /* planning for a CUDA device */
+  int reserve_measured;  /* the reserve was measured on a GPU, not estimated */
+  int device_free_known; /* device_free_bytes was read on a GPU (after the context and handles) */
+  size_t device_free_bytes;
+  int budget_clamped;    /* --vram less the reserve was more than the device had free */
+  size_t library_bytes;  /* device memory cuDNN/cuBLAS took after the arena (warm-up), training only */
+  double plan_ms;        /* schedule + plan wall time */
+  size_t vram_bytes;
+  int ranks;             /* processes the recipe's batch is shared among (core/runtime/dist.h); the plan is per rank */
+} tt_session;
+
+int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode, tt_err *err);
+void tt_session_print_summary(const tt_session *s, FILE *out);
+void tt_session_close(tt_session *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifdef TT_HAVE_CUDA
+/* the CUDA backend's creation, device queries and TT_CUDA_LIBRARY_MARGIN_BYTES */
+#include "../../kernels/cuda/tt_cuda.h"
+#endif
+#endif
