@@ -5,7 +5,7 @@
 
 --deps       installs the Debian packages the build needs (apt-get; as root or through sudo)
 --cpu-only   builds without CUDA even where nvcc is present
---debug      -O0 -g, and the runtime checks every arena plan with arena_check
+--debug      -O0 -g, and the runtime checks every arena plan with tt_arena_check
 --sanitize   AddressSanitizer + UndefinedBehaviorSanitizer (CPU build); any finding, a leak included,
              fails the program that has it
 --builddir   where objects, binaries and tests go (default build/, with ./build.ninja and ./tinytrain);

@@ -1,6 +1,6 @@
 /* arena/arena.c — offset planning for one arena (see arena.h for the contract).
  *
- * Pipeline of arena_plan:
+ * Pipeline of tt_arena_plan:
  *   1. validate the input (nothing is written to the buffers when it is invalid);
  *   2. accept aliases and fold each accepted chain A -> B -> C into one storage block
  *      (lifetime = union, size = the root's size, which is the max because every accepted
@@ -564,7 +564,7 @@ done:
   return best;
 }
 
-int arena_plan(arena_buf *bufs, int n, arena_result *res, char *errbuf, size_t errsize) {
+int tt_arena_plan(arena_buf *bufs, int n, arena_result *res, char *errbuf, size_t errsize) {
   int *parent = NULL, *child = NULL, *blk = NULL;
   arena_item *it = NULL;
   size_t *off = NULL, arena_bytes, lower, peak = 0;

@@ -45,12 +45,12 @@ typedef struct arena_result {
 
 /* Plans offsets for n buffers in place. Returns 0, or -1 with a message in errbuf
  * (errsize bytes) when the input is invalid (first > last, bad alignment, bad alias_of). */
-int arena_plan(arena_buf *bufs, int n, arena_result *res, char *errbuf, size_t errsize);
+int tt_arena_plan(arena_buf *bufs, int n, arena_result *res, char *errbuf, size_t errsize);
 
 /* Verifies a plan: no two buffers live at a common step overlap unless one is an accepted
  * alias of the other, every offset is aligned, every buffer ends within arena_bytes.
  * Returns 0 if valid, or -1 with the first violation described in errbuf. */
-int arena_check(const arena_buf *bufs, int n, size_t arena_bytes, char *errbuf, size_t errsize);
+int tt_arena_check(const arena_buf *bufs, int n, size_t arena_bytes, char *errbuf, size_t errsize);
 
 #ifdef __cplusplus
 }

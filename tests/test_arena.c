@@ -58,7 +58,7 @@ static size_t brute_peak(const arena_buf *b, int n, int *peak_step) {
   return best;
 }
 
-/* Every alias decision follows the rule: accepted ones are valid (arena_check verifies),
+/* Every alias decision follows the rule: accepted ones are valid (tt_arena_check verifies),
  * rejected ones have a reason. Returns the index of a wrongly rejected buffer, or -1. */
 static int wrongly_rejected(const arena_buf *b, int n) {
   int i, j;
@@ -120,10 +120,10 @@ static void test_random_properties(void) {
     arena_result res;
     int n = random_set(&r, b, MAXN), i, bstep = -1, w;
     size_t bp, maxsz = 0;
-    int rc = arena_plan(b, n, &res, err, sizeof err);
+    int rc = tt_arena_plan(b, n, &res, err, sizeof err);
     TT_CHECK(rc == 0, "set %d: plan failed: %s", s, err);
     if (rc) break;
-    TT_CHECK(arena_check(b, n, res.arena_bytes, err, sizeof err) == 0, "set %d: %s", s, err);
+    TT_CHECK(tt_arena_check(b, n, res.arena_bytes, err, sizeof err) == 0, "set %d: %s", s, err);
     for (i = 0; i < n; i++) {
       TT_CHECK(b[i].offset % b[i].align == 0, "set %d buf %d misaligned", s, i);
       TT_CHECK(b[i].aliased == 0 || b[i].aliased == 1, "set %d buf %d aliased unset", s, i);
@@ -360,13 +360,13 @@ static double plan_prog(prog *p, const char *name, int report, double *ms) {
   arena_result res;
   char err[512];
   clock_t t0 = clock();
-  int rc = arena_plan(p->b, p->n, &res, err, sizeof err);
+  int rc = tt_arena_plan(p->b, p->n, &res, err, sizeof err);
   double t = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC;
   double ratio;
   if (ms) *ms = t;
   TT_CHECK(rc == 0, "%s: %s", name, err);
   if (rc) return 99.0;
-  TT_CHECK(arena_check(p->b, p->n, res.arena_bytes, err, sizeof err) == 0, "%s: %s", name, err);
+  TT_CHECK(tt_arena_check(p->b, p->n, res.arena_bytes, err, sizeof err) == 0, "%s: %s", name, err);
   TT_CHECK(res.peak_live_bytes == brute_peak(p->b, p->n, NULL), "%s: peak mismatch", name);
   ratio = (double)res.arena_bytes / (double)res.peak_live_bytes;
   if (report)
@@ -423,7 +423,7 @@ static void test_alias(void) {
   b[0] = mkbuf(1000, 64, 0, 2, -1); /* A: read for the last time at step 2 */
   b[1] = mkbuf(1000, 256, 2, 4, 0); /* B = relu(A) in place, needs a larger alignment */
   b[2] = mkbuf(500, 16, 0, 5, -1);  /* live throughout */
-  rc = arena_plan(b, 3, &res, err, sizeof err);
+  rc = tt_arena_plan(b, 3, &res, err, sizeof err);
   TT_CHECK(rc == 0, "%s", err);
   TT_CHECK(b[1].aliased == 1 && b[1].offset == b[0].offset, "alias not taken (%d, %zu vs %zu)",
            b[1].aliased, b[1].offset, b[0].offset);
@@ -432,7 +432,7 @@ static void test_alias(void) {
   TT_CHECK(res.aliases_accepted == 1, "aliases_accepted %d", res.aliases_accepted);
   TT_CHECK(res.peak_live_bytes == 1500, "peak %zu, want 1500 (alias counted once)",
            res.peak_live_bytes);
-  TT_CHECK(arena_check(b, 3, res.arena_bytes, err, sizeof err) == 0, "%s", err);
+  TT_CHECK(tt_arena_check(b, 3, res.arena_bytes, err, sizeof err) == 0, "%s", err);
   TT_TEST_END();
 
   TT_TEST_BEGIN("arena_alias_chain");
@@ -441,7 +441,7 @@ static void test_alias(void) {
   b[2] = mkbuf(2048, 256, 2, 2, 1); /* single-step link in the middle */
   b[3] = mkbuf(1024, 256, 2, 6, 2);
   b[4] = mkbuf(4096, 256, 3, 6, -1);
-  rc = arena_plan(b, 5, &res, err, sizeof err);
+  rc = tt_arena_plan(b, 5, &res, err, sizeof err);
   TT_CHECK(rc == 0, "%s", err);
   TT_CHECK(b[1].aliased && b[2].aliased && b[3].aliased, "chain not accepted");
   TT_CHECK(b[0].offset == b[1].offset && b[1].offset == b[2].offset && b[2].offset == b[3].offset,
@@ -450,7 +450,7 @@ static void test_alias(void) {
   /* steps 3..6: the chain counts with its live member (1024) */
   TT_CHECK(res.peak_live_bytes == 5120, "peak %zu, want 5120", res.peak_live_bytes);
   TT_CHECK(res.arena_bytes == 8192, "arena %zu, want 8192", res.arena_bytes);
-  TT_CHECK(arena_check(b, 5, res.arena_bytes, err, sizeof err) == 0, "%s", err);
+  TT_CHECK(tt_arena_check(b, 5, res.arena_bytes, err, sizeof err) == 0, "%s", err);
   TT_TEST_END();
 
   TT_TEST_BEGIN("arena_alias_rejected");
@@ -464,7 +464,7 @@ static void test_alias(void) {
   b[4] = mkbuf(300, 64, 0, 1, -1);
   b[5] = mkbuf(300, 64, 1, 2, 4);
   b[6] = mkbuf(300, 64, 1, 2, 4);
-  rc = arena_plan(b, 7, &res, err, sizeof err);
+  rc = tt_arena_plan(b, 7, &res, err, sizeof err);
   TT_CHECK(rc == 0, "%s", err);
   TT_CHECK(b[1].aliased == 0 && b[1].offset != b[0].offset, "read-later alias accepted");
   TT_CHECK(b[3].aliased == 0 && b[3].offset != b[2].offset, "larger alias accepted");
@@ -473,20 +473,20 @@ static void test_alias(void) {
   TT_CHECK(res.aliases_accepted == 1, "aliases_accepted %d", res.aliases_accepted);
   TT_CHECK(res.peak_live_bytes == brute_peak(b, 7, NULL), "peak %zu vs brute %zu",
            res.peak_live_bytes, brute_peak(b, 7, NULL));
-  TT_CHECK(arena_check(b, 7, res.arena_bytes, err, sizeof err) == 0, "%s", err);
+  TT_CHECK(tt_arena_check(b, 7, res.arena_bytes, err, sizeof err) == 0, "%s", err);
   TT_TEST_END();
 
   TT_TEST_BEGIN("arena_alias_cycle");
   /* one-step buffers naming each other: accepting both would make a cycle */
   b[0] = mkbuf(64, 8, 3, 3, 1);
   b[1] = mkbuf(64, 8, 3, 3, 0);
-  rc = arena_plan(b, 2, &res, err, sizeof err);
+  rc = tt_arena_plan(b, 2, &res, err, sizeof err);
   TT_CHECK(rc == 0, "%s", err);
   TT_CHECK(b[0].aliased + b[1].aliased == 1, "want exactly one accepted, got %d",
            b[0].aliased + b[1].aliased);
   TT_CHECK(res.peak_live_bytes == 64 && res.arena_bytes == 64, "peak %zu arena %zu",
            res.peak_live_bytes, res.arena_bytes);
-  TT_CHECK(arena_check(b, 2, res.arena_bytes, err, sizeof err) == 0, "%s", err);
+  TT_CHECK(tt_arena_check(b, 2, res.arena_bytes, err, sizeof err) == 0, "%s", err);
   TT_TEST_END();
 }
 
@@ -497,7 +497,7 @@ static void test_edges(void) {
   char err[256];
   int rc;
   TT_TEST_BEGIN("arena_edges");
-  rc = arena_plan(b, 0, &res, err, sizeof err);
+  rc = tt_arena_plan(b, 0, &res, err, sizeof err);
   TT_CHECK(rc == 0 && res.arena_bytes == 0 && res.peak_live_bytes == 0, "empty plan");
   b[0] = mkbuf(0, 256, 0, 9, -1);
   b[1] = mkbuf(100, 1, 0, 9, -1);
@@ -505,14 +505,14 @@ static void test_edges(void) {
   b[3] = mkbuf(28, 4, 0, 9, -1);
   b[4] = mkbuf(128, 128, 2, 5, -1);
   b[5] = mkbuf(128, 128, 6, 9, -1);
-  rc = arena_plan(b, 6, &res, err, sizeof err);
+  rc = tt_arena_plan(b, 6, &res, err, sizeof err);
   TT_CHECK(rc == 0, "%s", err);
   TT_CHECK(b[0].offset == 0 && b[2].offset == 0 && !b[2].aliased, "size 0 not at offset 0");
   TT_CHECK(res.peak_live_bytes == 256, "peak %zu", res.peak_live_bytes);
   /* persistent 128 bytes at the bottom, then the two staggered 128-byte buffers share */
   TT_CHECK(res.arena_bytes == 256, "arena %zu, want 256", res.arena_bytes);
   TT_CHECK(b[4].offset == b[5].offset, "disjoint lifetimes did not share");
-  TT_CHECK(arena_check(b, 6, res.arena_bytes, err, sizeof err) == 0, "%s", err);
+  TT_CHECK(tt_arena_check(b, 6, res.arena_bytes, err, sizeof err) == 0, "%s", err);
   TT_TEST_END();
 }
 
@@ -537,11 +537,11 @@ static void test_invalid(void) {
       default: b[1].size = (size_t)-1; break; /* total overflows */
     }
     err[0] = '\0';
-    TT_CHECK(arena_plan(b, 2, &res, err, sizeof err) == -1, "case %d accepted", k);
+    TT_CHECK(tt_arena_plan(b, 2, &res, err, sizeof err) == -1, "case %d accepted", k);
     TT_CHECK(err[0] != '\0' && strstr(err, "buffer 1") != NULL, "case %d message '%s'", k, err);
   }
-  TT_CHECK(arena_plan(b, -1, &res, err, sizeof err) == -1, "negative n accepted");
-  TT_CHECK(arena_plan(NULL, 1, &res, err, sizeof err) == -1, "NULL buffers accepted");
+  TT_CHECK(tt_arena_plan(b, -1, &res, err, sizeof err) == -1, "negative n accepted");
+  TT_CHECK(tt_arena_plan(NULL, 1, &res, err, sizeof err) == -1, "NULL buffers accepted");
   TT_TEST_END();
 
   TT_TEST_BEGIN("arena_check_rejects");
@@ -549,20 +549,20 @@ static void test_invalid(void) {
   b[1] = mkbuf(100, 4, 3, 5, -1);
   b[0].offset = 0; b[0].aliased = 0;
   b[1].offset = 96; b[1].aliased = 0;
-  TT_CHECK(arena_check(b, 2, 196, err, sizeof err) == -1, "overlap not caught");
+  TT_CHECK(tt_arena_check(b, 2, 196, err, sizeof err) == -1, "overlap not caught");
   TT_CHECK(strstr(err, "0 [0,100)") && strstr(err, "1 [96,196)") && strstr(err, "[3,5]"),
            "message '%s'", err);
   b[1].offset = 100;
-  TT_CHECK(arena_check(b, 2, 200, err, sizeof err) == 0, "valid plan rejected: %s", err);
-  TT_CHECK(arena_check(b, 2, 199, err, sizeof err) == -1, "past-end not caught");
+  TT_CHECK(tt_arena_check(b, 2, 200, err, sizeof err) == 0, "valid plan rejected: %s", err);
+  TT_CHECK(tt_arena_check(b, 2, 199, err, sizeof err) == -1, "past-end not caught");
   b[1].offset = 104;
   b[0].offset = 2;
-  TT_CHECK(arena_check(b, 2, 204, err, sizeof err) == -1, "misalignment not caught");
+  TT_CHECK(tt_arena_check(b, 2, 204, err, sizeof err) == -1, "misalignment not caught");
   b[0].offset = 0;
   b[1].offset = 0; b[1].aliased = 1; b[1].alias_of = 0;
-  TT_CHECK(arena_check(b, 2, 100, err, sizeof err) == 0, "valid alias rejected: %s", err);
+  TT_CHECK(tt_arena_check(b, 2, 100, err, sizeof err) == 0, "valid alias rejected: %s", err);
   b[0].last = 4;
-  TT_CHECK(arena_check(b, 2, 100, err, sizeof err) == -1, "alias read later not caught");
+  TT_CHECK(tt_arena_check(b, 2, 100, err, sizeof err) == -1, "alias read later not caught");
   TT_TEST_END();
 }
 
@@ -589,11 +589,11 @@ static void test_timing(void) {
   }
   TT_TEST_BEGIN("arena_timing_5000");
   t0 = clock();
-  rc = arena_plan(b, N, &res, err, sizeof err);
+  rc = tt_arena_plan(b, N, &res, err, sizeof err);
   ms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC;
   TT_CHECK(rc == 0, "%s", err);
   t0 = clock();
-  TT_CHECK(arena_check(b, N, res.arena_bytes, err, sizeof err) == 0, "%s", err);
+  TT_CHECK(tt_arena_check(b, N, res.arena_bytes, err, sizeof err) == 0, "%s", err);
   cms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC;
   printf("INFO arena timing: %d random buffers planned in %.2f ms (ratio %.4f), checked in %.2f ms\n",
          N, ms, (double)res.arena_bytes / (double)res.peak_live_bytes, cms);
@@ -629,10 +629,10 @@ static void test_sweep_large(void) {
         if (b[i].size > b[a].size) b[i].size = b[a].size;
       }
     }
-    int rc = arena_plan(b, N, &res, err, sizeof err);
+    int rc = tt_arena_plan(b, N, &res, err, sizeof err);
     TT_CHECK(rc == 0, "set %d: %s", s, err);
     if (rc) break;
-    TT_CHECK(arena_check(b, N, res.arena_bytes, err, sizeof err) == 0, "set %d: %s", s, err);
+    TT_CHECK(tt_arena_check(b, N, res.arena_bytes, err, sizeof err) == 0, "set %d: %s", s, err);
     TT_CHECK(res.peak_live_bytes == brute_peak(b, N, NULL), "set %d: peak mismatch", s);
     TT_CHECK(res.arena_bytes >= res.peak_live_bytes, "set %d: arena below peak", s);
     if ((double)res.arena_bytes / (double)res.peak_live_bytes > worst)
@@ -649,7 +649,7 @@ static double plan_cpu_ms(prog *p, arena_result *res) {
   char err[256];
   for (int k = 0; k < 2; k++) {
     clock_t t0 = clock();
-    if (arena_plan(p->b, p->n, res, err, sizeof err)) return -1.0;
+    if (tt_arena_plan(p->b, p->n, res, err, sizeof err)) return -1.0;
     double ms = 1000.0 * (double)(clock() - t0) / CLOCKS_PER_SEC;
     if (ms < best) best = ms;
   }

@@ -62,13 +62,13 @@ int tt_program_plan(tt_program *p, tt_err *err) {
   }
   arena_result res;
   char msg[512];
-  if (arena_plan(ab, ntrans, &res, msg, sizeof msg) != 0) {
+  if (tt_arena_plan(ab, ntrans, &res, msg, sizeof msg) != 0) {
     free(ab);
     free(map);
     return tt_fail(err, "internal error planning the arena: %s", msg);
   }
 #ifdef TT_DEBUG
-  if (arena_check(ab, ntrans, res.arena_bytes, msg, sizeof msg) != 0) {
+  if (tt_arena_check(ab, ntrans, res.arena_bytes, msg, sizeof msg) != 0) {
     free(ab);
     free(map);
     return tt_fail(err, "internal error: invalid arena plan: %s", msg);

@@ -174,7 +174,7 @@ int tt_step_backend_ops(const tt_program *p, const tt_step *s, int batch, tt_op_
  * the backend's op_workspace for the calls tt_step_backend_ops lists; a failed query is an error
  * naming the layer; every buffer is aligned to be->align. */
 int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err);
-/* Plans the program's buffers: persistent ones packed first, transient ones by arena_plan. */
+/* Plans the program's buffers: persistent ones packed first, transient ones by tt_arena_plan. */
 int tt_program_plan(tt_program *p, tt_err *err);
 void tt_program_free(tt_program *p);
 /* Bytes live at the peak step, per class, counted as peak_live_bytes is (persistent buffers

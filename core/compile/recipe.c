@@ -36,41 +36,41 @@ static int recipe_lex(recipe_state *st, char *buf, size_t len) {
     end = pos;
     if (pos < len) pos++;
     if (end - start > RECIPE_LINE_MAX)
-      return recipe_error(st, line, "line is %zu characters long; the limit is %d", end - start, RECIPE_LINE_MAX);
+      return tt_recipe_error(st, line, "line is %zu characters long; the limit is %d", end - start, RECIPE_LINE_MAX);
     for (i = start; i < end; i++) {
       unsigned char c = (unsigned char)buf[i];
-      if (c == 0) return recipe_error(st, line, "binary data (a NUL byte); a recipe is a text file");
+      if (c == 0) return tt_recipe_error(st, line, "binary data (a NUL byte); a recipe is a text file");
       if ((c < 0x20 && c != '\t' && c != '\r') || c == 0x7f)
-        return recipe_error(st, line, "unexpected control character 0x%02x; a recipe is a text file", c);
+        return tt_recipe_error(st, line, "unexpected control character 0x%02x; a recipe is a text file", c);
     }
     buf[end] = 0;
     s = buf + start;
     if ((h = strchr(s, '#')) != NULL) *h = 0;
-    s = recipe_trim(s);
+    s = tt_recipe_trim(s);
     if (!*s) continue;
     if (*s == '[') {
       char *close = strchr(s, ']'), *kind, *name, *sp;
       recipe_section *sec;
-      if (!close) return recipe_error(st, line, "section header '%s' has no closing ']'", recipe_quote(s, q, sizeof q));
-      if (close[1]) return recipe_error(st, line, "unexpected '%s' after the section header", recipe_quote(close + 1, q, sizeof q));
+      if (!close) return tt_recipe_error(st, line, "section header '%s' has no closing ']'", tt_recipe_quote(s, q, sizeof q));
+      if (close[1]) return tt_recipe_error(st, line, "unexpected '%s' after the section header", tt_recipe_quote(close + 1, q, sizeof q));
       *close = 0;
-      kind = recipe_trim(s + 1);
-      if (!*kind) return recipe_error(st, line, "empty section header '[]'; expected [kind] or [kind NAME]");
+      kind = tt_recipe_trim(s + 1);
+      if (!*kind) return tt_recipe_error(st, line, "empty section header '[]'; expected [kind] or [kind NAME]");
       name = NULL;
       for (sp = kind; *sp && *sp != ' ' && *sp != '\t'; sp++) {
       }
       if (*sp) {
         *sp = 0;
-        name = recipe_trim(sp + 1);
+        name = tt_recipe_trim(sp + 1);
         for (sp = name; *sp; sp++)
           if (*sp == ' ' || *sp == '\t')
-            return recipe_error(st, line, "expected [kind] or [kind NAME], found more than two words in '[%s %s]'",
-                                recipe_quote(kind, q, sizeof q), name);
+            return tt_recipe_error(st, line, "expected [kind] or [kind NAME], found more than two words in '[%s %s]'",
+                                tt_recipe_quote(kind, q, sizeof q), name);
       }
-      if (!recipe_is_ident(kind))
-        return recipe_error(st, line, "expected a section kind (letters, digits, '_'), found '%s'", recipe_quote(kind, q, sizeof q));
+      if (!tt_recipe_is_ident(kind))
+        return tt_recipe_error(st, line, "expected a section kind (letters, digits, '_'), found '%s'", tt_recipe_quote(kind, q, sizeof q));
       {
-        recipe_section *ns = (recipe_section *)recipe_grow(st, st->secs, &st->capsecs, st->nsecs + 1, sizeof *ns, "section");
+        recipe_section *ns = (recipe_section *)tt_recipe_grow(st, st->secs, &st->capsecs, st->nsecs + 1, sizeof *ns, "section");
         if (!ns) return -1;
         st->secs = ns;
       }
@@ -85,19 +85,19 @@ static int recipe_lex(recipe_state *st, char *buf, size_t len) {
       recipe_section *sec;
       recipe_entry *ne;
       int j;
-      if (!eq) return recipe_error(st, line, "expected 'key = value' or a [section] header, found '%s'", recipe_quote(s, q, sizeof q));
+      if (!eq) return tt_recipe_error(st, line, "expected 'key = value' or a [section] header, found '%s'", tt_recipe_quote(s, q, sizeof q));
       *eq = 0;
-      key = recipe_trim(s);
-      val = recipe_trim(eq + 1);
-      if (!recipe_is_ident(key))
-        return recipe_error(st, line, "expected a key (letters, digits, '_') before '=', found '%s'", recipe_quote(key, q, sizeof q));
-      if (!st->nsecs) return recipe_error(st, line, "'%s = ...' comes before any section; a recipe starts with [net]", key);
-      if (!*val) return recipe_error(st, line, "missing value for '%s'", key);
+      key = tt_recipe_trim(s);
+      val = tt_recipe_trim(eq + 1);
+      if (!tt_recipe_is_ident(key))
+        return tt_recipe_error(st, line, "expected a key (letters, digits, '_') before '=', found '%s'", tt_recipe_quote(key, q, sizeof q));
+      if (!st->nsecs) return tt_recipe_error(st, line, "'%s = ...' comes before any section; a recipe starts with [net]", key);
+      if (!*val) return tt_recipe_error(st, line, "missing value for '%s'", key);
       sec = &st->secs[st->nsecs - 1];
       for (j = sec->e0; j < sec->e0 + sec->ne; j++)
         if (!strcmp(st->ents[j].key, key))
-          return recipe_error(st, line, "'%s' is set twice in this section (first at line %d)", key, st->ents[j].line);
-      ne = (recipe_entry *)recipe_grow(st, st->ents, &st->capents, st->nents + 1, sizeof *ne, "entry");
+          return tt_recipe_error(st, line, "'%s' is set twice in this section (first at line %d)", key, st->ents[j].line);
+      ne = (recipe_entry *)tt_recipe_grow(st, st->ents, &st->capents, st->nents + 1, sizeof *ne, "entry");
       if (!ne) return -1;
       st->ents = ne;
       st->ents[st->nents].key = key;
@@ -118,7 +118,7 @@ static int recipe_net(recipe_state *st, const recipe_section *sec) {
   tt_layer in;
   for (j = sec->e0; j < sec->e0 + sec->ne; j++) {
     recipe_entry *e = &st->ents[j];
-    const char *v = recipe_val(st, e);
+    const char *v = tt_recipe_val(st, e);
     if (!v) return -1;
     if (!strcmp(e->key, "input")) {
       long d[3];
@@ -134,28 +134,28 @@ static int recipe_net(recipe_state *st, const recipe_section *sec) {
         if (k < 2 && *p++ != 'x') break;
       }
       if (k < 3 || *p)
-        return recipe_error(st, e->line, "expected the input shape as CxHxW with positive sizes (e.g. 3x224x224), found '%s'",
-                            recipe_quote(v, q, sizeof q));
-      if (d[0] > 4) return recipe_error(st, e->line, "input has %ld channels; at most 4 are supported", d[0]);
+        return tt_recipe_error(st, e->line, "expected the input shape as CxHxW with positive sizes (e.g. 3x224x224), found '%s'",
+                            tt_recipe_quote(v, q, sizeof q));
+      if (d[0] > 4) return tt_recipe_error(st, e->line, "input has %ld channels; at most 4 are supported", d[0]);
       st->m->in_c = (int)d[0];
       st->m->in_h = (int)d[1];
       st->m->in_w = (int)d[2];
       have_in = 1;
     } else if (!strcmp(e->key, "classes")) {
-      if (recipe_int(st, e, v, 1, 1 << 24, &st->m->classes)) return -1;
+      if (tt_recipe_int(st, e, v, 1, 1 << 24, &st->m->classes)) return -1;
       have_cls = 1;
     } else {
-      recipe_warn(st, e->line, "unknown key '%s' in [net], ignored (keys: input, classes)", e->key);
+      tt_recipe_warn(st, e->line, "unknown key '%s' in [net], ignored (keys: input, classes)", e->key);
     }
   }
-  if (!have_in) return recipe_error(st, sec->line, "[net] needs 'input = CxHxW', e.g. input = 1x28x28");
-  if (!have_cls) return recipe_error(st, sec->line, "[net] needs 'classes = N', the number of classes");
+  if (!have_in) return tt_recipe_error(st, sec->line, "[net] needs 'input = CxHxW', e.g. input = 1x28x28");
+  if (!have_cls) return tt_recipe_error(st, sec->line, "[net] needs 'classes = N', the number of classes");
   memset(&in, 0, sizeof in);
   in.kind = TT_L_INPUT;
   strcpy(in.name, "input");
   in.line = sec->line;
   in.filters = st->m->in_c;
-  return recipe_push_layer(st, &in);
+  return tt_recipe_push_layer(st, &in);
 }
 
 static const char *const recipe_opt_names[] = {"sgd", "adam", "adamw"};
@@ -170,60 +170,60 @@ static int recipe_train(recipe_state *st, const recipe_section *sec) {
   int have_batch = 0;
   for (j = sec->e0; j < sec->e0 + sec->ne; j++) {
     recipe_entry *e = &st->ents[j];
-    const char *k = e->key, *v = recipe_val(st, e);
+    const char *k = e->key, *v = tt_recipe_val(st, e);
     int rc = 0;
     if (!v) return -1;
-    if (!strcmp(k, "batch")) rc = recipe_int(st, e, v, 1, 1 << 24, &t->batch), have_batch = 1;
-    else if (!strcmp(k, "micro_batch")) rc = recipe_int(st, e, v, 0, 1 << 24, &t->micro_batch);
-    else if (!strcmp(k, "eval_batch")) rc = recipe_int(st, e, v, 0, 1 << 24, &t->eval_batch);
-    else if (!strcmp(k, "epochs")) rc = recipe_int(st, e, v, 1, 1000000, &t->epochs);
-    else if (!strcmp(k, "optimizer")) rc = recipe_enum(st, e, v, recipe_opt_names, 3, &x), t->optimizer = (tt_opt_kind)x;
-    else if (!strcmp(k, "lr")) rc = recipe_float(st, e, v, 0, 1e38, 0, 1, &t->lr);
-    else if (!strcmp(k, "momentum")) rc = recipe_float(st, e, v, 0, 1, 1, 0, &t->momentum), line_of[0] = e->line;
-    else if (!strcmp(k, "nesterov")) rc = recipe_bool(st, e, v, &t->nesterov), line_of[1] = e->line;
-    else if (!strcmp(k, "weight_decay")) rc = recipe_float(st, e, v, 0, 1e38, 1, 1, &t->weight_decay);
-    else if (!strcmp(k, "beta1")) rc = recipe_float(st, e, v, 0, 1, 1, 0, &t->beta1), line_of[2] = e->line;
-    else if (!strcmp(k, "beta2")) rc = recipe_float(st, e, v, 0, 1, 1, 0, &t->beta2), line_of[3] = e->line;
-    else if (!strcmp(k, "eps")) rc = recipe_float(st, e, v, 0, 1, 0, 1, &t->adam_eps), line_of[4] = e->line;
-    else if (!strcmp(k, "schedule")) rc = recipe_enum(st, e, v, recipe_lr_schedule_names, 3, &x), t->schedule = (tt_lr_schedule)x;
-    else if (!strcmp(k, "warmup_epochs")) rc = recipe_float(st, e, v, 0, 1e6, 1, 1, &t->warmup_epochs);
-    else if (!strcmp(k, "step_epochs")) rc = recipe_int(st, e, v, 1, 1000000, &t->step_epochs), line_of[5] = e->line;
-    else if (!strcmp(k, "gamma")) rc = recipe_float(st, e, v, 0, 1e38, 0, 1, &t->gamma), line_of[6] = e->line;
-    else if (!strcmp(k, "min_lr")) rc = recipe_float(st, e, v, 0, 1e38, 1, 1, &t->min_lr), line_of[7] = e->line;
-    else if (!strcmp(k, "label_smoothing")) rc = recipe_float(st, e, v, 0, 1, 1, 0, &t->label_smoothing);
-    else if (!strcmp(k, "precision")) rc = recipe_enum(st, e, v, recipe_prec_names, 3, &x), t->precision = (tt_precision)x;
-    else if (!strcmp(k, "recompute")) rc = recipe_enum(st, e, v, recipe_recomp_names, 3, &x), t->recompute = (tt_recompute_mode)x;
-    else if (!strcmp(k, "log_every")) rc = recipe_int(st, e, v, 1, INT_MAX, &t->log_every);
-    else if (!strcmp(k, "checkpoint_every")) rc = recipe_interval(st, e, v, &t->checkpoint_steps, &t->checkpoint_seconds);
+    if (!strcmp(k, "batch")) rc = tt_recipe_int(st, e, v, 1, 1 << 24, &t->batch), have_batch = 1;
+    else if (!strcmp(k, "micro_batch")) rc = tt_recipe_int(st, e, v, 0, 1 << 24, &t->micro_batch);
+    else if (!strcmp(k, "eval_batch")) rc = tt_recipe_int(st, e, v, 0, 1 << 24, &t->eval_batch);
+    else if (!strcmp(k, "epochs")) rc = tt_recipe_int(st, e, v, 1, 1000000, &t->epochs);
+    else if (!strcmp(k, "optimizer")) rc = tt_recipe_enum(st, e, v, recipe_opt_names, 3, &x), t->optimizer = (tt_opt_kind)x;
+    else if (!strcmp(k, "lr")) rc = tt_recipe_float(st, e, v, 0, 1e38, 0, 1, &t->lr);
+    else if (!strcmp(k, "momentum")) rc = tt_recipe_float(st, e, v, 0, 1, 1, 0, &t->momentum), line_of[0] = e->line;
+    else if (!strcmp(k, "nesterov")) rc = tt_recipe_bool(st, e, v, &t->nesterov), line_of[1] = e->line;
+    else if (!strcmp(k, "weight_decay")) rc = tt_recipe_float(st, e, v, 0, 1e38, 1, 1, &t->weight_decay);
+    else if (!strcmp(k, "beta1")) rc = tt_recipe_float(st, e, v, 0, 1, 1, 0, &t->beta1), line_of[2] = e->line;
+    else if (!strcmp(k, "beta2")) rc = tt_recipe_float(st, e, v, 0, 1, 1, 0, &t->beta2), line_of[3] = e->line;
+    else if (!strcmp(k, "eps")) rc = tt_recipe_float(st, e, v, 0, 1, 0, 1, &t->adam_eps), line_of[4] = e->line;
+    else if (!strcmp(k, "schedule")) rc = tt_recipe_enum(st, e, v, recipe_lr_schedule_names, 3, &x), t->schedule = (tt_lr_schedule)x;
+    else if (!strcmp(k, "warmup_epochs")) rc = tt_recipe_float(st, e, v, 0, 1e6, 1, 1, &t->warmup_epochs);
+    else if (!strcmp(k, "step_epochs")) rc = tt_recipe_int(st, e, v, 1, 1000000, &t->step_epochs), line_of[5] = e->line;
+    else if (!strcmp(k, "gamma")) rc = tt_recipe_float(st, e, v, 0, 1e38, 0, 1, &t->gamma), line_of[6] = e->line;
+    else if (!strcmp(k, "min_lr")) rc = tt_recipe_float(st, e, v, 0, 1e38, 1, 1, &t->min_lr), line_of[7] = e->line;
+    else if (!strcmp(k, "label_smoothing")) rc = tt_recipe_float(st, e, v, 0, 1, 1, 0, &t->label_smoothing);
+    else if (!strcmp(k, "precision")) rc = tt_recipe_enum(st, e, v, recipe_prec_names, 3, &x), t->precision = (tt_precision)x;
+    else if (!strcmp(k, "recompute")) rc = tt_recipe_enum(st, e, v, recipe_recomp_names, 3, &x), t->recompute = (tt_recompute_mode)x;
+    else if (!strcmp(k, "log_every")) rc = tt_recipe_int(st, e, v, 1, INT_MAX, &t->log_every);
+    else if (!strcmp(k, "checkpoint_every")) rc = tt_recipe_interval(st, e, v, &t->checkpoint_steps, &t->checkpoint_seconds);
     else if (!strcmp(k, "seed")) {
       char *end, q[64];
       errno = 0;
       t->seed = strtoull(v, &end, 10);
       if (*v < '0' || *v > '9' || *end || errno == ERANGE)
-        rc = recipe_error(st, e->line, "expected a non-negative integer for 'seed', found '%s'", recipe_quote(v, q, sizeof q));
+        rc = tt_recipe_error(st, e->line, "expected a non-negative integer for 'seed', found '%s'", tt_recipe_quote(v, q, sizeof q));
     } else
-      recipe_warn(st, e->line, "unknown key '%s' in [train], ignored", k);
+      tt_recipe_warn(st, e->line, "unknown key '%s' in [train], ignored", k);
     if (rc) return -1;
   }
-  if (!have_batch) return recipe_error(st, sec->line, "[train] needs 'batch = N', the effective batch size");
+  if (!have_batch) return tt_recipe_error(st, sec->line, "[train] needs 'batch = N', the effective batch size");
   if (t->micro_batch > t->batch)
-    return recipe_error(st, sec->line, "micro_batch %d is larger than batch %d", t->micro_batch, t->batch);
+    return tt_recipe_error(st, sec->line, "micro_batch %d is larger than batch %d", t->micro_batch, t->batch);
   if (t->micro_batch && t->batch % t->micro_batch)
-    return recipe_error(st, sec->line, "micro_batch %d does not divide batch %d; the batch is a whole number of micro-batches",
+    return tt_recipe_error(st, sec->line, "micro_batch %d does not divide batch %d; the batch is a whole number of micro-batches",
                         t->micro_batch, t->batch);
   if (t->optimizer != TT_OPT_SGD) {
-    if (line_of[0]) recipe_warn(st, line_of[0], "'momentum' applies to optimizer = sgd only, ignored");
-    if (line_of[1]) recipe_warn(st, line_of[1], "'nesterov' applies to optimizer = sgd only, ignored");
+    if (line_of[0]) tt_recipe_warn(st, line_of[0], "'momentum' applies to optimizer = sgd only, ignored");
+    if (line_of[1]) tt_recipe_warn(st, line_of[1], "'nesterov' applies to optimizer = sgd only, ignored");
   } else {
-    if (line_of[2]) recipe_warn(st, line_of[2], "'beta1' applies to adam and adamw only, ignored");
-    if (line_of[3]) recipe_warn(st, line_of[3], "'beta2' applies to adam and adamw only, ignored");
-    if (line_of[4]) recipe_warn(st, line_of[4], "'eps' applies to adam and adamw only, ignored");
+    if (line_of[2]) tt_recipe_warn(st, line_of[2], "'beta1' applies to adam and adamw only, ignored");
+    if (line_of[3]) tt_recipe_warn(st, line_of[3], "'beta2' applies to adam and adamw only, ignored");
+    if (line_of[4]) tt_recipe_warn(st, line_of[4], "'eps' applies to adam and adamw only, ignored");
   }
   if (t->schedule != TT_LR_STEP) {
-    if (line_of[5]) recipe_warn(st, line_of[5], "'step_epochs' applies to schedule = step only, ignored");
-    if (line_of[6]) recipe_warn(st, line_of[6], "'gamma' applies to schedule = step only, ignored");
+    if (line_of[5]) tt_recipe_warn(st, line_of[5], "'step_epochs' applies to schedule = step only, ignored");
+    if (line_of[6]) tt_recipe_warn(st, line_of[6], "'gamma' applies to schedule = step only, ignored");
   }
-  if (t->schedule != TT_LR_COSINE && line_of[7]) recipe_warn(st, line_of[7], "'min_lr' applies to schedule = cosine only, ignored");
+  if (t->schedule != TT_LR_COSINE && line_of[7]) tt_recipe_warn(st, line_of[7], "'min_lr' applies to schedule = cosine only, ignored");
   return 0;
 }
 
@@ -241,21 +241,21 @@ static void recipe_check_norm(recipe_state *st, int line, const char *key, const
   if (bad < 0) return;
   for (c = 0; c < (same ? 1 : n); c++) off += snprintf(fix + off, sizeof fix - (size_t)off, "%s%.4g", c ? ", " : "", v[c] / 255.0);
   if (all255)
-    recipe_warn(st, line, "'%s' = %g looks like the 0-255 pixel scale, but pixels are normalised on [0, 1]; "
+    tt_recipe_warn(st, line, "'%s' = %g looks like the 0-255 pixel scale, but pixels are normalised on [0, 1]; "
                 "use %s = %s (divided by 255)", key, (double)v[0], key, fix);
   else
-    recipe_warn(st, line, "'%s' = %g is outside [0, 1], where normalised pixels lie; check it", key, (double)v[bad]);
+    tt_recipe_warn(st, line, "'%s' = %g is outside [0, 1], where normalised pixels lie; check it", key, (double)v[bad]);
 }
 
 /* class_names: comma-separated, none empty; kept as written (split when the data is loaded). */
 static int recipe_class_names(recipe_state *st, const recipe_entry *e, const char *v, char *out, size_t size) {
   const char *p = v;
   if (strlen(v) >= size)
-    return recipe_error(st, e->line, "'class_names' is longer than %d characters", (int)size - 1);
+    return tt_recipe_error(st, e->line, "'class_names' is longer than %d characters", (int)size - 1);
   for (;;) {
     const char *c = strchr(p, ',');
     size_t len = c ? (size_t)(c - p) : strlen(p);
-    if (strspn(p, " \t") >= len) return recipe_error(st, e->line, "'class_names' has an empty name; write name, name, ...");
+    if (strspn(p, " \t") >= len) return tt_recipe_error(st, e->line, "'class_names' has an empty name; write name, name, ...");
     if (!c) break;
     p = c + 1;
   }
@@ -276,7 +276,7 @@ static int recipe_range(recipe_state *st, const recipe_entry *e, const char *v, 
   out[0] = (float)a, out[1] = (float)b;
   return 0;
 bad:
-  return recipe_error(st, e->line, "'%s' must be two numbers 'low, high' with %g < low <= high <= %g", e->key, lo, hi);
+  return tt_recipe_error(st, e->line, "'%s' must be two numbers 'low, high' with %g < low <= high <= %g", e->key, lo, hi);
 }
 
 static int recipe_data(recipe_state *st, const recipe_section *sec) {
@@ -284,49 +284,49 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
   int j, x, have_format = 0, line_train = 0, line_tl = 0, line_test = 0, line_testl = 0, line_mean = 0, line_std = 0;
   for (j = sec->e0; j < sec->e0 + sec->ne; j++) {
     recipe_entry *e = &st->ents[j];
-    const char *k = e->key, *v = recipe_val(st, e);
+    const char *k = e->key, *v = tt_recipe_val(st, e);
     int rc = 0;
     if (!v) return -1;
     if (!strcmp(k, "format")) {
-      rc = recipe_enum(st, e, v, recipe_format_names + 1, 5, &x);
+      rc = tt_recipe_enum(st, e, v, recipe_format_names + 1, 5, &x);
       d->format = (tt_data_format)(x + 1);
       have_format = 1;
-    } else if (!strcmp(k, "train")) rc = recipe_path(st, e, v, d->train), line_train = e->line;
-    else if (!strcmp(k, "train_labels")) rc = recipe_path(st, e, v, d->train_labels), line_tl = e->line;
-    else if (!strcmp(k, "test")) rc = recipe_path(st, e, v, d->test), line_test = e->line;
-    else if (!strcmp(k, "test_labels")) rc = recipe_path(st, e, v, d->test_labels), line_testl = e->line;
-    else if (!strcmp(k, "mean")) rc = recipe_floats(st, e, v, d->mean, -1e30, 1), line_mean = e->line;
-    else if (!strcmp(k, "std")) rc = recipe_floats(st, e, v, d->std, 0, 0), line_std = e->line;
-    else if (!strcmp(k, "crop_pad")) rc = recipe_int(st, e, v, 0, 4096, &d->crop_pad);
-    else if (!strcmp(k, "hflip")) rc = recipe_bool(st, e, v, &d->hflip);
-    else if (!strcmp(k, "max_megapixels")) rc = recipe_int(st, e, v, 1, 1000000, &d->max_megapixels);
-    else if (!strcmp(k, "loader_threads")) rc = recipe_int(st, e, v, 1, 64, &d->loader_threads);
-    else if (!strcmp(k, "random_resized_crop")) rc = recipe_bool(st, e, v, &d->random_resized_crop);
+    } else if (!strcmp(k, "train")) rc = tt_recipe_path(st, e, v, d->train), line_train = e->line;
+    else if (!strcmp(k, "train_labels")) rc = tt_recipe_path(st, e, v, d->train_labels), line_tl = e->line;
+    else if (!strcmp(k, "test")) rc = tt_recipe_path(st, e, v, d->test), line_test = e->line;
+    else if (!strcmp(k, "test_labels")) rc = tt_recipe_path(st, e, v, d->test_labels), line_testl = e->line;
+    else if (!strcmp(k, "mean")) rc = tt_recipe_floats(st, e, v, d->mean, -1e30, 1), line_mean = e->line;
+    else if (!strcmp(k, "std")) rc = tt_recipe_floats(st, e, v, d->std, 0, 0), line_std = e->line;
+    else if (!strcmp(k, "crop_pad")) rc = tt_recipe_int(st, e, v, 0, 4096, &d->crop_pad);
+    else if (!strcmp(k, "hflip")) rc = tt_recipe_bool(st, e, v, &d->hflip);
+    else if (!strcmp(k, "max_megapixels")) rc = tt_recipe_int(st, e, v, 1, 1000000, &d->max_megapixels);
+    else if (!strcmp(k, "loader_threads")) rc = tt_recipe_int(st, e, v, 1, 64, &d->loader_threads);
+    else if (!strcmp(k, "random_resized_crop")) rc = tt_recipe_bool(st, e, v, &d->random_resized_crop);
     else if (!strcmp(k, "crop_scale")) rc = recipe_range(st, e, v, 0, 1, d->crop_scale);
     else if (!strcmp(k, "crop_ratio")) rc = recipe_range(st, e, v, 0, 100, d->crop_ratio);
-    else if (!strcmp(k, "resize")) rc = recipe_int(st, e, v, 1, 65536, &d->resize);
+    else if (!strcmp(k, "resize")) rc = tt_recipe_int(st, e, v, 1, 65536, &d->resize);
     else if (!strcmp(k, "class_names")) rc = recipe_class_names(st, e, v, d->class_names, sizeof d->class_names);
-    else recipe_warn(st, e->line, "unknown key '%s' in [data], ignored", k);
+    else tt_recipe_warn(st, e->line, "unknown key '%s' in [data], ignored", k);
     if (rc) return -1;
   }
-  if (!have_format) return recipe_error(st, sec->line, "[data] needs 'format = idx|folder|list|npy|synthetic'");
+  if (!have_format) return tt_recipe_error(st, sec->line, "[data] needs 'format = idx|folder|list|npy|synthetic'");
   d->classes = st->m->classes;
   if (line_mean) recipe_check_norm(st, line_mean, "mean", d->mean);
   if (line_std) recipe_check_norm(st, line_std, "std", d->std);
   if (d->format == TT_DATA_SYNTHETIC) {
-    if (line_train) recipe_warn(st, line_train, "format = synthetic reads no files; 'train' ignored");
-    if (line_test) recipe_warn(st, line_test, "format = synthetic reads no files; 'test' ignored");
+    if (line_train) tt_recipe_warn(st, line_train, "format = synthetic reads no files; 'train' ignored");
+    if (line_test) tt_recipe_warn(st, line_test, "format = synthetic reads no files; 'test' ignored");
     return 0;
   }
-  if (!line_train) return recipe_error(st, sec->line, "[data] with format = %s needs 'train'", recipe_format_names[d->format]);
+  if (!line_train) return tt_recipe_error(st, sec->line, "[data] with format = %s needs 'train'", recipe_format_names[d->format]);
   if (d->format == TT_DATA_IDX || d->format == TT_DATA_NPY) {
     const char *f = recipe_format_names[d->format];
-    if (!line_tl) return recipe_error(st, sec->line, "[data] with format = %s needs 'train_labels'", f);
-    if (line_test && !line_testl) return recipe_error(st, line_test, "format = %s: 'test' needs 'test_labels' too", f);
-    if (line_testl && !line_test) return recipe_error(st, line_testl, "format = %s: 'test_labels' needs 'test' too", f);
+    if (!line_tl) return tt_recipe_error(st, sec->line, "[data] with format = %s needs 'train_labels'", f);
+    if (line_test && !line_testl) return tt_recipe_error(st, line_test, "format = %s: 'test' needs 'test_labels' too", f);
+    if (line_testl && !line_test) return tt_recipe_error(st, line_testl, "format = %s: 'test_labels' needs 'test' too", f);
   } else {
-    if (line_tl) recipe_warn(st, line_tl, "'train_labels' applies to format = idx and npy only, ignored");
-    if (line_testl) recipe_warn(st, line_testl, "'test_labels' applies to format = idx and npy only, ignored");
+    if (line_tl) tt_recipe_warn(st, line_tl, "'train_labels' applies to format = idx and npy only, ignored");
+    if (line_testl) tt_recipe_warn(st, line_testl, "'test_labels' applies to format = idx and npy only, ignored");
   }
   return 0;
 }
@@ -341,12 +341,12 @@ static int recipe_build(recipe_state *st) {
   top->input = -1;
   st->scope = top;
   if (!st->nsecs) {
-    rc = recipe_error(st, 1, "no sections; a recipe starts with [net] (input = CxHxW, classes = N)");
+    rc = tt_recipe_error(st, 1, "no sections; a recipe starts with [net] (input = CxHxW, classes = N)");
     goto done;
   }
   if (strcmp(st->secs[0].kind, "net")) {
-    rc = recipe_error(st, st->secs[0].line, "the first section must be [net] (input = CxHxW, classes = N), found [%s]",
-                      recipe_quote(st->secs[0].kind, q, sizeof q));
+    rc = tt_recipe_error(st, st->secs[0].line, "the first section must be [net] (input = CxHxW, classes = N), found [%s]",
+                      tt_recipe_quote(st->secs[0].kind, q, sizeof q));
     goto done;
   }
   for (i = 0; i < st->nsecs; i++) {
@@ -354,17 +354,17 @@ static int recipe_build(recipe_state *st) {
     const recipe_block *blk;
     int kind;
     if (i > 0 && !strcmp(sec->kind, "net")) {
-      rc = recipe_error(st, sec->line, "a second [net] section (the first is at line %d)", st->secs[0].line);
+      rc = tt_recipe_error(st, sec->line, "a second [net] section (the first is at line %d)", st->secs[0].line);
       goto done;
     }
     if (!strcmp(sec->kind, "net") || !strcmp(sec->kind, "train") || !strcmp(sec->kind, "data")) {
       int r, *seen = !strcmp(sec->kind, "train") ? &seen_train : !strcmp(sec->kind, "data") ? &seen_data : NULL;
       if (sec->name) {
-        rc = recipe_error(st, sec->line, "[%s] takes no name", sec->kind);
+        rc = tt_recipe_error(st, sec->line, "[%s] takes no name", sec->kind);
         goto done;
       }
       if (seen && *seen) {
-        rc = recipe_error(st, sec->line, "a second [%s] section (the first is at line %d)", sec->kind, *seen);
+        rc = tt_recipe_error(st, sec->line, "a second [%s] section (the first is at line %d)", sec->kind, *seen);
         goto done;
       }
       if (seen) *seen = sec->line;
@@ -376,22 +376,22 @@ static int recipe_build(recipe_state *st) {
     }
     if (!strcmp(sec->kind, "block")) {
       int next;
-      if (recipe_define_block(st, i, &next)) goto done;
+      if (tt_recipe_define_block(st, i, &next)) goto done;
       i = next;
       continue;
     }
     if (!strcmp(sec->kind, "end")) {
-      rc = recipe_error(st, sec->line, "[end] without a [block] before it");
+      rc = tt_recipe_error(st, sec->line, "[end] without a [block] before it");
       goto done;
     }
-    kind = recipe_layer_kind(sec->kind);
+    kind = tt_recipe_layer_kind(sec->kind);
     if (kind > 0) {
-      if (recipe_layer_section(st, top, sec, kind)) goto done;
+      if (tt_recipe_layer_section(st, top, sec, kind)) goto done;
       continue;
     }
-    blk = recipe_find_block(st, sec->kind);
+    blk = tt_recipe_find_block(st, sec->kind);
     if (blk) {
-      if (recipe_instance(st, top, sec, blk)) goto done;
+      if (tt_recipe_instance(st, top, sec, blk)) goto done;
       continue;
     }
     {
@@ -400,19 +400,19 @@ static int recipe_build(recipe_state *st) {
         size_t l = strlen(list);
         snprintf(list + l, sizeof list - l, "%s%s", j ? ", " : "", st->blocks[j].type);
       }
-      rc = recipe_error(st, sec->line,
+      rc = tt_recipe_error(st, sec->line,
                         "unknown section [%s]; expected net, train, data, block, end, a layer (conv, bn, relu, relu6, silu, "
                         "maxpool, avgpool, gap, flatten, linear, dropout, add, concat) or a block defined above%s%s%s",
-                        recipe_quote(sec->kind, q, sizeof q), st->nblocks ? " (" : " (none so far)", list, st->nblocks ? ")" : "");
+                        tt_recipe_quote(sec->kind, q, sizeof q), st->nblocks ? " (" : " (none so far)", list, st->nblocks ? ")" : "");
       goto done;
     }
   }
   if (!seen_train) {
-    rc = recipe_error(st, st->secs[0].line, "the recipe has no [train] section; it needs at least 'batch = N'");
+    rc = tt_recipe_error(st, st->secs[0].line, "the recipe has no [train] section; it needs at least 'batch = N'");
     goto done;
   }
   if (st->nlayers < 2) {
-    rc = recipe_error(st, st->secs[0].line, "the recipe has no layers; add layer sections such as [conv] after [net]");
+    rc = tt_recipe_error(st, st->secs[0].line, "the recipe has no layers; add layer sections such as [conv] after [net]");
     goto done;
   }
   {
@@ -422,7 +422,7 @@ static int recipe_build(recipe_state *st) {
     for (i = 1; i < st->nlayers; i++)
       for (j = 0; j < st->layers[i].ninputs; j++) used[st->layers[i].inputs[j]] = 1;
     for (i = 1; i < st->nlayers - 1; i++)
-      if (!used[i]) recipe_warn(st, st->layers[i].line, "the output of layer '%s' is never used", st->layers[i].name);
+      if (!used[i]) tt_recipe_warn(st, st->layers[i].line, "the output of layer '%s' is never used", st->layers[i].name);
     free(used);
   }
   rc = 0;

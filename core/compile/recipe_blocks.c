@@ -14,13 +14,13 @@
 
 /* ---- $param substitution ---- */
 
-int recipe_subst(recipe_state *st, const char *in, int line, char *out, size_t cap) {
+int tt_recipe_subst(recipe_state *st, const char *in, int line, char *out, size_t cap) {
   size_t n = 0;
   const recipe_scope *sc = st->scope;
   char q[64];
   while (*in) {
     if (*in != '$') {
-      if (n + 1 >= cap) return recipe_error(st, line, "value is longer than %zu characters", cap - 1);
+      if (n + 1 >= cap) return tt_recipe_error(st, line, "value is longer than %zu characters", cap - 1);
       out[n++] = *in++;
       continue;
     }
@@ -37,13 +37,13 @@ int recipe_subst(recipe_state *st, const char *in, int line, char *out, size_t c
       }
       pname[k] = 0;
       if (braced) {
-        if (*in != '}') return recipe_error(st, line, "'${' without a closing '}'");
+        if (*in != '}') return tt_recipe_error(st, line, "'${' without a closing '}'");
         in++;
       }
-      if (!k) return recipe_error(st, line, "'$' must be followed by a block parameter name, as in '$c'");
+      if (!k) return tt_recipe_error(st, line, "'$' must be followed by a block parameter name, as in '$c'");
       if (!sc || !sc->blk)
-        return recipe_error(st, line, "'$%s' outside a block body; $parameters are only substituted inside [block] ... [end]",
-                            recipe_quote(pname, q, sizeof q));
+        return tt_recipe_error(st, line, "'$%s' outside a block body; $parameters are only substituted inside [block] ... [end]",
+                            tt_recipe_quote(pname, q, sizeof q));
       for (j = 0; j < sc->blk->nparams; j++)
         if (!strcmp(sc->blk->pname[j], pname)) val = sc->pval[j];
       if (!val) {
@@ -52,11 +52,11 @@ int recipe_subst(recipe_state *st, const char *in, int line, char *out, size_t c
           size_t l = strlen(list);
           snprintf(list + l, sizeof list - l, "%s%s", j ? ", " : "", sc->blk->pname[j]);
         }
-        return recipe_error(st, line, "unknown parameter '$%s' in block '%s' (its parameters: %s)",
-                            recipe_quote(pname, q, sizeof q), sc->blk->type, sc->blk->nparams ? list : "none");
+        return tt_recipe_error(st, line, "unknown parameter '$%s' in block '%s' (its parameters: %s)",
+                            tt_recipe_quote(pname, q, sizeof q), sc->blk->type, sc->blk->nparams ? list : "none");
       }
       vl = strlen(val);
-      if (n + vl + 1 >= cap) return recipe_error(st, line, "value is longer than %zu characters", cap - 1);
+      if (n + vl + 1 >= cap) return tt_recipe_error(st, line, "value is longer than %zu characters", cap - 1);
       memcpy(out + n, val, vl);
       n += vl;
     }
@@ -65,17 +65,17 @@ int recipe_subst(recipe_state *st, const char *in, int line, char *out, size_t c
   return 0;
 }
 
-const char *recipe_val(recipe_state *st, const recipe_entry *e) {
+const char *tt_recipe_val(recipe_state *st, const recipe_entry *e) {
   if (!strchr(e->val, '$')) return e->val;
-  if (recipe_subst(st, e->val, e->line, st->vbuf, sizeof st->vbuf)) return NULL;
+  if (tt_recipe_subst(st, e->val, e->line, st->vbuf, sizeof st->vbuf)) return NULL;
   if (!st->vbuf[0]) {
-    recipe_error(st, e->line, "'%s' is empty after substituting block parameters", e->key);
+    tt_recipe_error(st, e->line, "'%s' is empty after substituting block parameters", e->key);
     return NULL;
   }
   return st->vbuf;
 }
 
-const recipe_block *recipe_find_block(const recipe_state *st, const char *type) {
+const recipe_block *tt_recipe_find_block(const recipe_state *st, const char *type) {
   int i;
   for (i = 0; i < st->nblocks; i++)
     if (!strcmp(st->blocks[i].type, type)) return &st->blocks[i];
@@ -105,18 +105,18 @@ static int recipe_local_name(recipe_state *st, const recipe_scope *sc, const cha
   }
   if (strchr(raw, '$')) {
     char tmp[RECIPE_VALUE_MAX];
-    if (recipe_subst(st, raw, line, tmp, sizeof tmp)) return -1;
-    if (strlen(tmp) >= TT_NAME_MAX) return recipe_error(st, line, "name '%s' is longer than %d characters", recipe_quote(tmp, q, sizeof q), TT_NAME_MAX - 1);
+    if (tt_recipe_subst(st, raw, line, tmp, sizeof tmp)) return -1;
+    if (strlen(tmp) >= TT_NAME_MAX) return tt_recipe_error(st, line, "name '%s' is longer than %d characters", tt_recipe_quote(tmp, q, sizeof q), TT_NAME_MAX - 1);
     strcpy(local, tmp);
   } else {
-    if (strlen(raw) >= TT_NAME_MAX) return recipe_error(st, line, "name '%s' is longer than %d characters", recipe_quote(raw, q, sizeof q), TT_NAME_MAX - 1);
+    if (strlen(raw) >= TT_NAME_MAX) return tt_recipe_error(st, line, "name '%s' is longer than %d characters", tt_recipe_quote(raw, q, sizeof q), TT_NAME_MAX - 1);
     strcpy(local, raw);
   }
   if (!recipe_valid_name(local))
-    return recipe_error(st, line, "invalid name '%s'; use letters, digits, '_', '-' and '.' (not at either end)",
-                        recipe_quote(local, q, sizeof q));
-  if (sc->blk && !strcmp(local, "in")) return recipe_error(st, line, "'in' is reserved inside a block: it names the block's input");
-  if (!sc->blk && !sc->prefix[0] && !strcmp(local, "input")) return recipe_error(st, line, "'input' is reserved: it names the network input");
+    return tt_recipe_error(st, line, "invalid name '%s'; use letters, digits, '_', '-' and '.' (not at either end)",
+                        tt_recipe_quote(local, q, sizeof q));
+  if (sc->blk && !strcmp(local, "in")) return tt_recipe_error(st, line, "'in' is reserved inside a block: it names the block's input");
+  if (!sc->blk && !sc->prefix[0] && !strcmp(local, "input")) return tt_recipe_error(st, line, "'input' is reserved: it names the network input");
   return 0;
 }
 
@@ -124,12 +124,12 @@ static int recipe_full_name(recipe_state *st, const recipe_scope *sc, const char
   int dup_line = 0;
   char q[64];
   if (strlen(sc->prefix) + strlen(local) >= TT_NAME_MAX)
-    return recipe_error(st, line, "full name '%s%s' is longer than %d characters", sc->prefix, recipe_quote(local, q, sizeof q),
+    return tt_recipe_error(st, line, "full name '%s%s' is longer than %d characters", sc->prefix, tt_recipe_quote(local, q, sizeof q),
                         TT_NAME_MAX - 1);
   strcpy(full, sc->prefix);
   strcat(full, local);
-  if (recipe_lookup(st, full, &dup_line) >= 0)
-    return recipe_error(st, line, "duplicate name '%s' (first used at line %d); names must be unique", full, dup_line);
+  if (tt_recipe_lookup(st, full, &dup_line) >= 0)
+    return tt_recipe_error(st, line, "duplicate name '%s' (first used at line %d); names must be unique", full, dup_line);
   return 0;
 }
 
@@ -138,9 +138,9 @@ static int recipe_resolve(recipe_state *st, const recipe_scope *sc, const char *
   int idx;
   if (sc->blk && !strcmp(name, "in")) return sc->input;
   snprintf(full, sizeof full, "%s%s", sc->prefix, name);
-  idx = recipe_lookup(st, full, NULL);
+  idx = tt_recipe_lookup(st, full, NULL);
   if (idx < 0)
-    return recipe_error(st, line, "'from' names '%s', which is not a layer defined above%s", recipe_quote(name, q, sizeof q),
+    return tt_recipe_error(st, line, "'from' names '%s', which is not a layer defined above%s", tt_recipe_quote(name, q, sizeof q),
                         sc->blk ? " in this block ('in' is the block's input)" : "");
   return idx;
 }
@@ -157,8 +157,8 @@ static int recipe_from(recipe_state *st, const recipe_scope *sc, const recipe_en
     while (*item == ' ' || *item == '\t') item++;
     t = item + strlen(item);
     while (t > item && (t[-1] == ' ' || t[-1] == '\t')) *--t = 0;
-    if (!*item) return recipe_error(st, e->line, "empty layer name in 'from'");
-    if (*n == TT_MAX_INPUTS) return recipe_error(st, e->line, "'from' names more than %d layers", TT_MAX_INPUTS);
+    if (!*item) return tt_recipe_error(st, e->line, "empty layer name in 'from'");
+    if (*n == TT_MAX_INPUTS) return tt_recipe_error(st, e->line, "'from' names more than %d layers", TT_MAX_INPUTS);
     idx = recipe_resolve(st, sc, item, e->line);
     if (idx < 0) return -1;
     inputs[(*n)++] = idx;
@@ -182,7 +182,7 @@ static const char *recipe_keys_of(int kind) {
   }
 }
 
-int recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_section *sec, int kind) {
+int tt_recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_section *sec, int kind) {
   tt_layer L;
   char local[TT_NAME_MAX];
   int j, have_filters = 0, have_size = 0, have_stride = 0, have_pad = 0, have_from = 0, act = 3, x;
@@ -199,47 +199,47 @@ int recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_sectio
   if (recipe_full_name(st, sc, local, sec->line, L.name)) return -1;
   for (j = sec->e0; j < sec->e0 + sec->ne; j++) {
     recipe_entry *e = &st->ents[j];
-    const char *k = e->key, *v = recipe_val(st, e);
+    const char *k = e->key, *v = tt_recipe_val(st, e);
     int rc = 0, known = 1;
     if (!v) return -1;
     if (!strcmp(k, "from")) {
       rc = recipe_from(st, sc, e, v, L.inputs, &L.ninputs);
       have_from = e->line;
       if (!rc && L.ninputs > 1 && kind != TT_L_ADD && kind != TT_L_CONCAT)
-        rc = recipe_error(st, e->line, "[%s] takes one input; only add and concat take several", kname);
+        rc = tt_recipe_error(st, e->line, "[%s] takes one input; only add and concat take several", kname);
     } else if (!strcmp(k, "activation") && (kind == TT_L_CONV || kind == TT_L_BN || kind == TT_L_LINEAR)) {
       char q[64];
       for (act = 0; act < 4 && strcmp(v, recipe_act_names[act]); act++) {
       }
-      if (act == 4) rc = recipe_error(st, e->line, "expected relu, relu6, silu or linear for 'activation', found '%s'", recipe_quote(v, q, sizeof q));
-    } else if (kind == TT_L_CONV && !strcmp(k, "filters")) rc = recipe_int(st, e, v, 1, 1 << 20, &L.filters), have_filters = 1;
-    else if (kind == TT_L_LINEAR && !strcmp(k, "out")) rc = recipe_int(st, e, v, 1, 1 << 24, &L.filters), have_filters = 1;
-    else if ((kind == TT_L_CONV || kind == TT_L_LINEAR) && !strcmp(k, "bias")) rc = recipe_bool(st, e, v, &L.bias);
+      if (act == 4) rc = tt_recipe_error(st, e->line, "expected relu, relu6, silu or linear for 'activation', found '%s'", tt_recipe_quote(v, q, sizeof q));
+    } else if (kind == TT_L_CONV && !strcmp(k, "filters")) rc = tt_recipe_int(st, e, v, 1, 1 << 20, &L.filters), have_filters = 1;
+    else if (kind == TT_L_LINEAR && !strcmp(k, "out")) rc = tt_recipe_int(st, e, v, 1, 1 << 24, &L.filters), have_filters = 1;
+    else if ((kind == TT_L_CONV || kind == TT_L_LINEAR) && !strcmp(k, "bias")) rc = tt_recipe_bool(st, e, v, &L.bias);
     else if ((kind == TT_L_CONV || kind == TT_L_LINEAR || kind == TT_L_BN) && !strcmp(k, "freeze"))
-      rc = recipe_bool(st, e, v, &L.freeze);
+      rc = tt_recipe_bool(st, e, v, &L.freeze);
     else if (kind == TT_L_CONV && !strcmp(k, "groups")) {
       if (!strcmp(v, "depthwise")) L.groups = -1;
-      else rc = recipe_int(st, e, v, 1, 1 << 20, &L.groups);
+      else rc = tt_recipe_int(st, e, v, 1, 1 << 20, &L.groups);
     } else if ((kind == TT_L_CONV || kind == TT_L_MAXPOOL || kind == TT_L_AVGPOOL) && !strcmp(k, "size"))
-      rc = recipe_pair(st, e, v, 1, 4096, &L.kh, &L.kw), have_size = 1;
+      rc = tt_recipe_pair(st, e, v, 1, 4096, &L.kh, &L.kw), have_size = 1;
     else if ((kind == TT_L_CONV || kind == TT_L_MAXPOOL || kind == TT_L_AVGPOOL) && !strcmp(k, "stride"))
-      rc = recipe_pair(st, e, v, 1, 4096, &L.sh, &L.sw), have_stride = 1;
+      rc = tt_recipe_pair(st, e, v, 1, 4096, &L.sh, &L.sw), have_stride = 1;
     else if ((kind == TT_L_CONV || kind == TT_L_MAXPOOL || kind == TT_L_AVGPOOL) && !strcmp(k, "pad"))
-      rc = recipe_pair(st, e, v, 0, 4096, &L.ph, &L.pw), have_pad = 1;
-    else if (kind == TT_L_BN && !strcmp(k, "eps")) rc = recipe_float(st, e, v, 0, 1, 0, 0, &L.eps);
-    else if (kind == TT_L_BN && !strcmp(k, "momentum")) rc = recipe_float(st, e, v, 0, 1, 1, 1, &L.momentum);
-    else if (kind == TT_L_DROPOUT && !strcmp(k, "p")) rc = recipe_float(st, e, v, 0, 1, 1, 0, &L.p);
+      rc = tt_recipe_pair(st, e, v, 0, 4096, &L.ph, &L.pw), have_pad = 1;
+    else if (kind == TT_L_BN && !strcmp(k, "eps")) rc = tt_recipe_float(st, e, v, 0, 1, 0, 0, &L.eps);
+    else if (kind == TT_L_BN && !strcmp(k, "momentum")) rc = tt_recipe_float(st, e, v, 0, 1, 1, 1, &L.momentum);
+    else if (kind == TT_L_DROPOUT && !strcmp(k, "p")) rc = tt_recipe_float(st, e, v, 0, 1, 1, 0, &L.p);
     else known = 0;
     if (rc) return -1;
     /* an error, not a warning: a misspelt key (dilation, padding) would silently change the model */
     if (!known)
-      return recipe_error(st, e->line, "unknown key '%s' in [%s %s]; the keys of %s are: %s", k, kname, L.name, kname,
+      return tt_recipe_error(st, e->line, "unknown key '%s' in [%s %s]; the keys of %s are: %s", k, kname, L.name, kname,
                           recipe_keys_of(kind));
   }
   if ((kind == TT_L_CONV || kind == TT_L_LINEAR) && !have_filters)
-    return recipe_error(st, sec->line, "[%s %s] needs '%s'", kname, L.name, kind == TT_L_CONV ? "filters = N" : "out = N");
+    return tt_recipe_error(st, sec->line, "[%s %s] needs '%s'", kname, L.name, kind == TT_L_CONV ? "filters = N" : "out = N");
   if ((kind == TT_L_CONV || kind == TT_L_MAXPOOL || kind == TT_L_AVGPOOL) && !have_size)
-    return recipe_error(st, sec->line, "[%s %s] needs 'size = N' (or KHxKW)", kname, L.name);
+    return tt_recipe_error(st, sec->line, "[%s %s] needs 'size = N' (or KHxKW)", kname, L.name);
   if (kind == TT_L_CONV) {
     if (!have_stride) L.sh = L.sw = 1;
     if (!have_pad) L.ph = (L.kh - 1) / 2, L.pw = (L.kw - 1) / 2;
@@ -247,13 +247,13 @@ int recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_sectio
     if (!have_stride) L.sh = L.kh, L.sw = L.kw;
   }
   if (kind == TT_L_ADD || kind == TT_L_CONCAT) {
-    if (!have_from) return recipe_error(st, sec->line, "[%s %s] needs 'from = a, b' naming at least 2 layers", kname, L.name);
-    if (L.ninputs < 2) return recipe_error(st, have_from, "[%s %s] needs at least 2 layers in 'from'", kname, L.name);
+    if (!have_from) return tt_recipe_error(st, sec->line, "[%s %s] needs 'from = a, b' naming at least 2 layers", kname, L.name);
+    if (L.ninputs < 2) return tt_recipe_error(st, have_from, "[%s %s] needs at least 2 layers in 'from'", kname, L.name);
   } else if (!have_from) {
     L.inputs[0] = sc->prev;
     L.ninputs = 1;
   }
-  if (recipe_push_layer(st, &L)) return -1;
+  if (tt_recipe_push_layer(st, &L)) return -1;
   sc->prev = st->nlayers - 1;
   if (recipe_act_kinds[act] != TT_L_INPUT) {
     tt_layer A;
@@ -264,10 +264,10 @@ int recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_sectio
     A.ninputs = 1;
     x = snprintf(A.name, sizeof A.name, "%s.%s", L.name, recipe_act_names[act]);
     if (x < 0 || x >= (int)sizeof A.name)
-      return recipe_error(st, sec->line, "name '%s.%s' is longer than %d characters", L.name, recipe_act_names[act], TT_NAME_MAX - 1);
-    if (recipe_lookup(st, A.name, &x) >= 0)
-      return recipe_error(st, sec->line, "duplicate name '%s' (first used at line %d) for the activation of '%s'", A.name, x, L.name);
-    if (recipe_push_layer(st, &A)) return -1;
+      return tt_recipe_error(st, sec->line, "name '%s.%s' is longer than %d characters", L.name, recipe_act_names[act], TT_NAME_MAX - 1);
+    if (tt_recipe_lookup(st, A.name, &x) >= 0)
+      return tt_recipe_error(st, sec->line, "duplicate name '%s' (first used at line %d) for the activation of '%s'", A.name, x, L.name);
+    if (tt_recipe_push_layer(st, &A)) return -1;
     sc->prev = st->nlayers - 1;
   }
   return 0;
@@ -287,16 +287,16 @@ static int recipe_expand(recipe_state *st, recipe_scope *child) {
   int s;
   for (s = child->blk->s0; s < child->blk->s0 + child->blk->ns; s++) {
     const recipe_section *bs = &st->secs[s];
-    int kind = recipe_layer_kind(bs->kind);
+    int kind = tt_recipe_layer_kind(bs->kind);
     const recipe_block *nb;
     char q[64];
     if (kind > 0) {
-      if (recipe_layer_section(st, child, bs, kind)) return -1;
-    } else if ((nb = recipe_find_block(st, bs->kind)) != NULL) {
-      if (recipe_instance(st, child, bs, nb)) return -1;
+      if (tt_recipe_layer_section(st, child, bs, kind)) return -1;
+    } else if ((nb = tt_recipe_find_block(st, bs->kind)) != NULL) {
+      if (tt_recipe_instance(st, child, bs, nb)) return -1;
     } else {
-      return recipe_error(st, bs->line, "unknown section [%s] in the body of block '%s'; expected a layer kind or a block defined above",
-                          recipe_quote(bs->kind, q, sizeof q), child->blk->type);
+      return tt_recipe_error(st, bs->line, "unknown section [%s] in the body of block '%s'; expected a layer kind or a block defined above",
+                          tt_recipe_quote(bs->kind, q, sizeof q), child->blk->type);
     }
   }
   return 0;
@@ -311,16 +311,16 @@ static int recipe_instance_args(recipe_state *st, const recipe_scope *sc, const 
   int j;
   for (j = sec->e0; j < sec->e0 + sec->ne; j++) {
     recipe_entry *e = &st->ents[j];
-    const char *v = recipe_val(st, e);
+    const char *v = tt_recipe_val(st, e);
     int p;
     if (!v) return -1;
     if (!strcmp(e->key, "repeat")) {
-      if (recipe_int(st, e, v, 1, RECIPE_MAX_REPEAT, repeat)) return -1;
+      if (tt_recipe_int(st, e, v, 1, RECIPE_MAX_REPEAT, repeat)) return -1;
     } else if (!strcmp(e->key, "start")) {
-      if (recipe_int(st, e, v, 0, 1000000, start)) return -1;
+      if (tt_recipe_int(st, e, v, 0, 1000000, start)) return -1;
       *have_start = 1;
     } else if (!strcmp(e->key, "from")) {
-      if (strchr(v, ',')) return recipe_error(st, e->line, "a block instance takes one input; 'from' names several");
+      if (strchr(v, ',')) return tt_recipe_error(st, e->line, "a block instance takes one input; 'from' names several");
       *input = recipe_resolve(st, sc, v, e->line);
       if (*input < 0) return -1;
     } else {
@@ -328,11 +328,11 @@ static int recipe_instance_args(recipe_state *st, const recipe_scope *sc, const 
       }
       if (p == blk->nparams) {
         recipe_param_list(blk, list, sizeof list);
-        return recipe_error(st, e->line, "block '%s' has no parameter '%s' (its parameters: %s; and repeat, start, from)",
+        return tt_recipe_error(st, e->line, "block '%s' has no parameter '%s' (its parameters: %s; and repeat, start, from)",
                             blk->type, e->key, list);
       }
       if (strlen(v) >= RECIPE_PARAM_VALUE_MAX)
-        return recipe_error(st, e->line, "value of parameter '%s' is longer than %d characters", e->key,
+        return tt_recipe_error(st, e->line, "value of parameter '%s' is longer than %d characters", e->key,
                             RECIPE_PARAM_VALUE_MAX - 1);
       strcpy(child->pstore[p], v);
       child->pval[p] = child->pstore[p];
@@ -341,7 +341,7 @@ static int recipe_instance_args(recipe_state *st, const recipe_scope *sc, const 
   for (j = 0; j < blk->nparams; j++) {
     if (child->pval[j]) continue;
     if (!blk->pdef[j])
-      return recipe_error(st, sec->line, "instance '%s' of block '%s' needs parameter '%s'", recipe_quote(sec->name, q, sizeof q),
+      return tt_recipe_error(st, sec->line, "instance '%s' of block '%s' needs parameter '%s'", tt_recipe_quote(sec->name, q, sizeof q),
                           blk->type, blk->pname[j]);
     child->pval[j] = blk->pdef[j];
   }
@@ -354,23 +354,23 @@ static int recipe_name_group(recipe_state *st, const recipe_scope *sc, const rec
   recipe_name *g;
   char gname[2 * TT_NAME_MAX], full[TT_NAME_MAX];
   snprintf(gname, sizeof gname, "%s%s", sc->prefix, base);
-  g = recipe_find_name(st, gname);
+  g = tt_recipe_find_name(st, gname);
   if (g && g->group) {
     g->layer = output;
     return 0;
   }
-  if (recipe_full_name(st, sc, base, sec->line, full) || recipe_add_name(st, full, output, sec->line, 1)) return -1;
+  if (recipe_full_name(st, sc, base, sec->line, full) || tt_recipe_add_name(st, full, output, sec->line, 1)) return -1;
   return 0;
 }
 
-int recipe_instance(recipe_state *st, recipe_scope *sc, const recipe_section *sec, const recipe_block *blk) {
+int tt_recipe_instance(recipe_state *st, recipe_scope *sc, const recipe_section *sec, const recipe_block *blk) {
   recipe_scope *child;
   char base[TT_NAME_MAX], local[TT_NAME_MAX + 16], full[TT_NAME_MAX];
   int r, repeat = 1, start = 0, have_start = 0, input = sc->prev, output = -1, rc = -1;
   if (!sec->name)
-    return recipe_error(st, sec->line, "an instance of block '%s' needs a name, e.g. [%s layer1]", blk->type, blk->type);
+    return tt_recipe_error(st, sec->line, "an instance of block '%s' needs a name, e.g. [%s layer1]", blk->type, blk->type);
   if (sc->depth + 1 > RECIPE_MAX_DEPTH)
-    return recipe_error(st, sec->line, "block instances nest more than %d deep; does block '%s' instantiate itself?", RECIPE_MAX_DEPTH,
+    return tt_recipe_error(st, sec->line, "block instances nest more than %d deep; does block '%s' instantiate itself?", RECIPE_MAX_DEPTH,
                         blk->type);
   child = (recipe_scope *)tt_calloc(1, sizeof *child, "recipe block scope", st->err);
   if (!child) return -1;
@@ -384,12 +384,12 @@ int recipe_instance(recipe_state *st, recipe_scope *sc, const recipe_section *se
     if (repeat > 1 || have_start) snprintf(local, sizeof local, "%s.%d", base, start + r);
     else snprintf(local, sizeof local, "%s", base);
     if (strlen(local) >= TT_NAME_MAX - 1) {
-      recipe_error(st, sec->line, "name '%s' is longer than %d characters", local, TT_NAME_MAX - 2);
+      tt_recipe_error(st, sec->line, "name '%s' is longer than %d characters", local, TT_NAME_MAX - 2);
       goto done;
     }
     if (recipe_full_name(st, sc, local, sec->line, full)) goto done;
     if (strlen(full) + 1 >= TT_NAME_MAX) {
-      recipe_error(st, sec->line, "name '%s' is too long to prefix its layers", full);
+      tt_recipe_error(st, sec->line, "name '%s' is too long to prefix its layers", full);
       goto done;
     }
     {
@@ -404,7 +404,7 @@ int recipe_instance(recipe_state *st, recipe_scope *sc, const recipe_section *se
     if (recipe_expand(st, child)) goto done;
     st->scope = sc;
     output = child->prev;
-    if (recipe_add_name(st, full, output, sec->line, 0)) goto done;
+    if (tt_recipe_add_name(st, full, output, sec->line, 0)) goto done;
     input = output;
   }
   if ((repeat > 1 || have_start) && recipe_name_group(st, sc, sec, base, output)) goto done;
@@ -431,7 +431,7 @@ static int recipe_mentions(const char *s, const char *name) {
   return 0;
 }
 
-int recipe_define_block(recipe_state *st, int i, int *next) {
+int tt_recipe_define_block(recipe_state *st, int i, int *next) {
   recipe_section *sec = &st->secs[i];
   recipe_block b;
   const recipe_block *old;
@@ -439,38 +439,38 @@ int recipe_define_block(recipe_state *st, int i, int *next) {
   char q[64];
   static const char *const reserved[] = {"net", "train", "data", "block", "end"};
   memset(&b, 0, sizeof b);
-  if (!sec->name) return recipe_error(st, sec->line, "[block] needs a type name, e.g. [block basic]");
-  if (!recipe_is_ident(sec->name))
-    return recipe_error(st, sec->line, "expected a block type name (letters, digits, '_'), found '%s'", recipe_quote(sec->name, q, sizeof q));
+  if (!sec->name) return tt_recipe_error(st, sec->line, "[block] needs a type name, e.g. [block basic]");
+  if (!tt_recipe_is_ident(sec->name))
+    return tt_recipe_error(st, sec->line, "expected a block type name (letters, digits, '_'), found '%s'", tt_recipe_quote(sec->name, q, sizeof q));
   for (k = 0; k < 5; k++)
-    if (!strcmp(sec->name, reserved[k])) return recipe_error(st, sec->line, "'%s' is a built-in section kind; choose another block name", sec->name);
-  if (recipe_layer_kind(sec->name) > 0)
-    return recipe_error(st, sec->line, "'%s' is a layer kind; choose another block name", sec->name);
-  if ((old = recipe_find_block(st, sec->name)) != NULL)
-    return recipe_error(st, sec->line, "block '%s' is already defined at line %d", sec->name, old->line);
+    if (!strcmp(sec->name, reserved[k])) return tt_recipe_error(st, sec->line, "'%s' is a built-in section kind; choose another block name", sec->name);
+  if (tt_recipe_layer_kind(sec->name) > 0)
+    return tt_recipe_error(st, sec->line, "'%s' is a layer kind; choose another block name", sec->name);
+  if ((old = tt_recipe_find_block(st, sec->name)) != NULL)
+    return tt_recipe_error(st, sec->line, "block '%s' is already defined at line %d", sec->name, old->line);
   for (j = i + 1; j < st->nsecs && strcmp(st->secs[j].kind, "end"); j++) {
     const char *kd = st->secs[j].kind;
     for (k = 0; k < 5; k++)
       if (!strcmp(kd, reserved[k]))
-        return recipe_error(st, st->secs[j].line, "[%s] inside the body of block '%s' (line %d); close the block with [end] first", kd,
+        return tt_recipe_error(st, st->secs[j].line, "[%s] inside the body of block '%s' (line %d); close the block with [end] first", kd,
                             sec->name, sec->line);
   }
-  if (j == st->nsecs) return recipe_error(st, sec->line, "block '%s' has no [end]", sec->name);
-  if (st->secs[j].name) return recipe_error(st, st->secs[j].line, "[end] takes no name");
-  if (st->secs[j].ne) return recipe_error(st, st->ents[st->secs[j].e0].line, "[end] takes no keys");
+  if (j == st->nsecs) return tt_recipe_error(st, sec->line, "block '%s' has no [end]", sec->name);
+  if (st->secs[j].name) return tt_recipe_error(st, st->secs[j].line, "[end] takes no name");
+  if (st->secs[j].ne) return tt_recipe_error(st, st->ents[st->secs[j].e0].line, "[end] takes no keys");
   b.type = sec->name;
   b.line = sec->line;
   b.s0 = i + 1;
   b.ns = j - i - 1;
-  if (!b.ns) return recipe_error(st, sec->line, "block '%s' has no layers between [block] and [end]", sec->name);
+  if (!b.ns) return tt_recipe_error(st, sec->line, "block '%s' has no layers between [block] and [end]", sec->name);
   for (k = sec->e0; k < sec->e0 + sec->ne; k++) {
     recipe_entry *e = &st->ents[k];
     char *p = e->val;
     if (strcmp(e->key, "params")) {
-      recipe_warn(st, e->line, "unknown key '%s' in [block %s], ignored (a block takes 'params = a, b=default')", e->key, sec->name);
+      tt_recipe_warn(st, e->line, "unknown key '%s' in [block %s], ignored (a block takes 'params = a, b=default')", e->key, sec->name);
       continue;
     }
-    if (strchr(p, '$')) return recipe_error(st, e->line, "'$' in 'params'; write parameter names without '$'");
+    if (strchr(p, '$')) return tt_recipe_error(st, e->line, "'$' in 'params'; write parameter names without '$'");
     for (;;) {
       char *comma = strchr(p, ','), *eq, *nm, *df = NULL, *t;
       int d;
@@ -487,16 +487,16 @@ int recipe_define_block(recipe_state *st, int i, int *next) {
       while (*nm == ' ' || *nm == '\t') nm++;
       t = nm + strlen(nm);
       while (t > nm && (t[-1] == ' ' || t[-1] == '\t')) *--t = 0;
-      if (!recipe_is_ident(nm))
-        return recipe_error(st, e->line, "expected parameter names (letters, digits, '_') in 'params', found '%s'", recipe_quote(nm, q, sizeof q));
+      if (!tt_recipe_is_ident(nm))
+        return tt_recipe_error(st, e->line, "expected parameter names (letters, digits, '_') in 'params', found '%s'", tt_recipe_quote(nm, q, sizeof q));
       if (!strcmp(nm, "repeat") || !strcmp(nm, "start") || !strcmp(nm, "from"))
-        return recipe_error(st, e->line, "'%s' cannot be a block parameter: instances use it", nm);
-      if (df && !*df) return recipe_error(st, e->line, "parameter '%s' has '=' but no default value", nm);
+        return tt_recipe_error(st, e->line, "'%s' cannot be a block parameter: instances use it", nm);
+      if (df && !*df) return tt_recipe_error(st, e->line, "parameter '%s' has '=' but no default value", nm);
       if (df && strlen(df) >= RECIPE_PARAM_VALUE_MAX)
-        return recipe_error(st, e->line, "default of parameter '%s' is longer than %d characters", nm, RECIPE_PARAM_VALUE_MAX - 1);
+        return tt_recipe_error(st, e->line, "default of parameter '%s' is longer than %d characters", nm, RECIPE_PARAM_VALUE_MAX - 1);
       for (d = 0; d < b.nparams; d++)
-        if (!strcmp(b.pname[d], nm)) return recipe_error(st, e->line, "parameter '%s' is listed twice", nm);
-      if (b.nparams == RECIPE_MAX_PARAMS) return recipe_error(st, e->line, "a block takes at most %d parameters", RECIPE_MAX_PARAMS);
+        if (!strcmp(b.pname[d], nm)) return tt_recipe_error(st, e->line, "parameter '%s' is listed twice", nm);
+      if (b.nparams == RECIPE_MAX_PARAMS) return tt_recipe_error(st, e->line, "a block takes at most %d parameters", RECIPE_MAX_PARAMS);
       b.pname[b.nparams] = nm;
       b.pdef[b.nparams] = df;
       b.nparams++;
@@ -512,7 +512,7 @@ int recipe_define_block(recipe_state *st, int i, int *next) {
       for (e = st->secs[s].e0; e < st->secs[s].e0 + st->secs[s].ne && !used; e++)
         if (recipe_mentions(st->ents[e].val, b.pname[k])) used = 1;
     }
-    if (!used) recipe_warn(st, sec->line, "parameter '%s' of block '%s' is never used as $%s", b.pname[k], b.type, b.pname[k]);
+    if (!used) tt_recipe_warn(st, sec->line, "parameter '%s' of block '%s' is never used as $%s", b.pname[k], b.type, b.pname[k]);
   }
   {
     recipe_block *nb = (recipe_block *)realloc(st->blocks, (size_t)(st->nblocks + 1) * sizeof *nb);

@@ -90,59 +90,59 @@ typedef struct recipe_state {
 
 /* Messages: "PATH:LINE: ..." into st->err (returns -1; inside a block instance the message
  * names the block and instance), and "PATH:LINE: warning: ..." to st->warn. */
-int recipe_error(recipe_state *st, int line, const char *fmt, ...)
+int tt_recipe_error(recipe_state *st, int line, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
-void recipe_warn(recipe_state *st, int line, const char *fmt, ...)
+void tt_recipe_warn(recipe_state *st, int line, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
 /* Copies s for a message: at most ~40 characters, non-printable bytes escaped. */
-const char *recipe_quote(const char *s, char *out, size_t cap);
+const char *tt_recipe_quote(const char *s, char *out, size_t cap);
 /* Strips spaces, tabs and carriage returns at both ends, in place. */
-char *recipe_trim(char *s);
-int recipe_is_ident(const char *s);
-int recipe_layer_kind(const char *kind); /* -1 when kind is not a layer kind */
+char *tt_recipe_trim(char *s);
+int tt_recipe_is_ident(const char *s);
+int tt_recipe_layer_kind(const char *kind); /* -1 when kind is not a layer kind */
 /* realloc to at least `need` elements (doubling); NULL after an error naming `what`. */
-void *recipe_grow(recipe_state *st, void *p, int *cap, int need, size_t elem, const char *what);
+void *tt_recipe_grow(recipe_state *st, void *p, int *cap, int need, size_t elem, const char *what);
 
 /* Typed values of entry e (v is its value after $param substitution): 0, or -1 after an
  * error naming the key. */
-int recipe_int(recipe_state *st, const recipe_entry *e, const char *v, long min, long max, int *out);
-int recipe_bool(recipe_state *st, const recipe_entry *e, const char *v, int *out);
-int recipe_float(recipe_state *st, const recipe_entry *e, const char *v, double lo, double hi,
+int tt_recipe_int(recipe_state *st, const recipe_entry *e, const char *v, long min, long max, int *out);
+int tt_recipe_bool(recipe_state *st, const recipe_entry *e, const char *v, int *out);
+int tt_recipe_float(recipe_state *st, const recipe_entry *e, const char *v, double lo, double hi,
                  int lo_incl, int hi_incl, float *out);
 /* One of names[0..n); *out is its index. */
-int recipe_enum(recipe_state *st, const recipe_entry *e, const char *v, const char *const *names, int n, int *out);
+int tt_recipe_enum(recipe_state *st, const recipe_entry *e, const char *v, const char *const *names, int n, int *out);
 /* "N" or "AxB" (height x width). */
-int recipe_pair(recipe_state *st, const recipe_entry *e, const char *v, long min, long max, int *a, int *b);
+int tt_recipe_pair(recipe_state *st, const recipe_entry *e, const char *v, long min, long max, int *a, int *b);
 /* A path, relative to the recipe's directory unless absolute; out holds TT_PATH_MAX bytes. */
-int recipe_path(recipe_state *st, const recipe_entry *e, const char *v, char *out);
+int tt_recipe_path(recipe_state *st, const recipe_entry *e, const char *v, char *out);
 /* 1 to 4 comma-separated numbers, one per input channel or one for all; out[4]. */
-int recipe_floats(recipe_state *st, const recipe_entry *e, const char *v, float *out, double lo, int lo_incl);
+int tt_recipe_floats(recipe_state *st, const recipe_entry *e, const char *v, float *out, double lo, int lo_incl);
 
 /* checkpoint_every: steps, or a wall time in seconds (tt_parse_interval). */
-int recipe_interval(recipe_state *st, const recipe_entry *e, const char *v, long long *steps, double *seconds);
+int tt_recipe_interval(recipe_state *st, const recipe_entry *e, const char *v, long long *steps, double *seconds);
 
 /* The name table. */
-int recipe_lookup(const recipe_state *st, const char *name, int *line);
-recipe_name *recipe_find_name(const recipe_state *st, const char *name);
-int recipe_add_name(recipe_state *st, const char *name, int layer, int line, int group);
+int tt_recipe_lookup(const recipe_state *st, const char *name, int *line);
+recipe_name *tt_recipe_find_name(const recipe_state *st, const char *name);
+int tt_recipe_add_name(recipe_state *st, const char *name, int layer, int line, int group);
 /* Appends a layer and its name. */
-int recipe_push_layer(recipe_state *st, const tt_layer *L);
+int tt_recipe_push_layer(recipe_state *st, const tt_layer *L);
 
 /* ---- recipe_blocks.c ---- */
 
 /* The entry's value after $param substitution (in st->vbuf), or NULL after an error. */
-const char *recipe_val(recipe_state *st, const recipe_entry *e);
-int recipe_subst(recipe_state *st, const char *in, int line, char *out, size_t cap);
-const recipe_block *recipe_find_block(const recipe_state *st, const char *type);
-int recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_section *sec, int kind);
-int recipe_instance(recipe_state *st, recipe_scope *sc, const recipe_section *sec, const recipe_block *blk);
-int recipe_define_block(recipe_state *st, int i, int *next);
+const char *tt_recipe_val(recipe_state *st, const recipe_entry *e);
+int tt_recipe_subst(recipe_state *st, const char *in, int line, char *out, size_t cap);
+const recipe_block *tt_recipe_find_block(const recipe_state *st, const char *type);
+int tt_recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_section *sec, int kind);
+int tt_recipe_instance(recipe_state *st, recipe_scope *sc, const recipe_section *sec, const recipe_block *blk);
+int tt_recipe_define_block(recipe_state *st, int i, int *next);
 
 #ifdef __cplusplus
 }

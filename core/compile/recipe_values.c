@@ -16,11 +16,11 @@
 
 /* ---- layer kinds: a section name's kind, from the op-traits table ---- */
 
-int recipe_layer_kind(const char *kind) { return tt_layer_kind_from_name(kind); }
+int tt_recipe_layer_kind(const char *kind) { return tt_layer_kind_from_name(kind); }
 
 /* ---- messages ---- */
 
-const char *recipe_quote(const char *s, char *out, size_t cap) {
+const char *tt_recipe_quote(const char *s, char *out, size_t cap) {
   size_t n = 0, i;
   static const char hex[] = "0123456789abcdef";
   for (i = 0; s[i] && n + 8 < cap; i++) {
@@ -43,7 +43,7 @@ const char *recipe_quote(const char *s, char *out, size_t cap) {
   return out;
 }
 
-int recipe_error(recipe_state *st, int line, const char *fmt, ...) {
+int tt_recipe_error(recipe_state *st, int line, const char *fmt, ...) {
   char msg[800], ctx[200];
   va_list ap;
   va_start(ap, fmt);
@@ -58,7 +58,7 @@ int recipe_error(recipe_state *st, int line, const char *fmt, ...) {
   return tt_fail(st->err, "%s:%d: %s%s", st->path, line, msg, ctx);
 }
 
-void recipe_warn(recipe_state *st, int line, const char *fmt, ...) {
+void tt_recipe_warn(recipe_state *st, int line, const char *fmt, ...) {
   char msg[800], full[1100];
   va_list ap;
   if (!st->warn) return;
@@ -71,7 +71,7 @@ void recipe_warn(recipe_state *st, int line, const char *fmt, ...) {
 
 /* ---- small helpers ---- */
 
-char *recipe_trim(char *s) {
+char *tt_recipe_trim(char *s) {
   char *e;
   while (*s == ' ' || *s == '\t' || *s == '\r') s++;
   e = s + strlen(s);
@@ -79,7 +79,7 @@ char *recipe_trim(char *s) {
   return s;
 }
 
-int recipe_is_ident(const char *s) {
+int tt_recipe_is_ident(const char *s) {
   const char *p;
   if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return 0;
   for (p = s; *p; p++)
@@ -88,7 +88,7 @@ int recipe_is_ident(const char *s) {
   return 1;
 }
 
-void *recipe_grow(recipe_state *st, void *p, int *cap, int need, size_t elem, const char *what) {
+void *tt_recipe_grow(recipe_state *st, void *p, int *cap, int need, size_t elem, const char *what) {
   int ncap;
   void *q;
   if (need <= *cap) return p;
@@ -111,7 +111,7 @@ static unsigned recipe_hash(const char *s) {
   return h;
 }
 
-recipe_name *recipe_find_name(const recipe_state *st, const char *name) {
+recipe_name *tt_recipe_find_name(const recipe_state *st, const char *name) {
   unsigned i;
   if (!st->tabcap) return NULL;
   for (i = recipe_hash(name) & (unsigned)(st->tabcap - 1); st->tab[i].key; i = (i + 1) & (unsigned)(st->tabcap - 1))
@@ -119,8 +119,8 @@ recipe_name *recipe_find_name(const recipe_state *st, const char *name) {
   return NULL;
 }
 
-int recipe_lookup(const recipe_state *st, const char *name, int *line) {
-  const recipe_name *e = recipe_find_name(st, name);
+int tt_recipe_lookup(const recipe_state *st, const char *name, int *line) {
+  const recipe_name *e = tt_recipe_find_name(st, name);
   if (!e) return -1;
   if (line) *line = e->line;
   return e->layer;
@@ -132,7 +132,7 @@ static void recipe_tab_put(recipe_name *tab, int cap, recipe_name e) {
   tab[i] = e;
 }
 
-int recipe_add_name(recipe_state *st, const char *name, int layer, int line, int group) {
+int tt_recipe_add_name(recipe_state *st, const char *name, int layer, int line, int group) {
   recipe_name e;
   size_t n = strlen(name);
   if ((st->tabn + 1) * 2 > st->tabcap) {
@@ -156,41 +156,41 @@ int recipe_add_name(recipe_state *st, const char *name, int layer, int line, int
   return 0;
 }
 
-int recipe_push_layer(recipe_state *st, const tt_layer *L) {
+int tt_recipe_push_layer(recipe_state *st, const tt_layer *L) {
   tt_layer *nl;
   if (st->nlayers >= RECIPE_MAX_LAYERS)
-    return recipe_error(st, L->line, "the recipe expands to more than %d layers; check 'repeat' and nested blocks",
+    return tt_recipe_error(st, L->line, "the recipe expands to more than %d layers; check 'repeat' and nested blocks",
                         RECIPE_MAX_LAYERS);
-  nl = (tt_layer *)recipe_grow(st, st->layers, &st->caplayers, st->nlayers + 1, sizeof(tt_layer), "layer");
+  nl = (tt_layer *)tt_recipe_grow(st, st->layers, &st->caplayers, st->nlayers + 1, sizeof(tt_layer), "layer");
   if (!nl) return -1;
   st->layers = nl;
   st->layers[st->nlayers] = *L;
-  if (recipe_add_name(st, L->name, st->nlayers, L->line, 0)) return -1;
+  if (tt_recipe_add_name(st, L->name, st->nlayers, L->line, 0)) return -1;
   st->nlayers++;
   return 0;
 }
 
 /* ---- values ---- */
 
-int recipe_int(recipe_state *st, const recipe_entry *e, const char *v, long min, long max, int *out) {
+int tt_recipe_int(recipe_state *st, const recipe_entry *e, const char *v, long min, long max, int *out) {
   char *end;
   long x;
   char q[64];
   errno = 0;
   x = strtol(v, &end, 10);
   if (end == v || *end || errno == ERANGE || x < min || (*v == '+' || *v == ' '))
-    return recipe_error(st, e->line, "expected a %s integer for '%s', found '%s'",
-                        min > 0 ? "positive" : min == 0 ? "non-negative" : "", e->key, recipe_quote(v, q, sizeof q));
-  if (x > max) return recipe_error(st, e->line, "'%s' = %s is too large (at most %ld)", e->key, recipe_quote(v, q, sizeof q), max);
+    return tt_recipe_error(st, e->line, "expected a %s integer for '%s', found '%s'",
+                        min > 0 ? "positive" : min == 0 ? "non-negative" : "", e->key, tt_recipe_quote(v, q, sizeof q));
+  if (x > max) return tt_recipe_error(st, e->line, "'%s' = %s is too large (at most %ld)", e->key, tt_recipe_quote(v, q, sizeof q), max);
   *out = (int)x;
   return 0;
 }
 
-int recipe_bool(recipe_state *st, const recipe_entry *e, const char *v, int *out) {
+int tt_recipe_bool(recipe_state *st, const recipe_entry *e, const char *v, int *out) {
   char q[64];
   if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "on")) return *out = 1, 0;
   if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no") || !strcmp(v, "off")) return *out = 0, 0;
-  return recipe_error(st, e->line, "expected true or false for '%s', found '%s'", e->key, recipe_quote(v, q, sizeof q));
+  return tt_recipe_error(st, e->line, "expected true or false for '%s', found '%s'", e->key, tt_recipe_quote(v, q, sizeof q));
 }
 
 static int recipe_parse_double(const char *v, double *x) {
@@ -200,24 +200,24 @@ static int recipe_parse_double(const char *v, double *x) {
   return end != v && !*end && errno != ERANGE && isfinite(*x) && *v != ' ';
 }
 
-int recipe_float(recipe_state *st, const recipe_entry *e, const char *v, double lo, double hi, int lo_incl, int hi_incl,
+int tt_recipe_float(recipe_state *st, const recipe_entry *e, const char *v, double lo, double hi, int lo_incl, int hi_incl,
                  float *out) {
   double x;
   char q[64];
   if (!recipe_parse_double(v, &x))
-    return recipe_error(st, e->line, "expected a number for '%s', found '%s'", e->key, recipe_quote(v, q, sizeof q));
+    return tt_recipe_error(st, e->line, "expected a number for '%s', found '%s'", e->key, tt_recipe_quote(v, q, sizeof q));
   if (x < lo || (x == lo && !lo_incl) || x > hi || (x == hi && !hi_incl)) {
     if (hi >= 1e30)
-      return recipe_error(st, e->line, "expected '%s' %s %g, found '%s'", e->key, lo_incl ? ">=" : ">", lo,
-                          recipe_quote(v, q, sizeof q));
-    return recipe_error(st, e->line, "expected '%s' in %c%g, %g%c, found '%s'", e->key, lo_incl ? '[' : '(', lo, hi,
-                        hi_incl ? ']' : ')', recipe_quote(v, q, sizeof q));
+      return tt_recipe_error(st, e->line, "expected '%s' %s %g, found '%s'", e->key, lo_incl ? ">=" : ">", lo,
+                          tt_recipe_quote(v, q, sizeof q));
+    return tt_recipe_error(st, e->line, "expected '%s' in %c%g, %g%c, found '%s'", e->key, lo_incl ? '[' : '(', lo, hi,
+                        hi_incl ? ']' : ')', tt_recipe_quote(v, q, sizeof q));
   }
   *out = (float)x;
   return 0;
 }
 
-int recipe_enum(recipe_state *st, const recipe_entry *e, const char *v, const char *const *names, int n, int *out) {
+int tt_recipe_enum(recipe_state *st, const recipe_entry *e, const char *v, const char *const *names, int n, int *out) {
   char list[200] = "", q[64];
   int i;
   for (i = 0; i < n; i++)
@@ -226,11 +226,11 @@ int recipe_enum(recipe_state *st, const recipe_entry *e, const char *v, const ch
     size_t l = strlen(list);
     snprintf(list + l, sizeof list - l, "%s%s", i ? (i == n - 1 ? " or " : ", ") : "", names[i]);
   }
-  return recipe_error(st, e->line, "expected %s for '%s', found '%s'", list, e->key, recipe_quote(v, q, sizeof q));
+  return tt_recipe_error(st, e->line, "expected %s for '%s', found '%s'", list, e->key, tt_recipe_quote(v, q, sizeof q));
 }
 
 /* "N" or "AxB" (height x width). */
-int recipe_pair(recipe_state *st, const recipe_entry *e, const char *v, long min, long max, int *a, int *b) {
+int tt_recipe_pair(recipe_state *st, const recipe_entry *e, const char *v, long min, long max, int *a, int *b) {
   long x[2];
   const char *p = v;
   int k, n = strchr(v, 'x') ? 2 : 1;
@@ -245,24 +245,24 @@ int recipe_pair(recipe_state *st, const recipe_entry *e, const char *v, long min
     if (k == 0 && n == 2 && *p++ != 'x') break;
   }
   if (k < n || *p)
-    return recipe_error(st, e->line, "expected a %s integer or HxW for '%s', found '%s'", min > 0 ? "positive" : "non-negative",
-                        e->key, recipe_quote(v, q, sizeof q));
+    return tt_recipe_error(st, e->line, "expected a %s integer or HxW for '%s', found '%s'", min > 0 ? "positive" : "non-negative",
+                        e->key, tt_recipe_quote(v, q, sizeof q));
   if (x[0] > max || x[n - 1] > max)
-    return recipe_error(st, e->line, "'%s' = %s is too large (at most %ld)", e->key, recipe_quote(v, q, sizeof q), max);
+    return tt_recipe_error(st, e->line, "'%s' = %s is too large (at most %ld)", e->key, tt_recipe_quote(v, q, sizeof q), max);
   *a = (int)x[0];
   *b = (int)x[n - 1];
   return 0;
 }
 
-int recipe_path(recipe_state *st, const recipe_entry *e, const char *v, char *out) {
+int tt_recipe_path(recipe_state *st, const recipe_entry *e, const char *v, char *out) {
   size_t dl = strlen(st->dir);
   int n = (v[0] == '/' || !dl) ? snprintf(out, TT_PATH_MAX, "%s", v)
                                : snprintf(out, TT_PATH_MAX, "%s%s%s", st->dir, st->dir[dl - 1] == '/' ? "" : "/", v);
-  if (n < 0 || n >= TT_PATH_MAX) return recipe_error(st, e->line, "path for '%s' is longer than %d characters", e->key, TT_PATH_MAX - 1);
+  if (n < 0 || n >= TT_PATH_MAX) return tt_recipe_error(st, e->line, "path for '%s' is longer than %d characters", e->key, TT_PATH_MAX - 1);
   return 0;
 }
 
-int recipe_floats(recipe_state *st, const recipe_entry *e, const char *v, float *out, double lo, int lo_incl) {
+int tt_recipe_floats(recipe_state *st, const recipe_entry *e, const char *v, float *out, double lo, int lo_incl) {
   double x[4];
   int n = 0, c;
   char tmp[RECIPE_VALUE_MAX], *p = tmp, q[64];
@@ -270,17 +270,17 @@ int recipe_floats(recipe_state *st, const recipe_entry *e, const char *v, float 
   for (;;) {
     char *comma = strchr(p, ','), *item;
     if (comma) *comma = 0;
-    item = recipe_trim(p);
+    item = tt_recipe_trim(p);
     if (n == 4 || !recipe_parse_double(item, &x[n]))
-      return recipe_error(st, e->line, "expected 1 to 4 comma-separated numbers for '%s', found '%s'", e->key, recipe_quote(v, q, sizeof q));
+      return tt_recipe_error(st, e->line, "expected 1 to 4 comma-separated numbers for '%s', found '%s'", e->key, tt_recipe_quote(v, q, sizeof q));
     if (x[n] < lo || (x[n] == lo && !lo_incl))
-      return recipe_error(st, e->line, "expected values %s %g for '%s', found '%s'", lo_incl ? ">=" : ">", lo, e->key, recipe_quote(item, q, sizeof q));
+      return tt_recipe_error(st, e->line, "expected values %s %g for '%s', found '%s'", lo_incl ? ">=" : ">", lo, e->key, tt_recipe_quote(item, q, sizeof q));
     n++;
     if (!comma) break;
     p = comma + 1;
   }
   if (n != 1 && n != st->m->in_c)
-    return recipe_error(st, e->line, "'%s' has %d values; give one per input channel (%d) or one for all", e->key, n, st->m->in_c);
+    return tt_recipe_error(st, e->line, "'%s' has %d values; give one per input channel (%d) or one for all", e->key, n, st->m->in_c);
   for (c = 0; c < 4; c++) out[c] = (float)x[n == 1 ? 0 : (c < n ? c : n - 1)];
   return 0;
 }
@@ -306,9 +306,9 @@ int tt_parse_interval(const char *s, long long *steps, double *seconds) {
   return 0;
 }
 
-int recipe_interval(recipe_state *st, const recipe_entry *e, const char *v, long long *steps, double *seconds) {
+int tt_recipe_interval(recipe_state *st, const recipe_entry *e, const char *v, long long *steps, double *seconds) {
   char q[64];
   if (tt_parse_interval(v, steps, seconds) == 0) return 0;
-  return recipe_error(st, e->line, "expected optimizer steps (e.g. 500), a wall time (30s, 10m, 1h) or 0 for '%s', found '%s'",
-                      e->key, recipe_quote(v, q, sizeof q));
+  return tt_recipe_error(st, e->line, "expected optimizer steps (e.g. 500), a wall time (30s, 10m, 1h) or 0 for '%s', found '%s'",
+                      e->key, tt_recipe_quote(v, q, sizeof q));
 }
