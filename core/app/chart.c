@@ -1,4 +1,10 @@
-/* core/app/chart.c — see chart.h. Plain SVG 1.1 text, no scripts, no external fonts. */
+/* core/app/chart.c — see chart.h. Plain SVG 1.1 text, no scripts, no external fonts, so the
+ * file opens in any browser and can be attached to a report as it is.
+ *
+ * Two panels share the x axis (epochs, fractional for logged intervals): losses above, test
+ * accuracy below. Coordinates below are SVG user units (pixels at 100% zoom); data values are
+ * mapped into a panel by chart_sx/chart_sy. Non-finite values (a NaN loss, an epoch not yet
+ * evaluated) break a line into pieces instead of dragging it to 0 or off the panel. */
 #include "chart.h"
 #include "../base/fileio.h"
 
@@ -7,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Layout in pixels: a fixed width keeps every run's chart comparable side by side. */
 #define CHART_W 760
 #define CHART_PANEL_H 260
 #define CHART_LEFT 70
@@ -14,6 +21,8 @@
 #define CHART_TOP 50
 #define CHART_GAP 60
 
+/* The title is the recipe's name, which the user wrote: escaped so that it cannot end the text
+ * element or inject markup; control characters are dropped (XML 1.0 forbids most of them). */
 static void chart_escape(tt_strbuf *b, const char *s) {
   for (; s && *s; s++) {
     switch (*s) {
@@ -48,11 +57,15 @@ typedef struct chart_axes {
   int px, py, pw, ph;    /* panel rectangle in pixels */
 } chart_axes;
 
+/* Data -> pixels. SVG's y grows downwards, hence ph - ... in chart_sy. Callers make x1 > x0 and
+ * y1 > y0, so neither divides by zero. */
 static double chart_sx(const chart_axes *a, double x) { return a->px + (x - a->x0) / (a->x1 - a->x0) * a->pw; }
 static double chart_sy(const chart_axes *a, double y) {
   return a->py + a->ph - (y - a->y0) / (a->y1 - a->y0) * a->ph;
 }
 
+/* One panel at vertical offset py: frame, grid, ticks, axis labels, one polyline per series and
+ * its legend entry. percent: values are percentages, clamped to [0, 100]. */
 static void chart_panel(tt_strbuf *b, const double *epoch, int n, const chart_series *s, int ns, int py,
                         const char *ylabel, int percent) {
   chart_axes a;
@@ -100,6 +113,7 @@ static void chart_panel(tt_strbuf *b, const double *epoch, int n, const chart_se
   }
   tt_strbuf_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fff\" stroke=\"#444\"/>\n", a.px, a.py,
                a.pw, a.ph);
+  /* guard: tick loops accumulate floating-point steps; 50 bounds them whatever the range */
   for (t = a.y0, guard = 0; t <= a.y1 + step * 1e-6 && guard < 50; t += step, guard++) {
     double y = chart_sy(&a, t);
     tt_strbuf_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", a.px, y, a.px + a.pw, y);
@@ -140,6 +154,7 @@ static void chart_panel(tt_strbuf *b, const double *epoch, int n, const chart_se
       }
     }
     if (open) tt_strbuf_printf(b, "\"/>\n");
+    /* markers only while they stay distinguishable; a long run's line is its own marker */
     if (n <= 60)
       for (i = 0; i < n; i++)
         if (isfinite(s[k].v[i]) && isfinite(epoch[i]))
@@ -160,6 +175,8 @@ int tt_chart_svg(const char *path, const double *epoch, const double *train_loss
   size_t size;
   double scale = 100;
   if (n < 0 || (n > 0 && !epoch)) return tt_fail(err, "%s: chart needs epochs for its %d points", path, n);
+  /* accuracy arrives as a fraction from tt_train; a caller passing percentages already (any
+   * value over 1) is drawn as given */
   for (i = 0; test_acc && i < n; i++)
     if (isfinite(test_acc[i]) && test_acc[i] > 1.0) scale = 1;
   memset(&b, 0, sizeof b);
@@ -195,6 +212,8 @@ int tt_chart_svg(const char *path, const double *epoch, const double *train_loss
   }
   chunk = b.p;
   size = b.n;
+  /* atomic: the chart is rewritten after every epoch, and a browser refreshing it, or a kill,
+   * must never see half a file */
   rc = tt_write_file_atomic(path, &chunk, &size, 1, err);
   free(b.p);
   return rc;

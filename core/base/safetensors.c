@@ -1,6 +1,13 @@
 /* core/base/safetensors.c — see safetensors.h. The JSON parser here handles exactly what a
  * header can hold (objects, arrays, strings with escapes, numbers, true/false/null) and
- * nothing else; every value read from a file is checked before use. */
+ * nothing else; every value read from a file is checked before use.
+ *
+ * The format: an 8-byte little-endian header length N, N bytes of JSON (an object: one member
+ * per tensor {"dtype", "shape", "data_offsets": [begin, end)} plus an optional "__metadata__"
+ * object of string values), then the data; offsets count from the first byte after the
+ * header. This reader and the fuzzer (tests/fuzz/fuzz_safetensors.c) hold that a hostile file
+ * costs at most its own size plus an index proportional to its header, and is refused with a
+ * message naming the file and the offending entry. */
 #include "safetensors.h"
 #include "fileio.h"
 
@@ -9,6 +16,8 @@
 #include <string.h>
 
 #define ST_MAX_HEADER (100u * 1024u * 1024u) /* as the reference implementation */
+/* Nesting bound for arrays and objects: a real header nests 3 deep (root, tensor, shape), so
+ * this only stops a crafted one from recursing the parser off the stack. */
 #define ST_MAX_DEPTH 64
 
 typedef struct st_dtype {
@@ -16,6 +25,8 @@ typedef struct st_dtype {
   size_t size;
 } st_dtype;
 
+/* Every dtype name the format defines, with its element size in bytes: a file may hold any of
+ * them (the caller decides what it can load); shape x size must equal the data range. */
 static const st_dtype st_dtypes[] = {{"F64", 8}, {"F32", 4},  {"F16", 2},     {"BF16", 2},    {"I64", 8},
                                      {"I32", 4}, {"I16", 2},  {"I8", 1},      {"U64", 8},     {"U32", 4},
                                      {"U16", 2}, {"U8", 1},   {"BOOL", 1},    {"F8_E4M3", 1}, {"F8_E5M2", 1}};
@@ -34,6 +45,11 @@ size_t tt_st_dtype_size(const char *dtype) {
 
 /* ---------------- writing ---------------- */
 
+/* Validates everything first, so a bad call writes nothing. The tensors are laid out in the
+ * order given, back to back; the header is padded with spaces to a multiple of 8 bytes (as
+ * the reference writer does) so that the data starts 8-byte aligned and a reader may map it
+ * and use F64/I64 in place. The file is written atomically: an interrupted save leaves the
+ * previous file intact, which is what keeps a good checkpoint good. */
 int tt_st_write(const char *path, const tt_st_tensor *t, int n, const char *const *meta_kv, tt_err *err) {
   tt_strbuf h;
   const void **chunks;
@@ -140,6 +156,10 @@ typedef struct st_node {
   int count;        /* children */
 } st_node;
 
+/* The parser keeps a flat array of nodes (children linked by index, not pointer, so that
+ * growing the array by realloc invalidates nothing) and decodes every string into one buffer
+ * as long as the header: an escape never decodes longer than it is written, so the buffer
+ * cannot overflow. */
 typedef struct st_parser {
   const char *path;
   const char *s, *end, *begin;
@@ -574,6 +594,9 @@ static int st_check_coverage(const char *path, uint64_t *ranges, int n, uint64_t
   return 0;
 }
 
+/* From the parsed DOM to f's tensor and metadata tables, checking what the JSON grammar
+ * cannot: dtypes known, shapes consistent with byte ranges, names unique, ranges inside the
+ * data and covering it exactly. On success every f->t[i].data points into f->buf. */
 static int st_validate(tt_st_file *f, const char *path, const st_parser *p, int root, uint64_t hlen, tt_err *err) {
   const st_node *r = &p->nodes[root];
   uint64_t data_size = f->size - 8 - hlen;
@@ -638,6 +661,8 @@ static int st_parse(tt_st_file *f, const char *path, tt_err *err) {
     return tt_fail(err, "%s: %zu bytes, too short for a safetensors file (8-byte header length missing); re-save it",
                    path, f->size);
   for (i = 0; i < 8; i++) hlen |= (uint64_t)f->buf[i] << (8 * i);
+  /* the length is checked against the bytes actually present before anything is allocated from
+   * it: a 16-byte file claiming an 8 EiB header is refused, not attempted */
   if (hlen > f->size - 8)
     return tt_fail(err,
                    "%s: header length %llu exceeds the %zu bytes after it; the file is truncated or not safetensors",

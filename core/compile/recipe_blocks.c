@@ -14,6 +14,10 @@
 
 /* ---- $param substitution ---- */
 
+/* Copies `in` to out (cap bytes, NUL included) with every $name or ${name} replaced by the
+ * value of the enclosing block instance's parameter. Textual, before parsing, so a parameter
+ * may stand for a number, a pair (3x3), a layer name or part of one. Substituted values are
+ * not scanned again: a value holding '$' cannot recurse. */
 int tt_recipe_subst(recipe_state *st, const char *in, int line, char *out, size_t cap) {
   size_t n = 0;
   const recipe_scope *sc = st->scope;
@@ -65,6 +69,8 @@ int tt_recipe_subst(recipe_state *st, const char *in, int line, char *out, size_
   return 0;
 }
 
+/* An entry's value after substitution. The result lives in st->vbuf, valid until the next
+ * call: callers parse it at once and keep nothing pointing into it. */
 const char *tt_recipe_val(recipe_state *st, const recipe_entry *e) {
   if (!strchr(e->val, '$')) return e->val;
   if (tt_recipe_subst(st, e->val, e->line, st->vbuf, sizeof st->vbuf)) return NULL;
@@ -82,9 +88,15 @@ const recipe_block *tt_recipe_find_block(const recipe_state *st, const char *typ
   return NULL;
 }
 
+/* `activation = NAME` on conv, bn and linear appends a separate activation layer named
+ * "<layer>.<NAME>" (so PyTorch-style names of the parameterised layers stay unchanged);
+ * "linear" means none, and maps to TT_L_INPUT as the "no layer" marker. The two arrays are
+ * indexed together. */
 static const char *const recipe_act_names[] = {"relu", "relu6", "silu", "linear"};
 static const tt_layer_kind recipe_act_kinds[] = {TT_L_RELU, TT_L_RELU6, TT_L_SILU, TT_L_INPUT};
 
+/* Names become safetensors keys and parts of dotted paths ("layer1.0.conv1"): no empty
+ * component, so no leading, trailing or doubled dot. */
 static int recipe_valid_name(const char *s) {
   const char *p;
   if (!*s || *s == '.' || s[strlen(s) - 1] == '.' || strstr(s, "..")) return 0;
@@ -120,6 +132,8 @@ static int recipe_local_name(recipe_state *st, const recipe_scope *sc, const cha
   return 0;
 }
 
+/* The scope's prefix ("layer1.0.") + the local name, refused when another layer has it:
+ * names are global across instances because they are the keys of the weights file. */
 static int recipe_full_name(recipe_state *st, const recipe_scope *sc, const char *local, int line, char *full) {
   int dup_line = 0;
   char q[64];
@@ -133,6 +147,10 @@ static int recipe_full_name(recipe_state *st, const recipe_scope *sc, const char
   return 0;
 }
 
+/* A `from` name to a layer index, looked up in the current scope only: a block body sees its
+ * own layers and `in`, never the layers of the network around it, so one template means the
+ * same wherever it is instantiated. Only layers defined above can be named: the layer list
+ * stays in topological order, which the graph builder relies on. */
 static int recipe_resolve(recipe_state *st, const recipe_scope *sc, const char *name, int line) {
   char full[TT_NAME_MAX * 2], q[64];
   int idx;
@@ -182,6 +200,10 @@ static const char *recipe_keys_of(int kind) {
   }
 }
 
+/* One layer section ([conv], [bn], ...) into st's layer list. Defaults follow PyTorch's
+ * (bias on, bn eps 1e-5 and momentum 0.1, dropout 0.5, conv stride 1 with "same" padding for
+ * odd kernels, pooling stride = size) so that a recipe written from a torchvision model
+ * builds the same network. Without `from` a layer takes the previous one's output. */
 int tt_recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_section *sec, int kind) {
   tt_layer L;
   char local[TT_NAME_MAX];
@@ -283,6 +305,9 @@ static void recipe_param_list(const recipe_block *blk, char *out, size_t cap) {
   if (!blk->nparams) snprintf(out, cap, "none");
 }
 
+/* Parses a block body's sections in the child scope. Nested instances recurse through
+ * tt_recipe_instance, which refuses more than RECIPE_MAX_DEPTH levels: that, not the order of
+ * definitions, is what stops a block that instantiates itself. */
 static int recipe_expand(recipe_state *st, recipe_scope *child) {
   int s;
   for (s = child->blk->s0; s < child->blk->s0 + child->blk->ns; s++) {
@@ -416,7 +441,8 @@ done:
   return rc;
 }
 
-/* Does `s` mention $name or ${name}? */
+/* Does `s` mention $name or ${name}? A whole-word match: $c must not count as a use of a
+ * parameter named c when the text says $cin. Only used to warn about unused parameters. */
 static int recipe_mentions(const char *s, const char *name) {
   size_t n = strlen(name);
   const char *p;
