@@ -257,16 +257,16 @@ else
   pass cli_missing_data
 fi
 
-# ---- the README's example recipe (no test split) trains, saying once that it will not evaluate ----
+# ---- the example recipe of docs/recipes.md (no test split) trains, saying once that it will not evaluate ----
 if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   skip cli_readme_recipe "no Fashion-MNIST in /usr/share/datasets (apt-get install dataset-fashion-mnist)"
 else
   python3 -c '
 import re, sys
-m = re.search(r"```ini\n(# A small CNN for Fashion-MNIST.*?)```", open("README.md").read(), re.S)
+m = re.search(r"```ini\n(# A small CNN for Fashion-MNIST.*?)```", open("docs/recipes.md").read(), re.S)
 sys.stdout.write(m.group(1) if m else "")' >"$TMP/readme.recipe"
   run --device cpu --threads 1 --max-steps 2 --out "$TMP/readme" "$TMP/readme.recipe"
-  if [ ! -s "$TMP/readme.recipe" ]; then fail cli_readme_recipe "no '# A small CNN for Fashion-MNIST' recipe in README.md"
+  if [ ! -s "$TMP/readme.recipe" ]; then fail cli_readme_recipe "no '# A small CNN for Fashion-MNIST' recipe in docs/recipes.md"
   elif [ "$RC" != 0 ]; then fail cli_readme_recipe "exit $RC: $ERR"
   elif [ "$(grep -c "no test split" "$TMP/out")" != 1 ]; then fail cli_readme_recipe "does not say once that it will not evaluate: $OUT"
   else pass cli_readme_recipe

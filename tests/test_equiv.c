@@ -116,7 +116,7 @@ static int ck_run(const net *n, tt_backend *be, const unsigned char *rec, const 
   return rc;
 }
 
-/* Trains with recompute plan rec and compares with the plain run (state s_plain, loss
+/* Trains with recompute set rec and compares with the plain run (state s_plain, loss
  * statistics st_plain, program pp): some node dropped, recompute steps in the program, a
  * smaller arena, and every parameter, gradient and optimizer state bit for bit. */
 static void ck_check_variant(const net *n, tt_backend *be, const unsigned char *rec, const char *vn, const uint8_t *imgs,

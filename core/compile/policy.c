@@ -46,7 +46,7 @@ static int sched_count(const unsigned char *rec, int n) {
   return c;
 }
 
-/* Best fitting program for (mb, dt): plain, or with the cheapest recompute plan that fits.
+/* Best fitting program for (mb, dt): plain, or with the cheapest recompute set that fits.
  * rec receives the recompute set. Returns 1 if fits, 0 if not, -1 or TT_ERR_TOO_LARGE on error. */
 static int sched_fit(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum, tt_dtype dt,
                      unsigned char *rec, tt_program *out, size_t *min_arena, tt_err *err) {

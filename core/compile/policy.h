@@ -1,6 +1,6 @@
 /* core/compile/policy.h — the policy search: training graph + budget -> Policy.
  *
- * Enumerates micro-batch x precision x recompute plan, lowers and plans each candidate
+ * Enumerates micro-batch x precision x recompute set, lowers and plans each candidate
  * (planning is cheap), predicts its step time with a cost model, and keeps the fastest per
  * image that fits the budget. Recompute plans (core/compile/recompute.c) recompute segments
  * of the graph's units (the stretches between single-tensor cut points: a layer of a plain

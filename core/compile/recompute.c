@@ -1,4 +1,4 @@
-/* core/compile/recompute.c — recompute plans: which values the forward pass drops and the
+/* core/compile/recompute.c — recompute sets: which values the forward pass drops and the
  * backward pass recomputes.
  *
  * Units are the stretches between single-tensor cut points (nodes no edge jumps over): on a
@@ -123,10 +123,10 @@ static int ckpt_build(const tt_graph *g, int mb, tt_dtype dt, const tt_device_pr
   int n = g->nnodes;
   memset(m, 0, sizeof *m);
   m->n = n;
-  m->unit_of = (int *)tt_malloc(sizeof(int) * (size_t)(2 * n + 2), "recompute plan", err);
-  m->p = (double *)tt_malloc(sizeof(double) * (size_t)(12 * n + 12), "recompute plan", err);
-  m->choice = (int *)tt_malloc(sizeof(int) * (size_t)(2 * n + 2), "recompute plan", err);
-  unsigned char *reads = (unsigned char *)tt_malloc((size_t)n, "recompute plan", err);
+  m->unit_of = (int *)tt_malloc(sizeof(int) * (size_t)(2 * n + 2), "recompute set", err);
+  m->p = (double *)tt_malloc(sizeof(double) * (size_t)(12 * n + 12), "recompute set", err);
+  m->choice = (int *)tt_malloc(sizeof(int) * (size_t)(2 * n + 2), "recompute set", err);
+  unsigned char *reads = (unsigned char *)tt_malloc((size_t)n, "recompute set", err);
   if (!m->unit_of || !m->p || !m->choice || !reads || (m->nu = tt_recompute_units(g, m->unit_of)) < 0) {
     free(reads);
     ckpt_free(m);

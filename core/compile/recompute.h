@@ -1,4 +1,4 @@
-/* core/compile/recompute.h — recompute plans: which values the forward pass drops and
+/* core/compile/recompute.h — recompute sets: which values the forward pass drops and
  * backward recomputes (per node, rec[v] = 1), chosen over the graph's units. See recompute.c. */
 #ifndef TT_RECOMPUTE_H
 #define TT_RECOMPUTE_H

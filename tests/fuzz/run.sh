@@ -12,7 +12,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
-# about 40 s each on one core of the 2-core CI machine (see README, Tests); image, npy: about 20 s and 7 s
+# about 40 s each on one core of the 2-core CI machine (see docs/testing.md); image, npy: about 20 s and 7 s
 declare -A DEFAULT_RUNS=([recipe]=1200000 [safetensors]=2500000 [checkpoint]=600000 [image]=150000 [npy]=3000000)
 RUNS=${1:-}
 shift || true
