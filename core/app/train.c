@@ -7,11 +7,13 @@
 #define _POSIX_C_SOURCE 200809L
 #endif
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -118,6 +120,7 @@ typedef struct train_run {
   tt_metrics mt;
   tt_ckpt_state st;              /* step, position and loss scale: what a checkpoint holds */
   char dir[TT_PATH_MAX];         /* the run directory */
+  int lock_fd;                   /* dir/.lock, flock'ed for the life of the run (rank 0); -1 none */
   char resumed_from[TT_PATH_MAX + 64]; /* the state file resumed from, for messages */
   int mb, accum, batch;          /* micro-batch, accumulation steps, effective batch (global: x ranks) */
   int rank, ranks;               /* this process and the processes (core/runtime/dist.h); only rank 0 writes */
@@ -265,15 +268,11 @@ static int train_resume_or_init(train_run *R, tt_err *err) {
   return 0;
 }
 
-/* The file that shows dir holds a run, or NULL. */
-static const char *train_holds_run(const char *dir) {
-  static const char *const names[3] = {"state.safetensors", "weights.safetensors", "metrics.jsonl"};
+/* Whether dir holds file name. */
+static int train_dir_has(const char *dir, const char *name) {
   char p[TT_PATH_MAX + 64];
-  for (int i = 0; i < 3; i++) {
-    snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-    if (access(p, F_OK) == 0) return names[i];
-  }
-  return NULL;
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  return access(p, F_OK) == 0;
 }
 
 static int train_same_dir(const char *a, const char *b) {
@@ -310,6 +309,49 @@ static void train_remove_stale(train_run *R) {
   }
 }
 
+/* --out '' or --resume '' would mean the current directory or "/" once "/state.safetensors" is
+ * appended; "/" itself is no run directory either. */
+static int train_check_dir(const char *opt, const char *dir, tt_err *err) {
+  struct stat a, b;
+  if (!dir) return 0;
+  if (!dir[0]) return tt_fail(err, "%s '': the run directory is empty; name a directory (e.g. %s runs/mine)", opt, opt);
+  int root = 1;
+  for (const char *c = dir; *c && root; c++) root = *c == '/';
+  if (!root && stat(dir, &a) == 0 && stat("/", &b) == 0) root = a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+  if (root) return tt_fail(err, "%s %s: is the root directory; name a directory of its own for the run (e.g. %s runs/mine)",
+                           opt, dir, opt);
+  return 0;
+}
+
+/* dir/.lock, flock'ed for the life of the run and holding this process's id: a second run on
+ * the same directory is refused, naming the process that holds it. The lock goes with the
+ * process (a killed run leaves the file, not the lock). */
+static int train_lock(train_run *R, tt_err *err) {
+  char p[TT_PATH_MAX + 16], held[32] = "";
+  snprintf(p, sizeof p, "%s/.lock", R->dir);
+  int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return tt_fail(err, "%s: cannot create the run's lock file (%s); check the directory's permissions", p, strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    ssize_t n = pread(fd, held, sizeof held - 1, 0);
+    held[n > 0 ? n : 0] = 0;
+    held[strcspn(held, "\n")] = 0;
+    close(fd);
+    if (e == EWOULDBLOCK)
+      return tt_fail(err, "%s: another run is using this directory (process %s holds %s); wait for it to end or stop "
+                     "it, or choose another --out", R->dir, held[0] ? held : "unknown", p);
+    return tt_fail(err, "%s: cannot lock (%s)", p, strerror(e));
+  }
+  char pid[32];
+  int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+    close(fd);
+    return tt_fail(err, "%s: cannot write the process id (%s)", p, strerror(errno));
+  }
+  R->lock_fd = fd;
+  return 0;
+}
+
 /* The run directory: --out, else the resumed run's own directory, else a fresh runs/<name>.
  * Made only now, after every check of the resume, so that a refused run leaves no directory
  * behind and a refused resume leaves metrics.jsonl as it was. */
@@ -318,14 +360,24 @@ static int train_run_dir(train_run *R, tt_err *err) {
   if (R->rank) return 0; /* rank 0 writes the run directory */
   if (o->out_dir) {
     snprintf(R->dir, sizeof R->dir, "%s", o->out_dir);
-    const char *held = train_holds_run(R->dir);
-    if (held && !(o->resume_dir && train_same_dir(o->out_dir, o->resume_dir)))
-      return tt_fail(err, "%s: holds an earlier run (%s); continue it with --resume %s, or choose another --out, or "
-                     "remove it first", R->dir, held, R->dir);
-    if (tt_mkdirs(R->dir, err)) return -1;
+    int existed = access(R->dir, F_OK) == 0;
+    if (tt_mkdirs(R->dir, err) || train_lock(R, err)) return -1; /* the lock first: a run in progress is named */
+    int same = o->resume_dir && train_same_dir(o->out_dir, o->resume_dir);
+    if (!same && train_dir_has(R->dir, "state.safetensors"))
+      return tt_fail(err, "%s: holds an earlier run (state.safetensors); continue it with --resume %s, or choose "
+                     "another --out, or remove it first", R->dir, R->dir);
+    /* the state file is written before the weights: weights without one are not a run of this
+     * version that can be continued */
+    if (!same && train_dir_has(R->dir, "weights.safetensors"))
+      return tt_fail(err, "%s: holds weights.safetensors but no state.safetensors, so it cannot be resumed; start from "
+                     "them with --init %s/weights.safetensors and another --out, or remove them first", R->dir, R->dir);
+    if (!same && existed && train_dir_has(R->dir, "metrics.jsonl"))
+      tt_metrics_say(&R->mt, "%s: holds a run stopped before its first checkpoint (metrics.jsonl, no state): "
+                     "starting it afresh there\n", R->dir);
   } else if (o->resume_dir) {
     snprintf(R->dir, sizeof R->dir, "%s", o->resume_dir);
-  } else if (train_fresh_dir(R, err)) {
+    if (train_lock(R, err)) return -1;
+  } else if (train_fresh_dir(R, err) || train_lock(R, err)) {
     return -1;
   }
   train_remove_stale(R);
@@ -507,6 +559,7 @@ static void train_dist_summary(const train_run *R, double seconds) {
 
 static int train_body(train_run *R, tt_err *err) {
   tt_run_opts *o = R->o;
+  if (train_check_dir("--out", o->out_dir, err) || train_check_dir("--resume", o->resume_dir, err)) return -1;
   if (train_open(R, err)) return -1;
   if (train_data(R, err) || train_loop_setup(R, err) || train_resume_or_init(R, err) || train_run_dir(R, err)) return -1;
   int stopped = o->max_steps > 0 && R->st.step >= o->max_steps; /* resumed at the limit already: no step */
@@ -540,6 +593,7 @@ int tt_train(tt_run_opts *o, char *errbuf, size_t errsize) {
   train_run R;
   memset(&R, 0, sizeof R);
   R.o = o;
+  R.lock_fd = -1;
   R.final_loss = R.final_acc = NAN;
   o->stop_signal = 0;
   tt_metrics_init(&R.mt, o->out ? o->out : stdout, o->quiet, o->progress);
@@ -554,6 +608,7 @@ int tt_train(tt_run_opts *o, char *errbuf, size_t errsize) {
   tt_dataset_free(&R.test_ds);
   tt_dist_buckets_destroy(R.bk);
   if (R.s) tt_session_close(R.s);
+  if (R.lock_fd >= 0) close(R.lock_fd); /* releases the lock */
   if (rc && errbuf) snprintf(errbuf, errsize, "%s", err.msg[0] ? err.msg : "unknown error");
   return rc;
 }

@@ -70,7 +70,9 @@ static int ckpt_collect(tt_exec *x, int with_state, tt_st_tensor **out_t, float 
 
 int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_err *err) {
   char path[TT_PATH_MAX + 64];
-  for (int with_state = 0; with_state <= 1; with_state++) {
+  /* the state file first: a run killed between the two leaves a state to resume from (and the
+   * weights of the checkpoint before, or none), never weights without a state */
+  for (int with_state = 1; with_state >= 0; with_state--) {
     tt_st_tensor *t;
     float *data;
     int n;

@@ -1,0 +1,111 @@
+#!/bin/bash
+# tests/test_runs.sh — the run directory and what a run loads, from the command line
+# (core/app/train.c, core/runtime/checkpoint.c, core/runtime/finetune.c):
+#   runs_empty_root   --out '' and --resume '' or / are refused (not the root directory)
+#   runs_lock         a second run on the --out of a run in progress is refused, naming its pid
+#   runs_state_first  a checkpoint whose weights write fails leaves the state: --resume continues;
+#                     a directory holding only metrics.jsonl (killed before its first checkpoint)
+#                     is reused by --out
+# Run from the repository root: bash tests/test_runs.sh; prints PASS/FAIL lines, exits 1 on a failure.
+cd "$(dirname "$0")/.." || exit 1
+TT=${TT:-./tinytrain}
+FAILED=0
+TMP=$(mktemp -d /tmp/tt_test_runs_XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; FAILED=1; }
+
+# run ARGS...: RC, ERR (stderr), OUT
+run() {
+  timeout 120 "$TT" "$@" >"$TMP/out" 2>"$TMP/err"
+  RC=$?
+  OUT=$(cat "$TMP/out")
+  ERR=$(cat "$TMP/err")
+}
+O="--device cpu --threads 1"
+
+cat >"$TMP/r.recipe" <<'EOR'
+[net]
+input = 1x8x8
+classes = 10
+[train]
+batch = 12
+optimizer = adam
+lr = 0.01
+epochs = 1000
+seed = 7
+[data]
+format = synthetic
+[conv c1]
+filters = 4
+size = 3
+[relu]
+[flatten]
+[linear fc]
+out = 10
+EOR
+R="$TMP/r.recipe"
+
+run $O --max-steps 2 --out "$TMP/base" "$R"
+if [ "$RC" != 0 ]; then
+  fail runs_base "a 2-step run failed: exit $RC: $ERR"
+  exit 1
+fi
+
+# ---- --out '' / --resume '' / --resume / ----
+# (a tinytrain with the bug writes into /: what it wrote there is removed again)
+before=$(cd / && ls -A state.safetensors weights.safetensors metrics.jsonl chart.svg .lock 2>/dev/null | tr '\n' ' ')
+ok=1
+for args in "--out|" "--resume|" "--resume|/" "--out|//"; do
+  opt=${args%%|*} val=${args#*|}
+  run $O --max-steps 1 "$opt" "$val" "$R"
+  if [ "$RC" != 1 ] || ! grep -q -- "$opt.*\(empty\|root directory\)" "$TMP/err"; then
+    fail runs_empty_root "$opt '$val': exit $RC, want 1 and a message naming it: $ERR"; ok=0
+  fi
+done
+for f in state.safetensors weights.safetensors metrics.jsonl chart.svg .lock; do
+  if [ -e "/$f" ] && ! echo " $before " | grep -q " $f "; then
+    fail runs_empty_root "a run wrote /$f (removed)"; ok=0
+    rm -f "/$f"
+  fi
+done
+[ $ok = 1 ] && pass runs_empty_root
+
+# ---- two runs on one --out ----
+"$TT" $O --out "$TMP/lk" "$R" >"$TMP/lk.out" 2>"$TMP/lk.err" &
+P=$!
+for i in $(seq 100); do [ -f "$TMP/lk/metrics.jsonl" ] && break; sleep 0.1; done
+for args in "--out" "--resume"; do
+  run $O --max-steps 1 $args "$TMP/lk" "$R"
+  if [ "$RC" != 1 ] || ! grep -q "another run is using this directory (process $P holds" "$TMP/err"; then
+    fail runs_lock "second run with $args on a running run's directory: exit $RC, want 1 naming process $P: $ERR"; ok=0
+  fi
+done
+kill -TERM $P
+wait $P
+[ $ok = 1 ] && pass runs_lock
+
+# ---- the state first; a directory without a state is not a run to refuse ----
+mkdir -p "$TMP/sf/weights.safetensors.tmp/x"
+run $O --max-steps 2 --out "$TMP/sf" "$R"
+rc1=$RC
+rm -rf "$TMP/sf/weights.safetensors.tmp"
+if [ "$rc1" = 0 ]; then
+  fail runs_state_first "the weights could not be written, yet the run succeeded"
+elif [ ! -f "$TMP/sf/state.safetensors" ]; then
+  fail runs_state_first "a checkpoint that failed on the weights left no state.safetensors: $(ls "$TMP/sf")"
+elif run $O --max-steps 3 --resume "$TMP/sf" "$R" && [ "$RC" != 0 ]; then
+  fail runs_state_first "--resume of a directory with a state and no weights: exit $RC: $ERR"
+else
+  mkdir "$TMP/mo" && cp "$TMP/base/metrics.jsonl" "$TMP/mo/"
+  run $O --max-steps 1 --out "$TMP/mo" "$R"
+  if [ "$RC" != 0 ] || [ ! -f "$TMP/mo/state.safetensors" ]; then
+    fail runs_state_first "--out on a directory with metrics.jsonl and no state: exit $RC: $ERR"
+  elif ! grep -q "stopped before its first checkpoint" "$TMP/out"; then
+    fail runs_state_first "reusing it is not said: $OUT"
+  else
+    pass runs_state_first
+  fi
+fi
+
+exit $FAILED
