@@ -6,6 +6,7 @@
 #   runs_state_first  a checkpoint whose weights write fails leaves the state: --resume continues;
 #                     a directory holding only metrics.jsonl (killed before its first checkpoint)
 #                     is reused by --out
+#   runs_resume_keys  --resume with another [train] seed or optimizer is refused naming both values
 # Run from the repository root: bash tests/test_runs.sh; prints PASS/FAIL lines, exits 1 on a failure.
 cd "$(dirname "$0")/.." || exit 1
 TT=${TT:-./tinytrain}
@@ -107,5 +108,22 @@ else
     pass runs_state_first
   fi
 fi
+
+# ---- --resume with another seed or optimizer ----
+ok=1
+cp -r "$TMP/base" "$TMP/rk"
+sed 's/^seed = 7$/seed = 8/' "$R" >"$TMP/seed.recipe"
+run $O --max-steps 3 --resume "$TMP/rk" "$TMP/seed.recipe"
+if [ "$RC" != 1 ] || ! grep -q "seed = 7 but .* seed = 8" "$TMP/err"; then
+  fail runs_resume_keys "another seed: exit $RC, want 1 naming seed 7 and 8: $ERR"; ok=0
+fi
+sed 's/^optimizer = adam$/optimizer = adamw/' "$R" >"$TMP/opt.recipe"
+run $O --max-steps 3 --resume "$TMP/rk" "$TMP/opt.recipe"
+if [ "$RC" != 1 ] || ! grep -q "optimizer = adam but .* optimizer = adamw" "$TMP/err"; then
+  fail runs_resume_keys "another optimizer: exit $RC, want 1 naming adam and adamw: $ERR"; ok=0
+fi
+run $O --max-steps 3 --resume "$TMP/rk" "$R"
+[ "$RC" = 0 ] || { fail runs_resume_keys "the same recipe no longer resumes: exit $RC: $ERR"; ok=0; }
+[ $ok = 1 ] && pass runs_resume_keys
 
 exit $FAILED

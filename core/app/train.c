@@ -199,6 +199,10 @@ static int train_loop_setup(train_run *R, tt_err *err) {
   return tt_exec_stats(&R->s->x, NULL, 1, err);
 }
 
+static const char *train_opt_name(tt_opt_kind k) {
+  return k == TT_OPT_SGD ? "sgd" : k == TT_OPT_ADAM ? "adam" : k == TT_OPT_ADAMW ? "adamw" : "?";
+}
+
 /* A resumed state against this run: the effective batch, the position against the size of an
  * epoch, the step count against the position (a warning), and the loss scale against this
  * run's precision (a policy change may switch fp16 autocast on or off). */
@@ -207,6 +211,17 @@ static int train_resume_check(train_run *R, tt_err *err) {
   tt_ckpt_state *st = &R->st;
   const char *path = R->resumed_from;
   long long per_epoch = (long long)R->steps_per_epoch * R->batch;
+  if (st->seed != m->train.seed)
+    return tt_fail(err, "%s: was written with [train] seed = %llu but %s has seed = %llu (the data order and dropout "
+                   "would change mid-run); set seed = %llu in the recipe to continue it, or start a new run from its "
+                   "weights with --init %s/weights.safetensors", path, st->seed, m->path, m->train.seed, st->seed,
+                   R->o->resume_dir);
+  const char *opt = train_opt_name(m->train.optimizer);
+  if (st->optimizer[0] && strcmp(st->optimizer, opt))
+    return tt_fail(err, "%s: was written with [train] optimizer = %s but %s has optimizer = %s (its optimizer state "
+                   "does not carry over); set optimizer = %s in the recipe to continue it, or start a new run from its "
+                   "weights with --init %s/weights.safetensors", path, st->optimizer, m->path, opt, st->optimizer,
+                   R->o->resume_dir);
   if (st->micro_batch * st->accum_steps != R->batch)
     return tt_fail(err, "%s: was written with effective batch %d but %s has batch %d", path,
                    st->micro_batch * st->accum_steps, m->path, R->batch);
@@ -253,6 +268,7 @@ static int train_resume_or_init(train_run *R, tt_err *err) {
   tt_loss_scale_init(&st->loss_scale, R->s->sched.policy.act_dtype == TT_F16);
   st->seed = tc->seed;
   st->classes = (const char *const *)R->train_ds.class_names, st->nclasses = R->train_ds.classes; /* saved, checked */
+  snprintf(st->optimizer, sizeof st->optimizer, "%s", train_opt_name(tc->optimizer));
   R->saved_step = -1;
   if (!R->o->resume_dir)
     return tt_exec_init_params(&R->s->x, tc->seed, err) || train_init_from(R, err) ||
@@ -261,6 +277,7 @@ static int train_resume_or_init(train_run *R, tt_err *err) {
   if (tt_checkpoint_load(&R->s->x, R->resumed_from, 1, st, tt_warn_stderr, NULL, err) || train_resume_check(R, err) ||
       tt_dist_broadcast_params(&R->s->x, 0, err))
     return -1;
+  snprintf(st->optimizer, sizeof st->optimizer, "%s", train_opt_name(tc->optimizer));
   R->saved_step = st->step;
   tt_metrics_say(&R->mt, "resumed from %s at step %lld (epoch %d, image %lld of %lld)%s\n", R->resumed_from, st->step,
                  st->epoch + 1, st->images_in_epoch, (long long)R->steps_per_epoch * R->batch,

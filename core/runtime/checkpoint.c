@@ -97,12 +97,16 @@ int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_
                           "images_in_epoch", v[2], "loss_scale", v[3], "loss_scale_clean_steps", v[4],
                           "skipped_steps", v[5], "seed", v[6], "micro_batch", v[7], "accum_steps", v[8],
                           "loss_scale_growth_interval", v[9], "loss_scale_pending", v[10],
-                          "loss_scale_pending_scale", v[11], NULL, NULL, NULL};
+                          "loss_scale_pending_scale", v[11], NULL, NULL, NULL, NULL, NULL};
     tt_strbuf names;
     memset(&names, 0, sizeof names);
     if (st->classes && st->nclasses > 0) {
       tt_st_names_format(&names, st->classes, st->nclasses);
       meta[28] = TT_META_CLASSES, meta[29] = names.p;
+    }
+    if (with_state && st->optimizer[0]) {
+      int k = meta[28] ? 30 : 28;
+      meta[k] = "optimizer", meta[k + 1] = st->optimizer;
     }
     snprintf(path, sizeof path, "%s/%s", dir, with_state ? "state.safetensors" : "weights.safetensors");
     int rc = names.oom ? tt_fail(err, "%s: out of host memory writing the class names", dir)
@@ -228,6 +232,8 @@ static int ckpt_read_state(tt_st_file *f, const char *path, tt_ckpt_state *st, t
     return -1;
   st->epoch = (int)v[0], st->micro_batch = (int)v[1], st->accum_steps = (int)v[2];
   st->loss_scale.growth_interval = (int)v[3], st->loss_scale.clean_steps = (int)v[4];
+  const char *opt = tt_st_meta(f, "optimizer"); /* absent in older state files */
+  if (opt) snprintf(st->optimizer, sizeof st->optimizer, "%s", opt);
   if (ckpt_meta_position(f, path, st, err) || ckpt_meta_pending(f, path, st, err)) return -1;
   long long batch = (long long)st->micro_batch * st->accum_steps;
   if (st->images_in_epoch % batch)

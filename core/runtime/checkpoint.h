@@ -25,6 +25,7 @@ typedef struct tt_ckpt_state {
   tt_loss_scale loss_scale;
   unsigned long long seed;
   int micro_batch, accum_steps; /* the policy that wrote it (their product is the recipe's batch) */
+  char optimizer[16];        /* [train] optimizer ("sgd", "adam", "adamw"); "" when a state file has none (older) */
   /* The run's class names (the training set's; not owned): saved in both files' metadata under
    * TT_META_CLASSES. On loading a state file, when set and the file has names too, they must
    * be the same (an error naming the first difference); loading leaves these two fields. */
