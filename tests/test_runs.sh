@@ -7,6 +7,10 @@
 #                     a directory holding only metrics.jsonl (killed before its first checkpoint)
 #                     is reused by --out
 #   runs_resume_keys  --resume with another [train] seed or optimizer is refused naming both values
+#   runs_init_nan     --init with NaN weights is refused naming the tensor
+#   runs_init_dtype   --init with F64 weights says the dtype, not "no name matches"
+#   runs_neg_moment   a state file with a negative Adam second moment is refused naming the tensor
+#   runs_frozen       a recipe with every layer frozen warns at the start
 # Run from the repository root: bash tests/test_runs.sh; prints PASS/FAIL lines, exits 1 on a failure.
 cd "$(dirname "$0")/.." || exit 1
 TT=${TT:-./tinytrain}
@@ -46,6 +50,34 @@ size = 3
 out = 10
 EOR
 R="$TMP/r.recipe"
+
+# st_edit.py MODE IN OUT: nan (first value of c1.weight), f64 (every tensor), negv (first .opt_v value)
+cat >"$TMP/st_edit.py" <<'EOP'
+import json, struct, sys
+mode, src, dst = sys.argv[1:4]
+d = open(src, "rb").read()
+n = struct.unpack("<Q", d[:8])[0]
+h = json.loads(d[8:8 + n])
+body = bytearray(d[8 + n:])
+if mode == "f64":
+    out, off = bytearray(), 0
+    for k, t in h.items():
+        if k == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        vals = struct.unpack("<%df" % ((b - a) // 4), body[a:b])
+        t["dtype"], t["data_offsets"] = "F64", [len(out), len(out) + 8 * len(vals)]
+        out += struct.pack("<%dd" % len(vals), *vals)
+    body = out
+else:
+    name = "c1.weight" if mode == "nan" else next(k for k in h if k.endswith(".opt_v"))
+    a = h[name]["data_offsets"][0]
+    body[a:a + 4] = struct.pack("<f", float("nan") if mode == "nan" else -1.0)
+t = json.dumps(h, separators=(",", ":")).encode()
+t += b" " * (-len(t) % 8)
+open(dst, "wb").write(struct.pack("<Q", len(t)) + t + bytes(body))
+EOP
+ED="python3 $TMP/st_edit.py"
 
 run $O --max-steps 2 --out "$TMP/base" "$R"
 if [ "$RC" != 0 ]; then
@@ -126,4 +158,38 @@ run $O --max-steps 3 --resume "$TMP/rk" "$R"
 [ "$RC" = 0 ] || { fail runs_resume_keys "the same recipe no longer resumes: exit $RC: $ERR"; ok=0; }
 [ $ok = 1 ] && pass runs_resume_keys
 
+# ---- what --init and --resume load ----
+$ED nan "$TMP/base/weights.safetensors" "$TMP/nan.safetensors"
+run $O --max-steps 1 --init "$TMP/nan.safetensors" --out "$TMP/in" "$R"
+if [ "$RC" != 1 ] || ! grep -q "tensor 'c1.weight' holds 1 NaN or infinite" "$TMP/err"; then
+  fail runs_init_nan "exit $RC, want 1 naming c1.weight: $ERR"
+else
+  pass runs_init_nan
+fi
+$ED f64 "$TMP/base/weights.safetensors" "$TMP/f64.safetensors"
+run $O --max-steps 1 --init "$TMP/f64.safetensors" --out "$TMP/i64" "$R"
+if [ "$RC" != 1 ] || ! grep -q "dtype F64" "$TMP/err"; then
+  fail runs_init_dtype "exit $RC, want 1 saying the dtype F64: $ERR"
+else
+  pass runs_init_dtype
+fi
+cp -r "$TMP/base" "$TMP/nv"
+$ED negv "$TMP/base/state.safetensors" "$TMP/nv/state.safetensors"
+run $O --max-steps 3 --resume "$TMP/nv" "$R"
+if [ "$RC" != 1 ] || ! grep -q "tensor '.*\.opt_v' (Adam's second moment.*negative" "$TMP/err"; then
+  fail runs_neg_moment "exit $RC, want 1 naming the .opt_v tensor: $ERR"
+else
+  pass runs_neg_moment
+fi
+
+# ---- every layer frozen ----
+sed 's/^size = 3$/size = 3\nfreeze = true/; s/^out = 10$/out = 10\nfreeze = true/' "$R" >"$TMP/frozen.recipe"
+run $O --max-steps 1 --out "$TMP/fz" "$TMP/frozen.recipe"
+if ! grep -q "warning: every layer is frozen" "$TMP/err"; then
+  fail runs_frozen "no warning (exit $RC): $ERR"
+elif run $O --max-steps 1 --out "$TMP/nf" "$R" && grep -q "frozen" "$TMP/err"; then
+  fail runs_frozen "a recipe with trainable layers warns too: $ERR"
+else
+  pass runs_frozen
+fi
 exit $FAILED

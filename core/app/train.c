@@ -193,6 +193,15 @@ static int train_loop_setup(train_run *R, tt_err *err) {
   if (R->o->checkpoint_every && tt_parse_interval(R->o->checkpoint_every, &R->ckpt_steps, &R->ckpt_seconds))
     return tt_fail(err, "checkpoint_every '%.40s': expected optimizer steps (500), a wall time (30s, 10m, 1h) or 0",
                    R->o->checkpoint_every);
+  const tt_graph *g = R->s->x.g;
+  int trainable = 0;
+  for (int i = 0; i < g->nparams && !trainable; i++) trainable = g->params[i].trainable;
+  if (!trainable && R->rank == 0) {
+    char w[TT_PATH_MAX + 300];
+    snprintf(w, sizeof w, "%s: warning: every layer is frozen (freeze = true): training changes no weight, only "
+             "batch-norm running statistics; remove freeze from the layers to train", m->path);
+    tt_warn_stderr(NULL, w);
+  }
   R->mt.epochs = R->epochs, R->mt.steps_per_epoch = R->steps_per_epoch;
   R->mt.arena_bytes = R->s->x.arena_bytes;
   /* the arena is not zeroed: clear the loss/accuracy sums before the first step accumulates */

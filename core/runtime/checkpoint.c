@@ -278,6 +278,17 @@ static long long ckpt_nonfinite(const tt_st_tensor *t) {
   return bad;
 }
 
+/* Whether a tensor holds a negative value (Adam's second moment never does). */
+static int ckpt_negative(const tt_st_tensor *t) {
+  const char *p = (const char *)t->data;
+  for (size_t k = 0; k + 4 <= t->bytes; k += 4) {
+    float v;
+    memcpy(&v, p + k, 4);
+    if (v < 0.0f) return 1;
+  }
+  return 0;
+}
+
 int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_state *st, tt_warn_fn warn, void *ud,
                        tt_err *err) {
   tt_st_file *f = NULL;
@@ -296,6 +307,11 @@ int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_sta
         const tt_st_tensor *t = ckpt_check_tensor(f, file, nm, &g->params[i], g->model->path, err);
         if (!t) {
           rc = -1;
+          break;
+        }
+        if (pass == 0 && role == 3 && ckpt_negative(t)) {
+          rc = tt_fail(err, "%s: tensor '%s' (Adam's second moment, a mean of squares) holds negative values; " CKPT_FIX,
+                       file, nm);
           break;
         }
         if (pass == 0) {
