@@ -268,6 +268,56 @@ static int train_init_from(train_run *R, tt_err *err) {
   return rc;
 }
 
+/* FNV-1a, 64 bits. */
+static unsigned long long train_hash(unsigned long long h, const void *p, size_t n) {
+  const unsigned char *b = (const unsigned char *)p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ULL;
+  return h;
+}
+
+/* Under mpirun, before the first collective that depends on them: the ranks agree on what
+ * must be the same everywhere (a rank with another --max-steps or another data folder would
+ * otherwise hang the job, or train another run silently). Fails on every rank, naming the
+ * first rank and field that differ from rank 0's. */
+static int train_agree(train_run *R, tt_err *err) {
+  if (R->ranks <= 1) return 0;
+  const tt_run_opts *o = R->o;
+  const tt_model *m = &R->s->model;
+  unsigned long long h0 = 14695981039346656037ULL, recipe = h0, classes = h0, every = h0;
+  if (o->recipe_text) {
+    recipe = train_hash(h0, o->recipe_text, strlen(o->recipe_text));
+  } else if (o->recipe) {
+    void *text = NULL;
+    size_t n = 0;
+    if (tt_read_file(o->recipe, &text, &n, err)) return -1;
+    recipe = train_hash(h0, text, n);
+    free(text);
+  }
+  for (int c = 0; c < R->train_ds.classes; c++) {
+    const char *nm = R->train_ds.class_names && R->train_ds.class_names[c] ? R->train_ds.class_names[c] : "";
+    classes = train_hash(classes, nm, strlen(nm) + 1);
+  }
+  if (o->checkpoint_every) every = train_hash(h0, o->checkpoint_every, strlen(o->checkpoint_every));
+  const tt_dist_field f[] = {
+      {"the recipe's text", recipe, "the recipe files differ"},
+      {"--max-steps", (unsigned long long)o->max_steps, NULL},
+      {"--epochs (the run's epochs)", (unsigned long long)R->epochs, NULL},
+      {"the micro-batch (--micro-batch, --vram)", (unsigned long long)R->mb, NULL},
+      {"the accumulation steps", (unsigned long long)R->accum, NULL},
+      {"--precision", (unsigned long long)o->precision, NULL},
+      {"the precision planned (--vram)", (unsigned long long)R->s->sched.policy.act_dtype, NULL},
+      {"--recompute", (unsigned long long)o->recompute, NULL},
+      {"--vram", (unsigned long long)o->vram_bytes, NULL},
+      {"--checkpoint-every", every, "another interval"},
+      {"the number of training images", (unsigned long long)R->train_ds.n, NULL},
+      {"the number of test images", (unsigned long long)R->test_ds.n, NULL},
+      {"the class list", classes, "other class names"},
+      {"[train] seed", (unsigned long long)m->train.seed, NULL},
+      {"--resume's state step (-1: not resuming)", (unsigned long long)(o->resume_dir ? R->st.step : -1), NULL},
+  };
+  return tt_dist_agree(f, (int)(sizeof f / sizeof f[0]), err);
+}
+
 /* The starting state: the resumed run's checkpoint, or freshly initialised parameters. */
 static int train_resume_or_init(train_run *R, tt_err *err) {
   const tt_model *m = &R->s->model;
@@ -280,11 +330,11 @@ static int train_resume_or_init(train_run *R, tt_err *err) {
   snprintf(st->optimizer, sizeof st->optimizer, "%s", train_opt_name(tc->optimizer));
   R->saved_step = -1;
   if (!R->o->resume_dir)
-    return tt_exec_init_params(&R->s->x, tc->seed, err) || train_init_from(R, err) ||
+    return tt_exec_init_params(&R->s->x, tc->seed, err) || train_init_from(R, err) || train_agree(R, err) ||
                    tt_dist_broadcast_params(&R->s->x, 0, err) ? -1 : 0;
   snprintf(R->resumed_from, sizeof R->resumed_from, "%s/state.safetensors", R->o->resume_dir);
   if (tt_checkpoint_load(&R->s->x, R->resumed_from, 1, st, tt_warn_stderr, NULL, err) || train_resume_check(R, err) ||
-      tt_dist_broadcast_params(&R->s->x, 0, err))
+      train_agree(R, err) || tt_dist_broadcast_params(&R->s->x, 0, err))
     return -1;
   snprintf(st->optimizer, sizeof st->optimizer, "%s", train_opt_name(tc->optimizer));
   R->saved_step = st->step;
