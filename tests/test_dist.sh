@@ -17,6 +17,10 @@
 #   dist_plan       plan --ranks N plans one rank's share and says so; a batch that does not
 #                   divide among the ranks is refused
 #   dist_fail       a rank that fails (rank 0 refusing --out) ends the job with a line naming it
+#   dist_agree      ranks started with another --max-steps (mpirun's MPMD ':') end at once, every
+#                   rank failing with a line naming the rank and the field
+#   dist_watchdog   a rank stopped (SIGSTOP) mid-run: within TINYTRAIN_DIST_TIMEOUT seconds the
+#                   waiting rank names the collective and the rank, and the job ends
 #   dist_kill       a rank killed mid-run ends the job within seconds, mpirun's message names
 #                   the rank, and the last checkpoint loads (eval) and resumes
 # fp32, one thread per rank, the default CPU backend (oneDNN; bit-exact here: each rank computes
@@ -270,6 +274,55 @@ elif [ "$took" -gt 15 ]; then
   fail dist_fail "the job took ${took}s to end after rank 0 failed"
 else
   pass dist_fail
+fi
+
+# ---- the ranks agree on what must be the same, at the start ----
+t0=$(date +%s)
+timeout 120 mpirun -np 1 "$TT" $O --max-steps 3 --out "$TMP/agree" "$R" : -np 1 "$TT" $O --max-steps 4 --out "$TMP/agree" "$R" \
+  >"$TMP/out" 2>"$TMP/err"
+RC=$?
+took=$(($(date +%s) - t0))
+if [ "$RC" = 0 ] || [ "$RC" = 124 ]; then
+  fail dist_agree "ranks with --max-steps 3 and 4: mpirun exited $RC (want a failure before the timeout)"
+elif ! grep -q "^tinytrain: rank 1 of 2: --max-steps is 4 but 3 on rank 0" "$TMP/err"; then
+  fail dist_agree "no line naming rank 1 and --max-steps: $(tail -3 "$TMP/err")"
+elif [ "$took" -gt 15 ]; then
+  fail dist_agree "took ${took}s"
+else
+  pass dist_agree
+fi
+
+# ---- no collective waits forever: a stopped rank is named within the timeout ----
+rm -rf "$TMP/wd"
+TINYTRAIN_DIST_TIMEOUT=2 timeout 120 mpirun -np 2 -x TINYTRAIN_DIST_TIMEOUT "$TT" $O --micro-batch 2 --out "$TMP/wd" "$R" \
+  >"$TMP/wout" 2>"$TMP/werr" &
+MP=$!
+for i in $(seq 300); do [ -f "$TMP/wd/metrics.jsonl" ] && break; sleep 0.1; done
+sleep 0.5
+victim=
+for p in $(pgrep -P "$MP" -d ' ' ; pgrep -f "$TT" -d ' '); do
+  if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$'; then victim=$p; break; fi
+done
+if [ -z "$victim" ]; then
+  kill "$MP" 2>/dev/null
+  wait "$MP"
+  fail dist_watchdog "rank 1's process not found: $(tail -3 "$TMP/werr")"
+else
+  t0=$(date +%s)
+  kill -STOP "$victim"
+  wait "$MP"
+  rc=$?
+  took=$(($(date +%s) - t0))
+  kill -KILL "$victim" 2>/dev/null
+  if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then
+    fail dist_watchdog "mpirun exited $rc with rank 1 stopped (want a failure before the timeout)"
+  elif ! grep -q "rank 0 of 2: .* has waited [0-9]* s for rank 1, which stopped answering.*TINYTRAIN_DIST_TIMEOUT=2" "$TMP/werr"; then
+    fail dist_watchdog "no line naming rank 1 and the timeout: $(tail -4 "$TMP/werr")"
+  elif [ "$took" -gt 15 ]; then
+    fail dist_watchdog "the job took ${took}s to end with a 2 s timeout"
+  else
+    pass dist_watchdog
+  fi
 fi
 
 # ---- a rank killed mid-run ----

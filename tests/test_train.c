@@ -775,6 +775,22 @@ static void stderr_restore(int saved) {
   close(saved);
 }
 
+/* The C API refuses an empty or root run directory, for --out and --resume alike, before
+ * anything is written (issue 21: '' meant "/" once "/state.safetensors" was appended). */
+static void test_run_dir_refused(const char *recipe) {
+  static const char *const bad[4] = {"", "/", "//", "/tmp/.."};
+  char err[1500];
+  TT_TEST_BEGIN("run_dir_empty_or_root_refused");
+  for (int k = 0; k < 4; k++)
+    for (int resume = 0; resume < 2; resume++) {
+      int rc = train(recipe, resume ? NULL : bad[k], resume ? bad[k] : NULL, 1, 0, NULL, err, sizeof err);
+      TT_CHECK(rc != 0 && strstr(err, resume ? "--resume" : "--out") &&
+                   (strstr(err, "empty") || strstr(err, "root directory")),
+               "%s '%s': rc %d, err '%s'", resume ? "resume" : "out", bad[k], rc, err);
+    }
+  TT_TEST_END();
+}
+
 /* NaN weights are evaluated with a warning naming the file and the tensor; a state whose step
  * does not match its epoch and position resumes with a warning. */
 static void test_nan_weights(const char *recipe, const char *dA) {
@@ -1160,6 +1176,7 @@ int main(void) {
     test_nan_weights(recipe, dA);
     test_pending_evaluation(recipe, dA);
   }
+  test_run_dir_refused(recipe);
   test_policy_change(recipe_plain);
   test_metrics_cut(recipe);
   test_metrics_disk_full();

@@ -7,11 +7,13 @@
 #define _POSIX_C_SOURCE 200809L
 #endif
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -118,6 +120,7 @@ typedef struct train_run {
   tt_metrics mt;
   tt_ckpt_state st;              /* step, position and loss scale: what a checkpoint holds */
   char dir[TT_PATH_MAX];         /* the run directory */
+  int lock_fd;                   /* dir/.lock, flock'ed for the life of the run (rank 0); -1 none */
   char resumed_from[TT_PATH_MAX + 64]; /* the state file resumed from, for messages */
   int mb, accum, batch;          /* micro-batch, accumulation steps, effective batch (global: x ranks) */
   int rank, ranks;               /* this process and the processes (core/runtime/dist.h); only rank 0 writes */
@@ -190,10 +193,23 @@ static int train_loop_setup(train_run *R, tt_err *err) {
   if (R->o->checkpoint_every && tt_parse_interval(R->o->checkpoint_every, &R->ckpt_steps, &R->ckpt_seconds))
     return tt_fail(err, "checkpoint_every '%.40s': expected optimizer steps (500), a wall time (30s, 10m, 1h) or 0",
                    R->o->checkpoint_every);
+  const tt_graph *g = R->s->x.g;
+  int trainable = 0;
+  for (int i = 0; i < g->nparams && !trainable; i++) trainable = g->params[i].trainable;
+  if (!trainable && R->rank == 0) {
+    char w[TT_PATH_MAX + 300];
+    snprintf(w, sizeof w, "%s: warning: every layer is frozen (freeze = true): training changes no weight, only "
+             "batch-norm running statistics; remove freeze from the layers to train", m->path);
+    tt_warn_stderr(NULL, w);
+  }
   R->mt.epochs = R->epochs, R->mt.steps_per_epoch = R->steps_per_epoch;
   R->mt.arena_bytes = R->s->x.arena_bytes;
   /* the arena is not zeroed: clear the loss/accuracy sums before the first step accumulates */
   return tt_exec_stats(&R->s->x, NULL, 1, err);
+}
+
+static const char *train_opt_name(tt_opt_kind k) {
+  return k == TT_OPT_SGD ? "sgd" : k == TT_OPT_ADAM ? "adam" : k == TT_OPT_ADAMW ? "adamw" : "?";
 }
 
 /* A resumed state against this run: the effective batch, the position against the size of an
@@ -204,6 +220,17 @@ static int train_resume_check(train_run *R, tt_err *err) {
   tt_ckpt_state *st = &R->st;
   const char *path = R->resumed_from;
   long long per_epoch = (long long)R->steps_per_epoch * R->batch;
+  if (st->seed != m->train.seed)
+    return tt_fail(err, "%s: was written with [train] seed = %llu but %s has seed = %llu (the data order and dropout "
+                   "would change mid-run); set seed = %llu in the recipe to continue it, or start a new run from its "
+                   "weights with --init %s/weights.safetensors", path, st->seed, m->path, m->train.seed, st->seed,
+                   R->o->resume_dir);
+  const char *opt = train_opt_name(m->train.optimizer);
+  if (st->optimizer[0] && strcmp(st->optimizer, opt))
+    return tt_fail(err, "%s: was written with [train] optimizer = %s but %s has optimizer = %s (its optimizer state "
+                   "does not carry over); set optimizer = %s in the recipe to continue it, or start a new run from its "
+                   "weights with --init %s/weights.safetensors", path, st->optimizer, m->path, opt, st->optimizer,
+                   R->o->resume_dir);
   if (st->micro_batch * st->accum_steps != R->batch)
     return tt_fail(err, "%s: was written with effective batch %d but %s has batch %d", path,
                    st->micro_batch * st->accum_steps, m->path, R->batch);
@@ -241,6 +268,56 @@ static int train_init_from(train_run *R, tt_err *err) {
   return rc;
 }
 
+/* FNV-1a, 64 bits. */
+static unsigned long long train_hash(unsigned long long h, const void *p, size_t n) {
+  const unsigned char *b = (const unsigned char *)p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ULL;
+  return h;
+}
+
+/* Under mpirun, before the first collective that depends on them: the ranks agree on what
+ * must be the same everywhere (a rank with another --max-steps or another data folder would
+ * otherwise hang the job, or train another run silently). Fails on every rank, naming the
+ * first rank and field that differ from rank 0's. */
+static int train_agree(train_run *R, tt_err *err) {
+  if (R->ranks <= 1) return 0;
+  const tt_run_opts *o = R->o;
+  const tt_model *m = &R->s->model;
+  unsigned long long h0 = 14695981039346656037ULL, recipe = h0, classes = h0, every = h0;
+  if (o->recipe_text) {
+    recipe = train_hash(h0, o->recipe_text, strlen(o->recipe_text));
+  } else if (o->recipe) {
+    void *text = NULL;
+    size_t n = 0;
+    if (tt_read_file(o->recipe, &text, &n, err)) return -1;
+    recipe = train_hash(h0, text, n);
+    free(text);
+  }
+  for (int c = 0; c < R->train_ds.classes; c++) {
+    const char *nm = R->train_ds.class_names && R->train_ds.class_names[c] ? R->train_ds.class_names[c] : "";
+    classes = train_hash(classes, nm, strlen(nm) + 1);
+  }
+  if (o->checkpoint_every) every = train_hash(h0, o->checkpoint_every, strlen(o->checkpoint_every));
+  const tt_dist_field f[] = {
+      {"the recipe's text", recipe, "the recipe files differ"},
+      {"--max-steps", (unsigned long long)o->max_steps, NULL},
+      {"--epochs (the run's epochs)", (unsigned long long)R->epochs, NULL},
+      {"the micro-batch (--micro-batch, --vram)", (unsigned long long)R->mb, NULL},
+      {"the accumulation steps", (unsigned long long)R->accum, NULL},
+      {"--precision", (unsigned long long)o->precision, NULL},
+      {"the precision planned (--vram)", (unsigned long long)R->s->sched.policy.act_dtype, NULL},
+      {"--recompute", (unsigned long long)o->recompute, NULL},
+      {"--vram", (unsigned long long)o->vram_bytes, NULL},
+      {"--checkpoint-every", every, "another interval"},
+      {"the number of training images", (unsigned long long)R->train_ds.n, NULL},
+      {"the number of test images", (unsigned long long)R->test_ds.n, NULL},
+      {"the class list", classes, "other class names"},
+      {"[train] seed", (unsigned long long)m->train.seed, NULL},
+      {"--resume's state step (-1: not resuming)", (unsigned long long)(o->resume_dir ? R->st.step : -1), NULL},
+  };
+  return tt_dist_agree(f, (int)(sizeof f / sizeof f[0]), err);
+}
+
 /* The starting state: the resumed run's checkpoint, or freshly initialised parameters. */
 static int train_resume_or_init(train_run *R, tt_err *err) {
   const tt_model *m = &R->s->model;
@@ -250,14 +327,16 @@ static int train_resume_or_init(train_run *R, tt_err *err) {
   tt_loss_scale_init(&st->loss_scale, R->s->sched.policy.act_dtype == TT_F16);
   st->seed = tc->seed;
   st->classes = (const char *const *)R->train_ds.class_names, st->nclasses = R->train_ds.classes; /* saved, checked */
+  snprintf(st->optimizer, sizeof st->optimizer, "%s", train_opt_name(tc->optimizer));
   R->saved_step = -1;
   if (!R->o->resume_dir)
-    return tt_exec_init_params(&R->s->x, tc->seed, err) || train_init_from(R, err) ||
+    return tt_exec_init_params(&R->s->x, tc->seed, err) || train_init_from(R, err) || train_agree(R, err) ||
                    tt_dist_broadcast_params(&R->s->x, 0, err) ? -1 : 0;
   snprintf(R->resumed_from, sizeof R->resumed_from, "%s/state.safetensors", R->o->resume_dir);
   if (tt_checkpoint_load(&R->s->x, R->resumed_from, 1, st, tt_warn_stderr, NULL, err) || train_resume_check(R, err) ||
-      tt_dist_broadcast_params(&R->s->x, 0, err))
+      train_agree(R, err) || tt_dist_broadcast_params(&R->s->x, 0, err))
     return -1;
+  snprintf(st->optimizer, sizeof st->optimizer, "%s", train_opt_name(tc->optimizer));
   R->saved_step = st->step;
   tt_metrics_say(&R->mt, "resumed from %s at step %lld (epoch %d, image %lld of %lld)%s\n", R->resumed_from, st->step,
                  st->epoch + 1, st->images_in_epoch, (long long)R->steps_per_epoch * R->batch,
@@ -265,15 +344,11 @@ static int train_resume_or_init(train_run *R, tt_err *err) {
   return 0;
 }
 
-/* The file that shows dir holds a run, or NULL. */
-static const char *train_holds_run(const char *dir) {
-  static const char *const names[3] = {"state.safetensors", "weights.safetensors", "metrics.jsonl"};
+/* Whether dir holds file name. */
+static int train_dir_has(const char *dir, const char *name) {
   char p[TT_PATH_MAX + 64];
-  for (int i = 0; i < 3; i++) {
-    snprintf(p, sizeof p, "%s/%s", dir, names[i]);
-    if (access(p, F_OK) == 0) return names[i];
-  }
-  return NULL;
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  return access(p, F_OK) == 0;
 }
 
 static int train_same_dir(const char *a, const char *b) {
@@ -310,6 +385,49 @@ static void train_remove_stale(train_run *R) {
   }
 }
 
+/* --out '' or --resume '' would mean the current directory or "/" once "/state.safetensors" is
+ * appended; "/" itself is no run directory either. */
+static int train_check_dir(const char *opt, const char *dir, tt_err *err) {
+  struct stat a, b;
+  if (!dir) return 0;
+  if (!dir[0]) return tt_fail(err, "%s '': the run directory is empty; name a directory (e.g. %s runs/mine)", opt, opt);
+  int root = 1;
+  for (const char *c = dir; *c && root; c++) root = *c == '/';
+  if (!root && stat(dir, &a) == 0 && stat("/", &b) == 0) root = a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+  if (root) return tt_fail(err, "%s %s: is the root directory; name a directory of its own for the run (e.g. %s runs/mine)",
+                           opt, dir, opt);
+  return 0;
+}
+
+/* dir/.lock, flock'ed for the life of the run and holding this process's id: a second run on
+ * the same directory is refused, naming the process that holds it. The lock goes with the
+ * process (a killed run leaves the file, not the lock). */
+static int train_lock(train_run *R, tt_err *err) {
+  char p[TT_PATH_MAX + 16], held[32] = "";
+  snprintf(p, sizeof p, "%s/.lock", R->dir);
+  int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return tt_fail(err, "%s: cannot create the run's lock file (%s); check the directory's permissions", p, strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    ssize_t n = pread(fd, held, sizeof held - 1, 0);
+    held[n > 0 ? n : 0] = 0;
+    held[strcspn(held, "\n")] = 0;
+    close(fd);
+    if (e == EWOULDBLOCK)
+      return tt_fail(err, "%s: another run is using this directory (process %s holds %s); wait for it to end or stop "
+                     "it, or choose another --out", R->dir, held[0] ? held : "unknown", p);
+    return tt_fail(err, "%s: cannot lock (%s)", p, strerror(e));
+  }
+  char pid[32];
+  int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+    close(fd);
+    return tt_fail(err, "%s: cannot write the process id (%s)", p, strerror(errno));
+  }
+  R->lock_fd = fd;
+  return 0;
+}
+
 /* The run directory: --out, else the resumed run's own directory, else a fresh runs/<name>.
  * Made only now, after every check of the resume, so that a refused run leaves no directory
  * behind and a refused resume leaves metrics.jsonl as it was. */
@@ -318,14 +436,24 @@ static int train_run_dir(train_run *R, tt_err *err) {
   if (R->rank) return 0; /* rank 0 writes the run directory */
   if (o->out_dir) {
     snprintf(R->dir, sizeof R->dir, "%s", o->out_dir);
-    const char *held = train_holds_run(R->dir);
-    if (held && !(o->resume_dir && train_same_dir(o->out_dir, o->resume_dir)))
-      return tt_fail(err, "%s: holds an earlier run (%s); continue it with --resume %s, or choose another --out, or "
-                     "remove it first", R->dir, held, R->dir);
-    if (tt_mkdirs(R->dir, err)) return -1;
+    int existed = access(R->dir, F_OK) == 0;
+    if (tt_mkdirs(R->dir, err) || train_lock(R, err)) return -1; /* the lock first: a run in progress is named */
+    int same = o->resume_dir && train_same_dir(o->out_dir, o->resume_dir);
+    if (!same && train_dir_has(R->dir, "state.safetensors"))
+      return tt_fail(err, "%s: holds an earlier run (state.safetensors); continue it with --resume %s, or choose "
+                     "another --out, or remove it first", R->dir, R->dir);
+    /* the state file is written before the weights: weights without one are not a run of this
+     * version that can be continued */
+    if (!same && train_dir_has(R->dir, "weights.safetensors"))
+      return tt_fail(err, "%s: holds weights.safetensors but no state.safetensors, so it cannot be resumed; start from "
+                     "them with --init %s/weights.safetensors and another --out, or remove them first", R->dir, R->dir);
+    if (!same && existed && train_dir_has(R->dir, "metrics.jsonl"))
+      tt_metrics_say(&R->mt, "%s: holds a run stopped before its first checkpoint (metrics.jsonl, no state): "
+                     "starting it afresh there\n", R->dir);
   } else if (o->resume_dir) {
     snprintf(R->dir, sizeof R->dir, "%s", o->resume_dir);
-  } else if (train_fresh_dir(R, err)) {
+    if (train_lock(R, err)) return -1;
+  } else if (train_fresh_dir(R, err) || train_lock(R, err)) {
     return -1;
   }
   train_remove_stale(R);
@@ -507,6 +635,7 @@ static void train_dist_summary(const train_run *R, double seconds) {
 
 static int train_body(train_run *R, tt_err *err) {
   tt_run_opts *o = R->o;
+  if (train_check_dir("--out", o->out_dir, err) || train_check_dir("--resume", o->resume_dir, err)) return -1;
   if (train_open(R, err)) return -1;
   if (train_data(R, err) || train_loop_setup(R, err) || train_resume_or_init(R, err) || train_run_dir(R, err)) return -1;
   int stopped = o->max_steps > 0 && R->st.step >= o->max_steps; /* resumed at the limit already: no step */
@@ -540,6 +669,7 @@ int tt_train(tt_run_opts *o, char *errbuf, size_t errsize) {
   train_run R;
   memset(&R, 0, sizeof R);
   R.o = o;
+  R.lock_fd = -1;
   R.final_loss = R.final_acc = NAN;
   o->stop_signal = 0;
   tt_metrics_init(&R.mt, o->out ? o->out : stdout, o->quiet, o->progress);
@@ -554,6 +684,7 @@ int tt_train(tt_run_opts *o, char *errbuf, size_t errsize) {
   tt_dataset_free(&R.test_ds);
   tt_dist_buckets_destroy(R.bk);
   if (R.s) tt_session_close(R.s);
+  if (R.lock_fd >= 0) close(R.lock_fd); /* releases the lock */
   if (rc && errbuf) snprintf(errbuf, errsize, "%s", err.msg[0] ? err.msg : "unknown error");
   return rc;
 }

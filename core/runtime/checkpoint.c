@@ -70,7 +70,9 @@ static int ckpt_collect(tt_exec *x, int with_state, tt_st_tensor **out_t, float 
 
 int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_err *err) {
   char path[TT_PATH_MAX + 64];
-  for (int with_state = 0; with_state <= 1; with_state++) {
+  /* the state file first: a run killed between the two leaves a state to resume from (and the
+   * weights of the checkpoint before, or none), never weights without a state */
+  for (int with_state = 1; with_state >= 0; with_state--) {
     tt_st_tensor *t;
     float *data;
     int n;
@@ -95,12 +97,16 @@ int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_
                           "images_in_epoch", v[2], "loss_scale", v[3], "loss_scale_clean_steps", v[4],
                           "skipped_steps", v[5], "seed", v[6], "micro_batch", v[7], "accum_steps", v[8],
                           "loss_scale_growth_interval", v[9], "loss_scale_pending", v[10],
-                          "loss_scale_pending_scale", v[11], NULL, NULL, NULL};
+                          "loss_scale_pending_scale", v[11], NULL, NULL, NULL, NULL, NULL};
     tt_strbuf names;
     memset(&names, 0, sizeof names);
     if (st->classes && st->nclasses > 0) {
       tt_st_names_format(&names, st->classes, st->nclasses);
       meta[28] = TT_META_CLASSES, meta[29] = names.p;
+    }
+    if (with_state && st->optimizer[0]) {
+      int k = meta[28] ? 30 : 28;
+      meta[k] = "optimizer", meta[k + 1] = st->optimizer;
     }
     snprintf(path, sizeof path, "%s/%s", dir, with_state ? "state.safetensors" : "weights.safetensors");
     int rc = names.oom ? tt_fail(err, "%s: out of host memory writing the class names", dir)
@@ -226,6 +232,8 @@ static int ckpt_read_state(tt_st_file *f, const char *path, tt_ckpt_state *st, t
     return -1;
   st->epoch = (int)v[0], st->micro_batch = (int)v[1], st->accum_steps = (int)v[2];
   st->loss_scale.growth_interval = (int)v[3], st->loss_scale.clean_steps = (int)v[4];
+  const char *opt = tt_st_meta(f, "optimizer"); /* absent in older state files */
+  if (opt) snprintf(st->optimizer, sizeof st->optimizer, "%s", opt);
   if (ckpt_meta_position(f, path, st, err) || ckpt_meta_pending(f, path, st, err)) return -1;
   long long batch = (long long)st->micro_batch * st->accum_steps;
   if (st->images_in_epoch % batch)
@@ -270,6 +278,17 @@ static long long ckpt_nonfinite(const tt_st_tensor *t) {
   return bad;
 }
 
+/* Whether a tensor holds a negative value (Adam's second moment never does). */
+static int ckpt_negative(const tt_st_tensor *t) {
+  const char *p = (const char *)t->data;
+  for (size_t k = 0; k + 4 <= t->bytes; k += 4) {
+    float v;
+    memcpy(&v, p + k, 4);
+    if (v < 0.0f) return 1;
+  }
+  return 0;
+}
+
 int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_state *st, tt_warn_fn warn, void *ud,
                        tt_err *err) {
   tt_st_file *f = NULL;
@@ -288,6 +307,11 @@ int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_sta
         const tt_st_tensor *t = ckpt_check_tensor(f, file, nm, &g->params[i], g->model->path, err);
         if (!t) {
           rc = -1;
+          break;
+        }
+        if (pass == 0 && role == 3 && ckpt_negative(t)) {
+          rc = tt_fail(err, "%s: tensor '%s' (Adam's second moment, a mean of squares) holds negative values; " CKPT_FIX,
+                       file, nm);
           break;
         }
         if (pass == 0) {

@@ -25,6 +25,7 @@ typedef struct tt_ckpt_state {
   tt_loss_scale loss_scale;
   unsigned long long seed;
   int micro_batch, accum_steps; /* the policy that wrote it (their product is the recipe's batch) */
+  char optimizer[16];        /* [train] optimizer ("sgd", "adam", "adamw"); "" when a state file has none (older) */
   /* The run's class names (the training set's; not owned): saved in both files' metadata under
    * TT_META_CLASSES. On loading a state file, when set and the file has names too, they must
    * be the same (an error naming the first difference); loading leaves these two fields. */
@@ -40,7 +41,8 @@ int tt_checkpoint_save_weights(tt_exec *x, const char *path, const char *const *
 /* Loads parameters (and with_state: optimizer state and counters into st) from a file. The
  * counters are checked first (each present, an integer, in its range: a message names the file
  * and the key), then every tensor (a missing or mismatched one is an error naming it); nothing
- * is changed before all of it passed. NaN or infinite values are loaded, with one warning
+ * is changed before all of it passed. A state file whose Adam second moment (.opt_v) holds a
+ * negative value is refused, naming the tensor. NaN or infinite values are loaded, with one warning
  * through warn (may be NULL) naming the file and the first such tensor. Older state files
  * that count the position in micro-batches ('batch_in_epoch') are read and converted. */
 int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_state *st, tt_warn_fn warn, void *ud,

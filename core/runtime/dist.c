@@ -6,9 +6,12 @@
  * call. A process that dies is mpirun's to report: it ends the whole job. */
 #include "dist.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -31,6 +34,56 @@ typedef struct dist_state {
 
 /* Process-wide, like MPI itself. */
 static dist_state dist_g = {0, 0, 0, 1, 0, 1, 0.0};
+
+/* ---- the watchdog: no collective waits forever ----
+ * Every collective this file enters on the host records when it began and what it is; a
+ * thread started with MPI looks once a second and, when one has waited longer than
+ * TINYTRAIN_DIST_TIMEOUT seconds (default 300; 0 turns it off), prints a line naming this
+ * rank, the collective and the rank(s) that did not answer, and ends this process: mpirun then
+ * ends the job. The thread never calls MPI (MPI_THREAD_FUNNELED). */
+static double dist_wait_since;       /* tt_now() when the collective in progress began; 0 none */
+static const char *dist_wait_what;   /* its name */
+static double dist_timeout = 300.0;
+
+static void dist_wait_begin(const char *what) {
+  __atomic_store_n(&dist_wait_what, what, __ATOMIC_RELAXED);
+  double t = tt_now();
+  __atomic_store(&dist_wait_since, &t, __ATOMIC_RELEASE);
+}
+
+static void dist_wait_end(void) {
+  double z = 0.0;
+  __atomic_store(&dist_wait_since, &z, __ATOMIC_RELEASE);
+}
+
+double tt_dist_timeout(void) {
+  const char *v = getenv("TINYTRAIN_DIST_TIMEOUT");
+  char *end;
+  if (!v || !*v) return 300.0;
+  double t = strtod(v, &end);
+  return *end || t < 0 ? -1.0 : t;
+}
+
+static void *dist_watchdog(void *arg) {
+  (void)arg;
+  for (;;) {
+    struct timespec ts = {0, 200000000};
+    nanosleep(&ts, NULL);
+    double since;
+    __atomic_load(&dist_wait_since, &since, __ATOMIC_ACQUIRE);
+    if (since <= 0.0 || tt_now() - since < dist_timeout) continue;
+    const char *what = __atomic_load_n(&dist_wait_what, __ATOMIC_RELAXED);
+    char who[64];
+    if (dist_g.size == 2) snprintf(who, sizeof who, "rank %d", 1 - dist_g.rank);
+    else snprintf(who, sizeof who, "one of the other %d ranks", dist_g.size - 1);
+    fprintf(stderr, "tinytrain: rank %d of %d: %s has waited %.0f s for %s, which stopped answering (hung, stopped "
+            "or on another path); ending the job. TINYTRAIN_DIST_TIMEOUT=%g sets the limit in seconds (0: none)\n",
+            dist_g.rank, dist_g.size, what ? what : "a collective", tt_now() - since, who, dist_timeout);
+    fflush(stderr);
+    _exit(1);
+  }
+  return NULL;
+}
 
 int tt_dist_rank(void) { return dist_g.rank; }
 int tt_dist_size(void) { return dist_g.size; }
@@ -75,8 +128,30 @@ static int dist_mpi_init(tt_err *err) {
   DIST_MPI(err, MPI_Comm_rank(local, &dist_g.local_rank));
   DIST_MPI(err, MPI_Comm_size(local, &dist_g.local_size));
   DIST_MPI(err, MPI_Comm_free(&local));
+  dist_timeout = tt_dist_timeout();
+  if (dist_timeout < 0)
+    return tt_fail(err, "TINYTRAIN_DIST_TIMEOUT='%.40s': expected seconds (a number, 0 for no limit)",
+                   getenv("TINYTRAIN_DIST_TIMEOUT"));
+  if (dist_g.size > 1 && dist_timeout > 0) {
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &a, dist_watchdog, NULL);
+    pthread_attr_destroy(&a);
+    if (rc) return tt_fail(err, "rank %d: cannot start the collective watchdog thread", dist_g.rank);
+  }
   return 0;
 }
+
+/* A collective under the watchdog: its name while it runs. */
+#define DIST_MPI_WAIT(err, what, call) \
+  do {                                 \
+    dist_wait_begin(what);             \
+    int dist_wrc_ = (call);            \
+    dist_wait_end();                   \
+    if (dist_wrc_ != MPI_SUCCESS) return dist_mpi_fail((err), dist_wrc_, #call); \
+  } while (0)
 #endif
 
 int tt_dist_init(tt_err *err) {
@@ -146,7 +221,7 @@ static int dist_bcast(tt_exec *x, const tt_program *p, int buf, tt_err *err) {
   }
 #endif
 #ifdef TT_HAVE_MPI
-  DIST_MPI(err, MPI_Bcast(ptr, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD));
+  DIST_MPI_WAIT(err, "the broadcast of the parameters", MPI_Bcast(ptr, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD));
   return 0;
 #else
   (void)ptr, (void)count;
@@ -184,7 +259,37 @@ int tt_dist_broadcast_params(tt_exec *x, int stats_only, tt_err *err) {
 int tt_dist_sum(double *v, int n, tt_err *err) {
   if (dist_g.size <= 1) return 0;
 #ifdef TT_HAVE_MPI
-  DIST_MPI(err, MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  DIST_MPI_WAIT(err, "the sum of the loss and accuracy (MPI_Allreduce)", MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+#endif
+  return 0;
+}
+
+int tt_dist_agree(const tt_dist_field *f, int n, tt_err *err) {
+  if (dist_g.size <= 1 || n <= 0) return 0;
+#ifdef TT_HAVE_MPI
+  unsigned long long *all = (unsigned long long *)tt_malloc(sizeof *all * (size_t)n * (size_t)dist_g.size, "rank check", err);
+  unsigned long long *mine = (unsigned long long *)tt_malloc(sizeof *mine * (size_t)n, "rank check", err);
+  if (!all || !mine) return free(all), free(mine), -1;
+  for (int i = 0; i < n; i++) mine[i] = f[i].value;
+  dist_wait_begin("the check that the ranks agree (MPI_Allgather)");
+  int rc = MPI_Allgather(mine, n, MPI_UNSIGNED_LONG_LONG, all, n, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD);
+  dist_wait_end();
+  free(mine);
+  if (rc != MPI_SUCCESS) return free(all), dist_mpi_fail(err, rc, "MPI_Allgather");
+  for (int r = 1; r < dist_g.size; r++)
+    for (int i = 0; i < n; i++) {
+      unsigned long long a = all[i], b = all[(size_t)r * (size_t)n + (size_t)i];
+      if (a == b) continue;
+      free(all);
+      if (f[i].hash)
+        return tt_fail(err, "rank %d of %d: %s differs from rank 0's (%s); every rank must be started with the same "
+                       "recipe, options and data", r, dist_g.size, f[i].name, f[i].hash);
+      return tt_fail(err, "rank %d of %d: %s is %lld but %lld on rank 0; every rank must be started with the same "
+                     "recipe, options and data", r, dist_g.size, f[i].name, (long long)b, (long long)a);
+    }
+  free(all);
+#else
+  (void)f, (void)err;
 #endif
   return 0;
 }
@@ -192,7 +297,7 @@ int tt_dist_sum(double *v, int n, tt_err *err) {
 int tt_dist_max(int *v, tt_err *err) {
   if (dist_g.size <= 1) return 0;
 #ifdef TT_HAVE_MPI
-  DIST_MPI(err, MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  DIST_MPI_WAIT(err, "the step-end exchange (MPI_Allreduce)", MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
 #endif
   return 0;
 }
@@ -207,7 +312,7 @@ int tt_dist_cuda_attach(tt_backend *be, size_t *reserve, tt_err *err) {
   memset(id, 0, sizeof id);
   if (dist_g.rank == 0 && tt_cuda_nccl_id(be, id)) return tt_fail(err, "rank 0: %s", be->last_error(be));
 #ifdef TT_HAVE_MPI
-  DIST_MPI(err, MPI_Bcast(id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
+  DIST_MPI_WAIT(err, "the NCCL id broadcast", MPI_Bcast(id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
 #endif
   if (tt_cuda_nccl_init(be, id, dist_g.size, dist_g.rank, &taken))
     return tt_fail(err, "rank %d: %s", dist_g.rank, be->last_error(be));
@@ -392,7 +497,7 @@ int tt_dist_allreduce_end(tt_dist_buckets *d, tt_err *err) {
     return tt_fail(err, "rank %d: the gradient all-reduce failed: %s", dist_g.rank, d->x->be->last_error(d->x->be));
 #endif
 #ifdef TT_HAVE_MPI
-  if (!d->cuda && d->n > 0) DIST_MPI(err, MPI_Waitall(d->n, d->req, MPI_STATUSES_IGNORE));
+  if (!d->cuda && d->n > 0) DIST_MPI_WAIT(err, "the gradient all-reduce", MPI_Waitall(d->n, d->req, MPI_STATUSES_IGNORE));
 #endif
   dist_g.allreduce_seconds += tt_now() - t0;
   return 0;

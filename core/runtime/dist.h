@@ -59,6 +59,22 @@ int tt_dist_broadcast_params(tt_exec *x, int stats_only, tt_err *err);
 int tt_dist_sum(double *v, int n, tt_err *err);
 int tt_dist_max(int *v, tt_err *err);
 
+/* What the ranks must agree on, checked once at the start (tt_dist_agree): each a name for
+ * the message and a value (a number, or a hash: then `hash` says of what, e.g. "the recipe's
+ * text"). Every rank calls it with the same fields in the same order; when any rank's value
+ * differs from rank 0's, every rank fails with the same message naming the first such rank and
+ * field. */
+typedef struct tt_dist_field {
+  const char *name;
+  unsigned long long value;
+  const char *hash; /* NULL: value is a number, printed */
+} tt_dist_field;
+int tt_dist_agree(const tt_dist_field *f, int n, tt_err *err);
+/* The watchdog's limit: seconds a host collective may wait for the other ranks before this
+ * rank prints a line naming the collective and the rank(s) it waited for and ends (mpirun then
+ * ends the job). TINYTRAIN_DIST_TIMEOUT, default 300, 0 none; -1 when it is not a number. */
+double tt_dist_timeout(void);
+
 /* Seconds spent in the gradient all-reduce (waiting for the slowest rank included) and bytes
  * all-reduced per optimizer step, since the process started. */
 double tt_dist_allreduce_seconds(void);

@@ -3,6 +3,7 @@
  * their fresh initialisation (a classifier of another class count among them), and what was
  * loaded, skipped and freshly initialised is reported. W may be tinytrain's weights or a PyTorch
  * state dict saved as safetensors (torchvision's names where the recipe uses them). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,8 +88,21 @@ int tt_finetune_load(tt_exec *x, const char *file, tt_strbuf *report, int *loade
     free(buf);
     if (!(buf = (float *)tt_malloc(p->numel * sizeof(float), "pretrained tensor", err))) goto done;
     ft_convert(t, buf, p->numel);
+    size_t bad = 0;
+    for (size_t k = 0; k < p->numel; k++) bad += !isfinite(buf[k]);
+    if (bad) {
+      tt_fail(err, "%s: tensor '%s' holds %zu NaN or infinite values of %zu; training cannot start from them (was it "
+              "saved from a run that diverged?): use other weights, or an earlier checkpoint of that run", file,
+              p->name, bad, (size_t)p->numel);
+      goto done;
+    }
     if (tt_exec_param_set(x, i, 0, buf, err)) goto done;
     loaded++;
+  }
+  if (!loaded && nskip) {
+    tt_fail(err, "%s: no tensor could be loaded: %d match a parameter of the recipe by name but not in shape or dtype: %s",
+            file, nskip, skipped.oom ? "(out of memory)" : skipped.p);
+    goto done;
   }
   if (!loaded) {
     tt_fail(err, "%s: no tensor matches a parameter of the recipe by name and shape (its layers are named like '%s'); "
