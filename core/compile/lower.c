@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dispatch.h"
 #include "program.h"
 
 typedef struct lower_ctx {
@@ -146,81 +147,8 @@ static void lower_args(const lower_ctx *c, const tt_node *n, tt_op_args *a) {
   }
 }
 
-static tt_op_desc *lower_op(tt_op_desc *ops, int *n, tt_op_kind kind, tt_dtype dt) {
-  tt_op_desc *o = &ops[(*n)++];
-  memset(o, 0, sizeof *o);
-  o->kind = kind, o->dt = dt;
-  return o;
-}
-
-int tt_step_backend_ops(const tt_program *p, const tt_step *s, int batch, tt_op_desc ops[TT_STEP_MAX_OPS]) {
-  tt_dtype dt = p->policy.act_dtype;
-  const tt_op_args *a = &s->a;
-  tt_op_desc *o;
-  int n = 0, bwd = s->op == TT_S_BWD;
-  if (s->op != TT_S_FWD && !bwd) return 0;
-  switch (s->kind) {
-    case TT_L_CONV:
-      if (!bwd) {
-        o = lower_op(ops, &n, TT_OP_CONV_FWD, dt);
-        o->bias = s->in[TT_FWD_B] >= 0;
-        o->u.conv = a->conv, o->u.conv.n = batch;
-        break;
-      }
-      o = lower_op(ops, &n, TT_OP_CONV_BWD_FILTER, dt);
-      o->bias = s->out[TT_BWD_DB] >= 0;
-      o->u.conv = a->conv, o->u.conv.n = batch;
-      if (s->out[TT_BWD_DX] >= 0) {
-        o = lower_op(ops, &n, TT_OP_CONV_BWD_DATA, dt);
-        o->accumulate = s->out_beta[TT_BWD_DX];
-        o->u.conv = a->conv, o->u.conv.n = batch;
-      }
-      break;
-    case TT_L_LINEAR:
-      if (!bwd) {
-        o = lower_op(ops, &n, TT_OP_LINEAR_FWD, dt);
-        o->bias = s->in[TT_FWD_B] >= 0;
-        o->u.linear.n = batch, o->u.linear.in = a->linear.in, o->u.linear.out = a->linear.out;
-        break;
-      }
-      o = lower_op(ops, &n, TT_OP_LINEAR_BWD_FILTER, dt);
-      o->bias = s->out[TT_BWD_DB] >= 0;
-      o->u.linear.n = batch, o->u.linear.in = a->linear.in, o->u.linear.out = a->linear.out;
-      if (s->out[TT_BWD_DX] >= 0) {
-        o = lower_op(ops, &n, TT_OP_LINEAR_BWD_DATA, dt);
-        o->accumulate = s->out_beta[TT_BWD_DX];
-        o->u.linear.n = batch, o->u.linear.in = a->linear.in, o->u.linear.out = a->linear.out;
-      }
-      break;
-    case TT_L_BN:
-      o = lower_op(ops, &n, bwd ? TT_OP_BN_BWD : ((s->flags & TT_SF_EVAL) ? TT_OP_BN_FWD_INFER : TT_OP_BN_FWD_TRAIN), dt);
-      if (bwd) o->accumulate = s->out_beta[TT_BWD_DX];
-      o->u.bn.n = batch, o->u.bn.c = a->bn.c, o->u.bn.hw = a->bn.hw, o->u.bn.eps = a->bn.eps;
-      break;
-    case TT_L_RELU:
-    case TT_L_RELU6:
-    case TT_L_SILU:
-      if (bwd && s->out[TT_BWD_DX] < 0) break;
-      o = lower_op(ops, &n, bwd ? TT_OP_ACT_BWD : TT_OP_ACT_FWD, dt);
-      if (bwd) o->accumulate = s->out_beta[TT_BWD_DX];
-      o->u.act.act = s->kind == TT_L_RELU ? TT_ACT_RELU : (s->kind == TT_L_RELU6 ? TT_ACT_RELU6 : TT_ACT_SILU);
-      o->u.act.count = (size_t)batch * a->eltwise.numel;
-      break;
-    case TT_L_MAXPOOL:
-    case TT_L_AVGPOOL:
-      if (bwd && s->out[TT_BWD_DX] < 0) break;
-      o = lower_op(ops, &n, bwd ? TT_OP_POOL_BWD : TT_OP_POOL_FWD, dt);
-      if (bwd) o->accumulate = s->out_beta[TT_BWD_DX];
-      o->pool_mode = s->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG;
-      o->u.pool = a->pool, o->u.pool.n = batch;
-      break;
-    default: /* add, concat, gap, dropout: plain loops in every backend, no workspace */
-      break;
-  }
-  return n;
-}
-
-/* The step's workspace buffer (the largest any of its backend calls asks for), or none. A
+/* The step's workspace buffer (the largest any of its backend calls asks for, the calls being
+ * those the executor will make: dispatch.h), or none. A
  * failed query (TT_WS_ERROR) is an error naming the layer: planning it as 0 bytes would fail at
  * run time. */
 static int lower_ws(lower_ctx *c, tt_step *s) {

@@ -163,15 +163,8 @@ typedef struct tt_program {
  * bytes: the plan is too large to exist, which a search may treat as "does not fit". */
 #define TT_ERR_TOO_LARGE (-2)
 
-/* The backend calls step s makes when run at `batch` samples (forward and backward steps of
- * conv, linear, batch norm, activations and pooling; none for the rest), into ops; returns
- * their count. Lowering sizes each step's workspace from them and the executor prepares them,
- * so the two always agree on what a step asks of the backend. */
-#define TT_STEP_MAX_OPS 2
-int tt_step_backend_ops(const tt_program *p, const tt_step *s, int batch, tt_op_desc ops[TT_STEP_MAX_OPS]);
-
 /* Differentiates and lowers graph g under pol into p. The workspace of each step is sized by
- * the backend's op_workspace for the calls tt_step_backend_ops lists; a failed query is an error
+ * the backend's op_workspace for the calls tt_step_backend_ops (dispatch.h) lists; a failed query is an error
  * naming the layer; every buffer is aligned to be->align. */
 int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err);
 /* Plans the program's buffers: persistent ones packed first, transient ones by tt_arena_plan. */

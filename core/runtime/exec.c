@@ -1,5 +1,9 @@
-/* core/runtime/exec.c — the execute stage: walks a Program's steps and calls the backend. */
+/* core/runtime/exec.c — the execute stage: walks a Program's steps and calls the backend. A
+ * layer's forward and backward steps make the calls core/compile/dispatch.h lists, the list
+ * lowering sized their workspaces from and exec_prepare hands the backend. */
 #include "exec.h"
+
+#include "../compile/dispatch.h"
 
 #include "../../kernels/kernel_math.h"
 
@@ -167,146 +171,88 @@ static uint64_t exec_dropout_seed(const exec_run *r, int node) {
   return tt_hash64(tt_hash64(r->x->seed, r->step), (mi << 32) | (uint64_t)node);
 }
 
-static tt_act exec_act(tt_layer_kind k) {
-  return k == TT_L_RELU ? TT_ACT_RELU : (k == TT_L_RELU6 ? TT_ACT_RELU6 : TT_ACT_SILU);
-}
-
-static int exec_fwd(exec_run *r, const tt_step *s, tt_err *err) {
+/* Runs one backend call of step s (dispatch.h): its buffers, its shape at r->batch. */
+static int exec_call(exec_run *r, const tt_step *s, const tt_call *c, tt_err *err) {
   tt_backend *be = r->x->be;
-  const tt_op_args *a = &s->a;
-  tt_dtype dt = r->p->policy.act_dtype;
-  int N = r->batch;
-  void *y = EXEC_P(s->out[TT_FWD_Y]);                 /* [N, ...] in dt */
-  const void *xp = EXEC_P(s->in[TT_FWD_X]);           /* [N, ...] in dt */
+  const tt_op_desc *o = &c->op;
+  tt_dtype dt = o->dt;
+  void *in[5], *out[3];
+  for (int k = 0; k < 5; k++) in[k] = EXEC_P(c->in[k]);
+  for (int k = 0; k < 3; k++) out[k] = EXEC_P(c->out[k]);
+  float *g1 = (float *)out[1], *g2 = (float *)out[2]; /* bn: dgamma, dbeta; fp32 [c] */
+  float bp = r->micro_index > 0 ? 1.0f : 0.0f; /* parameter gradients accumulate over micro-steps */
   void *ws = EXEC_P(s->ws);
   size_t wsb = s->ws >= 0 ? r->p->bufs[s->ws].bytes : 0;
-  switch (s->kind) {
-    case TT_L_CONV: {
-      tt_conv_desc d = a->conv;
-      d.n = N;
-      EXEC_CHECK(be->conv_fwd(be, &d, dt, xp, EXEC_P(s->in[TT_FWD_W]), EXEC_P(s->in[TT_FWD_B]), y, ws, wsb));
+  switch (c->fn) {
+    case TT_OP_CONV_FWD: EXEC_CHECK(be->conv_fwd(be, &o->u.conv, dt, in[0], in[1], in[2], out[0], ws, wsb)); break;
+    case TT_OP_CONV_BWD_DATA: EXEC_CHECK(be->conv_bwd_data(be, &o->u.conv, dt, in[0], in[1], out[0], c->beta, ws, wsb)); break;
+    case TT_OP_CONV_BWD_FILTER:
+      EXEC_CHECK(be->conv_bwd_filter(be, &o->u.conv, dt, in[0], in[1], (float *)out[0], g1, bp, ws, wsb));
       break;
-    }
-    case TT_L_LINEAR:
-      EXEC_CHECK(be->linear_fwd(be, N, a->linear.in, a->linear.out, dt, xp, EXEC_P(s->in[TT_FWD_W]), EXEC_P(s->in[TT_FWD_B]),
-                                y, ws, wsb));
+    case TT_OP_LINEAR_FWD:
+      EXEC_CHECK(be->linear_fwd(be, o->u.linear.n, o->u.linear.in, o->u.linear.out, dt, in[0], in[1], in[2], out[0], ws, wsb));
       break;
-    case TT_L_BN: {
-      const float *gam = (const float *)EXEC_P(s->in[TT_BN_GAMMA]), *bet = (const float *)EXEC_P(s->in[TT_BN_BETA]); /* [c] */
-      float *rm = (float *)EXEC_P(s->in[TT_BN_RMEAN]), *rv = (float *)EXEC_P(s->in[TT_BN_RVAR]);                    /* [c] */
-      if (s->flags & TT_SF_EVAL)
-        EXEC_CHECK(be->bn_fwd_infer(be, N, a->bn.c, a->bn.hw, dt, xp, gam, bet, rm, rv, a->bn.eps, y, ws, wsb));
-      else
-        EXEC_CHECK(be->bn_fwd_train(be, N, a->bn.c, a->bn.hw, dt, xp, gam, bet, y, rm, rv, a->bn.momentum, a->bn.eps,
-                                    (float *)EXEC_P(s->out[TT_BN_SAVE_MEAN]), (float *)EXEC_P(s->out[TT_BN_SAVE_INVSTD]),
-                                    !(s->flags & TT_SF_RECOMPUTE), ws, wsb));
+    case TT_OP_LINEAR_BWD_DATA:
+      EXEC_CHECK(be->linear_bwd_data(be, o->u.linear.n, o->u.linear.in, o->u.linear.out, dt, in[0], in[1], out[0], c->beta,
+                                     ws, wsb));
       break;
-    }
-    case TT_L_RELU:
-    case TT_L_RELU6:
-    case TT_L_SILU:
-      EXEC_CHECK(be->act_fwd(be, exec_act(s->kind), (size_t)N * a->eltwise.numel, dt, xp, y));
+    case TT_OP_LINEAR_BWD_FILTER:
+      EXEC_CHECK(be->linear_bwd_filter(be, o->u.linear.n, o->u.linear.in, o->u.linear.out, dt, in[0], in[1], (float *)out[0],
+                                       g1, bp, ws, wsb));
       break;
-    case TT_L_DROPOUT:
-      EXEC_CHECK(be->dropout_fwd(be, (size_t)N * a->eltwise.numel, dt, a->eltwise.p, exec_dropout_seed(r, s->node), xp, y));
+    case TT_OP_BN_FWD_TRAIN:
+      EXEC_CHECK(be->bn_fwd_train(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], (const float *)in[1], (const float *)in[2],
+                                  out[0], (float *)in[3], (float *)in[4], c->momentum, o->u.bn.eps, g1, g2,
+                                  c->update_running, ws, wsb));
       break;
-    case TT_L_MAXPOOL:
-    case TT_L_AVGPOOL: {
-      tt_pool_desc d = a->pool;
-      d.n = N;
-      EXEC_CHECK(be->pool_fwd(be, &d, s->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG, dt, xp, y, ws, wsb));
+    case TT_OP_BN_FWD_INFER:
+      EXEC_CHECK(be->bn_fwd_infer(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], (const float *)in[1], (const float *)in[2],
+                                  (const float *)in[3], (const float *)in[4], o->u.bn.eps, out[0], ws, wsb));
       break;
-    }
-    case TT_L_GAP:
-      EXEC_CHECK(be->gap_fwd(be, N, a->gap.c, a->gap.hw, dt, xp, y));
+    case TT_OP_BN_BWD:
+      EXEC_CHECK(be->bn_bwd(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], in[1], (const float *)in[2], (const float *)in[3],
+                            (const float *)in[4], out[0], g1, g2, c->beta, bp, ws, wsb));
       break;
-    case TT_L_ADD: {
-      size_t cnt = (size_t)N * a->eltwise.numel;
-      EXEC_CHECK(be->add(be, cnt, dt, xp, EXEC_P(s->in[1]), y));
-      for (int k = 2; k < s->nin; k++) EXEC_CHECK(be->add(be, cnt, dt, y, EXEC_P(s->in[k]), y));
+    case TT_OP_POOL_FWD: EXEC_CHECK(be->pool_fwd(be, &o->u.pool, o->pool_mode, dt, in[0], out[0], ws, wsb)); break;
+    case TT_OP_POOL_BWD:
+      EXEC_CHECK(be->pool_bwd(be, &o->u.pool, o->pool_mode, dt, in[0], in[1], out[0], c->beta, ws, wsb));
       break;
-    }
-    case TT_L_CONCAT:
-      for (int k = 0, off = 0; k < a->concat.nin; off += a->concat.cin[k], k++)
-        EXEC_CHECK(be->channel_copy(be, N, a->concat.hw, dt, EXEC_P(s->in[k]), a->concat.cin[k], 0, y, a->concat.c, off,
-                                    a->concat.cin[k], 0.0f));
+    case TT_OP_ACT_FWD: EXEC_CHECK(be->act_fwd(be, o->u.act.act, o->u.act.count, dt, in[0], out[0])); break;
+    case TT_OP_ACT_BWD: EXEC_CHECK(be->act_bwd(be, o->u.act.act, o->u.act.count, dt, in[0], in[1], out[0], c->beta)); break;
+    case TT_CALL_GAP_FWD: EXEC_CHECK(be->gap_fwd(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], out[0])); break;
+    case TT_CALL_GAP_BWD: EXEC_CHECK(be->gap_bwd(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], out[0], c->beta)); break;
+    case TT_CALL_DROPOUT_FWD:
+      EXEC_CHECK(be->dropout_fwd(be, o->u.act.count, dt, c->p, exec_dropout_seed(r, s->node), in[0], out[0]));
       break;
-    default:
-      return tt_fail(err, "internal error: no forward for layer kind %s", tt_layer_kind_name(s->kind));
+    case TT_CALL_DROPOUT_BWD:
+      EXEC_CHECK(be->dropout_bwd(be, o->u.act.count, dt, c->p, exec_dropout_seed(r, s->node), in[0], out[0], c->beta));
+      break;
+    case TT_CALL_ADD: EXEC_CHECK(be->add(be, o->u.act.count, dt, in[0], in[1], out[0])); break;
+    case TT_CALL_ACCUMULATE: EXEC_CHECK(be->accumulate(be, o->u.act.count, dt, in[0], out[0], c->beta)); break;
+    case TT_CALL_CHANNEL_COPY:
+      EXEC_CHECK(be->channel_copy(be, o->u.bn.n, c->hw, dt, in[0], c->src_c, c->src_off, out[0], c->dst_c, c->dst_off, c->nc,
+                                  c->beta));
+      break;
+    default: return tt_fail(err, "internal error: no backend call %d", c->fn);
   }
   return 0;
 }
 
-static int exec_bwd(exec_run *r, const tt_step *s, tt_err *err) {
-  tt_backend *be = r->x->be;
-  const tt_op_args *a = &s->a;
-  tt_dtype dt = r->p->policy.act_dtype;
-  int N = r->batch;
-  const void *dy = EXEC_P(s->in[TT_BWD_DY]);   /* [N, ...] in dt, like the layer's output */
-  const void *sv = EXEC_P(s->in[TT_BWD_SAVED]); /* x or y, as tt_op(kind)->bwd_reads says */
-  void *dx = EXEC_P(s->out[TT_BWD_DX]);         /* [N, ...] like the input; NULL for the image */
-  float *dw = (float *)EXEC_P(s->out[TT_BWD_DW]), *db = (float *)EXEC_P(s->out[TT_BWD_DB]); /* fp32, param shapes */
-  float bdx = (float)s->out_beta[TT_BWD_DX];
-  float bp = r->micro_index > 0 ? 1.0f : 0.0f; /* parameter gradients accumulate over micro-steps */
-  void *ws = EXEC_P(s->ws);
-  size_t wsb = s->ws >= 0 ? r->p->bufs[s->ws].bytes : 0;
-  size_t cnt = (size_t)N * a->eltwise.numel;
-  switch (s->kind) {
-    case TT_L_CONV: {
-      tt_conv_desc d = a->conv;
-      d.n = N;
-      if (dw) EXEC_CHECK(be->conv_bwd_filter(be, &d, dt, sv, dy, dw, db, bp, ws, wsb)); /* none: frozen */
-      if (dx) EXEC_CHECK(be->conv_bwd_data(be, &d, dt, dy, EXEC_P(s->in[TT_BWD_W]), dx, bdx, ws, wsb));
-      break;
+/* A forward or backward step: its calls in order, those marked dy_alias_last whose output is dy's
+ * storage after the others (which still read dy). */
+static int exec_layer(exec_run *r, const tt_step *s, tt_err *err) {
+  tt_call calls[TT_STEP_MAX_CALLS];
+  int n = tt_step_calls(r->p, s, r->batch, calls);
+  if (n < 0)
+    return tt_fail(err, "internal error: no %s for layer kind %s", s->op == TT_S_BWD ? "backward" : "forward",
+                   tt_layer_kind_name(s->kind));
+  for (int pass = 0; pass < 2; pass++)
+    for (int k = 0; k < n; k++) {
+      const tt_call *c = &calls[k];
+      int late = c->dy_alias_last && c->out[0] >= 0 && EXEC_P(c->out[0]) == EXEC_P(c->in[0]);
+      if (c->planned_only || late != pass) continue;
+      if (exec_call(r, s, c, err)) return -1;
     }
-    case TT_L_LINEAR:
-      if (dw) EXEC_CHECK(be->linear_bwd_filter(be, N, a->linear.in, a->linear.out, dt, sv, dy, dw, db, bp, ws, wsb));
-      if (dx)
-        EXEC_CHECK(be->linear_bwd_data(be, N, a->linear.in, a->linear.out, dt, dy, EXEC_P(s->in[TT_BWD_W]), dx, bdx, ws, wsb));
-      break;
-    case TT_L_BN:
-      EXEC_CHECK(be->bn_bwd(be, N, a->bn.c, a->bn.hw, dt, sv, dy, (const float *)EXEC_P(s->in[TT_BWD_GAMMA]),
-                            (const float *)EXEC_P(s->in[TT_BWD_SAVE_MEAN]), (const float *)EXEC_P(s->in[TT_BWD_SAVE_INVSTD]),
-                            dx, dw, db, bdx, bp, ws, wsb));
-      break;
-    case TT_L_RELU:
-    case TT_L_RELU6:
-    case TT_L_SILU:
-      EXEC_CHECK(be->act_bwd(be, exec_act(s->kind), cnt, dt, sv, dy, dx, bdx));
-      break;
-    case TT_L_DROPOUT:
-      EXEC_CHECK(be->dropout_bwd(be, cnt, dt, a->eltwise.p, exec_dropout_seed(r, s->node), dy, dx, bdx));
-      break;
-    case TT_L_MAXPOOL:
-    case TT_L_AVGPOOL: {
-      tt_pool_desc d = a->pool;
-      d.n = N;
-      EXEC_CHECK(be->pool_bwd(be, &d, s->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG, dt, sv, dy, dx, bdx, ws, wsb));
-      break;
-    }
-    case TT_L_GAP:
-      EXEC_CHECK(be->gap_bwd(be, N, a->gap.c, a->gap.hw, dt, dy, dx, bdx));
-      break;
-    case TT_L_ADD:
-      /* outputs that do not share dy's storage first: one of them may be dy itself */
-      for (int pass = 0; pass < 2; pass++)
-        for (int k = 0; k < s->nout; k++) {
-          void *o = EXEC_P(s->out[k]);
-          if (!o || (pass == 0) == (o == dy)) continue;
-          EXEC_CHECK(be->accumulate(be, cnt, dt, dy, o, (float)s->out_beta[k]));
-        }
-      break;
-    case TT_L_CONCAT:
-      for (int k = 0, off = 0; k < a->concat.nin; off += a->concat.cin[k], k++) {
-        void *o = EXEC_P(s->out[k]);
-        if (o)
-          EXEC_CHECK(be->channel_copy(be, N, a->concat.hw, dt, dy, a->concat.c, off, o, a->concat.cin[k], 0, a->concat.cin[k],
-                                      (float)s->out_beta[k]));
-      }
-      break;
-    default:
-      return tt_fail(err, "internal error: no backward for layer kind %s", tt_layer_kind_name(s->kind));
-  }
   return 0;
 }
 
@@ -330,7 +276,8 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
         EXEC_CHECK(be->cast(be, s->a.count, TT_F32, EXEC_P(s->in[TT_CAST_SRC]), TT_F16, EXEC_P(s->out[TT_CAST_DST])));
         break;
       case TT_S_FWD:
-        if (exec_fwd(r, s, err)) return -1;
+      case TT_S_BWD:
+        if (exec_layer(r, s, err)) return -1;
         break;
       case TT_S_LOSS:
         EXEC_CHECK(be->softmax_ce(be, r->loss_batch, s->a.loss.classes, dt, EXEC_P(s->in[TT_LOSS_LOGITS]),
@@ -341,9 +288,6 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
           EXEC_CHECK(be->zero(be, (unsigned char *)EXEC_P(s->out[TT_LOSS_DLOGITS]) + row * r->loss_batch,
                               row * (size_t)(r->batch - r->loss_batch)));
         }
-        break;
-      case TT_S_BWD:
-        if (exec_bwd(r, s, err)) return -1;
         break;
       default:
         return tt_fail(err, "internal error: step %d of kind %d in the micro-step", i, (int)s->op);
@@ -521,7 +465,7 @@ int tt_exec_warmup(tt_exec *x, tt_err *err) {
     for (int i = 0; i < p->micro_end; i++) {
       const tt_step *s = &p->steps[i];
       if ((s->op != TT_S_FWD && s->op != TT_S_BWD) || (s->kind != TT_L_CONV && s->kind != TT_L_LINEAR)) continue;
-      if (s->op == TT_S_FWD ? exec_fwd(&r, s, err) : exec_bwd(&r, s, err)) return -1;
+      if (exec_layer(&r, s, err)) return -1;
     }
   }
   if (x->be->sync(x->be)) return tt_fail(err, "warming up on %s failed: %s", x->be->name, x->be->last_error(x->be));

@@ -2,7 +2,7 @@
  *
  * The CPU backend runs convolution, linear (matmul) and pooling as oneDNN primitives, batch
  * norm and the hot elementwise ops as its own vectorised loops, and everything else as the
- * reference loops (kernels/ref/): its state starts with a tt_ref_state, so the tt_ref_
+ * reference loops (kernels/ref/ref.h): its state starts with a tt_ref_state, so the tt_ref_
  * functions run on it unchanged (cpu_backend.c lists what runs where).
  *
  * One backend call (a tt_op_desc: kind, dtype, shapes) becomes one tt_cpu_call, built once:
@@ -26,7 +26,7 @@
  * and, oneDNN's reductions being statically partitioned, give bit-identical results run to run.
  *
  * Names: functions shared between the CPU files start tt_cpu_; file-static helpers start with
- * the file's prefix (cpu_be_, cpu_conv_, cpu_lin_, cpu_norm_).
+ * the file's prefix (cpu_be_, cpu_dnnl_, cpu_conv_, cpu_lin_, cpu_norm_).
  */
 #ifndef TT_CPU_INTERNAL_H
 #define TT_CPU_INTERNAL_H
@@ -36,7 +36,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../ref/ref_internal.h"
+#include "../ref/ref.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -131,7 +131,18 @@ void tt_cpu_enter(tt_backend *b);
 int tt_cpu_check(tt_backend *b, dnnl_status_t s, const char *what, const char *call);
 #define TT_CPU_DNNL(b, what, call) tt_cpu_check((b), (call), (what), #call)
 
-/* ---- building a call (cpu_backend.c) ----
+/* ---- the oneDNN library (cpu_dnnl.c) ---- */
+/* Creates the engine and stream (0, or -1 with last_error set); releases them and every built
+ * call and recorded size (safe on a state that was never opened). */
+int tt_cpu_dnnl_open(tt_backend *b);
+void tt_cpu_dnnl_close(tt_cpu_state *st);
+/* The table's op_workspace and prepare: oneDNN calls are built (or sized) and cached by their
+ * normalised desc; the ops oneDNN does not run need no workspace. */
+size_t tt_cpu_op_workspace(tt_backend *b, const tt_op_desc *op);
+int tt_cpu_prepare(tt_backend *b, const tt_op_desc *ops, int nops);
+void tt_cpu_free_call(tt_cpu_call *c);
+
+/* ---- building a call (cpu_dnnl.c) ----
  * The op files describe each variant: tt_cpu_add_stage for each primitive (in run order),
  * tt_cpu_add_tensor for each of its arguments; the builder creates the reorders and
  * primitives (or, when only sizing, just measures) and lays out the workspace. */

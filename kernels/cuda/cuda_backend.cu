@@ -426,6 +426,27 @@ static int cuda_be_prepare(tt_backend *b, const tt_op_desc *ops, int nops) {
   return 0;
 }
 
+/* The CUDA backend's table; impl is each backend's own (tt_cuda_backend_create). Positional, in
+ * backend.h's field order (C++ has no designated initializers before C++20). */
+static const tt_backend cuda_be_table = {
+    "cuda", NULL,
+    256, /* align: cuDNN and the vectorised kernels want 256-byte aligned tensors */
+    0,   /* host_memory: the arena is device memory */
+    cuda_be_destroy, cuda_be_last_error,
+    cuda_be_arena_alloc, cuda_be_arena_free, cuda_be_upload, cuda_be_download, cuda_be_zero, cuda_be_sync,
+    cuda_be_host_alloc, cuda_be_host_free, cuda_be_event_create, cuda_be_event_destroy, cuda_be_event_sync,
+    cuda_be_upload_async, cuda_be_download_async,
+    tt_cuda_conv_workspace, tt_cuda_linear_workspace,
+    tt_cuda_conv_fwd, tt_cuda_conv_bwd_data, tt_cuda_conv_bwd_filter,
+    tt_cuda_linear_fwd, tt_cuda_linear_bwd_data, tt_cuda_linear_bwd_filter,
+    tt_cuda_bn_fwd_train, tt_cuda_bn_fwd_infer, tt_cuda_bn_bwd,
+    tt_cuda_pool_fwd, tt_cuda_pool_bwd, tt_cuda_gap_fwd, tt_cuda_gap_bwd,
+    tt_cuda_act_fwd, tt_cuda_act_bwd, tt_cuda_add, tt_cuda_accumulate, tt_cuda_dropout_fwd, tt_cuda_dropout_bwd,
+    tt_cuda_channel_copy, tt_cuda_cast, tt_cuda_normalize_u8, tt_cuda_softmax_ce,
+    tt_cuda_sgd_update, tt_cuda_adam_update, tt_cuda_check_finite,
+    cuda_be_op_workspace, cuda_be_prepare,
+};
+
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize) {
   int count = 0;
   size_t reserve = 0;
@@ -446,11 +467,8 @@ extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbu
     cuda_be_create_fail(errbuf, errsize, "out of host memory creating the CUDA backend");
     return NULL;
   }
-  b->name = "cuda";
-  b->align = 256; /* cuDNN and the vectorised kernels want 256-byte aligned tensors */
+  *b = cuda_be_table;
   b->impl = st;
-  b->destroy = cuda_be_destroy;
-  b->last_error = cuda_be_last_error;
   /* the device the calling thread selected: 0, or the one a multi-process launch chose by
    * local rank (tt_cuda_select_device) */
   st->device = 0;
@@ -464,48 +482,5 @@ extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbu
     return NULL;
   }
   if (reserve_bytes) *reserve_bytes = reserve;
-  b->arena_alloc = cuda_be_arena_alloc;
-  b->arena_free = cuda_be_arena_free;
-  b->upload = cuda_be_upload;
-  b->download = cuda_be_download;
-  b->zero = cuda_be_zero;
-  b->sync = cuda_be_sync;
-  b->host_alloc = cuda_be_host_alloc;
-  b->host_free = cuda_be_host_free;
-  b->event_create = cuda_be_event_create;
-  b->event_destroy = cuda_be_event_destroy;
-  b->event_sync = cuda_be_event_sync;
-  b->upload_async = cuda_be_upload_async;
-  b->download_async = cuda_be_download_async;
-  b->conv_workspace = tt_cuda_conv_workspace;
-  b->linear_workspace = tt_cuda_linear_workspace;
-  b->conv_fwd = tt_cuda_conv_fwd;
-  b->conv_bwd_data = tt_cuda_conv_bwd_data;
-  b->conv_bwd_filter = tt_cuda_conv_bwd_filter;
-  b->linear_fwd = tt_cuda_linear_fwd;
-  b->linear_bwd_data = tt_cuda_linear_bwd_data;
-  b->linear_bwd_filter = tt_cuda_linear_bwd_filter;
-  b->bn_fwd_train = tt_cuda_bn_fwd_train;
-  b->bn_fwd_infer = tt_cuda_bn_fwd_infer;
-  b->bn_bwd = tt_cuda_bn_bwd;
-  b->pool_fwd = tt_cuda_pool_fwd;
-  b->pool_bwd = tt_cuda_pool_bwd;
-  b->gap_fwd = tt_cuda_gap_fwd;
-  b->gap_bwd = tt_cuda_gap_bwd;
-  b->act_fwd = tt_cuda_act_fwd;
-  b->act_bwd = tt_cuda_act_bwd;
-  b->add = tt_cuda_add;
-  b->accumulate = tt_cuda_accumulate;
-  b->dropout_fwd = tt_cuda_dropout_fwd;
-  b->dropout_bwd = tt_cuda_dropout_bwd;
-  b->channel_copy = tt_cuda_channel_copy;
-  b->cast = tt_cuda_cast;
-  b->normalize_u8 = tt_cuda_normalize_u8;
-  b->softmax_ce = tt_cuda_softmax_ce;
-  b->sgd_update = tt_cuda_sgd_update;
-  b->adam_update = tt_cuda_adam_update;
-  b->check_finite = tt_cuda_check_finite;
-  b->op_workspace = cuda_be_op_workspace;
-  b->prepare = cuda_be_prepare;
   return b;
 }

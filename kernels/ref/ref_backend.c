@@ -1,6 +1,6 @@
 /* kernels/ref/ref_backend.c — the reference backend's table, memory and threads.
  *
- * Memory is host memory: the "arena" is one 64-byte aligned allocation, upload/download are
+ * Memory is host memory (the CPU backend uses these entries too, through ref.h): the "arena" is one 64-byte aligned allocation, upload/download are
  * memcpy, sync is a no-op. The thread count chosen at creation is used by every OpenMP loop
  * (num_threads clause); OpenBLAS runs single-threaded inside them (openblas_set_num_threads(1),
  * process-wide).
@@ -23,39 +23,6 @@ int tt_ref_fail(tt_backend *b, const char *fmt, ...) {
   return -1;
 }
 
-void tt_ref_to_f32(tt_backend *b, tt_dtype dt, const void *src, float *dst, size_t count) {
-  if (dt == TT_F32) {
-    if ((const void *)dst != src) memcpy(dst, src, count * sizeof(float));
-    return;
-  }
-  {
-    const uint16_t *s = (const uint16_t *)src;
-    ptrdiff_t i, cnt = (ptrdiff_t)count;
-    int nt = tt_ref_threads(b);
-    (void)nt;
-#pragma omp parallel for schedule(static) num_threads(nt) if (cnt > TT_REF_PAR_MIN)
-    for (i = 0; i < cnt; i++) dst[i] = tt_ref_h2f(s[i]);
-  }
-}
-
-void tt_ref_from_f32(tt_backend *b, tt_dtype dt, const float *src, void *dst, size_t count) {
-  if (dt == TT_F32) {
-    if ((const void *)src != dst) memcpy(dst, src, count * sizeof(float));
-    return;
-  }
-  {
-    uint16_t *d = (uint16_t *)dst;
-    ptrdiff_t i, cnt = (ptrdiff_t)count;
-    int nt = tt_ref_threads(b);
-    (void)nt;
-#pragma omp parallel for schedule(static) num_threads(nt) if (cnt > TT_REF_PAR_MIN)
-    for (i = 0; i < cnt; i++) d[i] = tt_ref_f2h(src[i]);
-  }
-}
-
-uint16_t tt_f32_to_f16(float f) { return tt_ref_f2h(f); }
-float tt_f16_to_f32(uint16_t h) { return tt_ref_h2f(h); }
-
 static void ref_be_destroy(tt_backend *b) {
   if (!b) return;
   free(b->impl);
@@ -67,7 +34,7 @@ static const char *ref_be_last_error(tt_backend *b) {
   return ((tt_ref_state *)b->impl)->err;
 }
 
-static void *ref_be_arena_alloc(tt_backend *b, size_t bytes) {
+void *tt_ref_arena_alloc(tt_backend *b, size_t bytes) {
   void *p;
   /* C11 aligned_alloc (posix_memalign needs feature macros that an amalgamated file cannot
    * place before its first include); the size is rounded up to the alignment as C11 asks. */
@@ -82,30 +49,30 @@ static void *ref_be_arena_alloc(tt_backend *b, size_t bytes) {
   return p;
 }
 
-static void ref_be_arena_free(tt_backend *b, void *p) {
+void tt_ref_arena_free(tt_backend *b, void *p) {
   (void)b;
   free(p);
 }
 
-static int ref_be_upload(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes) {
+int tt_ref_upload(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes) {
   if (bytes && (!dst_dev || !src_host)) return tt_ref_fail(b, "upload: NULL pointer for %zu bytes", bytes);
   if (bytes) memmove(dst_dev, src_host, bytes);
   return 0;
 }
 
-static int ref_be_download(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes) {
+int tt_ref_download(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes) {
   if (bytes && (!dst_host || !src_dev)) return tt_ref_fail(b, "download: NULL pointer for %zu bytes", bytes);
   if (bytes) memmove(dst_host, src_dev, bytes);
   return 0;
 }
 
-static int ref_be_zero(tt_backend *b, void *p, size_t bytes) {
+int tt_ref_zero(tt_backend *b, void *p, size_t bytes) {
   if (bytes && !p) return tt_ref_fail(b, "zero: NULL pointer for %zu bytes", bytes);
   if (bytes) memset(p, 0, bytes);
   return 0;
 }
 
-static int ref_be_sync(tt_backend *b) {
+int tt_ref_sync(tt_backend *b) {
   (void)b;
   return 0;
 }
@@ -114,37 +81,37 @@ static int ref_be_sync(tt_backend *b) {
  * have nothing to wait for; one immutable token stands for all of them. */
 static const char ref_be_event_token = 0;
 
-static void *ref_be_host_alloc(tt_backend *b, size_t bytes) {
+void *tt_ref_host_alloc(tt_backend *b, size_t bytes) {
   void *p = malloc(bytes ? bytes : 1);
   if (!p) tt_ref_fail(b, "host_alloc: out of host memory allocating %zu bytes", bytes);
   return p;
 }
 
-static void ref_be_host_free(tt_backend *b, void *p) {
+void tt_ref_host_free(tt_backend *b, void *p) {
   (void)b;
   free(p);
 }
 
-static void *ref_be_event_create(tt_backend *b) {
+void *tt_ref_event_create(tt_backend *b) {
   (void)b;
   return (void *)&ref_be_event_token;
 }
 
-static void ref_be_event_destroy(tt_backend *b, void *ev) { (void)b, (void)ev; }
+void tt_ref_event_destroy(tt_backend *b, void *ev) { (void)b, (void)ev; }
 
-static int ref_be_event_sync(tt_backend *b, void *ev) {
+int tt_ref_event_sync(tt_backend *b, void *ev) {
   if (!ev) return tt_ref_fail(b, "event_sync: NULL event");
   return 0;
 }
 
-static int ref_be_upload_async(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes, void *done) {
+int tt_ref_upload_async(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes, void *done) {
   (void)done;
-  return ref_be_upload(b, dst_dev, src_host, bytes);
+  return tt_ref_upload(b, dst_dev, src_host, bytes);
 }
 
-static int ref_be_download_async(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes, void *done) {
+int tt_ref_download_async(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes, void *done) {
   (void)done;
-  return ref_be_download(b, dst_host, src_dev, bytes);
+  return tt_ref_download(b, dst_host, src_dev, bytes);
 }
 
 size_t tt_ref_op_workspace(tt_backend *b, const tt_op_desc *op) {
@@ -182,53 +149,26 @@ void tt_ref_state_init(tt_ref_state *st, int threads) {
   openblas_set_num_threads(1); /* we thread around single-threaded calls: see tt_ref_sgemm */
 }
 
-void tt_ref_fill_table(tt_backend *b) {
-  b->align = 256; /* what vectorised loops and OpenBLAS like; matches the CUDA backend so plans agree */
-  b->host_memory = 1;
-  b->arena_alloc = ref_be_arena_alloc;
-  b->arena_free = ref_be_arena_free;
-  b->upload = ref_be_upload;
-  b->download = ref_be_download;
-  b->zero = ref_be_zero;
-  b->sync = ref_be_sync;
-  b->host_alloc = ref_be_host_alloc;
-  b->host_free = ref_be_host_free;
-  b->event_create = ref_be_event_create;
-  b->event_destroy = ref_be_event_destroy;
-  b->event_sync = ref_be_event_sync;
-  b->upload_async = ref_be_upload_async;
-  b->download_async = ref_be_download_async;
-  b->conv_workspace = tt_ref_conv_workspace;
-  b->linear_workspace = tt_ref_linear_workspace;
-  b->conv_fwd = tt_ref_conv_fwd;
-  b->conv_bwd_data = tt_ref_conv_bwd_data;
-  b->conv_bwd_filter = tt_ref_conv_bwd_filter;
-  b->linear_fwd = tt_ref_linear_fwd;
-  b->linear_bwd_data = tt_ref_linear_bwd_data;
-  b->linear_bwd_filter = tt_ref_linear_bwd_filter;
-  b->bn_fwd_train = tt_ref_bn_fwd_train;
-  b->bn_fwd_infer = tt_ref_bn_fwd_infer;
-  b->bn_bwd = tt_ref_bn_bwd;
-  b->pool_fwd = tt_ref_pool_fwd;
-  b->pool_bwd = tt_ref_pool_bwd;
-  b->gap_fwd = tt_ref_gap_fwd;
-  b->gap_bwd = tt_ref_gap_bwd;
-  b->act_fwd = tt_ref_act_fwd;
-  b->act_bwd = tt_ref_act_bwd;
-  b->add = tt_ref_add;
-  b->accumulate = tt_ref_accumulate;
-  b->dropout_fwd = tt_ref_dropout_fwd;
-  b->dropout_bwd = tt_ref_dropout_bwd;
-  b->channel_copy = tt_ref_channel_copy;
-  b->cast = tt_ref_cast;
-  b->normalize_u8 = tt_ref_normalize_u8;
-  b->softmax_ce = tt_ref_softmax_ce;
-  b->sgd_update = tt_ref_sgd_update;
-  b->adam_update = tt_ref_adam_update;
-  b->check_finite = tt_ref_check_finite;
-  b->op_workspace = tt_ref_op_workspace;
-  b->prepare = ref_be_prepare;
-}
+/* The reference backend's table; impl is each backend's own (tt_ref_backend_create). Positional,
+ * in backend.h's field order (the amalgamation compiles this file as C++ too). */
+static const tt_backend ref_be_table = {
+    "ref", NULL,
+    256, /* align: what vectorised loops and OpenBLAS like; matches the CUDA backend so plans agree */
+    1,   /* host_memory */
+    ref_be_destroy, ref_be_last_error,
+    tt_ref_arena_alloc, tt_ref_arena_free, tt_ref_upload, tt_ref_download, tt_ref_zero, tt_ref_sync,
+    tt_ref_host_alloc, tt_ref_host_free, tt_ref_event_create, tt_ref_event_destroy, tt_ref_event_sync,
+    tt_ref_upload_async, tt_ref_download_async,
+    tt_ref_conv_workspace, tt_ref_linear_workspace,
+    tt_ref_conv_fwd, tt_ref_conv_bwd_data, tt_ref_conv_bwd_filter,
+    tt_ref_linear_fwd, tt_ref_linear_bwd_data, tt_ref_linear_bwd_filter,
+    tt_ref_bn_fwd_train, tt_ref_bn_fwd_infer, tt_ref_bn_bwd,
+    tt_ref_pool_fwd, tt_ref_pool_bwd, tt_ref_gap_fwd, tt_ref_gap_bwd,
+    tt_ref_act_fwd, tt_ref_act_bwd, tt_ref_add, tt_ref_accumulate, tt_ref_dropout_fwd, tt_ref_dropout_bwd,
+    tt_ref_channel_copy, tt_ref_cast, tt_ref_normalize_u8, tt_ref_softmax_ce,
+    tt_ref_sgd_update, tt_ref_adam_update, tt_ref_check_finite,
+    tt_ref_op_workspace, ref_be_prepare,
+};
 
 tt_backend *tt_ref_backend_create(int threads) {
   tt_backend *b = (tt_backend *)calloc(1, sizeof *b);
@@ -239,10 +179,7 @@ tt_backend *tt_ref_backend_create(int threads) {
     return NULL;
   }
   tt_ref_state_init(st, threads);
-  b->name = "ref";
+  *b = ref_be_table;
   b->impl = st;
-  b->destroy = ref_be_destroy;
-  b->last_error = ref_be_last_error;
-  tt_ref_fill_table(b);
   return b;
 }

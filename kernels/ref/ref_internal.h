@@ -1,5 +1,5 @@
-/* kernels/ref/ref_internal.h — the reference backend's shared declarations; the oneDNN
- * backend (kernels/cpu/) includes it too, for the ops it leaves to these loops.
+/* kernels/ref/ref_internal.h — the reference backend's own declarations, shared by
+ * its files only (what other backends may use is in ref.h, which this includes).
  *
  * The reference backend is the truth every other backend is compared against, op by op: plain
  * C loops (convolution as im2col + OpenBLAS sgemm), fp16 tensors stored as IEEE half
@@ -9,142 +9,35 @@
  * either serial within one output element or a fixed-order sum of fixed-size block partials.
  *
  * Files, one concern each, pairing up with kernels/cuda/: ref_backend.c (table, memory,
- * threads, fp16 conversion), ref_conv.c, ref_linear.c (linear and the threaded sgemm),
+ * threads), ref_convert.c (fp16 <-> fp32), ref_conv.c, ref_linear.c (linear and the threaded sgemm),
  * ref_norm.c (batch norm, pooling), ref_elementwise.c, ref_loss_optim.c (softmax
  * cross-entropy, optimizer updates, the overflow check).
  *
  * Names: functions exported to the other files start tt_ref_; file-static helpers start
  * with the file's own prefix (ref_be_, ref_conv_, ref_lin_, ref_norm_, ref_ew_, ref_lo_) so
  * that the amalgamated single file has no collisions.
- *
- * A backend whose impl starts with a tt_ref_state (the oneDNN backend's does) may call every
- * tt_ref_ op with its own tt_backend: they read only the thread count and the error buffer.
  */
 #ifndef TT_REF_INTERNAL_H
 #define TT_REF_INTERNAL_H
 #include <cblas.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <string.h>
 
-#include "../backend.h"
-#include "../kernel_math.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "ref.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct tt_ref_state {
-  int threads; /* OpenMP thread count, >= 1 (OpenBLAS runs single-threaded inside them) */
-  char err[1024]; /* last error message, one line */
-} tt_ref_state;
-
-/* Fills st for `threads` (<= 0: all cores). */
-void tt_ref_state_init(tt_ref_state *st, int threads);
-/* Points every memory and op entry of b's table at the reference functions (name, impl,
- * destroy and last_error are the caller's). */
-void tt_ref_fill_table(tt_backend *b);
 /* The reference answer to op_workspace: conv and linear as their own queries, else 0. */
 size_t tt_ref_op_workspace(tt_backend *b, const tt_op_desc *op);
 
-/* Records a message in the backend (prefixed by nothing; callers name the op) and returns -1. */
-int tt_ref_fail(tt_backend *b, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-
-static inline int tt_ref_threads(tt_backend *b) { return ((tt_ref_state *)b->impl)->threads; }
-
-/* Loops shorter than this run on one thread: the fork/join costs more than the work. */
-#define TT_REF_PAR_MIN 32768
-
-/* IEEE half <-> float, inline for the hot loops; tt_f16_to_f32 / tt_f32_to_f16 wrap these.
- * f32 -> f16 rounds to nearest even; overflow (|f| >= 65520) gives inf; NaN stays a quiet NaN
- * keeping the top payload bits; values below half the smallest subnormal become signed zero. */
-static inline float tt_ref_h2f(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
-  float f;
-  if (e == 0) {
-    f = (float)m * 5.9604644775390625e-8f; /* m * 2^-24, exact */
-    return sign ? -f : f;
-  }
-  if (e == 31)
-    bits = sign | 0x7f800000u | (m << 13);
-  else
-    bits = sign | ((e + 112u) << 23) | (m << 13);
-  memcpy(&f, &bits, 4);
-  return f;
-}
-static inline uint16_t tt_ref_f2h(float f) {
-  uint32_t x, ax, sign, h;
-  memcpy(&x, &f, 4);
-  sign = (x >> 16) & 0x8000u;
-  ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) /* inf or NaN */
-    return (uint16_t)(sign | (ax > 0x7f800000u ? (0x7e00u | ((ax >> 13) & 0x3ffu)) : 0x7c00u));
-  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504 */
-  if (ax < 0x38800000u) {                                     /* half subnormal or zero */
-    uint32_t e = ax >> 23, mant, shift, rem, halfway;
-    if (ax <= 0x33000000u) return (uint16_t)sign; /* <= 2^-25: ties to even zero */
-    mant = (ax & 0x7fffffu) | 0x800000u;
-    shift = 126u - e; /* 14..24 */
-    h = mant >> shift;
-    rem = mant & ((1u << shift) - 1u);
-    halfway = 1u << (shift - 1u);
-    if (rem > halfway || (rem == halfway && (h & 1u))) h++;
-    return (uint16_t)(sign | h);
-  }
-  h = (ax >> 13) - (112u << 10);
-  {
-    uint32_t rem = ax & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
-  }
-  return (uint16_t)(sign | h);
-}
-
-/* Load/store one element of a dt tensor as fp32. */
-static inline float tt_ref_ld(tt_dtype dt, const void *p, size_t i) {
-  return dt == TT_F16 ? tt_ref_h2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
-static inline void tt_ref_st(tt_dtype dt, void *p, size_t i, float v) {
-  if (dt == TT_F16)
-    ((uint16_t *)p)[i] = tt_ref_f2h(v);
-  else
-    ((float *)p)[i] = v;
-}
-/* Gradient-output store: beta == 0 overwrites (never 0*old, which would keep a NaN). */
-static inline void tt_ref_st_beta(tt_dtype dt, void *p, size_t i, float v, float beta) {
-  if (beta != 0.0f) v += beta * tt_ref_ld(dt, p, i);
-  tt_ref_st(dt, p, i, v);
-}
-static inline float tt_ref_beta_f32(float old, float v, float beta) {
-  return beta != 0.0f ? beta * old + v : v;
-}
-
 /* Workspace parts are counted in floats, each rounded up to 16 floats (64 bytes). */
 static inline size_t tt_ref_round_floats(size_t floats) { return (floats + 15u) & ~(size_t)15u; }
-
-/* Converts count elements of a dt tensor into fp32 dst (a plain copy for fp32). */
-void tt_ref_to_f32(tt_backend *b, tt_dtype dt, const void *src, float *dst, size_t count);
-/* Converts count fp32 elements into dt dst. */
-void tt_ref_from_f32(tt_backend *b, tt_dtype dt, const float *src, void *dst, size_t count);
-
-/* Dropout masks, activation derivatives and optimizer element updates are in
- * kernels/kernel_math.h, shared with the CUDA backend. */
 
 /* ---- shared helpers ---- */
 /* ref_linear.c: row-major C = alpha*op(A) op(B) + beta*C, OpenBLAS single-threaded calls
  * split over M or N across the backend's OpenMP threads (deterministic per thread count). */
 void tt_ref_sgemm(tt_backend *b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
-/* ref_elementwise.c: out[ch] = beta*out[ch] + sum over (n, hw) of t[n, ch, hw]; fp32 out. */
-void tt_ref_channel_sum(tt_backend *b, int n, int c, size_t hw, tt_dtype dt, const void *t, float *out, float beta);
-
 /* ---- ops, one table entry each (see backend.h for semantics) ---- */
 /* ref_conv.c */
 size_t tt_ref_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
@@ -162,46 +55,6 @@ int tt_ref_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, c
                            void *dx, float beta, void *ws, size_t ws_bytes);
 int tt_ref_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
                              float *dw, float *db, float beta, void *ws, size_t ws_bytes);
-/* ref_norm.c */
-int tt_ref_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                        const float *bias, void *y, float *running_mean, float *running_var, float momentum,
-                        float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes);
-int tt_ref_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                        const float *bias, const float *running_mean, const float *running_var, float eps,
-                        void *y, void *ws, size_t ws_bytes);
-int tt_ref_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
-                  const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
-                  float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
-int tt_ref_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
-                    void *ws, size_t ws_bytes);
-int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
-                    const void *dy, void *dx, float beta, void *ws, size_t ws_bytes);
-int tt_ref_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y);
-int tt_ref_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta);
-/* ref_elementwise.c */
-int tt_ref_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y);
-int tt_ref_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy,
-                   void *dx, float beta);
-int tt_ref_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y);
-int tt_ref_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta);
-int tt_ref_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y);
-int tt_ref_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy,
-                       void *dx, float beta);
-int tt_ref_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *src, int src_c, int src_off,
-                        void *dst, int dst_c, int dst_off, int nc, float beta);
-int tt_ref_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst);
-int tt_ref_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
-                        const float *std, tt_dtype dt, void *dst);
-/* ref_loss_optim.c */
-int tt_ref_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
-                      float smoothing, float grad_scale, void *dlogits, float *stats);
-int tt_ref_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
-                      int nesterov, float weight_decay, float grad_scale, const int32_t *skip);
-int tt_ref_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
-                       float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
-                       float grad_scale, const int32_t *skip);
-int tt_ref_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
-
 #ifdef __cplusplus
 }
 #endif

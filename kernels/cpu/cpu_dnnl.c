@@ -1,0 +1,595 @@
+/* kernels/cpu/cpu_dnnl.c — the oneDNN helper library of the CPU backend: the engine and stream,
+ * status checks, building a call (primitives, reorders, the workspace layout; see
+ * cpu_internal.h), the tables of built calls and workspace answers, and running a call. The
+ * backend's table is in cpu_backend.c; the op files (cpu_conv.c, cpu_linear.c, cpu_norm.c)
+ * describe the calls.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cpu_internal.h"
+
+#define CPU_DNNL_ALIGN ((size_t)64)
+
+static size_t cpu_dnnl_round(size_t n) { return (n + CPU_DNNL_ALIGN - 1) & ~(CPU_DNNL_ALIGN - 1); }
+
+void tt_cpu_enter(tt_backend *b) {
+#ifdef _OPENMP
+  int nt = tt_cpu_st(b)->ref.threads;
+  if (omp_get_max_threads() != nt) omp_set_num_threads(nt);
+#else
+  (void)b;
+#endif
+}
+
+int tt_cpu_check(tt_backend *b, dnnl_status_t s, const char *what, const char *call) {
+  const char *fn = call, *paren;
+  char name[64];
+  size_t len;
+  if (s == dnnl_success) return 0;
+  /* "dnnl_primitive_execute(p, ...)" -> "dnnl_primitive_execute" */
+  paren = strchr(fn, '(');
+  len = paren ? (size_t)(paren - fn) : strlen(fn);
+  if (len >= sizeof name) len = sizeof name - 1;
+  memcpy(name, fn, len);
+  name[len] = 0;
+  return tt_ref_fail(b, "%s: oneDNN %s failed: %s (status %d)", what, name, dnnl_status2str(s), (int)s);
+}
+
+int tt_cpu_md(tt_backend *b, const char *what, dnnl_memory_desc_t *md, int ndims, const int64_t *dims,
+              dnnl_format_tag_t tag) {
+  dnnl_dims_t d;
+  int i;
+  for (i = 0; i < ndims; i++) d[i] = dims[i];
+  return TT_CPU_DNNL(b, what, dnnl_memory_desc_init_by_tag(md, ndims, d, dnnl_f32, tag));
+}
+
+int tt_cpu_pd(tt_cpu_build *bd, const void *op_desc, const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd) {
+  dnnl_primitive_attr_t attr = NULL;
+  int rc;
+  *pd = NULL;
+  if (TT_CPU_DNNL(bd->b, bd->c->what, dnnl_primitive_attr_create(&attr))) return -1;
+  rc = TT_CPU_DNNL(bd->b, bd->c->what, dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+  if (!rc)
+    rc = TT_CPU_DNNL(bd->b, bd->c->what, dnnl_primitive_desc_create(pd, op_desc, attr, tt_cpu_st(bd->b)->eng, hint));
+  dnnl_primitive_attr_destroy(attr);
+  return rc;
+}
+
+static size_t cpu_dnnl_scratch_of(const_dnnl_primitive_desc_t pd) {
+  const dnnl_memory_desc_t *m = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  return m ? dnnl_memory_desc_get_size(m) : 0;
+}
+
+int tt_cpu_add_stage(tt_cpu_build *bd, tt_cpu_variant *v, dnnl_primitive_desc_t pd) {
+  tt_cpu_stage *s;
+  if (v->ns >= TT_CPU_MAX_STAGES) {
+    dnnl_primitive_desc_destroy(pd);
+    return tt_ref_fail(bd->b, "%s: internal error: too many stages", bd->c->what);
+  }
+  s = &v->s[v->ns++];
+  memset(s, 0, sizeof *s);
+  s->pd = pd;
+  s->scratch = cpu_dnnl_scratch_of(pd);
+  return 0;
+}
+
+/* A reorder primitive desc in user scratchpad mode. */
+static int cpu_dnnl_reorder_pd(tt_cpu_build *bd, const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                             dnnl_primitive_desc_t *pd) {
+  tt_cpu_state *st = tt_cpu_st(bd->b);
+  dnnl_primitive_attr_t attr = NULL;
+  int rc;
+  *pd = NULL;
+  if (TT_CPU_DNNL(bd->b, bd->c->what, dnnl_primitive_attr_create(&attr))) return -1;
+  rc = TT_CPU_DNNL(bd->b, bd->c->what, dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
+  if (!rc) rc = TT_CPU_DNNL(bd->b, bd->c->what, dnnl_reorder_primitive_desc_create(pd, from, st->eng, to, st->eng, attr));
+  dnnl_primitive_attr_destroy(attr);
+  return rc;
+}
+
+static int cpu_dnnl_is_out(tt_cpu_role r) {
+  return r == TT_CPU_ACT_OUT || r == TT_CPU_GRAD_OUT;
+}
+
+int tt_cpu_add_tensor(tt_cpu_build *bd, tt_cpu_variant *v, int stage, int arg, tt_cpu_role role,
+                      const dnnl_memory_desc_t *user, int half, int ptr) {
+  tt_backend *b = bd->b;
+  tt_cpu_call *c = bd->c;
+  tt_cpu_stage *s = &v->s[stage];
+  tt_cpu_tensor *t;
+  const dnnl_memory_desc_t *prim;
+  int ti = v->nt;
+  if (v->nt >= TT_CPU_MAX_TENSORS || s->nt >= TT_CPU_MAX_TENSORS)
+    return tt_ref_fail(b, "%s: internal error: too many tensors", c->what), -1;
+  prim = dnnl_primitive_desc_query_md(s->pd, dnnl_query_exec_arg_md, arg);
+  if (!prim || !prim->ndims) return tt_ref_fail(b, "%s: internal error: the primitive has no argument %d", c->what, arg), -1;
+  t = &v->t[v->nt++];
+  memset(t, 0, sizeof *t);
+  t->role = role;
+  t->ptr = ptr;
+  t->prim_bytes = dnnl_memory_desc_get_size(prim);
+  s->t[s->nt] = ti, s->arg[s->nt] = arg, s->nt++;
+  if (role == TT_CPU_WS) {
+    if (bd->create && TT_CPU_DNNL(b, c->what, dnnl_memory_create(&t->mprim, prim, tt_cpu_st(b)->eng, DNNL_MEMORY_NONE)))
+      return -1;
+    return ti;
+  }
+  t->half = half;
+  t->count = dnnl_memory_desc_get_size(user) / sizeof(float);
+  t->plain_bytes = t->count * sizeof(float);
+  if (role == TT_CPU_ACT_IN || role == TT_CPU_ACT_OUT) t->sample_bytes = t->count / (size_t)v->nb * (half ? 2u : 4u);
+  t->reorder = !dnnl_memory_desc_equal(user, prim);
+  t->plain_copy = half || role == TT_CPU_GRAD_OUT || (role == TT_CPU_ACT_OUT && c->key.accumulate);
+  if (bd->create) {
+    tt_cpu_state *st = tt_cpu_st(b);
+    if (TT_CPU_DNNL(b, c->what, dnnl_memory_create(&t->mprim, prim, st->eng, DNNL_MEMORY_NONE)) ||
+        TT_CPU_DNNL(b, c->what, dnnl_memory_create(&t->mplain, user, st->eng, DNNL_MEMORY_NONE)))
+      return -1;
+  }
+  if (t->reorder) {
+    dnnl_primitive_desc_t rpd;
+    int out = cpu_dnnl_is_out(role), rc;
+    if (cpu_dnnl_reorder_pd(bd, out ? prim : user, out ? user : prim, &rpd)) return -1;
+    t->reo_scratch = cpu_dnnl_scratch_of(rpd);
+    rc = 0;
+    if (bd->create) {
+      const dnnl_memory_desc_t *sm = dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0);
+      rc = TT_CPU_DNNL(b, c->what, dnnl_primitive_create(&t->reo, rpd));
+      if (!rc && t->reo_scratch)
+        rc = TT_CPU_DNNL(b, c->what, dnnl_memory_create(&t->mreo_scratch, sm, tt_cpu_st(b)->eng, DNNL_MEMORY_NONE));
+    }
+    dnnl_primitive_desc_destroy(rpd);
+    if (rc) return -1;
+  }
+  return ti;
+}
+
+int tt_cpu_share_tensor(tt_cpu_build *bd, tt_cpu_variant *v, int stage, int arg, int t) {
+  tt_cpu_stage *s = &v->s[stage];
+  if (s->nt >= TT_CPU_MAX_TENSORS) return tt_ref_fail(bd->b, "%s: internal error: too many tensors", bd->c->what);
+  s->t[s->nt] = t, s->arg[s->nt] = arg, s->nt++;
+  return 0;
+}
+
+/* Creates the stages' primitives (or only drops the descs when sizing) and lays out the
+ * workspace: the shared scratchpad first, then each variant's copies from the same offset
+ * (the variants never run at once). */
+static int cpu_dnnl_finish(tt_cpu_build *bd) {
+  tt_cpu_call *c = bd->c;
+  size_t scratch = 0, ws = 0;
+  int vi, si, ti;
+  for (vi = 0; vi < c->nv; vi++) {
+    tt_cpu_variant *v = &c->v[vi];
+    for (si = 0; si < v->ns; si++) {
+      tt_cpu_stage *s = &v->s[si];
+      if (s->scratch > scratch) scratch = s->scratch;
+      if (bd->create && s->pd) {
+        int rc = TT_CPU_DNNL(bd->b, c->what, dnnl_primitive_create(&s->prim, s->pd));
+        if (!rc && s->scratch)
+          rc = TT_CPU_DNNL(bd->b, c->what,
+                           dnnl_memory_create(&s->mscratch, dnnl_primitive_desc_query_md(s->pd, dnnl_query_scratchpad_md, 0),
+                                              tt_cpu_st(bd->b)->eng, DNNL_MEMORY_NONE));
+        if (rc) return -1;
+      }
+      if (s->pd) dnnl_primitive_desc_destroy(s->pd);
+      s->pd = NULL;
+    }
+    for (ti = 0; ti < v->nt; ti++)
+      if (v->t[ti].reo_scratch > scratch) scratch = v->t[ti].reo_scratch;
+  }
+  c->scratch_bytes = cpu_dnnl_round(scratch);
+  for (vi = 0; vi < c->nv; vi++) {
+    tt_cpu_variant *v = &c->v[vi];
+    size_t off = c->scratch_bytes;
+    for (ti = 0; ti < v->nt; ti++) {
+      tt_cpu_tensor *t = &v->t[ti];
+      if (t->role == TT_CPU_WS || t->reorder) {
+        t->off = off;
+        off += cpu_dnnl_round(t->prim_bytes);
+      }
+      if (t->plain_copy) {
+        t->plain_off = off;
+        off += cpu_dnnl_round(t->plain_bytes);
+        if (!t->reorder) t->off = t->plain_off; /* the primitive works on the plain copy itself */
+      }
+    }
+    v->bytes = off;
+    if (off > ws) ws = off;
+  }
+  c->ws_bytes = ws;
+  return 0;
+}
+
+void tt_cpu_free_call(tt_cpu_call *c) {
+  int vi, si, ti;
+  if (!c) return;
+  for (vi = 0; vi < 2; vi++) {
+    tt_cpu_variant *v = &c->v[vi];
+    for (si = 0; si < v->ns; si++) {
+      if (v->s[si].pd) dnnl_primitive_desc_destroy(v->s[si].pd);
+      if (v->s[si].prim) dnnl_primitive_destroy(v->s[si].prim);
+      if (v->s[si].mscratch) dnnl_memory_destroy(v->s[si].mscratch);
+    }
+    for (ti = 0; ti < v->nt; ti++) {
+      tt_cpu_tensor *t = &v->t[ti];
+      if (t->mprim) dnnl_memory_destroy(t->mprim);
+      if (t->mplain) dnnl_memory_destroy(t->mplain);
+      if (t->reo) dnnl_primitive_destroy(t->reo);
+      if (t->mreo_scratch) dnnl_memory_destroy(t->mreo_scratch);
+    }
+  }
+  free(c);
+}
+
+int tt_cpu_uses_dnnl(const tt_op_desc *op) {
+  switch (op->kind) {
+    case TT_OP_CONV_FWD:
+    case TT_OP_CONV_BWD_DATA:
+    case TT_OP_CONV_BWD_FILTER:
+    case TT_OP_LINEAR_FWD:
+    case TT_OP_LINEAR_BWD_DATA:
+    case TT_OP_LINEAR_BWD_FILTER: return 1;
+    case TT_OP_POOL_FWD: return op->dt == TT_F32;
+    case TT_OP_POOL_BWD: return op->dt == TT_F32 && !op->accumulate;
+    default: return 0;
+  }
+}
+
+/* Builds the call for op into a new tt_cpu_call (create == 0: sizes only). */
+static tt_cpu_call *cpu_dnnl_build(tt_backend *b, const tt_op_desc *op, int create) {
+  tt_cpu_call *c = (tt_cpu_call *)calloc(1, sizeof *c);
+  tt_cpu_build bd;
+  int rc;
+  if (!c) {
+    tt_ref_fail(b, "out of host memory building a oneDNN call");
+    return NULL;
+  }
+  c->key = *op;
+  snprintf(c->what, sizeof c->what, "op %d", (int)op->kind);
+  bd.b = b, bd.c = c, bd.create = create;
+  tt_cpu_enter(b);
+  switch (op->kind) {
+    case TT_OP_CONV_FWD:
+    case TT_OP_CONV_BWD_DATA:
+    case TT_OP_CONV_BWD_FILTER: rc = tt_cpu_conv_build(&bd, op); break;
+    case TT_OP_LINEAR_FWD:
+    case TT_OP_LINEAR_BWD_DATA:
+    case TT_OP_LINEAR_BWD_FILTER: rc = tt_cpu_linear_build(&bd, op); break;
+    case TT_OP_POOL_FWD:
+    case TT_OP_POOL_BWD: rc = tt_cpu_pool_build(&bd, op); break;
+    default: rc = tt_ref_fail(b, "internal error: no oneDNN call for op kind %d", (int)op->kind); break;
+  }
+  if (!rc) rc = cpu_dnnl_finish(&bd);
+  if (rc) {
+    tt_cpu_free_call(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* ---- the two tables: built calls and workspace answers, open addressing on FNV-1a ---- */
+
+static uint64_t cpu_dnnl_hash(const tt_op_desc *op) {
+  const unsigned char *p = (const unsigned char *)op;
+  uint64_t h = 1469598103934665603ull;
+  size_t i;
+  for (i = 0; i < sizeof *op; i++) h = (h ^ p[i]) * 1099511628211ull;
+  return h ? h : 1;
+}
+
+static tt_cpu_call *cpu_dnnl_find_call(tt_cpu_state *st, const tt_op_desc *op, uint64_t h) {
+  int mask = st->cap_calls - 1, i;
+  if (!st->cap_calls) return NULL;
+  for (i = (int)(h & (uint64_t)mask);; i = (i + 1) & mask) {
+    tt_cpu_call *c = st->calls[i];
+    if (!c) return NULL;
+    if (c->hash == h && !memcmp(&c->key, op, sizeof *op)) return c;
+  }
+}
+
+static int cpu_dnnl_put_call(tt_backend *b, tt_cpu_call *c) {
+  tt_cpu_state *st = tt_cpu_st(b);
+  int i, mask;
+  if (2 * (st->ncalls + 1) > st->cap_calls) { /* grow: at most half full */
+    int ncap = st->cap_calls ? 2 * st->cap_calls : 64, k;
+    tt_cpu_call **nt = (tt_cpu_call **)calloc((size_t)ncap, sizeof *nt);
+    if (!nt) return tt_ref_fail(b, "out of host memory growing the oneDNN call table");
+    for (k = 0; k < st->cap_calls; k++)
+      if (st->calls[k]) {
+        int j = (int)(st->calls[k]->hash & (uint64_t)(ncap - 1));
+        while (nt[j]) j = (j + 1) & (ncap - 1);
+        nt[j] = st->calls[k];
+      }
+    free(st->calls);
+    st->calls = nt, st->cap_calls = ncap;
+  }
+  mask = st->cap_calls - 1;
+  for (i = (int)(c->hash & (uint64_t)mask); st->calls[i]; i = (i + 1) & mask) {
+  }
+  st->calls[i] = c;
+  st->ncalls++;
+  return 0;
+}
+
+static tt_cpu_size *cpu_dnnl_find_size(tt_cpu_state *st, const tt_op_desc *op, uint64_t h) {
+  int mask = st->cap_sizes - 1, i;
+  if (!st->cap_sizes) return NULL;
+  for (i = (int)(h & (uint64_t)mask);; i = (i + 1) & mask) {
+    tt_cpu_size *z = &st->sizes[i];
+    if (!z->hash) return NULL;
+    if (z->hash == h && !memcmp(&z->key, op, sizeof *op)) return z;
+  }
+}
+
+static int cpu_dnnl_put_size(tt_backend *b, const tt_op_desc *op, uint64_t h, size_t bytes) {
+  tt_cpu_state *st = tt_cpu_st(b);
+  int i, mask;
+  if (2 * (st->nsizes + 1) > st->cap_sizes) {
+    int ncap = st->cap_sizes ? 2 * st->cap_sizes : 256, k;
+    tt_cpu_size *nt = (tt_cpu_size *)calloc((size_t)ncap, sizeof *nt);
+    if (!nt) return tt_ref_fail(b, "out of host memory growing the oneDNN size table");
+    for (k = 0; k < st->cap_sizes; k++)
+      if (st->sizes[k].hash) {
+        int j = (int)(st->sizes[k].hash & (uint64_t)(ncap - 1));
+        while (nt[j].hash) j = (j + 1) & (ncap - 1);
+        nt[j] = st->sizes[k];
+      }
+    free(st->sizes);
+    st->sizes = nt, st->cap_sizes = ncap;
+  }
+  mask = st->cap_sizes - 1;
+  for (i = (int)(h & (uint64_t)mask); st->sizes[i].hash; i = (i + 1) & mask) {
+  }
+  st->sizes[i].key = *op;
+  st->sizes[i].hash = h;
+  st->sizes[i].bytes = bytes;
+  st->nsizes++;
+  return 0;
+}
+
+/* A copy of op with every byte the desc does not use zeroed, so equal calls hash equal even
+ * when a caller filled the struct field by field. */
+static void cpu_dnnl_key(const tt_op_desc *op, tt_op_desc *k) {
+  memset(k, 0, sizeof *k);
+  k->kind = op->kind, k->dt = op->dt;
+  switch (op->kind) {
+    case TT_OP_CONV_FWD:
+    case TT_OP_CONV_BWD_DATA:
+    case TT_OP_CONV_BWD_FILTER:
+      k->u.conv = op->u.conv;
+      k->bias = op->kind != TT_OP_CONV_BWD_DATA && op->bias;
+      k->accumulate = op->kind == TT_OP_CONV_BWD_DATA && op->accumulate;
+      break;
+    case TT_OP_LINEAR_FWD:
+    case TT_OP_LINEAR_BWD_DATA:
+    case TT_OP_LINEAR_BWD_FILTER:
+      k->u.linear = op->u.linear;
+      k->bias = op->kind == TT_OP_LINEAR_FWD && op->bias; /* db is our loop */
+      k->accumulate = op->kind == TT_OP_LINEAR_BWD_DATA && op->accumulate;
+      break;
+    case TT_OP_BN_FWD_TRAIN:
+    case TT_OP_BN_FWD_INFER:
+    case TT_OP_BN_BWD:
+      k->u.bn.n = op->u.bn.n, k->u.bn.c = op->u.bn.c, k->u.bn.hw = op->u.bn.hw, k->u.bn.eps = op->u.bn.eps;
+      k->accumulate = op->kind == TT_OP_BN_BWD && op->accumulate;
+      break;
+    case TT_OP_POOL_FWD:
+    case TT_OP_POOL_BWD:
+      k->u.pool = op->u.pool;
+      k->pool_mode = op->pool_mode;
+      k->accumulate = op->kind == TT_OP_POOL_BWD && op->accumulate;
+      break;
+    case TT_OP_ACT_FWD:
+    case TT_OP_ACT_BWD:
+      k->u.act.count = op->u.act.count, k->u.act.act = op->u.act.act;
+      k->accumulate = op->kind == TT_OP_ACT_BWD && op->accumulate;
+      break;
+    default: break;
+  }
+}
+
+size_t tt_cpu_op_workspace(tt_backend *b, const tt_op_desc *op) {
+  tt_cpu_state *st = tt_cpu_st(b);
+  tt_op_desc k;
+  tt_cpu_call *c;
+  tt_cpu_size *z;
+  uint64_t h;
+  size_t bytes;
+  if (!op) return tt_ref_fail(b, "op_workspace: NULL op"), TT_WS_ERROR;
+  cpu_dnnl_key(op, &k);
+  if (!tt_cpu_uses_dnnl(&k)) return 0;
+  h = cpu_dnnl_hash(&k);
+  if ((c = cpu_dnnl_find_call(st, &k, h)) != NULL) return c->ws_bytes;
+  if ((z = cpu_dnnl_find_size(st, &k, h)) != NULL) return z->bytes;
+  c = cpu_dnnl_build(b, &k, 0);
+  if (!c) return TT_WS_ERROR; /* cpu_dnnl_build recorded why (backend.h: never 0 for a failure) */
+  bytes = c->ws_bytes;
+  tt_cpu_free_call(c);
+  cpu_dnnl_put_size(b, &k, h, bytes);
+  return bytes;
+}
+
+/* The built call for k (a normalised key), building it if needed. */
+static const tt_cpu_call *cpu_dnnl_call(tt_backend *b, const tt_op_desc *k) {
+  tt_cpu_state *st = tt_cpu_st(b);
+  uint64_t h = cpu_dnnl_hash(k);
+  tt_cpu_call *c = cpu_dnnl_find_call(st, k, h);
+  if (c) return c;
+  c = cpu_dnnl_build(b, k, 1);
+  if (!c) return NULL;
+  c->hash = h;
+  if (cpu_dnnl_put_call(b, c)) {
+    tt_cpu_free_call(c);
+    return NULL;
+  }
+  return c;
+}
+
+const tt_cpu_call *tt_cpu_get(tt_backend *b, const tt_op_desc *op) {
+  tt_op_desc k;
+  cpu_dnnl_key(op, &k);
+  return cpu_dnnl_call(b, &k);
+}
+
+int tt_cpu_prepare(tt_backend *b, const tt_op_desc *ops, int nops) {
+  int i;
+  for (i = 0; i < nops; i++) {
+    tt_op_desc k;
+    cpu_dnnl_key(&ops[i], &k);
+    if (tt_cpu_uses_dnnl(&k) && !cpu_dnnl_call(b, &k)) return -1;
+  }
+  return 0;
+}
+
+/* ---- running a call ---- */
+
+static int cpu_dnnl_set(tt_backend *b, const tt_cpu_call *c, dnnl_memory_t m, void *p) {
+  return TT_CPU_DNNL(b, c->what, dnnl_memory_set_data_handle_v2(m, p, tt_cpu_st(b)->stream));
+}
+
+static int cpu_dnnl_exec(tt_backend *b, const tt_cpu_call *c, dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args) {
+  return TT_CPU_DNNL(b, c->what, dnnl_primitive_execute(p, tt_cpu_st(b)->stream, nargs, args));
+}
+
+/* Runs a reorder between a tensor's fp32 plain side (at plain) and its primitive side. */
+static int cpu_dnnl_reorder(tt_backend *b, const tt_cpu_call *c, const tt_cpu_tensor *t, void *plain, void *primp, void *ws) {
+  dnnl_exec_arg_t a[3];
+  int n = 0, out = cpu_dnnl_is_out(t->role);
+  if (cpu_dnnl_set(b, c, t->mplain, plain) || cpu_dnnl_set(b, c, t->mprim, primp)) return -1;
+  a[n].arg = DNNL_ARG_FROM, a[n].memory = out ? t->mprim : t->mplain, n++;
+  a[n].arg = DNNL_ARG_TO, a[n].memory = out ? t->mplain : t->mprim, n++;
+  if (t->mreo_scratch) {
+    if (cpu_dnnl_set(b, c, t->mreo_scratch, ws)) return -1;
+    a[n].arg = DNNL_ARG_SCRATCHPAD, a[n].memory = t->mreo_scratch, n++;
+  }
+  return cpu_dnnl_exec(b, c, t->reo, n, a);
+}
+
+/* out = beta*out + src over count elements of dt (beta == 0 overwrites, NaNs included). */
+static void cpu_dnnl_combine(tt_backend *b, tt_dtype dt, const float *src, void *out, size_t count, float beta) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int nt = tt_cpu_st(b)->ref.threads;
+  (void)nt;
+  if (dt == TT_F32) {
+    float *o = (float *)out;
+    if (beta == 0.0f) {
+      memcpy(o, src, count * sizeof(float));
+      return;
+    }
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+    for (i = 0; i < n; i++) o[i] = tt_ref_beta_f32(o[i], src[i], beta);
+  } else {
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+    for (i = 0; i < n; i++) tt_ref_st_beta(dt, out, (size_t)i, src[i], beta);
+  }
+}
+
+/* The caller's pointer of tensor t for the chunk starting at sample n0. */
+static void *cpu_dnnl_user(const tt_cpu_tensor *t, void *const *ptrs, int n0) {
+  char *p = (char *)ptrs[t->ptr];
+  if (p && (t->role == TT_CPU_ACT_IN || t->role == TT_CPU_ACT_OUT)) p += (size_t)n0 * t->sample_bytes;
+  return p;
+}
+
+/* Where the primitive reads or writes tensor t. */
+static void *cpu_dnnl_prim_ptr(const tt_cpu_tensor *t, void *user, void *ws) {
+  if (t->role == TT_CPU_WS || t->reorder || t->plain_copy) return (char *)ws + t->off;
+  return user;
+}
+
+/* Brings input tensor t into the primitive's layout and type. */
+static int cpu_dnnl_stage_in(tt_backend *b, const tt_cpu_call *c, const tt_cpu_tensor *t, void *user, void *ws) {
+  void *plain = user;
+  if (t->half) {
+    plain = (char *)ws + t->plain_off;
+    tt_ref_to_f32(b, TT_F16, user, (float *)plain, t->count);
+  }
+  if (t->reorder) return cpu_dnnl_reorder(b, c, t, plain, (char *)ws + t->off, ws);
+  return 0;
+}
+
+/* Writes output tensor t back to the caller (beta: 0 overwrites, else added into). */
+static int cpu_dnnl_stage_out(tt_backend *b, const tt_cpu_call *c, const tt_cpu_tensor *t, void *user, void *ws, float beta) {
+  if (!t->reorder && !t->plain_copy) return 0;
+  if (!t->plain_copy) return cpu_dnnl_reorder(b, c, t, user, (char *)ws + t->off, ws); /* straight back */
+  if (t->reorder && cpu_dnnl_reorder(b, c, t, (char *)ws + t->plain_off, (char *)ws + t->off, ws)) return -1;
+  if (user) cpu_dnnl_combine(b, t->half ? TT_F16 : TT_F32, (const float *)((char *)ws + t->plain_off), user, t->count, beta);
+  return 0;
+}
+
+int tt_cpu_run(tt_backend *b, const tt_cpu_call *c, void *const *ptrs, void *ws, size_t ws_bytes, float beta_act,
+               float beta_grad) {
+  int n = c->key.kind <= TT_OP_CONV_BWD_FILTER ? c->key.u.conv.n : c->nb, n0, vi, ti, si;
+  int first[2] = {1, 1};
+  if (ws_bytes < c->ws_bytes || (c->ws_bytes && !ws))
+    return tt_ref_fail(b, "%s: workspace too small: needs %zu bytes, given %zu%s", c->what, c->ws_bytes, ws_bytes,
+                       ws ? "" : " (NULL)");
+  for (vi = 0; vi < c->nv; vi++)
+    for (ti = 0; ti < c->v[vi].nt; ti++) {
+      const tt_cpu_tensor *t = &c->v[vi].t[ti];
+      if (t->role != TT_CPU_WS && t->role != TT_CPU_GRAD_OUT && !ptrs[t->ptr])
+        return tt_ref_fail(b, "%s: NULL tensor argument %d", c->what, t->ptr);
+    }
+  tt_cpu_enter(b);
+  for (n0 = 0; n0 < n; n0 += c->nb) {
+    int cur = n - n0 < c->nb ? n - n0 : c->nb;
+    const tt_cpu_variant *v = &c->v[cur == c->nb ? 0 : 1];
+    vi = cur == c->nb ? 0 : 1;
+    for (ti = 0; ti < v->nt; ti++) { /* inputs: activations every chunk, parameters once per variant */
+      const tt_cpu_tensor *t = &v->t[ti];
+      if (t->role == TT_CPU_ACT_IN || (t->role == TT_CPU_PARAM_IN && first[vi]))
+        if (cpu_dnnl_stage_in(b, c, t, cpu_dnnl_user(t, ptrs, n0), ws)) return -1;
+    }
+    for (si = 0; si < v->ns; si++) {
+      const tt_cpu_stage *s = &v->s[si];
+      dnnl_exec_arg_t a[TT_CPU_MAX_TENSORS + 1];
+      int na = 0, k;
+      for (k = 0; k < s->nt; k++) {
+        const tt_cpu_tensor *t = &v->t[s->t[k]];
+        void *p = cpu_dnnl_prim_ptr(t, t->role == TT_CPU_WS ? NULL : cpu_dnnl_user(t, ptrs, n0), ws);
+        if (cpu_dnnl_set(b, c, t->mprim, p)) return -1;
+        a[na].arg = s->arg[k], a[na].memory = t->mprim, na++;
+      }
+      if (s->mscratch) {
+        if (cpu_dnnl_set(b, c, s->mscratch, ws)) return -1;
+        a[na].arg = DNNL_ARG_SCRATCHPAD, a[na].memory = s->mscratch, na++;
+      }
+      if (cpu_dnnl_exec(b, c, s->prim, na, a)) return -1;
+    }
+    for (ti = 0; ti < v->nt; ti++) {
+      const tt_cpu_tensor *t = &v->t[ti];
+      float beta;
+      if (t->role == TT_CPU_ACT_OUT)
+        beta = c->key.accumulate ? beta_act : 0.0f;
+      else if (t->role == TT_CPU_GRAD_OUT)
+        beta = n0 == 0 ? beta_grad : 1.0f; /* later chunks add to the first's */
+      else
+        continue;
+      if (cpu_dnnl_stage_out(b, c, t, cpu_dnnl_user(t, ptrs, n0), ws, beta)) return -1;
+    }
+    first[vi] = 0;
+  }
+  return 0;
+}
+
+int tt_cpu_dnnl_open(tt_backend *b) {
+  tt_cpu_state *st = tt_cpu_st(b);
+  tt_cpu_enter(b);
+  if (dnnl_engine_create(&st->eng, dnnl_cpu, 0) != dnnl_success ||
+      dnnl_stream_create(&st->stream, st->eng, dnnl_stream_default_flags) != dnnl_success)
+    return tt_ref_fail(b, "could not create the oneDNN CPU engine and stream");
+  return 0;
+}
+
+void tt_cpu_dnnl_close(tt_cpu_state *st) {
+  int i;
+  for (i = 0; i < st->cap_calls; i++) tt_cpu_free_call(st->calls[i]);
+  free(st->calls);
+  free(st->sizes);
+  if (st->stream) dnnl_stream_destroy(st->stream);
+  if (st->eng) dnnl_engine_destroy(st->eng);
+  st->calls = NULL, st->sizes = NULL, st->stream = NULL, st->eng = NULL;
+  st->ncalls = st->cap_calls = st->nsizes = st->cap_sizes = 0;
+}

@@ -1,0 +1,185 @@
+/* kernels/ref/ref.h — what the reference backend lends the other host backends (the oneDNN
+ * CPU backend, kernels/cpu/): its state and error buffer, fp16 conversion, host memory, and the
+ * plain loops the CPU backend runs as they are. Public to kernels/ only; everything else of the
+ * reference backend (convolution and linear on OpenBLAS, their workspaces, the threaded sgemm)
+ * is in ref_internal.h.
+ *
+ * Threading: OpenMP with schedule(static) and an explicit num_threads on every loop, so a
+ * given backend (thread count) gives bit-identical results run after run.
+ *
+ * A backend whose impl starts with a tt_ref_state (the oneDNN backend's does) may call every
+ * tt_ref_ function here with its own tt_backend: they read only the thread count and the
+ * error buffer.
+ */
+#ifndef TT_REF_H
+#define TT_REF_H
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../backend.h"
+#include "../kernel_math.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tt_ref_state {
+  int threads; /* OpenMP thread count, >= 1 (OpenBLAS runs single-threaded inside them) */
+  char err[1024]; /* last error message, one line */
+} tt_ref_state;
+
+/* Fills st for `threads` (<= 0: all cores). */
+void tt_ref_state_init(tt_ref_state *st, int threads);
+/* Records a message in the backend (prefixed by nothing; callers name the op) and returns -1. */
+int tt_ref_fail(tt_backend *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static inline int tt_ref_threads(tt_backend *b) { return ((tt_ref_state *)b->impl)->threads; }
+
+/* Loops shorter than this run on one thread: the fork/join costs more than the work. */
+#define TT_REF_PAR_MIN 32768
+
+/* IEEE half <-> float, inline for the hot loops; tt_f16_to_f32 / tt_f32_to_f16 wrap these.
+ * f32 -> f16 rounds to nearest even; overflow (|f| >= 65520) gives inf; NaN stays a quiet NaN
+ * keeping the top payload bits; values below half the smallest subnormal become signed zero. */
+static inline float tt_ref_h2f(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
+  float f;
+  if (e == 0) {
+    f = (float)m * 5.9604644775390625e-8f; /* m * 2^-24, exact */
+    return sign ? -f : f;
+  }
+  if (e == 31)
+    bits = sign | 0x7f800000u | (m << 13);
+  else
+    bits = sign | ((e + 112u) << 23) | (m << 13);
+  memcpy(&f, &bits, 4);
+  return f;
+}
+static inline uint16_t tt_ref_f2h(float f) {
+  uint32_t x, ax, sign, h;
+  memcpy(&x, &f, 4);
+  sign = (x >> 16) & 0x8000u;
+  ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) /* inf or NaN */
+    return (uint16_t)(sign | (ax > 0x7f800000u ? (0x7e00u | ((ax >> 13) & 0x3ffu)) : 0x7c00u));
+  if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds past 65504 */
+  if (ax < 0x38800000u) {                                     /* half subnormal or zero */
+    uint32_t e = ax >> 23, mant, shift, rem, halfway;
+    if (ax <= 0x33000000u) return (uint16_t)sign; /* <= 2^-25: ties to even zero */
+    mant = (ax & 0x7fffffu) | 0x800000u;
+    shift = 126u - e; /* 14..24 */
+    h = mant >> shift;
+    rem = mant & ((1u << shift) - 1u);
+    halfway = 1u << (shift - 1u);
+    if (rem > halfway || (rem == halfway && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+  }
+  h = (ax >> 13) - (112u << 10);
+  {
+    uint32_t rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+  }
+  return (uint16_t)(sign | h);
+}
+
+/* Load/store one element of a dt tensor as fp32. */
+static inline float tt_ref_ld(tt_dtype dt, const void *p, size_t i) {
+  return dt == TT_F16 ? tt_ref_h2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+static inline void tt_ref_st(tt_dtype dt, void *p, size_t i, float v) {
+  if (dt == TT_F16)
+    ((uint16_t *)p)[i] = tt_ref_f2h(v);
+  else
+    ((float *)p)[i] = v;
+}
+/* Gradient-output store: beta == 0 overwrites (never 0*old, which would keep a NaN). */
+static inline void tt_ref_st_beta(tt_dtype dt, void *p, size_t i, float v, float beta) {
+  if (beta != 0.0f) v += beta * tt_ref_ld(dt, p, i);
+  tt_ref_st(dt, p, i, v);
+}
+static inline float tt_ref_beta_f32(float old, float v, float beta) {
+  return beta != 0.0f ? beta * old + v : v;
+}
+
+/* ref_convert.c: converts count elements of a dt tensor into fp32 dst (a plain copy for fp32). */
+void tt_ref_to_f32(tt_backend *b, tt_dtype dt, const void *src, float *dst, size_t count);
+/* Converts count fp32 elements into dt dst. */
+void tt_ref_from_f32(tt_backend *b, tt_dtype dt, const float *src, void *dst, size_t count);
+
+/* Dropout masks, activation derivatives and optimizer element updates are in
+ * kernels/kernel_math.h, shared with the CUDA backend. */
+
+/* ---- host memory and staging (ref_backend.c): the arena is host memory, copies are memmove
+ * and done when they return, events are one immutable token ---- */
+void *tt_ref_arena_alloc(tt_backend *b, size_t bytes);
+void tt_ref_arena_free(tt_backend *b, void *p);
+int tt_ref_upload(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes);
+int tt_ref_download(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes);
+int tt_ref_zero(tt_backend *b, void *p, size_t bytes);
+int tt_ref_sync(tt_backend *b);
+void *tt_ref_host_alloc(tt_backend *b, size_t bytes);
+void tt_ref_host_free(tt_backend *b, void *p);
+void *tt_ref_event_create(tt_backend *b);
+void tt_ref_event_destroy(tt_backend *b, void *ev);
+int tt_ref_event_sync(tt_backend *b, void *ev);
+int tt_ref_upload_async(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes, void *done);
+int tt_ref_download_async(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes, void *done);
+
+/* ref_elementwise.c: out[ch] = beta*out[ch] + sum over (n, hw) of t[n, ch, hw]; fp32 out. */
+void tt_ref_channel_sum(tt_backend *b, int n, int c, size_t hw, tt_dtype dt, const void *t, float *out, float beta);
+
+
+/* ---- ops, one table entry each (see backend.h for semantics) ---- */
+/* ref_norm.c */
+int tt_ref_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                        const float *bias, void *y, float *running_mean, float *running_var, float momentum,
+                        float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes);
+int tt_ref_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                        const float *bias, const float *running_mean, const float *running_var, float eps,
+                        void *y, void *ws, size_t ws_bytes);
+int tt_ref_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
+                  const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
+                  float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+int tt_ref_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
+                    void *ws, size_t ws_bytes);
+int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
+                    const void *dy, void *dx, float beta, void *ws, size_t ws_bytes);
+int tt_ref_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y);
+int tt_ref_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta);
+/* ref_elementwise.c */
+int tt_ref_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y);
+int tt_ref_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy,
+                   void *dx, float beta);
+int tt_ref_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y);
+int tt_ref_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta);
+int tt_ref_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y);
+int tt_ref_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy,
+                       void *dx, float beta);
+int tt_ref_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *src, int src_c, int src_off,
+                        void *dst, int dst_c, int dst_off, int nc, float beta);
+int tt_ref_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst);
+int tt_ref_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
+                        const float *std, tt_dtype dt, void *dst);
+/* ref_loss_optim.c */
+int tt_ref_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
+                      float smoothing, float grad_scale, void *dlogits, float *stats);
+int tt_ref_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
+                      int nesterov, float weight_decay, float grad_scale, const int32_t *skip);
+int tt_ref_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
+                       float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
+                       float grad_scale, const int32_t *skip);
+int tt_ref_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
