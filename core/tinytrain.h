@@ -4,8 +4,9 @@
  * budget it plans every buffer in one arena before the first step, then trains without
  * allocating again. A run either fits or is refused before anything is allocated.
  *
- *   tt_run_opts o; tt_run_opts_init(&o); o.recipe = "lenet.recipe"; o.vram_bytes = 4ull << 30;
- *   char err[1024]; if (tt_train(&o, err, sizeof err)) fprintf(stderr, "%s\n", err);
+ *   tt_run_opts o = tt_run_opts_default(); o.recipe = "lenet.recipe"; o.vram_bytes = 4ull << 30;
+ *   tt_run_result r; char err[1024];
+ *   if (tt_train(&o, &r, err, sizeof err)) fprintf(stderr, "%s\n", err);
  *
  * Every function returns 0 on success and non-zero with a one-line message in err.
  * The library never exits the process. */
@@ -19,9 +20,23 @@
 extern "C" {
 #endif
 
+/* The library's version: TT_VERSION is the string form (configure.py reads it for the soname,
+ * libtinytrain.so.MAJOR); the numbers are the same version; tt_version() is the one the library
+ * was built as (it may differ from the header's when a program runs against another build). */
 #define TT_VERSION "0.1.0"
+#define TT_VERSION_MAJOR 0
+#define TT_VERSION_MINOR 1
+#define TT_VERSION_PATCH 0
 
-enum { TT_DEVICE_AUTO = 0, TT_DEVICE_CPU = 1, TT_DEVICE_CUDA = 2 };
+const char *tt_version(void);
+
+/* Where to run (tt_run_opts.device). */
+typedef enum tt_device { TT_DEVICE_AUTO = 0, TT_DEVICE_CPU = 1, TT_DEVICE_CUDA = 2 } tt_device;
+/* Activation precision (tt_run_opts.precision): AUTO is the recipe's [train] precision. */
+typedef enum tt_run_precision { TT_PRECISION_AUTO = 0, TT_PRECISION_FP32 = 1, TT_PRECISION_FP16 = 2 } tt_run_precision;
+/* Recomputing activations in the backward pass (gradient checkpointing; tt_run_opts.recompute):
+ * AUTO is the recipe's [train] recompute (itself auto by default: where the budget needs it). */
+typedef enum tt_run_recompute { TT_RECOMPUTE_AUTO = 0, TT_RECOMPUTE_NONE = 1, TT_RECOMPUTE_ALL = 2 } tt_run_recompute;
 
 /* What tt_train's progress callback (tt_run_opts.on_progress) is told. */
 typedef struct tt_progress {
@@ -36,18 +51,18 @@ typedef struct tt_progress {
 typedef struct tt_run_opts {
   const char *recipe;
   size_t vram_bytes;     /* the card's memory (--vram); 0 = no budget */
-  int device;            /* TT_DEVICE_* */
+  tt_device device;      /* TT_DEVICE_AUTO: a GPU if there is one */
   int threads;           /* CPU threads, 0 = all cores */
   int epochs;            /* 0 = the recipe's */
   int micro_batch;       /* 0 = the scheduler's choice */
-  int precision;         /* 0 auto, 1 fp32, 2 fp16 (tt_precision) */
-  int recompute;         /* 0 auto, 1 none, 2 all (tt_recompute_mode) */
+  tt_run_precision precision; /* TT_PRECISION_AUTO: the recipe's */
+  tt_run_recompute recompute; /* TT_RECOMPUTE_AUTO: the recipe's */
   const char *out_dir;   /* NULL = runs/<recipe name> */
   const char *resume_dir;/* NULL = start fresh */
   const char *init_weights; /* start from these weights where names and shapes match (fine-tuning); NULL = none */
   long long max_steps;   /* stop (with a checkpoint) after this many optimizer steps in all; 0 = no limit */
   const char *checkpoint_every; /* "500" optimizer steps, "10m" / "30s" / "1h" wall time, "0" only at the
-                                 * ends of epochs (tt_parse_interval); NULL = the recipe's (default 10m) */
+                                 * ends of epochs; NULL = the recipe's (default 10m) */
   const char *recipe_text;/* the recipe's text instead of the file `recipe` (which then only names it in messages) */
   /* called by tt_train after each logged interval (eval 0) and each evaluation (eval 1); NULL: none */
   void (*on_progress)(void *ud, const struct tt_progress *p);
@@ -57,17 +72,24 @@ typedef struct tt_run_opts {
   FILE *out;             /* progress and summary; NULL = stdout */
   int ranks;             /* plan: as if launched on this many processes (--ranks); 0 = 1. tt_train
                           * sets its own from the launch (core/runtime/dist.h) */
-  /* results */
-  double final_accuracy, final_loss; /* of the last evaluation; NaN when the run evaluated nothing */
-  long long steps_done;
-  int stop_signal;       /* SIGINT or SIGTERM when tt_train returned TT_STOPPED, else 0 */
 } tt_run_opts;
 
+/* What tt_train and tt_evaluate report back (the options are only read). */
+typedef struct tt_run_result {
+  double final_accuracy, final_loss; /* of the last evaluation; NaN when the run evaluated nothing */
+  long long steps_done;  /* optimizer steps done in all (a resumed run's earlier ones included); tt_evaluate: 0 */
+  int stop_signal;       /* SIGINT or SIGTERM when tt_train returned TT_STOPPED, else 0 */
+} tt_run_result;
+
 /* tt_train's status when SIGINT or SIGTERM asked it to stop: it finished the step in progress,
- * wrote a checkpoint and returned (err says where; o->stop_signal says which). The command
+ * wrote a checkpoint and returned (err says where; res->stop_signal says which). The command
  * line exits 128 + the signal number (130, 143). */
 #define TT_STOPPED 2
 
+/* The defaults every options struct starts from: everything 0 / NULL (the recipe's choices, no
+ * budget, TT_DEVICE_AUTO) but progress = -1 (auto). tt_run_opts_init(&o) is the same as
+ * o = tt_run_opts_default(), for code that fills a struct it was given. */
+tt_run_opts tt_run_opts_default(void);
 void tt_run_opts_init(tt_run_opts *o);
 
 /* Trains, evaluating after each epoch, writing weights.safetensors, state.safetensors,
@@ -75,20 +97,22 @@ void tt_run_opts_init(tt_run_opts *o);
  * runs/<recipe name> or, when that exists, the first free runs/<recipe name>-2, -3, ...
  * An out_dir that holds another run's files is refused. While it runs, SIGINT and SIGTERM
  * (where their disposition is the default) stop it at the next step boundary with a
- * checkpoint: it returns TT_STOPPED. Returns 0, TT_STOPPED, or -1 with err set. */
-int tt_train(tt_run_opts *o, char *err, size_t errsize);
+ * checkpoint: it returns TT_STOPPED. Returns 0, TT_STOPPED, or -1 with err set. res (may be
+ * NULL) is filled whatever it returns (NaN, 0 where it got no further). */
+int tt_train(const tt_run_opts *o, tt_run_result *res, char *err, size_t errsize);
 
 /* Prints the memory plan (`tinytrain plan`). json: one JSON object. max_batch: the largest
  * micro-batch per precision and recompute setting instead. */
 int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *err, size_t errsize);
 
-/* Accuracy and mean loss of a weights file on the recipe's test split. */
-int tt_evaluate(tt_run_opts *o, const char *weights, char *err, size_t errsize);
+/* Accuracy and mean loss of a weights file on the recipe's test split: printed on o->out
+ * (stdout), and in res->final_accuracy and res->final_loss (res may be NULL). */
+int tt_evaluate(const tt_run_opts *o, const char *weights, tt_run_result *res, char *err, size_t errsize);
 
 /* `tinytrain predict`: the top classes (by name when the weights' metadata "classes" has them,
  * else by number) of each image file in inputs, a folder standing for its files, one line each
  * on o->out (stdout) or, json, one JSON array. Images are decoded as the test split's are. */
-int tt_predict(tt_run_opts *o, const char *weights, const char *const *inputs, int ninputs, int top, int json,
+int tt_predict(const tt_run_opts *o, const char *weights, const char *const *inputs, int ninputs, int top, int json,
                char *err, size_t errsize);
 
 /* `tinytrain pack`: decodes an image folder (one subfolder per class) or a list file ("path
@@ -102,30 +126,15 @@ int tt_predict(tt_run_opts *o, const char *weights, const char *const *inputs, i
 int tt_pack(const char *source, const char *prefix, int c, int h, int w, int max_megapixels, FILE *out, char *err,
             size_t errsize);
 
-/* Parses "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024.
- * (Defined in core/base/util.c, declared in util.h for the library's own use.) */
-int tt_parse_size(const char *s, size_t *bytes);
-
-/* Parses a checkpoint interval: "500" (optimizer steps: *steps = 500, *seconds = 0), "30s", "10m",
- * "10min", "1.5h" (wall time: *steps = 0, *seconds), or "0" (never; both 0). Returns 0, or -1
- * for anything else. (Defined in core/compile/recipe_values.c: the recipe's checkpoint_every.) */
-int tt_parse_interval(const char *s, long long *steps, double *seconds);
-
-/* Multi-process training (mpirun -np N tinytrain ...; core/runtime/dist.h): this process's rank and the
- * number of processes (0 and 1 without mpirun; known once tt_train or tt_evaluate has started).
- * tt_dist_end: call once before exiting: MPI_Finalize, or after a failure with more than one
- * process MPI_Abort, which ends every process of the job (the others may be waiting in a
- * collective for this one). Nothing without mpirun. */
-int tt_dist_rank(void);
-int tt_dist_size(void);
-void tt_dist_end(int failed);
+/* The command line's own helpers (size and interval parsing, the processes under mpirun) are
+ * not part of the library's interface: core/app/cli.h. */
 
 /* Backends built in, with versions, for --version. */
 const char *tt_build_info(void);
 
 /* ---- The step-level API: a model held open, fed batches by the program that embeds it ----
  *
- *   tt_run_opts o; tt_run_opts_init(&o); o.recipe = "lenet.recipe"; o.vram_bytes = 2ull << 30;
+ *   tt_run_opts o = tt_run_opts_default(); o.recipe = "lenet.recipe"; o.vram_bytes = 2ull << 30;
  *   tt_net *net; char err[1024];
  *   if (tt_net_open(&net, &o, err, sizeof err)) { fprintf(stderr, "%s\n", err); ... }
  *   tt_step_stats st;

@@ -17,6 +17,11 @@ int tt_recipe_parse(const char *path, const char *text, tt_model *m, tt_err *err
 /* Frees what the parser allocated in m (its layers) and clears m. */
 void tt_model_free(tt_model *m);
 
+/* A checkpoint interval (the recipe's checkpoint_every, --checkpoint-every): "500" optimizer
+ * steps (*steps = 500, *seconds = 0), "30s", "10m", "10min", "1.5h" wall time (*steps = 0,
+ * *seconds), or "0" (never; both 0). Returns 0, or -1 for anything else (recipe_values.c). */
+int tt_parse_interval(const char *s, long long *steps, double *seconds);
+
 #ifdef __cplusplus
 }
 #endif
