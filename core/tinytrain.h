@@ -9,7 +9,8 @@
  *   if (tt_train(&o, &r, err, sizeof err)) fprintf(stderr, "%s\n", err);
  *
  * Every function returns 0 on success and non-zero with a one-line message in err.
- * The library never exits the process. */
+ * The library never exits the process. Only what this header declares is exported from
+ * libtinytrain.so (TT_API); everything else in the library is internal. */
 #ifndef TINYTRAIN_H
 #define TINYTRAIN_H
 #include <stddef.h>
@@ -28,7 +29,14 @@ extern "C" {
 #define TT_VERSION_MINOR 1
 #define TT_VERSION_PATCH 0
 
-const char *tt_version(void);
+/* Marks what libtinytrain.so exports: the library is built with -fvisibility=hidden. */
+#if defined(__GNUC__) || defined(__clang__)
+#define TT_API __attribute__((visibility("default")))
+#else
+#define TT_API
+#endif
+
+TT_API const char *tt_version(void);
 
 /* Where to run (tt_run_opts.device). */
 typedef enum tt_device { TT_DEVICE_AUTO = 0, TT_DEVICE_CPU = 1, TT_DEVICE_CUDA = 2 } tt_device;
@@ -89,8 +97,8 @@ typedef struct tt_run_result {
 /* The defaults every options struct starts from: everything 0 / NULL (the recipe's choices, no
  * budget, TT_DEVICE_AUTO) but progress = -1 (auto). tt_run_opts_init(&o) is the same as
  * o = tt_run_opts_default(), for code that fills a struct it was given. */
-tt_run_opts tt_run_opts_default(void);
-void tt_run_opts_init(tt_run_opts *o);
+TT_API tt_run_opts tt_run_opts_default(void);
+TT_API void tt_run_opts_init(tt_run_opts *o);
 
 /* Trains, evaluating after each epoch, writing weights.safetensors, state.safetensors,
  * metrics.jsonl and chart.svg under the run directory: out_dir, else resume_dir, else
@@ -99,20 +107,20 @@ void tt_run_opts_init(tt_run_opts *o);
  * (where their disposition is the default) stop it at the next step boundary with a
  * checkpoint: it returns TT_STOPPED. Returns 0, TT_STOPPED, or -1 with err set. res (may be
  * NULL) is filled whatever it returns (NaN, 0 where it got no further). */
-int tt_train(const tt_run_opts *o, tt_run_result *res, char *err, size_t errsize);
+TT_API int tt_train(const tt_run_opts *o, tt_run_result *res, char *err, size_t errsize);
 
 /* Prints the memory plan (`tinytrain plan`). json: one JSON object. max_batch: the largest
  * micro-batch per precision and recompute setting instead. */
-int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *err, size_t errsize);
+TT_API int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *err, size_t errsize);
 
 /* Accuracy and mean loss of a weights file on the recipe's test split: printed on o->out
  * (stdout), and in res->final_accuracy and res->final_loss (res may be NULL). */
-int tt_evaluate(const tt_run_opts *o, const char *weights, tt_run_result *res, char *err, size_t errsize);
+TT_API int tt_evaluate(const tt_run_opts *o, const char *weights, tt_run_result *res, char *err, size_t errsize);
 
 /* `tinytrain predict`: the top classes (by name when the weights' metadata "classes" has them,
  * else by number) of each image file in inputs, a folder standing for its files, one line each
  * on o->out (stdout) or, json, one JSON array. Images are decoded as the test split's are. */
-int tt_predict(const tt_run_opts *o, const char *weights, const char *const *inputs, int ninputs, int top, int json,
+TT_API int tt_predict(const tt_run_opts *o, const char *weights, const char *const *inputs, int ninputs, int top, int json,
                char *err, size_t errsize);
 
 /* `tinytrain pack`: decodes an image folder (one subfolder per class) or a list file ("path
@@ -123,14 +131,14 @@ int tt_predict(const tt_run_opts *o, const char *weights, const char *const *inp
  * source is a recipe: its [data] train and test sets are packed at its input size beside them
  * (the test set labelled by the training set's class names), and the [data] lines that read
  * them (format = npy) are printed. Progress on out (NULL: stdout). Returns 0 or -1. */
-int tt_pack(const char *source, const char *prefix, int c, int h, int w, int max_megapixels, FILE *out, char *err,
+TT_API int tt_pack(const char *source, const char *prefix, int c, int h, int w, int max_megapixels, FILE *out, char *err,
             size_t errsize);
 
 /* The command line's own helpers (size and interval parsing, the processes under mpirun) are
  * not part of the library's interface: core/app/cli.h. */
 
 /* Backends built in, with versions, for --version. */
-const char *tt_build_info(void);
+TT_API const char *tt_build_info(void);
 
 /* ---- The step-level API: a model held open, fed batches by the program that embeds it ----
  *
@@ -171,44 +179,44 @@ typedef struct tt_step_stats {
 /* Opens o->recipe (or o->recipe_text) for training on o->device within o->vram_bytes
  * (o->micro_batch, precision, recompute, threads as for tt_train), with parameters initialised
  * from the recipe's seed. The recipe needs no [data] section. */
-int tt_net_open(tt_net **out, const tt_run_opts *o, char *err, size_t errsize);
-void tt_net_close(tt_net *net);
+TT_API int tt_net_open(tt_net **out, const tt_run_opts *o, char *err, size_t errsize);
+TT_API void tt_net_close(tt_net *net);
 /* The message of the last call that failed. */
-const char *tt_net_error(const tt_net *net);
-void tt_net_info_get(const tt_net *net, tt_net_info *info);
+TT_API const char *tt_net_error(const tt_net *net);
+TT_API void tt_net_info_get(const tt_net *net, tt_net_info *info);
 
 /* One optimizer step on count (1 .. info.batch) samples: micro-batches of info.micro_batch,
  * accumulated, then the update; the gradient is the mean over the count. A count that is not
  * a multiple of the micro-batch pads its last micro-batch with repeats of its own samples whose
  * loss and gradient are not counted (batch norm's batch statistics do see them). */
-int tt_net_train_step(tt_net *net, const uint8_t *images, const int32_t *labels, int count, tt_step_stats *st);
-int tt_net_train_step_f32(tt_net *net, const float *images, const int32_t *labels, int count, tt_step_stats *st);
+TT_API int tt_net_train_step(tt_net *net, const uint8_t *images, const int32_t *labels, int count, tt_step_stats *st);
+TT_API int tt_net_train_step_f32(tt_net *net, const float *images, const int32_t *labels, int count, tt_step_stats *st);
 
 /* Class probabilities (softmax) of count samples through the forward-only program: probs
  * [count, classes]. tt_net_topk: the k most probable classes of each, best first: classes and
  * probs [count, k] (probs may be NULL). */
-int tt_net_predict(tt_net *net, const uint8_t *images, int count, float *probs);
-int tt_net_predict_f32(tt_net *net, const float *images, int count, float *probs);
-int tt_net_topk(tt_net *net, const uint8_t *images, int count, int k, int32_t *classes, float *probs);
+TT_API int tt_net_predict(tt_net *net, const uint8_t *images, int count, float *probs);
+TT_API int tt_net_predict_f32(tt_net *net, const float *images, int count, float *probs);
+TT_API int tt_net_topk(tt_net *net, const uint8_t *images, int count, int k, int32_t *classes, float *probs);
 /* Mean loss and top-1 accuracy of count labelled samples (forward only). */
-int tt_net_evaluate(tt_net *net, const uint8_t *images, const int32_t *labels, int count, double *loss,
+TT_API int tt_net_evaluate(tt_net *net, const uint8_t *images, const int32_t *labels, int count, double *loss,
                     double *accuracy);
 
 /* The learning rate of the following steps (the recipe's lr until set). */
-int tt_net_set_lr(tt_net *net, double lr);
+TT_API int tt_net_set_lr(tt_net *net, double lr);
 /* The recipe's schedule (warm-up, step or cosine over its epochs) at a fractional epoch. */
-double tt_net_lr_at(const tt_net *net, double epoch);
+TT_API double tt_net_lr_at(const tt_net *net, double epoch);
 
 /* Weights (parameters and batch-norm statistics, fp32, under the recipe's layer names) to or
  * from a safetensors file; tt_net_load wants every tensor, by name and shape. The save is atomic
  * (a temporary file renamed over path); a path that is not a regular file (/dev/null, a pipe)
  * is refused. */
-int tt_net_save(tt_net *net, const char *path);
-int tt_net_load(tt_net *net, const char *path);
+TT_API int tt_net_save(tt_net *net, const char *path);
+TT_API int tt_net_load(tt_net *net, const char *path);
 /* Fine-tuning: loads only the tensors of path that match a parameter by name and shape (a
  * classifier of another class count keeps its fresh initialisation); report (may be NULL) gets
  * one line saying what was loaded, skipped and freshly initialised. Nothing matching is an error. */
-int tt_net_load_matching(tt_net *net, const char *path, char *report, size_t reportsize);
+TT_API int tt_net_load_matching(tt_net *net, const char *path, char *report, size_t reportsize);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
 /* core/app/cli.h — what the command line (main.c) uses beyond the public interface: parsing
- * its option values, and process control under mpirun. Internal: not part of core/tinytrain.h;
- * main.c links the static library.
+ * its option values, and process control under mpirun. Internal: none of it is exported from
+ * libtinytrain.so (tests/test_exports.sh); main.c links the static library.
  *
  * Why not public: a program that embeds the library has its own option parsing, and runs as one
  * process. tt_train and tt_evaluate join an mpirun launch themselves; ending it (tt_dist_end:
