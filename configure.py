@@ -568,8 +568,10 @@ def main():
         print("CUDA arch  : %s + PTX compute_%s" % (",".join("sm_" + a for a in arch), ptx))
 
     opt = "-O0 -g" if args.debug else "-O2 -g"
-    cflags = "%s -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -fopenmp -pthread -I. -I%s -I%s" % (
-        opt, blas["inc"], stb["inc"])
+    # -fvisibility=hidden: libtinytrain.so exports what core/tinytrain.h marks TT_API and nothing
+    # else (tests/test_exports.sh); the static library and what links it are unaffected.
+    cflags = "%s -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -fvisibility=hidden -fopenmp -pthread " \
+             "-I. -I%s -I%s" % (opt, blas["inc"], stb["inc"])
     ldflags = "-fopenmp -pthread"
     libs = "-ldnnl -lopenblas -lz -lm" + JPEG["libs"]
     cflags += JPEG["cflags"]
@@ -589,7 +591,7 @@ def main():
         gencode = " ".join("-gencode arch=compute_%s,code=sm_%s" % (a, a) for a in arch)
         gencode += " -gencode arch=compute_%s,code=compute_%s" % (ptx, ptx)
         # TT_CUDA_ARCHS: named in the message when the card has no kernel image in this build
-        nvflags = "%s -std=c++17 %s -I. -I%s/include -I%s -DTT_HAVE_CUDA=1 -DTT_CUDA_ARCHS=\\\"%s\\\" -Xcompiler -fopenmp -Xcompiler -fPIC" % (
+        nvflags = "%s -std=c++17 %s -I. -I%s/include -I%s -DTT_HAVE_CUDA=1 -DTT_CUDA_ARCHS=\\\"%s\\\" -Xcompiler -fopenmp -Xcompiler -fPIC -Xcompiler -fvisibility=hidden" % (
             "-O0 -g" if args.debug else "-O2", gencode, cuda["home"], cuda["cudnn"]["inc"], ",".join(arch))
         if cuda.get("nccl"):  # kernels/cuda/cuda_nccl.cu: the all-reduce between GPUs
             nvflags += " -DTT_HAVE_NCCL=1 -I%s" % cuda["nccl"]["inc"]

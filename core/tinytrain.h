@@ -4,11 +4,13 @@
  * budget it plans every buffer in one arena before the first step, then trains without
  * allocating again. A run either fits or is refused before anything is allocated.
  *
- *   tt_run_opts o; tt_run_opts_init(&o); o.recipe = "lenet.recipe"; o.vram_bytes = 4ull << 30;
- *   char err[1024]; if (tt_train(&o, err, sizeof err)) fprintf(stderr, "%s\n", err);
+ *   tt_run_opts o = tt_run_opts_default(); o.recipe = "lenet.recipe"; o.vram_bytes = 4ull << 30;
+ *   tt_run_result r; char err[1024];
+ *   if (tt_train(&o, &r, err, sizeof err)) fprintf(stderr, "%s\n", err);
  *
  * Every function returns 0 on success and non-zero with a one-line message in err.
- * The library never exits the process. */
+ * The library never exits the process. Only what this header declares is exported from
+ * libtinytrain.so (TT_API); everything else in the library is internal. */
 #ifndef TINYTRAIN_H
 #define TINYTRAIN_H
 #include <stddef.h>
@@ -19,9 +21,30 @@
 extern "C" {
 #endif
 
+/* The library's version: TT_VERSION is the string form (configure.py reads it for the soname,
+ * libtinytrain.so.MAJOR); the numbers are the same version; tt_version() is the one the library
+ * was built as (it may differ from the header's when a program runs against another build). */
 #define TT_VERSION "0.1.0"
+#define TT_VERSION_MAJOR 0
+#define TT_VERSION_MINOR 1
+#define TT_VERSION_PATCH 0
 
-enum { TT_DEVICE_AUTO = 0, TT_DEVICE_CPU = 1, TT_DEVICE_CUDA = 2 };
+/* Marks what libtinytrain.so exports: the library is built with -fvisibility=hidden. */
+#if defined(__GNUC__) || defined(__clang__)
+#define TT_API __attribute__((visibility("default")))
+#else
+#define TT_API
+#endif
+
+TT_API const char *tt_version(void);
+
+/* Where to run (tt_run_opts.device). */
+typedef enum tt_device { TT_DEVICE_AUTO = 0, TT_DEVICE_CPU = 1, TT_DEVICE_CUDA = 2 } tt_device;
+/* Activation precision (tt_run_opts.precision): AUTO is the recipe's [train] precision. */
+typedef enum tt_run_precision { TT_PRECISION_AUTO = 0, TT_PRECISION_FP32 = 1, TT_PRECISION_FP16 = 2 } tt_run_precision;
+/* Recomputing activations in the backward pass (gradient checkpointing; tt_run_opts.recompute):
+ * AUTO is the recipe's [train] recompute (itself auto by default: where the budget needs it). */
+typedef enum tt_run_recompute { TT_RECOMPUTE_AUTO = 0, TT_RECOMPUTE_NONE = 1, TT_RECOMPUTE_ALL = 2 } tt_run_recompute;
 
 /* What tt_train's progress callback (tt_run_opts.on_progress) is told. */
 typedef struct tt_progress {
@@ -36,18 +59,18 @@ typedef struct tt_progress {
 typedef struct tt_run_opts {
   const char *recipe;
   size_t vram_bytes;     /* the card's memory (--vram); 0 = no budget */
-  int device;            /* TT_DEVICE_* */
+  tt_device device;      /* TT_DEVICE_AUTO: a GPU if there is one */
   int threads;           /* CPU threads, 0 = all cores */
   int epochs;            /* 0 = the recipe's */
   int micro_batch;       /* 0 = the scheduler's choice */
-  int precision;         /* 0 auto, 1 fp32, 2 fp16 (tt_precision) */
-  int recompute;         /* 0 auto, 1 none, 2 all (tt_recompute_mode) */
+  tt_run_precision precision; /* TT_PRECISION_AUTO: the recipe's */
+  tt_run_recompute recompute; /* TT_RECOMPUTE_AUTO: the recipe's */
   const char *out_dir;   /* NULL = runs/<recipe name> */
   const char *resume_dir;/* NULL = start fresh */
   const char *init_weights; /* start from these weights where names and shapes match (fine-tuning); NULL = none */
   long long max_steps;   /* stop (with a checkpoint) after this many optimizer steps in all; 0 = no limit */
   const char *checkpoint_every; /* "500" optimizer steps, "10m" / "30s" / "1h" wall time, "0" only at the
-                                 * ends of epochs (tt_parse_interval); NULL = the recipe's (default 10m) */
+                                 * ends of epochs; NULL = the recipe's (default 10m) */
   const char *recipe_text;/* the recipe's text instead of the file `recipe` (which then only names it in messages) */
   /* called by tt_train after each logged interval (eval 0) and each evaluation (eval 1); NULL: none */
   void (*on_progress)(void *ud, const struct tt_progress *p);
@@ -57,38 +80,47 @@ typedef struct tt_run_opts {
   FILE *out;             /* progress and summary; NULL = stdout */
   int ranks;             /* plan: as if launched on this many processes (--ranks); 0 = 1. tt_train
                           * sets its own from the launch (core/runtime/dist.h) */
-  /* results */
-  double final_accuracy, final_loss; /* of the last evaluation; NaN when the run evaluated nothing */
-  long long steps_done;
-  int stop_signal;       /* SIGINT or SIGTERM when tt_train returned TT_STOPPED, else 0 */
 } tt_run_opts;
 
+/* What tt_train and tt_evaluate report back (the options are only read). */
+typedef struct tt_run_result {
+  double final_accuracy, final_loss; /* of the last evaluation; NaN when the run evaluated nothing */
+  long long steps_done;  /* optimizer steps done in all (a resumed run's earlier ones included); tt_evaluate: 0 */
+  int stop_signal;       /* SIGINT or SIGTERM when tt_train returned TT_STOPPED, else 0 */
+} tt_run_result;
+
 /* tt_train's status when SIGINT or SIGTERM asked it to stop: it finished the step in progress,
- * wrote a checkpoint and returned (err says where; o->stop_signal says which). The command
+ * wrote a checkpoint and returned (err says where; res->stop_signal says which). The command
  * line exits 128 + the signal number (130, 143). */
 #define TT_STOPPED 2
 
-void tt_run_opts_init(tt_run_opts *o);
+/* The defaults every options struct starts from: everything 0 / NULL (the recipe's choices, no
+ * budget, TT_DEVICE_AUTO) but progress = -1 (auto). tt_run_opts_init(&o) is the same as
+ * o = tt_run_opts_default(), for code that fills a struct it was given. */
+TT_API tt_run_opts tt_run_opts_default(void);
+TT_API void tt_run_opts_init(tt_run_opts *o);
 
 /* Trains, evaluating after each epoch, writing weights.safetensors, state.safetensors,
  * metrics.jsonl and chart.svg under the run directory: out_dir, else resume_dir, else
  * runs/<recipe name> or, when that exists, the first free runs/<recipe name>-2, -3, ...
  * An out_dir that holds another run's files is refused. While it runs, SIGINT and SIGTERM
  * (where their disposition is the default) stop it at the next step boundary with a
- * checkpoint: it returns TT_STOPPED. Returns 0, TT_STOPPED, or -1 with err set. */
-int tt_train(tt_run_opts *o, char *err, size_t errsize);
+ * checkpoint: it returns TT_STOPPED. Returns 0, TT_STOPPED, or -1 with err set. res (may be
+ * NULL) is filled whatever it returns (NaN, 0 where it got no further). */
+TT_API int tt_train(const tt_run_opts *o, tt_run_result *res, char *err, size_t errsize);
 
 /* Prints the memory plan (`tinytrain plan`). json: one JSON object. max_batch: the largest
  * micro-batch per precision and recompute setting instead. */
-int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *err, size_t errsize);
+TT_API int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *err, size_t errsize);
 
-/* Accuracy and mean loss of a weights file on the recipe's test split. */
-int tt_evaluate(tt_run_opts *o, const char *weights, char *err, size_t errsize);
+/* Accuracy and mean loss of a weights file on the recipe's test split: printed on o->out
+ * (stdout), and in res->final_accuracy and res->final_loss (res may be NULL). */
+TT_API int tt_evaluate(const tt_run_opts *o, const char *weights, tt_run_result *res, char *err, size_t errsize);
 
 /* `tinytrain predict`: the top classes (by name when the weights' metadata "classes" has them,
  * else by number) of each image file in inputs, a folder standing for its files, one line each
  * on o->out (stdout) or, json, one JSON array. Images are decoded as the test split's are. */
-int tt_predict(tt_run_opts *o, const char *weights, const char *const *inputs, int ninputs, int top, int json,
+TT_API int tt_predict(const tt_run_opts *o, const char *weights, const char *const *inputs, int ninputs, int top, int json,
                char *err, size_t errsize);
 
 /* `tinytrain pack`: decodes an image folder (one subfolder per class) or a list file ("path
@@ -99,33 +131,18 @@ int tt_predict(tt_run_opts *o, const char *weights, const char *const *inputs, i
  * source is a recipe: its [data] train and test sets are packed at its input size beside them
  * (the test set labelled by the training set's class names), and the [data] lines that read
  * them (format = npy) are printed. Progress on out (NULL: stdout). Returns 0 or -1. */
-int tt_pack(const char *source, const char *prefix, int c, int h, int w, int max_megapixels, FILE *out, char *err,
+TT_API int tt_pack(const char *source, const char *prefix, int c, int h, int w, int max_megapixels, FILE *out, char *err,
             size_t errsize);
 
-/* Parses "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024.
- * (Defined in core/base/util.c, declared in util.h for the library's own use.) */
-int tt_parse_size(const char *s, size_t *bytes);
-
-/* Parses a checkpoint interval: "500" (optimizer steps: *steps = 500, *seconds = 0), "30s", "10m",
- * "10min", "1.5h" (wall time: *steps = 0, *seconds), or "0" (never; both 0). Returns 0, or -1
- * for anything else. (Defined in core/compile/recipe_values.c: the recipe's checkpoint_every.) */
-int tt_parse_interval(const char *s, long long *steps, double *seconds);
-
-/* Multi-process training (mpirun -np N tinytrain ...; core/runtime/dist.h): this process's rank and the
- * number of processes (0 and 1 without mpirun; known once tt_train or tt_evaluate has started).
- * tt_dist_end: call once before exiting: MPI_Finalize, or after a failure with more than one
- * process MPI_Abort, which ends every process of the job (the others may be waiting in a
- * collective for this one). Nothing without mpirun. */
-int tt_dist_rank(void);
-int tt_dist_size(void);
-void tt_dist_end(int failed);
+/* The command line's own helpers (size and interval parsing, the processes under mpirun) are
+ * not part of the library's interface: core/app/cli.h. */
 
 /* Backends built in, with versions, for --version. */
-const char *tt_build_info(void);
+TT_API const char *tt_build_info(void);
 
 /* ---- The step-level API: a model held open, fed batches by the program that embeds it ----
  *
- *   tt_run_opts o; tt_run_opts_init(&o); o.recipe = "lenet.recipe"; o.vram_bytes = 2ull << 30;
+ *   tt_run_opts o = tt_run_opts_default(); o.recipe = "lenet.recipe"; o.vram_bytes = 2ull << 30;
  *   tt_net *net; char err[1024];
  *   if (tt_net_open(&net, &o, err, sizeof err)) { fprintf(stderr, "%s\n", err); ... }
  *   tt_step_stats st;
@@ -162,44 +179,44 @@ typedef struct tt_step_stats {
 /* Opens o->recipe (or o->recipe_text) for training on o->device within o->vram_bytes
  * (o->micro_batch, precision, recompute, threads as for tt_train), with parameters initialised
  * from the recipe's seed. The recipe needs no [data] section. */
-int tt_net_open(tt_net **out, const tt_run_opts *o, char *err, size_t errsize);
-void tt_net_close(tt_net *net);
+TT_API int tt_net_open(tt_net **out, const tt_run_opts *o, char *err, size_t errsize);
+TT_API void tt_net_close(tt_net *net);
 /* The message of the last call that failed. */
-const char *tt_net_error(const tt_net *net);
-void tt_net_info_get(const tt_net *net, tt_net_info *info);
+TT_API const char *tt_net_error(const tt_net *net);
+TT_API void tt_net_info_get(const tt_net *net, tt_net_info *info);
 
 /* One optimizer step on count (1 .. info.batch) samples: micro-batches of info.micro_batch,
  * accumulated, then the update; the gradient is the mean over the count. A count that is not
  * a multiple of the micro-batch pads its last micro-batch with repeats of its own samples whose
  * loss and gradient are not counted (batch norm's batch statistics do see them). */
-int tt_net_train_step(tt_net *net, const uint8_t *images, const int32_t *labels, int count, tt_step_stats *st);
-int tt_net_train_step_f32(tt_net *net, const float *images, const int32_t *labels, int count, tt_step_stats *st);
+TT_API int tt_net_train_step(tt_net *net, const uint8_t *images, const int32_t *labels, int count, tt_step_stats *st);
+TT_API int tt_net_train_step_f32(tt_net *net, const float *images, const int32_t *labels, int count, tt_step_stats *st);
 
 /* Class probabilities (softmax) of count samples through the forward-only program: probs
  * [count, classes]. tt_net_topk: the k most probable classes of each, best first: classes and
  * probs [count, k] (probs may be NULL). */
-int tt_net_predict(tt_net *net, const uint8_t *images, int count, float *probs);
-int tt_net_predict_f32(tt_net *net, const float *images, int count, float *probs);
-int tt_net_topk(tt_net *net, const uint8_t *images, int count, int k, int32_t *classes, float *probs);
+TT_API int tt_net_predict(tt_net *net, const uint8_t *images, int count, float *probs);
+TT_API int tt_net_predict_f32(tt_net *net, const float *images, int count, float *probs);
+TT_API int tt_net_topk(tt_net *net, const uint8_t *images, int count, int k, int32_t *classes, float *probs);
 /* Mean loss and top-1 accuracy of count labelled samples (forward only). */
-int tt_net_evaluate(tt_net *net, const uint8_t *images, const int32_t *labels, int count, double *loss,
+TT_API int tt_net_evaluate(tt_net *net, const uint8_t *images, const int32_t *labels, int count, double *loss,
                     double *accuracy);
 
 /* The learning rate of the following steps (the recipe's lr until set). */
-int tt_net_set_lr(tt_net *net, double lr);
+TT_API int tt_net_set_lr(tt_net *net, double lr);
 /* The recipe's schedule (warm-up, step or cosine over its epochs) at a fractional epoch. */
-double tt_net_lr_at(const tt_net *net, double epoch);
+TT_API double tt_net_lr_at(const tt_net *net, double epoch);
 
 /* Weights (parameters and batch-norm statistics, fp32, under the recipe's layer names) to or
  * from a safetensors file; tt_net_load wants every tensor, by name and shape. The save is atomic
  * (a temporary file renamed over path); a path that is not a regular file (/dev/null, a pipe)
  * is refused. */
-int tt_net_save(tt_net *net, const char *path);
-int tt_net_load(tt_net *net, const char *path);
+TT_API int tt_net_save(tt_net *net, const char *path);
+TT_API int tt_net_load(tt_net *net, const char *path);
 /* Fine-tuning: loads only the tensors of path that match a parameter by name and shape (a
  * classifier of another class count keeps its fresh initialisation); report (may be NULL) gets
  * one line saying what was loaded, skipped and freshly initialised. Nothing matching is an error. */
-int tt_net_load_matching(tt_net *net, const char *path, char *report, size_t reportsize);
+TT_API int tt_net_load_matching(tt_net *net, const char *path, char *report, size_t reportsize);
 
 #ifdef __cplusplus
 }

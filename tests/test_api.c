@@ -81,7 +81,7 @@ static void on_progress(void *ud, const tt_progress *p) {
 }
 
 /* The command line's run: tt_train stopped by max_steps with its checkpoint. */
-static int cli_run(const char *recipe, int steps, char *err, size_t errsize) {
+static int cli_run(const char *recipe, int steps, tt_run_result *res, char *err, size_t errsize) {
   tt_run_opts o;
   cpu_opts(&o, recipe);
   char out[128];
@@ -89,7 +89,7 @@ static int cli_run(const char *recipe, int steps, char *err, size_t errsize) {
   o.out_dir = out, o.micro_batch = 8, o.max_steps = steps, o.on_progress = on_progress;
   FILE *devnull = fopen("/dev/null", "w");
   o.out = devnull;
-  int rc = tt_train(&o, err, errsize);
+  int rc = tt_train(&o, res, err, errsize);
   if (devnull) fclose(devnull);
   return rc;
 }
@@ -153,8 +153,15 @@ static void test_api_equals_cli(tt_net **keep) {
   FILE *f = fopen(recipe, "w");
   fputs(api_recipe, f);
   fclose(f);
-  int rc = cli_run(recipe, 7, err, sizeof err);
+  tt_run_result res;
+  memset(&res, 0x5a, sizeof res);
+  int rc = cli_run(recipe, 7, &res, err, sizeof err);
   TT_CHECK(rc == 0, "tt_train: %s", err);
+  /* stopped by max_steps: 7 steps, no signal; an accuracy only if an epoch ended and evaluated */
+  TT_CHECK(rc || (res.steps_done == 7 && res.stop_signal == 0 &&
+                  (isnan(res.final_accuracy) || (res.final_accuracy >= 0.0 && res.final_accuracy <= 1.0))),
+           "tt_run_result: %lld steps, accuracy %g, signal %d (want 7, NaN or a fraction, 0)", res.steps_done,
+           res.final_accuracy, res.stop_signal);
   TT_CHECK(progress_calls == 1 && progress_step == 5, "progress callback: %d calls, last at step %lld (want 1, 5)",
            progress_calls, progress_step);
   tt_run_opts o;
@@ -323,7 +330,29 @@ static void test_partial_batch(void) {
   TT_TEST_END();
 }
 
+/* tinytrain.h's version and the options' defaults. */
+static void test_surface(void) {
+  TT_TEST_BEGIN("api_version_and_defaults");
+  char nums[64];
+  snprintf(nums, sizeof nums, "%d.%d.%d", TT_VERSION_MAJOR, TT_VERSION_MINOR, TT_VERSION_PATCH);
+  TT_CHECK(!strcmp(tt_version(), TT_VERSION) && !strcmp(nums, TT_VERSION), "tt_version() '%s', TT_VERSION '%s', numbers %s",
+           tt_version(), TT_VERSION, nums);
+  tt_run_opts a = tt_run_opts_default(), b;
+  memset(&b, 0x5a, sizeof b);
+  tt_run_opts_init(&b);
+  TT_CHECK(a.progress == -1 && a.device == TT_DEVICE_AUTO && a.precision == TT_PRECISION_AUTO &&
+               a.recompute == TT_RECOMPUTE_AUTO && !a.recipe && !a.recipe_text && !a.vram_bytes && !a.epochs &&
+               !a.max_steps && !a.out && !a.on_progress && !a.quiet && !a.ranks,
+           "tt_run_opts_default: progress %d, device %d, precision %d, recompute %d, vram %zu", a.progress, (int)a.device,
+           (int)a.precision, (int)a.recompute, a.vram_bytes);
+  TT_CHECK(b.progress == a.progress && b.device == a.device && !b.recipe && !b.out_dir && !b.checkpoint_every &&
+               !b.vram_bytes && !b.out && !b.threads,
+           "tt_run_opts_init differs from tt_run_opts_default");
+  TT_TEST_END();
+}
+
 int main(void) {
+  test_surface();
   snprintf(tmpdir, sizeof tmpdir, "/tmp/tt_test_api_XXXXXX");
   if (!mkdtemp(tmpdir)) return 1;
   tt_net *net = NULL;

@@ -94,7 +94,7 @@ static void test_other_classes(void) {
     o.out_dir = out, o.max_steps = 1;
     FILE *f = fopen(log, "w");
     o.out = f;
-    int rc = tt_train(&o, err, sizeof err);
+    int rc = tt_train(&o, NULL, err, sizeof err);
     fclose(f);
     TT_CHECK(rc == 0, "train --init: %s", err);
     char buf[8192] = "";
@@ -112,7 +112,7 @@ static void test_other_classes(void) {
     at = strstr(text, "fc2"), memcpy(at, "fcB", 3);
     snprintf(out, sizeof out, "%s/run2", tmpdir);
     o.out = fopen("/dev/null", "w");
-    rc = tt_train(&o, err, sizeof err);
+    rc = tt_train(&o, NULL, err, sizeof err);
     fclose(o.out);
     TT_CHECK(rc != 0 && strstr(err, "no tensor matches"), "weights matching nothing: rc %d '%s'", rc, err);
   }

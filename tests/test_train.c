@@ -29,6 +29,7 @@
 #include "core/compile/recipe.h"
 #include "core/base/safetensors.h"
 #include "core/tinytrain.h"
+#include "core/app/cli.h"
 #include "core/app/train.h"
 #include "tests/tt_test.h"
 
@@ -131,13 +132,12 @@ static const char *recipe_plain_text =
     "[conv conv2]\nfilters = 8\nsize = 3\nactivation = relu\n[flatten]\n[linear fc]\nout = 10\n";
 
 static int train_micro_batch;        /* o.micro_batch of the next train() calls; 0: the recipe's */
-static int train_precision;          /* o.precision of the next train() calls; 0: the recipe's */
+static tt_run_precision train_precision; /* o.precision of the next train() calls; AUTO: the recipe's */
 static const char *train_ckpt_every; /* o.checkpoint_every of the next train() calls; NULL: the recipe's */
 
 static int train(const char *recipe, const char *out, const char *resume, long long max_steps, int epochs,
-                 tt_run_opts *res, char *err, size_t errsize) {
-  tt_run_opts o;
-  tt_run_opts_init(&o);
+                 tt_run_result *res, char *err, size_t errsize) {
+  tt_run_opts o = tt_run_opts_default();
   o.recipe = recipe;
   o.micro_batch = train_micro_batch;
   o.precision = train_precision;
@@ -151,9 +151,7 @@ static int train(const char *recipe, const char *out, const char *resume, long l
   o.max_steps = max_steps;
   o.epochs = epochs;
   err[0] = 0;
-  int rc = tt_train(&o, err, errsize);
-  if (res) *res = o;
-  return rc;
+  return tt_train(&o, res, err, errsize);
 }
 
 /* Compares every tensor of file a with the same-named tensor of b, byte for byte, that both
@@ -494,7 +492,7 @@ static pid_t train_child(const char *recipe, const char *out, int epochs) {
   if (pid != 0) return pid;
   signal(SIGINT, SIG_DFL); /* however the test itself was started */
   signal(SIGTERM, SIG_DFL);
-  tt_run_opts r;
+  tt_run_result r;
   char e[1500];
   int rc = train(recipe, out, NULL, 0, epochs, &r, e, sizeof e);
   _exit(rc == TT_STOPPED ? 128 + r.stop_signal : rc ? 1 : 0);
@@ -528,7 +526,7 @@ static void child_signal(child_run *c, const char *recipe, const char *name, int
  * to the very state of a run that was never stopped. */
 static void test_sigint(const child_run *c, const char *recipe) {
   char dC[1024], a[1100], b[1100], m[64], why[1024], err[1500];
-  tt_run_opts r;
+  tt_run_result r;
   int st = c->status;
   tt_test_path_in(dC, "C");
   TT_TEST_BEGIN("sigint_checkpoint_resume");
@@ -563,7 +561,7 @@ static void test_sigint(const child_run *c, const char *recipe) {
  * ends exactly where the uninterrupted run did. */
 static void test_pending_evaluation(const char *recipe, const char *dA) {
   char d[1024], d2[1024], st[1100], st2[1100], a[1100], why[1024], err[1500];
-  tt_run_opts r;
+  tt_run_result r;
   TT_TEST_BEGIN("resume_pending_evaluation");
   tt_test_path_in(d, "Pend"), tt_test_path_in(d2, "Pend2");
   int rc = train(recipe, d, NULL, 32, 0, &r, err, sizeof err);
@@ -594,7 +592,7 @@ static void test_pending_evaluation(const char *recipe, const char *dA) {
  * twice). */
 static void test_kill9(const child_run *c, const char *recipe) {
   char a[1100], b[1100], m[64], err[1500];
-  tt_run_opts r;
+  tt_run_result r;
   TT_TEST_BEGIN("kill9_checkpoint_every");
   TT_CHECK(c->started, "the child showed no step 25 within 60 s");
   snprintf(a, sizeof a, "%s/metrics.jsonl", c->dir);
@@ -648,7 +646,7 @@ static double max_rel_diff(const char *a, const char *b, char *why, size_t whysi
 
 static void test_policy_change(const char *recipe_plain) {
   char dC[1024], d1[1024], d2[1024], a[1100], b[1100], why[1024], err[1500];
-  tt_run_opts r;
+  tt_run_result r;
   tt_test_path_in(dC, "P_cont"), tt_test_path_in(d1, "P_16_32"), tt_test_path_in(d2, "P_32_8");
   TT_TEST_BEGIN("resume_policy_change");
   train_micro_batch = 32;
@@ -678,11 +676,11 @@ static void test_policy_change(const char *recipe_plain) {
    * after 2000 clean steps), not fp32's fixed 1 */
   char d3[1024], m[64];
   tt_test_path_in(d3, "P_fp16");
-  train_precision = 1;
+  train_precision = TT_PRECISION_FP32;
   int r1 = train(recipe_plain, d3, NULL, 5, 1, &r, err, sizeof err);
-  train_precision = 2;
+  train_precision = TT_PRECISION_FP16;
   int r2 = r1 ? -1 : train(recipe_plain, d3, d3, 8, 1, &r, err, sizeof err);
-  train_precision = 0;
+  train_precision = TT_PRECISION_AUTO;
   TT_CHECK(r1 == 0 && r2 == 0, "fp32 for 5 steps, then fp16: %s", err);
   snprintf(b, sizeof b, "%s/state.safetensors", d3);
   TT_CHECK(r2 || (atoi(meta_of(b, "loss_scale_growth_interval", m, sizeof m)) == 2000 &&
@@ -705,7 +703,7 @@ static void test_bad_metadata(const char *recipe, const char *dA) {
              {"micro_batch", "0"},       {"accum_steps", "-2"},    {"skipped_steps", "65"},
              {"loss_scale_clean_steps", "-1"}, {"loss_scale_growth_interval", ""}};
   char d[1024], src[1100], dst[1100], met[1100], why[1024], err[1500];
-  tt_run_opts r;
+  tt_run_result r;
   TT_TEST_BEGIN("resume_bad_metadata");
   snprintf(src, sizeof src, "%s/metrics.jsonl", dA);
   char *metrics0 = slurp(src);
@@ -740,7 +738,7 @@ static void test_bad_metadata(const char *recipe, const char *dA) {
  * of its micro_batch) resumes to the same end as the run that was never stopped. */
 static void test_old_state(const char *recipe, const char *dA, const char *state13) {
   char d[1024], dst[1100], a[1100], why[1024], err[1500];
-  tt_run_opts r;
+  tt_run_result r;
   TT_TEST_BEGIN("resume_old_state_file");
   tt_test_path_in(d, "Old");
   mkdir(d, 0755);
@@ -806,7 +804,7 @@ static void test_nan_weights(const char *recipe, const char *dA) {
   FILE *devnull = fopen("/dev/null", "w");
   o.out = devnull;
   int saved = stderr_to(log);
-  int rc = tt_evaluate(&o, dst, err, sizeof err);
+  int rc = tt_evaluate(&o, dst, NULL, err, sizeof err);
   stderr_restore(saved);
   if (devnull) fclose(devnull);
   char *text = slurp(log);
@@ -818,7 +816,7 @@ static void test_nan_weights(const char *recipe, const char *dA) {
 
   TT_TEST_BEGIN("resume_step_mismatch_warns");
   char d[1024];
-  tt_run_opts r;
+  tt_run_result r;
   tt_test_path_in(d, "Steps");
   mkdir(d, 0755);
   snprintf(src, sizeof src, "%s/state.safetensors", dA), snprintf(dst, sizeof dst, "%s/state.safetensors", d);
@@ -842,7 +840,7 @@ static void test_nan_weights(const char *recipe, const char *dA) {
  * stale .tmp. */
 static void test_metrics_cut(const char *recipe) {
   char d[1024], st[1100], saved[1100], met[1100], err[1500];
-  tt_run_opts r;
+  tt_run_result r;
   TT_TEST_BEGIN("metrics_cut_on_resume");
   tt_test_path_in(d, "Cut"), tt_test_path_in(saved, "cut13.safetensors");
   snprintf(st, sizeof st, "%s/state.safetensors", d), snprintf(met, sizeof met, "%s/metrics.jsonl", d);
@@ -953,7 +951,8 @@ static void test_no_test_split(void) {
   tt_run_opts_init(&o);
   o.recipe = rec, o.device = TT_DEVICE_CPU, o.threads = 2, o.progress = 0, o.out_dir = d;
   o.out = fopen(out, "w");
-  int rc = tt_train(&o, err, sizeof err);
+  tt_run_result res;
+  int rc = tt_train(&o, &res, err, sizeof err);
   if (o.out) fclose(o.out);
   TT_CHECK(rc == 0, "a recipe without 'test' did not train: %s", err);
   char *said = slurp(out), met[1100], *lines;
@@ -963,15 +962,15 @@ static void test_no_test_split(void) {
            said ? said : "");
   TT_CHECK(rc || (lines && count_substr(lines, "\"event\": \"epoch\"") == 2 && !strstr(lines, "\"event\": \"eval\"")),
            "metrics.jsonl: want 2 epoch lines and no eval line: %s", lines ? lines : "");
-  TT_CHECK(rc || (isnan(o.final_accuracy) && o.steps_done == 16), "final accuracy %g (want NaN: never evaluated), "
-           "%lld steps", o.final_accuracy, o.steps_done);
+  TT_CHECK(rc || (isnan(res.final_accuracy) && isnan(res.final_loss) && res.steps_done == 16),
+           "final accuracy %g (want NaN: never evaluated), %lld steps", res.final_accuracy, res.steps_done);
   free(said), free(lines);
   TT_TEST_END();
 }
 
 static void test_synthetic_classes(void) {
   char rec[1024], d[1024], err[1500], text[1024];
-  tt_run_opts r;
+  tt_run_result r;
   TT_TEST_BEGIN("synthetic_honours_classes");
   tt_test_path_in(rec, "syn3.recipe"), tt_test_path_in(d, "Syn3");
   snprintf(text, sizeof text, "[net]\ninput = 1x8x8\nclasses = 3\n[train]\nbatch = 32\n[data]\nformat = synthetic\n"
@@ -1004,7 +1003,7 @@ int main(void) {
   char recipe[1024], recipe1[1024], recipe_wide[1024], dA[1024], dB[1024], dO[1024], dT[1024], dE[1024], dW[1024];
   char recipe_k9[1024], recipe_plain[1024], state13[1100];
   char a[1100], b[1100], why[1024], err[1500], m[64];
-  tt_run_opts r;
+  tt_run_result r;
   double t0 = now_s();
   if (tt_test_tmpdir("train", "setup")) return 1;
   test_lr_schedules();

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../tinytrain.h"
+#include "cli.h"
 
 static void main_usage(FILE *f, const char *cmd) {
   if (cmd && !strcmp(cmd, "plan")) {
@@ -199,7 +200,7 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
       return 0;
     case OPT_DEVICE: /* TT_DEVICE_AUTO, _CPU, _CUDA in this order */
       if ((k = main_pick(v, devices)) < 0) return main_bad(cmd, "--device takes auto, cpu or cuda, not", v);
-      o->device = k;
+      o->device = (tt_device)k;
       return 0;
     case OPT_EPOCHS: return main_int(v, &o->epochs) ? main_bad(cmd, "--epochs takes a positive integer, not", v) : 0;
     case OPT_THREADS: return main_int(v, &o->threads) ? main_bad(cmd, "--threads takes a positive integer, not", v) : 0;
@@ -214,13 +215,13 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
         return main_bad(cmd, "--checkpoint-every takes optimizer steps (500), a wall time (30s, 10m, 1h) or 0, not", v);
       o->checkpoint_every = v;
       return 0;
-    case OPT_PRECISION: /* 0 auto, 1 fp32, 2 fp16 */
+    case OPT_PRECISION: /* TT_PRECISION_AUTO, _FP32, _FP16 in this order */
       if ((k = main_pick(v, precisions)) < 0) return main_bad(cmd, "--precision takes fp32, fp16 or auto, not", v);
-      o->precision = k;
+      o->precision = (tt_run_precision)k;
       return 0;
-    case OPT_RECOMPUTE: /* 0 auto, 1 none, 2 all */
+    case OPT_RECOMPUTE: /* TT_RECOMPUTE_AUTO, _NONE, _ALL in this order */
       if ((k = main_pick(v, recomputes)) < 0) return main_bad(cmd, "--recompute takes none, auto or all, not", v);
-      o->recompute = k;
+      o->recompute = (tt_run_recompute)k;
       return 0;
     case OPT_OUT: o->out_dir = v; return 0;
     case OPT_RESUME: o->resume_dir = v; return 0;
@@ -269,8 +270,9 @@ static int main_parse(int argc, char **argv, int first, tt_run_opts *o, main_arg
 }
 
 int main(int argc, char **argv) {
-  tt_run_opts o;
-  tt_run_opts_init(&o);
+  tt_run_opts o = tt_run_opts_default();
+  tt_run_result res;
+  memset(&res, 0, sizeof res);
   main_args a;
   memset(&a, 0, sizeof a);
   a.cmd = "train";
@@ -303,16 +305,16 @@ int main(int argc, char **argv) {
     rc = tt_pack(o.recipe, a.nimages ? a.images[0] : NULL, a.pack_c, a.pack_h, a.pack_w, a.pack_mp, stdout, err, sizeof err);
   } else if (!strcmp(cmd, "eval")) {
     if (!a.weights) return main_bad(cmd, "eval needs --weights FILE", NULL);
-    rc = tt_evaluate(&o, a.weights, err, sizeof err);
+    rc = tt_evaluate(&o, a.weights, NULL, err, sizeof err);
   } else {
-    rc = tt_train(&o, err, sizeof err);
+    rc = tt_train(&o, &res, err, sizeof err);
   }
   if (rc) {
     /* under mpirun: the rank that failed, then MPI_Abort ends the other processes */
     if (tt_dist_size() > 1 && strncmp(err, "rank ", 5)) fprintf(stderr, "tinytrain: rank %d of %d: %s\n", tt_dist_rank(), tt_dist_size(), err);
     else fprintf(stderr, "tinytrain: %s\n", err);
     tt_dist_end(rc != TT_STOPPED);
-    return rc == TT_STOPPED && o.stop_signal > 0 ? 128 + o.stop_signal : 1; /* 130 SIGINT, 143 SIGTERM */
+    return rc == TT_STOPPED && res.stop_signal > 0 ? 128 + res.stop_signal : 1; /* 130 SIGINT, 143 SIGTERM */
   }
   tt_dist_end(0);
   return 0;

@@ -150,7 +150,7 @@ static int predict_run(predict_ctx *c, tt_net *net, int top, int json, FILE *out
   return rc;
 }
 
-int tt_predict(tt_run_opts *o, const char *weights, const char *const *inputs, int ninputs, int top, int json,
+int tt_predict(const tt_run_opts *o, const char *weights, const char *const *inputs, int ninputs, int top, int json,
                char *errbuf, size_t errsize) {
   tt_err err;
   err.msg[0] = 0;

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../compile/recipe.h"
 #include "../runtime/checkpoint.h"
 #include "../data/data.h"
 #include "../runtime/dist.h"
@@ -28,10 +29,22 @@
 #include "../tinytrain.h"
 #include "train.h"
 
-void tt_run_opts_init(tt_run_opts *o) {
-  memset(o, 0, sizeof *o);
-  o->progress = -1;
-  o->final_accuracy = o->final_loss = NAN;
+tt_run_opts tt_run_opts_default(void) {
+  tt_run_opts o;
+  memset(&o, 0, sizeof o);
+  o.progress = -1;
+  return o;
+}
+
+void tt_run_opts_init(tt_run_opts *o) { *o = tt_run_opts_default(); }
+
+const char *tt_version(void) { return TT_VERSION; }
+
+/* What a run reports when it got nowhere: nothing evaluated, no step. */
+static void train_result_clear(tt_run_result *res) {
+  if (!res) return;
+  memset(res, 0, sizeof *res);
+  res->final_accuracy = res->final_loss = NAN;
 }
 
 int tt_train_checkpoint_due(long long every_steps, double every_seconds, long long step, double seconds_since) {
@@ -113,7 +126,8 @@ static int train_evaluate(tt_session *s, tt_loader *ld, double *loss, double *ac
 
 /* Everything one tt_train call holds; tt_train releases it whatever state the run reached. */
 typedef struct train_run {
-  tt_run_opts *o;
+  const tt_run_opts *o;
+  tt_run_result *res;            /* the caller's, or NULL */
   tt_session *s;
   tt_dataset train_ds, test_ds;
   tt_loader *tl, *el;            /* training and test batches; el is NULL without a test split */
@@ -598,7 +612,7 @@ static int train_end_epoch(train_run *R, int epoch, const tt_epoch_meter *e, tt_
 
 /* A signal stopped the run after its checkpoint: TT_STOPPED, and where to continue. */
 static int train_stopped(train_run *R, tt_err *err) {
-  R->o->stop_signal = R->stop_signal;
+  if (R->res) R->res->stop_signal = R->stop_signal;
   tt_fail(err, "stopped by %s at step %lld (epoch %d, image %lld); the checkpoint is in %s: continue with --resume %s",
           R->stop_signal == SIGINT ? "SIGINT" : R->stop_signal == SIGTERM ? "SIGTERM" : "a signal", R->st.step,
           R->st.epoch + 1, R->st.images_in_epoch, R->dir, R->dir);
@@ -634,7 +648,7 @@ static void train_dist_summary(const train_run *R, double seconds) {
 }
 
 static int train_body(train_run *R, tt_err *err) {
-  tt_run_opts *o = R->o;
+  const tt_run_opts *o = R->o;
   if (train_check_dir("--out", o->out_dir, err) || train_check_dir("--resume", o->resume_dir, err)) return -1;
   if (train_open(R, err)) return -1;
   if (train_data(R, err) || train_loop_setup(R, err) || train_resume_or_init(R, err) || train_run_dir(R, err)) return -1;
@@ -651,9 +665,7 @@ static int train_body(train_run *R, tt_err *err) {
   }
   if (stopped && R->saved_step != R->st.step && train_save(R, err)) return -1;
   if (train_record_pending(R, err)) return -1; /* the run is over: the summary counts the last step too */
-  o->final_accuracy = R->final_acc;
-  o->final_loss = R->final_loss;
-  o->steps_done = R->st.step;
+  if (R->res) R->res->final_accuracy = R->final_acc, R->res->final_loss = R->final_loss, R->res->steps_done = R->st.step;
   train_dist_summary(R, tt_now() - t_train);
   int bad_train = R->tl ? tt_loader_skipped(R->tl) : 0, bad_test = R->el ? tt_loader_skipped(R->el) : 0;
   if (bad_train || bad_test) /* met while streaming: each warned about once, with its path, when first met */
@@ -663,15 +675,15 @@ static int train_body(train_run *R, tt_err *err) {
   return R->stop_signal ? train_stopped(R, err) : 0;
 }
 
-int tt_train(tt_run_opts *o, char *errbuf, size_t errsize) {
+int tt_train(const tt_run_opts *o, tt_run_result *res, char *errbuf, size_t errsize) {
   tt_err err;
   err.msg[0] = 0;
   train_run R;
   memset(&R, 0, sizeof R);
-  R.o = o;
+  R.o = o, R.res = res;
   R.lock_fd = -1;
   R.final_loss = R.final_acc = NAN;
-  o->stop_signal = 0;
+  train_result_clear(res);
   tt_metrics_init(&R.mt, o->out ? o->out : stdout, o->quiet, o->progress);
   train_signals sig;
   train_signals_install(&sig);
@@ -689,7 +701,7 @@ int tt_train(tt_run_opts *o, char *errbuf, size_t errsize) {
   return rc;
 }
 
-int tt_evaluate(tt_run_opts *o, const char *weights, char *errbuf, size_t errsize) {
+int tt_evaluate(const tt_run_opts *o, const char *weights, tt_run_result *res, char *errbuf, size_t errsize) {
   tt_err err;
   err.msg[0] = 0;
   tt_session *s = NULL;
@@ -698,6 +710,7 @@ int tt_evaluate(tt_run_opts *o, const char *weights, char *errbuf, size_t errsiz
   tt_loader *el = NULL;
   int rc = -1;
   FILE *out = o->out ? o->out : stdout;
+  train_result_clear(res);
   if (tt_dist_init(&err) || tt_session_open(&s, o, TT_SESSION_EVAL, &err)) goto done;
   if (s->model.data.format == TT_DATA_NONE) {
     tt_fail(&err, "%s: has no [data] section with a test split", s->model.path);
@@ -715,7 +728,7 @@ int tt_evaluate(tt_run_opts *o, const char *weights, char *errbuf, size_t errsiz
   tt_loader_set_crop(el, &crop);
   double loss, acc;
   if (train_evaluate(s, el, &loss, &acc, &err)) goto done;
-  o->final_accuracy = acc, o->final_loss = loss;
+  if (res) res->final_accuracy = acc, res->final_loss = loss;
   if (tt_dist_rank() == 0) fprintf(out, "accuracy %.4f (%.2f%%) loss %.4f on %d test images\n", acc, 100.0 * acc, loss, ds.n);
   rc = 0;
 done:

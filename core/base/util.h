@@ -68,7 +68,7 @@ static inline size_t tt_size_mul(size_t a, size_t b) {
 static inline size_t tt_size_add(size_t a, size_t b) { return b >= SIZE_MAX - a ? SIZE_MAX : a + b; }
 
 /* Parses "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024.
- * Returns 0, or -1 for anything else (zero bytes included). Also in the public header. */
+ * Returns 0, or -1 for anything else (zero bytes included). (--vram: core/app/cli.h) */
 int tt_parse_size(const char *s, size_t *bytes);
 
 /* Monotonic clock in seconds. */

@@ -3,6 +3,10 @@
 #ifndef TT_RECIPE_H
 #define TT_RECIPE_H
 #include "model.h"
+/* The public header, for core/data/pack.c: tt_pack is defined there, and only a definition that
+ * sees its TT_API declaration is exported from libtinytrain.so (tests/test_exports.sh). TODO:
+ * include it in core/data/pack.c itself (left to core/data/'s owner) and drop it here. */
+#include "../tinytrain.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -16,6 +20,11 @@ int tt_recipe_load(const char *path, tt_model *m, tt_err *err, tt_warn_fn warn, 
 int tt_recipe_parse(const char *path, const char *text, tt_model *m, tt_err *err, tt_warn_fn warn, void *ud);
 /* Frees what the parser allocated in m (its layers) and clears m. */
 void tt_model_free(tt_model *m);
+
+/* A checkpoint interval (the recipe's checkpoint_every, --checkpoint-every): "500" optimizer
+ * steps (*steps = 500, *seconds = 0), "30s", "10m", "10min", "1.5h" wall time (*steps = 0,
+ * *seconds), or "0" (never; both 0). Returns 0, or -1 for anything else (recipe_values.c). */
+int tt_parse_interval(const char *s, long long *steps, double *seconds);
 
 #ifdef __cplusplus
 }

@@ -22,13 +22,19 @@ extern "C" {
  * otherwise one process. Idempotent. Fails when mpirun started several processes but this
  * build has no MPI. */
 int tt_dist_init(tt_err *err);
-/* rank, size (tinytrain.h declares them too, for the command line) and the rank among the
- * processes of this machine (it picks the GPU) and their number. */
+/* This process's rank and the number of processes (0 and 1 without mpirun; known once
+ * tt_dist_init has run; the command line reads them through core/app/cli.h), the rank among
+ * the processes of this machine (it picks the GPU) and their number. */
+int tt_dist_rank(void);
+int tt_dist_size(void);
 int tt_dist_local_rank(void);
 int tt_dist_local_size(void);
 /* CPU threads for one process when --threads was not given: its share of the cores this
  * process may run on (all of them for one process). */
 int tt_dist_threads(void);
+/* Once before the process exits: MPI_Finalize, or after a failure with more than one process
+ * MPI_Abort, which ends every process of the job. Nothing without mpirun. */
+void tt_dist_end(int failed);
 
 /* The recipe's batch is the global batch: micro-batch x accumulation x ranks. Divides
  * model->train.batch by ranks (the scheduler then plans one rank's share under one rank's

@@ -90,6 +90,12 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
 }
 
 /* The training programs the scheduler chooses under the budget (--vram less the reserve). */
+/* tinytrain.h's option enums are the model's own values (model.h): the casts below rely on it.
+ * (A negative array size if not: C and C++, the amalgamation through nvcc, alike.) */
+typedef char session_enums_match[(TT_PRECISION_AUTO == (int)TT_PREC_AUTO && TT_PRECISION_FP32 == (int)TT_PREC_FP32 &&
+                                  TT_PRECISION_FP16 == (int)TT_PREC_FP16 && TT_RECOMPUTE_AUTO == (int)TT_RECOMP_AUTO &&
+                                  TT_RECOMPUTE_NONE == (int)TT_RECOMP_NONE && TT_RECOMPUTE_ALL == (int)TT_RECOMP_ALL) ? 1 : -1];
+
 static int session_schedule(tt_session *s, const tt_run_opts *o, size_t reserve, tt_err *err) {
   tt_policy_opts *so = &s->policy_opts;
   so->vram_bytes = o->vram_bytes;

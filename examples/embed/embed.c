@@ -36,8 +36,7 @@ static void make_batch(uint8_t *img, int32_t *lab, int n) {
 
 int main(int argc, char **argv) {
   char err[1024];
-  tt_run_opts o;
-  tt_run_opts_init(&o);
+  tt_run_opts o = tt_run_opts_default();
   o.recipe = "embed", o.recipe_text = recipe, o.device = TT_DEVICE_AUTO;
   o.vram_bytes = (size_t)512 << 20; /* plan inside 512 MiB */
   tt_net *net;

@@ -21,7 +21,7 @@ static cudaStream_t cuda_ew_stream(tt_backend *b) { return tt_cuda_st(b)->comput
 
 /* ------------------------------------ helpers ----------------------------------------- */
 
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_add_bias_k(size_t count, size_t hw, int c, tt_dtype dt,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_add_bias_k(size_t count, size_t hw, int c, tt_dtype dt,
                                                                      const void *bias, void *y) {
   TT_CUDA_LOOP(i, count) {
     int ch = (int)((i / hw) % (size_t)c);
@@ -38,7 +38,7 @@ int tt_cuda_add_bias(tt_backend *b, const char *op, int n, int c, size_t hw, tt_
 }
 
 /* One block per channel. */
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_channel_sum_k(int n, int c, size_t hw, tt_dtype dt,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_channel_sum_k(int n, int c, size_t hw, tt_dtype dt,
                                                                         const void *t, float *out, float beta) {
   __shared__ double sh[33];
   int ch = blockIdx.x;
@@ -60,7 +60,7 @@ int tt_cuda_channel_sum(tt_backend *b, const char *op, int n, int c, size_t hw, 
   return 0;
 }
 
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_accum_f32_k(size_t count, tt_dtype dt, const void *x,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_accum_f32_k(size_t count, tt_dtype dt, const void *x,
                                                                       float *y, float beta) {
   TT_CUDA_LOOP(i, count) {
     float v = tt_cuda_ld(dt, x, i);
@@ -77,12 +77,12 @@ int tt_cuda_accum_to_f32(tt_backend *b, const char *op, size_t count, tt_dtype d
 
 /* ---------------------------------- activations --------------------------------------- */
 
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_act_fwd_k(tt_act a, size_t count, tt_dtype dt, const void *x,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_act_fwd_k(tt_act a, size_t count, tt_dtype dt, const void *x,
                                                                     void *y) {
   TT_CUDA_LOOP(i, count) tt_cuda_st(dt, y, i, tt_act_value(a, tt_cuda_ld(dt, x, i)));
 }
 
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_act_bwd_k(tt_act a, size_t count, tt_dtype dt,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_act_bwd_k(tt_act a, size_t count, tt_dtype dt,
                                                                     const void *saved, const void *dy, void *dx,
                                                                     float beta) {
   TT_CUDA_LOOP(i, count) {
@@ -118,7 +118,7 @@ int tt_cuda_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const vo
 
 /* ------------------------------- add / accumulate ------------------------------------- */
 
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_add_k(size_t count, tt_dtype dt, const void *a,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_add_k(size_t count, tt_dtype dt, const void *a,
                                                                 const void *b2, void *y) {
   TT_CUDA_LOOP(i, count) tt_cuda_st(dt, y, i, tt_cuda_ld(dt, a, i) + tt_cuda_ld(dt, b2, i));
 }
@@ -132,7 +132,7 @@ int tt_cuda_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const v
   return 0;
 }
 
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_accumulate_k(size_t count, tt_dtype dt, const void *x,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_accumulate_k(size_t count, tt_dtype dt, const void *x,
                                                                        void *y, float beta) {
   TT_CUDA_LOOP(i, count) tt_cuda_st_beta(dt, y, i, tt_cuda_ld(dt, x, i), beta);
 }
@@ -158,7 +158,7 @@ static int cuda_ew_dropout_params(tt_backend *b, const char *op, float p, uint32
 }
 
 /* beta < 0 marks the forward (plain store); otherwise the backward's beta store. */
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_dropout_k(size_t count, tt_dtype dt, uint32_t thr,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_dropout_k(size_t count, tt_dtype dt, uint32_t thr,
                                                                     float scale, int all_drop, uint64_t seed,
                                                                     const void *x, void *y, float beta, int fwd) {
   TT_CUDA_LOOP(i, count) {
@@ -203,7 +203,7 @@ int tt_cuda_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint6
 
 /* --------------------------------- channel copy / cast -------------------------------- */
 
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_channel_copy_k(size_t count, int nc, size_t hw, tt_dtype dt,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_channel_copy_k(size_t count, int nc, size_t hw, tt_dtype dt,
                                                                          const void *src, int src_c, int src_off,
                                                                          void *dst, int dst_c, int dst_off,
                                                                          float beta) {
@@ -239,7 +239,7 @@ int tt_cuda_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *
   return 0;
 }
 
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_cast_k(size_t count, tt_dtype sdt, const void *src,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_cast_k(size_t count, tt_dtype sdt, const void *src,
                                                                  tt_dtype ddt, void *dst) {
   TT_CUDA_LOOP(i, count) tt_cuda_st(ddt, dst, i, tt_cuda_ld(sdt, src, i));
 }
@@ -266,7 +266,7 @@ typedef struct cuda_ew_norm_params {
   float mean[TT_CUDA_MAX_NORM_CH], std[TT_CUDA_MAX_NORM_CH];
 } cuda_ew_norm_params;
 
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_normalize_k(size_t count, int c, size_t hw,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_normalize_k(size_t count, int c, size_t hw,
                                                                       const uint8_t *src, cuda_ew_norm_params pr,
                                                                       tt_dtype dt, void *dst) {
   TT_CUDA_LOOP(i, count) {

@@ -103,11 +103,13 @@ int tt_cuda_fail(tt_backend *b, const char *fmt, ...)
 
 #define TT_CUDA_THREADS 256
 /* Every kernel is declared with the block size it is launched with,
- *   __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) name(...)
+ *   static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) name(...)
  * so that ptxas fits its registers to that block: a block may use 64K registers on every
  * architecture from sm_75, so 1024 threads get at most 64 registers each (CUDA C++ Programming
  * Guide, "Launch Bounds" and the compute-capability table). tests/tools/cuda_check.py holds the
- * bound equal to the launch's block size. The host emulation may define it away. */
+ * bound equal to the launch's block size. The host emulation may define it away. Kernels (and
+ * their __device__ helpers) are static, their file's own: every global name of the library
+ * carries tt_ (tests/test_exports.sh). */
 #ifndef TT_LAUNCH_BOUNDS
 #define TT_LAUNCH_BOUNDS(threads) __launch_bounds__(threads)
 #endif

@@ -21,7 +21,7 @@ static cudaStream_t cuda_lo_stream(tt_backend *b) { return tt_cuda_st(b)->comput
  * per-warp loss and correct sums (double) are combined in warp order, so stats are
  * deterministic. A label outside [0, classes) makes the loss NaN (the device cannot
  * return an error; the CPU backend fails instead). */
-__global__ void TT_LAUNCH_BOUNDS(CUDA_LO_CE_THREADS) cuda_lo_ce_k(int n, int classes, tt_dtype dt, const void *logits,
+static __global__ void TT_LAUNCH_BOUNDS(CUDA_LO_CE_THREADS) cuda_lo_ce_k(int n, int classes, tt_dtype dt, const void *logits,
                                                                   const int32_t *labels, float smoothing,
                                                                   float grad_scale, void *dlogits, float *stats) {
   __shared__ double sh_loss[32], sh_corr[32];
@@ -101,7 +101,7 @@ int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const voi
 
 /* skip: NULL or the overflow flag check_finite wrote earlier on this stream; every thread reads
  * it and, when it is set, returns before touching w, m or v (backend.h). */
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_sgd_k(size_t count, float *w, const float *g, float *m,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_sgd_k(size_t count, float *w, const float *g, float *m,
                                                                 float lr, float momentum, int nesterov,
                                                                 float weight_decay, float grad_scale,
                                                                 const int32_t *skip) {
@@ -121,7 +121,7 @@ int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, fl
   return 0;
 }
 
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_adam_k(size_t count, float *w, const float *g, float *m,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_adam_k(size_t count, float *w, const float *g, float *m,
                                                                  float *v, float beta1, float beta2, float eps,
                                                                  float weight_decay, int decoupled, tt_adam_consts k,
                                                                  float grad_scale, const int32_t *skip) {
@@ -144,7 +144,7 @@ int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, f
 
 /* --------------------------------- check_finite --------------------------------------- */
 
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_check_finite_k(size_t count, tt_dtype dt, const void *x,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_check_finite_k(size_t count, tt_dtype dt, const void *x,
                                                                          int32_t *flag) {
   int bad = 0;
   TT_CUDA_LOOP(i, count) {

@@ -26,7 +26,7 @@ static cudaStream_t cuda_norm_stream(tt_backend *b) { return tt_cuda_st(b)->comp
 
 /* --------------------------------- batch norm ----------------------------------------- */
 
-__global__ void TT_LAUNCH_BOUNDS(CUDA_NORM_THREADS) cuda_bn_train_k(int n, int c, int hw, tt_dtype dt, const void *x,
+static __global__ void TT_LAUNCH_BOUNDS(CUDA_NORM_THREADS) cuda_bn_train_k(int n, int c, int hw, tt_dtype dt, const void *x,
                                                                     const float *gamma, const float *bias, void *y,
                                                                     float *running_mean, float *running_var,
                                                                     float momentum, float eps, float *save_mean,
@@ -81,7 +81,7 @@ int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   return 0;
 }
 
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_infer_k(size_t count, int c, size_t hw, tt_dtype dt,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_infer_k(size_t count, int c, size_t hw, tt_dtype dt,
                                                                   const void *x, const float *gamma, const float *bias,
                                                                   const float *running_mean, const float *running_var,
                                                                   float eps, void *y) {
@@ -105,7 +105,7 @@ int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   return 0;
 }
 
-__global__ void TT_LAUNCH_BOUNDS(CUDA_NORM_THREADS) cuda_bn_bwd_k(int n, int c, int hw, tt_dtype dt, const void *x,
+static __global__ void TT_LAUNCH_BOUNDS(CUDA_NORM_THREADS) cuda_bn_bwd_k(int n, int c, int hw, tt_dtype dt, const void *x,
                                                                   const void *dy, const float *gamma,
                                                                   const float *save_mean, const float *save_invstd,
                                                                   void *dx, float *dgamma, float *dbias, float beta_dx,
@@ -155,7 +155,7 @@ int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
 /* ----------------------------------- pooling ------------------------------------------ */
 
 /* First maximum of window (oh, ow) of the plane at xoff (index into the plane); NaN wins. */
-__device__ long long cuda_norm_argmax(tt_pool_desc d, tt_dtype dt, const void *x, size_t xoff, int oh, int ow,
+static __device__ long long cuda_norm_argmax(tt_pool_desc d, tt_dtype dt, const void *x, size_t xoff, int oh, int ow,
                                       float *best_out) {
   int h0 = oh * d.stride_h - d.pad_h, w0 = ow * d.stride_w - d.pad_w;
   int h1 = h0 + d.kh, w1 = w0 + d.kw;
@@ -178,7 +178,7 @@ __device__ long long cuda_norm_argmax(tt_pool_desc d, tt_dtype dt, const void *x
   return arg;
 }
 
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_fwd_k(tt_pool_desc d, tt_pool_mode mode, tt_dtype dt,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_fwd_k(tt_pool_desc d, tt_pool_mode mode, tt_dtype dt,
                                                                   const void *x, void *y) {
   size_t count = (size_t)d.n * d.c * d.p * d.q;
   float inv = 1.0f / (float)(d.kh * d.kw);
@@ -204,7 +204,7 @@ __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_fwd_k(tt_pool_desc d
   }
 }
 
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_bwd_k(tt_pool_desc d, tt_pool_mode mode, tt_dtype dt,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_bwd_k(tt_pool_desc d, tt_pool_mode mode, tt_dtype dt,
                                                                   const void *x, const void *dy, void *dx, float beta) {
   size_t count = (size_t)d.n * d.c * d.h * d.w;
   float inv = 1.0f / (float)(d.kh * d.kw);
@@ -256,7 +256,7 @@ int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt
 /* ---------------------------- global average pooling ---------------------------------- */
 
 /* One warp per plane: lanes stride the plane, fp32 partials combined in double. */
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_gap_fwd_k(size_t planes, int hw, tt_dtype dt, const void *x,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_gap_fwd_k(size_t planes, int hw, tt_dtype dt, const void *x,
                                                                  void *y) {
   size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
   int lane = threadIdx.x & 31;
@@ -279,7 +279,7 @@ int tt_cuda_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void
   return 0;
 }
 
-__global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_gap_bwd_k(size_t count, int hw, tt_dtype dt, const void *dy,
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_gap_bwd_k(size_t count, int hw, tt_dtype dt, const void *dy,
                                                                  void *dx, float beta) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
     float g = tt_cuda_ld(dt, dy, i / (size_t)hw) / (float)hw;

@@ -1,0 +1,37 @@
+/* core/app/cli.h — what the command line (main.c) uses beyond the public interface: parsing
+ * its option values, and process control under mpirun. Internal: none of it is exported from
+ * libtinytrain.so (tests/test_exports.sh); main.c links the static library.
+ *
+ * Why not public: a program that embeds the library has its own option parsing, and runs as one
+ * process. tt_train and tt_evaluate join an mpirun launch themselves; ending it (tt_dist_end:
+ * MPI_Finalize or MPI_Abort) is the command line's, which owns the process. */
+#ifndef TT_CLI_H
+#define TT_CLI_H
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --vram: "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024.
+ * Returns 0, or -1 for anything else (zero bytes included). (core/base/util.c) */
+int tt_parse_size(const char *s, size_t *bytes);
+
+/* --checkpoint-every (and the recipe's checkpoint_every): "500" (optimizer steps: *steps = 500,
+ * *seconds = 0), "30s", "10m", "10min", "1.5h" (wall time: *steps = 0, *seconds), or "0" (never;
+ * both 0). Returns 0, or -1 for anything else. (core/compile/recipe_values.c) */
+int tt_parse_interval(const char *s, long long *steps, double *seconds);
+
+/* Multi-process training (mpirun -np N tinytrain ...; core/runtime/dist.h): this process's rank
+ * and the number of processes (0 and 1 without mpirun; known once tt_train or tt_evaluate has
+ * started). tt_dist_end: once before exiting: MPI_Finalize, or after a failure with more than
+ * one process MPI_Abort, which ends every process of the job (the others may be waiting in a
+ * collective for this one). Nothing without mpirun. */
+int tt_dist_rank(void);
+int tt_dist_size(void);
+void tt_dist_end(int failed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
