@@ -77,6 +77,23 @@ int tt_image_check_pixels(int iw, int ih, long long max_pixels, char *reason);
 void tt_image_box_fractions(const tt_crop *crop, int iw, int ih, int h, int w, double *fr);
 unsigned char *tt_jpeg_decode_box(const unsigned char *buf, size_t size, int c, int h, int w, long long max_pixels,
                                   const tt_crop *crop, double *fr, int *ow, int *oh, char *reason);
+/* core/data/decode_formats.c: a PGM/PPM header (P2, P3, P5, P6; maxval 1..65535; a binary one's
+ * data must be all there) parsed with its pixel limit, and the PNM and PNG (libpng) decoders to
+ * interleaved c-channel pixels (NULL with reason). */
+typedef struct tt_pnm {
+  int w, h, maxval, channels, bytes, ascii; /* bytes per sample: 1, or 2 when maxval > 255 */
+  size_t data_offset, data_bytes;           /* data_bytes: binary only */
+} tt_pnm;
+int tt_pnm_header(const unsigned char *b, size_t n, long long max_pixels, tt_pnm *p, char *reason);
+unsigned char *tt_pnm_decode(const unsigned char *b, size_t n, int c, long long max_pixels, int *ow, int *oh,
+                             char *reason);
+unsigned char *tt_png_decode(const unsigned char *b, size_t n, int c, long long max_pixels, int *ow, int *oh,
+                             char *reason);
+/* The most bytes an image file may have for its format under the pixel limit, from its first
+ * n bytes (head) and its size: 0 with reason when the file is refused (not an image format
+ * known here, or over what its format can need). */
+size_t tt_image_file_bound(const unsigned char *head, size_t n, unsigned long long size, long long max_pixels,
+                           char *reason);
 /* The crop of [data] for the training (train = 1: random_resized_crop) or evaluation
  * (train = 0: resize) loader. */
 void tt_crop_from_cfg(const tt_data_cfg *cfg, int train, tt_crop *crop);
