@@ -946,6 +946,32 @@ static void test_image_file_bound(void) {
   TT_TEST_END();
 }
 
+/* A symbolic link planted at the temporary name must not make a write overwrite its target. */
+static void test_atomic_symlink(void) {
+  tt_err err;
+  char tmp[1200], victim[1100], out[1100];
+  void *p = NULL;
+  size_t n = 0;
+  const void *chunks[1] = {"new\n"};
+  size_t sizes[1] = {4};
+  TT_TEST_BEGIN("atomic_write_ignores_planted_symlink");
+  snprintf(victim, sizeof victim, "%s", tt_test_path("victim"));
+  snprintf(out, sizeof out, "%s", tt_test_path("set-images.npy"));
+  snprintf(tmp, sizeof tmp, "%s.tmp", out);
+  write_bytes(victim, "precious\n", 9);
+  unlink(tmp);
+  TT_CHECK(symlink(victim, tmp) == 0, "cannot plant the link");
+  TT_CHECK(tt_write_file_atomic(out, chunks, sizes, 1, &err) == 0, "write: %s", err.msg);
+  TT_CHECK(tt_read_file(victim, &p, &n, &err) == 0 && n == 9 && !memcmp(p, "precious\n", 9),
+           "the link's target was overwritten (%zu bytes)", n);
+  free(p);
+  p = NULL;
+  TT_CHECK(tt_read_file(out, &p, &n, &err) == 0 && n == 4 && !memcmp(p, "new\n", 4), "the output: %zu bytes", n);
+  free(p);
+  TT_CHECK(access(tmp, F_OK) != 0, "the temporary name is still there");
+  TT_TEST_END();
+}
+
 int main(void) {
   if (tt_test_tmpdir("data", "test_data")) return 1;
   test_png_bomb(); /* first: it measures the peak memory */
@@ -953,6 +979,7 @@ int main(void) {
   test_pnm();
   test_png_variants();
   test_bmp_jpeg_variants();
+  test_atomic_symlink();
   test_idx_small();
   test_idx_fashion();
   test_folder();

@@ -98,6 +98,7 @@ run plan "$TMP/r.recipe"
 out=$(cat "$TMP/out")
 run plan --json "$TMP/r.recipe"
 if echo "$out" | grep -q "loader      host .* MiB: 2 threads, a ring of 4 batches of 4 images of 432 bytes" &&
+   echo "$out" | grep -q "at worst 2 threads x 1419.8 MiB" &&
    grep -q '"loader": {"host_bytes": [0-9]*, "threads": 2, "streaming": true}' "$TMP/out"; then
   pass data_cli_plan_loader
 else fail data_cli_plan_loader "$out"; fi

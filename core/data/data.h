@@ -94,6 +94,9 @@ unsigned char *tt_png_decode(const unsigned char *b, size_t n, int c, long long 
  * known here, or over what its format can need). */
 size_t tt_image_file_bound(const unsigned char *head, size_t n, unsigned long long size, long long max_pixels,
                            char *reason);
+/* The most host memory one decode may hold under the pixel limit (0: the default) at c
+ * channels: the largest file tt_image_file_bound lets through, a CMYK buffer and the decoded image. */
+size_t tt_image_decode_worst_bytes(long long max_pixels, int c);
 /* The crop of [data] for the training (train = 1: random_resized_crop) or evaluation
  * (train = 0: resize) loader. */
 void tt_crop_from_cfg(const tt_data_cfg *cfg, int train, tt_crop *crop);

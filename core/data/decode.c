@@ -627,6 +627,12 @@ size_t tt_image_file_bound(const unsigned char *b, size_t n, unsigned long long 
   return (size_t)size;
 }
 
+size_t tt_image_decode_worst_bytes(long long max_pixels, int c) {
+  unsigned long long lim = (unsigned long long)(max_pixels > 0 ? max_pixels : TT_DEFAULT_MAX_PIXELS);
+  /* a JPEG whose frame header lies past the first 64 KiB: the largest file allowed */
+  return (size_t)(lim * 16 + (16ULL << 20) + lim * 4 + lim * (unsigned)c);
+}
+
 /* The file read only after its size was checked against what its format can need (fstat
  * first; the first 64 KiB give the format and the header). */
 static int decode_read_bounded(const char *path, long long max_pixels, unsigned char **out, size_t *size,
