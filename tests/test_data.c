@@ -972,6 +972,55 @@ static void test_atomic_symlink(void) {
   TT_TEST_END();
 }
 
+/* A .npy file of version 1.0 (header padded to 64 bytes) with raw data. */
+static void write_npy(const char *path, const char *descr, const char *shape, const void *data, size_t n) {
+  char head[128];
+  int k = snprintf(head + 10, sizeof head - 10, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
+  FILE *f = fopen(path, "wb");
+  memcpy(head, "\x93NUMPY\x01\x00", 8);
+  memset(head + 10 + k, ' ', sizeof head - 10 - (size_t)k);
+  head[127] = '\n';
+  head[8] = 118, head[9] = 0;
+  fwrite(head, 1, 128, f);
+  fwrite(data, 1, n, f);
+  fclose(f);
+}
+
+/* PREFIX-classes.json is checked against [net] classes and every label; duplicates refused. */
+static void test_npy_classes(void) {
+  static const unsigned char px[2 * 2 * 2] = {0};
+  static const int32_t lab[2] = {0, 2};
+  static const struct { const char *json; int classes; const char *why; } cases[] = {
+      {"[\"a\", \"b\"]", 0, "names 2 classes but label 2"},
+      {"[\"a\", \"b\"]", 3, "names 2 classes but [net] classes = 3"},
+      {"[\"a\", \"b\", \"a\"]", 3, "'a' appears twice"},
+      {"[\"a\", \"b\", \"c\"]", 3, NULL},
+  };
+  tt_dataset ds;
+  tt_err err;
+  int i, rc;
+  TT_TEST_BEGIN("npy_classes_json_checked");
+  write_npy(tt_test_path("s-images.npy"), "|u1", "(2, 2, 2)", px, sizeof px);
+  write_npy(tt_test_path("s-labels.npy"), "<i4", "(2,)", lab, sizeof lab);
+  for (i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+    write_bytes(tt_test_path("s-classes.json"), cases[i].json, strlen(cases[i].json));
+    err.msg[0] = 0;
+    rc = tt_dataset_load_npy(tt_test_path("s-images.npy"), tt_test_path("s-labels.npy"), 1, 2, 2, cases[i].classes, &ds,
+                             &err);
+    if (cases[i].why)
+      TT_CHECK(rc != 0 && strstr(err.msg, "s-classes.json") && strstr(err.msg, cases[i].why), "%s: %s", cases[i].json,
+               err.msg);
+    else
+      TT_CHECK(rc == 0 && ds.classes == 3, "%s: %s", cases[i].json, err.msg);
+    if (rc == 0) tt_dataset_free(&ds);
+  }
+  /* the images file must be a regular file of the size its header says */
+  write_npy(tt_test_path("s-images.npy"), "|u1", "(3, 2, 2)", px, sizeof px);
+  rc = tt_dataset_load_npy(tt_test_path("s-images.npy"), tt_test_path("s-labels.npy"), 1, 2, 2, 3, &ds, &err);
+  TT_CHECK(rc != 0 && strstr(err.msg, "truncated"), "short images file: %s", err.msg);
+  TT_TEST_END();
+}
+
 int main(void) {
   if (tt_test_tmpdir("data", "test_data")) return 1;
   test_png_bomb(); /* first: it measures the peak memory */
@@ -980,6 +1029,7 @@ int main(void) {
   test_png_variants();
   test_bmp_jpeg_variants();
   test_atomic_symlink();
+  test_npy_classes();
   test_idx_small();
   test_idx_fashion();
   test_folder();
