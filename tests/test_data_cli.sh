@@ -105,7 +105,7 @@ else fail data_cli_plan_loader "$out"; fi
 # pack the recipe's folders, then train from the .npy files (numpy's format)
 run pack "$TMP/r.recipe"
 if [ $RC != 0 ] || [ ! -f "$TMP/data/train-images.npy" ] || [ ! -f "$TMP/data/val-labels.npy" ] ||
-   [ "$(cat "$TMP/data/train-classes.json")" != '["apple", "banana", "cherry"]' ] || ls "$TMP/data/"*.tmp >/dev/null 2>&1; then
+   [ "$(cat "$TMP/data/train-classes.json")" != '["apple", "banana", "cherry"]' ] || ls -A "$TMP/data/" | grep -q "\.tmp\|\.pack-"; then
   fail data_cli_pack "exit $RC: $ERR $(ls "$TMP/data")"
 else
   sed -e 's/^format = folder/format = npy/' -e 's#^train = data/train#train = data/train-images.npy\ntrain_labels = data/train-labels.npy#' \
@@ -121,4 +121,17 @@ if [ $RC = 0 ] && echo "$hdr" | grep -q "'shape': (36, 5, 7, 1)" &&
 else fail data_cli_pack_size "exit $RC: $ERR / $hdr"; fi
 run pack --size 0 a b
 if [ $RC = 2 ]; then pass data_cli_pack_usage; else fail data_cli_pack_usage "exit $RC"; fi
+# a PREFIX that is a directory packs into it as DIR/<SOURCE's base name>; a device is refused;
+# an interrupted pack's leftovers are removed by the next one; nothing temporary stays
+mkdir -p "$TMP/pk/.val.pack-AbC123" && touch "$TMP/pk/.val.pack-AbC123/val-images.npy" "$TMP/pk/val-labels.npy.tmp"
+run pack --size 4 "$TMP/data/val/" "$TMP/pk"
+if [ $RC = 0 ] && [ -f "$TMP/pk/val-images.npy" ] && [ -f "$TMP/pk/val-labels.npy" ] &&
+   [ -z "$(ls -A "$TMP/pk" | grep -v '^val-\(images\|labels\|classes\)\.\(npy\|json\)$')" ] &&
+   grep -q "pk/.val.pack-AbC123: removed, left behind by an interrupted pack" "$TMP/err"; then pass data_cli_pack_into_dir
+else fail data_cli_pack_into_dir "exit $RC: $ERR / $(ls -A "$TMP/pk")"; fi
+before=$(ls /dev | wc -l)
+run pack --size 4 "$TMP/data/val" /dev/null
+if [ $RC = 1 ] && echo "$ERR" | grep -q "/dev/null: is a character device" && [ ! -e /dev/null-images.npy ] &&
+   [ "$(ls /dev | wc -l)" = "$before" ]; then pass data_cli_pack_device_prefix
+else fail data_cli_pack_device_prefix "exit $RC: $ERR"; rm -f /dev/null-images.npy /dev/null-labels.npy /dev/null-classes.json; fi
 exit $FAILED
