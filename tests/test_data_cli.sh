@@ -45,6 +45,7 @@ format = folder
 train = data/train
 test = data/val
 hflip = true
+max_failed = 0.05
 [conv c1]
 filters = 4
 size = 3
@@ -93,6 +94,19 @@ run --out "$TMP/run4" --max-steps 1 "$TMP/l.recipe"
 if [ $RC = 1 ] && grep -q "train.list:2: label 3 is not below \[net\] classes = 3" "$TMP/err"; then
   pass data_cli_list_label
 else fail data_cli_list_label "exit $RC: $ERR"; fi
+
+# almost every image fails: the run stops, naming the first few, not every one (max_failed)
+mkdir -p "$TMP/bad/x" "$TMP/bad/y"
+for i in $(seq 1 40); do cp $FX/truncated.jpg "$TMP/bad/x/$i.jpg"; done
+cp $FX/good.jpg "$TMP/bad/y/0.jpg"
+sed -e 's#^train = data/train#train = bad#' -e '/^test = /d' -e 's/^max_failed = .*/max_failed = 0.5/' -e 's/^classes = 3/classes = 2/' \
+  -e 's/^out = 3/out = 2/' "$TMP/r.recipe" >"$TMP/b.recipe"
+run --out "$TMP/run6" --max-steps 100 "$TMP/b.recipe"
+nskip=$(grep -c ": skipped (" "$TMP/err")
+if [ $RC = 1 ] && [ "$nskip" = 5 ] && grep -q "bad: more images fail to decode; counted, not listed" "$TMP/err" &&
+   grep -q "bad: 21 of its 41 images failed to decode, over max_failed = 0.5 of the set" "$TMP/err"; then
+  pass data_cli_max_failed
+else fail data_cli_max_failed "exit $RC, $nskip skip lines: $(tail -3 "$TMP/err")"; fi
 
 run plan "$TMP/r.recipe"
 out=$(cat "$TMP/out")
