@@ -310,7 +310,7 @@ def gpu_arch():
     return caps or None
 
 
-FUZZ_TARGETS = ["recipe", "safetensors", "checkpoint", "image", "npy"]
+FUZZ_TARGETS = ["recipe", "safetensors", "checkpoint", "image", "npy", "npy_set"]
 
 
 def find_fuzzer():
