@@ -35,6 +35,7 @@ DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "
                 # the test that builds examples/embed against the installed library (tests/test_install.sh)
                 "pkg-config",
                 "libturbojpeg0-dev",  # JPEG decoding (optional: without it stb_image decodes JPEG)
+                "libpng-dev",  # PNG decoding with bounded memory (optional: without it stb_image decodes PNG)
                 "libjpeg62-turbo-dev",  # its libjpeg API: decoding a crop box alone (optional)
                 # the fuzz targets (tests/fuzz/): clang with libFuzzer (libclang-rt-dev) and its OpenMP
                 "clang", "libclang-rt-dev", "libomp-dev",
@@ -187,6 +188,15 @@ def find_turbojpeg():
     return tj
 
 
+# libpng (libpng-dev): PNG decoded row by row into the header's size, whatever its data inflates to.
+def find_libpng():
+    h = first_existing(["/usr/include/png.h", "/usr/local/include/png.h"])
+    libs = glob.glob("/usr/lib/*-linux-gnu/libpng.so") + glob.glob("/usr/lib/libpng.so") + glob.glob("/usr/local/lib*/libpng.so")
+    if not h or not libs:
+        return None
+    return {"version": header_define(h, "PNG_LIBPNG_VER_STRING"), "lib": libs[0]}
+
+
 def find_zlib():
     h = first_existing(["/usr/include/zlib.h", "/usr/local/include/zlib.h"])
     return {"version": header_define(h, "ZLIB_VERSION")} if h else None
@@ -300,7 +310,7 @@ def gpu_arch():
     return caps or None
 
 
-FUZZ_TARGETS = ["recipe", "safetensors", "checkpoint", "image", "npy"]
+FUZZ_TARGETS = ["recipe", "safetensors", "checkpoint", "image", "npy", "npy_set"]
 
 
 def find_fuzzer():
@@ -536,6 +546,12 @@ def main():
                                if mpi else "not found: one process only (openmpi-bin, libopenmpi-dev: ./configure.py --deps)"))
     tj = find_turbojpeg()
     JPEG.update(tj or {})
+    png = find_libpng()
+    if png:  # the image decoders' flags travel together (JPEG's cflags/libs are on every link line)
+        JPEG.update(cflags=JPEG["cflags"] + " -DTT_HAVE_LIBPNG=1", libs=JPEG["libs"] + " -lpng")
+    print("libpng     : %s" % (("%s (%s)" % (png["version"], png["lib"])) if png else
+                               "not found: PNG decoded by stb_image, whose memory a PNG bomb can exhaust "
+                               "(apt-get install libpng-dev)"))
     print("TurboJPEG  : %s" % (("libjpeg-turbo %s (%s)%s" % (tj["version"], tj["lib"], ", crop decoding through its libjpeg API"
                                                               if tj["libjpeg"] else "")) if tj else
                                "not found: JPEG decoded by stb_image (slower; apt-get install libturbojpeg0-dev)"))

@@ -18,6 +18,12 @@
 #include "tests/tt_test.h"
 
 #include "tests/tt_stb_write.h"
+#include "tests/tt_image_write.h"
+#include <fcntl.h>
+#include <sys/resource.h>
+#ifdef TT_HAVE_TURBOJPEG
+#include <turbojpeg.h>
+#endif
 
 #define FMNIST "/usr/share/datasets/fashion-mnist/"
 
@@ -739,8 +745,291 @@ static void test_loader(void) {
   tt_dataset_free(&ds);
 }
 
+
+/* ---- image formats (issue 21): PNM ours, PNG through libpng, BMP top-down, CMYK JPEG ---- */
+
+static long max_rss_kib(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+/* Decodes path to 3 x h x w; 0 with the first pixel's colour in rgb, else -1 with reason. */
+static int decode_rgb(const char *path, int h, int w, long long max_pixels, unsigned char *rgb, char *reason) {
+  uint8_t *out = (uint8_t *)malloc((size_t)3 * h * w);
+  int rc = tt_image_decode_file(path, 3, h, w, max_pixels, out, reason);
+  if (rc == 0) rgb[0] = out[0], rgb[1] = out[(size_t)h * w], rgb[2] = out[(size_t)2 * h * w];
+  free(out);
+  return rc;
+}
+
+static int near_rgb(const unsigned char *a, int r, int g, int b) {
+  return abs(a[0] - r) <= 3 && abs(a[1] - g) <= 3 && abs(a[2] - b) <= 3;
+}
+
+static void test_pnm(void) {
+  char reason[TT_DECODE_REASON_MAX];
+  unsigned char rgb[3];
+  unsigned s16[4 * 3 * 3], s8[4 * 3];
+  int i;
+  TT_TEST_BEGIN("image_pnm_8_16_bit_and_bad_headers");
+  for (i = 0; i < 12; i++) s16[3 * i] = 65535, s16[3 * i + 1] = 0, s16[3 * i + 2] = 32768; /* (255, 0, 128) */
+  for (i = 0; i < 12; i++) s8[i] = 200;
+  tt_write_pnm(tt_test_path("p6_16.ppm"), 6, 4, 3, 65535, s16);
+  TT_CHECK(decode_rgb(tt_test_path("p6_16.ppm"), 3, 4, 0, rgb, reason) == 0 && near_rgb(rgb, 255, 0, 128),
+           "16-bit P6: %s (%d %d %d)", reason, rgb[0], rgb[1], rgb[2]);
+  tt_write_pnm(tt_test_path("p3_16.ppm"), 3, 4, 3, 65535, s16);
+  TT_CHECK(decode_rgb(tt_test_path("p3_16.ppm"), 3, 4, 0, rgb, reason) == 0 && near_rgb(rgb, 255, 0, 128),
+           "16-bit P3: %s", reason);
+  tt_write_pnm(tt_test_path("p5.pgm"), 5, 4, 3, 255, s8);
+  TT_CHECK(decode_rgb(tt_test_path("p5.pgm"), 3, 4, 0, rgb, reason) == 0 && near_rgb(rgb, 200, 200, 200),
+           "8-bit P5: %s", reason);
+  tt_write_pnm(tt_test_path("p2.pgm"), 2, 4, 3, 1000, s8); /* maxval 1000: 200 -> 51 */
+  TT_CHECK(decode_rgb(tt_test_path("p2.pgm"), 3, 4, 0, rgb, reason) == 0 && near_rgb(rgb, 51, 51, 51),
+           "P2 maxval 1000: %s (%d)", reason, rgb[0]);
+  {
+    static const struct { const char *text; const char *why; } bad[] = {
+        {"P5\n4 3\n0\n", "maxval 0"},
+        {"P5\n4 3\n70000\n", "maxval over 65535"},
+        {"P5\n4 3\n4294967296\n", "maxval over 65535"},
+        {"P6\n99999 99999\n255\n", "over the limit"},
+        {"P5\n4 3\n255\n", "truncated PNM"},
+        {"P5\n4 3\n255\nabc", "truncated PNM"},
+        {"P5\n4 3", "truncated or malformed PNM header"},
+        {"P6\n4 3\n65535\n\x01\x02", "truncated PNM"},
+        {"P2\n2 1\n255\n7", "truncated PNM"},
+        {"P2\n2 1\n255\n7 300\n", "over the header's maxval"},
+    };
+    for (i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
+      write_bytes(tt_test_path("bad.pgm"), bad[i].text, strlen(bad[i].text));
+      reason[0] = 0;
+      TT_CHECK(decode_rgb(tt_test_path("bad.pgm"), 3, 4, 0, rgb, reason) != 0 && strstr(reason, bad[i].why),
+               "bad PNM %d ('%s'): want '%s', got '%s'", i, bad[i].text, bad[i].why, reason);
+    }
+  }
+  TT_TEST_END();
+}
+
+static void test_png_variants(void) {
+  char reason[TT_DECODE_REASON_MAX];
+  unsigned char rgb[3], px16[9 * 7 * 8], px8[9 * 7 * 4];
+  int i;
+  TT_TEST_BEGIN("image_png_16bit_interlaced_tall");
+  for (i = 0; i < 9 * 7; i++) { /* RGBA 16: (0x2000, 0xFFFF, 0x8000, opaque) -> (32, 255, 128) */
+    unsigned char *q = px16 + 8 * i;
+    q[0] = 0x20, q[1] = 0, q[2] = 0xFF, q[3] = 0xFF, q[4] = 0x80, q[5] = 0, q[6] = 0xFF, q[7] = 0xFF;
+    px8[4 * i] = 10, px8[4 * i + 1] = 20, px8[4 * i + 2] = 240, px8[4 * i + 3] = 255;
+  }
+  tt_write_png(tt_test_path("rgba16.png"), 9, 7, 4, 16, 0, px16);
+  TT_CHECK(decode_rgb(tt_test_path("rgba16.png"), 7, 9, 0, rgb, reason) == 0 && near_rgb(rgb, 32, 255, 128),
+           "16-bit RGBA: %s (%d %d %d)", reason, rgb[0], rgb[1], rgb[2]);
+  tt_write_png(tt_test_path("rgba16i.png"), 9, 7, 4, 16, 1, px16);
+  TT_CHECK(decode_rgb(tt_test_path("rgba16i.png"), 7, 9, 0, rgb, reason) == 0 && near_rgb(rgb, 32, 255, 128),
+           "16-bit interlaced: %s", reason);
+  tt_write_png(tt_test_path("rgba8i.png"), 9, 7, 4, 8, 1, px8);
+  TT_CHECK(decode_rgb(tt_test_path("rgba8i.png"), 7, 9, 0, rgb, reason) == 0 && near_rgb(rgb, 10, 20, 240),
+           "8-bit interlaced: %s", reason);
+  {
+    /* 1 x 17M pixels (stb_image refused over 2^24 rows as "unknown image type") */
+    uint32_t hh = 17 * 1000 * 1000;
+    size_t n = (size_t)hh * 2, i2;
+    unsigned char *raw = (unsigned char *)malloc(n);
+    uLongf zn = compressBound((uLong)n);
+    unsigned char *z = (unsigned char *)malloc(zn);
+    for (i2 = 0; i2 < n; i2 += 2) raw[i2] = 0, raw[i2 + 1] = 77;
+    compress2(z, &zn, raw, (uLong)n, 1);
+    tt_write_png_stream(tt_test_path("tall.png"), 1, hh, 8, 0, 0, z, zn);
+    free(raw);
+    free(z);
+    reason[0] = 0;
+    TT_CHECK(decode_rgb(tt_test_path("tall.png"), 4, 4, 0, rgb, reason) == 0 && near_rgb(rgb, 77, 77, 77),
+             "1 x 17M PNG: %s", reason);
+  }
+  TT_TEST_END();
+}
+
+/* A 1x1 PNG whose IDAT inflates to 384 MiB: memory stays at the header's size. */
+static void test_png_bomb(void) {
+  char reason[TT_DECODE_REASON_MAX];
+  unsigned char rgb[3], *zero = (unsigned char *)calloc(1, 1 << 20), *z;
+  size_t cap = 2u << 20;
+  z_stream zs;
+  long before, after;
+  int i;
+  TT_TEST_BEGIN("image_png_bomb_bounded");
+  memset(&zs, 0, sizeof zs);
+  z = (unsigned char *)malloc(cap);
+  deflateInit(&zs, 9);
+  zs.next_out = z, zs.avail_out = (uInt)cap;
+  for (i = 0; i < 384; i++) {
+    zs.next_in = zero, zs.avail_in = 1 << 20;
+    deflate(&zs, i == 383 ? Z_FINISH : Z_NO_FLUSH);
+  }
+  tt_write_png_stream(tt_test_path("bomb.png"), 1, 1, 8, 0, 0, z, zs.total_out);
+  deflateEnd(&zs);
+  free(z);
+  free(zero);
+  before = max_rss_kib();
+  reason[0] = 0;
+  i = decode_rgb(tt_test_path("bomb.png"), 2, 2, 0, rgb, reason);
+  after = max_rss_kib();
+  TT_CHECK(after - before < 64 * 1024, "decoding a 1x1 PNG bomb grew the peak memory by %ld MiB (rc %d: %s)",
+           (after - before) / 1024, i, reason);
+  TT_TEST_END();
+}
+
+static void test_bmp_jpeg_variants(void) {
+  char reason[TT_DECODE_REASON_MAX];
+  unsigned char rgb[3], px[2 * 2 * 3] = {250, 0, 0, 250, 0, 0, 0, 0, 250, 0, 0, 250};
+  TT_TEST_BEGIN("image_bmp_top_down_cmyk_jpeg");
+  tt_write_bmp(tt_test_path("topdown.bmp"), 2, 2, px, 1);
+  reason[0] = 0;
+  TT_CHECK(decode_rgb(tt_test_path("topdown.bmp"), 2, 2, 0, rgb, reason) == 0 && near_rgb(rgb, 250, 0, 0),
+           "top-down BMP: %s (%d %d %d)", reason, rgb[0], rgb[1], rgb[2]);
+#ifdef TT_HAVE_TURBOJPEG
+  {
+    unsigned char cmyk[16 * 16 * 4], *jpg = NULL;
+    unsigned long jn = 0;
+    tjhandle tj = tjInitCompress();
+    int i;
+    for (i = 0; i < 256; i++) cmyk[4 * i] = 255, cmyk[4 * i + 1] = 0, cmyk[4 * i + 2] = 0, cmyk[4 * i + 3] = 255;
+    if (tj && tjCompress2(tj, cmyk, 16, 0, 16, TJPF_CMYK, &jpg, &jn, TJSAMP_444, 95, 0) == 0) {
+      tt_crop crop;
+      uint8_t out[3 * 8 * 8];
+      write_bytes(tt_test_path("cmyk.jpg"), jpg, jn);
+      reason[0] = 0;
+      TT_CHECK(decode_rgb(tt_test_path("cmyk.jpg"), 8, 8, 0, rgb, reason) == 0 && abs(rgb[0] - 255) < 12 &&
+                   rgb[1] < 12 && rgb[2] < 12,
+               "CMYK JPEG: %s (%d %d %d)", reason, rgb[0], rgb[1], rgb[2]);
+      memset(&crop, 0, sizeof crop);
+      crop.mode = TT_CROP_RANDOM_RESIZED, crop.key = 7;
+      TT_CHECK(tt_image_decode_file_crop(tt_test_path("cmyk.jpg"), 3, 8, 8, 0, &crop, out, reason) == 0,
+               "CMYK JPEG, random crop: %s", reason);
+    }
+    tjFree(jpg);
+    if (tj) tjDestroy(tj);
+  }
+#endif
+  TT_TEST_END();
+}
+
+/* A file is refused from its size before it is read (two sparse 4 GiB files took 8.2 GB). */
+static void test_image_file_bound(void) {
+  char reason[TT_DECODE_REASON_MAX];
+  unsigned char rgb[3];
+  long before, after;
+  int fd, rc1, rc2;
+  static const unsigned char px[4] = {1, 2, 3, 4};
+  TT_TEST_BEGIN("image_size_checked_before_reading");
+  tt_write_png(tt_test_path("big.png"), 2, 2, 1, 8, 0, px);
+  fd = open(tt_test_path("big.png"), O_WRONLY);
+  rc1 = fd >= 0 ? ftruncate(fd, 1LL << 32) : -1; /* sparse: costs no disk */
+  if (fd >= 0) close(fd);
+  fd = open(tt_test_path("zeros.jpg"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  rc2 = fd >= 0 ? ftruncate(fd, 1LL << 32) : -1;
+  if (fd >= 0) close(fd);
+  if (rc1 != 0 || rc2 != 0) {
+    TT_SKIP("image_size_checked_before_reading", "cannot make a sparse file here");
+    return;
+  }
+  before = max_rss_kib();
+  reason[0] = 0;
+  rc1 = decode_rgb(tt_test_path("big.png"), 2, 2, 0, rgb, reason);
+  TT_CHECK(rc1 != 0 && strstr(reason, "file of 4294967296 bytes, over the"), "4 GiB PNG of 2x2: %s", reason);
+  reason[0] = 0;
+  rc2 = decode_rgb(tt_test_path("zeros.jpg"), 2, 2, 0, rgb, reason);
+  TT_CHECK(rc2 != 0 && strstr(reason, "not a PNG, JPEG, BMP or PGM/PPM"), "4 GiB of zeros: %s", reason);
+  after = max_rss_kib();
+  TT_CHECK(after - before < 64 * 1024, "refusing the big files grew the peak memory by %ld MiB", (after - before) / 1024);
+  unlink(tt_test_path("big.png"));
+  unlink(tt_test_path("zeros.jpg"));
+  TT_TEST_END();
+}
+
+/* A symbolic link planted at the temporary name must not make a write overwrite its target. */
+static void test_atomic_symlink(void) {
+  tt_err err;
+  char tmp[1200], victim[1100], out[1100];
+  void *p = NULL;
+  size_t n = 0;
+  const void *chunks[1] = {"new\n"};
+  size_t sizes[1] = {4};
+  TT_TEST_BEGIN("atomic_write_ignores_planted_symlink");
+  snprintf(victim, sizeof victim, "%s", tt_test_path("victim"));
+  snprintf(out, sizeof out, "%s", tt_test_path("set-images.npy"));
+  snprintf(tmp, sizeof tmp, "%s.tmp", out);
+  write_bytes(victim, "precious\n", 9);
+  unlink(tmp);
+  TT_CHECK(symlink(victim, tmp) == 0, "cannot plant the link");
+  TT_CHECK(tt_write_file_atomic(out, chunks, sizes, 1, &err) == 0, "write: %s", err.msg);
+  TT_CHECK(tt_read_file(victim, &p, &n, &err) == 0 && n == 9 && !memcmp(p, "precious\n", 9),
+           "the link's target was overwritten (%zu bytes)", n);
+  free(p);
+  p = NULL;
+  TT_CHECK(tt_read_file(out, &p, &n, &err) == 0 && n == 4 && !memcmp(p, "new\n", 4), "the output: %zu bytes", n);
+  free(p);
+  TT_CHECK(access(tmp, F_OK) != 0, "the temporary name is still there");
+  TT_TEST_END();
+}
+
+/* A .npy file of version 1.0 (header padded to 64 bytes) with raw data. */
+static void write_npy(const char *path, const char *descr, const char *shape, const void *data, size_t n) {
+  char head[128];
+  int k = snprintf(head + 10, sizeof head - 10, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
+  FILE *f = fopen(path, "wb");
+  memcpy(head, "\x93NUMPY\x01\x00", 8);
+  memset(head + 10 + k, ' ', sizeof head - 10 - (size_t)k);
+  head[127] = '\n';
+  head[8] = 118, head[9] = 0;
+  fwrite(head, 1, 128, f);
+  fwrite(data, 1, n, f);
+  fclose(f);
+}
+
+/* PREFIX-classes.json is checked against [net] classes and every label; duplicates refused. */
+static void test_npy_classes(void) {
+  static const unsigned char px[2 * 2 * 2] = {0};
+  static const int32_t lab[2] = {0, 2};
+  static const struct { const char *json; int classes; const char *why; } cases[] = {
+      {"[\"a\", \"b\"]", 0, "names 2 classes but label 2"},
+      {"[\"a\", \"b\"]", 3, "names 2 classes but [net] classes = 3"},
+      {"[\"a\", \"b\", \"a\"]", 3, "'a' appears twice"},
+      {"[\"a\", \"b\", \"c\"]", 3, NULL},
+  };
+  tt_dataset ds;
+  tt_err err;
+  int i, rc;
+  TT_TEST_BEGIN("npy_classes_json_checked");
+  write_npy(tt_test_path("s-images.npy"), "|u1", "(2, 2, 2)", px, sizeof px);
+  write_npy(tt_test_path("s-labels.npy"), "<i4", "(2,)", lab, sizeof lab);
+  for (i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+    write_bytes(tt_test_path("s-classes.json"), cases[i].json, strlen(cases[i].json));
+    err.msg[0] = 0;
+    rc = tt_dataset_load_npy(tt_test_path("s-images.npy"), tt_test_path("s-labels.npy"), 1, 2, 2, cases[i].classes, &ds,
+                             &err);
+    if (cases[i].why)
+      TT_CHECK(rc != 0 && strstr(err.msg, "s-classes.json") && strstr(err.msg, cases[i].why), "%s: %s", cases[i].json,
+               err.msg);
+    else
+      TT_CHECK(rc == 0 && ds.classes == 3, "%s: %s", cases[i].json, err.msg);
+    if (rc == 0) tt_dataset_free(&ds);
+  }
+  /* the images file must be a regular file of the size its header says */
+  write_npy(tt_test_path("s-images.npy"), "|u1", "(3, 2, 2)", px, sizeof px);
+  rc = tt_dataset_load_npy(tt_test_path("s-images.npy"), tt_test_path("s-labels.npy"), 1, 2, 2, 3, &ds, &err);
+  TT_CHECK(rc != 0 && strstr(err.msg, "truncated"), "short images file: %s", err.msg);
+  TT_TEST_END();
+}
+
 int main(void) {
   if (tt_test_tmpdir("data", "test_data")) return 1;
+  test_png_bomb(); /* first: it measures the peak memory */
+  test_image_file_bound();
+  test_pnm();
+  test_png_variants();
+  test_bmp_jpeg_variants();
+  test_atomic_symlink();
+  test_npy_classes();
   test_idx_small();
   test_idx_fashion();
   test_folder();

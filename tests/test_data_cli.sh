@@ -45,6 +45,7 @@ format = folder
 train = data/train
 test = data/val
 hflip = true
+max_failed = 0.05
 [conv c1]
 filters = 4
 size = 3
@@ -94,17 +95,31 @@ if [ $RC = 1 ] && grep -q "train.list:2: label 3 is not below \[net\] classes = 
   pass data_cli_list_label
 else fail data_cli_list_label "exit $RC: $ERR"; fi
 
+# almost every image fails: the run stops, naming the first few, not every one (max_failed)
+mkdir -p "$TMP/bad/x" "$TMP/bad/y"
+for i in $(seq 1 40); do cp $FX/truncated.jpg "$TMP/bad/x/$i.jpg"; done
+cp $FX/good.jpg "$TMP/bad/y/0.jpg"
+sed -e 's#^train = data/train#train = bad#' -e '/^test = /d' -e 's/^max_failed = .*/max_failed = 0.5/' -e 's/^classes = 3/classes = 2/' \
+  -e 's/^out = 3/out = 2/' "$TMP/r.recipe" >"$TMP/b.recipe"
+run --out "$TMP/run6" --max-steps 100 "$TMP/b.recipe"
+nskip=$(grep -c ": skipped (" "$TMP/err")
+if [ $RC = 1 ] && [ "$nskip" = 5 ] && grep -q "bad: more images fail to decode; counted, not listed" "$TMP/err" &&
+   grep -q "bad: 21 of its 41 images failed to decode, over max_failed = 0.5 of the set" "$TMP/err"; then
+  pass data_cli_max_failed
+else fail data_cli_max_failed "exit $RC, $nskip skip lines: $(tail -3 "$TMP/err")"; fi
+
 run plan "$TMP/r.recipe"
 out=$(cat "$TMP/out")
 run plan --json "$TMP/r.recipe"
 if echo "$out" | grep -q "loader      host .* MiB: 2 threads, a ring of 4 batches of 4 images of 432 bytes" &&
+   echo "$out" | grep -q "at worst 2 threads x 1419.8 MiB" &&
    grep -q '"loader": {"host_bytes": [0-9]*, "threads": 2, "streaming": true}' "$TMP/out"; then
   pass data_cli_plan_loader
 else fail data_cli_plan_loader "$out"; fi
 # pack the recipe's folders, then train from the .npy files (numpy's format)
 run pack "$TMP/r.recipe"
 if [ $RC != 0 ] || [ ! -f "$TMP/data/train-images.npy" ] || [ ! -f "$TMP/data/val-labels.npy" ] ||
-   [ "$(cat "$TMP/data/train-classes.json")" != '["apple", "banana", "cherry"]' ] || ls "$TMP/data/"*.tmp >/dev/null 2>&1; then
+   [ "$(cat "$TMP/data/train-classes.json")" != '["apple", "banana", "cherry"]' ] || ls -A "$TMP/data/" | grep -q "\.tmp\|\.pack-"; then
   fail data_cli_pack "exit $RC: $ERR $(ls "$TMP/data")"
 else
   sed -e 's/^format = folder/format = npy/' -e 's#^train = data/train#train = data/train-images.npy\ntrain_labels = data/train-labels.npy#' \
@@ -120,4 +135,17 @@ if [ $RC = 0 ] && echo "$hdr" | grep -q "'shape': (36, 5, 7, 1)" &&
 else fail data_cli_pack_size "exit $RC: $ERR / $hdr"; fi
 run pack --size 0 a b
 if [ $RC = 2 ]; then pass data_cli_pack_usage; else fail data_cli_pack_usage "exit $RC"; fi
+# a PREFIX that is a directory packs into it as DIR/<SOURCE's base name>; a device is refused;
+# an interrupted pack's leftovers are removed by the next one; nothing temporary stays
+mkdir -p "$TMP/pk/.val.pack-AbC123" && touch "$TMP/pk/.val.pack-AbC123/val-images.npy" "$TMP/pk/val-labels.npy.tmp"
+run pack --size 4 "$TMP/data/val/" "$TMP/pk"
+if [ $RC = 0 ] && [ -f "$TMP/pk/val-images.npy" ] && [ -f "$TMP/pk/val-labels.npy" ] &&
+   [ -z "$(ls -A "$TMP/pk" | grep -v '^val-\(images\|labels\|classes\)\.\(npy\|json\)$')" ] &&
+   grep -q "pk/.val.pack-AbC123: removed, left behind by an interrupted pack" "$TMP/err"; then pass data_cli_pack_into_dir
+else fail data_cli_pack_into_dir "exit $RC: $ERR / $(ls -A "$TMP/pk")"; fi
+before=$(ls /dev | wc -l)
+run pack --size 4 "$TMP/data/val" /dev/null
+if [ $RC = 1 ] && echo "$ERR" | grep -q "/dev/null: is a character device" && [ ! -e /dev/null-images.npy ] &&
+   [ "$(ls /dev | wc -l)" = "$before" ]; then pass data_cli_pack_device_prefix
+else fail data_cli_pack_device_prefix "exit $RC: $ERR"; rm -f /dev/null-images.npy /dev/null-labels.npy /dev/null-classes.json; fi
 exit $FAILED

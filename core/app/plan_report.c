@@ -95,9 +95,14 @@ static void plan_text_loader(const tt_session *s, FILE *out) {
   fprintf(out, "  loader      host %.1f MiB: %d threads, a ring of %d batches of %d images of %d bytes%s\n",
           plan_mib(bytes), threads, tt_loader_slots(threads), s->sched.policy.micro_batch,
           s->model.in_c * s->model.in_h * s->model.in_w, " + 2 staging images per slot");
-  if (streaming)
+  if (streaming) {
+    size_t worst = tt_image_decode_worst_bytes(tt_max_pixels(s->model.data.max_megapixels), s->model.in_c);
     fprintf(out, "              streamed from disk (decoded per batch; independent of the data set's size); each thread\n"
-                 "              also holds one file and its decoded image briefly (the pixel limit bounds it)\n\n");
+                 "              also holds one file and its decoded image briefly: at worst %d threads x %.1f MiB\n"
+                 "              = %.1f MiB at max_megapixels = %d\n\n",
+            threads, plan_mib(worst), plan_mib(worst * (size_t)threads),
+            s->model.data.max_megapixels > 0 ? s->model.data.max_megapixels : (int)(TT_DEFAULT_MAX_PIXELS / 1000000));
+  }
   else if (s->model.data.format == TT_DATA_NPY)
     fprintf(out, "              format = npy: the images file is memory-mapped (pages in as read; the kernel's\n"
                  "              page cache, not this process, holds it), the labels read (4 bytes per image)\n\n");

@@ -61,9 +61,20 @@ int tt_atomic_open(tt_atomic_file *a, const char *path, tt_err *err) {
       return tt_fail(err, "%s: exists and is %s, not a regular file; give the path of a file to write", path,
                      tt_file_kind(st.st_mode));
   }
-  /* O_NONBLOCK: a named pipe left at the temporary name fails (ENXIO) instead of waiting for
-   * a reader; for a regular file the flag changes nothing. */
-  a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
+  /* Whatever is at the temporary name (a file a kill left behind, or a symbolic link planted
+   * there to make this write overwrite the link's target) is removed, never followed: unlink
+   * removes a link itself, and the file is then created only if nothing is there
+   * (O_CREAT | O_EXCL, which never follows a link; O_NOFOLLOW too). Something planted again
+   * between the two makes the open fail (EEXIST): tried three times, then an error.
+   * O_NONBLOCK and O_NOCTTY: nothing but a new regular file can come of it anyway. */
+  {
+    int tries;
+    for (tries = 0; tries < 3; tries++) {
+      if (unlink(a->tmp) != 0 && errno != ENOENT) break;
+      a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
+      if (a->fd >= 0 || errno != EEXIST) break;
+    }
+  }
   if (a->fd < 0)
     return tt_fail(err, "%s: cannot create (%s); check that the directory exists and is writable", a->tmp,
                    strerror(errno));

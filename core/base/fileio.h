@@ -11,7 +11,8 @@ extern "C" {
 #endif
 
 /* A file written a piece at a time, atomically: open makes "<path>.tmp" (refusing a path that
- * exists and is not a regular file), write/write_at add to it, commit fsyncs and renames it
+ * exists and is not a regular file; whatever was at "<path>.tmp", a symbolic link included, is
+ * removed, never followed, and the file created with O_CREAT | O_EXCL | O_NOFOLLOW), write/write_at add to it, commit fsyncs and renames it
  * over path; a failed call (or discard) removes the temporary file. Returns 0 or -1 (err set). */
 typedef struct tt_atomic_file {
   int fd;

@@ -66,6 +66,8 @@ typedef struct tt_data_cfg {
   int hflip;                    /* random horizontal flip */
   int max_megapixels;           /* folder/list: decoders refuse larger images (0: 64) */
   int loader_threads;           /* training loader threads (0: TT_LOADER_THREADS, core/data/data.h) */
+  float max_failed;             /* folder/list: the share of images that may fail to decode before the run stops */
+  int max_failed_set;           /* 0: max_failed not given (TT_DEFAULT_MAX_FAILED, core/data/data.h) */
   int random_resized_crop;      /* training: torchvision's RandomResizedCrop to the input size */
   float crop_scale[2], crop_ratio[2]; /* its area-fraction and aspect ranges (0: 0.08..1, 3/4..4/3) */
   int resize;                   /* evaluation: shorter side to this, then centre crop (0: fit) */

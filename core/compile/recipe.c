@@ -301,6 +301,7 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
     else if (!strcmp(k, "hflip")) rc = tt_recipe_bool(st, e, v, &d->hflip);
     else if (!strcmp(k, "max_megapixels")) rc = tt_recipe_int(st, e, v, 1, 1000000, &d->max_megapixels);
     else if (!strcmp(k, "loader_threads")) rc = tt_recipe_int(st, e, v, 1, 64, &d->loader_threads);
+    else if (!strcmp(k, "max_failed")) rc = tt_recipe_float(st, e, v, 0, 1, 1, 1, &d->max_failed), d->max_failed_set = 1;
     else if (!strcmp(k, "random_resized_crop")) rc = tt_recipe_bool(st, e, v, &d->random_resized_crop);
     else if (!strcmp(k, "crop_scale")) rc = recipe_range(st, e, v, 0, 1, d->crop_scale);
     else if (!strcmp(k, "crop_ratio")) rc = recipe_range(st, e, v, 0, 100, d->crop_ratio);

@@ -76,6 +76,7 @@ int tt_dataset_load(const tt_data_cfg *cfg, int train, int c, int h, int w, tt_d
     int rc = cfg->format == TT_DATA_FOLDER ? tt_dataset_scan_folder(path, c, h, w, ds, err, warn, ud)
                                            : tt_dataset_scan_list(path, c, h, w, cfg->classes, ds, err, warn, ud);
     ds->max_pixels = tt_max_pixels(cfg->max_megapixels);
+    ds->max_failed = cfg->max_failed, ds->max_failed_set = cfg->max_failed_set;
     return rc;
   }
   default: break;

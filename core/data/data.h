@@ -30,6 +30,9 @@ typedef struct tt_dataset {
   char **paths;     /* streaming (folder/list): [n] the image file of each sample */
   char **class_names; /* folder: [classes] the class subfolder names (NULL otherwise) */
   long long max_pixels; /* the decoder's pixel limit (0: TT_DEFAULT_MAX_PIXELS) */
+  float max_failed;     /* streaming: the share of the set that may fail to decode before the loader
+                         * stops ([data] max_failed; used when max_failed_set, else TT_DEFAULT_MAX_FAILED) */
+  int max_failed_set;
   char source[TT_PATH_MAX]; /* folder, list or images file, for messages */
   int hwc;          /* images are [n, h, w, c] (format = npy), not [n, c, h, w] */
   void *map;        /* format = npy: the memory-mapped images file (images points into it) */
@@ -77,6 +80,26 @@ int tt_image_check_pixels(int iw, int ih, long long max_pixels, char *reason);
 void tt_image_box_fractions(const tt_crop *crop, int iw, int ih, int h, int w, double *fr);
 unsigned char *tt_jpeg_decode_box(const unsigned char *buf, size_t size, int c, int h, int w, long long max_pixels,
                                   const tt_crop *crop, double *fr, int *ow, int *oh, char *reason);
+/* core/data/decode_formats.c: a PGM/PPM header (P2, P3, P5, P6; maxval 1..65535; a binary one's
+ * data must be all there) parsed with its pixel limit, and the PNM and PNG (libpng) decoders to
+ * interleaved c-channel pixels (NULL with reason). */
+typedef struct tt_pnm {
+  int w, h, maxval, channels, bytes, ascii; /* bytes per sample: 1, or 2 when maxval > 255 */
+  size_t data_offset, data_bytes;           /* data_bytes: binary only */
+} tt_pnm;
+int tt_pnm_header(const unsigned char *b, size_t n, long long max_pixels, tt_pnm *p, char *reason);
+unsigned char *tt_pnm_decode(const unsigned char *b, size_t n, int c, long long max_pixels, int *ow, int *oh,
+                             char *reason);
+unsigned char *tt_png_decode(const unsigned char *b, size_t n, int c, long long max_pixels, int *ow, int *oh,
+                             char *reason);
+/* The most bytes an image file may have for its format under the pixel limit, from its first
+ * n bytes (head) and its size: 0 with reason when the file is refused (not an image format
+ * known here, or over what its format can need). */
+size_t tt_image_file_bound(const unsigned char *head, size_t n, unsigned long long size, long long max_pixels,
+                           char *reason);
+/* The most host memory one decode may hold under the pixel limit (0: the default) at c
+ * channels: the largest file tt_image_file_bound lets through, a CMYK buffer and the decoded image. */
+size_t tt_image_decode_worst_bytes(long long max_pixels, int c);
 /* The crop of [data] for the training (train = 1: random_resized_crop) or evaluation
  * (train = 0: resize) loader. */
 void tt_crop_from_cfg(const tt_data_cfg *cfg, int train, tt_crop *crop);
@@ -170,6 +193,10 @@ int tt_pack_set(const tt_dataset *ds, const char *prefix, int *kept, tt_warn_fn 
  * sample at position j of epoch e depends on (seed, e, j) only — never on thread count or
  * scheduling — so a resumed run sees the same bytes. */
 typedef struct tt_loader tt_loader;
+/* The share of a streaming set's images that may fail to decode ([data] max_failed) before
+ * tt_loader_next fails; the loader lists the first TT_LOADER_WARN_FIRST failures, then counts. */
+#define TT_DEFAULT_MAX_FAILED 0.01
+#define TT_LOADER_WARN_FIRST 5
 /* Training loader threads when the recipe does not say ([data] loader_threads). */
 #define TT_LOADER_THREADS 2
 
@@ -204,8 +231,11 @@ int tt_loader_next(tt_loader *l, const uint8_t **images, const int32_t **labels,
 void tt_loader_release(tt_loader *l);
 void tt_loader_destroy(tt_loader *l);
 /* Streaming data sets: where the loader reports an image that fails to decode
- * ("PATH: skipped (why); replaced by ..."; called from a worker thread, under the loader's lock),
- * and how many have failed so far. tt_loader_next returns -1 when no image of the set decodes. */
+ * ("PATH: skipped (why); replaced by ..."; called from a worker thread, under the loader's lock;
+ * the first TT_LOADER_WARN_FIRST, then one line saying the rest are counted), and how many have
+ * failed so far. tt_loader_next returns -1 when no image of the set decodes, or when more than
+ * the set's max_failed share has failed (said through warn: "SOURCE: N of its M images failed
+ * to decode, over max_failed = ..."). */
 void tt_loader_set_warn(tt_loader *l, tt_warn_fn warn, void *ud);
 int tt_loader_skipped(tt_loader *l);
 /* Ring slots for nthreads workers, and the host memory of a loader (the batch ring with its

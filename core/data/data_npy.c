@@ -2,7 +2,11 @@
  * in a standard .npy file, memory-mapped (never read whole), and labels N int32, int64 or
  * uint8 in another, as numpy.save writes them (tinytrain pack writes such pairs too). The
  * header is checked fully: magic and version, dtype (little-endian), fortran_order, shape,
- * and the file's size against the shape. */
+ * and the file's size against the shape, at open (a regular file, checked on the descriptor
+ * opened). What remains: a file that shrinks under a running job (truncated by another
+ * process) makes the next read of a page past its new end raise SIGBUS in the loader thread;
+ * tinytrain does not catch it (a handler would have to longjmp out of a memcpy in a worker
+ * thread); replace such files by writing a new one and renaming it over the old, as pack does. */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
@@ -163,8 +167,8 @@ static int npy_open(const char *path, tt_npy_info *info, int *fd_out, size_t *fi
   ssize_t got;
   int fd;
   if (tt_file_check_kind(path, why) != 0) return tt_fail(err, "%s: %s; check [data] paths", path, why);
-  fd = open(path, O_RDONLY);
-  if (fd < 0) return tt_fail(err, "%s: cannot open (%s)", path, strerror(errno));
+  fd = tt_open_regular(path, "check [data] paths", err); /* fstat of what was opened: a regular file */
+  if (fd < 0) return -1;
   got = pread(fd, head, sizeof head, 0);
   if (got < 0 || fstat(fd, &st) != 0) {
     close(fd);
@@ -257,10 +261,28 @@ static int npy_class_names(const char *images_path, tt_dataset *ds, tt_err *err)
   }
   free(names);
   if (!v) return -1;
-  ds->class_names = v;
-  ds->classes = count;
-  for (i = 0; i < count; i++)
-    if (!v[i]) return -1;
+  {
+    int classes = ds->classes, k;
+    long long j;
+    ds->class_names = v;
+    ds->classes = count;
+    for (i = 0; i < count; i++)
+      if (!v[i]) return -1;
+    /* the names are checked here, at load, against [net] classes and every label: fewer names
+     * than the labels use made tt_dataset_map_classes read past the table, and a name twice
+     * silently mapped two classes onto one */
+    if (classes > 0 && count != classes)
+      return tt_fail(err, "%s: names %d classes but [net] classes = %d; give one name per class", p, count, classes);
+    for (i = 0; i < count; i++)
+      for (k = i + 1; k < count; k++)
+        if (!strcmp(v[i], v[k]))
+          return tt_fail(err, "%s: the class name '%s' appears twice (classes %d and %d); class names must be unique",
+                         p, v[i], i, k);
+    for (j = 0; j < ds->n; j++)
+      if (ds->labels[j] >= count)
+        return tt_fail(err, "%s: names %d classes but label %d (index %lld of the labels file) needs %d; give one name "
+                       "per class", p, count, (int)ds->labels[j], j, (int)ds->labels[j] + 1);
+  }
   return 0;
 }
 

@@ -1,6 +1,9 @@
 /* core/data/decode.c — one image file to C x H x W uint8: JPEG through libjpeg-turbo's TurboJPEG
- * API (with its DCT-domain downscaling when the image is at least twice the target), PNG, BMP,
- * binary PGM/PPM (and JPEG in a build without TurboJPEG) through stb_image. Every decoder reads the header
+ * API (with its DCT-domain downscaling when the image is at least twice the target; CMYK/YCCK
+ * converted to RGB here), PNG through libpng and PGM/PPM through tinytrain's own decoder
+ * (core/data/decode_formats.c), BMP (and PNG without libpng, JPEG without TurboJPEG) through
+ * stb_image, which never sees a PNM file (STBI_NO_PNM). A file is read only up to what its
+ * format can need under the pixel limit (tt_image_file_bound). Every decoder reads the header
  * first and refuses an image of more pixels than the limit, so a decompression bomb costs no
  * more memory than the limit allows. The image is then resized so its shorter side fits and
  * centre-cropped to h x w (stb_image_resize). */
@@ -11,6 +14,7 @@
 #include "../base/fileio.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +40,15 @@
 #define STB_IMAGE_STATIC
 #define STB_IMAGE_IMPLEMENTATION
 #define STBI_NO_STDIO
+#define STBI_NO_PNM /* 16-bit PNM overflowed its buffer: core/data/decode_formats.c decodes PNM */
+#define STBI_NO_GIF
+#define STBI_NO_PSD
+#define STBI_NO_PIC
+#define STBI_NO_HDR
+#define STBI_NO_TGA
+#ifdef TT_HAVE_LIBPNG
+#define STBI_NO_PNG /* libpng decodes PNG (core/data/decode_formats.c) */
+#endif
 #include <stb/stb_image.h>
 #define STB_IMAGE_RESIZE_STATIC
 #define STB_IMAGE_RESIZE_IMPLEMENTATION
@@ -119,6 +132,50 @@ static void decode_jpeg_scale(int iw, int ih, int w, int h, const double *fr, in
   }
 }
 
+/* A CMYK (or YCCK) JPEG, which TurboJPEG cannot convert to RGB itself, decoded as CMYK and
+ * converted here: as stored by Adobe applications (inverted: 255 is no ink), R = C x K / 255 ... */
+static unsigned char *decode_jpeg_cmyk(tjhandle tj, const unsigned char *buf, size_t size, int c, int sw, int sh,
+                                       char *reason) {
+  size_t i, n = (size_t)sw * sh;
+  unsigned char *cmyk = (unsigned char *)malloc(n * 4), *px = (unsigned char *)malloc(n * c);
+  if (!cmyk || !px) {
+    free(cmyk), free(px);
+    REASON("out of host memory decoding %dx%d", sw, sh);
+    return NULL;
+  }
+  if (tjDecompress2(tj, buf, (unsigned long)size, cmyk, sw, 0, sh, TJPF_CMYK,
+                    TJFLAG_STOPONWARNING | TJFLAG_LIMITSCANS) != 0) {
+    REASON("corrupt JPEG: %s", tjGetErrorStr2(tj));
+    free(cmyk), free(px);
+    return NULL;
+  }
+  for (i = 0; i < n; i++) {
+    const unsigned char *q = cmyk + 4 * i;
+    unsigned r = (q[0] * q[3] + 127) / 255, g = (q[1] * q[3] + 127) / 255, b = (q[2] * q[3] + 127) / 255;
+    unsigned char *o = px + (size_t)c * i;
+    if (c <= 2) {
+      o[0] = (unsigned char)((r * 77 + g * 150 + b * 29) >> 8);
+      if (c == 2) o[1] = 255;
+    } else {
+      o[0] = (unsigned char)r, o[1] = (unsigned char)g, o[2] = (unsigned char)b;
+      if (c == 4) o[3] = 255;
+    }
+  }
+  free(cmyk);
+  return px;
+}
+
+/* Whether a JPEG is CMYK or YCCK (the libjpeg crop path converts neither: such a file goes
+ * through decode_jpeg). */
+static int decode_jpeg_is_cmyk(const unsigned char *buf, size_t size) {
+  tjhandle tj = tjInitDecompress();
+  int iw, ih, sub, cs = -1;
+  if (!tj) return 0;
+  if (tjDecompressHeader3(tj, buf, (unsigned long)size, &iw, &ih, &sub, &cs) != 0) cs = -1;
+  tjDestroy(tj);
+  return cs == TJCS_CMYK || cs == TJCS_YCCK;
+}
+
 /* Decodes a JPEG to interleaved c-channel pixels (1 grey, 2 grey + alpha, 3 RGB, 4 RGBA; alpha
  * opaque) in a malloc'd buffer. Returns NULL
  * with a reason; corrupt data (a libjpeg warning included) is a failure, not grey rows. */
@@ -138,6 +195,11 @@ static unsigned char *decode_jpeg(const unsigned char *buf, size_t size, int c, 
   if (tt_image_check_pixels(iw, ih, max_pixels, reason) != 0) goto done;
   tt_image_box_fractions(crop, iw, ih, h, w, fr);
   decode_jpeg_scale(iw, ih, w, h, fr, &sw, &sh);
+  if (cs == TJCS_CMYK || cs == TJCS_YCCK) {
+    px = decode_jpeg_cmyk(tj, buf, size, c, sw, sh, reason);
+    if (px) *ow = sw, *oh = sh;
+    goto done;
+  }
   px = (unsigned char *)malloc((size_t)sw * sh * c);
   if (!px) {
     REASON("out of host memory decoding %dx%d", sw, sh);
@@ -173,13 +235,25 @@ static int decode_fit(const unsigned char *px, int iw, int ih, int c, const doub
   unsigned char *tmp = NULL;
   int ch, y, x, whole = fr[0] == 0 && fr[1] == 0 && fr[2] == 1 && fr[3] == 1;
   if (iw != w || ih != h || !whole) {
-    float s0 = (float)fr[0], t0 = (float)fr[1], s1 = (float)fr[2], t1 = (float)fr[3];
+    /* the box's whole pixels first (with a pixel's margin for the filter), so the fractions
+     * stay precise as floats: a box of 1 row of 17M made stb_image_resize assert */
+    int x0 = (int)floor(fr[0] * iw) - 1, y0 = (int)floor(fr[1] * ih) - 1;
+    int x1 = (int)ceil(fr[2] * iw) + 1, y1 = (int)ceil(fr[3] * ih) + 1, sw, sh;
+    float s0, t0, s1, t1;
+    if (x0 < 0) x0 = 0;
+    if (y0 < 0) y0 = 0;
+    if (x1 > iw) x1 = iw;
+    if (y1 > ih) y1 = ih;
+    sw = x1 - x0, sh = y1 - y0;
+    s0 = (float)((fr[0] * iw - x0) / sw), t0 = (float)((fr[1] * ih - y0) / sh);
+    s1 = (float)((fr[2] * iw - x0) / sw), t1 = (float)((fr[3] * ih - y0) / sh);
     tmp = (unsigned char *)malloc((size_t)h * w * c);
     if (!tmp) {
       REASON("out of host memory resizing");
       return -1;
     }
-    if (!stbir_resize_region(px, iw, ih, 0, tmp, w, h, 0, STBIR_TYPE_UINT8, c, STBIR_ALPHA_CHANNEL_NONE, 0,
+    if (!stbir_resize_region(px + ((size_t)y0 * iw + x0) * c, sw, sh, iw * c, tmp, w, h, 0, STBIR_TYPE_UINT8, c,
+                             STBIR_ALPHA_CHANNEL_NONE, 0,
                              STBIR_EDGE_CLAMP, STBIR_EDGE_CLAMP, STBIR_FILTER_DEFAULT, STBIR_FILTER_DEFAULT,
                              STBIR_COLORSPACE_LINEAR, NULL, s0, t0, s1, t1)) {
       free(tmp);
@@ -315,30 +389,10 @@ static int decode_finish(const unsigned char *px, int iw, int ih, int c, const t
   return crop_resize_fr(px, iw, ih, c, 1, fr, h, w, out, reason);
 }
 
-/* The next decimal number of a binary PNM header at *pos (whitespace and # comments skipped),
- * or -1. */
-static long decode_pnm_number(const unsigned char *b, size_t n, size_t *pos) {
-  long v = -1;
-  while (*pos < n && (b[*pos] == '#' || b[*pos] == ' ' || b[*pos] == '\t' || b[*pos] == '\r' || b[*pos] == '\n')) {
-    if (b[*pos] == '#')
-      while (*pos < n && b[*pos] != '\n') (*pos)++;
-    else
-      (*pos)++;
-  }
-  while (*pos < n && b[*pos] >= '0' && b[*pos] <= '9' && v < 0x7fffffffL / 10) v = (v < 0 ? 0 : v * 10) + (b[(*pos)++] - '0');
-  return v;
-}
-
-/* Width and height from a PNG's IHDR, a BMP's info header or a binary PGM/PPM's (P5, P6) header,
+/* Width and height from a PNG's IHDR or a BMP's info header,
  * read here because stb_image's own header reader gives only "unknown image type" for a PNG
  * over about 350 megapixels. Returns 1 when found. */
 static int decode_header_size(const unsigned char *b, size_t n, int *w, int *h) {
-  if (n >= 3 && b[0] == 'P' && (b[1] == '5' || b[1] == '6')) {
-    size_t pos = 2;
-    long x = decode_pnm_number(b, n, &pos), y = decode_pnm_number(b, n, &pos);
-    *w = (int)x, *h = (int)y; /* -1 when absent: refused as a bad size */
-    return 1;
-  }
   if (n >= 24 && b[0] == 0x89 && b[1] == 'P' && memcmp(b + 12, "IHDR", 4) == 0) {
     uint32_t x = decode_be32(b + 16), y = decode_be32(b + 20);
     *w = x > 0x7fffffff ? -1 : (int)x;
@@ -382,7 +436,7 @@ static int decode_any(const void *data, size_t size, int c, int h, int w, long l
     return -1;
   }
 #if defined(TT_HAVE_TURBOJPEG) && defined(TT_HAVE_LIBJPEG)
-  if (jpeg && crop && crop->mode != TT_CROP_FIT) { /* only the box is decoded (core/data/decode_jpeg_crop.c) */
+  if (jpeg && crop && crop->mode != TT_CROP_FIT && !decode_jpeg_is_cmyk(buf, size)) { /* only the box is decoded (core/data/decode_jpeg_crop.c) */
     px = tt_jpeg_decode_box(buf, size, c, h, w, max_pixels, crop, fr, &iw, &ih, reason);
     if (!px) return -1;
     rc = crop_resize_fr(px, iw, ih, c, 1, fr, h, w, out, reason);
@@ -399,18 +453,37 @@ static int decode_any(const void *data, size_t size, int c, int h, int w, long l
     return rc;
   }
 #endif
+  if (size >= 2 && buf[0] == 'P' && buf[1] >= '2' && buf[1] <= '6' && buf[1] != '4') { /* PGM/PPM: ours */
+    px = tt_pnm_decode(buf, size, c, max_pixels, &iw, &ih, reason);
+    if (!px) return -1;
+    tt_image_box_fractions(crop, iw, ih, h, w, fr);
+    rc = decode_finish(px, iw, ih, c, crop, fr, h, w, out, reason);
+    free(px);
+    return rc;
+  }
+#ifdef TT_HAVE_LIBPNG
+  if (size >= 8 && memcmp(buf, "\x89PNG\r\n\x1a\n", 8) == 0) {
+    px = tt_png_decode(buf, size, c, max_pixels, &iw, &ih, reason);
+    if (!px) return -1;
+    tt_image_box_fractions(crop, iw, ih, h, w, fr);
+    rc = decode_finish(px, iw, ih, c, crop, fr, h, w, out, reason);
+    free(px);
+    return rc;
+  }
+#endif
   if (!jpeg && !decode_header_size(buf, size, &iw, &ih)) {
-    /* only what is known to be PNG, BMP, binary PGM/PPM (or JPEG) reaches stb_image: it would
-     * otherwise try every format it knows, JPEG after any run of 0xFF bytes among them */
-    REASON("not a PNG, JPEG, BMP or binary PGM/PPM file");
+    /* only what is known to be PNG, BMP (or JPEG) reaches stb_image: it would otherwise try
+     * every format it knows, JPEG after any run of 0xFF bytes among them */
+    REASON("not a PNG, JPEG, BMP or PGM/PPM file");
     return -1;
   }
   if (decode_header_size(buf, size, &iw, &ih) && tt_image_check_pixels(iw, ih, max_pixels, reason) != 0) return -1;
   if (!stbi_info_from_memory(buf, (int)size, &iw, &ih, &comp)) {
     const char *r = stbi_failure_reason();
-    REASON("%s", r && r[0] ? r : "not an image (PNG, JPEG, BMP or binary PGM/PPM)");
+    REASON("%s", r && r[0] ? r : "not an image (PNG, JPEG, BMP or PGM/PPM)");
     return -1;
   }
+  if (ih < 0 && ih != INT_MIN && size >= 2 && buf[0] == 'B' && buf[1] == 'M') ih = -ih; /* a top-down BMP */
   if (tt_image_check_pixels(iw, ih, max_pixels, reason) != 0) return -1;
   px = stbi_load_from_memory(buf, (int)size, &iw, &ih, &comp, c);
   if (!px) {
@@ -464,21 +537,175 @@ int tt_image_decode_file(const char *path, int c, int h, int w, long long max_pi
   return tt_image_decode_file_crop(path, c, h, w, max_pixels, NULL, out, reason);
 }
 
-int tt_image_decode_file_crop(const char *path, int c, int h, int w, long long max_pixels, const tt_crop *crop,
-                              uint8_t *out, char *reason) {
-  void *buf = NULL;
-  size_t size = 0, n = strlen(path);
+/* A JPEG's frame size from a start-of-frame marker within its first n bytes; 1 when found. */
+static int decode_jpeg_sof(const unsigned char *b, size_t n, int *w, int *h, int *comps) {
+  size_t pos = 2;
+  while (pos + 4 <= n && b[pos] == 0xFF) {
+    unsigned m = b[pos + 1], len = ((unsigned)b[pos + 2] << 8) | b[pos + 3];
+    if (m == 0xFF) { /* fill byte */
+      pos++;
+      continue;
+    }
+    if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+      if (pos + 10 > n) return 0;
+      *h = (b[pos + 5] << 8) | b[pos + 6], *w = (b[pos + 7] << 8) | b[pos + 8], *comps = b[pos + 9];
+      return 1;
+    }
+    pos += 2 + len;
+  }
+  return 0;
+}
+
+size_t tt_image_file_bound(const unsigned char *b, size_t n, unsigned long long size, long long max_pixels,
+                           char *reason) {
+  long long lim = max_pixels > 0 ? max_pixels : TT_DEFAULT_MAX_PIXELS;
+  unsigned long long bound;
+  const char *what;
+  int iw = 0, ih = 0, comps = 3;
+  reason[0] = 0;
+  if (size == 0) {
+    REASON("empty file");
+    return 0;
+  }
+  if (n >= 2 && b[0] == 'P' && b[1] >= '2' && b[1] <= '6' && b[1] != '4') {
+    tt_pnm p;
+    /* a binary header whose data runs past the bytes read so far fails "truncated PNM" with
+     * every field set: the whole file's size decides */
+    if (tt_pnm_header(b, n, max_pixels, &p, reason) != 0 && (!p.w || !strstr(reason, "truncated PNM:"))) return 0;
+    if (!p.ascii && size < p.data_offset + p.data_bytes) {
+      REASON("truncated PNM: %llu bytes of pixel data, the header's %dx%d needs %zu", size - p.data_offset, p.w, p.h,
+             p.data_bytes);
+      return 0;
+    }
+    reason[0] = 0;
+    what = "PGM/PPM";
+    iw = p.w, ih = p.h;
+    /* binary: exactly the header and the samples (more is not read: refused); ASCII: up to
+     * 6 characters per sample (65535 and a space), 64 KiB of comments */
+    bound = p.ascii ? p.data_offset + (unsigned long long)p.w * p.h * p.channels * 6 + 65536
+                    : p.data_offset + p.data_bytes;
+  } else if (n >= 24 && memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0) {
+    if (!decode_header_size(b, n, &iw, &ih)) {
+      REASON("corrupt PNG: no IHDR chunk first");
+      return 0;
+    }
+    if (tt_image_check_pixels(iw, ih, max_pixels, reason) != 0) return 0;
+    what = "PNG";
+    /* the raw rows at 16-bit RGBA (8 bytes a pixel, one filter byte a row), deflate's stored
+     * blocks' overhead, and 16 MiB for the chunks around the image data */
+    bound = (unsigned long long)ih * (1 + 8ULL * iw);
+    bound += bound / 1000 + (16ULL << 20);
+  } else if (n >= 26 && b[0] == 'B' && b[1] == 'M') {
+    if (!decode_header_size(b, n, &iw, &ih)) {
+      REASON("corrupt BMP header");
+      return 0;
+    }
+    if (tt_image_check_pixels(iw, ih, max_pixels, reason) != 0) return 0;
+    what = "BMP";
+    bound = (unsigned long long)ih * (4ULL * iw + 4) + 65536; /* 32 bits a pixel, header, palette */
+  } else if (n >= 2 && b[0] == 0xFF && b[1] == 0xD8) {
+    what = "JPEG";
+    if (decode_jpeg_sof(b, n, &iw, &ih, &comps)) {
+      if (tt_image_check_pixels(iw, ih, max_pixels, reason) != 0) return 0;
+      bound = (unsigned long long)iw * ih * (comps > 0 ? comps : 1) * 4 + (16ULL << 20);
+    } else { /* the frame header lies beyond the first bytes read: the pixel limit's worst */
+      iw = ih = 0;
+      bound = (unsigned long long)lim * 4 * 4 + (16ULL << 20);
+    }
+  } else {
+    REASON("not a PNG, JPEG, BMP or PGM/PPM file");
+    return 0;
+  }
+  if (size > bound) {
+    if (iw > 0)
+      REASON("file of %llu bytes, over the %llu a %dx%d %s can need; the file is corrupt or has data appended", size,
+             bound, iw, ih, what);
+    else
+      REASON("file of %llu bytes, over the %llu a %s under the pixel limit can need", size, bound, what);
+    return 0;
+  }
+  return (size_t)size;
+}
+
+size_t tt_image_decode_worst_bytes(long long max_pixels, int c) {
+  unsigned long long lim = (unsigned long long)(max_pixels > 0 ? max_pixels : TT_DEFAULT_MAX_PIXELS);
+  /* a JPEG whose frame header lies past the first 64 KiB: the largest file allowed */
+  return (size_t)(lim * 16 + (16ULL << 20) + lim * 4 + lim * (unsigned)c);
+}
+
+/* The file read only after its size was checked against what its format can need (fstat
+ * first; the first 64 KiB give the format and the header). */
+static int decode_read_bounded(const char *path, long long max_pixels, unsigned char **out, size_t *size,
+                               char *reason) {
   tt_err e;
-  int rc;
-  if (tt_file_check_kind(path, reason) != 0) return -1;
-  /* the reason comes from the failure itself, not from errno, which nothing here promised to
-   * keep (a refused pipe or a short read leaves errno as it was) */
-  if (tt_read_file(path, &buf, &size, &e) != 0) {
+  struct stat st;
+  unsigned char *buf;
+  size_t head, want, got = 0;
+  int fd = tt_open_regular(path, NULL, &e);
+  *out = NULL;
+  if (fd < 0) {
     const char *m = e.msg; /* without its leading "PATH: ": the caller names the path */
+    size_t n = strlen(path);
     if (strncmp(m, path, n) == 0 && m[n] == ':' && m[n + 1] == ' ') m += n + 2;
     REASON("%.*s", TT_DECODE_REASON_MAX - 1, m);
     return -1;
   }
+  if (fstat(fd, &st) != 0) {
+    REASON("cannot stat: %s", strerror(errno));
+    close(fd);
+    return -1;
+  }
+  head = st.st_size < 65536 ? (size_t)st.st_size : 65536;
+  buf = (unsigned char *)malloc(head + 1);
+  if (!buf) {
+    REASON("out of host memory reading");
+    close(fd);
+    return -1;
+  }
+  while (got < head) {
+    ssize_t k = read(fd, buf + got, head - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    got += (size_t)k;
+  }
+  want = got == head ? tt_image_file_bound(buf, head, (unsigned long long)st.st_size, max_pixels, reason) : 0;
+  if (got != head && !reason[0]) REASON("read %zu of %zu bytes; the file changed while reading", got, head);
+  if (want > head) {
+    unsigned char *b2 = (unsigned char *)realloc(buf, want + 1);
+    if (!b2) {
+      REASON("out of host memory reading %zu bytes", want);
+      want = 0;
+    } else {
+      buf = b2;
+      while (got < want) {
+        ssize_t k = read(fd, buf + got, want - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+      }
+      if (got != want) {
+        REASON("read %zu of %zu bytes; the file changed while reading or the disk failed", got, want);
+        want = 0;
+      }
+    }
+  }
+  close(fd);
+  if (want == 0) {
+    free(buf);
+    return -1;
+  }
+  *out = buf;
+  *size = want;
+  return 0;
+}
+
+int tt_image_decode_file_crop(const char *path, int c, int h, int w, long long max_pixels, const tt_crop *crop,
+                              uint8_t *out, char *reason) {
+  unsigned char *buf = NULL;
+  size_t size = 0;
+  int rc;
+  if (tt_file_check_kind(path, reason) != 0) return -1;
+  if (decode_read_bounded(path, max_pixels, &buf, &size, reason) != 0) return -1;
   rc = tt_image_decode_crop(buf, size, c, h, w, max_pixels, crop, out, reason);
   free(buf);
   return rc;

@@ -134,6 +134,7 @@ static const uint8_t *loader_decode(tt_loader *l, int idx, int slot, const tt_cr
   int tries;
   for (tries = 0; tries < ds->n; tries++, idx = (idx + 1) % ds->n) {
     char why[TT_DECODE_REASON_MAX];
+    if (l->failed) return NULL; /* read unlocked: a stale 0 only costs one more decode */
     if (loader_is_bad(l, idx)) continue;
     if (tt_image_decode_file_crop(ds->paths[idx], ds->c, ds->h, ds->w, ds->max_pixels, crop, dst, why) == 0) {
       *label = ds->labels[idx];
@@ -141,13 +142,29 @@ static const uint8_t *loader_decode(tt_loader *l, int idx, int slot, const tt_cr
     }
     pthread_mutex_lock(&l->mu);
     if (!l->bad[idx]) { /* another worker may have met it too: warn once */
+      double share = ds->max_failed_set ? ds->max_failed : TT_DEFAULT_MAX_FAILED;
       l->bad[idx] = 1;
       l->skipped++;
-      if (l->warn) {
+      if (l->warn && l->skipped <= TT_LOADER_WARN_FIRST) {
         char line[4400];
         snprintf(line, sizeof line, "%s: skipped (%s); replaced by the next image of the data set", ds->paths[idx],
                  why);
         l->warn(l->warn_ud, line);
+      } else if (l->warn && l->skipped == TT_LOADER_WARN_FIRST + 1) {
+        char line[TT_PATH_MAX + 160];
+        snprintf(line, sizeof line, "%s: more images fail to decode; counted, not listed", ds->source);
+        l->warn(l->warn_ud, line);
+      }
+      if (l->skipped > share * ds->n && !l->failed) {
+        l->failed = 2;
+        if (l->warn) {
+          char line[TT_PATH_MAX + 320];
+          snprintf(line, sizeof line,
+                   "%s: %d of its %d images failed to decode, over max_failed = %g of the set ([data]); stopping: fix or "
+                   "remove the files (the first are named above) or raise max_failed",
+                   ds->source, l->skipped, ds->n, share);
+          l->warn(l->warn_ud, line);
+        }
       }
     }
     pthread_mutex_unlock(&l->mu);

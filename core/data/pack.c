@@ -4,8 +4,11 @@
  *                      and centre-cropped (the transform of the folder reader, tt_image_decode)
  *   PREFIX-labels.npy  (N,) int32
  *   PREFIX-classes.json the class names, a JSON array of strings
- * Memory stays bounded: images are decoded and written a chunk at a time. Each file is
- * written under a temporary name and renamed when complete. */
+ * Memory stays bounded: images are decoded and written a chunk at a time. The three files are
+ * written into a temporary directory beside them (DIR/.NAME.pack-XXXXXX) and renamed into
+ * place when all are complete, the images file last; the next pack of the prefix removes
+ * what an interrupted one left. A PREFIX that is an existing directory means
+ * DIR/<SOURCE's base name>. */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
@@ -14,9 +17,12 @@
 #include "../compile/recipe.h"
 #include "../base/safetensors.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define PACK_CHUNK 64
@@ -42,7 +48,7 @@ static void pack_npy_header(char *h, const char *descr, const long long *shape, 
  * kept go to labels (n entries), their count to *kept. */
 static int pack_images(const tt_dataset *ds, const char *prefix, int32_t *labels, int *kept, tt_warn_fn warn, void *ud,
                        tt_err *err) {
-  char path[TT_PATH_MAX + 32], head[PACK_HEADER];
+  char path[TT_PATH_MAX * 2 + 128], head[PACK_HEADER];
   size_t per = (size_t)ds->c * ds->h * ds->w, hw = (size_t)ds->h * ds->w, j;
   uint8_t *chw = (uint8_t *)tt_malloc(per * PACK_CHUNK, "pack chunk", err);
   uint8_t *hwc = (uint8_t *)tt_malloc(per, "pack record", err);
@@ -91,7 +97,7 @@ done:
 }
 
 static int pack_labels(const char *prefix, const int32_t *labels, int n, tt_err *err) {
-  char path[TT_PATH_MAX + 32], head[PACK_HEADER];
+  char path[TT_PATH_MAX * 2 + 128], head[PACK_HEADER];
   long long shape[1] = {n};
   unsigned char *b = (unsigned char *)tt_malloc((size_t)n * 4 + 1, "pack labels", err);
   int i, rc;
@@ -113,7 +119,7 @@ static int pack_labels(const char *prefix, const int32_t *labels, int n, tt_err 
 }
 
 static int pack_classes(const char *prefix, const tt_dataset *ds, tt_err *err) {
-  char path[TT_PATH_MAX + 32];
+  char path[TT_PATH_MAX * 2 + 128];
   tt_strbuf b;
   int rc;
   if (!ds->class_names) return 0;
@@ -134,16 +140,111 @@ static int pack_classes(const char *prefix, const tt_dataset *ds, tt_err *err) {
   return rc;
 }
 
+static const char *const pack_suffix[3] = {"-labels.npy", "-classes.json", "-images.npy"}; /* renamed in this order */
+
+/* Splits prefix into its directory (dir, "." when none) and base name. */
+static void pack_split(const char *prefix, char *dir, char *base) {
+  const char *slash = strrchr(prefix, '/');
+  if (!slash) {
+    strcpy(dir, ".");
+    strcpy(base, prefix);
+  } else {
+    snprintf(dir, TT_PATH_MAX, "%.*s", slash == prefix ? 1 : (int)(slash - prefix), prefix);
+    strcpy(base, slash + 1);
+  }
+}
+
+/* Removes a temporary directory of this prefix's (its files, then itself). */
+static void pack_remove_tmpdir(const char *tmpdir, const char *base) {
+  char p[TT_PATH_MAX * 2 + 64];
+  int i;
+  for (i = 0; i < 3; i++) {
+    snprintf(p, sizeof p, "%s/%s%s", tmpdir, base, pack_suffix[i]);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/%s%s.tmp", tmpdir, base, pack_suffix[i]);
+    unlink(p);
+  }
+  rmdir(tmpdir);
+}
+
+/* What an interrupted pack of this prefix left behind: its temporary directories
+ * (DIR/.BASE.pack-XXXXXX) and the .tmp files of older versions (PREFIX-images.npy.tmp, ...). */
+static void pack_remove_stale(const char *dir, const char *base, const char *prefix, tt_warn_fn warn, void *ud) {
+  char lead[TT_PATH_MAX + 16], p[TT_PATH_MAX * 2 + 64];
+  int i;
+  snprintf(lead, sizeof lead, ".%s.pack-", base);
+  {
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+      if (strncmp(de->d_name, lead, strlen(lead)) != 0 || strlen(de->d_name) != strlen(lead) + 6) continue;
+      snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+      pack_remove_tmpdir(p, base);
+      if (warn) {
+        char line[TT_PATH_MAX * 2 + 160];
+        snprintf(line, sizeof line, "%s: removed, left behind by an interrupted pack", p);
+        warn(ud, line);
+      }
+    }
+    if (d) closedir(d);
+  }
+  for (i = 0; i < 3; i++) {
+    snprintf(p, sizeof p, "%s%s.tmp", prefix, pack_suffix[i]);
+    if (unlink(p) == 0 && warn) {
+      char line[TT_PATH_MAX * 2 + 160];
+      snprintf(line, sizeof line, "%s: removed, left behind by an interrupted pack", p);
+      warn(ud, line);
+    }
+  }
+}
+
+/* The prefix's directory must be a writable directory, and the prefix itself nothing but a
+ * regular file or nothing (a device such as /dev/null is refused). */
+static int pack_check_prefix(const char *prefix, const char *dir, tt_err *err) {
+  struct stat st;
+  if (lstat(prefix, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+    return tt_fail(err, "%s: is %s; give an output prefix DIR/NAME in a directory (the files are NAME-images.npy, ...)",
+                   prefix, tt_file_kind(st.st_mode));
+  if (stat(dir, &st) != 0)
+    return tt_fail(err, "%s: the output directory %s does not exist (%s); create it first", prefix, dir, strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return tt_fail(err, "%s: %s is %s, not a directory", prefix, dir, tt_file_kind(st.st_mode));
+  if (access(dir, W_OK) != 0)
+    return tt_fail(err, "%s: the output directory %s is not writable (%s); choose another prefix", prefix, dir,
+                   strerror(errno));
+  return 0;
+}
+
 int tt_pack_set(const tt_dataset *ds, const char *prefix, int *kept, tt_warn_fn warn, void *ud, tt_err *err) {
+  char dir[TT_PATH_MAX], base[TT_PATH_MAX], tmpdir[TT_PATH_MAX + 32], tmpprefix[TT_PATH_MAX * 2 + 32];
+  char from[TT_PATH_MAX * 2 + 64], to[TT_PATH_MAX + 32];
   int32_t *labels;
-  int rc;
+  int rc, i;
   if (strlen(prefix) >= TT_PATH_MAX) return tt_fail(err, "%s: output prefix too long", prefix);
-  labels = (int32_t *)tt_malloc(sizeof(int32_t) * (size_t)ds->n, "pack labels", err);
-  if (!labels) return -1;
-  rc = pack_images(ds, prefix, labels, kept, warn, ud, err);
-  if (!rc) rc = pack_labels(prefix, labels, *kept, err);
-  if (!rc) rc = pack_classes(prefix, ds, err);
+  pack_split(prefix, dir, base);
+  if (!base[0]) return tt_fail(err, "%s: the output prefix needs a name after the directory (DIR/NAME)", prefix);
+  if (pack_check_prefix(prefix, dir, err)) return -1;
+  pack_remove_stale(dir, base, prefix, warn, ud);
+  /* the set is written into a fresh directory beside the target, then renamed in, images last:
+   * a kill leaves the old set (or none) plus a temporary directory that the next run removes */
+  snprintf(tmpdir, sizeof tmpdir, "%s/.%s.pack-XXXXXX", dir, base);
+  if (!mkdtemp(tmpdir)) return tt_fail(err, "%s: cannot create a temporary directory in %s (%s)", prefix, dir, strerror(errno));
+  snprintf(tmpprefix, sizeof tmpprefix, "%s/%s", tmpdir, base);
+  labels = (int32_t *)tt_malloc(sizeof(int32_t) * (size_t)(ds->n ? ds->n : 1), "pack labels", err);
+  rc = labels ? 0 : -1;
+  if (!rc) rc = pack_images(ds, tmpprefix, labels, kept, warn, ud, err);
+  if (!rc) rc = pack_labels(tmpprefix, labels, *kept, err);
+  if (!rc) rc = pack_classes(tmpprefix, ds, err);
   free(labels);
+  for (i = 0; i < 3 && !rc; i++) {
+    snprintf(from, sizeof from, "%s%s", tmpprefix, pack_suffix[i]);
+    snprintf(to, sizeof to, "%s%s", prefix, pack_suffix[i]);
+    if (i == 1 && !ds->class_names) {
+      unlink(to); /* an older set's names must not describe this one */
+      continue;
+    }
+    if (rename(from, to) != 0) rc = tt_fail(err, "%s: cannot rename %s over it (%s)", to, from, strerror(errno));
+  }
+  pack_remove_tmpdir(tmpdir, base);
   return rc;
 }
 
@@ -226,11 +327,26 @@ int tt_pack(const char *source, const char *prefix, int c, int h, int w, int max
   } else {
     char pre[TT_PATH_MAX];
     memset(&ds, 0, sizeof ds);
+    struct stat st;
     pack_prefix(pre, sizeof pre, prefix);
+    if (stat(pre, &st) == 0 && S_ISDIR(st.st_mode)) { /* a directory: DIR/<SOURCE's base name> */
+      char src[TT_PATH_MAX];
+      const char *b;
+      pack_prefix(src, sizeof src, source);
+      b = strrchr(src, '/') ? strrchr(src, '/') + 1 : src;
+      if (strlen(pre) + strlen(b) + 2 > sizeof pre) {
+        tt_fail(&err, "%.400s/%.400s: output prefix too long", pre, b);
+        rc = -1;
+        goto out;
+      }
+      strcat(pre, "/");
+      strcat(pre, b);
+    }
     rc = pack_scan(source, c > 0 ? c : 3, h > 0 ? h : 224, w > 0 ? w : 224, 0, max_megapixels, &ds, &err) ||
          pack_write(out, source, &ds, pre, &err);
     tt_dataset_free(&ds);
   }
+out:
   if (rc && errbuf && errsize) snprintf(errbuf, errsize, "%s", err.msg);
   return rc ? -1 : 0;
 }

@@ -1,7 +1,8 @@
 /* tests/fuzz/fuzz_image.c — libFuzzer target: the image decoder entry point on any bytes
- * (tt_image_decode_crop: the container checks, the header's pixel limit, TurboJPEG for JPEG and
- * stb_image for PNG/BMP, then the crop — fit, resize + centre crop, random resized — and resize). The seed corpus holds JPEG, PNG and
- * BMP files, so both decoders are reached. A decoded image is read whole, so a write outside
+ * (tt_image_decode_crop: the container checks, the header's pixel limit, TurboJPEG for JPEG,
+ * libpng for PNG, tinytrain's PNM decoder and stb_image for BMP, then the crop — fit, resize +
+ * centre crop, random resized — and resize). The seed corpus holds every variant the decoders
+ * claim (tests/fuzz/make_image_seeds.c), so every decoder is reached. A decoded image is read whole, so a write outside
  * the output shows as an ASan report. */
 #include <stdint.h>
 #include <string.h>

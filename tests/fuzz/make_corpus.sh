@@ -14,6 +14,10 @@ trap 'rm -rf "$TMP"' EXIT
 rm -rf "$C/recipe" "$C/safetensors" "$C/checkpoint"
 mkdir -p "$C/recipe" "$C/safetensors" "$C/checkpoint"
 
+# images: a seed for every format variant the decoders claim (tests/fuzz/make_image_seeds.c)
+${CC:-cc} -O1 -I. tests/fuzz/make_image_seeds.c -lz -lturbojpeg -o "$TMP/make_image_seeds"
+"$TMP/make_image_seeds" "$C/image"
+
 # recipes: every example and fixture, the malformed set, the fuzz model
 for f in examples/*/*.recipe tests/fixtures/*.recipe tests/recipes_bad/*.recipe tests/fuzz/tiny.recipe; do
   name=$(echo "$f" | tr '/' '_')
@@ -84,5 +88,23 @@ put("safetensors", "deep_nesting.safetensors", raw('{"a":' + "[" * 70 + "]" * 70
 put("safetensors", "scalar_and_empty.safetensors",
     raw('{"s":{"dtype":"F64","shape":[],"data_offsets":[0,8]},"e":{"dtype":"F32","shape":[0,3],"data_offsets":[8,8]}}',
         bytes(8)))
+
+# npy_set (tests/fuzz/fuzz_npy_set.c): [images length, labels length: u16 LE][classes | 8 if JSON]
+# images .npy, labels .npy, classes JSON
+os.makedirs(os.path.join(c, "npy_set"), exist_ok=True)
+def npy(descr, shape, body):
+    d = "{'descr': '%s', 'fortran_order': False, 'shape': %s, }" % (descr, shape)
+    d = d.encode() + b" " * (117 - len(d)) + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(d)) + d + body
+def setseed(name, images, labels, flags, js=b""):
+    put("npy_set", name, struct.pack("<HHB", len(images), len(labels), flags) + images + labels + js)
+im = npy("|u1", "(3, 2, 2, 1)", bytes(range(12)))
+setseed("good_names.bin", im, npy("<i4", "(3,)", struct.pack("<3i", 0, 1, 2)), 8 | 3, b'["a", "b", "c"]')
+setseed("few_names.bin", im, npy("<i4", "(3,)", struct.pack("<3i", 0, 1, 2)), 8, b'["a", "b"]')
+setseed("dup_names.bin", im, npy("<i8", "(3,)", struct.pack("<3q", 0, 1, 1)), 8 | 3, b'["a", "b", "a"]')
+setseed("no_names.bin", im, npy("|u1", "(3,)", bytes([0, 1, 1])), 2)
+setseed("short_images.bin", im[:-3], npy("<i4", "(3,)", struct.pack("<3i", 0, 1, 2)), 3)
+setseed("rgb_u2_labels.bin", npy("|u1", "(2, 2, 2, 3)", bytes(24)), npy("<u2", "(2,)", struct.pack("<2H", 0, 4)), 8 | 5,
+        b'["x", "y", "z", "w", "v"]')
 PY
 echo "make_corpus.sh: $(ls "$C/recipe" | wc -l) recipes, $(ls "$C/safetensors" | wc -l) safetensors, $(ls "$C/checkpoint" | wc -l) checkpoints in $C ($(du -sk "$C" | cut -f1) KiB)"

@@ -2,7 +2,7 @@
 # tests/fuzz/run.sh [RUNS] [TARGET...] — builds the libFuzzer targets (`ninja fuzz-build`:
 # clang, ASan + UBSan, in build-fuzz/) and runs each for RUNS inputs (default: each target's
 # own count below) over its committed seed corpus tests/fuzz/corpus/<TARGET>/. TARGETs:
-# recipe, safetensors, checkpoint, image, npy (default: all five).
+# recipe, safetensors, checkpoint, image, npy, npy_set (default: all six).
 #
 # Any crash, leak, sanitizer report, input over the time or memory limit, or a target that
 # will not start, fails the run (exit 1); the input that did it is kept in
@@ -12,19 +12,21 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
-# about 40 s each on one core of the 2-core CI machine (see docs/testing.md); image, npy: about 20 s and 7 s
-declare -A DEFAULT_RUNS=([recipe]=1200000 [safetensors]=2500000 [checkpoint]=600000 [image]=150000 [npy]=3000000)
+# about 40 s each on one core of the 2-core CI machine (see docs/testing.md); image, npy: about 20 s and 7 s;
+# npy_set (three files written and mapped per input, about 350 a second): about 15 s
+declare -A DEFAULT_RUNS=([recipe]=1200000 [safetensors]=2500000 [checkpoint]=600000 [image]=150000 [npy]=3000000
+                         [npy_set]=5000)
 RUNS=${1:-}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(recipe safetensors checkpoint image npy)
+[ ${#TARGETS[@]} -eq 0 ] && TARGETS=(recipe safetensors checkpoint image npy npy_set)
 if [ -n "$RUNS" ] && ! [[ "$RUNS" =~ ^[0-9]+$ ]]; then
-  echo "usage: tests/fuzz/run.sh [RUNS] [recipe|safetensors|checkpoint|image|npy ...]" >&2
+  echo "usage: tests/fuzz/run.sh [RUNS] [recipe|safetensors|checkpoint|image|npy|npy_set ...]" >&2
   exit 2
 fi
 for t in "${TARGETS[@]}"; do
   if [ -z "${DEFAULT_RUNS[$t]:-}" ]; then
-    echo "fuzz: unknown target '$t' (recipe, safetensors, checkpoint, image, npy)" >&2
+    echo "fuzz: unknown target '$t' (recipe, safetensors, checkpoint, image, npy, npy_set)" >&2
     exit 2
   fi
 done
