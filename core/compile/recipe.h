@@ -1,12 +1,8 @@
 /* core/compile/recipe.h — the recipe parser: a recipe file (or text) -> tt_model (model.h).
- * The syntax is described in README.md, "Recipe reference". */
+ * The syntax is described in docs/recipes.md. */
 #ifndef TT_RECIPE_H
 #define TT_RECIPE_H
 #include "model.h"
-/* The public header, for core/data/pack.c: tt_pack is defined there, and only a definition that
- * sees its TT_API declaration is exported from libtinytrain.so (tests/test_exports.sh). TODO:
- * include it in core/data/pack.c itself (left to core/data/'s owner) and drop it here. */
-#include "../tinytrain.h"
 
 #ifdef __cplusplus
 extern "C" {

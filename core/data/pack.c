@@ -16,6 +16,8 @@
 #include "../base/fileio.h"
 #include "../compile/recipe.h"
 #include "../base/safetensors.h"
+/* tt_pack is public: only a definition that sees its TT_API declaration is exported */
+#include "../tinytrain.h"
 
 #include <dirent.h>
 #include <errno.h>

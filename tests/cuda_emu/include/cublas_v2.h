@@ -1,6 +1,6 @@
 /* tests/cuda_emu/include/cublas_v2.h — the part of cuBLAS the CUDA backend calls, for its host
  * emulation. Enum values are the toolkit's. The functions (tests/cuda_emu/emu_cublas.cc) check
- * the documented argument contracts and compute with plain loops; see README.md, "Tests". */
+ * the documented argument contracts and compute with plain loops; see docs/testing.md. */
 #ifndef TT_EMU_CUBLAS_V2_H
 #define TT_EMU_CUBLAS_V2_H
 #include "cuda_runtime.h"

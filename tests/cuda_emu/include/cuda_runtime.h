@@ -16,7 +16,7 @@
  *   - the runtime API on host memory (tests/cuda_emu/emu_runtime.cc): one fake sm_75 device with
  *     4 GiB, allocations tracked (and inaccessible to host code), streams that run their work
  *     only when something waits for it.
- * What the emulation checks and what it cannot see: README.md, "Tests".
+ * What the emulation checks and what it cannot see: docs/testing.md.
  */
 #ifndef TT_EMU_CUDA_RUNTIME_H
 #define TT_EMU_CUDA_RUNTIME_H
