@@ -29,6 +29,7 @@
 #include "train.h"
 
 void tt_run_opts_init(tt_run_opts *o) {
+  if (!o) return;
   memset(o, 0, sizeof *o);
   o->progress = -1;
   o->final_accuracy = o->final_loss = NAN;
@@ -666,6 +667,10 @@ static int train_body(train_run *R, tt_err *err) {
 int tt_train(tt_run_opts *o, char *errbuf, size_t errsize) {
   tt_err err;
   err.msg[0] = 0;
+  if (!o) {
+    if (errbuf && errsize) snprintf(errbuf, errsize, "tt_train: no options given (tt_run_opts is NULL)");
+    return -1;
+  }
   train_run R;
   memset(&R, 0, sizeof R);
   R.o = o;
@@ -697,6 +702,10 @@ int tt_evaluate(tt_run_opts *o, const char *weights, char *errbuf, size_t errsiz
   memset(&ds, 0, sizeof ds);
   tt_loader *el = NULL;
   int rc = -1;
+  if (!o || !weights) {
+    if (errbuf && errsize) snprintf(errbuf, errsize, "tt_evaluate: %s", o ? "no weights file given" : "no options given (tt_run_opts is NULL)");
+    return -1;
+  }
   FILE *out = o->out ? o->out : stdout;
   if (tt_dist_init(&err) || tt_session_open(&s, o, TT_SESSION_EVAL, &err)) goto done;
   if (s->model.data.format == TT_DATA_NONE) {
