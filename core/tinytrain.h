@@ -130,9 +130,10 @@ TT_API int tt_predict(const tt_run_opts *o, const char *weights, const char *con
  * c, h, w: 0 for 3 x 224 x 224; max_megapixels: the decoders' limit (0: 64). With prefix NULL,
  * source is a recipe: its [data] train and test sets are packed at its input size beside them
  * (the test set labelled by the training set's class names), and the [data] lines that read
- * them (format = npy) are printed. Progress on out (NULL: stdout). Returns 0 or -1. */
+ * them (format = npy) are printed. Progress on out (NULL: stdout). Returns 0 or -1; refused:
+ * c beyond 1 .. 4, h or w beyond 1 .. 16384 (0: the defaults), max_megapixels < 0. */
 TT_API int tt_pack(const char *source, const char *prefix, int c, int h, int w, int max_megapixels, FILE *out, char *err,
-            size_t errsize);
+                   size_t errsize);
 
 /* The command line's own helpers (size and interval parsing, the processes under mpirun) are
  * not part of the library's interface: core/app/cli.h. */
@@ -153,7 +154,13 @@ TT_API const char *tt_build_info(void);
  * after it allocate nothing on the device. Images are [count, channels, height, width] uint8
  * pixels (normalised on the device with the recipe's mean and std), or already normalised
  * floats (the _f32 calls); labels are int32 in [0, classes). Every call returns 0, or -1 with
- * the reason in tt_net_error(net). A handle is used by one thread at a time. */
+ * the reason in tt_net_error(net). A handle is used by one thread at a time.
+ * Misuse is refused, not a crash: NULL arguments (where no default is documented), counts, k and
+ * labels out of range, NaN/Inf images in the _f32 calls, and lr outside [0, 1000] return -1 with
+ * the reason (tt_net_error(NULL) says the handle is NULL). tt_net_close(NULL) and closing a
+ * handle twice are no-ops; a call on a closed handle returns -1 (open handles are listed, the
+ * memory of a closed one is never read). Not detected: a closed handle whose address a later
+ * tt_net_open returned again (it then names that new net). */
 typedef struct tt_net tt_net;
 
 typedef struct tt_net_info {

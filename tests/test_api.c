@@ -16,6 +16,7 @@
 #include "core/data/data.h"
 #include "core/compile/recipe.h"
 #include "core/base/safetensors.h"
+#include "core/app/cli.h"
 #include "core/tinytrain.h"
 #include "tests/tt_test.h"
 
@@ -351,6 +352,109 @@ static void test_surface(void) {
   TT_TEST_END();
 }
 
+/* issue 21 item 9: every public call refuses misuse with -1 and a message instead of crashing
+ * or poisoning the weights */
+static void test_refuses_misuse(void) {
+  TT_TEST_BEGIN("api_refuses_misuse");
+  char err[1200];
+  tt_net *net = (tt_net *)1;
+  tt_run_opts o;
+  cpu_opts(&o, "plain");
+  o.recipe_text = plain_recipe;
+  o.micro_batch = 4;
+  /* NULL handles, options, outputs */
+  TT_CHECK(tt_net_open(NULL, &o, err, sizeof err) != 0 && strstr(err, "out is NULL"), "open(NULL out): '%s'", err);
+  TT_CHECK(tt_net_open(&net, NULL, err, sizeof err) != 0 && net == (tt_net *)1, "open(NULL options): '%s'", err);
+  TT_CHECK(tt_net_open(&net, NULL, NULL, 0) != 0, "open(NULL options, NULL err)");
+  o.precision = 7;
+  TT_CHECK(tt_net_open(&net, &o, err, sizeof err) != 0 && strstr(err, "precision 7"), "precision 7: '%s'", err);
+  o.precision = 0;
+  uint8_t img[8 * 64];
+  float imf[8 * 64];
+  int32_t lab[8], cls[8];
+  float probs[8 * 4];
+  double loss, acc;
+  tt_step_stats st;
+  tt_net_info info;
+  for (int i = 0; i < 8 * 64; i++) img[i] = (uint8_t)(i * 7), imf[i] = (float)(i % 64) / 64.0f;
+  for (int i = 0; i < 8; i++) lab[i] = i % 4;
+  TT_CHECK(tt_net_train_step(NULL, img, lab, 8, &st) == -1, "train_step(NULL net)");
+  TT_CHECK(tt_net_predict(NULL, img, 1, probs) == -1 && tt_net_topk(NULL, img, 1, 1, cls, NULL) == -1 &&
+               tt_net_evaluate(NULL, img, lab, 1, &loss, &acc) == -1 && tt_net_set_lr(NULL, 0.1) == -1 &&
+               tt_net_save(NULL, "x") == -1 && tt_net_load(NULL, "x") == -1 &&
+               tt_net_load_matching(NULL, "x", NULL, 0) == -1 && tt_net_predict_f32(NULL, imf, 1, probs) == -1 &&
+               tt_net_train_step_f32(NULL, imf, lab, 1, &st) == -1,
+           "a call on a NULL net did not return -1");
+  TT_CHECK(tt_net_error(NULL) && strstr(tt_net_error(NULL), "NULL"), "tt_net_error(NULL): '%s'", tt_net_error(NULL));
+  TT_CHECK(isnan(tt_net_lr_at(NULL, 0.5)), "lr_at(NULL) is not NaN");
+  tt_net_info_get(NULL, &info);
+  TT_CHECK(info.classes == 0 && info.batch == 0, "info_get(NULL) left values");
+  tt_net_close(NULL);
+  /* the library-level calls */
+  TT_CHECK(tt_train(NULL, NULL, err, sizeof err) == -1 && strstr(err, "NULL"), "tt_train(NULL): '%s'", err);
+  TT_CHECK(tt_plan(NULL, 0, 0, NULL, err, sizeof err) == -1 && strstr(err, "NULL"), "tt_plan(NULL): '%s'", err);
+  TT_CHECK(tt_evaluate(NULL, "w", NULL, err, sizeof err) == -1 && tt_evaluate(&o, NULL, NULL, err, sizeof err) == -1,
+           "tt_evaluate(NULL): '%s'", err);
+  const char *in1[] = {NULL};
+  TT_CHECK(tt_predict(&o, "w", NULL, 1, 1, 0, err, sizeof err) == -1 &&
+               tt_predict(&o, "w", in1, 1, 1, 0, err, sizeof err) == -1 && strstr(err, "NULL") &&
+               tt_predict(&o, NULL, in1, 1, 1, 0, NULL, 0) == -1,
+           "tt_predict with NULLs: '%s'", err);
+  size_t b;
+  long long stp;
+  double sec;
+  TT_CHECK(tt_parse_size(NULL, &b) == -1 && tt_parse_size("4G", NULL) == -1, "tt_parse_size(NULL)");
+  TT_CHECK(tt_parse_interval("10m", NULL, &sec) == -1 && tt_parse_interval("10m", &stp, NULL) == -1,
+           "tt_parse_interval(NULL outputs)");
+  tt_run_opts_init(NULL);
+  /* tt_pack: a width of 100,000 is refused before anything is read or written */
+  char pre[160];
+  snprintf(pre, sizeof pre, "%s/huge", tmpdir);
+  TT_CHECK(tt_pack(tmpdir, pre, 3, 224, 100000, 0, NULL, err, sizeof err) == -1 && strstr(err, "16384"),
+           "pack w = 100000: '%s'", err);
+  TT_CHECK(tt_pack(tmpdir, pre, 5, 0, 0, 0, NULL, err, sizeof err) == -1 && tt_pack(NULL, pre, 0, 0, 0, 0, NULL, NULL, 0) == -1,
+           "pack c = 5 or a NULL source accepted");
+  /* an open net: bad arguments leave it as it was */
+  int rc = tt_net_open(&net, &o, err, sizeof err);
+  TT_CHECK(rc == 0, "open: %s", err);
+  if (rc) return;
+  char w0[160], w1[160], why[512];
+  snprintf(w0, sizeof w0, "%s/misuse0.safetensors", tmpdir);
+  snprintf(w1, sizeof w1, "%s/misuse1.safetensors", tmpdir);
+  TT_CHECK(tt_net_save(net, w0) == 0, "save: %s", tt_net_error(net));
+  imf[5] = NAN;
+  TT_CHECK(tt_net_train_step_f32(net, imf, lab, 8, &st) == -1 && strstr(tt_net_error(net), "finite"),
+           "a NaN image trained: '%s'", tt_net_error(net));
+  imf[5] = INFINITY;
+  TT_CHECK(tt_net_predict_f32(net, imf, 8, probs) == -1 && strstr(tt_net_error(net), "finite"),
+           "an infinite image predicted: '%s'", tt_net_error(net));
+  imf[5] = 0.5f;
+  double bad_lr[] = {1e300, NAN, -0.1, INFINITY, 1001.0};
+  for (size_t i = 0; i < sizeof bad_lr / sizeof bad_lr[0]; i++)
+    TT_CHECK(tt_net_set_lr(net, bad_lr[i]) == -1 && strstr(tt_net_error(net), "learning rate"), "set_lr(%g) accepted",
+             bad_lr[i]);
+  tt_net_info_get(net, &info);
+  TT_CHECK(fabs(info.lr - 0.1) < 1e-6, "a refused lr changed the lr to %g", info.lr);
+  TT_CHECK(tt_net_topk(net, img, 1, 0, cls, NULL) == -1 && tt_net_topk(net, img, 1, 5, cls, NULL) == -1, "topk k out of range");
+  TT_CHECK(tt_net_predict(net, img, -1, probs) == -1 && tt_net_train_step(net, img, lab, 0, &st) == -1, "count out of range");
+  lab[2] = -1;
+  TT_CHECK(tt_net_evaluate(net, img, lab, 8, &loss, &acc) == -1 && strstr(tt_net_error(net), "sample 2"),
+           "label -1: '%s'", tt_net_error(net));
+  lab[2] = 2;
+  TT_CHECK(tt_net_save(net, NULL) == -1 && tt_net_load(net, NULL) == -1 && tt_net_predict(net, img, 1, NULL) == -1,
+           "NULL path or probs accepted");
+  TT_CHECK(tt_net_save(net, w1) == 0 && same_weights(w0, w1, 0.0, why, sizeof why) == 0,
+           "refused calls changed the weights: %s", why);
+  TT_CHECK(tt_net_train_step_f32(net, imf, lab, 8, &st) == 0 && isfinite(st.loss), "a good step after: %s",
+           tt_net_error(net));
+  /* a closed handle: refused, and a second close is a no-op */
+  tt_net_close(net);
+  tt_net_close(net);
+  TT_CHECK(tt_net_train_step(net, img, lab, 8, &st) == -1 && strstr(tt_net_error(net), "closed"),
+           "a closed net: '%s'", tt_net_error(net));
+  TT_TEST_END();
+}
+
 int main(void) {
   test_surface();
   snprintf(tmpdir, sizeof tmpdir, "/tmp/tt_test_api_XXXXXX");
@@ -360,6 +464,7 @@ int main(void) {
   if (net) test_predict(net);
   tt_net_close(net);
   test_partial_batch();
+  test_refuses_misuse();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -94,6 +94,24 @@ expect_usage "predict without images" "predict needs image files or folders" pre
 expect_usage "top outside predict" "--top is an option of predict" eval --weights w --top 3 $L
 [ $ok = 1 ] && pass cli_bad_usage
 
+# ---- issue 21 item 16: a size is digits[.digits][K|M|G|T[iB|B]], nothing else; an option the
+# command does not use is refused, not ignored ----
+ok=1
+for v in 0x10G " 4G" "4G " 1.8e19 1e3 18446744073709551616 16777216T; do
+  expect_usage "--vram '$v'" "--vram takes a size" plan --vram "$v" $L
+done
+[ $ok = 1 ] && pass cli_vram_strict
+ok=1
+expect_usage "eval --epochs" "--epochs is not an option of eval" eval --weights w --epochs 3 $L
+expect_usage "plan --resume" "--resume is not an option of plan" plan --resume "$TMP/d" $L
+expect_usage "pack --vram" "--vram is not an option of pack" pack --vram 4G "$TMP/src" "$TMP/pre"
+expect_usage "predict --out" "--out is not an option of predict" predict --weights w --out "$TMP/d" $L x.png
+expect_usage "eval --max-steps" "--max-steps is not an option of eval" eval --weights w --max-steps 3 $L
+expect_usage "plan --checkpoint-every" "--checkpoint-every is not an option of plan" plan --checkpoint-every 10m $L
+expect_usage "train --weights" "--weights is not an option of train" --weights w $L
+expect_usage "pack --threads" "--threads is not an option of pack" pack --threads 2 "$TMP/src" "$TMP/pre"
+[ $ok = 1 ] && pass cli_unused_options
+
 # ---- getopt_long: --opt=VALUE as --opt VALUE, options after the recipe ----
 strip_ms() { sed 's/"plan_ms": [0-9.e+-]*//; s/"predicted_step_ms": [0-9.e+-]*//'; }
 run plan --vram 4G --json $L

@@ -365,7 +365,10 @@ static void test_parse_size(void) {
     size_t want;
   } good[] = {{"512M", 512ull << 20}, {"4G", 4ull << 30}, {"4GiB", 4ull << 30}, {"3.5G", 3584ull << 20},
               {"1024", 1024},        {"2T", 2ull << 40}, {"64K", 65536},       {"1.5GB", 1536ull << 20}};
-  const char *bad[] = {"", "4X", "-1G", "G", "4GX", "M4", "0", "nan", "inf", "1e30G", "4 G"};
+  const char *bad[] = {"", "4X", "-1G", "G", "4GX", "M4", "0", "nan", "inf", "1e30G", "4 G",
+                       /* issue 21 item 16: hex, spaces, exponents, overflow, a bare dot */
+                       "0x10G", " 4G", "4G ", "1.8e19", "1e3", "18446744073709551616", "16777216T", "4.", ".5G", "+4G",
+                       "4Gi"};
   TT_TEST_BEGIN("parse_size");
   for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
     size_t b = 12345;

@@ -2,6 +2,7 @@
  * then fed the caller's batches. The optimizer step and the loss scaling are core/runtime/step.c's,
  * the same tt_train runs, so a run through this API is the run of the command line. */
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,11 +47,77 @@ static int net_fail(tt_net *n, const char *fmt, ...) {
   return -1;
 }
 
+/* The handles open now. A call on a handle that is not among them (NULL, closed, or never
+ * returned by tt_net_open) is refused with -1 before anything reads it, and tt_net_error says
+ * so; closing one twice is a no-op. Not caught: a closed handle whose address a later
+ * tt_net_open happened to return again (it then names that net). A short list under a lock:
+ * handles are few, and each call does far more than a scan of them. */
+static pthread_mutex_t net_live_lock = PTHREAD_MUTEX_INITIALIZER;
+static const tt_net **net_live_list;
+static int net_live_n, net_live_cap;
+
+static int net_live_find(const tt_net *n) {
+  for (int k = 0; k < net_live_n; k++)
+    if (net_live_list[k] == n) return k;
+  return -1;
+}
+
+static int net_live(const tt_net *n) {
+  if (!n) return 0;
+  pthread_mutex_lock(&net_live_lock);
+  int k = net_live_find(n);
+  pthread_mutex_unlock(&net_live_lock);
+  return k >= 0;
+}
+
+/* add (1) or remove (0) n; adding returns -1 when out of memory */
+static int net_live_set(const tt_net *n, int add) {
+  int rc = 0;
+  pthread_mutex_lock(&net_live_lock);
+  int k = net_live_find(n);
+  if (add && k < 0) {
+    if (net_live_n == net_live_cap) {
+      int cap = net_live_cap ? 2 * net_live_cap : 8;
+      const tt_net **l = (const tt_net **)realloc((void *)net_live_list, sizeof(*l) * (size_t)cap);
+      if (l) net_live_list = l, net_live_cap = cap;
+    }
+    if (net_live_n < net_live_cap) net_live_list[net_live_n++] = n;
+    else rc = -1;
+  } else if (!add && k >= 0) {
+    net_live_list[k] = net_live_list[--net_live_n];
+    if (!net_live_n) free((void *)net_live_list), net_live_list = NULL, net_live_cap = 0;
+  }
+  pthread_mutex_unlock(&net_live_lock);
+  return rc;
+}
+
+#define NET_ENTER(n) do { if (!net_live(n)) return -1; } while (0)
+
+/* The largest learning rate tt_net_set_lr takes: beyond it a step only overflows the weights. */
+#define NET_MAX_LR 1e3
+
+/* -1 with a message when one of count * numel floats is NaN or infinite */
+static int net_check_finite(tt_net *n, const float *f, int count, const char *what) {
+  size_t total = (size_t)count * n->numel;
+  for (size_t k = 0; k < total; k++)
+    if (!isfinite(f[k]))
+      return net_fail(n, "%s: value %zu of sample %zu is %g; images must be finite", what, k % n->numel, k / n->numel,
+                      (double)f[k]);
+  return 0;
+}
+
 static int net_alloc(tt_net *n, tt_err *err) {
   n->most = n->mb > n->emb ? n->mb : n->emb;
   n->pad_lab = (int32_t *)tt_calloc((size_t)n->most, sizeof(int32_t), "padded labels", err);
   n->logits = (float *)tt_malloc(tt_size_mul((size_t)n->emb, (size_t)n->classes * sizeof(float)), "logits", err);
   return n->pad_lab && n->logits ? 0 : -1;
+}
+
+static void net_free(tt_net *n) {
+  if (!n) return;
+  if (n->s) tt_session_close(n->s);
+  free(n->pad_u8), free(n->pad_f32), free(n->pad_lab), free(n->logits);
+  free(n);
 }
 
 int tt_net_open(tt_net **out, const tt_run_opts *o, char *errbuf, size_t errsize) {
@@ -62,8 +129,13 @@ const tt_data_cfg *tt_net_data_cfg(const tt_net *net) { return &net->s->model.da
 int tt_net_open_mode(tt_net **out, const tt_run_opts *o, int train, char *errbuf, size_t errsize) {
   tt_err err;
   err.msg[0] = 0;
+  tt_net *n = NULL;
+  if (!out || !o) {
+    tt_fail(&err, "tt_net_open: %s is NULL", out ? "the options (o)" : "out");
+    goto fail;
+  }
   *out = NULL;
-  tt_net *n = (tt_net *)tt_calloc(1, sizeof(tt_net), "tt_net", &err);
+  n = (tt_net *)tt_calloc(1, sizeof(tt_net), "tt_net", &err);
   if (!n) goto fail;
   if (tt_session_open(&n->s, o, train ? TT_SESSION_TRAIN : TT_SESSION_EVAL, &err)) goto fail;
   {
@@ -77,26 +149,35 @@ int tt_net_open_mode(tt_net **out, const tt_run_opts *o, int train, char *errbuf
     tt_loss_scale_init(&n->ls, s->sched.policy.act_dtype == TT_F16);
   }
   if (net_alloc(n, &err) || tt_exec_init_params(&n->s->x, n->s->model.train.seed, &err)) goto fail;
+  if (net_live_set(n, 1)) {
+    tt_fail(&err, "out of memory for the list of open nets");
+    goto fail;
+  }
   *out = n;
   return 0;
 fail:
   if (errbuf && errsize) snprintf(errbuf, errsize, "%s", err.msg[0] ? err.msg : "unknown error");
-  tt_net_close(n);
+  net_free(n);
   return -1;
 }
 
 void tt_net_close(tt_net *n) {
-  if (!n) return;
-  if (n->s) tt_session_close(n->s);
-  free(n->pad_u8), free(n->pad_f32), free(n->pad_lab), free(n->logits);
-  free(n);
+  if (!net_live(n)) return; /* NULL, or closed already */
+  net_live_set(n, 0);
+  net_free(n);
 }
 
-const char *tt_net_error(const tt_net *n) { return n ? n->err.msg : "no tt_net (tt_net_open failed)"; }
+const char *tt_net_error(const tt_net *n) {
+  if (!n) return "no tt_net: the handle is NULL (did tt_net_open fail? its err says why)";
+  if (!net_live(n)) return "not an open tt_net: the handle was closed, or never returned by tt_net_open";
+  return n->err.msg;
+}
 
 void tt_net_info_get(const tt_net *n, tt_net_info *i) {
-  const tt_session *s = n->s;
+  if (!i) return;
   memset(i, 0, sizeof *i);
+  if (!net_live(n)) return;
+  const tt_session *s = n->s;
   i->arena_bytes = s->x.arena_bytes;
   i->micro_batch = n->mb, i->accum_steps = n->accum, i->batch = n->batch, i->eval_batch = n->emb;
   i->fp16 = s->sched.policy.act_dtype == TT_F16;
@@ -146,12 +227,14 @@ static int net_check_labels(tt_net *n, const int32_t *labels, int count) {
 
 static int net_train(tt_net *n, const uint8_t *u8, const float *f32, const int32_t *labels, int count,
                      tt_step_stats *out) {
+  NET_ENTER(n);
   if (!n->train) return net_fail(n, "train_step: this net was opened for prediction only");
   if (!(u8 || f32) || !labels) return net_fail(n, "train_step: images and labels are required");
   if (count < 1 || count > n->batch)
     return net_fail(n, "train_step: %d samples; the plan takes 1 to %d (micro-batch %d x %d accumulation); split the "
                     "batch or open with a larger budget", count, n->batch, n->mb, n->accum);
   if (net_check_labels(n, labels, count)) return -1;
+  if (f32 && net_check_finite(n, f32, count, "train_step_f32")) return -1;
   tt_exec *x = &n->s->x;
   float used = n->ls.scale; /* the scale this step's gradients carry */
   float gscale = used / (float)count;
@@ -204,6 +287,7 @@ static int net_forward(tt_net *n, const uint8_t *u8, const float *f32, const int
   if (!(u8 || f32)) return net_fail(n, "no images given");
   if (count < 0) return net_fail(n, "a negative count of samples (%d)", count);
   if (labels && net_check_labels(n, labels, count)) return -1;
+  if (f32 && net_check_finite(n, f32, count, "predict_f32")) return -1;
   int C = n->classes;
   for (int from = 0; from < count; from += n->emb) {
     int cnt = count - from < n->emb ? count - from : n->emb;
@@ -228,16 +312,19 @@ static int net_forward(tt_net *n, const uint8_t *u8, const float *f32, const int
 }
 
 int tt_net_predict(tt_net *n, const uint8_t *images, int count, float *probs) {
+  NET_ENTER(n);
   if (!probs) return net_fail(n, "predict: probs is NULL");
   return net_forward(n, images, NULL, NULL, count, probs, 0, NULL, NULL);
 }
 
 int tt_net_predict_f32(tt_net *n, const float *images, int count, float *probs) {
+  NET_ENTER(n);
   if (!probs) return net_fail(n, "predict: probs is NULL");
   return net_forward(n, NULL, images, NULL, count, probs, 0, NULL, NULL);
 }
 
 int tt_net_topk(tt_net *n, const uint8_t *images, int count, int k, int32_t *classes, float *probs) {
+  NET_ENTER(n);
   if (!classes) return net_fail(n, "topk: classes is NULL");
   if (k < 1 || k > n->classes) return net_fail(n, "topk: k = %d; the model has %d classes", k, n->classes);
   return net_forward(n, images, NULL, NULL, count, NULL, k, classes, probs);
@@ -245,6 +332,7 @@ int tt_net_topk(tt_net *n, const uint8_t *images, int count, int k, int32_t *cla
 
 int tt_net_evaluate(tt_net *n, const uint8_t *images, const int32_t *labels, int count, double *loss, double *acc) {
   float sv[2];
+  NET_ENTER(n);
   if (!labels) return net_fail(n, "evaluate: labels are required");
   if (tt_exec_stats(&n->s->x, NULL, 1, &n->err) || net_forward(n, images, NULL, labels, count, NULL, 0, NULL, NULL) ||
       tt_exec_stats(&n->s->x, sv, 1, &n->err))
@@ -255,25 +343,33 @@ int tt_net_evaluate(tt_net *n, const uint8_t *images, const int32_t *labels, int
 }
 
 int tt_net_set_lr(tt_net *n, double lr) {
-  if (!(lr >= 0.0) || !isfinite(lr)) return net_fail(n, "set_lr: the learning rate must be finite and >= 0, not %g", lr);
+  NET_ENTER(n);
+  if (!(lr >= 0.0 && lr <= NET_MAX_LR))
+    return net_fail(n, "set_lr: the learning rate must be in [0, %g], not %g", NET_MAX_LR, lr);
   n->lr = lr;
   return 0;
 }
 
-double tt_net_lr_at(const tt_net *n, double epoch) { return tt_lr_at(&n->s->model.train, epoch); }
+double tt_net_lr_at(const tt_net *n, double epoch) {
+  if (!net_live(n) || !isfinite(epoch)) return NAN;
+  return tt_lr_at(&n->s->model.train, epoch);
+}
 
 int tt_net_save(tt_net *n, const char *path) {
+  NET_ENTER(n);
   if (!path) return net_fail(n, "save: no path");
   return tt_checkpoint_save_weights(&n->s->x, path, NULL, &n->err);
 }
 
 int tt_net_load(tt_net *n, const char *path) {
+  NET_ENTER(n);
   if (!path) return net_fail(n, "load: no path");
   return tt_checkpoint_load(&n->s->x, path, 0, NULL, tt_warn_stderr, NULL, &n->err);
 }
 
 int tt_net_load_matching(tt_net *n, const char *path, char *report, size_t reportsize) {
   tt_strbuf rep;
+  NET_ENTER(n);
   if (!path) return net_fail(n, "load_matching: no path");
   memset(&rep, 0, sizeof rep);
   int rc = tt_finetune_load(&n->s->x, path, &rep, NULL, &n->err);

@@ -13,8 +13,9 @@
 extern "C" {
 #endif
 
-/* --vram: "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024.
- * Returns 0, or -1 for anything else (zero bytes included). (core/base/util.c) */
+/* --vram: "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024. Only
+ * digits, an optional .fraction and an optional unit (then iB or B): no spaces, sign, hex,
+ * exponent, 0, or a size beyond size_t; -1 for those. (core/base/util.c) */
 int tt_parse_size(const char *s, size_t *bytes);
 
 /* --checkpoint-every (and the recipe's checkpoint_every): "500" (optimizer steps: *steps = 500,

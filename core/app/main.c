@@ -180,6 +180,21 @@ static int main_pack_option(int c, const char *v, main_args *a) {
   return main_int(v, &a->pack_mp) ? main_bad("pack", "--max-megapixels takes a positive integer, not", v) : 0;
 }
 
+/* 1 when option c means nothing to cmd (tinytrain eval --epochs 3): refused rather than ignored.
+ * The options of one command only (--json, --top, --init, --ranks, pack's) have their own checks. */
+static int main_unused(int c, const char *cmd) {
+  static const struct { int opt; const char *cmds; } used[] = {
+      {OPT_VRAM, " train plan "}, {OPT_DEVICE, " train plan eval predict "}, {OPT_EPOCHS, " train "},
+      {OPT_THREADS, " train plan eval predict "}, {OPT_MICRO_BATCH, " train plan "}, {OPT_MAX_STEPS, " train "},
+      {OPT_CHECKPOINT_EVERY, " train "}, {OPT_PRECISION, " train plan "}, {OPT_RECOMPUTE, " train plan "},
+      {OPT_OUT, " train "}, {OPT_RESUME, " train "}, {OPT_WEIGHTS, " eval predict "}};
+  char key[16];
+  snprintf(key, sizeof key, " %s ", cmd);
+  for (size_t k = 0; k < sizeof used / sizeof used[0]; k++)
+    if (used[k].opt == c) return strstr(used[k].cmds, key) == NULL;
+  return 0;
+}
+
 /* One option with its value (v; NULL for flags). Returns 0, 2 for bad usage (message printed),
  * or -1 when the option printed what was asked (--help, --version) and the program ends with 0. */
 static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
@@ -190,6 +205,12 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
   int k, n;
   long long st;
   double sec;
+  if (main_unused(c, cmd)) {
+    char what[64];
+    for (k = 0; main_options[k].name && main_options[k].val != c; k++) {}
+    snprintf(what, sizeof what, "--%s is not an option of %s", main_options[k].name ? main_options[k].name : "?", cmd);
+    return main_bad(cmd, what, NULL);
+  }
   switch (c) {
     case 'h': main_usage(stdout, cmd); return -1;
     case OPT_VERSION: printf("tinytrain %s\n%s\n", TT_VERSION, tt_build_info()); return -1;

@@ -315,6 +315,13 @@ int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *errb
   tt_err err;
   err.msg[0] = 0;
   tt_session *s = NULL;
+  char scratch[8];
+  if (!errbuf) errbuf = scratch, errsize = sizeof scratch; /* the caller wants no message */
+  if (!out) out = stdout;
+  if (!o) {
+    snprintf(errbuf, errsize, "tt_plan: no options given (tt_run_opts is NULL)");
+    return -1;
+  }
   if (max_batch && !o->vram_bytes) {
     snprintf(errbuf, errsize, "plan --max-batch needs a budget (--vram SIZE): without one every micro-batch fits");
     return -1;

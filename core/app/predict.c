@@ -158,8 +158,18 @@ int tt_predict(const tt_run_opts *o, const char *weights, const char *const *inp
   memset(&c, 0, sizeof c);
   tt_net *net = NULL;
   int rc = -1;
+  if (!o || !weights || !inputs || ninputs < 1 || top < 1) {
+    if (errbuf && errsize)
+      snprintf(errbuf, errsize, "tt_predict: %s", !o ? "no options given (tt_run_opts is NULL)" : !weights ? "no weights file given"
+               : !inputs || ninputs < 1 ? "no images given" : "top must be at least 1");
+    return -1;
+  }
+  for (int i = 0; i < ninputs; i++)
+    if (!inputs[i]) {
+      if (errbuf && errsize) snprintf(errbuf, errsize, "tt_predict: input %d of %d is NULL", i, ninputs);
+      return -1;
+    }
   FILE *out = o->out ? o->out : stdout;
-  if (top < 1) top = 1;
   if (predict_collect(&c, inputs, ninputs, &err)) goto done;
   if (tt_net_open_mode(&net, o, 0, err.msg, sizeof err.msg)) goto done;
   if (tt_net_load(net, weights)) {

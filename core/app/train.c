@@ -36,7 +36,9 @@ tt_run_opts tt_run_opts_default(void) {
   return o;
 }
 
-void tt_run_opts_init(tt_run_opts *o) { *o = tt_run_opts_default(); }
+void tt_run_opts_init(tt_run_opts *o) {
+  if (o) *o = tt_run_opts_default();
+}
 
 const char *tt_version(void) { return TT_VERSION; }
 
@@ -678,6 +680,11 @@ static int train_body(train_run *R, tt_err *err) {
 int tt_train(const tt_run_opts *o, tt_run_result *res, char *errbuf, size_t errsize) {
   tt_err err;
   err.msg[0] = 0;
+  train_result_clear(res);
+  if (!o) {
+    if (errbuf && errsize) snprintf(errbuf, errsize, "tt_train: no options given (tt_run_opts is NULL)");
+    return -1;
+  }
   train_run R;
   memset(&R, 0, sizeof R);
   R.o = o, R.res = res;
@@ -709,6 +716,10 @@ int tt_evaluate(const tt_run_opts *o, const char *weights, tt_run_result *res, c
   memset(&ds, 0, sizeof ds);
   tt_loader *el = NULL;
   int rc = -1;
+  if (!o || !weights) {
+    if (errbuf && errsize) snprintf(errbuf, errsize, "tt_evaluate: %s", o ? "no weights file given" : "no options given (tt_run_opts is NULL)");
+    return -1;
+  }
   FILE *out = o->out ? o->out : stdout;
   train_result_clear(res);
   if (tt_dist_init(&err) || tt_session_open(&s, o, TT_SESSION_EVAL, &err)) goto done;

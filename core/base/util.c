@@ -117,21 +117,35 @@ void tt_strbuf_json(tt_strbuf *b, const char *s) {
 }
 
 int tt_parse_size(const char *str, size_t *bytes) {
-  char *end;
-  double v = strtod(str, &end);
-  if (end == str || !(v >= 0)) return -1; /* !(v >= 0) also rejects nan */
-  double mul = 1.0;
-  switch (*end) {
-    case 'k': case 'K': mul = 1024.0, end++; break;
-    case 'm': case 'M': mul = 1048576.0, end++; break;
-    case 'g': case 'G': mul = 1073741824.0, end++; break;
-    case 't': case 'T': mul = 1099511627776.0, end++; break;
+  /* digits, an optional fraction (.digits), an optional unit K M G T (powers of 1024; then
+   * optionally iB or B), an optional B alone; nothing else: no sign, spaces, hex or exponent,
+   * and nothing that overflows size_t */
+  const char *p = str;
+  unsigned long long whole = 0, mul = 1;
+  double frac = 0.0, scale = 0.1;
+  if (!str || !bytes) return -1;
+  if (*p < '0' || *p > '9') return -1;
+  for (; *p >= '0' && *p <= '9'; p++) {
+    if (whole > (~0ull - 9) / 10) return -1;
+    whole = whole * 10 + (unsigned long long)(*p - '0');
+  }
+  if (*p == '.') {
+    if (p[1] < '0' || p[1] > '9') return -1;
+    for (p++; *p >= '0' && *p <= '9'; p++, scale *= 0.1) frac += (*p - '0') * scale;
+  }
+  switch (*p) {
+    case 'k': case 'K': mul = 1ull << 10, p++; break;
+    case 'm': case 'M': mul = 1ull << 20, p++; break;
+    case 'g': case 'G': mul = 1ull << 30, p++; break;
+    case 't': case 'T': mul = 1ull << 40, p++; break;
     default: break;
   }
-  if (mul > 1.0 && *end == 'i') end++;
-  if (*end == 'B' || *end == 'b') end++;
-  if (*end) return -1;
-  if (v * mul >= 18446744073709551616.0) return -1; /* does not fit in size_t: (size_t) would be undefined */
-  *bytes = (size_t)(v * mul);
+  if (mul > 1 && p[0] == 'i' && (p[1] == 'B' || p[1] == 'b')) p++;
+  if (*p == 'B' || *p == 'b') p++;
+  if (*p) return -1;
+  if (whole > (unsigned long long)SIZE_MAX / mul) return -1;
+  unsigned long long n = whole * mul, f = (unsigned long long)(frac * (double)mul);
+  if (n > (unsigned long long)SIZE_MAX - f) return -1;
+  *bytes = (size_t)(n + f);
   return *bytes ? 0 : -1;
 }

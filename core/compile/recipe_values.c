@@ -291,7 +291,7 @@ int tt_parse_interval(const char *s, long long *steps, double *seconds) {
   const char *p = s;
   int dots = 0, digits = 0;
   double x, mult;
-  if (!s) return -1;
+  if (!s || !steps || !seconds) return -1;
   for (; (*p >= '0' && *p <= '9') || *p == '.'; p++) dots += *p == '.', digits += *p != '.';
   if (!digits || dots > 1) return -1;
   x = strtod(s, NULL);

@@ -323,6 +323,13 @@ int tt_pack(const char *source, const char *prefix, int c, int h, int w, int max
   tt_dataset ds;
   int rc;
   err.msg[0] = 0;
+  /* bounds: a record of at most 16384 x 16384 x 4 (the command line's --size and --channels) */
+  if (!source || c < 0 || c > 4 || h < 0 || h > 16384 || w < 0 || w > 16384 || max_megapixels < 0) {
+    if (errbuf && errsize)
+      snprintf(errbuf, errsize, "tt_pack: %s", !source ? "no source given"
+               : "c must be 1 to 4, h and w 1 to 16384, max_megapixels >= 0 (0 for each: the default)");
+    return -1;
+  }
   if (!out) out = stdout;
   if (!prefix) {
     rc = pack_recipe(out, source, &err);

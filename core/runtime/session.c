@@ -130,7 +130,13 @@ static int session_schedule(tt_session *s, const tt_run_opts *o, size_t reserve,
 
 int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode, tt_err *err) {
   *out = NULL;
+  if (!o) return tt_fail(err, "no options given (tt_run_opts is NULL)");
   if (!o->recipe && !o->recipe_text) return tt_fail(err, "no recipe given");
+  if (o->device < TT_DEVICE_AUTO || o->device > TT_DEVICE_CUDA) return tt_fail(err, "device %d: use TT_DEVICE_AUTO, _CPU or _CUDA", o->device);
+  if (o->precision < 0 || o->precision > 2) return tt_fail(err, "precision %d: use 0 (auto), 1 (fp32) or 2 (fp16)", o->precision);
+  if (o->recompute < 0 || o->recompute > 2) return tt_fail(err, "recompute %d: use 0 (auto), 1 (none) or 2 (all)", o->recompute);
+  if (o->threads < 0 || o->epochs < 0 || o->micro_batch < 0 || o->ranks < 0 || o->max_steps < 0)
+    return tt_fail(err, "threads, epochs, micro_batch, ranks and max_steps must be >= 0 (0: the default)");
   tt_session *s = (tt_session *)tt_calloc(1, sizeof(tt_session), "session", err);
   size_t reserve = 0;
   double t0; /* declared before the first goto: C++ (the amalgamation under nvcc) forbids jumping over an initialisation */
