@@ -292,6 +292,14 @@ else
   pass dist_agree
 fi
 
+# rank1_pid: the pid of rank 1 of the mpirun job $MP (found by its OMPI_COMM_WORLD_RANK), or nothing
+rank1_pid() {
+  local p
+  for p in $(pgrep -P "$MP" -d ' ' ; pgrep -f "$TT" -d ' '); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$'; then echo "$p"; return; fi
+  done
+}
+
 # ---- no collective waits forever: a stopped rank is named within the timeout ----
 rm -rf "$TMP/wd"
 TINYTRAIN_DIST_TIMEOUT=2 timeout 120 mpirun -np 2 -x TINYTRAIN_DIST_TIMEOUT "$TT" $O --micro-batch 2 --out "$TMP/wd" "$R" \
@@ -299,10 +307,7 @@ TINYTRAIN_DIST_TIMEOUT=2 timeout 120 mpirun -np 2 -x TINYTRAIN_DIST_TIMEOUT "$TT
 MP=$!
 for i in $(seq 300); do [ -f "$TMP/wd/metrics.jsonl" ] && break; sleep 0.1; done
 sleep 0.5
-victim=
-for p in $(pgrep -P "$MP" -d ' ' ; pgrep -f "$TT" -d ' '); do
-  if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$'; then victim=$p; break; fi
-done
+victim=$(rank1_pid)
 if [ -z "$victim" ]; then
   kill "$MP" 2>/dev/null
   wait "$MP"
@@ -331,10 +336,7 @@ timeout 120 mpirun -np 2 "$TT" $O --micro-batch 2 --checkpoint-every 1 --out "$T
 MP=$!
 for i in $(seq 300); do [ -f "$TMP/kill/state.safetensors" ] && break; sleep 0.1; done
 sleep 0.5
-victim=
-for p in $(pgrep -P "$MP" -d ' ' ; pgrep -f "$TT" -d ' '); do
-  if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$'; then victim=$p; break; fi
-done
+victim=$(rank1_pid)
 if [ -z "$victim" ]; then
   kill "$MP" 2>/dev/null
   wait "$MP"
