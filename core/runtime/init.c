@@ -13,6 +13,10 @@ static int init_has_role(const tt_exec *x, int param, int role) {
   return tab[param] >= 0;
 }
 
+/* Uniform on [0, 1) from (seed, parameter, element): counter-based, so every element's value
+ * is fixed by the recipe's seed alone, whatever the thread count, backend or order of
+ * initialisation, and a resumed or re-planned run (another micro-batch) starts from the same
+ * weights. 53 random bits, the most a double's mantissa holds. */
 static double init_uniform(uint64_t seed, uint64_t param, uint64_t i) {
   return (double)(tt_hash64(tt_hash64(seed, param), i) >> 11) * (1.0 / 9007199254740992.0);
 }
@@ -32,6 +36,9 @@ int tt_exec_init_params(tt_exec *x, uint64_t seed, tt_err *err) {
       double v = 0.0;
       switch (pr->role) {
         case TT_PR_WEIGHT:
+          /* conv: He normal in fan_out mode, what torchvision's ResNets use, so that deep
+           * ReLU nets keep their activations' variance; u1 is kept off 0 for the log.
+           * linear (and biases): U(-1/sqrt(fan_in), 1/sqrt(fan_in)), PyTorch's default. */
           if (n->kind == TT_L_CONV) { /* He normal, fan_out mode, via Box-Muller */
             double u1 = init_uniform(seed, (uint64_t)i, 2 * k) + 1e-300, u2 = init_uniform(seed, (uint64_t)i, 2 * k + 1);
             v = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2) * sqrt(2.0 / (double)pr->fan_out);
@@ -40,12 +47,13 @@ int tt_exec_init_params(tt_exec *x, uint64_t seed, tt_err *err) {
           }
           break;
         case TT_PR_BIAS: v = (2.0 * init_uniform(seed, (uint64_t)i, k) - 1.0) * bound; break;
-        case TT_PR_BN_GAMMA: case TT_PR_BN_VAR: v = 1.0; break;
+        case TT_PR_BN_GAMMA: case TT_PR_BN_VAR: v = 1.0; break; /* identity: bn starts as a pure normalisation */
         default: v = 0.0; break;
       }
       h[k] = (float)v;
     }
     rc = tt_exec_param_set(x, i, 0, h, err);
+    /* gradients and optimizer state start at zero: momentum and Adam's moments assume it */
     if (!rc && x->train) {
       memset(h, 0, pr->numel * sizeof(float));
       for (int role = 1; role <= 3 && !rc; role++)

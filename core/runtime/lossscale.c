@@ -1,6 +1,8 @@
+/* core/runtime/lossscale.c — the dynamic loss scale (the rules are in lossscale.h). */
 #include "lossscale.h"
 
 void tt_loss_scale_init(tt_loss_scale *s, int enabled) {
+  /* 2^16 and 2000 steps: the usual AMP defaults; fp32 runs keep scale 1 and never change it */
   s->scale = enabled ? 65536.0f : 1.0f;
   s->clean_steps = 0;
   s->growth_interval = enabled ? 2000 : 0;
@@ -11,6 +13,8 @@ void tt_loss_scale_init(tt_loss_scale *s, int enabled) {
 int tt_loss_scale_record(tt_loss_scale *s, int overflow, float scale_used) {
   if (s->growth_interval == 0) return 0; /* fp32: no scaling, a NaN step is not skipped */
   if (overflow) {
+    /* half of the scale the step ran with, not of the current one: the step after an overflow
+     * was queued at the old scale, and two overflows at one scale must halve it once */
     float half = scale_used > 1.0f ? scale_used * 0.5f : 1.0f;
     if (half < s->scale) s->scale = half;
     s->clean_steps = 0;

@@ -24,12 +24,15 @@ int tt_step_update(tt_exec *x, tt_opt_hparams *hp, tt_loss_scale *ls, long long 
   hp->lr = (float)lr;
   if (tt_step_settle(x, ls, err)) return -1; /* every earlier outcome known: Adam's t is exact */
   if (tt_exec_update(x, hp, (int)(step - ls->skipped) + 1, 1.0f / used, NULL, err)) return -1;
+  /* this step's overflow flag stays on the device; the next update (or a checkpoint) reads it */
   if (ls->growth_interval) ls->pending = 1, ls->pending_overflow = -1, ls->pending_scale = used;
   return 0;
 }
 
 int tt_step_eval_pass(tt_exec *x, tt_loader *ld, double *loss, double *acc, long long *count, tt_err *err) {
   float st[2];
+  /* the evaluation program sums loss and correct counts on the device: reset the sums, run
+   * every batch, then read them back once (one host-device synchronisation per pass) */
   if (tt_exec_stats(x, NULL, 1, err)) return -1;
   tt_loader_start_epoch(ld, 0, 0);
   long long n = 0;
