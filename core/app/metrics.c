@@ -314,7 +314,7 @@ void tt_metrics_summary(tt_metrics *m, const char *dir, const tt_loss_scale *ls,
     tt_metrics_say(m, "test accuracy: final %.2f%% (epoch %d), best %.2f%% (epoch %d)\n", 100.0 * m->last_acc,
                    m->last_acc_epoch, 100.0 * m->best_acc, m->best_acc_epoch);
   else
-    tt_metrics_say(m, "test accuracy: none yet (the run stopped before the end of its first epoch, or has no test split)\n");
+    tt_metrics_say(m, "test accuracy: none (no epoch of this run was evaluated)\n");
   metrics_hms(t, sizeof t, seconds);
   tt_metrics_say(m, "time: %s (%.1f s) for %lld steps, %lld images: %.0f img/s\n", t, seconds, steps, images,
                  seconds > 0 ? (double)images / seconds : 0.0);

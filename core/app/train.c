@@ -541,8 +541,11 @@ static void train_progress(train_run *R, int eval, int epoch, double loss, doubl
   R->o->on_progress(R->o->progress_ud, &p);
 }
 
-/* Ends a logging interval: reads and clears the device's loss/accuracy sums, then the lines. */
-static int train_log(train_run *R, tt_epoch_meter *e, int k, double lr, tt_err *err) {
+/* Ends a logging interval: reads and clears the device's loss/accuracy sums, then the lines.
+ * notify: tell the progress callback too (the log_every intervals and the ends of epochs; not
+ * the extra intervals at the run's first and last step, so the callback's cadence stays as
+ * documented). */
+static int train_log(train_run *R, tt_epoch_meter *e, int k, double lr, int notify, tt_err *err) {
   float f[2];
   if (tt_exec_stats(&R->s->x, f, 1, err)) return -1;
   double sv[2] = {f[0], f[1]}; /* every rank's sums: e->log_images counts the global batch */
@@ -554,7 +557,7 @@ static int train_log(train_run *R, tt_epoch_meter *e, int k, double lr, tt_err *
   double acc = e->log_images ? sv[1] / (double)e->log_images : 0.0;
   e->loss_sum += sv[0];
   if (R->rank) return e->log_images = 0, 0;
-  train_progress(R, 0, e->epoch, l, acc, lr);
+  if (notify) train_progress(R, 0, e->epoch, l, acc, lr);
   return tt_metrics_train(&R->mt, e, k, R->st.step, l, acc, lr, &R->st.loss_scale, err);
 }
 
@@ -592,12 +595,11 @@ static int train_epoch(train_run *R, int epoch, tt_epoch_meter *e, int *stopped,
     if (train_step(R, epoch, k, lr, e, err)) return -1;
     /* besides every log_every steps and the epoch's end: the run's first step and its last
      * (--max-steps), so that every run, however short, reports a loss */
+    int regular = st->step % R->log_every == 0 || k == R->steps_per_epoch - 1;
     int at_max = R->o->max_steps > 0 && st->step >= R->o->max_steps;
-    if ((st->step % R->log_every == 0 || k == R->steps_per_epoch - 1 || st->step == 1 || at_max) &&
-        train_log(R, e, k, lr, err))
-      return -1;
+    if ((regular || st->step == 1 || at_max) && train_log(R, e, k, lr, regular, err)) return -1;
     if (train_after_step(R, epoch, k, stopped, err)) return -1;
-    if (*stopped && e->log_images && train_log(R, e, k, lr, err)) return -1; /* a signal: the loss so far */
+    if (*stopped && e->log_images && train_log(R, e, k, lr, 0, err)) return -1; /* a signal: the loss so far */
     tt_metrics_step(&R->mt, e, k, st->step);
   }
   return 0;
