@@ -40,7 +40,9 @@ DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "
                 # the fuzz targets (tests/fuzz/): clang with libFuzzer (libclang-rt-dev) and its OpenMP
                 "clang", "libclang-rt-dev", "libomp-dev",
                 # multi-process training (core/runtime/dist.c): mpirun and MPI's headers and library
-                "openmpi-bin", "libopenmpi-dev"]
+                "openmpi-bin", "libopenmpi-dev",
+                # rsvg-convert: tests/test_plan_svg.sh renders `plan --svg` to PNG (optional: SKIP without it)
+                "librsvg2-bin"]
 
 # Library sources (everything but the command line) in dependency order; the amalgamation keeps it.
 # core/'s stage folders in the order of the flow (each includes only the folders before it;

@@ -1,8 +1,9 @@
 /* core/app/chart.c — see chart.h. Plain SVG 1.1 text, no scripts, no external fonts, so the
  * file opens in any browser and can be attached to a report as it is.
  *
- * Two panels share the x axis (epochs, fractional for logged intervals): losses above, test
- * accuracy below. Coordinates below are SVG user units (pixels at 100% zoom); data values are
+ * Three panels share the x axis (epochs, fractional for logged intervals): losses above (the
+ * per-epoch curves over the thin per-interval training loss), test accuracy in the middle, the
+ * learning rate per logged interval below. Coordinates below are SVG user units (pixels at 100% zoom); data values are
  * mapped into a panel by chart_sx/chart_sy. Non-finite values (a NaN loss, an epoch not yet
  * evaluated) break a line into pieces instead of dragging it to 0 or off the panel. */
 #include "chart.h"
@@ -46,10 +47,11 @@ static double chart_step(double lo, double hi, int want) {
 }
 
 typedef struct chart_series {
-  const double *v;
+  const double *x, *v; /* n points; x in epochs */
+  int n;
   double scale; /* multiplies every value (accuracy fraction -> percent) */
-  const char *name, *color;
-  int dashed;
+  const char *name, *color, *id; /* id: the data-series attribute, for tools and tests */
+  int dashed, thin;  /* thin: a per-interval series, drawn under the per-epoch ones, no markers */
 } chart_series;
 
 typedef struct chart_axes {
@@ -64,39 +66,46 @@ static double chart_sy(const chart_axes *a, double y) {
   return a->py + a->ph - (y - a->y0) / (a->y1 - a->y0) * a->ph;
 }
 
-/* One panel at vertical offset py: frame, grid, ticks, axis labels, one polyline per series and
- * its legend entry. percent: values are percentages, clamped to [0, 100]. */
-static void chart_panel(tt_strbuf *b, const double *epoch, int n, const chart_series *s, int ns, int py,
-                        const char *ylabel, int percent) {
+/* The x range every panel shares: the epochs of all series, at least one unit wide. */
+static void chart_xrange(const chart_series *s, int ns, double *x0, double *x1) {
+  int any = 0, n = 0;
+  *x0 = 0, *x1 = 1;
+  for (int k = 0; k < ns; k++)
+    for (int i = 0; s[k].x && i < s[k].n; i++)
+      if (isfinite(s[k].x[i])) {
+        if (!any || s[k].x[i] < *x0) *x0 = s[k].x[i];
+        if (!any || s[k].x[i] > *x1) *x1 = s[k].x[i];
+        any = 1, n++;
+      }
+  if (*x1 - *x0 < 1) {
+    double mid = (*x0 + *x1) / 2;
+    *x0 = any && n == 1 ? mid - 0.5 : *x0;
+    *x1 = *x0 + 1;
+  }
+  if (*x0 > 0 && *x0 < 1) *x0 = 0;
+}
+
+/* One panel at vertical offset py over the x range [x0, x1]: frame, grid, ticks, axis labels,
+ * one polyline per series and its legend entry. percent: values are percentages, clamped to
+ * [0, 100]. */
+static void chart_panel(tt_strbuf *b, double x0, double x1, const chart_series *s, int ns, int py, const char *ylabel,
+                        int percent) {
   chart_axes a;
   double lo = INFINITY, hi = -INFINITY, step, t;
-  int i, k, any = 0, guard;
+  int i, k, guard, npts = 0;
   a.px = CHART_LEFT;
   a.py = py;
   a.pw = CHART_W - CHART_LEFT - CHART_RIGHT;
   a.ph = CHART_PANEL_H;
-  /* x range: the epochs seen, at least one unit wide */
-  a.x0 = 0;
-  a.x1 = 1;
-  for (i = 0; i < n; i++)
-    if (isfinite(epoch[i])) {
-      if (!any || epoch[i] < a.x0) a.x0 = epoch[i];
-      if (!any || epoch[i] > a.x1) a.x1 = epoch[i];
-      any = 1;
-    }
-  if (a.x1 - a.x0 < 1) {
-    double mid = (a.x0 + a.x1) / 2;
-    a.x0 = any && n == 1 ? mid - 0.5 : a.x0;
-    a.x1 = a.x0 + 1;
-  }
-  if (a.x0 > 0 && a.x0 < 1) a.x0 = 0;
+  a.x0 = x0, a.x1 = x1;
   for (k = 0; k < ns; k++)
-    for (i = 0; s[k].v && i < n; i++)
-      if (isfinite(s[k].v[i]) && isfinite(epoch[i])) {
+    for (i = 0; s[k].v && s[k].x && i < s[k].n; i++)
+      if (isfinite(s[k].v[i]) && isfinite(s[k].x[i])) {
         double v = s[k].v[i] * s[k].scale;
         if (v < lo) lo = v;
         if (v > hi) hi = v;
       }
+  for (k = 0; k < ns; k++) npts += s[k].v ? s[k].n : 0;
   if (!(lo <= hi)) {
     lo = 0;
     hi = percent ? 100 : 1;
@@ -134,19 +143,20 @@ static void chart_panel(tt_strbuf *b, const double *epoch, int n, const chart_se
   tt_strbuf_printf(b,
                "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\" transform=\"rotate(-90 %d %d)\">%s</text>\n",
                18, a.py + a.ph / 2, 18, a.py + a.ph / 2, ylabel);
-  if (n == 0)
+  if (npts == 0)
     tt_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"14\" fill=\"#888\">no data yet</text>\n",
                  a.px + a.pw / 2, a.py + a.ph / 2);
   for (k = 0; k < ns; k++) {
-    int open = 0, ly = a.py + 16 + 20 * k, lx = a.px + a.pw + 12;
-    if (!s[k].v) continue;
+    int open = 0, ly = a.py + 16 + 20 * k, lx = a.px + a.pw + 12, n = s[k].n;
+    const double *x = s[k].x, *v = s[k].v;
+    if (!v || !x) continue;
     for (i = 0; i < n; i++) {
-      int ok = isfinite(s[k].v[i]) && isfinite(epoch[i]);
+      int ok = isfinite(v[i]) && isfinite(x[i]);
       if (ok) {
         if (!open)
-          tt_strbuf_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", s[k].color,
-                       s[k].dashed ? " stroke-dasharray=\"6 3\"" : "");
-        tt_strbuf_printf(b, "%.1f,%.1f ", chart_sx(&a, epoch[i]), chart_sy(&a, s[k].v[i] * s[k].scale));
+          tt_strbuf_printf(b, "<polyline data-series=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s points=\"",
+                           s[k].id, s[k].color, s[k].thin ? "1" : "2", s[k].dashed ? " stroke-dasharray=\"6 3\"" : "");
+        tt_strbuf_printf(b, "%.1f,%.1f ", chart_sx(&a, x[i]), chart_sy(&a, v[i] * s[k].scale));
         open = 1;
       } else if (open) {
         tt_strbuf_printf(b, "\"/>\n");
@@ -155,46 +165,53 @@ static void chart_panel(tt_strbuf *b, const double *epoch, int n, const chart_se
     }
     if (open) tt_strbuf_printf(b, "\"/>\n");
     /* markers only while they stay distinguishable; a long run's line is its own marker */
-    if (n <= 60)
+    if (n <= 60 && !s[k].thin)
       for (i = 0; i < n; i++)
-        if (isfinite(s[k].v[i]) && isfinite(epoch[i]))
-          tt_strbuf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n", chart_sx(&a, epoch[i]),
-                       chart_sy(&a, s[k].v[i] * s[k].scale), s[k].color);
-    tt_strbuf_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", lx, ly,
-                 lx + 24, ly, s[k].color, s[k].dashed ? " stroke-dasharray=\"6 3\"" : "");
+        if (isfinite(v[i]) && isfinite(x[i]))
+          tt_strbuf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n", chart_sx(&a, x[i]),
+                       chart_sy(&a, v[i] * s[k].scale), s[k].color);
+    tt_strbuf_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"%s\"%s/>\n", lx, ly,
+                 lx + 24, ly, s[k].color, s[k].thin ? "1" : "2", s[k].dashed ? " stroke-dasharray=\"6 3\"" : "");
     tt_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" font-size=\"12\">%s</text>\n", lx + 30, ly + 4, s[k].name);
   }
 }
 
+static chart_series chart_ser(const double *x, const double *v, int n, double scale, const char *name, const char *color,
+                              const char *id, int dashed, int thin) {
+  chart_series c;
+  c.x = x, c.v = v, c.n = n, c.scale = scale, c.name = name, c.color = color, c.id = id, c.dashed = dashed, c.thin = thin;
+  return c;
+}
+
 int tt_chart_svg(const char *path, const double *epoch, const double *train_loss, const double *test_loss,
                  const double *test_acc, int n, const char *title, tt_err *err) {
+  return tt_chart_svg_steps(path, epoch, train_loss, test_loss, test_acc, n, NULL, title, err);
+}
+
+int tt_chart_svg_steps(const char *path, const double *epoch, const double *train_loss, const double *test_loss,
+                       const double *test_acc, int n, const tt_chart_steps *st, const char *title, tt_err *err) {
   tt_strbuf b;
-  chart_series loss[2], acc[1];
-  int i, height = CHART_TOP + 2 * CHART_PANEL_H + CHART_GAP + 50, rc;
+  chart_series loss[3], acc[1], lr[1], all[5];
+  int i, nst = st && st->x ? st->n : 0;
+  int height = CHART_TOP + 3 * CHART_PANEL_H + 2 * CHART_GAP + 50, rc;
   const void *chunk;
   size_t size;
-  double scale = 100;
+  double scale = 100, x0, x1;
   if (n < 0 || (n > 0 && !epoch)) return tt_fail(err, "%s: chart needs epochs for its %d points", path, n);
+  if (nst < 0) return tt_fail(err, "%s: chart given %d logged intervals", path, nst);
   /* accuracy arrives as a fraction from tt_train; a caller passing percentages already (any
    * value over 1) is drawn as given */
   for (i = 0; test_acc && i < n; i++)
     if (isfinite(test_acc[i]) && test_acc[i] > 1.0) scale = 1;
   memset(&b, 0, sizeof b);
-  loss[0].v = train_loss;
-  loss[0].scale = 1;
-  loss[0].name = "train loss";
-  loss[0].color = "#1f77b4";
-  loss[0].dashed = 0;
-  loss[1].v = test_loss;
-  loss[1].scale = 1;
-  loss[1].name = "test loss";
-  loss[1].color = "#d62728";
-  loss[1].dashed = 1;
-  acc[0].v = test_acc;
-  acc[0].scale = scale;
-  acc[0].name = "test accuracy";
-  acc[0].color = "#2ca02c";
-  acc[0].dashed = 0;
+  /* the per-interval training loss first, thin and pale, so the per-epoch curves stay on top */
+  loss[0] = chart_ser(nst ? st->x : NULL, nst ? st->loss : NULL, nst, 1, "train loss (logged)", "#9ecae1", "step_loss", 0, 1);
+  loss[1] = chart_ser(epoch, train_loss, n, 1, "train loss (epoch)", "#1f77b4", "train_loss", 0, 0);
+  loss[2] = chart_ser(epoch, test_loss, n, 1, "test loss", "#d62728", "test_loss", 1, 0);
+  acc[0] = chart_ser(epoch, test_acc, n, scale, "test accuracy", "#2ca02c", "test_accuracy", 0, 0);
+  lr[0] = chart_ser(nst ? st->x : NULL, nst ? st->lr : NULL, nst, 1, "learning rate", "#9467bd", "lr", 0, 0);
+  all[0] = loss[0], all[1] = loss[1], all[2] = loss[2], all[3] = acc[0], all[4] = lr[0];
+  chart_xrange(all, 5, &x0, &x1);
   tt_strbuf_printf(&b,
                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
@@ -203,8 +220,9 @@ int tt_chart_svg(const char *path, const double *epoch, const double *train_loss
                CHART_W, height, CHART_W, height, CHART_W / 2);
   chart_escape(&b, title && title[0] ? title : "training");
   tt_strbuf_printf(&b, "</text>\n");
-  chart_panel(&b, epoch, n, loss, 2, CHART_TOP, "loss", 0);
-  chart_panel(&b, epoch, n, acc, 1, CHART_TOP + CHART_PANEL_H + CHART_GAP, "test accuracy (%)", 1);
+  chart_panel(&b, x0, x1, loss, 3, CHART_TOP, "loss", 0);
+  chart_panel(&b, x0, x1, acc, 1, CHART_TOP + CHART_PANEL_H + CHART_GAP, "test accuracy (%)", 1);
+  chart_panel(&b, x0, x1, lr, 1, CHART_TOP + 2 * (CHART_PANEL_H + CHART_GAP), "learning rate", 0);
   tt_strbuf_printf(&b, "</svg>\n");
   if (b.oom) {
     free(b.p);

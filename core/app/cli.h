@@ -8,6 +8,9 @@
 #ifndef TT_CLI_H
 #define TT_CLI_H
 #include <stddef.h>
+#include <stdio.h>
+
+#include "../tinytrain.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -22,6 +25,10 @@ int tt_parse_size(const char *s, size_t *bytes);
  * *seconds = 0), "30s", "10m", "10min", "1.5h" (wall time: *steps = 0, *seconds), or "0" (never;
  * both 0). Returns 0, or -1 for anything else. (core/compile/recipe_values.c) */
 int tt_parse_interval(const char *s, long long *steps, double *seconds);
+
+/* tt_plan, and with svg (plan --svg FILE) also a picture of the plan written to svg
+ * (core/app/plan_svg.h); svg NULL is tt_plan. (core/app/plan_report.c) */
+int tt_plan_svg_ex(const tt_run_opts *o, int json, int max_batch, const char *svg, FILE *out, char *err, size_t errsize);
 
 /* Multi-process training (mpirun -np N tinytrain ...; core/runtime/dist.h): this process's rank
  * and the number of processes (0 and 1 without mpirun; known once tt_train or tt_evaluate has

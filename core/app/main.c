@@ -11,7 +11,7 @@
 static void main_usage(FILE *f, const char *cmd) {
   if (cmd && !strcmp(cmd, "plan")) {
     fprintf(f, "usage: tinytrain plan [--vram SIZE] [--device auto|cpu|cuda] [--micro-batch N] [--precision fp32|fp16|auto]\n"
-               "                      [--recompute none|auto|all] [--ranks N] [--max-batch] [--json] RECIPE\n\n"
+               "                      [--recompute none|auto|all] [--ranks N] [--max-batch] [--json] [--svg FILE] RECIPE\n\n"
                "Says whether and how RECIPE's training fits in SIZE of device memory, without a GPU and without\n"
                "data files: the chosen micro-batch, accumulation, precision and recomputed layers, every buffer\n"
                "class, the arena size against its lower bound, and the alternatives rejected. --max-batch gives\n"
@@ -27,6 +27,7 @@ static void main_usage(FILE *f, const char *cmd) {
                "  --ranks N              plan one process's share of the batch, as if launched by mpirun -np N\n"
                "  --max-batch            the largest micro-batch that fits, per precision and recompute setting\n"
                "  --json                 one JSON object instead of the text report\n"
+               "  --svg FILE             also draw the plan: live bytes per Program op by class, budget, peak\n"
                "  -h, --help             this text\n");
   } else if (cmd && !strcmp(cmd, "predict")) {
     fprintf(f, "usage: tinytrain predict --weights FILE [--top N] [--json] [--device auto|cpu|cuda] [--threads N]\n"
@@ -117,6 +118,7 @@ typedef struct main_args {
   const char *cmd;
   int json, max_batch;
   const char *weights;
+  const char *svg;  /* plan --svg FILE */
   int top;
   char **images;    /* predict: the operands after the recipe; pack: its PREFIX */
   int nimages;
@@ -126,7 +128,7 @@ typedef struct main_args {
 enum {
   OPT_VRAM = 256, OPT_DEVICE, OPT_EPOCHS, OPT_THREADS, OPT_MICRO_BATCH, OPT_MAX_STEPS, OPT_CHECKPOINT_EVERY,
   OPT_PRECISION, OPT_RECOMPUTE, OPT_OUT, OPT_RESUME, OPT_WEIGHTS, OPT_JSON, OPT_MAX_BATCH, OPT_VERSION, OPT_TOP, OPT_INIT,
-  OPT_RANKS, OPT_SIZE, OPT_CHANNELS, OPT_MAX_MEGAPIXELS
+  OPT_RANKS, OPT_SIZE, OPT_CHANNELS, OPT_MAX_MEGAPIXELS, OPT_SVG
 };
 
 static const struct option main_options[] = {
@@ -152,6 +154,7 @@ static const struct option main_options[] = {
     {"size", required_argument, NULL, OPT_SIZE},
     {"channels", required_argument, NULL, OPT_CHANNELS},
     {"max-megapixels", required_argument, NULL, OPT_MAX_MEGAPIXELS},
+    {"svg", required_argument, NULL, OPT_SVG},
     {NULL, 0, NULL, 0}};
 
 /* index of v in the '|'-free list names (NULL-terminated), or -1 */
@@ -187,7 +190,7 @@ static int main_unused(int c, const char *cmd) {
       {OPT_VRAM, " train plan "}, {OPT_DEVICE, " train plan eval predict "}, {OPT_EPOCHS, " train "},
       {OPT_THREADS, " train plan eval predict "}, {OPT_MICRO_BATCH, " train plan "}, {OPT_MAX_STEPS, " train "},
       {OPT_CHECKPOINT_EVERY, " train "}, {OPT_PRECISION, " train plan "}, {OPT_RECOMPUTE, " train plan "},
-      {OPT_OUT, " train "}, {OPT_RESUME, " train "}, {OPT_WEIGHTS, " eval predict "}};
+      {OPT_OUT, " train "}, {OPT_RESUME, " train "}, {OPT_WEIGHTS, " eval predict "}, {OPT_SVG, " plan "}};
   char key[16];
   snprintf(key, sizeof key, " %s ", cmd);
   for (size_t k = 0; k < sizeof used / sizeof used[0]; k++)
@@ -248,6 +251,7 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
     case OPT_RESUME: o->resume_dir = v; return 0;
     case OPT_INIT: o->init_weights = v; return 0;
     case OPT_WEIGHTS: a->weights = v; return 0;
+    case OPT_SVG: a->svg = v; return 0;
     case OPT_TOP: return main_int(v, &a->top) ? main_bad(cmd, "--top takes a positive integer, not", v) : 0;
     case OPT_RANKS:
       if (strcmp(cmd, "plan")) return main_bad(cmd, "--ranks is an option of plan (training takes its processes from mpirun -np)", NULL);
@@ -312,11 +316,12 @@ int main(int argc, char **argv) {
     return main_bad(cmd, "--init starts a new run from weights, --resume continues one: give one of them", NULL);
   /* the largest micro-batch that fits needs something to fit in: without a budget every
    * batch "fits" and the search stopped at its cap of 65536 */
+  if (a.svg && a.max_batch) return main_bad(cmd, "--svg draws the plan; --max-batch has none to draw", NULL);
   if (a.max_batch && !o.vram_bytes) return main_bad(cmd, "--max-batch needs a budget: give --vram SIZE", NULL);
   char err[1200];
   int rc;
   if (!strcmp(cmd, "plan")) {
-    rc = tt_plan(&o, a.json, a.max_batch, stdout, err, sizeof err);
+    rc = tt_plan_svg_ex(&o, a.json, a.max_batch, a.svg, stdout, err, sizeof err);
   } else if (!strcmp(cmd, "predict")) {
     if (!a.weights) return main_bad(cmd, "predict needs --weights FILE", NULL);
     if (!a.nimages) return main_bad(cmd, "predict needs image files or folders after the recipe", NULL);

@@ -19,7 +19,16 @@ typedef struct tt_metrics {
   int quiet;                  /* 1: say nothing (errors are the caller's) */
   int in_place;               /* the progress line is rewritten in place, not appended */
   int epochs, steps_per_epoch;/* of this run, for the progress line */
-  size_t arena_bytes;         /* for the progress line */
+  size_t arena_bytes;         /* for the progress line and the summary */
+  long long end_step;         /* the step the run ends at (epochs x steps, or --max-steps): the run's ETA */
+  int cols;                   /* the terminal's width when in place (0 unknown): the line is cut to it */
+  int fp16_note;              /* this epoch skipped fp16 steps: the progress line says so */
+  int line_open;              /* an in-place line is on the terminal without its newline */
+  double t_run0;              /* tt_now() at tt_metrics_start */
+  double last_draw, last_line;/* when the in-place line was last drawn, when a plain line was last printed */
+  double last_loss;           /* of the last logged interval; NaN before the first */
+  double last_acc, best_acc;  /* test accuracy of the last evaluation and the best (history carried on resume) */
+  int last_acc_epoch, best_acc_epoch; /* 1-based; 0 none */
   FILE *jsonl;                /* metrics.jsonl; NULL until tt_metrics_open */
   char path[TT_PATH_MAX + 64]; /* its path, for messages */
   struct metrics_hist *hist;  /* per-epoch points of the chart (metrics.c) */
@@ -34,6 +43,7 @@ typedef struct tt_epoch_meter {
   double wait;                /* seconds spent waiting for the loader this epoch */
   double loss_sum;            /* summed per-image training loss of the logged intervals */
   long long images;           /* trained this epoch */
+  long long steps;            /* optimizer steps this process ran this epoch (for the ETA) */
   double log_t0;              /* start of the current logging interval */
   long long log_images;       /* trained in it */
   int skipped_before;         /* fp16 updates skipped before this epoch */
@@ -42,7 +52,7 @@ typedef struct tt_epoch_meter {
 /* progress: -1 auto (a terminal gets the line rewritten in place), 0 plain lines, 1 in place. */
 void tt_metrics_init(tt_metrics *m, FILE *out, int quiet, int progress);
 /* A line of text for the person watching, unless quiet. */
-void tt_metrics_say(const tt_metrics *m, const char *fmt, ...)
+void tt_metrics_say(tt_metrics *m, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
@@ -55,6 +65,16 @@ void tt_metrics_say(const tt_metrics *m, const char *fmt, ...)
  * once every check of the resume passed: a refused resume leaves the file as it was. */
 int tt_metrics_open(tt_metrics *m, const char *dir, const char *resume_dir, long long step, int epoch, tt_err *err);
 void tt_metrics_close(tt_metrics *m);
+/* The run's first step is about to run: the clock of the elapsed time and the ETA starts, and
+ * end_step is the step it will stop at. */
+void tt_metrics_start(tt_metrics *m, long long end_step);
+/* After each optimizer step (step_in_epoch k, 0-based; `step` done in all): on a terminal the
+ * progress line is redrawn, at most 4 times a second; in a file or pipe a plain line is printed
+ * when none was for 30 s, so that no run stays silent between log_every steps. */
+void tt_metrics_step(tt_metrics *m, const tt_epoch_meter *e, int step_in_epoch, long long step);
+/* Ends an in-place line with its newline, so that what is printed next starts a line of its own
+ * (tt_metrics_say and tt_metrics_close do it themselves). */
+void tt_metrics_end_line(tt_metrics *m);
 
 void tt_metrics_epoch_begin(tt_epoch_meter *e, int epoch, long long skipped_before);
 /* A logging interval ended at optimizer step `step` (step_in_epoch, 0-based): its "train" line
@@ -69,10 +89,15 @@ int tt_metrics_eval(tt_metrics *m, const tt_epoch_meter *e, long long step, doub
 /* The epoch ended and there is no test split: an "epoch" line with train_loss, its summary
  * line and its point of the chart. */
 int tt_metrics_epoch(tt_metrics *m, const tt_epoch_meter *e, long long step, tt_err *err);
-/* dir/chart.svg from the history so far. */
+/* dir/chart.svg from the history so far: per-epoch losses and accuracy, and per logged interval
+ * the training loss and the learning rate. */
 int tt_metrics_chart(const tt_metrics *m, const char *dir, const char *title, tt_err *err);
-/* The closing text: fp16 skipped steps, if any, and where the run's files are. */
-void tt_metrics_summary(const tt_metrics *m, const char *dir, const tt_loss_scale *ls);
+/* The closing text: the final and best test accuracy with their epochs, the time, steps, images
+ * and images per second of this process's run (seconds, steps, images), the arena and the
+ * process's peak resident memory (getrusage), fp16 skipped steps if any, and where the run's
+ * files are. */
+void tt_metrics_summary(tt_metrics *m, const char *dir, const tt_loss_scale *ls, double seconds, long long steps,
+                        long long images);
 
 #ifdef __cplusplus
 }

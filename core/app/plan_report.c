@@ -6,6 +6,8 @@
 #include "../runtime/dist.h"
 #include "../data/data.h"
 #include "../runtime/session.h"
+#include "cli.h"
+#include "plan_svg.h"
 
 /* Bytes the frozen layers' weights would have taken in gradients and optimizer state. */
 static size_t plan_frozen_saved(const tt_session *s) {
@@ -312,6 +314,11 @@ static void plan_text_choices(const tt_session *s, FILE *out) {
 }
 
 int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *errbuf, size_t errsize) {
+  return tt_plan_svg_ex(o, json, max_batch, NULL, out, errbuf, errsize);
+}
+
+int tt_plan_svg_ex(const tt_run_opts *o, int json, int max_batch, const char *svg, FILE *out, char *errbuf,
+                   size_t errsize) {
   tt_err err;
   err.msg[0] = 0;
   tt_session *s = NULL;
@@ -343,6 +350,7 @@ int tt_plan(const tt_run_opts *o, int json, int max_batch, FILE *out, char *errb
       plan_text_peak(s, out);
       plan_text_choices(s, out);
     }
+    if (!rc && svg && !(rc = tt_plan_svg(s, svg, &err)) && !json) fprintf(out, "  picture of the plan: %s\n", svg);
   }
   tt_session_close(s);
   if (rc) snprintf(errbuf, errsize, "%s", err.msg);

@@ -525,6 +525,7 @@ static int train_step(train_run *R, int epoch, int k, double lr, tt_epoch_meter 
   if (tt_dist_allreduce_end(R->bk, err)) return -1; /* summed over the ranks, before the overflow check */
   if (tt_step_update(&R->s->x, &R->hp, &st->loss_scale, st->step, lr, used, err)) return -1;
   st->step++;
+  e->steps++;
   e->images += R->batch;
   e->log_images += R->batch;
   return 0;
@@ -540,8 +541,11 @@ static void train_progress(train_run *R, int eval, int epoch, double loss, doubl
   R->o->on_progress(R->o->progress_ud, &p);
 }
 
-/* Ends a logging interval: reads and clears the device's loss/accuracy sums, then the lines. */
-static int train_log(train_run *R, tt_epoch_meter *e, int k, double lr, tt_err *err) {
+/* Ends a logging interval: reads and clears the device's loss/accuracy sums, then the lines.
+ * notify: tell the progress callback too (the log_every intervals and the ends of epochs; not
+ * the extra intervals at the run's first and last step, so the callback's cadence stays as
+ * documented). */
+static int train_log(train_run *R, tt_epoch_meter *e, int k, double lr, int notify, tt_err *err) {
   float f[2];
   if (tt_exec_stats(&R->s->x, f, 1, err)) return -1;
   double sv[2] = {f[0], f[1]}; /* every rank's sums: e->log_images counts the global batch */
@@ -553,7 +557,7 @@ static int train_log(train_run *R, tt_epoch_meter *e, int k, double lr, tt_err *
   double acc = e->log_images ? sv[1] / (double)e->log_images : 0.0;
   e->loss_sum += sv[0];
   if (R->rank) return e->log_images = 0, 0;
-  train_progress(R, 0, e->epoch, l, acc, lr);
+  if (notify) train_progress(R, 0, e->epoch, l, acc, lr);
   return tt_metrics_train(&R->mt, e, k, R->st.step, l, acc, lr, &R->st.loss_scale, err);
 }
 
@@ -589,8 +593,14 @@ static int train_epoch(train_run *R, int epoch, tt_epoch_meter *e, int *stopped,
   for (int k = (int)(start / R->batch); k < R->steps_per_epoch && !*stopped; k++) {
     double lr = tt_lr_at(&R->lr_cfg, (double)epoch + (double)k / R->steps_per_epoch);
     if (train_step(R, epoch, k, lr, e, err)) return -1;
-    if ((st->step % R->log_every == 0 || k == R->steps_per_epoch - 1) && train_log(R, e, k, lr, err)) return -1;
+    /* besides every log_every steps and the epoch's end: the run's first step and its last
+     * (--max-steps), so that every run, however short, reports a loss */
+    int regular = st->step % R->log_every == 0 || k == R->steps_per_epoch - 1;
+    int at_max = R->o->max_steps > 0 && st->step >= R->o->max_steps;
+    if ((regular || st->step == 1 || at_max) && train_log(R, e, k, lr, regular, err)) return -1;
     if (train_after_step(R, epoch, k, stopped, err)) return -1;
+    if (*stopped && e->log_images && train_log(R, e, k, lr, 0, err)) return -1; /* a signal: the loss so far */
+    tt_metrics_step(&R->mt, e, k, st->step);
   }
   return 0;
 }
@@ -638,10 +648,9 @@ static int train_open(train_run *R, tt_err *err) {
 }
 
 /* The share of the training time the gradient all-reduce took (waiting for the slowest rank included). */
-static void train_dist_summary(const train_run *R, double seconds) {
+static void train_dist_summary(train_run *R, double seconds) {
   if (R->ranks <= 1) return;
   double ar = tt_dist_allreduce_seconds(), mib = tt_dist_grad_bytes(R->s->x.train) / 1048576.0;
-  if (R->mt.in_place && !R->mt.quiet) fputc('\n', R->mt.out); /* after the progress line */
   if (!strcmp(R->s->be->name, "cuda")) /* the host only queues them: NCCL's time is the device's */
     tt_metrics_say(&R->mt, "dist: %d ranks; %.2f MiB of fp32 gradients all-reduced per step on NCCL's stream\n", R->ranks, mib);
   else
@@ -655,6 +664,9 @@ static int train_body(train_run *R, tt_err *err) {
   if (train_open(R, err)) return -1;
   if (train_data(R, err) || train_loop_setup(R, err) || train_resume_or_init(R, err) || train_run_dir(R, err)) return -1;
   int stopped = o->max_steps > 0 && R->st.step >= o->max_steps; /* resumed at the limit already: no step */
+  long long step0 = R->st.step, end_step = (long long)R->epochs * R->steps_per_epoch;
+  if (o->max_steps > 0 && o->max_steps < end_step) end_step = o->max_steps;
+  tt_metrics_start(&R->mt, end_step);
   double t_train = tt_now();
   for (int epoch = R->st.epoch; epoch < R->epochs && !stopped; epoch++) {
     tt_epoch_meter e;
@@ -668,12 +680,15 @@ static int train_body(train_run *R, tt_err *err) {
   if (stopped && R->saved_step != R->st.step && train_save(R, err)) return -1;
   if (train_record_pending(R, err)) return -1; /* the run is over: the summary counts the last step too */
   if (R->res) R->res->final_accuracy = R->final_acc, R->res->final_loss = R->final_loss, R->res->steps_done = R->st.step;
-  train_dist_summary(R, tt_now() - t_train);
+  double seconds = tt_now() - t_train;
+  /* after any stop (a signal inside the first epoch included), with the steps logged since the last epoch's end */
+  if (R->rank == 0 && tt_metrics_chart(&R->mt, R->dir, R->s->model.name, err)) return -1;
+  train_dist_summary(R, seconds);
   int bad_train = R->tl ? tt_loader_skipped(R->tl) : 0, bad_test = R->el ? tt_loader_skipped(R->el) : 0;
   if (bad_train || bad_test) /* met while streaming: each warned about once, with its path, when first met */
     tt_metrics_say(&R->mt, "data: %d training and %d test images failed to decode while streaming and were replaced by "
                            "the next image of their set (listed above)\n", bad_train, bad_test);
-  tt_metrics_summary(&R->mt, R->dir, &R->st.loss_scale);
+  tt_metrics_summary(&R->mt, R->dir, &R->st.loss_scale, seconds, R->st.step - step0, (R->st.step - step0) * R->batch);
   return R->stop_signal ? train_stopped(R, err) : 0;
 }
 

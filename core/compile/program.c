@@ -113,6 +113,10 @@ static size_t program_live_span(const tt_program *p, const tt_buf *b, int *f, in
   return b->bytes;
 }
 
+size_t tt_program_buf_live(const tt_program *p, int i, int *first, int *last) {
+  return program_live_span(p, &p->bufs[i], first, last);
+}
+
 int tt_program_peak_breakdown(const tt_program *p, size_t out[TT_BC_COUNT]) {
   int best_step = 0, f, l;
   for (int c = 0; c < TT_BC_COUNT; c++) out[c] = 0;

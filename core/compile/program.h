@@ -175,6 +175,9 @@ void tt_program_free(tt_program *p);
  * live there), so the classes sum to peak_live_bytes. Returns the peak step (-1 and zeros when
  * out of host memory). For reports; O(steps + buffers). */
 int tt_program_peak_breakdown(const tt_program *p, size_t out[TT_BC_COUNT]);
+/* The bytes buffer i adds to each step of [*first, *last] as peak_live_bytes counts them (the
+ * same rule as tt_program_peak_breakdown): for reports that draw live bytes step by step. */
+size_t tt_program_buf_live(const tt_program *p, int i, int *first, int *last);
 
 #ifdef __cplusplus
 }

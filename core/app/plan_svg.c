@@ -1,0 +1,292 @@
+/* core/app/plan_svg.c — see plan_svg.h. Plain SVG 1.1 text in chart.c's style: no scripts, no
+ * external fonts, every name the user wrote escaped.
+ *
+ * x is the Program op (one column per op, micro-step then update phase), y the bytes live
+ * there, counted as the arena's lower bound counts them (tt_program_buf_live), so the top of
+ * the stack at its highest is peak_live_bytes. */
+#include "plan_svg.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/fileio.h"
+
+#define SVG_W 1100
+#define SVG_H 600
+#define SVG_LEFT 80
+#define SVG_RIGHT 250 /* the legend and the peak's buffers */
+#define SVG_TOP 60
+#define SVG_PH 440
+#define SVG_TOPN 5 /* buffers labelled at the peak */
+
+/* The stacked categories, bottom to top: the program.h classes, activations split into those
+ * kept from the forward pass and those a recompute op produced. */
+enum { PC_WEIGHTS, PC_GRADS, PC_OPT, PC_COPIES, PC_KEPT, PC_RECOMP, PC_ACT_GRADS, PC_WS, PC_N };
+static const char *const pc_name[PC_N] = {"weights, BN statistics, loss stats", "gradients (fp32)", "optimizer state",
+                                          "fp16 weight copies", "activations kept", "activations recomputed",
+                                          "activation gradients", "workspaces"};
+static const char *const pc_color[PC_N] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
+                                           "#59a14f", "#b07aa1", "#edc948", "#9c755f"};
+
+static int svg_cat(const tt_program *p, const tt_buf *b) {
+  switch (b->cls) {
+    case TT_BC_PARAMS: case TT_BC_MISC: return PC_WEIGHTS;
+    case TT_BC_GRADS: return PC_GRADS;
+    case TT_BC_OPTIMIZER: return PC_OPT;
+    case TT_BC_WEIGHT_COPIES: return PC_COPIES;
+    case TT_BC_ACT_GRADS: return PC_ACT_GRADS;
+    case TT_BC_WORKSPACE: return PC_WS;
+    default:
+      return b->first >= 0 && b->first < p->nsteps && (p->steps[b->first].flags & TT_SF_RECOMPUTE) ? PC_RECOMP : PC_KEPT;
+  }
+}
+
+/* live[s * PC_N + c]: bytes of category c live at op s; the total's peak and its op. */
+static size_t *svg_live(const tt_program *p, size_t *peak, int *peak_op) {
+  int n = p->nsteps, f, l;
+  size_t *live = (size_t *)calloc((size_t)(n + 1) * PC_N, sizeof(size_t));
+  if (!live) return NULL;
+  for (int i = 0; i < p->nbufs; i++) { /* +size at the first op, -size after the last (wrapping sums) */
+    size_t sz = tt_program_buf_live(p, i, &f, &l);
+    if (!sz || f > l || f < 0 || l >= n) continue;
+    int c = svg_cat(p, &p->bufs[i]);
+    live[(size_t)f * PC_N + c] += sz;
+    live[(size_t)(l + 1) * PC_N + c] -= sz;
+  }
+  *peak = 0, *peak_op = 0;
+  for (int s = 0; s < n; s++) {
+    size_t tot = 0;
+    for (int c = 0; c < PC_N; c++) {
+      if (s) live[(size_t)s * PC_N + c] += live[(size_t)(s - 1) * PC_N + c];
+      tot += live[(size_t)s * PC_N + c];
+    }
+    if (tot > *peak) *peak = tot, *peak_op = s;
+  }
+  return live;
+}
+
+static void svg_escape(tt_strbuf *b, const char *s) {
+  for (; s && *s; s++) {
+    switch (*s) {
+      case '<': tt_strbuf_printf(b, "&lt;"); break;
+      case '>': tt_strbuf_printf(b, "&gt;"); break;
+      case '&': tt_strbuf_printf(b, "&amp;"); break;
+      case '"': tt_strbuf_printf(b, "&quot;"); break;
+      default:
+        if ((unsigned char)*s >= 0x20) tt_strbuf_put(b, s, 1);
+    }
+  }
+}
+
+static double svg_mib(size_t b) { return b / 1048576.0; }
+
+typedef struct svg_axes {
+  int nsteps;
+  double ymax; /* bytes at the top of the plot */
+} svg_axes;
+
+static double svg_x(const svg_axes *a, double op, int nsteps) {
+  return SVG_LEFT + op / (nsteps > 0 ? nsteps : 1) * (SVG_W - SVG_LEFT - SVG_RIGHT);
+}
+static double svg_y(const svg_axes *a, double bytes) { return SVG_TOP + SVG_PH - bytes / a->ymax * SVG_PH; }
+
+/* The alternative the search rejected whose peak differs: the chosen policy without recompute,
+ * else in fp32 when it is fp16. 0 and an empty program when there is none. */
+static int svg_alt(tt_session *s, tt_program *alt, const char **what) {
+  tt_policy pol = s->sched.policy;
+  tt_err err;
+  memset(alt, 0, sizeof *alt);
+  if (s->sched.recomputed_units > 0) pol.recompute = NULL, *what = "without recompute";
+  else if (pol.act_dtype == TT_F16) pol.act_dtype = TT_F32, *what = "in fp32";
+  else return 0;
+  if (tt_lower(&s->graph, &pol, s->be, alt, &err) || tt_program_plan(alt, &err)) {
+    tt_program_free(alt);
+    return 0;
+  }
+  return 1;
+}
+
+int tt_plan_svg(tt_session *s, const char *path, tt_err *err) {
+  const tt_program *p = &s->sched.train;
+  const tt_policy_result *r = &s->sched;
+  size_t peak = 0, apeak = 0;
+  int peak_op = 0, apeak_op = 0, n = p->nsteps;
+  if (n <= 0) return tt_fail(err, "%s: the plan has no Program to draw", path);
+  size_t *live = svg_live(p, &peak, &peak_op);
+  if (!live) return tt_fail(err, "%s: out of host memory drawing the plan", path);
+  tt_program alt;
+  const char *alt_what = "";
+  size_t *alive = NULL;
+  if (svg_alt(s, &alt, &alt_what)) {
+    alive = svg_live(&alt, &apeak, &apeak_op);
+    if (alive && apeak == peak) free(alive), alive = NULL; /* the same peak: nothing to compare */
+  }
+  svg_axes a;
+  a.nsteps = n;
+  a.ymax = (double)peak;
+  if ((double)r->budget_bytes > a.ymax) a.ymax = (double)r->budget_bytes;
+  if (alive && (double)apeak > a.ymax) a.ymax = (double)apeak;
+  a.ymax = a.ymax * 1.08 + 1;
+  tt_strbuf b;
+  memset(&b, 0, sizeof b);
+  tt_strbuf_printf(&b, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+                       "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%d\" height=\"%d\" "
+                       "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" data-peak-bytes=\"%zu\" data-peak-op=\"%d\" "
+                       "data-budget-bytes=\"%zu\" data-arena-bytes=\"%zu\" data-ops=\"%d\"",
+                   SVG_W, SVG_H, SVG_W, SVG_H, peak, peak_op, r->budget_bytes, p->arena_bytes, n);
+  if (alive) tt_strbuf_printf(&b, " data-alt-peak-bytes=\"%zu\"", apeak);
+  tt_strbuf_printf(&b, ">\n<rect width=\"100%%\" height=\"100%%\" fill=\"#fafafa\"/>\n"
+                       "<text x=\"%d\" y=\"26\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">",
+                   (SVG_W - SVG_RIGHT + SVG_LEFT) / 2);
+  svg_escape(&b, s->model.name);
+  tt_strbuf_printf(&b, ": bytes live at each Program op</text>\n"
+                       "<text x=\"%d\" y=\"46\" text-anchor=\"middle\" font-size=\"12\">micro-batch %d x %d, %s, "
+                       "recompute %d of %d units; arena %.1f MiB, lower bound %.1f MiB</text>\n",
+                   (SVG_W - SVG_RIGHT + SVG_LEFT) / 2, r->policy.micro_batch, r->policy.accum_steps,
+                   r->policy.act_dtype == TT_F16 ? "fp16" : "fp32", r->recomputed_units, r->nunits,
+                   svg_mib(p->arena_bytes), svg_mib(p->peak_live_bytes));
+  int pw = SVG_W - SVG_LEFT - SVG_RIGHT;
+  tt_strbuf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fff\" stroke=\"#444\"/>\n", SVG_LEFT,
+                   SVG_TOP, pw, SVG_PH);
+  /* recompute segments: runs of recompute ops, shaded behind the stack */
+  int nseg = 0;
+  for (int i = 0; i < n;) {
+    if (!(p->steps[i].flags & TT_SF_RECOMPUTE)) { i++; continue; }
+    int j = i;
+    while (j < n && (p->steps[j].flags & TT_SF_RECOMPUTE)) j++;
+    double x0 = svg_x(&a, i, n), x1 = svg_x(&a, j, n);
+    tt_strbuf_printf(&b, "<rect class=\"recompute\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#d9c8f0\" "
+                         "fill-opacity=\"0.55\"/>\n", x0, SVG_TOP, x1 - x0 < 1 ? 1.0 : x1 - x0, SVG_PH);
+    nseg++, i = j;
+  }
+  /* y grid in MiB or GiB */
+  double unit = a.ymax >= 4.0 * 1073741824.0 ? 1073741824.0 : 1048576.0, top = a.ymax / unit;
+  double raw = top / 6, mag = pow(10, floor(log10(raw > 0 ? raw : 1))), fr = raw / mag;
+  double step = (fr <= 1 ? 1 : fr <= 2 ? 2 : fr <= 5 ? 5 : 10) * mag;
+  for (int k = 0; k < 50 && k * step <= top; k++) {
+    double y = svg_y(&a, k * step * unit);
+    tt_strbuf_printf(&b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n"
+                         "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%g</text>\n",
+                     SVG_LEFT, y, SVG_LEFT + pw, y, SVG_LEFT - 6, y + 4, k * step);
+  }
+  tt_strbuf_printf(&b, "<text x=\"18\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\" transform=\"rotate(-90 18 %d)\">"
+                       "live %s</text>\n", SVG_TOP + SVG_PH / 2, SVG_TOP + SVG_PH / 2, unit > 1048576.0 ? "GiB" : "MiB");
+  /* the stack: one polygon per category, between the cumulative sums below and with it */
+  for (int c = 0; c < PC_N; c++) {
+    int any = 0;
+    for (int i = 0; i < n && !any; i++) any = live[(size_t)i * PC_N + c] != 0;
+    if (!any) continue;
+    tt_strbuf_printf(&b, "<polygon data-class=\"%d\" fill=\"%s\" stroke=\"none\" points=\"", c, pc_color[c]);
+    for (int i = 0; i < n; i++) { /* the upper edge left to right, as steps */
+      size_t up = 0;
+      for (int k = 0; k <= c; k++) up += live[(size_t)i * PC_N + k];
+      tt_strbuf_printf(&b, "%.2f,%.2f %.2f,%.2f ", svg_x(&a, i, n), svg_y(&a, (double)up), svg_x(&a, i + 1, n),
+                       svg_y(&a, (double)up));
+    }
+    for (int i = n - 1; i >= 0; i--) { /* the lower edge back */
+      size_t lo = 0;
+      for (int k = 0; k < c; k++) lo += live[(size_t)i * PC_N + k];
+      tt_strbuf_printf(&b, "%.2f,%.2f %.2f,%.2f ", svg_x(&a, i + 1, n), svg_y(&a, (double)lo), svg_x(&a, i, n),
+                       svg_y(&a, (double)lo));
+    }
+    tt_strbuf_printf(&b, "\"/>\n");
+  }
+  /* the update phase starts at micro_end */
+  if (p->micro_end > 0 && p->micro_end < n) {
+    double x = svg_x(&a, p->micro_end, n);
+    tt_strbuf_printf(&b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#666\" stroke-dasharray=\"2 3\"/>\n"
+                         "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" fill=\"#666\">update</text>\n",
+                     x, SVG_TOP, x, SVG_TOP + SVG_PH, x + 3, SVG_TOP + SVG_PH - 4);
+  }
+  /* the rejected alternative: a thin line over its own ops, scaled to the same width */
+  if (alive) {
+    tt_strbuf_printf(&b, "<polyline class=\"alternative\" fill=\"none\" stroke=\"#222\" stroke-width=\"1\" "
+                         "stroke-dasharray=\"4 2\" points=\"");
+    for (int i = 0; i < alt.nsteps; i++) {
+      size_t tot = 0;
+      for (int c = 0; c < PC_N; c++) tot += alive[(size_t)i * PC_N + c];
+      tt_strbuf_printf(&b, "%.2f,%.2f %.2f,%.2f ", svg_x(&a, i, alt.nsteps), svg_y(&a, (double)tot),
+                       svg_x(&a, i + 1, alt.nsteps), svg_y(&a, (double)tot));
+    }
+    tt_strbuf_printf(&b, "\"/>\n");
+  }
+  /* the budget */
+  if (r->budget_bytes) {
+    double y = svg_y(&a, (double)r->budget_bytes);
+    tt_strbuf_printf(&b, "<line class=\"budget\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#c00\" "
+                         "stroke-width=\"2\" stroke-dasharray=\"8 4\"/>\n<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" "
+                         "font-size=\"11\" fill=\"#c00\">budget %.1f MiB</text>\n",
+                     SVG_LEFT, y, SVG_LEFT + pw, y, SVG_LEFT + pw - 4, y - 4, svg_mib(r->budget_bytes));
+  }
+  /* the peak: a marker, and the largest buffers live there */
+  double px = svg_x(&a, peak_op + 0.5, n), py = svg_y(&a, (double)peak);
+  tt_strbuf_printf(&b, "<line class=\"peak\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n"
+                       "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#000\"/>\n"
+                       "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" font-size=\"11\" font-weight=\"bold\">peak %.1f MiB "
+                       "at op %d",
+                   px, SVG_TOP + SVG_PH, px, py, px, py, px < SVG_LEFT + pw / 2 ? px + 6 : px - 6, py - 6,
+                   px < SVG_LEFT + pw / 2 ? "start" : "end", svg_mib(peak), peak_op);
+  if (p->steps[peak_op].name) {
+    tt_strbuf_printf(&b, " (");
+    svg_escape(&b, p->steps[peak_op].name);
+    tt_strbuf_printf(&b, ")");
+  }
+  tt_strbuf_printf(&b, "</text>\n");
+  int top_i[SVG_TOPN], ntop = 0, f, l;
+  for (int i = 0; i < p->nbufs; i++) { /* insertion into the top few by bytes live at the peak */
+    size_t sz = tt_program_buf_live(p, i, &f, &l);
+    if (!sz || f > peak_op || l < peak_op) continue;
+    int k = ntop < SVG_TOPN ? ntop++ : SVG_TOPN;
+    while (k > 0 && tt_program_buf_live(p, top_i[k - 1], &f, &l) < sz) {
+      if (k < SVG_TOPN) top_i[k] = top_i[k - 1];
+      k--;
+    }
+    if (k < SVG_TOPN) top_i[k] = i;
+  }
+  int lx = SVG_LEFT + pw + 14, ly = SVG_TOP + 6;
+  tt_strbuf_printf(&b, "<text x=\"%d\" y=\"%d\" font-size=\"12\" font-weight=\"bold\">largest at the peak</text>\n", lx, ly);
+  for (int k = 0; k < ntop; k++) {
+    const tt_buf *bf = &p->bufs[top_i[k]];
+    ly += 16;
+    tt_strbuf_printf(&b, "<text class=\"peak-buffer\" x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"%s\">%.1f MiB ", lx, ly,
+                     pc_color[svg_cat(p, bf)], svg_mib(tt_program_buf_live(p, top_i[k], &f, &l)));
+    svg_escape(&b, bf->name);
+    tt_strbuf_printf(&b, "</text>\n");
+  }
+  /* the legend */
+  ly += 30;
+  for (int c = PC_N - 1; c >= 0; c--, ly += 18)
+    tt_strbuf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"12\" fill=\"%s\"/>\n"
+                         "<text x=\"%d\" y=\"%d\" font-size=\"11\">%s</text>\n", lx, ly - 10, pc_color[c], lx + 20, ly,
+                     pc_name[c]);
+  if (nseg)
+    tt_strbuf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"12\" fill=\"#d9c8f0\"/>\n"
+                         "<text x=\"%d\" y=\"%d\" font-size=\"11\">recompute ops (%d segments)</text>\n",
+                     lx, ly - 10, lx + 20, ly, nseg), ly += 18;
+  if (r->budget_bytes)
+    tt_strbuf_printf(&b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#c00\" stroke-width=\"2\" "
+                         "stroke-dasharray=\"8 4\"/>\n<text x=\"%d\" y=\"%d\" font-size=\"11\">budget</text>\n",
+                     lx, ly - 4, lx + 14, ly - 4, lx + 20, ly), ly += 18;
+  if (alive)
+    tt_strbuf_printf(&b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#222\" stroke-dasharray=\"4 2\"/>\n"
+                         "<text x=\"%d\" y=\"%d\" font-size=\"11\">%s (rejected)</text>\n"
+                         "<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#666\">peak %.1f MiB, over its own %d ops</text>\n",
+                     lx, ly - 4, lx + 14, ly - 4, lx + 20, ly, alt_what, lx + 20, ly + 13, svg_mib(apeak), alt.nsteps);
+  tt_strbuf_printf(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">Program op (%d: forward, loss, "
+                       "backward, then the optimizer updates)</text>\n</svg>\n",
+                   SVG_LEFT + pw / 2, SVG_TOP + SVG_PH + 30, n);
+  free(live);
+  free(alive);
+  tt_program_free(&alt);
+  if (b.oom) {
+    free(b.p);
+    return tt_fail(err, "%s: out of host memory drawing the plan", path);
+  }
+  const void *chunk = b.p;
+  size_t size = b.n;
+  int rc = tt_write_file_atomic(path, &chunk, &size, 1, err);
+  free(b.p);
+  return rc;
+}
