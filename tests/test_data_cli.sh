@@ -113,7 +113,11 @@ out=$(cat "$TMP/out")
 run plan --json "$TMP/r.recipe"
 if echo "$out" | grep -q "loader      host .* MiB: 2 threads, a ring of 4 batches of 4 images of 432 bytes" &&
    echo "$out" | grep -q "at worst 2 threads x 1419.8 MiB" &&
-   grep -q '"loader": {"host_bytes": [0-9]*, "threads": 2, "streaming": true}' "$TMP/out"; then
+   grep -q '"loader": {"host_bytes": [0-9]*, "threads": 2, "streaming": true}' "$TMP/out" &&
+   python3 -c 'import json, sys
+j = json.load(open(sys.argv[1]))
+w, p = j["loader_worst_decode_bytes"], j["loader_worst_decode_bytes_per_thread"]
+assert w == 2 * p and abs(p / 1048576 - 1419.8) < 0.06, (w, p)' "$TMP/out"; then
   pass data_cli_plan_loader
 else fail data_cli_plan_loader "$out"; fi
 # pack the recipe's folders, then train from the .npy files (numpy's format)
