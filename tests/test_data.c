@@ -294,7 +294,16 @@ static void test_folder(void) {
   TT_TEST_BEGIN("folder_decode_skip_resize");
   make_folder(root);
   memset(&w, 0, sizeof w);
+  /* 3 of its 12 images fail to decode: at the default max_failed (0.01) that stops the decode
+   * (the loader's rule, in memory too), under a share of 0.25 they are skipped */
   rc = tt_dataset_load_folder(root, 3, 8, 8, &ds, &err, on_warn, &w);
+  TT_CHECK(rc == -1 && strstr(err.msg, "folder: 1 of its 12 images failed to decode, over max_failed = 0.01") &&
+               w.n == 2 && strstr(w.all, "notes.txt: skipped (") && strstr(w.all, ": skipped ("),
+           "default share: rc %d, %d warnings: %s\n%s", rc, w.n, err.msg, w.all);
+  memset(&w, 0, sizeof w);
+  rc = tt_dataset_scan_folder(root, 3, 8, 8, &ds, &err, on_warn, &w);
+  ds.max_failed = 0.25f, ds.max_failed_set = 1;
+  if (rc == 0) rc = tt_dataset_decode_all(&ds, &err, on_warn, &w);
   TT_CHECK(rc == 0, "folder load: %s", err.msg);
   if (rc != 0) return;
   TT_CHECK(ds.n == 9 && ds.skipped == 4 && ds.classes == 3 && ds.c == 3 && ds.h == 8 && ds.w == 8,
@@ -310,7 +319,9 @@ static void test_folder(void) {
   tt_dataset_free(&ds);
   /* grey decode: one channel */
   memset(&w, 0, sizeof w);
-  rc = tt_dataset_load_folder(root, 1, 5, 7, &ds, &err, on_warn, &w);
+  rc = tt_dataset_scan_folder(root, 1, 5, 7, &ds, &err, on_warn, &w);
+  ds.max_failed = 0.25f, ds.max_failed_set = 1;
+  if (rc == 0) rc = tt_dataset_decode_all(&ds, &err, on_warn, &w);
   TT_CHECK(rc == 0 && ds.n == 9 && ds.c == 1 && ds.h == 5 && ds.w == 7, "grey: %s", err.msg);
   if (rc == 0) tt_dataset_free(&ds);
   TT_TEST_END();
@@ -319,6 +330,14 @@ static void test_folder(void) {
 /* stb_image 2.27 itself rejects a PNG cut inside its data and a baseline JPEG cut anywhere
  * ("expected marker"), but decodes a PNG cut just before its IEND chunk and a BMP cut
  * short (missing rows read as zeros). The container checks in data_image.c catch those. */
+/* A list decoded into memory at 3x8x8 with a max_failed share (tt_dataset_load_list's default
+ * of 0.01 stops at the first failure of a small list). */
+static int load_list_share(const char *path, float share, tt_dataset *ds, tt_err *err, warns *w) {
+  int rc = tt_dataset_scan_list(path, 3, 8, 8, 0, ds, err, on_warn, w);
+  ds->max_failed = share, ds->max_failed_set = 1;
+  return rc ? rc : tt_dataset_decode_all(ds, err, on_warn, w);
+}
+
 static void test_truncation_claims(void) {
   tt_dataset ds;
   tt_err err;
@@ -332,8 +351,22 @@ static void test_truncation_claims(void) {
   fclose(f);
   memset(&w, 0, sizeof w);
   rc = tt_dataset_load_list(tt_test_path("bad.list"), 3, 8, 8, &ds, &err, on_warn, &w);
-  TT_CHECK(rc != 0 && strstr(err.msg, "bad.list") && w.n == 2, "all-bad list: rc %d, %d warnings: %s", rc, w.n,
-           err.msg);
+  TT_CHECK(rc != 0 && strstr(err.msg, "bad.list: 1 of its 2 images failed to decode, over max_failed = 0.01") && w.n == 1,
+           "all-bad list: rc %d, %d warnings: %s", rc, w.n, err.msg);
+  /* 8 of 9 fail under max_failed = 0.8: the first 5 named, then one line that counts, and the
+   * 8th failure (over 7.2) stops the decode with an error naming the list */
+  f = fopen(tt_test_path("bad8.list"), "w");
+  for (rc = 0; rc < 8; rc++) fprintf(f, "folder/b_green/bad_trunc.%s 0\n", rc % 2 ? "jpg" : "png");
+  fprintf(f, "folder/a_red/img0.png 0\n");
+  fclose(f);
+  memset(&w, 0, sizeof w);
+  rc = tt_dataset_scan_list(tt_test_path("bad8.list"), 3, 8, 8, 0, &ds, &err, on_warn, &w);
+  ds.max_failed = 0.8f, ds.max_failed_set = 1;
+  if (rc == 0) rc = tt_dataset_decode_all(&ds, &err, on_warn, &w);
+  TT_CHECK(rc == -1 && strstr(err.msg, "bad8.list: 8 of its 9 images failed to decode, over max_failed = 0.8") &&
+               w.n == 6 && strstr(w.last, "bad8.list: more images fail to decode; counted, not listed"),
+           "max_failed in memory: rc %d, %d warnings: %s\n%s", rc, w.n, err.msg, w.all);
+  TT_CHECK(ds.n == 0 && !ds.paths && !ds.images, "the set is freed on the error");
   /* a PNG without its final IEND chunk (stb alone decodes it) */
   {
     void *p;
@@ -346,7 +379,7 @@ static void test_truncation_claims(void) {
     fprintf(f, "noiend.png 0\nfolder/a_red/img0.png 0\n");
     fclose(f);
     memset(&w, 0, sizeof w);
-    rc = tt_dataset_load_list(tt_test_path("png.list"), 3, 8, 8, &ds, &err, on_warn, &w);
+    rc = load_list_share(tt_test_path("png.list"), 0.5f, &ds, &err, &w); /* 1 of 2 fails */
     TT_CHECK(rc == 0 && ds.n == 1 && ds.skipped == 1 && strstr(w.all, "noiend.png: skipped (truncated PNG"),
              "png without IEND: %s %s", err.msg, w.all);
     if (rc == 0) tt_dataset_free(&ds);
@@ -357,7 +390,7 @@ static void test_truncation_claims(void) {
   fprintf(f, "cut.bmp 0\nfolder/a_red/img1.bmp 0\n");
   fclose(f);
   memset(&w, 0, sizeof w);
-  rc = tt_dataset_load_list(tt_test_path("bmp.list"), 3, 8, 8, &ds, &err, on_warn, &w);
+  rc = load_list_share(tt_test_path("bmp.list"), 0.5f, &ds, &err, &w); /* 1 of 2 fails */
   TT_CHECK(rc == 0 && ds.n == 1 && ds.skipped == 1 && strstr(w.all, "cut.bmp: skipped (truncated BMP"),
            "cut bmp: %s %s", err.msg, w.all);
   if (rc == 0) tt_dataset_free(&ds);
@@ -428,6 +461,7 @@ static void test_list(void) {
     memset(&cfg, 0, sizeof cfg);
     cfg.format = TT_DATA_LIST;
     strcpy(cfg.train, tt_test_path("train.list"));
+    cfg.max_failed = 0.5f, cfg.max_failed_set = 1; /* 1 of its 4 images fails */
     rc = tt_dataset_load(&cfg, 1, 3, 6, 6, &ds, &err, on_warn, &w);
   }
   TT_CHECK(rc == 0, "list: %s", err.msg);

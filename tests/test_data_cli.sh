@@ -108,6 +108,18 @@ if [ $RC = 1 ] && [ "$nskip" = 5 ] && grep -q "bad: more images fail to decode; 
   pass data_cli_max_failed
 else fail data_cli_max_failed "exit $RC, $nskip skip lines: $(tail -3 "$TMP/err")"; fi
 
+# pack has the same rule: the recipe's max_failed (21 of 41 over 0.5), the default 0.01 for pack SOURCE PREFIX;
+# the first 5 failures named, then counted, and nothing written
+run pack "$TMP/b.recipe"
+nskip=$(grep -c ": skipped (" "$TMP/err")
+run pack "$TMP/bad" "$TMP/bp"
+if [ $RC = 1 ] && [ "$nskip" = 5 ] && grep -q "bad: 1 of its 41 images failed to decode, over max_failed = 0.01" "$TMP/err" &&
+   ! ls "$TMP" | grep -q "images.npy\|\.pack-"; then
+  pass data_cli_pack_max_failed
+else fail data_cli_pack_max_failed "exit $RC, $nskip skip lines: $(tail -3 "$TMP/err") $(ls "$TMP")"; fi
+"$TT" pack "$TMP/b.recipe" 2>&1 | grep -q "bad: 21 of its 41 images failed to decode, over max_failed = 0.5 of the set" ||
+  fail data_cli_pack_max_failed "pack RECIPE: no error for 21 of 41 over 0.5"
+
 run plan "$TMP/r.recipe"
 out=$(cat "$TMP/out")
 run plan --json "$TMP/r.recipe"

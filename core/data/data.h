@@ -139,13 +139,21 @@ int tt_dataset_map_classes_from(tt_dataset *test, const char *weights, tt_err *e
  * streaming data set (paths and labels; what is not a regular file is skipped and warned about
  * at the scan, a corrupt image later, by the loader); load_folder / load_list scan and then
  * decode everything into memory (tt_dataset_decode_all: the corrupt images are dropped,
- * counted and warned about; an error when none decodes). scan_list with max_classes > 0
+ * counted and warned about as the loader does, and it is an error when more than the set's
+ * max_failed share fails, or none decodes). scan_list with max_classes > 0
  * refuses a label >= max_classes with an error naming the file and line. */
 int tt_dataset_scan_folder(const char *dir, int c, int h, int w, tt_dataset *ds, tt_err *err, tt_warn_fn warn,
                            void *ud);
 int tt_dataset_scan_list(const char *list_path, int c, int h, int w, int max_classes, tt_dataset *ds, tt_err *err,
                          tt_warn_fn warn, void *ud);
 int tt_dataset_decode_all(tt_dataset *ds, tt_err *err, tt_warn_fn warn, void *ud);
+/* The loader's rule for images that fail to decode, outside the loader (tt_dataset_decode_all,
+ * tt_pack_set): counts one more failure in *failed; warns "PATH: skipped (why)" for the first
+ * TT_LOADER_WARN_FIRST, then once "SOURCE: more images fail to decode; counted, not listed";
+ * returns -1 with err ("SOURCE: N of its M images failed to decode, over max_failed = ...")
+ * once more than the set's max_failed share (else TT_DEFAULT_MAX_FAILED) has failed, else 0. */
+int tt_data_count_failure(const tt_dataset *ds, int *failed, const char *path, const char *why, tt_warn_fn warn,
+                          void *ud, tt_err *err);
 /* Decodes the streaming samples [start, start + count) on several threads into images
  * ([count, c, h, w]); reasons ([count][TT_DECODE_REASON_MAX]) gets "" for each one decoded,
  * else why not. */
@@ -185,7 +193,8 @@ void tt_dir_entries_free(char **names, int n);
  * tt_pack_set writes a scanned (streaming) data set to PREFIX-images.npy ((N, H, W, C) uint8,
  * the decoder's resize and centre crop), PREFIX-labels.npy ((N,) int32) and, when the set has
  * class names, PREFIX-classes.json; each file under a temporary name, renamed when complete.
- * Images that fail to decode are skipped and warned about; *kept counts the rest. */
+ * Images that fail to decode are skipped, the first few named (tt_data_count_failure); more
+ * than ds's max_failed share failing is an error and writes nothing; *kept counts the rest. */
 int tt_pack_set(const tt_dataset *ds, const char *prefix, int *kept, tt_warn_fn warn, void *ud, tt_err *err);
 
 /* ---- Loader: background threads fill a ring of preallocated batch buffers. ----

@@ -57,7 +57,7 @@ static int pack_images(const tt_dataset *ds, const char *prefix, int32_t *labels
   char *reasons = (char *)tt_malloc((size_t)TT_DECODE_REASON_MAX * PACK_CHUNK, "pack status", err);
   long long shape[4] = {0, ds->h, ds->w, ds->c};
   tt_atomic_file f;
-  int start, k, ch, rc = -1;
+  int start, k, ch, rc = -1, failed = 0;
   snprintf(path, sizeof path, "%s-images.npy", prefix);
   *kept = 0;
   pack_npy_header(head, "|u1", shape, 4); /* the count is written again at the end */
@@ -67,11 +67,10 @@ static int pack_images(const tt_dataset *ds, const char *prefix, int32_t *labels
     tt_dataset_decode_range(ds, start, cnt, chw, reasons);
     for (k = 0; k < cnt && rc == 0; k++) {
       const char *r = reasons + (size_t)TT_DECODE_REASON_MAX * k;
-      if (r[0]) {
-        if (warn) {
-          char line[TT_PATH_MAX + TT_DECODE_REASON_MAX + 32];
-          snprintf(line, sizeof line, "%s: skipped (%s)", ds->paths[start + k], r);
-          warn(ud, line);
+      if (r[0]) { /* the loader's rule: the first few named, then counted; over the share, stop */
+        if (tt_data_count_failure(ds, &failed, ds->paths[start + k], r, warn, ud, err) != 0) {
+          tt_atomic_discard(&f);
+          rc = -1;
         }
         continue;
       }
@@ -253,12 +252,14 @@ int tt_pack_set(const tt_dataset *ds, const char *prefix, int *kept, tt_warn_fn 
 /* ---- the command: tinytrain pack ---- */
 
 /* Scans SOURCE: a directory is a folder data set, anything else a list file. */
-static int pack_scan(const char *src, int c, int h, int w, int max_classes, int max_mp, tt_dataset *ds, tt_err *err) {
+static int pack_scan(const char *src, int c, int h, int w, int max_classes, int max_mp, const tt_data_cfg *cfg,
+                     tt_dataset *ds, tt_err *err) {
   char why[TT_DECODE_REASON_MAX];
   int is_dir = access(src, F_OK) == 0 && tt_file_check_kind(src, why) != 0;
   int rc = is_dir ? tt_dataset_scan_folder(src, c, h, w, ds, err, tt_warn_stderr, NULL)
                   : tt_dataset_scan_list(src, c, h, w, max_classes, ds, err, tt_warn_stderr, NULL);
   ds->max_pixels = tt_max_pixels(max_mp);
+  if (cfg) ds->max_failed = cfg->max_failed, ds->max_failed_set = cfg->max_failed_set; /* else the default share */
   return rc;
 }
 
@@ -292,12 +293,12 @@ static int pack_recipe(FILE *out, const char *recipe, tt_err *err) {
     goto done;
   }
   pack_prefix(ptr, sizeof ptr, m->data.train);
-  if (pack_scan(m->data.train, m->in_c, m->in_h, m->in_w, m->classes, m->data.max_megapixels, &tr, err) ||
+  if (pack_scan(m->data.train, m->in_c, m->in_h, m->in_w, m->classes, m->data.max_megapixels, &m->data, &tr, err) ||
       tt_dataset_name_classes(&m->data, m->classes, &tr, err) || pack_write(out, m->data.train, &tr, ptr, err))
     goto done;
   if (m->data.test[0]) {
     pack_prefix(pte, sizeof pte, m->data.test);
-    if (pack_scan(m->data.test, m->in_c, m->in_h, m->in_w, m->classes, m->data.max_megapixels, &te, err) ||
+    if (pack_scan(m->data.test, m->in_c, m->in_h, m->in_w, m->classes, m->data.max_megapixels, &m->data, &te, err) ||
         tt_dataset_map_classes(&te, &tr, err))
       goto done;
     te.class_names = tr.class_names, te.classes = tr.classes; /* the run's names, borrowed */
@@ -351,7 +352,7 @@ int tt_pack(const char *source, const char *prefix, int c, int h, int w, int max
       strcat(pre, "/");
       strcat(pre, b);
     }
-    rc = pack_scan(source, c > 0 ? c : 3, h > 0 ? h : 224, w > 0 ? w : 224, 0, max_megapixels, &ds, &err) ||
+    rc = pack_scan(source, c > 0 ? c : 3, h > 0 ? h : 224, w > 0 ? w : 224, 0, max_megapixels, NULL, &ds, &err) ||
          pack_write(out, source, &ds, pre, &err);
     tt_dataset_free(&ds);
   }
