@@ -4,12 +4,14 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
+#include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -1020,6 +1022,83 @@ static void write_npy(const char *path, const char *descr, const char *shape, co
   fclose(f);
 }
 
+/* format = npy, an images file truncated under a running job: the loader's check before each
+ * batch ends it with an error naming the file, and a fault while reading the mapping (the file
+ * shrank after the check) jumps back to the reader instead of killing the process with SIGBUS;
+ * a fault outside a guarded read, or a SIGBUS sent by kill, still ends the process. */
+static void test_npy_shrinks(void) {
+  enum { N = 8, PER = 4 * 4 * 3 };
+  static unsigned char px[N * PER];
+  static const int32_t lab[N] = {0, 1, 0, 1, 0, 1, 0, 1};
+  char img[1100];
+  tt_dataset ds;
+  tt_loader *l = NULL;
+  tt_err err;
+  const uint8_t *bi;
+  const int32_t *bl;
+  int i, cnt, rc;
+  TT_TEST_BEGIN("npy_file_shrinks_under_the_loader");
+  for (i = 0; i < N * PER; i++) px[i] = (unsigned char)(i * 7);
+  snprintf(img, sizeof img, "%s", tt_test_path("shrink-images.npy"));
+  write_npy(img, "|u1", "(8, 4, 4, 3)", px, sizeof px);
+  write_npy(tt_test_path("shrink-labels.npy"), "<i4", "(8,)", lab, sizeof lab);
+  rc = tt_dataset_load_npy(img, tt_test_path("shrink-labels.npy"), 3, 4, 4, 2, &ds, &err);
+  TT_CHECK(rc == 0, "load: %s", err.msg);
+  if (rc) return;
+  TT_CHECK(tt_loader_create(&l, &ds, 2, 1, 0, 0, 1, 2, &err) == 0, "loader: %s", err.msg);
+  if (!l) return;
+  tt_loader_start_epoch(l, 0, 0);
+  for (i = 0; (rc = tt_loader_next(l, &bi, &bl, &cnt, NULL)) == 0; i++) tt_loader_release(l);
+  TT_CHECK(rc == 1 && i == 4 && !tt_loader_error(l)[0], "epoch 0: rc %d after %d batches", rc, i);
+  TT_CHECK(truncate(img, 0) == 0, "truncate");
+  tt_loader_start_epoch(l, 1, 0);
+  rc = tt_loader_next(l, &bi, &bl, &cnt, NULL);
+  TT_CHECK(rc == -1 && strstr(tt_loader_error(l), "shrink-images.npy: the file shrank to 0 bytes while this run read it"),
+           "epoch 1: rc %d, '%s'", rc, tt_loader_error(l));
+  tt_loader_destroy(l);
+  /* the guard itself: a read of the truncated mapping returns to its sigsetjmp */
+  {
+    sigjmp_buf jump;
+    volatile int faulted = 0;
+    volatile unsigned char v = 0;
+    if (sigsetjmp(jump, 1) == 0) {
+      tt_map_guard_enter(&ds, &jump);
+      v = ds.images[PER * 5];
+      tt_map_guard_leave();
+    } else {
+      faulted = 1;
+    }
+    (void)v;
+    TT_CHECK(faulted, "a read past the new end did not fault into the guard");
+  }
+  {
+    int kind;
+    for (kind = 0; kind < 2; kind++) { /* unguarded fault; a kill -BUS during a guarded read */
+      pid_t pid = fork();
+      int st = 0;
+      if (pid == 0) {
+        sigjmp_buf jump;
+        volatile unsigned char v;
+        alarm(10);
+        if (kind == 0) {
+          v = ds.images[PER * 5];
+        } else if (sigsetjmp(jump, 1) == 0) {
+          tt_map_guard_enter(&ds, &jump);
+          kill(getpid(), SIGBUS);
+          tt_map_guard_leave();
+        }
+        (void)v;
+        _exit(0);
+      }
+      waitpid(pid, &st, 0);
+      TT_CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS, "%s: the child was not ended by SIGBUS (status 0x%x)",
+               kind ? "kill -BUS" : "unguarded fault", st);
+    }
+  }
+  tt_dataset_free(&ds);
+  TT_TEST_END();
+}
+
 /* PREFIX-classes.json is checked against [net] classes and every label; duplicates refused. */
 static void test_npy_classes(void) {
   static const unsigned char px[2 * 2 * 2] = {0};
@@ -1064,6 +1143,7 @@ int main(void) {
   test_bmp_jpeg_variants();
   test_atomic_symlink();
   test_npy_classes();
+  test_npy_shrinks();
   test_idx_small();
   test_idx_fashion();
   test_folder();

@@ -3,7 +3,8 @@
 # short run, the class names in both checkpoint files' metadata, a test folder with a class the
 # training set lacks (error naming it), a resume against renamed classes (error), a list label
 # >= [net] classes (error naming file:line), a corrupt image skipped by name, the loader's
-# host memory in `plan`, and `tinytrain pack` (a recipe's folders, then a run on format = npy). The images are copies of the committed tests/fixtures/images/ files.
+# host memory in `plan`, and `tinytrain pack` (a recipe's folders, then a run on format = npy, and
+# that run's images file truncated under it: an error naming it). The images are copies of the committed tests/fixtures/images/ files.
 # Run from the repository root: bash tests/test_data_cli.sh
 cd "$(dirname "$0")/.." || exit 1
 TT=${TT:-./tinytrain}
@@ -143,6 +144,18 @@ else
   run --out "$TMP/run5" --max-steps 3 "$TMP/n.recipe"
   w=$(meta "$TMP/run5/weights.safetensors" classes 2>/dev/null)
   if [ $RC = 0 ] && [ "$w" = '["apple", "banana", "cherry"]' ]; then pass data_cli_pack; else fail data_cli_pack "npy run: exit $RC, classes '$w': $ERR"; fi
+  # the images file truncated while a run reads it: an error naming the file, not SIGBUS
+  for f in images.npy labels.npy classes.json; do cp "$TMP/data/train-$f" "$TMP/data/s-$f"; done
+  sed -e 's/^epochs = 1/epochs = 100000/' -e 's#data/train-#data/s-#' "$TMP/n.recipe" >"$TMP/s.recipe"
+  "$TT" --out "$TMP/run8" "$TMP/s.recipe" >"$TMP/out8" 2>"$TMP/err8" &
+  pid=$!
+  for i in $(seq 1 300); do [ -s "$TMP/run8/metrics.jsonl" ] && break; sleep 0.1; done
+  truncate -s 1000 "$TMP/data/s-images.npy"
+  wait $pid
+  RC=$?
+  if [ $RC = 1 ] && grep -q "s-images.npy: the file shrank to 1000 bytes while this run read it" "$TMP/err8"; then
+    pass data_cli_npy_shrinks
+  else fail data_cli_npy_shrinks "exit $RC (135 is SIGBUS): $(tail -2 "$TMP/err8")"; fi
 fi
 run pack --size 5x7 --channels 1 "$TMP/data/val" "$TMP/small"
 hdr=$(head -c 128 "$TMP/small-images.npy" | tr -d '\000-\011\013-\037\200-\377')

@@ -7,6 +7,7 @@
  * Normalisation (mean/std) is not done here: it runs on the device from uint8. */
 #ifndef TT_DATA_H
 #define TT_DATA_H
+#include <setjmp.h>
 #include <stdint.h>
 #include "../compile/model.h"
 #include "../base/util.h"
@@ -37,6 +38,7 @@ typedef struct tt_dataset {
   int hwc;          /* images are [n, h, w, c] (format = npy), not [n, c, h, w] */
   void *map;        /* format = npy: the memory-mapped images file (images points into it) */
   size_t map_bytes;
+  int map_fd;       /* with map: the images file, open (its size is checked on it) */
 } tt_dataset;
 
 /* ---- Decoding one image ----
@@ -164,6 +166,18 @@ void tt_dataset_decode_range(const tt_dataset *ds, int start, int count, uint8_t
  * classes. Every header is checked (magic, version, dtype, fortran_order, shape, file size). */
 int tt_dataset_load_npy(const char *images_path, const char *labels_path, int c, int h, int w, int classes,
                         tt_dataset *ds, tt_err *err);
+/* format = npy: the images file may shrink under a running job (another process truncates it),
+ * and a read of a mapped page past its new end raises SIGBUS. tt_dataset_check_map: whether
+ * the file (on the descriptor kept open) still has every mapped byte; 0, or -1 with err naming
+ * the file (one fstat: the loader calls it before each batch). For what shrinks between that
+ * check and the read, a guard: a thread that reads the mapping calls sigsetjmp(jump, 1), then
+ * tt_map_guard_enter(ds, &jump), reads, and tt_map_guard_leave(); a SIGBUS fault inside ds's
+ * mapping in between returns from its sigsetjmp with 1 (the read abandoned; what the code in
+ * between allocated is lost). Faults elsewhere, and SIGBUS sent by kill, go to the handler
+ * that was installed before (by default the process ends). Not nested; one mapping per thread. */
+int tt_dataset_check_map(const tt_dataset *ds, tt_err *err);
+void tt_map_guard_enter(const tt_dataset *ds, sigjmp_buf *jump);
+void tt_map_guard_leave(void);
 typedef struct tt_npy_info {
   char kind;          /* 'u' or 'i' */
   int itemsize;       /* bytes per element */
@@ -247,6 +261,11 @@ void tt_loader_destroy(tt_loader *l);
  * to decode, over max_failed = ..."). */
 void tt_loader_set_warn(tt_loader *l, tt_warn_fn warn, void *ud);
 int tt_loader_skipped(tt_loader *l);
+/* Why tt_loader_next failed when the reason was not warned about: format = npy, the images
+ * file shrank under the run ("PATH: the file shrank to N bytes while this run read it ...");
+ * "" otherwise. The loader checks the file's size before each batch and catches a SIGBUS
+ * fault while it copies from the mapping (tt_map_guard_enter). */
+const char *tt_loader_error(tt_loader *l);
 /* Ring slots for nthreads workers, and the host memory of a loader (the batch ring with its
  * labels, plus two staging images per slot); nthreads <= 0 means 2. Each worker
  * decoding also holds, briefly, its file and the decoded image before resizing (at most

@@ -3,10 +3,16 @@
  * uint8 in another, as numpy.save writes them (tinytrain pack writes such pairs too). The
  * header is checked fully: magic and version, dtype (little-endian), fortran_order, shape,
  * and the file's size against the shape, at open (a regular file, checked on the descriptor
- * opened). What remains: a file that shrinks under a running job (truncated by another
- * process) makes the next read of a page past its new end raise SIGBUS in the loader thread;
- * tinytrain does not catch it (a handler would have to longjmp out of a memcpy in a worker
- * thread); replace such files by writing a new one and renaming it over the old, as pack does. */
+ * opened). A file that shrinks under a running job (truncated by another process) would make
+ * the next read of a page past its new end raise SIGBUS; so the descriptor is kept, the loader
+ * checks the file's size on it before each batch it reads from the mapping
+ * (tt_dataset_check_map), and a fault that still lands while it reads (the file shrank between
+ * the check and the read) is caught by a SIGBUS handler that jumps back to the reading thread
+ * (tt_map_guard_enter): either way the job ends with an error naming the file. What remains:
+ * a file rewritten in place at the same size is read as it is (mixed records), and the handler
+ * is process-wide (installed at the first guarded read; a fault outside a guarded read, or a
+ * SIGBUS sent by kill, goes to the handler that was there before, by default killing the
+ * process). Replace such files by writing new ones and renaming them over the old, as pack does. */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
@@ -16,6 +22,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -306,9 +314,12 @@ int tt_dataset_load_npy(const char *images_path, const char *labels_path, int c,
                    "them at the input size or change [net] input", images_path, ii.shape[1], ii.shape[2], ic, c, h, w);
   }
   map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (map == MAP_FAILED) return tt_fail(err, "%s: cannot memory-map (%s)", images_path, strerror(errno));
+  if (map == MAP_FAILED) {
+    close(fd);
+    return tt_fail(err, "%s: cannot memory-map (%s)", images_path, strerror(errno));
+  }
   ds->map = map;
+  ds->map_fd = fd; /* kept: tt_dataset_check_map looks at the file's size on it */
   ds->map_bytes = size;
   ds->images = (uint8_t *)map + ii.data_offset;
   ds->hwc = 1;
@@ -321,4 +332,67 @@ int tt_dataset_load_npy(const char *images_path, const char *labels_path, int c,
     return -1;
   }
   return 0;
+}
+
+/* ---- A file that shrinks under the mapping ---- */
+
+int tt_dataset_check_map(const tt_dataset *ds, tt_err *err) {
+  struct stat st;
+  if (!ds->map) return 0;
+  if (fstat(ds->map_fd, &st) != 0) return tt_fail(err, "%s: cannot check its size (%s)", ds->source, strerror(errno));
+  if ((unsigned long long)st.st_size < ds->map_bytes)
+    return tt_fail(err, "%s: the file shrank to %lld bytes while this run read it (%zu at open: truncated or rewritten by "
+                   "another process); stopping. Replace a packed set by renaming new files over it (as tinytrain pack "
+                   "does), never by rewriting it in place", ds->source, (long long)st.st_size, ds->map_bytes);
+  return 0;
+}
+
+/* The reading thread's guard: where to jump, and the mapping a fault must fall in. */
+static _Thread_local sigjmp_buf *volatile map_jump;
+static _Thread_local const char *volatile map_lo, *volatile map_hi;
+static struct sigaction map_old; /* the SIGBUS action before ours */
+static pthread_once_t map_once = PTHREAD_ONCE_INIT;
+
+static void map_on_sigbus(int sig, siginfo_t *si, void *uc) {
+  const char *a = (const char *)si->si_addr;
+  if (map_jump && si->si_code > 0 && a >= map_lo && a < map_hi) { /* a fault (not a kill) in the guarded mapping */
+    sigjmp_buf *j = map_jump;
+    map_jump = NULL;
+    siglongjmp(*j, 1);
+  }
+  /* not ours: the action there was before */
+  if ((map_old.sa_flags & SA_SIGINFO) && map_old.sa_sigaction) {
+    map_old.sa_sigaction(sig, si, uc);
+    return;
+  }
+  if (map_old.sa_handler != SIG_DFL && map_old.sa_handler != SIG_IGN) {
+    map_old.sa_handler(sig);
+    return;
+  }
+  sigaction(SIGBUS, &map_old, NULL); /* the default: returning re-runs the faulting access, */
+  if (si->si_code <= 0) raise(SIGBUS); /* which faults again; a sent signal is sent again */
+}
+
+static void map_install(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = map_on_sigbus;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGBUS, &sa, &map_old);
+}
+
+void tt_map_guard_enter(const tt_dataset *ds, sigjmp_buf *jump) {
+  pthread_once(&map_once, map_install);
+  map_lo = (const char *)ds->map;
+  map_hi = (const char *)ds->map + ds->map_bytes;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  map_jump = jump;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+
+void tt_map_guard_leave(void) {
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  map_jump = NULL;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
 }
