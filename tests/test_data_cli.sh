@@ -135,7 +135,7 @@ assert w == 2 * p and abs(p / 1048576 - 1419.8) < 0.06, (w, p)' "$TMP/out"; then
 else fail data_cli_plan_loader "$out"; fi
 # pack the recipe's folders, then train from the .npy files (numpy's format)
 run pack "$TMP/r.recipe"
-if [ $RC != 0 ] || [ ! -f "$TMP/data/train-images.npy" ] || [ ! -f "$TMP/data/val-labels.npy" ] ||
+if [ $RC != 0 ] || [ ! -f "$TMP/data/train-images.npy" ] || [ ! -f "$TMP/data/val-labels.npy" ] || [ ! -f "$TMP/data/val-set.json" ] ||
    [ "$(cat "$TMP/data/train-classes.json")" != '["apple", "banana", "cherry"]' ] || ls -A "$TMP/data/" | grep -q "\.tmp\|\.pack-"; then
   fail data_cli_pack "exit $RC: $ERR $(ls "$TMP/data")"
 else
@@ -145,7 +145,7 @@ else
   w=$(meta "$TMP/run5/weights.safetensors" classes 2>/dev/null)
   if [ $RC = 0 ] && [ "$w" = '["apple", "banana", "cherry"]' ]; then pass data_cli_pack; else fail data_cli_pack "npy run: exit $RC, classes '$w': $ERR"; fi
   # the images file truncated while a run reads it: an error naming the file, not SIGBUS
-  for f in images.npy labels.npy classes.json; do cp "$TMP/data/train-$f" "$TMP/data/s-$f"; done
+  for f in images.npy labels.npy classes.json set.json; do cp "$TMP/data/train-$f" "$TMP/data/s-$f"; done
   sed -e 's/^epochs = 1/epochs = 100000/' -e 's#data/train-#data/s-#' "$TMP/n.recipe" >"$TMP/s.recipe"
   "$TT" --out "$TMP/run8" "$TMP/s.recipe" >"$TMP/out8" 2>"$TMP/err8" &
   pid=$!
@@ -169,12 +169,12 @@ if [ $RC = 2 ]; then pass data_cli_pack_usage; else fail data_cli_pack_usage "ex
 mkdir -p "$TMP/pk/.val.pack-AbC123" && touch "$TMP/pk/.val.pack-AbC123/val-images.npy" "$TMP/pk/val-labels.npy.tmp"
 run pack --size 4 "$TMP/data/val/" "$TMP/pk"
 if [ $RC = 0 ] && [ -f "$TMP/pk/val-images.npy" ] && [ -f "$TMP/pk/val-labels.npy" ] &&
-   [ -z "$(ls -A "$TMP/pk" | grep -v '^val-\(images\|labels\|classes\)\.\(npy\|json\)$')" ] &&
+   [ -z "$(ls -A "$TMP/pk" | grep -v '^val-\(images\|labels\|classes\|set\)\.\(npy\|json\)$')" ] &&
    grep -q "pk/.val.pack-AbC123: removed, left behind by an interrupted pack" "$TMP/err"; then pass data_cli_pack_into_dir
 else fail data_cli_pack_into_dir "exit $RC: $ERR / $(ls -A "$TMP/pk")"; fi
 before=$(ls /dev | wc -l)
 run pack --size 4 "$TMP/data/val" /dev/null
 if [ $RC = 1 ] && echo "$ERR" | grep -q "/dev/null: is a character device" && [ ! -e /dev/null-images.npy ] &&
    [ "$(ls /dev | wc -l)" = "$before" ]; then pass data_cli_pack_device_prefix
-else fail data_cli_pack_device_prefix "exit $RC: $ERR"; rm -f /dev/null-images.npy /dev/null-labels.npy /dev/null-classes.json; fi
+else fail data_cli_pack_device_prefix "exit $RC: $ERR"; rm -f /dev/null-images.npy /dev/null-labels.npy /dev/null-classes.json /dev/null-set.json; fi
 exit $FAILED

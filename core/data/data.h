@@ -186,6 +186,22 @@ typedef struct tt_npy_info {
   long long count;    /* elements */
   size_t data_offset; /* where the array starts */
 } tt_npy_info;
+/* PREFIX-set.json, the manifest tinytrain pack writes beside a packed set (and renames into
+ * place first, before the other three): the set's image count, the images file's size and an
+ * FNV-1a hash of its header and of 64 records spread over it (first and last included), the
+ * labels file's size and hash, the classes JSON's hash (null: none). tt_dataset_load_npy
+ * refuses a set whose files disagree with its manifest (a pack killed between its renames
+ * leaves new files beside old ones), naming the files; without a manifest (numpy's sets) it
+ * checks nothing. A labels file other than PREFIX-labels.npy is not checked. */
+typedef struct tt_npy_set_digest {
+  long long count;
+  unsigned long long images_bytes, labels_bytes, classes_bytes;
+  uint64_t images_hash, labels_hash, classes_hash;
+  int has_classes;
+} tt_npy_set_digest;
+int tt_npy_set_hash(const char *images, const char *labels, const char *classes, tt_npy_set_digest *d, tt_err *err);
+/* The manifest's text (one line of JSON); returns its length as snprintf does. */
+int tt_npy_set_format(const tt_npy_set_digest *d, char *out, size_t size);
 /* Parses a .npy header from the first size bytes of a file. Returns 0, or -1 with why. */
 int tt_npy_parse_header(const void *data, size_t size, tt_npy_info *info, char *why);
 int tt_dataset_load_idx(const char *images_path, const char *labels_path, int c, int h, int w,
@@ -206,7 +222,8 @@ void tt_dir_entries_free(char **names, int n);
 /* ---- tinytrain pack (core/data/pack.c; the command is tt_pack in tinytrain.h) ----
  * tt_pack_set writes a scanned (streaming) data set to PREFIX-images.npy ((N, H, W, C) uint8,
  * the decoder's resize and centre crop), PREFIX-labels.npy ((N,) int32) and, when the set has
- * class names, PREFIX-classes.json; each file under a temporary name, renamed when complete.
+ * class names, PREFIX-classes.json, and PREFIX-set.json (the manifest, tt_npy_set_hash); each
+ * file under a temporary name, renamed when all are complete, the manifest first.
  * Images that fail to decode are skipped, the first few named (tt_data_count_failure); more
  * than ds's max_failed share failing is an error and writes nothing; *kept counts the rest. */
 int tt_pack_set(const tt_dataset *ds, const char *prefix, int *kept, tt_warn_fn warn, void *ud, tt_err *err);
