@@ -480,8 +480,8 @@ int tt_dataset_check_map(const tt_dataset *ds, tt_err *err) {
 }
 
 /* The reading thread's guard: where to jump, and the mapping a fault must fall in. */
-static _Thread_local sigjmp_buf *volatile map_jump;
-static _Thread_local const char *volatile map_lo, *volatile map_hi;
+static __thread sigjmp_buf *volatile map_jump; /* __thread: the amalgamation is also C++ (nvcc) */
+static __thread const char *volatile map_lo, *volatile map_hi;
 static struct sigaction map_old; /* the SIGBUS action before ours */
 static pthread_once_t map_once = PTHREAD_ONCE_INIT;
 
