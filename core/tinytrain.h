@@ -126,7 +126,9 @@ TT_API int tt_predict(const tt_run_opts *o, const char *weights, const char *con
 /* `tinytrain pack`: decodes an image folder (one subfolder per class) or a list file ("path
  * label" lines) once into PREFIX-images.npy ((N, H, W, C) uint8, each image resized so its
  * shorter side fits h x w, then centre-cropped), PREFIX-labels.npy ((N,) int32) and
- * PREFIX-classes.json (the class names), each written under a temporary name and renamed.
+ * PREFIX-classes.json (the class names), with PREFIX-set.json (a manifest: the sizes and
+ * hashes of the other three, which format = npy checks), each written under a temporary name
+ * and renamed, the manifest first: a pack killed between renames leaves a set that is refused.
  * c, h, w: 0 for 3 x 224 x 224; max_megapixels: the decoders' limit (0: 64). With prefix NULL,
  * source is a recipe: its [data] train and test sets are packed at its input size beside them
  * (the test set labelled by the training set's class names), and the [data] lines that read

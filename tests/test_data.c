@@ -4,12 +4,14 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
+#include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -294,7 +296,16 @@ static void test_folder(void) {
   TT_TEST_BEGIN("folder_decode_skip_resize");
   make_folder(root);
   memset(&w, 0, sizeof w);
+  /* 3 of its 12 images fail to decode: at the default max_failed (0.01) that stops the decode
+   * (the loader's rule, in memory too), under a share of 0.25 they are skipped */
   rc = tt_dataset_load_folder(root, 3, 8, 8, &ds, &err, on_warn, &w);
+  TT_CHECK(rc == -1 && strstr(err.msg, "folder: 1 of its 12 images failed to decode, over max_failed = 0.01") &&
+               w.n == 2 && strstr(w.all, "notes.txt: skipped (") && strstr(w.all, ": skipped ("),
+           "default share: rc %d, %d warnings: %s\n%s", rc, w.n, err.msg, w.all);
+  memset(&w, 0, sizeof w);
+  rc = tt_dataset_scan_folder(root, 3, 8, 8, &ds, &err, on_warn, &w);
+  ds.max_failed = 0.25f, ds.max_failed_set = 1;
+  if (rc == 0) rc = tt_dataset_decode_all(&ds, &err, on_warn, &w);
   TT_CHECK(rc == 0, "folder load: %s", err.msg);
   if (rc != 0) return;
   TT_CHECK(ds.n == 9 && ds.skipped == 4 && ds.classes == 3 && ds.c == 3 && ds.h == 8 && ds.w == 8,
@@ -310,7 +321,9 @@ static void test_folder(void) {
   tt_dataset_free(&ds);
   /* grey decode: one channel */
   memset(&w, 0, sizeof w);
-  rc = tt_dataset_load_folder(root, 1, 5, 7, &ds, &err, on_warn, &w);
+  rc = tt_dataset_scan_folder(root, 1, 5, 7, &ds, &err, on_warn, &w);
+  ds.max_failed = 0.25f, ds.max_failed_set = 1;
+  if (rc == 0) rc = tt_dataset_decode_all(&ds, &err, on_warn, &w);
   TT_CHECK(rc == 0 && ds.n == 9 && ds.c == 1 && ds.h == 5 && ds.w == 7, "grey: %s", err.msg);
   if (rc == 0) tt_dataset_free(&ds);
   TT_TEST_END();
@@ -319,6 +332,14 @@ static void test_folder(void) {
 /* stb_image 2.27 itself rejects a PNG cut inside its data and a baseline JPEG cut anywhere
  * ("expected marker"), but decodes a PNG cut just before its IEND chunk and a BMP cut
  * short (missing rows read as zeros). The container checks in data_image.c catch those. */
+/* A list decoded into memory at 3x8x8 with a max_failed share (tt_dataset_load_list's default
+ * of 0.01 stops at the first failure of a small list). */
+static int load_list_share(const char *path, float share, tt_dataset *ds, tt_err *err, warns *w) {
+  int rc = tt_dataset_scan_list(path, 3, 8, 8, 0, ds, err, on_warn, w);
+  ds->max_failed = share, ds->max_failed_set = 1;
+  return rc ? rc : tt_dataset_decode_all(ds, err, on_warn, w);
+}
+
 static void test_truncation_claims(void) {
   tt_dataset ds;
   tt_err err;
@@ -332,8 +353,22 @@ static void test_truncation_claims(void) {
   fclose(f);
   memset(&w, 0, sizeof w);
   rc = tt_dataset_load_list(tt_test_path("bad.list"), 3, 8, 8, &ds, &err, on_warn, &w);
-  TT_CHECK(rc != 0 && strstr(err.msg, "bad.list") && w.n == 2, "all-bad list: rc %d, %d warnings: %s", rc, w.n,
-           err.msg);
+  TT_CHECK(rc != 0 && strstr(err.msg, "bad.list: 1 of its 2 images failed to decode, over max_failed = 0.01") && w.n == 1,
+           "all-bad list: rc %d, %d warnings: %s", rc, w.n, err.msg);
+  /* 8 of 9 fail under max_failed = 0.8: the first 5 named, then one line that counts, and the
+   * 8th failure (over 7.2) stops the decode with an error naming the list */
+  f = fopen(tt_test_path("bad8.list"), "w");
+  for (rc = 0; rc < 8; rc++) fprintf(f, "folder/b_green/bad_trunc.%s 0\n", rc % 2 ? "jpg" : "png");
+  fprintf(f, "folder/a_red/img0.png 0\n");
+  fclose(f);
+  memset(&w, 0, sizeof w);
+  rc = tt_dataset_scan_list(tt_test_path("bad8.list"), 3, 8, 8, 0, &ds, &err, on_warn, &w);
+  ds.max_failed = 0.8f, ds.max_failed_set = 1;
+  if (rc == 0) rc = tt_dataset_decode_all(&ds, &err, on_warn, &w);
+  TT_CHECK(rc == -1 && strstr(err.msg, "bad8.list: 8 of its 9 images failed to decode, over max_failed = 0.8") &&
+               w.n == 6 && strstr(w.last, "bad8.list: more images fail to decode; counted, not listed"),
+           "max_failed in memory: rc %d, %d warnings: %s\n%s", rc, w.n, err.msg, w.all);
+  TT_CHECK(ds.n == 0 && !ds.paths && !ds.images, "the set is freed on the error");
   /* a PNG without its final IEND chunk (stb alone decodes it) */
   {
     void *p;
@@ -346,7 +381,7 @@ static void test_truncation_claims(void) {
     fprintf(f, "noiend.png 0\nfolder/a_red/img0.png 0\n");
     fclose(f);
     memset(&w, 0, sizeof w);
-    rc = tt_dataset_load_list(tt_test_path("png.list"), 3, 8, 8, &ds, &err, on_warn, &w);
+    rc = load_list_share(tt_test_path("png.list"), 0.5f, &ds, &err, &w); /* 1 of 2 fails */
     TT_CHECK(rc == 0 && ds.n == 1 && ds.skipped == 1 && strstr(w.all, "noiend.png: skipped (truncated PNG"),
              "png without IEND: %s %s", err.msg, w.all);
     if (rc == 0) tt_dataset_free(&ds);
@@ -357,7 +392,7 @@ static void test_truncation_claims(void) {
   fprintf(f, "cut.bmp 0\nfolder/a_red/img1.bmp 0\n");
   fclose(f);
   memset(&w, 0, sizeof w);
-  rc = tt_dataset_load_list(tt_test_path("bmp.list"), 3, 8, 8, &ds, &err, on_warn, &w);
+  rc = load_list_share(tt_test_path("bmp.list"), 0.5f, &ds, &err, &w); /* 1 of 2 fails */
   TT_CHECK(rc == 0 && ds.n == 1 && ds.skipped == 1 && strstr(w.all, "cut.bmp: skipped (truncated BMP"),
            "cut bmp: %s %s", err.msg, w.all);
   if (rc == 0) tt_dataset_free(&ds);
@@ -428,6 +463,7 @@ static void test_list(void) {
     memset(&cfg, 0, sizeof cfg);
     cfg.format = TT_DATA_LIST;
     strcpy(cfg.train, tt_test_path("train.list"));
+    cfg.max_failed = 0.5f, cfg.max_failed_set = 1; /* 1 of its 4 images fails */
     rc = tt_dataset_load(&cfg, 1, 3, 6, 6, &ds, &err, on_warn, &w);
   }
   TT_CHECK(rc == 0, "list: %s", err.msg);
@@ -986,6 +1022,83 @@ static void write_npy(const char *path, const char *descr, const char *shape, co
   fclose(f);
 }
 
+/* format = npy, an images file truncated under a running job: the loader's check before each
+ * batch ends it with an error naming the file, and a fault while reading the mapping (the file
+ * shrank after the check) jumps back to the reader instead of killing the process with SIGBUS;
+ * a fault outside a guarded read, or a SIGBUS sent by kill, still ends the process. */
+static void test_npy_shrinks(void) {
+  enum { N = 8, PER = 4 * 4 * 3 };
+  static unsigned char px[N * PER];
+  static const int32_t lab[N] = {0, 1, 0, 1, 0, 1, 0, 1};
+  char img[1100];
+  tt_dataset ds;
+  tt_loader *l = NULL;
+  tt_err err;
+  const uint8_t *bi;
+  const int32_t *bl;
+  int i, cnt, rc;
+  TT_TEST_BEGIN("npy_file_shrinks_under_the_loader");
+  for (i = 0; i < N * PER; i++) px[i] = (unsigned char)(i * 7);
+  snprintf(img, sizeof img, "%s", tt_test_path("shrink-images.npy"));
+  write_npy(img, "|u1", "(8, 4, 4, 3)", px, sizeof px);
+  write_npy(tt_test_path("shrink-labels.npy"), "<i4", "(8,)", lab, sizeof lab);
+  rc = tt_dataset_load_npy(img, tt_test_path("shrink-labels.npy"), 3, 4, 4, 2, &ds, &err);
+  TT_CHECK(rc == 0, "load: %s", err.msg);
+  if (rc) return;
+  TT_CHECK(tt_loader_create(&l, &ds, 2, 1, 0, 0, 1, 2, &err) == 0, "loader: %s", err.msg);
+  if (!l) return;
+  tt_loader_start_epoch(l, 0, 0);
+  for (i = 0; (rc = tt_loader_next(l, &bi, &bl, &cnt, NULL)) == 0; i++) tt_loader_release(l);
+  TT_CHECK(rc == 1 && i == 4 && !tt_loader_error(l)[0], "epoch 0: rc %d after %d batches", rc, i);
+  TT_CHECK(truncate(img, 0) == 0, "truncate");
+  tt_loader_start_epoch(l, 1, 0);
+  rc = tt_loader_next(l, &bi, &bl, &cnt, NULL);
+  TT_CHECK(rc == -1 && strstr(tt_loader_error(l), "shrink-images.npy: the file shrank to 0 bytes while this run read it"),
+           "epoch 1: rc %d, '%s'", rc, tt_loader_error(l));
+  tt_loader_destroy(l);
+  /* the guard itself: a read of the truncated mapping returns to its sigsetjmp */
+  {
+    sigjmp_buf jump;
+    volatile int faulted = 0;
+    volatile unsigned char v = 0;
+    if (sigsetjmp(jump, 1) == 0) {
+      tt_map_guard_enter(&ds, &jump);
+      v = ds.images[PER * 5];
+      tt_map_guard_leave();
+    } else {
+      faulted = 1;
+    }
+    (void)v;
+    TT_CHECK(faulted, "a read past the new end did not fault into the guard");
+  }
+  {
+    int kind;
+    for (kind = 0; kind < 2; kind++) { /* unguarded fault; a kill -BUS during a guarded read */
+      pid_t pid = fork();
+      int st = 0;
+      if (pid == 0) {
+        sigjmp_buf jump;
+        volatile unsigned char v;
+        alarm(10);
+        if (kind == 0) {
+          v = ds.images[PER * 5];
+        } else if (sigsetjmp(jump, 1) == 0) {
+          tt_map_guard_enter(&ds, &jump);
+          kill(getpid(), SIGBUS);
+          tt_map_guard_leave();
+        }
+        (void)v;
+        _exit(0);
+      }
+      waitpid(pid, &st, 0);
+      TT_CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS, "%s: the child was not ended by SIGBUS (status 0x%x)",
+               kind ? "kill -BUS" : "unguarded fault", st);
+    }
+  }
+  tt_dataset_free(&ds);
+  TT_TEST_END();
+}
+
 /* PREFIX-classes.json is checked against [net] classes and every label; duplicates refused. */
 static void test_npy_classes(void) {
   static const unsigned char px[2 * 2 * 2] = {0};
@@ -1030,6 +1143,7 @@ int main(void) {
   test_bmp_jpeg_variants();
   test_atomic_symlink();
   test_npy_classes();
+  test_npy_shrinks();
   test_idx_small();
   test_idx_fashion();
   test_folder();

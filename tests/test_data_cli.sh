@@ -3,7 +3,8 @@
 # short run, the class names in both checkpoint files' metadata, a test folder with a class the
 # training set lacks (error naming it), a resume against renamed classes (error), a list label
 # >= [net] classes (error naming file:line), a corrupt image skipped by name, the loader's
-# host memory in `plan`, and `tinytrain pack` (a recipe's folders, then a run on format = npy). The images are copies of the committed tests/fixtures/images/ files.
+# host memory in `plan`, and `tinytrain pack` (a recipe's folders, then a run on format = npy, and
+# that run's images file truncated under it: an error naming it). The images are copies of the committed tests/fixtures/images/ files.
 # Run from the repository root: bash tests/test_data_cli.sh
 cd "$(dirname "$0")/.." || exit 1
 TT=${TT:-./tinytrain}
@@ -108,17 +109,33 @@ if [ $RC = 1 ] && [ "$nskip" = 5 ] && grep -q "bad: more images fail to decode; 
   pass data_cli_max_failed
 else fail data_cli_max_failed "exit $RC, $nskip skip lines: $(tail -3 "$TMP/err")"; fi
 
+# pack has the same rule: the recipe's max_failed (21 of 41 over 0.5), the default 0.01 for pack SOURCE PREFIX;
+# the first 5 failures named, then counted, and nothing written
+run pack "$TMP/b.recipe"
+nskip=$(grep -c ": skipped (" "$TMP/err")
+run pack "$TMP/bad" "$TMP/bp"
+if [ $RC = 1 ] && [ "$nskip" = 5 ] && grep -q "bad: 1 of its 41 images failed to decode, over max_failed = 0.01" "$TMP/err" &&
+   ! ls "$TMP" | grep -q "images.npy\|\.pack-"; then
+  pass data_cli_pack_max_failed
+else fail data_cli_pack_max_failed "exit $RC, $nskip skip lines: $(tail -3 "$TMP/err") $(ls "$TMP")"; fi
+"$TT" pack "$TMP/b.recipe" 2>&1 | grep -q "bad: 21 of its 41 images failed to decode, over max_failed = 0.5 of the set" ||
+  fail data_cli_pack_max_failed "pack RECIPE: no error for 21 of 41 over 0.5"
+
 run plan "$TMP/r.recipe"
 out=$(cat "$TMP/out")
 run plan --json "$TMP/r.recipe"
 if echo "$out" | grep -q "loader      host .* MiB: 2 threads, a ring of 4 batches of 4 images of 432 bytes" &&
    echo "$out" | grep -q "at worst 2 threads x 1419.8 MiB" &&
-   grep -q '"loader": {"host_bytes": [0-9]*, "threads": 2, "streaming": true}' "$TMP/out"; then
+   grep -q '"loader": {"host_bytes": [0-9]*, "threads": 2, "streaming": true}' "$TMP/out" &&
+   python3 -c 'import json, sys
+j = json.load(open(sys.argv[1]))
+w, p = j["loader_worst_decode_bytes"], j["loader_worst_decode_bytes_per_thread"]
+assert w == 2 * p and abs(p / 1048576 - 1419.8) < 0.06, (w, p)' "$TMP/out"; then
   pass data_cli_plan_loader
 else fail data_cli_plan_loader "$out"; fi
 # pack the recipe's folders, then train from the .npy files (numpy's format)
 run pack "$TMP/r.recipe"
-if [ $RC != 0 ] || [ ! -f "$TMP/data/train-images.npy" ] || [ ! -f "$TMP/data/val-labels.npy" ] ||
+if [ $RC != 0 ] || [ ! -f "$TMP/data/train-images.npy" ] || [ ! -f "$TMP/data/val-labels.npy" ] || [ ! -f "$TMP/data/val-set.json" ] ||
    [ "$(cat "$TMP/data/train-classes.json")" != '["apple", "banana", "cherry"]' ] || ls -A "$TMP/data/" | grep -q "\.tmp\|\.pack-"; then
   fail data_cli_pack "exit $RC: $ERR $(ls "$TMP/data")"
 else
@@ -127,6 +144,18 @@ else
   run --out "$TMP/run5" --max-steps 3 "$TMP/n.recipe"
   w=$(meta "$TMP/run5/weights.safetensors" classes 2>/dev/null)
   if [ $RC = 0 ] && [ "$w" = '["apple", "banana", "cherry"]' ]; then pass data_cli_pack; else fail data_cli_pack "npy run: exit $RC, classes '$w': $ERR"; fi
+  # the images file truncated while a run reads it: an error naming the file, not SIGBUS
+  for f in images.npy labels.npy classes.json set.json; do cp "$TMP/data/train-$f" "$TMP/data/s-$f"; done
+  sed -e 's/^epochs = 1/epochs = 100000/' -e 's#data/train-#data/s-#' "$TMP/n.recipe" >"$TMP/s.recipe"
+  "$TT" --out "$TMP/run8" "$TMP/s.recipe" >"$TMP/out8" 2>"$TMP/err8" &
+  pid=$!
+  for i in $(seq 1 300); do [ -s "$TMP/run8/metrics.jsonl" ] && break; sleep 0.1; done
+  truncate -s 1000 "$TMP/data/s-images.npy"
+  wait $pid
+  RC=$?
+  if [ $RC = 1 ] && grep -q "s-images.npy: the file shrank to 1000 bytes while this run read it" "$TMP/err8"; then
+    pass data_cli_npy_shrinks
+  else fail data_cli_npy_shrinks "exit $RC (135 is SIGBUS): $(tail -2 "$TMP/err8")"; fi
 fi
 run pack --size 5x7 --channels 1 "$TMP/data/val" "$TMP/small"
 hdr=$(head -c 128 "$TMP/small-images.npy" | tr -d '\000-\011\013-\037\200-\377')
@@ -140,12 +169,12 @@ if [ $RC = 2 ]; then pass data_cli_pack_usage; else fail data_cli_pack_usage "ex
 mkdir -p "$TMP/pk/.val.pack-AbC123" && touch "$TMP/pk/.val.pack-AbC123/val-images.npy" "$TMP/pk/val-labels.npy.tmp"
 run pack --size 4 "$TMP/data/val/" "$TMP/pk"
 if [ $RC = 0 ] && [ -f "$TMP/pk/val-images.npy" ] && [ -f "$TMP/pk/val-labels.npy" ] &&
-   [ -z "$(ls -A "$TMP/pk" | grep -v '^val-\(images\|labels\|classes\)\.\(npy\|json\)$')" ] &&
+   [ -z "$(ls -A "$TMP/pk" | grep -v '^val-\(images\|labels\|classes\|set\)\.\(npy\|json\)$')" ] &&
    grep -q "pk/.val.pack-AbC123: removed, left behind by an interrupted pack" "$TMP/err"; then pass data_cli_pack_into_dir
 else fail data_cli_pack_into_dir "exit $RC: $ERR / $(ls -A "$TMP/pk")"; fi
 before=$(ls /dev | wc -l)
 run pack --size 4 "$TMP/data/val" /dev/null
 if [ $RC = 1 ] && echo "$ERR" | grep -q "/dev/null: is a character device" && [ ! -e /dev/null-images.npy ] &&
    [ "$(ls /dev | wc -l)" = "$before" ]; then pass data_cli_pack_device_prefix
-else fail data_cli_pack_device_prefix "exit $RC: $ERR"; rm -f /dev/null-images.npy /dev/null-labels.npy /dev/null-classes.json; fi
+else fail data_cli_pack_device_prefix "exit $RC: $ERR"; rm -f /dev/null-images.npy /dev/null-labels.npy /dev/null-classes.json /dev/null-set.json; fi
 exit $FAILED

@@ -21,6 +21,8 @@
 #                   rank failing with a line naming the rank and the field
 #   dist_watchdog   a rank stopped (SIGSTOP) mid-run: within TINYTRAIN_DIST_TIMEOUT seconds the
 #                   waiting rank names the collective and the rank, and the job ends
+#   dist_watchdog3  the same on 3 ranks with rank 2 stopped: a waiting rank names rank 2 (not
+#                   "one of the other 2")
 #   dist_kill       a rank killed mid-run ends the job within seconds, mpirun's message names
 #                   the rank, and the last checkpoint loads (eval) and resumes
 # fp32, one thread per rank, the default CPU backend (oneDNN; bit-exact here: each rank computes
@@ -292,11 +294,11 @@ else
   pass dist_agree
 fi
 
-# rank1_pid: the pid of rank 1 of the mpirun job $MP (found by its OMPI_COMM_WORLD_RANK), or nothing
+# rank1_pid [N]: the pid of rank 1 (or N) of the mpirun job $MP (found by its OMPI_COMM_WORLD_RANK), or nothing
 rank1_pid() {
   local p
   for p in $(pgrep -P "$MP" -d ' ' ; pgrep -f "$TT" -d ' '); do
-    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$'; then echo "$p"; return; fi
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -q "^OMPI_COMM_WORLD_RANK=${1:-1}\$"; then echo "$p"; return; fi
   done
 }
 
@@ -327,6 +329,36 @@ else
     fail dist_watchdog "the job took ${took}s to end with a 2 s timeout"
   else
     pass dist_watchdog
+  fi
+fi
+
+# ---- 3 ranks, rank 2 stopped: the waiting ranks name it (from its arrivals and heartbeats) ----
+rm -rf "$TMP/wd3"
+TINYTRAIN_DIST_TIMEOUT=2 timeout 120 mpirun -np 3 -x TINYTRAIN_DIST_TIMEOUT "$TT" $O --micro-batch 2 --out "$TMP/wd3" "$R" \
+  >"$TMP/wout" 2>"$TMP/werr" &
+MP=$!
+for i in $(seq 300); do [ -f "$TMP/wd3/metrics.jsonl" ] && break; sleep 0.1; done
+sleep 0.5
+victim=$(rank1_pid 2)
+if [ -z "$victim" ]; then
+  kill "$MP" 2>/dev/null
+  wait "$MP"
+  fail dist_watchdog3 "rank 2's process not found: $(tail -3 "$TMP/werr")"
+else
+  t0=$(date +%s)
+  kill -STOP "$victim"
+  wait "$MP"
+  rc=$?
+  took=$(($(date +%s) - t0))
+  kill -KILL "$victim" 2>/dev/null
+  if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then
+    fail dist_watchdog3 "mpirun exited $rc with rank 2 stopped (want a failure before the timeout)"
+  elif ! grep -q "rank [01] of 3: .* has waited [0-9]* s for rank 2, which stopped answering.*TINYTRAIN_DIST_TIMEOUT=2" "$TMP/werr"; then
+    fail dist_watchdog3 "no line naming rank 2: $(grep -h "waited" "$TMP/werr" | head -3)"
+  elif [ "$took" -gt 15 ]; then
+    fail dist_watchdog3 "the job took ${took}s to end with a 2 s timeout"
+  else
+    pass dist_watchdog3
   fi
 fi
 

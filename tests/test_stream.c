@@ -347,6 +347,83 @@ static void test_pack_npy(void) {
   TT_TEST_END();
 }
 
+static void copy_to(const char *from, const char *to) {
+  void *p = NULL;
+  size_t n = 0;
+  tt_err err;
+  FILE *f;
+  if (tt_read_file(from, &p, &n, &err) != 0) return;
+  f = fopen(to, "wb");
+  if (f) {
+    fwrite(p, 1, n, f);
+    fclose(f);
+  }
+  free(p);
+}
+
+/* A pack killed between its renames: PREFIX-set.json is renamed first, so new files beside old
+ * ones disagree with it and the set is refused, naming the files; simulated by packing two
+ * different sets under one prefix and putting one old file back. Without the manifest (a set
+ * numpy made) nothing is checked. */
+static void test_pack_whole_or_not(void) {
+  tt_dataset st, np;
+  tt_err err;
+  int rc, kept = 0, i;
+  char pre[1024], img[1100], lab[1100], cls[1100], set[1100], old[1200];
+  static const struct { const char *file; int b_count; const char *why; } cases[] = {
+      {"labels", 37, "the labels differ"},   /* B's labels the same size as A's: only the content tells */
+      {"images", 37, "the images differ"},   /* the old images (in another order) beside new labels */
+      {"classes", 37, "the class names differ"},
+  };
+  TT_TEST_BEGIN("pack_set_whole_or_not_at_all");
+  snprintf(pre, sizeof pre, "%s", tt_test_path("whole"));
+  snprintf(img, sizeof img, "%s-images.npy", pre);
+  snprintf(lab, sizeof lab, "%s-labels.npy", pre);
+  snprintf(cls, sizeof cls, "%s-classes.json", pre);
+  snprintf(set, sizeof set, "%s-set.json", pre);
+  for (i = 0; i < 3; i++) {
+    const char *part = !strcmp(cases[i].file, "labels") ? lab : !strcmp(cases[i].file, "images") ? img : cls;
+    /* set A, whose one file is kept aside */
+    rc = tt_dataset_scan_folder(tt_test_path("noise"), 3, 20, 24, &st, &err, NULL, NULL);
+    TT_CHECK(rc == 0 && tt_pack_set(&st, pre, &kept, NULL, NULL, &err) == 0, "pack A: %s", err.msg);
+    if (rc == 0) tt_dataset_free(&st);
+    snprintf(old, sizeof old, "%s.old", part);
+    copy_to(part, old);
+    /* set B: other labels (each one class on), fewer images, or other names */
+    rc = tt_dataset_scan_folder(tt_test_path("noise"), 3, 20, 24, &st, &err, NULL, NULL);
+    if (rc == 0) {
+      int j;
+      for (j = 0; j < st.n; j++) st.labels[j] = (st.labels[j] + 1) % 3;
+      if (i == 1) { /* the same images, the first moved last */
+        char *first = st.paths[0];
+        memmove(st.paths, st.paths + 1, sizeof(char *) * (size_t)(st.n - 1));
+        st.paths[st.n - 1] = first;
+      }
+      if (i == 2) st.class_names[0][0] = 'x';
+    }
+    TT_CHECK(rc == 0 && tt_pack_set(&st, pre, &kept, NULL, NULL, &err) == 0 && kept == cases[i].b_count, "pack B: %s",
+             err.msg);
+    if (rc == 0) tt_dataset_free(&st);
+    rc = tt_dataset_load_npy(img, lab, 3, 20, 24, 3, &np, &err);
+    TT_CHECK(rc == 0 && np.n == cases[i].b_count, "set B whole: %s", err.msg);
+    if (rc == 0) tt_dataset_free(&np);
+    /* the kill: one of A's files beside B's */
+    rename(old, part);
+    rc = tt_dataset_load_npy(img, lab, 3, 20, 24, 3, &np, &err);
+    TT_CHECK(rc != 0 && strstr(err.msg, "whole-set.json: ") && strstr(err.msg, "whole-images.npy, ") &&
+                 strstr(err.msg, cases[i].why) && strstr(err.msg, "re-run tinytrain pack"),
+             "%s of A beside B: rc %d: %s", cases[i].file, rc, err.msg);
+    if (rc == 0) tt_dataset_free(&np);
+  }
+  /* no manifest (numpy's sets, older packs): read as it is */
+  unlink(set);
+  unlink(cls);
+  rc = tt_dataset_load_npy(img, lab, 3, 20, 24, 3, &np, &err);
+  TT_CHECK(rc == 0 && np.n == 37, "without a manifest: %s", err.msg);
+  if (rc == 0) tt_dataset_free(&np);
+  TT_TEST_END();
+}
+
 /* A .npy file as numpy writes it, or damaged: header text hdr, then body bytes of data. */
 static void write_npy(const char *path, int version, const char *hdr, const void *data, size_t body) {
   FILE *f = fopen(path, "wb");
@@ -541,6 +618,7 @@ int main(void) {
   test_decoder_fixtures();
   test_jpeg_downscale();
   test_pack_npy();
+  test_pack_whole_or_not();
   test_npy_headers();
   test_classes();
   test_crop_boxes();

@@ -167,6 +167,15 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
     size_t lb = plan_loader_bytes(s, &threads, &streaming);
     tt_strbuf_printf(&b, ", \"loader\": {\"host_bytes\": %zu, \"threads\": %d, \"streaming\": %s}", lb, threads,
                      streaming ? "true" : "false");
+    /* the text plan's "at worst T threads x N MiB": what the decoding threads may hold besides
+     * the ring (streamed sets only; null otherwise) */
+    if (streaming) {
+      size_t worst = tt_image_decode_worst_bytes(tt_max_pixels(s->model.data.max_megapixels), s->model.in_c);
+      tt_strbuf_printf(&b, ", \"loader_worst_decode_bytes\": %zu, \"loader_worst_decode_bytes_per_thread\": %zu",
+                       worst * (size_t)threads, worst);
+    } else {
+      tt_strbuf_printf(&b, ", \"loader_worst_decode_bytes\": null, \"loader_worst_decode_bytes_per_thread\": null");
+    }
   }
   tt_strbuf_printf(&b, ", \"saved\": {\"fp32_plain_arena_bytes\": %zu, \"no_inplace_arena_bytes\": %zu, "
                        "\"no_recompute_arena_bytes\": %zu}, \"alternatives\": [",

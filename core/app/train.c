@@ -515,7 +515,8 @@ static int train_step(train_run *R, int epoch, int k, double lr, tt_epoch_meter 
     int cnt;
     double w = 0.0;
     if (tt_loader_next(R->tl, &img, &lab, &cnt, &w) != 0)
-      return tt_fail(err, "the training-data loader ended early (epoch %d, step %d)", epoch + 1, k);
+      return tt_loader_error(R->tl)[0] ? tt_fail(err, "%s", tt_loader_error(R->tl))
+                                       : tt_fail(err, "the training-data loader ended early (epoch %d, step %d)", epoch + 1, k);
     e->wait += w;
     if (a == R->accum - 1) tt_dist_allreduce_begin(R->bk); /* its backward starts the buckets */
     int rc = tt_exec_micro_step(&R->s->x, img, lab, a, (uint64_t)st->step, gscale, err);

@@ -7,6 +7,7 @@
  * Normalisation (mean/std) is not done here: it runs on the device from uint8. */
 #ifndef TT_DATA_H
 #define TT_DATA_H
+#include <setjmp.h>
 #include <stdint.h>
 #include "../compile/model.h"
 #include "../base/util.h"
@@ -37,6 +38,7 @@ typedef struct tt_dataset {
   int hwc;          /* images are [n, h, w, c] (format = npy), not [n, c, h, w] */
   void *map;        /* format = npy: the memory-mapped images file (images points into it) */
   size_t map_bytes;
+  int map_fd;       /* with map: the images file, open (its size is checked on it) */
 } tt_dataset;
 
 /* ---- Decoding one image ----
@@ -139,13 +141,21 @@ int tt_dataset_map_classes_from(tt_dataset *test, const char *weights, tt_err *e
  * streaming data set (paths and labels; what is not a regular file is skipped and warned about
  * at the scan, a corrupt image later, by the loader); load_folder / load_list scan and then
  * decode everything into memory (tt_dataset_decode_all: the corrupt images are dropped,
- * counted and warned about; an error when none decodes). scan_list with max_classes > 0
+ * counted and warned about as the loader does, and it is an error when more than the set's
+ * max_failed share fails, or none decodes). scan_list with max_classes > 0
  * refuses a label >= max_classes with an error naming the file and line. */
 int tt_dataset_scan_folder(const char *dir, int c, int h, int w, tt_dataset *ds, tt_err *err, tt_warn_fn warn,
                            void *ud);
 int tt_dataset_scan_list(const char *list_path, int c, int h, int w, int max_classes, tt_dataset *ds, tt_err *err,
                          tt_warn_fn warn, void *ud);
 int tt_dataset_decode_all(tt_dataset *ds, tt_err *err, tt_warn_fn warn, void *ud);
+/* The loader's rule for images that fail to decode, outside the loader (tt_dataset_decode_all,
+ * tt_pack_set): counts one more failure in *failed; warns "PATH: skipped (why)" for the first
+ * TT_LOADER_WARN_FIRST, then once "SOURCE: more images fail to decode; counted, not listed";
+ * returns -1 with err ("SOURCE: N of its M images failed to decode, over max_failed = ...")
+ * once more than the set's max_failed share (else TT_DEFAULT_MAX_FAILED) has failed, else 0. */
+int tt_data_count_failure(const tt_dataset *ds, int *failed, const char *path, const char *why, tt_warn_fn warn,
+                          void *ud, tt_err *err);
 /* Decodes the streaming samples [start, start + count) on several threads into images
  * ([count, c, h, w]); reasons ([count][TT_DECODE_REASON_MAX]) gets "" for each one decoded,
  * else why not. */
@@ -156,6 +166,18 @@ void tt_dataset_decode_range(const tt_dataset *ds, int start, int count, uint8_t
  * classes. Every header is checked (magic, version, dtype, fortran_order, shape, file size). */
 int tt_dataset_load_npy(const char *images_path, const char *labels_path, int c, int h, int w, int classes,
                         tt_dataset *ds, tt_err *err);
+/* format = npy: the images file may shrink under a running job (another process truncates it),
+ * and a read of a mapped page past its new end raises SIGBUS. tt_dataset_check_map: whether
+ * the file (on the descriptor kept open) still has every mapped byte; 0, or -1 with err naming
+ * the file (one fstat: the loader calls it before each batch). For what shrinks between that
+ * check and the read, a guard: a thread that reads the mapping calls sigsetjmp(jump, 1), then
+ * tt_map_guard_enter(ds, &jump), reads, and tt_map_guard_leave(); a SIGBUS fault inside ds's
+ * mapping in between returns from its sigsetjmp with 1 (the read abandoned; what the code in
+ * between allocated is lost). Faults elsewhere, and SIGBUS sent by kill, go to the handler
+ * that was installed before (by default the process ends). Not nested; one mapping per thread. */
+int tt_dataset_check_map(const tt_dataset *ds, tt_err *err);
+void tt_map_guard_enter(const tt_dataset *ds, sigjmp_buf *jump);
+void tt_map_guard_leave(void);
 typedef struct tt_npy_info {
   char kind;          /* 'u' or 'i' */
   int itemsize;       /* bytes per element */
@@ -164,6 +186,22 @@ typedef struct tt_npy_info {
   long long count;    /* elements */
   size_t data_offset; /* where the array starts */
 } tt_npy_info;
+/* PREFIX-set.json, the manifest tinytrain pack writes beside a packed set (and renames into
+ * place first, before the other three): the set's image count, the images file's size and an
+ * FNV-1a hash of its header and of 64 records spread over it (first and last included), the
+ * labels file's size and hash, the classes JSON's hash (null: none). tt_dataset_load_npy
+ * refuses a set whose files disagree with its manifest (a pack killed between its renames
+ * leaves new files beside old ones), naming the files; without a manifest (numpy's sets) it
+ * checks nothing. A labels file other than PREFIX-labels.npy is not checked. */
+typedef struct tt_npy_set_digest {
+  long long count;
+  unsigned long long images_bytes, labels_bytes, classes_bytes;
+  uint64_t images_hash, labels_hash, classes_hash;
+  int has_classes;
+} tt_npy_set_digest;
+int tt_npy_set_hash(const char *images, const char *labels, const char *classes, tt_npy_set_digest *d, tt_err *err);
+/* The manifest's text (one line of JSON); returns its length as snprintf does. */
+int tt_npy_set_format(const tt_npy_set_digest *d, char *out, size_t size);
 /* Parses a .npy header from the first size bytes of a file. Returns 0, or -1 with why. */
 int tt_npy_parse_header(const void *data, size_t size, tt_npy_info *info, char *why);
 int tt_dataset_load_idx(const char *images_path, const char *labels_path, int c, int h, int w,
@@ -184,8 +222,10 @@ void tt_dir_entries_free(char **names, int n);
 /* ---- tinytrain pack (core/data/pack.c; the command is tt_pack in tinytrain.h) ----
  * tt_pack_set writes a scanned (streaming) data set to PREFIX-images.npy ((N, H, W, C) uint8,
  * the decoder's resize and centre crop), PREFIX-labels.npy ((N,) int32) and, when the set has
- * class names, PREFIX-classes.json; each file under a temporary name, renamed when complete.
- * Images that fail to decode are skipped and warned about; *kept counts the rest. */
+ * class names, PREFIX-classes.json, and PREFIX-set.json (the manifest, tt_npy_set_hash); each
+ * file under a temporary name, renamed when all are complete, the manifest first.
+ * Images that fail to decode are skipped, the first few named (tt_data_count_failure); more
+ * than ds's max_failed share failing is an error and writes nothing; *kept counts the rest. */
 int tt_pack_set(const tt_dataset *ds, const char *prefix, int *kept, tt_warn_fn warn, void *ud, tt_err *err);
 
 /* ---- Loader: background threads fill a ring of preallocated batch buffers. ----
@@ -238,6 +278,11 @@ void tt_loader_destroy(tt_loader *l);
  * to decode, over max_failed = ..."). */
 void tt_loader_set_warn(tt_loader *l, tt_warn_fn warn, void *ud);
 int tt_loader_skipped(tt_loader *l);
+/* Why tt_loader_next failed when the reason was not warned about: format = npy, the images
+ * file shrank under the run ("PATH: the file shrank to N bytes while this run read it ...");
+ * "" otherwise. The loader checks the file's size before each batch and catches a SIGBUS
+ * fault while it copies from the mapping (tt_map_guard_enter). */
+const char *tt_loader_error(tt_loader *l);
 /* Ring slots for nthreads workers, and the host memory of a loader (the batch ring with its
  * labels, plus two staging images per slot); nthreads <= 0 means 2. Each worker
  * decoding also holds, briefly, its file and the decoded image before resizing (at most

@@ -167,31 +167,61 @@ void tt_dataset_decode_range(const tt_dataset *ds, int start, int count, uint8_t
   pthread_mutex_destroy(&job.mu);
 }
 
+int tt_data_count_failure(const tt_dataset *ds, int *failed, const char *path, const char *why, tt_warn_fn warn,
+                          void *ud, tt_err *err) {
+  double share = ds->max_failed_set ? ds->max_failed : TT_DEFAULT_MAX_FAILED;
+  ++*failed;
+  if (*failed <= TT_LOADER_WARN_FIRST) {
+    data_warn(warn, ud, path, "skipped", why);
+  } else if (*failed == TT_LOADER_WARN_FIRST + 1 && warn) {
+    char line[TT_PATH_MAX + 160];
+    snprintf(line, sizeof line, "%s: more images fail to decode; counted, not listed", ds->source);
+    warn(ud, line);
+  }
+  if (*failed > share * ds->n)
+    return tt_fail(err,
+                   "%s: %d of its %d images failed to decode, over max_failed = %g of the set ([data]); stopping: fix or "
+                   "remove the files (the first are named above) or raise max_failed",
+                   ds->source, *failed, ds->n, share);
+  return 0;
+}
+
+#define DATA_DECODE_CHUNK 256 /* decoded, then counted, a chunk at a time: a set over its share stops early */
+
 int tt_dataset_decode_all(tt_dataset *ds, tt_err *err, tt_warn_fn warn, void *ud) {
   data_job job;
-  int i, k = 0, n = ds->n;
+  int i, k = 0, n = ds->n, start, failed = 0, rc = 0;
   size_t per = (size_t)ds->c * ds->h * ds->w;
   if (ds->images || !ds->paths) return 0; /* in memory already */
   memset(&job, 0, sizeof job);
   job.images = (uint8_t *)tt_malloc(per * (size_t)n, "decoded images", err);
-  job.reasons = (char *)tt_calloc((size_t)n, TT_DECODE_REASON_MAX, "decode status", err);
+  job.reasons = (char *)tt_calloc((size_t)DATA_DECODE_CHUNK, TT_DECODE_REASON_MAX, "decode status", err);
   if (!job.images || !job.reasons) {
     free(job.images);
     free(job.reasons);
     return -1;
   }
-  tt_dataset_decode_range(ds, 0, n, job.images, job.reasons);
-  for (i = 0; i < n; i++) { /* warnings in data set order, so the output is reproducible */
-    const char *r = job.reasons + (size_t)TT_DECODE_REASON_MAX * i;
-    if (r[0]) {
-      ds->skipped++;
-      data_warn(warn, ud, ds->paths[i], "skipped", r);
-      continue;
+  for (start = 0; start < n && rc == 0; start += DATA_DECODE_CHUNK) {
+    int cnt = n - start < DATA_DECODE_CHUNK ? n - start : DATA_DECODE_CHUNK;
+    tt_dataset_decode_range(ds, start, cnt, job.images + per * (size_t)start, job.reasons);
+    for (i = start; i < start + cnt && rc == 0; i++) { /* in data set order, so the output is reproducible */
+      const char *r = job.reasons + (size_t)TT_DECODE_REASON_MAX * (i - start);
+      if (r[0]) {
+        /* the same rule as the loader's: the first few named, then counted, stop over the share */
+        if (tt_data_count_failure(ds, &failed, ds->paths[i], r, warn, ud, err) != 0) rc = -1;
+        continue;
+      }
+      if (k != i) memmove(job.images + per * k, job.images + per * i, per);
+      ds->labels[k++] = ds->labels[i];
     }
-    if (k != i) memmove(job.images + per * k, job.images + per * i, per);
-    ds->labels[k++] = ds->labels[i];
   }
   free(job.reasons);
+  ds->skipped += failed;
+  if (rc) {
+    free(job.images);
+    tt_dataset_free(ds);
+    return -1;
+  }
   for (i = 0; i < n; i++) free(ds->paths[i]);
   free(ds->paths);
   ds->paths = NULL;
@@ -199,7 +229,7 @@ int tt_dataset_decode_all(tt_dataset *ds, tt_err *err, tt_warn_fn warn, void *ud
   ds->n = k;
   if (k == 0) {
     tt_fail(err, "%s: none of its %d image files could be decoded; check the files (see the warnings)", ds->source,
-            n + ds->skipped);
+            n + ds->skipped - failed);
     tt_dataset_free(ds);
     return -1;
   }

@@ -3,10 +3,16 @@
  * uint8 in another, as numpy.save writes them (tinytrain pack writes such pairs too). The
  * header is checked fully: magic and version, dtype (little-endian), fortran_order, shape,
  * and the file's size against the shape, at open (a regular file, checked on the descriptor
- * opened). What remains: a file that shrinks under a running job (truncated by another
- * process) makes the next read of a page past its new end raise SIGBUS in the loader thread;
- * tinytrain does not catch it (a handler would have to longjmp out of a memcpy in a worker
- * thread); replace such files by writing a new one and renaming it over the old, as pack does. */
+ * opened). A file that shrinks under a running job (truncated by another process) would make
+ * the next read of a page past its new end raise SIGBUS; so the descriptor is kept, the loader
+ * checks the file's size on it before each batch it reads from the mapping
+ * (tt_dataset_check_map), and a fault that still lands while it reads (the file shrank between
+ * the check and the read) is caught by a SIGBUS handler that jumps back to the reading thread
+ * (tt_map_guard_enter): either way the job ends with an error naming the file. What remains:
+ * a file rewritten in place at the same size is read as it is (mixed records), and the handler
+ * is process-wide (installed at the first guarded read; a fault outside a guarded read, or a
+ * SIGBUS sent by kill, goes to the handler that was there before, by default killing the
+ * process). Replace such files by writing new ones and renaming them over the old, as pack does. */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
@@ -16,6 +22,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,6 +294,137 @@ static int npy_class_names(const char *images_path, tt_dataset *ds, tt_err *err)
   return 0;
 }
 
+/* ---- PREFIX-set.json: the set whole or not at all ---- */
+
+static uint64_t set_fnv(uint64_t h, const unsigned char *p, size_t n) {
+  size_t i;
+  for (i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+#define SET_FNV0 0xcbf29ce484222325ull
+#define SET_SAMPLES 64
+
+/* FNV-1a of a whole (small) file; *bytes its size. */
+static int set_file_hash(const char *path, uint64_t *hash, unsigned long long *bytes, tt_err *err) {
+  void *buf = NULL;
+  size_t n = 0;
+  if (tt_read_file(path, &buf, &n, err)) return -1;
+  *hash = set_fnv(SET_FNV0, (const unsigned char *)buf, n);
+  *bytes = n;
+  free(buf);
+  return 0;
+}
+
+int tt_npy_set_hash(const char *images, const char *labels, const char *classes, tt_npy_set_digest *d, tt_err *err) {
+  tt_npy_info ii;
+  int fd;
+  size_t size, per;
+  long long i, n;
+  unsigned char *rec;
+  memset(d, 0, sizeof *d);
+  if (npy_open(images, &ii, &fd, &size, err)) return -1;
+  n = ii.ndim >= 1 ? ii.shape[0] : 0;
+  per = n > 0 ? (size - ii.data_offset) / (size_t)n : 0;
+  d->count = n;
+  d->images_bytes = size;
+  rec = (unsigned char *)tt_malloc(per > ii.data_offset ? per : ii.data_offset, "set digest", err);
+  if (!rec) {
+    close(fd);
+    return -1;
+  }
+  /* the header and SET_SAMPLES records spread over the file (first and last included): read
+   * with pread, so a set of any size is checked in as many reads */
+  d->images_hash = SET_FNV0;
+  for (i = -1; i < (n < SET_SAMPLES ? n : SET_SAMPLES); i++) {
+    long long r = i < 0 ? -1 : n <= SET_SAMPLES ? i : i * (n - 1) / (SET_SAMPLES - 1);
+    size_t len = r < 0 ? ii.data_offset : per;
+    off_t at = r < 0 ? 0 : (off_t)(ii.data_offset + (size_t)r * per);
+    if (pread(fd, rec, len, at) != (ssize_t)len) {
+      free(rec);
+      close(fd);
+      return tt_fail(err, "%s: cannot read (%s)", images, strerror(errno));
+    }
+    d->images_hash = set_fnv(d->images_hash, rec, len);
+  }
+  free(rec);
+  close(fd);
+  if (set_file_hash(labels, &d->labels_hash, &d->labels_bytes, err)) return -1;
+  d->has_classes = classes != NULL;
+  if (classes && set_file_hash(classes, &d->classes_hash, &d->classes_bytes, err)) return -1;
+  return 0;
+}
+
+int tt_npy_set_format(const tt_npy_set_digest *d, char *out, size_t size) {
+  char cl[40];
+  if (d->has_classes) snprintf(cl, sizeof cl, "\"%016llx\"", (unsigned long long)d->classes_hash);
+  else snprintf(cl, sizeof cl, "null");
+  return snprintf(out, size,
+                  "{\"tinytrain_set\": 1, \"count\": %lld, \"images_bytes\": %llu, \"images_sample_fnv1a\": \"%016llx\", "
+                  "\"labels_bytes\": %llu, \"labels_fnv1a\": \"%016llx\", \"classes_fnv1a\": %s}\n",
+                  d->count, d->images_bytes, (unsigned long long)d->images_hash, d->labels_bytes,
+                  (unsigned long long)d->labels_hash, cl);
+}
+
+/* The value after "key": in a manifest as tt_npy_set_format writes it (quotes dropped). */
+static int set_value(const char *text, const char *key, char *out, size_t size) {
+  char k[40];
+  const char *p, *e;
+  snprintf(k, sizeof k, "\"%s\": ", key);
+  if (!(p = strstr(text, k))) return -1;
+  p += strlen(k);
+  if (*p == '"') p++;
+  for (e = p; *e && *e != '"' && *e != ',' && *e != '}' && *e != '\n'; e++) {}
+  if ((size_t)(e - p) >= size) return -1;
+  memcpy(out, p, (size_t)(e - p));
+  out[e - p] = 0;
+  return 0;
+}
+
+/* PREFIX-set.json beside PREFIX-images.npy (tinytrain pack writes it, first of the four files):
+ * the other files must be the set it describes, or a pack was interrupted between its renames. */
+static int npy_check_set(const char *images_path, const char *labels_path, tt_err *err) {
+  char pre[TT_PATH_MAX], p[TT_PATH_MAX + 32], lab[TT_PATH_MAX + 32], cls[TT_PATH_MAX + 32], mine[512];
+  size_t n = strlen(images_path), k = strlen("-images.npy"), size = 0;
+  void *buf = NULL;
+  tt_npy_set_digest d;
+  struct stat a, b;
+  const char *what = NULL;
+  int own_labels;
+  static const char *const keys[6] = {"count", "images_bytes", "images_sample_fnv1a", "labels_bytes", "labels_fnv1a",
+                                      "classes_fnv1a"};
+  int i;
+  if (n < k || strcmp(images_path + n - k, "-images.npy") != 0 || n - k >= sizeof pre) return 0;
+  snprintf(pre, sizeof pre, "%.*s", (int)(n - k), images_path);
+  snprintf(p, sizeof p, "%s-set.json", pre);
+  if (access(p, F_OK) != 0) return 0; /* numpy's sets, and older packs: nothing to check against */
+  snprintf(lab, sizeof lab, "%s-labels.npy", pre);
+  snprintf(cls, sizeof cls, "%s-classes.json", pre);
+  /* a labels file other than the set's own (the recipe's choice) is not the manifest's to judge */
+  own_labels = stat(labels_path, &a) == 0 && stat(lab, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+  if (tt_read_file(p, &buf, &size, err)) return -1;
+  if (tt_npy_set_hash(images_path, labels_path, access(cls, F_OK) == 0 ? cls : NULL, &d, err)) {
+    free(buf);
+    return -1;
+  }
+  tt_npy_set_format(&d, mine, sizeof mine);
+  for (i = 0; i < 6 && !what; i++) {
+    char want[64], have[64];
+    if (set_value((const char *)buf, keys[i], want, sizeof want) || !strstr((const char *)buf, "\"tinytrain_set\": 1")) {
+      what = "it is not a manifest this version reads";
+      break;
+    }
+    set_value(mine, keys[i], have, sizeof have);
+    if (strcmp(want, have) != 0 && !(i >= 3 && i <= 4 && !own_labels))
+      what = i <= 2 ? "the images differ" : i <= 4 ? "the labels differ" : "the class names differ";
+  }
+  free(buf);
+  if (what)
+    return tt_fail(err, "%s: %s-images.npy, %s-labels.npy and %s-classes.json are not the set it describes (%s): a pack "
+                   "was interrupted while it renamed them, or a file was replaced; re-run tinytrain pack (or remove %s if "
+                   "the files were replaced on purpose)", p, pre, pre, pre, what, p);
+  return 0;
+}
+
 int tt_dataset_load_npy(const char *images_path, const char *labels_path, int c, int h, int w, int classes,
                         tt_dataset *ds, tt_err *err) {
   tt_npy_info ii;
@@ -306,9 +445,12 @@ int tt_dataset_load_npy(const char *images_path, const char *labels_path, int c,
                    "them at the input size or change [net] input", images_path, ii.shape[1], ii.shape[2], ic, c, h, w);
   }
   map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (map == MAP_FAILED) return tt_fail(err, "%s: cannot memory-map (%s)", images_path, strerror(errno));
+  if (map == MAP_FAILED) {
+    close(fd);
+    return tt_fail(err, "%s: cannot memory-map (%s)", images_path, strerror(errno));
+  }
   ds->map = map;
+  ds->map_fd = fd; /* kept: tt_dataset_check_map looks at the file's size on it */
   ds->map_bytes = size;
   ds->images = (uint8_t *)map + ii.data_offset;
   ds->hwc = 1;
@@ -316,9 +458,73 @@ int tt_dataset_load_npy(const char *images_path, const char *labels_path, int c,
   ds->c = c, ds->h = h, ds->w = w;
   ds->classes = classes;
   snprintf(ds->source, sizeof ds->source, "%s", images_path);
-  if (npy_labels(labels_path, ii.shape[0], classes, ds, err) || npy_class_names(images_path, ds, err)) {
+  if (npy_labels(labels_path, ii.shape[0], classes, ds, err) || npy_class_names(images_path, ds, err) ||
+      npy_check_set(images_path, labels_path, err)) {
     tt_dataset_free(ds);
     return -1;
   }
   return 0;
+}
+
+/* ---- A file that shrinks under the mapping ---- */
+
+int tt_dataset_check_map(const tt_dataset *ds, tt_err *err) {
+  struct stat st;
+  if (!ds->map) return 0;
+  if (fstat(ds->map_fd, &st) != 0) return tt_fail(err, "%s: cannot check its size (%s)", ds->source, strerror(errno));
+  if ((unsigned long long)st.st_size < ds->map_bytes)
+    return tt_fail(err, "%s: the file shrank to %lld bytes while this run read it (%zu at open: truncated or rewritten by "
+                   "another process); stopping. Replace a packed set by renaming new files over it (as tinytrain pack "
+                   "does), never by rewriting it in place", ds->source, (long long)st.st_size, ds->map_bytes);
+  return 0;
+}
+
+/* The reading thread's guard: where to jump, and the mapping a fault must fall in. */
+static __thread sigjmp_buf *volatile map_jump; /* __thread: the amalgamation is also C++ (nvcc) */
+static __thread const char *volatile map_lo, *volatile map_hi;
+static struct sigaction map_old; /* the SIGBUS action before ours */
+static pthread_once_t map_once = PTHREAD_ONCE_INIT;
+
+static void map_on_sigbus(int sig, siginfo_t *si, void *uc) {
+  const char *a = (const char *)si->si_addr;
+  if (map_jump && si->si_code > 0 && a >= map_lo && a < map_hi) { /* a fault (not a kill) in the guarded mapping */
+    sigjmp_buf *j = map_jump;
+    map_jump = NULL;
+    siglongjmp(*j, 1);
+  }
+  /* not ours: the action there was before */
+  if ((map_old.sa_flags & SA_SIGINFO) && map_old.sa_sigaction) {
+    map_old.sa_sigaction(sig, si, uc);
+    return;
+  }
+  if (map_old.sa_handler != SIG_DFL && map_old.sa_handler != SIG_IGN) {
+    map_old.sa_handler(sig);
+    return;
+  }
+  sigaction(SIGBUS, &map_old, NULL); /* the default: returning re-runs the faulting access, */
+  if (si->si_code <= 0) raise(SIGBUS); /* which faults again; a sent signal is sent again */
+}
+
+static void map_install(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = map_on_sigbus;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGBUS, &sa, &map_old);
+}
+
+void tt_map_guard_enter(const tt_dataset *ds, sigjmp_buf *jump) {
+  pthread_once(&map_once, map_install);
+  map_lo = (const char *)ds->map;
+  map_hi = (const char *)ds->map + ds->map_bytes;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  map_jump = jump;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+
+void tt_map_guard_leave(void) {
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
+  map_jump = NULL;
+  __atomic_signal_fence(__ATOMIC_SEQ_CST);
 }

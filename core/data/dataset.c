@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 void tt_dataset_free(tt_dataset *ds) {
   int i;
@@ -15,9 +16,10 @@ void tt_dataset_free(tt_dataset *ds) {
     for (i = 0; i < ds->classes; i++) free(ds->class_names[i]);
   free(ds->paths);
   free(ds->class_names);
-  if (ds->map)
+  if (ds->map) {
     munmap(ds->map, ds->map_bytes); /* images point into it */
-  else
+    close(ds->map_fd);
+  } else
     free(ds->images);
   free(ds->labels);
   memset(ds, 0, sizeof *ds);

@@ -38,7 +38,9 @@ struct tt_loader {
   uint8_t *images;         /* [nslots, batch, c, h, w] */
   uint8_t *stage;          /* streaming: [nslots, c, h, w] one decoded image per slot */
   uint8_t *bad;            /* streaming: [n] 1 = failed to decode (under mu) */
-  int skipped, failed;     /* streaming: images that failed; 1 = no image of the set decodes */
+  int skipped, failed;     /* streaming: images that failed; 1 = no image of the set decodes, 2 = over
+                            * max_failed; 3 = format = npy: the mapped file could not be read */
+  tt_err map_err;          /* failed == 3: why, naming the file */
   tt_warn_fn warn;
   void *warn_ud;
   tt_crop crop;            /* FIT (none), RESIZE_CENTER or RANDOM_RESIZED (key set per sample) */
@@ -204,12 +206,41 @@ static const uint8_t *loader_from_hwc(tt_loader *l, const uint8_t *src, int slot
   return dst;
 }
 
+/* format = npy: the mapped file cannot be read (it shrank); the batch is zeros, and
+ * tt_loader_next fails from now on with the reason. */
+static void loader_map_failed(tt_loader *l, const tt_err *e, uint8_t *img, int cnt) {
+  memset(img, 0, (size_t)cnt * l->per);
+  pthread_mutex_lock(&l->mu);
+  if (l->failed != 3) {
+    l->failed = 3;
+    l->map_err = *e;
+  }
+  pthread_mutex_unlock(&l->mu);
+}
+
 static void loader_fill(tt_loader *l, int b, int slot) {
   int64_t first = ((int64_t)b * l->nshards + l->shard) * l->batch; /* positions of the whole epoch */
-  int k, cnt = l->batch;
+  const int cnt = first + l->batch > l->ds->n ? (int)(l->ds->n - first) : l->batch; /* set once: kept by a longjmp */
+  int k;
   uint8_t *img = l->images + (size_t)slot * l->batch * l->per;
   int32_t *lab = l->labels + (size_t)slot * l->batch;
-  if (first + cnt > l->ds->n) cnt = (int)(l->ds->n - first);
+  sigjmp_buf jump;
+  l->count[slot] = cnt;
+  if (l->ds->map) { /* format = npy: a file that shrank is an error naming it, never a SIGBUS */
+    tt_err e;
+    if (tt_dataset_check_map(l->ds, &e) != 0) {
+      loader_map_failed(l, &e, img, cnt);
+      return;
+    }
+    if (sigsetjmp(jump, 1)) { /* it shrank after the check, while this thread read it */
+      if (tt_dataset_check_map(l->ds, &e) == 0)
+        tt_fail(&e, "%s: a read of the memory-mapped file failed (SIGBUS) though it has its size again; was it "
+                "truncated and rewritten by another process? stopping", l->ds->source);
+      loader_map_failed(l, &e, img, l->count[slot]);
+      return;
+    }
+    tt_map_guard_enter(l->ds, &jump);
+  }
   for (k = 0; k < cnt; k++) {
     int idx = l->perm[first + k];
     const uint8_t *src;
@@ -235,7 +266,7 @@ static void loader_fill(tt_loader *l, int b, int slot) {
     }
     loader_augment(l, src, img + (size_t)k * l->per, first + k);
   }
-  l->count[slot] = cnt;
+  if (l->ds->map) tt_map_guard_leave();
 }
 
 static void *loader_worker(void *arg) {
@@ -370,7 +401,7 @@ int tt_loader_next(tt_loader *l, const uint8_t **images, const int32_t **labels,
     while (!(l->state[slot] == LOADER_READY && l->which[slot] == b)) pthread_cond_wait(&l->ready, &l->mu);
     if (wait_seconds) *wait_seconds = tt_now() - t0;
   }
-  if (l->failed) { /* streaming, and not one image of the data set decodes */
+  if (l->failed) { /* streaming, and too many images fail to decode; or the npy file shrank */
     pthread_mutex_unlock(&l->mu);
     return -1;
   }
@@ -413,6 +444,14 @@ void tt_loader_set_warn(tt_loader *l, tt_warn_fn warn, void *ud) {
   l->warn = warn;
   l->warn_ud = ud;
   pthread_mutex_unlock(&l->mu);
+}
+
+const char *tt_loader_error(tt_loader *l) {
+  const char *why;
+  pthread_mutex_lock(&l->mu);
+  why = l->failed == 3 ? l->map_err.msg : "";
+  pthread_mutex_unlock(&l->mu);
+  return why;
 }
 
 int tt_loader_skipped(tt_loader *l) {

@@ -4,9 +4,12 @@
  *                      and centre-cropped (the transform of the folder reader, tt_image_decode)
  *   PREFIX-labels.npy  (N,) int32
  *   PREFIX-classes.json the class names, a JSON array of strings
- * Memory stays bounded: images are decoded and written a chunk at a time. The three files are
+ *   PREFIX-set.json    the manifest: what the other three must be (tt_npy_set_hash)
+ * Memory stays bounded: images are decoded and written a chunk at a time. The four files are
  * written into a temporary directory beside them (DIR/.NAME.pack-XXXXXX) and renamed into
- * place when all are complete, the images file last; the next pack of the prefix removes
+ * place when all are complete, the manifest first and the images file last (a reader refuses
+ * files that disagree with the manifest, so a kill between renames leaves no mixed set that
+ * is read); the next pack of the prefix removes
  * what an interrupted one left. A PREFIX that is an existing directory means
  * DIR/<SOURCE's base name>. */
 #ifndef _POSIX_C_SOURCE
@@ -57,7 +60,7 @@ static int pack_images(const tt_dataset *ds, const char *prefix, int32_t *labels
   char *reasons = (char *)tt_malloc((size_t)TT_DECODE_REASON_MAX * PACK_CHUNK, "pack status", err);
   long long shape[4] = {0, ds->h, ds->w, ds->c};
   tt_atomic_file f;
-  int start, k, ch, rc = -1;
+  int start, k, ch, rc = -1, failed = 0;
   snprintf(path, sizeof path, "%s-images.npy", prefix);
   *kept = 0;
   pack_npy_header(head, "|u1", shape, 4); /* the count is written again at the end */
@@ -67,11 +70,10 @@ static int pack_images(const tt_dataset *ds, const char *prefix, int32_t *labels
     tt_dataset_decode_range(ds, start, cnt, chw, reasons);
     for (k = 0; k < cnt && rc == 0; k++) {
       const char *r = reasons + (size_t)TT_DECODE_REASON_MAX * k;
-      if (r[0]) {
-        if (warn) {
-          char line[TT_PATH_MAX + TT_DECODE_REASON_MAX + 32];
-          snprintf(line, sizeof line, "%s: skipped (%s)", ds->paths[start + k], r);
-          warn(ud, line);
+      if (r[0]) { /* the loader's rule: the first few named, then counted; over the share, stop */
+        if (tt_data_count_failure(ds, &failed, ds->paths[start + k], r, warn, ud, err) != 0) {
+          tt_atomic_discard(&f);
+          rc = -1;
         }
         continue;
       }
@@ -142,7 +144,33 @@ static int pack_classes(const char *prefix, const tt_dataset *ds, tt_err *err) {
   return rc;
 }
 
-static const char *const pack_suffix[3] = {"-labels.npy", "-classes.json", "-images.npy"}; /* renamed in this order */
+/* Renamed in this order: the manifest first, so that from then until the last rename the files
+ * disagree with it and a reader refuses them (a killed pack leaves no set that looks whole but
+ * is mixed); the images last, as before. */
+#define PACK_FILES 4
+static const char *const pack_suffix[PACK_FILES] = {"-set.json", "-labels.npy", "-classes.json", "-images.npy"};
+
+/* PREFIX-set.json: the manifest of the three files just written under prefix. */
+static int pack_manifest(const char *prefix, int has_classes, tt_err *err) {
+  char img[TT_PATH_MAX * 2 + 128], lab[TT_PATH_MAX * 2 + 128], set[TT_PATH_MAX * 2 + 128], text[512];
+  tt_npy_set_digest d;
+  snprintf(img, sizeof img, "%s-images.npy", prefix);
+  snprintf(lab, sizeof lab, "%s-labels.npy", prefix);
+  snprintf(set, sizeof set, "%s-set.json", prefix);
+  if (tt_npy_set_hash(img, lab, NULL, &d, err)) return -1;
+  if (has_classes) {
+    char names[TT_PATH_MAX * 2 + 128];
+    tt_npy_set_digest c;
+    snprintf(names, sizeof names, "%s-classes.json", prefix);
+    if (tt_npy_set_hash(img, lab, names, &c, err)) return -1;
+    d = c;
+  }
+  {
+    const void *chunks[1] = {text};
+    size_t sizes[1] = {(size_t)tt_npy_set_format(&d, text, sizeof text)};
+    return tt_write_file_atomic(set, chunks, sizes, 1, err);
+  }
+}
 
 /* Splits prefix into its directory (dir, "." when none) and base name. */
 static void pack_split(const char *prefix, char *dir, char *base) {
@@ -160,7 +188,7 @@ static void pack_split(const char *prefix, char *dir, char *base) {
 static void pack_remove_tmpdir(const char *tmpdir, const char *base) {
   char p[TT_PATH_MAX * 2 + 64];
   int i;
-  for (i = 0; i < 3; i++) {
+  for (i = 0; i < PACK_FILES; i++) {
     snprintf(p, sizeof p, "%s/%s%s", tmpdir, base, pack_suffix[i]);
     unlink(p);
     snprintf(p, sizeof p, "%s/%s%s.tmp", tmpdir, base, pack_suffix[i]);
@@ -190,7 +218,7 @@ static void pack_remove_stale(const char *dir, const char *base, const char *pre
     }
     if (d) closedir(d);
   }
-  for (i = 0; i < 3; i++) {
+  for (i = 0; i < PACK_FILES; i++) {
     snprintf(p, sizeof p, "%s%s.tmp", prefix, pack_suffix[i]);
     if (unlink(p) == 0 && warn) {
       char line[TT_PATH_MAX * 2 + 160];
@@ -226,8 +254,9 @@ int tt_pack_set(const tt_dataset *ds, const char *prefix, int *kept, tt_warn_fn 
   if (!base[0]) return tt_fail(err, "%s: the output prefix needs a name after the directory (DIR/NAME)", prefix);
   if (pack_check_prefix(prefix, dir, err)) return -1;
   pack_remove_stale(dir, base, prefix, warn, ud);
-  /* the set is written into a fresh directory beside the target, then renamed in, images last:
-   * a kill leaves the old set (or none) plus a temporary directory that the next run removes */
+  /* the set is written into a fresh directory beside the target, then renamed in, the manifest
+   * first and the images last: a kill leaves the old set, or files that disagree with the new
+   * manifest (refused by the reader), plus a temporary directory that the next run removes */
   snprintf(tmpdir, sizeof tmpdir, "%s/.%s.pack-XXXXXX", dir, base);
   if (!mkdtemp(tmpdir)) return tt_fail(err, "%s: cannot create a temporary directory in %s (%s)", prefix, dir, strerror(errno));
   snprintf(tmpprefix, sizeof tmpprefix, "%s/%s", tmpdir, base);
@@ -236,11 +265,12 @@ int tt_pack_set(const tt_dataset *ds, const char *prefix, int *kept, tt_warn_fn 
   if (!rc) rc = pack_images(ds, tmpprefix, labels, kept, warn, ud, err);
   if (!rc) rc = pack_labels(tmpprefix, labels, *kept, err);
   if (!rc) rc = pack_classes(tmpprefix, ds, err);
+  if (!rc) rc = pack_manifest(tmpprefix, ds->class_names != NULL, err);
   free(labels);
-  for (i = 0; i < 3 && !rc; i++) {
+  for (i = 0; i < PACK_FILES && !rc; i++) {
     snprintf(from, sizeof from, "%s%s", tmpprefix, pack_suffix[i]);
     snprintf(to, sizeof to, "%s%s", prefix, pack_suffix[i]);
-    if (i == 1 && !ds->class_names) {
+    if (i == 2 && !ds->class_names) {
       unlink(to); /* an older set's names must not describe this one */
       continue;
     }
@@ -253,21 +283,23 @@ int tt_pack_set(const tt_dataset *ds, const char *prefix, int *kept, tt_warn_fn 
 /* ---- the command: tinytrain pack ---- */
 
 /* Scans SOURCE: a directory is a folder data set, anything else a list file. */
-static int pack_scan(const char *src, int c, int h, int w, int max_classes, int max_mp, tt_dataset *ds, tt_err *err) {
+static int pack_scan(const char *src, int c, int h, int w, int max_classes, int max_mp, const tt_data_cfg *cfg,
+                     tt_dataset *ds, tt_err *err) {
   char why[TT_DECODE_REASON_MAX];
   int is_dir = access(src, F_OK) == 0 && tt_file_check_kind(src, why) != 0;
   int rc = is_dir ? tt_dataset_scan_folder(src, c, h, w, ds, err, tt_warn_stderr, NULL)
                   : tt_dataset_scan_list(src, c, h, w, max_classes, ds, err, tt_warn_stderr, NULL);
   ds->max_pixels = tt_max_pixels(max_mp);
+  if (cfg) ds->max_failed = cfg->max_failed, ds->max_failed_set = cfg->max_failed_set; /* else the default share */
   return rc;
 }
 
 static int pack_write(FILE *out, const char *src, const tt_dataset *ds, const char *prefix, tt_err *err) {
   int kept = 0;
   if (tt_pack_set(ds, prefix, &kept, tt_warn_stderr, NULL, err)) return -1;
-  fprintf(out, "%s: %d images of %dx%dx%d packed (%d skipped) into %s-images.npy, %s-labels.npy%s%s%s\n", src, kept, ds->h,
-         ds->w, ds->c, ds->n - kept + ds->skipped, prefix, prefix, ds->class_names ? ", " : "",
-         ds->class_names ? prefix : "", ds->class_names ? "-classes.json" : "");
+  fprintf(out, "%s: %d images of %dx%dx%d packed (%d skipped) into %s-images.npy, %s-labels.npy%s%s%s, %s-set.json\n", src,
+         kept, ds->h, ds->w, ds->c, ds->n - kept + ds->skipped, prefix, prefix, ds->class_names ? ", " : "",
+         ds->class_names ? prefix : "", ds->class_names ? "-classes.json" : "", prefix);
   return 0;
 }
 
@@ -292,12 +324,12 @@ static int pack_recipe(FILE *out, const char *recipe, tt_err *err) {
     goto done;
   }
   pack_prefix(ptr, sizeof ptr, m->data.train);
-  if (pack_scan(m->data.train, m->in_c, m->in_h, m->in_w, m->classes, m->data.max_megapixels, &tr, err) ||
+  if (pack_scan(m->data.train, m->in_c, m->in_h, m->in_w, m->classes, m->data.max_megapixels, &m->data, &tr, err) ||
       tt_dataset_name_classes(&m->data, m->classes, &tr, err) || pack_write(out, m->data.train, &tr, ptr, err))
     goto done;
   if (m->data.test[0]) {
     pack_prefix(pte, sizeof pte, m->data.test);
-    if (pack_scan(m->data.test, m->in_c, m->in_h, m->in_w, m->classes, m->data.max_megapixels, &te, err) ||
+    if (pack_scan(m->data.test, m->in_c, m->in_h, m->in_w, m->classes, m->data.max_megapixels, &m->data, &te, err) ||
         tt_dataset_map_classes(&te, &tr, err))
       goto done;
     te.class_names = tr.class_names, te.classes = tr.classes; /* the run's names, borrowed */
@@ -351,7 +383,7 @@ int tt_pack(const char *source, const char *prefix, int c, int h, int w, int max
       strcat(pre, "/");
       strcat(pre, b);
     }
-    rc = pack_scan(source, c > 0 ? c : 3, h > 0 ? h : 224, w > 0 ? w : 224, 0, max_megapixels, &ds, &err) ||
+    rc = pack_scan(source, c > 0 ? c : 3, h > 0 ? h : 224, w > 0 ? w : 224, 0, max_megapixels, NULL, &ds, &err) ||
          pack_write(out, source, &ds, pre, &err);
     tt_dataset_free(&ds);
   }

@@ -36,14 +36,21 @@ typedef struct dist_state {
 static dist_state dist_g = {0, 0, 0, 1, 0, 1, 0.0};
 
 /* ---- the watchdog: no collective waits forever ----
- * Every collective this file enters on the host records when it began and what it is; a
- * thread started with MPI looks once a second and, when one has waited longer than
- * TINYTRAIN_DIST_TIMEOUT seconds (default 300; 0 turns it off), prints a line naming this
- * rank, the collective and the rank(s) that did not answer, and ends this process: mpirun then
- * ends the job. The thread never calls MPI (MPI_THREAD_FUNNELED). */
+ * Every collective this file enters on the host is non-blocking and polled (dist_poll). On
+ * entering one, a rank tells every other rank, point to point, how many it has entered (its
+ * arrival), and while it waits it repeats that every DIST_BEAT seconds (its heartbeat); a rank
+ * that has waited longer than TINYTRAIN_DIST_TIMEOUT seconds (default 300; 0 turns it off)
+ * prints a line naming itself, the collective and the rank(s) that did not answer — those that
+ * have not arrived at it, or that arrived but have been silent for over DIST_SILENT seconds
+ * (stopped inside it) — and ends this process: mpirun then ends the job. A thread started with
+ * MPI is the backstop (should MPI itself block): DIST_BACKSTOP seconds after the limit it ends
+ * the process with a line that cannot name the rank. It never calls MPI (MPI_THREAD_FUNNELED). */
 static double dist_wait_since;       /* tt_now() when the collective in progress began; 0 none */
 static const char *dist_wait_what;   /* its name */
 static double dist_timeout = 300.0;
+#define DIST_BACKSTOP 5.0 /* s: the thread's margin over the limit */
+#define DIST_BEAT 0.25    /* s between a waiting rank's heartbeats */
+#define DIST_SILENT 1.0   /* s without a word from a rank that arrived: it stopped inside */
 
 static void dist_wait_begin(const char *what) {
   __atomic_store_n(&dist_wait_what, what, __ATOMIC_RELAXED);
@@ -71,7 +78,7 @@ static void *dist_watchdog(void *arg) {
     nanosleep(&ts, NULL);
     double since;
     __atomic_load(&dist_wait_since, &since, __ATOMIC_ACQUIRE);
-    if (since <= 0.0 || tt_now() - since < dist_timeout) continue;
+    if (since <= 0.0 || tt_now() - since < dist_timeout + DIST_BACKSTOP) continue;
     const char *what = __atomic_load_n(&dist_wait_what, __ATOMIC_RELAXED);
     char who[64];
     if (dist_g.size == 2) snprintf(who, sizeof who, "rank %d", 1 - dist_g.rank);
@@ -115,6 +122,139 @@ static int dist_mpi_fail(tt_err *err, int rc, const char *call) {
     if (dist_rc_ != MPI_SUCCESS) return dist_mpi_fail((err), dist_rc_, #call); \
   } while (0)
 
+/* ---- arrivals and heartbeats (the watchdog's knowledge of who is missing) ---- */
+#define DIST_TAG 7474 /* point to point, on MPI_COMM_WORLD, never a collective's */
+#define DIST_RING 16  /* send buffers in turn: one is reused only after its sends completed */
+static int dist_seq;              /* collectives this rank has entered */
+static int *dist_seen;            /* [size]: the latest count heard from each rank */
+static double *dist_heard;        /* [size]: tt_now() when each rank was heard from last */
+static int *dist_inbox;           /* [size]: the receive posted from each rank */
+static MPI_Request *dist_rreq;    /* [size] */
+static int dist_out[DIST_RING];   /* what was sent, by slot */
+static MPI_Request *dist_sreq;    /* [DIST_RING][size] */
+static int dist_slot;
+
+static int dist_arrivals_init(tt_err *err) {
+  int n = dist_g.size;
+  dist_seen = (int *)tt_calloc((size_t)n, sizeof(int), "rank arrivals", err);
+  dist_heard = (double *)tt_calloc((size_t)n, sizeof(double), "rank arrivals", err);
+  dist_inbox = (int *)tt_calloc((size_t)n, sizeof(int), "rank arrivals", err);
+  dist_rreq = (MPI_Request *)tt_calloc((size_t)n, sizeof(MPI_Request), "rank arrivals", err);
+  dist_sreq = (MPI_Request *)tt_calloc((size_t)n * DIST_RING, sizeof(MPI_Request), "rank arrivals", err);
+  if (!dist_seen || !dist_heard || !dist_inbox || !dist_rreq || !dist_sreq) return -1;
+  for (int i = 0; i < n * DIST_RING; i++) dist_sreq[i] = MPI_REQUEST_NULL;
+  double now = tt_now();
+  for (int r = 0; r < n; r++) {
+    dist_heard[r] = now;
+    dist_rreq[r] = MPI_REQUEST_NULL;
+    if (r != dist_g.rank) DIST_MPI(err, MPI_Irecv(&dist_inbox[r], 1, MPI_INT, r, DIST_TAG, MPI_COMM_WORLD, &dist_rreq[r]));
+  }
+  return 0;
+}
+
+/* What the other ranks said so far: each one's latest count, and when. */
+static int dist_drain(tt_err *err) {
+  for (int r = 0; r < dist_g.size; r++) {
+    int flag = 1;
+    while (r != dist_g.rank && dist_rreq[r] != MPI_REQUEST_NULL) {
+      DIST_MPI(err, MPI_Test(&dist_rreq[r], &flag, MPI_STATUS_IGNORE));
+      if (!flag) break;
+      if (dist_inbox[r] > dist_seen[r]) dist_seen[r] = dist_inbox[r];
+      dist_heard[r] = tt_now();
+      DIST_MPI(err, MPI_Irecv(&dist_inbox[r], 1, MPI_INT, r, DIST_TAG, MPI_COMM_WORLD, &dist_rreq[r]));
+    }
+  }
+  return 0;
+}
+
+/* This rank's count to every other rank. beat: a heartbeat, skipped while the slot's earlier
+ * sends are still in flight (an arrival waits for them: they complete as soon as delivered). */
+static int dist_tell(int beat, tt_err *err) {
+  MPI_Request *q = dist_sreq + (size_t)dist_slot * (size_t)dist_g.size;
+  int done = 1;
+  if (beat) {
+    DIST_MPI(err, MPI_Testall(dist_g.size, q, &done, MPI_STATUSES_IGNORE));
+    if (!done) return 0;
+  } else {
+    DIST_MPI(err, MPI_Waitall(dist_g.size, q, MPI_STATUSES_IGNORE));
+  }
+  dist_out[dist_slot] = dist_seq;
+  for (int r = 0; r < dist_g.size; r++)
+    if (r != dist_g.rank) DIST_MPI(err, MPI_Isend(&dist_out[dist_slot], 1, MPI_INT, r, DIST_TAG, MPI_COMM_WORLD, &q[r]));
+  dist_slot = (dist_slot + 1) % DIST_RING;
+  return 0;
+}
+
+/* Entering a collective: under the backstop's clock, counted and told. */
+static int dist_arrive(const char *what, tt_err *err) {
+  dist_wait_begin(what);
+  dist_seq++;
+  if (dist_tell(0, err) || dist_drain(err)) return dist_wait_end(), -1;
+  return 0;
+}
+
+/* The ranks the waiting one lacks, as "rank 2" or "ranks 1, 2", from what they said. */
+static void dist_missing(char *who, size_t size) {
+  double now = tt_now();
+  int k = 0, n = 0;
+  for (int r = 0; r < dist_g.size; r++)
+    if (r != dist_g.rank && (dist_seen[r] < dist_seq || now - dist_heard[r] > DIST_SILENT)) n++;
+  if (n == 0) {
+    snprintf(who, size, "one of the other %d ranks", dist_g.size - 1);
+    return;
+  }
+  k = snprintf(who, size, "rank%s", n > 1 ? "s" : "");
+  for (int r = 0, i = 0; r < dist_g.size && k > 0 && (size_t)k < size; r++)
+    if (r != dist_g.rank && (dist_seen[r] < dist_seq || now - dist_heard[r] > DIST_SILENT))
+      k += snprintf(who + k, size - (size_t)k, "%s %d", i++ ? "," : "", r);
+}
+
+/* Waits for n requests of the collective just entered, polling: heartbeats out, arrivals in,
+ * and past the limit a line naming the ranks that did not answer, then the end of this process. */
+static int dist_poll(MPI_Request *req, int n, const char *what, tt_err *err) {
+  double t0 = tt_now(), beat = t0;
+  long spins = 0;
+  for (;;) {
+    int done = 0;
+    int rc = MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return dist_wait_end(), dist_mpi_fail(err, rc, what);
+    if (done) break;
+    if (++spins < 1000) continue; /* a collective about to complete: no clock, no sleep */
+    double now = tt_now();
+    if (now - beat >= DIST_BEAT) {
+      if (dist_tell(1, err) || dist_drain(err)) return dist_wait_end(), -1;
+      beat = now;
+    }
+    if (dist_timeout > 0 && now - t0 >= dist_timeout) {
+      char who[256];
+      if (dist_drain(err)) return dist_wait_end(), -1;
+      dist_missing(who, sizeof who);
+      fprintf(stderr, "tinytrain: rank %d of %d: %s has waited %.0f s for %s, which stopped answering (hung, stopped "
+              "or on another path); ending the job. TINYTRAIN_DIST_TIMEOUT=%g sets the limit in seconds (0: none)\n",
+              dist_g.rank, dist_g.size, what, now - t0, who, dist_timeout);
+      fflush(stderr);
+      _exit(1);
+    }
+    struct timespec ts = {0, 50000}; /* 50 us: the wait costs no core */
+    nanosleep(&ts, NULL);
+  }
+  dist_wait_end();
+  return 0;
+}
+
+/* Before MPI_Finalize: the sends delivered, the receives withdrawn. */
+static void dist_arrivals_end(void) {
+  if (!dist_rreq) return;
+  MPI_Waitall(dist_g.size * DIST_RING, dist_sreq, MPI_STATUSES_IGNORE);
+  for (int r = 0; r < dist_g.size; r++)
+    if (dist_rreq[r] != MPI_REQUEST_NULL) {
+      MPI_Cancel(&dist_rreq[r]);
+      MPI_Wait(&dist_rreq[r], MPI_STATUS_IGNORE);
+    }
+  free(dist_seen), free(dist_heard), free(dist_inbox), free(dist_rreq), free(dist_sreq);
+  dist_seen = NULL, dist_heard = NULL, dist_inbox = NULL, dist_rreq = NULL, dist_sreq = NULL;
+}
+
 static int dist_mpi_init(tt_err *err) {
   int flag = 0, provided = 0;
   DIST_MPI(err, MPI_Initialized(&flag));
@@ -132,6 +272,7 @@ static int dist_mpi_init(tt_err *err) {
   if (dist_timeout < 0)
     return tt_fail(err, "TINYTRAIN_DIST_TIMEOUT='%.40s': expected seconds (a number, 0 for no limit)",
                    getenv("TINYTRAIN_DIST_TIMEOUT"));
+  if (dist_g.size > 1 && dist_arrivals_init(err)) return -1;
   if (dist_g.size > 1 && dist_timeout > 0) {
     pthread_t t;
     pthread_attr_t a;
@@ -144,13 +285,15 @@ static int dist_mpi_init(tt_err *err) {
   return 0;
 }
 
-/* A collective under the watchdog: its name while it runs. */
-#define DIST_MPI_WAIT(err, what, call) \
-  do {                                 \
-    dist_wait_begin(what);             \
-    int dist_wrc_ = (call);            \
-    dist_wait_end();                   \
-    if (dist_wrc_ != MPI_SUCCESS) return dist_mpi_fail((err), dist_wrc_, #call); \
+/* A collective under the watchdog: call is its non-blocking form, started on the request
+ * dist_req_, then polled (dist_poll). */
+#define DIST_MPI_WAIT(err, what, call)                                                  \
+  do {                                                                                  \
+    MPI_Request dist_req_ = MPI_REQUEST_NULL;                                           \
+    if (dist_arrive(what, (err))) return -1;                                            \
+    int dist_wrc_ = (call);                                                             \
+    if (dist_wrc_ != MPI_SUCCESS) return dist_wait_end(), dist_mpi_fail((err), dist_wrc_, #call); \
+    if (dist_poll(&dist_req_, 1, what, (err))) return -1;                               \
   } while (0)
 #endif
 
@@ -172,8 +315,12 @@ void tt_dist_end(int failed) {
 #ifdef TT_HAVE_MPI
   if (!dist_g.mpi) return;
   dist_g.mpi = 0;
-  if (failed && dist_g.size > 1) MPI_Abort(MPI_COMM_WORLD, 1); /* the others may wait in a collective */
-  else if (MPI_Finalize() != MPI_SUCCESS) fprintf(stderr, "tinytrain: rank %d: MPI_Finalize failed\n", dist_g.rank);
+  if (failed && dist_g.size > 1) {
+    MPI_Abort(MPI_COMM_WORLD, 1); /* the others may wait in a collective */
+    return;
+  }
+  dist_arrivals_end();
+  if (MPI_Finalize() != MPI_SUCCESS) fprintf(stderr, "tinytrain: rank %d: MPI_Finalize failed\n", dist_g.rank);
 #else
   (void)failed;
 #endif
@@ -221,7 +368,7 @@ static int dist_bcast(tt_exec *x, const tt_program *p, int buf, tt_err *err) {
   }
 #endif
 #ifdef TT_HAVE_MPI
-  DIST_MPI_WAIT(err, "the broadcast of the parameters", MPI_Bcast(ptr, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD));
+  DIST_MPI_WAIT(err, "the broadcast of the parameters", MPI_Ibcast(ptr, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD, &dist_req_));
   return 0;
 #else
   (void)ptr, (void)count;
@@ -259,7 +406,7 @@ int tt_dist_broadcast_params(tt_exec *x, int stats_only, tt_err *err) {
 int tt_dist_sum(double *v, int n, tt_err *err) {
   if (dist_g.size <= 1) return 0;
 #ifdef TT_HAVE_MPI
-  DIST_MPI_WAIT(err, "the sum of the loss and accuracy (MPI_Allreduce)", MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  DIST_MPI_WAIT(err, "the sum of the loss and accuracy (MPI_Allreduce)", MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &dist_req_));
 #endif
   return 0;
 }
@@ -271,11 +418,14 @@ int tt_dist_agree(const tt_dist_field *f, int n, tt_err *err) {
   unsigned long long *mine = (unsigned long long *)tt_malloc(sizeof *mine * (size_t)n, "rank check", err);
   if (!all || !mine) return free(all), free(mine), -1;
   for (int i = 0; i < n; i++) mine[i] = f[i].value;
-  dist_wait_begin("the check that the ranks agree (MPI_Allgather)");
-  int rc = MPI_Allgather(mine, n, MPI_UNSIGNED_LONG_LONG, all, n, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD);
-  dist_wait_end();
+  const char *what = "the check that the ranks agree (MPI_Allgather)";
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (dist_arrive(what, err)) return free(all), free(mine), -1;
+  int rc = MPI_Iallgather(mine, n, MPI_UNSIGNED_LONG_LONG, all, n, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD, &req);
+  if (rc != MPI_SUCCESS) return dist_wait_end(), free(all), free(mine), dist_mpi_fail(err, rc, "MPI_Iallgather");
+  rc = dist_poll(&req, 1, what, err);
   free(mine);
-  if (rc != MPI_SUCCESS) return free(all), dist_mpi_fail(err, rc, "MPI_Allgather");
+  if (rc) return free(all), -1;
   for (int r = 1; r < dist_g.size; r++)
     for (int i = 0; i < n; i++) {
       unsigned long long a = all[i], b = all[(size_t)r * (size_t)n + (size_t)i];
@@ -297,7 +447,7 @@ int tt_dist_agree(const tt_dist_field *f, int n, tt_err *err) {
 int tt_dist_max(int *v, tt_err *err) {
   if (dist_g.size <= 1) return 0;
 #ifdef TT_HAVE_MPI
-  DIST_MPI_WAIT(err, "the step-end exchange (MPI_Allreduce)", MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  DIST_MPI_WAIT(err, "the step-end exchange (MPI_Allreduce)", MPI_Iallreduce(MPI_IN_PLACE, v, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &dist_req_));
 #endif
   return 0;
 }
@@ -312,7 +462,7 @@ int tt_dist_cuda_attach(tt_backend *be, size_t *reserve, tt_err *err) {
   memset(id, 0, sizeof id);
   if (dist_g.rank == 0 && tt_cuda_nccl_id(be, id)) return tt_fail(err, "rank 0: %s", be->last_error(be));
 #ifdef TT_HAVE_MPI
-  DIST_MPI_WAIT(err, "the NCCL id broadcast", MPI_Bcast(id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
+  DIST_MPI_WAIT(err, "the NCCL id broadcast", MPI_Ibcast(id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD, &dist_req_));
 #endif
   if (tt_cuda_nccl_init(be, id, dist_g.size, dist_g.rank, &taken))
     return tt_fail(err, "rank %d: %s", dist_g.rank, be->last_error(be));
@@ -497,7 +647,8 @@ int tt_dist_allreduce_end(tt_dist_buckets *d, tt_err *err) {
     return tt_fail(err, "rank %d: the gradient all-reduce failed: %s", dist_g.rank, d->x->be->last_error(d->x->be));
 #endif
 #ifdef TT_HAVE_MPI
-  if (!d->cuda && d->n > 0) DIST_MPI_WAIT(err, "the gradient all-reduce", MPI_Waitall(d->n, d->req, MPI_STATUSES_IGNORE));
+  if (!d->cuda && d->n > 0 && (dist_arrive("the gradient all-reduce", err) || dist_poll(d->req, d->n, "the gradient all-reduce", err)))
+    return -1;
 #endif
   dist_g.allreduce_seconds += tt_now() - t0;
   return 0;

@@ -43,7 +43,7 @@ int tt_step_eval_pass(tt_exec *x, tt_loader *ld, double *loss, double *acc, long
     double w;
     int r = tt_loader_next(ld, &img, &lab, &cnt, &w);
     if (r == 1) break;
-    if (r < 0) return tt_fail(err, "the test-data loader failed");
+    if (r < 0) return tt_loader_error(ld)[0] ? tt_fail(err, "%s", tt_loader_error(ld)) : tt_fail(err, "the test-data loader failed");
     int rc = tt_exec_eval(x, img, lab, cnt, err);
     tt_loader_release(ld);
     if (rc) return -1;

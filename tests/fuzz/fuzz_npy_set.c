@@ -1,8 +1,9 @@
 /* tests/fuzz/fuzz_npy_set.c — libFuzzer target: a whole format = npy set (tt_dataset_load_npy:
  * PREFIX-images.npy, PREFIX-labels.npy and PREFIX-classes.json together, written to files)
  * from one input: bytes 0-1 and 2-3 the images and labels files' lengths (little-endian), byte
- * 4 the [net] classes (low 3 bits; 0: not given) and whether a classes JSON follows (bit 3),
- * then the images file, the labels file and the JSON. The recipe's input is taken from the
+ * 4 the [net] classes (low 3 bits; 0: not given), whether a classes JSON follows (bit 3) and
+ * whether the same trailing bytes are also the set's manifest, s-set.json (bit 4), then the
+ * images file, the labels file and the JSON. The recipe's input is taken from the
  * images header when it parses, so inputs get past the shape check. A loaded set must have
  * every label in range of its classes and names, and its images are read whole. */
 #ifndef _POSIX_C_SOURCE
@@ -21,10 +22,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static char dir[64];
 
 static void cleanup(void) {
-  static const char *const names[3] = {"s-images.npy", "s-labels.npy", "s-classes.json"};
+  static const char *const names[4] = {"s-images.npy", "s-labels.npy", "s-classes.json", "s-set.json"};
   char path[128];
   int i;
-  for (i = 0; i < 3; i++) {
+  for (i = 0; i < 4; i++) {
     snprintf(path, sizeof path, "%s/%s", dir, names[i]);
     unlink(path);
   }
@@ -68,6 +69,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   put("s-labels.npy", data + 5 + ni, nl);
   if (data[4] & 8) put("s-classes.json", data + 5 + ni + nl, rest - ni - nl);
   else unlink(json);
+  if (data[4] & 16) put("s-set.json", data + 5 + ni + nl, rest - ni - nl);
+  else {
+    char set[128];
+    snprintf(set, sizeof set, "%s/s-set.json", dir);
+    unlink(set);
+  }
   if (tt_npy_parse_header(data + 5, ni, &info, why) == 0 && (info.ndim == 3 || info.ndim == 4) &&
       info.shape[1] >= 1 && info.shape[1] <= 64 && info.shape[2] >= 1 && info.shape[2] <= 64) {
     h = (int)info.shape[1], w = (int)info.shape[2];
