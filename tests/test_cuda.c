@@ -38,7 +38,7 @@
 
 static const char *test_groups[] = {"cuda_elementwise", "cuda_dropout_mask", "cuda_loss_optim", "cuda_batchnorm",
                                     "cuda_pooling", "cuda_conv", "cuda_linear", "cuda_step_fp32", "cuda_step_fp16",
-                                    "cuda_no_allocation_and_peak", "cuda_staging_copies"};
+                                    "cuda_no_allocation_and_peak", "cuda_staging_copies", "cuda_nccl_one_rank"};
 #define TEST_NGROUPS ((int)(sizeof test_groups / sizeof test_groups[0]))
 
 #ifdef TT_HAVE_CUDA
@@ -849,6 +849,36 @@ static void test_emu_sync_and_profile(void) {
 }
 #endif
 
+#if defined(TT_HAVE_NCCL) && !defined(TT_CUDA_EMULATION)
+/* One rank through NCCL (kernels/cuda/cuda_nccl.cu, as a 1-process run under mpirun would): the
+ * communicator from a unique id, an all-reduce of a bucket (a sum over one rank: unchanged), the
+ * join, a broadcast from rank 0, and the memory NCCL took. */
+static void test_nccl_one_rank(void) {
+  unsigned char id[TT_CUDA_NCCL_ID_BYTES];
+  size_t taken = 0, n = 4096;
+  TT_TEST_BEGIN("cuda_nccl_one_rank");
+  float *host = (float *)malloc(n * sizeof(float)), *back = (float *)malloc(n * sizeof(float));
+  float *dev = (float *)gpu->arena_alloc(gpu, n * sizeof(float));
+  TT_CHECK(host && back && dev, "allocation failed: %s", gpu->last_error(gpu));
+  if (host && back && dev) {
+    for (size_t i = 0; i < n; i++) host[i] = test_rand(-1, 1);
+    int rc = tt_cuda_nccl_id(gpu, id) || tt_cuda_nccl_init(gpu, id, 1, 0, &taken);
+    TT_CHECK(rc == 0, "communicator: %s", gpu->last_error(gpu));
+    if (!rc) {
+      rc = gpu->upload(gpu, dev, host, n * sizeof(float)) || tt_cuda_nccl_allreduce_async(gpu, dev, n) ||
+           tt_cuda_nccl_join(gpu) || tt_cuda_nccl_group(gpu, 0) || tt_cuda_nccl_broadcast(gpu, dev, n, 0) ||
+           tt_cuda_nccl_group(gpu, 1) || gpu->sync(gpu) || gpu->download(gpu, back, dev, n * sizeof(float));
+      TT_CHECK(rc == 0, "all-reduce / broadcast: %s", gpu->last_error(gpu));
+      TT_CHECK(rc || !memcmp(host, back, n * sizeof(float)), "one rank's all-reduce and broadcast changed the data");
+      printf("  NCCL took %.1f MiB of device memory\n", taken / 1048576.0);
+    }
+  }
+  if (dev) gpu->arena_free(gpu, dev);
+  free(host), free(back);
+  TT_TEST_END();
+}
+#endif
+
 int main(void) {
   tt_err err;
   size_t reserve = 0, allocs;
@@ -874,6 +904,16 @@ int main(void) {
   }
   printf("  %s; reserve (context + handles) %.1f MiB\n", tt_cuda_info(), reserve / 1048576.0);
   cpu = tt_ref_backend_create(0); /* the truth: the plain loops */
+  if (getenv("TT_CUDA_TEST_ONLY") && !strcmp(getenv("TT_CUDA_TEST_ONLY"), "nccl")) { /* tests/gpu/acceptance.sh step 8 */
+#if defined(TT_HAVE_NCCL) && !defined(TT_CUDA_EMULATION)
+    test_nccl_one_rank();
+#else
+    printf("SKIP cuda_nccl_one_rank: built without NCCL\n");
+#endif
+    cpu->destroy(cpu);
+    gpu->destroy(gpu);
+    TT_TEST_EXIT();
+  }
 #ifdef TT_CUDA_EMULATION
   gcap = (size_t)80 << 20; /* the ops and their workspaces (cuBLAS 4 MiB on this sm_75, cuDNN up to 64 MiB); the emulation flips the protection of every page at each sync, so no larger */
 #else
@@ -901,6 +941,9 @@ int main(void) {
   test_step(TT_F32, "cuda_step_fp32");
   test_step(TT_F16, "cuda_step_fp16");
   test_no_alloc_and_peak();
+#if defined(TT_HAVE_NCCL) && !defined(TT_CUDA_EMULATION)
+  test_nccl_one_rank(); /* last: the communicator stays with the backend */
+#endif
 #ifdef TT_CUDA_EMULATION
   test_emu_sync_and_profile();
 #endif
