@@ -155,7 +155,10 @@ void tt_exec_profile_print(const tt_exec *x, FILE *out) {
   const char **names = (const char **)calloc((size_t)cap + 1, sizeof *names);
   const char **ops = (const char **)calloc((size_t)cap + 1, sizeof *ops);
   const char **prog = (const char **)calloc((size_t)cap + 1, sizeof *prog);
-  if (!rows || !names || !ops || !prog) goto done;
+  if (!rows || !names || !ops || !prog) {
+    free(rows), free(names), free(ops), free(prog);
+    return;
+  }
   if (x->train) exec_prof_rows(x, x->train, 0, ntrain, rows, names, ops, prog, &n);
   if (x->eval) exec_prof_rows(x, x->eval, ntrain, neval, rows, names, ops, prog, &n);
   double total = 0;
@@ -174,7 +177,6 @@ void tt_exec_profile_print(const tt_exec *x, FILE *out) {
     fprintf(out, "%-6s %-18s %-24s %8ld %12.3f %10.1f %6.2f\n", prog[i], ops[i], names[i], rows[i]->count,
             rows[i]->seconds * 1e3, rows[i]->seconds * 1e6 / (double)rows[i]->count,
             total > 0 ? 100.0 * rows[i]->seconds / total : 0.0);
-done:
   free(rows), free(names), free(ops), free(prog);
 }
 
