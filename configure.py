@@ -12,6 +12,8 @@
              another directory gets its own DIR/build.ninja and DIR/tinytrain, so a second variant
              (e.g. --cpu-only --sanitize --builddir build-san; ninja -f build-san/build.ninja test)
              leaves the normal build alone
+--no-mpi     builds without MPI even where mpicc is found (one process; for a binary carried to a machine
+             without MPI, e.g. tests/gpu/bundle.sh)
 --cuda-arch  compute capabilities to build CUDA kernels for: a list (75,86), or `native` for the GPUs
              nvidia-smi sees; default: every architecture from 7.5 that nvcc supports
              (nvcc --list-gpu-arch). PTX of the newest one is always added, so a newer card JITs it.
@@ -231,14 +233,68 @@ def find_mpi():
     return {"cflags": flags[0], "libs": flags[1], "version": ver, "mpirun": mpirun}
 
 
+def python_site_dirs():
+    """Every Python environment's site-packages that may hold NVIDIA's wheels (nvidia-cudnn-cu*,
+    nvidia-nccl-cu*, nvidia-cublas-cu*): the running interpreter's, $VIRTUAL_ENV's, venvs under
+    /opt/*/ and ~/, and the system's and the user's."""
+    dirs = []
+    try:
+        import site
+        import sysconfig
+        dirs += [sysconfig.get_paths().get(k) for k in ("purelib", "platlib")]
+        dirs += list(getattr(site, "getsitepackages", lambda: [])()) + [getattr(site, "getusersitepackages", lambda: None)()]
+    except Exception:
+        pass
+    pats = ["/usr/lib/python3*/*-packages", "/usr/local/lib/python3*/*-packages", "/opt/*/lib/python3*/site-packages",
+            "/opt/*/.venv/lib/python3*/site-packages", "/opt/*/venv/lib/python3*/site-packages",
+            "/opt/*/*/lib/python3*/site-packages",
+            os.path.expanduser("~/.local/lib/python3*/site-packages"), os.path.expanduser("~/.venv/lib/python3*/site-packages"),
+            os.path.expanduser("~/.pyenv/versions/*/lib/python3*/site-packages")]
+    if os.environ.get("VIRTUAL_ENV"):
+        pats.append(os.path.join(os.environ["VIRTUAL_ENV"], "lib/python3*/site-packages"))
+    for pat in pats:
+        dirs += sorted(glob.glob(pat))
+    out = []
+    for d in dirs:
+        if d and os.path.isdir(os.path.join(d, "nvidia")) and os.path.realpath(d) not in [os.path.realpath(o) for o in out]:
+            out.append(d)
+    return out
+
+
+def wheel_dirs(name):
+    """(include, lib) pairs of NVIDIA's wheels in every site-packages: nvidia/<name>/{include,lib}
+    (cu12 wheels) and nvidia/cu13/{include,lib} (the CUDA 13 wheels' common tree)."""
+    pairs = []
+    for sp in python_site_dirs():
+        for sub in (name, "cu13", "cu12"):
+            pairs.append((os.path.join(sp, "nvidia", sub, "include"), os.path.join(sp, "nvidia", sub, "lib")))
+    return pairs
+
+
+def lib_flag(libdir, name):
+    """How to link lib<name> from libdir: -l<name> where the unversioned libname.so (the -dev link)
+    exists, else -l:libname.so.N of the highest version there (wheels ship only versioned sonames);
+    None when neither exists."""
+    if os.path.exists(os.path.join(libdir, "lib%s.so" % name)):
+        return "-l" + name
+    vers = [os.path.basename(p) for p in glob.glob(os.path.join(libdir, "lib%s.so.*" % name))]
+    vers = [v for v in vers if re.match(r"^lib%s\.so\.\d+$" % re.escape(name), v)]
+    if not vers:
+        return None
+    vers.sort(key=lambda v: int(v.rsplit(".", 1)[1]))
+    return "-l:" + vers[-1]
+
+
 def find_nccl(cuda):
-    """NCCL (the CUDA toolkit's, or libnccl-dev): header, library and version."""
-    for inc, lib in ((os.path.join(cuda["home"], "include"), cuda["libdir"]),
-                     ("/usr/include", "/usr/lib/x86_64-linux-gnu"), ("/usr/include", "/usr/lib/aarch64-linux-gnu")):
+    """NCCL (the CUDA toolkit's, libnccl-dev, or a Python wheel's nvidia-nccl-cu*): header, library, version."""
+    for inc, lib in [(os.path.join(cuda["home"], "include"), cuda["libdir"]),
+                     ("/usr/include", "/usr/lib/x86_64-linux-gnu"), ("/usr/include", "/usr/lib/aarch64-linux-gnu")] + \
+            wheel_dirs("nccl"):
         h = os.path.join(inc, "nccl.h")
-        if os.path.exists(h) and glob.glob(os.path.join(lib, "libnccl.so*")):
+        flag = lib_flag(lib, "nccl") if os.path.exists(h) else None
+        if flag:
             ver = "%s.%s.%s" % (header_define(h, "NCCL_MAJOR"), header_define(h, "NCCL_MINOR"), header_define(h, "NCCL_PATCH"))
-            return {"inc": inc, "lib": lib, "version": ver}
+            return {"inc": inc, "lib": lib, "version": ver, "flag": flag}
     return None
 
 
@@ -252,25 +308,25 @@ def find_cuda():
     cuda = {"nvcc": nvcc, "home": home, "version": m.group(1) if m else "unknown"}
     libdirs = [os.path.join(home, d) for d in ("lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib")]
     cuda["libdir"] = first_existing(libdirs) or os.path.join(home, "lib64")
-    cublas = first_existing([os.path.join(d, "libcublas.so") for d in libdirs])
-    cuda["cublas"] = cublas
-    if cublas:
-        h = first_existing([os.path.join(home, "include", "cublas_api.h")])
-        if h:
+    # cuBLAS: the toolkit's, else a wheel's (nvidia-cublas-cu*: versioned sonames only)
+    cuda["cublas"], cuda["cublas_flag"], cuda["cublas_lib"] = None, None, None
+    for inc, lib in [(os.path.join(home, "include"), d) for d in libdirs] + wheel_dirs("cublas"):
+        flag = lib_flag(lib, "cublas")
+        h = os.path.join(inc, "cublas_api.h")
+        if flag and os.path.exists(h):
+            cuda["cublas"], cuda["cublas_flag"], cuda["cublas_lib"], cuda["cublas_inc"] = lib, flag, lib, inc
             cuda["cublas_version"] = "%s.%s.%s" % (header_define(h, "CUBLAS_VER_MAJOR"), header_define(h, "CUBLAS_VER_MINOR"),
                                                     header_define(h, "CUBLAS_VER_PATCH"))
-    # cuDNN: under the toolkit, in system paths, or in a Python wheel (nvidia-cudnn-cu*).
+            break
+    # cuDNN: under the toolkit, in system paths, or in any Python environment's wheel (nvidia-cudnn-cu*)
     cands = [(os.path.join(home, "include"), cuda["libdir"]),
              ("/usr/include", "/usr/lib/x86_64-linux-gnu"),
-             ("/usr/include/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu")]
-    for sp in sorted(set(glob.glob("/usr/lib/python3*/*-packages") + glob.glob("/usr/local/lib/python3*/*-packages") +
-                         glob.glob(os.path.expanduser("~/.local/lib/python3*/site-packages")) +
-                         glob.glob(os.path.expanduser("~/.pyenv/versions/*/lib/python3*/site-packages")))):
-        cands.append((os.path.join(sp, "nvidia", "cudnn", "include"), os.path.join(sp, "nvidia", "cudnn", "lib")))
+             ("/usr/include/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu")] + wheel_dirs("cudnn")
     for inc, lib in cands:
         vh = os.path.join(inc, "cudnn_version.h")
-        if os.path.exists(vh) and (glob.glob(os.path.join(lib, "libcudnn.so*"))):
-            cuda["cudnn"] = {"inc": inc, "lib": lib, "version": "%s.%s.%s" % (
+        flag = lib_flag(lib, "cudnn") if os.path.exists(vh) else None
+        if flag:
+            cuda["cudnn"] = {"inc": inc, "lib": lib, "flag": flag, "version": "%s.%s.%s" % (
                 header_define(vh, "CUDNN_MAJOR"), header_define(vh, "CUDNN_MINOR"), header_define(vh, "CUDNN_PATCHLEVEL"))}
             break
     return cuda
@@ -518,6 +574,7 @@ def main():
     ap.add_argument("--sanitize", action="store_true")
     ap.add_argument("--builddir", default="build")
     ap.add_argument("--cuda-arch", default=None)
+    ap.add_argument("--no-mpi", action="store_true")
     ap.add_argument("--cc", default=None)
     ap.add_argument("--amalgamate", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--amalgamate-dir", default=None, help=argparse.SUPPRESS)
@@ -543,9 +600,10 @@ def main():
     print("oneDNN     : %s" % (("%s, %s runtime (%s)" % (dnnl["version"], dnnl["runtime"], dnnl["lib"])) if dnnl else "NOT FOUND"))
     print("stb        : %s" % (("stb_image v%s (%s)" % (stb["version"], stb["inc"])) if stb else "NOT FOUND"))
     print("zlib       : %s" % (zlib["version"] if zlib else "NOT FOUND"))
-    mpi = find_mpi()
+    mpi = None if args.no_mpi else find_mpi()
     print("MPI        : %s" % (("%s (%s)" % (mpi["version"], mpi["mpirun"] or "no mpirun: multi-process tests skipped"))
-                               if mpi else "not found: one process only (openmpi-bin, libopenmpi-dev: ./configure.py --deps)"))
+                               if mpi else "disabled (--no-mpi): one process only" if args.no_mpi else
+                               "not found: one process only (openmpi-bin, libopenmpi-dev: ./configure.py --deps)"))
     tj = find_turbojpeg()
     JPEG.update(tj or {})
     png = find_libpng()
@@ -566,9 +624,11 @@ def main():
     else:
         print("CUDA       : %s (%s)" % (cuda["version"], cuda["nvcc"]))
         print("cuBLAS     : %s" % (cuda.get("cublas_version") or ("found" if cuda["cublas"] else "NOT FOUND")))
-        print("cuDNN      : %s" % (("%s (%s)" % (cuda["cudnn"]["version"], cuda["cudnn"]["inc"])) if cuda.get("cudnn") else "NOT FOUND"))
+        print("cuDNN      : %s" % (("%s (%s, linked %s)" % (cuda["cudnn"]["version"], cuda["cudnn"]["lib"], cuda["cudnn"]["flag"]))
+                                   if cuda.get("cudnn") else "NOT FOUND"))
         cuda["nccl"] = find_nccl(cuda)
-        print("NCCL       : %s" % (("%s (%s)" % (cuda["nccl"]["version"], cuda["nccl"]["inc"])) if cuda["nccl"] else
+        print("NCCL       : %s" % (("%s (%s, linked %s)" % (cuda["nccl"]["version"], cuda["nccl"]["lib"], cuda["nccl"]["flag"]))
+                                   if cuda["nccl"] else
                                    "not found: multi-process training on GPUs unavailable (libnccl-dev)"))
     missing = [n for n, v in (("OpenBLAS (libopenblas-dev)", blas), ("oneDNN (libdnnl-dev)", dnnl), ("stb (libstb-dev)", stb),
                               ("zlib (zlib1g-dev)", zlib)) if not v]
@@ -614,11 +674,16 @@ def main():
         if cuda.get("nccl"):  # kernels/cuda/cuda_nccl.cu: the all-reduce between GPUs
             nvflags += " -DTT_HAVE_NCCL=1 -I%s" % cuda["nccl"]["inc"]
             cflags += " -DTT_HAVE_NCCL=1"
-            libs += " -L%s -lnccl" % cuda["nccl"]["lib"]
+            libs += " -L%s -Wl,-rpath,%s %s" % (cuda["nccl"]["lib"], cuda["nccl"]["lib"], cuda["nccl"]["flag"])
         # NVML (libnvidia-ml, part of the driver) is opened with dlopen at run time, and
         # libcudart loads libcuda itself, so the binary starts on a machine without a driver.
-        libs += " -L%s -L%s -Wl,-rpath,%s -Wl,-rpath,%s -lcudnn -lcublas -lcudart -ldl -lstdc++" % (
-            cuda["libdir"], cuda["cudnn"]["lib"], cuda["libdir"], cuda["cudnn"]["lib"])
+        # Wheels ship versioned sonames only (libcudnn.so.9): then -l:libcudnn.so.9 (lib_flag).
+        libdirs = []
+        for d in (cuda["libdir"], cuda["cublas_lib"], cuda["cudnn"]["lib"]):
+            if d not in libdirs:
+                libdirs.append(d)
+        libs += " " + " ".join("-L%s -Wl,-rpath,%s" % (d, d) for d in libdirs)
+        libs += " %s %s -lcudart -ldl -lstdc++" % (cuda["cudnn"]["flag"], cuda["cublas_flag"])
 
     ptx_arch = [ptx] if use_cuda else []
     cuda_check_flags = ""
@@ -738,7 +803,7 @@ def main():
                               ("-std=c++17 -O1 -arch=sm_%s -Xcompiler -fopenmp -D_GNU_SOURCE -I%s -I%s -I%s/include -I%s" % (
                                   ptx, blas["inc"], stb["inc"], cuda["home"], cuda["cudnn"]["inc"])) if use_cuda else None,
                               extra_libs=JPEG["libs"] + (" " + mpilibs if mpilibs else "") +
-                                         (" -lnccl" if use_cuda and cuda.get("nccl") else ""))
+                                         ((" " + cuda["nccl"]["flag"]) if use_cuda and cuda.get("nccl") else ""))
     scripts = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests/test_*.sh")))
     if args.sanitize:
         scripts = [s for s in scripts if s not in SANITIZE_SKIP]

@@ -38,7 +38,7 @@
 
 static const char *test_groups[] = {"cuda_elementwise", "cuda_dropout_mask", "cuda_loss_optim", "cuda_batchnorm",
                                     "cuda_pooling", "cuda_conv", "cuda_linear", "cuda_step_fp32", "cuda_step_fp16",
-                                    "cuda_no_allocation_and_peak", "cuda_staging_copies"};
+                                    "cuda_no_allocation_and_peak", "cuda_staging_copies", "cuda_nccl_one_rank"};
 #define TEST_NGROUPS ((int)(sizeof test_groups / sizeof test_groups[0]))
 
 #ifdef TT_HAVE_CUDA
@@ -726,6 +726,159 @@ static void test_staging(void) {
   TT_TEST_END();
 }
 
+#ifdef TT_CUDA_EMULATION
+/* The reserve holds the context: with a device chosen by local rank first (multi-process
+ * training), nothing may create the context before the backend reads NVML's baseline, or each
+ * rank's reserve misses it (0.3-0.6 GiB on a card; 300 MiB emulated). NVML's init is balanced by
+ * its shutdown, also when NVML does not know the device. Must run before anything creates the
+ * emulated context. */
+static void test_emu_reserve_order(void) {
+  char why[512] = "";
+  size_t reserve = 0;
+  TT_TEST_BEGIN("cuda_reserve_holds_the_context");
+  TT_CHECK(!tt_emu_context_exists(), "the emulated context exists before the test");
+  TT_CHECK(tt_cuda_select_device(0, why, sizeof why) == 0, "select_device: %s", why);
+  TT_CHECK(!tt_emu_context_exists(), "tt_cuda_select_device created the context: the reserve's NVML baseline misses it");
+  tt_backend *b = tt_cuda_backend_create(&reserve, why, sizeof why);
+  TT_CHECK(b != NULL, "create: %s", why);
+  TT_CHECK(tt_emu_nvml_baseline_context() == 0, "NVML's baseline was read after the context existed");
+  TT_CHECK(reserve >= ((size_t)300 << 20), "reserve %.1f MiB lacks the emulated 300 MiB context", reserve / 1048576.0);
+  if (b) b->destroy(b);
+  TT_CHECK(tt_emu_nvml_open_count() == 0, "%d nvmlInit calls not shut down", tt_emu_nvml_open_count());
+  setenv("TT_EMU_NVML", "nodevice", 1); /* NVML loads, the device is not found: the fallback, NVML shut down */
+  b = tt_cuda_backend_create(&reserve, why, sizeof why);
+  TT_CHECK(b != NULL, "create without the NVML device: %s", why);
+  TT_CHECK(tt_emu_nvml_open_count() == 0, "nvmlInit not shut down after the device was not found (%d open)",
+           tt_emu_nvml_open_count());
+  if (b) b->destroy(b);
+  unsetenv("TT_EMU_NVML");
+  TT_TEST_END();
+}
+
+/* A driver older than the runtime is not "no GPU": the probe says which driver, which runtime
+ * and the driver needed, so --device auto can warn instead of silently training on the CPU. */
+static void test_emu_old_driver(void) {
+  char why[512];
+  TT_TEST_BEGIN("cuda_old_driver_named");
+  int q = tt_emu_set_quiet(1);
+  setenv("TT_EMU_DRIVER", "12040", 1);
+  int n = tt_cuda_probe(why, sizeof why);
+  TT_CHECK(n == 0, "probe found %d devices under a driver for CUDA 12.4", n);
+  TT_CHECK(strstr(why, "too old") && strstr(why, "CUDA 12.4") && strstr(why, "runtime 13.") && strstr(why, ">= 580") == NULL &&
+               strstr(why, "580"), "the message: '%s'", why);
+  setenv("TT_EMU_DRIVER", "0", 1); /* no driver at all (libcuda missing): quietly no GPU */
+  n = tt_cuda_probe(why, sizeof why);
+  TT_CHECK(n == 0 && why[0] == 0, "probe without a driver: %d devices, '%s'", n, why);
+  unsetenv("TT_EMU_DRIVER");
+  n = tt_cuda_probe(why, sizeof why);
+  TT_CHECK(n == 1 && why[0] == 0, "probe with a current driver: %d devices, '%s'", n, why);
+  TT_CHECK(strstr(tt_cuda_info(), "driver ") != NULL, "--version's CUDA line names no driver: %s", tt_cuda_info());
+  tt_emu_set_quiet(q);
+  TT_TEST_END();
+}
+
+/* TINYTRAIN_CUDA_SYNC=1: a kernel that faults (asynchronously: seen at the next synchronisation)
+ * is named with its call, step and layer; TINYTRAIN_CUDA_PROFILE=1 times every step. */
+static void test_emu_sync_and_profile(void) {
+  tt_err err;
+  test_net t;
+  tt_emu_counts c;
+  char nbuf[32];
+  TT_TEST_BEGIN("cuda_sync_mode_names_the_op");
+  setenv("TINYTRAIN_CUDA_SYNC", "1", 1);
+  int rc = test_net_open(&t, "tests/fixtures/small_cnn.recipe", gpu, TT_F32, 4, 1, 0, TT_OPT_SGD, &err);
+  TT_CHECK(rc == 0, "%s", err.msg);
+  if (!rc) {
+    const tt_node *in = &t.g.nodes[0];
+    size_t img = (size_t)in->c * in->h * in->w;
+    uint8_t *images = (uint8_t *)malloc(4 * img);
+    int32_t labels[4] = {0, 1, 0, 1};
+    for (size_t i = 0; i < 4 * img; i++) images[i] = (uint8_t)test_rand(0, 256);
+    TT_CHECK(t.x.sync_each == 1, "TINYTRAIN_CUDA_SYNC=1 did not turn the sync mode on");
+    TT_CHECK(gpu->sync(gpu) == 0, "sync: %s", gpu->last_error(gpu));
+    tt_emu_get_counts(&c);
+    snprintf(nbuf, sizeof nbuf, "%zu", c.launches + 3);
+    setenv("TT_EMU_FAULT_LAUNCH", nbuf, 1);
+    int q = tt_emu_set_quiet(1);
+    rc = tt_exec_micro_step(&t.x, images, labels, 0, 0, 1.0f, &err);
+    TT_CHECK(rc != 0 && strstr(err.msg, "TINYTRAIN_CUDA_SYNC") && strstr(err.msg, "injected fault") &&
+                 strstr(err.msg, "of layer '"), "the fault's message: %s", rc ? err.msg : "(no failure)");
+    if (rc) printf("  %s\n", err.msg);
+    unsetenv("TT_EMU_FAULT_LAUNCH");
+    tt_emu_clear_sticky();
+    tt_emu_set_quiet(q);
+    free(images);
+  }
+  test_net_close(&t);
+  unsetenv("TINYTRAIN_CUDA_SYNC");
+  TT_TEST_END();
+
+  TT_TEST_BEGIN("cuda_profile_table");
+  setenv("TINYTRAIN_CUDA_PROFILE", "1", 1);
+  rc = test_net_open(&t, "tests/fixtures/small_cnn.recipe", gpu, TT_F32, 4, 1, 0, TT_OPT_SGD, &err);
+  TT_CHECK(rc == 0, "%s", err.msg);
+  if (!rc) {
+    const tt_node *in = &t.g.nodes[0];
+    size_t img = (size_t)in->c * in->h * in->w;
+    uint8_t *images = (uint8_t *)calloc(4, img);
+    int32_t labels[4] = {0, 1, 0, 1};
+    tt_opt_hparams hp;
+    int ov = 0;
+    memset(&hp, 0, sizeof hp);
+    hp.kind = TT_OPT_SGD, hp.lr = 0.01f;
+    rc = tt_exec_micro_step(&t.x, images, labels, 0, 0, 1.0f, &err);
+    if (!rc) rc = tt_exec_update(&t.x, &hp, 1, 1.0f, &ov, &err);
+    TT_CHECK(rc == 0, "%s", err.msg);
+    FILE *f = tmpfile();
+    char text[8192] = "";
+    if (f) {
+      tt_exec_profile_print(&t.x, f);
+      rewind(f);
+      text[fread(text, 1, sizeof text - 1, f)] = 0;
+      fclose(f);
+    }
+    TT_CHECK(strstr(text, "TINYTRAIN_CUDA_PROFILE") && strstr(text, "forward") && strstr(text, "backward") &&
+                 strstr(text, "optimizer update"), "the table:\n%s", text);
+    free(t.x.prof); /* printed above: not again at close */
+    t.x.prof = NULL;
+    free(images);
+  }
+  test_net_close(&t);
+  unsetenv("TINYTRAIN_CUDA_PROFILE");
+  TT_TEST_END();
+}
+#endif
+
+#if defined(TT_HAVE_NCCL) && !defined(TT_CUDA_EMULATION)
+/* One rank through NCCL (kernels/cuda/cuda_nccl.cu, as a 1-process run under mpirun would): the
+ * communicator from a unique id, an all-reduce of a bucket (a sum over one rank: unchanged), the
+ * join, a broadcast from rank 0, and the memory NCCL took. */
+static void test_nccl_one_rank(void) {
+  unsigned char id[TT_CUDA_NCCL_ID_BYTES];
+  size_t taken = 0, n = 4096;
+  TT_TEST_BEGIN("cuda_nccl_one_rank");
+  float *host = (float *)malloc(n * sizeof(float)), *back = (float *)malloc(n * sizeof(float));
+  float *dev = (float *)gpu->arena_alloc(gpu, n * sizeof(float));
+  TT_CHECK(host && back && dev, "allocation failed: %s", gpu->last_error(gpu));
+  if (host && back && dev) {
+    for (size_t i = 0; i < n; i++) host[i] = test_rand(-1, 1);
+    int rc = tt_cuda_nccl_id(gpu, id) || tt_cuda_nccl_init(gpu, id, 1, 0, &taken);
+    TT_CHECK(rc == 0, "communicator: %s", gpu->last_error(gpu));
+    if (!rc) {
+      rc = gpu->upload(gpu, dev, host, n * sizeof(float)) || tt_cuda_nccl_allreduce_async(gpu, dev, n) ||
+           tt_cuda_nccl_join(gpu) || tt_cuda_nccl_group(gpu, 0) || tt_cuda_nccl_broadcast(gpu, dev, n, 0) ||
+           tt_cuda_nccl_group(gpu, 1) || gpu->sync(gpu) || gpu->download(gpu, back, dev, n * sizeof(float));
+      TT_CHECK(rc == 0, "all-reduce / broadcast: %s", gpu->last_error(gpu));
+      TT_CHECK(rc || !memcmp(host, back, n * sizeof(float)), "one rank's all-reduce and broadcast changed the data");
+      printf("  NCCL took %.1f MiB of device memory\n", taken / 1048576.0);
+    }
+  }
+  if (dev) gpu->arena_free(gpu, dev);
+  free(host), free(back);
+  TT_TEST_END();
+}
+#endif
+
 int main(void) {
   tt_err err;
   size_t reserve = 0, allocs;
@@ -740,6 +893,10 @@ int main(void) {
     for (int i = 0; i < TEST_NGROUPS; i++) printf("SKIP %s: %s\n", test_groups[i], err.msg);
     return 0;
   }
+#ifdef TT_CUDA_EMULATION
+  test_emu_reserve_order(); /* first: before anything creates the emulated context */
+  test_emu_old_driver();
+#endif
   gpu = tt_cuda_backend_create(&reserve, err.msg, sizeof err.msg);
   if (!gpu) {
     printf("FAIL cuda_create: %s\n", err.msg);
@@ -747,6 +904,16 @@ int main(void) {
   }
   printf("  %s; reserve (context + handles) %.1f MiB\n", tt_cuda_info(), reserve / 1048576.0);
   cpu = tt_ref_backend_create(0); /* the truth: the plain loops */
+  if (getenv("TT_CUDA_TEST_ONLY") && !strcmp(getenv("TT_CUDA_TEST_ONLY"), "nccl")) { /* tests/gpu/acceptance.sh step 8 */
+#if defined(TT_HAVE_NCCL) && !defined(TT_CUDA_EMULATION)
+    test_nccl_one_rank();
+#else
+    printf("SKIP cuda_nccl_one_rank: built without NCCL\n");
+#endif
+    cpu->destroy(cpu);
+    gpu->destroy(gpu);
+    TT_TEST_EXIT();
+  }
 #ifdef TT_CUDA_EMULATION
   gcap = (size_t)80 << 20; /* the ops and their workspaces (cuBLAS 4 MiB on this sm_75, cuDNN up to 64 MiB); the emulation flips the protection of every page at each sync, so no larger */
 #else
@@ -774,6 +941,12 @@ int main(void) {
   test_step(TT_F32, "cuda_step_fp32");
   test_step(TT_F16, "cuda_step_fp16");
   test_no_alloc_and_peak();
+#if defined(TT_HAVE_NCCL) && !defined(TT_CUDA_EMULATION)
+  test_nccl_one_rank(); /* last: the communicator stays with the backend */
+#endif
+#ifdef TT_CUDA_EMULATION
+  test_emu_sync_and_profile();
+#endif
   cpu->destroy(cpu);
   gpu->destroy(gpu);
 #ifdef TT_CUDA_EMULATION

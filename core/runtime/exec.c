@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 uint64_t tt_hash64(uint64_t a, uint64_t b) {
   /* the mixer over a combination of both words (the constant makes this the historical
@@ -78,6 +79,107 @@ static int exec_prepare(tt_exec *x, tt_err *err) {
   return 0;
 }
 
+/* ------------------ TINYTRAIN_CUDA_SYNC and TINYTRAIN_CUDA_PROFILE ---------------------- */
+
+typedef struct tt_exec_prof {
+  double seconds;
+  long count;
+} tt_exec_prof;
+
+static int exec_env_on(const char *name) {
+  const char *v = getenv(name);
+  return v && *v && strcmp(v, "0") != 0;
+}
+
+static double exec_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static const char *exec_call_name(int fn) {
+  static const char *ops[] = {"conv_fwd", "conv_bwd_data", "conv_bwd_filter", "linear_fwd", "linear_bwd_data",
+                              "linear_bwd_filter", "bn_fwd_train", "bn_fwd_infer", "bn_bwd", "pool_fwd", "pool_bwd",
+                              "act_fwd", "act_bwd"};
+  static const char *calls[] = {"gap_fwd", "gap_bwd", "dropout_fwd", "dropout_bwd", "add", "accumulate", "channel_copy"};
+  if (fn >= 0 && fn < TT_OP_KIND_COUNT && fn < (int)(sizeof ops / sizeof ops[0])) return ops[fn];
+  if (fn >= TT_OP_KIND_COUNT && fn - TT_OP_KIND_COUNT < (int)(sizeof calls / sizeof calls[0])) return calls[fn - TT_OP_KIND_COUNT];
+  return "call";
+}
+
+static const char *exec_step_op_name(const tt_step *s) {
+  switch (s->op) {
+    case TT_S_LOAD_INPUT: return "load_input";
+    case TT_S_CAST: return "cast";
+    case TT_S_FWD: return "forward";
+    case TT_S_BWD: return "backward";
+    case TT_S_LOSS: return "loss";
+    case TT_S_CHECK: return "overflow_check";
+    case TT_S_UPDATE: return "update";
+    default: return "step";
+  }
+}
+
+/* TINYTRAIN_CUDA_SYNC: waits for the device after `what` of step s and names it if the device failed. */
+static int exec_sync_point(tt_exec *x, const tt_program *p, const tt_step *s, const char *what, tt_err *err) {
+  if (!x->sync_each || !x->be->sync(x->be)) return 0;
+  return tt_fail(err, "TINYTRAIN_CUDA_SYNC: the device failed in %s of step %d (%s of layer '%s', %s program): %s", what,
+                 (int)(s - p->steps), exec_step_op_name(s), s->name ? s->name : "-", p == x->eval ? "evaluation" : "training",
+                 x->be->last_error(x->be));
+}
+
+static tt_exec_prof *exec_prof_slot(tt_exec *x, const tt_program *p, int step) {
+  if (!x->prof) return NULL;
+  int ntrain = x->train ? x->train->nsteps + 1 : 0;
+  return p == x->train ? &x->prof[step < 0 ? ntrain - 1 : step] : &x->prof[ntrain + step];
+}
+
+static void exec_prof_rows(const tt_exec *x, const tt_program *p, int base, int nrows, const tt_exec_prof **rows,
+                           const char **names, const char **ops, const char **prog, int *n) {
+  for (int i = 0; i < nrows; i++) {
+    const tt_exec_prof *e = &x->prof[base + i];
+    if (!e->count) continue;
+    rows[*n] = e;
+    if (i < p->nsteps) names[*n] = p->steps[i].name ? p->steps[i].name : "-", ops[*n] = exec_step_op_name(&p->steps[i]);
+    else names[*n] = "(all parameters)", ops[*n] = "optimizer update";
+    prog[*n] = p == x->eval ? "eval" : "train";
+    (*n)++;
+  }
+}
+
+void tt_exec_profile_print(const tt_exec *x, FILE *out) {
+  if (!x->prof) return;
+  int ntrain = x->train ? x->train->nsteps + 1 : 0, neval = x->eval ? x->eval->nsteps : 0, n = 0;
+  int cap = ntrain + neval;
+  const tt_exec_prof **rows = (const tt_exec_prof **)calloc((size_t)cap + 1, sizeof *rows);
+  const char **names = (const char **)calloc((size_t)cap + 1, sizeof *names);
+  const char **ops = (const char **)calloc((size_t)cap + 1, sizeof *ops);
+  const char **prog = (const char **)calloc((size_t)cap + 1, sizeof *prog);
+  if (!rows || !names || !ops || !prog) {
+    free(rows), free(names), free(ops), free(prog);
+    return;
+  }
+  if (x->train) exec_prof_rows(x, x->train, 0, ntrain, rows, names, ops, prog, &n);
+  if (x->eval) exec_prof_rows(x, x->eval, ntrain, neval, rows, names, ops, prog, &n);
+  double total = 0;
+  for (int i = 0; i < n; i++) total += rows[i]->seconds;
+  for (int i = 1; i < n; i++) /* by total time, most expensive first (insertion sort: a few hundred rows) */
+    for (int j = i; j > 0 && rows[j]->seconds > rows[j - 1]->seconds; j--) {
+      const tt_exec_prof *t = rows[j]; rows[j] = rows[j - 1], rows[j - 1] = t;
+      const char *a = names[j]; names[j] = names[j - 1], names[j - 1] = a;
+      a = ops[j], ops[j] = ops[j - 1], ops[j - 1] = a;
+      a = prog[j], prog[j] = prog[j - 1], prog[j - 1] = a;
+    }
+  fprintf(out, "TINYTRAIN_CUDA_PROFILE: %d Program steps on %s, %.3f s in all (each step synchronised: device time "
+               "with launch latency)\n", n, x->be->name, total);
+  fprintf(out, "%-6s %-18s %-24s %8s %12s %10s %6s\n", "prog", "op", "layer", "calls", "total ms", "mean us", "%");
+  for (int i = 0; i < n; i++)
+    fprintf(out, "%-6s %-18s %-24s %8ld %12.3f %10.1f %6.2f\n", prog[i], ops[i], names[i], rows[i]->count,
+            rows[i]->seconds * 1e3, rows[i]->seconds * 1e6 / (double)rows[i]->count,
+            total > 0 ? 100.0 * rows[i]->seconds / total : 0.0);
+  free(rows), free(names), free(ops), free(prog);
+}
+
 int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const tt_program *eval, tt_backend *be,
                    uint64_t seed, tt_err *err) {
   memset(x, 0, sizeof *x);
@@ -87,6 +189,15 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
   x->persistent_bytes = owner->persistent_bytes;
   size_t tr = train ? train->transient_bytes : 0, ev = eval ? eval->transient_bytes : 0;
   x->arena_bytes = x->persistent_bytes + (tr > ev ? tr : ev);
+  if (be->name && !strcmp(be->name, "cuda")) {
+    x->profile = exec_env_on("TINYTRAIN_CUDA_PROFILE");
+    x->sync_each = x->profile || exec_env_on("TINYTRAIN_CUDA_SYNC");
+    if (x->profile) {
+      size_t rows = (size_t)(train ? train->nsteps + 1 : 0) + (size_t)(eval ? eval->nsteps : 0);
+      x->prof = (tt_exec_prof *)calloc(rows + 1, sizeof(tt_exec_prof));
+      if (!x->prof) return tt_fail(err, "out of memory for the TINYTRAIN_CUDA_PROFILE table");
+    }
+  }
   if (exec_staging_create(x, err)) {
     tt_exec_destroy(x);
     return -1;
@@ -113,6 +224,11 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
 void tt_exec_destroy(tt_exec *x) {
   tt_backend *be = x->be;
   if (!be) return;
+  if (x->prof) {
+    tt_exec_profile_print(x, stderr);
+    free(x->prof);
+    x->prof = NULL;
+  }
   if (x->base) be->arena_free(be, x->base); /* waits for the device's work */
   for (int k = 0; k < TT_EXEC_STAGE_SLOTS; k++) {
     if (x->stage_ev[k]) {
@@ -251,7 +367,7 @@ static int exec_layer(exec_run *r, const tt_step *s, tt_err *err) {
       const tt_call *c = &calls[k];
       int late = c->dy_alias_last && c->out[0] >= 0 && EXEC_P(c->out[0]) == EXEC_P(c->in[0]);
       if (c->planned_only || late != pass) continue;
-      if (exec_call(r, s, c, err)) return -1;
+      if (exec_call(r, s, c, err) || exec_sync_point(r->x, r->p, s, exec_call_name(c->fn), err)) return -1;
     }
   return 0;
 }
@@ -259,8 +375,13 @@ static int exec_layer(exec_run *r, const tt_step *s, tt_err *err) {
 static int exec_range(exec_run *r, int from, int to, tt_err *err) {
   tt_backend *be = r->x->be;
   tt_dtype dt = r->p->policy.act_dtype;
+  tt_exec_prof *pf = NULL;
+  double t0 = 0;
+  if (r->x->profile && r->x->be->sync(r->x->be)) /* the work queued before (the batch's copy) stays out */
+    return tt_fail(err, "TINYTRAIN_CUDA_PROFILE: the device failed before step %d: %s", from, r->x->be->last_error(r->x->be));
   for (int i = from; i < to; i++) {
     const tt_step *s = &r->p->steps[i];
+    if ((pf = exec_prof_slot(r->x, r->p, i)) != NULL) t0 = exec_now();
     switch (s->op) {
       case TT_S_LOAD_INPUT: {
         const tt_load_args *a = &s->a.load;
@@ -292,6 +413,8 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
       default:
         return tt_fail(err, "internal error: step %d of kind %d in the micro-step", i, (int)s->op);
     }
+    if (s->op != TT_S_FWD && s->op != TT_S_BWD && exec_sync_point(r->x, r->p, s, exec_step_op_name(s), err)) return -1;
+    if (pf) pf->seconds += exec_now() - t0, pf->count++;
     if (r->x->after_step && r->x->after_step(r->x->after_step_ud, i, err)) return -1;
   }
   return 0;
@@ -414,7 +537,11 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
   memset(r, 0, sizeof *r);
   r->x = x, r->p = p;
   const int32_t *flag = NULL; /* the overflow flag (fp16), which every update reads */
+  tt_exec_prof *pf = exec_prof_slot(x, p, -1);
+  double t0 = 0;
   if (overflow) *overflow = 0;
+  if (pf && be->sync(be)) return tt_fail(err, "TINYTRAIN_CUDA_PROFILE: the device failed before the update: %s", be->last_error(be));
+  if (pf) t0 = exec_now();
   for (int i = p->micro_end; i < p->nsteps; i++) {
     const tt_step *s = &p->steps[i];
     if (s->op == TT_S_CHECK) {
@@ -436,7 +563,9 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
     else
       EXEC_CHECK(be->adam_update(be, cnt, w, gr, m1, m2, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay,
                                  h->kind == TT_OPT_ADAMW, t, grad_unscale, flag));
+    if (exec_sync_point(x, p, s, h->kind == TT_OPT_SGD ? "sgd_update" : "adam_update", err)) return -1;
   }
+  if (pf) pf->seconds += exec_now() - t0, pf->count++;
   if (flag) {
     /* read the flag back without waiting: the next check zeroes it only after this copy */
     if (be->download_async(be, x->host_flag, flag, sizeof(int32_t), x->flag_ev))

@@ -23,12 +23,13 @@ static int session_settle(tt_session *s, size_t reserve, tt_err *err) {
   if (tt_cuda_mem_free(s->be, &fr, NULL)) return tt_fail(err, "cudaMemGetInfo after the warm-up failed: %s", s->be->last_error(s->be));
   size_t taken = s->device_free_bytes > fr ? s->device_free_bytes - fr : 0;
   s->library_bytes = taken > s->x.arena_bytes ? taken - s->x.arena_bytes : 0;
-  size_t measured = reserve - TT_CUDA_LIBRARY_MARGIN_BYTES, total = measured + s->x.arena_bytes + s->library_bytes;
-  if (s->library_bytes > TT_CUDA_LIBRARY_MARGIN_BYTES && s->vram_bytes && total > s->vram_bytes)
+  size_t margin = tt_cuda_library_margin(s->be);
+  size_t measured = reserve - margin, total = measured + s->x.arena_bytes + s->library_bytes;
+  if (s->library_bytes > margin && s->vram_bytes && total > s->vram_bytes)
     return tt_fail(err,
                    "cuDNN/cuBLAS took %.0f MiB of device memory after setup, more than the %.0f MiB margin the plan "
                    "kept: the process holds %.0f MiB, over --vram %.0f MiB; lower --vram by %.0f MiB",
-                   s->library_bytes / 1048576.0, TT_CUDA_LIBRARY_MARGIN_BYTES / 1048576.0, total / 1048576.0,
+                   s->library_bytes / 1048576.0, margin / 1048576.0, total / 1048576.0,
                    s->vram_bytes / 1048576.0, (total - s->vram_bytes) / 1048576.0 + 1);
   return 0;
 }
@@ -57,13 +58,20 @@ static int session_threads(int asked) {
 static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode mode, size_t *reserve, tt_err *err) {
 #ifdef TT_HAVE_CUDA
   if (o->device == TT_DEVICE_CUDA || o->device == TT_DEVICE_AUTO) {
-    int ndev = tt_cuda_device_count();
+    char why[512];
+    int ndev = tt_cuda_probe(why, sizeof why);
+    if (ndev <= 0 && why[0]) { /* a driver too old for the runtime is not "no GPU": say so */
+      if (o->device == TT_DEVICE_CUDA && mode != TT_SESSION_PLAN) return tt_fail(err, "--device cuda: %s", why);
+      char msg[600];
+      snprintf(msg, sizeof msg, "tinytrain: warning: %s; %s on the CPU", why, mode == TT_SESSION_PLAN ? "planning" : "running");
+      tt_warn_stderr(NULL, msg);
+    }
     if (ndev > 0 || (mode != TT_SESSION_PLAN && o->device == TT_DEVICE_CUDA)) {
       if (mode != TT_SESSION_PLAN && tt_dist_cuda_select(err)) return -1;
       s->be = tt_cuda_backend_create(reserve, err ? err->msg : NULL, err ? sizeof err->msg : 0);
       if (!s->be || (mode == TT_SESSION_TRAIN && tt_dist_cuda_attach(s->be, reserve, err))) return -1;
       s->target_cuda = 1, s->reserve_measured = 1;
-      *reserve += TT_CUDA_LIBRARY_MARGIN_BYTES; /* what cuDNN/cuBLAS load later (tt_cuda.h) */
+      *reserve += tt_cuda_library_margin(s->be); /* what cuDNN/cuBLAS load later (tt_cuda.h) */
       if (tt_cuda_mem_free(s->be, &s->device_free_bytes, NULL) == 0) s->device_free_known = 1;
       return 0;
     }
@@ -104,7 +112,8 @@ static int session_schedule(tt_session *s, const tt_run_opts *o, size_t reserve,
   /* --vram is the card's memory; on a card that has less free (a desktop on it, another
    * process), the budget is what is free, keeping the libraries' margin free too */
   if (o->vram_bytes && s->device_free_known && o->vram_bytes > reserve) {
-    size_t usable = s->device_free_bytes > TT_CUDA_LIBRARY_MARGIN_BYTES ? s->device_free_bytes - TT_CUDA_LIBRARY_MARGIN_BYTES : 0;
+    size_t margin = tt_cuda_library_margin(s->be);
+    size_t usable = s->device_free_bytes > margin ? s->device_free_bytes - margin : 0;
     if (o->vram_bytes - reserve > usable) so->vram_bytes = reserve + usable, s->budget_clamped = 1;
   }
 #endif
@@ -197,7 +206,7 @@ void tt_session_print_summary(const tt_session *s, FILE *out) {
 #ifdef TT_HAVE_CUDA
   if (s->reserve_measured)
     fprintf(out, "           reserve %.1f MiB (measured, with %.0f MiB kept for cuDNN/cuBLAS, which took %.1f MiB)\n",
-            s->policy_opts.reserve_bytes / 1048576.0, TT_CUDA_LIBRARY_MARGIN_BYTES / 1048576.0,
+            s->policy_opts.reserve_bytes / 1048576.0, tt_cuda_library_margin(s->be) / 1048576.0,
             s->library_bytes / 1048576.0);
 #endif
   fflush(out);

@@ -44,18 +44,39 @@ typedef int (*cuda_nvml_init_fn)(void);
 typedef int (*cuda_nvml_by_bus_fn)(const char *, void **);
 typedef int (*cuda_nvml_getmem_fn)(void *, cuda_nvml_memory *);
 
-/* Opens NVML and finds the device with the given PCI bus id; 0 on success. */
+/* NVML through dlopen; the host emulation (tests/cuda_emu) supplies its own, which records
+ * whether its baseline was read before a CUDA context existed. */
+#ifdef TT_CUDA_EMULATION
+#define CUDA_NVML_OPEN() tt_emu_nvml_open()
+#define CUDA_NVML_SYM(lib, name) tt_emu_nvml_sym((lib), (name))
+#define CUDA_NVML_CLOSE(lib) ((void)(lib))
+#else
+#define CUDA_NVML_OPEN() dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)
+#define CUDA_NVML_SYM(lib, name) dlsym((lib), (name))
+#define CUDA_NVML_CLOSE(lib) dlclose(lib)
+#endif
+
+/* Opens NVML and finds the device with the given PCI bus id; 0 on success. Every failure after
+ * nvmlInit shuts NVML down again. */
 static int cuda_nvml_open(tt_cuda_state *st, const char *bus_id) {
-  void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  void *lib = CUDA_NVML_OPEN();
   cuda_nvml_init_fn init;
   cuda_nvml_by_bus_fn by_bus;
+  int (*shutdown)(void);
   void *dev = NULL;
   if (!lib) return -1;
-  init = (cuda_nvml_init_fn)dlsym(lib, "nvmlInit_v2");
-  by_bus = (cuda_nvml_by_bus_fn)dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
-  st->nvml_getmem = dlsym(lib, "nvmlDeviceGetMemoryInfo");
-  if (!init || !by_bus || !st->nvml_getmem || init() != 0 || by_bus(bus_id, &dev) != 0 || !dev) {
-    dlclose(lib);
+  init = (cuda_nvml_init_fn)CUDA_NVML_SYM(lib, "nvmlInit_v2");
+  by_bus = (cuda_nvml_by_bus_fn)CUDA_NVML_SYM(lib, "nvmlDeviceGetHandleByPciBusId_v2");
+  shutdown = (int (*)(void))CUDA_NVML_SYM(lib, "nvmlShutdown");
+  st->nvml_getmem = CUDA_NVML_SYM(lib, "nvmlDeviceGetMemoryInfo");
+  if (!init || !by_bus || !st->nvml_getmem || init() != 0) {
+    CUDA_NVML_CLOSE(lib);
+    st->nvml_getmem = NULL;
+    return -1;
+  }
+  if (by_bus(bus_id, &dev) != 0 || !dev) {
+    if (shutdown) shutdown(); /* nvmlInit succeeded: balance it */
+    CUDA_NVML_CLOSE(lib);
     st->nvml_getmem = NULL;
     return -1;
   }
@@ -74,11 +95,26 @@ static int cuda_nvml_used(tt_cuda_state *st, size_t *used, size_t *total) {
 
 static void cuda_nvml_close(tt_cuda_state *st) {
   if (st->nvml_lib) {
-    int (*shutdown)(void) = (int (*)(void))dlsym(st->nvml_lib, "nvmlShutdown");
+    int (*shutdown)(void) = (int (*)(void))CUDA_NVML_SYM(st->nvml_lib, "nvmlShutdown");
     if (shutdown) shutdown();
-    dlclose(st->nvml_lib);
+    CUDA_NVML_CLOSE(st->nvml_lib);
   }
   st->nvml_lib = st->nvml_dev = st->nvml_getmem = NULL;
+}
+
+/* The driver's own version ("580.65.06") through NVML, or "" where NVML is missing. */
+static void cuda_nvml_driver(char *buf, size_t n) {
+  void *lib = CUDA_NVML_OPEN();
+  buf[0] = 0;
+  if (!lib) return;
+  int (*init)(void) = (int (*)(void))CUDA_NVML_SYM(lib, "nvmlInit_v2");
+  int (*ver)(char *, unsigned) = (int (*)(char *, unsigned))CUDA_NVML_SYM(lib, "nvmlSystemGetDriverVersion");
+  int (*shutdown)(void) = (int (*)(void))CUDA_NVML_SYM(lib, "nvmlShutdown");
+  if (init && ver && init() == 0) {
+    if (ver(buf, (unsigned)n) != 0) buf[0] = 0;
+    if (shutdown) shutdown();
+  }
+  CUDA_NVML_CLOSE(lib);
 }
 
 /* --------------------------------- table entries -------------------------------------- */
@@ -242,22 +278,56 @@ static int cuda_be_sync(tt_backend *b) {
   tt_cuda_state *st = tt_cuda_st(b);
   CUDA_CHECK(b, cudaStreamSynchronize(st->compute));
   CUDA_CHECK(b, cudaStreamSynchronize(st->copy));
+  if (st->nccl_stream) CUDA_CHECK(b, cudaStreamSynchronize(st->nccl_stream)); /* a gradient all-reduce in flight */
   return 0;
 }
 
 /* ------------------------------------ public ------------------------------------------ */
 
-extern "C" int tt_cuda_device_count(void) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError(); /* no driver / no device: not an error for `auto` */
-    return 0;
-  }
-  return n;
+/* The device a multi-process launch chose (tt_cuda_select_device), -1: the calling thread's.
+ * Recorded, not set: cudaSetDevice creates the device's primary context (CUDA 12 and newer),
+ * which must happen after the reserve's NVML baseline (cuda_be_setup). */
+static int cuda_next_device = -1;
+extern "C" void tt_cuda_set_next_device(int device) { cuda_next_device = device; }
+
+/* "driver 580.65.06 (CUDA 13.0)", "driver 550.54 (CUDA 12.4)" or "no driver": what the installed
+ * driver is and the newest CUDA it runs. */
+static const char *cuda_driver_text(void) {
+  static char buf[96];
+  char nv[64];
+  int dv = 0;
+  if (cudaDriverGetVersion(&dv) != cudaSuccess) (void)cudaGetLastError(), dv = 0;
+  cuda_nvml_driver(nv, sizeof nv);
+  if (!dv && !nv[0]) return "no driver";
+  snprintf(buf, sizeof buf, "driver %s (CUDA %d.%d)", nv[0] ? nv : "?", dv / 1000, (dv % 1000) / 10);
+  return buf;
 }
 
+extern "C" int tt_cuda_probe(char *why, size_t whysize) {
+  int n = 0, rt = 0, dv = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (why && whysize) why[0] = 0;
+  if (e == cudaSuccess) return n;
+  (void)cudaGetLastError();
+  if (e == cudaErrorInsufficientDriver || e == cudaErrorCompatNotSupportedOnDevice) {
+    if (cudaRuntimeGetVersion(&rt) != cudaSuccess) (void)cudaGetLastError();
+    if (cudaDriverGetVersion(&dv) != cudaSuccess) (void)cudaGetLastError();
+    /* no libcuda at all reads as an insufficient driver too, with driver version 0: no GPU */
+    if (dv > 0 && why && whysize)
+      snprintf(why, whysize,
+               "the NVIDIA %s is too old for this tinytrain's CUDA runtime %d.%d (%s): the GPU is not used; "
+               "CUDA %d needs driver %s or newer (docs/gpu.md)",
+               cuda_driver_text(), rt / 1000, (rt % 1000) / 10, cudaGetErrorString(e), rt / 1000,
+               rt / 1000 >= 13 ? "580" : rt / 1000 == 12 ? "525" : "?");
+  }
+  /* else: no driver / no device: not an error for `auto` */
+  return 0;
+}
+
+extern "C" int tt_cuda_device_count(void) { return tt_cuda_probe(NULL, 0); }
+
 extern "C" const char *tt_cuda_info(void) {
-  static char buf[160];
+  static char buf[256];
   int rt = 0;
   size_t dnn = cudnnGetVersion();
   int bmaj = 0, bmin = 0, bpat = 0;
@@ -267,9 +337,13 @@ extern "C" const char *tt_cuda_info(void) {
       cublasGetProperty(PATCH_LEVEL, &bpat) != CUBLAS_STATUS_SUCCESS)
     bmaj = bmin = bpat = 0;
   /* cuDNN 9 encodes major*10000 + minor*100 + patch */
-  snprintf(buf, sizeof buf, "CUDA runtime %d.%d, cuDNN %zu.%zu.%zu, cuBLAS %d.%d.%d", rt / 1000, (rt % 1000) / 10,
-           dnn / 10000, (dnn % 10000) / 100, dnn % 100, bmaj, bmin, bpat);
+  snprintf(buf, sizeof buf, "CUDA runtime %d.%d, %s, cuDNN %zu.%zu.%zu, cuBLAS %d.%d.%d", rt / 1000, (rt % 1000) / 10,
+           cuda_driver_text(), dnn / 10000, (dnn % 10000) / 100, dnn % 100, bmaj, bmin, bpat);
   return buf;
+}
+
+extern "C" size_t tt_cuda_library_margin(tt_backend *b) {
+  return (b && b->impl && b->name && !strcmp(b->name, "cuda")) ? tt_cuda_st(b)->lib_margin : TT_CUDA_LIBRARY_MARGIN_BYTES;
 }
 
 extern "C" size_t tt_cuda_alloc_count(tt_backend *b) {
@@ -351,6 +425,9 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   size_t before = 0, after = 0, fr = 0, tot = 0;
   int have_nvml;
   cudaDeviceProp prop;
+  /* The baseline before anything creates this device's context (cudaSetDevice does, and
+   * cudaFree(0) below): the context is part of the reserve. Neither cudaGetDeviceCount nor
+   * cudaDeviceGetPCIBusId creates one. */
   CUDA_CHECK(b, cudaDeviceGetPCIBusId(bus, (int)sizeof bus, st->device));
   have_nvml = cuda_nvml_open(st, bus) == 0 && cuda_nvml_used(st, &before, NULL) == 0;
   CUDA_CHECK(b, cudaSetDevice(st->device));
@@ -383,6 +460,12 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   st->ws_cap = tot / 64;
   if (st->ws_cap > ((size_t)64 << 20)) st->ws_cap = (size_t)64 << 20;
   st->blas_ws = (size_t)(prop.major >= 9 ? 32 : 4) << 20; /* cuda_linear.cu says why */
+  /* What cuDNN and cuBLAS may still load after setup (tt_cuda.h): their modules, and the local
+   * memory the context grows to for a kernel needing more per thread, which the driver sizes for
+   * every thread the device can hold at once (multiprocessors x threads per multiprocessor). */
+  st->lib_margin = TT_CUDA_LIBRARY_CODE_BYTES +
+                   (size_t)prop.multiProcessorCount * (size_t)prop.maxThreadsPerMultiProcessor * TT_CUDA_LOCAL_BYTES_PER_THREAD;
+  if (st->lib_margin < TT_CUDA_LIBRARY_MARGIN_BYTES) st->lib_margin = TT_CUDA_LIBRARY_MARGIN_BYTES;
   if (have_nvml && cuda_nvml_used(st, &after, NULL) == 0 && after >= before)
     *reserve_bytes = after - before;
   else
@@ -471,8 +554,8 @@ extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbu
   b->impl = st;
   /* the device the calling thread selected: 0, or the one a multi-process launch chose by
    * local rank (tt_cuda_select_device) */
-  st->device = 0;
-  if (cudaGetDevice(&st->device) != cudaSuccess) {
+  st->device = cuda_next_device;
+  if (st->device < 0 && cudaGetDevice(&st->device) != cudaSuccess) { /* cudaGetDevice creates no context */
     (void)cudaGetLastError();
     st->device = 0;
   }

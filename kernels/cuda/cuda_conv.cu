@@ -41,7 +41,6 @@ int tt_cuda_conv_cache_create(tt_backend *b) {
     tt_cuda_conv_slot *s = &st->conv[i];
     CUDNN_CHECK(b, cudnnCreateTensorDescriptor(&s->x));
     CUDNN_CHECK(b, cudnnCreateTensorDescriptor(&s->y));
-    CUDNN_CHECK(b, cudnnCreateTensorDescriptor(&s->bias));
     CUDNN_CHECK(b, cudnnCreateFilterDescriptor(&s->w));
     CUDNN_CHECK(b, cudnnCreateConvolutionDescriptor(&s->conv));
     st->nconv = i + 1;
@@ -58,7 +57,6 @@ void tt_cuda_conv_cache_destroy(tt_backend *b) {
     /* teardown: a failure here cannot be acted on */
     if (s->x) (void)cudnnDestroyTensorDescriptor(s->x);
     if (s->y) (void)cudnnDestroyTensorDescriptor(s->y);
-    if (s->bias) (void)cudnnDestroyTensorDescriptor(s->bias);
     if (s->w) (void)cudnnDestroyFilterDescriptor(s->w);
     if (s->conv) (void)cudnnDestroyConvolutionDescriptor(s->conv);
   }
@@ -105,7 +103,6 @@ static tt_cuda_conv_slot *cuda_conv_slot(tt_backend *b, const tt_conv_desc *d, t
   } while (0)
   CUDA_CONV_TRY(cudnnSetTensor4dDescriptor(s->x, CUDNN_TENSOR_NCHW, ct, d->n, d->c, d->h, d->w));
   CUDA_CONV_TRY(cudnnSetTensor4dDescriptor(s->y, CUDNN_TENSOR_NCHW, ct, d->n, d->k, d->p, d->q));
-  CUDA_CONV_TRY(cudnnSetTensor4dDescriptor(s->bias, CUDNN_TENSOR_NCHW, ct, 1, d->k, 1, 1));
   CUDA_CONV_TRY(cudnnSetFilter4dDescriptor(s->w, ct, CUDNN_TENSOR_NCHW, d->k, d->c / d->groups, d->r, d->s));
   CUDA_CONV_TRY(cudnnSetConvolution2dDescriptor(s->conv, d->pad_h, d->pad_w, d->stride_h, d->stride_w, 1, 1,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));

@@ -38,7 +38,7 @@ typedef struct tt_cuda_conv_slot {
   tt_conv_desc d;
   tt_dtype dt;
   uint64_t last_use;
-  cudnnTensorDescriptor_t x, y, bias;
+  cudnnTensorDescriptor_t x, y;
   cudnnFilterDescriptor_t w;
   cudnnConvolutionDescriptor_t conv;
   int have[3];                  /* algorithm chosen for TT_WS_FWD / BWD_DATA / BWD_FILTER */
@@ -59,6 +59,7 @@ typedef struct tt_cuda_state {
   size_t total_mem;     /* device memory */
   size_t ws_cap;        /* largest cuDNN workspace a convolution algorithm may ask for */
   size_t blas_ws;       /* cuBLAS workspace each GEMM is planned (cuda_linear.cu) */
+  size_t lib_margin;    /* device memory kept for what cuDNN/cuBLAS load after setup (tt_cuda_library_margin) */
   tt_cuda_conv_slot *conv;
   int nconv;
   uint64_t tick;
@@ -72,6 +73,9 @@ typedef struct tt_cuda_state {
 } tt_cuda_state;
 
 static inline tt_cuda_state *tt_cuda_st(tt_backend *b) { return (tt_cuda_state *)b->impl; }
+
+/* tt_cuda_select_device's choice, taken by the next tt_cuda_backend_create (cuda_backend.cu). */
+extern "C" void tt_cuda_set_next_device(int device);
 
 /* Records a message in the backend and returns -1. */
 int tt_cuda_fail(tt_backend *b, const char *fmt, ...)

@@ -53,12 +53,14 @@ extern "C" int tt_cuda_nccl_init(tt_backend *b, const void *id, int nranks, int 
   CUDA_CHECK(b, cudaEventCreateWithFlags(&st->nccl_ready, cudaEventDisableTiming));
   CUDA_CHECK(b, cudaEventCreateWithFlags(&st->nccl_done, cudaEventDisableTiming));
   CUDA_CHECK(b, cudaMalloc((void **)&probe, 64 * sizeof(float)));
-  CUDA_CHECK(b, cudaMemsetAsync(probe, 0, 64 * sizeof(float), st->compute));
-  ncclResult_t r = ncclAllReduce(probe, probe, 64, ncclFloat32, ncclSum, comm, st->compute);
+  cudaError_t me = cudaMemsetAsync(probe, 0, 64 * sizeof(float), st->compute);
+  ncclResult_t r = me == cudaSuccess ? ncclAllReduce(probe, probe, 64, ncclFloat32, ncclSum, comm, st->compute) : ncclSuccess;
   cudaError_t e = cudaStreamSynchronize(st->compute);
-  CUDA_CHECK(b, cudaFree(probe));
+  cudaError_t fe = cudaFree(probe); /* freed whatever failed; its error is reported after the all-reduce's */
+  if (me != cudaSuccess) return tt_cuda_fail(b, "cudaMemsetAsync of the NCCL probe failed: %s", cudaGetErrorString(me));
   if (r != ncclSuccess) return tt_cuda_fail(b, "ncclAllReduce (the first, connecting) failed: %s", ncclGetErrorString(r));
   if (e != cudaSuccess) return tt_cuda_fail(b, "cudaStreamSynchronize after the first ncclAllReduce failed: %s", cudaGetErrorString(e));
+  if (fe != cudaSuccess) return tt_cuda_fail(b, "cudaFree of the NCCL probe failed: %s", cudaGetErrorString(fe));
   CUDA_CHECK(b, cudaMemGetInfo(&after, &tot));
   *bytes_taken = before > after ? before - after : 0;
   return 0;
@@ -139,12 +141,8 @@ extern "C" int tt_cuda_select_device(int local_rank, char *errbuf, size_t errsiz
                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     return -1;
   }
-  e = cudaSetDevice(local_rank % n);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    if (errbuf && errsize) snprintf(errbuf, errsize, "cudaSetDevice(%d) for local rank %d failed: %s", local_rank % n, local_rank,
-                                    cudaGetErrorString(e));
-    return -1;
-  }
+  /* recorded for tt_cuda_backend_create, not set here: cudaSetDevice creates the context, which
+   * must come after the backend's NVML baseline so that the reserve holds it */
+  tt_cuda_set_next_device(local_rank % n);
   return 0;
 }

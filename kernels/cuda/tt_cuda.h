@@ -21,12 +21,26 @@ tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t e
  * grows it. The planner keeps this much beside the measured reserve, and a training session
  * runs every convolution and GEMM of its programs once after allocating the arena and checks
  * that the libraries stayed within it (core/runtime/session.c). */
+/* The margin is sized per card at setup (tt_cuda_library_margin): TT_CUDA_LIBRARY_CODE_BYTES for
+ * the libraries' modules, plus TT_CUDA_LOCAL_BYTES_PER_THREAD of local memory for every thread
+ * the device holds at once (multiprocessors x threads per multiprocessor; the driver sizes a
+ * context's local memory so), never under TT_CUDA_LIBRARY_MARGIN_BYTES: 128 MiB on a T4
+ * (40 x 1024 threads), 196 MiB on an H100 SXM (132 x 2048). */
 #define TT_CUDA_LIBRARY_MARGIN_BYTES ((size_t)128 << 20)
+#define TT_CUDA_LIBRARY_CODE_BYTES ((size_t)64 << 20)
+#define TT_CUDA_LOCAL_BYTES_PER_THREAD ((size_t)512)
+/* This backend's margin (TT_CUDA_LIBRARY_MARGIN_BYTES for any other backend or NULL). */
+size_t tt_cuda_library_margin(tt_backend *b);
 /* The device's free and total memory now (cudaMemGetInfo); 0 on success. */
 int tt_cuda_mem_free(tt_backend *b, size_t *free_bytes, size_t *total_bytes);
 /* Number of CUDA devices; 0 (quietly) when there is no driver or no device. */
 int tt_cuda_device_count(void);
-/* "CUDA runtime 13.0, cuDNN 9.19.0, cuBLAS 13.1.0": versions of the linked libraries. */
+/* The same, and where a driver is there but too old for the runtime (cudaErrorInsufficientDriver),
+ * 0 with why (whysize bytes) naming the driver and runtime versions and the driver needed;
+ * why is "" otherwise. */
+int tt_cuda_probe(char *why, size_t whysize);
+/* "CUDA runtime 13.0, driver 580.65.06 (CUDA 13.0), cuDNN 9.19.0, cuBLAS 13.1.0": versions of the
+ * linked libraries and of the installed driver ("no driver" without one). */
 const char *tt_cuda_info(void);
 /* cudaMalloc and cudaHostAlloc calls this backend has made (tests: nothing is allocated after setup). */
 size_t tt_cuda_alloc_count(tt_backend *b);

@@ -272,6 +272,9 @@ def main():
     ap.add_argument("--vram", default="4G", help="the budget of the largest-micro-batch comparison")
     ap.add_argument("--out", help="also write the report here")
     ap.add_argument("--skip-torch-max-batch", action="store_true")
+    ap.add_argument("--no-tf32", action="store_true",
+                    help="the default: PyTorch's fp32 convolutions and matmuls without TF32, as tinytrain's (cuDNN "
+                         "CUDNN_FMA_MATH, cuBLAS CUBLAS_DEFAULT_MATH)")
     a = ap.parse_args()
     lines = []
     say(lines, "# ResNet-50 224x224, synthetic data: tinytrain vs PyTorch")
@@ -287,7 +290,12 @@ def main():
     try:
         import torch
         import torch.utils.checkpoint  # noqa: F401 (not imported by torch itself)
-        say(lines, "PyTorch %s (CUDA %s)" % (torch.__version__, torch.version.cuda))
+        # TF32 the same on both sides: tinytrain's fp32 uses none (kernels/cuda: CUDNN_FMA_MATH,
+        # CUBLAS_DEFAULT_MATH); PyTorch's cuDNN allows it by default
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        say(lines, "PyTorch %s (CUDA %s); TF32 off on both sides (torch.backends.cuda.matmul.allow_tf32 = "
+                   "torch.backends.cudnn.allow_tf32 = False; tinytrain uses none)" % (torch.__version__, torch.version.cuda))
     except ImportError:
         torch = None
         missing.append("PyTorch (python3 -m pip install torch)")

@@ -37,8 +37,18 @@ cudaError_t emu_sticky(void);
 void emu_set_sticky(cudaError_t e, const char *msg);
 /* First call of the process: the fake context. */
 void emu_init(void);
+/* The device's primary context now exists (as cudaSetDevice, cudaFree(0), an allocation or a
+ * stream creates it on CUDA 12 and newer); NVML's used memory counts it from then on. */
+void emu_context_create(void);
 /* Every API entry: the context exists, a sticky error fails the call. */
 #define EMU_ENTER()                                      \
+  do {                                                   \
+    emu_init();                                          \
+    emu_context_create();                                \
+    if (emu_sticky() != cudaSuccess) return emu_sticky(); \
+  } while (0)
+/* An entry that creates no context (cudaGetDevice, cudaGetDeviceProperties, cudaDeviceGetPCIBusId). */
+#define EMU_ENTER_NO_CONTEXT()                           \
   do {                                                   \
     emu_init();                                          \
     if (emu_sticky() != cudaSuccess) return emu_sticky(); \

@@ -162,6 +162,17 @@ void emu_init(void) {
 
 void emu_reserve_add(long long bytes) { emu_reserved += bytes; }
 
+static int emu_context; /* the primary context exists */
+void emu_context_create(void) { emu_context = 1; }
+extern "C" int tt_emu_context_exists(void) { return emu_context; }
+
+/* TT_EMU_DRIVER=12040: an installed driver that runs CUDA 12.4 at most, older than this runtime:
+ * cudaGetDeviceCount fails with cudaErrorInsufficientDriver, cudaDriverGetVersion says 12040. */
+static int emu_driver_version(void) {
+  const char *p = getenv("TT_EMU_DRIVER");
+  return p && *p ? atoi(p) : CUDART_VERSION;
+}
+
 static int emu_device_count(void) {
   const char *p = getenv("TT_EMU_DEVICES"); /* 0 emulates a machine without a GPU */
   return p && !strcmp(p, "0") ? 0 : 1;
@@ -169,6 +180,11 @@ static int emu_device_count(void) {
 
 extern "C" cudaError_t cudaGetDeviceCount(int *count) {
   if (!count) return emu_cuda_fail(cudaErrorInvalidValue, "cudaGetDeviceCount: NULL count");
+  if (emu_driver_version() < CUDART_VERSION) {
+    *count = 0;
+    return emu_cuda_fail(cudaErrorInsufficientDriver, "emulating a driver for CUDA %d.%d (TT_EMU_DRIVER)",
+                         emu_driver_version() / 1000, emu_driver_version() % 1000 / 10);
+  }
   *count = emu_device_count();
   if (!*count) return emu_cuda_fail(cudaErrorNoDevice, "emulating a machine without a GPU (TT_EMU_DEVICES=0)");
   return cudaSuccess;
@@ -185,14 +201,14 @@ extern "C" cudaError_t cudaSetDevice(int device) {
   return emu_check_device("cudaSetDevice", device);
 }
 extern "C" cudaError_t cudaGetDevice(int *device) {
-  EMU_ENTER();
+  EMU_ENTER_NO_CONTEXT();
   if (!device) return emu_cuda_fail(cudaErrorInvalidValue, "cudaGetDevice: NULL device");
   *device = 0;
   return cudaSuccess;
 }
 
 extern "C" cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device) {
-  EMU_ENTER();
+  EMU_ENTER_NO_CONTEXT();
   if (!prop) return emu_cuda_fail(cudaErrorInvalidValue, "cudaGetDeviceProperties: NULL prop");
   if (emu_check_device("cudaGetDeviceProperties", device)) return cudaErrorInvalidDevice;
   memset(prop, 0, sizeof *prop);
@@ -237,10 +253,10 @@ extern "C" cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, i
 }
 
 extern "C" cudaError_t cudaDeviceGetPCIBusId(char *buf, int len, int device) {
-  EMU_ENTER();
+  EMU_ENTER_NO_CONTEXT();
   if (!buf || len <= 0) return emu_cuda_fail(cudaErrorInvalidValue, "cudaDeviceGetPCIBusId: no buffer");
   if (emu_check_device("cudaDeviceGetPCIBusId", device)) return cudaErrorInvalidDevice;
-  snprintf(buf, (size_t)len, "emulated"); /* NVML finds no such device: the backend falls back to cudaMemGetInfo */
+  snprintf(buf, (size_t)len, "00000000:00:00.0"); /* the emulated NVML's one device */
   return cudaSuccess;
 }
 
@@ -251,7 +267,7 @@ extern "C" cudaError_t cudaRuntimeGetVersion(int *v) {
 }
 extern "C" cudaError_t cudaDriverGetVersion(int *v) {
   if (!v) return emu_cuda_fail(cudaErrorInvalidValue, "cudaDriverGetVersion: NULL");
-  *v = CUDART_VERSION;
+  *v = emu_driver_version();
   return cudaSuccess;
 }
 extern "C" cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
@@ -453,6 +469,55 @@ extern "C" cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
   *total = emu_total_mem;
   *free_b = emu_total_mem - emu_allocated - (size_t)emu_reserved;
   return cudaSuccess;
+}
+
+/* ------------------------------------- NVML ------------------------------------------- */
+
+/* What the backend reaches through dlopen("libnvidia-ml.so.1") on a real machine: the device's
+ * used memory, which counts the context only once one exists, so that a reserve whose baseline
+ * was read after the context was created comes out 300 MiB short, as on a card. TT_EMU_NVML=0
+ * emulates a machine without NVML. */
+static int emu_nvml_baseline_ctx = -1; /* whether the context existed at the first memory read after nvmlInit */
+static int emu_nvml_inits, emu_nvml_reads;
+extern "C" int tt_emu_nvml_baseline_context(void) { return emu_nvml_baseline_ctx; }
+extern "C" int tt_emu_nvml_open_count(void) { return emu_nvml_inits; }
+static int emu_nvml_init(void) { emu_nvml_inits++, emu_nvml_reads = 0; return 0; }
+static int emu_nvml_shutdown(void) { emu_nvml_inits--; return emu_nvml_inits < 0 ? 1 : 0; }
+static int emu_nvml_by_bus(const char *bus, void **dev) {
+  static int the_device;
+  if (emu_nvml_inits <= 0) return 1; /* NVML_ERROR_UNINITIALIZED */
+  const char *mode = getenv("TT_EMU_NVML"); /* "nodevice": NVML loads but does not know the device */
+  if (!bus || strcmp(bus, "00000000:00:00.0") || (mode && !strcmp(mode, "nodevice"))) return 6; /* NVML_ERROR_NOT_FOUND */
+  *dev = &the_device;
+  return 0;
+}
+struct emu_nvml_memory { unsigned long long total, free, used; };
+static int emu_nvml_getmem(void *dev, emu_nvml_memory *m) {
+  if (emu_nvml_inits <= 0 || !dev) return 1;
+  if (emu_nvml_reads++ == 0) emu_nvml_baseline_ctx = emu_context;
+  m->total = emu_total_mem;
+  m->used = (emu_context ? (unsigned long long)emu_reserved : 0ull) + emu_allocated;
+  m->free = m->total - m->used;
+  return 0;
+}
+static int emu_nvml_driver(char *buf, unsigned n) {
+  if (emu_nvml_inits <= 0) return 1;
+  snprintf(buf, n, "emulated-%d", emu_driver_version());
+  return 0;
+}
+extern "C" void *tt_emu_nvml_open(void) {
+  const char *p = getenv("TT_EMU_NVML");
+  static int handle;
+  return p && !strcmp(p, "0") ? NULL : (void *)&handle;
+}
+extern "C" void *tt_emu_nvml_sym(void *lib, const char *name) {
+  if (!lib) return NULL;
+  if (!strcmp(name, "nvmlInit_v2")) return (void *)emu_nvml_init;
+  if (!strcmp(name, "nvmlShutdown")) return (void *)emu_nvml_shutdown;
+  if (!strcmp(name, "nvmlDeviceGetHandleByPciBusId_v2")) return (void *)emu_nvml_by_bus;
+  if (!strcmp(name, "nvmlDeviceGetMemoryInfo")) return (void *)emu_nvml_getmem;
+  if (!strcmp(name, "nvmlSystemGetDriverVersion")) return (void *)emu_nvml_driver;
+  return NULL;
 }
 
 /* ------------------------------------ SIGSEGV ----------------------------------------- */

@@ -564,6 +564,15 @@ void emu_run_launch(const tt_emu_launch_desc *d) {
     g_order = o && !strcmp(o, "sequential") ? 0 : 1;
   }
   salt = emu_salt(++g_launch_no);
+  { /* TT_EMU_FAULT_LAUNCH=N: the Nth launch to run faults (an asynchronous error, seen at the next sync) */
+    const char *f = getenv("TT_EMU_FAULT_LAUNCH");
+    if (f && *f && strtoull(f, NULL, 10) == g_launch_no) {
+      char m[256];
+      snprintf(m, sizeof m, "injected fault in %s (launch %llu, TT_EMU_FAULT_LAUNCH)", d->name, (unsigned long long)g_launch_no);
+      emu_set_sticky(cudaErrorIllegalAddress, m);
+      return;
+    }
+  }
   r->d = d;
   r->n = (int)(d->block.x * d->block.y * d->block.z);
   r->th.assign(r->n, emu_thread());

@@ -20,6 +20,13 @@ int tt_emu_set_quiet(int quiet);
 const char *tt_emu_last_violation(void);
 /* Forgets a sticky error (a failed kernel) so that a test can go on; real CUDA cannot. */
 void tt_emu_clear_sticky(void);
+/* Whether the emulated device's primary context exists (cudaSetDevice and every allocating or
+ * stream call create it; cudaGetDeviceCount, cudaGetDevice, cudaDeviceGetPCIBusId do not). */
+int tt_emu_context_exists(void);
+/* The emulated NVML: whether the context existed at the first memory read after nvmlInit (the
+ * reserve's baseline; -1 before any), and nvmlInit calls not yet shut down. */
+int tt_emu_nvml_baseline_context(void);
+int tt_emu_nvml_open_count(void);
 
 #ifdef __cplusplus
 }

@@ -78,6 +78,7 @@ typedef enum cudaError {
   cudaErrorInvalidDevicePointer = 17,
   cudaErrorInvalidMemcpyDirection = 21,
   cudaErrorInsufficientDriver = 35,
+  cudaErrorCompatNotSupportedOnDevice = 804,
   cudaErrorInvalidDeviceFunction = 98,
   cudaErrorNoDevice = 100,
   cudaErrorNoKernelImageForDevice = 209,
@@ -174,6 +175,9 @@ struct cudaFuncAttributes {
 /* ---------------------------------- runtime API --------------------------------------- */
 
 extern "C" {
+/* The emulation's NVML (emu_runtime.cc), which the backend opens instead of libnvidia-ml. */
+void *tt_emu_nvml_open(void);
+void *tt_emu_nvml_sym(void *lib, const char *name);
 cudaError_t cudaGetDeviceCount(int *count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
