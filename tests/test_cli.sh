@@ -205,8 +205,10 @@ fi
 # ---- --vram: fits, and a refusal that says what would fit ----
 run plan --vram 4G examples/imagenet/resnet50.recipe
 if [ "$RC" != 0 ]; then fail cli_plan_fits_4g "resnet50 in 4G: exit $RC: $ERR"
-elif ! grep -q "free memory is unknown (no GPU here)\|the device has [0-9.]* MiB free" "$TMP/out"; then
-  fail cli_plan_fits_4g "the plan does not say what the device has free (or that it is unknown)"
+elif ! head -n 1 "$TMP/out" | grep -q " on the CPU (no NVIDIA GPU found\| on the GPU here"; then
+  fail cli_plan_fits_4g "the plan's first line does not say it planned for what train runs here: $(head -n 1 "$TMP/out")"
+elif ! grep -q " on the CPU\|the device has [0-9.]* MiB free" "$TMP/out"; then
+  fail cli_plan_fits_4g "the plan does not say what the GPU has free"
 else pass cli_plan_fits_4g; fi
 run plan --vram 700M examples/imagenet/vgg16.recipe
 if [ "$RC" = 0 ]; then

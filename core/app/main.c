@@ -10,16 +10,19 @@
 
 static void main_usage(FILE *f, const char *cmd) {
   if (cmd && !strcmp(cmd, "plan")) {
-    fprintf(f, "usage: tinytrain plan [--vram SIZE] [--device auto|cpu|cuda] [--micro-batch N] [--precision fp32|fp16|auto]\n"
-               "                      [--recompute none|auto|all] [--ranks N] [--max-batch] [--json] RECIPE\n\n"
+    fprintf(f, "usage: tinytrain plan [--vram SIZE] [--device auto|cpu|cuda] [--gpu NAME] [--micro-batch N]\n"
+               "                      [--precision fp32|fp16|auto] [--recompute none|auto|all] [--ranks N] [--max-batch] [--json] RECIPE\n\n"
                "Says whether and how RECIPE's training fits in SIZE of device memory, without a GPU and without\n"
                "data files: the chosen micro-batch, accumulation, precision and recomputed layers, every buffer\n"
                "class, the arena size against its lower bound, and the alternatives rejected. --max-batch gives\n"
-               "the largest micro-batch that fits for each precision and recompute setting. Without a GPU the\n"
-               "plan targets a CUDA card (reserve for the CUDA context estimated); --device cpu plans for the CPU.\n\n"
+               "the largest micro-batch that fits for each precision and recompute setting. It plans for the device\n"
+               "train would use here (the GPU, else the CPU); --device cuda plans for a CUDA card even without one\n"
+               "(reserve and speed estimated), --gpu NAME for a known card (its memory, reserve and speed).\n\n"
                "options:\n"
                "  --vram SIZE            the card's memory (512M, 4G, 4GiB, 3.5G); none: no budget\n"
-               "  --device auto|cpu|cuda the device to plan for (auto: a GPU if there is one, else a CUDA card)\n"
+               "  --device auto|cpu|cuda the device to plan for (auto: what train uses here, a GPU if there is one)\n"
+               "  --gpu NAME             plan for this card: t4, gtx1650, rtx3050-laptop, rtx3060, a100, h100\n"
+               "                         (--vram defaults to its memory)\n"
                "  --micro-batch N        fix the micro-batch instead of the scheduler's choice\n"
                "  --precision P          fp32, fp16 or auto (the recipe's)\n"
                "  --recompute R          none, auto or all (the recipe's)\n"
@@ -126,7 +129,7 @@ typedef struct main_args {
 enum {
   OPT_VRAM = 256, OPT_DEVICE, OPT_EPOCHS, OPT_THREADS, OPT_MICRO_BATCH, OPT_MAX_STEPS, OPT_CHECKPOINT_EVERY,
   OPT_PRECISION, OPT_RECOMPUTE, OPT_OUT, OPT_RESUME, OPT_WEIGHTS, OPT_JSON, OPT_MAX_BATCH, OPT_VERSION, OPT_TOP, OPT_INIT,
-  OPT_RANKS, OPT_SIZE, OPT_CHANNELS, OPT_MAX_MEGAPIXELS
+  OPT_RANKS, OPT_SIZE, OPT_CHANNELS, OPT_MAX_MEGAPIXELS, OPT_GPU
 };
 
 static const struct option main_options[] = {
@@ -152,6 +155,7 @@ static const struct option main_options[] = {
     {"size", required_argument, NULL, OPT_SIZE},
     {"channels", required_argument, NULL, OPT_CHANNELS},
     {"max-megapixels", required_argument, NULL, OPT_MAX_MEGAPIXELS},
+    {"gpu", required_argument, NULL, OPT_GPU},
     {NULL, 0, NULL, 0}};
 
 /* index of v in the '|'-free list names (NULL-terminated), or -1 */
@@ -187,7 +191,7 @@ static int main_unused(int c, const char *cmd) {
       {OPT_VRAM, " train plan "}, {OPT_DEVICE, " train plan eval predict "}, {OPT_EPOCHS, " train "},
       {OPT_THREADS, " train plan eval predict "}, {OPT_MICRO_BATCH, " train plan "}, {OPT_MAX_STEPS, " train "},
       {OPT_CHECKPOINT_EVERY, " train "}, {OPT_PRECISION, " train plan "}, {OPT_RECOMPUTE, " train plan "},
-      {OPT_OUT, " train "}, {OPT_RESUME, " train "}, {OPT_WEIGHTS, " eval predict "}};
+      {OPT_OUT, " train "}, {OPT_RESUME, " train "}, {OPT_WEIGHTS, " eval predict "}, {OPT_GPU, " plan "}};
   char key[16];
   snprintf(key, sizeof key, " %s ", cmd);
   for (size_t k = 0; k < sizeof used / sizeof used[0]; k++)
@@ -247,6 +251,7 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
     case OPT_OUT: o->out_dir = v; return 0;
     case OPT_RESUME: o->resume_dir = v; return 0;
     case OPT_INIT: o->init_weights = v; return 0;
+    case OPT_GPU: o->gpu = v; return 0;
     case OPT_WEIGHTS: a->weights = v; return 0;
     case OPT_TOP: return main_int(v, &a->top) ? main_bad(cmd, "--top takes a positive integer, not", v) : 0;
     case OPT_RANKS:
@@ -312,7 +317,7 @@ int main(int argc, char **argv) {
     return main_bad(cmd, "--init starts a new run from weights, --resume continues one: give one of them", NULL);
   /* the largest micro-batch that fits needs something to fit in: without a budget every
    * batch "fits" and the search stopped at its cap of 65536 */
-  if (a.max_batch && !o.vram_bytes) return main_bad(cmd, "--max-batch needs a budget: give --vram SIZE", NULL);
+  if (a.max_batch && !o.vram_bytes && !o.gpu) return main_bad(cmd, "--max-batch needs a budget: give --vram SIZE", NULL);
   char err[1200];
   int rc;
   if (!strcmp(cmd, "plan")) {

@@ -166,12 +166,12 @@ train = open(sys.argv[2]).read()
 peak, rc = float(sys.argv[3]), int(sys.argv[4])
 mib = 1048576.0
 arena_plan, lb_plan = plan["arena_bytes"] / mib, plan["peak_live_bytes"] / mib
-# the training summary: "policy micro-batch M x A = batch B, fp32|fp16 autocast, ..." and
+# the training summary: "policy micro-batch M x A accumulation steps = effective batch B; fp32|fp16 autocast ..." (plan's words) and
 # "memory arena X MiB (lower bound Y MiB)": X also holds the evaluation program's transient
 # region, so plan and train are compared on the training program's lower bound and policy
 m = re.search(r"memory\s+arena ([0-9.]+) MiB \(lower bound ([0-9.]+) MiB\)", train)
 arena_train, lb_train = (float(m.group(1)), float(m.group(2))) if m else (float("nan"), float("nan"))
-pm = re.search(r"policy\s+micro-batch (\d+) x (\d+) accumulation = batch \d+, (fp32|fp16)", train)
+pm = re.search(r"policy\s+micro-batch (\d+) x (\d+) accumulation steps = effective batch \d+; (fp32|fp16)", train)
 same_policy = bool(pm) and (int(pm.group(1)), int(pm.group(2)), pm.group(3)) == (
     plan["micro_batch"], plan["accum_steps"], plan["precision"])
 vram = plan["vram_bytes"] / mib
