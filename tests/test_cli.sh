@@ -80,6 +80,10 @@ expect_usage "missing recipe" "no recipe" --vram 4G
 expect_usage "missing recipe in plan" "no recipe" plan
 expect_usage "missing value" "--vram" plan $L --vram
 expect_usage "two recipes" "more than one recipe" plan $L $L
+# issue 25: mistakes answered with the fix
+expect_usage "mistyped command" "unknown command 'evall' — did you mean eval?" evall --weights "$TMP/w.safetensors" $L
+expect_usage "mistyped command" "unknown command 'trian' — did you mean train?" trian $L
+expect_usage "--vram without a unit" "--vram 4: 4 bytes? did you mean 4G" plan --vram 4 $L
 expect_usage "bad device" "--device" --device tpu $L
 expect_usage "bad epochs" "--epochs" --epochs 0 $L
 expect_usage "bad precision" "--precision" plan --precision fp8 $L
@@ -223,6 +227,21 @@ else
   run plan --vram "$sz" examples/imagenet/vgg16.recipe
   if [ "$RC" = 0 ]; then pass cli_plan_refuses; else fail cli_plan_refuses "the suggested --vram $sz does not fit: $ERR"; fi
 fi
+
+# ---- issue 25: a budget at or below the reserve still names the smallest --vram, in the unit typed;
+# a refusal under plan --json is a JSON object on stdout ----
+run plan --device cuda --vram 512M $L
+if [ "$RC" != 1 ] || ! echo "$ERR" | grep -q "not more than the .* reserved .*the smallest --vram that fits is [0-9]* MiB"; then
+  fail cli_plan_reserve "--vram 512M under the reserve: exit $RC: $ERR"
+else
+  sz=$(echo "$ERR" | sed -n 's/.*smallest --vram that fits is \([0-9]*\) MiB.*/\1M/p')
+  run plan --device cuda --vram "$sz" $L
+  if [ "$RC" = 0 ]; then pass cli_plan_reserve; else fail cli_plan_reserve "the suggested --vram $sz does not fit: $ERR"; fi
+fi
+run plan --json --vram 700M examples/imagenet/vgg16.recipe
+if [ "$RC" != 1 ] || ! python3 -c 'import json,sys; d=json.load(sys.stdin); assert "smallest --vram" in d["error"]' <"$TMP/out" 2>/dev/null; then
+  fail cli_plan_json_refusal "exit $RC, stdout: $OUT"
+else pass cli_plan_json_refusal; fi
 
 # ---- sizes past 64 bits: 200 layers of 2^31 values at the recipe's batch of 2^24 ----
 # Without a budget the plan is refused (it wrapped to a small arena); under --vram the search

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../tinytrain.h"
 #include "cli.h"
@@ -119,6 +120,7 @@ static int main_int(const char *s, int *v) {
 typedef struct main_args {
   const char *cmd;
   int json, max_batch;
+  char vram_unit;   /* the unit --vram was given in: 'K', 'M', 'G', 'T' */
   const char *weights;
   int top;
   char **images;    /* predict: the operands after the recipe; pack: its PREFIX */
@@ -222,6 +224,12 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
     case OPT_MAX_BATCH: a->max_batch = 1; return 0;
     case OPT_VRAM:
       if (tt_parse_size(v, &o->vram_bytes)) return main_bad(cmd, "--vram takes a size like 512M, 4G, 4GiB or 3.5G, not", v);
+      if (v[strspn(v, "0123456789.")] == 0 && o->vram_bytes < (1u << 20)) { /* --vram 4: surely not 4 bytes */
+        char why[96];
+        snprintf(why, sizeof why, "--vram %s: %s bytes? did you mean %sG", v, v, v);
+        return main_bad(cmd, why, NULL);
+      }
+      a->vram_unit = (char)(v[strspn(v, "0123456789.")] & ~32);
       return 0;
     case OPT_DEVICE: /* TT_DEVICE_AUTO, _CPU, _CUDA in this order */
       if ((k = main_pick(v, devices)) < 0) return main_bad(cmd, "--device takes auto, cpu or cuda, not", v);
@@ -295,6 +303,32 @@ static int main_parse(int argc, char **argv, int first, tt_run_opts *o, main_arg
   return 0;
 }
 
+/* The refusal's "smallest --vram that fits is 0.71 GiB" in the unit the user typed --vram in
+ * (MiB for 512M), rounded up so that the size fits. */
+static void main_vram_unit(char *err, size_t size, char unit) {
+  static const char key[] = "smallest --vram that fits is ";
+  char *p = strstr(err, key), *end;
+  if (!p || (unit != 'M' && unit != 'K')) return;
+  p += sizeof key - 1;
+  double gib = strtod(p, &end);
+  if (end == p || strncmp(end, " GiB", 4)) return;
+  char rest[1200], num[48];
+  snprintf(rest, sizeof rest, "%s", end + 4);
+  double v = unit == 'M' ? gib * 1024.0 : gib * 1048576.0;
+  snprintf(num, sizeof num, "%.0f %ciB", v + 1.0, unit);
+  snprintf(p, size - (size_t)(p - err), "%s%s", num, rest);
+}
+
+/* A refusal under plan --json: one JSON object with the reason, on stdout. */
+static void main_json_error(const char *msg) {
+  fputs("{\"error\": \"", stdout);
+  for (const unsigned char *p = (const unsigned char *)msg; *p; p++)
+    if (*p == '"' || *p == '\\') printf("\\%c", *p);
+    else if (*p < 0x20) printf("\\u%04x", *p);
+    else putchar(*p);
+  fputs("\"}\n", stdout);
+}
+
 int main(int argc, char **argv) {
   tt_run_opts o = tt_run_opts_default();
   tt_run_result res;
@@ -305,6 +339,14 @@ int main(int argc, char **argv) {
   int first = 1;
   static const char *const cmds[] = {"train", "plan", "eval", "predict", "pack", NULL};
   if (argc > 1 && main_pick(argv[1], cmds) >= 0) a.cmd = argv[first++];
+  else if (argc > 1 && argv[1][0] != '-' && !strchr(argv[1], '/') && !strchr(argv[1], '.') && access(argv[1], F_OK)) {
+    /* tinytrain evall RECIPE: a command mistyped, not a recipe (no such file) */
+    const char *near = tt_nearest_name(argv[1], cmds);
+    if (near) {
+      fprintf(stderr, "tinytrain: unknown command '%s' \xe2\x80\x94 did you mean %s? (tinytrain --help)\n", argv[1], near);
+      return 2;
+    }
+  }
   const char *cmd = a.cmd;
   int prc = main_parse(argc, argv, first, &o, &a);
   if (prc) return prc < 0 ? 0 : prc;
@@ -336,6 +378,8 @@ int main(int argc, char **argv) {
     rc = tt_train(&o, &res, err, sizeof err);
   }
   if (rc) {
+    main_vram_unit(err, sizeof err, a.vram_unit);
+    if (a.json && !strcmp(cmd, "plan") && rc != TT_STOPPED) main_json_error(err);
     /* under mpirun: the rank that failed, then MPI_Abort ends the other processes */
     if (tt_dist_size() > 1 && strncmp(err, "rank ", 5)) fprintf(stderr, "tinytrain: rank %d of %d: %s\n", tt_dist_rank(), tt_dist_size(), err);
     else fprintf(stderr, "tinytrain: %s\n", err);
