@@ -261,7 +261,14 @@ fi
 
 # ---- --device cuda on a CPU-only build ----
 if echo "$VERSION_OUT" | grep -qi "cuda" && ! echo "$VERSION_OUT" | grep -qi "without cuda"; then
-  skip cli_device_cuda "this build has CUDA"
+  if ls /dev/nvidia* >/dev/null 2>&1; then
+    skip cli_device_cuda "this build has CUDA and this machine a GPU"
+  else # issue 25: no GPU at all is said so, not "driver version is insufficient"
+    run --device cuda --max-steps 1 --out "$TMP/cuda" examples/fashion_mnist/lenet.recipe
+    if [ "$RC" != 1 ] || ! grep -q "no NVIDIA GPU found" "$TMP/err" || grep -qi "insufficient" "$TMP/err"; then
+      fail cli_device_cuda "--device cuda without a GPU: exit $RC: $ERR"
+    else pass cli_device_cuda; fi
+  fi
 else
   run --device cuda --max-steps 1 --out "$TMP/cuda" examples/fashion_mnist/lenet.recipe
   if [ "$RC" = 0 ]; then fail cli_device_cuda "--device cuda succeeded on a CPU-only build"
@@ -372,16 +379,40 @@ wait $pid
 rc=$?
 if [ "$rc" != 143 ]; then
   fail cli_sigterm "exit $rc, want 143: $(cat "$TMP/sig.err")"
-elif ! grep -qF -- "--resume $TMP/sig" "$TMP/sig.err"; then
+elif ! grep -qF -- "continue with: tinytrain --resume $TMP/sig" "$TMP/sig.err"; then
   fail cli_sigterm "stderr does not say how to continue: $(cat "$TMP/sig.err")"
 elif [ ! -f "$TMP/sig/state.safetensors" ]; then
   fail cli_sigterm "no checkpoint in $TMP/sig"
 else
-  run --device cpu --threads 1 --resume "$TMP/sig" --max-steps 300 "$TMP/syn.recipe"
-  if [ "$RC" != 0 ]; then fail cli_sigterm "--resume after SIGTERM: exit $RC: $ERR"
+  # the hint is runnable as printed (issue 25): `tinytrain --resume DIR`, the recipe from DIR/recipe.txt
+  hint=$(sed -n 's/.*continue with: tinytrain \(--resume [^ ]*\)$/\1/p' "$TMP/sig.err")
+  run --device cpu --threads 1 $hint --max-steps 300
+  if [ -z "$hint" ]; then fail cli_sigterm "no runnable hint: $(cat "$TMP/sig.err")"
+  elif [ "$RC" != 0 ]; then fail cli_sigterm "'tinytrain $hint' after SIGTERM: exit $RC: $ERR"
   elif ! echo "$OUT" | grep -q "resumed from $TMP/sig/state.safetensors at step [1-9]"; then fail cli_sigterm "no 'resumed from' line: $OUT"
   else pass cli_sigterm
   fi
+fi
+
+# ---- issue 25: resuming told what it needs: the run directory, more epochs, what changed ----
+ok=1
+expect_usage "--resume a state file" "--resume takes the run directory, not a file: --resume $TMP/sig" --resume "$TMP/sig/state.safetensors"
+expect_usage "--weights a run directory" "did you mean --weights $TMP/sig/weights.safetensors?" eval --weights "$TMP/sig" "$TMP/syn.recipe"
+expect_usage "--init a run directory" "did you mean --init $TMP/sig/weights.safetensors?" --init "$TMP/sig" "$TMP/syn.recipe"
+[ $ok = 1 ] && pass cli_resume_usage
+run --device cpu --threads 1 --out "$TMP/done" --epochs 1 "$TMP/syn.recipe"
+if [ "$RC" != 0 ]; then fail cli_resume_complete "one epoch: exit $RC: $ERR"
+else
+  run --device cpu --threads 1 --resume "$TMP/done" --epochs 1
+  if [ "$RC" != 0 ] || ! echo "$OUT" | grep -qF "the run is complete (1 epochs" || ! echo "$OUT" | grep -qF -- "--resume $TMP/done --epochs 2"; then
+    fail cli_resume_complete "exit $RC: $OUT $ERR"
+  else pass cli_resume_complete; fi
+  sed 's/^\[train\]$/[train]\nlr = 0.0123/' "$TMP/syn.recipe" >"$TMP/edited.recipe"
+  run --device cpu --threads 1 --resume "$TMP/done" --epochs 2 --max-steps 1000000 "$TMP/edited.recipe"
+  if [ "$RC" != 0 ] || ! echo "$ERR" | grep -q "epochs changed since the run started: 1 before, 2 now" ||
+     ! echo "$ERR" | grep -q "lr changed since the run started: 0.01 before, 0.0123 now"; then
+    fail cli_resume_changed "exit $RC: $ERR"
+  else pass cli_resume_changed; fi
 fi
 
 # ---- --threads beyond the cores: lowered to the cores, with a warning (1000000 crashed OpenMP) ----

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../tinytrain.h"
@@ -88,7 +89,8 @@ static void main_usage(FILE *f, const char *cmd) {
                "  --device auto|cpu|cuda where to train (auto: a GPU if there is one)\n"
                "  --epochs N             instead of the recipe's [train] epochs\n"
                "  --out DIR              the run directory\n"
-               "  --resume DIR           continue the run in DIR from its state.safetensors\n"
+               "  --resume DIR           continue the run in DIR from its state.safetensors (RECIPE optional:\n"
+               "                         the run keeps a copy, DIR/recipe.txt)\n"
                "  --init FILE            start from FILE's weights where names and shapes match (fine-tuning)\n"
                "  --threads N            CPU threads (default: all cores)\n"
                "  --micro-batch N        fix the micro-batch instead of the scheduler's choice\n"
@@ -350,6 +352,28 @@ int main(int argc, char **argv) {
   const char *cmd = a.cmd;
   int prc = main_parse(argc, argv, first, &o, &a);
   if (prc) return prc < 0 ? 0 : prc;
+  struct stat sb;
+  char why[1400], from[4096];
+  if (o.resume_dir && stat(o.resume_dir, &sb) == 0 && S_ISREG(sb.st_mode)) { /* --resume runs/x/state.safetensors */
+    char *slash = strrchr(o.resume_dir, '/');
+    snprintf(why, sizeof why, "--resume takes the run directory, not a file: --resume %.*s", slash ? (int)(slash - o.resume_dir) : 1,
+             slash ? o.resume_dir : ".");
+    return main_bad(cmd, why, NULL);
+  }
+  const char *wfile = a.weights ? a.weights : o.init_weights;
+  if (wfile && stat(wfile, &sb) == 0 && S_ISDIR(sb.st_mode)) { /* --weights runs/x */
+    snprintf(why, sizeof why, "%s %s is a directory%s: did you mean %s %s%sweights.safetensors?", a.weights ? "--weights" : "--init",
+             wfile, "", a.weights ? "--weights" : "--init", wfile, wfile[strlen(wfile) - 1] == '/' ? "" : "/");
+    return main_bad(cmd, why, NULL);
+  }
+  char *kept = NULL; /* --resume DIR alone: the recipe the run directory keeps (recipe.txt) */
+  if (!o.recipe && o.resume_dir && !strcmp(cmd, "train")) {
+    if (tt_run_recipe_load(o.resume_dir, &kept, from, sizeof from, why, sizeof why)) {
+      fprintf(stderr, "tinytrain: %s\n", why);
+      return 1;
+    }
+    o.recipe = from, o.recipe_text = kept;
+  }
   if (!o.recipe) return main_bad(strcmp(cmd, "train") ? cmd : NULL, "no recipe given", NULL);
   if ((a.max_batch || a.json) && strcmp(cmd, "plan") && !(a.json && !strcmp(cmd, "predict")))
     return main_bad(cmd, a.max_batch ? "--max-batch is an option of plan" : "--json is an option of plan and predict", NULL);
