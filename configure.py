@@ -430,6 +430,25 @@ def amalgamate(out_dir=None):
     print("wrote tinytrain.c (%d lines) and tinytrain.h" % len(out))
 
 
+SYSTEM_PREFIXES = ("/usr", "/usr/local")
+
+
+def install_system(prefix, destdir):
+    """Whether an install lands in a directory the dynamic linker searches by itself (no DESTDIR,
+    PREFIX /usr or /usr/local): then ldconfig refreshes its cache, and tinytrain.pc needs no rpath."""
+    return not destdir and os.path.normpath(prefix) in SYSTEM_PREFIXES
+
+
+def pc_text(prefix, version, libs):
+    """tinytrain.pc: Libs with an rpath under a prefix the dynamic linker does not search, so a
+    program built with it runs as built; Libs.private: every library libtinytrain.a needs, with
+    their -L and rpaths (`pkg-config --static --libs tinytrain`)."""
+    rpath = "" if os.path.normpath(prefix) in SYSTEM_PREFIXES else " -Wl,-rpath,${libdir}"
+    return ("prefix=%s\nexec_prefix=${prefix}\nlibdir=${exec_prefix}/lib\nincludedir=${prefix}/include\n\n"
+            "Name: tinytrain\nDescription: trains image classifiers on GPUs with little memory\nVersion: %s\n"
+            "Libs: -L${libdir}%s -ltinytrain\nLibs.private: %s\nCflags: -I${includedir}\n" % (prefix, version, rpath, libs))
+
+
 def install(builddir):
     """`ninja install`: the binary, libtinytrain.so (versioned soname), libtinytrain.a, the header and
     tinytrain.pc under $DESTDIR$PREFIX (PREFIX default /usr/local), from what configure recorded."""
@@ -458,15 +477,19 @@ def install(builddir):
         if os.path.lexists(p):
             os.remove(p)
         os.symlink(so, p)
-    pc = ("prefix=%s\nexec_prefix=${prefix}\nlibdir=${exec_prefix}/lib\nincludedir=${prefix}/include\n\n"
-          "Name: tinytrain\nDescription: trains image classifiers on GPUs with little memory\nVersion: %s\n"
-          "Libs: -L${libdir} -ltinytrain\nLibs.private: %s\nCflags: -I${includedir}\n" % (prefix, info["version"], info["libs"]))
     with open(os.path.join(dirs["lib/pkgconfig"], "tinytrain.pc"), "w") as f:
-        f.write(pc)
+        f.write(pc_text(prefix, info["version"], info["libs"]))
     print("installed tinytrain %s under %s" % (info["version"], root))
+    if install_system(prefix, os.environ.get("DESTDIR", "")):
+        # a new libtinytrain.so.0 under /usr/local/lib is not found until the cache is rebuilt
+        if subprocess.call(["ldconfig"]) == 0:
+            print("ran ldconfig")
+        else:
+            print("ldconfig failed: run it as root before running programs linked to libtinytrain.so")
 
 
-def library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, sanitize, use_cuda, nvcc_amal=None, extra_libs=""):
+def library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, sanitize, use_cuda, nvcc_amal=None, extra_libs="",
+                  all_libs=None, cuda_cflags=""):
     """build.ninja lines for the shared library (versioned soname), the amalgamation compiled with cc
     and examples/embed linked against it, and `ninja install`; records what install needs in
     B/install.json. Returns what `ninja test` must build first."""
@@ -502,8 +525,9 @@ def library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, sanitize, us
     n.append("build install: install | %s %s/%s %s" % (tt_bin, B, so, lib))
     os.makedirs(os.path.join(ROOT, B), exist_ok=True)
     with open(os.path.join(ROOT, B, "install.json"), "w") as f:
-        json.dump({"bin": tt_bin, "so": so, "soname": soname, "version": version,
-                   "libs": "-fopenmp -pthread -ldnnl -lopenblas -lz -lm" +
+        json.dump({"bin": tt_bin, "so": so, "soname": soname, "version": version, "cuda_cflags": cuda_cflags,
+                   "libs": "-fopenmp -pthread " + all_libs if all_libs else
+                           "-fopenmp -pthread -ldnnl -lopenblas -lz -lm" +
                            (" -lcudnn -lcublas -lcudart -ldl -lstdc++" if use_cuda else "") + extra_libs}, f)
     return ["%s/examples/embed" % B, "%s/%s" % (B, so), lib] + extra
 
@@ -736,7 +760,11 @@ def main():
                               ("-std=c++17 -O1 -arch=sm_%s -Xcompiler -fopenmp -D_GNU_SOURCE -I%s -I%s -I%s/include -I%s" % (
                                   ptx, blas["inc"], stb["inc"], cuda["home"], cuda["cudnn"]["inc"])) if use_cuda else None,
                               extra_libs=JPEG["libs"] + (" " + mpilibs if mpilibs else "") +
-                                         (" -lnccl" if use_cuda and cuda.get("nccl") else ""))
+                                         (" -lnccl" if use_cuda and cuda.get("nccl") else ""),
+                              all_libs=libs,
+                              cuda_cflags=" ".join(dict.fromkeys(["-I%s/include" % cuda["home"], "-I%s" % cuda["cudnn"]["inc"]] +
+                                                                 (["-I%s" % cuda["nccl"]["inc"]] if cuda.get("nccl") else [])))
+                                          if use_cuda else "")
     scripts = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests/test_*.sh")))
     if args.sanitize:
         scripts = [s for s in scripts if s not in SANITIZE_SKIP]
