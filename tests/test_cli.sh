@@ -259,6 +259,16 @@ else
   fi
 fi
 
+# ---- issue 25: start-up maps no CUDA library unless a GPU is used (core/runtime/cuda_load.c) ----
+ok=1
+for args in "--help" "plan --help" "plan --device cpu $L" "plan --vram 1G $L"; do
+  [ "$args" = "plan --vram 1G $L" ] && ls /dev/nvidia* >/dev/null 2>&1 && continue # auto means the GPU here
+  # shellcheck disable=SC2086
+  maps=$(LD_DEBUG=libs "$TT" $args 2>&1 >/dev/null | grep -oE "lib(cudart|cudnn|cublas|cublasLt|nccl)[^ ]*\.so[^ ]*" | sort -u | tr '\n' ' ')
+  if [ -n "$maps" ]; then fail cli_startup "'tinytrain $args' loads $maps"; ok=0; fi
+done
+[ $ok = 1 ] && pass cli_startup
+
 # ---- --device cuda on a CPU-only build ----
 if echo "$VERSION_OUT" | grep -qi "cuda" && ! echo "$VERSION_OUT" | grep -qi "without cuda"; then
   if ls /dev/nvidia* >/dev/null 2>&1; then

@@ -21,6 +21,11 @@ SONAME=$(readelf -d "$R/lib/libtinytrain.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/
 [ "$(readlink "$R/lib/libtinytrain.so.0")" = "$(readlink "$R/lib/libtinytrain.so")" ] || fail install "symlinks differ"
 nm "$R/lib/libtinytrain.a" 2>/dev/null | grep -q " T tt_net_train_step$" || fail install "libtinytrain.a lacks tt_net_train_step"
 "$R/bin/tinytrain" --version | grep -q "^tinytrain [0-9]" || fail install "the installed binary does not run"
+# a CUDA build: the installed binary opens the installed CUDA backend (lib/libtinytrain_cuda.so)
+if [ -f "$B/libtinytrain_cuda.so" ]; then
+  [ -f "$R/lib/libtinytrain_cuda.so" ] || fail install "lib/libtinytrain_cuda.so missing"
+  "$R/bin/tinytrain" --version | grep -q "cuda (CUDA runtime" || fail install "the installed binary does not load its CUDA backend: $("$R/bin/tinytrain" --version)"
+fi
 grep -q "^prefix=/opt/tt$" "$R/lib/pkgconfig/tinytrain.pc" || fail install "tinytrain.pc's prefix is not PREFIX (DESTDIR leaked in?)"
 echo "PASS install"
 FLAGS=$(PKG_CONFIG_PATH=$R/lib/pkgconfig PKG_CONFIG_SYSROOT_DIR=$TMP pkg-config --cflags --libs tinytrain) ||
