@@ -488,6 +488,25 @@ def amalgamate(out_dir=None):
     print("wrote tinytrain.c (%d lines) and tinytrain.h" % len(out))
 
 
+SYSTEM_PREFIXES = ("/usr", "/usr/local")
+
+
+def install_system(prefix, destdir):
+    """Whether an install lands in a directory the dynamic linker searches by itself (no DESTDIR,
+    PREFIX /usr or /usr/local): then ldconfig refreshes its cache, and tinytrain.pc needs no rpath."""
+    return not destdir and os.path.normpath(prefix) in SYSTEM_PREFIXES
+
+
+def pc_text(prefix, version, libs):
+    """tinytrain.pc: Libs with an rpath under a prefix the dynamic linker does not search, so a
+    program built with it runs as built; Libs.private: every library libtinytrain.a needs, with
+    their -L and rpaths (`pkg-config --static --libs tinytrain`)."""
+    rpath = "" if os.path.normpath(prefix) in SYSTEM_PREFIXES else " -Wl,-rpath,${libdir}"
+    return ("prefix=%s\nexec_prefix=${prefix}\nlibdir=${exec_prefix}/lib\nincludedir=${prefix}/include\n\n"
+            "Name: tinytrain\nDescription: trains image classifiers on GPUs with little memory\nVersion: %s\n"
+            "Libs: -L${libdir}%s -ltinytrain\nLibs.private: %s\nCflags: -I${includedir}\n" % (prefix, version, rpath, libs))
+
+
 def install(builddir):
     """`ninja install`: the binary, libtinytrain.so (versioned soname), libtinytrain.a, the header and
     tinytrain.pc under $DESTDIR$PREFIX (PREFIX default /usr/local), from what configure recorded."""
@@ -510,21 +529,27 @@ def install(builddir):
     put(info["bin"], os.path.join(dirs["bin"], "tinytrain"), 0o755)
     put(os.path.join(builddir, so), os.path.join(dirs["lib"], so), 0o755)
     put(os.path.join(builddir, "libtinytrain.a"), os.path.join(dirs["lib"], "libtinytrain.a"), 0o644)
+    if info.get("cuda_so"):  # the CUDA backend, opened when a GPU is used (core/runtime/cuda_load.c)
+        put(os.path.join(builddir, info["cuda_so"]), os.path.join(dirs["lib"], info["cuda_so"]), 0o755)
     put("core/tinytrain.h", os.path.join(dirs["include"], "tinytrain.h"), 0o644)
     for link in (soname, "libtinytrain.so"):
         p = os.path.join(dirs["lib"], link)
         if os.path.lexists(p):
             os.remove(p)
         os.symlink(so, p)
-    pc = ("prefix=%s\nexec_prefix=${prefix}\nlibdir=${exec_prefix}/lib\nincludedir=${prefix}/include\n\n"
-          "Name: tinytrain\nDescription: trains image classifiers on GPUs with little memory\nVersion: %s\n"
-          "Libs: -L${libdir} -ltinytrain\nLibs.private: %s\nCflags: -I${includedir}\n" % (prefix, info["version"], info["libs"]))
     with open(os.path.join(dirs["lib/pkgconfig"], "tinytrain.pc"), "w") as f:
-        f.write(pc)
+        f.write(pc_text(prefix, info["version"], info["libs"]))
     print("installed tinytrain %s under %s" % (info["version"], root))
+    if install_system(prefix, os.environ.get("DESTDIR", "")):
+        # a new libtinytrain.so.0 under /usr/local/lib is not found until the cache is rebuilt
+        if subprocess.call(["ldconfig"]) == 0:
+            print("ran ldconfig")
+        else:
+            print("ldconfig failed: run it as root before running programs linked to libtinytrain.so")
 
 
-def library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, sanitize, use_cuda, nvcc_amal=None, extra_libs=""):
+def library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, sanitize, use_cuda, nvcc_amal=None, extra_libs="",
+                  all_libs=None, cuda_cflags="", cuda_so=None):
     """build.ninja lines for the shared library (versioned soname), the amalgamation compiled with cc
     and examples/embed linked against it, and `ninja install`; records what install needs in
     B/install.json. Returns what `ninja test` must build first."""
@@ -557,11 +582,13 @@ def library_rules(n, B, tt_bin, lib, objs, lib_src, opt, blas, stb, sanitize, us
         n.append("build %s/tinytrain_cuda.o: amalnvcc %s/tinytrain.c" % (amal, amal))
         extra.append("%s/tinytrain_cuda.o" % amal)
     n.append("rule install\n  command = python3 configure.py --install %s\n  description = INSTALL\n  pool = console" % B)
-    n.append("build install: install | %s %s/%s %s" % (tt_bin, B, so, lib))
+    n.append("build install: install | %s %s/%s %s%s" % (tt_bin, B, so, lib, " " + cuda_so if cuda_so else ""))
     os.makedirs(os.path.join(ROOT, B), exist_ok=True)
     with open(os.path.join(ROOT, B, "install.json"), "w") as f:
-        json.dump({"bin": tt_bin, "so": so, "soname": soname, "version": version,
-                   "libs": "-fopenmp -pthread -ldnnl -lopenblas -lz -lm" +
+        json.dump({"bin": tt_bin, "so": so, "soname": soname, "version": version, "cuda_cflags": cuda_cflags,
+                   "cuda_so": os.path.basename(cuda_so) if cuda_so else None,
+                   "libs": "-fopenmp -pthread " + all_libs if all_libs else
+                           "-fopenmp -pthread -ldnnl -lopenblas -lz -lm" +
                            (" -lcudnn -lcublas -lcudart -ldl -lstdc++" if use_cuda else "") + extra_libs}, f)
     return ["%s/examples/embed" % B, "%s/%s" % (B, so), lib] + extra
 
@@ -664,8 +691,10 @@ def main():
         cflags += " -fsanitize=address,undefined -fno-omit-frame-pointer"
         ldflags += " -fsanitize=address,undefined"
     nvflags = ""
+    cuda_libs = ""  # libtinytrain_cuda.so's: nothing else links the CUDA libraries (core/runtime/cuda_load.c)
     if use_cuda:
-        cflags += " -DTT_HAVE_CUDA=1 -I%s/include -I%s" % (cuda["home"], cuda["cudnn"]["inc"])
+        cflags += " -DTT_HAVE_CUDA=1 -DTT_CUDA_DLOPEN=1 -I%s/include -I%s" % (cuda["home"], cuda["cudnn"]["inc"])
+        libs += " -ldl"
         gencode = " ".join("-gencode arch=compute_%s,code=sm_%s" % (a, a) for a in arch)
         gencode += " -gencode arch=compute_%s,code=compute_%s" % (ptx, ptx)
         # TT_CUDA_ARCHS: named in the message when the card has no kernel image in this build
@@ -674,7 +703,7 @@ def main():
         if cuda.get("nccl"):  # kernels/cuda/cuda_nccl.cu: the all-reduce between GPUs
             nvflags += " -DTT_HAVE_NCCL=1 -I%s" % cuda["nccl"]["inc"]
             cflags += " -DTT_HAVE_NCCL=1"
-            libs += " -L%s -Wl,-rpath,%s %s" % (cuda["nccl"]["lib"], cuda["nccl"]["lib"], cuda["nccl"]["flag"])
+            cuda_libs += " -L%s -Wl,-rpath,%s %s" % (cuda["nccl"]["lib"], cuda["nccl"]["lib"], cuda["nccl"]["flag"])
         # NVML (libnvidia-ml, part of the driver) is opened with dlopen at run time, and
         # libcudart loads libcuda itself, so the binary starts on a machine without a driver.
         # Wheels ship versioned sonames only (libcudnn.so.9): then -l:libcudnn.so.9 (lib_flag).
@@ -682,8 +711,8 @@ def main():
         for d in (cuda["libdir"], cuda["cublas_lib"], cuda["cudnn"]["lib"]):
             if d not in libdirs:
                 libdirs.append(d)
-        libs += " " + " ".join("-L%s -Wl,-rpath,%s" % (d, d) for d in libdirs)
-        libs += " %s %s -lcudart -ldl -lstdc++" % (cuda["cudnn"]["flag"], cuda["cublas_flag"])
+        cuda_libs += " " + " ".join("-L%s -Wl,-rpath,%s" % (d, d) for d in libdirs)
+        cuda_libs += " %s %s -lcudart -ldl -lstdc++" % (cuda["cudnn"]["flag"], cuda["cublas_flag"])
 
     ptx_arch = [ptx] if use_cuda else []
     cuda_check_flags = ""
@@ -742,19 +771,28 @@ def main():
         o = B + "/obj/" + s.replace("/", "_")[:-2] + ".o"
         n.append("build %s: cc %s" % (o, s))
         objs.append(o)
+    cu_objs = []
     for s in cu_src:
         o = B + "/obj/" + s.replace("/", "_")[:-3] + ".cu.o"
         n.append("build %s: nvcc %s" % (o, s))
-        objs.append(o)
+        cu_objs.append(o)
     lib = B + "/libtinytrain.a"
     n.append("build %s: ar %s" % (lib, " ".join(objs)))
+    # The CUDA backend in a library of its own, opened with dlopen when a GPU is used
+    # (core/runtime/cuda_load.c): the binary and libtinytrain start without cudart, cuBLAS,
+    # cuDNN and NCCL. Built with the binary; found beside it, or in ../lib when installed.
+    cuda_so = B + "/libtinytrain_cuda.so" if use_cuda else None
+    if use_cuda:
+        n.append("rule cudalink\n  command = $cc -shared $ldflags $in -o $out%s\n  description = LINK $out" % cuda_libs)
+        n.append("build %s: cudalink %s" % (cuda_so, " ".join(cu_objs)))
+    cuda_dep = " | " + cuda_so if cuda_so else ""
     cli_objs = []
     for s in CLI_SOURCES:
         if os.path.exists(os.path.join(ROOT, s)):
             o = B + "/obj/" + s.replace("/", "_")[:-2] + ".o"
             n.append("build %s: cc %s" % (o, s))
             cli_objs.append(o)
-    n.append("build %s: link %s %s" % (tt_bin, " ".join(cli_objs), lib))
+    n.append("build %s: link %s %s%s" % (tt_bin, " ".join(cli_objs), lib, cuda_dep))
     test_bins = []
     for t in TESTS:
         src = "tests/%s.c" % t
@@ -762,11 +800,11 @@ def main():
             continue
         o = B + "/obj/tests_%s.o" % t
         n.append("build %s: cc %s" % (o, src))
-        n.append("build %s/tests/%s: link %s %s" % (B, t, o, lib))
+        n.append("build %s/tests/%s: link %s %s%s" % (B, t, o, lib, cuda_dep))
         test_bins.append("%s/tests/%s" % (B, t))
     if cxx:
         host_lib = B + "/libtinytrain_host.a"
-        host_objs = [o for o in objs if not o.endswith(".cu.o")]
+        host_objs = objs
         n.append("build %s: ar %s" % (host_lib, " ".join(host_objs)))
         emu_objs = []
         for src in sources(["kernels/cuda"], ".cu") + sources(["tests/cuda_emu"], ".cc"):
@@ -803,7 +841,11 @@ def main():
                               ("-std=c++17 -O1 -arch=sm_%s -Xcompiler -fopenmp -D_GNU_SOURCE -I%s -I%s -I%s/include -I%s" % (
                                   ptx, blas["inc"], stb["inc"], cuda["home"], cuda["cudnn"]["inc"])) if use_cuda else None,
                               extra_libs=JPEG["libs"] + (" " + mpilibs if mpilibs else "") +
-                                         ((" " + cuda["nccl"]["flag"]) if use_cuda and cuda.get("nccl") else ""))
+                                         ((" " + cuda["nccl"]["flag"]) if use_cuda and cuda.get("nccl") else ""),
+                              all_libs=libs, cuda_so=cuda_so,
+                              cuda_cflags=" ".join(dict.fromkeys(["-I%s/include" % cuda["home"], "-I%s" % cuda["cudnn"]["inc"]] +
+                                                                 (["-I%s" % cuda["nccl"]["inc"]] if cuda.get("nccl") else [])))
+                                          if use_cuda else "")
     scripts = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests/test_*.sh")))
     if args.sanitize:
         scripts = [s for s in scripts if s not in SANITIZE_SKIP]
@@ -813,8 +855,8 @@ def main():
         # against each architecture's limits, and the linked binary's SASS/PTX list (tests/tools/cuda_check.py)
         n.append("rule cuda_check\n  command = python3 tests/tools/cuda_check.py --nvcc $nvcc --binary %s "
                  "--expect-sass=%s --expect-ptx=%s -- %s\n  description = CUDA-CHECK\n  pool = console" % (
-                     tt_bin, ",".join(arch), ",".join(ptx_arch), cuda_check_flags))
-        n.append("build cuda-check: cuda_check | %s tests/tools/cuda_check.py %s" % (tt_bin, " ".join(cu_src + glob_h)))
+                     cuda_so, ",".join(arch), ",".join(ptx_arch), cuda_check_flags))
+        n.append("build cuda-check: cuda_check | %s tests/tools/cuda_check.py %s" % (cuda_so, " ".join(cu_src + glob_h)))
     n.append("build amalgamation: amalgamate | %s core/tinytrain.h" % " ".join(lib_src))
     if default_dir:  # the fuzz targets have their own directory, build-fuzz/: one set of rules for them
         n += fuzz_rules(fuzz, fuzz_why, blas, stb, lib_src)

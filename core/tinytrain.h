@@ -80,6 +80,8 @@ typedef struct tt_run_opts {
   FILE *out;             /* progress and summary; NULL = stdout */
   int ranks;             /* plan: as if launched on this many processes (--ranks); 0 = 1. tt_train
                           * sets its own from the launch (core/runtime/dist.h) */
+  const char *gpu;       /* plan: plan for this card ("t4", "gtx1650", "rtx3050-laptop", "rtx3060", "a100",
+                          * "h100": its memory, reserve and speed, estimated; implies TT_DEVICE_CUDA); NULL: none */
 } tt_run_opts;
 
 /* What tt_train and tt_evaluate report back (the options are only read). */

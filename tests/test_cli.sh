@@ -80,6 +80,10 @@ expect_usage "missing recipe" "no recipe" --vram 4G
 expect_usage "missing recipe in plan" "no recipe" plan
 expect_usage "missing value" "--vram" plan $L --vram
 expect_usage "two recipes" "more than one recipe" plan $L $L
+# issue 25: mistakes answered with the fix
+expect_usage "mistyped command" "unknown command 'evall' — did you mean eval?" evall --weights "$TMP/w.safetensors" $L
+expect_usage "mistyped command" "unknown command 'trian' — did you mean train?" trian $L
+expect_usage "--vram without a unit" "--vram 4: 4 bytes? did you mean 4G" plan --vram 4 $L
 expect_usage "bad device" "--device" --device tpu $L
 expect_usage "bad epochs" "--epochs" --epochs 0 $L
 expect_usage "bad precision" "--precision" plan --precision fp8 $L
@@ -205,8 +209,10 @@ fi
 # ---- --vram: fits, and a refusal that says what would fit ----
 run plan --vram 4G examples/imagenet/resnet50.recipe
 if [ "$RC" != 0 ]; then fail cli_plan_fits_4g "resnet50 in 4G: exit $RC: $ERR"
-elif ! grep -q "free memory is unknown (no GPU here)\|the device has [0-9.]* MiB free" "$TMP/out"; then
-  fail cli_plan_fits_4g "the plan does not say what the device has free (or that it is unknown)"
+elif ! head -n 1 "$TMP/out" | grep -q " on the CPU (no NVIDIA GPU found\| on the GPU here"; then
+  fail cli_plan_fits_4g "the plan's first line does not say it planned for what train runs here: $(head -n 1 "$TMP/out")"
+elif ! grep -q " on the CPU\|the device has [0-9.]* MiB free" "$TMP/out"; then
+  fail cli_plan_fits_4g "the plan does not say what the GPU has free"
 else pass cli_plan_fits_4g; fi
 run plan --vram 700M examples/imagenet/vgg16.recipe
 if [ "$RC" = 0 ]; then
@@ -221,6 +227,21 @@ else
   run plan --vram "$sz" examples/imagenet/vgg16.recipe
   if [ "$RC" = 0 ]; then pass cli_plan_refuses; else fail cli_plan_refuses "the suggested --vram $sz does not fit: $ERR"; fi
 fi
+
+# ---- issue 25: a budget at or below the reserve still names the smallest --vram, in the unit typed;
+# a refusal under plan --json is a JSON object on stdout ----
+run plan --device cuda --vram 512M $L
+if [ "$RC" != 1 ] || ! echo "$ERR" | grep -q "not more than the .* reserved .*the smallest --vram that fits is [0-9]* MiB"; then
+  fail cli_plan_reserve "--vram 512M under the reserve: exit $RC: $ERR"
+else
+  sz=$(echo "$ERR" | sed -n 's/.*smallest --vram that fits is \([0-9]*\) MiB.*/\1M/p')
+  run plan --device cuda --vram "$sz" $L
+  if [ "$RC" = 0 ]; then pass cli_plan_reserve; else fail cli_plan_reserve "the suggested --vram $sz does not fit: $ERR"; fi
+fi
+run plan --json --vram 700M examples/imagenet/vgg16.recipe
+if [ "$RC" != 1 ] || ! python3 -c 'import json,sys; d=json.load(sys.stdin); assert "smallest --vram" in d["error"]' <"$TMP/out" 2>/dev/null; then
+  fail cli_plan_json_refusal "exit $RC, stdout: $OUT"
+else pass cli_plan_json_refusal; fi
 
 # ---- sizes past 64 bits: 200 layers of 2^31 values at the recipe's batch of 2^24 ----
 # Without a budget the plan is refused (it wrapped to a small arena); under --vram the search
@@ -238,9 +259,26 @@ else
   fi
 fi
 
+# ---- issue 25: start-up maps no CUDA library unless a GPU is used (core/runtime/cuda_load.c) ----
+ok=1
+for args in "--help" "plan --help" "plan --device cpu $L" "plan --vram 1G $L"; do
+  [ "$args" = "plan --vram 1G $L" ] && ls /dev/nvidia* >/dev/null 2>&1 && continue # auto means the GPU here
+  # shellcheck disable=SC2086
+  maps=$(LD_DEBUG=libs "$TT" $args 2>&1 >/dev/null | grep -oE "lib(cudart|cudnn|cublas|cublasLt|nccl)[^ ]*\.so[^ ]*" | sort -u | tr '\n' ' ')
+  if [ -n "$maps" ]; then fail cli_startup "'tinytrain $args' loads $maps"; ok=0; fi
+done
+[ $ok = 1 ] && pass cli_startup
+
 # ---- --device cuda on a CPU-only build ----
 if echo "$VERSION_OUT" | grep -qi "cuda" && ! echo "$VERSION_OUT" | grep -qi "without cuda"; then
-  skip cli_device_cuda "this build has CUDA"
+  if ls /dev/nvidia* >/dev/null 2>&1; then
+    skip cli_device_cuda "this build has CUDA and this machine a GPU"
+  else # issue 25: no GPU at all is said so, not "driver version is insufficient"
+    run --device cuda --max-steps 1 --out "$TMP/cuda" examples/fashion_mnist/lenet.recipe
+    if [ "$RC" != 1 ] || ! grep -q "no NVIDIA GPU found" "$TMP/err" || grep -qi "insufficient" "$TMP/err"; then
+      fail cli_device_cuda "--device cuda without a GPU: exit $RC: $ERR"
+    else pass cli_device_cuda; fi
+  fi
 else
   run --device cuda --max-steps 1 --out "$TMP/cuda" examples/fashion_mnist/lenet.recipe
   if [ "$RC" = 0 ]; then fail cli_device_cuda "--device cuda succeeded on a CPU-only build"
@@ -351,16 +389,40 @@ wait $pid
 rc=$?
 if [ "$rc" != 143 ]; then
   fail cli_sigterm "exit $rc, want 143: $(cat "$TMP/sig.err")"
-elif ! grep -qF -- "--resume $TMP/sig" "$TMP/sig.err"; then
+elif ! grep -qF -- "continue with: tinytrain --resume $TMP/sig" "$TMP/sig.err"; then
   fail cli_sigterm "stderr does not say how to continue: $(cat "$TMP/sig.err")"
 elif [ ! -f "$TMP/sig/state.safetensors" ]; then
   fail cli_sigterm "no checkpoint in $TMP/sig"
 else
-  run --device cpu --threads 1 --resume "$TMP/sig" --max-steps 300 "$TMP/syn.recipe"
-  if [ "$RC" != 0 ]; then fail cli_sigterm "--resume after SIGTERM: exit $RC: $ERR"
+  # the hint is runnable as printed (issue 25): `tinytrain --resume DIR`, the recipe from DIR/recipe.txt
+  hint=$(sed -n 's/.*continue with: tinytrain \(--resume [^ ]*\)$/\1/p' "$TMP/sig.err")
+  run --device cpu --threads 1 $hint --max-steps 300
+  if [ -z "$hint" ]; then fail cli_sigterm "no runnable hint: $(cat "$TMP/sig.err")"
+  elif [ "$RC" != 0 ]; then fail cli_sigterm "'tinytrain $hint' after SIGTERM: exit $RC: $ERR"
   elif ! echo "$OUT" | grep -q "resumed from $TMP/sig/state.safetensors at step [1-9]"; then fail cli_sigterm "no 'resumed from' line: $OUT"
   else pass cli_sigterm
   fi
+fi
+
+# ---- issue 25: resuming told what it needs: the run directory, more epochs, what changed ----
+ok=1
+expect_usage "--resume a state file" "--resume takes the run directory, not a file: --resume $TMP/sig" --resume "$TMP/sig/state.safetensors"
+expect_usage "--weights a run directory" "did you mean --weights $TMP/sig/weights.safetensors?" eval --weights "$TMP/sig" "$TMP/syn.recipe"
+expect_usage "--init a run directory" "did you mean --init $TMP/sig/weights.safetensors?" --init "$TMP/sig" "$TMP/syn.recipe"
+[ $ok = 1 ] && pass cli_resume_usage
+run --device cpu --threads 1 --out "$TMP/done" --epochs 1 "$TMP/syn.recipe"
+if [ "$RC" != 0 ]; then fail cli_resume_complete "one epoch: exit $RC: $ERR"
+else
+  run --device cpu --threads 1 --resume "$TMP/done" --epochs 1
+  if [ "$RC" != 0 ] || ! echo "$OUT" | grep -qF "the run is complete (1 epochs" || ! echo "$OUT" | grep -qF -- "--resume $TMP/done --epochs 2"; then
+    fail cli_resume_complete "exit $RC: $OUT $ERR"
+  else pass cli_resume_complete; fi
+  sed 's/^\[train\]$/[train]\nlr = 0.0123/' "$TMP/syn.recipe" >"$TMP/edited.recipe"
+  run --device cpu --threads 1 --resume "$TMP/done" --epochs 2 --max-steps 1000000 "$TMP/edited.recipe"
+  if [ "$RC" != 0 ] || ! echo "$ERR" | grep -q "epochs changed since the run started: 1 before, 2 now" ||
+     ! echo "$ERR" | grep -q "lr changed since the run started: 0.01 before, 0.0123 now"; then
+    fail cli_resume_changed "exit $RC: $ERR"
+  else pass cli_resume_changed; fi
 fi
 
 # ---- --threads beyond the cores: lowered to the cores, with a warning (1000000 crashed OpenMP) ----

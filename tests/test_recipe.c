@@ -279,19 +279,28 @@ static void test_warnings(void) {
   warnings w;
   /* issue 14: an unknown key inside a layer section is an error (a typo such as 'dilation' or
    * 'padding' would silently change the model); this test used to expect warnings for the
-   * conv's 'foo' and the block body's 'width'. Other sections keep warning. */
+   * conv's 'foo' and the block body's 'width'. Issue 25: so is one in [net], [train] and [data],
+   * with the key meant when it is near (or the usual name elsewhere: learning_rate). */
   const char *text = "[net]\ninput = 1x4x4\nclasses = 2\nname = x\n[train]\nbatch = 4\nbatches = 8\n"
                      "[block b]\nparams = c\n[conv x]\nfilters = $c\nsize = 1\n[end]\n"
                      "[conv conv1]\nfilters = 2\nsize = 1\n[b b1]\nc = 2\nrepeat = 2\n[flatten]\n[linear]\nout = 2\n";
-  TT_TEST_BEGIN("recipe_unknown_key_warns");
-  memset(&w, 0, sizeof w);
-  if (tt_recipe_parse("w.recipe", text, &m, &err, collect_warning, &w) == 0) {
-    TT_CHECK(w.n == 2, "%d warnings (want 2: net name, train batches)", w.n);
-    TT_CHECK(!strncmp(w.first, "w.recipe:4: warning: unknown key 'name' in [net], ignored", 56), "first warning: %s", w.first);
-    tt_model_free(&m);
-  } else {
-    TT_CHECK(0, "%s", err.msg);
-  }
+  TT_TEST_BEGIN("recipe_unknown_key_is_an_error");
+  TT_CHECK(tt_recipe_parse("w.recipe", text, &m, &err, NULL, NULL) != 0 &&
+               strstr(err.msg, "w.recipe:4: unknown key 'name' in [net]; the keys of [net] are: input, classes"),
+           "[net] name: %s", err.msg);
+  static const struct { const char *text, *want; } unknown[] = {
+      {"[net]\ninput = 1x4x4\nclasses = 2\n[train]\nbatch = 4\nepoch = 3\n[linear]\nout = 2\n",
+       "w.recipe:6: unknown key 'epoch' in [train]; did you mean 'epochs'?"},
+      {"[net]\ninput = 1x4x4\nclasses = 2\n[train]\nbatch = 4\nlearning_rate = 0.1\n[linear]\nout = 2\n",
+       "w.recipe:6: unknown key 'learning_rate' in [train]; did you mean 'lr'?"},
+      {"[net]\ninput = 1x4x4\nclasses = 2\n[train]\nbatch = 4\n[data]\nformat = synthetic\nhflips = true\n[linear]\nout = 2\n",
+       "w.recipe:8: unknown key 'hflips' in [data]; did you mean 'hflip'?"},
+      {"[net]\ninput = 1x4x4\nclass = 2\n[train]\nbatch = 4\n[linear]\nout = 2\n",
+       "w.recipe:3: unknown key 'class' in [net]; did you mean 'classes'?"},
+  };
+  for (size_t k = 0; k < sizeof unknown / sizeof unknown[0]; k++)
+    TT_CHECK(tt_recipe_parse("w.recipe", unknown[k].text, &m, &err, NULL, NULL) != 0 && strstr(err.msg, unknown[k].want),
+             "want '%s', got: %s", unknown[k].want, err.msg);
   TT_CHECK(tt_recipe_parse("w.recipe", strstr(text, "[train]"), &m, &err, NULL, NULL) != 0 &&
                !strncmp(err.msg, "w.recipe:1: ", 12),
            "a recipe without [net] must fail at line 1: %s", err.msg);

@@ -21,6 +21,15 @@ extern "C" {
  * exponent, 0, or a size beyond size_t; -1 for those. (core/base/util.c) */
 int tt_parse_size(const char *s, size_t *bytes);
 
+/* The name of names (NULL-terminated) within edit distance 2 of s, or NULL: "did you mean".
+ * (core/base/util.c) */
+const char *tt_nearest_name(const char *s, const char *const *names);
+
+/* `tinytrain --resume DIR` without a recipe: DIR/recipe.txt's recipe text (*text, free() it) and
+ * the path it was copied from (*from: its directory resolves the recipe's relative paths).
+ * Returns 0, or -1 with the reason in errbuf. (core/app/run_recipe.c) */
+int tt_run_recipe_load(const char *dir, char **text, char *from, size_t fromsize, char *errbuf, size_t errsize);
+
 /* --checkpoint-every (and the recipe's checkpoint_every): "500" (optimizer steps: *steps = 500,
  * *seconds = 0), "30s", "10m", "10min", "1.5h" (wall time: *steps = 0, *seconds), or "0" (never;
  * both 0). Returns 0, or -1 for anything else. (core/compile/recipe_values.c) */

@@ -4,22 +4,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../tinytrain.h"
 #include "cli.h"
 
 static void main_usage(FILE *f, const char *cmd) {
   if (cmd && !strcmp(cmd, "plan")) {
-    fprintf(f, "usage: tinytrain plan [--vram SIZE] [--device auto|cpu|cuda] [--micro-batch N] [--precision fp32|fp16|auto]\n"
-               "                      [--recompute none|auto|all] [--ranks N] [--max-batch] [--json] [--svg FILE] RECIPE\n\n"
+    fprintf(f, "usage: tinytrain plan [--vram SIZE] [--device auto|cpu|cuda] [--gpu NAME] [--micro-batch N]\n"
+               "                      [--precision fp32|fp16|auto] [--recompute none|auto|all] [--ranks N] [--max-batch]\n"
+               "                      [--json] [--svg FILE] RECIPE\n\n"
                "Says whether and how RECIPE's training fits in SIZE of device memory, without a GPU and without\n"
                "data files: the chosen micro-batch, accumulation, precision and recomputed layers, every buffer\n"
                "class, the arena size against its lower bound, and the alternatives rejected. --max-batch gives\n"
-               "the largest micro-batch that fits for each precision and recompute setting. Without a GPU the\n"
-               "plan targets a CUDA card (reserve for the CUDA context estimated); --device cpu plans for the CPU.\n\n"
+               "the largest micro-batch that fits for each precision and recompute setting. It plans for the device\n"
+               "train would use here (the GPU, else the CPU); --device cuda plans for a CUDA card even without one\n"
+               "(reserve and speed estimated), --gpu NAME for a known card (its memory, reserve and speed).\n\n"
                "options:\n"
                "  --vram SIZE            the card's memory (512M, 4G, 4GiB, 3.5G); none: no budget\n"
-               "  --device auto|cpu|cuda the device to plan for (auto: a GPU if there is one, else a CUDA card)\n"
+               "  --device auto|cpu|cuda the device to plan for (auto: what train uses here, a GPU if there is one)\n"
+               "  --gpu NAME             plan for this card: t4, gtx1650, rtx3050-laptop, rtx3060, a100, h100\n"
+               "                         (--vram defaults to its memory)\n"
                "  --micro-batch N        fix the micro-batch instead of the scheduler's choice\n"
                "  --precision P          fp32, fp16 or auto (the recipe's)\n"
                "  --recompute R          none, auto or all (the recipe's)\n"
@@ -85,7 +91,8 @@ static void main_usage(FILE *f, const char *cmd) {
                "  --device auto|cpu|cuda where to train (auto: a GPU if there is one)\n"
                "  --epochs N             instead of the recipe's [train] epochs\n"
                "  --out DIR              the run directory\n"
-               "  --resume DIR           continue the run in DIR from its state.safetensors\n"
+               "  --resume DIR           continue the run in DIR from its state.safetensors (RECIPE optional:\n"
+               "                         the run keeps a copy, DIR/recipe.txt)\n"
                "  --init FILE            start from FILE's weights where names and shapes match (fine-tuning)\n"
                "  --threads N            CPU threads (default: all cores)\n"
                "  --micro-batch N        fix the micro-batch instead of the scheduler's choice\n"
@@ -117,6 +124,7 @@ static int main_int(const char *s, int *v) {
 typedef struct main_args {
   const char *cmd;
   int json, max_batch;
+  char vram_unit;   /* the unit --vram was given in: 'K', 'M', 'G', 'T' */
   const char *weights;
   const char *svg;  /* plan --svg FILE */
   int top;
@@ -128,7 +136,7 @@ typedef struct main_args {
 enum {
   OPT_VRAM = 256, OPT_DEVICE, OPT_EPOCHS, OPT_THREADS, OPT_MICRO_BATCH, OPT_MAX_STEPS, OPT_CHECKPOINT_EVERY,
   OPT_PRECISION, OPT_RECOMPUTE, OPT_OUT, OPT_RESUME, OPT_WEIGHTS, OPT_JSON, OPT_MAX_BATCH, OPT_VERSION, OPT_TOP, OPT_INIT,
-  OPT_RANKS, OPT_SIZE, OPT_CHANNELS, OPT_MAX_MEGAPIXELS, OPT_SVG
+  OPT_RANKS, OPT_SIZE, OPT_CHANNELS, OPT_MAX_MEGAPIXELS, OPT_SVG, OPT_GPU
 };
 
 static const struct option main_options[] = {
@@ -155,6 +163,7 @@ static const struct option main_options[] = {
     {"channels", required_argument, NULL, OPT_CHANNELS},
     {"max-megapixels", required_argument, NULL, OPT_MAX_MEGAPIXELS},
     {"svg", required_argument, NULL, OPT_SVG},
+    {"gpu", required_argument, NULL, OPT_GPU},
     {NULL, 0, NULL, 0}};
 
 /* index of v in the '|'-free list names (NULL-terminated), or -1 */
@@ -190,7 +199,8 @@ static int main_unused(int c, const char *cmd) {
       {OPT_VRAM, " train plan "}, {OPT_DEVICE, " train plan eval predict "}, {OPT_EPOCHS, " train "},
       {OPT_THREADS, " train plan eval predict "}, {OPT_MICRO_BATCH, " train plan "}, {OPT_MAX_STEPS, " train "},
       {OPT_CHECKPOINT_EVERY, " train "}, {OPT_PRECISION, " train plan "}, {OPT_RECOMPUTE, " train plan "},
-      {OPT_OUT, " train "}, {OPT_RESUME, " train "}, {OPT_WEIGHTS, " eval predict "}, {OPT_SVG, " plan "}};
+      {OPT_OUT, " train "}, {OPT_RESUME, " train "}, {OPT_WEIGHTS, " eval predict "}, {OPT_SVG, " plan "},
+      {OPT_GPU, " plan "}};
   char key[16];
   snprintf(key, sizeof key, " %s ", cmd);
   for (size_t k = 0; k < sizeof used / sizeof used[0]; k++)
@@ -221,6 +231,12 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
     case OPT_MAX_BATCH: a->max_batch = 1; return 0;
     case OPT_VRAM:
       if (tt_parse_size(v, &o->vram_bytes)) return main_bad(cmd, "--vram takes a size like 512M, 4G, 4GiB or 3.5G, not", v);
+      if (v[strspn(v, "0123456789.")] == 0 && o->vram_bytes < (1u << 20)) { /* --vram 4: surely not 4 bytes */
+        char why[96];
+        snprintf(why, sizeof why, "--vram %s: %s bytes? did you mean %sG", v, v, v);
+        return main_bad(cmd, why, NULL);
+      }
+      a->vram_unit = (char)(v[strspn(v, "0123456789.")] & ~32);
       return 0;
     case OPT_DEVICE: /* TT_DEVICE_AUTO, _CPU, _CUDA in this order */
       if ((k = main_pick(v, devices)) < 0) return main_bad(cmd, "--device takes auto, cpu or cuda, not", v);
@@ -250,6 +266,7 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
     case OPT_OUT: o->out_dir = v; return 0;
     case OPT_RESUME: o->resume_dir = v; return 0;
     case OPT_INIT: o->init_weights = v; return 0;
+    case OPT_GPU: o->gpu = v; return 0;
     case OPT_WEIGHTS: a->weights = v; return 0;
     case OPT_SVG: a->svg = v; return 0;
     case OPT_TOP: return main_int(v, &a->top) ? main_bad(cmd, "--top takes a positive integer, not", v) : 0;
@@ -294,6 +311,32 @@ static int main_parse(int argc, char **argv, int first, tt_run_opts *o, main_arg
   return 0;
 }
 
+/* The refusal's "smallest --vram that fits is 0.71 GiB" in the unit the user typed --vram in
+ * (MiB for 512M), rounded up so that the size fits. */
+static void main_vram_unit(char *err, size_t size, char unit) {
+  static const char key[] = "smallest --vram that fits is ";
+  char *p = strstr(err, key), *end;
+  if (!p || (unit != 'M' && unit != 'K')) return;
+  p += sizeof key - 1;
+  double gib = strtod(p, &end);
+  if (end == p || strncmp(end, " GiB", 4)) return;
+  char rest[1200], num[48];
+  snprintf(rest, sizeof rest, "%s", end + 4);
+  double v = unit == 'M' ? gib * 1024.0 : gib * 1048576.0;
+  snprintf(num, sizeof num, "%.0f %ciB", v + 1.0, unit);
+  snprintf(p, size - (size_t)(p - err), "%s%s", num, rest);
+}
+
+/* A refusal under plan --json: one JSON object with the reason, on stdout. */
+static void main_json_error(const char *msg) {
+  fputs("{\"error\": \"", stdout);
+  for (const unsigned char *p = (const unsigned char *)msg; *p; p++)
+    if (*p == '"' || *p == '\\') printf("\\%c", *p);
+    else if (*p < 0x20) printf("\\u%04x", *p);
+    else putchar(*p);
+  fputs("\"}\n", stdout);
+}
+
 int main(int argc, char **argv) {
   tt_run_opts o = tt_run_opts_default();
   tt_run_result res;
@@ -304,9 +347,39 @@ int main(int argc, char **argv) {
   int first = 1;
   static const char *const cmds[] = {"train", "plan", "eval", "predict", "pack", NULL};
   if (argc > 1 && main_pick(argv[1], cmds) >= 0) a.cmd = argv[first++];
+  else if (argc > 1 && argv[1][0] != '-' && !strchr(argv[1], '/') && !strchr(argv[1], '.') && access(argv[1], F_OK)) {
+    /* tinytrain evall RECIPE: a command mistyped, not a recipe (no such file) */
+    const char *near = tt_nearest_name(argv[1], cmds);
+    if (near) {
+      fprintf(stderr, "tinytrain: unknown command '%s' \xe2\x80\x94 did you mean %s? (tinytrain --help)\n", argv[1], near);
+      return 2;
+    }
+  }
   const char *cmd = a.cmd;
   int prc = main_parse(argc, argv, first, &o, &a);
   if (prc) return prc < 0 ? 0 : prc;
+  struct stat sb;
+  char why[1400], from[4096];
+  if (o.resume_dir && stat(o.resume_dir, &sb) == 0 && S_ISREG(sb.st_mode)) { /* --resume runs/x/state.safetensors */
+    char *slash = strrchr(o.resume_dir, '/');
+    snprintf(why, sizeof why, "--resume takes the run directory, not a file: --resume %.*s", slash ? (int)(slash - o.resume_dir) : 1,
+             slash ? o.resume_dir : ".");
+    return main_bad(cmd, why, NULL);
+  }
+  const char *wfile = a.weights ? a.weights : o.init_weights;
+  if (wfile && stat(wfile, &sb) == 0 && S_ISDIR(sb.st_mode)) { /* --weights runs/x */
+    snprintf(why, sizeof why, "%s %s is a directory%s: did you mean %s %s%sweights.safetensors?", a.weights ? "--weights" : "--init",
+             wfile, "", a.weights ? "--weights" : "--init", wfile, wfile[strlen(wfile) - 1] == '/' ? "" : "/");
+    return main_bad(cmd, why, NULL);
+  }
+  char *kept = NULL; /* --resume DIR alone: the recipe the run directory keeps (recipe.txt) */
+  if (!o.recipe && o.resume_dir && !strcmp(cmd, "train")) {
+    if (tt_run_recipe_load(o.resume_dir, &kept, from, sizeof from, why, sizeof why)) {
+      fprintf(stderr, "tinytrain: %s\n", why);
+      return 1;
+    }
+    o.recipe = from, o.recipe_text = kept;
+  }
   if (!o.recipe) return main_bad(strcmp(cmd, "train") ? cmd : NULL, "no recipe given", NULL);
   if ((a.max_batch || a.json) && strcmp(cmd, "plan") && !(a.json && !strcmp(cmd, "predict")))
     return main_bad(cmd, a.max_batch ? "--max-batch is an option of plan" : "--json is an option of plan and predict", NULL);
@@ -317,7 +390,7 @@ int main(int argc, char **argv) {
   /* the largest micro-batch that fits needs something to fit in: without a budget every
    * batch "fits" and the search stopped at its cap of 65536 */
   if (a.svg && a.max_batch) return main_bad(cmd, "--svg draws the plan; --max-batch has none to draw", NULL);
-  if (a.max_batch && !o.vram_bytes) return main_bad(cmd, "--max-batch needs a budget: give --vram SIZE", NULL);
+  if (a.max_batch && !o.vram_bytes && !o.gpu) return main_bad(cmd, "--max-batch needs a budget: give --vram SIZE", NULL);
   char err[1200];
   int rc;
   if (!strcmp(cmd, "plan")) {
@@ -336,6 +409,8 @@ int main(int argc, char **argv) {
     rc = tt_train(&o, &res, err, sizeof err);
   }
   if (rc) {
+    main_vram_unit(err, sizeof err, a.vram_unit);
+    if (a.json && !strcmp(cmd, "plan") && rc != TT_STOPPED) main_json_error(err);
     /* under mpirun: the rank that failed, then MPI_Abort ends the other processes */
     if (tt_dist_size() > 1 && strncmp(err, "rank ", 5)) fprintf(stderr, "tinytrain: rank %d of %d: %s\n", tt_dist_rank(), tt_dist_size(), err);
     else fprintf(stderr, "tinytrain: %s\n", err);

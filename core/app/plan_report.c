@@ -31,17 +31,17 @@ static void plan_breakdown(const tt_program *p, size_t *params, size_t *grads, s
 static int plan_max_batch(tt_session *s, const tt_run_opts *o, int json, FILE *out) {
   tt_policy_opts so;
   memset(&so, 0, sizeof so);
-  so.vram_bytes = o->vram_bytes;
+  so.vram_bytes = s->vram_bytes;
   so.reserve_bytes = s->sched.reserve_bytes;
   so.inplace = 1;
-  so.profile = s->target_cuda ? tt_profile_cuda_generic() : tt_profile_cpu();
+  so.profile = s->profile;
   static const char *const rn[3] = {"none", "auto", "all"};
   tt_recompute_mode rm[3] = {TT_RECOMP_NONE, TT_RECOMP_AUTO, TT_RECOMP_ALL};
   tt_dtype dts[2] = {TT_F32, TT_F16};
   if (json) fprintf(out, "{\"budget_bytes\": %zu, \"reserve_bytes\": %zu, \"max_batch\": [", s->sched.budget_bytes,
                     s->sched.reserve_bytes);
   else fprintf(out, "largest micro-batch that fits in %.1f MiB (--vram %.1f MiB less %.1f MiB reserve):\n",
-               plan_mib(s->sched.budget_bytes), plan_mib(o->vram_bytes), plan_mib(s->sched.reserve_bytes));
+               plan_mib(s->sched.budget_bytes), plan_mib(s->vram_bytes), plan_mib(s->sched.reserve_bytes));
   if (!json) fprintf(out, "  %-10s %-10s %12s %14s\n", "precision", "recompute", "micro-batch", "arena MiB");
   int first = 1;
   for (int d = 0; d < 2; d++)
@@ -155,8 +155,10 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
                        "\"reserve_bytes\": %zu, \"reserve_measured\": %s, \"budget_bytes\": %zu, \"vram_bytes\": %zu, "
                        "\"plan_ms\": %.2f, \"params\": %zu, \"target\": ",
                    p->n_inplace, r->predicted_step_ms, r->recompute_ms, r->reserve_bytes,
-                   s->reserve_measured ? "true" : "false", r->budget_bytes, o->vram_bytes, s->plan_ms, g->trainable_numel);
+                   s->reserve_measured ? "true" : "false", r->budget_bytes, s->vram_bytes, s->plan_ms, g->trainable_numel);
   tt_strbuf_json(&b, s->target_cuda ? "cuda" : "cpu");
+  tt_strbuf_printf(&b, ", \"planned_for\": ");
+  tt_strbuf_json(&b, s->target);
   /* the device's free memory after the context and handles: null without a GPU to ask */
   if (s->device_free_known) tt_strbuf_printf(&b, ", \"device_free_bytes\": %zu", s->device_free_bytes);
   else tt_strbuf_printf(&b, ", \"device_free_bytes\": null");
@@ -210,17 +212,15 @@ static void plan_text_recomputed(const tt_session *s, FILE *out) {
 /* The text report's opening: target, model, budget, the chosen policy and its predicted time. */
 static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *out) {
   const tt_policy_result *r = &s->sched;
-  const tt_program *p = &r->train;
   const tt_graph *g = &s->graph;
-  fprintf(out, "plan for %s (%s target%s)\n", s->model.path, s->target_cuda ? "CUDA" : "CPU",
-          s->target_cuda && !s->reserve_measured ? ", no GPU here: reserve and speed are estimates" : "");
+  fprintf(out, "plan for %s on %s\n", s->model.path, s->target);
   fprintf(out, "  model       %d layers, %.2fM parameters, %.3f GFLOP per image forward\n", g->nnodes - 1,
           g->trainable_numel / 1e6, g->flops_per_sample / 1e9);
   if (g->frozen_numel)
     fprintf(out, "  frozen      %zu parameters (freeze = true): %.2f MiB of gradients and optimizer state not planned\n",
             g->frozen_numel, plan_mib(plan_frozen_saved(s)));
-  if (o->vram_bytes)
-    fprintf(out, "  budget      --vram %.1f MiB - reserve %.1f MiB (%s) = %.1f MiB for the arena\n", plan_mib(o->vram_bytes),
+  if (s->vram_bytes)
+    fprintf(out, "  budget      --vram %.1f MiB - reserve %.1f MiB (%s) = %.1f MiB for the arena\n", plan_mib(s->vram_bytes),
             plan_mib(r->reserve_bytes),
             s->reserve_measured ? "measured" : (r->reserve_bytes ? "estimated CUDA context + cuDNN/cuBLAS handles" : "none on the CPU"),
             plan_mib(r->budget_bytes));
@@ -231,11 +231,9 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
             s->budget_clamped ? ": the budget is clamped to it (less the libraries' margin)" : "");
   else if (s->target_cuda)
     fprintf(out, "              the device's free memory is unknown (no GPU here): the budget assumes all of --vram\n");
-  fprintf(out, "  policy      micro-batch %d x %d accumulation steps = effective batch %d; %s; %d in-place ops; "
-               "recompute %d of %d units (%d layers)\n",
-          r->policy.micro_batch, r->policy.accum_steps, r->policy.micro_batch * r->policy.accum_steps,
-          r->policy.act_dtype == TT_F16 ? "fp16 autocast with dynamic loss scaling" : "fp32", p->n_inplace,
-          r->recomputed_units, r->nunits, p->n_recomputed_steps);
+  char pol[256];
+  tt_session_policy_text(s, pol, sizeof pol); /* the words train prints at its start */
+  fprintf(out, "  policy      %s\n", pol);
   plan_text_recomputed(s, out);
   if (s->ranks > 1)
     fprintf(out, "  ranks       planned per rank for --ranks %d (the budget is each rank's GPU): global batch %d x %d ranks = %d;\n"
@@ -246,7 +244,7 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
             tt_dist_bucket_count(&s->sched.train));
   fprintf(out, "              batch-norm statistics are computed per micro-batch of %d\n", r->policy.micro_batch);
   fprintf(out, "  predicted   %.1f ms per optimizer step (%.1f ms of it recomputing), %s cost model\n",
-          r->predicted_step_ms, r->recompute_ms, s->target_cuda ? "generic CUDA" : "CPU");
+          r->predicted_step_ms, r->recompute_ms, s->profile->name);
   fprintf(out, "  evaluation  batch %d in the same arena\n", r->eval.policy.micro_batch);
   plan_text_loader(s, out);
 }
@@ -338,7 +336,7 @@ int tt_plan_svg_ex(const tt_run_opts *o, int json, int max_batch, const char *sv
     snprintf(errbuf, errsize, "tt_plan: no options given (tt_run_opts is NULL)");
     return -1;
   }
-  if (max_batch && !o->vram_bytes) {
+  if (max_batch && !o->vram_bytes && !o->gpu) {
     snprintf(errbuf, errsize, "plan --max-batch needs a budget (--vram SIZE): without one every micro-batch fits");
     return -1;
   }

@@ -28,6 +28,7 @@
 #include "../runtime/step.h"
 #include "../tinytrain.h"
 #include "train.h"
+#include "run_recipe.h"
 
 tt_run_opts tt_run_opts_default(void) {
   tt_run_opts o;
@@ -473,6 +474,7 @@ static int train_run_dir(train_run *R, tt_err *err) {
     return -1;
   }
   train_remove_stale(R);
+  if (tt_run_recipe_keep(R->dir, o, &R->s->model, R->epochs, o->resume_dir != NULL, err)) return -1; /* for --resume DIR alone */
   R->last_save = tt_now();
   return tt_metrics_open(&R->mt, R->dir, o->resume_dir, R->st.step, R->st.epoch, err);
 }
@@ -626,7 +628,7 @@ static int train_end_epoch(train_run *R, int epoch, const tt_epoch_meter *e, tt_
 /* A signal stopped the run after its checkpoint: TT_STOPPED, and where to continue. */
 static int train_stopped(train_run *R, tt_err *err) {
   if (R->res) R->res->stop_signal = R->stop_signal;
-  tt_fail(err, "stopped by %s at step %lld (epoch %d, image %lld); the checkpoint is in %s: continue with --resume %s",
+  tt_fail(err, "stopped by %s at step %lld (epoch %d, image %lld); the checkpoint is in %s: continue with: tinytrain --resume %s",
           R->stop_signal == SIGINT ? "SIGINT" : R->stop_signal == SIGTERM ? "SIGTERM" : "a signal", R->st.step,
           R->st.epoch + 1, R->st.images_in_epoch, R->dir, R->dir);
   return TT_STOPPED;
@@ -665,6 +667,9 @@ static int train_body(train_run *R, tt_err *err) {
   if (train_open(R, err)) return -1;
   if (train_data(R, err) || train_loop_setup(R, err) || train_resume_or_init(R, err) || train_run_dir(R, err)) return -1;
   int stopped = o->max_steps > 0 && R->st.step >= o->max_steps; /* resumed at the limit already: no step */
+  if (o->resume_dir && R->st.epoch >= R->epochs)
+    tt_metrics_say(&R->mt, "%s: the run is complete (%d epochs, step %lld): nothing to train; to train further, give more "
+                   "epochs: tinytrain --resume %s --epochs %d\n", R->dir, R->epochs, R->st.step, R->dir, R->epochs + 1);
   long long step0 = R->st.step, end_step = (long long)R->epochs * R->steps_per_epoch;
   if (o->max_steps > 0 && o->max_steps < end_step) end_step = o->max_steps;
   tt_metrics_start(&R->mt, end_step);

@@ -116,6 +116,40 @@ void tt_strbuf_json(tt_strbuf *b, const char *s) {
   tt_strbuf_put(b, "\"", 1);
 }
 
+int tt_edit_distance(const char *a, const char *b, int cap) {
+  size_t la = strlen(a), lb = strlen(b);
+  int row[65];
+  if (lb > 64 || la > 64) return cap + 1;
+  if ((la > lb ? la - lb : lb - la) > (size_t)cap) return cap + 1;
+  for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+  for (size_t i = 1; i <= la; i++) {
+    int diag = row[0], best;
+    row[0] = (int)i, best = row[0];
+    for (size_t j = 1; j <= lb; j++) {
+      int up = row[j], ca = a[i - 1], cb = b[j - 1];
+      if (ca >= 'A' && ca <= 'Z') ca += 32;
+      if (cb >= 'A' && cb <= 'Z') cb += 32;
+      int v = diag + (ca != cb);
+      if (up + 1 < v) v = up + 1;
+      if (row[j - 1] + 1 < v) v = row[j - 1] + 1;
+      row[j] = v, diag = up;
+      if (v < best) best = v;
+    }
+    if (best > cap) return cap + 1;
+  }
+  return row[lb] > cap ? cap + 1 : row[lb];
+}
+
+const char *tt_nearest_name(const char *s, const char *const *names) {
+  const char *best = NULL;
+  int bd = 3, len = (int)strlen(s);
+  for (int k = 0; names[k]; k++) {
+    int d = tt_edit_distance(s, names[k], 2);
+    if (d < bd && 2 * d < len) bd = d, best = names[k];
+  }
+  return best;
+}
+
 int tt_parse_size(const char *str, size_t *bytes) {
   /* digits, an optional fraction (.digits), an optional unit K M G T (powers of 1024; then
    * optionally iB or B), an optional B alone; nothing else: no sign, spaces, hex or exponent,

@@ -71,6 +71,13 @@ static inline size_t tt_size_add(size_t a, size_t b) { return b >= SIZE_MAX - a 
  * Returns 0, or -1 for anything else (zero bytes included). (--vram: core/app/cli.h) */
 int tt_parse_size(const char *s, size_t *bytes);
 
+/* The edit distance (insertions, deletions, substitutions; case-insensitive) between a and b,
+ * counted up to cap + 1 (past it: cap + 1). For "did you mean" messages. */
+int tt_edit_distance(const char *a, const char *b, int cap);
+/* The name of names (NULL-terminated) nearest to s within distance 2 (and under half of s's
+ * length, so short words do not match everything), or NULL. */
+const char *tt_nearest_name(const char *s, const char *const *names);
+
 /* Monotonic clock in seconds. */
 double tt_now(void);
 

@@ -5,12 +5,45 @@
 
 /* Ranking numbers, not promises: a T4-class card (8 TFLOP/s fp32, ~30 TFLOP/s sustained fp16
  * tensor-core, 300 GB/s) and a 2-core AVX2 CPU. Memory figures never depend on them. */
-static const tt_device_profile cost_cuda = {"cuda (generic T4-class estimate)", 8e12, 30e12, 300e9, 8e-6};
+static const tt_device_profile cost_cuda = {"cuda (generic T4-class estimate)", 8e12, 30e12, 300e9, 8e-6, NULL, 0, 0, 0, 0};
 /* the CPU backend computes fp16 by converting to fp32, so fp16 is slower there, not faster */
-static const tt_device_profile cost_cpu = {"cpu", 60e9, 20e9, 10e9, 2e-6};
+static const tt_device_profile cost_cpu = {"cpu", 60e9, 20e9, 10e9, 2e-6, NULL, 0, 0, 0, 0};
 
 const tt_device_profile *tt_profile_cuda_generic(void) { return &cost_cuda; }
 const tt_device_profile *tt_profile_cpu(void) { return &cost_cpu; }
+
+/* `plan --gpu`: named cards. The speeds are the vendors' public peak figures (fp32 FLOP/s, fp16
+ * tensor-core FLOP/s dense with fp32 accumulation where the card has tensor cores, memory
+ * bandwidth): ranking numbers like the rest of the cost model, not predictions of a run. The
+ * reserve is the same upper-end estimate as a card without a name (TT_RESERVE_ESTIMATE_BYTES,
+ * policy.h: a CUDA 12/13 context with lazy loading and the library handles), until measured per
+ * card (tests/gpu/acceptance.sh prints the measured one). */
+#define COST_GIB ((size_t)1 << 30)
+#define COST_RESERVE ((size_t)600 << 20)
+static const tt_device_profile cost_gpus[] = {
+    {"NVIDIA T4 16 GB (sm_75, no bf16)", 8.1e12, 65e12, 320e9, 8e-6, "t4", 15 * COST_GIB, COST_RESERVE, 75, 0},
+    {"NVIDIA GeForce GTX 1650 4 GB (sm_75, no tensor cores, no bf16)", 3.0e12, 6.0e12, 128e9, 8e-6, "gtx1650",
+     4 * COST_GIB, COST_RESERVE, 75, 0},
+    {"NVIDIA GeForce RTX 3050 Laptop 4 GB (sm_86)", 5.5e12, 22e12, 192e9, 8e-6, "rtx3050-laptop", 4 * COST_GIB,
+     COST_RESERVE, 86, 1},
+    {"NVIDIA GeForce RTX 3060 12 GB (sm_86)", 12.7e12, 25.4e12, 360e9, 8e-6, "rtx3060", 12 * COST_GIB, COST_RESERVE, 86, 1},
+    {"NVIDIA A100 40 GB (sm_80)", 19.5e12, 312e12, 1555e9, 6e-6, "a100", 40 * COST_GIB, COST_RESERVE, 80, 1},
+    {"NVIDIA H100 80 GB SXM (sm_90)", 67e12, 989e12, 3350e9, 6e-6, "h100", 80 * COST_GIB, COST_RESERVE, 90, 1},
+};
+
+const tt_device_profile *tt_profile_gpu(const char *key) {
+  if (!key) return NULL;
+  for (size_t k = 0; k < sizeof cost_gpus / sizeof cost_gpus[0]; k++) {
+    const char *a = key, *b = cost_gpus[k].key; /* case-insensitive */
+    while (*a && *b && (*a | 32) == (*b | 32)) a++, b++;
+    if (!*a && !*b) return &cost_gpus[k];
+  }
+  return NULL;
+}
+
+const char *tt_profile_gpu_list(void) {
+  return "t4, gtx1650, rtx3050-laptop, rtx3060, a100, h100";
+}
 
 static double cost_step_s(const tt_program *p, const tt_step *s, const tt_device_profile *prof) {
   const tt_graph *g = p->graph;

@@ -11,15 +11,26 @@ extern "C" {
 
 typedef struct tt_device_profile {
   const char *name;
-  double flops_fp32, flops_fp16; /* sustained FLOP/s */
+  double flops_fp32, flops_fp16; /* FLOP/s */
   double bytes_per_s;            /* memory bandwidth */
   double op_overhead_s;          /* per step launch / dispatch cost */
+  /* the named cards of `plan --gpu` (0 / NULL for the generic card and the CPU): */
+  const char *key;               /* what --gpu takes: "t4", "gtx1650", ... */
+  size_t memory_bytes;           /* the card's memory: --vram when none is given */
+  size_t reserve_bytes;          /* CUDA context + cuDNN/cuBLAS handles + the libraries' margin, estimated */
+  int sm;                        /* compute capability x 10 (75: sm_75) */
+  int bf16;                      /* the card has bf16 arithmetic */
 } tt_device_profile;
 
-/* Documented targets: without a GPU, `plan --vram` plans for a generic CUDA card (the cost
- * model only ranks candidates; memory is exact); training on the CPU uses the CPU profile. */
+/* Documented targets: `plan --device cuda` without a GPU plans for a generic CUDA card (the
+ * cost model only ranks candidates; memory is exact); the CPU (train and plan without a GPU)
+ * uses the CPU profile. */
 const tt_device_profile *tt_profile_cuda_generic(void);
 const tt_device_profile *tt_profile_cpu(void);
+/* `plan --gpu KEY`: the named card's profile, NULL when KEY names none. tt_profile_gpu_list
+ * writes the keys, comma-separated, for messages. */
+const tt_device_profile *tt_profile_gpu(const char *key);
+const char *tt_profile_gpu_list(void);
 
 /* Exposed for tests and the --max-batch report. */
 double tt_predict_ms(const tt_program *p, const tt_device_profile *prof);

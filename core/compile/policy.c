@@ -126,10 +126,9 @@ static int sched_budget(const tt_graph *g, const tt_policy_opts *o, tt_policy_re
   int eff = m->train.batch;
   if (eff <= 0) return tt_fail(err, "%s: [train] batch must be a positive integer", m->path);
   r->reserve_bytes = o->vram_bytes ? o->reserve_bytes : 0;
-  if (o->vram_bytes && o->vram_bytes <= o->reserve_bytes)
-    return tt_fail(err, "--vram %.2f GiB is not more than the %.2f GiB reserved for the CUDA context and libraries; "
-                   "give a larger --vram", o->vram_bytes / 1073741824.0, o->reserve_bytes / 1073741824.0);
-  r->budget_bytes = o->vram_bytes ? o->vram_bytes - o->reserve_bytes : 0;
+  /* --vram at or below the reserve: a budget of 1 byte, in which nothing fits, so that the
+   * refusal still names the smallest --vram that fits (sched_refuse) */
+  r->budget_bytes = !o->vram_bytes ? 0 : o->vram_bytes > o->reserve_bytes ? o->vram_bytes - o->reserve_bytes : 1;
   if (o->micro_batch > 0 && eff % o->micro_batch)
     return tt_fail(err, "micro-batch %d does not divide the effective batch %d of %s; choose a divisor", o->micro_batch, eff,
                    m->path);
@@ -216,6 +215,14 @@ static int sched_refuse(const tt_graph *g, tt_backend *be, const tt_policy_opts 
                         size_t min_arena, tt_err *err) {
   size_t need = min_arena == (size_t)-1 ? 0 : min_arena;
   tt_policy_explain(g, be, o, r);
+  if (o->vram_bytes && o->vram_bytes <= o->reserve_bytes) {
+    tt_fail(err, "--vram %.2f GiB is not more than the %.2f GiB reserved for the CUDA context and libraries: "
+                   "nothing is left for %s's arena; the smallest --vram that fits is %.2f GiB (the smallest plan, micro-batch %d, "
+                   "needs a %.2f GiB arena)", o->vram_bytes / 1073741824.0, o->reserve_bytes / 1073741824.0, g->model->path,
+                   (need + o->reserve_bytes) / 1073741824.0 + 0.005, o->micro_batch > 0 ? o->micro_batch : 1, need / 1073741824.0);
+    tt_policy_result_free(r);
+    return -1;
+  }
   tt_fail(err, "%s does not fit: the smallest plan (micro-batch %d%s, %s) needs a %.2f GiB arena but the budget is "
           "%.2f GiB; the smallest --vram that fits is %.2f GiB; it is dominated by %s",
           g->model->path, o->micro_batch > 0 ? o->micro_batch : 1, o->recompute == TT_RECOMP_NONE ? "" : ", recomputing",

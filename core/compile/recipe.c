@@ -112,6 +112,38 @@ static int recipe_lex(recipe_state *st, char *buf, size_t len) {
 
 /* ---- settings sections ---- */
 
+/* An unknown key in [net], [train] or [data] is an error, as in a layer section: a misspelt key
+ * (epoch, learning_rate) would silently train something else. The message names the nearest key
+ * (tt_nearest_name) or the usual name from other trainers, then every key of the section. */
+static const char *const recipe_net_keys[] = {"input", "classes", NULL};
+static const char *const recipe_train_keys[] = {
+    "batch", "micro_batch", "eval_batch", "epochs", "optimizer", "lr", "momentum", "nesterov", "weight_decay", "beta1",
+    "beta2", "eps", "schedule", "warmup_epochs", "step_epochs", "gamma", "min_lr", "label_smoothing", "precision",
+    "recompute", "log_every", "checkpoint_every", "seed", NULL};
+static const char *const recipe_data_keys[] = {
+    "format", "train", "train_labels", "test", "test_labels", "mean", "std", "crop_pad", "hflip", "max_megapixels",
+    "loader_threads", "max_failed", "random_resized_crop", "crop_scale", "crop_ratio", "resize", "class_names", NULL};
+
+static int recipe_unknown(recipe_state *st, int line, const char *key, const char *sec, const char *const *keys) {
+  static const char *const alias[][2] = {
+      {"learning_rate", "lr"}, {"base_lr", "lr"}, {"batch_size", "batch"}, {"num_epochs", "epochs"},
+      {"n_epochs", "epochs"}, {"num_classes", "classes"}, {"input_shape", "input"}, {"lr_schedule", "schedule"},
+      {"warmup", "warmup_epochs"}, {"micro_batch_size", "micro_batch"}, {"smoothing", "label_smoothing"}};
+  const char *near = NULL;
+  char list[640];
+  size_t n = 0;
+  for (size_t k = 0; k < sizeof alias / sizeof alias[0] && !near; k++)
+    if (!strcmp(key, alias[k][0])) near = alias[k][1];
+  for (int k = 0; near && keys[k]; k++) /* only a key of this section */
+    if (!strcmp(keys[k], near)) break;
+    else if (!keys[k + 1]) near = NULL;
+  if (!near) near = tt_nearest_name(key, keys);
+  list[0] = 0;
+  for (int k = 0; keys[k] && n < sizeof list; k++) n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", k ? ", " : "", keys[k]);
+  if (near) return tt_recipe_error(st, line, "unknown key '%s' in [%s]; did you mean '%s'? (the keys of [%s]: %s)", key, sec, near, sec, list);
+  return tt_recipe_error(st, line, "unknown key '%s' in [%s]; the keys of [%s] are: %s", key, sec, sec, list);
+}
+
 static int recipe_net(recipe_state *st, const recipe_section *sec) {
   int j, have_in = 0, have_cls = 0;
   char q[64];
@@ -145,7 +177,7 @@ static int recipe_net(recipe_state *st, const recipe_section *sec) {
       if (tt_recipe_int(st, e, v, 1, 1 << 24, &st->m->classes)) return -1;
       have_cls = 1;
     } else {
-      tt_recipe_warn(st, e->line, "unknown key '%s' in [net], ignored (keys: input, classes)", e->key);
+      return recipe_unknown(st, e->line, e->key, "net", recipe_net_keys);
     }
   }
   if (!have_in) return tt_recipe_error(st, sec->line, "[net] needs 'input = CxHxW', e.g. input = 1x28x28");
@@ -202,7 +234,7 @@ static int recipe_train(recipe_state *st, const recipe_section *sec) {
       if (*v < '0' || *v > '9' || *end || errno == ERANGE)
         rc = tt_recipe_error(st, e->line, "expected a non-negative integer for 'seed', found '%s'", tt_recipe_quote(v, q, sizeof q));
     } else
-      tt_recipe_warn(st, e->line, "unknown key '%s' in [train], ignored", k);
+      rc = recipe_unknown(st, e->line, k, "train", recipe_train_keys);
     if (rc) return -1;
   }
   if (!have_batch) return tt_recipe_error(st, sec->line, "[train] needs 'batch = N', the effective batch size");
@@ -307,7 +339,7 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
     else if (!strcmp(k, "crop_ratio")) rc = recipe_range(st, e, v, 0, 100, d->crop_ratio);
     else if (!strcmp(k, "resize")) rc = tt_recipe_int(st, e, v, 1, 65536, &d->resize);
     else if (!strcmp(k, "class_names")) rc = recipe_class_names(st, e, v, d->class_names, sizeof d->class_names);
-    else tt_recipe_warn(st, e->line, "unknown key '%s' in [data], ignored", k);
+    else rc = recipe_unknown(st, e->line, k, "data", recipe_data_keys);
     if (rc) return -1;
   }
   if (!have_format) return tt_recipe_error(st, sec->line, "[data] needs 'format = idx|folder|list|npy|synthetic'");

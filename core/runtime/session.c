@@ -52,12 +52,20 @@ static int session_threads(int asked) {
   return cores;
 }
 
-/* The backend: the GPU when there is one, for `plan` too, so that plan and train plan alike
- * (the reserve measured, workspaces sized by cuDNN/cuBLAS); `plan` without a GPU estimates.
- * *reserve: the device memory outside the arena that the budget must leave. */
+/* The backend. --device auto means the same device for `plan` as for `train`: the GPU when there
+ * is one, else the CPU. A CUDA card without one here is `plan --device cuda` (a generic card) or
+ * `plan --gpu NAME` (a card of cost.h's table: its memory, reserve and speed): the reserve is then
+ * estimated and workspaces are the reference backend's (bounded im2col chunks, like a capped cuDNN
+ * workspace). *reserve: the device memory outside the arena that the budget must leave. */
 static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode mode, size_t *reserve, tt_err *err) {
+  const tt_device_profile *gpu = NULL;
+  if (o->gpu) {
+    if (mode != TT_SESSION_PLAN) return tt_fail(err, "--gpu %s: only `plan` plans for a card by name", o->gpu);
+    if (o->device == TT_DEVICE_CPU) return tt_fail(err, "--gpu %s plans for a CUDA card, --device cpu for the CPU: give one of them", o->gpu);
+    if (!(gpu = tt_profile_gpu(o->gpu))) return tt_fail(err, "--gpu %s: not a card tinytrain knows; known: %s", o->gpu, tt_profile_gpu_list());
+  }
 #ifdef TT_HAVE_CUDA
-  if (o->device == TT_DEVICE_CUDA || o->device == TT_DEVICE_AUTO) {
+  if (!gpu && (o->device == TT_DEVICE_CUDA || o->device == TT_DEVICE_AUTO)) {
     char why[512];
     int ndev = tt_cuda_probe(why, sizeof why);
     if (ndev <= 0 && why[0]) { /* a driver too old for the runtime is not "no GPU": say so */
@@ -71,6 +79,8 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
       s->be = tt_cuda_backend_create(reserve, err ? err->msg : NULL, err ? sizeof err->msg : 0);
       if (!s->be || (mode == TT_SESSION_TRAIN && tt_dist_cuda_attach(s->be, reserve, err))) return -1;
       s->target_cuda = 1, s->reserve_measured = 1;
+      s->profile = tt_profile_cuda_generic();
+      s->target = "the GPU here (reserve measured)";
       *reserve += tt_cuda_library_margin(s->be); /* what cuDNN/cuBLAS load later (tt_cuda.h) */
       if (tt_cuda_mem_free(s->be, &s->device_free_bytes, NULL) == 0) s->device_free_known = 1;
       return 0;
@@ -80,12 +90,10 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
   if (o->device == TT_DEVICE_CUDA && mode != TT_SESSION_PLAN)
     return tt_fail(err, "--device cuda: this tinytrain was built without CUDA (configure found no nvcc/cuDNN); use --device cpu");
 #endif
-  /* `plan` without a GPU plans for a CUDA card unless told --device cpu; its workspaces are
-   * then the reference backend's (bounded im2col chunks, like a capped cuDNN workspace),
-   * not oneDNN's. TINYTRAIN_CPU_BACKEND=ref runs the reference loops instead of oneDNN
-   * (for comparisons; the tests create both backends themselves). */
+  /* TINYTRAIN_CPU_BACKEND=ref runs the reference loops instead of oneDNN (for comparisons; the
+   * tests create both backends themselves). */
   const char *pick = getenv("TINYTRAIN_CPU_BACKEND");
-  s->target_cuda = mode == TT_SESSION_PLAN && o->device != TT_DEVICE_CPU;
+  s->target_cuda = mode == TT_SESSION_PLAN && (gpu || o->device == TT_DEVICE_CUDA);
   if (pick && *pick && strcmp(pick, "ref") && strcmp(pick, "onednn"))
     return tt_fail(err, "TINYTRAIN_CPU_BACKEND=%s: expected 'onednn' (the default) or 'ref'", pick);
   if (s->target_cuda || (pick && !strcmp(pick, "ref")))
@@ -93,7 +101,17 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
   else
     s->be = tt_cpu_backend_create(session_threads(o->threads));
   if (!s->be) return tt_fail(err, "could not create the CPU backend");
-  if (s->target_cuda && o->vram_bytes) *reserve = TT_RESERVE_ESTIMATE_BYTES;
+  if (gpu) {
+    s->profile = gpu, s->target = gpu->name;
+    *reserve = gpu->reserve_bytes;
+  } else if (s->target_cuda) {
+    s->profile = tt_profile_cuda_generic();
+    s->target = "a generic CUDA card (--device cuda, no GPU here: reserve and speed are estimates)";
+    if (o->vram_bytes) *reserve = TT_RESERVE_ESTIMATE_BYTES;
+  } else {
+    s->profile = tt_profile_cpu();
+    s->target = o->device == TT_DEVICE_CPU ? "the CPU (--device cpu)" : "the CPU (no NVIDIA GPU found: what train uses here)";
+  }
   return 0;
 }
 
@@ -106,15 +124,15 @@ typedef char session_enums_match[(TT_PRECISION_AUTO == (int)TT_PREC_AUTO && TT_P
 
 static int session_schedule(tt_session *s, const tt_run_opts *o, size_t reserve, tt_err *err) {
   tt_policy_opts *so = &s->policy_opts;
-  so->vram_bytes = o->vram_bytes;
+  so->vram_bytes = s->vram_bytes;
   so->reserve_bytes = reserve;
 #ifdef TT_HAVE_CUDA
   /* --vram is the card's memory; on a card that has less free (a desktop on it, another
    * process), the budget is what is free, keeping the libraries' margin free too */
-  if (o->vram_bytes && s->device_free_known && o->vram_bytes > reserve) {
+  if (s->vram_bytes && s->device_free_known && s->vram_bytes > reserve) {
     size_t margin = tt_cuda_library_margin(s->be);
     size_t usable = s->device_free_bytes > margin ? s->device_free_bytes - margin : 0;
-    if (o->vram_bytes - reserve > usable) so->vram_bytes = reserve + usable, s->budget_clamped = 1;
+    if (s->vram_bytes - reserve > usable) so->vram_bytes = reserve + usable, s->budget_clamped = 1;
   }
 #endif
   so->micro_batch = o->micro_batch > 0 ? o->micro_batch : s->model.train.micro_batch;
@@ -122,7 +140,7 @@ static int session_schedule(tt_session *s, const tt_run_opts *o, size_t reserve,
   so->recompute = o->recompute ? (tt_recompute_mode)o->recompute : s->model.train.recompute;
   so->inplace = 1;
   so->eval_batch = s->model.train.eval_batch;
-  so->profile = s->target_cuda ? tt_profile_cuda_generic() : tt_profile_cpu();
+  so->profile = s->profile;
   /* The CPU backend computes fp16 through fp32 conversions: slower, so `auto` stays fp32
    * there unless memory demands otherwise (the search sees that through its cost model:
    * the CPU profile gives fp16 no extra FLOP/s). */
@@ -160,6 +178,7 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
   s->ranks = o->ranks > 1 && mode != TT_SESSION_EVAL ? o->ranks : 1;
   if (tt_dist_per_rank_batch(&s->model, s->ranks, err)) goto fail; /* the schedule is per rank */
   if (tt_graph_build(&s->model, &s->graph, err) || session_backend(s, o, mode, &reserve, err)) goto fail;
+  if (!s->vram_bytes && o->gpu) s->vram_bytes = s->profile->memory_bytes; /* --gpu t4 alone: the T4's memory */
   t0 = tt_now();
   if (mode == TT_SESSION_EVAL) {
     tt_policy pol;
@@ -193,9 +212,9 @@ void tt_session_print_summary(const tt_session *s, FILE *out) {
   fprintf(out, "tinytrain %s: %s on %s\n", TT_VERSION, s->model.path, s->be->name);
   fprintf(out, "  model    %d layers, %.2fM parameters, %.3f GFLOP per image forward\n", s->graph.nnodes - 1,
           s->graph.trainable_numel / 1e6, s->graph.flops_per_sample / 1e9);
-  fprintf(out, "  policy   micro-batch %d x %d accumulation = batch %d, %s, %d in-place ops, recompute %d of %d units\n",
-          p->micro_batch, p->accum_steps, p->micro_batch * p->accum_steps, p->act_dtype == TT_F16 ? "fp16 autocast" : "fp32",
-          r->train.n_inplace, r->recomputed_units, r->nunits);
+  char pol[256];
+  tt_session_policy_text(s, pol, sizeof pol);
+  fprintf(out, "  policy   %s\n", pol);
   if (s->ranks > 1)
     fprintf(out, "  ranks    %d processes, each planned for its share: global batch %d x %d = %d\n", s->ranks,
             p->micro_batch * p->accum_steps, s->ranks, p->micro_batch * p->accum_steps * s->ranks);
@@ -210,6 +229,14 @@ void tt_session_print_summary(const tt_session *s, FILE *out) {
             s->library_bytes / 1048576.0);
 #endif
   fflush(out);
+}
+
+void tt_session_policy_text(const tt_session *s, char *buf, size_t n) {
+  const tt_policy_result *r = &s->sched;
+  snprintf(buf, n, "micro-batch %d x %d accumulation steps = effective batch %d; %s; %d in-place ops; recompute %d of %d units (%d layers)",
+           r->policy.micro_batch, r->policy.accum_steps, r->policy.micro_batch * r->policy.accum_steps,
+           r->policy.act_dtype == TT_F16 ? "fp16 autocast with dynamic loss scaling" : "fp32", r->train.n_inplace,
+           r->recomputed_units, r->nunits, r->train.n_recomputed_steps);
 }
 
 void tt_session_close(tt_session *s) {

@@ -26,6 +26,8 @@ typedef struct tt_session {
   tt_exec x;
   int have_exec;
   int target_cuda;       /* planning for a CUDA device */
+  const tt_device_profile *profile; /* the cost model's device: the CPU, the GPU here, or the card planned for */
+  const char *target;    /* what the plan is for, in words (the plan's first line) */
   int reserve_measured;  /* the reserve was measured on a GPU, not estimated */
   int device_free_known; /* device_free_bytes was read on a GPU (after the context and handles) */
   size_t device_free_bytes;
@@ -38,6 +40,9 @@ typedef struct tt_session {
 
 int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode, tt_err *err);
 void tt_session_print_summary(const tt_session *s, FILE *out);
+/* The chosen policy in one line, the same words in `plan` and at the start of `train`
+ * ("micro-batch 8 x 1 accumulation steps = effective batch 8; fp32; 2 in-place ops; ...") */
+void tt_session_policy_text(const tt_session *s, char *buf, size_t n);
 void tt_session_close(tt_session *s);
 
 #ifdef __cplusplus

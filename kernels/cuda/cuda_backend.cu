@@ -14,6 +14,7 @@
  * The reserve (context + cuBLAS + cuDNN) is measured with NVML, loaded with dlopen so that a
  * machine without the driver can still run the binary (and the CPU backend).
  */
+#include <unistd.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -538,8 +539,16 @@ extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbu
   tt_cuda_state *st;
   if (e != cudaSuccess || count <= 0) {
     (void)cudaGetLastError();
-    cuda_be_create_fail(errbuf, errsize, "no CUDA device (cudaGetDeviceCount: %s); use --device cpu or --device auto",
-                        e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    /* With no GPU at all the runtime says cudaErrorInsufficientDriver ("CUDA driver version is
+     * insufficient"), which sends people to update a driver they need not have: without the
+     * device files (/dev/nvidia0, /dev/nvidiactl) there is no NVIDIA GPU, and that is the message. */
+    int no_dev_files = access("/dev/nvidiactl", F_OK) != 0 && access("/dev/nvidia0", F_OK) != 0;
+    if ((e == cudaSuccess && count <= 0) || e == cudaErrorNoDevice || (e == cudaErrorInsufficientDriver && no_dev_files))
+      cuda_be_create_fail(errbuf, errsize, "no NVIDIA GPU found%s; use --device cpu or --device auto",
+                          e == cudaErrorInsufficientDriver ? " (no /dev/nvidia* device files)" : "");
+    else
+      cuda_be_create_fail(errbuf, errsize, "no CUDA device (cudaGetDeviceCount: %s); use --device cpu or --device auto",
+                          e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     return NULL;
   }
   b = (tt_backend *)calloc(1, sizeof *b);

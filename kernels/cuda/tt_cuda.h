@@ -67,6 +67,33 @@ int tt_cuda_nccl_join(tt_backend *b);
 int tt_cuda_nccl_broadcast(tt_backend *b, float *buf, size_t count, int root);
 void tt_cuda_nccl_destroy(tt_backend *b);
 
+/* The functions above as one table, the only symbol libtinytrain_cuda.so exports: the command
+ * line and libtinytrain load the CUDA backend with dlopen when a GPU is used (core/runtime/
+ * cuda_load.c), so that a command that uses none (--help, plan --device cpu, training on a
+ * machine without a GPU) never maps cudart, cuBLAS, cuDNN or NCCL. The amalgamation and the
+ * emulation link the backend directly. TT_CUDA_API_VERSION: bumped whenever the table changes. */
+#define TT_CUDA_API_VERSION 2
+typedef struct tt_cuda_api {
+  int version, size;
+  tt_backend *(*backend_create)(size_t *, char *, size_t);
+  int (*mem_free)(tt_backend *, size_t *, size_t *);
+  int (*device_count)(void);
+  const char *(*info)(void);
+  size_t (*alloc_count)(tt_backend *);
+  int (*mem_used)(tt_backend *, size_t *, size_t *);
+  int (*select_device)(int, char *, size_t);
+  int (*nccl_id)(tt_backend *, void *);
+  int (*nccl_init)(tt_backend *, const void *, int, int, size_t *);
+  int (*nccl_group)(tt_backend *, int);
+  int (*nccl_allreduce_async)(tt_backend *, float *, size_t);
+  int (*nccl_join)(tt_backend *);
+  int (*nccl_broadcast)(tt_backend *, float *, size_t, int);
+  void (*nccl_destroy)(tt_backend *);
+  int (*probe)(char *, size_t);
+  size_t (*library_margin)(tt_backend *);
+} tt_cuda_api;
+const tt_cuda_api *tt_cuda_api_get(void);
+
 #ifdef __cplusplus
 }
 #endif

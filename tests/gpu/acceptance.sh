@@ -285,7 +285,7 @@ p1, r1, mb, p2, r2 = float(sys.argv[3]), int(sys.argv[4]), sys.argv[5], float(sy
 vram = plan["vram_bytes"] / mib
 m = re.search(r"memory\s+arena ([0-9.]+) MiB \(lower bound ([0-9.]+) MiB\)", train)
 lb_train = float(m.group(2)) if m else float("nan")
-pm = re.search(r"policy\s+micro-batch (\d+) x (\d+) accumulation = batch \d+, (fp32|fp16)", train)
+pm = re.search(r"policy\s+micro-batch (\d+) x (\d+) accumulation steps = effective batch \d+; (fp32|fp16)", train)
 same = bool(pm) and (int(pm.group(1)), int(pm.group(2)), pm.group(3)) == (plan["micro_batch"], plan["accum_steps"], plan["precision"])
 print("plan --vram 4G: micro-batch %d x %d, %s, arena %.1f MiB, reserve %.1f MiB (measured %s), budget %.1f MiB"
       % (plan["micro_batch"], plan["accum_steps"], plan["precision"], plan["arena_bytes"] / mib, plan["reserve_bytes"] / mib,

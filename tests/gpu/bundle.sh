@@ -9,6 +9,7 @@
 # Builds in build-bundle/ (./configure.py --builddir build-bundle --cuda-arch ARCH --no-mpi; the
 # normal build/ is left alone), then packs, under tinytrain-bundle/:
 #   bin/tinytrain, build/tests/test_cuda      the binaries (no rpath to this machine needed)
+#   lib/libtinytrain_cuda.so                  the CUDA backend they open with dlopen
 #   tinytrain, tt-env                         wrappers: tt-env CMD... runs CMD with LD_LIBRARY_PATH
 #                                             = the bundle's lib/ + every nvidia/*/lib of the Python
 #                                             environments there (cuDNN, NCCL from the wheels)
@@ -46,9 +47,9 @@ mkdir -p "$B" "$(dirname "$OUTF")"
 if [ $BUILD = 1 ]; then
   ./configure.py --builddir "$B" --cuda-arch "$ARCH" --no-mpi >"$B/configure.log" 2>&1 || { cat "$B/configure.log" >&2; exit 1; }
   grep -q "CUDA + CPU build" "$B/configure.log" || { echo "bundle.sh: configure found no CUDA build (nvcc, cuBLAS, cuDNN):" >&2; cat "$B/configure.log" >&2; exit 1; }
-  ninja -f "$B/build.ninja" "$B/tinytrain" "$B/tests/test_cuda" >"$B/ninja.log" 2>&1 || { tail -n 40 "$B/ninja.log" >&2; exit 1; }
+  ninja -f "$B/build.ninja" "$B/tinytrain" "$B/tests/test_cuda" "$B/libtinytrain_cuda.so" >"$B/ninja.log" 2>&1 || { tail -n 40 "$B/ninja.log" >&2; exit 1; }
 fi
-for f in "$B/tinytrain" "$B/tests/test_cuda"; do [ -x "$f" ] || { echo "bundle.sh: $f missing (run without --no-build)" >&2; exit 1; }; done
+for f in "$B/tinytrain" "$B/tests/test_cuda" "$B/libtinytrain_cuda.so"; do [ -x "$f" ] || { echo "bundle.sh: $f missing (run without --no-build)" >&2; exit 1; }; done
 
 TMP=$(mktemp -d /tmp/tt_bundle.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
@@ -56,6 +57,11 @@ S=$TMP/tinytrain-bundle
 mkdir -p "$S"/{bin,lib,build/tests,build/data/fashion-mnist,tests/gpu,tests/bench,tests/tools,tests/fixtures}
 cp "$B/tinytrain" "$S/bin/tinytrain"
 cp "$B/tests/test_cuda" "$S/build/tests/test_cuda"
+# the CUDA backend, which tinytrain and test_cuda open with dlopen (core/runtime/cuda_load.c looks
+# beside the program, in its parent directory and in ../lib): lib/ for bin/tinytrain, and a link
+# in build/ for build/tests/test_cuda
+cp "$B/libtinytrain_cuda.so" "$S/lib/libtinytrain_cuda.so"
+ln -s ../lib/libtinytrain_cuda.so "$S/build/libtinytrain_cuda.so"
 cp tests/gpu/acceptance.sh tests/gpu/bundle.sh "$S/tests/gpu/"
 cp tests/bench/resnet50_vs_torch.py "$S/tests/bench/"
 cp tests/tools/st_compare.py "$S/tests/tools/"
@@ -66,13 +72,13 @@ for r in examples/*/*.recipe; do mkdir -p "$S/$(dirname "$r")"; cp "$r" "$S/$r";
 # Linux has it) and CUDA's own libraries (the driver, the toolkit's runtime and cuBLAS, and the
 # wheels' cuDNN and NCCL are there, and must match the driver).
 SKIP='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libutil|libstdc\+\+|libgcc_s|libcuda\.so|libcudart|libcublas|libcublasLt|libcudnn|libnccl|libnvidia|libnvrtc)'
-for bin in "$S/bin/tinytrain" "$S/build/tests/test_cuda"; do
+for bin in "$S/bin/tinytrain" "$S/build/tests/test_cuda" "$S/lib/libtinytrain_cuda.so"; do
   ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do
   if echo "$name" | grep -Eq "$SKIP"; then continue; fi
   cp -L "$path" "$S/lib/$name"
 done
-missing=$(for bin in "$S/bin/tinytrain" "$S/build/tests/test_cuda"; do ldd "$bin" | grep "not found" || true; done)
+missing=$(for bin in "$S/bin/tinytrain" "$S/build/tests/test_cuda" "$S/lib/libtinytrain_cuda.so"; do ldd "$bin" | grep "not found" || true; done)
 [ -z "$missing" ] || { echo "bundle.sh: libraries not found here: $missing" >&2; exit 1; }
 
 cat >"$S/tt-env" <<'EOF'

@@ -1,0 +1,94 @@
+/* core/app/run_recipe.c — the run directory's copy of its recipe (run_recipe.h, cli.h). */
+#include "run_recipe.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/fileio.h"
+#include "cli.h"
+
+/* The header's value of key ("# lr: 0.1" -> "0.1"), copied into v; 0 when found. */
+static int run_recipe_header(const char *text, const char *key, char *v, size_t n) {
+  char want[64];
+  snprintf(want, sizeof want, "# %s: ", key);
+  for (const char *p = text; p && *p == '#'; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+    if (!strncmp(p, want, strlen(want))) {
+      p += strlen(want);
+      size_t k = strcspn(p, "\n");
+      snprintf(v, n, "%.*s", (int)(k < n ? k : n - 1), p);
+      return 0;
+    }
+  return -1;
+}
+
+/* The recipe's text after the copy's header. */
+static const char *run_recipe_body(const char *text) {
+  const char *p = strstr(text, "\n# --- recipe ---\n");
+  return p ? p + 18 : text;
+}
+
+int tt_run_recipe_keep(const char *dir, const tt_run_opts *o, const tt_model *m, int epochs, int resuming, tt_err *err) {
+  char path[TT_PATH_MAX + 32], from[PATH_MAX], head[PATH_MAX + 512];
+  void *old = NULL, *src = NULL;
+  size_t n = 0;
+  tt_err ignore;
+  snprintf(path, sizeof path, "%s/%s", dir, TT_RUN_RECIPE);
+  if (resuming && tt_read_file(path, &old, &n, &ignore) == 0) { /* what this resume changed */
+    char v[64], w[TT_PATH_MAX + 256];
+    if (!run_recipe_header((const char *)old, "lr", v, sizeof v) && (float)strtod(v, NULL) != m->train.lr) {
+      snprintf(w, sizeof w, "tinytrain: warning: %s: [train] lr changed since the run started: %g before, %g now "
+               "(the schedule continues from this step with the new rate)", dir, (double)(float)strtod(v, NULL),
+               (double)m->train.lr);
+      tt_warn_stderr(NULL, w);
+    }
+    if (!run_recipe_header((const char *)old, "epochs", v, sizeof v) && atoi(v) != epochs) {
+      snprintf(w, sizeof w, "tinytrain: warning: %s: epochs changed since the run started: %s before, %d now%s", dir, v,
+               epochs, m->train.schedule != TT_LR_CONSTANT ? " (the lr schedule is stretched to the new length)" : "");
+      tt_warn_stderr(NULL, w);
+    }
+  }
+  const char *text = o->recipe_text;
+  if (!text) {
+    if (tt_read_file(o->recipe, &src, &n, err)) {
+      free(old);
+      return -1;
+    }
+    text = (const char *)src;
+  } else if (old && !strcmp(run_recipe_body((const char *)old), text)) {
+    text = run_recipe_body((const char *)old); /* resumed from this copy */
+  }
+  if (!o->recipe || !realpath(o->recipe, from)) snprintf(from, sizeof from, "%s", m->path);
+  int hn = snprintf(head, sizeof head,
+                    "# tinytrain: the recipe of this run, copied at its start; `tinytrain --resume %s` reads it\n"
+                    "# from: %s\n# epochs: %d\n# lr: %.9g\n# --- recipe ---\n", dir, from, epochs, (double)m->train.lr);
+  const void *chunks[2] = {head, text};
+  size_t sizes[2] = {(size_t)hn, strlen(text)};
+  int rc = tt_write_file_atomic(path, chunks, sizes, 2, err);
+  free(old);
+  free(src);
+  return rc;
+}
+
+int tt_run_recipe_load(const char *dir, char **text, char *from, size_t fromsize, char *errbuf, size_t errsize) {
+  char path[TT_PATH_MAX + 32];
+  void *data = NULL;
+  size_t n = 0;
+  tt_err err;
+  snprintf(path, sizeof path, "%s/%s", dir, TT_RUN_RECIPE);
+  if (tt_read_file(path, &data, &n, &err)) {
+    snprintf(errbuf, errsize, "--resume %s: the run directory has no %s (a run of an older tinytrain?): give its recipe: "
+             "tinytrain --resume %s RECIPE", dir, TT_RUN_RECIPE, dir);
+    return -1;
+  }
+  if (run_recipe_header((const char *)data, "from", from, fromsize)) {
+    snprintf(errbuf, errsize, "%s: not a recipe copy tinytrain wrote (no '# from:' line)", path);
+    free(data);
+    return -1;
+  }
+  const char *body = run_recipe_body((const char *)data);
+  memmove(data, body, strlen(body) + 1);
+  *text = (char *)data;
+  return 0;
+}

@@ -1,0 +1,77 @@
+#!/bin/bash
+# tests/test_plan_device.sh — `plan` answers for what `train` runs here: for every example recipe
+# (its [data] made synthetic) `plan --vram 4G` and the start of `train --vram 4G` print the same
+# policy line, on the same device; `plan --device cuda --gpu t4` plans for a T4 (fp16, the T4's
+# reserve and memory) on any machine. Run from the repository root: bash tests/test_plan_device.sh
+cd "$(dirname "$0")/.." || exit 1
+TT=${TT:-./tinytrain}
+FAILED=0
+TMP=$(mktemp -d /tmp/tt_test_plan_device_XXXXXX)
+PID=
+cleanup() { [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null; rm -rf "$TMP"; }
+trap cleanup EXIT
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; FAILED=1; }
+[ -x "$TT" ] || { fail plan_device_binary "$TT not built (run ninja)"; exit 1; }
+
+# ---- the policy line of plan = the policy line train prints at its start ----
+ok=1
+n=0
+while IFS= read -r r; do
+  n=$((n + 1))
+  name=$(basename "$r" .recipe)
+  # the recipe without its [data] section, then synthetic data (nothing to read)
+  awk '/^\[/{skip = ($0 == "[data]")} !skip' "$r" >"$TMP/$name.recipe"
+  printf '[data]\nformat = synthetic\n' >>"$TMP/$name.recipe"
+  if ! "$TT" plan --vram 4G "$TMP/$name.recipe" >"$TMP/plan.out" 2>"$TMP/plan.err"; then
+    fail plan_train_policy "$r: plan failed: $(cat "$TMP/plan.err")"; ok=0; continue
+  fi
+  want=$(sed -n 's/^  policy  *//p' "$TMP/plan.out")
+  # train prints the policy before its first step: read it, then stop the run (a large network's
+  # first step on the CPU takes minutes)
+  "$TT" --vram 4G --max-steps 1 --out "$TMP/run-$name" "$TMP/$name.recipe" >"$TMP/train.out" 2>"$TMP/train.err" &
+  PID=$!
+  for _ in $(seq 1 600); do
+    grep -q '^  policy' "$TMP/train.out" && break
+    kill -0 "$PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -9 "$PID" 2>/dev/null; wait "$PID" 2>/dev/null; PID=
+  got=$(sed -n 's/^  policy  *//p' "$TMP/train.out")
+  if [ -z "$want" ] || [ "$want" != "$got" ]; then
+    fail plan_train_policy "$r: plan says '$want', train says '$got' $(head -c 300 "$TMP/train.err")"; ok=0; continue
+  fi
+  # the same device: plan's first line names what train runs on
+  dev=$(sed -n '1s/^tinytrain [^:]*: .* on \([a-z]*\)$/\1/p' "$TMP/train.out")
+  first=$(head -n 1 "$TMP/plan.out")
+  case "$dev" in
+    cpu) echo "$first" | grep -q " on the CPU" || { fail plan_train_policy "$r: train runs on the CPU, plan says: $first"; ok=0; continue; } ;;
+    cuda) echo "$first" | grep -q " on the GPU here" || { fail plan_train_policy "$r: train runs on a GPU, plan says: $first"; ok=0; continue; } ;;
+    *) fail plan_train_policy "$r: train's first line names no device: $(head -n 1 "$TMP/train.out")"; ok=0; continue ;;
+  esac
+  echo "# $r: $dev: $got"
+done < <(find examples -name '*.recipe' | sort)
+[ $n -gt 0 ] || { fail plan_train_policy "no examples/**/*.recipe"; ok=0; }
+[ $ok = 1 ] && pass plan_train_policy
+
+# ---- plan --device cuda --gpu t4: a T4 planned for on any machine ----
+if ! "$TT" plan --device cuda --gpu t4 --json examples/imagenet/resnet50.recipe >"$TMP/t4.json" 2>"$TMP/t4.err"; then
+  fail plan_gpu_t4 "exit $?: $(cat "$TMP/t4.err")"
+elif ! python3 - "$TMP/t4.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["precision"] == "fp16", "precision %r" % d["precision"]
+assert d["target"] == "cuda" and "T4" in d["planned_for"], "planned for %r" % d["planned_for"]
+assert d["reserve_bytes"] == 600 << 20 and not d["reserve_measured"], "reserve %r" % d["reserve_bytes"]
+assert d["vram_bytes"] == 15 << 30, "vram %r (the T4's memory when no --vram is given)" % d["vram_bytes"]
+PY
+then fail plan_gpu_t4 "$(head -c 400 "$TMP/t4.json")"
+else
+  "$TT" plan --device cuda --gpu t4 --vram 8G examples/fashion_mnist/lenet.recipe >"$TMP/t4.out" 2>&1
+  if ! head -n 1 "$TMP/t4.out" | grep -q "on NVIDIA T4 16 GB"; then fail plan_gpu_t4 "first line: $(head -n 1 "$TMP/t4.out")"
+  elif "$TT" plan --gpu k80 examples/fashion_mnist/lenet.recipe 2>"$TMP/k80.err"; then fail plan_gpu_t4 "--gpu k80 accepted"
+  elif ! grep -q "known: t4, gtx1650" "$TMP/k80.err"; then fail plan_gpu_t4 "--gpu k80: $(cat "$TMP/k80.err")"
+  else pass plan_gpu_t4
+  fi
+fi
+exit $FAILED
