@@ -193,12 +193,13 @@ int tt_plan_svg(tt_session *s, const char *path, tt_err *err) {
     }
     tt_strbuf_printf(&b, "\"/>\n");
   }
-  /* the update phase starts at micro_end */
+  /* the update phase starts at micro_end; its label at the top, where no bar reaches (the
+   * persistent buffers fill the bottom of the panel) */
   if (p->micro_end > 0 && p->micro_end < n) {
     double x = svg_x(&a, p->micro_end, n);
     tt_strbuf_printf(&b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#666\" stroke-dasharray=\"2 3\"/>\n"
                          "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" fill=\"#666\">update</text>\n",
-                     x, SVG_TOP, x, SVG_TOP + SVG_PH, x + 3, SVG_TOP + SVG_PH - 4);
+                     x, SVG_TOP, x, SVG_TOP + SVG_PH, x + 3, SVG_TOP + 12);
   }
   /* the rejected alternative: a thin line over its own ops, scaled to the same width */
   if (alive) {
