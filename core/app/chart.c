@@ -22,9 +22,7 @@
 #define CHART_TOP 50
 #define CHART_GAP 60
 
-/* The title is the recipe's name, which the user wrote: escaped so that it cannot end the text
- * element or inject markup; control characters are dropped (XML 1.0 forbids most of them). */
-static void chart_escape(tt_strbuf *b, const char *s) {
+void tt_svg_escape(tt_strbuf *b, const char *s) {
   for (; s && *s; s++) {
     switch (*s) {
     case '<': tt_strbuf_printf(b, "&lt;"); break;
@@ -218,7 +216,7 @@ int tt_chart_svg_steps(const char *path, const double *epoch, const double *trai
                "font-family=\"sans-serif\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"#fafafa\"/>\n"
                "<text x=\"%d\" y=\"28\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">",
                CHART_W, height, CHART_W, height, CHART_W / 2);
-  chart_escape(&b, title && title[0] ? title : "training");
+  tt_svg_escape(&b, title && title[0] ? title : "training");
   tt_strbuf_printf(&b, "</text>\n");
   chart_panel(&b, x0, x1, loss, 3, CHART_TOP, "loss", 0);
   chart_panel(&b, x0, x1, acc, 1, CHART_TOP + CHART_PANEL_H + CHART_GAP, "test accuracy (%)", 1);

@@ -28,6 +28,11 @@ typedef struct tt_chart_steps {
 int tt_chart_svg_steps(const char *path, const double *epoch, const double *train_loss, const double *test_loss,
                        const double *test_acc, int n, const tt_chart_steps *steps, const char *title, tt_err *err);
 
+/* Appends s as SVG/XML text: the markup characters escaped, control characters dropped (XML
+ * 1.0 forbids most of them). For names the user wrote (a recipe's name, its layers'), so that
+ * none can end a text element or inject markup. Shared with plan --svg (plan_svg.c). */
+void tt_svg_escape(tt_strbuf *b, const char *s);
+
 #ifdef __cplusplus
 }
 #endif

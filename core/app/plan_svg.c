@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../base/fileio.h"
+#include "chart.h"
 
 #define SVG_W 1100
 #define SVG_H 600
@@ -65,19 +66,6 @@ static size_t *svg_live(const tt_program *p, size_t *peak, int *peak_op) {
     if (tot > *peak) *peak = tot, *peak_op = s;
   }
   return live;
-}
-
-static void svg_escape(tt_strbuf *b, const char *s) {
-  for (; s && *s; s++) {
-    switch (*s) {
-      case '<': tt_strbuf_printf(b, "&lt;"); break;
-      case '>': tt_strbuf_printf(b, "&gt;"); break;
-      case '&': tt_strbuf_printf(b, "&amp;"); break;
-      case '"': tt_strbuf_printf(b, "&quot;"); break;
-      default:
-        if ((unsigned char)*s >= 0x20) tt_strbuf_put(b, s, 1);
-    }
-  }
 }
 
 static double svg_mib(size_t b) { return b / 1048576.0; }
@@ -140,7 +128,7 @@ int tt_plan_svg(tt_session *s, const char *path, tt_err *err) {
   tt_strbuf_printf(&b, ">\n<rect width=\"100%%\" height=\"100%%\" fill=\"#fafafa\"/>\n"
                        "<text x=\"%d\" y=\"26\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">",
                    (SVG_W - SVG_RIGHT + SVG_LEFT) / 2);
-  svg_escape(&b, s->model.name);
+  tt_svg_escape(&b, s->model.name);
   tt_strbuf_printf(&b, ": bytes live at each Program op</text>\n"
                        "<text x=\"%d\" y=\"46\" text-anchor=\"middle\" font-size=\"12\">micro-batch %d x %d, %s, "
                        "recompute %d of %d units; arena %.1f MiB, lower bound %.1f MiB</text>\n",
@@ -231,7 +219,7 @@ int tt_plan_svg(tt_session *s, const char *path, tt_err *err) {
                    px < SVG_LEFT + pw / 2 ? "start" : "end", svg_mib(peak), peak_op);
   if (p->steps[peak_op].name) {
     tt_strbuf_printf(&b, " (");
-    svg_escape(&b, p->steps[peak_op].name);
+    tt_svg_escape(&b, p->steps[peak_op].name);
     tt_strbuf_printf(&b, ")");
   }
   tt_strbuf_printf(&b, "</text>\n");
@@ -253,7 +241,7 @@ int tt_plan_svg(tt_session *s, const char *path, tt_err *err) {
     ly += 16;
     tt_strbuf_printf(&b, "<text class=\"peak-buffer\" x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"%s\">%.1f MiB ", lx, ly,
                      pc_color[svg_cat(p, bf)], svg_mib(tt_program_buf_live(p, top_i[k], &f, &l)));
-    svg_escape(&b, bf->name);
+    tt_svg_escape(&b, bf->name);
     tt_strbuf_printf(&b, "</text>\n");
   }
   /* the legend */
