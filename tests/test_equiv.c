@@ -83,11 +83,21 @@ static double rel_err(const float *a, const float *b, size_t n) {
 #define CK_ACCUM 2
 #define CK_STEPS 3
 
+static int ck_compact; /* ck_run plans with compact saves (policy.compact) */
+
 /* Runs CK_STEPS optimizer steps; writes the final state and loss statistics. */
 static int ck_run(const net *n, tt_backend *be, const unsigned char *rec, const uint8_t *imgs, const int32_t *labs,
                   float *state, float stats[2], tt_program *prog_out, tt_err *e) {
   tt_program p;
-  if (build_prog(&n->g, be, CK_MB, CK_ACCUM, TT_F32, rec, 1, &p, e)) return -1;
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = CK_MB, pol.accum_steps = CK_ACCUM, pol.act_dtype = TT_F32, pol.inplace = 1;
+  pol.recompute = (unsigned char *)rec, pol.training = 1, pol.compact = ck_compact;
+  if (tt_lower(&n->g, &pol, be, &p, e)) return -1;
+  if (tt_program_plan(&p, e)) {
+    tt_program_free(&p);
+    return -1;
+  }
   tt_exec x;
   if (tt_exec_create(&x, &n->g, &p, NULL, be, 99, e)) {
     tt_program_free(&p);
@@ -259,6 +269,82 @@ static void test_checkpoint_chain_equals_plain(tt_backend *be) {
   static const int variants[] = {2, 3, 1};
   TT_TEST_BEGIN("checkpointed training == plain training on a chain, bit-exact (the scheduler's plans, fp32)");
   ck_compare("chain.recipe", RECIPE_CHAIN, variants, 3, be);
+  TT_TEST_END();
+}
+
+/* Issue 26: compact saves (a ReLU's 1-bit mask, a max pool's uint8 index, kept for backward
+ * in place of the tensor where nothing else keeps it) train bit for bit as the full tensors do,
+ * alone and together with the scheduler's recompute set; dropout stores no mask either way. */
+static void ck_compact_case(const char *name, const char *text, tt_backend *be, int min_masks, int min_idx) {
+  tt_err e;
+  net n;
+  if (net_open(&n, name, text, NULL, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+    return;
+  }
+  int nb = CK_STEPS * CK_ACCUM;
+  size_t per = (size_t)CK_MB * 144, sf = state_floats(&n.g);
+  uint8_t *imgs = (uint8_t *)malloc(per * nb);
+  int32_t *labs = (int32_t *)malloc(sizeof(int32_t) * CK_MB * nb);
+  tt_test_rng r = {42};
+  for (size_t i = 0; i < per * nb; i++) imgs[i] = (uint8_t)(tt_test_rng_next(&r) & 0xff);
+  for (int i = 0; i < CK_MB * nb; i++) labs[i] = (int32_t)(tt_test_rng_next(&r) % 5);
+  float *s0 = (float *)calloc(sf, sizeof(float)), *s1 = (float *)calloc(sf, sizeof(float)), st0[2], st1[2];
+  unsigned char *rec = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
+  tt_program p0, p1;
+  ck_compact = 0;
+  int rc = ck_run(&n, be, NULL, imgs, labs, s0, st0, &p0, &e);
+  TT_CHECK(rc == 0, "plain run: %s", e.msg);
+  for (int variant = 0; variant < 2 && rc == 0; variant++) {
+    if (variant == 1) TT_CHECK(tt_recompute_all(&n.g, rec, &e) == 0, "%s", e.msg);
+    ck_compact = 1;
+    if (ck_run(&n, be, variant ? rec : NULL, imgs, labs, s1, st1, &p1, &e)) {
+      TT_CHECK(0, "compact run: %s", e.msg);
+      break;
+    }
+    int masks = 0, idx = 0, dropout_bufs = 0;
+    for (int i = 0; i < p1.nsteps; i++) {
+      const tt_step *st = &p1.steps[i];
+      if (st->op == TT_S_FWD && (st->flags & TT_SF_COMPACT)) {
+        size_t count = (size_t)CK_MB * tt_node_numel(&n.g.nodes[st->node]);
+        size_t want = st->kind == TT_L_MAXPOOL ? count : (count + 31) / 32 * 4;
+        TT_CHECK(p1.bufs[st->out[TT_FWD_COMPACT]].bytes == want, "%s: compact save of '%s' is %zu B, not %zu", name,
+                 st->name, p1.bufs[st->out[TT_FWD_COMPACT]].bytes, want);
+        if (st->kind == TT_L_MAXPOOL) idx++;
+        else masks++;
+      }
+      if (st->kind == TT_L_DROPOUT)
+        for (int k = 0; k < st->nout; k++) dropout_bufs += st->out[k] >= 0 && k > 0;
+    }
+    printf("  %s%s: %d ReLU masks, %d max-pool indices (%zu B for %zu B); peak live %zu B vs %zu B without\n", name,
+           variant ? " + recompute all" : "", masks, idx, p1.compact_bytes, p1.compact_full_bytes, p1.peak_live_bytes,
+           p0.peak_live_bytes);
+    if (!variant) {
+      TT_CHECK(masks >= min_masks && idx >= min_idx, "%s: %d masks (want >= %d), %d indices (want >= %d)", name, masks,
+               min_masks, idx, min_idx);
+      TT_CHECK(p1.peak_live_bytes < p0.peak_live_bytes, "%s: peak live %zu B not below %zu B", name, p1.peak_live_bytes,
+               p0.peak_live_bytes);
+    }
+    TT_CHECK(dropout_bufs == 0, "%s: dropout stores a mask", name);
+    TT_CHECK(memcmp(st0, st1, sizeof st0) == 0, "%s: loss statistics differ", name);
+    TT_CHECK(memcmp(s0, s1, sf * sizeof(float)) == 0, "%s%s: trained state differs from the plain run's", name,
+             variant ? " + recompute" : "");
+    tt_program_free(&p1);
+  }
+  if (rc == 0) tt_program_free(&p0);
+  ck_compact = 0;
+  free(rec);
+  free(s0);
+  free(s1);
+  free(imgs);
+  free(labs);
+  net_close(&n);
+}
+
+static void test_compact_equals_plain(tt_backend *be) {
+  TT_TEST_BEGIN("compact saves (ReLU masks, max-pool indices) == full tensors, bit-exact (fp32)");
+  ck_compact_case("bn_dropout.recipe", TT_TEST_RECIPE_BN, be, 1, 1);
+  ck_compact_case("chain.recipe", RECIPE_CHAIN, be, 3, 1);
   TT_TEST_END();
 }
 
@@ -756,6 +842,7 @@ int main(void) {
   test_loss_scale_unit();
   test_checkpoint_equals_plain(be);
   test_checkpoint_chain_equals_plain(be);
+  test_compact_equals_plain(be);
   test_recompute_all_chains(be);
   test_accumulation(be);
   test_overflow_injection(be);

@@ -248,11 +248,12 @@ static void test_schedule_frees(tt_backend *be) {
 static int fits_at(const net *n, tt_backend *be, int mb, tt_dtype dt, const unsigned char *rec, size_t budget) {
   tt_program p;
   tt_err e;
-  if (build_prog(&n->g, be, mb, 1, dt, rec, 1, &p, &e)) return -1;
+  /* as the scheduler plans: compact saves on, in-place ops tried both ways */
+  if (build_prog_cx(&n->g, be, mb, 1, dt, rec, 1, 1, 1, &p, &e)) return -1;
   int ok = p.arena_bytes <= budget;
   tt_program_free(&p);
   if (ok) return 1;
-  if (build_prog_ex(&n->g, be, mb, 1, dt, rec, 1, 0, &p, &e)) return -1;
+  if (build_prog_cx(&n->g, be, mb, 1, dt, rec, 1, 0, 1, &p, &e)) return -1;
   ok = p.arena_bytes <= budget;
   tt_program_free(&p);
   return ok;

@@ -168,6 +168,17 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
     tt_strbuf_printf(&b, ", \"loader\": {\"host_bytes\": %zu, \"threads\": %d, \"streaming\": %s}", lb, threads,
                      streaming ? "true" : "false");
   }
+  tt_strbuf_printf(&b, ", \"compact_saves\": {\"count\": %d, \"bytes\": %zu, \"replaces_bytes\": %zu, \"layers\": [",
+                   p->n_compact, p->compact_bytes, p->compact_full_bytes);
+  for (int i = 0, k = 0; i < p->micro_end; i++) {
+    const tt_step *st = &p->steps[i];
+    if (st->op != TT_S_FWD || !(st->flags & TT_SF_COMPACT)) continue;
+    tt_strbuf_printf(&b, "%s{\"layer\": ", k++ ? ", " : "");
+    tt_strbuf_json(&b, st->name);
+    tt_strbuf_printf(&b, ", \"form\": \"%s\", \"bytes\": %zu}", st->kind == TT_L_MAXPOOL ? "uint8 argmax" : "1-bit mask",
+                     p->bufs[st->out[TT_FWD_COMPACT]].bytes);
+  }
+  tt_strbuf_printf(&b, "]}");
   tt_strbuf_printf(&b, ", \"saved\": {\"fp32_plain_arena_bytes\": %zu, \"no_inplace_arena_bytes\": %zu, "
                        "\"no_recompute_arena_bytes\": %zu}, \"alternatives\": [",
                    r->arena_fp32_plain, r->arena_no_inplace, r->arena_no_recompute);
@@ -228,6 +239,10 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
           r->policy.act_dtype == TT_F16 ? "fp16 autocast with dynamic loss scaling" : "fp32", p->n_inplace,
           r->recomputed_units, r->nunits, p->n_recomputed_steps);
   plan_text_recomputed(s, out);
+  if (p->n_compact)
+    fprintf(out, "  compact     %d saves for backward in their smallest exact form (ReLU 1-bit masks, max-pool uint8\n"
+                 "              indices): %.1f MiB in place of %.1f MiB of tensors nothing else keeps\n",
+            p->n_compact, plan_mib(p->compact_bytes), plan_mib(p->compact_full_bytes));
   if (s->ranks > 1)
     fprintf(out, "  ranks       planned per rank for --ranks %d (the budget is each rank's GPU): global batch %d x %d ranks = %d;\n"
                  "              fp32 gradients all-reduced once per optimizer step (%.1f MiB per rank) in %d buckets\n"

@@ -86,11 +86,12 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
        * has nothing to do */
       int act = s->kind == TT_L_RELU || s->kind == TT_L_RELU6 || s->kind == TT_L_SILU;
       int pool = s->kind == TT_L_MAXPOOL || s->kind == TT_L_AVGPOOL;
+      int compact = (s->flags & TT_SF_COMPACT) != 0;
       if (bwd && dx < 0) break;
       if (act)
-        c = dispatch_add(calls, &n, bwd ? TT_OP_ACT_BWD : TT_OP_ACT_FWD, dt);
+        c = dispatch_add(calls, &n, bwd ? (compact ? TT_CALL_ACT_BWD_MASK : TT_OP_ACT_BWD) : TT_OP_ACT_FWD, dt);
       else if (pool)
-        c = dispatch_add(calls, &n, bwd ? TT_OP_POOL_BWD : TT_OP_POOL_FWD, dt);
+        c = dispatch_add(calls, &n, bwd ? (compact ? TT_CALL_POOL_BWD_IDX : TT_OP_POOL_BWD) : TT_OP_POOL_FWD, dt);
       else if (s->kind == TT_L_DROPOUT)
         c = dispatch_add(calls, &n, bwd ? TT_CALL_DROPOUT_BWD : TT_CALL_DROPOUT_FWD, dt);
       else
@@ -116,6 +117,12 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
         c->op.u.act.count = cnt, c->p = a->eltwise.p;
       } else {
         c->op.u.bn.n = batch, c->op.u.bn.c = a->gap.c, c->op.u.bn.hw = a->gap.hw;
+      }
+      if (compact && !bwd && (act || pool)) { /* the compact save, from y (act) or x (pool) */
+        tt_call *m = dispatch_add(calls, &n, act ? TT_CALL_ACT_MASK : TT_CALL_POOL_ARGMAX, dt);
+        m->op.u = c->op.u, m->op.pool_mode = c->op.pool_mode;
+        dispatch_in(m, act ? s->out[TT_FWD_Y] : s->in[TT_FWD_X], -1, -1);
+        m->out[0] = s->out[TT_FWD_COMPACT];
       }
       break;
     }

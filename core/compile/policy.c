@@ -14,6 +14,12 @@ static int sched_plan_one(const tt_graph *g, tt_backend *be, int mb, int accum, 
   memset(&pol, 0, sizeof pol);
   pol.micro_batch = mb, pol.accum_steps = accum, pol.act_dtype = dt, pol.inplace = inplace, pol.recompute = rec;
   pol.training = 1;
+  /* exact, and never larger: a ReLU mask or pool index only where it frees the tensor;
+   * TINYTRAIN_NO_COMPACT=1 plans the full tensors (to measure what compact saves save) */
+  {
+    const char *nc = getenv("TINYTRAIN_NO_COMPACT");
+    pol.compact = !(nc && *nc && strcmp(nc, "0"));
+  }
   if ((rc = tt_lower(g, &pol, be, p, err))) return rc;
   if ((rc = tt_program_plan(p, err))) tt_program_free(p);
   return rc;

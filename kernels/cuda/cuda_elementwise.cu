@@ -116,6 +116,53 @@ int tt_cuda_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const vo
   return 0;
 }
 
+/* One thread per uint32 word of the mask (32 elements), so no two threads share a word. */
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_act_mask_k(tt_act a, size_t count, tt_dtype dt,
+                                                                     const void *y, uint32_t *mask) {
+  size_t nw = (count + 31u) / 32u;
+  TT_CUDA_LOOP(wi, nw) {
+    size_t i0 = wi * 32u, i1 = i0 + 32u < count ? i0 + 32u : count;
+    uint32_t m = 0;
+    for (size_t i = i0; i < i1; i++)
+      if (tt_act_grad(a, tt_cuda_ld(dt, y, i), 1.0f) != 0.0f) m |= 1u << (i - i0);
+    mask[wi] = m;
+  }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_act_bwd_mask_k(size_t count, tt_dtype dt,
+                                                                         const uint32_t *mask, const void *dy, void *dx,
+                                                                         float beta) {
+  TT_CUDA_LOOP(i, count) {
+    float g = tt_cuda_ld(dt, dy, i);
+    tt_cuda_st_beta(dt, dx, i, ((mask[i >> 5] >> (i & 31u)) & 1u) ? g : 0.0f, beta);
+  }
+}
+
+int tt_cuda_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask) {
+  if (cuda_ew_dt(b, "act_mask", dt)) return -1;
+  if (a != TT_ACT_RELU && a != TT_ACT_RELU6) return tt_cuda_fail(b, "act_mask: activation %d has no mask form", (int)a);
+  if (!count) return 0;
+  if (!y || !mask) return tt_cuda_fail(b, "act_mask: NULL y or mask");
+  size_t nw = (count + 31u) / 32u;
+  TT_LAUNCH(cuda_ew_act_mask_k, tt_cuda_blocks(nw), TT_CUDA_THREADS, 0, cuda_ew_stream(b), a, count, dt, y, mask);
+  CUDA_LAUNCH_CHECK(b, "act_mask");
+  return 0;
+}
+
+int tt_cuda_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
+                         void *dx, float beta) {
+  if (cuda_ew_dt(b, "act_bwd_mask", dt)) return -1;
+  if (a != TT_ACT_RELU && a != TT_ACT_RELU6) return tt_cuda_fail(b, "act_bwd_mask: activation %d has no mask form", (int)a);
+  if (!count) return 0;
+  if (!mask || !dy || !dx) return tt_cuda_fail(b, "act_bwd_mask: NULL mask, dy or dx");
+  if (dx == dy && beta != 0.0f)
+    return tt_cuda_fail(b, "act_bwd_mask: dx may alias dy only when beta == 0 (beta=%g)", (double)beta);
+  TT_LAUNCH(cuda_ew_act_bwd_mask_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, dt, mask, dy, dx,
+            beta);
+  CUDA_LAUNCH_CHECK(b, "act_bwd_mask");
+  return 0;
+}
+
 /* ------------------------------- add / accumulate ------------------------------------- */
 
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_add_k(size_t count, tt_dtype dt, const void *a,
@@ -302,6 +349,8 @@ const tt_cuda_kernel tt_cuda_elementwise_kernels[] = {
     TT_CUDA_KERNEL(cuda_ew_accum_f32_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_act_fwd_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_act_bwd_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_ew_act_mask_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_ew_act_bwd_mask_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_add_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_accumulate_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_dropout_k, TT_CUDA_THREADS),

@@ -88,6 +88,43 @@ int tt_ref_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const voi
   return 0;
 }
 
+/* One uint32 word per iteration (32 elements), so threads never share a word. */
+int tt_ref_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask) {
+  ptrdiff_t wi, nw = (ptrdiff_t)((count + 31u) / 32u);
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (ref_ew_dt(b, "act_mask", dt)) return -1;
+  if (a != TT_ACT_RELU && a != TT_ACT_RELU6) return tt_ref_fail(b, "act_mask: activation %d has no mask form", (int)a);
+  if (count && (!y || !mask)) return tt_ref_fail(b, "act_mask: NULL y or mask");
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)count > TT_REF_PAR_MIN)
+  for (wi = 0; wi < nw; wi++) {
+    size_t i0 = (size_t)wi * 32u, i1 = i0 + 32u < count ? i0 + 32u : count, i;
+    uint32_t m = 0;
+    for (i = i0; i < i1; i++)
+      if (tt_act_grad(a, tt_ref_ld(dt, y, i), 1.0f) != 0.0f) m |= 1u << (i - i0);
+    mask[wi] = m;
+  }
+  return 0;
+}
+
+int tt_ref_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
+                        void *dx, float beta) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (ref_ew_dt(b, "act_bwd_mask", dt)) return -1;
+  if (a != TT_ACT_RELU && a != TT_ACT_RELU6) return tt_ref_fail(b, "act_bwd_mask: activation %d has no mask form", (int)a);
+  if (count && (!mask || !dy || !dx)) return tt_ref_fail(b, "act_bwd_mask: NULL mask, dy or dx");
+  if (dx == dy && beta != 0.0f) return tt_ref_fail(b, "act_bwd_mask: dx may alias dy only when beta == 0 (beta=%g)", (double)beta);
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+  for (i = 0; i < n; i++) {
+    float g = tt_ref_ld(dt, dy, (size_t)i);
+    float v = ((mask[(size_t)i >> 5] >> ((size_t)i & 31u)) & 1u) ? g : 0.0f;
+    tt_ref_st_beta(dt, dx, (size_t)i, v, beta);
+  }
+  return 0;
+}
+
 int tt_ref_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y) {
   ptrdiff_t i, n = (ptrdiff_t)count;
   int nt = tt_ref_threads(b);
