@@ -179,8 +179,9 @@ static void ck_check_variant(const net *n, tt_backend *be, const unsigned char *
  * plan, 1: sqrt(n), 2: the scheduler's `all`, 3: the scheduler's cheapest plan freeing a
  * quarter of the plain program's transient bytes) against it. */
 static void ck_compare(const char *name, const char *text, const int *variants, int nvar, tt_backend *be) {
-  static const char *const names[4] = {"recompute all (every non-cut node)", "sqrt plan", "scheduler's recompute all",
-                                       "scheduler's cheapest plan freeing a quarter"};
+  static const char *const names[6] = {"recompute all (every non-cut node)", "sqrt plan", "scheduler's recompute all",
+                                       "scheduler's cheapest plan freeing a quarter", "per-op plan freeing a quarter",
+                                       "per-op plan dropping every value backward reads"};
   tt_err e;
   net n;
   if (net_open(&n, name, text, NULL, &e)) {
@@ -203,7 +204,11 @@ static void ck_compare(const char *name, const char *text, const int *variants, 
       if (vr == 0) rec_all(&n.g, rec);
       else if (vr == 1) tt_recompute_sqrt(&n.g, rec);
       else if (vr == 2) TT_CHECK(tt_recompute_all(&n.g, rec, &e) == 0, "%s", e.msg);
-      else {
+      else if (vr >= 4) {
+        double need = vr == 4 ? 0.25 * (double)pp.transient_bytes : 1e300;
+        int r4 = tt_recompute_search_ops(&n.g, CK_MB, TT_F32, tt_profile_cpu(), need, rec, &e);
+        TT_CHECK(vr == 4 ? r4 > 0 : r4 == -1, "per-op search: %d", r4);
+      } else {
         double need = 0.25 * (double)pp.transient_bytes;
         TT_CHECK(tt_recompute_search(&n.g, CK_MB, TT_F32, tt_profile_cpu(), need, rec, &e) > 0, "no plan frees %.0f B",
                  need);
@@ -222,9 +227,9 @@ static void ck_compare(const char *name, const char *text, const int *variants, 
 }
 
 static void test_checkpoint_equals_plain(tt_backend *be) {
-  static const int variants[] = {0, 1, 2};
-  TT_TEST_BEGIN("checkpointed training == plain training, bit-exact (fp32, batch norm + dropout)");
-  ck_compare("bn_dropout.recipe", TT_TEST_RECIPE_BN, variants, 3, be);
+  static const int variants[] = {0, 1, 2, 4, 5};
+  TT_TEST_BEGIN("checkpointed training == plain training, bit-exact (fp32, batch norm + dropout; segments and per-op)");
+  ck_compare("bn_dropout.recipe", TT_TEST_RECIPE_BN, variants, 5, be);
   /* at a larger micro-batch, where activations dominate even more */
   {
     tt_err e;
@@ -266,9 +271,9 @@ static const char *RECIPE_CHAIN =
     "[linear fc]\nout = 5\n";
 
 static void test_checkpoint_chain_equals_plain(tt_backend *be) {
-  static const int variants[] = {2, 3, 1};
-  TT_TEST_BEGIN("checkpointed training == plain training on a chain, bit-exact (the scheduler's plans, fp32)");
-  ck_compare("chain.recipe", RECIPE_CHAIN, variants, 3, be);
+  static const int variants[] = {2, 3, 1, 4, 5};
+  TT_TEST_BEGIN("checkpointed training == plain training on a chain, bit-exact (the scheduler's plans, fp32; segments and per-op)");
+  ck_compare("chain.recipe", RECIPE_CHAIN, variants, 5, be);
   TT_TEST_END();
 }
 
