@@ -259,7 +259,20 @@ struct tt_backend {
   int (*pool_argmax)(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx);
   int (*pool_bwd_idx)(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx, const void *dy, void *dx,
                       float beta);
+  /* lossy saved copies (tt_save_fmt below; optional, like the compact entries) */
+  int (*save_compress)(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x, void *dst);
+  int (*save_restore)(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *src, void *x);
 };
+
+/* Lossy saved copies, for backward only ([train] compress_saved): a convolution's input x
+ * [n, c, hw] in dt stored as fp16, bf16 (round to nearest even) or int8 with a per-channel scale
+ * (max |x| over n and hw / 127; the fp32 scales follow the values at a 4-byte boundary);
+ * save_restore writes back an approximation of x in dt. The forward pass never reads them. */
+typedef enum { TT_SAVE_EXACT = 0, TT_SAVE_FP16, TT_SAVE_BF16, TT_SAVE_INT8 } tt_save_fmt;
+static inline size_t tt_saved_bytes(tt_save_fmt f, size_t n, size_t c, size_t hw) {
+  size_t count = n * c * hw;
+  return f == TT_SAVE_INT8 ? (count + 3u) / 4u * 4u + 4u * c : 2u * count;
+}
 
 /* Bytes of an activation mask of count elements: whole uint32 words. */
 static inline size_t tt_act_mask_bytes(size_t count) { return (count + 31u) / 32u * 4u; }

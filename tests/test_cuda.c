@@ -192,6 +192,27 @@ static void test_elementwise(void) {
       cmp("act_fwd in place", x, tol_ew(dt));
       fr(&x), fr(&y), fr(&dy), fr(&dx);
     }
+    for (int f = TT_SAVE_FP16; f <= TT_SAVE_INT8; f++) { /* lossy saved copies: the same bytes, the same restore */
+      int N = 3, C = 5, HW = 37;
+      size_t cnt = (size_t)N * C * HW, sb = tt_saved_bytes((tt_save_fmt)f, (size_t)N, (size_t)C, (size_t)HW);
+      unsigned char *z = (unsigned char *)calloc(sb, 1);
+      tt2 x = mk(cnt, dt, -3, 3), q = mk_raw(sb, z), back = mk(cnt, dt, 0, 0);
+      free(z);
+      BOTH(B->save_compress(B, f, N, C, HW, dt, P(x), P(q)));
+      if (f != TT_SAVE_INT8 || dt == TT_F32) cmp_bytes("save_compress", q); /* int8 of fp16 x: rounding of x*inv may differ */
+      BOTH(B->save_restore(B, f, N, C, HW, dt, P(q), P(back)));
+      cmp("save_restore", back, f == TT_SAVE_INT8 ? 2e-2 : tol_ew(dt));
+      /* and the restore is close to x on the CPU: half an int8 step, or the 16-bit rounding */
+      double md = 0, mx = 0;
+      for (size_t i = 0; i < cnt; i++) {
+        double a = test_get(x.c, dt, i), b = test_get(back.c, dt, i);
+        if (fabs(a - b) > md) md = fabs(a - b);
+        if (fabs(a) > mx) mx = fabs(a);
+      }
+      TT_CHECK(md <= (f == TT_SAVE_INT8 ? 0.5 / 127 + 1e-6 : (f == TT_SAVE_BF16 ? 1.0 / 256 : 1.0 / 2048)) * mx * 1.01,
+               "save format %d: restored differs by %.3g of max %.3g", f, md, mx);
+      fr(&x), fr(&q), fr(&back);
+    }
     {
       tt2 a = mk(n, dt, -1, 1), b2 = mk(n, dt, -1, 1), y = mk(n, dt, -1, 1);
       BOTH(B->add(B, n, dt, P(a), P(b2), P(y)));

@@ -540,14 +540,35 @@ typedef struct fm_result {
   long long skipped;
   float final_scale;
   double seconds, eval_seconds;
+  int compressed;      /* lossy saves planned (fm_compress) */
+  size_t arena;
 } fm_result;
+
+/* fm_run's knobs for the compressed-save test: steps (0: FM_STEPS), test images evaluated (0:
+ * all), and compact saves with policy.compress (-1: neither, the plain program). */
+static int fm_steps, fm_eval_max, fm_compress = -1;
 
 static int fm_run(const net *n, tt_backend *be, tt_dtype dt, const tt_dataset *tr, const tt_dataset *te, fm_result *res,
                   tt_err *e) {
   double t0 = tt_now();
   memset(res, 0, sizeof *res);
   tt_program p, pe;
-  if (build_prog(&n->g, be, FM_BATCH, 1, dt, NULL, 1, &p, e)) return -1;
+  int nsteps = fm_steps > 0 && fm_steps < FM_STEPS ? fm_steps : FM_STEPS, nte = fm_eval_max > 0 && fm_eval_max < te->n ? fm_eval_max : te->n;
+  if (fm_compress >= 0) {
+    tt_policy pol;
+    memset(&pol, 0, sizeof pol);
+    pol.micro_batch = FM_BATCH, pol.accum_steps = 1, pol.act_dtype = dt, pol.inplace = 1, pol.training = 1;
+    pol.compact = 1, pol.compress = fm_compress;
+    if (tt_lower(&n->g, &pol, be, &p, e)) return -1;
+    if (tt_program_plan(&p, e)) {
+      tt_program_free(&p);
+      return -1;
+    }
+    res->compressed = p.n_compressed;
+    res->arena = p.arena_bytes;
+  } else if (build_prog(&n->g, be, FM_BATCH, 1, dt, NULL, 1, &p, e)) {
+    return -1;
+  }
   if (build_prog(&n->g, be, FM_EVAL_MB, 1, dt, NULL, 0, &pe, e)) {
     tt_program_free(&p);
     return -1;
@@ -569,14 +590,14 @@ static int fm_run(const net *n, tt_backend *be, tt_dtype dt, const tt_dataset *t
   int32_t lab[FM_BATCH];
   tt_test_rng r = {FM_SEED};
   if (!rc) rc = tt_exec_stats(&x, NULL, 1, e);
-  for (int s = 0; s < FM_STEPS && !rc; s++) {
+  for (int s = 0; s < nsteps && !rc; s++) {
     for (int i = 0; i < FM_BATCH; i++) {
       int j = (int)(tt_test_rng_next(&r) % (uint64_t)tr->n);
       memcpy(img + (size_t)i * per, tr->images + (size_t)j * per, per);
       lab[i] = tr->labels[j];
     }
     /* cosine decay to zero: the end point is a settled model, not one step of a noisy walk */
-    hp.lr = (float)(FM_LR * 0.5 * (1.0 + cos(3.141592653589793 * s / FM_STEPS)));
+    hp.lr = (float)(FM_LR * 0.5 * (1.0 + cos(3.141592653589793 * s / nsteps)));
     rc = tt_exec_micro_step(&x, img, lab, 0, (uint64_t)s, ls.scale / FM_BATCH, e);
     int of = 0;
     if (!rc) rc = tt_exec_update(&x, &hp, (int)(s - ls.skipped) + 1, 1.0f / ls.scale, &of, e);
@@ -591,14 +612,14 @@ static int fm_run(const net *n, tt_backend *be, tt_dtype dt, const tt_dataset *t
   res->eval_seconds = tt_now();
   /* evaluation over the whole test set */
   if (!rc) rc = tt_exec_stats(&x, NULL, 1, e);
-  for (int i = 0; i < te->n && !rc; i += FM_EVAL_MB) {
-    int cnt = te->n - i < FM_EVAL_MB ? te->n - i : FM_EVAL_MB;
+  for (int i = 0; i < nte && !rc; i += FM_EVAL_MB) {
+    int cnt = nte - i < FM_EVAL_MB ? nte - i : FM_EVAL_MB;
     rc = tt_exec_eval(&x, te->images + (size_t)i * per, te->labels + i, cnt, e);
   }
   float st[2] = {0, 0};
   if (!rc) rc = tt_exec_stats(&x, st, 1, e);
-  res->test_loss = st[0] / (double)te->n;
-  res->test_acc = 100.0 * st[1] / (double)te->n;
+  res->test_loss = st[0] / (double)nte;
+  res->test_acc = 100.0 * st[1] / (double)nte;
   res->skipped = ls.skipped;
   res->final_scale = ls.scale;
   tt_exec_destroy(&x);
@@ -607,6 +628,72 @@ static int fm_run(const net *n, tt_backend *be, tt_dtype dt, const tt_dataset *t
   res->seconds = tt_now() - t0;
   res->eval_seconds = tt_now() - res->eval_seconds;
   return rc;
+}
+
+/* Issue 26: lossy saved convolution inputs ([train] compress_saved), the fashion ResNet
+ * (examples/fashion_mnist/resnet.recipe), fp32, batch 32: a short run (FM_CS_STEPS steps, cosine
+ * lr from 0.05, the first 1000 test images) with bf16 and with int8 saves lands within
+ * FM_CS_ACC_TOL points of test accuracy, and each 25-step loss window within 0.1 + 10%, of the
+ * exact run (compact saves on in all three: exact by tests above). */
+#define FM_CS_STEPS 75
+#define FM_CS_ACC_TOL 3.0
+static void test_compressed_tracks_exact(tt_backend *be) {
+  const char *name = "compress_saved = bf16 / int8 tracks exact training (fashion ResNet, 75 steps)";
+  if (access(FM_DIR "train-images-idx3-ubyte.gz", R_OK) || access(FM_DIR "t10k-images-idx3-ubyte.gz", R_OK)) {
+    TT_SKIP(name, "Fashion-MNIST not found under " FM_DIR " (train/t10k idx3/idx1 .gz files)");
+    return;
+  }
+  TT_TEST_BEGIN(name);
+  tt_err e;
+  net n;
+  tt_dataset tr, te;
+  memset(&tr, 0, sizeof tr);
+  memset(&te, 0, sizeof te);
+  if (net_open(&n, NULL, NULL, "examples/fashion_mnist/resnet.recipe", &e) ||
+      tt_dataset_load(&n.m.data, 1, 1, 28, 28, &tr, &e, NULL, NULL) ||
+      tt_dataset_load(&n.m.data, 0, 1, 28, 28, &te, &e, NULL, NULL)) {
+    TT_CHECK(0, "%s", e.msg);
+    TT_TEST_END();
+    return;
+  }
+  static const int fmts[3] = {TT_SAVE_EXACT, TT_SAVE_BF16, TT_SAVE_INT8};
+  static const char *const fnames[3] = {"exact", "bf16", "int8"};
+  fm_result res[3];
+  fm_steps = FM_CS_STEPS, fm_eval_max = 1000;
+  int ok = 1;
+  for (int k = 0; k < 3 && ok; k++) {
+    fm_compress = fmts[k];
+    if (fm_run(&n, be, TT_F32, &tr, &te, &res[k], &e)) {
+      TT_CHECK(0, "%s run: %s", fnames[k], e.msg);
+      ok = 0;
+    }
+  }
+  fm_steps = fm_eval_max = 0, fm_compress = -1;
+  if (ok) {
+    printf("  window  exact loss  bf16 loss  int8 loss  (mean over %d steps of batch %d)\n", FM_WIN, FM_BATCH);
+    for (int w = 0; w < FM_CS_STEPS / FM_WIN; w++) {
+      double a = res[0].win_loss[w];
+      printf("  %4d    %.4f      %.4f     %.4f\n", (w + 1) * FM_WIN, a, res[1].win_loss[w], res[2].win_loss[w]);
+      for (int k = 1; k < 3; k++)
+        TT_CHECK(isfinite(res[k].win_loss[w]) && fabs(res[k].win_loss[w] - a) <= 0.1 + 0.1 * a,
+                 "window %d: %s loss %.4f vs exact %.4f", w + 1, fnames[k], res[k].win_loss[w], a);
+    }
+    for (int k = 0; k < 3; k++)
+      printf("  %-5s: test accuracy %.2f%% (first 1000 images), %d conv inputs compressed, arena %.1f MiB, %.1f s\n",
+             fnames[k], res[k].test_acc, res[k].compressed, res[k].arena / 1048576.0, res[k].seconds);
+    TT_CHECK(res[0].compressed == 0 && res[1].compressed > 0 && res[2].compressed > 0, "compressed saves planned: %d %d %d",
+             res[0].compressed, res[1].compressed, res[2].compressed);
+    TT_CHECK(res[2].arena < res[1].arena && res[1].arena < res[0].arena, "arenas %zu %zu %zu do not shrink", res[0].arena,
+             res[1].arena, res[2].arena);
+    for (int k = 1; k < 3; k++)
+      TT_CHECK(fabs(res[k].test_acc - res[0].test_acc) <= FM_CS_ACC_TOL, "%s: test accuracy %.2f vs exact %.2f (> %.1f points)",
+               fnames[k], res[k].test_acc, res[0].test_acc, FM_CS_ACC_TOL);
+    TT_CHECK(res[0].test_acc > 50.0, "the exact run reached only %.2f%%", res[0].test_acc);
+  }
+  tt_dataset_free(&tr);
+  tt_dataset_free(&te);
+  net_close(&n);
+  TT_TEST_END();
 }
 
 static void test_fp16_tracks_fp32(tt_backend *be) {
@@ -858,6 +945,7 @@ int main(void) {
   tt_backend *be1 = tt_cpu_backend_create(1);
   if (be1) {
     test_fp16_tracks_fp32(be1);
+    test_compressed_tracks_exact(be);
     be1->destroy(be1);
   }
   printf("  (fp16 vs fp32: %.1f s; total %.1f s)\n", tt_now() - t, tt_now() - t0);

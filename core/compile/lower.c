@@ -246,13 +246,23 @@ static int lower_fwd(lower_ctx *c, int node, int flags) {
   if (c->compact[node] && !(flags & (TT_SF_RECOMPUTE | TT_SF_EVAL))) {
     size_t count = tt_size_mul((size_t)c->pol->micro_batch, tt_node_numel(n)); /* mask: elements of y; index: of y too */
     size_t cb = n->kind == TT_L_MAXPOOL ? count : (count == SIZE_MAX ? SIZE_MAX : tt_act_mask_bytes(count));
-    cmp = lower_buf(c, g->model->layers[node].name, n->kind == TT_L_MAXPOOL ? ".argmax_u8" : ".mask_1bit", cb, TT_F32,
-                    TT_BC_ACTIVATIONS, 0, node, -1);
+    const char *suffix = n->kind == TT_L_MAXPOOL ? ".argmax_u8" : ".mask_1bit";
+    if (n->kind == TT_L_CONV) { /* a lossy copy of the input x */
+      static const char *const sfx[4] = {"", ".x_fp16", ".x_bf16", ".x_int8"};
+      const tt_node *x = lower_in(c, n, 0);
+      size_t xc = tt_size_mul((size_t)c->pol->micro_batch, tt_node_numel(x));
+      cb = xc == SIZE_MAX ? SIZE_MAX : tt_saved_bytes((tt_save_fmt)c->pol->compress, (size_t)c->pol->micro_batch, (size_t)x->c,
+                                                      (size_t)x->h * (size_t)x->w);
+      suffix = sfx[c->pol->compress & 3];
+    }
+    cmp = lower_buf(c, g->model->layers[node].name, suffix, cb, TT_F32, TT_BC_ACTIVATIONS, 0, node, -1);
     if (cmp < 0) return -1;
     c->p->n_compact++;
     c->p->compact_bytes += cb;
-    /* the tensor backward would otherwise keep: relu's y, the max pool's x */
-    c->p->compact_full_bytes += n->kind == TT_L_MAXPOOL ? lower_act_bytes(c, c->canon[n->in[0]]) : lower_act_bytes(c, node);
+    /* the tensor backward would otherwise keep: relu's y, the max pool's or the conv's x */
+    size_t full = n->kind == TT_L_RELU || n->kind == TT_L_RELU6 ? lower_act_bytes(c, node) : lower_act_bytes(c, c->canon[n->in[0]]);
+    c->p->compact_full_bytes += full;
+    if (n->kind == TT_L_CONV) c->p->n_compressed++, c->p->compressed_bytes += cb, c->p->compressed_full_bytes += full;
     flags |= TT_SF_COMPACT;
   }
   tt_step *s = lower_step(c, TT_S_FWD, node, flags);
@@ -339,8 +349,16 @@ static int lower_bwd(lower_ctx *c, int node) {
   }
   int w = lower_weight(c, n->weight);
   if (w < -1) return -1;
+  int restored = -1;
+  if (compact && n->kind == TT_L_CONV) { /* x restored from the lossy copy, live during this step only */
+    int xn = c->canon[n->in[0]];
+    restored = lower_buf(c, c->g->model->layers[node].name, ".x_restored", lower_act_bytes(c, xn), c->pol->act_dtype,
+                         TT_BC_ACTIVATIONS, 0, xn, -1);
+    if (restored < 0) return -1;
+  }
   tt_step *s = lower_step(c, TT_S_BWD, node, compact ? TT_SF_COMPACT : 0);
   if (!s) return -1;
+  if (restored >= 0) lower_set(s, 1, TT_BWD_RESTORED, restored);
   lower_args(c, n, &s->a);
   lower_set(s, 0, TT_BWD_DY, c->gbuf[node]);
   if (saved >= 0) lower_set(s, 0, TT_BWD_SAVED, saved);
@@ -363,6 +381,14 @@ static int lower_bwd(lower_ctx *c, int node) {
  * with a window a uint8 indexes, on a backend with the entries. */
 static int lower_pool_compactable(const lower_ctx *c, const tt_node *n) {
   return n->kind == TT_L_MAXPOOL && n->L->kh * n->L->kw <= 256 && c->be->pool_argmax && c->be->pool_bwd_idx;
+}
+
+/* Whether a convolution's backward may read a lossy copy of its input (policy.compress: fp16
+ * or bf16 under fp32 activations, int8 under either). */
+static int lower_conv_compressible(const lower_ctx *c, const tt_node *n) {
+  const tt_policy *pol = c->pol;
+  return n->kind == TT_L_CONV && pol->compress > TT_SAVE_EXACT && pol->compress <= TT_SAVE_INT8 && c->be->save_compress &&
+         c->be->save_restore && (pol->act_dtype == TT_F32 || pol->compress == TT_SAVE_INT8);
 }
 
 /* Compact saves (policy.compact, training): a value v is kept for backward as the full tensor
@@ -396,7 +422,7 @@ static void lower_compact_plan(lower_ctx *c) {
       if (!reads) continue;
       if (pol->recompute && pol->recompute[j]) ok = 0; /* re-run in backward: reads v there */
       else if (c->canon[nj->in[0]] == v && (tt_op(nj->kind)->bwd_reads & TT_READS_INPUT)) {
-        if (lower_pool_compactable(c, nj)) readers++;
+        if (lower_pool_compactable(c, nj) || lower_conv_compressible(c, nj)) readers++;
         else ok = 0;
       }
     }

@@ -20,6 +20,7 @@ static int sched_plan_one(const tt_graph *g, tt_backend *be, int mb, int accum, 
     const char *nc = getenv("TINYTRAIN_NO_COMPACT");
     pol.compact = !(nc && *nc && strcmp(nc, "0"));
   }
+  pol.compress = pol.compact ? g->model->train.compress_saved : 0; /* lossy: only when the recipe asks */
   if ((rc = tt_lower(g, &pol, be, p, err))) return rc;
   if ((rc = tt_program_plan(p, err))) tt_program_free(p);
   return rc;

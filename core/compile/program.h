@@ -72,6 +72,7 @@ enum {
   /* BWD out: dx (add and concat: input k's gradient in slot k), then dw and db (batch norm:
    * dgamma and dbeta) */
   TT_BWD_DX = 0, TT_BWD_DW = 1, TT_BWD_DB = 2,
+  TT_BWD_RESTORED = 3, /* conv with a lossy saved input: x restored for the weight gradient */
   /* LOAD_INPUT, LOSS, CAST, CHECK, UPDATE */
   TT_LOAD_U8 = 0, TT_LOAD_LABELS = 1, TT_LOAD_X = 0,
   TT_LOSS_LOGITS = 0, TT_LOSS_LABELS = 1, TT_LOSS_DLOGITS = 0, TT_LOSS_STATS = 1,
@@ -137,6 +138,8 @@ typedef struct tt_policy {
   int compact;         /* training: keep for backward a ReLU's 1-bit mask and a max pool's uint8
                         * index instead of the tensor, where nothing else keeps the tensor alive
                         * (and the backend has the compact entries); exact */
+  int compress;        /* tt_save_fmt: a convolution keeps its input for backward as fp16, bf16
+                        * or int8 + per-channel scale (lossy; [train] compress_saved); 0: exact */
   unsigned char *recompute; /* per node: 1 = keep only for the forward pass, recompute in backward; may be NULL */
   int training;        /* 0: forward-only evaluation program */
 } tt_policy;
@@ -165,6 +168,8 @@ typedef struct tt_program {
   int n_recomputed_steps;
   int n_compact;       /* compact saves (TT_SF_COMPACT forward steps) */
   size_t compact_bytes, compact_full_bytes; /* their buffers' bytes; the full tensors' they replace */
+  int n_compressed;    /* of those, lossy saved convolution inputs (policy.compress) */
+  size_t compressed_bytes, compressed_full_bytes;
 } tt_program;
 
 /* What tt_lower and tt_program_plan return (besides 0 and -1) when a size would pass 2^64

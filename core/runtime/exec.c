@@ -249,6 +249,13 @@ static int exec_call(exec_run *r, const tt_step *s, const tt_call *c, tt_err *er
       if (!be->pool_bwd_idx) return tt_fail(err, "internal error: the %s backend has no pool_bwd_idx", be->name);
       EXEC_CHECK(be->pool_bwd_idx(be, &o->u.pool, dt, (const uint8_t *)in[0], in[1], out[0], c->beta));
       break;
+    case TT_CALL_SAVE_COMPRESS:
+    case TT_CALL_SAVE_RESTORE:
+      if (!be->save_compress || !be->save_restore)
+        return tt_fail(err, "internal error: the %s backend has no lossy saved copies", be->name);
+      if (c->fn == TT_CALL_SAVE_COMPRESS) EXEC_CHECK(be->save_compress(be, c->fmt, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], out[0]));
+      else EXEC_CHECK(be->save_restore(be, c->fmt, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], out[0]));
+      break;
     default: return tt_fail(err, "internal error: no backend call %d", c->fn);
   }
   return 0;

@@ -446,6 +446,7 @@ static const tt_backend cuda_be_table = {
     tt_cuda_sgd_update, tt_cuda_adam_update, tt_cuda_check_finite,
     cuda_be_op_workspace, cuda_be_prepare,
     tt_cuda_act_mask, tt_cuda_act_bwd_mask, tt_cuda_pool_argmax, tt_cuda_pool_bwd_idx,
+    tt_cuda_save_compress, tt_cuda_save_restore,
 };
 
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize) {

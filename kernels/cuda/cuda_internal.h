@@ -232,6 +232,8 @@ int tt_cuda_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const vo
 int tt_cuda_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask);
 int tt_cuda_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
                          void *dx, float beta);
+int tt_cuda_save_compress(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x, void *dst);
+int tt_cuda_save_restore(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *src, void *x);
 int tt_cuda_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y);
 int tt_cuda_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta);
 int tt_cuda_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y);

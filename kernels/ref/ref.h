@@ -165,6 +165,8 @@ int tt_ref_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const voi
 int tt_ref_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask);
 int tt_ref_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
                         void *dx, float beta);
+int tt_ref_save_compress(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x, void *dst);
+int tt_ref_save_restore(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *src, void *x);
 int tt_ref_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y);
 int tt_ref_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta);
 int tt_ref_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y);
