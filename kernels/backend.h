@@ -244,7 +244,38 @@ struct tt_backend {
    * may allocate; returns non-zero with last_error set when a call cannot be built. */
   size_t (*op_workspace)(tt_backend *b, const tt_op_desc *op);
   int (*prepare)(tt_backend *b, const tt_op_desc *ops, int nops);
+
+  /* ---- compact saves: what backward needs in its smallest exact form (optional: a backend
+   * that leaves them NULL gets plans that save the full tensors) ----
+   * act_mask: bit i of mask (uint32 words, bit i%32 of word i/32; tt_act_mask_bytes) = 1 iff
+   * act_bwd would pass dy through at y[i] (RELU: y > 0; RELU6: 0 < y < 6); bits past count are
+   * zero. act_bwd_mask: act_bwd with the mask in place of y, bit for bit the same dx. */
+  int (*act_mask)(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask);
+  int (*act_bwd_mask)(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
+                      void *dx, float beta);
+  /* Max pooling: idx[n, c, p, q] (uint8) = the winner's in-window position (kh*kw <= 256),
+   * (ih - oh*sh + ph) * kw + (iw - ow*sw + pw), the first maximum as pool_bwd finds it.
+   * pool_bwd_idx: max pool_bwd from idx in place of x, bit for bit the same dx. */
+  int (*pool_argmax)(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx);
+  int (*pool_bwd_idx)(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx, const void *dy, void *dx,
+                      float beta);
+  /* lossy saved copies (tt_save_fmt below; optional, like the compact entries) */
+  int (*save_compress)(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x, void *dst);
+  int (*save_restore)(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *src, void *x);
 };
+
+/* Lossy saved copies, for backward only ([train] compress_saved): a convolution's input x
+ * [n, c, hw] in dt stored as fp16, bf16 (round to nearest even) or int8 with a per-channel scale
+ * (max |x| over n and hw / 127; the fp32 scales follow the values at a 4-byte boundary);
+ * save_restore writes back an approximation of x in dt. The forward pass never reads them. */
+typedef enum { TT_SAVE_EXACT = 0, TT_SAVE_FP16, TT_SAVE_BF16, TT_SAVE_INT8 } tt_save_fmt;
+static inline size_t tt_saved_bytes(tt_save_fmt f, size_t n, size_t c, size_t hw) {
+  size_t count = n * c * hw;
+  return f == TT_SAVE_INT8 ? (count + 3u) / 4u * 4u + 4u * c : 2u * count;
+}
+
+/* Bytes of an activation mask of count elements: whole uint32 words. */
+static inline size_t tt_act_mask_bytes(size_t count) { return (count + 31u) / 32u * 4u; }
 
 /* The CPU backend (oneDNN primitives, the reference loops for the rest). threads <= 0 means
  * all cores. */

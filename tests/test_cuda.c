@@ -138,6 +138,20 @@ static int cmp(const char *what, tt2 t, double tol) {
   return ok;
 }
 
+/* Compares the two sides of a byte tensor (masks, indices) exactly. */
+static void cmp_bytes(const char *what, tt2 t) {
+  unsigned char *h = (unsigned char *)malloc(t.bytes ? t.bytes : 1);
+  if (gpu->download(gpu, h, t.g, t.bytes)) {
+    TT_CHECK(0, "%s: download failed: %s", what, gpu->last_error(gpu));
+  } else {
+    size_t i = 0;
+    while (i < t.bytes && h[i] == ((unsigned char *)t.c)[i]) i++;
+    TT_CHECK(i == t.bytes, "%s: byte %zu differs (cpu %u cuda %u)", what, i, i < t.bytes ? ((unsigned char *)t.c)[i] : 0,
+             i < t.bytes ? h[i] : 0);
+  }
+  free(h);
+}
+
 static double tol_ew(tt_dtype dt) { return dt == TT_F16 ? 1e-2 : 1e-5; }
 static double tol_mm(tt_dtype dt) { return dt == TT_F16 ? 1e-2 : 1e-4; }
 
@@ -157,9 +171,47 @@ static void test_elementwise(void) {
       cmp("act_bwd beta=1", dx, tol_ew(dt));
       BOTH(B->act_bwd(B, (tt_act)a, n, dt, a == TT_ACT_SILU ? P(x) : P(y), P(dy), P(dx), 0.0f));
       cmp("act_bwd beta=0", dx, tol_ew(dt));
+      if (a != TT_ACT_SILU) { /* compact saves: the 1-bit mask, and backward from it equal to backward from y */
+        size_t mb = tt_act_mask_bytes(n);
+        unsigned char *z = (unsigned char *)calloc(mb, 1);
+        tt2 m = mk_raw(mb, z), dx2 = mk(n, dt, -1, 1);
+        free(z);
+        BOTH(B->act_mask(B, (tt_act)a, n, dt, P(y), (uint32_t *)P(m)));
+        cmp_bytes("act_mask", m);
+        memcpy(dx2.c, dx.c, dx.bytes);
+        gpu->upload(gpu, dx2.g, dx2.c, dx2.bytes);
+        BOTH(B->act_bwd_mask(B, (tt_act)a, n, dt, (const uint32_t *)P(m), P(dy), P(dx2), 1.0f));
+        cmp("act_bwd_mask beta=1", dx2, tol_ew(dt));
+        BOTH(B->act_bwd(B, (tt_act)a, n, dt, P(y), P(dy), P(dx), 1.0f));
+        TT_CHECK(memcmp(dx.c, dx2.c, dx.bytes) == 0, "cpu act_bwd_mask != act_bwd bit for bit");
+        BOTH(B->act_bwd_mask(B, (tt_act)a, n, dt, (const uint32_t *)P(m), P(dy), P(dx2), 0.0f));
+        cmp("act_bwd_mask beta=0", dx2, tol_ew(dt));
+        fr(&m), fr(&dx2);
+      }
       BOTH(B->act_fwd(B, (tt_act)a, n, dt, P(x), P(x))); /* in place */
       cmp("act_fwd in place", x, tol_ew(dt));
       fr(&x), fr(&y), fr(&dy), fr(&dx);
+    }
+    for (int f = TT_SAVE_FP16; f <= TT_SAVE_INT8; f++) { /* lossy saved copies: the same bytes, the same restore */
+      int N = 3, C = 5, HW = 37;
+      size_t cnt = (size_t)N * C * HW, sb = tt_saved_bytes((tt_save_fmt)f, (size_t)N, (size_t)C, (size_t)HW);
+      unsigned char *z = (unsigned char *)calloc(sb, 1);
+      tt2 x = mk(cnt, dt, -3, 3), q = mk_raw(sb, z), back = mk(cnt, dt, 0, 0);
+      free(z);
+      BOTH(B->save_compress(B, f, N, C, HW, dt, P(x), P(q)));
+      if (f != TT_SAVE_INT8 || dt == TT_F32) cmp_bytes("save_compress", q); /* int8 of fp16 x: rounding of x*inv may differ */
+      BOTH(B->save_restore(B, f, N, C, HW, dt, P(q), P(back)));
+      cmp("save_restore", back, f == TT_SAVE_INT8 ? 2e-2 : tol_ew(dt));
+      /* and the restore is close to x on the CPU: half an int8 step, or the 16-bit rounding */
+      double md = 0, mx = 0;
+      for (size_t i = 0; i < cnt; i++) {
+        double a = test_get(x.c, dt, i), b = test_get(back.c, dt, i);
+        if (fabs(a - b) > md) md = fabs(a - b);
+        if (fabs(a) > mx) mx = fabs(a);
+      }
+      TT_CHECK(md <= (f == TT_SAVE_INT8 ? 0.5 / 127 + 1e-6 : (f == TT_SAVE_BF16 ? 1.0 / 256 : 1.0 / 2048)) * mx * 1.01,
+               "save format %d: restored differs by %.3g of max %.3g", f, md, mx);
+      fr(&x), fr(&q), fr(&back);
     }
     {
       tt2 a = mk(n, dt, -1, 1), b2 = mk(n, dt, -1, 1), y = mk(n, dt, -1, 1);
@@ -354,6 +406,18 @@ static void test_pooling(void) {
         cmp(mode ? "avgpool fwd" : "maxpool fwd", y, tol_ew(dt));
         BOTH(B->pool_bwd(B, &d, (tt_pool_mode)mode, dt, P(x), P(dy), P(dx), 1.0f, NULL, 0));
         cmp(mode ? "avgpool bwd" : "maxpool bwd (first max)", dx, tol_ew(dt));
+        if (mode == TT_POOL_MAX) { /* compact save: the uint8 in-window index */
+          unsigned char *z = (unsigned char *)calloc(yout, 1);
+          tt2 idx = mk_raw(yout, z), dx2 = mk(xin, dt, -1, 1);
+          free(z);
+          BOTH(B->pool_argmax(B, &d, dt, P(x), (uint8_t *)P(idx)));
+          cmp_bytes("pool_argmax", idx);
+          BOTH(B->pool_bwd(B, &d, TT_POOL_MAX, dt, P(x), P(dy), P(dx), 0.0f, NULL, 0));
+          BOTH(B->pool_bwd_idx(B, &d, dt, (const uint8_t *)P(idx), P(dy), P(dx2), 0.0f));
+          cmp("pool_bwd_idx", dx2, tol_ew(dt));
+          TT_CHECK(memcmp(dx.c, dx2.c, dx.bytes) == 0, "cpu pool_bwd_idx != pool_bwd bit for bit (k=%d)", k);
+          fr(&idx), fr(&dx2);
+        }
         fr(&x), fr(&y), fr(&dy), fr(&dx);
       }
     {

@@ -83,11 +83,21 @@ static double rel_err(const float *a, const float *b, size_t n) {
 #define CK_ACCUM 2
 #define CK_STEPS 3
 
+static int ck_compact; /* ck_run plans with compact saves (policy.compact) */
+
 /* Runs CK_STEPS optimizer steps; writes the final state and loss statistics. */
 static int ck_run(const net *n, tt_backend *be, const unsigned char *rec, const uint8_t *imgs, const int32_t *labs,
                   float *state, float stats[2], tt_program *prog_out, tt_err *e) {
   tt_program p;
-  if (build_prog(&n->g, be, CK_MB, CK_ACCUM, TT_F32, rec, 1, &p, e)) return -1;
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = CK_MB, pol.accum_steps = CK_ACCUM, pol.act_dtype = TT_F32, pol.inplace = 1;
+  pol.recompute = (unsigned char *)rec, pol.training = 1, pol.compact = ck_compact;
+  if (tt_lower(&n->g, &pol, be, &p, e)) return -1;
+  if (tt_program_plan(&p, e)) {
+    tt_program_free(&p);
+    return -1;
+  }
   tt_exec x;
   if (tt_exec_create(&x, &n->g, &p, NULL, be, 99, e)) {
     tt_program_free(&p);
@@ -169,8 +179,9 @@ static void ck_check_variant(const net *n, tt_backend *be, const unsigned char *
  * plan, 1: sqrt(n), 2: the scheduler's `all`, 3: the scheduler's cheapest plan freeing a
  * quarter of the plain program's transient bytes) against it. */
 static void ck_compare(const char *name, const char *text, const int *variants, int nvar, tt_backend *be) {
-  static const char *const names[4] = {"recompute all (every non-cut node)", "sqrt plan", "scheduler's recompute all",
-                                       "scheduler's cheapest plan freeing a quarter"};
+  static const char *const names[6] = {"recompute all (every non-cut node)", "sqrt plan", "scheduler's recompute all",
+                                       "scheduler's cheapest plan freeing a quarter", "per-op plan freeing a quarter",
+                                       "per-op plan dropping every value backward reads"};
   tt_err e;
   net n;
   if (net_open(&n, name, text, NULL, &e)) {
@@ -193,7 +204,11 @@ static void ck_compare(const char *name, const char *text, const int *variants, 
       if (vr == 0) rec_all(&n.g, rec);
       else if (vr == 1) tt_recompute_sqrt(&n.g, rec);
       else if (vr == 2) TT_CHECK(tt_recompute_all(&n.g, rec, &e) == 0, "%s", e.msg);
-      else {
+      else if (vr >= 4) {
+        double need = vr == 4 ? 0.25 * (double)pp.transient_bytes : 1e300;
+        int r4 = tt_recompute_search_ops(&n.g, CK_MB, TT_F32, tt_profile_cpu(), need, rec, &e);
+        TT_CHECK(vr == 4 ? r4 > 0 : r4 == -1, "per-op search: %d", r4);
+      } else {
         double need = 0.25 * (double)pp.transient_bytes;
         TT_CHECK(tt_recompute_search(&n.g, CK_MB, TT_F32, tt_profile_cpu(), need, rec, &e) > 0, "no plan frees %.0f B",
                  need);
@@ -212,9 +227,9 @@ static void ck_compare(const char *name, const char *text, const int *variants, 
 }
 
 static void test_checkpoint_equals_plain(tt_backend *be) {
-  static const int variants[] = {0, 1, 2};
-  TT_TEST_BEGIN("checkpointed training == plain training, bit-exact (fp32, batch norm + dropout)");
-  ck_compare("bn_dropout.recipe", TT_TEST_RECIPE_BN, variants, 3, be);
+  static const int variants[] = {0, 1, 2, 4, 5};
+  TT_TEST_BEGIN("checkpointed training == plain training, bit-exact (fp32, batch norm + dropout; segments and per-op)");
+  ck_compare("bn_dropout.recipe", TT_TEST_RECIPE_BN, variants, 5, be);
   /* at a larger micro-batch, where activations dominate even more */
   {
     tt_err e;
@@ -256,9 +271,85 @@ static const char *RECIPE_CHAIN =
     "[linear fc]\nout = 5\n";
 
 static void test_checkpoint_chain_equals_plain(tt_backend *be) {
-  static const int variants[] = {2, 3, 1};
-  TT_TEST_BEGIN("checkpointed training == plain training on a chain, bit-exact (the scheduler's plans, fp32)");
-  ck_compare("chain.recipe", RECIPE_CHAIN, variants, 3, be);
+  static const int variants[] = {2, 3, 1, 4, 5};
+  TT_TEST_BEGIN("checkpointed training == plain training on a chain, bit-exact (the scheduler's plans, fp32; segments and per-op)");
+  ck_compare("chain.recipe", RECIPE_CHAIN, variants, 5, be);
+  TT_TEST_END();
+}
+
+/* Issue 26: compact saves (a ReLU's 1-bit mask, a max pool's uint8 index, kept for backward
+ * in place of the tensor where nothing else keeps it) train bit for bit as the full tensors do,
+ * alone and together with the scheduler's recompute set; dropout stores no mask either way. */
+static void ck_compact_case(const char *name, const char *text, tt_backend *be, int min_masks, int min_idx) {
+  tt_err e;
+  net n;
+  if (net_open(&n, name, text, NULL, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+    return;
+  }
+  int nb = CK_STEPS * CK_ACCUM;
+  size_t per = (size_t)CK_MB * 144, sf = state_floats(&n.g);
+  uint8_t *imgs = (uint8_t *)malloc(per * nb);
+  int32_t *labs = (int32_t *)malloc(sizeof(int32_t) * CK_MB * nb);
+  tt_test_rng r = {42};
+  for (size_t i = 0; i < per * nb; i++) imgs[i] = (uint8_t)(tt_test_rng_next(&r) & 0xff);
+  for (int i = 0; i < CK_MB * nb; i++) labs[i] = (int32_t)(tt_test_rng_next(&r) % 5);
+  float *s0 = (float *)calloc(sf, sizeof(float)), *s1 = (float *)calloc(sf, sizeof(float)), st0[2], st1[2];
+  unsigned char *rec = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
+  tt_program p0, p1;
+  ck_compact = 0;
+  int rc = ck_run(&n, be, NULL, imgs, labs, s0, st0, &p0, &e);
+  TT_CHECK(rc == 0, "plain run: %s", e.msg);
+  for (int variant = 0; variant < 2 && rc == 0; variant++) {
+    if (variant == 1) TT_CHECK(tt_recompute_all(&n.g, rec, &e) == 0, "%s", e.msg);
+    ck_compact = 1;
+    if (ck_run(&n, be, variant ? rec : NULL, imgs, labs, s1, st1, &p1, &e)) {
+      TT_CHECK(0, "compact run: %s", e.msg);
+      break;
+    }
+    int masks = 0, idx = 0, dropout_bufs = 0;
+    for (int i = 0; i < p1.nsteps; i++) {
+      const tt_step *st = &p1.steps[i];
+      if (st->op == TT_S_FWD && (st->flags & TT_SF_COMPACT)) {
+        size_t count = (size_t)CK_MB * tt_node_numel(&n.g.nodes[st->node]);
+        size_t want = st->kind == TT_L_MAXPOOL ? count : (count + 31) / 32 * 4;
+        TT_CHECK(p1.bufs[st->out[TT_FWD_COMPACT]].bytes == want, "%s: compact save of '%s' is %zu B, not %zu", name,
+                 st->name, p1.bufs[st->out[TT_FWD_COMPACT]].bytes, want);
+        if (st->kind == TT_L_MAXPOOL) idx++;
+        else masks++;
+      }
+      if (st->kind == TT_L_DROPOUT)
+        for (int k = 0; k < st->nout; k++) dropout_bufs += st->out[k] >= 0 && k > 0;
+    }
+    printf("  %s%s: %d ReLU masks, %d max-pool indices (%zu B for %zu B); peak live %zu B vs %zu B without\n", name,
+           variant ? " + recompute all" : "", masks, idx, p1.compact_bytes, p1.compact_full_bytes, p1.peak_live_bytes,
+           p0.peak_live_bytes);
+    if (!variant) {
+      TT_CHECK(masks >= min_masks && idx >= min_idx, "%s: %d masks (want >= %d), %d indices (want >= %d)", name, masks,
+               min_masks, idx, min_idx);
+      TT_CHECK(p1.peak_live_bytes < p0.peak_live_bytes, "%s: peak live %zu B not below %zu B", name, p1.peak_live_bytes,
+               p0.peak_live_bytes);
+    }
+    TT_CHECK(dropout_bufs == 0, "%s: dropout stores a mask", name);
+    TT_CHECK(memcmp(st0, st1, sizeof st0) == 0, "%s: loss statistics differ", name);
+    TT_CHECK(memcmp(s0, s1, sf * sizeof(float)) == 0, "%s%s: trained state differs from the plain run's", name,
+             variant ? " + recompute" : "");
+    tt_program_free(&p1);
+  }
+  if (rc == 0) tt_program_free(&p0);
+  ck_compact = 0;
+  free(rec);
+  free(s0);
+  free(s1);
+  free(imgs);
+  free(labs);
+  net_close(&n);
+}
+
+static void test_compact_equals_plain(tt_backend *be) {
+  TT_TEST_BEGIN("compact saves (ReLU masks, max-pool indices) == full tensors, bit-exact (fp32)");
+  ck_compact_case("bn_dropout.recipe", TT_TEST_RECIPE_BN, be, 1, 1);
+  ck_compact_case("chain.recipe", RECIPE_CHAIN, be, 3, 1);
   TT_TEST_END();
 }
 
@@ -449,14 +540,35 @@ typedef struct fm_result {
   long long skipped;
   float final_scale;
   double seconds, eval_seconds;
+  int compressed;      /* lossy saves planned (fm_compress) */
+  size_t arena;
 } fm_result;
+
+/* fm_run's knobs for the compressed-save test: steps (0: FM_STEPS), test images evaluated (0:
+ * all), and compact saves with policy.compress (-1: neither, the plain program). */
+static int fm_steps, fm_eval_max, fm_compress = -1;
 
 static int fm_run(const net *n, tt_backend *be, tt_dtype dt, const tt_dataset *tr, const tt_dataset *te, fm_result *res,
                   tt_err *e) {
   double t0 = tt_now();
   memset(res, 0, sizeof *res);
   tt_program p, pe;
-  if (build_prog(&n->g, be, FM_BATCH, 1, dt, NULL, 1, &p, e)) return -1;
+  int nsteps = fm_steps > 0 && fm_steps < FM_STEPS ? fm_steps : FM_STEPS, nte = fm_eval_max > 0 && fm_eval_max < te->n ? fm_eval_max : te->n;
+  if (fm_compress >= 0) {
+    tt_policy pol;
+    memset(&pol, 0, sizeof pol);
+    pol.micro_batch = FM_BATCH, pol.accum_steps = 1, pol.act_dtype = dt, pol.inplace = 1, pol.training = 1;
+    pol.compact = 1, pol.compress = fm_compress;
+    if (tt_lower(&n->g, &pol, be, &p, e)) return -1;
+    if (tt_program_plan(&p, e)) {
+      tt_program_free(&p);
+      return -1;
+    }
+    res->compressed = p.n_compressed;
+    res->arena = p.arena_bytes;
+  } else if (build_prog(&n->g, be, FM_BATCH, 1, dt, NULL, 1, &p, e)) {
+    return -1;
+  }
   if (build_prog(&n->g, be, FM_EVAL_MB, 1, dt, NULL, 0, &pe, e)) {
     tt_program_free(&p);
     return -1;
@@ -478,14 +590,14 @@ static int fm_run(const net *n, tt_backend *be, tt_dtype dt, const tt_dataset *t
   int32_t lab[FM_BATCH];
   tt_test_rng r = {FM_SEED};
   if (!rc) rc = tt_exec_stats(&x, NULL, 1, e);
-  for (int s = 0; s < FM_STEPS && !rc; s++) {
+  for (int s = 0; s < nsteps && !rc; s++) {
     for (int i = 0; i < FM_BATCH; i++) {
       int j = (int)(tt_test_rng_next(&r) % (uint64_t)tr->n);
       memcpy(img + (size_t)i * per, tr->images + (size_t)j * per, per);
       lab[i] = tr->labels[j];
     }
     /* cosine decay to zero: the end point is a settled model, not one step of a noisy walk */
-    hp.lr = (float)(FM_LR * 0.5 * (1.0 + cos(3.141592653589793 * s / FM_STEPS)));
+    hp.lr = (float)(FM_LR * 0.5 * (1.0 + cos(3.141592653589793 * s / nsteps)));
     rc = tt_exec_micro_step(&x, img, lab, 0, (uint64_t)s, ls.scale / FM_BATCH, e);
     int of = 0;
     if (!rc) rc = tt_exec_update(&x, &hp, (int)(s - ls.skipped) + 1, 1.0f / ls.scale, &of, e);
@@ -500,14 +612,14 @@ static int fm_run(const net *n, tt_backend *be, tt_dtype dt, const tt_dataset *t
   res->eval_seconds = tt_now();
   /* evaluation over the whole test set */
   if (!rc) rc = tt_exec_stats(&x, NULL, 1, e);
-  for (int i = 0; i < te->n && !rc; i += FM_EVAL_MB) {
-    int cnt = te->n - i < FM_EVAL_MB ? te->n - i : FM_EVAL_MB;
+  for (int i = 0; i < nte && !rc; i += FM_EVAL_MB) {
+    int cnt = nte - i < FM_EVAL_MB ? nte - i : FM_EVAL_MB;
     rc = tt_exec_eval(&x, te->images + (size_t)i * per, te->labels + i, cnt, e);
   }
   float st[2] = {0, 0};
   if (!rc) rc = tt_exec_stats(&x, st, 1, e);
-  res->test_loss = st[0] / (double)te->n;
-  res->test_acc = 100.0 * st[1] / (double)te->n;
+  res->test_loss = st[0] / (double)nte;
+  res->test_acc = 100.0 * st[1] / (double)nte;
   res->skipped = ls.skipped;
   res->final_scale = ls.scale;
   tt_exec_destroy(&x);
@@ -516,6 +628,72 @@ static int fm_run(const net *n, tt_backend *be, tt_dtype dt, const tt_dataset *t
   res->seconds = tt_now() - t0;
   res->eval_seconds = tt_now() - res->eval_seconds;
   return rc;
+}
+
+/* Issue 26: lossy saved convolution inputs ([train] compress_saved), the fashion ResNet
+ * (examples/fashion_mnist/resnet.recipe), fp32, batch 32: a short run (FM_CS_STEPS steps, cosine
+ * lr from 0.05, the first 1000 test images) with bf16 and with int8 saves lands within
+ * FM_CS_ACC_TOL points of test accuracy, and each 25-step loss window within 0.1 + 10%, of the
+ * exact run (compact saves on in all three: exact by tests above). */
+#define FM_CS_STEPS 75
+#define FM_CS_ACC_TOL 3.0
+static void test_compressed_tracks_exact(tt_backend *be) {
+  const char *name = "compress_saved = bf16 / int8 tracks exact training (fashion ResNet, 75 steps)";
+  if (access(FM_DIR "train-images-idx3-ubyte.gz", R_OK) || access(FM_DIR "t10k-images-idx3-ubyte.gz", R_OK)) {
+    TT_SKIP(name, "Fashion-MNIST not found under " FM_DIR " (train/t10k idx3/idx1 .gz files)");
+    return;
+  }
+  TT_TEST_BEGIN(name);
+  tt_err e;
+  net n;
+  tt_dataset tr, te;
+  memset(&tr, 0, sizeof tr);
+  memset(&te, 0, sizeof te);
+  if (net_open(&n, NULL, NULL, "examples/fashion_mnist/resnet.recipe", &e) ||
+      tt_dataset_load(&n.m.data, 1, 1, 28, 28, &tr, &e, NULL, NULL) ||
+      tt_dataset_load(&n.m.data, 0, 1, 28, 28, &te, &e, NULL, NULL)) {
+    TT_CHECK(0, "%s", e.msg);
+    TT_TEST_END();
+    return;
+  }
+  static const int fmts[3] = {TT_SAVE_EXACT, TT_SAVE_BF16, TT_SAVE_INT8};
+  static const char *const fnames[3] = {"exact", "bf16", "int8"};
+  fm_result res[3];
+  fm_steps = FM_CS_STEPS, fm_eval_max = 1000;
+  int ok = 1;
+  for (int k = 0; k < 3 && ok; k++) {
+    fm_compress = fmts[k];
+    if (fm_run(&n, be, TT_F32, &tr, &te, &res[k], &e)) {
+      TT_CHECK(0, "%s run: %s", fnames[k], e.msg);
+      ok = 0;
+    }
+  }
+  fm_steps = fm_eval_max = 0, fm_compress = -1;
+  if (ok) {
+    printf("  window  exact loss  bf16 loss  int8 loss  (mean over %d steps of batch %d)\n", FM_WIN, FM_BATCH);
+    for (int w = 0; w < FM_CS_STEPS / FM_WIN; w++) {
+      double a = res[0].win_loss[w];
+      printf("  %4d    %.4f      %.4f     %.4f\n", (w + 1) * FM_WIN, a, res[1].win_loss[w], res[2].win_loss[w]);
+      for (int k = 1; k < 3; k++)
+        TT_CHECK(isfinite(res[k].win_loss[w]) && fabs(res[k].win_loss[w] - a) <= 0.1 + 0.1 * a,
+                 "window %d: %s loss %.4f vs exact %.4f", w + 1, fnames[k], res[k].win_loss[w], a);
+    }
+    for (int k = 0; k < 3; k++)
+      printf("  %-5s: test accuracy %.2f%% (first 1000 images), %d conv inputs compressed, arena %.1f MiB, %.1f s\n",
+             fnames[k], res[k].test_acc, res[k].compressed, res[k].arena / 1048576.0, res[k].seconds);
+    TT_CHECK(res[0].compressed == 0 && res[1].compressed > 0 && res[2].compressed > 0, "compressed saves planned: %d %d %d",
+             res[0].compressed, res[1].compressed, res[2].compressed);
+    TT_CHECK(res[2].arena < res[1].arena && res[1].arena < res[0].arena, "arenas %zu %zu %zu do not shrink", res[0].arena,
+             res[1].arena, res[2].arena);
+    for (int k = 1; k < 3; k++)
+      TT_CHECK(fabs(res[k].test_acc - res[0].test_acc) <= FM_CS_ACC_TOL, "%s: test accuracy %.2f vs exact %.2f (> %.1f points)",
+               fnames[k], res[k].test_acc, res[0].test_acc, FM_CS_ACC_TOL);
+    TT_CHECK(res[0].test_acc > 50.0, "the exact run reached only %.2f%%", res[0].test_acc);
+  }
+  tt_dataset_free(&tr);
+  tt_dataset_free(&te);
+  net_close(&n);
+  TT_TEST_END();
 }
 
 static void test_fp16_tracks_fp32(tt_backend *be) {
@@ -756,6 +934,7 @@ int main(void) {
   test_loss_scale_unit();
   test_checkpoint_equals_plain(be);
   test_checkpoint_chain_equals_plain(be);
+  test_compact_equals_plain(be);
   test_recompute_all_chains(be);
   test_accumulation(be);
   test_overflow_injection(be);
@@ -766,6 +945,7 @@ int main(void) {
   tt_backend *be1 = tt_cpu_backend_create(1);
   if (be1) {
     test_fp16_tracks_fp32(be1);
+    test_compressed_tracks_exact(be);
     be1->destroy(be1);
   }
   printf("  (fp16 vs fp32: %.1f s; total %.1f s)\n", tt_now() - t, tt_now() - t0);

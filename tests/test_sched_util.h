@@ -32,6 +32,21 @@ static inline void net_close(net *n) {
 }
 
 /* A Program for mb x accum in dt, recomputing rec (may be NULL), in-place ops on or off. */
+/* build_prog_ex with compact saves (policy.compact, what the scheduler plans) on or off */
+static inline int build_prog_cx(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, const unsigned char *rec,
+                                int training, int inplace, int compact, tt_program *p, tt_err *e) {
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = mb, pol.accum_steps = accum, pol.act_dtype = dt, pol.inplace = inplace;
+  pol.recompute = (unsigned char *)rec, pol.training = training, pol.compact = compact;
+  memset(p, 0, sizeof *p);
+  if (tt_lower(g, &pol, be, p, e)) return -1;
+  if (tt_program_plan(p, e)) {
+    tt_program_free(p);
+    return -1;
+  }
+  return 0;
+}
 static inline int build_prog_ex(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, const unsigned char *rec,
                                 int training, int inplace, tt_program *p, tt_err *e) {
   tt_policy pol;

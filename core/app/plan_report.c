@@ -18,6 +18,12 @@ static size_t plan_frozen_saved(const tt_session *s) {
 
 static double plan_mib(size_t b) { return b / 1048576.0; }
 
+/* The recipe's compress_saved format, as written there. */
+static const char *plan_compress_name(int f) {
+  static const char *const names[4] = {"off", "fp16", "bf16", "int8"};
+  return names[f & 3];
+}
+
 static void plan_breakdown(const tt_program *p, size_t *params, size_t *grads, size_t *opt, size_t *acts, size_t *ws) {
   size_t at[TT_BC_COUNT];
   tt_program_peak_breakdown(p, at);
@@ -179,6 +185,19 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
       tt_strbuf_printf(&b, ", \"loader_worst_decode_bytes\": null, \"loader_worst_decode_bytes_per_thread\": null");
     }
   }
+  tt_strbuf_printf(&b, ", \"compact_saves\": {\"count\": %d, \"bytes\": %zu, \"replaces_bytes\": %zu, \"layers\": [",
+                   p->n_compact, p->compact_bytes, p->compact_full_bytes);
+  for (int i = 0, k = 0; i < p->micro_end; i++) {
+    const tt_step *st = &p->steps[i];
+    if (st->op != TT_S_FWD || !(st->flags & TT_SF_COMPACT)) continue;
+    tt_strbuf_printf(&b, "%s{\"layer\": ", k++ ? ", " : "");
+    tt_strbuf_json(&b, st->name);
+    tt_strbuf_printf(&b, ", \"form\": \"%s\", \"bytes\": %zu}",
+                     st->kind == TT_L_MAXPOOL ? "uint8 argmax" : (st->kind == TT_L_CONV ? plan_compress_name(p->policy.compress) : "1-bit mask"),
+                     p->bufs[st->out[TT_FWD_COMPACT]].bytes);
+  }
+  tt_strbuf_printf(&b, "]}, \"compressed_saves\": {\"format\": \"%s\", \"count\": %d, \"bytes\": %zu, \"replaces_bytes\": %zu}",
+                   plan_compress_name(p->policy.compress), p->n_compressed, p->compressed_bytes, p->compressed_full_bytes);
   tt_strbuf_printf(&b, ", \"saved\": {\"fp32_plain_arena_bytes\": %zu, \"no_inplace_arena_bytes\": %zu, "
                        "\"no_recompute_arena_bytes\": %zu}, \"alternatives\": [",
                    r->arena_fp32_plain, r->arena_no_inplace, r->arena_no_recompute);
@@ -235,6 +254,16 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
   tt_session_policy_text(s, pol, sizeof pol); /* the words train prints at its start */
   fprintf(out, "  policy      %s\n", pol);
   plan_text_recomputed(s, out);
+  if (p->n_compact > p->n_compressed)
+    fprintf(out, "  compact     %d saves for backward in their smallest exact form (ReLU 1-bit masks, max-pool uint8\n"
+                 "              indices): %.1f MiB in place of %.1f MiB of tensors nothing else keeps\n",
+            p->n_compact - p->n_compressed, plan_mib(p->compact_bytes - p->compressed_bytes),
+            plan_mib(p->compact_full_bytes - p->compressed_full_bytes));
+  if (p->n_compressed)
+    fprintf(out, "  compressed  %d convolution inputs saved for backward as %s (lossy, [train] compress_saved; the\n"
+                 "              forward is exact): %.1f MiB in place of %.1f MiB\n",
+            p->n_compressed, plan_compress_name(p->policy.compress), plan_mib(p->compressed_bytes),
+            plan_mib(p->compressed_full_bytes));
   if (s->ranks > 1)
     fprintf(out, "  ranks       planned per rank for --ranks %d (the budget is each rank's GPU): global batch %d x %d ranks = %d;\n"
                  "              fp32 gradients all-reduced once per optimizer step (%.1f MiB per rank) in %d buckets\n"

@@ -29,15 +29,27 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
     case TT_L_CONV:
     case TT_L_LINEAR: {
       int conv = s->kind == TT_L_CONV;
+      int lossy = conv && (s->flags & TT_SF_COMPACT) && p->policy.compress;
+      tt_call *z = NULL; /* the lossy copy's call: shapes set after the loop below */
       if (!bwd) {
         c = dispatch_add(calls, &n, conv ? TT_OP_CONV_FWD : TT_OP_LINEAR_FWD, dt);
         c->op.bias = s->in[TT_FWD_B] >= 0;
         dispatch_in(c, s->in[TT_FWD_X], s->in[TT_FWD_W], s->in[TT_FWD_B]);
         c->out[0] = s->out[TT_FWD_Y];
+        if (lossy) {
+          z = dispatch_add(calls, &n, TT_CALL_SAVE_COMPRESS, dt);
+          dispatch_in(z, s->in[TT_FWD_X], -1, -1);
+          z->out[0] = s->out[TT_FWD_COMPACT];
+        }
       } else {
+        if (lossy) {
+          z = dispatch_add(calls, &n, TT_CALL_SAVE_RESTORE, dt);
+          dispatch_in(z, s->in[TT_BWD_SAVED], -1, -1);
+          z->out[0] = s->out[TT_BWD_RESTORED];
+        }
         c = dispatch_add(calls, &n, conv ? TT_OP_CONV_BWD_FILTER : TT_OP_LINEAR_BWD_FILTER, dt);
         c->op.bias = s->out[TT_BWD_DB] >= 0;
-        dispatch_in(c, s->in[TT_BWD_SAVED], s->in[TT_BWD_DY], -1);
+        dispatch_in(c, lossy ? s->out[TT_BWD_RESTORED] : s->in[TT_BWD_SAVED], s->in[TT_BWD_DY], -1);
         c->out[0] = s->out[TT_BWD_DW], c->out[1] = s->out[TT_BWD_DB];
         c->param_grads = 1;
         c->planned_only = c->out[0] < 0;
@@ -49,7 +61,10 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
         }
       }
       for (int k = 0; k < n; k++) /* the same shape for every call of the step */
-        if (conv) {
+        if (&calls[k] == z) {
+          z->fmt = p->policy.compress;
+          z->op.u.bn.n = batch, z->op.u.bn.c = a->conv.c, z->op.u.bn.hw = a->conv.h * a->conv.w;
+        } else if (conv) {
           calls[k].op.u.conv = a->conv, calls[k].op.u.conv.n = batch;
         } else {
           calls[k].op.u.linear.n = batch, calls[k].op.u.linear.in = a->linear.in, calls[k].op.u.linear.out = a->linear.out;
@@ -86,11 +101,12 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
        * has nothing to do */
       int act = s->kind == TT_L_RELU || s->kind == TT_L_RELU6 || s->kind == TT_L_SILU;
       int pool = s->kind == TT_L_MAXPOOL || s->kind == TT_L_AVGPOOL;
+      int compact = (s->flags & TT_SF_COMPACT) != 0;
       if (bwd && dx < 0) break;
       if (act)
-        c = dispatch_add(calls, &n, bwd ? TT_OP_ACT_BWD : TT_OP_ACT_FWD, dt);
+        c = dispatch_add(calls, &n, bwd ? (compact ? TT_CALL_ACT_BWD_MASK : TT_OP_ACT_BWD) : TT_OP_ACT_FWD, dt);
       else if (pool)
-        c = dispatch_add(calls, &n, bwd ? TT_OP_POOL_BWD : TT_OP_POOL_FWD, dt);
+        c = dispatch_add(calls, &n, bwd ? (compact ? TT_CALL_POOL_BWD_IDX : TT_OP_POOL_BWD) : TT_OP_POOL_FWD, dt);
       else if (s->kind == TT_L_DROPOUT)
         c = dispatch_add(calls, &n, bwd ? TT_CALL_DROPOUT_BWD : TT_CALL_DROPOUT_FWD, dt);
       else
@@ -116,6 +132,12 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
         c->op.u.act.count = cnt, c->p = a->eltwise.p;
       } else {
         c->op.u.bn.n = batch, c->op.u.bn.c = a->gap.c, c->op.u.bn.hw = a->gap.hw;
+      }
+      if (compact && !bwd && (act || pool)) { /* the compact save, from y (act) or x (pool) */
+        tt_call *m = dispatch_add(calls, &n, act ? TT_CALL_ACT_MASK : TT_CALL_POOL_ARGMAX, dt);
+        m->op.u = c->op.u, m->op.pool_mode = c->op.pool_mode;
+        dispatch_in(m, act ? s->out[TT_FWD_Y] : s->in[TT_FWD_X], -1, -1);
+        m->out[0] = s->out[TT_FWD_COMPACT];
       }
       break;
     }

@@ -22,7 +22,13 @@ enum {
   TT_CALL_DROPOUT_BWD,
   TT_CALL_ADD,
   TT_CALL_ACCUMULATE,
-  TT_CALL_CHANNEL_COPY
+  TT_CALL_CHANNEL_COPY,
+  TT_CALL_ACT_MASK,     /* compact saves (TT_SF_COMPACT): op.u.act; in y, out mask */
+  TT_CALL_ACT_BWD_MASK, /* in mask, dy; out dx */
+  TT_CALL_POOL_ARGMAX,  /* op.u.pool; in x, out idx */
+  TT_CALL_POOL_BWD_IDX, /* in idx, dy; out dx */
+  TT_CALL_SAVE_COMPRESS,/* lossy saved conv input: fmt; op.u.bn n, c, hw; in x, out the copy */
+  TT_CALL_SAVE_RESTORE  /* in the copy, out x restored */
 };
 
 /* One backend call. Shapes are at the batch tt_step_calls was given. */
@@ -45,10 +51,11 @@ typedef struct tt_call {
   float momentum;  /* bn training forward */
   int update_running; /* bn training forward: 0 when recomputing */
   float p;         /* dropout probability; the mask seed is the executor's (node, micro-step) */
+  int fmt;         /* save_compress / save_restore: tt_save_fmt */
   int hw, src_c, src_off, dst_c, dst_off, nc; /* channel_copy (n is op.u.bn.n) */
 } tt_call;
 
-#define TT_STEP_MAX_CALLS (TT_MAX_INPUTS + 1)
+#define TT_STEP_MAX_CALLS (TT_MAX_INPUTS + 3)
 
 /* The calls of step s at `batch` samples into calls, in run order; returns their count (0 for
  * steps other than TT_S_FWD and TT_S_BWD). */

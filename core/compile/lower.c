@@ -31,6 +31,8 @@ typedef struct lower_ctx {
   int *gbuf;      /* node -> gradient buffer, -1 until a consumer writes it */
   int *wcopy;     /* param -> fp16 copy buffer, -1 if not made yet in this micro-step */
   char *needs_grad; /* backward: node -> a trainable parameter at or before it (else no gradient flows in) */
+  char *compact;  /* node -> 1: its forward writes a compact save its backward reads (TT_SF_COMPACT) */
+  int *cur_cmp;   /* node -> the compact save's buffer, -1 if none */
   int too_large;  /* a buffer's size passed 2^64 bytes: tt_lower returns TT_ERR_TOO_LARGE */
 } lower_ctx;
 
@@ -240,10 +242,37 @@ static int lower_fwd(lower_ctx *c, int node, int flags) {
     if (save < 0 || lower_buf(c, g->model->layers[node].name, ".save_invstd", sb, TT_F32, TT_BC_ACTIVATIONS, 0, node, -1) < 0)
       return -1;
   }
+  int cmp = -1;
+  if (c->compact[node] && !(flags & (TT_SF_RECOMPUTE | TT_SF_EVAL))) {
+    size_t count = tt_size_mul((size_t)c->pol->micro_batch, tt_node_numel(n)); /* mask: elements of y; index: of y too */
+    size_t cb = n->kind == TT_L_MAXPOOL ? count : (count == SIZE_MAX ? SIZE_MAX : tt_act_mask_bytes(count));
+    const char *suffix = n->kind == TT_L_MAXPOOL ? ".argmax_u8" : ".mask_1bit";
+    if (n->kind == TT_L_CONV) { /* a lossy copy of the input x */
+      static const char *const sfx[4] = {"", ".x_fp16", ".x_bf16", ".x_int8"};
+      const tt_node *x = lower_in(c, n, 0);
+      size_t xc = tt_size_mul((size_t)c->pol->micro_batch, tt_node_numel(x));
+      cb = xc == SIZE_MAX ? SIZE_MAX : tt_saved_bytes((tt_save_fmt)c->pol->compress, (size_t)c->pol->micro_batch, (size_t)x->c,
+                                                      (size_t)x->h * (size_t)x->w);
+      suffix = sfx[c->pol->compress & 3];
+    }
+    cmp = lower_buf(c, g->model->layers[node].name, suffix, cb, TT_F32, TT_BC_ACTIVATIONS, 0, node, -1);
+    if (cmp < 0) return -1;
+    c->p->n_compact++;
+    c->p->compact_bytes += cb;
+    /* the tensor backward would otherwise keep: relu's y, the max pool's or the conv's x */
+    size_t full = n->kind == TT_L_RELU || n->kind == TT_L_RELU6 ? lower_act_bytes(c, node) : lower_act_bytes(c, c->canon[n->in[0]]);
+    c->p->compact_full_bytes += full;
+    if (n->kind == TT_L_CONV) c->p->n_compressed++, c->p->compressed_bytes += cb, c->p->compressed_full_bytes += full;
+    flags |= TT_SF_COMPACT;
+  }
   tt_step *s = lower_step(c, TT_S_FWD, node, flags);
   if (!s) return -1;
   lower_args(c, n, &s->a);
   for (int k = 0; k < n->nin; k++) lower_set(s, 0, k, ins[k]);
+  if (cmp >= 0) {
+    lower_set(s, 1, TT_FWD_COMPACT, cmp);
+    c->cur_cmp[node] = cmp;
+  }
   if (n->kind == TT_L_CONV || n->kind == TT_L_LINEAR) {
     lower_set(s, 0, TT_FWD_W, w);
     lower_set(s, 0, TT_FWD_B, b);
@@ -309,9 +338,10 @@ static int lower_bwd(lower_ctx *c, int node) {
   const tt_node *n = &c->g->nodes[node];
   const tt_op_traits *op = tt_op(n->kind);
   /* Saved tensors first: recomputation steps must precede this backward step. */
-  int saved = -1;
-  if (op->bwd_reads & TT_READS_INPUT) saved = lower_value(c, c->canon[n->in[0]]); /* conv/linear: x for dW */
-  if (op->bwd_reads & TT_READS_OUTPUT) saved = lower_value(c, node);
+  int saved = -1, compact = c->cur_cmp[node] >= 0;
+  if (compact) saved = c->cur_cmp[node]; /* the mask or index the forward wrote */
+  else if (op->bwd_reads & TT_READS_INPUT) saved = lower_value(c, c->canon[n->in[0]]); /* conv/linear: x for dW */
+  else if (op->bwd_reads & TT_READS_OUTPUT) saved = lower_value(c, node);
   if (op->bwd_reads && saved < 0) return -1;
   if (n->kind == TT_L_BN && (c->cur_save[node] < 0 || c->cur_val[node] < 0)) {
     /* statistics were dropped with the value: recompute the node itself */
@@ -319,8 +349,16 @@ static int lower_bwd(lower_ctx *c, int node) {
   }
   int w = lower_weight(c, n->weight);
   if (w < -1) return -1;
-  tt_step *s = lower_step(c, TT_S_BWD, node, 0);
+  int restored = -1;
+  if (compact && n->kind == TT_L_CONV) { /* x restored from the lossy copy, live during this step only */
+    int xn = c->canon[n->in[0]];
+    restored = lower_buf(c, c->g->model->layers[node].name, ".x_restored", lower_act_bytes(c, xn), c->pol->act_dtype,
+                         TT_BC_ACTIVATIONS, 0, xn, -1);
+    if (restored < 0) return -1;
+  }
+  tt_step *s = lower_step(c, TT_S_BWD, node, compact ? TT_SF_COMPACT : 0);
   if (!s) return -1;
+  if (restored >= 0) lower_set(s, 1, TT_BWD_RESTORED, restored);
   lower_args(c, n, &s->a);
   lower_set(s, 0, TT_BWD_DY, c->gbuf[node]);
   if (saved >= 0) lower_set(s, 0, TT_BWD_SAVED, saved);
@@ -339,14 +377,74 @@ static int lower_bwd(lower_ctx *c, int node) {
   return lower_ws(c, s); /* last: the calls depend on which gradients are added into */
 }
 
+/* Whether backward of node j (reading its input v) can read a compact form instead: max pooling
+ * with a window a uint8 indexes, on a backend with the entries. */
+static int lower_pool_compactable(const lower_ctx *c, const tt_node *n) {
+  return n->kind == TT_L_MAXPOOL && n->L->kh * n->L->kw <= 256 && c->be->pool_argmax && c->be->pool_bwd_idx;
+}
+
+/* Whether a convolution's backward may read a lossy copy of its input (policy.compress: fp16
+ * or bf16 under fp32 activations, int8 under either). */
+static int lower_conv_compressible(const lower_ctx *c, const tt_node *n) {
+  const tt_policy *pol = c->pol;
+  return n->kind == TT_L_CONV && pol->compress > TT_SAVE_EXACT && pol->compress <= TT_SAVE_INT8 && c->be->save_compress &&
+         c->be->save_restore && (pol->act_dtype == TT_F32 || pol->compress == TT_SAVE_INT8);
+}
+
+/* Compact saves (policy.compact, training): a value v is kept for backward as the full tensor
+ * only when something reads it there. When every backward reader of v can read a compact form
+ * instead (v's own backward if v is a ReLU or ReLU6: a 1-bit mask; a max pool reading v: a
+ * uint8 index), those readers get their compact forms and v dies with its last forward use.
+ * Recompute re-reads values: a v that is recomputed, or read by a recomputed op, keeps the
+ * full tensor. */
+static void lower_compact_plan(lower_ctx *c) {
+  const tt_graph *g = c->g;
+  const tt_policy *pol = c->pol;
+  int nn = g->nnodes;
+  memset(c->compact, 0, (size_t)nn);
+  if (!pol->training || !pol->compact) return;
+  for (int v = 1; v < nn; v++) {
+    const tt_node *nv = &g->nodes[v];
+    if (c->canon[v] != v || (pol->recompute && pol->recompute[v])) continue;
+    int ok = 1, readers = 0;
+    if (tt_op(nv->kind)->bwd_reads & TT_READS_OUTPUT) {
+      if ((nv->kind == TT_L_RELU || nv->kind == TT_L_RELU6) && c->be->act_mask && c->be->act_bwd_mask)
+        readers++;
+      else
+        ok = 0;
+    }
+    for (int j = v + 1; j < nn && ok; j++) {
+      const tt_node *nj = &g->nodes[j];
+      int reads = 0;
+      if (c->canon[j] != j) continue; /* a view: its consumers read v through canon */
+      for (int k = 0; k < nj->nin; k++)
+        if (c->canon[nj->in[k]] == v) reads = 1;
+      if (!reads) continue;
+      if (pol->recompute && pol->recompute[j]) ok = 0; /* re-run in backward: reads v there */
+      else if (c->canon[nj->in[0]] == v && (tt_op(nj->kind)->bwd_reads & TT_READS_INPUT)) {
+        if (lower_pool_compactable(c, nj) || lower_conv_compressible(c, nj)) readers++;
+        else ok = 0;
+      }
+    }
+    if (!ok || !readers) continue;
+    if (tt_op(nv->kind)->bwd_reads & TT_READS_OUTPUT) c->compact[v] = 1;
+    for (int j = v + 1; j < nn; j++)
+      if (c->canon[j] == j && g->nodes[j].nin && c->canon[g->nodes[j].in[0]] == v &&
+          (tt_op(g->nodes[j].kind)->bwd_reads & TT_READS_INPUT))
+        c->compact[j] = 1;
+  }
+}
+
 /* The tables of the lowering context and of the Program, in one allocation; views resolved. */
 static int lower_tables(lower_ctx *c) {
   const tt_graph *g = c->g;
   tt_program *p = c->p;
   int nn = g->nnodes, np = g->nparams;
-  int *ints = (int *)tt_malloc(sizeof(int) * (size_t)(5 * nn + 5 * np + 8), "lowering tables", c->err);
+  int *ints = (int *)tt_malloc(sizeof(int) * (size_t)(6 * nn + 5 * np + 8) + (size_t)nn, "lowering tables", c->err);
   if (!ints) return -1;
-  for (int i = 0; i < 5 * nn + 5 * np + 8; i++) ints[i] = -1;
+  for (int i = 0; i < 6 * nn + 5 * np + 8; i++) ints[i] = -1;
+  c->cur_cmp = ints + 5 * nn + 5 * np + 8;
+  c->compact = (char *)(ints + 6 * nn + 5 * np + 8);
   c->canon = ints, c->cur_val = ints + nn, c->cur_save = ints + 2 * nn, c->gbuf = ints + 3 * nn;
   p->tables = ints;
   p->value_buf = ints + 4 * nn;
@@ -357,6 +455,7 @@ static int lower_tables(lower_ctx *c) {
     const tt_node *n = &g->nodes[i];
     c->canon[i] = tt_op_is_view(n->L, c->pol->training) ? c->canon[n->in[0]] : i;
   }
+  lower_compact_plan(c);
   return 0;
 }
 

@@ -93,6 +93,7 @@ typedef struct tt_train_cfg {
   unsigned long long seed;
   tt_precision precision;
   tt_recompute_mode recompute;
+  int compress_saved;           /* tt_save_fmt: convolutions' saved inputs for backward, lossy (0: exact) */
   int log_every;                /* optimizer steps between "train" metric lines */
   /* checkpoint_every: a checkpoint every this many optimizer steps, or (steps 0) every this many
    * seconds of wall time; both 0: only at the end of each epoch and on a stop. Default 600 s. */

@@ -14,6 +14,13 @@ static int sched_plan_one(const tt_graph *g, tt_backend *be, int mb, int accum, 
   memset(&pol, 0, sizeof pol);
   pol.micro_batch = mb, pol.accum_steps = accum, pol.act_dtype = dt, pol.inplace = inplace, pol.recompute = rec;
   pol.training = 1;
+  /* exact, and never larger: a ReLU mask or pool index only where it frees the tensor;
+   * TINYTRAIN_NO_COMPACT=1 plans the full tensors (to measure what compact saves save) */
+  {
+    const char *nc = getenv("TINYTRAIN_NO_COMPACT");
+    pol.compact = !(nc && *nc && strcmp(nc, "0"));
+  }
+  pol.compress = pol.compact ? g->model->train.compress_saved : 0; /* lossy: only when the recipe asks */
   if ((rc = tt_lower(g, &pol, be, p, err))) return rc;
   if ((rc = tt_program_plan(p, err))) tt_program_free(p);
   return rc;
@@ -46,10 +53,91 @@ static int sched_count(const unsigned char *rec, int n) {
   return c;
 }
 
-/* Best fitting program for (mb, dt): plain, or with the cheapest recompute set that fits.
- * rec receives the recompute set. Returns 1 if fits, 0 if not, -1 or TT_ERR_TOO_LARGE on error. */
+/* Which recompute search runs: the options', or TINYTRAIN_RECOMPUTE_SEARCH=segments|ops
+ * (to compare the searches, e.g. tests/bench/memory_tradeoff), or both. */
+static tt_recompute_search_kind sched_rsearch(const tt_policy_opts *o) {
+  const char *e;
+  if (o->recompute_search != TT_RSEARCH_BEST) return o->recompute_search;
+  e = getenv("TINYTRAIN_RECOMPUTE_SEARCH");
+  if (e && !strcmp(e, "segments")) return TT_RSEARCH_SEGMENTS;
+  if (e && !strcmp(e, "ops")) return TT_RSEARCH_OPS;
+  return TT_RSEARCH_BEST;
+}
+
+/* Per-op recompute (tt_recompute_search_ops) freeing `over` bytes, asking for more until the
+ * real planner says it fits; 1 fits (out, rec), 0 not, -1 or TT_ERR_TOO_LARGE on error. */
+static int sched_fit_ops(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
+                         tt_dtype dt, double over, unsigned char *rec, tt_program *out, size_t *min_arena, tt_err *err) {
+  int rc;
+  for (int iter = 0; iter < 10; iter++) {
+    int ops = tt_recompute_search_ops(g, mb, dt, o->profile, over, rec, err);
+    if (ops < -1) return -1;
+    if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err))) return rc;
+    if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
+    if (out->arena_bytes <= budget) return 1;
+    over += (double)(out->arena_bytes - budget) * 1.25 + 1.0;
+    tt_program_free(out);
+    if (ops < 0) break;
+  }
+  return 0;
+}
+
+static int sched_fit_segments(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
+                              tt_dtype dt, unsigned char *rec, tt_program *out, size_t *min_arena, double *over_out,
+                              tt_err *err);
+
+/* Best fitting program for (mb, dt): plain, or with the cheapest recompute set that fits: the
+ * segment search's and the per-op search's (o->recompute_search), the faster in the cost model
+ * (as fast: the smaller arena). rec receives the recompute set. Returns 1 if fits, 0 if not, -1
+ * or TT_ERR_TOO_LARGE on error. */
 static int sched_fit(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum, tt_dtype dt,
                      unsigned char *rec, tt_program *out, size_t *min_arena, tt_err *err) {
+  double over = -1.0;
+  int n = g->nnodes;
+  int rc = sched_fit_segments(g, be, o, budget, mb, accum, dt, rec, out, min_arena, &over, err);
+  tt_recompute_search_kind kind = sched_rsearch(o);
+  if (rc < 0 || over < 0.0 || o->recompute != TT_RECOMP_AUTO || kind == TT_RSEARCH_SEGMENTS) return rc;
+  /* the plain program did not fit and the segment search ran: try recomputing single ops */
+  unsigned char *rec2 = (unsigned char *)tt_malloc((size_t)n, "recompute set", err);
+  if (!rec2) {
+    if (rc == 1) tt_program_free(out);
+    return -1;
+  }
+  tt_program p2;
+  int rc2 = sched_fit_ops(g, be, o, budget, mb, accum, dt, over, rec2, &p2, min_arena, err);
+  if (rc2 < 0) {
+    free(rec2);
+    if (rc == 1) tt_program_free(out);
+    return rc2;
+  }
+  if (rc2 == 1) {
+    int take = rc != 1 || kind == TT_RSEARCH_OPS;
+    if (!take) {
+      double a = tt_predict_ms(out, o->profile), b = tt_predict_ms(&p2, o->profile);
+      take = fabs(a - b) <= 1e-9 * a ? p2.arena_bytes < out->arena_bytes : b < a;
+    }
+    if (take) {
+      if (rc == 1) tt_program_free(out);
+      *out = p2;
+      memcpy(rec, rec2, (size_t)n);
+      out->policy.recompute = rec;
+      rc = 1;
+    } else {
+      tt_program_free(&p2);
+    }
+  } else if (kind == TT_RSEARCH_OPS && rc == 1) {
+    tt_program_free(out);
+    rc = 0;
+  }
+  free(rec2);
+  return rc;
+}
+
+/* The segment search's fit; *over_out: the bytes the plain program overshot by (-1 when it
+ * fit or recompute is not searched). */
+static int sched_fit_segments(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
+                              tt_dtype dt, unsigned char *rec, tt_program *out, size_t *min_arena, double *over_out,
+                              tt_err *err) {
   int n = g->nnodes, rc;
   tt_recompute_mode rm = o->recompute;
   memset(rec, 0, (size_t)n);
@@ -64,7 +152,9 @@ static int sched_fit(const tt_graph *g, tt_backend *be, const tt_policy_opts *o,
   /* Free the overshoot by recomputing; the model is approximate, so check with the real
    * planner and ask for more until it fits or the plan that frees the most is reached. */
   double over = (double)(out->arena_bytes - budget);
+  *over_out = over;
   tt_program_free(out);
+  if (sched_rsearch(o) == TT_RSEARCH_OPS) return 0;
   for (int iter = 0; iter < 8; iter++) {
     int units = tt_recompute_search(g, mb, dt, o->profile, over, rec, err);
     if (units < -1 || (units == -1 && tt_recompute_all(g, rec, err))) return -1;

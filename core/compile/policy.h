@@ -21,6 +21,10 @@ extern "C" {
  * 300-600 MiB on current drivers; we take the upper end so a plan never overcommits). */
 #define TT_RESERVE_ESTIMATE_BYTES ((size_t)600 << 20)
 
+/* Which recompute search `auto` runs: both, keeping the faster plan that fits (the default);
+ * whole segments of units only (the search before issue 26); single ops only. */
+typedef enum { TT_RSEARCH_BEST = 0, TT_RSEARCH_SEGMENTS, TT_RSEARCH_OPS } tt_recompute_search_kind;
+
 typedef struct tt_policy_opts {
   size_t vram_bytes;            /* the card's memory; 0 = no budget */
   size_t reserve_bytes;         /* subtracted from vram_bytes */
@@ -30,6 +34,7 @@ typedef struct tt_policy_opts {
   int inplace;                  /* 1 normally; 0 to switch in-place ops off */
   int eval_batch;               /* 0 = largest that fits in the training arena's transient region */
   const tt_device_profile *profile;
+  tt_recompute_search_kind recompute_search; /* BEST (0): segments and per op, the faster that fits */
 } tt_policy_opts;
 
 #define TT_POLICY_MAX_ALTS 12

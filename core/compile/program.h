@@ -64,7 +64,7 @@ enum {
   TT_FWD_X = 0, TT_FWD_W = 1, TT_FWD_B = 2,
   TT_BN_GAMMA = 1, TT_BN_BETA = 2, TT_BN_RMEAN = 3, TT_BN_RVAR = 4,
   /* FWD out: the value; batch norm when training: saved mean and 1/std [c] fp32 */
-  TT_FWD_Y = 0, TT_BN_SAVE_MEAN = 1, TT_BN_SAVE_INVSTD = 2,
+  TT_FWD_Y = 0, TT_BN_SAVE_MEAN = 1, TT_BN_SAVE_INVSTD = 2, TT_FWD_COMPACT = 1,
   /* BWD in: dy, then what tt_op(kind)->bwd_reads names (x or y), then conv/linear weight or
    * batch-norm gamma and saved statistics */
   TT_BWD_DY = 0, TT_BWD_SAVED = 1, TT_BWD_W = 2,
@@ -72,6 +72,7 @@ enum {
   /* BWD out: dx (add and concat: input k's gradient in slot k), then dw and db (batch norm:
    * dgamma and dbeta) */
   TT_BWD_DX = 0, TT_BWD_DW = 1, TT_BWD_DB = 2,
+  TT_BWD_RESTORED = 3, /* conv with a lossy saved input: x restored for the weight gradient */
   /* LOAD_INPUT, LOSS, CAST, CHECK, UPDATE */
   TT_LOAD_U8 = 0, TT_LOAD_LABELS = 1, TT_LOAD_X = 0,
   TT_LOSS_LOGITS = 0, TT_LOSS_LABELS = 1, TT_LOSS_DLOGITS = 0, TT_LOSS_STATS = 1,
@@ -82,7 +83,10 @@ enum {
 
 enum {
   TT_SF_RECOMPUTE = 1, /* forward re-run before backward: no running-statistics update */
-  TT_SF_EVAL = 2       /* inference: batch norm uses running statistics, dropout is identity */
+  TT_SF_EVAL = 2,      /* inference: batch norm uses running statistics, dropout is identity */
+  TT_SF_COMPACT = 4    /* relu/relu6 and max pooling: the forward also writes the compact save
+                        * (out slot TT_FWD_COMPACT) and the backward reads it (TT_BWD_SAVED) in
+                        * place of the full tensor: a 1-bit mask, a uint8 in-window index */
 };
 
 #define TT_STEP_MAX_IO (TT_MAX_INPUTS + 4)
@@ -131,6 +135,11 @@ typedef struct tt_policy {
   int accum_steps;     /* effective batch = micro_batch * accum_steps */
   tt_dtype act_dtype;  /* TT_F32, or TT_F16 for autocast */
   int inplace;         /* let ReLU/add/dropout and their backward reuse their input's storage */
+  int compact;         /* training: keep for backward a ReLU's 1-bit mask and a max pool's uint8
+                        * index instead of the tensor, where nothing else keeps the tensor alive
+                        * (and the backend has the compact entries); exact */
+  int compress;        /* tt_save_fmt: a convolution keeps its input for backward as fp16, bf16
+                        * or int8 + per-channel scale (lossy; [train] compress_saved); 0: exact */
   unsigned char *recompute; /* per node: 1 = keep only for the forward pass, recompute in backward; may be NULL */
   int training;        /* 0: forward-only evaluation program */
 } tt_policy;
@@ -157,6 +166,10 @@ typedef struct tt_program {
   size_t class_bytes[TT_BC_COUNT]; /* sum of buffer sizes per class (aliased ones counted once) */
   int n_inplace;       /* accepted in-place aliases */
   int n_recomputed_steps;
+  int n_compact;       /* compact saves (TT_SF_COMPACT forward steps) */
+  size_t compact_bytes, compact_full_bytes; /* their buffers' bytes; the full tensors' they replace */
+  int n_compressed;    /* of those, lossy saved convolution inputs (policy.compress) */
+  size_t compressed_bytes, compressed_full_bytes;
 } tt_program;
 
 /* What tt_lower and tt_program_plan return (besides 0 and -1) when a size would pass 2^64

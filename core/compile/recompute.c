@@ -336,3 +336,84 @@ void tt_recompute_sqrt(const tt_graph *g, unsigned char *rec) {
   rec[n - 1] = 0;
   free(unit_of);
 }
+
+/* ---- per-op recompute: the unit of recompute is the op ----
+ *
+ * Each value backward reads may be dropped on its own: it frees the value's bytes and costs its
+ * recomputation, the op's time in the cost model (FLOPs for compute-bound ops, bytes moved for
+ * memory-bound ones, a roofline) plus that of the inputs it needs that backward would not
+ * keep anyway (a ReLU in place over a batch norm's output needs the batch norm re-run from the
+ * convolution's output). Values are dropped cheapest time per byte first until `need` bytes
+ * are freed: batch norm, ReLU, add and pooling outputs (memory-bound: a few bytes moved per
+ * byte freed) long before a convolution's or linear layer's (many FLOPs per byte), so in a
+ * conv -> BN -> ReLU chain only the convolution's output stays. The segment search above is
+ * the special case that drops whole units; the policy search plans both and keeps the faster
+ * plan that fits. */
+
+/* Seconds to recompute node v alone: max(FLOPs / peak, bytes in and out / bandwidth) + overhead. */
+static double rcop_secs(const tt_graph *g, int v, int mb, tt_dtype dt, const tt_device_profile *prof) {
+  const tt_node *x = &g->nodes[v];
+  double peak = dt == TT_F16 ? prof->flops_fp16 : prof->flops_fp32, es = (double)tt_dtype_size(dt);
+  double bytes = (double)mb * (double)tt_node_numel(x) * es;
+  for (int k = 0; k < x->nin; k++) bytes += (double)mb * (double)tt_node_numel(&g->nodes[x->in[k]]) * es;
+  double tf = x->flops * mb / peak, tb = bytes / prof->bytes_per_s;
+  return (tf > tb ? tf : tb) + prof->op_overhead_s;
+}
+
+typedef struct rcop_cand { double score, bytes; int v; } rcop_cand;
+
+static int rcop_cmp(const void *a, const void *b) {
+  const rcop_cand *x = (const rcop_cand *)a, *y = (const rcop_cand *)b;
+  if (x->score != y->score) return x->score < y->score ? -1 : 1;
+  return x->v - y->v; /* stable: earlier layers first */
+}
+
+int tt_recompute_search_ops(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need,
+                            unsigned char *rec, tt_err *err) {
+  int n = g->nnodes;
+  unsigned char *reads = (unsigned char *)tt_malloc((size_t)n, "recompute set", err);
+  double *chain = (double *)tt_malloc(sizeof(double) * (size_t)n, "recompute set", err);
+  rcop_cand *cand = (rcop_cand *)tt_malloc(sizeof(rcop_cand) * (size_t)n, "recompute set", err);
+  if (!reads || !chain || !cand) {
+    free(reads), free(chain), free(cand);
+    return -2;
+  }
+  memset(rec, 0, (size_t)n);
+  tt_recompute_bwd_reads_all(g, reads);
+  /* chain[v]: seconds to have v's value back in backward when it is dropped: its own op plus
+   * every input chain that backward does not keep (views and the input are free) */
+  int nc = 0;
+  double total = 0.0;
+  for (int v = 0; v < n; v++) {
+    const tt_node *x = &g->nodes[v];
+    chain[v] = 0.0;
+    if (v == 0) continue;
+    if (tt_op_is_view(x->L, 1)) {
+      chain[v] = x->nin ? chain[x->in[0]] : 0.0;
+      continue;
+    }
+    chain[v] = rcop_secs(g, v, micro_batch, dt, prof);
+    for (int k = 0; k < x->nin; k++) {
+      int u = x->in[k];
+      while (u > 0 && tt_op_is_view(g->nodes[u].L, 1)) u = g->nodes[u].in[0];
+      if (u > 0 && !reads[u]) chain[v] += chain[u];
+    }
+    if (v == n - 1 || !reads[v]) continue;
+    double bytes = (double)micro_batch * (double)tt_node_numel(x) * (double)tt_dtype_size(dt);
+    if (bytes <= 0.0) continue;
+    cand[nc].v = v, cand[nc].bytes = bytes, cand[nc].score = chain[v] / bytes;
+    total += bytes;
+    nc++;
+  }
+  qsort(cand, (size_t)nc, sizeof *cand, rcop_cmp);
+  double freed = 0.0;
+  int marked = 0;
+  for (int i = 0; i < nc && freed < need; i++) {
+    rec[cand[i].v] = 1;
+    freed += cand[i].bytes;
+    marked++;
+  }
+  free(reads), free(chain), free(cand);
+  (void)total;
+  return freed < need ? -1 : marked;
+}

@@ -27,6 +27,13 @@ int tt_recompute_search(const tt_graph *g, int micro_batch, tt_dtype dt, const t
  * of units with kept boundaries between them; on a chain of layers about sqrt(n) segments).
  * 0, or -1 out of host memory (err set). */
 int tt_recompute_all(const tt_graph *g, unsigned char *rec, tt_err *err);
+/* Per-op recompute: fills rec[] with the values to drop, one op at a time, cheapest recompute
+ * time per byte freed first (the cost model: FLOPs for compute-bound ops, bytes for
+ * memory-bound ones, plus the inputs backward would not keep), until `need` bytes are freed.
+ * Returns the ops marked; -1 when dropping every value backward reads frees less than `need`
+ * (rec then marks them all); -2 out of host memory (err set). */
+int tt_recompute_search_ops(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need,
+                            unsigned char *rec, tt_err *err);
 /* The sqrt(n) baseline: every unit recomputed except every k-th, k = round(sqrt(units)). */
 void tt_recompute_sqrt(const tt_graph *g, unsigned char *rec);
 #ifdef __cplusplus

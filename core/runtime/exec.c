@@ -349,6 +349,29 @@ static int exec_call(exec_run *r, const tt_step *s, const tt_call *c, tt_err *er
       EXEC_CHECK(be->channel_copy(be, o->u.bn.n, c->hw, dt, in[0], c->src_c, c->src_off, out[0], c->dst_c, c->dst_off, c->nc,
                                   c->beta));
       break;
+    case TT_CALL_ACT_MASK:
+      if (!be->act_mask) return tt_fail(err, "internal error: the %s backend has no act_mask", be->name);
+      EXEC_CHECK(be->act_mask(be, o->u.act.act, o->u.act.count, dt, in[0], (uint32_t *)out[0]));
+      break;
+    case TT_CALL_ACT_BWD_MASK:
+      if (!be->act_bwd_mask) return tt_fail(err, "internal error: the %s backend has no act_bwd_mask", be->name);
+      EXEC_CHECK(be->act_bwd_mask(be, o->u.act.act, o->u.act.count, dt, (const uint32_t *)in[0], in[1], out[0], c->beta));
+      break;
+    case TT_CALL_POOL_ARGMAX:
+      if (!be->pool_argmax) return tt_fail(err, "internal error: the %s backend has no pool_argmax", be->name);
+      EXEC_CHECK(be->pool_argmax(be, &o->u.pool, dt, in[0], (uint8_t *)out[0]));
+      break;
+    case TT_CALL_POOL_BWD_IDX:
+      if (!be->pool_bwd_idx) return tt_fail(err, "internal error: the %s backend has no pool_bwd_idx", be->name);
+      EXEC_CHECK(be->pool_bwd_idx(be, &o->u.pool, dt, (const uint8_t *)in[0], in[1], out[0], c->beta));
+      break;
+    case TT_CALL_SAVE_COMPRESS:
+    case TT_CALL_SAVE_RESTORE:
+      if (!be->save_compress || !be->save_restore)
+        return tt_fail(err, "internal error: the %s backend has no lossy saved copies", be->name);
+      if (c->fn == TT_CALL_SAVE_COMPRESS) EXEC_CHECK(be->save_compress(be, c->fmt, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], out[0]));
+      else EXEC_CHECK(be->save_restore(be, c->fmt, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], out[0]));
+      break;
     default: return tt_fail(err, "internal error: no backend call %d", c->fn);
   }
   return 0;

@@ -529,6 +529,8 @@ static const tt_backend cuda_be_table = {
     tt_cuda_channel_copy, tt_cuda_cast, tt_cuda_normalize_u8, tt_cuda_softmax_ce,
     tt_cuda_sgd_update, tt_cuda_adam_update, tt_cuda_check_finite,
     cuda_be_op_workspace, cuda_be_prepare,
+    tt_cuda_act_mask, tt_cuda_act_bwd_mask, tt_cuda_pool_argmax, tt_cuda_pool_bwd_idx,
+    tt_cuda_save_compress, tt_cuda_save_restore,
 };
 
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize) {

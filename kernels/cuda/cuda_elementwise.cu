@@ -116,6 +116,137 @@ int tt_cuda_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const vo
   return 0;
 }
 
+/* One thread per uint32 word of the mask (32 elements), so no two threads share a word. */
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_act_mask_k(tt_act a, size_t count, tt_dtype dt,
+                                                                     const void *y, uint32_t *mask) {
+  size_t nw = (count + 31u) / 32u;
+  TT_CUDA_LOOP(wi, nw) {
+    size_t i0 = wi * 32u, i1 = i0 + 32u < count ? i0 + 32u : count;
+    uint32_t m = 0;
+    for (size_t i = i0; i < i1; i++)
+      if (tt_act_grad(a, tt_cuda_ld(dt, y, i), 1.0f) != 0.0f) m |= 1u << (i - i0);
+    mask[wi] = m;
+  }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_act_bwd_mask_k(size_t count, tt_dtype dt,
+                                                                         const uint32_t *mask, const void *dy, void *dx,
+                                                                         float beta) {
+  TT_CUDA_LOOP(i, count) {
+    float g = tt_cuda_ld(dt, dy, i);
+    tt_cuda_st_beta(dt, dx, i, ((mask[i >> 5] >> (i & 31u)) & 1u) ? g : 0.0f, beta);
+  }
+}
+
+int tt_cuda_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask) {
+  if (cuda_ew_dt(b, "act_mask", dt)) return -1;
+  if (a != TT_ACT_RELU && a != TT_ACT_RELU6) return tt_cuda_fail(b, "act_mask: activation %d has no mask form", (int)a);
+  if (!count) return 0;
+  if (!y || !mask) return tt_cuda_fail(b, "act_mask: NULL y or mask");
+  size_t nw = (count + 31u) / 32u;
+  TT_LAUNCH(cuda_ew_act_mask_k, tt_cuda_blocks(nw), TT_CUDA_THREADS, 0, cuda_ew_stream(b), a, count, dt, y, mask);
+  CUDA_LAUNCH_CHECK(b, "act_mask");
+  return 0;
+}
+
+int tt_cuda_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
+                         void *dx, float beta) {
+  if (cuda_ew_dt(b, "act_bwd_mask", dt)) return -1;
+  if (a != TT_ACT_RELU && a != TT_ACT_RELU6) return tt_cuda_fail(b, "act_bwd_mask: activation %d has no mask form", (int)a);
+  if (!count) return 0;
+  if (!mask || !dy || !dx) return tt_cuda_fail(b, "act_bwd_mask: NULL mask, dy or dx");
+  if (dx == dy && beta != 0.0f)
+    return tt_cuda_fail(b, "act_bwd_mask: dx may alias dy only when beta == 0 (beta=%g)", (double)beta);
+  TT_LAUNCH(cuda_ew_act_bwd_mask_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, dt, mask, dy, dx,
+            beta);
+  CUDA_LAUNCH_CHECK(b, "act_bwd_mask");
+  return 0;
+}
+
+/* ------------------------- lossy saved copies (backend.h) ----------------------------- */
+
+static __device__ uint16_t cuda_ew_f2bf(float v) {
+  uint32_t u = __float_as_uint(v);
+  if (v != v) return (uint16_t)((u >> 16) | 0x40u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_save16_k(size_t count, int f, tt_dtype dt, const void *x,
+                                                                   uint16_t *o) {
+  TT_CUDA_LOOP(i, count) {
+    float v = tt_cuda_ld(dt, x, i);
+    if (f == TT_SAVE_FP16) tt_cuda_st(TT_F16, o, i, v);
+    else o[i] = cuda_ew_f2bf(v);
+  }
+}
+
+/* One block per channel: max |x| over (n, hw) by a fixed-order tree, then the int8 values. */
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_save8_k(int n, int c, int hw, tt_dtype dt, const void *x,
+                                                                  int8_t *q, float *scale) {
+  __shared__ float sh[TT_CUDA_THREADS];
+  int ch = blockIdx.x;
+  size_t m = (size_t)n * hw;
+  float mx = 0.0f;
+  for (size_t idx = threadIdx.x; idx < m; idx += blockDim.x) {
+    size_t s = idx / hw, k = idx - s * hw;
+    float a = fabsf(tt_cuda_ld(dt, x, (s * c + ch) * hw + k));
+    if (a > mx) mx = a;
+  }
+  sh[threadIdx.x] = mx;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if ((int)threadIdx.x < o && sh[threadIdx.x + o] > sh[threadIdx.x]) sh[threadIdx.x] = sh[threadIdx.x + o];
+    __syncthreads();
+  }
+  mx = sh[0];
+  float inv = mx > 0.0f ? 127.0f / mx : 0.0f;
+  if (threadIdx.x == 0) scale[ch] = mx / 127.0f;
+  for (size_t idx = threadIdx.x; idx < m; idx += blockDim.x) {
+    size_t s = idx / hw, k = idx - s * hw, i = (s * c + ch) * hw + k;
+    float r = rintf(tt_cuda_ld(dt, x, i) * inv);
+    q[i] = (int8_t)(r > 127.0f ? 127 : (r < -127.0f ? -127 : (r == r ? (int)r : 0)));
+  }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_restore_k(size_t count, int f, int c, int hw, tt_dtype dt,
+                                                                    const void *src, const float *scale, void *x) {
+  TT_CUDA_LOOP(i, count) {
+    float v;
+    if (f == TT_SAVE_FP16) v = tt_cuda_ld(TT_F16, src, i);
+    else if (f == TT_SAVE_BF16) v = __uint_as_float((uint32_t)((const uint16_t *)src)[i] << 16);
+    else v = (float)((const int8_t *)src)[i] * scale[(i / (size_t)hw) % (size_t)c];
+    tt_cuda_st(dt, x, i, v);
+  }
+}
+
+int tt_cuda_save_compress(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x, void *dst) {
+  size_t count = (size_t)n * c * hw;
+  if (cuda_ew_dt(b, "save_compress", dt)) return -1;
+  if (f < TT_SAVE_FP16 || f > TT_SAVE_INT8) return tt_cuda_fail(b, "save_compress: unknown format %d", f);
+  if (!count) return 0;
+  if (!x || !dst) return tt_cuda_fail(b, "save_compress: NULL x or dst");
+  if (f != TT_SAVE_INT8) {
+    TT_LAUNCH(cuda_ew_save16_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, f, dt, x, (uint16_t *)dst);
+  } else {
+    float *scale = (float *)((char *)dst + (count + 3u) / 4u * 4u);
+    TT_LAUNCH(cuda_ew_save8_k, c, TT_CUDA_THREADS, 0, cuda_ew_stream(b), n, c, hw, dt, x, (int8_t *)dst, scale);
+  }
+  CUDA_LAUNCH_CHECK(b, "save_compress");
+  return 0;
+}
+
+int tt_cuda_save_restore(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *src, void *x) {
+  size_t count = (size_t)n * c * hw;
+  if (cuda_ew_dt(b, "save_restore", dt)) return -1;
+  if (f < TT_SAVE_FP16 || f > TT_SAVE_INT8) return tt_cuda_fail(b, "save_restore: unknown format %d", f);
+  if (!count) return 0;
+  if (!x || !src) return tt_cuda_fail(b, "save_restore: NULL src or x");
+  const float *scale = (const float *)((const char *)src + (count + 3u) / 4u * 4u);
+  TT_LAUNCH(cuda_ew_restore_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, f, c, hw, dt, src, scale, x);
+  CUDA_LAUNCH_CHECK(b, "save_restore");
+  return 0;
+}
+
 /* ------------------------------- add / accumulate ------------------------------------- */
 
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_add_k(size_t count, tt_dtype dt, const void *a,
@@ -302,6 +433,11 @@ const tt_cuda_kernel tt_cuda_elementwise_kernels[] = {
     TT_CUDA_KERNEL(cuda_ew_accum_f32_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_act_fwd_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_act_bwd_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_ew_act_mask_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_ew_act_bwd_mask_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_ew_save16_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_ew_save8_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_ew_restore_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_add_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_accumulate_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_dropout_k, TT_CUDA_THREADS),

@@ -253,6 +253,65 @@ int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt
   return 0;
 }
 
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_argmax_k(tt_pool_desc d, tt_dtype dt, const void *x,
+                                                                     uint8_t *idx) {
+  size_t count = (size_t)d.n * d.c * d.p * d.q;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
+    int ow = (int)(i % d.q), oh = (int)((i / d.q) % d.p);
+    size_t pl = i / ((size_t)d.p * d.q), xoff = pl * d.h * d.w;
+    float v;
+    long long a = cuda_norm_argmax(d, dt, x, xoff, oh, ow, &v);
+    int r = 0;
+    if (a >= 0) r = ((int)(a / d.w) - (oh * d.stride_h - d.pad_h)) * d.kw + ((int)(a % d.w) - (ow * d.stride_w - d.pad_w));
+    idx[i] = (uint8_t)r;
+  }
+}
+
+/* cuda_pool_bwd_k's gather, the winner read from idx. */
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_bwd_idx_k(tt_pool_desc d, tt_dtype dt, const uint8_t *idx,
+                                                                      const void *dy, void *dx, float beta) {
+  size_t count = (size_t)d.n * d.c * d.h * d.w;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
+    int iw = (int)(i % d.w), ih = (int)((i / d.w) % d.h);
+    size_t pl = i / ((size_t)d.h * d.w), yoff = pl * d.p * d.q;
+    int a = ih + d.pad_h - d.kh + 1, bq = iw + d.pad_w - d.kw + 1;
+    int oh0 = a <= 0 ? 0 : (a + d.stride_h - 1) / d.stride_h, oh1 = (ih + d.pad_h) / d.stride_h;
+    int ow0 = bq <= 0 ? 0 : (bq + d.stride_w - 1) / d.stride_w, ow1 = (iw + d.pad_w) / d.stride_w;
+    float acc = 0.0f;
+    if (oh1 > d.p - 1) oh1 = d.p - 1;
+    if (ow1 > d.q - 1) ow1 = d.q - 1;
+    for (int oh = oh0; oh <= oh1; oh++)
+      for (int ow = ow0; ow <= ow1; ow++) {
+        size_t yi = yoff + (size_t)oh * d.q + ow;
+        int me = (ih - (oh * d.stride_h - d.pad_h)) * d.kw + (iw - (ow * d.stride_w - d.pad_w));
+        if (idx[yi] == me) acc += tt_cuda_ld(dt, dy, yi);
+      }
+    tt_cuda_st_beta(dt, dx, i, acc, beta);
+  }
+}
+
+int tt_cuda_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx) {
+  char msg[256];
+  if (tt_pool_desc_error("pool_argmax", d, TT_POOL_MAX, dt, msg, sizeof msg)) return tt_cuda_fail(b, "%s", msg);
+  if (d->kh * d->kw > 256) return tt_cuda_fail(b, "pool_argmax: a %dx%d window has no uint8 index", d->kh, d->kw);
+  if (!x || !idx) return tt_cuda_fail(b, "pool_argmax: NULL x or idx");
+  TT_LAUNCH(cuda_pool_argmax_k, tt_cuda_blocks((size_t)d->n * d->c * d->p * d->q), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
+      *d, dt, x, idx);
+  CUDA_LAUNCH_CHECK(b, "pool_argmax");
+  return 0;
+}
+
+int tt_cuda_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx, const void *dy, void *dx,
+                         float beta) {
+  char msg[256];
+  if (tt_pool_desc_error("pool_bwd_idx", d, TT_POOL_MAX, dt, msg, sizeof msg)) return tt_cuda_fail(b, "%s", msg);
+  if (!idx || !dy || !dx) return tt_cuda_fail(b, "pool_bwd_idx: NULL idx, dy or dx");
+  TT_LAUNCH(cuda_pool_bwd_idx_k, tt_cuda_blocks((size_t)d->n * d->c * d->h * d->w), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
+      *d, dt, idx, dy, dx, beta);
+  CUDA_LAUNCH_CHECK(b, "pool_bwd_idx");
+  return 0;
+}
+
 /* ---------------------------- global average pooling ---------------------------------- */
 
 /* One warp per plane: lanes stride the plane, fp32 partials combined in double. */
@@ -303,6 +362,8 @@ const tt_cuda_kernel tt_cuda_norm_kernels[] = {
     TT_CUDA_KERNEL(cuda_bn_bwd_k, CUDA_NORM_THREADS),
     TT_CUDA_KERNEL(cuda_pool_fwd_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_bwd_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_pool_argmax_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_pool_bwd_idx_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_gap_fwd_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_gap_bwd_k, TT_CUDA_THREADS),
 };

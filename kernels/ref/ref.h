@@ -153,12 +153,20 @@ int tt_ref_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
                     void *ws, size_t ws_bytes);
 int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
                     const void *dy, void *dx, float beta, void *ws, size_t ws_bytes);
+int tt_ref_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx);
+int tt_ref_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx, const void *dy, void *dx,
+                        float beta);
 int tt_ref_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y);
 int tt_ref_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta);
 /* ref_elementwise.c */
 int tt_ref_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y);
 int tt_ref_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy,
                    void *dx, float beta);
+int tt_ref_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask);
+int tt_ref_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
+                        void *dx, float beta);
+int tt_ref_save_compress(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x, void *dst);
+int tt_ref_save_restore(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *src, void *x);
 int tt_ref_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y);
 int tt_ref_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta);
 int tt_ref_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y);

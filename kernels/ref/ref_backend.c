@@ -168,6 +168,8 @@ static const tt_backend ref_be_table = {
     tt_ref_channel_copy, tt_ref_cast, tt_ref_normalize_u8, tt_ref_softmax_ce,
     tt_ref_sgd_update, tt_ref_adam_update, tt_ref_check_finite,
     tt_ref_op_workspace, ref_be_prepare,
+    tt_ref_act_mask, tt_ref_act_bwd_mask, tt_ref_pool_argmax, tt_ref_pool_bwd_idx,
+    tt_ref_save_compress, tt_ref_save_restore,
 };
 
 tt_backend *tt_ref_backend_create(int threads) {

@@ -5,6 +5,7 @@
  * computed in fp32.
  */
 #include <math.h>
+#include <string.h>
 
 #include "ref_internal.h"
 
@@ -83,6 +84,43 @@ int tt_ref_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const voi
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
   for (i = 0; i < n; i++) {
     float v = tt_act_grad(a, tt_ref_ld(dt, saved, (size_t)i), tt_ref_ld(dt, dy, (size_t)i));
+    tt_ref_st_beta(dt, dx, (size_t)i, v, beta);
+  }
+  return 0;
+}
+
+/* One uint32 word per iteration (32 elements), so threads never share a word. */
+int tt_ref_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask) {
+  ptrdiff_t wi, nw = (ptrdiff_t)((count + 31u) / 32u);
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (ref_ew_dt(b, "act_mask", dt)) return -1;
+  if (a != TT_ACT_RELU && a != TT_ACT_RELU6) return tt_ref_fail(b, "act_mask: activation %d has no mask form", (int)a);
+  if (count && (!y || !mask)) return tt_ref_fail(b, "act_mask: NULL y or mask");
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)count > TT_REF_PAR_MIN)
+  for (wi = 0; wi < nw; wi++) {
+    size_t i0 = (size_t)wi * 32u, i1 = i0 + 32u < count ? i0 + 32u : count, i;
+    uint32_t m = 0;
+    for (i = i0; i < i1; i++)
+      if (tt_act_grad(a, tt_ref_ld(dt, y, i), 1.0f) != 0.0f) m |= 1u << (i - i0);
+    mask[wi] = m;
+  }
+  return 0;
+}
+
+int tt_ref_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
+                        void *dx, float beta) {
+  ptrdiff_t i, n = (ptrdiff_t)count;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (ref_ew_dt(b, "act_bwd_mask", dt)) return -1;
+  if (a != TT_ACT_RELU && a != TT_ACT_RELU6) return tt_ref_fail(b, "act_bwd_mask: activation %d has no mask form", (int)a);
+  if (count && (!mask || !dy || !dx)) return tt_ref_fail(b, "act_bwd_mask: NULL mask, dy or dx");
+  if (dx == dy && beta != 0.0f) return tt_ref_fail(b, "act_bwd_mask: dx may alias dy only when beta == 0 (beta=%g)", (double)beta);
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+  for (i = 0; i < n; i++) {
+    float g = tt_ref_ld(dt, dy, (size_t)i);
+    float v = ((mask[(size_t)i >> 5] >> ((size_t)i & 31u)) & 1u) ? g : 0.0f;
     tt_ref_st_beta(dt, dx, (size_t)i, v, beta);
   }
   return 0;
@@ -221,6 +259,82 @@ int tt_ref_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src,
     float m = mean[ch], s = std[ch];
     size_t off = (size_t)pl * hw, k;
     for (k = 0; k < (size_t)hw; k++) tt_ref_st(dt, dst, off + k, ((float)src[off + k] / 255.0f - m) / s);
+  }
+  return 0;
+}
+
+/* ------------------------- lossy saved copies (backend.h) ----------------------------- */
+
+static uint16_t ref_f2bf(float v) {
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  if (v != v) return (uint16_t)((u >> 16) | 0x40u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static float ref_bf2f(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float v;
+  memcpy(&v, &u, 4);
+  return v;
+}
+
+int tt_ref_save_compress(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x, void *dst) {
+  ptrdiff_t ch;
+  int nt = tt_ref_threads(b);
+  size_t count = (size_t)n * c * hw;
+  (void)nt;
+  if (ref_ew_dt(b, "save_compress", dt)) return -1;
+  if (f < TT_SAVE_FP16 || f > TT_SAVE_INT8) return tt_ref_fail(b, "save_compress: unknown format %d", f);
+  if (count && (!x || !dst)) return tt_ref_fail(b, "save_compress: NULL x or dst");
+  if (f != TT_SAVE_INT8) {
+    ptrdiff_t i, m = (ptrdiff_t)count;
+    uint16_t *o = (uint16_t *)dst;
+#pragma omp parallel for schedule(static) num_threads(nt) if (m > TT_REF_PAR_MIN)
+    for (i = 0; i < m; i++) {
+      float v = tt_ref_ld(dt, x, (size_t)i);
+      o[i] = f == TT_SAVE_FP16 ? tt_ref_f2h(v) : ref_f2bf(v);
+    }
+    return 0;
+  }
+  int8_t *q = (int8_t *)dst;
+  float *scale = (float *)((char *)dst + (count + 3u) / 4u * 4u);
+#pragma omp parallel for schedule(static) num_threads(nt) if (count > TT_REF_PAR_MIN)
+  for (ch = 0; ch < c; ch++) {
+    float m = 0.0f;
+    for (int s = 0; s < n; s++)
+      for (int k = 0; k < hw; k++) {
+        float a = fabsf(tt_ref_ld(dt, x, ((size_t)s * c + (size_t)ch) * hw + k));
+        if (a > m) m = a; /* NaN never wins: the scale stays finite */
+      }
+    float inv = m > 0.0f ? 127.0f / m : 0.0f;
+    scale[ch] = m / 127.0f;
+    for (int s = 0; s < n; s++)
+      for (int k = 0; k < hw; k++) {
+        size_t i = ((size_t)s * c + (size_t)ch) * hw + k;
+        float r = rintf(tt_ref_ld(dt, x, i) * inv);
+        q[i] = (int8_t)(r > 127.0f ? 127 : (r < -127.0f ? -127 : (r == r ? (int)r : 0)));
+      }
+  }
+  return 0;
+}
+
+int tt_ref_save_restore(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *src, void *x) {
+  ptrdiff_t i, m;
+  int nt = tt_ref_threads(b);
+  size_t count = (size_t)n * c * hw;
+  (void)nt;
+  if (ref_ew_dt(b, "save_restore", dt)) return -1;
+  if (f < TT_SAVE_FP16 || f > TT_SAVE_INT8) return tt_ref_fail(b, "save_restore: unknown format %d", f);
+  if (count && (!x || !src)) return tt_ref_fail(b, "save_restore: NULL src or x");
+  m = (ptrdiff_t)count;
+  const float *scale = (const float *)((const char *)src + (count + 3u) / 4u * 4u);
+#pragma omp parallel for schedule(static) num_threads(nt) if (m > TT_REF_PAR_MIN)
+  for (i = 0; i < m; i++) {
+    float v;
+    if (f == TT_SAVE_FP16) v = tt_ref_h2f(((const uint16_t *)src)[i]);
+    else if (f == TT_SAVE_BF16) v = ref_bf2f(((const uint16_t *)src)[i]);
+    else v = (float)((const int8_t *)src)[i] * scale[((size_t)i / (size_t)hw) % (size_t)c];
+    tt_ref_st(dt, x, (size_t)i, v);
   }
   return 0;
 }

@@ -236,6 +236,71 @@ int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   return 0;
 }
 
+/* The winners of ref_norm_argmax as in-window positions; an all-padding window stores 0
+ * (its gradient goes nowhere: no input position is in it). */
+int tt_ref_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx) {
+  ptrdiff_t pl, npl;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  char msg[256];
+  if (tt_pool_desc_error("pool_argmax", d, TT_POOL_MAX, dt, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg);
+  if (d->kh * d->kw > 256) return tt_ref_fail(b, "pool_argmax: a %dx%d window has no uint8 index", d->kh, d->kw);
+  if (!x || !idx) return tt_ref_fail(b, "pool_argmax: NULL x or idx");
+  npl = (ptrdiff_t)d->n * d->c;
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (pl = 0; pl < npl; pl++) {
+    size_t xoff = (size_t)pl * d->h * d->w, yoff = (size_t)pl * d->p * d->q;
+    int oh, ow;
+    float v;
+    for (oh = 0; oh < d->p; oh++)
+      for (ow = 0; ow < d->q; ow++) {
+        ptrdiff_t a = ref_norm_argmax(d, dt, x, xoff, oh, ow, &v);
+        int r = 0;
+        if (a >= 0) r = ((int)(a / d->w) - (oh * d->stride_h - d->pad_h)) * d->kw + ((int)(a % d->w) - (ow * d->stride_w - d->pad_w));
+        idx[yoff + (size_t)oh * d->q + ow] = (uint8_t)r;
+      }
+  }
+  return 0;
+}
+
+/* tt_ref_pool_bwd's gather, the winner read from idx. */
+int tt_ref_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx, const void *dy, void *dx,
+                        float beta) {
+  ptrdiff_t pl, npl;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  char msg[256];
+  if (tt_pool_desc_error("pool_bwd_idx", d, TT_POOL_MAX, dt, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg);
+  if (!idx || !dy || !dx) return tt_ref_fail(b, "pool_bwd_idx: NULL idx, dy or dx");
+  npl = (ptrdiff_t)d->n * d->c;
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (pl = 0; pl < npl; pl++) {
+    size_t xoff = (size_t)pl * d->h * d->w, yoff = (size_t)pl * d->p * d->q;
+    int ih, iw;
+    for (ih = 0; ih < d->h; ih++) {
+      int a = ih + d->pad_h - d->kh + 1, oh0, oh1;
+      oh0 = a <= 0 ? 0 : (a + d->stride_h - 1) / d->stride_h;
+      oh1 = (ih + d->pad_h) / d->stride_h;
+      if (oh1 > d->p - 1) oh1 = d->p - 1;
+      for (iw = 0; iw < d->w; iw++) {
+        int bq = iw + d->pad_w - d->kw + 1, ow0, ow1, oh, ow;
+        float acc = 0.0f;
+        ow0 = bq <= 0 ? 0 : (bq + d->stride_w - 1) / d->stride_w;
+        ow1 = (iw + d->pad_w) / d->stride_w;
+        if (ow1 > d->q - 1) ow1 = d->q - 1;
+        for (oh = oh0; oh <= oh1; oh++)
+          for (ow = ow0; ow <= ow1; ow++) {
+            size_t yi = yoff + (size_t)oh * d->q + ow;
+            int me = (ih - (oh * d->stride_h - d->pad_h)) * d->kw + (iw - (ow * d->stride_w - d->pad_w));
+            if (idx[yi] == me) acc += tt_ref_ld(dt, dy, yi);
+          }
+        tt_ref_st_beta(dt, dx, xoff + (size_t)ih * d->w + iw, acc, beta);
+      }
+    }
+  }
+  return 0;
+}
+
 /* --------------------------- global average pooling ----------------------------------- */
 
 int tt_ref_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y) {
