@@ -945,7 +945,7 @@ int main(void) {
   tt_backend *be1 = tt_cpu_backend_create(1);
   if (be1) {
     test_fp16_tracks_fp32(be1);
-    test_compressed_tracks_exact(be);
+    test_compressed_tracks_exact(be1);
     be1->destroy(be1);
   }
   printf("  (fp16 vs fp32: %.1f s; total %.1f s)\n", tt_now() - t, tt_now() - t0);

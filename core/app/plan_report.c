@@ -232,6 +232,7 @@ static void plan_text_recomputed(const tt_session *s, FILE *out) {
 static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *out) {
   const tt_policy_result *r = &s->sched;
   const tt_graph *g = &s->graph;
+  const tt_program *p = &r->train;
   fprintf(out, "plan for %s on %s\n", s->model.path, s->target);
   fprintf(out, "  model       %d layers, %.2fM parameters, %.3f GFLOP per image forward\n", g->nnodes - 1,
           g->trainable_numel / 1e6, g->flops_per_sample / 1e9);
