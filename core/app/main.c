@@ -372,15 +372,8 @@ int main(int argc, char **argv) {
              wfile, "", a.weights ? "--weights" : "--init", wfile, wfile[strlen(wfile) - 1] == '/' ? "" : "/");
     return main_bad(cmd, why, NULL);
   }
-  char *kept = NULL; /* --resume DIR alone: the recipe the run directory keeps (recipe.txt) */
-  if (!o.recipe && o.resume_dir && !strcmp(cmd, "train")) {
-    if (tt_run_recipe_load(o.resume_dir, &kept, from, sizeof from, why, sizeof why)) {
-      fprintf(stderr, "tinytrain: %s\n", why);
-      return 1;
-    }
-    o.recipe = from, o.recipe_text = kept;
-  }
-  if (!o.recipe) return main_bad(strcmp(cmd, "train") ? cmd : NULL, "no recipe given", NULL);
+  int keeps_recipe = !o.recipe && o.resume_dir && !strcmp(cmd, "train"); /* --resume DIR alone */
+  if (!o.recipe && !keeps_recipe) return main_bad(strcmp(cmd, "train") ? cmd : NULL, "no recipe given", NULL);
   if ((a.max_batch || a.json) && strcmp(cmd, "plan") && !(a.json && !strcmp(cmd, "predict")))
     return main_bad(cmd, a.max_batch ? "--max-batch is an option of plan" : "--json is an option of plan and predict", NULL);
   if (a.top && strcmp(cmd, "predict")) return main_bad(cmd, "--top is an option of predict", NULL);
@@ -391,6 +384,16 @@ int main(int argc, char **argv) {
    * batch "fits" and the search stopped at its cap of 65536 */
   if (a.svg && a.max_batch) return main_bad(cmd, "--svg draws the plan; --max-batch has none to draw", NULL);
   if (a.max_batch && !o.vram_bytes && !o.gpu) return main_bad(cmd, "--max-batch needs a budget: give --vram SIZE", NULL);
+  /* after every usage check, so that no early return leaks it: the recipe the run directory keeps
+   * (recipe.txt), freed once the command has run */
+  char *kept = NULL;
+  if (keeps_recipe) {
+    if (tt_run_recipe_load(o.resume_dir, &kept, from, sizeof from, why, sizeof why)) {
+      fprintf(stderr, "tinytrain: %s\n", why);
+      return 1;
+    }
+    o.recipe = from, o.recipe_text = kept;
+  }
   char err[1200];
   int rc;
   if (!strcmp(cmd, "plan")) {
@@ -408,6 +411,7 @@ int main(int argc, char **argv) {
   } else {
     rc = tt_train(&o, &res, err, sizeof err);
   }
+  free(kept); /* the kept recipe's text (tt_run_recipe_load), read by the command above */
   if (rc) {
     main_vram_unit(err, sizeof err, a.vram_unit);
     if (a.json && !strcmp(cmd, "plan") && rc != TT_STOPPED) main_json_error(err);

@@ -8,18 +8,14 @@
 
 /* Lowers and plans one policy; returns 0 and fills p, or -1 or TT_ERR_TOO_LARGE (err set). */
 static int sched_plan_one(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
-                          tt_program *p, tt_err *err) {
+                          int compact, tt_program *p, tt_err *err) {
   tt_policy pol;
   int rc;
   memset(&pol, 0, sizeof pol);
   pol.micro_batch = mb, pol.accum_steps = accum, pol.act_dtype = dt, pol.inplace = inplace, pol.recompute = rec;
   pol.training = 1;
-  /* exact, and never larger: a ReLU mask or pool index only where it frees the tensor;
-   * TINYTRAIN_NO_COMPACT=1 plans the full tensors (to measure what compact saves save) */
-  {
-    const char *nc = getenv("TINYTRAIN_NO_COMPACT");
-    pol.compact = !(nc && *nc && strcmp(nc, "0"));
-  }
+  /* exact: a ReLU mask or pool index only where it frees the tensor (sched_try decides when) */
+  pol.compact = compact;
   pol.compress = pol.compact ? g->model->train.compress_saved : 0; /* lossy: only when the recipe asks */
   if ((rc = tt_lower(g, &pol, be, p, err))) return rc;
   if ((rc = tt_program_plan(p, err))) tt_program_free(p);
@@ -29,12 +25,38 @@ static int sched_plan_one(const tt_graph *g, tt_backend *be, int mb, int accum, 
 /* One candidate: with in-place ops allowed, planned both ways. An accepted alias fuses two
  * buffers' lifetimes into one block, which sometimes packs worse (VGG-16: 2 MiB more); the
  * cost model times both alike, so in-place ops stay only when the arena is no larger. */
-static int sched_try(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
-                     tt_program *p, tt_err *err) {
+static int sched_try_c(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
+                       int compact, tt_program *p, tt_err *err) {
   tt_program q;
   int rc;
-  if ((rc = sched_plan_one(g, be, mb, accum, dt, inplace, rec, p, err)) || !inplace) return rc;
-  if ((rc = sched_plan_one(g, be, mb, accum, dt, 0, rec, &q, err))) {
+  if ((rc = sched_plan_one(g, be, mb, accum, dt, inplace, rec, compact, p, err)) || !inplace) return rc;
+  if ((rc = sched_plan_one(g, be, mb, accum, dt, 0, rec, compact, &q, err))) {
+    tt_program_free(p);
+    return rc;
+  }
+  if (q.arena_bytes < p->arena_bytes) {
+    tt_program_free(p);
+    *p = q;
+  } else {
+    tt_program_free(&q);
+  }
+  return 0;
+}
+
+/* Compact saves (ReLU 1-bit masks, max-pool uint8 indices) are a memory technique like
+ * recompute: used when the full tensors do not fit `budget` (0: none), and kept only when they
+ * give the smaller arena. Always on, they made LeNet's arena 18% smaller but packed 1.09x its
+ * lower bound, against the arena's 1.05 (tests/test_cli.sh, cli_plan_json): the many small,
+ * long-lived masks fragment the greedy placement. TINYTRAIN_COMPACT=1 uses them always,
+ * TINYTRAIN_COMPACT=0 never. */
+static int sched_try(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
+                     size_t budget, tt_program *p, tt_err *err) {
+  const char *env = getenv("TINYTRAIN_COMPACT");
+  int force = env && *env ? (strcmp(env, "0") ? 1 : 0) : -1, rc;
+  if (force >= 0) return sched_try_c(g, be, mb, accum, dt, inplace, rec, force, p, err);
+  if ((rc = sched_try_c(g, be, mb, accum, dt, inplace, rec, 0, p, err)) || !budget || p->arena_bytes <= budget) return rc;
+  tt_program q;
+  if ((rc = sched_try_c(g, be, mb, accum, dt, inplace, rec, 1, &q, err))) {
     tt_program_free(p);
     return rc;
   }
@@ -72,7 +94,7 @@ static int sched_fit_ops(const tt_graph *g, tt_backend *be, const tt_policy_opts
   for (int iter = 0; iter < 10; iter++) {
     int ops = tt_recompute_search_ops(g, mb, dt, o->profile, over, rec, err);
     if (ops < -1) return -1;
-    if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err))) return rc;
+    if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, budget, out, err))) return rc;
     if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
     if (out->arena_bytes <= budget) return 1;
     over += (double)(out->arena_bytes - budget) * 1.25 + 1.0;
@@ -142,7 +164,7 @@ static int sched_fit_segments(const tt_graph *g, tt_backend *be, const tt_policy
   tt_recompute_mode rm = o->recompute;
   memset(rec, 0, (size_t)n);
   if (rm == TT_RECOMP_ALL && tt_recompute_all(g, rec, err)) return -1;
-  if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err))) return rc;
+  if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, budget, out, err))) return rc;
   if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
   if (!budget || out->arena_bytes <= budget) return 1;
   if (rm != TT_RECOMP_AUTO) {
@@ -158,7 +180,7 @@ static int sched_fit_segments(const tt_graph *g, tt_backend *be, const tt_policy
   for (int iter = 0; iter < 8; iter++) {
     int units = tt_recompute_search(g, mb, dt, o->profile, over, rec, err);
     if (units < -1 || (units == -1 && tt_recompute_all(g, rec, err))) return -1;
-    if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err))) return rc;
+    if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, budget, out, err))) return rc;
     if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
     if (out->arena_bytes <= budget) return 1;
     over += (double)(out->arena_bytes - budget) * 1.25 + 1.0;
@@ -167,7 +189,7 @@ static int sched_fit_segments(const tt_graph *g, tt_backend *be, const tt_policy
   }
   /* last resort: the plan that frees the most */
   if (tt_recompute_all(g, rec, err)) return -1;
-  if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, out, err))) return rc;
+  if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, budget, out, err))) return rc;
   if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
   if (out->arena_bytes <= budget) return 1;
   tt_program_free(out);
@@ -366,8 +388,8 @@ static void sched_dominant(const tt_graph *g, tt_backend *be, const tt_policy_op
     free(rr);
     return;
   }
-  if (!sched_try(g, be, o->micro_batch > 0 ? o->micro_batch : 1, eff, o->precision == TT_PREC_FP32 ? TT_F32 : TT_F16,
-                 o->inplace, rr, &q, &e2)) {
+  if (!sched_try_c(g, be, o->micro_batch > 0 ? o->micro_batch : 1, eff, o->precision == TT_PREC_FP32 ? TT_F32 : TT_F16,
+                   o->inplace, rr, 1, &q, &e2)) { /* the smallest plan: compact saves on */
     size_t at[TT_BC_COUNT];
     tt_program_peak_breakdown(&q, at);
     for (int k = 0; k < 3; k++) {
@@ -392,15 +414,15 @@ static void sched_savings(const tt_graph *g, tt_backend *be, const tt_policy_opt
   tt_err e2;
   unsigned char *none = (unsigned char *)calloc((size_t)g->nnodes, 1);
   if (!none) return;
-  if (!sched_try(g, be, pol->micro_batch, pol->accum_steps, TT_F32, 0, none, &q, &e2)) {
+  if (!sched_try_c(g, be, pol->micro_batch, pol->accum_steps, TT_F32, 0, none, 0, &q, &e2)) {
     r->arena_fp32_plain = q.arena_bytes;
     tt_program_free(&q);
   }
-  if (!sched_try(g, be, pol->micro_batch, pol->accum_steps, pol->act_dtype, 0, r->recompute, &q, &e2)) {
+  if (!sched_try_c(g, be, pol->micro_batch, pol->accum_steps, pol->act_dtype, 0, r->recompute, pol->compact, &q, &e2)) {
     r->arena_no_inplace = q.arena_bytes;
     tt_program_free(&q);
   }
-  if (!sched_try(g, be, pol->micro_batch, pol->accum_steps, pol->act_dtype, o->inplace, none, &q, &e2)) {
+  if (!sched_try_c(g, be, pol->micro_batch, pol->accum_steps, pol->act_dtype, o->inplace, none, pol->compact, &q, &e2)) {
     r->arena_no_recompute = q.arena_bytes;
     tt_program_free(&q);
   }
