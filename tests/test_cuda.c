@@ -293,32 +293,41 @@ static void test_loss_optim(void) {
 
 static void test_batchnorm(void) {
   TT_TEST_BEGIN("cuda_batchnorm");
-  int shapes[3][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}};
+  /* the last two: each channel split over several blocks (16-byte vectors crossing planes; odd hw) */
+  int shapes[5][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}, {16, 3, 1100}, {2, 3, 4099}};
   for (int di = 0; di < 2; di++) {
     tt_dtype dt = di ? TT_F16 : TT_F32;
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < 5; s++) {
       int N = shapes[s][0], C = shapes[s][1], HW = shapes[s][2];
-      size_t cnt = (size_t)N * C * HW;
+      size_t cnt = (size_t)N * C * HW, wsb;
+      void *ws;
+      tt_op_desc od;
       goff = 0;
+      memset(&od, 0, sizeof od);
+      od.kind = TT_OP_BN_BWD, od.dt = dt, od.u.bn.n = N, od.u.bn.c = C, od.u.bn.hw = HW, od.u.bn.eps = 1e-5f;
+      wsb = gpu->op_workspace(gpu, &od); /* bn_fwd_train's is the same */
+      ws = test_galloc(wsb ? wsb : 1);
+#define WS side ? ws : NULL, side ? wsb : 0
       tt2 x = mk(cnt, dt, -2, 3), y = mk(cnt, dt, 0, 0), g = mk(C, TT_F32, 0.5f, 1.5f), bb = mk(C, TT_F32, -1, 1);
       tt2 rm = mk(C, TT_F32, -0.1f, 0.1f), rv = mk(C, TT_F32, 0.9f, 1.1f), sm = mk(C, TT_F32, 0, 0),
           si = mk(C, TT_F32, 0, 0);
       tt2 dy = mk(cnt, dt, -1, 1), dx = mk(cnt, dt, -1, 1), dg = mk(C, TT_F32, -1, 1), db = mk(C, TT_F32, -1, 1);
-      BOTH(B->bn_fwd_train(B, N, C, HW, dt, P(x), PF(g), PF(bb), P(y), PF(rm), PF(rv), 0.1f, 1e-5f, PF(sm), PF(si), 1, NULL, 0));
+      BOTH(B->bn_fwd_train(B, N, C, HW, dt, P(x), PF(g), PF(bb), P(y), PF(rm), PF(rv), 0.1f, 1e-5f, PF(sm), PF(si), 1, WS));
       cmp("bn_fwd_train y", y, tol_ew(dt));
       cmp("bn_fwd_train save_mean", sm, 1e-5);
       cmp("bn_fwd_train save_invstd", si, 1e-5);
       cmp("bn_fwd_train running_mean", rm, 1e-5);
       cmp("bn_fwd_train running_var (unbiased)", rv, 1e-5);
-      BOTH(B->bn_bwd(B, N, C, HW, dt, P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), PF(dg), PF(db), 1.0f, 1.0f, NULL, 0));
+      BOTH(B->bn_bwd(B, N, C, HW, dt, P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), PF(dg), PF(db), 1.0f, 1.0f, WS));
       cmp("bn_bwd dx", dx, tol_ew(dt));
       cmp("bn_bwd dgamma", dg, dt == TT_F16 ? 1e-3 : 1e-5);
       cmp("bn_bwd dbias", db, dt == TT_F16 ? 1e-3 : 1e-5);
-      BOTH(B->bn_bwd(B, N, C, HW, dt, P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), PF(dg), PF(db), 0.0f, 0.0f, NULL, 0));
+      BOTH(B->bn_bwd(B, N, C, HW, dt, P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), PF(dg), PF(db), 0.0f, 0.0f, WS));
       cmp("bn_bwd dx beta=0", dx, tol_ew(dt));
       BOTH(B->bn_fwd_infer(B, N, C, HW, dt, P(x), PF(g), PF(bb), PF(rm), PF(rv), 1e-5f, P(y), NULL, 0));
       cmp("bn_fwd_infer", y, tol_ew(dt));
       fr(&x), fr(&y), fr(&g), fr(&bb), fr(&rm), fr(&rv), fr(&sm), fr(&si), fr(&dy), fr(&dx), fr(&dg), fr(&db);
+#undef WS
     }
   }
   TT_TEST_END();

@@ -53,9 +53,12 @@ typedef struct known_t {
   const char *why;
 } known_t;
 static const known_t known[] = {
-    {"bn_fwd_train", 11.6, 0.77, "one block per channel, x read three times (mean, variance, normalise)"},
-    {"bn_fwd_infer", 5.0, 0.97, "gamma, bias, running mean and var loaded per element"},
-    {"bn_bwd", 11.8, 0.77, "one block per channel, x and dy read twice"},
+    /* batch norm: statistics, then normalisation, each a pass over x (dy): 1.5x and 1.67x
+     * their minimum until a grid-wide barrier (or the producer's epilogue) holds a channel's
+     * values between the two; at 7x7 fp16 the planes are 98 bytes, 2-byte loads, one channel a block */
+    {"bn_fwd_train", 1.6, 0.69, "two passes over x (statistics, normalisation); 7x7 planes unaligned"},
+    {"bn_fwd_infer", 1.25, 0.70, "7x7 fp16 planes: 98 bytes, 2-byte loads"},
+    {"bn_bwd", 1.75, 0.69, "two passes over x and dy (sums, dx); 7x7 planes unaligned"},
     {"maxpool_fwd", 2.0, 0.47, "overlapping 3x3/2 windows (an L1 serves the re-reads), 2-byte gathers"},
     {"maxpool_bwd", 10.3, 0.44, "gather form re-finds each covering window's maximum from x"},
     {"gap_bwd", 2.0, 0.99, "dy loaded per element of dx"},
@@ -144,18 +147,24 @@ int main(void) {
   for (size_t s = 0; s < sizeof bn / sizeof bn[0]; s++) {
     int n = bn[s].n, c = bn[s].c, hw = bn[s].hw;
     size_t m = (size_t)n * c * hw;
-    void *x, *y, *dy, *dx;
+    void *x, *y, *dy, *dx, *ws;
     float *p;
+    size_t wsb;
+    tt_op_desc od;
+    memset(&od, 0, sizeof od);
+    od.kind = TT_OP_BN_BWD, od.dt = h, od.u.bn.n = n, od.u.bn.c = c, od.u.bn.hw = hw, od.u.bn.eps = 1e-5f;
+    wsb = gpu->op_workspace(gpu, &od); /* bn_fwd_train's is the same */
     aoff = 0;
     x = dalloc(m * es), y = dalloc(m * es), dy = dalloc(m * es), dx = dalloc(m * es);
     p = (float *)dalloc((size_t)c * 8 * sizeof(float));
+    ws = dalloc(wsb ? wsb : 1);
     snprintf(shape, sizeof shape, "%dx%dx%d", n, c, hw);
     gpu->bn_fwd_train(gpu, n, c, hw, h, x, p, p + c, y, p + 2 * c, p + 3 * c, 0.1f, 1e-5f, p + 4 * c, p + 5 * c, 1,
-                      NULL, 0);
+                      ws, wsb);
     row("bn_fwd_train", shape, 2.0 * m * es + 32.0 * c);
     gpu->bn_fwd_infer(gpu, n, c, hw, h, x, p, p + c, p + 2 * c, p + 3 * c, 1e-5f, y, NULL, 0);
     row("bn_fwd_infer", shape, 2.0 * m * es + 16.0 * c);
-    gpu->bn_bwd(gpu, n, c, hw, h, x, dy, p, p + 4 * c, p + 5 * c, dx, p + 6 * c, p + 7 * c, 0.0f, 0.0f, NULL, 0);
+    gpu->bn_bwd(gpu, n, c, hw, h, x, dy, p, p + 4 * c, p + 5 * c, dx, p + 6 * c, p + 7 * c, 0.0f, 0.0f, ws, wsb);
     row("bn_bwd", shape, 3.0 * m * es + 20.0 * c);
   }
 

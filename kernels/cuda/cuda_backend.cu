@@ -498,6 +498,8 @@ static size_t cuda_be_op_workspace(tt_backend *b, const tt_op_desc *op) {
     case TT_OP_LINEAR_FWD: return tt_cuda_linear_workspace(b, l->n, l->in, l->out, op->dt, TT_WS_FWD);
     case TT_OP_LINEAR_BWD_DATA: return tt_cuda_linear_workspace(b, l->n, l->in, l->out, op->dt, TT_WS_BWD_DATA);
     case TT_OP_LINEAR_BWD_FILTER: return tt_cuda_linear_workspace(b, l->n, l->in, l->out, op->dt, TT_WS_BWD_FILTER);
+    case TT_OP_BN_FWD_TRAIN:
+    case TT_OP_BN_BWD: return tt_cuda_bn_workspace(op->u.bn.n, op->u.bn.c, op->u.bn.hw, op->dt);
     default: return 0;
   }
 }

@@ -159,6 +159,30 @@ __device__ __forceinline__ void tt_cuda_st(tt_dtype dt, void *p, size_t i, float
   else
     ((float *)p)[i] = v;
 }
+/* One 16-byte (8-byte) access: p aligned to it. On the device a uint4 (unsigned long long)
+ * load or store, one LDG.128 / STG.128 (.64); in the host emulation a GCC vector access, one
+ * 16-byte access that the traffic test (tests/test_cuda_traffic.c) sees as one (a struct copy
+ * would be split into four 4-byte accesses there). */
+#ifdef TT_CUDA_EMULATED
+struct tt_cuda_u4 {
+  unsigned int x, y, z, w;
+};
+typedef unsigned int tt_cuda_u4v __attribute__((vector_size(16)));
+static inline tt_cuda_u4 tt_cuda_ld16(const void *p) {
+  tt_cuda_u4v v = *(const tt_cuda_u4v *)p;
+  return tt_cuda_u4{v[0], v[1], v[2], v[3]};
+}
+static inline void tt_cuda_st16(void *p, tt_cuda_u4 u) {
+  tt_cuda_u4v v = {u.x, u.y, u.z, u.w};
+  *(tt_cuda_u4v *)p = v;
+}
+#else
+typedef uint4 tt_cuda_u4;
+__device__ __forceinline__ uint4 tt_cuda_ld16(const void *p) { return *(const uint4 *)p; }
+__device__ __forceinline__ void tt_cuda_st16(void *p, uint4 u) { *(uint4 *)p = u; }
+#endif
+__device__ __forceinline__ unsigned long long tt_cuda_ld8(const void *p) { return *(const unsigned long long *)p; }
+__device__ __forceinline__ void tt_cuda_st8(void *p, unsigned long long u) { *(unsigned long long *)p = u; }
 /* beta == 0 overwrites (never 0*old, which would keep a NaN), as the CPU backend. */
 __device__ __forceinline__ void tt_cuda_st_beta(tt_dtype dt, void *p, size_t i, float v, float beta) {
   if (beta != 0.0f) v += beta * tt_cuda_ld(dt, p, i);
@@ -211,6 +235,8 @@ int tt_cuda_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, 
 int tt_cuda_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
                               float *dw, float *db, float beta, void *ws, size_t ws_bytes);
 /* cuda_norm.cu */
+/* Workspace bytes of bn_fwd_train and bn_bwd (16-byte aligned); bn_fwd_infer takes none. */
+size_t tt_cuda_bn_workspace(int n, int c, int hw, tt_dtype dt);
 int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                          const float *bias, void *y, float *running_mean, float *running_var, float momentum,
                          float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes);
