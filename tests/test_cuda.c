@@ -241,9 +241,9 @@ static void test_loss_optim(void) {
   TT_TEST_BEGIN("cuda_loss_optim");
   for (int di = 0; di < 2; di++) {
     tt_dtype dt = di ? TT_F16 : TT_F32;
-    int shapes[3][2] = {{6, 5}, {257, 10}, {33, 1000}};
+    int shapes[4][2] = {{6, 5}, {257, 10}, {33, 1000}, {5, 1500}}; /* the last past the kernel's register cache */
     goff = 0;
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < 4; s++) {
       int N = shapes[s][0], K = shapes[s][1];
       int32_t *lab = (int32_t *)malloc(sizeof(int32_t) * N);
       float st0[2] = {1.5f, 2.0f};

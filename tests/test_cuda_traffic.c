@@ -61,8 +61,6 @@ static const known_t known[] = {
     {"bn_bwd", 1.75, 0.69, "two passes over x and dy (sums, dx); 7x7 planes unaligned"},
     {"maxpool_fwd", 2.0, 0.47, "overlapping 3x3/2 windows (an L1 serves the re-reads), 2-byte gathers"},
     {"maxpool_bwd", 10.3, 0.44, "gather form re-finds each covering window's maximum from x"},
-    {"gap_bwd", 2.0, 0.99, "dy loaded per element of dx"},
-    {"softmax_ce", 2.1, 0.80, "one block for the batch: logits read twice"},
     {NULL, 0, 0, NULL},
 };
 

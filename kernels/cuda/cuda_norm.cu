@@ -565,19 +565,24 @@ int tt_cuda_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void
   return 0;
 }
 
-static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_gap_bwd_k(size_t count, int hw, tt_dtype dt, const void *dy,
+/* One warp per plane: lane 0 loads dy once, the lanes write the plane. */
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_gap_bwd_k(size_t planes, int hw, tt_dtype dt, const void *dy,
                                                                  void *dx, float beta) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
-    float g = tt_cuda_ld(dt, dy, i / (size_t)hw) / (float)hw;
-    tt_cuda_st_beta(dt, dx, i, g, beta);
+  size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  int lane = threadIdx.x & 31;
+  size_t nwarps = ((size_t)blockDim.x * gridDim.x) >> 5;
+  for (size_t pl = warp; pl < planes; pl += nwarps) {
+    float g = lane == 0 ? tt_cuda_ld(dt, dy, pl) : 0.0f;
+    g = __shfl_sync(0xffffffffu, g, 0) / (float)hw;
+    for (int k = lane; k < hw; k += 32) tt_cuda_st_beta(dt, dx, pl * hw + k, g, beta);
   }
 }
 
 int tt_cuda_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta) {
-  size_t count = (size_t)n * c * hw;
   if (cuda_norm_bn_check(b, "gap_bwd", n, c, hw, dt)) return -1;
   if (!dy || !dx) return tt_cuda_fail(b, "gap_bwd: NULL dy or dx");
-  TT_LAUNCH(cuda_gap_bwd_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_norm_stream(b), count, hw, dt, dy, dx, beta);
+  TT_LAUNCH(cuda_gap_bwd_k, tt_cuda_blocks((size_t)n * c * 32), TT_CUDA_THREADS, 0, cuda_norm_stream(b), (size_t)n * c, hw,
+            dt, dy, dx, beta);
   CUDA_LAUNCH_CHECK(b, "gap_bwd");
   return 0;
 }
