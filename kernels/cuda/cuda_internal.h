@@ -137,6 +137,13 @@ typedef struct tt_cuda_kernel {
 extern const tt_cuda_kernel tt_cuda_elementwise_kernels[], tt_cuda_norm_kernels[], tt_cuda_loss_optim_kernels[];
 extern const int tt_cuda_elementwise_nkernels, tt_cuda_norm_nkernels, tt_cuda_loss_optim_nkernels;
 
+/* Fully unrolls the next loop on the device (a register array indexed by its counter stays in
+ * registers); nothing in the host emulation. */
+#ifdef TT_CUDA_EMULATED
+#define TT_UNROLL
+#else
+#define TT_UNROLL _Pragma("unroll")
+#endif
 /* Grid-stride loop over count elements (launch with tt_cuda_blocks(count) blocks). */
 #define TT_CUDA_LOOP(i, count) \
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count); i += (size_t)blockDim.x * gridDim.x)

@@ -15,7 +15,7 @@ static cudaStream_t cuda_lo_stream(tt_backend *b) { return tt_cuda_st(b)->comput
 
 /* ------------------------------- softmax cross-entropy -------------------------------- */
 
-#define CUDA_LO_CE_THREADS 512
+#define CUDA_LO_CE_THREADS 256
 #define CUDA_LO_CE_CACHE 32 /* logits a lane keeps in registers: classes up to 1024 are read once */
 
 /* One block; warp w handles samples w, w + nwarps, ...; each lane strides the classes and keeps
@@ -37,6 +37,7 @@ static __global__ void TT_LAUNCH_BOUNDS(CUDA_LO_CE_THREADS) cuda_lo_ce_k(int n, 
     float mx = 0.0f, cv[CUDA_LO_CE_CACHE], ly = 0.0f;
     double sum = 0.0, zsum = 0.0, lse;
     /* first maximum: per lane, then across lanes preferring the lower index on ties */
+    TT_UNROLL
     for (r = 0; r < CUDA_LO_CE_CACHE; r++) {
       j = lane + 32 * r;
       cv[r] = j < classes ? tt_cuda_ld(dt, logits, off + j) : 0.0f;
@@ -55,6 +56,7 @@ static __global__ void TT_LAUNCH_BOUNDS(CUDA_LO_CE_THREADS) cuda_lo_ce_k(int n, 
     }
     mx = __shfl_sync(0xffffffffu, mx, 0);
     arg = __shfl_sync(0xffffffffu, arg, 0);
+    TT_UNROLL
     for (r = 0; r < CUDA_LO_CE_CACHE; r++)
       if (lane + 32 * r < classes) {
         sum += exp((double)cv[r] - (double)mx);
@@ -84,6 +86,7 @@ static __global__ void TT_LAUNCH_BOUNDS(CUDA_LO_CE_THREADS) cuda_lo_ce_k(int n, 
     }
     if (dlogits) {
       double inv = 1.0 / sum;
+      TT_UNROLL
       for (r = 0; r < CUDA_LO_CE_CACHE; r++) {
         j = lane + 32 * r;
         if (j < classes) {
