@@ -38,7 +38,7 @@
 
 static const char *test_groups[] = {"cuda_elementwise", "cuda_dropout_mask", "cuda_loss_optim", "cuda_batchnorm",
                                     "cuda_pooling", "cuda_conv", "cuda_linear", "cuda_step_fp32", "cuda_step_fp16",
-                                    "cuda_no_allocation_and_peak", "cuda_staging_copies", "cuda_nccl_one_rank"};
+                                    "cuda_no_allocation_and_peak", "cuda_staging_copies", "cuda_blocking_waits", "cuda_nccl_one_rank"};
 #define TEST_NGROUPS ((int)(sizeof test_groups / sizeof test_groups[0]))
 
 #ifdef TT_HAVE_CUDA
@@ -934,6 +934,20 @@ int main(void) {
     return 1;
   }
   test_staging(); /* allocates page-locked memory: before the allocation count below */
+#ifdef TT_CUDA_EMULATION
+  { /* host waits block rather than spin: the device's scheduling flag and the host-wait events' */
+    void *ev = gpu->event_create(gpu);
+    TT_TEST_BEGIN("cuda_blocking_waits");
+    TT_CHECK((tt_emu_device_flags() & 0x07u) == 0x04u, "device flags 0x%x: not cudaDeviceScheduleBlockingSync",
+             tt_emu_device_flags());
+    TT_CHECK(ev && (tt_emu_event_flags(ev) & 0x01u), "event_create's flags 0x%x lack cudaEventBlockingSync",
+             ev ? tt_emu_event_flags(ev) : 0u);
+    if (ev) gpu->event_destroy(gpu, ev);
+    TT_TEST_END();
+  }
+#else
+  printf("SKIP cuda_blocking_waits: checked under the emulation (tt_emu_device_flags)\n");
+#endif
   allocs = tt_cuda_alloc_count(gpu);
   test_elementwise();
   test_dropout();
