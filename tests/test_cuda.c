@@ -169,6 +169,13 @@ static void test_elementwise(void) {
       cmp("accumulate beta=1", y, tol_ew(dt));
       BOTH(B->accumulate(B, n, dt, P(b2), P(y), 0.0f));
       cmp("accumulate beta=0", y, tol_ew(dt));
+      { /* pointers one element past a 16-byte boundary: the kernels' narrower vectors and tails */
+        size_t es = tt_dtype_size(dt);
+        BOTH(B->add(B, n - 3, dt, (char *)P(a) + es, (char *)P(b2) + es, (char *)P(y) + es));
+        cmp("add (unaligned)", y, tol_ew(dt));
+        BOTH(B->accumulate(B, n - 5, dt, (char *)P(a) + 2 * es, (char *)P(y) + 2 * es, 1.0f));
+        cmp("accumulate beta=1 (unaligned)", y, tol_ew(dt));
+      }
       fr(&a), fr(&b2), fr(&y);
     }
     {

@@ -50,75 +50,6 @@ struct alignas(8) cuda_bn_f2 {
   float x, y;
 };
 
-static __device__ __forceinline__ float cuda_bn_h(unsigned int u, int hi) {
-  return __half2float(__ushort_as_half((unsigned short)(hi ? u >> 16 : u & 0xffffu)));
-}
-static __device__ __forceinline__ unsigned int cuda_bn_pack(float a, float b) {
-  return (unsigned int)__half_as_ushort(__float2half_rn(a)) | (unsigned int)__half_as_ushort(__float2half_rn(b)) << 16;
-}
-
-/* Vector iv (V elements, one access) of a dt tensor, as fp32. */
-template <int V>
-static __device__ __forceinline__ void cuda_bn_ldv(tt_dtype dt, const void *p, size_t iv, float *v) {
-  if (dt == TT_F16) {
-    if (V == 8) {
-      tt_cuda_u4 u = tt_cuda_ld16((const char *)p + iv * 16);
-      v[0] = cuda_bn_h(u.x, 0), v[1] = cuda_bn_h(u.x, 1), v[2] = cuda_bn_h(u.y, 0), v[3] = cuda_bn_h(u.y, 1);
-      v[4 % V] = cuda_bn_h(u.z, 0), v[5 % V] = cuda_bn_h(u.z, 1), v[6 % V] = cuda_bn_h(u.w, 0), v[7 % V] = cuda_bn_h(u.w, 1);
-    } else if (V == 4) {
-      unsigned long long u = tt_cuda_ld8((const char *)p + iv * 8);
-      unsigned int lo = (unsigned int)u, hi = (unsigned int)(u >> 32);
-      v[0] = cuda_bn_h(lo, 0), v[1 % V] = cuda_bn_h(lo, 1), v[2 % V] = cuda_bn_h(hi, 0), v[3 % V] = cuda_bn_h(hi, 1);
-    } else if (V == 2) {
-      unsigned int u = ((const unsigned int *)p)[iv];
-      v[0] = cuda_bn_h(u, 0), v[1 % V] = cuda_bn_h(u, 1);
-    } else {
-      v[0] = __half2float(((const __half *)p)[iv]);
-    }
-  } else {
-    if (V == 4) {
-      tt_cuda_u4 u = tt_cuda_ld16((const char *)p + iv * 16);
-      v[0] = __uint_as_float(u.x), v[1 % V] = __uint_as_float(u.y), v[2 % V] = __uint_as_float(u.z),
-      v[3 % V] = __uint_as_float(u.w);
-    } else if (V == 2) {
-      unsigned long long u = tt_cuda_ld8((const char *)p + iv * 8);
-      v[0] = __uint_as_float((unsigned int)u), v[1 % V] = __uint_as_float((unsigned int)(u >> 32));
-    } else {
-      v[0] = ((const float *)p)[iv];
-    }
-  }
-}
-template <int V>
-static __device__ __forceinline__ void cuda_bn_stv(tt_dtype dt, void *p, size_t iv, const float *v) {
-  if (dt == TT_F16) {
-    if (V == 8) {
-      tt_cuda_u4 u;
-      u.x = cuda_bn_pack(v[0], v[1 % V]), u.y = cuda_bn_pack(v[2 % V], v[3 % V]);
-      u.z = cuda_bn_pack(v[4 % V], v[5 % V]), u.w = cuda_bn_pack(v[6 % V], v[7 % V]);
-      tt_cuda_st16((char *)p + iv * 16, u);
-    } else if (V == 4) {
-      tt_cuda_st8((char *)p + iv * 8,
-                  (unsigned long long)cuda_bn_pack(v[0], v[1 % V]) | (unsigned long long)cuda_bn_pack(v[2 % V], v[3 % V]) << 32);
-    } else if (V == 2) {
-      ((unsigned int *)p)[iv] = cuda_bn_pack(v[0], v[1 % V]);
-    } else {
-      ((__half *)p)[iv] = __float2half_rn(v[0]);
-    }
-  } else {
-    if (V == 4) {
-      tt_cuda_u4 u;
-      u.x = __float_as_uint(v[0]), u.y = __float_as_uint(v[1 % V]), u.z = __float_as_uint(v[2 % V]),
-      u.w = __float_as_uint(v[3 % V]);
-      tt_cuda_st16((char *)p + iv * 16, u);
-    } else if (V == 2) {
-      tt_cuda_st8((char *)p + iv * 8,
-                  (unsigned long long)__float_as_uint(v[0]) | (unsigned long long)__float_as_uint(v[1 % V]) << 32);
-    } else {
-      ((float *)p)[iv] = v[0];
-    }
-  }
-}
-
 /* Calls f(vector index) for this thread's vectors of block (ch = blockIdx.x, split blockIdx.y):
  * the channel's vectors [split*chunk, min(mv, (split+1)*chunk)) in order, blockDim.x apart. */
 template <typename F>
@@ -142,7 +73,7 @@ static __device__ __forceinline__ void cuda_bn_stats_fwd(const cuda_bn_geom &g, 
                                                          float &s1, float &s2) {
   cuda_bn_walk(g, [&](size_t iv) {
     float v[V];
-    cuda_bn_ldv<V>(dt, x, iv, v);
+    tt_cuda_ldv<V>(dt, x, iv, v);
     for (int j = 0; j < V; j++) {
       float d = v[j] - K;
       s1 += d;
@@ -203,9 +134,9 @@ static __device__ __forceinline__ void cuda_bn_norm(const cuda_bn_geom &g, tt_dt
                                                     float mean, float invstd, float gm, float bb) {
   cuda_bn_walk(g, [&](size_t iv) {
     float v[V];
-    cuda_bn_ldv<V>(dt, x, iv, v);
+    tt_cuda_ldv<V>(dt, x, iv, v);
     for (int j = 0; j < V; j++) v[j] = (v[j] - mean) * invstd * gm + bb;
-    cuda_bn_stv<V>(dt, y, iv, v);
+    tt_cuda_stv<V>(dt, y, iv, v);
   });
 }
 
@@ -326,8 +257,8 @@ static __device__ __forceinline__ void cuda_bn_stats_bwd(const cuda_bn_geom &g, 
                                                          float &s2) {
   cuda_bn_walk(g, [&](size_t iv) {
     float xv[V], gv[V];
-    cuda_bn_ldv<V>(dt, x, iv, xv);
-    cuda_bn_ldv<V>(dt, dy, iv, gv);
+    tt_cuda_ldv<V>(dt, x, iv, xv);
+    tt_cuda_ldv<V>(dt, dy, iv, gv);
     for (int j = 0; j < V; j++) {
       s1 += gv[j];
       s2 += gv[j] * ((xv[j] - mean) * invstd);
@@ -380,15 +311,15 @@ static __device__ __forceinline__ void cuda_bn_dx(const cuda_bn_geom &g, tt_dtyp
                                                   float beta_dx) {
   cuda_bn_walk(g, [&](size_t iv) {
     float xv[V], gv[V], ov[V];
-    cuda_bn_ldv<V>(dt, x, iv, xv);
-    cuda_bn_ldv<V>(dt, dy, iv, gv);
-    if (beta_dx != 0.0f) cuda_bn_ldv<V>(dt, dx, iv, ov);
+    tt_cuda_ldv<V>(dt, x, iv, xv);
+    tt_cuda_ldv<V>(dt, dy, iv, gv);
+    if (beta_dx != 0.0f) tt_cuda_ldv<V>(dt, dx, iv, ov);
     for (int j = 0; j < V; j++) {
       float xh = (xv[j] - mean) * invstd;
       float v = a * (gv[j] - mdy - xh * mdyx);
       xv[j] = beta_dx != 0.0f ? v + beta_dx * ov[j] : v;
     }
-    cuda_bn_stv<V>(dt, dx, iv, xv);
+    tt_cuda_stv<V>(dt, dx, iv, xv);
   });
 }
 
