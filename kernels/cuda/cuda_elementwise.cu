@@ -135,6 +135,7 @@ static __device__ __forceinline__ void cuda_ew_add_v(size_t count, tt_dtype dt, 
     float x[V], z[V];
     tt_cuda_ldv<V>(dt, a, i, x);
     tt_cuda_ldv<V>(dt, b2, i, z);
+    TT_UNROLL
     for (int j = 0; j < V; j++) x[j] += z[j];
     tt_cuda_stv<V>(dt, y, i, x);
   }
@@ -171,6 +172,7 @@ static __device__ __forceinline__ void cuda_ew_accumulate_v(size_t count, tt_dty
     tt_cuda_ldv<V>(dt, x, i, xv);
     if (beta != 0.0f) {
       tt_cuda_ldv<V>(dt, y, i, yv);
+      TT_UNROLL
       for (int j = 0; j < V; j++) xv[j] += beta * yv[j];
     }
     tt_cuda_stv<V>(dt, y, i, xv);
@@ -309,11 +311,21 @@ static __device__ __forceinline__ void cuda_ew_cast_v(size_t count, tt_dtype sdt
 /* v: 4 (16 bytes of fp32, 8 of fp16), 2 or 1. */
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_cast_k(size_t count, tt_dtype sdt, const void *src,
                                                                  tt_dtype ddt, void *dst, int v) {
-  switch (v) {
-    case 4: cuda_ew_cast_v<4>(count, sdt, src, ddt, dst); break;
-    case 2: cuda_ew_cast_v<2>(count, sdt, src, ddt, dst); break;
-    default: cuda_ew_cast_v<1>(count, sdt, src, ddt, dst); break;
+  /* the dtypes as constants: each branch is typed, with no dtype test per vector */
+  if (sdt == TT_F32) {
+    switch (v) {
+      case 4: cuda_ew_cast_v<4>(count, TT_F32, src, TT_F16, dst); break;
+      case 2: cuda_ew_cast_v<2>(count, TT_F32, src, TT_F16, dst); break;
+      default: cuda_ew_cast_v<1>(count, TT_F32, src, TT_F16, dst); break;
+    }
+  } else {
+    switch (v) {
+      case 4: cuda_ew_cast_v<4>(count, TT_F16, src, TT_F32, dst); break;
+      case 2: cuda_ew_cast_v<2>(count, TT_F16, src, TT_F32, dst); break;
+      default: cuda_ew_cast_v<1>(count, TT_F16, src, TT_F32, dst); break;
+    }
   }
+  (void)ddt;
 }
 
 int tt_cuda_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst) {
