@@ -308,20 +308,18 @@ static __device__ __forceinline__ void cuda_ew_cast_v(size_t count, tt_dtype sdt
     tt_cuda_st(ddt, dst, i, tt_cuda_ld(sdt, src, i));
 }
 
-/* v: 4 (16 bytes of fp32, 8 of fp16), 2 or 1. */
+/* v: 4 (16 bytes of fp32, 8 of fp16) or 1. */
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_cast_k(size_t count, tt_dtype sdt, const void *src,
                                                                  tt_dtype ddt, void *dst, int v) {
   /* the dtypes as constants: each branch is typed, with no dtype test per vector */
   if (sdt == TT_F32) {
     switch (v) {
       case 4: cuda_ew_cast_v<4>(count, TT_F32, src, TT_F16, dst); break;
-      case 2: cuda_ew_cast_v<2>(count, TT_F32, src, TT_F16, dst); break;
       default: cuda_ew_cast_v<1>(count, TT_F32, src, TT_F16, dst); break;
     }
   } else {
     switch (v) {
       case 4: cuda_ew_cast_v<4>(count, TT_F16, src, TT_F32, dst); break;
-      case 2: cuda_ew_cast_v<2>(count, TT_F16, src, TT_F32, dst); break;
       default: cuda_ew_cast_v<1>(count, TT_F16, src, TT_F32, dst); break;
     }
   }
@@ -340,7 +338,8 @@ int tt_cuda_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, 
   if (src == dst)
     return tt_cuda_fail(b, "cast: %s cannot run in place", src_dt == TT_F16 ? "fp16 -> fp32" : "fp32 -> fp16");
   const void *ptrs[2] = {src, dst};
-  int v = tt_cuda_vec_width(4, ptrs, 2); /* fp32's width: 4 elements at most */
+  int v = tt_cuda_vec_width(4, ptrs, 2) == 4 ? 4 : 1; /* fp32's 16 bytes, or one element (a third variant
+                                                           spilled on sm_100) */
   TT_LAUNCH(cuda_ew_cast_k, tt_cuda_blocks(count / (size_t)v), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, src_dt, src,
             dst_dt, dst, v);
   CUDA_LAUNCH_CHECK(b, "cast");
