@@ -821,6 +821,25 @@ def main():
         n.append("build %s/tests/test_cuda_emu_self: emulink %s/obj/emu/tests_cuda_emu_emu_selftest.o %s %s"
                  % (B, B, " ".join(emu_objs), host_lib))
         test_bins += ["%s/tests/%s" % (B, t) for t in EMU_TESTS]
+        # test_cuda_traffic: the same kernels with every load and store calling the traffic counter
+        # (GCC's thread sanitizer instrumentation, its runtime not linked; tests/traffic/emu_traffic.h).
+        # Not in a sanitizer build.
+        if not args.sanitize:
+            n.append("rule emutraffic\n  command = $cxx -MMD -MF $out.d $emuflags -fsanitize=thread "
+                     "-x c++ -c $in -o $out\n  depfile = $out.d\n  deps = gcc\n  description = CXX (traffic-counted CUDA) $out")
+            tr_objs = []
+            for src in sources(["kernels/cuda"], ".cu"):
+                o = B + "/obj/emutraffic/" + src.replace("/", "_").rsplit(".", 1)[0] + ".o"
+                n.append("build %s: emutraffic %s" % (o, src))
+                tr_objs.append(o)
+            tr_objs += [o for o in emu_objs if "/tests_cuda_emu_" in o]
+            n.append("build %s/obj/emu/tests_traffic_emu_traffic.o: emucxx tests/traffic/emu_traffic.cc\n"
+                     "  emuflags = $emuflags -Itests/cuda_emu" % B)
+            n.append("build %s/obj/emu/tests_test_cuda_traffic.o: cc tests/test_cuda_traffic.c\n"
+                     "  cflags = $cflags -DTT_HAVE_CUDA=1 -DTT_CUDA_EMULATION=1 -Itests/cuda_emu" % B)
+            n.append("build %s/tests/test_cuda_traffic: emulink %s/obj/emu/tests_test_cuda_traffic.o "
+                     "%s/obj/emu/tests_traffic_emu_traffic.o %s %s" % (B, B, B, " ".join(tr_objs), host_lib))
+            test_bins.append("%s/tests/test_cuda_traffic" % B)
         # The command line on the emulated device (`ninja build/tinytrain_emu`; not built by default):
         # core/runtime/session.c chooses the CUDA backend only when built with TT_HAVE_CUDA.
         n.append("build %s/obj/emu/core_runtime_session.o: cc core/runtime/session.c\n  cflags = $cflags -DTT_HAVE_CUDA=1" % B)

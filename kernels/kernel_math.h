@@ -84,8 +84,8 @@ static inline TT_HD float tt_act_grad(tt_act a, float saved, float g) {
  * step = nesterov ? d + momentum*m : m; w -= lr*step. m may be NULL when momentum == 0. */
 static inline TT_HD void tt_sgd_elem(size_t i, float *w, const float *g, float *m, float lr, float momentum, int nesterov,
                                      float weight_decay, float grad_scale) {
-  float d = g[i] * grad_scale, step;
-  if (weight_decay != 0.0f) d += weight_decay * w[i];
+  float d = g[i] * grad_scale, step, wv = w[i]; /* w read once: the store to m may alias it for the compiler */
+  if (weight_decay != 0.0f) d += weight_decay * wv;
   if (momentum != 0.0f) {
     float mv = momentum * m[i] + d;
     m[i] = mv;
@@ -93,7 +93,7 @@ static inline TT_HD void tt_sgd_elem(size_t i, float *w, const float *g, float *
   } else {
     step = d;
   }
-  w[i] -= lr * step;
+  w[i] = wv - lr * step;
 }
 
 /* Adam's per-step constants, as torch.optim.Adam(W) computes them: bias corrections as

@@ -38,7 +38,7 @@
 
 static const char *test_groups[] = {"cuda_elementwise", "cuda_dropout_mask", "cuda_loss_optim", "cuda_batchnorm",
                                     "cuda_pooling", "cuda_conv", "cuda_linear", "cuda_step_fp32", "cuda_step_fp16",
-                                    "cuda_no_allocation_and_peak", "cuda_staging_copies", "cuda_nccl_one_rank"};
+                                    "cuda_no_allocation_and_peak", "cuda_staging_copies", "cuda_blocking_waits", "cuda_nccl_one_rank"};
 #define TEST_NGROUPS ((int)(sizeof test_groups / sizeof test_groups[0]))
 
 #ifdef TT_HAVE_CUDA
@@ -221,6 +221,13 @@ static void test_elementwise(void) {
       cmp("accumulate beta=1", y, tol_ew(dt));
       BOTH(B->accumulate(B, n, dt, P(b2), P(y), 0.0f));
       cmp("accumulate beta=0", y, tol_ew(dt));
+      { /* pointers one element past a 16-byte boundary: the kernels' narrower vectors and tails */
+        size_t es = tt_dtype_size(dt);
+        BOTH(B->add(B, n - 3, dt, (char *)P(a) + es, (char *)P(b2) + es, (char *)P(y) + es));
+        cmp("add (unaligned)", y, tol_ew(dt));
+        BOTH(B->accumulate(B, n - 5, dt, (char *)P(a) + 2 * es, (char *)P(y) + 2 * es, 1.0f));
+        cmp("accumulate beta=1 (unaligned)", y, tol_ew(dt));
+      }
       fr(&a), fr(&b2), fr(&y);
     }
     {
@@ -293,9 +300,9 @@ static void test_loss_optim(void) {
   TT_TEST_BEGIN("cuda_loss_optim");
   for (int di = 0; di < 2; di++) {
     tt_dtype dt = di ? TT_F16 : TT_F32;
-    int shapes[3][2] = {{6, 5}, {257, 10}, {33, 1000}};
+    int shapes[4][2] = {{6, 5}, {257, 10}, {33, 1000}, {5, 1500}}; /* the last past the kernel's register cache */
     goff = 0;
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < 4; s++) {
       int N = shapes[s][0], K = shapes[s][1];
       int32_t *lab = (int32_t *)malloc(sizeof(int32_t) * N);
       float st0[2] = {1.5f, 2.0f};
@@ -345,32 +352,41 @@ static void test_loss_optim(void) {
 
 static void test_batchnorm(void) {
   TT_TEST_BEGIN("cuda_batchnorm");
-  int shapes[3][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}};
+  /* the last two: each channel split over several blocks (16-byte vectors crossing planes; odd hw) */
+  int shapes[5][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}, {16, 3, 1100}, {2, 3, 4099}};
   for (int di = 0; di < 2; di++) {
     tt_dtype dt = di ? TT_F16 : TT_F32;
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < 5; s++) {
       int N = shapes[s][0], C = shapes[s][1], HW = shapes[s][2];
-      size_t cnt = (size_t)N * C * HW;
+      size_t cnt = (size_t)N * C * HW, wsb;
+      void *ws;
+      tt_op_desc od;
       goff = 0;
+      memset(&od, 0, sizeof od);
+      od.kind = TT_OP_BN_BWD, od.dt = dt, od.u.bn.n = N, od.u.bn.c = C, od.u.bn.hw = HW, od.u.bn.eps = 1e-5f;
+      wsb = gpu->op_workspace(gpu, &od); /* bn_fwd_train's is the same */
+      ws = test_galloc(wsb ? wsb : 1);
+#define WS side ? ws : NULL, side ? wsb : 0
       tt2 x = mk(cnt, dt, -2, 3), y = mk(cnt, dt, 0, 0), g = mk(C, TT_F32, 0.5f, 1.5f), bb = mk(C, TT_F32, -1, 1);
       tt2 rm = mk(C, TT_F32, -0.1f, 0.1f), rv = mk(C, TT_F32, 0.9f, 1.1f), sm = mk(C, TT_F32, 0, 0),
           si = mk(C, TT_F32, 0, 0);
       tt2 dy = mk(cnt, dt, -1, 1), dx = mk(cnt, dt, -1, 1), dg = mk(C, TT_F32, -1, 1), db = mk(C, TT_F32, -1, 1);
-      BOTH(B->bn_fwd_train(B, N, C, HW, dt, P(x), PF(g), PF(bb), P(y), PF(rm), PF(rv), 0.1f, 1e-5f, PF(sm), PF(si), 1, NULL, 0));
+      BOTH(B->bn_fwd_train(B, N, C, HW, dt, P(x), PF(g), PF(bb), P(y), PF(rm), PF(rv), 0.1f, 1e-5f, PF(sm), PF(si), 1, WS));
       cmp("bn_fwd_train y", y, tol_ew(dt));
       cmp("bn_fwd_train save_mean", sm, 1e-5);
       cmp("bn_fwd_train save_invstd", si, 1e-5);
       cmp("bn_fwd_train running_mean", rm, 1e-5);
       cmp("bn_fwd_train running_var (unbiased)", rv, 1e-5);
-      BOTH(B->bn_bwd(B, N, C, HW, dt, P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), PF(dg), PF(db), 1.0f, 1.0f, NULL, 0));
+      BOTH(B->bn_bwd(B, N, C, HW, dt, P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), PF(dg), PF(db), 1.0f, 1.0f, WS));
       cmp("bn_bwd dx", dx, tol_ew(dt));
       cmp("bn_bwd dgamma", dg, dt == TT_F16 ? 1e-3 : 1e-5);
       cmp("bn_bwd dbias", db, dt == TT_F16 ? 1e-3 : 1e-5);
-      BOTH(B->bn_bwd(B, N, C, HW, dt, P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), PF(dg), PF(db), 0.0f, 0.0f, NULL, 0));
+      BOTH(B->bn_bwd(B, N, C, HW, dt, P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), PF(dg), PF(db), 0.0f, 0.0f, WS));
       cmp("bn_bwd dx beta=0", dx, tol_ew(dt));
       BOTH(B->bn_fwd_infer(B, N, C, HW, dt, P(x), PF(g), PF(bb), PF(rm), PF(rv), 1e-5f, P(y), NULL, 0));
       cmp("bn_fwd_infer", y, tol_ew(dt));
       fr(&x), fr(&y), fr(&g), fr(&bb), fr(&rm), fr(&rv), fr(&sm), fr(&si), fr(&dy), fr(&dx), fr(&dg), fr(&db);
+#undef WS
     }
   }
   TT_TEST_END();
@@ -989,6 +1005,20 @@ int main(void) {
     return 1;
   }
   test_staging(); /* allocates page-locked memory: before the allocation count below */
+#ifdef TT_CUDA_EMULATION
+  { /* host waits block rather than spin: the device's scheduling flag and the host-wait events' */
+    void *ev = gpu->event_create(gpu);
+    TT_TEST_BEGIN("cuda_blocking_waits");
+    TT_CHECK((tt_emu_device_flags() & 0x07u) == 0x04u, "device flags 0x%x: not cudaDeviceScheduleBlockingSync",
+             tt_emu_device_flags());
+    TT_CHECK(ev && (tt_emu_event_flags(ev) & 0x01u), "event_create's flags 0x%x lack cudaEventBlockingSync",
+             ev ? tt_emu_event_flags(ev) : 0u);
+    if (ev) gpu->event_destroy(gpu, ev);
+    TT_TEST_END();
+  }
+#else
+  printf("SKIP cuda_blocking_waits: checked under the emulation (tt_emu_device_flags)\n");
+#endif
   allocs = tt_cuda_alloc_count(gpu);
   test_elementwise();
   test_dropout();

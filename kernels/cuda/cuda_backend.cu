@@ -234,7 +234,8 @@ static void cuda_be_host_free(tt_backend *b, void *p) {
 
 static void *cuda_be_event_create(tt_backend *b) {
   cudaEvent_t e = NULL;
-  cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  /* the host waits on these (event_sync): blocking, not spinning a core the data loader wants */
+  cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming | cudaEventBlockingSync);
   if (r != cudaSuccess) {
     (void)cudaGetLastError();
     tt_cuda_fail(b, "cudaEventCreateWithFlags failed: %s", cudaGetErrorString(r));
@@ -432,6 +433,10 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   CUDA_CHECK(b, cudaDeviceGetPCIBusId(bus, (int)sizeof bus, st->device));
   have_nvml = cuda_nvml_open(st, bus) == 0 && cuda_nvml_used(st, &before, NULL) == 0;
   CUDA_CHECK(b, cudaSetDevice(st->device));
+  /* Host waits (stream and device synchronisation) block on an OS primitive instead of spinning
+   * a CPU core, which the data loader's threads want; set before or after the primary context
+   * exists (CUDA 12 and newer overwrite the previous flags). */
+  CUDA_CHECK(b, cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
   CUDA_CHECK(b, cudaFree(0)); /* creates the primary context */
   CUDA_CHECK(b, cudaGetDeviceProperties(&prop, st->device));
   /* CUDA 13 builds for compute capability 7.5 and newer only (nvcc --list-gpu-arch) */
@@ -499,6 +504,8 @@ static size_t cuda_be_op_workspace(tt_backend *b, const tt_op_desc *op) {
     case TT_OP_LINEAR_FWD: return tt_cuda_linear_workspace(b, l->n, l->in, l->out, op->dt, TT_WS_FWD);
     case TT_OP_LINEAR_BWD_DATA: return tt_cuda_linear_workspace(b, l->n, l->in, l->out, op->dt, TT_WS_BWD_DATA);
     case TT_OP_LINEAR_BWD_FILTER: return tt_cuda_linear_workspace(b, l->n, l->in, l->out, op->dt, TT_WS_BWD_FILTER);
+    case TT_OP_BN_FWD_TRAIN:
+    case TT_OP_BN_BWD: return tt_cuda_bn_workspace(op->u.bn.n, op->u.bn.c, op->u.bn.hw, op->dt);
     default: return 0;
   }
 }

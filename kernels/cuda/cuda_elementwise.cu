@@ -3,7 +3,9 @@
  * cast, input normalisation, and the bias add / bias gradient helpers that conv and linear
  * share.
  *
- * Elementwise kernels are grid-stride loops, one element per iteration, computing in fp32
+ * Elementwise kernels are grid-stride loops, one element per iteration (add, accumulate and cast:
+ * one vector of up to 16 bytes per iteration where the pointers are aligned, the tail element by
+ * element; the bias add a 2-D grid of planes x positions), computing in fp32
  * exactly the expression the CPU backend computes (so results agree to rounding: nvcc may
  * contract a*b+c into an fma). Reductions run in one block per output with a fixed-order
  * tree, so they are deterministic.
@@ -21,18 +23,24 @@ static cudaStream_t cuda_ew_stream(tt_backend *b) { return tt_cuda_st(b)->comput
 
 /* ------------------------------------ helpers ----------------------------------------- */
 
-static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_add_bias_k(size_t count, size_t hw, int c, tt_dtype dt,
+/* 2-D grid: y strides the planes (n*c), x the plane; the channel once per plane, no division per
+ * element. */
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_add_bias_k(size_t planes, size_t hw, int c, tt_dtype dt,
                                                                      const void *bias, void *y) {
-  TT_CUDA_LOOP(i, count) {
-    int ch = (int)((i / hw) % (size_t)c);
-    tt_cuda_st(dt, y, i, tt_cuda_ld(dt, y, i) + tt_cuda_ld(dt, bias, ch));
+  for (size_t pl = blockIdx.y; pl < planes; pl += gridDim.y) {
+    float bv = tt_cuda_ld(dt, bias, pl % (size_t)c);
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < hw; k += (size_t)blockDim.x * gridDim.x)
+      tt_cuda_st(dt, y, pl * hw + k, tt_cuda_ld(dt, y, pl * hw + k) + bv);
   }
 }
 
 int tt_cuda_add_bias(tt_backend *b, const char *op, int n, int c, size_t hw, tt_dtype dt, const void *bias, void *y) {
-  size_t count = (size_t)n * c * hw;
-  if (!count) return 0;
-  TT_LAUNCH(cuda_ew_add_bias_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, hw, c, dt, bias, y);
+  size_t planes = (size_t)n * c, gx = (hw + TT_CUDA_THREADS - 1) / TT_CUDA_THREADS, gy = planes;
+  if (!planes || !hw) return 0;
+  if (gx > 1024) gx = 1024;
+  if (gy > 65535) gy = 65535;
+  TT_LAUNCH(cuda_ew_add_bias_k, dim3((unsigned)gx, (unsigned)gy), TT_CUDA_THREADS, 0, cuda_ew_stream(b), planes, hw, c, dt,
+            bias, y);
   CUDA_LAUNCH_CHECK(b, op);
   return 0;
 }
@@ -249,30 +257,79 @@ int tt_cuda_save_restore(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt
 
 /* ------------------------------- add / accumulate ------------------------------------- */
 
-static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_add_k(size_t count, tt_dtype dt, const void *a,
+/* Vectorised element-wise loops: the count / V whole vectors (one 16-byte access each where the
+ * pointers allow), then the tail element by element; v is the host's tt_cuda_vec_width. */
+template <int V>
+static __device__ __forceinline__ void cuda_ew_add_v(size_t count, tt_dtype dt, const void *a, const void *b2, void *y) {
+  const size_t nv = count / V;
+  TT_CUDA_LOOP(i, nv) {
+    float x[V], z[V];
+    tt_cuda_ldv<V>(dt, a, i, x);
+    tt_cuda_ldv<V>(dt, b2, i, z);
+    TT_UNROLL
+    for (int j = 0; j < V; j++) x[j] += z[j];
+    tt_cuda_stv<V>(dt, y, i, x);
+  }
+  for (size_t i = nv * V + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x)
+    tt_cuda_st(dt, y, i, tt_cuda_ld(dt, a, i) + tt_cuda_ld(dt, b2, i));
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_add_k(size_t count, tt_dtype dt, int v, const void *a,
                                                                 const void *b2, void *y) {
-  TT_CUDA_LOOP(i, count) tt_cuda_st(dt, y, i, tt_cuda_ld(dt, a, i) + tt_cuda_ld(dt, b2, i));
+  switch (v) {
+    case 8: cuda_ew_add_v<8>(count, dt, a, b2, y); break;
+    case 4: cuda_ew_add_v<4>(count, dt, a, b2, y); break;
+    case 2: cuda_ew_add_v<2>(count, dt, a, b2, y); break;
+    default: cuda_ew_add_v<1>(count, dt, a, b2, y); break;
+  }
 }
 
 int tt_cuda_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y) {
   if (cuda_ew_dt(b, "add", dt)) return -1;
   if (!count) return 0;
   if (!a || !b2 || !y) return tt_cuda_fail(b, "add: NULL a, b2 or y");
-  TT_LAUNCH(cuda_ew_add_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, dt, a, b2, y);
+  const void *ptrs[3] = {a, b2, y};
+  int v = tt_cuda_vec_width(tt_dtype_size(dt), ptrs, 3);
+  TT_LAUNCH(cuda_ew_add_k, tt_cuda_blocks(count / (size_t)v), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, dt, v, a, b2, y);
   CUDA_LAUNCH_CHECK(b, "add");
   return 0;
 }
 
-static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_accumulate_k(size_t count, tt_dtype dt, const void *x,
+template <int V>
+static __device__ __forceinline__ void cuda_ew_accumulate_v(size_t count, tt_dtype dt, const void *x, void *y, float beta) {
+  const size_t nv = count / V;
+  TT_CUDA_LOOP(i, nv) {
+    float xv[V], yv[V];
+    tt_cuda_ldv<V>(dt, x, i, xv);
+    if (beta != 0.0f) {
+      tt_cuda_ldv<V>(dt, y, i, yv);
+      TT_UNROLL
+      for (int j = 0; j < V; j++) xv[j] += beta * yv[j];
+    }
+    tt_cuda_stv<V>(dt, y, i, xv);
+  }
+  for (size_t i = nv * V + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x)
+    tt_cuda_st_beta(dt, y, i, tt_cuda_ld(dt, x, i), beta);
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_accumulate_k(size_t count, tt_dtype dt, int v, const void *x,
                                                                        void *y, float beta) {
-  TT_CUDA_LOOP(i, count) tt_cuda_st_beta(dt, y, i, tt_cuda_ld(dt, x, i), beta);
+  switch (v) {
+    case 8: cuda_ew_accumulate_v<8>(count, dt, x, y, beta); break;
+    case 4: cuda_ew_accumulate_v<4>(count, dt, x, y, beta); break;
+    case 2: cuda_ew_accumulate_v<2>(count, dt, x, y, beta); break;
+    default: cuda_ew_accumulate_v<1>(count, dt, x, y, beta); break;
+  }
 }
 
 int tt_cuda_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta) {
   if (cuda_ew_dt(b, "accumulate", dt)) return -1;
   if (!count) return 0;
   if (!x || !y) return tt_cuda_fail(b, "accumulate: NULL x or y");
-  TT_LAUNCH(cuda_ew_accumulate_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, dt, x, y, beta);
+  const void *ptrs[2] = {x, y};
+  int v = tt_cuda_vec_width(tt_dtype_size(dt), ptrs, 2);
+  TT_LAUNCH(cuda_ew_accumulate_k, tt_cuda_blocks(count / (size_t)v), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, dt, v, x,
+            y, beta);
   CUDA_LAUNCH_CHECK(b, "accumulate");
   return 0;
 }
@@ -370,9 +427,34 @@ int tt_cuda_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *
   return 0;
 }
 
+template <int V>
+static __device__ __forceinline__ void cuda_ew_cast_v(size_t count, tt_dtype sdt, const void *src, tt_dtype ddt, void *dst) {
+  const size_t nv = count / V;
+  TT_CUDA_LOOP(i, nv) {
+    float x[V];
+    tt_cuda_ldv<V>(sdt, src, i, x);
+    tt_cuda_stv<V>(ddt, dst, i, x);
+  }
+  for (size_t i = nv * V + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x)
+    tt_cuda_st(ddt, dst, i, tt_cuda_ld(sdt, src, i));
+}
+
+/* v: 4 (16 bytes of fp32, 8 of fp16) or 1. */
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_cast_k(size_t count, tt_dtype sdt, const void *src,
-                                                                 tt_dtype ddt, void *dst) {
-  TT_CUDA_LOOP(i, count) tt_cuda_st(ddt, dst, i, tt_cuda_ld(sdt, src, i));
+                                                                 tt_dtype ddt, void *dst, int v) {
+  /* the dtypes as constants: each branch is typed, with no dtype test per vector */
+  if (sdt == TT_F32) {
+    switch (v) {
+      case 4: cuda_ew_cast_v<4>(count, TT_F32, src, TT_F16, dst); break;
+      default: cuda_ew_cast_v<1>(count, TT_F32, src, TT_F16, dst); break;
+    }
+  } else {
+    switch (v) {
+      case 4: cuda_ew_cast_v<4>(count, TT_F16, src, TT_F32, dst); break;
+      default: cuda_ew_cast_v<1>(count, TT_F16, src, TT_F32, dst); break;
+    }
+  }
+  (void)ddt;
 }
 
 int tt_cuda_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst) {
@@ -386,7 +468,11 @@ int tt_cuda_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, 
   }
   if (src == dst)
     return tt_cuda_fail(b, "cast: %s cannot run in place", src_dt == TT_F16 ? "fp16 -> fp32" : "fp32 -> fp16");
-  TT_LAUNCH(cuda_ew_cast_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, src_dt, src, dst_dt, dst);
+  const void *ptrs[2] = {src, dst};
+  int v = tt_cuda_vec_width(4, ptrs, 2) == 4 ? 4 : 1; /* fp32's 16 bytes, or one element (a third variant
+                                                           spilled on sm_100) */
+  TT_LAUNCH(cuda_ew_cast_k, tt_cuda_blocks(count / (size_t)v), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, src_dt, src,
+            dst_dt, dst, v);
   CUDA_LAUNCH_CHECK(b, "cast");
   return 0;
 }

@@ -137,6 +137,13 @@ typedef struct tt_cuda_kernel {
 extern const tt_cuda_kernel tt_cuda_elementwise_kernels[], tt_cuda_norm_kernels[], tt_cuda_loss_optim_kernels[];
 extern const int tt_cuda_elementwise_nkernels, tt_cuda_norm_nkernels, tt_cuda_loss_optim_nkernels;
 
+/* Fully unrolls the next loop on the device (a register array indexed by its counter stays in
+ * registers); nothing in the host emulation. */
+#ifdef TT_CUDA_EMULATED
+#define TT_UNROLL
+#else
+#define TT_UNROLL _Pragma("unroll")
+#endif
 /* Grid-stride loop over count elements (launch with tt_cuda_blocks(count) blocks). */
 #define TT_CUDA_LOOP(i, count) \
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count); i += (size_t)blockDim.x * gridDim.x)
@@ -159,6 +166,100 @@ __device__ __forceinline__ void tt_cuda_st(tt_dtype dt, void *p, size_t i, float
   else
     ((float *)p)[i] = v;
 }
+/* One 16-byte (8-byte) access: p aligned to it. On the device a uint4 (unsigned long long)
+ * load or store, one LDG.128 / STG.128 (.64); in the host emulation a GCC vector access, one
+ * 16-byte access that the traffic test (tests/test_cuda_traffic.c) sees as one (a struct copy
+ * would be split into four 4-byte accesses there). */
+#ifdef TT_CUDA_EMULATED
+struct tt_cuda_u4 {
+  unsigned int x, y, z, w;
+};
+typedef unsigned int tt_cuda_u4v __attribute__((vector_size(16)));
+static inline tt_cuda_u4 tt_cuda_ld16(const void *p) {
+  tt_cuda_u4v v = *(const tt_cuda_u4v *)p;
+  return tt_cuda_u4{v[0], v[1], v[2], v[3]};
+}
+static inline void tt_cuda_st16(void *p, tt_cuda_u4 u) {
+  tt_cuda_u4v v = {u.x, u.y, u.z, u.w};
+  *(tt_cuda_u4v *)p = v;
+}
+#else
+typedef uint4 tt_cuda_u4;
+__device__ __forceinline__ uint4 tt_cuda_ld16(const void *p) { return *(const uint4 *)p; }
+__device__ __forceinline__ void tt_cuda_st16(void *p, uint4 u) { *(uint4 *)p = u; }
+#endif
+__device__ __forceinline__ unsigned long long tt_cuda_ld8(const void *p) { return *(const unsigned long long *)p; }
+__device__ __forceinline__ void tt_cuda_st8(void *p, unsigned long long u) { *(unsigned long long *)p = u; }
+__device__ __forceinline__ float tt_cuda_h(unsigned int u, int hi) {
+  return __half2float(__ushort_as_half((unsigned short)(hi ? u >> 16 : u & 0xffffu)));
+}
+__device__ __forceinline__ unsigned int tt_cuda_pack2(float a, float b) {
+  return (unsigned int)__half_as_ushort(__float2half_rn(a)) | (unsigned int)__half_as_ushort(__float2half_rn(b)) << 16;
+}
+
+/* Vector iv (V elements of a dt tensor, one access of V x element bytes: 16 at most) as fp32,
+ * and its store. V is 1, 2, 4 or 8 (fp16), 1, 2 or 4 (fp32); the pointer aligned to the vector. */
+template <int V>
+__device__ __forceinline__ void tt_cuda_ldv(tt_dtype dt, const void *p, size_t iv, float *v) {
+  if (dt == TT_F16) {
+    if (V == 8) {
+      tt_cuda_u4 u = tt_cuda_ld16((const char *)p + iv * 16);
+      v[0] = tt_cuda_h(u.x, 0), v[1] = tt_cuda_h(u.x, 1), v[2] = tt_cuda_h(u.y, 0), v[3] = tt_cuda_h(u.y, 1);
+      v[4 % V] = tt_cuda_h(u.z, 0), v[5 % V] = tt_cuda_h(u.z, 1), v[6 % V] = tt_cuda_h(u.w, 0), v[7 % V] = tt_cuda_h(u.w, 1);
+    } else if (V == 4) {
+      unsigned long long u = tt_cuda_ld8((const char *)p + iv * 8);
+      unsigned int lo = (unsigned int)u, hi = (unsigned int)(u >> 32);
+      v[0] = tt_cuda_h(lo, 0), v[1 % V] = tt_cuda_h(lo, 1), v[2 % V] = tt_cuda_h(hi, 0), v[3 % V] = tt_cuda_h(hi, 1);
+    } else if (V == 2) {
+      unsigned int u = ((const unsigned int *)p)[iv];
+      v[0] = tt_cuda_h(u, 0), v[1 % V] = tt_cuda_h(u, 1);
+    } else {
+      v[0] = __half2float(((const __half *)p)[iv]);
+    }
+  } else {
+    if (V == 4) {
+      tt_cuda_u4 u = tt_cuda_ld16((const char *)p + iv * 16);
+      v[0] = __uint_as_float(u.x), v[1 % V] = __uint_as_float(u.y), v[2 % V] = __uint_as_float(u.z),
+      v[3 % V] = __uint_as_float(u.w);
+    } else if (V == 2) {
+      unsigned long long u = tt_cuda_ld8((const char *)p + iv * 8);
+      v[0] = __uint_as_float((unsigned int)u), v[1 % V] = __uint_as_float((unsigned int)(u >> 32));
+    } else {
+      v[0] = ((const float *)p)[iv];
+    }
+  }
+}
+template <int V>
+__device__ __forceinline__ void tt_cuda_stv(tt_dtype dt, void *p, size_t iv, const float *v) {
+  if (dt == TT_F16) {
+    if (V == 8) {
+      tt_cuda_u4 u;
+      u.x = tt_cuda_pack2(v[0], v[1 % V]), u.y = tt_cuda_pack2(v[2 % V], v[3 % V]);
+      u.z = tt_cuda_pack2(v[4 % V], v[5 % V]), u.w = tt_cuda_pack2(v[6 % V], v[7 % V]);
+      tt_cuda_st16((char *)p + iv * 16, u);
+    } else if (V == 4) {
+      tt_cuda_st8((char *)p + iv * 8,
+                  (unsigned long long)tt_cuda_pack2(v[0], v[1 % V]) | (unsigned long long)tt_cuda_pack2(v[2 % V], v[3 % V]) << 32);
+    } else if (V == 2) {
+      ((unsigned int *)p)[iv] = tt_cuda_pack2(v[0], v[1 % V]);
+    } else {
+      ((__half *)p)[iv] = __float2half_rn(v[0]);
+    }
+  } else {
+    if (V == 4) {
+      tt_cuda_u4 u;
+      u.x = __float_as_uint(v[0]), u.y = __float_as_uint(v[1 % V]), u.z = __float_as_uint(v[2 % V]),
+      u.w = __float_as_uint(v[3 % V]);
+      tt_cuda_st16((char *)p + iv * 16, u);
+    } else if (V == 2) {
+      tt_cuda_st8((char *)p + iv * 8,
+                  (unsigned long long)__float_as_uint(v[0]) | (unsigned long long)__float_as_uint(v[1 % V]) << 32);
+    } else {
+      ((float *)p)[iv] = v[0];
+    }
+  }
+}
+
 /* beta == 0 overwrites (never 0*old, which would keep a NaN), as the CPU backend. */
 __device__ __forceinline__ void tt_cuda_st_beta(tt_dtype dt, void *p, size_t i, float v, float beta) {
   if (beta != 0.0f) v += beta * tt_cuda_ld(dt, p, i);
@@ -181,6 +282,19 @@ __device__ __forceinline__ double tt_cuda_block_sum(double v, double *sh) {
   return sh[32];
 }
 #endif
+
+/* The widest vector (elements, at most 16 bytes of the widest dtype) every pointer is aligned to. */
+static inline int tt_cuda_vec_width(size_t es, const void *const *ptrs, int nptrs) {
+  int v = (int)(16 / es);
+  while (v > 1) {
+    int ok = 1;
+    for (int i = 0; i < nptrs && ok; i++)
+      if (ptrs[i] && ((uintptr_t)ptrs[i] % ((size_t)v * es))) ok = 0;
+    if (ok) break;
+    v >>= 1;
+  }
+  return v;
+}
 
 /* ---- shared helpers (cuda_elementwise.cu) ---- */
 /* y[(i*c + ch)*hw + k] += bias[ch] for y [n, c, hw] in dt, bias in dt. */
@@ -211,6 +325,8 @@ int tt_cuda_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, 
 int tt_cuda_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
                               float *dw, float *db, float beta, void *ws, size_t ws_bytes);
 /* cuda_norm.cu */
+/* Workspace bytes of bn_fwd_train and bn_bwd (16-byte aligned); bn_fwd_infer takes none. */
+size_t tt_cuda_bn_workspace(int n, int c, int hw, tt_dtype dt);
 int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                          const float *bias, void *y, float *running_mean, float *running_var, float momentum,
                          float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes);

@@ -1,8 +1,8 @@
 /* kernels/cuda/cuda_loss_optim.cu — softmax cross-entropy, the optimizer updates and the
  * loss-scale overflow check (check_finite), as the backend's own kernels.
  *
- * softmax_ce runs in one block and combines per-warp sums in warp order, so stats are
- * deterministic. Optimizer updates are grid-stride loops over the element updates in
+ * softmax_ce runs in one block (a warp per sample, its logits read once) and combines per-warp
+ * sums in warp order, so stats are deterministic. Optimizer updates are grid-stride loops over the element updates in
  * kernels/kernel_math.h, the ones the CPU backend runs, and do nothing when the overflow flag
  * they are given is set. check_finite tests the exponent
  * bits, as the CPU backend does.
@@ -15,12 +15,15 @@ static cudaStream_t cuda_lo_stream(tt_backend *b) { return tt_cuda_st(b)->comput
 
 /* ------------------------------- softmax cross-entropy -------------------------------- */
 
-#define CUDA_LO_CE_THREADS 1024
+#define CUDA_LO_CE_THREADS 256
+#define CUDA_LO_CE_CACHE 32 /* logits a lane keeps in registers: classes up to 1024 are read once */
 
-/* One block; warp w handles samples w, w + nwarps, ...; each lane strides the classes. The
- * per-warp loss and correct sums (double) are combined in warp order, so stats are
- * deterministic. A label outside [0, classes) makes the loss NaN (the device cannot
- * return an error; the CPU backend fails instead). */
+/* One block; warp w handles samples w, w + nwarps, ...; each lane strides the classes and keeps
+ * its first CUDA_LO_CE_CACHE logits in registers, so each logit is read once (classes past
+ * 32 x CUDA_LO_CE_CACHE are read again by each pass). The per-warp loss and correct sums
+ * (double) are combined in warp order, so stats are deterministic. A label outside
+ * [0, classes) makes the loss NaN (the device cannot return an error; the CPU backend fails
+ * instead). */
 static __global__ void TT_LAUNCH_BOUNDS(CUDA_LO_CE_THREADS) cuda_lo_ce_k(int n, int classes, tt_dtype dt, const void *logits,
                                                                   const int32_t *labels, float smoothing,
                                                                   float grad_scale, void *dlogits, float *stats) {
@@ -30,13 +33,21 @@ static __global__ void TT_LAUNCH_BOUNDS(CUDA_LO_CE_THREADS) cuda_lo_ce_k(int n, 
   float on = 1.0f - smoothing, off_t = smoothing / (float)classes;
   for (int smp = wid; smp < n; smp += nw) {
     size_t off = (size_t)smp * classes;
-    int y = labels[smp], arg = -1, j, o;
-    float mx = 0.0f;
+    int y = labels[smp], arg = -1, j, o, r;
+    float mx = 0.0f, cv[CUDA_LO_CE_CACHE], ly = 0.0f;
     double sum = 0.0, zsum = 0.0, lse;
     /* first maximum: per lane, then across lanes preferring the lower index on ties */
-    for (j = lane; j < classes; j += 32) {
+    TT_UNROLL
+    for (r = 0; r < CUDA_LO_CE_CACHE; r++) {
+      j = lane + 32 * r;
+      cv[r] = j < classes ? tt_cuda_ld(dt, logits, off + j) : 0.0f;
+      if (j < classes && (arg < 0 || cv[r] > mx)) mx = cv[r], arg = j;
+      if (j == y) ly = cv[r];
+    }
+    for (j = lane + 32 * CUDA_LO_CE_CACHE; j < classes; j += 32) {
       float v = tt_cuda_ld(dt, logits, off + j);
       if (arg < 0 || v > mx) mx = v, arg = j;
+      if (j == y) ly = v;
     }
     for (o = 16; o > 0; o >>= 1) {
       float omx = __shfl_down_sync(0xffffffffu, mx, o);
@@ -45,7 +56,13 @@ static __global__ void TT_LAUNCH_BOUNDS(CUDA_LO_CE_THREADS) cuda_lo_ce_k(int n, 
     }
     mx = __shfl_sync(0xffffffffu, mx, 0);
     arg = __shfl_sync(0xffffffffu, arg, 0);
-    for (j = lane; j < classes; j += 32) {
+    TT_UNROLL
+    for (r = 0; r < CUDA_LO_CE_CACHE; r++)
+      if (lane + 32 * r < classes) {
+        sum += exp((double)cv[r] - (double)mx);
+        zsum += cv[r];
+      }
+    for (j = lane + 32 * CUDA_LO_CE_CACHE; j < classes; j += 32) {
       float v = tt_cuda_ld(dt, logits, off + j);
       sum += exp((double)v - (double)mx);
       zsum += v;
@@ -57,17 +74,28 @@ static __global__ void TT_LAUNCH_BOUNDS(CUDA_LO_CE_THREADS) cuda_lo_ce_k(int n, 
     sum = __shfl_sync(0xffffffffu, sum, 0);
     zsum = __shfl_sync(0xffffffffu, zsum, 0);
     lse = (double)mx + log(sum);
+    /* the label's logit, from the lane that holds it (y in range) */
+    ly = __shfl_sync(0xffffffffu, ly, y >= 0 && y < classes ? y & 31 : 0);
     if (lane == 0) {
       if (y < 0 || y >= classes) {
         wl += nan("");
       } else {
-        wl += (double)on * (lse - (double)tt_cuda_ld(dt, logits, off + y)) + (double)off_t * ((double)classes * lse - zsum);
+        wl += (double)on * (lse - (double)ly) + (double)off_t * ((double)classes * lse - zsum);
         wc += arg == y ? 1.0 : 0.0;
       }
     }
     if (dlogits) {
       double inv = 1.0 / sum;
-      for (j = lane; j < classes; j += 32) {
+      TT_UNROLL
+      for (r = 0; r < CUDA_LO_CE_CACHE; r++) {
+        j = lane + 32 * r;
+        if (j < classes) {
+          float p = (float)(exp((double)cv[r] - (double)mx) * inv);
+          float t = off_t + (j == y ? on : 0.0f);
+          tt_cuda_st(dt, dlogits, off + j, (p - t) * grad_scale);
+        }
+      }
+      for (j = lane + 32 * CUDA_LO_CE_CACHE; j < classes; j += 32) {
         float p = (float)(exp((double)tt_cuda_ld(dt, logits, off + j) - (double)mx) * inv);
         float t = off_t + (j == y ? on : 0.0f);
         tt_cuda_st(dt, dlogits, off + j, (p - t) * grad_scale);

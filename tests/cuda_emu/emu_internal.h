@@ -108,6 +108,12 @@ const char *emu_kernel_now(char *buf, size_t n);
 void emu_kernel_fault(const char *msg) __attribute__((noreturn));
 int emu_in_kernel(void);
 
+/* An observer of kernel execution (NULL: none), called by the scheduler: EMU_OBS_LAUNCH_BEGIN
+ * and _END around a launch, _BLOCK_BEGIN and _BLOCK_END around each block. The traffic
+ * counter (tests/traffic/emu_traffic.cc) sets it. */
+enum { EMU_OBS_LAUNCH_BEGIN, EMU_OBS_BLOCK_BEGIN, EMU_OBS_BLOCK_END, EMU_OBS_LAUNCH_END };
+extern void (*emu_observer)(int what, const tt_emu_launch_desc *d);
+
 /* ------------------------------------ counters ---------------------------------------- */
 
 extern tt_emu_counts emu_counts;

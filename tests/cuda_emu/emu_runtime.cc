@@ -200,6 +200,25 @@ extern "C" cudaError_t cudaSetDevice(int device) {
   EMU_ENTER();
   return emu_check_device("cudaSetDevice", device);
 }
+/* The device flags (cudaSetDeviceFlags): the runtime takes them before or after the primary
+ * context exists (CUDA 12 and newer overwrite the previous flags); at most one scheduling mode. */
+static unsigned emu_device_flags;
+extern "C" cudaError_t cudaSetDeviceFlags(unsigned int flags) {
+  unsigned sched = flags & 0x07u;
+  EMU_ENTER();
+  if ((flags & ~0x1fu) || (sched && (sched & (sched - 1))))
+    return emu_cuda_fail(cudaErrorInvalidValue, "cudaSetDeviceFlags: invalid flags 0x%x", flags);
+  emu_device_flags = flags;
+  return cudaSuccess;
+}
+extern "C" cudaError_t cudaGetDeviceFlags(unsigned int *flags) {
+  EMU_ENTER();
+  if (!flags) return emu_cuda_fail(cudaErrorInvalidValue, "cudaGetDeviceFlags: NULL flags");
+  *flags = emu_device_flags;
+  return cudaSuccess;
+}
+extern "C" unsigned tt_emu_device_flags(void) { return emu_device_flags; }
+
 extern "C" cudaError_t cudaGetDevice(int *device) {
   EMU_ENTER_NO_CONTEXT();
   if (!device) return emu_cuda_fail(cudaErrorInvalidValue, "cudaGetDevice: NULL device");

@@ -41,6 +41,7 @@
 #include "emu_internal.h"
 
 thread_local tt_emu_builtins tt_emu_b;
+void (*emu_observer)(int what, const tt_emu_launch_desc *d);
 
 /* Provided by the linker when the sections exist (see include/cuda_runtime.h). */
 extern "C" char __start_tt_emu_shared[] __attribute__((weak));
@@ -592,6 +593,7 @@ void emu_run_launch(const tt_emu_launch_desc *d) {
   tt_emu_b.grid_dim = d->grid;
   g_run = r;
   g_in_kernel = 1;
+  if (emu_observer) emu_observer(EMU_OBS_LAUNCH_BEGIN, d);
   if (sigsetjmp(g_fault_jmp, 1) == 0) {
     for (size_t bi = 0; bi < nblocks && !r->failed; bi++) {
       size_t b = emu_perm(bi, nblocks, salt);
@@ -601,7 +603,9 @@ void emu_run_launch(const tt_emu_launch_desc *d) {
       tt_emu_b.block_idx = r->bidx;
       if ((uintptr_t)__stop_tt_emu_shared > (uintptr_t)__start_tt_emu_shared) /* no block sees another's */
         memset(__start_tt_emu_shared, 0xff, (size_t)((uintptr_t)__stop_tt_emu_shared - (uintptr_t)__start_tt_emu_shared));
+      if (emu_observer) emu_observer(EMU_OBS_BLOCK_BEGIN, d);
       emu_run_block(r);
+      if (emu_observer) emu_observer(EMU_OBS_BLOCK_END, d);
       emu_counts.threads += (size_t)r->n;
     }
   } else {
@@ -609,6 +613,7 @@ void emu_run_launch(const tt_emu_launch_desc *d) {
     r->err = cudaErrorIllegalAddress;
     r->msg = g_fault_msg;
   }
+  if (emu_observer) emu_observer(EMU_OBS_LAUNCH_END, d);
   g_in_kernel = 0;
   g_run = NULL;
   g_cur = NULL;

@@ -231,6 +231,7 @@ extern "C" cudaError_t cudaEventCreateWithFlags(cudaEvent_t *pe, unsigned int fl
   *pe = e;
   return cudaSuccess;
 }
+extern "C" unsigned tt_emu_event_flags(void *ev) { return ev ? ((CUevent_st *)ev)->flags : 0u; }
 extern "C" cudaError_t cudaEventCreate(cudaEvent_t *pe) { return cudaEventCreateWithFlags(pe, 0); }
 
 extern "C" cudaError_t cudaEventDestroy(cudaEvent_t e) {

@@ -14,6 +14,9 @@ typedef struct tt_emu_counts {
   size_t launches, threads, blas_calls, dnn_calls, copies;
 } tt_emu_counts;
 void tt_emu_get_counts(tt_emu_counts *c);
+/* The device flags (cudaSetDeviceFlags; 0 until set) and the flags an event was created with. */
+unsigned tt_emu_device_flags(void);
+unsigned tt_emu_event_flags(void *ev);
 /* 1: violations are not printed on stderr (they still fail the call); returns the old value. */
 int tt_emu_set_quiet(int quiet);
 /* The message of the last violation the emulation found ("" if none). */

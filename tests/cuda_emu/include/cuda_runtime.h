@@ -121,6 +121,12 @@ typedef enum cudaFuncAttribute {
 
 #define cudaStreamDefault 0x00u
 #define cudaStreamNonBlocking 0x01u
+#define cudaDeviceScheduleAuto 0x00u
+#define cudaDeviceScheduleSpin 0x01u
+#define cudaDeviceScheduleYield 0x02u
+#define cudaDeviceScheduleBlockingSync 0x04u
+#define cudaDeviceMapHost 0x08u
+#define cudaDeviceLmemResizeToMax 0x10u
 #define cudaEventDefault 0x00u
 #define cudaEventBlockingSync 0x01u
 #define cudaEventDisableTiming 0x02u
@@ -185,6 +191,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device);
 cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device);
 cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device);
 cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaSetDeviceFlags(unsigned int flags);
+cudaError_t cudaGetDeviceFlags(unsigned int *flags);
 cudaError_t cudaDeviceReset(void);
 cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPriority);
 cudaError_t cudaRuntimeGetVersion(int *version);
