@@ -8,7 +8,7 @@
  * and the process's peak resident memory (getrusage). Without VRAM the step is fp32 with
  * in-place ops and nothing recomputed; with VRAM (e.g. 1.2G) the scheduler chooses what to
  * recompute at this micro-batch (fp32) so the arena fits, as `tinytrain --vram` on the CPU
- * does. TINYTRAIN_CPU_BACKEND=ref runs the reference loops instead of oneDNN; TINYTRAIN_NO_COMPACT=1
+ * does. TINYTRAIN_CPU_BACKEND=ref runs the reference loops instead of oneDNN; TINYTRAIN_COMPACT=0
  * plans without compact saves, TINYTRAIN_RECOMPUTE_SEARCH=segments|ops one recompute search. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,9 +50,10 @@ int main(int argc, char **argv) {
   memset(&pol, 0, sizeof pol);
   memset(&sr, 0, sizeof sr);
   pol.micro_batch = mb, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 1;
-  { /* compact saves as the scheduler plans them; TINYTRAIN_NO_COMPACT=1 keeps the full tensors */
-    const char *nc = getenv("TINYTRAIN_NO_COMPACT");
-    pol.compact = !(nc && *nc && strcmp(nc, "0"));
+  { /* without a budget, compact saves on (TINYTRAIN_COMPACT=0: the full tensors); with one, as
+     * the scheduler plans */
+    const char *nc = getenv("TINYTRAIN_COMPACT");
+    pol.compact = !(nc && *nc && !strcmp(nc, "0"));
   }
   if (vram) {
     tt_policy_opts so;
