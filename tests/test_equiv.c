@@ -175,6 +175,18 @@ static void ck_check_variant(const net *n, tt_backend *be, const unsigned char *
   free(s_rec);
 }
 
+/* The comparisons' inputs: CK_STEPS x CK_ACCUM micro-batches of CK_MB 12x12 images and labels
+ * in [0, 5), the same bytes for every case (seed 42). */
+static void ck_data(uint8_t **imgs, int32_t **labs) {
+  int nb = CK_STEPS * CK_ACCUM;
+  size_t per = (size_t)CK_MB * 144;
+  tt_test_rng r = {42};
+  *imgs = (uint8_t *)malloc(per * nb);
+  *labs = (int32_t *)malloc(sizeof(int32_t) * CK_MB * nb);
+  for (size_t i = 0; i < per * nb; i++) (*imgs)[i] = (uint8_t)(tt_test_rng_next(&r) & 0xff);
+  for (int i = 0; i < CK_MB * nb; i++) (*labs)[i] = (int32_t)(tt_test_rng_next(&r) % 5);
+}
+
 /* The plain run of recipe text, then each variant's plan (0: the test's every-non-cut-node
  * plan, 1: sqrt(n), 2: the scheduler's `all`, 3: the scheduler's cheapest plan freeing a
  * quarter of the plain program's transient bytes) against it. */
@@ -188,13 +200,10 @@ static void ck_compare(const char *name, const char *text, const int *variants, 
     TT_CHECK(0, "%s", e.msg);
     return;
   }
-  int nb = CK_STEPS * CK_ACCUM;
-  size_t per = (size_t)CK_MB * 144, sf = state_floats(&n.g);
-  uint8_t *imgs = (uint8_t *)malloc(per * nb);
-  int32_t *labs = (int32_t *)malloc(sizeof(int32_t) * CK_MB * nb);
-  tt_test_rng r = {42};
-  for (size_t i = 0; i < per * nb; i++) imgs[i] = (uint8_t)(tt_test_rng_next(&r) & 0xff);
-  for (int i = 0; i < CK_MB * nb; i++) labs[i] = (int32_t)(tt_test_rng_next(&r) % 5);
+  size_t sf = state_floats(&n.g);
+  uint8_t *imgs;
+  int32_t *labs;
+  ck_data(&imgs, &labs);
   float *s_plain = (float *)calloc(sf, sizeof(float)), st_plain[2];
   unsigned char *rec = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
   tt_program pp;
@@ -287,13 +296,10 @@ static void ck_compact_case(const char *name, const char *text, tt_backend *be, 
     TT_CHECK(0, "%s", e.msg);
     return;
   }
-  int nb = CK_STEPS * CK_ACCUM;
-  size_t per = (size_t)CK_MB * 144, sf = state_floats(&n.g);
-  uint8_t *imgs = (uint8_t *)malloc(per * nb);
-  int32_t *labs = (int32_t *)malloc(sizeof(int32_t) * CK_MB * nb);
-  tt_test_rng r = {42};
-  for (size_t i = 0; i < per * nb; i++) imgs[i] = (uint8_t)(tt_test_rng_next(&r) & 0xff);
-  for (int i = 0; i < CK_MB * nb; i++) labs[i] = (int32_t)(tt_test_rng_next(&r) % 5);
+  size_t sf = state_floats(&n.g);
+  uint8_t *imgs;
+  int32_t *labs;
+  ck_data(&imgs, &labs);
   float *s0 = (float *)calloc(sf, sizeof(float)), *s1 = (float *)calloc(sf, sizeof(float)), st0[2], st1[2];
   unsigned char *rec = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
   tt_program p0, p1;
