@@ -45,7 +45,8 @@ typedef struct tt_pool_desc {
   int p, q;            /* output y: [n, c, p, q]            */
 } tt_pool_desc;
 
-typedef enum { TT_ACT_RELU = 0, TT_ACT_RELU6 = 1, TT_ACT_SILU = 2 } tt_act;
+/* GELU as PyTorch names its two forms: "none" (exact, erf) and "tanh" (the approximation). */
+typedef enum { TT_ACT_RELU = 0, TT_ACT_RELU6 = 1, TT_ACT_SILU = 2, TT_ACT_GELU_ERF = 3, TT_ACT_GELU_TANH = 4 } tt_act;
 typedef enum { TT_POOL_MAX = 0, TT_POOL_AVG = 1 } tt_pool_mode;
 typedef enum { TT_WS_FWD = 0, TT_WS_BWD_DATA = 1, TT_WS_BWD_FILTER = 2 } tt_ws_kind;
 
@@ -73,12 +74,28 @@ typedef enum {
   TT_OP_POOL_BWD,
   TT_OP_ACT_FWD,
   TT_OP_ACT_BWD,
+  TT_OP_LN_FWD,   /* transformer ops (see "transformer ops" below) */
+  TT_OP_LN_BWD,
+  TT_OP_ATTN_FWD,
+  TT_OP_ATTN_BWD,
   TT_OP_KIND_COUNT
 } tt_op_kind;
 
 typedef struct tt_linear_desc { int n, in, out; } tt_linear_desc; /* x [n, in], w [out, in], y [n, out] */
 typedef struct tt_bn_desc { int n, c, hw; float eps; } tt_bn_desc; /* x [n, c, hw] */
 typedef struct tt_act_desc { size_t count; tt_act act; } tt_act_desc;
+typedef struct tt_ln_desc { int rows, f; float eps; } tt_ln_desc; /* x [rows, f] */
+/* Scaled dot-product attention over a fused QKV tensor (the layout of PyTorch's
+ * nn.MultiheadAttention in_proj output):
+ *   qkv [n, t, 3, heads, d]  (per token: q for all heads, then k, then v; f = heads*d)
+ *   o   [n, t, heads, d]     (o = softmax(scale * q k^T [+ causal mask]) v, per sample and head)
+ *   lse [n, heads, t] fp32   (per query row: max + log(sum exp) of the scaled scores: all that
+ *                             backward needs to rebuild the probabilities, flash-style)
+ *   probs [n, heads, t, t]   (optional, dt: the softmax probabilities before dropout)
+ * causal: key j > query i is masked out. p: dropout on the probabilities (training only): the
+ * probability at flat index ((s*heads + h)*t + i)*t + j of [n, heads, t, t] is kept iff
+ * tt_dropout_hash(seed, that index) passes, as the dropout op decides (kernel_math.h). */
+typedef struct tt_attn_desc { int n, t, heads, d, causal; float scale, p; } tt_attn_desc;
 
 /* One backend call. Zero the whole struct before filling it (backends compare descs bytewise). */
 typedef struct tt_op_desc {
@@ -93,6 +110,8 @@ typedef struct tt_op_desc {
     tt_linear_desc linear;
     tt_bn_desc bn;
     tt_act_desc act;
+    tt_ln_desc ln;
+    tt_attn_desc attn;
   } u;
 } tt_op_desc;
 
@@ -262,6 +281,45 @@ struct tt_backend {
   /* lossy saved copies (tt_save_fmt below; optional, like the compact entries) */
   int (*save_compress)(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x, void *dst);
   int (*save_restore)(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *src, void *x);
+
+  /* ---- transformer ops. Token tensors are [n, t, f] row-major (f fastest); a linear layer over
+   * tokens is linear_fwd with n*t rows. A backend may leave these NULL: the planner then refuses
+   * a recipe that uses them on that backend, naming the layer. ----
+   * Layer norm over the last dimension (PyTorch's nn.LayerNorm(f)): y = (x - mean) * invstd *
+   * gamma + beta per row, invstd = 1/sqrt(biased var + eps); gamma, beta fp32 [f]; save_mean and
+   * save_invstd fp32 [rows], written when non-NULL (training), read by backward. */
+  int (*ln_fwd)(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const float *gamma, const float *beta,
+                float eps, void *y, float *save_mean, float *save_invstd, void *ws, size_t ws_bytes);
+  /* dx = beta_dx*dx + ...; dgamma, dbeta = beta_param*d + ... (fp32 [f]) */
+  int (*ln_bwd)(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const void *dy, const float *gamma,
+                const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbeta,
+                float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+  /* Attention (tt_attn_desc above). lse may be NULL when evaluating; probs NULL keeps only lse
+   * (the fused form: no [t, t] tensor is stored). seed: the dropout stream of this step. */
+  int (*attn_fwd)(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, void *o, float *lse,
+                  void *probs, uint64_t seed, void *ws, size_t ws_bytes);
+  /* dqkv = beta*dqkv + d(qkv) from do. probs: the forward's, or NULL to rebuild them from qkv
+   * and lse. o is the forward's output (the fused backward needs rowsum(do * o)). */
+  int (*attn_bwd)(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, const void *o,
+                  const void *dout, const float *lse, const void *probs, uint64_t seed, void *dqkv, float beta,
+                  void *ws, size_t ws_bytes);
+  /* Patch tokens: a patch convolution's output x [n, f, hw] (NCHW) becomes y [n, t, f] with
+   * t = hw + cls: token cls + i = x[:, :, i] + pos[cls + i]; with cls == 1, token 0 is
+   * cls_tok + pos[0]. cls_tok fp32 [f] (NULL iff cls == 0); pos fp32 [t, f] or NULL. */
+  int (*tokens_fwd)(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *x, const float *cls_tok,
+                    const float *pos, void *y);
+  /* dx = beta_dx*dx + ...; dcls, dpos = beta_param*d + sums over the batch (each may be NULL). */
+  int (*tokens_bwd)(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *dy, void *dx,
+                    float *dcls, float *dpos, float beta_dx, float beta_param);
+  /* Token pooling x [n, t, f] -> y [n, f]: mode 0 takes token 0 (the class token), mode 1 the
+   * mean over the t tokens. Backward: dx = beta*dx + the routed dy (mode 0: zero, or untouched
+   * when beta == 1, at tokens 1..t-1). */
+  int (*token_pool_fwd)(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *x, void *y);
+  int (*token_pool_bwd)(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *dy, void *dx,
+                        float beta);
+  /* Global-norm clipping: acc[0] += sum of g[i]^2 over count fp32 values (acc fp32, in the
+   * arena). */
+  int (*sum_squares)(tt_backend *b, size_t count, const float *g, float *acc);
 };
 
 /* Lossy saved copies, for backward only ([train] compress_saved): a convolution's input x

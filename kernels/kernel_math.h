@@ -64,15 +64,29 @@ static inline TT_HD float tt_act_value(tt_act a, float v) {
   switch (a) {
     case TT_ACT_RELU: return (v > 0.0f || v != v) ? v : 0.0f;
     case TT_ACT_RELU6: return v != v ? v : (v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v));
+    /* GELU, PyTorch's two forms: x * Phi(x) exactly, and the tanh approximation
+     * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+    case TT_ACT_GELU_ERF: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+    case TT_ACT_GELU_TANH: return 0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
     default: return v / (1.0f + expf(-v)); /* SiLU */
   }
 }
 
-/* Activation backward from the saved tensor: y for RELU and RELU6, x for SILU. */
+/* Activation backward from the saved tensor: y for RELU and RELU6, x for SILU and GELU. */
 static inline TT_HD float tt_act_grad(tt_act a, float saved, float g) {
   switch (a) {
     case TT_ACT_RELU: return saved > 0.0f ? g : 0.0f;
     case TT_ACT_RELU6: return (saved > 0.0f && saved < 6.0f) ? g : 0.0f;
+    case TT_ACT_GELU_ERF: { /* d/dx x Phi(x) = Phi(x) + x phi(x) */
+      float cdf = 0.5f * (1.0f + erff(saved * 0.70710678118654752f));
+      float pdf = 0.39894228040143268f * expf(-0.5f * saved * saved);
+      return g * (cdf + saved * pdf);
+    }
+    case TT_ACT_GELU_TANH: {
+      float x2 = saved * saved, u = 0.79788456080286536f * (saved + 0.044715f * x2 * saved);
+      float th = tanhf(u), du = 0.79788456080286536f * (1.0f + 3.0f * 0.044715f * x2);
+      return g * (0.5f * (1.0f + th) + 0.5f * saved * (1.0f - th * th) * du);
+    }
     default: {
       float s = 1.0f / (1.0f + expf(-saved));
       return g * s * (1.0f + saved * (1.0f - s));

@@ -100,7 +100,7 @@ static double exec_now(void) {
 static const char *exec_call_name(int fn) {
   static const char *ops[] = {"conv_fwd", "conv_bwd_data", "conv_bwd_filter", "linear_fwd", "linear_bwd_data",
                               "linear_bwd_filter", "bn_fwd_train", "bn_fwd_infer", "bn_bwd", "pool_fwd", "pool_bwd",
-                              "act_fwd", "act_bwd"};
+                              "act_fwd", "act_bwd", "ln_fwd", "ln_bwd", "attn_fwd", "attn_bwd"};
   static const char *calls[] = {"gap_fwd", "gap_bwd", "dropout_fwd", "dropout_bwd", "add", "accumulate", "channel_copy"};
   if (fn >= 0 && fn < TT_OP_KIND_COUNT && fn < (int)(sizeof ops / sizeof ops[0])) return ops[fn];
   if (fn >= TT_OP_KIND_COUNT && fn - TT_OP_KIND_COUNT < (int)(sizeof calls / sizeof calls[0])) return calls[fn - TT_OP_KIND_COUNT];

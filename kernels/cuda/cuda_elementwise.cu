@@ -101,7 +101,7 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_act_bwd_k(tt_ac
 
 int tt_cuda_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y) {
   if (cuda_ew_dt(b, "act_fwd", dt)) return -1;
-  if (a != TT_ACT_RELU && a != TT_ACT_RELU6 && a != TT_ACT_SILU)
+  if ((unsigned)a > (unsigned)TT_ACT_GELU_TANH)
     return tt_cuda_fail(b, "act_fwd: unknown activation %d", (int)a);
   if (!count) return 0;
   if (!x || !y) return tt_cuda_fail(b, "act_fwd: NULL x or y");
@@ -113,7 +113,7 @@ int tt_cuda_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const vo
 int tt_cuda_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy, void *dx,
                     float beta) {
   if (cuda_ew_dt(b, "act_bwd", dt)) return -1;
-  if (a != TT_ACT_RELU && a != TT_ACT_RELU6 && a != TT_ACT_SILU)
+  if ((unsigned)a > (unsigned)TT_ACT_GELU_TANH)
     return tt_cuda_fail(b, "act_bwd: unknown activation %d", (int)a);
   if (!count) return 0;
   if (!saved || !dy || !dx) return tt_cuda_fail(b, "act_bwd: NULL saved, dy or dx");

@@ -44,7 +44,7 @@ int tt_ref_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const voi
   int nt = tt_ref_threads(b);
   (void)nt;
   if (ref_ew_dt(b, "act_fwd", dt)) return -1;
-  if (a != TT_ACT_RELU && a != TT_ACT_RELU6 && a != TT_ACT_SILU) return tt_ref_fail(b, "act_fwd: unknown activation %d", (int)a);
+  if ((unsigned)a > (unsigned)TT_ACT_GELU_TANH) return tt_ref_fail(b, "act_fwd: unknown activation %d", (int)a);
   if (count && (!x || !y)) return tt_ref_fail(b, "act_fwd: NULL x or y");
   if (dt == TT_F32) {
     const float *xs = (const float *)x;
@@ -71,7 +71,7 @@ int tt_ref_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const voi
   int nt = tt_ref_threads(b);
   (void)nt;
   if (ref_ew_dt(b, "act_bwd", dt)) return -1;
-  if (a != TT_ACT_RELU && a != TT_ACT_RELU6 && a != TT_ACT_SILU) return tt_ref_fail(b, "act_bwd: unknown activation %d", (int)a);
+  if ((unsigned)a > (unsigned)TT_ACT_GELU_TANH) return tt_ref_fail(b, "act_bwd: unknown activation %d", (int)a);
   if (count && (!saved || !dy || !dx)) return tt_ref_fail(b, "act_bwd: NULL saved, dy or dx");
   if (dx == dy && beta != 0.0f) return tt_ref_fail(b, "act_bwd: dx may alias dy only when beta == 0 (beta=%g)", (double)beta);
   if (dt == TT_F32 && a == TT_ACT_RELU) { /* the common case, vectorisable */
