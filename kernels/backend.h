@@ -24,9 +24,11 @@
 extern "C" {
 #endif
 
-typedef enum { TT_F32 = 0, TT_F16 = 1 } tt_dtype;
+/* TT_BF16: bfloat16 (the high half of an fp32; fp32 -> bf16 rounds to nearest even). A backend
+ * that does not compute in a dtype fails the call with a message naming it. */
+typedef enum { TT_F32 = 0, TT_F16 = 1, TT_BF16 = 2 } tt_dtype;
 
-static inline size_t tt_dtype_size(tt_dtype dt) { return dt == TT_F16 ? 2u : 4u; }
+static inline size_t tt_dtype_size(tt_dtype dt) { return dt == TT_F32 ? 4u : 2u; }
 
 /* IEEE half <-> float, round to nearest even; used by the CPU backend and by tests. */
 uint16_t tt_f32_to_f16(float f);
