@@ -210,10 +210,11 @@ static void test_ln(void) {
     for (j = 0; j < f; j++)
       TT_CHECK(fabsf(dg1[j] - (dg0[j] + dg2[j])) <= 1e-5f && fabsf(db1[j] - (db0[j] + db2[j])) <= 1e-5f,
                "dgamma/dbeta[%d] not added into", j);
-    /* dx NULL: parameter gradients only; dgamma NULL: dx only */
+    /* dx NULL: parameter gradients only (the CPU backend runs the loops then: equal to rounding);
+     * dgamma NULL: dx only */
     TT_CHECK(B->ln_bwd(B, rows, f, TT_F32, c.x, c.r, c.g, mean, inv, NULL, dg1, NULL, 0.0f, 0.0f, wsbp, wsb) == 0 &&
-                 memcmp(dg1, dg2, f * 4) == 0,
-             "dgamma alone differs");
+                 maxdiff_rel(dg1, dg2, f) < 1e-6,
+             "dgamma alone differs: %g", maxdiff_rel(dg1, dg2, f));
     TT_CHECK(B->ln_bwd(B, rows, f, TT_F32, c.x, c.r, c.g, mean, inv, dx1, NULL, NULL, 0.0f, 0.0f, wsbp, wsb) == 0 &&
                  memcmp(dx1, dx2, cnt * 4) == 0,
              "dx alone differs");
