@@ -451,10 +451,10 @@ static void test_attn_dropout_rules(void) {
   free(qkv), free(oa), free(ob), free(lse), free(wf);
 }
 
-/* The per-(sample, head) tasks are independent, so a one-thread backend gives the same bits as
- * this one (on a shape big enough that the OpenMP loop runs in parallel). */
+/* The per-(sample, head) tasks are independent, so a one-thread backend of the same kind gives
+ * the same bits as this one (on a shape big enough that the OpenMP loop runs in parallel). */
 static void test_attn_threads(void) {
-  tt_backend *one = tt_ref_backend_create(1);
+  tt_backend *one = strcmp(B->name, "cpu") == 0 ? tt_cpu_backend_create(1) : tt_ref_backend_create(1);
   tt_attn_desc d;
   size_t nq, no, nl, w0, w1, b0, b1;
   float *qkv, *r, *oa, *ob, *la, *lb, *ga, *gb;
@@ -466,7 +466,7 @@ static void test_attn_threads(void) {
   ga = ffill(nq, 0), gb = ffill(nq, 0);
   TT_TEST_BEGIN(tn("attn_thread_count"));
   if (!one) {
-    TT_CHECK(0, "could not create a one-thread reference backend");
+    TT_CHECK(0, "could not create a one-thread %s backend", B->name);
     TT_TEST_END();
     return;
   }

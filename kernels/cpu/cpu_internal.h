@@ -232,6 +232,11 @@ int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
 int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
                     const void *dy, void *dx, float beta, void *ws, size_t ws_bytes);
 
+int tt_cpu_attn_fwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, void *o, float *lse,
+                    void *probs, uint64_t seed, void *ws, size_t ws_bytes);
+int tt_cpu_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, const void *o,
+                    const void *dout, const float *lse, const void *probs, uint64_t seed, void *dqkv, float beta,
+                    void *ws, size_t ws_bytes);
 int tt_cpu_ln_fwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const float *gamma, const float *beta,
                   float eps, void *y, float *save_mean, float *save_invstd, void *ws, size_t ws_bytes);
 int tt_cpu_ln_bwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const void *dy, const float *gamma,
