@@ -375,6 +375,11 @@ def load():
         return "?"
 
 
+def ips_s(v):
+    """images/s, with 3 significant figures at least (ResNet-50 on 2 loaded cores runs below 1/s)."""
+    return "%.1f" % v if v >= 100 else ("%.2f" % v if v >= 1 else "%.3f" % v)
+
+
 def mib(b):
     return "%.0f MiB" % (b / 1048576.0)
 
@@ -458,8 +463,8 @@ def part_speed(ctx):
                 else:
                     if m.get("threads") and m["threads"] != a.threads:
                         print("  (%s ran with %s threads, not %d)" % (run[2], m["threads"], a.threads))
-                    print("  run %d %-40s %9.1f images/s %9.1f ms %10s%s" %
-                          (r + 1, run[2], m["ips"], m["step_ms"], mib(m["rss"]),
+                    print("  run %d %-40s %9s images/s %9.1f ms %10s%s" %
+                          (r + 1, run[2], ips_s(m["ips"]), m["step_ms"], mib(m["rss"]),
                            "  (first step %.1f s)" % m["first_step_s"] if m.get("first_step_s") and
                            run[1].startswith("compile") else ""))
                 sys.stdout.flush()
@@ -491,7 +496,7 @@ def speed_table(ctx, name, runners, res):
         med[run] = (ips, rss)
         g, s = share(ctx, name, run[1], ips)
         first = median_of(runs, "first_step_s") if run[1].startswith("compile") else None
-        print("  %-40s %11.1f %10.1f %11s %9s %9s%s" % (run[2], ips, ms, mib(rss), "%.1f" % g if g else "-",
+        print("  %-40s %11s %10.1f %11s %9s %9s%s" % (run[2], ips_s(ips), ms, mib(rss), "%.1f" % g if g else "-",
                                                       "%.1f%%" % (100 * s) if s else "-",
                                                       "  compile: first step %.1f s" % first if first else ""))
     tts = [r for r in runners if r[0] == "tt" and r in med]
@@ -507,8 +512,9 @@ def speed_table(ctx, name, runners, res):
         best_t = max((r for r in tts if r[1] != "fp32@1.2G"), key=lambda r: med[r][0], default=None)
         best_p = max(pts, key=lambda r: med[r][0])
         if best_t:
-            line = "  %-14s batch %4d: tinytrain best (%s, %.1f/s) / %s best (%s, %.1f/s) = %.2fx" % (
-                name, batch, best_t[1], med[best_t][0], label, best_p[1], med[best_p][0], med[best_t][0] / med[best_p][0])
+            line = "  %-14s batch %4d: tinytrain best (%s, %s/s) / %s best (%s, %s/s) = %.2fx" % (
+                name, batch, best_t[1], ips_s(med[best_t][0]), label, best_p[1], ips_s(med[best_p][0]),
+                med[best_t][0] / med[best_p][0])
             print(line)
             lines.append(line)
         for tmode, pmode in (("fp32", "eager"), ("bf16", "bf16_cl")):
@@ -570,6 +576,7 @@ def part_shared(ctx):
     print("   tinytrain as the command line runs it (%s), and beside it: libgomp's default spin "
           "(GOMP_SPINCOUNT=300000), OMP_WAIT_POLICY=passive, 1 thread" %
           (" ".join("%s=%s" % kv for kv in ctx.tt_env.items()) or "libgomp's default"))
+    print("   (idle: without the added load; whatever else runs on the machine counts in both)")
     rows = []
     for name in a.nets:
         print()
@@ -604,8 +611,8 @@ def part_shared(ctx):
                     continue
                 res[label][0].append(idle["ips"])
                 res[label][1].append(busy["ips"])
-                print("  run %d %-40s idle %9.1f images/s, under load %9.1f = %.2fx" %
-                      (r + 1, label, idle["ips"], busy["ips"], busy["ips"] / idle["ips"]))
+                print("  run %d %-40s idle %9s images/s, under load %9s = %.2fx" %
+                      (r + 1, label, ips_s(idle["ips"]), ips_s(busy["ips"]), busy["ips"] / idle["ips"]))
                 sys.stdout.flush()
         print()
         print("  %-40s %12s %12s %9s" % ("runner", "idle /s", "loaded /s", "load/idle"))
@@ -614,7 +621,7 @@ def part_shared(ctx):
             if not i or not b:
                 continue
             mi, mb = statistics.median(i), statistics.median(b)
-            print("  %-40s %12.1f %12.1f %8.2fx" % (label, mi, mb, mb / mi))
+            print("  %-40s %12s %12s %8.2fx" % (label, ips_s(mi), ips_s(mb), mb / mi))
             rows.append((name, label, mi, mb))
     print()
     return rows
@@ -784,7 +791,7 @@ def main():
                     "default: this Python and /usr/bin/python3)")
     ap.add_argument("--build", default="build", help="the build directory (default build; tinytrain at the root)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, help="runs per runner (default 3)")
     ap.add_argument("--nets", default="small_cnn,small_resnet,resnet50")
     ap.add_argument("--modes", default=",".join(TORCH_MODES), help="PyTorch modes")
     ap.add_argument("--tt-modes", default=",".join(TT_MODES), help="tinytrain precisions")
@@ -794,8 +801,8 @@ def main():
     ap.add_argument("--skip-speed", action="store_true", help="no speed part")
     ap.add_argument("--skip-max-batch", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old commands
     ap.add_argument("--no-peak", action="store_true", help="no peak FLOP/s")
-    ap.add_argument("--peak-size", type=int, default=2048)
-    ap.add_argument("--peak-seconds", type=float, default=2.0)
+    ap.add_argument("--peak-size", type=int, help="bench_peak's matrix size (default 2048)")
+    ap.add_argument("--peak-seconds", type=float, help="bench_peak's seconds per type (default 2)")
     ap.add_argument("--shared", action="store_true", help="also the runs beside a competing load")
     ap.add_argument("--load", choices=["spin", "copy"], default="spin")
     ap.add_argument("--load-procs", type=int, default=2)
@@ -804,7 +811,7 @@ def main():
     ap.add_argument("--shared-modes", default="eager,bf16_cl", help="PyTorch modes under load")
     ap.add_argument("--max-batch", action="store_true", help="the largest ResNet-50 fp32 batch in --limit")
     ap.add_argument("--max-batch-bf16", action="store_true", help="the largest ResNet-50 bf16 batch in --limit")
-    ap.add_argument("--max-batch-steps", type=int, default=3)
+    ap.add_argument("--max-batch-steps", type=int, help="steps of the largest-batch training run (default 3)")
     ap.add_argument("--limit", default="4G", help="memory limit of the largest-batch parts (default 4G)")
     ap.add_argument("--child-timeout", type=float, default=3600.0)
     ap.add_argument("--info", action="store_true", help=argparse.SUPPRESS)
@@ -817,11 +824,18 @@ def main():
     if a.info:
         torch_info()
         return
+    try:  # a line at a time, also into a pipe or file (| tee): the run takes long
+        sys.stdout.reconfigure(line_buffering=True)
+    except AttributeError:
+        pass
     if a.child:
         torch_child(a)
         return
-    if a.quick:
-        a.runs, a.steps, a.warmup, a.peak_seconds, a.peak_size, a.max_batch_steps = 1, 2, 1, 0.2, 1024, 1
+    quick = {"runs": 1, "steps": 2, "warmup": 1, "peak_seconds": 0.2, "peak_size": 1024, "max_batch_steps": 1}
+    usual = {"runs": 3, "steps": None, "warmup": None, "peak_seconds": 2.0, "peak_size": 2048, "max_batch_steps": 3}
+    for k, v in (quick if a.quick else usual).items():  # what was given wins
+        if getattr(a, k) is None:
+            setattr(a, k, v)
     a.nets = [n for n in a.nets.split(",") if n]
     a.modes = [m for m in a.modes.split(",") if m]
     a.tt_modes = [m for m in a.tt_modes.split(",") if m]
