@@ -570,7 +570,7 @@ class Load:
 
 def part_shared(ctx):
     a = ctx.a
-    print("== shared machine: each runner idle, then beside %d %s process%s%s (load %s), alternating, %d runs" %
+    print("== shared machine: each runner idle, then beside %d %s process%s%s (--load %s), alternating, %d runs" %
           (a.load_procs, "busy Python loop" if a.load == "spin" else "copy of the same training",
            "es" if a.load_procs != 1 else "", ", pinned to CPU i" if a.load_pin else ", not pinned", a.load, a.runs))
     print("   tinytrain as the command line runs it (%s), and beside it: libgomp's default spin "
