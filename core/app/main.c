@@ -10,6 +10,42 @@
 #include "../tinytrain.h"
 #include "cli.h"
 
+/* How long an OpenMP thread that waits for work busy-waits before it sleeps, when the user has
+ * chosen nothing (neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set): GOMP_SPINCOUNT, in spins of
+ * libgomp's wait loop (one load and one pause instruction each: about 15 ns on the 2-core Xeon of
+ * docs/measured.md). See main_omp_waits. */
+#define MAIN_GOMP_SPINCOUNT "10000"
+
+/* OpenMP's waiting threads on a shared machine (issue 23). libgomp, the OpenMP runtime of GCC
+ * and the one Debian's oneDNN runs on, lets a thread that has finished its share of a parallel
+ * region spin GOMP_SPINCOUNT times before it sleeps: 300,000 by default, about 4.6 ms on that
+ * Xeon (only when it has more threads than cores does it cut that to 100 spins; other processes
+ * do not count). On idle cores the spinning is free. On cores shared with other busy processes
+ * every waiting thread burns about a scheduler time slice that the other work, or this process's
+ * own preempted thread that the region is waiting for, needed: the README's LeNet command ran
+ * 10 to 20 times slower at load 4-6. With 10,000 spins (about 0.15 ms) a thread still spins
+ * through the microseconds between two oneDNN calls of a step, so the idle speed should not
+ * change, and sleeps soon on a busy machine (a rough A/B at load 10, LeNet, 2 threads: about 2x
+ * the speed of libgomp's default, and half its CPU time; passive waiting, 0 spins, did as well
+ * there but wakes a sleeping thread for every region; tests/bench/cpu_vs_torch.py --shared
+ * measures both idle and under load).
+ * libgomp reads its settings once, in a constructor that runs before main, so setenv alone changes
+ * nothing: the program runs itself again (same pid, arguments and environment plus the setting)
+ * before anything else has happened. A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT (either) is
+ * left as it is; where /proc/self/exe cannot be executed the run goes on with libgomp's
+ * default. tests/test_omp_wait.sh checks all three cases through OMP_DISPLAY_ENV. */
+static void main_omp_waits(char **argv) {
+#if defined(_OPENMP) && defined(__linux__)
+  const char *p = getenv("OMP_WAIT_POLICY"), *c = getenv("GOMP_SPINCOUNT");
+  if ((p && *p) || (c && *c)) return;
+  if (setenv("GOMP_SPINCOUNT", MAIN_GOMP_SPINCOUNT, 1)) return;
+  execv("/proc/self/exe", argv); /* returns only when it failed: go on with the default */
+  unsetenv("GOMP_SPINCOUNT");
+#else
+  (void)argv;
+#endif
+}
+
 static void main_usage(FILE *f, const char *cmd) {
   if (cmd && !strcmp(cmd, "plan")) {
     fprintf(f, "usage: tinytrain plan [--vram SIZE] [--device auto|cpu|cuda] [--gpu NAME] [--micro-batch N]\n"
@@ -226,7 +262,14 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
   }
   switch (c) {
     case 'h': main_usage(stdout, cmd); return -1;
-    case OPT_VERSION: printf("tinytrain %s\n%s\n", TT_VERSION, tt_build_info()); return -1;
+    case OPT_VERSION: {
+      const char *p = getenv("OMP_WAIT_POLICY"), *s = getenv("GOMP_SPINCOUNT");
+      printf("tinytrain %s\n%s\n", TT_VERSION, tt_build_info());
+      /* what the OpenMP threads of this process do when they wait (main_omp_waits) */
+      printf("OpenMP waits: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s (tinytrain sets GOMP_SPINCOUNT=%s when neither is set)\n",
+             p && *p ? p : "unset", s && *s ? s : "unset", MAIN_GOMP_SPINCOUNT);
+      return -1;
+    }
     case OPT_JSON: a->json = 1; return 0;
     case OPT_MAX_BATCH: a->max_batch = 1; return 0;
     case OPT_VRAM:
@@ -338,6 +381,7 @@ static void main_json_error(const char *msg) {
 }
 
 int main(int argc, char **argv) {
+  main_omp_waits(argv); /* first: it may run the program again */
   tt_run_opts o = tt_run_opts_default();
   tt_run_result res;
   memset(&res, 0, sizeof res);

@@ -1,14 +1,18 @@
 /* tests/bench/bench_step.c — wall time of one training step (micro-step + update) and the
  * memory it needs, for a recipe on the CPU backend. Prints numbers; never passes or fails.
  *
- *   build/bench/bench_step [RECIPE] [MICRO_BATCH] [STEPS] [THREADS] [WARMUP] [VRAM]
+ *   build/bench/bench_step [RECIPE] [MICRO_BATCH] [STEPS] [THREADS] [WARMUP] [VRAM] [PRECISION]
  *
- * Defaults: examples/fashion_mnist/lenet.recipe, 128, 30, all cores, 5, no budget. Reports the
- * median and the spread over STEPS timed steps after WARMUP warm-up steps, the planned arena,
- * and the process's peak resident memory (getrusage). Without VRAM the step is fp32 with
- * in-place ops and nothing recomputed; with VRAM (e.g. 1.2G) the scheduler chooses what to
- * recompute at this micro-batch (fp32) so the arena fits, as `tinytrain --vram` on the CPU
- * does. TINYTRAIN_CPU_BACKEND=ref runs the reference loops instead of oneDNN; TINYTRAIN_COMPACT=0
+ * Defaults: examples/fashion_mnist/lenet.recipe, 128, 30, all cores, 5, no budget, fp32. Reports
+ * the median and the spread over STEPS timed steps after WARMUP warm-up steps, the planned
+ * arena, the process's peak resident memory (getrusage) and the network's forward FLOPs per
+ * image (the graph's count: 2 per multiply-add; a training step is about 3 times that). Without
+ * VRAM (or with VRAM 0 or -) the step has in-place ops and nothing recomputed; with VRAM (e.g.
+ * 1.2G) the scheduler chooses what to recompute at this micro-batch so the arena fits, as
+ * `tinytrain --vram` on the CPU does. PRECISION: fp32, fp16 or bf16, the activations' dtype
+ * (autocast as `--precision`); the loss is not scaled, which does not change the time of a step.
+ * A precision this build or backend cannot run fails with the lowering's or backend's message
+ * (bf16 under a budget needs the policy search's bf16 precision, not in this build yet). TINYTRAIN_CPU_BACKEND=ref runs the reference loops instead of oneDNN; TINYTRAIN_COMPACT=0
  * plans without compact saves, TINYTRAIN_RECOMPUTE_SEARCH=segments|ops one recompute search. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,8 +34,23 @@ int main(int argc, char **argv) {
   int mb = argc > 2 ? atoi(argv[2]) : 128, steps = argc > 3 ? atoi(argv[3]) : 30, threads = argc > 4 ? atoi(argv[4]) : 0;
   int warmup = argc > 5 ? atoi(argv[5]) : 5;
   size_t vram = 0;
-  if (argc > 6 && tt_parse_size(argv[6], &vram)) {
+  if (argc > 6 && strcmp(argv[6], "-") && tt_parse_size(argv[6], &vram)) {
     fprintf(stderr, "bench_step: bad VRAM size '%s'\n", argv[6]);
+    return 2;
+  }
+  const char *prec = argc > 7 ? argv[7] : "fp32";
+  tt_dtype act = TT_F32;
+  if (!strcmp(prec, "fp16"))
+    act = TT_F16;
+  else if (!strcmp(prec, "bf16"))
+    act = TT_BF16;
+  else if (strcmp(prec, "fp32")) {
+    fprintf(stderr, "bench_step: PRECISION is fp32, fp16 or bf16, not '%s'\n", prec);
+    return 2;
+  }
+  if (vram && act == TT_BF16) {
+    fprintf(stderr, "bench_step: bf16 under a VRAM budget is not supported yet (the policy search has no bf16 precision "
+                    "in this build); run without VRAM\n");
     return 2;
   }
   tt_err err;
@@ -49,7 +68,7 @@ int main(int argc, char **argv) {
   tt_policy_result sr;
   memset(&pol, 0, sizeof pol);
   memset(&sr, 0, sizeof sr);
-  pol.micro_batch = mb, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 1;
+  pol.micro_batch = mb, pol.accum_steps = 1, pol.act_dtype = act, pol.inplace = 1, pol.training = 1;
   { /* without a budget, compact saves on (TINYTRAIN_COMPACT=0: the full tensors); with one, as
      * the scheduler plans */
     const char *nc = getenv("TINYTRAIN_COMPACT");
@@ -58,7 +77,8 @@ int main(int argc, char **argv) {
   if (vram) {
     tt_policy_opts so;
     memset(&so, 0, sizeof so);
-    so.vram_bytes = vram, so.micro_batch = mb, so.precision = TT_PREC_FP32, so.recompute = TT_RECOMP_AUTO;
+    so.vram_bytes = vram, so.micro_batch = mb, so.precision = act == TT_F16 ? TT_PREC_FP16 : TT_PREC_FP32;
+    so.recompute = TT_RECOMP_AUTO;
     so.inplace = 1, so.profile = tt_profile_cpu();
     if (tt_policy_search(&g, be, &so, &sr, &err)) {
       fprintf(stderr, "%s\n", err.msg);
@@ -94,13 +114,14 @@ int main(int argc, char **argv) {
   qsort(t, (size_t)steps, sizeof(double), bench_cmp);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  printf("%s, micro-batch %d, fp32, CPU backend '%s' (%d threads)", recipe, mb, be->name, threads);
+  printf("%s, micro-batch %d, %s, CPU backend '%s' (%d threads)", recipe, mb, prec, be->name, threads);
   if (vram) printf(", --vram %.2f GiB: recompute %d of %d units", vram / 1073741824.0, sr.recomputed_units, sr.nunits);
   printf("\n");
   printf("  step wall time: median %.2f ms (min %.2f, max %.2f over %d steps) = %.0f images/s\n", t[steps / 2], t[0],
          t[steps - 1], steps, mb / (t[steps / 2] / 1e3));
   printf("  arena %.2f MiB (lower bound %.2f MiB); process peak resident memory %.1f MiB\n", x.arena_bytes / 1048576.0,
          p.peak_live_bytes / 1048576.0, ru.ru_maxrss / 1024.0);
+  printf("  model: %.4f GFLOP per image forward\n", g.flops_per_sample / 1e9);
   free(t);
   tt_dataset_free(&ds);
   tt_exec_destroy(&x);

@@ -1,0 +1,40 @@
+#!/bin/bash
+# tests/test_bench_cpu.sh — tests/bench/cpu_vs_torch.py still runs end to end against this build
+# (no PyTorch needed: without one it measures tinytrain alone): --quick on the small CNN prints
+# the peak FLOP rates of build/bench/bench_peak, a tinytrain fp32 row with images/s and its share
+# of the fp32 peak, bf16 either measured or reported unavailable with a reason, and bench_step
+# runs with the OpenMP wait setting that `tinytrain --version` reports. It checks the script, not
+# the numbers. Run from the repository root: bash tests/test_bench_cpu.sh
+cd "$(dirname "$0")/.." || exit 1
+B=${TT_BUILD:-build}
+FAILED=0
+TMP=$(mktemp -d /tmp/tt_test_bench_cpu_XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; FAILED=1; }
+for f in "$B/bench/bench_step" "$B/bench/bench_peak"; do
+  [ -x "$f" ] || { fail bench_cpu_binaries "$f not built (ninja bench)"; exit 1; }
+done
+
+if ! python3 tests/bench/cpu_vs_torch.py --build "$B" --quick --nets small_cnn --python /nonexistent/python \
+    --peak-size 256 --peak-seconds 0.05 >"$TMP/out" 2>&1; then
+  fail bench_cpu_runs "cpu_vs_torch.py --quick exited with an error: $(tail -c 1500 "$TMP/out")"
+  exit 1
+fi
+out=$TMP/out
+if ! grep -Eq "^  peak fp32: best [0-9.]+ GFLOP/s" "$out"; then fail bench_cpu_peak "no fp32 peak: $(grep -i peak "$out")"
+elif ! grep -Eq "^  peak bf16: (best [0-9.]+ GFLOP/s|unavailable \(.+\))" "$out"; then fail bench_cpu_peak "no bf16 line"
+else pass bench_cpu_peak
+fi
+# the table row: runner, images/s, step ms, peak RSS, GFLOP/s, share of the peak
+if grep -Eq "^  tinytrain fp32 +[0-9.]+ +[0-9.]+ +[0-9]+ MiB +[0-9.]+ +[0-9.]+%" "$out"; then pass bench_cpu_row
+else fail bench_cpu_row "no tinytrain fp32 row with a share of the peak: $(grep -A8 'GFLOP per image' "$out")"
+fi
+if grep -Eq "^  tinytrain bf16 +([0-9.]+ |unavailable: .{10,})" "$out"; then pass bench_cpu_bf16
+else fail bench_cpu_bf16 "tinytrain bf16 neither measured nor explained: $(grep 'tinytrain bf16' "$out")"
+fi
+want=$("$B/tinytrain" --version | sed -n 's/.*GOMP_SPINCOUNT=\([^ ]*\) .*/\1/p')
+if [ "$want" = unset ] || grep -q "bench_step runs with .*GOMP_SPINCOUNT=$want" "$out"; then pass bench_cpu_waits
+else fail bench_cpu_waits "tinytrain runs with GOMP_SPINCOUNT=$want, bench_step did not: $(grep 'bench_step runs' "$out")"
+fi
+exit $FAILED
