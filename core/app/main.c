@@ -37,7 +37,11 @@
 static void main_omp_waits(char **argv) {
 #if defined(_OPENMP) && defined(__linux__)
   const char *p = getenv("OMP_WAIT_POLICY"), *c = getenv("GOMP_SPINCOUNT");
+  const char *pre = getenv("LD_PRELOAD");
   if ((p && *p) || (c && *c)) return;
+  /* Under valgrind an exec would leave its instrumentation (children are not traced by default),
+   * so a run under it keeps libgomp's default. */
+  if (pre && strstr(pre, "vgpreload")) return;
   if (setenv("GOMP_SPINCOUNT", MAIN_GOMP_SPINCOUNT, 1)) return;
   execv("/proc/self/exe", argv); /* returns only when it failed: go on with the default */
   unsetenv("GOMP_SPINCOUNT");
