@@ -170,6 +170,10 @@ static const tt_backend ref_be_table = {
     tt_ref_op_workspace, ref_be_prepare,
     tt_ref_act_mask, tt_ref_act_bwd_mask, tt_ref_pool_argmax, tt_ref_pool_bwd_idx,
     tt_ref_save_compress, tt_ref_save_restore,
+    /* ln_fwd, ln_bwd, attn_fwd, attn_bwd, tokens_fwd, tokens_bwd, token_pool_fwd, token_pool_bwd:
+     * not in this branch yet (the transformer ops' branch fills them) */
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    tt_ref_sum_squares,
 };
 
 tt_backend *tt_ref_backend_create(int threads) {
