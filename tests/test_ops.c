@@ -984,7 +984,7 @@ static void test_optim(void) {
     memcpy(rw, w, n * 4);
     for (t = 0; t < 3; t++) {
       float *g = fvec(n);
-      TT_CHECK(!B->sgd_update(B, n, w, g, mom != 0.0f ? m : NULL, lr, mom, nest, wd, gs, NULL), "%s", B->last_error(B));
+      TT_CHECK(!B->sgd_update(B, n, w, g, mom != 0.0f ? m : NULL, lr, mom, nest, wd, gs, NULL, NULL), "%s", B->last_error(B));
       for (i = 0; i < n; i++) { /* torch.optim.SGD, dampening 0, buffer starts at zero */
         double d = (double)g[i] * gs + (double)wd * rw[i], step = d;
         if (mom != 0.0f) {
@@ -1010,7 +1010,7 @@ static void test_optim(void) {
     for (t = 1; t <= 4; t++) {
       float *g = fvec(n);
       double bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t);
-      TT_CHECK(!B->adam_update(B, n, w, g, m, v, lr, b1, b2, eps, wd, cfg, t, gs, NULL), "%s", B->last_error(B));
+      TT_CHECK(!B->adam_update(B, n, w, g, m, v, lr, b1, b2, eps, wd, cfg, t, gs, NULL, NULL), "%s", B->last_error(B));
       for (i = 0; i < n; i++) {
         double gr = (double)g[i] * gs;
         if (cfg) rw[i] *= 1.0 - (double)lr * wd;
@@ -1037,15 +1037,42 @@ static void test_optim(void) {
     int32_t set = 1, clear = 0;
     for (i = 0; i < n; i++) v[i] = fabsf(v[i]);
     memcpy(w0, w, n * 4), memcpy(m0, m, n * 4), memcpy(v0, v, n * 4);
-    TT_CHECK(!B->sgd_update(B, n, w, g, m, 0.1f, 0.9f, 1, 0.01f, 0.5f, &set), "%s", B->last_error(B));
-    TT_CHECK(!B->adam_update(B, n, w, g, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 3, 0.5f, &set), "%s", B->last_error(B));
+    TT_CHECK(!B->sgd_update(B, n, w, g, m, 0.1f, 0.9f, 1, 0.01f, 0.5f, NULL, &set), "%s", B->last_error(B));
+    TT_CHECK(!B->adam_update(B, n, w, g, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 3, 0.5f, NULL, &set), "%s", B->last_error(B));
     TT_CHECK(!memcmp(w, w0, n * 4) && !memcmp(m, m0, n * 4) && !memcmp(v, v0, n * 4), "a set flag did not skip the update");
-    TT_CHECK(!B->sgd_update(B, n, w, g, m, 0.1f, 0.9f, 1, 0.01f, 0.5f, &clear), "%s", B->last_error(B));
+    TT_CHECK(!B->sgd_update(B, n, w, g, m, 0.1f, 0.9f, 1, 0.01f, 0.5f, NULL, &clear), "%s", B->last_error(B));
     memcpy(w1, w, n * 4), memcpy(m1, m, n * 4), memcpy(w, w0, n * 4), memcpy(m, m0, n * 4);
-    TT_CHECK(!B->sgd_update(B, n, w, g, m, 0.1f, 0.9f, 1, 0.01f, 0.5f, NULL), "%s", B->last_error(B));
+    TT_CHECK(!B->sgd_update(B, n, w, g, m, 0.1f, 0.9f, 1, 0.01f, 0.5f, NULL, NULL), "%s", B->last_error(B));
     TT_CHECK(!memcmp(w, w1, n * 4) && !memcmp(m, m1, n * 4) && memcmp(w, w0, n * 4),
              "a clear flag must update exactly as no flag");
     free(w); free(g); free(m); free(v); free(w0); free(m0); free(v0); free(w1); free(m1);
+  }
+  TT_TEST_END();
+}
+
+/* sum_squares: += into acc, equal to a double sum, and the same bits with 1 thread as with 4 (it
+ * sums fixed blocks in a fixed order); past one parallel pass of blocks (64 x 4096 values). */
+static void test_sum_squares(void) {
+  size_t counts[3] = {1, 4097, 64 * 4096 * 2 + 5};
+  TT_TEST_BEGIN(tn("sum_squares"));
+  for (int c = 0; c < 3; c++) {
+    size_t n = counts[c];
+    float *g = (float *)malloc(n * 4), a1 = 0.25f, a4 = 0.25f;
+    double want = 0.25;
+    uint64_t st = 12345 + (uint64_t)c;
+    for (size_t i = 0; i < n; i++) {
+      st = st * 6364136223846793005ull + 1442695040888963407ull;
+      g[i] = (float)((double)(st >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+      want += (double)g[i] * g[i];
+    }
+    tt_backend *one = tt_ref_backend_create(1), *four = tt_ref_backend_create(4);
+    TT_CHECK(!B->sum_squares(B, n, g, &a1) && !four->sum_squares(four, n, g, &a4), "%s", B->last_error(B));
+    TT_CHECK(fabs(a1 - want) <= 1e-6 * want, "n=%zu: %.9g, the double sum %.9g", n, (double)a1, want);
+    float b1 = 0.25f;
+    TT_CHECK(!one->sum_squares(one, n, g, &b1) && !memcmp(&b1, &a4, 4) && !memcmp(&a1, &b1, 4),
+             "n=%zu: 1 thread %.9g, 4 threads %.9g, this backend %.9g", n, (double)b1, (double)a4, (double)a1);
+    one->destroy(one), four->destroy(four);
+    free(g);
   }
   TT_TEST_END();
 }
@@ -1093,6 +1120,7 @@ static void test_more(void) {
   test_softmax_ce();
   test_optim();
   test_check_finite();
+  test_sum_squares();
 }
 
 static void test_backend(void) {
