@@ -9,8 +9,9 @@
 extern "C" {
 #endif
 
-/* Units: unit_of[node] = unit index (cut nodes end
- * a unit); returns the number of units, -1 out of host memory. */
+/* Units: unit_of[node] = unit index (cut nodes end a unit, except the cut after a pre-norm
+ * transformer block's attention half: a block is one unit); returns the number of units, -1
+ * out of host memory. */
 int tt_recompute_units(const tt_graph *g, int *unit_of);
 /* Whether the backward pass reads node v's value (the recompute search's memory model; it
  * reads the same op-traits row as the lowering, and tests/test_lower.c holds them equal);
