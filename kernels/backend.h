@@ -344,6 +344,9 @@ tt_backend *tt_cpu_backend_create(int threads);
 tt_backend *tt_ref_backend_create(int threads);
 /* "oneDNN 2.6.3 (cpu runtime OpenMP, ISA avx512_core)": what the CPU backend runs on. */
 const char *tt_cpu_backend_info(void);
+/* 1 when the CPU computes bf16 natively (oneDNN's effective ISA has AVX512_BF16 or AMX; it
+ * honours ONEDNN_MAX_CPU_ISA), else 0: what --precision auto asks on the CPU. */
+int tt_cpu_backend_bf16_native(void);
 
 #ifdef __cplusplus
 }

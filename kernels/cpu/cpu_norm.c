@@ -69,7 +69,8 @@ int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op) {
   snprintf(c->what, sizeof c->what, "%s %s (n=%d, %dx%dx%d -> %dx%d, kernel %dx%d, stride %dx%d, pad %dx%d)",
            op->kind == TT_OP_POOL_FWD ? "pool_fwd" : "pool_bwd", op->pool_mode == TT_POOL_MAX ? "max" : "avg", d->n, d->c,
            d->h, d->w, d->p, d->q, d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w);
-  if (tt_pool_desc_error(c->what, d, op->pool_mode, op->dt, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg);
+  if (tt_ref_dt_check(b, c->what, op->dt)) return -1;
+  if (tt_pool_desc_error(c->what, d, op->pool_mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above */
   c->nb = d->n, c->nv = 1;
   v->nb = d->n;
   xd[0] = d->n, xd[1] = d->c, xd[2] = d->h, xd[3] = d->w;
@@ -82,8 +83,8 @@ int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op) {
                                                                    dil, pad, pad)) ||
         tt_cpu_pd(bd, &fd, NULL, &fpd) || tt_cpu_add_stage(bd, v, fpd))
       return -1;
-    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &mx, 0, 0) < 0 ||
-        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_ACT_OUT, &my, 0, 1) < 0)
+    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &mx, TT_F32, 0) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_ACT_OUT, &my, TT_F32, 1) < 0)
       return -1;
     return 0;
   }
@@ -96,8 +97,8 @@ int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op) {
     int rc = tt_cpu_pd(bd, &bwd, fpd, &bpd);
     dnnl_primitive_desc_destroy(fpd);
     if (rc || tt_cpu_add_stage(bd, v, bpd)) return -1;
-    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_DST, TT_CPU_ACT_IN, &my, 0, 1) < 0 ||
-        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_SRC, TT_CPU_ACT_OUT, &mx, 0, 2) < 0)
+    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_DST, TT_CPU_ACT_IN, &my, TT_F32, 1) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_SRC, TT_CPU_ACT_OUT, &mx, TT_F32, 2) < 0)
       return -1;
     return 0;
   }
@@ -111,12 +112,12 @@ int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op) {
     return -1;
   }
   if (tt_cpu_add_stage(bd, v, bpd)) return -1;
-  if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &mx, 0, 0) < 0 ||
-      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_WS, NULL, 0, -1) < 0 ||
-      (t = tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_WORKSPACE, TT_CPU_WS, NULL, 0, -1)) < 0 ||
-      tt_cpu_add_tensor(bd, v, 1, DNNL_ARG_DIFF_DST, TT_CPU_ACT_IN, &my, 0, 1) < 0 ||
+  if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &mx, TT_F32, 0) < 0 ||
+      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_WS, NULL, TT_F32, -1) < 0 ||
+      (t = tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_WORKSPACE, TT_CPU_WS, NULL, TT_F32, -1)) < 0 ||
+      tt_cpu_add_tensor(bd, v, 1, DNNL_ARG_DIFF_DST, TT_CPU_ACT_IN, &my, TT_F32, 1) < 0 ||
       tt_cpu_share_tensor(bd, v, 1, DNNL_ARG_WORKSPACE, t) ||
-      tt_cpu_add_tensor(bd, v, 1, DNNL_ARG_DIFF_SRC, TT_CPU_ACT_OUT, &mx, 0, 2) < 0)
+      tt_cpu_add_tensor(bd, v, 1, DNNL_ARG_DIFF_SRC, TT_CPU_ACT_OUT, &mx, TT_F32, 2) < 0)
     return -1;
   return 0;
 }
@@ -134,7 +135,8 @@ int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   void *ptrs[2];
   char msg[256];
   if (dt != TT_F32) return tt_ref_pool_fwd(b, d, mode, dt, x, y, ws, ws_bytes);
-  if (tt_pool_desc_error("pool_fwd", d, mode, dt, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg);
+  if (tt_ref_dt_check(b, "pool_fwd", dt)) return -1;
+  if (tt_pool_desc_error("pool_fwd", d, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above */
   if (!x || !y) return tt_ref_fail(b, "pool_fwd: NULL x or y");
   cpu_norm_pool_op(&op, TT_OP_POOL_FWD, d, mode);
   if (!(c = tt_cpu_get(b, &op))) return -1;
@@ -149,7 +151,8 @@ int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   void *ptrs[3];
   char msg[256];
   if (dt != TT_F32 || beta != 0.0f) return tt_ref_pool_bwd(b, d, mode, dt, x, dy, dx, beta, ws, ws_bytes);
-  if (tt_pool_desc_error("pool_bwd", d, mode, dt, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg);
+  if (tt_ref_dt_check(b, "pool_bwd", dt)) return -1;
+  if (tt_pool_desc_error("pool_bwd", d, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above */
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_ref_fail(b, "pool_bwd: NULL x (max), dy or dx");
   cpu_norm_pool_op(&op, TT_OP_POOL_BWD, d, mode);
   if (!(c = tt_cpu_get(b, &op))) return -1;
