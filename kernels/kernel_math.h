@@ -62,11 +62,6 @@ static inline TT_HD float tt_bf16_to_f32(uint16_t h) {
 #endif
 }
 
-/* A dtype's name for messages ("fp32", "fp16", "bf16"; NULL for a value outside tt_dtype). */
-static inline const char *tt_dtype_name(tt_dtype dt) {
-  return dt == TT_F32 ? "fp32" : dt == TT_F16 ? "fp16" : dt == TT_BF16 ? "bf16" : NULL;
-}
-
 /* Dropout: the mixer of (seed XOR i * golden ratio). Element i is kept iff
  * (uint32_t)(h >> 32) >= (uint32_t)(p * 2^32) (p in [0, 1)); p >= 1 drops everything;
  * kept values are scaled by 1 / (1 - p) computed in fp32. */

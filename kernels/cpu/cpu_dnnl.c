@@ -255,8 +255,9 @@ int tt_cpu_uses_dnnl(const tt_op_desc *op) {
     case TT_OP_LINEAR_FWD:
     case TT_OP_LINEAR_BWD_DATA:
     case TT_OP_LINEAR_BWD_FILTER: return 1;
-    case TT_OP_POOL_FWD: return op->dt == TT_F32;
-    case TT_OP_POOL_BWD: return op->dt == TT_F32 && !op->accumulate;
+    /* pooling: fp32, and bf16 where oneDNN has bf16 kernels (fp16 converts in the reference loops) */
+    case TT_OP_POOL_FWD: return op->dt == TT_F32 || tt_cpu_compute_type(op->dt) == dnnl_bf16;
+    case TT_OP_POOL_BWD: return (op->dt == TT_F32 || tt_cpu_compute_type(op->dt) == dnnl_bf16) && !op->accumulate;
     default: return 0;
   }
 }
