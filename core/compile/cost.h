@@ -21,6 +21,8 @@ typedef struct tt_device_profile {
   int sm;                        /* compute capability x 10 (75: sm_75) */
   int bf16;                      /* the device computes bf16 natively (--precision auto picks it) */
   double flops_bf16;             /* FLOP/s in bf16; 0: the fp16 rate where bf16 is native, else fp32's */
+  double bf16_ew_bytes_per_s;    /* bytes/s of the bf16 ops the backend converts per element through fp32 (all
+                                  * but convolution, linear and pooling on the CPU); 0: bytes_per_s */
 } tt_device_profile;
 
 /* Documented targets: `plan --device cuda` without a GPU plans for a generic CUDA card (the

@@ -266,8 +266,12 @@ void tt_session_precision_text(const tt_session *s, char *buf, size_t n) {
     snprintf(buf, n, "fp16 with dynamic loss scaling (auto: %s has no native bf16, and fp16 is %s than fp32 here)", dev,
              s->sched.nalts ? "faster or smaller" : "the fitting choice");
   else
-    snprintf(buf, n, "fp32 (auto: %s; %s would be slower in the cost model)", s->profile->bf16 ? "bf16 is native here" : (s->target_cuda ? "the card has no native bf16" : "this CPU has no native bf16 (oneDNN ISA without AVX512_BF16 or AMX)"),
-             tt_dtype_name(half));
+    snprintf(buf, n, "fp32 (auto: %s, but the cost model predicts %s slower for this net%s)",
+             s->profile->bf16 ? (s->target_cuda ? "the card computes bf16 natively" : "this CPU computes bf16 natively")
+             : s->target_cuda ? "the card has no native bf16, only fp16"
+                              : "this CPU has no native bf16 (no AVX512_BF16 or AMX in oneDNN's ISA); fp16 converts through fp32",
+             tt_dtype_name(half),
+             s->profile->bf16 && !s->target_cuda ? ": its batch norm and elementwise ops convert each bf16 value through fp32" : "");
 }
 
 void tt_session_close(tt_session *s) {
