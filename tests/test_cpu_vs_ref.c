@@ -382,6 +382,45 @@ static void test_elementwise(void) {
   free(x), free(g), free(o);
 }
 
+/* The same in bf16: the CPU backend widens chunks to fp32, runs the fp32 spans and rounds back;
+ * the reference loads, computes and stores element by element: the same bits. */
+static void test_elementwise_bf16(void) {
+  TT_TEST_BEGIN("cpu_vs_ref:relu_relu6_add_accumulate_bitwise_bf16");
+  size_t n = 100003;
+  float *xf = vec(n, 8.0f), *gf = vec(n, 1.0f), *of = vec(n, 1.0f);
+  xf[0] = NAN, xf[1] = INFINITY, xf[2] = -INFINITY, xf[3] = -0.0f, xf[4] = 0.0f, xf[5] = 6.0f, xf[6] = -NAN;
+  uint16_t *x = (uint16_t *)in_dt(xf, n, TT_BF16), *g = (uint16_t *)in_dt(gf, n, TT_BF16), *o = (uint16_t *)in_dt(of, n, TT_BF16);
+  size_t nb = n * 2;
+  for (int a = 0; a < 2; a++) {
+    tt_act act = a ? TT_ACT_RELU6 : TT_ACT_RELU;
+    uint16_t *yc = (uint16_t *)malloc(nb), *yr = (uint16_t *)malloc(nb);
+    memcpy(yc, o, nb), memcpy(yr, o, nb);
+    TT_CHECK(!C->act_fwd(C, act, n, TT_BF16, x, yc) && !R->act_fwd(R, act, n, TT_BF16, x, yr), "act_fwd bf16");
+    TT_CHECK(!memcmp(yc, yr, nb), "%s bf16 forward differs from the reference", a ? "relu6" : "relu");
+    for (int beta = 0; beta < 2; beta++) {
+      uint16_t *dc = (uint16_t *)malloc(nb), *dr = (uint16_t *)malloc(nb);
+      memcpy(dc, o, nb), memcpy(dr, o, nb);
+      C->act_bwd(C, act, n, TT_BF16, yr, g, dc, (float)beta);
+      R->act_bwd(R, act, n, TT_BF16, yr, g, dr, (float)beta);
+      TT_CHECK(!memcmp(dc, dr, nb), "%s bf16 backward (beta %d) differs", a ? "relu6" : "relu", beta);
+      free(dc), free(dr);
+    }
+    free(yc), free(yr);
+  }
+  {
+    uint16_t *yc = (uint16_t *)malloc(nb), *yr = (uint16_t *)malloc(nb);
+    C->add(C, n, TT_BF16, x, g, yc), R->add(R, n, TT_BF16, x, g, yr);
+    TT_CHECK(!memcmp(yc, yr, nb), "add bf16 differs");
+    for (int beta = 0; beta < 2; beta++) {
+      C->accumulate(C, n, TT_BF16, g, yc, (float)beta), R->accumulate(R, n, TT_BF16, g, yr, (float)beta);
+      TT_CHECK(!memcmp(yc, yr, nb), "accumulate bf16 (beta %d) differs", beta);
+    }
+    free(yc), free(yr);
+  }
+  TT_TEST_END();
+  free(xf), free(gf), free(of), free(x), free(g), free(o);
+}
+
 /* A whole call list prepared ahead, as the executor does, then the calls: same results as
  * calls built on first use, and the workspace answers do not change once built. */
 static void test_prepare(void) {
@@ -415,6 +454,7 @@ int main(void) {
   unsetenv("TINYTRAIN_CPU_CHUNK_BYTES");
   test_prepare();
   test_elementwise();
+  test_elementwise_bf16();
   test_conv(chunked);
   for (int dt = 0; dt < 3; dt++) {
     linear_case(6, 20, 7, (tt_dtype)dt, 1);

@@ -9,13 +9,14 @@ static const tt_device_profile cost_cuda = {"cuda (generic T4-class estimate)", 
 /* the CPU backend computes fp16 by converting to fp32, so fp16 is slower there, not faster; bf16
  * runs oneDNN's bf16 primitives: native on AVX512_BF16 and AMX CPUs, at twice the fp32 rate (the
  * dot-product instructions' width; a ranking number like the rest), else about fp32's (oneDNN
- * emulates it on AVX-512, and converts through fp32 elsewhere). Batch norm, activations, add and
- * the other elementwise ops run the reference loops in bf16, converting each element through
- * fp32: measured on one thread at 128x32x28x28, 3-3.5x the time of the fp32 loops (ReLU 191
- * against 57 ms, batch norm forward 155 against 48 ms, both on a loaded machine) while moving
- * half the bytes, so about a sixth of the fp32 loops' bandwidth. So `auto` picks bf16 where
- * convolutions and matmuls dominate the step, and stays fp32 for nets whose time goes to
- * elementwise ops (the bundled LeNet). */
+ * emulates it on AVX-512, and converts through fp32 elsewhere). The other ops convert bf16
+ * through fp32: ReLU, ReLU6, add and accumulate in vectorised chunks, batch norm and the rest
+ * element by element in the reference loops. Measured on one thread at 128x32x28x28 (a loaded
+ * machine, so ratios only): ReLU forward 55 against 33 ms in fp32, backward 74 against 45,
+ * batch norm forward 163 against 34, backward 145 against 44, while moving half the bytes: from
+ * a third to an eighth of the fp32 loops' bandwidth; the model takes a sixth for all of them.
+ * So `auto` picks bf16 where convolutions and matmuls dominate the step, and stays fp32 for nets
+ * whose time goes to batch norm and elementwise ops (the bundled LeNet). */
 static const tt_device_profile cost_cpu = {"cpu", 60e9, 20e9, 10e9, 2e-6, NULL, 0, 0, 0, 0, 0.0, 0.0};
 static const tt_device_profile cost_cpu_bf16 = {"cpu (native bf16)", 60e9, 20e9, 10e9, 2e-6, NULL, 0, 0, 0, 1, 120e9, 10e9 / 6};
 
