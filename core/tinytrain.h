@@ -41,7 +41,9 @@ TT_API const char *tt_version(void);
 /* Where to run (tt_run_opts.device). */
 typedef enum tt_device { TT_DEVICE_AUTO = 0, TT_DEVICE_CPU = 1, TT_DEVICE_CUDA = 2 } tt_device;
 /* Activation precision (tt_run_opts.precision): AUTO is the recipe's [train] precision. */
-typedef enum tt_run_precision { TT_PRECISION_AUTO = 0, TT_PRECISION_FP32 = 1, TT_PRECISION_FP16 = 2 } tt_run_precision;
+typedef enum tt_run_precision {
+  TT_PRECISION_AUTO = 0, TT_PRECISION_FP32 = 1, TT_PRECISION_FP16 = 2, TT_PRECISION_BF16 = 3
+} tt_run_precision;
 /* Recomputing activations in the backward pass (gradient checkpointing; tt_run_opts.recompute):
  * AUTO is the recipe's [train] recompute (itself auto by default: where the budget needs it). */
 typedef enum tt_run_recompute { TT_RECOMPUTE_AUTO = 0, TT_RECOMPUTE_NONE = 1, TT_RECOMPUTE_ALL = 2 } tt_run_recompute;
@@ -172,8 +174,8 @@ typedef struct tt_net_info {
   int micro_batch, accum_steps;
   int batch;               /* micro_batch x accum_steps: the most one tt_net_train_step takes */
   int eval_batch;          /* samples per forward pass of predict and evaluate (they take any count) */
-  int fp16;                /* 1: fp16 autocast, 0: fp32 */
-  const char *precision;   /* "fp16" or "fp32" */
+  int fp16;                /* 1: fp16 autocast (with loss scaling), 0: fp32 or bf16 */
+  const char *precision;   /* "fp32", "fp16" or "bf16" */
   int classes, channels, height, width;
   long long steps;         /* optimizer steps done */
   double lr;               /* the learning rate of the next step */

@@ -29,6 +29,10 @@ extern "C" {
 typedef enum { TT_F32 = 0, TT_F16 = 1, TT_BF16 = 2 } tt_dtype;
 
 static inline size_t tt_dtype_size(tt_dtype dt) { return dt == TT_F32 ? 4u : 2u; }
+/* A dtype's name for messages and reports ("fp32", "fp16", "bf16"; NULL outside tt_dtype). */
+static inline const char *tt_dtype_name(tt_dtype dt) {
+  return dt == TT_F32 ? "fp32" : dt == TT_F16 ? "fp16" : dt == TT_BF16 ? "bf16" : NULL;
+}
 
 /* IEEE half <-> float, round to nearest even; used by the CPU backend and by tests. */
 uint16_t tt_f32_to_f16(float f);
@@ -358,6 +362,9 @@ tt_backend *tt_cpu_backend_create(int threads);
 tt_backend *tt_ref_backend_create(int threads);
 /* "oneDNN 2.6.3 (cpu runtime OpenMP, ISA avx512_core)": what the CPU backend runs on. */
 const char *tt_cpu_backend_info(void);
+/* 1 when the CPU computes bf16 natively (oneDNN's effective ISA has AVX512_BF16 or AMX; it
+ * honours ONEDNN_MAX_CPU_ISA), else 0: what --precision auto asks on the CPU. */
+int tt_cpu_backend_bf16_native(void);
 
 #ifdef __cplusplus
 }

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "backend.h"
 
@@ -34,6 +35,31 @@ static inline TT_HD uint64_t tt_splitmix_next(uint64_t *s) {
   uint64_t r = tt_mix64(*s);
   *s += TT_GOLDEN64;
   return r;
+}
+
+/* bfloat16 <-> float: bf16 is the high half of an fp32. fp32 -> bf16 rounds to nearest even
+ * (overflow past the largest bf16 gives inf, as IEEE rounding does); a NaN stays a NaN (its
+ * quiet bit set, the top payload bits kept), never rounded into inf. Every backend and
+ * compress_saved's bf16 format use these two, so a bf16 value is the same bits everywhere. */
+static inline TT_HD uint16_t tt_bf16_from_f32(float f) {
+  uint32_t u;
+#ifdef __CUDA_ARCH__
+  u = __float_as_uint(f);
+#else
+  memcpy(&u, &f, 4);
+#endif
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static inline TT_HD float tt_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+#endif
 }
 
 /* Dropout: the mixer of (seed XOR i * golden ratio). Element i is kept iff

@@ -266,6 +266,27 @@ static void test_predict(tt_net *net) {
   } else {
     TT_CHECK(0, "open fp16: %s", err);
   }
+  /* a bf16 net (TT_PRECISION_BF16): float input is converted to bf16 the way pixels are normalised into it */
+  o.precision = TT_PRECISION_BF16;
+  if (tt_net_open(&b, &o, err, sizeof err) == 0) {
+    size_t cnt = (size_t)n * 256;
+    float *fx = (float *)malloc(sizeof(float) * cnt), *p1 = (float *)malloc(sizeof(float) * n * C),
+          *p2 = (float *)malloc(sizeof(float) * n * C);
+    for (size_t i = 0; i < cnt; i++) fx[i] = (ds.images[i] / 255.0f - 0.5f) / 0.25f;
+    tt_net_info in;
+    tt_net_info_get(b, &in);
+    TT_CHECK(!in.fp16 && !strcmp(in.precision, "bf16"), "precision bf16 asked, %s planned", in.precision);
+    TT_CHECK(tt_net_load(b, w) == 0 && tt_net_predict(b, ds.images, n, p1) == 0 && tt_net_predict_f32(b, fx, n, p2) == 0,
+             "bf16 load + predict: %s", tt_net_error(b));
+    double worst = 0;
+    for (size_t i = 0; i < (size_t)n * C; i++) worst = fmax(worst, fabs(p2[i] - p1[i]));
+    /* probabilities; each input rounds to bf16 (8 bits) from a slightly different fp32 value */
+    TT_CHECK(worst < 2e-2, "bf16: predict_f32 differs from predict by %g", worst);
+    free(fx), free(p1), free(p2);
+    tt_net_close(b);
+  } else {
+    TT_CHECK(0, "open bf16: %s", err);
+  }
   free(probs), free(kp), free(kc);
   tt_dataset_free(&ds);
   TT_TEST_END();

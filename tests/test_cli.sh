@@ -170,7 +170,7 @@ assert not miss, "missing keys %s" % miss
 miss = [k for k in ["params", "grads", "optimizer", "activations", "workspace"] if k not in d["breakdown"]]
 assert not miss, "breakdown lacks %s" % miss
 assert d["micro_batch"] >= 1 and d["accum_steps"] >= 1, "micro_batch %r accum_steps %r" % (d["micro_batch"], d["accum_steps"])
-assert d["precision"] in ("fp32", "fp16"), "precision %r" % d["precision"]
+assert d["precision"] in ("fp32", "fp16", "bf16"), "precision %r" % d["precision"]
 assert isinstance(d["recompute"], list), "recompute is not a list"
 assert 0 < d["peak_live_bytes"] <= d["arena_bytes"], "peak_live %r arena %r" % (d["peak_live_bytes"], d["arena_bytes"])
 # device free memory: null where no GPU was asked (the plan estimates), else the budget fits in it

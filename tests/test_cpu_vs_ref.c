@@ -1,8 +1,9 @@
 /* tests/test_cpu_vs_ref.c — the oneDNN CPU backend (kernels/cpu/) against the reference
  * backend (kernels/ref/), op by op, on the same inputs: convolution in every direction
  * (groups, depthwise, strides, padding, first-layer and 1x1 shapes, chunked batches), linear,
- * batch norm, pooling, the elementwise ops it runs itself; fp32 and fp16 storage; gradient
- * outputs overwritten (beta 0) and added into (beta 1); the transformer ops (layer norm, GELU,
+ * batch norm, pooling, the elementwise ops it runs itself; fp32, fp16 and bf16 storage (bf16
+ * convolution and linear run oneDNN's bf16 primitives on AVX-512 CPUs); gradient outputs
+ * overwritten (beta 0) and added into (beta 1); the transformer ops (layer norm, GELU,
  * attention kept and fused).
  *
  * Every call gets a workspace of exactly what that backend's op_workspace answers, filled with
@@ -10,7 +11,11 @@
  * shows. Tolerance, per output tensor: max|cpu - ref| <= tol * max|ref| + 1e-7 with tol =
  * 2e-5 in fp32 (different summation orders and FMA: the observed worst is ~1e-6) and 2e-3 for
  * fp16 outputs (both sides round to half from slightly different fp32 values: one ulp is
- * 2^-11 of the largest). Also: the oneDNN backend is bit-identical run to run. */
+ * 2^-11 of the largest) and 8e-3 for bf16 outputs (the same argument with bf16's 8-bit
+ * significand: one ulp is at most 2^-8 of the largest, and an output added into (beta 1) is
+ * rounded twice by oneDNN, into its bf16 result and then into the sum, so two ulps: 2^-7).
+ * fp32 parameter gradients from bf16 inputs keep the fp32 tolerance: the products of bf16
+ * values are exact in fp32 on both sides, only the summation order differs. Also: the oneDNN backend is bit-identical run to run. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,12 +23,14 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/kernel_math.h"
 #include "tests/tt_test.h"
 
 static tt_backend *R, *C; /* reference, oneDNN */
 static tt_test_rng cvr_rng = {0x5eed5eedull};
 #define TOL32 2e-5
 #define TOL16 2e-3
+#define TOLBF 8e-3
 
 static float *vec(size_t n, float scale) {
   float *p = (float *)malloc((n ? n : 1) * sizeof(float));
@@ -35,16 +42,18 @@ static float *vr_dup(const float *a, size_t n) {
   memcpy(p, a, n * sizeof(float));
   return p;
 }
-/* A tensor of n elements in dt holding a (rounded to half when dt is fp16). */
+/* A tensor of n elements in dt holding a (rounded to half or bf16 when dt is one). */
 static void *in_dt(const float *a, size_t n, tt_dtype dt) {
   if (dt == TT_F32) return vr_dup(a, n);
   uint16_t *h = (uint16_t *)malloc((n ? n : 1) * 2);
-  for (size_t i = 0; i < n; i++) h[i] = tt_f32_to_f16(a[i]);
+  for (size_t i = 0; i < n; i++) h[i] = dt == TT_BF16 ? tt_bf16_from_f32(a[i]) : tt_f32_to_f16(a[i]);
   return h;
 }
 static float *as_f32(const void *p, size_t n, tt_dtype dt) {
   float *o = (float *)malloc((n ? n : 1) * sizeof(float));
-  for (size_t i = 0; i < n; i++) o[i] = dt == TT_F32 ? ((const float *)p)[i] : tt_f16_to_f32(((const uint16_t *)p)[i]);
+  for (size_t i = 0; i < n; i++)
+    o[i] = dt == TT_F32 ? ((const float *)p)[i]
+                        : dt == TT_BF16 ? tt_bf16_to_f32(((const uint16_t *)p)[i]) : tt_f16_to_f32(((const uint16_t *)p)[i]);
   return o;
 }
 /* A workspace of exactly what backend b asks for op, NaN-filled. */
@@ -64,7 +73,7 @@ static double cmp(const char *what, const void *cpu, const void *ref, size_t n, 
     double d = fabs((double)a[i] - b[i]);
     if (!(d <= md)) md = d, worst = i; /* NaN counts as worst */
   }
-  double tol = (dt == TT_F16 ? TOL16 : TOL32) * mr + 1e-7;
+  double tol = (dt == TT_F16 ? TOL16 : dt == TT_BF16 ? TOLBF : TOL32) * mr + 1e-7;
   TT_CHECK(md <= tol, "%s: max |cpu - ref| %.3g > %.3g (max |ref| %.3g) at %zu: cpu %.7g ref %.7g", what, md, tol, mr, worst,
            (double)a[worst], (double)b[worst]);
   free(a);
@@ -94,7 +103,7 @@ static tt_op_desc conv_op(tt_op_kind kind, const tt_conv_desc *d, tt_dtype dt, i
 /* Runs the three directions on both backends; beta 0 and 1 for the gradients. */
 static void conv_case(tt_backend *cb, const char *name, tt_conv_desc d, tt_dtype dt, int bias) {
   char tn[160];
-  snprintf(tn, sizeof tn, "cpu_vs_ref:%s_%s%s", name, dt == TT_F16 ? "fp16" : "fp32", cb != C ? "_chunked" : "");
+  snprintf(tn, sizeof tn, "cpu_vs_ref:%s_%s%s", name, tt_dtype_name(dt), cb != C ? "_chunked" : "");
   TT_TEST_BEGIN(tn);
   size_t xn = (size_t)d.n * d.c * d.h * d.w, yn = (size_t)d.n * d.k * d.p * d.q;
   size_t wn = (size_t)d.k * (d.c / d.groups) * d.r * d.s;
@@ -171,7 +180,7 @@ static void test_conv(tt_backend *chunked) {
       {"conv_2x4_s1x2_p1x2", 2, 4, 9, 10, 6, 2, 4, 1, 2, 1, 2, 1, 0},
   };
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
-    for (int dt = 0; dt < 2; dt++) {
+    for (int dt = 0; dt < 3; dt++) {
       tt_conv_desc d = mkconv(cs[i].n, cs[i].c, cs[i].h, cs[i].w, cs[i].k, cs[i].r, cs[i].s, cs[i].sh, cs[i].sw, cs[i].ph,
                               cs[i].pw, cs[i].g);
       conv_case(C, cs[i].name, d, (tt_dtype)dt, cs[i].bias);
@@ -180,6 +189,7 @@ static void test_conv(tt_backend *chunked) {
   if (chunked) {
     conv_case(chunked, "conv_3x3_s1_p1_bias", mkconv(5, 16, 12, 12, 16, 3, 3, 1, 1, 1, 1, 1), TT_F32, 1);
     conv_case(chunked, "conv_3x3_s1_p1_bias", mkconv(5, 16, 12, 12, 16, 3, 3, 1, 1, 1, 1, 1), TT_F16, 1);
+    conv_case(chunked, "conv_3x3_s1_p1_bias", mkconv(5, 16, 12, 12, 16, 3, 3, 1, 1, 1, 1, 1), TT_BF16, 1);
   }
 }
 
@@ -187,7 +197,7 @@ static void test_conv(tt_backend *chunked) {
 
 static void linear_case(int n, int in, int out, tt_dtype dt, int bias) {
   char tn[128];
-  snprintf(tn, sizeof tn, "cpu_vs_ref:linear_%dx%d_to_%d%s_%s", n, in, out, bias ? "_bias" : "", dt == TT_F16 ? "fp16" : "fp32");
+  snprintf(tn, sizeof tn, "cpu_vs_ref:linear_%dx%d_to_%d%s_%s", n, in, out, bias ? "_bias" : "", tt_dtype_name(dt));
   TT_TEST_BEGIN(tn);
   size_t xn = (size_t)n * in, wn = (size_t)out * in, yn = (size_t)n * out;
   float *x = vec(xn, 1.0f), *w = vec(wn, 0.3f), *bv = vec((size_t)out, 0.3f), *dy = vec(yn, 1.0f);
@@ -234,7 +244,7 @@ static void linear_case(int n, int in, int out, tt_dtype dt, int bias) {
 
 static void bn_case(int n, int c, int hw, tt_dtype dt) {
   char tn[128];
-  snprintf(tn, sizeof tn, "cpu_vs_ref:bn_%dx%dx%d_%s", n, c, hw, dt == TT_F16 ? "fp16" : "fp32");
+  snprintf(tn, sizeof tn, "cpu_vs_ref:bn_%dx%dx%d_%s", n, c, hw, tt_dtype_name(dt));
   TT_TEST_BEGIN(tn);
   size_t xn = (size_t)n * c * hw, cc = (size_t)c;
   float *x = vec(xn, 2.0f), *dy = vec(xn, 1.0f), *g = vec(cc, 1.0f), *bt = vec(cc, 0.5f);
@@ -299,7 +309,7 @@ static void bn_case(int n, int c, int hw, tt_dtype dt) {
 static void pool_case(const char *name, int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw,
                       tt_pool_mode mode, tt_dtype dt) {
   char tn[128];
-  snprintf(tn, sizeof tn, "cpu_vs_ref:%s_%s", name, dt == TT_F16 ? "fp16" : "fp32");
+  snprintf(tn, sizeof tn, "cpu_vs_ref:%s_%s", name, tt_dtype_name(dt));
   TT_TEST_BEGIN(tn);
   tt_pool_desc d;
   memset(&d, 0, sizeof d);
@@ -379,7 +389,7 @@ static void test_elementwise(void) {
  * reference's saved statistics; bit-identical run to run. */
 static void ln_case(int rows, int f, tt_dtype dt) {
   char tn[128];
-  snprintf(tn, sizeof tn, "cpu_vs_ref:layernorm_%dx%d_%s", rows, f, dt == TT_F16 ? "fp16" : "fp32");
+  snprintf(tn, sizeof tn, "cpu_vs_ref:layernorm_%dx%d_%s", rows, f, tt_dtype_name(dt));
   TT_TEST_BEGIN(tn);
   size_t xn = (size_t)rows * f, ff = (size_t)f;
   float *x = vec(xn, 2.0f), *dy = vec(xn, 1.0f), *g = vec(ff, 1.0f), *bt = vec(ff, 0.5f);
@@ -457,7 +467,7 @@ static void gelu_case(size_t n) {
 static void attn_case(int n, int t, int heads, int d, int causal, float p, tt_dtype dt) {
   char tn[160];
   snprintf(tn, sizeof tn, "cpu_vs_ref:attention_n%d_t%d_h%d_d%d%s%s_%s", n, t, heads, d, causal ? "_causal" : "",
-           p > 0 ? "_dropout" : "", dt == TT_F16 ? "fp16" : "fp32");
+           p > 0 ? "_dropout" : "", tt_dtype_name(dt));
   TT_TEST_BEGIN(tn);
   tt_attn_desc a;
   memset(&a, 0, sizeof a);
@@ -524,12 +534,51 @@ static void test_transformer_prepare(void) {
 static void test_transformer(void) {
   test_transformer_prepare();
   gelu_case(100003);
-  for (int dt = 0; dt < 2; dt++) {
+  for (int dt = 0; dt < 3; dt++) { /* fp32, fp16, bf16 */
     ln_case(65, 48, (tt_dtype)dt);
     ln_case(7, 768, (tt_dtype)dt);
     attn_case(2, 17, 3, 16, 0, 0.0f, (tt_dtype)dt);
     attn_case(3, 9, 2, 8, 1, 0.1f, (tt_dtype)dt);
   }
+}
+
+/* The same in bf16: the CPU backend widens chunks to fp32, runs the fp32 spans and rounds back;
+ * the reference loads, computes and stores element by element: the same bits. */
+static void test_elementwise_bf16(void) {
+  TT_TEST_BEGIN("cpu_vs_ref:relu_relu6_add_accumulate_bitwise_bf16");
+  size_t n = 100003;
+  float *xf = vec(n, 8.0f), *gf = vec(n, 1.0f), *of = vec(n, 1.0f);
+  xf[0] = NAN, xf[1] = INFINITY, xf[2] = -INFINITY, xf[3] = -0.0f, xf[4] = 0.0f, xf[5] = 6.0f, xf[6] = -NAN;
+  uint16_t *x = (uint16_t *)in_dt(xf, n, TT_BF16), *g = (uint16_t *)in_dt(gf, n, TT_BF16), *o = (uint16_t *)in_dt(of, n, TT_BF16);
+  size_t nb = n * 2;
+  for (int a = 0; a < 2; a++) {
+    tt_act act = a ? TT_ACT_RELU6 : TT_ACT_RELU;
+    uint16_t *yc = (uint16_t *)malloc(nb), *yr = (uint16_t *)malloc(nb);
+    memcpy(yc, o, nb), memcpy(yr, o, nb);
+    TT_CHECK(!C->act_fwd(C, act, n, TT_BF16, x, yc) && !R->act_fwd(R, act, n, TT_BF16, x, yr), "act_fwd bf16");
+    TT_CHECK(!memcmp(yc, yr, nb), "%s bf16 forward differs from the reference", a ? "relu6" : "relu");
+    for (int beta = 0; beta < 2; beta++) {
+      uint16_t *dc = (uint16_t *)malloc(nb), *dr = (uint16_t *)malloc(nb);
+      memcpy(dc, o, nb), memcpy(dr, o, nb);
+      C->act_bwd(C, act, n, TT_BF16, yr, g, dc, (float)beta);
+      R->act_bwd(R, act, n, TT_BF16, yr, g, dr, (float)beta);
+      TT_CHECK(!memcmp(dc, dr, nb), "%s bf16 backward (beta %d) differs", a ? "relu6" : "relu", beta);
+      free(dc), free(dr);
+    }
+    free(yc), free(yr);
+  }
+  {
+    uint16_t *yc = (uint16_t *)malloc(nb), *yr = (uint16_t *)malloc(nb);
+    C->add(C, n, TT_BF16, x, g, yc), R->add(R, n, TT_BF16, x, g, yr);
+    TT_CHECK(!memcmp(yc, yr, nb), "add bf16 differs");
+    for (int beta = 0; beta < 2; beta++) {
+      C->accumulate(C, n, TT_BF16, g, yc, (float)beta), R->accumulate(R, n, TT_BF16, g, yr, (float)beta);
+      TT_CHECK(!memcmp(yc, yr, nb), "accumulate bf16 (beta %d) differs", beta);
+    }
+    free(yc), free(yr);
+  }
+  TT_TEST_END();
+  free(xf), free(gf), free(of), free(x), free(g), free(o);
 }
 
 /* A whole call list prepared ahead, as the executor does, then the calls: same results as
@@ -565,8 +614,9 @@ int main(void) {
   unsetenv("TINYTRAIN_CPU_CHUNK_BYTES");
   test_prepare();
   test_elementwise();
+  test_elementwise_bf16();
   test_conv(chunked);
-  for (int dt = 0; dt < 2; dt++) {
+  for (int dt = 0; dt < 3; dt++) {
     linear_case(6, 20, 7, (tt_dtype)dt, 1);
     linear_case(33, 64, 10, (tt_dtype)dt, 0);
     bn_case(4, 6, 25, (tt_dtype)dt);

@@ -2,7 +2,8 @@
  * the tests hold"):
  *   1. checkpointed training == plain training, bit-exact on CPU fp32 (batch norm + dropout);
  *   2. k accumulated micro-batches of m == one batch of k*m (no batch norm; SGD and Adam);
- *   3. fp16 autocast tracks fp32 on Fashion-MNIST (loss curve, test accuracy);
+ *   1b. the same in bf16 autocast (bit-exact too: the same kernels on the same bf16 values);
+ *   3. fp16 and bf16 autocast track fp32 on Fashion-MNIST (loss curve, test accuracy);
  *   4. the dynamic loss scaler, alone and with an injected overflow;
  *   5. a tiny Vision Transformer on the ref and cpu backends: recompute == plain (bit-exact), the
  *      fused attention form == kept probabilities, k x m accumulation == k*m, and training
@@ -101,6 +102,7 @@ static double clip_norm_min; /* the smallest last_clip_norm of the runs since it
 #define CK_STEPS 3
 
 static int ck_compact; /* ck_run plans with compact saves (policy.compact) */
+static tt_dtype ck_dt = TT_F32; /* ck_run's activation dtype */
 
 /* Runs CK_STEPS optimizer steps; writes the final state and loss statistics. */
 static int ck_run(const net *n, tt_backend *be, const unsigned char *rec, const uint8_t *imgs, const int32_t *labs,
@@ -108,7 +110,7 @@ static int ck_run(const net *n, tt_backend *be, const unsigned char *rec, const 
   tt_program p;
   tt_policy pol;
   memset(&pol, 0, sizeof pol);
-  pol.micro_batch = CK_MB, pol.accum_steps = CK_ACCUM, pol.act_dtype = TT_F32, pol.inplace = 1;
+  pol.micro_batch = CK_MB, pol.accum_steps = CK_ACCUM, pol.act_dtype = ck_dt, pol.inplace = 1;
   pol.recompute = (unsigned char *)rec, pol.training = 1, pol.compact = ck_compact;
   if (tt_lower(&n->g, &pol, be, &p, e)) return -1;
   if (tt_program_plan(&p, e)) {
@@ -235,11 +237,11 @@ static void ck_compare(const char *name, const char *text, const int *variants, 
       else if (vr == 2) TT_CHECK(tt_recompute_all(&n.g, rec, &e) == 0, "%s", e.msg);
       else if (vr >= 4) {
         double need = vr == 4 ? 0.25 * (double)pp.transient_bytes : 1e300;
-        int r4 = tt_recompute_search_ops(&n.g, CK_MB, TT_F32, tt_profile_cpu(), need, rec, &e);
+        int r4 = tt_recompute_search_ops(&n.g, CK_MB, ck_dt, tt_profile_cpu(), need, rec, &e);
         TT_CHECK(vr == 4 ? r4 > 0 : r4 == -1, "per-op search: %d", r4);
       } else {
         double need = 0.25 * (double)pp.transient_bytes;
-        TT_CHECK(tt_recompute_search(&n.g, CK_MB, TT_F32, tt_profile_cpu(), need, rec, &e) > 0, "no plan frees %.0f B",
+        TT_CHECK(tt_recompute_search(&n.g, CK_MB, ck_dt, tt_profile_cpu(), need, rec, &e) > 0, "no plan frees %.0f B",
                  need);
       }
       ck_check_variant(&n, be, rec, names[vr], imgs, labs, s_plain, st_plain, &pp);
@@ -315,6 +317,20 @@ static const char *RECIPE_CHAIN =
     "[flatten]\n"
     "[linear fc1]\nout = 16\n[relu r7]\n"
     "[linear fc]\nout = 5\n";
+
+/* bf16 autocast: recompute re-runs the same bf16 kernels on the same bf16 inputs (weight copies
+ * are made from the same fp32 masters, batch norm's statistics stay fp32), so checkpointed
+ * training still equals plain training bit for bit. */
+static void test_checkpoint_equals_plain_bf16(tt_backend *be) {
+  static const int variants[] = {0, 1, 4};
+  static const int chain_variants[] = {2, 3};
+  TT_TEST_BEGIN("checkpointed training == plain training, bit-exact in bf16 (batch norm + dropout; a chain)");
+  ck_dt = TT_BF16;
+  ck_compare("bn_dropout.recipe", TT_TEST_RECIPE_BN, variants, 3, be);
+  ck_compare("chain.recipe", RECIPE_CHAIN, chain_variants, 2, be);
+  ck_dt = TT_F32;
+  TT_TEST_END();
+}
 
 static void test_checkpoint_chain_equals_plain(tt_backend *be) {
   static const int variants[] = {2, 3, 1, 4, 5};
@@ -800,6 +816,54 @@ static void test_fp16_tracks_fp32(tt_backend *be) {
   TT_TEST_END();
 }
 
+/* bf16 autocast, no loss scaling, against fp32 on the same net, data and steps. Tolerances as
+ * for fp16: bf16 keeps 8 significant bits where fp16 keeps 11, but both are perturbations far
+ * below what 300 steps of SGD on batches of 32 already vary by (see above); measured on this
+ * test: see the printed difference. */
+static void test_bf16_tracks_fp32(tt_backend *be) {
+  const char *name = "bf16 autocast tracks fp32 on Fashion-MNIST (loss windows, test accuracy; no loss scaling)";
+  if (access(FM_DIR "train-images-idx3-ubyte.gz", R_OK) || access(FM_DIR "t10k-images-idx3-ubyte.gz", R_OK)) {
+    TT_SKIP(name, "Fashion-MNIST not found under " FM_DIR " (train/t10k idx3/idx1 .gz files)");
+    return;
+  }
+  TT_TEST_BEGIN(name);
+  tt_err e;
+  net n;
+  tt_dataset tr, te;
+  memset(&tr, 0, sizeof tr);
+  memset(&te, 0, sizeof te);
+  if (net_open(&n, "fm_small.recipe", RECIPE_FM, NULL, &e) ||
+      tt_dataset_load(&n.m.data, 1, 1, 28, 28, &tr, &e, NULL, NULL) ||
+      tt_dataset_load(&n.m.data, 0, 1, 28, 28, &te, &e, NULL, NULL)) {
+    TT_CHECK(0, "%s", e.msg);
+    TT_TEST_END();
+    return;
+  }
+  fm_result r32, rb;
+  if (fm_run(&n, be, TT_F32, &tr, &te, &r32, &e) || fm_run(&n, be, TT_BF16, &tr, &te, &rb, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+  } else {
+    printf("  window  fp32 loss  bf16 loss  |diff|  (mean over %d steps of batch %d)\n", FM_WIN, FM_BATCH);
+    for (int w = 0; w < FM_STEPS / FM_WIN; w++) {
+      double a = r32.win_loss[w], b = rb.win_loss[w], d = fabs(a - b), tol = 0.05 + 0.05 * a;
+      printf("  %4d    %.4f     %.4f     %.4f\n", (w + 1) * FM_WIN, a, b, d);
+      TT_CHECK(isfinite(b) && d <= tol, "window %d: bf16 loss %.4f vs fp32 %.4f (|diff| %.4f > %.4f)", w + 1, b, a, d, tol);
+    }
+    printf("  test accuracy fp32 %.2f%%  bf16 %.2f%%  (diff %.2f points); test loss %.4f vs %.4f\n", r32.test_acc,
+           rb.test_acc, fabs(r32.test_acc - rb.test_acc), r32.test_loss, rb.test_loss);
+    printf("  bf16: %lld skipped steps (none: no loss scaling); time fp32 %.1f s, bf16 %.1f s\n", rb.skipped, r32.seconds,
+           rb.seconds);
+    TT_CHECK(rb.skipped == 0 && rb.final_scale == 1.0f, "bf16 ran with a loss scale (%g, %lld skipped)", (double)rb.final_scale,
+             rb.skipped);
+    TT_CHECK(fabs(r32.test_acc - rb.test_acc) <= 1.0, "test accuracy bf16 %.2f vs fp32 %.2f", rb.test_acc, r32.test_acc);
+    TT_CHECK(r32.test_acc > 70.0, "fp32 reached only %.2f%% (the net did not learn)", r32.test_acc);
+  }
+  tt_dataset_free(&tr);
+  tt_dataset_free(&te);
+  net_close(&n);
+  TT_TEST_END();
+}
+
 /* ======================================================================== 4. loss scaler */
 
 static void test_loss_scale_unit(void) {
@@ -1255,6 +1319,7 @@ int main(void) {
   test_checkpoint_equals_plain(be);
   test_checkpoint_clip_decay_equals_plain(be);
   test_checkpoint_chain_equals_plain(be);
+  test_checkpoint_equals_plain_bf16(be);
   test_compact_equals_plain(be);
   test_recompute_all_chains(be);
   test_accumulation(be);
@@ -1275,6 +1340,7 @@ int main(void) {
   tt_backend *be1 = tt_cpu_backend_create(1);
   if (be1) {
     test_fp16_tracks_fp32(be1);
+    test_bf16_tracks_fp32(be1);
     test_compressed_tracks_exact(be1);
     be1->destroy(be1);
   }

@@ -276,14 +276,14 @@ static void test_defaults(void) {
   {
     const char *t2 = "[net]\ninput = 3x8x8\nclasses = 2\n"
                      "[train]\nbatch = 32\nmicro_batch = 8\noptimizer = adamw\nlr = 3e-4\nbeta2 = 0.98\neps = 1e-6\n"
-                     "schedule = cosine\nmin_lr = 1e-5\nprecision = fp16\nrecompute = all\nseed = 18446744073709551615\n"
+                     "schedule = cosine\nmin_lr = 1e-5\nprecision = bf16\nrecompute = all\nseed = 18446744073709551615\n"
                      "[data]\nformat = folder\ntrain = imagenet/train\ntest = /abs/val\nmean = 0.5, 0.25, 0.125\nstd = 0.5\n"
                      "hflip = yes\ncrop_pad = 4\n[gap]\n[linear]\nout = 2\n";
     if (tt_recipe_parse("some/dir/x.recipe", t2, &m, &err, NULL, NULL) == 0) {
       TT_CHECK(m.train.micro_batch == 8 && m.train.optimizer == TT_OPT_ADAMW && m.train.lr == 3e-4f && m.train.beta2 == 0.98f &&
                    m.train.adam_eps == 1e-6f && m.train.schedule == TT_LR_COSINE && m.train.min_lr == 1e-5f,
                "train values");
-      TT_CHECK(m.train.precision == TT_PREC_FP16 && m.train.recompute == TT_RECOMP_ALL && m.train.seed == 18446744073709551615ULL,
+      TT_CHECK(m.train.precision == TT_PREC_BF16 && m.train.recompute == TT_RECOMP_ALL && m.train.seed == 18446744073709551615ULL,
                "precision/recompute/seed");
       TT_CHECK(!strcmp(m.data.train, "some/dir/imagenet/train") && !strcmp(m.data.test, "/abs/val"), "paths '%s' '%s'",
                m.data.train, m.data.test);

@@ -739,6 +739,7 @@ int main(void) {
   test_clip_norm = 0.0f;
   test_no_allocation(TT_F32, 1, lenet, "no_tensor_allocation_after_setup_fp32_onednn");
   test_no_allocation(TT_F16, 1, lenet, "no_tensor_allocation_after_setup_fp16_onednn");
+  test_no_allocation(TT_BF16, 1, lenet, "no_tensor_allocation_after_setup_bf16_onednn");
   /* residual blocks, 1x1 projections, channels-last convolutions (24 channels) */
   test_no_allocation(TT_F32, 1, resnet, "no_tensor_allocation_after_setup_fp32_onednn_resnet");
   TT_TEST_EXIT();

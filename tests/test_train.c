@@ -96,15 +96,16 @@ static int write_recipe(const char *path, int epochs, int conv2_filters) {
 
 /* The same recipe under fp16 autocast: the loss scaler and its one-step-late overflow outcome
  * (core/runtime/lossscale.h) are part of what a resume must restore. */
-static int write_recipe_fp16(const char *path, int epochs) {
+static int write_recipe_prec(const char *path, int epochs, const char *prec) {
   char text[4096], out[4200];
   snprintf(text, sizeof text, recipe_fmt, epochs, 16);
   const char *at = strstr(text, "seed = 7\n");
   if (!at) return -1;
   at += strlen("seed = 7\n");
-  snprintf(out, sizeof out, "%.*sprecision = fp16\n%s", (int)(at - text), text, at);
+  snprintf(out, sizeof out, "%.*sprecision = %s\n%s", (int)(at - text), text, prec, at);
   return write_file(path, out);
 }
+static int write_recipe_fp16(const char *path, int epochs) { return write_recipe_prec(path, epochs, "fp16"); }
 
 /* The recipe above with line `from` replaced by `to`, twice (from2 may be NULL). */
 static int write_recipe_edit(const char *path, int epochs, const char *from, const char *to, const char *from2,
@@ -1135,6 +1136,36 @@ int main(void) {
       n = compare_st(a, b, 1, &nopt, why, sizeof why);
       TT_CHECK(n > 0, "adamw + clip_norm state: %s", why);
       TT_CHECK(n < 0 || nopt == 22, "state.safetensors holds %d Adam tensors, want 22 (m and v per trainable tensor)", nopt);
+    }
+  }
+  TT_TEST_END();
+
+  /* bf16 (recipe key precision = bf16): stopped after k steps and resumed equals the continuous
+   * run bit for bit, with no loss scale in the state (bf16 runs unscaled) */
+  TT_TEST_BEGIN("resume_bit_exact_bf16");
+  {
+    char rb[1024], dba[1024], dbb[1024];
+    tt_test_path_in(rb, "synbf16.recipe"), tt_test_path_in(dba, "Abf16"), tt_test_path_in(dbb, "Bbf16");
+    int rc = write_recipe_prec(rb, 1, "bf16");
+    TT_CHECK(rc == 0, "cannot write %s", rb);
+    if (!rc) rc = train(rb, dba, NULL, 0, 0, &r, err, sizeof err);
+    TT_CHECK(rc == 0, "bf16 run A: %s", err);
+    double accb = r.final_accuracy;
+    if (!rc) rc = train(rb, dbb, NULL, k, 0, &r, err, sizeof err);
+    TT_CHECK(rc == 0, "bf16 run B (max_steps %d): %s", k, err);
+    if (!rc) rc = train(rb, dbb, dbb, 0, 0, &r, err, sizeof err);
+    TT_CHECK(rc == 0, "resuming bf16 B: %s", err);
+    TT_CHECK(rc || r.final_accuracy == accb, "bf16 accuracy %.6f after resume vs %.6f", r.final_accuracy, accb);
+    if (!rc) {
+      int nopt = 0;
+      snprintf(a, sizeof a, "%s/state.safetensors", dba), snprintf(b, sizeof b, "%s/state.safetensors", dbb);
+      int n = compare_st(a, b, 1, &nopt, why, sizeof why);
+      TT_CHECK(n > 0, "bf16 state: %s", why);
+      snprintf(a, sizeof a, "%s/weights.safetensors", dba), snprintf(b, sizeof b, "%s/weights.safetensors", dbb);
+      n = compare_st(a, b, 0, &nopt, why, sizeof why);
+      TT_CHECK(n > 0, "bf16 weights: %s", why);
+      snprintf(a, sizeof a, "%s/state.safetensors", dba);
+      TT_CHECK(atof(meta_of(a, "loss_scale", m, sizeof m)) == 1.0, "bf16 run has loss scale %s, want 1 (none)", m);
     }
   }
   TT_TEST_END();

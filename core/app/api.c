@@ -181,7 +181,7 @@ void tt_net_info_get(const tt_net *n, tt_net_info *i) {
   i->arena_bytes = s->x.arena_bytes;
   i->micro_batch = n->mb, i->accum_steps = n->accum, i->batch = n->batch, i->eval_batch = n->emb;
   i->fp16 = s->sched.policy.act_dtype == TT_F16;
-  i->precision = i->fp16 ? "fp16" : "fp32";
+  i->precision = tt_dtype_name(s->sched.policy.act_dtype);
   i->classes = n->classes, i->channels = s->model.in_c, i->height = s->model.in_h, i->width = s->model.in_w;
   i->steps = n->step, i->lr = n->lr;
   i->device = s->be->name, i->name = s->model.name;

@@ -53,7 +53,7 @@ static void main_omp_waits(char **argv) {
 static void main_usage(FILE *f, const char *cmd) {
   if (cmd && !strcmp(cmd, "plan")) {
     fprintf(f, "usage: tinytrain plan [--vram SIZE] [--device auto|cpu|cuda] [--gpu NAME] [--micro-batch N]\n"
-               "                      [--precision fp32|fp16|auto] [--recompute none|auto|all] [--ranks N] [--max-batch]\n"
+               "                      [--precision fp32|fp16|bf16|auto] [--recompute none|auto|all] [--ranks N] [--max-batch]\n"
                "                      [--json] [--svg FILE] RECIPE\n\n"
                "Says whether and how RECIPE's training fits in SIZE of device memory, without a GPU and without\n"
                "data files: the chosen micro-batch, accumulation, precision and recomputed layers, every buffer\n"
@@ -67,7 +67,7 @@ static void main_usage(FILE *f, const char *cmd) {
                "  --gpu NAME             plan for this card: t4, gtx1650, rtx3050-laptop, rtx3060, a100, h100\n"
                "                         (--vram defaults to its memory)\n"
                "  --micro-batch N        fix the micro-batch instead of the scheduler's choice\n"
-               "  --precision P          fp32, fp16 or auto (the recipe's)\n"
+               "  --precision P          fp32, fp16, bf16 or auto (the recipe's)\n"
                "  --recompute R          none, auto or all (the recipe's)\n"
                "  --threads N            CPU threads (default: all cores)\n"
                "  --ranks N              plan one process's share of the batch, as if launched by mpirun -np N\n"
@@ -112,7 +112,7 @@ static void main_usage(FILE *f, const char *cmd) {
                "  -h, --help             this text\n");
   } else {
     fprintf(f, "usage: tinytrain [train] [--vram SIZE] [--device auto|cpu|cuda] [--epochs N] [--out DIR]\n"
-               "                 [--resume DIR | --init FILE] [--threads N] [--micro-batch N] [--precision fp32|fp16|auto]\n"
+               "                 [--resume DIR | --init FILE] [--threads N] [--micro-batch N] [--precision fp32|fp16|bf16|auto]\n"
                "                 [--recompute none|auto|all] [--max-steps N] [--checkpoint-every N|10m]\n"
                "                 RECIPE\n"
                "       tinytrain plan [options] RECIPE      (tinytrain plan --help)\n"
@@ -136,7 +136,7 @@ static void main_usage(FILE *f, const char *cmd) {
                "  --init FILE            start from FILE's weights where names and shapes match (fine-tuning)\n"
                "  --threads N            CPU threads (default: all cores)\n"
                "  --micro-batch N        fix the micro-batch instead of the scheduler's choice\n"
-               "  --precision P          fp32, fp16 or auto (the recipe's)\n"
+               "  --precision P          fp32, fp16, bf16 or auto (the recipe's)\n"
                "  --recompute R          none, auto or all (the recipe's)\n"
                "  --max-steps N          stop with a checkpoint after N optimizer steps in all\n"
                "  --checkpoint-every I   optimizer steps (500), wall time (30s, 10m, 1h) or 0 (ends of epochs)\n"
@@ -252,7 +252,7 @@ static int main_unused(int c, const char *cmd) {
  * or -1 when the option printed what was asked (--help, --version) and the program ends with 0. */
 static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
   static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
-  static const char *const precisions[] = {"auto", "fp32", "fp16", NULL};
+  static const char *const precisions[] = {"auto", "fp32", "fp16", "bf16", NULL};
   static const char *const recomputes[] = {"auto", "none", "all", NULL};
   const char *cmd = a->cmd;
   int k, n;
@@ -302,8 +302,8 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
         return main_bad(cmd, "--checkpoint-every takes optimizer steps (500), a wall time (30s, 10m, 1h) or 0, not", v);
       o->checkpoint_every = v;
       return 0;
-    case OPT_PRECISION: /* TT_PRECISION_AUTO, _FP32, _FP16 in this order */
-      if ((k = main_pick(v, precisions)) < 0) return main_bad(cmd, "--precision takes fp32, fp16 or auto, not", v);
+    case OPT_PRECISION: /* TT_PRECISION_AUTO, _FP32, _FP16, _BF16 in this order */
+      if ((k = main_pick(v, precisions)) < 0) return main_bad(cmd, "--precision takes fp32, fp16, bf16 or auto, not", v);
       o->precision = (tt_run_precision)k;
       return 0;
     case OPT_RECOMPUTE: /* TT_RECOMPUTE_AUTO, _NONE, _ALL in this order */

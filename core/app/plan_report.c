@@ -44,23 +44,23 @@ static int plan_max_batch(tt_session *s, const tt_run_opts *o, int json, FILE *o
   so.profile = s->profile;
   static const char *const rn[3] = {"none", "auto", "all"};
   tt_recompute_mode rm[3] = {TT_RECOMP_NONE, TT_RECOMP_AUTO, TT_RECOMP_ALL};
-  tt_dtype dts[2] = {TT_F32, TT_F16};
+  tt_dtype dts[3] = {TT_F32, TT_F16, TT_BF16};
   if (json) fprintf(out, "{\"budget_bytes\": %zu, \"reserve_bytes\": %zu, \"max_batch\": [", s->sched.budget_bytes,
                     s->sched.reserve_bytes);
   else fprintf(out, "largest micro-batch that fits in %.1f MiB (--vram %.1f MiB less %.1f MiB reserve):\n",
                plan_mib(s->sched.budget_bytes), plan_mib(s->vram_bytes), plan_mib(s->sched.reserve_bytes));
   if (!json) fprintf(out, "  %-10s %-10s %12s %14s\n", "precision", "recompute", "micro-batch", "arena MiB");
   int first = 1;
-  for (int d = 0; d < 2; d++)
+  for (int d = 0; d < 3; d++)
     for (int r = 0; r < 3; r++) {
       size_t arena = 0;
       int mb = tt_policy_max_batch(&s->graph, s->be, &so, dts[d], rm[r], &arena);
       if (json) {
         fprintf(out, "%s{\"precision\": \"%s\", \"recompute\": \"%s\", \"micro_batch\": %d, \"arena_bytes\": %zu}",
-                first ? "" : ", ", d ? "fp16" : "fp32", rn[r], mb, arena);
+                first ? "" : ", ", tt_dtype_name(dts[d]), rn[r], mb, arena);
         first = 0;
       } else {
-        fprintf(out, "  %-10s %-10s %12d %14.1f\n", d ? "fp16" : "fp32", rn[r], mb, plan_mib(arena));
+        fprintf(out, "  %-10s %-10s %12d %14.1f\n", tt_dtype_name(dts[d]), rn[r], mb, plan_mib(arena));
       }
     }
   if (json) fprintf(out, "]}\n");
@@ -141,7 +141,7 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
                        "\"activations\": %zu, \"workspace\": %zu}, \"recompute\": [",
                    p->arena_bytes, p->peak_live_bytes, ratio, r->policy.micro_batch, r->policy.accum_steps,
                    r->policy.micro_batch * r->policy.accum_steps, s->ranks,
-                   r->policy.micro_batch * r->policy.accum_steps * s->ranks, r->policy.act_dtype == TT_F16 ? "fp16" : "fp32",
+                   r->policy.micro_batch * r->policy.accum_steps * s->ranks, tt_dtype_name(r->policy.act_dtype),
                    r->eval.policy.micro_batch, r->eval.persistent_bytes + r->eval.transient_bytes, bp, bg, bo, ba, bw);
   int first = 1;
   for (int i = 0; i < g->nnodes; i++)
@@ -170,6 +170,12 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
   if (s->device_free_known) tt_strbuf_printf(&b, ", \"device_free_bytes\": %zu", s->device_free_bytes);
   else tt_strbuf_printf(&b, ", \"device_free_bytes\": null");
   tt_strbuf_printf(&b, ", \"budget_clamped\": %s", s->budget_clamped ? "true" : "false");
+  {
+    char why[256];
+    tt_session_precision_text(s, why, sizeof why);
+    tt_strbuf_printf(&b, ", \"precision_why\": ");
+    tt_strbuf_json(&b, why);
+  }
   tt_strbuf_printf(&b, ", \"frozen_params\": %zu, \"frozen_saved_bytes\": %zu", g->frozen_numel, plan_frozen_saved(s));
   {
     int threads, streaming;
@@ -208,7 +214,7 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
     const tt_policy_alt *a = &r->alts[i];
     tt_strbuf_printf(&b, "%s{\"micro_batch\": %d, \"precision\": \"%s\", \"recomputed_layers\": %d, \"arena_bytes\": %zu, "
                          "\"predicted_step_ms\": %.3f, \"why\": ",
-                     i ? ", " : "", a->micro_batch, a->dtype == TT_F16 ? "fp16" : "fp32", a->recompute_units,
+                     i ? ", " : "", a->micro_batch, tt_dtype_name(a->dtype), a->recompute_units,
                      a->arena_bytes, a->step_ms);
     tt_strbuf_json(&b, a->why);
     tt_strbuf_put(&b, "}", 1);
@@ -284,6 +290,8 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
   char pol[256];
   tt_session_policy_text(s, pol, sizeof pol); /* the words train prints at its start */
   fprintf(out, "  policy      %s\n", pol);
+  tt_session_precision_text(s, pol, sizeof pol);
+  fprintf(out, "  precision   %s\n", pol);
   plan_text_recomputed(s, out);
   if (p->n_compact > p->n_compressed)
     fprintf(out, "  compact     %d saves for backward in their smallest exact form (ReLU 1-bit masks, max-pool uint8\n"
@@ -340,7 +348,7 @@ static void plan_text_buffers(const tt_session *s, FILE *out) {
   for (int k = 0; k < 4; k++) fprintf(out, "    %-42s %14zu %10.2f\n", pn[k], cls[pc[k]], plan_mib(cls[pc[k]]));
   fprintf(out, "  %-44s %14zu %10.2f\n\n", "persistent total (aligned)", p->persistent_bytes, plan_mib(p->persistent_bytes));
   fprintf(out, "  transient buffers: activations by layer (micro-batch %d, %s)\n", r->policy.micro_batch,
-          r->policy.act_dtype == TT_F16 ? "fp16" : "fp32");
+          tt_dtype_name(r->policy.act_dtype));
   fprintf(out, "    %-34s %-14s %12s %10s  %s\n", "layer", "output", "bytes", "MiB", "");
   for (int i = 0; i < g->nnodes; i++) {
     const tt_node *n = &g->nodes[i];
@@ -389,7 +397,7 @@ static void plan_text_choices(const tt_session *s, FILE *out) {
     for (int i = 0; i < r->nalts; i++) {
       const tt_policy_alt *a = &r->alts[i];
       fprintf(out, "    micro-batch %4d %s recompute %3d layers  arena %9.1f MiB  %8.1f ms/step  %s\n", a->micro_batch,
-              a->dtype == TT_F16 ? "fp16" : "fp32", a->recompute_units, plan_mib(a->arena_bytes), a->step_ms, a->why);
+              tt_dtype_name(a->dtype), a->recompute_units, plan_mib(a->arena_bytes), a->step_ms, a->why);
     }
   } else {
     fprintf(out, "  %d candidates planned in %.1f ms\n", r->candidates_tried, s->plan_ms);

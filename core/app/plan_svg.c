@@ -26,7 +26,7 @@
  * kept from the forward pass and those a recompute op produced. */
 enum { PC_WEIGHTS, PC_GRADS, PC_OPT, PC_COPIES, PC_KEPT, PC_RECOMP, PC_ACT_GRADS, PC_WS, PC_N };
 static const char *const pc_name[PC_N] = {"weights, BN statistics, loss stats", "gradients (fp32)", "optimizer state",
-                                          "fp16 weight copies", "activations kept", "activations recomputed",
+                                          "16-bit weight copies", "activations kept", "activations recomputed",
                                           "activation gradients", "workspaces"};
 static const char *const pc_color[PC_N] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
                                            "#59a14f", "#b07aa1", "#edc948", "#9c755f"};
@@ -81,13 +81,13 @@ static double svg_x(const svg_axes *a, double op, int nsteps) {
 static double svg_y(const svg_axes *a, double bytes) { return SVG_TOP + SVG_PH - bytes / a->ymax * SVG_PH; }
 
 /* The alternative the search rejected whose peak differs: the chosen policy without recompute,
- * else in fp32 when it is fp16. 0 and an empty program when there is none. */
+ * else in fp32 when it is fp16 or bf16. 0 and an empty program when there is none. */
 static int svg_alt(tt_session *s, tt_program *alt, const char **what) {
   tt_policy pol = s->sched.policy;
   tt_err err;
   memset(alt, 0, sizeof *alt);
   if (s->sched.recomputed_units > 0) pol.recompute = NULL, *what = "without recompute";
-  else if (pol.act_dtype == TT_F16) pol.act_dtype = TT_F32, *what = "in fp32";
+  else if (pol.act_dtype != TT_F32) pol.act_dtype = TT_F32, *what = "in fp32";
   else return 0;
   if (tt_lower(&s->graph, &pol, s->be, alt, &err) || tt_program_plan(alt, &err)) {
     tt_program_free(alt);
@@ -133,7 +133,7 @@ int tt_plan_svg(tt_session *s, const char *path, tt_err *err) {
                        "<text x=\"%d\" y=\"46\" text-anchor=\"middle\" font-size=\"12\">micro-batch %d x %d, %s, "
                        "recompute %d of %d units; arena %.1f MiB, lower bound %.1f MiB</text>\n",
                    (SVG_W - SVG_RIGHT + SVG_LEFT) / 2, r->policy.micro_batch, r->policy.accum_steps,
-                   r->policy.act_dtype == TT_F16 ? "fp16" : "fp32", r->recomputed_units, r->nunits,
+                   tt_dtype_name(r->policy.act_dtype), r->recomputed_units, r->nunits,
                    svg_mib(p->arena_bytes), svg_mib(p->peak_live_bytes));
   int pw = SVG_W - SVG_LEFT - SVG_RIGHT;
   tt_strbuf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fff\" stroke=\"#444\"/>\n", SVG_LEFT,

@@ -19,7 +19,10 @@ typedef struct tt_device_profile {
   size_t memory_bytes;           /* the card's memory: --vram when none is given */
   size_t reserve_bytes;          /* CUDA context + cuDNN/cuBLAS handles + the libraries' margin, estimated */
   int sm;                        /* compute capability x 10 (75: sm_75) */
-  int bf16;                      /* the card has bf16 arithmetic */
+  int bf16;                      /* the device computes bf16 natively (--precision auto picks it) */
+  double flops_bf16;             /* FLOP/s in bf16; 0: the fp16 rate where bf16 is native, else fp32's */
+  double bf16_ew_bytes_per_s;    /* bytes/s of the bf16 ops the backend converts per element through fp32 (all
+                                  * but convolution, linear and pooling on the CPU); 0: bytes_per_s */
 } tt_device_profile;
 
 /* Documented targets: `plan --device cuda` without a GPU plans for a generic CUDA card (the
@@ -27,6 +30,10 @@ typedef struct tt_device_profile {
  * uses the CPU profile. */
 const tt_device_profile *tt_profile_cuda_generic(void);
 const tt_device_profile *tt_profile_cpu(void);
+/* The CPU when oneDNN computes bf16 natively there (AVX512_BF16, AMX): bf16 at twice fp32's rate. */
+const tt_device_profile *tt_profile_cpu_bf16(void);
+/* The peak FLOP/s the cost model assumes for ops in dt. */
+double tt_profile_peak(const tt_device_profile *p, tt_dtype dt);
 /* `plan --gpu KEY`: the named card's profile, NULL when KEY names none. tt_profile_gpu_list
  * writes the keys, comma-separated, for messages. */
 const tt_device_profile *tt_profile_gpu(const char *key);

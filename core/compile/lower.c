@@ -30,7 +30,7 @@ typedef struct lower_ctx {
   int *cur_val;   /* node -> buffer now holding its value, -1 if dropped */
   int *cur_save;  /* node -> first of two buffers with batch-norm saved statistics */
   int *gbuf;      /* node -> gradient buffer, -1 until a consumer writes it */
-  int *wcopy;     /* param -> fp16 copy buffer, -1 if not made yet in this micro-step */
+  int *wcopy;     /* param -> fp16/bf16 copy buffer, -1 if not made yet in this micro-step */
   char *needs_grad; /* backward: node -> a trainable parameter at or before it (else no gradient flows in) */
   char *compact;  /* node -> 1: its forward writes a compact save its backward reads (TT_SF_COMPACT) */
   int *cur_cmp;   /* node -> the compact save's buffer, -1 if none */
@@ -194,7 +194,7 @@ static int lower_ws(lower_ctx *c, tt_step *s) {
       const char *msg = be->last_error ? be->last_error(be) : NULL;
       return tt_fail(c->err, "%s:%d: layer '%s': the %s backend could not size its %s workspace at micro-batch %d (%s): %s",
                      c->g->model->path, L->line, L->name, be->name, s->op == TT_S_BWD ? "backward" : "forward",
-                     c->pol->micro_batch, c->pol->act_dtype == TT_F16 ? "fp16" : "fp32", msg && *msg ? msg : "no reason given");
+                     c->pol->micro_batch, tt_dtype_name(c->pol->act_dtype), msg && *msg ? msg : "no reason given");
     }
     if (w > bytes) bytes = w;
   }
@@ -208,13 +208,16 @@ static int lower_ws(lower_ctx *c, tt_step *s) {
 }
 
 /* The buffer an op reads for parameter `param` (-1: none): the fp32 master, or under
- * autocast an fp16 copy made once per micro-step at its first use. -2 on error. */
+ * autocast an fp16 or bf16 copy (the activations' dtype) made once per micro-step at its first
+ * use. -2 on error. */
 static int lower_weight(lower_ctx *c, int param) {
   if (param < 0) return -1;
   const tt_param *pr = &c->g->params[param];
   if (c->pol->act_dtype == TT_F32 || !pr->half_copy) return c->p->param_buf[param];
   if (c->wcopy[param] >= 0) return c->wcopy[param];
-  int b = lower_buf(c, pr->name, ".fp16", tt_size_mul(pr->numel, 2), TT_F16, TT_BC_WEIGHT_COPIES, 0, pr->node, param);
+  tt_dtype hdt = c->pol->act_dtype;
+  int b = lower_buf(c, pr->name, hdt == TT_BF16 ? ".bf16" : ".fp16", tt_size_mul(pr->numel, 2), hdt, TT_BC_WEIGHT_COPIES, 0,
+                    pr->node, param);
   if (b < 0) return -2;
   tt_step *s = lower_step(c, TT_S_CAST, pr->node, 0);
   if (!s) return -2;
@@ -682,7 +685,8 @@ static int lower_backward(lower_ctx *c) {
   return rc;
 }
 
-/* The update phase: the overflow check under fp16; with [train] clip_norm the gradients' sum of
+/* The update phase: the overflow check under fp16 (not bf16: it has fp32's range and no loss
+ * scale to back off); with [train] clip_norm the gradients' sum of
  * squares (into a persistent fp32 made here, after every other persistent buffer, so the
  * gradients stay end to end); then one update per trainable parameter, marked TT_SF_DECAY where
  * weight decay applies to it. */

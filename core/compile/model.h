@@ -70,7 +70,7 @@ typedef struct tt_layer {
 typedef enum { TT_OPT_SGD = 0, TT_OPT_ADAM, TT_OPT_ADAMW } tt_opt_kind;
 typedef enum { TT_LR_CONSTANT = 0, TT_LR_STEP, TT_LR_COSINE } tt_lr_schedule;
 typedef enum { TT_DATA_NONE = 0, TT_DATA_IDX, TT_DATA_FOLDER, TT_DATA_LIST, TT_DATA_SYNTHETIC, TT_DATA_NPY } tt_data_format;
-typedef enum { TT_PREC_AUTO = 0, TT_PREC_FP32, TT_PREC_FP16 } tt_precision;
+typedef enum { TT_PREC_AUTO = 0, TT_PREC_FP32, TT_PREC_FP16, TT_PREC_BF16 } tt_precision;
 typedef enum { TT_RECOMP_AUTO = 0, TT_RECOMP_NONE, TT_RECOMP_ALL } tt_recompute_mode;
 /* [train] decay: which parameters weight_decay applies to (core/compile/decay.c). DEFAULT is
  * WEIGHTS for adamw and ALL for sgd and adam (PyTorch's optimizers over model.parameters(), which

@@ -6,10 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Lowers and plans one policy; returns 0 and fills p, or -1 or TT_ERR_TOO_LARGE (err set).
- * compact: bit 0 compact saves (SCHED_COMPACT), bit 1 the fused attention form (SCHED_FUSED). */
+/* sched_plan_one's compact argument: bit 0 compact saves, bit 1 the fused attention form. */
 #define SCHED_COMPACT 1
 #define SCHED_FUSED 2
+
+/* The 16-bit type a policy's autocast uses: the recipe's, or under auto the one the hardware has. */
+tt_dtype tt_policy_half(const tt_policy_opts *o) {
+  if (o->precision == TT_PREC_BF16) return TT_BF16;
+  if (o->precision == TT_PREC_FP16) return TT_F16;
+  return o->auto_half == TT_BF16 ? TT_BF16 : TT_F16;
+}
+
+/* Lowers and plans one policy; returns 0 and fills p, or -1 or TT_ERR_TOO_LARGE (err set).
+ * compact: SCHED_COMPACT | SCHED_FUSED bits. */
 static int sched_plan_one(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
                           int compact, tt_program *p, tt_err *err) {
   tt_policy pol;
@@ -297,8 +306,8 @@ static int sched_search(const tt_graph *g, tt_backend *be, const tt_policy_opts 
   int n = g->nnodes, eff = g->model->train.batch, have = 0, failed = 0;
   tt_dtype dts[2];
   int ndt = 0;
-  if (o->precision != TT_PREC_FP16) dts[ndt++] = TT_F32;
-  if (o->precision != TT_PREC_FP32) dts[ndt++] = TT_F16;
+  if (o->precision == TT_PREC_AUTO || o->precision == TT_PREC_FP32) dts[ndt++] = TT_F32;
+  if (o->precision != TT_PREC_FP32) dts[ndt++] = tt_policy_half(o);
   double best_ms_per_img = 1e300;
   for (int d = 0; d < ndt; d++) {
     for (int mb = eff; mb >= 1; mb--) {
@@ -369,7 +378,7 @@ static int sched_refuse(const tt_graph *g, tt_backend *be, const tt_policy_opts 
   tt_fail(err, "%s does not fit: the smallest plan (micro-batch %d%s, %s) needs a %.2f GiB arena but the budget is "
           "%.2f GiB; the smallest --vram that fits is %.2f GiB; it is dominated by %s",
           g->model->path, o->micro_batch > 0 ? o->micro_batch : 1, o->recompute == TT_RECOMP_NONE ? "" : ", recomputing",
-          o->precision == TT_PREC_FP32 ? "fp32" : "fp16", need / 1073741824.0, r->budget_bytes / 1073741824.0,
+          tt_dtype_name(o->precision == TT_PREC_FP32 ? TT_F32 : tt_policy_half(o)), need / 1073741824.0, r->budget_bytes / 1073741824.0,
           (need + o->reserve_bytes) / 1073741824.0 + 0.005, r->dominant[0] ? r->dominant : "(breakdown unavailable)");
   tt_policy_result_free(r);
   return -1;
@@ -419,7 +428,7 @@ static void sched_dominant(const tt_graph *g, tt_backend *be, const tt_policy_op
     free(rr);
     return;
   }
-  if (!sched_try_c(g, be, o->micro_batch > 0 ? o->micro_batch : 1, eff, o->precision == TT_PREC_FP32 ? TT_F32 : TT_F16,
+  if (!sched_try_c(g, be, o->micro_batch > 0 ? o->micro_batch : 1, eff, o->precision == TT_PREC_FP32 ? TT_F32 : tt_policy_half(o),
                    o->inplace, rr, SCHED_COMPACT | SCHED_FUSED, &q, &e2)) { /* the smallest plan: compact saves and fused attention */
     size_t at[TT_BC_COUNT];
     tt_program_peak_breakdown(&q, at);

@@ -29,7 +29,9 @@ typedef struct tt_policy_opts {
   size_t vram_bytes;            /* the card's memory; 0 = no budget */
   size_t reserve_bytes;         /* subtracted from vram_bytes */
   int micro_batch;              /* 0 = search */
-  tt_precision precision;       /* AUTO = search */
+  tt_precision precision;       /* AUTO = search fp32 and auto_half */
+  tt_dtype auto_half;           /* the 16-bit dtype AUTO weighs against fp32: TT_BF16 where the device computes
+                                 * bf16 natively, else TT_F16 (TT_F32, the zero value, means TT_F16) */
   tt_recompute_mode recompute;  /* AUTO = search */
   int inplace;                  /* 1 normally; 0 to switch in-place ops off */
   int eval_batch;               /* 0 = largest that fits in the training arena's transient region */
@@ -68,6 +70,9 @@ typedef struct tt_policy_result {
 
 /* Returns 0 with a fitting schedule; -1 with err set when nothing fits (the message gives
  * the smallest --vram that would fit and the buffers that dominate it). */
+/* The 16-bit dtype the options allow: bf16 for TT_PREC_BF16, fp16 for TT_PREC_FP16, and for AUTO
+ * auto_half (bf16 where the device computes it natively, else fp16). */
+tt_dtype tt_policy_half(const tt_policy_opts *o);
 int tt_policy_search(const tt_graph *g, tt_backend *planner_be, const tt_policy_opts *o, tt_policy_result *r, tt_err *err);
 void tt_policy_result_free(tt_policy_result *r);
 /* The parts of a schedule only a report reads, planned only when asked (`tinytrain plan`, and

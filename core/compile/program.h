@@ -169,7 +169,7 @@ typedef struct tt_step {
 typedef struct tt_policy {
   int micro_batch;
   int accum_steps;     /* effective batch = micro_batch * accum_steps */
-  tt_dtype act_dtype;  /* TT_F32, or TT_F16 for autocast */
+  tt_dtype act_dtype;  /* TT_F32, or TT_F16 / TT_BF16 for autocast */
   int inplace;         /* let ReLU/add/dropout and their backward reuse their input's storage */
   int compact;         /* training: keep for backward a ReLU's 1-bit mask and a max pool's uint8
                         * index instead of the tensor, where nothing else keeps the tensor alive

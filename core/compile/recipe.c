@@ -193,7 +193,7 @@ static int recipe_net(recipe_state *st, const recipe_section *sec) {
 
 static const char *const recipe_opt_names[] = {"sgd", "adam", "adamw"};
 static const char *const recipe_lr_schedule_names[] = {"constant", "step", "cosine"};
-static const char *const recipe_prec_names[] = {"auto", "fp32", "fp16"};
+static const char *const recipe_prec_names[] = {"auto", "fp32", "fp16", "bf16"};
 static const char *const recipe_recomp_names[] = {"auto", "none", "all"};
 static const char *const recipe_compress_names[] = {"off", "fp16", "bf16", "int8"}; /* tt_save_fmt order */
 static const char *const recipe_format_names[] = {"none", "idx", "folder", "list", "synthetic", "npy"};
@@ -269,7 +269,7 @@ static int recipe_train(recipe_state *st, const recipe_section *sec) {
     else if (!strcmp(k, "label_smoothing")) rc = tt_recipe_float(st, e, v, 0, 1, 1, 0, &t->label_smoothing);
     else if (!strcmp(k, "decay")) rc = recipe_decay(st, e, v, t);
     else if (!strcmp(k, "clip_norm")) rc = tt_recipe_float(st, e, v, 0, 1e38, 1, 1, &t->clip_norm);
-    else if (!strcmp(k, "precision")) rc = tt_recipe_enum(st, e, v, recipe_prec_names, 3, &x), t->precision = (tt_precision)x;
+    else if (!strcmp(k, "precision")) rc = tt_recipe_enum(st, e, v, recipe_prec_names, 4, &x), t->precision = (tt_precision)x;
     else if (!strcmp(k, "recompute")) rc = tt_recipe_enum(st, e, v, recipe_recomp_names, 3, &x), t->recompute = (tt_recompute_mode)x;
     else if (!strcmp(k, "compress_saved")) rc = tt_recipe_enum(st, e, v, recipe_compress_names, 4, &x), t->compress_saved = x;
     else if (!strcmp(k, "log_every")) rc = tt_recipe_int(st, e, v, 1, INT_MAX, &t->log_every);

@@ -114,7 +114,7 @@ static void ckpt_free(ckpt_model *m) {
  * dropped. full[v]: the value's bytes whatever reads it. */
 static void ckpt_node_costs(const tt_graph *g, int mb, tt_dtype dt, const tt_device_profile *prof, const unsigned char *reads,
                             double *bytes, double *secs, double *full) {
-  double peak = dt == TT_F16 ? prof->flops_fp16 : prof->flops_fp32;
+  double peak = tt_profile_peak(prof, dt);
   for (int v = 0; v < g->nnodes; v++) {
     const tt_node *x = &g->nodes[v];
     int free_node = v == 0 || v == g->nnodes - 1 || tt_op_is_view(x->L, 1);
@@ -361,7 +361,7 @@ void tt_recompute_sqrt(const tt_graph *g, unsigned char *rec) {
 /* Seconds to recompute node v alone: max(FLOPs / peak, bytes in and out / bandwidth) + overhead. */
 static double rcop_secs(const tt_graph *g, int v, int mb, tt_dtype dt, const tt_device_profile *prof) {
   const tt_node *x = &g->nodes[v];
-  double peak = dt == TT_F16 ? prof->flops_fp16 : prof->flops_fp32, es = (double)tt_dtype_size(dt);
+  double peak = tt_profile_peak(prof, dt), es = (double)tt_dtype_size(dt);
   double bytes = (double)mb * (double)tt_node_numel(x) * es;
   for (int k = 0; k < x->nin; k++) bytes += (double)mb * (double)tt_node_numel(&g->nodes[x->in[k]]) * es;
   double tf = x->flops * mb / peak, tb = bytes / prof->bytes_per_s;

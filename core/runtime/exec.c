@@ -449,7 +449,9 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
         break;
       }
       case TT_S_CAST:
-        EXEC_CHECK(be->cast(be, s->a.count, TT_F32, EXEC_P(s->in[TT_CAST_SRC]), TT_F16, EXEC_P(s->out[TT_CAST_DST])));
+        /* a weight copy in the destination buffer's dtype (fp16 or bf16: the activations') */
+        EXEC_CHECK(be->cast(be, s->a.count, TT_F32, EXEC_P(s->in[TT_CAST_SRC]), r->p->bufs[s->out[TT_CAST_DST]].dtype,
+                            EXEC_P(s->out[TT_CAST_DST])));
         break;
       case TT_S_FWD:
       case TT_S_BWD:
@@ -533,7 +535,10 @@ static int exec_micro(tt_exec *x, const tt_program *p, const uint8_t *images, co
       if (!x->f16_input) return -1;
     }
     uint16_t *h = be->host_memory ? (uint16_t *)dst : x->f16_input;
-    for (size_t i = 0; i < cnt; i++) h[i] = tt_f32_to_f16(input[i]);
+    if (p->policy.act_dtype == TT_BF16)
+      for (size_t i = 0; i < cnt; i++) h[i] = tt_bf16_from_f32(input[i]);
+    else
+      for (size_t i = 0; i < cnt; i++) h[i] = tt_f32_to_f16(input[i]);
     if (!be->host_memory && be->upload(be, dst, h, cnt * 2)) return tt_fail(err, "upload failed");
   }
   for (int i = 0; i < p->micro_end; i++) {
@@ -577,9 +582,9 @@ int tt_exec_logits(tt_exec *x, int n, float *out, tt_err *err) {
   tt_dtype dt = p->bufs[b].dtype;
   if (x->be->download(x->be, out, tt_exec_ptr(x, p, b), cnt * tt_dtype_size(dt)))
     return tt_fail(err, "reading the logits failed: %s", x->be->last_error(x->be));
-  if (dt == TT_F16) { /* widen in place, from the end */
+  if (dt != TT_F32) { /* widen in place, from the end */
     const uint16_t *h = (const uint16_t *)out;
-    for (size_t i = cnt; i-- > 0;) out[i] = tt_f16_to_f32(h[i]);
+    for (size_t i = cnt; i-- > 0;) out[i] = dt == TT_BF16 ? tt_bf16_to_f32(h[i]) : tt_f16_to_f32(h[i]);
   }
   return 0;
 }

@@ -109,7 +109,9 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
     s->target = "a generic CUDA card (--device cuda, no GPU here: reserve and speed are estimates)";
     if (o->vram_bytes) *reserve = TT_RESERVE_ESTIMATE_BYTES;
   } else {
-    s->profile = tt_profile_cpu();
+    /* oneDNN's bf16 primitives run natively on AVX512_BF16 and AMX CPUs (its ISA query, which
+     * honours ONEDNN_MAX_CPU_ISA); the reference loops convert every bf16 value through fp32 */
+    s->profile = !strcmp(s->be->name, "cpu") && tt_cpu_backend_bf16_native() ? tt_profile_cpu_bf16() : tt_profile_cpu();
     s->target = o->device == TT_DEVICE_CPU ? "the CPU (--device cpu)" : "the CPU (no NVIDIA GPU found: what train uses here)";
   }
   return 0;
@@ -119,7 +121,7 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
 /* tinytrain.h's option enums are the model's own values (model.h): the casts below rely on it.
  * (A negative array size if not: C and C++, the amalgamation through nvcc, alike.) */
 typedef char session_enums_match[(TT_PRECISION_AUTO == (int)TT_PREC_AUTO && TT_PRECISION_FP32 == (int)TT_PREC_FP32 &&
-                                  TT_PRECISION_FP16 == (int)TT_PREC_FP16 && TT_RECOMPUTE_AUTO == (int)TT_RECOMP_AUTO &&
+                                  TT_PRECISION_FP16 == (int)TT_PREC_FP16 && TT_PRECISION_BF16 == (int)TT_PREC_BF16 && TT_RECOMPUTE_AUTO == (int)TT_RECOMP_AUTO &&
                                   TT_RECOMPUTE_NONE == (int)TT_RECOMP_NONE && TT_RECOMPUTE_ALL == (int)TT_RECOMP_ALL) ? 1 : -1];
 
 static int session_schedule(tt_session *s, const tt_run_opts *o, size_t reserve, tt_err *err) {
@@ -141,9 +143,12 @@ static int session_schedule(tt_session *s, const tt_run_opts *o, size_t reserve,
   so->inplace = 1;
   so->eval_batch = s->model.train.eval_batch;
   so->profile = s->profile;
-  /* The CPU backend computes fp16 through fp32 conversions: slower, so `auto` stays fp32
-   * there unless memory demands otherwise (the search sees that through its cost model:
-   * the CPU profile gives fp16 no extra FLOP/s). */
+  /* `auto` weighs fp32 against one 16-bit type by the cost model: bf16 where the device computes
+   * it natively (AVX512_BF16/AMX CPUs, sm_80+ cards: the profile's bf16 flag), else fp16 with
+   * loss scaling. The CPU backend computes fp16 through fp32 conversions, slower, so `auto` stays
+   * fp32 on a CPU without native bf16 unless memory demands otherwise (the CPU profile gives fp16
+   * no extra FLOP/s). */
+  so->auto_half = s->profile->bf16 ? TT_BF16 : TT_F16;
   if (tt_policy_search(&s->graph, s->be, so, &s->sched, err)) {
     if (s->budget_clamped && err) {
       size_t n = strlen(err->msg);
@@ -160,7 +165,8 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
   if (!o) return tt_fail(err, "no options given (tt_run_opts is NULL)");
   if (!o->recipe && !o->recipe_text) return tt_fail(err, "no recipe given");
   if (o->device < TT_DEVICE_AUTO || o->device > TT_DEVICE_CUDA) return tt_fail(err, "device %d: use TT_DEVICE_AUTO, _CPU or _CUDA", o->device);
-  if (o->precision < 0 || o->precision > 2) return tt_fail(err, "precision %d: use 0 (auto), 1 (fp32) or 2 (fp16)", o->precision);
+  if (o->precision < 0 || o->precision > 3)
+    return tt_fail(err, "precision %d: use 0 (auto), 1 (fp32), 2 (fp16) or 3 (bf16)", o->precision);
   if (o->recompute < 0 || o->recompute > 2) return tt_fail(err, "recompute %d: use 0 (auto), 1 (none) or 2 (all)", o->recompute);
   if (o->threads < 0 || o->epochs < 0 || o->micro_batch < 0 || o->ranks < 0 || o->max_steps < 0)
     return tt_fail(err, "threads, epochs, micro_batch, ranks and max_steps must be >= 0 (0: the default)");
@@ -235,8 +241,37 @@ void tt_session_policy_text(const tt_session *s, char *buf, size_t n) {
   const tt_policy_result *r = &s->sched;
   snprintf(buf, n, "micro-batch %d x %d accumulation steps = effective batch %d; %s; %d in-place ops; recompute %d of %d units (%d layers)",
            r->policy.micro_batch, r->policy.accum_steps, r->policy.micro_batch * r->policy.accum_steps,
-           r->policy.act_dtype == TT_F16 ? "fp16 autocast with dynamic loss scaling" : "fp32", r->train.n_inplace,
+           r->policy.act_dtype == TT_F16   ? "fp16 autocast with dynamic loss scaling"
+           : r->policy.act_dtype == TT_BF16 ? "bf16 autocast (no loss scaling)"
+                                            : "fp32", r->train.n_inplace,
            r->recomputed_units, r->nunits, r->train.n_recomputed_steps);
+}
+
+void tt_session_precision_text(const tt_session *s, char *buf, size_t n) {
+  tt_dtype dt = s->sched.policy.act_dtype, half = tt_policy_half(&s->policy_opts);
+  const char *name = tt_dtype_name(dt), *dev = s->profile->name;
+  switch (s->policy_opts.precision) {
+    case TT_PREC_FP32:
+    case TT_PREC_FP16:
+    case TT_PREC_BF16:
+      snprintf(buf, n, "%s, as asked (--precision or the recipe's precision)%s", name,
+               dt == TT_BF16 && !s->profile->bf16 ? "; this device has no native bf16: it computes through fp32 conversions" : "");
+      return;
+    default: break;
+  }
+  if (dt == TT_BF16)
+    snprintf(buf, n, "bf16 (auto: %s%s computes bf16 natively; no loss scaling: bf16 has fp32's range)",
+             s->target_cuda ? dev : "this CPU, ", s->target_cuda ? "" : tt_cpu_backend_info());
+  else if (dt == TT_F16)
+    snprintf(buf, n, "fp16 with dynamic loss scaling (auto: %s has no native bf16, and fp16 is %s than fp32 here)", dev,
+             s->sched.nalts ? "faster or smaller" : "the fitting choice");
+  else
+    snprintf(buf, n, "fp32 (auto: %s, but the cost model predicts %s slower for this net%s)",
+             s->profile->bf16 ? (s->target_cuda ? "the card computes bf16 natively" : "this CPU computes bf16 natively")
+             : s->target_cuda ? "the card has no native bf16, only fp16"
+                              : "this CPU has no native bf16 (no AVX512_BF16 or AMX in oneDNN's ISA); fp16 converts through fp32",
+             tt_dtype_name(half),
+             s->profile->bf16 && !s->target_cuda ? ": its batch norm and elementwise ops convert each bf16 value through fp32" : "");
 }
 
 void tt_session_close(tt_session *s) {

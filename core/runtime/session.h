@@ -43,6 +43,9 @@ void tt_session_print_summary(const tt_session *s, FILE *out);
 /* The chosen policy in one line, the same words in `plan` and at the start of `train`
  * ("micro-batch 8 x 1 accumulation steps = effective batch 8; fp32; 2 in-place ops; ...") */
 void tt_session_policy_text(const tt_session *s, char *buf, size_t n);
+/* Which activation precision the plan uses and why, in one line (the plan's "precision" line):
+ * as asked, or what `auto` picked on this device (bf16 where native, else fp16 or fp32). */
+void tt_session_precision_text(const tt_session *s, char *buf, size_t n);
 void tt_session_close(tt_session *s);
 
 #ifdef __cplusplus

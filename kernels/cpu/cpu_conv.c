@@ -8,7 +8,10 @@
  * workspace copies and back, a chunk of samples at a time (cpu_internal.h); weights once per
  * call; the weight and bias gradients through fp32 copies that later chunks add to. fp16
  * storage converts to fp32 around the same fp32 primitives (oneDNN 2.6 has f16 convolution
- * only on AVX512-FP16 CPUs, and its f16 reorders are scalar).
+ * only on AVX512-FP16 CPUs, and its f16 reorders are scalar). bf16 runs oneDNN's bf16
+ * primitives (tt_cpu_compute_type): x, w, y, dx and dy in bf16, accumulation inside in fp32,
+ * the bias in fp32, and the weight and bias gradients written in fp32 (the backward-weights
+ * primitive's fp32 diff_weights), so no gradient is ever rounded to bf16.
  *
  * Chunk size: the samples whose staged copies (every activation copy of the call, in the
  * primitive's layout plus any fp32 plain copy) fit in the backend's chunk_bytes, at least one, at
@@ -20,7 +23,7 @@
 #include "cpu_internal.h"
 
 static int cpu_conv_check(tt_backend *b, const char *op, const tt_conv_desc *d, tt_dtype dt) {
-  if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  if (tt_ref_dt_check(b, op, dt)) return -1;
   if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->k <= 0 || d->r <= 0 || d->s <= 0 || d->stride_h <= 0 ||
       d->stride_w <= 0 || d->pad_h < 0 || d->pad_w < 0 || d->groups <= 0)
     return tt_ref_fail(b, "%s: bad conv desc (n=%d c=%d h=%d w=%d k=%d r=%d s=%d stride=%dx%d pad=%dx%d groups=%d)", op,
@@ -42,7 +45,8 @@ static const char *cpu_conv_name(tt_op_kind k) {
  * ("any"), for x, w, bias and y. */
 typedef struct cpu_conv_mds {
   dnnl_memory_desc_t x, w, b, y;         /* plain: nchw, (g)oihw, x, nchw */
-  dnnl_memory_desc_t xa, wa, ya;         /* any */
+  dnnl_memory_desc_t xa, wa, ya;         /* any, in the compute type */
+  dnnl_memory_desc_t wg;                 /* any, fp32: the weight gradient */
   dnnl_dims_t strides, pad_l, pad_r;
 } cpu_conv_mds;
 
@@ -56,7 +60,7 @@ static dnnl_format_tag_t cpu_conv_act_tag(const tt_conv_desc *d) {
   return d->c >= 8 && (d->c % 16 || d->k % 16) ? dnnl_nhwc : dnnl_format_tag_any;
 }
 
-static int cpu_conv_mds_init(tt_cpu_build *bd, const tt_conv_desc *d, int nb, cpu_conv_mds *m) {
+static int cpu_conv_mds_init(tt_cpu_build *bd, const tt_conv_desc *d, int nb, dnnl_data_type_t ct, cpu_conv_mds *m) {
   tt_backend *b = bd->b;
   const char *what = bd->c->what;
   int64_t xd[4], yd[4], wd[5], bdim[1];
@@ -78,8 +82,9 @@ static int cpu_conv_mds_init(tt_cpu_build *bd, const tt_conv_desc *d, int nb, cp
   m->pad_l[0] = m->pad_r[0] = d->pad_h, m->pad_l[1] = m->pad_r[1] = d->pad_w;
   if (tt_cpu_md(b, what, &m->x, 4, xd, dnnl_nchw) || tt_cpu_md(b, what, &m->y, 4, yd, dnnl_nchw) ||
       tt_cpu_md(b, what, &m->w, wn, wd, wtag) || tt_cpu_md(b, what, &m->b, 1, bdim, dnnl_x) ||
-      tt_cpu_md(b, what, &m->xa, 4, xd, cpu_conv_act_tag(d)) || tt_cpu_md(b, what, &m->ya, 4, yd, cpu_conv_act_tag(d)) ||
-      tt_cpu_md(b, what, &m->wa, wn, wd, dnnl_format_tag_any))
+      tt_cpu_md_dt(b, what, &m->xa, 4, xd, cpu_conv_act_tag(d), ct) ||
+      tt_cpu_md_dt(b, what, &m->ya, 4, yd, cpu_conv_act_tag(d), ct) ||
+      tt_cpu_md_dt(b, what, &m->wa, wn, wd, dnnl_format_tag_any, ct) || tt_cpu_md(b, what, &m->wg, wn, wd, dnnl_format_tag_any))
     return -1;
   return 0;
 }
@@ -100,11 +105,12 @@ static int cpu_conv_variant(tt_cpu_build *bd, const tt_op_desc *op, int nb, tt_c
   tt_backend *b = bd->b;
   const tt_conv_desc *d = &op->u.conv;
   const char *what = bd->c->what;
-  int half = op->dt == TT_F16, rc = 0;
+  tt_dtype half = op->dt; /* the caller's dtype (named for the calls below) */
+  int rc = 0;
   cpu_conv_mds m;
   dnnl_primitive_desc_t pd = NULL, hint = NULL;
   v->nb = nb;
-  if (cpu_conv_mds_init(bd, d, nb, &m)) return -1;
+  if (cpu_conv_mds_init(bd, d, nb, tt_cpu_compute_type(op->dt), &m)) return -1;
   if (op->kind == TT_OP_CONV_FWD) {
     if (cpu_conv_fwd_pd(bd, &m, op->bias, &pd) || tt_cpu_add_stage(bd, v, pd)) return -1;
     if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &m.x, half, 0) < 0 ||
@@ -130,7 +136,7 @@ static int cpu_conv_variant(tt_cpu_build *bd, const tt_op_desc *op, int nb, tt_c
   }
   {
     dnnl_convolution_desc_t cd;
-    rc = TT_CPU_DNNL(b, what, dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &m.xa, &m.wa,
+    rc = TT_CPU_DNNL(b, what, dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &m.xa, &m.wg,
                                                                            op->bias ? &m.b : NULL, &m.ya, m.strides,
                                                                            m.pad_l, m.pad_r));
     if (!rc) rc = tt_cpu_pd(bd, &cd, hint, &pd);
@@ -138,8 +144,8 @@ static int cpu_conv_variant(tt_cpu_build *bd, const tt_op_desc *op, int nb, tt_c
     if (rc || tt_cpu_add_stage(bd, v, pd)) return -1;
     if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &m.x, half, 0) < 0 ||
         tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_DST, TT_CPU_ACT_IN, &m.y, half, 1) < 0 ||
-        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_WEIGHTS, TT_CPU_GRAD_OUT, &m.w, 0, 2) < 0 ||
-        (op->bias && tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_BIAS, TT_CPU_GRAD_OUT, &m.b, 0, 3) < 0))
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_WEIGHTS, TT_CPU_GRAD_OUT, &m.w, TT_F32, 2) < 0 ||
+        (op->bias && tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_BIAS, TT_CPU_GRAD_OUT, &m.b, TT_F32, 3) < 0))
       return -1;
   }
   return 0;
@@ -167,7 +173,7 @@ int tt_cpu_conv_build(tt_cpu_build *bd, const tt_op_desc *op) {
   int nb, i;
   snprintf(c->what, sizeof c->what, "%s (n=%d, %dx%dx%d -> %dx%dx%d, kernel %dx%d, stride %dx%d, pad %dx%d, groups %d, %s)",
            cpu_conv_name(op->kind), d->n, d->c, d->h, d->w, d->k, d->p, d->q, d->r, d->s, d->stride_h, d->stride_w,
-           d->pad_h, d->pad_w, d->groups, op->dt == TT_F16 ? "fp16" : "fp32");
+           d->pad_h, d->pad_w, d->groups, tt_dtype_name(op->dt) ? tt_dtype_name(op->dt) : "unknown dtype");
   if (cpu_conv_check(bd->b, c->what, d, op->dt)) return -1;
   /* the whole batch's primitive, only measured, tells the staged bytes per sample */
   trial = &c->v[1];

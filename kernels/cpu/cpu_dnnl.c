@@ -37,13 +37,29 @@ int tt_cpu_check(tt_backend *b, dnnl_status_t s, const char *what, const char *c
   return tt_ref_fail(b, "%s: oneDNN %s failed: %s (status %d)", what, name, dnnl_status2str(s), (int)s);
 }
 
-int tt_cpu_md(tt_backend *b, const char *what, dnnl_memory_desc_t *md, int ndims, const int64_t *dims,
-              dnnl_format_tag_t tag) {
+int tt_cpu_md_dt(tt_backend *b, const char *what, dnnl_memory_desc_t *md, int ndims, const int64_t *dims,
+                 dnnl_format_tag_t tag, dnnl_data_type_t t) {
   dnnl_dims_t d;
   int i;
   for (i = 0; i < ndims; i++) d[i] = dims[i];
-  return TT_CPU_DNNL(b, what, dnnl_memory_desc_init_by_tag(md, ndims, d, dnnl_f32, tag));
+  return TT_CPU_DNNL(b, what, dnnl_memory_desc_init_by_tag(md, ndims, d, t, tag));
 }
+
+int tt_cpu_md(tt_backend *b, const char *what, dnnl_memory_desc_t *md, int ndims, const int64_t *dims,
+              dnnl_format_tag_t tag) {
+  return tt_cpu_md_dt(b, what, md, ndims, dims, tag, dnnl_f32);
+}
+
+/* ISA values are supersets by bits (dnnl_types.h): avx512_core 0x27 within avx512_core_bf16
+ * 0xe7 within avx512_core_amx 0x3e7. The effective ISA honours ONEDNN_MAX_CPU_ISA, so a test
+ * can take bf16 away. */
+static int cpu_dnnl_isa_has(unsigned want) { return ((unsigned)dnnl_get_effective_cpu_isa() & want) == want; }
+
+dnnl_data_type_t tt_cpu_compute_type(tt_dtype dt) {
+  return dt == TT_BF16 && cpu_dnnl_isa_has((unsigned)dnnl_cpu_isa_avx512_core) ? dnnl_bf16 : dnnl_f32;
+}
+
+int tt_cpu_backend_bf16_native(void) { return cpu_dnnl_isa_has((unsigned)dnnl_cpu_isa_avx512_core_bf16); }
 
 int tt_cpu_pd(tt_cpu_build *bd, const void *op_desc, const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd) {
   dnnl_primitive_attr_t attr = NULL;
@@ -94,7 +110,7 @@ static int cpu_dnnl_is_out(tt_cpu_role r) {
 }
 
 int tt_cpu_add_tensor(tt_cpu_build *bd, tt_cpu_variant *v, int stage, int arg, tt_cpu_role role,
-                      const dnnl_memory_desc_t *user, int half, int ptr) {
+                      const dnnl_memory_desc_t *user, tt_dtype udt, int ptr) {
   tt_backend *b = bd->b;
   tt_cpu_call *c = bd->c;
   tt_cpu_stage *s = &v->s[stage];
@@ -116,32 +132,40 @@ int tt_cpu_add_tensor(tt_cpu_build *bd, tt_cpu_variant *v, int stage, int arg, t
       return -1;
     return ti;
   }
-  t->half = half;
-  t->count = dnnl_memory_desc_get_size(user) / sizeof(float);
-  t->plain_bytes = t->count * sizeof(float);
-  if (role == TT_CPU_ACT_IN || role == TT_CPU_ACT_OUT) t->sample_bytes = t->count / (size_t)v->nb * (half ? 2u : 4u);
-  t->reorder = !dnnl_memory_desc_equal(user, prim);
-  t->plain_copy = half || role == TT_CPU_GRAD_OUT || (role == TT_CPU_ACT_OUT && c->key.accumulate);
-  if (bd->create) {
-    tt_cpu_state *st = tt_cpu_st(b);
-    if (TT_CPU_DNNL(b, c->what, dnnl_memory_create(&t->mprim, prim, st->eng, DNNL_MEMORY_NONE)) ||
-        TT_CPU_DNNL(b, c->what, dnnl_memory_create(&t->mplain, user, st->eng, DNNL_MEMORY_NONE)))
-      return -1;
-  }
-  if (t->reorder) {
-    dnnl_primitive_desc_t rpd;
-    int out = cpu_dnnl_is_out(role), rc;
-    if (cpu_dnnl_reorder_pd(bd, out ? prim : user, out ? user : prim, &rpd)) return -1;
-    t->reo_scratch = cpu_dnnl_scratch_of(rpd);
-    rc = 0;
+  {
+    /* outputs added into and parameter gradients are combined by our loop from an fp32 copy */
+    int combine = role == TT_CPU_GRAD_OUT || (role == TT_CPU_ACT_OUT && c->key.accumulate);
+    dnnl_memory_desc_t umd = *user; /* the plain side: fp32, or the caller's bf16 itself */
+    if (udt == TT_BF16 && prim->data_type == dnnl_bf16 && !combine) umd.data_type = dnnl_bf16;
+    t->udt = udt;
+    t->half = udt != TT_F32 && umd.data_type == dnnl_f32;
+    t->count = dnnl_memory_desc_get_size(user) / sizeof(float);
+    t->plain_bytes = t->count * sizeof(float);
+    if (role == TT_CPU_ACT_IN || role == TT_CPU_ACT_OUT) t->sample_bytes = t->count / (size_t)v->nb * tt_dtype_size(udt);
+    t->reorder = !dnnl_memory_desc_equal(&umd, prim);
+    t->plain_copy = t->half || combine;
     if (bd->create) {
-      const dnnl_memory_desc_t *sm = dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0);
-      rc = TT_CPU_DNNL(b, c->what, dnnl_primitive_create(&t->reo, rpd));
-      if (!rc && t->reo_scratch)
-        rc = TT_CPU_DNNL(b, c->what, dnnl_memory_create(&t->mreo_scratch, sm, tt_cpu_st(b)->eng, DNNL_MEMORY_NONE));
+      tt_cpu_state *st = tt_cpu_st(b);
+      if (TT_CPU_DNNL(b, c->what, dnnl_memory_create(&t->mprim, prim, st->eng, DNNL_MEMORY_NONE)) ||
+          TT_CPU_DNNL(b, c->what, dnnl_memory_create(&t->mplain, &umd, st->eng, DNNL_MEMORY_NONE)))
+        return -1;
     }
-    dnnl_primitive_desc_destroy(rpd);
-    if (rc) return -1;
+    user = &umd; /* the reorder below is between the plain side and the primitive's */
+    if (t->reorder) {
+      dnnl_primitive_desc_t rpd;
+      int out = cpu_dnnl_is_out(role), rc;
+      if (cpu_dnnl_reorder_pd(bd, out ? prim : user, out ? user : prim, &rpd)) return -1;
+      t->reo_scratch = cpu_dnnl_scratch_of(rpd);
+      rc = 0;
+      if (bd->create) {
+        const dnnl_memory_desc_t *sm = dnnl_primitive_desc_query_md(rpd, dnnl_query_scratchpad_md, 0);
+        rc = TT_CPU_DNNL(b, c->what, dnnl_primitive_create(&t->reo, rpd));
+        if (!rc && t->reo_scratch)
+          rc = TT_CPU_DNNL(b, c->what, dnnl_memory_create(&t->mreo_scratch, sm, tt_cpu_st(b)->eng, DNNL_MEMORY_NONE));
+      }
+      dnnl_primitive_desc_destroy(rpd);
+      if (rc) return -1;
+    }
   }
   return ti;
 }
@@ -231,8 +255,9 @@ int tt_cpu_uses_dnnl(const tt_op_desc *op) {
     case TT_OP_LINEAR_FWD:
     case TT_OP_LINEAR_BWD_DATA:
     case TT_OP_LINEAR_BWD_FILTER: return 1;
-    case TT_OP_POOL_FWD: return op->dt == TT_F32;
-    case TT_OP_POOL_BWD: return op->dt == TT_F32 && !op->accumulate;
+    /* pooling: fp32, and bf16 where oneDNN has bf16 kernels (fp16 converts in the reference loops) */
+    case TT_OP_POOL_FWD: return op->dt == TT_F32 || tt_cpu_compute_type(op->dt) == dnnl_bf16;
+    case TT_OP_POOL_BWD: return (op->dt == TT_F32 || tt_cpu_compute_type(op->dt) == dnnl_bf16) && !op->accumulate;
     /* cpu_transformer.c: layer norm in fp32; GELU in fp32 with dx overwritten (no workspace) */
     case TT_OP_LN_FWD:
     case TT_OP_LN_BWD: return op->dt == TT_F32;
@@ -527,7 +552,7 @@ static int cpu_dnnl_stage_in(tt_backend *b, const tt_cpu_call *c, const tt_cpu_t
   void *plain = user;
   if (t->half) {
     plain = (char *)ws + t->plain_off;
-    tt_ref_to_f32(b, TT_F16, user, (float *)plain, t->count);
+    tt_ref_to_f32(b, t->udt, user, (float *)plain, t->count);
   }
   if (t->reorder) return cpu_dnnl_reorder(b, c, t, plain, (char *)ws + t->off, ws);
   return 0;
@@ -538,7 +563,7 @@ static int cpu_dnnl_stage_out(tt_backend *b, const tt_cpu_call *c, const tt_cpu_
   if (!t->reorder && !t->plain_copy) return 0;
   if (!t->plain_copy) return cpu_dnnl_reorder(b, c, t, user, (char *)ws + t->off, ws); /* straight back */
   if (t->reorder && cpu_dnnl_reorder(b, c, t, (char *)ws + t->plain_off, (char *)ws + t->off, ws)) return -1;
-  if (user) cpu_dnnl_combine(b, t->half ? TT_F16 : TT_F32, (const float *)((char *)ws + t->plain_off), user, t->count, beta);
+  if (user) cpu_dnnl_combine(b, t->udt, (const float *)((char *)ws + t->plain_off), user, t->count, beta);
   return 0;
 }
 

@@ -1,5 +1,7 @@
 /* kernels/cpu/cpu_elementwise.c — the fp32 elementwise ops and batch-norm loops the CPU
- * backend runs itself, vectorised; fp16 and the rest go to the reference loops.
+ * backend runs itself, vectorised; bf16 ReLU, ReLU6, add and accumulate run the same fp32 spans
+ * over chunks widened from bf16 and rounded back (tt_bf16_from_f32's rule, vectorised), so they
+ * give the reference's bits; fp16, bf16 batch norm and the rest go to the reference loops.
  *
  * Why not oneDNN: its eltwise ReLU (vmaxps against 0) turns NaN into 0, where ours and
  * PyTorch's propagate it, and oneDNN 2.6's plain-layout batch norm (ncsp) measured no faster
@@ -121,9 +123,67 @@ static void cpu_ew_run(tt_backend *b, int kind, size_t count, const float *p0, c
   }
 }
 
+/* ---- bf16: chunks of CPU_EW_BF_CHUNK elements widened to fp32 on the stack, the fp32 span,
+ * then rounded back to nearest even (NaN kept a NaN with its quiet bit set), as the reference's
+ * tt_ref_ld / tt_ref_st do element by element ---- */
+#define CPU_EW_BF_CHUNK 1024
+
+static CPU_EW_CLONES void cpu_ew_bf_widen(const uint16_t *s, float *d, size_t n) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    uint32_t u = (uint32_t)s[i] << 16;
+    memcpy(d + i, &u, 4);
+  }
+}
+
+static CPU_EW_CLONES void cpu_ew_bf_round(const float *s, uint16_t *d, size_t n) {
+  size_t i;
+  for (i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, s + i, 4);
+    d[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+}
+
+/* cpu_ew_run's kinds on bf16 tensors (out is read too when the kind adds into it: beta != 0). */
+static void cpu_ew_run_bf16(tt_backend *b, int kind, size_t count, const uint16_t *p0, const uint16_t *p1, uint16_t *out,
+                            float beta) {
+  int nt = count > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
+  int reads_out = (kind == 2 || kind == 3 || kind == 5) && beta != 0.0f;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    size_t lo, hi, c0;
+    float a[CPU_EW_BF_CHUNK], g[CPU_EW_BF_CHUNK], o[CPU_EW_BF_CHUNK];
+#ifdef _OPENMP
+    cpu_ew_share(count, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+#else
+    cpu_ew_share(count, 0, 1, &lo, &hi);
+#endif
+    for (c0 = lo; c0 < hi; c0 += CPU_EW_BF_CHUNK) {
+      size_t m = hi - c0 < CPU_EW_BF_CHUNK ? hi - c0 : CPU_EW_BF_CHUNK;
+      cpu_ew_bf_widen(p0 + c0, a, m);
+      if (p1) cpu_ew_bf_widen(p1 + c0, g, m);
+      if (reads_out) cpu_ew_bf_widen(out + c0, o, m);
+      switch (kind) {
+        case 0: cpu_ew_relu_span(a, o, m); break;
+        case 1: cpu_ew_relu6_span(a, o, m); break;
+        case 2: cpu_ew_relu_bwd_span(a, g, o, m, beta); break;
+        case 3: cpu_ew_relu6_bwd_span(a, g, o, m, beta); break;
+        case 4: cpu_ew_add_span(a, g, o, m); break;
+        default: cpu_ew_acc_span(a, o, m, beta); break;
+      }
+      cpu_ew_bf_round(o, out + c0, m);
+    }
+  }
+}
+
 int tt_cpu_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y) {
   if (dt == TT_F32 && (a == TT_ACT_GELU_ERF || a == TT_ACT_GELU_TANH) && count && x && y)
     return tt_cpu_gelu_fwd(b, a, count, (const float *)x, (float *)y);
+  if (dt == TT_BF16 && (a == TT_ACT_RELU || a == TT_ACT_RELU6) && x && y) {
+    cpu_ew_run_bf16(b, a == TT_ACT_RELU ? 0 : 1, count, (const uint16_t *)x, NULL, (uint16_t *)y, 0.0f);
+    return 0;
+  }
   if (dt != TT_F32 || (a != TT_ACT_RELU && a != TT_ACT_RELU6) || !x || !y) return tt_ref_act_fwd(b, a, count, dt, x, y);
   cpu_ew_run(b, a == TT_ACT_RELU ? 0 : 1, count, (const float *)x, NULL, (float *)y, 0.0f);
   return 0;
@@ -133,20 +193,33 @@ int tt_cpu_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const voi
                    float beta) {
   if (dt == TT_F32 && (a == TT_ACT_GELU_ERF || a == TT_ACT_GELU_TANH) && count && saved && dy && dx && beta == 0.0f)
     return tt_cpu_gelu_bwd(b, a, count, (const float *)saved, (const float *)dy, (float *)dx);
-  if (dt != TT_F32 || (a != TT_ACT_RELU && a != TT_ACT_RELU6) || !saved || !dy || !dx || (dx == dy && beta != 0.0f))
+  if ((dt != TT_F32 && dt != TT_BF16) || (a != TT_ACT_RELU && a != TT_ACT_RELU6) || !saved || !dy || !dx ||
+      (dx == dy && beta != 0.0f))
     return tt_ref_act_bwd(b, a, count, dt, saved, dy, dx, beta);
+  if (dt == TT_BF16) {
+    cpu_ew_run_bf16(b, a == TT_ACT_RELU ? 2 : 3, count, (const uint16_t *)saved, (const uint16_t *)dy, (uint16_t *)dx, beta);
+    return 0;
+  }
   cpu_ew_run(b, a == TT_ACT_RELU ? 2 : 3, count, (const float *)saved, (const float *)dy, (float *)dx, beta);
   return 0;
 }
 
 int tt_cpu_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y) {
-  if (dt != TT_F32 || !a || !b2 || !y) return tt_ref_add(b, count, dt, a, b2, y);
+  if ((dt != TT_F32 && dt != TT_BF16) || !a || !b2 || !y) return tt_ref_add(b, count, dt, a, b2, y);
+  if (dt == TT_BF16) {
+    cpu_ew_run_bf16(b, 4, count, (const uint16_t *)a, (const uint16_t *)b2, (uint16_t *)y, 0.0f);
+    return 0;
+  }
   cpu_ew_run(b, 4, count, (const float *)a, (const float *)b2, (float *)y, 0.0f);
   return 0;
 }
 
 int tt_cpu_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta) {
-  if (dt != TT_F32 || !x || !y) return tt_ref_accumulate(b, count, dt, x, y, beta);
+  if ((dt != TT_F32 && dt != TT_BF16) || !x || !y) return tt_ref_accumulate(b, count, dt, x, y, beta);
+  if (dt == TT_BF16) {
+    cpu_ew_run_bf16(b, 5, count, (const uint16_t *)x, NULL, (uint16_t *)y, beta);
+    return 0;
+  }
   cpu_ew_run(b, 5, count, (const float *)x, NULL, (float *)y, beta);
   return 0;
 }

@@ -60,15 +60,18 @@ typedef enum {
   TT_CPU_WS           /* in the workspace only (max pooling's recomputed output and workspace) */
 } tt_cpu_role;
 
-/* A tensor as the caller holds it (plain layout, fp32 or fp16: user) and as a primitive wants
- * it (prim). When they differ the primitive works on a copy in the workspace: converted from
- * or to fp16 by our loops, reordered by oneDNN, or both (through an fp32 plain copy). An
+/* A tensor as the caller holds it (plain layout, fp32, fp16 or bf16: user) and as a primitive
+ * wants it (prim). When they differ the primitive works on a copy in the workspace: converted
+ * from or to fp16 by our loops, reordered by oneDNN, or both (through an fp32 plain copy). A
+ * bf16 tensor whose primitive computes in bf16 needs no conversion: oneDNN reads and writes the
+ * caller's bf16 (reordering the layout only), unless it goes through the fp32 plain copy. An
  * output that is added into, and every parameter gradient, goes through the fp32 plain copy
  * and is combined by our loop (beta*out + copy), so no primitive needs a sum post-op. */
 typedef struct tt_cpu_tensor {
   tt_cpu_role role;
   int ptr;            /* caller pointer index (not TT_CPU_WS) */
-  int half;           /* the caller stores fp16 */
+  tt_dtype udt;       /* the caller's dtype */
+  int half;           /* the caller stores fp16 or bf16 and our loops convert it to/from an fp32 plain copy */
   int reorder;        /* prim and user layouts differ: oneDNN reorders */
   int plain_copy;     /* an fp32 plain copy sits between the caller and the primitive */
   size_t sample_bytes;/* ACT tensors: the caller's bytes per sample */
@@ -152,18 +155,25 @@ typedef struct tt_cpu_build {
   int create;      /* 0: only sizes are wanted (op_workspace) */
 } tt_cpu_build;
 
-/* A plain-layout memory desc (tag: dnnl_nchw, dnnl_ab, dnnl_ba, dnnl_x, ...). */
+/* A plain-layout memory desc (tag: dnnl_nchw, dnnl_ab, dnnl_ba, dnnl_x, ...) in fp32;
+ * tt_cpu_md_dt in data type t. */
 int tt_cpu_md(tt_backend *b, const char *what, dnnl_memory_desc_t *md, int ndims, const int64_t *dims,
               dnnl_format_tag_t tag);
+int tt_cpu_md_dt(tt_backend *b, const char *what, dnnl_memory_desc_t *md, int ndims, const int64_t *dims,
+                 dnnl_format_tag_t tag, dnnl_data_type_t t);
+/* The data type the primitives of a dt call compute in: bf16 for bf16 where oneDNN has bf16
+ * kernels on this CPU (AVX-512 and newer: native on AVX512_BF16 and AMX, emulated by oneDNN on
+ * plain AVX-512), fp32 otherwise (fp16 always: oneDNN 2.6 has f16 only on AVX512-FP16 CPUs). */
+dnnl_data_type_t tt_cpu_compute_type(tt_dtype dt);
 /* A primitive desc (op_desc: one of dnnl's *_desc_t; hint may be NULL) in user scratchpad mode. */
 int tt_cpu_pd(tt_cpu_build *bd, const void *op_desc, const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd);
 /* Adds stage `stage` (the next) to v from a primitive desc made by tt_cpu_pd, which v owns now. */
 int tt_cpu_add_stage(tt_cpu_build *bd, tt_cpu_variant *v, dnnl_primitive_desc_t pd);
 /* Adds argument `arg` of stage `stage`; returns the tensor's index or -1. user: the caller's
- * layout in fp32 (ignored for TT_CPU_WS); half: the caller stores it in fp16; ptr: the
- * caller's pointer index. */
+ * layout in fp32 (ignored for TT_CPU_WS); udt: the caller's dtype (TT_F32 for parameter
+ * gradients, which are fp32 always); ptr: the caller's pointer index. */
 int tt_cpu_add_tensor(tt_cpu_build *bd, tt_cpu_variant *v, int stage, int arg, tt_cpu_role role,
-                      const dnnl_memory_desc_t *user, int half, int ptr);
+                      const dnnl_memory_desc_t *user, tt_dtype udt, int ptr);
 /* Passes tensor t (already added) to stage `stage` as `arg` too (the pooling workspace). */
 int tt_cpu_share_tensor(tt_cpu_build *bd, tt_cpu_variant *v, int stage, int arg, int t);
 

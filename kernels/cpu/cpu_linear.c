@@ -7,7 +7,9 @@
  *   backward weights dw = dyᵀ · x         (dy seen as [out, n], tag ba); db sums dy per feature
  * (our loop, fixed order: tt_ref_channel_sum). Matmul, not inner product: oneDNN 2.6's inner
  * product runs its gemm, which allocates packing buffers on every call; matmul's brgemm kernels
- * take everything from the scratchpad. fp16 storage converts to fp32 workspace copies.
+ * take everything from the scratchpad. fp16 storage converts to fp32 workspace copies; bf16 runs
+ * bf16 matmuls (tt_cpu_compute_type) on the caller's bf16 tensors, fp32 bias, and the weight
+ * gradient written in fp32 (matmul's f32 destination).
  */
 #include <stdio.h>
 
@@ -23,15 +25,17 @@ int tt_cpu_linear_build(tt_cpu_build *bd, const tt_op_desc *op) {
   tt_cpu_call *c = bd->c;
   const tt_linear_desc *l = &op->u.linear;
   tt_cpu_variant *v = &c->v[0];
-  int half = op->dt == TT_F16;
+  tt_dtype half = op->dt; /* the caller's dtype */
+  dnnl_data_type_t ct = tt_cpu_compute_type(op->dt);
   int64_t d0[2], d1[2], d2[2], db[2];
-  dnnl_memory_desc_t m0, m1, m2, mb;
+  dnnl_memory_desc_t m0, m1, m2, mb; /* the caller's (fp32 plain) */
+  dnnl_memory_desc_t p0, p1, p2;     /* the primitive's, in the compute type */
   dnnl_matmul_desc_t md;
   dnnl_primitive_desc_t pd;
   snprintf(c->what, sizeof c->what, "%s (n=%d, in=%d, out=%d, %s)", cpu_lin_name(op->kind), l->n, l->in, l->out,
-           half ? "fp16" : "fp32");
+           tt_dtype_name(op->dt) ? tt_dtype_name(op->dt) : "unknown dtype");
   if (l->n <= 0 || l->in <= 0 || l->out <= 0) return tt_ref_fail(b, "%s: bad shape", c->what);
-  if (op->dt != TT_F32 && op->dt != TT_F16) return tt_ref_fail(b, "%s: unknown dtype %d", c->what, (int)op->dt);
+  if (tt_ref_dt_check(b, c->what, op->dt)) return -1;
   c->nb = l->n, c->nv = 1;
   v->nb = l->n;
   if (op->kind == TT_OP_LINEAR_FWD) {
@@ -40,9 +44,11 @@ int tt_cpu_linear_build(tt_cpu_build *bd, const tt_op_desc *op) {
     d2[0] = l->n, d2[1] = l->out;  /* y */
     db[0] = 1, db[1] = l->out;
     if (tt_cpu_md(b, c->what, &m0, 2, d0, dnnl_ab) || tt_cpu_md(b, c->what, &m1, 2, d1, dnnl_ba) ||
-        tt_cpu_md(b, c->what, &m2, 2, d2, dnnl_ab) || tt_cpu_md(b, c->what, &mb, 2, db, dnnl_ab))
+        tt_cpu_md(b, c->what, &m2, 2, d2, dnnl_ab) || tt_cpu_md(b, c->what, &mb, 2, db, dnnl_ab) ||
+        tt_cpu_md_dt(b, c->what, &p0, 2, d0, dnnl_ab, ct) || tt_cpu_md_dt(b, c->what, &p1, 2, d1, dnnl_ba, ct) ||
+        tt_cpu_md_dt(b, c->what, &p2, 2, d2, dnnl_ab, ct))
       return -1;
-    if (TT_CPU_DNNL(b, c->what, dnnl_matmul_desc_init(&md, &m0, &m1, op->bias ? &mb : NULL, &m2)) ||
+    if (TT_CPU_DNNL(b, c->what, dnnl_matmul_desc_init(&md, &p0, &p1, op->bias ? &mb : NULL, &p2)) ||
         tt_cpu_pd(bd, &md, NULL, &pd) || tt_cpu_add_stage(bd, v, pd))
       return -1;
     if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &m0, half, 0) < 0 ||
@@ -57,9 +63,10 @@ int tt_cpu_linear_build(tt_cpu_build *bd, const tt_op_desc *op) {
     d1[0] = l->out, d1[1] = l->in; /* w */
     d2[0] = l->n, d2[1] = l->in;   /* dx */
     if (tt_cpu_md(b, c->what, &m0, 2, d0, dnnl_ab) || tt_cpu_md(b, c->what, &m1, 2, d1, dnnl_ab) ||
-        tt_cpu_md(b, c->what, &m2, 2, d2, dnnl_ab))
+        tt_cpu_md(b, c->what, &m2, 2, d2, dnnl_ab) || tt_cpu_md_dt(b, c->what, &p0, 2, d0, dnnl_ab, ct) ||
+        tt_cpu_md_dt(b, c->what, &p1, 2, d1, dnnl_ab, ct) || tt_cpu_md_dt(b, c->what, &p2, 2, d2, dnnl_ab, ct))
       return -1;
-    if (TT_CPU_DNNL(b, c->what, dnnl_matmul_desc_init(&md, &m0, &m1, NULL, &m2)) || tt_cpu_pd(bd, &md, NULL, &pd) ||
+    if (TT_CPU_DNNL(b, c->what, dnnl_matmul_desc_init(&md, &p0, &p1, NULL, &p2)) || tt_cpu_pd(bd, &md, NULL, &pd) ||
         tt_cpu_add_stage(bd, v, pd))
       return -1;
     if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &m0, half, 0) < 0 ||
@@ -72,14 +79,16 @@ int tt_cpu_linear_build(tt_cpu_build *bd, const tt_op_desc *op) {
   d1[0] = l->n, d1[1] = l->in;   /* x */
   d2[0] = l->out, d2[1] = l->in; /* dw */
   if (tt_cpu_md(b, c->what, &m0, 2, d0, dnnl_ba) || tt_cpu_md(b, c->what, &m1, 2, d1, dnnl_ab) ||
-      tt_cpu_md(b, c->what, &m2, 2, d2, dnnl_ab))
+      tt_cpu_md(b, c->what, &m2, 2, d2, dnnl_ab) || tt_cpu_md_dt(b, c->what, &p0, 2, d0, dnnl_ba, ct) ||
+      tt_cpu_md_dt(b, c->what, &p1, 2, d1, dnnl_ab, ct))
     return -1;
-  if (TT_CPU_DNNL(b, c->what, dnnl_matmul_desc_init(&md, &m0, &m1, NULL, &m2)) || tt_cpu_pd(bd, &md, NULL, &pd) ||
+  /* dw in fp32 (m2) whatever the compute type */
+  if (TT_CPU_DNNL(b, c->what, dnnl_matmul_desc_init(&md, &p0, &p1, NULL, &m2)) || tt_cpu_pd(bd, &md, NULL, &pd) ||
       tt_cpu_add_stage(bd, v, pd))
     return -1;
   if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &m0, half, 0) < 0 ||
       tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_WEIGHTS, TT_CPU_ACT_IN, &m1, half, 1) < 0 ||
-      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_GRAD_OUT, &m2, 0, 2) < 0)
+      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_GRAD_OUT, &m2, TT_F32, 2) < 0)
     return -1;
   return 0;
 }
@@ -96,7 +105,7 @@ size_t tt_cpu_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype d
   tt_op_desc op;
   if (n <= 0 || in <= 0 || out <= 0)
     return tt_ref_fail(b, "linear_workspace: bad shape n=%d in=%d out=%d", n, in, out), TT_WS_ERROR;
-  if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "linear_workspace: unknown dtype %d", (int)dt), TT_WS_ERROR;
+  if (tt_ref_dt_check(b, "linear_workspace", dt)) return TT_WS_ERROR;
   if (which != TT_WS_FWD && which != TT_WS_BWD_DATA && which != TT_WS_BWD_FILTER)
     return tt_ref_fail(b, "linear_workspace: unknown workspace kind %d", (int)which), TT_WS_ERROR;
   /* the most any call of this kind may need: with a bias, adding into dx */

@@ -1,6 +1,6 @@
 /* kernels/cpu/cpu_norm.c — batch norm (our vectorised loops, cpu_elementwise.c) and pooling
- * on oneDNN (fp32, dx overwritten); fp16 storage and an accumulating pooling dx run the
- * reference loops (see cpu_backend.c).
+ * on oneDNN (fp32, and bf16 where oneDNN computes it: tt_cpu_compute_type; dx overwritten);
+ * fp16 storage and an accumulating pooling dx run the reference loops (see cpu_backend.c).
  *
  * Pooling: max takes the first maximum, average divides by the whole window (PyTorch's
  * count_include_pad), as the reference. The forward runs for inference (no workspace kept).
@@ -59,7 +59,9 @@ int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op) {
   const tt_pool_desc *d = &op->u.pool;
   tt_cpu_variant *v = &c->v[0];
   int64_t xd[4], yd[4];
-  dnnl_memory_desc_t mx, my;
+  dnnl_memory_desc_t mx, my;   /* the caller's, fp32 plain */
+  dnnl_memory_desc_t px, py;   /* the primitive's: plain, in the compute type (bf16 runs bf16 pooling) */
+  dnnl_data_type_t ct = tt_cpu_compute_type(op->dt);
   dnnl_dims_t strides, kernel, dil, pad;
   dnnl_alg_kind_t alg = op->pool_mode == TT_POOL_MAX ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
   dnnl_pooling_v2_desc_t fd, bwd;
@@ -69,35 +71,38 @@ int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op) {
   snprintf(c->what, sizeof c->what, "%s %s (n=%d, %dx%dx%d -> %dx%d, kernel %dx%d, stride %dx%d, pad %dx%d)",
            op->kind == TT_OP_POOL_FWD ? "pool_fwd" : "pool_bwd", op->pool_mode == TT_POOL_MAX ? "max" : "avg", d->n, d->c,
            d->h, d->w, d->p, d->q, d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w);
-  if (tt_pool_desc_error(c->what, d, op->pool_mode, op->dt, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg);
+  if (tt_ref_dt_check(b, c->what, op->dt)) return -1;
+  if (tt_pool_desc_error(c->what, d, op->pool_mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above */
   c->nb = d->n, c->nv = 1;
   v->nb = d->n;
   xd[0] = d->n, xd[1] = d->c, xd[2] = d->h, xd[3] = d->w;
   yd[0] = d->n, yd[1] = d->c, yd[2] = d->p, yd[3] = d->q;
   strides[0] = d->stride_h, strides[1] = d->stride_w, kernel[0] = d->kh, kernel[1] = d->kw;
   dil[0] = dil[1] = 0, pad[0] = d->pad_h, pad[1] = d->pad_w;
-  if (tt_cpu_md(b, c->what, &mx, 4, xd, dnnl_nchw) || tt_cpu_md(b, c->what, &my, 4, yd, dnnl_nchw)) return -1;
+  if (tt_cpu_md(b, c->what, &mx, 4, xd, dnnl_nchw) || tt_cpu_md(b, c->what, &my, 4, yd, dnnl_nchw) ||
+      tt_cpu_md_dt(b, c->what, &px, 4, xd, dnnl_nchw, ct) || tt_cpu_md_dt(b, c->what, &py, 4, yd, dnnl_nchw, ct))
+    return -1;
   if (op->kind == TT_OP_POOL_FWD) {
-    if (TT_CPU_DNNL(b, c->what, dnnl_pooling_v2_forward_desc_init(&fd, dnnl_forward_inference, alg, &mx, &my, strides, kernel,
+    if (TT_CPU_DNNL(b, c->what, dnnl_pooling_v2_forward_desc_init(&fd, dnnl_forward_inference, alg, &px, &py, strides, kernel,
                                                                    dil, pad, pad)) ||
         tt_cpu_pd(bd, &fd, NULL, &fpd) || tt_cpu_add_stage(bd, v, fpd))
       return -1;
-    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &mx, 0, 0) < 0 ||
-        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_ACT_OUT, &my, 0, 1) < 0)
+    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &mx, op->dt, 0) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_ACT_OUT, &my, op->dt, 1) < 0)
       return -1;
     return 0;
   }
-  if (TT_CPU_DNNL(b, c->what, dnnl_pooling_v2_forward_desc_init(&fd, dnnl_forward_training, alg, &mx, &my, strides, kernel,
+  if (TT_CPU_DNNL(b, c->what, dnnl_pooling_v2_forward_desc_init(&fd, dnnl_forward_training, alg, &px, &py, strides, kernel,
                                                                  dil, pad, pad)) ||
-      TT_CPU_DNNL(b, c->what, dnnl_pooling_v2_backward_desc_init(&bwd, alg, &mx, &my, strides, kernel, dil, pad, pad)) ||
+      TT_CPU_DNNL(b, c->what, dnnl_pooling_v2_backward_desc_init(&bwd, alg, &px, &py, strides, kernel, dil, pad, pad)) ||
       tt_cpu_pd(bd, &fd, NULL, &fpd))
     return -1;
   if (op->pool_mode == TT_POOL_AVG) { /* no workspace: the backward alone */
     int rc = tt_cpu_pd(bd, &bwd, fpd, &bpd);
     dnnl_primitive_desc_destroy(fpd);
     if (rc || tt_cpu_add_stage(bd, v, bpd)) return -1;
-    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_DST, TT_CPU_ACT_IN, &my, 0, 1) < 0 ||
-        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_SRC, TT_CPU_ACT_OUT, &mx, 0, 2) < 0)
+    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_DST, TT_CPU_ACT_IN, &my, op->dt, 1) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_SRC, TT_CPU_ACT_OUT, &mx, op->dt, 2) < 0)
       return -1;
     return 0;
   }
@@ -111,19 +116,19 @@ int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op) {
     return -1;
   }
   if (tt_cpu_add_stage(bd, v, bpd)) return -1;
-  if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &mx, 0, 0) < 0 ||
-      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_WS, NULL, 0, -1) < 0 ||
-      (t = tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_WORKSPACE, TT_CPU_WS, NULL, 0, -1)) < 0 ||
-      tt_cpu_add_tensor(bd, v, 1, DNNL_ARG_DIFF_DST, TT_CPU_ACT_IN, &my, 0, 1) < 0 ||
+  if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &mx, op->dt, 0) < 0 ||
+      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_WS, NULL, TT_F32, -1) < 0 ||
+      (t = tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_WORKSPACE, TT_CPU_WS, NULL, TT_F32, -1)) < 0 ||
+      tt_cpu_add_tensor(bd, v, 1, DNNL_ARG_DIFF_DST, TT_CPU_ACT_IN, &my, op->dt, 1) < 0 ||
       tt_cpu_share_tensor(bd, v, 1, DNNL_ARG_WORKSPACE, t) ||
-      tt_cpu_add_tensor(bd, v, 1, DNNL_ARG_DIFF_SRC, TT_CPU_ACT_OUT, &mx, 0, 2) < 0)
+      tt_cpu_add_tensor(bd, v, 1, DNNL_ARG_DIFF_SRC, TT_CPU_ACT_OUT, &mx, op->dt, 2) < 0)
     return -1;
   return 0;
 }
 
-static void cpu_norm_pool_op(tt_op_desc *op, tt_op_kind kind, const tt_pool_desc *d, tt_pool_mode mode) {
+static void cpu_norm_pool_op(tt_op_desc *op, tt_op_kind kind, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt) {
   memset(op, 0, sizeof *op);
-  op->kind = kind, op->dt = TT_F32, op->pool_mode = mode;
+  op->kind = kind, op->dt = dt, op->pool_mode = mode;
   op->u.pool = *d;
 }
 
@@ -133,10 +138,11 @@ int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   const tt_cpu_call *c;
   void *ptrs[2];
   char msg[256];
-  if (dt != TT_F32) return tt_ref_pool_fwd(b, d, mode, dt, x, y, ws, ws_bytes);
-  if (tt_pool_desc_error("pool_fwd", d, mode, dt, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg);
+  cpu_norm_pool_op(&op, TT_OP_POOL_FWD, d, mode, dt);
+  if (!tt_cpu_uses_dnnl(&op)) return tt_ref_pool_fwd(b, d, mode, dt, x, y, ws, ws_bytes);
+  if (tt_ref_dt_check(b, "pool_fwd", dt)) return -1;
+  if (tt_pool_desc_error("pool_fwd", d, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above */
   if (!x || !y) return tt_ref_fail(b, "pool_fwd: NULL x or y");
-  cpu_norm_pool_op(&op, TT_OP_POOL_FWD, d, mode);
   if (!(c = tt_cpu_get(b, &op))) return -1;
   ptrs[0] = (void *)x, ptrs[1] = y;
   return tt_cpu_run(b, c, ptrs, ws, ws_bytes, 0.0f, 0.0f);
@@ -148,10 +154,11 @@ int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   const tt_cpu_call *c;
   void *ptrs[3];
   char msg[256];
-  if (dt != TT_F32 || beta != 0.0f) return tt_ref_pool_bwd(b, d, mode, dt, x, dy, dx, beta, ws, ws_bytes);
-  if (tt_pool_desc_error("pool_bwd", d, mode, dt, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg);
+  cpu_norm_pool_op(&op, TT_OP_POOL_BWD, d, mode, dt);
+  if (!tt_cpu_uses_dnnl(&op) || beta != 0.0f) return tt_ref_pool_bwd(b, d, mode, dt, x, dy, dx, beta, ws, ws_bytes);
+  if (tt_ref_dt_check(b, "pool_bwd", dt)) return -1;
+  if (tt_pool_desc_error("pool_bwd", d, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above */
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_ref_fail(b, "pool_bwd: NULL x (max), dy or dx");
-  cpu_norm_pool_op(&op, TT_OP_POOL_BWD, d, mode);
   if (!(c = tt_cpu_get(b, &op))) return -1;
   ptrs[0] = (void *)x, ptrs[1] = (void *)dy, ptrs[2] = dx;
   return tt_cpu_run(b, c, ptrs, ws, ws_bytes, 0.0f, 0.0f);

@@ -1,5 +1,5 @@
 /* kernels/ref/ref.h — what the reference backend lends the other host backends (the oneDNN
- * CPU backend, kernels/cpu/): its state and error buffer, fp16 conversion, host memory, and the
+ * CPU backend, kernels/cpu/): its state and error buffer, fp16 and bf16 conversion, host memory, and the
  * plain loops the CPU backend runs as they are. Public to kernels/ only; everything else of the
  * reference backend (convolution and linear on OpenBLAS, their workspaces, the threaded sgemm)
  * is in ref_internal.h.
@@ -91,16 +91,23 @@ static inline uint16_t tt_ref_f2h(float f) {
   return (uint16_t)(sign | h);
 }
 
-/* Load/store one element of a dt tensor as fp32. */
+/* Load/store one element of a dt tensor as fp32 (fp16 and bf16 round to nearest even on
+ * store). Callers check dt first (tt_ref_dt_check): anything not fp16 or bf16 is read as fp32. */
 static inline float tt_ref_ld(tt_dtype dt, const void *p, size_t i) {
-  return dt == TT_F16 ? tt_ref_h2f(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+  return dt == TT_F16 ? tt_ref_h2f(((const uint16_t *)p)[i])
+                      : dt == TT_BF16 ? tt_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 static inline void tt_ref_st(tt_dtype dt, void *p, size_t i, float v) {
   if (dt == TT_F16)
     ((uint16_t *)p)[i] = tt_ref_f2h(v);
+  else if (dt == TT_BF16)
+    ((uint16_t *)p)[i] = tt_bf16_from_f32(v);
   else
     ((float *)p)[i] = v;
 }
+/* The dtype check of every host op: fp32, fp16 and bf16 are computed (16-bit types widen to
+ * fp32 per element); anything else fails with "<op>: unknown dtype N (fp32, fp16 or bf16)". */
+int tt_ref_dt_check(tt_backend *b, const char *op, tt_dtype dt);
 /* Gradient-output store: beta == 0 overwrites (never 0*old, which would keep a NaN). */
 static inline void tt_ref_st_beta(tt_dtype dt, void *p, size_t i, float v, float beta) {
   if (beta != 0.0f) v += beta * tt_ref_ld(dt, p, i);
@@ -110,7 +117,7 @@ static inline float tt_ref_beta_f32(float old, float v, float beta) {
   return beta != 0.0f ? beta * old + v : v;
 }
 
-/* ref_convert.c: converts count elements of a dt tensor into fp32 dst (a plain copy for fp32). */
+/* ref_convert.c: converts count elements of a dt tensor (fp32, fp16, bf16) into fp32 dst (a plain copy for fp32). */
 void tt_ref_to_f32(tt_backend *b, tt_dtype dt, const void *src, float *dst, size_t count);
 /* Converts count fp32 elements into dt dst. */
 void tt_ref_from_f32(tt_backend *b, tt_dtype dt, const float *src, void *dst, size_t count);

@@ -13,7 +13,7 @@
  * Workspace rule (identical for every kind, so one desc has one chunk size):
  *   per_sample = (C*R*S + K) * P*Q * 4 bytes      (one sample's columns + its output matrix)
  *   nb = clamp(floor(32 MiB / per_sample), 1, n)  (at least one sample, at most the batch)
- *   bytes = [fp16 only: fp32 copies of w (+ bias for forward)] + C*R*S*nb*PQ*4 + K*nb*PQ*4,
+ *   bytes = [fp16 and bf16 only: fp32 copies of w (+ bias for forward)] + C*R*S*nb*PQ*4 + K*nb*PQ*4,
  * each part rounded up to 64 bytes. Backward filter needs no weight copy. The op computes the
  * same layout from the desc, so any ws_bytes >= conv_workspace() works. The three entry
  * points share one prologue, ref_conv_begin: checks, this layout, the fp16 weight copies.
@@ -47,7 +47,7 @@ static ref_conv_plan ref_conv_make_plan(const tt_conv_desc *d, tt_dtype dt, tt_w
   if (nb > (size_t)d->n) nb = (size_t)d->n;
   pl.nb = (int)nb;
   pl.off_w = pl.off_b = 0;
-  if (dt == TT_F16 && which != TT_WS_BWD_FILTER) {
+  if (dt != TT_F32 && which != TT_WS_BWD_FILTER) { /* fp16, bf16: fp32 weight copies */
     pl.off_w = off;
     off += tt_ref_round_floats(wsz);
     if (which == TT_WS_FWD) {
@@ -65,7 +65,7 @@ static ref_conv_plan ref_conv_make_plan(const tt_conv_desc *d, tt_dtype dt, tt_w
 
 static int ref_conv_check(tt_backend *b, const char *op, const tt_conv_desc *d, tt_dtype dt) {
   if (!d) return tt_ref_fail(b, "%s: NULL conv desc", op);
-  if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  if (tt_ref_dt_check(b, op, dt)) return -1;
   if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->k <= 0 || d->r <= 0 || d->s <= 0 ||
       d->stride_h <= 0 || d->stride_w <= 0 || d->pad_h < 0 || d->pad_w < 0 || d->groups <= 0)
     return tt_ref_fail(b, "%s: bad conv desc (n=%d c=%d h=%d w=%d k=%d r=%d s=%d stride=%dx%d pad=%dx%d groups=%d)",
@@ -187,8 +187,7 @@ static void ref_conv_im2col(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, c
               else
                 for (ow = lo; ow < hi; ow++) drow[ow] = xr[(size_t)(ow - lo) * sw];
             } else {
-              const uint16_t *xr = (const uint16_t *)x + xi;
-              for (ow = lo; ow < hi; ow++) drow[ow] = tt_ref_h2f(xr[(size_t)(ow - lo) * sw]);
+              for (ow = lo; ow < hi; ow++) drow[ow] = tt_ref_ld(dt, x, xi + (size_t)(ow - lo) * sw);
             }
           }
           for (ow = hi; ow < Q; ow++) drow[ow] = 0.0f;
@@ -306,7 +305,7 @@ static void ref_conv_gather(tt_backend *b, int K, size_t PQ, tt_dtype dt, const 
     if (dt == TT_F32)
       memcpy(dst, (const float *)t + toff, PQ * sizeof(float));
     else
-      for (i = 0; i < PQ; i++) dst[i] = tt_ref_h2f(((const uint16_t *)t)[toff + i]);
+      for (i = 0; i < PQ; i++) dst[i] = tt_ref_ld(dt, t, toff + i);
   }
 }
 
@@ -328,8 +327,7 @@ static void ref_conv_scatter(tt_backend *b, int K, size_t PQ, tt_dtype dt, const
       float *yd = (float *)y + yoff;
       for (i = 0; i < PQ; i++) yd[i] = src[i] + bv;
     } else {
-      uint16_t *yd = (uint16_t *)y + yoff;
-      for (i = 0; i < PQ; i++) yd[i] = tt_ref_f2h(src[i] + bv);
+      for (i = 0; i < PQ; i++) tt_ref_st(dt, y, yoff + i, src[i] + bv);
     }
   }
 }

@@ -1,4 +1,4 @@
-/* kernels/ref/ref_convert.c — the reference backend's fp16 <-> fp32 conversions (the scalar
+/* kernels/ref/ref_convert.c — the reference backend's fp16/bf16 <-> fp32 conversions (the scalar
  * forms are inline in ref.h): whole tensors, threaded, and the library's public wrappers. */
 #include "ref_internal.h"
 
@@ -12,6 +12,11 @@ void tt_ref_to_f32(tt_backend *b, tt_dtype dt, const void *src, float *dst, size
     ptrdiff_t i, cnt = (ptrdiff_t)count;
     int nt = tt_ref_threads(b);
     (void)nt;
+    if (dt == TT_BF16) {
+#pragma omp parallel for schedule(static) num_threads(nt) if (cnt > TT_REF_PAR_MIN)
+      for (i = 0; i < cnt; i++) dst[i] = tt_bf16_to_f32(s[i]);
+      return;
+    }
 #pragma omp parallel for schedule(static) num_threads(nt) if (cnt > TT_REF_PAR_MIN)
     for (i = 0; i < cnt; i++) dst[i] = tt_ref_h2f(s[i]);
   }
@@ -27,6 +32,11 @@ void tt_ref_from_f32(tt_backend *b, tt_dtype dt, const float *src, void *dst, si
     ptrdiff_t i, cnt = (ptrdiff_t)count;
     int nt = tt_ref_threads(b);
     (void)nt;
+    if (dt == TT_BF16) {
+#pragma omp parallel for schedule(static) num_threads(nt) if (cnt > TT_REF_PAR_MIN)
+      for (i = 0; i < cnt; i++) d[i] = tt_bf16_from_f32(src[i]);
+      return;
+    }
 #pragma omp parallel for schedule(static) num_threads(nt) if (cnt > TT_REF_PAR_MIN)
     for (i = 0; i < cnt; i++) d[i] = tt_ref_f2h(src[i]);
   }
@@ -34,3 +44,8 @@ void tt_ref_from_f32(tt_backend *b, tt_dtype dt, const float *src, void *dst, si
 
 uint16_t tt_f32_to_f16(float f) { return tt_ref_f2h(f); }
 float tt_f16_to_f32(uint16_t h) { return tt_ref_h2f(h); }
+
+int tt_ref_dt_check(tt_backend *b, const char *op, tt_dtype dt) {
+  if (dt == TT_F32 || dt == TT_F16 || dt == TT_BF16) return 0;
+  return tt_ref_fail(b, "%s: unknown dtype %d (the %s backend computes fp32, fp16 and bf16)", op, (int)dt, b->name);
+}

@@ -1,18 +1,15 @@
 /* kernels/ref/ref_elementwise.c — activations, add, accumulate, dropout, channel copy,
  * cast, input normalisation, and the per-channel sum that the conv and linear bias
  * gradients share. Elementwise loops are independent per element (static schedule), so
- * results do not depend on the thread count. fp16 values are converted per element and
- * computed in fp32.
+ * results do not depend on the thread count. fp16 and bf16 values are converted per element
+ * and computed in fp32.
  */
 #include <math.h>
 #include <string.h>
 
 #include "ref_internal.h"
 
-static int ref_ew_dt(tt_backend *b, const char *op, tt_dtype dt) {
-  if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "%s: unknown dtype %d", op, (int)dt);
-  return 0;
-}
+static int ref_ew_dt(tt_backend *b, const char *op, tt_dtype dt) { return tt_ref_dt_check(b, op, dt); }
 
 /* out[ch] = beta*out[ch] + sum over (n, hw) of t[n, ch, hw]: the bias gradient of conv and
  * linear. Serial per channel: one float partial per sample, the partials added in sample
@@ -32,7 +29,7 @@ void tt_ref_channel_sum(tt_backend *b, int n, int c, size_t hw, tt_dtype dt, con
       if (dt == TT_F32)
         for (q = 0; q < hw; q++) part += ((const float *)t)[off + q];
       else
-        for (q = 0; q < hw; q++) part += tt_ref_h2f(((const uint16_t *)t)[off + q]);
+        for (q = 0; q < hw; q++) part += tt_ref_ld(dt, t, off + q);
       acc += part;
     }
     out[ch] = tt_ref_beta_f32(out[ch], (float)acc, beta);
@@ -56,11 +53,9 @@ int tt_ref_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const voi
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
       for (i = 0; i < n; i++) ys[i] = tt_act_value(a, xs[i]);
     }
-  } else {
-    const uint16_t *xs = (const uint16_t *)x;
-    uint16_t *ys = (uint16_t *)y;
+  } else { /* fp16, bf16 */
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
-    for (i = 0; i < n; i++) ys[i] = tt_ref_f2h(tt_act_value(a, tt_ref_h2f(xs[i])));
+    for (i = 0; i < n; i++) tt_ref_st(dt, y, (size_t)i, tt_act_value(a, tt_ref_ld(dt, x, (size_t)i)));
   }
   return 0;
 }
@@ -139,8 +134,7 @@ int tt_ref_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const vo
     for (i = 0; i < n; i++) ys[i] = as[i] + bs[i];
   } else {
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
-    for (i = 0; i < n; i++)
-      ((uint16_t *)y)[i] = tt_ref_f2h(tt_ref_h2f(((const uint16_t *)a)[i]) + tt_ref_h2f(((const uint16_t *)b2)[i]));
+    for (i = 0; i < n; i++) tt_ref_st(dt, y, (size_t)i, tt_ref_ld(dt, a, (size_t)i) + tt_ref_ld(dt, b2, (size_t)i));
   }
   return 0;
 }
@@ -158,7 +152,7 @@ int tt_ref_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, v
     for (i = 0; i < n; i++) ys[i] = tt_ref_beta_f32(ys[i], xs[i], beta);
   } else {
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
-    for (i = 0; i < n; i++) tt_ref_st_beta(dt, y, (size_t)i, tt_ref_h2f(((const uint16_t *)x)[i]), beta);
+    for (i = 0; i < n; i++) tt_ref_st_beta(dt, y, (size_t)i, tt_ref_ld(dt, x, (size_t)i), beta);
   }
   return 0;
 }
@@ -235,12 +229,18 @@ int tt_ref_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, t
   if (count && (!src || !dst)) return tt_ref_fail(b, "cast: NULL src or dst");
   if (src_dt == dst_dt) {
     if (src != dst && count) memmove(dst, src, count * tt_dtype_size(src_dt));
-  } else if (src_dt == TT_F16) {
-    if (src == dst) return tt_ref_fail(b, "cast: fp16 -> fp32 cannot run in place");
+  } else if (dst_dt == TT_F32) {
+    if (src == dst) return tt_ref_fail(b, "cast: %s -> fp32 cannot run in place", tt_dtype_name(src_dt));
     tt_ref_to_f32(b, src_dt, src, (float *)dst, count);
-  } else {
-    if (src == dst) return tt_ref_fail(b, "cast: fp32 -> fp16 cannot run in place");
+  } else if (src_dt == TT_F32) {
+    if (src == dst) return tt_ref_fail(b, "cast: fp32 -> %s cannot run in place", tt_dtype_name(dst_dt));
     tt_ref_from_f32(b, dst_dt, (const float *)src, dst, count);
+  } else { /* fp16 <-> bf16: both 2 bytes, element i in place of element i, so src may equal dst */
+    ptrdiff_t i, n = (ptrdiff_t)count;
+    int nt = tt_ref_threads(b);
+    (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+    for (i = 0; i < n; i++) tt_ref_st(dst_dt, dst, (size_t)i, tt_ref_ld(src_dt, src, (size_t)i));
   }
   return 0;
 }
@@ -265,19 +265,8 @@ int tt_ref_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src,
 
 /* ------------------------- lossy saved copies (backend.h) ----------------------------- */
 
-static uint16_t ref_f2bf(float v) {
-  uint32_t u;
-  memcpy(&u, &v, 4);
-  if (v != v) return (uint16_t)((u >> 16) | 0x40u);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-static float ref_bf2f(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float v;
-  memcpy(&v, &u, 4);
-  return v;
-}
-
+/* The bf16 format rounds with tt_bf16_from_f32 (kernel_math.h), the one bf16 rounding of the
+ * project, so a bf16 save of a bf16 tensor is exact. */
 int tt_ref_save_compress(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x, void *dst) {
   ptrdiff_t ch;
   int nt = tt_ref_threads(b);
@@ -292,7 +281,7 @@ int tt_ref_save_compress(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt
 #pragma omp parallel for schedule(static) num_threads(nt) if (m > TT_REF_PAR_MIN)
     for (i = 0; i < m; i++) {
       float v = tt_ref_ld(dt, x, (size_t)i);
-      o[i] = f == TT_SAVE_FP16 ? tt_ref_f2h(v) : ref_f2bf(v);
+      o[i] = f == TT_SAVE_FP16 ? tt_ref_f2h(v) : tt_bf16_from_f32(v);
     }
     return 0;
   }
@@ -332,7 +321,7 @@ int tt_ref_save_restore(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt,
   for (i = 0; i < m; i++) {
     float v;
     if (f == TT_SAVE_FP16) v = tt_ref_h2f(((const uint16_t *)src)[i]);
-    else if (f == TT_SAVE_BF16) v = ref_bf2f(((const uint16_t *)src)[i]);
+    else if (f == TT_SAVE_BF16) v = tt_bf16_to_f32(((const uint16_t *)src)[i]);
     else v = (float)((const int8_t *)src)[i] * scale[((size_t)i / (size_t)hw) % (size_t)c];
     tt_ref_st(dt, x, (size_t)i, v);
   }

@@ -43,7 +43,7 @@ void tt_ref_sgemm(tt_backend *b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, 
 static size_t ref_lin_ws(int n, int in, int out, tt_dtype dt, tt_ws_kind which) {
   size_t x = tt_ref_round_floats((size_t)n * in), w = tt_ref_round_floats((size_t)out * in),
          y = tt_ref_round_floats((size_t)n * out);
-  if (dt != TT_F16) return 0;
+  if (dt == TT_F32) return 0; /* fp16, bf16: fp32 copies of the operands */
   if (which == TT_WS_FWD) return (x + w + y) * sizeof(float);
   if (which == TT_WS_BWD_DATA) return (y + w + x) * sizeof(float);
   return (x + y) * sizeof(float);
@@ -53,7 +53,7 @@ static int ref_lin_check(tt_backend *b, const char *op, int n, int in, int out, 
                          const void *ws, size_t ws_bytes) {
   size_t need;
   if (n <= 0 || in <= 0 || out <= 0) return tt_ref_fail(b, "%s: bad shape n=%d in=%d out=%d", op, n, in, out);
-  if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  if (tt_ref_dt_check(b, op, dt)) return -1;
   need = ref_lin_ws(n, in, out, dt, which);
   if (ws_bytes < need || (need && !ws))
     return tt_ref_fail(b, "%s: workspace too small: needs %zu bytes, given %zu%s", op, need, ws_bytes, ws ? "" : " (NULL)");
@@ -63,7 +63,7 @@ static int ref_lin_check(tt_backend *b, const char *op, int n, int in, int out, 
 size_t tt_ref_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which) {
   if (n <= 0 || in <= 0 || out <= 0)
     return tt_ref_fail(b, "linear_workspace: bad shape n=%d in=%d out=%d", n, in, out), TT_WS_ERROR;
-  if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "linear_workspace: unknown dtype %d", (int)dt), TT_WS_ERROR;
+  if (tt_ref_dt_check(b, "linear_workspace", dt)) return TT_WS_ERROR;
   return ref_lin_ws(n, in, out, dt, which);
 }
 
@@ -91,7 +91,7 @@ int tt_ref_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const 
       for (o = 0; o < out; o++) y32[(size_t)i * out + o] = tt_ref_ld(dt, bias, (size_t)o);
   }
   tt_ref_sgemm(b, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x32, in, w32, in, bias ? 1.0f : 0.0f, y32, out);
-  if (dt == TT_F16) tt_ref_from_f32(b, dt, y32, y, (size_t)n * out);
+  if (dt != TT_F32) tt_ref_from_f32(b, dt, y32, y, (size_t)n * out);
   return 0;
 }
 

@@ -19,7 +19,7 @@ int tt_ref_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void
   int i, nt = tt_ref_threads(b);
   double loss_total = 0.0, correct_total = 0.0;
   (void)nt;
-  if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "softmax_ce: unknown dtype %d", (int)dt);
+  if (tt_ref_dt_check(b, "softmax_ce", dt)) return -1;
   if (n <= 0 || classes <= 0) return tt_ref_fail(b, "softmax_ce: bad shape n=%d classes=%d", n, classes);
   if (!logits || !labels || !stats) return tt_ref_fail(b, "softmax_ce: NULL logits, labels or stats");
   if (!(smoothing >= 0.0f && smoothing <= 1.0f))
@@ -125,7 +125,7 @@ int tt_ref_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x,
   ptrdiff_t i, n = (ptrdiff_t)count;
   int bad = 0, nt = tt_ref_threads(b);
   (void)nt;
-  if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "check_finite: unknown dtype %d", (int)dt);
+  if (tt_ref_dt_check(b, "check_finite", dt)) return -1;
   if (!flag || (count && !x)) return tt_ref_fail(b, "check_finite: NULL x or flag");
   if (dt == TT_F32) {
     const float *xs = (const float *)x;
@@ -135,10 +135,11 @@ int tt_ref_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x,
       memcpy(&u, xs + i, 4);
       bad |= (u & 0x7f800000u) == 0x7f800000u;
     }
-  } else {
+  } else { /* the exponent field all ones: fp16 has 5 exponent bits, bf16 fp32's 8 */
     const uint16_t *u = (const uint16_t *)x;
+    uint16_t e = dt == TT_BF16 ? 0x7f80u : 0x7c00u;
 #pragma omp parallel for schedule(static) num_threads(nt) reduction(| : bad) if (n > TT_REF_PAR_MIN)
-    for (i = 0; i < n; i++) bad |= (u[i] & 0x7c00u) == 0x7c00u;
+    for (i = 0; i < n; i++) bad |= (u[i] & e) == e;
   }
   if (bad) flag[0] = 1;
   return 0;

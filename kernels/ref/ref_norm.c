@@ -12,7 +12,7 @@
 
 static int ref_norm_bn_check(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt) {
   if (n <= 0 || c <= 0 || hw <= 0) return tt_ref_fail(b, "%s: bad shape n=%d c=%d hw=%d", op, n, c, hw);
-  if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  if (tt_ref_dt_check(b, op, dt)) return -1;
   return 0;
 }
 
@@ -160,7 +160,8 @@ int tt_ref_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   int nt = tt_ref_threads(b);
   (void)nt;
   char msg[256];
-  if (tt_pool_desc_error("pool_fwd", d, mode, dt, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg);
+  if (tt_ref_dt_check(b, "pool_fwd", dt)) return -1;
+  if (tt_pool_desc_error("pool_fwd", d, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above: the shared check predates bf16 */
   if (!x || !y) return tt_ref_fail(b, "pool_fwd: NULL x or y");
   npl = (ptrdiff_t)d->n * d->c;
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -199,7 +200,8 @@ int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   int nt = tt_ref_threads(b);
   (void)nt;
   char msg[256];
-  if (tt_pool_desc_error("pool_bwd", d, mode, dt, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg);
+  if (tt_ref_dt_check(b, "pool_bwd", dt)) return -1;
+  if (tt_pool_desc_error("pool_bwd", d, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above: the shared check predates bf16 */
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_ref_fail(b, "pool_bwd: NULL x (max), dy or dx");
   npl = (ptrdiff_t)d->n * d->c;
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -243,7 +245,8 @@ int tt_ref_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const 
   int nt = tt_ref_threads(b);
   (void)nt;
   char msg[256];
-  if (tt_pool_desc_error("pool_argmax", d, TT_POOL_MAX, dt, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg);
+  if (tt_ref_dt_check(b, "pool_argmax", dt)) return -1;
+  if (tt_pool_desc_error("pool_argmax", d, TT_POOL_MAX, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above: the shared check predates bf16 */
   if (d->kh * d->kw > 256) return tt_ref_fail(b, "pool_argmax: a %dx%d window has no uint8 index", d->kh, d->kw);
   if (!x || !idx) return tt_ref_fail(b, "pool_argmax: NULL x or idx");
   npl = (ptrdiff_t)d->n * d->c;
@@ -270,7 +273,8 @@ int tt_ref_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const
   int nt = tt_ref_threads(b);
   (void)nt;
   char msg[256];
-  if (tt_pool_desc_error("pool_bwd_idx", d, TT_POOL_MAX, dt, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg);
+  if (tt_ref_dt_check(b, "pool_bwd_idx", dt)) return -1;
+  if (tt_pool_desc_error("pool_bwd_idx", d, TT_POOL_MAX, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above: the shared check predates bf16 */
   if (!idx || !dy || !dx) return tt_ref_fail(b, "pool_bwd_idx: NULL idx, dy or dx");
   npl = (ptrdiff_t)d->n * d->c;
 #pragma omp parallel for schedule(static) num_threads(nt)

@@ -28,12 +28,9 @@
 
 #include "ref_internal.h"
 
-/* The dtypes these loops read and write: those tt_ref_ld / tt_ref_st know. (Once ref.h has the
- * shared tt_ref_dt_check, this is that call: nothing else here depends on the dtype.) */
-static int ref_tf_dt(tt_backend *b, const char *op, tt_dtype dt) {
-  if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "%s: unsupported dtype %d (fp32 and fp16 only)", op, (int)dt);
-  return 0;
-}
+/* fp32, fp16 and bf16: every load and store goes through tt_ref_ld/st or the whole-tensor
+ * conversions, so the dtypes the reference computes are the ones these ops take. */
+static int ref_tf_dt(tt_backend *b, const char *op, tt_dtype dt) { return tt_ref_dt_check(b, op, dt); }
 
 static int ref_tf_omp_thread(void) {
 #ifdef _OPENMP
