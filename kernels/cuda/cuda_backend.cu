@@ -443,6 +443,7 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   if (prop.major * 10 + prop.minor < 75)
     return tt_cuda_fail(b, "CUDA device %d (%s) has compute capability %d.%d; tinytrain needs 7.5 or newer",
                         st->device, prop.name, prop.major, prop.minor);
+  st->cc = prop.major * 10 + prop.minor;
   if (cuda_be_check_kernels(b, &prop)) return -1;
   CUDA_CHECK(b, cudaStreamCreateWithFlags(&st->compute, cudaStreamNonBlocking));
   CUDA_CHECK(b, cudaStreamCreateWithFlags(&st->copy, cudaStreamNonBlocking));

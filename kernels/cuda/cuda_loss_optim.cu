@@ -114,7 +114,7 @@ static __global__ void TT_LAUNCH_BOUNDS(CUDA_LO_CE_THREADS) cuda_lo_ce_k(int n, 
 
 int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
                        float smoothing, float grad_scale, void *dlogits, float *stats) {
-  if (dt != TT_F32 && dt != TT_F16) return tt_cuda_fail(b, "softmax_ce: unknown dtype %d", (int)dt);
+  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "softmax_ce: unknown dtype %d", (int)dt);
   if (n <= 0 || classes <= 0) return tt_cuda_fail(b, "softmax_ce: bad shape n=%d classes=%d", n, classes);
   if (!logits || !labels || !stats) return tt_cuda_fail(b, "softmax_ce: NULL logits, labels or stats");
   if (!(smoothing >= 0.0f && smoothing <= 1.0f))
@@ -176,16 +176,19 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_check_finite_k(
                                                                          int32_t *flag) {
   int bad = 0;
   TT_CUDA_LOOP(i, count) {
+    /* all exponent bits set: inf or NaN (fp32 8 bits, fp16 5, bf16 fp32's 8 in its high half) */
     if (dt == TT_F32)
       bad |= (((const uint32_t *)x)[i] & 0x7f800000u) == 0x7f800000u;
-    else
+    else if (dt == TT_F16)
       bad |= (((const uint16_t *)x)[i] & 0x7c00u) == 0x7c00u;
+    else
+      bad |= (((const uint16_t *)x)[i] & 0x7f80u) == 0x7f80u;
   }
   if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr((int *)flag, 1);
 }
 
 int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag) {
-  if (dt != TT_F32 && dt != TT_F16) return tt_cuda_fail(b, "check_finite: unknown dtype %d", (int)dt);
+  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "check_finite: unknown dtype %d", (int)dt);
   if (!flag || (count && !x)) return tt_cuda_fail(b, "check_finite: NULL x or flag");
   if (!count) return 0;
   TT_LAUNCH(cuda_lo_check_finite_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b), count, dt, x, flag);

@@ -15,7 +15,16 @@
 
 static int cuda_norm_bn_check(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt) {
   if (n <= 0 || c <= 0 || hw <= 0) return tt_cuda_fail(b, "%s: bad shape n=%d c=%d hw=%d", op, n, c, hw);
-  if (dt != TT_F32 && dt != TT_F16) return tt_cuda_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "%s: unknown dtype %d (the CUDA backend computes fp32, fp16 and bf16)", op, (int)dt);
+  return 0;
+}
+
+/* A pooling call: the dtype here (this backend's three), the shape by the rules the CPU backends
+ * share (kernel_math.h; its dtype test is theirs, so it is given fp32, a dtype all backends take). */
+static int cuda_norm_pool_check(tt_backend *b, const char *op, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt) {
+  char msg[256];
+  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "%s: unknown dtype %d (the CUDA backend computes fp32, fp16 and bf16)", op, (int)dt);
+  if (tt_pool_desc_error(op, d, mode, TT_F32, msg, sizeof msg)) return tt_cuda_fail(b, "%s", msg);
   return 0;
 }
 
@@ -450,8 +459,7 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_bwd_k(tt_pool
 
 int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
                      void *ws, size_t ws_bytes) {
-  char msg[256];
-  if (tt_pool_desc_error("pool_fwd", d, mode, dt, msg, sizeof msg)) return tt_cuda_fail(b, "%s", msg);
+  if (cuda_norm_pool_check(b, "pool_fwd", d, mode, dt)) return -1;
   if (!x || !y) return tt_cuda_fail(b, "pool_fwd: NULL x or y");
   TT_LAUNCH(cuda_pool_fwd_k, tt_cuda_blocks((size_t)d->n * d->c * d->p * d->q), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
       *d, mode, dt, x, y);
@@ -461,8 +469,7 @@ int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt
 
 int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, const void *dy,
                      void *dx, float beta, void *ws, size_t ws_bytes) {
-  char msg[256];
-  if (tt_pool_desc_error("pool_bwd", d, mode, dt, msg, sizeof msg)) return tt_cuda_fail(b, "%s", msg);
+  if (cuda_norm_pool_check(b, "pool_bwd", d, mode, dt)) return -1;
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_cuda_fail(b, "pool_bwd: NULL x (max), dy or dx");
   TT_LAUNCH(cuda_pool_bwd_k, tt_cuda_blocks((size_t)d->n * d->c * d->h * d->w), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
       *d, mode, dt, x, dy, dx, beta);
@@ -508,8 +515,7 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_bwd_idx_k(tt_
 }
 
 int tt_cuda_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx) {
-  char msg[256];
-  if (tt_pool_desc_error("pool_argmax", d, TT_POOL_MAX, dt, msg, sizeof msg)) return tt_cuda_fail(b, "%s", msg);
+  if (cuda_norm_pool_check(b, "pool_argmax", d, TT_POOL_MAX, dt)) return -1;
   if (d->kh * d->kw > 256) return tt_cuda_fail(b, "pool_argmax: a %dx%d window has no uint8 index", d->kh, d->kw);
   if (!x || !idx) return tt_cuda_fail(b, "pool_argmax: NULL x or idx");
   TT_LAUNCH(cuda_pool_argmax_k, tt_cuda_blocks((size_t)d->n * d->c * d->p * d->q), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
@@ -520,8 +526,7 @@ int tt_cuda_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const
 
 int tt_cuda_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx, const void *dy, void *dx,
                          float beta) {
-  char msg[256];
-  if (tt_pool_desc_error("pool_bwd_idx", d, TT_POOL_MAX, dt, msg, sizeof msg)) return tt_cuda_fail(b, "%s", msg);
+  if (cuda_norm_pool_check(b, "pool_bwd_idx", d, TT_POOL_MAX, dt)) return -1;
   if (!idx || !dy || !dx) return tt_cuda_fail(b, "pool_bwd_idx: NULL idx, dy or dx");
   TT_LAUNCH(cuda_pool_bwd_idx_k, tt_cuda_blocks((size_t)d->n * d->c * d->h * d->w), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
       *d, dt, idx, dy, dx, beta);
