@@ -767,6 +767,10 @@ static void test_bf16_sm80(void) {
   g80 = tt_cuda_backend_create(&reserve, msg, sizeof msg);
   TT_CHECK(g80 != NULL, "a backend on the emulated sm_80: %s", msg);
   if (g80) {
+    TT_CHECK(tt_cuda_compute_capability(g75) == 75 && tt_cuda_compute_capability(g80) == 80 &&
+                 tt_cuda_compute_capability(cpu) == 0 && tt_cuda_compute_capability(NULL) == 0,
+             "tt_cuda_compute_capability: %d, %d, cpu %d", tt_cuda_compute_capability(g75), tt_cuda_compute_capability(g80),
+             tt_cuda_compute_capability(cpu));
     gpu = g80;
     TT_CHECK(!test_bf16_lib_refused(), "the emulated sm_80 refuses bf16: %s", gpu->last_error(gpu));
     test_conv_dt(TT_BF16);

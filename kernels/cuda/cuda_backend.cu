@@ -348,6 +348,10 @@ extern "C" size_t tt_cuda_library_margin(tt_backend *b) {
   return (b && b->impl && b->name && !strcmp(b->name, "cuda")) ? tt_cuda_st(b)->lib_margin : TT_CUDA_LIBRARY_MARGIN_BYTES;
 }
 
+extern "C" int tt_cuda_compute_capability(tt_backend *b) {
+  return (b && b->impl && b->name && !strcmp(b->name, "cuda")) ? tt_cuda_st(b)->cc : 0;
+}
+
 extern "C" size_t tt_cuda_alloc_count(tt_backend *b) {
   return (b && b->impl && b->name && !strcmp(b->name, "cuda")) ? tt_cuda_st(b)->alloc_count : 0;
 }

@@ -274,14 +274,22 @@ static __device__ __forceinline__ void cuda_ew_add_v(size_t count, tt_dtype dt, 
     tt_cuda_st(dt, y, i, tt_cuda_ld(dt, a, i) + tt_cuda_ld(dt, b2, i));
 }
 
-static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_add_k(size_t count, tt_dtype dt, int v, const void *a,
-                                                                const void *b2, void *y) {
+/* dt a constant (TT_CUDA_BY_DTYPE); 8-element vectors are 16-bit dtypes' only */
+static __device__ __forceinline__ void cuda_ew_add_dt(tt_dtype dt, size_t count, int v, const void *a, const void *b2,
+                                                      void *y) {
   switch (v) {
-    case 8: cuda_ew_add_v<8>(count, dt, a, b2, y); break;
+    case 8:
+      if (dt != TT_F32) cuda_ew_add_v<8>(count, dt, a, b2, y);
+      break;
     case 4: cuda_ew_add_v<4>(count, dt, a, b2, y); break;
     case 2: cuda_ew_add_v<2>(count, dt, a, b2, y); break;
     default: cuda_ew_add_v<1>(count, dt, a, b2, y); break;
   }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_add_k(size_t count, tt_dtype dt, int v, const void *a,
+                                                                const void *b2, void *y) {
+  TT_CUDA_BY_DTYPE(dt, cuda_ew_add_dt, count, v, a, b2, y);
 }
 
 int tt_cuda_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y) {
@@ -312,6 +320,7 @@ static __device__ __forceinline__ void cuda_ew_accumulate_v(size_t count, tt_dty
     tt_cuda_st_beta(dt, y, i, tt_cuda_ld(dt, x, i), beta);
 }
 
+/* dt tested at run time here (one dtype constant per path, as add does, spilled 24 bytes on sm_100) */
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_accumulate_k(size_t count, tt_dtype dt, int v, const void *x,
                                                                        void *y, float beta) {
   switch (v) {

@@ -152,6 +152,20 @@ extern const int tt_cuda_elementwise_nkernels, tt_cuda_norm_nkernels, tt_cuda_lo
 #else
 #define TT_UNROLL _Pragma("unroll")
 #endif
+/* Calls f(DT, ...) with the dtype a constant, one call per dtype, so that once f is inlined each
+ * dtype's path is compiled apart with no dtype test per element (f: a __device__ __forceinline__
+ * function taking the dtype first). Where a kernel's inner loop would otherwise test a runtime
+ * dtype three ways, this keeps its registers down: cuda-check found spills in pooling backward,
+ * softmax and add when bf16 joined the runtime test. */
+#define TT_CUDA_BY_DTYPE(dt, f, ...)   \
+  do {                                 \
+    if ((dt) == TT_F16)                \
+      f(TT_F16, __VA_ARGS__);          \
+    else if ((dt) == TT_BF16)          \
+      f(TT_BF16, __VA_ARGS__);         \
+    else                               \
+      f(TT_F32, __VA_ARGS__);          \
+  } while (0)
 /* Grid-stride loop over count elements (launch with tt_cuda_blocks(count) blocks). */
 #define TT_CUDA_LOOP(i, count) \
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count); i += (size_t)blockDim.x * gridDim.x)

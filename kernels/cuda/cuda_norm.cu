@@ -381,8 +381,8 @@ int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
 /* ----------------------------------- pooling ------------------------------------------ */
 
 /* First maximum of window (oh, ow) of the plane at xoff (index into the plane); NaN wins. */
-static __device__ long long cuda_norm_argmax(tt_pool_desc d, tt_dtype dt, const void *x, size_t xoff, int oh, int ow,
-                                      float *best_out) {
+static __device__ __forceinline__ long long cuda_norm_argmax(tt_pool_desc d, tt_dtype dt, const void *x, size_t xoff,
+                                                             int oh, int ow, float *best_out) {
   int h0 = oh * d.stride_h - d.pad_h, w0 = ow * d.stride_w - d.pad_w;
   int h1 = h0 + d.kh, w1 = w0 + d.kw;
   long long arg = -1;
@@ -430,8 +430,9 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_fwd_k(tt_pool
   }
 }
 
-static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_bwd_k(tt_pool_desc d, tt_pool_mode mode, tt_dtype dt,
-                                                                  const void *x, const void *dy, void *dx, float beta) {
+/* dt a constant (one kernel per dtype below) */
+static __device__ __forceinline__ void cuda_pool_bwd_dt(tt_dtype dt, const tt_pool_desc &d, tt_pool_mode mode,
+                                                        const void *x, const void *dy, void *dx, float beta) {
   size_t count = (size_t)d.n * d.c * d.h * d.w;
   float inv = 1.0f / (float)(d.kh * d.kw);
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
@@ -457,6 +458,23 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_bwd_k(tt_pool
   }
 }
 
+/* One kernel per dtype, each with its own registers (one testing the dtype, or three inlined
+ * paths in one, spilled on some architectures), with one resident block per multiprocessor as
+ * the launch bound's minimum (__launch_bounds__(threads, 1), written out for cuda_check.py):
+ * without it ptxas for sm_120 capped the fp16 kernel's registers and spilled 16 bytes. */
+static __global__ void __launch_bounds__(TT_CUDA_THREADS, 1) cuda_pool_bwd_f32_k(tt_pool_desc d, tt_pool_mode mode, const void *x,
+                                                                      const void *dy, void *dx, float beta) {
+  cuda_pool_bwd_dt(TT_F32, d, mode, x, dy, dx, beta);
+}
+static __global__ void __launch_bounds__(TT_CUDA_THREADS, 1) cuda_pool_bwd_f16_k(tt_pool_desc d, tt_pool_mode mode, const void *x,
+                                                                      const void *dy, void *dx, float beta) {
+  cuda_pool_bwd_dt(TT_F16, d, mode, x, dy, dx, beta);
+}
+static __global__ void __launch_bounds__(TT_CUDA_THREADS, 1) cuda_pool_bwd_bf16_k(tt_pool_desc d, tt_pool_mode mode,
+                                                                       const void *x, const void *dy, void *dx, float beta) {
+  cuda_pool_bwd_dt(TT_BF16, d, mode, x, dy, dx, beta);
+}
+
 int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
                      void *ws, size_t ws_bytes) {
   if (cuda_norm_pool_check(b, "pool_fwd", d, mode, dt)) return -1;
@@ -471,8 +489,13 @@ int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt
                      void *dx, float beta, void *ws, size_t ws_bytes) {
   if (cuda_norm_pool_check(b, "pool_bwd", d, mode, dt)) return -1;
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_cuda_fail(b, "pool_bwd: NULL x (max), dy or dx");
-  TT_LAUNCH(cuda_pool_bwd_k, tt_cuda_blocks((size_t)d->n * d->c * d->h * d->w), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
-      *d, mode, dt, x, dy, dx, beta);
+  unsigned blocks = tt_cuda_blocks((size_t)d->n * d->c * d->h * d->w);
+  if (dt == TT_F16)
+    TT_LAUNCH(cuda_pool_bwd_f16_k, blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), *d, mode, x, dy, dx, beta);
+  else if (dt == TT_BF16)
+    TT_LAUNCH(cuda_pool_bwd_bf16_k, blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), *d, mode, x, dy, dx, beta);
+  else
+    TT_LAUNCH(cuda_pool_bwd_f32_k, blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), *d, mode, x, dy, dx, beta);
   CUDA_LAUNCH_CHECK(b, "pool_bwd");
   return 0;
 }
@@ -591,7 +614,9 @@ const tt_cuda_kernel tt_cuda_norm_kernels[] = {
     TT_CUDA_KERNEL(cuda_bn_bwd_final_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_dx_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_fwd_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_pool_bwd_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_pool_bwd_f32_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_pool_bwd_f16_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_pool_bwd_bf16_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_argmax_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_bwd_idx_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_gap_fwd_k, TT_CUDA_THREADS),
