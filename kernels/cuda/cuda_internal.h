@@ -155,8 +155,8 @@ extern const int tt_cuda_elementwise_nkernels, tt_cuda_norm_nkernels, tt_cuda_lo
 /* Calls f(DT, ...) with the dtype a constant, one call per dtype, so that once f is inlined each
  * dtype's path is compiled apart with no dtype test per element (f: a __device__ __forceinline__
  * function taking the dtype first). Where a kernel's inner loop would otherwise test a runtime
- * dtype three ways, this keeps its registers down: cuda-check found spills in pooling backward,
- * softmax and add when bf16 joined the runtime test. */
+ * dtype three ways, this may keep its registers down (cuda-check found add spilling on sm_100 when
+ * bf16 joined the runtime test; softmax_ce and pooling backward needed one kernel per dtype). */
 #define TT_CUDA_BY_DTYPE(dt, f, ...)   \
   do {                                 \
     if ((dt) == TT_F16)                \
