@@ -349,6 +349,10 @@ extern "C" size_t tt_cuda_library_margin(tt_backend *b) {
   return (b && b->impl && b->name && !strcmp(b->name, "cuda")) ? tt_cuda_st(b)->lib_margin : TT_CUDA_LIBRARY_MARGIN_BYTES;
 }
 
+extern "C" int tt_cuda_compute_capability(tt_backend *b) {
+  return (b && b->impl && b->name && !strcmp(b->name, "cuda")) ? tt_cuda_st(b)->cc : 0;
+}
+
 extern "C" size_t tt_cuda_alloc_count(tt_backend *b) {
   return (b && b->impl && b->name && !strcmp(b->name, "cuda")) ? tt_cuda_st(b)->alloc_count : 0;
 }
@@ -444,6 +448,7 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   if (prop.major * 10 + prop.minor < 75)
     return tt_cuda_fail(b, "CUDA device %d (%s) has compute capability %d.%d; tinytrain needs 7.5 or newer",
                         st->device, prop.name, prop.major, prop.minor);
+  st->cc = prop.major * 10 + prop.minor;
   if (cuda_be_check_kernels(b, &prop)) return -1;
   CUDA_CHECK(b, cudaStreamCreateWithFlags(&st->compute, cudaStreamNonBlocking));
   CUDA_CHECK(b, cudaStreamCreateWithFlags(&st->copy, cudaStreamNonBlocking));

@@ -4,13 +4,19 @@
  * descriptors and, per direction, the algorithm: the first of cudnnGet*Algorithm_v7's
  * heuristic ranking that succeeds and whose workspace (cudnnGet*WorkspaceSize, exact) is at
  * most st->ws_cap; if none fits, the one with the least workspace. *_workspace() returns the
- * bytes of that choice (plus, for fp16 backward-filter, an fp16 copy of dw: cuDNN writes dw in
- * the tensor dtype, and the backend accumulates it into the fp32 gradient). If the planned
+ * bytes of that choice (plus, for fp16 and bf16 backward-filter, a 16-bit copy of dw: cuDNN writes
+ * dw in the tensor dtype, and the backend accumulates it into the fp32 gradient). If the planned
  * buffer turns out smaller at run time the choice is redone within ws_bytes.
  *
  * fp32 uses CUDNN_FMA_MATH (no TF32, so results match the CPU backend to ~1e-5); fp16 stores
- * half, computes in fp32 (PSEUDO_HALF) and may use tensor cores. Bias add and bias gradient
- * are the backend's own kernels.
+ * half, computes in fp32 (PSEUDO_HALF) and may use tensor cores. bf16 likewise: x, w and y
+ * CUDNN_DATA_BFLOAT16 with a FLOAT compute type (cuDNN's PSEUDO_BFLOAT16 configuration, the one
+ * bf16 configuration of the legacy convolution API, which needs compute capability 8.0: older
+ * devices are refused here with a message rather than by cuDNN); as for fp16, each algorithm
+ * runs with the math type cuDNN ranked it with (tensor-op math where it has it). The weight gradient of a bf16 convolution
+ * is cuDNN's bf16 dw (accumulated in fp32 inside cuDNN, rounded once to bf16), widened into the
+ * fp32 gradient: what PyTorch's autocast gets for the bf16 copy of a weight. Bias add and bias
+ * gradient are the backend's own kernels.
  */
 #include <string.h>
 
@@ -18,9 +24,17 @@
 
 static size_t cuda_conv_round(size_t v) { return (v + 255u) & ~(size_t)255u; }
 
+/* fp16 and bf16: 16-bit tensors, fp32 compute, tensor cores allowed */
+static int cuda_conv_16bit(tt_dtype dt) { return dt == TT_F16 || dt == TT_BF16; }
+
 static int cuda_conv_check(tt_backend *b, const char *op, const tt_conv_desc *d, tt_dtype dt) {
   if (!d) return tt_cuda_fail(b, "%s: NULL conv desc", op);
-  if (dt != TT_F32 && dt != TT_F16) return tt_cuda_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "%s: unknown dtype %d (the CUDA backend computes fp32, fp16 and bf16)", op, (int)dt);
+  if (dt == TT_BF16 && tt_cuda_st(b)->cc < 80)
+    return tt_cuda_fail(b,
+                        "%s: bf16 convolutions need compute capability 8.0 or newer (cuDNN's bf16 configuration); this "
+                        "device is %d.%d: use --precision fp16 (fp32 accumulation with loss scaling) or fp32",
+                        op, tt_cuda_st(b)->cc / 10, tt_cuda_st(b)->cc % 10);
   if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->k <= 0 || d->r <= 0 || d->s <= 0 || d->stride_h <= 0 ||
       d->stride_w <= 0 || d->pad_h < 0 || d->pad_w < 0 || d->groups <= 0 || d->c % d->groups || d->k % d->groups)
     return tt_cuda_fail(b, "%s: bad conv desc (n=%d c=%d h=%d w=%d k=%d r=%d s=%d groups=%d)", op, d->n, d->c, d->h,
@@ -75,7 +89,7 @@ static int cuda_conv_same(const tt_conv_desc *a, const tt_conv_desc *c) {
 static tt_cuda_conv_slot *cuda_conv_slot(tt_backend *b, const tt_conv_desc *d, tt_dtype dt) {
   tt_cuda_state *st = tt_cuda_st(b);
   tt_cuda_conv_slot *s = NULL, *lru = NULL;
-  cudnnDataType_t ct = dt == TT_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+  cudnnDataType_t ct = dt == TT_F16 ? CUDNN_DATA_HALF : dt == TT_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
   cudnnStatus_t e;
   int i, on, oc, oh, ow;
   for (i = 0; i < st->nconv; i++) {
@@ -107,7 +121,7 @@ static tt_cuda_conv_slot *cuda_conv_slot(tt_backend *b, const tt_conv_desc *d, t
   CUDA_CONV_TRY(cudnnSetConvolution2dDescriptor(s->conv, d->pad_h, d->pad_w, d->stride_h, d->stride_w, 1, 1,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   CUDA_CONV_TRY(cudnnSetConvolutionGroupCount(s->conv, d->groups));
-  CUDA_CONV_TRY(cudnnSetConvolutionMathType(s->conv, dt == TT_F16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  CUDA_CONV_TRY(cudnnSetConvolutionMathType(s->conv, cuda_conv_16bit(dt) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
   CUDA_CONV_TRY(cudnnGetConvolution2dForwardOutputDim(s->conv, s->x, s->w, &on, &oc, &oh, &ow));
 #undef CUDA_CONV_TRY
   if (on != d->n || oc != d->k || oh != d->p || ow != d->q) {
@@ -124,7 +138,7 @@ static tt_cuda_conv_slot *cuda_conv_slot(tt_backend *b, const tt_conv_desc *d, t
 
 /* Math type an algorithm may run with: fp32 never with tensor cores (TF32). */
 static int cuda_conv_math_ok(tt_dtype dt, cudnnMathType_t m) {
-  return dt == TT_F16 || (m != CUDNN_TENSOR_OP_MATH && m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
+  return cuda_conv_16bit(dt) || (m != CUDNN_TENSOR_OP_MATH && m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
 }
 
 /* Chooses the algorithm of direction `which` for slot s among those needing <= limit bytes.
@@ -135,7 +149,7 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
   int nret = 0, i, best = -1, least = -1;
   size_t best_ws = 0, least_ws = 0;
   cudnnMathType_t best_m = CUDNN_DEFAULT_MATH, least_m = CUDNN_DEFAULT_MATH;
-  cudnnMathType_t base = s->dt == TT_F16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+  cudnnMathType_t base = cuda_conv_16bit(s->dt) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
   CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, base));
   if (which == TT_WS_FWD) {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -144,7 +158,7 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
     for (i = 0; i < nret; i++) {
       size_t ws = 0;
       if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(s->dt, perf[i].mathType)) continue;
-      CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, s->dt == TT_F16 ? perf[i].mathType : base));
+      CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, cuda_conv_16bit(s->dt) ? perf[i].mathType : base));
       if (cudnnGetConvolutionForwardWorkspaceSize(st->dnn, s->x, s->w, s->conv, s->y, perf[i].algo, &ws) !=
           CUDNN_STATUS_SUCCESS)
         continue;
@@ -158,7 +172,7 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
     for (i = 0; i < nret; i++) {
       size_t ws = 0;
       if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(s->dt, perf[i].mathType)) continue;
-      CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, s->dt == TT_F16 ? perf[i].mathType : base));
+      CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, cuda_conv_16bit(s->dt) ? perf[i].mathType : base));
       if (cudnnGetConvolutionBackwardDataWorkspaceSize(st->dnn, s->w, s->y, s->conv, s->x, perf[i].algo, &ws) !=
           CUDNN_STATUS_SUCCESS)
         continue;
@@ -172,7 +186,7 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
     for (i = 0; i < nret; i++) {
       size_t ws = 0;
       if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(s->dt, perf[i].mathType)) continue;
-      CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, s->dt == TT_F16 ? perf[i].mathType : base));
+      CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, cuda_conv_16bit(s->dt) ? perf[i].mathType : base));
       if (cudnnGetConvolutionBackwardFilterWorkspaceSize(st->dnn, s->x, s->y, s->conv, s->w, perf[i].algo, &ws) !=
           CUDNN_STATUS_SUCCESS)
         continue;
@@ -185,17 +199,17 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
     return tt_cuda_fail(b, "conv: cuDNN has no %s algorithm for n=%d c=%d %dx%d k=%d %dx%d groups=%d (%s)",
                         which == TT_WS_FWD ? "forward" : which == TT_WS_BWD_DATA ? "backward-data" : "backward-filter",
                         s->d.n, s->d.c, s->d.h, s->d.w, s->d.k, s->d.r, s->d.s, s->d.groups,
-                        s->dt == TT_F16 ? "fp16" : "fp32");
+                        tt_cuda_dtype_name(s->dt));
   *algo = best;
-  *math = s->dt == TT_F16 ? best_m : base;
+  *math = cuda_conv_16bit(s->dt) ? best_m : base;
   *bytes = best_ws;
   return 0;
 }
 
 /* Extra bytes the backend itself needs in front of cuDNN's workspace. */
 static size_t cuda_conv_extra(const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which) {
-  if (which == TT_WS_BWD_FILTER && dt == TT_F16)
-    return cuda_conv_round((size_t)d->k * (d->c / d->groups) * d->r * d->s * sizeof(__half));
+  if (which == TT_WS_BWD_FILTER && cuda_conv_16bit(dt))
+    return cuda_conv_round((size_t)d->k * (d->c / d->groups) * d->r * d->s * tt_dtype_size(dt));
   return 0;
 }
 
@@ -297,12 +311,13 @@ int tt_cuda_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, c
                                                   (cudnnConvolutionBwdFilterAlgo_t)algo, need ? cws : NULL, need, &beta,
                                                   s->w, dw));
   } else {
-    /* cuDNN writes dw in half into the front of the workspace; accumulate into fp32 dw. */
+    /* cuDNN writes dw in the tensor dtype (fp16 or bf16) into the front of the workspace;
+     * accumulate into fp32 dw. */
     size_t wcount = (size_t)d->k * (d->c / d->groups) * d->r * d->s;
     CUDNN_CHECK(b, cudnnConvolutionBackwardFilter(st->dnn, &one, s->x, x, s->y, dy, s->conv,
                                                   (cudnnConvolutionBwdFilterAlgo_t)algo, need ? cws : NULL, need, &zero,
                                                   s->w, ws));
-    if (tt_cuda_accum_to_f32(b, "conv_bwd_filter", wcount, TT_F16, ws, dw, beta)) return -1;
+    if (tt_cuda_accum_to_f32(b, "conv_bwd_filter", wcount, dt, ws, dw, beta)) return -1;
   }
   if (db) return tt_cuda_channel_sum(b, "conv_bwd_filter", d->n, d->k, (size_t)d->p * d->q, dt, dy, db, beta);
   return 0;

@@ -15,7 +15,7 @@
 #include "cuda_internal.h"
 
 static int cuda_ew_dt(tt_backend *b, const char *op, tt_dtype dt) {
-  if (dt != TT_F32 && dt != TT_F16) return tt_cuda_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "%s: unknown dtype %d (the CUDA backend computes fp32, fp16 and bf16)", op, (int)dt);
   return 0;
 }
 
@@ -274,14 +274,22 @@ static __device__ __forceinline__ void cuda_ew_add_v(size_t count, tt_dtype dt, 
     tt_cuda_st(dt, y, i, tt_cuda_ld(dt, a, i) + tt_cuda_ld(dt, b2, i));
 }
 
-static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_add_k(size_t count, tt_dtype dt, int v, const void *a,
-                                                                const void *b2, void *y) {
+/* dt a constant (TT_CUDA_BY_DTYPE); 8-element vectors are 16-bit dtypes' only */
+static __device__ __forceinline__ void cuda_ew_add_dt(tt_dtype dt, size_t count, int v, const void *a, const void *b2,
+                                                      void *y) {
   switch (v) {
-    case 8: cuda_ew_add_v<8>(count, dt, a, b2, y); break;
+    case 8:
+      if (dt != TT_F32) cuda_ew_add_v<8>(count, dt, a, b2, y);
+      break;
     case 4: cuda_ew_add_v<4>(count, dt, a, b2, y); break;
     case 2: cuda_ew_add_v<2>(count, dt, a, b2, y); break;
     default: cuda_ew_add_v<1>(count, dt, a, b2, y); break;
   }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_add_k(size_t count, tt_dtype dt, int v, const void *a,
+                                                                const void *b2, void *y) {
+  TT_CUDA_BY_DTYPE(dt, cuda_ew_add_dt, count, v, a, b2, y);
 }
 
 int tt_cuda_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y) {
@@ -312,6 +320,7 @@ static __device__ __forceinline__ void cuda_ew_accumulate_v(size_t count, tt_dty
     tt_cuda_st_beta(dt, y, i, tt_cuda_ld(dt, x, i), beta);
 }
 
+/* dt tested at run time here (one dtype constant per path, as add does, spilled 24 bytes on sm_100) */
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_accumulate_k(size_t count, tt_dtype dt, int v, const void *x,
                                                                        void *y, float beta) {
   switch (v) {
@@ -400,11 +409,11 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_channel_copy_k(
     int ch = (int)(t % (size_t)nc);
     size_t s = t / (size_t)nc;
     size_t so = (s * src_c + src_off + ch) * hw + k, d0 = (s * dst_c + dst_off + ch) * hw + k;
-    if (beta == 0.0f) {
-      if (dt == TT_F16)
-        ((__half *)dst)[d0] = ((const __half *)src)[so];
-      else
+    if (beta == 0.0f) { /* the bits as they are: fp16 and bf16 are both 2 bytes */
+      if (dt == TT_F32)
         ((float *)dst)[d0] = ((const float *)src)[so];
+      else
+        ((unsigned short *)dst)[d0] = ((const unsigned short *)src)[so];
     } else {
       tt_cuda_st_beta(dt, dst, d0, tt_cuda_ld(dt, src, so), beta);
     }
@@ -439,22 +448,27 @@ static __device__ __forceinline__ void cuda_ew_cast_v(size_t count, tt_dtype sdt
     tt_cuda_st(ddt, dst, i, tt_cuda_ld(sdt, src, i));
 }
 
-/* v: 4 (16 bytes of fp32, 8 of fp16) or 1. */
+/* v: 4 (16 bytes of fp32, 8 of a 16-bit dtype) or 1. The six conversions between fp32, fp16 and
+ * bf16; each goes through fp32, which holds every fp16 and bf16 value exactly, so the result is
+ * rounded once (nearest even), as a direct conversion would be. */
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_cast_k(size_t count, tt_dtype sdt, const void *src,
                                                                  tt_dtype ddt, void *dst, int v) {
   /* the dtypes as constants: each branch is typed, with no dtype test per vector */
-  if (sdt == TT_F32) {
-    switch (v) {
-      case 4: cuda_ew_cast_v<4>(count, TT_F32, src, TT_F16, dst); break;
-      default: cuda_ew_cast_v<1>(count, TT_F32, src, TT_F16, dst); break;
-    }
-  } else {
-    switch (v) {
-      case 4: cuda_ew_cast_v<4>(count, TT_F16, src, TT_F32, dst); break;
-      default: cuda_ew_cast_v<1>(count, TT_F16, src, TT_F32, dst); break;
-    }
+#define CUDA_EW_CAST(S, D)                                         \
+  if (sdt == (S) && ddt == (D)) {                                  \
+    if (v == 4)                                                    \
+      cuda_ew_cast_v<4>(count, (S), src, (D), dst);                \
+    else                                                           \
+      cuda_ew_cast_v<1>(count, (S), src, (D), dst);                \
+    return;                                                        \
   }
-  (void)ddt;
+  CUDA_EW_CAST(TT_F32, TT_F16)
+  CUDA_EW_CAST(TT_F16, TT_F32)
+  CUDA_EW_CAST(TT_F32, TT_BF16)
+  CUDA_EW_CAST(TT_BF16, TT_F32)
+  CUDA_EW_CAST(TT_F16, TT_BF16)
+  CUDA_EW_CAST(TT_BF16, TT_F16)
+#undef CUDA_EW_CAST
 }
 
 int tt_cuda_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst) {
@@ -467,7 +481,7 @@ int tt_cuda_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, 
     return 0;
   }
   if (src == dst)
-    return tt_cuda_fail(b, "cast: %s cannot run in place", src_dt == TT_F16 ? "fp16 -> fp32" : "fp32 -> fp16");
+    return tt_cuda_fail(b, "cast: %s -> %s cannot run in place", tt_cuda_dtype_name(src_dt), tt_cuda_dtype_name(dst_dt));
   const void *ptrs[2] = {src, dst};
   int v = tt_cuda_vec_width(4, ptrs, 2) == 4 ? 4 : 1; /* fp32's 16 bytes, or one element (a third variant
                                                            spilled on sm_100) */

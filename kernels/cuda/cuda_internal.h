@@ -12,11 +12,18 @@
  * updates, the overflow check).
  *
  * Names: functions shared between the CUDA files start tt_cuda_; file-static helpers start
- * with cuda_. fp16 tensors are IEEE half (__half); computation is fp32.
+ * with cuda_. fp16 tensors are IEEE half (__half), bf16 tensors bfloat16 (__nv_bfloat16: the high
+ * half of an fp32); computation is fp32 for both. A 16-bit dtype is only storage to the backend's
+ * own kernels: loads widen to fp32 (bf16: a 16-bit shift, on every architecture), stores round to
+ * nearest even (__float2bfloat16_rn: one cvt.rn.bf16.f32 on sm_80 and newer, cuda_bf16.h's integer
+ * fallback on sm_75, the same bits; a NaN stays a NaN, 0x7fff). Every dtype test names all three
+ * dtypes, so a bf16 tensor never takes an fp32 or fp16 path by accident; entry points refuse any
+ * other dtype by number.
  */
 #ifndef TT_CUDA_INTERNAL_H
 #define TT_CUDA_INTERNAL_H
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -57,6 +64,7 @@ typedef struct tt_cuda_state {
   size_t alloc_count;   /* cudaMalloc (arena_alloc) and cudaHostAlloc (host_alloc) calls made */
   size_t arena_bytes;   /* bytes currently held by arena allocations */
   size_t total_mem;     /* device memory */
+  int cc;               /* compute capability, major * 10 + minor (75: a T4; bf16 cuDNN/cuBLAS from 80) */
   size_t ws_cap;        /* largest cuDNN workspace a convolution algorithm may ask for */
   size_t blas_ws;       /* cuBLAS workspace each GEMM is planned (cuda_linear.cu) */
   size_t lib_margin;    /* device memory kept for what cuDNN/cuBLAS load after setup (tt_cuda_library_margin) */
@@ -147,6 +155,20 @@ extern const int tt_cuda_elementwise_nkernels, tt_cuda_norm_nkernels, tt_cuda_lo
 #else
 #define TT_UNROLL _Pragma("unroll")
 #endif
+/* Calls f(DT, ...) with the dtype a constant, one call per dtype, so that once f is inlined each
+ * dtype's path is compiled apart with no dtype test per element (f: a __device__ __forceinline__
+ * function taking the dtype first). Where a kernel's inner loop would otherwise test a runtime
+ * dtype three ways, this may keep its registers down (cuda-check found add spilling on sm_100 when
+ * bf16 joined the runtime test; softmax_ce and pooling backward needed one kernel per dtype). */
+#define TT_CUDA_BY_DTYPE(dt, f, ...)   \
+  do {                                 \
+    if ((dt) == TT_F16)                \
+      f(TT_F16, __VA_ARGS__);          \
+    else if ((dt) == TT_BF16)          \
+      f(TT_BF16, __VA_ARGS__);         \
+    else                               \
+      f(TT_F32, __VA_ARGS__);          \
+  } while (0)
 /* Grid-stride loop over count elements (launch with tt_cuda_blocks(count) blocks). */
 #define TT_CUDA_LOOP(i, count) \
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (count); i += (size_t)blockDim.x * gridDim.x)
@@ -158,14 +180,24 @@ static inline unsigned tt_cuda_blocks(size_t count) {
   return (unsigned)bl;
 }
 
+/* Whether a dtype is one of the three the backend computes (the entry points' check). */
+static inline int tt_cuda_dtype_ok(tt_dtype dt) { return dt == TT_F32 || dt == TT_F16 || dt == TT_BF16; }
+static inline const char *tt_cuda_dtype_name(tt_dtype dt) {
+  return dt == TT_F32 ? "fp32" : dt == TT_F16 ? "fp16" : dt == TT_BF16 ? "bf16" : "unknown";
+}
+
 #ifdef __CUDACC__
 /* Load/store one element of a dt tensor as fp32 (dt is uniform across a launch). */
 __device__ __forceinline__ float tt_cuda_ld(tt_dtype dt, const void *p, size_t i) {
-  return dt == TT_F16 ? __half2float(((const __half *)p)[i]) : ((const float *)p)[i];
+  if (dt == TT_F16) return __half2float(((const __half *)p)[i]);
+  if (dt == TT_BF16) return __uint_as_float((unsigned int)((const unsigned short *)p)[i] << 16);
+  return ((const float *)p)[i];
 }
 __device__ __forceinline__ void tt_cuda_st(tt_dtype dt, void *p, size_t i, float v) {
   if (dt == TT_F16)
     ((__half *)p)[i] = __float2half_rn(v);
+  else if (dt == TT_BF16)
+    ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
   else
     ((float *)p)[i] = v;
 }
@@ -199,9 +231,16 @@ __device__ __forceinline__ float tt_cuda_h(unsigned int u, int hi) {
 __device__ __forceinline__ unsigned int tt_cuda_pack2(float a, float b) {
   return (unsigned int)__half_as_ushort(__float2half_rn(a)) | (unsigned int)__half_as_ushort(__float2half_rn(b)) << 16;
 }
+/* bf16: the low (hi == 0) or high element of a 32-bit word as fp32, and two rounded into one */
+__device__ __forceinline__ float tt_cuda_b(unsigned int u, int hi) { return __uint_as_float(hi ? u & 0xffff0000u : u << 16); }
+__device__ __forceinline__ unsigned int tt_cuda_packb2(float a, float b) {
+  return (unsigned int)__bfloat16_as_ushort(__float2bfloat16_rn(a)) |
+         (unsigned int)__bfloat16_as_ushort(__float2bfloat16_rn(b)) << 16;
+}
 
 /* Vector iv (V elements of a dt tensor, one access of V x element bytes: 16 at most) as fp32,
- * and its store. V is 1, 2, 4 or 8 (fp16), 1, 2 or 4 (fp32); the pointer aligned to the vector. */
+ * and its store. V is 1, 2, 4 or 8 (fp16, bf16), 1, 2 or 4 (fp32); the pointer aligned to the
+ * vector. */
 template <int V>
 __device__ __forceinline__ void tt_cuda_ldv(tt_dtype dt, const void *p, size_t iv, float *v) {
   if (dt == TT_F16) {
@@ -218,6 +257,21 @@ __device__ __forceinline__ void tt_cuda_ldv(tt_dtype dt, const void *p, size_t i
       v[0] = tt_cuda_h(u, 0), v[1 % V] = tt_cuda_h(u, 1);
     } else {
       v[0] = __half2float(((const __half *)p)[iv]);
+    }
+  } else if (dt == TT_BF16) {
+    if (V == 8) {
+      tt_cuda_u4 u = tt_cuda_ld16((const char *)p + iv * 16);
+      v[0] = tt_cuda_b(u.x, 0), v[1] = tt_cuda_b(u.x, 1), v[2] = tt_cuda_b(u.y, 0), v[3] = tt_cuda_b(u.y, 1);
+      v[4 % V] = tt_cuda_b(u.z, 0), v[5 % V] = tt_cuda_b(u.z, 1), v[6 % V] = tt_cuda_b(u.w, 0), v[7 % V] = tt_cuda_b(u.w, 1);
+    } else if (V == 4) {
+      unsigned long long u = tt_cuda_ld8((const char *)p + iv * 8);
+      unsigned int lo = (unsigned int)u, hi = (unsigned int)(u >> 32);
+      v[0] = tt_cuda_b(lo, 0), v[1 % V] = tt_cuda_b(lo, 1), v[2 % V] = tt_cuda_b(hi, 0), v[3 % V] = tt_cuda_b(hi, 1);
+    } else if (V == 2) {
+      unsigned int u = ((const unsigned int *)p)[iv];
+      v[0] = tt_cuda_b(u, 0), v[1 % V] = tt_cuda_b(u, 1);
+    } else {
+      v[0] = tt_cuda_b(((const unsigned short *)p)[iv], 0);
     }
   } else {
     if (V == 4) {
@@ -247,6 +301,20 @@ __device__ __forceinline__ void tt_cuda_stv(tt_dtype dt, void *p, size_t iv, con
       ((unsigned int *)p)[iv] = tt_cuda_pack2(v[0], v[1 % V]);
     } else {
       ((__half *)p)[iv] = __float2half_rn(v[0]);
+    }
+  } else if (dt == TT_BF16) {
+    if (V == 8) {
+      tt_cuda_u4 u;
+      u.x = tt_cuda_packb2(v[0], v[1 % V]), u.y = tt_cuda_packb2(v[2 % V], v[3 % V]);
+      u.z = tt_cuda_packb2(v[4 % V], v[5 % V]), u.w = tt_cuda_packb2(v[6 % V], v[7 % V]);
+      tt_cuda_st16((char *)p + iv * 16, u);
+    } else if (V == 4) {
+      tt_cuda_st8((char *)p + iv * 8,
+                  (unsigned long long)tt_cuda_packb2(v[0], v[1 % V]) | (unsigned long long)tt_cuda_packb2(v[2 % V], v[3 % V]) << 32);
+    } else if (V == 2) {
+      ((unsigned int *)p)[iv] = tt_cuda_packb2(v[0], v[1 % V]);
+    } else {
+      ((__nv_bfloat16 *)p)[iv] = __float2bfloat16_rn(v[0]);
     }
   } else {
     if (V == 4) {

@@ -5,8 +5,11 @@
  *   bwd_data:    dx^T (in x n)   = w^T * dy^T                  gemm(N, N, in, n, out)
  *   bwd_filter:  dw^T (in x out) = x^T * dy (T of dy^T)        gemm(N, T, in, out, n)
  * Compute is CUBLAS_COMPUTE_32F (true fp32: the handle's math mode is CUBLAS_DEFAULT_MATH,
- * so no TF32); fp16 operands use tensor cores with fp32 accumulation. dw is fp32 even for
- * fp16 operands (GemmEx with A/B half, C float) and accumulates with beta.
+ * so no TF32); fp16 and bf16 operands use tensor cores with fp32 accumulation (GemmEx's
+ * documented combinations: A/B CUDA_R_16F with C CUDA_R_16F or CUDA_R_32F, A/B CUDA_R_16BF with C
+ * CUDA_R_16BF or CUDA_R_32F, all with CUBLAS_COMPUTE_32F). dw is fp32 for 16-bit operands (C
+ * float) and accumulates with beta. bf16 is refused below compute capability 8.0, as the
+ * convolutions are (cuda_conv.cu): the tensor cores of a T4 (7.5) take fp16, not bf16.
  *
  * Workspace: the handle has none of its own (setup sets a zero-byte one, so cuBLAS never
  * allocates); every GEMM gets its step's planned buffer through cublasSetWorkspace, which binds
@@ -20,8 +23,16 @@
  */
 #include "cuda_internal.h"
 
+/* The cuBLAS type of a dt tensor. */
+static cudaDataType_t cuda_lin_type(tt_dtype dt) { return dt == TT_F16 ? CUDA_R_16F : dt == TT_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
 static int cuda_lin_check(tt_backend *b, const char *op, int n, int in, int out, tt_dtype dt) {
-  if (dt != TT_F32 && dt != TT_F16) return tt_cuda_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "%s: unknown dtype %d (the CUDA backend computes fp32, fp16 and bf16)", op, (int)dt);
+  if (dt == TT_BF16 && tt_cuda_st(b)->cc < 80)
+    return tt_cuda_fail(b,
+                        "%s: bf16 GEMMs need compute capability 8.0 or newer (bf16 tensor cores); this device is %d.%d: "
+                        "use --precision fp16 (fp32 accumulation with loss scaling) or fp32",
+                        op, tt_cuda_st(b)->cc / 10, tt_cuda_st(b)->cc % 10);
   if (n <= 0 || in <= 0 || out <= 0) return tt_cuda_fail(b, "%s: bad shape n=%d in=%d out=%d", op, n, in, out);
   return 0;
 }
@@ -38,7 +49,7 @@ static int cuda_lin_gemm(tt_backend *b, cublasOperation_t ta, cublasOperation_t 
                          void *ws, size_t ws_bytes) {
   tt_cuda_state *st = tt_cuda_st(b);
   float one = 1.0f;
-  cudaDataType_t ab = dt == TT_F16 ? CUDA_R_16F : CUDA_R_32F;
+  cudaDataType_t ab = cuda_lin_type(dt);
   CUBLAS_CHECK(b, cublasSetWorkspace(st->blas, ws_bytes ? ws : NULL, ws ? ws_bytes : 0));
   CUBLAS_CHECK(b, cublasGemmEx(st->blas, ta, tb, m, nn, k, &one, A, ab, lda, B, ab, ldb, &beta, C, ctype, ldc,
                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -50,7 +61,7 @@ int tt_cuda_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const
   if (cuda_lin_check(b, "linear_fwd", n, in, out, dt)) return -1;
   if (!x || !w || !y) return tt_cuda_fail(b, "linear_fwd: NULL x, w or y");
   if (cuda_lin_gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w, in, x, in, y, out, dt,
-                    dt == TT_F16 ? CUDA_R_16F : CUDA_R_32F, 0.0f, ws, ws_bytes))
+                    cuda_lin_type(dt), 0.0f, ws, ws_bytes))
     return -1;
   /* y [n, out] viewed as [n, out, 1]: bias per "channel" out */
   if (bias) return tt_cuda_add_bias(b, "linear_fwd", n, out, 1, dt, bias, y);
@@ -62,7 +73,7 @@ int tt_cuda_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, 
   if (cuda_lin_check(b, "linear_bwd_data", n, in, out, dt)) return -1;
   if (!dy || !w || !dx) return tt_cuda_fail(b, "linear_bwd_data: NULL dy, w or dx");
   return cuda_lin_gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w, in, dy, out, dx, in, dt,
-                       dt == TT_F16 ? CUDA_R_16F : CUDA_R_32F, beta, ws, ws_bytes);
+                       cuda_lin_type(dt), beta, ws, ws_bytes);
 }
 
 int tt_cuda_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,

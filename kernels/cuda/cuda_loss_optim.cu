@@ -24,11 +24,11 @@ static cudaStream_t cuda_lo_stream(tt_backend *b) { return tt_cuda_st(b)->comput
  * 32 x CUDA_LO_CE_CACHE are read again by each pass). The per-warp loss and correct sums
  * (double) are combined in warp order, so stats are deterministic. A label outside
  * [0, classes) makes the loss NaN (the device cannot return an error; the CPU backend fails
- * instead). */
-static __global__ void TT_LAUNCH_BOUNDS(CUDA_LO_CE_THREADS) cuda_lo_ce_k(int n, int classes, tt_dtype dt, const void *logits,
-                                                                  const int32_t *labels, float smoothing,
-                                                                  float grad_scale, void *dlogits, float *stats) {
-  __shared__ double sh_loss[32], sh_corr[32];
+ * instead). The body takes dt as a constant (one kernel per dtype below) and the kernel's shared
+ * arrays. */
+static __device__ __forceinline__ void cuda_lo_ce_dt(tt_dtype dt, int n, int classes, const void *logits,
+                                                     const int32_t *labels, float smoothing, float grad_scale,
+                                                     void *dlogits, float *stats, double *sh_loss, double *sh_corr) {
   int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
   double wl = 0.0, wc = 0.0;
   float on = 1.0f - smoothing, off_t = smoothing / (float)classes;
@@ -113,15 +113,46 @@ static __global__ void TT_LAUNCH_BOUNDS(CUDA_LO_CE_THREADS) cuda_lo_ce_k(int n, 
   }
 }
 
+/* One kernel per dtype, each with its own registers (one kernel testing the dtype, or three
+ * inlined paths in one, spilled on some architectures: the 32-logit register cache is tight), and
+ * a launch bound naming one resident block per multiprocessor as the minimum (written out,
+ * __launch_bounds__(threads, 1): tests/tools/cuda_check.py reads it there): without it ptxas for
+ * sm_120 capped the fp32 kernel's registers and spilled 16 bytes. The kernel runs one block. */
+static __global__ void __launch_bounds__(CUDA_LO_CE_THREADS, 1) cuda_lo_ce_f32_k(int n, int classes, const void *logits,
+                                                                      const int32_t *labels, float smoothing,
+                                                                      float grad_scale, void *dlogits, float *stats) {
+  __shared__ double sh_loss[32], sh_corr[32];
+  cuda_lo_ce_dt(TT_F32, n, classes, logits, labels, smoothing, grad_scale, dlogits, stats, sh_loss, sh_corr);
+}
+static __global__ void __launch_bounds__(CUDA_LO_CE_THREADS, 1) cuda_lo_ce_f16_k(int n, int classes, const void *logits,
+                                                                      const int32_t *labels, float smoothing,
+                                                                      float grad_scale, void *dlogits, float *stats) {
+  __shared__ double sh_loss[32], sh_corr[32];
+  cuda_lo_ce_dt(TT_F16, n, classes, logits, labels, smoothing, grad_scale, dlogits, stats, sh_loss, sh_corr);
+}
+static __global__ void __launch_bounds__(CUDA_LO_CE_THREADS, 1) cuda_lo_ce_bf16_k(int n, int classes, const void *logits,
+                                                                       const int32_t *labels, float smoothing,
+                                                                       float grad_scale, void *dlogits, float *stats) {
+  __shared__ double sh_loss[32], sh_corr[32];
+  cuda_lo_ce_dt(TT_BF16, n, classes, logits, labels, smoothing, grad_scale, dlogits, stats, sh_loss, sh_corr);
+}
+
 int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
                        float smoothing, float grad_scale, void *dlogits, float *stats) {
-  if (dt != TT_F32 && dt != TT_F16) return tt_cuda_fail(b, "softmax_ce: unknown dtype %d", (int)dt);
+  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "softmax_ce: unknown dtype %d", (int)dt);
   if (n <= 0 || classes <= 0) return tt_cuda_fail(b, "softmax_ce: bad shape n=%d classes=%d", n, classes);
   if (!logits || !labels || !stats) return tt_cuda_fail(b, "softmax_ce: NULL logits, labels or stats");
   if (!(smoothing >= 0.0f && smoothing <= 1.0f))
     return tt_cuda_fail(b, "softmax_ce: label smoothing %g is outside [0, 1]", (double)smoothing);
-  TT_LAUNCH(cuda_lo_ce_k, 1, CUDA_LO_CE_THREADS, 0, cuda_lo_stream(b), n, classes, dt, logits, labels, smoothing, grad_scale, dlogits,
-                                                          stats);
+  if (dt == TT_F16)
+    TT_LAUNCH(cuda_lo_ce_f16_k, 1, CUDA_LO_CE_THREADS, 0, cuda_lo_stream(b), n, classes, logits, labels, smoothing, grad_scale,
+              dlogits, stats);
+  else if (dt == TT_BF16)
+    TT_LAUNCH(cuda_lo_ce_bf16_k, 1, CUDA_LO_CE_THREADS, 0, cuda_lo_stream(b), n, classes, logits, labels, smoothing,
+              grad_scale, dlogits, stats);
+  else
+    TT_LAUNCH(cuda_lo_ce_f32_k, 1, CUDA_LO_CE_THREADS, 0, cuda_lo_stream(b), n, classes, logits, labels, smoothing, grad_scale,
+              dlogits, stats);
   CUDA_LAUNCH_CHECK(b, "softmax_ce");
   return 0;
 }
@@ -250,16 +281,19 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_check_finite_k(
                                                                          int32_t *flag) {
   int bad = 0;
   TT_CUDA_LOOP(i, count) {
+    /* all exponent bits set: inf or NaN (fp32 8 bits, fp16 5, bf16 fp32's 8 in its high half) */
     if (dt == TT_F32)
       bad |= (((const uint32_t *)x)[i] & 0x7f800000u) == 0x7f800000u;
-    else
+    else if (dt == TT_F16)
       bad |= (((const uint16_t *)x)[i] & 0x7c00u) == 0x7c00u;
+    else
+      bad |= (((const uint16_t *)x)[i] & 0x7f80u) == 0x7f80u;
   }
   if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr((int *)flag, 1);
 }
 
 int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag) {
-  if (dt != TT_F32 && dt != TT_F16) return tt_cuda_fail(b, "check_finite: unknown dtype %d", (int)dt);
+  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "check_finite: unknown dtype %d", (int)dt);
   if (!flag || (count && !x)) return tt_cuda_fail(b, "check_finite: NULL x or flag");
   if (!count) return 0;
   TT_LAUNCH(cuda_lo_check_finite_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b), count, dt, x, flag);
@@ -269,7 +303,9 @@ int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x
 
 /* every kernel of this file, for the setup check (cuda_internal.h) */
 const tt_cuda_kernel tt_cuda_loss_optim_kernels[] = {
-    TT_CUDA_KERNEL(cuda_lo_ce_k, CUDA_LO_CE_THREADS),
+    TT_CUDA_KERNEL(cuda_lo_ce_f32_k, CUDA_LO_CE_THREADS),
+    TT_CUDA_KERNEL(cuda_lo_ce_f16_k, CUDA_LO_CE_THREADS),
+    TT_CUDA_KERNEL(cuda_lo_ce_bf16_k, CUDA_LO_CE_THREADS),
     TT_CUDA_KERNEL(cuda_lo_sgd_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_lo_adam_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_lo_check_finite_k, TT_CUDA_THREADS),

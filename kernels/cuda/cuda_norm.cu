@@ -15,7 +15,16 @@
 
 static int cuda_norm_bn_check(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt) {
   if (n <= 0 || c <= 0 || hw <= 0) return tt_cuda_fail(b, "%s: bad shape n=%d c=%d hw=%d", op, n, c, hw);
-  if (dt != TT_F32 && dt != TT_F16) return tt_cuda_fail(b, "%s: unknown dtype %d", op, (int)dt);
+  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "%s: unknown dtype %d (the CUDA backend computes fp32, fp16 and bf16)", op, (int)dt);
+  return 0;
+}
+
+/* A pooling call: the dtype here (this backend's three), the shape by the rules the CPU backends
+ * share (kernel_math.h; its dtype test is theirs, so it is given fp32, a dtype all backends take). */
+static int cuda_norm_pool_check(tt_backend *b, const char *op, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt) {
+  char msg[256];
+  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "%s: unknown dtype %d (the CUDA backend computes fp32, fp16 and bf16)", op, (int)dt);
+  if (tt_pool_desc_error(op, d, mode, TT_F32, msg, sizeof msg)) return tt_cuda_fail(b, "%s", msg);
   return 0;
 }
 
@@ -372,8 +381,8 @@ int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
 /* ----------------------------------- pooling ------------------------------------------ */
 
 /* First maximum of window (oh, ow) of the plane at xoff (index into the plane); NaN wins. */
-static __device__ long long cuda_norm_argmax(tt_pool_desc d, tt_dtype dt, const void *x, size_t xoff, int oh, int ow,
-                                      float *best_out) {
+static __device__ __forceinline__ long long cuda_norm_argmax(tt_pool_desc d, tt_dtype dt, const void *x, size_t xoff,
+                                                             int oh, int ow, float *best_out) {
   int h0 = oh * d.stride_h - d.pad_h, w0 = ow * d.stride_w - d.pad_w;
   int h1 = h0 + d.kh, w1 = w0 + d.kw;
   long long arg = -1;
@@ -421,8 +430,9 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_fwd_k(tt_pool
   }
 }
 
-static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_bwd_k(tt_pool_desc d, tt_pool_mode mode, tt_dtype dt,
-                                                                  const void *x, const void *dy, void *dx, float beta) {
+/* dt a constant (one kernel per dtype below) */
+static __device__ __forceinline__ void cuda_pool_bwd_dt(tt_dtype dt, const tt_pool_desc &d, tt_pool_mode mode,
+                                                        const void *x, const void *dy, void *dx, float beta) {
   size_t count = (size_t)d.n * d.c * d.h * d.w;
   float inv = 1.0f / (float)(d.kh * d.kw);
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
@@ -448,10 +458,26 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_bwd_k(tt_pool
   }
 }
 
+/* One kernel per dtype, each with its own registers (one testing the dtype, or three inlined
+ * paths in one, spilled on some architectures), with one resident block per multiprocessor as
+ * the launch bound's minimum (__launch_bounds__(threads, 1), written out for cuda_check.py):
+ * without it ptxas for sm_120 capped the fp16 kernel's registers and spilled 16 bytes. */
+static __global__ void __launch_bounds__(TT_CUDA_THREADS, 1) cuda_pool_bwd_f32_k(tt_pool_desc d, tt_pool_mode mode, const void *x,
+                                                                      const void *dy, void *dx, float beta) {
+  cuda_pool_bwd_dt(TT_F32, d, mode, x, dy, dx, beta);
+}
+static __global__ void __launch_bounds__(TT_CUDA_THREADS, 1) cuda_pool_bwd_f16_k(tt_pool_desc d, tt_pool_mode mode, const void *x,
+                                                                      const void *dy, void *dx, float beta) {
+  cuda_pool_bwd_dt(TT_F16, d, mode, x, dy, dx, beta);
+}
+static __global__ void __launch_bounds__(TT_CUDA_THREADS, 1) cuda_pool_bwd_bf16_k(tt_pool_desc d, tt_pool_mode mode,
+                                                                       const void *x, const void *dy, void *dx, float beta) {
+  cuda_pool_bwd_dt(TT_BF16, d, mode, x, dy, dx, beta);
+}
+
 int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
                      void *ws, size_t ws_bytes) {
-  char msg[256];
-  if (tt_pool_desc_error("pool_fwd", d, mode, dt, msg, sizeof msg)) return tt_cuda_fail(b, "%s", msg);
+  if (cuda_norm_pool_check(b, "pool_fwd", d, mode, dt)) return -1;
   if (!x || !y) return tt_cuda_fail(b, "pool_fwd: NULL x or y");
   TT_LAUNCH(cuda_pool_fwd_k, tt_cuda_blocks((size_t)d->n * d->c * d->p * d->q), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
       *d, mode, dt, x, y);
@@ -461,11 +487,15 @@ int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt
 
 int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, const void *dy,
                      void *dx, float beta, void *ws, size_t ws_bytes) {
-  char msg[256];
-  if (tt_pool_desc_error("pool_bwd", d, mode, dt, msg, sizeof msg)) return tt_cuda_fail(b, "%s", msg);
+  if (cuda_norm_pool_check(b, "pool_bwd", d, mode, dt)) return -1;
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_cuda_fail(b, "pool_bwd: NULL x (max), dy or dx");
-  TT_LAUNCH(cuda_pool_bwd_k, tt_cuda_blocks((size_t)d->n * d->c * d->h * d->w), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
-      *d, mode, dt, x, dy, dx, beta);
+  unsigned blocks = tt_cuda_blocks((size_t)d->n * d->c * d->h * d->w);
+  if (dt == TT_F16)
+    TT_LAUNCH(cuda_pool_bwd_f16_k, blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), *d, mode, x, dy, dx, beta);
+  else if (dt == TT_BF16)
+    TT_LAUNCH(cuda_pool_bwd_bf16_k, blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), *d, mode, x, dy, dx, beta);
+  else
+    TT_LAUNCH(cuda_pool_bwd_f32_k, blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), *d, mode, x, dy, dx, beta);
   CUDA_LAUNCH_CHECK(b, "pool_bwd");
   return 0;
 }
@@ -508,8 +538,7 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_bwd_idx_k(tt_
 }
 
 int tt_cuda_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx) {
-  char msg[256];
-  if (tt_pool_desc_error("pool_argmax", d, TT_POOL_MAX, dt, msg, sizeof msg)) return tt_cuda_fail(b, "%s", msg);
+  if (cuda_norm_pool_check(b, "pool_argmax", d, TT_POOL_MAX, dt)) return -1;
   if (d->kh * d->kw > 256) return tt_cuda_fail(b, "pool_argmax: a %dx%d window has no uint8 index", d->kh, d->kw);
   if (!x || !idx) return tt_cuda_fail(b, "pool_argmax: NULL x or idx");
   TT_LAUNCH(cuda_pool_argmax_k, tt_cuda_blocks((size_t)d->n * d->c * d->p * d->q), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
@@ -520,8 +549,7 @@ int tt_cuda_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const
 
 int tt_cuda_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx, const void *dy, void *dx,
                          float beta) {
-  char msg[256];
-  if (tt_pool_desc_error("pool_bwd_idx", d, TT_POOL_MAX, dt, msg, sizeof msg)) return tt_cuda_fail(b, "%s", msg);
+  if (cuda_norm_pool_check(b, "pool_bwd_idx", d, TT_POOL_MAX, dt)) return -1;
   if (!idx || !dy || !dx) return tt_cuda_fail(b, "pool_bwd_idx: NULL idx, dy or dx");
   TT_LAUNCH(cuda_pool_bwd_idx_k, tt_cuda_blocks((size_t)d->n * d->c * d->h * d->w), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
       *d, dt, idx, dy, dx, beta);
@@ -586,7 +614,9 @@ const tt_cuda_kernel tt_cuda_norm_kernels[] = {
     TT_CUDA_KERNEL(cuda_bn_bwd_final_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_dx_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_fwd_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_pool_bwd_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_pool_bwd_f32_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_pool_bwd_f16_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_pool_bwd_bf16_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_argmax_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_bwd_idx_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_gap_fwd_k, TT_CUDA_THREADS),

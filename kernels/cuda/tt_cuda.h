@@ -31,6 +31,10 @@ tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t e
 #define TT_CUDA_LOCAL_BYTES_PER_THREAD ((size_t)512)
 /* This backend's margin (TT_CUDA_LIBRARY_MARGIN_BYTES for any other backend or NULL). */
 size_t tt_cuda_library_margin(tt_backend *b);
+/* The device's compute capability, major * 10 + minor (75: a T4; 90: an H100); 0 for any other
+ * backend or NULL. From 80 the backend computes bf16 convolutions and GEMMs (docs/gpu.md#bf16):
+ * what --precision auto asks to choose bf16 over fp16. */
+int tt_cuda_compute_capability(tt_backend *b);
 /* The device's free and total memory now (cudaMemGetInfo); 0 on success. */
 int tt_cuda_mem_free(tt_backend *b, size_t *free_bytes, size_t *total_bytes);
 /* Number of CUDA devices; 0 (quietly) when there is no driver or no device. */
@@ -72,7 +76,7 @@ void tt_cuda_nccl_destroy(tt_backend *b);
  * cuda_load.c), so that a command that uses none (--help, plan --device cpu, training on a
  * machine without a GPU) never maps cudart, cuBLAS, cuDNN or NCCL. The amalgamation and the
  * emulation link the backend directly. TT_CUDA_API_VERSION: bumped whenever the table changes. */
-#define TT_CUDA_API_VERSION 2
+#define TT_CUDA_API_VERSION 3
 typedef struct tt_cuda_api {
   int version, size;
   tt_backend *(*backend_create)(size_t *, char *, size_t);
@@ -91,6 +95,7 @@ typedef struct tt_cuda_api {
   void (*nccl_destroy)(tt_backend *);
   int (*probe)(char *, size_t);
   size_t (*library_margin)(tt_backend *);
+  int (*compute_capability)(tt_backend *);
 } tt_cuda_api;
 const tt_cuda_api *tt_cuda_api_get(void);
 

@@ -17,6 +17,7 @@
  * may, so a workspace that overlaps live data corrupts it.
  */
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdio.h>
 #include <string.h>
@@ -240,31 +241,21 @@ static int emu_gemm_types_ok(cublasComputeType_t ct, cudaDataType_t ab, cudaData
 static double emu_load(cudaDataType_t t, const void *p, size_t i) {
   switch (t) {
     case CUDA_R_16F: return tt_emu_h2f(((const uint16_t *)p)[i]);
+    case CUDA_R_16BF: return tt_emu_bf2f(((const uint16_t *)p)[i]);
     case CUDA_R_32F: return ((const float *)p)[i];
     case CUDA_R_64F: return ((const double *)p)[i];
     case CUDA_R_8I: return ((const int8_t *)p)[i];
-    case CUDA_R_32I: return ((const int32_t *)p)[i];
-    default: {
-      uint32_t b = (uint32_t)((const uint16_t *)p)[i] << 16; /* bf16 */
-      float f;
-      memcpy(&f, &b, 4);
-      return f;
-    }
+    default: return ((const int32_t *)p)[i]; /* CUDA_R_32I: the only other type emu_gemm_types_ok lets through */
   }
 }
 
 static void emu_store(cudaDataType_t t, void *p, size_t i, double v) {
   switch (t) {
     case CUDA_R_16F: ((uint16_t *)p)[i] = tt_emu_f2h((float)v); break; /* fp32 result, then rounded */
+    case CUDA_R_16BF: ((uint16_t *)p)[i] = tt_emu_f2bf((float)v); break; /* likewise; a NaN stays a NaN */
     case CUDA_R_32F: ((float *)p)[i] = (float)v; break;
     case CUDA_R_64F: ((double *)p)[i] = v; break;
-    case CUDA_R_32I: ((int32_t *)p)[i] = (int32_t)v; break;
-    default: {
-      float f = (float)v;
-      uint32_t b;
-      memcpy(&b, &f, 4);
-      ((uint16_t *)p)[i] = (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-    }
+    default: ((int32_t *)p)[i] = (int32_t)v; /* CUDA_R_32I */
   }
 }
 

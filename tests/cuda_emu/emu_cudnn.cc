@@ -7,7 +7,8 @@
  *
  * Checked for every query and call: live handle and descriptors, all set; x, w and y of one
  * data type, with a legal compute type (FLOAT data: FLOAT; HALF: HALF or FLOAT (pseudo-half);
- * DOUBLE: DOUBLE); input channels = filter channels x groups; filters a multiple of groups;
+ * BFLOAT16: FLOAT (pseudo-bfloat16), on an emulated device of compute capability 8.0 or newer
+ * only, as cuDNN documents that configuration; DOUBLE: DOUBLE); input channels = filter channels x groups; filters a multiple of groups;
  * y's shape the forward output shape. For the three convolutions besides: alpha and beta host
  * pointers; each tensor inside one device allocation, aligned to its element; the algorithm
  * supported for the problem; the workspace at least what cudnnGet*WorkspaceSize returns for
@@ -24,6 +25,7 @@
  * the emulation cannot see cuDNN's own numerics); the workspace is overwritten while the call
  * runs, and beta == 0 does not read the output (which may hold NaN).
  */
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cudnn.h>
 #include <stdio.h>
@@ -331,6 +333,10 @@ static cudnnStatus_t emu_problem(const char *who, cudnnHandle_t h, cudnnTensorDe
         (x->dt == CUDNN_DATA_BFLOAT16 && cd->ct == CUDNN_DATA_FLOAT)))
     return emu_dnn_fail(CUDNN_STATUS_NOT_SUPPORTED, "%s: %s data with %s compute type is not a supported configuration",
                         who, emu_dt_name(x->dt), emu_dt_name(cd->ct));
+  if (x->dt == CUDNN_DATA_BFLOAT16 && emu_compute_capability() < 80)
+    return emu_dnn_fail(CUDNN_STATUS_NOT_SUPPORTED,
+                        "%s: BFLOAT16 data (PSEUDO_BFLOAT16_CONFIG) needs compute capability 8.0 or newer; the emulated "
+                        "device is %d.%d", who, emu_compute_capability() / 10, emu_compute_capability() % 10);
   if (x->c != w->c * g || w->k % g)
     return emu_dnn_fail(CUDNN_STATUS_BAD_PARAM,
                         "%s: input channels %d, filter [%d, %d, %d, %d], %d groups: input channels must be filter "
@@ -371,9 +377,10 @@ static long long emu_ws(int dir, int a, const emu_conv *p, cudnnMathType_t m) {
   long long fft = (8 * planes * (long long)emu_pow2((size_t)x->h + 2 * cd->ph) *
                    (long long)(emu_pow2((size_t)x->w + 2 * cd->pw) / 2 + 1)) + (72ll << 20);
   long long tiling = 8 * planes * 32 * 17 + (1ll << 20);
-  int fft_ok = unit && g == 1 && x->dt != CUDNN_DATA_DOUBLE;
-  int wino_ok = unit && w->h == 3 && w->w == 3;
-  int winonf_ok = unit && g == 1 && w->h == w->w && (w->h == 3 || w->h == 5);
+  int bf = x->dt == CUDNN_DATA_BFLOAT16; /* GEMM family only (see the top of the file) */
+  int fft_ok = unit && g == 1 && x->dt != CUDNN_DATA_DOUBLE && !bf;
+  int wino_ok = unit && w->h == 3 && w->w == 3 && !bf;
+  int winonf_ok = unit && g == 1 && w->h == w->w && (w->h == 3 || w->h == 5) && !bf;
   long long ws = -1;
   if (dir == DIR_FWD) {
     switch (a) {
@@ -407,7 +414,7 @@ static long long emu_ws(int dir, int a, const emu_conv *p, cudnnMathType_t m) {
       default: ws = -1; /* ALGO_WINOGRAD: not implemented by cuDNN */
     }
   }
-  if (ws >= 0 && x->dt == CUDNN_DATA_HALF && (m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+  if (ws >= 0 && (x->dt == CUDNN_DATA_HALF || bf) && (m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
     ws += 64 << 10; /* layout transforms for tensor cores */
   return ws;
 }
@@ -432,13 +439,14 @@ static int emu_nondeterministic(int dir, int a) {
          (dir == DIR_BWD_FILTER && (a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3));
 }
 
-/* The GEMM-like algorithms run on tensor cores when the math type lets fp16 use them. */
+/* The GEMM-like algorithms run on tensor cores when the math type lets fp16 or bf16 use them. */
 static cudnnMathType_t emu_algo_math(int dir, int a, const emu_conv *p) {
   int gemm = dir == DIR_FWD ? (a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ||
                                a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM)
                             : a == 1;
   cudnnMathType_t m = p->cd.math;
-  if (p->x.dt == CUDNN_DATA_HALF && (m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+  if ((p->x.dt == CUDNN_DATA_HALF || p->x.dt == CUDNN_DATA_BFLOAT16) &&
+      (m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
     return gemm ? m : CUDNN_DEFAULT_MATH;
   return m;
 }
@@ -573,6 +581,7 @@ extern "C" cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHan
 static double emu_ld(cudnnDataType_t t, const void *p, size_t i) {
   switch (t) {
     case CUDNN_DATA_HALF: return tt_emu_h2f(((const uint16_t *)p)[i]);
+    case CUDNN_DATA_BFLOAT16: return tt_emu_bf2f(((const uint16_t *)p)[i]);
     case CUDNN_DATA_DOUBLE: return ((const double *)p)[i];
     default: return ((const float *)p)[i];
   }
@@ -580,6 +589,7 @@ static double emu_ld(cudnnDataType_t t, const void *p, size_t i) {
 static void emu_st(cudnnDataType_t t, void *p, size_t i, double v) {
   switch (t) {
     case CUDNN_DATA_HALF: ((uint16_t *)p)[i] = tt_emu_f2h((float)v); break; /* fp32 compute, then rounded */
+    case CUDNN_DATA_BFLOAT16: ((uint16_t *)p)[i] = tt_emu_f2bf((float)v); break; /* likewise */
     case CUDNN_DATA_DOUBLE: ((double *)p)[i] = v; break;
     default: ((float *)p)[i] = (float)v;
   }

@@ -37,6 +37,8 @@ cudaError_t emu_sticky(void);
 void emu_set_sticky(cudaError_t e, const char *msg);
 /* First call of the process: the fake context. */
 void emu_init(void);
+/* The emulated device's compute capability, major * 10 + minor (tt_emu_set_compute_capability). */
+int emu_compute_capability(void);
 /* The device's primary context now exists (as cudaSetDevice, cudaFree(0), an allocation or a
  * stream creates it on CUDA 12 and newer); NVML's used memory counts it from then on. */
 void emu_context_create(void);

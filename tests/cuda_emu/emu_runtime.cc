@@ -1,4 +1,5 @@
-/* tests/cuda_emu/emu_runtime.cc — the emulated device: one fake sm_75 with 4 GiB, device memory
+/* tests/cuda_emu/emu_runtime.cc — the emulated device: one fake sm_75 (another
+ * compute capability when a test sets one) with 4 GiB, device memory
  * on host mappings (tracked, poisoned when fresh, inaccessible to host code, a guard page after
  * each), errors (sticky ones from failed kernels; messages through cudaGetErrorString), and the
  * SIGSEGV handler that turns a fault into a message. Streams, events and copies:
@@ -162,6 +163,16 @@ void emu_init(void) {
 
 void emu_reserve_add(long long bytes) { emu_reserved += bytes; }
 
+/* The emulated device's compute capability (major * 10 + minor): 75, a T4, unless a test sets
+ * another (tt_emu_set_compute_capability: the cuDNN emulation's bf16 configuration needs 80). */
+static int emu_cc = 75;
+int emu_compute_capability(void) { return emu_cc; }
+extern "C" int tt_emu_set_compute_capability(int cc) {
+  int o = emu_cc;
+  if (cc >= 75 && cc <= 120) emu_cc = cc;
+  return o;
+}
+
 static int emu_context; /* the primary context exists */
 void emu_context_create(void) { emu_context = 1; }
 extern "C" int tt_emu_context_exists(void) { return emu_context; }
@@ -231,7 +242,7 @@ extern "C" cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device)
   if (!prop) return emu_cuda_fail(cudaErrorInvalidValue, "cudaGetDeviceProperties: NULL prop");
   if (emu_check_device("cudaGetDeviceProperties", device)) return cudaErrorInvalidDevice;
   memset(prop, 0, sizeof *prop);
-  snprintf(prop->name, sizeof prop->name, "tinytrain CUDA emulator (sm_75, on the CPU)");
+  snprintf(prop->name, sizeof prop->name, "tinytrain CUDA emulator (sm_%d, on the CPU)", emu_cc);
   prop->totalGlobalMem = emu_total_mem;
   prop->sharedMemPerBlock = 48 * 1024;
   prop->sharedMemPerBlockOptin = 64 * 1024;
@@ -243,7 +254,7 @@ extern "C" cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device)
   prop->maxGridSize[0] = 0x7fffffff, prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
   prop->clockRate = 1590000;
   prop->totalConstMem = 65536;
-  prop->major = 7, prop->minor = 5;
+  prop->major = emu_cc / 10, prop->minor = emu_cc % 10;
   prop->multiProcessorCount = 40;
   prop->maxThreadsPerMultiProcessor = 1024;
   prop->memoryBusWidth = 256;

@@ -1,9 +1,10 @@
 /* tests/cuda_emu/emu_selftest.cc — the CUDA host emulation checks itself: that it computes what a
- * GPU computes (half conversions, barriers, shuffles, GEMM and convolution layouts) and that
+ * GPU computes (half and bfloat16 conversions, barriers, shuffles, GEMM and convolution layouts) and that
  * each misuse it promises to catch is caught, with a message, without a hang. Built with the
  * emulation flags (configure.py: build/tests/test_cuda_emu_self); prints PASS/FAIL lines.
  */
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -78,6 +79,65 @@ static void test_half(void) {
   }
   TT_CHECK(bad == 0, "%d conversions differ from the CPU backend's tt_f32_to_f16 / tt_f16_to_f32", bad);
   TT_CHECK(__half_as_ushort(__float2half_rn(NAN)) == 0x7fffu, "a NaN converts to the canonical 0x7fff on a GPU");
+  TT_TEST_END();
+}
+
+/* ----------------------------------- bfloat16 ----------------------------------------- */
+
+/* The nearest bf16 to x by comparing the two candidates in double (ties to the even one), the
+ * way a person would round by hand: independent of the emulation's carry trick. NaN: 0x7fff. */
+static uint16_t self_bf16_nearest(float x) {
+  uint32_t u, lo, hi;
+  float fl, fh;
+  double dl, dh;
+  memcpy(&u, &x, 4);
+  if (x != x) return 0x7fffu;
+  lo = u & 0xffff0000u; /* toward zero */
+  if (lo == u) return (uint16_t)(u >> 16);
+  hi = lo + 0x10000u; /* away from zero (the next magnitude; past the largest finite: infinity) */
+  memcpy(&fl, &lo, 4);
+  memcpy(&fh, &hi, 4);
+  dl = fabs((double)x - (double)fl), dh = fabs((double)x - (isinf(fh) ? ldexp(1.0, 128) * (fh < 0 ? -1 : 1) : (double)fh));
+  if (dl < dh) return (uint16_t)(lo >> 16);
+  if (dh < dl) return (uint16_t)(hi >> 16);
+  return (uint16_t)(((lo >> 16) & 1u) ? hi >> 16 : lo >> 16);
+}
+
+static void test_bf16(void) {
+  int bad = 0;
+  TT_TEST_BEGIN("cuda_emu_bf16");
+  for (uint32_t h = 0; h < 65536; h++) { /* widening is exact: the bits shifted */
+    float a = __bfloat162float(__ushort_as_bfloat16((unsigned short)h));
+    uint32_t ab;
+    memcpy(&ab, &a, 4);
+    if (ab != h << 16) bad++;
+    /* ties between h and h+1 and their neighbours (finite h whose successor is finite) */
+    if ((h & 0x7f80u) != 0x7f80u && (h & 0x7fffu) != 0x7f7fu) {
+      uint32_t mid = (h << 16) | 0x8000u;
+      for (int d = -1; d <= 1; d++) {
+        uint32_t xb = mid + (uint32_t)d;
+        float x;
+        memcpy(&x, &xb, 4);
+        if (__bfloat16_as_ushort(__float2bfloat16_rn(x)) != self_bf16_nearest(x)) bad++;
+      }
+    }
+  }
+  {
+    float edge[] = {3.3895314e38f, 3.3961776e38f, 3.40282347e38f, -3.40282347e38f, 1e-45f, -1e-45f, 1.1754942e-38f,
+                    1.1754944e-38f, 0.0f, -0.0f, INFINITY, -INFINITY, 1.00390625f, 1.01171875f};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
+      if (__bfloat16_as_ushort(__float2bfloat16_rn(edge[i])) != self_bf16_nearest(edge[i])) bad++;
+  }
+  for (int i = 0; i < 1000000; i++) {
+    uint32_t xb = (uint32_t)tt_splitmix_next(&self_rng);
+    float x;
+    memcpy(&x, &xb, 4);
+    if (__bfloat16_as_ushort(__float2bfloat16_rn(x)) != self_bf16_nearest(x)) bad++;
+  }
+  TT_CHECK(bad == 0, "%d bfloat16 conversions differ from the nearest-even rounding computed in double", bad);
+  TT_CHECK(__bfloat16_as_ushort(__float2bfloat16_rn(NAN)) == 0x7fffu && __bfloat16_as_ushort(__float2bfloat16_rn(-NAN)) == 0x7fffu,
+           "a NaN converts to the canonical 0x7fff (cvt.rn.bf16.f32, and cuda_bf16.h's sm_75 fallback)");
+  TT_CHECK(__bfloat16_as_ushort(__float2bfloat16_rn(3.40282347e38f)) == 0x7f80u, "FLT_MAX rounds to +inf in bf16");
   TT_TEST_END();
 }
 
@@ -362,6 +422,33 @@ static void test_cublas(void) {
       for (int p = 0; p < k; p++) want += (double)ha[i * k + p] * hbm[j * k + p];
       TT_CHECK(fabs(hc[j * m + i] - want) < 1e-6, "C[%d,%d] = %g, expected %g", i, j, hc[j * m + i], want);
     }
+  { /* bf16 A and B (the first m*k and k*n halves of the buffers), fp32 C and bf16 C */
+    uint16_t ba[m * k], bb[k * n], bc[m * n];
+    for (int i = 0; i < m * k; i++) ba[i] = __bfloat16_as_ushort(__float2bfloat16_rn(ha[i]));
+    for (int i = 0; i < k * n; i++) bb[i] = __bfloat16_as_ushort(__float2bfloat16_rn(hbm[i]));
+    OK(cudaMemcpy(A, ba, sizeof ba, cudaMemcpyHostToDevice));
+    OK(cudaMemcpy(B, bb, sizeof bb, cudaMemcpyHostToDevice));
+    OK(cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_16BF, k, B, CUDA_R_16BF, k, &zero, C, CUDA_R_32F,
+                    m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    OK(cudaMemcpy(hc, C, sizeof hc, cudaMemcpyDeviceToHost));
+    OK(cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_16BF, k, B, CUDA_R_16BF, k, &zero, C, CUDA_R_16BF,
+                    m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    OK(cudaMemcpy(bc, C, sizeof bc, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < m; i++)
+      for (int j = 0; j < n; j++) {
+        double want = 0;
+        for (int p = 0; p < k; p++)
+          want += (double)__bfloat162float(__ushort_as_bfloat16(ba[i * k + p])) * __bfloat162float(__ushort_as_bfloat16(bb[j * k + p]));
+        TT_CHECK(fabs(hc[j * m + i] - want) < 1e-6, "bf16 GEMM C[%d,%d] = %g, expected %g", i, j, hc[j * m + i], want);
+        TT_CHECK(bc[j * m + i] == self_bf16_nearest((float)want), "bf16 GEMM, bf16 C[%d,%d]: 0x%04x, expected 0x%04x", i, j,
+                 bc[j * m + i], self_bf16_nearest((float)want));
+      }
+    EXPECT_FAIL(cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_16BF, k, B, CUDA_R_16BF, k, &zero, C,
+                             CUDA_R_16F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                CUBLAS_STATUS_NOT_SUPPORTED, "not a supported combination");
+    OK(cudaMemcpy(A, ha, sizeof ha, cudaMemcpyHostToDevice));
+    OK(cudaMemcpy(B, hbm, sizeof hbm, cudaMemcpyHostToDevice));
+  }
   EXPECT_FAIL(cublasGemmEx(hb, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_32F, m - 1, B, CUDA_R_32F, k, &zero, C,
                            CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
               CUBLAS_STATUS_INVALID_VALUE, "lda >= max(1, 5)");
@@ -480,6 +567,58 @@ static void test_cudnn(void) {
   EXPECT_FAIL(cudnnConvolutionForward(h, &one, xd, x, wd, w, cd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, ws, need, &zero,
                                       yd, y),
               CUDNN_STATUS_BAD_PARAM, "math type 1");
+  { /* bf16 data with FLOAT compute (PSEUDO_BFLOAT16): refused below compute capability 8.0; from
+     * 8.0 the GEMM family only, fp32 results rounded once to bf16 */
+    uint16_t bx[N * C * H * W], bw[K * C * R * S], by[N * K * 3 * 4];
+    int old, bad_el = 0, first_ok = -1;
+    OK(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_BFLOAT16, N, C, H, W));
+    OK(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NCHW, CUDNN_DATA_BFLOAT16, on, oc, oh, ow));
+    OK(cudnnSetFilter4dDescriptor(wd, CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_NCHW, K, C, R, S));
+    OK(cudnnSetConvolutionMathType(cd, CUDNN_TENSOR_OP_MATH));
+    EXPECT_FAIL(cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nret, perf),
+                CUDNN_STATUS_NOT_SUPPORTED, "compute capability 8.0");
+    old = tt_emu_set_compute_capability(80);
+    OK(cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nret, perf));
+    for (int i = 0; i < nret; i++) {
+      int gemm = perf[i].algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM ||
+                 perf[i].algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM || perf[i].algo == CUDNN_CONVOLUTION_FWD_ALGO_GEMM;
+      TT_CHECK((perf[i].status == CUDNN_STATUS_SUCCESS) == gemm, "bf16 ranking: algorithm %d has status %d",
+               (int)perf[i].algo, (int)perf[i].status);
+      if (first_ok < 0 && perf[i].status == CUDNN_STATUS_SUCCESS) first_ok = i;
+    }
+    TT_CHECK(first_ok >= 0 && perf[first_ok].mathType == CUDNN_TENSOR_OP_MATH, "bf16: no supported algorithm with tensor-op math");
+    OK(cudnnSetConvolutionMathType(cd, CUDNN_DEFAULT_MATH)); /* no tensor-op workspace: ws holds 1096 bytes */
+    OK(cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, &need));
+    for (int i = 0; i < N * C * H * W; i++) bx[i] = __bfloat16_as_ushort(__float2bfloat16_rn(hx[i]));
+    for (int i = 0; i < K * C * R * S; i++) bw[i] = __bfloat16_as_ushort(__float2bfloat16_rn(hw[i]));
+    OK(cudaMemcpy(x, bx, sizeof bx, cudaMemcpyHostToDevice));
+    OK(cudaMemcpy(w, bw, sizeof bw, cudaMemcpyHostToDevice));
+    OK(cudnnConvolutionForward(h, &one, xd, x, wd, w, cd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, ws, need, &zero, yd, y));
+    OK(cudaMemcpy(by, y, sizeof by, cudaMemcpyDeviceToHost));
+    for (int n = 0; n < N; n++)
+      for (int k = 0; k < K; k++)
+        for (int p = 0; p < oh; p++)
+          for (int q = 0; q < ow; q++) {
+            double acc = 0;
+            for (int c = 0; c < C; c++)
+              for (int r = 0; r < R; r++)
+                for (int s = 0; s < S; s++) {
+                  int ih = p * 2 - 1 + r, iw = q + s;
+                  if (ih < 0 || ih >= H || iw >= W) continue;
+                  acc += (double)__bfloat162float(__ushort_as_bfloat16(bx[((n * C + c) * H + ih) * W + iw])) *
+                         __bfloat162float(__ushort_as_bfloat16(bw[((k * C + c) * R + (R - 1 - r)) * S + (S - 1 - s)]));
+                }
+            if (by[((n * K + k) * oh + p) * ow + q] != self_bf16_nearest((float)acc)) bad_el++;
+          }
+    TT_CHECK(bad_el == 0, "%d bf16 convolution outputs differ from the direct loops rounded to bf16", bad_el);
+    EXPECT_FAIL(cudnnConvolutionForward(h, &one, xd, x, wd, w, cd, CUDNN_CONVOLUTION_FWD_ALGO_FFT, ws, need, &zero, yd, y),
+                CUDNN_STATUS_NOT_SUPPORTED, "does not support this problem");
+    OK(cudnnSetConvolution2dDescriptor(cd, 1, 0, 2, 1, 1, 1, CUDNN_CONVOLUTION, CUDNN_DATA_HALF));
+    EXPECT_FAIL(cudnnConvolutionForward(h, &one, xd, x, wd, w, cd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, ws, need, &zero,
+                                        yd, y),
+                CUDNN_STATUS_NOT_SUPPORTED, "BFLOAT16 data with HALF compute type");
+    tt_emu_set_compute_capability(old);
+  }
   cudnnDestroyTensorDescriptor(xd), cudnnDestroyTensorDescriptor(yd), cudnnDestroyTensorDescriptor(bad);
   cudnnDestroyFilterDescriptor(wd), cudnnDestroyConvolutionDescriptor(cd);
   OK(cudnnDestroy(h));
@@ -490,6 +629,7 @@ static void test_cudnn(void) {
 int main(void) {
   tt_emu_set_quiet(1); /* the misuse below is on purpose; messages are checked, not printed */
   test_half();
+  test_bf16();
   test_barriers();
   test_warps();
   test_launch();

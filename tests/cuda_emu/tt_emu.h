@@ -17,6 +17,9 @@ void tt_emu_get_counts(tt_emu_counts *c);
 /* The device flags (cudaSetDeviceFlags; 0 until set) and the flags an event was created with. */
 unsigned tt_emu_device_flags(void);
 unsigned tt_emu_event_flags(void *ev);
+/* The emulated device's compute capability, major * 10 + minor (75 until set; 75..120 taken,
+ * anything else ignored); returns the old value. A backend reads it when it is created. */
+int tt_emu_set_compute_capability(int cc);
 /* 1: violations are not printed on stderr (they still fail the call); returns the old value. */
 int tt_emu_set_quiet(int quiet);
 /* The message of the last violation the emulation found ("" if none). */
