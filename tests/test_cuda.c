@@ -37,7 +37,8 @@
 #endif
 
 static const char *test_groups[] = {"cuda_elementwise", "cuda_dropout_mask", "cuda_loss_optim", "cuda_batchnorm",
-                                    "cuda_pooling", "cuda_conv", "cuda_linear", "cuda_step_fp32", "cuda_step_fp16",
+                                    "cuda_pooling", "cuda_conv", "cuda_linear", "cuda_layernorm", "cuda_attention",
+                                    "cuda_tokens", "cuda_step_fp32", "cuda_step_fp16",
                                     "cuda_no_allocation_and_peak", "cuda_staging_copies", "cuda_blocking_waits", "cuda_nccl_one_rank"};
 #define TEST_NGROUPS ((int)(sizeof test_groups / sizeof test_groups[0]))
 
@@ -163,15 +164,21 @@ static void test_elementwise(void) {
     tt_dtype dt = di ? TT_F16 : TT_F32;
     size_t n = 100003;
     goff = 0;
-    for (int a = 0; a < 3; a++) {
+    for (int a = 0; a < 5; a++) { /* ReLU, ReLU6, SiLU, GELU (erf), GELU (tanh) */
+      int from_x = a == TT_ACT_SILU || a == TT_ACT_GELU_ERF || a == TT_ACT_GELU_TANH; /* backward reads x, not y */
+      static const char *an[5] = {"relu", "relu6", "silu", "gelu erf", "gelu tanh"};
+      char what[64];
       tt2 x = mk(n, dt, -8, 8), y = mk(n, dt, 0, 1), dy = mk(n, dt, -1, 1), dx = mk(n, dt, -1, 1);
       BOTH(B->act_fwd(B, (tt_act)a, n, dt, P(x), P(y)));
-      cmp("act_fwd", y, tol_ew(dt));
-      BOTH(B->act_bwd(B, (tt_act)a, n, dt, a == TT_ACT_SILU ? P(x) : P(y), P(dy), P(dx), 1.0f));
-      cmp("act_bwd beta=1", dx, tol_ew(dt));
-      BOTH(B->act_bwd(B, (tt_act)a, n, dt, a == TT_ACT_SILU ? P(x) : P(y), P(dy), P(dx), 0.0f));
-      cmp("act_bwd beta=0", dx, tol_ew(dt));
-      if (a != TT_ACT_SILU) { /* compact saves: the 1-bit mask, and backward from it equal to backward from y */
+      snprintf(what, sizeof what, "act_fwd %s", an[a]);
+      cmp(what, y, tol_ew(dt));
+      BOTH(B->act_bwd(B, (tt_act)a, n, dt, from_x ? P(x) : P(y), P(dy), P(dx), 1.0f));
+      snprintf(what, sizeof what, "act_bwd %s beta=1", an[a]);
+      cmp(what, dx, tol_ew(dt));
+      BOTH(B->act_bwd(B, (tt_act)a, n, dt, from_x ? P(x) : P(y), P(dy), P(dx), 0.0f));
+      snprintf(what, sizeof what, "act_bwd %s beta=0", an[a]);
+      cmp(what, dx, tol_ew(dt));
+      if (!from_x) { /* compact saves: the 1-bit mask, and backward from it equal to backward from y */
         size_t mb = tt_act_mask_bytes(n);
         unsigned char *z = (unsigned char *)calloc(mb, 1);
         tt2 m = mk_raw(mb, z), dx2 = mk(n, dt, -1, 1);
@@ -534,6 +541,430 @@ static void test_linear(void) {
 #undef WS
       free(ws.c);
       fr(&x), fr(&w), fr(&bias), fr(&y), fr(&dy), fr(&dx), fr(&dw), fr(&db);
+    }
+  }
+  TT_TEST_END();
+}
+
+/* --------------------------------- transformer ops ------------------------------------ */
+
+/* Naive loops (double) for the transformer entries, installed into the reference backend's
+ * table where it has none yet (the reference implementations are written elsewhere; once they
+ * exist, the comparison is against them). */
+static double tr_ld(tt_dtype dt, const void *p, size_t i) { return test_get(p, dt, i); }
+static void tr_st(tt_dtype dt, void *p, size_t i, double v) {
+  if (dt == TT_F16)
+    ((uint16_t *)p)[i] = tt_f32_to_f16((float)v);
+  else
+    ((float *)p)[i] = (float)v;
+}
+static void tr_st_beta(tt_dtype dt, void *p, size_t i, double v, float beta) {
+  tr_st(dt, p, i, beta != 0.0f ? v + beta * tr_ld(dt, p, i) : v);
+}
+static float tr_beta_f(float old, double v, float beta) { return beta != 0.0f ? (float)(v + beta * old) : (float)v; }
+
+static int naive_ln_fwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const float *gamma,
+                        const float *beta, float eps, void *y, float *save_mean, float *save_invstd, void *ws,
+                        size_t ws_bytes) {
+  (void)b, (void)ws, (void)ws_bytes;
+  for (int r = 0; r < rows; r++) {
+    double m = 0, v = 0, is;
+    for (int c = 0; c < f; c++) m += tr_ld(dt, x, (size_t)r * f + c);
+    m /= f;
+    for (int c = 0; c < f; c++) v += (tr_ld(dt, x, (size_t)r * f + c) - m) * (tr_ld(dt, x, (size_t)r * f + c) - m);
+    is = 1.0 / sqrt(v / f + eps);
+    for (int c = 0; c < f; c++) tr_st(dt, y, (size_t)r * f + c, (tr_ld(dt, x, (size_t)r * f + c) - m) * is * gamma[c] + beta[c]);
+    if (save_mean) save_mean[r] = (float)m;
+    if (save_invstd) save_invstd[r] = (float)is;
+  }
+  return 0;
+}
+
+static int naive_ln_bwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const void *dy, const float *gamma,
+                        const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbeta,
+                        float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
+  double *sg = (double *)calloc((size_t)f, sizeof(double)), *sb = (double *)calloc((size_t)f, sizeof(double));
+  (void)b, (void)ws, (void)ws_bytes;
+  for (int r = 0; r < rows; r++) {
+    double a = 0, bm = 0, m = save_mean[r], is = save_invstd[r];
+    for (int c = 0; c < f; c++) {
+      size_t i = (size_t)r * f + c;
+      double xh = (tr_ld(dt, x, i) - m) * is, g = tr_ld(dt, dy, i);
+      a += g * gamma[c], bm += g * gamma[c] * xh;
+      sg[c] += g * xh, sb[c] += g;
+    }
+    a /= f, bm /= f;
+    if (dx)
+      for (int c = 0; c < f; c++) {
+        size_t i = (size_t)r * f + c;
+        double xh = (tr_ld(dt, x, i) - m) * is, g = tr_ld(dt, dy, i) * gamma[c];
+        tr_st_beta(dt, dx, i, is * (g - a - xh * bm), beta_dx);
+      }
+  }
+  for (int c = 0; c < f; c++) {
+    if (dgamma) dgamma[c] = tr_beta_f(dgamma[c], sg[c], beta_param);
+    if (dbeta) dbeta[c] = tr_beta_f(dbeta[c], sb[c], beta_param);
+  }
+  free(sg), free(sb);
+  return 0;
+}
+
+/* keep factor of probability (i, j) of (s, h): the dropout op's rule at the flat index */
+static double naive_keep(const tt_attn_desc *d, uint64_t seed, int s, int h, int i, int j) {
+  uint32_t thr;
+  uint64_t idx;
+  if (d->p <= 0.0f) return 1.0;
+  if (d->p >= 1.0f) return 0.0;
+  thr = (uint32_t)((double)d->p * 4294967296.0);
+  idx = (((uint64_t)s * d->heads + h) * d->t + i) * d->t + j;
+  return (uint32_t)(tt_dropout_hash(seed, idx) >> 32) >= thr ? (double)(1.0f / (1.0f - d->p)) : 0.0;
+}
+
+/* P [t, t] of (s, h) in double, masked entries 0; lse [t] when non-NULL. */
+static void naive_probs(const tt_attn_desc *d, tt_dtype dt, const void *qkv, int s, int h, double *P, double *lse) {
+  int t = d->t, f = d->heads * d->d;
+  for (int i = 0; i < t; i++) {
+    double mx = -INFINITY, sum = 0;
+    for (int j = 0; j < t; j++) {
+      double v = 0;
+      for (int c = 0; c < d->d; c++)
+        v += tr_ld(dt, qkv, ((size_t)s * t + i) * 3 * f + (size_t)h * d->d + c) *
+             tr_ld(dt, qkv, ((size_t)s * t + j) * 3 * f + f + (size_t)h * d->d + c);
+      P[(size_t)i * t + j] = (d->causal && j > i) ? -INFINITY : v * d->scale;
+      if (P[(size_t)i * t + j] > mx) mx = P[(size_t)i * t + j];
+    }
+    for (int j = 0; j < t; j++) sum += exp(P[(size_t)i * t + j] - mx);
+    for (int j = 0; j < t; j++) P[(size_t)i * t + j] = exp(P[(size_t)i * t + j] - mx) / sum;
+    if (lse) lse[i] = mx + log(sum);
+  }
+}
+
+static int naive_attn_fwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, void *o, float *lse,
+                          void *probs, uint64_t seed, void *ws, size_t ws_bytes) {
+  int t = d->t, f = d->heads * d->d;
+  double *P = (double *)malloc(sizeof(double) * t * t), *L = (double *)malloc(sizeof(double) * t);
+  (void)b, (void)ws, (void)ws_bytes;
+  for (int s = 0; s < d->n; s++)
+    for (int h = 0; h < d->heads; h++) {
+      naive_probs(d, dt, qkv, s, h, P, L);
+      for (int i = 0; i < t; i++) {
+        if (lse) lse[((size_t)s * d->heads + h) * t + i] = (float)L[i];
+        if (probs)
+          for (int j = 0; j < t; j++) tr_st(dt, probs, (((size_t)s * d->heads + h) * t + i) * t + j, P[(size_t)i * t + j]);
+        for (int c = 0; c < d->d; c++) {
+          double v = 0;
+          for (int j = 0; j < t; j++)
+            v += P[(size_t)i * t + j] * naive_keep(d, seed, s, h, i, j) *
+                 tr_ld(dt, qkv, ((size_t)s * t + j) * 3 * f + 2 * f + (size_t)h * d->d + c);
+          tr_st(dt, o, ((size_t)s * t + i) * f + (size_t)h * d->d + c, v);
+        }
+      }
+    }
+  free(P), free(L);
+  return 0;
+}
+
+static int naive_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, const void *o,
+                          const void *dout, const float *lse, const void *probs, uint64_t seed, void *dqkv, float beta,
+                          void *ws, size_t ws_bytes) {
+  int t = d->t, f = d->heads * d->d, dd = d->d;
+  double *P = (double *)malloc(sizeof(double) * t * t), *dS = (double *)malloc(sizeof(double) * t * t);
+  double *acc = (double *)malloc(sizeof(double) * 3 * t * dd);
+  (void)b, (void)o, (void)lse, (void)probs, (void)ws, (void)ws_bytes;
+#define NQ(i, c) tr_ld(dt, qkv, ((size_t)s * t + (i)) * 3 * f + (size_t)h * dd + (c))
+#define NK(i, c) tr_ld(dt, qkv, ((size_t)s * t + (i)) * 3 * f + f + (size_t)h * dd + (c))
+#define NV(i, c) tr_ld(dt, qkv, ((size_t)s * t + (i)) * 3 * f + 2 * f + (size_t)h * dd + (c))
+#define NDO(i, c) tr_ld(dt, dout, ((size_t)s * t + (i)) * f + (size_t)h * dd + (c))
+  for (int s = 0; s < d->n; s++)
+    for (int h = 0; h < d->heads; h++) {
+      naive_probs(d, dt, qkv, s, h, P, NULL);
+      memset(acc, 0, sizeof(double) * 3 * t * dd);
+      for (int i = 0; i < t; i++) {
+        double D = 0;
+        for (int j = 0; j < t; j++) {
+          double dp = 0, kp = naive_keep(d, seed, s, h, i, j);
+          for (int c = 0; c < dd; c++) dp += NDO(i, c) * NV(j, c);
+          dS[(size_t)i * t + j] = dp * kp; /* dP for now */
+          D += P[(size_t)i * t + j] * dp * kp;
+          for (int c = 0; c < dd; c++) acc[(2 * (size_t)t + j) * dd + c] += P[(size_t)i * t + j] * kp * NDO(i, c);
+        }
+        for (int j = 0; j < t; j++) dS[(size_t)i * t + j] = P[(size_t)i * t + j] * (dS[(size_t)i * t + j] - D);
+      }
+      for (int i = 0; i < t; i++)
+        for (int j = 0; j < t; j++)
+          for (int c = 0; c < dd; c++) {
+            acc[(size_t)i * dd + c] += d->scale * dS[(size_t)i * t + j] * NK(j, c);
+            acc[((size_t)t + j) * dd + c] += d->scale * dS[(size_t)i * t + j] * NQ(i, c);
+          }
+      for (int p = 0; p < 3; p++)
+        for (int i = 0; i < t; i++)
+          for (int c = 0; c < dd; c++)
+            tr_st_beta(dt, dqkv, ((size_t)s * t + i) * 3 * f + (size_t)p * f + (size_t)h * dd + c,
+                       acc[((size_t)p * t + i) * dd + c], beta);
+    }
+#undef NQ
+#undef NK
+#undef NV
+#undef NDO
+  free(P), free(dS), free(acc);
+  return 0;
+}
+
+static int naive_tokens_fwd(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *x, const float *cls_tok,
+                            const float *pos, void *y) {
+  int t = hw + cls;
+  (void)b;
+  for (int s = 0; s < n; s++)
+    for (int k = 0; k < t; k++)
+      for (int c = 0; c < f; c++) {
+        double v = k < cls ? cls_tok[c] : tr_ld(dt, x, ((size_t)s * f + c) * hw + (k - cls));
+        if (pos) v += pos[(size_t)k * f + c];
+        tr_st(dt, y, ((size_t)s * t + k) * f + c, v);
+      }
+  return 0;
+}
+
+static int naive_tokens_bwd(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *dy, void *dx,
+                            float *dcls, float *dpos, float beta_dx, float beta_param) {
+  int t = hw + cls;
+  (void)b;
+  for (int k = 0; k < t; k++)
+    for (int c = 0; c < f; c++) {
+      double v = 0;
+      for (int s = 0; s < n; s++) v += tr_ld(dt, dy, ((size_t)s * t + k) * f + c);
+      if (dpos) dpos[(size_t)k * f + c] = tr_beta_f(dpos[(size_t)k * f + c], v, beta_param);
+      if (k < cls && dcls) dcls[c] = tr_beta_f(dcls[c], v, beta_param);
+      if (k >= cls && dx)
+        for (int s = 0; s < n; s++)
+          tr_st_beta(dt, dx, ((size_t)s * f + c) * hw + (k - cls), tr_ld(dt, dy, ((size_t)s * t + k) * f + c), beta_dx);
+    }
+  return 0;
+}
+
+static int naive_token_pool_fwd(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *x, void *y) {
+  (void)b;
+  for (int s = 0; s < n; s++)
+    for (int c = 0; c < f; c++) {
+      double v = 0;
+      if (mode == 0)
+        v = tr_ld(dt, x, (size_t)s * t * f + c);
+      else {
+        for (int k = 0; k < t; k++) v += tr_ld(dt, x, ((size_t)s * t + k) * f + c);
+        v /= t;
+      }
+      tr_st(dt, y, (size_t)s * f + c, v);
+    }
+  return 0;
+}
+
+static int naive_token_pool_bwd(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *dy, void *dx,
+                                float beta) {
+  (void)b;
+  for (int s = 0; s < n; s++)
+    for (int k = 0; k < t; k++)
+      for (int c = 0; c < f; c++) {
+        double g = tr_ld(dt, dy, (size_t)s * f + c);
+        tr_st_beta(dt, dx, ((size_t)s * t + k) * f + c, mode == 0 ? (k == 0 ? g : 0.0) : g / t, beta);
+      }
+  return 0;
+}
+
+/* Fills the reference backend's missing transformer entries with the loops above; says which. */
+static void test_transformer_truth(void) {
+  int naive = 0;
+  if (!cpu->ln_fwd) cpu->ln_fwd = naive_ln_fwd, naive++;
+  if (!cpu->ln_bwd) cpu->ln_bwd = naive_ln_bwd, naive++;
+  if (!cpu->attn_fwd) cpu->attn_fwd = naive_attn_fwd, naive++;
+  if (!cpu->attn_bwd) cpu->attn_bwd = naive_attn_bwd, naive++;
+  if (!cpu->tokens_fwd) cpu->tokens_fwd = naive_tokens_fwd, naive++;
+  if (!cpu->tokens_bwd) cpu->tokens_bwd = naive_tokens_bwd, naive++;
+  if (!cpu->token_pool_fwd) cpu->token_pool_fwd = naive_token_pool_fwd, naive++;
+  if (!cpu->token_pool_bwd) cpu->token_pool_bwd = naive_token_pool_bwd, naive++;
+  if (naive) printf("  transformer ops: %d of 8 compared against the test's own loops (the reference backend has none)\n", naive);
+}
+
+/* The planned workspace of an op on each side (the reference's may be 0). */
+static void test_op_ws(const tt_op_desc *od, size_t *wsz, void **wsp) {
+  wsz[0] = cpu->op_workspace(cpu, od);
+  wsz[1] = gpu->op_workspace(gpu, od);
+  TT_CHECK(wsz[0] != TT_WS_ERROR && wsz[1] != TT_WS_ERROR, "op_workspace(kind %d): %s / %s", (int)od->kind,
+           cpu->last_error(cpu), gpu->last_error(gpu));
+  if (wsz[0] == TT_WS_ERROR) wsz[0] = 0;
+  if (wsz[1] == TT_WS_ERROR) wsz[1] = 0;
+  wsp[0] = malloc(wsz[0] + 1);
+  wsp[1] = test_galloc(wsz[1] + 1);
+}
+
+static void test_layernorm(void) {
+  TT_TEST_BEGIN("cuda_layernorm");
+  /* rows x f: a ViT-ish row, one over the register cache (1030 > 1024: re-read path), several
+   * splits of the dgamma partials (600 rows > 256), a tiny odd one */
+  int shapes[4][2] = {{37, 64}, {5, 1030}, {600, 96}, {3, 7}};
+  for (int di = 0; di < 2; di++) {
+    tt_dtype dt = di ? TT_F16 : TT_F32;
+    for (int k = 0; k < 4; k++) {
+      int R = shapes[k][0], F = shapes[k][1];
+      size_t cnt = (size_t)R * F, wsz[2];
+      void *wsp[2];
+      tt_op_desc od;
+      goff = 0;
+      memset(&od, 0, sizeof od);
+      od.kind = TT_OP_LN_FWD, od.dt = dt, od.u.ln.rows = R, od.u.ln.f = F, od.u.ln.eps = 1e-6f;
+      TT_CHECK(gpu->op_workspace(gpu, &od) == 0, "ln_fwd asks for a workspace");
+      od.kind = TT_OP_LN_BWD;
+      test_op_ws(&od, wsz, wsp);
+#define WS wsp[side], wsz[side]
+      tt2 x = mk(cnt, dt, -2, 3), y = mk(cnt, dt, 0, 0), g = mk(F, TT_F32, 0.5f, 1.5f), bb = mk(F, TT_F32, -1, 1);
+      tt2 sm = mk(R, TT_F32, 0, 0), si = mk(R, TT_F32, 0, 0);
+      tt2 dy = mk(cnt, dt, -1, 1), dx = mk(cnt, dt, -1, 1), dg = mk(F, TT_F32, -1, 1), db = mk(F, TT_F32, -1, 1);
+      BOTH(B->ln_fwd(B, R, F, dt, P(x), PF(g), PF(bb), 1e-6f, P(y), NULL, NULL, NULL, 0)); /* evaluation: no saves */
+      cmp("ln_fwd y (no saves)", y, tol_ew(dt));
+      BOTH(B->ln_fwd(B, R, F, dt, P(x), PF(g), PF(bb), 1e-6f, P(y), PF(sm), PF(si), NULL, 0));
+      cmp("ln_fwd y", y, tol_ew(dt));
+      cmp("ln_fwd save_mean", sm, 1e-5);
+      cmp("ln_fwd save_invstd", si, 1e-5);
+      BOTH(B->ln_bwd(B, R, F, dt, P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), PF(dg), PF(db), 1.0f, 1.0f, WS));
+      cmp("ln_bwd dx beta=1", dx, tol_ew(dt) * 10);
+      cmp("ln_bwd dgamma beta=1", dg, dt == TT_F16 ? 1e-3 : 1e-5);
+      cmp("ln_bwd dbeta beta=1", db, dt == TT_F16 ? 1e-3 : 1e-5);
+      BOTH(B->ln_bwd(B, R, F, dt, P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), PF(dg), PF(db), 0.0f, 0.0f, WS));
+      cmp("ln_bwd dx beta=0", dx, tol_ew(dt) * 10);
+      cmp("ln_bwd dgamma beta=0", dg, dt == TT_F16 ? 1e-3 : 1e-5);
+      cmp("ln_bwd dbeta beta=0", db, dt == TT_F16 ? 1e-3 : 1e-5);
+      BOTH(B->ln_bwd(B, R, F, dt, P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), NULL, NULL, 0.0f, 0.0f, WS));
+      cmp("ln_bwd dx only", dx, tol_ew(dt) * 10);
+      { /* twice on the GPU: the parameter sums are deterministic, bit for bit */
+        float *h1 = (float *)malloc(4 * (size_t)F), *h2 = (float *)malloc(4 * (size_t)F);
+        gpu->ln_bwd(gpu, R, F, dt, x.g, dy.g, (float *)g.g, (float *)sm.g, (float *)si.g, NULL, (float *)dg.g, NULL, 0.0f,
+                    0.0f, wsp[1], wsz[1]);
+        gpu->download(gpu, h1, dg.g, 4 * (size_t)F);
+        gpu->ln_bwd(gpu, R, F, dt, x.g, dy.g, (float *)g.g, (float *)sm.g, (float *)si.g, NULL, (float *)dg.g, NULL, 0.0f,
+                    0.0f, wsp[1], wsz[1]);
+        gpu->download(gpu, h2, dg.g, 4 * (size_t)F);
+        TT_CHECK(memcmp(h1, h2, 4 * (size_t)F) == 0, "ln_bwd dgamma differs between two runs");
+        free(h1), free(h2);
+      }
+#undef WS
+      free(wsp[0]);
+      fr(&x), fr(&y), fr(&g), fr(&bb), fr(&sm), fr(&si), fr(&dy), fr(&dx), fr(&dg), fr(&db);
+    }
+  }
+  { /* a workspace too small is refused with a message naming the op */
+    float dummy = 0;
+    (void)dummy;
+    TT_CHECK(gpu->ln_bwd(gpu, 4, 8, TT_F32, garena, garena, (float *)garena, (float *)garena, (float *)garena, NULL,
+                         (float *)garena, NULL, 0.0f, 0.0f, garena, 1) != 0 &&
+                 strstr(gpu->last_error(gpu), "ln_bwd"),
+             "ln_bwd with a 1-byte workspace: %s", gpu->last_error(gpu));
+  }
+  TT_TEST_END();
+}
+
+static void test_attention(void) {
+  TT_TEST_BEGIN("cuda_attention");
+  /* n, t, heads, d, causal, dropout p x 100: each head-dimension class (32, 64, 128; d below the
+   * class too), t not a multiple of any tile, causal, dropout */
+  int cfg[6][6] = {{2, 37, 2, 16, 0, 0}, {2, 37, 2, 16, 1, 20}, {1, 50, 3, 64, 0, 10},
+                   {1, 45, 2, 128, 1, 0}, {1, 20, 1, 40, 0, 0}, {1, 33, 2, 100, 1, 30}};
+  for (int di = 0; di < 2; di++) {
+    tt_dtype dt = di ? TT_F16 : TT_F32;
+    for (int k = 0; k < 6; k++) {
+      tt_attn_desc ad;
+      tt_op_desc od;
+      size_t wsz[2], nq, no, nl, np;
+      void *wsp[2];
+      uint64_t seed = 0x5eed0000ull + (uint64_t)k;
+      double tol = dt == TT_F16 ? 1e-2 : 1e-4;
+      memset(&ad, 0, sizeof ad);
+      ad.n = cfg[k][0], ad.t = cfg[k][1], ad.heads = cfg[k][2], ad.d = cfg[k][3], ad.causal = cfg[k][4];
+      ad.p = cfg[k][5] / 100.0f, ad.scale = 1.0f / sqrtf((float)ad.d);
+      goff = 0;
+      memset(&od, 0, sizeof od);
+      od.kind = TT_OP_ATTN_FWD, od.dt = dt, od.u.attn = ad;
+      TT_CHECK(gpu->op_workspace(gpu, &od) == 0, "attn_fwd asks for a workspace");
+      od.kind = TT_OP_ATTN_BWD;
+      test_op_ws(&od, wsz, wsp);
+#define WS wsp[side], wsz[side]
+      nq = (size_t)ad.n * ad.t * 3 * ad.heads * ad.d, no = (size_t)ad.n * ad.t * ad.heads * ad.d;
+      nl = (size_t)ad.n * ad.heads * ad.t, np = nl * ad.t;
+      tt2 qkv = mk(nq, dt, -2, 2), o = mk(no, dt, 0, 0), lse = mk(nl, TT_F32, 0, 0), pr = mk(np, dt, -1, -1);
+      tt2 dout = mk(no, dt, -1, 1), dqkv = mk(nq, dt, -1, 1);
+      BOTH(B->attn_fwd(B, &ad, dt, P(qkv), P(o), NULL, NULL, seed, NULL, 0)); /* evaluation: o only */
+      cmp("attn_fwd o (no lse)", o, tol);
+      BOTH(B->attn_fwd(B, &ad, dt, P(qkv), P(o), PF(lse), NULL, seed, NULL, 0));
+      cmp("attn_fwd o", o, tol);
+      cmp("attn_fwd lse", lse, dt == TT_F16 ? 1e-3 : 1e-5);
+      BOTH(B->attn_bwd(B, &ad, dt, P(qkv), P(o), P(dout), PF(lse), NULL, seed, P(dqkv), 1.0f, WS));
+      cmp("attn_bwd dqkv beta=1 (from lse)", dqkv, tol);
+      BOTH(B->attn_bwd(B, &ad, dt, P(qkv), P(o), P(dout), PF(lse), NULL, seed, P(dqkv), 0.0f, WS));
+      cmp("attn_bwd dqkv beta=0 (from lse)", dqkv, tol);
+      BOTH(B->attn_fwd(B, &ad, dt, P(qkv), P(o), PF(lse), P(pr), seed, NULL, 0)); /* the kept-probabilities form */
+      cmp("attn_fwd probs", pr, tol);
+      cmp("attn_fwd o (with probs)", o, tol);
+      BOTH(B->attn_bwd(B, &ad, dt, P(qkv), P(o), P(dout), NULL, P(pr), seed, P(dqkv), 0.0f, WS));
+      cmp("attn_bwd dqkv (from probs)", dqkv, dt == TT_F16 ? 2e-2 : 1e-4);
+      if (k == 1) { /* deterministic: two backward runs give the same bits */
+        unsigned char *h1 = (unsigned char *)malloc(dqkv.bytes), *h2 = (unsigned char *)malloc(dqkv.bytes);
+        gpu->attn_bwd(gpu, &ad, dt, qkv.g, o.g, dout.g, (float *)lse.g, NULL, seed, dqkv.g, 0.0f, wsp[1], wsz[1]);
+        gpu->download(gpu, h1, dqkv.g, dqkv.bytes);
+        gpu->attn_bwd(gpu, &ad, dt, qkv.g, o.g, dout.g, (float *)lse.g, NULL, seed, dqkv.g, 0.0f, wsp[1], wsz[1]);
+        gpu->download(gpu, h2, dqkv.g, dqkv.bytes);
+        TT_CHECK(memcmp(h1, h2, dqkv.bytes) == 0, "attn_bwd differs between two runs");
+        free(h1), free(h2);
+      }
+#undef WS
+      free(wsp[0]);
+      fr(&qkv), fr(&o), fr(&lse), fr(&pr), fr(&dout), fr(&dqkv);
+    }
+  }
+  { /* a head dimension over the kernel's limit is refused by the workspace query, with the reason */
+    tt_op_desc od;
+    memset(&od, 0, sizeof od);
+    od.kind = TT_OP_ATTN_FWD, od.dt = TT_F32, od.u.attn.n = 1, od.u.attn.t = 4, od.u.attn.heads = 1, od.u.attn.d = 200;
+    TT_CHECK(gpu->op_workspace(gpu, &od) == TT_WS_ERROR && strstr(gpu->last_error(gpu), "head dimension 200"),
+             "attn d=200: workspace query did not refuse (%s)", gpu->last_error(gpu));
+  }
+  TT_TEST_END();
+}
+
+static void test_tokens(void) {
+  TT_TEST_BEGIN("cuda_tokens");
+  /* n, f, hw, cls, pos: ViT-ish with class token, no class token without position embedding
+   * (tiles partly outside in both directions) */
+  int cfg[3][5] = {{2, 40, 49, 1, 1}, {3, 33, 10, 0, 0}, {1, 70, 65, 1, 0}};
+  for (int di = 0; di < 2; di++) {
+    tt_dtype dt = di ? TT_F16 : TT_F32;
+    for (int k = 0; k < 3; k++) {
+      int N = cfg[k][0], F = cfg[k][1], HW = cfg[k][2], CLS = cfg[k][3], T = HW + CLS;
+      goff = 0;
+      tt2 x = mk((size_t)N * F * HW, dt, -1, 1), y = mk((size_t)N * T * F, dt, 0, 0), ct = mk(F, TT_F32, -1, 1);
+      tt2 pos = mk((size_t)T * F, TT_F32, -1, 1), dy = mk((size_t)N * T * F, dt, -1, 1), dx = mk((size_t)N * F * HW, dt, -1, 1);
+      tt2 dct = mk(F, TT_F32, -1, 1), dpos = mk((size_t)T * F, TT_F32, -1, 1);
+      const float *cp = CLS ? PF(ct) : NULL;
+      BOTH(B->tokens_fwd(B, N, F, HW, CLS, dt, P(x), CLS ? PF(ct) : NULL, cfg[k][4] ? PF(pos) : NULL, P(y)));
+      cmp("tokens_fwd", y, tol_ew(dt));
+      (void)cp;
+      BOTH(B->tokens_bwd(B, N, F, HW, CLS, dt, P(dy), P(dx), CLS ? PF(dct) : NULL, PF(dpos), 1.0f, 1.0f));
+      cmp("tokens_bwd dx beta=1", dx, tol_ew(dt));
+      cmp("tokens_bwd dpos beta=1", dpos, dt == TT_F16 ? 1e-3 : 1e-5);
+      if (CLS) cmp("tokens_bwd dcls beta=1", dct, dt == TT_F16 ? 1e-3 : 1e-5);
+      BOTH(B->tokens_bwd(B, N, F, HW, CLS, dt, P(dy), P(dx), CLS ? PF(dct) : NULL, NULL, 0.0f, 0.0f));
+      cmp("tokens_bwd dx beta=0", dx, tol_ew(dt));
+      if (CLS) cmp("tokens_bwd dcls beta=0", dct, dt == TT_F16 ? 1e-3 : 1e-5);
+      fr(&x), fr(&y), fr(&ct), fr(&pos), fr(&dy), fr(&dx), fr(&dct), fr(&dpos);
+    }
+    for (int mode = 0; mode < 2; mode++) {
+      int N = 3, T = 37, F = 40;
+      goff = 0;
+      tt2 x = mk((size_t)N * T * F, dt, -1, 1), y = mk((size_t)N * F, dt, 0, 0), dy = mk((size_t)N * F, dt, -1, 1);
+      tt2 dx = mk((size_t)N * T * F, dt, -1, 1);
+      BOTH(B->token_pool_fwd(B, N, T, F, mode, dt, P(x), P(y)));
+      cmp(mode ? "token_pool_fwd mean" : "token_pool_fwd class", y, tol_ew(dt));
+      BOTH(B->token_pool_bwd(B, N, T, F, mode, dt, P(dy), P(dx), 1.0f));
+      cmp(mode ? "token_pool_bwd mean beta=1" : "token_pool_bwd class beta=1", dx, tol_ew(dt));
+      BOTH(B->token_pool_bwd(B, N, T, F, mode, dt, P(dy), P(dx), 0.0f));
+      cmp(mode ? "token_pool_bwd mean beta=0" : "token_pool_bwd class beta=0", dx, tol_ew(dt));
+      fr(&x), fr(&y), fr(&dy), fr(&dx);
     }
   }
   TT_TEST_END();
@@ -1033,6 +1464,10 @@ int main(void) {
   test_pooling();
   test_conv();
   test_linear();
+  test_transformer_truth();
+  test_layernorm();
+  test_attention();
+  test_tokens();
   TT_TEST_BEGIN("cuda_ops_allocate_nothing");
   TT_CHECK(tt_cuda_alloc_count(gpu) == allocs, "ops called cudaMalloc %zu times", tt_cuda_alloc_count(gpu) - allocs);
   TT_CHECK(gpu->sync(gpu) == 0, "sync after the op tests: %s", gpu->last_error(gpu));
