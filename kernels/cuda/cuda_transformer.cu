@@ -271,6 +271,10 @@ int tt_cuda_ln_bwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, c
  * padded to D + 1 floats (no bank conflicts when 16 lanes read 16 rows at one column). */
 #define CUDA_ATTN_THREADS 128
 #define CUDA_ATTN_MAX_D 128
+/* The attention kernels' launch bound names one resident block per multiprocessor as the
+ * minimum, __launch_bounds__(CUDA_ATTN_THREADS, 1) (written out: tests/tools/cuda_check.py reads
+ * it there): without it, ptxas for sm_90 caps the 128-column forward at 96 registers and spills;
+ * with it every architecture keeps the accumulators in registers (at most about 140 per thread). */
 
 /* Tile sizes per head-dimension class (queries BQ, keys BK), sized so that each kernel's shared
  * memory stays under 48 KiB: forward, dq and dk/dv. */
@@ -433,7 +437,7 @@ static __device__ __forceinline__ void cuda_attn_fwd_body(const cuda_attn_args &
   for (int k0 = 0; k0 < a.t; k0 += BK) {
     float sv[RB][KA];
     __syncthreads();
-    cuda_attn_load_qkv<D, BK>(a, s, h, 1, k0, sm.k);
+    if (k0 < kend) cuda_attn_load_qkv<D, BK>(a, s, h, 1, k0, sm.k); /* past kend every key is masked */
     __syncthreads();
     TT_UNROLL
     for (int b = 0; b < RB; b++) {
@@ -469,15 +473,15 @@ static __device__ __forceinline__ void cuda_attn_fwd_body(const cuda_attn_args &
 }
 
 #define CUDA_ATTN_FWD_SMEM(D) cuda_attn_fwd_smem<(D), CUDA_ATTN_FWD_BQ, CUDA_ATTN_FWD_BK(D)>
-static __global__ void TT_LAUNCH_BOUNDS(CUDA_ATTN_THREADS) cuda_attn_fwd32_k(cuda_attn_args a) {
+static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_fwd32_k(cuda_attn_args a) {
   __shared__ CUDA_ATTN_FWD_SMEM(32) sm;
   cuda_attn_fwd_body<32, CUDA_ATTN_FWD_BQ, CUDA_ATTN_FWD_BK(32)>(a, sm);
 }
-static __global__ void TT_LAUNCH_BOUNDS(CUDA_ATTN_THREADS) cuda_attn_fwd64_k(cuda_attn_args a) {
+static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_fwd64_k(cuda_attn_args a) {
   __shared__ CUDA_ATTN_FWD_SMEM(64) sm;
   cuda_attn_fwd_body<64, CUDA_ATTN_FWD_BQ, CUDA_ATTN_FWD_BK(64)>(a, sm);
 }
-static __global__ void TT_LAUNCH_BOUNDS(CUDA_ATTN_THREADS) cuda_attn_fwd128_k(cuda_attn_args a) {
+static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_fwd128_k(cuda_attn_args a) {
   __shared__ CUDA_ATTN_FWD_SMEM(128) sm;
   cuda_attn_fwd_body<128, CUDA_ATTN_FWD_BQ, CUDA_ATTN_FWD_BK(128)>(a, sm);
 }
@@ -668,27 +672,27 @@ static __device__ __forceinline__ void cuda_attn_dkv_body(const cuda_attn_args &
 }
 
 #define CUDA_ATTN_BWD_SMEM(D) cuda_attn_bwd_smem<(D), CUDA_ATTN_BWD_B(D)>
-static __global__ void TT_LAUNCH_BOUNDS(CUDA_ATTN_THREADS) cuda_attn_dq32_k(cuda_attn_args a) {
+static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_dq32_k(cuda_attn_args a) {
   __shared__ CUDA_ATTN_BWD_SMEM(32) sm;
   cuda_attn_dq_body<32, CUDA_ATTN_BWD_B(32)>(a, sm);
 }
-static __global__ void TT_LAUNCH_BOUNDS(CUDA_ATTN_THREADS) cuda_attn_dq64_k(cuda_attn_args a) {
+static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_dq64_k(cuda_attn_args a) {
   __shared__ CUDA_ATTN_BWD_SMEM(64) sm;
   cuda_attn_dq_body<64, CUDA_ATTN_BWD_B(64)>(a, sm);
 }
-static __global__ void TT_LAUNCH_BOUNDS(CUDA_ATTN_THREADS) cuda_attn_dq128_k(cuda_attn_args a) {
+static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_dq128_k(cuda_attn_args a) {
   __shared__ CUDA_ATTN_BWD_SMEM(128) sm;
   cuda_attn_dq_body<128, CUDA_ATTN_BWD_B(128)>(a, sm);
 }
-static __global__ void TT_LAUNCH_BOUNDS(CUDA_ATTN_THREADS) cuda_attn_dkv32_k(cuda_attn_args a) {
+static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_dkv32_k(cuda_attn_args a) {
   __shared__ CUDA_ATTN_BWD_SMEM(32) sm;
   cuda_attn_dkv_body<32, CUDA_ATTN_BWD_B(32)>(a, sm);
 }
-static __global__ void TT_LAUNCH_BOUNDS(CUDA_ATTN_THREADS) cuda_attn_dkv64_k(cuda_attn_args a) {
+static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_dkv64_k(cuda_attn_args a) {
   __shared__ CUDA_ATTN_BWD_SMEM(64) sm;
   cuda_attn_dkv_body<64, CUDA_ATTN_BWD_B(64)>(a, sm);
 }
-static __global__ void TT_LAUNCH_BOUNDS(CUDA_ATTN_THREADS) cuda_attn_dkv128_k(cuda_attn_args a) {
+static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_dkv128_k(cuda_attn_args a) {
   __shared__ CUDA_ATTN_BWD_SMEM(128) sm;
   cuda_attn_dkv_body<128, CUDA_ATTN_BWD_B(128)>(a, sm);
 }
