@@ -548,241 +548,6 @@ static void test_linear(void) {
 
 /* --------------------------------- transformer ops ------------------------------------ */
 
-/* Naive loops (double) for the transformer entries, installed into the reference backend's
- * table where it has none yet (the reference implementations are written elsewhere; once they
- * exist, the comparison is against them). */
-static double tr_ld(tt_dtype dt, const void *p, size_t i) { return test_get(p, dt, i); }
-static void tr_st(tt_dtype dt, void *p, size_t i, double v) {
-  if (dt == TT_F16)
-    ((uint16_t *)p)[i] = tt_f32_to_f16((float)v);
-  else
-    ((float *)p)[i] = (float)v;
-}
-static void tr_st_beta(tt_dtype dt, void *p, size_t i, double v, float beta) {
-  tr_st(dt, p, i, beta != 0.0f ? v + beta * tr_ld(dt, p, i) : v);
-}
-static float tr_beta_f(float old, double v, float beta) { return beta != 0.0f ? (float)(v + beta * old) : (float)v; }
-
-static int naive_ln_fwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const float *gamma,
-                        const float *beta, float eps, void *y, float *save_mean, float *save_invstd, void *ws,
-                        size_t ws_bytes) {
-  (void)b, (void)ws, (void)ws_bytes;
-  for (int r = 0; r < rows; r++) {
-    double m = 0, v = 0, is;
-    for (int c = 0; c < f; c++) m += tr_ld(dt, x, (size_t)r * f + c);
-    m /= f;
-    for (int c = 0; c < f; c++) v += (tr_ld(dt, x, (size_t)r * f + c) - m) * (tr_ld(dt, x, (size_t)r * f + c) - m);
-    is = 1.0 / sqrt(v / f + eps);
-    for (int c = 0; c < f; c++) tr_st(dt, y, (size_t)r * f + c, (tr_ld(dt, x, (size_t)r * f + c) - m) * is * gamma[c] + beta[c]);
-    if (save_mean) save_mean[r] = (float)m;
-    if (save_invstd) save_invstd[r] = (float)is;
-  }
-  return 0;
-}
-
-static int naive_ln_bwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const void *dy, const float *gamma,
-                        const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbeta,
-                        float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
-  double *sg = (double *)calloc((size_t)f, sizeof(double)), *sb = (double *)calloc((size_t)f, sizeof(double));
-  (void)b, (void)ws, (void)ws_bytes;
-  for (int r = 0; r < rows; r++) {
-    double a = 0, bm = 0, m = save_mean[r], is = save_invstd[r];
-    for (int c = 0; c < f; c++) {
-      size_t i = (size_t)r * f + c;
-      double xh = (tr_ld(dt, x, i) - m) * is, g = tr_ld(dt, dy, i);
-      a += g * gamma[c], bm += g * gamma[c] * xh;
-      sg[c] += g * xh, sb[c] += g;
-    }
-    a /= f, bm /= f;
-    if (dx)
-      for (int c = 0; c < f; c++) {
-        size_t i = (size_t)r * f + c;
-        double xh = (tr_ld(dt, x, i) - m) * is, g = tr_ld(dt, dy, i) * gamma[c];
-        tr_st_beta(dt, dx, i, is * (g - a - xh * bm), beta_dx);
-      }
-  }
-  for (int c = 0; c < f; c++) {
-    if (dgamma) dgamma[c] = tr_beta_f(dgamma[c], sg[c], beta_param);
-    if (dbeta) dbeta[c] = tr_beta_f(dbeta[c], sb[c], beta_param);
-  }
-  free(sg), free(sb);
-  return 0;
-}
-
-/* keep factor of probability (i, j) of (s, h): the dropout op's rule at the flat index */
-static double naive_keep(const tt_attn_desc *d, uint64_t seed, int s, int h, int i, int j) {
-  uint32_t thr;
-  uint64_t idx;
-  if (d->p <= 0.0f) return 1.0;
-  if (d->p >= 1.0f) return 0.0;
-  thr = (uint32_t)((double)d->p * 4294967296.0);
-  idx = (((uint64_t)s * d->heads + h) * d->t + i) * d->t + j;
-  return (uint32_t)(tt_dropout_hash(seed, idx) >> 32) >= thr ? (double)(1.0f / (1.0f - d->p)) : 0.0;
-}
-
-/* P [t, t] of (s, h) in double, masked entries 0; lse [t] when non-NULL. */
-static void naive_probs(const tt_attn_desc *d, tt_dtype dt, const void *qkv, int s, int h, double *P, double *lse) {
-  int t = d->t, f = d->heads * d->d;
-  for (int i = 0; i < t; i++) {
-    double mx = -INFINITY, sum = 0;
-    for (int j = 0; j < t; j++) {
-      double v = 0;
-      for (int c = 0; c < d->d; c++)
-        v += tr_ld(dt, qkv, ((size_t)s * t + i) * 3 * f + (size_t)h * d->d + c) *
-             tr_ld(dt, qkv, ((size_t)s * t + j) * 3 * f + f + (size_t)h * d->d + c);
-      P[(size_t)i * t + j] = (d->causal && j > i) ? -INFINITY : v * d->scale;
-      if (P[(size_t)i * t + j] > mx) mx = P[(size_t)i * t + j];
-    }
-    for (int j = 0; j < t; j++) sum += exp(P[(size_t)i * t + j] - mx);
-    for (int j = 0; j < t; j++) P[(size_t)i * t + j] = exp(P[(size_t)i * t + j] - mx) / sum;
-    if (lse) lse[i] = mx + log(sum);
-  }
-}
-
-static int naive_attn_fwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, void *o, float *lse,
-                          void *probs, uint64_t seed, void *ws, size_t ws_bytes) {
-  int t = d->t, f = d->heads * d->d;
-  double *P = (double *)malloc(sizeof(double) * t * t), *L = (double *)malloc(sizeof(double) * t);
-  (void)b, (void)ws, (void)ws_bytes;
-  for (int s = 0; s < d->n; s++)
-    for (int h = 0; h < d->heads; h++) {
-      naive_probs(d, dt, qkv, s, h, P, L);
-      for (int i = 0; i < t; i++) {
-        if (lse) lse[((size_t)s * d->heads + h) * t + i] = (float)L[i];
-        if (probs)
-          for (int j = 0; j < t; j++) tr_st(dt, probs, (((size_t)s * d->heads + h) * t + i) * t + j, P[(size_t)i * t + j]);
-        for (int c = 0; c < d->d; c++) {
-          double v = 0;
-          for (int j = 0; j < t; j++)
-            v += P[(size_t)i * t + j] * naive_keep(d, seed, s, h, i, j) *
-                 tr_ld(dt, qkv, ((size_t)s * t + j) * 3 * f + 2 * f + (size_t)h * d->d + c);
-          tr_st(dt, o, ((size_t)s * t + i) * f + (size_t)h * d->d + c, v);
-        }
-      }
-    }
-  free(P), free(L);
-  return 0;
-}
-
-static int naive_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, const void *o,
-                          const void *dout, const float *lse, const void *probs, uint64_t seed, void *dqkv, float beta,
-                          void *ws, size_t ws_bytes) {
-  int t = d->t, f = d->heads * d->d, dd = d->d;
-  double *P = (double *)malloc(sizeof(double) * t * t), *dS = (double *)malloc(sizeof(double) * t * t);
-  double *acc = (double *)malloc(sizeof(double) * 3 * t * dd);
-  (void)b, (void)o, (void)lse, (void)probs, (void)ws, (void)ws_bytes;
-#define NQ(i, c) tr_ld(dt, qkv, ((size_t)s * t + (i)) * 3 * f + (size_t)h * dd + (c))
-#define NK(i, c) tr_ld(dt, qkv, ((size_t)s * t + (i)) * 3 * f + f + (size_t)h * dd + (c))
-#define NV(i, c) tr_ld(dt, qkv, ((size_t)s * t + (i)) * 3 * f + 2 * f + (size_t)h * dd + (c))
-#define NDO(i, c) tr_ld(dt, dout, ((size_t)s * t + (i)) * f + (size_t)h * dd + (c))
-  for (int s = 0; s < d->n; s++)
-    for (int h = 0; h < d->heads; h++) {
-      naive_probs(d, dt, qkv, s, h, P, NULL);
-      memset(acc, 0, sizeof(double) * 3 * t * dd);
-      for (int i = 0; i < t; i++) {
-        double D = 0;
-        for (int j = 0; j < t; j++) {
-          double dp = 0, kp = naive_keep(d, seed, s, h, i, j);
-          for (int c = 0; c < dd; c++) dp += NDO(i, c) * NV(j, c);
-          dS[(size_t)i * t + j] = dp * kp; /* dP for now */
-          D += P[(size_t)i * t + j] * dp * kp;
-          for (int c = 0; c < dd; c++) acc[(2 * (size_t)t + j) * dd + c] += P[(size_t)i * t + j] * kp * NDO(i, c);
-        }
-        for (int j = 0; j < t; j++) dS[(size_t)i * t + j] = P[(size_t)i * t + j] * (dS[(size_t)i * t + j] - D);
-      }
-      for (int i = 0; i < t; i++)
-        for (int j = 0; j < t; j++)
-          for (int c = 0; c < dd; c++) {
-            acc[(size_t)i * dd + c] += d->scale * dS[(size_t)i * t + j] * NK(j, c);
-            acc[((size_t)t + j) * dd + c] += d->scale * dS[(size_t)i * t + j] * NQ(i, c);
-          }
-      for (int p = 0; p < 3; p++)
-        for (int i = 0; i < t; i++)
-          for (int c = 0; c < dd; c++)
-            tr_st_beta(dt, dqkv, ((size_t)s * t + i) * 3 * f + (size_t)p * f + (size_t)h * dd + c,
-                       acc[((size_t)p * t + i) * dd + c], beta);
-    }
-#undef NQ
-#undef NK
-#undef NV
-#undef NDO
-  free(P), free(dS), free(acc);
-  return 0;
-}
-
-static int naive_tokens_fwd(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *x, const float *cls_tok,
-                            const float *pos, void *y) {
-  int t = hw + cls;
-  (void)b;
-  for (int s = 0; s < n; s++)
-    for (int k = 0; k < t; k++)
-      for (int c = 0; c < f; c++) {
-        double v = k < cls ? cls_tok[c] : tr_ld(dt, x, ((size_t)s * f + c) * hw + (k - cls));
-        if (pos) v += pos[(size_t)k * f + c];
-        tr_st(dt, y, ((size_t)s * t + k) * f + c, v);
-      }
-  return 0;
-}
-
-static int naive_tokens_bwd(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *dy, void *dx,
-                            float *dcls, float *dpos, float beta_dx, float beta_param) {
-  int t = hw + cls;
-  (void)b;
-  for (int k = 0; k < t; k++)
-    for (int c = 0; c < f; c++) {
-      double v = 0;
-      for (int s = 0; s < n; s++) v += tr_ld(dt, dy, ((size_t)s * t + k) * f + c);
-      if (dpos) dpos[(size_t)k * f + c] = tr_beta_f(dpos[(size_t)k * f + c], v, beta_param);
-      if (k < cls && dcls) dcls[c] = tr_beta_f(dcls[c], v, beta_param);
-      if (k >= cls && dx)
-        for (int s = 0; s < n; s++)
-          tr_st_beta(dt, dx, ((size_t)s * f + c) * hw + (k - cls), tr_ld(dt, dy, ((size_t)s * t + k) * f + c), beta_dx);
-    }
-  return 0;
-}
-
-static int naive_token_pool_fwd(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *x, void *y) {
-  (void)b;
-  for (int s = 0; s < n; s++)
-    for (int c = 0; c < f; c++) {
-      double v = 0;
-      if (mode == 0)
-        v = tr_ld(dt, x, (size_t)s * t * f + c);
-      else {
-        for (int k = 0; k < t; k++) v += tr_ld(dt, x, ((size_t)s * t + k) * f + c);
-        v /= t;
-      }
-      tr_st(dt, y, (size_t)s * f + c, v);
-    }
-  return 0;
-}
-
-static int naive_token_pool_bwd(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *dy, void *dx,
-                                float beta) {
-  (void)b;
-  for (int s = 0; s < n; s++)
-    for (int k = 0; k < t; k++)
-      for (int c = 0; c < f; c++) {
-        double g = tr_ld(dt, dy, (size_t)s * f + c);
-        tr_st_beta(dt, dx, ((size_t)s * t + k) * f + c, mode == 0 ? (k == 0 ? g : 0.0) : g / t, beta);
-      }
-  return 0;
-}
-
-/* Fills the reference backend's missing transformer entries with the loops above; says which. */
-static void test_transformer_truth(void) {
-  int naive = 0;
-  if (!cpu->ln_fwd) cpu->ln_fwd = naive_ln_fwd, naive++;
-  if (!cpu->ln_bwd) cpu->ln_bwd = naive_ln_bwd, naive++;
-  if (!cpu->attn_fwd) cpu->attn_fwd = naive_attn_fwd, naive++;
-  if (!cpu->attn_bwd) cpu->attn_bwd = naive_attn_bwd, naive++;
-  if (!cpu->tokens_fwd) cpu->tokens_fwd = naive_tokens_fwd, naive++;
-  if (!cpu->tokens_bwd) cpu->tokens_bwd = naive_tokens_bwd, naive++;
-  if (!cpu->token_pool_fwd) cpu->token_pool_fwd = naive_token_pool_fwd, naive++;
-  if (!cpu->token_pool_bwd) cpu->token_pool_bwd = naive_token_pool_bwd, naive++;
-  if (naive) printf("  transformer ops: %d of 8 compared against the test's own loops (the reference backend has none)\n", naive);
-}
-
 /* The planned workspace of an op on each side (the reference's may be 0). */
 static void test_op_ws(const tt_op_desc *od, size_t *wsz, void **wsp) {
   wsz[0] = cpu->op_workspace(cpu, od);
@@ -871,7 +636,7 @@ static void test_attention(void) {
     for (int k = 0; k < 6; k++) {
       tt_attn_desc ad;
       tt_op_desc od;
-      size_t wsz[2], nq, no, nl, np;
+      size_t wsz[2], nq, no, nl, np, fws;
       void *wsp[2];
       uint64_t seed = 0x5eed0000ull + (uint64_t)k;
       double tol = dt == TT_F16 ? 1e-2 : 1e-4;
@@ -882,23 +647,29 @@ static void test_attention(void) {
       memset(&od, 0, sizeof od);
       od.kind = TT_OP_ATTN_FWD, od.dt = dt, od.u.attn = ad;
       TT_CHECK(gpu->op_workspace(gpu, &od) == 0, "attn_fwd asks for a workspace");
+      fws = cpu->op_workspace(cpu, &od); /* the reference's scratch */
+      TT_CHECK(fws != TT_WS_ERROR, "reference attn_fwd workspace: %s", cpu->last_error(cpu));
       od.kind = TT_OP_ATTN_BWD;
       test_op_ws(&od, wsz, wsp);
+      if (fws != TT_WS_ERROR && fws > wsz[0]) { /* one buffer serves both directions */
+        free(wsp[0]);
+        wsz[0] = fws, wsp[0] = malloc(fws + 1);
+      }
 #define WS wsp[side], wsz[side]
       nq = (size_t)ad.n * ad.t * 3 * ad.heads * ad.d, no = (size_t)ad.n * ad.t * ad.heads * ad.d;
       nl = (size_t)ad.n * ad.heads * ad.t, np = nl * ad.t;
       tt2 qkv = mk(nq, dt, -2, 2), o = mk(no, dt, 0, 0), lse = mk(nl, TT_F32, 0, 0), pr = mk(np, dt, -1, -1);
       tt2 dout = mk(no, dt, -1, 1), dqkv = mk(nq, dt, -1, 1);
-      BOTH(B->attn_fwd(B, &ad, dt, P(qkv), P(o), NULL, NULL, seed, NULL, 0)); /* evaluation: o only */
+      BOTH(B->attn_fwd(B, &ad, dt, P(qkv), P(o), NULL, NULL, seed, WS)); /* evaluation: o only */
       cmp("attn_fwd o (no lse)", o, tol);
-      BOTH(B->attn_fwd(B, &ad, dt, P(qkv), P(o), PF(lse), NULL, seed, NULL, 0));
+      BOTH(B->attn_fwd(B, &ad, dt, P(qkv), P(o), PF(lse), NULL, seed, WS));
       cmp("attn_fwd o", o, tol);
       cmp("attn_fwd lse", lse, dt == TT_F16 ? 1e-3 : 1e-5);
       BOTH(B->attn_bwd(B, &ad, dt, P(qkv), P(o), P(dout), PF(lse), NULL, seed, P(dqkv), 1.0f, WS));
       cmp("attn_bwd dqkv beta=1 (from lse)", dqkv, tol);
       BOTH(B->attn_bwd(B, &ad, dt, P(qkv), P(o), P(dout), PF(lse), NULL, seed, P(dqkv), 0.0f, WS));
       cmp("attn_bwd dqkv beta=0 (from lse)", dqkv, tol);
-      BOTH(B->attn_fwd(B, &ad, dt, P(qkv), P(o), PF(lse), P(pr), seed, NULL, 0)); /* the kept-probabilities form */
+      BOTH(B->attn_fwd(B, &ad, dt, P(qkv), P(o), PF(lse), P(pr), seed, WS)); /* the kept-probabilities form */
       cmp("attn_fwd probs", pr, tol);
       cmp("attn_fwd o (with probs)", o, tol);
       BOTH(B->attn_bwd(B, &ad, dt, P(qkv), P(o), P(dout), NULL, P(pr), seed, P(dqkv), 0.0f, WS));
@@ -1464,7 +1235,6 @@ int main(void) {
   test_pooling();
   test_conv();
   test_linear();
-  test_transformer_truth();
   test_layernorm();
   test_attention();
   test_tokens();
