@@ -760,7 +760,8 @@ int tt_cuda_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const vo
   if (cuda_attn_check(b, "attn_bwd", d, dt)) return -1;
   if (!qkv || !o || !dout || !dqkv) return tt_cuda_fail(b, "attn_bwd: NULL qkv, o, dout or dqkv");
   if (!lse && !probs) return tt_cuda_fail(b, "attn_bwd: needs lse (the fused form) or the forward's probs");
-  if (dqkv == qkv) return tt_cuda_fail(b, "attn_bwd: dqkv may not alias qkv (backward reads qkv while writing it)");
+  if (dqkv == qkv || dqkv == o || dqkv == dout)
+    return tt_cuda_fail(b, "attn_bwd: dqkv may not alias qkv, o or dout (backward reads them while writing it)");
   need = cuda_attn_ws_bytes(d);
   if (!ws || ws_bytes < need || ((uintptr_t)ws & 3))
     return tt_cuda_fail(b, "attn_bwd: workspace %zu bytes at %p, needs %zu bytes (op_workspace)", ws_bytes, ws, need);
@@ -917,25 +918,17 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_tok_fwd_k(int
   }
 }
 
-/* dx [n, t, f] = beta * dx + the routed dy; token0_only: mode 0 with beta == 1, where only token
- * 0 changes (count is then n * f, e indexing [n, f]). */
-static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_tok_bwd_k(size_t count, int t, int f, int mode,
+/* dx [n, t, f] = beta * dx + the routed dy: one thread per (sample, channel), dy read once and
+ * the sample's tokens written in order (a warp writes 32 consecutive channels of one token).
+ * token0_only: mode 0 with beta == 1, where only token 0 changes. */
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_tok_bwd_k(int n, int t, int f, int mode,
                                                                              int token0_only, tt_dtype dt,
                                                                              const void *dy, void *dx, float beta) {
-  TT_CUDA_LOOP(e, count) {
-    size_t c = e % (size_t)f, r = e / (size_t)f, s, k, o;
-    float v;
-    if (token0_only) {
-      s = r, k = 0;
-    } else {
-      s = r / (size_t)t, k = r % (size_t)t;
-    }
-    o = (s * t + k) * f + c;
-    if (mode == 0)
-      v = k == 0 ? tt_cuda_ld(dt, dy, s * f + c) : 0.0f;
-    else
-      v = tt_cuda_ld(dt, dy, s * f + c) / (float)t;
-    tt_cuda_st_beta(dt, dx, o, v, beta);
+  TT_CUDA_LOOP(e, (size_t)n * f) {
+    const size_t s = e / (size_t)f, c = e % (size_t)f, base = s * t * f + c;
+    const float g = tt_cuda_ld(dt, dy, e), v = mode == 0 ? g : g / (float)t;
+    const int kend = token0_only ? 1 : t;
+    for (int k = 0; k < kend; k++) tt_cuda_st_beta(dt, dx, base + (size_t)k * f, mode == 0 && k ? 0.0f : v, beta);
   }
 }
 
@@ -953,12 +946,11 @@ int tt_cuda_token_pool_fwd(tt_backend *b, int n, int t, int f, int mode, tt_dtyp
 int tt_cuda_token_pool_bwd(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *dy, void *dx,
                            float beta) {
   int token0_only = mode == 0 && beta == 1.0f;
-  size_t count = token0_only ? (size_t)n * f : (size_t)n * t * f;
   if (n <= 0 || t <= 0 || f <= 0 || (mode != 0 && mode != 1))
     return tt_cuda_fail(b, "token_pool_bwd: bad shape n=%d t=%d f=%d mode=%d", n, t, f, mode);
   if (cuda_tr_dt(b, "token_pool_bwd", dt)) return -1;
   if (!dy || !dx) return tt_cuda_fail(b, "token_pool_bwd: NULL dy or dx");
-  TT_LAUNCH(cuda_pool_tok_bwd_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_tr_stream(b), count, t, f, mode,
+  TT_LAUNCH(cuda_pool_tok_bwd_k, tt_cuda_blocks((size_t)n * f), TT_CUDA_THREADS, 0, cuda_tr_stream(b), n, t, f, mode,
             token0_only, dt, dy, dx, beta);
   CUDA_LAUNCH_CHECK(b, "token_pool_bwd");
   return 0;
