@@ -61,6 +61,13 @@ static const known_t known[] = {
     {"bn_bwd", 1.75, 0.69, "two passes over x and dy (sums, dx); 7x7 planes unaligned"},
     {"maxpool_fwd", 2.0, 0.47, "overlapping 3x3/2 windows (an L1 serves the re-reads), 2-byte gathers"},
     {"maxpool_bwd", 10.3, 0.44, "gather form re-finds each covering window's maximum from x"},
+    /* transformer ops (cuda_transformer.cu): re-reads that a device's L1/L2 serves (the distinct
+     * bytes are at or near 1x) */
+    {"ln_fwd", 3.0, 0.80, "gamma and beta (fp32) read by every row's warp; 1.00x distinct"},
+    {"ln_bwd", 3.75, 0.80, "dgamma/dbeta's column pass reads x and dy again; gamma read per row"},
+    {"attn_fwd", 2.0, 0.80, "flash-style: k and v read once per 32-query tile (1.00x distinct)"},
+    {"attn_bwd", 2.7, 0.80, "q, dO read per key tile (dk/dv), k, v per query tile (dq), D from dO and o"},
+    {"tokens_bwd", 1.3, 0.80, "dy read twice: the batch sums of dpos/dcls, then the transpose to dx"},
     {NULL, 0, 0, NULL},
 };
 
@@ -241,6 +248,73 @@ int main(void) {
     row("sgd_update", shape, 5.0 * cnt * 4);
     gpu->adam_update(gpu, cnt, w, g, m, v, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 1, 1, 1.0f, NULL, NULL);
     row("adam_update", shape, 7.0 * cnt * 4);
+  }
+  /* ---- transformer ops (fp16 tokens, fp32 parameters and statistics) ----
+   * layer norm over a ViT-B sample's 197 tokens of 768: forward reads x, gamma, beta, writes y
+   * and the two statistics; backward reads x, dy, gamma, the statistics, writes dx, dgamma, dbeta.
+   * Attention, 65 tokens, 4 heads of 64: forward reads qkv, writes o and lse; backward reads qkv,
+   * o, dout, lse, writes dqkv. Patch tokens: 64 positions of 256 channels and the class token;
+   * token pooling (mean) over 4 samples of 65 tokens. */
+  {
+    int rows = 197, f = 768;
+    size_t m = (size_t)rows * f, wsb;
+    void *x, *y, *dy, *dx, *ws;
+    float *p;
+    tt_op_desc od;
+    memset(&od, 0, sizeof od);
+    od.kind = TT_OP_LN_BWD, od.dt = h, od.u.ln.rows = rows, od.u.ln.f = f, od.u.ln.eps = 1e-6f;
+    wsb = gpu->op_workspace(gpu, &od);
+    aoff = 0;
+    x = dalloc(m * es), y = dalloc(m * es), dy = dalloc(m * es), dx = dalloc(m * es);
+    p = (float *)dalloc(((size_t)4 * f + 2 * rows) * sizeof(float));
+    ws = dalloc(wsb ? wsb : 1);
+    snprintf(shape, sizeof shape, "%dx%d", rows, f);
+    gpu->ln_fwd(gpu, rows, f, h, x, p, p + f, 1e-6f, y, p + 4 * f, p + 4 * f + rows, NULL, 0);
+    row("ln_fwd", shape, 2.0 * m * es + 8.0 * f + 8.0 * rows);
+    gpu->ln_bwd(gpu, rows, f, h, x, dy, p, p + 4 * f, p + 4 * f + rows, dx, p + 2 * f, p + 3 * f, 0.0f, 0.0f, ws, wsb);
+    row("ln_bwd", shape, 3.0 * m * es + 12.0 * f + 8.0 * rows);
+  }
+  {
+    tt_attn_desc ad;
+    size_t nq, no, nl, wsb;
+    void *qkv, *o, *dout, *dqkv, *ws;
+    float *lse;
+    tt_op_desc od;
+    memset(&ad, 0, sizeof ad);
+    ad.n = 1, ad.t = 65, ad.heads = 4, ad.d = 64, ad.scale = 0.125f;
+    memset(&od, 0, sizeof od);
+    od.kind = TT_OP_ATTN_BWD, od.dt = h, od.u.attn = ad;
+    wsb = gpu->op_workspace(gpu, &od);
+    nq = (size_t)ad.t * 3 * ad.heads * ad.d, no = (size_t)ad.t * ad.heads * ad.d, nl = (size_t)ad.heads * ad.t;
+    aoff = 0;
+    qkv = dalloc(nq * es), o = dalloc(no * es), dout = dalloc(no * es), dqkv = dalloc(nq * es);
+    lse = (float *)dalloc(nl * 4), ws = dalloc(wsb ? wsb : 1);
+    gpu->attn_fwd(gpu, &ad, h, qkv, o, lse, NULL, 1, NULL, 0);
+    row("attn_fwd", "1x65 4x64", (double)(nq + no) * es + 4.0 * nl);
+    gpu->attn_bwd(gpu, &ad, h, qkv, o, dout, lse, NULL, 1, dqkv, 0.0f, ws, wsb);
+    row("attn_bwd", "1x65 4x64", (double)(2 * nq + 2 * no) * es + 4.0 * nl);
+  }
+  {
+    int n = 1, f = 256, hw = 64, t = hw + 1;
+    void *x, *y, *dy, *dx;
+    float *p;
+    aoff = 0;
+    x = dalloc((size_t)n * f * hw * es), y = dalloc((size_t)n * t * f * es), dy = dalloc((size_t)n * t * f * es);
+    dx = dalloc((size_t)n * f * hw * es), p = (float *)dalloc((size_t)(2 * t + 2) * f * 4);
+    gpu->tokens_fwd(gpu, n, f, hw, 1, h, x, p, p + f, y);
+    row("tokens_fwd", "1x256x64 +cls", (double)n * f * (hw + t) * es + 4.0 * f * (t + 1));
+    gpu->tokens_bwd(gpu, n, f, hw, 1, h, dy, dx, p + (size_t)(t + 1) * f, p + (size_t)(t + 2) * f, 0.0f, 0.0f);
+    row("tokens_bwd", "1x256x64 +cls", (double)n * f * (hw + t) * es + 4.0 * f * (t + 1));
+  }
+  {
+    int n = 4, t = 65, f = 256;
+    void *x, *y;
+    aoff = 0;
+    x = dalloc((size_t)n * t * f * es), y = dalloc((size_t)n * f * es);
+    gpu->token_pool_fwd(gpu, n, t, f, 1, h, x, y);
+    row("token_pool_fwd", "4x65x256 mean", (double)n * f * (t + 1) * es);
+    gpu->token_pool_bwd(gpu, n, t, f, 1, h, y, x, 0.0f);
+    row("token_pool_bwd", "4x65x256 mean", (double)n * f * (t + 1) * es);
   }
   tt_emu_traffic_enable(0);
   TT_TEST_END();

@@ -379,10 +379,12 @@ extern "C" int tt_cuda_mem_used(tt_backend *b, size_t *used, size_t *total) {
  * every kernel of ours on the device before the reserve is measured. */
 static int cuda_be_check_kernels(tt_backend *b, const cudaDeviceProp *prop) {
   tt_cuda_state *st = tt_cuda_st(b);
-  const tt_cuda_kernel *tabs[3] = {tt_cuda_elementwise_kernels, tt_cuda_norm_kernels, tt_cuda_loss_optim_kernels};
-  int counts[3] = {tt_cuda_elementwise_nkernels, tt_cuda_norm_nkernels, tt_cuda_loss_optim_nkernels};
+  const tt_cuda_kernel *tabs[4] = {tt_cuda_elementwise_kernels, tt_cuda_norm_kernels, tt_cuda_loss_optim_kernels,
+                                   tt_cuda_transformer_kernels};
+  int counts[4] = {tt_cuda_elementwise_nkernels, tt_cuda_norm_nkernels, tt_cuda_loss_optim_nkernels,
+                   tt_cuda_transformer_nkernels};
   int t, i, cc = prop->major * 10 + prop->minor;
-  for (t = 0; t < 3; t++)
+  for (t = 0; t < 4; t++)
     for (i = 0; i < counts[t]; i++) {
       const tt_cuda_kernel *k = &tabs[t][i];
       cudaFuncAttributes a;
@@ -502,7 +504,8 @@ static void cuda_be_create_fail(char *errbuf, size_t errsize, const char *fmt, .
 }
 
 /* The generic workspace query: convolution and linear as their own queries (cuDNN's
- * algorithm workspace, the fp16 staging of GEMMs); nothing else needs one here. */
+ * algorithm workspace, the fp16 staging of GEMMs); batch norm's, layer norm's backward and
+ * attention's backward partials (cuda_norm.cu, cuda_transformer.cu); nothing else needs one. */
 static size_t cuda_be_op_workspace(tt_backend *b, const tt_op_desc *op) {
   const tt_linear_desc *l = &op->u.linear;
   switch (op->kind) {
@@ -514,6 +517,10 @@ static size_t cuda_be_op_workspace(tt_backend *b, const tt_op_desc *op) {
     case TT_OP_LINEAR_BWD_FILTER: return tt_cuda_linear_workspace(b, l->n, l->in, l->out, op->dt, TT_WS_BWD_FILTER);
     case TT_OP_BN_FWD_TRAIN:
     case TT_OP_BN_BWD: return tt_cuda_bn_workspace(op->u.bn.n, op->u.bn.c, op->u.bn.hw, op->dt);
+    case TT_OP_LN_FWD:
+    case TT_OP_LN_BWD: return tt_cuda_ln_workspace(b, op->u.ln.rows, op->u.ln.f, op->dt, op->kind == TT_OP_LN_BWD);
+    case TT_OP_ATTN_FWD:
+    case TT_OP_ATTN_BWD: return tt_cuda_attn_workspace(b, &op->u.attn, op->dt, op->kind == TT_OP_ATTN_BWD);
     default: return 0;
   }
 }
@@ -546,9 +553,8 @@ static const tt_backend cuda_be_table = {
     cuda_be_op_workspace, cuda_be_prepare,
     tt_cuda_act_mask, tt_cuda_act_bwd_mask, tt_cuda_pool_argmax, tt_cuda_pool_bwd_idx,
     tt_cuda_save_compress, tt_cuda_save_restore,
-    /* ln_fwd, ln_bwd, attn_fwd, attn_bwd, tokens_fwd, tokens_bwd, token_pool_fwd, token_pool_bwd:
-     * not in this branch yet (the transformer kernels' branch fills them) */
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    tt_cuda_ln_fwd, tt_cuda_ln_bwd, tt_cuda_attn_fwd, tt_cuda_attn_bwd, tt_cuda_tokens_fwd, tt_cuda_tokens_bwd,
+    tt_cuda_token_pool_fwd, tt_cuda_token_pool_bwd,
     tt_cuda_sum_squares,
 };
 

@@ -9,7 +9,8 @@
  * Files, one concern each, pairing up with kernels/cpu/: cuda_backend.cu (table, device,
  * memory, streams), cuda_conv.cu (cuDNN), cuda_linear.cu (cuBLAS), cuda_norm.cu (batch norm,
  * pooling), cuda_elementwise.cu, cuda_loss_optim.cu (softmax cross-entropy, optimizer
- * updates, the overflow check).
+ * updates, the overflow check), cuda_transformer.cu (layer norm, fused attention, patch tokens,
+ * token pooling).
  *
  * Names: functions shared between the CUDA files start tt_cuda_; file-static helpers start
  * with cuda_. fp16 tensors are IEEE half (__half), bf16 tensors bfloat16 (__nv_bfloat16: the high
@@ -145,8 +146,10 @@ typedef struct tt_cuda_kernel {
   int threads;
 } tt_cuda_kernel;
 #define TT_CUDA_KERNEL(k, threads) {#k, (const void *)(k), (threads)}
-extern const tt_cuda_kernel tt_cuda_elementwise_kernels[], tt_cuda_norm_kernels[], tt_cuda_loss_optim_kernels[];
-extern const int tt_cuda_elementwise_nkernels, tt_cuda_norm_nkernels, tt_cuda_loss_optim_nkernels;
+extern const tt_cuda_kernel tt_cuda_elementwise_kernels[], tt_cuda_norm_kernels[], tt_cuda_loss_optim_kernels[],
+    tt_cuda_transformer_kernels[];
+extern const int tt_cuda_elementwise_nkernels, tt_cuda_norm_nkernels, tt_cuda_loss_optim_nkernels,
+    tt_cuda_transformer_nkernels;
 
 /* Fully unrolls the next loop on the device (a register array indexed by its counter stays in
  * registers); nothing in the host emulation. */
@@ -445,4 +448,26 @@ int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, f
                         float grad_scale, const tt_clip *clip, const int32_t *skip);
 int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
 int tt_cuda_sum_squares(tt_backend *b, size_t count, const float *g, float *acc);
+/* cuda_transformer.cu */
+/* Workspace bytes (bwd: the backward's; the forwards take none), TT_WS_ERROR with the reason
+ * recorded for a call the kernels cannot run. */
+size_t tt_cuda_ln_workspace(tt_backend *b, int rows, int f, tt_dtype dt, int bwd);
+size_t tt_cuda_attn_workspace(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, int bwd);
+int tt_cuda_ln_fwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const float *gamma, const float *beta,
+                   float eps, void *y, float *save_mean, float *save_invstd, void *ws, size_t ws_bytes);
+int tt_cuda_ln_bwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const void *dy, const float *gamma,
+                   const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbeta,
+                   float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+int tt_cuda_attn_fwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, void *o, float *lse,
+                     void *probs, uint64_t seed, void *ws, size_t ws_bytes);
+int tt_cuda_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, const void *o,
+                     const void *dout, const float *lse, const void *probs, uint64_t seed, void *dqkv, float beta,
+                     void *ws, size_t ws_bytes);
+int tt_cuda_tokens_fwd(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *x, const float *cls_tok,
+                       const float *pos, void *y);
+int tt_cuda_tokens_bwd(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *dy, void *dx,
+                       float *dcls, float *dpos, float beta_dx, float beta_param);
+int tt_cuda_token_pool_fwd(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *x, void *y);
+int tt_cuda_token_pool_bwd(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *dy, void *dx,
+                           float beta);
 #endif
