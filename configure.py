@@ -51,7 +51,7 @@ DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "
 # tests/test_layering.py holds that), then the arena planner and the CPU backends.
 LIB_DIRS = ["core/base", "core/compile", "core/data", "core/runtime", "core/app", "arena", "kernels/ref", "kernels/cpu"]
 CLI_SOURCES = ["core/app/main.c"]
-TESTS = ["test_ops", "test_cpu_vs_ref", "test_arena", "test_recipe", "test_data", "test_safetensors", "test_graph",
+TESTS = ["test_ops", "test_transformer_ops", "test_cpu_vs_ref", "test_arena", "test_recipe", "test_data", "test_safetensors", "test_graph",
          "test_lower", "test_step", "test_train", "test_sched", "test_equiv", "test_cuda", "test_api", "test_finetune",
          "test_stream", "test_vit_torch"]
 # The CUDA backend's own sources compiled as C++ against tests/cuda_emu (host emulation): test_cuda

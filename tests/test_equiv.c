@@ -3,7 +3,10 @@
  *   1. checkpointed training == plain training, bit-exact on CPU fp32 (batch norm + dropout);
  *   2. k accumulated micro-batches of m == one batch of k*m (no batch norm; SGD and Adam);
  *   3. fp16 autocast tracks fp32 on Fashion-MNIST (loss curve, test accuracy);
- *   4. the dynamic loss scaler, alone and with an injected overflow. */
+ *   4. the dynamic loss scaler, alone and with an injected overflow;
+ *   5. a tiny Vision Transformer on the ref and cpu backends: recompute == plain (bit-exact), the
+ *      fused attention form == kept probabilities, k x m accumulation == k*m, and training
+ *      reduces the loss. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -930,6 +933,240 @@ static void test_overflow_injection(tt_backend *be) {
 }
 
 /* ======================================================================== 5-7. scheduler */
+/* ======================================================================== 5. the Vision Transformer */
+
+/* A tiny ViT: 8x8 images in 4x4 patches (4 tokens + the class token, 8 wide), two pre-norm blocks
+ * of 2-head attention (dropout on the probabilities, as vit_drop) and a GELU MLP with dropout,
+ * the class token's layer norm into a 4-way head. */
+static const char *VIT_FMT =
+    "[net]\ninput = 1x8x8\nclasses = 4\n"
+    "[train]\nbatch = 8\noptimizer = adamw\nlr = 0.003\nweight_decay = 0.05\n"
+    "[block enc]\n"
+    "[layernorm ln_1]\neps = 1e-6\n"
+    "[attention self_attention]\nheads = 2\ndropout = %s\n"
+    "[add res1]\nfrom = in, self_attention\n"
+    "[layernorm ln_2]\neps = 1e-6\n"
+    "[linear mlp.0]\nout = 16\n"
+    "[gelu mlp.1]\napproximate = %s\n"
+    "[dropout mlp.2]\np = %s\n"
+    "[linear mlp.3]\nout = 8\n"
+    "[add res2]\nfrom = res1, mlp.3\n"
+    "[end]\n"
+    "[patch_embed embed]\nsize = 4\ndim = 8\n"
+    "[enc layers]\nrepeat = 2\n"
+    "[layernorm ln]\neps = 1e-6\n"
+    "[token]\nmode = %s\n"
+    "[linear head]\nout = 4\n";
+
+#define VIT_STEPS 3
+#define VIT_PER 64 /* 1x8x8 */
+
+typedef struct vit_cfg {
+  int mb, accum, fused, steps;
+  const unsigned char *rec;
+} vit_cfg;
+
+/* cfg.steps AdamW steps of mb x accum from the same seeds; the final state (roles values,
+ * gradients, m, v) and the last step's loss statistics. */
+static int vit_run(const net *n, tt_backend *be, const vit_cfg *cf, const float *in, const int32_t *labs, float *state,
+                   float stats[2], int *nrec_steps, tt_err *e) {
+  tt_program p;
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = cf->mb, pol.accum_steps = cf->accum, pol.act_dtype = TT_F32, pol.inplace = 1;
+  pol.recompute = (unsigned char *)cf->rec, pol.training = 1, pol.attn_fused = cf->fused;
+  if (tt_lower(&n->g, &pol, be, &p, e)) return -1;
+  if (tt_program_plan(&p, e)) {
+    tt_program_free(&p);
+    return -1;
+  }
+  if (nrec_steps) *nrec_steps = count_flag(&p, TT_SF_RECOMPUTE);
+  tt_exec x;
+  if (tt_exec_create(&x, &n->g, &p, NULL, be, 7, e)) {
+    tt_program_free(&p);
+    return -1;
+  }
+  int rc = tt_exec_init_params(&x, 2024, e), eff = cf->mb * cf->accum;
+  tt_opt_hparams hp;
+  memset(&hp, 0, sizeof hp);
+  hp.kind = TT_OPT_ADAMW, hp.lr = 3e-3f, hp.weight_decay = 0.05f, hp.beta1 = 0.9f, hp.beta2 = 0.999f, hp.eps = 1e-8f;
+  for (int s = 0; s < cf->steps && !rc; s++) {
+    if (!rc) rc = tt_exec_stats(&x, NULL, 1, e);
+    for (int k = 0; k < cf->accum && !rc; k++) {
+      size_t b0 = (size_t)s * eff + (size_t)k * cf->mb;
+      rc = tt_exec_micro_step_f32(&x, in + b0 * VIT_PER, labs + b0, k, (uint64_t)s, 1.0f / eff, e);
+    }
+    int of = 0;
+    if (!rc) rc = tt_exec_update(&x, &hp, s + 1, 1.0f, &of, e);
+  }
+  if (!rc && state) rc = snapshot(&x, state, 4, e);
+  if (!rc && stats) rc = tt_exec_stats(&x, stats, 0, e);
+  tt_exec_destroy(&x);
+  tt_program_free(&p);
+  return rc;
+}
+
+static void vit_data(int count, float **in, int32_t **labs, uint64_t seed) {
+  tt_test_rng r = {seed};
+  *in = (float *)malloc(sizeof(float) * VIT_PER * (size_t)count);
+  *labs = (int32_t *)malloc(sizeof(int32_t) * (size_t)count);
+  for (size_t i = 0; i < (size_t)VIT_PER * count; i++) (*in)[i] = (float)(tt_test_rng_unit(&r) * 2 - 1);
+  for (int i = 0; i < count; i++) (*labs)[i] = (int32_t)(tt_test_rng_next(&r) % 4);
+}
+
+/* Per parameter and role, max|a-b|/max|b| <= tol (0: bit-exact); the worst into *worst.
+ * vit_skip_kbias: leave out the key third of every in_proj_bias. Its gradient is zero in exact
+ * arithmetic (a key bias adds q.b_k to a whole row of scores, which softmax ignores), so it is
+ * rounding noise of 1e-9, which Adam's m/sqrt(v) turns into lr-sized steps that differ with the
+ * summation order (PyTorch's too); they change nothing else, for the same reason. */
+static int vit_skip_kbias;
+static int vit_compare(const tt_graph *g, const char *what, const float *a, const float *b, int roles, double tol, double *worst) {
+  size_t off = 0;
+  int bad = 0;
+  for (int i = 0; i < g->nparams; i++)
+    for (int role = 0; role < 4; role++) {
+      size_t k = g->params[i].numel;
+      if (role < roles) {
+        const char *nm = g->params[i].name;
+        size_t L = strlen(nm);
+        double re = rel_err(a + off, b + off, k);
+        if (vit_skip_kbias && L > 12 && !strcmp(nm + L - 12, "in_proj_bias")) { /* q and v thirds only */
+          double r1 = rel_err(a + off, b + off, k / 3), r2 = rel_err(a + off + 2 * (k / 3), b + off + 2 * (k / 3), k / 3);
+          re = r1 > r2 ? r1 : r2;
+        }
+        if (re > *worst) *worst = re;
+        if (tol == 0.0 ? memcmp(a + off, b + off, k * sizeof(float)) != 0 : re > tol) {
+          if (!bad) TT_CHECK(0, "%s: '%s' role %d differs: max|a-b|/max|b| = %.3g", what, g->params[i].name, role, re);
+          bad = 1;
+        }
+      }
+      off += k;
+    }
+  return bad;
+}
+
+static void test_vit(tt_backend *be) {
+  char name[192], text[2048];
+  tt_err e;
+  net n;
+  /* attention dropout and MLP dropout on; erf GELU; class token */
+  snprintf(text, sizeof text, VIT_FMT, "0.1", "none", "0.1", "class");
+  if (net_open(&n, "vit.recipe", text, NULL, &e)) {
+    snprintf(name, sizeof name, "vit (%s): recipe", be->name);
+    TT_TEST_BEGIN(name);
+    TT_CHECK(0, "%s", e.msg);
+    TT_TEST_END();
+    return;
+  }
+  size_t sf = state_floats(&n.g);
+  float *in, *a = (float *)calloc(sf, sizeof(float)), *b = (float *)calloc(sf, sizeof(float)), sa[2], sb[2];
+  int32_t *labs;
+  vit_data(8 * VIT_STEPS, &in, &labs, 31);
+  unsigned char *rec = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
+  vit_cfg plain = {4, 2, 0, VIT_STEPS, NULL};
+
+  /* 1. recompute (every non-cut node, then the scheduler's `all`: whole transformer blocks) ==
+   * plain, bit-exact: the same kernels on the same inputs, dropout masks regenerated */
+  snprintf(name, sizeof name, "vit (%s): checkpointed training == plain, bit-exact (fp32, attention + MLP dropout)", be->name);
+  TT_TEST_BEGIN(name);
+  if (vit_run(&n, be, &plain, in, labs, a, sa, NULL, &e)) {
+    TT_CHECK(0, "plain: %s", e.msg);
+  } else {
+    for (int variant = 0; variant < 2; variant++) {
+      if (variant == 0) rec_all(&n.g, rec);
+      else TT_CHECK(tt_recompute_all(&n.g, rec, &e) == 0, "%s", e.msg);
+      int nrec = 0, nrs = 0, attn_rec = 0;
+      for (int v = 0; v < n.g.nnodes; v++) nrec += rec[v], attn_rec += rec[v] && n.g.nodes[v].kind == TT_L_ATTENTION;
+      vit_cfg c = plain;
+      c.rec = rec;
+      double worst = 0.0;
+      if (vit_run(&n, be, &c, in, labs, b, sb, &nrs, &e)) {
+        TT_CHECK(0, "recompute: %s", e.msg);
+        continue;
+      }
+      printf("  variant %d: %d nodes marked (%d attention), %d recompute steps\n", variant, nrec, attn_rec, nrs);
+      TT_CHECK(nrs > 0 && attn_rec > 0, "variant %d: no attention recomputed (%d steps)", variant, nrs);
+      TT_CHECK(memcmp(sa, sb, sizeof sa) == 0, "variant %d: loss statistics %.9g vs %.9g", variant, (double)sa[0], (double)sb[0]);
+      vit_compare(&n.g, variant ? "scheduler's all" : "every non-cut node", b, a, 4, 0.0, &worst);
+    }
+  }
+  TT_TEST_END();
+
+  /* 2. the fused form (probabilities rebuilt from lse) == kept probabilities: the same loss and
+   * gradients within 1e-5 (the same dropout mask, from the same hash) */
+  snprintf(name, sizeof name, "vit (%s): fused attention == kept probabilities (loss, every gradient and state, 1e-5)", be->name);
+  TT_TEST_BEGIN(name);
+  {
+    vit_cfg c = plain;
+    c.fused = 1;
+    double worst = 0.0;
+    if (vit_run(&n, be, &c, in, labs, b, sb, NULL, &e)) {
+      TT_CHECK(0, "fused: %s", e.msg);
+    } else {
+      TT_CHECK(fabs((double)sa[0] - sb[0]) <= 1e-5 * fabs((double)sa[0]) && sa[1] == sb[1], "loss %.9g vs %.9g", (double)sa[0],
+               (double)sb[0]);
+      vit_compare(&n.g, "fused", b, a, 4, 1e-5, &worst);
+      printf("  worst per-tensor relative difference %.3g\n", worst);
+      /* and with recompute on top: fused + whole blocks recomputed == plain */
+      TT_CHECK(tt_recompute_all(&n.g, rec, &e) == 0, "%s", e.msg);
+      c.rec = rec;
+      if (vit_run(&n, be, &c, in, labs, b, sb, NULL, &e)) TT_CHECK(0, "fused + recompute: %s", e.msg);
+      else vit_compare(&n.g, "fused + recompute", b, a, 4, 1e-5, &worst);
+    }
+  }
+  TT_TEST_END();
+  free(in);
+  free(labs);
+  net_close(&n);
+
+  /* 3. k x m accumulation == one batch of k*m (no dropout: its masks follow the micro-step;
+   * layer norm is per token, so nothing else depends on the batch split); tanh GELU, mean pooling */
+  snprintf(name, sizeof name, "vit (%s): accumulation 4 x 2 == 1 x 8 (AdamW, values within 1e-5 but the key biases)", be->name);
+  TT_TEST_BEGIN(name);
+  snprintf(text, sizeof text, VIT_FMT, "0", "tanh", "0", "mean");
+  if (net_open(&n, "vit_nodrop.recipe", text, NULL, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+  } else {
+    sf = state_floats(&n.g);
+    float *c1 = (float *)calloc(sf, sizeof(float)), *c2 = (float *)calloc(sf, sizeof(float));
+    vit_data(8 * VIT_STEPS, &in, &labs, 77);
+    vit_cfg k4 = {2, 4, 0, VIT_STEPS, NULL}, k1 = {8, 1, 0, VIT_STEPS, NULL};
+    double worst = 0.0;
+    if (vit_run(&n, be, &k4, in, labs, c1, NULL, NULL, &e) || vit_run(&n, be, &k1, in, labs, c2, NULL, NULL, &e)) {
+      TT_CHECK(0, "%s", e.msg);
+    } else {
+      vit_skip_kbias = 1;
+      vit_compare(&n.g, "accumulated", c1, c2, 1, 1e-5, &worst);
+      vit_skip_kbias = 0;
+      printf("  worst per-tensor relative difference %.3g (key biases left out: their gradient is 0 up to rounding)\n", worst);
+    }
+    /* 4. training reduces the loss: 40 steps on one fixed batch of 8 (memorising it) */
+    vit_cfg one = {8, 1, 0, 1, NULL};
+    float *rep = (float *)malloc(sizeof(float) * VIT_PER * 8 * 40);
+    int32_t *rl = (int32_t *)malloc(sizeof(int32_t) * 8 * 40);
+    for (int s = 0; s < 40; s++) {
+      memcpy(rep + (size_t)s * 8 * VIT_PER, in, sizeof(float) * 8 * VIT_PER);
+      memcpy(rl + s * 8, labs, sizeof(int32_t) * 8);
+    }
+    float first[2], last[2];
+    vit_cfg many = one;
+    many.steps = 40;
+    if (vit_run(&n, be, &one, rep, rl, NULL, first, NULL, &e) || vit_run(&n, be, &many, rep, rl, NULL, last, NULL, &e)) {
+      TT_CHECK(0, "%s", e.msg);
+    } else {
+      printf("  loss on a fixed batch: step 1 %.4f, step 40 %.4f (accuracy %g/8)\n", first[0] / 8, last[0] / 8, (double)last[1]);
+      TT_CHECK(last[0] < 0.5f * first[0], "40 AdamW steps on one batch: loss %.4f -> %.4f, not halved", first[0] / 8,
+               last[0] / 8);
+    }
+    free(rep), free(rl), free(c1), free(c2), free(in), free(labs);
+    net_close(&n);
+  }
+  TT_TEST_END();
+  free(rec);
+  free(a);
+  free(b);
+}
+
 int main(void) {
   tt_backend *be = tt_cpu_backend_create(0);
   if (!be) {
@@ -944,6 +1181,14 @@ int main(void) {
   test_recompute_all_chains(be);
   test_accumulation(be);
   test_overflow_injection(be);
+  test_vit(be);
+  {
+    tt_backend *ref = tt_ref_backend_create(1);
+    if (ref) {
+      test_vit(ref);
+      ref->destroy(ref);
+    }
+  }
   t = tt_now();
   printf("  (equivalence tests: %.1f s)\n", t - t0);
   /* one thread: a few hundred small steps gain little from two, and OpenMP threads that

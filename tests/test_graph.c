@@ -397,6 +397,118 @@ static void test_errors(void) {
   TT_TEST_END();
 }
 
+/* The transformer layers: a token tensor [t, f] is the node shape c = t, h = 1, w = f. */
+static void test_vit(void) {
+  static const char text[] =
+      "[net]\ninput = 3x8x12\nclasses = 5\n[train]\nbatch = 2\n"
+      "[patch_embed embed]\nsize = 4\ndim = 16\n"            /* 2 x 3 = 6 patches + class token */
+      "[layernorm ln_1]\neps = 1e-6\n"
+      "[attention self_attention]\nheads = 4\n"
+      "[add res1]\nfrom = embed, self_attention\n"
+      "[linear mlp.0]\nout = 32\n"                              /* per token: [7, 16] -> [7, 32] */
+      "[gelu mlp.1]\napproximate = tanh\n"
+      "[linear mlp.3]\nout = 16\n"
+      "[add res2]\nfrom = res1, mlp.3\n"
+      "[token pool]\nmode = class\n"
+      "[linear heads.head]\nout = 5\n";
+  tt_model m;
+  tt_graph g;
+  tt_err err;
+  char buf[128];
+  TT_TEST_BEGIN("graph_vit_shapes_params_flops");
+  if (build("mem/vit.recipe", text, &m, &g, &err) != 0) {
+    TT_CHECK(0, "build failed: %s", err.msg);
+    TT_TEST_END();
+    return;
+  }
+  TT_CHECK(shape_is(&g, "embed", 7, 1, 16) && node(&g, "embed")->tokens && node(&g, "embed")->cls, "%s",
+           shape_of(&g, "embed", buf, sizeof buf));
+  TT_CHECK(shape_is(&g, "ln_1", 7, 1, 16) && node(&g, "ln_1")->tokens, "%s", shape_of(&g, "ln_1", buf, sizeof buf));
+  TT_CHECK(shape_is(&g, "self_attention", 7, 1, 16), "%s", shape_of(&g, "self_attention", buf, sizeof buf));
+  TT_CHECK(shape_is(&g, "mlp.0", 7, 1, 32) && node(&g, "mlp.0")->tokens, "%s", shape_of(&g, "mlp.0", buf, sizeof buf));
+  TT_CHECK(shape_is(&g, "res2", 7, 1, 16) && node(&g, "res2")->cls, "%s", shape_of(&g, "res2", buf, sizeof buf));
+  TT_CHECK(shape_is(&g, "pool", 16, 1, 1) && !node(&g, "pool")->tokens, "%s", shape_of(&g, "pool", buf, sizeof buf));
+  /* PyTorch's names and shapes (ndim 3 for the class token and position embedding) */
+  TT_CHECK(param_is(&g, "embed.weight", 4, 16, 3, 4, 4), "embed.weight");
+  TT_CHECK(param_is(&g, "embed.bias", 1, 16, 0, 0, 0), "embed.bias");
+  TT_CHECK(param_is(&g, "embed.class_token", 3, 1, 1, 16, 0), "embed.class_token");
+  TT_CHECK(param_is(&g, "embed.pos_embedding", 3, 1, 7, 16, 0), "embed.pos_embedding");
+  TT_CHECK(param_is(&g, "ln_1.weight", 1, 16, 0, 0, 0) && param_is(&g, "ln_1.bias", 1, 16, 0, 0, 0), "ln_1");
+  TT_CHECK(param_is(&g, "self_attention.in_proj_weight", 2, 48, 16, 0, 0), "in_proj_weight");
+  TT_CHECK(param_is(&g, "self_attention.in_proj_bias", 1, 48, 0, 0, 0), "in_proj_bias");
+  TT_CHECK(param_is(&g, "self_attention.out_proj.weight", 2, 16, 16, 0, 0), "out_proj.weight");
+  TT_CHECK(param_is(&g, "self_attention.out_proj.bias", 1, 16, 0, 0, 0), "out_proj.bias");
+  TT_CHECK(param_is(&g, "mlp.0.weight", 2, 32, 16, 0, 0) && param_is(&g, "mlp.3.weight", 2, 16, 32, 0, 0), "mlp weights");
+  TT_CHECK(param_is(&g, "heads.head.weight", 2, 5, 16, 0, 0), "head");
+  /* roles: only weight matrices are TT_PR_WEIGHT (the AdamW default decays them alone) */
+  {
+    const tt_param *p;
+    TT_CHECK((p = param(&g, "self_attention.in_proj_weight")) && p->role == TT_PR_WEIGHT && p->half_copy, "in_proj role");
+    TT_CHECK((p = param(&g, "self_attention.out_proj.weight")) && p->role == TT_PR_WEIGHT, "out_proj role");
+    TT_CHECK((p = param(&g, "self_attention.out_proj.bias")) && p->role == TT_PR_BIAS, "out_proj.bias role");
+    TT_CHECK((p = param(&g, "ln_1.weight")) && p->role == TT_PR_LN_GAMMA && !p->half_copy, "ln gamma role");
+    TT_CHECK((p = param(&g, "ln_1.bias")) && p->role == TT_PR_LN_BETA, "ln beta role");
+    TT_CHECK((p = param(&g, "embed.class_token")) && p->role == TT_PR_CLS_TOKEN && !p->half_copy, "class token role");
+    TT_CHECK((p = param(&g, "embed.pos_embedding")) && p->role == TT_PR_POS_EMBED, "pos role");
+    TT_CHECK((p = param(&g, "embed.weight")) && p->role == TT_PR_WEIGHT, "patch weight role");
+  }
+  /* FLOPs: the in-proj 2*t*f*3f + scores and values 2*2*t*t*f + out-proj 2*t*f*f; per-token linear 2*t*in*out */
+  {
+    double t = 7, f = 16;
+    TT_CHECK(node(&g, "self_attention")->flops == 2 * t * f * 3 * f + 4 * t * t * f + 2 * t * f * f, "attention flops %g",
+             node(&g, "self_attention")->flops);
+    TT_CHECK(node(&g, "mlp.0")->flops == 2 * t * 16 * 32, "mlp.0 flops %g", node(&g, "mlp.0")->flops);
+    TT_CHECK(node(&g, "embed")->flops == 2.0 * 16 * 6 * 48 + 7 * 16, "embed flops %g", node(&g, "embed")->flops);
+  }
+  done(&m, &g);
+  TT_TEST_END();
+
+  TT_TEST_BEGIN("graph_vit_torchvision_names");
+  static const char tv[] =
+      "[net]\ninput = 3x8x8\nclasses = 2\n[train]\nbatch = 2\n"
+      "[patch_embed embed]\nsize = 4\ndim = 8\nconv_name = conv_proj\nclass_token_name = class_token\n"
+      "pos_embedding_name = encoder.pos_embedding\n"
+      "[token]\nmode = mean\n[linear heads.head]\nout = 2\n";
+  if (build("mem/tv.recipe", tv, &m, &g, &err) != 0) {
+    TT_CHECK(0, "build failed: %s", err.msg);
+  } else {
+    TT_CHECK(param_is(&g, "conv_proj.weight", 4, 8, 3, 4, 4) && param_is(&g, "conv_proj.bias", 1, 8, 0, 0, 0), "conv_proj");
+    TT_CHECK(param_is(&g, "class_token", 3, 1, 1, 8, 0), "class_token");
+    TT_CHECK(param_is(&g, "encoder.pos_embedding", 3, 1, 5, 8, 0), "encoder.pos_embedding");
+    done(&m, &g);
+  }
+  TT_TEST_END();
+
+  TT_TEST_BEGIN("graph_vit_errors");
+  expect_error("mem/v1.recipe", NET("1x28x28", "2") "[patch_embed e]\nsize = 5\ndim = 8\n[token]\n[linear]\nout = 2\n",
+               "[patch_embed e]", "[patch_embed e]",
+               "the 28x28 input is not a multiple of the patch size 5; use a size that divides both (or change [net] input)");
+  expect_error("mem/v2.recipe",
+               NET("1x8x8", "2") "[patch_embed e]\nsize = 4\ndim = 10\n[attention a]\nheads = 4\n[token]\n[linear]\nout = 2\n",
+               "[attention a]", "[attention a]",
+               "the token width 10 is not a multiple of heads = 4; use a number of heads that divides 10");
+  expect_error("mem/v3.recipe",
+               NET("1x8x8", "2") "[patch_embed e]\nsize = 4\ndim = 8\nclass_token = false\n[token t]\nmode = class\n[linear]\nout = 2\n",
+               "[token t]", "[token t]",
+               "mode = class needs a class token at token 0 (class_token = true on the [patch_embed]); use mode = mean");
+  expect_error("mem/v4.recipe", NET("4x8x8", "2") "[attention a]\nheads = 2\n[gap]\n[linear]\nout = 2\n", "[attention a]",
+               "[attention a]", "its input 4x8x8 is not a token tensor; attention needs tokens (a [patch_embed] before it)");
+  expect_error("mem/v5.recipe", NET("1x8x8", "2") "[patch_embed e]\nsize = 4\ndim = 8\n[bn b]\n[token]\n[linear]\nout = 2\n",
+               "[bn b]", "[bn b]",
+               "its input 'e' is a token tensor [5 tokens x 8]; bn takes images (use [layernorm] for normalisation, [token] "
+               "to pool the tokens)");
+  expect_error("mem/v6.recipe", NET("1x8x8", "2") "[patch_embed e]\nsize = 4\ndim = 2\n", "[patch_embed e]", "[patch_embed e]",
+               "the last layer gives a token tensor [5 tokens x 2]; pool it with [token] (mode = class or mean) and end "
+               "with a linear layer of out = 2");
+  expect_error("mem/v7.recipe",
+               NET("1x8x8", "2") "[patch_embed e]\nsize = 4\ndim = 8\nclass_token_name = head.weight\n[token]\n"
+                                 "[linear head]\nout = 2\n",
+               "[patch_embed e]", "[patch_embed e]",
+               "its parameter name 'head.weight' is also the name of a parameter of layer 'head'; choose another "
+               "conv_name, class_token_name or pos_embedding_name");
+  TT_TEST_END();
+}
+
 int main(void) {
   test_conv_shapes();
   test_pool_flatten_linear();
@@ -404,5 +516,6 @@ int main(void) {
   test_params();
   test_flops();
   test_errors();
+  test_vit();
   TT_TEST_EXIT();
 }

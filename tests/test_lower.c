@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/compile/dispatch.h"
 #include "core/compile/graph.h"
 #include "core/compile/program.h"
 #include "core/compile/recipe.h"
@@ -319,7 +320,10 @@ static const char *lower_recipe2 =
 
 /* The scheduler's memory model says a node's value is kept for backward exactly when the
  * lowered program (no recompute) has a backward step read it: both read core/compile/ops.c. */
-static void check_sched_agrees(const char *name, const char *text) {
+static void check_sched_agrees_on(const char *name, const char *text, tt_backend *use);
+static void check_sched_agrees(const char *name, const char *text) { check_sched_agrees_on(name, text, NULL); }
+/* use: the backend to lower with (NULL: a CPU backend) */
+static void check_sched_agrees_on(const char *name, const char *text, tt_backend *use) {
   tt_err e = {{0}};
   tt_model m;
   tt_graph g;
@@ -327,7 +331,7 @@ static void check_sched_agrees(const char *name, const char *text) {
   memset(&m, 0, sizeof m);
   memset(&g, 0, sizeof g);
   memset(&p, 0, sizeof p);
-  tt_backend *be = tt_cpu_backend_create(1);
+  tt_backend *be = use ? use : tt_cpu_backend_create(1);
   tt_policy pol;
   memset(&pol, 0, sizeof pol);
   pol.micro_batch = 2, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.training = 1;
@@ -346,7 +350,7 @@ static void check_sched_agrees(const char *name, const char *text) {
   tt_program_free(&p);
   tt_graph_free(&g);
   tt_model_free(&m);
-  if (be) be->destroy(be);
+  if (be && !use) be->destroy(be);
 }
 
 static void test_sched_agrees(void) {
@@ -472,6 +476,225 @@ static void test_size_overflow(void) {
   TT_TEST_END();
 }
 
+/* ---- the transformer layers ----
+ * nodes: 0 input, 1 embed (5 tokens x 8: 4 patches + the class token), 2 ln_1, 3 attn (2 heads),
+ * 4 res1, 5 ln_2, 6 mlp.0 (per token 8 -> 16), 7 mlp.1 (gelu), 8 mlp.3, 9 res2, 10 pool, 11 head */
+static const char *vit_recipe =
+    "[net]\ninput = 1x8x8\nclasses = 3\n"
+    "[train]\nbatch = 2\noptimizer = adamw\nlr = 0.001\n"
+    "[patch_embed embed]\nsize = 4\ndim = 8\n"
+    "[layernorm ln_1]\n"
+    "[attention attn]\nheads = 2\n"
+    "[add res1]\nfrom = embed, attn\n"
+    "[layernorm ln_2]\n"
+    "[linear mlp.0]\nout = 16\n"
+    "[gelu mlp.1]\n"
+    "[linear mlp.3]\nout = 8\n"
+    "[add res2]\nfrom = res1, mlp.3\n"
+    "[token pool]\n"
+    "[linear head]\nout = 3\n";
+
+/* The transformer entries are never called by lowering, only tested for NULL: a backend that has
+ * them is the CPU backend's table with these set (whatever the CPU backend itself has). */
+static int fake_ln_fwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const float *g, const float *be, float eps,
+                       void *y, float *sm, float *si, void *ws, size_t wsb) {
+  (void)b, (void)rows, (void)f, (void)dt, (void)x, (void)g, (void)be, (void)eps, (void)y, (void)sm, (void)si, (void)ws, (void)wsb;
+  return -1;
+}
+static int fake_ln_bwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const void *dy, const float *g, const float *sm,
+                       const float *si, void *dx, float *dg, float *db, float bdx, float bp, void *ws, size_t wsb) {
+  (void)b, (void)rows, (void)f, (void)dt, (void)x, (void)dy, (void)g, (void)sm, (void)si, (void)dx, (void)dg, (void)db, (void)bdx,
+      (void)bp, (void)ws, (void)wsb;
+  return -1;
+}
+static int fake_attn_fwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, void *o, float *lse, void *pr,
+                         uint64_t seed, void *ws, size_t wsb) {
+  (void)b, (void)d, (void)dt, (void)qkv, (void)o, (void)lse, (void)pr, (void)seed, (void)ws, (void)wsb;
+  return -1;
+}
+static int fake_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, const void *o, const void *dout,
+                         const float *lse, const void *pr, uint64_t seed, void *dqkv, float beta, void *ws, size_t wsb) {
+  (void)b, (void)d, (void)dt, (void)qkv, (void)o, (void)dout, (void)lse, (void)pr, (void)seed, (void)dqkv, (void)beta, (void)ws,
+      (void)wsb;
+  return -1;
+}
+static int fake_tok_fwd(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *x, const float *ct, const float *pos,
+                        void *y) {
+  (void)b, (void)n, (void)f, (void)hw, (void)cls, (void)dt, (void)x, (void)ct, (void)pos, (void)y;
+  return -1;
+}
+static int fake_tok_bwd(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *dy, void *dx, float *dc, float *dp,
+                        float bdx, float bp) {
+  (void)b, (void)n, (void)f, (void)hw, (void)cls, (void)dt, (void)dy, (void)dx, (void)dc, (void)dp, (void)bdx, (void)bp;
+  return -1;
+}
+static int fake_pool_fwd(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *x, void *y) {
+  (void)b, (void)n, (void)t, (void)f, (void)mode, (void)dt, (void)x, (void)y;
+  return -1;
+}
+static int fake_pool_bwd(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *dy, void *dx, float beta) {
+  (void)b, (void)n, (void)t, (void)f, (void)mode, (void)dt, (void)dy, (void)dx, (void)beta;
+  return -1;
+}
+
+static void vit_fake(tt_backend *fake, const tt_backend *cpu) {
+  *fake = *cpu;
+  fake->ln_fwd = fake_ln_fwd, fake->ln_bwd = fake_ln_bwd, fake->attn_fwd = fake_attn_fwd, fake->attn_bwd = fake_attn_bwd;
+  fake->tokens_fwd = fake_tok_fwd, fake->tokens_bwd = fake_tok_bwd;
+  fake->token_pool_fwd = fake_pool_fwd, fake->token_pool_bwd = fake_pool_bwd;
+}
+
+static int vit_lower(tt_backend *be, int fused, const unsigned char *rec, int training, tt_model *m, tt_graph *g, tt_program *p,
+                     tt_err *e) {
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  memset(p, 0, sizeof *p);
+  pol.micro_batch = 2, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = training;
+  pol.attn_fused = fused, pol.recompute = (unsigned char *)rec;
+  return tt_lower(g, &pol, be, p, e) || tt_program_plan(p, e);
+  (void)m;
+}
+
+static void test_vit(void) {
+  tt_err e = {{0}};
+  tt_model m;
+  tt_graph g;
+  tt_program p;
+  memset(&m, 0, sizeof m);
+  memset(&g, 0, sizeof g);
+  memset(&p, 0, sizeof p);
+  tt_backend *cpu = tt_cpu_backend_create(1), fake;
+  TT_TEST_BEGIN("lower_vit_refused_without_backend_entries");
+  if (!cpu || tt_recipe_parse("vit.recipe", vit_recipe, &m, &e, NULL, NULL) || tt_graph_build(&m, &g, &e)) {
+    TT_CHECK(0, "setting up: %s", e.msg);
+    if (cpu) cpu->destroy(cpu);
+    return;
+  }
+  vit_fake(&fake, cpu);
+  {
+    tt_backend none = fake;
+    none.attn_bwd = NULL;
+    int rc = vit_lower(&none, 0, NULL, 1, &m, &g, &p, &e);
+    TT_CHECK(rc != 0 && strstr(e.msg, "vit.recipe:12: [attention attn]:") && strstr(e.msg, "attn_fwd/attn_bwd"),
+             "want a refusal naming vit.recipe:12 [attention attn] and attn_fwd/attn_bwd: %s", rc ? e.msg : "lowered");
+    if (!rc) tt_program_free(&p);
+    none = fake, none.tokens_fwd = NULL;
+    rc = vit_lower(&none, 0, NULL, 1, &m, &g, &p, &e);
+    TT_CHECK(rc != 0 && strstr(e.msg, "[patch_embed embed]"), "patch_embed: %s", rc ? e.msg : "lowered");
+    if (!rc) tt_program_free(&p);
+  }
+  TT_TEST_END();
+
+  TT_TEST_BEGIN("lower_vit_attention_steps_and_calls");
+  for (int fused = 0; fused < 2; fused++) {
+    if (vit_lower(&fake, fused, NULL, 1, &m, &g, &p, &e)) {
+      TT_CHECK(0, "lowering: %s", e.msg);
+      continue;
+    }
+    int f = find_step(&p, TT_S_FWD, 3, 0), b = find_step(&p, TT_S_BWD, 3, 0);
+    TT_CHECK(f >= 0 && b > f, "attention steps fwd %d bwd %d", f, b);
+    if (f < 0 || b < 0) {
+      tt_program_free(&p);
+      continue;
+    }
+    const tt_step *sf = &p.steps[f], *sb = &p.steps[b];
+    /* qkv [2, 5, 24], o [2, 5, 8], lse [2, 2, 5] fp32, probs [2, 2, 5, 5] unless fused */
+    TT_CHECK(p.bufs[sf->out[TT_AT_QKV]].bytes == 2 * 5 * 24 * 4 && p.bufs[sf->out[TT_AT_O]].bytes == 2 * 5 * 8 * 4,
+             "qkv %zu o %zu bytes", p.bufs[sf->out[TT_AT_QKV]].bytes, p.bufs[sf->out[TT_AT_O]].bytes);
+    TT_CHECK(p.bufs[sf->out[TT_AT_LSE]].bytes == 2 * 2 * 5 * 4, "lse %zu bytes", p.bufs[sf->out[TT_AT_LSE]].bytes);
+    if (fused) {
+      TT_CHECK(sf->out[TT_AT_PROBS] < 0 && sb->in[TT_AB_PROBS] < 0 && find_buf(&p, "attn.attn_probs") < 0, "fused: a probs buffer");
+    } else {
+      TT_CHECK(sf->out[TT_AT_PROBS] >= 0 && p.bufs[sf->out[TT_AT_PROBS]].bytes == 2 * 2 * 5 * 5 * 4 &&
+                   sb->in[TT_AB_PROBS] == sf->out[TT_AT_PROBS],
+               "kept probabilities: the forward's [2, 2, 5, 5] buffer read by backward");
+    }
+    TT_CHECK(p.n_attn == 1 && p.attn_probs_bytes == 2 * 2 * 5 * 5 * 4, "n_attn %d probs %zu", p.n_attn, p.attn_probs_bytes);
+    /* backward reads what the forward kept: x, qkv, o, lse */
+    TT_CHECK(sb->in[TT_AB_QKV] == sf->out[TT_AT_QKV] && sb->in[TT_AB_O] == sf->out[TT_AT_O] && sb->in[TT_AB_LSE] == sf->out[TT_AT_LSE] &&
+                 sb->in[TT_BWD_SAVED] == sf->in[TT_FWD_X],
+             "backward's saved operands are not the forward's");
+    tt_call calls[TT_STEP_MAX_CALLS];
+    int nc = tt_step_calls(&p, sf, 2, calls);
+    TT_CHECK(nc == 3 && calls[0].fn == TT_OP_LINEAR_FWD && calls[1].fn == TT_OP_ATTN_FWD && calls[2].fn == TT_OP_LINEAR_FWD,
+             "forward calls: %d", nc);
+    if (nc == 3) {
+      TT_CHECK(calls[0].op.u.linear.n == 10 && calls[0].op.u.linear.in == 8 && calls[0].op.u.linear.out == 24,
+               "in-proj over n*t rows: %d x %d -> %d", calls[0].op.u.linear.n, calls[0].op.u.linear.in, calls[0].op.u.linear.out);
+      const tt_attn_desc *ad = &calls[1].op.u.attn;
+      TT_CHECK(ad->n == 2 && ad->t == 5 && ad->heads == 2 && ad->d == 4 && fabsf(ad->scale - 0.5f) < 1e-7f, "attn desc");
+      TT_CHECK(calls[1].out[2] == (fused ? -1 : sf->out[TT_AT_PROBS]), "probs operand");
+    }
+    nc = tt_step_calls(&p, sb, 2, calls);
+    TT_CHECK(nc == 5 && calls[2].fn == TT_OP_ATTN_BWD && calls[4].fn == TT_OP_LINEAR_BWD_DATA, "backward calls: %d", nc);
+    tt_op_desc ops[TT_STEP_MAX_OPS];
+    TT_CHECK(tt_step_backend_ops(&p, sb, 2, ops) == 5, "attention backward: 5 planned calls");
+    /* per-token linear: rows = tokens */
+    int l0 = find_step(&p, TT_S_FWD, 6, 0);
+    nc = l0 >= 0 ? tt_step_calls(&p, &p.steps[l0], 2, calls) : 0;
+    TT_CHECK(nc == 1 && calls[0].op.u.linear.n == 10 && calls[0].op.u.linear.in == 8 && calls[0].op.u.linear.out == 16,
+             "mlp.0 over 10 token rows");
+    /* layer norm statistics: [2 samples x 5 tokens] fp32 each */
+    int ln = find_step(&p, TT_S_FWD, 2, 0);
+    TT_CHECK(ln >= 0 && p.bufs[p.steps[ln].out[TT_BN_SAVE_MEAN]].bytes == 2 * 5 * 4, "ln statistics");
+    nc = ln >= 0 ? tt_step_calls(&p, &p.steps[ln], 2, calls) : 0;
+    TT_CHECK(nc == 1 && calls[0].fn == TT_OP_LN_FWD && calls[0].op.u.ln.rows == 10 && calls[0].op.u.ln.f == 8, "ln call");
+    /* patch embed: conv then tokens; backward tokens_bwd then the conv's filter gradient (no dx: the image) */
+    int pe = find_step(&p, TT_S_FWD, 1, 0), pb = find_step(&p, TT_S_BWD, 1, 0);
+    nc = pe >= 0 ? tt_step_calls(&p, &p.steps[pe], 2, calls) : 0;
+    TT_CHECK(nc == 2 && calls[0].fn == TT_OP_CONV_FWD && calls[0].op.u.conv.k == 8 && calls[0].op.u.conv.p == 2 &&
+                 calls[1].fn == TT_CALL_TOKENS_FWD && calls[1].mode == 1 && calls[1].op.u.bn.hw == 4,
+             "patch forward calls");
+    nc = pb >= 0 ? tt_step_calls(&p, &p.steps[pb], 2, calls) : 0;
+    TT_CHECK(nc == 2 && calls[0].fn == TT_CALL_TOKENS_BWD && calls[0].out[1] >= 0 && calls[0].out[2] >= 0 &&
+                 calls[1].fn == TT_OP_CONV_BWD_FILTER,
+             "patch backward calls: %d", nc);
+    tt_program_free(&p);
+  }
+  TT_TEST_END();
+
+  TT_TEST_BEGIN("lower_vit_recompute_and_units");
+  {
+    /* a transformer block is one recompute unit: embed | ln_1 .. res2 | pool | head */
+    int unit_of[12];
+    int nu = tt_recompute_units(&g, unit_of);
+    TT_CHECK(nu == 5 && unit_of[2] == unit_of[9] && unit_of[4] == unit_of[5] && unit_of[1] != unit_of[2] &&
+                 unit_of[10] != unit_of[9],
+             "units: %d (ln_1 %d, res1 %d, ln_2 %d, res2 %d)", nu, unit_of[2], unit_of[4], unit_of[5], unit_of[9]);
+    /* dropping the block's inside: attention is recomputed before its backward, with its own qkv */
+    unsigned char rec[12] = {0};
+    for (int v = 2; v <= 8; v++) rec[v] = 1;
+    if (vit_lower(&fake, 0, rec, 1, &m, &g, &p, &e)) {
+      TT_CHECK(0, "lowering: %s", e.msg);
+    } else {
+      int r = find_step(&p, TT_S_FWD, 3, TT_SF_RECOMPUTE), b = find_step(&p, TT_S_BWD, 3, 0);
+      TT_CHECK(r >= 0 && b > r && p.steps[b].in[TT_AB_QKV] == p.steps[r].out[TT_AT_QKV] &&
+                   p.steps[b].in[TT_AB_PROBS] == p.steps[r].out[TT_AT_PROBS],
+               "attention recomputed at %d before its backward %d, which reads the recomputed qkv and probabilities", r, b);
+      tt_program_free(&p);
+    }
+  }
+  TT_TEST_END();
+
+  TT_TEST_BEGIN("lower_vit_scheduler_agrees_on_saved_values");
+  check_sched_agrees_on("vit.recipe", vit_recipe, &fake);
+  TT_TEST_END();
+
+  TT_TEST_BEGIN("lower_vit_eval_has_no_saves");
+  if (vit_lower(&fake, 0, NULL, 0, &m, &g, &p, &e)) {
+    TT_CHECK(0, "lowering: %s", e.msg);
+  } else {
+    int f = find_step(&p, TT_S_FWD, 3, 0);
+    TT_CHECK(f >= 0 && p.steps[f].out[TT_AT_LSE] < 0 && p.steps[f].out[TT_AT_PROBS] < 0 && p.n_attn == 0,
+             "evaluation keeps no lse or probabilities");
+    tt_program_free(&p);
+  }
+  TT_TEST_END();
+  tt_graph_free(&g);
+  tt_model_free(&m);
+  cpu->destroy(cpu);
+}
+
 int main(void) {
   test_workspace_query_failure();
   test_counts();
@@ -481,5 +704,6 @@ int main(void) {
   test_recompute();
   test_sched_agrees();
   test_size_overflow();
+  test_vit();
   TT_TEST_EXIT();
 }

@@ -196,7 +196,9 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
                      st->kind == TT_L_MAXPOOL ? "uint8 argmax" : (st->kind == TT_L_CONV ? plan_compress_name(p->policy.compress) : "1-bit mask"),
                      p->bufs[st->out[TT_FWD_COMPACT]].bytes);
   }
-  tt_strbuf_printf(&b, "]}, \"compressed_saves\": {\"format\": \"%s\", \"count\": %d, \"bytes\": %zu, \"replaces_bytes\": %zu}",
+  tt_strbuf_printf(&b, "]}, \"attention\": {\"layers\": %d, \"form\": \"%s\", \"probs_bytes\": %zu}", p->n_attn,
+                   p->policy.attn_fused ? "fused" : "probs_kept", p->attn_probs_bytes);
+  tt_strbuf_printf(&b, ", \"compressed_saves\": {\"format\": \"%s\", \"count\": %d, \"bytes\": %zu, \"replaces_bytes\": %zu}",
                    plan_compress_name(p->policy.compress), p->n_compressed, p->compressed_bytes, p->compressed_full_bytes);
   tt_strbuf_printf(&b, ", \"saved\": {\"fp32_plain_arena_bytes\": %zu, \"no_inplace_arena_bytes\": %zu, "
                        "\"no_recompute_arena_bytes\": %zu}, \"alternatives\": [",
@@ -265,6 +267,21 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
                  "              forward is exact): %.1f MiB in place of %.1f MiB\n",
             p->n_compressed, plan_compress_name(p->policy.compress), plan_mib(p->compressed_bytes),
             plan_mib(p->compressed_full_bytes));
+  if (p->n_attn) { /* where the T^2 memory went */
+    int nrec = 0;
+    for (int i = 0; i < g->nnodes; i++) nrec += g->nodes[i].kind == TT_L_ATTENTION && p->policy.recompute && p->policy.recompute[i];
+    if (p->policy.attn_fused)
+      fprintf(out, "  attention   %d layers in the fused form: backward keeps only the row statistics and rebuilds the\n"
+                   "              probabilities, so the %.1f MiB of [N, heads, T, T] probabilities are never stored\n",
+              p->n_attn, plan_mib(p->attn_probs_bytes));
+    else
+      fprintf(out, "  attention   %d layers keep their probabilities [N, heads, T, T] for backward: %.1f MiB (the fused\n"
+                   "              form would avoid them at some backward time)\n",
+              p->n_attn, plan_mib(p->attn_probs_bytes));
+    if (nrec)
+      fprintf(out, "              %d of them recomputed with their blocks: their probabilities live in the forward pass and\n"
+                   "              while the block's backward runs only\n", nrec);
+  }
   if (s->ranks > 1)
     fprintf(out, "  ranks       planned per rank for --ranks %d (the budget is each rank's GPU): global batch %d x %d ranks = %d;\n"
                  "              fp32 gradients all-reduced once per optimizer step (%.1f MiB per rank) in %d buckets\n"

@@ -1,4 +1,5 @@
 /* core/compile/dispatch.c — a layer step's backend calls (see dispatch.h). */
+#include <math.h>
 #include <string.h>
 
 #include "dispatch.h"
@@ -66,11 +67,135 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
           z->op.u.bn.n = batch, z->op.u.bn.c = a->conv.c, z->op.u.bn.hw = a->conv.h * a->conv.w;
         } else if (conv) {
           calls[k].op.u.conv = a->conv, calls[k].op.u.conv.n = batch;
-        } else {
-          calls[k].op.u.linear.n = batch, calls[k].op.u.linear.in = a->linear.in, calls[k].op.u.linear.out = a->linear.out;
+        } else { /* over a token tensor: one row per token */
+          calls[k].op.u.linear.n = batch * a->linear.rows, calls[k].op.u.linear.in = a->linear.in;
+          calls[k].op.u.linear.out = a->linear.out;
         }
       break;
     }
+    case TT_L_PATCH_EMBED: {
+      /* forward: conv -> [N, dim, hw] (TT_PE_CONV), then tokens (class token, position embedding)
+       * -> y [N, t, dim]; backward: tokens_bwd -> the conv output's gradient (and the class
+       * token's and position embedding's), then the conv's filter and data gradients */
+      const tt_conv_desc *cd = &a->patch.conv;
+      if (!bwd) {
+        c = dispatch_add(calls, &n, TT_OP_CONV_FWD, dt);
+        c->op.bias = s->in[TT_FWD_B] >= 0;
+        dispatch_in(c, s->in[TT_FWD_X], s->in[TT_FWD_W], s->in[TT_FWD_B]);
+        c->out[0] = s->out[TT_PE_CONV];
+        c->op.u.conv = *cd, c->op.u.conv.n = batch;
+        c = dispatch_add(calls, &n, TT_CALL_TOKENS_FWD, dt);
+        dispatch_in(c, s->out[TT_PE_CONV], s->in[TT_PE_CLS], s->in[TT_PE_POS]);
+        c->out[0] = s->out[TT_FWD_Y];
+      } else {
+        c = dispatch_add(calls, &n, TT_CALL_TOKENS_BWD, dt);
+        dispatch_in(c, s->in[TT_BWD_DY], -1, -1);
+        c->out[0] = s->out[TT_PE_DCONV], c->out[1] = s->out[TT_PE_DCLS], c->out[2] = s->out[TT_PE_DPOS];
+        c->param_grads = 1; /* beta 0: the conv output's gradient is this step's own */
+      }
+      c->op.u.bn.n = batch, c->op.u.bn.c = cd->k, c->op.u.bn.hw = cd->p * cd->q, c->mode = a->patch.cls;
+      if (bwd) {
+        c = dispatch_add(calls, &n, TT_OP_CONV_BWD_FILTER, dt);
+        c->op.bias = s->out[TT_BWD_DB] >= 0;
+        dispatch_in(c, s->in[TT_BWD_SAVED], s->out[TT_PE_DCONV], -1);
+        c->out[0] = s->out[TT_BWD_DW], c->out[1] = s->out[TT_BWD_DB];
+        c->param_grads = 1, c->planned_only = c->out[0] < 0;
+        c->op.u.conv = *cd, c->op.u.conv.n = batch;
+        if (dx >= 0) {
+          c = dispatch_add(calls, &n, TT_OP_CONV_BWD_DATA, dt);
+          c->op.accumulate = s->out_beta[TT_BWD_DX];
+          dispatch_in(c, s->out[TT_PE_DCONV], s->in[TT_BWD_W], -1);
+          c->out[0] = dx, c->beta = bdx;
+          c->op.u.conv = *cd, c->op.u.conv.n = batch;
+        }
+      }
+      break;
+    }
+    case TT_L_LAYERNORM:
+      if (bwd) {
+        if (dx < 0 && s->out[TT_BWD_DW] < 0) break; /* nothing to compute */
+        c = dispatch_add(calls, &n, TT_OP_LN_BWD, dt);
+        c->op.accumulate = s->out_beta[TT_BWD_DX];
+        dispatch_in(c, s->in[TT_BWD_SAVED], s->in[TT_BWD_DY], s->in[TT_BWD_GAMMA]);
+        c->in[3] = s->in[TT_BWD_SAVE_MEAN], c->in[4] = s->in[TT_BWD_SAVE_INVSTD];
+        c->out[0] = dx, c->out[1] = s->out[TT_BWD_DW], c->out[2] = s->out[TT_BWD_DB];
+        c->beta = bdx, c->param_grads = 1;
+      } else { /* evaluation: no statistics saved (the out slots are -1) */
+        c = dispatch_add(calls, &n, TT_OP_LN_FWD, dt);
+        dispatch_in(c, s->in[TT_FWD_X], s->in[TT_BN_GAMMA], s->in[TT_BN_BETA]);
+        c->out[0] = s->out[TT_FWD_Y], c->out[1] = s->out[TT_BN_SAVE_MEAN], c->out[2] = s->out[TT_BN_SAVE_INVSTD];
+      }
+      c->op.u.ln.rows = batch * a->ln.rows, c->op.u.ln.f = a->ln.f, c->op.u.ln.eps = a->ln.eps;
+      break;
+    case TT_L_ATTENTION: {
+      /* in-proj linear over N*t rows -> qkv [N, t, 3f]; attn_fwd -> o [N, t, f] (and lse, probs);
+       * out-proj linear -> y. Backward in reverse: out-proj (dW from o, then do), attn_bwd -> dqkv,
+       * in-proj (dW from x, then dx). */
+      int rows = batch * a->attn.t, f = a->attn.f;
+      tt_attn_desc ad;
+      memset(&ad, 0, sizeof ad);
+      ad.n = batch, ad.t = a->attn.t, ad.heads = a->attn.heads, ad.d = f / a->attn.heads, ad.causal = a->attn.causal;
+      ad.scale = 1.0f / sqrtf((float)ad.d);
+      ad.p = (s->flags & TT_SF_EVAL) ? 0.0f : a->attn.p; /* dropout on the probabilities: training only */
+      if (!bwd) {
+        c = dispatch_add(calls, &n, TT_OP_LINEAR_FWD, dt);
+        c->op.bias = s->in[TT_FWD_B] >= 0;
+        dispatch_in(c, s->in[TT_FWD_X], s->in[TT_FWD_W], s->in[TT_FWD_B]);
+        c->out[0] = s->out[TT_AT_QKV];
+        c->op.u.linear.n = rows, c->op.u.linear.in = f, c->op.u.linear.out = 3 * f;
+        c = dispatch_add(calls, &n, TT_OP_ATTN_FWD, dt);
+        dispatch_in(c, s->out[TT_AT_QKV], -1, -1);
+        c->out[0] = s->out[TT_AT_O], c->out[1] = s->out[TT_AT_LSE], c->out[2] = s->out[TT_AT_PROBS];
+        c->op.u.attn = ad;
+        c = dispatch_add(calls, &n, TT_OP_LINEAR_FWD, dt);
+        c->op.bias = s->in[TT_AT_OUT_B] >= 0;
+        dispatch_in(c, s->out[TT_AT_O], s->in[TT_AT_OUT_W], s->in[TT_AT_OUT_B]);
+        c->out[0] = s->out[TT_FWD_Y];
+        c->op.u.linear.n = rows, c->op.u.linear.in = f, c->op.u.linear.out = f;
+        break;
+      }
+      c = dispatch_add(calls, &n, TT_OP_LINEAR_BWD_FILTER, dt);
+      c->op.bias = s->out[TT_AB_DOUT_B] >= 0;
+      dispatch_in(c, s->in[TT_AB_O], s->in[TT_BWD_DY], -1);
+      c->out[0] = s->out[TT_AB_DOUT_W], c->out[1] = s->out[TT_AB_DOUT_B];
+      c->param_grads = 1, c->planned_only = c->out[0] < 0;
+      c->op.u.linear.n = rows, c->op.u.linear.in = f, c->op.u.linear.out = f;
+      c = dispatch_add(calls, &n, TT_OP_LINEAR_BWD_DATA, dt);
+      dispatch_in(c, s->in[TT_BWD_DY], s->in[TT_AB_OUT_W], -1);
+      c->out[0] = s->out[TT_AB_DO];
+      c->op.u.linear.n = rows, c->op.u.linear.in = f, c->op.u.linear.out = f;
+      c = dispatch_add(calls, &n, TT_OP_ATTN_BWD, dt);
+      dispatch_in(c, s->in[TT_AB_QKV], s->in[TT_AB_O], s->out[TT_AB_DO]);
+      c->in[3] = s->in[TT_AB_LSE], c->in[4] = s->in[TT_AB_PROBS];
+      c->out[0] = s->out[TT_AB_DQKV];
+      c->op.u.attn = ad;
+      c = dispatch_add(calls, &n, TT_OP_LINEAR_BWD_FILTER, dt);
+      c->op.bias = s->out[TT_BWD_DB] >= 0;
+      dispatch_in(c, s->in[TT_BWD_SAVED], s->out[TT_AB_DQKV], -1);
+      c->out[0] = s->out[TT_BWD_DW], c->out[1] = s->out[TT_BWD_DB];
+      c->param_grads = 1, c->planned_only = c->out[0] < 0;
+      c->op.u.linear.n = rows, c->op.u.linear.in = f, c->op.u.linear.out = 3 * f;
+      if (dx >= 0) {
+        c = dispatch_add(calls, &n, TT_OP_LINEAR_BWD_DATA, dt);
+        c->op.accumulate = s->out_beta[TT_BWD_DX];
+        dispatch_in(c, s->out[TT_AB_DQKV], s->in[TT_BWD_W], -1);
+        c->out[0] = dx, c->beta = bdx;
+        c->op.u.linear.n = rows, c->op.u.linear.in = f, c->op.u.linear.out = 3 * f;
+      }
+      break;
+    }
+    case TT_L_TOKEN:
+      if (bwd && dx < 0) break;
+      c = dispatch_add(calls, &n, bwd ? TT_CALL_TOKEN_POOL_BWD : TT_CALL_TOKEN_POOL_FWD, dt);
+      if (!bwd) {
+        dispatch_in(c, s->in[TT_FWD_X], -1, -1);
+        c->out[0] = s->out[TT_FWD_Y];
+      } else {
+        dispatch_in(c, s->in[TT_BWD_DY], -1, -1);
+        c->out[0] = dx, c->beta = bdx;
+      }
+      c->op.u.bn.n = batch, c->op.u.bn.c = a->token.f, c->op.u.bn.hw = a->token.t, c->mode = a->token.mode;
+      break;
     case TT_L_BN:
       if (bwd) {
         c = dispatch_add(calls, &n, TT_OP_BN_BWD, dt);
@@ -93,13 +218,14 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
     case TT_L_RELU:
     case TT_L_RELU6:
     case TT_L_SILU:
+    case TT_L_GELU:
     case TT_L_MAXPOOL:
     case TT_L_AVGPOOL:
     case TT_L_DROPOUT:
     case TT_L_GAP: {
       /* one input, one output, no parameters: a backward with no dx to write (fed by the image)
        * has nothing to do */
-      int act = s->kind == TT_L_RELU || s->kind == TT_L_RELU6 || s->kind == TT_L_SILU;
+      int act = s->kind == TT_L_RELU || s->kind == TT_L_RELU6 || s->kind == TT_L_SILU || s->kind == TT_L_GELU;
       int pool = s->kind == TT_L_MAXPOOL || s->kind == TT_L_AVGPOOL;
       int compact = (s->flags & TT_SF_COMPACT) != 0;
       if (bwd && dx < 0) break;
@@ -123,7 +249,10 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
         c->out[0] = dx, c->beta = bdx;
       }
       if (act) {
-        c->op.u.act.act = s->kind == TT_L_RELU ? TT_ACT_RELU : (s->kind == TT_L_RELU6 ? TT_ACT_RELU6 : TT_ACT_SILU);
+        if (s->kind == TT_L_GELU) /* PyTorch's nn.GELU(approximate = 'none' | 'tanh') */
+          c->op.u.act.act = p->graph->nodes[s->node].L->approximate ? TT_ACT_GELU_TANH : TT_ACT_GELU_ERF;
+        else
+          c->op.u.act.act = s->kind == TT_L_RELU ? TT_ACT_RELU : (s->kind == TT_L_RELU6 ? TT_ACT_RELU6 : TT_ACT_SILU);
         c->op.u.act.count = cnt;
       } else if (pool) {
         c->op.pool_mode = s->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG;

@@ -28,7 +28,11 @@ enum {
   TT_CALL_POOL_ARGMAX,  /* op.u.pool; in x, out idx */
   TT_CALL_POOL_BWD_IDX, /* in idx, dy; out dx */
   TT_CALL_SAVE_COMPRESS,/* lossy saved conv input: fmt; op.u.bn n, c, hw; in x, out the copy */
-  TT_CALL_SAVE_RESTORE  /* in the copy, out x restored */
+  TT_CALL_SAVE_RESTORE, /* in the copy, out x restored */
+  TT_CALL_TOKENS_FWD,   /* patch tokens: op.u.bn n, c = f, hw; mode = cls; in conv output, class token, pos; out y */
+  TT_CALL_TOKENS_BWD,   /* in dy; out the conv output's gradient, dcls, dpos */
+  TT_CALL_TOKEN_POOL_FWD, /* op.u.bn n, c = f, hw = t; mode 0 class, 1 mean; in x, out y */
+  TT_CALL_TOKEN_POOL_BWD  /* in dy, out dx */
 };
 
 /* One backend call. Shapes are at the batch tt_step_calls was given. */
@@ -53,6 +57,7 @@ typedef struct tt_call {
   float p;         /* dropout probability; the mask seed is the executor's (node, micro-step) */
   int fmt;         /* save_compress / save_restore: tt_save_fmt */
   int hw, src_c, src_off, dst_c, dst_off, nc; /* channel_copy (n is op.u.bn.n) */
+  int mode;        /* tokens: 1 with a class token; token pooling: 0 class, 1 mean */
 } tt_call;
 
 #define TT_STEP_MAX_CALLS (TT_MAX_INPUTS + 3)
@@ -63,7 +68,7 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
 
 /* The planned calls of step s (those with a tt_op_kind: what op_workspace sizes and prepare
  * builds) as descs, into ops; returns their count. */
-#define TT_STEP_MAX_OPS 2
+#define TT_STEP_MAX_OPS 6 /* attention backward: two linear backward pairs and attn_bwd */
 int tt_step_backend_ops(const tt_program *p, const tt_step *s, int batch, tt_op_desc ops[TT_STEP_MAX_OPS]);
 
 #ifdef __cplusplus

@@ -99,6 +99,12 @@ static int graph_pool_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_
 static int graph_linear_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_err *err) {
   const tt_layer *L = n->L;
   if (L->filters <= 0) return graph_layer_fail(m, L, err, "out must be a positive integer");
+  if (x->tokens) { /* per token over the last dimension: [t, in] -> [t, out] */
+    if (graph_set_shape(m, n, x->c, 1, L->filters, err)) return -1;
+    n->tokens = 1, n->cls = x->cls;
+    n->flops = 2.0 * x->c * (double)x->w * L->filters;
+    return 0;
+  }
   if (x->h != 1 || x->w != 1)
     return graph_layer_fail(m, L, err, "input is %dx%dx%d; add a [flatten] or [gap] layer before a linear layer", x->c, x->h,
                             x->w);
@@ -117,7 +123,8 @@ static int graph_join_shape(const tt_graph *g, tt_node *n, tt_err *err) {
   if (n->nin < 2) return graph_layer_fail(m, L, err, "needs at least two inputs: from = a, b");
   for (k = 0; k < n->nin; k++) {
     const tt_node *y = &g->nodes[n->in[k]];
-    int same = L->kind == TT_L_ADD ? (y->c == xc && y->h == xh && y->w == xw) : (y->h == xh && y->w == xw);
+    int same = L->kind == TT_L_ADD ? (y->c == xc && y->h == xh && y->w == xw && y->tokens == x->tokens)
+                                   : (y->h == xh && y->w == xw && !y->tokens);
     if (!same)
       return graph_layer_fail(m, L, err, "input '%s' is %dx%dx%d but '%s' is %dx%dx%d; %s", m->layers[n->in[k]].name, y->c,
                               y->h, y->w, m->layers[n->in[0]].name, xc, xh, xw,
@@ -125,7 +132,78 @@ static int graph_join_shape(const tt_graph *g, tt_node *n, tt_err *err) {
     csum += y->c;
   }
   if (graph_set_shape(m, n, L->kind == TT_L_ADD ? xc : csum, xh, xw, err)) return -1;
+  if (L->kind == TT_L_ADD) { /* tokens stay tokens; token 0 is a class token only if it is in every input */
+    n->tokens = x->tokens, n->cls = x->cls;
+    for (k = 1; k < n->nin; k++) n->cls = n->cls && g->nodes[n->in[k]].cls;
+  }
   n->flops = L->kind == TT_L_ADD ? (double)xc * xh * xw * (n->nin - 1) : 0.0;
+  return 0;
+}
+
+/* patch_embed: a conv with kernel = stride = size and no padding over an image, its output
+ * [dim, h/size, w/size] read as (h/size)*(w/size) tokens of width dim, after a class token. */
+static int graph_patch_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_err *err) {
+  const tt_layer *L = n->L;
+  int s = L->kh;
+  if (x->tokens) return graph_layer_fail(m, L, err, "its input is a token tensor; patch_embed takes an image (CxHxW)");
+  if (s <= 0 || L->filters <= 0) return graph_layer_fail(m, L, err, "size and dim must be positive");
+  if (x->h % s || x->w % s)
+    return graph_layer_fail(m, L, err, "the %dx%d input is not a multiple of the patch size %d; use a size that divides "
+                            "both (or change [net] input)", x->h, x->w, s);
+  int64_t hw = (int64_t)(x->h / s) * (x->w / s), fan_in = (int64_t)x->c * s * s, t = hw + (L->class_token ? 1 : 0);
+  if (fan_in > TT_MAX_SAMPLE_NUMEL)
+    return graph_layer_fail(m, L, err, "its patch holds %lld values, more than %d; use a smaller size", (long long)fan_in,
+                            TT_MAX_SAMPLE_NUMEL);
+  if ((int64_t)L->filters * hw > TT_MAX_SAMPLE_NUMEL)
+    return graph_layer_fail(m, L, err, "its convolution output (%d x %lld) is more than %d values; use a smaller dim or a "
+                            "larger size", L->filters, (long long)hw, TT_MAX_SAMPLE_NUMEL);
+  n->groups = 1;
+  if (graph_set_shape(m, n, t, 1, L->filters, err)) return -1;
+  n->tokens = 1, n->cls = L->class_token != 0;
+  n->flops = 2.0 * (double)L->filters * (double)hw * (double)fan_in + (double)t * L->filters;
+  return 0;
+}
+
+/* layernorm over the last dimension: f = w of a token tensor, c of a flat vector [c, 1, 1]. */
+static int graph_ln_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_err *err) {
+  if (!x->tokens && (x->h != 1 || x->w != 1))
+    return graph_layer_fail(m, n->L, err, "its input is the image-shaped %dx%dx%d; layernorm normalises the last dimension "
+                            "of a token tensor (after [patch_embed]) or of a flat vector ([flatten] or [gap] first)",
+                            x->c, x->h, x->w);
+  n->c = x->c, n->h = x->h, n->w = x->w, n->tokens = x->tokens, n->cls = x->cls;
+  n->flops = 8.0 * (double)tt_node_numel(x);
+  return 0;
+}
+
+static int graph_attn_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_err *err) {
+  const tt_layer *L = n->L;
+  if (!x->tokens)
+    return graph_layer_fail(m, L, err, "its input %dx%dx%d is not a token tensor; attention needs tokens (a [patch_embed] "
+                            "before it)", x->c, x->h, x->w);
+  int t = x->c, f = x->w;
+  if (L->heads <= 0 || f % L->heads)
+    return graph_layer_fail(m, L, err, "the token width %d is not a multiple of heads = %d; use a number of heads that "
+                            "divides %d", f, L->heads, f);
+  if (L->p < 0.0f || L->p >= 1.0f) return graph_layer_fail(m, L, err, "dropout must be in [0, 1)");
+  if (3.0 * t * f > TT_MAX_SAMPLE_NUMEL || (double)L->heads * t * t > TT_MAX_SAMPLE_NUMEL)
+    return graph_layer_fail(m, L, err, "its qkv (%d x %d) or scores (%d x %d x %d) hold more than %d values per sample; "
+                            "use fewer tokens", t, 3 * f, L->heads, t, t, TT_MAX_SAMPLE_NUMEL);
+  n->c = x->c, n->h = 1, n->w = f, n->tokens = 1, n->cls = x->cls;
+  /* in-proj, scores q k^T, probabilities x v, out-proj */
+  n->flops = 2.0 * t * f * 3.0 * f + 2.0 * 2.0 * (double)t * t * f + 2.0 * t * (double)f * f;
+  return 0;
+}
+
+static int graph_token_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_err *err) {
+  const tt_layer *L = n->L;
+  if (!x->tokens)
+    return graph_layer_fail(m, L, err, "its input %dx%dx%d is not a token tensor; token pooling follows the transformer "
+                            "layers", x->c, x->h, x->w);
+  if (L->token_mode == 0 && !x->cls)
+    return graph_layer_fail(m, L, err, "mode = class needs a class token at token 0 (class_token = true on the "
+                            "[patch_embed]); use mode = mean");
+  if (graph_set_shape(m, n, x->w, 1, 1, err)) return -1;
+  n->flops = L->token_mode ? (double)x->c * x->w : 0.0;
   return 0;
 }
 
@@ -134,8 +212,21 @@ static int graph_shape(const tt_graph *g, tt_node *n, tt_err *err) {
   const tt_layer *L = n->L;
   const tt_node *x = &g->nodes[n->in[0]];
   double xn = (double)x->c * x->h * x->w;
+  if (x->tokens) { /* what a token tensor may feed: the kinds below that keep or reduce its rows */
+    int ok = L->kind == TT_L_RELU || L->kind == TT_L_RELU6 || L->kind == TT_L_SILU || L->kind == TT_L_GELU ||
+             L->kind == TT_L_DROPOUT || L->kind == TT_L_LINEAR || L->kind == TT_L_ADD || L->kind == TT_L_FLATTEN ||
+             L->kind == TT_L_LAYERNORM || L->kind == TT_L_ATTENTION || L->kind == TT_L_TOKEN;
+    if (!ok)
+      return graph_layer_fail(m, L, err, "its input '%s' is a token tensor [%d tokens x %d]; %s takes images (use "
+                              "[layernorm] for normalisation, [token] to pool the tokens)",
+                              m->layers[n->in[0]].name, x->c, x->w, tt_layer_kind_name(L->kind));
+  }
   switch (L->kind) {
     case TT_L_CONV: return graph_conv_shape(m, n, x, err);
+    case TT_L_PATCH_EMBED: return graph_patch_shape(m, n, x, err);
+    case TT_L_LAYERNORM: return graph_ln_shape(m, n, x, err);
+    case TT_L_ATTENTION: return graph_attn_shape(m, n, x, err);
+    case TT_L_TOKEN: return graph_token_shape(m, n, x, err);
     case TT_L_BN:
       n->c = x->c, n->h = x->h, n->w = x->w;
       n->flops = 8.0 * xn;
@@ -143,10 +234,11 @@ static int graph_shape(const tt_graph *g, tt_node *n, tt_err *err) {
     case TT_L_RELU:
     case TT_L_RELU6:
     case TT_L_SILU:
+    case TT_L_GELU:
     case TT_L_DROPOUT:
       if (L->kind == TT_L_DROPOUT && (L->p < 0.0f || L->p >= 1.0f)) return graph_layer_fail(m, L, err, "dropout p must be in [0, 1)");
-      n->c = x->c, n->h = x->h, n->w = x->w;
-      n->flops = xn;
+      n->c = x->c, n->h = x->h, n->w = x->w, n->tokens = x->tokens, n->cls = x->cls;
+      n->flops = L->kind == TT_L_GELU ? 8.0 * xn : xn;
       return 0;
     case TT_L_MAXPOOL:
     case TT_L_AVGPOOL: return graph_pool_shape(m, n, x, err);
@@ -171,7 +263,8 @@ static int graph_add_param(tt_graph *g, int node, const char *layer, const char 
                            int ndim, const int64_t *shape, int trainable, int half_copy, int fan_in, int fan_out) {
   tt_param *p = &g->params[g->nparams];
   memset(p, 0, sizeof *p);
-  snprintf(p->name, sizeof p->name, "%s.%s", layer, suffix);
+  if (suffix) snprintf(p->name, sizeof p->name, "%s.%s", layer, suffix);
+  else snprintf(p->name, sizeof p->name, "%s", layer); /* a full name (patch_embed's overrides) */
   p->ndim = ndim;
   p->numel = 1;
   for (int i = 0; i < ndim; i++) {
@@ -214,12 +307,44 @@ static int graph_params(tt_graph *g, tt_node *n) {
         (n->rvar = graph_add_param(g, i, L->name, "running_var", TT_PR_BN_VAR, 1, s, 0, 0, 0, 0)) < 0)
       return -1;
   } else if (L->kind == TT_L_LINEAR) {
-    int64_t ws[2] = {L->filters, xc};
-    if ((n->weight = graph_add_param(g, i, L->name, "weight", TT_PR_WEIGHT, 2, ws, tr, 1, xc, L->filters)) < 0) return -1;
+    int in = x->tokens ? x->w : xc; /* per token: the last dimension */
+    int64_t ws[2] = {L->filters, in};
+    if ((n->weight = graph_add_param(g, i, L->name, "weight", TT_PR_WEIGHT, 2, ws, tr, 1, in, L->filters)) < 0) return -1;
     if (L->bias) {
       int64_t bs[1] = {L->filters};
-      if ((n->bias = graph_add_param(g, i, L->name, "bias", TT_PR_BIAS, 1, bs, tr, 1, xc, L->filters)) < 0) return -1;
+      if ((n->bias = graph_add_param(g, i, L->name, "bias", TT_PR_BIAS, 1, bs, tr, 1, in, L->filters)) < 0) return -1;
     }
+  } else if (L->kind == TT_L_PATCH_EMBED) {
+    /* PyTorch's shapes, so a safetensors file matches torchvision's: conv weight [dim, c, s, s],
+     * bias [dim], class token [1, 1, dim], position embedding [1, t, dim] */
+    const char *cn = L->conv_name[0] ? L->conv_name : L->name;
+    int s = L->kh, fan_in = xc * s * s, fan_out = L->filters * s * s;
+    int64_t ws[4] = {L->filters, xc, s, s}, bs[1] = {L->filters}, cs[3] = {1, 1, L->filters}, ps[3] = {1, n->c, L->filters};
+    if ((n->weight = graph_add_param(g, i, cn, "weight", TT_PR_WEIGHT, 4, ws, tr, 1, fan_in, fan_out)) < 0) return -1;
+    if (L->bias && (n->bias = graph_add_param(g, i, cn, "bias", TT_PR_BIAS, 1, bs, tr, 1, fan_in, fan_out)) < 0) return -1;
+    if (L->class_token &&
+        (n->cls_tok = graph_add_param(g, i, L->class_token_name[0] ? L->class_token_name : L->name,
+                                      L->class_token_name[0] ? NULL : "class_token", TT_PR_CLS_TOKEN, 3, cs, tr, 0, 0, 0)) < 0)
+      return -1;
+    if (L->pos_embed &&
+        (n->pos_emb = graph_add_param(g, i, L->pos_embedding_name[0] ? L->pos_embedding_name : L->name,
+                                      L->pos_embedding_name[0] ? NULL : "pos_embedding", TT_PR_POS_EMBED, 3, ps, tr, 0, 0, 0)) < 0)
+      return -1;
+  } else if (L->kind == TT_L_LAYERNORM) {
+    int64_t s[1] = {x->tokens ? x->w : xc}; /* fp32, as batch norm's: no fp16 copy under autocast */
+    if ((n->gamma = graph_add_param(g, i, L->name, "weight", TT_PR_LN_GAMMA, 1, s, tr, 0, 0, 0)) < 0 ||
+        (n->beta = graph_add_param(g, i, L->name, "bias", TT_PR_LN_BETA, 1, s, tr, 0, 0, 0)) < 0)
+      return -1;
+  } else if (L->kind == TT_L_ATTENTION) {
+    /* nn.MultiheadAttention's names and shapes: in_proj_weight [3f, f] (q, k, v rows), in_proj_bias
+     * [3f], out_proj.weight [f, f], out_proj.bias [f] */
+    int f = x->w;
+    int64_t iw[2] = {3 * (int64_t)f, f}, ib[1] = {3 * (int64_t)f}, ow[2] = {f, f}, ob[1] = {f};
+    if ((n->weight = graph_add_param(g, i, L->name, "in_proj_weight", TT_PR_WEIGHT, 2, iw, tr, 1, f, 3 * f)) < 0) return -1;
+    if (L->bias && (n->bias = graph_add_param(g, i, L->name, "in_proj_bias", TT_PR_BIAS, 1, ib, tr, 1, f, 3 * f)) < 0)
+      return -1;
+    if ((n->out_w = graph_add_param(g, i, L->name, "out_proj.weight", TT_PR_WEIGHT, 2, ow, tr, 1, f, f)) < 0) return -1;
+    if (L->bias && (n->out_b = graph_add_param(g, i, L->name, "out_proj.bias", TT_PR_BIAS, 1, ob, tr, 1, f, f)) < 0) return -1;
   }
   return 0;
 }
@@ -247,6 +372,7 @@ static int graph_link(tt_graph *g, int i, tt_err *err) {
   n->L = L;
   n->nin = L->ninputs;
   n->weight = n->bias = n->gamma = n->beta = n->rmean = n->rvar = -1;
+  n->out_w = n->out_b = n->cls_tok = n->pos_emb = -1;
   for (int k = 0; k < L->ninputs; k++) {
     if (L->inputs[k] < 0 || L->inputs[k] >= i)
       return graph_layer_fail(g->model, L, err, "input refers to a layer that is not earlier in the recipe");
@@ -264,11 +390,49 @@ static int graph_check_outputs(const tt_graph *g, tt_err *err) {
   for (int i = 0; i < g->nnodes - 1; i++)
     if (g->nodes[i].nconsumers == 0)
       return graph_layer_fail(m, &m->layers[i], err, "its output is never used; connect it with from = ... or remove it");
+  if (last->tokens)
+    return graph_layer_fail(m, last->L, err, "the last layer gives a token tensor [%d tokens x %d]; pool it with [token] "
+                            "(mode = class or mean) and end with a linear layer of out = %d", last->c, last->w, m->classes);
   if (tt_node_numel(last) != (size_t)m->classes)
     return graph_layer_fail(m, last->L, err,
                             "the last layer gives %dx%dx%d values but [net] classes = %d; end with a linear layer of out = %d",
                             last->c, last->h, last->w, m->classes, m->classes);
   return 0;
+}
+
+/* Parameter names are the weights file's keys: patch_embed's name overrides must not take a name
+ * another parameter has (layer names are unique, so only the overrides can collide). O(params)
+ * per override. */
+static int graph_check_names(const tt_graph *g, tt_err *err) {
+  for (int i = 0; i < g->nparams; i++) {
+    const tt_param *p = &g->params[i];
+    const tt_layer *L = g->nodes[p->node].L;
+    if (L->kind != TT_L_PATCH_EMBED || !(L->conv_name[0] || L->class_token_name[0] || L->pos_embedding_name[0])) continue;
+    for (int j = 0; j < g->nparams; j++)
+      if (j != i && !strcmp(g->params[j].name, p->name))
+        return graph_layer_fail(g->model, L, err, "its parameter name '%s' is also the name of a parameter of layer '%s'; "
+                                "choose another conv_name, class_token_name or pos_embedding_name", p->name,
+                                g->model->layers[g->params[j].node].name);
+  }
+  return 0;
+}
+
+double tt_node_probs_bytes(const tt_graph *g, int v, int mb, size_t es) {
+  const tt_node *n = &g->nodes[v];
+  if (n->kind != TT_L_ATTENTION) return 0.0;
+  return (double)mb * n->L->heads * (double)n->c * (double)n->c * (double)es;
+}
+
+double tt_node_saved_bytes(const tt_graph *g, int v, int mb, size_t es, int keep_probs) {
+  const tt_node *n = &g->nodes[v];
+  switch (n->kind) {
+    case TT_L_ATTENTION: /* qkv [t, 3f] and o [t, f] in dt, lse [heads, t] fp32, probs [heads, t, t] */
+      return (double)mb * (4.0 * n->c * (double)n->w * (double)es + 4.0 * n->L->heads * (double)n->c) +
+             (keep_probs ? tt_node_probs_bytes(g, v, mb, es) : 0.0);
+    case TT_L_LAYERNORM: return (double)mb * 8.0 * (double)(n->tokens ? n->c : 1);
+    case TT_L_BN: return 8.0 * (double)n->c;
+    default: return 0.0;
+  }
 }
 
 int tt_graph_build(const tt_model *m, tt_graph *g, tt_err *err) {
@@ -299,6 +463,7 @@ int tt_graph_build(const tt_model *m, tt_graph *g, tt_err *err) {
     g->flops_per_sample += n->flops;
   }
   if (graph_check_outputs(g, err)) goto fail;
+  if (graph_check_names(g, err)) goto fail;
   return 0;
 fail:
   tt_graph_free(g);

@@ -19,7 +19,13 @@ typedef enum {
   TT_PR_BN_GAMMA,   /* saved as "<bn>.weight", as PyTorch does */
   TT_PR_BN_BETA,    /* "<bn>.bias" */
   TT_PR_BN_MEAN,    /* "<bn>.running_mean", not trainable */
-  TT_PR_BN_VAR      /* "<bn>.running_var", not trainable */
+  TT_PR_BN_VAR,     /* "<bn>.running_var", not trainable */
+  /* Only TT_PR_WEIGHT is a weight matrix (conv, linear, attention in_proj_weight and
+   * out_proj.weight): the AdamW default decays that role alone. */
+  TT_PR_LN_GAMMA,   /* "<layernorm>.weight" [f] */
+  TT_PR_LN_BETA,    /* "<layernorm>.bias" [f] */
+  TT_PR_CLS_TOKEN,  /* patch_embed's class token [1, 1, dim] ("<name>.class_token") */
+  TT_PR_POS_EMBED   /* patch_embed's position embedding [1, t, dim] ("<name>.pos_embedding") */
 } tt_param_role;
 
 typedef struct tt_param {
@@ -40,9 +46,14 @@ typedef struct tt_node {
   const tt_layer *L;
   int in[TT_MAX_INPUTS];   /* input node ids */
   int nin;
-  int c, h, w;             /* output shape per sample */
+  int c, h, w;             /* output shape per sample; a token tensor [t, f] is c = t, h = 1, w = f */
+  int tokens;              /* 1: the output is a token tensor [t, f] (stored [n, t, f], f fastest) */
+  int cls;                 /* tokens: token 0 is patch_embed's class token */
   int groups;              /* conv groups, "depthwise" resolved */
-  int weight, bias, gamma, beta, rmean, rvar; /* param ids or -1 */
+  int weight, bias, gamma, beta, rmean, rvar; /* param ids or -1 (attention: weight, bias = in_proj;
+                            * layernorm: gamma, beta) */
+  int out_w, out_b;        /* attention: out_proj.weight, out_proj.bias (param ids or -1) */
+  int cls_tok, pos_emb;    /* patch_embed: class token, position embedding (param ids or -1) */
   int nconsumers;
   double flops;            /* forward FLOPs per sample (multiply-add = 2) */
 } tt_node;
@@ -63,6 +74,14 @@ int tt_graph_build(const tt_model *m, tt_graph *g, tt_err *err);
 void tt_graph_free(tt_graph *g);
 
 static inline size_t tt_node_numel(const tt_node *n) { return (size_t)n->c * (size_t)n->h * (size_t)n->w; }
+
+/* Bytes backward keeps for node v besides the values (per tt_op bwd_reads) at micro-batch mb
+ * and activation element size es (bytes of the dtype): attention's qkv [t, 3f] and o [t, f] (dt), row statistics [heads, t]
+ * (fp32) and, when keep_probs, the probabilities [heads, t, t] (dt); layer norm's statistics
+ * [t] x 2 (fp32); batch norm's [c] x 2. The recompute cost model and plan reports use it. */
+double tt_node_saved_bytes(const tt_graph *g, int v, int mb, size_t es, int keep_probs);
+/* The attention probabilities' bytes of node v at mb, es (0 for other kinds). */
+double tt_node_probs_bytes(const tt_graph *g, int v, int mb, size_t es);
 
 #ifdef __cplusplus
 }

@@ -129,7 +129,25 @@ static void lower_args(const lower_ctx *c, const tt_node *n, tt_op_args *a) {
       d->pad_h = n->L->ph, d->pad_w = n->L->pw, d->p = n->h, d->q = n->w;
       break;
     }
-    case TT_L_LINEAR: a->linear.in = (int)tt_node_numel(x), a->linear.out = n->c; break;
+    case TT_L_LINEAR: /* per token over a token tensor's last dimension: rows = tokens */
+      a->linear.in = x->tokens ? x->w : (int)tt_node_numel(x), a->linear.out = n->tokens ? n->w : n->c;
+      a->linear.rows = x->tokens ? x->c : 1;
+      break;
+    case TT_L_LAYERNORM:
+      a->ln.rows = x->tokens ? x->c : 1, a->ln.f = x->tokens ? x->w : x->c, a->ln.eps = n->L->eps;
+      break;
+    case TT_L_ATTENTION:
+      a->attn.t = x->c, a->attn.f = x->w, a->attn.heads = n->L->heads, a->attn.causal = n->L->causal, a->attn.p = n->L->p;
+      break;
+    case TT_L_PATCH_EMBED: { /* the conv: kernel = stride = size, no padding; output [dim, h/size, w/size] */
+      tt_conv_desc *d = &a->patch.conv;
+      d->n = c->pol->micro_batch, d->c = x->c, d->h = x->h, d->w = x->w;
+      d->k = n->L->filters, d->r = d->s = d->stride_h = d->stride_w = n->L->kh;
+      d->groups = 1, d->p = x->h / n->L->kh, d->q = x->w / n->L->kh;
+      a->patch.cls = n->L->class_token != 0;
+      break;
+    }
+    case TT_L_TOKEN: a->token.t = x->c, a->token.f = x->w, a->token.mode = n->L->token_mode; break;
     case TT_L_BN: a->bn.c = n->c, a->bn.hw = n->h * n->w, a->bn.eps = n->L->eps, a->bn.momentum = n->L->momentum; break;
     case TT_L_GAP: a->gap.c = n->c, a->gap.hw = x->h * x->w; break;
     case TT_L_CONCAT:
@@ -229,18 +247,56 @@ static int lower_fwd(lower_ctx *c, int node, int flags) {
   for (int k = 0; k < n->nin; k++)
     if ((ins[k] = lower_value(c, c->canon[n->in[k]])) < 0) return -1;
   int w = lower_weight(c, n->weight), b = lower_weight(c, n->bias);
-  if (w < -1 || b < -1) return -1;
+  int ow = lower_weight(c, n->out_w), ob = lower_weight(c, n->out_b); /* attention's out-proj */
+  if (w < -1 || b < -1 || ow < -1 || ob < -1) return -1;
   int y = lower_buf(c, g->model->layers[node].name, (flags & TT_SF_RECOMPUTE) ? ".recomputed" : "", lower_act_bytes(c, node),
                     c->pol->act_dtype, TT_BC_ACTIVATIONS, 0, node, -1);
   if (y < 0) return -1;
   if (c->pol->inplace && tt_op_fwd_inplace(n->L, c->pol->training)) c->p->bufs[y].alias_of = ins[0];
   if (n->kind == TT_L_INPUT) return lower_load(c, node, y, flags);
-  int save = -1;
-  if (n->kind == TT_L_BN && c->pol->training) {
-    size_t sb = (size_t)n->c * sizeof(float);
-    save = lower_buf(c, g->model->layers[node].name, ".save_mean", sb, TT_F32, TT_BC_ACTIVATIONS, 0, node, -1);
-    if (save < 0 || lower_buf(c, g->model->layers[node].name, ".save_invstd", sb, TT_F32, TT_BC_ACTIVATIONS, 0, node, -1) < 0)
+  int save = -1, tmp = -1;
+  const char *lname = g->model->layers[node].name;
+  if ((n->kind == TT_L_BN || n->kind == TT_L_LAYERNORM) && c->pol->training) {
+    /* batch norm: [c] per channel; layer norm: one per row, [N, t] */
+    size_t sb = n->kind == TT_L_BN ? (size_t)n->c * sizeof(float)
+                                    : tt_size_mul((size_t)c->pol->micro_batch, (size_t)(n->tokens ? n->c : 1) * sizeof(float));
+    save = lower_buf(c, lname, ".save_mean", sb, TT_F32, TT_BC_ACTIVATIONS, 0, node, -1);
+    if (save < 0 || lower_buf(c, lname, ".save_invstd", sb, TT_F32, TT_BC_ACTIVATIONS, 0, node, -1) < 0) return -1;
+  }
+  if (n->kind == TT_L_ATTENTION) {
+    /* qkv [N, t, 3f] and o [N, t, f] (dt): backward reads both when training, so they are made in
+     * this order, with lse [N, heads, t] fp32 and the probabilities [N, heads, t, t] dt (unless
+     * the fused form) after them: save, save+1, save+2, save+3 (lower_bwd counts on it) */
+    size_t es = tt_dtype_size(c->pol->act_dtype), mb = (size_t)c->pol->micro_batch, t = (size_t)n->c, f = (size_t)n->w;
+    size_t hd = (size_t)n->L->heads;
+    int rec = (flags & TT_SF_RECOMPUTE) != 0;
+    save = lower_buf(c, lname, rec ? ".qkv.recomputed" : ".qkv", tt_size_mul(tt_size_mul(mb * es, t), 3 * f), c->pol->act_dtype,
+                     TT_BC_ACTIVATIONS, 0, node, -1);
+    if (save < 0 || lower_buf(c, lname, rec ? ".attn_out.recomputed" : ".attn_out", tt_size_mul(tt_size_mul(mb * es, t), f),
+                              c->pol->act_dtype, TT_BC_ACTIVATIONS, 0, node, -1) < 0)
       return -1;
+    if (c->pol->training) {
+      if (lower_buf(c, lname, ".lse", tt_size_mul(tt_size_mul(mb, hd), t * sizeof(float)), TT_F32, TT_BC_ACTIVATIONS, 0, node,
+                    -1) < 0)
+        return -1;
+      if (!c->pol->attn_fused) {
+        size_t pb = tt_size_mul(tt_size_mul(tt_size_mul(mb * es, hd), t), t);
+        if (lower_buf(c, lname, rec ? ".attn_probs.recomputed" : ".attn_probs", pb, c->pol->act_dtype, TT_BC_ACTIVATIONS, 0,
+                      node, -1) < 0)
+          return -1;
+        if (!rec) c->p->attn_probs_bytes += pb;
+      } else if (!rec) {
+        c->p->attn_probs_bytes += tt_size_mul(tt_size_mul(tt_size_mul(mb * es, hd), t), t); /* what it avoids */
+      }
+      if (!rec) c->p->n_attn++;
+    }
+  }
+  if (n->kind == TT_L_PATCH_EMBED) { /* the conv's output [N, dim, hw], read by the token step only */
+    size_t hw = (size_t)(n->c - (n->cls ? 1 : 0));
+    tmp = lower_buf(c, lname, ".conv", tt_size_mul(tt_size_mul((size_t)c->pol->micro_batch, hw * (size_t)n->w),
+                                                   tt_dtype_size(c->pol->act_dtype)),
+                    c->pol->act_dtype, TT_BC_ACTIVATIONS, 0, node, -1);
+    if (tmp < 0) return -1;
   }
   int cmp = -1;
   if (c->compact[node] && !(flags & (TT_SF_RECOMPUTE | TT_SF_EVAL))) {
@@ -273,17 +329,34 @@ static int lower_fwd(lower_ctx *c, int node, int flags) {
     lower_set(s, 1, TT_FWD_COMPACT, cmp);
     c->cur_cmp[node] = cmp;
   }
-  if (n->kind == TT_L_CONV || n->kind == TT_L_LINEAR) {
+  if (n->kind == TT_L_CONV || n->kind == TT_L_LINEAR || n->kind == TT_L_PATCH_EMBED || n->kind == TT_L_ATTENTION) {
     lower_set(s, 0, TT_FWD_W, w);
     lower_set(s, 0, TT_FWD_B, b);
-  } else if (n->kind == TT_L_BN) {
+  }
+  if (n->kind == TT_L_PATCH_EMBED) { /* class token and position embedding: fp32 masters */
+    lower_set(s, 0, TT_PE_CLS, n->cls_tok >= 0 ? c->p->param_buf[n->cls_tok] : -1);
+    lower_set(s, 0, TT_PE_POS, n->pos_emb >= 0 ? c->p->param_buf[n->pos_emb] : -1);
+    lower_set(s, 1, TT_PE_CONV, tmp);
+  } else if (n->kind == TT_L_ATTENTION) {
+    lower_set(s, 0, TT_AT_OUT_W, ow);
+    lower_set(s, 0, TT_AT_OUT_B, ob);
+    lower_set(s, 1, TT_AT_QKV, save);
+    lower_set(s, 1, TT_AT_O, save + 1);
+    if (c->pol->training) {
+      lower_set(s, 1, TT_AT_LSE, save + 2);
+      lower_set(s, 1, TT_AT_PROBS, c->pol->attn_fused ? -1 : save + 3);
+    }
+    c->cur_save[node] = save;
+  } else if (n->kind == TT_L_BN || n->kind == TT_L_LAYERNORM) {
     lower_set(s, 0, TT_BN_GAMMA, c->p->param_buf[n->gamma]);
     lower_set(s, 0, TT_BN_BETA, c->p->param_buf[n->beta]);
-    lower_set(s, 0, TT_BN_RMEAN, c->p->param_buf[n->rmean]);
-    lower_set(s, 0, TT_BN_RVAR, c->p->param_buf[n->rvar]);
+    if (n->kind == TT_L_BN) { /* layer norm keeps no running statistics */
+      lower_set(s, 0, TT_BN_RMEAN, c->p->param_buf[n->rmean]);
+      lower_set(s, 0, TT_BN_RVAR, c->p->param_buf[n->rvar]);
+    }
   }
   lower_set(s, 1, TT_FWD_Y, y);
-  if (save >= 0) {
+  if (save >= 0 && n->kind != TT_L_ATTENTION) {
     lower_set(s, 1, TT_BN_SAVE_MEAN, save);
     lower_set(s, 1, TT_BN_SAVE_INVSTD, save + 1);
     c->cur_save[node] = save;
@@ -311,7 +384,8 @@ static int lower_input_grads(lower_ctx *c, int node, tt_step **sp) {
     /* no gradient into the image, nor into a frozen prefix (nothing trainable at or before it)
      * where the consumer can leave dx out: conv and linear skip backward-data, add the output */
     if (c->g->nodes[t].kind == TT_L_INPUT ||
-        (!c->needs_grad[t] && (n->kind == TT_L_CONV || n->kind == TT_L_LINEAR || n->kind == TT_L_ADD))) {
+        (!c->needs_grad[t] && (n->kind == TT_L_CONV || n->kind == TT_L_LINEAR || n->kind == TT_L_ADD ||
+                               n->kind == TT_L_ATTENTION || n->kind == TT_L_PATCH_EMBED))) {
       lower_set(s, 1, k, -1);
       continue;
     }
@@ -343,12 +417,29 @@ static int lower_bwd(lower_ctx *c, int node) {
   else if (op->bwd_reads & TT_READS_INPUT) saved = lower_value(c, c->canon[n->in[0]]); /* conv/linear: x for dW */
   else if (op->bwd_reads & TT_READS_OUTPUT) saved = lower_value(c, node);
   if (op->bwd_reads && saved < 0) return -1;
-  if (n->kind == TT_L_BN && (c->cur_save[node] < 0 || c->cur_val[node] < 0)) {
-    /* statistics were dropped with the value: recompute the node itself */
+  if ((n->kind == TT_L_BN && (c->cur_save[node] < 0 || c->cur_val[node] < 0)) ||
+      ((n->kind == TT_L_LAYERNORM || n->kind == TT_L_ATTENTION) && c->cur_save[node] < 0)) {
+    /* statistics (attention: qkv, o, lse, probabilities) were dropped with the value: recompute
+     * the node itself */
     if (lower_fwd(c, node, TT_SF_RECOMPUTE) < 0) return -1;
   }
-  int w = lower_weight(c, n->weight);
-  if (w < -1) return -1;
+  int w = lower_weight(c, n->weight), ow = lower_weight(c, n->out_w);
+  if (w < -1 || ow < -1) return -1;
+  /* gradients of the step's own intermediates, live in this step only: patch_embed's conv
+   * output; attention's o and qkv */
+  int t0 = -1, t1 = -1;
+  const char *lname = c->g->model->layers[node].name;
+  size_t es = tt_dtype_size(c->pol->act_dtype), mb = (size_t)c->pol->micro_batch;
+  if (n->kind == TT_L_PATCH_EMBED &&
+      (t0 = lower_buf(c, lname, ".conv.grad", tt_size_mul(tt_size_mul(mb * es, (size_t)(n->c - (n->cls ? 1 : 0))), (size_t)n->w),
+                      c->pol->act_dtype, TT_BC_ACT_GRADS, 0, node, -1)) < 0)
+    return -1;
+  if (n->kind == TT_L_ATTENTION &&
+      ((t0 = lower_buf(c, lname, ".attn_out.grad", tt_size_mul(tt_size_mul(mb * es, (size_t)n->c), (size_t)n->w),
+                       c->pol->act_dtype, TT_BC_ACT_GRADS, 0, node, -1)) < 0 ||
+       (t1 = lower_buf(c, lname, ".qkv.grad", tt_size_mul(tt_size_mul(mb * es, (size_t)n->c), 3 * (size_t)n->w),
+                       c->pol->act_dtype, TT_BC_ACT_GRADS, 0, node, -1)) < 0))
+    return -1;
   int restored = -1;
   if (compact && n->kind == TT_L_CONV) { /* x restored from the lossy copy, live during this step only */
     int xn = c->canon[n->in[0]];
@@ -362,17 +453,37 @@ static int lower_bwd(lower_ctx *c, int node) {
   lower_args(c, n, &s->a);
   lower_set(s, 0, TT_BWD_DY, c->gbuf[node]);
   if (saved >= 0) lower_set(s, 0, TT_BWD_SAVED, saved);
-  if (n->kind == TT_L_CONV || n->kind == TT_L_LINEAR) lower_set(s, 0, TT_BWD_W, w);
-  if (n->kind == TT_L_BN) {
+  if (n->kind == TT_L_CONV || n->kind == TT_L_LINEAR || n->kind == TT_L_PATCH_EMBED || n->kind == TT_L_ATTENTION)
+    lower_set(s, 0, TT_BWD_W, w);
+  if (n->kind == TT_L_PATCH_EMBED) lower_set(s, 1, TT_PE_DCONV, t0);
+  if (n->kind == TT_L_ATTENTION) {
+    int sv = c->cur_save[node];
+    lower_set(s, 0, TT_AB_OUT_W, ow);
+    lower_set(s, 0, TT_AB_QKV, sv);
+    lower_set(s, 0, TT_AB_O, sv + 1);
+    lower_set(s, 0, TT_AB_LSE, sv + 2);
+    lower_set(s, 0, TT_AB_PROBS, c->pol->attn_fused ? -1 : sv + 3);
+    lower_set(s, 1, TT_AB_DO, t0);
+    lower_set(s, 1, TT_AB_DQKV, t1);
+  }
+  if (n->kind == TT_L_BN || n->kind == TT_L_LAYERNORM) {
     lower_set(s, 0, TT_BWD_GAMMA, c->p->param_buf[n->gamma]);
     lower_set(s, 0, TT_BWD_SAVE_MEAN, c->cur_save[node]);
     lower_set(s, 0, TT_BWD_SAVE_INVSTD, c->cur_save[node] + 1);
   }
   if (lower_input_grads(c, node, &s)) return -1;
   if (op->has_params) {
-    int pw = n->kind == TT_L_BN ? n->gamma : n->weight, pb = n->kind == TT_L_BN ? n->beta : n->bias;
+    int norm = n->kind == TT_L_BN || n->kind == TT_L_LAYERNORM;
+    int pw = norm ? n->gamma : n->weight, pb = norm ? n->beta : n->bias;
     lower_set(s, 1, TT_BWD_DW, c->p->grad_buf[pw]);
     if (pb >= 0) lower_set(s, 1, TT_BWD_DB, c->p->grad_buf[pb]);
+    if (n->kind == TT_L_ATTENTION) {
+      lower_set(s, 1, TT_AB_DOUT_W, c->p->grad_buf[n->out_w]);
+      lower_set(s, 1, TT_AB_DOUT_B, n->out_b >= 0 ? c->p->grad_buf[n->out_b] : -1);
+    } else if (n->kind == TT_L_PATCH_EMBED) {
+      lower_set(s, 1, TT_PE_DCLS, n->cls_tok >= 0 ? c->p->grad_buf[n->cls_tok] : -1);
+      lower_set(s, 1, TT_PE_DPOS, n->pos_emb >= 0 ? c->p->grad_buf[n->pos_emb] : -1);
+    }
   }
   return lower_ws(c, s); /* last: the calls depend on which gradients are added into */
 }
@@ -537,8 +648,8 @@ static int lower_forward(lower_ctx *c) {
 /* Backward in reverse order, after dropping the values the policy recomputes. */
 /* Whether node i holds a trainable parameter (its gradient is planned). */
 static int lower_trainable(const lower_ctx *c, const tt_node *n) {
-  const int pr[4] = {n->weight, n->bias, n->gamma, n->beta};
-  for (int k = 0; k < 4; k++)
+  const int pr[8] = {n->weight, n->bias, n->gamma, n->beta, n->out_w, n->out_b, n->cls_tok, n->pos_emb};
+  for (int k = 0; k < 8; k++)
     if (pr[k] >= 0 && c->p->grad_buf[pr[k]] >= 0) return 1;
   return 0;
 }
@@ -549,7 +660,10 @@ static int lower_backward(lower_ctx *c) {
   int rc = 0;
   if (pol->recompute)
     for (int i = 0; i < g->nnodes; i++)
-      if (pol->recompute[i] && c->canon[i] == i) c->cur_val[i] = -1; /* BN's saved statistics (2c floats) stay */
+      if (pol->recompute[i] && c->canon[i] == i) {
+        c->cur_val[i] = -1; /* BN's saved statistics (2c floats) and layer norm's (2 per row) stay */
+        if (g->nodes[i].kind == TT_L_ATTENTION) c->cur_save[i] = -1; /* qkv, o, lse, probabilities go */
+      }
   c->needs_grad = (char *)tt_calloc((size_t)g->nnodes, 1, "lowering tables", c->err);
   if (!c->needs_grad) return -1;
   for (int i = 0; i < g->nnodes; i++) { /* inputs come before their consumers; a later one: assume so */
@@ -628,6 +742,27 @@ static void lower_retarget_add(tt_program *p) {
   }
 }
 
+/* A backend may leave the transformer entries NULL (backend.h): a recipe that needs one is
+ * refused here, naming the layer, rather than failing at its first step. */
+static int lower_check_backend(const tt_graph *g, const tt_backend *be, tt_err *err) {
+  for (int i = 1; i < g->nnodes; i++) {
+    const tt_node *n = &g->nodes[i];
+    const char *need = NULL;
+    switch (n->kind) {
+      case TT_L_PATCH_EMBED: need = !be->tokens_fwd || !be->tokens_bwd ? "tokens_fwd/tokens_bwd" : NULL; break;
+      case TT_L_LAYERNORM: need = !be->ln_fwd || !be->ln_bwd ? "ln_fwd/ln_bwd" : NULL; break;
+      case TT_L_ATTENTION: need = !be->attn_fwd || !be->attn_bwd ? "attn_fwd/attn_bwd" : NULL; break;
+      case TT_L_TOKEN: need = !be->token_pool_fwd || !be->token_pool_bwd ? "token_pool_fwd/token_pool_bwd" : NULL; break;
+      default: break;
+    }
+    if (need)
+      return tt_fail(err, "%s:%d: [%s %s]: the %s backend does not implement %s (%s); use another backend (--backend) or "
+                     "a recipe without this layer", g->model->path, n->L->line, tt_layer_kind_name(n->kind), n->L->name,
+                     be->name, tt_layer_kind_name(n->kind), need);
+  }
+  return 0;
+}
+
 int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err) {
   memset(p, 0, sizeof *p);
   p->graph = g;
@@ -637,6 +772,7 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
   p->input_numel = tt_node_numel(&g->nodes[0]);
   p->input_u8 = p->labels = p->stats = p->overflow_flag = -1;
   if (pol->micro_batch <= 0) return tt_fail(err, "micro-batch must be positive (got %d)", pol->micro_batch);
+  if (lower_check_backend(g, be, err)) return -1;
   lower_ctx c;
   memset(&c, 0, sizeof c);
   c.g = g, c.pol = pol, c.be = be, c.p = p, c.err = err;

@@ -27,6 +27,15 @@ typedef enum {
   TT_L_FLATTEN, /* [c,h,w] -> [c*h*w,1,1]; a view, no data moves */
   TT_L_ADD,
   TT_L_CONCAT, /* along channels */
+  /* transformer layers. A token tensor [t, f] per sample is stored [n, t, f] row-major (f
+   * fastest); in the graph it is the node shape c = t, h = 1, w = f with tt_node.tokens set. */
+  TT_L_PATCH_EMBED, /* image [c,h,w] -> tokens [t, dim]: conv kernel = stride = size, then class
+                     * token (optional, token 0) and learned position embedding (optional) */
+  TT_L_LAYERNORM,   /* over the last dimension f (PyTorch's nn.LayerNorm(f)) */
+  TT_L_ATTENTION,   /* multi-head self-attention as nn.MultiheadAttention: fused QKV in-proj
+                     * linear, softmax(q k^T / sqrt(d)) v per head, out-proj linear */
+  TT_L_GELU,        /* elementwise; approximate = none (erf) or tanh */
+  TT_L_TOKEN,       /* tokens [t, f] -> [f]: the class token (token 0) or the mean */
   TT_L_KIND_COUNT
 } tt_layer_kind;
 
@@ -41,12 +50,21 @@ typedef struct tt_layer {
   int kh, kw, sh, sw, ph, pw;   /* conv and pooling window, stride, padding */
   int groups;                   /* conv; groups == input channels is depthwise; -1 = "depthwise"
                                  * in the recipe: the graph stage sets it to the input channels */
-  int bias;                     /* conv and linear: 1 if the layer has a bias */
-  int freeze;                   /* conv, linear, batch norm: 1 keeps the weights as loaded (no gradient,
+  int bias;                     /* conv, linear, patch_embed, attention (both projections): 1 if the layer has biases */
+  int freeze;                   /* conv, linear, batch norm, patch_embed, layernorm, attention: 1 keeps the weights as loaded (no gradient,
                                  * no optimizer state, no update; batch norm's running statistics
                                  * still update in training) */
-  float eps, momentum;          /* batch norm (PyTorch meaning of momentum: 0.1 default) */
-  float p;                      /* dropout probability */
+  float eps, momentum;          /* batch norm (PyTorch meaning of momentum: 0.1 default); layernorm eps */
+  float p;                      /* dropout probability; attention: dropout on the probabilities */
+  /* patch_embed: filters = dim, kh = kw = sh = sw = size (no padding) */
+  int class_token, pos_embed;   /* patch_embed: 1 adds a class token (token 0) / a position embedding */
+  /* patch_embed name overrides ("" = "<name>.weight"/".bias", "<name>.class_token",
+   * "<name>.pos_embedding"): conv_name is a prefix (conv_name.weight, conv_name.bias); the other
+   * two are full tensor names (torchvision's vit_b_16: class_token, encoder.pos_embedding) */
+  char conv_name[TT_NAME_MAX], class_token_name[TT_NAME_MAX], pos_embedding_name[TT_NAME_MAX];
+  int heads, causal;            /* attention: f % heads == 0; causal masks key j > query i */
+  int approximate;              /* gelu: 0 none (erf), 1 tanh */
+  int token_mode;               /* token: 0 class (token 0), 1 mean over the tokens */
 } tt_layer;
 
 typedef enum { TT_OPT_SGD = 0, TT_OPT_ADAM, TT_OPT_ADAMW } tt_opt_kind;

@@ -20,6 +20,14 @@ static const tt_op_traits ops_table[TT_L_KIND_COUNT] = {
     {"flatten", TT_VIEW_ALWAYS,        0, 0, 0,               0},
     {"add",     TT_VIEW_NEVER,         1, 1, 0,               0},
     {"concat",  TT_VIEW_NEVER,         0, 0, 0,               0},
+    /* transformer layers: their backward reads x (patch_embed: for the conv's dW; layernorm:
+     * with its saved statistics; attention: the in-proj's dW, besides its own saved qkv, o and
+     * row statistics (lower.c); gelu: the derivative at x) */
+    {"patch_embed", TT_VIEW_NEVER,     0, 0, TT_READS_INPUT,  1},
+    {"layernorm",   TT_VIEW_NEVER,     0, 0, TT_READS_INPUT,  1},
+    {"attention",   TT_VIEW_NEVER,     0, 0, TT_READS_INPUT,  1},
+    {"gelu",        TT_VIEW_NEVER,     1, 1, TT_READS_INPUT,  0},
+    {"token",       TT_VIEW_NEVER,     0, 0, 0,               0},
 };
 
 static const tt_op_traits ops_unknown = {"?", TT_VIEW_NEVER, 0, 0, 0, 0};

@@ -6,7 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Lowers and plans one policy; returns 0 and fills p, or -1 or TT_ERR_TOO_LARGE (err set). */
+/* Lowers and plans one policy; returns 0 and fills p, or -1 or TT_ERR_TOO_LARGE (err set).
+ * compact: bit 0 compact saves (SCHED_COMPACT), bit 1 the fused attention form (SCHED_FUSED). */
+#define SCHED_COMPACT 1
+#define SCHED_FUSED 2
 static int sched_plan_one(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
                           int compact, tt_program *p, tt_err *err) {
   tt_policy pol;
@@ -15,8 +18,9 @@ static int sched_plan_one(const tt_graph *g, tt_backend *be, int mb, int accum, 
   pol.micro_batch = mb, pol.accum_steps = accum, pol.act_dtype = dt, pol.inplace = inplace, pol.recompute = rec;
   pol.training = 1;
   /* exact: a ReLU mask or pool index only where it frees the tensor (sched_try decides when) */
-  pol.compact = compact;
+  pol.compact = (compact & SCHED_COMPACT) != 0;
   pol.compress = pol.compact ? g->model->train.compress_saved : 0; /* lossy: only when the recipe asks */
+  pol.attn_fused = (compact & SCHED_FUSED) != 0;
   if ((rc = tt_lower(g, &pol, be, p, err))) return rc;
   if ((rc = tt_program_plan(p, err))) tt_program_free(p);
   return rc;
@@ -49,14 +53,41 @@ static int sched_try_c(const tt_graph *g, tt_backend *be, int mb, int accum, tt_
  * lower bound, against the arena's 1.05 (tests/test_cli.sh, cli_plan_json): the many small,
  * long-lived masks fragment the greedy placement. TINYTRAIN_COMPACT=1 uses them always,
  * TINYTRAIN_COMPACT=0 never. */
-static int sched_try(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
-                     size_t budget, tt_program *p, tt_err *err) {
+static int sched_try_k(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
+                       size_t budget, int fused, tt_program *p, tt_err *err) {
   const char *env = getenv("TINYTRAIN_COMPACT");
   int force = env && *env ? (strcmp(env, "0") ? 1 : 0) : -1, rc;
-  if (force >= 0) return sched_try_c(g, be, mb, accum, dt, inplace, rec, force, p, err);
-  if ((rc = sched_try_c(g, be, mb, accum, dt, inplace, rec, 0, p, err)) || !budget || p->arena_bytes <= budget) return rc;
+  if (force >= 0) return sched_try_c(g, be, mb, accum, dt, inplace, rec, force | fused, p, err);
+  if ((rc = sched_try_c(g, be, mb, accum, dt, inplace, rec, fused, p, err)) || !budget || p->arena_bytes <= budget) return rc;
   tt_program q;
-  if ((rc = sched_try_c(g, be, mb, accum, dt, inplace, rec, 1, &q, err))) {
+  if ((rc = sched_try_c(g, be, mb, accum, dt, inplace, rec, SCHED_COMPACT | fused, &q, err))) {
+    tt_program_free(p);
+    return rc;
+  }
+  if (q.arena_bytes < p->arena_bytes) {
+    tt_program_free(p);
+    *p = q;
+  } else {
+    tt_program_free(&q);
+  }
+  return 0;
+}
+
+/* The attention probabilities [N, heads, t, t] are kept for backward (the faster backward) when
+ * the plan fits `budget` (0: none) with them; otherwise the fused form, which keeps only the row
+ * statistics and rebuilds the probabilities in backward, when it gives the smaller arena: a
+ * memory technique like compact saves, tried before recompute is (the recompute search runs on
+ * whatever this returns). TINYTRAIN_ATTN=keep|fused forces one. */
+static int sched_try(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
+                     size_t budget, tt_program *p, tt_err *err) {
+  const char *env = getenv("TINYTRAIN_ATTN");
+  int has_attn = 0, rc;
+  for (int i = 0; i < g->nnodes; i++) has_attn |= g->nodes[i].kind == TT_L_ATTENTION;
+  if (!has_attn) return sched_try_k(g, be, mb, accum, dt, inplace, rec, budget, 0, p, err);
+  if (env && *env) return sched_try_k(g, be, mb, accum, dt, inplace, rec, budget, strcmp(env, "fused") ? 0 : SCHED_FUSED, p, err);
+  if ((rc = sched_try_k(g, be, mb, accum, dt, inplace, rec, budget, 0, p, err)) || !budget || p->arena_bytes <= budget) return rc;
+  tt_program q;
+  if ((rc = sched_try_k(g, be, mb, accum, dt, inplace, rec, budget, SCHED_FUSED, &q, err))) {
     tt_program_free(p);
     return rc;
   }
@@ -389,7 +420,7 @@ static void sched_dominant(const tt_graph *g, tt_backend *be, const tt_policy_op
     return;
   }
   if (!sched_try_c(g, be, o->micro_batch > 0 ? o->micro_batch : 1, eff, o->precision == TT_PREC_FP32 ? TT_F32 : TT_F16,
-                   o->inplace, rr, 1, &q, &e2)) { /* the smallest plan: compact saves on */
+                   o->inplace, rr, SCHED_COMPACT | SCHED_FUSED, &q, &e2)) { /* the smallest plan: compact saves and fused attention */
     size_t at[TT_BC_COUNT];
     tt_program_peak_breakdown(&q, at);
     for (int k = 0; k < 3; k++) {
@@ -418,11 +449,12 @@ static void sched_savings(const tt_graph *g, tt_backend *be, const tt_policy_opt
     r->arena_fp32_plain = q.arena_bytes;
     tt_program_free(&q);
   }
-  if (!sched_try_c(g, be, pol->micro_batch, pol->accum_steps, pol->act_dtype, 0, r->recompute, pol->compact, &q, &e2)) {
+  int same = (pol->compact ? SCHED_COMPACT : 0) | (pol->attn_fused ? SCHED_FUSED : 0);
+  if (!sched_try_c(g, be, pol->micro_batch, pol->accum_steps, pol->act_dtype, 0, r->recompute, same, &q, &e2)) {
     r->arena_no_inplace = q.arena_bytes;
     tt_program_free(&q);
   }
-  if (!sched_try_c(g, be, pol->micro_batch, pol->accum_steps, pol->act_dtype, o->inplace, none, pol->compact, &q, &e2)) {
+  if (!sched_try_c(g, be, pol->micro_batch, pol->accum_steps, pol->act_dtype, o->inplace, none, same, &q, &e2)) {
     r->arena_no_recompute = q.arena_bytes;
     tt_program_free(&q);
   }

@@ -81,6 +81,27 @@ enum {
   TT_UPD_GRAD = 0, TT_UPD_PARAM = 0, TT_UPD_M = 1, TT_UPD_V = 2
 };
 
+/* Transformer layers' slots beyond the common ones (x, W, B; y; dy, saved x, W; dx, dW, dB).
+ * layernorm uses batch norm's: FWD in gamma, beta (TT_BN_GAMMA, TT_BN_BETA), out saved mean and
+ * 1/std [t] fp32 per sample (TT_BN_SAVE_*); BWD in gamma and the saved statistics (TT_BWD_GAMMA,
+ * TT_BWD_SAVE_*), out dgamma, dbeta (TT_BWD_DW, TT_BWD_DB). */
+enum {
+  /* patch_embed: W, B are the conv's; the conv's output [n, dim, hw] (dt) lives in the step
+   * only; class token and position embedding are read as fp32 masters */
+  TT_PE_CLS = 3, TT_PE_POS = 4,            /* FWD in */
+  TT_PE_CONV = 1,                          /* FWD out: the conv output */
+  TT_PE_DCLS = 3, TT_PE_DPOS = 4,          /* BWD out: their gradients */
+  TT_PE_DCONV = 5,                         /* BWD out: the conv output's gradient (this step only) */
+  /* attention: W, B are the in-proj's (in_proj_weight, in_proj_bias) */
+  TT_AT_OUT_W = 3, TT_AT_OUT_B = 4,        /* FWD in: out_proj.weight, out_proj.bias */
+  TT_AT_QKV = 1, TT_AT_O = 2,              /* FWD out: qkv [n, t, 3f], o [n, t, f] (dt) */
+  TT_AT_LSE = 3, TT_AT_PROBS = 4,          /* FWD out (training): lse [n, heads, t] fp32; probs
+                                            * [n, heads, t, t] dt, or -1 (the fused form) */
+  TT_AB_OUT_W = 3, TT_AB_QKV = 4, TT_AB_O = 5, TT_AB_LSE = 6, TT_AB_PROBS = 7, /* BWD in */
+  TT_AB_DOUT_W = 3, TT_AB_DOUT_B = 4,      /* BWD out: out_proj gradients */
+  TT_AB_DO = 5, TT_AB_DQKV = 6             /* BWD out: do [n, t, f], dqkv [n, t, 3f] (this step only) */
+};
+
 enum {
   TT_SF_RECOMPUTE = 1, /* forward re-run before backward: no running-statistics update */
   TT_SF_EVAL = 2,      /* inference: batch norm uses running statistics, dropout is identity */
@@ -93,7 +114,11 @@ enum {
 
 /* What a step's op needs besides its buffers, per sample (the executor supplies the batch,
  * which for evaluation may be smaller than the planned one). Filled once by lower.c. */
-typedef struct tt_linear_args { int in, out; } tt_linear_args;         /* features */
+typedef struct tt_linear_args { int in, out, rows; } tt_linear_args;   /* features; rows per sample (tokens, else 1) */
+typedef struct tt_ln_args { int rows, f; float eps; } tt_ln_args;      /* x [N, rows, f] */
+typedef struct tt_attn_args { int t, f, heads, causal; float p; } tt_attn_args; /* x [N, t, f] */
+typedef struct tt_patch_args { tt_conv_desc conv; int cls; } tt_patch_args; /* conv output [N, dim, p*q] -> [N, t, dim] */
+typedef struct tt_token_args { int t, f, mode; } tt_token_args;      /* [N, t, f] -> [N, f]; mode 0 class, 1 mean */
 typedef struct tt_bn_args { int c, hw; float eps, momentum; } tt_bn_args; /* x [N, c, hw] */
 typedef struct tt_gap_args { int c, hw; } tt_gap_args;                 /* x [N, c, hw] -> y [N, c] */
 typedef struct tt_eltwise_args { size_t numel; float p; } tt_eltwise_args; /* y [N, numel]; dropout p */
@@ -105,6 +130,10 @@ typedef union tt_op_args {
   tt_conv_desc conv;   /* n is the planned micro-batch; the executor runs its own batch */
   tt_pool_desc pool;   /* the same */
   tt_linear_args linear;
+  tt_ln_args ln;
+  tt_attn_args attn;
+  tt_patch_args patch;
+  tt_token_args token;
   tt_bn_args bn;
   tt_gap_args gap;
   tt_eltwise_args eltwise; /* relu, relu6, silu, dropout, add */
@@ -141,6 +170,9 @@ typedef struct tt_policy {
   int compress;        /* tt_save_fmt: a convolution keeps its input for backward as fp16, bf16
                         * or int8 + per-channel scale (lossy; [train] compress_saved); 0: exact */
   unsigned char *recompute; /* per node: 1 = keep only for the forward pass, recompute in backward; may be NULL */
+  int attn_fused;      /* training: attention keeps only its row statistics (lse) for backward,
+                        * which rebuilds the probabilities (no [n, heads, t, t] buffer); 0 keeps
+                        * the probabilities (a faster backward). The planner's choice (policy.c). */
   int training;        /* 0: forward-only evaluation program */
 } tt_policy;
 
@@ -170,6 +202,8 @@ typedef struct tt_program {
   size_t compact_bytes, compact_full_bytes; /* their buffers' bytes; the full tensors' they replace */
   int n_compressed;    /* of those, lossy saved convolution inputs (policy.compress) */
   size_t compressed_bytes, compressed_full_bytes;
+  int n_attn;          /* attention forward steps (first instances) in the training program */
+  size_t attn_probs_bytes; /* their probabilities' buffers: kept, or (attn_fused) what the fused form avoids */
 } tt_program;
 
 /* What tt_lower and tt_program_plan return (besides 0 and -1) when a size would pass 2^64

@@ -196,6 +196,12 @@ static const char *recipe_keys_of(int kind) {
     case TT_L_DROPOUT: return "p, from";
     case TT_L_ADD:
     case TT_L_CONCAT: return "from";
+    case TT_L_PATCH_EMBED:
+      return "size, dim, class_token, pos_embed, bias, conv_name, class_token_name, pos_embedding_name, freeze, from";
+    case TT_L_LAYERNORM: return "eps, freeze, from";
+    case TT_L_ATTENTION: return "heads, causal, dropout, bias, freeze, from";
+    case TT_L_GELU: return "approximate, from";
+    case TT_L_TOKEN: return "mode, from";
     default: return "from";
   }
 }
@@ -216,6 +222,10 @@ int tt_recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_sec
   if (kind == TT_L_LINEAR) L.bias = 1;
   if (kind == TT_L_BN) L.eps = 1e-5f, L.momentum = 0.1f;
   if (kind == TT_L_DROPOUT) L.p = 0.5f;
+  if (kind == TT_L_PATCH_EMBED) L.bias = 1, L.class_token = 1, L.pos_embed = 1;
+  if (kind == TT_L_LAYERNORM) L.eps = 1e-5f; /* PyTorch's default; torchvision's ViT uses 1e-6 */
+  if (kind == TT_L_ATTENTION) L.bias = 1;
+  int have_heads = 0, have_dim = 0;
   sc->counters[kind]++;
   if (recipe_local_name(st, sc, sec->name, kname, sc->counters[kind], sec->line, local)) return -1;
   if (recipe_full_name(st, sc, local, sec->line, L.name)) return -1;
@@ -251,7 +261,35 @@ int tt_recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_sec
     else if (kind == TT_L_BN && !strcmp(k, "eps")) rc = tt_recipe_float(st, e, v, 0, 1, 0, 0, &L.eps);
     else if (kind == TT_L_BN && !strcmp(k, "momentum")) rc = tt_recipe_float(st, e, v, 0, 1, 1, 1, &L.momentum);
     else if (kind == TT_L_DROPOUT && !strcmp(k, "p")) rc = tt_recipe_float(st, e, v, 0, 1, 1, 0, &L.p);
-    else known = 0;
+    else if (kind >= TT_L_PATCH_EMBED && kind <= TT_L_ATTENTION && !strcmp(k, "freeze")) rc = tt_recipe_bool(st, e, v, &L.freeze);
+    else if ((kind == TT_L_PATCH_EMBED || kind == TT_L_ATTENTION) && !strcmp(k, "bias")) rc = tt_recipe_bool(st, e, v, &L.bias);
+    else if (kind == TT_L_PATCH_EMBED && !strcmp(k, "size")) {
+      rc = tt_recipe_int(st, e, v, 1, 4096, &L.kh), have_size = 1;
+      L.kw = L.sh = L.sw = L.kh; /* square patches, no overlap, no padding */
+    } else if (kind == TT_L_PATCH_EMBED && !strcmp(k, "dim")) rc = tt_recipe_int(st, e, v, 1, 1 << 20, &L.filters), have_dim = 1;
+    else if (kind == TT_L_PATCH_EMBED && !strcmp(k, "class_token")) rc = tt_recipe_bool(st, e, v, &L.class_token);
+    else if (kind == TT_L_PATCH_EMBED && !strcmp(k, "pos_embed")) rc = tt_recipe_bool(st, e, v, &L.pos_embed);
+    else if (kind == TT_L_PATCH_EMBED &&
+             (!strcmp(k, "conv_name") || !strcmp(k, "class_token_name") || !strcmp(k, "pos_embedding_name"))) {
+      char *dst = !strcmp(k, "conv_name") ? L.conv_name : (!strcmp(k, "class_token_name") ? L.class_token_name : L.pos_embedding_name);
+      char q[64];
+      /* a name of the weights file: the rules of layer names (it may not be longer, since
+       * "<conv_name>.weight" must fit a parameter name as "<layer>.weight" does) */
+      if (strlen(v) >= TT_NAME_MAX || !recipe_valid_name(v))
+        rc = tt_recipe_error(st, e->line, "'%s' must be a name of letters, digits, '_', '-' and '.' (not at either end), "
+                             "at most %d characters; found '%s'", k, TT_NAME_MAX - 1, tt_recipe_quote(v, q, sizeof q));
+      else strcpy(dst, v);
+    } else if (kind == TT_L_LAYERNORM && !strcmp(k, "eps")) rc = tt_recipe_float(st, e, v, 0, 1, 0, 0, &L.eps);
+    else if (kind == TT_L_ATTENTION && !strcmp(k, "heads")) rc = tt_recipe_int(st, e, v, 1, 1 << 16, &L.heads), have_heads = 1;
+    else if (kind == TT_L_ATTENTION && !strcmp(k, "causal")) rc = tt_recipe_bool(st, e, v, &L.causal);
+    else if (kind == TT_L_ATTENTION && !strcmp(k, "dropout")) rc = tt_recipe_float(st, e, v, 0, 1, 1, 0, &L.p);
+    else if (kind == TT_L_GELU && !strcmp(k, "approximate")) {
+      static const char *const approx[] = {"none", "tanh"};
+      rc = tt_recipe_enum(st, e, v, approx, 2, &L.approximate);
+    } else if (kind == TT_L_TOKEN && !strcmp(k, "mode")) {
+      static const char *const modes[] = {"class", "mean"};
+      rc = tt_recipe_enum(st, e, v, modes, 2, &L.token_mode);
+    } else known = 0;
     if (rc) return -1;
     /* an error, not a warning: a misspelt key (dilation, padding) would silently change the model */
     if (!known)
@@ -262,6 +300,17 @@ int tt_recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_sec
     return tt_recipe_error(st, sec->line, "[%s %s] needs '%s'", kname, L.name, kind == TT_L_CONV ? "filters = N" : "out = N");
   if ((kind == TT_L_CONV || kind == TT_L_MAXPOOL || kind == TT_L_AVGPOOL) && !have_size)
     return tt_recipe_error(st, sec->line, "[%s %s] needs 'size = N' (or KHxKW)", kname, L.name);
+  if (kind == TT_L_PATCH_EMBED && (!have_size || !have_dim))
+    return tt_recipe_error(st, sec->line, "[%s %s] needs 'size = N' (the patch side) and 'dim = N' (the token width)", kname,
+                           L.name);
+  if (kind == TT_L_ATTENTION && !have_heads)
+    return tt_recipe_error(st, sec->line, "[%s %s] needs 'heads = N' (the token width must be a multiple of it)", kname, L.name);
+  if (kind == TT_L_PATCH_EMBED && !L.class_token && L.class_token_name[0])
+    return tt_recipe_error(st, sec->line, "[%s %s] names its class token but has class_token = false; drop class_token_name",
+                           kname, L.name);
+  if (kind == TT_L_PATCH_EMBED && !L.pos_embed && L.pos_embedding_name[0])
+    return tt_recipe_error(st, sec->line, "[%s %s] names its position embedding but has pos_embed = false; drop "
+                           "pos_embedding_name", kname, L.name);
   if (kind == TT_L_CONV) {
     if (!have_stride) L.sh = L.sw = 1;
     if (!have_pad) L.ph = (L.kh - 1) / 2, L.pw = (L.kw - 1) / 2;

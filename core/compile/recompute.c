@@ -38,11 +38,17 @@ int tt_recompute_units(const tt_graph *g, int *unit_of) {
         cross[b]--;
       }
     }
-  int run = 0, unit = 0;
+  /* A transformer block is one unit: the cut after the attention half of a pre-norm block (x +
+   * attention(ln(x))) is not used, so that half and the MLP half after it are one unit and a
+   * segment keeps or drops the block whole (its attention, the largest part, is rebuilt from the
+   * block's input). */
+  int run = 0, unit = 0, attn = 0;
   for (int v = 0; v < n; v++) {
     run += cross[v];
     unit_of[v] = unit;
+    attn |= g->nodes[v].kind == TT_L_ATTENTION;
     int cut = run == 0 && !tt_op_is_view(g->nodes[v].L, 1);
+    if (cut && attn) cut = 0, attn = 0; /* the attention half ends here: the unit goes on */
     if (cut && v < n - 1) unit++;
   }
   free(cross);
@@ -114,6 +120,8 @@ static void ckpt_node_costs(const tt_graph *g, int mb, tt_dtype dt, const tt_dev
     int free_node = v == 0 || v == g->nnodes - 1 || tt_op_is_view(x->L, 1);
     full[v] = (double)mb * (double)tt_node_numel(x) * (double)tt_dtype_size(dt);
     bytes[v] = free_node || !reads[v] ? 0.0 : full[v];
+    /* attention's qkv, o, row statistics and probabilities go with it (lower.c) */
+    if (!free_node && x->kind == TT_L_ATTENTION) bytes[v] += tt_node_saved_bytes(g, v, mb, tt_dtype_size(dt), 1);
     secs[v] = free_node ? 0.0 : x->flops * mb / peak + prof->op_overhead_s;
   }
 }
@@ -398,8 +406,9 @@ int tt_recompute_search_ops(const tt_graph *g, int micro_batch, tt_dtype dt, con
       while (u > 0 && tt_op_is_view(g->nodes[u].L, 1)) u = g->nodes[u].in[0];
       if (u > 0 && !reads[u]) chain[v] += chain[u];
     }
-    if (v == n - 1 || !reads[v]) continue;
-    double bytes = (double)micro_batch * (double)tt_node_numel(x) * (double)tt_dtype_size(dt);
+    double extra = x->kind == TT_L_ATTENTION ? tt_node_saved_bytes(g, v, micro_batch, tt_dtype_size(dt), 1) : 0.0;
+    if (v == n - 1 || (!reads[v] && extra <= 0.0)) continue;
+    double bytes = (reads[v] ? (double)micro_batch * (double)tt_node_numel(x) * (double)tt_dtype_size(dt) : 0.0) + extra;
     if (bytes <= 0.0) continue;
     cand[nc].v = v, cand[nc].bytes = bytes, cand[nc].score = chain[v] / bytes;
     total += bytes;

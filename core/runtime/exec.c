@@ -101,7 +101,9 @@ static const char *exec_call_name(int fn) {
   static const char *ops[] = {"conv_fwd", "conv_bwd_data", "conv_bwd_filter", "linear_fwd", "linear_bwd_data",
                               "linear_bwd_filter", "bn_fwd_train", "bn_fwd_infer", "bn_bwd", "pool_fwd", "pool_bwd",
                               "act_fwd", "act_bwd", "ln_fwd", "ln_bwd", "attn_fwd", "attn_bwd"};
-  static const char *calls[] = {"gap_fwd", "gap_bwd", "dropout_fwd", "dropout_bwd", "add", "accumulate", "channel_copy"};
+  static const char *calls[] = {"gap_fwd", "gap_bwd", "dropout_fwd", "dropout_bwd", "add", "accumulate", "channel_copy",
+                                "act_mask", "act_bwd_mask", "pool_argmax", "pool_bwd_idx", "save_compress", "save_restore",
+                                "tokens_fwd", "tokens_bwd", "token_pool_fwd", "token_pool_bwd"};
   if (fn >= 0 && fn < TT_OP_KIND_COUNT && fn < (int)(sizeof ops / sizeof ops[0])) return ops[fn];
   if (fn >= TT_OP_KIND_COUNT && fn - TT_OP_KIND_COUNT < (int)(sizeof calls / sizeof calls[0])) return calls[fn - TT_OP_KIND_COUNT];
   return "call";
@@ -371,6 +373,35 @@ static int exec_call(exec_run *r, const tt_step *s, const tt_call *c, tt_err *er
         return tt_fail(err, "internal error: the %s backend has no lossy saved copies", be->name);
       if (c->fn == TT_CALL_SAVE_COMPRESS) EXEC_CHECK(be->save_compress(be, c->fmt, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], out[0]));
       else EXEC_CHECK(be->save_restore(be, c->fmt, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], out[0]));
+      break;
+    /* transformer ops: lowering refused the recipe if the backend lacks them (lower_check_backend) */
+    case TT_OP_LN_FWD:
+      EXEC_CHECK(be->ln_fwd(be, o->u.ln.rows, o->u.ln.f, dt, in[0], (const float *)in[1], (const float *)in[2], o->u.ln.eps,
+                            out[0], g1, g2, ws, wsb));
+      break;
+    case TT_OP_LN_BWD:
+      EXEC_CHECK(be->ln_bwd(be, o->u.ln.rows, o->u.ln.f, dt, in[0], in[1], (const float *)in[2], (const float *)in[3],
+                            (const float *)in[4], out[0], g1, g2, c->beta, bp, ws, wsb));
+      break;
+    case TT_OP_ATTN_FWD: /* seed: the step's dropout stream, the same when recomputed */
+      EXEC_CHECK(be->attn_fwd(be, &o->u.attn, dt, in[0], out[0], (float *)out[1], out[2], exec_dropout_seed(r, s->node), ws, wsb));
+      break;
+    case TT_OP_ATTN_BWD:
+      EXEC_CHECK(be->attn_bwd(be, &o->u.attn, dt, in[0], in[1], in[2], (const float *)in[3], in[4],
+                              exec_dropout_seed(r, s->node), out[0], c->beta, ws, wsb));
+      break;
+    case TT_CALL_TOKENS_FWD:
+      EXEC_CHECK(be->tokens_fwd(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, c->mode, dt, in[0], (const float *)in[1],
+                                (const float *)in[2], out[0]));
+      break;
+    case TT_CALL_TOKENS_BWD:
+      EXEC_CHECK(be->tokens_bwd(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, c->mode, dt, in[0], out[0], g1, g2, c->beta, bp));
+      break;
+    case TT_CALL_TOKEN_POOL_FWD:
+      EXEC_CHECK(be->token_pool_fwd(be, o->u.bn.n, o->u.bn.hw, o->u.bn.c, c->mode, dt, in[0], out[0]));
+      break;
+    case TT_CALL_TOKEN_POOL_BWD:
+      EXEC_CHECK(be->token_pool_bwd(be, o->u.bn.n, o->u.bn.hw, o->u.bn.c, c->mode, dt, in[0], out[0], c->beta));
       break;
     default: return tt_fail(err, "internal error: no backend call %d", c->fn);
   }

@@ -7,7 +7,8 @@
  *     in fp32 with dx overwritten;
  *   our vectorised loops (cpu_elementwise.c): batch norm, ReLU and ReLU6 forward and
  *     backward, add, accumulate, in fp32;
- *   the reference loops (kernels/ref/): everything else (SiLU, dropout, concat, global average
+ *   the reference loops (kernels/ref/): everything else (the transformer ops: layer norm,
+ *     attention, patch tokens, token pooling; SiLU, GELU, dropout, concat, global average
  *     pooling, softmax cross-entropy, casts, input normalisation, optimizer updates, the
  *     overflow check) and the fp16 forms of batch norm, pooling and activations, and pooling
  *     with dx added into (oneDNN 2.6 has no f16 kernels on CPUs without AVX512-FP16 and no
@@ -77,6 +78,9 @@ static const tt_backend cpu_be_table = {
     tt_cpu_op_workspace, tt_cpu_prepare,
     tt_ref_act_mask, tt_ref_act_bwd_mask, tt_ref_pool_argmax, tt_ref_pool_bwd_idx,
     tt_ref_save_compress, tt_ref_save_restore,
+    tt_ref_ln_fwd, tt_ref_ln_bwd, tt_ref_attn_fwd, tt_ref_attn_bwd,
+    tt_ref_tokens_fwd, tt_ref_tokens_bwd, tt_ref_token_pool_fwd, tt_ref_token_pool_bwd,
+    NULL, /* sum_squares (not here yet) */
 };
 
 tt_backend *tt_cpu_backend_create(int threads) {

@@ -138,6 +138,11 @@ int tt_ref_download_async(tt_backend *b, void *dst_host, const void *src_dev, si
 void tt_ref_channel_sum(tt_backend *b, int n, int c, size_t hw, tt_dtype dt, const void *t, float *out, float beta);
 
 
+/* The reference answer to op_workspace (ref_backend.c): conv and linear as their own queries,
+ * attention its per-thread scratch, else 0. The CPU backend answers so for the ops it runs on
+ * the reference loops. */
+size_t tt_ref_op_workspace(tt_backend *b, const tt_op_desc *op);
+
 /* ---- ops, one table entry each (see backend.h for semantics) ---- */
 /* ref_norm.c */
 int tt_ref_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
@@ -177,6 +182,27 @@ int tt_ref_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *s
 int tt_ref_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst);
 int tt_ref_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
                         const float *std, tt_dtype dt, void *dst);
+/* ref_transformer.c: layer norm, attention, patch tokens, token pooling. Attention's
+ * workspace (bwd 0: TT_OP_ATTN_FWD, 1: TT_OP_ATTN_BWD) is per-thread fp32 scratch, so it
+ * depends on the backend's thread count; TT_WS_ERROR (with the reason recorded) on a bad desc. */
+size_t tt_ref_attn_workspace(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, int bwd);
+int tt_ref_ln_fwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const float *gamma, const float *beta,
+                  float eps, void *y, float *save_mean, float *save_invstd, void *ws, size_t ws_bytes);
+int tt_ref_ln_bwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const void *dy, const float *gamma,
+                  const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbeta,
+                  float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+int tt_ref_attn_fwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, void *o, float *lse,
+                    void *probs, uint64_t seed, void *ws, size_t ws_bytes);
+int tt_ref_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, const void *o,
+                    const void *dout, const float *lse, const void *probs, uint64_t seed, void *dqkv, float beta,
+                    void *ws, size_t ws_bytes);
+int tt_ref_tokens_fwd(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *x, const float *cls_tok,
+                      const float *pos, void *y);
+int tt_ref_tokens_bwd(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *dy, void *dx,
+                      float *dcls, float *dpos, float beta_dx, float beta_param);
+int tt_ref_token_pool_fwd(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *x, void *y);
+int tt_ref_token_pool_bwd(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *dy, void *dx,
+                          float beta);
 /* ref_loss_optim.c */
 int tt_ref_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
                       float smoothing, float grad_scale, void *dlogits, float *stats);

@@ -126,6 +126,15 @@ size_t tt_ref_op_workspace(tt_backend *b, const tt_op_desc *op) {
       tt_ws_kind w = op->kind == TT_OP_LINEAR_FWD ? TT_WS_FWD : (op->kind == TT_OP_LINEAR_BWD_DATA ? TT_WS_BWD_DATA : TT_WS_BWD_FILTER);
       return tt_ref_linear_workspace(b, op->u.linear.n, op->u.linear.in, op->u.linear.out, op->dt, w);
     }
+    case TT_OP_ATTN_FWD: return tt_ref_attn_workspace(b, &op->u.attn, op->dt, 0);
+    case TT_OP_ATTN_BWD: return tt_ref_attn_workspace(b, &op->u.attn, op->dt, 1);
+    case TT_OP_LN_FWD:
+    case TT_OP_LN_BWD: /* plain per-row loops: no scratch, but the shape must be one they take */
+      if (op->u.ln.rows < 1 || op->u.ln.f < 1 || (op->dt != TT_F32 && op->dt != TT_F16))
+        return tt_ref_fail(b, "op_workspace: bad layer norm call rows=%d f=%d dtype %d", op->u.ln.rows, op->u.ln.f,
+                           (int)op->dt),
+               TT_WS_ERROR;
+      return 0;
     default: return 0;
   }
 }
@@ -170,6 +179,9 @@ static const tt_backend ref_be_table = {
     tt_ref_op_workspace, ref_be_prepare,
     tt_ref_act_mask, tt_ref_act_bwd_mask, tt_ref_pool_argmax, tt_ref_pool_bwd_idx,
     tt_ref_save_compress, tt_ref_save_restore,
+    tt_ref_ln_fwd, tt_ref_ln_bwd, tt_ref_attn_fwd, tt_ref_attn_bwd,
+    tt_ref_tokens_fwd, tt_ref_tokens_bwd, tt_ref_token_pool_fwd, tt_ref_token_pool_bwd,
+    NULL, /* sum_squares (not here yet) */
 };
 
 tt_backend *tt_ref_backend_create(int threads) {

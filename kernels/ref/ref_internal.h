@@ -10,12 +10,13 @@
  *
  * Files, one concern each, pairing up with kernels/cuda/: ref_backend.c (table, memory,
  * threads), ref_convert.c (fp16 <-> fp32), ref_conv.c, ref_linear.c (linear and the threaded sgemm),
- * ref_norm.c (batch norm, pooling), ref_elementwise.c, ref_loss_optim.c (softmax
- * cross-entropy, optimizer updates, the overflow check).
+ * ref_norm.c (batch norm, pooling), ref_transformer.c (layer norm, attention, tokens),
+ * ref_elementwise.c, ref_loss_optim.c (softmax cross-entropy, optimizer updates, the overflow
+ * check).
  *
  * Names: functions exported to the other files start tt_ref_; file-static helpers start
- * with the file's own prefix (ref_be_, ref_conv_, ref_lin_, ref_norm_, ref_ew_, ref_lo_) so
- * that the amalgamated single file has no collisions.
+ * with the file's own prefix (ref_be_, ref_conv_, ref_lin_, ref_norm_, ref_tf_, ref_ew_,
+ * ref_lo_) so that the amalgamated single file has no collisions.
  */
 #ifndef TT_REF_INTERNAL_H
 #define TT_REF_INTERNAL_H
@@ -26,9 +27,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* The reference answer to op_workspace: conv and linear as their own queries, else 0. */
-size_t tt_ref_op_workspace(tt_backend *b, const tt_op_desc *op);
 
 /* Workspace parts are counted in floats, each rounded up to 16 floats (64 bytes). */
 static inline size_t tt_ref_round_floats(size_t floats) { return (floats + 15u) & ~(size_t)15u; }
