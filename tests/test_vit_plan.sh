@@ -21,8 +21,10 @@ fi
 
 # plan_params NAME RECIPE PARAMS: plan --json --vram 4G succeeds with PARAMS parameters (0: any)
 plan_params() {
-  if ! "$TT" plan --device cpu --json --vram 4G "$2" >"$TMP/out" 2>"$TMP/err"; then
-    fail "$1" "plan --json --vram 4G $2: exit $?: $(head -c 600 "$TMP/err")"
+  "$TT" plan --device cpu --json --vram 4G "$2" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  if [ $rc != 0 ]; then
+    fail "$1" "plan --json --vram 4G $2: exit $rc: $(head -c 600 "$TMP/err")"
     return
   fi
   local got
