@@ -117,6 +117,17 @@ typedef struct tt_op_desc {
   } u;
 } tt_op_desc;
 
+/* Gradient clipping by global L2 norm, as torch.nn.utils.clip_grad_norm_(params, max_norm) after
+ * the loss scale is taken out: the updates read the sum of squares of the accumulated gradients
+ * from the device (sum_squares wrote it earlier in the same stream order, so the host never waits
+ * for it) and use the gradient g * grad_scale * coef with
+ *   norm = sqrt(*sumsq) * grad_scale,  coef = min(1, max_norm / (norm + 1e-6))
+ * (tt_clip_grad_scale in kernel_math.h). Passed by the host, read at the call. */
+typedef struct tt_clip {
+  const float *sumsq; /* device (arena) fp32: the sum of squares of every raw gradient accumulator */
+  float max_norm;     /* > 0 */
+} tt_clip;
+
 typedef struct tt_backend tt_backend;
 struct tt_backend {
   const char *name;  /* "cpu", "ref", "cuda" */
@@ -242,19 +253,20 @@ struct tt_backend {
   int (*softmax_ce)(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
                     float smoothing, float grad_scale, void *dlogits, float *stats);
 
-  /* ---- optimizer updates, in place, all fp32; the gradient used is g * grad_scale ----
+  /* ---- optimizer updates, in place, all fp32; the gradient used is g * gs, gs = grad_scale, or
+   * with clip (NULL: none) grad_scale times the clipping coefficient (tt_clip above) ----
    * skip: NULL, or the int32 flag check_finite wrote earlier in the same stream order: when it
    * is non-zero the update changes nothing (w, m and v keep their values). So an fp16 overflow
    * skips the update on the device and the host need not wait for the flag before issuing it.
    * SGD (PyTorch semantics): d = g*gs + wd*w; m = momentum*m + d; step = nesterov ? d + momentum*m : m;
    * w -= lr*step. m may be NULL when momentum == 0. */
   int (*sgd_update)(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
-                    int nesterov, float weight_decay, float grad_scale, const int32_t *skip);
+                    int nesterov, float weight_decay, float grad_scale, const tt_clip *clip, const int32_t *skip);
   /* Adam (decoupled == 0: wd added to the gradient) and AdamW (decoupled == 1:
    * w -= lr*wd*w), bias-corrected with step t (1-based). */
   int (*adam_update)(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
                      float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
-                     float grad_scale, const int32_t *skip);
+                     float grad_scale, const tt_clip *clip, const int32_t *skip);
   /* flag[0] = 1 if any of x[0..count) is inf or NaN (flag is not cleared; execution zeroes it). */
   int (*check_finite)(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
 
@@ -320,7 +332,8 @@ struct tt_backend {
   int (*token_pool_bwd)(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *dy, void *dx,
                         float beta);
   /* Global-norm clipping: acc[0] += sum of g[i]^2 over count fp32 values (acc fp32, in the
-   * arena). */
+   * arena). Deterministic: the same inputs give the same bits (the summation order depends on
+   * count only). The sum is formed in double precision, rounded to fp32 once when added. */
   int (*sum_squares)(tt_backend *b, size_t count, const float *g, float *acc);
 };
 

@@ -110,6 +110,17 @@ static inline TT_HD void tt_sgd_elem(size_t i, float *w, const float *g, float *
   w[i] = wv - lr * step;
 }
 
+/* The gradient scale an update uses under global-norm clipping (backend.h, tt_clip): grad_scale
+ * times min(1, max_norm / (norm + 1e-6)), norm = sqrt(sumsq) * grad_scale the true gradient's L2
+ * norm, as torch.nn.utils.clip_grad_norm_ (its eps and clamp). A norm that is NaN leaves the
+ * gradient unscaled (as NaN as it is); an overflowed fp16 step is skipped before this matters. */
+static inline TT_HD float tt_clip_grad_scale(float grad_scale, const float *sumsq, float max_norm) {
+  if (!sumsq || !(max_norm > 0.0f)) return grad_scale;
+  float norm = sqrtf(sumsq[0]) * grad_scale;
+  float coef = max_norm / (norm + 1e-6f);
+  return coef < 1.0f ? grad_scale * coef : grad_scale;
+}
+
 /* Adam's per-step constants, as torch.optim.Adam(W) computes them: bias corrections as
  * Python floats (double), then fp32; AdamW decays the weight by (1 - lr*wd) first. */
 typedef struct tt_adam_consts {

@@ -323,11 +323,11 @@ static void test_loss_optim(void) {
     goff = 0;
     for (int k = 0; k < 4; k++) {
       tt2 w = mk(n, TT_F32, -1, 1), g = mk(n, TT_F32, -1, 1), m = mk(n, TT_F32, -0.1f, 0.1f), v = mk(n, TT_F32, 0, 0.01f);
-      BOTH(B->sgd_update(B, n, PF(w), PF(g), PF(m), 0.1f, k ? 0.9f : 0.0f, k == 2, k ? 5e-4f : 0.0f, 0.5f, NULL));
+      BOTH(B->sgd_update(B, n, PF(w), PF(g), PF(m), 0.1f, k ? 0.9f : 0.0f, k == 2, k ? 5e-4f : 0.0f, 0.5f, NULL, NULL));
       cmp("sgd_update w", w, 1e-5);
       if (k) cmp("sgd_update m", m, 1e-5);
       BOTH(B->adam_update(B, n, PF(w), PF(g), PF(m), PF(v), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, k & 1, k + 1, 0.25f,
-                          NULL));
+                          NULL, NULL));
       cmp("adam_update w", w, 1e-5);
       cmp("adam_update m", m, 1e-5);
       cmp("adam_update v", v, 1e-5);
@@ -339,9 +339,9 @@ static void test_loss_optim(void) {
       tt2 w = mk(n, TT_F32, -1, 1), g = mk(n, TT_F32, -1, 1), m = mk(n, TT_F32, -0.1f, 0.1f), v = mk(n, TT_F32, 0, 0.01f);
       tt2 w0 = mk(n, TT_F32, 0, 0), flag = mk_raw(sizeof one, &one);
       memcpy(w0.c, w.c, n * sizeof(float));
-      BOTH(B->sgd_update(B, n, PF(w), PF(g), PF(m), 0.1f, 0.9f, 1, 5e-4f, 0.5f, (const int32_t *)P(flag)));
+      BOTH(B->sgd_update(B, n, PF(w), PF(g), PF(m), 0.1f, 0.9f, 1, 5e-4f, 0.5f, NULL, (const int32_t *)P(flag)));
       BOTH(B->adam_update(B, n, PF(w), PF(g), PF(m), PF(v), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 2, 0.25f,
-                          (const int32_t *)P(flag)));
+                          NULL, (const int32_t *)P(flag)));
       cmp("update with the overflow flag set: w", w, 0.0);
       TT_CHECK(!memcmp(w.c, w0.c, n * sizeof(float)), "the CPU backend moved w despite the flag");
       fr(&w), fr(&g), fr(&m), fr(&v), fr(&w0), fr(&flag);

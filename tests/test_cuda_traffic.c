@@ -237,9 +237,9 @@ int main(void) {
     aoff = 0;
     w = (float *)dalloc(cnt * 4), g = (float *)dalloc(cnt * 4), m = (float *)dalloc(cnt * 4), v = (float *)dalloc(cnt * 4);
     snprintf(shape, sizeof shape, "%zu", cnt);
-    gpu->sgd_update(gpu, cnt, w, g, m, 0.1f, 0.9f, 0, 1e-4f, 1.0f, NULL);
+    gpu->sgd_update(gpu, cnt, w, g, m, 0.1f, 0.9f, 0, 1e-4f, 1.0f, NULL, NULL);
     row("sgd_update", shape, 5.0 * cnt * 4);
-    gpu->adam_update(gpu, cnt, w, g, m, v, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 1, 1, 1.0f, NULL);
+    gpu->adam_update(gpu, cnt, w, g, m, v, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 1, 1, 1.0f, NULL, NULL);
     row("adam_update", shape, 7.0 * cnt * 4);
   }
   tt_emu_traffic_enable(0);

@@ -984,7 +984,7 @@ static void test_optim(void) {
     memcpy(rw, w, n * 4);
     for (t = 0; t < 3; t++) {
       float *g = fvec(n);
-      TT_CHECK(!B->sgd_update(B, n, w, g, mom != 0.0f ? m : NULL, lr, mom, nest, wd, gs, NULL), "%s", B->last_error(B));
+      TT_CHECK(!B->sgd_update(B, n, w, g, mom != 0.0f ? m : NULL, lr, mom, nest, wd, gs, NULL, NULL), "%s", B->last_error(B));
       for (i = 0; i < n; i++) { /* torch.optim.SGD, dampening 0, buffer starts at zero */
         double d = (double)g[i] * gs + (double)wd * rw[i], step = d;
         if (mom != 0.0f) {
@@ -1010,7 +1010,7 @@ static void test_optim(void) {
     for (t = 1; t <= 4; t++) {
       float *g = fvec(n);
       double bc1 = 1 - pow(b1, t), bc2 = 1 - pow(b2, t);
-      TT_CHECK(!B->adam_update(B, n, w, g, m, v, lr, b1, b2, eps, wd, cfg, t, gs, NULL), "%s", B->last_error(B));
+      TT_CHECK(!B->adam_update(B, n, w, g, m, v, lr, b1, b2, eps, wd, cfg, t, gs, NULL, NULL), "%s", B->last_error(B));
       for (i = 0; i < n; i++) {
         double gr = (double)g[i] * gs;
         if (cfg) rw[i] *= 1.0 - (double)lr * wd;
@@ -1037,12 +1037,12 @@ static void test_optim(void) {
     int32_t set = 1, clear = 0;
     for (i = 0; i < n; i++) v[i] = fabsf(v[i]);
     memcpy(w0, w, n * 4), memcpy(m0, m, n * 4), memcpy(v0, v, n * 4);
-    TT_CHECK(!B->sgd_update(B, n, w, g, m, 0.1f, 0.9f, 1, 0.01f, 0.5f, &set), "%s", B->last_error(B));
-    TT_CHECK(!B->adam_update(B, n, w, g, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 3, 0.5f, &set), "%s", B->last_error(B));
+    TT_CHECK(!B->sgd_update(B, n, w, g, m, 0.1f, 0.9f, 1, 0.01f, 0.5f, NULL, &set), "%s", B->last_error(B));
+    TT_CHECK(!B->adam_update(B, n, w, g, m, v, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 3, 0.5f, NULL, &set), "%s", B->last_error(B));
     TT_CHECK(!memcmp(w, w0, n * 4) && !memcmp(m, m0, n * 4) && !memcmp(v, v0, n * 4), "a set flag did not skip the update");
-    TT_CHECK(!B->sgd_update(B, n, w, g, m, 0.1f, 0.9f, 1, 0.01f, 0.5f, &clear), "%s", B->last_error(B));
+    TT_CHECK(!B->sgd_update(B, n, w, g, m, 0.1f, 0.9f, 1, 0.01f, 0.5f, NULL, &clear), "%s", B->last_error(B));
     memcpy(w1, w, n * 4), memcpy(m1, m, n * 4), memcpy(w, w0, n * 4), memcpy(m, m0, n * 4);
-    TT_CHECK(!B->sgd_update(B, n, w, g, m, 0.1f, 0.9f, 1, 0.01f, 0.5f, NULL), "%s", B->last_error(B));
+    TT_CHECK(!B->sgd_update(B, n, w, g, m, 0.1f, 0.9f, 1, 0.01f, 0.5f, NULL, NULL), "%s", B->last_error(B));
     TT_CHECK(!memcmp(w, w1, n * 4) && !memcmp(m, m1, n * 4) && memcmp(w, w0, n * 4),
              "a clear flag must update exactly as no flag");
     free(w); free(g); free(m); free(v); free(w0); free(m0); free(v0); free(w1); free(m1);

@@ -52,6 +52,9 @@ static double cost_step_s(const tt_program *p, const tt_step *s, const tt_device
     if (s->in[k] >= 0) bytes += (double)p->bufs[s->in[k]].bytes;
   for (int k = 0; k < s->nout; k++)
     if (s->out[k] >= 0) bytes += (double)p->bufs[s->out[k]].bytes;
+  if (s->op == TT_S_CLIP) /* reads the whole gradient region, which no operand slot names */
+    for (int k = 0; k < p->nparams; k++)
+      if (p->grad_buf[k] >= 0) bytes += (double)p->bufs[p->grad_buf[k]].bytes;
   if (s->node >= 0 && (s->op == TT_S_FWD || s->op == TT_S_BWD)) {
     const tt_node *n = &g->nodes[s->node];
     double f = n->flops * p->policy.micro_batch;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decay.h"
 #include "dispatch.h"
 #include "program.h"
 
@@ -681,19 +682,31 @@ static int lower_backward(lower_ctx *c) {
   return rc;
 }
 
-/* The update phase: the overflow check under fp16, then one update per trainable parameter. */
+/* The update phase: the overflow check under fp16; with [train] clip_norm the gradients' sum of
+ * squares (into a persistent fp32 made here, after every other persistent buffer, so the
+ * gradients stay end to end); then one update per trainable parameter, marked TT_SF_DECAY where
+ * weight decay applies to it. */
 static int lower_update(lower_ctx *c) {
   const tt_graph *g = c->g;
   tt_program *p = c->p;
+  unsigned char *decays = (unsigned char *)tt_calloc((size_t)g->nparams + 1, 1, "decay table", c->err);
+  if (!decays) return -1;
+  if (tt_decay_mask(g, decays, c->err)) return free(decays), -1;
   if (p->overflow_flag >= 0) {
     tt_step *s = lower_step(c, TT_S_CHECK, -1, 0);
-    if (!s) return -1;
+    if (!s) return free(decays), -1;
     lower_set(s, 1, TT_CHECK_FLAG, p->overflow_flag);
+  }
+  if (g->model->train.clip_norm > 0.0f) {
+    int acc = lower_buf(c, "clip_sumsq", "", sizeof(float), TT_F32, TT_BC_MISC, 1, -1, -1);
+    tt_step *s = acc < 0 ? NULL : lower_step(c, TT_S_CLIP, -1, 0);
+    if (!s) return free(decays), -1;
+    lower_set(s, 1, TT_CLIP_SUMSQ, acc);
   }
   for (int i = 0; i < g->nparams; i++) {
     if (p->grad_buf[i] < 0) continue;
-    tt_step *s = lower_step(c, TT_S_UPDATE, g->params[i].node, 0);
-    if (!s) return -1;
+    tt_step *s = lower_step(c, TT_S_UPDATE, g->params[i].node, decays[i] ? TT_SF_DECAY : 0);
+    if (!s) return free(decays), -1;
     s->arg = i;
     s->a.count = g->params[i].numel;
     lower_set(s, 0, TT_UPD_GRAD, p->grad_buf[i]);
@@ -701,6 +714,7 @@ static int lower_update(lower_ctx *c) {
     if (p->m_buf[i] >= 0) lower_set(s, 1, TT_UPD_M, p->m_buf[i]);
     if (p->v_buf[i] >= 0) lower_set(s, 1, TT_UPD_V, p->v_buf[i]);
   }
+  free(decays);
   return 0;
 }
 

@@ -72,6 +72,10 @@ typedef enum { TT_LR_CONSTANT = 0, TT_LR_STEP, TT_LR_COSINE } tt_lr_schedule;
 typedef enum { TT_DATA_NONE = 0, TT_DATA_IDX, TT_DATA_FOLDER, TT_DATA_LIST, TT_DATA_SYNTHETIC, TT_DATA_NPY } tt_data_format;
 typedef enum { TT_PREC_AUTO = 0, TT_PREC_FP32, TT_PREC_FP16 } tt_precision;
 typedef enum { TT_RECOMP_AUTO = 0, TT_RECOMP_NONE, TT_RECOMP_ALL } tt_recompute_mode;
+/* [train] decay: which parameters weight_decay applies to (core/compile/decay.c). DEFAULT is
+ * WEIGHTS for adamw and ALL for sgd and adam (PyTorch's optimizers over model.parameters(), which
+ * the CNN recipes and the PyTorch fixture assume); LIST is decay_list. */
+typedef enum { TT_DECAY_DEFAULT = 0, TT_DECAY_ALL, TT_DECAY_NONE, TT_DECAY_WEIGHTS, TT_DECAY_LIST } tt_decay_mode;
 
 typedef struct tt_data_cfg {
   tt_data_format format;
@@ -117,6 +121,12 @@ typedef struct tt_train_cfg {
    * seconds of wall time; both 0: only at the end of each epoch and on a stop. Default 600 s. */
   long long checkpoint_steps;
   double checkpoint_seconds;
+  /* the update path (core/compile/decay.c, the update phase of lower.c) */
+  tt_decay_mode decay;
+  char decay_list[512];         /* LIST: items joined by ',' with no spaces: `weights` (every parameter
+                                 * of role TT_PR_WEIGHT) and glob patterns (* and ?) on full names */
+  int decay_line;               /* recipe line of `decay` (0: not given) */
+  float clip_norm;              /* gradient clipping by global L2 norm; 0: off */
 } tt_train_cfg;
 
 typedef struct tt_model {

@@ -52,7 +52,10 @@ typedef enum {
   TT_S_LOSS,           /* in: logits, labels; out: dlogits (training only, else -1), stats */
   TT_S_BWD,            /* backward of `node`: slots below */
   TT_S_CHECK,          /* overflow check of every gradient accumulator; out: flag */
-  TT_S_UPDATE          /* optimizer update of param `arg`: in grad; out param, m, v */
+  TT_S_UPDATE,         /* optimizer update of param `arg`: in grad; out param, m, v */
+  TT_S_CLIP            /* [train] clip_norm: the sum of squares of the whole gradient region (every
+                        * gradient accumulator, end to end in the arena with their zero padding);
+                        * out: that sum, fp32, which every update then reads on the device */
 } tt_step_op;
 
 /* Operand slots: the in[]/out[] entry that holds each tensor. An absent optional operand (a
@@ -77,7 +80,7 @@ enum {
   TT_LOAD_U8 = 0, TT_LOAD_LABELS = 1, TT_LOAD_X = 0,
   TT_LOSS_LOGITS = 0, TT_LOSS_LABELS = 1, TT_LOSS_DLOGITS = 0, TT_LOSS_STATS = 1,
   TT_CAST_SRC = 0, TT_CAST_DST = 0,
-  TT_CHECK_FLAG = 0,
+  TT_CHECK_FLAG = 0, TT_CLIP_SUMSQ = 0,
   TT_UPD_GRAD = 0, TT_UPD_PARAM = 0, TT_UPD_M = 1, TT_UPD_V = 2
 };
 
@@ -109,6 +112,10 @@ enum {
                         * (out slot TT_FWD_COMPACT) and the backward reads it (TT_BWD_SAVED) in
                         * place of the full tensor: a 1-bit mask, a uint8 in-window index */
 };
+
+/* UPDATE steps: weight_decay applies to this parameter ([train] decay, core/compile/decay.h); a
+ * bit apart from the layer flags above. */
+enum { TT_SF_DECAY = 256 };
 
 #define TT_STEP_MAX_IO (TT_MAX_INPUTS + 4)
 

@@ -119,7 +119,7 @@ static const char *const recipe_net_keys[] = {"input", "classes", NULL};
 static const char *const recipe_train_keys[] = {
     "batch", "micro_batch", "eval_batch", "epochs", "optimizer", "lr", "momentum", "nesterov", "weight_decay", "beta1",
     "beta2", "eps", "schedule", "warmup_epochs", "step_epochs", "gamma", "min_lr", "label_smoothing", "precision",
-    "recompute", "log_every", "checkpoint_every", "seed", NULL};
+    "recompute", "compress_saved", "log_every", "checkpoint_every", "seed", "decay", "clip_norm", NULL};
 static const char *const recipe_data_keys[] = {
     "format", "train", "train_labels", "test", "test_labels", "mean", "std", "crop_pad", "hflip", "max_megapixels",
     "loader_threads", "max_failed", "random_resized_crop", "crop_scale", "crop_ratio", "resize", "class_names", NULL};
@@ -128,7 +128,8 @@ static int recipe_unknown(recipe_state *st, int line, const char *key, const cha
   static const char *const alias[][2] = {
       {"learning_rate", "lr"}, {"base_lr", "lr"}, {"batch_size", "batch"}, {"num_epochs", "epochs"},
       {"n_epochs", "epochs"}, {"num_classes", "classes"}, {"input_shape", "input"}, {"lr_schedule", "schedule"},
-      {"warmup", "warmup_epochs"}, {"micro_batch_size", "micro_batch"}, {"smoothing", "label_smoothing"}};
+      {"warmup", "warmup_epochs"}, {"micro_batch_size", "micro_batch"}, {"smoothing", "label_smoothing"},
+      {"max_grad_norm", "clip_norm"}, {"clip_grad", "clip_norm"}, {"grad_clip", "clip_norm"}};
   const char *near = NULL;
   char list[640];
   size_t n = 0;
@@ -197,6 +198,48 @@ static const char *const recipe_recomp_names[] = {"auto", "none", "all"};
 static const char *const recipe_compress_names[] = {"off", "fp16", "bf16", "int8"}; /* tt_save_fmt order */
 static const char *const recipe_format_names[] = {"none", "idx", "folder", "list", "synthetic", "npy"};
 
+/* [train] decay: `all`, `none`, `weights`, or a comma-separated list of `weights` and glob
+ * patterns (* any run of characters, ? one) on full parameter names, e.g.
+ * `decay = weights, *.pos_embedding`. Whether each pattern names a parameter is checked when the
+ * graph exists (core/compile/decay.c), at this line. */
+static int recipe_decay(recipe_state *st, const recipe_entry *e, const char *v, tt_train_cfg *t) {
+  char q[64];
+  size_t n = 0;
+  const char *p = v;
+  t->decay_line = e->line;
+  if (!strcmp(v, "all") || !strcmp(v, "none") || !strcmp(v, "weights")) {
+    t->decay = !strcmp(v, "all") ? TT_DECAY_ALL : !strcmp(v, "none") ? TT_DECAY_NONE : TT_DECAY_WEIGHTS;
+    return 0;
+  }
+  t->decay = TT_DECAY_LIST;
+  t->decay_list[0] = 0;
+  for (;;) {
+    const char *c = strchr(p, ',');
+    size_t len = c ? (size_t)(c - p) : strlen(p), k;
+    while (len && (*p == ' ' || *p == '\t')) p++, len--;
+    while (len && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
+    if (!len) return tt_recipe_error(st, e->line, "'decay' has an empty item; write all, none, weights, or a list of weights and name patterns such as 'weights, *.pos_embedding'");
+    for (k = 0; k < len; k++) {
+      char ch = p[k];
+      if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' ||
+            ch == '-' || ch == '*' || ch == '?'))
+        return tt_recipe_error(st, e->line, "'decay' item '%s' has the character '%c'; a pattern holds name characters "
+                               "(letters, digits, _ . -) and the wildcards * and ?", tt_recipe_quote(v, q, sizeof q), ch);
+    }
+    if ((len == 3 && !strncmp(p, "all", 3)) || (len == 4 && !strncmp(p, "none", 4)))
+      return tt_recipe_error(st, e->line, "'decay = %.*s' stands alone; it cannot be part of a list", (int)len, p);
+    if (n + len + 2 > sizeof t->decay_list)
+      return tt_recipe_error(st, e->line, "'decay' is longer than %d characters", (int)sizeof t->decay_list - 2);
+    if (n) t->decay_list[n++] = ',';
+    memcpy(t->decay_list + n, p, len);
+    n += len;
+    t->decay_list[n] = 0;
+    if (!c) break;
+    p = c + 1;
+  }
+  return 0;
+}
+
 static int recipe_train(recipe_state *st, const recipe_section *sec) {
   tt_train_cfg *t = &st->m->train;
   int j, x, line_of[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* momentum nesterov beta1 beta2 eps step_epochs gamma min_lr */
@@ -224,6 +267,8 @@ static int recipe_train(recipe_state *st, const recipe_section *sec) {
     else if (!strcmp(k, "gamma")) rc = tt_recipe_float(st, e, v, 0, 1e38, 0, 1, &t->gamma), line_of[6] = e->line;
     else if (!strcmp(k, "min_lr")) rc = tt_recipe_float(st, e, v, 0, 1e38, 1, 1, &t->min_lr), line_of[7] = e->line;
     else if (!strcmp(k, "label_smoothing")) rc = tt_recipe_float(st, e, v, 0, 1, 1, 0, &t->label_smoothing);
+    else if (!strcmp(k, "decay")) rc = recipe_decay(st, e, v, t);
+    else if (!strcmp(k, "clip_norm")) rc = tt_recipe_float(st, e, v, 0, 1e38, 1, 1, &t->clip_norm);
     else if (!strcmp(k, "precision")) rc = tt_recipe_enum(st, e, v, recipe_prec_names, 3, &x), t->precision = (tt_precision)x;
     else if (!strcmp(k, "recompute")) rc = tt_recipe_enum(st, e, v, recipe_recomp_names, 3, &x), t->recompute = (tt_recompute_mode)x;
     else if (!strcmp(k, "compress_saved")) rc = tt_recipe_enum(st, e, v, recipe_compress_names, 4, &x), t->compress_saved = x;
@@ -257,6 +302,8 @@ static int recipe_train(recipe_state *st, const recipe_section *sec) {
     if (line_of[5]) tt_recipe_warn(st, line_of[5], "'step_epochs' applies to schedule = step only, ignored");
     if (line_of[6]) tt_recipe_warn(st, line_of[6], "'gamma' applies to schedule = step only, ignored");
   }
+  if (t->decay_line && t->weight_decay == 0.0f)
+    tt_recipe_warn(st, t->decay_line, "'decay' says which parameters weight_decay applies to, but weight_decay is 0");
   if (t->schedule != TT_LR_COSINE && line_of[7]) tt_recipe_warn(st, line_of[7], "'min_lr' applies to schedule = cosine only, ignored");
   return 0;
 }

@@ -118,6 +118,7 @@ static const char *exec_step_op_name(const tt_step *s) {
     case TT_S_LOSS: return "loss";
     case TT_S_CHECK: return "overflow_check";
     case TT_S_UPDATE: return "update";
+    case TT_S_CLIP: return "clip_norm";
     default: return "step";
   }
 }
@@ -583,6 +584,33 @@ int tt_exec_logits(tt_exec *x, int n, float *out, tt_err *err) {
   return 0;
 }
 
+/* The gradient region: every gradient accumulator, end to end in the arena (lower.c makes them
+ * one after another, tt_program_plan packs persistent buffers in that order), from the first's
+ * offset to the last's end: *off and *count floats. The alignment padding between them belongs
+ * to no buffer, was zeroed with the persistent region at setup and is never written (a
+ * multi-process all-reduce sums it as zeros), so it adds nothing to a sum of squares. Checked:
+ * no other persistent buffer lies inside. */
+static int exec_grad_region(const tt_program *p, size_t *off, size_t *count, tt_err *err) {
+  size_t lo = (size_t)-1, hi = 0;
+  for (int k = 0; k < p->nparams; k++) {
+    int gb = p->grad_buf[k];
+    if (gb < 0) continue;
+    if (p->bufs[gb].offset < lo) lo = p->bufs[gb].offset;
+    if (p->bufs[gb].offset + p->bufs[gb].bytes > hi) hi = p->bufs[gb].offset + p->bufs[gb].bytes;
+  }
+  *off = *count = 0;
+  if (hi <= lo) return 0;
+  for (int i = 0; i < p->nbufs; i++) {
+    const tt_buf *b = &p->bufs[i];
+    if (!b->persistent || b->cls == TT_BC_GRADS || b->offset >= hi || b->offset + b->bytes <= lo) continue;
+    return tt_fail(err, "internal error: buffer '%s' lies inside the gradient region [%zu, %zu) that clip_norm sums",
+                   b->name, lo, hi);
+  }
+  *off = lo;
+  *count = (hi - lo) / sizeof(float);
+  return 0;
+}
+
 int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscale, int *overflow, tt_err *err) {
   const tt_program *p = x->train;
   tt_backend *be = x->be;
@@ -591,7 +619,14 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
   memset(r, 0, sizeof *r);
   r->x = x, r->p = p;
   const int32_t *flag = NULL; /* the overflow flag (fp16), which every update reads */
+  tt_clip clip;               /* clip_norm: the gradients' sum of squares, which every update reads */
+  const tt_clip *clipp = NULL;
+  int has_clip = 0;
   tt_exec_prof *pf = exec_prof_slot(x, p, -1);
+  for (int i = p->micro_end; i < p->nsteps; i++) has_clip |= p->steps[i].op == TT_S_CLIP;
+  if (h->clip_norm > 0.0f && !has_clip)
+    return tt_fail(err, "internal error: clip_norm %g but the training program was lowered without [train] clip_norm",
+                   (double)h->clip_norm);
   double t0 = 0;
   if (overflow) *overflow = 0;
   if (pf && be->sync(be)) return tt_fail(err, "TINYTRAIN_CUDA_PROFILE: the device failed before the update: %s", be->last_error(be));
@@ -607,16 +642,31 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
       flag = f;
       continue;
     }
+    if (s->op == TT_S_CLIP) {
+      /* on the accumulators as they are (loss-scaled, summed over the micro-batches and ranks):
+       * the updates take grad_unscale out of the norm (tt_clip_grad_scale) */
+      float *acc = (float *)EXEC_P(s->out[TT_CLIP_SUMSQ]);
+      size_t off, cnt;
+      if (!be->sum_squares) return tt_fail(err, "backend '%s' has no sum_squares, which [train] clip_norm needs", be->name);
+      if (exec_grad_region(p, &off, &cnt, err)) return -1;
+      EXEC_CHECK(be->zero(be, acc, sizeof(float)));
+      if (cnt) EXEC_CHECK(be->sum_squares(be, cnt, (const float *)(x->base + off), acc));
+      if (exec_sync_point(x, p, s, "sum_squares", err)) return -1;
+      clip.sumsq = acc, clip.max_norm = h->clip_norm;
+      if (h->clip_norm > 0.0f) clipp = &clip;
+      continue;
+    }
     if (s->op != TT_S_UPDATE) return tt_fail(err, "internal error: step %d in the update phase", i);
     size_t cnt = s->a.count;
     float *w = (float *)EXEC_P(s->out[TT_UPD_PARAM]);
     const float *gr = (const float *)EXEC_P(s->in[TT_UPD_GRAD]);
     float *m1 = (float *)EXEC_P(s->out[TT_UPD_M]), *m2 = (float *)EXEC_P(s->out[TT_UPD_V]);
+    float wd = (s->flags & TT_SF_DECAY) ? h->weight_decay : 0.0f; /* [train] decay */
     if (h->kind == TT_OPT_SGD)
-      EXEC_CHECK(be->sgd_update(be, cnt, w, gr, m1, h->lr, h->momentum, h->nesterov, h->weight_decay, grad_unscale, flag));
+      EXEC_CHECK(be->sgd_update(be, cnt, w, gr, m1, h->lr, h->momentum, h->nesterov, wd, grad_unscale, clipp, flag));
     else
-      EXEC_CHECK(be->adam_update(be, cnt, w, gr, m1, m2, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay,
-                                 h->kind == TT_OPT_ADAMW, t, grad_unscale, flag));
+      EXEC_CHECK(be->adam_update(be, cnt, w, gr, m1, m2, h->lr, h->beta1, h->beta2, h->eps, wd,
+                                 h->kind == TT_OPT_ADAMW, t, grad_unscale, clipp, flag));
     if (exec_sync_point(x, p, s, h->kind == TT_OPT_SGD ? "sgd_update" : "adam_update", err)) return -1;
   }
   if (pf) pf->seconds += exec_now() - t0, pf->count++;

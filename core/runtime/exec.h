@@ -49,10 +49,15 @@ typedef struct tt_exec {
  * when the profile is off. */
 void tt_exec_profile_print(const tt_exec *x, FILE *out);
 
+/* weight_decay applies to the parameters the program's update steps mark (TT_SF_DECAY, from
+ * [train] decay). clip_norm > 0 clips the gradient by its global L2 norm; the training program
+ * must then have been lowered with [train] clip_norm > 0 (it holds the sum-of-squares step), and
+ * may use another value here (a schedule of it, a test). */
 typedef struct tt_opt_hparams {
   tt_opt_kind kind;
   float lr, momentum, weight_decay, beta1, beta2, eps;
   int nesterov;
+  float clip_norm;
 } tt_opt_hparams;
 
 /* Allocates the arena: persistent region of the training program (or the evaluation program

@@ -8,6 +8,7 @@ void tt_step_hparams(const tt_train_cfg *tc, tt_opt_hparams *hp) {
   hp->kind = tc->optimizer, hp->momentum = tc->momentum, hp->weight_decay = tc->weight_decay, hp->beta1 = tc->beta1;
   hp->beta2 = tc->beta2, hp->eps = tc->adam_eps, hp->nesterov = tc->nesterov;
   hp->lr = tc->lr;
+  hp->clip_norm = tc->clip_norm;
 }
 
 int tt_step_settle(tt_exec *x, tt_loss_scale *ls, tt_err *err) {

@@ -80,7 +80,7 @@ static const tt_backend cpu_be_table = {
     tt_ref_save_compress, tt_ref_save_restore,
     tt_ref_ln_fwd, tt_ref_ln_bwd, tt_ref_attn_fwd, tt_ref_attn_bwd,
     tt_ref_tokens_fwd, tt_ref_tokens_bwd, tt_ref_token_pool_fwd, tt_ref_token_pool_bwd,
-    NULL, /* sum_squares (not here yet) */
+    tt_ref_sum_squares,
 };
 
 tt_backend *tt_cpu_backend_create(int threads) {

@@ -129,6 +129,7 @@ static void cuda_be_destroy(tt_backend *b) {
     if (st->compute && cudaStreamSynchronize(st->compute) != cudaSuccess) (void)cudaGetLastError();
     tt_cuda_nccl_destroy(b);
     tt_cuda_conv_cache_destroy(b);
+    if (st->ss_part && cudaFree(st->ss_part) != cudaSuccess) (void)cudaGetLastError();
     if (st->dnn && cudnnDestroy(st->dnn) != CUDNN_STATUS_SUCCESS) fprintf(stderr, "cuda: cudnnDestroy failed\n");
     if (st->blas && cublasDestroy(st->blas) != CUBLAS_STATUS_SUCCESS) fprintf(stderr, "cuda: cublasDestroy failed\n");
     if (st->ev && cudaEventDestroy(st->ev) != cudaSuccess) (void)cudaGetLastError();
@@ -458,6 +459,8 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   CUDNN_CHECK(b, cudnnCreate(&st->dnn));
   CUDNN_CHECK(b, cudnnSetStream(st->dnn, st->compute));
   if (tt_cuda_conv_cache_create(b)) return -1;
+  /* sum_squares' partial sums (8 KiB): part of the reserve, never of the arena */
+  CUDA_CHECK(b, cudaMalloc((void **)&st->ss_part, TT_CUDA_SS_BLOCKS * sizeof(double)));
   CUDA_CHECK(b, cudaDeviceSynchronize());
   CUDA_CHECK(b, cudaMemGetInfo(&fr, &tot));
   st->total_mem = tot;
@@ -538,6 +541,10 @@ static const tt_backend cuda_be_table = {
     cuda_be_op_workspace, cuda_be_prepare,
     tt_cuda_act_mask, tt_cuda_act_bwd_mask, tt_cuda_pool_argmax, tt_cuda_pool_bwd_idx,
     tt_cuda_save_compress, tt_cuda_save_restore,
+    /* ln_fwd, ln_bwd, attn_fwd, attn_bwd, tokens_fwd, tokens_bwd, token_pool_fwd, token_pool_bwd:
+     * not in this branch yet (the transformer kernels' branch fills them) */
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    tt_cuda_sum_squares,
 };
 
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize) {

@@ -69,8 +69,11 @@ typedef struct tt_cuda_state {
   void *nccl;           /* ncclComm_t of a multi-process run (cuda_nccl.cu), else NULL */
   cudaStream_t nccl_stream; /* the gradient all-reduce's stream, beside compute (cuda_nccl.cu) */
   cudaEvent_t nccl_ready, nccl_done; /* compute -> nccl_stream, nccl_stream -> compute */
+  double *ss_part;      /* sum_squares' per-block partial sums [TT_CUDA_SS_BLOCKS] (cuda_loss_optim.cu),
+                         * allocated at setup, before the reserve is measured */
   char err[1024];       /* last error message, one line */
 } tt_cuda_state;
+#define TT_CUDA_SS_BLOCKS 1024
 
 static inline tt_cuda_state *tt_cuda_st(tt_backend *b) { return (tt_cuda_state *)b->impl; }
 
@@ -368,9 +371,10 @@ int tt_cuda_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src
 int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
                        float smoothing, float grad_scale, void *dlogits, float *stats);
 int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
-                       int nesterov, float weight_decay, float grad_scale, const int32_t *skip);
+                       int nesterov, float weight_decay, float grad_scale, const tt_clip *clip, const int32_t *skip);
 int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
                         float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
-                        float grad_scale, const int32_t *skip);
+                        float grad_scale, const tt_clip *clip, const int32_t *skip);
 int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
+int tt_cuda_sum_squares(tt_backend *b, size_t count, const float *g, float *acc);
 #endif

@@ -1,5 +1,6 @@
-/* kernels/cuda/cuda_loss_optim.cu — softmax cross-entropy, the optimizer updates and the
- * loss-scale overflow check (check_finite), as the backend's own kernels.
+/* kernels/cuda/cuda_loss_optim.cu — softmax cross-entropy, the optimizer updates, the
+ * loss-scale overflow check (check_finite) and the gradients' sum of squares for clip_norm
+ * (sum_squares), as the backend's own kernels.
  *
  * softmax_ce runs in one block (a warp per sample, its logits read once) and combines per-warp
  * sums in warp order, so stats are deterministic. Optimizer updates are grid-stride loops over the element updates in
@@ -128,23 +129,37 @@ int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const voi
 /* ---------------------------------- optimizers ---------------------------------------- */
 
 /* skip: NULL or the overflow flag check_finite wrote earlier on this stream; every thread reads
- * it and, when it is set, returns before touching w, m or v (backend.h). */
+ * it and, when it is set, returns before touching w, m or v (backend.h). sumsq: NULL, or the
+ * gradients' sum of squares sum_squares wrote earlier on this stream (clip_norm): every thread
+ * turns it into the same clipped gradient scale (tt_clip_grad_scale), so the host never reads it. */
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_sgd_k(size_t count, float *w, const float *g, float *m,
                                                                 float lr, float momentum, int nesterov,
                                                                 float weight_decay, float grad_scale,
+                                                                const float *sumsq, float max_norm,
                                                                 const int32_t *skip) {
   if (skip && *skip) return;
-  TT_CUDA_LOOP(i, count) tt_sgd_elem(i, w, g, m, lr, momentum, nesterov, weight_decay, grad_scale);
+  float gs = tt_clip_grad_scale(grad_scale, sumsq, max_norm);
+  TT_CUDA_LOOP(i, count) tt_sgd_elem(i, w, g, m, lr, momentum, nesterov, weight_decay, gs);
+}
+
+/* A clip argument's checks (backend.h, tt_clip). */
+static int cuda_lo_clip_bad(tt_backend *b, const char *op, const tt_clip *clip) {
+  if (!clip) return 0;
+  if (!clip->sumsq) return tt_cuda_fail(b, "%s: clip without its sum of squares", op);
+  if (!(clip->max_norm > 0.0f)) return tt_cuda_fail(b, "%s: clip max_norm %g must be > 0", op, (double)clip->max_norm);
+  return 0;
 }
 
 int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
-                       int nesterov, float weight_decay, float grad_scale, const int32_t *skip) {
+                       int nesterov, float weight_decay, float grad_scale, const tt_clip *clip, const int32_t *skip) {
   if (!count) return 0;
   if (!w || !g) return tt_cuda_fail(b, "sgd_update: NULL w or g");
   if (momentum != 0.0f && !m)
     return tt_cuda_fail(b, "sgd_update: momentum %g needs a momentum buffer", (double)momentum);
+  if (cuda_lo_clip_bad(b, "sgd_update", clip)) return -1;
   TT_LAUNCH(cuda_lo_sgd_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b), count, w, g, m, lr, momentum,
-            nesterov, weight_decay, grad_scale, skip);
+            nesterov, weight_decay, grad_scale, clip ? clip->sumsq : (const float *)NULL, clip ? clip->max_norm : 0.0f,
+            skip);
   CUDA_LAUNCH_CHECK(b, "sgd_update");
   return 0;
 }
@@ -152,21 +167,79 @@ int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, fl
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_adam_k(size_t count, float *w, const float *g, float *m,
                                                                  float *v, float beta1, float beta2, float eps,
                                                                  float weight_decay, int decoupled, tt_adam_consts k,
-                                                                 float grad_scale, const int32_t *skip) {
+                                                                 float grad_scale, const float *sumsq, float max_norm,
+                                                                 const int32_t *skip) {
   if (skip && *skip) return;
-  TT_CUDA_LOOP(i, count) tt_adam_elem(i, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale);
+  float gs = tt_clip_grad_scale(grad_scale, sumsq, max_norm);
+  TT_CUDA_LOOP(i, count) tt_adam_elem(i, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, gs);
 }
 
 int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr, float beta1,
                         float beta2, float eps, float weight_decay, int decoupled, int t, float grad_scale,
-                        const int32_t *skip) {
+                        const tt_clip *clip, const int32_t *skip) {
   if (t < 1) return tt_cuda_fail(b, "adam_update: step t=%d must be >= 1", t);
   if (!count) return 0;
   if (!w || !g || !m || !v) return tt_cuda_fail(b, "adam_update: NULL w, g, m or v");
+  if (cuda_lo_clip_bad(b, "adam_update", clip)) return -1;
   tt_adam_consts k = tt_adam_make_consts(lr, beta1, beta2, weight_decay, decoupled, t); /* as the CPU does */
   TT_LAUNCH(cuda_lo_adam_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b),
-      count, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale, skip);
+      count, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale,
+      clip ? clip->sumsq : (const float *)NULL, clip ? clip->max_norm : 0.0f, skip);
   CUDA_LAUNCH_CHECK(b, "adam_update");
+  return 0;
+}
+
+/* ---------------------------------- sum_squares --------------------------------------- */
+
+/* Deterministic in two launches: a grid of nb blocks (nb a function of count alone), each
+ * summing its grid-stride share in double and reducing it by a fixed tree into
+ * st->ss_part[block]; then one block adds those nb partials by the same tree and adds the result
+ * to acc. No atomics, so the same gradients give the same bits. ss_part (TT_CUDA_SS_BLOCKS
+ * doubles) is allocated once at setup, so nothing is allocated here. Each thread takes at least
+ * CUDA_LO_SS_PER_THREAD values, so a small region runs in few blocks. */
+#define CUDA_LO_SS_PER_THREAD 16
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_ss_part_k(size_t count, const float *g, double *part) {
+  __shared__ double sh[TT_CUDA_THREADS];
+  double s = 0.0;
+  TT_CUDA_LOOP(i, count) {
+    double v = (double)g[i];
+    s += v * v;
+  }
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (int o = TT_CUDA_THREADS / 2; o > 0; o >>= 1) {
+    if ((int)threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_ss_final_k(int nb, const double *part, float *acc) {
+  __shared__ double sh[TT_CUDA_THREADS];
+  double s = 0.0;
+  for (int j = (int)threadIdx.x; j < nb; j += TT_CUDA_THREADS) s += part[j];
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (int o = TT_CUDA_THREADS / 2; o > 0; o >>= 1) {
+    if ((int)threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) acc[0] += (float)sh[0];
+}
+
+int tt_cuda_sum_squares(tt_backend *b, size_t count, const float *g, float *acc) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  if (!acc || (count && !g)) return tt_cuda_fail(b, "sum_squares: NULL g or acc");
+  if (!count) return 0;
+  if (!st->ss_part) return tt_cuda_fail(b, "sum_squares: the backend has no partial-sum buffer (setup failed)");
+  size_t per_block = (size_t)TT_CUDA_THREADS * CUDA_LO_SS_PER_THREAD;
+  size_t nb = (count + per_block - 1) / per_block;
+  if (nb > TT_CUDA_SS_BLOCKS) nb = TT_CUDA_SS_BLOCKS;
+  TT_LAUNCH(cuda_lo_ss_part_k, (unsigned)nb, TT_CUDA_THREADS, 0, cuda_lo_stream(b), count, g, st->ss_part);
+  CUDA_LAUNCH_CHECK(b, "sum_squares (partial sums)");
+  TT_LAUNCH(cuda_lo_ss_final_k, 1, TT_CUDA_THREADS, 0, cuda_lo_stream(b), (int)nb, (const double *)st->ss_part, acc);
+  CUDA_LAUNCH_CHECK(b, "sum_squares (their sum)");
   return 0;
 }
 
@@ -199,5 +272,7 @@ const tt_cuda_kernel tt_cuda_loss_optim_kernels[] = {
     TT_CUDA_KERNEL(cuda_lo_sgd_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_lo_adam_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_lo_check_finite_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_lo_ss_part_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_lo_ss_final_k, TT_CUDA_THREADS),
 };
 const int tt_cuda_loss_optim_nkernels = (int)(sizeof tt_cuda_loss_optim_kernels / sizeof tt_cuda_loss_optim_kernels[0]);

@@ -207,11 +207,12 @@ int tt_ref_token_pool_bwd(tt_backend *b, int n, int t, int f, int mode, tt_dtype
 int tt_ref_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
                       float smoothing, float grad_scale, void *dlogits, float *stats);
 int tt_ref_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
-                      int nesterov, float weight_decay, float grad_scale, const int32_t *skip);
+                      int nesterov, float weight_decay, float grad_scale, const tt_clip *clip, const int32_t *skip);
 int tt_ref_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
                        float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
-                       float grad_scale, const int32_t *skip);
+                       float grad_scale, const tt_clip *clip, const int32_t *skip);
 int tt_ref_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
+int tt_ref_sum_squares(tt_backend *b, size_t count, const float *g, float *acc);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,8 @@
  * softmax_ce reduces per-sample losses in fixed blocks of REF_LO_BLOCK samples whose
  * partial sums are added in block order, so stats do not depend on the thread count.
  * Optimizer updates are elementwise, fp32, PyTorch torch.optim semantics. check_finite
- * tests the exponent bits, so it holds under -ffast-math too.
+ * tests the exponent bits, so it holds under -ffast-math too. sum_squares (for clip_norm) sums
+ * in double over fixed blocks, so it too is independent of the thread count.
  */
 #include <math.h>
 
@@ -80,14 +81,24 @@ int tt_ref_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void
   return 0;
 }
 
+/* A clip argument's checks (backend.h, tt_clip). */
+static int ref_lo_clip_bad(tt_backend *b, const char *op, const tt_clip *clip) {
+  if (!clip) return 0;
+  if (!clip->sumsq) return tt_ref_fail(b, "%s: clip without its sum of squares", op);
+  if (!(clip->max_norm > 0.0f)) return tt_ref_fail(b, "%s: clip max_norm %g must be > 0", op, (double)clip->max_norm);
+  return 0;
+}
+
 int tt_ref_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
-                      int nesterov, float weight_decay, float grad_scale, const int32_t *skip) {
+                      int nesterov, float weight_decay, float grad_scale, const tt_clip *clip, const int32_t *skip) {
   ptrdiff_t i, n = (ptrdiff_t)count;
   int nt = tt_ref_threads(b);
   (void)nt;
   if (count && (!w || !g)) return tt_ref_fail(b, "sgd_update: NULL w or g");
   if (momentum != 0.0f && count && !m) return tt_ref_fail(b, "sgd_update: momentum %g needs a momentum buffer", (double)momentum);
+  if (ref_lo_clip_bad(b, "sgd_update", clip)) return -1;
   if (skip && *skip) return 0; /* an overflow: the update is skipped */
+  if (clip) grad_scale = tt_clip_grad_scale(grad_scale, clip->sumsq, clip->max_norm);
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
   for (i = 0; i < n; i++) tt_sgd_elem((size_t)i, w, g, m, lr, momentum, nesterov, weight_decay, grad_scale);
   return 0;
@@ -95,13 +106,15 @@ int tt_ref_sgd_update(tt_backend *b, size_t count, float *w, const float *g, flo
 
 int tt_ref_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
                        float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
-                       float grad_scale, const int32_t *skip) {
+                       float grad_scale, const tt_clip *clip, const int32_t *skip) {
   ptrdiff_t i, n = (ptrdiff_t)count;
   int nt = tt_ref_threads(b);
   (void)nt;
   if (count && (!w || !g || !m || !v)) return tt_ref_fail(b, "adam_update: NULL w, g, m or v");
   if (t < 1) return tt_ref_fail(b, "adam_update: step t=%d must be >= 1", t);
+  if (ref_lo_clip_bad(b, "adam_update", clip)) return -1;
   if (skip && *skip) return 0; /* an overflow: the update is skipped */
+  if (clip) grad_scale = tt_clip_grad_scale(grad_scale, clip->sumsq, clip->max_norm);
   tt_adam_consts k = tt_adam_make_consts(lr, beta1, beta2, weight_decay, decoupled, t);
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
   for (i = 0; i < n; i++) tt_adam_elem((size_t)i, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale);
@@ -128,5 +141,33 @@ int tt_ref_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x,
     for (i = 0; i < n; i++) bad |= (u[i] & 0x7c00u) == 0x7c00u;
   }
   if (bad) flag[0] = 1;
+  return 0;
+}
+
+/* Fixed blocks of REF_LO_SS_BLOCK values, each summed in double in index order, the block sums
+ * added in block order: the result depends on count only, not on the thread count. */
+#define REF_LO_SS_BLOCK 4096
+
+int tt_ref_sum_squares(tt_backend *b, size_t count, const float *g, float *acc) {
+  int nt = tt_ref_threads(b);
+  double total = 0.0;
+  (void)nt;
+  if (!acc || (count && !g)) return tt_ref_fail(b, "sum_squares: NULL g or acc");
+  for (size_t i = 0; i < count; i += (size_t)REF_LO_SS_BLOCK * REF_LO_BLOCKS) {
+    double part[REF_LO_BLOCKS];
+    size_t left = count - i;
+    ptrdiff_t nblk = (ptrdiff_t)((left + REF_LO_SS_BLOCK - 1) / REF_LO_SS_BLOCK), blk;
+    if (nblk > REF_LO_BLOCKS) nblk = REF_LO_BLOCKS;
+#pragma omp parallel for schedule(static) num_threads(nt) if (left > TT_REF_PAR_MIN)
+    for (blk = 0; blk < nblk; blk++) {
+      size_t j0 = i + (size_t)blk * REF_LO_SS_BLOCK, j1 = j0 + REF_LO_SS_BLOCK, j;
+      double sq = 0.0;
+      if (j1 > count) j1 = count;
+      for (j = j0; j < j1; j++) sq += (double)g[j] * (double)g[j];
+      part[blk] = sq;
+    }
+    for (blk = 0; blk < nblk; blk++) total += part[blk];
+  }
+  acc[0] += (float)total;
   return 0;
 }
