@@ -8,7 +8,7 @@
 # are absent. FMNIST_DIR overrides the data directory, TT_TEST_DEVICE the device (cpu).
 cd "$(dirname "$0")/.." || exit 1
 NAME=torch_weights
-TT=./tinytrain
+TT=${TT:-./tinytrain}
 DIR=${FMNIST_DIR:-/usr/share/datasets/fashion-mnist}
 DEVICE=${TT_TEST_DEVICE:-cpu}
 STEPS=150

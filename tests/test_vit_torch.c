@@ -17,7 +17,9 @@
  *    PyTorch's logits within 1e-4 of max|logit|.
  * 3. examples/imagenet/vit_b16.recipe and deit_tiny.recipe build, with the parameter names and
  *    shapes of torchvision's vit_b_16 state dict (tests/fixtures/vit_b_16.names, written by the
- *    same script) and DeiT-Tiny's parameter count. */
+ *    same script) and DeiT-Tiny's parameter count, and the settings names do not show (layer
+ *    norm eps 1e-6, exact GELU, heads): the logits test above could not tell those apart (a
+ *    tanh GELU or eps 1e-5 there moves its logits by under 1e-4). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,6 +287,32 @@ static void test_torchvision_logits(int ref) {
   TT_TEST_END();
 }
 
+/* The layer settings the names cannot show: every layer norm at eps 1e-6 (torchvision's and
+ * timm's ViTs; PyTorch's default is 1e-5), every GELU exact (nn.GELU()), `blocks` attention
+ * layers of `heads` heads over `dim`-wide tokens. */
+static void vt_check_layers(const tt_model *m, int blocks, int heads, int dim) {
+  int ln = 0, gelu = 0, attn = 0;
+  for (int i = 0; i < m->nlayers; i++) {
+    const tt_layer *L = &m->layers[i];
+    if (L->kind == TT_L_LAYERNORM) {
+      ln++;
+      TT_CHECK(L->eps == 1e-6f, "%s: layer norm eps %g, the original's is 1e-6", L->name, (double)L->eps);
+    } else if (L->kind == TT_L_GELU) {
+      gelu++;
+      TT_CHECK(L->approximate == 0, "%s: GELU approximate = tanh, the original's is exact (erf)", L->name);
+    } else if (L->kind == TT_L_ATTENTION) {
+      attn++;
+      TT_CHECK(L->heads == heads && !L->causal && L->p == 0.0f && L->bias, "%s: %d heads, causal %d, dropout %g, bias %d",
+               L->name, L->heads, L->causal, (double)L->p, L->bias);
+    } else if (L->kind == TT_L_PATCH_EMBED) {
+      TT_CHECK(L->filters == dim && L->kh == 16 && L->class_token && L->pos_embed, "%s: dim %d, patch %d", L->name,
+               L->filters, L->kh);
+    }
+  }
+  TT_CHECK(ln == 2 * blocks + 1 && gelu == blocks && attn == blocks, "%d layer norms, %d GELUs, %d attention layers",
+           ln, gelu, attn);
+}
+
 /* ---- 3. the ImageNet ViT recipes are torchvision's vit_b_16 and DeiT-Tiny, name for name ---- */
 static void test_imagenet_recipes(void) {
   TT_TEST_BEGIN("vit_b16_recipe_has_torchvision_vit_b_16_names_and_shapes");
@@ -297,6 +325,7 @@ static void test_imagenet_recipes(void) {
   TT_CHECK(rc == 0, "%s", err.msg);
   FILE *nf = fopen("tests/fixtures/vit_b_16.names", "r");
   TT_CHECK(nf != NULL, "tests/fixtures/vit_b_16.names: cannot open (written by tests/torch_ref/make_vit_tv_fixture.py)");
+  if (rc == 0) vt_check_layers(&t.m, 12, 12, 768);
   if (rc == 0 && nf) {
     /* one line per state-dict tensor of torchvision.models.vit_b_16(): "name d0,d1,..." */
     char line[512], nm[400], dims[100];
@@ -336,6 +365,7 @@ static void test_imagenet_recipes(void) {
   if (rc == 0) {
     size_t total = 0;
     const tt_param *qkv = NULL;
+    vt_check_layers(&t.m, 12, 3, 192);
     for (int i = 0; i < t.g.nparams; i++) {
       total += t.g.params[i].numel;
       if (!strcmp(t.g.params[i].name, "blocks.11.attn.in_proj_weight")) qkv = &t.g.params[i];
