@@ -2,7 +2,8 @@
  * backend (kernels/ref/), op by op, on the same inputs: convolution in every direction
  * (groups, depthwise, strides, padding, first-layer and 1x1 shapes, chunked batches), linear,
  * batch norm, pooling, the elementwise ops it runs itself; fp32 and fp16 storage; gradient
- * outputs overwritten (beta 0) and added into (beta 1).
+ * outputs overwritten (beta 0) and added into (beta 1); the transformer ops (layer norm, GELU,
+ * attention kept and fused).
  *
  * Every call gets a workspace of exactly what that backend's op_workspace answers, filled with
  * NaN first, so a result that read the workspace before writing it, or a too small answer,
@@ -372,6 +373,165 @@ static void test_elementwise(void) {
   free(x), free(g), free(o);
 }
 
+/* ------------------------------- transformer ops ------------------------------------- */
+
+/* Layer norm: oneDNN (fp32) or the loops (fp16) against the reference; backward from the
+ * reference's saved statistics; bit-identical run to run. */
+static void ln_case(int rows, int f, tt_dtype dt) {
+  char tn[128];
+  snprintf(tn, sizeof tn, "cpu_vs_ref:layernorm_%dx%d_%s", rows, f, dt == TT_F16 ? "fp16" : "fp32");
+  TT_TEST_BEGIN(tn);
+  size_t xn = (size_t)rows * f, ff = (size_t)f;
+  float *x = vec(xn, 2.0f), *dy = vec(xn, 1.0f), *g = vec(ff, 1.0f), *bt = vec(ff, 0.5f);
+  for (size_t i = 0; i < xn; i++) x[i] += 0.7f;
+  void *x_ = in_dt(x, xn, dt), *dy_ = in_dt(dy, xn, dt), *yc = in_dt(dy, xn, dt), *yr = in_dt(dy, xn, dt);
+  void *y2 = in_dt(dy, xn, dt);
+  float *smc = vec(rows, 1), *sic = vec(rows, 1), *smr = vec(rows, 1), *sir = vec(rows, 1);
+  tt_op_desc o;
+  size_t wc, wr;
+  void *wsc, *wsr;
+  memset(&o, 0, sizeof o);
+  o.dt = dt, o.u.ln.rows = rows, o.u.ln.f = f, o.u.ln.eps = 1e-6f;
+  o.kind = TT_OP_LN_FWD;
+  wsc = ws_for(C, &o, &wc), wsr = ws_for(R, &o, &wr);
+  TT_CHECK(!C->ln_fwd(C, rows, f, dt, x_, g, bt, 1e-6f, yc, smc, sic, wsc, wc), "ln_fwd: %s", C->last_error(C));
+  TT_CHECK(!R->ln_fwd(R, rows, f, dt, x_, g, bt, 1e-6f, yr, smr, sir, wsr, wr), "ref: %s", R->last_error(R));
+  cmp("y", yc, yr, xn, dt);
+  cmp("save_mean", smc, smr, rows, TT_F32);
+  cmp("save_invstd", sic, sir, rows, TT_F32);
+  TT_CHECK(!C->ln_fwd(C, rows, f, dt, x_, g, bt, 1e-6f, y2, NULL, NULL, wsc, wc), "ln_fwd (no stats): %s", C->last_error(C));
+  TT_CHECK(!memcmp(y2, yc, xn * tt_dtype_size(dt)), "y without statistics differs from y with them");
+  free(wsc), free(wsr);
+  for (int beta = 0; beta < 2; beta++) {
+    float *d0 = vec(xn, 1.0f), *p0 = vec(2 * ff, 1.0f);
+    void *dxc = in_dt(d0, xn, dt), *dxr = in_dt(d0, xn, dt), *dx2 = in_dt(d0, xn, dt);
+    float *dgc = vr_dup(p0, ff), *dgr = vr_dup(p0, ff), *dbc = vr_dup(p0 + ff, ff), *dbr = vr_dup(p0 + ff, ff);
+    float *dg2 = vr_dup(p0, ff), *db2 = vr_dup(p0 + ff, ff);
+    o.kind = TT_OP_LN_BWD, o.accumulate = beta;
+    wsc = ws_for(C, &o, &wc), wsr = ws_for(R, &o, &wr);
+    TT_CHECK(!C->ln_bwd(C, rows, f, dt, x_, dy_, g, smr, sir, dxc, dgc, dbc, (float)beta, (float)beta, wsc, wc), "ln_bwd: %s",
+             C->last_error(C));
+    TT_CHECK(!R->ln_bwd(R, rows, f, dt, x_, dy_, g, smr, sir, dxr, dgr, dbr, (float)beta, (float)beta, wsr, wr), "ref: %s",
+             R->last_error(R));
+    cmp(beta ? "dx (beta 1)" : "dx", dxc, dxr, xn, dt);
+    cmp(beta ? "dgamma (beta 1)" : "dgamma", dgc, dgr, ff, TT_F32);
+    cmp(beta ? "dbeta (beta 1)" : "dbeta", dbc, dbr, ff, TT_F32);
+    TT_CHECK(!C->ln_bwd(C, rows, f, dt, x_, dy_, g, smr, sir, dx2, dg2, db2, (float)beta, (float)beta, wsc, wc), "ln_bwd: %s",
+             C->last_error(C));
+    TT_CHECK(!memcmp(dx2, dxc, xn * tt_dtype_size(dt)) && !memcmp(dg2, dgc, ff * 4) && !memcmp(db2, dbc, ff * 4),
+             "ln_bwd is not bit-identical run to run (beta %d)", beta);
+    free(wsc), free(wsr), free(d0), free(p0), free(dxc), free(dxr), free(dx2), free(dgc), free(dgr), free(dbc), free(dbr);
+    free(dg2), free(db2);
+  }
+  TT_TEST_END();
+  free(x), free(dy), free(g), free(bt), free(x_), free(dy_), free(yc), free(yr), free(y2), free(smc), free(sic), free(smr),
+      free(sir);
+}
+
+static void gelu_case(size_t n) {
+  TT_TEST_BEGIN("cpu_vs_ref:gelu_erf_tanh_fp32");
+  float *x = vec(n, 6.0f), *g = vec(n, 1.0f), *o = vec(n, 1.0f);
+  for (int a = 0; a < 2; a++) {
+    tt_act act = a ? TT_ACT_GELU_TANH : TT_ACT_GELU_ERF;
+    float *yc = vr_dup(o, n), *yr = vr_dup(o, n), *xc = vr_dup(x, n);
+    TT_CHECK(!C->act_fwd(C, act, n, TT_F32, x, yc) && !R->act_fwd(R, act, n, TT_F32, x, yr), "act_fwd: %s", C->last_error(C));
+    cmp(a ? "gelu_tanh y" : "gelu_erf y", yc, yr, n, TT_F32);
+    TT_CHECK(!C->act_fwd(C, act, n, TT_F32, xc, xc) && !memcmp(xc, yc, n * 4), "in-place GELU forward differs");
+    for (int beta = 0; beta < 2; beta++) {
+      float *dc = vr_dup(o, n), *dr = vr_dup(o, n), *gi = vr_dup(g, n);
+      TT_CHECK(!C->act_bwd(C, act, n, TT_F32, x, g, dc, (float)beta) && !R->act_bwd(R, act, n, TT_F32, x, g, dr, (float)beta),
+               "act_bwd: %s", C->last_error(C));
+      cmp(beta ? "gelu dx (beta 1)" : "gelu dx", dc, dr, n, TT_F32);
+      if (!beta) /* dx in place of dy */
+        TT_CHECK(!C->act_bwd(C, act, n, TT_F32, x, gi, gi, 0.0f) && !memcmp(gi, dc, n * 4), "in-place GELU backward differs");
+      free(dc), free(dr), free(gi);
+    }
+    free(yc), free(yr), free(xc);
+  }
+  TT_TEST_END();
+  free(x), free(g), free(o);
+}
+
+/* Attention: forward (o, lse, probs) and backward from kept probabilities and fused from lse,
+ * beta 0 and 1, causal and with dropout. */
+static void attn_case(int n, int t, int heads, int d, int causal, float p, tt_dtype dt) {
+  char tn[160];
+  snprintf(tn, sizeof tn, "cpu_vs_ref:attention_n%d_t%d_h%d_d%d%s%s_%s", n, t, heads, d, causal ? "_causal" : "",
+           p > 0 ? "_dropout" : "", dt == TT_F16 ? "fp16" : "fp32");
+  TT_TEST_BEGIN(tn);
+  tt_attn_desc a;
+  memset(&a, 0, sizeof a);
+  a.n = n, a.t = t, a.heads = heads, a.d = d, a.causal = causal, a.scale = 1.0f / sqrtf((float)d), a.p = p;
+  size_t nq = (size_t)n * t * 3 * heads * d, no = nq / 3, nl = (size_t)n * heads * t, np = nl * t;
+  float *q = vec(nq, 2.0f), *dout = vec(no, 1.0f), *z = vec(nq, 1.0f);
+  void *q_ = in_dt(q, nq, dt), *do_ = in_dt(dout, no, dt), *oc = in_dt(dout, no, dt), *orr = in_dt(dout, no, dt);
+  void *pc = malloc(np * tt_dtype_size(dt)), *pr = malloc(np * tt_dtype_size(dt));
+  float *lc = vec(nl, 1), *lr = vec(nl, 1);
+  tt_op_desc o;
+  size_t wc, wr;
+  void *wsc, *wsr;
+  memset(&o, 0, sizeof o);
+  o.dt = dt, o.u.attn = a, o.kind = TT_OP_ATTN_FWD;
+  wsc = ws_for(C, &o, &wc), wsr = ws_for(R, &o, &wr);
+  TT_CHECK(!C->attn_fwd(C, &a, dt, q_, oc, lc, pc, 77, wsc, wc), "attn_fwd: %s", C->last_error(C));
+  TT_CHECK(!R->attn_fwd(R, &a, dt, q_, orr, lr, pr, 77, wsr, wr), "ref: %s", R->last_error(R));
+  cmp("o", oc, orr, no, dt);
+  cmp("lse", lc, lr, nl, TT_F32);
+  cmp("probs", pc, pr, np, dt);
+  free(wsc), free(wsr);
+  o.kind = TT_OP_ATTN_BWD;
+  wsc = ws_for(C, &o, &wc), wsr = ws_for(R, &o, &wr);
+  for (int fused = 0; fused < 2; fused++)
+    for (int beta = 0; beta < 2; beta++) {
+      void *gc = in_dt(z, nq, dt), *gr = in_dt(z, nq, dt);
+      char what[64];
+      /* both from the reference's forward, so only the backward differs */
+      TT_CHECK(!C->attn_bwd(C, &a, dt, q_, orr, do_, lr, fused ? NULL : pr, 77, gc, (float)beta, wsc, wc), "attn_bwd: %s",
+               C->last_error(C));
+      TT_CHECK(!R->attn_bwd(R, &a, dt, q_, orr, do_, lr, fused ? NULL : pr, 77, gr, (float)beta, wsr, wr), "ref: %s",
+               R->last_error(R));
+      snprintf(what, sizeof what, "dqkv (%s, beta %d)", fused ? "fused" : "kept probs", beta);
+      cmp(what, gc, gr, nq, dt);
+      free(gc), free(gr);
+    }
+  free(wsc), free(wsr);
+  TT_TEST_END();
+  free(q), free(dout), free(z), free(q_), free(do_), free(oc), free(orr), free(pc), free(pr), free(lc), free(lr);
+}
+
+/* The transformer calls prepared ahead as the executor does: answers unchanged once built. */
+static void test_transformer_prepare(void) {
+  TT_TEST_BEGIN("cpu_vs_ref:transformer_prepare");
+  tt_op_desc ops[5];
+  size_t before[5], after[5];
+  memset(ops, 0, sizeof ops);
+  ops[0].kind = TT_OP_LN_FWD, ops[0].u.ln.rows = 65, ops[0].u.ln.f = 48, ops[0].u.ln.eps = 1e-6f;
+  ops[1] = ops[0], ops[1].kind = TT_OP_LN_BWD;
+  ops[2].kind = TT_OP_ACT_FWD, ops[2].u.act.count = 1000, ops[2].u.act.act = TT_ACT_GELU_ERF;
+  ops[3] = ops[2], ops[3].kind = TT_OP_ACT_BWD;
+  ops[4].kind = TT_OP_ATTN_BWD, ops[4].u.attn.n = 2, ops[4].u.attn.t = 17, ops[4].u.attn.heads = 3, ops[4].u.attn.d = 16;
+  ops[4].u.attn.scale = 0.25f;
+  for (int i = 0; i < 5; i++) before[i] = C->op_workspace(C, &ops[i]);
+  TT_CHECK(!C->prepare(C, ops, 5), "prepare: %s", C->last_error(C));
+  for (int i = 0; i < 5; i++) after[i] = C->op_workspace(C, &ops[i]);
+  TT_CHECK(!memcmp(before, after, sizeof before), "a workspace answer changed once the call was built");
+  TT_CHECK(before[2] == 0 && before[3] == 0, "GELU asks for workspace (%zu, %zu): act_fwd/act_bwd have none", before[2],
+           before[3]);
+  for (int i = 0; i < 5; i++) TT_CHECK(before[i] != TT_WS_ERROR, "op %d: %s", i, C->last_error(C));
+  TT_TEST_END();
+}
+
+static void test_transformer(void) {
+  test_transformer_prepare();
+  gelu_case(100003);
+  for (int dt = 0; dt < 2; dt++) {
+    ln_case(65, 48, (tt_dtype)dt);
+    ln_case(7, 768, (tt_dtype)dt);
+    attn_case(2, 17, 3, 16, 0, 0.0f, (tt_dtype)dt);
+    attn_case(3, 9, 2, 8, 1, 0.1f, (tt_dtype)dt);
+  }
+}
+
 /* A whole call list prepared ahead, as the executor does, then the calls: same results as
  * calls built on first use, and the workspace answers do not change once built. */
 static void test_prepare(void) {
@@ -416,6 +576,7 @@ int main(void) {
     pool_case("avgpool_3x3_s2_p1_include_pad", 2, 4, 7, 7, 3, 3, 2, 2, 1, 1, TT_POOL_AVG, (tt_dtype)dt);
     pool_case("avgpool_2x3_s1_p1", 2, 3, 5, 6, 2, 3, 1, 1, 1, 1, TT_POOL_AVG, (tt_dtype)dt);
   }
+  test_transformer();
   if (chunked) chunked->destroy(chunked);
   C->destroy(C);
   R->destroy(R);

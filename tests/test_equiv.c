@@ -964,6 +964,7 @@ static const char *VIT_FMT =
 typedef struct vit_cfg {
   int mb, accum, fused, steps;
   const unsigned char *rec;
+  int fp16; /* autocast: activations fp16, layer norm statistics, lse and the loss fp32 */
 } vit_cfg;
 
 /* cfg.steps AdamW steps of mb x accum from the same seeds; the final state (roles values,
@@ -973,7 +974,7 @@ static int vit_run(const net *n, tt_backend *be, const vit_cfg *cf, const float 
   tt_program p;
   tt_policy pol;
   memset(&pol, 0, sizeof pol);
-  pol.micro_batch = cf->mb, pol.accum_steps = cf->accum, pol.act_dtype = TT_F32, pol.inplace = 1;
+  pol.micro_batch = cf->mb, pol.accum_steps = cf->accum, pol.act_dtype = cf->fp16 ? TT_F16 : TT_F32, pol.inplace = 1;
   pol.recompute = (unsigned char *)cf->rec, pol.training = 1, pol.attn_fused = cf->fused;
   if (tt_lower(&n->g, &pol, be, &p, e)) return -1;
   if (tt_program_plan(&p, e)) {
@@ -1063,7 +1064,7 @@ static void test_vit(tt_backend *be) {
   int32_t *labs;
   vit_data(8 * VIT_STEPS, &in, &labs, 31);
   unsigned char *rec = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
-  vit_cfg plain = {4, 2, 0, VIT_STEPS, NULL};
+  vit_cfg plain = {4, 2, 0, VIT_STEPS, NULL, 0};
 
   /* 1. recompute (every non-cut node, then the scheduler's `all`: whole transformer blocks) ==
    * plain, bit-exact: the same kernels on the same inputs, dropout masks regenerated */
@@ -1130,7 +1131,7 @@ static void test_vit(tt_backend *be) {
     sf = state_floats(&n.g);
     float *c1 = (float *)calloc(sf, sizeof(float)), *c2 = (float *)calloc(sf, sizeof(float));
     vit_data(8 * VIT_STEPS, &in, &labs, 77);
-    vit_cfg k4 = {2, 4, 0, VIT_STEPS, NULL}, k1 = {8, 1, 0, VIT_STEPS, NULL};
+    vit_cfg k4 = {2, 4, 0, VIT_STEPS, NULL, 0}, k1 = {8, 1, 0, VIT_STEPS, NULL, 0};
     double worst = 0.0;
     if (vit_run(&n, be, &k4, in, labs, c1, NULL, NULL, &e) || vit_run(&n, be, &k1, in, labs, c2, NULL, NULL, &e)) {
       TT_CHECK(0, "%s", e.msg);
@@ -1141,7 +1142,7 @@ static void test_vit(tt_backend *be) {
       printf("  worst per-tensor relative difference %.3g (key biases left out: their gradient is 0 up to rounding)\n", worst);
     }
     /* 4. training reduces the loss: 40 steps on one fixed batch of 8 (memorising it) */
-    vit_cfg one = {8, 1, 0, 1, NULL};
+    vit_cfg one = {8, 1, 0, 1, NULL, 0};
     float *rep = (float *)malloc(sizeof(float) * VIT_PER * 8 * 40);
     int32_t *rl = (int32_t *)malloc(sizeof(int32_t) * 8 * 40);
     for (int s = 0; s < 40; s++) {
@@ -1158,7 +1159,34 @@ static void test_vit(tt_backend *be) {
       TT_CHECK(last[0] < 0.5f * first[0], "40 AdamW steps on one batch: loss %.4f -> %.4f, not halved", first[0] / 8,
                last[0] / 8);
     }
-    free(rep), free(rl), free(c1), free(c2), free(in), free(labs);
+    free(rep), free(rl), free(c1), free(c2);
+    TT_TEST_END();
+
+    /* 5. fp16 autocast tracks fp32: the same 3 steps, the loss within 1% and every parameter
+     * within 1% of its tensor's largest value (layer norm statistics, softmax/lse and the loss
+     * stay fp32; activations and the projections' weights are fp16) */
+    snprintf(name, sizeof name, "vit (%s): fp16 autocast tracks fp32 (loss and parameters within 1%%)", be->name);
+    TT_TEST_BEGIN(name);
+    {
+      vit_cfg h = k1, f = k1;
+      h.fp16 = 1;
+      float s32[2], s16[2];
+      double worst = 0.0;
+      c1 = (float *)calloc(sf, sizeof(float)), c2 = (float *)calloc(sf, sizeof(float));
+      if (vit_run(&n, be, &f, in, labs, c1, s32, NULL, &e) || vit_run(&n, be, &h, in, labs, c2, s16, NULL, &e)) {
+        TT_CHECK(0, "%s", e.msg);
+      } else {
+        printf("  loss fp32 %.6f fp16 %.6f\n", s32[0] / 8, s16[0] / 8);
+        TT_CHECK(fabs((double)s16[0] - s32[0]) <= 0.01 * fabs((double)s32[0]), "loss fp16 %.6f vs fp32 %.6f", s16[0] / 8,
+                 s32[0] / 8);
+        vit_skip_kbias = 1;
+        vit_compare(&n.g, "fp16 values", c2, c1, 1, 1e-2, &worst);
+        vit_skip_kbias = 0;
+        printf("  worst per-tensor relative difference %.3g\n", worst);
+      }
+      free(c1), free(c2);
+    }
+    free(in), free(labs);
     net_close(&n);
   }
   TT_TEST_END();

@@ -36,6 +36,7 @@ static long long count_params(const tt_model *m, int *out_c, char *why, size_t w
   int *c = (int *)calloc((size_t)m->nlayers, sizeof(int));
   int *h = (int *)calloc((size_t)m->nlayers, sizeof(int));
   int *w = (int *)calloc((size_t)m->nlayers, sizeof(int));
+  int *tok = (int *)calloc((size_t)m->nlayers, sizeof(int));
   long long total = 0;
   int i, j, ok = 1;
   for (i = 0; i < m->nlayers && ok; i++) {
@@ -69,10 +70,31 @@ static long long count_params(const tt_model *m, int *out_c, char *why, size_t w
       case TT_L_GAP: h[i] = w[i] = 1; break;
       case TT_L_FLATTEN: c[i] = ci * hi * wi, h[i] = w[i] = 1; break;
       case TT_L_LINEAR:
+        if (tok[in]) { /* per token: [t, in] -> [t, out] */
+          total += (long long)L->filters * wi + (L->bias ? L->filters : 0);
+          w[i] = L->filters, tok[i] = 1;
+          break;
+        }
         total += (long long)L->filters * ci * hi * wi + (L->bias ? L->filters : 0);
         c[i] = L->filters, h[i] = w[i] = 1;
         break;
+      /* token tensors [t, f] as c = t, h = 1, w = f (as the graph stage has them) */
+      case TT_L_PATCH_EMBED: {
+        int t = (hi / L->kh) * (wi / L->kw) + (L->class_token ? 1 : 0);
+        total += (long long)L->filters * ci * L->kh * L->kw + (L->bias ? L->filters : 0) + (L->class_token ? L->filters : 0) +
+                 (L->pos_embed ? (long long)t * L->filters : 0);
+        c[i] = t, h[i] = 1, w[i] = L->filters, tok[i] = 1;
+        break;
+      }
+      case TT_L_LAYERNORM: total += 2LL * (tok[in] ? wi : ci); tok[i] = tok[in]; break;
+      case TT_L_ATTENTION: total += 4LL * wi * wi + (L->bias ? 4LL * wi : 0); tok[i] = 1; break;
+      case TT_L_TOKEN: c[i] = wi, h[i] = w[i] = 1; break;
+      case TT_L_GELU:
+      case TT_L_DROPOUT:
+      case TT_L_RELU:
+      case TT_L_SILU: tok[i] = tok[in]; break;
       case TT_L_ADD:
+        tok[i] = tok[in];
         for (j = 1; j < L->ninputs; j++)
           if (c[L->inputs[j]] != ci || h[L->inputs[j]] != hi || w[L->inputs[j]] != wi) {
             snprintf(why, whysz, "%s: input %s is %dx%dx%d, %s is %dx%dx%d", L->name, m->layers[in].name, ci, hi, wi,
@@ -91,7 +113,7 @@ static long long count_params(const tt_model *m, int *out_c, char *why, size_t w
     }
   }
   *out_c = m->nlayers ? c[m->nlayers - 1] * h[m->nlayers - 1] * w[m->nlayers - 1] : 0;
-  free(c), free(h), free(w);
+  free(c), free(h), free(w), free(tok);
   return ok ? total : -1;
 }
 
@@ -102,6 +124,9 @@ static void test_examples(void) {
   } ex[] = {
       {"examples/fashion_mnist/lenet.recipe", "lenet", 825066},
       {"examples/fashion_mnist/resnet.recipe", "resnet", 392242},
+      /* embed 1024 + 64 + 64 (class token) + 50 x 64; per block 2 x 128 (layer norms) + 4 x 64^2 +
+       * 4 x 64 (attention) + 64 x 128 + 128 + 128 x 64 + 64 (MLP); encoder.ln 128; head 650 */
+      {"examples/fashion_mnist/vit.recipe", "vit", 139018},
       {"examples/imagenet/resnet18.recipe", "resnet18", 11689512},
       {"examples/imagenet/resnet50.recipe", "resnet50", 25557032},
       {"examples/imagenet/vgg16.recipe", "vgg16", 138357544},

@@ -4,11 +4,13 @@
  * What runs where (tt_cpu_uses_dnnl; the measurements are in each file's header):
  *   oneDNN primitives: convolution forward, backward-data and backward-weights (groups and
  *     depthwise included) and linear (matmul), fp32 and fp16 storage; max and average pooling
- *     in fp32 with dx overwritten;
+ *     in fp32 with dx overwritten; layer norm forward and backward in fp32, GELU (erf and tanh)
+ *     forward and backward with dx overwritten in fp32 (cpu_transformer.c);
+ *   OpenBLAS and our vectorised softmax (cpu_transformer.c): attention in fp32;
  *   our vectorised loops (cpu_elementwise.c): batch norm, ReLU and ReLU6 forward and
  *     backward, add, accumulate, in fp32;
- *   the reference loops (kernels/ref/): everything else (the transformer ops: layer norm,
- *     attention, patch tokens, token pooling; SiLU, GELU, dropout, concat, global average
+ *   the reference loops (kernels/ref/): everything else (patch tokens, token pooling,
+ *     fp16 attention, layer norm and GELU; SiLU, dropout, concat, global average
  *     pooling, softmax cross-entropy, casts, input normalisation, optimizer updates, the
  *     overflow check) and the fp16 forms of batch norm, pooling and activations, and pooling
  *     with dx added into (oneDNN 2.6 has no f16 kernels on CPUs without AVX512-FP16 and no
@@ -78,7 +80,7 @@ static const tt_backend cpu_be_table = {
     tt_cpu_op_workspace, tt_cpu_prepare,
     tt_ref_act_mask, tt_ref_act_bwd_mask, tt_ref_pool_argmax, tt_ref_pool_bwd_idx,
     tt_ref_save_compress, tt_ref_save_restore,
-    tt_ref_ln_fwd, tt_ref_ln_bwd, tt_ref_attn_fwd, tt_ref_attn_bwd,
+    tt_cpu_ln_fwd, tt_cpu_ln_bwd, tt_cpu_attn_fwd, tt_cpu_attn_bwd,
     tt_ref_tokens_fwd, tt_ref_tokens_bwd, tt_ref_token_pool_fwd, tt_ref_token_pool_bwd,
     tt_ref_sum_squares,
 };

@@ -233,6 +233,13 @@ int tt_cpu_uses_dnnl(const tt_op_desc *op) {
     case TT_OP_LINEAR_BWD_FILTER: return 1;
     case TT_OP_POOL_FWD: return op->dt == TT_F32;
     case TT_OP_POOL_BWD: return op->dt == TT_F32 && !op->accumulate;
+    /* cpu_transformer.c: layer norm in fp32; GELU in fp32 with dx overwritten (no workspace) */
+    case TT_OP_LN_FWD:
+    case TT_OP_LN_BWD: return op->dt == TT_F32;
+    case TT_OP_ACT_FWD:
+    case TT_OP_ACT_BWD:
+      return op->dt == TT_F32 && (op->u.act.act == TT_ACT_GELU_ERF || op->u.act.act == TT_ACT_GELU_TANH) &&
+             op->u.act.count > 0 && !(op->kind == TT_OP_ACT_BWD && op->accumulate);
     default: return 0;
   }
 }
@@ -257,6 +264,10 @@ static tt_cpu_call *cpu_dnnl_build(tt_backend *b, const tt_op_desc *op, int crea
     case TT_OP_LINEAR_FWD:
     case TT_OP_LINEAR_BWD_DATA:
     case TT_OP_LINEAR_BWD_FILTER: rc = tt_cpu_linear_build(&bd, op); break;
+    case TT_OP_LN_FWD:
+    case TT_OP_LN_BWD: rc = tt_cpu_ln_build(&bd, op); break;
+    case TT_OP_ACT_FWD:
+    case TT_OP_ACT_BWD: rc = tt_cpu_gelu_build(&bd, op); break;
     case TT_OP_POOL_FWD:
     case TT_OP_POOL_BWD: rc = tt_cpu_pool_build(&bd, op); break;
     default: rc = tt_ref_fail(b, "internal error: no oneDNN call for op kind %d", (int)op->kind); break;
@@ -386,6 +397,11 @@ static void cpu_dnnl_key(const tt_op_desc *op, tt_op_desc *k) {
       k->u.act.count = op->u.act.count, k->u.act.act = op->u.act.act;
       k->accumulate = op->kind == TT_OP_ACT_BWD && op->accumulate;
       break;
+    case TT_OP_LN_FWD:
+    case TT_OP_LN_BWD: /* backward runs with eps = 0 on 1/invstd^2 (cpu_transformer.c): eps is not its key */
+      k->u.ln.rows = op->u.ln.rows, k->u.ln.f = op->u.ln.f, k->u.ln.eps = op->kind == TT_OP_LN_FWD ? op->u.ln.eps : 0.0f;
+      k->accumulate = op->kind == TT_OP_LN_BWD && op->accumulate;
+      break;
     default: break;
   }
 }
@@ -398,11 +414,15 @@ size_t tt_cpu_op_workspace(tt_backend *b, const tt_op_desc *op) {
   uint64_t h;
   size_t bytes;
   if (!op) return tt_ref_fail(b, "op_workspace: NULL op"), TT_WS_ERROR;
-  /* ops that run the reference loops answer as the reference backend does */
-  if (op->kind == TT_OP_ATTN_FWD || op->kind == TT_OP_ATTN_BWD || op->kind == TT_OP_LN_FWD || op->kind == TT_OP_LN_BWD)
+  /* attention (cpu_transformer.c) and fp16 layer norm answer as the reference backend does */
+  if (op->kind == TT_OP_ATTN_FWD || op->kind == TT_OP_ATTN_BWD ||
+      ((op->kind == TT_OP_LN_FWD || op->kind == TT_OP_LN_BWD) && op->dt != TT_F32))
     return tt_ref_op_workspace(b, op);
   cpu_dnnl_key(op, &k);
   if (!tt_cpu_uses_dnnl(&k)) return 0;
+  /* layer norm backward: the most either form needs (dx added into takes an fp32 copy), as
+   * linear_workspace answers, so a caller that leaves accumulate unset still plans enough */
+  if (k.kind == TT_OP_LN_BWD) k.accumulate = 1;
   h = cpu_dnnl_hash(&k);
   if ((c = cpu_dnnl_find_call(st, &k, h)) != NULL) return c->ws_bytes;
   if ((z = cpu_dnnl_find_size(st, &k, h)) != NULL) return z->bytes;

@@ -122,6 +122,8 @@ static void cpu_ew_run(tt_backend *b, int kind, size_t count, const float *p0, c
 }
 
 int tt_cpu_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y) {
+  if (dt == TT_F32 && (a == TT_ACT_GELU_ERF || a == TT_ACT_GELU_TANH) && count && x && y)
+    return tt_cpu_gelu_fwd(b, a, count, (const float *)x, (float *)y);
   if (dt != TT_F32 || (a != TT_ACT_RELU && a != TT_ACT_RELU6) || !x || !y) return tt_ref_act_fwd(b, a, count, dt, x, y);
   cpu_ew_run(b, a == TT_ACT_RELU ? 0 : 1, count, (const float *)x, NULL, (float *)y, 0.0f);
   return 0;
@@ -129,6 +131,8 @@ int tt_cpu_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const voi
 
 int tt_cpu_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy, void *dx,
                    float beta) {
+  if (dt == TT_F32 && (a == TT_ACT_GELU_ERF || a == TT_ACT_GELU_TANH) && count && saved && dy && dx && beta == 0.0f)
+    return tt_cpu_gelu_bwd(b, a, count, (const float *)saved, (const float *)dy, (float *)dx);
   if (dt != TT_F32 || (a != TT_ACT_RELU && a != TT_ACT_RELU6) || !saved || !dy || !dx || (dx == dy && beta != 0.0f))
     return tt_ref_act_bwd(b, a, count, dt, saved, dy, dx, beta);
   cpu_ew_run(b, a == TT_ACT_RELU ? 2 : 3, count, (const float *)saved, (const float *)dy, (float *)dx, beta);

@@ -26,7 +26,7 @@
  * and, oneDNN's reductions being statically partitioned, give bit-identical results run to run.
  *
  * Names: functions shared between the CPU files start tt_cpu_; file-static helpers start with
- * the file's prefix (cpu_be_, cpu_dnnl_, cpu_conv_, cpu_lin_, cpu_norm_).
+ * the file's prefix (cpu_be_, cpu_dnnl_, cpu_conv_, cpu_lin_, cpu_norm_, cpu_tf_).
  */
 #ifndef TT_CPU_INTERNAL_H
 #define TT_CPU_INTERNAL_H
@@ -184,6 +184,11 @@ int tt_cpu_uses_dnnl(const tt_op_desc *op);
 int tt_cpu_conv_build(tt_cpu_build *bd, const tt_op_desc *op);
 int tt_cpu_linear_build(tt_cpu_build *bd, const tt_op_desc *op);
 int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op);
+int tt_cpu_ln_build(tt_cpu_build *bd, const tt_op_desc *op);
+int tt_cpu_gelu_build(tt_cpu_build *bd, const tt_op_desc *op);
+/* cpu_transformer.c: GELU in fp32 with dx overwritten on oneDNN (the act entries' GELU cases) */
+int tt_cpu_gelu_fwd(tt_backend *b, tt_act a, size_t count, const float *x, float *y);
+int tt_cpu_gelu_bwd(tt_backend *b, tt_act a, size_t count, const float *x, const float *dy, float *dx);
 
 /* ---- cpu_elementwise.c: batch norm's fp32 loops (inference: running statistics) ---- */
 int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, const float *x, const float *gamma, const float *bias,
@@ -226,6 +231,17 @@ int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
                     void *ws, size_t ws_bytes);
 int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
                     const void *dy, void *dx, float beta, void *ws, size_t ws_bytes);
+
+int tt_cpu_attn_fwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, void *o, float *lse,
+                    void *probs, uint64_t seed, void *ws, size_t ws_bytes);
+int tt_cpu_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, const void *o,
+                    const void *dout, const float *lse, const void *probs, uint64_t seed, void *dqkv, float beta,
+                    void *ws, size_t ws_bytes);
+int tt_cpu_ln_fwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const float *gamma, const float *beta,
+                  float eps, void *y, float *save_mean, float *save_invstd, void *ws, size_t ws_bytes);
+int tt_cpu_ln_bwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const void *dy, const float *gamma,
+                  const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbeta,
+                  float beta_dx, float beta_param, void *ws, size_t ws_bytes);
 
 #ifdef __cplusplus
 }

@@ -28,7 +28,8 @@
 
 #include "ref_internal.h"
 
-/* The dtypes these loops read and write: those tt_ref_ld / tt_ref_st know. */
+/* The dtypes these loops read and write: those tt_ref_ld / tt_ref_st know. (Once ref.h has the
+ * shared tt_ref_dt_check, this is that call: nothing else here depends on the dtype.) */
 static int ref_tf_dt(tt_backend *b, const char *op, tt_dtype dt) {
   if (dt != TT_F32 && dt != TT_F16) return tt_ref_fail(b, "%s: unsupported dtype %d (fp32 and fp16 only)", op, (int)dt);
   return 0;
