@@ -330,7 +330,7 @@ sys.stdout.write(m.group(1) if m else "")' >"$TMP/readme.recipe"
 fi
 
 # ---- a recipe run again gets its own directory; --out over an earlier run is refused ----
-TTA="$(cd "$(dirname "$TT")" && pwd)/$(basename "$TT")" # absolute: the runs below start in another directory
+TTA="$(cd "$(dirname "$TT")" && pwd)/$(basename "$TT")" # absolute: the runs below change directory
 cat >"$TMP/syn.recipe" <<EOF
 [net]
 input = 1x8x8

@@ -186,6 +186,7 @@ int tt_ref_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src,
  * workspace (bwd 0: TT_OP_ATTN_FWD, 1: TT_OP_ATTN_BWD) is per-thread fp32 scratch, so it
  * depends on the backend's thread count; TT_WS_ERROR (with the reason recorded) on a bad desc. */
 size_t tt_ref_attn_workspace(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, int bwd);
+size_t tt_ref_ln_workspace(tt_backend *b, int rows, int f, tt_dtype dt); /* 0, or TT_WS_ERROR on a bad call */
 int tt_ref_ln_fwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const float *gamma, const float *beta,
                   float eps, void *y, float *save_mean, float *save_invstd, void *ws, size_t ws_bytes);
 int tt_ref_ln_bwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const void *dy, const float *gamma,

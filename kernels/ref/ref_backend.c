@@ -129,12 +129,7 @@ size_t tt_ref_op_workspace(tt_backend *b, const tt_op_desc *op) {
     case TT_OP_ATTN_FWD: return tt_ref_attn_workspace(b, &op->u.attn, op->dt, 0);
     case TT_OP_ATTN_BWD: return tt_ref_attn_workspace(b, &op->u.attn, op->dt, 1);
     case TT_OP_LN_FWD:
-    case TT_OP_LN_BWD: /* plain per-row loops: no scratch, but the shape must be one they take */
-      if (op->u.ln.rows < 1 || op->u.ln.f < 1 || (op->dt != TT_F32 && op->dt != TT_F16))
-        return tt_ref_fail(b, "op_workspace: bad layer norm call rows=%d f=%d dtype %d", op->u.ln.rows, op->u.ln.f,
-                           (int)op->dt),
-               TT_WS_ERROR;
-      return 0;
+    case TT_OP_LN_BWD: return tt_ref_ln_workspace(b, op->u.ln.rows, op->u.ln.f, op->dt);
     default: return 0;
   }
 }

@@ -142,6 +142,12 @@ int tt_ref_ln_bwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, co
   return 0;
 }
 
+/* op_workspace of TT_OP_LN_FWD/BWD: none, but the call must be one the loops take. */
+size_t tt_ref_ln_workspace(tt_backend *b, int rows, int f, tt_dtype dt) {
+  if (ref_tf_ln_check(b, "ln workspace", rows, f, dt)) return TT_WS_ERROR;
+  return 0;
+}
+
 /* --------------------------------- attention ------------------------------------------ */
 
 /* Per-thread scratch in floats: fwd Q, K, V, O [t, d] and S [t, t]; bwd Q, K, V, dO, dQ, dK,
