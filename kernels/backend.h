@@ -333,7 +333,8 @@ struct tt_backend {
                         float beta);
   /* Global-norm clipping: acc[0] += sum of g[i]^2 over count fp32 values (acc fp32, in the
    * arena). Deterministic: the same inputs give the same bits (the summation order depends on
-   * count only). The sum is formed in double precision, rounded to fp32 once when added. */
+   * count only). Partial sums are combined in double precision (the CUDA kernel sums each
+   * thread's few values in fp32), rounded to fp32 once when added. */
   int (*sum_squares)(tt_backend *b, size_t count, const float *g, float *acc);
 };
 

@@ -36,7 +36,7 @@
 #include "tests/cuda_emu/tt_emu.h"
 #endif
 
-static const char *test_groups[] = {"cuda_elementwise", "cuda_dropout_mask", "cuda_loss_optim", "cuda_batchnorm",
+static const char *test_groups[] = {"cuda_elementwise", "cuda_dropout_mask", "cuda_loss_optim", "cuda_sum_squares_and_clip", "cuda_batchnorm",
                                     "cuda_pooling", "cuda_conv", "cuda_linear", "cuda_step_fp32", "cuda_step_fp16",
                                     "cuda_no_allocation_and_peak", "cuda_staging_copies", "cuda_blocking_waits", "cuda_nccl_one_rank"};
 #define TEST_NGROUPS ((int)(sizeof test_groups / sizeof test_groups[0]))
@@ -345,6 +345,88 @@ static void test_loss_optim(void) {
       cmp("update with the overflow flag set: w", w, 0.0);
       TT_CHECK(!memcmp(w.c, w0.c, n * sizeof(float)), "the CPU backend moved w despite the flag");
       fr(&w), fr(&g), fr(&m), fr(&v), fr(&w0), fr(&flag);
+    }
+  }
+  TT_TEST_END();
+}
+
+/* sum_squares against the reference (the += contract, a start that is not zero), repeated runs
+ * bit for bit (no atomics), one count past the partial-sum grid's cap; then the updates with a
+ * clip argument: a clipping one, one whose norm is under max_norm (the unclipped update, bit for
+ * bit), and one with the overflow flag set (nothing moves). */
+static void test_sum_squares_clip(void) {
+  TT_TEST_BEGIN("cuda_sum_squares_and_clip");
+  const size_t counts[] = {1, 255, 4099, 300001, 4194304 + 4099}; /* the last: more than 1024 blocks of 4096 */
+  goff = 0;
+  for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+    size_t n = counts[c];
+    float start = 0.5f, first = 0.0f, again = 0.0f;
+    tt2 g = mk(n, TT_F32, -1, 1), acc = mk_raw(sizeof start, &start);
+    BOTH(B->sum_squares(B, n, PF(g), PF(acc)));
+    acc.count = 1;
+    cmp("sum_squares", acc, 1e-6);
+    double want = start;
+    for (size_t i = 0; i < n; i++) want += (double)((float *)g.c)[i] * ((float *)g.c)[i];
+    TT_CHECK(fabs(((float *)acc.c)[0] - want) <= 1e-6 * want, "sum_squares (cpu) %.9g, the double sum %.9g",
+             (double)((float *)acc.c)[0], want);
+    TT_CHECK(gpu->download(gpu, &first, acc.g, sizeof first) == 0 && gpu->zero(gpu, acc.g, sizeof(float)) == 0 &&
+                 gpu->upload(gpu, acc.g, &start, sizeof start) == 0 && gpu->sum_squares(gpu, n, (const float *)g.g, (float *)acc.g) == 0 &&
+                 gpu->download(gpu, &again, acc.g, sizeof again) == 0,
+             "sum_squares again: %s", gpu->last_error(gpu));
+    TT_CHECK(!memcmp(&first, &again, sizeof first), "sum_squares n=%zu is not deterministic: %.9g then %.9g", n,
+             (double)first, (double)again);
+    fr(&g), fr(&acc);
+  }
+  {
+    size_t n = 50021;
+    goff = 0;
+    for (int k = 0; k < 3; k++) {
+      tt2 w = mk(n, TT_F32, -1, 1), g = mk(n, TT_F32, -1, 1), m = mk(n, TT_F32, -0.1f, 0.1f), v = mk(n, TT_F32, 0, 0.01f);
+      tt2 w2 = mk(n, TT_F32, 0, 0), m2 = mk(n, TT_F32, 0, 0), v2 = mk(n, TT_F32, 0, 0);
+      float zero = 0.0f;
+      int32_t one = 1;
+      tt2 ss = mk_raw(sizeof zero, &zero), flag = mk_raw(sizeof one, &one);
+      BOTH(B->sum_squares(B, n, PF(g), PF(ss)));
+      /* grad_scale 0.5: the true norm is half the raw one */
+      double norm = 0.5 * sqrt((double)((float *)ss.c)[0]);
+      tt_clip cl;
+      cl.max_norm = (float)(k == 1 ? 10.0 * norm : 0.3 * norm);
+      memcpy(w2.c, w.c, n * 4), memcpy(m2.c, m.c, n * 4), memcpy(v2.c, v.c, n * 4);
+      gpu->upload(gpu, w2.g, w.c, n * 4), gpu->upload(gpu, m2.g, m.c, n * 4), gpu->upload(gpu, v2.g, v.c, n * 4);
+      float *w0 = (float *)malloc(n * 4), *m0 = (float *)malloc(n * 4);
+      memcpy(w0, w.c, n * 4), memcpy(m0, m.c, n * 4);
+      const int32_t *skip = NULL;
+      BOTH((cl.sumsq = PF(ss), skip = k == 2 ? (const int32_t *)P(flag) : NULL,
+            B->sgd_update(B, n, PF(w), PF(g), PF(m), 0.1f, 0.9f, 1, 5e-4f, 0.5f, &cl, skip)));
+      cmp("sgd_update with clip: w", w, 1e-5);
+      cmp("sgd_update with clip: m", m, 1e-5);
+      BOTH((cl.sumsq = PF(ss), skip = k == 2 ? (const int32_t *)P(flag) : NULL,
+            B->adam_update(B, n, PF(w2), PF(g), PF(m2), PF(v2), 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 2, 0.5f, &cl, skip)));
+      cmp("adam_update with clip: w", w2, 1e-5);
+      cmp("adam_update with clip: v", v2, 1e-5);
+      /* the CPU side by hand: k 0 scales every gradient by coef (SGD with nesterov momentum in
+       * double), k 1 is bit for bit the update without clip, k 2 (overflow flag) moves nothing */
+      if (k == 0) {
+        double coef = cl.max_norm / (norm + 1e-6), worst = 0.0;
+        TT_CHECK(coef < 0.31 && coef > 0.29, "clip coefficient %.6f, expected 0.3", coef);
+        for (size_t i = 0; i < n; i++) {
+          double d = ((float *)g.c)[i] * 0.5 * coef + 5e-4 * w0[i], mv = 0.9 * m0[i] + d;
+          double want = w0[i] - 0.1 * (d + 0.9 * mv), diff = fabs(((float *)w.c)[i] - want);
+          if (diff > worst) worst = diff;
+        }
+        TT_CHECK(worst <= 1e-6, "sgd_update with clip: max |w - by hand| %.3g", worst);
+      } else if (k == 1) {
+        float *mm = (float *)malloc(n * 4);
+        memcpy(mm, m0, n * 4);
+        TT_CHECK(cpu->sgd_update(cpu, n, w0, (const float *)g.c, mm, 0.1f, 0.9f, 1, 5e-4f, 0.5f, NULL, NULL) == 0, "%s",
+                 cpu->last_error(cpu));
+        TT_CHECK(!memcmp(w0, w.c, n * 4) && !memcmp(mm, m.c, n * 4), "a norm under max_norm changed the update");
+        free(mm);
+      } else {
+        TT_CHECK(!memcmp(w0, w.c, n * 4) && !memcmp(m0, m.c, n * 4), "the overflow flag did not skip the clipped update");
+      }
+      free(w0), free(m0);
+      fr(&w), fr(&g), fr(&m), fr(&v), fr(&w2), fr(&m2), fr(&v2), fr(&ss), fr(&flag);
     }
   }
   TT_TEST_END();
@@ -1029,6 +1111,7 @@ int main(void) {
   test_elementwise();
   test_dropout();
   test_loss_optim();
+  test_sum_squares_clip();
   test_batchnorm();
   test_pooling();
   test_conv();

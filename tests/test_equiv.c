@@ -6,7 +6,8 @@
  *   4. the dynamic loss scaler, alone and with an injected overflow;
  *   5. a tiny Vision Transformer on the ref and cpu backends: recompute == plain (bit-exact), the
  *      fused attention form == kept probabilities, k x m accumulation == k*m, and training
- *      reduces the loss. */
+ *      reduces the loss.
+ * 1, 2 and 4 also with [train] clip_norm and the decay rule. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -76,6 +77,19 @@ static double rel_err(const float *a, const float *b, size_t n) {
   return mb > 0.0 ? md / mb : md;
 }
 
+/* The true gradient norm the last update clipped with: the clip step's sum of squares (of the
+ * raw accumulators) times grad_unscale; -1 when the program has no clip step. */
+static double last_clip_norm(tt_exec *x, const tt_program *p, float unscale) {
+  for (int i = p->micro_end; i < p->nsteps; i++)
+    if (p->steps[i].op == TT_S_CLIP) {
+      float v = 0.0f;
+      if (x->be->download(x->be, &v, tt_exec_ptr(x, p, p->steps[i].out[TT_CLIP_SUMSQ]), sizeof v)) return -1.0;
+      return sqrt((double)v) * unscale;
+    }
+  return -1.0;
+}
+static double clip_norm_min; /* the smallest last_clip_norm of the runs since it was reset (1e300) */
+
 /* ======================================================================== 1. checkpointing */
 
 /* A stem, then residual blocks with batch norm and dropout inside (so recomputing a block
@@ -111,6 +125,7 @@ static int ck_run(const net *n, tt_backend *be, const unsigned char *rec, const 
   tt_opt_hparams hp;
   memset(&hp, 0, sizeof hp);
   hp.kind = TT_OPT_SGD, hp.lr = 0.05f, hp.momentum = 0.9f, hp.weight_decay = 5e-4f, hp.nesterov = 1;
+  hp.clip_norm = n->m.train.clip_norm; /* the recipe's, with its decay rule in the program */
   size_t per = (size_t)CK_MB * 144;
   for (int s = 0; s < CK_STEPS && !rc; s++) {
     for (int k = 0; k < CK_ACCUM && !rc; k++) {
@@ -120,6 +135,8 @@ static int ck_run(const net *n, tt_backend *be, const unsigned char *rec, const 
     }
     int of = 0;
     if (!rc) rc = tt_exec_update(&x, &hp, s + 1, 1.0f, &of, e);
+    double cn = hp.clip_norm > 0.0f && !rc ? last_clip_norm(&x, &p, 1.0f) : 1e300;
+    if (cn < clip_norm_min) clip_norm_min = cn;
   }
   if (!rc) rc = snapshot(&x, state, 4, e);
   if (!rc) rc = tt_exec_stats(&x, stats, 0, e);
@@ -263,6 +280,23 @@ static void test_checkpoint_equals_plain(tt_backend *be) {
     free(rec);
     net_close(&n);
   }
+  TT_TEST_END();
+}
+
+/* The same with clip_norm (on in every step: the norm stays above it) and the decay rule
+ * skipping batch norm and biases: the sum of squares reads the accumulators after the
+ * recomputed backward as after the plain one. */
+static void test_checkpoint_clip_decay_equals_plain(tt_backend *be) {
+  static const int variants[] = {0, 2, 4};
+  char text[4096];
+  const char *key = "seed = 7\n", *at = strstr(TT_TEST_RECIPE_BN, key);
+  TT_TEST_BEGIN("checkpointed training == plain training with clip_norm and decay = weights, bit-exact (fp32)");
+  snprintf(text, sizeof text, "%.*s%sclip_norm = 0.05\ndecay = weights\n%s", (int)(at - TT_TEST_RECIPE_BN),
+           TT_TEST_RECIPE_BN, key, at + strlen(key));
+  clip_norm_min = 1e300;
+  ck_compare("bn_dropout_clip.recipe", text, variants, 3, be);
+  printf("  smallest gradient norm of the steps %.4f (clip_norm 0.05)\n", clip_norm_min);
+  TT_CHECK(clip_norm_min > 0.05 && clip_norm_min < 1e300, "a step was not clipped (norm %.4g)", clip_norm_min);
   TT_TEST_END();
 }
 
@@ -440,6 +474,8 @@ static int acc_run(const net *n, tt_backend *be, int mb, int accum, tt_dtype dt,
     }
     int of = 0;
     if (!rc) rc = tt_exec_update(&x, hp, s + 1, 1.0f, &of, e);
+    double cn = hp->clip_norm > 0.0f && !rc ? last_clip_norm(&x, &p, 1.0f) : 1e300;
+    if (cn < clip_norm_min) clip_norm_min = cn;
   }
   if (!rc) snapshot(&x, state, 1, e);
   tt_exec_destroy(&x);
@@ -448,14 +484,19 @@ static int acc_run(const net *n, tt_backend *be, int mb, int accum, tt_dtype dt,
 }
 
 static void test_accumulation(tt_backend *be) {
-  const char *opts[2] = {"sgd", "adam"};
-  for (int o = 0; o < 2; o++) {
-    char name[128];
+  /* 2, 3: with clip_norm (every step clipped: checked) and the decay rule, adamw's default and a
+   * list on sgd; the norm is of the accumulated gradient, so k x m still equals k*m */
+  const char *opts[4] = {"sgd", "adam", "adamw, clip_norm, decay = weights", "sgd, clip_norm, decay = *.weight, fc2.bias"};
+  const char *extra[4] = {"momentum = 0.9\nweight_decay = 5e-4\n", "weight_decay = 1e-4\n",
+                          "weight_decay = 0.05\nclip_norm = 0.05\n",
+                          "momentum = 0.9\nweight_decay = 5e-4\nclip_norm = 0.05\ndecay = *.weight, fc2.bias\n"};
+  for (int o = 0; o < 4; o++) {
+    char name[160];
     snprintf(name, sizeof name, "accumulation: 4 micro-batches of 4 == one batch of 16 (fp32, %s)", opts[o]);
     TT_TEST_BEGIN(name);
     char text[2048];
-    snprintf(text, sizeof text, RECIPE_NOBN_FMT, opts[o], o ? "0.001" : "0.05",
-             o ? "weight_decay = 1e-4\n" : "momentum = 0.9\nweight_decay = 5e-4\n");
+    snprintf(text, sizeof text, RECIPE_NOBN_FMT, o == 2 ? "adamw" : o == 1 ? "adam" : "sgd", o == 1 || o == 2 ? "0.001" : "0.05",
+             extra[o]);
     tt_err e;
     net n;
     if (net_open(&n, "nobn.recipe", text, NULL, &e)) {
@@ -472,9 +513,10 @@ static void test_accumulation(tt_backend *be) {
     for (int i = 0; i < eff * steps; i++) labs[i] = (int32_t)(tt_test_rng_next(&r) % 6);
     tt_opt_hparams hp;
     memset(&hp, 0, sizeof hp);
-    hp.kind = o ? TT_OPT_ADAM : TT_OPT_SGD;
-    hp.lr = o ? 1e-3f : 0.05f, hp.momentum = 0.9f, hp.weight_decay = o ? 1e-4f : 5e-4f;
-    hp.beta1 = 0.9f, hp.beta2 = 0.999f, hp.eps = 1e-8f;
+    hp.kind = o == 2 ? TT_OPT_ADAMW : o == 1 ? TT_OPT_ADAM : TT_OPT_SGD;
+    hp.lr = o == 1 || o == 2 ? 1e-3f : 0.05f, hp.momentum = 0.9f, hp.weight_decay = n.m.train.weight_decay;
+    hp.beta1 = 0.9f, hp.beta2 = 0.999f, hp.eps = 1e-8f, hp.clip_norm = n.m.train.clip_norm;
+    clip_norm_min = 1e300;
     size_t sf = state_floats(&n.g);
     float *a = (float *)calloc(sf, sizeof(float)), *b = (float *)calloc(sf, sizeof(float));
     float *init = (float *)calloc(sf, sizeof(float));
@@ -497,6 +539,10 @@ static void test_accumulation(tt_backend *be) {
       }
     }
     printf("  %s: worst per-tensor relative difference %.3g\n", opts[o], worst);
+    if (hp.clip_norm > 0.0f) {
+      printf("  smallest gradient norm of the steps %.4f (clip_norm %g)\n", clip_norm_min, (double)hp.clip_norm);
+      TT_CHECK(clip_norm_min > hp.clip_norm && clip_norm_min < 1e300, "a step was not clipped (norm %.4g)", clip_norm_min);
+    }
     free(a);
     free(b);
     free(init);
@@ -813,10 +859,12 @@ static void test_loss_scale_unit(void) {
   TT_TEST_END();
 }
 
-static void test_overflow_injection(tt_backend *be) {
-  TT_TEST_BEGIN("fp16 overflow: update skipped and parameters unchanged, then a clean step updates");
+static void test_overflow_injection(tt_backend *be, int clip) {
+  TT_TEST_BEGIN(clip ? "fp16 overflow with clip_norm: update skipped and parameters unchanged, then a clean step updates"
+                     : "fp16 overflow: update skipped and parameters unchanged, then a clean step updates");
   char text[2048];
-  snprintf(text, sizeof text, RECIPE_NOBN_FMT, "sgd", "0.05", "momentum = 0.9\n");
+  snprintf(text, sizeof text, RECIPE_NOBN_FMT, "sgd", "0.05",
+           clip ? "momentum = 0.9\nweight_decay = 1e-3\nclip_norm = 0.05\ndecay = weights\n" : "momentum = 0.9\n");
   tt_err e;
   net n;
   if (net_open(&n, "nobn16.recipe", text, NULL, &e)) {
@@ -848,6 +896,7 @@ static void test_overflow_injection(tt_backend *be) {
   tt_opt_hparams hp;
   memset(&hp, 0, sizeof hp);
   hp.kind = TT_OPT_SGD, hp.lr = 0.05f, hp.momentum = 0.9f;
+  hp.weight_decay = n.m.train.weight_decay, hp.clip_norm = n.m.train.clip_norm;
   tt_loss_scale ls;
   tt_loss_scale_init(&ls, 1);
   int of = 0, t = 1;
@@ -1204,11 +1253,13 @@ int main(void) {
   double t0 = tt_now(), t;
   test_loss_scale_unit();
   test_checkpoint_equals_plain(be);
+  test_checkpoint_clip_decay_equals_plain(be);
   test_checkpoint_chain_equals_plain(be);
   test_compact_equals_plain(be);
   test_recompute_all_chains(be);
   test_accumulation(be);
-  test_overflow_injection(be);
+  test_overflow_injection(be, 0);
+  test_overflow_injection(be, 1);
   test_vit(be);
   {
     tt_backend *ref = tt_ref_backend_create(1);

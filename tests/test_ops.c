@@ -1050,6 +1050,33 @@ static void test_optim(void) {
   TT_TEST_END();
 }
 
+/* sum_squares: += into acc, equal to a double sum, and the same bits with 1 thread as with 4 (it
+ * sums fixed blocks in a fixed order); past one parallel pass of blocks (64 x 4096 values). */
+static void test_sum_squares(void) {
+  size_t counts[3] = {1, 4097, 64 * 4096 * 2 + 5};
+  TT_TEST_BEGIN(tn("sum_squares"));
+  for (int c = 0; c < 3; c++) {
+    size_t n = counts[c];
+    float *g = (float *)malloc(n * 4), a1 = 0.25f, a4 = 0.25f;
+    double want = 0.25;
+    uint64_t st = 12345 + (uint64_t)c;
+    for (size_t i = 0; i < n; i++) {
+      st = st * 6364136223846793005ull + 1442695040888963407ull;
+      g[i] = (float)((double)(st >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+      want += (double)g[i] * g[i];
+    }
+    tt_backend *one = tt_ref_backend_create(1), *four = tt_ref_backend_create(4);
+    TT_CHECK(!B->sum_squares(B, n, g, &a1) && !four->sum_squares(four, n, g, &a4), "%s", B->last_error(B));
+    TT_CHECK(fabs(a1 - want) <= 1e-6 * want, "n=%zu: %.9g, the double sum %.9g", n, (double)a1, want);
+    float b1 = 0.25f;
+    TT_CHECK(!one->sum_squares(one, n, g, &b1) && !memcmp(&b1, &a4, 4) && !memcmp(&a1, &b1, 4),
+             "n=%zu: 1 thread %.9g, 4 threads %.9g, this backend %.9g", n, (double)b1, (double)a4, (double)a1);
+    one->destroy(one), four->destroy(four);
+    free(g);
+  }
+  TT_TEST_END();
+}
+
 static void test_check_finite(void) {
   float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   uint16_t h[8];
@@ -1093,6 +1120,7 @@ static void test_more(void) {
   test_softmax_ce();
   test_optim();
   test_check_finite();
+  test_sum_squares();
 }
 
 static void test_backend(void) {

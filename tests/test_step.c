@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #endif
 #include <malloc.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,9 @@
 
 #include "core/data/data.h"
 #include "core/runtime/exec.h"
+#include "core/compile/decay.h"
 #include "core/compile/recipe.h"
+#include "core/runtime/step.h"
 #include "core/base/safetensors.h"
 #include "tests/tt_test.h"
 
@@ -220,9 +223,274 @@ static void test_pytorch_reference(void) {
     test_close(&t);
   }
   TT_TEST_END();
+
+  /* adamw's default rule against the same fixture: the weight matrices decay as in it; every
+   * other parameter moves by the same Adam step without the decay, so it ends lr*wd*w0 above
+   * the fixture's value (w0 the fixture's initial value): PyTorch's AdamW with the two
+   * parameter groups (weight_decay 0 for the rest) */
+  TT_TEST_BEGIN("step_matches_pytorch_adamw_decay_weights_only");
+  memset(&t, 0, sizeof t);
+  rc = tt_recipe_load(recipe, &t.m, &err, NULL, NULL);
+  if (!rc) {
+    t.m.train.optimizer = TT_OPT_ADAMW; /* decay stays the default: weights */
+    rc = tt_graph_build(&t.m, &t.g, &err);
+  }
+  if (!rc) {
+    tt_policy pol;
+    memset(&pol, 0, sizeof pol);
+    pol.micro_batch = 6, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 1;
+    t.be = tt_cpu_backend_create(2);
+    rc = tt_lower(&t.g, &pol, t.be, &t.p, &err) || tt_program_plan(&t.p, &err) ||
+         tt_exec_create(&t.x, &t.g, &t.p, NULL, t.be, 7, &err);
+  }
+  TT_CHECK(rc == 0, "%s", err.msg);
+  if (!rc) {
+    int nodecay = 0, ndecay = 0;
+    test_load_fixture_params(&t, f, &err);
+    TT_CHECK(tt_exec_micro_step_f32(&t.x, input, labels, 0, 0, 1.0f / 6.0f, &err) == 0, "%s", err.msg);
+    memset(&hp, 0, sizeof hp);
+    hp.kind = TT_OPT_ADAMW, hp.lr = 0.01f, hp.beta1 = 0.9f, hp.beta2 = 0.999f, hp.eps = 1e-8f, hp.weight_decay = 0.01f;
+    TT_CHECK(tt_exec_update(&t.x, &hp, 1, 1.0f, &overflow, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < t.g.nparams; i++) {
+      const tt_param *p = &t.g.params[i];
+      if (!p->trainable) continue;
+      const tt_st_tensor *w0 = tt_st_get(f, p->name), *w1;
+      snprintf(name, sizeof name, "after_adamw.%s", p->name);
+      w1 = tt_st_get(f, name);
+      if (!w0 || !w1) {
+        TT_CHECK(0, "fixture lacks %s or %s", p->name, name);
+        continue;
+      }
+      tt_exec_param_get(&t.x, i, 0, h, &err);
+      double md = 0.0, mr = 0.0, shift = 0.0;
+      for (size_t j = 0; j < p->numel; j++) {
+        float a0, a1;
+        memcpy(&a0, (const char *)w0->data + 4 * j, 4), memcpy(&a1, (const char *)w1->data + 4 * j, 4);
+        double want = p->role == TT_PR_WEIGHT ? a1 : a1 + 0.01 * 0.01 * (double)a0;
+        double d = fabs((double)h[j] - want);
+        if (d > md) md = d;
+        if (fabs(want) > mr) mr = fabs(want);
+        if (fabs(0.01 * 0.01 * a0) > shift) shift = fabs(0.01 * 0.01 * a0);
+      }
+      double tol = 1e-5 * mr + (strcmp(p->name, "conv1.bias") ? 1e-7 : 1.1e-2); /* conv1.bias: see above */
+      TT_CHECK(md <= tol, "%s (%s): max |ours - expected| %.3g > %.3g", p->name,
+               p->role == TT_PR_WEIGHT ? "decayed" : "not decayed", md, tol);
+      if (p->role == TT_PR_WEIGHT) ndecay++;
+      else if (strcmp(p->name, "conv1.bias")) {
+        nodecay++;
+        /* the decay it skipped is far above the tolerance, so a decayed value would fail */
+        TT_CHECK(shift > 5 * tol, "%s: the skipped decay %.3g is within the tolerance %.3g", p->name, shift, tol);
+      }
+    }
+    TT_CHECK(ndecay >= 2 && nodecay >= 2, "%d decayed and %d undecayed tensors compared", ndecay, nodecay);
+    test_close(&t);
+  }
+  TT_TEST_END();
   free(h);
   free(input);
   tt_st_close(f);
+}
+
+/* ---- [train] decay and clip_norm on a tiny net, by hand ---- */
+
+static const char *test_tiny_fmt =
+    "[net]\ninput = 1x5x5\nclasses = 3\n"
+    "[train]\nbatch = 4\noptimizer = %s\nlr = 0.1\nmomentum = 0\nweight_decay = 0.01\n%s"
+    "[conv c1]\nfilters = 2\nsize = 3\n"
+    "[bn b1]\n"
+    "[flatten]\n"
+    "[linear fc]\nout = 3\n";
+
+static int test_tiny_open(test_net *t, const char *opt, const char *extra, tt_backend *be, tt_err *err) {
+  char text[1024];
+  memset(t, 0, sizeof *t);
+  snprintf(text, sizeof text, test_tiny_fmt, opt, extra);
+  t->be = be;
+  if (tt_recipe_parse("tiny.recipe", text, &t->m, err, NULL, NULL)) return -1;
+  if (tt_graph_build(&t->m, &t->g, err)) return -2;
+  if (!be) return 0;
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = 4, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.training = 1;
+  if (tt_lower(&t->g, &pol, be, &t->p, err) || tt_program_plan(&t->p, err)) return -3;
+  return tt_exec_create(&t->x, &t->g, &t->p, NULL, be, 7, err) ? -4 : 0;
+}
+
+/* Which parameters each rule decays, as the program's update steps mark them; the recipe's and
+ * the graph's refusals. */
+static void test_decay_rules(void) {
+  static const struct {
+    const char *opt, *extra, *want; /* want: per parameter c1.weight c1.bias b1.weight b1.bias fc.weight fc.bias */
+  } cases[] = {
+      {"sgd", "", "111111"},
+      {"adam", "", "111111"},
+      {"adamw", "", "100010"},
+      {"sgd", "decay = weights\n", "100010"},
+      {"adamw", "decay = all\n", "111111"},
+      {"adamw", "decay = none\n", "000000"},
+      {"adamw", "decay = weights, b1.*\n", "101110"},
+      {"sgd", "decay = *.bias\n", "010101"},
+      {"sgd", "decay = fc.?eight,  c1.bias \n", "010010"},
+      {"adamw", "decay = *\n", "111111"},
+  };
+  tt_err err;
+  TT_TEST_BEGIN("decay_rule_marks_exactly_the_listed_parameters");
+  TT_CHECK(tt_decay_glob("*.bias", "layer1.0.conv1.bias") && !tt_decay_glob("*.bias", "fc.bias2") &&
+               tt_decay_glob("fc.*", "fc.weight") && tt_decay_glob("a*b*c", "aXbYbZc") && !tt_decay_glob("a*b*c", "aXbYbZ") &&
+               tt_decay_glob("?", "x") && !tt_decay_glob("?", "") && tt_decay_glob("*", "") && !tt_decay_glob("fc", "fc.weight"),
+           "tt_decay_glob");
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    test_net t;
+    tt_backend *be = tt_ref_backend_create(1);
+    int rc = test_tiny_open(&t, cases[c].opt, cases[c].extra, be, &err);
+    TT_CHECK(rc == 0, "%s / %s: %s", cases[c].opt, cases[c].extra, err.msg);
+    if (!rc) {
+      char got[16] = "", want_by_name[16];
+      static const char *const order[6] = {"c1.weight", "c1.bias", "b1.weight", "b1.bias", "fc.weight", "fc.bias"};
+      int k = 0;
+      for (int o = 0; o < 6; o++) {
+        int found = -1;
+        for (int i = t.p.micro_end; i < t.p.nsteps; i++)
+          if (t.p.steps[i].op == TT_S_UPDATE && !strcmp(t.g.params[t.p.steps[i].arg].name, order[o]))
+            found = (t.p.steps[i].flags & TT_SF_DECAY) != 0;
+        got[k++] = found < 0 ? '-' : (char)('0' + found);
+      }
+      got[k] = 0;
+      snprintf(want_by_name, sizeof want_by_name, "%s", cases[c].want);
+      TT_CHECK(!strcmp(got, want_by_name), "optimizer = %s, %s: decays %s, want %s (c1.w c1.b b1.w b1.b fc.w fc.b)",
+               cases[c].opt, cases[c].extra[0] ? cases[c].extra : "(default)", got, want_by_name);
+      tt_exec_destroy(&t.x);
+      tt_program_free(&t.p);
+    }
+    if (rc != -1) tt_graph_free(&t.g), tt_model_free(&t.m);
+    be->destroy(be);
+  }
+  /* a frozen layer has no update whatever decay says */
+  {
+    test_net t;
+    tt_backend *be = tt_ref_backend_create(1);
+    int rc = test_tiny_open(&t, "sgd", "decay = all\n", NULL, &err);
+    if (!rc) {
+      unsigned char mask[16];
+      for (int i = 0; i < t.m.nlayers; i++)
+        if (!strcmp(t.m.layers[i].name, "fc")) t.m.layers[i].freeze = 1;
+      tt_graph_free(&t.g);
+      rc = tt_graph_build(&t.m, &t.g, &err) || tt_decay_mask(&t.g, mask, &err);
+      for (int i = 0; !rc && i < t.g.nparams; i++)
+        if (!strncmp(t.g.params[i].name, "fc.", 3))
+          TT_CHECK(mask[i] == 0, "frozen %s is marked to decay", t.g.params[i].name);
+      tt_graph_free(&t.g);
+      tt_model_free(&t.m);
+    }
+    TT_CHECK(rc == 0, "%s", err.msg);
+    be->destroy(be);
+  }
+  TT_TEST_END();
+
+  TT_TEST_BEGIN("decay_rule_refusals_name_the_line");
+  {
+    static const struct {
+      const char *extra, *msg;
+      int at_graph; /* refused when lowering (the parameter names are known), else when parsing */
+    } bad[] = {
+        {"decay = all, fc.weight\n", "stands alone", 0},
+        {"decay = weights,\n", "empty item", 0},
+        {"decay = fc weight\n", "character ' '", 0},
+        {"decay = weights, fc.weigth\n", "'fc.weigth' names no parameter", 1},
+        {"decay = conv1.*\n", "c1.weight", 1},
+        {"max_grad_norm = 1\n", "did you mean 'clip_norm'", 0},
+        {"clip_norm = -1\n", "clip_norm", 0},
+    };
+    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
+      test_net t;
+      tt_backend *be = tt_ref_backend_create(1);
+      int rc = test_tiny_open(&t, "adamw", bad[c].extra, be, &err);
+      TT_CHECK(rc == (bad[c].at_graph ? -3 : -1), "%s: open returned %d (%s)", bad[c].extra, rc, rc ? err.msg : "accepted");
+      TT_CHECK(rc == 0 || strstr(err.msg, bad[c].msg), "%s: the message lacks \"%s\": %s", bad[c].extra, bad[c].msg, err.msg);
+      TT_CHECK(rc == 0 || strstr(err.msg, "tiny.recipe:10"), "%s: the message does not name tiny.recipe:10: %s", bad[c].extra,
+               err.msg);
+      if (rc == -3 || rc == -2) tt_graph_free(&t.g);
+      if (rc != -1) tt_model_free(&t.m);
+      be->destroy(be);
+    }
+  }
+  TT_TEST_END();
+}
+
+/* clip_norm on the tiny net: the sum of squares the program computes, the coefficient, and every
+ * updated parameter against a computation in double from the gradients and the old values
+ * (SGD without momentum: w' = w - lr * (g * coef / loss_scale + [decays] wd * w)), under a loss
+ * scale of 8 that the norm must leave out; then a norm under clip_norm, where nothing is scaled. */
+static void test_clip_by_hand(void) {
+  tt_err err;
+  TT_TEST_BEGIN("clip_norm_and_decay_match_a_hand_computation");
+  for (int pass = 0; pass < 2; pass++) {
+    test_net t;
+    tt_backend *be = tt_ref_backend_create(1);
+    const float clip = pass ? 1e6f : 0.05f, ls = 8.0f;
+    char extra[128];
+    snprintf(extra, sizeof extra, "clip_norm = %g\ndecay = weights\n", (double)clip);
+    int rc = test_tiny_open(&t, "sgd", extra, be, &err);
+    TT_CHECK(rc == 0, "%s", err.msg);
+    if (rc) {
+      be->destroy(be);
+      break;
+    }
+    float in[4 * 25];
+    int32_t lab[4] = {0, 2, 1, 2};
+    tt_test_rng r = {31};
+    for (int i = 0; i < 100; i++) in[i] = (float)(tt_test_rng_unit(&r) * 2 - 1);
+    rc = tt_exec_init_params(&t.x, 5, &err);
+    if (!rc) rc = tt_exec_micro_step_f32(&t.x, in, lab, 0, 0, ls / 4.0f, &err);
+    size_t total = 0;
+    for (int i = 0; i < t.g.nparams; i++) total += t.g.params[i].numel;
+    float *w0 = (float *)calloc(total, 4), *g = (float *)calloc(total, 4), *w1 = (float *)calloc(total, 4);
+    size_t off = 0;
+    double ss = 0.0;
+    for (int i = 0; !rc && i < t.g.nparams; off += t.g.params[i].numel, i++) {
+      rc = tt_exec_param_get(&t.x, i, 0, w0 + off, &err);
+      if (!rc && t.g.params[i].trainable) rc = tt_exec_param_get(&t.x, i, 1, g + off, &err);
+      for (size_t j = 0; j < t.g.params[i].numel; j++) ss += (double)g[off + j] * g[off + j];
+    }
+    tt_opt_hparams hp;
+    tt_step_hparams(&t.m.train, &hp);
+    int of = 0;
+    if (!rc) rc = tt_exec_update(&t.x, &hp, 1, 1.0f / ls, &of, &err);
+    TT_CHECK(rc == 0, "%s", err.msg);
+    float got_ss = -1.0f;
+    for (int i = t.p.micro_end; i < t.p.nsteps; i++)
+      if (t.p.steps[i].op == TT_S_CLIP) got_ss = *(const float *)tt_exec_ptr(&t.x, &t.p, t.p.steps[i].out[TT_CLIP_SUMSQ]);
+    TT_CHECK(fabs(got_ss - ss) <= 1e-6 * ss, "the program's sum of squares %.9g, by hand %.9g", (double)got_ss, ss);
+    double norm = sqrt(ss) / ls, coef = clip / (norm + 1e-6);
+    if (coef > 1.0) coef = 1.0;
+    printf("  clip_norm %g: gradient norm %.6f, coefficient %.6f\n", (double)clip, norm, coef);
+    TT_CHECK(pass ? coef == 1.0 : coef < 0.5, "coefficient %.6f: the test does not %s", coef, pass ? "leave the gradient" : "clip");
+    off = 0;
+    int ndec = 0, nplain = 0;
+    for (int i = 0; !rc && i < t.g.nparams; off += t.g.params[i].numel, i++) {
+      const tt_param *p = &t.g.params[i];
+      rc = tt_exec_param_get(&t.x, i, 0, w1 + off, &err);
+      if (!p->trainable) continue;
+      int dec = p->role == TT_PR_WEIGHT;
+      double md = 0.0, mr = 0.0;
+      for (size_t j = 0; j < p->numel; j++) {
+        double d = (double)g[off + j] / ls * coef + (dec ? 0.01 * (double)w0[off + j] : 0.0);
+        double want = (double)w0[off + j] - 0.1 * d;
+        if (fabs(w1[off + j] - want) > md) md = fabs(w1[off + j] - want);
+        if (fabs(want) > mr) mr = fabs(want);
+      }
+      TT_CHECK(md <= 1e-6 * mr + 1e-8, "%s (%s): max |w - by hand| %.3g", p->name, dec ? "decayed" : "not decayed", md);
+      ndec += dec, nplain += !dec;
+    }
+    TT_CHECK(ndec == 2 && nplain == 4, "%d decayed and %d undecayed parameters", ndec, nplain);
+    free(w0), free(g), free(w1);
+    tt_exec_destroy(&t.x);
+    tt_program_free(&t.p);
+    tt_graph_free(&t.g);
+    tt_model_free(&t.m);
+    be->destroy(be);
+  }
+  TT_TEST_END();
 }
 
 /* After setup, the whole step (data loader, micro-steps, update, evaluation; a partial
@@ -234,6 +502,7 @@ static void test_pytorch_reference(void) {
  * still held after the steps, and the small ones counted and printed. The two backends run the
  * same steps; only the oneDNN calls differ. */
 #define TEST_SMALL_ALLOC 1024
+static float test_clip_norm; /* > 0: the run clips (clip_norm) and decays the weights only */
 static void test_no_allocation(tt_dtype dt, int onednn, const char *recipe, const char *name) {
   tt_err err;
   TT_TEST_BEGIN(name);
@@ -245,6 +514,7 @@ static void test_no_allocation(tt_dtype dt, int onednn, const char *recipe, cons
     TT_TEST_END();
     return;
   }
+  if (test_clip_norm > 0.0f) t.m.train.clip_norm = test_clip_norm, t.m.train.decay = TT_DECAY_WEIGHTS;
   tt_graph_build(&t.m, &t.g, &err);
   t.be = onednn ? tt_cpu_backend_create(2) : tt_ref_backend_create(2);
   tt_policy pol;
@@ -265,7 +535,7 @@ static void test_no_allocation(tt_dtype dt, int onednn, const char *recipe, cons
   tt_loader_create(&ld, &ds, 32, 1, 2, 1, 9, 2, &err);
   tt_opt_hparams hp;
   memset(&hp, 0, sizeof hp);
-  hp.kind = TT_OPT_SGD, hp.lr = 0.01f, hp.momentum = 0.9f;
+  hp.kind = TT_OPT_SGD, hp.lr = 0.01f, hp.momentum = 0.9f, hp.clip_norm = test_clip_norm, hp.weight_decay = 1e-4f;
   long counted = -1, largest = -1, held = -1;
   for (int round = 0; round < 2; round++) {
     /* round 0 warms up thread pools; round 1 is counted */
@@ -459,9 +729,14 @@ static void test_staging_ring(void) {
 int main(void) {
   test_staging_ring();
   test_pytorch_reference();
+  test_decay_rules();
+  test_clip_by_hand();
   const char *lenet = "examples/fashion_mnist/lenet.recipe", *resnet = "examples/fashion_mnist/resnet.recipe";
   test_no_allocation(TT_F32, 0, lenet, "no_allocation_after_setup_fp32_ref");
   test_no_allocation(TT_F16, 0, lenet, "no_allocation_after_setup_fp16_ref");
+  test_clip_norm = 1.0f; /* the update phase with clipping and the decay rule allocates nothing either */
+  test_no_allocation(TT_F16, 0, lenet, "no_allocation_after_setup_fp16_ref_clip_norm");
+  test_clip_norm = 0.0f;
   test_no_allocation(TT_F32, 1, lenet, "no_tensor_allocation_after_setup_fp32_onednn");
   test_no_allocation(TT_F16, 1, lenet, "no_tensor_allocation_after_setup_fp16_onednn");
   /* residual blocks, 1x1 projections, channels-last convolutions (24 channels) */

@@ -1110,6 +1110,35 @@ int main(void) {
   }
   TT_TEST_END();
 
+  /* adamw with clip_norm and the default decay rule (weights only): neither keeps state, so the
+   * state file holds what it held, and the resumed run ends bit for bit where the continuous one
+   * does */
+  TT_TEST_BEGIN("resume_bit_exact_adamw_clip_norm_decay");
+  {
+    char rc_[1024], dca[1024], dcb[1024];
+    tt_test_path_in(rc_, "syn_clip.recipe"), tt_test_path_in(dca, "AC"), tt_test_path_in(dcb, "BC");
+    int rc = write_recipe_edit(rc_, 1, "optimizer = sgd\nlr = 0.05\nmomentum = 0.9\nnesterov = true\n",
+                               "optimizer = adamw\nlr = 0.002\n", "weight_decay = 5e-4\n",
+                               "weight_decay = 0.05\nclip_norm = 0.2\n");
+    TT_CHECK(rc == 0, "cannot write %s", rc_);
+    if (!rc) rc = train(rc_, dca, NULL, 0, 0, &r, err, sizeof err);
+    TT_CHECK(rc == 0, "adamw + clip_norm run A: %s", err);
+    double accc = r.final_accuracy;
+    if (!rc) rc = train(rc_, dcb, NULL, k, 0, &r, err, sizeof err);
+    TT_CHECK(rc == 0, "adamw + clip_norm run B (max_steps %d): %s", k, err);
+    if (!rc) rc = train(rc_, dcb, dcb, 0, 0, &r, err, sizeof err);
+    TT_CHECK(rc == 0, "resuming adamw + clip_norm B: %s", err);
+    TT_CHECK(rc || r.final_accuracy == accc, "accuracy %.6f after resume vs %.6f", r.final_accuracy, accc);
+    if (!rc) {
+      int nopt = 0, n;
+      snprintf(a, sizeof a, "%s/state.safetensors", dca), snprintf(b, sizeof b, "%s/state.safetensors", dcb);
+      n = compare_st(a, b, 1, &nopt, why, sizeof why);
+      TT_CHECK(n > 0, "adamw + clip_norm state: %s", why);
+      TT_CHECK(n < 0 || nopt == 22, "state.safetensors holds %d Adam tensors, want 22 (m and v per trainable tensor)", nopt);
+    }
+  }
+  TT_TEST_END();
+
   /* --epochs (o.epochs) overrides the recipe's epochs, and the cosine schedule spans it: a 1-epoch
    * recipe run for 2 epochs trains exactly like the 2-epoch recipe. */
   TT_TEST_BEGIN("epochs_override_schedule");

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../compile/decay.h"
 #include "../runtime/dist.h"
 #include "../data/data.h"
 #include "../runtime/session.h"
@@ -230,6 +231,33 @@ static void plan_text_recomputed(const tt_session *s, FILE *out) {
   fprintf(out, "%s\n", nseg > k ? ", ..." : "");
 }
 
+/* The update phase's rules, when the recipe has any: which parameters weight decay applies to
+ * ([train] decay, as the update steps are marked) and clip_norm. */
+static void plan_text_update(const tt_session *s, FILE *out) {
+  const tt_train_cfg *tc = &s->model.train;
+  const tt_program *p = &s->sched.train;
+  static const char *const opt[3] = {"sgd", "adam", "adamw"};
+  static const char *const rule[5] = {"", "all", "none", "weights", "a list"};
+  int ndec = 0, nupd = 0;
+  if (tc->weight_decay == 0.0f && tc->clip_norm == 0.0f) return;
+  for (int i = p->micro_end; i < p->nsteps; i++)
+    if (p->steps[i].op == TT_S_UPDATE) nupd++, ndec += (p->steps[i].flags & TT_SF_DECAY) != 0;
+  char list[2 * sizeof tc->decay_list];
+  size_t n = 0;
+  for (const char *c = tc->decay_list; *c && n + 3 < sizeof list; c++) { /* "a,b" as written: "a, b" */
+    list[n++] = *c;
+    if (*c == ',') list[n++] = ' ';
+  }
+  list[n] = 0;
+  fprintf(out, "  update      %s", opt[tc->optimizer >= 0 && tc->optimizer < 3 ? tc->optimizer : 0]);
+  if (tc->weight_decay != 0.0f)
+    fprintf(out, ", weight decay %g on %d of %d trained tensors (decay = %s%s)", (double)tc->weight_decay, ndec, nupd,
+            tc->decay == TT_DECAY_LIST ? list : rule[tt_decay_rule(tc)],
+            tc->decay == TT_DECAY_DEFAULT ? ", the optimizer's default" : "");
+  if (tc->clip_norm != 0.0f) fprintf(out, ", clip_norm %g (global L2 norm)", (double)tc->clip_norm);
+  fprintf(out, "\n");
+}
+
 /* The text report's opening: target, model, budget, the chosen policy and its predicted time. */
 static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *out) {
   const tt_policy_result *r = &s->sched;
@@ -292,6 +320,7 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
   fprintf(out, "              batch-norm statistics are computed per micro-batch of %d\n", r->policy.micro_batch);
   fprintf(out, "  predicted   %.1f ms per optimizer step (%.1f ms of it recomputing), %s cost model\n",
           r->predicted_step_ms, r->recompute_ms, s->profile->name);
+  plan_text_update(s, out);
   fprintf(out, "  evaluation  batch %d in the same arena\n", r->eval.policy.micro_batch);
   plan_text_loader(s, out);
 }
@@ -306,7 +335,7 @@ static void plan_text_buffers(const tt_session *s, FILE *out) {
   memset(cls, 0, sizeof cls);
   for (int i = 0; i < p->nbufs; i++)
     if (p->bufs[i].persistent) cls[p->bufs[i].cls] += p->bufs[i].bytes;
-  const char *pn[4] = {"weights and batch-norm statistics (fp32)", "gradient accumulators (fp32)", "optimizer state", "loss statistics, overflow flag"};
+  const char *pn[4] = {"weights and batch-norm statistics (fp32)", "gradient accumulators (fp32)", "optimizer state", "loss statistics, overflow flag, grad norm"};
   tt_buf_class pc[4] = {TT_BC_PARAMS, TT_BC_GRADS, TT_BC_OPTIMIZER, TT_BC_MISC};
   for (int k = 0; k < 4; k++) fprintf(out, "    %-42s %14zu %10.2f\n", pn[k], cls[pc[k]], plan_mib(cls[pc[k]]));
   fprintf(out, "  %-44s %14zu %10.2f\n\n", "persistent total (aligned)", p->persistent_bytes, plan_mib(p->persistent_bytes));

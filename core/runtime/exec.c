@@ -647,13 +647,14 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
        * the updates take grad_unscale out of the norm (tt_clip_grad_scale) */
       float *acc = (float *)EXEC_P(s->out[TT_CLIP_SUMSQ]);
       size_t off, cnt;
+      if (!(h->clip_norm > 0.0f)) continue; /* clipping turned off for this step: no pass over the gradients */
       if (!be->sum_squares) return tt_fail(err, "backend '%s' has no sum_squares, which [train] clip_norm needs", be->name);
       if (exec_grad_region(p, &off, &cnt, err)) return -1;
       EXEC_CHECK(be->zero(be, acc, sizeof(float)));
       if (cnt) EXEC_CHECK(be->sum_squares(be, cnt, (const float *)(x->base + off), acc));
       if (exec_sync_point(x, p, s, "sum_squares", err)) return -1;
       clip.sumsq = acc, clip.max_norm = h->clip_norm;
-      if (h->clip_norm > 0.0f) clipp = &clip;
+      clipp = &clip;
       continue;
     }
     if (s->op != TT_S_UPDATE) return tt_fail(err, "internal error: step %d in the update phase", i);

@@ -192,7 +192,8 @@ int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, f
 /* ---------------------------------- sum_squares --------------------------------------- */
 
 /* Deterministic in two launches: a grid of nb blocks (nb a function of count alone), each
- * summing its grid-stride share in double and reducing it by a fixed tree into
+ * thread summing its grid-stride share in fp32, the block reducing those in double by a fixed
+ * tree into
  * st->ss_part[block]; then one block adds those nb partials by the same tree and adds the result
  * to acc. No atomics, so the same gradients give the same bits. ss_part (TT_CUDA_SS_BLOCKS
  * doubles) is allocated once at setup, so nothing is allocated here. Each thread takes at least
@@ -201,12 +202,12 @@ int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, f
 
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_ss_part_k(size_t count, const float *g, double *part) {
   __shared__ double sh[TT_CUDA_THREADS];
-  double s = 0.0;
+  float s = 0.0f; /* a thread's few values (count / (nb x 256)) in fp32, as batch norm's: no fp64 per element */
   TT_CUDA_LOOP(i, count) {
-    double v = (double)g[i];
-    s += v * v;
+    float v = g[i];
+    s = fmaf(v, v, s);
   }
-  sh[threadIdx.x] = s;
+  sh[threadIdx.x] = (double)s;
   __syncthreads();
   for (int o = TT_CUDA_THREADS / 2; o > 0; o >>= 1) {
     if ((int)threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
