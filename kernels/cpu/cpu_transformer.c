@@ -73,12 +73,12 @@ int tt_cpu_ln_build(tt_cpu_build *bd, const tt_op_desc *op) {
     return -1;
   if (fwd) {
     if (tt_cpu_pd(bd, &fd, NULL, &pd) || tt_cpu_add_stage(bd, v, pd)) return -1;
-    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &md, 0, 0) < 0 ||
-        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SCALE, TT_CPU_PARAM_IN, &mp, 0, 1) < 0 ||
-        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SHIFT, TT_CPU_PARAM_IN, &mp, 0, 2) < 0 ||
-        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_ACT_OUT, &md, 0, 3) < 0 ||
-        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_MEAN, TT_CPU_WS, NULL, 0, 0) < 0 ||
-        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_VARIANCE, TT_CPU_WS, NULL, 0, 0) < 0)
+    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &md, TT_F32, 0) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SCALE, TT_CPU_PARAM_IN, &mp, TT_F32, 1) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SHIFT, TT_CPU_PARAM_IN, &mp, TT_F32, 2) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_ACT_OUT, &md, TT_F32, 3) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_MEAN, TT_CPU_WS, NULL, TT_F32, 0) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_VARIANCE, TT_CPU_WS, NULL, TT_F32, 0) < 0)
       return -1;
     return 0;
   }
@@ -91,17 +91,17 @@ int tt_cpu_ln_build(tt_cpu_build *bd, const tt_op_desc *op) {
   }
   dnnl_primitive_desc_destroy(fpd);
   if (tt_cpu_add_stage(bd, v, pd)) return -1;
-  if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &md, 0, 0) < 0 ||
-      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_DST, TT_CPU_ACT_IN, &md, 0, 1) < 0 ||
-      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_MEAN, TT_CPU_ACT_IN, &ms, 0, 2) < 0 ||
-      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_VARIANCE, TT_CPU_WS, NULL, 0, 0) < 0 ||
-      (ts = tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SCALE, TT_CPU_PARAM_IN, &mp, 0, 3)) < 0 ||
+  if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &md, TT_F32, 0) < 0 ||
+      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_DST, TT_CPU_ACT_IN, &md, TT_F32, 1) < 0 ||
+      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_MEAN, TT_CPU_ACT_IN, &ms, TT_F32, 2) < 0 ||
+      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_VARIANCE, TT_CPU_WS, NULL, TT_F32, 0) < 0 ||
+      (ts = tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SCALE, TT_CPU_PARAM_IN, &mp, TT_F32, 3)) < 0 ||
       /* oneDNN 2.6 counts the shift among backward's inputs with dnnl_use_shift though it never
        * reads it (dy does not depend on beta); ln_bwd has no beta, so gamma stands in */
       tt_cpu_share_tensor(bd, v, 0, DNNL_ARG_SHIFT, ts) ||
-      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_SRC, TT_CPU_ACT_OUT, &md, 0, 4) < 0 ||
-      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_SCALE, TT_CPU_GRAD_OUT, &mp, 0, 5) < 0 ||
-      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_SHIFT, TT_CPU_GRAD_OUT, &mp, 0, 6) < 0)
+      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_SRC, TT_CPU_ACT_OUT, &md, TT_F32, 4) < 0 ||
+      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_SCALE, TT_CPU_GRAD_OUT, &mp, TT_F32, 5) < 0 ||
+      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_SHIFT, TT_CPU_GRAD_OUT, &mp, TT_F32, 6) < 0)
     return -1;
   return 0;
 }
@@ -186,8 +186,8 @@ int tt_cpu_gelu_build(tt_cpu_build *bd, const tt_op_desc *op) {
   if (TT_CPU_DNNL(b, c->what, dnnl_eltwise_forward_desc_init(&fd, dnnl_forward_training, alg, &md, 0.0f, 0.0f))) return -1;
   if (fwd) {
     if (tt_cpu_pd(bd, &fd, NULL, &pd) || tt_cpu_add_stage(bd, v, pd)) return -1;
-    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &md, 0, 0) < 0 ||
-        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_ACT_OUT, &md, 0, 1) < 0)
+    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &md, TT_F32, 0) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_ACT_OUT, &md, TT_F32, 1) < 0)
       return -1;
     return 0;
   }
@@ -199,9 +199,9 @@ int tt_cpu_gelu_build(tt_cpu_build *bd, const tt_op_desc *op) {
   }
   dnnl_primitive_desc_destroy(fpd);
   if (tt_cpu_add_stage(bd, v, pd)) return -1;
-  if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_DST, TT_CPU_ACT_IN, &md, 0, 0) < 0 ||
-      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &md, 0, 1) < 0 ||
-      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_SRC, TT_CPU_ACT_OUT, &md, 0, 2) < 0)
+  if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_DST, TT_CPU_ACT_IN, &md, TT_F32, 0) < 0 ||
+      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &md, TT_F32, 1) < 0 ||
+      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_SRC, TT_CPU_ACT_OUT, &md, TT_F32, 2) < 0)
     return -1;
   return 0;
 }
