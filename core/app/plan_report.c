@@ -325,7 +325,11 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
             s->ranks, r->policy.micro_batch * r->policy.accum_steps, s->ranks,
             r->policy.micro_batch * r->policy.accum_steps * s->ranks, plan_mib(s->sched.train.class_bytes[TT_BC_GRADS]),
             tt_dist_bucket_count(&s->sched.train));
-  fprintf(out, "              batch-norm statistics are computed per micro-batch of %d\n", r->policy.micro_batch);
+  { /* said only where there is batch norm: a ViT has none */
+    int nbn = 0;
+    for (int i = 0; i < g->nnodes; i++) nbn += g->nodes[i].kind == TT_L_BN;
+    if (nbn) fprintf(out, "              batch-norm statistics are computed per micro-batch of %d\n", r->policy.micro_batch);
+  }
   fprintf(out, "  predicted   %.1f ms per optimizer step (%.1f ms of it recomputing), %s cost model\n",
           r->predicted_step_ms, r->recompute_ms, s->profile->name);
   plan_text_update(s, out);
