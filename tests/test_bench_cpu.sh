@@ -33,8 +33,20 @@ fi
 if grep -Eq "^  tinytrain bf16 +([0-9.]+ |unavailable: .{10,})" "$out"; then pass bench_cpu_bf16
 else fail bench_cpu_bf16 "tinytrain bf16 neither measured nor explained: $(grep 'tinytrain bf16' "$out")"
 fi
-want=$("$B/tinytrain" --version | sed -n 's/.*GOMP_SPINCOUNT=\([^ ]*\) .*/\1/p')
-if [ "$want" = unset ] || grep -q "bench_step runs with .*GOMP_SPINCOUNT=$want" "$out"; then pass bench_cpu_waits
+# the default build links ./tinytrain at the top, another --builddir inside it
+TT=$B/tinytrain; [ -x "$TT" ] || TT=./tinytrain
+want=$("$TT" --version | sed -n 's/.*GOMP_SPINCOUNT=\([^ ]*\) .*/\1/p')
+if [ -z "$want" ]; then fail bench_cpu_waits "$TT --version names no GOMP_SPINCOUNT setting"
+elif [ "$want" = unset ] || grep -q "bench_step runs with .*GOMP_SPINCOUNT=$want" "$out"; then pass bench_cpu_waits
 else fail bench_cpu_waits "tinytrain runs with GOMP_SPINCOUNT=$want, bench_step did not: $(grep 'bench_step runs' "$out")"
+fi
+
+# tests/bench/memory_tradeoff --no-time: the plan side of the trade-off curve (it prints and never
+# fails, so check that it planned: a "none" row and budget rows with arena sizes)
+python3 tests/bench/memory_tradeoff --build "$B" --no-time --points 2 --micro-batch 4 \
+  examples/fashion_mnist/resnet.recipe >"$TMP/trade" 2>&1
+if grep -Eq "^  none +[0-9]+M +[0-9]+M +0 " "$TMP/trade" && [ "$(grep -Ec "^  [0-9]+M +[0-9]+M +[0-9]+M" "$TMP/trade")" -ge 1 ]; then
+  pass bench_memory_tradeoff
+else fail bench_memory_tradeoff "no trade-off rows: $(head -c 1500 "$TMP/trade")"
 fi
 exit $FAILED
