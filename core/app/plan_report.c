@@ -176,6 +176,12 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
     tt_strbuf_printf(&b, ", \"precision_why\": ");
     tt_strbuf_json(&b, why);
   }
+  /* TF32: null where the target is the CPU; the cuDNN workspace cap: null where no GPU here planned */
+  tt_strbuf_printf(&b, ", \"tf32\": %s", !s->target_cuda ? "null" : s->tf32_used ? "true" : "false");
+  if (s->conv_ws_cap)
+    tt_strbuf_printf(&b, ", \"conv_workspace_cap_bytes\": %zu, \"conv_workspace_max_bytes\": %zu", s->conv_ws_cap, s->conv_ws_max);
+  else
+    tt_strbuf_printf(&b, ", \"conv_workspace_cap_bytes\": null, \"conv_workspace_max_bytes\": null");
   tt_strbuf_printf(&b, ", \"frozen_params\": %zu, \"frozen_saved_bytes\": %zu", g->frozen_numel, plan_frozen_saved(s));
   {
     int threads, streaming;
@@ -329,6 +335,13 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
     int nbn = 0;
     for (int i = 0; i < g->nnodes; i++) nbn += g->nodes[i].kind == TT_L_BN;
     if (nbn) fprintf(out, "              batch-norm statistics are computed per micro-batch of %d\n", r->policy.micro_batch);
+  }
+  { /* TF32 and the cuDNN workspace cap: only where the target is a CUDA card */
+    char line[320];
+    tt_session_tf32_text(s, line, sizeof line);
+    if (line[0]) fprintf(out, "  tf32        %s\n", line);
+    tt_session_workspace_text(s, line, sizeof line);
+    if (line[0]) fprintf(out, "  cudnn ws    %s\n", line);
   }
   fprintf(out, "  predicted   %.1f ms per optimizer step (%.1f ms of it recomputing), %s cost model\n",
           r->predicted_step_ms, r->recompute_ms, s->profile->name);
