@@ -41,7 +41,7 @@ static const char *test_groups[] = {"cuda_elementwise", "cuda_dropout_mask", "cu
                                     "cuda_pooling", "cuda_conv", "cuda_linear", "cuda_bf16_cast", "cuda_bf16_conv_linear_sm80",
                                     "cuda_layernorm", "cuda_attention", "cuda_tokens", "cuda_step_fp32", "cuda_step_fp16",
                                     "cuda_no_allocation_and_peak", "cuda_staging_copies", "cuda_blocking_waits", "cuda_nccl_one_rank",
-                                    "cuda_tf32", "cuda_conv_workspace_cap"};
+                                    "cuda_tf32", "cuda_conv_workspace_cap", "cuda_update_multi"};
 #define TEST_NGROUPS ((int)(sizeof test_groups / sizeof test_groups[0]))
 
 #ifdef TT_HAVE_CUDA
@@ -420,6 +420,93 @@ static void test_loss_optim(void) {
   }
   TT_TEST_END();
 }
+
+/* The whole optimizer step in few launches (backend.h: sgd_update_multi, adam_update_multi): 70
+ * tensors of odd sizes (one empty), every other one without weight decay, updated by the multi
+ * calls and, from the same starting values, by sgd_update / adam_update per tensor (weight decay 0
+ * where a tensor has none): the same bits, in 2 launches (64 tensors per launch) where the per-
+ * tensor path takes 69. Then with a clip argument, and with the overflow flag set (nothing moves). */
+#ifdef TT_CUDA_EMULATION
+#define TEST_NSEG 70
+static void test_update_multi(void) {
+  TT_TEST_BEGIN("cuda_update_multi");
+  size_t cnt[TEST_NSEG], total = 0, off[TEST_NSEG];
+  float *st[2][4]; /* [path][w, g, m, v] on the device */
+  float *h0[4], *h1 = NULL;
+  tt_update_seg segs[2][TEST_NSEG];
+  goff = 0;
+  for (int i = 0; i < TEST_NSEG; i++) {
+    cnt[i] = i == 5 ? 0 : (size_t)(1 + (i * 977) % 1500);
+    off[i] = total;
+    total += (cnt[i] + 63) / 64 * 64; /* 256-byte aligned tensors, as the arena places them */
+  }
+  for (int k = 0; k < 4; k++) {
+    h0[k] = (float *)malloc(total * sizeof(float));
+    for (size_t i = 0; i < total; i++) h0[k][i] = k == 3 ? test_rand(0, 0.01f) : test_rand(-1, 1);
+    for (int pth = 0; pth < 2; pth++) st[pth][k] = (float *)test_galloc(total * sizeof(float));
+  }
+  h1 = (float *)malloc(total * sizeof(float));
+  int32_t one = 1;
+  float sumsq = 4.0f;
+  int32_t *dflag = (int32_t *)test_galloc(sizeof one);
+  float *dsumsq = (float *)test_galloc(sizeof sumsq);
+  TT_CHECK(gpu->upload(gpu, dflag, &one, sizeof one) == 0 && gpu->upload(gpu, dsumsq, &sumsq, sizeof sumsq) == 0, "upload: %s",
+           gpu->last_error(gpu));
+  for (int pth = 0; pth < 2; pth++)
+    for (int i = 0; i < TEST_NSEG; i++) {
+      tt_update_seg *u = &segs[pth][i];
+      u->w = st[pth][0] + off[i], u->g = st[pth][1] + off[i], u->m = st[pth][2] + off[i], u->v = st[pth][3] + off[i];
+      u->count = cnt[i], u->decay = i % 2 == 0;
+    }
+  for (int c = 0; c < 6 && !tt_test_current_failed; c++) {
+    /* c: 0 sgd, 1 sgd nesterov + clip, 2 adam, 3 adamw + clip, 4 sgd flag set, 5 adamw flag set */
+    int adam = c == 2 || c == 3 || c == 5, flagged = c >= 4;
+    tt_clip clip;
+    clip.sumsq = dsumsq, clip.max_norm = 0.5f;
+    const tt_clip *cl = (c == 1 || c == 3) ? &clip : NULL;
+    const int32_t *skip = flagged ? dflag : NULL;
+    for (int pth = 0; pth < 2; pth++)
+      for (int k = 0; k < 4; k++)
+        TT_CHECK(gpu->upload(gpu, st[pth][k], h0[k], total * sizeof(float)) == 0, "upload: %s", gpu->last_error(gpu));
+    tt_emu_counts e0, e1, e2;
+    tt_emu_get_counts(&e0);
+    int rc = adam ? gpu->adam_update_multi(gpu, segs[0], TEST_NSEG, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.05f, c != 2, 3, 0.5f, cl, skip)
+                  : gpu->sgd_update_multi(gpu, segs[0], TEST_NSEG, 0.1f, 0.9f, c == 1, 5e-3f, 0.5f, cl, skip);
+    TT_CHECK(rc == 0, "multi (case %d): %s", c, gpu->last_error(gpu));
+    tt_emu_get_counts(&e1);
+    for (int i = 0; i < TEST_NSEG; i++) {
+      const tt_update_seg *u = &segs[1][i];
+      float wd = u->decay ? (adam ? 0.05f : 5e-3f) : 0.0f;
+      rc = adam ? gpu->adam_update(gpu, u->count, u->w, u->g, u->m, u->v, 1e-3f, 0.9f, 0.999f, 1e-8f, wd, c != 2, 3, 0.5f, cl, skip)
+                : gpu->sgd_update(gpu, u->count, u->w, u->g, u->m, 0.1f, 0.9f, c == 1, wd, 0.5f, cl, skip);
+      TT_CHECK(rc == 0, "per tensor (case %d, tensor %d): %s", c, i, gpu->last_error(gpu));
+    }
+    tt_emu_get_counts(&e2);
+    TT_CHECK(e1.launches - e0.launches == 2 && e2.launches - e1.launches == TEST_NSEG - 1,
+             "case %d: %zu launches for the multi call (want 2), %zu per tensor", c, e1.launches - e0.launches,
+             e2.launches - e1.launches);
+    for (int k = 0; k < 4 && !tt_test_current_failed; k++) {
+      float *a = (float *)malloc(total * sizeof(float));
+      TT_CHECK(gpu->download(gpu, a, st[0][k], total * sizeof(float)) == 0 &&
+                   gpu->download(gpu, h1, st[1][k], total * sizeof(float)) == 0, "download: %s", gpu->last_error(gpu));
+      for (int i = 0; i < TEST_NSEG; i++) {
+        TT_CHECK(!memcmp(a + off[i], h1 + off[i], cnt[i] * sizeof(float)),
+                 "case %d: tensor %d's %c differs between the multi call and the per-tensor update", c, i, "wgmv"[k]);
+        if (tt_test_current_failed) break;
+      }
+      if (k != 1) { /* the state moved (or, flag set, did not) */
+        int same = !memcmp(a, h0[k], total * sizeof(float));
+        TT_CHECK(flagged ? same : (k == 3 && !adam) || !same, "case %d: %c %s", c, "wgmv"[k],
+                 flagged ? "moved despite the overflow flag" : "did not move");
+      }
+      free(a);
+    }
+  }
+  for (int k = 0; k < 4; k++) free(h0[k]);
+  free(h1);
+  TT_TEST_END();
+}
+#endif
 
 /* sum_squares against the reference (the += contract, a start that is not zero), repeated runs
  * bit for bit (no atomics), one count past the partial-sum grid's cap; then the updates with a
@@ -1762,6 +1849,11 @@ int main(void) {
   test_dropout();
   test_loss_optim();
   test_sum_squares_clip();
+#ifdef TT_CUDA_EMULATION
+  test_update_multi();
+#else
+  printf("SKIP cuda_update_multi: counts launches under the emulation (tt_emu_get_counts)\n");
+#endif
   test_batchnorm();
   test_pooling();
   test_conv();

@@ -451,6 +451,11 @@ int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, fl
 int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
                         float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
                         float grad_scale, const tt_clip *clip, const int32_t *skip);
+int tt_cuda_sgd_update_multi(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float momentum, int nesterov,
+                             float weight_decay, float grad_scale, const tt_clip *clip, const int32_t *skip);
+int tt_cuda_adam_update_multi(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float beta1, float beta2,
+                              float eps, float weight_decay, int decoupled, int t, float grad_scale, const tt_clip *clip,
+                              const int32_t *skip);
 int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
 int tt_cuda_sum_squares(tt_backend *b, size_t count, const float *g, float *acc);
 /* cuda_transformer.cu */
