@@ -58,6 +58,10 @@ typedef struct tt_progress {
   double lr;
 } tt_progress;
 
+/* TF32 for fp32 convolutions and GEMMs on CUDA cards of compute capability 8.0 and newer
+ * (docs/gpu.md#tf32): the recipe's [train] tf32 (default on), or on / off whatever it says. */
+typedef enum { TT_TF32_RECIPE = 0, TT_TF32_ON = 1, TT_TF32_OFF = 2 } tt_run_tf32;
+
 typedef struct tt_run_opts {
   const char *recipe;
   size_t vram_bytes;     /* the card's memory (--vram); 0 = no budget */
@@ -84,6 +88,7 @@ typedef struct tt_run_opts {
                           * sets its own from the launch (core/runtime/dist.h) */
   const char *gpu;       /* plan: plan for this card ("t4", "gtx1650", "rtx3050-laptop", "rtx3060", "a100",
                           * "h100": its memory, reserve and speed, estimated; implies TT_DEVICE_CUDA); NULL: none */
+  tt_run_tf32 tf32;      /* TT_TF32_RECIPE: the recipe's [train] tf32 (--tf32) */
 } tt_run_opts;
 
 /* What tt_train and tt_evaluate report back (the options are only read). */

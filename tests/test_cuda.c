@@ -27,6 +27,7 @@
 
 #include "core/runtime/exec.h"
 #include "core/compile/recipe.h"
+#include "core/compile/policy.h"
 #include "tests/tt_test.h"
 
 #ifdef TT_HAVE_CUDA
@@ -39,7 +40,8 @@
 static const char *test_groups[] = {"cuda_elementwise", "cuda_dropout_mask", "cuda_loss_optim", "cuda_sum_squares_and_clip", "cuda_batchnorm",
                                     "cuda_pooling", "cuda_conv", "cuda_linear", "cuda_bf16_cast", "cuda_bf16_conv_linear_sm80",
                                     "cuda_layernorm", "cuda_attention", "cuda_tokens", "cuda_step_fp32", "cuda_step_fp16",
-                                    "cuda_no_allocation_and_peak", "cuda_staging_copies", "cuda_blocking_waits", "cuda_nccl_one_rank"};
+                                    "cuda_no_allocation_and_peak", "cuda_staging_copies", "cuda_blocking_waits", "cuda_nccl_one_rank",
+                                    "cuda_tf32", "cuda_conv_workspace_cap", "cuda_update_multi"};
 #define TEST_NGROUPS ((int)(sizeof test_groups / sizeof test_groups[0]))
 
 #ifdef TT_HAVE_CUDA
@@ -418,6 +420,93 @@ static void test_loss_optim(void) {
   }
   TT_TEST_END();
 }
+
+/* The whole optimizer step in few launches (backend.h: sgd_update_multi, adam_update_multi): 70
+ * tensors of odd sizes (one empty), every other one without weight decay, updated by the multi
+ * calls and, from the same starting values, by sgd_update / adam_update per tensor (weight decay 0
+ * where a tensor has none): the same bits, in 2 launches (64 tensors per launch) where the per-
+ * tensor path takes 69. Then with a clip argument, and with the overflow flag set (nothing moves). */
+#ifdef TT_CUDA_EMULATION
+#define TEST_NSEG 70
+static void test_update_multi(void) {
+  TT_TEST_BEGIN("cuda_update_multi");
+  size_t cnt[TEST_NSEG], total = 0, off[TEST_NSEG];
+  float *st[2][4]; /* [path][w, g, m, v] on the device */
+  float *h0[4], *h1 = NULL;
+  tt_update_seg segs[2][TEST_NSEG];
+  goff = 0;
+  for (int i = 0; i < TEST_NSEG; i++) {
+    cnt[i] = i == 5 ? 0 : (size_t)(1 + (i * 977) % 1500);
+    off[i] = total;
+    total += (cnt[i] + 63) / 64 * 64; /* 256-byte aligned tensors, as the arena places them */
+  }
+  for (int k = 0; k < 4; k++) {
+    h0[k] = (float *)malloc(total * sizeof(float));
+    for (size_t i = 0; i < total; i++) h0[k][i] = k == 3 ? test_rand(0, 0.01f) : test_rand(-1, 1);
+    for (int pth = 0; pth < 2; pth++) st[pth][k] = (float *)test_galloc(total * sizeof(float));
+  }
+  h1 = (float *)malloc(total * sizeof(float));
+  int32_t one = 1;
+  float sumsq = 4.0f;
+  int32_t *dflag = (int32_t *)test_galloc(sizeof one);
+  float *dsumsq = (float *)test_galloc(sizeof sumsq);
+  TT_CHECK(gpu->upload(gpu, dflag, &one, sizeof one) == 0 && gpu->upload(gpu, dsumsq, &sumsq, sizeof sumsq) == 0, "upload: %s",
+           gpu->last_error(gpu));
+  for (int pth = 0; pth < 2; pth++)
+    for (int i = 0; i < TEST_NSEG; i++) {
+      tt_update_seg *u = &segs[pth][i];
+      u->w = st[pth][0] + off[i], u->g = st[pth][1] + off[i], u->m = st[pth][2] + off[i], u->v = st[pth][3] + off[i];
+      u->count = cnt[i], u->decay = i % 2 == 0;
+    }
+  for (int c = 0; c < 6 && !tt_test_current_failed; c++) {
+    /* c: 0 sgd, 1 sgd nesterov + clip, 2 adam, 3 adamw + clip, 4 sgd flag set, 5 adamw flag set */
+    int adam = c == 2 || c == 3 || c == 5, flagged = c >= 4;
+    tt_clip clip;
+    clip.sumsq = dsumsq, clip.max_norm = 0.5f;
+    const tt_clip *cl = (c == 1 || c == 3) ? &clip : NULL;
+    const int32_t *skip = flagged ? dflag : NULL;
+    for (int pth = 0; pth < 2; pth++)
+      for (int k = 0; k < 4; k++)
+        TT_CHECK(gpu->upload(gpu, st[pth][k], h0[k], total * sizeof(float)) == 0, "upload: %s", gpu->last_error(gpu));
+    tt_emu_counts e0, e1, e2;
+    tt_emu_get_counts(&e0);
+    int rc = adam ? gpu->adam_update_multi(gpu, segs[0], TEST_NSEG, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.05f, c != 2, 3, 0.5f, cl, skip)
+                  : gpu->sgd_update_multi(gpu, segs[0], TEST_NSEG, 0.1f, 0.9f, c == 1, 5e-3f, 0.5f, cl, skip);
+    TT_CHECK(rc == 0, "multi (case %d): %s", c, gpu->last_error(gpu));
+    tt_emu_get_counts(&e1);
+    for (int i = 0; i < TEST_NSEG; i++) {
+      const tt_update_seg *u = &segs[1][i];
+      float wd = u->decay ? (adam ? 0.05f : 5e-3f) : 0.0f;
+      rc = adam ? gpu->adam_update(gpu, u->count, u->w, u->g, u->m, u->v, 1e-3f, 0.9f, 0.999f, 1e-8f, wd, c != 2, 3, 0.5f, cl, skip)
+                : gpu->sgd_update(gpu, u->count, u->w, u->g, u->m, 0.1f, 0.9f, c == 1, wd, 0.5f, cl, skip);
+      TT_CHECK(rc == 0, "per tensor (case %d, tensor %d): %s", c, i, gpu->last_error(gpu));
+    }
+    tt_emu_get_counts(&e2);
+    TT_CHECK(e1.launches - e0.launches == 2 && e2.launches - e1.launches == TEST_NSEG - 1,
+             "case %d: %zu launches for the multi call (want 2), %zu per tensor", c, e1.launches - e0.launches,
+             e2.launches - e1.launches);
+    for (int k = 0; k < 4 && !tt_test_current_failed; k++) {
+      float *a = (float *)malloc(total * sizeof(float));
+      TT_CHECK(gpu->download(gpu, a, st[0][k], total * sizeof(float)) == 0 &&
+                   gpu->download(gpu, h1, st[1][k], total * sizeof(float)) == 0, "download: %s", gpu->last_error(gpu));
+      for (int i = 0; i < TEST_NSEG; i++) {
+        TT_CHECK(!memcmp(a + off[i], h1 + off[i], cnt[i] * sizeof(float)),
+                 "case %d: tensor %d's %c differs between the multi call and the per-tensor update", c, i, "wgmv"[k]);
+        if (tt_test_current_failed) break;
+      }
+      if (k != 1) { /* the state moved (or, flag set, did not) */
+        int same = !memcmp(a, h0[k], total * sizeof(float));
+        TT_CHECK(flagged ? same : (k == 3 && !adam) || !same, "case %d: %c %s", c, "wgmv"[k],
+                 flagged ? "moved despite the overflow flag" : "did not move");
+      }
+      free(a);
+    }
+  }
+  for (int k = 0; k < 4; k++) free(h0[k]);
+  free(h1);
+  TT_TEST_END();
+}
+#endif
 
 /* sum_squares against the reference (the += contract, a start that is not zero), repeated runs
  * bit for bit (no atomics), one count past the partial-sum grid's cap; then the updates with a
@@ -867,6 +956,209 @@ static void test_bf16_sm80(void) {
     g80->destroy(g80);
   }
   tt_emu_set_compute_capability(old);
+  TT_TEST_END();
+}
+#endif
+
+/* ---------------------------------------- TF32 --------------------------------------------- */
+
+#ifdef TT_CUDA_EMULATION
+/* The math types the emulated libraries saw (cudnn.h, cublas_v2.h): */
+#define TEST_CUDNN_FMA_MATH 3
+#define TEST_CUBLAS_DEFAULT_MATH 0
+#define TEST_CUBLAS_TF32_TENSOR_OP_MATH 3
+
+/* Downloads a device fp32 tensor. */
+static float *test_dl(tt2 t) {
+  float *h = (float *)malloc(t.bytes ? t.bytes : 1);
+  if (gpu->download(gpu, h, t.g, t.bytes)) {
+    TT_CHECK(0, "download: %s", gpu->last_error(gpu));
+    memset(h, 0, t.bytes);
+  }
+  return h;
+}
+
+/* One fp32 convolution forward, backward-filter and a GEMM on `gpu` with TF32 set to `on`:
+ * writes y, dw, ly (downloaded) and checks the math types the emulated cuDNN and cuBLAS ran with
+ * (want_tf32: whether the device should have rounded to TF32). */
+static void test_tf32_run(int on, int want_tf32, const tt_conv_desc *d, tt2 x, tt2 w, tt2 y, tt2 dy, tt2 dw,
+                          tt2 lx, tt2 lw, tt2 ly, int N, int IN, int OUT, float **yh, float **dwh, float **lyh) {
+  int r = tt_cuda_set_tf32(gpu, on), tf = -1, m;
+  size_t wsz = 0;
+  void *ws;
+  TT_CHECK(r == want_tf32, "tt_cuda_set_tf32(%d) on sm_%d returned %d (%s)", on, tt_cuda_compute_capability(gpu), r,
+           r < 0 ? gpu->last_error(gpu) : "");
+  for (int wk = 0; wk < 3; wk++) {
+    size_t q = gpu->conv_workspace(gpu, d, TT_F32, (tt_ws_kind)wk);
+    TT_CHECK(q != TT_WS_ERROR, "conv_workspace: %s", gpu->last_error(gpu));
+    if (q != TT_WS_ERROR && q > wsz) wsz = q;
+  }
+  if (gpu->linear_workspace(gpu, N, IN, OUT, TT_F32, TT_WS_FWD) > wsz) wsz = gpu->linear_workspace(gpu, N, IN, OUT, TT_F32, TT_WS_FWD);
+  ws = test_galloc(wsz + 1);
+  TT_CHECK(gpu->conv_fwd(gpu, d, TT_F32, x.g, w.g, NULL, y.g, ws, wsz) == 0, "conv_fwd: %s", gpu->last_error(gpu));
+  m = tt_emu_last_conv_math(&tf);
+  TT_CHECK(want_tf32 ? (m != TEST_CUDNN_FMA_MATH && tf == 1) : (m == TEST_CUDNN_FMA_MATH && tf == 0),
+           "tf32 %d on sm_%d: the forward convolution ran with cuDNN math type %d (TF32 rounding %d)", on,
+           tt_cuda_compute_capability(gpu), m, tf);
+  TT_CHECK(gpu->conv_bwd_filter(gpu, d, TT_F32, x.g, dy.g, (float *)dw.g, NULL, 0.0f, ws, wsz) == 0, "conv_bwd_filter: %s",
+           gpu->last_error(gpu));
+  m = tt_emu_last_conv_math(&tf);
+  TT_CHECK(want_tf32 ? (m != TEST_CUDNN_FMA_MATH && tf == 1) : (m == TEST_CUDNN_FMA_MATH && tf == 0),
+           "tf32 %d: backward-filter ran with cuDNN math type %d (TF32 rounding %d)", on, m, tf);
+  TT_CHECK(gpu->linear_fwd(gpu, N, IN, OUT, TT_F32, lx.g, lw.g, NULL, ly.g, ws, wsz) == 0, "linear_fwd: %s",
+           gpu->last_error(gpu));
+  m = tt_emu_last_gemm_math(&tf);
+  TT_CHECK(want_tf32 ? (m == TEST_CUBLAS_TF32_TENSOR_OP_MATH && tf == 1)
+                     : ((m == TEST_CUBLAS_DEFAULT_MATH || (on && m == TEST_CUBLAS_TF32_TENSOR_OP_MATH)) && tf == 0),
+           "tf32 %d on sm_%d: the GEMM ran with cuBLAS math mode %d (TF32 rounding %d)", on, tt_cuda_compute_capability(gpu),
+           m, tf);
+  *yh = test_dl(y), *dwh = test_dl(dw), *lyh = test_dl(ly);
+}
+
+static int test_differs(const float *a, const float *b, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (memcmp(&a[i], &b[i], 4)) return 1;
+  return 0;
+}
+static int test_same(const float *a, const float *b, size_t n) { return !test_differs(a, b, n); }
+
+/* TF32 (tt_cuda_set_tf32, docs/gpu.md#tf32): a backend starts in true fp32 (cuDNN FMA math, cuBLAS
+ * default math), as every CUDA-vs-CPU comparison in this file needs; on the emulated sm_80 TF32 on
+ * makes fp32 convolutions and GEMMs read their operands rounded to TF32 (results differ from fp32,
+ * within TF32's error of the reference), off gives the fp32 bits back; on the sm_75 it is never
+ * used. Every other backend refuses the call. */
+static void test_tf32(void) {
+  size_t reserve = 0;
+  char msg[512];
+  tt_backend *g75 = gpu, *g80;
+  int old;
+  TT_TEST_BEGIN("cuda_tf32");
+  TT_CHECK(tt_cuda_set_tf32(cpu, 1) == -1, "tt_cuda_set_tf32 on the reference backend should fail");
+  old = tt_emu_set_compute_capability(80);
+  g80 = tt_cuda_backend_create(&reserve, msg, sizeof msg);
+  tt_emu_set_compute_capability(old);
+  TT_CHECK(g80 != NULL, "a backend on the emulated sm_80: %s", msg);
+  for (int dev = 0; dev < 2 && g80 && !tt_test_current_failed; dev++) {
+    /* the emulated libraries read the device's compute capability at each call */
+    tt_emu_set_compute_capability(dev ? 80 : old);
+    tt_conv_desc d;
+    int N = 16, IN = 96, OUT = 24;
+    float *y0, *dw0, *ly0, *y1, *dw1, *ly1, *y2, *dw2, *ly2;
+    gpu = dev ? g80 : g75;
+    goff = 0;
+    memset(&d, 0, sizeof d);
+    d.n = 2, d.c = 4, d.h = d.w = 10, d.k = 8, d.r = d.s = 3, d.stride_h = d.stride_w = 1, d.pad_h = d.pad_w = 1;
+    d.groups = 1, d.p = d.q = 10;
+    size_t xin = (size_t)d.n * d.c * d.h * d.w, yout = (size_t)d.n * d.k * d.p * d.q, wn = (size_t)d.k * d.c * 9;
+    tt2 x = mk(xin, TT_F32, -1, 1), w = mk(wn, TT_F32, -1, 1), y = mk(yout, TT_F32, 0, 0), dy = mk(yout, TT_F32, -1, 1);
+    tt2 dw = mk(wn, TT_F32, 0, 0), lx = mk((size_t)N * IN, TT_F32, -1, 1), lw = mk((size_t)OUT * IN, TT_F32, -1, 1);
+    tt2 ly = mk((size_t)N * OUT, TT_F32, 0, 0);
+    size_t mark = goff;
+    test_tf32_run(0, 0, &d, x, w, y, dy, dw, lx, lw, ly, N, IN, OUT, &y0, &dw0, &ly0);
+    goff = mark;
+    test_tf32_run(1, dev == 1, &d, x, w, y, dy, dw, lx, lw, ly, N, IN, OUT, &y1, &dw1, &ly1);
+    goff = mark;
+    test_tf32_run(0, 0, &d, x, w, y, dy, dw, lx, lw, ly, N, IN, OUT, &y2, &dw2, &ly2);
+    TT_CHECK(test_same(y0, y2, yout) && test_same(dw0, dw2, wn) && test_same(ly0, ly2, (size_t)N * OUT),
+             "sm_%d: TF32 off again should give the first fp32 bits back", dev ? 80 : 75);
+    if (dev) {
+      TT_CHECK(test_differs(y0, y1, yout) && test_differs(dw0, dw1, wn) && test_differs(ly0, ly1, (size_t)N * OUT),
+               "sm_80 with TF32 on: the convolution, its weight gradient and the GEMM should differ from fp32 (operands "
+               "rounded to 10 mantissa bits)");
+      /* TF32 against the reference: each product's operands carry 2^-11 relative error */
+      {
+        size_t cw = cpu->conv_workspace(cpu, &d, TT_F32, TT_WS_FWD);
+        void *cws = malloc(cw + 1);
+        TT_CHECK(cw != TT_WS_ERROR && cpu->conv_fwd(cpu, &d, TT_F32, x.c, w.c, NULL, y.c, cws, cw) == 0, "reference conv_fwd: %s",
+                 cpu->last_error(cpu));
+        free(cws);
+      }
+      {
+        double md = 0, mr = 0;
+        for (size_t i = 0; i < yout; i++) {
+          double a = ((float *)y.c)[i];
+          if (fabs(a) > mr) mr = fabs(a);
+          if (fabs(a - y1[i]) > md) md = fabs(a - y1[i]);
+        }
+        TT_CHECK(md <= 5e-3 * mr && md > 1e-7 * mr, "sm_80 TF32 conv: max |tf32 - ref| %.3g of max %.3g", md, mr);
+      }
+    } else {
+      TT_CHECK(test_same(y0, y1, yout) && test_same(ly0, ly1, (size_t)N * OUT), "sm_75: TF32 asked should change nothing");
+    }
+    free(y0), free(dw0), free(ly0), free(y1), free(dw1), free(ly1), free(y2), free(dw2), free(ly2);
+    fr(&x), fr(&w), fr(&y), fr(&dy), fr(&dw), fr(&lx), fr(&lw), fr(&ly);
+  }
+  tt_emu_set_compute_capability(old);
+  TT_CHECK(tt_cuda_set_tf32(g75, 0) == 0, "sm_75: TF32 off: %s", g75->last_error(g75));
+  gpu = g75;
+  if (g80) g80->destroy(g80);
+  TT_TEST_END();
+}
+
+/* The cuDNN workspace cap from the budget (tt_policy_widen_workspace, tt_cuda_set_conv_workspace_cap).
+ * The emulated cuDNN ranks an FFT algorithm first whose workspace is over 72 MiB, more than the
+ * default cap: LeNet's convolutions plan a small workspace by default, the FFT one when the budget
+ * leaves room for it, and the default again when the room is too small (the plan kept). */
+static void test_conv_ws_cap(void) {
+  tt_err err;
+  tt_model m;
+  tt_graph g;
+  tt_policy_opts o;
+  size_t dflt, cap, wsmax, old;
+  TT_TEST_BEGIN("cuda_conv_workspace_cap");
+  {
+    tt_conv_desc d;
+    memset(&d, 0, sizeof d);
+    d.n = 2, d.c = 8, d.h = d.w = 16, d.k = 8, d.r = d.s = 3, d.stride_h = d.stride_w = 1, d.pad_h = d.pad_w = 1;
+    d.groups = 1, d.p = d.q = 16;
+    size_t small = gpu->conv_workspace(gpu, &d, TT_F32, TT_WS_FWD);
+    old = tt_cuda_set_conv_workspace_cap(gpu, (size_t)256 << 20);
+    size_t big = gpu->conv_workspace(gpu, &d, TT_F32, TT_WS_FWD);
+    size_t back = tt_cuda_set_conv_workspace_cap(gpu, 0);
+    size_t again = gpu->conv_workspace(gpu, &d, TT_F32, TT_WS_FWD);
+    TT_CHECK(old > 0 && old <= TT_CUDA_CONV_WS_DEFAULT_CAP && back == ((size_t)256 << 20),
+             "caps: default %zu, then %zu", old, back);
+    TT_CHECK(small <= old && big > TT_CUDA_CONV_WS_DEFAULT_CAP && again == small,
+             "forward workspace: %zu under the default cap, %zu under 256 MiB (the FFT's), %zu back at the default", small,
+             big, again);
+  }
+  memset(&g, 0, sizeof g);
+  if (tt_recipe_load("examples/fashion_mnist/lenet.recipe", &m, &err, NULL, NULL) || tt_graph_build(&m, &g, &err)) {
+    TT_CHECK(0, "lenet: %s", err.msg);
+    TT_TEST_END();
+    return;
+  }
+  for (int k = 0; k < 3; k++) {
+    tt_policy_result r;
+    memset(&o, 0, sizeof o);
+    o.vram_bytes = (size_t)1 << 30, o.micro_batch = 8, o.eval_batch = 8, o.precision = TT_PREC_FP32;
+    o.recompute = TT_RECOMP_NONE, o.inplace = 1, o.profile = tt_profile_cuda_generic();
+    if (tt_policy_search(&g, gpu, &o, &r, &err)) {
+      TT_CHECK(0, "policy search: %s", err.msg);
+      break;
+    }
+    size_t arena0 = r.train.persistent_bytes +
+                    (r.train.transient_bytes > r.eval.transient_bytes ? r.train.transient_bytes : r.eval.transient_bytes);
+    /* k 0: a roomy budget; 1: 2 MiB of room; 2: 40 MiB of room, less than the FFT workspace needs */
+    size_t budget = k == 0 ? r.budget_bytes : arena0 + (k == 1 ? ((size_t)2 << 20) : ((size_t)40 << 20));
+    int rc = tt_policy_widen_workspace(&g, gpu, &r, budget, tt_cuda_set_conv_workspace_cap, &cap, &dflt, &wsmax, &err);
+    size_t arena1 = r.train.persistent_bytes +
+                    (r.train.transient_bytes > r.eval.transient_bytes ? r.train.transient_bytes : r.eval.transient_bytes);
+    TT_CHECK(rc == 0, "widen: %s", err.msg);
+    TT_CHECK(arena1 <= budget, "budget %zu: the widened plan's arena %zu is over it", budget, arena1);
+    if (k == 0)
+      TT_CHECK(cap > dflt && wsmax > TT_CUDA_CONV_WS_DEFAULT_CAP && arena1 > arena0,
+               "a roomy budget: cap %zu (default %zu), largest workspace %zu: the FFT algorithm should be planned", cap,
+               dflt, wsmax);
+    else
+      TT_CHECK(wsmax <= dflt && (k == 1 || (cap == dflt && arena1 == arena0)),
+               "%s: cap %zu (default %zu), largest workspace %zu, arena %zu -> %zu", k == 1 ? "2 MiB of room" : "40 MiB of room",
+               cap, dflt, wsmax, arena0, arena1);
+    TT_CHECK(tt_cuda_set_conv_workspace_cap(gpu, 0) == cap, "the backend's cap is not the one the plan was made with");
+    tt_policy_result_free(&r);
+  }
+  tt_graph_free(&g);
+  tt_model_free(&m);
   TT_TEST_END();
 }
 #endif
@@ -1557,6 +1849,11 @@ int main(void) {
   test_dropout();
   test_loss_optim();
   test_sum_squares_clip();
+#ifdef TT_CUDA_EMULATION
+  test_update_multi();
+#else
+  printf("SKIP cuda_update_multi: counts launches under the emulation (tt_emu_get_counts)\n");
+#endif
   test_batchnorm();
   test_pooling();
   test_conv();
@@ -1566,6 +1863,13 @@ int main(void) {
   test_bf16_sm80();
 #else
   printf("SKIP cuda_bf16_conv_linear_sm80: the emulation's second device (on a GPU, cuda_conv and cuda_linear run bf16 from sm_80)\n");
+#endif
+#ifdef TT_CUDA_EMULATION
+  test_tf32();
+  test_conv_ws_cap();
+#else
+  printf("SKIP cuda_tf32: the emulation's sm_80 device shows the math types (docs/gpu.md#tf32)\n");
+  printf("SKIP cuda_conv_workspace_cap: the emulation's FFT workspace sizes\n");
 #endif
   test_layernorm();
   test_attention();

@@ -248,6 +248,17 @@ int main(void) {
     row("sgd_update", shape, 5.0 * cnt * 4);
     gpu->adam_update(gpu, cnt, w, g, m, v, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 1, 1, 1.0f, NULL, NULL);
     row("adam_update", shape, 7.0 * cnt * 4);
+    { /* the same weights as two tensors in one call (backend.h: *_update_multi), one decayed */
+      tt_update_seg sg[2];
+      memset(sg, 0, sizeof sg);
+      for (int k = 0; k < 2; k++)
+        sg[k].w = w + k * (cnt / 2), sg[k].g = g + k * (cnt / 2), sg[k].m = m + k * (cnt / 2), sg[k].v = v + k * (cnt / 2),
+        sg[k].count = cnt / 2, sg[k].decay = k;
+      gpu->sgd_update_multi(gpu, sg, 2, 0.1f, 0.9f, 0, 1e-4f, 1.0f, NULL, NULL);
+      row("sgd_update_multi", shape, 5.0 * cnt * 4);
+      gpu->adam_update_multi(gpu, sg, 2, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 1, 1, 1.0f, NULL, NULL);
+      row("adam_update_multi", shape, 7.0 * cnt * 4);
+    }
   }
   /* ---- transformer ops (fp16 tokens, fp32 parameters and statistics) ----
    * layer norm over a ViT-B sample's 197 tokens of 768: forward reads x, gamma, beta, writes y

@@ -74,4 +74,30 @@ else
   else pass plan_gpu_t4
   fi
 fi
+# ---- TF32: the plan's tf32 line and JSON field per card, recipe key and --tf32 ----
+L=examples/fashion_mnist/lenet.recipe
+sed 's/^\[train\]$/[train]\ntf32 = off/' "$L" >"$TMP/lenet_notf32.recipe"
+"$TT" plan --gpu a100 --precision fp32 "$L" >"$TMP/a100.out" 2>&1
+"$TT" plan --gpu a100 --precision fp32 --tf32 off "$L" >"$TMP/a100off.out" 2>&1
+"$TT" plan --gpu a100 --precision fp32 "$TMP/lenet_notf32.recipe" >"$TMP/a100rec.out" 2>&1
+"$TT" plan --gpu a100 --precision fp32 --tf32 on "$TMP/lenet_notf32.recipe" >"$TMP/a100recon.out" 2>&1
+"$TT" plan --gpu a100 --precision bf16 "$L" >"$TMP/a100bf.out" 2>&1
+"$TT" plan --gpu t4 --precision fp32 "$L" >"$TMP/t4tf.out" 2>&1
+"$TT" plan --device cpu "$L" >"$TMP/cputf.out" 2>&1
+"$TT" plan --gpu a100 --precision fp32 --json "$L" >"$TMP/a100.json" 2>&1
+"$TT" plan --device cpu --json "$L" >"$TMP/cpu.json" 2>&1
+if ! grep -q "^  tf32        on (\[train\] tf32 = on, the default): fp32 convolutions and GEMMs on TF32" "$TMP/a100.out"; then
+  fail plan_tf32 "a100: $(grep tf32 "$TMP/a100.out")"
+elif ! grep -q "^  tf32        off (--tf32 off)" "$TMP/a100off.out"; then fail plan_tf32 "a100 --tf32 off: $(grep tf32 "$TMP/a100off.out")"
+elif ! grep -q "^  tf32        off (\[train\] tf32 = off)" "$TMP/a100rec.out"; then fail plan_tf32 "tf32 = off: $(grep tf32 "$TMP/a100rec.out")"
+elif ! grep -q "^  tf32        on (--tf32 on)" "$TMP/a100recon.out"; then
+  fail plan_tf32 "--tf32 on over tf32 = off: $(grep tf32 "$TMP/a100recon.out")"
+elif ! grep -q "unused by this plan" "$TMP/a100bf.out"; then fail plan_tf32 "a100 bf16: $(grep tf32 "$TMP/a100bf.out")"
+elif ! grep -q "^  tf32        asked .* but not used: compute capability 7.5" "$TMP/t4tf.out"; then fail plan_tf32 "t4: $(grep tf32 "$TMP/t4tf.out")"
+elif grep -q "tf32" "$TMP/cputf.out"; then fail plan_tf32 "the CPU plan has a tf32 line"
+elif ! python3 -c 'import json,sys; a=json.load(open(sys.argv[1])); c=json.load(open(sys.argv[2])); assert a["tf32"] is True and c["tf32"] is None and c["conv_workspace_cap_bytes"] is None, (a["tf32"], c["tf32"])' "$TMP/a100.json" "$TMP/cpu.json"; then
+  fail plan_tf32 "JSON tf32 fields"
+elif "$TT" plan --tf32 maybe "$L" >/dev/null 2>"$TMP/tfbad.err"; [ $? -ne 2 ]; then fail plan_tf32 "--tf32 maybe: not exit 2"
+else pass plan_tf32
+fi
 exit $FAILED

@@ -54,7 +54,7 @@ static void main_usage(FILE *f, const char *cmd) {
   if (cmd && !strcmp(cmd, "plan")) {
     fprintf(f, "usage: tinytrain plan [--vram SIZE] [--device auto|cpu|cuda] [--gpu NAME] [--micro-batch N]\n"
                "                      [--precision fp32|fp16|bf16|auto] [--recompute none|auto|all] [--ranks N] [--max-batch]\n"
-               "                      [--json] [--svg FILE] RECIPE\n\n"
+               "                      [--tf32 on|off] [--json] [--svg FILE] RECIPE\n\n"
                "Says whether and how RECIPE's training fits in SIZE of device memory, without a GPU and without\n"
                "data files: the chosen micro-batch, accumulation, precision and recomputed layers, every buffer\n"
                "class, the arena size against its lower bound, and the alternatives rejected. --max-batch gives\n"
@@ -69,6 +69,8 @@ static void main_usage(FILE *f, const char *cmd) {
                "  --micro-batch N        fix the micro-batch instead of the scheduler's choice\n"
                "  --precision P          fp32, fp16, bf16 or auto (the recipe's)\n"
                "  --recompute R          none, auto or all (the recipe's)\n"
+               "  --tf32 on|off          TF32 tensor cores for fp32 convolutions and GEMMs on sm_80 and newer\n"
+               "                         (the recipe's [train] tf32, default on)\n"
                "  --threads N            CPU threads (default: all cores)\n"
                "  --ranks N              plan one process's share of the batch, as if launched by mpirun -np N\n"
                "  --max-batch            the largest micro-batch that fits, per precision and recompute setting\n"
@@ -103,17 +105,18 @@ static void main_usage(FILE *f, const char *cmd) {
                "  --max-megapixels M     refuse (skip) larger images (default 64)\n"
                "  -h, --help             this text\n");
   } else if (cmd && !strcmp(cmd, "eval")) {
-    fprintf(f, "usage: tinytrain eval --weights FILE [--device auto|cpu|cuda] [--threads N] RECIPE\n\n"
+    fprintf(f, "usage: tinytrain eval --weights FILE [--device auto|cpu|cuda] [--threads N] [--tf32 on|off] RECIPE\n\n"
                "Prints the top-1 accuracy and loss of FILE (weights.safetensors) on RECIPE's test split.\n\n"
                "options:\n"
                "  --weights FILE         the weights to evaluate (required)\n"
                "  --device auto|cpu|cuda where to run (auto: a GPU if there is one)\n"
                "  --threads N            CPU threads (default: all cores)\n"
+               "  --tf32 on|off          TF32 for fp32 convolutions and GEMMs on sm_80 and newer (the recipe's)\n"
                "  -h, --help             this text\n");
   } else {
     fprintf(f, "usage: tinytrain [train] [--vram SIZE] [--device auto|cpu|cuda] [--epochs N] [--out DIR]\n"
                "                 [--resume DIR | --init FILE] [--threads N] [--micro-batch N] [--precision fp32|fp16|bf16|auto]\n"
-               "                 [--recompute none|auto|all] [--max-steps N] [--checkpoint-every N|10m]\n"
+               "                 [--recompute none|auto|all] [--tf32 on|off] [--max-steps N] [--checkpoint-every N|10m]\n"
                "                 RECIPE\n"
                "       tinytrain plan [options] RECIPE      (tinytrain plan --help)\n"
                "       tinytrain eval --weights FILE RECIPE (tinytrain eval --help)\n"
@@ -138,6 +141,8 @@ static void main_usage(FILE *f, const char *cmd) {
                "  --micro-batch N        fix the micro-batch instead of the scheduler's choice\n"
                "  --precision P          fp32, fp16, bf16 or auto (the recipe's)\n"
                "  --recompute R          none, auto or all (the recipe's)\n"
+               "  --tf32 on|off          TF32 tensor cores for fp32 convolutions and GEMMs on sm_80 and newer\n"
+               "                         (the recipe's [train] tf32, default on; off: true fp32, as the CPU)\n"
                "  --max-steps N          stop with a checkpoint after N optimizer steps in all\n"
                "  --checkpoint-every I   optimizer steps (500), wall time (30s, 10m, 1h) or 0 (ends of epochs)\n"
                "  --version              the version and the backends built in\n"
@@ -176,7 +181,7 @@ typedef struct main_args {
 enum {
   OPT_VRAM = 256, OPT_DEVICE, OPT_EPOCHS, OPT_THREADS, OPT_MICRO_BATCH, OPT_MAX_STEPS, OPT_CHECKPOINT_EVERY,
   OPT_PRECISION, OPT_RECOMPUTE, OPT_OUT, OPT_RESUME, OPT_WEIGHTS, OPT_JSON, OPT_MAX_BATCH, OPT_VERSION, OPT_TOP, OPT_INIT,
-  OPT_RANKS, OPT_SIZE, OPT_CHANNELS, OPT_MAX_MEGAPIXELS, OPT_SVG, OPT_GPU
+  OPT_RANKS, OPT_SIZE, OPT_CHANNELS, OPT_MAX_MEGAPIXELS, OPT_SVG, OPT_GPU, OPT_TF32
 };
 
 static const struct option main_options[] = {
@@ -204,6 +209,7 @@ static const struct option main_options[] = {
     {"max-megapixels", required_argument, NULL, OPT_MAX_MEGAPIXELS},
     {"svg", required_argument, NULL, OPT_SVG},
     {"gpu", required_argument, NULL, OPT_GPU},
+    {"tf32", required_argument, NULL, OPT_TF32},
     {NULL, 0, NULL, 0}};
 
 /* index of v in the '|'-free list names (NULL-terminated), or -1 */
@@ -240,7 +246,7 @@ static int main_unused(int c, const char *cmd) {
       {OPT_THREADS, " train plan eval predict "}, {OPT_MICRO_BATCH, " train plan "}, {OPT_MAX_STEPS, " train "},
       {OPT_CHECKPOINT_EVERY, " train "}, {OPT_PRECISION, " train plan "}, {OPT_RECOMPUTE, " train plan "},
       {OPT_OUT, " train "}, {OPT_RESUME, " train "}, {OPT_WEIGHTS, " eval predict "}, {OPT_SVG, " plan "},
-      {OPT_GPU, " plan "}};
+      {OPT_GPU, " plan "}, {OPT_TF32, " train plan eval "}};
   char key[16];
   snprintf(key, sizeof key, " %s ", cmd);
   for (size_t k = 0; k < sizeof used / sizeof used[0]; k++)
@@ -254,6 +260,7 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
   static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
   static const char *const precisions[] = {"auto", "fp32", "fp16", "bf16", NULL};
   static const char *const recomputes[] = {"auto", "none", "all", NULL};
+  static const char *const onoff[] = {"on", "off", NULL};
   const char *cmd = a->cmd;
   int k, n;
   long long st;
@@ -314,6 +321,10 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
     case OPT_RESUME: o->resume_dir = v; return 0;
     case OPT_INIT: o->init_weights = v; return 0;
     case OPT_GPU: o->gpu = v; return 0;
+    case OPT_TF32: /* TT_TF32_RECIPE (0), _ON, _OFF */
+      if ((k = main_pick(v, onoff)) < 0) return main_bad(cmd, "--tf32 takes on or off, not", v);
+      o->tf32 = (tt_run_tf32)(k + 1);
+      return 0;
     case OPT_WEIGHTS: a->weights = v; return 0;
     case OPT_SVG: a->svg = v; return 0;
     case OPT_TOP: return main_int(v, &a->top) ? main_bad(cmd, "--top takes a positive integer, not", v) : 0;

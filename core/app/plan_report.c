@@ -25,6 +25,16 @@ static const char *plan_compress_name(int f) {
   return names[f & 3];
 }
 
+/* The CUDA backend here: sets its cuDNN workspace cap (0: the default) and returns the one before;
+ * 0 and nothing done for any other backend. */
+static size_t plan_default_ws_cap(tt_session *s, size_t cap) {
+#ifdef TT_HAVE_CUDA
+  if (s->reserve_measured) return tt_cuda_set_conv_workspace_cap(s->be, cap);
+#endif
+  (void)s, (void)cap;
+  return 0;
+}
+
 static void plan_breakdown(const tt_program *p, size_t *params, size_t *grads, size_t *opt, size_t *acts, size_t *ws) {
   size_t at[TT_BC_COUNT];
   tt_program_peak_breakdown(p, at);
@@ -51,6 +61,7 @@ static int plan_max_batch(tt_session *s, const tt_run_opts *o, int json, FILE *o
                plan_mib(s->sched.budget_bytes), plan_mib(s->vram_bytes), plan_mib(s->sched.reserve_bytes));
   if (!json) fprintf(out, "  %-10s %-10s %12s %14s\n", "precision", "recompute", "micro-batch", "arena MiB");
   int first = 1;
+  size_t cap = plan_default_ws_cap(s, 0); /* as the search plans: the default cuDNN workspace cap */
   for (int d = 0; d < 3; d++)
     for (int r = 0; r < 3; r++) {
       size_t arena = 0;
@@ -63,6 +74,7 @@ static int plan_max_batch(tt_session *s, const tt_run_opts *o, int json, FILE *o
         fprintf(out, "  %-10s %-10s %12d %14.1f\n", tt_dtype_name(dts[d]), rn[r], mb, plan_mib(arena));
       }
     }
+  plan_default_ws_cap(s, cap);
   if (json) fprintf(out, "]}\n");
   return 0;
 }
@@ -71,7 +83,11 @@ static int plan_max_batch(tt_session *s, const tt_run_opts *o, int json, FILE *o
  * the report states. */
 static void plan_explain(tt_session *s) {
   double t0 = tt_now();
+  /* the alternatives as the search weighed them: with the default cuDNN workspace cap (the
+   * budget's widening applies to the chosen plan only, tt_policy_widen_workspace) */
+  size_t cap = plan_default_ws_cap(s, 0);
   tt_policy_explain(&s->graph, s->be, &s->policy_opts, &s->sched);
+  plan_default_ws_cap(s, cap);
   s->plan_ms += 1e3 * (tt_now() - t0);
 }
 
@@ -176,6 +192,12 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
     tt_strbuf_printf(&b, ", \"precision_why\": ");
     tt_strbuf_json(&b, why);
   }
+  /* TF32: null where the target is the CPU; the cuDNN workspace cap: null where no GPU here planned */
+  tt_strbuf_printf(&b, ", \"tf32\": %s", !s->target_cuda ? "null" : s->tf32_used ? "true" : "false");
+  if (s->conv_ws_cap)
+    tt_strbuf_printf(&b, ", \"conv_workspace_cap_bytes\": %zu, \"conv_workspace_max_bytes\": %zu", s->conv_ws_cap, s->conv_ws_max);
+  else
+    tt_strbuf_printf(&b, ", \"conv_workspace_cap_bytes\": null, \"conv_workspace_max_bytes\": null");
   tt_strbuf_printf(&b, ", \"frozen_params\": %zu, \"frozen_saved_bytes\": %zu", g->frozen_numel, plan_frozen_saved(s));
   {
     int threads, streaming;
@@ -329,6 +351,13 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
     int nbn = 0;
     for (int i = 0; i < g->nnodes; i++) nbn += g->nodes[i].kind == TT_L_BN;
     if (nbn) fprintf(out, "              batch-norm statistics are computed per micro-batch of %d\n", r->policy.micro_batch);
+  }
+  { /* TF32 and the cuDNN workspace cap: only where the target is a CUDA card */
+    char line[320];
+    tt_session_tf32_text(s, line, sizeof line);
+    if (line[0]) fprintf(out, "  tf32        %s\n", line);
+    tt_session_workspace_text(s, line, sizeof line);
+    if (line[0]) fprintf(out, "  cudnn ws    %s\n", line);
   }
   fprintf(out, "  predicted   %.1f ms per optimizer step (%.1f ms of it recomputing), %s cost model\n",
           r->predicted_step_ms, r->recompute_ms, s->profile->name);

@@ -127,6 +127,8 @@ typedef struct tt_train_cfg {
                                  * of role TT_PR_WEIGHT) and glob patterns (* and ?) on full names */
   int decay_line;               /* recipe line of `decay` (0: not given) */
   float clip_norm;              /* gradient clipping by global L2 norm; 0: off */
+  int tf32_off;                 /* [train] tf32 = off: fp32 convolutions and GEMMs in true fp32 on sm_80+ too
+                                 * (0, the default: TF32 where the card has it; docs/gpu.md#tf32) */
 } tt_train_cfg;
 
 typedef struct tt_model {

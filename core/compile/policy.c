@@ -413,6 +413,69 @@ int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oi
   return 0;
 }
 
+/* ---- the convolution workspace cap from the budget (policy.h) ---- */
+
+/* The largest workspace buffer of a program (its TT_BC_WORKSPACE buffers), bytes. */
+static size_t sched_max_ws(const tt_program *p) {
+  size_t m = 0;
+  for (int i = 0; i < p->nbufs; i++)
+    if (p->bufs[i].cls == TT_BC_WORKSPACE && p->bufs[i].bytes > m) m = p->bufs[i].bytes;
+  return m;
+}
+
+/* Lowers and plans p's policy again (its recompute set included) into q. */
+static int sched_relower(const tt_graph *g, tt_backend *be, const tt_program *p, tt_program *q, tt_err *err) {
+  tt_policy pol = p->policy;
+  int rc;
+  if ((rc = tt_lower(g, &pol, be, q, err))) return rc;
+  if ((rc = tt_program_plan(q, err))) tt_program_free(q);
+  return rc;
+}
+
+static size_t sched_arena(const tt_program *t, const tt_program *e) {
+  return t->persistent_bytes + (t->transient_bytes > e->transient_bytes ? t->transient_bytes : e->transient_bytes);
+}
+
+int tt_policy_widen_workspace(const tt_graph *g, tt_backend *be, tt_policy_result *r, size_t budget,
+                              size_t (*set_cap)(tt_backend *, size_t), size_t *cap, size_t *dflt, size_t *ws_max,
+                              tt_err *err) {
+  size_t d = set_cap(be, 0), arena = sched_arena(&r->train, &r->eval);
+  *dflt = *cap = d;
+  *ws_max = sched_max_ws(&r->train);
+  /* under 1 MiB of slack changes no choice worth a second planning */
+  if (!budget || arena >= budget || budget - arena <= ((size_t)1 << 20)) return 0;
+  size_t slack = budget - arena;
+  for (int k = 0; k < 3; k++) {
+    size_t c = d + (slack >> k);
+    tt_program nt, ne;
+    int rc;
+    set_cap(be, c);
+    if ((rc = sched_relower(g, be, &r->train, &nt, err))) {
+      if (rc == TT_ERR_TOO_LARGE) continue; /* sizes past 2^64 bytes: a smaller cap */
+      set_cap(be, 0);
+      return -1;
+    }
+    if ((rc = sched_relower(g, be, &r->eval, &ne, err))) {
+      tt_program_free(&nt);
+      if (rc == TT_ERR_TOO_LARGE) continue;
+      set_cap(be, 0);
+      return -1;
+    }
+    if (sched_arena(&nt, &ne) <= budget) {
+      tt_program_free(&r->train);
+      tt_program_free(&r->eval);
+      r->train = nt, r->eval = ne;
+      *cap = c;
+      *ws_max = sched_max_ws(&r->train);
+      return 0;
+    }
+    tt_program_free(&nt);
+    tt_program_free(&ne);
+  }
+  set_cap(be, 0); /* the default, with which the kept programs were planned */
+  return 0;
+}
+
 /* ---- report-only: what `tinytrain plan` and a refusal say, planned only when asked ---- */
 
 /* The three largest buffer classes live at the peak of the smallest plan the options allow:

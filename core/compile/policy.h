@@ -75,6 +75,19 @@ typedef struct tt_policy_result {
 tt_dtype tt_policy_half(const tt_policy_opts *o);
 int tt_policy_search(const tt_graph *g, tt_backend *planner_be, const tt_policy_opts *o, tt_policy_result *r, tt_err *err);
 void tt_policy_result_free(tt_policy_result *r);
+/* The convolution workspace cap from the budget, after tt_policy_search (the CUDA backend: cuDNN
+ * algorithms are chosen among those whose workspace is at most a cap, by default 64 MiB). The
+ * schedule was chosen with the backend's default cap; whatever `budget` leaves beside its arena
+ * (persistent + the larger transient region of train and eval) may go to the workspaces too. A
+ * workspace is live only during its op, so the same policies are lowered and planned again with
+ * the cap raised by that slack, then by half and a quarter of it; the first pair of programs that
+ * still fits `budget` replaces r->train and r->eval. None fits (or no slack, or budget 0): the
+ * default cap and the programs stay. set_cap(be, bytes) sets the backend's cap (0: its default)
+ * and returns the one before. Out: *cap the cap the programs were planned with, *dflt the default,
+ * *ws_max the largest workspace buffer of r->train. 0, or -1 with err set when lowering fails. */
+int tt_policy_widen_workspace(const tt_graph *g, tt_backend *be, tt_policy_result *r, size_t budget,
+                              size_t (*set_cap)(tt_backend *, size_t), size_t *cap, size_t *dflt, size_t *ws_max,
+                              tt_err *err);
 /* The parts of a schedule only a report reads, planned only when asked (`tinytrain plan`, and
  * tt_policy_search's refusal): for a schedule tt_policy_search chose, the arena with each technique
  * switched off and why each alternative lost; for none (r->policy.micro_batch 0), which

@@ -183,6 +183,31 @@ void tt_exec_profile_print(const tt_exec *x, FILE *out) {
   free(rows), free(names), free(ops), free(prog);
 }
 
+/* The update steps of the training program as one table for the backend's *_update_multi (setup
+ * only: the pointers are fixed once the arena is). A backend without them, or no training
+ * program: no table. */
+static int exec_update_table(tt_exec *x, tt_err *err) {
+  const tt_program *p = x->train;
+  int n = 0;
+  if (!p || !x->be->sgd_update_multi || !x->be->adam_update_multi) return 0;
+  for (int i = p->micro_end; i < p->nsteps; i++) n += p->steps[i].op == TT_S_UPDATE;
+  if (!n) return 0;
+  x->useg = (tt_update_seg *)tt_calloc((size_t)n, sizeof(tt_update_seg), "update table", err);
+  if (!x->useg) return -1;
+  for (int i = p->micro_end; i < p->nsteps; i++) {
+    const tt_step *s = &p->steps[i];
+    if (s->op != TT_S_UPDATE) continue;
+    tt_update_seg *u = &x->useg[x->nuseg++];
+    u->w = (float *)tt_exec_ptr(x, p, s->out[TT_UPD_PARAM]);
+    u->g = (const float *)tt_exec_ptr(x, p, s->in[TT_UPD_GRAD]);
+    u->m = (float *)tt_exec_ptr(x, p, s->out[TT_UPD_M]);
+    u->v = (float *)tt_exec_ptr(x, p, s->out[TT_UPD_V]);
+    u->count = s->a.count;
+    u->decay = (s->flags & TT_SF_DECAY) != 0;
+  }
+  return 0;
+}
+
 int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const tt_program *eval, tt_backend *be,
                    uint64_t seed, tt_err *err) {
   memset(x, 0, sizeof *x);
@@ -217,7 +242,7 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
     tt_exec_destroy(x);
     return tt_fail(err, "zeroing the arena on %s failed: %s", be->name, be->last_error ? be->last_error(be) : "");
   }
-  if (exec_prepare(x, err)) {
+  if (exec_prepare(x, err) || exec_update_table(x, err)) {
     tt_exec_destroy(x);
     return -1;
   }
@@ -247,6 +272,8 @@ void tt_exec_destroy(tt_exec *x) {
   }
   free(x->f16_input);
   x->f16_input = NULL;
+  free(x->useg);
+  x->useg = NULL, x->nuseg = 0;
   if (x->host_flag) be->host_free(be, x->host_flag);
   x->base = NULL;
   x->host_flag = NULL, x->flag_ev = NULL;
@@ -626,7 +653,7 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
   const int32_t *flag = NULL; /* the overflow flag (fp16), which every update reads */
   tt_clip clip;               /* clip_norm: the gradients' sum of squares, which every update reads */
   const tt_clip *clipp = NULL;
-  int has_clip = 0;
+  int has_clip = 0, updated = 0;
   tt_exec_prof *pf = exec_prof_slot(x, p, -1);
   for (int i = p->micro_end; i < p->nsteps; i++) has_clip |= p->steps[i].op == TT_S_CLIP;
   if (h->clip_norm > 0.0f && !has_clip)
@@ -640,10 +667,12 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
     const tt_step *s = &p->steps[i];
     if (s->op == TT_S_CHECK) {
       int32_t *f = (int32_t *)EXEC_P(s->out[TT_CHECK_FLAG]);
+      size_t off, cnt;
       EXEC_CHECK(be->zero(be, f, sizeof(int32_t)));
-      for (int k = 0; k < p->nparams; k++)
-        if (p->grad_buf[k] >= 0)
-          EXEC_CHECK(be->check_finite(be, p->bufs[p->grad_buf[k]].bytes / sizeof(float), TT_F32, EXEC_P(p->grad_buf[k]), f));
+      /* one call over the gradient region: the padding between accumulators is zero (finite) */
+      if (exec_grad_region(p, &off, &cnt, err)) return -1;
+      if (cnt) EXEC_CHECK(be->check_finite(be, cnt, TT_F32, x->base + off, f));
+      if (exec_sync_point(x, p, s, "check_finite", err)) return -1;
       flag = f;
       continue;
     }
@@ -663,6 +692,20 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
       continue;
     }
     if (s->op != TT_S_UPDATE) return tt_fail(err, "internal error: step %d in the update phase", i);
+    if (x->nuseg) { /* every tensor in one backend call, at the first update step; the others are in it */
+      if (updated) continue;
+      updated = 1;
+      if (h->kind == TT_OPT_SGD)
+        EXEC_CHECK(be->sgd_update_multi(be, x->useg, x->nuseg, h->lr, h->momentum, h->nesterov, h->weight_decay,
+                                        grad_unscale, clipp, flag));
+      else
+        EXEC_CHECK(be->adam_update_multi(be, x->useg, x->nuseg, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay,
+                                         h->kind == TT_OPT_ADAMW, t, grad_unscale, clipp, flag));
+      if (exec_sync_point(x, p, s, h->kind == TT_OPT_SGD ? "sgd_update_multi (every tensor)" : "adam_update_multi (every tensor)",
+                          err))
+        return -1;
+      continue;
+    }
     size_t cnt = s->a.count;
     float *w = (float *)EXEC_P(s->out[TT_UPD_PARAM]);
     const float *gr = (const float *)EXEC_P(s->in[TT_UPD_GRAD]);

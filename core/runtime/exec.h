@@ -35,6 +35,11 @@ typedef struct tt_exec {
   size_t stage_bytes, stage_labels_off;
   int stage_next;
   int32_t *host_flag;      /* the overflow flag read back (host_alloc'ed) */
+  /* the training program's update steps as one table (pointers into the arena, [train] decay per
+   * tensor), made at setup for a backend with sgd_update_multi / adam_update_multi: the whole
+   * optimizer step in one call (backend.h); NULL otherwise, and the steps run one by one */
+  tt_update_seg *useg;
+  int nuseg;
   uint16_t *f16_input;     /* float input to an fp16 program on a device: converted here first
                             * (allocated at its first use, kept; the CPU converts in place) */
   void *flag_ev;           /* recorded after that read-back */

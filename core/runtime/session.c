@@ -33,6 +33,16 @@ static int session_settle(tt_session *s, size_t reserve, tt_err *err) {
                    s->vram_bytes / 1048576.0, (total - s->vram_bytes) / 1048576.0 + 1);
   return 0;
 }
+
+/* The cuDNN workspace cap comes from the budget (tt_policy_widen_workspace): --vram less the
+ * reserve, or without --vram the device's free memory less the libraries' margin. */
+static int session_conv_workspace(tt_session *s, tt_err *err) {
+  tt_policy_result *r = &s->sched;
+  size_t margin = tt_cuda_library_margin(s->be), budget = r->budget_bytes;
+  if (!budget && s->device_free_known) budget = s->device_free_bytes > margin ? s->device_free_bytes - margin : 0;
+  return tt_policy_widen_workspace(&s->graph, s->be, r, budget, tt_cuda_set_conv_workspace_cap, &s->conv_ws_cap,
+                                   &s->conv_ws_default, &s->conv_ws_max, err);
+}
 #endif
 /* The CPU backend's threads: what was asked (0: all), but never more than the cores this
  * process may run on. More gain nothing, each costs its stack (--threads 10000: 700 MB), and
@@ -157,6 +167,9 @@ static int session_schedule(tt_session *s, const tt_run_opts *o, size_t reserve,
     }
     return -1;
   }
+#ifdef TT_HAVE_CUDA
+  if (s->reserve_measured) return session_conv_workspace(s, err);
+#endif
   return 0;
 }
 
@@ -168,6 +181,8 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
   if (o->precision < 0 || o->precision > 3)
     return tt_fail(err, "precision %d: use 0 (auto), 1 (fp32), 2 (fp16) or 3 (bf16)", o->precision);
   if (o->recompute < 0 || o->recompute > 2) return tt_fail(err, "recompute %d: use 0 (auto), 1 (none) or 2 (all)", o->recompute);
+  if (o->tf32 < TT_TF32_RECIPE || o->tf32 > TT_TF32_OFF)
+    return tt_fail(err, "tf32 %d: use TT_TF32_RECIPE (0), TT_TF32_ON (1) or TT_TF32_OFF (2)", (int)o->tf32);
   if (o->threads < 0 || o->epochs < 0 || o->micro_batch < 0 || o->ranks < 0 || o->max_steps < 0)
     return tt_fail(err, "threads, epochs, micro_batch, ranks and max_steps must be >= 0 (0: the default)");
   tt_session *s = (tt_session *)tt_calloc(1, sizeof(tt_session), "session", err);
@@ -184,6 +199,21 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
   s->ranks = o->ranks > 1 && mode != TT_SESSION_EVAL ? o->ranks : 1;
   if (tt_dist_per_rank_batch(&s->model, s->ranks, err)) goto fail; /* the schedule is per rank */
   if (tt_graph_build(&s->model, &s->graph, err) || session_backend(s, o, mode, &reserve, err)) goto fail;
+  /* TF32 before the first workspace query: the convolution algorithms depend on the math type */
+  s->tf32_asked = o->tf32 == TT_TF32_ON || (o->tf32 != TT_TF32_OFF && !s->model.train.tf32_off);
+  s->tf32_cli = o->tf32 != TT_TF32_RECIPE;
+  if (s->target_cuda) s->tf32_used = s->tf32_asked && s->profile->sm >= 80; /* a named card; the generic one: sm 0 */
+#ifdef TT_HAVE_CUDA
+  if (s->reserve_measured) {
+    int t = tt_cuda_set_tf32(s->be, s->tf32_asked);
+    if (t < 0) {
+      tt_fail(err, "CUDA backend: setting TF32 %s failed: %s", s->tf32_asked ? "on" : "off", s->be->last_error(s->be));
+      goto fail;
+    }
+    s->tf32_used = t;
+    s->cuda_cc = tt_cuda_compute_capability(s->be);
+  }
+#endif
   if (!s->vram_bytes && o->gpu) s->vram_bytes = s->profile->memory_bytes; /* --gpu t4 alone: the T4's memory */
   t0 = tt_now();
   if (mode == TT_SESSION_EVAL) {
@@ -228,6 +258,11 @@ void tt_session_print_summary(const tt_session *s, FILE *out) {
           r->train.peak_live_bytes / 1048576.0);
   if (s->vram_bytes) fprintf(out, "           budget %.1f MiB of --vram %.1f MiB%s\n", r->budget_bytes / 1048576.0, s->vram_bytes / 1048576.0,
                              s->budget_clamped ? ", clamped to the device's free memory" : "");
+  char line[320];
+  tt_session_tf32_text(s, line, sizeof line);
+  if (line[0]) fprintf(out, "  tf32     %s\n", line);
+  tt_session_workspace_text(s, line, sizeof line);
+  if (line[0]) fprintf(out, "  cudnn ws %s\n", line);
 #ifdef TT_HAVE_CUDA
   if (s->reserve_measured)
     fprintf(out, "           reserve %.1f MiB (measured, with %.0f MiB kept for cuDNN/cuBLAS, which took %.1f MiB)\n",
@@ -274,6 +309,37 @@ void tt_session_precision_text(const tt_session *s, char *buf, size_t n) {
              s->profile->bf16 && !s->target_cuda ? ": its batch norm and elementwise ops convert each bf16 value through fp32" : "");
 }
 
+void tt_session_tf32_text(const tt_session *s, char *buf, size_t n) {
+  const char *src = s->tf32_cli ? (s->tf32_asked ? "--tf32 on" : "--tf32 off")
+                    : s->model.train.tf32_off ? "[train] tf32 = off" : "[train] tf32 = on, the default";
+  buf[0] = 0;
+  if (!s->target_cuda) return;
+  int unused = s->sched.policy.micro_batch && s->sched.policy.act_dtype != TT_F32;
+  if (!s->tf32_asked)
+    snprintf(buf, n, "off (%s): fp32 convolutions and GEMMs in true fp32 (cuDNN FMA math, cuBLAS default math)", src);
+  else if (s->tf32_used)
+    snprintf(buf, n, "on (%s): fp32 convolutions and GEMMs on TF32 tensor cores (10-bit mantissa inputs, fp32 "
+             "accumulation)%s", src, unused ? "; unused by this plan: its convolutions and GEMMs are 16-bit" : "");
+  else if (s->reserve_measured || s->profile->sm)
+    snprintf(buf, n, "asked (%s) but not used: compute capability %d.%d has no TF32 (sm_80 and newer have)", src,
+             (s->reserve_measured ? s->cuda_cc : s->profile->sm) / 10, (s->reserve_measured ? s->cuda_cc : s->profile->sm) % 10);
+  else
+    snprintf(buf, n, "on (%s) where the card is sm_80 or newer; a generic card's compute capability is not known", src);
+}
+
+void tt_session_workspace_text(const tt_session *s, char *buf, size_t n) {
+  buf[0] = 0;
+  if (!s->conv_ws_cap) return;
+  if (s->conv_ws_cap > s->conv_ws_default)
+    snprintf(buf, n, "convolution algorithms may take up to %.0f MiB of workspace (%.0f MiB default + what the budget "
+             "left beside the plan); the largest planned workspace is %.1f MiB", s->conv_ws_cap / 1048576.0,
+             s->conv_ws_default / 1048576.0, s->conv_ws_max / 1048576.0);
+  else
+    snprintf(buf, n, "convolution algorithms may take up to %.0f MiB of workspace (the default: the budget leaves "
+             "no more beside the plan); the largest planned workspace is %.1f MiB", s->conv_ws_cap / 1048576.0,
+             s->conv_ws_max / 1048576.0);
+}
+
 void tt_session_close(tt_session *s) {
   if (!s) return;
   if (s->have_exec) tt_exec_destroy(&s->x);
@@ -285,9 +351,10 @@ void tt_session_close(tt_session *s) {
 }
 
 const char *tt_build_info(void) {
-  static char buf[384];
+  static char buf[512];
 #ifdef TT_HAVE_CUDA
-  snprintf(buf, sizeof buf, "backends: cpu (%s), ref (OpenBLAS), cuda (%s)", tt_cpu_backend_info(), tt_cuda_info());
+  snprintf(buf, sizeof buf, "backends: cpu (%s), ref (OpenBLAS), cuda (%s; TF32 for fp32 convolutions and GEMMs on "
+           "sm_80 and newer unless [train] tf32 = off or --tf32 off)", tt_cpu_backend_info(), tt_cuda_info());
 #else
   snprintf(buf, sizeof buf, "backends: cpu (%s), ref (OpenBLAS); built without CUDA", tt_cpu_backend_info());
 #endif

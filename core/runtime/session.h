@@ -36,6 +36,13 @@ typedef struct tt_session {
   double plan_ms;        /* schedule + plan wall time */
   size_t vram_bytes;
   int ranks;             /* processes the recipe's batch is shared among (core/runtime/dist.h); the plan is per rank */
+  int tf32_asked;        /* [train] tf32 / --tf32: TF32 wanted for fp32 convolutions and GEMMs */
+  int tf32_cli;          /* the choice came from --tf32 (tt_run_opts.tf32), not the recipe */
+  int cuda_cc;           /* the GPU here: compute capability x 10 (0: none) */
+  int tf32_used;         /* 1: the device here (or the card planned for) computes them in TF32 */
+  size_t conv_ws_cap;    /* CUDA here: the cuDNN workspace cap the plan was made with (0: none known) */
+  size_t conv_ws_default;/* the backend's default cap (TT_CUDA_CONV_WS_DEFAULT_CAP or 1/64 of the card) */
+  size_t conv_ws_max;    /* the largest workspace buffer of the training program, bytes */
 } tt_session;
 
 int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode, tt_err *err);
@@ -46,6 +53,12 @@ void tt_session_policy_text(const tt_session *s, char *buf, size_t n);
 /* Which activation precision the plan uses and why, in one line (the plan's "precision" line):
  * as asked, or what `auto` picked on this device (bf16 where native, else fp16 or fp32). */
 void tt_session_precision_text(const tt_session *s, char *buf, size_t n);
+/* Whether fp32 convolutions and GEMMs use TF32, and why, in one line (the plan's and the run
+ * header's "tf32" line); "" where the target is the CPU. */
+void tt_session_tf32_text(const tt_session *s, char *buf, size_t n);
+/* The cuDNN workspace cap and what the plan gave the largest workspace, in one line; "" where no
+ * CUDA backend made the plan. */
+void tt_session_workspace_text(const tt_session *s, char *buf, size_t n);
 void tt_session_close(tt_session *s);
 
 #ifdef __cplusplus

@@ -353,6 +353,32 @@ extern "C" int tt_cuda_compute_capability(tt_backend *b) {
   return (b && b->impl && b->name && !strcmp(b->name, "cuda")) ? tt_cuda_st(b)->cc : 0;
 }
 
+/* TF32 (tt_cuda.h): cuBLAS through the handle's math mode (CUBLAS_TF32_TENSOR_OP_MATH lets
+ * cublasGemmEx with CUBLAS_COMPUTE_32F round fp32 operands to TF32 on tensor cores; fp16 and bf16
+ * GEMMs are unaffected), cuDNN through the math type each fp32 convolution is set to
+ * (cuda_conv.cu: CUDNN_DEFAULT_MATH allows TF32 from cuDNN 8 on, CUDNN_FMA_MATH forbids it).
+ * Below compute capability 8.0 both stay in true fp32: there are no TF32 tensor cores. */
+extern "C" int tt_cuda_set_tf32(tt_backend *b, int on) {
+  tt_cuda_state *st;
+  if (!b || !b->impl || !b->name || strcmp(b->name, "cuda")) return -1;
+  st = tt_cuda_st(b);
+  st->tf32 = on && st->cc >= 80;
+  CUBLAS_CHECK(b, cublasSetMathMode(st->blas, st->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  tt_cuda_conv_cache_forget(b); /* the algorithms were chosen for the other math type */
+  return st->tf32;
+}
+
+extern "C" size_t tt_cuda_set_conv_workspace_cap(tt_backend *b, size_t bytes) {
+  tt_cuda_state *st;
+  size_t old;
+  if (!b || !b->impl || !b->name || strcmp(b->name, "cuda")) return 0;
+  st = tt_cuda_st(b);
+  old = st->ws_cap;
+  st->ws_cap = bytes ? bytes : st->ws_cap_default;
+  if (st->ws_cap != old) tt_cuda_conv_cache_forget(b); /* the choices were made under the old cap */
+  return old;
+}
+
 extern "C" size_t tt_cuda_alloc_count(tt_backend *b) {
   return (b && b->impl && b->name && !strcmp(b->name, "cuda")) ? tt_cuda_st(b)->alloc_count : 0;
 }
@@ -460,7 +486,9 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   CUBLAS_CHECK(b, cublasSetStream(st->blas, st->compute));
   /* No cuBLAS-owned workspace: every GEMM gets its planned buffer (cuda_linear.cu). */
   CUBLAS_CHECK(b, cublasSetWorkspace(st->blas, NULL, 0));
-  /* fp32 GEMMs in true fp32 (no TF32); fp16 GEMMs still use tensor cores via GemmEx. */
+  /* fp32 GEMMs in true fp32 (no TF32) until tt_cuda_set_tf32 says otherwise; fp16 and bf16
+   * GEMMs use tensor cores through GemmEx either way. */
+  st->tf32 = 0;
   CUBLAS_CHECK(b, cublasSetMathMode(st->blas, CUBLAS_DEFAULT_MATH));
   CUBLAS_CHECK(b, cublasSetPointerMode(st->blas, CUBLAS_POINTER_MODE_HOST));
   CUDNN_CHECK(b, cudnnCreate(&st->dnn));
@@ -471,10 +499,12 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   CUDA_CHECK(b, cudaDeviceSynchronize());
   CUDA_CHECK(b, cudaMemGetInfo(&fr, &tot));
   st->total_mem = tot;
-  /* cuDNN workspace cap: a convolution's algorithm is chosen among those needing at most
-   * this much (64 MiB, or 1/64 of the card on small cards). */
+  /* cuDNN workspace cap until the plan says how much it can give (tt_cuda_set_conv_workspace_cap):
+   * a convolution's algorithm is chosen among those needing at most this much (64 MiB, or 1/64
+   * of the card on small cards). */
   st->ws_cap = tot / 64;
-  if (st->ws_cap > ((size_t)64 << 20)) st->ws_cap = (size_t)64 << 20;
+  if (st->ws_cap > TT_CUDA_CONV_WS_DEFAULT_CAP) st->ws_cap = TT_CUDA_CONV_WS_DEFAULT_CAP;
+  st->ws_cap_default = st->ws_cap;
   st->blas_ws = (size_t)(prop.major >= 9 ? 32 : 4) << 20; /* cuda_linear.cu says why */
   /* What cuDNN and cuBLAS may still load after setup (tt_cuda.h): their modules, and the local
    * memory the context grows to for a kernel needing more per thread, which the driver sizes for
@@ -556,6 +586,7 @@ static const tt_backend cuda_be_table = {
     tt_cuda_ln_fwd, tt_cuda_ln_bwd, tt_cuda_attn_fwd, tt_cuda_attn_bwd, tt_cuda_tokens_fwd, tt_cuda_tokens_bwd,
     tt_cuda_token_pool_fwd, tt_cuda_token_pool_bwd,
     tt_cuda_sum_squares,
+    tt_cuda_sgd_update_multi, tt_cuda_adam_update_multi,
 };
 
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize) {

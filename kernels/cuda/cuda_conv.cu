@@ -8,7 +8,10 @@
  * dw in the tensor dtype, and the backend accumulates it into the fp32 gradient). If the planned
  * buffer turns out smaller at run time the choice is redone within ws_bytes.
  *
- * fp32 uses CUDNN_FMA_MATH (no TF32, so results match the CPU backend to ~1e-5); fp16 stores
+ * fp32 uses CUDNN_FMA_MATH (no TF32, so results match the CPU backend to ~1e-5) unless the session
+ * turned TF32 on (tt_cuda_set_tf32, compute capability 8.0 and newer only): then CUDNN_DEFAULT_MATH
+ * for the ranking, and each algorithm runs with the math type cuDNN ranked it with (TF32 tensor
+ * cores where it has them), as PyTorch's torch.backends.cudnn.allow_tf32 = True does; fp16 stores
  * half, computes in fp32 (PSEUDO_HALF) and may use tensor cores. bf16 likewise: x, w and y
  * CUDNN_DATA_BFLOAT16 with a FLOAT compute type (cuDNN's PSEUDO_BFLOAT16 configuration, the one
  * bf16 configuration of the legacy convolution API, which needs compute capability 8.0: older
@@ -26,6 +29,13 @@ static size_t cuda_conv_round(size_t v) { return (v + 255u) & ~(size_t)255u; }
 
 /* fp16 and bf16: 16-bit tensors, fp32 compute, tensor cores allowed */
 static int cuda_conv_16bit(tt_dtype dt) { return dt == TT_F16 || dt == TT_BF16; }
+
+/* The math type a convolution's descriptor is ranked with: tensor-op math for 16-bit tensors;
+ * for fp32 CUDNN_DEFAULT_MATH (TF32 allowed, cuDNN 8 and newer) when TF32 is on, else
+ * CUDNN_FMA_MATH (true fp32). */
+static cudnnMathType_t cuda_conv_base_math(tt_backend *b, tt_dtype dt) {
+  return cuda_conv_16bit(dt) ? CUDNN_TENSOR_OP_MATH : tt_cuda_st(b)->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
 
 static int cuda_conv_check(tt_backend *b, const char *op, const tt_conv_desc *d, tt_dtype dt) {
   if (!d) return tt_cuda_fail(b, "%s: NULL conv desc", op);
@@ -60,6 +70,12 @@ int tt_cuda_conv_cache_create(tt_backend *b) {
     st->nconv = i + 1;
   }
   return 0;
+}
+
+void tt_cuda_conv_cache_forget(tt_backend *b) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  int i;
+  for (i = 0; st->conv && i < st->nconv; i++) memset(st->conv[i].have, 0, sizeof st->conv[i].have);
 }
 
 void tt_cuda_conv_cache_destroy(tt_backend *b) {
@@ -121,7 +137,7 @@ static tt_cuda_conv_slot *cuda_conv_slot(tt_backend *b, const tt_conv_desc *d, t
   CUDA_CONV_TRY(cudnnSetConvolution2dDescriptor(s->conv, d->pad_h, d->pad_w, d->stride_h, d->stride_w, 1, 1,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   CUDA_CONV_TRY(cudnnSetConvolutionGroupCount(s->conv, d->groups));
-  CUDA_CONV_TRY(cudnnSetConvolutionMathType(s->conv, cuda_conv_16bit(dt) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
+  CUDA_CONV_TRY(cudnnSetConvolutionMathType(s->conv, cuda_conv_base_math(b, dt)));
   CUDA_CONV_TRY(cudnnGetConvolution2dForwardOutputDim(s->conv, s->x, s->w, &on, &oc, &oh, &ow));
 #undef CUDA_CONV_TRY
   if (on != d->n || oc != d->k || oh != d->p || ow != d->q) {
@@ -136,10 +152,14 @@ static tt_cuda_conv_slot *cuda_conv_slot(tt_backend *b, const tt_conv_desc *d, t
   return s;
 }
 
-/* Math type an algorithm may run with: fp32 never with tensor cores (TF32). */
-static int cuda_conv_math_ok(tt_dtype dt, cudnnMathType_t m) {
-  return cuda_conv_16bit(dt) || (m != CUDNN_TENSOR_OP_MATH && m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
+/* Math type an algorithm may run with: fp32 with tensor cores (TF32) only when TF32 is on. */
+static int cuda_conv_math_ok(tt_backend *b, tt_dtype dt, cudnnMathType_t m) {
+  return cuda_conv_16bit(dt) || tt_cuda_st(b)->tf32 || (m != CUDNN_TENSOR_OP_MATH && m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
 }
+
+/* Whether an algorithm runs with the math type cuDNN ranked it with (16-bit tensors, and fp32
+ * under TF32), or with the base math type (fp32 without TF32: FMA, never tensor cores). */
+static int cuda_conv_ranked_math(tt_backend *b, tt_dtype dt) { return cuda_conv_16bit(dt) || tt_cuda_st(b)->tf32; }
 
 /* Chooses the algorithm of direction `which` for slot s among those needing <= limit bytes.
  * Writes *algo, *math, *bytes; 0 on success. */
@@ -149,7 +169,8 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
   int nret = 0, i, best = -1, least = -1;
   size_t best_ws = 0, least_ws = 0;
   cudnnMathType_t best_m = CUDNN_DEFAULT_MATH, least_m = CUDNN_DEFAULT_MATH;
-  cudnnMathType_t base = cuda_conv_16bit(s->dt) ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+  cudnnMathType_t base = cuda_conv_base_math(b, s->dt);
+  int ranked = cuda_conv_ranked_math(b, s->dt);
   CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, base));
   if (which == TT_WS_FWD) {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -157,8 +178,8 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nret, perf));
     for (i = 0; i < nret; i++) {
       size_t ws = 0;
-      if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(s->dt, perf[i].mathType)) continue;
-      CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, cuda_conv_16bit(s->dt) ? perf[i].mathType : base));
+      if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(b, s->dt, perf[i].mathType)) continue;
+      CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, ranked ? perf[i].mathType : base));
       if (cudnnGetConvolutionForwardWorkspaceSize(st->dnn, s->x, s->w, s->conv, s->y, perf[i].algo, &ws) !=
           CUDNN_STATUS_SUCCESS)
         continue;
@@ -171,8 +192,8 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
                                                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nret, perf));
     for (i = 0; i < nret; i++) {
       size_t ws = 0;
-      if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(s->dt, perf[i].mathType)) continue;
-      CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, cuda_conv_16bit(s->dt) ? perf[i].mathType : base));
+      if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(b, s->dt, perf[i].mathType)) continue;
+      CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, ranked ? perf[i].mathType : base));
       if (cudnnGetConvolutionBackwardDataWorkspaceSize(st->dnn, s->w, s->y, s->conv, s->x, perf[i].algo, &ws) !=
           CUDNN_STATUS_SUCCESS)
         continue;
@@ -185,8 +206,8 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
                                                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nret, perf));
     for (i = 0; i < nret; i++) {
       size_t ws = 0;
-      if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(s->dt, perf[i].mathType)) continue;
-      CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, cuda_conv_16bit(s->dt) ? perf[i].mathType : base));
+      if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(b, s->dt, perf[i].mathType)) continue;
+      CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, ranked ? perf[i].mathType : base));
       if (cudnnGetConvolutionBackwardFilterWorkspaceSize(st->dnn, s->x, s->y, s->conv, s->w, perf[i].algo, &ws) !=
           CUDNN_STATUS_SUCCESS)
         continue;
@@ -201,7 +222,7 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
                         s->d.n, s->d.c, s->d.h, s->d.w, s->d.k, s->d.r, s->d.s, s->d.groups,
                         tt_cuda_dtype_name(s->dt));
   *algo = best;
-  *math = cuda_conv_16bit(s->dt) ? best_m : base;
+  *math = ranked ? best_m : base;
   *bytes = best_ws;
   return 0;
 }

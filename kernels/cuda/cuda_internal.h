@@ -67,6 +67,8 @@ typedef struct tt_cuda_state {
   size_t total_mem;     /* device memory */
   int cc;               /* compute capability, major * 10 + minor (75: a T4; bf16 cuDNN/cuBLAS from 80) */
   size_t ws_cap;        /* largest cuDNN workspace a convolution algorithm may ask for */
+  size_t ws_cap_default;/* the setup's ws_cap (tt_cuda_set_conv_workspace_cap(b, 0) restores it) */
+  int tf32;             /* 1: fp32 convolutions and GEMMs may use TF32 (tt_cuda_set_tf32; only from cc 80) */
   size_t blas_ws;       /* cuBLAS workspace each GEMM is planned (cuda_linear.cu) */
   size_t lib_margin;    /* device memory kept for what cuDNN/cuBLAS load after setup (tt_cuda_library_margin) */
   tt_cuda_conv_slot *conv;
@@ -390,6 +392,9 @@ int tt_cuda_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, c
                             float *dw, float *db, float beta, void *ws, size_t ws_bytes);
 int tt_cuda_conv_cache_create(tt_backend *b);
 void tt_cuda_conv_cache_destroy(tt_backend *b);
+/* Forgets every chosen convolution algorithm (the next query or call chooses again): after the
+ * TF32 setting or the workspace cap changed. */
+void tt_cuda_conv_cache_forget(tt_backend *b);
 /* cuda_linear.cu */
 size_t tt_cuda_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which);
 int tt_cuda_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
@@ -446,6 +451,11 @@ int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, fl
 int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
                         float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
                         float grad_scale, const tt_clip *clip, const int32_t *skip);
+int tt_cuda_sgd_update_multi(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float momentum, int nesterov,
+                             float weight_decay, float grad_scale, const tt_clip *clip, const int32_t *skip);
+int tt_cuda_adam_update_multi(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float beta1, float beta2,
+                              float eps, float weight_decay, int decoupled, int t, float grad_scale, const tt_clip *clip,
+                              const int32_t *skip);
 int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
 int tt_cuda_sum_squares(tt_backend *b, size_t count, const float *g, float *acc);
 /* cuda_transformer.cu */

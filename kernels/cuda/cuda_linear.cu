@@ -4,8 +4,9 @@
  *   fwd:         y^T  (out x n)  = w (T of w^T) * x^T          gemm(T, N, out, n, in)
  *   bwd_data:    dx^T (in x n)   = w^T * dy^T                  gemm(N, N, in, n, out)
  *   bwd_filter:  dw^T (in x out) = x^T * dy (T of dy^T)        gemm(N, T, in, out, n)
- * Compute is CUBLAS_COMPUTE_32F (true fp32: the handle's math mode is CUBLAS_DEFAULT_MATH,
- * so no TF32); fp16 and bf16 operands use tensor cores with fp32 accumulation (GemmEx's
+ * Compute is CUBLAS_COMPUTE_32F: true fp32 while the handle's math mode is CUBLAS_DEFAULT_MATH
+ * (a backend's start, --tf32 off, sm_75), TF32 tensor cores for fp32 operands once tt_cuda_set_tf32
+ * set CUBLAS_TF32_TENSOR_OP_MATH (cuda_backend.cu); fp16 and bf16 operands use tensor cores with fp32 accumulation (GemmEx's
  * documented combinations: A/B CUDA_R_16F with C CUDA_R_16F or CUDA_R_32F, A/B CUDA_R_16BF with C
  * CUDA_R_16BF or CUDA_R_32F, all with CUBLAS_COMPUTE_32F). dw is fp32 for 16-bit operands (C
  * float) and accumulates with beta. bf16 is refused below compute capability 8.0, as the

@@ -10,6 +10,8 @@
  */
 #include <math.h>
 
+#include <string.h>
+
 #include "cuda_internal.h"
 
 static cudaStream_t cuda_lo_stream(tt_backend *b) { return tt_cuda_st(b)->compute; }
@@ -220,6 +222,121 @@ int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, f
   return 0;
 }
 
+/* ------------------------- many tensors per launch (backend.h) ------------------------- */
+
+/* Up to CUDA_LO_MULTI tensors per launch, their pointers and sizes in a table passed by value as
+ * a kernel parameter (about 2.6 KiB, under the 4 KiB every architecture takes): nothing to
+ * allocate or upload. cum[s] is the first flat index of tensor s (cum[n] the total); a thread's
+ * flat index i finds its tensor by binary search and runs the per-tensor element update at
+ * i - cum[s] with that tensor's pointers and decay, so each value is computed exactly as the
+ * per-tensor kernels compute it. */
+#define CUDA_LO_MULTI 64
+typedef struct cuda_lo_multi {
+  unsigned long long cum[CUDA_LO_MULTI + 1];
+  float *w[CUDA_LO_MULTI];
+  const float *g[CUDA_LO_MULTI];
+  float *m[CUDA_LO_MULTI];
+  float *v[CUDA_LO_MULTI];
+  unsigned long long decay; /* bit s: tensor s takes the weight decay */
+  int n;
+} cuda_lo_multi;
+
+static __device__ __forceinline__ int cuda_lo_multi_find(const cuda_lo_multi &t, unsigned long long i) {
+  int lo = 0, hi = t.n - 1;
+  while (lo < hi) { /* the last s with cum[s] <= i */
+    int mid = (lo + hi + 1) >> 1;
+    if (t.cum[mid] <= i) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_sgd_multi_k(cuda_lo_multi t, float lr, float momentum,
+                                                                      int nesterov, float weight_decay, float grad_scale,
+                                                                      const float *sumsq, float max_norm,
+                                                                      const int32_t *skip) {
+  if (skip && *skip) return;
+  float gs = tt_clip_grad_scale(grad_scale, sumsq, max_norm);
+  TT_CUDA_LOOP(i, (size_t)t.cum[t.n]) {
+    int s = cuda_lo_multi_find(t, i);
+    float wd = (t.decay >> s) & 1ull ? weight_decay : 0.0f;
+    tt_sgd_elem(i - t.cum[s], t.w[s], t.g[s], t.m[s], lr, momentum, nesterov, wd, gs);
+  }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_adam_multi_k(cuda_lo_multi t, float beta1, float beta2,
+                                                                       float eps, float weight_decay, int decoupled,
+                                                                       tt_adam_consts k, tt_adam_consts k0,
+                                                                       float grad_scale, const float *sumsq,
+                                                                       float max_norm, const int32_t *skip) {
+  if (skip && *skip) return;
+  float gs = tt_clip_grad_scale(grad_scale, sumsq, max_norm);
+  TT_CUDA_LOOP(i, (size_t)t.cum[t.n]) {
+    int s = cuda_lo_multi_find(t, i);
+    int dec = (int)((t.decay >> s) & 1ull);
+    tt_adam_elem(i - t.cum[s], t.w[s], t.g[s], t.m[s], t.v[s], beta1, beta2, eps, dec ? weight_decay : 0.0f, decoupled,
+                 dec ? k : k0, gs);
+  }
+}
+
+/* Fills t with segs[first..] (at most CUDA_LO_MULTI, skipping empty ones); returns the index after
+ * the last taken, or -1 with the reason recorded. */
+static int cuda_lo_multi_fill(tt_backend *b, const char *op, const tt_update_seg *segs, int nseg, int first, int adam,
+                              float momentum, cuda_lo_multi *t) {
+  int i = first;
+  memset(t, 0, sizeof *t);
+  for (; i < nseg && t->n < CUDA_LO_MULTI; i++) {
+    const tt_update_seg *sg = &segs[i];
+    if (!sg->count) continue;
+    if (!sg->w || !sg->g || (adam && (!sg->m || !sg->v)) || (!adam && momentum != 0.0f && !sg->m))
+      return tt_cuda_fail(b, "%s: tensor %d of %d: NULL w, g or optimizer state", op, i, nseg);
+    t->cum[t->n + 1] = t->cum[t->n] + sg->count;
+    t->w[t->n] = sg->w, t->g[t->n] = sg->g, t->m[t->n] = sg->m, t->v[t->n] = sg->v;
+    if (sg->decay) t->decay |= 1ull << t->n;
+    t->n++;
+  }
+  return i;
+}
+
+int tt_cuda_sgd_update_multi(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float momentum, int nesterov,
+                             float weight_decay, float grad_scale, const tt_clip *clip, const int32_t *skip) {
+  cuda_lo_multi t;
+  int next = 0;
+  if (nseg < 0 || (nseg && !segs)) return tt_cuda_fail(b, "sgd_update_multi: %d tensors at %p", nseg, (const void *)segs);
+  if (cuda_lo_clip_bad(b, "sgd_update_multi", clip)) return -1;
+  while (next < nseg) {
+    if ((next = cuda_lo_multi_fill(b, "sgd_update_multi", segs, nseg, next, 0, momentum, &t)) < 0) return -1;
+    if (!t.n) break;
+    TT_LAUNCH(cuda_lo_sgd_multi_k, tt_cuda_blocks((size_t)t.cum[t.n]), TT_CUDA_THREADS, 0, cuda_lo_stream(b), t, lr,
+              momentum, nesterov, weight_decay, grad_scale, clip ? clip->sumsq : (const float *)NULL,
+              clip ? clip->max_norm : 0.0f, skip);
+    CUDA_LAUNCH_CHECK(b, "sgd_update_multi");
+  }
+  return 0;
+}
+
+int tt_cuda_adam_update_multi(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float beta1, float beta2,
+                              float eps, float weight_decay, int decoupled, int t_step, float grad_scale,
+                              const tt_clip *clip, const int32_t *skip) {
+  cuda_lo_multi t;
+  int next = 0;
+  if (t_step < 1) return tt_cuda_fail(b, "adam_update_multi: step t=%d must be >= 1", t_step);
+  if (nseg < 0 || (nseg && !segs)) return tt_cuda_fail(b, "adam_update_multi: %d tensors at %p", nseg, (const void *)segs);
+  if (cuda_lo_clip_bad(b, "adam_update_multi", clip)) return -1;
+  /* as adam_update makes them for a tensor with and without weight decay */
+  tt_adam_consts k = tt_adam_make_consts(lr, beta1, beta2, weight_decay, decoupled, t_step);
+  tt_adam_consts k0 = tt_adam_make_consts(lr, beta1, beta2, 0.0f, decoupled, t_step);
+  while (next < nseg) {
+    if ((next = cuda_lo_multi_fill(b, "adam_update_multi", segs, nseg, next, 1, 0.0f, &t)) < 0) return -1;
+    if (!t.n) break;
+    TT_LAUNCH(cuda_lo_adam_multi_k, tt_cuda_blocks((size_t)t.cum[t.n]), TT_CUDA_THREADS, 0, cuda_lo_stream(b), t, beta1,
+              beta2, eps, weight_decay, decoupled, k, k0, grad_scale, clip ? clip->sumsq : (const float *)NULL,
+              clip ? clip->max_norm : 0.0f, skip);
+    CUDA_LAUNCH_CHECK(b, "adam_update_multi");
+  }
+  return 0;
+}
+
 /* ---------------------------------- sum_squares --------------------------------------- */
 
 /* Deterministic in two launches: a grid of nb blocks (nb a function of count alone), each
@@ -308,6 +425,8 @@ const tt_cuda_kernel tt_cuda_loss_optim_kernels[] = {
     TT_CUDA_KERNEL(cuda_lo_ce_bf16_k, CUDA_LO_CE_THREADS),
     TT_CUDA_KERNEL(cuda_lo_sgd_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_lo_adam_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_lo_sgd_multi_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_lo_adam_multi_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_lo_check_finite_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_lo_ss_part_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_lo_ss_final_k, TT_CUDA_THREADS),

@@ -35,6 +35,20 @@ size_t tt_cuda_library_margin(tt_backend *b);
  * backend or NULL. From 80 the backend computes bf16 convolutions and GEMMs (docs/gpu.md#bf16):
  * what --precision auto asks to choose bf16 over fp16. */
 int tt_cuda_compute_capability(tt_backend *b);
+/* TF32 for fp32 convolutions and GEMMs (docs/gpu.md#tf32). A backend starts without it (cuDNN
+ * CUDNN_FMA_MATH, cuBLAS CUBLAS_DEFAULT_MATH: true fp32, what the tests comparing with the CPU
+ * need); the session turns it on by the recipe's [train] tf32 (default on) and --tf32. on = 1 asks
+ * for it: it is used from compute capability 8.0 (an sm_75 card has no TF32 tensor cores and
+ * stays in fp32). Returns 1 when TF32 is now in use, 0 when not, -1 with last_error on failure.
+ * Forgets the convolution algorithms chosen so far (their math type changes): call it before the
+ * plan's workspace queries. */
+int tt_cuda_set_tf32(tt_backend *b, int on);
+/* The largest cuDNN workspace a convolution algorithm may ask for (bytes). Setup sets the default
+ * (TT_CUDA_CONV_WS_DEFAULT_CAP, or 1/64 of the card on small cards); the session raises it to what
+ * the budget leaves beside the plan (core/runtime/session.c) and re-plans. bytes 0: the default.
+ * Returns the cap before the call; forgets the algorithms chosen so far. */
+size_t tt_cuda_set_conv_workspace_cap(tt_backend *b, size_t bytes);
+#define TT_CUDA_CONV_WS_DEFAULT_CAP ((size_t)64 << 20)
 /* The device's free and total memory now (cudaMemGetInfo); 0 on success. */
 int tt_cuda_mem_free(tt_backend *b, size_t *free_bytes, size_t *total_bytes);
 /* Number of CUDA devices; 0 (quietly) when there is no driver or no device. */
@@ -76,7 +90,7 @@ void tt_cuda_nccl_destroy(tt_backend *b);
  * cuda_load.c), so that a command that uses none (--help, plan --device cpu, training on a
  * machine without a GPU) never maps cudart, cuBLAS, cuDNN or NCCL. The amalgamation and the
  * emulation link the backend directly. TT_CUDA_API_VERSION: bumped whenever the table changes. */
-#define TT_CUDA_API_VERSION 3
+#define TT_CUDA_API_VERSION 4
 typedef struct tt_cuda_api {
   int version, size;
   tt_backend *(*backend_create)(size_t *, char *, size_t);
@@ -96,6 +110,8 @@ typedef struct tt_cuda_api {
   int (*probe)(char *, size_t);
   size_t (*library_margin)(tt_backend *);
   int (*compute_capability)(tt_backend *);
+  int (*set_tf32)(tt_backend *, int);
+  size_t (*set_conv_workspace_cap)(tt_backend *, size_t);
 } tt_cuda_api;
 const tt_cuda_api *tt_cuda_api_get(void);
 

@@ -105,8 +105,9 @@ def resnet50_recipe(path, batch):
 
 def tinytrain_run(lines, recipe, precision, steps, batch):
     out = tempfile.mkdtemp(prefix="tt_r50_")
-    cmd = [TT, "train", "--device", "cuda", "--precision", precision, "--recompute", "none", "--micro-batch",
-           str(batch), "--max-steps", str(steps), "--out", out, recipe]
+    # --tf32 off: tinytrain's fp32 in true fp32, as PyTorch's below (TF32 off on both sides)
+    cmd = [TT, "train", "--device", "cuda", "--precision", precision, "--recompute", "none", "--tf32", "off",
+           "--micro-batch", str(batch), "--max-steps", str(steps), "--out", out, recipe]
     t0 = time.time()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     with MemSampler(p.pid) as ms:
@@ -273,8 +274,8 @@ def main():
     ap.add_argument("--out", help="also write the report here")
     ap.add_argument("--skip-torch-max-batch", action="store_true")
     ap.add_argument("--no-tf32", action="store_true",
-                    help="the default: PyTorch's fp32 convolutions and matmuls without TF32, as tinytrain's (cuDNN "
-                         "CUDNN_FMA_MATH, cuBLAS CUBLAS_DEFAULT_MATH)")
+                    help="the default: PyTorch's fp32 convolutions and matmuls without TF32, as tinytrain's with "
+                         "--tf32 off (cuDNN CUDNN_FMA_MATH, cuBLAS CUBLAS_DEFAULT_MATH)")
     a = ap.parse_args()
     lines = []
     say(lines, "# ResNet-50 224x224, synthetic data: tinytrain vs PyTorch")
@@ -290,12 +291,12 @@ def main():
     try:
         import torch
         import torch.utils.checkpoint  # noqa: F401 (not imported by torch itself)
-        # TF32 the same on both sides: tinytrain's fp32 uses none (kernels/cuda: CUDNN_FMA_MATH,
+        # TF32 the same on both sides: tinytrain runs with --tf32 off (kernels/cuda: CUDNN_FMA_MATH,
         # CUBLAS_DEFAULT_MATH); PyTorch's cuDNN allows it by default
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         say(lines, "PyTorch %s (CUDA %s); TF32 off on both sides (torch.backends.cuda.matmul.allow_tf32 = "
-                   "torch.backends.cudnn.allow_tf32 = False; tinytrain uses none)" % (torch.__version__, torch.version.cuda))
+                   "torch.backends.cudnn.allow_tf32 = False; tinytrain --tf32 off)" % (torch.__version__, torch.version.cuda))
     except ImportError:
         torch = None
         missing.append("PyTorch (python3 -m pip install torch)")

@@ -259,6 +259,21 @@ static void emu_store(cudaDataType_t t, void *p, size_t i, double v) {
   }
 }
 
+int emu_last_gemm_math = -1, emu_last_gemm_tf32 = 0;
+extern "C" int tt_emu_last_gemm_math(int *tf32) {
+  if (tf32) *tf32 = emu_last_gemm_tf32;
+  return emu_last_gemm_math;
+}
+
+double emu_tf32_round(double v) {
+  float f = (float)v;
+  uint32_t b;
+  memcpy(&b, &f, 4); /* TF32: 10 mantissa bits, nearest even */
+  if ((b & 0x7f800000u) != 0x7f800000u) b = (b + 0xfffu + ((b >> 13) & 1u)) & ~0x1fffu;
+  memcpy(&f, &b, 4);
+  return f;
+}
+
 /* What an input element becomes when the compute type lets cuBLAS down-convert it. */
 static double emu_reduce(int how, double v) {
   float f = (float)v;
@@ -363,10 +378,14 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, c
   }
   if (Atype == CUDA_R_32F) {
     unsigned mm = (unsigned)h->math & 15u;
-    if (ct == CUBLAS_COMPUTE_32F_FAST_TF32 || ((ct == CUBLAS_COMPUTE_32F) && mm == CUBLAS_TF32_TENSOR_OP_MATH)) reduce = 1;
+    /* TF32 needs the tensor cores of compute capability 8.0 and newer; below, cuBLAS computes in fp32 */
+    if ((ct == CUBLAS_COMPUTE_32F_FAST_TF32 || ((ct == CUBLAS_COMPUTE_32F) && mm == CUBLAS_TF32_TENSOR_OP_MATH)) &&
+        emu_compute_capability() >= 80)
+      reduce = 1;
     if (ct == CUBLAS_COMPUTE_32F_FAST_16F) reduce = 2;
   }
   emu_counts.blas_calls++;
+  emu_last_gemm_math = (int)h->math, emu_last_gemm_tf32 = reduce == 1;
   {
     cublasPointerMode_t pm = h->pmode;
     void *ws = h->ws_user ? h->ws : NULL;

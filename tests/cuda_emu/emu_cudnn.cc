@@ -578,6 +578,21 @@ extern "C" cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHan
 
 /* ----------------------------------- computing ---------------------------------------- */
 
+int emu_last_conv_math = -1, emu_last_conv_tf32 = 0;
+extern "C" int tt_emu_last_conv_math(int *tf32) {
+  if (tf32) *tf32 = emu_last_conv_tf32;
+  return emu_last_conv_math;
+}
+
+/* cuDNN runs an fp32 convolution on TF32 tensor cores when the descriptor's math type is not
+ * CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH allows TF32 since cuDNN 8) on compute capability 8.0 and
+ * newer: the operands are read rounded to TF32. Recorded for tt_emu_last_conv_math. */
+static int emu_conv_tf32(const emu_conv *p) {
+  int tf32 = p->x.dt == CUDNN_DATA_FLOAT && p->cd.math != CUDNN_FMA_MATH && emu_compute_capability() >= 80;
+  emu_last_conv_math = (int)p->cd.math, emu_last_conv_tf32 = tf32;
+  return tf32;
+}
+
 static double emu_ld(cudnnDataType_t t, const void *p, size_t i) {
   switch (t) {
     case CUDNN_DATA_HALF: return tt_emu_h2f(((const uint16_t *)p)[i]);
@@ -585,6 +600,11 @@ static double emu_ld(cudnnDataType_t t, const void *p, size_t i) {
     case CUDNN_DATA_DOUBLE: return ((const double *)p)[i];
     default: return ((const float *)p)[i];
   }
+}
+/* An operand as the convolution reads it. */
+static double emu_ldr(cudnnDataType_t t, const void *p, size_t i, int tf32) {
+  double v = emu_ld(t, p, i);
+  return tf32 ? emu_tf32_round(v) : v;
 }
 static void emu_st(cudnnDataType_t t, void *p, size_t i, double v) {
   switch (t) {
@@ -711,14 +731,15 @@ extern "C" cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *al
                           emu_tensor_bytes(&p->y), "y", ws, ws_bytes, &need)))
     return s;
   emu_counts.dnn_calls++;
-  emu_enqueue(h->stream, who, [p, a, b, x, w, y, ws, need]() {
+  int tf32 = emu_conv_tf32(p.get());
+  emu_enqueue(h->stream, who, [p, a, b, x, w, y, ws, need, tf32]() {
     const emu_conv *pb = p.get();
     size_t ny = (size_t)pb->y.n * pb->y.c * pb->y.h * pb->y.w;
     std::vector<double> acc(ny, 0.0);
     if (need) memset(ws, 0xa5, (size_t)need);
     emu_conv_walk(pb, [&](int n, int k, int pp, int q, int c, int hh, int ww, int fk, int fc, int r, int ss) {
       acc[(((size_t)n * pb->y.c + k) * pb->y.h + pp) * pb->y.w + q] +=
-          emu_ld(pb->x.dt, x, emu_tidx(&pb->x, n, c, hh, ww)) * emu_ld(pb->w.dt, w, emu_fidx(&pb->w, fk, fc, r, ss));
+          emu_ldr(pb->x.dt, x, emu_tidx(&pb->x, n, c, hh, ww), tf32) * emu_ldr(pb->w.dt, w, emu_fidx(&pb->w, fk, fc, r, ss), tf32);
     });
     for (int n = 0; n < pb->y.n; n++)
       for (int k = 0; k < pb->y.c; k++)
@@ -749,14 +770,15 @@ extern "C" cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const voi
                           emu_tensor_bytes(&p->y), "dy", dx, emu_tensor_bytes(&p->x), "dx", ws, ws_bytes, &need)))
     return s;
   emu_counts.dnn_calls++;
-  emu_enqueue(h->stream, who, [p, a, b, w, dy, dx, ws, need]() {
+  int tf32 = emu_conv_tf32(p.get());
+  emu_enqueue(h->stream, who, [p, a, b, w, dy, dx, ws, need, tf32]() {
     const emu_conv *pb = p.get();
     size_t nx = (size_t)pb->x.n * pb->x.c * pb->x.h * pb->x.w;
     std::vector<double> acc(nx, 0.0);
     if (need) memset(ws, 0xa5, (size_t)need);
     emu_conv_walk(pb, [&](int n, int k, int pp, int q, int c, int hh, int ww, int fk, int fc, int r, int ss) {
       acc[(((size_t)n * pb->x.c + c) * pb->x.h + hh) * pb->x.w + ww] +=
-          emu_ld(pb->y.dt, dy, emu_tidx(&pb->y, n, k, pp, q)) * emu_ld(pb->w.dt, w, emu_fidx(&pb->w, fk, fc, r, ss));
+          emu_ldr(pb->y.dt, dy, emu_tidx(&pb->y, n, k, pp, q), tf32) * emu_ldr(pb->w.dt, w, emu_fidx(&pb->w, fk, fc, r, ss), tf32);
     });
     for (int n = 0; n < pb->x.n; n++)
       for (int c = 0; c < pb->x.c; c++)
@@ -787,14 +809,15 @@ extern "C" cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const v
                           emu_tensor_bytes(&p->y), "dy", dw, emu_filter_bytes(&p->w), "dw", ws, ws_bytes, &need)))
     return s;
   emu_counts.dnn_calls++;
-  emu_enqueue(h->stream, who, [p, a, b, x, dy, dw, ws, need]() {
+  int tf32 = emu_conv_tf32(p.get());
+  emu_enqueue(h->stream, who, [p, a, b, x, dy, dw, ws, need, tf32]() {
     const emu_conv *pb = p.get();
     size_t nw = (size_t)pb->w.k * pb->w.c * pb->w.h * pb->w.w;
     std::vector<double> acc(nw, 0.0);
     if (need) memset(ws, 0xa5, (size_t)need);
     emu_conv_walk(pb, [&](int n, int k, int pp, int q, int c, int hh, int ww, int fk, int fc, int r, int ss) {
       acc[emu_fidx(&pb->w, fk, fc, r, ss)] +=
-          emu_ld(pb->x.dt, x, emu_tidx(&pb->x, n, c, hh, ww)) * emu_ld(pb->y.dt, dy, emu_tidx(&pb->y, n, k, pp, q));
+          emu_ldr(pb->x.dt, x, emu_tidx(&pb->x, n, c, hh, ww), tf32) * emu_ldr(pb->y.dt, dy, emu_tidx(&pb->y, n, k, pp, q), tf32);
     });
     for (size_t i = 0; i < nw; i++) {
       double v = a * acc[i];

@@ -39,6 +39,11 @@ void emu_set_sticky(cudaError_t e, const char *msg);
 void emu_init(void);
 /* The emulated device's compute capability, major * 10 + minor (tt_emu_set_compute_capability). */
 int emu_compute_capability(void);
+/* v rounded to TF32 (10 mantissa bits, nearest even), as tensor cores read an fp32 operand. */
+double emu_tf32_round(double v);
+/* What the last cuDNN convolution and the last cublasGemmEx ran with (tt_emu_last_conv_math,
+ * tt_emu_last_gemm_math): set by emu_cudnn.cc and emu_cublas.cc. */
+extern int emu_last_conv_math, emu_last_conv_tf32, emu_last_gemm_math, emu_last_gemm_tf32;
 /* The device's primary context now exists (as cudaSetDevice, cudaFree(0), an allocation or a
  * stream creates it on CUDA 12 and newer); NVML's used memory counts it from then on. */
 void emu_context_create(void);

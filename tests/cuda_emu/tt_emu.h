@@ -20,6 +20,12 @@ unsigned tt_emu_event_flags(void *ev);
 /* The emulated device's compute capability, major * 10 + minor (75 until set; 75..120 taken,
  * anything else ignored); returns the old value. A backend reads it when it is created. */
 int tt_emu_set_compute_capability(int cc);
+/* The last convolution (cudnnConvolutionForward / BackwardData / BackwardFilter) and the last
+ * cublasGemmEx, as queued: the descriptor's cudnnMathType_t (the handle's cublasMath_t for the
+ * GEMM), and *tf32 = 1 when the emulation rounded fp32 operands to TF32 for it (fp32 data, a math
+ * type that allows TF32, an emulated device of compute capability 8.0 or newer). -1 before any. */
+int tt_emu_last_conv_math(int *tf32);
+int tt_emu_last_gemm_math(int *tf32);
 /* 1: violations are not printed on stderr (they still fail the call); returns the old value. */
 int tt_emu_set_quiet(int quiet);
 /* The message of the last violation the emulation found ("" if none). */

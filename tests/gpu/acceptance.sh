@@ -23,8 +23,8 @@
 #                  and train agreeing; then 5 steps at `plan --max-batch`'s fp32 micro-batch,
 #                  its peak under 4 GiB too                                                     80 s
 #   5. r50torch    tests/bench/resnet50_vs_torch.py at batch 64 and 256: images/s, peak memory,
-#                  the largest batch in 4 GiB; TF32 off on both sides (tinytrain's cuBLAS and
-#                  cuDNN calls use none; the script sets PyTorch's flags) — numbers, not judged  120 s
+#                  the largest batch in 4 GiB; TF32 off on both sides (the script runs tinytrain
+#                  with --tf32 off and sets PyTorch's flags) — numbers, not judged               120 s
 #   6. sanitizer   compute-sanitizer memcheck and racecheck, LeNet 2 steps, tinytrain's own
 #                  kernels only (--kernel-name regex on cuda_...)                                70 s
 #   7. ncu         Nsight Compute on tinytrain's kernels of 2 LeNet steps: the five with the most
