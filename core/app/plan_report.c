@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../compile/decay.h"
+#include "../compile/recompute.h"
 #include "../runtime/dist.h"
 #include "../data/data.h"
 #include "../runtime/session.h"
@@ -91,6 +92,32 @@ static void plan_explain(tt_session *s) {
   s->plan_ms += 1e3 * (tt_now() - t0);
 }
 
+/* What the recompute set drops, by kind: the values backward would otherwise keep (it reads them)
+ * that the plan recomputes instead, memory-bound ops (batch norm, activations, add, pooling:
+ * cheap to rebuild) apart from convolutions, linear layers and attention (FLOPs to rebuild), with
+ * their bytes at the chosen micro-batch and dtype. 0 counts when nothing is dropped or out of
+ * memory. */
+typedef struct plan_dropped { int n_mem, n_comp; size_t b_mem, b_comp; } plan_dropped;
+
+static void plan_count_dropped(const tt_session *s, plan_dropped *d) {
+  const tt_graph *g = &s->graph;
+  const tt_program *p = &s->sched.train;
+  memset(d, 0, sizeof *d);
+  unsigned char *reads = p->policy.recompute ? (unsigned char *)malloc((size_t)g->nnodes) : NULL;
+  if (!reads) return;
+  tt_recompute_bwd_reads_all(g, reads);
+  for (int v = 1; v < g->nnodes - 1; v++) {
+    const tt_node *x = &g->nodes[v];
+    if (!p->policy.recompute[v] || !reads[v] || tt_op_is_view(x->L, 1)) continue;
+    size_t bytes = tt_size_mul(tt_size_mul((size_t)p->policy.micro_batch, tt_node_numel(x)), tt_dtype_size(p->policy.act_dtype));
+    if (x->kind == TT_L_CONV || x->kind == TT_L_LINEAR || x->kind == TT_L_ATTENTION || x->kind == TT_L_PATCH_EMBED)
+      d->n_comp++, d->b_comp += bytes;
+    else
+      d->n_mem++, d->b_mem += bytes;
+  }
+  free(reads);
+}
+
 /* The recomputed layers come in runs (segments: everything between two kept boundaries); the next
  * run from node *from: its first and last node, and how many layers it recomputes (views,
  * which have no step, not counted); 0 when there is none. */
@@ -166,7 +193,12 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
       tt_strbuf_json(&b, s->model.layers[i].name);
       first = 0;
     }
-  tt_strbuf_printf(&b, "], \"recompute_segments\": [");
+  plan_dropped dr;
+  plan_count_dropped(s, &dr);
+  tt_strbuf_printf(&b, "], \"recompute_dropped\": {\"memory_bound\": {\"count\": %d, \"bytes\": %zu}, "
+                       "\"compute_bound\": {\"count\": %d, \"bytes\": %zu}}",
+                   dr.n_mem, dr.b_mem, dr.n_comp, dr.b_comp);
+  tt_strbuf_printf(&b, ", \"recompute_segments\": [");
   for (int v = 0, a, z, k = 0, nl; (nl = plan_next_run(s, &v, &a, &z)) > 0; k++) {
     tt_strbuf_printf(&b, "%s{\"first\": ", k ? ", " : "");
     tt_strbuf_json(&b, s->model.layers[a].name);
@@ -257,6 +289,12 @@ static void plan_text_recomputed(const tt_session *s, FILE *out) {
   for (v = 0; k < 6 && plan_next_run(s, &v, &a, &z) > 0; k++)
     fprintf(out, "%s %s%s%s", k ? "," : "", s->model.layers[a].name, a < z ? ".." : "", a < z ? s->model.layers[z].name : "");
   fprintf(out, "%s\n", nseg > k ? ", ..." : "");
+  plan_dropped d;
+  plan_count_dropped(s, &d);
+  if (d.n_mem + d.n_comp)
+    fprintf(out, "              dropped for backward: %d memory-bound values (batch norm, activations, add, pooling),\n"
+                 "              %.1f MiB; %d convolution, linear or attention outputs, %.1f MiB\n",
+            d.n_mem, plan_mib(d.b_mem), d.n_comp, plan_mib(d.b_comp));
 }
 
 /* The update phase's rules, when the recipe has any: which parameters weight decay applies to

@@ -148,10 +148,95 @@ static int sched_fit_segments(const tt_graph *g, tt_backend *be, const tt_policy
                               tt_dtype dt, unsigned char *rec, tt_program *out, size_t *min_arena, double *over_out,
                               tt_err *err);
 
+/* Keeps candidate (p2, rec2) in (out, rec) when it is faster in the cost model (as fast: the
+ * smaller arena) or there is none yet (*have 0); frees the loser. */
+static void sched_pick(const tt_graph *g, const tt_policy_opts *o, int *have, tt_program *out, unsigned char *rec,
+                       tt_program *p2, const unsigned char *rec2) {
+  int take = !*have;
+  if (!take) {
+    double a = tt_predict_ms(out, o->profile), b = tt_predict_ms(p2, o->profile);
+    take = fabs(a - b) <= 1e-9 * a ? p2->arena_bytes < out->arena_bytes : b < a;
+  }
+  if (take) {
+    if (*have) tt_program_free(out);
+    *out = *p2;
+    memcpy(rec, rec2, (size_t)g->nnodes);
+    out->policy.recompute = rec;
+    *have = 1;
+  } else {
+    tt_program_free(p2);
+  }
+}
+
+/* The local per-op plan (tt_recompute_add_cheap, local: cheapest first, recompute cascading only
+ * inside a unit) freeing `over` bytes, asking for more until the real planner says it fits; when
+ * only the plan that drops them all fits, need is bisected between the last that did not and
+ * that one, for the cheapest that fits. 1 fits (out, rec), 0 not, -1 or TT_ERR_TOO_LARGE on error. */
+static int sched_fit_local(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
+                           tt_dtype dt, double over, unsigned char *rec, tt_program *out, size_t *min_arena, tt_err *err) {
+  int n = g->nnodes, rc, k, have = 0;
+  double need = over, lo = 0.0, all = 0.0;
+  unsigned char *r2 = (unsigned char *)tt_malloc((size_t)n, "recompute set", err);
+  if (!r2) return -1;
+  memset(r2, 0, (size_t)n);
+  if (tt_recompute_add_cheap(g, mb, dt, o->profile, -1.0, 1, r2, &all, err) < -1) return free(r2), -1;
+  for (int iter = 0; iter < 10; iter++) {
+    tt_program q;
+    memset(r2, 0, (size_t)n);
+    if ((k = tt_recompute_add_cheap(g, mb, dt, o->profile, need, 1, r2, NULL, err)) < -1) break;
+    if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, r2, budget, &q, err))) {
+      if (have) tt_program_free(out);
+      return free(r2), rc;
+    }
+    if (min_arena && q.arena_bytes < *min_arena) *min_arena = q.arena_bytes;
+    if (q.arena_bytes <= budget) {
+      sched_pick(g, o, &have, out, rec, &q, r2);
+      if (k >= 0 || need - lo < 0.01 * all) break; /* freeing less than all: the first that fits */
+      need = 0.5 * (lo + (need < all ? need : all));  /* all fit: does less? */
+      continue;
+    }
+    tt_program_free(&q);
+    if (k < 0) break; /* all of them do not fit */
+    lo = need;
+    need = have ? 0.5 * (lo + all) : need + (double)(q.arena_bytes - budget) * 1.25 + 1.0;
+    if (have && need - lo < 0.01 * all) break;
+  }
+  free(r2);
+  return k < -1 ? (have ? (tt_program_free(out), -1) : -1) : have;
+}
+
+/* Segments and per-op recompute in one plan: every memory-bound value (batch norm, ReLU, add,
+ * pooling) backward can recompute in one hop from values it keeps, beside the segments the
+ * segment search picks for what they do not free (the one-hop drops re-chosen around those
+ * segments, whose insides are dropped anyway). Outside the segments, in a conv -> BN -> ReLU chain
+ * only the convolution's output stays. 1 fits (out, rec), 0 not, -1 or TT_ERR_TOO_LARGE on error. */
+static int sched_fit_hybrid(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
+                            tt_dtype dt, double over, unsigned char *rec, tt_program *out, size_t *min_arena, tt_err *err) {
+  int n = g->nnodes, rc;
+  double cheap = 0.0, need;
+  unsigned char *pre = (unsigned char *)tt_calloc((size_t)n, 1, "recompute set", err);
+  if (!pre) return -1;
+  if (tt_recompute_add_cheap(g, mb, dt, o->profile, -1.0, 0, pre, &cheap, err) < -1) return free(pre), -1;
+  need = over - cheap > 1.0 ? over - cheap : 1.0;
+  for (int iter = 0; iter < 8; iter++) {
+    int units = tt_recompute_search_pre(g, mb, dt, o->profile, need, pre, rec, err);
+    if (units < -1 || (units == -1 && tt_recompute_all(g, rec, err))) return free(pre), -1;
+    if (tt_recompute_add_cheap(g, mb, dt, o->profile, -1.0, 0, rec, NULL, err) < -1) return free(pre), -1;
+    if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, budget, out, err))) return free(pre), rc;
+    if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
+    if (out->arena_bytes <= budget) return free(pre), 1;
+    need += (double)(out->arena_bytes - budget) * 1.25 + 1.0;
+    tt_program_free(out);
+    if (units < 0) break;
+  }
+  free(pre);
+  return 0;
+}
+
 /* Best fitting program for (mb, dt): plain, or with the cheapest recompute set that fits: the
- * segment search's and the per-op search's (o->recompute_search), the faster in the cost model
- * (as fast: the smaller arena). rec receives the recompute set. Returns 1 if fits, 0 if not, -1
- * or TT_ERR_TOO_LARGE on error. */
+ * segment search's, the per-op search's and the two together (o->recompute_search), the faster
+ * in the cost model (as fast: the smaller arena). rec receives the recompute set. Returns 1 if
+ * fits, 0 if not, -1 or TT_ERR_TOO_LARGE on error. */
 static int sched_fit(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum, tt_dtype dt,
                      unsigned char *rec, tt_program *out, size_t *min_arena, tt_err *err) {
   double over = -1.0;
@@ -159,40 +244,30 @@ static int sched_fit(const tt_graph *g, tt_backend *be, const tt_policy_opts *o,
   int rc = sched_fit_segments(g, be, o, budget, mb, accum, dt, rec, out, min_arena, &over, err);
   tt_recompute_search_kind kind = sched_rsearch(o);
   if (rc < 0 || over < 0.0 || o->recompute != TT_RECOMP_AUTO || kind == TT_RSEARCH_SEGMENTS) return rc;
-  /* the plain program did not fit and the segment search ran: try recomputing single ops */
+  /* the plain program did not fit and the segment search ran: try recomputing single ops, and
+   * single ops beside segments */
   unsigned char *rec2 = (unsigned char *)tt_malloc((size_t)n, "recompute set", err);
   if (!rec2) {
     if (rc == 1) tt_program_free(out);
     return -1;
   }
-  tt_program p2;
-  int rc2 = sched_fit_ops(g, be, o, budget, mb, accum, dt, over, rec2, &p2, min_arena, err);
-  if (rc2 < 0) {
-    free(rec2);
-    if (rc == 1) tt_program_free(out);
-    return rc2;
-  }
-  if (rc2 == 1) {
-    int take = rc != 1 || kind == TT_RSEARCH_OPS;
-    if (!take) {
-      double a = tt_predict_ms(out, o->profile), b = tt_predict_ms(&p2, o->profile);
-      take = fabs(a - b) <= 1e-9 * a ? p2.arena_bytes < out->arena_bytes : b < a;
+  int have = rc == 1 && kind != TT_RSEARCH_OPS;
+  if (rc == 1 && !have) tt_program_free(out);
+  for (int c = 0; c < 3; c++) {
+    if (c == 2 && kind == TT_RSEARCH_OPS) break; /* the hybrid has segments */
+    tt_program p2;
+    int rc2 = c == 0   ? sched_fit_ops(g, be, o, budget, mb, accum, dt, over, rec2, &p2, min_arena, err)
+              : c == 1 ? sched_fit_local(g, be, o, budget, mb, accum, dt, over, rec2, &p2, min_arena, err)
+                       : sched_fit_hybrid(g, be, o, budget, mb, accum, dt, over, rec2, &p2, min_arena, err);
+    if (rc2 < 0) {
+      free(rec2);
+      if (have) tt_program_free(out);
+      return rc2;
     }
-    if (take) {
-      if (rc == 1) tt_program_free(out);
-      *out = p2;
-      memcpy(rec, rec2, (size_t)n);
-      out->policy.recompute = rec;
-      rc = 1;
-    } else {
-      tt_program_free(&p2);
-    }
-  } else if (kind == TT_RSEARCH_OPS && rc == 1) {
-    tt_program_free(out);
-    rc = 0;
+    if (rc2 == 1) sched_pick(g, o, &have, out, rec, &p2, rec2);
   }
   free(rec2);
-  return rc;
+  return have;
 }
 
 /* The segment search's fit; *over_out: the bytes the plain program overshot by (-1 when it

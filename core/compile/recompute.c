@@ -127,7 +127,8 @@ static void ckpt_node_costs(const tt_graph *g, int mb, tt_dtype dt, const tt_dev
 }
 
 /* Builds the model at micro-batch mb and dtype dt; 0, or -1 out of host memory (err set). */
-static int ckpt_build(const tt_graph *g, int mb, tt_dtype dt, const tt_device_profile *prof, ckpt_model *m, tt_err *err) {
+static int ckpt_build(const tt_graph *g, int mb, tt_dtype dt, const tt_device_profile *prof, const unsigned char *pre,
+                      ckpt_model *m, tt_err *err) {
   int n = g->nnodes;
   memset(m, 0, sizeof *m);
   m->n = n;
@@ -148,6 +149,9 @@ static int ckpt_build(const tt_graph *g, int mb, tt_dtype dt, const tt_device_pr
   double *bytes = m->p + 9 * (n + 1), *secs = m->p + 10 * (n + 1), *full = m->p + 11 * (n + 1); /* per node */
   tt_recompute_bwd_reads_all(g, reads);
   ckpt_node_costs(g, mb, dt, prof, reads, bytes, secs, full);
+  if (pre) /* dropped already (a per-op plan's cheap ops): nothing more to free there */
+    for (int v = 0; v < n; v++)
+      if (pre[v]) bytes[v] = 0.0;
   for (int v = 0; v < n; v++) m->last[m->unit_of[v]] = v;
   m->u0 = m->last[0] == 0; /* unit 0 is the input alone: nothing to drop, its output kept */
   for (int u = m->u0; u < nu; u++) {
@@ -254,7 +258,7 @@ int tt_recompute_all(const tt_graph *g, unsigned char *rec, tt_err *err) {
   ckpt_plan pl;
   static const double w[4] = {1.0, 0.0, 0.0, 1.0}; /* most bytes dropped, then least time */
   memset(rec, 0, (size_t)g->nnodes);
-  if (ckpt_build(g, 1, TT_F32, tt_profile_cuda_generic(), &m, err)) return -1;
+  if (ckpt_build(g, 1, TT_F32, tt_profile_cuda_generic(), NULL, &m, err)) return -1;
   double best_l = -1, best_keep = 0, best_cost = 0;
   for (double L = ckpt_next_bound(&m, 0, CKPT_ALL_STEP); L > 0; L = ckpt_next_bound(&m, L, CKPT_ALL_STEP)) {
     ckpt_solve(&m, L, w, &pl);
@@ -294,12 +298,17 @@ static double ckpt_price(ckpt_model *m, double L, double need, double lo, double
 }
 
 int tt_recompute_search(const tt_graph *g, int mb, tt_dtype dt, const tt_device_profile *prof, double need,
-                           unsigned char *rec, tt_err *err) {
+                        unsigned char *rec, tt_err *err) {
+  return tt_recompute_search_pre(g, mb, dt, prof, need, NULL, rec, err);
+}
+
+int tt_recompute_search_pre(const tt_graph *g, int mb, tt_dtype dt, const tt_device_profile *prof, double need,
+                            const unsigned char *pre, unsigned char *rec, tt_err *err) {
   ckpt_model m;
   ckpt_plan pl;
   memset(rec, 0, (size_t)g->nnodes);
   if (need <= 0) return 0;
-  if (ckpt_build(g, mb, dt, prof, &m, err)) return -2;
+  if (ckpt_build(g, mb, dt, prof, pre, &m, err)) return -2;
   /* prices between the cheapest and the dearest byte to recompute, widely */
   double lo = 0, hi = 0;
   for (int u = m.u0; u < m.nu; u++) {
@@ -376,22 +385,77 @@ static int rcop_cmp(const void *a, const void *b) {
   return x->v - y->v; /* stable: earlier layers first */
 }
 
-int tt_recompute_search_ops(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need,
-                            unsigned char *rec, tt_err *err) {
+/* The node whose value input k of x reads (views looked through; 0: the image). */
+static int rcop_in(const tt_graph *g, const tt_node *x, int k) {
+  int u = x->in[k];
+  while (u > 0 && tt_op_is_view(g->nodes[u].L, 1)) u = g->nodes[u].in[0];
+  return u;
+}
+
+/* A memory-bound op: batch norm, activations, add, pooling, dropout, concat (a few bytes moved
+ * per byte of output; the "cheap" ops of a per-op plan). */
+static int rcop_memory_bound(tt_layer_kind k) {
+  return k != TT_L_INPUT && k != TT_L_CONV && k != TT_L_LINEAR && k != TT_L_ATTENTION && k != TT_L_PATCH_EMBED;
+}
+
+/* The rules of a constrained per-op search (rcop_search's mode). */
+typedef struct rcop_rule {
+  const unsigned char *reads; /* per node: backward reads its value */
+  const int *unit_of;         /* per node: its unit (tt_recompute_units) */
+  unsigned char *rec, *pin;   /* pin: 1 a kept source of a drop (must stay), 2 dropped by this search */
+  int local;                  /* sources in the dropped value's own unit may be dropped too */
+} rcop_rule;
+
+/* Walks the recompute chain of v from root: v and the inputs backward does not keep (a batch
+ * norm's output a ReLU overwrote in place), down to the values backward keeps that it reads, its
+ * sources. what 0: marks the chain in rec (a dropped value whose unread intermediates were left
+ * unmarked would keep them alive into backward, undoing the saving and the in-place op); 1:
+ * returns 1 when the drop is allowed: without `local`, every chain op memory-bound and every
+ * source kept (one hop); with it, sources in root's unit may be values this search dropped (a
+ * recompute cascade inside one residual block, whose values its backward needs together, like a
+ * one-unit segment's), the others kept; 2: pins the sources that must stay. */
+static int rcop_chain(const tt_graph *g, const rcop_rule *r, int root, int v, int what, int depth) {
+  const tt_node *x = &g->nodes[v];
+  if (what == 0) r->rec[v] = 1;
+  if (what == 1 && !r->local && !rcop_memory_bound(x->kind)) return 0;
+  if (depth > 64) return what != 1; /* a chain this long is not cheap */
+  for (int k = 0; k < x->nin; k++) {
+    int u = rcop_in(g, x, k);
+    if (u <= 0) continue; /* the image is always kept */
+    if (r->reads[u]) {    /* a source: backward keeps it unless dropped */
+      int inside = r->local && r->unit_of[u] == r->unit_of[root];
+      if (what == 1 && r->rec[u] && !(inside && r->pin[u] == 2)) return 0;
+      if (what == 2 && !inside && !r->pin[u]) r->pin[u] = 1;
+      continue;
+    }
+    if (!rcop_chain(g, r, root, u, what, depth + 1)) return 0;
+  }
+  return 1;
+}
+
+/* The per-op search over the values not marked in rec (rec is added to); need < 0: every
+ * candidate. mode 0: any value, unconstrained; 1: memory-bound ops only, each recomputed in one
+ * hop from kept values (its sources pinned: neither dropped before nor after); 2: any op, its
+ * recompute cascading only inside its own unit (sources outside pinned). Returns the values
+ * dropped (-1 when they free less than need, -2 out of memory); *freed_out: their bytes. */
+static int rcop_search(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need, int mode,
+                       unsigned char *rec, double *freed_out, tt_err *err) {
   int n = g->nnodes;
-  unsigned char *reads = (unsigned char *)tt_malloc((size_t)n, "recompute set", err);
+  unsigned char *reads = (unsigned char *)tt_malloc((size_t)n * 2, "recompute set", err);
   double *chain = (double *)tt_malloc(sizeof(double) * (size_t)n, "recompute set", err);
   rcop_cand *cand = (rcop_cand *)tt_malloc(sizeof(rcop_cand) * (size_t)n, "recompute set", err);
-  if (!reads || !chain || !cand) {
-    free(reads), free(chain), free(cand);
-    return -2;
+  int *unit_of = (int *)tt_malloc(sizeof(int) * (size_t)n, "recompute set", err);
+  if (!reads || !chain || !cand || !unit_of || tt_recompute_units(g, unit_of) < 0) {
+    free(reads), free(chain), free(cand), free(unit_of);
+    return tt_fail(err, "out of host memory planning per-op recomputation for %d layers", n), -2;
   }
-  memset(rec, 0, (size_t)n);
+  rcop_rule rule;
+  rule.reads = reads, rule.unit_of = unit_of, rule.rec = rec, rule.pin = reads + n, rule.local = mode == 2;
+  memset(rule.pin, 0, (size_t)n);
   tt_recompute_bwd_reads_all(g, reads);
   /* chain[v]: seconds to have v's value back in backward when it is dropped: its own op plus
    * every input chain that backward does not keep (views and the input are free) */
   int nc = 0;
-  double total = 0.0;
   for (int v = 0; v < n; v++) {
     const tt_node *x = &g->nodes[v];
     chain[v] = 0.0;
@@ -402,27 +466,44 @@ int tt_recompute_search_ops(const tt_graph *g, int micro_batch, tt_dtype dt, con
     }
     chain[v] = rcop_secs(g, v, micro_batch, dt, prof);
     for (int k = 0; k < x->nin; k++) {
-      int u = x->in[k];
-      while (u > 0 && tt_op_is_view(g->nodes[u].L, 1)) u = g->nodes[u].in[0];
+      int u = rcop_in(g, x, k);
       if (u > 0 && !reads[u]) chain[v] += chain[u];
     }
     double extra = x->kind == TT_L_ATTENTION ? tt_node_saved_bytes(g, v, micro_batch, tt_dtype_size(dt), 1) : 0.0;
-    if (v == n - 1 || (!reads[v] && extra <= 0.0)) continue;
+    if (v == n - 1 || rec[v] || (!reads[v] && extra <= 0.0)) continue;
+    if (mode == 1 && !rcop_memory_bound(x->kind)) continue;
     double bytes = (reads[v] ? (double)micro_batch * (double)tt_node_numel(x) * (double)tt_dtype_size(dt) : 0.0) + extra;
     if (bytes <= 0.0) continue;
     cand[nc].v = v, cand[nc].bytes = bytes, cand[nc].score = chain[v] / bytes;
-    total += bytes;
     nc++;
   }
   qsort(cand, (size_t)nc, sizeof *cand, rcop_cmp);
   double freed = 0.0;
   int marked = 0;
-  for (int i = 0; i < nc && freed < need; i++) {
-    rec[cand[i].v] = 1;
+  for (int i = 0; i < nc && (need < 0 || freed < need); i++) {
+    int v = cand[i].v;
+    if (mode) {
+      /* v's sources allowed, and v itself no kept source another drop counts on */
+      if (rule.pin[v] == 1 || !rcop_chain(g, &rule, v, v, 1, 0)) continue;
+      rcop_chain(g, &rule, v, v, 2, 0);
+      rule.pin[v] = 2;
+    }
+    rcop_chain(g, &rule, v, v, 0, 0);
     freed += cand[i].bytes;
     marked++;
   }
-  free(reads), free(chain), free(cand);
-  (void)total;
-  return freed < need ? -1 : marked;
+  free(reads), free(chain), free(cand), free(unit_of);
+  if (freed_out) *freed_out = freed;
+  return need >= 0 && freed < need ? -1 : marked;
+}
+
+int tt_recompute_search_ops(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need,
+                            unsigned char *rec, tt_err *err) {
+  memset(rec, 0, (size_t)g->nnodes);
+  return rcop_search(g, micro_batch, dt, prof, need, 0, rec, NULL, err);
+}
+
+int tt_recompute_add_cheap(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need,
+                           int local, unsigned char *rec, double *freed, tt_err *err) {
+  return rcop_search(g, micro_batch, dt, prof, need, local ? 2 : 1, rec, freed, err);
 }

@@ -24,17 +24,38 @@ void tt_recompute_bwd_reads_all(const tt_graph *g, unsigned char *reads);
  * no plan frees that much (rec all zero); -2 out of host memory (err set). */
 int tt_recompute_search(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need,
                            unsigned char *rec, tt_err *err);
+/* The same, the nodes marked in pre (may be NULL) counted as dropped already: the segments are
+ * sized for what those do not free (a per-op plan's cheap ops beside the segments). rec does not
+ * include pre. */
+int tt_recompute_search_pre(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need,
+                            const unsigned char *pre, unsigned char *rec, tt_err *err);
 /* `--recompute all`: the plan that keeps the least activation memory in the model (segments
  * of units with kept boundaries between them; on a chain of layers about sqrt(n) segments).
  * 0, or -1 out of host memory (err set). */
 int tt_recompute_all(const tt_graph *g, unsigned char *rec, tt_err *err);
 /* Per-op recompute: fills rec[] with the values to drop, one op at a time, cheapest recompute
  * time per byte freed first (the cost model: FLOPs for compute-bound ops, bytes for
- * memory-bound ones, plus the inputs backward would not keep), until `need` bytes are freed.
- * Returns the ops marked; -1 when dropping every value backward reads frees less than `need`
+ * memory-bound ones, plus the inputs backward would not keep), until `need` bytes are freed;
+ * each dropped value's chain of inputs backward does not keep is marked with it. Returns the
+ * values dropped; -1 when dropping every value backward reads frees less than `need`
  * (rec then marks them all); -2 out of host memory (err set). */
 int tt_recompute_search_ops(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need,
                             unsigned char *rec, tt_err *err);
+/* Adds to rec the memory-bound ops (batch norm, activations, add, pooling, dropout) whose
+ * values backward reads and can recompute in one hop from values it keeps (not marked in rec: in
+ * conv -> BN -> ReLU the convolution's output stays, and the ReLU's comes back from it through
+ * batch norm re-run on it: its statistics recomputed bit for bit, its running statistics not
+ * updated), cheapest time per byte first, until `need` bytes are freed (need < 0: all of them).
+ * A value whose recompute reads a dropped one is skipped, and so is a value another drop reads:
+ * no recompute cascades. local: convolutions and matmuls too, cheapest first as the rest, and a
+ * recompute may cascade through values dropped here inside the dropped value's own unit (a
+ * residual block, whose backward needs them together: conv3's output rebuilt from conv2's
+ * through BN + ReLU + conv3), its sources outside the unit kept. Each dropped value's chain of
+ * intermediates (values backward does not read) is marked with it. Returns the values dropped
+ * (-1 when they free less than need, -2 out of memory, err set); *freed (may be NULL): their
+ * bytes in the model. */
+int tt_recompute_add_cheap(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need,
+                           int local, unsigned char *rec, double *freed, tt_err *err);
 /* The sqrt(n) baseline: every unit recomputed except every k-th, k = round(sqrt(units)). */
 void tt_recompute_sqrt(const tt_graph *g, unsigned char *rec);
 #ifdef __cplusplus
