@@ -61,8 +61,6 @@ static const known_t known[] = {
     {"bn_bwd", 1.75, 0.69, "two passes over x and dy (sums, dx); 7x7 planes unaligned"},
     /* transformer ops (cuda_transformer.cu): re-reads that a device's L1/L2 serves (the distinct
      * bytes are at or near 1x) */
-    {"ln_fwd", 3.0, 0.80, "gamma and beta (fp32) read by every row's warp; 1.00x distinct"},
-    {"ln_bwd", 3.75, 0.80, "dgamma/dbeta's column pass reads x and dy again; gamma read per row"},
     {"attn_fwd", 2.0, 0.80, "flash-style: k and v read once per 32-query tile (1.00x distinct)"},
     {"attn_bwd", 2.7, 0.80, "q, dO read per key tile (dk/dv), k, v per query tile (dq), D from dO and o"},
     {"tokens_bwd", 1.3, 0.80, "dy read twice: the batch sums of dpos/dcls, then the transpose to dx"},
