@@ -247,6 +247,56 @@ int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   return 0;
 }
 
+/* Inference over the flat tensor, for planes whose per-channel runs cannot be read as 16-byte
+ * vectors (hw not a multiple of 16 bytes: 7x7, 14x14 in fp16): a block takes a contiguous run
+ * of CUDA_BNI_VPT x 256 vectors of 16 bytes, which may span many planes. It stages each plane's
+ * constants (mean, invstd, gamma, bias: the per-channel kernel's, so y is bit for bit the
+ * same) in shared memory once, then each vector is loaded, normalised element by element (the
+ * plane advancing by a counter; one division per vector) and stored. For hw >= 32 a block
+ * touches at most CUDA_BNI_MAXP planes. */
+#define CUDA_BNI_VPT 2
+#define CUDA_BNI_MINHW 32
+#define CUDA_BNI_MAXP (TT_CUDA_THREADS * CUDA_BNI_VPT * 8 / CUDA_BNI_MINHW + 2)
+
+template <int V>
+static __device__ __forceinline__ void cuda_bni_body(size_t total_v, int hw, int c, tt_dtype dt, const void *x,
+                                                     const float *gamma, const float *bias, const float *rmean,
+                                                     const float *rvar, float eps, void *y,
+                                                     float (*sp)[CUDA_BNI_MAXP]) {
+  const size_t per = (size_t)blockDim.x * CUDA_BNI_VPT, v0 = (size_t)blockIdx.x * per;
+  const size_t v1 = v0 + per < total_v ? v0 + per : total_v;
+  const size_t p0 = v0 * V / (size_t)hw, p1 = (v1 * V - 1) / (size_t)hw;
+  for (size_t j = threadIdx.x; j <= p1 - p0; j += blockDim.x) {
+    const int ch = (int)((p0 + j) % (size_t)c);
+    sp[0][j] = rmean[ch];
+    sp[1][j] = (float)(1.0 / sqrt((double)rvar[ch] + (double)eps));
+    sp[2][j] = gamma[ch], sp[3][j] = bias[ch];
+  }
+  __syncthreads();
+  for (size_t iv = v0 + threadIdx.x; iv < v1; iv += blockDim.x) {
+    const size_t e = iv * V, pl = e / (size_t)hw;
+    int k = (int)(e - pl * (size_t)hw), j = (int)(pl - p0);
+    float v[V];
+    tt_cuda_ldv<V>(dt, x, iv, v);
+    for (int q = 0; q < V; q++) {
+      v[q] = (v[q] - sp[0][j]) * sp[1][j] * sp[2][j] + sp[3][j];
+      if (++k == hw) k = 0, j++;
+    }
+    tt_cuda_stv<V>(dt, y, iv, v);
+  }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_infer_flat_k(size_t total_v, int hw, int c, tt_dtype dt,
+                                                                              const void *x, const float *gamma,
+                                                                              const float *bias, const float *rmean,
+                                                                              const float *rvar, float eps, void *y) {
+  __shared__ float sp[4][CUDA_BNI_MAXP];
+  if (dt == TT_F32)
+    cuda_bni_body<4>(total_v, hw, c, dt, x, gamma, bias, rmean, rvar, eps, y, sp);
+  else
+    cuda_bni_body<8>(total_v, hw, c, dt, x, gamma, bias, rmean, rvar, eps, y, sp);
+}
+
 int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                          const float *bias, const float *running_mean, const float *running_var, float eps, void *y,
                          void *ws, size_t ws_bytes) {
@@ -256,6 +306,17 @@ int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   if (!x || !gamma || !bias || !running_mean || !running_var || !y)
     return tt_cuda_fail(b, "bn_fwd_infer: NULL x, gamma, bias, running_mean, running_var or y");
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
+  {
+    const size_t vf = 16 / tt_dtype_size(dt), total = (size_t)n * c * hw;
+    const size_t per = (size_t)TT_CUDA_THREADS * CUDA_BNI_VPT, blocks = (total / vf + per - 1) / per;
+    if ((size_t)g.v < vf && hw >= CUDA_BNI_MINHW && total % vf == 0 && !((uintptr_t)x & 15) && !((uintptr_t)y & 15) &&
+        blocks <= 0x7fffffffu) { /* the flat form: 16-byte vectors across planes */
+      TT_LAUNCH(cuda_bn_infer_flat_k, (unsigned)blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), total / vf, hw, c, dt, x,
+                gamma, bias, running_mean, running_var, eps, y);
+      CUDA_LAUNCH_CHECK(b, "bn_fwd_infer");
+      return 0;
+    }
+  }
   TT_LAUNCH(cuda_bn_norm_k, dim3((unsigned)c, (unsigned)cuda_bn_splits(g)), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt,
             x, gamma, bias, running_mean, running_var, 1, eps, y);
   CUDA_LAUNCH_CHECK(b, "bn_fwd_infer");
@@ -882,6 +943,7 @@ const tt_cuda_kernel tt_cuda_norm_kernels[] = {
     TT_CUDA_KERNEL(cuda_bn_bwd_stats_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_bwd_final_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_dx_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_infer_flat_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_fwd_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_bwd_f32_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_bwd_f16_k, TT_CUDA_THREADS),
