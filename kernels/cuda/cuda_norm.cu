@@ -6,8 +6,10 @@
  * x; average pooling divides by the full window (count_include_pad). Batch-norm training
  * forward and backward take a workspace (tt_cuda_bn_workspace); nothing else does.
  *
- * Batch norm: see below; the statistics are deterministic (fixed order throughout). Pooling is one thread per output (forward) or per input (backward,
- * gather form: every dx element written once, with beta).
+ * Batch norm: see below; the statistics are deterministic (fixed order throughout). Pooling
+ * (below): a block per band of rows of a plane, the band's inputs staged in shared memory, one
+ * thread per output (forward) or per input (backward, gather form: every dx element written
+ * once, with beta); planes too wide for a band take untiled kernels with the same arithmetic.
  */
 #include <math.h>
 
@@ -245,6 +247,56 @@ int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   return 0;
 }
 
+/* Inference over the flat tensor, for planes whose per-channel runs cannot be read as 16-byte
+ * vectors (hw not a multiple of 16 bytes: 7x7, 14x14 in fp16): a block takes a contiguous run
+ * of CUDA_BNI_VPT x 256 vectors of 16 bytes, which may span many planes. It stages each plane's
+ * constants (mean, invstd, gamma, bias: the per-channel kernel's, so y is bit for bit the
+ * same) in shared memory once, then each vector is loaded, normalised element by element (the
+ * plane advancing by a counter; one division per vector) and stored. For hw >= 32 a block
+ * touches at most CUDA_BNI_MAXP planes. */
+#define CUDA_BNI_VPT 2
+#define CUDA_BNI_MINHW 32
+#define CUDA_BNI_MAXP (TT_CUDA_THREADS * CUDA_BNI_VPT * 8 / CUDA_BNI_MINHW + 2)
+
+template <int V>
+static __device__ __forceinline__ void cuda_bni_body(size_t total_v, int hw, int c, tt_dtype dt, const void *x,
+                                                     const float *gamma, const float *bias, const float *rmean,
+                                                     const float *rvar, float eps, void *y,
+                                                     float (*sp)[CUDA_BNI_MAXP]) {
+  const size_t per = (size_t)blockDim.x * CUDA_BNI_VPT, v0 = (size_t)blockIdx.x * per;
+  const size_t v1 = v0 + per < total_v ? v0 + per : total_v;
+  const size_t p0 = v0 * V / (size_t)hw, p1 = (v1 * V - 1) / (size_t)hw;
+  for (size_t j = threadIdx.x; j <= p1 - p0; j += blockDim.x) {
+    const int ch = (int)((p0 + j) % (size_t)c);
+    sp[0][j] = rmean[ch];
+    sp[1][j] = (float)(1.0 / sqrt((double)rvar[ch] + (double)eps));
+    sp[2][j] = gamma[ch], sp[3][j] = bias[ch];
+  }
+  __syncthreads();
+  for (size_t iv = v0 + threadIdx.x; iv < v1; iv += blockDim.x) {
+    const size_t e = iv * V, pl = e / (size_t)hw;
+    int k = (int)(e - pl * (size_t)hw), j = (int)(pl - p0);
+    float v[V];
+    tt_cuda_ldv<V>(dt, x, iv, v);
+    for (int q = 0; q < V; q++) {
+      v[q] = (v[q] - sp[0][j]) * sp[1][j] * sp[2][j] + sp[3][j];
+      if (++k == hw) k = 0, j++;
+    }
+    tt_cuda_stv<V>(dt, y, iv, v);
+  }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_infer_flat_k(size_t total_v, int hw, int c, tt_dtype dt,
+                                                                              const void *x, const float *gamma,
+                                                                              const float *bias, const float *rmean,
+                                                                              const float *rvar, float eps, void *y) {
+  __shared__ float sp[4][CUDA_BNI_MAXP];
+  if (dt == TT_F32)
+    cuda_bni_body<4>(total_v, hw, c, dt, x, gamma, bias, rmean, rvar, eps, y, sp);
+  else
+    cuda_bni_body<8>(total_v, hw, c, dt, x, gamma, bias, rmean, rvar, eps, y, sp);
+}
+
 int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                          const float *bias, const float *running_mean, const float *running_var, float eps, void *y,
                          void *ws, size_t ws_bytes) {
@@ -254,6 +306,17 @@ int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   if (!x || !gamma || !bias || !running_mean || !running_var || !y)
     return tt_cuda_fail(b, "bn_fwd_infer: NULL x, gamma, bias, running_mean, running_var or y");
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
+  {
+    const size_t vf = 16 / tt_dtype_size(dt), total = (size_t)n * c * hw;
+    const size_t per = (size_t)TT_CUDA_THREADS * CUDA_BNI_VPT, blocks = (total / vf + per - 1) / per;
+    if ((size_t)g.v < vf && hw >= CUDA_BNI_MINHW && total % vf == 0 && !((uintptr_t)x & 15) && !((uintptr_t)y & 15) &&
+        blocks <= 0x7fffffffu) { /* the flat form: 16-byte vectors across planes */
+      TT_LAUNCH(cuda_bn_infer_flat_k, (unsigned)blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), total / vf, hw, c, dt, x,
+                gamma, bias, running_mean, running_var, eps, y);
+      CUDA_LAUNCH_CHECK(b, "bn_fwd_infer");
+      return 0;
+    }
+  }
   TT_LAUNCH(cuda_bn_norm_k, dim3((unsigned)c, (unsigned)cuda_bn_splits(g)), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt,
             x, gamma, bias, running_mean, running_var, 1, eps, y);
   CUDA_LAUNCH_CHECK(b, "bn_fwd_infer");
@@ -475,31 +538,280 @@ static __global__ void __launch_bounds__(TT_CUDA_THREADS, 1) cuda_pool_bwd_bf16_
   cuda_pool_bwd_dt(TT_BF16, d, mode, x, dy, dx, beta);
 }
 
+/* ---- tiled pooling: one block per (plane, band of rows), the band's inputs staged in shared
+ * memory by wide coalesced loads, so that each input element is read from global memory once
+ * per band (plus the windows' halo rows between bands) instead of once per covering window.
+ *
+ * Forward (max, average, argmax): a block computes output rows [r0, r0 + rows) of one plane;
+ * it loads x rows [r0*sh - ph, (r0+rows-1)*sh - ph + kh) (clipped to the plane) into tx, then
+ * every output from tx. Backward (max from x, max from the saved uint8 index, average): a block
+ * writes dx rows [i0, i0 + rows) of one plane; it loads the dy rows of every window that covers
+ * one of them into tdy, for max from x the x rows those windows read into tx and then each
+ * window's winner (its in-window position, as pool_argmax) into tw, for max from the index the
+ * index rows into tw; then each dx element gathers its covering windows in (oh, ow) order, as
+ * the untiled kernels above do: the same fp32 sums in the same order, so that dx is bit for bit
+ * the untiled kernels' and pool_bwd_idx's dx is pool_bwd's.
+ *
+ * A band starts at the 32-byte boundary at or before its first element (a lead of up to 31
+ * bytes more, loaded and unused), so that each warp's load covers whole sectors; its loads are
+ * vectors of V elements (16 bytes where the row length and the pointer allow; the host picks
+ * V). rows comes from the host so that the band fits the tiles (cuda_pool_rows_*); a shape
+ * whose single row band does not fit (a plane over ~1300 wide at 3x3), or a window of over 256
+ * positions (backward's uint8 winners), takes the untiled kernels. */
+#define CUDA_POOL_XT 4096 /* floats of x band (16 KiB) */
+#define CUDA_POOL_YT 1024 /* floats of dy band (4 KiB) and bytes of winners */
+#define CUDA_POOL_LEAD 32 /* elements a band's lead may add: at most 31 bytes */
+
+typedef struct cuda_pool_geom {
+  tt_pool_desc d;
+  int rows;   /* output rows (forward) or dx rows (backward) per block */
+  int bands;  /* blocks per plane: ceil(p or h / rows) */
+  int vx, vy; /* vector width (elements) of the x and dy band loads: 8, 4, 2 or 1 */
+} cuda_pool_geom;
+
+template <int V>
+static __device__ __forceinline__ void cuda_pool_ldband(tt_dtype dt, const void *p, size_t start, size_t cnt, float *t) {
+  const size_t v0 = start / V, nv = cnt / V; /* start and cnt are multiples of V (the host's choice of V) */
+  for (size_t j = threadIdx.x; j < nv; j += blockDim.x) {
+    float v[V];
+    tt_cuda_ldv<V>(dt, p, v0 + j, v);
+    for (int k = 0; k < V; k++) t[j * V + k] = v[k];
+  }
+}
+
+/* Loads elements [start - lead, start + cnt) of p into t[0, lead + cnt) as fp32; returns lead,
+ * the elements before start down to a 32-byte boundary (never before p itself). p is aligned to
+ * V elements, start and cnt multiples of V, so lead is one too. */
+static __device__ __forceinline__ int cuda_pool_load(tt_dtype dt, int v, const void *p, size_t start, size_t cnt, float *t) {
+  const size_t es = dt == TT_F32 ? 4 : 2;
+  size_t lead = (size_t)((((uintptr_t)p + start * es) & 31) / es);
+  if (lead > start) lead = start;
+  start -= lead, cnt += lead;
+  switch (v) {
+    case 8: cuda_pool_ldband<8>(dt, p, start, cnt, t); break;
+    case 4: cuda_pool_ldband<4>(dt, p, start, cnt, t); break;
+    case 2: cuda_pool_ldband<2>(dt, p, start, cnt, t); break;
+    default: cuda_pool_ldband<1>(dt, p, start, cnt, t); break;
+  }
+  return (int)lead;
+}
+
+/* First maximum (NaN wins, as cuda_norm_argmax) of window (oh, ow) read from a band tile t
+ * (t[(ih - ih_lo) * w + iw]); returns the winner's in-window position, its value in *best. */
+static __device__ __forceinline__ int cuda_pool_tile_argmax(const tt_pool_desc &d, const float *t, int ih_lo, int oh, int ow,
+                                                            float *best_out) {
+  const int hs = oh * d.stride_h - d.pad_h, ws = ow * d.stride_w - d.pad_w;
+  int h0 = hs < 0 ? 0 : hs, w0 = ws < 0 ? 0 : ws, h1 = hs + d.kh, w1 = ws + d.kw, arg = -1;
+  float best = -INFINITY;
+  if (h1 > d.h) h1 = d.h;
+  if (w1 > d.w) w1 = d.w;
+  for (int ih = h0; ih < h1; ih++)
+    for (int iw = w0; iw < w1; iw++) {
+      float v = t[(size_t)(ih - ih_lo) * d.w + iw];
+      if (arg < 0 || v > best || v != v) {
+        best = v;
+        arg = (ih - hs) * d.kw + (iw - ws);
+      }
+    }
+  *best_out = best;
+  return arg < 0 ? 0 : arg; /* a window inside the padding alone (the desc check rules it out) */
+}
+
+/* what: 0 max (y), 1 average (y), 2 argmax (idx). Grid: planes * bands blocks. */
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_tfwd_k(cuda_pool_geom g, int what, tt_dtype dt,
+                                                                          const void *x, void *y, uint8_t *idx) {
+  __shared__ float tx[CUDA_POOL_XT];
+  const tt_pool_desc d = g.d;
+  const size_t plane = blockIdx.x / (unsigned)g.bands;
+  const int r0 = (int)(blockIdx.x % (unsigned)g.bands) * g.rows;
+  const int r1 = r0 + g.rows < d.p ? r0 + g.rows : d.p;
+  const int lo = r0 * d.stride_h - d.pad_h, hi = (r1 - 1) * d.stride_h - d.pad_h + d.kh;
+  const int ih_lo = lo < 0 ? 0 : lo, ih_hi = hi > d.h ? d.h : hi;
+  const float inv = 1.0f / (float)(d.kh * d.kw);
+  const size_t ybase = plane * d.p * d.q + (size_t)r0 * d.q;
+  const int nout = (r1 - r0) * d.q;
+  const int lead = cuda_pool_load(dt, g.vx, x, plane * d.h * d.w + (size_t)ih_lo * d.w, (size_t)(ih_hi - ih_lo) * d.w, tx);
+  const float *t = tx + lead;
+  __syncthreads();
+  for (int o = threadIdx.x; o < nout; o += blockDim.x) {
+    const int oh = r0 + o / d.q, ow = o % d.q;
+    float v;
+    if (what == 1) {
+      const int hs = oh * d.stride_h - d.pad_h, ws = ow * d.stride_w - d.pad_w;
+      int h0 = hs < 0 ? 0 : hs, w0 = ws < 0 ? 0 : ws, h1 = hs + d.kh, w1 = ws + d.kw;
+      float s = 0.0f;
+      if (h1 > d.h) h1 = d.h;
+      if (w1 > d.w) w1 = d.w;
+      for (int ih = h0; ih < h1; ih++)
+        for (int iw = w0; iw < w1; iw++) s += t[(size_t)(ih - ih_lo) * d.w + iw];
+      v = s * inv;
+    } else {
+      const int r = cuda_pool_tile_argmax(d, t, ih_lo, oh, ow, &v);
+      if (what == 2) {
+        idx[ybase + o] = (uint8_t)r;
+        continue;
+      }
+    }
+    tt_cuda_st(dt, y, ybase + o, v);
+  }
+}
+
+/* src: 0 max from x, 1 average, 2 max from idx. Grid: planes * bands blocks. */
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_tbwd_k(cuda_pool_geom g, int src, tt_dtype dt,
+                                                                          const void *x, const uint8_t *idx,
+                                                                          const void *dy, void *dx, float beta) {
+  __shared__ float tx[CUDA_POOL_XT];
+  __shared__ float tdy[CUDA_POOL_YT];
+  __shared__ unsigned char tw[CUDA_POOL_YT];
+  const tt_pool_desc d = g.d;
+  const size_t plane = blockIdx.x / (unsigned)g.bands;
+  const int i0 = (int)(blockIdx.x % (unsigned)g.bands) * g.rows;
+  const int i1 = i0 + g.rows < d.h ? i0 + g.rows : d.h;
+  const int a = i0 + d.pad_h - d.kh + 1, last = (i1 - 1 + d.pad_h) / d.stride_h;
+  const int oh_lo = a <= 0 ? 0 : (a + d.stride_h - 1) / d.stride_h, oh_hi = last < d.p - 1 ? last : d.p - 1;
+  const float inv = 1.0f / (float)(d.kh * d.kw);
+  int ly = 0, lw = 0;
+  if (oh_lo <= oh_hi) { /* the windows that cover a row of the band: rows [oh_lo, oh_hi] of dy */
+    const int nwin = (oh_hi - oh_lo + 1) * d.q;
+    ly = cuda_pool_load(dt, g.vy, dy, plane * d.p * d.q + (size_t)oh_lo * d.q, (size_t)nwin, tdy);
+    if (src == 2) { /* the saved winners, one byte each, from a 32-byte boundary */
+      const size_t s0 = plane * d.p * d.q + (size_t)oh_lo * d.q;
+      size_t l = (size_t)((uintptr_t)(idx + s0) & 31);
+      if (l > s0) l = s0;
+      for (int j = threadIdx.x; j < nwin + (int)l; j += blockDim.x) tw[j] = idx[s0 - l + j];
+      lw = (int)l;
+    } else if (src == 0) { /* x rows the windows read, then each window's winner */
+      const int lo = oh_lo * d.stride_h - d.pad_h, hi = oh_hi * d.stride_h - d.pad_h + d.kh;
+      const int ih_lo = lo < 0 ? 0 : lo, ih_hi = hi > d.h ? d.h : hi;
+      const int lx = cuda_pool_load(dt, g.vx, x, plane * d.h * d.w + (size_t)ih_lo * d.w, (size_t)(ih_hi - ih_lo) * d.w, tx);
+      __syncthreads();
+      for (int j = threadIdx.x; j < nwin; j += blockDim.x) {
+        float v;
+        tw[j] = (unsigned char)cuda_pool_tile_argmax(d, tx + lx, ih_lo, oh_lo + j / d.q, j % d.q, &v);
+      }
+    }
+  }
+  __syncthreads();
+  {
+    const size_t xbase = plane * d.h * d.w + (size_t)i0 * d.w;
+    const int nin = (i1 - i0) * d.w;
+    const float *ty = tdy + ly;
+    const unsigned char *win = tw + lw;
+    for (int e = threadIdx.x; e < nin; e += blockDim.x) {
+      const int ih = i0 + e / d.w, iw = e % d.w;
+      const int ah = ih + d.pad_h - d.kh + 1, aw = iw + d.pad_w - d.kw + 1;
+      int oh0 = ah <= 0 ? 0 : (ah + d.stride_h - 1) / d.stride_h, oh1 = (ih + d.pad_h) / d.stride_h;
+      int ow0 = aw <= 0 ? 0 : (aw + d.stride_w - 1) / d.stride_w, ow1 = (iw + d.pad_w) / d.stride_w;
+      float acc = 0.0f;
+      if (oh1 > d.p - 1) oh1 = d.p - 1;
+      if (ow1 > d.q - 1) ow1 = d.q - 1;
+      for (int oh = oh0; oh <= oh1; oh++)
+        for (int ow = ow0; ow <= ow1; ow++) {
+          const int j = (oh - oh_lo) * d.q + ow;
+          if (src == 1) {
+            acc += ty[j] * inv;
+          } else {
+            const int me = (ih - (oh * d.stride_h - d.pad_h)) * d.kw + (iw - (ow * d.stride_w - d.pad_w));
+            if (win[j] == me) acc += ty[j];
+          }
+        }
+      tt_cuda_st_beta(dt, dx, xbase + e, acc, beta);
+    }
+  }
+}
+
+/* The vector width for a band of rows of length len of p: the widest (16 bytes at most) that
+ * divides len and p's alignment. */
+static int cuda_pool_vec(const void *p, int len, tt_dtype dt) {
+  size_t es = tt_dtype_size(dt);
+  int v = (int)(16 / es);
+  while (v > 1 && (len % v || ((uintptr_t)p % ((size_t)v * es)))) v >>= 1;
+  return v;
+}
+
+/* Forward: the most output rows whose x band fits tx; 0 when not even one does. */
+static int cuda_pool_rows_fwd(const tt_pool_desc *d) {
+  int xr = (CUDA_POOL_XT - CUDA_POOL_LEAD) / d->w, r;
+  if (xr < d->kh) return 0;
+  r = (xr - d->kh) / d->stride_h + 1;
+  return r < d->p ? r : d->p;
+}
+
+/* Backward: the most dx rows whose windows' dy rows fit tdy (and tw) and, for max from x, whose
+ * x rows fit tx; 0 when not even one does. rows dx rows meet at most (rows + kh - 2) / sh + 1
+ * window rows, which read at most (that - 1) * sh + kh rows of x. */
+static int cuda_pool_rows_bwd(const tt_pool_desc *d, int need_x) {
+  int r = d->h;
+  if (d->kh * d->kw > 256) return 0; /* tw's uint8 winners */
+  for (; r > 0; r--) {
+    long long wr = (r + d->kh - 2) / d->stride_h + 1, xr = (wr - 1) * d->stride_h + d->kh;
+    if (wr * d->q + CUDA_POOL_LEAD > CUDA_POOL_YT) continue;
+    if (need_x && xr * d->w + CUDA_POOL_LEAD > CUDA_POOL_XT) continue;
+    break;
+  }
+  return r;
+}
+
+static cuda_pool_geom cuda_pool_geometry(const tt_pool_desc *d, int rows, int len, tt_dtype dt, const void *x, const void *dy) {
+  cuda_pool_geom g;
+  g.d = *d, g.rows = rows, g.bands = (len + rows - 1) / rows;
+  g.vx = x ? cuda_pool_vec(x, d->w, dt) : 1;
+  g.vy = dy ? cuda_pool_vec(dy, d->q, dt) : 1;
+  return g;
+}
+
+static int cuda_pool_grid_ok(tt_backend *b, const char *op, const tt_pool_desc *d, int bands) {
+  if ((size_t)d->n * d->c * bands > 0x7fffffffu) return tt_cuda_fail(b, "%s: %d x %d planes x %d bands exceed a grid", op, d->n, d->c, bands);
+  return 0;
+}
+
 int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
                      void *ws, size_t ws_bytes) {
+  int rows;
+  (void)ws, (void)ws_bytes;
   if (cuda_norm_pool_check(b, "pool_fwd", d, mode, dt)) return -1;
   if (!x || !y) return tt_cuda_fail(b, "pool_fwd: NULL x or y");
-  TT_LAUNCH(cuda_pool_fwd_k, tt_cuda_blocks((size_t)d->n * d->c * d->p * d->q), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
-      *d, mode, dt, x, y);
+  rows = cuda_pool_rows_fwd(d);
+  if (rows > 0) {
+    cuda_pool_geom g = cuda_pool_geometry(d, rows, d->p, dt, x, NULL);
+    if (cuda_pool_grid_ok(b, "pool_fwd", d, g.bands)) return -1;
+    TT_LAUNCH(cuda_pool_tfwd_k, (unsigned)((size_t)d->n * d->c * g.bands), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g,
+              mode == TT_POOL_MAX ? 0 : 1, dt, x, y, (uint8_t *)NULL);
+  } else {
+    TT_LAUNCH(cuda_pool_fwd_k, tt_cuda_blocks((size_t)d->n * d->c * d->p * d->q), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
+              *d, mode, dt, x, y);
+  }
   CUDA_LAUNCH_CHECK(b, "pool_fwd");
   return 0;
 }
 
 int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, const void *dy,
                      void *dx, float beta, void *ws, size_t ws_bytes) {
+  int rows;
+  (void)ws, (void)ws_bytes;
   if (cuda_norm_pool_check(b, "pool_bwd", d, mode, dt)) return -1;
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_cuda_fail(b, "pool_bwd: NULL x (max), dy or dx");
-  unsigned blocks = tt_cuda_blocks((size_t)d->n * d->c * d->h * d->w);
-  if (dt == TT_F16)
-    TT_LAUNCH(cuda_pool_bwd_f16_k, blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), *d, mode, x, dy, dx, beta);
-  else if (dt == TT_BF16)
-    TT_LAUNCH(cuda_pool_bwd_bf16_k, blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), *d, mode, x, dy, dx, beta);
-  else
-    TT_LAUNCH(cuda_pool_bwd_f32_k, blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), *d, mode, x, dy, dx, beta);
+  rows = cuda_pool_rows_bwd(d, mode == TT_POOL_MAX);
+  if (rows > 0) {
+    cuda_pool_geom g = cuda_pool_geometry(d, rows, d->h, dt, mode == TT_POOL_MAX ? x : NULL, dy);
+    if (cuda_pool_grid_ok(b, "pool_bwd", d, g.bands)) return -1;
+    TT_LAUNCH(cuda_pool_tbwd_k, (unsigned)((size_t)d->n * d->c * g.bands), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g,
+              mode == TT_POOL_MAX ? 0 : 1, dt, x, (const uint8_t *)NULL, dy, dx, beta);
+  } else {
+    unsigned blocks = tt_cuda_blocks((size_t)d->n * d->c * d->h * d->w);
+    if (dt == TT_F16)
+      TT_LAUNCH(cuda_pool_bwd_f16_k, blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), *d, mode, x, dy, dx, beta);
+    else if (dt == TT_BF16)
+      TT_LAUNCH(cuda_pool_bwd_bf16_k, blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), *d, mode, x, dy, dx, beta);
+    else
+      TT_LAUNCH(cuda_pool_bwd_f32_k, blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), *d, mode, x, dy, dx, beta);
+  }
   CUDA_LAUNCH_CHECK(b, "pool_bwd");
   return 0;
 }
 
+/* The untiled kernels for shapes whose band does not fit: pool_argmax's, and pool_bwd_idx's
+ * gather (cuda_pool_bwd_dt's, the winner read from idx). */
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_argmax_k(tt_pool_desc d, tt_dtype dt, const void *x,
                                                                      uint8_t *idx) {
   size_t count = (size_t)d.n * d.c * d.p * d.q;
@@ -538,21 +850,39 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_bwd_idx_k(tt_
 }
 
 int tt_cuda_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx) {
+  int rows;
   if (cuda_norm_pool_check(b, "pool_argmax", d, TT_POOL_MAX, dt)) return -1;
   if (d->kh * d->kw > 256) return tt_cuda_fail(b, "pool_argmax: a %dx%d window has no uint8 index", d->kh, d->kw);
   if (!x || !idx) return tt_cuda_fail(b, "pool_argmax: NULL x or idx");
-  TT_LAUNCH(cuda_pool_argmax_k, tt_cuda_blocks((size_t)d->n * d->c * d->p * d->q), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
-      *d, dt, x, idx);
+  rows = cuda_pool_rows_fwd(d);
+  if (rows > 0) {
+    cuda_pool_geom g = cuda_pool_geometry(d, rows, d->p, dt, x, NULL);
+    if (cuda_pool_grid_ok(b, "pool_argmax", d, g.bands)) return -1;
+    TT_LAUNCH(cuda_pool_tfwd_k, (unsigned)((size_t)d->n * d->c * g.bands), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, 2,
+              dt, x, (void *)NULL, idx);
+  } else {
+    TT_LAUNCH(cuda_pool_argmax_k, tt_cuda_blocks((size_t)d->n * d->c * d->p * d->q), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
+              *d, dt, x, idx);
+  }
   CUDA_LAUNCH_CHECK(b, "pool_argmax");
   return 0;
 }
 
 int tt_cuda_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx, const void *dy, void *dx,
                          float beta) {
+  int rows;
   if (cuda_norm_pool_check(b, "pool_bwd_idx", d, TT_POOL_MAX, dt)) return -1;
   if (!idx || !dy || !dx) return tt_cuda_fail(b, "pool_bwd_idx: NULL idx, dy or dx");
-  TT_LAUNCH(cuda_pool_bwd_idx_k, tt_cuda_blocks((size_t)d->n * d->c * d->h * d->w), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
-      *d, dt, idx, dy, dx, beta);
+  rows = cuda_pool_rows_bwd(d, 0);
+  if (rows > 0) {
+    cuda_pool_geom g = cuda_pool_geometry(d, rows, d->h, dt, NULL, dy);
+    if (cuda_pool_grid_ok(b, "pool_bwd_idx", d, g.bands)) return -1;
+    TT_LAUNCH(cuda_pool_tbwd_k, (unsigned)((size_t)d->n * d->c * g.bands), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, 2,
+              dt, (const void *)NULL, idx, dy, dx, beta);
+  } else {
+    TT_LAUNCH(cuda_pool_bwd_idx_k, tt_cuda_blocks((size_t)d->n * d->c * d->h * d->w), TT_CUDA_THREADS, 0, cuda_norm_stream(b),
+              *d, dt, idx, dy, dx, beta);
+  }
   CUDA_LAUNCH_CHECK(b, "pool_bwd_idx");
   return 0;
 }
@@ -613,12 +943,15 @@ const tt_cuda_kernel tt_cuda_norm_kernels[] = {
     TT_CUDA_KERNEL(cuda_bn_bwd_stats_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_bwd_final_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_dx_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_infer_flat_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_fwd_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_bwd_f32_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_bwd_f16_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_bwd_bf16_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_argmax_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_bwd_idx_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_pool_tfwd_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_pool_tbwd_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_gap_fwd_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_gap_bwd_k, TT_CUDA_THREADS),
 };
