@@ -83,6 +83,7 @@ static const tt_backend cpu_be_table = {
     tt_cpu_ln_fwd, tt_cpu_ln_bwd, tt_cpu_attn_fwd, tt_cpu_attn_bwd,
     tt_ref_tokens_fwd, tt_ref_tokens_bwd, tt_ref_token_pool_fwd, tt_ref_token_pool_bwd,
     tt_ref_sum_squares,
+    0u, /* layouts: set by tt_cpu_backend_create */
 };
 
 tt_backend *tt_cpu_backend_create(int threads) {
@@ -101,6 +102,12 @@ tt_backend *tt_cpu_backend_create(int threads) {
   }
   *b = cpu_be_table;
   b->impl = st;
+  /* Activations channels-last between convolutions (cpu_conv.c says why NHWC); the environment's
+   * TINYTRAIN_LAYOUT=nchw plans everything NCHW, as the other backends, for comparison */
+  {
+    const char *env = getenv("TINYTRAIN_LAYOUT");
+    b->layouts = env && !strcmp(env, "nchw") ? 0u : 1u << TT_LAYOUT_NHWC;
+  }
 #ifdef _OPENMP
   omp_set_dynamic(0); /* oneDNN partitions work for exactly the team it asks for */
 #endif

@@ -62,15 +62,16 @@ int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op) {
   dnnl_memory_desc_t mx, my;   /* the caller's, fp32 plain */
   dnnl_memory_desc_t px, py;   /* the primitive's: plain, in the compute type (bf16 runs bf16 pooling) */
   dnnl_data_type_t ct = tt_cpu_compute_type(op->dt);
+  dnnl_format_tag_t tag = d->layout == TT_LAYOUT_NHWC ? dnnl_nhwc : dnnl_nchw; /* the caller's, kept by the primitive */
   dnnl_dims_t strides, kernel, dil, pad;
   dnnl_alg_kind_t alg = op->pool_mode == TT_POOL_MAX ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
   dnnl_pooling_v2_desc_t fd, bwd;
   dnnl_primitive_desc_t fpd, bpd;
   char msg[256];
   int t;
-  snprintf(c->what, sizeof c->what, "%s %s (n=%d, %dx%dx%d -> %dx%d, kernel %dx%d, stride %dx%d, pad %dx%d)",
+  snprintf(c->what, sizeof c->what, "%s %s (n=%d, %dx%dx%d -> %dx%d, kernel %dx%d, stride %dx%d, pad %dx%d, %s)",
            op->kind == TT_OP_POOL_FWD ? "pool_fwd" : "pool_bwd", op->pool_mode == TT_POOL_MAX ? "max" : "avg", d->n, d->c,
-           d->h, d->w, d->p, d->q, d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w);
+           d->h, d->w, d->p, d->q, d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w, tt_layout_name(d->layout));
   if (tt_ref_dt_check(b, c->what, op->dt)) return -1;
   if (tt_pool_desc_error(c->what, d, op->pool_mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above */
   c->nb = d->n, c->nv = 1;
@@ -79,8 +80,8 @@ int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op) {
   yd[0] = d->n, yd[1] = d->c, yd[2] = d->p, yd[3] = d->q;
   strides[0] = d->stride_h, strides[1] = d->stride_w, kernel[0] = d->kh, kernel[1] = d->kw;
   dil[0] = dil[1] = 0, pad[0] = d->pad_h, pad[1] = d->pad_w;
-  if (tt_cpu_md(b, c->what, &mx, 4, xd, dnnl_nchw) || tt_cpu_md(b, c->what, &my, 4, yd, dnnl_nchw) ||
-      tt_cpu_md_dt(b, c->what, &px, 4, xd, dnnl_nchw, ct) || tt_cpu_md_dt(b, c->what, &py, 4, yd, dnnl_nchw, ct))
+  if (tt_cpu_md(b, c->what, &mx, 4, xd, tag) || tt_cpu_md(b, c->what, &my, 4, yd, tag) ||
+      tt_cpu_md_dt(b, c->what, &px, 4, xd, tag, ct) || tt_cpu_md_dt(b, c->what, &py, 4, yd, tag, ct))
     return -1;
   if (op->kind == TT_OP_POOL_FWD) {
     if (TT_CPU_DNNL(b, c->what, dnnl_pooling_v2_forward_desc_init(&fd, dnnl_forward_inference, alg, &px, &py, strides, kernel,
@@ -129,7 +130,7 @@ int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op) {
 static void cpu_norm_pool_op(tt_op_desc *op, tt_op_kind kind, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt) {
   memset(op, 0, sizeof *op);
   op->kind = kind, op->dt = dt, op->pool_mode = mode;
-  op->u.pool = *d;
+  if (d) op->u.pool = *d;
 }
 
 int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
@@ -155,11 +156,14 @@ int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   void *ptrs[3];
   char msg[256];
   cpu_norm_pool_op(&op, TT_OP_POOL_BWD, d, mode, dt);
-  if (!tt_cpu_uses_dnnl(&op) || beta != 0.0f) return tt_ref_pool_bwd(b, d, mode, dt, x, dy, dx, beta, ws, ws_bytes);
+  /* NHWC has no reference loops: oneDNN adds into dx through its fp32 plain copy (tt_cpu_run's
+   * beta), and fp16 converts around fp32 pooling */
+  if (d && d->layout == TT_LAYOUT_NHWC) op.accumulate = beta != 0.0f;
+  else if (!tt_cpu_uses_dnnl(&op) || beta != 0.0f) return tt_ref_pool_bwd(b, d, mode, dt, x, dy, dx, beta, ws, ws_bytes);
   if (tt_ref_dt_check(b, "pool_bwd", dt)) return -1;
   if (tt_pool_desc_error("pool_bwd", d, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above */
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_ref_fail(b, "pool_bwd: NULL x (max), dy or dx");
   if (!(c = tt_cpu_get(b, &op))) return -1;
   ptrs[0] = (void *)x, ptrs[1] = (void *)dy, ptrs[2] = dx;
-  return tt_cpu_run(b, c, ptrs, ws, ws_bytes, 0.0f, 0.0f);
+  return tt_cpu_run(b, c, ptrs, ws, ws_bytes, beta, 0.0f);
 }

@@ -556,6 +556,7 @@ static const tt_backend cuda_be_table = {
     tt_cuda_ln_fwd, tt_cuda_ln_bwd, tt_cuda_attn_fwd, tt_cuda_attn_bwd, tt_cuda_tokens_fwd, tt_cuda_tokens_bwd,
     tt_cuda_token_pool_fwd, tt_cuda_token_pool_bwd,
     tt_cuda_sum_squares,
+    0u, /* layouts: NCHW only (the planner gives no other) */
 };
 
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize) {

@@ -177,6 +177,7 @@ static const tt_backend ref_be_table = {
     tt_ref_ln_fwd, tt_ref_ln_bwd, tt_ref_attn_fwd, tt_ref_attn_bwd,
     tt_ref_tokens_fwd, tt_ref_tokens_bwd, tt_ref_token_pool_fwd, tt_ref_token_pool_bwd,
     tt_ref_sum_squares,
+    0u, /* layouts: NCHW only */
 };
 
 tt_backend *tt_ref_backend_create(int threads) {

@@ -162,6 +162,8 @@ int tt_ref_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   char msg[256];
   if (tt_ref_dt_check(b, "pool_fwd", dt)) return -1;
   if (tt_pool_desc_error("pool_fwd", d, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above: the shared check predates bf16 */
+  if (d->layout != TT_LAYOUT_NCHW)
+    return tt_ref_fail(b, "pool_fwd: layout %s: the reference loops run NCHW only", tt_layout_name(d->layout));
   if (!x || !y) return tt_ref_fail(b, "pool_fwd: NULL x or y");
   npl = (ptrdiff_t)d->n * d->c;
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -202,6 +204,8 @@ int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   char msg[256];
   if (tt_ref_dt_check(b, "pool_bwd", dt)) return -1;
   if (tt_pool_desc_error("pool_bwd", d, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above: the shared check predates bf16 */
+  if (d->layout != TT_LAYOUT_NCHW)
+    return tt_ref_fail(b, "pool_bwd: layout %s: the reference loops run NCHW only", tt_layout_name(d->layout));
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_ref_fail(b, "pool_bwd: NULL x (max), dy or dx");
   npl = (ptrdiff_t)d->n * d->c;
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -247,6 +251,8 @@ int tt_ref_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const 
   char msg[256];
   if (tt_ref_dt_check(b, "pool_argmax", dt)) return -1;
   if (tt_pool_desc_error("pool_argmax", d, TT_POOL_MAX, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above: the shared check predates bf16 */
+  if (d->layout != TT_LAYOUT_NCHW)
+    return tt_ref_fail(b, "pool_argmax: layout %s: the reference loops run NCHW only", tt_layout_name(d->layout));
   if (d->kh * d->kw > 256) return tt_ref_fail(b, "pool_argmax: a %dx%d window has no uint8 index", d->kh, d->kw);
   if (!x || !idx) return tt_ref_fail(b, "pool_argmax: NULL x or idx");
   npl = (ptrdiff_t)d->n * d->c;
@@ -275,6 +281,8 @@ int tt_ref_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const
   char msg[256];
   if (tt_ref_dt_check(b, "pool_bwd_idx", dt)) return -1;
   if (tt_pool_desc_error("pool_bwd_idx", d, TT_POOL_MAX, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above: the shared check predates bf16 */
+  if (d->layout != TT_LAYOUT_NCHW)
+    return tt_ref_fail(b, "pool_bwd_idx: layout %s: the reference loops run NCHW only", tt_layout_name(d->layout));
   if (!idx || !dy || !dx) return tt_ref_fail(b, "pool_bwd_idx: NULL idx, dy or dx");
   npl = (ptrdiff_t)d->n * d->c;
 #pragma omp parallel for schedule(static) num_threads(nt)
