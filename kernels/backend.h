@@ -303,7 +303,7 @@ struct tt_backend {
   int (*act_mask)(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask);
   int (*act_bwd_mask)(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
                       void *dx, float beta);
-  /* Max pooling: idx[n, c, p, q] (uint8) = the winner's in-window position (kh*kw <= 256),
+  /* Max pooling: idx[n, c, p, q] (uint8; in the desc's layout) = the winner's in-window position (kh*kw <= 256),
    * (ih - oh*sh + ph) * kw + (iw - ow*sw + pw), the first maximum as pool_bwd finds it.
    * pool_bwd_idx: max pool_bwd from idx in place of x, bit for bit the same dx. */
   int (*pool_argmax)(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx);

@@ -502,9 +502,7 @@ static int lower_bwd(lower_ctx *c, int node) {
 /* Whether backward of node j (reading its input v) can read a compact form instead: max pooling
  * with a window a uint8 indexes, on a backend with the entries. */
 static int lower_pool_compactable(const lower_ctx *c, const tt_node *n) {
-  /* the index entries are defined on NCHW (backend.h): an NHWC pool keeps its input */
-  return n->kind == TT_L_MAXPOOL && n->L->kh * n->L->kw <= 256 && c->be->pool_argmax && c->be->pool_bwd_idx &&
-         c->p->layout[n->layer] == TT_LAYOUT_NCHW;
+  return n->kind == TT_L_MAXPOOL && n->L->kh * n->L->kw <= 256 && c->be->pool_argmax && c->be->pool_bwd_idx;
 }
 
 /* The layout of every node's value (and gradient): program.layout. On a backend whose conv and

@@ -95,6 +95,7 @@ tt_backend *tt_cpu_backend_create(int threads) {
     return NULL;
   }
   tt_ref_state_init(&st->ref, threads);
+  st->ref.nhwc_pool = 1; /* the reference pooling loops run here on NHWC too (cpu_norm.c) */
   st->chunk_bytes = TT_CPU_CHUNK_BYTES;
   {
     const char *env = getenv("TINYTRAIN_CPU_CHUNK_BYTES");

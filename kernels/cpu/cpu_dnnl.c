@@ -256,11 +256,8 @@ int tt_cpu_uses_dnnl(const tt_op_desc *op) {
     case TT_OP_LINEAR_BWD_DATA:
     case TT_OP_LINEAR_BWD_FILTER: return 1;
     /* pooling: fp32, and bf16 where oneDNN has bf16 kernels (fp16 converts in the reference loops) */
-    /* NHWC pooling always (the reference loops are NCHW): fp16 converts, an accumulating dx adds */
-    case TT_OP_POOL_FWD: return op->u.pool.layout == TT_LAYOUT_NHWC || op->dt == TT_F32 || tt_cpu_compute_type(op->dt) == dnnl_bf16;
-    case TT_OP_POOL_BWD:
-      return op->u.pool.layout == TT_LAYOUT_NHWC ||
-             ((op->dt == TT_F32 || tt_cpu_compute_type(op->dt) == dnnl_bf16) && !op->accumulate);
+    case TT_OP_POOL_FWD: return op->dt == TT_F32 || tt_cpu_compute_type(op->dt) == dnnl_bf16;
+    case TT_OP_POOL_BWD: return (op->dt == TT_F32 || tt_cpu_compute_type(op->dt) == dnnl_bf16) && !op->accumulate;
     /* cpu_transformer.c: layer norm in fp32; GELU in fp32 with dx overwritten (no workspace) */
     case TT_OP_LN_FWD:
     case TT_OP_LN_BWD: return op->dt == TT_F32;

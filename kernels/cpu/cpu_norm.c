@@ -1,6 +1,7 @@
 /* kernels/cpu/cpu_norm.c — batch norm (our vectorised loops, cpu_elementwise.c) and pooling
  * on oneDNN (fp32, and bf16 where oneDNN computes it: tt_cpu_compute_type; dx overwritten);
- * fp16 storage and an accumulating pooling dx run the reference loops (see cpu_backend.c).
+ * fp16 storage and an accumulating pooling dx run the reference loops (see cpu_backend.c), in
+ * NCHW or NHWC (the state's nhwc_pool: the pooling loops walk a channel's plane c apart).
  *
  * Pooling: max takes the first maximum, average divides by the whole window (PyTorch's
  * count_include_pad), as the reference. The forward runs for inference (no workspace kept).
@@ -156,14 +157,11 @@ int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   void *ptrs[3];
   char msg[256];
   cpu_norm_pool_op(&op, TT_OP_POOL_BWD, d, mode, dt);
-  /* NHWC has no reference loops: oneDNN adds into dx through its fp32 plain copy (tt_cpu_run's
-   * beta), and fp16 converts around fp32 pooling */
-  if (d && d->layout == TT_LAYOUT_NHWC) op.accumulate = beta != 0.0f;
-  else if (!tt_cpu_uses_dnnl(&op) || beta != 0.0f) return tt_ref_pool_bwd(b, d, mode, dt, x, dy, dx, beta, ws, ws_bytes);
+  if (!tt_cpu_uses_dnnl(&op) || beta != 0.0f) return tt_ref_pool_bwd(b, d, mode, dt, x, dy, dx, beta, ws, ws_bytes);
   if (tt_ref_dt_check(b, "pool_bwd", dt)) return -1;
   if (tt_pool_desc_error("pool_bwd", d, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above */
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_ref_fail(b, "pool_bwd: NULL x (max), dy or dx");
   if (!(c = tt_cpu_get(b, &op))) return -1;
   ptrs[0] = (void *)x, ptrs[1] = (void *)dy, ptrs[2] = dx;
-  return tt_cpu_run(b, c, ptrs, ws, ws_bytes, beta, 0.0f);
+  return tt_cpu_run(b, c, ptrs, ws, ws_bytes, 0.0f, 0.0f);
 }
