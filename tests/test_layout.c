@@ -21,6 +21,7 @@
 #include "core/compile/recipe.h"
 #include "core/tinytrain.h"
 #include "kernels/backend.h"
+#include "kernels/kernel_math.h"
 #include "tests/tt_test.h"
 
 /* c1 reads the image (NCHW) and writes NHWC; b1 (with its ReLU, a node of its own), p1, c2, b2,
@@ -282,10 +283,74 @@ static void test_train_layouts(void) {
   }
 }
 
+/* Batch norm on an NHWC tensor as [rows, c, 1] (the CPU backend's row loops, fp32, fp16, bf16)
+ * against the reference's per-channel loops on the same call: forward statistics, y, running
+ * statistics, and backward dx (added into, beta 1), dgamma, dbeta. c = 37: a partial block of 16. */
+static void test_bn_rows(void) {
+  TT_TEST_BEGIN("layout_bn_rows_cpu_equals_ref");
+  const int rows = 300, c = 37;
+  const size_t cnt = (size_t)rows * c;
+  tt_backend *cpu = tt_cpu_backend_create(2), *ref = tt_ref_backend_create(1);
+  float *xf = (float *)malloc(cnt * 4), *dyf = (float *)malloc(cnt * 4);
+  void *buf[2][4];
+  float stat[2][8][64];
+  for (size_t i = 0; i < cnt; i++)
+    xf[i] = (float)((i * 2654435761u) % 1000) / 250.0f - 1.0f + 0.3f * (float)(i % c), dyf[i] = (float)((i * 40503u) % 997) / 500.0f - 1.0f;
+  static const tt_dtype dts[3] = {TT_F32, TT_F16, TT_BF16};
+  static const double tol[3] = {1e-5, 2e-3, 2e-2};
+  for (int k = 0; k < 3 && cpu && ref; k++) {
+    tt_dtype dt = dts[k];
+    size_t es = tt_dtype_size(dt);
+    for (int be = 0; be < 2; be++) {
+      for (int j = 0; j < 4; j++) buf[be][j] = malloc(cnt * es);
+      for (size_t i = 0; i < cnt; i++) {
+        if (dt == TT_F32) ((float *)buf[be][0])[i] = xf[i], ((float *)buf[be][1])[i] = dyf[i], ((float *)buf[be][3])[i] = 0.5f;
+        else {
+          uint16_t hx, hdy, h5;
+          if (dt == TT_F16) hx = tt_f32_to_f16(xf[i]), hdy = tt_f32_to_f16(dyf[i]), h5 = tt_f32_to_f16(0.5f);
+          else hx = tt_bf16_from_f32(xf[i]), hdy = tt_bf16_from_f32(dyf[i]), h5 = tt_bf16_from_f32(0.5f);
+          ((uint16_t *)buf[be][0])[i] = hx, ((uint16_t *)buf[be][1])[i] = hdy, ((uint16_t *)buf[be][3])[i] = h5;
+        }
+      }
+      for (int j = 0; j < c; j++) {
+        stat[be][0][j] = 1.0f + 0.01f * j, stat[be][1][j] = 0.1f * j; /* gamma, beta */
+        stat[be][2][j] = 0.0f, stat[be][3][j] = 1.0f;                 /* running mean, var */
+        stat[be][6][j] = 0.25f, stat[be][7][j] = -0.5f;               /* dgamma, dbeta: beta_param 1 adds */
+      }
+      tt_backend *B = be ? ref : cpu;
+      int rc = B->bn_fwd_train(B, rows, c, 1, dt, buf[be][0], stat[be][0], stat[be][1], buf[be][2], stat[be][2], stat[be][3],
+                               0.1f, 1e-5f, stat[be][4], stat[be][5], 1, NULL, 0);
+      if (!rc)
+        rc = B->bn_bwd(B, rows, c, 1, dt, buf[be][0], buf[be][1], stat[be][0], stat[be][4], stat[be][5], buf[be][3],
+                       stat[be][6], stat[be][7], 1.0f, 1.0f, NULL, 0);
+      TT_CHECK(rc == 0, "%s %s: %s", be ? "ref" : "cpu", tt_dtype_name(dt), B->last_error(B));
+    }
+    double worst = 0.0;
+    for (int j = 2; j < 4; j++) /* y, dx */
+      for (size_t i = 0; i < cnt; i++) {
+        float a = dt == TT_F32 ? ((float *)buf[0][j])[i] : dt == TT_F16 ? tt_f16_to_f32(((uint16_t *)buf[0][j])[i]) : tt_bf16_to_f32(((uint16_t *)buf[0][j])[i]);
+        float r = dt == TT_F32 ? ((float *)buf[1][j])[i] : dt == TT_F16 ? tt_f16_to_f32(((uint16_t *)buf[1][j])[i]) : tt_bf16_to_f32(((uint16_t *)buf[1][j])[i]);
+        worst = fmax(worst, fabs((double)a - r) / (1.0 + fabs(r)));
+      }
+    for (int s = 2; s < 8; s++)
+      for (int j = 0; j < c; j++) worst = fmax(worst, fabs((double)stat[0][s][j] - stat[1][s][j]) / (1.0 + fabs(stat[1][s][j])));
+    printf("  %s: rows loops against the reference: worst relative difference %.3g\n", tt_dtype_name(dt), worst);
+    TT_CHECK(worst <= tol[k], "%s: batch norm on rows differs from the reference by %.3g > %.1g", tt_dtype_name(dt), worst, tol[k]);
+    for (int be = 0; be < 2; be++)
+      for (int j = 0; j < 4; j++) free(buf[be][j]);
+  }
+  free(xf);
+  free(dyf);
+  if (cpu) cpu->destroy(cpu);
+  if (ref) ref->destroy(ref);
+  TT_TEST_END();
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/tt_test_layout_XXXXXX");
   if (!mkdtemp(tmpdir)) return 1;
   test_plan_layouts();
+  test_bn_rows();
   test_train_layouts();
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);

@@ -4,8 +4,20 @@
  * nChw16c activations and blocked weights (channels-last where channel counts are not
  * multiples of 16: cpu_conv_act_tag). (With plain NCHW oneDNN falls back to its
  * im2col + gemm convolution, which allocates its packing buffers on every call outside the
- * scratchpad, so plain layouts are never forced.) The caller's NCHW tensors are reordered into
- * workspace copies and back, a chunk of samples at a time (cpu_internal.h); weights once per
+ * scratchpad, so plain layouts are never forced.)
+ *
+ * Layout (backend.h's tt_layout; the planner's choice, core/compile/lower.c): this backend lists
+ * NHWC, so the activations between convolutions come channels-last, and a call whose x and y are
+ * both NHWC runs its primitive on them as they are, with no reorder. NHWC rather than the blocked
+ * nChw16c that format "any" picks for fp32 on AVX-512: no padding (every buffer keeps NCHW's bytes,
+ * so the planner's counts stand; nChw16c pads 24 channels to 32), batch norm, pooling, concat and
+ * the elementwise ops run on NHWC without new entry points, oneDNN's bf16 primitives on AMX pick
+ * NHWC themselves, and on this CPU (oneDNN 2.6.3, avx512_core_amx) every ResNet-50 shape gets a
+ * JIT or brgemm kernel on NHWC in fp32 and bf16 (jit_1x1, brgconv_1x1, jit, brgconv; ONEDNN_VERBOSE),
+ * never the gemm fallback. Measured: docs/measured.md. A call whose layouts differ (the first
+ * convolution reads the NCHW image; one before flatten or dropout writes NCHW) keeps the rule
+ * above, and the caller's tensors are reordered into workspace copies and back, a chunk of
+ * samples at a time (cpu_internal.h); weights once per
  * call; the weight and bias gradients through fp32 copies that later chunks add to. fp16
  * storage converts to fp32 around the same fp32 primitives (oneDNN 2.6 has f16 convolution
  * only on AVX512-FP16 CPUs, and its f16 reorders are scalar). bf16 runs oneDNN's bf16

@@ -24,6 +24,10 @@
 int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, void *y, float *running_mean, float *running_var, float momentum,
                         float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes) {
+  if ((dt == TT_F16 || dt == TT_BF16) && hw == 1 && n > 0 && c > 0 && x && gamma && bias && y && save_mean && save_invstd &&
+      (!update_running || (running_mean && running_var)))
+    return tt_cpu_bn_rows_half(b, n, c, dt, x, NULL, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
+                               save_invstd, update_running, 0, NULL, NULL, NULL, 0.0f, 0.0f);
   if (dt != TT_F32 || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !y || !save_mean || !save_invstd ||
       (update_running && (!running_mean || !running_var)))
     return tt_ref_bn_fwd_train(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
@@ -35,6 +39,9 @@ int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
 int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, const float *running_mean, const float *running_var, float eps,
                         void *y, void *ws, size_t ws_bytes) {
+  if ((dt == TT_F16 || dt == TT_BF16) && hw == 1 && n > 0 && c > 0 && x && gamma && bias && running_mean && running_var && y)
+    return tt_cpu_bn_rows_half(b, n, c, dt, x, NULL, gamma, bias, y, (float *)running_mean, (float *)running_var, 0.0f, eps,
+                               NULL, NULL, 0, 1, NULL, NULL, NULL, 0.0f, 0.0f);
   if (dt != TT_F32 || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !running_mean || !running_var || !y)
     return tt_ref_bn_fwd_infer(b, n, c, hw, dt, x, gamma, bias, running_mean, running_var, eps, y, ws, ws_bytes);
   return tt_cpu_bn_fwd_loops(b, n, c, hw, (const float *)x, gamma, bias, (float *)y, (float *)running_mean,
@@ -44,6 +51,9 @@ int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
 int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                   const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
                   float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
+  if ((dt == TT_F16 || dt == TT_BF16) && hw == 1 && n > 0 && c > 0 && x && dy && gamma && save_mean && save_invstd)
+    return tt_cpu_bn_rows_half(b, n, c, dt, x, dy, gamma, NULL, NULL, NULL, NULL, 0.0f, 0.0f, (float *)save_mean,
+                               (float *)save_invstd, 0, 0, dx, dgamma, dbias, beta_dx, beta_param);
   if (dt != TT_F32 || n <= 0 || c <= 0 || hw <= 0 || !x || !dy || !gamma || !save_mean || !save_invstd)
     return tt_ref_bn_bwd(b, n, c, hw, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx, beta_param, ws,
                          ws_bytes);
