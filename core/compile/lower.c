@@ -650,7 +650,11 @@ static int lower_tables(lower_ctx *c) {
     const tt_node *n = &g->nodes[i];
     c->canon[i] = tt_op_is_view(n->L, c->pol->training) ? c->canon[n->in[0]] : i;
   }
-  if (lower_layouts(c)) return -1;
+  if (lower_layouts(c)) { /* nothing else is allocated yet: the tables go with it */
+    free(p->tables);
+    p->tables = NULL, p->value_buf = NULL, p->layout = NULL;
+    return -1;
+  }
   lower_compact_plan(c);
   return 0;
 }
