@@ -53,7 +53,7 @@ LIB_DIRS = ["core/base", "core/compile", "core/data", "core/runtime", "core/app"
 CLI_SOURCES = ["core/app/main.c"]
 TESTS = ["test_ops", "test_transformer_ops", "test_cpu_vs_ref", "test_arena", "test_recipe", "test_data", "test_safetensors", "test_graph",
          "test_lower", "test_step", "test_train", "test_sched", "test_equiv", "test_cuda", "test_api", "test_finetune",
-         "test_stream", "test_vit_torch"]
+         "test_stream", "test_vit_torch", "test_layout"]
 # The CUDA backend's own sources compiled as C++ against tests/cuda_emu (host emulation): test_cuda
 # built against them runs without a GPU; emu_selftest checks the emulation's own checks.
 EMU_TESTS = ["test_cuda_emu", "test_cuda_emu_self"]

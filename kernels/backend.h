@@ -1,7 +1,8 @@
 /* kernels/backend.h — the narrow table that execution calls.
  *
  * Kernels know raw pointers, shapes, dtypes and (on CUDA) a stream; never graphs.
- * Layout is NCHW everywhere. "Activation" tensors (x, y, dx, dy) and conv/linear weight
+ * Layout is NCHW everywhere, except where a conv or pool desc names another (tt_layout below),
+ * which only a backend that lists that layout in its `layouts` field is ever given. "Activation" tensors (x, y, dx, dy) and conv/linear weight
  * copies are in the op's dtype `dt` (fp32 or fp16). Everything that must stay exact is fp32:
  * parameter gradients (dw, db), batch-norm parameters, running and saved statistics,
  * optimizer state, loss and metrics.
@@ -38,17 +39,29 @@ static inline const char *tt_dtype_name(tt_dtype dt) {
 uint16_t tt_f32_to_f16(float f);
 float tt_f16_to_f32(uint16_t h);
 
+/* The memory order of a 4-D activation tensor of logical shape [n, c, h, w] (and of its
+ * gradient, which always shares it). NCHW (0) is every backend's and the default of every
+ * zeroed desc; NHWC (channels-last, [n, h, w, c], no padding) is what the oneDNN backend's
+ * convolutions run on without reordering (kernels/cpu/cpu_conv.c says why NHWC and not the
+ * padded nChw16c). Weights are never reordered by a layout: always PyTorch's [k, c/g, r, s]. */
+typedef enum { TT_LAYOUT_NCHW = 0, TT_LAYOUT_NHWC = 1 } tt_layout;
+static inline const char *tt_layout_name(int l) { return l == TT_LAYOUT_NHWC ? "NHWC" : l == TT_LAYOUT_NCHW ? "NCHW" : "?"; }
+
 typedef struct tt_conv_desc {
   int n, c, h, w;      /* input  x: [n, c, h, w]            */
   int k, r, s;         /* filter w: [k, c/groups, r, s]     */
   int stride_h, stride_w, pad_h, pad_w, groups;
   int p, q;            /* output y: [n, k, p, q]            */
+  int layout_x, layout_y; /* tt_layout of x/dx and of y/dy (0: NCHW); a convolution is where the
+                        * layout may change (the network input is NCHW, its first conv's y NHWC) */
 } tt_conv_desc;
 
 typedef struct tt_pool_desc {
   int n, c, h, w;      /* input  x: [n, c, h, w]            */
   int kh, kw, stride_h, stride_w, pad_h, pad_w;
   int p, q;            /* output y: [n, c, p, q]            */
+  int layout;          /* tt_layout of x, y, dx and dy (0: NCHW). Global average pooling over an
+                        * NHWC tensor is an average pool with the whole h x w window. */
 } tt_pool_desc;
 
 /* GELU as PyTorch names its two forms: "none" (exact, erf) and "tanh" (the approximation). */
@@ -301,7 +314,7 @@ struct tt_backend {
   int (*act_mask)(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask);
   int (*act_bwd_mask)(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
                       void *dx, float beta);
-  /* Max pooling: idx[n, c, p, q] (uint8) = the winner's in-window position (kh*kw <= 256),
+  /* Max pooling: idx[n, c, p, q] (uint8; in the desc's layout) = the winner's in-window position (kh*kw <= 256),
    * (ih - oh*sh + ph) * kw + (iw - ow*sw + pw), the first maximum as pool_bwd finds it.
    * pool_bwd_idx: max pool_bwd from idx in place of x, bit for bit the same dx. */
   int (*pool_argmax)(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx);
@@ -364,6 +377,14 @@ struct tt_backend {
   int (*adam_update_multi)(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float beta1, float beta2,
                            float eps, float weight_decay, int decoupled, int t, float grad_scale, const tt_clip *clip,
                            const int32_t *skip);
+
+  /* ---- layouts (last, so positional tables that end before it leave it 0) ----
+   * Bit (1 << l) set: conv and pool descs may name tt_layout l for activations (NCHW, bit 0, is
+   * implied). 0: NCHW only (the reference and CUDA backends): the planner never gives another.
+   * A backend that lists NHWC must also take an NHWC tensor in the ops that see only channels
+   * and elements: batch norm, channel_copy and save_compress/restore are called on it as
+   * [n*h*w, c, 1] (the same per-channel reduction), elementwise ops by count. */
+  unsigned layouts;
 };
 
 /* Lossy saved copies, for backward only ([train] compress_saved): a convolution's input x

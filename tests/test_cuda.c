@@ -650,7 +650,7 @@ static void test_pooling(void) {
         int *c = cfg[k];
         goff = 0;
         d.n = c[0], d.c = c[1], d.h = c[2], d.w = c[3], d.kh = c[4], d.kw = c[5], d.stride_h = c[6], d.stride_w = c[7];
-        d.pad_h = c[8], d.pad_w = c[9];
+        d.pad_h = c[8], d.pad_w = c[9], d.layout = TT_LAYOUT_NCHW;
         d.p = (d.h + 2 * d.pad_h - d.kh) / d.stride_h + 1, d.q = (d.w + 2 * d.pad_w - d.kw) / d.stride_w + 1;
         size_t xin = (size_t)d.n * d.c * d.h * d.w, yout = (size_t)d.n * d.c * d.p * d.q;
         /* coarse values so that windows have ties: first-max must agree */
@@ -743,6 +743,7 @@ static void test_conv_dt(tt_dtype dt) {
       goff = 0;
       d.n = c[0], d.c = c[1], d.h = c[2], d.w = c[3], d.k = c[4], d.r = c[5], d.s = c[6], d.stride_h = c[7];
       d.stride_w = c[8], d.pad_h = c[9], d.pad_w = c[10], d.groups = c[11];
+      d.layout_x = d.layout_y = TT_LAYOUT_NCHW;
       d.p = (d.h + 2 * d.pad_h - d.r) / d.stride_h + 1, d.q = (d.w + 2 * d.pad_w - d.s) / d.stride_w + 1;
       size_t xin = (size_t)d.n * d.c * d.h * d.w, yout = (size_t)d.n * d.k * d.p * d.q;
       size_t wn = (size_t)d.k * (d.c / d.groups) * d.r * d.s;

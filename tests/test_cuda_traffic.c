@@ -206,7 +206,7 @@ int main(void) {
    * writes dx; the compact save's argmax reads x, writes the uint8 index, and its backward reads
    * the index and dy, writes dx. */
   {
-    tt_pool_desc d = {1, 64, 112, 112, 3, 3, 2, 2, 1, 1, 56, 56};
+    tt_pool_desc d = {1, 64, 112, 112, 3, 3, 2, 2, 1, 1, 56, 56, TT_LAYOUT_NCHW};
     size_t nx = (size_t)64 * 112 * 112, ny = (size_t)64 * 56 * 56, ng = (size_t)2 * 2048 * 49;
     void *x, *y, *dy, *dx;
     uint8_t *idx;

@@ -187,6 +187,7 @@ static tt_conv_desc mkconv(int n, int c, int h, int w, int k, int r, int s, int 
   tt_conv_desc d;
   d.n = n; d.c = c; d.h = h; d.w = w; d.k = k; d.r = r; d.s = s;
   d.stride_h = sh; d.stride_w = sw; d.pad_h = ph; d.pad_w = pw; d.groups = g;
+  d.layout_x = d.layout_y = TT_LAYOUT_NCHW;
   d.p = (h + 2 * ph - r) / sh + 1;
   d.q = (w + 2 * pw - s) / sw + 1;
   return d;
@@ -568,6 +569,7 @@ static tt_pool_desc mkpool(int n, int c, int h, int w, int kh, int kw, int sh, i
   tt_pool_desc d;
   d.n = n; d.c = c; d.h = h; d.w = w; d.kh = kh; d.kw = kw;
   d.stride_h = sh; d.stride_w = sw; d.pad_h = ph; d.pad_w = pw;
+  d.layout = TT_LAYOUT_NCHW;
   d.p = (h + 2 * ph - kh) / sh + 1;
   d.q = (w + 2 * pw - kw) / sw + 1;
   return d;

@@ -257,7 +257,10 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
                      st->kind == TT_L_MAXPOOL ? "uint8 argmax" : (st->kind == TT_L_CONV ? plan_compress_name(p->policy.compress) : "1-bit mask"),
                      p->bufs[st->out[TT_FWD_COMPACT]].bytes);
   }
-  tt_strbuf_printf(&b, "]}, \"attention\": {\"layers\": %d, \"form\": \"%s\", \"probs_bytes\": %zu}", p->n_attn,
+  tt_strbuf_printf(&b, "]}, \"layout\": {\"nhwc_tensors\": %d, \"nhwc_bytes\": %zu, \"layout_changing_convs\": %d, "
+                       "\"reorder_steps\": 0, \"reorder_bytes\": 0}",
+                   p->n_nhwc, p->nhwc_bytes, p->n_layout_convs);
+  tt_strbuf_printf(&b, ", \"attention\": {\"layers\": %d, \"form\": \"%s\", \"probs_bytes\": %zu}", p->n_attn,
                    p->policy.attn_fused ? "fused" : "probs_kept", p->attn_probs_bytes);
   tt_strbuf_printf(&b, ", \"compressed_saves\": {\"format\": \"%s\", \"count\": %d, \"bytes\": %zu, \"replaces_bytes\": %zu}",
                    plan_compress_name(p->policy.compress), p->n_compressed, p->compressed_bytes, p->compressed_full_bytes);
@@ -278,6 +281,24 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
   if (!rc) fwrite(b.p, 1, b.n, out);
   free(b.p);
   return rc;
+}
+
+/* The activations' layout (lower.c's lower_layouts): said on every plan, NCHW included, so a
+ * reader comparing backends sees the choice. */
+static void plan_text_layout(const tt_session *s, FILE *out) {
+  const tt_program *p = &s->sched.train;
+  const tt_graph *g = p->graph;
+  int nimg = 0;
+  for (int i = 1; g && i < g->nnodes; i++) nimg += !g->nodes[i].tokens && (g->nodes[i].h > 1 || g->nodes[i].w > 1);
+  if (!p->n_nhwc) {
+    fprintf(out, "  layout      NCHW for every activation%s\n",
+                 nimg ? " (this backend's convolutions take no other, or TINYTRAIN_LAYOUT=nchw)" : "");
+    return;
+  }
+  fprintf(out, "  layout      NHWC (channels-last) for %d activations and their gradients (%.1f MiB of values),\n"
+               "              NCHW for the rest; the layout changes inside %d convolution%s (their planned\n"
+               "              workspace): 0 reorder steps, 0 bytes of reorder buffers\n",
+          p->n_nhwc, plan_mib(p->nhwc_bytes), p->n_layout_convs, p->n_layout_convs == 1 ? "" : "s");
 }
 
 /* Which layers the backward pass recomputes, segment by segment (the first few). */
@@ -363,6 +384,7 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
                  "              forward is exact): %.1f MiB in place of %.1f MiB\n",
             p->n_compressed, plan_compress_name(p->policy.compress), plan_mib(p->compressed_bytes),
             plan_mib(p->compressed_full_bytes));
+  plan_text_layout(s, out);
   if (p->n_attn) { /* where the T^2 memory went */
     int nrec = 0;
     for (int i = 0; i < g->nnodes; i++) nrec += g->nodes[i].kind == TT_L_ATTENTION && p->policy.recompute && p->policy.recompute[i];

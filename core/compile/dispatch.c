@@ -23,6 +23,8 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
   const tt_op_args *a = &s->a;
   tt_call *c;
   int n = 0, bwd = s->op == TT_S_BWD, dx = bwd ? s->out[TT_BWD_DX] : -1;
+  /* NHWC (TT_SF_NHWC): the ops that see only channels run on [batch*h*w, c, 1] (backend.h) */
+  int nhwc = (s->flags & TT_SF_NHWC) != 0;
   float bdx = bwd ? (float)s->out_beta[TT_BWD_DX] : 0.0f;
   size_t cnt = (size_t)batch * a->eltwise.numel; /* elementwise kinds only */
   if (s->op != TT_S_FWD && !bwd) return 0;
@@ -65,6 +67,7 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
         if (&calls[k] == z) {
           z->fmt = p->policy.compress;
           z->op.u.bn.n = batch, z->op.u.bn.c = a->conv.c, z->op.u.bn.hw = a->conv.h * a->conv.w;
+          if (a->conv.layout_x == TT_LAYOUT_NHWC) z->op.u.bn.n = batch * z->op.u.bn.hw, z->op.u.bn.hw = 1;
         } else if (conv) {
           calls[k].op.u.conv = a->conv, calls[k].op.u.conv.n = batch;
         } else { /* over a token tensor: one row per token */
@@ -214,6 +217,7 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
         c->update_running = !(s->flags & TT_SF_RECOMPUTE);
       }
       c->op.u.bn.n = batch, c->op.u.bn.c = a->bn.c, c->op.u.bn.hw = a->bn.hw, c->op.u.bn.eps = a->bn.eps;
+      if (nhwc) c->op.u.bn.n = batch * a->bn.hw, c->op.u.bn.hw = 1;
       break;
     case TT_L_RELU:
     case TT_L_RELU6:
@@ -228,6 +232,8 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
       int act = s->kind == TT_L_RELU || s->kind == TT_L_RELU6 || s->kind == TT_L_SILU || s->kind == TT_L_GELU;
       int pool = s->kind == TT_L_MAXPOOL || s->kind == TT_L_AVGPOOL;
       int compact = (s->flags & TT_SF_COMPACT) != 0;
+      int gap_pool = s->kind == TT_L_GAP && nhwc; /* an NHWC input: average pooling over the whole h x w */
+      pool = pool || gap_pool;
       if (bwd && dx < 0) break;
       if (act)
         c = dispatch_add(calls, &n, bwd ? (compact ? TT_CALL_ACT_BWD_MASK : TT_OP_ACT_BWD) : TT_OP_ACT_FWD, dt);
@@ -240,8 +246,12 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
       if (!bwd) {
         dispatch_in(c, s->in[TT_FWD_X], -1, -1);
         c->out[0] = s->out[TT_FWD_Y];
-      } else if (s->kind == TT_L_DROPOUT || s->kind == TT_L_GAP) { /* the mask is regenerated; gap reads only dy */
+      } else if (s->kind == TT_L_DROPOUT || (s->kind == TT_L_GAP && !gap_pool)) { /* the mask is regenerated; gap reads only dy */
         dispatch_in(c, s->in[TT_BWD_DY], -1, -1);
+        c->out[0] = dx, c->beta = bdx;
+      } else if (gap_pool) { /* average pooling's backward reads only dy (x NULL) */
+        c->op.accumulate = s->out_beta[TT_BWD_DX];
+        dispatch_in(c, -1, s->in[TT_BWD_DY], -1);
         c->out[0] = dx, c->beta = bdx;
       } else {
         c->op.accumulate = s->out_beta[TT_BWD_DX];
@@ -254,6 +264,11 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
         else
           c->op.u.act.act = s->kind == TT_L_RELU ? TT_ACT_RELU : (s->kind == TT_L_RELU6 ? TT_ACT_RELU6 : TT_ACT_SILU);
         c->op.u.act.count = cnt;
+      } else if (gap_pool) {
+        tt_pool_desc *d = &c->op.u.pool;
+        c->op.pool_mode = TT_POOL_AVG;
+        d->n = batch, d->c = a->gap.c, d->h = d->kh = a->gap.h, d->w = d->kw = a->gap.w;
+        d->stride_h = d->stride_w = 1, d->p = d->q = 1, d->layout = TT_LAYOUT_NHWC;
       } else if (pool) {
         c->op.pool_mode = s->kind == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG;
         c->op.u.pool = a->pool, c->op.u.pool.n = batch;
@@ -294,6 +309,7 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
         if (bwd && s->out[k] < 0) continue;
         c = dispatch_add(calls, &n, TT_CALL_CHANNEL_COPY, dt);
         c->op.u.bn.n = batch, c->hw = a->concat.hw, c->nc = a->concat.cin[k];
+        if (nhwc) c->op.u.bn.n = batch * a->concat.hw, c->hw = 1;
         if (!bwd) {
           dispatch_in(c, s->in[k], -1, -1);
           c->out[0] = s->out[TT_FWD_Y];

@@ -87,6 +87,11 @@ static tt_step *lower_step(lower_ctx *c, tt_step_op op, int node, int flags) {
   }
   s->arg = -1;
   s->flags = flags;
+  if (node >= 0 && c->p->layout && (op == TT_S_FWD || op == TT_S_BWD)) {
+    const tt_node *n = &c->g->nodes[node];
+    int img = n->kind == TT_L_GAP ? c->canon[n->in[0]] : node; /* GAP: its input's layout */
+    if (c->p->layout[img] == TT_LAYOUT_NHWC) s->flags |= TT_SF_NHWC;
+  }
   s->ws = -1;
   for (int k = 0; k < TT_STEP_MAX_IO; k++) s->in[k] = s->out[k] = -1;
   return s;
@@ -115,6 +120,7 @@ static void lower_conv_desc(const lower_ctx *c, const tt_node *n, tt_conv_desc *
   d->k = n->c, d->r = n->L->kh, d->s = n->L->kw;
   d->stride_h = n->L->sh, d->stride_w = n->L->sw, d->pad_h = n->L->ph, d->pad_w = n->L->pw;
   d->groups = n->groups, d->p = n->h, d->q = n->w;
+  d->layout_x = c->p->layout[c->canon[n->in[0]]], d->layout_y = c->p->layout[c->canon[n->layer]];
 }
 
 /* The operation arguments of a forward or backward step of node n. */
@@ -128,6 +134,7 @@ static void lower_args(const lower_ctx *c, const tt_node *n, tt_op_args *a) {
       d->n = c->pol->micro_batch, d->c = x->c, d->h = x->h, d->w = x->w;
       d->kh = n->L->kh, d->kw = n->L->kw, d->stride_h = n->L->sh, d->stride_w = n->L->sw;
       d->pad_h = n->L->ph, d->pad_w = n->L->pw, d->p = n->h, d->q = n->w;
+      d->layout = c->p->layout[c->canon[n->layer]];
       break;
     }
     case TT_L_LINEAR: /* per token over a token tensor's last dimension: rows = tokens */
@@ -150,7 +157,7 @@ static void lower_args(const lower_ctx *c, const tt_node *n, tt_op_args *a) {
     }
     case TT_L_TOKEN: a->token.t = x->c, a->token.f = x->w, a->token.mode = n->L->token_mode; break;
     case TT_L_BN: a->bn.c = n->c, a->bn.hw = n->h * n->w, a->bn.eps = n->L->eps, a->bn.momentum = n->L->momentum; break;
-    case TT_L_GAP: a->gap.c = n->c, a->gap.hw = x->h * x->w; break;
+    case TT_L_GAP: a->gap.c = n->c, a->gap.hw = x->h * x->w, a->gap.h = x->h, a->gap.w = x->w; break;
     case TT_L_CONCAT:
       a->concat.c = n->c, a->concat.hw = n->h * n->w, a->concat.nin = n->nin;
       for (int k = 0; k < n->nin; k++) a->concat.cin[k] = c->g->nodes[n->in[k]].c;
@@ -498,6 +505,78 @@ static int lower_pool_compactable(const lower_ctx *c, const tt_node *n) {
   return n->kind == TT_L_MAXPOOL && n->L->kh * n->L->kw <= 256 && c->be->pool_argmax && c->be->pool_bwd_idx;
 }
 
+/* The layout of every node's value (and gradient): program.layout. On a backend whose conv and
+ * pool descs take NHWC (backend.h's `layouts`), an image tensor is NHWC when the ops around it
+ * all work on NHWC: convolutions (which take either layout in and write either out, so they are
+ * where the layout changes) and the ops that see only channels and elements (batch norm, the
+ * activations, pooling, add, concat), with global average pooling reading NHWC and writing
+ * [N, c]. Those ops keep their inputs' layout, so each connected group of them (joined through
+ * their inputs: a residual trunk is one group) takes one layout: NHWC unless a member is read by
+ * an op that needs NCHW (flatten, a linear layer, dropout, whose mask is defined on NCHW indices,
+ * patch and token layers) or is not such an op (the input image, a linear layer's output). No
+ * padding: an NHWC buffer has NCHW's bytes. */
+static int lower_layouts(lower_ctx *c) {
+  const tt_graph *g = c->g;
+  tt_program *p = c->p;
+  int nn = g->nnodes;
+  memset(p->layout, TT_LAYOUT_NCHW, (size_t)nn);
+  if (!(c->be->layouts & (1u << TT_LAYOUT_NHWC))) return 0;
+  int *root = (int *)tt_malloc(sizeof(int) * (size_t)nn * 2, "layout groups", c->err);
+  if (!root) return -1;
+  int *forced = root + nn;
+  for (int v = 0; v < nn; v++) root[v] = v, forced[v] = 0;
+#define LOWER_FIND(v0, out)                  \
+  do {                                       \
+    int f_ = (v0);                           \
+    while (root[f_] != f_) f_ = root[f_];    \
+    (out) = f_;                              \
+  } while (0)
+  for (int v = 0; v < nn; v++) {
+    const tt_node *n = &g->nodes[v];
+    tt_layer_kind k = n->kind;
+    int keeps = k == TT_L_BN || k == TT_L_RELU || k == TT_L_RELU6 || k == TT_L_SILU || k == TT_L_GELU || k == TT_L_MAXPOOL ||
+                k == TT_L_AVGPOOL || k == TT_L_ADD || k == TT_L_CONCAT;
+    if (c->canon[v] != v) { /* a view (flatten; dropout when evaluating) reads its source as NCHW */
+      forced[c->canon[v]] = 1;
+      continue;
+    }
+    if (n->tokens || (!keeps && k != TT_L_CONV)) forced[v] = 1;
+    for (int i = 0; i < n->nin; i++) {
+      int u = c->canon[n->in[i]], ru, rv;
+      if (g->nodes[u].tokens) forced[v] = 1;
+      if (keeps) {
+        LOWER_FIND(u, ru);
+        LOWER_FIND(v, rv);
+        if (ru != rv) root[ru] = rv;
+      } else if (k != TT_L_CONV && k != TT_L_GAP) {
+        forced[u] = 1;
+      }
+    }
+  }
+  for (int v = 0; v < nn; v++) {
+    int r;
+    LOWER_FIND(v, r);
+    if (forced[v]) forced[r] = 1;
+  }
+  for (int v = 0; v < nn; v++) {
+    int r;
+    LOWER_FIND(v, r);
+    if (c->canon[v] == v && !forced[r]) {
+      p->layout[v] = TT_LAYOUT_NHWC;
+      p->n_nhwc++;
+      p->nhwc_bytes += lower_act_bytes(c, v);
+    }
+  }
+#undef LOWER_FIND
+  for (int v = 0; v < nn; v++) /* views share their source's buffer */
+    p->layout[v] = p->layout[c->canon[v]];
+  for (int v = 0; v < nn; v++)
+    if (g->nodes[v].kind == TT_L_CONV && c->canon[v] == v && p->layout[c->canon[g->nodes[v].in[0]]] != p->layout[v])
+      p->n_layout_convs++;
+  free(root);
+  return 0;
+}
+
 /* Whether a convolution's backward may read a lossy copy of its input (policy.compress: fp16
  * or bf16 under fp32 activations, int8 under either). */
 static int lower_conv_compressible(const lower_ctx *c, const tt_node *n) {
@@ -555,11 +634,12 @@ static int lower_tables(lower_ctx *c) {
   const tt_graph *g = c->g;
   tt_program *p = c->p;
   int nn = g->nnodes, np = g->nparams;
-  int *ints = (int *)tt_malloc(sizeof(int) * (size_t)(6 * nn + 5 * np + 8) + (size_t)nn, "lowering tables", c->err);
+  int *ints = (int *)tt_malloc(sizeof(int) * (size_t)(6 * nn + 5 * np + 8) + 2 * (size_t)nn, "lowering tables", c->err);
   if (!ints) return -1;
   for (int i = 0; i < 6 * nn + 5 * np + 8; i++) ints[i] = -1;
   c->cur_cmp = ints + 5 * nn + 5 * np + 8;
   c->compact = (char *)(ints + 6 * nn + 5 * np + 8);
+  p->layout = (unsigned char *)(ints + 6 * nn + 5 * np + 8) + nn;
   c->canon = ints, c->cur_val = ints + nn, c->cur_save = ints + 2 * nn, c->gbuf = ints + 3 * nn;
   p->tables = ints;
   p->value_buf = ints + 4 * nn;
@@ -569,6 +649,11 @@ static int lower_tables(lower_ctx *c) {
   for (int i = 0; i < nn; i++) {
     const tt_node *n = &g->nodes[i];
     c->canon[i] = tt_op_is_view(n->L, c->pol->training) ? c->canon[n->in[0]] : i;
+  }
+  if (lower_layouts(c)) { /* nothing else is allocated yet: the tables go with it */
+    free(p->tables);
+    p->tables = NULL, p->value_buf = NULL, p->layout = NULL;
+    return -1;
   }
   lower_compact_plan(c);
   return 0;

@@ -100,6 +100,7 @@ void tt_program_free(tt_program *p) {
   p->bufs = NULL;
   p->steps = NULL;
   p->value_buf = NULL;
+  p->layout = NULL;
   p->nbufs = p->nsteps = 0;
 }
 

@@ -108,6 +108,10 @@ enum {
 enum {
   TT_SF_RECOMPUTE = 1, /* forward re-run before backward: no running-statistics update */
   TT_SF_EVAL = 2,      /* inference: batch norm uses running statistics, dropout is identity */
+  TT_SF_NHWC = 8,      /* the node's image tensors are NHWC (program.layout): its value and
+                        * gradient, and for global average pooling its input. Batch norm,
+                        * concat and a lossy conv save then run on [N*h*w, c, 1]; pooling and
+                        * convolution carry the layout in their descs. */
   TT_SF_COMPACT = 4    /* relu/relu6 and max pooling: the forward also writes the compact save
                         * (out slot TT_FWD_COMPACT) and the backward reads it (TT_BWD_SAVED) in
                         * place of the full tensor: a 1-bit mask, a uint8 in-window index */
@@ -127,7 +131,7 @@ typedef struct tt_attn_args { int t, f, heads, causal; float p; } tt_attn_args; 
 typedef struct tt_patch_args { tt_conv_desc conv; int cls; } tt_patch_args; /* conv output [N, dim, p*q] -> [N, t, dim] */
 typedef struct tt_token_args { int t, f, mode; } tt_token_args;      /* [N, t, f] -> [N, f]; mode 0 class, 1 mean */
 typedef struct tt_bn_args { int c, hw; float eps, momentum; } tt_bn_args; /* x [N, c, hw] */
-typedef struct tt_gap_args { int c, hw; } tt_gap_args;                 /* x [N, c, hw] -> y [N, c] */
+typedef struct tt_gap_args { int c, hw, h, w; } tt_gap_args;          /* x [N, c, hw] -> y [N, c]; hw = h*w */
 typedef struct tt_eltwise_args { size_t numel; float p; } tt_eltwise_args; /* y [N, numel]; dropout p */
 typedef struct tt_concat_args { int c, hw, nin, cin[TT_MAX_INPUTS]; } tt_concat_args; /* y [N, c, hw] */
 typedef struct tt_load_args { int c, hw; float mean[4], std[4]; } tt_load_args; /* u8 [N, c, hw] */
@@ -198,6 +202,9 @@ typedef struct tt_program {
   int input_u8, labels, stats, overflow_flag;
   int *value_buf;      /* per node: buffer holding its forward output (first instance) */
   int *param_buf, *grad_buf, *m_buf, *v_buf; /* per param; -1 where none */
+  unsigned char *layout; /* per node: the tt_layout of its value and gradient (lower.c's
+                       * lower_layouts: NHWC only on a backend that lists it, and only for image
+                       * tensors between convolutions whose every reader takes NHWC) */
   int *tables;         /* the one allocation behind the per-node and per-param arrays */
   /* plan */
   size_t persistent_bytes, transient_bytes, transient_peak;
@@ -209,6 +216,10 @@ typedef struct tt_program {
   size_t compact_bytes, compact_full_bytes; /* their buffers' bytes; the full tensors' they replace */
   int n_compressed;    /* of those, lossy saved convolution inputs (policy.compress) */
   size_t compressed_bytes, compressed_full_bytes;
+  int n_nhwc;          /* image nodes whose value (and gradient) is NHWC (program.layout) */
+  int n_layout_convs;  /* convolutions whose x and y layouts differ: where the layout changes, inside the
+                        * convolution's planned workspace (no separate reorder step) */
+  size_t nhwc_bytes;   /* the NHWC nodes' value bytes at the micro-batch (no padding: NCHW's bytes) */
   int n_attn;          /* attention forward steps (first instances) in the training program */
   size_t attn_probs_bytes; /* their probabilities' buffers: kept, or (attn_fused) what the fused form avoids */
 } tt_program;

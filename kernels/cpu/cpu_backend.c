@@ -84,6 +84,7 @@ static const tt_backend cpu_be_table = {
     tt_ref_tokens_fwd, tt_ref_tokens_bwd, tt_ref_token_pool_fwd, tt_ref_token_pool_bwd,
     tt_ref_sum_squares,
     NULL, NULL, /* sgd_update_multi, adam_update_multi: the executor updates tensor by tensor (bit for bit as before) */
+    0u, /* layouts: set by tt_cpu_backend_create */
 };
 
 tt_backend *tt_cpu_backend_create(int threads) {
@@ -95,6 +96,7 @@ tt_backend *tt_cpu_backend_create(int threads) {
     return NULL;
   }
   tt_ref_state_init(&st->ref, threads);
+  st->ref.nhwc_pool = 1; /* the reference pooling loops run here on NHWC too (cpu_norm.c) */
   st->chunk_bytes = TT_CPU_CHUNK_BYTES;
   {
     const char *env = getenv("TINYTRAIN_CPU_CHUNK_BYTES");
@@ -102,6 +104,12 @@ tt_backend *tt_cpu_backend_create(int threads) {
   }
   *b = cpu_be_table;
   b->impl = st;
+  /* Activations channels-last between convolutions (cpu_conv.c says why NHWC); the environment's
+   * TINYTRAIN_LAYOUT=nchw plans everything NCHW, as the other backends, for comparison */
+  {
+    const char *env = getenv("TINYTRAIN_LAYOUT");
+    b->layouts = env && !strcmp(env, "nchw") ? 0u : 1u << TT_LAYOUT_NHWC;
+  }
 #ifdef _OPENMP
   omp_set_dynamic(0); /* oneDNN partitions work for exactly the team it asks for */
 #endif

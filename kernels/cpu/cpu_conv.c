@@ -4,8 +4,20 @@
  * nChw16c activations and blocked weights (channels-last where channel counts are not
  * multiples of 16: cpu_conv_act_tag). (With plain NCHW oneDNN falls back to its
  * im2col + gemm convolution, which allocates its packing buffers on every call outside the
- * scratchpad, so plain layouts are never forced.) The caller's NCHW tensors are reordered into
- * workspace copies and back, a chunk of samples at a time (cpu_internal.h); weights once per
+ * scratchpad, so plain layouts are never forced.)
+ *
+ * Layout (backend.h's tt_layout; the planner's choice, core/compile/lower.c): this backend lists
+ * NHWC, so the activations between convolutions come channels-last, and a call whose x and y are
+ * both NHWC runs its primitive on them as they are, with no reorder. NHWC rather than the blocked
+ * nChw16c that format "any" picks for fp32 on AVX-512: no padding (every buffer keeps NCHW's bytes,
+ * so the planner's counts stand; nChw16c pads 24 channels to 32), batch norm, pooling, concat and
+ * the elementwise ops run on NHWC without new entry points, oneDNN's bf16 primitives on AMX pick
+ * NHWC themselves, and on this CPU (oneDNN 2.6.3, avx512_core_amx) every ResNet-50 shape gets a
+ * JIT or brgemm kernel on NHWC in fp32 and bf16 (jit_1x1, brgconv_1x1, jit, brgconv; ONEDNN_VERBOSE),
+ * never the gemm fallback. Measured: docs/measured.md. A call whose layouts differ (the first
+ * convolution reads the NCHW image; one before flatten or dropout writes NCHW) keeps the rule
+ * above, and the caller's tensors are reordered into workspace copies and back, a chunk of
+ * samples at a time (cpu_internal.h); weights once per
  * call; the weight and bias gradients through fp32 copies that later chunks add to. fp16
  * storage converts to fp32 around the same fp32 primitives (oneDNN 2.6 has f16 convolution
  * only on AVX512-FP16 CPUs, and its f16 reorders are scalar). bf16 runs oneDNN's bf16
@@ -30,6 +42,9 @@ static int cpu_conv_check(tt_backend *b, const char *op, const tt_conv_desc *d, 
                        d->n, d->c, d->h, d->w, d->k, d->r, d->s, d->stride_h, d->stride_w, d->pad_h, d->pad_w, d->groups);
   if (d->c % d->groups || d->k % d->groups)
     return tt_ref_fail(b, "%s: channels c=%d and k=%d must be divisible by groups=%d", op, d->c, d->k, d->groups);
+  if ((d->layout_x != TT_LAYOUT_NCHW && d->layout_x != TT_LAYOUT_NHWC) ||
+      (d->layout_y != TT_LAYOUT_NCHW && d->layout_y != TT_LAYOUT_NHWC))
+    return tt_ref_fail(b, "%s: unknown layout (x %d, y %d; 0 NCHW, 1 NHWC)", op, d->layout_x, d->layout_y);
   if (d->h + 2 * d->pad_h < d->r || d->w + 2 * d->pad_w < d->s ||
       d->p != (d->h + 2 * d->pad_h - d->r) / d->stride_h + 1 || d->q != (d->w + 2 * d->pad_w - d->s) / d->stride_w + 1)
     return tt_ref_fail(b, "%s: output %dx%d does not match input %dx%d, kernel %dx%d, stride %dx%d, pad %dx%d", op, d->p,
@@ -57,8 +72,13 @@ typedef struct cpu_conv_mds {
  * forward 8.3 against 6.2 ms, backward-data 8.4 against 6.0, backward-weights 8.6 against 6.5;
  * with multiples of 16 the blocked layout is as fast or faster (ResNet-50's shapes). */
 static dnnl_format_tag_t cpu_conv_act_tag(const tt_conv_desc *d) {
+  /* activations the planner keeps channels-last: the primitive runs on them as they are */
+  if (d->layout_x == TT_LAYOUT_NHWC && d->layout_y == TT_LAYOUT_NHWC) return dnnl_nhwc;
   return d->c >= 8 && (d->c % 16 || d->k % 16) ? dnnl_nhwc : dnnl_format_tag_any;
 }
+
+/* The caller's memory order of an activation (tt_layout). */
+static dnnl_format_tag_t cpu_conv_user_tag(int layout) { return layout == TT_LAYOUT_NHWC ? dnnl_nhwc : dnnl_nchw; }
 
 static int cpu_conv_mds_init(tt_cpu_build *bd, const tt_conv_desc *d, int nb, dnnl_data_type_t ct, cpu_conv_mds *m) {
   tt_backend *b = bd->b;
@@ -80,7 +100,8 @@ static int cpu_conv_mds_init(tt_cpu_build *bd, const tt_conv_desc *d, int nb, dn
    * meets exactly when p follows PyTorch's floor formula (checked above) */
   m->strides[0] = d->stride_h, m->strides[1] = d->stride_w;
   m->pad_l[0] = m->pad_r[0] = d->pad_h, m->pad_l[1] = m->pad_r[1] = d->pad_w;
-  if (tt_cpu_md(b, what, &m->x, 4, xd, dnnl_nchw) || tt_cpu_md(b, what, &m->y, 4, yd, dnnl_nchw) ||
+  if (tt_cpu_md(b, what, &m->x, 4, xd, cpu_conv_user_tag(d->layout_x)) ||
+      tt_cpu_md(b, what, &m->y, 4, yd, cpu_conv_user_tag(d->layout_y)) ||
       tt_cpu_md(b, what, &m->w, wn, wd, wtag) || tt_cpu_md(b, what, &m->b, 1, bdim, dnnl_x) ||
       tt_cpu_md_dt(b, what, &m->xa, 4, xd, cpu_conv_act_tag(d), ct) ||
       tt_cpu_md_dt(b, what, &m->ya, 4, yd, cpu_conv_act_tag(d), ct) ||
@@ -171,9 +192,10 @@ int tt_cpu_conv_build(tt_cpu_build *bd, const tt_op_desc *op) {
   tt_cpu_variant *trial;
   size_t per;
   int nb, i;
-  snprintf(c->what, sizeof c->what, "%s (n=%d, %dx%dx%d -> %dx%dx%d, kernel %dx%d, stride %dx%d, pad %dx%d, groups %d, %s)",
+  snprintf(c->what, sizeof c->what, "%s (n=%d, %dx%dx%d -> %dx%dx%d, kernel %dx%d, stride %dx%d, pad %dx%d, groups %d, %s, %s -> %s)",
            cpu_conv_name(op->kind), d->n, d->c, d->h, d->w, d->k, d->p, d->q, d->r, d->s, d->stride_h, d->stride_w,
-           d->pad_h, d->pad_w, d->groups, tt_dtype_name(op->dt) ? tt_dtype_name(op->dt) : "unknown dtype");
+           d->pad_h, d->pad_w, d->groups, tt_dtype_name(op->dt) ? tt_dtype_name(op->dt) : "unknown dtype",
+           tt_layout_name(d->layout_x), tt_layout_name(d->layout_y));
   if (cpu_conv_check(bd->b, c->what, d, op->dt)) return -1;
   /* the whole batch's primitive, only measured, tells the staged bytes per sample */
   trial = &c->v[1];

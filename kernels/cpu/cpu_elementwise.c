@@ -294,6 +294,223 @@ static CPU_EW_CLONES void cpu_ew_bwd_dx(const float *x, const float *dy, float *
   }
 }
 
+/* Batch norm over rows: hw == 1, x [rows, c] row-major, which is how an NHWC activation
+ * [N, H, W, C] comes (the executor passes it as n = N*H*W, c, hw = 1: backend.h's layouts). A
+ * per-channel walk would stride by c through memory once per channel; instead each thread takes
+ * blocks of CPU_EW_CB channels and walks the rows once per pass, reading CPU_EW_CB contiguous
+ * values (a cache line) from each. Per channel the sums run over the rows in order, in fp32
+ * blocks of TT_CPU_EW_BLOCK rows added into double, so the bits do not depend on the thread
+ * count. */
+#define CPU_EW_CB 16
+
+static void cpu_ew_bn_fwd_rows(int nt, size_t rows, int c, const float *x, const float *gamma, const float *bias, float *y,
+                               float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
+                               float *save_invstd, int update_running, int inference) {
+  ptrdiff_t blk, nblk = (c + CPU_EW_CB - 1) / CPU_EW_CB;
+  (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (blk = 0; blk < nblk; blk++) {
+    const int c0 = (int)blk * CPU_EW_CB, w = c - c0 < CPU_EW_CB ? c - c0 : CPU_EW_CB;
+    float mean[CPU_EW_CB], k[CPU_EW_CB], sh[CPU_EW_CB];
+    size_t i0, i;
+    int j;
+    if (inference) {
+      for (j = 0; j < w; j++) mean[j] = running_mean[c0 + j], k[j] = (float)(1.0 / sqrt((double)running_var[c0 + j] + (double)eps));
+    } else {
+      double s[CPU_EW_CB], sq[CPU_EW_CB];
+      for (j = 0; j < CPU_EW_CB; j++) s[j] = sq[j] = 0.0;
+      for (i0 = 0; i0 < rows; i0 += TT_CPU_EW_BLOCK) {
+        size_t e = rows - i0 < TT_CPU_EW_BLOCK ? rows - i0 : TT_CPU_EW_BLOCK;
+        float ps[CPU_EW_CB] = {0};
+        for (i = 0; i < e; i++) {
+          const float *r = x + (i0 + i) * (size_t)c + c0;
+#pragma omp simd
+          for (j = 0; j < w; j++) ps[j] += r[j];
+        }
+        for (j = 0; j < w; j++) s[j] += ps[j];
+      }
+      for (j = 0; j < w; j++) mean[j] = (float)(s[j] / (double)rows);
+      for (i0 = 0; i0 < rows; i0 += TT_CPU_EW_BLOCK) {
+        size_t e = rows - i0 < TT_CPU_EW_BLOCK ? rows - i0 : TT_CPU_EW_BLOCK;
+        float ps[CPU_EW_CB] = {0};
+        for (i = 0; i < e; i++) {
+          const float *r = x + (i0 + i) * (size_t)c + c0;
+#pragma omp simd
+          for (j = 0; j < w; j++) {
+            float d = r[j] - mean[j];
+            ps[j] += d * d;
+          }
+        }
+        for (j = 0; j < w; j++) sq[j] += ps[j];
+      }
+      for (j = 0; j < w; j++) {
+        tt_bn_channel_stats(s[j] / (double)rows, sq[j], rows, eps, momentum, update_running, save_mean + c0 + j,
+                            save_invstd + c0 + j, update_running ? running_mean + c0 + j : NULL,
+                            update_running ? running_var + c0 + j : NULL);
+        mean[j] = save_mean[c0 + j], k[j] = save_invstd[c0 + j];
+      }
+    }
+    for (j = 0; j < w; j++) k[j] *= gamma[c0 + j], sh[j] = bias[c0 + j];
+    for (i = 0; i < rows; i++) {
+      const float *r = x + i * (size_t)c + c0;
+      float *o = y + i * (size_t)c + c0;
+#pragma omp simd
+      for (j = 0; j < w; j++) o[j] = (r[j] - mean[j]) * k[j] + sh[j];
+    }
+  }
+}
+
+static void cpu_ew_bn_bwd_rows(int nt, size_t rows, int c, const float *x, const float *dy, const float *gamma,
+                               const float *save_mean, const float *save_invstd, float *dx, float *dgamma, float *dbias,
+                               float beta_dx, float beta_param) {
+  ptrdiff_t blk, nblk = (c + CPU_EW_CB - 1) / CPU_EW_CB;
+  (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (blk = 0; blk < nblk; blk++) {
+    const int c0 = (int)blk * CPU_EW_CB, w = c - c0 < CPU_EW_CB ? c - c0 : CPU_EW_CB;
+    float mean[CPU_EW_CB], a[CPU_EW_CB], mdy[CPU_EW_CB], k[CPU_EW_CB];
+    double sdy[CPU_EW_CB], sdyx[CPU_EW_CB];
+    size_t i0, i;
+    int j;
+    for (j = 0; j < CPU_EW_CB; j++) sdy[j] = sdyx[j] = 0.0, mean[j] = j < w ? save_mean[c0 + j] : 0.0f;
+    for (i0 = 0; i0 < rows; i0 += TT_CPU_EW_BLOCK) {
+      size_t e = rows - i0 < TT_CPU_EW_BLOCK ? rows - i0 : TT_CPU_EW_BLOCK;
+      float ps[CPU_EW_CB] = {0}, pt[CPU_EW_CB] = {0};
+      for (i = 0; i < e; i++) {
+        const float *r = x + (i0 + i) * (size_t)c + c0, *g = dy + (i0 + i) * (size_t)c + c0;
+#pragma omp simd
+        for (j = 0; j < w; j++) {
+          ps[j] += g[j];
+          pt[j] += g[j] * (r[j] - mean[j]);
+        }
+      }
+      for (j = 0; j < w; j++) sdy[j] += ps[j], sdyx[j] += pt[j];
+    }
+    for (j = 0; j < w; j++) {
+      float invstd = save_invstd[c0 + j];
+      sdyx[j] *= invstd; /* sum of dy * xhat */
+      if (dbias) dbias[c0 + j] = tt_ref_beta_f32(dbias[c0 + j], (float)sdy[j], beta_param);
+      if (dgamma) dgamma[c0 + j] = tt_ref_beta_f32(dgamma[c0 + j], (float)sdyx[j], beta_param);
+      a[j] = gamma[c0 + j] * invstd, mdy[j] = (float)(sdy[j] / (double)rows), k[j] = (float)(sdyx[j] / (double)rows) * invstd;
+    }
+    if (!dx) continue;
+    for (i = 0; i < rows; i++) {
+      const float *r = x + i * (size_t)c + c0, *g = dy + i * (size_t)c + c0;
+      float *o = dx + i * (size_t)c + c0;
+      if (beta_dx == 0.0f) {
+#pragma omp simd
+        for (j = 0; j < w; j++) o[j] = a[j] * (g[j] - mdy[j] - (r[j] - mean[j]) * k[j]);
+      } else {
+#pragma omp simd
+        for (j = 0; j < w; j++) o[j] = beta_dx * o[j] + a[j] * (g[j] - mdy[j] - (r[j] - mean[j]) * k[j]);
+      }
+    }
+  }
+}
+
+/* The same row loops for fp16 and bf16 storage: each row's block of channels widened to fp32 (the
+ * reference's arithmetic), the result rounded once when stored. The reference's per-channel
+ * walk would stride by c through the whole tensor once per channel. */
+static void cpu_ew_ld_row(tt_dtype dt, const void *p, size_t off, int w, float *o) {
+  int j;
+  if (dt == TT_BF16) {
+    const uint16_t *h = (const uint16_t *)p + off;
+    for (j = 0; j < w; j++) o[j] = tt_bf16_to_f32(h[j]);
+  } else {
+    const uint16_t *h = (const uint16_t *)p + off;
+    for (j = 0; j < w; j++) o[j] = tt_ref_h2f(h[j]);
+  }
+}
+
+static void cpu_ew_st_row(tt_dtype dt, void *p, size_t off, int w, const float *v) {
+  int j;
+  uint16_t *h = (uint16_t *)p + off;
+  if (dt == TT_BF16)
+    for (j = 0; j < w; j++) h[j] = tt_bf16_from_f32(v[j]);
+  else
+    for (j = 0; j < w; j++) h[j] = tt_ref_f2h(v[j]);
+}
+
+int tt_cpu_bn_rows_half(tt_backend *b, int rows, int c, tt_dtype dt, const void *x, const void *dy, const float *gamma,
+                        const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
+                        float *save_mean, float *save_invstd, int update_running, int inference, void *dx, float *dgamma,
+                        float *dbias, float beta_dx, float beta_param) {
+  ptrdiff_t blk, nblk = (c + CPU_EW_CB - 1) / CPU_EW_CB;
+  const size_t m = (size_t)rows;
+  int nt = m * (size_t)c > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
+  (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (blk = 0; blk < nblk; blk++) {
+    const int c0 = (int)blk * CPU_EW_CB, w = c - c0 < CPU_EW_CB ? c - c0 : CPU_EW_CB;
+    float mean[CPU_EW_CB], k[CPU_EW_CB], sh[CPU_EW_CB], r[CPU_EW_CB], g[CPU_EW_CB], o[CPU_EW_CB];
+    double s[CPU_EW_CB], sq[CPU_EW_CB];
+    size_t i;
+    int j;
+    for (j = 0; j < CPU_EW_CB; j++) s[j] = sq[j] = 0.0, mean[j] = k[j] = sh[j] = 0.0f;
+    if (!dy) { /* forward */
+      if (inference) {
+        for (j = 0; j < w; j++)
+          mean[j] = running_mean[c0 + j], k[j] = (float)(1.0 / sqrt((double)running_var[c0 + j] + (double)eps));
+      } else {
+        for (i = 0; i < m; i++) {
+          cpu_ew_ld_row(dt, x, i * (size_t)c + c0, w, r);
+          for (j = 0; j < w; j++) s[j] += r[j];
+        }
+        for (j = 0; j < w; j++) mean[j] = (float)(s[j] / (double)m);
+        for (i = 0; i < m; i++) {
+          cpu_ew_ld_row(dt, x, i * (size_t)c + c0, w, r);
+          for (j = 0; j < w; j++) sq[j] += (double)((r[j] - mean[j]) * (r[j] - mean[j]));
+        }
+        for (j = 0; j < w; j++) {
+          tt_bn_channel_stats(s[j] / (double)m, sq[j], m, eps, momentum, update_running, save_mean + c0 + j,
+                              save_invstd + c0 + j, update_running ? running_mean + c0 + j : NULL,
+                              update_running ? running_var + c0 + j : NULL);
+          mean[j] = save_mean[c0 + j], k[j] = save_invstd[c0 + j];
+        }
+      }
+      for (j = 0; j < w; j++) k[j] *= gamma[c0 + j], sh[j] = bias[c0 + j];
+      for (i = 0; i < m; i++) {
+        cpu_ew_ld_row(dt, x, i * (size_t)c + c0, w, r);
+        for (j = 0; j < w; j++) o[j] = (r[j] - mean[j]) * k[j] + sh[j];
+        cpu_ew_st_row(dt, y, i * (size_t)c + c0, w, o);
+      }
+      continue;
+    }
+    /* backward: s = sum dy, sq = sum dy * (x - mean) */
+    for (j = 0; j < w; j++) mean[j] = save_mean[c0 + j];
+    for (i = 0; i < m; i++) {
+      cpu_ew_ld_row(dt, x, i * (size_t)c + c0, w, r);
+      cpu_ew_ld_row(dt, dy, i * (size_t)c + c0, w, g);
+      for (j = 0; j < w; j++) s[j] += g[j], sq[j] += (double)(g[j] * (r[j] - mean[j]));
+    }
+    for (j = 0; j < w; j++) {
+      float invstd = save_invstd[c0 + j];
+      sq[j] *= invstd; /* sum of dy * xhat */
+      if (dbias) dbias[c0 + j] = tt_ref_beta_f32(dbias[c0 + j], (float)s[j], beta_param);
+      if (dgamma) dgamma[c0 + j] = tt_ref_beta_f32(dgamma[c0 + j], (float)sq[j], beta_param);
+      k[j] = gamma[c0 + j] * invstd;                                        /* a */
+      sh[j] = (float)(s[j] / (double)m);                                    /* mean dy */
+      o[j] = (float)(sq[j] / (double)m) * invstd;                           /* mean(dy * xhat) * invstd */
+    }
+    if (!dx) continue;
+    {
+      float kk[CPU_EW_CB], prev[CPU_EW_CB];
+      for (j = 0; j < w; j++) kk[j] = o[j];
+      for (i = 0; i < m; i++) {
+        cpu_ew_ld_row(dt, x, i * (size_t)c + c0, w, r);
+        cpu_ew_ld_row(dt, dy, i * (size_t)c + c0, w, g);
+        if (beta_dx != 0.0f) cpu_ew_ld_row(dt, dx, i * (size_t)c + c0, w, prev);
+        for (j = 0; j < w; j++) {
+          float v = k[j] * (g[j] - sh[j] - (r[j] - mean[j]) * kk[j]);
+          o[j] = beta_dx != 0.0f ? v + beta_dx * prev[j] : v;
+        }
+        cpu_ew_st_row(dt, dx, i * (size_t)c + c0, w, o);
+      }
+    }
+  }
+  return 0;
+}
+
 int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, const float *x, const float *gamma, const float *bias,
                         float *y, float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
                         float *save_invstd, int update_running, int inference) {
@@ -301,6 +518,11 @@ int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, const float *x, con
   const size_t m = (size_t)n * (size_t)hw;
   int nt = m * (size_t)c > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
   (void)nt;
+  if (hw == 1) {
+    cpu_ew_bn_fwd_rows(nt, m, c, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean, save_invstd,
+                       update_running, inference);
+    return 0;
+  }
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (ch = 0; ch < c; ch++) {
     float mean, invstd;
@@ -333,6 +555,10 @@ int tt_cpu_bn_bwd_loops(tt_backend *b, int n, int c, int hw, const float *x, con
   const size_t m = (size_t)n * (size_t)hw;
   int nt = m * (size_t)c > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
   (void)nt;
+  if (hw == 1) {
+    cpu_ew_bn_bwd_rows(nt, m, c, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx, beta_param);
+    return 0;
+  }
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (ch = 0; ch < c; ch++) {
     double sdy = 0.0, sdyx = 0.0;

@@ -204,6 +204,12 @@ int tt_cpu_gelu_bwd(tt_backend *b, tt_act a, size_t count, const float *x, const
 int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, const float *x, const float *gamma, const float *bias,
                         float *y, float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
                         float *save_invstd, int update_running, int inference);
+/* Batch norm on rows (hw == 1: an NHWC tensor as [N*h*w, c, 1]) in fp16 or bf16 storage,
+ * computed in fp32: the forward when dy is NULL (inference: running statistics), else the backward. */
+int tt_cpu_bn_rows_half(tt_backend *b, int rows, int c, tt_dtype dt, const void *x, const void *dy, const float *gamma,
+                        const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
+                        float *save_mean, float *save_invstd, int update_running, int inference, void *dx, float *dgamma,
+                        float *dbias, float beta_dx, float beta_param);
 int tt_cpu_bn_bwd_loops(tt_backend *b, int n, int c, int hw, const float *x, const float *dy, const float *gamma,
                         const float *save_mean, const float *save_invstd, float *dx, float *dgamma, float *dbias,
                         float beta_dx, float beta_param);

@@ -1,6 +1,7 @@
 /* kernels/cpu/cpu_norm.c — batch norm (our vectorised loops, cpu_elementwise.c) and pooling
  * on oneDNN (fp32, and bf16 where oneDNN computes it: tt_cpu_compute_type; dx overwritten);
- * fp16 storage and an accumulating pooling dx run the reference loops (see cpu_backend.c).
+ * fp16 storage and an accumulating pooling dx run the reference loops (see cpu_backend.c), in
+ * NCHW or NHWC (the state's nhwc_pool: the pooling loops walk a channel's plane c apart).
  *
  * Pooling: max takes the first maximum, average divides by the whole window (PyTorch's
  * count_include_pad), as the reference. The forward runs for inference (no workspace kept).
@@ -23,6 +24,10 @@
 int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, void *y, float *running_mean, float *running_var, float momentum,
                         float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes) {
+  if ((dt == TT_F16 || dt == TT_BF16) && hw == 1 && n > 0 && c > 0 && x && gamma && bias && y && save_mean && save_invstd &&
+      (!update_running || (running_mean && running_var)))
+    return tt_cpu_bn_rows_half(b, n, c, dt, x, NULL, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
+                               save_invstd, update_running, 0, NULL, NULL, NULL, 0.0f, 0.0f);
   if (dt != TT_F32 || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !y || !save_mean || !save_invstd ||
       (update_running && (!running_mean || !running_var)))
     return tt_ref_bn_fwd_train(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
@@ -34,6 +39,9 @@ int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
 int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, const float *running_mean, const float *running_var, float eps,
                         void *y, void *ws, size_t ws_bytes) {
+  if ((dt == TT_F16 || dt == TT_BF16) && hw == 1 && n > 0 && c > 0 && x && gamma && bias && running_mean && running_var && y)
+    return tt_cpu_bn_rows_half(b, n, c, dt, x, NULL, gamma, bias, y, (float *)running_mean, (float *)running_var, 0.0f, eps,
+                               NULL, NULL, 0, 1, NULL, NULL, NULL, 0.0f, 0.0f);
   if (dt != TT_F32 || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !running_mean || !running_var || !y)
     return tt_ref_bn_fwd_infer(b, n, c, hw, dt, x, gamma, bias, running_mean, running_var, eps, y, ws, ws_bytes);
   return tt_cpu_bn_fwd_loops(b, n, c, hw, (const float *)x, gamma, bias, (float *)y, (float *)running_mean,
@@ -43,6 +51,9 @@ int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
 int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                   const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
                   float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
+  if ((dt == TT_F16 || dt == TT_BF16) && hw == 1 && n > 0 && c > 0 && x && dy && gamma && save_mean && save_invstd)
+    return tt_cpu_bn_rows_half(b, n, c, dt, x, dy, gamma, NULL, NULL, NULL, NULL, 0.0f, 0.0f, (float *)save_mean,
+                               (float *)save_invstd, 0, 0, dx, dgamma, dbias, beta_dx, beta_param);
   if (dt != TT_F32 || n <= 0 || c <= 0 || hw <= 0 || !x || !dy || !gamma || !save_mean || !save_invstd)
     return tt_ref_bn_bwd(b, n, c, hw, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx, beta_param, ws,
                          ws_bytes);
@@ -62,15 +73,16 @@ int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op) {
   dnnl_memory_desc_t mx, my;   /* the caller's, fp32 plain */
   dnnl_memory_desc_t px, py;   /* the primitive's: plain, in the compute type (bf16 runs bf16 pooling) */
   dnnl_data_type_t ct = tt_cpu_compute_type(op->dt);
+  dnnl_format_tag_t tag = d->layout == TT_LAYOUT_NHWC ? dnnl_nhwc : dnnl_nchw; /* the caller's, kept by the primitive */
   dnnl_dims_t strides, kernel, dil, pad;
   dnnl_alg_kind_t alg = op->pool_mode == TT_POOL_MAX ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
   dnnl_pooling_v2_desc_t fd, bwd;
   dnnl_primitive_desc_t fpd, bpd;
   char msg[256];
   int t;
-  snprintf(c->what, sizeof c->what, "%s %s (n=%d, %dx%dx%d -> %dx%d, kernel %dx%d, stride %dx%d, pad %dx%d)",
+  snprintf(c->what, sizeof c->what, "%s %s (n=%d, %dx%dx%d -> %dx%d, kernel %dx%d, stride %dx%d, pad %dx%d, %s)",
            op->kind == TT_OP_POOL_FWD ? "pool_fwd" : "pool_bwd", op->pool_mode == TT_POOL_MAX ? "max" : "avg", d->n, d->c,
-           d->h, d->w, d->p, d->q, d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w);
+           d->h, d->w, d->p, d->q, d->kh, d->kw, d->stride_h, d->stride_w, d->pad_h, d->pad_w, tt_layout_name(d->layout));
   if (tt_ref_dt_check(b, c->what, op->dt)) return -1;
   if (tt_pool_desc_error(c->what, d, op->pool_mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above */
   c->nb = d->n, c->nv = 1;
@@ -79,8 +91,8 @@ int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op) {
   yd[0] = d->n, yd[1] = d->c, yd[2] = d->p, yd[3] = d->q;
   strides[0] = d->stride_h, strides[1] = d->stride_w, kernel[0] = d->kh, kernel[1] = d->kw;
   dil[0] = dil[1] = 0, pad[0] = d->pad_h, pad[1] = d->pad_w;
-  if (tt_cpu_md(b, c->what, &mx, 4, xd, dnnl_nchw) || tt_cpu_md(b, c->what, &my, 4, yd, dnnl_nchw) ||
-      tt_cpu_md_dt(b, c->what, &px, 4, xd, dnnl_nchw, ct) || tt_cpu_md_dt(b, c->what, &py, 4, yd, dnnl_nchw, ct))
+  if (tt_cpu_md(b, c->what, &mx, 4, xd, tag) || tt_cpu_md(b, c->what, &my, 4, yd, tag) ||
+      tt_cpu_md_dt(b, c->what, &px, 4, xd, tag, ct) || tt_cpu_md_dt(b, c->what, &py, 4, yd, tag, ct))
     return -1;
   if (op->kind == TT_OP_POOL_FWD) {
     if (TT_CPU_DNNL(b, c->what, dnnl_pooling_v2_forward_desc_init(&fd, dnnl_forward_inference, alg, &px, &py, strides, kernel,
@@ -129,7 +141,7 @@ int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op) {
 static void cpu_norm_pool_op(tt_op_desc *op, tt_op_kind kind, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt) {
   memset(op, 0, sizeof *op);
   op->kind = kind, op->dt = dt, op->pool_mode = mode;
-  op->u.pool = *d;
+  if (d) op->u.pool = *d;
 }
 
 int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,

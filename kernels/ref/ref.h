@@ -31,6 +31,9 @@ extern "C" {
 typedef struct tt_ref_state {
   int threads; /* OpenMP thread count, >= 1 (OpenBLAS runs single-threaded inside them) */
   char err[1024]; /* last error message, one line */
+  int nhwc_pool; /* 1: the pooling loops also take NHWC descs (the CPU backend's, for what oneDNN does not
+                  * run there: fp16, an accumulating dx, the compact index entries); 0 in the reference
+                  * backend itself, which runs NCHW only and refuses another layout */
 } tt_ref_state;
 
 /* Fills st for `threads` (<= 0: all cores). */

@@ -178,6 +178,7 @@ static const tt_backend ref_be_table = {
     tt_ref_tokens_fwd, tt_ref_tokens_bwd, tt_ref_token_pool_fwd, tt_ref_token_pool_bwd,
     tt_ref_sum_squares,
     NULL, NULL, /* sgd_update_multi, adam_update_multi: the executor updates tensor by tensor (bit for bit as before) */
+    0u, /* layouts: NCHW only */
 };
 
 tt_backend *tt_ref_backend_create(int threads) {

@@ -73,6 +73,10 @@ static int ref_conv_check(tt_backend *b, const char *op, const tt_conv_desc *d, 
                        d->groups);
   if (d->c % d->groups || d->k % d->groups)
     return tt_ref_fail(b, "%s: channels c=%d and k=%d must be divisible by groups=%d", op, d->c, d->k, d->groups);
+  if (d->layout_x != TT_LAYOUT_NCHW || d->layout_y != TT_LAYOUT_NCHW)
+    return tt_ref_fail(b, "%s: x in %s, y in %s: the reference backend runs NCHW only (its table lists no other layout, "
+                       "so a plan never asks for one: pass layout_x = layout_y = 0)", op, tt_layout_name(d->layout_x),
+                       tt_layout_name(d->layout_y));
   if (d->h + 2 * d->pad_h < d->r || d->w + 2 * d->pad_w < d->s ||
       d->p != (d->h + 2 * d->pad_h - d->r) / d->stride_h + 1 || d->q != (d->w + 2 * d->pad_w - d->s) / d->stride_w + 1)
     return tt_ref_fail(b, "%s: output %dx%d does not match input %dx%d, kernel %dx%d, stride %dx%d, pad %dx%d", op,

@@ -129,9 +129,21 @@ int tt_ref_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *
 
 /* --------------------------------- pooling -------------------------------------------- */
 
-/* First maximum of window (oh, ow) in the plane starting at xoff, as an index into the
- * plane; NaN wins (PyTorch propagates NaN). Returns -1 only for an all-padding window. */
-static ptrdiff_t ref_norm_argmax(const tt_pool_desc *d, tt_dtype dt, const void *x, size_t xoff, int oh, int ow,
+/* Plane pl (sample pl / c, channel pl % c) of x and y: where its first element is and the
+ * distance between its consecutive elements (NCHW: planes are contiguous; NHWC, only given where
+ * nhwc_pool allows it: the channel's elements are c apart). */
+static void ref_norm_plane(const tt_pool_desc *d, ptrdiff_t pl, size_t *xoff, size_t *yoff, size_t *es) {
+  if (d->layout == TT_LAYOUT_NHWC) {
+    size_t n = (size_t)pl / (size_t)d->c, ch = (size_t)pl % (size_t)d->c;
+    *xoff = n * (size_t)d->h * d->w * d->c + ch, *yoff = n * (size_t)d->p * d->q * d->c + ch, *es = (size_t)d->c;
+  } else {
+    *xoff = (size_t)pl * d->h * d->w, *yoff = (size_t)pl * d->p * d->q, *es = 1;
+  }
+}
+
+/* First maximum of window (oh, ow) in the plane starting at xoff (elements es apart), as an index
+ * into the plane; NaN wins (PyTorch propagates NaN). Returns -1 only for an all-padding window. */
+static ptrdiff_t ref_norm_argmax(const tt_pool_desc *d, tt_dtype dt, const void *x, size_t xoff, size_t es, int oh, int ow,
                                  float *best_out) {
   int h0 = oh * d->stride_h - d->pad_h, w0 = ow * d->stride_w - d->pad_w, ih, iw;
   int h1 = h0 + d->kh, w1 = w0 + d->kw;
@@ -144,7 +156,7 @@ static ptrdiff_t ref_norm_argmax(const tt_pool_desc *d, tt_dtype dt, const void 
   for (ih = h0; ih < h1; ih++)
     for (iw = w0; iw < w1; iw++) {
       size_t i = (size_t)ih * d->w + iw;
-      float v = tt_ref_ld(dt, x, xoff + i);
+      float v = tt_ref_ld(dt, x, xoff + i * es);
       if (arg < 0 || v > best || v != v) {
         best = v;
         arg = (ptrdiff_t)i;
@@ -162,18 +174,21 @@ int tt_ref_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   char msg[256];
   if (tt_ref_dt_check(b, "pool_fwd", dt)) return -1;
   if (tt_pool_desc_error("pool_fwd", d, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above: the shared check predates bf16 */
+  if (d->layout != TT_LAYOUT_NCHW && !((tt_ref_state *)b->impl)->nhwc_pool)
+    return tt_ref_fail(b, "pool_fwd: layout %s: the reference backend runs NCHW only", tt_layout_name(d->layout));
   if (!x || !y) return tt_ref_fail(b, "pool_fwd: NULL x or y");
   npl = (ptrdiff_t)d->n * d->c;
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (pl = 0; pl < npl; pl++) {
-    size_t xoff = (size_t)pl * d->h * d->w, yoff = (size_t)pl * d->p * d->q;
+    size_t xoff, yoff, es;
+    ref_norm_plane(d, pl, &xoff, &yoff, &es);
     float inv = 1.0f / (float)(d->kh * d->kw); /* count_include_pad: the full window */
     int oh, ow;
     for (oh = 0; oh < d->p; oh++)
       for (ow = 0; ow < d->q; ow++) {
         float v;
         if (mode == TT_POOL_MAX) {
-          ref_norm_argmax(d, dt, x, xoff, oh, ow, &v);
+          ref_norm_argmax(d, dt, x, xoff, es, oh, ow, &v);
         } else {
           int h0 = oh * d->stride_h - d->pad_h, w0 = ow * d->stride_w - d->pad_w, ih, iw;
           int h1 = h0 + d->kh, w1 = w0 + d->kw;
@@ -183,10 +198,10 @@ int tt_ref_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
           if (h1 > d->h) h1 = d->h;
           if (w1 > d->w) w1 = d->w;
           for (ih = h0; ih < h1; ih++)
-            for (iw = w0; iw < w1; iw++) s += tt_ref_ld(dt, x, xoff + (size_t)ih * d->w + iw);
+            for (iw = w0; iw < w1; iw++) s += tt_ref_ld(dt, x, xoff + ((size_t)ih * d->w + iw) * es);
           v = s * inv;
         }
-        tt_ref_st(dt, y, yoff + (size_t)oh * d->q + ow, v);
+        tt_ref_st(dt, y, yoff + ((size_t)oh * d->q + ow) * es, v);
       }
   }
   return 0;
@@ -202,11 +217,14 @@ int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   char msg[256];
   if (tt_ref_dt_check(b, "pool_bwd", dt)) return -1;
   if (tt_pool_desc_error("pool_bwd", d, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above: the shared check predates bf16 */
+  if (d->layout != TT_LAYOUT_NCHW && !((tt_ref_state *)b->impl)->nhwc_pool)
+    return tt_ref_fail(b, "pool_bwd: layout %s: the reference backend runs NCHW only", tt_layout_name(d->layout));
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_ref_fail(b, "pool_bwd: NULL x (max), dy or dx");
   npl = (ptrdiff_t)d->n * d->c;
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (pl = 0; pl < npl; pl++) {
-    size_t xoff = (size_t)pl * d->h * d->w, yoff = (size_t)pl * d->p * d->q;
+    size_t xoff, yoff, es;
+    ref_norm_plane(d, pl, &xoff, &yoff, &es);
     float inv = 1.0f / (float)(d->kh * d->kw);
     int ih, iw;
     for (ih = 0; ih < d->h; ih++) {
@@ -224,14 +242,14 @@ int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
         if (ow1 > d->q - 1) ow1 = d->q - 1;
         for (oh = oh0; oh <= oh1; oh++)
           for (ow = ow0; ow <= ow1; ow++) {
-            float g = tt_ref_ld(dt, dy, yoff + (size_t)oh * d->q + ow), bv;
+            float g = tt_ref_ld(dt, dy, yoff + ((size_t)oh * d->q + ow) * es), bv;
             if (mode == TT_POOL_MAX) {
-              if (ref_norm_argmax(d, dt, x, xoff, oh, ow, &bv) == me) acc += g;
+              if (ref_norm_argmax(d, dt, x, xoff, es, oh, ow, &bv) == me) acc += g;
             } else {
               acc += g * inv;
             }
           }
-        tt_ref_st_beta(dt, dx, xoff + (size_t)me, acc, beta);
+        tt_ref_st_beta(dt, dx, xoff + (size_t)me * es, acc, beta);
       }
     }
   }
@@ -247,20 +265,23 @@ int tt_ref_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const 
   char msg[256];
   if (tt_ref_dt_check(b, "pool_argmax", dt)) return -1;
   if (tt_pool_desc_error("pool_argmax", d, TT_POOL_MAX, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above: the shared check predates bf16 */
+  if (d->layout != TT_LAYOUT_NCHW && !((tt_ref_state *)b->impl)->nhwc_pool)
+    return tt_ref_fail(b, "pool_argmax: layout %s: the reference backend runs NCHW only", tt_layout_name(d->layout));
   if (d->kh * d->kw > 256) return tt_ref_fail(b, "pool_argmax: a %dx%d window has no uint8 index", d->kh, d->kw);
   if (!x || !idx) return tt_ref_fail(b, "pool_argmax: NULL x or idx");
   npl = (ptrdiff_t)d->n * d->c;
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (pl = 0; pl < npl; pl++) {
-    size_t xoff = (size_t)pl * d->h * d->w, yoff = (size_t)pl * d->p * d->q;
+    size_t xoff, yoff, es;
+    ref_norm_plane(d, pl, &xoff, &yoff, &es);
     int oh, ow;
     float v;
     for (oh = 0; oh < d->p; oh++)
       for (ow = 0; ow < d->q; ow++) {
-        ptrdiff_t a = ref_norm_argmax(d, dt, x, xoff, oh, ow, &v);
+        ptrdiff_t a = ref_norm_argmax(d, dt, x, xoff, es, oh, ow, &v);
         int r = 0;
         if (a >= 0) r = ((int)(a / d->w) - (oh * d->stride_h - d->pad_h)) * d->kw + ((int)(a % d->w) - (ow * d->stride_w - d->pad_w));
-        idx[yoff + (size_t)oh * d->q + ow] = (uint8_t)r;
+        idx[yoff + ((size_t)oh * d->q + ow) * es] = (uint8_t)r;
       }
   }
   return 0;
@@ -275,11 +296,14 @@ int tt_ref_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const
   char msg[256];
   if (tt_ref_dt_check(b, "pool_bwd_idx", dt)) return -1;
   if (tt_pool_desc_error("pool_bwd_idx", d, TT_POOL_MAX, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above: the shared check predates bf16 */
+  if (d->layout != TT_LAYOUT_NCHW && !((tt_ref_state *)b->impl)->nhwc_pool)
+    return tt_ref_fail(b, "pool_bwd_idx: layout %s: the reference backend runs NCHW only", tt_layout_name(d->layout));
   if (!idx || !dy || !dx) return tt_ref_fail(b, "pool_bwd_idx: NULL idx, dy or dx");
   npl = (ptrdiff_t)d->n * d->c;
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (pl = 0; pl < npl; pl++) {
-    size_t xoff = (size_t)pl * d->h * d->w, yoff = (size_t)pl * d->p * d->q;
+    size_t xoff, yoff, es;
+    ref_norm_plane(d, pl, &xoff, &yoff, &es);
     int ih, iw;
     for (ih = 0; ih < d->h; ih++) {
       int a = ih + d->pad_h - d->kh + 1, oh0, oh1;
@@ -294,11 +318,11 @@ int tt_ref_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const
         if (ow1 > d->q - 1) ow1 = d->q - 1;
         for (oh = oh0; oh <= oh1; oh++)
           for (ow = ow0; ow <= ow1; ow++) {
-            size_t yi = yoff + (size_t)oh * d->q + ow;
+            size_t yi = yoff + ((size_t)oh * d->q + ow) * es;
             int me = (ih - (oh * d->stride_h - d->pad_h)) * d->kw + (iw - (ow * d->stride_w - d->pad_w));
             if (idx[yi] == me) acc += tt_ref_ld(dt, dy, yi);
           }
-        tt_ref_st_beta(dt, dx, xoff + (size_t)ih * d->w + iw, acc, beta);
+        tt_ref_st_beta(dt, dx, xoff + ((size_t)ih * d->w + iw) * es, acc, beta);
       }
     }
   }
