@@ -581,6 +581,111 @@ static void test_elementwise_bf16(void) {
   free(xf), free(gf), free(of), free(x), free(g), free(o);
 }
 
+/* Bit for bit the same n values of dt, except that two NaNs match whatever their payloads: a sum
+ * of several NaNs keeps one of theirs (IEEE 754 leaves which to the implementation, here to the
+ * order the compiler gives the operands). Returns the first index that differs, or n. */
+static size_t same_bits_or_nan(const void *a, const void *b, size_t n, tt_dtype dt) {
+  float *fa = as_f32(a, n, dt), *fb = as_f32(b, n, dt);
+  size_t i, es = tt_dtype_size(dt);
+  for (i = 0; i < n; i++)
+    if (memcmp((const char *)a + i * es, (const char *)b + i * es, es) && !(fa[i] != fa[i] && fb[i] != fb[i])) break;
+  free(fa), free(fb);
+  return i;
+}
+
+/* cpu_bf16.c's ops against the reference, bit for bit, in fp32 and bf16: casts (NaN, inf, -0,
+ * denormals and halfway cases included), dropout forward and backward (beta 0 and 1, p 0, 0.3
+ * and 1), global average pooling forward and backward (plane counts not a multiple of the eight
+ * summed at once; a plane summing several NaNs may keep another's payload), input normalisation and the overflow check. Sizes pass the threading
+ * threshold and are not multiples of the stack chunk. */
+static void test_misc_bitwise(void) {
+  TT_TEST_BEGIN("cpu_vs_ref:cast_dropout_gap_normalize_check_bitwise_fp32_bf16");
+  size_t n = 100003;
+  float *xf = vec(n, 8.0f), *of = vec(n, 1.0f);
+  uint32_t special[] = {0x7fc00000u, 0x7f800001u, 0xff800000u, 0x7f800000u, 0x80000000u, 0x00000001u, 0x807fffffu,
+                        0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0xffffffffu};
+  for (size_t k = 0; k < sizeof special / sizeof special[0]; k++) memcpy(xf + 7 * k, special + k, 4);
+  { /* casts fp32 -> bf16 -> fp32 */
+    uint16_t *bc = (uint16_t *)malloc(n * 2), *br = (uint16_t *)malloc(n * 2);
+    float *fc = (float *)malloc(n * 4), *fr = (float *)malloc(n * 4);
+    TT_CHECK(!C->cast(C, n, TT_F32, xf, TT_BF16, bc) && !R->cast(R, n, TT_F32, xf, TT_BF16, br), "cast fp32 -> bf16");
+    TT_CHECK(!memcmp(bc, br, n * 2), "cast fp32 -> bf16 differs from the reference");
+    TT_CHECK(!C->cast(C, n, TT_BF16, br, TT_F32, fc) && !R->cast(R, n, TT_BF16, br, TT_F32, fr), "cast bf16 -> fp32");
+    TT_CHECK(!memcmp(fc, fr, n * 4), "cast bf16 -> fp32 differs from the reference");
+    TT_CHECK(C->cast(C, n, TT_F32, xf, TT_BF16, xf) != 0, "an in-place fp32 -> bf16 cast should be refused");
+    free(bc), free(br), free(fc), free(fr);
+  }
+  for (int d = 0; d < 2; d++) {
+    tt_dtype dt = d ? TT_BF16 : TT_F32;
+    size_t es = tt_dtype_size(dt), nb = n * es;
+    void *x = in_dt(xf, n, dt), *o = in_dt(of, n, dt);
+    void *yc = malloc(nb), *yr = malloc(nb);
+    static const float ps[3] = {0.0f, 0.3f, 1.0f};
+    for (int pi = 0; pi < 3; pi++) {
+      TT_CHECK(!C->dropout_fwd(C, n, dt, ps[pi], 1234u + pi, x, yc) && !R->dropout_fwd(R, n, dt, ps[pi], 1234u + pi, x, yr),
+               "dropout_fwd %s", tt_dtype_name(dt));
+      TT_CHECK(!memcmp(yc, yr, nb), "dropout_fwd %s p %g differs from the reference", tt_dtype_name(dt), (double)ps[pi]);
+      for (int beta = 0; beta < 2; beta++) {
+        memcpy(yc, o, nb), memcpy(yr, o, nb);
+        TT_CHECK(!C->dropout_bwd(C, n, dt, ps[pi], 99u, x, yc, (float)beta) &&
+                     !R->dropout_bwd(R, n, dt, ps[pi], 99u, x, yr, (float)beta),
+                 "dropout_bwd %s", tt_dtype_name(dt));
+        TT_CHECK(!memcmp(yc, yr, nb), "dropout_bwd %s p %g beta %d differs", tt_dtype_name(dt), (double)ps[pi], beta);
+      }
+    }
+    { /* global average pooling: 7 x 13 planes of 49, and 3 x 5 planes of 2000 (past the chunk) */
+      static const int shapes[2][3] = {{7, 13, 49}, {3, 5, 2000}};
+      for (int k = 0; k < 2; k++) {
+        int gn = shapes[k][0], gc = shapes[k][1], ghw = shapes[k][2];
+        size_t npl = (size_t)gn * gc;
+        TT_CHECK(!C->gap_fwd(C, gn, gc, ghw, dt, x, yc) && !R->gap_fwd(R, gn, gc, ghw, dt, x, yr), "gap_fwd %s",
+                 tt_dtype_name(dt));
+        TT_CHECK(same_bits_or_nan(yc, yr, npl, dt) == npl, "gap_fwd %s %dx%dx%d differs at plane %zu", tt_dtype_name(dt),
+                 gn, gc, ghw, same_bits_or_nan(yc, yr, npl, dt));
+        for (int beta = 0; beta < 2; beta++) {
+          memcpy(yc, o, nb), memcpy(yr, o, nb);
+          TT_CHECK(!C->gap_bwd(C, gn, gc, ghw, dt, x, yc, (float)beta) && !R->gap_bwd(R, gn, gc, ghw, dt, x, yr, (float)beta),
+                   "gap_bwd %s", tt_dtype_name(dt));
+          TT_CHECK(!memcmp(yc, yr, npl * ghw * es), "gap_bwd %s %dx%dx%d beta %d differs", tt_dtype_name(dt), gn, gc, ghw,
+                   beta);
+        }
+      }
+    }
+    { /* input normalisation: 3 channels, 33 x 1111 pixels */
+      int nn = 11, nc = 3, nhw = 1111;
+      size_t cnt = (size_t)nn * nc * nhw;
+      uint8_t *px = (uint8_t *)malloc(cnt);
+      float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+      for (size_t i = 0; i < cnt; i++) px[i] = (uint8_t)(i * 2654435761u >> 24);
+      TT_CHECK(!C->normalize_u8(C, nn, nc, nhw, px, mean, sd, dt, yc) && !R->normalize_u8(R, nn, nc, nhw, px, mean, sd, dt, yr),
+               "normalize_u8 %s", tt_dtype_name(dt));
+      TT_CHECK(!memcmp(yc, yr, cnt * es), "normalize_u8 %s differs", tt_dtype_name(dt));
+      free(px);
+    }
+    { /* the overflow check: finite, then one inf or NaN late in the tensor */
+      void *fin = in_dt(of, n, dt);
+      int32_t fc = 0, fr = 0;
+      TT_CHECK(!C->check_finite(C, n, dt, fin, &fc) && !R->check_finite(R, n, dt, fin, &fr) && fc == 0 && fr == 0,
+               "check_finite %s on finite values: cpu %d ref %d", tt_dtype_name(dt), fc, fr);
+      for (int k = 0; k < 2; k++) {
+        size_t at = n - 5 - (size_t)k * 40000;
+        float bad = k ? NAN : -INFINITY;
+        void *one = in_dt(&bad, 1, dt);
+        void *t = in_dt(of, n, dt);
+        memcpy((char *)t + at * es, one, es);
+        fc = 0;
+        TT_CHECK(!C->check_finite(C, n, dt, t, &fc) && fc == 1, "check_finite %s missed a %s at %zu", tt_dtype_name(dt),
+                 k ? "NaN" : "-inf", at);
+        free(one), free(t);
+      }
+      free(fin);
+    }
+    free(x), free(o), free(yc), free(yr);
+  }
+  TT_TEST_END();
+  free(xf), free(of);
+}
+
 /* A whole call list prepared ahead, as the executor does, then the calls: same results as
  * calls built on first use, and the workspace answers do not change once built. */
 static void test_prepare(void) {
@@ -615,6 +720,7 @@ int main(void) {
   test_prepare();
   test_elementwise();
   test_elementwise_bf16();
+  test_misc_bitwise();
   test_conv(chunked);
   for (int dt = 0; dt < 3; dt++) {
     linear_case(6, 20, 7, (tt_dtype)dt, 1);

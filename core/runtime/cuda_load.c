@@ -15,6 +15,7 @@
 
 #if defined(TT_HAVE_CUDA) && defined(TT_CUDA_DLOPEN)
 #include <dlfcn.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,6 +115,19 @@ int tt_cuda_probe(char *why, size_t whysize) {
 size_t tt_cuda_library_margin(tt_backend *b) {
   if (!b || !b->name || strcmp(b->name, "cuda")) return TT_CUDA_LIBRARY_MARGIN_BYTES;
   return cuda_load()->library_margin(b); /* a CUDA backend exists: the library is loaded */
+}
+
+/* The device's compute capability, 0 when unknown: NULL or another kind of backend, or a library
+ * whose table leaves the entry NULL (a backend built before it reported one). The caller treats
+ * 0 as "unknown" and says so (core/runtime/session.c: `auto` then keeps to fp16, never bf16). */
+int tt_cuda_compute_capability(tt_backend *b) {
+  if (!b || !b->name || strcmp(b->name, "cuda")) return 0;
+  const tt_cuda_api *a = cuda_load(); /* a CUDA backend exists: the library is loaded */
+  if (!a || (size_t)a->size < offsetof(tt_cuda_api, compute_capability) + sizeof a->compute_capability ||
+      !a->compute_capability)
+    return 0;
+  int cc = a->compute_capability(b);
+  return cc > 0 ? cc : 0;
 }
 
 const char *tt_cuda_info(void) {

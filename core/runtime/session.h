@@ -36,6 +36,12 @@ typedef struct tt_session {
   double plan_ms;        /* schedule + plan wall time */
   size_t vram_bytes;
   int ranks;             /* processes the recipe's batch is shared among (core/runtime/dist.h); the plan is per rank */
+  /* The GPU here (train, or plan with a GPU and no --gpu): the generic card's speeds with this
+   * device's compute capability (0: the CUDA library did not report one) and, from sm_80, native
+   * bf16; profile points at it. */
+  int gpu_cc;
+  tt_device_profile gpu_here;
+  char gpu_here_name[96];
 } tt_session;
 
 int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode, tt_err *err);
