@@ -596,10 +596,11 @@ static size_t same_bits_or_nan(const void *a, const void *b, size_t n, tt_dtype 
 /* cpu_bf16.c's ops against the reference, bit for bit, in fp32 and bf16: casts (NaN, inf, -0,
  * denormals and halfway cases included), dropout forward and backward (beta 0 and 1, p 0, 0.3
  * and 1), global average pooling forward and backward (plane counts not a multiple of the eight
- * summed at once; a plane summing several NaNs may keep another's payload), input normalisation and the overflow check. Sizes pass the threading
- * threshold and are not multiples of the stack chunk. */
+ * summed at once; a plane summing several NaNs may keep another's payload), input normalisation,
+ * the ReLU/ReLU6 bit masks of compact saves and the backward from them, and the overflow check.
+ * Sizes pass the threading threshold and are not multiples of the stack chunk. */
 static void test_misc_bitwise(void) {
-  TT_TEST_BEGIN("cpu_vs_ref:cast_dropout_gap_normalize_check_bitwise_fp32_bf16");
+  TT_TEST_BEGIN("cpu_vs_ref:cast_dropout_gap_normalize_check_masks_bitwise_fp32_bf16");
   size_t n = 100003;
   float *xf = vec(n, 8.0f), *of = vec(n, 1.0f);
   uint32_t special[] = {0x7fc00000u, 0x7f800001u, 0xff800000u, 0x7f800000u, 0x80000000u, 0x00000001u, 0x807fffffu,
@@ -661,6 +662,24 @@ static void test_misc_bitwise(void) {
                "normalize_u8 %s", tt_dtype_name(dt));
       TT_CHECK(!memcmp(yc, yr, cnt * es), "normalize_u8 %s differs", tt_dtype_name(dt));
       free(px);
+    }
+    { /* ReLU and ReLU6 bit masks (a count not a multiple of 32), and the backward from them */
+      size_t mw = tt_act_mask_bytes(n) / 4u;
+      uint32_t *mc = (uint32_t *)malloc(mw * 4), *mr = (uint32_t *)malloc(mw * 4);
+      for (int a = 0; a < 2; a++) {
+        tt_act act = a ? TT_ACT_RELU6 : TT_ACT_RELU;
+        memset(mc, 0xa5, mw * 4), memset(mr, 0x5a, mw * 4);
+        TT_CHECK(!C->act_mask(C, act, n, dt, x, mc) && !R->act_mask(R, act, n, dt, x, mr), "act_mask %s", tt_dtype_name(dt));
+        TT_CHECK(!memcmp(mc, mr, mw * 4), "act_mask %s %s differs from the reference", a ? "relu6" : "relu", tt_dtype_name(dt));
+        for (int beta = 0; beta < 2; beta++) {
+          memcpy(yc, o, nb), memcpy(yr, o, nb);
+          TT_CHECK(!C->act_bwd_mask(C, act, n, dt, mr, x, yc, (float)beta) &&
+                       !R->act_bwd_mask(R, act, n, dt, mr, x, yr, (float)beta),
+                   "act_bwd_mask %s", tt_dtype_name(dt));
+          TT_CHECK(!memcmp(yc, yr, nb), "act_bwd_mask %s %s beta %d differs", a ? "relu6" : "relu", tt_dtype_name(dt), beta);
+        }
+      }
+      free(mc), free(mr);
     }
     { /* the overflow check: finite, then one inf or NaN late in the tensor */
       void *fin = in_dt(of, n, dt);

@@ -2,8 +2,9 @@
  * convolution, linear, pooling, batch norm and ReLU/add (those are cpu_conv.c, cpu_linear.c,
  * cpu_norm.c, cpu_elementwise.c): casts between fp32 and bf16 (the weight copies, every step),
  * dropout forward and backward, global average pooling forward and backward, input
- * normalisation and the overflow check. fp32 takes the same loops where it is the same code
- * (dropout, global average pooling, input normalisation, the overflow check); fp16, and every
+ * normalisation, the overflow check and the ReLU/ReLU6 bit masks of compact saves (act_mask,
+ * act_bwd_mask). fp32 takes the same loops where it is the same code
+ * (all but the casts); fp16, and every
  * case not named here, goes to the reference loops (kernels/ref).
  *
  * Bit for bit the reference's results: the same float expressions per element, bf16 widened
@@ -321,6 +322,103 @@ int tt_cpu_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src,
       size_t m = (size_t)hw - k0 < CPU_BF_CHUNK ? (size_t)hw - k0 : CPU_BF_CHUNK;
       cpu_bf_norm_span(src + off + k0, o, m, mean[ch], std[ch]);
       cpu_bf_round(o, (uint16_t *)dst + off + k0, m);
+    }
+  }
+  return 0;
+}
+
+/* ---- compact saves: ReLU / ReLU6 bit masks (backend.h: act_mask, act_bwd_mask) ----
+ * Elementwise, so any layout; each thread's share is a multiple of 64 elements, so threads never
+ * share a mask word. Bit i = (ReLU: y > 0; ReLU6: 0 < y < 6), NaN never passes, as tt_act_grad. */
+
+/* mask words of n <= CPU_BF_CHUNK elements of y (the last word's bits past n are zero) */
+static CPU_BF_CLONES void cpu_bf_mask_span(const float *y, uint32_t *mask, size_t n, int relu6) {
+  size_t w, nw = (n + 31u) / 32u;
+  for (w = 0; w < nw; w++) {
+    size_t e = n - w * 32u < 32u ? n - w * 32u : 32u, j;
+    const float *p = y + w * 32u;
+    uint32_t m = 0;
+    if (relu6) {
+#pragma omp simd reduction(| : m)
+      for (j = 0; j < e; j++) m |= (uint32_t)(p[j] > 0.0f && p[j] < 6.0f) << j;
+    } else {
+#pragma omp simd reduction(| : m)
+      for (j = 0; j < e; j++) m |= (uint32_t)(p[j] > 0.0f) << j;
+    }
+    mask[w] = m;
+  }
+}
+
+/* o[i] = bit i of mask ? g[i] : 0 over n <= CPU_BF_CHUNK elements starting at a word boundary */
+static CPU_BF_CLONES void cpu_bf_unmask_span(const uint32_t *mask, const float *g, float *o, size_t n) {
+  size_t w, nw = (n + 31u) / 32u;
+  for (w = 0; w < nw; w++) { /* a word at a time: the loop over its bits vectorises */
+    size_t e = n - w * 32u < 32u ? n - w * 32u : 32u, j;
+    const float *gp = g + w * 32u;
+    float *op = o + w * 32u;
+    uint32_t m = mask[w];
+#pragma omp simd
+    for (j = 0; j < e; j++) op[j] = ((m >> j) & 1u) ? gp[j] : 0.0f;
+  }
+}
+
+int tt_cpu_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask) {
+  int nt;
+  if ((dt != TT_F32 && dt != TT_BF16) || (a != TT_ACT_RELU && a != TT_ACT_RELU6) || !count || !y || !mask)
+    return tt_ref_act_mask(b, a, count, dt, y, mask); /* the reference checks and says why */
+  nt = cpu_bf_threads(b, count);
+  (void)nt;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    size_t lo, hi, c0;
+    float t[CPU_BF_CHUNK];
+    CPU_BF_SHARE(count, &lo, &hi);
+    for (c0 = lo; c0 < hi; c0 += CPU_BF_CHUNK) {
+      size_t m = hi - c0 < CPU_BF_CHUNK ? hi - c0 : CPU_BF_CHUNK;
+      const float *src = (const float *)y + c0;
+      if (dt == TT_BF16) {
+        cpu_bf_widen((const uint16_t *)y + c0, t, m);
+        src = t;
+      }
+      cpu_bf_mask_span(src, mask + c0 / 32u, m, a == TT_ACT_RELU6);
+    }
+  }
+  return 0;
+}
+
+int tt_cpu_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
+                        void *dx, float beta) {
+  int nt;
+  if ((dt != TT_F32 && dt != TT_BF16) || (a != TT_ACT_RELU && a != TT_ACT_RELU6) || !count || !mask || !dy || !dx ||
+      (dx == dy && beta != 0.0f))
+    return tt_ref_act_bwd_mask(b, a, count, dt, mask, dy, dx, beta);
+  nt = cpu_bf_threads(b, count);
+  (void)nt;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    size_t lo, hi, c0;
+    float g[CPU_BF_CHUNK], o[CPU_BF_CHUNK];
+    CPU_BF_SHARE(count, &lo, &hi);
+    for (c0 = lo; c0 < hi; c0 += CPU_BF_CHUNK) {
+      size_t m = hi - c0 < CPU_BF_CHUNK ? hi - c0 : CPU_BF_CHUNK;
+      if (dt == TT_F32) {
+        if (beta == 0.0f) {
+          cpu_bf_unmask_span(mask + c0 / 32u, (const float *)dy + c0, (float *)dx + c0, m);
+        } else {
+          cpu_bf_unmask_span(mask + c0 / 32u, (const float *)dy + c0, g, m);
+          cpu_bf_beta_span(g, (float *)dx + c0, m, beta);
+        }
+        continue;
+      }
+      cpu_bf_widen((const uint16_t *)dy + c0, g, m);
+      if (beta == 0.0f) {
+        cpu_bf_unmask_span(mask + c0 / 32u, g, o, m);
+      } else {
+        cpu_bf_unmask_span(mask + c0 / 32u, g, g, m);
+        cpu_bf_widen((const uint16_t *)dx + c0, o, m);
+        cpu_bf_beta_span(g, o, m, beta);
+      }
+      cpu_bf_round(o, (uint16_t *)dx + c0, m);
     }
   }
   return 0;

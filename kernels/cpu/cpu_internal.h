@@ -263,6 +263,9 @@ int tt_cpu_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
 int tt_cpu_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean, const float *std,
                         tt_dtype dt, void *dst);
 int tt_cpu_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
+int tt_cpu_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask);
+int tt_cpu_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
+                        void *dx, float beta);
 
 #ifdef __cplusplus
 }
