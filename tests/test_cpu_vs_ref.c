@@ -705,6 +705,45 @@ static void test_misc_bitwise(void) {
   free(xf), free(of);
 }
 
+/* The compact saves' max-pool winners (pool_argmax) and the backward from them (pool_bwd_idx)
+ * against the reference, bit for bit, fp32 and bf16, beta 0 and 1: windows that do not overlap
+ * (the CPU backend's fast path: 2x2 stride 2, with an odd size leaving a row and a column in no
+ * window; 3x3 stride 3 with padding 1) and overlapping ones (3x3 stride 2 padding 1: the
+ * reference's gather), with ties, NaNs (two in one window) and -0 in x and dy. */
+static void pool_idx_case(int n, int c, int h, int w, int k, int st, int pad) {
+  char tn[128];
+  snprintf(tn, sizeof tn, "cpu_vs_ref:pool_argmax_bwd_idx_%dx%d_k%d_s%d_p%d_bitwise", h, w, k, st, pad);
+  TT_TEST_BEGIN(tn);
+  tt_pool_desc d;
+  memset(&d, 0, sizeof d);
+  d.n = n, d.c = c, d.h = h, d.w = w, d.kh = k, d.kw = k, d.stride_h = st, d.stride_w = st, d.pad_h = pad, d.pad_w = pad;
+  d.p = (h + 2 * pad - k) / st + 1, d.q = (w + 2 * pad - k) / st + 1;
+  size_t xn = (size_t)n * c * h * w, yn = (size_t)n * c * d.p * d.q;
+  float *xf = vec(xn, 4.0f), *gf = vec(yn, 1.0f), *of = vec(xn, 1.0f);
+  for (size_t i = 0; i + 1 < xn; i += 5) xf[i + 1] = xf[i]; /* ties */
+  xf[3] = NAN, xf[4] = NAN, xf[w + 7] = -0.0f, gf[1] = -0.0f, gf[2] = NAN;
+  for (int dd = 0; dd < 2; dd++) {
+    tt_dtype dt = dd ? TT_BF16 : TT_F32;
+    size_t es = tt_dtype_size(dt);
+    void *x = in_dt(xf, xn, dt), *g = in_dt(gf, yn, dt), *o = in_dt(of, xn, dt);
+    uint8_t *ic = (uint8_t *)malloc(yn), *ir = (uint8_t *)malloc(yn);
+    void *dc = malloc(xn * es), *dr = malloc(xn * es);
+    memset(ic, 0xee, yn), memset(ir, 0x11, yn);
+    TT_CHECK(!C->pool_argmax(C, &d, dt, x, ic) && !R->pool_argmax(R, &d, dt, x, ir), "pool_argmax %s: %s", tt_dtype_name(dt),
+             C->last_error(C));
+    TT_CHECK(!memcmp(ic, ir, yn), "pool_argmax %s differs from the reference", tt_dtype_name(dt));
+    for (int beta = 0; beta < 2; beta++) {
+      memcpy(dc, o, xn * es), memcpy(dr, o, xn * es);
+      TT_CHECK(!C->pool_bwd_idx(C, &d, dt, ir, g, dc, (float)beta) && !R->pool_bwd_idx(R, &d, dt, ir, g, dr, (float)beta),
+               "pool_bwd_idx %s: %s", tt_dtype_name(dt), C->last_error(C));
+      TT_CHECK(!memcmp(dc, dr, xn * es), "pool_bwd_idx %s beta %d differs from the reference", tt_dtype_name(dt), beta);
+    }
+    free(x), free(g), free(o), free(ic), free(ir), free(dc), free(dr);
+  }
+  TT_TEST_END();
+  free(xf), free(gf), free(of);
+}
+
 /* A whole call list prepared ahead, as the executor does, then the calls: same results as
  * calls built on first use, and the workspace answers do not change once built. */
 static void test_prepare(void) {
@@ -740,6 +779,9 @@ int main(void) {
   test_elementwise();
   test_elementwise_bf16();
   test_misc_bitwise();
+  pool_idx_case(5, 9, 29, 29, 2, 2, 0);  /* > TT_REF_PAR_MIN elements: threaded */
+  pool_idx_case(2, 3, 10, 11, 3, 3, 1);
+  pool_idx_case(2, 3, 9, 9, 3, 2, 1);    /* overlapping: the reference's gather */
   test_conv(chunked);
   for (int dt = 0; dt < 3; dt++) {
     linear_case(6, 20, 7, (tt_dtype)dt, 1);

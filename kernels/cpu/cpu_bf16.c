@@ -2,8 +2,8 @@
  * convolution, linear, pooling, batch norm and ReLU/add (those are cpu_conv.c, cpu_linear.c,
  * cpu_norm.c, cpu_elementwise.c): casts between fp32 and bf16 (the weight copies, every step),
  * dropout forward and backward, global average pooling forward and backward, input
- * normalisation, the overflow check and the ReLU/ReLU6 bit masks of compact saves (act_mask,
- * act_bwd_mask). fp32 takes the same loops where it is the same code
+ * normalisation, the overflow check and the compact saves' ReLU/ReLU6 bit masks and max-pool
+ * winners (act_mask, act_bwd_mask, pool_argmax, pool_bwd_idx). fp32 takes the same loops where it is the same code
  * (all but the casts); fp16, and every
  * case not named here, goes to the reference loops (kernels/ref).
  *
@@ -419,6 +419,102 @@ int tt_cpu_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, cons
         cpu_bf_beta_span(g, o, m, beta);
       }
       cpu_bf_round(o, (uint16_t *)dx + c0, m);
+    }
+  }
+  return 0;
+}
+
+/* ---- compact saves: max-pool winners (backend.h: pool_argmax, pool_bwd_idx), NCHW ----
+ * pool_argmax: each window scanned in raster order with the reference's rule (the first maximum;
+ * a NaN wins, the last NaN if several), typed loads and no divisions per output. pool_bwd_idx:
+ * windows that do not overlap (stride >= kernel, as 2x2 stride 2), where each input position is
+ * in at most one window: its window and in-window position come from per-row and per-column
+ * tables made once per call, so dx = beta*dx + (idx == position ? 0 + dy : 0) needs no division
+ * per element; overlapping windows (a 3x3 stride 2 stem) go to the reference's gather. */
+
+#define CPU_BF_POOL_MAX_SIDE 4096 /* the row and column tables live on the caller's stack */
+
+int tt_cpu_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx) {
+  ptrdiff_t pl, npl;
+  int nt;
+  if ((dt != TT_F32 && dt != TT_BF16) || !d || !x || !idx || d->n <= 0 || d->c <= 0 || d->kh * d->kw > 256 ||
+      d->h <= 0 || d->w <= 0 || d->p <= 0 || d->q <= 0 || d->stride_h <= 0 || d->stride_w <= 0 || d->pad_h < 0 ||
+      d->pad_w < 0 || 2 * d->pad_h > d->kh || 2 * d->pad_w > d->kw || d->p != (d->h + 2 * d->pad_h - d->kh) / d->stride_h + 1 ||
+      d->q != (d->w + 2 * d->pad_w - d->kw) / d->stride_w + 1)
+    return tt_ref_pool_argmax(b, d, dt, x, idx); /* the reference checks and says why */
+  npl = (ptrdiff_t)d->n * d->c;
+  nt = cpu_bf_threads(b, (size_t)npl * (size_t)d->h * (size_t)d->w);
+  (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (pl = 0; pl < npl; pl++) {
+    size_t xoff = (size_t)pl * d->h * d->w, yoff = (size_t)pl * d->p * d->q;
+    int oh, ow;
+    for (oh = 0; oh < d->p; oh++) {
+      int h0 = oh * d->stride_h - d->pad_h, i0 = h0 < 0 ? -h0 : 0, i1 = h0 + d->kh > d->h ? d->h - h0 : d->kh;
+      for (ow = 0; ow < d->q; ow++) {
+        int w0 = ow * d->stride_w - d->pad_w, j0 = w0 < 0 ? -w0 : 0, j1 = w0 + d->kw > d->w ? d->w - w0 : d->kw;
+        int i, j, r = -1;
+        float best = -INFINITY;
+        for (i = i0; i < i1; i++) {
+          size_t row = xoff + (size_t)(h0 + i) * d->w + (size_t)w0;
+          for (j = j0; j < j1; j++) {
+            float v = dt == TT_F32 ? ((const float *)x)[row + (size_t)j] : tt_bf16_to_f32(((const uint16_t *)x)[row + (size_t)j]);
+            if (r < 0 || v > best || v != v) best = v, r = i * d->kw + j;
+          }
+        }
+        idx[yoff + (size_t)oh * d->q + ow] = (uint8_t)(r < 0 ? 0 : r);
+      }
+    }
+  }
+  return 0;
+}
+
+/* For each input row (or column) t of size: the window o it is in (-1: none) and its offset in
+ * it, for windows of size k at stride s >= k after padding pad, outs windows. */
+static void cpu_bf_pool_table(int size, int k, int s, int pad, int outs, int *win, int *off) {
+  int t;
+  for (t = 0; t < size; t++) {
+    int u = t + pad, o = u / s, f = u - o * s;
+    win[t] = f < k && o < outs ? o : -1;
+    off[t] = f;
+  }
+}
+
+int tt_cpu_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx, const void *dy, void *dx,
+                        float beta) {
+  ptrdiff_t pl, npl;
+  int nt;
+  int rwin[CPU_BF_POOL_MAX_SIDE], roff[CPU_BF_POOL_MAX_SIDE], cwin[CPU_BF_POOL_MAX_SIDE], coff[CPU_BF_POOL_MAX_SIDE];
+  if ((dt != TT_F32 && dt != TT_BF16) || !d || !idx || !dy || !dx || d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 ||
+      d->h > CPU_BF_POOL_MAX_SIDE || d->w > CPU_BF_POOL_MAX_SIDE || d->stride_h < d->kh || d->stride_w < d->kw ||
+      d->kh <= 0 || d->kw <= 0 || d->pad_h < 0 || d->pad_w < 0 || 2 * d->pad_h > d->kh || 2 * d->pad_w > d->kw ||
+      d->p != (d->h + 2 * d->pad_h - d->kh) / d->stride_h + 1 || d->q != (d->w + 2 * d->pad_w - d->kw) / d->stride_w + 1)
+    return tt_ref_pool_bwd_idx(b, d, dt, idx, dy, dx, beta); /* overlapping windows, or the reference says why */
+  cpu_bf_pool_table(d->h, d->kh, d->stride_h, d->pad_h, d->p, rwin, roff);
+  cpu_bf_pool_table(d->w, d->kw, d->stride_w, d->pad_w, d->q, cwin, coff);
+  npl = (ptrdiff_t)d->n * d->c;
+  nt = cpu_bf_threads(b, (size_t)npl * (size_t)d->h * (size_t)d->w);
+  (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (pl = 0; pl < npl; pl++) {
+    size_t xoff = (size_t)pl * d->h * d->w, yoff = (size_t)pl * d->p * d->q;
+    int ih, iw;
+    for (ih = 0; ih < d->h; ih++) {
+      int oh = rwin[ih], rb = roff[ih] * d->kw;
+      size_t xr = xoff + (size_t)ih * d->w, yr = yoff + (size_t)(oh < 0 ? 0 : oh) * d->q;
+      for (iw = 0; iw < d->w; iw++) {
+        int ow = cwin[iw];
+        float acc = 0.0f;
+        if (oh >= 0 && ow >= 0 && idx[yr + (size_t)ow] == rb + coff[iw])
+          acc += dt == TT_F32 ? ((const float *)dy)[yr + (size_t)ow] : tt_bf16_to_f32(((const uint16_t *)dy)[yr + (size_t)ow]);
+        if (dt == TT_F32) {
+          float *o = (float *)dx + xr + (size_t)iw;
+          *o = beta != 0.0f ? acc + beta * *o : acc;
+        } else {
+          uint16_t *o = (uint16_t *)dx + xr + (size_t)iw;
+          *o = tt_bf16_from_f32(beta != 0.0f ? acc + beta * tt_bf16_to_f32(*o) : acc);
+        }
+      }
     }
   }
   return 0;
