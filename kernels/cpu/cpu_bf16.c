@@ -434,6 +434,110 @@ int tt_cpu_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, cons
 
 #define CPU_BF_POOL_MAX_SIDE 4096 /* the row and column tables live on the caller's stack */
 
+/* The common case, 2x2 windows at stride 2 without padding, a row of windows at a time (inputs
+ * rows r0, r1 of fp32; bf16 rows are widened first), vectorised over the windows. */
+static CPU_BF_CLONES void cpu_bf_argmax2_row(const float *r0, const float *r1, uint8_t *out, int q) {
+  int ow;
+#pragma omp simd
+  for (ow = 0; ow < q; ow++) {
+    float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], e = r1[2 * ow + 1], best = a;
+    int r = 0;
+    if (b > best || b != b) best = b, r = 1;
+    if (c > best || c != c) best = c, r = 2;
+    if (e > best || e != e) r = 3;
+    out[ow] = (uint8_t)r;
+  }
+}
+
+/* o0, o1: input rows 2oh, 2oh+1 of dx (w wide; a column past 2q is in no window):
+ * beta*o + (winner ? 0 + g : 0) */
+static CPU_BF_CLONES void cpu_bf_unpool2_row(const float *g, const uint8_t *id, float *o0, float *o1, int q, int w,
+                                            float beta) {
+  int iw, n = 2 * q;
+  /* over the input columns (window iw/2, its column iw&1): contiguous stores, so it vectorises */
+  if (beta == 0.0f) {
+#pragma omp simd
+    for (iw = 0; iw < n; iw++) {
+      int k = id[iw >> 1], c = iw & 1;
+      float gv = 0.0f + g[iw >> 1];
+      o0[iw] = k == c ? gv : 0.0f;
+      o1[iw] = k == c + 2 ? gv : 0.0f;
+    }
+    if (w > n) o0[w - 1] = 0.0f, o1[w - 1] = 0.0f;
+  } else {
+#pragma omp simd
+    for (iw = 0; iw < n; iw++) {
+      int k = id[iw >> 1], c = iw & 1;
+      float gv = 0.0f + g[iw >> 1];
+      o0[iw] = (k == c ? gv : 0.0f) + beta * o0[iw];
+      o1[iw] = (k == c + 2 ? gv : 0.0f) + beta * o1[iw];
+    }
+    if (w > n) o0[w - 1] = 0.0f + beta * o0[w - 1], o1[w - 1] = 0.0f + beta * o1[w - 1];
+  }
+}
+
+/* a row in no window: beta*o + 0 */
+static void cpu_bf_unpool_none(float *o, int w, float beta) {
+  int i;
+  for (i = 0; i < w; i++) o[i] = beta != 0.0f ? 0.0f + beta * o[i] : 0.0f;
+}
+
+static int cpu_bf_pool_is_2x2(const tt_pool_desc *d) {
+  return d->kh == 2 && d->kw == 2 && d->stride_h == 2 && d->stride_w == 2 && d->pad_h == 0 && d->pad_w == 0 &&
+         d->w <= CPU_BF_CHUNK && d->p == d->h / 2 && d->q == d->w / 2 && d->p > 0 && d->q > 0;
+}
+
+/* one plane of pool_argmax, 2x2 stride 2 */
+static void cpu_bf_argmax2_plane(const tt_pool_desc *d, tt_dtype dt, const void *x, size_t xoff, uint8_t *out) {
+  float t0[CPU_BF_CHUNK], t1[CPU_BF_CHUNK];
+  int oh;
+  for (oh = 0; oh < d->p; oh++) {
+    size_t r = xoff + (size_t)(2 * oh) * d->w;
+    if (dt == TT_F32) {
+      cpu_bf_argmax2_row((const float *)x + r, (const float *)x + r + d->w, out + (size_t)oh * d->q, d->q);
+    } else {
+      cpu_bf_widen((const uint16_t *)x + r, t0, (size_t)d->w);
+      cpu_bf_widen((const uint16_t *)x + r + d->w, t1, (size_t)d->w);
+      cpu_bf_argmax2_row(t0, t1, out + (size_t)oh * d->q, d->q);
+    }
+  }
+}
+
+/* one plane of pool_bwd_idx, 2x2 stride 2 (an odd height leaves the last row in no window) */
+static void cpu_bf_unpool2_plane(const tt_pool_desc *d, tt_dtype dt, const uint8_t *id, const void *dy, size_t yoff,
+                                 void *dx, size_t xoff, float beta) {
+  float t0[CPU_BF_CHUNK], t1[CPU_BF_CHUNK], g[CPU_BF_CHUNK];
+  int oh, w = d->w;
+  for (oh = 0; oh <= d->p; oh++) {
+    int rows = oh < d->p ? 2 : d->h - 2 * d->p; /* the last pass: the row in no window, if any */
+    size_t r = xoff + (size_t)(2 * oh) * w, yr = yoff + (size_t)oh * d->q;
+    if (!rows) break;
+    if (dt == TT_F32) {
+      float *o0 = (float *)dx + r;
+      if (oh < d->p)
+        cpu_bf_unpool2_row((const float *)dy + yr, id + yr, o0, o0 + w, d->q, w, beta);
+      else
+        cpu_bf_unpool_none(o0, w, beta);
+      continue;
+    }
+    {
+      uint16_t *o0 = (uint16_t *)dx + r;
+      if (beta != 0.0f) {
+        cpu_bf_widen(o0, t0, (size_t)w);
+        if (rows == 2) cpu_bf_widen(o0 + w, t1, (size_t)w);
+      }
+      if (oh < d->p) {
+        cpu_bf_widen((const uint16_t *)dy + yr, g, (size_t)d->q);
+        cpu_bf_unpool2_row(g, id + yr, t0, t1, d->q, w, beta);
+      } else {
+        cpu_bf_unpool_none(t0, w, beta);
+      }
+      cpu_bf_round(t0, o0, (size_t)w);
+      if (rows == 2) cpu_bf_round(t1, o0 + w, (size_t)w);
+    }
+  }
+}
+
 int tt_cpu_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx) {
   ptrdiff_t pl, npl;
   int nt;
@@ -449,6 +553,10 @@ int tt_cpu_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const 
   for (pl = 0; pl < npl; pl++) {
     size_t xoff = (size_t)pl * d->h * d->w, yoff = (size_t)pl * d->p * d->q;
     int oh, ow;
+    if (cpu_bf_pool_is_2x2(d)) {
+      cpu_bf_argmax2_plane(d, dt, x, xoff, idx + yoff);
+      continue;
+    }
     for (oh = 0; oh < d->p; oh++) {
       int h0 = oh * d->stride_h - d->pad_h, i0 = h0 < 0 ? -h0 : 0, i1 = h0 + d->kh > d->h ? d->h - h0 : d->kh;
       for (ow = 0; ow < d->q; ow++) {
@@ -499,6 +607,10 @@ int tt_cpu_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const
   for (pl = 0; pl < npl; pl++) {
     size_t xoff = (size_t)pl * d->h * d->w, yoff = (size_t)pl * d->p * d->q;
     int ih, iw;
+    if (cpu_bf_pool_is_2x2(d)) {
+      cpu_bf_unpool2_plane(d, dt, idx, dy, yoff, dx, xoff, beta);
+      continue;
+    }
     for (ih = 0; ih < d->h; ih++) {
       int oh = rwin[ih], rb = roff[ih] * d->kw;
       size_t xr = xoff + (size_t)ih * d->w, yr = yoff + (size_t)(oh < 0 ? 0 : oh) * d->q;
