@@ -299,7 +299,7 @@ void tt_session_precision_text(const tt_session *s, char *buf, size_t n) {
              : s->target_cuda ? "the card has no native bf16, only fp16"
                               : "this CPU has no native bf16 (no AVX512_BF16 or AMX in oneDNN's ISA); fp16 converts through fp32",
              tt_dtype_name(half),
-             s->profile->bf16 && !s->target_cuda ? ": its batch norm and elementwise ops convert each bf16 value through fp32" : "");
+             s->profile->bf16 && !s->target_cuda ? ": its batch norm and other reference-loop ops convert each bf16 value through fp32" : "");
 }
 
 void tt_session_close(tt_session *s) {
