@@ -3,9 +3,11 @@
  * cpu_norm.c, cpu_elementwise.c): casts between fp32 and bf16 (the weight copies, every step),
  * dropout forward and backward, global average pooling forward and backward, input
  * normalisation, the overflow check and the compact saves' ReLU/ReLU6 bit masks and max-pool
- * winners (act_mask, act_bwd_mask, pool_argmax, pool_bwd_idx). fp32 takes the same loops where it is the same code
- * (all but the casts); fp16, and every
- * case not named here, goes to the reference loops (kernels/ref).
+ * winners (act_mask, act_bwd_mask, pool_argmax, pool_bwd_idx; NCHW). fp32 takes the same loops
+ * (all but the casts, which fp32 steps do not make); fp16, and every case not named here, goes
+ * to the reference loops (kernels/ref), which also check the arguments and word the refusals. The
+ * compact-save loops matter in fp32 as much: as the reference's scalar loops they took about
+ * three quarters of a LeNet step on one thread (perf, a loaded machine).
  *
  * Bit for bit the reference's results: the same float expressions per element, bf16 widened
  * exactly (a shift) and rounded to nearest even with tt_bf16_from_f32's rule (NaN kept a NaN
