@@ -816,8 +816,14 @@ def main():
         n.append("build %s/obj/emu/tests_test_cuda.o: cc tests/test_cuda.c\n"
                  "  cflags = $cflags -DTT_HAVE_CUDA=1 -DTT_CUDA_EMULATION=1 -Itests/cuda_emu" % B)
         n.append("build %s/obj/emu/tests_cuda_emu_emu_selftest.o: emucxx tests/cuda_emu/emu_selftest.cc" % B)
-        n.append("build %s/tests/test_cuda_emu: emulink %s/obj/emu/tests_test_cuda.o %s %s"
-                 % (B, B, " ".join(emu_objs), host_lib))
+        # test_cuda_emu plans on the emulated device too (cuda_precision_auto_sm75_sm80): the session
+        # and dist objects built with TT_HAVE_CUDA come before the host library, whose own copies
+        # (without it in a build without nvcc) are then not linked.
+        n.append("build %s/obj/emu/core_runtime_session.o: cc core/runtime/session.c\n  cflags = $cflags -DTT_HAVE_CUDA=1" % B)
+        n.append("build %s/obj/emu/core_runtime_dist.o: cc core/runtime/dist.c\n  cflags = $cflags -DTT_HAVE_CUDA=1" % B)
+        emu_host = "%s/obj/emu/core_runtime_session.o %s/obj/emu/core_runtime_dist.o" % (B, B)
+        n.append("build %s/tests/test_cuda_emu: emulink %s/obj/emu/tests_test_cuda.o %s %s %s"
+                 % (B, B, emu_host, " ".join(emu_objs), host_lib))
         n.append("build %s/tests/test_cuda_emu_self: emulink %s/obj/emu/tests_cuda_emu_emu_selftest.o %s %s"
                  % (B, B, " ".join(emu_objs), host_lib))
         test_bins += ["%s/tests/%s" % (B, t) for t in EMU_TESTS]
@@ -842,9 +848,8 @@ def main():
             test_bins.append("%s/tests/test_cuda_traffic" % B)
         # The command line on the emulated device (`ninja build/tinytrain_emu`; not built by default):
         # core/runtime/session.c chooses the CUDA backend only when built with TT_HAVE_CUDA.
-        n.append("build %s/obj/emu/core_runtime_session.o: cc core/runtime/session.c\n  cflags = $cflags -DTT_HAVE_CUDA=1" % B)
-        n.append("build %s/tinytrain_emu: emulink %s %s/obj/emu/core_runtime_session.o %s %s"
-                 % (B, " ".join(cli_objs), B, " ".join(emu_objs), host_lib))
+        n.append("build %s/tinytrain_emu: emulink %s %s %s %s"
+                 % (B, " ".join(cli_objs), emu_host, " ".join(emu_objs), host_lib))
     bench_bins = []
     for b in sorted(glob.glob(os.path.join(ROOT, "tests/bench/*.c"))):
         name = os.path.basename(b)[:-2]

@@ -581,6 +581,169 @@ static void test_elementwise_bf16(void) {
   free(xf), free(gf), free(of), free(x), free(g), free(o);
 }
 
+/* Bit for bit the same n values of dt, except that two NaNs match whatever their payloads: a sum
+ * of several NaNs keeps one of theirs (IEEE 754 leaves which to the implementation, here to the
+ * order the compiler gives the operands). Returns the first index that differs, or n. */
+static size_t same_bits_or_nan(const void *a, const void *b, size_t n, tt_dtype dt) {
+  float *fa = as_f32(a, n, dt), *fb = as_f32(b, n, dt);
+  size_t i, es = tt_dtype_size(dt);
+  for (i = 0; i < n; i++)
+    if (memcmp((const char *)a + i * es, (const char *)b + i * es, es) && !(fa[i] != fa[i] && fb[i] != fb[i])) break;
+  free(fa), free(fb);
+  return i;
+}
+
+/* cpu_bf16.c's ops against the reference, bit for bit, in fp32 and bf16: casts (NaN, inf, -0,
+ * denormals and halfway cases included), dropout forward and backward (beta 0 and 1, p 0, 0.3
+ * and 1), global average pooling forward and backward (plane counts not a multiple of the eight
+ * summed at once; a plane summing several NaNs may keep another's payload), input normalisation,
+ * the ReLU/ReLU6 bit masks of compact saves and the backward from them, and the overflow check.
+ * Sizes pass the threading threshold and are not multiples of the stack chunk. */
+static void test_misc_bitwise(void) {
+  TT_TEST_BEGIN("cpu_vs_ref:cast_dropout_gap_normalize_check_masks_bitwise_fp32_bf16");
+  size_t n = 100003;
+  float *xf = vec(n, 8.0f), *of = vec(n, 1.0f);
+  uint32_t special[] = {0x7fc00000u, 0x7f800001u, 0xff800000u, 0x7f800000u, 0x80000000u, 0x00000001u, 0x807fffffu,
+                        0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0xffffffffu};
+  for (size_t k = 0; k < sizeof special / sizeof special[0]; k++) memcpy(xf + 7 * k, special + k, 4);
+  { /* casts fp32 -> bf16 -> fp32 */
+    uint16_t *bc = (uint16_t *)malloc(n * 2), *br = (uint16_t *)malloc(n * 2);
+    float *fc = (float *)malloc(n * 4), *fr = (float *)malloc(n * 4);
+    TT_CHECK(!C->cast(C, n, TT_F32, xf, TT_BF16, bc) && !R->cast(R, n, TT_F32, xf, TT_BF16, br), "cast fp32 -> bf16");
+    TT_CHECK(!memcmp(bc, br, n * 2), "cast fp32 -> bf16 differs from the reference");
+    TT_CHECK(!C->cast(C, n, TT_BF16, br, TT_F32, fc) && !R->cast(R, n, TT_BF16, br, TT_F32, fr), "cast bf16 -> fp32");
+    TT_CHECK(!memcmp(fc, fr, n * 4), "cast bf16 -> fp32 differs from the reference");
+    TT_CHECK(C->cast(C, n, TT_F32, xf, TT_BF16, xf) != 0, "an in-place fp32 -> bf16 cast should be refused");
+    free(bc), free(br), free(fc), free(fr);
+  }
+  for (int d = 0; d < 2; d++) {
+    tt_dtype dt = d ? TT_BF16 : TT_F32;
+    size_t es = tt_dtype_size(dt), nb = n * es;
+    void *x = in_dt(xf, n, dt), *o = in_dt(of, n, dt);
+    void *yc = malloc(nb), *yr = malloc(nb);
+    static const float ps[3] = {0.0f, 0.3f, 1.0f};
+    for (int pi = 0; pi < 3; pi++) {
+      TT_CHECK(!C->dropout_fwd(C, n, dt, ps[pi], 1234u + pi, x, yc) && !R->dropout_fwd(R, n, dt, ps[pi], 1234u + pi, x, yr),
+               "dropout_fwd %s", tt_dtype_name(dt));
+      TT_CHECK(!memcmp(yc, yr, nb), "dropout_fwd %s p %g differs from the reference", tt_dtype_name(dt), (double)ps[pi]);
+      for (int beta = 0; beta < 2; beta++) {
+        memcpy(yc, o, nb), memcpy(yr, o, nb);
+        TT_CHECK(!C->dropout_bwd(C, n, dt, ps[pi], 99u, x, yc, (float)beta) &&
+                     !R->dropout_bwd(R, n, dt, ps[pi], 99u, x, yr, (float)beta),
+                 "dropout_bwd %s", tt_dtype_name(dt));
+        TT_CHECK(!memcmp(yc, yr, nb), "dropout_bwd %s p %g beta %d differs", tt_dtype_name(dt), (double)ps[pi], beta);
+      }
+    }
+    { /* global average pooling: 7 x 13 planes of 49, and 3 x 5 planes of 2000 (past the chunk) */
+      static const int shapes[2][3] = {{7, 13, 49}, {3, 5, 2000}};
+      for (int k = 0; k < 2; k++) {
+        int gn = shapes[k][0], gc = shapes[k][1], ghw = shapes[k][2];
+        size_t npl = (size_t)gn * gc;
+        TT_CHECK(!C->gap_fwd(C, gn, gc, ghw, dt, x, yc) && !R->gap_fwd(R, gn, gc, ghw, dt, x, yr), "gap_fwd %s",
+                 tt_dtype_name(dt));
+        TT_CHECK(same_bits_or_nan(yc, yr, npl, dt) == npl, "gap_fwd %s %dx%dx%d differs at plane %zu", tt_dtype_name(dt),
+                 gn, gc, ghw, same_bits_or_nan(yc, yr, npl, dt));
+        for (int beta = 0; beta < 2; beta++) {
+          memcpy(yc, o, nb), memcpy(yr, o, nb);
+          TT_CHECK(!C->gap_bwd(C, gn, gc, ghw, dt, x, yc, (float)beta) && !R->gap_bwd(R, gn, gc, ghw, dt, x, yr, (float)beta),
+                   "gap_bwd %s", tt_dtype_name(dt));
+          TT_CHECK(!memcmp(yc, yr, npl * ghw * es), "gap_bwd %s %dx%dx%d beta %d differs", tt_dtype_name(dt), gn, gc, ghw,
+                   beta);
+        }
+      }
+    }
+    { /* input normalisation: 3 channels, 33 x 1111 pixels */
+      int nn = 11, nc = 3, nhw = 1111;
+      size_t cnt = (size_t)nn * nc * nhw;
+      uint8_t *px = (uint8_t *)malloc(cnt);
+      float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+      for (size_t i = 0; i < cnt; i++) px[i] = (uint8_t)(i * 2654435761u >> 24);
+      TT_CHECK(!C->normalize_u8(C, nn, nc, nhw, px, mean, sd, dt, yc) && !R->normalize_u8(R, nn, nc, nhw, px, mean, sd, dt, yr),
+               "normalize_u8 %s", tt_dtype_name(dt));
+      TT_CHECK(!memcmp(yc, yr, cnt * es), "normalize_u8 %s differs", tt_dtype_name(dt));
+      free(px);
+    }
+    { /* ReLU and ReLU6 bit masks (a count not a multiple of 32), and the backward from them */
+      size_t mw = tt_act_mask_bytes(n) / 4u;
+      uint32_t *mc = (uint32_t *)malloc(mw * 4), *mr = (uint32_t *)malloc(mw * 4);
+      for (int a = 0; a < 2; a++) {
+        tt_act act = a ? TT_ACT_RELU6 : TT_ACT_RELU;
+        memset(mc, 0xa5, mw * 4), memset(mr, 0x5a, mw * 4);
+        TT_CHECK(!C->act_mask(C, act, n, dt, x, mc) && !R->act_mask(R, act, n, dt, x, mr), "act_mask %s", tt_dtype_name(dt));
+        TT_CHECK(!memcmp(mc, mr, mw * 4), "act_mask %s %s differs from the reference", a ? "relu6" : "relu", tt_dtype_name(dt));
+        for (int beta = 0; beta < 2; beta++) {
+          memcpy(yc, o, nb), memcpy(yr, o, nb);
+          TT_CHECK(!C->act_bwd_mask(C, act, n, dt, mr, x, yc, (float)beta) &&
+                       !R->act_bwd_mask(R, act, n, dt, mr, x, yr, (float)beta),
+                   "act_bwd_mask %s", tt_dtype_name(dt));
+          TT_CHECK(!memcmp(yc, yr, nb), "act_bwd_mask %s %s beta %d differs", a ? "relu6" : "relu", tt_dtype_name(dt), beta);
+        }
+      }
+      free(mc), free(mr);
+    }
+    { /* the overflow check: finite, then one inf or NaN late in the tensor */
+      void *fin = in_dt(of, n, dt);
+      int32_t fc = 0, fr = 0;
+      TT_CHECK(!C->check_finite(C, n, dt, fin, &fc) && !R->check_finite(R, n, dt, fin, &fr) && fc == 0 && fr == 0,
+               "check_finite %s on finite values: cpu %d ref %d", tt_dtype_name(dt), fc, fr);
+      for (int k = 0; k < 2; k++) {
+        size_t at = n - 5 - (size_t)k * 40000;
+        float bad = k ? NAN : -INFINITY;
+        void *one = in_dt(&bad, 1, dt);
+        void *t = in_dt(of, n, dt);
+        memcpy((char *)t + at * es, one, es);
+        fc = 0;
+        TT_CHECK(!C->check_finite(C, n, dt, t, &fc) && fc == 1, "check_finite %s missed a %s at %zu", tt_dtype_name(dt),
+                 k ? "NaN" : "-inf", at);
+        free(one), free(t);
+      }
+      free(fin);
+    }
+    free(x), free(o), free(yc), free(yr);
+  }
+  TT_TEST_END();
+  free(xf), free(of);
+}
+
+/* The compact saves' max-pool winners (pool_argmax) and the backward from them (pool_bwd_idx)
+ * against the reference, bit for bit, fp32 and bf16, beta 0 and 1: windows that do not overlap
+ * (the CPU backend's fast path: 2x2 stride 2, with an odd size leaving a row and a column in no
+ * window; 3x3 stride 3 with padding 1) and overlapping ones (3x3 stride 2 padding 1: the
+ * reference's gather), with ties, NaNs (two in one window) and -0 in x and dy. */
+static void pool_idx_case(int n, int c, int h, int w, int k, int st, int pad) {
+  char tn[128];
+  snprintf(tn, sizeof tn, "cpu_vs_ref:pool_argmax_bwd_idx_%dx%d_k%d_s%d_p%d_bitwise", h, w, k, st, pad);
+  TT_TEST_BEGIN(tn);
+  tt_pool_desc d;
+  memset(&d, 0, sizeof d);
+  d.n = n, d.c = c, d.h = h, d.w = w, d.kh = k, d.kw = k, d.stride_h = st, d.stride_w = st, d.pad_h = pad, d.pad_w = pad;
+  d.p = (h + 2 * pad - k) / st + 1, d.q = (w + 2 * pad - k) / st + 1;
+  size_t xn = (size_t)n * c * h * w, yn = (size_t)n * c * d.p * d.q;
+  float *xf = vec(xn, 4.0f), *gf = vec(yn, 1.0f), *of = vec(xn, 1.0f);
+  for (size_t i = 0; i + 1 < xn; i += 5) xf[i + 1] = xf[i]; /* ties */
+  xf[3] = NAN, xf[4] = NAN, xf[w + 7] = -0.0f, gf[1] = -0.0f, gf[2] = NAN;
+  for (int dd = 0; dd < 2; dd++) {
+    tt_dtype dt = dd ? TT_BF16 : TT_F32;
+    size_t es = tt_dtype_size(dt);
+    void *x = in_dt(xf, xn, dt), *g = in_dt(gf, yn, dt), *o = in_dt(of, xn, dt);
+    uint8_t *ic = (uint8_t *)malloc(yn), *ir = (uint8_t *)malloc(yn);
+    void *dc = malloc(xn * es), *dr = malloc(xn * es);
+    memset(ic, 0xee, yn), memset(ir, 0x11, yn);
+    TT_CHECK(!C->pool_argmax(C, &d, dt, x, ic) && !R->pool_argmax(R, &d, dt, x, ir), "pool_argmax %s: %s", tt_dtype_name(dt),
+             C->last_error(C));
+    TT_CHECK(!memcmp(ic, ir, yn), "pool_argmax %s differs from the reference", tt_dtype_name(dt));
+    for (int beta = 0; beta < 2; beta++) {
+      memcpy(dc, o, xn * es), memcpy(dr, o, xn * es);
+      TT_CHECK(!C->pool_bwd_idx(C, &d, dt, ir, g, dc, (float)beta) && !R->pool_bwd_idx(R, &d, dt, ir, g, dr, (float)beta),
+               "pool_bwd_idx %s: %s", tt_dtype_name(dt), C->last_error(C));
+      TT_CHECK(!memcmp(dc, dr, xn * es), "pool_bwd_idx %s beta %d differs from the reference", tt_dtype_name(dt), beta);
+    }
+    free(x), free(g), free(o), free(ic), free(ir), free(dc), free(dr);
+  }
+  TT_TEST_END();
+  free(xf), free(gf), free(of);
+}
+
 /* A whole call list prepared ahead, as the executor does, then the calls: same results as
  * calls built on first use, and the workspace answers do not change once built. */
 static void test_prepare(void) {
@@ -615,6 +778,10 @@ int main(void) {
   test_prepare();
   test_elementwise();
   test_elementwise_bf16();
+  test_misc_bitwise();
+  pool_idx_case(5, 9, 29, 29, 2, 2, 0);  /* > TT_REF_PAR_MIN elements: threaded */
+  pool_idx_case(2, 3, 10, 11, 3, 3, 1);
+  pool_idx_case(2, 3, 9, 9, 3, 2, 1);    /* overlapping: the reference's gather */
   test_conv(chunked);
   for (int dt = 0; dt < 3; dt++) {
     linear_case(6, 20, 7, (tt_dtype)dt, 1);

@@ -31,6 +31,7 @@
 #include "tests/tt_test.h"
 
 #ifdef TT_HAVE_CUDA
+#include "core/tinytrain.h"
 #include "kernels/cuda/tt_cuda.h"
 #endif
 #ifdef TT_CUDA_EMULATION
@@ -41,7 +42,8 @@ static const char *test_groups[] = {"cuda_elementwise", "cuda_dropout_mask", "cu
                                     "cuda_pooling", "cuda_conv", "cuda_linear", "cuda_bf16_cast", "cuda_bf16_conv_linear_sm80",
                                     "cuda_layernorm", "cuda_attention", "cuda_tokens", "cuda_step_fp32", "cuda_step_fp16",
                                     "cuda_no_allocation_and_peak", "cuda_staging_copies", "cuda_blocking_waits", "cuda_nccl_one_rank",
-                                    "cuda_tf32", "cuda_conv_workspace_cap", "cuda_update_multi"};
+                                    "cuda_tf32", "cuda_conv_workspace_cap", "cuda_update_multi",
+                                    "cuda_precision_auto_sm75_sm80"};
 #define TEST_NGROUPS ((int)(sizeof test_groups / sizeof test_groups[0]))
 
 #ifdef TT_HAVE_CUDA
@@ -964,6 +966,51 @@ static void test_bf16_sm80(void) {
   tt_emu_set_compute_capability(old);
   TT_TEST_END();
 }
+
+/* `plan --precision auto` on the GPU here asks its compute capability (tt_cuda_compute_capability):
+ * an emulated sm_75 plans fp16 with loss scaling, an emulated sm_80 bf16, and the plan's precision
+ * line names the capability. (test_cuda_emu links a session built with TT_HAVE_CUDA, so tt_plan
+ * opens the emulated device.) */
+static void test_precision_auto_cc(void) {
+  static const char *recipe =
+      "[net]\ninput = 3x32x32\nclasses = 10\n[train]\nbatch = 64\noptimizer = sgd\nlr = 0.05\nseed = 1\n"
+      "[data]\nformat = synthetic\n"
+      "[conv c1]\nfilters = 64\nsize = 3\nbias = false\n[bn b1]\nactivation = relu\n"
+      "[conv c2]\nfilters = 64\nsize = 3\nbias = false\n[bn b2]\nactivation = relu\n[maxpool p1]\nsize = 2\n"
+      "[conv c3]\nfilters = 128\nsize = 3\nbias = false\n[bn b3]\nactivation = relu\n[gap pool]\n[linear fc]\nout = 10\n";
+  static const int ccs[2] = {75, 80};
+  static const char *want_dt[2] = {"\"precision\": \"fp16\"", "\"precision\": \"bf16\""};
+  static const char *want_why[2] = {"fp16 with dynamic loss scaling (auto: GPU sm_75 has no native bf16",
+                                    "bf16 (auto: GPU sm_80 computes bf16 natively"};
+  TT_TEST_BEGIN("cuda_precision_auto_sm75_sm80");
+  for (int k = 0; k < 2; k++) {
+    int old = tt_emu_set_compute_capability(ccs[k]);
+    tt_run_opts o;
+    char err[1024] = "", text[16384] = "";
+    FILE *f = tmpfile();
+    int rc = -1;
+    tt_run_opts_init(&o);
+    o.recipe_text = recipe, o.device = TT_DEVICE_CUDA, o.quiet = 1;
+    if (f) {
+      rc = tt_plan(&o, 1, 0, f, err, sizeof err);
+      rewind(f);
+      text[fread(text, 1, sizeof text - 1, f)] = 0;
+      fclose(f);
+    }
+    tt_emu_set_compute_capability(old);
+    TT_CHECK(rc == 0, "sm_%d: plan failed: %s", ccs[k], err);
+    if (rc) continue;
+    TT_CHECK(strstr(text, want_dt[k]) != NULL, "sm_%d: the plan's precision is not %s:\n%.2000s", ccs[k], want_dt[k], text);
+    TT_CHECK(strstr(text, want_why[k]) != NULL, "sm_%d: the precision line does not say '%s':\n%.2000s", ccs[k],
+             want_why[k], text);
+    TT_CHECK(strstr(text, "\"target\": \"cuda\"") != NULL, "sm_%d: not planned for the GPU here:\n%.2000s", ccs[k], text);
+    {
+      const char *why = strstr(text, "\"precision_why\": \"");
+      if (why) printf("  emulated sm_%d: precision %.*s\n", ccs[k], (int)strcspn(why + 18, "\""), why + 18);
+    }
+  }
+  TT_TEST_END();
+}
 #endif
 
 /* ---------------------------------------- TF32 --------------------------------------------- */
@@ -1867,7 +1914,9 @@ int main(void) {
   test_bf16_cast();
 #ifdef TT_CUDA_EMULATION
   test_bf16_sm80();
+  test_precision_auto_cc();
 #else
+  printf("SKIP cuda_precision_auto_sm75_sm80: the emulation's devices (on a GPU, `tinytrain plan` shows the pick)\n");
   printf("SKIP cuda_bf16_conv_linear_sm80: the emulation's second device (on a GPU, cuda_conv and cuda_linear run bf16 from sm_80)\n");
 #endif
 #ifdef TT_CUDA_EMULATION

@@ -28,7 +28,9 @@ while IFS= read -r r; do
   fi
   want=$(sed -n 's/^  policy  *//p' "$TMP/plan.out")
   # train prints the policy before its first step: read it, then stop the run (a large network's
-  # first step on the CPU takes minutes)
+  # first step on the CPU takes minutes). Emptied first: the background job opens it only when it
+  # is scheduled, and under load the loop below could otherwise read the previous recipe's lines.
+  : >"$TMP/train.out"
   "$TT" --vram 4G --max-steps 1 --out "$TMP/run-$name" "$TMP/$name.recipe" >"$TMP/train.out" 2>"$TMP/train.err" &
   PID=$!
   for _ in $(seq 1 600); do

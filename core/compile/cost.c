@@ -5,7 +5,7 @@
 
 /* Ranking numbers, not promises: a T4-class card (8 TFLOP/s fp32, ~30 TFLOP/s sustained fp16
  * tensor-core, 300 GB/s) and a 2-core AVX2 CPU. Memory figures never depend on them. */
-static const tt_device_profile cost_cuda = {"cuda (generic T4-class estimate)", 8e12, 30e12, 300e9, 8e-6, NULL, 0, 0, 0, 0, 0.0, 0.0};
+static const tt_device_profile cost_cuda = {"cuda (generic T4-class estimate)", 8e12, 30e12, 300e9, 8e-6, NULL, 0, 0, 0, 0, 0.0, 0.0, 0.0};
 /* the CPU backend computes fp16 by converting to fp32, so fp16 is slower there, not faster; bf16
  * runs oneDNN's bf16 primitives: native on AVX512_BF16 and AMX CPUs, at twice the fp32 rate (the
  * dot-product instructions' width; a ranking number like the rest), else about fp32's (oneDNN
@@ -14,11 +14,22 @@ static const tt_device_profile cost_cuda = {"cuda (generic T4-class estimate)", 
  * element by element in the reference loops. Measured on one thread at 128x32x28x28 (a loaded
  * machine, so ratios only): ReLU forward 55 against 33 ms in fp32, backward 74 against 45,
  * batch norm forward 163 against 34, backward 145 against 44, while moving half the bytes: from
- * a third to an eighth of the fp32 loops' bandwidth; the model takes a sixth for all of them.
+ * a third to an eighth of the fp32 loops' bandwidth; the model took a sixth for all of them.
  * So `auto` picks bf16 where convolutions and matmuls dominate the step, and stays fp32 for nets
- * whose time goes to batch norm and elementwise ops (the bundled LeNet). */
-static const tt_device_profile cost_cpu = {"cpu", 60e9, 20e9, 10e9, 2e-6, NULL, 0, 0, 0, 0, 0.0, 0.0};
-static const tt_device_profile cost_cpu_bf16 = {"cpu (native bf16)", 60e9, 20e9, 10e9, 2e-6, NULL, 0, 0, 0, 1, 120e9, 10e9 / 6};
+ * whose time goes to batch norm and elementwise ops (the bundled LeNet).
+ * Since then ReLU, ReLU6, add, dropout and global average pooling layers convert in vectorised
+ * chunks (cpu_elementwise.c, cpu_bf16.c): measured at about fp32's time for half the bytes (one
+ * thread, 128x32x28x28, a loaded machine: bf16/fp32 time 0.9 to 1.3 for ReLU, add and
+ * accumulate, 1.1 to 2.4 for dropout), so they are charged half the fp32 bandwidth; batch norm,
+ * still the reference's loops, took 4 to 6 times its fp32 time for half the bytes (a tenth of
+ * the bandwidth), which the other per-element conversions are charged too. Whole steps on one
+ * thread (loaded, indicative): the small ResNet about as fast in bf16 as in fp32 or faster
+ * (1229 against 1285 ms, 1347 against 1702), LeNet slower (420 against 230 ms, its batch norm 40%
+ * of the bf16 step); the model ranks them so (auto: bf16 and fp32), and no bundled recipe's
+ * pick changed. */
+static const tt_device_profile cost_cpu = {"cpu", 60e9, 20e9, 10e9, 2e-6, NULL, 0, 0, 0, 0, 0.0, 0.0, 0.0};
+static const tt_device_profile cost_cpu_bf16 = {"cpu (native bf16)", 60e9, 20e9, 10e9, 2e-6, NULL, 0, 0, 0, 1, 120e9, 10e9 / 10,
+                                                  10e9 / 2};
 
 const tt_device_profile *tt_profile_cuda_generic(void) { return &cost_cuda; }
 const tt_device_profile *tt_profile_cpu(void) { return &cost_cpu; }
@@ -39,14 +50,14 @@ double tt_profile_peak(const tt_device_profile *p, tt_dtype dt) {
 #define COST_GIB ((size_t)1 << 30)
 #define COST_RESERVE ((size_t)600 << 20)
 static const tt_device_profile cost_gpus[] = {
-    {"NVIDIA T4 16 GB (sm_75, no bf16)", 8.1e12, 65e12, 320e9, 8e-6, "t4", 15 * COST_GIB, COST_RESERVE, 75, 0, 0.0, 0.0},
+    {"NVIDIA T4 16 GB (sm_75, no bf16)", 8.1e12, 65e12, 320e9, 8e-6, "t4", 15 * COST_GIB, COST_RESERVE, 75, 0, 0.0, 0.0, 0.0},
     {"NVIDIA GeForce GTX 1650 4 GB (sm_75, no tensor cores, no bf16)", 3.0e12, 6.0e12, 128e9, 8e-6, "gtx1650",
-     4 * COST_GIB, COST_RESERVE, 75, 0, 0.0, 0.0},
+     4 * COST_GIB, COST_RESERVE, 75, 0, 0.0, 0.0, 0.0},
     {"NVIDIA GeForce RTX 3050 Laptop 4 GB (sm_86)", 5.5e12, 22e12, 192e9, 8e-6, "rtx3050-laptop", 4 * COST_GIB,
-     COST_RESERVE, 86, 1, 0.0, 0.0},
-    {"NVIDIA GeForce RTX 3060 12 GB (sm_86)", 12.7e12, 25.4e12, 360e9, 8e-6, "rtx3060", 12 * COST_GIB, COST_RESERVE, 86, 1, 0.0, 0.0},
-    {"NVIDIA A100 40 GB (sm_80)", 19.5e12, 312e12, 1555e9, 6e-6, "a100", 40 * COST_GIB, COST_RESERVE, 80, 1, 0.0, 0.0},
-    {"NVIDIA H100 80 GB SXM (sm_90)", 67e12, 989e12, 3350e9, 6e-6, "h100", 80 * COST_GIB, COST_RESERVE, 90, 1, 0.0, 0.0},
+     COST_RESERVE, 86, 1, 0.0, 0.0, 0.0},
+    {"NVIDIA GeForce RTX 3060 12 GB (sm_86)", 12.7e12, 25.4e12, 360e9, 8e-6, "rtx3060", 12 * COST_GIB, COST_RESERVE, 86, 1, 0.0, 0.0, 0.0},
+    {"NVIDIA A100 40 GB (sm_80)", 19.5e12, 312e12, 1555e9, 6e-6, "a100", 40 * COST_GIB, COST_RESERVE, 80, 1, 0.0, 0.0, 0.0},
+    {"NVIDIA H100 80 GB SXM (sm_90)", 67e12, 989e12, 3350e9, 6e-6, "h100", 80 * COST_GIB, COST_RESERVE, 90, 1, 0.0, 0.0, 0.0},
 };
 
 const tt_device_profile *tt_profile_gpu(const char *key) {
@@ -84,6 +95,9 @@ static double cost_step_s(const tt_program *p, const tt_step *s, const tt_device
       s->node >= 0) {
     tt_layer_kind k = g->nodes[s->node].kind;
     if (k != TT_L_CONV && k != TT_L_LINEAR && k != TT_L_MAXPOOL && k != TT_L_AVGPOOL) bw = prof->bf16_ew_bytes_per_s;
+    if ((k == TT_L_RELU || k == TT_L_RELU6 || k == TT_L_ADD || k == TT_L_DROPOUT || k == TT_L_GAP || k == TT_L_FLATTEN) &&
+        prof->bf16_vec_bytes_per_s > 0.0)
+      bw = prof->bf16_vec_bytes_per_s;
   }
   double t = flops / peak, tb = bytes / bw;
   return (t > tb ? t : tb) + prof->op_overhead_s;

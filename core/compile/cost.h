@@ -23,6 +23,9 @@ typedef struct tt_device_profile {
   double flops_bf16;             /* FLOP/s in bf16; 0: the fp16 rate where bf16 is native, else fp32's */
   double bf16_ew_bytes_per_s;    /* bytes/s of the bf16 ops the backend converts per element through fp32 (all
                                   * but convolution, linear and pooling on the CPU); 0: bytes_per_s */
+  double bf16_vec_bytes_per_s;   /* bytes/s of the bf16 elementwise layers it converts in vectorised chunks
+                                  * (ReLU, ReLU6, add, dropout, global average pooling on the CPU); 0: the
+                                  * rate above */
 } tt_device_profile;
 
 /* Documented targets: `plan --device cuda` without a GPU plans for a generic CUDA card (the

@@ -15,6 +15,7 @@
 
 #if defined(TT_HAVE_CUDA) && defined(TT_CUDA_DLOPEN)
 #include <dlfcn.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +117,19 @@ size_t tt_cuda_library_margin(tt_backend *b) {
   return cuda_load()->library_margin(b); /* a CUDA backend exists: the library is loaded */
 }
 
+/* The device's compute capability, 0 when unknown: NULL or another kind of backend, or a library
+ * whose table leaves the entry NULL (a backend built before it reported one). The caller treats
+ * 0 as "unknown" and says so (core/runtime/session.c: `auto` then keeps to fp16, never bf16). */
+int tt_cuda_compute_capability(tt_backend *b) {
+  if (!b || !b->name || strcmp(b->name, "cuda")) return 0;
+  const tt_cuda_api *a = cuda_load(); /* a CUDA backend exists: the library is loaded */
+  if (!a || (size_t)a->size < offsetof(tt_cuda_api, compute_capability) + sizeof a->compute_capability ||
+      !a->compute_capability)
+    return 0;
+  int cc = a->compute_capability(b);
+  return cc > 0 ? cc : 0;
+}
+
 const char *tt_cuda_info(void) {
   const tt_cuda_api *a = cuda_load();
   return a ? a->info() : "not loadable: " CUDA_LOAD_LIB " missing";
@@ -132,10 +146,6 @@ int tt_cuda_select_device(int local_rank, char *errbuf, size_t errsize) {
 int tt_cuda_mem_free(tt_backend *b, size_t *f, size_t *t) { return cuda_load()->mem_free(b, f, t); }
 size_t tt_cuda_alloc_count(tt_backend *b) { return cuda_load()->alloc_count(b); }
 int tt_cuda_mem_used(tt_backend *b, size_t *u, size_t *t) { return cuda_load()->mem_used(b, u, t); }
-int tt_cuda_compute_capability(tt_backend *b) {
-  if (!b || !b->name || strcmp(b->name, "cuda")) return 0;
-  return cuda_load()->compute_capability(b);
-}
 int tt_cuda_set_tf32(tt_backend *b, int on) { return cuda_load()->set_tf32(b, on); }
 size_t tt_cuda_set_conv_workspace_cap(tt_backend *b, size_t bytes) { return cuda_load()->set_conv_workspace_cap(b, bytes); }
 int tt_cuda_nccl_id(tt_backend *b, void *id) { return cuda_load()->nccl_id(b, id); }

@@ -89,7 +89,18 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
       s->be = tt_cuda_backend_create(reserve, err ? err->msg : NULL, err ? sizeof err->msg : 0);
       if (!s->be || (mode == TT_SESSION_TRAIN && tt_dist_cuda_attach(s->be, reserve, err))) return -1;
       s->target_cuda = 1, s->reserve_measured = 1;
-      s->profile = tt_profile_cuda_generic();
+      /* `auto` asks the device itself: bf16 from sm_80 (the backend computes bf16 convolutions
+       * and GEMMs there), fp16 with loss scaling below; an unknown capability is no bf16 */
+      s->gpu_cc = tt_cuda_compute_capability(s->be);
+      s->gpu_here = *tt_profile_cuda_generic();
+      s->gpu_here.sm = s->gpu_cc;
+      s->gpu_here.bf16 = s->gpu_cc >= 80;
+      if (s->gpu_cc)
+        snprintf(s->gpu_here_name, sizeof s->gpu_here_name, "GPU sm_%d (generic T4-class speed estimate)", s->gpu_cc);
+      else
+        snprintf(s->gpu_here_name, sizeof s->gpu_here_name, "GPU of unknown compute capability (generic T4-class speed estimate)");
+      s->gpu_here.name = s->gpu_here_name;
+      s->profile = &s->gpu_here;
       s->target = "the GPU here (reserve measured)";
       *reserve += tt_cuda_library_margin(s->be); /* what cuDNN/cuBLAS load later (tt_cuda.h) */
       if (tt_cuda_mem_free(s->be, &s->device_free_bytes, NULL) == 0) s->device_free_known = 1;
@@ -211,7 +222,6 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
       goto fail;
     }
     s->tf32_used = t;
-    s->cuda_cc = tt_cuda_compute_capability(s->be);
   }
 #endif
   if (!s->vram_bytes && o->gpu) s->vram_bytes = s->profile->memory_bytes; /* --gpu t4 alone: the T4's memory */
@@ -282,9 +292,23 @@ void tt_session_policy_text(const tt_session *s, char *buf, size_t n) {
            r->recomputed_units, r->nunits, r->train.n_recomputed_steps);
 }
 
+/* The device in the precision line's words: "GPU sm_90" for the GPU here (or why its capability
+ * is unknown), the card's name for `plan --gpu`, the generic card's for `plan --device cuda`. */
+static void session_device_words(const tt_session *s, char *buf, size_t n) {
+  if (s->profile == &s->gpu_here && s->gpu_cc)
+    snprintf(buf, n, "GPU sm_%d", s->gpu_cc);
+  else if (s->profile == &s->gpu_here)
+    snprintf(buf, n, "the GPU here (its compute capability is unknown: the CUDA backend library does not report it, "
+                     "so no native bf16 is assumed)");
+  else
+    snprintf(buf, n, "%s", s->profile->name);
+}
+
 void tt_session_precision_text(const tt_session *s, char *buf, size_t n) {
   tt_dtype dt = s->sched.policy.act_dtype, half = tt_policy_half(&s->policy_opts);
-  const char *name = tt_dtype_name(dt), *dev = s->profile->name;
+  const char *name = tt_dtype_name(dt);
+  char dev[256];
+  session_device_words(s, dev, sizeof dev);
   switch (s->policy_opts.precision) {
     case TT_PREC_FP32:
     case TT_PREC_FP16:
@@ -294,11 +318,14 @@ void tt_session_precision_text(const tt_session *s, char *buf, size_t n) {
       return;
     default: break;
   }
-  if (dt == TT_BF16)
-    snprintf(buf, n, "bf16 (auto: %s%s computes bf16 natively; no loss scaling: bf16 has fp32's range)",
-             s->target_cuda ? dev : "this CPU, ", s->target_cuda ? "" : tt_cpu_backend_info());
+  if (dt == TT_BF16 && s->target_cuda)
+    snprintf(buf, n, "bf16 (auto: %s computes bf16 natively; no loss scaling: bf16 has fp32's range)", dev);
+  else if (dt == TT_BF16)
+    snprintf(buf, n, "bf16 (auto: this CPU, %s computes bf16 natively; no loss scaling: bf16 has fp32's range)",
+             tt_cpu_backend_info());
   else if (dt == TT_F16)
-    snprintf(buf, n, "fp16 with dynamic loss scaling (auto: %s has no native bf16, and fp16 is %s than fp32 here)", dev,
+    snprintf(buf, n, "fp16 with dynamic loss scaling (auto: %s has no native bf16%s, and fp16 is %s than fp32 here)", dev,
+             s->profile == &s->gpu_here && s->gpu_cc ? " (sm_80 and newer have)" : "",
              s->sched.nalts ? "faster or smaller" : "the fitting choice");
   else
     snprintf(buf, n, "fp32 (auto: %s, but the cost model predicts %s slower for this net%s)",
@@ -306,7 +333,7 @@ void tt_session_precision_text(const tt_session *s, char *buf, size_t n) {
              : s->target_cuda ? "the card has no native bf16, only fp16"
                               : "this CPU has no native bf16 (no AVX512_BF16 or AMX in oneDNN's ISA); fp16 converts through fp32",
              tt_dtype_name(half),
-             s->profile->bf16 && !s->target_cuda ? ": its batch norm and elementwise ops convert each bf16 value through fp32" : "");
+             s->profile->bf16 && !s->target_cuda ? ": its batch norm and other reference-loop ops convert each bf16 value through fp32" : "");
 }
 
 void tt_session_tf32_text(const tt_session *s, char *buf, size_t n) {
@@ -322,7 +349,7 @@ void tt_session_tf32_text(const tt_session *s, char *buf, size_t n) {
              "accumulation)%s", src, unused ? "; unused by this plan: its convolutions and GEMMs are 16-bit" : "");
   else if (s->reserve_measured || s->profile->sm)
     snprintf(buf, n, "asked (%s) but not used: compute capability %d.%d has no TF32 (sm_80 and newer have)", src,
-             (s->reserve_measured ? s->cuda_cc : s->profile->sm) / 10, (s->reserve_measured ? s->cuda_cc : s->profile->sm) % 10);
+             (s->reserve_measured ? s->gpu_cc : s->profile->sm) / 10, (s->reserve_measured ? s->gpu_cc : s->profile->sm) % 10);
   else
     snprintf(buf, n, "on (%s) where the card is sm_80 or newer; a generic card's compute capability is not known", src);
 }

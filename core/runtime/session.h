@@ -38,11 +38,16 @@ typedef struct tt_session {
   int ranks;             /* processes the recipe's batch is shared among (core/runtime/dist.h); the plan is per rank */
   int tf32_asked;        /* [train] tf32 / --tf32: TF32 wanted for fp32 convolutions and GEMMs */
   int tf32_cli;          /* the choice came from --tf32 (tt_run_opts.tf32), not the recipe */
-  int cuda_cc;           /* the GPU here: compute capability x 10 (0: none) */
   int tf32_used;         /* 1: the device here (or the card planned for) computes them in TF32 */
   size_t conv_ws_cap;    /* CUDA here: the cuDNN workspace cap the plan was made with (0: none known) */
   size_t conv_ws_default;/* the backend's default cap (TT_CUDA_CONV_WS_DEFAULT_CAP or 1/64 of the card) */
   size_t conv_ws_max;    /* the largest workspace buffer of the training program, bytes */
+  /* The GPU here (train, or plan with a GPU and no --gpu): the generic card's speeds with this
+   * device's compute capability (0: the CUDA library did not report one) and, from sm_80, native
+   * bf16; profile points at it. */
+  int gpu_cc;
+  tt_device_profile gpu_here;
+  char gpu_here_name[96];
 } tt_session;
 
 int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode, tt_err *err);

@@ -8,12 +8,16 @@
  *     forward and backward with dx overwritten in fp32 (cpu_transformer.c);
  *   OpenBLAS and our vectorised softmax (cpu_transformer.c): attention in fp32;
  *   our vectorised loops (cpu_elementwise.c): batch norm, ReLU and ReLU6 forward and
- *     backward, add, accumulate, in fp32;
+ *     backward, add, accumulate, in fp32 (ReLU, ReLU6, add and accumulate in bf16 too);
+ *   our vectorised loops (cpu_bf16.c), fp32 and bf16, bit for bit the reference's: dropout,
+ *     global average pooling, input normalisation, the overflow check, the compact saves'
+ *     ReLU/ReLU6 bit masks and max-pool winners (NCHW; the backward from winners for windows that
+ *     do not overlap), and the fp32 <-> bf16 casts (the weight copies of a bf16 step);
  *   the reference loops (kernels/ref/): everything else (patch tokens, token pooling,
- *     fp16 attention, layer norm and GELU; SiLU, dropout, concat, global average
- *     pooling, softmax cross-entropy, casts, input normalisation, optimizer updates, the
- *     overflow check) and the fp16 forms of batch norm, pooling and activations, and pooling
- *     with dx added into (oneDNN 2.6 has no f16 kernels on CPUs without AVX512-FP16 and no
+ *     fp16 attention, layer norm and GELU; SiLU, concat, softmax cross-entropy, the other
+ *     casts, optimizer updates, the backward from overlapping max-pool winners; the fp16
+ *     forms of the ops above) and the fp16 forms of batch norm, pooling and activations, and
+ *     pooling with dx added into (oneDNN 2.6 has no f16 kernels on CPUs without AVX512-FP16 and no
  *     accumulating backward; these cases are memory-bound and rare).
  *
  * Memory is host memory, as in the reference backend: the arena is one aligned allocation.
@@ -73,12 +77,12 @@ static const tt_backend cpu_be_table = {
     tt_cpu_conv_fwd, tt_cpu_conv_bwd_data, tt_cpu_conv_bwd_filter,
     tt_cpu_linear_fwd, tt_cpu_linear_bwd_data, tt_cpu_linear_bwd_filter,
     tt_cpu_bn_fwd_train, tt_cpu_bn_fwd_infer, tt_cpu_bn_bwd,
-    tt_cpu_pool_fwd, tt_cpu_pool_bwd, tt_ref_gap_fwd, tt_ref_gap_bwd,
-    tt_cpu_act_fwd, tt_cpu_act_bwd, tt_cpu_add, tt_cpu_accumulate, tt_ref_dropout_fwd, tt_ref_dropout_bwd,
-    tt_ref_channel_copy, tt_ref_cast, tt_ref_normalize_u8, tt_ref_softmax_ce,
-    tt_ref_sgd_update, tt_ref_adam_update, tt_ref_check_finite,
+    tt_cpu_pool_fwd, tt_cpu_pool_bwd, tt_cpu_gap_fwd, tt_cpu_gap_bwd,
+    tt_cpu_act_fwd, tt_cpu_act_bwd, tt_cpu_add, tt_cpu_accumulate, tt_cpu_dropout_fwd, tt_cpu_dropout_bwd,
+    tt_ref_channel_copy, tt_cpu_cast, tt_cpu_normalize_u8, tt_ref_softmax_ce,
+    tt_ref_sgd_update, tt_ref_adam_update, tt_cpu_check_finite,
     tt_cpu_op_workspace, tt_cpu_prepare,
-    tt_ref_act_mask, tt_ref_act_bwd_mask, tt_ref_pool_argmax, tt_ref_pool_bwd_idx,
+    tt_cpu_act_mask, tt_cpu_act_bwd_mask, tt_cpu_pool_argmax, tt_cpu_pool_bwd_idx,
     tt_ref_save_compress, tt_ref_save_restore,
     tt_cpu_ln_fwd, tt_cpu_ln_bwd, tt_cpu_attn_fwd, tt_cpu_attn_bwd,
     tt_ref_tokens_fwd, tt_ref_tokens_bwd, tt_ref_token_pool_fwd, tt_ref_token_pool_bwd,

@@ -130,6 +130,7 @@ static void cpu_ew_run(tt_backend *b, int kind, size_t count, const float *p0, c
 
 static CPU_EW_CLONES void cpu_ew_bf_widen(const uint16_t *s, float *d, size_t n) {
   size_t i;
+#pragma omp simd /* without it GCC 12 -O2 leaves this loop and the next scalar */
   for (i = 0; i < n; i++) {
     uint32_t u = (uint32_t)s[i] << 16;
     memcpy(d + i, &u, 4);
@@ -138,6 +139,7 @@ static CPU_EW_CLONES void cpu_ew_bf_widen(const uint16_t *s, float *d, size_t n)
 
 static CPU_EW_CLONES void cpu_ew_bf_round(const float *s, uint16_t *d, size_t n) {
   size_t i;
+#pragma omp simd
   for (i = 0; i < n; i++) {
     uint32_t u;
     memcpy(&u, s + i, 4);

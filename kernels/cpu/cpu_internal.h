@@ -259,6 +259,23 @@ int tt_cpu_ln_bwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, co
                   const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbeta,
                   float beta_dx, float beta_param, void *ws, size_t ws_bytes);
 
+/* ---- cpu_bf16.c: fp32 and bf16, the reference's bits (fp16 and the rest: the reference) ---- */
+int tt_cpu_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst);
+int tt_cpu_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y);
+int tt_cpu_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy, void *dx,
+                       float beta);
+int tt_cpu_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y);
+int tt_cpu_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta);
+int tt_cpu_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean, const float *std,
+                        tt_dtype dt, void *dst);
+int tt_cpu_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
+int tt_cpu_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask);
+int tt_cpu_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
+                        void *dx, float beta);
+int tt_cpu_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx);
+int tt_cpu_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx, const void *dy, void *dx,
+                        float beta);
+
 #ifdef __cplusplus
 }
 #endif
