@@ -269,6 +269,18 @@ for args in "--help" "plan --help" "plan --device cpu $L" "plan --vram 1G $L"; d
 done
 [ $ok = 1 ] && pass cli_startup
 
+# ---- the program finds the CUDA backend it was built with: the default build's ./tinytrain the
+# library in build/, another --builddir's the one beside it (core/runtime/cuda_load.c) ----
+d=$(dirname "$TT")
+if [ -f "$d/libtinytrain_cuda.so" ] || [ -f "$d/build/libtinytrain_cuda.so" ]; then
+  v=$(env -u TT_CUDA_LIBRARY "$TT" --version 2>&1)
+  if echo "$v" | grep -q "cuda (CUDA runtime"; then pass cli_finds_cuda_backend
+  else fail cli_finds_cuda_backend "$TT --version: $(echo "$v" | grep -o 'cuda (.*')"
+  fi
+else
+  skip cli_finds_cuda_backend "no libtinytrain_cuda.so beside $TT or in $d/build (a CPU-only build)"
+fi
+
 # ---- --device cuda on a CPU-only build ----
 if echo "$VERSION_OUT" | grep -qi "cuda" && ! echo "$VERSION_OUT" | grep -qi "without cuda"; then
   if ls /dev/nvidia* >/dev/null 2>&1; then

@@ -47,11 +47,13 @@ static void cuda_load_open(void) {
     snprintf(dirs[nd++], sizeof dirs[0], "%s", info.dli_fname);
   ssize_t k = readlink("/proc/self/exe", dirs[nd], sizeof dirs[0] - 1);
   if (k > 0) dirs[nd++][k] = 0;
-  static const char *const rel[] = {"", "/..", "/../lib"};
+  /* "/build": the default build links the program at the top of the source tree (./tinytrain) and
+   * the library inside build/; without it the README's ./tinytrain trained on the CPU beside a GPU */
+  static const char *const rel[] = {"", "/..", "/../lib", "/build"};
   for (int d = 0; d < nd && !h && !(env && *env); d++) {
     char *slash = strrchr(dirs[d], '/');
     if (slash) *slash = 0;
-    for (int i = 0; i < 3 && !h; i++) {
+    for (int i = 0; i < 4 && !h; i++) {
       snprintf(path, sizeof path, "%s%s/%s", dirs[d], rel[i], CUDA_LOAD_LIB);
       if (access(path, F_OK) == 0) h = cuda_load_try(path, why, sizeof why);
     }
@@ -132,7 +134,7 @@ int tt_cuda_compute_capability(tt_backend *b) {
 
 const char *tt_cuda_info(void) {
   const tt_cuda_api *a = cuda_load();
-  return a ? a->info() : "not loadable: " CUDA_LOAD_LIB " missing";
+  return a ? a->info() : cuda_load_why[0] ? cuda_load_why : "not loadable: " CUDA_LOAD_LIB " missing";
 }
 
 int tt_cuda_select_device(int local_rank, char *errbuf, size_t errsize) {
