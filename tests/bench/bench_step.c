@@ -12,8 +12,8 @@
  * `tinytrain --vram` on the CPU does. PRECISION: fp32, fp16 or bf16, the activations' dtype
  * (autocast as `--precision`); the loss is not scaled, which does not change the time of a step.
  * A precision this build or backend cannot run fails with the lowering's or backend's message
- * (bf16 under a budget needs the policy search's bf16 precision, not in this build yet). TINYTRAIN_CPU_BACKEND=ref runs the reference loops instead of oneDNN; TINYTRAIN_COMPACT=0
- * plans without compact saves, TINYTRAIN_RECOMPUTE_SEARCH=segments|ops one recompute search. */
+ * (bf16 under a budget needs the policy search's bf16 precision, not in this build yet). TINYTRAIN_CPU_BACKEND=ref runs the reference loops instead of oneDNN; TINYTRAIN_COMPACT=1
+ * plans compact saves without a budget (the default there is the full tensors, as tinytrain plans), TINYTRAIN_RECOMPUTE_SEARCH=segments|ops one recompute search. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,10 +69,10 @@ int main(int argc, char **argv) {
   memset(&pol, 0, sizeof pol);
   memset(&sr, 0, sizeof sr);
   pol.micro_batch = mb, pol.accum_steps = 1, pol.act_dtype = act, pol.inplace = 1, pol.training = 1;
-  { /* without a budget, compact saves on (TINYTRAIN_COMPACT=0: the full tensors); with one, as
-     * the scheduler plans */
+  { /* without a budget, the full tensors, as `tinytrain` plans a run that fits without compact
+     * saves (TINYTRAIN_COMPACT=1: compact saves); with one, as the scheduler plans */
     const char *nc = getenv("TINYTRAIN_COMPACT");
-    pol.compact = !(nc && *nc && !strcmp(nc, "0"));
+    pol.compact = nc && *nc && !strcmp(nc, "1");
   }
   if (vram) {
     tt_policy_opts so;
