@@ -1,11 +1,12 @@
 /* tests/test_layout.c — activations in the layout the oneDNN convolutions want (lower.c's
  * lower_layouts, backend.h's `layouts`):
- *   - planning: on the oneDNN backend the tensors between convolutions are NHWC (a residual trunk
+ *   - planning: on the oneDNN backend with TINYTRAIN_LAYOUT=nhwc the tensors between convolutions are NHWC (a residual trunk
  *     through add, pooling, concat, batch norm and ReLU; global average pooling reads NHWC), the
  *     input, a linear layer's output, what flatten reads and a dropout's group stay NCHW; no
- *     buffer grows (no padding); the reference backend and TINYTRAIN_LAYOUT=nchw plan NCHW only,
+ *     buffer grows (no padding); the oneDNN backend's default, the reference backend and
+ *     TINYTRAIN_LAYOUT=nchw plan NCHW only,
  *     with no TT_SF_NHWC step;
- *   - training: the same steps on the oneDNN backend in NHWC, in NCHW (TINYTRAIN_LAYOUT=nchw)
+ *   - training: the same steps on the oneDNN backend in NHWC (TINYTRAIN_LAYOUT=nhwc), in NCHW
  *     and on the reference backend end with the same weights (within 2e-4 relative: only the
  *     summation order differs), fp32 and fp16; and the weights files hold PyTorch's layout in
  *     both (they agree). Comparisons of activations with the reference go through these
@@ -78,7 +79,13 @@ static int layout_lower(tt_backend *be, tt_model *m, tt_graph *g, tt_program *p,
 
 static void test_plan_layouts(void) {
   TT_TEST_BEGIN("layout_plan_cpu_nhwc_between_convs");
-  unsetenv("TINYTRAIN_LAYOUT");
+  { /* NCHW is the default; TINYTRAIN_LAYOUT=nhwc asks for channels-last (cpu_backend.c says why) */
+    unsetenv("TINYTRAIN_LAYOUT");
+    tt_backend *dflt = tt_cpu_backend_create(1);
+    TT_CHECK(dflt && dflt->layouts == 0, "the oneDNN backend lists layouts %u without TINYTRAIN_LAYOUT", dflt ? dflt->layouts : 0u);
+    if (dflt) dflt->destroy(dflt);
+  }
+  setenv("TINYTRAIN_LAYOUT", "nhwc", 1);
   tt_backend *be = tt_cpu_backend_create(1);
   tt_model m;
   tt_graph g;
@@ -258,7 +265,7 @@ static void test_train_layouts(void) {
     snprintf(tn[0], sizeof tn[0], "nhwc_%s", runs[r].name);
     snprintf(tn[1], sizeof tn[1], "nchw_%s", runs[r].name);
     snprintf(tn[2], sizeof tn[2], "ref_%s", runs[r].name);
-    int ok = !layout_train(recipe, "onednn", NULL, runs[r].prec, tn[0], 4, err, sizeof err);
+    int ok = !layout_train(recipe, "onednn", "nhwc", runs[r].prec, tn[0], 4, err, sizeof err);
     TT_CHECK(ok, "oneDNN NHWC run: %s", err);
     if (ok) {
       ok = !layout_train(recipe, "onednn", "nchw", runs[r].prec, tn[1], 4, err, sizeof err);

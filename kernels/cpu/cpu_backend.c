@@ -108,11 +108,15 @@ tt_backend *tt_cpu_backend_create(int threads) {
   }
   *b = cpu_be_table;
   b->impl = st;
-  /* Activations channels-last between convolutions (cpu_conv.c says why NHWC); the environment's
-   * TINYTRAIN_LAYOUT=nchw plans everything NCHW, as the other backends, for comparison */
+  /* NCHW unless the environment asks for TINYTRAIN_LAYOUT=nhwc (activations channels-last between
+   * convolutions, cpu_conv.c). Not the default: on the idle 2-core AMX machine ResNet-50 at
+   * micro-batch 16 stepped in 3484 ms NHWC against 3081 ms NCHW (fp32), the small ResNet 501
+   * against 473 ms: the reorders it saves (about 0.45 s a ResNet-50 step, ONEDNN_VERBOSE) cost
+   * less than batch norm's row loops over [N*h*w, c] (21% of the NHWC step, perf), which walk
+   * each 16-channel block down the rows c values apart. */
   {
     const char *env = getenv("TINYTRAIN_LAYOUT");
-    b->layouts = env && !strcmp(env, "nchw") ? 0u : 1u << TT_LAYOUT_NHWC;
+    b->layouts = env && !strcmp(env, "nhwc") ? 1u << TT_LAYOUT_NHWC : 0u;
   }
 #ifdef _OPENMP
   omp_set_dynamic(0); /* oneDNN partitions work for exactly the team it asks for */
