@@ -405,8 +405,12 @@ static inline size_t tt_act_mask_bytes(size_t count) { return (count + 31u) / 32
 tt_backend *tt_cpu_backend_create(int threads);
 /* The reference backend (plain C loops and OpenBLAS): the truth the others are tested against. */
 tt_backend *tt_ref_backend_create(int threads);
-/* "oneDNN 2.6.3 (cpu runtime OpenMP, ISA avx512_core)": what the CPU backend runs on. */
+/* "oneDNN 2.6.3, avx512_core": what the CPU backend runs on (version, effective ISA). */
 const char *tt_cpu_backend_info(void);
+/* oneDNN's threading runtime, from the library loaded: "OpenMP" (its threads are libgomp's, the
+ * ones OMP_WAIT_POLICY / GOMP_SPINCOUNT govern, as they do the reference loops'), "TBB",
+ * "thread pool", "sequential" or "unknown". */
+const char *tt_cpu_backend_threading(void);
 /* 1 when the CPU computes bf16 natively (oneDNN's effective ISA has AVX512_BF16 or AMX; it
  * honours ONEDNN_MAX_CPU_ISA), else 0: what --precision auto asks on the CPU. */
 int tt_cpu_backend_bf16_native(void);

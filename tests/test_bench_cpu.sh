@@ -3,8 +3,8 @@
 # (no PyTorch needed: without one it measures tinytrain alone): --quick on the small CNN prints
 # the peak FLOP rates of build/bench/bench_peak, a tinytrain fp32 row with images/s and its share
 # of the fp32 peak, bf16 either measured or reported unavailable with a reason, and bench_step
-# runs with the OpenMP wait setting that `tinytrain --version` reports. It checks the script, not
-# the numbers. Run from the repository root: bash tests/test_bench_cpu.sh
+# runs with the OpenMP wait setting that `tinytrain --version` reports; --shared prints a row idle,
+# beside a competing load and their ratio. It checks the script, not the numbers. Run from the repository root: bash tests/test_bench_cpu.sh
 cd "$(dirname "$0")/.." || exit 1
 B=${TT_BUILD:-build}
 FAILED=0
@@ -39,6 +39,29 @@ want=$("$TT" --version | sed -n 's/.*GOMP_SPINCOUNT=\([^ ]*\) .*/\1/p')
 if [ -z "$want" ]; then fail bench_cpu_waits "$TT --version names no GOMP_SPINCOUNT setting"
 elif [ "$want" = unset ] || grep -q "bench_step runs with .*GOMP_SPINCOUNT=$want" "$out"; then pass bench_cpu_waits
 else fail bench_cpu_waits "tinytrain runs with GOMP_SPINCOUNT=$want, bench_step did not: $(grep 'bench_step runs' "$out")"
+fi
+
+# --shared in its shortest form: the load alone, then tinytrain fp32 idle and beside one load
+# process (one run, two steps), its row with images/s idle, shared, their ratio, what the load kept
+# and the load average; PyTorch (eager only, to stay short) and the degradation table against
+# it only when TT_BENCH_PYTHON names a Python with torch (CI has none; it adds seconds)
+PYS=(--python /nonexistent/python)
+[ -n "$TT_BENCH_PYTHON" ] && PYS=(--python "$TT_BENCH_PYTHON" --shared-modes eager)
+if ! python3 tests/bench/cpu_vs_torch.py --build "$B" --quick --skip-speed --no-peak --shared --nets small_cnn \
+    --tt-modes fp32 --no-wait-variants --load-procs 1 --load-settle 0.1 --load-alone 0.3 "${PYS[@]}" \
+    >"$TMP/shared" 2>&1; then
+  fail bench_cpu_shared "cpu_vs_torch.py --shared exited with an error: $(tail -c 1500 "$TMP/shared")"
+else
+  sh=$TMP/shared
+  if ! grep -Eq "^   the load alone: [0-9]+ products/s per process, [0-9.]+ of a core each" "$sh"; then
+    fail bench_cpu_shared "no rate of the load alone: $(head -c 1500 "$sh")"
+  # runner, idle /s, shared /s, shared/idle, load kept, load average
+  elif ! grep -Eq "^  tinytrain fp32 +[0-9.]+ +[0-9.]+ +[0-9.]+x +[0-9.]+ +[0-9.]+$" "$sh"; then
+    fail bench_cpu_shared "no tinytrain fp32 row idle/shared/ratio/load kept/load average: $(tail -c 1500 "$sh")"
+  elif grep -Eq "^pytorch: .*: torch [0-9]" "$sh" && ! grep -Eq "^  tinytrain fp32 +[0-9.]+x$" "$sh"; then
+    fail bench_cpu_shared "PyTorch found but no degradation ratio against it: $(tail -c 1500 "$sh")"
+  else pass bench_cpu_shared
+  fi
 fi
 
 # tests/bench/memory_tradeoff --no-time: the plan side of the trade-off curve (it prints and never

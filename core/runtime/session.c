@@ -380,10 +380,12 @@ void tt_session_close(tt_session *s) {
 const char *tt_build_info(void) {
   static char buf[512];
 #ifdef TT_HAVE_CUDA
-  snprintf(buf, sizeof buf, "backends: cpu (%s), ref (OpenBLAS), cuda (%s; TF32 for fp32 convolutions and GEMMs on "
-           "sm_80 and newer unless [train] tf32 = off or --tf32 off)", tt_cpu_backend_info(), tt_cuda_info());
+  snprintf(buf, sizeof buf, "backends: cpu (%s, %s threads), ref (OpenBLAS), cuda (%s; TF32 for fp32 convolutions and "
+           "GEMMs on sm_80 and newer unless [train] tf32 = off or --tf32 off)", tt_cpu_backend_info(),
+           tt_cpu_backend_threading(), tt_cuda_info());
 #else
-  snprintf(buf, sizeof buf, "backends: cpu (%s), ref (OpenBLAS); built without CUDA", tt_cpu_backend_info());
+  snprintf(buf, sizeof buf, "backends: cpu (%s, %s threads), ref (OpenBLAS); built without CUDA", tt_cpu_backend_info(),
+           tt_cpu_backend_threading());
 #endif
   return buf;
 }

@@ -62,6 +62,16 @@ const char *tt_cpu_backend_info(void) {
   return buf;
 }
 
+const char *tt_cpu_backend_threading(void) {
+  switch (dnnl_version()->cpu_runtime) {
+    case DNNL_RUNTIME_OMP: return "OpenMP";
+    case DNNL_RUNTIME_TBB: return "TBB";
+    case DNNL_RUNTIME_THREADPOOL: return "thread pool";
+    case DNNL_RUNTIME_SEQ: return "sequential";
+    default: return "unknown";
+  }
+}
+
 /* The CPU backend's table: host memory and the plain-loop ops are the reference backend's
  * (ref.h), the rest ours. Positional, in backend.h's field order (the amalgamation compiles this
  * file as C++ too); impl is each backend's own (tt_cpu_backend_create). */

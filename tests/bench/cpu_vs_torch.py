@@ -4,7 +4,7 @@
     ninja bench tinytrain          # build/bench/bench_step, bench_peak and the command line
     python3 tests/bench/cpu_vs_torch.py --python /path/to/venv/bin/python [--python /usr/bin/python3]
         [--threads 2] [--runs 3] [--nets small_cnn,small_resnet,resnet50] [--modes ...]
-        [--shared] [--max-batch] [--max-batch-bf16] [--quick] [--build DIR]
+        [--shared [--load-procs 2] [--shared-modes ...]] [--max-batch] [--max-batch-bf16] [--quick] [--build DIR]
 
 The parent process never imports torch: every measurement is a fresh child process, and PyTorch
 is whatever each --python has (the newest from PyPI in a virtual environment, the reference;
@@ -40,12 +40,22 @@ bf16_cl (same batch).
 Peak FLOP/s (unless --no-peak): build/bench/bench_peak, a large oneDNN matmul in fp32 and bf16 on
 the same threads, in the same run (before the speed part).
 
---shared: the same comparisons beside a fixed competing load (--load spin: --load-procs busy
-Python loops; --load copy: that many copies of the same training; --load-pin pins load process i
-to CPU i). For each runner, idle and loaded runs alternate; printed: images/s idle, under load,
-and load/idle. tinytrain also runs with libgomp's default wait (GOMP_SPINCOUNT=300000), with
-OMP_WAIT_POLICY=passive and with one thread, to show what the choice of wait policy and thread
-count does (tinytrain's own default is what `tinytrain --version` says; bench_step gets it too).
+--shared: the same networks beside a fixed competing load. --load spin (the default): --load-procs
+(default 2) processes of a fixed, reproducible CPU-bound job, this script's --load-child: pure
+Python products of two fixed 16x16 matrices, counted; --load copy: that many copies of the same
+training; --load-pin pins load process i to CPU i. The load starts --load-settle seconds (1)
+before each loaded run and is stopped after it, fresh processes each time. For each runner, an
+idle and a loaded run alternate (--runs of each, rotating order); printed per network, medians:
+images/s idle, shared, shared/idle (the degradation), the load average (1-minute, at the end of
+the loaded runs), "load kept" (the load's products/s beside the runner against its rate alone,
+measured first for --load-alone seconds: what the runner left to its neighbours), tinytrain's
+degradation against each PyTorch mode's, and tinytrain's best against PyTorch's best under load.
+Runners: tinytrain's --tt-modes and the PyTorch modes of --shared-modes (default eager,
+channels_last, bf16_cl); tinytrain fp32 also with libgomp's default wait (GOMP_SPINCOUNT=300000),
+with OMP_WAIT_POLICY=passive and with one thread, to show what the choice of wait policy and
+thread count does (--no-wait-variants leaves them out; tinytrain's own default is what
+`tinytrain --version` says, and bench_step gets it too). --skip-speed --no-peak --shared runs
+the shared part alone.
 
 --max-batch-bf16: the largest ResNet-50 batch in 4 GiB in bf16: `tinytrain plan --vram 4G
 --max-batch --precision bf16`, then `tinytrain train --vram 4G --precision bf16` for a few steps
@@ -528,19 +538,52 @@ def speed_table(ctx, name, runners, res):
 
 # ------------------------------------------------------------------------- part: shared machine
 
-class Load:
-    """A fixed competing load: n busy processes, started before a measurement, killed after it."""
+# The fixed competing job of --load spin: pure-Python arithmetic on two fixed LOAD_N x LOAD_N
+# matrices (one unit of work = one product, LOAD_N^3 multiply-adds, well under a millisecond), so
+# a load process is CPU-bound, touches almost no memory, does the same work in every run and on
+# every machine with the same Python, and can say how much of it it got done.
+LOAD_N = 16
 
-    def __init__(self, ctx, name, runner, env=None, threads=None):
+
+def load_child():
+    """One load process (--load-child): multiplies fixed matrices until SIGTERM, then prints
+    'LOADWORK units wall_s cpu_s' (cpu_s: the CPU time it got, so cpu_s / wall_s is its share of
+    a core)."""
+    import signal
+    n = LOAD_N
+    a = [[float((i * n + j) % 7 - 3) for j in range(n)] for i in range(n)]
+    b = [[float((i + 2 * j) % 5 - 2) for j in range(n)] for i in range(n)]
+    bt = [list(col) for col in zip(*b)]
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    units, t0, c0 = 0, time.perf_counter(), time.process_time()
+    check = 0.0
+    while not stop:  # the same product every unit (the values stay small and exact)
+        c = [[sum(x * y for x, y in zip(row, col)) for col in bt] for row in a]
+        check += c[units % n][units % n]
+        units += 1
+    print("LOADWORK %d %.6f %.6f %g" % (units, time.perf_counter() - t0, time.process_time() - c0, check))
+    sys.stdout.flush()
+
+
+class Load:
+    """A fixed competing load: n busy processes, started before a measurement, stopped after it.
+    After the with-block, rate is the load's work per second per process (units of load_child,
+    the mean over the processes; None for --load copy or when a process said nothing) and cpu its
+    mean share of a core, both over the load's whole life: the settling, the contender's start-up
+    and its timed steps."""
+
+    def __init__(self, ctx, name=None, runner=None, env=None, threads=None):
         self.ctx, self.name, self.runner, self.procs = ctx, name, runner, []
         self.env, self.threads = env or {}, threads or ctx.a.threads
+        self.rate, self.cpu = None, None
 
     def __enter__(self):
         a = self.ctx.a
         ncpu = os.cpu_count() or 1
         for i in range(a.load_procs):
-            if a.load == "spin":
-                cmd, env = [sys.executable, "-c", "while True: pass"], None
+            if a.load == "spin" or self.runner is None:
+                cmd, env = [sys.executable, os.path.abspath(__file__), "--load-child"], None
             else:  # a copy of the same training, long enough to outlast the measurement
                 who, mode, _ = self.runner
                 if who == "tt":
@@ -555,28 +598,52 @@ class Load:
             if a.load_pin:
                 cpu = i % ncpu
                 pre = lambda cpu=cpu: os.sched_setaffinity(0, {cpu})  # noqa: E731
-            self.procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+            self.procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                                cwd=ROOT, preexec_fn=pre))
         time.sleep(a.load_settle)  # let the load start (a copy: past its start-up)
         return self
 
     def __exit__(self, *exc):
+        rates, cpus = [], []
         for p in self.procs:
             if p.poll() is None:
+                p.terminate()  # load_child reports its work on SIGTERM; a copy just ends
+            try:
+                out = p.communicate(timeout=10)[0]
+            except subprocess.TimeoutExpired:
                 p.kill()
-            p.wait()
+                out = p.communicate()[0]
+            m = re.search(rb"^LOADWORK (\d+) ([\d.]+) ([\d.]+)", out or b"", re.M)
+            if m and float(m.group(2)) > 0:
+                rates.append(int(m.group(1)) / float(m.group(2)))
+                cpus.append(float(m.group(3)) / float(m.group(2)))
+        if rates and len(rates) == len(self.procs):
+            self.rate, self.cpu = statistics.mean(rates), statistics.mean(cpus)
         self.procs = []
 
 
 def part_shared(ctx):
     a = ctx.a
-    print("== shared machine: each runner idle, then beside %d %s process%s%s (--load %s), alternating, %d runs" %
-          (a.load_procs, "busy Python loop" if a.load == "spin" else "copy of the same training",
-           "es" if a.load_procs != 1 else "", ", pinned to CPU i" if a.load_pin else ", not pinned", a.load, a.runs))
+    spin = a.load == "spin"
+    print("== shared machine: each runner idle, then beside %d %s%s (--load %s), alternating, median of %d runs" %
+          (a.load_procs, ("busy process%s doing fixed %dx%d matrix products in Python" %
+                          ("es" if a.load_procs != 1 else "", LOAD_N, LOAD_N)) if spin else
+           "cop%s of the same training" % ("ies" if a.load_procs != 1 else "y"),
+           ", pinned to CPU i" if a.load_pin else ", not pinned", a.load, a.runs))
     print("   tinytrain as the command line runs it (%s), and beside it: libgomp's default spin "
           "(GOMP_SPINCOUNT=300000), OMP_WAIT_POLICY=passive, 1 thread" %
           (" ".join("%s=%s" % kv for kv in ctx.tt_env.items()) or "libgomp's default"))
     print("   (idle: without the added load; whatever else runs on the machine counts in both)")
+    alone = None
+    if spin:  # the load's own speed with nothing beside it: what the neighbours would get done
+        with Load(ctx) as ld:
+            time.sleep(a.load_alone)
+        alone = ld.rate
+        print("   the load alone: %s products/s per process, %s of a core each (%.1f s; load average %s)" %
+              ("%.0f" % ld.rate if ld.rate else "?", "%.2f" % ld.cpu if ld.cpu is not None else "?",
+               a.load_settle + a.load_alone, load()))
+        print("   'load kept': the load's products/s beside the runner / alone (over the load's whole life: "
+              "settling, the runner's start-up and its steps); what the runner left to its neighbours")
     rows = []
     for name in a.nets:
         print()
@@ -585,7 +652,7 @@ def part_shared(ctx):
         for m in a.tt_modes:
             r = ("tt", m, "tinytrain " + m)
             variants.append((r, {}, None, r[2]))
-            if m == "fp32":
+            if m == "fp32" and a.wait_variants:
                 variants.append((r, {"GOMP_SPINCOUNT": "300000", "OMP_WAIT_POLICY": None}, None, r[2] + " spin 300000"))
                 variants.append((r, {"OMP_WAIT_POLICY": "passive", "GOMP_SPINCOUNT": None}, None, r[2] + " passive"))
                 if a.threads > 1:
@@ -593,7 +660,7 @@ def part_shared(ctx):
         for i, (label, _, _) in enumerate(ctx.refs):
             for m in a.shared_modes:
                 variants.append(((i, m, "%s %s" % (label, m)), {}, None, "%s %s" % (label, m)))
-        res = {v[3]: ([], []) for v in variants}
+        res = {v[3]: ([], [], [], []) for v in variants}  # idle ips, loaded ips, load kept, load average
         dead = set()
         for r in range(a.runs):
             for run, env, threads, label in rotate(variants, r):
@@ -604,27 +671,67 @@ def part_shared(ctx):
                     dead.add(label)
                     print("  run %d %-40s unavailable: %s" % (r + 1, label, idle["error"]))
                     continue
-                with Load(ctx, name, run, env, threads):
+                with Load(ctx, name, run, env, threads) as ld:
                     busy = measure(ctx, name, run, env, threads)
+                    la = load()
                 if "error" in busy:
                     print("  run %d %-40s under load failed: %s" % (r + 1, label, busy["error"]))
                     continue
+                kept = ld.rate / alone if ld.rate and alone else None
                 res[label][0].append(idle["ips"])
                 res[label][1].append(busy["ips"])
-                print("  run %d %-40s idle %9s images/s, under load %9s = %.2fx" %
-                      (r + 1, label, ips_s(idle["ips"]), ips_s(busy["ips"]), busy["ips"] / idle["ips"]))
+                if kept is not None:
+                    res[label][2].append(kept)
+                res[label][3].append(float(la.split()[0]) if la != "?" else float("nan"))
+                print("  run %d %-40s idle %9s images/s, under load %9s = %.2fx%s (load average %s)" %
+                      (r + 1, label, ips_s(idle["ips"]), ips_s(busy["ips"]), busy["ips"] / idle["ips"],
+                       ", load kept %.2f" % kept if kept is not None else "", la))
                 sys.stdout.flush()
         print()
-        print("  %-40s %12s %12s %9s" % ("runner", "idle /s", "loaded /s", "load/idle"))
+        print("  %s, batch %d: medians (load average at the end of the loaded runs: 1-minute figure)" %
+              (NETS[name][6], steps_of(ctx, name)[0]))
+        print("  %-40s %12s %12s %11s %10s %9s" % ("runner", "idle /s", "shared /s", "shared/idle", "load kept",
+                                                  "load avg"))
+        med = {}
         for _, _, _, label in variants:
-            i, b = res[label]
+            i, b, k, la = res[label]
             if not i or not b:
                 continue
             mi, mb = statistics.median(i), statistics.median(b)
-            print("  %-40s %12s %12s %8.2fx" % (label, ips_s(mi), ips_s(mb), mb / mi))
+            med[label] = (mi, mb)
+            print("  %-40s %12s %12s %10.2fx %10s %9.2f" % (label, ips_s(mi), ips_s(mb), mb / mi,
+                                                          "%.2f" % statistics.median(k) if k else "-",
+                                                          statistics.median(la)))
             rows.append((name, label, mi, mb))
+        shared_ratios(ctx, name, variants, med)
     print()
     return rows
+
+
+def shared_ratios(ctx, name, variants, med):
+    """tinytrain's degradation (shared/idle) against each PyTorch mode's, and the images/s under load."""
+    tts = [v[3] for v in variants if v[0][0] == "tt" and v[3] in med]
+    for i, (label, _, _) in enumerate(ctx.refs):
+        pts = [v for v in variants if v[0][0] == i and v[3] in med]
+        if not tts or not pts:
+            continue
+        print("  degradation of tinytrain / degradation of %s ((shared/idle) / (shared/idle); >1: tinytrain "
+              "suffers less):" % label)
+        print("  %-32s" % "" + "".join("%16s" % v[0][1] for v in pts))
+        for t in tts:
+            dt = med[t][1] / med[t][0]
+            print("  %-32s" % t + "".join("%15.2fx" % (dt / (med[v[3]][1] / med[v[3]][0])) for v in pts))
+        best_p = max(pts, key=lambda v: med[v[3]][1])
+        # tinytrain as shipped: its precisions with the command line's own wait setting (the
+        # variants are in the tables above)
+        plain = [v[3] for v in variants if v[0][0] == "tt" and v[3] in med and v[3] == v[0][2]]
+        if not plain:
+            continue
+        best_t = max(plain, key=lambda t: med[t][1])
+        print("  %-14s shared: tinytrain best (%s, %s/s, %.2fx of idle) / %s best (%s, %s/s, %.2fx of idle) = %.2fx" % (
+            name, best_t[len("tinytrain "):], ips_s(med[best_t][1]), med[best_t][1] / med[best_t][0], label,
+            best_p[0][1], ips_s(med[best_p[3]][1]), med[best_p[3]][1] / med[best_p[3]][0],
+            med[best_t][1] / med[best_p[3]][1]))
 
 
 # ------------------------------------------------------------------------- part: largest batch
@@ -807,8 +914,13 @@ def main():
     ap.add_argument("--load", choices=["spin", "copy"], default="spin")
     ap.add_argument("--load-procs", type=int, default=2)
     ap.add_argument("--load-pin", action="store_true")
-    ap.add_argument("--load-settle", type=float, default=1.0, help="seconds between starting the load and measuring")
-    ap.add_argument("--shared-modes", default="eager,bf16_cl", help="PyTorch modes under load")
+    ap.add_argument("--load-settle", type=float, help="seconds between starting the load and measuring (default 1)")
+    ap.add_argument("--load-alone", type=float, help="seconds the load runs alone, for its own rate (default 2)")
+    ap.add_argument("--shared-modes", default="eager,channels_last,bf16_cl", help="PyTorch modes under load")
+    ap.add_argument("--no-wait-variants", dest="wait_variants", action="store_false",
+                    help="under load, tinytrain only as the command line runs it (not also with spin 300000, "
+                    "passive, 1 thread)")
+    ap.add_argument("--load-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--max-batch", action="store_true", help="the largest ResNet-50 fp32 batch in --limit")
     ap.add_argument("--max-batch-bf16", action="store_true", help="the largest ResNet-50 bf16 batch in --limit")
     ap.add_argument("--max-batch-steps", type=int, help="steps of the largest-batch training run (default 3)")
@@ -824,6 +936,9 @@ def main():
     if a.info:
         torch_info()
         return
+    if a.load_child:
+        load_child()
+        return
     try:  # a line at a time, also into a pipe or file (| tee): the run takes long
         sys.stdout.reconfigure(line_buffering=True)
     except AttributeError:
@@ -831,8 +946,10 @@ def main():
     if a.child:
         torch_child(a)
         return
-    quick = {"runs": 1, "steps": 2, "warmup": 1, "peak_seconds": 0.2, "peak_size": 1024, "max_batch_steps": 1}
-    usual = {"runs": 3, "steps": None, "warmup": None, "peak_seconds": 2.0, "peak_size": 2048, "max_batch_steps": 3}
+    quick = {"runs": 1, "steps": 2, "warmup": 1, "peak_seconds": 0.2, "peak_size": 1024, "max_batch_steps": 1,
+             "load_settle": 0.2, "load_alone": 0.3}
+    usual = {"runs": 3, "steps": None, "warmup": None, "peak_seconds": 2.0, "peak_size": 2048, "max_batch_steps": 3,
+             "load_settle": 1.0, "load_alone": 2.0}
     for k, v in (quick if a.quick else usual).items():  # what was given wins
         if getattr(a, k) is None:
             setattr(a, k, v)
