@@ -582,8 +582,10 @@ class Load:
         a = self.ctx.a
         ncpu = os.cpu_count() or 1
         for i in range(a.load_procs):
+            out = subprocess.DEVNULL  # a copy of the training prints per step: nobody reads it
             if a.load == "spin" or self.runner is None:
                 cmd, env = [sys.executable, os.path.abspath(__file__), "--load-child"], None
+                out = subprocess.PIPE  # one line, at the end
             else:  # a copy of the same training, long enough to outlast the measurement
                 who, mode, _ = self.runner
                 if who == "tt":
@@ -598,7 +600,7 @@ class Load:
             if a.load_pin:
                 cpu = i % ncpu
                 pre = lambda cpu=cpu: os.sched_setaffinity(0, {cpu})  # noqa: E731
-            self.procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+            self.procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, env=env,
                                                cwd=ROOT, preexec_fn=pre))
         time.sleep(a.load_settle)  # let the load start (a copy: past its start-up)
         return self
