@@ -167,10 +167,28 @@ static void ck_check_variant(const net *n, tt_backend *be, const unsigned char *
     free(s_rec);
     return;
   }
-  int nrs = count_flag(&pr, TT_SF_RECOMPUTE);
-  printf("  %s: %d nodes marked, %d recompute steps, arena %zu B vs plain %zu B\n", vn, nrec, nrs, pr.arena_bytes,
-         pp->arena_bytes);
+  int nrs = count_flag(&pr, TT_SF_RECOMPUTE), napply = count_flag(&pr, TT_SF_BN_APPLY), bn_rec = 0, bn_train = 0;
+  for (int i = 0; i < pr.nsteps; i++) { /* recomputed batch norms: from saved statistics, or re-run whole */
+    const tt_step *st = &pr.steps[i];
+    if (st->op != TT_S_FWD || st->kind != TT_L_BN || !(st->flags & TT_SF_RECOMPUTE)) continue;
+    bn_rec++;
+    if (!(st->flags & TT_SF_BN_APPLY)) bn_train++;
+    else {
+      int mb = st->in[TT_BN_APPLY_MEAN];
+      const tt_step *w = mb >= 0 ? &pr.steps[pr.bufs[mb].first] : NULL; /* the step that wrote them */
+      TT_CHECK(w && w->op == TT_S_FWD && w->node == st->node && !(w->flags & TT_SF_RECOMPUTE) &&
+                   w->out[TT_BN_SAVE_MEAN] == mb && w->out[TT_BN_SAVE_INVSTD] == st->in[TT_BN_APPLY_INVSTD] && st->nout == 1,
+               "%s: batch norm '%s' rebuilt from statistics other than its forward's", vn, st->name);
+    }
+  }
+  printf("  %s: %d nodes marked, %d recompute steps (%d batch norms: %d from saved stats), arena %zu B vs plain %zu B\n", vn,
+         nrec, nrs, bn_rec, napply, pr.arena_bytes, pp->arena_bytes);
   TT_CHECK(nrs > 0, "%s: the program has no TT_SF_RECOMPUTE step", vn);
+  /* issue 26: with bn_apply every recomputed batch norm reuses the forward's statistics (its running
+   * statistics then updated once, by the forward: the parameter comparison below holds them) */
+  TT_CHECK(!be->bn_apply || bn_train == 0, "%s: %d of %d recomputed batch norms re-ran the training forward", vn, bn_train,
+           bn_rec);
+  TT_CHECK(napply == pr.n_bn_applied, "%s: %d TT_SF_BN_APPLY steps, n_bn_applied %d", vn, napply, pr.n_bn_applied);
   /* dropping every value backward reads, op by op, cascades: the first backward step recomputes
    * the whole forward pass from the image (no kept value to start from), so only "no larger" */
   if (ck_no_smaller)
