@@ -442,6 +442,9 @@ static void plan_text_buffers(const tt_session *s, FILE *out) {
   const char *pn[4] = {"weights and batch-norm statistics (fp32)", "gradient accumulators (fp32)", "optimizer state", "loss statistics, overflow flag, grad norm"};
   tt_buf_class pc[4] = {TT_BC_PARAMS, TT_BC_GRADS, TT_BC_OPTIMIZER, TT_BC_MISC};
   for (int k = 0; k < 4; k++) fprintf(out, "    %-42s %14zu %10.2f\n", pn[k], cls[pc[k]], plan_mib(cls[pc[k]]));
+  if (cls[TT_BC_ACTIVATIONS]) /* lower.c: the statistics of batch norms rebuilt from them in backward */
+    fprintf(out, "    %-42s %14zu %10.2f\n", "saved stats of rebuilt batch norms (fp32)", cls[TT_BC_ACTIVATIONS],
+            plan_mib(cls[TT_BC_ACTIVATIONS]));
   fprintf(out, "  %-44s %14zu %10.2f\n\n", "persistent total (aligned)", p->persistent_bytes, plan_mib(p->persistent_bytes));
   fprintf(out, "  transient buffers: activations by layer (micro-batch %d, %s)\n", r->policy.micro_batch,
           tt_dtype_name(r->policy.act_dtype));
