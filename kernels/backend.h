@@ -385,6 +385,18 @@ struct tt_backend {
    * and elements: batch norm, channel_copy and save_compress/restore are called on it as
    * [n*h*w, c, 1] (the same per-channel reduction), elementwise ops by count. */
   unsigned layouts;
+
+  /* ---- batch norm from given statistics (optional, after `layouts` so that tables ending
+   * before it leave it NULL) ----
+   * y = (x - save_mean) * (save_invstd * gamma) + bias per channel, save_mean and save_invstd
+   * fp32 [c] as bn_fwd_train wrote them; x, y in dt [n, c, hw] (every dtype bn_fwd_train takes);
+   * no workspace; y may not overlap x. Bit for bit the y that bn_fwd_train wrote from the same x
+   * and statistics on this backend (it runs the training forward's own normalisation code), so a
+   * recomputed batch norm (issue 26) reads x once and writes y once instead of recomputing the
+   * batch statistics (two more passes over x); running statistics are not touched. NULL: lowering
+   * recomputes batch norm with bn_fwd_train (update_running 0), as before. */
+  int (*bn_apply)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma, const float *bias,
+                  const float *save_mean, const float *save_invstd, void *y);
 };
 
 /* Lossy saved copies, for backward only ([train] compress_saved): a convolution's input x

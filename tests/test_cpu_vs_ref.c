@@ -271,6 +271,22 @@ static void bn_case(int n, int c, int hw, tt_dtype dt) {
   cmp("running_mean", rmc, rmr, cc, TT_F32);
   cmp("running_var", rvc, rvr, cc, TT_F32);
   free(wsc), free(wsr);
+  { /* bn_apply from each backend's own saved statistics: bit for bit its training forward's y, and
+     * the two backends within tolerance; running statistics untouched */
+    size_t yb = xn * tt_dtype_size(dt);
+    void *ac = in_dt(dy, xn, dt), *ar = in_dt(dy, xn, dt);
+    float *rm0 = vr_dup(rmc, cc), *rv0 = vr_dup(rvc, cc);
+    TT_CHECK(C->bn_apply && R->bn_apply, "bn_apply missing from the cpu or ref table");
+    TT_CHECK(!C->bn_apply(C, n, c, hw, dt, x_, g, bt, smc, sic, ac), "bn_apply: %s", C->last_error(C));
+    TT_CHECK(!R->bn_apply(R, n, c, hw, dt, x_, g, bt, smr, sir, ar), "ref bn_apply: %s", R->last_error(R));
+    TT_CHECK(memcmp(ac, yc, yb) == 0, "cpu bn_apply: not bit for bit the cpu training forward's y");
+    TT_CHECK(memcmp(ar, yr, yb) == 0, "ref bn_apply: not bit for bit the ref training forward's y");
+    TT_CHECK(memcmp(rm0, rmc, cc * sizeof(float)) == 0 && memcmp(rv0, rvc, cc * sizeof(float)) == 0,
+             "bn_apply changed running statistics");
+    cmp("apply y", ac, ar, xn, dt);
+    TT_CHECK(C->bn_apply(C, n, c, hw, dt, x_, g, bt, NULL, sic, ac) != 0, "bn_apply accepted a NULL save_mean");
+    free(ac), free(ar), free(rm0), free(rv0);
+  }
   o.kind = TT_OP_BN_FWD_INFER;
   wsc = ws_for(C, &o, &wc), wsr = ws_for(R, &o, &wr);
   TT_CHECK(!C->bn_fwd_infer(C, n, c, hw, dt, x_, g, bt, rmr, rvr, 1e-5f, yc, wsc, wc), "bn_fwd_infer: %s", C->last_error(C));

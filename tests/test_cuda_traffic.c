@@ -144,8 +144,8 @@ int main(void) {
 
   /* ---- batch norm (fp16 x / y, fp32 per-channel parameters) ----
    * minimum: forward training reads x, writes y, per channel reads gamma, bias, running mean and
-   * var, writes those two and the saved mean and invstd (32 bytes); inference reads x, writes y,
-   * reads 4 floats per channel; backward reads x and dy, writes dx, reads gamma, saved mean and
+   * var, writes those two and the saved mean and invstd (32 bytes); inference and bn_apply read x,
+   * write y, read 4 floats per channel; backward reads x and dy, writes dx, reads gamma, saved mean and
    * invstd, writes dgamma and dbias (20 bytes per channel). */
   for (size_t s = 0; s < sizeof bn / sizeof bn[0]; s++) {
     int n = bn[s].n, c = bn[s].c, hw = bn[s].hw;
@@ -167,6 +167,9 @@ int main(void) {
     row("bn_fwd_train", shape, 2.0 * m * es + 32.0 * c);
     gpu->bn_fwd_infer(gpu, n, c, hw, h, x, p, p + c, p + 2 * c, p + 3 * c, 1e-5f, y, NULL, 0);
     row("bn_fwd_infer", shape, 2.0 * m * es + 16.0 * c);
+    /* from the training forward's statistics (p + 4c, p + 5c): reads x, writes y, 4 floats a channel */
+    (gpu->bn_apply ? gpu->bn_apply : tt_cuda_bn_apply)(gpu, n, c, hw, h, x, p, p + c, p + 4 * c, p + 5 * c, y);
+    row("bn_apply", shape, 2.0 * m * es + 16.0 * c);
     gpu->bn_bwd(gpu, n, c, hw, h, x, dy, p, p + 4 * c, p + 5 * c, dx, p + 6 * c, p + 7 * c, 0.0f, 0.0f, ws, wsb);
     row("bn_bwd", shape, 3.0 * m * es + 20.0 * c);
   }

@@ -40,10 +40,13 @@ static void lw_close(lw *t);
 
 /* Builds the program; on failure records it in the current test, frees what was made and
  * returns -1. */
+static int lw_no_apply; /* lw_open: plan for a backend without bn_apply (the CUDA backend's table for now) */
+
 static int lw_open(lw *t, int training, tt_dtype dt, int inplace, const unsigned char *rec) {
   tt_err e = {{0}};
   memset(t, 0, sizeof *t);
   t->be = tt_cpu_backend_create(1);
+  if (t->be && lw_no_apply) t->be->bn_apply = NULL;
   tt_policy pol;
   memset(&pol, 0, sizeof pol);
   pol.micro_batch = 4, pol.accum_steps = 1, pol.act_dtype = dt, pol.inplace = inplace, pol.training = training;
@@ -273,9 +276,10 @@ static void test_inplace(void) {
 
 static void test_recompute(void) {
   TT_TEST_BEGIN("lower_recompute_steps");
+  for (lw_no_apply = 0; lw_no_apply < 2; lw_no_apply++) {
   lw t;
   unsigned char rec[8] = {0, 0, 1, 1, 0, 0, 0, 0}; /* drop b1 and r1 after the forward pass */
-  if (lw_open(&t, 1, TT_F32, 0, rec)) return;
+  if (lw_open(&t, 1, TT_F32, 0, rec)) break;
   const tt_program *p = &t.p;
   /* c2's backward reads r1, which reads b1: both re-run (b1 from the kept c1), once, just
    * before it; r1's and b1's own backwards then find the recomputed values */
@@ -289,14 +293,39 @@ static void test_recompute(void) {
   if (bc2 >= 0 && vr1 >= 0) TT_CHECK(p->steps[bc2].in[TT_BWD_SAVED] == vr1, "c2 backward reads the dropped value");
   /* the originals die with the forward pass */
   TT_CHECK(p->bufs[p->value_buf[3]].last <= ls && p->bufs[p->value_buf[2]].last <= ls, "dropped values live into backward");
-  /* the batch norm that re-runs saves statistics again but must not move running statistics:
-   * the flag the executor reads for that */
-  TT_CHECK(rb1 >= 0 && p->steps[rb1].out[TT_BN_SAVE_MEAN] >= 0, "recomputed bn has no statistics");
-  int bb1 = find_step(p, TT_S_BWD, 2, 0);
-  if (rb1 >= 0 && bb1 >= 0) TT_CHECK(p->steps[bb1].in[TT_BWD_SAVE_MEAN] == p->steps[rb1].out[TT_BN_SAVE_MEAN], "bn backward reads the old statistics");
+  int bb1 = find_step(p, TT_S_BWD, 2, 0), fb1 = find_step(p, TT_S_FWD, 2, 0);
+  if (!lw_no_apply && rb1 >= 0 && fb1 >= 0 && bb1 >= 0) {
+    /* issue 26: rebuilt from the forward's saved statistics (bn_apply), writing y only; they stay
+     * (persistent: small, and live from the forward to the backward anyway) for it and for the
+     * backward; no running statistics in reach */
+    const tt_step *r = &p->steps[rb1], *f = &p->steps[fb1];
+    TT_CHECK((r->flags & TT_SF_BN_APPLY) && r->nout == 1 && r->in[TT_BN_RMEAN] < 0 && r->in[TT_BN_RVAR] < 0,
+             "recomputed bn: flags %d, %d outputs, running statistics %d %d", r->flags, r->nout, r->in[TT_BN_RMEAN],
+             r->in[TT_BN_RVAR]);
+    TT_CHECK(r->in[TT_BN_APPLY_MEAN] == f->out[TT_BN_SAVE_MEAN] && r->in[TT_BN_APPLY_INVSTD] == f->out[TT_BN_SAVE_INVSTD] &&
+                 p->steps[bb1].in[TT_BWD_SAVE_MEAN] == f->out[TT_BN_SAVE_MEAN],
+             "recomputed bn or its backward reads statistics other than the forward's");
+    TT_CHECK(p->bufs[f->out[TT_BN_SAVE_MEAN]].persistent && p->n_bn_applied == 1, "saved statistics transient, or %d applied",
+             p->n_bn_applied);
+    tt_call calls[TT_STEP_MAX_CALLS];
+    int nc = tt_step_calls(p, r, 4, calls);
+    TT_CHECK(nc == 1 && calls[0].fn == TT_CALL_BN_APPLY && calls[0].in[3] == r->in[TT_BN_APPLY_MEAN] && calls[0].out[1] < 0,
+             "recomputed bn's call: %d calls, fn %d", nc, nc ? calls[0].fn : -1);
+  } else if (lw_no_apply) {
+    /* without bn_apply the batch norm re-runs the training forward: it saves statistics again
+     * (bit for bit the same) but must not move running statistics: the flag the executor reads */
+    TT_CHECK(rb1 >= 0 && p->steps[rb1].out[TT_BN_SAVE_MEAN] >= 0 && !(p->steps[rb1].flags & TT_SF_BN_APPLY),
+             "recomputed bn (no bn_apply) has no statistics");
+    if (rb1 >= 0 && bb1 >= 0)
+      TT_CHECK(p->steps[bb1].in[TT_BWD_SAVE_MEAN] == p->steps[rb1].out[TT_BN_SAVE_MEAN], "bn backward reads the old statistics");
+  } else {
+    TT_CHECK(0, "steps missing: recomputed bn %d, forward %d, backward %d", rb1, fb1, bb1);
+  }
   TT_CHECK(count_steps(p, TT_S_FWD, -1) == 8 && count_steps(p, TT_S_BWD, -1) == 6, "forward %d backward %d",
            count_steps(p, TT_S_FWD, -1), count_steps(p, TT_S_BWD, -1));
   lw_close(&t);
+  }
+  lw_no_apply = 0;
   TT_TEST_END();
 }
 

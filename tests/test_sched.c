@@ -316,6 +316,7 @@ static void test_per_op_recompute(tt_backend *be) {
                "of the convs kept", cheap, relu_dropped, triples, conv_kept);
   }
   static const double gib[] = {1.4, 1.2, 1.0, 0.9, 0.8, 0.7};
+  int bn_applied = 0;
   for (int i = 0; i < (int)(sizeof gib / sizeof gib[0]); i++) {
     tt_policy_result r[2];
     int rc[2];
@@ -334,12 +335,24 @@ static void test_per_op_recompute(tt_backend *be) {
       TT_CHECK(r[1].predicted_step_ms <= r[0].predicted_step_ms * (1 + 1e-9), "--vram %.1fG: best %.1f ms > segments %.1f ms",
                gib[i], r[1].predicted_step_ms, r[0].predicted_step_ms);
       TT_CHECK(r[1].train.arena_bytes <= r[1].budget_bytes, "--vram %.1fG: over budget", gib[i]);
+      { /* issue 26: every batch norm the chosen plan rebuilds comes from the forward's saved statistics */
+        int bn_rec = 0;
+        for (int si = 0; si < r[1].train.nsteps; si++) {
+          const tt_step *st = &r[1].train.steps[si];
+          bn_rec += st->op == TT_S_FWD && st->kind == TT_L_BN && (st->flags & TT_SF_RECOMPUTE);
+        }
+        printf("    %d batch norms rebuilt, %d from saved stats\n", bn_rec, r[1].train.n_bn_applied);
+        TT_CHECK(bn_rec == r[1].train.n_bn_applied, "--vram %.1fG: %d batch norms rebuilt, %d from saved stats", gib[i], bn_rec,
+                 r[1].train.n_bn_applied);
+        bn_applied += r[1].train.n_bn_applied;
+      }
     } else {
       TT_CHECK(rc[0] != 0, "--vram %.1fG: segments fit, segments + per-op did not", gib[i]);
     }
     for (int k = 0; k < 2; k++)
       if (!rc[k]) tt_policy_result_free(&r[k]);
   }
+  TT_CHECK(bn_applied > 0, "no plan between 1.4 and 0.7 GiB rebuilt a batch norm from its saved statistics");
   free(rec);
   free(reads);
   net_close(&n);

@@ -196,8 +196,8 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
   plan_dropped dr;
   plan_count_dropped(s, &dr);
   tt_strbuf_printf(&b, "], \"recompute_dropped\": {\"memory_bound\": {\"count\": %d, \"bytes\": %zu}, "
-                       "\"compute_bound\": {\"count\": %d, \"bytes\": %zu}}",
-                   dr.n_mem, dr.b_mem, dr.n_comp, dr.b_comp);
+                       "\"compute_bound\": {\"count\": %d, \"bytes\": %zu}, \"bn_from_saved_stats\": %d}",
+                   dr.n_mem, dr.b_mem, dr.n_comp, dr.b_comp, p->n_bn_applied);
   tt_strbuf_printf(&b, ", \"recompute_segments\": [");
   for (int v = 0, a, z, k = 0, nl; (nl = plan_next_run(s, &v, &a, &z)) > 0; k++) {
     tt_strbuf_printf(&b, "%s{\"first\": ", k ? ", " : "");
@@ -316,6 +316,9 @@ static void plan_text_recomputed(const tt_session *s, FILE *out) {
     fprintf(out, "              dropped for backward: %d memory-bound values (batch norm, activations, add, pooling),\n"
                  "              %.1f MiB; %d convolution, linear or attention outputs, %.1f MiB\n",
             d.n_mem, plan_mib(d.b_mem), d.n_comp, plan_mib(d.b_comp));
+  if (s->sched.train.n_bn_applied)
+    fprintf(out, "              %d batch norm%s rebuilt from saved stats (the forward's mean and 1/std: one read, one write)\n",
+            s->sched.train.n_bn_applied, s->sched.train.n_bn_applied == 1 ? "" : "s");
 }
 
 /* The update phase's rules, when the recipe has any: which parameters weight decay applies to
@@ -439,6 +442,9 @@ static void plan_text_buffers(const tt_session *s, FILE *out) {
   const char *pn[4] = {"weights and batch-norm statistics (fp32)", "gradient accumulators (fp32)", "optimizer state", "loss statistics, overflow flag, grad norm"};
   tt_buf_class pc[4] = {TT_BC_PARAMS, TT_BC_GRADS, TT_BC_OPTIMIZER, TT_BC_MISC};
   for (int k = 0; k < 4; k++) fprintf(out, "    %-42s %14zu %10.2f\n", pn[k], cls[pc[k]], plan_mib(cls[pc[k]]));
+  if (cls[TT_BC_ACTIVATIONS]) /* lower.c: the statistics of batch norms rebuilt from them in backward */
+    fprintf(out, "    %-42s %14zu %10.2f\n", "saved stats of rebuilt batch norms (fp32)", cls[TT_BC_ACTIVATIONS],
+            plan_mib(cls[TT_BC_ACTIVATIONS]));
   fprintf(out, "  %-44s %14zu %10.2f\n\n", "persistent total (aligned)", p->persistent_bytes, plan_mib(p->persistent_bytes));
   fprintf(out, "  transient buffers: activations by layer (micro-batch %d, %s)\n", r->policy.micro_batch,
           tt_dtype_name(r->policy.act_dtype));

@@ -91,6 +91,13 @@ static double cost_step_s(const tt_program *p, const tt_step *s, const tt_device
   if (s->op == TT_S_CLIP) /* reads the whole gradient region, which no operand slot names */
     for (int k = 0; k < p->nparams; k++)
       if (p->grad_buf[k] >= 0) bytes += (double)p->bufs[p->grad_buf[k]].bytes;
+  /* Batch norm's training forward reads x three times (sum, squared deviations, normalisation)
+   * and writes y once; rebuilt from the forward's saved statistics (TT_SF_BN_APPLY, issue 26) and
+   * in evaluation it reads x once: the operands above count one pass, so the statistics' two
+   * are added here. The recompute search (recompute.c) charges a dropped batch norm one read and
+   * one write, which is what bn_apply costs. */
+  if (s->op == TT_S_FWD && s->kind == TT_L_BN && !(s->flags & (TT_SF_EVAL | TT_SF_BN_APPLY)) && s->in[TT_FWD_X] >= 0)
+    bytes += 2.0 * (double)p->bufs[s->in[TT_FWD_X]].bytes;
   if (s->node >= 0 && (s->op == TT_S_FWD || s->op == TT_S_BWD)) {
     const tt_node *n = &g->nodes[s->node];
     double f = n->flops * p->policy.micro_batch;

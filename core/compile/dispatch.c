@@ -207,6 +207,11 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
         c->in[3] = s->in[TT_BWD_SAVE_MEAN], c->in[4] = s->in[TT_BWD_SAVE_INVSTD];
         c->out[0] = dx, c->out[1] = s->out[TT_BWD_DW], c->out[2] = s->out[TT_BWD_DB];
         c->beta = bdx, c->param_grads = 1;
+      } else if (s->flags & TT_SF_BN_APPLY) { /* rebuilt from the forward's saved statistics */
+        c = dispatch_add(calls, &n, TT_CALL_BN_APPLY, dt);
+        dispatch_in(c, s->in[TT_FWD_X], s->in[TT_BN_GAMMA], s->in[TT_BN_BETA]);
+        c->in[3] = s->in[TT_BN_APPLY_MEAN], c->in[4] = s->in[TT_BN_APPLY_INVSTD];
+        c->out[0] = s->out[TT_FWD_Y];
       } else {
         c = dispatch_add(calls, &n, (s->flags & TT_SF_EVAL) ? TT_OP_BN_FWD_INFER : TT_OP_BN_FWD_TRAIN, dt);
         dispatch_in(c, s->in[TT_FWD_X], s->in[TT_BN_GAMMA], s->in[TT_BN_BETA]);

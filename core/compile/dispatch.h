@@ -32,7 +32,9 @@ enum {
   TT_CALL_TOKENS_FWD,   /* patch tokens: op.u.bn n, c = f, hw; mode = cls; in conv output, class token, pos; out y */
   TT_CALL_TOKENS_BWD,   /* in dy; out the conv output's gradient, dcls, dpos */
   TT_CALL_TOKEN_POOL_FWD, /* op.u.bn n, c = f, hw = t; mode 0 class, 1 mean; in x, out y */
-  TT_CALL_TOKEN_POOL_BWD  /* in dy, out dx */
+  TT_CALL_TOKEN_POOL_BWD, /* in dy, out dx */
+  TT_CALL_BN_APPLY      /* batch norm from saved statistics (TT_SF_BN_APPLY): op.u.bn; in x, gamma, beta,
+                         * saved mean, saved 1/std; out y. No workspace, nothing to prepare. */
 };
 
 /* One backend call. Shapes are at the batch tt_step_calls was given. */

@@ -66,6 +66,9 @@ enum {
    * then conv/linear weight and bias, or batch-norm parameters and running statistics */
   TT_FWD_X = 0, TT_FWD_W = 1, TT_FWD_B = 2,
   TT_BN_GAMMA = 1, TT_BN_BETA = 2, TT_BN_RMEAN = 3, TT_BN_RVAR = 4,
+  /* batch norm rebuilt from saved statistics (TT_SF_BN_APPLY): the forward's saved mean and
+   * 1/std read in place of the running statistics (slots 3 and 4 then -1) */
+  TT_BN_APPLY_MEAN = 5, TT_BN_APPLY_INVSTD = 6,
   /* FWD out: the value; batch norm when training: saved mean and 1/std [c] fp32 */
   TT_FWD_Y = 0, TT_BN_SAVE_MEAN = 1, TT_BN_SAVE_INVSTD = 2, TT_FWD_COMPACT = 1,
   /* BWD in: dy, then what tt_op(kind)->bwd_reads names (x or y), then conv/linear weight or
@@ -112,6 +115,10 @@ enum {
                         * gradient, and for global average pooling its input. Batch norm,
                         * concat and a lossy conv save then run on [N*h*w, c, 1]; pooling and
                         * convolution carry the layout in their descs. */
+  TT_SF_BN_APPLY = 16, /* a recomputed batch norm (with TT_SF_RECOMPUTE) that normalises with the
+                        * forward's saved statistics (in slots TT_BN_APPLY_*: backend.h bn_apply),
+                        * writing y only: one read and one write, the batch statistics not
+                        * recomputed, running statistics untouched */
   TT_SF_COMPACT = 4    /* relu/relu6 and max pooling: the forward also writes the compact save
                         * (out slot TT_FWD_COMPACT) and the backward reads it (TT_BWD_SAVED) in
                         * place of the full tensor: a 1-bit mask, a uint8 in-window index */
@@ -212,6 +219,7 @@ typedef struct tt_program {
   size_t class_bytes[TT_BC_COUNT]; /* sum of buffer sizes per class (aliased ones counted once) */
   int n_inplace;       /* accepted in-place aliases */
   int n_recomputed_steps;
+  int n_bn_applied;    /* of those, batch norms rebuilt from the forward's saved statistics (TT_SF_BN_APPLY) */
   int n_compact;       /* compact saves (TT_SF_COMPACT forward steps) */
   size_t compact_bytes, compact_full_bytes; /* their buffers' bytes; the full tensors' they replace */
   int n_compressed;    /* of those, lossy saved convolution inputs (policy.compress) */

@@ -103,7 +103,7 @@ static const char *exec_call_name(int fn) {
                               "act_fwd", "act_bwd", "ln_fwd", "ln_bwd", "attn_fwd", "attn_bwd"};
   static const char *calls[] = {"gap_fwd", "gap_bwd", "dropout_fwd", "dropout_bwd", "add", "accumulate", "channel_copy",
                                 "act_mask", "act_bwd_mask", "pool_argmax", "pool_bwd_idx", "save_compress", "save_restore",
-                                "tokens_fwd", "tokens_bwd", "token_pool_fwd", "token_pool_bwd"};
+                                "tokens_fwd", "tokens_bwd", "token_pool_fwd", "token_pool_bwd", "bn_apply"};
   if (fn >= 0 && fn < TT_OP_KIND_COUNT && fn < (int)(sizeof ops / sizeof ops[0])) return ops[fn];
   if (fn >= TT_OP_KIND_COUNT && fn - TT_OP_KIND_COUNT < (int)(sizeof calls / sizeof calls[0])) return calls[fn - TT_OP_KIND_COUNT];
   return "call";
@@ -354,6 +354,10 @@ static int exec_call(exec_run *r, const tt_step *s, const tt_call *c, tt_err *er
     case TT_OP_BN_FWD_INFER:
       EXEC_CHECK(be->bn_fwd_infer(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], (const float *)in[1], (const float *)in[2],
                                   (const float *)in[3], (const float *)in[4], o->u.bn.eps, out[0], ws, wsb));
+      break;
+    case TT_CALL_BN_APPLY:
+      EXEC_CHECK(be->bn_apply(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], (const float *)in[1], (const float *)in[2],
+                              (const float *)in[3], (const float *)in[4], out[0]));
       break;
     case TT_OP_BN_BWD:
       EXEC_CHECK(be->bn_bwd(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], in[1], (const float *)in[2], (const float *)in[3],

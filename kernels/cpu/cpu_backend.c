@@ -99,6 +99,7 @@ static const tt_backend cpu_be_table = {
     tt_ref_sum_squares,
     NULL, NULL, /* sgd_update_multi, adam_update_multi: the executor updates tensor by tensor (bit for bit as before) */
     0u, /* layouts: set by tt_cpu_backend_create */
+    tt_cpu_bn_apply,
 };
 
 tt_backend *tt_cpu_backend_create(int threads) {

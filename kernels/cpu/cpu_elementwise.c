@@ -316,7 +316,9 @@ static void cpu_ew_bn_fwd_rows(int nt, size_t rows, int c, const float *x, const
     float mean[CPU_EW_CB], k[CPU_EW_CB], sh[CPU_EW_CB];
     size_t i0, i;
     int j;
-    if (inference) {
+    if (inference == 2) { /* bn_apply: the training forward's statistics, given */
+      for (j = 0; j < w; j++) mean[j] = save_mean[c0 + j], k[j] = save_invstd[c0 + j];
+    } else if (inference) {
       for (j = 0; j < w; j++) mean[j] = running_mean[c0 + j], k[j] = (float)(1.0 / sqrt((double)running_var[c0 + j] + (double)eps));
     } else {
       double s[CPU_EW_CB], sq[CPU_EW_CB];
@@ -450,7 +452,9 @@ int tt_cpu_bn_rows_half(tt_backend *b, int rows, int c, tt_dtype dt, const void 
     int j;
     for (j = 0; j < CPU_EW_CB; j++) s[j] = sq[j] = 0.0, mean[j] = k[j] = sh[j] = 0.0f;
     if (!dy) { /* forward */
-      if (inference) {
+      if (inference == 2) { /* bn_apply: the training forward's statistics, given */
+        for (j = 0; j < w; j++) mean[j] = save_mean[c0 + j], k[j] = save_invstd[c0 + j];
+      } else if (inference) {
         for (j = 0; j < w; j++)
           mean[j] = running_mean[c0 + j], k[j] = (float)(1.0 / sqrt((double)running_var[c0 + j] + (double)eps));
       } else {
@@ -529,7 +533,10 @@ int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, const float *x, con
   for (ch = 0; ch < c; ch++) {
     float mean, invstd;
     int i;
-    if (inference) {
+    if (inference == 2) { /* bn_apply: the training forward's statistics, given */
+      mean = save_mean[ch];
+      invstd = save_invstd[ch];
+    } else if (inference) {
       mean = running_mean[ch];
       invstd = (float)(1.0 / sqrt((double)running_var[ch] + (double)eps));
     } else {

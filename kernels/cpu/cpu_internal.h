@@ -200,12 +200,14 @@ int tt_cpu_gelu_build(tt_cpu_build *bd, const tt_op_desc *op);
 int tt_cpu_gelu_fwd(tt_backend *b, tt_act a, size_t count, const float *x, float *y);
 int tt_cpu_gelu_bwd(tt_backend *b, tt_act a, size_t count, const float *x, const float *dy, float *dx);
 
-/* ---- cpu_elementwise.c: batch norm's fp32 loops (inference: running statistics) ---- */
+/* ---- cpu_elementwise.c: batch norm's fp32 loops (inference 0: batch statistics, written to
+ * save_mean/save_invstd; 1: running statistics; 2: bn_apply, the given save_mean/save_invstd,
+ * through the same normalisation code as 0, so y is bit for bit the training forward's) ---- */
 int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, const float *x, const float *gamma, const float *bias,
                         float *y, float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
                         float *save_invstd, int update_running, int inference);
 /* Batch norm on rows (hw == 1: an NHWC tensor as [N*h*w, c, 1]) in fp16 or bf16 storage,
- * computed in fp32: the forward when dy is NULL (inference: running statistics), else the backward. */
+ * computed in fp32: the forward when dy is NULL (inference as tt_cpu_bn_fwd_loops'), else the backward. */
 int tt_cpu_bn_rows_half(tt_backend *b, int rows, int c, tt_dtype dt, const void *x, const void *dy, const float *gamma,
                         const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
                         float *save_mean, float *save_invstd, int update_running, int inference, void *dx, float *dgamma,
@@ -235,6 +237,8 @@ int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
 int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, const float *running_mean, const float *running_var, float eps,
                         void *y, void *ws, size_t ws_bytes);
+int tt_cpu_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                    const float *bias, const float *save_mean, const float *save_invstd, void *y);
 int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                   const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
                   float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);

@@ -48,6 +48,19 @@ int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
                              (float *)running_var, 0.0f, eps, NULL, NULL, 0, 1);
 }
 
+/* The training forward's normalisation with given statistics: the same loops in mode 2, so y
+ * is bit for bit what bn_fwd_train wrote from the same x and statistics. */
+int tt_cpu_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                    const float *bias, const float *save_mean, const float *save_invstd, void *y) {
+  if ((dt == TT_F16 || dt == TT_BF16) && hw == 1 && n > 0 && c > 0 && x && gamma && bias && save_mean && save_invstd && y)
+    return tt_cpu_bn_rows_half(b, n, c, dt, x, NULL, gamma, bias, y, NULL, NULL, 0.0f, 0.0f, (float *)save_mean,
+                               (float *)save_invstd, 0, 2, NULL, NULL, NULL, 0.0f, 0.0f);
+  if (dt != TT_F32 || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !save_mean || !save_invstd || !y)
+    return tt_ref_bn_apply(b, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, y); /* checks and reports */
+  return tt_cpu_bn_fwd_loops(b, n, c, hw, (const float *)x, gamma, bias, (float *)y, NULL, NULL, 0.0f, 0.0f,
+                             (float *)save_mean, (float *)save_invstd, 0, 2);
+}
+
 int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                   const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
                   float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes) {

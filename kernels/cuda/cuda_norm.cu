@@ -261,7 +261,7 @@ int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
 template <int V>
 static __device__ __forceinline__ void cuda_bni_body(size_t total_v, int hw, int c, tt_dtype dt, const void *x,
                                                      const float *gamma, const float *bias, const float *rmean,
-                                                     const float *rvar, float eps, void *y,
+                                                     const float *rvar, float eps, int given, void *y,
                                                      float (*sp)[CUDA_BNI_MAXP]) {
   const size_t per = (size_t)blockDim.x * CUDA_BNI_VPT, v0 = (size_t)blockIdx.x * per;
   const size_t v1 = v0 + per < total_v ? v0 + per : total_v;
@@ -269,7 +269,7 @@ static __device__ __forceinline__ void cuda_bni_body(size_t total_v, int hw, int
   for (size_t j = threadIdx.x; j <= p1 - p0; j += blockDim.x) {
     const int ch = (int)((p0 + j) % (size_t)c);
     sp[0][j] = rmean[ch];
-    sp[1][j] = (float)(1.0 / sqrt((double)rvar[ch] + (double)eps));
+    sp[1][j] = given ? rvar[ch] : (float)(1.0 / sqrt((double)rvar[ch] + (double)eps)); /* given: bn_apply's invstd */
     sp[2][j] = gamma[ch], sp[3][j] = bias[ch];
   }
   __syncthreads();
@@ -289,12 +289,30 @@ static __device__ __forceinline__ void cuda_bni_body(size_t total_v, int hw, int
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_infer_flat_k(size_t total_v, int hw, int c, tt_dtype dt,
                                                                               const void *x, const float *gamma,
                                                                               const float *bias, const float *rmean,
-                                                                              const float *rvar, float eps, void *y) {
+                                                                              const float *rvar, float eps, int given,
+                                                                              void *y) {
   __shared__ float sp[4][CUDA_BNI_MAXP];
   if (dt == TT_F32)
-    cuda_bni_body<4>(total_v, hw, c, dt, x, gamma, bias, rmean, rvar, eps, y, sp);
+    cuda_bni_body<4>(total_v, hw, c, dt, x, gamma, bias, rmean, rvar, eps, given, y, sp);
   else
-    cuda_bni_body<8>(total_v, hw, c, dt, x, gamma, bias, rmean, rvar, eps, y, sp);
+    cuda_bni_body<8>(total_v, hw, c, dt, x, gamma, bias, rmean, rvar, eps, given, y, sp);
+}
+
+/* The flat form's launch when it applies (returns 1 launched, 0 not, -1 failed): hw not a
+ * multiple of 16 bytes but at least CUDA_BNI_MINHW, the tensor whole 16-byte vectors, x and y
+ * 16-byte aligned. given: rvar holds 1/std (bn_apply), else the running variance. */
+static int cuda_bn_flat(tt_backend *b, const char *op, const cuda_bn_geom &g, int n, int c, int hw, tt_dtype dt, const void *x,
+                        const float *gamma, const float *bias, const float *rmean, const float *rvar, float eps, int given,
+                        void *y) {
+  const size_t vf = 16 / tt_dtype_size(dt), total = (size_t)n * c * hw;
+  const size_t per = (size_t)TT_CUDA_THREADS * CUDA_BNI_VPT, blocks = (total / vf + per - 1) / per;
+  if (!((size_t)g.v < vf && hw >= CUDA_BNI_MINHW && total % vf == 0 && !((uintptr_t)x & 15) && !((uintptr_t)y & 15) &&
+        blocks <= 0x7fffffffu))
+    return 0;
+  TT_LAUNCH(cuda_bn_infer_flat_k, (unsigned)blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), total / vf, hw, c, dt, x, gamma,
+            bias, rmean, rvar, eps, given, y);
+  CUDA_LAUNCH_CHECK(b, op);
+  return 1;
 }
 
 int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
@@ -306,20 +324,39 @@ int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   if (!x || !gamma || !bias || !running_mean || !running_var || !y)
     return tt_cuda_fail(b, "bn_fwd_infer: NULL x, gamma, bias, running_mean, running_var or y");
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
-  {
-    const size_t vf = 16 / tt_dtype_size(dt), total = (size_t)n * c * hw;
-    const size_t per = (size_t)TT_CUDA_THREADS * CUDA_BNI_VPT, blocks = (total / vf + per - 1) / per;
-    if ((size_t)g.v < vf && hw >= CUDA_BNI_MINHW && total % vf == 0 && !((uintptr_t)x & 15) && !((uintptr_t)y & 15) &&
-        blocks <= 0x7fffffffu) { /* the flat form: 16-byte vectors across planes */
-      TT_LAUNCH(cuda_bn_infer_flat_k, (unsigned)blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), total / vf, hw, c, dt, x,
-                gamma, bias, running_mean, running_var, eps, y);
-      CUDA_LAUNCH_CHECK(b, "bn_fwd_infer");
-      return 0;
-    }
+  switch (cuda_bn_flat(b, "bn_fwd_infer", g, n, c, hw, dt, x, gamma, bias, running_mean, running_var, eps, 0, y)) {
+    case 1: return 0; /* the flat form: 16-byte vectors across planes */
+    case -1: return -1;
+    default: break;
   }
   TT_LAUNCH(cuda_bn_norm_k, dim3((unsigned)c, (unsigned)cuda_bn_splits(g)), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt,
             x, gamma, bias, running_mean, running_var, 1, eps, y);
   CUDA_LAUNCH_CHECK(b, "bn_fwd_infer");
+  return 0;
+}
+
+/* Batch norm from given statistics (backend.h bn_apply): bn_fwd_train's third launch alone, the
+ * same kernel on the same geometry (V from hw and the x and y pointers; S from the size) with the
+ * given save_mean/save_invstd, so y is bit for bit what the training forward wrote from them; or,
+ * where inference takes it (7x7 planes in fp16: 98-byte planes read 2 bytes at a time by the
+ * per-channel kernel, 70% sector efficiency), the flat form with the same per-element arithmetic
+ * (test_cuda checks the bits against bn_fwd_train's y). No workspace. */
+extern "C" int tt_cuda_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                                const float *bias, const float *save_mean, const float *save_invstd, void *y) {
+  const void *ptrs[2] = {x, y};
+  cuda_bn_geom g;
+  if (cuda_norm_bn_check(b, "bn_apply", n, c, hw, dt)) return -1;
+  if (!x || !gamma || !bias || !save_mean || !save_invstd || !y)
+    return tt_cuda_fail(b, "bn_apply: NULL x, gamma, bias, save_mean, save_invstd or y");
+  g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
+  switch (cuda_bn_flat(b, "bn_apply", g, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, 0.0f, 1, y)) {
+    case 1: return 0;
+    case -1: return -1;
+    default: break;
+  }
+  TT_LAUNCH(cuda_bn_norm_k, dim3((unsigned)c, (unsigned)cuda_bn_splits(g)), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x,
+            gamma, bias, save_mean, save_invstd, 0, 0.0f, y);
+  CUDA_LAUNCH_CHECK(b, "bn_apply");
   return 0;
 }
 

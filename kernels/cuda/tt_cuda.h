@@ -49,6 +49,12 @@ int tt_cuda_set_tf32(tt_backend *b, int on);
  * Returns the cap before the call; forgets the algorithms chosen so far. */
 size_t tt_cuda_set_conv_workspace_cap(tt_backend *b, size_t bytes);
 #define TT_CUDA_CONV_WS_DEFAULT_CAP ((size_t)64 << 20)
+/* The CUDA backend's bn_apply (backend.h; kernels/cuda/cuda_norm.cu): batch norm from the
+ * training forward's statistics, bit for bit bn_fwd_train's y. Declared here, with C linkage,
+ * for the emulated tests (which link the backend's sources) while cuda_backend.cu's table does
+ * not list it yet; not in tt_cuda_api, so a GPU build reaches it only through the table. */
+int tt_cuda_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                     const float *bias, const float *save_mean, const float *save_invstd, void *y);
 /* The device's free and total memory now (cudaMemGetInfo); 0 on success. */
 int tt_cuda_mem_free(tt_backend *b, size_t *free_bytes, size_t *total_bytes);
 /* Number of CUDA devices; 0 (quietly) when there is no driver or no device. */

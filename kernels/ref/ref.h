@@ -161,6 +161,8 @@ int tt_ref_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
 int tt_ref_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, const float *running_mean, const float *running_var, float eps,
                         void *y, void *ws, size_t ws_bytes);
+int tt_ref_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma, const float *bias,
+                    const float *save_mean, const float *save_invstd, void *y);
 int tt_ref_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                   const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
                   float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);

@@ -179,6 +179,7 @@ static const tt_backend ref_be_table = {
     tt_ref_sum_squares,
     NULL, NULL, /* sgd_update_multi, adam_update_multi: the executor updates tensor by tensor (bit for bit as before) */
     0u, /* layouts: NCHW only */
+    tt_ref_bn_apply,
 };
 
 tt_backend *tt_ref_backend_create(int threads) {

@@ -16,6 +16,19 @@ static int ref_norm_bn_check(tt_backend *b, const char *op, int n, int c, int hw
   return 0;
 }
 
+/* y = (x - mean) * invstd * g + bb over channel ch of x [n, c, hw]: the one normalisation the
+ * training forward, inference and bn_apply share, so bn_apply's y is bit for bit the training
+ * forward's from the same statistics. */
+static void ref_norm_bn_channel(tt_dtype dt, const void *x, void *y, int n, int c, int hw, ptrdiff_t ch, float mean,
+                                float invstd, float g, float bb) {
+  int i;
+  size_t k;
+  for (i = 0; i < n; i++) {
+    size_t off = ((size_t)i * c + (size_t)ch) * hw;
+    for (k = 0; k < (size_t)hw; k++) tt_ref_st(dt, y, off + k, (tt_ref_ld(dt, x, off + k) - mean) * invstd * g + bb);
+  }
+}
+
 int tt_ref_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, void *y, float *running_mean, float *running_var, float momentum,
                         float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes) {
@@ -52,11 +65,21 @@ int tt_ref_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
     invstd = save_invstd[ch];
     g = gamma[ch];
     bb = bias[ch];
-    for (i = 0; i < n; i++) {
-      size_t off = ((size_t)i * c + (size_t)ch) * hw;
-      for (k = 0; k < (size_t)hw; k++) tt_ref_st(dt, y, off + k, (tt_ref_ld(dt, x, off + k) - mean) * invstd * g + bb);
-    }
+    ref_norm_bn_channel(dt, x, y, n, c, hw, ch, mean, invstd, g, bb);
   }
+  return 0;
+}
+
+int tt_ref_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma, const float *bias,
+                    const float *save_mean, const float *save_invstd, void *y) {
+  ptrdiff_t ch;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (ref_norm_bn_check(b, "bn_apply", n, c, hw, dt)) return -1;
+  if (!x || !gamma || !bias || !save_mean || !save_invstd || !y)
+    return tt_ref_fail(b, "bn_apply: NULL x, gamma, bias, save_mean, save_invstd or y");
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)n * hw * c > TT_REF_PAR_MIN)
+  for (ch = 0; ch < c; ch++) ref_norm_bn_channel(dt, x, y, n, c, hw, ch, save_mean[ch], save_invstd[ch], gamma[ch], bias[ch]);
   return 0;
 }
 
@@ -72,13 +95,7 @@ int tt_ref_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)n * hw * c > TT_REF_PAR_MIN)
   for (ch = 0; ch < c; ch++) {
     float mean = running_mean[ch], invstd = (float)(1.0 / sqrt((double)running_var[ch] + (double)eps));
-    float g = gamma[ch], bb = bias[ch];
-    int i;
-    size_t k;
-    for (i = 0; i < n; i++) {
-      size_t off = ((size_t)i * c + (size_t)ch) * hw;
-      for (k = 0; k < (size_t)hw; k++) tt_ref_st(dt, y, off + k, (tt_ref_ld(dt, x, off + k) - mean) * invstd * g + bb);
-    }
+    ref_norm_bn_channel(dt, x, y, n, c, hw, ch, mean, invstd, gamma[ch], bias[ch]);
   }
   return 0;
 }
