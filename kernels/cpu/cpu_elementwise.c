@@ -1,7 +1,8 @@
 /* kernels/cpu/cpu_elementwise.c — the fp32 elementwise ops and batch-norm loops the CPU
  * backend runs itself, vectorised; bf16 ReLU, ReLU6, add and accumulate run the same fp32 spans
  * over chunks widened from bf16 and rounded back (tt_bf16_from_f32's rule, vectorised), so they
- * give the reference's bits; fp16, bf16 batch norm and the rest go to the reference loops.
+ * give the reference's bits; batch norm runs here in fp32, bf16 and fp16 storage; the rest of
+ * fp16 goes to the reference loops.
  *
  * Why not oneDNN: its eltwise ReLU (vmaxps against 0) turns NaN into 0, where ours and
  * PyTorch's propagate it, and oneDNN 2.6's plain-layout batch norm (ncsp) measured no faster
@@ -12,12 +13,14 @@
  * pass gets the baseline only), run over fixed per-thread spans of the tensor.
  *
  * Results equal the reference's elementwise (the same float expressions) and, for batch norm,
- * agree to float rounding: sums are taken in float over blocks of TT_CPU_EW_BLOCK elements in
- * vector lanes, the blocks added in double, in an order fixed by the shape and the machine's
- * vector width (so bit-identical run to run on one machine, for any thread count: a channel
- * is one thread's).
+ * agree to float rounding: sums are taken in float over blocks (TT_CPU_EW_BLOCK elements of a
+ * plane, or a row block's partial vector in NHWC) in vector lanes, the blocks added in double,
+ * in an order fixed by the shape and the machine's vector width (so bit-identical run to run on
+ * one machine, for any thread count). Batch norm in bf16/fp16 storage runs the same fp32 loops
+ * on chunks widened on the stack, rounded once on store (bf16 by tt_bf16_from_f32's rule).
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "cpu_internal.h"
 
@@ -228,18 +231,21 @@ int tt_cpu_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, v
 
 /* ------------------------------- batch-norm rows -------------------------------------- */
 
-/* sum of x[0..n) */
-static CPU_EW_CLONES double cpu_ew_sum(const float *x, size_t n) {
-  double acc = 0.0;
+/* sums of d = x - shift and of d^2, added into *s and *q (one pass for the statistics) */
+static CPU_EW_CLONES void cpu_ew_sum2(const float *x, size_t n, float shift, double *s, double *q) {
   size_t i0, i;
   for (i0 = 0; i0 < n; i0 += TT_CPU_EW_BLOCK) {
     size_t e = n - i0 < TT_CPU_EW_BLOCK ? n - i0 : TT_CPU_EW_BLOCK;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (i = 0; i < e; i++) s += x[i0 + i];
-    acc += s;
+    float a = 0.0f, b = 0.0f;
+#pragma omp simd reduction(+ : a, b)
+    for (i = 0; i < e; i++) {
+      float d = x[i0 + i] - shift;
+      a += d;
+      b += d * d;
+    }
+    *s += a;
+    *q += b;
   }
-  return acc;
 }
 
 /* sum of (x - m)^2 */
@@ -296,279 +302,154 @@ static CPU_EW_CLONES void cpu_ew_bwd_dx(const float *x, const float *dy, float *
   }
 }
 
-/* Batch norm over rows: hw == 1, x [rows, c] row-major, which is how an NHWC activation
- * [N, H, W, C] comes (the executor passes it as n = N*H*W, c, hw = 1: backend.h's layouts). A
- * per-channel walk would stride by c through memory once per channel; instead each thread takes
- * blocks of CPU_EW_CB channels and walks the rows once per pass, reading CPU_EW_CB contiguous
- * values (a cache line) from each. Per channel the sums run over the rows in order, in fp32
- * blocks of TT_CPU_EW_BLOCK rows added into double, so the bits do not depend on the thread
- * count. */
-#define CPU_EW_CB 16
-
-static void cpu_ew_bn_fwd_rows(int nt, size_t rows, int c, const float *x, const float *gamma, const float *bias, float *y,
-                               float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
-                               float *save_invstd, int update_running, int inference) {
-  ptrdiff_t blk, nblk = (c + CPU_EW_CB - 1) / CPU_EW_CB;
-  (void)nt;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (blk = 0; blk < nblk; blk++) {
-    const int c0 = (int)blk * CPU_EW_CB, w = c - c0 < CPU_EW_CB ? c - c0 : CPU_EW_CB;
-    float mean[CPU_EW_CB], k[CPU_EW_CB], sh[CPU_EW_CB];
-    size_t i0, i;
-    int j;
-    if (inference) {
-      for (j = 0; j < w; j++) mean[j] = running_mean[c0 + j], k[j] = (float)(1.0 / sqrt((double)running_var[c0 + j] + (double)eps));
-    } else {
-      double s[CPU_EW_CB], sq[CPU_EW_CB];
-      for (j = 0; j < CPU_EW_CB; j++) s[j] = sq[j] = 0.0;
-      for (i0 = 0; i0 < rows; i0 += TT_CPU_EW_BLOCK) {
-        size_t e = rows - i0 < TT_CPU_EW_BLOCK ? rows - i0 : TT_CPU_EW_BLOCK;
-        float ps[CPU_EW_CB] = {0};
-        for (i = 0; i < e; i++) {
-          const float *r = x + (i0 + i) * (size_t)c + c0;
-#pragma omp simd
-          for (j = 0; j < w; j++) ps[j] += r[j];
-        }
-        for (j = 0; j < w; j++) s[j] += ps[j];
-      }
-      for (j = 0; j < w; j++) mean[j] = (float)(s[j] / (double)rows);
-      for (i0 = 0; i0 < rows; i0 += TT_CPU_EW_BLOCK) {
-        size_t e = rows - i0 < TT_CPU_EW_BLOCK ? rows - i0 : TT_CPU_EW_BLOCK;
-        float ps[CPU_EW_CB] = {0};
-        for (i = 0; i < e; i++) {
-          const float *r = x + (i0 + i) * (size_t)c + c0;
-#pragma omp simd
-          for (j = 0; j < w; j++) {
-            float d = r[j] - mean[j];
-            ps[j] += d * d;
-          }
-        }
-        for (j = 0; j < w; j++) sq[j] += ps[j];
-      }
-      for (j = 0; j < w; j++) {
-        tt_bn_channel_stats(s[j] / (double)rows, sq[j], rows, eps, momentum, update_running, save_mean + c0 + j,
-                            save_invstd + c0 + j, update_running ? running_mean + c0 + j : NULL,
-                            update_running ? running_var + c0 + j : NULL);
-        mean[j] = save_mean[c0 + j], k[j] = save_invstd[c0 + j];
-      }
-    }
-    for (j = 0; j < w; j++) k[j] *= gamma[c0 + j], sh[j] = bias[c0 + j];
-    for (i = 0; i < rows; i++) {
-      const float *r = x + i * (size_t)c + c0;
-      float *o = y + i * (size_t)c + c0;
-#pragma omp simd
-      for (j = 0; j < w; j++) o[j] = (r[j] - mean[j]) * k[j] + sh[j];
-    }
-  }
-}
-
-static void cpu_ew_bn_bwd_rows(int nt, size_t rows, int c, const float *x, const float *dy, const float *gamma,
-                               const float *save_mean, const float *save_invstd, float *dx, float *dgamma, float *dbias,
-                               float beta_dx, float beta_param) {
-  ptrdiff_t blk, nblk = (c + CPU_EW_CB - 1) / CPU_EW_CB;
-  (void)nt;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (blk = 0; blk < nblk; blk++) {
-    const int c0 = (int)blk * CPU_EW_CB, w = c - c0 < CPU_EW_CB ? c - c0 : CPU_EW_CB;
-    float mean[CPU_EW_CB], a[CPU_EW_CB], mdy[CPU_EW_CB], k[CPU_EW_CB];
-    double sdy[CPU_EW_CB], sdyx[CPU_EW_CB];
-    size_t i0, i;
-    int j;
-    for (j = 0; j < CPU_EW_CB; j++) sdy[j] = sdyx[j] = 0.0, mean[j] = j < w ? save_mean[c0 + j] : 0.0f;
-    for (i0 = 0; i0 < rows; i0 += TT_CPU_EW_BLOCK) {
-      size_t e = rows - i0 < TT_CPU_EW_BLOCK ? rows - i0 : TT_CPU_EW_BLOCK;
-      float ps[CPU_EW_CB] = {0}, pt[CPU_EW_CB] = {0};
-      for (i = 0; i < e; i++) {
-        const float *r = x + (i0 + i) * (size_t)c + c0, *g = dy + (i0 + i) * (size_t)c + c0;
-#pragma omp simd
-        for (j = 0; j < w; j++) {
-          ps[j] += g[j];
-          pt[j] += g[j] * (r[j] - mean[j]);
-        }
-      }
-      for (j = 0; j < w; j++) sdy[j] += ps[j], sdyx[j] += pt[j];
-    }
-    for (j = 0; j < w; j++) {
-      float invstd = save_invstd[c0 + j];
-      sdyx[j] *= invstd; /* sum of dy * xhat */
-      if (dbias) dbias[c0 + j] = tt_ref_beta_f32(dbias[c0 + j], (float)sdy[j], beta_param);
-      if (dgamma) dgamma[c0 + j] = tt_ref_beta_f32(dgamma[c0 + j], (float)sdyx[j], beta_param);
-      a[j] = gamma[c0 + j] * invstd, mdy[j] = (float)(sdy[j] / (double)rows), k[j] = (float)(sdyx[j] / (double)rows) * invstd;
-    }
-    if (!dx) continue;
-    for (i = 0; i < rows; i++) {
-      const float *r = x + i * (size_t)c + c0, *g = dy + i * (size_t)c + c0;
-      float *o = dx + i * (size_t)c + c0;
-      if (beta_dx == 0.0f) {
-#pragma omp simd
-        for (j = 0; j < w; j++) o[j] = a[j] * (g[j] - mdy[j] - (r[j] - mean[j]) * k[j]);
-      } else {
-#pragma omp simd
-        for (j = 0; j < w; j++) o[j] = beta_dx * o[j] + a[j] * (g[j] - mdy[j] - (r[j] - mean[j]) * k[j]);
-      }
-    }
-  }
-}
-
-/* The same row loops for fp16 and bf16 storage: each row's block of channels widened to fp32 (the
- * reference's arithmetic), the result rounded once when stored. The reference's per-channel
- * walk would stride by c through the whole tensor once per channel. */
-static void cpu_ew_ld_row(tt_dtype dt, const void *p, size_t off, int w, float *o) {
-  int j;
+/* ---- storage widening for batch norm: fp16/bf16 chunks to fp32 on the stack and back ----
+ * bf16 by integer shifts (cpu_ew_bf_widen/_round, vectorised, tt_bf16_from_f32's rounding);
+ * fp16 element by element through the reference's conversions (no F16C in the baseline build). */
+static void cpu_ew_widen(tt_dtype dt, const void *p, size_t off, float *d, size_t n) {
+  size_t i;
   if (dt == TT_BF16) {
-    const uint16_t *h = (const uint16_t *)p + off;
-    for (j = 0; j < w; j++) o[j] = tt_bf16_to_f32(h[j]);
+    cpu_ew_bf_widen((const uint16_t *)p + off, d, n);
+    return;
+  }
+  for (i = 0; i < n; i++) d[i] = tt_ref_h2f(((const uint16_t *)p)[off + i]);
+}
+
+static void cpu_ew_narrow(tt_dtype dt, const float *s, void *p, size_t off, size_t n) {
+  size_t i;
+  if (dt == TT_BF16) {
+    cpu_ew_bf_round(s, (uint16_t *)p + off, n);
+    return;
+  }
+  for (i = 0; i < n; i++) ((uint16_t *)p)[off + i] = tt_ref_f2h(s[i]);
+}
+
+/* x's n values from element off as fp32: x itself for fp32, else widened into buf */
+static const float *cpu_ew_view(tt_dtype dt, const void *x, size_t off, float *buf, size_t n) {
+  if (dt == TT_F32) return (const float *)x + off;
+  cpu_ew_widen(dt, x, off, buf, n);
+  return buf;
+}
+
+/* ---- batch norm on planes: hw > 1, x [n, c, hw] (NCHW). A channel is one thread's: its n
+ * planes are walked in order, in chunks of CPU_EW_BF_CHUNK (fp16/bf16, widened) or whole
+ * (fp32, the span functions' TT_CPU_EW_BLOCK blocks), so the bits depend on the shape only. ---- */
+
+/* One-pass statistics. Shifted by a sample of the channel (its first value), the sums of
+ * d = x - shift and of d^2 are small where x has a large mean and a small spread, so fp32 blocks
+ * keep them; then mean = shift + sum d / m and the squared deviations sq = sum d^2 - (sum d)^2 / m
+ * (double). That cancels when the shift is far from the mean against the spread: where
+ * (mean - shift)^2 > CPU_EW_SHIFT_MAX * var (a rare outlier for a first value), or var <= 0, the
+ * caller takes a second pass over (x - mean)^2 instead, as the two-pass loops did. Either way
+ * the choice depends on the data only (never on the thread count). */
+#define CPU_EW_SHIFT_MAX 8.0
+
+/* whether the one-pass sq of m values with shifted sum s and square sum q needs the exact pass */
+static int cpu_ew_need_sqdev(double s, double q, size_t m) {
+  double md = s / (double)m, var = q / (double)m - md * md;
+  return !(var > 0.0) || md * md > CPU_EW_SHIFT_MAX * var;
+}
+
+/* The channel's shifted sums over its planes (the pass over x), or, when mean is not NULL, the
+ * sum of (x - mean)^2 into *s (the exact second pass). */
+static void cpu_ew_plane_sums(tt_dtype dt, const void *x, int n, int c, size_t hw, int ch, float shift, const float *mean,
+                              float *buf, double *s, double *q) {
+  size_t c0;
+  int i;
+  *s = 0.0, *q = 0.0;
+  for (i = 0; i < n; i++) {
+    size_t off = ((size_t)i * (size_t)c + (size_t)ch) * hw;
+    for (c0 = 0; c0 < hw; c0 += (dt == TT_F32 ? hw : CPU_EW_BF_CHUNK)) {
+      size_t e = dt == TT_F32 ? hw : (hw - c0 < CPU_EW_BF_CHUNK ? hw - c0 : CPU_EW_BF_CHUNK);
+      const float *v = cpu_ew_view(dt, x, off + c0, buf, e);
+      if (mean)
+        *s += cpu_ew_sqdev(v, e, *mean);
+      else
+        cpu_ew_sum2(v, e, shift, s, q);
+    }
+  }
+}
+
+/* The per-channel mean and invstd (not yet times gamma) the forward normalises with.
+ * mode TT_CPU_BN_BATCH: batch statistics, written to save_mean/save_invstd (and the running ones
+ * moved when update_running); TT_CPU_BN_RUNNING: from the running statistics; TT_CPU_BN_SAVED:
+ * save_mean/save_invstd as given (the training forward's own floats, so the same bits). */
+static void cpu_ew_bn_given(int mode, int ch, const float *running_mean, const float *running_var, float eps,
+                            const float *save_mean, const float *save_invstd, float *mean, float *invstd) {
+  if (mode == TT_CPU_BN_RUNNING) {
+    *mean = running_mean[ch];
+    *invstd = (float)(1.0 / sqrt((double)running_var[ch] + (double)eps));
   } else {
-    const uint16_t *h = (const uint16_t *)p + off;
-    for (j = 0; j < w; j++) o[j] = tt_ref_h2f(h[j]);
+    *mean = save_mean[ch];
+    *invstd = save_invstd[ch];
   }
 }
 
-static void cpu_ew_st_row(tt_dtype dt, void *p, size_t off, int w, const float *v) {
-  int j;
-  uint16_t *h = (uint16_t *)p + off;
-  if (dt == TT_BF16)
-    for (j = 0; j < w; j++) h[j] = tt_bf16_from_f32(v[j]);
-  else
-    for (j = 0; j < w; j++) h[j] = tt_ref_f2h(v[j]);
-}
-
-int tt_cpu_bn_rows_half(tt_backend *b, int rows, int c, tt_dtype dt, const void *x, const void *dy, const float *gamma,
-                        const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
-                        float *save_mean, float *save_invstd, int update_running, int inference, void *dx, float *dgamma,
-                        float *dbias, float beta_dx, float beta_param) {
-  ptrdiff_t blk, nblk = (c + CPU_EW_CB - 1) / CPU_EW_CB;
-  const size_t m = (size_t)rows;
-  int nt = m * (size_t)c > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
-  (void)nt;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (blk = 0; blk < nblk; blk++) {
-    const int c0 = (int)blk * CPU_EW_CB, w = c - c0 < CPU_EW_CB ? c - c0 : CPU_EW_CB;
-    float mean[CPU_EW_CB], k[CPU_EW_CB], sh[CPU_EW_CB], r[CPU_EW_CB], g[CPU_EW_CB], o[CPU_EW_CB];
-    double s[CPU_EW_CB], sq[CPU_EW_CB];
-    size_t i;
-    int j;
-    for (j = 0; j < CPU_EW_CB; j++) s[j] = sq[j] = 0.0, mean[j] = k[j] = sh[j] = 0.0f;
-    if (!dy) { /* forward */
-      if (inference) {
-        for (j = 0; j < w; j++)
-          mean[j] = running_mean[c0 + j], k[j] = (float)(1.0 / sqrt((double)running_var[c0 + j] + (double)eps));
-      } else {
-        for (i = 0; i < m; i++) {
-          cpu_ew_ld_row(dt, x, i * (size_t)c + c0, w, r);
-          for (j = 0; j < w; j++) s[j] += r[j];
-        }
-        for (j = 0; j < w; j++) mean[j] = (float)(s[j] / (double)m);
-        for (i = 0; i < m; i++) {
-          cpu_ew_ld_row(dt, x, i * (size_t)c + c0, w, r);
-          for (j = 0; j < w; j++) sq[j] += (double)((r[j] - mean[j]) * (r[j] - mean[j]));
-        }
-        for (j = 0; j < w; j++) {
-          tt_bn_channel_stats(s[j] / (double)m, sq[j], m, eps, momentum, update_running, save_mean + c0 + j,
-                              save_invstd + c0 + j, update_running ? running_mean + c0 + j : NULL,
-                              update_running ? running_var + c0 + j : NULL);
-          mean[j] = save_mean[c0 + j], k[j] = save_invstd[c0 + j];
-        }
-      }
-      for (j = 0; j < w; j++) k[j] *= gamma[c0 + j], sh[j] = bias[c0 + j];
-      for (i = 0; i < m; i++) {
-        cpu_ew_ld_row(dt, x, i * (size_t)c + c0, w, r);
-        for (j = 0; j < w; j++) o[j] = (r[j] - mean[j]) * k[j] + sh[j];
-        cpu_ew_st_row(dt, y, i * (size_t)c + c0, w, o);
-      }
-      continue;
-    }
-    /* backward: s = sum dy, sq = sum dy * (x - mean) */
-    for (j = 0; j < w; j++) mean[j] = save_mean[c0 + j];
-    for (i = 0; i < m; i++) {
-      cpu_ew_ld_row(dt, x, i * (size_t)c + c0, w, r);
-      cpu_ew_ld_row(dt, dy, i * (size_t)c + c0, w, g);
-      for (j = 0; j < w; j++) s[j] += g[j], sq[j] += (double)(g[j] * (r[j] - mean[j]));
-    }
-    for (j = 0; j < w; j++) {
-      float invstd = save_invstd[c0 + j];
-      sq[j] *= invstd; /* sum of dy * xhat */
-      if (dbias) dbias[c0 + j] = tt_ref_beta_f32(dbias[c0 + j], (float)s[j], beta_param);
-      if (dgamma) dgamma[c0 + j] = tt_ref_beta_f32(dgamma[c0 + j], (float)sq[j], beta_param);
-      k[j] = gamma[c0 + j] * invstd;                                        /* a */
-      sh[j] = (float)(s[j] / (double)m);                                    /* mean dy */
-      o[j] = (float)(sq[j] / (double)m) * invstd;                           /* mean(dy * xhat) * invstd */
-    }
-    if (!dx) continue;
-    {
-      float kk[CPU_EW_CB], prev[CPU_EW_CB];
-      for (j = 0; j < w; j++) kk[j] = o[j];
-      for (i = 0; i < m; i++) {
-        cpu_ew_ld_row(dt, x, i * (size_t)c + c0, w, r);
-        cpu_ew_ld_row(dt, dy, i * (size_t)c + c0, w, g);
-        if (beta_dx != 0.0f) cpu_ew_ld_row(dt, dx, i * (size_t)c + c0, w, prev);
-        for (j = 0; j < w; j++) {
-          float v = k[j] * (g[j] - sh[j] - (r[j] - mean[j]) * kk[j]);
-          o[j] = beta_dx != 0.0f ? v + beta_dx * prev[j] : v;
-        }
-        cpu_ew_st_row(dt, dx, i * (size_t)c + c0, w, o);
-      }
-    }
-  }
-  return 0;
-}
-
-int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, const float *x, const float *gamma, const float *bias,
-                        float *y, float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
-                        float *save_invstd, int update_running, int inference) {
+static void cpu_ew_bn_fwd_planes(int nt, int n, int c, size_t hw, tt_dtype dt, const void *x, const float *gamma,
+                                 const float *bias, void *y, float *running_mean, float *running_var, float momentum,
+                                 float eps, float *save_mean, float *save_invstd, int update_running, int mode) {
+  const size_t m = (size_t)n * hw;
   ptrdiff_t ch;
-  const size_t m = (size_t)n * (size_t)hw;
-  int nt = m * (size_t)c > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
   (void)nt;
-  if (hw == 1) {
-    cpu_ew_bn_fwd_rows(nt, m, c, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean, save_invstd,
-                       update_running, inference);
-    return 0;
-  }
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (ch = 0; ch < c; ch++) {
-    float mean, invstd;
+    float buf[CPU_EW_BF_CHUNK], out[CPU_EW_BF_CHUNK];
+    float mean, invstd, k;
+    size_t c0;
     int i;
-    if (inference) {
-      mean = running_mean[ch];
-      invstd = (float)(1.0 / sqrt((double)running_var[ch] + (double)eps));
-    } else {
-      double s = 0.0, sq = 0.0;
-      for (i = 0; i < n; i++) s += cpu_ew_sum(x + ((size_t)i * c + ch) * hw, (size_t)hw);
-      mean = (float)(s / (double)m);
-      for (i = 0; i < n; i++) sq += cpu_ew_sqdev(x + ((size_t)i * c + ch) * hw, (size_t)hw, mean);
-      tt_bn_channel_stats(s / (double)m, sq, m, eps, momentum, update_running, save_mean + ch, save_invstd + ch,
+    if (mode == TT_CPU_BN_BATCH) {
+      float shift; /* x[0, ch, 0] */
+      double s, q, mean_d, sq;
+      if (dt == TT_F32)
+        shift = ((const float *)x)[(size_t)ch * hw];
+      else
+        cpu_ew_widen(dt, x, (size_t)ch * hw, &shift, 1);
+      cpu_ew_plane_sums(dt, x, n, c, hw, (int)ch, shift, NULL, buf, &s, &q);
+      mean_d = (double)shift + s / (double)m;
+      sq = q - s * (s / (double)m);
+      if (cpu_ew_need_sqdev(s, q, m)) {
+        mean = (float)mean_d;
+        cpu_ew_plane_sums(dt, x, n, c, hw, (int)ch, 0.0f, &mean, buf, &sq, &q);
+      }
+      tt_bn_channel_stats(mean_d, sq, m, eps, momentum, update_running, save_mean + ch, save_invstd + ch,
                           update_running ? running_mean + ch : NULL, update_running ? running_var + ch : NULL);
-      mean = save_mean[ch];
-      invstd = save_invstd[ch];
     }
+    cpu_ew_bn_given(mode, (int)ch, running_mean, running_var, eps, save_mean, save_invstd, &mean, &invstd);
+    k = invstd * gamma[ch]; /* the one apply every mode shares: y = (x - mean) * k + bias */
     for (i = 0; i < n; i++) {
-      size_t off = ((size_t)i * c + ch) * hw;
-      cpu_ew_affine(x + off, y + off, (size_t)hw, mean, invstd * gamma[ch], bias[ch]);
+      size_t off = ((size_t)i * (size_t)c + (size_t)ch) * hw;
+      if (dt == TT_F32) {
+        cpu_ew_affine((const float *)x + off, (float *)y + off, hw, mean, k, bias[ch]);
+        continue;
+      }
+      for (c0 = 0; c0 < hw; c0 += CPU_EW_BF_CHUNK) {
+        size_t e = hw - c0 < CPU_EW_BF_CHUNK ? hw - c0 : CPU_EW_BF_CHUNK;
+        cpu_ew_widen(dt, x, off + c0, buf, e);
+        cpu_ew_affine(buf, out, e, mean, k, bias[ch]);
+        cpu_ew_narrow(dt, out, y, off + c0, e);
+      }
     }
   }
-  return 0;
 }
 
-int tt_cpu_bn_bwd_loops(tt_backend *b, int n, int c, int hw, const float *x, const float *dy, const float *gamma,
-                        const float *save_mean, const float *save_invstd, float *dx, float *dgamma, float *dbias,
-                        float beta_dx, float beta_param) {
+static void cpu_ew_bn_bwd_planes(int nt, int n, int c, size_t hw, tt_dtype dt, const void *x, const void *dy,
+                                 const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
+                                 float *dgamma, float *dbias, float beta_dx, float beta_param) {
+  const size_t m = (size_t)n * hw;
   ptrdiff_t ch;
-  const size_t m = (size_t)n * (size_t)hw;
-  int nt = m * (size_t)c > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
   (void)nt;
-  if (hw == 1) {
-    cpu_ew_bn_bwd_rows(nt, m, c, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx, beta_param);
-    return 0;
-  }
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (ch = 0; ch < c; ch++) {
+    float bx[CPU_EW_BF_CHUNK], bg[CPU_EW_BF_CHUNK], bo[CPU_EW_BF_CHUNK];
     double sdy = 0.0, sdyx = 0.0;
     float mean = save_mean[ch], invstd = save_invstd[ch];
+    size_t c0;
     int i;
     for (i = 0; i < n; i++) {
-      size_t off = ((size_t)i * c + ch) * hw;
-      cpu_ew_bwd_sums(x + off, dy + off, (size_t)hw, mean, &sdy, &sdyx);
+      size_t off = ((size_t)i * (size_t)c + (size_t)ch) * hw;
+      for (c0 = 0; c0 < hw; c0 += (dt == TT_F32 ? hw : CPU_EW_BF_CHUNK)) {
+        size_t e = dt == TT_F32 ? hw : (hw - c0 < CPU_EW_BF_CHUNK ? hw - c0 : CPU_EW_BF_CHUNK);
+        cpu_ew_bwd_sums(cpu_ew_view(dt, x, off + c0, bx, e), cpu_ew_view(dt, dy, off + c0, bg, e), e, mean, &sdy, &sdyx);
+      }
     }
     sdyx *= invstd; /* sum of dy * xhat */
     if (dbias) dbias[ch] = tt_ref_beta_f32(dbias[ch], (float)sdy, beta_param);
@@ -577,10 +458,252 @@ int tt_cpu_bn_bwd_loops(tt_backend *b, int n, int c, int hw, const float *x, con
     {
       float a = gamma[ch] * invstd, mdy = (float)(sdy / (double)m), k = (float)(sdyx / (double)m) * invstd;
       for (i = 0; i < n; i++) {
-        size_t off = ((size_t)i * c + ch) * hw;
-        cpu_ew_bwd_dx(x + off, dy + off, dx + off, (size_t)hw, mean, a, mdy, k, beta_dx);
+        size_t off = ((size_t)i * (size_t)c + (size_t)ch) * hw;
+        if (dt == TT_F32) {
+          cpu_ew_bwd_dx((const float *)x + off, (const float *)dy + off, (float *)dx + off, hw, mean, a, mdy, k, beta_dx);
+          continue;
+        }
+        for (c0 = 0; c0 < hw; c0 += CPU_EW_BF_CHUNK) {
+          size_t e = hw - c0 < CPU_EW_BF_CHUNK ? hw - c0 : CPU_EW_BF_CHUNK;
+          cpu_ew_widen(dt, x, off + c0, bx, e);
+          cpu_ew_widen(dt, dy, off + c0, bg, e);
+          if (beta_dx != 0.0f) cpu_ew_widen(dt, dx, off + c0, bo, e);
+          cpu_ew_bwd_dx(bx, bg, bo, e, mean, a, mdy, k, beta_dx);
+          cpu_ew_narrow(dt, bo, dx, off + c0, e);
+        }
       }
     }
   }
+}
+
+/* ---- batch norm on rows: hw == 1, x [rows, c] row-major, which is how an NHWC activation
+ * [N, H, W, C] comes (the executor passes it as n = N*H*W, c, hw = 1: backend.h's layouts).
+ * Threads take fixed blocks of cpu_ew_rows_per_block(c) rows; a block reads its rows
+ * contiguously (all c channels, in column chunks of CPU_EW_BF_CHUNK) into its own fp32 partial
+ * vector [c]; the partials are then added per channel in double, in block order. The blocks
+ * depend on the shape only, so the bits do not depend on the thread count. ---- */
+
+/* rows per block: about 64 Ki values a block (256 rows at c = 256), at least 16 rows */
+static size_t cpu_ew_rows_per_block(int c) {
+  size_t r = (size_t)65536 / (size_t)c;
+  return r > 256 ? 256 : (r < 16 ? 16 : r);
+}
+
+/* ps += r - shift, pt += (r - shift)^2, per channel */
+static CPU_EW_CLONES void cpu_ew_row_sum2(float *ps, float *pt, const float *r, const float *shift, size_t w) {
+  size_t j;
+#pragma omp simd
+  for (j = 0; j < w; j++) {
+    float d = r[j] - shift[j];
+    ps[j] += d;
+    pt[j] += d * d;
+  }
+}
+
+static CPU_EW_CLONES void cpu_ew_row_sqdev(float *ps, const float *r, const float *mean, size_t w) {
+  size_t j;
+#pragma omp simd
+  for (j = 0; j < w; j++) {
+    float d = r[j] - mean[j];
+    ps[j] += d * d;
+  }
+}
+
+/* o = (r - mean) * k + sh, per channel: the forward's apply (cpu_ew_affine's expression) */
+static CPU_EW_CLONES void cpu_ew_row_affine(const float *r, float *o, const float *mean, const float *k, const float *sh,
+                                            size_t w) {
+  size_t j;
+#pragma omp simd
+  for (j = 0; j < w; j++) o[j] = (r[j] - mean[j]) * k[j] + sh[j];
+}
+
+static CPU_EW_CLONES void cpu_ew_row_bwd_sums(float *ps, float *pt, const float *r, const float *g, const float *mean,
+                                              size_t w) {
+  size_t j;
+#pragma omp simd
+  for (j = 0; j < w; j++) {
+    ps[j] += g[j];
+    pt[j] += g[j] * (r[j] - mean[j]);
+  }
+}
+
+/* o = beta*o + a * (g - mdy - (r - mean) * k), per channel (cpu_ew_bwd_dx's expression) */
+static CPU_EW_CLONES void cpu_ew_row_bwd_dx(const float *r, const float *g, float *o, const float *mean, const float *a,
+                                            const float *mdy, const float *k, float beta, size_t w) {
+  size_t j;
+  if (beta == 0.0f) {
+#pragma omp simd
+    for (j = 0; j < w; j++) o[j] = a[j] * (g[j] - mdy[j] - (r[j] - mean[j]) * k[j]);
+  } else {
+#pragma omp simd
+    for (j = 0; j < w; j++) o[j] = beta * o[j] + a[j] * (g[j] - mdy[j] - (r[j] - mean[j]) * k[j]);
+  }
+}
+
+/* One pass over x's rows (and dy's) by blocks. kind 0: part[blk] += x - mean and part[nblk +
+ * blk] += (x - mean)^2 (mean holds the shifts); 1: part[blk] +=
+ * (x - mean)^2; 2: part[blk] += dy and part[nblk + blk] += dy * (x - mean) (part then holds
+ * 2*nblk vectors); 3: y = (x - mean) * k + sh; 4: dx = beta*dx + a * (dy - mdy - (x - mean) * k)
+ * (sh holds mdy, v holds a). */
+static void cpu_ew_rows_pass(int nt, int kind, size_t rows, int c, tt_dtype dt, const void *x, const void *dy, void *out,
+                             float *part, const float *mean, const float *k, const float *sh, const float *v, float beta) {
+  const size_t rb = cpu_ew_rows_per_block(c), nblk = (rows + rb - 1) / rb, cc = (size_t)c;
+  ptrdiff_t blk;
+  (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (blk = 0; blk < (ptrdiff_t)nblk; blk++) {
+    float bx[CPU_EW_BF_CHUNK], bg[CPU_EW_BF_CHUNK], bo[CPU_EW_BF_CHUNK];
+    const size_t r0 = (size_t)blk * rb, r1 = r0 + rb < rows ? r0 + rb : rows;
+    float *ps = part ? part + (size_t)blk * cc : NULL, *pt = part ? part + (nblk + (size_t)blk) * cc : NULL;
+    size_t i, j0;
+    if (kind <= 2) {
+      memset(ps, 0, cc * sizeof *ps);
+      if (kind != 1) memset(pt, 0, cc * sizeof *pt);
+    }
+    for (i = r0; i < r1; i++)
+      for (j0 = 0; j0 < cc; j0 += CPU_EW_BF_CHUNK) {
+        const size_t w = cc - j0 < CPU_EW_BF_CHUNK ? cc - j0 : CPU_EW_BF_CHUNK, off = i * cc + j0;
+        const float *r = cpu_ew_view(dt, x, off, bx, w);
+        float *o;
+        switch (kind) {
+          case 0: cpu_ew_row_sum2(ps + j0, pt + j0, r, mean + j0, w); break;
+          case 1: cpu_ew_row_sqdev(ps + j0, r, mean + j0, w); break;
+          case 2: cpu_ew_row_bwd_sums(ps + j0, pt + j0, r, cpu_ew_view(dt, dy, off, bg, w), mean + j0, w); break;
+          case 3:
+            o = dt == TT_F32 ? (float *)out + off : bo;
+            cpu_ew_row_affine(r, o, mean + j0, k + j0, sh + j0, w);
+            if (dt != TT_F32) cpu_ew_narrow(dt, bo, out, off, w);
+            break;
+          default:
+            o = dt == TT_F32 ? (float *)out + off : bo;
+            if (dt != TT_F32 && beta != 0.0f) cpu_ew_widen(dt, out, off, bo, w);
+            cpu_ew_row_bwd_dx(r, cpu_ew_view(dt, dy, off, bg, w), o, mean + j0, v + j0, sh + j0, k + j0, beta, w);
+            if (dt != TT_F32) cpu_ew_narrow(dt, bo, out, off, w);
+            break;
+        }
+      }
+  }
+}
+
+/* acc[j] += the nblk partial vectors' channel j, in block order (acc zeroed first) */
+static void cpu_ew_rows_reduce(const float *part, size_t nblk, int c, double *acc) {
+  size_t b, j;
+  for (j = 0; j < (size_t)c; j++) acc[j] = 0.0;
+  for (b = 0; b < nblk; b++)
+    for (j = 0; j < (size_t)c; j++) acc[j] += part[b * (size_t)c + j];
+}
+
+/* the row loops' scratch: partial vectors, per-channel doubles and floats (freed by the caller) */
+static void *cpu_ew_rows_scratch(tt_backend *b, const char *what, size_t rows, int c, size_t nvec, float **part,
+                                 double **d, float **f) {
+  const size_t nblk = (rows + cpu_ew_rows_per_block(c) - 1) / cpu_ew_rows_per_block(c), cc = (size_t)c;
+  size_t bytes = (2 * nblk * cc + nvec * cc) * sizeof(float) + 2 * cc * sizeof(double);
+  char *p = (char *)malloc(bytes);
+  if (!p) {
+    tt_ref_fail(b, "%s (%zu rows x %d channels, NHWC): could not allocate %zu bytes of per-block partial sums "
+                   "(kernels/cpu/cpu_elementwise.c); free host memory or run with a smaller micro-batch",
+                what, rows, c, bytes);
+    return NULL;
+  }
+  *d = (double *)p;
+  *part = (float *)(p + 2 * cc * sizeof(double));
+  *f = *part + 2 * nblk * cc;
+  return p;
+}
+
+static int cpu_ew_bn_fwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtype dt, const void *x, const float *gamma,
+                              const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
+                              float *save_mean, float *save_invstd, int update_running, int mode) {
+  const size_t nblk = (rows + cpu_ew_rows_per_block(c) - 1) / cpu_ew_rows_per_block(c);
+  float *part, *mean, *k;
+  double *s, *sq;
+  int j;
+  void *mem = cpu_ew_rows_scratch(b, "bn_fwd", rows, c, 2, &part, &s, &mean);
+  if (!mem) return -1;
+  sq = s + c, k = mean + c;
+  if (mode == TT_CPU_BN_BATCH) { /* one pass shifted by row 0 (cpu_ew_need_sqdev), a second one if needed */
+    float *shift = k;               /* k is free until the apply */
+    int exact = 0;
+    if (dt == TT_F32)
+      memcpy(shift, x, (size_t)c * sizeof *shift);
+    else
+      cpu_ew_widen(dt, x, 0, shift, (size_t)c);
+    cpu_ew_rows_pass(nt, 0, rows, c, dt, x, NULL, NULL, part, shift, NULL, NULL, NULL, 0.0f);
+    cpu_ew_rows_reduce(part, nblk, c, s);
+    cpu_ew_rows_reduce(part + nblk * (size_t)c, nblk, c, sq);
+    for (j = 0; j < c; j++) {
+      exact |= cpu_ew_need_sqdev(s[j], sq[j], rows);
+      sq[j] -= s[j] * (s[j] / (double)rows);
+      s[j] = (double)shift[j] + s[j] / (double)rows; /* s is the mean now, in double */
+      mean[j] = (float)s[j];
+    }
+    if (exact) { /* some channel's shift was far from its mean: the exact squared deviations, all channels */
+      cpu_ew_rows_pass(nt, 1, rows, c, dt, x, NULL, NULL, part, mean, NULL, NULL, NULL, 0.0f);
+      cpu_ew_rows_reduce(part, nblk, c, sq);
+    }
+    for (j = 0; j < c; j++)
+      tt_bn_channel_stats(s[j], sq[j], rows, eps, momentum, update_running, save_mean + j, save_invstd + j,
+                          update_running ? running_mean + j : NULL, update_running ? running_var + j : NULL);
+  }
+  for (j = 0; j < c; j++) {
+    float invstd;
+    cpu_ew_bn_given(mode, j, running_mean, running_var, eps, save_mean, save_invstd, mean + j, &invstd);
+    k[j] = invstd * gamma[j]; /* as the planes' apply */
+  }
+  cpu_ew_rows_pass(nt, 3, rows, c, dt, x, NULL, y, NULL, mean, k, bias, NULL, 0.0f);
+  free(mem);
+  return 0;
+}
+
+static int cpu_ew_bn_bwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtype dt, const void *x, const void *dy,
+                              const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
+                              float *dbias, float beta_dx, float beta_param) {
+  const size_t nblk = (rows + cpu_ew_rows_per_block(c) - 1) / cpu_ew_rows_per_block(c);
+  float *part, *a, *mdy, *k;
+  double *sdy, *sdyx;
+  int j;
+  void *mem = cpu_ew_rows_scratch(b, "bn_bwd", rows, c, 3, &part, &sdy, &a);
+  if (!mem) return -1;
+  sdyx = sdy + c, mdy = a + c, k = mdy + c;
+  cpu_ew_rows_pass(nt, 2, rows, c, dt, x, dy, NULL, part, save_mean, NULL, NULL, NULL, 0.0f);
+  cpu_ew_rows_reduce(part, nblk, c, sdy);
+  cpu_ew_rows_reduce(part + nblk * (size_t)c, nblk, c, sdyx);
+  for (j = 0; j < c; j++) {
+    float invstd = save_invstd[j];
+    sdyx[j] *= invstd; /* sum of dy * xhat */
+    if (dbias) dbias[j] = tt_ref_beta_f32(dbias[j], (float)sdy[j], beta_param);
+    if (dgamma) dgamma[j] = tt_ref_beta_f32(dgamma[j], (float)sdyx[j], beta_param);
+    a[j] = gamma[j] * invstd, mdy[j] = (float)(sdy[j] / (double)rows), k[j] = (float)(sdyx[j] / (double)rows) * invstd;
+  }
+  if (dx) cpu_ew_rows_pass(nt, 4, rows, c, dt, x, dy, dx, NULL, save_mean, k, mdy, a, beta_dx);
+  free(mem);
+  return 0;
+}
+
+/* ---- entries (cpu_internal.h) ---- */
+
+int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                        const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
+                        float *save_mean, float *save_invstd, int update_running, int mode) {
+  const size_t m = (size_t)n * (size_t)hw;
+  int nt = m * (size_t)c > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
+  if (hw == 1)
+    return cpu_ew_bn_fwd_rows(b, nt, m, c, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
+                              save_invstd, update_running, mode);
+  cpu_ew_bn_fwd_planes(nt, n, c, (size_t)hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
+                       save_invstd, update_running, mode);
+  return 0;
+}
+
+int tt_cpu_bn_bwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy, const float *gamma,
+                        const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbias,
+                        float beta_dx, float beta_param) {
+  const size_t m = (size_t)n * (size_t)hw;
+  int nt = m * (size_t)c > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
+  if (hw == 1)
+    return cpu_ew_bn_bwd_rows(b, nt, m, c, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx,
+                              beta_param);
+  cpu_ew_bn_bwd_planes(nt, n, c, (size_t)hw, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx,
+                       beta_param);
   return 0;
 }
