@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_internal.h" /* tt_cpu_bn_fwd_loops' modes */
 #include "kernels/kernel_math.h"
 #include "tests/tt_test.h"
 
@@ -314,7 +315,8 @@ static void bn_case(int n, int c, int hw, tt_dtype dt) { bn_case_x(n, c, hw, dt,
 
 /* Batch norm's bits do not depend on the thread count (the NHWC rows are split into fixed row
  * blocks, NCHW by channel): 1, 2 and 3 threads give the same y, statistics, dx, dgamma, dbeta,
- * on shapes past TT_REF_PAR_MIN so the loops do thread. Also a fresh forward gives y again. */
+ * on shapes past TT_REF_PAR_MIN so the loops do thread. Also a fresh forward gives y again, and
+ * so does the forward's TT_CPU_BN_SAVED mode from the saved statistics. */
 static void bn_threads_case(int n, int c, int hw, tt_dtype dt) {
   char tn[128];
   snprintf(tn, sizeof tn, "cpu_vs_ref:bn_threads_bitwise_%dx%dx%d_%s", n, c, hw, tt_dtype_name(dt));
@@ -350,6 +352,15 @@ static void bn_threads_case(int n, int c, int hw, tt_dtype dt) {
     TT_CHECK(!C->bn_fwd_train(C, n, c, hw, dt, x, g, bt, y2, NULL, NULL, 0.1f, 1e-5f, s2, s2 + cc, 0, NULL, 0),
              "bn_fwd_train again: %s", C->last_error(C));
     TT_CHECK(!memcmp(y2, y[1], xn * es) && !memcmp(s2, st[1], cc * sizeof(float)), "a second forward differs");
+    /* the saved-statistics mode (a recomputed BN output in backward): the training y's bits
+     * from the saved mean/invstd alone, which it must not write */
+    memset(y2, 0, xn * es);
+    memcpy(s2, st[1], cc * sizeof(float)), memcpy(s2 + cc, st[1] + 3 * cc, cc * sizeof(float));
+    TT_CHECK(!tt_cpu_bn_fwd_loops(C, n, c, hw, dt, x, g, bt, y2, NULL, NULL, 0.0f, 1e-5f, s2, s2 + cc, 0, TT_CPU_BN_SAVED),
+             "bn saved mode: %s", C->last_error(C));
+    TT_CHECK(!memcmp(y2, y[1], xn * es), "the saved-statistics apply differs from the training forward's y");
+    TT_CHECK(!memcmp(s2, st[1], cc * sizeof(float)) && !memcmp(s2 + cc, st[1] + 3 * cc, cc * sizeof(float)),
+             "the saved-statistics apply changed save_mean/save_invstd");
     free(y2), free(s2);
   }
   for (int t = 0; t < 3; t++) free(y[t]), free(dx[t]), free(st[t]);
@@ -856,10 +867,8 @@ int main(void) {
       bn_case_x(5, 21, 49, (tt_dtype)dt, dt == TT_F32 ? 1000.0f : 30.0f, dt == TT_F32 ? 0.01f : 1.0f, ol);
       bn_case_x(300, 21, 1, (tt_dtype)dt, dt == TT_F32 ? 1000.0f : 30.0f, dt == TT_F32 ? 0.01f : 1.0f, ol);
     }
-    if (dt != TT_F16) {
-      bn_threads_case(700, 70, 1, (tt_dtype)dt);  /* NHWC rows: 49000 values, several row blocks */
-      bn_threads_case(4, 33, 300, (tt_dtype)dt);  /* NCHW planes */
-    }
+    bn_threads_case(700, 70, 1, (tt_dtype)dt); /* NHWC rows: 49000 values, several row blocks */
+    bn_threads_case(4, 33, 300, (tt_dtype)dt); /* NCHW planes */
     pool_case("maxpool_2x2_s2", 3, 5, 8, 8, 2, 2, 2, 2, 0, 0, TT_POOL_MAX, (tt_dtype)dt);
     pool_case("maxpool_3x3_s2_p1", 2, 16, 9, 9, 3, 3, 2, 2, 1, 1, TT_POOL_MAX, (tt_dtype)dt);
     pool_case("avgpool_3x3_s2_p1_include_pad", 2, 4, 7, 7, 3, 3, 2, 2, 1, 1, TT_POOL_AVG, (tt_dtype)dt);
