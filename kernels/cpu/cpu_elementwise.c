@@ -687,6 +687,7 @@ int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
                         float *save_mean, float *save_invstd, int update_running, int mode) {
   const size_t m = (size_t)n * (size_t)hw;
   int nt = m * (size_t)c > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
+  if (hw == 1 && c == 1) n = 1, hw = (int)m; /* [rows, 1] is one plane: no per-row calls of width 1 */
   if (hw == 1)
     return cpu_ew_bn_fwd_rows(b, nt, m, c, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
                               save_invstd, update_running, mode);
@@ -700,6 +701,7 @@ int tt_cpu_bn_bwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
                         float beta_dx, float beta_param) {
   const size_t m = (size_t)n * (size_t)hw;
   int nt = m * (size_t)c > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
+  if (hw == 1 && c == 1) n = 1, hw = (int)m; /* as the forward */
   if (hw == 1)
     return cpu_ew_bn_bwd_rows(b, nt, m, c, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx,
                               beta_param);
