@@ -356,7 +356,8 @@ static void bn_threads_case(int n, int c, int hw, tt_dtype dt) {
      * from the saved mean/invstd alone, which it must not write */
     memset(y2, 0, xn * es);
     memcpy(s2, st[1], cc * sizeof(float)), memcpy(s2 + cc, st[1] + 3 * cc, cc * sizeof(float));
-    TT_CHECK(!tt_cpu_bn_fwd_loops(C, n, c, hw, dt, x, g, bt, y2, NULL, NULL, 0.0f, 1e-5f, s2, s2 + cc, 0, TT_CPU_BN_SAVED),
+    TT_CHECK(!tt_cpu_bn_fwd_loops(C, n, c, hw, dt, x, g, bt, y2, NULL, NULL, 0.0f, 1e-5f, s2, s2 + cc, 0, TT_CPU_BN_SAVED,
+                                 NULL, 0),
              "bn saved mode: %s", C->last_error(C));
     TT_CHECK(!memcmp(y2, y[1], xn * es), "the saved-statistics apply differs from the training forward's y");
     TT_CHECK(!memcmp(s2, st[1], cc * sizeof(float)) && !memcmp(s2 + cc, st[1] + 3 * cc, cc * sizeof(float)),

@@ -480,13 +480,24 @@ static void cpu_ew_bn_bwd_planes(int nt, int n, int c, size_t hw, tt_dtype dt, c
  * [N, H, W, C] comes (the executor passes it as n = N*H*W, c, hw = 1: backend.h's layouts).
  * Threads take fixed blocks of cpu_ew_rows_per_block(c) rows; a block reads its rows
  * contiguously (all c channels, in column chunks of CPU_EW_BF_CHUNK) into its own fp32 partial
- * vector [c]; the partials are then added per channel in double, in block order. The blocks
- * depend on the shape only, so the bits do not depend on the thread count. ---- */
+ * vectors [c]; the partials are then added per channel in double, in block order. The blocks
+ * depend on the shape only, so the bits do not depend on the thread count. The partials are the
+ * only scratch: 2 * blocks * c floats, the planned workspace (tt_cpu_bn_workspace), or malloc'd
+ * for a caller that passes less. The apply passes need none (their per-channel constants are
+ * made per column chunk on the stack). ---- */
 
 /* rows per block: about 64 Ki values a block (256 rows at c = 256), at least 16 rows */
 static size_t cpu_ew_rows_per_block(int c) {
   size_t r = (size_t)65536 / (size_t)c;
   return r > 256 ? 256 : (r < 16 ? 16 : r);
+}
+
+static size_t cpu_ew_rows_blocks(size_t rows, int c) { return (rows + cpu_ew_rows_per_block(c) - 1) / cpu_ew_rows_per_block(c); }
+
+size_t tt_cpu_bn_workspace(const tt_op_desc *op) {
+  const tt_bn_desc *d = &op->u.bn;
+  if ((op->kind != TT_OP_BN_FWD_TRAIN && op->kind != TT_OP_BN_BWD) || d->hw != 1 || d->c <= 1 || d->n <= 0) return 0;
+  return 2 * cpu_ew_rows_blocks((size_t)d->n, d->c) * (size_t)d->c * sizeof(float);
 }
 
 /* ps += r - shift, pt += (r - shift)^2, per channel */
@@ -540,142 +551,191 @@ static CPU_EW_CLONES void cpu_ew_row_bwd_dx(const float *r, const float *g, floa
   }
 }
 
-/* One pass over x's rows (and dy's) by blocks. kind 0: part[blk] += x - mean and part[nblk +
- * blk] += (x - mean)^2 (mean holds the shifts); 1: part[blk] +=
- * (x - mean)^2; 2: part[blk] += dy and part[nblk + blk] += dy * (x - mean) (part then holds
- * 2*nblk vectors); 3: y = (x - mean) * k + sh; 4: dx = beta*dx + a * (dy - mdy - (x - mean) * k)
- * (sh holds mdy, v holds a). */
-static void cpu_ew_rows_pass(int nt, int kind, size_t rows, int c, tt_dtype dt, const void *x, const void *dy, void *out,
-                             float *part, const float *mean, const float *k, const float *sh, const float *v, float beta) {
-  const size_t rb = cpu_ew_rows_per_block(c), nblk = (rows + rb - 1) / rb, cc = (size_t)c;
+/* What one pass over the rows does, and with what. */
+typedef struct cpu_ew_rows_args {
+  int kind;          /* 0: shifted sums (shift: row 0) into part[blk] and part[nblk + blk]; 1: (x - mean)^2 into
+                        part[blk]; 2: dy and dy * (x - mean) into part[blk], part[nblk + blk]; 3: the forward's
+                        apply y = (x - mean) * (invstd * gamma) + bias; 4: dx = beta*dx + gamma*invstd *
+                        (dy - mdy - (x - mean) * kk) */
+  size_t rows;
+  int c;
+  tt_dtype dt;
+  const void *x, *dy;
+  void *out;         /* y (3), dx (4) */
+  float *part;       /* 2 * nblk vectors of c floats (0-2) */
+  const float *mean; /* [c] (1, 3, 4) */
+  const float *invstd; /* [c] (3, 4); kind 3 with NULL: 1/sqrt(running_var + eps) */
+  const float *running_var;
+  float eps;
+  const float *gamma, *bias; /* [c] (3, 4) */
+  const float *mdy, *kk;     /* [c] (4) */
+  float beta;                /* (4) */
+} cpu_ew_rows_args;
+
+static float cpu_ew_ld1(tt_dtype dt, const void *p, size_t i) {
+  if (dt == TT_F32) return ((const float *)p)[i];
+  return dt == TT_BF16 ? tt_bf16_to_f32(((const uint16_t *)p)[i]) : tt_ref_h2f(((const uint16_t *)p)[i]);
+}
+
+static void cpu_ew_rows_pass(int nt, const cpu_ew_rows_args *A) {
+  const size_t rb = cpu_ew_rows_per_block(A->c), nblk = cpu_ew_rows_blocks(A->rows, A->c), cc = (size_t)A->c;
+  const int kind = A->kind;
+  const tt_dtype dt = A->dt;
   ptrdiff_t blk;
   (void)nt;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (blk = 0; blk < (ptrdiff_t)nblk; blk++) {
-    float bx[CPU_EW_BF_CHUNK], bg[CPU_EW_BF_CHUNK], bo[CPU_EW_BF_CHUNK];
-    const size_t r0 = (size_t)blk * rb, r1 = r0 + rb < rows ? r0 + rb : rows;
-    float *ps = part ? part + (size_t)blk * cc : NULL, *pt = part ? part + (nblk + (size_t)blk) * cc : NULL;
-    size_t i, j0;
+    float bx[CPU_EW_BF_CHUNK], bg[CPU_EW_BF_CHUNK], bo[CPU_EW_BF_CHUNK], k1[CPU_EW_BF_CHUNK], k2[CPU_EW_BF_CHUNK];
+    const size_t r0 = (size_t)blk * rb, r1 = r0 + rb < A->rows ? r0 + rb : A->rows;
+    float *ps = A->part ? A->part + (size_t)blk * cc : NULL, *pt = A->part ? A->part + (nblk + (size_t)blk) * cc : NULL;
+    size_t i, j, j0;
     if (kind <= 2) {
       memset(ps, 0, cc * sizeof *ps);
       if (kind != 1) memset(pt, 0, cc * sizeof *pt);
     }
-    for (i = r0; i < r1; i++)
-      for (j0 = 0; j0 < cc; j0 += CPU_EW_BF_CHUNK) {
-        const size_t w = cc - j0 < CPU_EW_BF_CHUNK ? cc - j0 : CPU_EW_BF_CHUNK, off = i * cc + j0;
-        const float *r = cpu_ew_view(dt, x, off, bx, w);
+    for (j0 = 0; j0 < cc; j0 += CPU_EW_BF_CHUNK) {
+      const size_t w = cc - j0 < CPU_EW_BF_CHUNK ? cc - j0 : CPU_EW_BF_CHUNK;
+      /* the chunk's per-channel constants: k1 = shift (0), k1 = invstd * gamma (3), k1 = gamma * invstd (4) */
+      if (kind == 0) {
+        const float *sh = cpu_ew_view(dt, A->x, j0, k1, w); /* row 0 */
+        if (sh != k1) memcpy(k1, sh, w * sizeof *k1);
+      } else if (kind == 3) {
+        for (j = 0; j < w; j++) {
+          float is = A->invstd ? A->invstd[j0 + j] : (float)(1.0 / sqrt((double)A->running_var[j0 + j] + (double)A->eps));
+          k1[j] = is * A->gamma[j0 + j]; /* as the planes' k = invstd * gamma */
+        }
+      } else if (kind == 4) {
+        for (j = 0; j < w; j++) k1[j] = A->gamma[j0 + j] * A->invstd[j0 + j];
+      }
+      (void)k2;
+      for (i = r0; i < r1; i++) {
+        const size_t off = i * cc + j0;
+        const float *r = cpu_ew_view(dt, A->x, off, bx, w);
         float *o;
         switch (kind) {
-          case 0: cpu_ew_row_sum2(ps + j0, pt + j0, r, mean + j0, w); break;
-          case 1: cpu_ew_row_sqdev(ps + j0, r, mean + j0, w); break;
-          case 2: cpu_ew_row_bwd_sums(ps + j0, pt + j0, r, cpu_ew_view(dt, dy, off, bg, w), mean + j0, w); break;
+          case 0: cpu_ew_row_sum2(ps + j0, pt + j0, r, k1, w); break;
+          case 1: cpu_ew_row_sqdev(ps + j0, r, A->mean + j0, w); break;
+          case 2: cpu_ew_row_bwd_sums(ps + j0, pt + j0, r, cpu_ew_view(dt, A->dy, off, bg, w), A->mean + j0, w); break;
           case 3:
-            o = dt == TT_F32 ? (float *)out + off : bo;
-            cpu_ew_row_affine(r, o, mean + j0, k + j0, sh + j0, w);
-            if (dt != TT_F32) cpu_ew_narrow(dt, bo, out, off, w);
+            o = dt == TT_F32 ? (float *)A->out + off : bo;
+            cpu_ew_row_affine(r, o, A->mean + j0, k1, A->bias + j0, w);
+            if (dt != TT_F32) cpu_ew_narrow(dt, bo, A->out, off, w);
             break;
           default:
-            o = dt == TT_F32 ? (float *)out + off : bo;
-            if (dt != TT_F32 && beta != 0.0f) cpu_ew_widen(dt, out, off, bo, w);
-            cpu_ew_row_bwd_dx(r, cpu_ew_view(dt, dy, off, bg, w), o, mean + j0, v + j0, sh + j0, k + j0, beta, w);
-            if (dt != TT_F32) cpu_ew_narrow(dt, bo, out, off, w);
+            o = dt == TT_F32 ? (float *)A->out + off : bo;
+            if (dt != TT_F32 && A->beta != 0.0f) cpu_ew_widen(dt, A->out, off, bo, w);
+            cpu_ew_row_bwd_dx(r, cpu_ew_view(dt, A->dy, off, bg, w), o, A->mean + j0, k1, A->mdy + j0, A->kk + j0, A->beta,
+                              w);
+            if (dt != TT_F32) cpu_ew_narrow(dt, bo, A->out, off, w);
             break;
         }
       }
+    }
   }
 }
 
-/* acc[j] += the nblk partial vectors' channel j, in block order (acc zeroed first) */
-static void cpu_ew_rows_reduce(const float *part, size_t nblk, int c, double *acc) {
-  size_t b, j;
-  for (j = 0; j < (size_t)c; j++) acc[j] = 0.0;
-  for (b = 0; b < nblk; b++)
-    for (j = 0; j < (size_t)c; j++) acc[j] += part[b * (size_t)c + j];
+/* channel j's partial sums over the nblk vectors at part, in block order */
+static double cpu_ew_rows_sum(const float *part, size_t nblk, int c, int j) {
+  double s = 0.0;
+  size_t b;
+  for (b = 0; b < nblk; b++) s += part[b * (size_t)c + (size_t)j];
+  return s;
 }
 
-/* the row loops' scratch: partial vectors, per-channel doubles and floats (freed by the caller) */
-static void *cpu_ew_rows_scratch(tt_backend *b, const char *what, size_t rows, int c, size_t nvec, float **part,
-                                 double **d, float **f) {
-  const size_t nblk = (rows + cpu_ew_rows_per_block(c) - 1) / cpu_ew_rows_per_block(c), cc = (size_t)c;
-  size_t bytes = (2 * nblk * cc + nvec * cc) * sizeof(float) + 2 * cc * sizeof(double);
-  char *p = (char *)malloc(bytes);
-  if (!p) {
+/* the partial vectors: the workspace when it holds them, else malloc'd (*mem to free) */
+static float *cpu_ew_rows_part(tt_backend *b, const char *what, size_t rows, int c, void *ws, size_t ws_bytes, void **mem) {
+  size_t bytes = 2 * cpu_ew_rows_blocks(rows, c) * (size_t)c * sizeof(float);
+  *mem = NULL;
+  if (ws && ws_bytes >= bytes) return (float *)ws;
+  if (!(*mem = malloc(bytes)))
     tt_ref_fail(b, "%s (%zu rows x %d channels, NHWC): could not allocate %zu bytes of per-block partial sums "
-                   "(kernels/cpu/cpu_elementwise.c); free host memory or run with a smaller micro-batch",
+                   "(kernels/cpu/cpu_elementwise.c); pass the workspace op_workspace answers, or free host memory",
                 what, rows, c, bytes);
-    return NULL;
-  }
-  *d = (double *)p;
-  *part = (float *)(p + 2 * cc * sizeof(double));
-  *f = *part + 2 * nblk * cc;
-  return p;
+  return (float *)*mem;
+}
+
+static void cpu_ew_rows_init(cpu_ew_rows_args *A, int kind, size_t rows, int c, tt_dtype dt, const void *x) {
+  memset(A, 0, sizeof *A);
+  A->kind = kind, A->rows = rows, A->c = c, A->dt = dt, A->x = x;
 }
 
 static int cpu_ew_bn_fwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtype dt, const void *x, const float *gamma,
                               const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
-                              float *save_mean, float *save_invstd, int update_running, int mode) {
-  const size_t nblk = (rows + cpu_ew_rows_per_block(c) - 1) / cpu_ew_rows_per_block(c);
-  float *part, *mean, *k;
-  double *s, *sq;
-  int j;
-  void *mem = cpu_ew_rows_scratch(b, "bn_fwd", rows, c, 2, &part, &s, &mean);
-  if (!mem) return -1;
-  sq = s + c, k = mean + c;
+                              float *save_mean, float *save_invstd, int update_running, int mode, void *ws,
+                              size_t ws_bytes) {
+  cpu_ew_rows_args A;
   if (mode == TT_CPU_BN_BATCH) { /* one pass shifted by row 0 (cpu_ew_need_sqdev), a second one if needed */
-    float *shift = k;               /* k is free until the apply */
-    int exact = 0;
-    if (dt == TT_F32)
-      memcpy(shift, x, (size_t)c * sizeof *shift);
-    else
-      cpu_ew_widen(dt, x, 0, shift, (size_t)c);
-    cpu_ew_rows_pass(nt, 0, rows, c, dt, x, NULL, NULL, part, shift, NULL, NULL, NULL, 0.0f);
-    cpu_ew_rows_reduce(part, nblk, c, s);
-    cpu_ew_rows_reduce(part + nblk * (size_t)c, nblk, c, sq);
+    const size_t nblk = cpu_ew_rows_blocks(rows, c);
+    void *mem;
+    float *part = cpu_ew_rows_part(b, "bn_fwd_train", rows, c, ws, ws_bytes, &mem), *part2;
+    int j, exact = 0;
+    if (!part) return -1;
+    part2 = part + nblk * (size_t)c;
+    cpu_ew_rows_init(&A, 0, rows, c, dt, x);
+    A.part = part;
+    cpu_ew_rows_pass(nt, &A);
+    for (j = 0; j < c && !exact; j++)
+      exact = cpu_ew_need_sqdev(cpu_ew_rows_sum(part, nblk, c, j), cpu_ew_rows_sum(part2, nblk, c, j), rows);
     for (j = 0; j < c; j++) {
-      exact |= cpu_ew_need_sqdev(s[j], sq[j], rows);
-      sq[j] -= s[j] * (s[j] / (double)rows);
-      s[j] = (double)shift[j] + s[j] / (double)rows; /* s is the mean now, in double */
-      mean[j] = (float)s[j];
+      double sd = cpu_ew_rows_sum(part, nblk, c, j), q = cpu_ew_rows_sum(part2, nblk, c, j);
+      double mean_d = (double)cpu_ew_ld1(dt, x, (size_t)j) + sd / (double)rows;
+      if (exact)
+        save_mean[j] = (float)mean_d; /* what tt_bn_channel_stats keeps of it; the exact pass's mean */
+      else
+        tt_bn_channel_stats(mean_d, q - sd * (sd / (double)rows), rows, eps, momentum, update_running, save_mean + j,
+                            save_invstd + j, update_running ? running_mean + j : NULL,
+                            update_running ? running_var + j : NULL);
     }
     if (exact) { /* some channel's shift was far from its mean: the exact squared deviations, all channels */
-      cpu_ew_rows_pass(nt, 1, rows, c, dt, x, NULL, NULL, part, mean, NULL, NULL, NULL, 0.0f);
-      cpu_ew_rows_reduce(part, nblk, c, sq);
+      cpu_ew_rows_init(&A, 1, rows, c, dt, x);
+      A.part = part, A.mean = save_mean;
+      cpu_ew_rows_pass(nt, &A);
+      for (j = 0; j < c; j++)
+        tt_bn_channel_stats((double)save_mean[j], cpu_ew_rows_sum(part, nblk, c, j), rows, eps, momentum, update_running,
+                            save_mean + j, save_invstd + j, update_running ? running_mean + j : NULL,
+                            update_running ? running_var + j : NULL);
     }
-    for (j = 0; j < c; j++)
-      tt_bn_channel_stats(s[j], sq[j], rows, eps, momentum, update_running, save_mean + j, save_invstd + j,
-                          update_running ? running_mean + j : NULL, update_running ? running_var + j : NULL);
+    free(mem);
   }
-  for (j = 0; j < c; j++) {
-    float invstd;
-    cpu_ew_bn_given(mode, j, running_mean, running_var, eps, save_mean, save_invstd, mean + j, &invstd);
-    k[j] = invstd * gamma[j]; /* as the planes' apply */
-  }
-  cpu_ew_rows_pass(nt, 3, rows, c, dt, x, NULL, y, NULL, mean, k, bias, NULL, 0.0f);
-  free(mem);
+  /* the one apply every mode shares */
+  cpu_ew_rows_init(&A, 3, rows, c, dt, x);
+  A.out = y, A.gamma = gamma, A.bias = bias, A.eps = eps;
+  if (mode == TT_CPU_BN_RUNNING)
+    A.mean = running_mean, A.invstd = NULL, A.running_var = running_var;
+  else
+    A.mean = save_mean, A.invstd = save_invstd;
+  cpu_ew_rows_pass(nt, &A);
   return 0;
 }
 
 static int cpu_ew_bn_bwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtype dt, const void *x, const void *dy,
                               const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
-                              float *dbias, float beta_dx, float beta_param) {
-  const size_t nblk = (rows + cpu_ew_rows_per_block(c) - 1) / cpu_ew_rows_per_block(c);
-  float *part, *a, *mdy, *k;
-  double *sdy, *sdyx;
+                              float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
+  const size_t nblk = cpu_ew_rows_blocks(rows, c);
+  cpu_ew_rows_args A;
+  void *mem;
+  float *part = cpu_ew_rows_part(b, "bn_bwd", rows, c, ws, ws_bytes, &mem), *part2;
   int j;
-  void *mem = cpu_ew_rows_scratch(b, "bn_bwd", rows, c, 3, &part, &sdy, &a);
-  if (!mem) return -1;
-  sdyx = sdy + c, mdy = a + c, k = mdy + c;
-  cpu_ew_rows_pass(nt, 2, rows, c, dt, x, dy, NULL, part, save_mean, NULL, NULL, NULL, 0.0f);
-  cpu_ew_rows_reduce(part, nblk, c, sdy);
-  cpu_ew_rows_reduce(part + nblk * (size_t)c, nblk, c, sdyx);
+  if (!part) return -1;
+  part2 = part + nblk * (size_t)c;
+  cpu_ew_rows_init(&A, 2, rows, c, dt, x);
+  A.dy = dy, A.part = part, A.mean = save_mean;
+  cpu_ew_rows_pass(nt, &A);
   for (j = 0; j < c; j++) {
     float invstd = save_invstd[j];
-    sdyx[j] *= invstd; /* sum of dy * xhat */
-    if (dbias) dbias[j] = tt_ref_beta_f32(dbias[j], (float)sdy[j], beta_param);
-    if (dgamma) dgamma[j] = tt_ref_beta_f32(dgamma[j], (float)sdyx[j], beta_param);
-    a[j] = gamma[j] * invstd, mdy[j] = (float)(sdy[j] / (double)rows), k[j] = (float)(sdyx[j] / (double)rows) * invstd;
+    double sdy = cpu_ew_rows_sum(part, nblk, c, j), sdyx = cpu_ew_rows_sum(part2, nblk, c, j) * invstd; /* dy * xhat */
+    if (dbias) dbias[j] = tt_ref_beta_f32(dbias[j], (float)sdy, beta_param);
+    if (dgamma) dgamma[j] = tt_ref_beta_f32(dgamma[j], (float)sdyx, beta_param);
+    /* channel j's column of block 0 is read: keep mean(dy) and mean(dy * xhat) * invstd there */
+    part[j] = (float)(sdy / (double)rows);
+    part2[j] = (float)(sdyx / (double)rows) * invstd;
   }
-  if (dx) cpu_ew_rows_pass(nt, 4, rows, c, dt, x, dy, dx, NULL, save_mean, k, mdy, a, beta_dx);
+  if (dx) {
+    cpu_ew_rows_init(&A, 4, rows, c, dt, x);
+    A.dy = dy, A.out = dx, A.mean = save_mean, A.invstd = save_invstd, A.gamma = gamma, A.mdy = part, A.kk = part2;
+    A.beta = beta_dx;
+    cpu_ew_rows_pass(nt, &A);
+  }
   free(mem);
   return 0;
 }
@@ -684,13 +744,13 @@ static int cpu_ew_bn_bwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtyp
 
 int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
-                        float *save_mean, float *save_invstd, int update_running, int mode) {
+                        float *save_mean, float *save_invstd, int update_running, int mode, void *ws, size_t ws_bytes) {
   const size_t m = (size_t)n * (size_t)hw;
   int nt = m * (size_t)c > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
   if (hw == 1 && c == 1) n = 1, hw = (int)m; /* [rows, 1] is one plane: no per-row calls of width 1 */
   if (hw == 1)
     return cpu_ew_bn_fwd_rows(b, nt, m, c, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
-                              save_invstd, update_running, mode);
+                              save_invstd, update_running, mode, ws, ws_bytes);
   cpu_ew_bn_fwd_planes(nt, n, c, (size_t)hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
                        save_invstd, update_running, mode);
   return 0;
@@ -698,13 +758,13 @@ int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
 
 int tt_cpu_bn_bwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy, const float *gamma,
                         const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbias,
-                        float beta_dx, float beta_param) {
+                        float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
   const size_t m = (size_t)n * (size_t)hw;
   int nt = m * (size_t)c > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
   if (hw == 1 && c == 1) n = 1, hw = (int)m; /* as the forward */
   if (hw == 1)
     return cpu_ew_bn_bwd_rows(b, nt, m, c, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx,
-                              beta_param);
+                              beta_param, ws, ws_bytes);
   cpu_ew_bn_bwd_planes(nt, n, c, (size_t)hw, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx,
                        beta_param);
   return 0;

@@ -21,7 +21,8 @@
 /* fp32, bf16 and fp16: the vectorised loops of cpu_elementwise.c (oneDNN 2.6's plain-layout
  * batch norm ran 6-8x slower than they do: 9.9 against 1.6 ms forward, 19.3 against 2.3 ms
  * backward for 128x32x28x28 on one thread); anything else (or a bad argument) goes to the
- * reference, which checks and reports. No workspace either way. */
+ * reference, which checks and reports. Workspace: the NHWC rows' per-block partial sums
+ * (tt_cpu_bn_workspace, answered by op_workspace), none otherwise. */
 static int cpu_bn_loops_dt(tt_dtype dt) { return dt == TT_F32 || dt == TT_BF16 || dt == TT_F16; }
 
 int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
@@ -32,7 +33,7 @@ int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
     return tt_ref_bn_fwd_train(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
                                save_invstd, update_running, ws, ws_bytes); /* checks and reports */
   return tt_cpu_bn_fwd_loops(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
-                             save_invstd, update_running, TT_CPU_BN_BATCH);
+                             save_invstd, update_running, TT_CPU_BN_BATCH, ws, ws_bytes);
 }
 
 int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
@@ -41,7 +42,7 @@ int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
   if (!cpu_bn_loops_dt(dt) || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !running_mean || !running_var || !y)
     return tt_ref_bn_fwd_infer(b, n, c, hw, dt, x, gamma, bias, running_mean, running_var, eps, y, ws, ws_bytes);
   return tt_cpu_bn_fwd_loops(b, n, c, hw, dt, x, gamma, bias, y, (float *)running_mean, (float *)running_var, 0.0f, eps,
-                             NULL, NULL, 0, TT_CPU_BN_RUNNING);
+                             NULL, NULL, 0, TT_CPU_BN_RUNNING, NULL, 0);
 }
 
 int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
@@ -51,7 +52,7 @@ int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *
     return tt_ref_bn_bwd(b, n, c, hw, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx, beta_param, ws,
                          ws_bytes);
   return tt_cpu_bn_bwd_loops(b, n, c, hw, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx,
-                             beta_param);
+                             beta_param, ws, ws_bytes);
 }
 
 /* ----------------------------------- pooling ------------------------------------------ */
