@@ -585,7 +585,7 @@ static void cpu_ew_rows_pass(int nt, const cpu_ew_rows_args *A) {
   (void)nt;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (blk = 0; blk < (ptrdiff_t)nblk; blk++) {
-    float bx[CPU_EW_BF_CHUNK], bg[CPU_EW_BF_CHUNK], bo[CPU_EW_BF_CHUNK], k1[CPU_EW_BF_CHUNK], k2[CPU_EW_BF_CHUNK];
+    float bx[CPU_EW_BF_CHUNK], bg[CPU_EW_BF_CHUNK], bo[CPU_EW_BF_CHUNK], k1[CPU_EW_BF_CHUNK];
     const size_t r0 = (size_t)blk * rb, r1 = r0 + rb < A->rows ? r0 + rb : A->rows;
     float *ps = A->part ? A->part + (size_t)blk * cc : NULL, *pt = A->part ? A->part + (nblk + (size_t)blk) * cc : NULL;
     size_t i, j, j0;
@@ -607,7 +607,6 @@ static void cpu_ew_rows_pass(int nt, const cpu_ew_rows_args *A) {
       } else if (kind == 4) {
         for (j = 0; j < w; j++) k1[j] = A->gamma[j0 + j] * A->invstd[j0 + j];
       }
-      (void)k2;
       for (i = r0; i < r1; i++) {
         const size_t off = i * cc + j0;
         const float *r = cpu_ew_view(dt, A->x, off, bx, w);
