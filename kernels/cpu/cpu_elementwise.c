@@ -334,6 +334,112 @@ static const float *cpu_ew_view(tt_dtype dt, const void *x, size_t off, float *b
  * planes are walked in order, in chunks of CPU_EW_BF_CHUNK (fp16/bf16, widened) or whole
  * (fp32, the span functions' TT_CPU_EW_BLOCK blocks), so the bits depend on the shape only. ---- */
 
+/* ---- the planes' bf16 spans: the fp32 spans' expressions on values widened in the loop (an
+ * integer shift) and, where they store, rounded in the loop (tt_bf16_from_f32's rule): no stack
+ * round trip, one call per plane ---- */
+#define CPU_EW_BF_LD(p, i, f)                  \
+  do {                                         \
+    uint32_t u_ = (uint32_t)(p)[i] << 16;      \
+    memcpy(&(f), &u_, 4);                      \
+  } while (0)
+#define CPU_EW_BF_ST(p, i, f)                                                                                    \
+  do {                                                                                                           \
+    uint32_t u_;                                                                                                 \
+    memcpy(&u_, &(f), 4);                                                                                        \
+    (p)[i] = (uint16_t)((u_ & 0x7fffffffu) > 0x7f800000u ? (u_ >> 16) | 0x40u : (u_ + 0x7fffu + ((u_ >> 16) & 1u)) >> 16); \
+  } while (0)
+
+static CPU_EW_CLONES void cpu_ew_bf_sum2(const uint16_t *x, size_t n, float shift, double *s, double *q) {
+  size_t i0, i;
+  for (i0 = 0; i0 < n; i0 += TT_CPU_EW_BLOCK) {
+    size_t e = n - i0 < TT_CPU_EW_BLOCK ? n - i0 : TT_CPU_EW_BLOCK;
+    float a = 0.0f, b = 0.0f;
+#pragma omp simd reduction(+ : a, b)
+    for (i = 0; i < e; i++) {
+      float v, d;
+      CPU_EW_BF_LD(x, i0 + i, v);
+      d = v - shift;
+      a += d;
+      b += d * d;
+    }
+    *s += a;
+    *q += b;
+  }
+}
+
+static CPU_EW_CLONES double cpu_ew_bf_sqdev(const uint16_t *x, size_t n, float m) {
+  double acc = 0.0;
+  size_t i0, i;
+  for (i0 = 0; i0 < n; i0 += TT_CPU_EW_BLOCK) {
+    size_t e = n - i0 < TT_CPU_EW_BLOCK ? n - i0 : TT_CPU_EW_BLOCK;
+    float a = 0.0f;
+#pragma omp simd reduction(+ : a)
+    for (i = 0; i < e; i++) {
+      float v, d;
+      CPU_EW_BF_LD(x, i0 + i, v);
+      d = v - m;
+      a += d * d;
+    }
+    acc += a;
+  }
+  return acc;
+}
+
+static CPU_EW_CLONES void cpu_ew_bf_affine(const uint16_t *x, uint16_t *y, size_t n, float m, float k, float sh) {
+  size_t i;
+#pragma omp simd
+  for (i = 0; i < n; i++) {
+    float v, o;
+    CPU_EW_BF_LD(x, i, v);
+    o = (v - m) * k + sh;
+    CPU_EW_BF_ST(y, i, o);
+  }
+}
+
+static CPU_EW_CLONES void cpu_ew_bf_bwd_sums(const uint16_t *x, const uint16_t *dy, size_t n, float m, double *sdy,
+                                             double *sdyx) {
+  size_t i0, i;
+  for (i0 = 0; i0 < n; i0 += TT_CPU_EW_BLOCK) {
+    size_t e = n - i0 < TT_CPU_EW_BLOCK ? n - i0 : TT_CPU_EW_BLOCK;
+    float a = 0.0f, b = 0.0f;
+#pragma omp simd reduction(+ : a, b)
+    for (i = 0; i < e; i++) {
+      float v, g;
+      CPU_EW_BF_LD(x, i0 + i, v);
+      CPU_EW_BF_LD(dy, i0 + i, g);
+      a += g;
+      b += g * (v - m);
+    }
+    *sdy += a;
+    *sdyx += b;
+  }
+}
+
+static CPU_EW_CLONES void cpu_ew_bf_bwd_dx(const uint16_t *x, const uint16_t *dy, uint16_t *dx, size_t n, float m, float a,
+                                           float mdy, float k, float beta) {
+  size_t i;
+  if (beta == 0.0f) {
+#pragma omp simd
+    for (i = 0; i < n; i++) {
+      float v, g, o;
+      CPU_EW_BF_LD(x, i, v);
+      CPU_EW_BF_LD(dy, i, g);
+      o = a * (g - mdy - (v - m) * k);
+      CPU_EW_BF_ST(dx, i, o);
+    }
+  } else {
+#pragma omp simd
+    for (i = 0; i < n; i++) {
+      float v, g, p, o;
+      CPU_EW_BF_LD(x, i, v);
+      CPU_EW_BF_LD(dy, i, g);
+      CPU_EW_BF_LD(dx, i, p);
+      o = beta * p + a * (g - mdy - (v - m) * k);
+      CPU_EW_BF_ST(dx, i, o);
+    }
+  }
+}
+
 /* One-pass statistics. Shifted by a sample of the channel (its first value), the sums of
  * d = x - shift and of d^2 are small where x has a large mean and a small spread, so fp32 blocks
  * keep them; then mean = shift + sum d / m and the squared deviations sq = sum d^2 - (sum d)^2 / m
@@ -358,6 +464,14 @@ static void cpu_ew_plane_sums(tt_dtype dt, const void *x, int n, int c, size_t h
   *s = 0.0, *q = 0.0;
   for (i = 0; i < n; i++) {
     size_t off = ((size_t)i * (size_t)c + (size_t)ch) * hw;
+    if (dt == TT_BF16) {
+      const uint16_t *h = (const uint16_t *)x + off;
+      if (mean)
+        *s += cpu_ew_bf_sqdev(h, hw, *mean);
+      else
+        cpu_ew_bf_sum2(h, hw, shift, s, q);
+      continue;
+    }
     for (c0 = 0; c0 < hw; c0 += (dt == TT_F32 ? hw : CPU_EW_BF_CHUNK)) {
       size_t e = dt == TT_F32 ? hw : (hw - c0 < CPU_EW_BF_CHUNK ? hw - c0 : CPU_EW_BF_CHUNK);
       const float *v = cpu_ew_view(dt, x, off + c0, buf, e);
@@ -421,6 +535,10 @@ static void cpu_ew_bn_fwd_planes(int nt, int n, int c, size_t hw, tt_dtype dt, c
         cpu_ew_affine((const float *)x + off, (float *)y + off, hw, mean, k, bias[ch]);
         continue;
       }
+      if (dt == TT_BF16) {
+        cpu_ew_bf_affine((const uint16_t *)x + off, (uint16_t *)y + off, hw, mean, k, bias[ch]);
+        continue;
+      }
       for (c0 = 0; c0 < hw; c0 += CPU_EW_BF_CHUNK) {
         size_t e = hw - c0 < CPU_EW_BF_CHUNK ? hw - c0 : CPU_EW_BF_CHUNK;
         cpu_ew_widen(dt, x, off + c0, buf, e);
@@ -446,6 +564,10 @@ static void cpu_ew_bn_bwd_planes(int nt, int n, int c, size_t hw, tt_dtype dt, c
     int i;
     for (i = 0; i < n; i++) {
       size_t off = ((size_t)i * (size_t)c + (size_t)ch) * hw;
+      if (dt == TT_BF16) {
+        cpu_ew_bf_bwd_sums((const uint16_t *)x + off, (const uint16_t *)dy + off, hw, mean, &sdy, &sdyx);
+        continue;
+      }
       for (c0 = 0; c0 < hw; c0 += (dt == TT_F32 ? hw : CPU_EW_BF_CHUNK)) {
         size_t e = dt == TT_F32 ? hw : (hw - c0 < CPU_EW_BF_CHUNK ? hw - c0 : CPU_EW_BF_CHUNK);
         cpu_ew_bwd_sums(cpu_ew_view(dt, x, off + c0, bx, e), cpu_ew_view(dt, dy, off + c0, bg, e), e, mean, &sdy, &sdyx);
@@ -461,6 +583,11 @@ static void cpu_ew_bn_bwd_planes(int nt, int n, int c, size_t hw, tt_dtype dt, c
         size_t off = ((size_t)i * (size_t)c + (size_t)ch) * hw;
         if (dt == TT_F32) {
           cpu_ew_bwd_dx((const float *)x + off, (const float *)dy + off, (float *)dx + off, hw, mean, a, mdy, k, beta_dx);
+          continue;
+        }
+        if (dt == TT_BF16) {
+          cpu_ew_bf_bwd_dx((const uint16_t *)x + off, (const uint16_t *)dy + off, (uint16_t *)dx + off, hw, mean, a, mdy, k,
+                           beta_dx);
           continue;
         }
         for (c0 = 0; c0 < hw; c0 += CPU_EW_BF_CHUNK) {
