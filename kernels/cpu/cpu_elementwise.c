@@ -678,6 +678,80 @@ static CPU_EW_CLONES void cpu_ew_row_bwd_dx(const float *r, const float *g, floa
   }
 }
 
+/* the same row spans on bf16 rows, widened and rounded in the loop (as the planes' bf16 spans) */
+static CPU_EW_CLONES void cpu_ew_bf_row_sum2(float *ps, float *pt, const uint16_t *r, const float *shift, size_t w) {
+  size_t j;
+#pragma omp simd
+  for (j = 0; j < w; j++) {
+    float v, d;
+    CPU_EW_BF_LD(r, j, v);
+    d = v - shift[j];
+    ps[j] += d;
+    pt[j] += d * d;
+  }
+}
+
+static CPU_EW_CLONES void cpu_ew_bf_row_sqdev(float *ps, const uint16_t *r, const float *mean, size_t w) {
+  size_t j;
+#pragma omp simd
+  for (j = 0; j < w; j++) {
+    float v, d;
+    CPU_EW_BF_LD(r, j, v);
+    d = v - mean[j];
+    ps[j] += d * d;
+  }
+}
+
+static CPU_EW_CLONES void cpu_ew_bf_row_affine(const uint16_t *r, uint16_t *o, const float *mean, const float *k,
+                                               const float *sh, size_t w) {
+  size_t j;
+#pragma omp simd
+  for (j = 0; j < w; j++) {
+    float v, y;
+    CPU_EW_BF_LD(r, j, v);
+    y = (v - mean[j]) * k[j] + sh[j];
+    CPU_EW_BF_ST(o, j, y);
+  }
+}
+
+static CPU_EW_CLONES void cpu_ew_bf_row_bwd_sums(float *ps, float *pt, const uint16_t *r, const uint16_t *g,
+                                                 const float *mean, size_t w) {
+  size_t j;
+#pragma omp simd
+  for (j = 0; j < w; j++) {
+    float v, d;
+    CPU_EW_BF_LD(r, j, v);
+    CPU_EW_BF_LD(g, j, d);
+    ps[j] += d;
+    pt[j] += d * (v - mean[j]);
+  }
+}
+
+static CPU_EW_CLONES void cpu_ew_bf_row_bwd_dx(const uint16_t *r, const uint16_t *g, uint16_t *o, const float *mean,
+                                               const float *a, const float *mdy, const float *k, float beta, size_t w) {
+  size_t j;
+  if (beta == 0.0f) {
+#pragma omp simd
+    for (j = 0; j < w; j++) {
+      float v, d, y;
+      CPU_EW_BF_LD(r, j, v);
+      CPU_EW_BF_LD(g, j, d);
+      y = a[j] * (d - mdy[j] - (v - mean[j]) * k[j]);
+      CPU_EW_BF_ST(o, j, y);
+    }
+  } else {
+#pragma omp simd
+    for (j = 0; j < w; j++) {
+      float v, d, p, y;
+      CPU_EW_BF_LD(r, j, v);
+      CPU_EW_BF_LD(g, j, d);
+      CPU_EW_BF_LD(o, j, p);
+      y = beta * p + a[j] * (d - mdy[j] - (v - mean[j]) * k[j]);
+      CPU_EW_BF_ST(o, j, y);
+    }
+  }
+}
+
 /* What one pass over the rows does, and with what. */
 typedef struct cpu_ew_rows_args {
   int kind;          /* 0: shifted sums (shift: row 0) into part[blk] and part[nblk + blk]; 1: (x - mean)^2 into
@@ -733,6 +807,23 @@ static void cpu_ew_rows_pass(int nt, const cpu_ew_rows_args *A) {
         }
       } else if (kind == 4) {
         for (j = 0; j < w; j++) k1[j] = A->gamma[j0 + j] * A->invstd[j0 + j];
+      }
+      if (dt == TT_BF16) { /* the fused bf16 spans */
+        const uint16_t *xh = (const uint16_t *)A->x, *gh = (const uint16_t *)A->dy;
+        uint16_t *oh = (uint16_t *)A->out;
+        for (i = r0; i < r1; i++) {
+          const size_t off = i * cc + j0;
+          switch (kind) {
+            case 0: cpu_ew_bf_row_sum2(ps + j0, pt + j0, xh + off, k1, w); break;
+            case 1: cpu_ew_bf_row_sqdev(ps + j0, xh + off, A->mean + j0, w); break;
+            case 2: cpu_ew_bf_row_bwd_sums(ps + j0, pt + j0, xh + off, gh + off, A->mean + j0, w); break;
+            case 3: cpu_ew_bf_row_affine(xh + off, oh + off, A->mean + j0, k1, A->bias + j0, w); break;
+            default:
+              cpu_ew_bf_row_bwd_dx(xh + off, gh + off, oh + off, A->mean + j0, k1, A->mdy + j0, A->kk + j0, A->beta, w);
+              break;
+          }
+        }
+        continue;
       }
       for (i = r0; i < r1; i++) {
         const size_t off = i * cc + j0;
