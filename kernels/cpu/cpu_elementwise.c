@@ -16,8 +16,9 @@
  * agree to float rounding: sums are taken in float over blocks (TT_CPU_EW_BLOCK elements of a
  * plane, or a row block's partial vector in NHWC) in vector lanes, the blocks added in double,
  * in an order fixed by the shape and the machine's vector width (so bit-identical run to run on
- * one machine, for any thread count). Batch norm in bf16/fp16 storage runs the same fp32 loops
- * on chunks widened on the stack, rounded once on store (bf16 by tt_bf16_from_f32's rule).
+ * one machine, for any thread count). Batch norm in bf16 storage runs the same fp32 expressions
+ * in spans that widen and round inside the vectorised loop (tt_bf16_from_f32's rule, once on
+ * store); fp16 runs the fp32 spans on chunks widened on the stack.
  */
 #include <math.h>
 #include <stdlib.h>
