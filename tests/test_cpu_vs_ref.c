@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_internal.h" /* tt_cpu_bn_fwd_loops' modes */
 #include "kernels/kernel_math.h"
 #include "tests/tt_test.h"
 
@@ -242,13 +243,19 @@ static void linear_case(int n, int in, int out, tt_dtype dt, int bias) {
 
 /* ------------------------------------- batch norm ------------------------------------- */
 
-static void bn_case(int n, int c, int hw, tt_dtype dt) {
-  char tn[128];
-  snprintf(tn, sizeof tn, "cpu_vs_ref:bn_%dx%dx%d_%s", n, c, hw, tt_dtype_name(dt));
+/* x = mean_off + spread * U(-1, 1): (0.7, 2) is a mean away from zero; a large mean_off with a
+ * small spread is where a one-pass variance would cancel; outlier puts each channel's first value
+ * (the CPU loops' shift) 40 spreads off, so they must take their exact second pass. */
+static void bn_case_x(int n, int c, int hw, tt_dtype dt, float mean_off, float spread, int outlier) {
+  char tn[160];
+  snprintf(tn, sizeof tn, "cpu_vs_ref:bn_%dx%dx%d_%s_mean%g_spread%g%s", n, c, hw, tt_dtype_name(dt), (double)mean_off,
+           (double)spread, outlier ? "_outlier" : "");
   TT_TEST_BEGIN(tn);
   size_t xn = (size_t)n * c * hw, cc = (size_t)c;
-  float *x = vec(xn, 2.0f), *dy = vec(xn, 1.0f), *g = vec(cc, 1.0f), *bt = vec(cc, 0.5f);
-  for (size_t i = 0; i < xn; i++) x[i] += 0.7f; /* a mean away from zero */
+  float *x = vec(xn, spread), *dy = vec(xn, 1.0f), *g = vec(cc, 1.0f), *bt = vec(cc, 0.5f);
+  for (size_t i = 0; i < xn; i++) x[i] += mean_off;
+  if (outlier)
+    for (int j = 0; j < c; j++) x[(size_t)j * hw] += 40.0f * spread;
   void *x_ = in_dt(x, xn, dt), *dy_ = in_dt(dy, xn, dt), *yc = in_dt(dy, xn, dt), *yr = in_dt(dy, xn, dt);
   float *rmc = vec(cc, 0.2f), *rvc = vec(cc, 0.2f), *rmr, *rvr;
   for (size_t i = 0; i < cc; i++) rvc[i] += 1.0f;
@@ -318,6 +325,66 @@ static void bn_case(int n, int c, int hw, tt_dtype dt) {
   TT_TEST_END();
   free(x), free(dy), free(g), free(bt), free(x_), free(dy_), free(yc), free(yr);
   free(rmc), free(rvc), free(rmr), free(rvr), free(smc), free(sic), free(smr), free(sir);
+}
+
+static void bn_case(int n, int c, int hw, tt_dtype dt) { bn_case_x(n, c, hw, dt, 0.7f, 2.0f, 0); }
+
+/* Batch norm's bits do not depend on the thread count (the NHWC rows are split into fixed row
+ * blocks, NCHW by channel): 1, 2 and 3 threads give the same y, statistics, dx, dgamma, dbeta,
+ * on shapes past TT_REF_PAR_MIN so the loops do thread. Also a fresh forward gives y again, and
+ * so does the forward's TT_CPU_BN_SAVED mode from the saved statistics. */
+static void bn_threads_case(int n, int c, int hw, tt_dtype dt) {
+  char tn[128];
+  snprintf(tn, sizeof tn, "cpu_vs_ref:bn_threads_bitwise_%dx%dx%d_%s", n, c, hw, tt_dtype_name(dt));
+  TT_TEST_BEGIN(tn);
+  size_t xn = (size_t)n * c * hw, cc = (size_t)c, es = tt_dtype_size(dt);
+  float *xf = vec(xn, 1.5f), *dyf = vec(xn, 1.0f), *g = vec(cc, 1.0f), *bt = vec(cc, 0.5f);
+  void *x = in_dt(xf, xn, dt), *dy = in_dt(dyf, xn, dt);
+  void *y[3], *dx[3];
+  float *st[3];
+  tt_backend *bk[3];
+  bk[0] = tt_cpu_backend_create(1), bk[1] = C, bk[2] = tt_cpu_backend_create(3);
+  TT_CHECK(bk[0] && bk[2], "could not create the 1- and 3-thread CPU backends");
+  for (int t = 0; t < 3; t++) {
+    y[t] = malloc(xn * es), dx[t] = malloc(xn * es), st[t] = (float *)calloc(6 * cc, sizeof(float));
+    if (!bk[t]) continue;
+    for (size_t j = 0; j < cc; j++) st[t][2 * cc + j] = 1.0f; /* running var */
+    TT_CHECK(!bk[t]->bn_fwd_train(bk[t], n, c, hw, dt, x, g, bt, y[t], st[t] + cc, st[t] + 2 * cc, 0.1f, 1e-5f, st[t],
+                                  st[t] + 3 * cc, 1, NULL, 0),
+             "bn_fwd_train (%d): %s", t, bk[t]->last_error(bk[t]));
+    TT_CHECK(!bk[t]->bn_bwd(bk[t], n, c, hw, dt, x, dy, g, st[t], st[t] + 3 * cc, dx[t], st[t] + 4 * cc, st[t] + 5 * cc,
+                            0.0f, 0.0f, NULL, 0),
+             "bn_bwd (%d): %s", t, bk[t]->last_error(bk[t]));
+  }
+  for (int t = 0; t < 3; t += 2) {
+    if (!bk[t]) continue;
+    TT_CHECK(!memcmp(y[t], y[1], xn * es), "y with %d threads differs from 2 threads", t + 1);
+    TT_CHECK(!memcmp(st[t], st[1], 6 * cc * sizeof(float)), "statistics or dgamma/dbeta with %d threads differ from 2", t + 1);
+    TT_CHECK(!memcmp(dx[t], dx[1], xn * es), "dx with %d threads differs from 2 threads", t + 1);
+  }
+  {
+    void *y2 = malloc(xn * es);
+    float *s2 = (float *)calloc(2 * cc, sizeof(float));
+    TT_CHECK(!C->bn_fwd_train(C, n, c, hw, dt, x, g, bt, y2, NULL, NULL, 0.1f, 1e-5f, s2, s2 + cc, 0, NULL, 0),
+             "bn_fwd_train again: %s", C->last_error(C));
+    TT_CHECK(!memcmp(y2, y[1], xn * es) && !memcmp(s2, st[1], cc * sizeof(float)), "a second forward differs");
+    /* the saved-statistics mode (a recomputed BN output in backward): the training y's bits
+     * from the saved mean/invstd alone, which it must not write */
+    memset(y2, 0, xn * es);
+    memcpy(s2, st[1], cc * sizeof(float)), memcpy(s2 + cc, st[1] + 3 * cc, cc * sizeof(float));
+    TT_CHECK(!tt_cpu_bn_fwd_loops(C, n, c, hw, dt, x, g, bt, y2, NULL, NULL, 0.0f, 1e-5f, s2, s2 + cc, 0, TT_CPU_BN_SAVED,
+                                 NULL, 0),
+             "bn saved mode: %s", C->last_error(C));
+    TT_CHECK(!memcmp(y2, y[1], xn * es), "the saved-statistics apply differs from the training forward's y");
+    TT_CHECK(!memcmp(s2, st[1], cc * sizeof(float)) && !memcmp(s2 + cc, st[1] + 3 * cc, cc * sizeof(float)),
+             "the saved-statistics apply changed save_mean/save_invstd");
+    free(y2), free(s2);
+  }
+  for (int t = 0; t < 3; t++) free(y[t]), free(dx[t]), free(st[t]);
+  if (bk[0]) bk[0]->destroy(bk[0]);
+  if (bk[2]) bk[2]->destroy(bk[2]);
+  TT_TEST_END();
+  free(xf), free(dyf), free(g), free(bt), free(x), free(dy);
 }
 
 /* -------------------------------------- pooling --------------------------------------- */
@@ -804,6 +871,21 @@ int main(void) {
     linear_case(33, 64, 10, (tt_dtype)dt, 0);
     bn_case(4, 6, 25, (tt_dtype)dt);
     bn_case(7, 20, 1, (tt_dtype)dt);
+    /* awkward sizes: c not a multiple of 16, rows not a multiple of a row block, c = 1,
+     * planes past a widening chunk (1024) and not a multiple of it; NHWC and NCHW */
+    bn_case(3, 37, 1, (tt_dtype)dt);
+    bn_case(601, 19, 1, (tt_dtype)dt);
+    bn_case(1100, 1, 1, (tt_dtype)dt);
+    bn_case(2, 1, 1500, (tt_dtype)dt);
+    bn_case(2, 3, 1031, (tt_dtype)dt);
+    bn_case(40, 1030, 1, (tt_dtype)dt);
+    /* a large mean and a small spread (bf16/fp16 keep ~3 digits, so smaller offsets there) */
+    for (int ol = 0; ol < 2; ol++) {
+      bn_case_x(5, 21, 49, (tt_dtype)dt, dt == TT_F32 ? 1000.0f : 30.0f, dt == TT_F32 ? 0.01f : 1.0f, ol);
+      bn_case_x(300, 21, 1, (tt_dtype)dt, dt == TT_F32 ? 1000.0f : 30.0f, dt == TT_F32 ? 0.01f : 1.0f, ol);
+    }
+    bn_threads_case(700, 70, 1, (tt_dtype)dt); /* NHWC rows: 49000 values, several row blocks */
+    bn_threads_case(4, 33, 300, (tt_dtype)dt); /* NCHW planes */
     pool_case("maxpool_2x2_s2", 3, 5, 8, 8, 2, 2, 2, 2, 0, 0, TT_POOL_MAX, (tt_dtype)dt);
     pool_case("maxpool_3x3_s2_p1", 2, 16, 9, 9, 3, 3, 2, 2, 1, 1, TT_POOL_MAX, (tt_dtype)dt);
     pool_case("avgpool_3x3_s2_p1_include_pad", 2, 4, 7, 7, 3, 3, 2, 2, 1, 1, TT_POOL_AVG, (tt_dtype)dt);

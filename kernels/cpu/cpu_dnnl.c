@@ -443,6 +443,8 @@ size_t tt_cpu_op_workspace(tt_backend *b, const tt_op_desc *op) {
   if (op->kind == TT_OP_ATTN_FWD || op->kind == TT_OP_ATTN_BWD ||
       ((op->kind == TT_OP_LN_FWD || op->kind == TT_OP_LN_BWD) && op->dt != TT_F32))
     return tt_ref_op_workspace(b, op);
+  /* batch norm runs our loops (cpu_elementwise.c): NHWC rows keep per-block partial sums */
+  if (op->kind == TT_OP_BN_FWD_TRAIN || op->kind == TT_OP_BN_BWD) return tt_cpu_bn_workspace(op);
   cpu_dnnl_key(op, &k);
   if (!tt_cpu_uses_dnnl(&k)) return 0;
   /* layer norm backward: the most either form needs (dx added into takes an fp32 copy), as

@@ -200,21 +200,30 @@ int tt_cpu_gelu_build(tt_cpu_build *bd, const tt_op_desc *op);
 int tt_cpu_gelu_fwd(tt_backend *b, tt_act a, size_t count, const float *x, float *y);
 int tt_cpu_gelu_bwd(tt_backend *b, tt_act a, size_t count, const float *x, const float *dy, float *dx);
 
-/* ---- cpu_elementwise.c: batch norm's fp32 loops (inference 0: batch statistics, written to
- * save_mean/save_invstd; 1: running statistics; 2: bn_apply, the given save_mean/save_invstd,
- * through the same normalisation code as 0, so y is bit for bit the training forward's) ---- */
-int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, const float *x, const float *gamma, const float *bias,
-                        float *y, float *running_mean, float *running_var, float momentum, float eps, float *save_mean,
-                        float *save_invstd, int update_running, int inference);
-/* Batch norm on rows (hw == 1: an NHWC tensor as [N*h*w, c, 1]) in fp16 or bf16 storage,
- * computed in fp32: the forward when dy is NULL (inference as tt_cpu_bn_fwd_loops'), else the backward. */
-int tt_cpu_bn_rows_half(tt_backend *b, int rows, int c, tt_dtype dt, const void *x, const void *dy, const float *gamma,
+/* ---- cpu_elementwise.c: batch norm's loops, fp32, bf16 and fp16 storage (computed in fp32,
+ * rounded once on store), x [n, c, hw]: per channel over planes when hw > 1 (NCHW), by fixed
+ * blocks of rows when hw == 1 (NHWC as [N*H*W, c, 1]); bits depend on the shape, never on the
+ * thread count. The forward's mode says which statistics it normalises with:
+ *   TT_CPU_BN_BATCH   the batch's: writes save_mean/save_invstd (running moved if update_running)
+ *   TT_CPU_BN_RUNNING running_mean/running_var (inference; save_* unused)
+ *   TT_CPU_BN_SAVED   save_mean/save_invstd as given (read only): the same bits as the training
+ *                     forward that wrote them, because every mode ends in the one apply
+ *                     y = (x - mean) * k + bias with k = invstd * gamma.
+ * hw == 1 with c > 1 in TT_CPU_BN_BATCH and the backward keep per-block partial sums in ws
+ * (tt_cpu_bn_workspace bytes, what op_workspace answers for the op), or malloc them when ws_bytes
+ * is less; the other forward modes need no workspace (NULL, 0).
+ * Return 0, or -1 with the error set (only when that malloc fails). */
+#define TT_CPU_BN_BATCH 0
+#define TT_CPU_BN_RUNNING 1
+#define TT_CPU_BN_SAVED 2
+int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
-                        float *save_mean, float *save_invstd, int update_running, int inference, void *dx, float *dgamma,
-                        float *dbias, float beta_dx, float beta_param);
-int tt_cpu_bn_bwd_loops(tt_backend *b, int n, int c, int hw, const float *x, const float *dy, const float *gamma,
-                        const float *save_mean, const float *save_invstd, float *dx, float *dgamma, float *dbias,
-                        float beta_dx, float beta_param);
+                        float *save_mean, float *save_invstd, int update_running, int mode, void *ws, size_t ws_bytes);
+int tt_cpu_bn_bwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy, const float *gamma,
+                        const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbias,
+                        float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+/* the loops' workspace for op (TT_OP_BN_FWD_TRAIN, TT_OP_BN_BWD with hw == 1; else 0) */
+size_t tt_cpu_bn_workspace(const tt_op_desc *op);
 
 /* ---- table entries ---- */
 size_t tt_cpu_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);

@@ -1,6 +1,6 @@
 /* kernels/cpu/cpu_norm.c — batch norm (our vectorised loops, cpu_elementwise.c) and pooling
  * on oneDNN (fp32, and bf16 where oneDNN computes it: tt_cpu_compute_type; dx overwritten);
- * fp16 storage and an accumulating pooling dx run the reference loops (see cpu_backend.c), in
+ * fp16 pooling and an accumulating pooling dx run the reference loops (see cpu_backend.c), in
  * NCHW or NHWC (the state's nhwc_pool: the pooling loops walk a channel's plane c apart).
  *
  * Pooling: max takes the first maximum, average divides by the whole window (PyTorch's
@@ -18,60 +18,52 @@
 
 /* ---------------------------------- batch norm ---------------------------------------- */
 
-/* fp32: the vectorised loops of cpu_elementwise.c (oneDNN 2.6's plain-layout batch norm ran
- * 6-8x slower than they do: 9.9 against 1.6 ms forward, 19.3 against 2.3 ms backward for
- * 128x32x28x28 on one thread); fp16: the reference loops. No workspace either way. */
+/* fp32, bf16 and fp16: the vectorised loops of cpu_elementwise.c (oneDNN 2.6's plain-layout
+ * batch norm ran 6-8x slower than they do: 9.9 against 1.6 ms forward, 19.3 against 2.3 ms
+ * backward for 128x32x28x28 on one thread); anything else (or a bad argument) goes to the
+ * reference, which checks and reports. Workspace: the NHWC rows' per-block partial sums
+ * (tt_cpu_bn_workspace, answered by op_workspace), none otherwise. */
+static int cpu_bn_loops_dt(tt_dtype dt) { return dt == TT_F32 || dt == TT_BF16 || dt == TT_F16; }
+
 int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, void *y, float *running_mean, float *running_var, float momentum,
                         float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes) {
-  if ((dt == TT_F16 || dt == TT_BF16) && hw == 1 && n > 0 && c > 0 && x && gamma && bias && y && save_mean && save_invstd &&
-      (!update_running || (running_mean && running_var)))
-    return tt_cpu_bn_rows_half(b, n, c, dt, x, NULL, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
-                               save_invstd, update_running, 0, NULL, NULL, NULL, 0.0f, 0.0f);
-  if (dt != TT_F32 || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !y || !save_mean || !save_invstd ||
+  if (!cpu_bn_loops_dt(dt) || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !y || !save_mean || !save_invstd ||
       (update_running && (!running_mean || !running_var)))
     return tt_ref_bn_fwd_train(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
                                save_invstd, update_running, ws, ws_bytes); /* checks and reports */
-  return tt_cpu_bn_fwd_loops(b, n, c, hw, (const float *)x, gamma, bias, (float *)y, running_mean, running_var, momentum,
-                             eps, save_mean, save_invstd, update_running, 0);
+  return tt_cpu_bn_fwd_loops(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
+                             save_invstd, update_running, TT_CPU_BN_BATCH, ws, ws_bytes);
 }
 
 int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, const float *running_mean, const float *running_var, float eps,
                         void *y, void *ws, size_t ws_bytes) {
-  if ((dt == TT_F16 || dt == TT_BF16) && hw == 1 && n > 0 && c > 0 && x && gamma && bias && running_mean && running_var && y)
-    return tt_cpu_bn_rows_half(b, n, c, dt, x, NULL, gamma, bias, y, (float *)running_mean, (float *)running_var, 0.0f, eps,
-                               NULL, NULL, 0, 1, NULL, NULL, NULL, 0.0f, 0.0f);
-  if (dt != TT_F32 || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !running_mean || !running_var || !y)
+  if (!cpu_bn_loops_dt(dt) || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !running_mean || !running_var || !y)
     return tt_ref_bn_fwd_infer(b, n, c, hw, dt, x, gamma, bias, running_mean, running_var, eps, y, ws, ws_bytes);
-  return tt_cpu_bn_fwd_loops(b, n, c, hw, (const float *)x, gamma, bias, (float *)y, (float *)running_mean,
-                             (float *)running_var, 0.0f, eps, NULL, NULL, 0, 1);
+  return tt_cpu_bn_fwd_loops(b, n, c, hw, dt, x, gamma, bias, y, (float *)running_mean, (float *)running_var, 0.0f, eps,
+                             NULL, NULL, 0, TT_CPU_BN_RUNNING, NULL, 0);
 }
 
-/* The training forward's normalisation with given statistics: the same loops in mode 2, so y
- * is bit for bit what bn_fwd_train wrote from the same x and statistics. */
+/* The training forward's normalisation with given statistics: the same loops in
+ * TT_CPU_BN_SAVED mode, so y is bit for bit what bn_fwd_train wrote from the same x and
+ * statistics (that mode needs no workspace). */
 int tt_cpu_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                     const float *bias, const float *save_mean, const float *save_invstd, void *y) {
-  if ((dt == TT_F16 || dt == TT_BF16) && hw == 1 && n > 0 && c > 0 && x && gamma && bias && save_mean && save_invstd && y)
-    return tt_cpu_bn_rows_half(b, n, c, dt, x, NULL, gamma, bias, y, NULL, NULL, 0.0f, 0.0f, (float *)save_mean,
-                               (float *)save_invstd, 0, 2, NULL, NULL, NULL, 0.0f, 0.0f);
-  if (dt != TT_F32 || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !save_mean || !save_invstd || !y)
+  if (!cpu_bn_loops_dt(dt) || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !save_mean || !save_invstd || !y)
     return tt_ref_bn_apply(b, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, y); /* checks and reports */
-  return tt_cpu_bn_fwd_loops(b, n, c, hw, (const float *)x, gamma, bias, (float *)y, NULL, NULL, 0.0f, 0.0f,
-                             (float *)save_mean, (float *)save_invstd, 0, 2);
+  return tt_cpu_bn_fwd_loops(b, n, c, hw, dt, x, gamma, bias, y, NULL, NULL, 0.0f, 0.0f, (float *)save_mean,
+                             (float *)save_invstd, 0, TT_CPU_BN_SAVED, NULL, 0);
 }
 
 int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                   const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
                   float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
-  if ((dt == TT_F16 || dt == TT_BF16) && hw == 1 && n > 0 && c > 0 && x && dy && gamma && save_mean && save_invstd)
-    return tt_cpu_bn_rows_half(b, n, c, dt, x, dy, gamma, NULL, NULL, NULL, NULL, 0.0f, 0.0f, (float *)save_mean,
-                               (float *)save_invstd, 0, 0, dx, dgamma, dbias, beta_dx, beta_param);
-  if (dt != TT_F32 || n <= 0 || c <= 0 || hw <= 0 || !x || !dy || !gamma || !save_mean || !save_invstd)
+  if (!cpu_bn_loops_dt(dt) || n <= 0 || c <= 0 || hw <= 0 || !x || !dy || !gamma || !save_mean || !save_invstd)
     return tt_ref_bn_bwd(b, n, c, hw, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx, beta_param, ws,
                          ws_bytes);
-  return tt_cpu_bn_bwd_loops(b, n, c, hw, (const float *)x, (const float *)dy, gamma, save_mean, save_invstd, (float *)dx,
-                             dgamma, dbias, beta_dx, beta_param);
+  return tt_cpu_bn_bwd_loops(b, n, c, hw, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx,
+                             beta_param, ws, ws_bytes);
 }
 
 /* ----------------------------------- pooling ------------------------------------------ */
