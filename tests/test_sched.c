@@ -353,6 +353,27 @@ static void test_per_op_recompute(tt_backend *be) {
       if (!rc[k]) tt_policy_result_free(&r[k]);
   }
   TT_CHECK(bn_applied > 0, "no plan between 1.4 and 0.7 GiB rebuilt a batch norm from its saved statistics");
+  { /* a larger budget never gets a slower plan: before the fit loops doubled a step that freed
+     * nothing, --vram 800M planned 150 s where 790M planned 144 s (the hybrid gave up at 800M
+     * after ten 0.5 MiB steps that changed nothing) */
+    double prev_ms = 0.0;
+    for (int mib = 760; mib <= 840; mib += 10) {
+      tt_policy_result r;
+      tt_policy_opts o;
+      memset(&o, 0, sizeof o);
+      o.vram_bytes = (size_t)mib << 20;
+      o.micro_batch = 16, o.precision = TT_PREC_FP32, o.inplace = 1, o.profile = tt_profile_cpu();
+      if (tt_policy_search(&n.g, be, &o, &r, &e)) {
+        TT_CHECK(0, "--vram %dM: %s", mib, e.msg);
+        continue;
+      }
+      printf("  --vram %dM: %.1f ms, arena %.1f MiB\n", mib, r.predicted_step_ms, r.train.arena_bytes / 1048576.0);
+      TT_CHECK(!prev_ms || r.predicted_step_ms <= prev_ms * (1 + 1e-9), "--vram %dM: %.1f ms, slower than %.1f ms at %dM", mib,
+               r.predicted_step_ms, prev_ms, mib - 10);
+      prev_ms = r.predicted_step_ms;
+      tt_policy_result_free(&r);
+    }
+  }
   free(rec);
   free(reads);
   net_close(&n);

@@ -126,22 +126,73 @@ static tt_recompute_search_kind sched_rsearch(const tt_policy_opts *o) {
   return TT_RSEARCH_BEST;
 }
 
+/* The fit-by-overshoot loops below ask the search to free `need` bytes, plan, and ask for
+ * 1.25x the remaining overshoot more until the real planner says it fits. That last step can
+ * overshoot far (a larger budget then got a slower plan than a smaller one: ResNet-50 at
+ * --vram 800M planned 150 s where 790M planned 144 s), so once a need fits and a smaller one
+ * did not, the need is bisected between them (SCHED_REFINE times at most) and the fastest
+ * fitting plan kept (sched_pick). */
+#define SCHED_REFINE 3
+
+/* The next need after a plan: fits says whether the last one (at *need) fitted; *lo is the
+ * largest need that did not fit (-1: none yet), *hi the smallest that did (-1: none yet), step
+ * the overshoot to add while nothing has fitted. 1: plan again at *need, 0: stop. */
+static int sched_next_need(int fits, double *need, double *lo, double *hi, double step, int *refined) {
+  if (fits) *hi = *need;
+  else *lo = *need;
+  if (*hi < 0.0) {
+    *need += step;
+    return 1;
+  }
+  if (*lo < 0.0 || *refined >= SCHED_REFINE || *hi - *lo < 0.02 * *hi + 1.0) return 0;
+  (*refined)++;
+  *need = 0.5 * (*lo + *hi);
+  return 1;
+}
+
+/* The bytes to ask for beyond the last need when its plan overshot the budget: 1.25x the
+ * overshoot, doubled each time the arena did not shrink since the last overshoot (*prev: that
+ * arena, 0 at first), since a small overshoot can take several steps to free one more value
+ * (ResNet-50 at --vram 800M overshot by 0.4 MiB ten times with the same plan, then gave up). */
+static double sched_step(size_t arena, size_t budget, size_t *prev, double *mult) {
+  if (*prev && arena >= *prev) *mult *= 2.0;
+  *prev = arena;
+  return (double)(arena - budget) * 1.25 * *mult + 1.0;
+}
+
+static void sched_pick(const tt_graph *g, const tt_policy_opts *o, int *have, tt_program *out, unsigned char *rec,
+                       tt_program *p2, const unsigned char *rec2);
+
 /* Per-op recompute (tt_recompute_search_ops) freeing `over` bytes, asking for more until the
- * real planner says it fits; 1 fits (out, rec), 0 not, -1 or TT_ERR_TOO_LARGE on error. */
+ * real planner says it fits, then refined as above; 1 fits (out, rec), 0 not, -1 or
+ * TT_ERR_TOO_LARGE on error. */
 static int sched_fit_ops(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
                          tt_dtype dt, double over, unsigned char *rec, tt_program *out, size_t *min_arena, tt_err *err) {
-  int rc;
-  for (int iter = 0; iter < 10; iter++) {
-    int ops = tt_recompute_search_ops(g, mb, dt, o->profile, over, rec, err);
-    if (ops < -1) return -1;
-    if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, budget, out, err))) return rc;
-    if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
-    if (out->arena_bytes <= budget) return 1;
-    over += (double)(out->arena_bytes - budget) * 1.25 + 1.0;
-    tt_program_free(out);
-    if (ops < 0) break;
+  int rc, have = 0, refined = 0, n = g->nnodes;
+  double need = over, lo = -1.0, hi = -1.0, mult = 1.0;
+  size_t prev = 0;
+  unsigned char *r2 = (unsigned char *)tt_malloc((size_t)n, "recompute set", err);
+  if (!r2) return -1;
+  for (int iter = 0; iter < 10 + SCHED_REFINE; iter++) {
+    tt_program q;
+    int ops = tt_recompute_search_ops(g, mb, dt, o->profile, need, r2, err);
+    if (ops < -1) {
+      if (have) tt_program_free(out);
+      return free(r2), -1;
+    }
+    if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, r2, budget, &q, err))) {
+      if (have) tt_program_free(out);
+      return free(r2), rc;
+    }
+    if (min_arena && q.arena_bytes < *min_arena) *min_arena = q.arena_bytes;
+    int fits = q.arena_bytes <= budget;
+    double step = fits ? 0.0 : sched_step(q.arena_bytes, budget, &prev, &mult);
+    if (fits) sched_pick(g, o, &have, out, rec, &q, r2);
+    else tt_program_free(&q);
+    if ((!fits && ops < 0 && hi < 0.0) || !sched_next_need(fits, &need, &lo, &hi, step, &refined)) break;
   }
-  return 0;
+  free(r2);
+  return have;
 }
 
 static int sched_fit_segments(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
@@ -175,7 +226,8 @@ static void sched_pick(const tt_graph *g, const tt_policy_opts *o, int *have, tt
 static int sched_fit_local(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
                            tt_dtype dt, double over, unsigned char *rec, tt_program *out, size_t *min_arena, tt_err *err) {
   int n = g->nnodes, rc, k, have = 0;
-  double need = over, lo = 0.0, all = 0.0;
+  double need = over, lo = 0.0, all = 0.0, mult = 1.0;
+  size_t prev = 0;
   unsigned char *r2 = (unsigned char *)tt_malloc((size_t)n, "recompute set", err);
   if (!r2) return -1;
   memset(r2, 0, (size_t)n);
@@ -198,7 +250,7 @@ static int sched_fit_local(const tt_graph *g, tt_backend *be, const tt_policy_op
     tt_program_free(&q);
     if (k < 0) break; /* all of them do not fit */
     lo = need;
-    need = have ? 0.5 * (lo + all) : need + (double)(q.arena_bytes - budget) * 1.25 + 1.0;
+    need = have ? 0.5 * (lo + all) : need + sched_step(q.arena_bytes, budget, &prev, &mult);
     if (have && need - lo < 0.01 * all) break;
   }
   free(r2);
@@ -212,25 +264,42 @@ static int sched_fit_local(const tt_graph *g, tt_backend *be, const tt_policy_op
  * only the convolution's output stays. 1 fits (out, rec), 0 not, -1 or TT_ERR_TOO_LARGE on error. */
 static int sched_fit_hybrid(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
                             tt_dtype dt, double over, unsigned char *rec, tt_program *out, size_t *min_arena, tt_err *err) {
-  int n = g->nnodes, rc;
+  int n = g->nnodes, rc = 0;
   double cheap = 0.0, need;
   unsigned char *pre = (unsigned char *)tt_calloc((size_t)n, 1, "recompute set", err);
   if (!pre) return -1;
   if (tt_recompute_add_cheap(g, mb, dt, o->profile, -1.0, 0, pre, &cheap, err) < -1) return free(pre), -1;
   need = over - cheap > 1.0 ? over - cheap : 1.0;
-  for (int iter = 0; iter < 8; iter++) {
-    int units = tt_recompute_search_pre(g, mb, dt, o->profile, need, pre, rec, err);
-    if (units < -1 || (units == -1 && tt_recompute_all(g, rec, err))) return free(pre), -1;
-    if (tt_recompute_add_cheap(g, mb, dt, o->profile, -1.0, 0, rec, NULL, err) < -1) return free(pre), -1;
-    if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, budget, out, err))) return free(pre), rc;
-    if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
-    if (out->arena_bytes <= budget) return free(pre), 1;
-    need += (double)(out->arena_bytes - budget) * 1.25 + 1.0;
-    tt_program_free(out);
-    if (units < 0) break;
+  {
+    int have = 0, refined = 0;
+    double lo = -1.0, hi = -1.0, mult = 1.0;
+    size_t prev = 0;
+    unsigned char *r2 = (unsigned char *)tt_malloc((size_t)n, "recompute set", err);
+    if (!r2) return free(pre), -1;
+    for (int iter = 0; iter < 8 + SCHED_REFINE; iter++) {
+      tt_program q;
+      int units = tt_recompute_search_pre(g, mb, dt, o->profile, need, pre, r2, err);
+      if (units < -1 || (units == -1 && tt_recompute_all(g, r2, err)) ||
+          tt_recompute_add_cheap(g, mb, dt, o->profile, -1.0, 0, r2, NULL, err) < -1) {
+        rc = -1;
+        break;
+      }
+      if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, r2, budget, &q, err))) break;
+      if (min_arena && q.arena_bytes < *min_arena) *min_arena = q.arena_bytes;
+      int fits = q.arena_bytes <= budget;
+      double step = fits ? 0.0 : sched_step(q.arena_bytes, budget, &prev, &mult);
+      if (fits) sched_pick(g, o, &have, out, rec, &q, r2);
+      else tt_program_free(&q);
+      if ((!fits && units < 0 && hi < 0.0) || !sched_next_need(fits, &need, &lo, &hi, step, &refined)) break;
+    }
+    free(r2);
+    free(pre);
+    if (rc) {
+      if (have) tt_program_free(out);
+      return rc;
+    }
+    return have;
   }
-  free(pre);
-  return 0;
 }
 
 /* Best fitting program for (mb, dt): plain, or with the cheapest recompute set that fits: the
@@ -288,7 +357,8 @@ static int sched_fit_segments(const tt_graph *g, tt_backend *be, const tt_policy
   }
   /* Free the overshoot by recomputing; the model is approximate, so check with the real
    * planner and ask for more until it fits or the plan that frees the most is reached. */
-  double over = (double)(out->arena_bytes - budget);
+  double over = (double)(out->arena_bytes - budget), mult = 1.0;
+  size_t prev = 0;
   *over_out = over;
   tt_program_free(out);
   if (sched_rsearch(o) == TT_RSEARCH_OPS) return 0;
@@ -298,7 +368,7 @@ static int sched_fit_segments(const tt_graph *g, tt_backend *be, const tt_policy
     if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, budget, out, err))) return rc;
     if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
     if (out->arena_bytes <= budget) return 1;
-    over += (double)(out->arena_bytes - budget) * 1.25 + 1.0;
+    over += sched_step(out->arena_bytes, budget, &prev, &mult);
     tt_program_free(out);
     if (units < 0) break;
   }
