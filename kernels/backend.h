@@ -156,6 +156,13 @@ typedef struct tt_update_seg {
   int decay;
 } tt_update_seg;
 
+/* One tensor of cast_multi: count elements from src (src_dt) to dst (dst_dt). */
+typedef struct tt_cast_seg {
+  const void *src;
+  void *dst;
+  size_t count;
+} tt_cast_seg;
+
 typedef struct tt_backend tt_backend;
 struct tt_backend {
   const char *name;  /* "cpu", "ref", "cuda" */
@@ -385,7 +392,18 @@ struct tt_backend {
    * and elements: batch norm, channel_copy and save_compress/restore are called on it as
    * [n*h*w, c, 1] (the same per-channel reduction), elementwise ops by count. */
   unsigned layouts;
+
+  /* ---- many casts in one call (optional, after `layouts` so that positional tables ending
+   * before it leave it NULL: the executor then calls cast once per segment) ----
+   * Every segment as cast(b, segs[i].count, src_dt, segs[i].src, dst_dt, segs[i].dst) would write
+   * it, bit for bit; the segments do not overlap each other's dst, and no src is any dst. Added for
+   * issue 22: under fp16/bf16 autocast the training program casts every fp32 master weight to its
+   * 16-bit copy at the start of each micro-step (core/compile/lower.c), and the CUDA backend makes
+   * those casts one launch (up to 128 tensors per launch, the table passed by value) where one per
+   * weight cost a launch latency each. */
+  int (*cast_multi)(tt_backend *b, const tt_cast_seg *segs, int nseg, tt_dtype src_dt, tt_dtype dst_dt);
 };
+
 
 /* Lossy saved copies, for backward only ([train] compress_saved): a convolution's input x
  * [n, c, hw] in dt stored as fp16, bf16 (round to nearest even) or int8 with a per-channel scale

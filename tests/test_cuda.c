@@ -508,6 +508,55 @@ static void test_update_multi(void) {
   free(h1);
   TT_TEST_END();
 }
+/* The weight casts of a step in one launch (backend.h: cast_multi): 130 fp32 tensors of odd sizes
+ * (one empty; the last 10 past the 120 a launch takes), each cast alone by cast and all together
+ * by cast_multi, to fp16 and to bf16: the same bits, in 2 launches where cast takes 129; then with
+ * one tensor misaligned (the element-by-element path), the same bits again. */
+#define TEST_NCAST 130
+static void test_cast_multi(void) {
+  TT_TEST_BEGIN("cuda_cast_multi");
+  size_t cnt[TEST_NCAST], off[TEST_NCAST], total = 0;
+  tt_cast_seg segs[TEST_NCAST];
+  goff = 0;
+  for (int i = 0; i < TEST_NCAST; i++) {
+    cnt[i] = i == 7 ? 0 : (size_t)(1 + (i * 613) % 2100);
+    off[i] = total;
+    total += (cnt[i] + 64) / 64 * 64; /* 256-byte aligned tensors, as the arena places them, and one spare */
+  }
+  float *h = (float *)malloc(total * sizeof(float));
+  uint16_t *a = (uint16_t *)malloc(total * 2), *want = (uint16_t *)malloc(total * 2);
+  for (size_t i = 0; i < total; i++) h[i] = test_rand(-70000.0f, 70000.0f) * (i % 3 ? 1e-3f : 1.0f); /* fp16 overflow too */
+  float *src = (float *)test_galloc(total * sizeof(float));
+  uint16_t *d1 = (uint16_t *)test_galloc(total * 2), *d2 = (uint16_t *)test_galloc(total * 2);
+  TT_CHECK(gpu->cast_multi != NULL, "the CUDA backend has no cast_multi");
+  TT_CHECK(gpu->upload(gpu, src, h, total * sizeof(float)) == 0, "upload: %s", gpu->last_error(gpu));
+  for (int c = 0; c < 4 && gpu->cast_multi && !tt_test_current_failed; c++) {
+    tt_dtype dt = c % 2 ? TT_BF16 : TT_F16;
+    int shift = c >= 2; /* tensor 3 starts one element further: neither side 16-byte aligned */
+    for (int i = 0; i < TEST_NCAST; i++) {
+      size_t o = off[i] + (shift && i == 3 ? 1 : 0);
+      segs[i].src = src + o, segs[i].dst = d1 + o, segs[i].count = cnt[i];
+    }
+    TT_CHECK(gpu->zero(gpu, d1, total * 2) == 0 && gpu->zero(gpu, d2, total * 2) == 0, "zero: %s", gpu->last_error(gpu));
+    size_t m0 = tt_emu_kernel_launches("cuda_ew_cast_multi_k");
+    TT_CHECK(gpu->cast_multi(gpu, segs, TEST_NCAST, TT_F32, dt) == 0, "cast_multi: %s", gpu->last_error(gpu));
+    size_t m1 = tt_emu_kernel_launches("cuda_ew_cast_multi_k"), s0 = tt_emu_kernel_launches("cuda_ew_cast_k");
+    for (int i = 0; i < TEST_NCAST; i++)
+      TT_CHECK(gpu->cast(gpu, cnt[i], TT_F32, segs[i].src, dt, d2 + ((uint16_t *)segs[i].dst - d1)) == 0, "cast: %s",
+               gpu->last_error(gpu));
+    size_t s1 = tt_emu_kernel_launches("cuda_ew_cast_k");
+    TT_CHECK(m1 - m0 == 2 && s1 - s0 == TEST_NCAST - 1, "case %d: %zu cast_multi launches (want 2), %zu cast launches (want %d)",
+             c, m1 - m0, s1 - s0, TEST_NCAST - 1);
+    TT_CHECK(gpu->download(gpu, a, d1, total * 2) == 0 && gpu->download(gpu, want, d2, total * 2) == 0, "download: %s",
+             gpu->last_error(gpu));
+    /* every element, the gaps between tensors included (both zero there: nothing written past a tensor) */
+    for (size_t i = 0; i < total && !tt_test_current_failed; i++)
+      TT_CHECK(a[i] == want[i], "case %d (%s%s): element %zu: cast_multi 0x%04x, cast 0x%04x", c, tt_dtype_name(dt),
+               shift ? ", misaligned" : "", i, a[i], want[i]);
+  }
+  free(h), free(a), free(want);
+  TT_TEST_END();
+}
 #endif
 
 /* sum_squares against the reference (the += contract, a start that is not zero), repeated runs
@@ -1565,8 +1614,20 @@ static void test_step(tt_dtype dt, const char *name) {
         tt_exec_stats(&b.x, NULL, 1, &err);
         TT_CHECK(tt_exec_micro_step_f32(&a.x, input, labels, 0, (uint64_t)step, 1.0f / 6, &err) == 0, "cpu step: %s",
                  err.msg);
+#ifdef TT_CUDA_EMULATION
+        size_t cm0 = tt_emu_kernel_launches("cuda_ew_cast_multi_k"), c0 = tt_emu_kernel_launches("cuda_ew_cast_k");
+#endif
         TT_CHECK(tt_exec_micro_step_f32(&b.x, input, labels, 0, (uint64_t)step, 1.0f / 6, &err) == 0, "cuda step: %s",
                  err.msg);
+#ifdef TT_CUDA_EMULATION
+        if (dt != TT_F32) { /* the weight casts of the micro-step: one launch (cast_multi), none per weight */
+          int ncast = 0;
+          for (int i = 0; i < b.p.micro_end; i++) ncast += b.p.steps[i].op == TT_S_CAST;
+          size_t cm = tt_emu_kernel_launches("cuda_ew_cast_multi_k") - cm0, cs = tt_emu_kernel_launches("cuda_ew_cast_k") - c0;
+          TT_CHECK(ncast > 1 && cm == 1 && cs == 0,
+                   "%d weight casts in the micro-step took %zu cast_multi and %zu cast launches (want 1 and 0)", ncast, cm, cs);
+        }
+#endif
         tt_exec_stats(&a.x, sa, 1, &err);
         tt_exec_stats(&b.x, sb, 1, &err);
         TT_CHECK(fabs(sa[0] - sb[0]) <= tol * fabs(sa[0]) + 1e-6 && sa[1] == sb[1], "loss/correct: cpu %.7g/%g cuda %.7g/%g",
@@ -1904,8 +1965,10 @@ int main(void) {
   test_sum_squares_clip();
 #ifdef TT_CUDA_EMULATION
   test_update_multi();
+  test_cast_multi();
 #else
   printf("SKIP cuda_update_multi: counts launches under the emulation (tt_emu_get_counts)\n");
+  printf("SKIP cuda_cast_multi: counts launches under the emulation (tt_emu_kernel_launches)\n");
 #endif
   test_batchnorm();
   test_pooling();

@@ -705,6 +705,28 @@ static int lower_persistent(lower_ctx *c) {
   return 0;
 }
 
+/* Training under autocast: every 16-bit weight copy of the micro-step is made by CAST steps at
+ * its start, one after another in forward order (the masters' order), so that the executor can
+ * hand the whole run to the backend's cast_multi as one call (one launch on CUDA) instead of one
+ * cast per weight at its first use. Each copy stays its own transient buffer, live from its cast
+ * to its last reader; what this costs is the later layers' copies during the forward pass before
+ * their layer, which is not where a training plan's peak lies (the end of the forward pass, where
+ * every copy whose backward reads it is live anyway) unless the plan is tiny. Evaluation programs
+ * keep the casts at first use: each copy there lives for its layer only, and casting them all
+ * first would add every copy to their peak. */
+static int lower_casts_first(lower_ctx *c) {
+  const tt_graph *g = c->g;
+  if (!c->pol->training || c->pol->act_dtype == TT_F32) return 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const tt_node *n = &g->nodes[i];
+    if (c->canon[i] != i) continue;
+    if (lower_weight(c, n->weight) < -1 || lower_weight(c, n->bias) < -1 || lower_weight(c, n->out_w) < -1 ||
+        lower_weight(c, n->out_b) < -1)
+      return -1;
+  }
+  return 0;
+}
+
 /* Forward in recipe order, then the loss on the last node's value. */
 static int lower_forward(lower_ctx *c) {
   const tt_graph *g = c->g;
@@ -880,7 +902,7 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
   memset(&c, 0, sizeof c);
   c.g = g, c.pol = pol, c.be = be, c.p = p, c.err = err;
   if (lower_tables(&c)) return -1;
-  if (lower_persistent(&c) || lower_forward(&c) || (pol->training && lower_backward(&c))) goto fail;
+  if (lower_persistent(&c) || lower_casts_first(&c) || lower_forward(&c) || (pol->training && lower_backward(&c))) goto fail;
   p->micro_end = p->nsteps;
   if (pol->training && lower_update(&c)) goto fail;
   lower_liveness(p);

@@ -208,6 +208,44 @@ static int exec_update_table(tt_exec *x, tt_err *err) {
   return 0;
 }
 
+/* The runs of consecutive CAST steps of both programs as cast_multi tables (exec.h), for a backend
+ * with cast_multi; setup only (the pointers are fixed once the arena is). Every step of a run casts
+ * from fp32 to the same dtype (the program's activations'). */
+static int exec_cast_table(tt_exec *x, tt_err *err) {
+  const tt_program *ps[2] = {x->train, x->eval};
+  if (!x->be->cast_multi) return 0;
+  for (int k = 0; k < 2; k++) {
+    const tt_program *p = ps[k];
+    int n = 0, nseg = 0;
+    if (!p) continue;
+    for (int i = 0; i < p->micro_end; i++) n += p->steps[i].op == TT_S_CAST;
+    if (!n) continue;
+    x->cseg[k] = (tt_cast_seg *)tt_calloc((size_t)n, sizeof(tt_cast_seg), "cast table", err);
+    x->cast_run[k] = (int *)tt_calloc((size_t)p->micro_end * 2, sizeof(int), "cast table", err);
+    if (!x->cseg[k] || !x->cast_run[k]) return -1;
+    x->cast_first[k] = x->cast_run[k] + p->micro_end;
+    for (int i = 0; i < p->micro_end;) {
+      int j = i;
+      if (p->steps[i].op != TT_S_CAST) {
+        i++;
+        continue;
+      }
+      x->cast_first[k][i] = nseg;
+      for (; j < p->micro_end && p->steps[j].op == TT_S_CAST &&
+             p->bufs[p->steps[j].out[TT_CAST_DST]].dtype == p->bufs[p->steps[i].out[TT_CAST_DST]].dtype;
+           j++) {
+        tt_cast_seg *c = &x->cseg[k][nseg++];
+        c->src = tt_exec_ptr(x, p, p->steps[j].in[TT_CAST_SRC]);
+        c->dst = tt_exec_ptr(x, p, p->steps[j].out[TT_CAST_DST]);
+        c->count = p->steps[j].a.count;
+      }
+      x->cast_run[k][i] = j - i;
+      i = j;
+    }
+  }
+  return 0;
+}
+
 int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const tt_program *eval, tt_backend *be,
                    uint64_t seed, tt_err *err) {
   memset(x, 0, sizeof *x);
@@ -242,7 +280,7 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
     tt_exec_destroy(x);
     return tt_fail(err, "zeroing the arena on %s failed: %s", be->name, be->last_error ? be->last_error(be) : "");
   }
-  if (exec_prepare(x, err) || exec_update_table(x, err)) {
+  if (exec_prepare(x, err) || exec_update_table(x, err) || exec_cast_table(x, err)) {
     tt_exec_destroy(x);
     return -1;
   }
@@ -274,6 +312,11 @@ void tt_exec_destroy(tt_exec *x) {
   x->f16_input = NULL;
   free(x->useg);
   x->useg = NULL, x->nuseg = 0;
+  for (int k = 0; k < 2; k++) {
+    free(x->cseg[k]);
+    free(x->cast_run[k]); /* cast_first[k] lies in the same allocation */
+    x->cseg[k] = NULL, x->cast_run[k] = x->cast_first[k] = NULL;
+  }
   if (x->host_flag) be->host_free(be, x->host_flag);
   x->base = NULL;
   x->host_flag = NULL, x->flag_ev = NULL;
@@ -475,11 +518,19 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
                                     EXEC_P(s->out[TT_LOAD_X])));
         break;
       }
-      case TT_S_CAST:
-        /* a weight copy in the destination buffer's dtype (fp16 or bf16: the activations') */
-        EXEC_CHECK(be->cast(be, s->a.count, TT_F32, EXEC_P(s->in[TT_CAST_SRC]), r->p->bufs[s->out[TT_CAST_DST]].dtype,
-                            EXEC_P(s->out[TT_CAST_DST])));
+      case TT_S_CAST: {
+        /* a weight copy in the destination buffer's dtype (fp16 or bf16: the activations'); with
+         * cast_multi, a run of casts in one call at its first step (exec_cast_table) */
+        int k = r->p == r->x->train ? 0 : 1;
+        tt_dtype cdt = r->p->bufs[s->out[TT_CAST_DST]].dtype;
+        if (r->x->cast_run[k]) {
+          int run = r->x->cast_run[k][i];
+          if (run > 0) EXEC_CHECK(be->cast_multi(be, r->x->cseg[k] + r->x->cast_first[k][i], run, TT_F32, cdt));
+          break; /* a later step of a run: cast with its first */
+        }
+        EXEC_CHECK(be->cast(be, s->a.count, TT_F32, EXEC_P(s->in[TT_CAST_SRC]), cdt, EXEC_P(s->out[TT_CAST_DST])));
         break;
+      }
       case TT_S_FWD:
       case TT_S_BWD:
         if (exec_layer(r, s, err)) return -1;

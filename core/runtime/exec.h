@@ -40,6 +40,13 @@ typedef struct tt_exec {
    * optimizer step in one call (backend.h); NULL otherwise, and the steps run one by one */
   tt_update_seg *useg;
   int nuseg;
+  /* Per program (0 training, 1 evaluation): runs of consecutive CAST steps (the training program
+   * casts every weight at the start of the micro-step, lower.c) as one table for the backend's
+   * cast_multi, made at setup: cast_run[k][i] > 0 at the first step of a run is its length and its
+   * segments start at cseg[k][cast_first[k][i]]; the run's other steps are skipped. NULL without
+   * cast_multi (the ref and cpu backends), and the steps cast one by one. */
+  tt_cast_seg *cseg[2];
+  int *cast_run[2], *cast_first[2];
   uint16_t *f16_input;     /* float input to an fp16 program on a device: converted here first
                             * (allocated at its first use, kept; the CPU converts in place) */
   void *flag_ev;           /* recorded after that read-back */

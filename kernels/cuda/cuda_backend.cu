@@ -588,6 +588,7 @@ static const tt_backend cuda_be_table = {
     tt_cuda_sum_squares,
     tt_cuda_sgd_update_multi, tt_cuda_adam_update_multi,
     0u, /* layouts: NCHW only (the planner gives no other) */
+    tt_cuda_cast_multi, /* the weight casts of a step in one launch */
 };
 
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize) {
