@@ -402,6 +402,27 @@ struct tt_backend {
    * those casts one launch (up to 128 tensors per launch, the table passed by value) where one per
    * weight cost a launch latency each. */
   int (*cast_multi)(tt_backend *b, const tt_cast_seg *segs, int nseg, tt_dtype src_dt, tt_dtype dst_dt);
+
+  /* ---- the batch's copy ordered by an event, not by all the compute work (optional; NULL: the
+   * executor uses upload_async). Added for issue 22: upload_async waits for every kernel queued
+   * before it, so the next batch's copy could not overlap the current step; the training program's
+   * input buffers are persistent on a backend that stages (lower.c), and the copy of batch k+1 into
+   * them waits only for step k's last reader of them (the loss, which reads the labels). ----
+   * event_record: records ev (event_create's) on the compute stream, after the work queued so far.
+   * upload_after: as upload_async (src host_alloc'ed; compute work queued after the call waits for
+   * the copy; `done` recorded after it), but the copy waits only for the latest record of `after`
+   * made by event_record before this call (none, or NULL: for nothing), so dst must be storage that
+   * no compute work queued after that record touches (the caller's guarantee). */
+  int (*event_record)(tt_backend *b, void *ev);
+  int (*upload_after)(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes, void *after, void *done);
+
+  /* ---- tune (optional; after prepare, once, at setup): the backend may time the calls of ops
+   * (as prepare gets them) on scratch, device memory of scratch_bytes that holds nothing (the
+   * arena's transient region before the first step), and change a call's implementation to a
+   * faster one as long as the workspace it was planned with (op_workspace's answer) still
+   * suffices. Added for issue 22: the CUDA backend's cudnnFind*Ex per convolution, allocation-free
+   * (TINYTRAIN_CUDA_FIND=0 turns it off). ---- */
+  int (*tune)(tt_backend *b, const tt_op_desc *ops, int nops, void *scratch, size_t scratch_bytes);
 };
 
 

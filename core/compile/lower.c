@@ -696,11 +696,18 @@ static int lower_persistent(lower_ctx *c) {
   if (pol->training && pol->act_dtype == TT_F16 &&
       (p->overflow_flag = lower_buf(c, "overflow_flag", "", sizeof(int32_t), TT_F32, TT_BC_MISC, 1, -1, -1)) < 0)
     return -1;
+  /* The uint8 batch and the labels: transient (live from the load to the loss), except in a
+   * training program on a backend that stages batches to a device (not host_memory): there they
+   * are persistent, so that no other buffer shares their storage and the next batch's copy may run
+   * while the current step computes (its copy waits only for the step's last reader of them: exec.c,
+   * backend.h's upload_after). The cost is the batch's bytes (1 byte per input value, 4 per label)
+   * live through the whole step where they were live in its first part. */
+  int staged = pol->training && !c->be->host_memory;
   if ((p->input_u8 = lower_buf(c, "input", ".u8", tt_size_mul((size_t)pol->micro_batch, p->input_numel), TT_F32,
-                               TT_BC_ACTIVATIONS, 0, 0, -1)) < 0)
+                               TT_BC_ACTIVATIONS, staged, 0, -1)) < 0)
     return -1;
   if ((p->labels = lower_buf(c, "labels", "", tt_size_mul((size_t)pol->micro_batch, sizeof(int32_t)), TT_F32,
-                             TT_BC_ACTIVATIONS, 0, -1, -1)) < 0)
+                             TT_BC_ACTIVATIONS, staged, -1, -1)) < 0)
     return -1;
   return 0;
 }

@@ -34,6 +34,13 @@ typedef struct tt_exec {
   void *stage_ev[TT_EXEC_STAGE_SLOTS]; /* recorded after slot k's copy */
   size_t stage_bytes, stage_labels_off;
   int stage_next;
+  /* The training program's input buffers are persistent where batches are staged (lower.c): with
+   * the backend's event_record and upload_after, in_ev is recorded after step in_last (the last of
+   * the micro-step reading the uint8 batch or the labels) and the next batch's copy waits for it
+   * alone, so it runs while the rest of the step computes. NULL: every copy waits for all the
+   * compute queued before it (upload_async). */
+  void *in_ev;
+  int in_last;
   int32_t *host_flag;      /* the overflow flag read back (host_alloc'ed) */
   /* the training program's update steps as one table (pointers into the arena, [train] decay per
    * tensor), made at setup for a backend with sgd_update_multi / adam_update_multi: the whole
