@@ -156,6 +156,13 @@ typedef struct tt_update_seg {
   int decay;
 } tt_update_seg;
 
+/* One tensor of cast_multi: count elements from src (src_dt) to dst (dst_dt). */
+typedef struct tt_cast_seg {
+  const void *src;
+  void *dst;
+  size_t count;
+} tt_cast_seg;
+
 typedef struct tt_backend tt_backend;
 struct tt_backend {
   const char *name;  /* "cpu", "ref", "cuda" */
@@ -397,7 +404,38 @@ struct tt_backend {
    * recomputes batch norm with bn_fwd_train (update_running 0), as before. */
   int (*bn_apply)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma, const float *bias,
                   const float *save_mean, const float *save_invstd, void *y);
+  /* ---- many casts in one call (optional, after `layouts` so that positional tables ending
+   * before it leave it NULL: the executor then calls cast once per segment) ----
+   * Every segment as cast(b, segs[i].count, src_dt, segs[i].src, dst_dt, segs[i].dst) would write
+   * it, bit for bit; the segments do not overlap each other's dst, and no src is any dst. Added for
+   * issue 22: under fp16/bf16 autocast the training program casts every fp32 master weight to its
+   * 16-bit copy at the start of each micro-step (core/compile/lower.c), and the CUDA backend makes
+   * those casts one launch (up to 128 tensors per launch, the table passed by value) where one per
+   * weight cost a launch latency each. */
+  int (*cast_multi)(tt_backend *b, const tt_cast_seg *segs, int nseg, tt_dtype src_dt, tt_dtype dst_dt);
+
+  /* ---- the batch's copy ordered by an event, not by all the compute work (optional; NULL: the
+   * executor uses upload_async). Added for issue 22: upload_async waits for every kernel queued
+   * before it, so the next batch's copy could not overlap the current step; the training program's
+   * input buffers are persistent on a backend that stages (lower.c), and the copy of batch k+1 into
+   * them waits only for step k's last reader of them (the loss, which reads the labels). ----
+   * event_record: records ev (event_create's) on the compute stream, after the work queued so far.
+   * upload_after: as upload_async (src host_alloc'ed; compute work queued after the call waits for
+   * the copy; `done` recorded after it), but the copy waits only for the latest record of `after`
+   * made by event_record before this call (none, or NULL: for nothing), so dst must be storage that
+   * no compute work queued after that record touches (the caller's guarantee). */
+  int (*event_record)(tt_backend *b, void *ev);
+  int (*upload_after)(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes, void *after, void *done);
+
+  /* ---- tune (optional; after prepare, once, at setup): the backend may time the calls of ops
+   * (as prepare gets them) on scratch, device memory of scratch_bytes that holds nothing (the
+   * arena's transient region before the first step), and change a call's implementation to a
+   * faster one as long as the workspace it was planned with (op_workspace's answer) still
+   * suffices. Added for issue 22: the CUDA backend's cudnnFind*Ex per convolution, allocation-free
+   * (TINYTRAIN_CUDA_FIND=0 turns it off). ---- */
+  int (*tune)(tt_backend *b, const tt_op_desc *ops, int nops, void *scratch, size_t scratch_bytes);
 };
+
 
 /* Lossy saved copies, for backward only ([train] compress_saved): a convolution's input x
  * [n, c, hw] in dt stored as fp16, bf16 (round to nearest even) or int8 with a per-channel scale

@@ -508,6 +508,55 @@ static void test_update_multi(void) {
   free(h1);
   TT_TEST_END();
 }
+/* The weight casts of a step in one launch (backend.h: cast_multi): 130 fp32 tensors of odd sizes
+ * (one empty; the last 10 past the 120 a launch takes), each cast alone by cast and all together
+ * by cast_multi, to fp16 and to bf16: the same bits, in 2 launches where cast takes 129; then with
+ * one tensor misaligned (the element-by-element path), the same bits again. */
+#define TEST_NCAST 130
+static void test_cast_multi(void) {
+  TT_TEST_BEGIN("cuda_cast_multi");
+  size_t cnt[TEST_NCAST], off[TEST_NCAST], total = 0;
+  tt_cast_seg segs[TEST_NCAST];
+  goff = 0;
+  for (int i = 0; i < TEST_NCAST; i++) {
+    cnt[i] = i == 7 ? 0 : (size_t)(1 + (i * 613) % 2100);
+    off[i] = total;
+    total += (cnt[i] + 64) / 64 * 64; /* 256-byte aligned tensors, as the arena places them, and one spare */
+  }
+  float *h = (float *)malloc(total * sizeof(float));
+  uint16_t *a = (uint16_t *)malloc(total * 2), *want = (uint16_t *)malloc(total * 2);
+  for (size_t i = 0; i < total; i++) h[i] = test_rand(-70000.0f, 70000.0f) * (i % 3 ? 1e-3f : 1.0f); /* fp16 overflow too */
+  float *src = (float *)test_galloc(total * sizeof(float));
+  uint16_t *d1 = (uint16_t *)test_galloc(total * 2), *d2 = (uint16_t *)test_galloc(total * 2);
+  TT_CHECK(gpu->cast_multi != NULL, "the CUDA backend has no cast_multi");
+  TT_CHECK(gpu->upload(gpu, src, h, total * sizeof(float)) == 0, "upload: %s", gpu->last_error(gpu));
+  for (int c = 0; c < 4 && gpu->cast_multi && !tt_test_current_failed; c++) {
+    tt_dtype dt = c % 2 ? TT_BF16 : TT_F16;
+    int shift = c >= 2; /* tensor 3 starts one element further: neither side 16-byte aligned */
+    for (int i = 0; i < TEST_NCAST; i++) {
+      size_t o = off[i] + (shift && i == 3 ? 1 : 0);
+      segs[i].src = src + o, segs[i].dst = d1 + o, segs[i].count = cnt[i];
+    }
+    TT_CHECK(gpu->zero(gpu, d1, total * 2) == 0 && gpu->zero(gpu, d2, total * 2) == 0, "zero: %s", gpu->last_error(gpu));
+    size_t m0 = tt_emu_kernel_launches("cuda_ew_cast_multi_k");
+    TT_CHECK(gpu->cast_multi(gpu, segs, TEST_NCAST, TT_F32, dt) == 0, "cast_multi: %s", gpu->last_error(gpu));
+    size_t m1 = tt_emu_kernel_launches("cuda_ew_cast_multi_k"), s0 = tt_emu_kernel_launches("cuda_ew_cast_k");
+    for (int i = 0; i < TEST_NCAST; i++)
+      TT_CHECK(gpu->cast(gpu, cnt[i], TT_F32, segs[i].src, dt, d2 + ((uint16_t *)segs[i].dst - d1)) == 0, "cast: %s",
+               gpu->last_error(gpu));
+    size_t s1 = tt_emu_kernel_launches("cuda_ew_cast_k");
+    TT_CHECK(m1 - m0 == 2 && s1 - s0 == TEST_NCAST - 1, "case %d: %zu cast_multi launches (want 2), %zu cast launches (want %d)",
+             c, m1 - m0, s1 - s0, TEST_NCAST - 1);
+    TT_CHECK(gpu->download(gpu, a, d1, total * 2) == 0 && gpu->download(gpu, want, d2, total * 2) == 0, "download: %s",
+             gpu->last_error(gpu));
+    /* every element, the gaps between tensors included (both zero there: nothing written past a tensor) */
+    for (size_t i = 0; i < total && !tt_test_current_failed; i++)
+      TT_CHECK(a[i] == want[i], "case %d (%s%s): element %zu: cast_multi 0x%04x, cast 0x%04x", c, tt_dtype_name(dt),
+               shift ? ", misaligned" : "", i, a[i], want[i]);
+  }
+  free(h), free(a), free(want);
+  TT_TEST_END();
+}
 #endif
 
 /* sum_squares against the reference (the += contract, a start that is not zero), repeated runs
@@ -1588,8 +1637,20 @@ static void test_step(tt_dtype dt, const char *name) {
         tt_exec_stats(&b.x, NULL, 1, &err);
         TT_CHECK(tt_exec_micro_step_f32(&a.x, input, labels, 0, (uint64_t)step, 1.0f / 6, &err) == 0, "cpu step: %s",
                  err.msg);
+#ifdef TT_CUDA_EMULATION
+        size_t cm0 = tt_emu_kernel_launches("cuda_ew_cast_multi_k"), c0 = tt_emu_kernel_launches("cuda_ew_cast_k");
+#endif
         TT_CHECK(tt_exec_micro_step_f32(&b.x, input, labels, 0, (uint64_t)step, 1.0f / 6, &err) == 0, "cuda step: %s",
                  err.msg);
+#ifdef TT_CUDA_EMULATION
+        if (dt != TT_F32) { /* the weight casts of the micro-step: one launch (cast_multi), none per weight */
+          int ncast = 0;
+          for (int i = 0; i < b.p.micro_end; i++) ncast += b.p.steps[i].op == TT_S_CAST;
+          size_t cm = tt_emu_kernel_launches("cuda_ew_cast_multi_k") - cm0, cs = tt_emu_kernel_launches("cuda_ew_cast_k") - c0;
+          TT_CHECK(ncast > 1 && cm == 1 && cs == 0,
+                   "%d weight casts in the micro-step took %zu cast_multi and %zu cast launches (want 1 and 0)", ncast, cm, cs);
+        }
+#endif
         tt_exec_stats(&a.x, sa, 1, &err);
         tt_exec_stats(&b.x, sb, 1, &err);
         TT_CHECK(fabs(sa[0] - sb[0]) <= tol * fabs(sa[0]) + 1e-6 && sa[1] == sb[1], "loss/correct: cpu %.7g/%g cuda %.7g/%g",
@@ -1618,6 +1679,145 @@ static void test_step(tt_dtype dt, const char *name) {
   }
   TT_TEST_END();
 }
+
+#ifdef TT_CUDA_EMULATION
+/* The next batch's copy overlaps the step (backend.h: event_record, upload_after; exec.c): the
+ * training program's input buffers are persistent on the CUDA backend (transient on the CPU), and
+ * the copy of batch k+1 waits only for step k's last reader of them (the loss), not for the whole
+ * step. The emulated device runs queued work only when something waits for it, and then only what
+ * that wait depends on: after steps 2 and 3 are queued back to back, waiting for batch 3's copy
+ * must have run step 2's forward pass and loss but not its backward (fewer emulated threads than
+ * one whole micro-step), where a copy ordered after all the compute work would have run all of it.
+ * Then every step must have read its own batch: the summed loss of 4 different batches equals the
+ * CPU backend's. */
+static void test_batch_overlap(void) {
+  tt_err err;
+  test_net a, b;
+  TT_TEST_BEGIN("cuda_batch_copy_overlaps_the_step");
+  int rc = test_net_open(&a, "tests/fixtures/small_cnn.recipe", cpu, TT_F32, 6, 1, 0, TT_OPT_SGD, &err);
+  TT_CHECK(rc == 0, "cpu: %s", err.msg);
+  int rc2 = test_net_open(&b, "tests/fixtures/small_cnn.recipe", gpu, TT_F32, 6, 1, 0, TT_OPT_SGD, &err);
+  TT_CHECK(rc2 == 0, "cuda: %s", err.msg);
+  if (!rc && !rc2) {
+    const tt_node *in = &a.g.nodes[0];
+    size_t img = (size_t)6 * in->c * in->h * in->w;
+    uint8_t *images = (uint8_t *)malloc(4 * img);
+    int32_t labels[4 * 6];
+    float sa[2], sb[2];
+    tt_emu_counts e0, e1, e2, e3, e4;
+    for (size_t i = 0; i < 4 * img; i++) images[i] = (uint8_t)test_rand(0, 255.9f);
+    for (int i = 0; i < 24; i++) labels[i] = (i * 7 + i / 6) % 5;
+    TT_CHECK(b.p.bufs[b.p.input_u8].persistent && b.p.bufs[b.p.labels].persistent && b.x.in_ev && b.x.in_last >= 0,
+             "the CUDA training program's input buffers are not persistent, or no copy event (in_ev %p)", b.x.in_ev);
+    TT_CHECK(!a.p.bufs[a.p.input_u8].persistent, "the CPU program's uint8 batch is persistent (it is read in place there)");
+    tt_exec_stats(&a.x, NULL, 1, &err);
+    tt_exec_stats(&b.x, NULL, 1, &err);
+    for (int k = 0; k < 2; k++) TT_CHECK(tt_exec_micro_step(&a.x, images + k * img, labels + 6 * k, 0, (uint64_t)k, 1.0f / 6, &err) == 0, "cpu: %s", err.msg);
+    TT_CHECK(tt_exec_micro_step(&b.x, images, labels, 0, 0, 1.0f / 6, &err) == 0 && gpu->sync(gpu) == 0, "cuda step 0: %s", err.msg);
+    tt_emu_get_counts(&e0);
+    TT_CHECK(tt_exec_micro_step(&b.x, images + img, labels + 6, 0, 1, 1.0f / 6, &err) == 0 && gpu->sync(gpu) == 0,
+             "cuda step 1: %s", err.msg);
+    tt_emu_get_counts(&e1);
+    size_t per_step = e1.threads - e0.threads;
+    tt_emu_get_counts(&e2);
+    TT_CHECK(tt_exec_micro_step(&b.x, images + 2 * img, labels + 12, 0, 2, 1.0f / 6, &err) == 0, "cuda step 2: %s", err.msg);
+    int slot = b.x.stage_next; /* the staging slot batch 3 goes through */
+    TT_CHECK(tt_exec_micro_step(&b.x, images + 3 * img, labels + 18, 0, 3, 1.0f / 6, &err) == 0, "cuda step 3: %s", err.msg);
+    TT_CHECK(gpu->event_sync(gpu, b.x.stage_ev[slot]) == 0, "waiting for batch 3's copy: %s", gpu->last_error(gpu));
+    tt_emu_get_counts(&e3);
+    TT_CHECK(gpu->sync(gpu) == 0, "sync: %s", gpu->last_error(gpu));
+    tt_emu_get_counts(&e4);
+    printf("  one micro-step: %zu emulated threads; done when batch 3 had been copied: %zu; both steps: %zu\n", per_step,
+           e3.threads - e2.threads, e4.threads - e2.threads);
+    TT_CHECK(per_step > 0 && e3.threads - e2.threads > 0 && e3.threads - e2.threads < per_step,
+             "batch 3's copy completed after %zu emulated threads of step 2 (of %zu): it %s", e3.threads - e2.threads, per_step,
+             e3.threads - e2.threads >= per_step ? "waited for the whole step" : "did not wait for step 2's forward pass");
+    TT_CHECK(e4.threads - e2.threads == 2 * per_step, "steps 2 and 3 ran %zu threads, want %zu", e4.threads - e2.threads,
+             2 * per_step);
+    for (int k = 2; k < 4; k++) TT_CHECK(tt_exec_micro_step(&a.x, images + k * img, labels + 6 * k, 0, (uint64_t)k, 1.0f / 6, &err) == 0, "cpu: %s", err.msg);
+    TT_CHECK(tt_exec_stats(&a.x, sa, 0, &err) == 0 && tt_exec_stats(&b.x, sb, 0, &err) == 0, "stats: %s", err.msg);
+    TT_CHECK(fabs(sa[0] - sb[0]) <= 1e-4 * fabs(sa[0]) && sa[1] == sb[1], "4 batches' loss/correct: cpu %.7g/%g cuda %.7g/%g",
+             sa[0], sa[1], sb[0], sb[1]);
+    free(images);
+  }
+  test_net_close(&a);
+  test_net_close(&b);
+  TT_TEST_END();
+}
+#endif
+
+#ifdef TT_CUDA_EMULATION
+/* cudnnFind*Ex at setup (backend.h's tune; cuda_conv.cu): a net's executor times each convolution
+ * direction over the arena's transient region, and the emulated cuDNN times its algorithms in the
+ * reverse of its heuristic ranking, so a timed choice differs from the heuristic one somewhere.
+ * Checked: TINYTRAIN_CUDA_FIND=0 makes no Find call, the default makes some; a micro-step then runs
+ * other algorithms than the heuristic ones, each within its planned workspace (the emulation fails
+ * a call whose workspace is short) and on operands Find left intact (the emulated Find writes NaN
+ * over its output operand: had it been live data the loss would show it), with the CPU's loss; and
+ * on a backend created with TINYTRAIN_CUDA_DETERMINISTIC=1 no non-deterministic algorithm runs (the
+ * emulation's backward-data 0, backward-filter 0 and 3). */
+static float test_find_step(tt_backend *be, unsigned used[3], tt_err *err) {
+  test_net t;
+  float st[2] = {-1, -1};
+  cuda_rng = 88172645463325252ull; /* the same input for every backend */
+  int rc = test_net_open(&t, "tests/fixtures/small_cnn.recipe", be, TT_F32, 6, 1, 0, TT_OPT_SGD, err);
+  TT_CHECK(rc == 0, "%s: %s", be->name, err->msg);
+  if (!rc) {
+    const tt_node *in = &t.g.nodes[0];
+    size_t cnt = (size_t)6 * in->c * in->h * in->w;
+    float *input = (float *)malloc(cnt * sizeof(float));
+    int32_t labels[6] = {0, 4, 2, 1, 3, 2};
+    for (size_t i = 0; i < cnt; i++) input[i] = test_rand(-2, 2);
+    for (int d = 0; d < 3; d++) tt_emu_conv_algos_used(d, 1);
+    tt_exec_stats(&t.x, NULL, 1, err);
+    TT_CHECK(tt_exec_micro_step_f32(&t.x, input, labels, 0, 0, 1.0f / 6, err) == 0 && tt_exec_stats(&t.x, st, 1, err) == 0,
+             "%s step: %s", be->name, err->msg);
+    for (int d = 0; d < 3; d++) used[d] = tt_emu_conv_algos_used(d, 1);
+    free(input);
+  }
+  test_net_close(&t);
+  return st[0];
+}
+
+static void test_conv_find(void) {
+  tt_err err;
+  unsigned uc[3], uh[3], uf[3], ud[3];
+  TT_TEST_BEGIN("cuda_conv_find");
+  float lc = test_find_step(cpu, uc, &err);
+  tt_cuda_set_tf32(gpu, 0); /* forgets the algorithms earlier tests' executors timed for these shapes */
+  setenv("TINYTRAIN_CUDA_FIND", "0", 1);
+  size_t f0 = tt_emu_conv_find_calls();
+  float lh = test_find_step(gpu, uh, &err);
+  size_t f1 = tt_emu_conv_find_calls();
+  unsetenv("TINYTRAIN_CUDA_FIND");
+  float lf = test_find_step(gpu, uf, &err);
+  size_t f2 = tt_emu_conv_find_calls();
+  printf("  algorithms run (bits per direction fwd/bwd-data/bwd-filter): heuristic %x/%x/%x, timed %x/%x/%x; %zu Find calls\n",
+         uh[0], uh[1], uh[2], uf[0], uf[1], uf[2], f2 - f1);
+  TT_CHECK(f1 == f0 && f2 > f1, "Find calls: %zu with TINYTRAIN_CUDA_FIND=0 (want 0), %zu by default (want some)", f1 - f0,
+           f2 - f1);
+  TT_CHECK(uh[0] != uf[0] || uh[1] != uf[1] || uh[2] != uf[2], "the timed choices are the heuristic ones everywhere");
+  TT_CHECK(fabs(lh - lc) <= 1e-4 * fabs(lc) && fabs(lf - lc) <= 1e-4 * fabs(lc), "loss: cpu %.7g, heuristic %.7g, timed %.7g",
+           lc, lh, lf);
+  {
+    size_t reserve = 0;
+    char msg[256];
+    setenv("TINYTRAIN_CUDA_DETERMINISTIC", "1", 1);
+    tt_backend *gd = tt_cuda_backend_create(&reserve, msg, sizeof msg);
+    unsetenv("TINYTRAIN_CUDA_DETERMINISTIC");
+    TT_CHECK(gd != NULL, "a deterministic backend: %s", msg);
+    if (gd) {
+      float ld = test_find_step(gd, ud, &err);
+      printf("  deterministic: %x/%x/%x\n", ud[0], ud[1], ud[2]);
+      TT_CHECK(ud[2] && ud[1] && !(ud[1] & 1u) && !(ud[2] & (1u | 8u)),
+               "TINYTRAIN_CUDA_DETERMINISTIC=1 ran non-deterministic algorithms: bwd-data %x, bwd-filter %x", ud[1], ud[2]);
+      TT_CHECK(fabs(ld - lc) <= 1e-4 * fabs(lc), "deterministic loss %.7g, cpu %.7g", ld, lc);
+      gd->destroy(gd);
+    }
+  }
+  TT_TEST_END();
+}
+#endif
 
 /* No cudaMalloc after setup, and the device holds what the plan says (+ lazily loaded
  * kernel modules, which CUDA 12+ loads on first launch: allowed up to 256 MiB, printed). */
@@ -1927,8 +2127,10 @@ int main(void) {
   test_sum_squares_clip();
 #ifdef TT_CUDA_EMULATION
   test_update_multi();
+  test_cast_multi();
 #else
   printf("SKIP cuda_update_multi: counts launches under the emulation (tt_emu_get_counts)\n");
+  printf("SKIP cuda_cast_multi: counts launches under the emulation (tt_emu_kernel_launches)\n");
 #endif
   test_batchnorm();
   test_pooling();
@@ -1959,6 +2161,13 @@ int main(void) {
   gpu->arena_free(gpu, garena);
   test_step(TT_F32, "cuda_step_fp32");
   test_step(TT_F16, "cuda_step_fp16");
+#ifdef TT_CUDA_EMULATION
+  test_batch_overlap();
+  test_conv_find();
+#else
+  printf("SKIP cuda_conv_find: the emulated cuDNN's timings (on a GPU, cudnnFind*Ex runs at every setup)\n");
+  printf("SKIP cuda_batch_copy_overlaps_the_step: the emulation's lazy streams show what a copy waited for\n");
+#endif
   test_no_alloc_and_peak();
 #if defined(TT_HAVE_NCCL) && !defined(TT_CUDA_EMULATION)
   test_nccl_one_rank(); /* last: the communicator stays with the backend */

@@ -271,6 +271,14 @@ int main(void) {
       gpu->adam_update_multi(gpu, sg, 2, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 1, 1, 1.0f, NULL, NULL);
       row("adam_update_multi", shape, 7.0 * cnt * 4);
     }
+    { /* the weight casts of a micro-step (backend.h: cast_multi): the same weights as two fp32
+       * tensors to their fp16 copies in one call; reads 4 bytes, writes 2 per weight */
+      tt_cast_seg cs[2];
+      uint16_t *c16 = (uint16_t *)dalloc(cnt * 2);
+      for (int k = 0; k < 2; k++) cs[k].src = w + k * (cnt / 2), cs[k].dst = c16 + k * (cnt / 2), cs[k].count = cnt / 2;
+      if (gpu->cast_multi(gpu, cs, 2, TT_F32, TT_F16)) fprintf(stderr, "cast_multi failed: %s\n", gpu->last_error(gpu));
+      row("cast_multi", shape, 6.0 * cnt);
+    }
   }
   /* ---- transformer ops (fp16 tokens, fp32 parameters and statistics) ----
    * layer norm over a ViT-B sample's 197 tokens of 768: forward reads x, gamma, beta, writes y

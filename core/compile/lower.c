@@ -717,12 +717,41 @@ static int lower_persistent(lower_ctx *c) {
   if (pol->training && pol->act_dtype == TT_F16 &&
       (p->overflow_flag = lower_buf(c, "overflow_flag", "", sizeof(int32_t), TT_F32, TT_BC_MISC, 1, -1, -1)) < 0)
     return -1;
+  /* The uint8 batch and the labels: transient (live from the load to the loss), except in a
+   * training program on a backend that stages batches to a device (not host_memory): there they
+   * are persistent, so that no other buffer shares their storage and the next batch's copy may run
+   * while the current step computes (its copy waits only for the step's last reader of them: exec.c,
+   * backend.h's upload_after). The cost is the batch's bytes (1 byte per input value, 4 per label)
+   * live through the whole step where they were live in its first part. */
+  int staged = pol->training && !c->be->host_memory;
   if ((p->input_u8 = lower_buf(c, "input", ".u8", tt_size_mul((size_t)pol->micro_batch, p->input_numel), TT_F32,
-                               TT_BC_ACTIVATIONS, 0, 0, -1)) < 0)
+                               TT_BC_ACTIVATIONS, staged, 0, -1)) < 0)
     return -1;
   if ((p->labels = lower_buf(c, "labels", "", tt_size_mul((size_t)pol->micro_batch, sizeof(int32_t)), TT_F32,
-                             TT_BC_ACTIVATIONS, 0, -1, -1)) < 0)
+                             TT_BC_ACTIVATIONS, staged, -1, -1)) < 0)
     return -1;
+  return 0;
+}
+
+/* Training under autocast: every 16-bit weight copy of the micro-step is made by CAST steps at
+ * its start, one after another in forward order (the masters' order), so that the executor can
+ * hand the whole run to the backend's cast_multi as one call (one launch on CUDA) instead of one
+ * cast per weight at its first use. Each copy stays its own transient buffer, live from its cast
+ * to its last reader; what this costs is the later layers' copies during the forward pass before
+ * their layer, which is not where a training plan's peak lies (the end of the forward pass, where
+ * every copy whose backward reads it is live anyway) unless the plan is tiny. Evaluation programs
+ * keep the casts at first use: each copy there lives for its layer only, and casting them all
+ * first would add every copy to their peak. */
+static int lower_casts_first(lower_ctx *c) {
+  const tt_graph *g = c->g;
+  if (!c->pol->training || c->pol->act_dtype == TT_F32) return 0;
+  for (int i = 0; i < g->nnodes; i++) {
+    const tt_node *n = &g->nodes[i];
+    if (c->canon[i] != i) continue;
+    if (lower_weight(c, n->weight) < -1 || lower_weight(c, n->bias) < -1 || lower_weight(c, n->out_w) < -1 ||
+        lower_weight(c, n->out_b) < -1)
+      return -1;
+  }
   return 0;
 }
 
@@ -901,7 +930,7 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
   memset(&c, 0, sizeof c);
   c.g = g, c.pol = pol, c.be = be, c.p = p, c.err = err;
   if (lower_tables(&c)) return -1;
-  if (lower_persistent(&c) || lower_forward(&c) || (pol->training && lower_backward(&c))) goto fail;
+  if (lower_persistent(&c) || lower_casts_first(&c) || lower_forward(&c) || (pol->training && lower_backward(&c))) goto fail;
   p->micro_end = p->nsteps;
   if (pol->training && lower_update(&c)) goto fail;
   lower_liveness(p);

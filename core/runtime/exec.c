@@ -47,6 +47,16 @@ static int exec_staging_create(tt_exec *x, tt_err *err) {
       return tt_fail(err, "could not set up batch staging (%zu bytes x %d) on %s: %s", x->stage_bytes,
                      TT_EXEC_STAGE_SLOTS, be->name, be->last_error(be));
   }
+  x->in_last = -1;
+  if (!be->host_memory && be->event_record && be->upload_after && x->train && x->train->input_u8 >= 0 &&
+      x->train->bufs[x->train->input_u8].persistent && x->train->bufs[x->train->labels].persistent) {
+    const tt_program *p = x->train;
+    for (int i = 0; i < p->micro_end; i++)
+      for (int j = 0; j < p->steps[i].nin; j++)
+        if (p->steps[i].in[j] >= 0 && (p->steps[i].in[j] == p->input_u8 || p->steps[i].in[j] == p->labels)) x->in_last = i;
+    if (x->in_last >= 0 && !(x->in_ev = be->event_create(be)))
+      return tt_fail(err, "could not set up the batch copy's event on %s: %s", be->name, be->last_error(be));
+  }
   x->host_flag = (int32_t *)be->host_alloc(be, sizeof(int32_t));
   x->flag_ev = x->host_flag ? be->event_create(be) : NULL;
   if (!x->flag_ev) return tt_fail(err, "could not set up the overflow flag's read-back on %s: %s", be->name, be->last_error(be));
@@ -72,6 +82,13 @@ static int exec_prepare(tt_exec *x, tt_err *err) {
     for (int i = 0; i < p->nsteps; i++) n += tt_step_backend_ops(p, &p->steps[i], p->policy.micro_batch, ops + n);
   }
   rc = be->prepare(be, ops, n);
+  /* then timed on the arena's transient region, which holds nothing before the first step (the
+   * persistent region before it is never touched: weights, statistics, the staged input) */
+  if (!rc && be->tune && x->base && be->tune(be, ops, n, x->base + x->persistent_bytes, x->arena_bytes - x->persistent_bytes)) {
+    free(ops);
+    return tt_fail(err, "backend '%s' could not time the program's %d calls: %s", be->name, n,
+                   be->last_error ? be->last_error(be) : "");
+  }
   free(ops);
   if (rc)
     return tt_fail(err, "backend '%s' could not prepare the program's %d calls: %s", be->name, n,
@@ -208,6 +225,44 @@ static int exec_update_table(tt_exec *x, tt_err *err) {
   return 0;
 }
 
+/* The runs of consecutive CAST steps of both programs as cast_multi tables (exec.h), for a backend
+ * with cast_multi; setup only (the pointers are fixed once the arena is). Every step of a run casts
+ * from fp32 to the same dtype (the program's activations'). */
+static int exec_cast_table(tt_exec *x, tt_err *err) {
+  const tt_program *ps[2] = {x->train, x->eval};
+  if (!x->be->cast_multi) return 0;
+  for (int k = 0; k < 2; k++) {
+    const tt_program *p = ps[k];
+    int n = 0, nseg = 0;
+    if (!p) continue;
+    for (int i = 0; i < p->micro_end; i++) n += p->steps[i].op == TT_S_CAST;
+    if (!n) continue;
+    x->cseg[k] = (tt_cast_seg *)tt_calloc((size_t)n, sizeof(tt_cast_seg), "cast table", err);
+    x->cast_run[k] = (int *)tt_calloc((size_t)p->micro_end * 2, sizeof(int), "cast table", err);
+    if (!x->cseg[k] || !x->cast_run[k]) return -1;
+    x->cast_first[k] = x->cast_run[k] + p->micro_end;
+    for (int i = 0; i < p->micro_end;) {
+      int j = i;
+      if (p->steps[i].op != TT_S_CAST) {
+        i++;
+        continue;
+      }
+      x->cast_first[k][i] = nseg;
+      for (; j < p->micro_end && p->steps[j].op == TT_S_CAST &&
+             p->bufs[p->steps[j].out[TT_CAST_DST]].dtype == p->bufs[p->steps[i].out[TT_CAST_DST]].dtype;
+           j++) {
+        tt_cast_seg *c = &x->cseg[k][nseg++];
+        c->src = tt_exec_ptr(x, p, p->steps[j].in[TT_CAST_SRC]);
+        c->dst = tt_exec_ptr(x, p, p->steps[j].out[TT_CAST_DST]);
+        c->count = p->steps[j].a.count;
+      }
+      x->cast_run[k][i] = j - i;
+      i = j;
+    }
+  }
+  return 0;
+}
+
 int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const tt_program *eval, tt_backend *be,
                    uint64_t seed, tt_err *err) {
   memset(x, 0, sizeof *x);
@@ -242,7 +297,11 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
     tt_exec_destroy(x);
     return tt_fail(err, "zeroing the arena on %s failed: %s", be->name, be->last_error ? be->last_error(be) : "");
   }
-  if (exec_prepare(x, err) || exec_update_table(x, err)) {
+  if (x->in_ev && be->event_record(be, x->in_ev)) { /* the first batch's copy comes after that zeroing */
+    tt_exec_destroy(x);
+    return tt_fail(err, "recording the arena's zeroing on %s failed: %s", be->name, be->last_error(be));
+  }
+  if (exec_prepare(x, err) || exec_update_table(x, err) || exec_cast_table(x, err)) {
     tt_exec_destroy(x);
     return -1;
   }
@@ -270,10 +329,17 @@ void tt_exec_destroy(tt_exec *x) {
     if (be->event_sync(be, x->flag_ev)) fprintf(stderr, "tinytrain: %s\n", be->last_error(be));
     be->event_destroy(be, x->flag_ev);
   }
+  if (x->in_ev) be->event_destroy(be, x->in_ev); /* recorded on the compute stream, which arena_free waited for */
+  x->in_ev = NULL;
   free(x->f16_input);
   x->f16_input = NULL;
   free(x->useg);
   x->useg = NULL, x->nuseg = 0;
+  for (int k = 0; k < 2; k++) {
+    free(x->cseg[k]);
+    free(x->cast_run[k]); /* cast_first[k] lies in the same allocation */
+    x->cseg[k] = NULL, x->cast_run[k] = x->cast_first[k] = NULL;
+  }
   if (x->host_flag) be->host_free(be, x->host_flag);
   x->base = NULL;
   x->host_flag = NULL, x->flag_ev = NULL;
@@ -479,11 +545,19 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
                                     EXEC_P(s->out[TT_LOAD_X])));
         break;
       }
-      case TT_S_CAST:
-        /* a weight copy in the destination buffer's dtype (fp16 or bf16: the activations') */
-        EXEC_CHECK(be->cast(be, s->a.count, TT_F32, EXEC_P(s->in[TT_CAST_SRC]), r->p->bufs[s->out[TT_CAST_DST]].dtype,
-                            EXEC_P(s->out[TT_CAST_DST])));
+      case TT_S_CAST: {
+        /* a weight copy in the destination buffer's dtype (fp16 or bf16: the activations'); with
+         * cast_multi, a run of casts in one call at its first step (exec_cast_table) */
+        int k = r->p == r->x->train ? 0 : 1;
+        tt_dtype cdt = r->p->bufs[s->out[TT_CAST_DST]].dtype;
+        if (r->x->cast_run[k]) {
+          int run = r->x->cast_run[k][i];
+          if (run > 0) EXEC_CHECK(be->cast_multi(be, r->x->cseg[k] + r->x->cast_first[k][i], run, TT_F32, cdt));
+          break; /* a later step of a run: cast with its first */
+        }
+        EXEC_CHECK(be->cast(be, s->a.count, TT_F32, EXEC_P(s->in[TT_CAST_SRC]), cdt, EXEC_P(s->out[TT_CAST_DST])));
         break;
+      }
       case TT_S_FWD:
       case TT_S_BWD:
         if (exec_layer(r, s, err)) return -1;
@@ -502,6 +576,8 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
         return tt_fail(err, "internal error: step %d of kind %d in the micro-step", i, (int)s->op);
     }
     if (s->op != TT_S_FWD && s->op != TT_S_BWD && exec_sync_point(r->x, r->p, s, exec_step_op_name(s), err)) return -1;
+    if (i == r->x->in_last && r->p == r->x->train && r->x->in_ev && be->event_record(be, r->x->in_ev))
+      return tt_fail(err, "recording the batch's last use failed: %s", be->last_error(be)); /* the next batch may come in */
     if (pf) pf->seconds += exec_now() - t0, pf->count++;
     if (r->x->after_step && r->x->after_step(r->x->after_step_ud, i, err)) return -1;
   }
@@ -529,6 +605,12 @@ static int exec_upload_batch(tt_exec *x, const tt_program *p, const uint8_t *ima
   if (be->event_sync(be, x->stage_ev[k])) return tt_fail(err, "waiting for a batch copy failed: %s", be->last_error(be));
   memcpy(x->stage[k], images, img);
   memcpy(x->stage[k] + x->stage_labels_off, labels, lab);
+  if (p == x->train && x->in_ev) { /* into the persistent input buffers, once the step before has read them */
+    if (be->upload_after(be, tt_exec_ptr(x, p, p->input_u8), x->stage[k], img, x->in_ev, NULL) ||
+        be->upload_after(be, tt_exec_ptr(x, p, p->labels), x->stage[k] + x->stage_labels_off, lab, x->in_ev, x->stage_ev[k]))
+      return tt_fail(err, "copying the batch to the device failed: %s", be->last_error(be));
+    return 0;
+  }
   if (be->upload_async(be, tt_exec_ptr(x, p, p->input_u8), x->stage[k], img, NULL) ||
       be->upload_async(be, tt_exec_ptr(x, p, p->labels), x->stage[k] + x->stage_labels_off, lab, x->stage_ev[k]))
     return tt_fail(err, "copying the batch to the device failed: %s", be->last_error(be));

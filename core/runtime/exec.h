@@ -34,12 +34,26 @@ typedef struct tt_exec {
   void *stage_ev[TT_EXEC_STAGE_SLOTS]; /* recorded after slot k's copy */
   size_t stage_bytes, stage_labels_off;
   int stage_next;
+  /* The training program's input buffers are persistent where batches are staged (lower.c): with
+   * the backend's event_record and upload_after, in_ev is recorded after step in_last (the last of
+   * the micro-step reading the uint8 batch or the labels) and the next batch's copy waits for it
+   * alone, so it runs while the rest of the step computes. NULL: every copy waits for all the
+   * compute queued before it (upload_async). */
+  void *in_ev;
+  int in_last;
   int32_t *host_flag;      /* the overflow flag read back (host_alloc'ed) */
   /* the training program's update steps as one table (pointers into the arena, [train] decay per
    * tensor), made at setup for a backend with sgd_update_multi / adam_update_multi: the whole
    * optimizer step in one call (backend.h); NULL otherwise, and the steps run one by one */
   tt_update_seg *useg;
   int nuseg;
+  /* Per program (0 training, 1 evaluation): runs of consecutive CAST steps (the training program
+   * casts every weight at the start of the micro-step, lower.c) as one table for the backend's
+   * cast_multi, made at setup: cast_run[k][i] > 0 at the first step of a run is its length and its
+   * segments start at cseg[k][cast_first[k][i]]; the run's other steps are skipped. NULL without
+   * cast_multi (the ref and cpu backends), and the steps cast one by one. */
+  tt_cast_seg *cseg[2];
+  int *cast_run[2], *cast_first[2];
   uint16_t *f16_input;     /* float input to an fp16 program on a device: converted here first
                             * (allocated at its first use, kept; the CPU converts in place) */
   void *flag_ev;           /* recorded after that read-back */

@@ -122,6 +122,9 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
   else
     s->be = tt_cpu_backend_create(session_threads(o->threads));
   if (!s->be) return tt_fail(err, "could not create the CPU backend");
+  /* planning for a card with the reference backend standing in: plan the buffers the CUDA backend
+   * gets (a staged batch: the training program's input buffers persistent, lower.c); nothing runs */
+  if (s->target_cuda) s->be->host_memory = 0;
   if (gpu) {
     s->profile = gpu, s->target = gpu->name;
     *reserve = gpu->reserve_bytes;

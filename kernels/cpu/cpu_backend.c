@@ -100,6 +100,9 @@ static const tt_backend cpu_be_table = {
     NULL, NULL, /* sgd_update_multi, adam_update_multi: the executor updates tensor by tensor (bit for bit as before) */
     0u, /* layouts: set by tt_cpu_backend_create */
     tt_cpu_bn_apply,
+    NULL, /* cast_multi: the executor casts tensor by tensor */
+    NULL, NULL, /* event_record, upload_after: a host-memory backend stages no batch */
+    NULL, /* tune: nothing to time */
 };
 
 tt_backend *tt_cpu_backend_create(int threads) {

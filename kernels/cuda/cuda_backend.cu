@@ -269,6 +269,28 @@ static int cuda_be_download_async(tt_backend *b, void *dst_host, const void *src
   return cuda_be_copy(b, dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, (cudaEvent_t)done);
 }
 
+static int cuda_be_event_record(tt_backend *b, void *ev) {
+  if (!ev) return tt_cuda_fail(b, "event_record: NULL event");
+  CUDA_CHECK(b, cudaEventRecord((cudaEvent_t)ev, tt_cuda_st(b)->compute));
+  return 0;
+}
+
+/* The copy waits for `after` only (cudaStreamWaitEvent on an event never recorded is a no-op,
+ * CUDA Runtime API), not for the compute work queued so far as cuda_be_copy's does: the copy
+ * stream runs it while the compute stream still works on the step before; the compute work
+ * queued next waits for it (ev_copy), and `done` follows it. */
+static int cuda_be_upload_after(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes, void *after, void *done) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  if (!bytes) return 0;
+  if (!dst_dev || !src_host) return tt_cuda_fail(b, "upload_after: NULL pointer for %zu bytes", bytes);
+  if (after) CUDA_CHECK(b, cudaStreamWaitEvent(st->copy, (cudaEvent_t)after, 0));
+  CUDA_CHECK(b, cudaMemcpyAsync(dst_dev, src_host, bytes, cudaMemcpyHostToDevice, st->copy));
+  CUDA_CHECK(b, cudaEventRecord(st->ev_copy, st->copy));
+  CUDA_CHECK(b, cudaStreamWaitEvent(st->compute, st->ev_copy, 0));
+  if (done) CUDA_CHECK(b, cudaEventRecord((cudaEvent_t)done, st->copy));
+  return 0;
+}
+
 static int cuda_be_zero(tt_backend *b, void *p, size_t bytes) {
   tt_cuda_state *st = tt_cuda_st(b);
   if (!bytes) return 0;
@@ -505,6 +527,10 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   st->ws_cap = tot / 64;
   if (st->ws_cap > TT_CUDA_CONV_WS_DEFAULT_CAP) st->ws_cap = TT_CUDA_CONV_WS_DEFAULT_CAP;
   st->ws_cap_default = st->ws_cap;
+  { /* convolutions among deterministic cuDNN algorithms only (docs/gpu.md) */
+    const char *det = getenv("TINYTRAIN_CUDA_DETERMINISTIC");
+    st->deterministic = det && *det && strcmp(det, "0") != 0;
+  }
   st->blas_ws = (size_t)(prop.major >= 9 ? 32 : 4) << 20; /* cuda_linear.cu says why */
   /* What cuDNN and cuBLAS may still load after setup (tt_cuda.h): their modules, and the local
    * memory the context grows to for a kernel needing more per thread, which the driver sizes for
@@ -589,6 +615,9 @@ static const tt_backend cuda_be_table = {
     tt_cuda_sgd_update_multi, tt_cuda_adam_update_multi,
     0u, /* layouts: NCHW only (the planner gives no other) */
     tt_cuda_bn_apply,
+    tt_cuda_cast_multi, /* the weight casts of a step in one launch */
+    cuda_be_event_record, cuda_be_upload_after, /* the next batch's copy overlaps the step */
+    tt_cuda_conv_find, /* tune: cudnnFind*Ex over the arena's transient region at setup */
 };
 
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize) {

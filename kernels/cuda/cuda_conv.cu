@@ -178,7 +178,9 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nret, perf));
     for (i = 0; i < nret; i++) {
       size_t ws = 0;
-      if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(b, s->dt, perf[i].mathType)) continue;
+      if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(b, s->dt, perf[i].mathType) ||
+          (st->deterministic && perf[i].determinism != CUDNN_DETERMINISTIC))
+        continue;
       CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, ranked ? perf[i].mathType : base));
       if (cudnnGetConvolutionForwardWorkspaceSize(st->dnn, s->x, s->w, s->conv, s->y, perf[i].algo, &ws) !=
           CUDNN_STATUS_SUCCESS)
@@ -192,7 +194,9 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
                                                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nret, perf));
     for (i = 0; i < nret; i++) {
       size_t ws = 0;
-      if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(b, s->dt, perf[i].mathType)) continue;
+      if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(b, s->dt, perf[i].mathType) ||
+          (st->deterministic && perf[i].determinism != CUDNN_DETERMINISTIC))
+        continue;
       CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, ranked ? perf[i].mathType : base));
       if (cudnnGetConvolutionBackwardDataWorkspaceSize(st->dnn, s->w, s->y, s->conv, s->x, perf[i].algo, &ws) !=
           CUDNN_STATUS_SUCCESS)
@@ -206,7 +210,9 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
                                                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nret, perf));
     for (i = 0; i < nret; i++) {
       size_t ws = 0;
-      if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(b, s->dt, perf[i].mathType)) continue;
+      if (perf[i].status != CUDNN_STATUS_SUCCESS || !cuda_conv_math_ok(b, s->dt, perf[i].mathType) ||
+          (st->deterministic && perf[i].determinism != CUDNN_DETERMINISTIC))
+        continue;
       CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, ranked ? perf[i].mathType : base));
       if (cudnnGetConvolutionBackwardFilterWorkspaceSize(st->dnn, s->x, s->y, s->conv, s->w, perf[i].algo, &ws) !=
           CUDNN_STATUS_SUCCESS)
@@ -262,6 +268,115 @@ static tt_cuda_conv_slot *cuda_conv_prepare(tt_backend *b, const tt_conv_desc *d
     return NULL;
   }
   return s;
+}
+
+/* ---------------------- cudnnFind*Ex at setup, allocation-free ---------------------------
+ * The heuristic ranking (cuda_conv_choose) sized every convolution's planned workspace. At setup,
+ * with the arena allocated and nothing of a step live, each (shape, dtype, direction) the programs
+ * use is timed by cudnnFind*Ex on operands carved out of the arena's transient region: x, w and y
+ * (or dy, dx, dw) at the shape's sizes, filled with a constant (0x3c bytes: finite normal values in
+ * fp32, fp16 and bf16, so no algorithm is timed on NaNs or subnormals), and a workspace of exactly
+ * the bytes the heuristic choice needs, which the planned buffer holds: cuDNN skips an algorithm
+ * needing more (a status other than success, or a memory above the workspace), so whatever it picks
+ * runs in the plan. The fastest result that succeeded, within that workspace, with a math type the
+ * backend allows (no TF32 unless it is on) and, with TINYTRAIN_CUDA_DETERMINISTIC=1, deterministic,
+ * replaces the heuristic choice. cuDNN allocates nothing for the Ex variants (the caller gives every
+ * buffer); a shape whose operands do not fit the region keeps the heuristic choice. */
+typedef struct cuda_conv_found {
+  cudnnStatus_t status;
+  int algo;
+  float time;
+  size_t memory;
+  cudnnDeterminism_t det;
+  cudnnMathType_t math;
+} cuda_conv_found;
+
+template <typename Perf>
+static int cuda_conv_found_copy(const Perf *perf, int n, cuda_conv_found *out) {
+  for (int i = 0; i < n; i++) {
+    out[i].status = perf[i].status, out[i].algo = (int)perf[i].algo, out[i].time = perf[i].time;
+    out[i].memory = perf[i].memory, out[i].det = perf[i].determinism, out[i].math = perf[i].mathType;
+  }
+  return n;
+}
+
+static int cuda_conv_find_one(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind which, char *scratch, size_t scratch_bytes) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  const tt_conv_desc *d = &s->d;
+  size_t es = tt_dtype_size(s->dt);
+  size_t xb = cuda_conv_round((size_t)d->n * d->c * d->h * d->w * es);
+  size_t wb = cuda_conv_round((size_t)d->k * (d->c / d->groups) * d->r * d->s * es);
+  size_t yb = cuda_conv_round((size_t)d->n * d->k * d->p * d->q * es);
+  size_t limit = s->cudnn_ws[which], off = 0, i;
+  cuda_conv_found found[16];
+  int n = 0, best = -1;
+  char *x, *w, *y, *ws;
+  cudnnMathType_t base = cuda_conv_base_math(b, s->dt);
+  if (xb + wb + yb + cuda_conv_round(limit) > scratch_bytes) return 0; /* keeps the heuristic choice */
+  x = scratch + off, off += xb;
+  w = scratch + off, off += wb;
+  y = scratch + off, off += yb;
+  ws = limit ? scratch + off : NULL;
+  CUDA_CHECK(b, cudaMemsetAsync(scratch, 0x3c, xb + wb + yb, st->compute));
+  CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, base));
+  if (which == TT_WS_FWD) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    CUDNN_CHECK(b, cudnnFindConvolutionForwardAlgorithmEx(st->dnn, s->x, x, s->w, w, s->conv, s->y, y,
+                                                          CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf, ws, limit));
+    n = cuda_conv_found_copy(perf, n, found);
+  } else if (which == TT_WS_BWD_DATA) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    CUDNN_CHECK(b, cudnnFindConvolutionBackwardDataAlgorithmEx(st->dnn, s->w, w, s->y, y, s->conv, s->x, x,
+                                                               CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf, ws, limit));
+    n = cuda_conv_found_copy(perf, n, found);
+  } else {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    CUDNN_CHECK(b, cudnnFindConvolutionBackwardFilterAlgorithmEx(st->dnn, s->x, x, s->y, y, s->conv, s->w, w,
+                                                                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf, ws,
+                                                                 limit));
+    n = cuda_conv_found_copy(perf, n, found);
+  }
+  for (i = 0; i < (size_t)n; i++) { /* cuDNN sorts by time; take the least time that qualifies all the same */
+    const cuda_conv_found *f = &found[i];
+    if (f->status != CUDNN_STATUS_SUCCESS || f->memory > limit || f->time < 0.0f || !cuda_conv_math_ok(b, s->dt, f->math) ||
+        (st->deterministic && f->det != CUDNN_DETERMINISTIC))
+      continue;
+    if (best < 0 || f->time < found[best].time) best = (int)i;
+  }
+  if (best < 0) return 0;
+  s->algo[which] = found[best].algo;
+  s->math[which] = cuda_conv_ranked_math(b, s->dt) ? found[best].math : base;
+  s->cudnn_ws[which] = found[best].memory;
+  st->conv_found++;
+  return 0;
+}
+
+int tt_cuda_conv_find(tt_backend *b, const tt_op_desc *ops, int nops, void *scratch, size_t scratch_bytes) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  const char *env = getenv("TINYTRAIN_CUDA_FIND");
+  int i, j, algo;
+  size_t need;
+  st->conv_found = 0;
+  if (env && !strcmp(env, "0")) return 0; /* the documented off switch: the heuristic choices stay */
+  if (nops < 0 || (nops && !ops)) return tt_cuda_fail(b, "tune: %d calls at %p", nops, (const void *)ops);
+  if (!scratch) scratch_bytes = 0;
+  for (i = 0; i < nops; i++) {
+    const tt_op_desc *o = &ops[i];
+    tt_ws_kind which;
+    tt_cuda_conv_slot *s;
+    int seen = 0;
+    if (o->kind != TT_OP_CONV_FWD && o->kind != TT_OP_CONV_BWD_DATA && o->kind != TT_OP_CONV_BWD_FILTER) continue;
+    for (j = 0; j < i && !seen; j++) /* calls repeat (the same shape in many blocks): time each once */
+      seen = ops[j].kind == o->kind && ops[j].dt == o->dt && cuda_conv_same(&ops[j].u.conv, &o->u.conv);
+    if (seen) continue;
+    which = (tt_ws_kind)(o->kind - TT_OP_CONV_FWD);
+    if (cuda_conv_check(b, "tune", &o->u.conv, o->dt)) return -1;
+    /* the slot and the heuristic choice the plan sized the workspace with */
+    if (!(s = cuda_conv_prepare(b, &o->u.conv, o->dt, which, (size_t)-1, &algo, &need))) return -1;
+    if (cuda_conv_find_one(b, s, which, (char *)scratch, scratch_bytes)) return -1;
+  }
+  CUDA_CHECK(b, cudaStreamSynchronize(st->compute)); /* the scratch's fill and cuDNN's runs are done */
+  return 0;
 }
 
 size_t tt_cuda_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which) {

@@ -491,6 +491,101 @@ int tt_cuda_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, 
   return 0;
 }
 
+/* ------------------------------- many casts per launch -------------------------------- */
+
+/* Up to CUDA_EW_CASTS tensors per launch (backend.h's cast_multi: the weight casts of a step;
+ * a ResNet-50 has 55, a ViT-B/16 100), their pointers and sizes in a table passed by value as a
+ * kernel parameter (3856 bytes + 12 of arguments, under the 4 KiB every architecture takes;
+ * nothing allocated or uploaded). The flat index space is in
+ * vectors of 4 elements: tensor s owns vectors [cumv[s], cumv[s+1]), ceil(count / 4) of them; a
+ * thread's vector finds its tensor by binary search and converts 4 elements with one 16-byte fp32
+ * access (8 bytes of a 16-bit dtype) where the launch's every pointer allows it (v4 != 0), else
+ * element by element; a tensor's last partial vector goes element by element. Each value goes
+ * through fp32 as cast does, so the bits are cast's. */
+#define CUDA_EW_CASTS 120
+typedef struct cuda_ew_cast_table { /* 121*8 + 3*120*8 + 8 = 3856 bytes */
+  unsigned long long cumv[CUDA_EW_CASTS + 1];
+  const void *src[CUDA_EW_CASTS];
+  void *dst[CUDA_EW_CASTS];
+  unsigned long long count[CUDA_EW_CASTS];
+  int n;
+} cuda_ew_cast_table;
+static_assert(sizeof(cuda_ew_cast_table) + 3 * sizeof(int) <= 4096, "cast_multi's table must fit the 4 KiB of kernel parameters");
+
+template <int V>
+static __device__ __forceinline__ void cuda_ew_cast_multi_v(const cuda_ew_cast_table &t, tt_dtype sdt, tt_dtype ddt) {
+  TT_CUDA_LOOP(iv, (size_t)t.cumv[t.n]) {
+    int lo = 0, hi = t.n - 1;
+    while (lo < hi) { /* the last s with cumv[s] <= iv */
+      int mid = (lo + hi + 1) >> 1;
+      if (t.cumv[mid] <= iv) lo = mid;
+      else hi = mid - 1;
+    }
+    size_t v = iv - (size_t)t.cumv[lo], e = v * 4, count = (size_t)t.count[lo];
+    if (V == 4 && e + 4 <= count) {
+      float x[4];
+      tt_cuda_ldv<4>(sdt, t.src[lo], v, x);
+      tt_cuda_stv<4>(ddt, t.dst[lo], v, x);
+    } else {
+      for (size_t k = e; k < e + 4 && k < count; k++) tt_cuda_st(ddt, t.dst[lo], k, tt_cuda_ld(sdt, t.src[lo], k));
+    }
+  }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_cast_multi_k(cuda_ew_cast_table t, tt_dtype sdt,
+                                                                        tt_dtype ddt, int v4) {
+#define CUDA_EW_CAST_M(S, D)                                       \
+  if (sdt == (S) && ddt == (D)) {                                  \
+    if (v4)                                                        \
+      cuda_ew_cast_multi_v<4>(t, (S), (D));                        \
+    else                                                           \
+      cuda_ew_cast_multi_v<1>(t, (S), (D));                        \
+    return;                                                        \
+  }
+  CUDA_EW_CAST_M(TT_F32, TT_F16)
+  CUDA_EW_CAST_M(TT_F32, TT_BF16)
+  CUDA_EW_CAST_M(TT_F16, TT_F32)
+  CUDA_EW_CAST_M(TT_BF16, TT_F32)
+  CUDA_EW_CAST_M(TT_F16, TT_BF16)
+  CUDA_EW_CAST_M(TT_BF16, TT_F16)
+#undef CUDA_EW_CAST_M
+}
+
+int tt_cuda_cast_multi(tt_backend *b, const tt_cast_seg *segs, int nseg, tt_dtype src_dt, tt_dtype dst_dt) {
+  cuda_ew_cast_table t;
+  int i = 0;
+  if (cuda_ew_dt(b, "cast_multi", src_dt) || cuda_ew_dt(b, "cast_multi", dst_dt)) return -1;
+  if (nseg < 0 || (nseg && !segs)) return tt_cuda_fail(b, "cast_multi: %d tensors at %p", nseg, (const void *)segs);
+  if (src_dt == dst_dt) { /* copies: cast's own path, one per tensor */
+    for (i = 0; i < nseg; i++)
+      if (tt_cuda_cast(b, segs[i].count, src_dt, segs[i].src, dst_dt, segs[i].dst)) return -1;
+    return 0;
+  }
+  while (i < nseg) {
+    int v4 = 1;
+    memset(&t, 0, sizeof t);
+    for (; i < nseg && t.n < CUDA_EW_CASTS; i++) {
+      const tt_cast_seg *sg = &segs[i];
+      const void *ptrs[2];
+      if (!sg->count) continue;
+      if (!sg->src || !sg->dst) return tt_cuda_fail(b, "cast_multi: tensor %d of %d: NULL src or dst", i, nseg);
+      if (sg->src == (const void *)sg->dst)
+        return tt_cuda_fail(b, "cast_multi: tensor %d of %d: %s -> %s cannot run in place", i, nseg,
+                            tt_cuda_dtype_name(src_dt), tt_cuda_dtype_name(dst_dt));
+      ptrs[0] = sg->src, ptrs[1] = sg->dst;
+      if (tt_cuda_vec_width(4, ptrs, 2) != 4) v4 = 0; /* fp32's 16 bytes (a 16-bit side then 8-aligned too) */
+      t.src[t.n] = sg->src, t.dst[t.n] = sg->dst, t.count[t.n] = sg->count;
+      t.cumv[t.n + 1] = t.cumv[t.n] + (sg->count + 3) / 4;
+      t.n++;
+    }
+    if (!t.n) break;
+    TT_LAUNCH(cuda_ew_cast_multi_k, tt_cuda_blocks((size_t)t.cumv[t.n]), TT_CUDA_THREADS, 0, cuda_ew_stream(b), t, src_dt,
+              dst_dt, v4);
+    CUDA_LAUNCH_CHECK(b, "cast_multi");
+  }
+  return 0;
+}
+
 /* ---------------------------------- normalize_u8 -------------------------------------- */
 
 typedef struct cuda_ew_norm_params {
@@ -543,6 +638,7 @@ const tt_cuda_kernel tt_cuda_elementwise_kernels[] = {
     TT_CUDA_KERNEL(cuda_ew_dropout_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_channel_copy_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_cast_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_ew_cast_multi_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_normalize_k, TT_CUDA_THREADS),
 };
 const int tt_cuda_elementwise_nkernels = (int)(sizeof tt_cuda_elementwise_kernels / sizeof tt_cuda_elementwise_kernels[0]);

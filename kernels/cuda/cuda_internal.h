@@ -69,6 +69,9 @@ typedef struct tt_cuda_state {
   size_t ws_cap;        /* largest cuDNN workspace a convolution algorithm may ask for */
   size_t ws_cap_default;/* the setup's ws_cap (tt_cuda_set_conv_workspace_cap(b, 0) restores it) */
   int tf32;             /* 1: fp32 convolutions and GEMMs may use TF32 (tt_cuda_set_tf32; only from cc 80) */
+  int deterministic;    /* TINYTRAIN_CUDA_DETERMINISTIC=1 (read at creation): convolutions take only algorithms
+                         * cuDNN reports CUDNN_DETERMINISTIC (no atomics: the same bits run to run) */
+  int conv_found;       /* directions whose algorithm cudnnFind*Ex chose at setup (tt_cuda_conv_find); for tests */
   size_t blas_ws;       /* cuBLAS workspace each GEMM is planned (cuda_linear.cu) */
   size_t lib_margin;    /* device memory kept for what cuDNN/cuBLAS load after setup (tt_cuda_library_margin) */
   tt_cuda_conv_slot *conv;
@@ -395,6 +398,10 @@ void tt_cuda_conv_cache_destroy(tt_backend *b);
 /* Forgets every chosen convolution algorithm (the next query or call chooses again): after the
  * TF32 setting or the workspace cap changed. */
 void tt_cuda_conv_cache_forget(tt_backend *b);
+/* backend.h's tune: times each convolution direction of ops with cudnnFind*Ex over scratch (the
+ * arena's transient region at setup) and keeps the fastest algorithm within the workspace planned for
+ * it; TINYTRAIN_CUDA_FIND=0 keeps the heuristic choices. */
+int tt_cuda_conv_find(tt_backend *b, const tt_op_desc *ops, int nops, void *scratch, size_t scratch_bytes);
 /* cuda_linear.cu */
 size_t tt_cuda_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which);
 int tt_cuda_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
@@ -441,6 +448,7 @@ int tt_cuda_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint6
 int tt_cuda_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *src, int src_c, int src_off,
                          void *dst, int dst_c, int dst_off, int nc, float beta);
 int tt_cuda_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst);
+int tt_cuda_cast_multi(tt_backend *b, const tt_cast_seg *segs, int nseg, tt_dtype src_dt, tt_dtype dst_dt);
 int tt_cuda_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
                          const float *std, tt_dtype dt, void *dst);
 /* cuda_loss_optim.cu */

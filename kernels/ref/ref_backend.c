@@ -180,6 +180,9 @@ static const tt_backend ref_be_table = {
     NULL, NULL, /* sgd_update_multi, adam_update_multi: the executor updates tensor by tensor (bit for bit as before) */
     0u, /* layouts: NCHW only */
     tt_ref_bn_apply,
+    NULL, /* cast_multi: the executor casts tensor by tensor */
+    NULL, NULL, /* event_record, upload_after: a host-memory backend stages no batch */
+    NULL, /* tune: nothing to time */
 };
 
 tt_backend *tt_ref_backend_create(int threads) {

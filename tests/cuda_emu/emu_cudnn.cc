@@ -579,6 +579,16 @@ extern "C" cudnnStatus_t cudnnGetConvolutionBackwardFilterWorkspaceSize(cudnnHan
 /* ----------------------------------- computing ---------------------------------------- */
 
 int emu_last_conv_math = -1, emu_last_conv_tf32 = 0;
+/* Which algorithms the convolution calls ran, per direction (bit = algorithm), and how many
+ * cudnnFind*Ex calls there were: tt_emu_conv_algos_used, tt_emu_conv_find_calls. */
+static unsigned emu_algos_used[3];
+static size_t emu_find_calls;
+extern "C" unsigned tt_emu_conv_algos_used(int dir, int reset) {
+  unsigned u = dir >= 0 && dir < 3 ? emu_algos_used[dir] : 0u;
+  if (reset && dir >= 0 && dir < 3) emu_algos_used[dir] = 0;
+  return u;
+}
+extern "C" size_t tt_emu_conv_find_calls(void) { return emu_find_calls; }
 extern "C" int tt_emu_last_conv_math(int *tf32) {
   if (tf32) *tf32 = emu_last_conv_tf32;
   return emu_last_conv_math;
@@ -730,6 +740,7 @@ extern "C" cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void *al
       (s = emu_call_check(DIR_FWD, p.get(), (int)algo, x, emu_tensor_bytes(&p->x), "x", w, emu_filter_bytes(&p->w), "w", y,
                           emu_tensor_bytes(&p->y), "y", ws, ws_bytes, &need)))
     return s;
+  emu_algos_used[DIR_FWD] |= 1u << (int)algo;
   emu_counts.dnn_calls++;
   int tf32 = emu_conv_tf32(p.get());
   emu_enqueue(h->stream, who, [p, a, b, x, w, y, ws, need, tf32]() {
@@ -769,6 +780,7 @@ extern "C" cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const voi
       (s = emu_call_check(DIR_BWD_DATA, p.get(), (int)algo, w, emu_filter_bytes(&p->w), "w", dy,
                           emu_tensor_bytes(&p->y), "dy", dx, emu_tensor_bytes(&p->x), "dx", ws, ws_bytes, &need)))
     return s;
+  emu_algos_used[DIR_BWD_DATA] |= 1u << (int)algo;
   emu_counts.dnn_calls++;
   int tf32 = emu_conv_tf32(p.get());
   emu_enqueue(h->stream, who, [p, a, b, w, dy, dx, ws, need, tf32]() {
@@ -808,6 +820,7 @@ extern "C" cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const v
       (s = emu_call_check(DIR_BWD_FILTER, p.get(), (int)algo, x, emu_tensor_bytes(&p->x), "x", dy,
                           emu_tensor_bytes(&p->y), "dy", dw, emu_filter_bytes(&p->w), "dw", ws, ws_bytes, &need)))
     return s;
+  emu_algos_used[DIR_BWD_FILTER] |= 1u << (int)algo;
   emu_counts.dnn_calls++;
   int tf32 = emu_conv_tf32(p.get());
   emu_enqueue(h->stream, who, [p, a, b, x, dy, dw, ws, need, tf32]() {
@@ -826,4 +839,97 @@ extern "C" cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const v
     }
   });
   return CUDNN_STATUS_SUCCESS;
+}
+
+/* ------------------------------ cudnnFind*AlgorithmEx ----------------------------------
+ * cuDNN runs every algorithm on the caller's buffers, writes the output operand (and the
+ * workspace), and returns them sorted by time; an algorithm needing more workspace than given is
+ * not run (its status is not success; CUDNN_STATUS_NOT_SUPPORTED here). The emulation checks the buffers as a convolution call
+ * does (device memory, sizes, no overlap), overwrites the output with 0xff bytes (NaN in every
+ * float type: a caller that passed live data sees it destroyed, as on a GPU) and the workspace with
+ * 0xa5, and reports emulated times in the reverse of the heuristic ranking (the last supported
+ * algorithm fastest), so that a test can tell a timed choice from the heuristic one. Synchronous,
+ * like cuDNN's (the handle's stream is run to completion). */
+template <typename Perf, typename Algo>
+static cudnnStatus_t emu_find_ex(int dir, const char *who, cudnnHandle_t h, const emu_conv *p, const void *in0,
+                                 size_t in0_bytes, const char *in0_name, const void *in1, size_t in1_bytes,
+                                 const char *in1_name, void *out, size_t out_bytes, const char *out_name, int requested,
+                                 int *returned, Perf *perf, void *ws, size_t ws_bytes) {
+  long long need;
+  Perf all[8];
+  int n = 0, k = 0;
+  /* algorithm 0 of each direction needs no workspace under the default math type: the buffers'
+   * checks alone */
+  emu_conv q0 = *p;
+  q0.cd.math = CUDNN_DEFAULT_MATH;
+  cudnnStatus_t s = emu_call_check(dir, &q0, 0, in0, in0_bytes, in0_name, in1, in1_bytes, in1_name, out, out_bytes,
+                                   out_name, ws, ws_bytes, &need);
+  if (s) return s;
+  if ((s = emu_find<Perf, Algo>(dir, who, p, 8, &n, all))) return s;
+  if (requested < 1 || !returned || !perf)
+    return emu_dnn_fail(CUDNN_STATUS_BAD_PARAM, "%s: requestedAlgoCount %d, returnedAlgoCount %p, perfResults %p", who,
+                        requested, (void *)returned, (void *)perf);
+  int supported = 0;
+  for (int i = 0; i < n; i++) supported += all[i].status == CUDNN_STATUS_SUCCESS;
+  /* emu_find lists the supported ones first in rank order: time them in reverse; those needing more
+   * workspace than given fail, and go after the timed ones */
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = pass == 0 ? supported - 1 : 0; pass == 0 ? i >= 0 : i < n; i += pass == 0 ? -1 : 1) {
+      Perf q = all[i];
+      int fits = q.status == CUDNN_STATUS_SUCCESS && q.memory <= ws_bytes;
+      if (fits != (pass == 0) || k >= requested) continue;
+      if (!fits && q.status == CUDNN_STATUS_SUCCESS) q.status = CUDNN_STATUS_NOT_SUPPORTED, q.time = -1.0f;
+      if (fits) q.time = 0.05f * (float)(k + 1);
+      perf[k++] = q;
+    }
+  *returned = k;
+  emu_counts.dnn_calls++;
+  emu_find_calls++;
+  emu_enqueue(h->stream, who, [out, out_bytes, ws, ws_bytes]() {
+    memset(out, 0xff, out_bytes);
+    if (ws && ws_bytes) memset(ws, 0xa5, ws_bytes);
+  });
+  return cudaStreamSynchronize(h->stream) == cudaSuccess ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED;
+}
+
+extern "C" cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t h, const cudnnTensorDescriptor_t xd,
+                                                                const void *x, const cudnnFilterDescriptor_t wd,
+                                                                const void *w, const cudnnConvolutionDescriptor_t cd,
+                                                                const cudnnTensorDescriptor_t yd, void *y, const int req,
+                                                                int *ret, cudnnConvolutionFwdAlgoPerf_t *perf, void *ws,
+                                                                size_t ws_bytes) {
+  const char *who = "cudnnFindConvolutionForwardAlgorithmEx";
+  emu_conv p;
+  cudnnStatus_t s = emu_problem(who, h, xd, wd, cd, yd, &p);
+  return s ? s
+           : emu_find_ex<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(
+                 DIR_FWD, who, h, &p, x, emu_tensor_bytes(&p.x), "x", w, emu_filter_bytes(&p.w), "w", y,
+                 emu_tensor_bytes(&p.y), "y", req, ret, perf, ws, ws_bytes);
+}
+extern "C" cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t h, const cudnnFilterDescriptor_t wd,
+                                                                     const void *w, const cudnnTensorDescriptor_t dyd,
+                                                                     const void *dy, const cudnnConvolutionDescriptor_t cd,
+                                                                     const cudnnTensorDescriptor_t dxd, void *dx,
+                                                                     const int req, int *ret,
+                                                                     cudnnConvolutionBwdDataAlgoPerf_t *perf, void *ws,
+                                                                     size_t ws_bytes) {
+  const char *who = "cudnnFindConvolutionBackwardDataAlgorithmEx";
+  emu_conv p;
+  cudnnStatus_t s = emu_problem(who, h, dxd, wd, cd, dyd, &p);
+  return s ? s
+           : emu_find_ex<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(
+                 DIR_BWD_DATA, who, h, &p, w, emu_filter_bytes(&p.w), "w", dy, emu_tensor_bytes(&p.y), "dy", dx,
+                 emu_tensor_bytes(&p.x), "dx", req, ret, perf, ws, ws_bytes);
+}
+extern "C" cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(
+    cudnnHandle_t h, const cudnnTensorDescriptor_t xd, const void *x, const cudnnTensorDescriptor_t dyd, const void *dy,
+    const cudnnConvolutionDescriptor_t cd, const cudnnFilterDescriptor_t dwd, void *dw, const int req, int *ret,
+    cudnnConvolutionBwdFilterAlgoPerf_t *perf, void *ws, size_t ws_bytes) {
+  const char *who = "cudnnFindConvolutionBackwardFilterAlgorithmEx";
+  emu_conv p;
+  cudnnStatus_t s = emu_problem(who, h, xd, dwd, cd, dyd, &p);
+  return s ? s
+           : emu_find_ex<cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionBwdFilterAlgo_t>(
+                 DIR_BWD_FILTER, who, h, &p, x, emu_tensor_bytes(&p.x), "x", dy, emu_tensor_bytes(&p.y), "dy", dw,
+                 emu_filter_bytes(&p.w), "dw", req, ret, perf, ws, ws_bytes);
 }

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "emu_internal.h"
@@ -380,6 +381,15 @@ extern "C" cudaError_t cudaMemset(void *p, int v, size_t n) { return emu_memset(
 
 /* ------------------------------------ launches ---------------------------------------- */
 
+/* Accepted launches per kernel name (the name TT_LAUNCH stringifies), for tests that count one
+ * kernel's launches (tt_emu_kernel_launches). The host side of the emulation is one thread. */
+static std::map<std::string, size_t> emu_launches_by_name;
+
+extern "C" size_t tt_emu_kernel_launches(const char *name) {
+  std::map<std::string, size_t>::const_iterator it = emu_launches_by_name.find(name ? name : "");
+  return it == emu_launches_by_name.end() ? 0 : it->second;
+}
+
 cudaError_t tt_emu_launch_erased(tt_emu_launch_desc *d) {
   char m[512], dd[256];
   int bound;
@@ -420,6 +430,7 @@ cudaError_t tt_emu_launch_erased(tt_emu_launch_desc *d) {
                     d->file, d->line, d->bad_index + 1, emu_describe(d->bad_value, dd, sizeof dd));
 #undef EMU_LAUNCH_FAIL
   emu_counts.launches++;
+  emu_launches_by_name[d->name ? d->name : ""]++;
   {
     std::shared_ptr<tt_emu_launch_desc> copy(new tt_emu_launch_desc(*d), [](tt_emu_launch_desc *p) {
       p->destroy(p->closure);

@@ -14,6 +14,8 @@ typedef struct tt_emu_counts {
   size_t launches, threads, blas_calls, dnn_calls, copies;
 } tt_emu_counts;
 void tt_emu_get_counts(tt_emu_counts *c);
+/* Launches of the kernel named `name` (as written in its TT_LAUNCH: "cuda_ew_cast_k") so far. */
+size_t tt_emu_kernel_launches(const char *name);
 /* The device flags (cudaSetDeviceFlags; 0 until set) and the flags an event was created with. */
 unsigned tt_emu_device_flags(void);
 unsigned tt_emu_event_flags(void *ev);
@@ -26,6 +28,11 @@ int tt_emu_set_compute_capability(int cc);
  * type that allows TF32, an emulated device of compute capability 8.0 or newer). -1 before any. */
 int tt_emu_last_conv_math(int *tf32);
 int tt_emu_last_gemm_math(int *tf32);
+/* The algorithms the emulated convolution calls of direction dir (0 forward, 1 backward data, 2
+ * backward filter) ran since the last reset, one bit per cudnnConvolution*Algo_t value; reset != 0
+ * clears them after reading. And the cudnnFind*AlgorithmEx calls so far. */
+unsigned tt_emu_conv_algos_used(int dir, int reset);
+size_t tt_emu_conv_find_calls(void);
 /* 1: violations are not printed on stderr (they still fail the call); returns the old value. */
 int tt_emu_set_quiet(int quiet);
 /* The message of the last violation the emulation found ("" if none). */

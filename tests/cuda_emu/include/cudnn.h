@@ -167,6 +167,26 @@ cudnnStatus_t cudnnGetConvolutionBackwardFilterAlgorithm_v7(cudnnHandle_t handle
                                                             const cudnnFilterDescriptor_t gradDesc,
                                                             const int requestedAlgoCount, int *returnedAlgoCount,
                                                             cudnnConvolutionBwdFilterAlgoPerf_t *perfResults);
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc, const void *x,
+                                                     const cudnnFilterDescriptor_t wDesc, const void *w,
+                                                     const cudnnConvolutionDescriptor_t convDesc,
+                                                     const cudnnTensorDescriptor_t yDesc, void *y, const int requestedAlgoCount,
+                                                     int *returnedAlgoCount, cudnnConvolutionFwdAlgoPerf_t *perfResults,
+                                                     void *workSpace, size_t workSpaceSizeInBytes);
+cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(cudnnHandle_t handle, const cudnnFilterDescriptor_t wDesc,
+                                                          const void *w, const cudnnTensorDescriptor_t dyDesc, const void *dy,
+                                                          const cudnnConvolutionDescriptor_t convDesc,
+                                                          const cudnnTensorDescriptor_t dxDesc, void *dx,
+                                                          const int requestedAlgoCount, int *returnedAlgoCount,
+                                                          cudnnConvolutionBwdDataAlgoPerf_t *perfResults, void *workSpace,
+                                                          size_t workSpaceSizeInBytes);
+cudnnStatus_t cudnnFindConvolutionBackwardFilterAlgorithmEx(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
+                                                            const void *x, const cudnnTensorDescriptor_t dyDesc, const void *dy,
+                                                            const cudnnConvolutionDescriptor_t convDesc,
+                                                            const cudnnFilterDescriptor_t dwDesc, void *dw,
+                                                            const int requestedAlgoCount, int *returnedAlgoCount,
+                                                            cudnnConvolutionBwdFilterAlgoPerf_t *perfResults, void *workSpace,
+                                                            size_t workSpaceSizeInBytes);
 cudnnStatus_t cudnnGetConvolutionForwardWorkspaceSize(cudnnHandle_t handle, const cudnnTensorDescriptor_t xDesc,
                                                       const cudnnFilterDescriptor_t wDesc,
                                                       const cudnnConvolutionDescriptor_t convDesc,
