@@ -174,7 +174,8 @@ static void test_api_equals_cli(tt_net **keep) {
   if (rc) return;
   tt_net_info info;
   tt_net_info_get(net, &info);
-  TT_CHECK(info.micro_batch == 8 && info.accum_steps == 4 && info.batch == 32 && !strcmp(info.precision, "fp32") &&
+  TT_CHECK(info.micro_batch == 8 && info.accum_steps == 4 && info.batch == 32 &&
+               (!strcmp(info.precision, "fp32") || !strcmp(info.precision, "bf16")) && /* auto: bf16 where native */
            info.arena_bytes > 0 && info.classes == 10, "plan: micro-batch %d x %d, %s, arena %zu", info.micro_batch,
            info.accum_steps, info.precision, info.arena_bytes);
   rc = api_run(net, recipe, 7, err, sizeof err);

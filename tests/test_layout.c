@@ -1,10 +1,9 @@
 /* tests/test_layout.c — activations in the layout the oneDNN convolutions want (lower.c's
  * lower_layouts, backend.h's `layouts`):
- *   - planning: on the oneDNN backend with TINYTRAIN_LAYOUT=nhwc the tensors between convolutions are NHWC (a residual trunk
+ *   - planning: on the oneDNN backend (its default; TINYTRAIN_LAYOUT=nhwc) the tensors between convolutions are NHWC (a residual trunk
  *     through add, pooling, concat, batch norm and ReLU; global average pooling reads NHWC), the
  *     input, a linear layer's output, what flatten reads and a dropout's group stay NCHW; no
- *     buffer grows (no padding); the oneDNN backend's default, the reference backend and
- *     TINYTRAIN_LAYOUT=nchw plan NCHW only,
+ *     buffer grows (no padding); the reference backend and TINYTRAIN_LAYOUT=nchw plan NCHW only,
  *     with no TT_SF_NHWC step;
  *   - training: the same steps on the oneDNN backend in NHWC (TINYTRAIN_LAYOUT=nhwc), in NCHW
  *     and on the reference backend end with the same weights (within 2e-4 relative: only the
@@ -79,10 +78,11 @@ static int layout_lower(tt_backend *be, tt_model *m, tt_graph *g, tt_program *p,
 
 static void test_plan_layouts(void) {
   TT_TEST_BEGIN("layout_plan_cpu_nhwc_between_convs");
-  { /* NCHW is the default; TINYTRAIN_LAYOUT=nhwc asks for channels-last (cpu_backend.c says why) */
+  { /* NHWC is the default; TINYTRAIN_LAYOUT=nchw asks for plain NCHW (cpu_backend.c says why) */
     unsetenv("TINYTRAIN_LAYOUT");
     tt_backend *dflt = tt_cpu_backend_create(1);
-    TT_CHECK(dflt && dflt->layouts == 0, "the oneDNN backend lists layouts %u without TINYTRAIN_LAYOUT", dflt ? dflt->layouts : 0u);
+    TT_CHECK(dflt && dflt->layouts == (1u << TT_LAYOUT_NHWC), "the oneDNN backend lists layouts %u without TINYTRAIN_LAYOUT",
+             dflt ? dflt->layouts : 0u);
     if (dflt) dflt->destroy(dflt);
   }
   setenv("TINYTRAIN_LAYOUT", "nhwc", 1);

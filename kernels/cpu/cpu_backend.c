@@ -122,15 +122,16 @@ tt_backend *tt_cpu_backend_create(int threads) {
   }
   *b = cpu_be_table;
   b->impl = st;
-  /* NCHW unless the environment asks for TINYTRAIN_LAYOUT=nhwc (activations channels-last between
-   * convolutions, cpu_conv.c). Not the default: on the idle 2-core AMX machine ResNet-50 at
-   * micro-batch 16 stepped in 3484 ms NHWC against 3081 ms NCHW (fp32), the small ResNet 501
-   * against 473 ms: the reorders it saves (about 0.45 s a ResNet-50 step, ONEDNN_VERBOSE) cost
-   * less than batch norm's row loops over [N*h*w, c] (21% of the NHWC step, perf), which walk
-   * each 16-channel block down the rows c values apart. */
+  /* NHWC (activations channels-last between convolutions, cpu_conv.c) unless the environment
+   * asks for TINYTRAIN_LAYOUT=nchw. Measured on the idle 2-core AMX machine (2026-11-26, after
+   * batch norm's row loops were split into fixed row blocks and bf16 widened in the loops;
+   * bench_step, medians of 3 alternating processes): NHWC at least as fast as NCHW everywhere,
+   * ResNet-50 micro-batch 16 bf16 1888 against 2172 ms, fp32 3014 against 3033; the small ResNet
+   * bf16 290 against 336, fp32 439 against 469; LeNet bf16 19.8 against 20.4, fp32 22.3 against 23.5.
+   * (Before that rewrite NHWC was slower: 3484 against 3081 ms, ResNet-50 fp32.) */
   {
     const char *env = getenv("TINYTRAIN_LAYOUT");
-    b->layouts = env && !strcmp(env, "nhwc") ? 1u << TT_LAYOUT_NHWC : 0u;
+    b->layouts = env && !strcmp(env, "nchw") ? 0u : 1u << TT_LAYOUT_NHWC;
   }
 #ifdef _OPENMP
   omp_set_dynamic(0); /* oneDNN partitions work for exactly the team it asks for */
