@@ -40,13 +40,13 @@ static void test_schedule_budgets(tt_backend *be, const char *path, int check_4g
     TT_TEST_END();
     return;
   }
-  /* budgets from large to small, in units of 0.5 GiB; under the sanitizers (tt_test_sanitized) four
-   * of them, which still plan without recomputation, with it, and with accumulation on both nets
-   * (the small budgets are the slow ones: about 30 s each for resnet50 under ASan) */
+  /* budgets from large to small, in units of 0.5 GiB; under the sanitizers (tt_test_sanitized) a
+   * few, which still plan without recomputation and with it (resnet18 from 2.5G, resnet50 from
+   * 10G, with accumulation at 5G): the small budgets of resnet50 take 15-30 s each under ASan */
   static const int halves_all[] = {32, 24, 20, 16, 12, 10, 8, 7, 6, 5, 4, 3}, halves_san[] = {32, 20, 10, 5};
   const int san = tt_test_sanitized();
   const int *halves = san ? halves_san : halves_all;
-  int nb = san ? (int)(sizeof halves_san / sizeof halves_san[0]) : (int)(sizeof halves_all / sizeof halves_all[0]);
+  int nb = san ? (check_4g ? 3 : 4) : (int)(sizeof halves_all / sizeof halves_all[0]);
   size_t prev_arena = (size_t)-1;
   int prev_fit = 1;
   for (int i = 0; i < nb; i++) {
@@ -83,7 +83,10 @@ static void test_schedule_budgets(tt_backend *be, const char *path, int check_4g
     prev_arena = r.train.arena_bytes;
     tt_policy_result_free(&r);
   }
-  if (check_4g) {
+  if (check_4g && san) {
+    TT_SKIP("schedule: --vram 4G fits resnet50, one search timed",
+            "under sanitizers: the same search as the budgets above, a planning fact and a time the plain build checks");
+  } else if (check_4g) {
     tt_policy_opts o;
     memset(&o, 0, sizeof o);
     o.vram_bytes = 4 * GIB;
@@ -490,9 +493,9 @@ static void test_planning_scales(tt_backend *be) {
     const char *name = "planning time grows about linearly with depth (2000 and 8000 layers, CPU time)";
     size_t arena = 0;
     TT_SKIP(name, "under sanitizers: a CPU-time ratio, meaningless under ASan; the plain build checks it (here: "
-                  "planning 300 layers with and without a budget must succeed)");
-    TT_TEST_BEGIN("planning a 300-layer chain, with no budget and with half its arena (under sanitizers)");
-    double t0 = plan_seconds(be, 300, 0.0, &arena), t1 = arena ? plan_seconds(be, 300, 0.5, &arena) : -1.0;
+                  "planning 120 layers with and without a budget must succeed)");
+    TT_TEST_BEGIN("planning a 120-layer chain, with no budget and with half its arena (under sanitizers)");
+    double t0 = plan_seconds(be, 120, 0.0, &arena), t1 = arena ? plan_seconds(be, 120, 0.5, &arena) : -1.0;
     TT_CHECK(t0 >= 0 && arena > 0 && t1 >= 0, "planning failed (no budget %.3f s, arena %zu B; half of it %.3f s)", t0,
              arena, t1);
     TT_TEST_END();
