@@ -731,6 +731,9 @@ static int fm_steps, fm_eval_max, fm_compress = -1;
 /* fm_run's loss window in steps: FM_WIN, or under the sanitizers shorter for the compressed-save
  * test (at most FM_STEPS / FM_WIN windows in a run) */
 static int fm_win = FM_WIN;
+/* fm_run's evaluation micro-batch: FM_EVAL_MB, or under the sanitizers smaller for the
+ * compressed-save test (the same evaluation program, planned for fewer images) */
+static int fm_eval_mb = FM_EVAL_MB;
 
 static int fm_run(const net *n, tt_backend *be, tt_dtype dt, const tt_dataset *tr, const tt_dataset *te, fm_result *res,
                   tt_err *e) {
@@ -753,7 +756,7 @@ static int fm_run(const net *n, tt_backend *be, tt_dtype dt, const tt_dataset *t
   } else if (build_prog(&n->g, be, FM_BATCH, 1, dt, NULL, 1, &p, e)) {
     return -1;
   }
-  if (build_prog(&n->g, be, FM_EVAL_MB, 1, dt, NULL, 0, &pe, e)) {
+  if (build_prog(&n->g, be, fm_eval_mb, 1, dt, NULL, 0, &pe, e)) {
     tt_program_free(&p);
     return -1;
   }
@@ -796,8 +799,8 @@ static int fm_run(const net *n, tt_backend *be, tt_dtype dt, const tt_dataset *t
   res->eval_seconds = tt_now();
   /* evaluation over the whole test set */
   if (!rc) rc = tt_exec_stats(&x, NULL, 1, e);
-  for (int i = 0; i < nte && !rc; i += FM_EVAL_MB) {
-    int cnt = nte - i < FM_EVAL_MB ? nte - i : FM_EVAL_MB;
+  for (int i = 0; i < nte && !rc; i += fm_eval_mb) {
+    int cnt = nte - i < fm_eval_mb ? nte - i : fm_eval_mb;
     rc = tt_exec_eval(&x, te->images + (size_t)i * per, te->labels + i, cnt, e);
   }
   float st[2] = {0, 0};
@@ -867,10 +870,10 @@ static void test_compressed_tracks_exact(tt_backend *be) {
   static const int fmts[3] = {TT_SAVE_EXACT, TT_SAVE_BF16, TT_SAVE_INT8};
   static const char *const fnames[3] = {"exact", "bf16", "int8"};
   fm_result res[3];
-  /* under the sanitizers: one loss window of 10 steps and one evaluation batch, the same code
-   * paths (the fashion ResNet takes about 2 s a step under ASan) */
-  const int san = tt_test_sanitized(), cs_steps = san ? 10 : FM_CS_STEPS;
-  fm_steps = cs_steps, fm_eval_max = san ? FM_EVAL_MB : 1000, fm_win = san ? 10 : FM_WIN;
+  /* under the sanitizers: one loss window of 10 steps and one evaluation batch of 100 images,
+   * the same code paths (the fashion ResNet takes 1-2 s a step under ASan) */
+  const int san = tt_test_sanitized(), cs_steps = san ? 10 : FM_CS_STEPS, cs_eval = san ? 100 : 1000;
+  fm_steps = cs_steps, fm_eval_max = cs_eval, fm_win = san ? 10 : FM_WIN, fm_eval_mb = san ? 100 : FM_EVAL_MB;
   int ok = 1;
   for (int k = 0; k < 3 && ok; k++) {
     fm_compress = fmts[k];
@@ -879,7 +882,7 @@ static void test_compressed_tracks_exact(tt_backend *be) {
       ok = 0;
     }
   }
-  fm_steps = fm_eval_max = 0, fm_compress = -1, fm_win = FM_WIN;
+  fm_steps = fm_eval_max = 0, fm_compress = -1, fm_win = FM_WIN, fm_eval_mb = FM_EVAL_MB;
   if (ok) {
     printf("  window  exact loss  bf16 loss  int8 loss  (mean over %d steps of batch %d)\n", san ? 10 : FM_WIN, FM_BATCH);
     for (int w = 0; w < cs_steps / (san ? 10 : FM_WIN); w++) {
@@ -891,7 +894,7 @@ static void test_compressed_tracks_exact(tt_backend *be) {
     }
     for (int k = 0; k < 3; k++)
       printf("  %-5s: test accuracy %.2f%% (first %d images), %d conv inputs compressed, arena %.1f MiB, %.1f s\n",
-             fnames[k], res[k].test_acc, san ? FM_EVAL_MB : 1000, res[k].compressed, res[k].arena / 1048576.0,
+             fnames[k], res[k].test_acc, cs_eval, res[k].compressed, res[k].arena / 1048576.0,
              res[k].seconds);
     TT_CHECK(res[0].compressed == 0 && res[1].compressed > 0 && res[2].compressed > 0, "compressed saves planned: %d %d %d",
              res[0].compressed, res[1].compressed, res[2].compressed);
