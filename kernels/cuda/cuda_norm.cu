@@ -480,9 +480,35 @@ int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
 
 /* ----------------------------------- pooling ------------------------------------------ */
 
-/* First maximum of window (oh, ow) of the plane at xoff (index into the plane); NaN wins. */
+/* Element i of an [n, c, rows, cols] tensor in the desc's layout: its plane pl (sample * c +
+ * channel) and position (r, col) in it. */
+static __device__ __forceinline__ void cuda_pool_at(const tt_pool_desc &d, size_t i, int rows, int cols, size_t *pl, int *r,
+                                                    int *col) {
+  if (d.layout == TT_LAYOUT_NHWC) { /* [n, rows, cols, c]: channels fastest */
+    size_t t = i / (size_t)d.c;
+    *col = (int)(t % (size_t)cols), *r = (int)((t / (size_t)cols) % (size_t)rows);
+    *pl = t / ((size_t)rows * cols) * (size_t)d.c + i % (size_t)d.c;
+  } else {
+    *col = (int)(i % (size_t)cols), *r = (int)((i / (size_t)cols) % (size_t)rows);
+    *pl = i / ((size_t)rows * cols);
+  }
+}
+
+/* Where plane pl of an [n, c, rows, cols] tensor starts, and the distance of its consecutive
+ * elements (NCHW: contiguous planes; NHWC: a channel's elements are c apart). */
+static __device__ __forceinline__ size_t cuda_pool_plane(const tt_pool_desc &d, size_t pl, int rows, int cols, size_t *es) {
+  if (d.layout == TT_LAYOUT_NHWC) {
+    *es = (size_t)d.c;
+    return pl / (size_t)d.c * (size_t)rows * cols * d.c + pl % (size_t)d.c;
+  }
+  *es = 1;
+  return pl * (size_t)rows * cols;
+}
+
+/* First maximum of window (oh, ow) of the plane at xoff, elements es apart (index into the
+ * plane); NaN wins. */
 static __device__ __forceinline__ long long cuda_norm_argmax(tt_pool_desc d, tt_dtype dt, const void *x, size_t xoff,
-                                                             int oh, int ow, float *best_out) {
+                                                             size_t es, int oh, int ow, float *best_out) {
   int h0 = oh * d.stride_h - d.pad_h, w0 = ow * d.stride_w - d.pad_w;
   int h1 = h0 + d.kh, w1 = w0 + d.kw;
   long long arg = -1;
@@ -494,7 +520,7 @@ static __device__ __forceinline__ long long cuda_norm_argmax(tt_pool_desc d, tt_
   for (int ih = h0; ih < h1; ih++)
     for (int iw = w0; iw < w1; iw++) {
       size_t i = (size_t)ih * d.w + iw;
-      float v = tt_cuda_ld(dt, x, xoff + i);
+      float v = tt_cuda_ld(dt, x, xoff + i * es);
       if (arg < 0 || v > best || v != v) {
         best = v;
         arg = (long long)i;
@@ -509,11 +535,13 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_fwd_k(tt_pool
   size_t count = (size_t)d.n * d.c * d.p * d.q;
   float inv = 1.0f / (float)(d.kh * d.kw);
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
-    int ow = (int)(i % d.q), oh = (int)((i / d.q) % d.p);
-    size_t pl = i / ((size_t)d.p * d.q), xoff = pl * d.h * d.w;
+    int ow, oh;
+    size_t pl, es, xoff;
     float v;
+    cuda_pool_at(d, i, d.p, d.q, &pl, &oh, &ow);
+    xoff = cuda_pool_plane(d, pl, d.h, d.w, &es);
     if (mode == TT_POOL_MAX) {
-      cuda_norm_argmax(d, dt, x, xoff, oh, ow, &v);
+      cuda_norm_argmax(d, dt, x, xoff, es, oh, ow, &v);
     } else {
       int h0 = oh * d.stride_h - d.pad_h, w0 = ow * d.stride_w - d.pad_w;
       int h1 = h0 + d.kh, w1 = w0 + d.kw;
@@ -523,7 +551,7 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_fwd_k(tt_pool
       if (h1 > d.h) h1 = d.h;
       if (w1 > d.w) w1 = d.w;
       for (int ih = h0; ih < h1; ih++)
-        for (int iw = w0; iw < w1; iw++) s += tt_cuda_ld(dt, x, xoff + (size_t)ih * d.w + iw);
+        for (int iw = w0; iw < w1; iw++) s += tt_cuda_ld(dt, x, xoff + ((size_t)ih * d.w + iw) * es);
       v = s * inv;
     }
     tt_cuda_st(dt, y, i, v);
@@ -536,8 +564,10 @@ static __device__ __forceinline__ void cuda_pool_bwd_dt(tt_dtype dt, const tt_po
   size_t count = (size_t)d.n * d.c * d.h * d.w;
   float inv = 1.0f / (float)(d.kh * d.kw);
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
-    int iw = (int)(i % d.w), ih = (int)((i / d.w) % d.h);
-    size_t pl = i / ((size_t)d.h * d.w), xoff = pl * d.h * d.w, yoff = pl * d.p * d.q;
+    int iw, ih;
+    size_t pl, es, xoff, yoff;
+    cuda_pool_at(d, i, d.h, d.w, &pl, &ih, &iw);
+    xoff = cuda_pool_plane(d, pl, d.h, d.w, &es), yoff = cuda_pool_plane(d, pl, d.p, d.q, &es);
     long long me = (long long)ih * d.w + iw;
     int a = ih + d.pad_h - d.kh + 1, bq = iw + d.pad_w - d.kw + 1;
     int oh0 = a <= 0 ? 0 : (a + d.stride_h - 1) / d.stride_h, oh1 = (ih + d.pad_h) / d.stride_h;
@@ -547,9 +577,9 @@ static __device__ __forceinline__ void cuda_pool_bwd_dt(tt_dtype dt, const tt_po
     if (ow1 > d.q - 1) ow1 = d.q - 1;
     for (int oh = oh0; oh <= oh1; oh++)
       for (int ow = ow0; ow <= ow1; ow++) {
-        float g = tt_cuda_ld(dt, dy, yoff + (size_t)oh * d.q + ow);
+        float g = tt_cuda_ld(dt, dy, yoff + ((size_t)oh * d.q + ow) * es);
         if (mode == TT_POOL_MAX) {
-          if (cuda_norm_argmax(d, dt, x, xoff, oh, ow, &bv) == me) acc += g;
+          if (cuda_norm_argmax(d, dt, x, xoff, es, oh, ow, &bv) == me) acc += g;
         } else {
           acc += g * inv;
         }
@@ -808,7 +838,7 @@ int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt
   (void)ws, (void)ws_bytes;
   if (cuda_norm_pool_check(b, "pool_fwd", d, mode, dt)) return -1;
   if (!x || !y) return tt_cuda_fail(b, "pool_fwd: NULL x or y");
-  rows = cuda_pool_rows_fwd(d);
+  rows = d->layout == TT_LAYOUT_NHWC ? 0 : cuda_pool_rows_fwd(d); /* NHWC: the untiled kernels */
   if (rows > 0) {
     cuda_pool_geom g = cuda_pool_geometry(d, rows, d->p, dt, x, NULL);
     if (cuda_pool_grid_ok(b, "pool_fwd", d, g.bands)) return -1;
@@ -828,7 +858,7 @@ int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt
   (void)ws, (void)ws_bytes;
   if (cuda_norm_pool_check(b, "pool_bwd", d, mode, dt)) return -1;
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_cuda_fail(b, "pool_bwd: NULL x (max), dy or dx");
-  rows = cuda_pool_rows_bwd(d, mode == TT_POOL_MAX);
+  rows = d->layout == TT_LAYOUT_NHWC ? 0 : cuda_pool_rows_bwd(d, mode == TT_POOL_MAX); /* NHWC: untiled */
   if (rows > 0) {
     cuda_pool_geom g = cuda_pool_geometry(d, rows, d->h, dt, mode == TT_POOL_MAX ? x : NULL, dy);
     if (cuda_pool_grid_ok(b, "pool_bwd", d, g.bands)) return -1;
@@ -853,10 +883,12 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_argmax_k(tt_p
                                                                      uint8_t *idx) {
   size_t count = (size_t)d.n * d.c * d.p * d.q;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
-    int ow = (int)(i % d.q), oh = (int)((i / d.q) % d.p);
-    size_t pl = i / ((size_t)d.p * d.q), xoff = pl * d.h * d.w;
+    int ow, oh;
+    size_t pl, es, xoff;
     float v;
-    long long a = cuda_norm_argmax(d, dt, x, xoff, oh, ow, &v);
+    cuda_pool_at(d, i, d.p, d.q, &pl, &oh, &ow);
+    xoff = cuda_pool_plane(d, pl, d.h, d.w, &es);
+    long long a = cuda_norm_argmax(d, dt, x, xoff, es, oh, ow, &v);
     int r = 0;
     if (a >= 0) r = ((int)(a / d.w) - (oh * d.stride_h - d.pad_h)) * d.kw + ((int)(a % d.w) - (ow * d.stride_w - d.pad_w));
     idx[i] = (uint8_t)r;
@@ -868,8 +900,10 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_bwd_idx_k(tt_
                                                                       const void *dy, void *dx, float beta) {
   size_t count = (size_t)d.n * d.c * d.h * d.w;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
-    int iw = (int)(i % d.w), ih = (int)((i / d.w) % d.h);
-    size_t pl = i / ((size_t)d.h * d.w), yoff = pl * d.p * d.q;
+    int iw, ih;
+    size_t pl, es, yoff;
+    cuda_pool_at(d, i, d.h, d.w, &pl, &ih, &iw);
+    yoff = cuda_pool_plane(d, pl, d.p, d.q, &es);
     int a = ih + d.pad_h - d.kh + 1, bq = iw + d.pad_w - d.kw + 1;
     int oh0 = a <= 0 ? 0 : (a + d.stride_h - 1) / d.stride_h, oh1 = (ih + d.pad_h) / d.stride_h;
     int ow0 = bq <= 0 ? 0 : (bq + d.stride_w - 1) / d.stride_w, ow1 = (iw + d.pad_w) / d.stride_w;
@@ -878,7 +912,7 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_bwd_idx_k(tt_
     if (ow1 > d.q - 1) ow1 = d.q - 1;
     for (int oh = oh0; oh <= oh1; oh++)
       for (int ow = ow0; ow <= ow1; ow++) {
-        size_t yi = yoff + (size_t)oh * d.q + ow;
+        size_t yi = yoff + ((size_t)oh * d.q + ow) * es;
         int me = (ih - (oh * d.stride_h - d.pad_h)) * d.kw + (iw - (ow * d.stride_w - d.pad_w));
         if (idx[yi] == me) acc += tt_cuda_ld(dt, dy, yi);
       }
@@ -891,7 +925,7 @@ int tt_cuda_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const
   if (cuda_norm_pool_check(b, "pool_argmax", d, TT_POOL_MAX, dt)) return -1;
   if (d->kh * d->kw > 256) return tt_cuda_fail(b, "pool_argmax: a %dx%d window has no uint8 index", d->kh, d->kw);
   if (!x || !idx) return tt_cuda_fail(b, "pool_argmax: NULL x or idx");
-  rows = cuda_pool_rows_fwd(d);
+  rows = d->layout == TT_LAYOUT_NHWC ? 0 : cuda_pool_rows_fwd(d); /* NHWC: the untiled kernels */
   if (rows > 0) {
     cuda_pool_geom g = cuda_pool_geometry(d, rows, d->p, dt, x, NULL);
     if (cuda_pool_grid_ok(b, "pool_argmax", d, g.bands)) return -1;
@@ -910,7 +944,7 @@ int tt_cuda_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, cons
   int rows;
   if (cuda_norm_pool_check(b, "pool_bwd_idx", d, TT_POOL_MAX, dt)) return -1;
   if (!idx || !dy || !dx) return tt_cuda_fail(b, "pool_bwd_idx: NULL idx, dy or dx");
-  rows = cuda_pool_rows_bwd(d, 0);
+  rows = d->layout == TT_LAYOUT_NHWC ? 0 : cuda_pool_rows_bwd(d, 0); /* NHWC: the untiled kernels */
   if (rows > 0) {
     cuda_pool_geom g = cuda_pool_geometry(d, rows, d->h, dt, NULL, dy);
     if (cuda_pool_grid_ok(b, "pool_bwd_idx", d, g.bands)) return -1;
