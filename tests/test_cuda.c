@@ -1903,9 +1903,12 @@ static void test_step(tt_dtype dt, const char *name) {
  * backend stays NCHW. */
 static void test_step_bf16_nhwc(void) {
   const char *recipe = "tests/fixtures/small_cnn.recipe";
-  /* bf16 keeps 8 significant bits (fp16 11): the fp16 step test's 3e-2 with the 8x wider rounding
-   * of bf16, met by both comparisons with margin on this fixture */
-  const double tol = 3e-2;
+  /* NHWC against NCHW on the same backend: the fp16 step test's 3e-2 (the same kernels but for the
+   * layout: only summation orders differ). Against the reference, 1e-1: bf16 keeps 8 significant
+   * bits (fp16 11), and the first conv's weight gradient, at the end of the bf16 backward chain,
+   * differs from the reference's by up to ~19% of its largest element in the CUDA NCHW program as
+   * well (3e-2 fails there: a bf16 property, not the layout's) */
+  const double tol = 3e-2, tol_ref = 1e-1;
   size_t reserve = 0;
   char msg[512];
   tt_err err;
@@ -1987,11 +1990,12 @@ static void test_step_bf16_nhwc(void) {
       printf("  bf16 step %d: loss reference %.6f, cuda NHWC %.6f, cuda NCHW %.6f\n", step, sr[0] / 6, sa[0] / 6, sb[0] / 6);
       TT_CHECK(fabs(sr[0] - sa[0]) <= tol * fabs(sr[0]) && fabs(sb[0] - sa[0]) <= tol * fabs(sb[0]),
                "loss: reference %.7g, NHWC %.7g, NCHW %.7g", sr[0], sa[0], sb[0]);
-      test_cmp_params(&r, &a, 1, tol, 0.0, &nz, "NHWC against the reference: gradient");
+      test_cmp_params(&r, &b, 1, tol_ref, 0.0, NULL, "NCHW against the reference: gradient");
+      test_cmp_params(&r, &a, 1, tol_ref, 0.0, &nz, "NHWC against the reference: gradient");
       test_cmp_params(&b, &a, 1, tol, 0.0, &nz2, "NHWC against NCHW: gradient");
       for (int k = 0; k < 3; k++)
         TT_CHECK(tt_exec_update(&nets[k]->x, &hp, step + 1, 1.0f, &ov[k], &err) == 0, "update (%d): %s", k, err.msg);
-      test_cmp_params(&r, &a, 0, tol, 0.0, &nz, "NHWC against the reference: after SGD");
+      test_cmp_params(&r, &a, 0, tol_ref, 0.0, &nz, "NHWC against the reference: after SGD");
       test_cmp_params(&b, &a, 0, tol, 0.0, &nz2, "NHWC against NCHW: after SGD");
     }
     test_noise_free(&nz), test_noise_free(&nz2);
