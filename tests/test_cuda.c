@@ -1012,16 +1012,28 @@ static void test_nhwc_dt(tt_dtype dt) {
     tt2 x = mk_nhwc(N, C, HW, dt, -2, 3), y = mk(cnt, dt, 0, 0), g = mk(C, TT_F32, 0.5f, 1.5f), bb = mk(C, TT_F32, -1, 1);
     tt2 rm = mk(C, TT_F32, -0.1f, 0.1f), rv = mk(C, TT_F32, 0.9f, 1.1f), sm = mk(C, TT_F32, 0, 0), si = mk(C, TT_F32, 0, 0);
     tt2 dy = mk_nhwc(N, C, HW, dt, -1, 1), dx = mk_nhwc(N, C, HW, dt, -1, 1), dg = mk(C, TT_F32, -1, 1), db = mk(C, TT_F32, -1, 1);
+#ifdef TT_CUDA_EMULATION
+    size_t rows0 = tt_emu_kernel_launches("cuda_bn_rows_stats_k"), plane0 = tt_emu_kernel_launches("cuda_bn_stats_k");
+#endif
     BOTH(B->bn_fwd_train(B, BNN, SD(dt), P(x), PF(g), PF(bb), P(y), PF(rm), PF(rv), 0.1f, 1e-5f, PF(sm), PF(si), 1, WS));
+#ifdef TT_CUDA_EMULATION /* hw == 1 takes the row kernels (coalesced over channels), not the per-channel ones */
+    TT_CHECK(tt_emu_kernel_launches("cuda_bn_rows_stats_k") == rows0 + 1 && tt_emu_kernel_launches("cuda_bn_stats_k") == plane0,
+             "bn_fwd_train on [%d, %d, 1]: %zu row and %zu per-channel statistics launches (want 1 and 0)", R, C,
+             tt_emu_kernel_launches("cuda_bn_rows_stats_k") - rows0, tt_emu_kernel_launches("cuda_bn_stats_k") - plane0);
+#endif
     cmp_nhwc("NHWC bn_fwd_train y", y, N, C, HW, tol_ew(dt));
     cmp("NHWC bn_fwd_train save_mean", sm, 1e-5);
     cmp("NHWC bn_fwd_train save_invstd", si, 1e-5);
     cmp("NHWC bn_fwd_train running_var", rv, 1e-5);
-    if (gpu->bn_apply) {
+    if (gpu->bn_apply) { /* and on the device bit for bit the training forward's y (backend.h) */
       tt2 y2 = mk(cnt, dt, 0, 0);
+      size_t yb = cnt * tt_dtype_size(dt);
+      unsigned char *h1 = (unsigned char *)malloc(yb), *h2 = (unsigned char *)malloc(yb);
       BOTH(B->bn_apply(B, BNN, SD(dt), P(x), PF(g), PF(bb), PF(sm), PF(si), P(y2)));
+      TT_CHECK(h1 && h2 && !gpu->download(gpu, h1, y.g, yb) && !gpu->download(gpu, h2, y2.g, yb) && !memcmp(h1, h2, yb),
+               "NHWC bn_apply %s [%d, %d, 1]: not bit for bit the training forward's y", test_dt_name(dt), R, C);
       cmp_nhwc("NHWC bn_apply", y2, N, C, HW, tol_ew(dt));
-      fr(&y2);
+      free(h1), free(h2), fr(&y2);
     }
     BOTH(B->bn_bwd(B, BNN, SD(dt), P(x), P(dy), PF(g), PF(sm), PF(si), P(dx), PF(dg), PF(db), 1.0f, 1.0f, WS));
     cmp_nhwc("NHWC bn_bwd dx", dx, N, C, HW, tol_ew(dt));

@@ -221,6 +221,104 @@ static int cuda_bn_ws_check(tt_backend *b, const char *op, int n, int c, int hw,
   return 0;
 }
 
+/* ---- batch norm on rows: hw == 1 (an NHWC tensor as [n*h*w, c, 1], backend.h's layouts) ----
+ * The per-channel kernels above would read a channel's values c elements apart (one element per
+ * 32-byte sector in bf16). Here a block takes 32 channels (one per lane, so a warp reads 32
+ * consecutive channels of one row: whole sectors) and one split of the rows, its 8 warps each
+ * walking every 8th row of it; the 8 per-warp partials are added per channel in warp order, then
+ * written as the split's partial (fp32 per thread, double per block, as above), and the finalise
+ * kernels above add the splits in order: deterministic. Normalisation and dx are flat over the
+ * elements (channel i % c), the per-element arithmetic of cuda_bn_norm and cuda_bn_dx. The splits
+ * are cuda_bn_geometry's for hw == 1 (v == 1), within tt_cuda_bn_workspace's sizing. */
+#define CUDA_BN_ROW_WARPS (TT_CUDA_THREADS / 32)
+
+/* The rows [r0, r1) of split blockIdx.y and this thread's channel (-1: past c). */
+static __device__ __forceinline__ int cuda_bn_rows_span(const cuda_bn_geom &g, size_t *r0, size_t *r1) {
+  const int ch = (int)blockIdx.x * 32 + (int)(threadIdx.x & 31);
+  *r0 = (size_t)blockIdx.y * g.chunk;
+  *r1 = *r0 + g.chunk < (size_t)g.n ? *r0 + g.chunk : (size_t)g.n;
+  return ch < g.c ? ch : -1;
+}
+
+/* sums (x, y) of the block's 8 warps per channel, in warp order; lane threads of warp 0 write */
+static __device__ __forceinline__ void cuda_bn_rows_reduce(const cuda_bn_geom &g, int ch, float s1, float s2,
+                                                           double (*sh)[CUDA_BN_ROW_WARPS][32], cuda_bn_d2 *part) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  sh[0][w][lane] = s1, sh[1][w][lane] = s2;
+  __syncthreads();
+  if (w == 0 && ch >= 0) {
+    double t1 = 0.0, t2 = 0.0;
+    for (int k = 0; k < CUDA_BN_ROW_WARPS; k++) t1 += sh[0][k][lane], t2 += sh[1][k][lane];
+    part[(size_t)blockIdx.y * g.c + ch] = cuda_bn_d2{t1, t2};
+  }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_stats_k(cuda_bn_geom g, tt_dtype dt, const void *x,
+                                                                              cuda_bn_d2 *part) {
+  __shared__ double sh[2][CUDA_BN_ROW_WARPS][32];
+  size_t r0, r1;
+  const int ch = cuda_bn_rows_span(g, &r0, &r1);
+  float s1 = 0.0f, s2 = 0.0f;
+  if (ch >= 0) {
+    const float K = tt_cuda_ld(dt, x, (size_t)ch); /* the channel's first value (cuda_bn_first, hw == 1) */
+    for (size_t r = r0 + (threadIdx.x >> 5); r < r1; r += CUDA_BN_ROW_WARPS) {
+      float d = tt_cuda_ld(dt, x, r * (size_t)g.c + ch) - K;
+      s1 += d;
+      s2 += d * d;
+    }
+  }
+  cuda_bn_rows_reduce(g, ch, s1, s2, sh, part);
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_bwd_stats_k(cuda_bn_geom g, tt_dtype dt, const void *x,
+                                                                                  const void *dy, const float *save_mean,
+                                                                                  const float *save_invstd, cuda_bn_d2 *part) {
+  __shared__ double sh[2][CUDA_BN_ROW_WARPS][32];
+  size_t r0, r1;
+  const int ch = cuda_bn_rows_span(g, &r0, &r1);
+  float s1 = 0.0f, s2 = 0.0f;
+  if (ch >= 0) {
+    const float mean = save_mean[ch], invstd = save_invstd[ch];
+    for (size_t r = r0 + (threadIdx.x >> 5); r < r1; r += CUDA_BN_ROW_WARPS) {
+      const size_t i = r * (size_t)g.c + ch;
+      float gv = tt_cuda_ld(dt, dy, i);
+      s1 += gv;
+      s2 += gv * ((tt_cuda_ld(dt, x, i) - mean) * invstd);
+    }
+  }
+  cuda_bn_rows_reduce(g, ch, s1, s2, sh, part);
+}
+
+/* y = (x - mean) * invstd * gamma + bias over the flat [rows, c]; infer: invstd from the running
+ * variance (stat_p), as cuda_bn_norm_k computes it */
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_norm_k(size_t count, int c, tt_dtype dt, const void *x,
+                                                                             const float *gamma, const float *bias,
+                                                                             const float *mean_p, const float *stat_p,
+                                                                             int infer, float eps, void *y) {
+  TT_CUDA_LOOP(i, count) {
+    const int ch = (int)(i % (size_t)c);
+    const float mean = mean_p[ch], invstd = infer ? (float)(1.0 / sqrt((double)stat_p[ch] + (double)eps)) : stat_p[ch];
+    tt_cuda_st(dt, y, i, (tt_cuda_ld(dt, x, i) - mean) * invstd * gamma[ch] + bias[ch]);
+  }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_dx_k(size_t count, int c, tt_dtype dt, const void *x,
+                                                                           const void *dy, const float *gamma,
+                                                                           const float *save_mean, const float *save_invstd,
+                                                                           const cuda_bn_f2 *md, void *dx, float beta_dx) {
+  TT_CUDA_LOOP(i, count) {
+    const int ch = (int)(i % (size_t)c);
+    const float mean = save_mean[ch], invstd = save_invstd[ch], a = gamma[ch] * save_invstd[ch];
+    const cuda_bn_f2 d = md[ch];
+    float xh = (tt_cuda_ld(dt, x, i) - mean) * invstd;
+    float v = a * (tt_cuda_ld(dt, dy, i) - d.x - xh * d.y);
+    tt_cuda_st(dt, dx, i, beta_dx != 0.0f ? v + beta_dx * tt_cuda_ld(dt, dx, i) : v);
+  }
+}
+
+/* grid of the row statistics kernels: 32 channels by one split of rows per block */
+static dim3 cuda_bn_rows_grid(const cuda_bn_geom &g) { return dim3((unsigned)((g.c + 31) / 32), (unsigned)cuda_bn_splits(g)); }
+
 int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                          const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
                          float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes) {
@@ -235,6 +333,17 @@ int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   if (cuda_bn_ws_check(b, "bn_fwd_train", n, c, hw, dt, ws, ws_bytes)) return -1;
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
   splits = cuda_bn_splits(g);
+  if (hw == 1) { /* rows (an NHWC tensor): coalesced over channels */
+    TT_LAUNCH(cuda_bn_rows_stats_k, cuda_bn_rows_grid(g), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x, (cuda_bn_d2 *)ws);
+    CUDA_LAUNCH_CHECK(b, "bn_fwd_train");
+    TT_LAUNCH(cuda_bn_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, splits, dt, x,
+              (const cuda_bn_d2 *)ws, running_mean, running_var, momentum, eps, save_mean, save_invstd, update_running);
+    CUDA_LAUNCH_CHECK(b, "bn_fwd_train");
+    TT_LAUNCH(cuda_bn_rows_norm_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), (size_t)n * c, c,
+              dt, x, gamma, bias, (const float *)save_mean, (const float *)save_invstd, 0, eps, y);
+    CUDA_LAUNCH_CHECK(b, "bn_fwd_train");
+    return 0;
+  }
   TT_LAUNCH(cuda_bn_stats_k, dim3((unsigned)c, (unsigned)splits), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x,
             (cuda_bn_d2 *)ws);
   CUDA_LAUNCH_CHECK(b, "bn_fwd_train");
@@ -324,6 +433,12 @@ int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   if (!x || !gamma || !bias || !running_mean || !running_var || !y)
     return tt_cuda_fail(b, "bn_fwd_infer: NULL x, gamma, bias, running_mean, running_var or y");
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
+  if (hw == 1) { /* rows: flat, channel i % c */
+    TT_LAUNCH(cuda_bn_rows_norm_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), (size_t)n * c, c,
+              dt, x, gamma, bias, running_mean, running_var, 1, eps, y);
+    CUDA_LAUNCH_CHECK(b, "bn_fwd_infer");
+    return 0;
+  }
   switch (cuda_bn_flat(b, "bn_fwd_infer", g, n, c, hw, dt, x, gamma, bias, running_mean, running_var, eps, 0, y)) {
     case 1: return 0; /* the flat form: 16-byte vectors across planes */
     case -1: return -1;
@@ -349,6 +464,12 @@ extern "C" int tt_cuda_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt
   if (!x || !gamma || !bias || !save_mean || !save_invstd || !y)
     return tt_cuda_fail(b, "bn_apply: NULL x, gamma, bias, save_mean, save_invstd or y");
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
+  if (hw == 1) { /* rows: bn_fwd_train's rows normalisation, the same kernel */
+    TT_LAUNCH(cuda_bn_rows_norm_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), (size_t)n * c, c,
+              dt, x, gamma, bias, save_mean, save_invstd, 0, 0.0f, y);
+    CUDA_LAUNCH_CHECK(b, "bn_apply");
+    return 0;
+  }
   switch (cuda_bn_flat(b, "bn_apply", g, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, 0.0f, 1, y)) {
     case 1: return 0;
     case -1: return -1;
@@ -465,6 +586,19 @@ int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 3);
   splits = cuda_bn_splits(g);
   md = (cuda_bn_f2 *)((char *)ws + (size_t)splits * c * 16);
+  if (hw == 1) { /* rows (an NHWC tensor): coalesced over channels */
+    TT_LAUNCH(cuda_bn_rows_bwd_stats_k, cuda_bn_rows_grid(g), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x, dy, save_mean,
+              save_invstd, (cuda_bn_d2 *)ws);
+    CUDA_LAUNCH_CHECK(b, "bn_bwd");
+    TT_LAUNCH(cuda_bn_bwd_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, splits,
+              (const cuda_bn_d2 *)ws, dgamma, dbias, beta_param, md);
+    CUDA_LAUNCH_CHECK(b, "bn_bwd");
+    if (!dx) return 0;
+    TT_LAUNCH(cuda_bn_rows_dx_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), (size_t)n * c, c, dt,
+              x, dy, gamma, save_mean, save_invstd, (const cuda_bn_f2 *)md, dx, beta_dx);
+    CUDA_LAUNCH_CHECK(b, "bn_bwd");
+    return 0;
+  }
   TT_LAUNCH(cuda_bn_bwd_stats_k, dim3((unsigned)c, (unsigned)splits), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x, dy,
             save_mean, save_invstd, (cuda_bn_d2 *)ws);
   CUDA_LAUNCH_CHECK(b, "bn_bwd");
@@ -1015,6 +1149,10 @@ const tt_cuda_kernel tt_cuda_norm_kernels[] = {
     TT_CUDA_KERNEL(cuda_bn_bwd_final_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_dx_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_infer_flat_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_rows_stats_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_rows_bwd_stats_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_rows_norm_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_rows_dx_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_fwd_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_bwd_f32_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_bwd_f16_k, TT_CUDA_THREADS),
