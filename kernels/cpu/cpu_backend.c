@@ -103,6 +103,7 @@ static const tt_backend cpu_be_table = {
     NULL, /* cast_multi: the executor casts tensor by tensor */
     NULL, NULL, /* event_record, upload_after: a host-memory backend stages no batch */
     NULL, /* tune: nothing to time */
+    0u, /* layouts_16bit: none beyond `layouts` (set at creation) */
 };
 
 tt_backend *tt_cpu_backend_create(int threads) {
