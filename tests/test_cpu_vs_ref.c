@@ -187,7 +187,7 @@ static void conv1x1_nhwc_case(tt_backend *cb, const char *name, tt_conv_desc d, 
   tt_conv_desc dn = d; /* the oneDNN backend's: NHWC in and out */
   dn.layout_x = dn.layout_y = TT_LAYOUT_NHWC;
   size_t es = dt == TT_F32 ? 4 : 2, xn = (size_t)d.n * d.c * d.h * d.w, yn = (size_t)d.n * d.k * d.p * d.q;
-  size_t wn = (size_t)d.k * d.c;
+  size_t wn = (size_t)d.k * d.c * d.r * d.s;
   float *x = vec(xn, 1.0f), *w = vec(wn, 0.5f), *dy = vec(yn, 1.0f), *dx0 = vec(xn, 1.0f), *dw0 = vec(wn, 1.0f);
   float *db0 = vec((size_t)d.k, 1.0f);
   void *x_ = in_dt(x, xn, dt), *w_ = in_dt(w, wn, dt), *dy_ = in_dt(dy, yn, dt);
@@ -261,8 +261,28 @@ static void test_conv(tt_backend *chunked) {
     conv1x1_nhwc_case(C, "conv_1x1_nhwc_bwd_k_lt_c", mkconv(3, 64, 6, 5, 16, 1, 1, 1, 1, 0, 0, 1), TT_BF16, bf);
     conv1x1_nhwc_case(C, "conv_1x1_nhwc_bwd", mkconv(4, 24, 7, 7, 40, 1, 1, 1, 1, 0, 0, 1), TT_F32, 0);
     conv1x1_nhwc_case(C, "conv_1x1_nhwc_bwd", mkconv(4, 24, 7, 7, 40, 1, 1, 1, 1, 0, 0, 1), TT_F16, 0);
-    /* not 1x1 stride 1 unpadded: convolutions */
+    /* not 1x1 stride 1 unpadded: convolutions; bf16 backward weights with 256 input channels or a
+     * stride computed in fp32 (cpu_conv_bwdw_f32), with 64 channels and stride 1 in bf16 */
     conv1x1_nhwc_case(C, "conv_1x1_s2_nhwc_bwd", mkconv(2, 16, 8, 8, 32, 1, 1, 2, 2, 0, 0, 1), TT_BF16, 0);
+    static const struct { const char *name; int c, k, r, sh, pad, f32; } fc[] = {
+        {"conv_3x3_c256_nhwc_bwd", 256, 32, 3, 1, 1, 1},
+        {"conv_3x3_s2_c64_nhwc_bwd", 64, 32, 3, 2, 1, 1},
+        {"conv_1x1_s2_c64_nhwc_bwd", 64, 128, 1, 2, 0, 1},
+        {"conv_3x3_c64_nhwc_bwd", 64, 32, 3, 1, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof fc / sizeof fc[0]; i++) {
+      tt_conv_desc d = mkconv(3, fc[i].c, 6, 6, fc[i].k, fc[i].r, fc[i].r, fc[i].sh, fc[i].sh, fc[i].pad, fc[i].pad, 1);
+      conv1x1_nhwc_case(C, fc[i].name, d, TT_BF16, 0);
+      char tn[160];
+      snprintf(tn, sizeof tn, "cpu_vs_ref:%s_bf16_computes_in_%s", fc[i].name, fc[i].f32 && bf ? "fp32" : "bf16");
+      TT_TEST_BEGIN(tn);
+      d.layout_x = d.layout_y = TT_LAYOUT_NHWC;
+      tt_op_desc op = conv_op(TT_OP_CONV_BWD_FILTER, &d, TT_BF16, 0, 0);
+      const tt_cpu_call *c = tt_cpu_get(C, &op);
+      TT_CHECK(c && (strstr(c->what, "computed in fp32") != NULL) == (fc[i].f32 && bf), "%s: '%s'", fc[i].name,
+               c ? c->what : C->last_error(C));
+      TT_TEST_END();
+    }
     if (chunked) {
       tt_conv_desc d = mkconv(5, 16, 12, 12, 32, 1, 1, 1, 1, 0, 0, 1);
       conv1x1_nhwc_case(chunked, "conv_1x1_nhwc_bwd_chunked", d, TT_BF16, bf);

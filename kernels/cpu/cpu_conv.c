@@ -120,6 +120,8 @@ static int cpu_conv_fwd_pd(tt_cpu_build *bd, cpu_conv_mds *m, int bias, dnnl_pri
   return tt_cpu_pd(bd, &cd, NULL, pd);
 }
 
+static int cpu_conv_bwdw_f32(tt_backend *b, const tt_op_desc *op);
+
 /* Describes the primitives of one chunk of nb samples into v. Pointer indices: forward
  * x, w, bias, y; backward-data dy, w, dx; backward-weights x, dy, dw, db. */
 static int cpu_conv_variant(tt_cpu_build *bd, const tt_op_desc *op, int nb, tt_cpu_variant *v) {
@@ -131,7 +133,7 @@ static int cpu_conv_variant(tt_cpu_build *bd, const tt_op_desc *op, int nb, tt_c
   cpu_conv_mds m;
   dnnl_primitive_desc_t pd = NULL, hint = NULL;
   v->nb = nb;
-  if (cpu_conv_mds_init(bd, d, nb, tt_cpu_compute_type(op->dt), &m)) return -1;
+  if (cpu_conv_mds_init(bd, d, nb, cpu_conv_bwdw_f32(b, op) ? dnnl_f32 : tt_cpu_compute_type(op->dt), &m)) return -1;
   if (op->kind == TT_OP_CONV_FWD) {
     if (cpu_conv_fwd_pd(bd, &m, op->bias, &pd) || tt_cpu_add_stage(bd, v, pd)) return -1;
     if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &m.x, half, 0) < 0 ||
@@ -192,6 +194,24 @@ static int cpu_conv_mm(tt_backend *b, const tt_op_desc *op) {
          tt_cpu_compute_type(op->dt) == dnnl_bf16 && d->r == 1 && d->s == 1 && d->stride_h == 1 && d->stride_w == 1 &&
          d->pad_h == 0 && d->pad_w == 0 && d->groups == 1 && d->layout_x == TT_LAYOUT_NHWC &&
          d->layout_y == TT_LAYOUT_NHWC;
+}
+
+/* Whether a bf16 backward-weights convolution computes in fp32 instead (bf16 x and dy widened
+ * into fp32 workspace copies by our loops, as fp16 always is): oneDNN 2.6's AMX bf16
+ * backward-weights kernel (jit:avx512_core_amx_bf16) takes about 200 to 250 ms on ResNet-50's
+ * shapes with 256 or more input channels or a stride, at batch 16, whatever their size, where
+ * the fp32 kernel (jit:avx512_core, jit_1x1) takes 67 to 104 ms. Measured on the loaded shared
+ * 2-core AMX machine (scratch program, NHWC, medians of 3 alternating runs; the same ~200 ms per
+ * call in a ResNet-50 step under ONEDNN_VERBOSE): 3x3 256->256 14x14 244 against 68 ms,
+ * 512->512 7x7 257 against 88, 3x3 stride 2 128->128 56x56 252 against 104, 1x1 stride 2
+ * 1024->2048 14x14 252 against 67, 256->512 56x56 88 against 84; but 3x3 64->64 56x56 40
+ * against 80 and 128->128 28x28 28 against 76, so smaller stride-1 layers stay bf16, as do the
+ * stem (3 channels), grouped convolutions and the 1x1 stride-1 ones (matmuls: cpu_conv_mm).
+ * TINYTRAIN_CONV_MATMUL=0 turns this off too. */
+static int cpu_conv_bwdw_f32(tt_backend *b, const tt_op_desc *op) {
+  const tt_conv_desc *d = &op->u.conv;
+  return tt_cpu_st(b)->conv_matmul && op->kind == TT_OP_CONV_BWD_FILTER && tt_cpu_compute_type(op->dt) == dnnl_bf16 &&
+         !cpu_conv_mm(b, op) && d->groups == 1 && d->c >= 64 && (d->c >= 256 || d->stride_h > 1 || d->stride_w > 1);
 }
 
 /* The matmul form of a backward 1x1 convolution (cpu_conv_mm) for nb samples; the same
@@ -270,6 +290,9 @@ int tt_cpu_conv_build(tt_cpu_build *bd, const tt_op_desc *op) {
   if (c->mm) {
     size_t len = strlen(c->what);
     snprintf(c->what + len, sizeof c->what - len, " as a matmul");
+  } else if (cpu_conv_bwdw_f32(bd->b, op)) {
+    size_t len = strlen(c->what);
+    snprintf(c->what + len, sizeof c->what - len, " computed in fp32");
   }
   /* the whole batch's primitive, only measured, tells the staged bytes per sample */
   trial = &c->v[1];

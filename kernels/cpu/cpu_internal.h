@@ -125,7 +125,8 @@ typedef struct tt_cpu_state {
   tt_cpu_size *sizes;  /* op_workspace answers, the same way (the scheduler asks for many shapes) */
   int nsizes, cap_sizes;
   size_t chunk_bytes;  /* TT_CPU_CHUNK_BYTES, or TINYTRAIN_CPU_CHUNK_BYTES from the environment (tests) */
-  int conv_matmul;     /* backward 1x1 bf16 NHWC convolutions as matmuls (cpu_conv.c); TINYTRAIN_CONV_MATMUL=0: 0 */
+  int conv_matmul;     /* backward 1x1 bf16 NHWC convolutions as matmuls, and the larger bf16 backward-weights
+                        * ones in fp32 (cpu_conv.c's cpu_conv_mm, cpu_conv_bwdw_f32); TINYTRAIN_CONV_MATMUL=0: 0 */
 } tt_cpu_state;
 
 static inline tt_cpu_state *tt_cpu_st(tt_backend *b) { return (tt_cpu_state *)b->impl; }
