@@ -2,7 +2,7 @@
 # tests/test_cli.sh — the tinytrain command line: help and version, bad usage (exit 2, one line),
 # recipe errors (exit 1, PATH:LINE:), `plan --json` on every example, --vram fits and refusals,
 # --device cuda on a CPU-only build, missing data files, the run directory of a recipe run
-# twice, SIGTERM (exit 143, checkpoint, --resume). Run from the repository root:
+# twice, SIGTERM (exit 143, checkpoint, --resume), TINYTRAIN_PROFILE. Run from the repository root:
 #   bash tests/test_cli.sh
 # Prints PASS/FAIL/SKIP lines; exits 1 if anything failed.
 cd "$(dirname "$0")/.." || exit 1
@@ -461,6 +461,18 @@ elif ! grep -q "threads 1000000 is more than the [0-9]* cores this process can u
   fail cli_threads_bounded "no warning that --threads was lowered: $ERR"
 else
   pass cli_threads_bounded
+fi
+
+# ---- TINYTRAIN_PROFILE=1 on the CPU: the per-step table on stderr, the layers' forward and backward in it ----
+TINYTRAIN_PROFILE=1 "$TT" --device cpu --max-steps 2 --out "$TMP/run_profile" "$TMP/synthetic.recipe" >"$TMP/out" 2>"$TMP/err"
+RC=$?
+if [ "$RC" != 0 ]; then
+  fail cli_profile_cpu "exit $RC: $(tail -n 3 "$TMP/err")"
+elif ! grep -q "^TINYTRAIN_PROFILE: [0-9]* Program steps on " "$TMP/err" ||
+     ! grep -Eq "^train +forward +c1 " "$TMP/err" || ! grep -Eq "^train +backward +fc " "$TMP/err"; then
+  fail cli_profile_cpu "no profile table with c1's forward and fc's backward: $(head -c 600 "$TMP/err")"
+else
+  pass cli_profile_cpu
 fi
 
 exit $FAILED

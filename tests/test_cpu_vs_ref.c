@@ -254,8 +254,9 @@ static void test_conv(tt_backend *chunked) {
     conv_case(chunked, "conv_3x3_s1_p1_bias", mkconv(5, 16, 12, 12, 16, 3, 3, 1, 1, 1, 1, 1), TT_BF16, 1);
   }
   { /* backward 1x1 stride 1 on NHWC: bf16 as matmuls where oneDNN has bf16 kernels, fp32 and fp16
-     * as convolutions; chunked: dx added into (beta 1) stages its bf16 result and an fp32 copy,
-     * 4.5 + 9 KiB a sample at 16x12x12, so 40 KB chunks are 2 samples and 5 end in a chunk of 1 */
+     * as convolutions; chunked: dx added into (beta 1) stages the matmul's bf16 result, 18 KiB a
+     * sample at 64x12x12 (combined from bf16 as it is), so 40 KB chunks are 2 samples and 5 end
+     * in a chunk of 1 */
     int bf = tt_cpu_compute_type(TT_BF16) == dnnl_bf16;
     conv1x1_nhwc_case(C, "conv_1x1_nhwc_bwd", mkconv(4, 24, 7, 7, 40, 1, 1, 1, 1, 0, 0, 1), TT_BF16, bf);
     conv1x1_nhwc_case(C, "conv_1x1_nhwc_bwd_k_lt_c", mkconv(3, 64, 6, 5, 16, 1, 1, 1, 1, 0, 0, 1), TT_BF16, bf);
@@ -284,7 +285,7 @@ static void test_conv(tt_backend *chunked) {
       TT_TEST_END();
     }
     if (chunked) {
-      tt_conv_desc d = mkconv(5, 16, 12, 12, 32, 1, 1, 1, 1, 0, 0, 1);
+      tt_conv_desc d = mkconv(5, 64, 12, 12, 32, 1, 1, 1, 1, 0, 0, 1);
       conv1x1_nhwc_case(chunked, "conv_1x1_nhwc_bwd_chunked", d, TT_BF16, bf);
       TT_TEST_BEGIN("cpu_vs_ref:conv_1x1_nhwc_bwd_chunked_has_a_partial_chunk");
       d.layout_x = d.layout_y = TT_LAYOUT_NHWC;

@@ -96,7 +96,7 @@ static int exec_prepare(tt_exec *x, tt_err *err) {
   return 0;
 }
 
-/* ------------------ TINYTRAIN_CUDA_SYNC and TINYTRAIN_CUDA_PROFILE ---------------------- */
+/* ------------------ TINYTRAIN_CUDA_SYNC and TINYTRAIN_PROFILE -------------------------- */
 
 typedef struct tt_exec_prof {
   double seconds;
@@ -190,8 +190,8 @@ void tt_exec_profile_print(const tt_exec *x, FILE *out) {
       a = ops[j], ops[j] = ops[j - 1], ops[j - 1] = a;
       a = prog[j], prog[j] = prog[j - 1], prog[j - 1] = a;
     }
-  fprintf(out, "TINYTRAIN_CUDA_PROFILE: %d Program steps on %s, %.3f s in all (each step synchronised: device time "
-               "with launch latency)\n", n, x->be->name, total);
+  fprintf(out, "TINYTRAIN_PROFILE: %d Program steps on %s, %.3f s in all (%s)\n", n, x->be->name, total,
+          x->be->host_memory ? "host wall time of each step" : "each step synchronised: device time with launch latency");
   fprintf(out, "%-6s %-18s %-24s %8s %12s %10s %6s\n", "prog", "op", "layer", "calls", "total ms", "mean us", "%");
   for (int i = 0; i < n; i++)
     fprintf(out, "%-6s %-18s %-24s %8ld %12.3f %10.1f %6.2f\n", prog[i], ops[i], names[i], rows[i]->count,
@@ -272,14 +272,14 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
   x->persistent_bytes = owner->persistent_bytes;
   size_t tr = train ? train->transient_bytes : 0, ev = eval ? eval->transient_bytes : 0;
   x->arena_bytes = x->persistent_bytes + (tr > ev ? tr : ev);
-  if (be->name && !strcmp(be->name, "cuda")) {
-    x->profile = exec_env_on("TINYTRAIN_CUDA_PROFILE");
-    x->sync_each = x->profile || exec_env_on("TINYTRAIN_CUDA_SYNC");
-    if (x->profile) {
-      size_t rows = (size_t)(train ? train->nsteps + 1 : 0) + (size_t)(eval ? eval->nsteps : 0);
-      x->prof = (tt_exec_prof *)calloc(rows + 1, sizeof(tt_exec_prof));
-      if (!x->prof) return tt_fail(err, "out of memory for the TINYTRAIN_CUDA_PROFILE table");
-    }
+  /* TINYTRAIN_PROFILE on any backend; TINYTRAIN_CUDA_PROFILE, its older name, on CUDA only */
+  int cuda = be->name && !strcmp(be->name, "cuda");
+  x->profile = exec_env_on("TINYTRAIN_PROFILE") || (cuda && exec_env_on("TINYTRAIN_CUDA_PROFILE"));
+  x->sync_each = cuda && (x->profile || exec_env_on("TINYTRAIN_CUDA_SYNC"));
+  if (x->profile) {
+    size_t rows = (size_t)(train ? train->nsteps + 1 : 0) + (size_t)(eval ? eval->nsteps : 0);
+    x->prof = (tt_exec_prof *)calloc(rows + 1, sizeof(tt_exec_prof));
+    if (!x->prof) return tt_fail(err, "out of memory for the TINYTRAIN_PROFILE table");
   }
   if (exec_staging_create(x, err)) {
     tt_exec_destroy(x);
@@ -530,7 +530,7 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
   tt_exec_prof *pf = NULL;
   double t0 = 0;
   if (r->x->profile && r->x->be->sync(r->x->be)) /* the work queued before (the batch's copy) stays out */
-    return tt_fail(err, "TINYTRAIN_CUDA_PROFILE: the device failed before step %d: %s", from, r->x->be->last_error(r->x->be));
+    return tt_fail(err, "TINYTRAIN_PROFILE: the device failed before step %d: %s", from, r->x->be->last_error(r->x->be));
   for (int i = from; i < to; i++) {
     const tt_step *s = &r->p->steps[i];
     if ((pf = exec_prof_slot(r->x, r->p, i)) != NULL) t0 = exec_now();
@@ -747,7 +747,7 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
                    (double)h->clip_norm);
   double t0 = 0;
   if (overflow) *overflow = 0;
-  if (pf && be->sync(be)) return tt_fail(err, "TINYTRAIN_CUDA_PROFILE: the device failed before the update: %s", be->last_error(be));
+  if (pf && be->sync(be)) return tt_fail(err, "TINYTRAIN_PROFILE: the device failed before the update: %s", be->last_error(be));
   if (pf) t0 = exec_now();
   for (int i = p->micro_end; i < p->nsteps; i++) {
     const tt_step *s = &p->steps[i];

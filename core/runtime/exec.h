@@ -57,14 +57,15 @@ typedef struct tt_exec {
   uint16_t *f16_input;     /* float input to an fp16 program on a device: converted here first
                             * (allocated at its first use, kept; the CPU converts in place) */
   void *flag_ev;           /* recorded after that read-back */
-  /* On the CUDA backend (read from the environment at creation): TINYTRAIN_CUDA_SYNC=1 waits for
-   * the device after every backend call and names the call, step and layer whose work failed;
-   * TINYTRAIN_CUDA_PROFILE=1 also times each Program step (synchronised: the device's time for
-   * it, launch latency included) and prints a per-step table at tt_exec_destroy (stderr). */
+  /* Read from the environment at creation. On the CUDA backend, TINYTRAIN_CUDA_SYNC=1 waits for
+   * the device after every backend call and names the call, step and layer whose work failed.
+   * TINYTRAIN_PROFILE=1 (on CUDA also TINYTRAIN_CUDA_PROFILE=1, which implies the sync mode) times
+   * each Program step (on CUDA synchronised: the device's time for it, launch latency included;
+   * on the CPU its wall time) and prints a per-step table at tt_exec_destroy (stderr). */
   int sync_each, profile;
   struct tt_exec_prof *prof; /* [train steps + 1 (the update)], then [eval steps] */
 } tt_exec;
-/* The profile table (TINYTRAIN_CUDA_PROFILE): steps by total time, most expensive first; nothing
+/* The profile table (TINYTRAIN_PROFILE): steps by total time, most expensive first; nothing
  * when the profile is off. */
 void tt_exec_profile_print(const tt_exec *x, FILE *out);
 

@@ -268,7 +268,7 @@ static size_t cpu_conv_staged_per_sample(const tt_cpu_variant *v) {
   for (i = 0; i < v->nt; i++) {
     const tt_cpu_tensor *t = &v->t[i];
     if (t->role != TT_CPU_ACT_IN && t->role != TT_CPU_ACT_OUT) continue;
-    if (t->reorder) bytes += t->prim_bytes;
+    if (t->reorder || t->bf_combine) bytes += t->prim_bytes;
     if (t->plain_copy) bytes += t->plain_bytes;
   }
   return bytes / (size_t)v->nb;

@@ -144,6 +144,14 @@ int tt_cpu_add_tensor(tt_cpu_build *bd, tt_cpu_variant *v, int stage, int arg, t
     if (role == TT_CPU_ACT_IN || role == TT_CPU_ACT_OUT) t->sample_bytes = t->count / (size_t)v->nb * tt_dtype_size(udt);
     t->reorder = !dnnl_memory_desc_equal(&umd, prim);
     t->plain_copy = t->half || combine;
+    if (combine && udt == TT_BF16 && prim->data_type == dnnl_bf16) {
+      dnnl_memory_desc_t bmd = umd;
+      bmd.data_type = dnnl_bf16;
+      if (dnnl_memory_desc_equal(&bmd, prim)) { /* the primitive's bf16 output, combined as it is */
+        umd = bmd;
+        t->half = 0, t->reorder = 0, t->plain_copy = 0, t->bf_combine = 1;
+      }
+    }
     if (bd->create) {
       tt_cpu_state *st = tt_cpu_st(b);
       if (TT_CPU_DNNL(b, c->what, dnnl_memory_create(&t->mprim, prim, st->eng, DNNL_MEMORY_NONE)) ||
@@ -209,7 +217,7 @@ static int cpu_dnnl_finish(tt_cpu_build *bd) {
     size_t off = c->scratch_bytes;
     for (ti = 0; ti < v->nt; ti++) {
       tt_cpu_tensor *t = &v->t[ti];
-      if (t->role == TT_CPU_WS || t->reorder) {
+      if (t->role == TT_CPU_WS || t->reorder || t->bf_combine) {
         t->off = off;
         off += cpu_dnnl_round(t->prim_bytes);
       }
@@ -517,25 +525,6 @@ static int cpu_dnnl_reorder(tt_backend *b, const tt_cpu_call *c, const tt_cpu_te
   return cpu_dnnl_exec(b, c, t->reo, n, a);
 }
 
-/* out = beta*out + src over count elements of dt (beta == 0 overwrites, NaNs included). */
-static void cpu_dnnl_combine(tt_backend *b, tt_dtype dt, const float *src, void *out, size_t count, float beta) {
-  ptrdiff_t i, n = (ptrdiff_t)count;
-  int nt = tt_cpu_st(b)->ref.threads;
-  (void)nt;
-  if (dt == TT_F32) {
-    float *o = (float *)out;
-    if (beta == 0.0f) {
-      memcpy(o, src, count * sizeof(float));
-      return;
-    }
-#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
-    for (i = 0; i < n; i++) o[i] = tt_ref_beta_f32(o[i], src[i], beta);
-  } else {
-#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
-    for (i = 0; i < n; i++) tt_ref_st_beta(dt, out, (size_t)i, src[i], beta);
-  }
-}
-
 /* The caller's pointer of tensor t for the chunk starting at sample n0. */
 static void *cpu_dnnl_user(const tt_cpu_tensor *t, void *const *ptrs, int n0) {
   char *p = (char *)ptrs[t->ptr];
@@ -545,7 +534,7 @@ static void *cpu_dnnl_user(const tt_cpu_tensor *t, void *const *ptrs, int n0) {
 
 /* Where the primitive reads or writes tensor t. */
 static void *cpu_dnnl_prim_ptr(const tt_cpu_tensor *t, void *user, void *ws) {
-  if (t->role == TT_CPU_WS || t->reorder || t->plain_copy) return (char *)ws + t->off;
+  if (t->role == TT_CPU_WS || t->reorder || t->plain_copy || t->bf_combine) return (char *)ws + t->off;
   return user;
 }
 
@@ -562,10 +551,14 @@ static int cpu_dnnl_stage_in(tt_backend *b, const tt_cpu_call *c, const tt_cpu_t
 
 /* Writes output tensor t back to the caller (beta: 0 overwrites, else added into). */
 static int cpu_dnnl_stage_out(tt_backend *b, const tt_cpu_call *c, const tt_cpu_tensor *t, void *user, void *ws, float beta) {
+  if (t->bf_combine) {
+    if (user) tt_cpu_combine(b, TT_BF16, TT_BF16, (char *)ws + t->off, user, t->count, beta);
+    return 0;
+  }
   if (!t->reorder && !t->plain_copy) return 0;
   if (!t->plain_copy) return cpu_dnnl_reorder(b, c, t, user, (char *)ws + t->off, ws); /* straight back */
   if (t->reorder && cpu_dnnl_reorder(b, c, t, (char *)ws + t->plain_off, (char *)ws + t->off, ws)) return -1;
-  if (user) cpu_dnnl_combine(b, t->udt, (const float *)((char *)ws + t->plain_off), user, t->count, beta);
+  if (user) tt_cpu_combine(b, t->udt, TT_F32, (char *)ws + t->plain_off, user, t->count, beta);
   return 0;
 }
 

@@ -87,6 +87,7 @@ static CPU_EW_CLONES void cpu_ew_add_span(const float *a, const float *b, float 
 static CPU_EW_CLONES void cpu_ew_acc_span(const float *x, float *y, size_t n, float beta) {
   size_t i;
   if (beta == 0.0f) {
+#pragma omp simd
     for (i = 0; i < n; i++) y[i] = x[i];
   } else {
 #pragma omp simd
@@ -183,6 +184,62 @@ static void cpu_ew_run_bf16(tt_backend *b, int kind, size_t count, const uint16_
   }
 }
 
+/* y = x over count elements of es bytes each, the threads' shares in parallel (a gradient's
+ * first writer: backward add's copy of dy into the branch that cannot alias it) */
+static void cpu_ew_copy(tt_backend *b, size_t count, size_t es, const void *x, void *y) {
+  int nt = count > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    size_t lo, hi;
+#ifdef _OPENMP
+    cpu_ew_share(count, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+#else
+    cpu_ew_share(count, 0, 1, &lo, &hi);
+#endif
+    if (hi > lo) memcpy((char *)y + lo * es, (const char *)x + lo * es, (hi - lo) * es);
+  }
+}
+
+void tt_cpu_combine(tt_backend *b, tt_dtype dt, tt_dtype sdt, const void *x, void *y, size_t count, float beta) {
+  int nt = count > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
+  const float *xf = (const float *)x;
+  if (dt == TT_F32 && sdt == TT_F32) {
+    if (beta == 0.0f)
+      cpu_ew_copy(b, count, sizeof(float), x, y);
+    else
+      cpu_ew_run(b, 5, count, xf, NULL, (float *)y, beta);
+    return;
+  }
+  if (dt == TT_BF16 && sdt == TT_BF16 && beta == 0.0f) {
+    cpu_ew_copy(b, count, 2, x, y);
+    return;
+  }
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    size_t lo, hi, c0, i;
+    float a[CPU_EW_BF_CHUNK], o[CPU_EW_BF_CHUNK];
+#ifdef _OPENMP
+    cpu_ew_share(count, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+#else
+    cpu_ew_share(count, 0, 1, &lo, &hi);
+#endif
+    if (dt != TT_BF16 || (sdt != TT_F32 && sdt != TT_BF16)) { /* fp16: the reference's loads and stores */
+      for (i = lo; i < hi; i++) tt_ref_st_beta(dt, y, i, tt_ref_ld(sdt, x, i), beta);
+    } else if (beta == 0.0f) { /* fp32 into bf16 */
+      if (hi > lo) cpu_ew_bf_round(xf + lo, (uint16_t *)y + lo, hi - lo);
+    } else {
+      for (c0 = lo; c0 < hi; c0 += CPU_EW_BF_CHUNK) {
+        size_t m = hi - c0 < CPU_EW_BF_CHUNK ? hi - c0 : CPU_EW_BF_CHUNK;
+        const float *src = xf + c0;
+        if (sdt == TT_BF16) cpu_ew_bf_widen((const uint16_t *)x + c0, a, m), src = a;
+        cpu_ew_bf_widen((const uint16_t *)y + c0, o, m);
+        cpu_ew_acc_span(src, o, m, beta);
+        cpu_ew_bf_round(o, (uint16_t *)y + c0, m);
+      }
+    }
+  }
+}
+
 int tt_cpu_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y) {
   if (dt == TT_F32 && (a == TT_ACT_GELU_ERF || a == TT_ACT_GELU_TANH) && count && x && y)
     return tt_cpu_gelu_fwd(b, a, count, (const float *)x, (float *)y);
@@ -222,6 +279,10 @@ int tt_cpu_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const vo
 
 int tt_cpu_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta) {
   if ((dt != TT_F32 && dt != TT_BF16) || !x || !y) return tt_ref_accumulate(b, count, dt, x, y, beta);
+  if (beta == 0.0f) { /* a copy: bf16's widen and round give the same bits back (a NaN's quiet bit aside) */
+    if (x != y) cpu_ew_copy(b, count, tt_dtype_size(dt), x, y);
+    return 0;
+  }
   if (dt == TT_BF16) {
     cpu_ew_run_bf16(b, 5, count, (const uint16_t *)x, NULL, (uint16_t *)y, beta);
     return 0;

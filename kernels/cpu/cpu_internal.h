@@ -74,6 +74,9 @@ typedef struct tt_cpu_tensor {
   int half;           /* the caller stores fp16 or bf16 and our loops convert it to/from an fp32 plain copy */
   int reorder;        /* prim and user layouts differ: oneDNN reorders */
   int plain_copy;     /* an fp32 plain copy sits between the caller and the primitive */
+  int bf_combine;     /* an output added into a bf16 caller tensor that the primitive writes in bf16
+                       * and in the caller's layout: combined straight from that copy (at off),
+                       * no fp32 copy (bf16 to fp32 is exact, so the result is the same) */
   size_t sample_bytes;/* ACT tensors: the caller's bytes per sample */
   size_t count;       /* elements (of this chunk) */
   size_t prim_bytes, plain_bytes;
@@ -263,6 +266,10 @@ int tt_cpu_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const voi
                    float beta);
 int tt_cpu_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y);
 int tt_cpu_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta);
+/* y (count elements of dt) = beta*y + x (x of sdt: fp32, or bf16 when dt is bf16 too); beta == 0
+ * overwrites, NaNs included. Rounds as the reference's tt_ref_st_beta does: a primitive's result
+ * written back into a gradient. */
+void tt_cpu_combine(tt_backend *b, tt_dtype dt, tt_dtype sdt, const void *x, void *y, size_t count, float beta);
 int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
                     void *ws, size_t ws_bytes);
 int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
