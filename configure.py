@@ -758,10 +758,14 @@ def main():
     # The shell tests run the binary named by TT. A sanitizer build reports leaks too, and every
     # finding makes the program exit non-zero, so the test that ran it fails.
     # tests/sanitize.supp names the findings in code that is not ours (a test's JPEG writer).
+    # TT_TEST_SANITIZE=1 (tt_test_sanitized() in tests/tt_test.h) tells the long tests to run
+    # their numerical sweeps shorter: under the sanitizers the value is every code path, not
+    # many steps of it, which the plain build asserts (docs/testing.md).
     test_env = "TT=%s TT_BUILD=%s" % (tt_bin if "/" in tt_bin else "./" + tt_bin, B)
     if args.sanitize:
         test_env += (" ASAN_OPTIONS=detect_leaks=1:abort_on_error=0"
-                     " UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=tests/sanitize.supp")
+                     " UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=tests/sanitize.supp"
+                     " TT_TEST_SANITIZE=1")
     n.append("rule test\n  command = %s python3 tests/run_tests.py $tests\n  description = TEST\n  pool = console" % test_env)
     n.append("rule amalgamate\n  command = python3 configure.py --amalgamate\n  description = AMALGAMATE")
     n.append("rule configure\n  command = python3 configure.py %s\n  generator = 1\n  description = CONFIGURE" % " ".join(

@@ -2,7 +2,8 @@
  *
  * Kernels know raw pointers, shapes, dtypes and (on CUDA) a stream; never graphs.
  * Layout is NCHW everywhere, except where a conv or pool desc names another (tt_layout below),
- * which only a backend that lists that layout in its `layouts` field is ever given. "Activation" tensors (x, y, dx, dy) and conv/linear weight
+ * which only a backend that lists that layout in its `layouts` field (or, for fp16/bf16
+ * programs, in `layouts_16bit`) is ever given. "Activation" tensors (x, y, dx, dy) and conv/linear weight
  * copies are in the op's dtype `dt` (fp32 or fp16). Everything that must stay exact is fp32:
  * parameter gradients (dw, db), batch-norm parameters, running and saved statistics,
  * optimizer state, loss and metrics.
@@ -387,7 +388,8 @@ struct tt_backend {
 
   /* ---- layouts (last, so positional tables that end before it leave it 0) ----
    * Bit (1 << l) set: conv and pool descs may name tt_layout l for activations (NCHW, bit 0, is
-   * implied). 0: NCHW only (the reference and CUDA backends): the planner never gives another.
+   * implied). 0: NCHW only (the reference backend; the CUDA backend for fp32, see layouts_16bit):
+   * the planner never gives another.
    * A backend that lists NHWC must also take an NHWC tensor in the ops that see only channels
    * and elements: batch norm, channel_copy and save_compress/restore are called on it as
    * [n*h*w, c, 1] (the same per-channel reduction), elementwise ops by count. */
@@ -434,6 +436,16 @@ struct tt_backend {
    * suffices. Added for issue 22: the CUDA backend's cudnnFind*Ex per convolution, allocation-free
    * (TINYTRAIN_CUDA_FIND=0 turns it off). ---- */
   int (*tune)(tt_backend *b, const tt_op_desc *ops, int nops, void *scratch, size_t scratch_bytes);
+
+  /* ---- layouts for 16-bit activations (last, so positional tables that end before it leave it
+   * 0) ----
+   * Bits as in `layouts`, added to them when the program's activations are fp16 or bf16 (its
+   * policy's act_dtype); an fp32 program gets `layouts` alone. The CUDA backend lists NHWC here and
+   * not in `layouts`: cuDNN's tensor-core convolutions want channels-last 16-bit tensors, while its
+   * fp32 convolutions (no tensor cores without TF32) are at home in NCHW. A backend listing a layout
+   * here takes it in the same ops as one listed in `layouts` (conv and pool descs; batch norm,
+   * channel_copy and save_compress/restore on [n*h*w, c, 1]), in the 16-bit dtypes at least. */
+  unsigned layouts_16bit;
 };
 
 

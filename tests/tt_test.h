@@ -43,6 +43,27 @@ static const char *tt_test_current_name;
 
 #define TT_TEST_EXIT() return tt_test_failures ? 1 : 0
 
+/* ---- the sanitizer build ---- */
+
+/* 1 when the test runs in the sanitizer build's `ninja test` (configure.py --sanitize puts
+ * TT_TEST_SANITIZE=1 in the tests' environment; set it by hand to run a sanitized binary the
+ * same way). ASan + UBSan make code 3-10x slower and find their errors on the first pass over a
+ * code path: the long numerical parts (accuracy over hundreds of steps, big planning sweeps)
+ * then run shorter or smaller, and the parts that are only numerics or timing print a SKIP
+ * "under sanitizers: ..." (tt_test_skip_sanitized). The plain build runs them in full. */
+static inline int tt_test_sanitized(void) {
+  const char *v = getenv("TT_TEST_SANITIZE");
+  return v && *v && strcmp(v, "0") != 0;
+}
+/* Under the sanitizers prints "SKIP <name>: under sanitizers: <why>" and returns 1 (the
+ * caller returns); else returns 0. */
+static inline int tt_test_skip_sanitized(const char *name, const char *why) {
+  if (!tt_test_sanitized()) return 0;
+  printf("SKIP %s: under sanitizers: %s\n", name, why);
+  fflush(stdout);
+  return 1;
+}
+
 /* ---- deterministic generators: the same data on every run and machine ---- */
 
 /* A splitmix64 stream (the project's one mixer, kernels/kernel_math.h); s is the seed. */

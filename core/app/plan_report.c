@@ -292,7 +292,10 @@ static void plan_text_layout(const tt_session *s, FILE *out) {
   for (int i = 1; g && i < g->nnodes; i++) nimg += !g->nodes[i].tokens && (g->nodes[i].h > 1 || g->nodes[i].w > 1);
   if (!p->n_nhwc) {
     fprintf(out, "  layout      NCHW for every activation%s\n",
-                 nimg ? " (this backend's convolutions take no other, or TINYTRAIN_LAYOUT=nchw)" : "");
+                 nimg ? (p->policy.act_dtype == TT_F32 && s->be && s->be->layouts_16bit
+                          ? " (fp32: this backend takes NHWC for fp16/bf16 activations only)"
+                          : " (this backend's convolutions take no other, or TINYTRAIN_LAYOUT=nchw)")
+                       : "");
     return;
   }
   fprintf(out, "  layout      NHWC (channels-last) for %d activations and their gradients (%.1f MiB of values),\n"

@@ -527,7 +527,8 @@ static int lower_pool_compactable(const lower_ctx *c, const tt_node *n) {
 }
 
 /* The layout of every node's value (and gradient): program.layout. On a backend whose conv and
- * pool descs take NHWC (backend.h's `layouts`), an image tensor is NHWC when the ops around it
+ * pool descs take NHWC (backend.h's `layouts`, or `layouts_16bit` when the activations are fp16 or
+ * bf16: the CUDA backend's), an image tensor is NHWC when the ops around it
  * all work on NHWC: convolutions (which take either layout in and write either out, so they are
  * where the layout changes) and the ops that see only channels and elements (batch norm, the
  * activations, pooling, add, concat), with global average pooling reading NHWC and writing
@@ -541,7 +542,9 @@ static int lower_layouts(lower_ctx *c) {
   tt_program *p = c->p;
   int nn = g->nnodes;
   memset(p->layout, TT_LAYOUT_NCHW, (size_t)nn);
-  if (!(c->be->layouts & (1u << TT_LAYOUT_NHWC))) return 0;
+  /* the backend's layouts, and for 16-bit activations its 16-bit-only ones (backend.h) */
+  unsigned layouts = c->be->layouts | (c->pol->act_dtype != TT_F32 ? c->be->layouts_16bit : 0u);
+  if (!(layouts & (1u << TT_LAYOUT_NHWC))) return 0;
   int *root = (int *)tt_malloc(sizeof(int) * (size_t)nn * 2, "layout groups", c->err);
   if (!root) return -1;
   int *forced = root + nn;

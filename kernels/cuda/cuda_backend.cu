@@ -613,11 +613,12 @@ static const tt_backend cuda_be_table = {
     tt_cuda_token_pool_fwd, tt_cuda_token_pool_bwd,
     tt_cuda_sum_squares,
     tt_cuda_sgd_update_multi, tt_cuda_adam_update_multi,
-    0u, /* layouts: NCHW only (the planner gives no other) */
+    0u, /* layouts: fp32 activations stay NCHW (layouts_16bit below for fp16/bf16) */
     tt_cuda_bn_apply,
     tt_cuda_cast_multi, /* the weight casts of a step in one launch */
     cuda_be_event_record, cuda_be_upload_after, /* the next batch's copy overlaps the step */
     tt_cuda_conv_find, /* tune: cudnnFind*Ex over the arena's transient region at setup */
+    0u, /* layouts_16bit: set by tt_cuda_backend_create (NHWC unless TINYTRAIN_LAYOUT=nchw) */
 };
 
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize) {
@@ -650,6 +651,12 @@ extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbu
   }
   *b = cuda_be_table;
   b->impl = st;
+  {
+    /* fp16/bf16 activations channels-last between convolutions (cuDNN's tensor-core kernels work
+     * on NHWC; NCHW costs them transposes); TINYTRAIN_LAYOUT=nchw keeps NCHW, as on the CPU */
+    const char *lay = getenv("TINYTRAIN_LAYOUT");
+    b->layouts_16bit = lay && !strcmp(lay, "nchw") ? 0u : 1u << TT_LAYOUT_NHWC;
+  }
   /* the device the calling thread selected: 0, or the one a multi-process launch chose by
    * local rank (tt_cuda_select_device) */
   st->device = cuda_next_device;

@@ -49,6 +49,10 @@ static int cuda_conv_check(tt_backend *b, const char *op, const tt_conv_desc *d,
       d->stride_w <= 0 || d->pad_h < 0 || d->pad_w < 0 || d->groups <= 0 || d->c % d->groups || d->k % d->groups)
     return tt_cuda_fail(b, "%s: bad conv desc (n=%d c=%d h=%d w=%d k=%d r=%d s=%d groups=%d)", op, d->n, d->c, d->h,
                         d->w, d->k, d->r, d->s, d->groups);
+  if ((d->layout_x != TT_LAYOUT_NCHW && d->layout_x != TT_LAYOUT_NHWC) ||
+      (d->layout_y != TT_LAYOUT_NCHW && d->layout_y != TT_LAYOUT_NHWC))
+    return tt_cuda_fail(b, "%s: layouts x %d, y %d: the CUDA backend takes NCHW (0) and NHWC (1)", op, d->layout_x,
+                        d->layout_y);
   if (d->p != (d->h + 2 * d->pad_h - d->r) / d->stride_h + 1 || d->q != (d->w + 2 * d->pad_w - d->s) / d->stride_w + 1 ||
       d->p <= 0 || d->q <= 0)
     return tt_cuda_fail(b, "%s: output %dx%d does not match input %dx%d, filter %dx%d, stride %dx%d, pad %dx%d", op,
@@ -98,8 +102,12 @@ void tt_cuda_conv_cache_destroy(tt_backend *b) {
 static int cuda_conv_same(const tt_conv_desc *a, const tt_conv_desc *c) {
   return a->n == c->n && a->c == c->c && a->h == c->h && a->w == c->w && a->k == c->k && a->r == c->r && a->s == c->s &&
          a->stride_h == c->stride_h && a->stride_w == c->stride_w && a->pad_h == c->pad_h && a->pad_w == c->pad_w &&
-         a->groups == c->groups && a->p == c->p && a->q == c->q;
+         a->groups == c->groups && a->p == c->p && a->q == c->q && a->layout_x == c->layout_x && a->layout_y == c->layout_y;
 }
+
+/* cuDNN's format of an activation tensor in tt_layout l (backend.h): NHWC is channels-last with
+ * no padding, CUDNN_TENSOR_NHWC's packed strides. */
+static cudnnTensorFormat_t cuda_conv_format(int l) { return l == TT_LAYOUT_NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW; }
 
 /* Finds or fills the slot for (d, dt). */
 static tt_cuda_conv_slot *cuda_conv_slot(tt_backend *b, const tt_conv_desc *d, tt_dtype dt) {
@@ -131,8 +139,11 @@ static tt_cuda_conv_slot *cuda_conv_slot(tt_backend *b, const tt_conv_desc *d, t
       return NULL;                                                                           \
     }                                                                                        \
   } while (0)
-  CUDA_CONV_TRY(cudnnSetTensor4dDescriptor(s->x, CUDNN_TENSOR_NCHW, ct, d->n, d->c, d->h, d->w));
-  CUDA_CONV_TRY(cudnnSetTensor4dDescriptor(s->y, CUDNN_TENSOR_NCHW, ct, d->n, d->k, d->p, d->q));
+  /* x/dx and y/dy in the desc's layouts (a convolution is where the layout changes); every query,
+   * cudnnFind*Ex and call of the slot uses these descriptors. The filter stays PyTorch's
+   * [k, c/g, r, s] (CUDNN_TENSOR_NCHW filter format) whatever the activations' layout. */
+  CUDA_CONV_TRY(cudnnSetTensor4dDescriptor(s->x, cuda_conv_format(d->layout_x), ct, d->n, d->c, d->h, d->w));
+  CUDA_CONV_TRY(cudnnSetTensor4dDescriptor(s->y, cuda_conv_format(d->layout_y), ct, d->n, d->k, d->p, d->q));
   CUDA_CONV_TRY(cudnnSetFilter4dDescriptor(s->w, ct, CUDNN_TENSOR_NCHW, d->k, d->c / d->groups, d->r, d->s));
   CUDA_CONV_TRY(cudnnSetConvolution2dDescriptor(s->conv, d->pad_h, d->pad_w, d->stride_h, d->stride_w, 1, 1,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
@@ -404,6 +415,8 @@ int tt_cuda_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const vo
   if (!s) return -1;
   CUDNN_CHECK(b, cudnnConvolutionForward(st->dnn, &one, s->x, x, s->w, w, s->conv, (cudnnConvolutionFwdAlgo_t)algo,
                                          need ? ws : NULL, need, &zero, s->y, y));
+  /* NHWC y: the bias is per channel of [n*p*q, k, 1] (channels fastest) */
+  if (bias && d->layout_y == TT_LAYOUT_NHWC) return tt_cuda_add_bias(b, "conv_fwd", d->n * d->p * d->q, d->k, 1, dt, bias, y);
   if (bias) return tt_cuda_add_bias(b, "conv_fwd", d->n, d->k, (size_t)d->p * d->q, dt, bias, y);
   return 0;
 }
@@ -455,6 +468,8 @@ int tt_cuda_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, c
                                                   s->w, ws));
     if (tt_cuda_accum_to_f32(b, "conv_bwd_filter", wcount, dt, ws, dw, beta)) return -1;
   }
+  if (db && d->layout_y == TT_LAYOUT_NHWC) /* dy [n*p*q, k, 1] */
+    return tt_cuda_channel_sum(b, "conv_bwd_filter", d->n * d->p * d->q, d->k, 1, dt, dy, db, beta);
   if (db) return tt_cuda_channel_sum(b, "conv_bwd_filter", d->n, d->k, (size_t)d->p * d->q, dt, dy, db, beta);
   return 0;
 }

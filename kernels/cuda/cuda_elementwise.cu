@@ -34,9 +34,22 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_add_bias_k(size
   }
 }
 
+/* hw == 1 (an NHWC tensor as [n*h*w, c, 1]: channels fastest): flat over the elements, the
+ * channel i % c; the plane kernel would run one element per 256-thread block there. */
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_add_bias_rows_k(size_t count, int c, tt_dtype dt,
+                                                                          const void *bias, void *y) {
+  TT_CUDA_LOOP(i, count) tt_cuda_st(dt, y, i, tt_cuda_ld(dt, y, i) + tt_cuda_ld(dt, bias, i % (size_t)c));
+}
+
 int tt_cuda_add_bias(tt_backend *b, const char *op, int n, int c, size_t hw, tt_dtype dt, const void *bias, void *y) {
   size_t planes = (size_t)n * c, gx = (hw + TT_CUDA_THREADS - 1) / TT_CUDA_THREADS, gy = planes;
   if (!planes || !hw) return 0;
+  if (hw == 1) {
+    TT_LAUNCH(cuda_ew_add_bias_rows_k, tt_cuda_blocks(planes), TT_CUDA_THREADS, 0, cuda_ew_stream(b), planes, c, dt, bias,
+              y);
+    CUDA_LAUNCH_CHECK(b, op);
+    return 0;
+  }
   if (gx > 1024) gx = 1024;
   if (gy > 65535) gy = 65535;
   TT_LAUNCH(cuda_ew_add_bias_k, dim3((unsigned)gx, (unsigned)gy), TT_CUDA_THREADS, 0, cuda_ew_stream(b), planes, hw, c, dt,
@@ -624,6 +637,7 @@ int tt_cuda_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src
 /* every kernel of this file, for the setup check (cuda_internal.h) */
 const tt_cuda_kernel tt_cuda_elementwise_kernels[] = {
     TT_CUDA_KERNEL(cuda_ew_add_bias_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_ew_add_bias_rows_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_channel_sum_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_accum_f32_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_act_fwd_k, TT_CUDA_THREADS),

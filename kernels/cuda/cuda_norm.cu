@@ -221,6 +221,104 @@ static int cuda_bn_ws_check(tt_backend *b, const char *op, int n, int c, int hw,
   return 0;
 }
 
+/* ---- batch norm on rows: hw == 1 (an NHWC tensor as [n*h*w, c, 1], backend.h's layouts) ----
+ * The per-channel kernels above would read a channel's values c elements apart (one element per
+ * 32-byte sector in bf16). Here a block takes 32 channels (one per lane, so a warp reads 32
+ * consecutive channels of one row: whole sectors) and one split of the rows, its 8 warps each
+ * walking every 8th row of it; the 8 per-warp partials are added per channel in warp order, then
+ * written as the split's partial (fp32 per thread, double per block, as above), and the finalise
+ * kernels above add the splits in order: deterministic. Normalisation and dx are flat over the
+ * elements (channel i % c), the per-element arithmetic of cuda_bn_norm and cuda_bn_dx. The splits
+ * are cuda_bn_geometry's for hw == 1 (v == 1), within tt_cuda_bn_workspace's sizing. */
+#define CUDA_BN_ROW_WARPS (TT_CUDA_THREADS / 32)
+
+/* The rows [r0, r1) of split blockIdx.y and this thread's channel (-1: past c). */
+static __device__ __forceinline__ int cuda_bn_rows_span(const cuda_bn_geom &g, size_t *r0, size_t *r1) {
+  const int ch = (int)blockIdx.x * 32 + (int)(threadIdx.x & 31);
+  *r0 = (size_t)blockIdx.y * g.chunk;
+  *r1 = *r0 + g.chunk < (size_t)g.n ? *r0 + g.chunk : (size_t)g.n;
+  return ch < g.c ? ch : -1;
+}
+
+/* sums (x, y) of the block's 8 warps per channel, in warp order; lane threads of warp 0 write */
+static __device__ __forceinline__ void cuda_bn_rows_reduce(const cuda_bn_geom &g, int ch, float s1, float s2,
+                                                           double (*sh)[CUDA_BN_ROW_WARPS][32], cuda_bn_d2 *part) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  sh[0][w][lane] = s1, sh[1][w][lane] = s2;
+  __syncthreads();
+  if (w == 0 && ch >= 0) {
+    double t1 = 0.0, t2 = 0.0;
+    for (int k = 0; k < CUDA_BN_ROW_WARPS; k++) t1 += sh[0][k][lane], t2 += sh[1][k][lane];
+    part[(size_t)blockIdx.y * g.c + ch] = cuda_bn_d2{t1, t2};
+  }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_stats_k(cuda_bn_geom g, tt_dtype dt, const void *x,
+                                                                              cuda_bn_d2 *part) {
+  __shared__ double sh[2][CUDA_BN_ROW_WARPS][32];
+  size_t r0, r1;
+  const int ch = cuda_bn_rows_span(g, &r0, &r1);
+  float s1 = 0.0f, s2 = 0.0f;
+  if (ch >= 0) {
+    const float K = tt_cuda_ld(dt, x, (size_t)ch); /* the channel's first value (cuda_bn_first, hw == 1) */
+    for (size_t r = r0 + (threadIdx.x >> 5); r < r1; r += CUDA_BN_ROW_WARPS) {
+      float d = tt_cuda_ld(dt, x, r * (size_t)g.c + ch) - K;
+      s1 += d;
+      s2 += d * d;
+    }
+  }
+  cuda_bn_rows_reduce(g, ch, s1, s2, sh, part);
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_bwd_stats_k(cuda_bn_geom g, tt_dtype dt, const void *x,
+                                                                                  const void *dy, const float *save_mean,
+                                                                                  const float *save_invstd, cuda_bn_d2 *part) {
+  __shared__ double sh[2][CUDA_BN_ROW_WARPS][32];
+  size_t r0, r1;
+  const int ch = cuda_bn_rows_span(g, &r0, &r1);
+  float s1 = 0.0f, s2 = 0.0f;
+  if (ch >= 0) {
+    const float mean = save_mean[ch], invstd = save_invstd[ch];
+    for (size_t r = r0 + (threadIdx.x >> 5); r < r1; r += CUDA_BN_ROW_WARPS) {
+      const size_t i = r * (size_t)g.c + ch;
+      float gv = tt_cuda_ld(dt, dy, i);
+      s1 += gv;
+      s2 += gv * ((tt_cuda_ld(dt, x, i) - mean) * invstd);
+    }
+  }
+  cuda_bn_rows_reduce(g, ch, s1, s2, sh, part);
+}
+
+/* y = (x - mean) * invstd * gamma + bias over the flat [rows, c]; infer: invstd from the running
+ * variance (stat_p), as cuda_bn_norm_k computes it */
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_norm_k(size_t count, int c, tt_dtype dt, const void *x,
+                                                                             const float *gamma, const float *bias,
+                                                                             const float *mean_p, const float *stat_p,
+                                                                             int infer, float eps, void *y) {
+  TT_CUDA_LOOP(i, count) {
+    const int ch = (int)(i % (size_t)c);
+    const float mean = mean_p[ch], invstd = infer ? (float)(1.0 / sqrt((double)stat_p[ch] + (double)eps)) : stat_p[ch];
+    tt_cuda_st(dt, y, i, (tt_cuda_ld(dt, x, i) - mean) * invstd * gamma[ch] + bias[ch]);
+  }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_dx_k(size_t count, int c, tt_dtype dt, const void *x,
+                                                                           const void *dy, const float *gamma,
+                                                                           const float *save_mean, const float *save_invstd,
+                                                                           const cuda_bn_f2 *md, void *dx, float beta_dx) {
+  TT_CUDA_LOOP(i, count) {
+    const int ch = (int)(i % (size_t)c);
+    const float mean = save_mean[ch], invstd = save_invstd[ch], a = gamma[ch] * save_invstd[ch];
+    const cuda_bn_f2 d = md[ch];
+    float xh = (tt_cuda_ld(dt, x, i) - mean) * invstd;
+    float v = a * (tt_cuda_ld(dt, dy, i) - d.x - xh * d.y);
+    tt_cuda_st(dt, dx, i, beta_dx != 0.0f ? v + beta_dx * tt_cuda_ld(dt, dx, i) : v);
+  }
+}
+
+/* grid of the row statistics kernels: 32 channels by one split of rows per block */
+static dim3 cuda_bn_rows_grid(const cuda_bn_geom &g) { return dim3((unsigned)((g.c + 31) / 32), (unsigned)cuda_bn_splits(g)); }
+
 int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                          const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
                          float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes) {
@@ -235,6 +333,17 @@ int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   if (cuda_bn_ws_check(b, "bn_fwd_train", n, c, hw, dt, ws, ws_bytes)) return -1;
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
   splits = cuda_bn_splits(g);
+  if (hw == 1) { /* rows (an NHWC tensor): coalesced over channels */
+    TT_LAUNCH(cuda_bn_rows_stats_k, cuda_bn_rows_grid(g), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x, (cuda_bn_d2 *)ws);
+    CUDA_LAUNCH_CHECK(b, "bn_fwd_train");
+    TT_LAUNCH(cuda_bn_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, splits, dt, x,
+              (const cuda_bn_d2 *)ws, running_mean, running_var, momentum, eps, save_mean, save_invstd, update_running);
+    CUDA_LAUNCH_CHECK(b, "bn_fwd_train");
+    TT_LAUNCH(cuda_bn_rows_norm_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), (size_t)n * c, c,
+              dt, x, gamma, bias, (const float *)save_mean, (const float *)save_invstd, 0, eps, y);
+    CUDA_LAUNCH_CHECK(b, "bn_fwd_train");
+    return 0;
+  }
   TT_LAUNCH(cuda_bn_stats_k, dim3((unsigned)c, (unsigned)splits), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x,
             (cuda_bn_d2 *)ws);
   CUDA_LAUNCH_CHECK(b, "bn_fwd_train");
@@ -324,6 +433,12 @@ int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   if (!x || !gamma || !bias || !running_mean || !running_var || !y)
     return tt_cuda_fail(b, "bn_fwd_infer: NULL x, gamma, bias, running_mean, running_var or y");
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
+  if (hw == 1) { /* rows: flat, channel i % c */
+    TT_LAUNCH(cuda_bn_rows_norm_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), (size_t)n * c, c,
+              dt, x, gamma, bias, running_mean, running_var, 1, eps, y);
+    CUDA_LAUNCH_CHECK(b, "bn_fwd_infer");
+    return 0;
+  }
   switch (cuda_bn_flat(b, "bn_fwd_infer", g, n, c, hw, dt, x, gamma, bias, running_mean, running_var, eps, 0, y)) {
     case 1: return 0; /* the flat form: 16-byte vectors across planes */
     case -1: return -1;
@@ -349,6 +464,12 @@ extern "C" int tt_cuda_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt
   if (!x || !gamma || !bias || !save_mean || !save_invstd || !y)
     return tt_cuda_fail(b, "bn_apply: NULL x, gamma, bias, save_mean, save_invstd or y");
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
+  if (hw == 1) { /* rows: bn_fwd_train's rows normalisation, the same kernel */
+    TT_LAUNCH(cuda_bn_rows_norm_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), (size_t)n * c, c,
+              dt, x, gamma, bias, save_mean, save_invstd, 0, 0.0f, y);
+    CUDA_LAUNCH_CHECK(b, "bn_apply");
+    return 0;
+  }
   switch (cuda_bn_flat(b, "bn_apply", g, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, 0.0f, 1, y)) {
     case 1: return 0;
     case -1: return -1;
@@ -465,6 +586,19 @@ int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 3);
   splits = cuda_bn_splits(g);
   md = (cuda_bn_f2 *)((char *)ws + (size_t)splits * c * 16);
+  if (hw == 1) { /* rows (an NHWC tensor): coalesced over channels */
+    TT_LAUNCH(cuda_bn_rows_bwd_stats_k, cuda_bn_rows_grid(g), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x, dy, save_mean,
+              save_invstd, (cuda_bn_d2 *)ws);
+    CUDA_LAUNCH_CHECK(b, "bn_bwd");
+    TT_LAUNCH(cuda_bn_bwd_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, splits,
+              (const cuda_bn_d2 *)ws, dgamma, dbias, beta_param, md);
+    CUDA_LAUNCH_CHECK(b, "bn_bwd");
+    if (!dx) return 0;
+    TT_LAUNCH(cuda_bn_rows_dx_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), (size_t)n * c, c, dt,
+              x, dy, gamma, save_mean, save_invstd, (const cuda_bn_f2 *)md, dx, beta_dx);
+    CUDA_LAUNCH_CHECK(b, "bn_bwd");
+    return 0;
+  }
   TT_LAUNCH(cuda_bn_bwd_stats_k, dim3((unsigned)c, (unsigned)splits), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x, dy,
             save_mean, save_invstd, (cuda_bn_d2 *)ws);
   CUDA_LAUNCH_CHECK(b, "bn_bwd");
@@ -480,9 +614,35 @@ int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
 
 /* ----------------------------------- pooling ------------------------------------------ */
 
-/* First maximum of window (oh, ow) of the plane at xoff (index into the plane); NaN wins. */
+/* Element i of an [n, c, rows, cols] tensor in the desc's layout: its plane pl (sample * c +
+ * channel) and position (r, col) in it. */
+static __device__ __forceinline__ void cuda_pool_at(const tt_pool_desc &d, size_t i, int rows, int cols, size_t *pl, int *r,
+                                                    int *col) {
+  if (d.layout == TT_LAYOUT_NHWC) { /* [n, rows, cols, c]: channels fastest */
+    size_t t = i / (size_t)d.c;
+    *col = (int)(t % (size_t)cols), *r = (int)((t / (size_t)cols) % (size_t)rows);
+    *pl = t / ((size_t)rows * cols) * (size_t)d.c + i % (size_t)d.c;
+  } else {
+    *col = (int)(i % (size_t)cols), *r = (int)((i / (size_t)cols) % (size_t)rows);
+    *pl = i / ((size_t)rows * cols);
+  }
+}
+
+/* Where plane pl of an [n, c, rows, cols] tensor starts, and the distance of its consecutive
+ * elements (NCHW: contiguous planes; NHWC: a channel's elements are c apart). */
+static __device__ __forceinline__ size_t cuda_pool_plane(const tt_pool_desc &d, size_t pl, int rows, int cols, size_t *es) {
+  if (d.layout == TT_LAYOUT_NHWC) {
+    *es = (size_t)d.c;
+    return pl / (size_t)d.c * (size_t)rows * cols * d.c + pl % (size_t)d.c;
+  }
+  *es = 1;
+  return pl * (size_t)rows * cols;
+}
+
+/* First maximum of window (oh, ow) of the plane at xoff, elements es apart (index into the
+ * plane); NaN wins. */
 static __device__ __forceinline__ long long cuda_norm_argmax(tt_pool_desc d, tt_dtype dt, const void *x, size_t xoff,
-                                                             int oh, int ow, float *best_out) {
+                                                             size_t es, int oh, int ow, float *best_out) {
   int h0 = oh * d.stride_h - d.pad_h, w0 = ow * d.stride_w - d.pad_w;
   int h1 = h0 + d.kh, w1 = w0 + d.kw;
   long long arg = -1;
@@ -494,7 +654,7 @@ static __device__ __forceinline__ long long cuda_norm_argmax(tt_pool_desc d, tt_
   for (int ih = h0; ih < h1; ih++)
     for (int iw = w0; iw < w1; iw++) {
       size_t i = (size_t)ih * d.w + iw;
-      float v = tt_cuda_ld(dt, x, xoff + i);
+      float v = tt_cuda_ld(dt, x, xoff + i * es);
       if (arg < 0 || v > best || v != v) {
         best = v;
         arg = (long long)i;
@@ -509,11 +669,13 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_fwd_k(tt_pool
   size_t count = (size_t)d.n * d.c * d.p * d.q;
   float inv = 1.0f / (float)(d.kh * d.kw);
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
-    int ow = (int)(i % d.q), oh = (int)((i / d.q) % d.p);
-    size_t pl = i / ((size_t)d.p * d.q), xoff = pl * d.h * d.w;
+    int ow, oh;
+    size_t pl, es, xoff;
     float v;
+    cuda_pool_at(d, i, d.p, d.q, &pl, &oh, &ow);
+    xoff = cuda_pool_plane(d, pl, d.h, d.w, &es);
     if (mode == TT_POOL_MAX) {
-      cuda_norm_argmax(d, dt, x, xoff, oh, ow, &v);
+      cuda_norm_argmax(d, dt, x, xoff, es, oh, ow, &v);
     } else {
       int h0 = oh * d.stride_h - d.pad_h, w0 = ow * d.stride_w - d.pad_w;
       int h1 = h0 + d.kh, w1 = w0 + d.kw;
@@ -523,7 +685,7 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_fwd_k(tt_pool
       if (h1 > d.h) h1 = d.h;
       if (w1 > d.w) w1 = d.w;
       for (int ih = h0; ih < h1; ih++)
-        for (int iw = w0; iw < w1; iw++) s += tt_cuda_ld(dt, x, xoff + (size_t)ih * d.w + iw);
+        for (int iw = w0; iw < w1; iw++) s += tt_cuda_ld(dt, x, xoff + ((size_t)ih * d.w + iw) * es);
       v = s * inv;
     }
     tt_cuda_st(dt, y, i, v);
@@ -536,8 +698,10 @@ static __device__ __forceinline__ void cuda_pool_bwd_dt(tt_dtype dt, const tt_po
   size_t count = (size_t)d.n * d.c * d.h * d.w;
   float inv = 1.0f / (float)(d.kh * d.kw);
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
-    int iw = (int)(i % d.w), ih = (int)((i / d.w) % d.h);
-    size_t pl = i / ((size_t)d.h * d.w), xoff = pl * d.h * d.w, yoff = pl * d.p * d.q;
+    int iw, ih;
+    size_t pl, es, xoff, yoff;
+    cuda_pool_at(d, i, d.h, d.w, &pl, &ih, &iw);
+    xoff = cuda_pool_plane(d, pl, d.h, d.w, &es), yoff = cuda_pool_plane(d, pl, d.p, d.q, &es);
     long long me = (long long)ih * d.w + iw;
     int a = ih + d.pad_h - d.kh + 1, bq = iw + d.pad_w - d.kw + 1;
     int oh0 = a <= 0 ? 0 : (a + d.stride_h - 1) / d.stride_h, oh1 = (ih + d.pad_h) / d.stride_h;
@@ -547,9 +711,9 @@ static __device__ __forceinline__ void cuda_pool_bwd_dt(tt_dtype dt, const tt_po
     if (ow1 > d.q - 1) ow1 = d.q - 1;
     for (int oh = oh0; oh <= oh1; oh++)
       for (int ow = ow0; ow <= ow1; ow++) {
-        float g = tt_cuda_ld(dt, dy, yoff + (size_t)oh * d.q + ow);
+        float g = tt_cuda_ld(dt, dy, yoff + ((size_t)oh * d.q + ow) * es);
         if (mode == TT_POOL_MAX) {
-          if (cuda_norm_argmax(d, dt, x, xoff, oh, ow, &bv) == me) acc += g;
+          if (cuda_norm_argmax(d, dt, x, xoff, es, oh, ow, &bv) == me) acc += g;
         } else {
           acc += g * inv;
         }
@@ -808,7 +972,7 @@ int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt
   (void)ws, (void)ws_bytes;
   if (cuda_norm_pool_check(b, "pool_fwd", d, mode, dt)) return -1;
   if (!x || !y) return tt_cuda_fail(b, "pool_fwd: NULL x or y");
-  rows = cuda_pool_rows_fwd(d);
+  rows = d->layout == TT_LAYOUT_NHWC ? 0 : cuda_pool_rows_fwd(d); /* NHWC: the untiled kernels */
   if (rows > 0) {
     cuda_pool_geom g = cuda_pool_geometry(d, rows, d->p, dt, x, NULL);
     if (cuda_pool_grid_ok(b, "pool_fwd", d, g.bands)) return -1;
@@ -828,7 +992,7 @@ int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt
   (void)ws, (void)ws_bytes;
   if (cuda_norm_pool_check(b, "pool_bwd", d, mode, dt)) return -1;
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_cuda_fail(b, "pool_bwd: NULL x (max), dy or dx");
-  rows = cuda_pool_rows_bwd(d, mode == TT_POOL_MAX);
+  rows = d->layout == TT_LAYOUT_NHWC ? 0 : cuda_pool_rows_bwd(d, mode == TT_POOL_MAX); /* NHWC: untiled */
   if (rows > 0) {
     cuda_pool_geom g = cuda_pool_geometry(d, rows, d->h, dt, mode == TT_POOL_MAX ? x : NULL, dy);
     if (cuda_pool_grid_ok(b, "pool_bwd", d, g.bands)) return -1;
@@ -853,10 +1017,12 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_argmax_k(tt_p
                                                                      uint8_t *idx) {
   size_t count = (size_t)d.n * d.c * d.p * d.q;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
-    int ow = (int)(i % d.q), oh = (int)((i / d.q) % d.p);
-    size_t pl = i / ((size_t)d.p * d.q), xoff = pl * d.h * d.w;
+    int ow, oh;
+    size_t pl, es, xoff;
     float v;
-    long long a = cuda_norm_argmax(d, dt, x, xoff, oh, ow, &v);
+    cuda_pool_at(d, i, d.p, d.q, &pl, &oh, &ow);
+    xoff = cuda_pool_plane(d, pl, d.h, d.w, &es);
+    long long a = cuda_norm_argmax(d, dt, x, xoff, es, oh, ow, &v);
     int r = 0;
     if (a >= 0) r = ((int)(a / d.w) - (oh * d.stride_h - d.pad_h)) * d.kw + ((int)(a % d.w) - (ow * d.stride_w - d.pad_w));
     idx[i] = (uint8_t)r;
@@ -868,8 +1034,10 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_bwd_idx_k(tt_
                                                                       const void *dy, void *dx, float beta) {
   size_t count = (size_t)d.n * d.c * d.h * d.w;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)blockDim.x * gridDim.x) {
-    int iw = (int)(i % d.w), ih = (int)((i / d.w) % d.h);
-    size_t pl = i / ((size_t)d.h * d.w), yoff = pl * d.p * d.q;
+    int iw, ih;
+    size_t pl, es, yoff;
+    cuda_pool_at(d, i, d.h, d.w, &pl, &ih, &iw);
+    yoff = cuda_pool_plane(d, pl, d.p, d.q, &es);
     int a = ih + d.pad_h - d.kh + 1, bq = iw + d.pad_w - d.kw + 1;
     int oh0 = a <= 0 ? 0 : (a + d.stride_h - 1) / d.stride_h, oh1 = (ih + d.pad_h) / d.stride_h;
     int ow0 = bq <= 0 ? 0 : (bq + d.stride_w - 1) / d.stride_w, ow1 = (iw + d.pad_w) / d.stride_w;
@@ -878,7 +1046,7 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_bwd_idx_k(tt_
     if (ow1 > d.q - 1) ow1 = d.q - 1;
     for (int oh = oh0; oh <= oh1; oh++)
       for (int ow = ow0; ow <= ow1; ow++) {
-        size_t yi = yoff + (size_t)oh * d.q + ow;
+        size_t yi = yoff + ((size_t)oh * d.q + ow) * es;
         int me = (ih - (oh * d.stride_h - d.pad_h)) * d.kw + (iw - (ow * d.stride_w - d.pad_w));
         if (idx[yi] == me) acc += tt_cuda_ld(dt, dy, yi);
       }
@@ -891,7 +1059,7 @@ int tt_cuda_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const
   if (cuda_norm_pool_check(b, "pool_argmax", d, TT_POOL_MAX, dt)) return -1;
   if (d->kh * d->kw > 256) return tt_cuda_fail(b, "pool_argmax: a %dx%d window has no uint8 index", d->kh, d->kw);
   if (!x || !idx) return tt_cuda_fail(b, "pool_argmax: NULL x or idx");
-  rows = cuda_pool_rows_fwd(d);
+  rows = d->layout == TT_LAYOUT_NHWC ? 0 : cuda_pool_rows_fwd(d); /* NHWC: the untiled kernels */
   if (rows > 0) {
     cuda_pool_geom g = cuda_pool_geometry(d, rows, d->p, dt, x, NULL);
     if (cuda_pool_grid_ok(b, "pool_argmax", d, g.bands)) return -1;
@@ -910,7 +1078,7 @@ int tt_cuda_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, cons
   int rows;
   if (cuda_norm_pool_check(b, "pool_bwd_idx", d, TT_POOL_MAX, dt)) return -1;
   if (!idx || !dy || !dx) return tt_cuda_fail(b, "pool_bwd_idx: NULL idx, dy or dx");
-  rows = cuda_pool_rows_bwd(d, 0);
+  rows = d->layout == TT_LAYOUT_NHWC ? 0 : cuda_pool_rows_bwd(d, 0); /* NHWC: the untiled kernels */
   if (rows > 0) {
     cuda_pool_geom g = cuda_pool_geometry(d, rows, d->h, dt, NULL, dy);
     if (cuda_pool_grid_ok(b, "pool_bwd_idx", d, g.bands)) return -1;
@@ -981,6 +1149,10 @@ const tt_cuda_kernel tt_cuda_norm_kernels[] = {
     TT_CUDA_KERNEL(cuda_bn_bwd_final_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_dx_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_infer_flat_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_rows_stats_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_rows_bwd_stats_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_rows_norm_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_rows_dx_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_fwd_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_bwd_f32_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_pool_bwd_f16_k, TT_CUDA_THREADS),

@@ -137,6 +137,13 @@ static int ref_conv_begin(tt_backend *b, const char *op, const tt_conv_desc *d, 
 
 size_t tt_ref_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which) {
   ref_conv_plan pl;
+  tt_conv_desc nchw;
+  /* The answer does not depend on the layouts. It is given for a layout the table lists, which
+   * this backend's own never does: `tinytrain plan` for a CUDA card not here plans with a reference
+   * backend standing in, given the CUDA backend's layouts_16bit (core/runtime/session.c), so its
+   * fp16/bf16 programs plan NHWC as on the card. Running an NHWC convolution is refused always. */
+  unsigned listed = b->layouts | (dt != TT_F32 ? b->layouts_16bit : 0u);
+  if (d && (listed & (1u << TT_LAYOUT_NHWC))) nchw = *d, nchw.layout_x = nchw.layout_y = TT_LAYOUT_NCHW, d = &nchw;
   if (ref_conv_check(b, "conv_workspace", d, dt)) return TT_WS_ERROR;
   if (which != TT_WS_FWD && which != TT_WS_BWD_DATA && which != TT_WS_BWD_FILTER)
     return tt_ref_fail(b, "conv_workspace: unknown workspace kind %d", (int)which), TT_WS_ERROR;

@@ -37,8 +37,17 @@ if [ -z "${TT_FUZZ_BUILT:-}" ]; then # set by `ninja fuzz`, which built them alr
 fi
 
 mkdir -p build-fuzz/artifacts
-failed=0
-for t in "${TARGETS[@]}"; do
+# FUZZ_JOBS=N runs up to N targets at once (each is one single-threaded process with its own
+# seed, corpus and log, so the inputs are the same as one after the other; CI sets it to the
+# core count). The PASS/FAIL lines come in the targets' order either way.
+JOBS=${FUZZ_JOBS:-1}
+if ! [[ "$JOBS" =~ ^[1-9][0-9]*$ ]]; then
+  echo "fuzz: FUZZ_JOBS must be a positive number, not '$JOBS'" >&2
+  exit 2
+fi
+# One target: its line goes to build-fuzz/fuzz_TARGET.result (PASS or FAIL, as printed below).
+run_one() {
+  local t=$1 n work log start rc secs stats
   n=${RUNS:-${DEFAULT_RUNS[$t]}}
   work=build-fuzz/corpus/$t
   rm -rf "$work"
@@ -55,11 +64,28 @@ for t in "${TARGETS[@]}"; do
   secs=$(( $(date +%s) - start ))
   stats=$(grep -E "^#[0-9]+.*DONE" "$log" | tail -1)
   if [ $rc -ne 0 ]; then
-    echo "FAIL fuzz_$t: exit $rc after ${secs}s; last lines of $log:"
-    tail -40 "$log" | sed 's/^/    /'
-    failed=1
+    { echo "FAIL fuzz_$t: exit $rc after ${secs}s; last lines of $log:"; tail -40 "$log" | sed 's/^/    /'; } \
+      >build-fuzz/fuzz_"$t".result
   else
-    echo "PASS fuzz_$t: $n runs in ${secs}s, no finding (${stats#*DONE   })"
+    echo "PASS fuzz_$t: $n runs in ${secs}s, no finding (${stats#*DONE   })" >build-fuzz/fuzz_"$t".result
   fi
+}
+running=0
+for t in "${TARGETS[@]}"; do
+  rm -f build-fuzz/fuzz_"$t".result
+  if [ "$JOBS" -le 1 ]; then
+    run_one "$t"
+    cat build-fuzz/fuzz_"$t".result
+  else
+    if [ "$running" -ge "$JOBS" ]; then wait -n; running=$((running - 1)); fi
+    run_one "$t" &
+    running=$((running + 1))
+  fi
+done
+wait
+failed=0
+for t in "${TARGETS[@]}"; do
+  [ "$JOBS" -le 1 ] || cat build-fuzz/fuzz_"$t".result 2>/dev/null || echo "FAIL fuzz_$t: no result (the job died)"
+  grep -q '^PASS ' build-fuzz/fuzz_"$t".result 2>/dev/null || failed=1
 done
 exit $failed
