@@ -163,6 +163,67 @@ static void conv_case(tt_backend *cb, const char *name, tt_conv_desc d, tt_dtype
   free(dx0), free(dw0), free(db0);
 }
 
+/* NCHW [n, c, hw] <-> NHWC [n, hw, c] of elements of es bytes (to_nhwc: NCHW in, NHWC out). */
+static void *perm_nhwc(const void *src, int n, int c, int hw, size_t es, int to_nhwc) {
+  char *o = (char *)malloc((size_t)n * c * hw * es);
+  for (int i = 0; i < n; i++)
+    for (int ch = 0; ch < c; ch++)
+      for (int p = 0; p < hw; p++) {
+        size_t nchw = (((size_t)i * c + ch) * hw + p) * es, nhwc = (((size_t)i * hw + p) * c + ch) * es;
+        memcpy(o + (to_nhwc ? nhwc : nchw), (const char *)src + (to_nhwc ? nchw : nhwc), es);
+      }
+  return o;
+}
+
+/* Backward 1x1 stride-1 convolutions on NHWC activations (cpu_conv.c's matmul form in bf16):
+ * the oneDNN backend on NHWC copies against the reference on NCHW (which has no NHWC), beta 0
+ * and 1, with a bias gradient (our loop in the matmul form); expect_mm: whether the call must
+ * run as a matmul (tt_cpu_conv_is_matmul), so the test fails if the selection silently stops
+ * or starts where it should not. */
+static void conv1x1_nhwc_case(tt_backend *cb, const char *name, tt_conv_desc d, tt_dtype dt, int expect_mm) {
+  char tn[160];
+  snprintf(tn, sizeof tn, "cpu_vs_ref:%s_%s", name, tt_dtype_name(dt));
+  TT_TEST_BEGIN(tn);
+  tt_conv_desc dn = d; /* the oneDNN backend's: NHWC in and out */
+  dn.layout_x = dn.layout_y = TT_LAYOUT_NHWC;
+  size_t es = dt == TT_F32 ? 4 : 2, xn = (size_t)d.n * d.c * d.h * d.w, yn = (size_t)d.n * d.k * d.p * d.q;
+  size_t wn = (size_t)d.k * d.c * d.r * d.s;
+  float *x = vec(xn, 1.0f), *w = vec(wn, 0.5f), *dy = vec(yn, 1.0f), *dx0 = vec(xn, 1.0f), *dw0 = vec(wn, 1.0f);
+  float *db0 = vec((size_t)d.k, 1.0f);
+  void *x_ = in_dt(x, xn, dt), *w_ = in_dt(w, wn, dt), *dy_ = in_dt(dy, yn, dt);
+  void *xh = perm_nhwc(x_, d.n, d.c, d.h * d.w, es, 1), *dyh = perm_nhwc(dy_, d.n, d.k, d.p * d.q, es, 1);
+  for (int kind = 0; kind < 2; kind++) {
+    tt_op_desc op = conv_op(kind ? TT_OP_CONV_BWD_FILTER : TT_OP_CONV_BWD_DATA, &dn, dt, kind, kind ? 0 : 1);
+    int mm = tt_cpu_conv_is_matmul(cb, &op);
+    TT_CHECK(mm == expect_mm, "%s: runs as a matmul: %d, expected %d (%s)", kind ? "conv_bwd_filter" : "conv_bwd_data", mm,
+             expect_mm, mm < 0 ? cb->last_error(cb) : "");
+  }
+  for (int beta = 0; beta < 2; beta++) {
+    tt_op_desc od = conv_op(TT_OP_CONV_BWD_DATA, &dn, dt, 0, beta), odr = conv_op(TT_OP_CONV_BWD_DATA, &d, dt, 0, beta);
+    tt_op_desc ow = conv_op(TT_OP_CONV_BWD_FILTER, &dn, dt, 1, 0), owr = conv_op(TT_OP_CONV_BWD_FILTER, &d, dt, 1, 0);
+    void *dxr = in_dt(dx0, xn, dt), *dxc = perm_nhwc(dxr, d.n, d.c, d.h * d.w, es, 1), *dxb;
+    float *dwc = vr_dup(dw0, wn), *dwr = vr_dup(dw0, wn), *dbc = vr_dup(db0, (size_t)d.k), *dbr = vr_dup(db0, (size_t)d.k);
+    size_t wc, wr;
+    void *wsc = ws_for(cb, &od, &wc), *wsr = ws_for(R, &odr, &wr);
+    TT_CHECK(cb->conv_workspace(cb, &dn, dt, TT_WS_BWD_DATA) >= wc, "conv_workspace below op_workspace (bwd data)");
+    TT_CHECK(!cb->conv_bwd_data(cb, &dn, dt, dyh, w_, dxc, (float)beta, wsc, wc), "conv_bwd_data: %s", cb->last_error(cb));
+    TT_CHECK(!R->conv_bwd_data(R, &d, dt, dy_, w_, dxr, (float)beta, wsr, wr), "ref: %s", R->last_error(R));
+    dxb = perm_nhwc(dxc, d.n, d.c, d.h * d.w, es, 0);
+    cmp(beta ? "dx (beta 1)" : "dx", dxb, dxr, xn, dt);
+    free(wsc), free(wsr);
+    wsc = ws_for(cb, &ow, &wc), wsr = ws_for(R, &owr, &wr);
+    TT_CHECK(cb->conv_workspace(cb, &dn, dt, TT_WS_BWD_FILTER) >= wc, "conv_workspace below op_workspace (bwd filter)");
+    TT_CHECK(!cb->conv_bwd_filter(cb, &dn, dt, xh, dyh, dwc, dbc, (float)beta, wsc, wc), "conv_bwd_filter: %s",
+             cb->last_error(cb));
+    TT_CHECK(!R->conv_bwd_filter(R, &d, dt, x_, dy_, dwr, dbr, (float)beta, wsr, wr), "ref: %s", R->last_error(R));
+    cmp(beta ? "dw (beta 1)" : "dw", dwc, dwr, wn, TT_F32);
+    cmp(beta ? "db (beta 1)" : "db", dbc, dbr, (size_t)d.k, TT_F32);
+    free(wsc), free(wsr), free(dxr), free(dxc), free(dxb), free(dwc), free(dwr), free(dbc), free(dbr);
+  }
+  TT_TEST_END();
+  free(x), free(w), free(dy), free(dx0), free(dw0), free(db0), free(x_), free(w_), free(dy_), free(xh), free(dyh);
+}
+
 static void test_conv(tt_backend *chunked) {
   static const struct {
     const char *name;
@@ -191,6 +252,62 @@ static void test_conv(tt_backend *chunked) {
     conv_case(chunked, "conv_3x3_s1_p1_bias", mkconv(5, 16, 12, 12, 16, 3, 3, 1, 1, 1, 1, 1), TT_F32, 1);
     conv_case(chunked, "conv_3x3_s1_p1_bias", mkconv(5, 16, 12, 12, 16, 3, 3, 1, 1, 1, 1, 1), TT_F16, 1);
     conv_case(chunked, "conv_3x3_s1_p1_bias", mkconv(5, 16, 12, 12, 16, 3, 3, 1, 1, 1, 1, 1), TT_BF16, 1);
+  }
+  { /* backward 1x1 stride 1 on NHWC: bf16 as matmuls where oneDNN has bf16 kernels, fp32 and fp16
+     * as convolutions; chunked: dx added into (beta 1) stages the matmul's bf16 result, 18 KiB a
+     * sample at 64x12x12 (combined from bf16 as it is), so 40 KB chunks are 2 samples and 5 end
+     * in a chunk of 1 */
+    int bf = tt_cpu_compute_type(TT_BF16) == dnnl_bf16;
+    conv1x1_nhwc_case(C, "conv_1x1_nhwc_bwd", mkconv(4, 24, 7, 7, 40, 1, 1, 1, 1, 0, 0, 1), TT_BF16, bf);
+    conv1x1_nhwc_case(C, "conv_1x1_nhwc_bwd_k_lt_c", mkconv(3, 64, 6, 5, 16, 1, 1, 1, 1, 0, 0, 1), TT_BF16, bf);
+    conv1x1_nhwc_case(C, "conv_1x1_nhwc_bwd", mkconv(4, 24, 7, 7, 40, 1, 1, 1, 1, 0, 0, 1), TT_F32, 0);
+    conv1x1_nhwc_case(C, "conv_1x1_nhwc_bwd", mkconv(4, 24, 7, 7, 40, 1, 1, 1, 1, 0, 0, 1), TT_F16, 0);
+    /* not 1x1 stride 1 unpadded: convolutions; bf16 backward weights with 256 input channels or a
+     * stride computed in fp32 (cpu_conv_bwdw_f32), with 64 channels and stride 1 in bf16 */
+    conv1x1_nhwc_case(C, "conv_1x1_s2_nhwc_bwd", mkconv(2, 16, 8, 8, 32, 1, 1, 2, 2, 0, 0, 1), TT_BF16, 0);
+    static const struct { const char *name; int c, k, r, sh, pad, f32; } fc[] = {
+        {"conv_3x3_c256_nhwc_bwd", 256, 32, 3, 1, 1, 1},
+        {"conv_3x3_s2_c64_nhwc_bwd", 64, 32, 3, 2, 1, 1},
+        {"conv_1x1_s2_c64_nhwc_bwd", 64, 128, 1, 2, 0, 1},
+        {"conv_3x3_c64_nhwc_bwd", 64, 32, 3, 1, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof fc / sizeof fc[0]; i++) {
+      tt_conv_desc d = mkconv(3, fc[i].c, 6, 6, fc[i].k, fc[i].r, fc[i].r, fc[i].sh, fc[i].sh, fc[i].pad, fc[i].pad, 1);
+      conv1x1_nhwc_case(C, fc[i].name, d, TT_BF16, 0);
+      char tn[160];
+      snprintf(tn, sizeof tn, "cpu_vs_ref:%s_bf16_computes_in_%s", fc[i].name, fc[i].f32 && bf ? "fp32" : "bf16");
+      TT_TEST_BEGIN(tn);
+      d.layout_x = d.layout_y = TT_LAYOUT_NHWC;
+      tt_op_desc op = conv_op(TT_OP_CONV_BWD_FILTER, &d, TT_BF16, 0, 0);
+      const tt_cpu_call *c = tt_cpu_get(C, &op);
+      TT_CHECK(c && (strstr(c->what, "computed in fp32") != NULL) == (fc[i].f32 && bf), "%s: '%s'", fc[i].name,
+               c ? c->what : C->last_error(C));
+      TT_TEST_END();
+    }
+    if (chunked) {
+      tt_conv_desc d = mkconv(5, 64, 12, 12, 32, 1, 1, 1, 1, 0, 0, 1);
+      conv1x1_nhwc_case(chunked, "conv_1x1_nhwc_bwd_chunked", d, TT_BF16, bf);
+      TT_TEST_BEGIN("cpu_vs_ref:conv_1x1_nhwc_bwd_chunked_has_a_partial_chunk");
+      d.layout_x = d.layout_y = TT_LAYOUT_NHWC;
+      tt_op_desc op = conv_op(TT_OP_CONV_BWD_DATA, &d, TT_BF16, 0, 1);
+      const tt_cpu_call *c = tt_cpu_get(chunked, &op);
+      TT_CHECK(c && c->nb == 2 && c->nv == 2, "dx added into: chunks of %d samples, %d variants; expected 2 and 2 (a partial last chunk)",
+               c ? c->nb : -1, c ? c->nv : -1);
+      TT_TEST_END();
+    }
+    { /* TINYTRAIN_CONV_MATMUL=0 keeps the convolution */
+      setenv("TINYTRAIN_CONV_MATMUL", "0", 1);
+      tt_backend *off = tt_cpu_backend_create(2);
+      unsetenv("TINYTRAIN_CONV_MATMUL");
+      if (off) {
+        conv1x1_nhwc_case(off, "conv_1x1_nhwc_bwd_matmul_off", mkconv(4, 24, 7, 7, 40, 1, 1, 1, 1, 0, 0, 1), TT_BF16, 0);
+        off->destroy(off);
+      } else {
+        TT_TEST_BEGIN("cpu_vs_ref:conv_1x1_nhwc_bwd_matmul_off");
+        TT_CHECK(0, "could not create a oneDNN backend with TINYTRAIN_CONV_MATMUL=0");
+        TT_TEST_END();
+      }
+    }
   }
 }
 

@@ -121,6 +121,11 @@ tt_backend *tt_cpu_backend_create(int threads) {
     const char *env = getenv("TINYTRAIN_CPU_CHUNK_BYTES");
     if (env && atol(env) > 0) st->chunk_bytes = (size_t)atol(env);
   }
+  { /* backward 1x1 bf16 NHWC convolutions as matmuls and the larger bf16 backward weights in fp32
+     * (cpu_conv.c's cpu_conv_mm and cpu_conv_bwdw_f32 say why) unless 0 */
+    const char *env = getenv("TINYTRAIN_CONV_MATMUL");
+    st->conv_matmul = !(env && !strcmp(env, "0"));
+  }
   *b = cpu_be_table;
   b->impl = st;
   /* NHWC (activations channels-last between convolutions, cpu_conv.c) unless the environment

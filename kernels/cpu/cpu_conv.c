@@ -120,6 +120,8 @@ static int cpu_conv_fwd_pd(tt_cpu_build *bd, cpu_conv_mds *m, int bias, dnnl_pri
   return tt_cpu_pd(bd, &cd, NULL, pd);
 }
 
+static int cpu_conv_bwdw_f32(tt_backend *b, const tt_op_desc *op);
+
 /* Describes the primitives of one chunk of nb samples into v. Pointer indices: forward
  * x, w, bias, y; backward-data dy, w, dx; backward-weights x, dy, dw, db. */
 static int cpu_conv_variant(tt_cpu_build *bd, const tt_op_desc *op, int nb, tt_cpu_variant *v) {
@@ -131,7 +133,7 @@ static int cpu_conv_variant(tt_cpu_build *bd, const tt_op_desc *op, int nb, tt_c
   cpu_conv_mds m;
   dnnl_primitive_desc_t pd = NULL, hint = NULL;
   v->nb = nb;
-  if (cpu_conv_mds_init(bd, d, nb, tt_cpu_compute_type(op->dt), &m)) return -1;
+  if (cpu_conv_mds_init(bd, d, nb, cpu_conv_bwdw_f32(b, op) ? dnnl_f32 : tt_cpu_compute_type(op->dt), &m)) return -1;
   if (op->kind == TT_OP_CONV_FWD) {
     if (cpu_conv_fwd_pd(bd, &m, op->bias, &pd) || tt_cpu_add_stage(bd, v, pd)) return -1;
     if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &m.x, half, 0) < 0 ||
@@ -172,6 +174,93 @@ static int cpu_conv_variant(tt_cpu_build *bd, const tt_op_desc *op, int nb, tt_c
   return 0;
 }
 
+/* Whether op runs as a matmul (tt_cpu_call.mm): a backward convolution in bf16 (oneDNN's bf16
+ * primitives: tt_cpu_compute_type) that is 1x1, stride 1, unpadded, ungrouped, with x and y both
+ * NHWC, is a product of [rows, channels] matrices with rows = n*h*w:
+ *   backward data     dx[rows, c] = dy[rows, k] · w[k, c]
+ *   backward weights  dw[k, c]    = dyᵀ[k, rows] · x[rows, c]  (dy seen as [k, rows], tag ba)
+ * and oneDNN 2.6's brgemm matmul (brg:avx512_core_amx_bf16) beats its AMX backward convolutions
+ * (jit:avx512_core_amx_bf16) there. Measured on the shared 2-core AMX machine (scratch program,
+ * ResNet-50's 1x1 stride-1 shapes at batch 16, medians of alternating runs, loaded): backward
+ * weights 3 to 19x faster on 6 of 8 shapes (the k < c ones most: 216 -> 28 ms at 56x56 256->64),
+ * equal or 0.8x on the other two; backward data 1.1 to 1.7x on 6 of 8, 0.74 and 0.92 on two; the
+ * forward (brgconv_1x1) is as fast as matmul or faster, and fp32 (jit_1x1:avx512_core) within
+ * noise of matmul, so both stay convolutions. The choice is made when the call is built, so the
+ * workspace query sizes the path that runs. TINYTRAIN_CONV_MATMUL=0 turns it off
+ * (tt_cpu_state.conv_matmul). */
+static int cpu_conv_mm(tt_backend *b, const tt_op_desc *op) {
+  const tt_conv_desc *d = &op->u.conv;
+  return tt_cpu_st(b)->conv_matmul && (op->kind == TT_OP_CONV_BWD_DATA || op->kind == TT_OP_CONV_BWD_FILTER) &&
+         tt_cpu_compute_type(op->dt) == dnnl_bf16 && d->r == 1 && d->s == 1 && d->stride_h == 1 && d->stride_w == 1 &&
+         d->pad_h == 0 && d->pad_w == 0 && d->groups == 1 && d->layout_x == TT_LAYOUT_NHWC &&
+         d->layout_y == TT_LAYOUT_NHWC;
+}
+
+/* Whether a bf16 backward-weights convolution computes in fp32 instead (bf16 x and dy widened
+ * into fp32 workspace copies by our loops, as fp16 always is): oneDNN 2.6's AMX bf16
+ * backward-weights kernel (jit:avx512_core_amx_bf16) takes about 200 to 250 ms on ResNet-50's
+ * shapes with 256 or more input channels or a stride, at batch 16, whatever their size, where
+ * the fp32 kernel (jit:avx512_core, jit_1x1) takes 67 to 104 ms. Measured on the loaded shared
+ * 2-core AMX machine (scratch program, NHWC, medians of 3 alternating runs; the same ~200 ms per
+ * call in a ResNet-50 step under ONEDNN_VERBOSE): 3x3 256->256 14x14 244 against 68 ms,
+ * 512->512 7x7 257 against 88, 3x3 stride 2 128->128 56x56 252 against 104, 1x1 stride 2
+ * 1024->2048 14x14 252 against 67, 256->512 56x56 88 against 84; but 3x3 64->64 56x56 40
+ * against 80 and 128->128 28x28 28 against 76, so smaller stride-1 layers stay bf16, as do the
+ * stem (3 channels), grouped convolutions and the 1x1 stride-1 ones (matmuls: cpu_conv_mm).
+ * TINYTRAIN_CONV_MATMUL=0 turns this off too. */
+static int cpu_conv_bwdw_f32(tt_backend *b, const tt_op_desc *op) {
+  const tt_conv_desc *d = &op->u.conv;
+  return tt_cpu_st(b)->conv_matmul && op->kind == TT_OP_CONV_BWD_FILTER && tt_cpu_compute_type(op->dt) == dnnl_bf16 &&
+         !cpu_conv_mm(b, op) && d->groups == 1 && d->c >= 64 && (d->c >= 256 || d->stride_h > 1 || d->stride_w > 1);
+}
+
+/* The matmul form of a backward 1x1 convolution (cpu_conv_mm) for nb samples; the same
+ * pointer indices as the convolution's (backward-data dy, w, dx; backward-weights x, dy, dw; the
+ * bias gradient is our loop after the run: tt_cpu_conv_bwd_filter). */
+static int cpu_conv_mm_variant(tt_cpu_build *bd, const tt_op_desc *op, int nb, tt_cpu_variant *v) {
+  tt_backend *b = bd->b;
+  const tt_conv_desc *d = &op->u.conv;
+  const char *what = bd->c->what;
+  dnnl_data_type_t ct = tt_cpu_compute_type(op->dt);
+  int64_t rows = (int64_t)nb * d->h * d->w, d0[2], d1[2], d2[2];
+  dnnl_memory_desc_t m0, m1, m2, p0, p1, p2; /* the caller's (fp32 descs, tt_cpu_add_tensor), the primitive's */
+  dnnl_matmul_desc_t md;
+  dnnl_primitive_desc_t pd;
+  v->nb = nb;
+  if (op->kind == TT_OP_CONV_BWD_DATA) {
+    d0[0] = rows, d0[1] = d->k;  /* dy, NHWC */
+    d1[0] = d->k, d1[1] = d->c;  /* w, oihw with 1x1 */
+    d2[0] = rows, d2[1] = d->c;  /* dx, NHWC */
+    if (tt_cpu_md(b, what, &m0, 2, d0, dnnl_ab) || tt_cpu_md(b, what, &m1, 2, d1, dnnl_ab) ||
+        tt_cpu_md(b, what, &m2, 2, d2, dnnl_ab) || tt_cpu_md_dt(b, what, &p0, 2, d0, dnnl_ab, ct) ||
+        tt_cpu_md_dt(b, what, &p1, 2, d1, dnnl_ab, ct) || tt_cpu_md_dt(b, what, &p2, 2, d2, dnnl_ab, ct))
+      return -1;
+    if (TT_CPU_DNNL(b, what, dnnl_matmul_desc_init(&md, &p0, &p1, NULL, &p2)) || tt_cpu_pd(bd, &md, NULL, &pd) ||
+        tt_cpu_add_stage(bd, v, pd))
+      return -1;
+    if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &m0, op->dt, 0) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_WEIGHTS, TT_CPU_PARAM_IN, &m1, op->dt, 1) < 0 ||
+        tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_ACT_OUT, &m2, op->dt, 2) < 0)
+      return -1;
+    return 0;
+  }
+  d0[0] = d->k, d0[1] = rows; /* dy as [k, rows] (NHWC dy transposed: tag ba) */
+  d1[0] = rows, d1[1] = d->c; /* x, NHWC */
+  d2[0] = d->k, d2[1] = d->c; /* dw, fp32 */
+  if (tt_cpu_md(b, what, &m0, 2, d0, dnnl_ba) || tt_cpu_md(b, what, &m1, 2, d1, dnnl_ab) ||
+      tt_cpu_md(b, what, &m2, 2, d2, dnnl_ab) || tt_cpu_md_dt(b, what, &p0, 2, d0, dnnl_ba, ct) ||
+      tt_cpu_md_dt(b, what, &p1, 2, d1, dnnl_ab, ct))
+    return -1;
+  if (TT_CPU_DNNL(b, what, dnnl_matmul_desc_init(&md, &p0, &p1, NULL, &m2)) || tt_cpu_pd(bd, &md, NULL, &pd) ||
+      tt_cpu_add_stage(bd, v, pd))
+    return -1;
+  if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &m0, op->dt, 1) < 0 ||
+      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_WEIGHTS, TT_CPU_ACT_IN, &m1, op->dt, 0) < 0 ||
+      tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DST, TT_CPU_GRAD_OUT, &m2, TT_F32, 2) < 0)
+    return -1;
+  return 0;
+}
+
 /* Staged bytes per sample of a variant's activation tensors. */
 static size_t cpu_conv_staged_per_sample(const tt_cpu_variant *v) {
   size_t bytes = 0;
@@ -197,10 +286,18 @@ int tt_cpu_conv_build(tt_cpu_build *bd, const tt_op_desc *op) {
            d->pad_h, d->pad_w, d->groups, tt_dtype_name(op->dt) ? tt_dtype_name(op->dt) : "unknown dtype",
            tt_layout_name(d->layout_x), tt_layout_name(d->layout_y));
   if (cpu_conv_check(bd->b, c->what, d, op->dt)) return -1;
+  c->mm = cpu_conv_mm(bd->b, op);
+  if (c->mm) {
+    size_t len = strlen(c->what);
+    snprintf(c->what + len, sizeof c->what - len, " as a matmul");
+  } else if (cpu_conv_bwdw_f32(bd->b, op)) {
+    size_t len = strlen(c->what);
+    snprintf(c->what + len, sizeof c->what - len, " computed in fp32");
+  }
   /* the whole batch's primitive, only measured, tells the staged bytes per sample */
   trial = &c->v[1];
   trial_bd.create = 0;
-  i = cpu_conv_variant(&trial_bd, op, d->n, trial);
+  i = c->mm ? cpu_conv_mm_variant(&trial_bd, op, d->n, trial) : cpu_conv_variant(&trial_bd, op, d->n, trial);
   per = i ? 0 : cpu_conv_staged_per_sample(trial);
   for (i = 0; i < trial->ns; i++)
     if (trial->s[i].pd) dnnl_primitive_desc_destroy(trial->s[i].pd);
@@ -210,6 +307,11 @@ int tt_cpu_conv_build(tt_cpu_build *bd, const tt_op_desc *op) {
   if (nb > d->n) nb = d->n;
   c->nb = nb;
   c->nv = d->n % nb ? 2 : 1;
+  if (c->mm) {
+    if (cpu_conv_mm_variant(bd, op, nb, &c->v[0])) return -1;
+    if (c->nv == 2 && cpu_conv_mm_variant(bd, op, d->n % nb, &c->v[1])) return -1;
+    return 0;
+  }
   if (cpu_conv_variant(bd, op, nb, &c->v[0])) return -1;
   if (c->nv == 2 && cpu_conv_variant(bd, op, d->n % nb, &c->v[1])) return -1;
   return 0;
@@ -271,5 +373,13 @@ int tt_cpu_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, co
   cpu_conv_op(&op, TT_OP_CONV_BWD_FILTER, d, dt, db != NULL, 0);
   if (!(c = tt_cpu_get(b, &op))) return -1;
   ptrs[0] = (void *)x, ptrs[1] = (void *)dy, ptrs[2] = dw, ptrs[3] = db;
-  return tt_cpu_run(b, c, ptrs, ws, ws_bytes, 0.0f, beta);
+  if (tt_cpu_run(b, c, ptrs, ws, ws_bytes, 0.0f, beta)) return -1;
+  /* the matmul form has no bias gradient: db sums dy [n*p*q, k] (NHWC) per channel, in fixed order */
+  if (c->mm && db) tt_ref_channel_sum(b, d->n * d->p * d->q, d->k, 1, dt, dy, db, beta);
+  return 0;
+}
+
+int tt_cpu_conv_is_matmul(tt_backend *b, const tt_op_desc *op) {
+  const tt_cpu_call *c = tt_cpu_get(b, op);
+  return c ? c->mm : -1;
 }

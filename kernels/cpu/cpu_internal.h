@@ -112,6 +112,7 @@ typedef struct tt_cpu_call {
   int nb;             /* samples per chunk (the whole batch unless convolution chunks) */
   tt_cpu_variant v[2];/* chunks of nb; the remainder */
   int nv;
+  int mm;             /* convolutions: runs as a matmul (cpu_conv.c's cpu_conv_mm) */
   size_t scratch_bytes; /* the one scratchpad region at the start of the workspace, shared by all primitives */
   size_t ws_bytes;    /* everything: what op_workspace answers */
 } tt_cpu_call;
@@ -127,6 +128,8 @@ typedef struct tt_cpu_state {
   tt_cpu_size *sizes;  /* op_workspace answers, the same way (the scheduler asks for many shapes) */
   int nsizes, cap_sizes;
   size_t chunk_bytes;  /* TT_CPU_CHUNK_BYTES, or TINYTRAIN_CPU_CHUNK_BYTES from the environment (tests) */
+  int conv_matmul;     /* backward 1x1 bf16 NHWC convolutions as matmuls, and the larger bf16 backward-weights
+                        * ones in fp32 (cpu_conv.c's cpu_conv_mm, cpu_conv_bwdw_f32); TINYTRAIN_CONV_MATMUL=0: 0 */
 } tt_cpu_state;
 
 static inline tt_cpu_state *tt_cpu_st(tt_backend *b) { return (tt_cpu_state *)b->impl; }
@@ -227,6 +230,10 @@ int tt_cpu_bn_bwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
                         float beta_dx, float beta_param, void *ws, size_t ws_bytes);
 /* the loops' workspace for op (TT_OP_BN_FWD_TRAIN, TT_OP_BN_BWD with hw == 1; else 0) */
 size_t tt_cpu_bn_workspace(const tt_op_desc *op);
+
+/* Whether the call for a convolution op runs as a matmul (cpu_conv.c; builds it if needed):
+ * 1, 0, or -1 with the error set. Tests check the selection with it. */
+int tt_cpu_conv_is_matmul(tt_backend *b, const tt_op_desc *op);
 
 /* ---- table entries ---- */
 size_t tt_cpu_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
