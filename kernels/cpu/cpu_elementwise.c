@@ -106,17 +106,22 @@ static void cpu_ew_share(size_t count, int t, int nt, size_t *lo, size_t *hi) {
   if (*hi > count) *hi = count;
 }
 
+/* the calling thread's span of a parallel region (the whole range outside one) */
+static void cpu_ew_my_share(size_t count, size_t *lo, size_t *hi) {
+#ifdef _OPENMP
+  cpu_ew_share(count, omp_get_thread_num(), omp_get_num_threads(), lo, hi);
+#else
+  cpu_ew_share(count, 0, 1, lo, hi);
+#endif
+}
+
 /* What each thread runs: kind 0 relu, 1 relu6, 2 relu bwd, 3 relu6 bwd, 4 add, 5 accumulate. */
 static void cpu_ew_run(tt_backend *b, int kind, size_t count, const float *p0, const float *p1, float *out, float beta) {
   int nt = count > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     size_t lo, hi;
-#ifdef _OPENMP
-    cpu_ew_share(count, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-#else
-    cpu_ew_share(count, 0, 1, &lo, &hi);
-#endif
+    cpu_ew_my_share(count, &lo, &hi);
     if (hi > lo) switch (kind) {
         case 0: cpu_ew_relu_span(p0 + lo, out + lo, hi - lo); break;
         case 1: cpu_ew_relu6_span(p0 + lo, out + lo, hi - lo); break;
@@ -161,11 +166,7 @@ static void cpu_ew_run_bf16(tt_backend *b, int kind, size_t count, const uint16_
   {
     size_t lo, hi, c0;
     float a[CPU_EW_BF_CHUNK], g[CPU_EW_BF_CHUNK], o[CPU_EW_BF_CHUNK];
-#ifdef _OPENMP
-    cpu_ew_share(count, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-#else
-    cpu_ew_share(count, 0, 1, &lo, &hi);
-#endif
+    cpu_ew_my_share(count, &lo, &hi);
     for (c0 = lo; c0 < hi; c0 += CPU_EW_BF_CHUNK) {
       size_t m = hi - c0 < CPU_EW_BF_CHUNK ? hi - c0 : CPU_EW_BF_CHUNK;
       cpu_ew_bf_widen(p0 + c0, a, m);
@@ -191,11 +192,7 @@ static void cpu_ew_copy(tt_backend *b, size_t count, size_t es, const void *x, v
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     size_t lo, hi;
-#ifdef _OPENMP
-    cpu_ew_share(count, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-#else
-    cpu_ew_share(count, 0, 1, &lo, &hi);
-#endif
+    cpu_ew_my_share(count, &lo, &hi);
     if (hi > lo) memcpy((char *)y + lo * es, (const char *)x + lo * es, (hi - lo) * es);
   }
 }
@@ -218,11 +215,7 @@ void tt_cpu_combine(tt_backend *b, tt_dtype dt, tt_dtype sdt, const void *x, voi
   {
     size_t lo, hi, c0, i;
     float a[CPU_EW_BF_CHUNK], o[CPU_EW_BF_CHUNK];
-#ifdef _OPENMP
-    cpu_ew_share(count, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-#else
-    cpu_ew_share(count, 0, 1, &lo, &hi);
-#endif
+    cpu_ew_my_share(count, &lo, &hi);
     if (dt != TT_BF16 || (sdt != TT_F32 && sdt != TT_BF16)) { /* fp16: the reference's loads and stores */
       for (i = lo; i < hi; i++) tt_ref_st_beta(dt, y, i, tt_ref_ld(sdt, x, i), beta);
     } else if (beta == 0.0f) { /* fp32 into bf16 */
