@@ -258,10 +258,11 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_stats_k(cu
   __shared__ double sh[2][CUDA_BN_ROW_WARPS][32];
   size_t r0, r1;
   const int ch = cuda_bn_rows_span(g, &r0, &r1);
+  const size_t w0 = threadIdx.x >> 5; /* this thread's warp: its first row of the span */
   float s1 = 0.0f, s2 = 0.0f;
   if (ch >= 0) {
     const float K = tt_cuda_ld(dt, x, (size_t)ch); /* the channel's first value (cuda_bn_first, hw == 1) */
-    for (size_t r = r0 + (threadIdx.x >> 5); r < r1; r += CUDA_BN_ROW_WARPS) {
+    for (size_t r = r0 + w0; r < r1; r += CUDA_BN_ROW_WARPS) {
       float d = tt_cuda_ld(dt, x, r * (size_t)g.c + ch) - K;
       s1 += d;
       s2 += d * d;
@@ -276,10 +277,11 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_bwd_stats_
   __shared__ double sh[2][CUDA_BN_ROW_WARPS][32];
   size_t r0, r1;
   const int ch = cuda_bn_rows_span(g, &r0, &r1);
+  const size_t w0 = threadIdx.x >> 5; /* this thread's warp: its first row of the span */
   float s1 = 0.0f, s2 = 0.0f;
   if (ch >= 0) {
     const float mean = save_mean[ch], invstd = save_invstd[ch];
-    for (size_t r = r0 + (threadIdx.x >> 5); r < r1; r += CUDA_BN_ROW_WARPS) {
+    for (size_t r = r0 + w0; r < r1; r += CUDA_BN_ROW_WARPS) {
       const size_t i = r * (size_t)g.c + ch;
       float gv = tt_cuda_ld(dt, dy, i);
       s1 += gv;
