@@ -26,12 +26,27 @@ static const char *tt_test_current_name;
   do { if (!tt_test_current_failed) printf("PASS %s\n", tt_test_current_name); fflush(stdout); } while (0)
 #define TT_SKIP(name, why) do { printf("SKIP %s: %s\n", (name), (why)); fflush(stdout); } while (0)
 
-/* Records a failure for the current test (prints only the first one per test). */
+/* Records a failure for the current test. Prints the first one per test on the FAIL line; with
+ * TT_TEST_ALL_FAILS=1 in the environment (tests/gpu/acceptance.sh: one device run must show every
+ * defect, not the first) up to 12 more, each on an indented "  also" line that no runner counts. */
+static int tt_test_also;
+static inline int tt_test_all_fails(void) {
+  static int v = -1;
+  (void)tt_test_also;
+  if (v < 0) v = getenv("TT_TEST_ALL_FAILS") && !strcmp(getenv("TT_TEST_ALL_FAILS"), "1");
+  return v;
+}
 #define TT_CHECK(cond, ...)                                                       \
   do {                                                                            \
     if (!(cond)) {                                                                \
       if (!tt_test_current_failed) {                                              \
         printf("FAIL %s: %s:%d: ", tt_test_current_name, __FILE__, __LINE__);     \
+        printf(__VA_ARGS__);                                                      \
+        printf("\n");                                                             \
+        fflush(stdout);                                                           \
+        tt_test_also = 0;                                                         \
+      } else if (tt_test_all_fails() && tt_test_also++ < 12) {                    \
+        printf("  also %s:%d: ", __FILE__, __LINE__);                             \
         printf(__VA_ARGS__);                                                      \
         printf("\n");                                                             \
         fflush(stdout);                                                           \

@@ -70,6 +70,8 @@ int tt_cuda_conv_cache_create(tt_backend *b) {
     CUDNN_CHECK(b, cudnnCreateTensorDescriptor(&s->x));
     CUDNN_CHECK(b, cudnnCreateTensorDescriptor(&s->y));
     CUDNN_CHECK(b, cudnnCreateFilterDescriptor(&s->w));
+    CUDNN_CHECK(b, cudnnCreateTensorDescriptor(&s->yt));
+    CUDNN_CHECK(b, cudnnCreateFilterDescriptor(&s->wn));
     CUDNN_CHECK(b, cudnnCreateConvolutionDescriptor(&s->conv));
     st->nconv = i + 1;
   }
@@ -92,6 +94,8 @@ void tt_cuda_conv_cache_destroy(tt_backend *b) {
     if (s->x) (void)cudnnDestroyTensorDescriptor(s->x);
     if (s->y) (void)cudnnDestroyTensorDescriptor(s->y);
     if (s->w) (void)cudnnDestroyFilterDescriptor(s->w);
+    if (s->yt) (void)cudnnDestroyTensorDescriptor(s->yt);
+    if (s->wn) (void)cudnnDestroyFilterDescriptor(s->wn);
     if (s->conv) (void)cudnnDestroyConvolutionDescriptor(s->conv);
   }
   free(st->conv);
@@ -108,6 +112,29 @@ static int cuda_conv_same(const tt_conv_desc *a, const tt_conv_desc *c) {
 /* cuDNN's format of an activation tensor in tt_layout l (backend.h): NHWC is channels-last with
  * no padding, CUDNN_TENSOR_NHWC's packed strides. */
 static cudnnTensorFormat_t cuda_conv_format(int l) { return l == TT_LAYOUT_NHWC ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW; }
+
+/* How direction `which` of a convolution is presented to cuDNN. cuDNN's legacy API serves only
+ * some (x, y, filter) format combinations; on the first H100 run (cuDNN 9.19, fp16 and bf16,
+ * every ResNet-50 shape, tests/gpu/cudnn_probe.c in docs/gpu.md) its heuristics offered:
+ *   forward:          any x and y with a KCRS filter; a KRSC (NHWC) filter only with x NHWC;
+ *   backward-data:    the filter in dy's format, and a KRSC filter only with x NHWC;
+ *   backward-filter:  the filter in x's format, and a KRSC filter only with dy NHWC.
+ * So: all-NHWC runs with a KRSC copy of the filter (cuDNN's channels-last kernels); a layout-
+ * changing convolution runs with the KCRS filter, except where no combination serves it, which
+ * transposes dy into x's layout first (backward-data of NCHW -> NHWC, backward-filter of
+ * NHWC -> NCHW) and is then all-NCHW or all-NHWC. The emulated cuDNN (tests/cuda_emu) refuses
+ * the combinations cuDNN refused, so CI sees what the GPU saw. */
+typedef struct cuda_conv_view {
+  int dy_t;   /* dy transposed into x's layout (workspace) */
+  int w_nhwc; /* the filter as a KRSC copy (workspace; for backward-filter, dw written so) */
+} cuda_conv_view;
+static cuda_conv_view cuda_conv_view_of(const tt_conv_desc *d, tt_ws_kind which) {
+  cuda_conv_view v;
+  int xn = d->layout_x == TT_LAYOUT_NHWC, yn = d->layout_y == TT_LAYOUT_NHWC;
+  v.dy_t = (which == TT_WS_BWD_DATA && !xn && yn) || (which == TT_WS_BWD_FILTER && xn && !yn);
+  v.w_nhwc = xn && (v.dy_t ? xn : yn);
+  return v;
+}
 
 /* Finds or fills the slot for (d, dt). */
 static tt_cuda_conv_slot *cuda_conv_slot(tt_backend *b, const tt_conv_desc *d, tt_dtype dt) {
@@ -139,12 +166,15 @@ static tt_cuda_conv_slot *cuda_conv_slot(tt_backend *b, const tt_conv_desc *d, t
       return NULL;                                                                           \
     }                                                                                        \
   } while (0)
-  /* x/dx and y/dy in the desc's layouts (a convolution is where the layout changes); every query,
-   * cudnnFind*Ex and call of the slot uses these descriptors. The filter stays PyTorch's
-   * [k, c/g, r, s] (CUDNN_TENSOR_NCHW filter format) whatever the activations' layout. */
+  /* x/dx and y/dy in the desc's layouts (a convolution is where the layout changes); the filter
+   * as stored, [k, c/g, r, s], and as a transposed copy [k, r, s, c/g]; dy in the other layout.
+   * Which of them a direction runs with: cuda_conv_view. */
   CUDA_CONV_TRY(cudnnSetTensor4dDescriptor(s->x, cuda_conv_format(d->layout_x), ct, d->n, d->c, d->h, d->w));
   CUDA_CONV_TRY(cudnnSetTensor4dDescriptor(s->y, cuda_conv_format(d->layout_y), ct, d->n, d->k, d->p, d->q));
   CUDA_CONV_TRY(cudnnSetFilter4dDescriptor(s->w, ct, CUDNN_TENSOR_NCHW, d->k, d->c / d->groups, d->r, d->s));
+  CUDA_CONV_TRY(cudnnSetTensor4dDescriptor(s->yt, cuda_conv_format(d->layout_y == TT_LAYOUT_NHWC ? TT_LAYOUT_NCHW : TT_LAYOUT_NHWC),
+                                           ct, d->n, d->k, d->p, d->q));
+  CUDA_CONV_TRY(cudnnSetFilter4dDescriptor(s->wn, ct, CUDNN_TENSOR_NHWC, d->k, d->c / d->groups, d->r, d->s));
   CUDA_CONV_TRY(cudnnSetConvolution2dDescriptor(s->conv, d->pad_h, d->pad_w, d->stride_h, d->stride_w, 1, 1,
                                                 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   CUDA_CONV_TRY(cudnnSetConvolutionGroupCount(s->conv, d->groups));
@@ -182,10 +212,13 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
   cudnnMathType_t best_m = CUDNN_DEFAULT_MATH, least_m = CUDNN_DEFAULT_MATH;
   cudnnMathType_t base = cuda_conv_base_math(b, s->dt);
   int ranked = cuda_conv_ranked_math(b, s->dt);
+  const cuda_conv_view v = cuda_conv_view_of(&s->d, which);
+  cudnnTensorDescriptor_t yd = v.dy_t ? s->yt : s->y; /* dy as cuDNN reads it (cuda_conv_view) */
+  cudnnFilterDescriptor_t wd = v.w_nhwc ? s->wn : s->w;
   CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, base));
   if (which == TT_WS_FWD) {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    CUDNN_CHECK(b, cudnnGetConvolutionForwardAlgorithm_v7(st->dnn, s->x, s->w, s->conv, s->y,
+    CUDNN_CHECK(b, cudnnGetConvolutionForwardAlgorithm_v7(st->dnn, s->x, wd, s->conv, yd,
                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &nret, perf));
     for (i = 0; i < nret; i++) {
       size_t ws = 0;
@@ -193,7 +226,7 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
           (st->deterministic && perf[i].determinism != CUDNN_DETERMINISTIC))
         continue;
       CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, ranked ? perf[i].mathType : base));
-      if (cudnnGetConvolutionForwardWorkspaceSize(st->dnn, s->x, s->w, s->conv, s->y, perf[i].algo, &ws) !=
+      if (cudnnGetConvolutionForwardWorkspaceSize(st->dnn, s->x, wd, s->conv, yd, perf[i].algo, &ws) !=
           CUDNN_STATUS_SUCCESS)
         continue;
       if (least < 0 || ws < least_ws) least = (int)perf[i].algo, least_ws = ws, least_m = perf[i].mathType;
@@ -201,7 +234,7 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
     }
   } else if (which == TT_WS_BWD_DATA) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    CUDNN_CHECK(b, cudnnGetConvolutionBackwardDataAlgorithm_v7(st->dnn, s->w, s->y, s->conv, s->x,
+    CUDNN_CHECK(b, cudnnGetConvolutionBackwardDataAlgorithm_v7(st->dnn, wd, yd, s->conv, s->x,
                                                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &nret, perf));
     for (i = 0; i < nret; i++) {
       size_t ws = 0;
@@ -209,7 +242,7 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
           (st->deterministic && perf[i].determinism != CUDNN_DETERMINISTIC))
         continue;
       CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, ranked ? perf[i].mathType : base));
-      if (cudnnGetConvolutionBackwardDataWorkspaceSize(st->dnn, s->w, s->y, s->conv, s->x, perf[i].algo, &ws) !=
+      if (cudnnGetConvolutionBackwardDataWorkspaceSize(st->dnn, wd, yd, s->conv, s->x, perf[i].algo, &ws) !=
           CUDNN_STATUS_SUCCESS)
         continue;
       if (least < 0 || ws < least_ws) least = (int)perf[i].algo, least_ws = ws, least_m = perf[i].mathType;
@@ -217,7 +250,7 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
     }
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    CUDNN_CHECK(b, cudnnGetConvolutionBackwardFilterAlgorithm_v7(st->dnn, s->x, s->y, s->conv, s->w,
+    CUDNN_CHECK(b, cudnnGetConvolutionBackwardFilterAlgorithm_v7(st->dnn, s->x, yd, s->conv, wd,
                                                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &nret, perf));
     for (i = 0; i < nret; i++) {
       size_t ws = 0;
@@ -225,7 +258,7 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
           (st->deterministic && perf[i].determinism != CUDNN_DETERMINISTIC))
         continue;
       CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, ranked ? perf[i].mathType : base));
-      if (cudnnGetConvolutionBackwardFilterWorkspaceSize(st->dnn, s->x, s->y, s->conv, s->w, perf[i].algo, &ws) !=
+      if (cudnnGetConvolutionBackwardFilterWorkspaceSize(st->dnn, s->x, yd, s->conv, wd, perf[i].algo, &ws) !=
           CUDNN_STATUS_SUCCESS)
         continue;
       if (least < 0 || ws < least_ws) least = (int)perf[i].algo, least_ws = ws, least_m = perf[i].mathType;
@@ -244,11 +277,24 @@ static int cuda_conv_choose(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind whic
   return 0;
 }
 
-/* Extra bytes the backend itself needs in front of cuDNN's workspace. */
+/* Bytes of the filter and of y in dtype dt, each rounded to 256. */
+static size_t cuda_conv_wbytes(const tt_conv_desc *d, tt_dtype dt) {
+  return cuda_conv_round((size_t)d->k * (d->c / d->groups) * d->r * d->s * tt_dtype_size(dt));
+}
+static size_t cuda_conv_ybytes(const tt_conv_desc *d, tt_dtype dt) {
+  return cuda_conv_round((size_t)d->n * d->k * d->p * d->q * tt_dtype_size(dt));
+}
+
+/* Extra bytes the backend itself needs in front of cuDNN's workspace, in this order:
+ *   the filter: forward and backward-data, its KRSC copy (cuda_conv_view); backward-filter, dw
+ *     as cuDNN writes it when that is not the fp32 KCRS gradient itself (16-bit, or KRSC);
+ *   dy transposed into x's layout, when the view says so. */
 static size_t cuda_conv_extra(const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which) {
-  if (which == TT_WS_BWD_FILTER && cuda_conv_16bit(dt))
-    return cuda_conv_round((size_t)d->k * (d->c / d->groups) * d->r * d->s * tt_dtype_size(dt));
-  return 0;
+  cuda_conv_view v = cuda_conv_view_of(d, which);
+  size_t e = 0;
+  if (which == TT_WS_BWD_FILTER ? (cuda_conv_16bit(dt) || v.w_nhwc) : v.w_nhwc) e += cuda_conv_wbytes(d, dt);
+  if (v.dy_t) e += cuda_conv_ybytes(d, dt);
+  return e;
 }
 
 /* Slot + algorithm for a run with ws_bytes available; *cudnn_ws receives cuDNN's part. */
@@ -323,6 +369,9 @@ static int cuda_conv_find_one(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind wh
   int n = 0, best = -1;
   char *x, *w, *y, *ws;
   cudnnMathType_t base = cuda_conv_base_math(b, s->dt);
+  const cuda_conv_view v = cuda_conv_view_of(&s->d, which);
+  cudnnTensorDescriptor_t yd = v.dy_t ? s->yt : s->y; /* dy as cuDNN reads it (cuda_conv_view) */
+  cudnnFilterDescriptor_t wd = v.w_nhwc ? s->wn : s->w;
   if (xb + wb + yb + cuda_conv_round(limit) > scratch_bytes) return 0; /* keeps the heuristic choice */
   x = scratch + off, off += xb;
   w = scratch + off, off += wb;
@@ -332,17 +381,17 @@ static int cuda_conv_find_one(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind wh
   CUDNN_CHECK(b, cudnnSetConvolutionMathType(s->conv, base));
   if (which == TT_WS_FWD) {
     cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    CUDNN_CHECK(b, cudnnFindConvolutionForwardAlgorithmEx(st->dnn, s->x, x, s->w, w, s->conv, s->y, y,
+    CUDNN_CHECK(b, cudnnFindConvolutionForwardAlgorithmEx(st->dnn, s->x, x, wd, w, s->conv, yd, y,
                                                           CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf, ws, limit));
     n = cuda_conv_found_copy(perf, n, found);
   } else if (which == TT_WS_BWD_DATA) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    CUDNN_CHECK(b, cudnnFindConvolutionBackwardDataAlgorithmEx(st->dnn, s->w, w, s->y, y, s->conv, s->x, x,
+    CUDNN_CHECK(b, cudnnFindConvolutionBackwardDataAlgorithmEx(st->dnn, wd, w, yd, y, s->conv, s->x, x,
                                                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf, ws, limit));
     n = cuda_conv_found_copy(perf, n, found);
   } else {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    CUDNN_CHECK(b, cudnnFindConvolutionBackwardFilterAlgorithmEx(st->dnn, s->x, x, s->y, y, s->conv, s->w, w,
+    CUDNN_CHECK(b, cudnnFindConvolutionBackwardFilterAlgorithmEx(st->dnn, s->x, x, yd, y, s->conv, wd, w,
                                                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf, ws,
                                                                  limit));
     n = cuda_conv_found_copy(perf, n, found);
@@ -401,20 +450,39 @@ size_t tt_cuda_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt,
   return ws ? cuda_conv_round(ws) + cuda_conv_extra(d, dt, which) : cuda_conv_extra(d, dt, which);
 }
 
+/* The KRSC copy of w [k, c/g, r, s] into wt (cuda_conv_view). */
+static int cuda_conv_w_nhwc(tt_backend *b, const char *op, const tt_conv_desc *d, tt_dtype dt, const void *w, void *wt) {
+  return tt_cuda_transpose(b, op, d->k, d->c / d->groups, d->r * d->s, dt, w, dt, wt, 0.0f);
+}
+/* dy in the other layout into dyt: [n, k, pq] <-> [n, pq, k]. */
+static int cuda_conv_dy_t(tt_backend *b, const char *op, const tt_conv_desc *d, tt_dtype dt, const void *dy, void *dyt) {
+  if (d->layout_y == TT_LAYOUT_NHWC) return tt_cuda_transpose(b, op, d->n, d->p * d->q, d->k, dt, dy, dt, dyt, 0.0f);
+  return tt_cuda_transpose(b, op, d->n, d->k, d->p * d->q, dt, dy, dt, dyt, 0.0f);
+}
+
 int tt_cuda_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
                      const void *bias, void *y, void *ws, size_t ws_bytes) {
   tt_cuda_state *st = tt_cuda_st(b);
   tt_cuda_conv_slot *s;
   int algo;
-  size_t need;
+  size_t need, extra = cuda_conv_extra(d, dt, TT_WS_FWD);
   float one = 1.0f, zero = 0.0f;
+  cuda_conv_view v;
   if (cuda_conv_check(b, "conv_fwd", d, dt)) return -1;
   if (!x || !w || !y) return tt_cuda_fail(b, "conv_fwd: NULL x, w or y");
   if (!ws) ws_bytes = 0;
-  s = cuda_conv_prepare(b, d, dt, TT_WS_FWD, ws_bytes, &algo, &need);
+  if (ws_bytes < extra)
+    return tt_cuda_fail(b, "conv_fwd: workspace too small: needs at least %zu bytes, given %zu", extra, ws_bytes);
+  v = cuda_conv_view_of(d, TT_WS_FWD);
+  s = cuda_conv_prepare(b, d, dt, TT_WS_FWD, ws_bytes - extra, &algo, &need);
   if (!s) return -1;
-  CUDNN_CHECK(b, cudnnConvolutionForward(st->dnn, &one, s->x, x, s->w, w, s->conv, (cudnnConvolutionFwdAlgo_t)algo,
-                                         need ? ws : NULL, need, &zero, s->y, y));
+  if (v.w_nhwc) { /* workspace: [KRSC filter | cuDNN's] */
+    if (cuda_conv_w_nhwc(b, "conv_fwd", d, dt, w, ws)) return -1;
+    w = ws;
+  }
+  CUDNN_CHECK(b, cudnnConvolutionForward(st->dnn, &one, s->x, x, v.w_nhwc ? s->wn : s->w, w, s->conv,
+                                         (cudnnConvolutionFwdAlgo_t)algo, need ? (char *)ws + extra : NULL, need, &zero,
+                                         s->y, y));
   /* NHWC y: the bias is per channel of [n*p*q, k, 1] (channels fastest) */
   if (bias && d->layout_y == TT_LAYOUT_NHWC) return tt_cuda_add_bias(b, "conv_fwd", d->n * d->p * d->q, d->k, 1, dt, bias, y);
   if (bias) return tt_cuda_add_bias(b, "conv_fwd", d->n, d->k, (size_t)d->p * d->q, dt, bias, y);
@@ -426,16 +494,30 @@ int tt_cuda_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, con
   tt_cuda_state *st = tt_cuda_st(b);
   tt_cuda_conv_slot *s;
   int algo;
-  size_t need;
+  size_t need, extra = cuda_conv_extra(d, dt, TT_WS_BWD_DATA);
   float one = 1.0f;
+  char *at;
+  cuda_conv_view v;
   if (cuda_conv_check(b, "conv_bwd_data", d, dt)) return -1;
   if (!dy || !w || !dx) return tt_cuda_fail(b, "conv_bwd_data: NULL dy, w or dx");
   if (!ws) ws_bytes = 0;
-  s = cuda_conv_prepare(b, d, dt, TT_WS_BWD_DATA, ws_bytes, &algo, &need);
+  if (ws_bytes < extra)
+    return tt_cuda_fail(b, "conv_bwd_data: workspace too small: needs at least %zu bytes, given %zu", extra, ws_bytes);
+  v = cuda_conv_view_of(d, TT_WS_BWD_DATA);
+  s = cuda_conv_prepare(b, d, dt, TT_WS_BWD_DATA, ws_bytes - extra, &algo, &need);
   if (!s) return -1;
-  CUDNN_CHECK(b, cudnnConvolutionBackwardData(st->dnn, &one, s->w, w, s->y, dy, s->conv,
-                                              (cudnnConvolutionBwdDataAlgo_t)algo, need ? ws : NULL, need, &beta, s->x,
-                                              dx));
+  at = (char *)ws; /* workspace: [KRSC filter][dy transposed] | cuDNN's */
+  if (v.w_nhwc) {
+    if (cuda_conv_w_nhwc(b, "conv_bwd_data", d, dt, w, at)) return -1;
+    w = at, at += cuda_conv_wbytes(d, dt);
+  }
+  if (v.dy_t) {
+    if (cuda_conv_dy_t(b, "conv_bwd_data", d, dt, dy, at)) return -1;
+    dy = at;
+  }
+  CUDNN_CHECK(b, cudnnConvolutionBackwardData(st->dnn, &one, v.w_nhwc ? s->wn : s->w, w, v.dy_t ? s->yt : s->y, dy,
+                                              s->conv, (cudnnConvolutionBwdDataAlgo_t)algo,
+                                              need ? (char *)ws + extra : NULL, need, &beta, s->x, dx));
   return 0;
 }
 
@@ -446,27 +528,40 @@ int tt_cuda_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, c
   int algo;
   size_t need, extra = cuda_conv_extra(d, dt, TT_WS_BWD_FILTER);
   float one = 1.0f, zero = 0.0f;
-  char *cws;
+  const void *dyc = dy;
+  char *dwt = NULL;
+  cuda_conv_view v;
   if (cuda_conv_check(b, "conv_bwd_filter", d, dt)) return -1;
   if (!x || !dy || !dw) return tt_cuda_fail(b, "conv_bwd_filter: NULL x, dy or dw");
   if (!ws) ws_bytes = 0;
   if (ws_bytes < extra)
     return tt_cuda_fail(b, "conv_bwd_filter: workspace too small: needs at least %zu bytes, given %zu", extra, ws_bytes);
+  v = cuda_conv_view_of(d, TT_WS_BWD_FILTER);
   s = cuda_conv_prepare(b, d, dt, TT_WS_BWD_FILTER, ws_bytes - extra, &algo, &need);
   if (!s) return -1;
-  cws = (char *)ws + extra;
-  if (dt == TT_F32) {
-    CUDNN_CHECK(b, cudnnConvolutionBackwardFilter(st->dnn, &one, s->x, x, s->y, dy, s->conv,
-                                                  (cudnnConvolutionBwdFilterAlgo_t)algo, need ? cws : NULL, need, &beta,
-                                                  s->w, dw));
+  /* workspace: [dw as cuDNN writes it: dt, KCRS or KRSC][dy transposed] | cuDNN's */
+  if (cuda_conv_16bit(dt) || v.w_nhwc) dwt = (char *)ws;
+  if (v.dy_t) {
+    char *at = (char *)ws + (dwt ? cuda_conv_wbytes(d, dt) : 0);
+    if (cuda_conv_dy_t(b, "conv_bwd_filter", d, dt, dy, at)) return -1;
+    dyc = at;
+  }
+  if (!dwt) { /* fp32, KCRS: cuDNN accumulates into dw itself */
+    CUDNN_CHECK(b, cudnnConvolutionBackwardFilter(st->dnn, &one, s->x, x, v.dy_t ? s->yt : s->y, dyc, s->conv,
+                                                  (cudnnConvolutionBwdFilterAlgo_t)algo, need ? (char *)ws + extra : NULL,
+                                                  need, &beta, s->w, dw));
   } else {
-    /* cuDNN writes dw in the tensor dtype (fp16 or bf16) into the front of the workspace;
-     * accumulate into fp32 dw. */
+    /* cuDNN writes dw in the tensor dtype (fp16, bf16 or fp32) and filter format into the front
+     * of the workspace; it is accumulated into the fp32 KCRS dw (transposed back from KRSC). */
     size_t wcount = (size_t)d->k * (d->c / d->groups) * d->r * d->s;
-    CUDNN_CHECK(b, cudnnConvolutionBackwardFilter(st->dnn, &one, s->x, x, s->y, dy, s->conv,
-                                                  (cudnnConvolutionBwdFilterAlgo_t)algo, need ? cws : NULL, need, &zero,
-                                                  s->w, ws));
-    if (tt_cuda_accum_to_f32(b, "conv_bwd_filter", wcount, dt, ws, dw, beta)) return -1;
+    CUDNN_CHECK(b, cudnnConvolutionBackwardFilter(st->dnn, &one, s->x, x, v.dy_t ? s->yt : s->y, dyc, s->conv,
+                                                  (cudnnConvolutionBwdFilterAlgo_t)algo, need ? (char *)ws + extra : NULL,
+                                                  need, &zero, v.w_nhwc ? s->wn : s->w, dwt));
+    if (v.w_nhwc) {
+      if (tt_cuda_transpose(b, "conv_bwd_filter", d->k, d->r * d->s, d->c / d->groups, dt, dwt, TT_F32, dw, beta)) return -1;
+    } else if (tt_cuda_accum_to_f32(b, "conv_bwd_filter", wcount, dt, dwt, dw, beta)) {
+      return -1;
+    }
   }
   if (db && d->layout_y == TT_LAYOUT_NHWC) /* dy [n*p*q, k, 1] */
     return tt_cuda_channel_sum(b, "conv_bwd_filter", d->n * d->p * d->q, d->k, 1, dt, dy, db, beta);

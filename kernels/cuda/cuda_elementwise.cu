@@ -96,6 +96,53 @@ int tt_cuda_accum_to_f32(tt_backend *b, const char *op, size_t count, tt_dtype d
   return 0;
 }
 
+/* ------------------------------ inner transposes (conv) ------------------------------- */
+
+/* src [outer, m, n] (sdt) -> dst [outer, n, m]: a 32 x 32 tile through shared memory, so the
+ * read runs along src's n and the write along dst's m, both contiguous. Grid (n tiles, m tiles,
+ * outer, strided when outer > 65535); 256 threads, 8 rows each pass. dst is ddt; with
+ * ddt == TT_F32 and beta != 0 it accumulates (dst = beta * dst + v), else it is overwritten. The
+ * convolutions' layout changes (cuda_conv.cu): a filter [k, c, rs] <-> [k, rs, c], a gradient
+ * [n, k, pq] <-> [n, pq, k]. Values pass through fp32, exact for all three dtypes. */
+#define CUDA_EW_TT 32
+static __global__ void TT_LAUNCH_BOUNDS(256) cuda_ew_transpose_k(int outer, int m, int n, tt_dtype sdt, const void *src,
+                                                                 tt_dtype ddt, void *dst, float beta) {
+  __shared__ float tile[CUDA_EW_TT][CUDA_EW_TT + 1]; /* [row of m][column of n] */
+  const int tx = threadIdx.x % CUDA_EW_TT, ty = threadIdx.x / CUDA_EW_TT;
+  const int j0 = blockIdx.x * CUDA_EW_TT, i0 = blockIdx.y * CUDA_EW_TT;
+  for (int o = blockIdx.z; o < outer; o += gridDim.z) {
+    const size_t base = (size_t)o * m * n;
+    for (int r = ty; r < CUDA_EW_TT; r += 256 / CUDA_EW_TT) {
+      int i = i0 + r, j = j0 + tx;
+      tile[r][tx] = (i < m && j < n) ? tt_cuda_ld(sdt, src, base + (size_t)i * n + j) : 0.0f;
+    }
+    __syncthreads();
+    for (int r = ty; r < CUDA_EW_TT; r += 256 / CUDA_EW_TT) {
+      int j = j0 + r, i = i0 + tx;
+      if (i < m && j < n) {
+        size_t at = base + (size_t)j * m + i;
+        float v = tile[tx][r];
+        if (ddt == TT_F32 && beta != 0.0f) v += beta * ((float *)dst)[at];
+        tt_cuda_st(ddt, dst, at, v);
+      }
+    }
+    __syncthreads(); /* the tile is reused for the next o */
+  }
+}
+
+int tt_cuda_transpose(tt_backend *b, const char *op, int outer, int m, int n, tt_dtype sdt, const void *src, tt_dtype ddt,
+                      void *dst, float beta) {
+  if (outer <= 0 || m <= 0 || n <= 0) return 0;
+  if (!src || !dst) return tt_cuda_fail(b, "%s: transpose: NULL src or dst", op);
+  if (beta != 0.0f && ddt != TT_F32) return tt_cuda_fail(b, "%s: transpose accumulates into fp32 only", op);
+  dim3 grid((unsigned)((n + CUDA_EW_TT - 1) / CUDA_EW_TT), (unsigned)((m + CUDA_EW_TT - 1) / CUDA_EW_TT),
+            (unsigned)(outer < 65535 ? outer : 65535));
+  if (grid.y > 65535u) return tt_cuda_fail(b, "%s: transpose: %d rows is over the grid's limit", op, m);
+  TT_LAUNCH(cuda_ew_transpose_k, grid, 256, 0, cuda_ew_stream(b), outer, m, n, sdt, src, ddt, dst, beta);
+  CUDA_LAUNCH_CHECK(b, op);
+  return 0;
+}
+
 /* ---------------------------------- activations --------------------------------------- */
 
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_act_fwd_k(tt_act a, size_t count, tt_dtype dt, const void *x,
@@ -640,6 +687,7 @@ const tt_cuda_kernel tt_cuda_elementwise_kernels[] = {
     TT_CUDA_KERNEL(cuda_ew_add_bias_rows_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_channel_sum_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_accum_f32_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_ew_transpose_k, 256),
     TT_CUDA_KERNEL(cuda_ew_act_fwd_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_act_bwd_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_ew_act_mask_k, TT_CUDA_THREADS),

@@ -47,7 +47,9 @@ typedef struct tt_cuda_conv_slot {
   tt_dtype dt;
   uint64_t last_use;
   cudnnTensorDescriptor_t x, y;
-  cudnnFilterDescriptor_t w;
+  cudnnFilterDescriptor_t w;    /* [k, c/g, r, s] (KCRS), as the weights are stored */
+  cudnnTensorDescriptor_t yt;   /* y in the other layout (a transposed dy: cuda_conv_view) */
+  cudnnFilterDescriptor_t wn;   /* the filter as [k, r, s, c/g] (CUDNN_TENSOR_NHWC), a transposed copy */
   cudnnConvolutionDescriptor_t conv;
   int have[3];                  /* algorithm chosen for TT_WS_FWD / BWD_DATA / BWD_FILTER */
   int algo[3];
@@ -209,7 +211,7 @@ __device__ __forceinline__ void tt_cuda_st(tt_dtype dt, void *p, size_t i, float
   else
     ((float *)p)[i] = v;
 }
-/* One 16-byte (8-byte) access: p aligned to it. On the device a uint4 (unsigned long long)
+/* One 16-byte (8-byte) access: p aligned to it. On the device a uint4 (uint2)
  * load or store, one LDG.128 / STG.128 (.64); in the host emulation a GCC vector access, one
  * 16-byte access that the traffic test (tests/test_cuda_traffic.c) sees as one (a struct copy
  * would be split into four 4-byte accesses there). */
@@ -231,8 +233,27 @@ typedef uint4 tt_cuda_u4;
 __device__ __forceinline__ uint4 tt_cuda_ld16(const void *p) { return *(const uint4 *)p; }
 __device__ __forceinline__ void tt_cuda_st16(void *p, uint4 u) { *(uint4 *)p = u; }
 #endif
-__device__ __forceinline__ unsigned long long tt_cuda_ld8(const void *p) { return *(const unsigned long long *)p; }
-__device__ __forceinline__ void tt_cuda_st8(void *p, unsigned long long u) { *(unsigned long long *)p = u; }
+/* One 8-byte access as two 32-bit words (lo at the lower address): on the device a uint2, one
+ * LDG.64 / STG.64 of a register pair. Never a 64-bit integer built with shifts and ORs: CUDA
+ * 13.0's ptxas compiled the store of four packed fp16/bf16 built that way (PTX bfi.b64) for sm_90
+ * into two PRMTs writing the same register and an STG.E.64 of that register and an unset one
+ * (cuobjdump on the first H100 run); the fp32 -> fp16 cast gave -1e-45 -> +0 and 64096 -> NaN
+ * there, which the emulation cannot see. */
+#ifdef TT_CUDA_EMULATED
+__device__ __forceinline__ void tt_cuda_ld8w(const void *p, unsigned int *lo, unsigned int *hi) {
+  unsigned long long u = *(const unsigned long long *)p; /* one 8-byte access for the traffic test */
+  *lo = (unsigned int)u, *hi = (unsigned int)(u >> 32);
+}
+__device__ __forceinline__ void tt_cuda_st8w(void *p, unsigned int lo, unsigned int hi) {
+  *(unsigned long long *)p = (unsigned long long)lo | (unsigned long long)hi << 32;
+}
+#else
+__device__ __forceinline__ void tt_cuda_ld8w(const void *p, unsigned int *lo, unsigned int *hi) {
+  uint2 u = *(const uint2 *)p;
+  *lo = u.x, *hi = u.y;
+}
+__device__ __forceinline__ void tt_cuda_st8w(void *p, unsigned int lo, unsigned int hi) { *(uint2 *)p = make_uint2(lo, hi); }
+#endif
 __device__ __forceinline__ float tt_cuda_h(unsigned int u, int hi) {
   return __half2float(__ushort_as_half((unsigned short)(hi ? u >> 16 : u & 0xffffu)));
 }
@@ -257,8 +278,8 @@ __device__ __forceinline__ void tt_cuda_ldv(tt_dtype dt, const void *p, size_t i
       v[0] = tt_cuda_h(u.x, 0), v[1] = tt_cuda_h(u.x, 1), v[2] = tt_cuda_h(u.y, 0), v[3] = tt_cuda_h(u.y, 1);
       v[4 % V] = tt_cuda_h(u.z, 0), v[5 % V] = tt_cuda_h(u.z, 1), v[6 % V] = tt_cuda_h(u.w, 0), v[7 % V] = tt_cuda_h(u.w, 1);
     } else if (V == 4) {
-      unsigned long long u = tt_cuda_ld8((const char *)p + iv * 8);
-      unsigned int lo = (unsigned int)u, hi = (unsigned int)(u >> 32);
+      unsigned int lo, hi;
+      tt_cuda_ld8w((const char *)p + iv * 8, &lo, &hi);
       v[0] = tt_cuda_h(lo, 0), v[1 % V] = tt_cuda_h(lo, 1), v[2 % V] = tt_cuda_h(hi, 0), v[3 % V] = tt_cuda_h(hi, 1);
     } else if (V == 2) {
       unsigned int u = ((const unsigned int *)p)[iv];
@@ -272,8 +293,8 @@ __device__ __forceinline__ void tt_cuda_ldv(tt_dtype dt, const void *p, size_t i
       v[0] = tt_cuda_b(u.x, 0), v[1] = tt_cuda_b(u.x, 1), v[2] = tt_cuda_b(u.y, 0), v[3] = tt_cuda_b(u.y, 1);
       v[4 % V] = tt_cuda_b(u.z, 0), v[5 % V] = tt_cuda_b(u.z, 1), v[6 % V] = tt_cuda_b(u.w, 0), v[7 % V] = tt_cuda_b(u.w, 1);
     } else if (V == 4) {
-      unsigned long long u = tt_cuda_ld8((const char *)p + iv * 8);
-      unsigned int lo = (unsigned int)u, hi = (unsigned int)(u >> 32);
+      unsigned int lo, hi;
+      tt_cuda_ld8w((const char *)p + iv * 8, &lo, &hi);
       v[0] = tt_cuda_b(lo, 0), v[1 % V] = tt_cuda_b(lo, 1), v[2 % V] = tt_cuda_b(hi, 0), v[3 % V] = tt_cuda_b(hi, 1);
     } else if (V == 2) {
       unsigned int u = ((const unsigned int *)p)[iv];
@@ -287,8 +308,9 @@ __device__ __forceinline__ void tt_cuda_ldv(tt_dtype dt, const void *p, size_t i
       v[0] = __uint_as_float(u.x), v[1 % V] = __uint_as_float(u.y), v[2 % V] = __uint_as_float(u.z),
       v[3 % V] = __uint_as_float(u.w);
     } else if (V == 2) {
-      unsigned long long u = tt_cuda_ld8((const char *)p + iv * 8);
-      v[0] = __uint_as_float((unsigned int)u), v[1 % V] = __uint_as_float((unsigned int)(u >> 32));
+      unsigned int lo, hi;
+      tt_cuda_ld8w((const char *)p + iv * 8, &lo, &hi);
+      v[0] = __uint_as_float(lo), v[1 % V] = __uint_as_float(hi);
     } else {
       v[0] = ((const float *)p)[iv];
     }
@@ -303,8 +325,7 @@ __device__ __forceinline__ void tt_cuda_stv(tt_dtype dt, void *p, size_t iv, con
       u.z = tt_cuda_pack2(v[4 % V], v[5 % V]), u.w = tt_cuda_pack2(v[6 % V], v[7 % V]);
       tt_cuda_st16((char *)p + iv * 16, u);
     } else if (V == 4) {
-      tt_cuda_st8((char *)p + iv * 8,
-                  (unsigned long long)tt_cuda_pack2(v[0], v[1 % V]) | (unsigned long long)tt_cuda_pack2(v[2 % V], v[3 % V]) << 32);
+      tt_cuda_st8w((char *)p + iv * 8, tt_cuda_pack2(v[0], v[1 % V]), tt_cuda_pack2(v[2 % V], v[3 % V]));
     } else if (V == 2) {
       ((unsigned int *)p)[iv] = tt_cuda_pack2(v[0], v[1 % V]);
     } else {
@@ -317,8 +338,7 @@ __device__ __forceinline__ void tt_cuda_stv(tt_dtype dt, void *p, size_t iv, con
       u.z = tt_cuda_packb2(v[4 % V], v[5 % V]), u.w = tt_cuda_packb2(v[6 % V], v[7 % V]);
       tt_cuda_st16((char *)p + iv * 16, u);
     } else if (V == 4) {
-      tt_cuda_st8((char *)p + iv * 8,
-                  (unsigned long long)tt_cuda_packb2(v[0], v[1 % V]) | (unsigned long long)tt_cuda_packb2(v[2 % V], v[3 % V]) << 32);
+      tt_cuda_st8w((char *)p + iv * 8, tt_cuda_packb2(v[0], v[1 % V]), tt_cuda_packb2(v[2 % V], v[3 % V]));
     } else if (V == 2) {
       ((unsigned int *)p)[iv] = tt_cuda_packb2(v[0], v[1 % V]);
     } else {
@@ -331,8 +351,7 @@ __device__ __forceinline__ void tt_cuda_stv(tt_dtype dt, void *p, size_t iv, con
       u.w = __float_as_uint(v[3 % V]);
       tt_cuda_st16((char *)p + iv * 16, u);
     } else if (V == 2) {
-      tt_cuda_st8((char *)p + iv * 8,
-                  (unsigned long long)__float_as_uint(v[0]) | (unsigned long long)__float_as_uint(v[1 % V]) << 32);
+      tt_cuda_st8w((char *)p + iv * 8, __float_as_uint(v[0]), __float_as_uint(v[1 % V]));
     } else {
       ((float *)p)[iv] = v[0];
     }
@@ -383,6 +402,10 @@ int tt_cuda_channel_sum(tt_backend *b, const char *op, int n, int c, size_t hw, 
                         float beta);
 /* y (fp32) = beta*y + x (dt), count elements. */
 int tt_cuda_accum_to_f32(tt_backend *b, const char *op, size_t count, tt_dtype dt, const void *x, float *y, float beta);
+/* src [outer, m, n] (sdt) -> dst [outer, n, m] (ddt); beta != 0 accumulates into an fp32 dst
+ * (cuda_elementwise.cu) */
+int tt_cuda_transpose(tt_backend *b, const char *op, int outer, int m, int n, tt_dtype sdt, const void *src, tt_dtype ddt,
+                      void *dst, float beta);
 
 /* ---- ops (see backend.h) ---- */
 /* cuda_conv.cu */

@@ -366,7 +366,27 @@ static size_t emu_pow2(size_t v) {
 
 /* Workspace of algorithm a in direction dir with math type m (the descriptor's), or -1 when the
  * algorithm does not support the problem. Deterministic: the planner and the checks agree. */
+/* The (x, y, filter) format combinations cuDNN 9.19's legacy API served, per direction, on the
+ * first H100 run (fp16 and bf16, ResNet-50's and the tests' shapes; tests/gpu/cudnn_probe.c,
+ * docs/gpu.md): forward takes any x and y with an NCHW (KCRS) filter, an NHWC (KRSC) filter only
+ * with x NHWC; backward-data needs the filter in dy's format, and x NHWC with an NHWC filter;
+ * backward-filter needs the filter in x's format, and dy NHWC with an NHWC filter. Every
+ * algorithm of another combination is unsupported, as there. A tensor of one channel or of
+ * one pixel is both formats (the same bytes; the probe's one-channel input was served either way). */
+static int emu_formats_ok(int dir, const emu_conv *p) {
+  int wn = p->w.fmt == CUDNN_TENSOR_NHWC;
+  for (int xn = 0; xn < 2; xn++)
+    for (int yn = 0; yn < 2; yn++) {
+      if (p->x.c > 1 && p->x.h * p->x.w > 1 && xn != (p->x.sc == 1)) continue;
+      if (p->y.c > 1 && p->y.h * p->y.w > 1 && yn != (p->y.sc == 1)) continue;
+      if (dir == DIR_FWD ? (!wn || xn) : dir == DIR_BWD_DATA ? (wn == yn && (!wn || xn)) : (wn == xn && (!wn || yn)))
+        return 1;
+    }
+  return 0;
+}
+
 static long long emu_ws(int dir, int a, const emu_conv *p, cudnnMathType_t m) {
+  if (!emu_formats_ok(dir, p)) return -1;
   const cudnnTensorStruct *x = &p->x, *y = &p->y;
   const cudnnFilterStruct *w = &p->w;
   const cudnnConvolutionStruct *cd = &p->cd;
@@ -704,9 +724,12 @@ static cudnnStatus_t emu_call_check(int dir, const emu_conv *p, int algo, const 
   *need = emu_ws(dir, algo, p, p->cd.math);
   if (*need < 0)
     return emu_dnn_fail(CUDNN_STATUS_NOT_SUPPORTED,
-                        "%s: algorithm %d does not support this problem (x [%d, %d, %d, %d], filter %dx%d, stride %dx%d, "
-                        "%d groups)",
-                        who, algo, p->x.n, p->x.c, p->x.h, p->x.w, p->w.h, p->w.w, p->cd.u, p->cd.v, p->cd.groups);
+                        "%s: algorithm %d does not support this problem (x [%d, %d, %d, %d] %s, y %s, filter %dx%d %s, "
+                        "stride %dx%d, %d groups)%s",
+                        who, algo, p->x.n, p->x.c, p->x.h, p->x.w, p->x.sc == 1 ? "NHWC" : "NCHW",
+                        p->y.sc == 1 ? "NHWC" : "NCHW", p->w.h, p->w.w, p->w.fmt == CUDNN_TENSOR_NHWC ? "NHWC" : "NCHW",
+                        p->cd.u, p->cd.v, p->cd.groups,
+                        emu_formats_ok(dir, p) ? "" : ": no algorithm takes these formats (emu_formats_ok)");
   if (ws_bytes < (size_t)*need)
     return emu_dnn_fail(CUDNN_STATUS_BAD_PARAM,
                         "%s: workspace of %zu bytes; algorithm %d with math type %d needs %lld (what "

@@ -4,6 +4,7 @@
 #
 #   tests/gpu/acceptance.sh --bundle FILE [--deadline 360]    the lent device machine (docs/gpu.md)
 #   tests/gpu/acceptance.sh [--no-build] [--deadline 540]     a GPU machine with the toolchain
+#   --steps 4,5,6: only those steps after the probe (a rerun of what failed; the rest SKIP)
 #
 # --bundle FILE: the .tar.xz of tests/gpu/bundle.sh (binaries for one architecture and the
 # libraries the target lacks), unpacked and run as it is: nothing is built. Without it the
@@ -24,9 +25,9 @@
 #                  its peak under 4 GiB too                                                     80 s
 #   5. r50torch    tests/bench/resnet50_vs_torch.py at batch 64 and 256: images/s, peak memory,
 #                  the largest batch in 4 GiB; TF32 off on both sides (the script runs tinytrain
-#                  with --tf32 off and sets PyTorch's flags) — numbers, not judged               120 s
+#                  with --tf32 off and sets PyTorch's flags) — numbers, not judged               150 s
 #   6. sanitizer   compute-sanitizer memcheck and racecheck, LeNet 2 steps, tinytrain's own
-#                  kernels only (--kernel-name regex on cuda_...)                                70 s
+#                  kernels only (--kernel-name kns=cuda_: a substring)                      70 s
 #   7. ncu         Nsight Compute on tinytrain's kernels of 2 LeNet steps: the five with the most
 #                  total time, with duration, SM and memory throughput                          50 s
 #   8. nccl        a one-rank NCCL communicator: all-reduce and broadcast (test_cuda's
@@ -42,11 +43,13 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 BUNDLE=""
 BUILD=1
 DEADLINE=""
+STEPS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE=$2; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     --deadline) DEADLINE=$2; shift 2 ;;
+    --steps) STEPS=$(echo "$2" | tr ' ' ','); shift 2 ;;
     -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "acceptance.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -79,6 +82,8 @@ result() { # result NAME PASS|FAIL|SKIP|TIMEOUT SECONDS WHAT
   case "$2" in FAIL|TIMEOUT) FAILS=$((FAILS + 1)) ;; esac
   publish
 }
+# want N: step N runs (every step without --steps)
+want() { [ -z "$STEPS" ] || [[ ",$STEPS," == *",$1,"* ]]; }
 # cap SECONDS: the step's cap, cut to what the deadline leaves (0: do not start)
 cap() { local left=$((DEADLINE - $(elapsed) - 5)); [ "$left" -lt 10 ] && { echo 0; return; }; [ "$1" -lt "$left" ] && echo "$1" || echo "$left"; }
 # run CAP LOG CMD...: the command under timeout, its output in LOG (with the command first); rc 124 = timed out
@@ -197,7 +202,8 @@ c=$(cap 20)
   echo "\$ nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,persistence_mode"
   "$SMI" --query-gpu=clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu,persistence_mode --format=csv 2>&1
 } >"$LOGS/1-probe.log" 2>&1
-ver=$("${TT[@]}" --version 2>&1 | tail -n 1)
+# the backends line (--version prints more lines after it: the OpenMP waits)
+ver=$("${TT[@]}" --version 2>&1 | grep -m 1 '^backends')
 nf=$(grep -c "not found" "$LOGS/1-probe.log")
 grep -E "not found|libcudnn|libnccl|libcublas|libcudart|Driver Version|CUDA Version|^backends|^tinytrain " "$LOGS/1-probe.log" | sort -u >"$WORK/probe-short"
 block "$WORK/probe-short" 20
@@ -206,9 +212,10 @@ else result probe FAIL "$(elapsed)" "$nf libraries not found, or no CUDA in --ve
 
 # ---- 2. test_cuda ----
 step "2. test_cuda (every op, fp32/fp16 steps against the CPU)"
+if ! want 2; then result test_cuda SKIP 0 "not in --steps $STEPS"; else
 t=$(elapsed); c=$(cap 90)
 if [ "$c" = 0 ]; then result test_cuda TIMEOUT 0 "no time left to start"; else
-  run "$c" "$LOGS/2-test_cuda.log" "${TC[@]}"
+  TT_TEST_ALL_FAILS=1 run "$c" "$LOGS/2-test_cuda.log" "${TC[@]}" # every failed check, not the first per test
   rc=$?
   block "$LOGS/2-test_cuda.log" 40
   np=$(grep -c '^PASS' "$LOGS/2-test_cuda.log"); nf=$(grep -c '^FAIL' "$LOGS/2-test_cuda.log"); ns=$(grep -c '^SKIP' "$LOGS/2-test_cuda.log")
@@ -216,9 +223,11 @@ if [ "$c" = 0 ]; then result test_cuda TIMEOUT 0 "no time left to start"; else
   elif [ $rc = 0 ] && [ "$nf" = 0 ] && [ "$np" -gt 0 ]; then result test_cuda PASS $(($(elapsed) - t)) "$np passed, $ns skipped (build/tests/test_cuda)"
   else result test_cuda FAIL $(($(elapsed) - t)) "exit $rc, $np passed, $nf failed: $(grep -m 3 '^FAIL' "$LOGS/2-test_cuda.log" | tr '\n' ' ')"; fi
 fi
+fi # want 2
 
 # ---- 3. LeNet, one epoch, GPU against CPU ----
 step "3. LeNet one epoch: GPU against CPU (fp32, same seed and data)"
+if ! want 3; then result lenet SKIP 0 "not in --steps $STEPS"; else
 t=$(elapsed); c=$(cap 75)
 if [ "$c" = 0 ]; then result lenet TIMEOUT 0 "no time left to start"; else
   half=$((c / 2))
@@ -254,9 +263,11 @@ EOF
   elif [ $rg = 0 ] && [ $rcpu = 0 ] && grep -q "VERDICT PASS" "$LOGS/3-lenet-compare.log"; then result lenet PASS $(($(elapsed) - t)) "$(tail -n 2 "$LOGS/3-lenet-compare.log" | head -n 1)"
   else result lenet FAIL $(($(elapsed) - t)) "gpu exit $rg, cpu exit $rcpu; $(tail -n 2 "$LOGS/3-lenet-compare.log" | head -n 1)"; fi
 fi
+fi # want 3
 
 # ---- 4. fashion ResNet at --vram 4G: the process's peak device memory ----
 step "4. fashion ResNet --vram 4G: peak device memory (nvidia-smi --query-compute-apps, every 0.2 s)"
+if ! want 4; then result resnet4g SKIP 0 "not in --steps $STEPS"; else
 t=$(elapsed); c=$(cap 80)
 if [ "$c" = 0 ]; then result resnet4g TIMEOUT 0 "no time left to start"; else
   run 20 "$LOGS/4-plan.log" "${TT[@]}" plan --json --vram 4G --device cuda "$WORK/resnet.recipe"
@@ -269,8 +280,10 @@ if [ "$c" = 0 ]; then result resnet4g TIMEOUT 0 "no time left to start"; else
   p2=0 r2=-1
   if [ -n "$mb" ]; then
     c=$(cap $((80 - ($(elapsed) - t))))
+    # the recipe's batch set to the micro-batch (a micro-batch must divide the effective batch)
+    sed "s/^batch *=.*/batch = $mb/" "$WORK/resnet.recipe" >"$WORK/resnet_mb.recipe"
     [ "$c" -gt 0 ] && sampled "$c" "$LOGS/4-resnet-maxbatch.log" "${TT[@]}" --device cuda --vram 4G --precision fp32 --recompute none \
-      --micro-batch "$mb" --max-steps 5 --out "$WORK/resnet_mb" "$WORK/resnet.recipe" && true
+      --micro-batch "$mb" --max-steps 5 --out "$WORK/resnet_mb" "$WORK/resnet_mb.recipe" && true
     [ "$c" -gt 0 ] && r2=$RC p2=$PEAK
   fi
   python3 - "$WORK/plan.json" "$LOGS/4-resnet.log" "$p1" "$r1" "$mb" "$p2" "$r2" >"$LOGS/4-compare.log" 2>&1 <<'EOF'
@@ -280,12 +293,14 @@ try:
     plan = json.load(open(sys.argv[1]))
 except Exception as e:
     print("no plan --json output: %s" % e); print("VERDICT FAIL"); sys.exit()
+if "error" in plan:
+    print("plan --json --vram 4G refused: %s" % plan["error"]); print("VERDICT FAIL"); sys.exit()
 train = open(sys.argv[2]).read()
 p1, r1, mb, p2, r2 = float(sys.argv[3]), int(sys.argv[4]), sys.argv[5], float(sys.argv[6]), int(sys.argv[7])
 vram = plan["vram_bytes"] / mib
 m = re.search(r"memory\s+arena ([0-9.]+) MiB \(lower bound ([0-9.]+) MiB\)", train)
 lb_train = float(m.group(2)) if m else float("nan")
-pm = re.search(r"policy\s+micro-batch (\d+) x (\d+) accumulation steps = effective batch \d+; (fp32|fp16)", train)
+pm = re.search(r"policy\s+micro-batch (\d+) x (\d+) accumulation steps = effective batch \d+; (fp32|fp16|bf16)", train)
 same = bool(pm) and (int(pm.group(1)), int(pm.group(2)), pm.group(3)) == (plan["micro_batch"], plan["accum_steps"], plan["precision"])
 print("plan --vram 4G: micro-batch %d x %d, %s, arena %.1f MiB, reserve %.1f MiB (measured %s), budget %.1f MiB"
       % (plan["micro_batch"], plan["accum_steps"], plan["precision"], plan["arena_bytes"] / mib, plan["reserve_bytes"] / mib,
@@ -300,10 +315,12 @@ EOF
   elif [ "$r1" = 124 ] || [ "$r2" = 124 ]; then result resnet4g TIMEOUT $(($(elapsed) - t)) "exit $r1 / $r2; peaks ${p1} / ${p2} MiB"
   else result resnet4g FAIL $(($(elapsed) - t)) "$(sed -n '2,3p' "$LOGS/4-compare.log" | tr '\n' ' ')"; fi
 fi
+fi # want 4
 
 # ---- 5. ResNet-50 against PyTorch ----
 step "5. ResNet-50 224x224 against PyTorch eager AMP (TF32 off on both sides)"
-t=$(elapsed); c=$(cap 120)
+if ! want 5; then result r50torch SKIP 0 "not in --steps $STEPS"; else
+t=$(elapsed); c=$(cap 150)
 if [ "$c" = 0 ]; then result r50torch TIMEOUT 0 "no time left to start"; else
   ok=1
   for b in 64 256; do
@@ -322,9 +339,11 @@ if [ "$c" = 0 ]; then result r50torch TIMEOUT 0 "no time left to start"; else
   elif [ $ok = 2 ]; then result r50torch TIMEOUT $(($(elapsed) - t)) "over its cap of ${c} s"
   else result r50torch FAIL $(($(elapsed) - t)) "see logs/5-r50-*.log"; fi
 fi
+fi # want 5
 
 # ---- 6. compute-sanitizer on tinytrain's own kernels ----
 step "6. compute-sanitizer memcheck and racecheck (LeNet, 2 steps, tinytrain's kernels only)"
+if ! want 6; then result sanitizer SKIP 0 "not in --steps $STEPS"; else
 t=$(elapsed)
 if [ -z "$CS" ]; then result sanitizer SKIP 0 "compute-sanitizer not installed"
 else
@@ -332,20 +351,22 @@ else
   for tool in memcheck racecheck; do
     c=$(cap 35)
     [ "$c" = 0 ] && { sres=TIMEOUT; why="$why $tool: no time left;"; continue; }
-    run "$c" "$LOGS/6-$tool.log" "${ENV[@]}" "$CS" --tool "$tool" --error-exitcode 99 --print-limit 20 --kernel-name regex:cuda_ \
+    run "$c" "$LOGS/6-$tool.log" "${ENV[@]}" "$CS" --tool "$tool" --error-exitcode 99 --print-limit 20 --kernel-name kns=cuda_ \
       "$R/$([ -n "$BUNDLE" ] && echo bin/)tinytrain" --device cuda --vram 4G --max-steps 2 --out "$WORK/cs_$tool" "$WORK/lenet.recipe"
     rc=$?
     s=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOGS/6-$tool.log" | tail -n 1)
-    say "command: \`compute-sanitizer --tool $tool --kernel-name regex:cuda_ tinytrain --device cuda --max-steps 2 lenet.recipe\`: exit $rc, ${s:-no summary}"
+    say "command: \`compute-sanitizer --tool $tool --kernel-name kns=cuda_ tinytrain --device cuda --max-steps 2 lenet.recipe\`: exit $rc, ${s:-no summary}"
     if [ $rc = 124 ] || [ $rc = 137 ]; then sres=TIMEOUT; why="$why $tool timed out;"
     elif [ $rc != 0 ]; then block "$LOGS/6-$tool.log" 25; [ $sres = PASS ] && sres=FAIL; why="$why $tool exit $rc ${s};"
     else why="$why $tool ${s:-clean};"; fi
   done
   result sanitizer $sres $(($(elapsed) - t)) "${why# }"
 fi
+fi # want 6
 
 # ---- 7. Nsight Compute: the five most expensive of tinytrain's kernels ----
 step "7. ncu: tinytrain's five most expensive kernels (LeNet, 2 steps)"
+if ! want 7; then result ncu SKIP 0 "not in --steps $STEPS"; else
 t=$(elapsed); c=$(cap 50)
 if [ -z "$NCU" ]; then result ncu SKIP 0 "ncu not installed"
 elif [ "$c" = 0 ]; then result ncu TIMEOUT 0 "no time left to start"
@@ -380,9 +401,11 @@ EOF
   elif [ $rc = 0 ] && [ "${n:-0}" -gt 0 ]; then result ncu PASS $(($(elapsed) - t)) "$n kernels profiled; top five in the report"
   else result ncu FAIL $(($(elapsed) - t)) "exit $rc, ${n:-0} kernels: $(tail -n 2 "$LOGS/7-ncu.csv" | tr '\n' ' ' | cut -c1-200)"; fi
 fi
+fi # want 7
 
 # ---- 8. one-rank NCCL ----
 step "8. NCCL smoke: one rank, all-reduce and broadcast"
+if ! want 8; then result nccl SKIP 0 "not in --steps $STEPS"; else
 t=$(elapsed); c=$(cap 20)
 if [ "$c" = 0 ]; then result nccl TIMEOUT 0 "no time left to start"; else
   TT_CUDA_TEST_ONLY=nccl run "$c" "$LOGS/8-nccl.log" "${TC[@]}"
@@ -395,6 +418,7 @@ if [ "$c" = 0 ]; then result nccl TIMEOUT 0 "no time left to start"; else
     *) if [ $rc = 124 ]; then result nccl TIMEOUT $(($(elapsed) - t)) "over ${c} s"; else result nccl FAIL $(($(elapsed) - t)) "exit $rc: ${l:-no result line}"; fi ;;
   esac
 fi
+fi # want 8
 
 say ""
 say "$FAILS failed or timed out; $(elapsed) s in all (deadline ${DEADLINE} s). Report: $DEST/gpu-acceptance.md, logs: $DEST/logs.tar.gz"

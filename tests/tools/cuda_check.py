@@ -173,6 +173,22 @@ def compile_one(nvcc, flags, src, arch, outdir):
     return src, arch, obj, rc, out, " ".join(cmd)
 
 
+def ptx_one(nvcc, flags, src, arch, outdir):
+    """The file's PTX for one architecture (ptx_hazards reads it)."""
+    out = os.path.join(outdir, "ptx", os.path.basename(src) + ".ptx")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    rc, msg = run([nvcc] + flags + ["-arch=compute_%s" % arch, "-ptx", src, "-o", out])
+    text = open(out).read() if rc == 0 and os.path.exists(out) else ""
+    return src, rc, msg, text
+
+
+# PTX that a ptxas miscompiled on a device: (pattern, why). CUDA 13.0's ptxas turned a 64-bit
+# bfi.b64 assembly of four packed fp16/bf16 into a store of an unset register on sm_90 (the first
+# H100 run, docs/gpu.md#first-runs-on-a-gpu); the kernels build such words as uint2 pairs.
+PTX_HAZARDS = [(re.compile(r"\bbfi\.b64\b"), "bfi.b64 (a 64-bit word assembled with shifts and ORs: use a uint2 pair, "
+                                             "tt_cuda_st8w; CUDA 13.0's ptxas miscompiled it for sm_90)")]
+
+
 def parse_ptxas(out):
     """Spill stores/loads and stack frame per mangled function from ptxas's report."""
     res, cur = {}, None
@@ -325,6 +341,16 @@ def main():
         futs = [ex.submit(compile_one, a.nvcc, a.flags, f, arch, a.out) for f, arch in jobs]
         for fu in futs:
             results.append(fu.result())
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.j)) as ex:
+        ptx_results = [fu.result() for fu in [ex.submit(ptx_one, a.nvcc, a.flags, f, archs[-1], a.out) for f in files]]
+    for f, rc, msg, text in ptx_results:
+        rel = os.path.relpath(f, ROOT)
+        if rc != 0:
+            errors.append("%s: nvcc -ptx failed: %s" % (rel, msg.strip()[-400:]))
+        for pat, why in PTX_HAZARDS:
+            n = len(pat.findall(text))
+            if n:
+                errors.append("%s: %d x %s" % (rel, n, why))
     per_arch = {}
     for f, arch, obj, rc, out, cmd in results:
         rel = os.path.relpath(f, ROOT)
