@@ -294,7 +294,7 @@ static void plan_text_layout(const tt_session *s, FILE *out) {
     fprintf(out, "  layout      NCHW for every activation%s\n",
                  nimg ? (p->policy.act_dtype == TT_F32 && s->be && s->be->layouts_16bit
                           ? " (fp32: this backend takes NHWC for fp16/bf16 activations only)"
-                          : " (this backend's convolutions take no other, or TINYTRAIN_LAYOUT=nchw)")
+                          : " (the backend's choice; TINYTRAIN_LAYOUT=nhwc or nchw overrides where it takes both)")
                        : "");
     return;
   }
