@@ -558,14 +558,25 @@ static void emu_write(const char *s) {
 }
 
 static struct sigaction emu_old_segv, emu_old_bus;
+/* 1 while the handler prints a backtrace of host code that touched device memory: glibc's
+ * backtrace() itself faults now and then there (about 1 run in 10 of cuda_emu_memory_streams'
+ * forked child, on the alternate stack), and that nested fault, not being the emulation's, went
+ * to the default action: the program died of SIGSEGV with the message half written. */
+static volatile sig_atomic_t emu_in_backtrace;
 
 static void emu_segv(int sig, siginfo_t *si, void *ctx) {
   static char msg[1200];
   char d[512], k[400];
   const char *addr = (const char *)si->si_addr;
-  const emu_alloc *a = emu_alloc_find(addr, 0), *freed = NULL, *below = NULL;
+  const emu_alloc *a, *freed = NULL, *below = NULL;
   size_t len;
   (void)ctx;
+  if (emu_in_backtrace) { /* the message is out: stop as the handler meant to */
+    emu_write("\n(backtrace incomplete)\n");
+    signal(SIGABRT, SIG_DFL);
+    abort();
+  }
+  a = emu_alloc_find(addr, 0);
   if (!a) {
     std::map<uintptr_t, emu_alloc>::iterator it = emu_live.upper_bound((uintptr_t)addr);
     if (it != emu_live.begin()) below = &(--it)->second; /* the live allocation just before */
@@ -593,7 +604,9 @@ static void emu_segv(int sig, siginfo_t *si, void *ctx) {
     emu_write(msg);
     {
       void *bt[32];
-      int nb = backtrace(bt, 32);
+      int nb;
+      emu_in_backtrace = 1;
+      nb = backtrace(bt, 32);
       backtrace_symbols_fd(bt, nb, 2);
     }
     signal(SIGABRT, SIG_DFL);
