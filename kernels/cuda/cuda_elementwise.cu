@@ -105,16 +105,16 @@ int tt_cuda_accum_to_f32(tt_backend *b, const char *op, size_t count, tt_dtype d
  * convolutions' layout changes (cuda_conv.cu): a filter [k, c, rs] <-> [k, rs, c], a gradient
  * [n, k, pq] <-> [n, pq, k]. Values pass through fp32, exact for all three dtypes. */
 #define CUDA_EW_TT 32
-static __global__ void TT_LAUNCH_BOUNDS(256) cuda_ew_transpose_k(int outer, int m, int n, tt_dtype sdt, const void *src,
-                                                                 tt_dtype ddt, void *dst, float beta) {
-  __shared__ float tile[CUDA_EW_TT][CUDA_EW_TT + 1]; /* [row of m][column of n] */
+template <tt_dtype S, tt_dtype D, int ACC>
+static __device__ __forceinline__ void cuda_ew_transpose_v(int outer, int m, int n, const void *src, void *dst, float beta,
+                                                           float (*tile)[CUDA_EW_TT + 1]) {
   const int tx = threadIdx.x % CUDA_EW_TT, ty = threadIdx.x / CUDA_EW_TT;
   const int j0 = blockIdx.x * CUDA_EW_TT, i0 = blockIdx.y * CUDA_EW_TT;
   for (int o = blockIdx.z; o < outer; o += gridDim.z) {
     const size_t base = (size_t)o * m * n;
     for (int r = ty; r < CUDA_EW_TT; r += 256 / CUDA_EW_TT) {
       int i = i0 + r, j = j0 + tx;
-      tile[r][tx] = (i < m && j < n) ? tt_cuda_ld(sdt, src, base + (size_t)i * n + j) : 0.0f;
+      tile[r][tx] = (i < m && j < n) ? tt_cuda_ld(S, src, base + (size_t)i * n + j) : 0.0f;
     }
     __syncthreads();
     for (int r = ty; r < CUDA_EW_TT; r += 256 / CUDA_EW_TT) {
@@ -122,23 +122,43 @@ static __global__ void TT_LAUNCH_BOUNDS(256) cuda_ew_transpose_k(int outer, int 
       if (i < m && j < n) {
         size_t at = base + (size_t)j * m + i;
         float v = tile[tx][r];
-        if (ddt == TT_F32 && beta != 0.0f) v += beta * ((float *)dst)[at];
-        tt_cuda_st(ddt, dst, at, v);
+        if (ACC) v += beta * ((float *)dst)[at];
+        tt_cuda_st(D, dst, at, v);
       }
     }
     __syncthreads(); /* the tile is reused for the next o */
   }
 }
+/* mode: 0 sdt -> sdt, 1 sdt -> fp32 overwriting, 2 sdt -> fp32 accumulating (beta); each branch
+ * typed (no dtype test per element; untyped, it spilled on sm_90) */
+static __global__ void TT_LAUNCH_BOUNDS(256) cuda_ew_transpose_k(int outer, int m, int n, tt_dtype sdt, int mode,
+                                                                 const void *src, void *dst, float beta) {
+  __shared__ float tile[CUDA_EW_TT][CUDA_EW_TT + 1]; /* [row of m][column of n] */
+#define CUDA_EW_TR(S)                                                                        \
+  if (sdt == (S)) {                                                                          \
+    if (mode == 0) cuda_ew_transpose_v<(S), (S), 0>(outer, m, n, src, dst, beta, tile);      \
+    else if (mode == 1) cuda_ew_transpose_v<(S), TT_F32, 0>(outer, m, n, src, dst, beta, tile); \
+    else cuda_ew_transpose_v<(S), TT_F32, 1>(outer, m, n, src, dst, beta, tile);             \
+    return;                                                                                  \
+  }
+  CUDA_EW_TR(TT_F32)
+  CUDA_EW_TR(TT_F16)
+  CUDA_EW_TR(TT_BF16)
+#undef CUDA_EW_TR
+}
 
 int tt_cuda_transpose(tt_backend *b, const char *op, int outer, int m, int n, tt_dtype sdt, const void *src, tt_dtype ddt,
                       void *dst, float beta) {
+  int mode = ddt == sdt && beta == 0.0f ? 0 : ddt == TT_F32 ? (beta != 0.0f ? 2 : 1) : -1;
   if (outer <= 0 || m <= 0 || n <= 0) return 0;
   if (!src || !dst) return tt_cuda_fail(b, "%s: transpose: NULL src or dst", op);
-  if (beta != 0.0f && ddt != TT_F32) return tt_cuda_fail(b, "%s: transpose accumulates into fp32 only", op);
+  if (mode < 0 || cuda_ew_dt(b, op, sdt))
+    return tt_cuda_fail(b, "%s: transpose %s -> %s (beta %g): a dtype into itself, or into fp32 (accumulating with beta)",
+                        op, tt_cuda_dtype_name(sdt), tt_cuda_dtype_name(ddt), (double)beta);
   dim3 grid((unsigned)((n + CUDA_EW_TT - 1) / CUDA_EW_TT), (unsigned)((m + CUDA_EW_TT - 1) / CUDA_EW_TT),
             (unsigned)(outer < 65535 ? outer : 65535));
   if (grid.y > 65535u) return tt_cuda_fail(b, "%s: transpose: %d rows is over the grid's limit", op, m);
-  TT_LAUNCH(cuda_ew_transpose_k, grid, 256, 0, cuda_ew_stream(b), outer, m, n, sdt, src, ddt, dst, beta);
+  TT_LAUNCH(cuda_ew_transpose_k, grid, 256, 0, cuda_ew_stream(b), outer, m, n, sdt, mode, src, dst, beta);
   CUDA_LAUNCH_CHECK(b, op);
   return 0;
 }
