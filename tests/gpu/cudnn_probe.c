@@ -3,7 +3,8 @@
  * tests') and each of the eight NCHW/NHWC combinations, the cudnnGet*Algorithm_v7 entries
  * returned / with status success / whose workspace query succeeded, and whether the first of
  * them ran ("+") or failed ("x"); "!" marks a query that failed outright. A diagnostic for a GPU
- * machine, not part of the build: there,
+ * machine, not part of the build (`ninja cuda-check` compiles it, syntax only, so it keeps up
+ * with cuDNN's header): there,
  *   gcc -O1 -std=c11 -I<cuda>/include tests/gpu/cudnn_probe.c -o cudnn_probe -L<cuda>/lib64 -lcudnn -lcudart
  *   <bundle>/tt-env ./cudnn_probe
  * What it printed on the first H100 run (cuDNN 9.19) is in docs/gpu.md; kernels/cuda/cuda_conv.cu's

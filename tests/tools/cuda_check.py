@@ -411,6 +411,15 @@ def main():
         sp = max(r["spill"] + r["local"] + r["stack"] for r in rows.values())
         print("  %-26s threads %4d  regs %s  regs/block %6d  smem %5d  spill+local %d" % (k, thr, regs, worst, sh, sp))
 
+    # tests/gpu/cudnn_probe.c (a diagnostic built on a GPU machine, never by ninja) must still
+    # compile against this cuDNN: its host C, syntax only, with the same include paths
+    probe = os.path.join(ROOT, "tests", "gpu", "cudnn_probe.c")
+    if os.path.exists(probe):
+        incs = [f for f in a.flags if f.startswith("-I")]
+        rc, msg = run(["cc", "-std=c11", "-fsyntax-only", "-Wall", "-Werror"] + incs + [probe])
+        if rc != 0:
+            errors.append("tests/gpu/cudnn_probe.c does not compile against this cuDNN: %s" % msg.strip()[-400:])
+
     if a.binary:
         sass = [x for x in a.expect_sass.split(",") if x]
         ptx = [x for x in a.expect_ptx.split(",") if x]
