@@ -364,8 +364,6 @@ static size_t emu_pow2(size_t v) {
   return p;
 }
 
-/* Workspace of algorithm a in direction dir with math type m (the descriptor's), or -1 when the
- * algorithm does not support the problem. Deterministic: the planner and the checks agree. */
 /* The (x, y, filter) format combinations cuDNN 9.19's legacy API served, per direction, on the
  * first H100 run (fp16 and bf16, ResNet-50's and the tests' shapes; tests/gpu/cudnn_probe.c,
  * docs/gpu.md): forward takes any x and y with an NCHW (KCRS) filter, an NHWC (KRSC) filter only
@@ -385,6 +383,9 @@ static int emu_formats_ok(int dir, const emu_conv *p) {
   return 0;
 }
 
+/* Workspace of algorithm a in direction dir with math type m (the descriptor's), or -1 when the
+ * algorithm does not support the problem (or no algorithm takes its formats: emu_formats_ok).
+ * Deterministic: the planner and the checks agree. */
 static long long emu_ws(int dir, int a, const emu_conv *p, cudnnMathType_t m) {
   if (!emu_formats_ok(dir, p)) return -1;
   const cudnnTensorStruct *x = &p->x, *y = &p->y;
