@@ -440,9 +440,9 @@ struct tt_backend {
   /* ---- layouts for 16-bit activations (last, so positional tables that end before it leave it
    * 0) ----
    * Bits as in `layouts`, added to them when the program's activations are fp16 or bf16 (its
-   * policy's act_dtype); an fp32 program gets `layouts` alone. The CUDA backend lists NHWC here and
-   * not in `layouts`: cuDNN's tensor-core convolutions want channels-last 16-bit tensors, while its
-   * fp32 convolutions (no tensor cores without TF32) are at home in NCHW. A backend listing a layout
+   * policy's act_dtype); an fp32 program gets `layouts` alone. The CUDA backend lists NHWC here
+   * (and never in `layouts`) only under TINYTRAIN_LAYOUT=nhwc: on the first H100 run its 16-bit
+   * NHWC programs were slower than NCHW (tt_cuda_layouts_16bit, tt_cuda.h). A backend listing a layout
    * here takes it in the same ops as one listed in `layouts` (conv and pool descs; batch norm,
    * channel_copy and save_compress/restore on [n*h*w, c, 1]), in the 16-bit dtypes at least. */
   unsigned layouts_16bit;

@@ -916,9 +916,10 @@ static void test_conv_dt(tt_dtype dt) {
 }
 
 /* NHWC activations (backend.h's layouts_16bit: what the planner gives the CUDA backend for fp16
- * and bf16 programs under TINYTRAIN_LAYOUT=nhwc), each against the reference's NCHW on the same values: convolutions whose x
- * and y layouts are NCHW -> NHWC (a network's first), NHWC -> NHWC and NHWC -> NCHW (forward with
- * bias, backward data added into, backward filter with the bias gradient added into); max and
+ * and bf16 programs under TINYTRAIN_LAYOUT=nhwc), each against the reference's NCHW on the same
+ * values: convolutions whose x and y layouts are NCHW -> NHWC (a network's first), NHWC -> NHWC
+ * and NHWC -> NCHW (forward with bias, backward data added into, backward filter with the bias
+ * gradient added into); max and
  * average pooling (the index of the compact save in NHWC order too) and global average pooling
  * as the whole-window average the planner makes of it; batch norm called as [n*h*w, c, 1]. */
 static void test_nhwc_dt(tt_dtype dt) {
@@ -1923,9 +1924,10 @@ static void test_step(tt_dtype dt, const char *name) {
 
 #ifdef TT_CUDA_EMULATION
 /* A bf16 training program on the CUDA backend under layouts_16bit NHWC (TINYTRAIN_LAYOUT=nhwc)
- * plans NHWC between convolutions and trains as the NCHW program on the same backend and as the reference does: the small CNN (a conv
- * with bias at the layout change, grouped and depthwise convs, batch norm, add, concat, max and
- * average pooling, global average pooling, then flatten and linear layers in NCHW), 2 steps of SGD
+ * plans NHWC between convolutions and trains as the NCHW program on the same backend and as the
+ * reference does: the small CNN (a conv with bias at the layout change, grouped and depthwise
+ * convs, batch norm, add, concat, max and average pooling, global average pooling, then flatten and
+ * linear layers in NCHW), 2 steps of SGD
  * at micro-batch 6 on the emulated sm_80 (bf16 convolutions need 8.0). An fp32 program on the same
  * backend stays NCHW. */
 static void test_step_bf16_nhwc(void) {

@@ -126,10 +126,8 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
    * gets (a staged batch: the training program's input buffers persistent, lower.c); nothing runs */
   if (s->target_cuda) {
     s->be->host_memory = 0;
-    /* and the CUDA backend's layouts: fp16/bf16 activations NCHW, NHWC between convolutions under
-     * TINYTRAIN_LAYOUT=nhwc (tt_cuda_backend_create), so the plan shows the layout the card gets */
-    const char *lay = getenv("TINYTRAIN_LAYOUT");
-    s->be->layouts_16bit = lay && !strcmp(lay, "nhwc") ? 1u << TT_LAYOUT_NHWC : 0u;
+    /* and the CUDA backend's layouts (tt_cuda.h), so the plan shows the layout the card gets */
+    s->be->layouts_16bit = tt_cuda_layouts_16bit();
   }
   if (gpu) {
     s->profile = gpu, s->target = gpu->name;

@@ -651,15 +651,12 @@ extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbu
   }
   *b = cuda_be_table;
   b->impl = st;
-  {
-    /* fp16/bf16 activations stay NCHW unless TINYTRAIN_LAYOUT=nhwc. Measured on the first H100
-     * run (2026-11-27, cuDNN 9.19, ResNet-50 bf16 at micro-batch 64, TINYTRAIN_CUDA_PROFILE=1):
-     * NHWC took 1.37x NCHW's time (4.83 s against 3.53 s for 12 steps; convolutions 2.70 s against
-     * 2.04 s, batch norm 1.21 s against 0.75 s): the legacy API offers three algorithms per
-     * direction for NHWC and they were slower (docs/gpu.md#nhwc-activations-for-fp16-and-bf16) */
-    const char *lay = getenv("TINYTRAIN_LAYOUT");
-    b->layouts_16bit = lay && !strcmp(lay, "nhwc") ? 1u << TT_LAYOUT_NHWC : 0u;
-  }
+  /* fp16/bf16 activations stay NCHW unless TINYTRAIN_LAYOUT=nhwc. Measured on the first H100
+   * run (2026-11-27, cuDNN 9.19, ResNet-50 bf16 at micro-batch 64, TINYTRAIN_CUDA_PROFILE=1):
+   * NHWC took 1.37x NCHW's time (4.83 s against 3.53 s for 12 steps; convolutions 2.70 s against
+   * 2.04 s, batch norm 1.21 s against 0.75 s): the legacy API offers three algorithms per
+   * direction for NHWC and they were slower (docs/gpu.md#nhwc-activations-for-fp16-and-bf16) */
+  b->layouts_16bit = tt_cuda_layouts_16bit();
   /* the device the calling thread selected: 0, or the one a multi-process launch chose by
    * local rank (tt_cuda_select_device) */
   st->device = cuda_next_device;

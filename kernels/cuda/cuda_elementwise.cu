@@ -152,7 +152,8 @@ int tt_cuda_transpose(tt_backend *b, const char *op, int outer, int m, int n, tt
   int mode = ddt == sdt && beta == 0.0f ? 0 : ddt == TT_F32 ? (beta != 0.0f ? 2 : 1) : -1;
   if (outer <= 0 || m <= 0 || n <= 0) return 0;
   if (!src || !dst) return tt_cuda_fail(b, "%s: transpose: NULL src or dst", op);
-  if (mode < 0 || cuda_ew_dt(b, op, sdt))
+  if (cuda_ew_dt(b, op, sdt)) return -1;
+  if (mode < 0)
     return tt_cuda_fail(b, "%s: transpose %s -> %s (beta %g): a dtype into itself, or into fp32 (accumulating with beta)",
                         op, tt_cuda_dtype_name(sdt), tt_cuda_dtype_name(ddt), (double)beta);
   dim3 grid((unsigned)((n + CUDA_EW_TT - 1) / CUDA_EW_TT), (unsigned)((m + CUDA_EW_TT - 1) / CUDA_EW_TT),

@@ -3,12 +3,22 @@
 #ifndef TT_CUDA_H
 #define TT_CUDA_H
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../backend.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The CUDA backend's layouts_16bit (backend.h): NHWC under TINYTRAIN_LAYOUT=nhwc, else none (fp16
+ * and bf16 activations NCHW: measured faster on an H100, cuda_backend.cu). One rule for the
+ * backend itself and for `plan`'s stand-in for a card not here (core/runtime/session.c). */
+static inline unsigned tt_cuda_layouts_16bit(void) {
+  const char *lay = getenv("TINYTRAIN_LAYOUT");
+  return lay && !strcmp(lay, "nhwc") ? 1u << TT_LAYOUT_NHWC : 0u;
+}
 
 /* NULL with a message in errbuf (errsize bytes; "no CUDA device (...)") when there is no
  * usable GPU. reserve_bytes receives the device memory the context, every kernel of the backend
