@@ -402,7 +402,8 @@ def fuzz_rules(fz, why, blas, stb, lib_src):
     # The library again, with clang, coverage for libFuzzer and ASan + UBSan (every UB report fatal),
     # CPU only; objects apart from the gcc build's.
     n.append("fuzzcc = %s" % fz["cc"])
-    n.append("fuzzflags = -O1 -g -std=c11 -D_GNU_SOURCE -Wall -Wno-unused-parameter -fopenmp -pthread -I. -I%s -I%s "
+    n.append("fuzzflags = -O1 -g -std=c11 -D_GNU_SOURCE -Wall -Werror=implicit-function-declaration -Wno-unused-parameter "
+             "-fopenmp -pthread -I. -I%s -I%s "
              "-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer%s"
              % (blas["inc"], stb["inc"], JPEG["cflags"]))
     n.append("rule fuzzcc\n  command = $fuzzcc -MMD -MF $out.d $fuzzflags -c $in -o $out\n  depfile = $out.d\n"
@@ -675,7 +676,10 @@ def main():
     opt = "-O0 -g" if args.debug else "-O2 -g"
     # -fvisibility=hidden: libtinytrain.so exports what core/tinytrain.h marks TT_API and nothing
     # else (tests/test_exports.sh); the static library and what links it are unaffected.
-    cflags = "%s -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -fvisibility=hidden -fopenmp -pthread " \
+    # -Werror=implicit-function-declaration: a call with no prototype in sight links only in the
+    # builds that happen to define it (a CPU-only build once failed at link time on one)
+    cflags = "%s -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror=implicit-function-declaration -Wno-unused-parameter -fPIC " \
+             "-fvisibility=hidden -fopenmp -pthread " \
              "-I. -I%s -I%s" % (opt, blas["inc"], stb["inc"])
     ldflags = "-fopenmp -pthread"
     libs = "-ldnnl -lopenblas -lz -lm" + JPEG["libs"]

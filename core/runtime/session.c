@@ -10,6 +10,7 @@
 
 #include "dist.h"
 #include "../compile/recipe.h"
+#include "../../kernels/cuda/tt_cuda.h" /* tt_cuda_layouts_16bit for plan's stand-in, also in CPU-only builds */
 
 #ifdef TT_HAVE_CUDA
 /* After the arena: every convolution and GEMM runs once, so cuDNN and cuBLAS load what they will
