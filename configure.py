@@ -802,6 +802,7 @@ def main():
             cli_objs.append(o)
     n.append("build %s: link %s %s%s" % (tt_bin, " ".join(cli_objs), lib, cuda_dep))
     test_bins = []
+    test_cmds = []  # commands beside the binaries (an environment, arguments), quoted
     for t in TESTS:
         src = "tests/%s.c" % t
         if not os.path.exists(os.path.join(ROOT, src)) or (args.sanitize and t in SANITIZE_SKIP):
@@ -835,6 +836,8 @@ def main():
         n.append("build %s/tests/test_cuda_emu_self: emulink %s/obj/emu/tests_cuda_emu_emu_selftest.o %s %s"
                  % (B, B, " ".join(emu_objs), host_lib))
         test_bins += ["%s/tests/%s" % (B, t) for t in EMU_TESTS]
+        # the op tests alone, as acceptance.sh's racecheck runs them: they must call no cuDNN or cuBLAS
+        test_cmds.append("'TT_CUDA_TEST_ONLY=kernels %s/tests/test_cuda_emu'" % B)
         # test_cuda_traffic: the same kernels with every load and store calling the traffic counter
         # (GCC's thread sanitizer instrumentation, its runtime not linked; tests/traffic/emu_traffic.h).
         # Not in a sanitizer build.
@@ -881,7 +884,7 @@ def main():
     scripts = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests/test_*.sh")))
     if args.sanitize:
         scripts = [s for s in scripts if s not in SANITIZE_SKIP]
-    n.append("build test: test | %s %s\n  tests = %s" % (tt_bin, " ".join(test_bins + bench_bins + test_deps), " ".join(test_bins + ["'bash %s'" % s for s in scripts])))
+    n.append("build test: test | %s %s\n  tests = %s" % (tt_bin, " ".join(test_bins + bench_bins + test_deps), " ".join(test_bins + test_cmds + ["'bash %s'" % s for s in scripts])))
     if use_cuda:
         # `ninja cuda-check`: every .cu for the architectures CI checks, warnings as errors, resources
         # against each architecture's limits, and the linked binary's SASS/PTX list (tests/tools/cuda_check.py)

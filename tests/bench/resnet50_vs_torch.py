@@ -7,8 +7,10 @@ On synthetic data (3x224x224 uint8 images, 1000 classes; nothing is read from di
 
 1. images/s and peak device memory at batch 64, fp32 and mixed precision: tinytrain with
    --precision fp32 / fp16 (autocast with loss scaling) and PyTorch with fp32 / torch.autocast +
-   GradScaler, SGD with momentum, channels-first, cuDNN benchmark off for both (tinytrain picks its
-   algorithms by cuDNN's heuristic, within a workspace cap). images/s counts the steps after the
+   GradScaler, SGD with momentum, channels-first with cuDNN benchmark off; and PyTorch AMP at its
+   fastest eager setting, channels_last with cudnn.benchmark on. tinytrain times cuDNN's
+   algorithms at setup (cudnnFind*Ex within the workspace its plan holds) and runs fp16 in
+   TINYTRAIN_LAYOUT's layout, NCHW unless set. images/s counts the steps after the
    first few (start-up excluded); peak device memory is the process's, sampled through NVML
    (nvidia-smi --query-compute-apps), so it includes the CUDA context and library handles on both
    sides; PyTorch's own max_memory_allocated/reserved are printed too.
@@ -133,8 +135,10 @@ def tinytrain_run(lines, recipe, precision, steps, batch):
 
 
 def tinytrain_max_batch(lines, recipe, vram):
+    t0 = time.time()
     p = subprocess.run([TT, "plan", "--max-batch", "--json", "--device", "cuda", "--vram", vram, recipe],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    print("  (tinytrain plan --max-batch: exit %d, %.0f s)" % (p.returncode, time.time() - t0), flush=True)
     if p.returncode != 0:
         say(lines, "  tinytrain plan --max-batch failed: %s" % p.stdout.decode()[-400:])
         return {}
@@ -210,13 +214,19 @@ def torch_batch(torch, b):
     return x, y
 
 
-def torch_speed(torch, lines, amp, steps, batch):
+def torch_speed(torch, lines, amp, steps, batch, best=False):
+    """best: channels_last model and input, cudnn.benchmark on (PyTorch's fastest eager setting
+    for fixed shapes; the benchmark's algorithm search falls in the warm-up steps)."""
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
+    torch.backends.cudnn.benchmark = best
     model = torch_resnet50(torch).cuda().train()
-    step = torch_step_fn(torch, model, amp, False)
     x, y = torch_batch(torch, batch)
-    for _ in range(3):
+    if best:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    step = torch_step_fn(torch, model, amp, False)
+    for _ in range(5 if best else 3):
         step(x, y)
     torch.cuda.synchronize()
     t0 = time.time()
@@ -228,6 +238,7 @@ def torch_speed(torch, lines, amp, steps, batch):
            "reserved_mib": torch.cuda.max_memory_reserved() / 2**20}
     del model, step, x, y
     torch.cuda.empty_cache()
+    torch.backends.cudnn.benchmark = False
     return res
 
 
@@ -273,6 +284,9 @@ def main():
     ap.add_argument("--vram", default="4G", help="the budget of the largest-micro-batch comparison")
     ap.add_argument("--out", help="also write the report here")
     ap.add_argument("--skip-torch-max-batch", action="store_true")
+    ap.add_argument("--skip-max-batch", action="store_true",
+                    help="no largest-micro-batch section (it does not depend on --batch: one run of it is enough)")
+    ap.add_argument("--only-max-batch", action="store_true", help="the largest-micro-batch section alone")
     ap.add_argument("--no-tf32", action="store_true",
                     help="the default: PyTorch's fp32 convolutions and matmuls without TF32, as tinytrain's with "
                          "--tf32 off (cuDNN CUDNN_FMA_MATH, cuBLAS CUBLAS_DEFAULT_MATH)")
@@ -320,10 +334,11 @@ def main():
     resnet50_recipe(recipe, a.batch)
 
     say(lines)
-    say(lines, "## batch %d: images/s and peak device memory (process, NVML)" % a.batch)
-    say(lines, "| | images/s | peak device MiB | notes |")
-    say(lines, "|---|---|---|---|")
-    for prec, amp in (("fp32", False), ("fp16", True)):
+    if not a.only_max_batch:
+        say(lines, "## batch %d: images/s and peak device memory (process, NVML)" % a.batch)
+        say(lines, "| | images/s | peak device MiB | notes |")
+        say(lines, "|---|---|---|---|")
+    for prec, amp in () if a.only_max_batch else (("fp32", False), ("fp16", True)):
         # one epoch of the synthetic set at most (1024 images), so no evaluation falls inside
         t = tinytrain_run(lines, recipe, prec, min(a.steps + 4, max(4, 1024 // a.batch)), a.batch)
         if t:
@@ -334,7 +349,18 @@ def main():
             r = torch_speed(torch, lines, amp, a.steps, a.batch)
         say(lines, "| PyTorch %s | %.1f | %.0f | max_memory_allocated %.0f MiB, reserved %.0f MiB |" % (
             "AMP" if amp else "fp32", r["ips"], ms.peak_mib, r["allocated_mib"], r["reserved_mib"]))
+        if amp:
+            with MemSampler(pid) as ms:
+                r = torch_speed(torch, lines, amp, a.steps, a.batch, best=True)
+            say(lines, "| PyTorch AMP, channels_last + cudnn.benchmark | %.1f | %.0f | max_memory_allocated %.0f MiB, "
+                "reserved %.0f MiB |" % (r["ips"], ms.peak_mib, r["allocated_mib"], r["reserved_mib"]))
 
+    if a.skip_max_batch:  # the largest micro-batch in a budget does not depend on --batch
+        shutil.rmtree(work, ignore_errors=True)
+        if a.out:
+            with open(a.out, "w") as f:
+                f.write("\n".join(lines) + "\n")
+        return 0
     say(lines)
     say(lines, "## largest micro-batch in %s" % a.vram)
     tmb = tinytrain_max_batch(lines, recipe, a.vram)
