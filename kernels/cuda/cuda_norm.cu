@@ -321,6 +321,11 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_dx_k(size_
 /* grid of the row statistics kernels: 32 channels by one split of rows per block */
 static dim3 cuda_bn_rows_grid(const cuda_bn_geom &g) { return dim3((unsigned)((g.c + 31) / 32), (unsigned)cuda_bn_splits(g)); }
 
+/* bn_apply's launches with the caller's op name in messages (below, beside the flat form) */
+static int cuda_bn_apply_launch(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt, const void *x,
+                                const float *gamma, const float *bias, const float *save_mean, const float *save_invstd,
+                                void *y);
+
 int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                          const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
                          float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes) {
@@ -352,10 +357,10 @@ int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   TT_LAUNCH(cuda_bn_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, splits, dt, x,
             (const cuda_bn_d2 *)ws, running_mean, running_var, momentum, eps, save_mean, save_invstd, update_running);
   CUDA_LAUNCH_CHECK(b, "bn_fwd_train");
-  TT_LAUNCH(cuda_bn_norm_k, dim3((unsigned)c, (unsigned)splits), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x, gamma,
-            bias, (const float *)save_mean, (const float *)save_invstd, 0, eps, y);
-  CUDA_LAUNCH_CHECK(b, "bn_fwd_train");
-  return 0;
+  /* the normalisation as bn_apply does it from the statistics just written: the flat form
+   * where the per-channel runs are not whole 16-byte vectors (7x7 and 14x14 planes), the same
+   * per-element arithmetic either way */
+  return cuda_bn_apply_launch(b, "bn_fwd_train", n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, y);
 }
 
 /* Inference over the flat tensor, for planes whose per-channel runs cannot be read as 16-byte
@@ -452,35 +457,41 @@ int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   return 0;
 }
 
-/* Batch norm from given statistics (backend.h bn_apply): bn_fwd_train's third launch alone, the
- * same kernel on the same geometry (V from hw and the x and y pointers; S from the size) with the
- * given save_mean/save_invstd, so y is bit for bit what the training forward wrote from them; or,
- * where inference takes it (7x7 planes in fp16: 98-byte planes read 2 bytes at a time by the
- * per-channel kernel, 70% sector efficiency), the flat form with the same per-element arithmetic
- * (test_cuda checks the bits against bn_fwd_train's y). No workspace. */
-extern "C" int tt_cuda_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                                const float *bias, const float *save_mean, const float *save_invstd, void *y) {
+/* Batch norm from given statistics (backend.h bn_apply), and bn_fwd_train's normalisation from
+ * the statistics it has just written: the same launches, so y is bit for bit what the training
+ * forward wrote from them. The per-channel kernel on the geometry of V from hw and the x and y
+ * pointers (S from the size); or, where inference takes it (7x7 planes in fp16: 98-byte planes
+ * read 2 bytes at a time by the per-channel kernel, 70% sector efficiency), the flat form with
+ * the same per-element arithmetic (test_cuda checks the bits against the per-channel kernel's).
+ * No workspace. */
+static int cuda_bn_apply_launch(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt, const void *x,
+                                const float *gamma, const float *bias, const float *save_mean, const float *save_invstd,
+                                void *y) {
   const void *ptrs[2] = {x, y};
-  cuda_bn_geom g;
-  if (cuda_norm_bn_check(b, "bn_apply", n, c, hw, dt)) return -1;
-  if (!x || !gamma || !bias || !save_mean || !save_invstd || !y)
-    return tt_cuda_fail(b, "bn_apply: NULL x, gamma, bias, save_mean, save_invstd or y");
-  g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
+  cuda_bn_geom g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
   if (hw == 1) { /* rows: bn_fwd_train's rows normalisation, the same kernel */
     TT_LAUNCH(cuda_bn_rows_norm_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), (size_t)n * c, c,
               dt, x, gamma, bias, save_mean, save_invstd, 0, 0.0f, y);
-    CUDA_LAUNCH_CHECK(b, "bn_apply");
+    CUDA_LAUNCH_CHECK(b, op);
     return 0;
   }
-  switch (cuda_bn_flat(b, "bn_apply", g, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, 0.0f, 1, y)) {
+  switch (cuda_bn_flat(b, op, g, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, 0.0f, 1, y)) {
     case 1: return 0;
     case -1: return -1;
     default: break;
   }
   TT_LAUNCH(cuda_bn_norm_k, dim3((unsigned)c, (unsigned)cuda_bn_splits(g)), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x,
             gamma, bias, save_mean, save_invstd, 0, 0.0f, y);
-  CUDA_LAUNCH_CHECK(b, "bn_apply");
+  CUDA_LAUNCH_CHECK(b, op);
   return 0;
+}
+
+extern "C" int tt_cuda_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                                const float *bias, const float *save_mean, const float *save_invstd, void *y) {
+  if (cuda_norm_bn_check(b, "bn_apply", n, c, hw, dt)) return -1;
+  if (!x || !gamma || !bias || !save_mean || !save_invstd || !y)
+    return tt_cuda_fail(b, "bn_apply: NULL x, gamma, bias, save_mean, save_invstd or y");
+  return cuda_bn_apply_launch(b, "bn_apply", n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, y);
 }
 
 template <int V>
@@ -574,6 +585,54 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_dx_k(cuda_bn_ge
   }
 }
 
+/* dx over the flat tensor (cuda_bni_body's walk), for the planes the flat inference takes: per
+ * plane the five constants cuda_bn_dx_k stages (mean, invstd, gamma * invstd and the two means
+ * of md), then each 16-byte vector of x, dy (and dx, beta_dx != 0) is loaded and dx computed
+ * element by element with cuda_bn_dx's arithmetic, so dx is bit for bit the per-channel
+ * kernel's. */
+template <int V>
+static __device__ __forceinline__ void cuda_bn_dx_flat_body(size_t total_v, int hw, int c, tt_dtype dt, const void *x,
+                                                            const void *dy, const float *gamma, const float *save_mean,
+                                                            const float *save_invstd, const cuda_bn_f2 *md, void *dx,
+                                                            float beta_dx, float (*sp)[CUDA_BNI_MAXP]) {
+  const size_t per = (size_t)blockDim.x * CUDA_BNI_VPT, v0 = (size_t)blockIdx.x * per;
+  const size_t v1 = v0 + per < total_v ? v0 + per : total_v;
+  const size_t p0 = v0 * V / (size_t)hw, p1 = (v1 * V - 1) / (size_t)hw;
+  for (size_t j = threadIdx.x; j <= p1 - p0; j += blockDim.x) {
+    const int ch = (int)((p0 + j) % (size_t)c);
+    const cuda_bn_f2 d = md[ch];
+    sp[0][j] = save_mean[ch], sp[1][j] = save_invstd[ch], sp[2][j] = gamma[ch] * save_invstd[ch];
+    sp[3][j] = d.x, sp[4][j] = d.y;
+  }
+  __syncthreads();
+  for (size_t iv = v0 + threadIdx.x; iv < v1; iv += blockDim.x) {
+    const size_t e = iv * V, pl = e / (size_t)hw;
+    int k = (int)(e - pl * (size_t)hw), j = (int)(pl - p0);
+    float xv[V], gv[V], ov[V];
+    tt_cuda_ldv<V>(dt, x, iv, xv);
+    tt_cuda_ldv<V>(dt, dy, iv, gv);
+    if (beta_dx != 0.0f) tt_cuda_ldv<V>(dt, dx, iv, ov);
+    for (int q = 0; q < V; q++) {
+      float xh = (xv[q] - sp[0][j]) * sp[1][j];
+      float v = sp[2][j] * (gv[q] - sp[3][j] - xh * sp[4][j]);
+      xv[q] = beta_dx != 0.0f ? v + beta_dx * ov[q] : v;
+      if (++k == hw) k = 0, j++;
+    }
+    tt_cuda_stv<V>(dt, dx, iv, xv);
+  }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_dx_flat_k(size_t total_v, int hw, int c, tt_dtype dt,
+                                                                           const void *x, const void *dy, const float *gamma,
+                                                                           const float *save_mean, const float *save_invstd,
+                                                                           const cuda_bn_f2 *md, void *dx, float beta_dx) {
+  __shared__ float sp[5][CUDA_BNI_MAXP];
+  if (dt == TT_F32)
+    cuda_bn_dx_flat_body<4>(total_v, hw, c, dt, x, dy, gamma, save_mean, save_invstd, md, dx, beta_dx, sp);
+  else
+    cuda_bn_dx_flat_body<8>(total_v, hw, c, dt, x, dy, gamma, save_mean, save_invstd, md, dx, beta_dx, sp);
+}
+
 int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy, const float *gamma,
                    const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbias, float beta_dx,
                    float beta_param, void *ws, size_t ws_bytes) {
@@ -608,6 +667,19 @@ int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
             (const cuda_bn_d2 *)ws, dgamma, dbias, beta_param, md);
   CUDA_LAUNCH_CHECK(b, "bn_bwd");
   if (!dx) return 0;
+  {
+    const size_t vf = 16 / tt_dtype_size(dt), total = (size_t)n * c * hw;
+    const size_t per = (size_t)TT_CUDA_THREADS * CUDA_BNI_VPT, blocks = (total / vf + per - 1) / per;
+    /* the flat form where cuda_bn_flat takes the forward's planes (the same test, dy's and dx's
+     * alignment too) */
+    if ((size_t)g.v < vf && hw >= CUDA_BNI_MINHW && total % vf == 0 && !((uintptr_t)x & 15) && !((uintptr_t)dy & 15) &&
+        !((uintptr_t)dx & 15) && blocks <= 0x7fffffffu) {
+      TT_LAUNCH(cuda_bn_dx_flat_k, (unsigned)blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), total / vf, hw, c, dt, x, dy,
+                gamma, save_mean, save_invstd, (const cuda_bn_f2 *)md, dx, beta_dx);
+      CUDA_LAUNCH_CHECK(b, "bn_bwd");
+      return 0;
+    }
+  }
   TT_LAUNCH(cuda_bn_dx_k, dim3((unsigned)c, (unsigned)splits), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x, dy, gamma,
             save_mean, save_invstd, (const cuda_bn_f2 *)md, dx, beta_dx);
   CUDA_LAUNCH_CHECK(b, "bn_bwd");
@@ -1151,6 +1223,7 @@ const tt_cuda_kernel tt_cuda_norm_kernels[] = {
     TT_CUDA_KERNEL(cuda_bn_bwd_final_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_dx_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_infer_flat_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_dx_flat_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_rows_stats_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_rows_bwd_stats_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_rows_norm_k, TT_CUDA_THREADS),
