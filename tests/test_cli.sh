@@ -98,6 +98,28 @@ expect_usage "predict without images" "predict needs image files or folders" pre
 expect_usage "top outside predict" "--top is an option of predict" eval --weights w --top 3 $L
 [ $ok = 1 ] && pass cli_bad_usage
 
+# plan --max-batch: nine rows (fp32, fp16, bf16 x none, auto, all); --precision and --recompute
+# none|all narrow it to theirs, with the same answers as the full table's rows
+run plan --max-batch --json --vram 1G --device cuda $L
+full=$OUT rc1=$RC
+run plan --max-batch --json --vram 1G --device cuda --precision fp16 --recompute none $L
+narrow=$OUT rc2=$RC
+if ! python3 - "$full" "$narrow" "$rc1" "$rc2" <<'EOF2'
+import json, sys
+full, narrow, rc1, rc2 = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+if rc1 != "0" or rc2 != "0":
+    sys.exit("exit %s / %s" % (rc1, rc2))
+f = {(r["precision"], r["recompute"]): r["micro_batch"] for r in json.loads(full)["max_batch"]}
+n = json.loads(narrow)["max_batch"]
+if len(f) != 9:
+    sys.exit("the full table has %d rows, not 9" % len(f))
+if [(r["precision"], r["recompute"]) for r in n] != [("fp16", "none")]:
+    sys.exit("--precision fp16 --recompute none gave rows %s" % [(r["precision"], r["recompute"]) for r in n])
+if n[0]["micro_batch"] != f[("fp16", "none")] or n[0]["micro_batch"] <= 0:
+    sys.exit("narrowed fp16/none micro-batch %d, the full table's %d" % (n[0]["micro_batch"], f[("fp16", "none")]))
+EOF2
+then fail cli_max_batch_narrowed "see above"; else pass cli_max_batch_narrowed; fi
+
 # ---- issue 21 item 16: a size is digits[.digits][K|M|G|T[iB|B]], nothing else; an option the
 # command does not use is refused, not ignored ----
 ok=1

@@ -63,9 +63,15 @@ static int plan_max_batch(tt_session *s, const tt_run_opts *o, int json, FILE *o
   if (!json) fprintf(out, "  %-10s %-10s %12s %14s\n", "precision", "recompute", "micro-batch", "arena MiB");
   int first = 1;
   size_t cap = plan_default_ws_cap(s, 0); /* as the search plans: the default cuDNN workspace cap */
+  /* --precision fp32|fp16|bf16 and --recompute none|all narrow the table to those rows (each row
+   * is a search of its own: on a GPU, cuDNN's heuristics for every candidate batch, about 7 s a
+   * row for ResNet-50 on an H100); auto and the recipe's value search them all */
   for (int d = 0; d < 3; d++)
     for (int r = 0; r < 3; r++) {
       size_t arena = 0;
+      if (o->precision != TT_PRECISION_AUTO && d != (int)o->precision - (int)TT_PRECISION_FP32) continue;
+      if (o->recompute != TT_RECOMPUTE_AUTO && rm[r] != (o->recompute == TT_RECOMPUTE_NONE ? TT_RECOMP_NONE : TT_RECOMP_ALL))
+        continue;
       int mb = tt_policy_max_batch(&s->graph, s->be, &so, dts[d], rm[r], &arena);
       if (json) {
         fprintf(out, "%s{\"precision\": \"%s\", \"recompute\": \"%s\", \"micro_batch\": %d, \"arena_bytes\": %zu}",

@@ -22,8 +22,8 @@
 #   4. resnet4g    the fashion ResNet at --vram 4G (100 steps) with the process's device memory
 #                  sampled every 0.2 s (nvidia-smi --query-compute-apps): peak under 4 GiB, plan
 #                  and train agreeing; then 5 steps at `plan --max-batch`'s fp32 micro-batch,
-#                  its peak under 4 GiB too (plan --max-batch on the device takes tens of
-#                  seconds: cuDNN's heuristics for every candidate batch)                      130 s
+#                  its peak under 4 GiB too (plan --max-batch, fp32 and no recompute only:
+#                  on the device every candidate batch asks cuDNN's heuristics)                130 s
 #   5. r50torch    tests/bench/resnet50_vs_torch.py at batch 64 and 256: images/s, peak memory;
 #                  then the largest batch in 4 GiB (PyTorch by bisection, tinytrain by plan
 #                  --max-batch: the slow part, so last); TF32 off on both sides (the script runs
@@ -278,7 +278,8 @@ t=$(elapsed); c=$(cap 130)
 if [ "$c" = 0 ]; then result resnet4g TIMEOUT 0 "no time left to start"; else
   run 20 "$LOGS/4-plan.log" "${TT[@]}" plan --json --vram 4G --device cuda "$WORK/resnet.recipe"
   sed -n '/^{/,$p' "$LOGS/4-plan.log" >"$WORK/plan.json"
-  run 60 "$LOGS/4-maxbatch.log" "${TT[@]}" plan --max-batch --json --vram 4G --device cuda "$WORK/resnet.recipe"
+  run 60 "$LOGS/4-maxbatch.log" "${TT[@]}" plan --max-batch --json --vram 4G --device cuda --precision fp32 --recompute none \
+    "$WORK/resnet.recipe"
   rmb=$?
   mb=$(sed -n '/^{/,$p' "$LOGS/4-maxbatch.log" | python3 -c 'import json,sys; d=json.load(sys.stdin); print([r["micro_batch"] for r in d["max_batch"] if r["precision"]=="fp32" and r["recompute"]=="none"][0])' 2>/dev/null)
   c=$(cap $((130 - ($(elapsed) - t))))
