@@ -85,8 +85,10 @@ typedef struct tt_cuda_state {
   void *nccl;           /* ncclComm_t of a multi-process run (cuda_nccl.cu), else NULL */
   cudaStream_t nccl_stream; /* the gradient all-reduce's stream, beside compute (cuda_nccl.cu) */
   cudaEvent_t nccl_ready, nccl_done; /* compute -> nccl_stream, nccl_stream -> compute */
-  double *ss_part;      /* sum_squares' per-block partial sums [TT_CUDA_SS_BLOCKS] (cuda_loss_optim.cu),
-                         * allocated at setup, before the reserve is measured */
+  double *ss_part;      /* per-block partial sums [TT_CUDA_SS_BLOCKS] of sum_squares, and softmax_ce's
+                         * (loss, correct) pairs (cuda_loss_optim.cu): each op's second launch
+                         * consumes them on the same stream; allocated at setup, before the reserve
+                         * is measured */
   char err[1024];       /* last error message, one line */
 } tt_cuda_state;
 #define TT_CUDA_SS_BLOCKS 1024

@@ -2,8 +2,9 @@
  * loss-scale overflow check (check_finite) and the gradients' sum of squares for clip_norm
  * (sum_squares), as the backend's own kernels.
  *
- * softmax_ce runs in one block (a warp per sample, its logits read once) and combines per-warp
- * sums in warp order, so stats are deterministic. Optimizer updates are grid-stride loops over the element updates in
+ * softmax_ce runs a warp per sample (its logits read once) over up to CUDA_LO_CE_MAX_BLOCKS
+ * blocks, and combines per-warp sums in warp order and the blocks' in block order, so stats are
+ * deterministic. Optimizer updates are grid-stride loops over the element updates in
  * kernels/kernel_math.h, the ones the CPU backend runs, and do nothing when the overflow flag
  * they are given is set. check_finite tests the exponent
  * bits, as the CPU backend does.
@@ -21,20 +22,26 @@ static cudaStream_t cuda_lo_stream(tt_backend *b) { return tt_cuda_st(b)->comput
 #define CUDA_LO_CE_THREADS 256
 #define CUDA_LO_CE_CACHE 32 /* logits a lane keeps in registers: classes up to 1024 are read once */
 
-/* One block; warp w handles samples w, w + nwarps, ...; each lane strides the classes and keeps
+/* Blocks of 8 warps, ceil(n / 8) of them up to CUDA_LO_CE_MAX_BLOCKS (one block ran 120 us a
+ * launch for LeNet's 128 samples on an H100, latency-bound: each warp took 16 samples in turn).
+ * Global warp w handles samples w, w + all warps, ...; each lane strides the classes and keeps
  * its first CUDA_LO_CE_CACHE logits in registers, so each logit is read once (classes past
  * 32 x CUDA_LO_CE_CACHE are read again by each pass). The per-warp loss and correct sums
- * (double) are combined in warp order, so stats are deterministic. A label outside
- * [0, classes) makes the loss NaN (the device cannot return an error; the CPU backend fails
- * instead). The body takes dt as a constant (one kernel per dtype below) and the kernel's shared
- * arrays. */
+ * (double) are combined in warp order into the block's pair part[2 * block], part[2 * block + 1]
+ * (the backend's ss_part, free between sum_squares calls on the same stream), which
+ * cuda_lo_ce_final_k adds in block order into stats: deterministic, the block count a function of
+ * n alone. A label outside [0, classes) makes the loss NaN (the device cannot return an error;
+ * the CPU backend fails instead). The body takes dt as a constant (one kernel per dtype below)
+ * and the kernel's shared arrays. */
+#define CUDA_LO_CE_MAX_BLOCKS (TT_CUDA_SS_BLOCKS / 2)
 static __device__ __forceinline__ void cuda_lo_ce_dt(tt_dtype dt, int n, int classes, const void *logits,
                                                      const int32_t *labels, float smoothing, float grad_scale,
-                                                     void *dlogits, float *stats, double *sh_loss, double *sh_corr) {
+                                                     void *dlogits, double *part, double *sh_loss, double *sh_corr) {
   int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  int gw = (int)blockIdx.x * nw + wid, gnw = (int)gridDim.x * nw;
   double wl = 0.0, wc = 0.0;
   float on = 1.0f - smoothing, off_t = smoothing / (float)classes;
-  for (int smp = wid; smp < n; smp += nw) {
+  for (int smp = gw; smp < n; smp += gnw) {
     size_t off = (size_t)smp * classes;
     int y = labels[smp], arg = -1, j, o, r;
     float mx = 0.0f, cv[CUDA_LO_CE_CACHE], ly = 0.0f;
@@ -110,6 +117,16 @@ static __device__ __forceinline__ void cuda_lo_ce_dt(tt_dtype dt, int n, int cla
   if (threadIdx.x == 0) {
     double l = 0.0, c = 0.0;
     for (int w = 0; w < nw; w++) l += sh_loss[w], c += sh_corr[w];
+    part[2 * blockIdx.x] = l, part[2 * blockIdx.x + 1] = c;
+  }
+}
+
+/* The blocks' (loss, correct) pairs in block order, added to stats. One thread: at most
+ * CUDA_LO_CE_MAX_BLOCKS pairs, once a step. */
+static __global__ void TT_LAUNCH_BOUNDS(32) cuda_lo_ce_final_k(int nb, const double *part, float *stats) {
+  if (threadIdx.x == 0) {
+    double l = 0.0, c = 0.0;
+    for (int j = 0; j < nb; j++) l += part[2 * j], c += part[2 * j + 1];
     stats[0] += (float)l;
     stats[1] += (float)c;
   }
@@ -119,24 +136,24 @@ static __device__ __forceinline__ void cuda_lo_ce_dt(tt_dtype dt, int n, int cla
  * inlined paths in one, spilled on some architectures: the 32-logit register cache is tight), and
  * a launch bound naming one resident block per multiprocessor as the minimum (written out,
  * __launch_bounds__(threads, 1): tests/tools/cuda_check.py reads it there): without it ptxas for
- * sm_120 capped the fp32 kernel's registers and spilled 16 bytes. The kernel runs one block. */
+ * sm_120 capped the fp32 kernel's registers and spilled 16 bytes. */
 static __global__ void __launch_bounds__(CUDA_LO_CE_THREADS, 1) cuda_lo_ce_f32_k(int n, int classes, const void *logits,
                                                                       const int32_t *labels, float smoothing,
-                                                                      float grad_scale, void *dlogits, float *stats) {
+                                                                      float grad_scale, void *dlogits, double *part) {
   __shared__ double sh_loss[32], sh_corr[32];
-  cuda_lo_ce_dt(TT_F32, n, classes, logits, labels, smoothing, grad_scale, dlogits, stats, sh_loss, sh_corr);
+  cuda_lo_ce_dt(TT_F32, n, classes, logits, labels, smoothing, grad_scale, dlogits, part, sh_loss, sh_corr);
 }
 static __global__ void __launch_bounds__(CUDA_LO_CE_THREADS, 1) cuda_lo_ce_f16_k(int n, int classes, const void *logits,
                                                                       const int32_t *labels, float smoothing,
-                                                                      float grad_scale, void *dlogits, float *stats) {
+                                                                      float grad_scale, void *dlogits, double *part) {
   __shared__ double sh_loss[32], sh_corr[32];
-  cuda_lo_ce_dt(TT_F16, n, classes, logits, labels, smoothing, grad_scale, dlogits, stats, sh_loss, sh_corr);
+  cuda_lo_ce_dt(TT_F16, n, classes, logits, labels, smoothing, grad_scale, dlogits, part, sh_loss, sh_corr);
 }
 static __global__ void __launch_bounds__(CUDA_LO_CE_THREADS, 1) cuda_lo_ce_bf16_k(int n, int classes, const void *logits,
                                                                        const int32_t *labels, float smoothing,
-                                                                       float grad_scale, void *dlogits, float *stats) {
+                                                                       float grad_scale, void *dlogits, double *part) {
   __shared__ double sh_loss[32], sh_corr[32];
-  cuda_lo_ce_dt(TT_BF16, n, classes, logits, labels, smoothing, grad_scale, dlogits, stats, sh_loss, sh_corr);
+  cuda_lo_ce_dt(TT_BF16, n, classes, logits, labels, smoothing, grad_scale, dlogits, part, sh_loss, sh_corr);
 }
 
 int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
@@ -146,16 +163,23 @@ int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const voi
   if (!logits || !labels || !stats) return tt_cuda_fail(b, "softmax_ce: NULL logits, labels or stats");
   if (!(smoothing >= 0.0f && smoothing <= 1.0f))
     return tt_cuda_fail(b, "softmax_ce: label smoothing %g is outside [0, 1]", (double)smoothing);
+  tt_cuda_state *st = tt_cuda_st(b);
+  if (!st->ss_part) return tt_cuda_fail(b, "softmax_ce: the backend has no partial-sum buffer (setup failed)");
+  const int warps = CUDA_LO_CE_THREADS / 32;
+  int nb = (n + warps - 1) / warps;
+  if (nb > CUDA_LO_CE_MAX_BLOCKS) nb = CUDA_LO_CE_MAX_BLOCKS;
   if (dt == TT_F16)
-    TT_LAUNCH(cuda_lo_ce_f16_k, 1, CUDA_LO_CE_THREADS, 0, cuda_lo_stream(b), n, classes, logits, labels, smoothing, grad_scale,
-              dlogits, stats);
+    TT_LAUNCH(cuda_lo_ce_f16_k, (unsigned)nb, CUDA_LO_CE_THREADS, 0, cuda_lo_stream(b), n, classes, logits, labels, smoothing,
+              grad_scale, dlogits, st->ss_part);
   else if (dt == TT_BF16)
-    TT_LAUNCH(cuda_lo_ce_bf16_k, 1, CUDA_LO_CE_THREADS, 0, cuda_lo_stream(b), n, classes, logits, labels, smoothing,
-              grad_scale, dlogits, stats);
+    TT_LAUNCH(cuda_lo_ce_bf16_k, (unsigned)nb, CUDA_LO_CE_THREADS, 0, cuda_lo_stream(b), n, classes, logits, labels, smoothing,
+              grad_scale, dlogits, st->ss_part);
   else
-    TT_LAUNCH(cuda_lo_ce_f32_k, 1, CUDA_LO_CE_THREADS, 0, cuda_lo_stream(b), n, classes, logits, labels, smoothing, grad_scale,
-              dlogits, stats);
+    TT_LAUNCH(cuda_lo_ce_f32_k, (unsigned)nb, CUDA_LO_CE_THREADS, 0, cuda_lo_stream(b), n, classes, logits, labels, smoothing,
+              grad_scale, dlogits, st->ss_part);
   CUDA_LAUNCH_CHECK(b, "softmax_ce");
+  TT_LAUNCH(cuda_lo_ce_final_k, 1, 32, 0, cuda_lo_stream(b), nb, (const double *)st->ss_part, stats);
+  CUDA_LAUNCH_CHECK(b, "softmax_ce (the blocks' sums)");
   return 0;
 }
 
@@ -423,6 +447,7 @@ const tt_cuda_kernel tt_cuda_loss_optim_kernels[] = {
     TT_CUDA_KERNEL(cuda_lo_ce_f32_k, CUDA_LO_CE_THREADS),
     TT_CUDA_KERNEL(cuda_lo_ce_f16_k, CUDA_LO_CE_THREADS),
     TT_CUDA_KERNEL(cuda_lo_ce_bf16_k, CUDA_LO_CE_THREADS),
+    TT_CUDA_KERNEL(cuda_lo_ce_final_k, 32),
     TT_CUDA_KERNEL(cuda_lo_sgd_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_lo_adam_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_lo_sgd_multi_k, TT_CUDA_THREADS),
