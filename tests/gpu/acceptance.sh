@@ -368,8 +368,8 @@ else
   verdict() { # verdict TOOL WHAT RC LOG: folds one run into sres and why
     local s; s=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$4" | tail -n 1)
     say "command: \`compute-sanitizer --tool $1 $2\`: exit $3, ${s:-no summary}"
-    if [ "$3" = 125 ]; then sres=TIMEOUT; why="$why $1 $2: no time left;"
-    elif [ "$3" = 124 ] || [ "$3" = 137 ]; then sres=TIMEOUT; why="$why $1 $2 timed out;"
+    if [ "$3" = 125 ]; then [ $sres = PASS ] && sres=TIMEOUT; why="$why $1 $2: no time left;"
+    elif [ "$3" = 124 ] || [ "$3" = 137 ]; then [ $sres = PASS ] && sres=TIMEOUT; why="$why $1 $2 timed out;"
     elif [ "$3" != 0 ]; then block "$4" 25; [ $sres = PASS ] && sres=FAIL; why="$why $1 $2: exit $3 ${s};"
     else why="$why $1 $2: ${s:-clean};"; fi
   }
