@@ -795,16 +795,19 @@ static void test_batchnorm(void) {
 static void test_pooling(void) {
   TT_TEST_BEGIN("cuda_pooling");
   /* n c h w kh kw sh sw ph pw */
-  /* the last three: planes the tiled kernels (cuda_norm.cu) split into several row bands, with
+  /* the last five: planes the tiled kernels (cuda_norm.cu) split into several row bands, with
    * 16-byte loads from a band start off a 32-byte boundary (40x200) and 2-byte ones (21x201),
-   * and a plane too wide for any band (3x1400: the untiled kernels) */
-  int cfg[7][10] = {{2, 3, 28, 28, 2, 2, 2, 2, 0, 0}, {2, 4, 15, 13, 3, 3, 2, 2, 1, 1},
+   * rows wider than a block's 256 threads (20x300, 5x260 at stride 1: the backward's gather
+   * steps its column with a carry), and a plane too wide for any band (3x1400: the untiled
+   * kernels) */
+  int cfg[9][10] = {{2, 3, 28, 28, 2, 2, 2, 2, 0, 0}, {2, 4, 15, 13, 3, 3, 2, 2, 1, 1},
                     {1, 2, 9, 9, 3, 3, 1, 1, 1, 1},   {3, 2, 8, 10, 2, 3, 2, 1, 1, 0},
                     {1, 2, 40, 200, 3, 3, 2, 2, 1, 1}, {2, 1, 21, 201, 3, 3, 2, 2, 1, 1},
+                    {1, 2, 20, 300, 3, 3, 2, 2, 1, 1}, {1, 1, 5, 260, 3, 3, 1, 1, 1, 1},
                     {1, 1, 3, 1400, 3, 3, 2, 2, 1, 1}};
   for (int di = 0; di < 3; di++) {
     tt_dtype dt = test_dts[di];
-    for (int k = 0; k < 7; k++)
+    for (int k = 0; k < 9; k++)
       for (int mode = 0; mode < 2; mode++) {
         tt_pool_desc d;
         int *c = cfg[k];
