@@ -984,9 +984,14 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_pool_tbwd_k(cuda_p
     const float *ty = tdy + ly;
     const unsigned char *win = tw + lw;
     /* e = r * w + iw, stepped by blockDim.x without dividing: r by step_r, iw by step_c with a carry */
-    const int step_r = (int)blockDim.x / d.w, step_c = (int)blockDim.x % d.w;
-    int r = (int)threadIdx.x / d.w, iw = (int)threadIdx.x % d.w, row = -1, oh0 = 0, oh1 = -1;
-    for (int e = threadIdx.x; e < nin; e += blockDim.x) {
+    /* blockDim and threadIdx read once, before the loop: under the emulation built with ASan and
+     * UBSan (whose swapcontext support ASan calls partial), reading blockDim here, after the
+     * barrier above, gave "member access within null pointer" on the emulated builtins (a
+     * thread_local) in CI's sanitizer pass; the cause inside the sanitizers is not established */
+    const int nt = (int)blockDim.x, tid = (int)threadIdx.x;
+    const int step_r = nt / d.w, step_c = nt % d.w;
+    int r = tid / d.w, iw = tid % d.w, row = -1, oh0 = 0, oh1 = -1;
+    for (int e = tid; e < nin; e += nt) {
       const int ih = i0 + r;
       if (ih != row) { /* the covering window rows, once per row a thread visits */
         const int ah = ih + d.pad_h - d.kh + 1;
