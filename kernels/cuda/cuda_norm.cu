@@ -417,14 +417,26 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_infer_flat_k(si
 /* The flat form's launch when it applies (returns 1 launched, 0 not, -1 failed): hw not a
  * multiple of 16 bytes but at least CUDA_BNI_MINHW, the tensor whole 16-byte vectors, x and y
  * 16-byte aligned. given: rvar holds 1/std (bn_apply), else the running variance. */
+/* The flat forms' grid (0: they do not apply): hw not whole 16-byte vectors (g.v, from the same
+ * pointers) but at least CUDA_BNI_MINHW, the tensor whole 16-byte vectors, every pointer 16-byte
+ * aligned. Shared by the normalisation and bn_bwd's dx (cuda_bn_dx_flat_k). */
+static size_t cuda_bn_flat_blocks(const cuda_bn_geom &g, int n, int c, int hw, tt_dtype dt, const void *const *ptrs,
+                                  int nptrs) {
+  const size_t vf = 16 / tt_dtype_size(dt), total = (size_t)n * c * hw;
+  const size_t per = (size_t)TT_CUDA_THREADS * CUDA_BNI_VPT, blocks = (total / vf + per - 1) / per;
+  if ((size_t)g.v >= vf || hw < CUDA_BNI_MINHW || total % vf || blocks > 0x7fffffffu) return 0;
+  for (int i = 0; i < nptrs; i++)
+    if ((uintptr_t)ptrs[i] & 15) return 0;
+  return blocks;
+}
+
 static int cuda_bn_flat(tt_backend *b, const char *op, const cuda_bn_geom &g, int n, int c, int hw, tt_dtype dt, const void *x,
                         const float *gamma, const float *bias, const float *rmean, const float *rvar, float eps, int given,
                         void *y) {
+  const void *ptrs[2] = {x, y};
   const size_t vf = 16 / tt_dtype_size(dt), total = (size_t)n * c * hw;
-  const size_t per = (size_t)TT_CUDA_THREADS * CUDA_BNI_VPT, blocks = (total / vf + per - 1) / per;
-  if (!((size_t)g.v < vf && hw >= CUDA_BNI_MINHW && total % vf == 0 && !((uintptr_t)x & 15) && !((uintptr_t)y & 15) &&
-        blocks <= 0x7fffffffu))
-    return 0;
+  const size_t blocks = cuda_bn_flat_blocks(g, n, c, hw, dt, ptrs, 2);
+  if (!blocks) return 0;
   TT_LAUNCH(cuda_bn_infer_flat_k, (unsigned)blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), total / vf, hw, c, dt, x, gamma,
             bias, rmean, rvar, eps, given, y);
   CUDA_LAUNCH_CHECK(b, op);
@@ -669,11 +681,8 @@ int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
   if (!dx) return 0;
   {
     const size_t vf = 16 / tt_dtype_size(dt), total = (size_t)n * c * hw;
-    const size_t per = (size_t)TT_CUDA_THREADS * CUDA_BNI_VPT, blocks = (total / vf + per - 1) / per;
-    /* the flat form where cuda_bn_flat takes the forward's planes (the same test, dy's and dx's
-     * alignment too) */
-    if ((size_t)g.v < vf && hw >= CUDA_BNI_MINHW && total % vf == 0 && !((uintptr_t)x & 15) && !((uintptr_t)dy & 15) &&
-        !((uintptr_t)dx & 15) && blocks <= 0x7fffffffu) {
+    const size_t blocks = cuda_bn_flat_blocks(g, n, c, hw, dt, ptrs, 3); /* x, dy, dx */
+    if (blocks) {
       TT_LAUNCH(cuda_bn_dx_flat_k, (unsigned)blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), total / vf, hw, c, dt, x, dy,
                 gamma, save_mean, save_invstd, (const cuda_bn_f2 *)md, dx, beta_dx);
       CUDA_LAUNCH_CHECK(b, "bn_bwd");
