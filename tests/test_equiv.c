@@ -103,6 +103,7 @@ static double clip_norm_min; /* the smallest last_clip_norm of the runs since it
 
 static int ck_compact; /* ck_run plans with compact saves (policy.compact) */
 static tt_dtype ck_dt = TT_F32; /* ck_run's activation dtype */
+static int ck_accum = CK_ACCUM; /* ck_run's micro-steps per update (1: its gradients may be transient) */
 
 /* Runs CK_STEPS optimizer steps (under the sanitizers 2: the first, which starts the momentum, and
  * one that uses it; the code paths of every later step); writes the final state and loss
@@ -112,7 +113,7 @@ static int ck_run(const net *n, tt_backend *be, const unsigned char *rec, const 
   tt_program p;
   tt_policy pol;
   memset(&pol, 0, sizeof pol);
-  pol.micro_batch = CK_MB, pol.accum_steps = CK_ACCUM, pol.act_dtype = ck_dt, pol.inplace = 1;
+  pol.micro_batch = CK_MB, pol.accum_steps = ck_accum, pol.act_dtype = ck_dt, pol.inplace = 1;
   pol.recompute = (unsigned char *)rec, pol.training = 1, pol.compact = ck_compact;
   if (tt_lower(&n->g, &pol, be, &p, e)) return -1;
   if (tt_program_plan(&p, e)) {
@@ -133,10 +134,10 @@ static int ck_run(const net *n, tt_backend *be, const unsigned char *rec, const 
   size_t per = (size_t)CK_MB * 144;
   const int nsteps = tt_test_sanitized() ? 2 : CK_STEPS;
   for (int s = 0; s < nsteps && !rc; s++) {
-    for (int k = 0; k < CK_ACCUM && !rc; k++) {
-      int b = s * CK_ACCUM + k;
+    for (int k = 0; k < ck_accum && !rc; k++) {
+      int b = s * ck_accum + k;
       rc = tt_exec_micro_step(&x, imgs + (size_t)b * per, labs + (size_t)b * CK_MB, k, (uint64_t)s,
-                              1.0f / (CK_MB * CK_ACCUM), e);
+                              1.0f / (float)(CK_MB * ck_accum), e);
     }
     int of = 0;
     if (!rc) rc = tt_exec_update(&x, &hp, s + 1, 1.0f, &of, e);
@@ -1470,6 +1471,122 @@ static void test_vit(tt_backend *be) {
   free(b);
 }
 
+/* Without accumulation the weight gradients are transient (lower.c): each lives from the backward
+ * op that writes it to the update, sharing storage with freed activations. Training must be the
+ * same bits as with the persistent accumulators (forced here by train.ranks = 2, which a
+ * multi-process run sets; nothing else of the run reads it), in fp32, bf16 and fp16 (whose
+ * overflow check then runs per gradient), plain and with every non-cut node recomputed; and the
+ * arena smaller. */
+static void test_transient_grads(tt_backend *be) {
+  static const tt_dtype dts[3] = {TT_F32, TT_BF16, TT_F16};
+  TT_TEST_BEGIN("transient weight gradients (accumulation 1) == persistent accumulators, bit-exact (fp32, bf16, fp16; "
+                "plain and recomputed)");
+  tt_err e;
+  net n;
+  if (net_open(&n, "bn_dropout.recipe", TT_TEST_RECIPE_BN, NULL, &e)) {
+    TT_CHECK(0, "%s", e.msg);
+    TT_TEST_END();
+    return;
+  }
+  size_t sf = state_floats(&n.g);
+  uint8_t *imgs;
+  int32_t *labs;
+  ck_data(&imgs, &labs);
+  float *sa = (float *)calloc(sf, sizeof(float)), *sb = (float *)calloc(sf, sizeof(float)), sta[2], stb[2];
+  unsigned char *rec = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
+  rec_all(&n.g, rec);
+  ck_accum = 1;
+  for (int d = 0; d < 3; d++)
+    for (int r = 0; r < 2; r++) {
+      tt_program pa, pb;
+      ck_dt = dts[d];
+      n.m.train.ranks = 2; /* persistent accumulators */
+      int ra = ck_run(&n, be, r ? rec : NULL, imgs, labs, sa, sta, &pa, &e);
+      TT_CHECK(ra == 0, "%s, persistent: %s", tt_dtype_name(ck_dt), e.msg);
+      n.m.train.ranks = 1;
+      int rb = ck_run(&n, be, r ? rec : NULL, imgs, labs, sb, stb, &pb, &e);
+      TT_CHECK(rb == 0, "%s, transient: %s", tt_dtype_name(ck_dt), e.msg);
+      if (ra || rb) {
+        if (!ra) tt_program_free(&pa);
+        if (!rb) tt_program_free(&pb);
+        continue;
+      }
+      int ngrad = 0, trans = 0, bwd_first = 1;
+      for (int k = 0; k < pb.nparams; k++) {
+        int gb = pb.grad_buf[k];
+        if (gb < 0) continue;
+        ngrad++;
+        trans += !pb.bufs[gb].persistent;
+        /* live from a backward step of the micro-step to an update */
+        bwd_first &= pb.bufs[gb].first < pb.micro_end && pb.steps[pb.bufs[gb].first].op == TT_S_BWD &&
+                     pb.steps[pb.bufs[gb].last].op == TT_S_UPDATE;
+        TT_CHECK(pa.bufs[pa.grad_buf[k]].persistent, "persistent run: gradient %d transient", k);
+      }
+      TT_CHECK(pa.transient_grads == 0 && pb.transient_grads == ngrad && trans == ngrad && ngrad > 0,
+               "%s: %d of %d gradients transient (program says %d; persistent run %d)", tt_dtype_name(ck_dt), trans,
+               ngrad, pb.transient_grads, pa.transient_grads);
+      TT_CHECK(bwd_first, "%s: a transient gradient is not live from a backward step to an update", tt_dtype_name(ck_dt));
+      /* the lower bound falls; the arena, a heuristic's packing, may not (fp32 recomputed here:
+       * 614144 B against 606976), so tt_policy_plan, which the policy search plans with, keeps
+       * the gradients persistent where that packs smaller */
+      TT_CHECK(pb.peak_live_bytes < pa.peak_live_bytes, "%s%s: lower bound %zu B with transient gradients, not below %zu B",
+               tt_dtype_name(ck_dt), r ? " recomputed" : "", pb.peak_live_bytes, pa.peak_live_bytes);
+      {
+        tt_policy pol;
+        tt_program pc;
+        memset(&pol, 0, sizeof pol);
+        pol.micro_batch = CK_MB, pol.accum_steps = 1, pol.act_dtype = ck_dt, pol.inplace = 1, pol.training = 1;
+        pol.recompute = r ? rec : NULL;
+        if (tt_policy_plan(&n.g, &pol, be, &pc, &e) == 0) {
+          TT_CHECK(pc.arena_bytes <= pa.arena_bytes && pc.arena_bytes <= pb.arena_bytes &&
+                       pol.grads_persistent == (pc.transient_grads == 0) && pc.policy.grads_persistent == pol.grads_persistent,
+                   "%s%s: tt_policy_plan's arena %zu B (gradients %s), persistent %zu B, transient %zu B", tt_dtype_name(ck_dt),
+                   r ? " recomputed" : "", pc.arena_bytes, pol.grads_persistent ? "persistent" : "transient", pa.arena_bytes,
+                   pb.arena_bytes);
+          tt_program_free(&pc);
+        } else {
+          TT_CHECK(0, "tt_policy_plan: %s", e.msg);
+        }
+      }
+      TT_CHECK(memcmp(sa, sb, sf * sizeof(float)) == 0 && memcmp(sta, stb, sizeof sta) == 0,
+               "%s%s: the state after training differs (loss %.9g against %.9g)", tt_dtype_name(ck_dt),
+               r ? " recomputed" : "", (double)stb[0], (double)sta[0]);
+      printf("  %s%s: arena (lower bound) %zu (%zu) B persistent, %zu (%zu) B transient, %d gradients; loss sum %.6f\n",
+             tt_dtype_name(ck_dt), r ? ", recompute all" : "", pa.arena_bytes, pa.peak_live_bytes, pb.arena_bytes,
+             pb.peak_live_bytes, ngrad, (double)stb[0]);
+      tt_program_free(&pa);
+      tt_program_free(&pb);
+    }
+  ck_accum = CK_ACCUM, ck_dt = TT_F32;
+  n.m.train.ranks = 0;
+  /* a program planned for one micro-step refuses a second (its gradients are overwritten, not added) */
+  {
+    tt_program p;
+    tt_policy pol;
+    memset(&pol, 0, sizeof pol);
+    pol.micro_batch = CK_MB, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 1;
+    if (tt_lower(&n.g, &pol, be, &p, &e) == 0 && tt_program_plan(&p, &e) == 0) {
+      tt_exec x;
+      if (tt_exec_create(&x, &n.g, &p, NULL, be, 99, &e) == 0) {
+        int rc = tt_exec_init_params(&x, 1234, &e);
+        if (!rc) rc = tt_exec_micro_step(&x, imgs, labs, 0, 0, 1.0f / CK_MB, &e);
+        TT_CHECK(rc == 0, "micro-step 0: %s", e.msg);
+        rc = tt_exec_micro_step(&x, imgs, labs, 1, 0, 1.0f / CK_MB, &e);
+        TT_CHECK(rc != 0 && strstr(e.msg, "transient"), "micro-step 1 of a 1-step plan: rc %d, '%s'", rc, rc ? e.msg : "");
+        tt_exec_destroy(&x);
+      } else {
+        TT_CHECK(0, "%s", e.msg);
+      }
+      tt_program_free(&p);
+    } else {
+      TT_CHECK(0, "%s", e.msg);
+    }
+  }
+  free(rec), free(sa), free(sb), free(imgs), free(labs);
+  net_close(&n);
+  TT_TEST_END();
+}
+
 int main(void) {
   tt_backend *be = tt_cpu_backend_create(0);
   if (!be) {
@@ -1482,6 +1599,7 @@ int main(void) {
   test_checkpoint_clip_decay_equals_plain(be);
   test_checkpoint_chain_equals_plain(be);
   test_checkpoint_equals_plain_bf16(be);
+  test_transient_grads(be);
   test_compact_equals_plain(be);
   test_recompute_all_chains(be);
   test_accumulation(be);

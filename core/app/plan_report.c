@@ -450,11 +450,23 @@ static void plan_text_buffers(const tt_session *s, FILE *out) {
     if (p->bufs[i].persistent) cls[p->bufs[i].cls] += p->bufs[i].bytes;
   const char *pn[4] = {"weights and batch-norm statistics (fp32)", "gradient accumulators (fp32)", "optimizer state", "loss statistics, overflow flag, grad norm"};
   tt_buf_class pc[4] = {TT_BC_PARAMS, TT_BC_GRADS, TT_BC_OPTIMIZER, TT_BC_MISC};
-  for (int k = 0; k < 4; k++) fprintf(out, "    %-42s %14zu %10.2f\n", pn[k], cls[pc[k]], plan_mib(cls[pc[k]]));
+  for (int k = 0; k < 4; k++)
+    if (k != 1 || !p->transient_grads || cls[TT_BC_GRADS])
+      fprintf(out, "    %-42s %14zu %10.2f\n", pn[k], cls[pc[k]], plan_mib(cls[pc[k]]));
   if (cls[TT_BC_ACTIVATIONS]) /* lower.c: the statistics of batch norms rebuilt from them in backward */
     fprintf(out, "    %-42s %14zu %10.2f\n", "saved stats of rebuilt batch norms (fp32)", cls[TT_BC_ACTIVATIONS],
             plan_mib(cls[TT_BC_ACTIVATIONS]));
-  fprintf(out, "  %-44s %14zu %10.2f\n\n", "persistent total (aligned)", p->persistent_bytes, plan_mib(p->persistent_bytes));
+  fprintf(out, "  %-44s %14zu %10.2f\n", "persistent total (aligned)", p->persistent_bytes, plan_mib(p->persistent_bytes));
+  if (p->transient_grads) { /* lower.c: one micro-step per update, one process, no clip_norm */
+    size_t tg = 0;
+    for (int k = 0; k < p->nparams; k++)
+      if (p->grad_buf[k] >= 0 && !p->bufs[p->grad_buf[k]].persistent) tg += p->bufs[p->grad_buf[k]].bytes;
+    fprintf(out, "  %-44s %14zu %10.2f\n", "gradients (fp32), transient", tg, plan_mib(tg));
+    fprintf(out, "    %d gradients live from the backward step that writes them to the update (no accumulation\n"
+            "    over micro-steps, one process, no clip_norm), so they share storage with freed activations\n",
+            p->transient_grads);
+  }
+  fputc('\n', out);
   fprintf(out, "  transient buffers: activations by layer (micro-batch %d, %s)\n", r->policy.micro_batch,
           tt_dtype_name(r->policy.act_dtype));
   fprintf(out, "    %-34s %-14s %12s %10s  %s\n", "layer", "output", "bytes", "MiB", "");

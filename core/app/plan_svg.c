@@ -89,10 +89,7 @@ static int svg_alt(tt_session *s, tt_program *alt, const char **what) {
   if (s->sched.recomputed_units > 0) pol.recompute = NULL, *what = "without recompute";
   else if (pol.act_dtype != TT_F32) pol.act_dtype = TT_F32, *what = "in fp32";
   else return 0;
-  if (tt_lower(&s->graph, &pol, s->be, alt, &err) || tt_program_plan(alt, &err)) {
-    tt_program_free(alt);
-    return 0;
-  }
+  if (tt_policy_plan(&s->graph, &pol, s->be, alt, &err)) return 0; /* alt freed */
   return 1;
 }
 

@@ -127,6 +127,9 @@ typedef struct tt_train_cfg {
                                  * of role TT_PR_WEIGHT) and glob patterns (* and ?) on full names */
   int decay_line;               /* recipe line of `decay` (0: not given) */
   float clip_norm;              /* gradient clipping by global L2 norm; 0: off */
+  int ranks;                    /* not a recipe key: the processes of a multi-process run (set by
+                                 * tt_dist_per_rank_batch; 0 or 1: one). Over 1, the gradients stay
+                                 * persistent, one region the all-reduce sums in buckets (lower.c) */
   int tf32_off;                 /* [train] tf32 = off: fp32 convolutions and GEMMs in true fp32 on sm_80+ too
                                  * (0, the default: TF32 where the card has it; docs/gpu.md#tf32) */
 } tt_train_cfg;

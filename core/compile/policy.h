@@ -73,6 +73,11 @@ typedef struct tt_policy_result {
 /* The 16-bit dtype the options allow: bf16 for TT_PREC_BF16, fp16 for TT_PREC_FP16, and for AUTO
  * auto_half (bf16 where the device computes it natively, else fp16). */
 tt_dtype tt_policy_half(const tt_policy_opts *o);
+/* Lowers and plans pol into p (tt_lower, tt_program_plan), with the gradients' form chosen: where
+ * lower.c makes them transient but the arena packs larger than any with them persistent could be,
+ * it plans that too and keeps the smaller, setting pol->grads_persistent (p->policy has it).
+ * 0, or tt_lower's or tt_program_plan's error with err set and p freed. */
+int tt_policy_plan(const tt_graph *g, tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err);
 int tt_policy_search(const tt_graph *g, tt_backend *planner_be, const tt_policy_opts *o, tt_policy_result *r, tt_err *err);
 void tt_policy_result_free(tt_policy_result *r);
 /* The convolution workspace cap from the budget, after tt_policy_search (the CUDA backend: cuDNN

@@ -144,3 +144,28 @@ int tt_program_peak_breakdown(const tt_program *p, size_t out[TT_BC_COUNT]) {
   }
   return best_step;
 }
+
+size_t tt_program_bound_grads_persistent(const tt_program *p) {
+  int f, l;
+  size_t grads = 0, live = 0, best = 0;
+  if (!p->transient_grads) return p->peak_live_bytes;
+  size_t *delta = (size_t *)calloc((size_t)p->nsteps + 1, sizeof(size_t));
+  if (!delta) return SIZE_MAX;
+  for (int i = 0; i < p->nbufs; i++) {
+    const tt_buf *b = &p->bufs[i];
+    size_t sz = program_live_span(p, b, &f, &l);
+    if (!b->persistent && b->cls == TT_BC_GRADS) { /* persistent there: aligned, live at every step */
+      grads += (b->bytes + p->align - 1) / p->align * p->align;
+      continue;
+    }
+    if (!sz || f > l) continue;
+    delta[f] += sz;
+    delta[l + 1] -= sz;
+  }
+  for (int s = 0; s < p->nsteps; s++) {
+    live += delta[s];
+    if (live > best) best = live;
+  }
+  free(delta);
+  return best + grads;
+}

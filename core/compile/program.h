@@ -192,6 +192,8 @@ typedef struct tt_policy {
                         * which rebuilds the probabilities (no [n, heads, t, t] buffer); 0 keeps
                         * the probabilities (a faster backward). The planner's choice (policy.c). */
   int training;        /* 0: forward-only evaluation program */
+  int grads_persistent; /* 1: the weight gradients are persistent accumulators even where lower.c
+                        * could make them transient (policy.c: where that packs no smaller) */
 } tt_policy;
 
 typedef struct tt_program {
@@ -209,6 +211,9 @@ typedef struct tt_program {
   int input_u8, labels, stats, overflow_flag;
   int *value_buf;      /* per node: buffer holding its forward output (first instance) */
   int *param_buf, *grad_buf, *m_buf, *v_buf; /* per param; -1 where none */
+  int transient_grads; /* gradients planned transient (lower.c: accumulation 1, one process, no
+                        * clip_norm): live from their backward step to the update only, so they are
+                        * neither one region nor kept between optimizer steps */
   unsigned char *layout; /* per node: the tt_layout of its value and gradient (lower.c's
                        * lower_layouts: NHWC only on a backend that lists it, and only for image
                        * tensors between convolutions whose every reader takes NHWC) */
@@ -248,6 +253,10 @@ void tt_program_free(tt_program *p);
  * live there), so the classes sum to peak_live_bytes. Returns the peak step (-1 and zeros when
  * out of host memory). For reports; O(steps + buffers). */
 int tt_program_peak_breakdown(const tt_program *p, size_t out[TT_BC_COUNT]);
+/* The lower bound p would have with its transient gradients persistent instead (lower.c; the
+ * same steps and in-place aliases): no arena of that plan is smaller. p's own lower bound when
+ * it has none; SIZE_MAX when out of memory. */
+size_t tt_program_bound_grads_persistent(const tt_program *p);
 /* The bytes buffer i adds to each step of [*first, *last] as peak_live_bytes counts them (the
  * same rule as tt_program_peak_breakdown): for reports that draw live bytes step by step. */
 size_t tt_program_buf_live(const tt_program *p, int i, int *first, int *last);

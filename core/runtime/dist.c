@@ -338,6 +338,7 @@ int tt_dist_threads(void) {
 
 int tt_dist_per_rank_batch(tt_model *model, int ranks, tt_err *err) {
   int b = model->train.batch;
+  model->train.ranks = ranks > 1 ? ranks : 1;
   if (ranks <= 1) return 0;
   if (b % ranks)
     return tt_fail(err, "%s: [train] batch %d does not divide among %d ranks; the recipe's batch is the global batch "
@@ -530,6 +531,11 @@ static int dist_plan_buckets(const tt_program *p, dist_bucket *b, tt_err *err) {
   for (int k = p->nparams - 1; k >= 0; k--) {
     const tt_buf *g = p->grad_buf[k] >= 0 ? &p->bufs[p->grad_buf[k]] : NULL;
     if (!g) continue;
+    if (!g->persistent) { /* lower.c keeps them persistent when train.ranks > 1 */
+      free(ready);
+      return tt_fail(err, "internal error: the gradient of '%s' is transient, not in the region the all-reduce sums",
+                     g->name);
+    }
     if (open && g->offset + g->bytes > cur.off) {
       free(ready);
       return tt_fail(err, "internal error: the gradient of '%s' does not lie before the next one in the arena", g->name);

@@ -626,6 +626,9 @@ static int exec_micro(tt_exec *x, const tt_program *p, const uint8_t *images, co
                       int n, int micro_index, uint64_t step, float grad_scale, tt_err *err) {
   tt_backend *be = x->be;
   exec_run r;
+  if (micro_index > 0 && p->transient_grads) /* its gradients are overwritten, not accumulated (lower.c) */
+    return tt_fail(err, "internal error: micro-step %d of a program planned for one micro-step per update (its "
+                   "gradients are transient, not accumulators)", micro_index);
   memset(&r, 0, sizeof r);
   r.x = x, r.p = p, r.batch = p->policy.micro_batch, r.loss_batch = n, r.micro_index = micro_index, r.step = step;
   r.grad_scale = grad_scale;
@@ -710,6 +713,9 @@ int tt_exec_logits(tt_exec *x, int n, float *out, tt_err *err) {
  * no other persistent buffer lies inside. */
 static int exec_grad_region(const tt_program *p, size_t *off, size_t *count, tt_err *err) {
   size_t lo = (size_t)-1, hi = 0;
+  if (p->transient_grads)
+    return tt_fail(err, "internal error: %d gradients are transient, not one region (lower.c keeps them persistent "
+                   "under clip_norm)", p->transient_grads);
   for (int k = 0; k < p->nparams; k++) {
     int gb = p->grad_buf[k];
     if (gb < 0) continue;
@@ -755,9 +761,16 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
       int32_t *f = (int32_t *)EXEC_P(s->out[TT_CHECK_FLAG]);
       size_t off, cnt;
       EXEC_CHECK(be->zero(be, f, sizeof(int32_t)));
-      /* one call over the gradient region: the padding between accumulators is zero (finite) */
-      if (exec_grad_region(p, &off, &cnt, err)) return -1;
-      if (cnt) EXEC_CHECK(be->check_finite(be, cnt, TT_F32, x->base + off, f));
+      if (p->transient_grads) { /* not one region (lower.c): one call per gradient */
+        for (int k = 0; k < p->nparams; k++)
+          if (p->grad_buf[k] >= 0)
+            EXEC_CHECK(be->check_finite(be, p->bufs[p->grad_buf[k]].bytes / sizeof(float), TT_F32,
+                                        tt_exec_ptr(x, p, p->grad_buf[k]), f));
+      } else {
+        /* one call over the gradient region: the padding between accumulators is zero (finite) */
+        if (exec_grad_region(p, &off, &cnt, err)) return -1;
+        if (cnt) EXEC_CHECK(be->check_finite(be, cnt, TT_F32, x->base + off, f));
+      }
       if (exec_sync_point(x, p, s, "check_finite", err)) return -1;
       flag = f;
       continue;

@@ -10,7 +10,8 @@
 static int init_has_role(const tt_exec *x, int param, int role) {
   const tt_program *p = x->train ? x->train : x->eval;
   const int *tab = role == 1 ? p->grad_buf : (role == 2 ? p->m_buf : p->v_buf);
-  return tab[param] >= 0;
+  /* a transient gradient (lower.c) has no value between steps: its backward step writes it */
+  return tab[param] >= 0 && p->bufs[tab[param]].persistent;
 }
 
 /* Uniform on [0, 1) from (seed, parameter, element): counter-based, so every element's value
