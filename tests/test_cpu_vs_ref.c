@@ -262,13 +262,21 @@ static void test_conv(tt_backend *chunked) {
     conv1x1_nhwc_case(C, "conv_1x1_nhwc_bwd_k_lt_c", mkconv(3, 64, 6, 5, 16, 1, 1, 1, 1, 0, 0, 1), TT_BF16, bf);
     conv1x1_nhwc_case(C, "conv_1x1_nhwc_bwd", mkconv(4, 24, 7, 7, 40, 1, 1, 1, 1, 0, 0, 1), TT_F32, 0);
     conv1x1_nhwc_case(C, "conv_1x1_nhwc_bwd", mkconv(4, 24, 7, 7, 40, 1, 1, 1, 1, 0, 0, 1), TT_F16, 0);
-    /* not 1x1 stride 1 unpadded: convolutions; bf16 backward weights with 256 input channels or a
+    /* 1x1 with a stride, unpadded: the stride-1 matmul of the sampled pixels in bf16 (the input
+     * gathered for backward weights, dx scattered with zeros or added into between), at even and
+     * odd sizes (7x9 at stride 2 samples rows 0, 2, 4, 6 and columns 0 to 8) and stride 3x2;
+     * padded, a convolution */
+    conv1x1_nhwc_case(C, "conv_1x1_s2_nhwc_bwd", mkconv(2, 16, 8, 8, 32, 1, 1, 2, 2, 0, 0, 1), TT_BF16, bf);
+    conv1x1_nhwc_case(C, "conv_1x1_s2_odd_nhwc_bwd", mkconv(3, 16, 7, 9, 24, 1, 1, 2, 2, 0, 0, 1), TT_BF16, bf);
+    conv1x1_nhwc_case(C, "conv_1x1_s3x2_nhwc_bwd", mkconv(2, 32, 8, 7, 16, 1, 1, 3, 2, 0, 0, 1), TT_BF16, bf);
+    conv1x1_nhwc_case(C, "conv_1x1_s2_c64_nhwc_bwd", mkconv(3, 64, 6, 6, 128, 1, 1, 2, 2, 0, 0, 1), TT_BF16, bf);
+    conv1x1_nhwc_case(C, "conv_1x1_s2_p1_nhwc_bwd", mkconv(2, 16, 8, 8, 32, 1, 1, 2, 2, 1, 1, 1), TT_BF16, 0);
+    conv1x1_nhwc_case(C, "conv_1x1_s2_nhwc_bwd", mkconv(2, 16, 8, 8, 32, 1, 1, 2, 2, 0, 0, 1), TT_F32, 0);
+    /* not 1x1 unpadded: convolutions; bf16 backward weights with 256 input channels or a
      * stride computed in fp32 (cpu_conv_bwdw_f32), with 64 channels and stride 1 in bf16 */
-    conv1x1_nhwc_case(C, "conv_1x1_s2_nhwc_bwd", mkconv(2, 16, 8, 8, 32, 1, 1, 2, 2, 0, 0, 1), TT_BF16, 0);
     static const struct { const char *name; int c, k, r, sh, pad, f32; } fc[] = {
         {"conv_3x3_c256_nhwc_bwd", 256, 32, 3, 1, 1, 1},
         {"conv_3x3_s2_c64_nhwc_bwd", 64, 32, 3, 2, 1, 1},
-        {"conv_1x1_s2_c64_nhwc_bwd", 64, 128, 1, 2, 0, 1},
         {"conv_3x3_c64_nhwc_bwd", 64, 32, 3, 1, 1, 0},
     };
     for (size_t i = 0; i < sizeof fc / sizeof fc[0]; i++) {
@@ -287,6 +295,10 @@ static void test_conv(tt_backend *chunked) {
     if (chunked) {
       tt_conv_desc d = mkconv(5, 64, 12, 12, 32, 1, 1, 1, 1, 0, 0, 1);
       conv1x1_nhwc_case(chunked, "conv_1x1_nhwc_bwd_chunked", d, TT_BF16, bf);
+      /* strided: 8x8x128 sampled pixels are 16 KiB a sample, so 40 KB chunks gather 2 samples
+       * and 5 end in a chunk of 1 (dw and db added into over the chunks) */
+      conv1x1_nhwc_case(chunked, "conv_1x1_s2_nhwc_bwd_chunked", mkconv(5, 128, 16, 16, 32, 1, 1, 2, 2, 0, 0, 1), TT_BF16,
+                        bf);
       TT_TEST_BEGIN("cpu_vs_ref:conv_1x1_nhwc_bwd_chunked_has_a_partial_chunk");
       d.layout_x = d.layout_y = TT_LAYOUT_NHWC;
       tt_op_desc op = conv_op(TT_OP_CONV_BWD_DATA, &d, TT_BF16, 0, 1);

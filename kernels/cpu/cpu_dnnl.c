@@ -453,6 +453,10 @@ size_t tt_cpu_op_workspace(tt_backend *b, const tt_op_desc *op) {
     return tt_ref_op_workspace(b, op);
   /* batch norm runs our loops (cpu_elementwise.c): NHWC rows keep per-block partial sums */
   if (op->kind == TT_OP_BN_FWD_TRAIN || op->kind == TT_OP_BN_BWD) return tt_cpu_bn_workspace(op);
+  /* a backward 1x1 strided convolution may run as its sampled pixels' matmul (cpu_conv.c) */
+  if ((op->kind == TT_OP_CONV_BWD_DATA || op->kind == TT_OP_CONV_BWD_FILTER) &&
+      (bytes = tt_cpu_conv_strided_workspace(b, op)) != 0)
+    return bytes;
   cpu_dnnl_key(op, &k);
   if (!tt_cpu_uses_dnnl(&k)) return 0;
   /* layer norm backward: the most either form needs (dx added into takes an fp32 copy), as

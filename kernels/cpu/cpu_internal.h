@@ -234,6 +234,9 @@ size_t tt_cpu_bn_workspace(const tt_op_desc *op);
 /* Whether the call for a convolution op runs as a matmul (cpu_conv.c; builds it if needed):
  * 1, 0, or -1 with the error set. Tests check the selection with it. */
 int tt_cpu_conv_is_matmul(tt_backend *b, const tt_op_desc *op);
+/* The workspace of a backward 1x1 strided convolution that runs as the matmul of its sampled
+ * pixels (cpu_conv.c), TT_WS_ERROR on failure; 0 when op does not run so. */
+size_t tt_cpu_conv_strided_workspace(tt_backend *b, const tt_op_desc *op);
 
 /* ---- table entries ---- */
 size_t tt_cpu_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
