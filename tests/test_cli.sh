@@ -120,6 +120,25 @@ if n[0]["micro_batch"] != f[("fp16", "none")] or n[0]["micro_batch"] <= 0:
 EOF2
 then fail cli_max_batch_narrowed "see above"; else pass cli_max_batch_narrowed; fi
 
+# ---- weight gradients: transient without accumulation in one process (the plan lists them after
+# the persistent total, and no accumulators), accumulators under --ranks 2 (the all-reduce sums
+# them as one region): the same bytes either way ----
+run plan --device cpu $L
+P1="$OUT"; R1=$RC
+run plan --device cpu --ranks 2 $L
+P2="$OUT"; R2=$RC
+g1=$(echo "$P1" | awk '/gradients \(fp32\), transient/ {print $4}')
+a2=$(echo "$P2" | awk '/gradient accumulators \(fp32\)/ {print $4}')
+if [ "$R1" != 0 ] || [ "$R2" != 0 ]; then
+  fail cli_plan_transient_grads "plan exited $R1 / $R2"
+elif [ -z "$g1" ] || [ "$g1" = 0 ] || echo "$P1" | grep -q "gradient accumulators"; then
+  fail cli_plan_transient_grads "one process: $(echo "$P1" | grep -i gradient | tr '\n' '|')"
+elif [ "$a2" != "$g1" ] || echo "$P2" | grep -q "gradients (fp32), transient"; then
+  fail cli_plan_transient_grads "--ranks 2: accumulators '$a2' bytes, want $g1: $(echo "$P2" | grep -i gradient | tr '\n' '|')"
+else
+  pass cli_plan_transient_grads
+fi
+
 # ---- issue 21 item 16: a size is digits[.digits][K|M|G|T[iB|B]], nothing else; an option the
 # command does not use is refused, not ignored ----
 ok=1
