@@ -707,9 +707,7 @@ static int lower_persistent(lower_ctx *c) {
    * gradients are live yet (ResNet-50, bf16, micro-batch 16: 50 of its 97 MiB; the arena falls
    * from 999.1 to 941.4 MiB). lower_grads_unwritten keeps persistent (zeroed) any gradient no
    * backward step writes; tt_policy_plan (policy.c) where persistent ones pack smaller. */
-  const char *env = getenv("TINYTRAIN_GRADS"); /* =persistent: the accumulators always, to measure */
-  int grads_persistent = !(pol->accum_steps == 1 && tc->ranks <= 1 && !(tc->clip_norm > 0.0f)) ||
-                         pol->grads_persistent || (env && !strcmp(env, "persistent"));
+  int grads_persistent = !(pol->accum_steps == 1 && tc->ranks <= 1 && !(tc->clip_norm > 0.0f)) || pol->grads_persistent;
   for (int i = 0; pol->training && i < g->nparams; i++) {
     const tt_param *pr = &g->params[i];
     if (pr->trainable &&

@@ -18,7 +18,9 @@ tt_dtype tt_policy_half(const tt_policy_opts *o) {
 }
 
 int tt_policy_plan(const tt_graph *g, tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err) {
+  const char *env = getenv("TINYTRAIN_GRADS"); /* =persistent: the accumulators always, to measure */
   int rc;
+  if (env && !strcmp(env, "persistent")) pol->grads_persistent = 1;
   if ((rc = tt_lower(g, pol, be, p, err))) return rc;
   if ((rc = tt_program_plan(p, err))) {
     tt_program_free(p);

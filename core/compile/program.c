@@ -118,44 +118,24 @@ size_t tt_program_buf_live(const tt_program *p, int i, int *first, int *last) {
   return program_live_span(p, &p->bufs[i], first, last);
 }
 
-int tt_program_peak_breakdown(const tt_program *p, size_t out[TT_BC_COUNT]) {
-  int best_step = 0, f, l;
-  for (int c = 0; c < TT_BC_COUNT; c++) out[c] = 0;
+/* The most bytes live at any step, counted as program_live_span does, and the first step where
+ * that is reached (*step); with grads_apart, transient gradients are left out of the sweep and
+ * their aligned bytes returned in *grads instead (as persistent buffers they would be live at
+ * every step). SIZE_MAX when out of memory. */
+static size_t program_sweep(const tt_program *p, int grads_apart, int *step, size_t *grads) {
+  int f, l;
+  size_t live = 0, best = 0;
+  *step = 0, *grads = 0;
   if (p->nsteps <= 0) return 0;
   /* live bytes per step from +size at the first step and -size after the last (size_t wraps
    * in the running sums but every prefix is a true total) */
-  size_t *delta = (size_t *)calloc((size_t)p->nsteps + 1, sizeof(size_t));
-  if (!delta) return -1;
-  for (int i = 0; i < p->nbufs; i++) {
-    size_t sz = program_live_span(p, &p->bufs[i], &f, &l);
-    if (!sz || f > l) continue;
-    delta[f] += sz;
-    delta[l + 1] -= sz;
-  }
-  size_t live = 0, best = 0;
-  for (int s = 0; s < p->nsteps; s++) {
-    live += delta[s];
-    if (live > best) best = live, best_step = s;
-  }
-  free(delta);
-  for (int i = 0; i < p->nbufs; i++) {
-    size_t sz = program_live_span(p, &p->bufs[i], &f, &l);
-    if (f <= best_step && best_step <= l) out[p->bufs[i].cls] += sz;
-  }
-  return best_step;
-}
-
-size_t tt_program_bound_grads_persistent(const tt_program *p) {
-  int f, l;
-  size_t grads = 0, live = 0, best = 0;
-  if (!p->transient_grads) return p->peak_live_bytes;
   size_t *delta = (size_t *)calloc((size_t)p->nsteps + 1, sizeof(size_t));
   if (!delta) return SIZE_MAX;
   for (int i = 0; i < p->nbufs; i++) {
     const tt_buf *b = &p->bufs[i];
     size_t sz = program_live_span(p, b, &f, &l);
-    if (!b->persistent && b->cls == TT_BC_GRADS) { /* persistent there: aligned, live at every step */
-      grads += (b->bytes + p->align - 1) / p->align * p->align;
+    if (grads_apart && !b->persistent && b->cls == TT_BC_GRADS) {
+      *grads += (b->bytes + p->align - 1) / p->align * p->align;
       continue;
     }
     if (!sz || f > l) continue;
@@ -164,8 +144,29 @@ size_t tt_program_bound_grads_persistent(const tt_program *p) {
   }
   for (int s = 0; s < p->nsteps; s++) {
     live += delta[s];
-    if (live > best) best = live;
+    if (live > best) best = live, *step = s;
   }
   free(delta);
-  return best + grads;
+  return best;
+}
+
+int tt_program_peak_breakdown(const tt_program *p, size_t out[TT_BC_COUNT]) {
+  int best_step, f, l;
+  size_t grads;
+  for (int c = 0; c < TT_BC_COUNT; c++) out[c] = 0;
+  if (p->nsteps <= 0) return 0;
+  if (program_sweep(p, 0, &best_step, &grads) == SIZE_MAX) return -1;
+  for (int i = 0; i < p->nbufs; i++) {
+    size_t sz = program_live_span(p, &p->bufs[i], &f, &l);
+    if (f <= best_step && best_step <= l) out[p->bufs[i].cls] += sz;
+  }
+  return best_step;
+}
+
+size_t tt_program_bound_grads_persistent(const tt_program *p) {
+  int step;
+  size_t grads, best;
+  if (!p->transient_grads) return p->peak_live_bytes;
+  best = program_sweep(p, 1, &step, &grads);
+  return best == SIZE_MAX ? SIZE_MAX : best + grads;
 }

@@ -70,7 +70,6 @@ static void cpu_bf_share(size_t count, int t, int nt, size_t *lo, size_t *hi) {
   if (*hi > count) *hi = count;
 }
 
-static int cpu_bf_threads(tt_backend *b, size_t work) { return work > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1; }
 
 #ifdef _OPENMP
 #define CPU_BF_SHARE(count, lo, hi) cpu_bf_share((count), omp_get_thread_num(), omp_get_num_threads(), (lo), (hi))
@@ -85,7 +84,7 @@ int tt_cpu_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, t
   if ((!to_bf && !from_bf) || !count || !src || !dst || src == dst) /* the reference checks and says why */
     return tt_ref_cast(b, count, src_dt, src, dst_dt, dst);
   {
-    int nt = cpu_bf_threads(b, count);
+    int nt = tt_cpu_threads_for(b, count);
     (void)nt;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
@@ -141,7 +140,7 @@ static int cpu_bf_dropout_params(tt_backend *b, const char *op, float p, uint32_
 /* out = beta*out + dropout(in) over count elements of dt (fp32 or bf16); forward passes beta 0 */
 static void cpu_bf_dropout_run(tt_backend *b, size_t count, tt_dtype dt, uint64_t seed, uint32_t thr, float scale,
                                int all_drop, const void *in, void *out, float beta) {
-  int nt = cpu_bf_threads(b, count);
+  int nt = tt_cpu_threads_for(b, count);
   (void)nt;
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
@@ -231,7 +230,7 @@ int tt_cpu_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
   if ((dt != TT_F32 && dt != TT_BF16) || n <= 0 || c <= 0 || hw <= 0 || !x || !y)
     return tt_ref_gap_fwd(b, n, c, hw, dt, x, y); /* the reference checks and says why */
   nblk = (ptrdiff_t)((npl + CPU_BF_GAP_PLANES - 1) / CPU_BF_GAP_PLANES);
-  nt = cpu_bf_threads(b, npl * (size_t)hw);
+  nt = tt_cpu_threads_for(b, npl * (size_t)hw);
   (void)nt;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (blk = 0; blk < nblk; blk++) {
@@ -266,7 +265,7 @@ int tt_cpu_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
   int nt;
   if ((dt != TT_F32 && dt != TT_BF16) || n <= 0 || c <= 0 || hw <= 0 || !dy || !dx)
     return tt_ref_gap_bwd(b, n, c, hw, dt, dy, dx, beta);
-  nt = cpu_bf_threads(b, (size_t)npl * (size_t)hw);
+  nt = tt_cpu_threads_for(b, (size_t)npl * (size_t)hw);
   (void)nt;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (pl = 0; pl < npl; pl++) {
@@ -309,7 +308,7 @@ int tt_cpu_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src,
   int nt;
   if ((dt != TT_F32 && dt != TT_BF16) || n <= 0 || c <= 0 || hw <= 0 || !src || !mean || !std || !dst)
     return tt_ref_normalize_u8(b, n, c, hw, src, mean, std, dt, dst);
-  nt = cpu_bf_threads(b, (size_t)npl * (size_t)hw);
+  nt = tt_cpu_threads_for(b, (size_t)npl * (size_t)hw);
   (void)nt;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (pl = 0; pl < npl; pl++) {
@@ -368,7 +367,7 @@ int tt_cpu_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const vo
   int nt;
   if ((dt != TT_F32 && dt != TT_BF16) || (a != TT_ACT_RELU && a != TT_ACT_RELU6) || !count || !y || !mask)
     return tt_ref_act_mask(b, a, count, dt, y, mask); /* the reference checks and says why */
-  nt = cpu_bf_threads(b, count);
+  nt = tt_cpu_threads_for(b, count);
   (void)nt;
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
@@ -394,7 +393,7 @@ int tt_cpu_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, cons
   if ((dt != TT_F32 && dt != TT_BF16) || (a != TT_ACT_RELU && a != TT_ACT_RELU6) || !count || !mask || !dy || !dx ||
       (dx == dy && beta != 0.0f))
     return tt_ref_act_bwd_mask(b, a, count, dt, mask, dy, dx, beta);
-  nt = cpu_bf_threads(b, count);
+  nt = tt_cpu_threads_for(b, count);
   (void)nt;
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
@@ -549,7 +548,7 @@ int tt_cpu_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const 
       d->q != (d->w + 2 * d->pad_w - d->kw) / d->stride_w + 1 || d->layout != TT_LAYOUT_NCHW)
     return tt_ref_pool_argmax(b, d, dt, x, idx); /* the reference checks and says why (NHWC: its loops walk c apart) */
   npl = (ptrdiff_t)d->n * d->c;
-  nt = cpu_bf_threads(b, (size_t)npl * (size_t)d->h * (size_t)d->w);
+  nt = tt_cpu_threads_for(b, (size_t)npl * (size_t)d->h * (size_t)d->w);
   (void)nt;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (pl = 0; pl < npl; pl++) {
@@ -604,7 +603,7 @@ int tt_cpu_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const
   cpu_bf_pool_table(d->h, d->kh, d->stride_h, d->pad_h, d->p, rwin, roff);
   cpu_bf_pool_table(d->w, d->kw, d->stride_w, d->pad_w, d->q, cwin, coff);
   npl = (ptrdiff_t)d->n * d->c;
-  nt = cpu_bf_threads(b, (size_t)npl * (size_t)d->h * (size_t)d->w);
+  nt = tt_cpu_threads_for(b, (size_t)npl * (size_t)d->h * (size_t)d->w);
   (void)nt;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (pl = 0; pl < npl; pl++) {
@@ -660,7 +659,7 @@ static CPU_BF_CLONES int cpu_bf_any_nonfinite16(const uint16_t *u, size_t n) {
 int tt_cpu_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag) {
   int bad = 0, nt;
   if ((dt != TT_F32 && dt != TT_BF16) || !count || !x || !flag) return tt_ref_check_finite(b, count, dt, x, flag);
-  nt = cpu_bf_threads(b, count);
+  nt = tt_cpu_threads_for(b, count);
   (void)nt;
 #pragma omp parallel num_threads(nt) if (nt > 1) reduction(| : bad)
   {

@@ -337,8 +337,6 @@ static void cpu_conv_op(tt_op_desc *op, tt_op_kind kind, const tt_conv_desc *d, 
  * this 2-core AMX machine the three stride-2 downsample convolutions took 40, 31 and 27 ms a
  * backward (164 to 245 GFLOP/s) where the stride-1 1x1 matmuls reach about 600.
  * TINYTRAIN_CONV_MATMUL=0 turns it off with the rest. */
-static int cpu_conv_threads(tt_backend *b, size_t work) { return work > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1; }
-
 static int cpu_conv_strided_mm(tt_backend *b, const tt_op_desc *op, tt_conv_desc *inner) {
   const tt_conv_desc *d = &op->u.conv;
   if (!tt_cpu_st(b)->conv_matmul || (op->kind != TT_OP_CONV_BWD_DATA && op->kind != TT_OP_CONV_BWD_FILTER) ||
@@ -407,7 +405,7 @@ static int cpu_conv_strided_run(tt_backend *b, const tt_op_desc *op, const tt_co
     int nt;
     id.n = d->n - n0 < nb ? d->n - n0 : nb;
     rows = (ptrdiff_t)id.n * d->h; /* input rows (sample, i) of this chunk */
-    nt = cpu_conv_threads(b, (size_t)id.n * xs);
+    nt = tt_cpu_threads_for(b, (size_t)id.n * xs);
     (void)nt;
     if (op->kind == TT_OP_CONV_BWD_FILTER) {
       /* gather: sampled pixel (s, i, j) of x into [s, i, j] of the buffer, c channels each */

@@ -134,6 +134,12 @@ typedef struct tt_cpu_state {
 
 static inline tt_cpu_state *tt_cpu_st(tt_backend *b) { return (tt_cpu_state *)b->impl; }
 
+/* Threads for one of our own loops over `work` elements: the backend's, or 1 below
+ * TT_REF_PAR_MIN (a parallel region costs more than it saves there). */
+static inline int tt_cpu_threads_for(tt_backend *b, size_t work) {
+  return work > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
+}
+
 /* Sets oneDNN's (OpenMP's) thread count to the backend's. */
 void tt_cpu_enter(tt_backend *b);
 /* Checks a oneDNN status: 0, or -1 with "<what>: <call> failed: <status>" recorded. */

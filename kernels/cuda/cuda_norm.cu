@@ -414,9 +414,6 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_infer_flat_k(si
     cuda_bni_body<8>(total_v, hw, c, dt, x, gamma, bias, rmean, rvar, eps, given, y, sp);
 }
 
-/* The flat form's launch when it applies (returns 1 launched, 0 not, -1 failed): hw not a
- * multiple of 16 bytes but at least CUDA_BNI_MINHW, the tensor whole 16-byte vectors, x and y
- * 16-byte aligned. given: rvar holds 1/std (bn_apply), else the running variance. */
 /* The flat forms' grid (0: they do not apply): hw not whole 16-byte vectors (g.v, from the same
  * pointers) but at least CUDA_BNI_MINHW, the tensor whole 16-byte vectors, every pointer 16-byte
  * aligned. Shared by the normalisation and bn_bwd's dx (cuda_bn_dx_flat_k). */
@@ -430,6 +427,8 @@ static size_t cuda_bn_flat_blocks(const cuda_bn_geom &g, int n, int c, int hw, t
   return blocks;
 }
 
+/* The flat form's launch when it applies (returns 1 launched, 0 not, -1 failed: where
+ * cuda_bn_flat_blocks says). given: rvar holds 1/std (bn_apply), else the running variance. */
 static int cuda_bn_flat(tt_backend *b, const char *op, const cuda_bn_geom &g, int n, int c, int hw, tt_dtype dt, const void *x,
                         const float *gamma, const float *bias, const float *rmean, const float *rvar, float eps, int given,
                         void *y) {
