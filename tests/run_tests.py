@@ -1,22 +1,38 @@
 #!/usr/bin/env python3
 """Runs every test binary given on the command line (and optional shell test scripts),
 echoes their PASS/FAIL/SKIP lines, and ends with 'N passed, N failed, N skipped'."""
+import os
+import signal
 import subprocess
 import sys
 import time
+
+# Seconds one test binary may run: well above the slowest (test_cuda_emu: 46 s on 2 cores,
+# several times that under the sanitizers), so that only a hang reaches it.
+TIMEOUT_S = int(os.environ.get("TT_TEST_TIMEOUT", "600"))
 
 
 def main():
     passed = failed = skipped = 0
     for cmd in sys.argv[1:]:
         t0 = time.time()
+        # Each test runs in its own process group, so that a timeout kills it and anything it
+        # forked: a child left holding the output pipe would otherwise keep communicate()
+        # waiting, and a hung test would hang the whole run.
+        proc = subprocess.Popen(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         try:
-            proc = subprocess.run(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  timeout=600)
-            out = proc.stdout.decode("utf-8", "replace")
+            raw, _ = proc.communicate(timeout=TIMEOUT_S)
             rc = proc.returncode
         except subprocess.TimeoutExpired:
-            out, rc = "", 124
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            raw, _ = proc.communicate()
+            rc = 124
+            raw += ("\n(killed after %d s: the test did not finish)\n" % TIMEOUT_S).encode()
+        out = raw.decode("utf-8", "replace")
         counted = 0
         for line in out.splitlines():
             if line.startswith("PASS "):

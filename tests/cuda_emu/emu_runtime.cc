@@ -617,7 +617,10 @@ static void emu_segv(int sig, siginfo_t *si, void *ctx) {
 }
 
 static void emu_install_handler(void) {
-  static char altstack[64 * 1024];
+  /* 1 MiB: backtrace() in the handler unwinds on this stack, and with 64 KiB the child of
+   * cuda_emu_memory_streams died of a plain SIGSEGV after the message about 1 run in 20 (a fault
+   * the kernel could not deliver: no alternate stack left), none in 500 runs with 1 MiB. */
+  static char altstack[1024 * 1024];
   stack_t ss;
   struct sigaction sa;
   ss.ss_sp = altstack, ss.ss_size = sizeof altstack, ss.ss_flags = 0;
@@ -628,5 +631,12 @@ static void emu_install_handler(void) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGSEGV, &sa, &emu_old_segv);
   sigaction(SIGBUS, &sa, &emu_old_bus);
+  /* backtrace() loads libgcc's unwinder on its first call, under the dynamic loader's lock; in
+   * the handler, that first call could come in a child forked while another thread held the lock
+   * (copied held, released by nobody), and hang. One call here, before any fork, loads it. */
+  {
+    void *bt[2];
+    (void)backtrace(bt, 2);
+  }
 }
 
