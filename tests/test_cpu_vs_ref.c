@@ -272,26 +272,45 @@ static void test_conv(tt_backend *chunked) {
     conv1x1_nhwc_case(C, "conv_1x1_s2_c64_nhwc_bwd", mkconv(3, 64, 6, 6, 128, 1, 1, 2, 2, 0, 0, 1), TT_BF16, bf);
     conv1x1_nhwc_case(C, "conv_1x1_s2_p1_nhwc_bwd", mkconv(2, 16, 8, 8, 32, 1, 1, 2, 2, 1, 1, 1), TT_BF16, 0);
     conv1x1_nhwc_case(C, "conv_1x1_s2_nhwc_bwd", mkconv(2, 16, 8, 8, 32, 1, 1, 2, 2, 0, 0, 1), TT_F32, 0);
-    /* not 1x1 unpadded: convolutions; bf16 backward weights with 256 input channels or a
-     * stride computed in fp32 (cpu_conv_bwdw_f32), with 64 channels and stride 1 in bf16 */
+    /* not 1x1 unpadded: convolutions. bf16 backward weights with 256 input channels or a stride
+     * computed in fp32 (cpu_conv_bwdw_f32) on an AMX CPU, in bf16 elsewhere, and with 64 channels
+     * at stride 1 in bf16 everywhere: the default backend (C) checked against that rule, and one
+     * made with TINYTRAIN_CONV_BWDW=f32 (the fp32 route on any CPU) against the reference too */
     static const struct { const char *name; int c, k, r, sh, pad, f32; } fc[] = {
         {"conv_3x3_c256_nhwc_bwd", 256, 32, 3, 1, 1, 1},
         {"conv_3x3_s2_c64_nhwc_bwd", 64, 32, 3, 2, 1, 1},
         {"conv_3x3_c64_nhwc_bwd", 64, 32, 3, 1, 1, 0},
     };
-    for (size_t i = 0; i < sizeof fc / sizeof fc[0]; i++) {
-      tt_conv_desc d = mkconv(3, fc[i].c, 6, 6, fc[i].k, fc[i].r, fc[i].r, fc[i].sh, fc[i].sh, fc[i].pad, fc[i].pad, 1);
-      conv1x1_nhwc_case(C, fc[i].name, d, TT_BF16, 0);
-      char tn[160];
-      snprintf(tn, sizeof tn, "cpu_vs_ref:%s_bf16_computes_in_%s", fc[i].name, fc[i].f32 && bf ? "fp32" : "bf16");
-      TT_TEST_BEGIN(tn);
-      d.layout_x = d.layout_y = TT_LAYOUT_NHWC;
-      tt_op_desc op = conv_op(TT_OP_CONV_BWD_FILTER, &d, TT_BF16, 0, 0);
-      const tt_cpu_call *c = tt_cpu_get(C, &op);
-      TT_CHECK(c && (strstr(c->what, "computed in fp32") != NULL) == (fc[i].f32 && bf), "%s: '%s'", fc[i].name,
-               c ? c->what : C->last_error(C));
-      TT_TEST_END();
+    unsigned amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
+    int on_amx = ((unsigned)dnnl_get_effective_cpu_isa() & amx) == amx;
+    setenv("TINYTRAIN_CONV_BWDW", "f32", 1);
+    tt_backend *f32b = tt_cpu_backend_create(2);
+    unsetenv("TINYTRAIN_CONV_BWDW");
+    for (int forced = 0; forced < 2; forced++) {
+      tt_backend *cb = forced ? f32b : C;
+      if (!cb) {
+        TT_TEST_BEGIN("cpu_vs_ref:conv_bwdw_f32_backend");
+        TT_CHECK(0, "could not create a oneDNN backend with TINYTRAIN_CONV_BWDW=f32");
+        TT_TEST_END();
+        continue;
+      }
+      for (size_t i = 0; i < sizeof fc / sizeof fc[0]; i++) {
+        tt_conv_desc d = mkconv(3, fc[i].c, 6, 6, fc[i].k, fc[i].r, fc[i].r, fc[i].sh, fc[i].sh, fc[i].pad, fc[i].pad, 1);
+        int want = fc[i].f32 && bf && (forced || on_amx);
+        char cn[120], tn[160];
+        snprintf(cn, sizeof cn, "%s%s", fc[i].name, forced ? "_bwdw_f32" : "");
+        conv1x1_nhwc_case(cb, cn, d, TT_BF16, 0);
+        snprintf(tn, sizeof tn, "cpu_vs_ref:%s_bf16_computes_in_%s", cn, want ? "fp32" : "bf16");
+        TT_TEST_BEGIN(tn);
+        d.layout_x = d.layout_y = TT_LAYOUT_NHWC;
+        tt_op_desc op = conv_op(TT_OP_CONV_BWD_FILTER, &d, TT_BF16, 0, 0);
+        const tt_cpu_call *c = tt_cpu_get(cb, &op);
+        TT_CHECK(c && (strstr(c->what, "computed in fp32") != NULL) == want, "%s: '%s'", cn,
+                 c ? c->what : cb->last_error(cb));
+        TT_TEST_END();
+      }
     }
+    if (f32b) f32b->destroy(f32b);
     if (chunked) {
       tt_conv_desc d = mkconv(5, 64, 12, 12, 32, 1, 1, 1, 1, 0, 0, 1);
       conv1x1_nhwc_case(chunked, "conv_1x1_nhwc_bwd_chunked", d, TT_BF16, bf);

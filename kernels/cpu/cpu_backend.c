@@ -126,6 +126,15 @@ tt_backend *tt_cpu_backend_create(int threads) {
     const char *env = getenv("TINYTRAIN_CONV_MATMUL");
     st->conv_matmul = !(env && !strcmp(env, "0"));
   }
+  { /* the larger bf16 backward-weights convolutions in fp32 only where oneDNN's bf16 kernel for
+     * them is the AMX one (cpu_conv.c's cpu_conv_bwdw_f32 says why); TINYTRAIN_CONV_BWDW=f32 or
+     * bf16 chooses, to measure */
+    const char *env = getenv("TINYTRAIN_CONV_BWDW");
+    unsigned amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
+    st->bwdw_f32 = ((unsigned)dnnl_get_effective_cpu_isa() & amx) == amx;
+    if (env && !strcmp(env, "f32")) st->bwdw_f32 = 1;
+    if (env && !strcmp(env, "bf16")) st->bwdw_f32 = 0;
+  }
   *b = cpu_be_table;
   b->impl = st;
   /* NHWC (activations channels-last between convolutions, cpu_conv.c) unless the environment

@@ -207,10 +207,15 @@ static int cpu_conv_mm(tt_backend *b, const tt_op_desc *op) {
  * 1024->2048 14x14 252 against 67, 256->512 56x56 88 against 84; but 3x3 64->64 56x56 40
  * against 80 and 128->128 28x28 28 against 76, so smaller stride-1 layers stay bf16, as do the
  * stem (3 channels), grouped convolutions and the 1x1 stride-1 ones (matmuls: cpu_conv_mm).
- * TINYTRAIN_CONV_MATMUL=0 turns this off too. */
+ * Only on AMX (tt_cpu_state.bwdw_f32): on a CPU with AVX512_BF16 and no AMX (2-core AMD EPYC,
+ * oneDNN 2.6's jit_bf16:avx512_core_bf16) the bf16 kernel is the faster one: ResNet-50 batch 16
+ * bf16 steps 1205 against 1357 ms (bench_step, medians of 3 alternating processes), the small
+ * ResNet's stride-2 3x3 64->128 backward weights 3.9 against 4.6 ms before the widening.
+ * TINYTRAIN_CONV_MATMUL=0 turns this off too; TINYTRAIN_CONV_BWDW=f32 or bf16 chooses. */
 static int cpu_conv_bwdw_f32(tt_backend *b, const tt_op_desc *op) {
   const tt_conv_desc *d = &op->u.conv;
-  return tt_cpu_st(b)->conv_matmul && op->kind == TT_OP_CONV_BWD_FILTER && tt_cpu_compute_type(op->dt) == dnnl_bf16 &&
+  return tt_cpu_st(b)->conv_matmul && tt_cpu_st(b)->bwdw_f32 && op->kind == TT_OP_CONV_BWD_FILTER &&
+         tt_cpu_compute_type(op->dt) == dnnl_bf16 &&
          !cpu_conv_mm(b, op) && d->groups == 1 && d->c >= 64 && (d->c >= 256 || d->stride_h > 1 || d->stride_w > 1);
 }
 

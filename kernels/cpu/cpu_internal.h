@@ -130,6 +130,7 @@ typedef struct tt_cpu_state {
   size_t chunk_bytes;  /* TT_CPU_CHUNK_BYTES, or TINYTRAIN_CPU_CHUNK_BYTES from the environment (tests) */
   int conv_matmul;     /* backward 1x1 bf16 NHWC convolutions as matmuls, and the larger bf16 backward-weights
                         * ones in fp32 (cpu_conv.c's cpu_conv_mm, cpu_conv_bwdw_f32); TINYTRAIN_CONV_MATMUL=0: 0 */
+  int bwdw_f32;         /* the larger bf16 backward-weights convolutions in fp32 (cpu_conv_bwdw_f32): on AMX only */
 } tt_cpu_state;
 
 static inline tt_cpu_state *tt_cpu_st(tt_backend *b) { return (tt_cpu_state *)b->impl; }
