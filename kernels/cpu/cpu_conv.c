@@ -210,7 +210,11 @@ static int cpu_conv_mm(tt_backend *b, const tt_op_desc *op) {
  * Only on AMX (tt_cpu_state.bwdw_f32): on a CPU with AVX512_BF16 and no AMX (2-core AMD EPYC,
  * oneDNN 2.6's jit_bf16:avx512_core_bf16) the bf16 kernel is the faster one: ResNet-50 batch 16
  * bf16 steps 1205 against 1357 ms (bench_step, medians of 3 alternating processes), the small
- * ResNet's stride-2 3x3 64->128 backward weights 3.9 against 4.6 ms before the widening.
+ * ResNet's stride-2 3x3 64->128 backward weights 3.9 against 4.6 ms before the widening. A
+ * second AMX machine measured the opposite of the first as well (bf16 faster on five ResNet-50
+ * shapes at batch 16, scratch program: 3x3 256->256 14x14 10.4 against 18.9 ms, stride-2
+ * 128->128 56x56 6.5 against 20 to 25); with one AMX machine each way, AMX keeps the route the
+ * rule was built on.
  * TINYTRAIN_CONV_MATMUL=0 turns this off too; TINYTRAIN_CONV_BWDW=f32 or bf16 chooses. */
 static int cpu_conv_bwdw_f32(tt_backend *b, const tt_op_desc *op) {
   const tt_conv_desc *d = &op->u.conv;
