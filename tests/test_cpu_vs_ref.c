@@ -281,8 +281,7 @@ static void test_conv(tt_backend *chunked) {
         {"conv_3x3_s2_c64_nhwc_bwd", 64, 32, 3, 2, 1, 1},
         {"conv_3x3_c64_nhwc_bwd", 64, 32, 3, 1, 1, 0},
     };
-    unsigned amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
-    int on_amx = ((unsigned)dnnl_get_effective_cpu_isa() & amx) == amx;
+    int on_amx = tt_cpu_isa_amx();
     setenv("TINYTRAIN_CONV_BWDW", "f32", 1);
     tt_backend *f32b = tt_cpu_backend_create(2);
     unsetenv("TINYTRAIN_CONV_BWDW");

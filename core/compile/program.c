@@ -133,11 +133,12 @@ static size_t program_sweep(const tt_program *p, int grads_apart, int *step, siz
   if (!delta) return SIZE_MAX;
   for (int i = 0; i < p->nbufs; i++) {
     const tt_buf *b = &p->bufs[i];
-    size_t sz = program_live_span(p, b, &f, &l);
+    size_t sz;
     if (grads_apart && !b->persistent && b->cls == TT_BC_GRADS) {
       *grads += (b->bytes + p->align - 1) / p->align * p->align;
       continue;
     }
+    sz = program_live_span(p, b, &f, &l);
     if (!sz || f > l) continue;
     delta[f] += sz;
     delta[l + 1] -= sz;

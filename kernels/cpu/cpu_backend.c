@@ -130,10 +130,8 @@ tt_backend *tt_cpu_backend_create(int threads) {
      * them is the AMX one (cpu_conv.c's cpu_conv_bwdw_f32 says why); TINYTRAIN_CONV_BWDW=f32 or
      * bf16 chooses, to measure */
     const char *env = getenv("TINYTRAIN_CONV_BWDW");
-    unsigned amx = (unsigned)dnnl_cpu_isa_avx512_core_amx;
-    st->bwdw_f32 = ((unsigned)dnnl_get_effective_cpu_isa() & amx) == amx;
-    if (env && !strcmp(env, "f32")) st->bwdw_f32 = 1;
-    if (env && !strcmp(env, "bf16")) st->bwdw_f32 = 0;
+    st->bwdw_f32 = env && !strcmp(env, "f32") ? 1 : env && !strcmp(env, "bf16") ? 0 : tt_cpu_isa_amx();
+    if (!st->conv_matmul) st->bwdw_f32 = 0; /* TINYTRAIN_CONV_MATMUL=0 keeps every convolution bf16 */
   }
   *b = cpu_be_table;
   b->impl = st;

@@ -70,7 +70,6 @@ static void cpu_bf_share(size_t count, int t, int nt, size_t *lo, size_t *hi) {
   if (*hi > count) *hi = count;
 }
 
-
 #ifdef _OPENMP
 #define CPU_BF_SHARE(count, lo, hi) cpu_bf_share((count), omp_get_thread_num(), omp_get_num_threads(), (lo), (hi))
 #else

@@ -218,7 +218,7 @@ static int cpu_conv_mm(tt_backend *b, const tt_op_desc *op) {
  * TINYTRAIN_CONV_MATMUL=0 turns this off too; TINYTRAIN_CONV_BWDW=f32 or bf16 chooses. */
 static int cpu_conv_bwdw_f32(tt_backend *b, const tt_op_desc *op) {
   const tt_conv_desc *d = &op->u.conv;
-  return tt_cpu_st(b)->conv_matmul && tt_cpu_st(b)->bwdw_f32 && op->kind == TT_OP_CONV_BWD_FILTER &&
+  return tt_cpu_st(b)->bwdw_f32 && op->kind == TT_OP_CONV_BWD_FILTER &&
          tt_cpu_compute_type(op->dt) == dnnl_bf16 &&
          !cpu_conv_mm(b, op) && d->groups == 1 && d->c >= 64 && (d->c >= 256 || d->stride_h > 1 || d->stride_w > 1);
 }

@@ -128,9 +128,10 @@ typedef struct tt_cpu_state {
   tt_cpu_size *sizes;  /* op_workspace answers, the same way (the scheduler asks for many shapes) */
   int nsizes, cap_sizes;
   size_t chunk_bytes;  /* TT_CPU_CHUNK_BYTES, or TINYTRAIN_CPU_CHUNK_BYTES from the environment (tests) */
-  int conv_matmul;     /* backward 1x1 bf16 NHWC convolutions as matmuls, and the larger bf16 backward-weights
-                        * ones in fp32 (cpu_conv.c's cpu_conv_mm, cpu_conv_bwdw_f32); TINYTRAIN_CONV_MATMUL=0: 0 */
-  int bwdw_f32;         /* the larger bf16 backward-weights convolutions in fp32 (cpu_conv_bwdw_f32): on AMX only */
+  int conv_matmul;     /* backward 1x1 bf16 NHWC convolutions as matmuls (cpu_conv.c's cpu_conv_mm,
+                        * cpu_conv_strided_mm); TINYTRAIN_CONV_MATMUL=0: 0, and bwdw_f32 0 with it */
+  int bwdw_f32;        /* the larger bf16 backward-weights convolutions in fp32 (cpu_conv_bwdw_f32): on AMX
+                        * unless TINYTRAIN_CONV_BWDW says otherwise */
 } tt_cpu_state;
 
 static inline tt_cpu_state *tt_cpu_st(tt_backend *b) { return (tt_cpu_state *)b->impl; }
@@ -140,6 +141,9 @@ static inline tt_cpu_state *tt_cpu_st(tt_backend *b) { return (tt_cpu_state *)b-
 static inline int tt_cpu_threads_for(tt_backend *b, size_t work) {
   return work > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
 }
+
+/* Whether oneDNN's effective ISA (ONEDNN_MAX_CPU_ISA honoured) includes AMX (cpu_dnnl.c). */
+int tt_cpu_isa_amx(void);
 
 /* Sets oneDNN's (OpenMP's) thread count to the backend's. */
 void tt_cpu_enter(tt_backend *b);
