@@ -446,6 +446,27 @@ struct tt_backend {
    * here takes it in the same ops as one listed in `layouts` (conv and pool descs; batch norm,
    * channel_copy and save_compress/restore on [n*h*w, c, 1]), in the 16-bit dtypes at least. */
   unsigned layouts_16bit;
+
+  /* ---- batch norm and ReLU as one call (optional, last, so positional tables that end before
+   * them leave them NULL: the executor then runs the two ops apart) ----
+   * For a batch norm whose output goes only through a ReLU (an in-place one in the forward).
+   * bn_fwd_train_relu: bn_fwd_train's arguments; y = relu(batch norm of x), bit for bit what
+   * bn_fwd_train then act_fwd(TT_ACT_RELU) on y in place write (NaN kept, negatives and -0 as +0),
+   * statistics and running statistics as bn_fwd_train; the same workspace.
+   * bn_bwd_relu: bn_bwd's arguments and the forward's bias (fp32 [c]); dy is the gradient of the
+   * ReLU's output, and the ReLU's backward is folded in: where batch norm's output for x (from
+   * save_mean, save_invstd, gamma and bias, computed as the forward computed it, then rounded to
+   * dt) is not > 0 dy counts as 0, so dx, dgamma and dbias are bit for bit those of
+   * act_bwd(TT_ACT_RELU, y, dy) with beta 0 then bn_bwd; the same workspace as bn_bwd.
+   * Added for issue 22: the ReLU's passes over the activation (read y and write it forward;
+   * read y and dy and write dx backward) disappear, and the backward reads no y at all. */
+  int (*bn_fwd_train_relu)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                           const float *bias, void *y, float *running_mean, float *running_var, float momentum,
+                           float eps, float *save_mean, float *save_invstd, int update_running, void *ws,
+                           size_t ws_bytes);
+  int (*bn_bwd_relu)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
+                     const float *gamma, const float *bias, const float *save_mean, const float *save_invstd, void *dx,
+                     float *dgamma, float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
 };
 
 

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/runtime/exec.h"
 #include "core/compile/recipe.h"
@@ -789,6 +790,84 @@ static void test_batchnorm(void) {
 #undef WS
     }
   }
+  TT_TEST_END();
+}
+
+/* Batch norm and ReLU as one call (backend.h bn_fwd_train_relu, bn_bwd_relu) on the device, bit
+ * for bit the two calls they stand for on the same device: bn_fwd_train then act_fwd(RELU) in
+ * place; act_bwd(RELU) then bn_bwd. The shapes of cuda_batchnorm (per-channel kernels with 16-,
+ * 8- and 2-byte vectors, several blocks a channel, the rows form for hw == 1, the flat form at
+ * 49) and hw 9 (1-element vectors); beta_dx 0 and 1; and gamma 1e-8, where many outputs are
+ * tiny enough to round to +0 or -0 in fp16 (the ReLU's backward then passes nothing: the fused
+ * backward must round before it tests). */
+static void test_bn_relu_fused(void) {
+  int shapes[6][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}, {16, 3, 1100}, {2, 3, 4099}, {4, 6, 9}};
+  TT_TEST_BEGIN("cuda_bn_relu_fused");
+  TT_CHECK(gpu->bn_fwd_train_relu && gpu->bn_bwd_relu, "the CUDA backend's table lists no fused batch norm + ReLU");
+  if (!gpu->bn_fwd_train_relu || !gpu->bn_bwd_relu) {
+    TT_TEST_END();
+    return;
+  }
+  for (int di = 0; di < 3; di++)
+    for (int s = 0; s < 6; s++)
+      for (int tiny = 0; tiny < 2; tiny++) {
+        tt_dtype dt = test_dts[di];
+        int N = shapes[s][0], C = shapes[s][1], HW = shapes[s][2], zeros = 0;
+        size_t cnt = (size_t)N * C * HW, nb = cnt * tt_dtype_size(dt), wsb, fb = (size_t)C * sizeof(float);
+        tt_op_desc od;
+        void *ws, *y1, *y2, *t, *dx1, *dx2;
+        float *st; /* 12 per-channel vectors: rm, rv, sm, si, dg, db for the two forms */
+        unsigned char *h1 = (unsigned char *)malloc(nb), *h2 = (unsigned char *)malloc(nb);
+        goff = 0;
+        memset(&od, 0, sizeof od);
+        od.kind = TT_OP_BN_BWD, od.dt = dt, od.u.bn.n = N, od.u.bn.c = C, od.u.bn.hw = HW, od.u.bn.eps = 1e-5f;
+        wsb = gpu->op_workspace(gpu, &od);
+        ws = test_galloc(wsb ? wsb : 1);
+        tt2 x = mk(cnt, dt, -2, 3), dy = mk(cnt, dt, -1, 1), dx0 = mk(cnt, dt, -1, 1);
+        tt2 g = mk(C, TT_F32, tiny ? 1e-8f : 0.5f, tiny ? 1e-8f : 1.5f), bb = mk(C, TT_F32, tiny ? 0.0f : -1.0f, tiny ? 0.0f : 1.0f);
+        tt2 stat = mk(6 * (size_t)C, TT_F32, 0.5f, 1.0f);
+        y1 = test_galloc(nb), y2 = test_galloc(nb), t = test_galloc(nb), dx1 = test_galloc(nb), dx2 = test_galloc(nb);
+        st = (float *)test_galloc(12 * fb);
+        int ok = h1 && h2 && !gpu->upload(gpu, st, stat.c, 6 * fb) && !gpu->upload(gpu, st + 6 * C, stat.c, 6 * fb);
+        ok = ok && !gpu->bn_fwd_train(gpu, N, C, HW, dt, x.g, (const float *)g.g, (const float *)bb.g, y1, st, st + C, 0.1f,
+                                      1e-5f, st + 2 * C, st + 3 * C, 1, ws, wsb) &&
+             !gpu->act_fwd(gpu, TT_ACT_RELU, cnt, dt, y1, y1) &&
+             !gpu->bn_fwd_train_relu(gpu, N, C, HW, dt, x.g, (const float *)g.g, (const float *)bb.g, y2, st + 6 * C,
+                                     st + 7 * C, 0.1f, 1e-5f, st + 8 * C, st + 9 * C, 1, ws, wsb);
+        TT_CHECK(ok, "fused bn %s %dx%dx%d forward: %s", test_dt_name(dt), N, C, HW, gpu->last_error(gpu));
+        if (ok) {
+          TT_CHECK(!gpu->download(gpu, h1, y1, nb) && !gpu->download(gpu, h2, y2, nb) && !memcmp(h1, h2, nb),
+                   "bn_fwd_train_relu %s %dx%dx%d%s: y differs from bn_fwd_train then act_fwd(RELU)", test_dt_name(dt), N, C,
+                   HW, tiny ? " (gamma 1e-8)" : "");
+          for (size_t i = 0; i < cnt; i++) zeros += test_get(h1, dt, i) == 0.0f;
+          TT_CHECK(!gpu->download(gpu, h1, st, 4 * fb) && !gpu->download(gpu, h2, st + 6 * C, 4 * fb) &&
+                       !memcmp(h1, h2, 4 * fb),
+                   "bn_fwd_train_relu %s %dx%dx%d: statistics differ from bn_fwd_train's", test_dt_name(dt), N, C, HW);
+        }
+        for (int beta = 0; beta < 2 && ok; beta++) {
+          ok = !gpu->download(gpu, h1, dx0.g, nb) && !gpu->upload(gpu, dx1, h1, nb) && !gpu->upload(gpu, dx2, h1, nb) &&
+               !gpu->upload(gpu, st + 4 * C, stat.c, 2 * fb) && !gpu->upload(gpu, st + 10 * C, stat.c, 2 * fb) &&
+               !gpu->act_bwd(gpu, TT_ACT_RELU, cnt, dt, y1, dy.g, t, 0.0f) &&
+               !gpu->bn_bwd(gpu, N, C, HW, dt, x.g, t, (const float *)g.g, st + 2 * C, st + 3 * C, dx1, st + 4 * C,
+                            st + 5 * C, (float)beta, (float)beta, ws, wsb) &&
+               !gpu->bn_bwd_relu(gpu, N, C, HW, dt, x.g, dy.g, (const float *)g.g, (const float *)bb.g, st + 8 * C,
+                                 st + 9 * C, dx2, st + 10 * C, st + 11 * C, (float)beta, (float)beta, ws, wsb);
+          TT_CHECK(ok, "fused bn %s %dx%dx%d backward: %s", test_dt_name(dt), N, C, HW, gpu->last_error(gpu));
+          if (!ok) break;
+          TT_CHECK(!gpu->download(gpu, h1, dx1, nb) && !gpu->download(gpu, h2, dx2, nb) && !memcmp(h1, h2, nb),
+                   "bn_bwd_relu %s %dx%dx%d%s beta %d: dx differs from act_bwd(RELU) then bn_bwd", test_dt_name(dt), N, C, HW,
+                   tiny ? " (gamma 1e-8)" : "", beta);
+          TT_CHECK(!gpu->download(gpu, h1, st + 4 * C, 2 * fb) && !gpu->download(gpu, h2, st + 10 * C, 2 * fb) &&
+                       !memcmp(h1, h2, 2 * fb),
+                   "bn_bwd_relu %s %dx%dx%d beta %d: dgamma or dbias differ from act_bwd(RELU) then bn_bwd", test_dt_name(dt),
+                   N, C, HW, beta);
+        }
+        /* the ReLU zeroed some outputs and passed others (and gamma 1e-8 in fp16 rounds most to 0) */
+        TT_CHECK((zeros > 0 && (size_t)zeros < cnt) || (tiny && dt == TT_F16 && zeros > 0),
+                 "bn %s %dx%dx%d%s: %d of %zu outputs zero: the inputs do not exercise the ReLU", test_dt_name(dt), N, C, HW,
+                 tiny ? " (gamma 1e-8)" : "", zeros, cnt);
+        free(h1), free(h2), fr(&x), fr(&dy), fr(&dx0), fr(&g), fr(&bb), fr(&stat);
+      }
   TT_TEST_END();
 }
 
@@ -1954,6 +2033,89 @@ static void test_step(tt_dtype dt, const char *name) {
 }
 
 #ifdef TT_CUDA_EMULATION
+/* The executor's batch norm + ReLU pairs (exec.c exec_fuse_table): a net of three batch norms
+ * with `activation = relu` trains on the device bit for bit as with TINYTRAIN_FUSE=0 (2 steps of
+ * SGD at micro-batch 6, fp32 and fp16: loss, every parameter and gradient, running statistics),
+ * and the fused run launches no ReLU kernel of its own where the other launches six a micro-step. */
+static void test_step_bn_relu_fused(void) {
+  static const char *text =
+      "[net]\ninput = 3x8x8\nclasses = 5\n[train]\nbatch = 6\noptimizer = sgd\nlr = 0.1\nmomentum = 0.9\n"
+      "[conv c1]\nfilters = 16\nsize = 3\nbias = false\n[bn b1]\nactivation = relu\n"
+      "[conv c2]\nfilters = 16\nsize = 3\nbias = false\n[bn b2]\nactivation = relu\n[maxpool p1]\nsize = 2\n"
+      "[conv c3]\nfilters = 16\nsize = 3\nbias = false\n[bn b3]\nactivation = relu\n[gap pool]\n[linear fc]\nout = 5\n";
+  char path[] = "/tmp/tt_fuse_XXXXXX";
+  int fd = mkstemp(path);
+  TT_TEST_BEGIN("cuda_step_bn_relu_fused");
+  TT_CHECK(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text), "writing %s", path);
+  if (fd >= 0) close(fd);
+  for (int di = 0; di < 2 && fd >= 0; di++) {
+    tt_dtype dt = di ? TT_F16 : TT_F32;
+    test_net a, b;
+    tt_err err;
+    int rc;
+    size_t act[2][2];
+    cuda_rng = 88172645463325252ull;
+    setenv("TINYTRAIN_FUSE", "0", 1);
+    rc = test_net_open(&a, path, gpu, dt, 6, 1, 0, TT_OPT_SGD, &err);
+    unsetenv("TINYTRAIN_FUSE");
+    TT_CHECK(rc == 0, "unfused: %s", err.msg);
+    int rc2 = test_net_open(&b, path, gpu, dt, 6, 1, 0, TT_OPT_SGD, &err);
+    TT_CHECK(rc2 == 0, "fused: %s", err.msg);
+    if (!rc && !rc2) {
+      const tt_node *in = &a.g.nodes[0];
+      size_t cnt = (size_t)6 * in->c * in->h * in->w;
+      float *input = (float *)malloc(cnt * sizeof(float)), sa[2], sb[2], *ha = NULL, *hb = NULL;
+      int32_t labels[6] = {0, 4, 2, 1, 3, 2};
+      tt_opt_hparams hp;
+      memset(&hp, 0, sizeof hp);
+      hp.kind = TT_OPT_SGD, hp.lr = 0.1f, hp.momentum = 0.9f;
+      for (size_t i = 0; i < cnt; i++) input[i] = test_rand(-2, 2);
+      TT_CHECK(a.x.fuse == NULL && b.x.fuse != NULL, "fusion table: unfused %p, fused %p", (void *)a.x.fuse,
+               (void *)b.x.fuse);
+      for (int step = 0; step < 2; step++) {
+        int ova = 0, ovb = 0;
+        test_net *nets[2] = {&a, &b};
+        for (int k = 0; k < 2; k++) {
+          size_t f0 = tt_emu_kernel_launches("cuda_ew_act_fwd_k"), b0 = tt_emu_kernel_launches("cuda_ew_act_bwd_k");
+          tt_exec_stats(&nets[k]->x, NULL, 1, &err);
+          TT_CHECK(tt_exec_micro_step_f32(&nets[k]->x, input, labels, 0, (uint64_t)step, 1.0f / 6, &err) == 0, "%s step: %s",
+                   k ? "fused" : "unfused", err.msg);
+          TT_CHECK(gpu->sync(gpu) == 0, "%s", gpu->last_error(gpu));
+          act[k][0] = tt_emu_kernel_launches("cuda_ew_act_fwd_k") - f0, act[k][1] = tt_emu_kernel_launches("cuda_ew_act_bwd_k") - b0;
+        }
+        TT_CHECK(act[0][0] == 3 && act[0][1] == 3 && act[1][0] == 0 && act[1][1] == 0,
+                 "ReLU launches forward/backward: unfused %zu/%zu (want 3/3), fused %zu/%zu (want 0/0)", act[0][0], act[0][1],
+                 act[1][0], act[1][1]);
+        tt_exec_stats(&a.x, sa, 1, &err);
+        tt_exec_stats(&b.x, sb, 1, &err);
+        TT_CHECK(!memcmp(sa, sb, sizeof sa), "%s step %d: loss %.9g/%g unfused, %.9g/%g fused", test_dt_name(dt), step,
+                 sa[0], sa[1], sb[0], sb[1]);
+        for (int role = 1; role >= 0; role--) {
+          for (int i = 0; i < a.g.nparams; i++) {
+            const tt_param *pp = &a.g.params[i];
+            if (role == 1 && !pp->trainable) continue;
+            ha = (float *)realloc(ha, pp->numel * sizeof(float)), hb = (float *)realloc(hb, pp->numel * sizeof(float));
+            TT_CHECK(ha && hb && !tt_exec_param_get(&a.x, i, role, ha, &err) && !tt_exec_param_get(&b.x, i, role, hb, &err) &&
+                         !memcmp(ha, hb, pp->numel * sizeof(float)),
+                     "%s step %d: %s%s differs with the fusion", test_dt_name(dt), step, role ? "grad." : "", pp->name);
+          }
+          if (role == 1) {
+            TT_CHECK(tt_exec_update(&a.x, &hp, step + 1, 1.0f, &ova, &err) == 0, "update: %s", err.msg);
+            TT_CHECK(tt_exec_update(&b.x, &hp, step + 1, 1.0f, &ovb, &err) == 0, "update: %s", err.msg);
+          }
+        }
+      }
+      free(ha), free(hb), free(input);
+    }
+    test_net_close(&a);
+    test_net_close(&b);
+  }
+  if (fd >= 0) unlink(path);
+  TT_TEST_END();
+}
+#endif
+
+#ifdef TT_CUDA_EMULATION
 /* A bf16 training program on the CUDA backend under layouts_16bit NHWC (TINYTRAIN_LAYOUT=nhwc)
  * plans NHWC between convolutions and trains as the NCHW program on the same backend and as the
  * reference does: the small CNN (a conv with bias at the layout change, grouped and depthwise
@@ -2532,6 +2694,7 @@ int main(void) {
     test_loss_optim();
     test_sum_squares_clip();
     test_batchnorm();
+    test_bn_relu_fused();
     test_pooling();
     test_bf16_cast();
     test_layernorm();
@@ -2561,6 +2724,7 @@ int main(void) {
   printf("SKIP cuda_cast_multi: counts launches under the emulation (tt_emu_kernel_launches)\n");
 #endif
   test_batchnorm();
+  test_bn_relu_fused();
   test_pooling();
   test_conv();
   test_nhwc_ops();
@@ -2592,6 +2756,7 @@ int main(void) {
   test_step(TT_F16, "cuda_step_fp16");
 #ifdef TT_CUDA_EMULATION
   test_step_bf16_nhwc();
+  test_step_bn_relu_fused();
   test_batch_overlap();
   test_conv_find();
 #else

@@ -61,6 +61,11 @@ static const known_t known[] = {
      * statistics passes still read 98-byte planes 2 bytes at a time there (one channel a block) */
     {"bn_fwd_train", 1.65, 0.80, "two passes over x (statistics, normalisation); per-plane constants at 7x7"},
     {"bn_bwd", 1.8, 0.80, "two passes over x and dy (sums, dx); per-plane constants at 7x7"},
+    /* the same two passes with the ReLU folded in (backend.h bn_fwd_train_relu, bn_bwd_relu): the
+     * pair's minimum is the batch norm's, so the ReLU's own passes (y read and written forward;
+     * y, dy read and dx written backward) are gone from the sum of the rows */
+    {"bn_fwd_train_relu", 1.65, 0.80, "bn_fwd_train's two passes, the ReLU in the second"},
+    {"bn_bwd_relu", 1.8, 0.80, "bn_bwd's two passes, the ReLU's mask recomputed from x in both"},
     /* attention (cuda_transformer.cu) is a matmul-class kernel, outside the elementwise, batch-norm,
      * pooling, loss and optimizer kernels the 1.25x bound is for: flash-style, each query tile
      * streams k and v (and backward's key tiles stream q and dO) once per tile, which keeps the
@@ -174,6 +179,18 @@ int main(void) {
     row("bn_apply", shape, 2.0 * m * es + 16.0 * c);
     gpu->bn_bwd(gpu, n, c, hw, h, x, dy, p, p + 4 * c, p + 5 * c, dx, p + 6 * c, p + 7 * c, 0.0f, 0.0f, ws, wsb);
     row("bn_bwd", shape, 3.0 * m * es + 20.0 * c);
+    /* batch norm + ReLU as one call: the batch norm's minimum (and, backward, the bias: 4 bytes a
+     * channel more), against the two calls' 5 and 8 tensor passes */
+    if (gpu->bn_fwd_train_relu && gpu->bn_bwd_relu) {
+      gpu->bn_fwd_train_relu(gpu, n, c, hw, h, x, p, p + c, y, p + 2 * c, p + 3 * c, 0.1f, 1e-5f, p + 4 * c, p + 5 * c, 1,
+                             ws, wsb);
+      row("bn_fwd_train_relu", shape, 2.0 * m * es + 32.0 * c);
+      gpu->bn_bwd_relu(gpu, n, c, hw, h, x, dy, p, p + c, p + 4 * c, p + 5 * c, dx, p + 6 * c, p + 7 * c, 0.0f, 0.0f, ws,
+                       wsb);
+      row("bn_bwd_relu", shape, 3.0 * m * es + 24.0 * c);
+    } else {
+      TT_CHECK(0, "the CUDA backend's table lists no fused batch norm + ReLU");
+    }
   }
 
   /* ---- element-wise (fp16, layer1's activations): inputs read once, outputs written once ---- */

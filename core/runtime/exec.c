@@ -263,6 +263,98 @@ static int exec_cast_table(tt_exec *x, tt_err *err) {
   return 0;
 }
 
+/* Batch norm followed by ReLU as one backend call (backend.h bn_fwd_train_relu, bn_bwd_relu).
+ * A pair is a ReLU node whose one input is a batch norm node that feeds nothing else, and:
+ *   forward: the training forward's step (one bn_fwd_train call) immediately followed by the
+ *     ReLU's, one act_fwd(RELU) that works in place on the batch norm's y: the batch norm step
+ *     runs bn_fwd_train_relu, and the ReLU step nothing;
+ *   backward: the ReLU's backward step (one act_bwd or act_bwd_mask of RELU, overwriting: beta
+ *     0) immediately followed by the batch norm's (one bn_bwd) whose dy is the ReLU's dx: the
+ *     ReLU step runs nothing, and the batch norm step bn_bwd_relu on the ReLU's dy, with the
+ *     forward's bias (the batch norm's forward step's).
+ * Both fused calls are bit for bit the two calls they replace (backend.h), so results do not
+ * change. Adjacency with beta 0 means nothing else writes or reads the pair's buffers in between,
+ * and the single consumer that the ReLU's gradient is the batch norm's whole dy. The check uses
+ * the planned micro-batch; buffers and steps do not depend on it. Setup only. */
+enum { EXEC_FUSE_NONE = 0, EXEC_FUSE_SKIP, EXEC_FUSE_BN_RELU_FWD, EXEC_FUSE_BN_RELU_BWD };
+typedef struct tt_exec_fuse {
+  int what;     /* EXEC_FUSE_* */
+  int dy, bias; /* EXEC_FUSE_BN_RELU_BWD: the ReLU's dy buffer, the batch norm's bias buffer */
+} tt_exec_fuse;
+
+static int exec_fuse_pair(const tt_graph *g, int relu_node, int bn_node) {
+  const tt_node *r = &g->nodes[relu_node];
+  return relu_node >= 0 && bn_node >= 0 && r->nin == 1 && r->in[0] == bn_node && g->nodes[bn_node].kind == TT_L_BN &&
+         g->nodes[bn_node].nconsumers == 1;
+}
+
+/* Whether buffer w's storage overlaps buffer r's (-1: none); same_ok: not when they are the same
+ * storage exactly. */
+static int exec_fuse_overlap(const tt_exec *x, const tt_program *p, int r, int w, int same_ok) {
+  const unsigned char *r0, *w0;
+  size_t rb, wb;
+  if (r < 0 || w < 0) return 0;
+  r0 = (const unsigned char *)tt_exec_ptr(x, p, r), w0 = (const unsigned char *)tt_exec_ptr(x, p, w);
+  rb = p->bufs[r].bytes, wb = p->bufs[w].bytes;
+  if (same_ok && r0 == w0 && rb == wb) return 0;
+  return r0 < w0 + wb && w0 < r0 + rb;
+}
+
+static int exec_fuse_table(tt_exec *x, tt_err *err) {
+  const tt_program *p = x->train;
+  tt_backend *be = x->be;
+  const char *env = getenv("TINYTRAIN_FUSE");
+  tt_call a[TT_STEP_MAX_CALLS], b[TT_STEP_MAX_CALLS];
+  int found = 0;
+  if (!p || !p->graph || (env && !strcmp(env, "0")) || (!be->bn_fwd_train_relu && !be->bn_bwd_relu)) return 0;
+  x->fuse = (tt_exec_fuse *)tt_calloc((size_t)p->nsteps + 1, sizeof(tt_exec_fuse), "fusion table", err);
+  if (!x->fuse) return -1;
+  for (int i = 0; i + 1 < p->micro_end; i++) {
+    const tt_step *s = &p->steps[i], *t = &p->steps[i + 1];
+    int na, nb, bn;
+    if (s->op != t->op || (s->op != TT_S_FWD && s->op != TT_S_BWD) || x->fuse[i].what != EXEC_FUSE_NONE) continue;
+    if (s->op == TT_S_FWD && (s->kind != TT_L_BN || t->kind != TT_L_RELU || !be->bn_fwd_train_relu)) continue;
+    if (s->op == TT_S_BWD && (s->kind != TT_L_RELU || t->kind != TT_L_BN || !be->bn_bwd_relu)) continue;
+    na = tt_step_calls(p, s, p->policy.micro_batch, a);
+    nb = tt_step_calls(p, t, p->policy.micro_batch, b);
+    if (na != 1 || nb != 1) continue;
+    if (s->op == TT_S_FWD) {
+      if (!exec_fuse_pair(p->graph, t->node, s->node) || a[0].fn != TT_OP_BN_FWD_TRAIN || b[0].fn != TT_OP_ACT_FWD ||
+          b[0].op.u.act.act != TT_ACT_RELU || b[0].in[0] < 0 || a[0].out[0] < 0 ||
+          tt_exec_ptr(x, p, b[0].in[0]) != tt_exec_ptr(x, p, a[0].out[0]) ||
+          tt_exec_ptr(x, p, b[0].out[0]) != tt_exec_ptr(x, p, b[0].in[0]) ||
+          b[0].op.u.act.count != (size_t)a[0].op.u.bn.n * a[0].op.u.bn.c * a[0].op.u.bn.hw)
+        continue;
+      x->fuse[i].what = EXEC_FUSE_BN_RELU_FWD, x->fuse[i + 1].what = EXEC_FUSE_SKIP;
+      found++;
+      continue;
+    }
+    if (!exec_fuse_pair(p->graph, s->node, t->node) || (a[0].fn != TT_OP_ACT_BWD && a[0].fn != TT_CALL_ACT_BWD_MASK) ||
+        a[0].op.u.act.act != TT_ACT_RELU || a[0].beta != 0.0f || a[0].op.accumulate || b[0].fn != TT_OP_BN_BWD ||
+        a[0].out[0] < 0 || b[0].in[1] < 0 || a[0].in[1] < 0 ||
+        tt_exec_ptr(x, p, a[0].out[0]) != tt_exec_ptr(x, p, b[0].in[1]))
+      continue;
+    /* the plan lets the ReLU's dy die at the ReLU's step, which was its last reader: the batch
+     * norm step may write its dx or workspace where dy was. Fused, that step reads dy, so only
+     * where neither overlaps it (or dx is dy's storage exactly: bn_bwd reads each element of dy
+     * before it writes that element of dx, as it does in place) */
+    if (exec_fuse_overlap(x, p, a[0].in[1], b[0].out[0], 1) || exec_fuse_overlap(x, p, a[0].in[1], t->ws, 0)) continue;
+    bn = -1; /* the batch norm's bias: its training forward step's (not a recomputed one's: the same parameter) */
+    for (int k = 0; k < p->micro_end && bn < 0; k++)
+      if (p->steps[k].op == TT_S_FWD && p->steps[k].node == t->node && p->steps[k].in[TT_BN_BETA] >= 0) bn = k;
+    if (bn < 0) continue;
+    x->fuse[i].what = EXEC_FUSE_SKIP;
+    x->fuse[i + 1].what = EXEC_FUSE_BN_RELU_BWD;
+    x->fuse[i + 1].dy = a[0].in[1], x->fuse[i + 1].bias = p->steps[bn].in[TT_BN_BETA];
+    found++;
+  }
+  if (!found) {
+    free(x->fuse);
+    x->fuse = NULL;
+  }
+  return 0;
+}
+
 int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const tt_program *eval, tt_backend *be,
                    uint64_t seed, tt_err *err) {
   memset(x, 0, sizeof *x);
@@ -301,7 +393,7 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
     tt_exec_destroy(x);
     return tt_fail(err, "recording the arena's zeroing on %s failed: %s", be->name, be->last_error(be));
   }
-  if (exec_prepare(x, err) || exec_update_table(x, err) || exec_cast_table(x, err)) {
+  if (exec_prepare(x, err) || exec_update_table(x, err) || exec_cast_table(x, err) || exec_fuse_table(x, err)) {
     tt_exec_destroy(x);
     return -1;
   }
@@ -335,6 +427,8 @@ void tt_exec_destroy(tt_exec *x) {
   x->f16_input = NULL;
   free(x->useg);
   x->useg = NULL, x->nuseg = 0;
+  free(x->fuse);
+  x->fuse = NULL;
   for (int k = 0; k < 2; k++) {
     free(x->cseg[k]);
     free(x->cast_run[k]); /* cast_first[k] lies in the same allocation */
@@ -524,6 +618,30 @@ static int exec_layer(exec_run *r, const tt_step *s, tt_err *err) {
   return 0;
 }
 
+/* A step whose call runs fused with its neighbour's (exec_fuse_table): batch norm and ReLU. */
+static int exec_fused(exec_run *r, const tt_step *s, const tt_exec_fuse *fz, tt_err *err) {
+  tt_backend *be = r->x->be;
+  tt_call calls[TT_STEP_MAX_CALLS];
+  const tt_call *c = &calls[0];
+  const tt_op_desc *o = &c->op;
+  void *in[5], *out[3], *ws = EXEC_P(s->ws);
+  size_t wsb = s->ws >= 0 ? r->p->bufs[s->ws].bytes : 0;
+  float bp = r->micro_index > 0 ? 1.0f : 0.0f;
+  if (tt_step_calls(r->p, s, r->batch, calls) != 1)
+    return tt_fail(err, "internal error: fused step of %s has other than one call", s->name ? s->name : "a layer");
+  for (int k = 0; k < 5; k++) in[k] = EXEC_P(c->in[k]);
+  for (int k = 0; k < 3; k++) out[k] = EXEC_P(c->out[k]);
+  if (fz->what == EXEC_FUSE_BN_RELU_FWD)
+    EXEC_CHECK(be->bn_fwd_train_relu(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, o->dt, in[0], (const float *)in[1],
+                                     (const float *)in[2], out[0], (float *)in[3], (float *)in[4], c->momentum, o->u.bn.eps,
+                                     (float *)out[1], (float *)out[2], c->update_running, ws, wsb));
+  else
+    EXEC_CHECK(be->bn_bwd_relu(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, o->dt, in[0], EXEC_P(fz->dy), (const float *)in[2],
+                               (const float *)EXEC_P(fz->bias), (const float *)in[3], (const float *)in[4], out[0],
+                               (float *)out[1], (float *)out[2], c->beta, bp, ws, wsb));
+  return exec_sync_point(r->x, r->p, s, fz->what == EXEC_FUSE_BN_RELU_FWD ? "bn_fwd_train_relu" : "bn_bwd_relu", err);
+}
+
 static int exec_range(exec_run *r, int from, int to, tt_err *err) {
   tt_backend *be = r->x->be;
   tt_dtype dt = r->p->policy.act_dtype;
@@ -559,9 +677,12 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
         break;
       }
       case TT_S_FWD:
-      case TT_S_BWD:
-        if (exec_layer(r, s, err)) return -1;
+      case TT_S_BWD: {
+        const tt_exec_fuse *fz = r->p == r->x->train && r->x->fuse ? &r->x->fuse[i] : NULL;
+        if (fz && fz->what == EXEC_FUSE_SKIP) break; /* run by its neighbour's fused call */
+        if (fz && fz->what != EXEC_FUSE_NONE ? exec_fused(r, s, fz, err) : exec_layer(r, s, err)) return -1;
         break;
+      }
       case TT_S_LOSS:
         EXEC_CHECK(be->softmax_ce(be, r->loss_batch, s->a.loss.classes, dt, EXEC_P(s->in[TT_LOSS_LOGITS]),
                                   (const int32_t *)EXEC_P(s->in[TT_LOSS_LABELS]), s->a.loss.label_smoothing, r->grad_scale,

@@ -54,6 +54,10 @@ typedef struct tt_exec {
    * cast_multi (the ref and cpu backends), and the steps cast one by one. */
   tt_cast_seg *cseg[2];
   int *cast_run[2], *cast_first[2];
+  /* The training program's batch norm + ReLU pairs that run as one backend call
+   * (exec_fuse_table, exec.c): fuse[i] per step, NULL when there are none, the backend has no
+   * fused entries (backend.h bn_fwd_train_relu, bn_bwd_relu) or TINYTRAIN_FUSE=0. */
+  struct tt_exec_fuse *fuse;
   uint16_t *f16_input;     /* float input to an fp16 program on a device: converted here first
                             * (allocated at its first use, kept; the CPU converts in place) */
   void *flag_ev;           /* recorded after that read-back */

@@ -104,6 +104,7 @@ static const tt_backend cpu_be_table = {
     NULL, NULL, /* event_record, upload_after: a host-memory backend stages no batch */
     NULL, /* tune: nothing to time */
     0u, /* layouts_16bit: none beyond `layouts` (set at creation) */
+    NULL, NULL, /* bn_fwd_train_relu, bn_bwd_relu: batch norm and ReLU run apart */
 };
 
 tt_backend *tt_cpu_backend_create(int threads) {

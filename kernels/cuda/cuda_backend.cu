@@ -619,6 +619,7 @@ static const tt_backend cuda_be_table = {
     cuda_be_event_record, cuda_be_upload_after, /* the next batch's copy overlaps the step */
     tt_cuda_conv_find, /* tune: cudnnFind*Ex over the arena's transient region at setup */
     0u, /* layouts_16bit: set by tt_cuda_backend_create (NHWC only under TINYTRAIN_LAYOUT=nhwc) */
+    tt_cuda_bn_fwd_train_relu, tt_cuda_bn_bwd_relu, /* batch norm and ReLU in one call */
 };
 
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize) {

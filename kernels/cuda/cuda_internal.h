@@ -447,6 +447,15 @@ int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
 int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                    const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
                    float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+/* The ReLU-fused forms (backend.h bn_fwd_train_relu, bn_bwd_relu): bn_fwd_train's and bn_bwd's
+ * launches with the ReLU folded in. */
+int tt_cuda_bn_fwd_train_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                              const float *bias, void *y, float *running_mean, float *running_var, float momentum,
+                              float eps, float *save_mean, float *save_invstd, int update_running, void *ws,
+                              size_t ws_bytes);
+int tt_cuda_bn_bwd_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
+                        const float *gamma, const float *bias, const float *save_mean, const float *save_invstd, void *dx,
+                        float *dgamma, float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
 int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
                      void *ws, size_t ws_bytes);
 int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,

@@ -61,6 +61,22 @@ struct alignas(8) cuda_bn_f2 {
   float x, y;
 };
 
+/* Batch norm's output before rounding, one expression for every kernel (fmaf pins the
+ * contraction), so that the ReLU-fused backward recomputes the forward's value bit for bit. */
+static __device__ __forceinline__ float cuda_bn_y(float x, float mean, float invstd, float gm, float bb) {
+  return fmaf((x - mean) * invstd, gm, bb);
+}
+/* ReLU after the rounding to dt, as act_fwd does it on the stored y: NaN passes, the rest
+ * max(y, 0) (a value that rounds to -0 or to +0 gives +0 either way). */
+static __device__ __forceinline__ float cuda_bn_relu(float v) { return (v > 0.0f || v != v) ? v : 0.0f; }
+/* Whether ReLU's backward passes the gradient where batch norm computed v: act_bwd's test on
+ * the stored ReLU output (y > 0), which is v rounded to dt, > 0 (NaN fails). */
+static __device__ __forceinline__ int cuda_bn_relu_pass(tt_dtype dt, float v) {
+  if (dt == TT_F16) return __half2float(__float2half_rn(v)) > 0.0f;
+  if (dt == TT_BF16) return __bfloat162float(__float2bfloat16_rn(v)) > 0.0f;
+  return v > 0.0f;
+}
+
 /* Calls f(vector index) for this thread's vectors of block (ch = blockIdx.x, split blockIdx.y):
  * the channel's vectors [split*chunk, min(mv, (split+1)*chunk)) in order, blockDim.x apart. */
 template <typename F>
@@ -142,11 +158,14 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_final_k(cuda_bn
  * inference (infer != 0) derives invstd from the running variance, once per block. */
 template <int V>
 static __device__ __forceinline__ void cuda_bn_norm(const cuda_bn_geom &g, tt_dtype dt, const void *x, void *y,
-                                                    float mean, float invstd, float gm, float bb) {
+                                                    float mean, float invstd, float gm, float bb, int relu) {
   cuda_bn_walk(g, [&](size_t iv) {
     float v[V];
     tt_cuda_ldv<V>(dt, x, iv, v);
-    for (int j = 0; j < V; j++) v[j] = (v[j] - mean) * invstd * gm + bb;
+    for (int j = 0; j < V; j++) {
+      v[j] = cuda_bn_y(v[j], mean, invstd, gm, bb);
+      if (relu) v[j] = cuda_bn_relu(v[j]);
+    }
     tt_cuda_stv<V>(dt, y, iv, v);
   });
 }
@@ -154,7 +173,7 @@ static __device__ __forceinline__ void cuda_bn_norm(const cuda_bn_geom &g, tt_dt
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_norm_k(cuda_bn_geom g, tt_dtype dt, const void *x,
                                                                         const float *gamma, const float *bias,
                                                                         const float *mean_p, const float *stat_p,
-                                                                        int infer, float eps, void *y) {
+                                                                        int infer, float eps, int relu, void *y) {
   __shared__ float sc[4];
   const int ch = blockIdx.x;
   float mean, invstd;
@@ -168,10 +187,10 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_norm_k(cuda_bn_
   {
     const float gm = sc[2], bb = sc[3];
     switch (g.v) {
-      case 8: cuda_bn_norm<8>(g, dt, x, y, mean, invstd, gm, bb); break;
-      case 4: cuda_bn_norm<4>(g, dt, x, y, mean, invstd, gm, bb); break;
-      case 2: cuda_bn_norm<2>(g, dt, x, y, mean, invstd, gm, bb); break;
-      default: cuda_bn_norm<1>(g, dt, x, y, mean, invstd, gm, bb); break;
+      case 8: cuda_bn_norm<8>(g, dt, x, y, mean, invstd, gm, bb, relu); break;
+      case 4: cuda_bn_norm<4>(g, dt, x, y, mean, invstd, gm, bb, relu); break;
+      case 2: cuda_bn_norm<2>(g, dt, x, y, mean, invstd, gm, bb, relu); break;
+      default: cuda_bn_norm<1>(g, dt, x, y, mean, invstd, gm, bb, relu); break;
     }
   }
 }
@@ -273,7 +292,9 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_stats_k(cu
 
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_bwd_stats_k(cuda_bn_geom g, tt_dtype dt, const void *x,
                                                                                   const void *dy, const float *save_mean,
-                                                                                  const float *save_invstd, cuda_bn_d2 *part) {
+                                                                                  const float *save_invstd, const float *gamma,
+                                                                                  const float *bias, int relu,
+                                                                                  cuda_bn_d2 *part) {
   __shared__ double sh[2][CUDA_BN_ROW_WARPS][32];
   size_t r0, r1;
   const int ch = cuda_bn_rows_span(g, &r0, &r1);
@@ -281,11 +302,14 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_bwd_stats_
   float s1 = 0.0f, s2 = 0.0f;
   if (ch >= 0) {
     const float mean = save_mean[ch], invstd = save_invstd[ch];
+    const float gm = relu ? gamma[ch] : 0.0f, bb = relu ? bias[ch] : 0.0f;
     for (size_t r = r0 + w0; r < r1; r += CUDA_BN_ROW_WARPS) {
       const size_t i = r * (size_t)g.c + ch;
+      const float xv = tt_cuda_ld(dt, x, i);
       float gv = tt_cuda_ld(dt, dy, i);
+      if (relu && !cuda_bn_relu_pass(dt, cuda_bn_y(xv, mean, invstd, gm, bb))) gv = 0.0f;
       s1 += gv;
-      s2 += gv * ((tt_cuda_ld(dt, x, i) - mean) * invstd);
+      s2 += gv * ((xv - mean) * invstd);
     }
   }
   cuda_bn_rows_reduce(g, ch, s1, s2, sh, part);
@@ -296,24 +320,28 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_bwd_stats_
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_norm_k(size_t count, int c, tt_dtype dt, const void *x,
                                                                              const float *gamma, const float *bias,
                                                                              const float *mean_p, const float *stat_p,
-                                                                             int infer, float eps, void *y) {
+                                                                             int infer, float eps, int relu, void *y) {
   TT_CUDA_LOOP(i, count) {
     const int ch = (int)(i % (size_t)c);
     const float mean = mean_p[ch], invstd = infer ? (float)(1.0 / sqrt((double)stat_p[ch] + (double)eps)) : stat_p[ch];
-    tt_cuda_st(dt, y, i, (tt_cuda_ld(dt, x, i) - mean) * invstd * gamma[ch] + bias[ch]);
+    const float v = cuda_bn_y(tt_cuda_ld(dt, x, i), mean, invstd, gamma[ch], bias[ch]);
+    tt_cuda_st(dt, y, i, relu ? cuda_bn_relu(v) : v);
   }
 }
 
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_dx_k(size_t count, int c, tt_dtype dt, const void *x,
                                                                            const void *dy, const float *gamma,
                                                                            const float *save_mean, const float *save_invstd,
-                                                                           const cuda_bn_f2 *md, void *dx, float beta_dx) {
+                                                                           const cuda_bn_f2 *md, const float *bias, int relu,
+                                                                           void *dx, float beta_dx) {
   TT_CUDA_LOOP(i, count) {
     const int ch = (int)(i % (size_t)c);
     const float mean = save_mean[ch], invstd = save_invstd[ch], a = gamma[ch] * save_invstd[ch];
     const cuda_bn_f2 d = md[ch];
-    float xh = (tt_cuda_ld(dt, x, i) - mean) * invstd;
-    float v = a * (tt_cuda_ld(dt, dy, i) - d.x - xh * d.y);
+    const float xv = tt_cuda_ld(dt, x, i);
+    float xh = (xv - mean) * invstd, gv = tt_cuda_ld(dt, dy, i);
+    if (relu && !cuda_bn_relu_pass(dt, cuda_bn_y(xv, mean, invstd, gamma[ch], bias[ch]))) gv = 0.0f;
+    float v = a * (gv - d.x - xh * d.y);
     tt_cuda_st(dt, dx, i, beta_dx != 0.0f ? v + beta_dx * tt_cuda_ld(dt, dx, i) : v);
   }
 }
@@ -324,43 +352,63 @@ static dim3 cuda_bn_rows_grid(const cuda_bn_geom &g) { return dim3((unsigned)((g
 /* bn_apply's launches with the caller's op name in messages (below, beside the flat form) */
 static int cuda_bn_apply_launch(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt, const void *x,
                                 const float *gamma, const float *bias, const float *save_mean, const float *save_invstd,
-                                void *y);
+                                int relu, void *y);
 
-int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                         const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
-                         float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes) {
+/* bn_fwd_train, and with relu the ReLU-fused form (backend.h bn_fwd_train_relu); op names the
+ * entry point in messages. */
+static int cuda_bn_fwd_train(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt, const void *x,
+                             const float *gamma, const float *bias, void *y, float *running_mean, float *running_var,
+                             float momentum, float eps, float *save_mean, float *save_invstd, int update_running, int relu,
+                             void *ws, size_t ws_bytes) {
   const void *ptrs[2] = {x, y};
   cuda_bn_geom g;
   int splits;
-  if (cuda_norm_bn_check(b, "bn_fwd_train", n, c, hw, dt)) return -1;
+  if (cuda_norm_bn_check(b, op, n, c, hw, dt)) return -1;
   if (!x || !gamma || !bias || !y || !save_mean || !save_invstd)
-    return tt_cuda_fail(b, "bn_fwd_train: NULL x, gamma, bias, y, save_mean or save_invstd");
+    return tt_cuda_fail(b, "%s: NULL x, gamma, bias, y, save_mean or save_invstd", op);
   if (update_running && (!running_mean || !running_var))
-    return tt_cuda_fail(b, "bn_fwd_train: update_running set but running_mean or running_var is NULL");
-  if (cuda_bn_ws_check(b, "bn_fwd_train", n, c, hw, dt, ws, ws_bytes)) return -1;
+    return tt_cuda_fail(b, "%s: update_running set but running_mean or running_var is NULL", op);
+  if (cuda_bn_ws_check(b, op, n, c, hw, dt, ws, ws_bytes)) return -1;
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
   splits = cuda_bn_splits(g);
   if (hw == 1) { /* rows (an NHWC tensor): coalesced over channels */
     TT_LAUNCH(cuda_bn_rows_stats_k, cuda_bn_rows_grid(g), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x, (cuda_bn_d2 *)ws);
-    CUDA_LAUNCH_CHECK(b, "bn_fwd_train");
+    CUDA_LAUNCH_CHECK(b, op);
     TT_LAUNCH(cuda_bn_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, splits, dt, x,
               (const cuda_bn_d2 *)ws, running_mean, running_var, momentum, eps, save_mean, save_invstd, update_running);
-    CUDA_LAUNCH_CHECK(b, "bn_fwd_train");
+    CUDA_LAUNCH_CHECK(b, op);
     TT_LAUNCH(cuda_bn_rows_norm_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), (size_t)n * c, c,
-              dt, x, gamma, bias, (const float *)save_mean, (const float *)save_invstd, 0, eps, y);
-    CUDA_LAUNCH_CHECK(b, "bn_fwd_train");
+              dt, x, gamma, bias, (const float *)save_mean, (const float *)save_invstd, 0, eps, relu, y);
+    CUDA_LAUNCH_CHECK(b, op);
     return 0;
   }
   TT_LAUNCH(cuda_bn_stats_k, dim3((unsigned)c, (unsigned)splits), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x,
             (cuda_bn_d2 *)ws);
-  CUDA_LAUNCH_CHECK(b, "bn_fwd_train");
+  CUDA_LAUNCH_CHECK(b, op);
   TT_LAUNCH(cuda_bn_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, splits, dt, x,
             (const cuda_bn_d2 *)ws, running_mean, running_var, momentum, eps, save_mean, save_invstd, update_running);
-  CUDA_LAUNCH_CHECK(b, "bn_fwd_train");
+  CUDA_LAUNCH_CHECK(b, op);
   /* the normalisation as bn_apply does it from the statistics just written: the flat form
    * where the per-channel runs are not whole 16-byte vectors (7x7 and 14x14 planes), the same
    * per-element arithmetic either way */
-  return cuda_bn_apply_launch(b, "bn_fwd_train", n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, y);
+  return cuda_bn_apply_launch(b, op, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, relu, y);
+}
+
+int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                         const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
+                         float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes) {
+  return cuda_bn_fwd_train(b, "bn_fwd_train", n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps,
+                           save_mean, save_invstd, update_running, 0, ws, ws_bytes);
+}
+
+/* backend.h's bn_fwd_train_relu: y = relu(bn(x)), the launches of bn_fwd_train with the ReLU in
+ * the normalisation, bit for bit bn_fwd_train then act_fwd(RELU) on y. */
+int tt_cuda_bn_fwd_train_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                              const float *bias, void *y, float *running_mean, float *running_var, float momentum,
+                              float eps, float *save_mean, float *save_invstd, int update_running, void *ws,
+                              size_t ws_bytes) {
+  return cuda_bn_fwd_train(b, "bn_fwd_train_relu", n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum,
+                           eps, save_mean, save_invstd, update_running, 1, ws, ws_bytes);
 }
 
 /* Inference over the flat tensor, for planes whose per-channel runs cannot be read as 16-byte
@@ -377,7 +425,7 @@ int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
 template <int V>
 static __device__ __forceinline__ void cuda_bni_body(size_t total_v, int hw, int c, tt_dtype dt, const void *x,
                                                      const float *gamma, const float *bias, const float *rmean,
-                                                     const float *rvar, float eps, int given, void *y,
+                                                     const float *rvar, float eps, int given, int relu, void *y,
                                                      float (*sp)[CUDA_BNI_MAXP]) {
   const size_t per = (size_t)blockDim.x * CUDA_BNI_VPT, v0 = (size_t)blockIdx.x * per;
   const size_t v1 = v0 + per < total_v ? v0 + per : total_v;
@@ -395,7 +443,8 @@ static __device__ __forceinline__ void cuda_bni_body(size_t total_v, int hw, int
     float v[V];
     tt_cuda_ldv<V>(dt, x, iv, v);
     for (int q = 0; q < V; q++) {
-      v[q] = (v[q] - sp[0][j]) * sp[1][j] * sp[2][j] + sp[3][j];
+      v[q] = cuda_bn_y(v[q], sp[0][j], sp[1][j], sp[2][j], sp[3][j]);
+      if (relu) v[q] = cuda_bn_relu(v[q]);
       if (++k == hw) k = 0, j++;
     }
     tt_cuda_stv<V>(dt, y, iv, v);
@@ -406,12 +455,12 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_infer_flat_k(si
                                                                               const void *x, const float *gamma,
                                                                               const float *bias, const float *rmean,
                                                                               const float *rvar, float eps, int given,
-                                                                              void *y) {
+                                                                              int relu, void *y) {
   __shared__ float sp[4][CUDA_BNI_MAXP];
   if (dt == TT_F32)
-    cuda_bni_body<4>(total_v, hw, c, dt, x, gamma, bias, rmean, rvar, eps, given, y, sp);
+    cuda_bni_body<4>(total_v, hw, c, dt, x, gamma, bias, rmean, rvar, eps, given, relu, y, sp);
   else
-    cuda_bni_body<8>(total_v, hw, c, dt, x, gamma, bias, rmean, rvar, eps, given, y, sp);
+    cuda_bni_body<8>(total_v, hw, c, dt, x, gamma, bias, rmean, rvar, eps, given, relu, y, sp);
 }
 
 /* The flat forms' grid (0: they do not apply): hw not whole 16-byte vectors (g.v, from the same
@@ -431,13 +480,13 @@ static size_t cuda_bn_flat_blocks(const cuda_bn_geom &g, int n, int c, int hw, t
  * cuda_bn_flat_blocks says). given: rvar holds 1/std (bn_apply), else the running variance. */
 static int cuda_bn_flat(tt_backend *b, const char *op, const cuda_bn_geom &g, int n, int c, int hw, tt_dtype dt, const void *x,
                         const float *gamma, const float *bias, const float *rmean, const float *rvar, float eps, int given,
-                        void *y) {
+                        int relu, void *y) {
   const void *ptrs[2] = {x, y};
   const size_t vf = 16 / tt_dtype_size(dt), total = (size_t)n * c * hw;
   const size_t blocks = cuda_bn_flat_blocks(g, n, c, hw, dt, ptrs, 2);
   if (!blocks) return 0;
   TT_LAUNCH(cuda_bn_infer_flat_k, (unsigned)blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), total / vf, hw, c, dt, x, gamma,
-            bias, rmean, rvar, eps, given, y);
+            bias, rmean, rvar, eps, given, relu, y);
   CUDA_LAUNCH_CHECK(b, op);
   return 1;
 }
@@ -453,17 +502,17 @@ int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
   if (hw == 1) { /* rows: flat, channel i % c */
     TT_LAUNCH(cuda_bn_rows_norm_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), (size_t)n * c, c,
-              dt, x, gamma, bias, running_mean, running_var, 1, eps, y);
+              dt, x, gamma, bias, running_mean, running_var, 1, eps, 0, y);
     CUDA_LAUNCH_CHECK(b, "bn_fwd_infer");
     return 0;
   }
-  switch (cuda_bn_flat(b, "bn_fwd_infer", g, n, c, hw, dt, x, gamma, bias, running_mean, running_var, eps, 0, y)) {
+  switch (cuda_bn_flat(b, "bn_fwd_infer", g, n, c, hw, dt, x, gamma, bias, running_mean, running_var, eps, 0, 0, y)) {
     case 1: return 0; /* the flat form: 16-byte vectors across planes */
     case -1: return -1;
     default: break;
   }
   TT_LAUNCH(cuda_bn_norm_k, dim3((unsigned)c, (unsigned)cuda_bn_splits(g)), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt,
-            x, gamma, bias, running_mean, running_var, 1, eps, y);
+            x, gamma, bias, running_mean, running_var, 1, eps, 0, y);
   CUDA_LAUNCH_CHECK(b, "bn_fwd_infer");
   return 0;
 }
@@ -477,22 +526,22 @@ int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
  * No workspace. */
 static int cuda_bn_apply_launch(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt, const void *x,
                                 const float *gamma, const float *bias, const float *save_mean, const float *save_invstd,
-                                void *y) {
+                                int relu, void *y) {
   const void *ptrs[2] = {x, y};
   cuda_bn_geom g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
   if (hw == 1) { /* rows: bn_fwd_train's rows normalisation, the same kernel */
     TT_LAUNCH(cuda_bn_rows_norm_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), (size_t)n * c, c,
-              dt, x, gamma, bias, save_mean, save_invstd, 0, 0.0f, y);
+              dt, x, gamma, bias, save_mean, save_invstd, 0, 0.0f, relu, y);
     CUDA_LAUNCH_CHECK(b, op);
     return 0;
   }
-  switch (cuda_bn_flat(b, op, g, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, 0.0f, 1, y)) {
+  switch (cuda_bn_flat(b, op, g, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, 0.0f, 1, relu, y)) {
     case 1: return 0;
     case -1: return -1;
     default: break;
   }
   TT_LAUNCH(cuda_bn_norm_k, dim3((unsigned)c, (unsigned)cuda_bn_splits(g)), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x,
-            gamma, bias, save_mean, save_invstd, 0, 0.0f, y);
+            gamma, bias, save_mean, save_invstd, 0, 0.0f, relu, y);
   CUDA_LAUNCH_CHECK(b, op);
   return 0;
 }
@@ -502,18 +551,19 @@ extern "C" int tt_cuda_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt
   if (cuda_norm_bn_check(b, "bn_apply", n, c, hw, dt)) return -1;
   if (!x || !gamma || !bias || !save_mean || !save_invstd || !y)
     return tt_cuda_fail(b, "bn_apply: NULL x, gamma, bias, save_mean, save_invstd or y");
-  return cuda_bn_apply_launch(b, "bn_apply", n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, y);
+  return cuda_bn_apply_launch(b, "bn_apply", n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, 0, y);
 }
 
 template <int V>
 static __device__ __forceinline__ void cuda_bn_stats_bwd(const cuda_bn_geom &g, tt_dtype dt, const void *x,
-                                                         const void *dy, float mean, float invstd, float &s1,
-                                                         float &s2) {
+                                                         const void *dy, float mean, float invstd, float gm, float bb,
+                                                         int relu, float &s1, float &s2) {
   cuda_bn_walk(g, [&](size_t iv) {
     float xv[V], gv[V];
     tt_cuda_ldv<V>(dt, x, iv, xv);
     tt_cuda_ldv<V>(dt, dy, iv, gv);
     for (int j = 0; j < V; j++) {
+      if (relu && !cuda_bn_relu_pass(dt, cuda_bn_y(xv[j], mean, invstd, gm, bb))) gv[j] = 0.0f;
       s1 += gv[j];
       s2 += gv[j] * ((xv[j] - mean) * invstd);
     }
@@ -522,20 +572,24 @@ static __device__ __forceinline__ void cuda_bn_stats_bwd(const cuda_bn_geom &g, 
 
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_bwd_stats_k(cuda_bn_geom g, tt_dtype dt, const void *x,
                                                                              const void *dy, const float *save_mean,
-                                                                             const float *save_invstd, cuda_bn_d2 *part) {
+                                                                             const float *save_invstd, const float *gamma,
+                                                                             const float *bias, int relu, cuda_bn_d2 *part) {
   __shared__ double sh[33];
-  __shared__ float sc[2];
+  __shared__ float sc[4];
   const int ch = blockIdx.x;
-  float s1 = 0.0f, s2 = 0.0f, mean, invstd;
+  float s1 = 0.0f, s2 = 0.0f, mean, invstd, gm, bb;
   double t1, t2;
-  if (threadIdx.x == 0) sc[0] = save_mean[ch], sc[1] = save_invstd[ch];
+  if (threadIdx.x == 0) {
+    sc[0] = save_mean[ch], sc[1] = save_invstd[ch];
+    sc[2] = relu ? gamma[ch] : 0.0f, sc[3] = relu ? bias[ch] : 0.0f; /* ReLU's mask from bn's y */
+  }
   __syncthreads();
-  mean = sc[0], invstd = sc[1];
+  mean = sc[0], invstd = sc[1], gm = sc[2], bb = sc[3];
   switch (g.v) {
-    case 8: cuda_bn_stats_bwd<8>(g, dt, x, dy, mean, invstd, s1, s2); break;
-    case 4: cuda_bn_stats_bwd<4>(g, dt, x, dy, mean, invstd, s1, s2); break;
-    case 2: cuda_bn_stats_bwd<2>(g, dt, x, dy, mean, invstd, s1, s2); break;
-    default: cuda_bn_stats_bwd<1>(g, dt, x, dy, mean, invstd, s1, s2); break;
+    case 8: cuda_bn_stats_bwd<8>(g, dt, x, dy, mean, invstd, gm, bb, relu, s1, s2); break;
+    case 4: cuda_bn_stats_bwd<4>(g, dt, x, dy, mean, invstd, gm, bb, relu, s1, s2); break;
+    case 2: cuda_bn_stats_bwd<2>(g, dt, x, dy, mean, invstd, gm, bb, relu, s1, s2); break;
+    default: cuda_bn_stats_bwd<1>(g, dt, x, dy, mean, invstd, gm, bb, relu, s1, s2); break;
   }
   t1 = tt_cuda_block_sum((double)s1, sh);
   t2 = tt_cuda_block_sum((double)s2, sh);
@@ -562,14 +616,15 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_bwd_final_k(cud
 template <int V>
 static __device__ __forceinline__ void cuda_bn_dx(const cuda_bn_geom &g, tt_dtype dt, const void *x, const void *dy,
                                                   void *dx, float mean, float invstd, float a, float mdy, float mdyx,
-                                                  float beta_dx) {
+                                                  float gm, float bb, int relu, float beta_dx) {
   cuda_bn_walk(g, [&](size_t iv) {
-    float xv[V], gv[V], ov[V];
+    float xv[V], gv[V], ov[V] = {}; /* read only with beta_dx (initialised for the compiler) */
     tt_cuda_ldv<V>(dt, x, iv, xv);
     tt_cuda_ldv<V>(dt, dy, iv, gv);
     if (beta_dx != 0.0f) tt_cuda_ldv<V>(dt, dx, iv, ov);
     for (int j = 0; j < V; j++) {
       float xh = (xv[j] - mean) * invstd;
+      if (relu && !cuda_bn_relu_pass(dt, cuda_bn_y(xv[j], mean, invstd, gm, bb))) gv[j] = 0.0f;
       float v = a * (gv[j] - mdy - xh * mdyx);
       xv[j] = beta_dx != 0.0f ? v + beta_dx * ov[j] : v;
     }
@@ -580,19 +635,22 @@ static __device__ __forceinline__ void cuda_bn_dx(const cuda_bn_geom &g, tt_dtyp
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_dx_k(cuda_bn_geom g, tt_dtype dt, const void *x,
                                                                       const void *dy, const float *gamma,
                                                                       const float *save_mean, const float *save_invstd,
-                                                                      const cuda_bn_f2 *md, void *dx, float beta_dx) {
-  __shared__ float sc[5];
+                                                                      const cuda_bn_f2 *md, const float *bias, int relu,
+                                                                      void *dx, float beta_dx) {
+  __shared__ float sc[7];
   const int ch = blockIdx.x;
   if (threadIdx.x == 0) {
-    cuda_bn_f2 d = md[ch];
-    sc[0] = save_mean[ch], sc[1] = save_invstd[ch], sc[2] = gamma[ch] * save_invstd[ch], sc[3] = d.x, sc[4] = d.y;
+    const cuda_bn_f2 d = md[ch];
+    const float gm = gamma[ch], is = save_invstd[ch];
+    sc[0] = save_mean[ch], sc[1] = is, sc[2] = gm * is, sc[3] = d.x, sc[4] = d.y;
+    sc[5] = gm, sc[6] = relu ? bias[ch] : 0.0f;
   }
   __syncthreads();
   switch (g.v) {
-    case 8: cuda_bn_dx<8>(g, dt, x, dy, dx, sc[0], sc[1], sc[2], sc[3], sc[4], beta_dx); break;
-    case 4: cuda_bn_dx<4>(g, dt, x, dy, dx, sc[0], sc[1], sc[2], sc[3], sc[4], beta_dx); break;
-    case 2: cuda_bn_dx<2>(g, dt, x, dy, dx, sc[0], sc[1], sc[2], sc[3], sc[4], beta_dx); break;
-    default: cuda_bn_dx<1>(g, dt, x, dy, dx, sc[0], sc[1], sc[2], sc[3], sc[4], beta_dx); break;
+    case 8: cuda_bn_dx<8>(g, dt, x, dy, dx, sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], relu, beta_dx); break;
+    case 4: cuda_bn_dx<4>(g, dt, x, dy, dx, sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], relu, beta_dx); break;
+    case 2: cuda_bn_dx<2>(g, dt, x, dy, dx, sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], relu, beta_dx); break;
+    default: cuda_bn_dx<1>(g, dt, x, dy, dx, sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], relu, beta_dx); break;
   }
 }
 
@@ -604,16 +662,19 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_dx_k(cuda_bn_ge
 template <int V>
 static __device__ __forceinline__ void cuda_bn_dx_flat_body(size_t total_v, int hw, int c, tt_dtype dt, const void *x,
                                                             const void *dy, const float *gamma, const float *save_mean,
-                                                            const float *save_invstd, const cuda_bn_f2 *md, void *dx,
-                                                            float beta_dx, float (*sp)[CUDA_BNI_MAXP]) {
+                                                            const float *save_invstd, const cuda_bn_f2 *md,
+                                                            const float *bias, int relu, void *dx, float beta_dx,
+                                                            float (*sp)[CUDA_BNI_MAXP]) {
   const size_t per = (size_t)blockDim.x * CUDA_BNI_VPT, v0 = (size_t)blockIdx.x * per;
   const size_t v1 = v0 + per < total_v ? v0 + per : total_v;
   const size_t p0 = v0 * V / (size_t)hw, p1 = (v1 * V - 1) / (size_t)hw;
   for (size_t j = threadIdx.x; j <= p1 - p0; j += blockDim.x) {
     const int ch = (int)((p0 + j) % (size_t)c);
     const cuda_bn_f2 d = md[ch];
-    sp[0][j] = save_mean[ch], sp[1][j] = save_invstd[ch], sp[2][j] = gamma[ch] * save_invstd[ch];
+    const float gm = gamma[ch], is = save_invstd[ch];
+    sp[0][j] = save_mean[ch], sp[1][j] = is, sp[2][j] = gm * is;
     sp[3][j] = d.x, sp[4][j] = d.y;
+    sp[5][j] = gm, sp[6][j] = relu ? bias[ch] : 0.0f;
   }
   __syncthreads();
   for (size_t iv = v0 + threadIdx.x; iv < v1; iv += blockDim.x) {
@@ -625,6 +686,7 @@ static __device__ __forceinline__ void cuda_bn_dx_flat_body(size_t total_v, int 
     if (beta_dx != 0.0f) tt_cuda_ldv<V>(dt, dx, iv, ov);
     for (int q = 0; q < V; q++) {
       float xh = (xv[q] - sp[0][j]) * sp[1][j];
+      if (relu && !cuda_bn_relu_pass(dt, cuda_bn_y(xv[q], sp[0][j], sp[1][j], sp[5][j], sp[6][j]))) gv[q] = 0.0f;
       float v = sp[2][j] * (gv[q] - sp[3][j] - xh * sp[4][j]);
       xv[q] = beta_dx != 0.0f ? v + beta_dx * ov[q] : v;
       if (++k == hw) k = 0, j++;
@@ -636,62 +698,81 @@ static __device__ __forceinline__ void cuda_bn_dx_flat_body(size_t total_v, int 
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_dx_flat_k(size_t total_v, int hw, int c, tt_dtype dt,
                                                                            const void *x, const void *dy, const float *gamma,
                                                                            const float *save_mean, const float *save_invstd,
-                                                                           const cuda_bn_f2 *md, void *dx, float beta_dx) {
-  __shared__ float sp[5][CUDA_BNI_MAXP];
+                                                                           const cuda_bn_f2 *md, const float *bias, int relu,
+                                                                           void *dx, float beta_dx) {
+  __shared__ float sp[7][CUDA_BNI_MAXP];
   if (dt == TT_F32)
-    cuda_bn_dx_flat_body<4>(total_v, hw, c, dt, x, dy, gamma, save_mean, save_invstd, md, dx, beta_dx, sp);
+    cuda_bn_dx_flat_body<4>(total_v, hw, c, dt, x, dy, gamma, save_mean, save_invstd, md, bias, relu, dx, beta_dx, sp);
   else
-    cuda_bn_dx_flat_body<8>(total_v, hw, c, dt, x, dy, gamma, save_mean, save_invstd, md, dx, beta_dx, sp);
+    cuda_bn_dx_flat_body<8>(total_v, hw, c, dt, x, dy, gamma, save_mean, save_invstd, md, bias, relu, dx, beta_dx, sp);
 }
 
-int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy, const float *gamma,
-                   const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbias, float beta_dx,
-                   float beta_param, void *ws, size_t ws_bytes) {
+/* bn_bwd, and with relu (bias given) the ReLU-fused form: dy is the gradient of relu(y), the
+ * mask recomputed from x per element (backend.h bn_bwd_relu); op names the entry point. */
+static int cuda_bn_bwd(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
+                       const float *gamma, const float *bias, int relu, const float *save_mean, const float *save_invstd,
+                       void *dx, float *dgamma, float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
   const void *ptrs[3] = {x, dy, dx};
   cuda_bn_geom g;
   int splits;
   cuda_bn_f2 *md;
-  if (cuda_norm_bn_check(b, "bn_bwd", n, c, hw, dt)) return -1;
-  if (!x || !dy || !gamma || !save_mean || !save_invstd)
-    return tt_cuda_fail(b, "bn_bwd: NULL x, dy, gamma, save_mean or save_invstd");
-  if (cuda_bn_ws_check(b, "bn_bwd", n, c, hw, dt, ws, ws_bytes)) return -1;
+  if (cuda_norm_bn_check(b, op, n, c, hw, dt)) return -1;
+  if (!x || !dy || !gamma || !save_mean || !save_invstd || (relu && !bias))
+    return tt_cuda_fail(b, "%s: NULL x, dy, gamma, %ssave_mean or save_invstd", op, relu ? "bias, " : "");
+  if (cuda_bn_ws_check(b, op, n, c, hw, dt, ws, ws_bytes)) return -1;
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 3);
   splits = cuda_bn_splits(g);
   md = (cuda_bn_f2 *)((char *)ws + (size_t)splits * c * 16);
   if (hw == 1) { /* rows (an NHWC tensor): coalesced over channels */
     TT_LAUNCH(cuda_bn_rows_bwd_stats_k, cuda_bn_rows_grid(g), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x, dy, save_mean,
-              save_invstd, (cuda_bn_d2 *)ws);
-    CUDA_LAUNCH_CHECK(b, "bn_bwd");
+              save_invstd, gamma, bias, relu, (cuda_bn_d2 *)ws);
+    CUDA_LAUNCH_CHECK(b, op);
     TT_LAUNCH(cuda_bn_bwd_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, splits,
               (const cuda_bn_d2 *)ws, dgamma, dbias, beta_param, md);
-    CUDA_LAUNCH_CHECK(b, "bn_bwd");
+    CUDA_LAUNCH_CHECK(b, op);
     if (!dx) return 0;
     TT_LAUNCH(cuda_bn_rows_dx_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), (size_t)n * c, c, dt,
-              x, dy, gamma, save_mean, save_invstd, (const cuda_bn_f2 *)md, dx, beta_dx);
-    CUDA_LAUNCH_CHECK(b, "bn_bwd");
+              x, dy, gamma, save_mean, save_invstd, (const cuda_bn_f2 *)md, bias, relu, dx, beta_dx);
+    CUDA_LAUNCH_CHECK(b, op);
     return 0;
   }
   TT_LAUNCH(cuda_bn_bwd_stats_k, dim3((unsigned)c, (unsigned)splits), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x, dy,
-            save_mean, save_invstd, (cuda_bn_d2 *)ws);
-  CUDA_LAUNCH_CHECK(b, "bn_bwd");
+            save_mean, save_invstd, gamma, bias, relu, (cuda_bn_d2 *)ws);
+  CUDA_LAUNCH_CHECK(b, op);
   TT_LAUNCH(cuda_bn_bwd_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, splits,
             (const cuda_bn_d2 *)ws, dgamma, dbias, beta_param, md);
-  CUDA_LAUNCH_CHECK(b, "bn_bwd");
+  CUDA_LAUNCH_CHECK(b, op);
   if (!dx) return 0;
   {
     const size_t vf = 16 / tt_dtype_size(dt), total = (size_t)n * c * hw;
     const size_t blocks = cuda_bn_flat_blocks(g, n, c, hw, dt, ptrs, 3); /* x, dy, dx */
     if (blocks) {
       TT_LAUNCH(cuda_bn_dx_flat_k, (unsigned)blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), total / vf, hw, c, dt, x, dy,
-                gamma, save_mean, save_invstd, (const cuda_bn_f2 *)md, dx, beta_dx);
-      CUDA_LAUNCH_CHECK(b, "bn_bwd");
+                gamma, save_mean, save_invstd, (const cuda_bn_f2 *)md, bias, relu, dx, beta_dx);
+      CUDA_LAUNCH_CHECK(b, op);
       return 0;
     }
   }
   TT_LAUNCH(cuda_bn_dx_k, dim3((unsigned)c, (unsigned)splits), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x, dy, gamma,
-            save_mean, save_invstd, (const cuda_bn_f2 *)md, dx, beta_dx);
-  CUDA_LAUNCH_CHECK(b, "bn_bwd");
+            save_mean, save_invstd, (const cuda_bn_f2 *)md, bias, relu, dx, beta_dx);
+  CUDA_LAUNCH_CHECK(b, op);
   return 0;
+}
+
+int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy, const float *gamma,
+                   const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbias, float beta_dx,
+                   float beta_param, void *ws, size_t ws_bytes) {
+  return cuda_bn_bwd(b, "bn_bwd", n, c, hw, dt, x, dy, gamma, NULL, 0, save_mean, save_invstd, dx, dgamma, dbias, beta_dx,
+                     beta_param, ws, ws_bytes);
+}
+
+/* backend.h's bn_bwd_relu: bn_bwd's launches with ReLU's backward folded into every read of dy
+ * (gradient kept where bn's y, rounded to dt, is > 0: bit for bit act_bwd(RELU) then bn_bwd). */
+int tt_cuda_bn_bwd_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
+                        const float *gamma, const float *bias, const float *save_mean, const float *save_invstd, void *dx,
+                        float *dgamma, float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
+  return cuda_bn_bwd(b, "bn_bwd_relu", n, c, hw, dt, x, dy, gamma, bias, 1, save_mean, save_invstd, dx, dgamma, dbias,
+                     beta_dx, beta_param, ws, ws_bytes);
 }
 
 /* ----------------------------------- pooling ------------------------------------------ */
