@@ -45,6 +45,12 @@ static cudaStream_t cuda_norm_stream(tt_backend *b) { return tt_cuda_st(b)->comp
  * (tt_cuda_bn_workspace). */
 
 #define CUDA_BN_MAX_SPLITS 64
+/* The flat forms (below: cuda_bni_body, cuda_bn_flat_blocks): a block takes CUDA_BNI_VPT x 256
+ * vectors of 16 bytes of the flat tensor, for planes of at least CUDA_BNI_MINHW elements, so it
+ * touches at most CUDA_BNI_MAXP planes. */
+#define CUDA_BNI_VPT 2
+#define CUDA_BNI_MINHW 32
+#define CUDA_BNI_MAXP (TT_CUDA_THREADS * CUDA_BNI_VPT * 8 / CUDA_BNI_MINHW + 2)
 
 typedef struct cuda_bn_geom {
   int n, c, hw;
@@ -222,13 +228,18 @@ static int cuda_bn_splits(const cuda_bn_geom &g) { return (int)((g.mv + g.chunk 
 
 /* Workspace of bn_fwd_train and bn_bwd: the partials (cuda_bn_d2, S x c) and, for the backward,
  * two floats per channel (cuda_bn_f2). Sized for 1-element vectors, which give the most splits. */
-size_t tt_cuda_bn_workspace(int n, int c, int hw, tt_dtype dt) {
+/* the split count that sizing gives (the most any geometry of the shape uses) */
+static size_t cuda_bn_max_splits(int n, int hw) {
   size_t mv = (size_t)n * (size_t)hw, want = (mv + (size_t)TT_CUDA_THREADS * 8 - 1) / ((size_t)TT_CUDA_THREADS * 8);
-  (void)dt;
-  if (n <= 0 || c <= 0 || hw <= 0) return 0;
   if (want < 1) want = 1;
   if (want > CUDA_BN_MAX_SPLITS) want = CUDA_BN_MAX_SPLITS;
-  return want * (size_t)c * 16 + (size_t)c * 8;
+  return want;
+}
+
+size_t tt_cuda_bn_workspace(int n, int c, int hw, tt_dtype dt) {
+  (void)dt;
+  if (n <= 0 || c <= 0 || hw <= 0) return 0;
+  return cuda_bn_max_splits(n, hw) * (size_t)c * 16 + (size_t)c * 8;
 }
 
 static int cuda_bn_ws_check(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt, const void *ws,
@@ -354,6 +365,11 @@ static int cuda_bn_apply_launch(tt_backend *b, const char *op, int n, int c, int
                                 const float *gamma, const float *bias, const float *save_mean, const float *save_invstd,
                                 int relu, void *y);
 
+/* the training forward's statistics in the flat form (below), when it applies: 1 launched, 0 not, -1 failed */
+static int cuda_bn_fwd_stats_flat(tt_backend *b, const char *op, const cuda_bn_geom &g, int n, int c, int hw, tt_dtype dt,
+                                  const void *x, const void *y, float *running_mean, float *running_var, float momentum,
+                                  float eps, float *save_mean, float *save_invstd, int update_running, void *ws);
+
 /* bn_fwd_train, and with relu the ReLU-fused form (backend.h bn_fwd_train_relu); op names the
  * entry point in messages. */
 static int cuda_bn_fwd_train(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt, const void *x,
@@ -382,12 +398,19 @@ static int cuda_bn_fwd_train(tt_backend *b, const char *op, int n, int c, int hw
     CUDA_LAUNCH_CHECK(b, op);
     return 0;
   }
-  TT_LAUNCH(cuda_bn_stats_k, dim3((unsigned)c, (unsigned)splits), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x,
-            (cuda_bn_d2 *)ws);
-  CUDA_LAUNCH_CHECK(b, op);
-  TT_LAUNCH(cuda_bn_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, splits, dt, x,
-            (const cuda_bn_d2 *)ws, running_mean, running_var, momentum, eps, save_mean, save_invstd, update_running);
-  CUDA_LAUNCH_CHECK(b, op);
+  switch (cuda_bn_fwd_stats_flat(b, op, g, n, c, hw, dt, x, y, running_mean, running_var, momentum, eps, save_mean,
+                                 save_invstd, update_running, ws)) {
+    case 1: break; /* the flat form's sums (planes not whole 16-byte vectors) */
+    case -1: return -1;
+    default:
+      TT_LAUNCH(cuda_bn_stats_k, dim3((unsigned)c, (unsigned)splits), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x,
+                (cuda_bn_d2 *)ws);
+      CUDA_LAUNCH_CHECK(b, op);
+      TT_LAUNCH(cuda_bn_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, splits, dt, x,
+                (const cuda_bn_d2 *)ws, running_mean, running_var, momentum, eps, save_mean, save_invstd, update_running);
+      CUDA_LAUNCH_CHECK(b, op);
+      break;
+  }
   /* the normalisation as bn_apply does it from the statistics just written: the flat form
    * where the per-channel runs are not whole 16-byte vectors (7x7 and 14x14 planes), the same
    * per-element arithmetic either way */
@@ -418,9 +441,6 @@ int tt_cuda_bn_fwd_train_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, 
  * same) in shared memory once, then each vector is loaded, normalised element by element (the
  * plane advancing by a counter; one division per vector) and stored. For hw >= 32 a block
  * touches at most CUDA_BNI_MAXP planes. */
-#define CUDA_BNI_VPT 2
-#define CUDA_BNI_MINHW 32
-#define CUDA_BNI_MAXP (TT_CUDA_THREADS * CUDA_BNI_VPT * 8 / CUDA_BNI_MINHW + 2)
 
 template <int V>
 static __device__ __forceinline__ void cuda_bni_body(size_t total_v, int hw, int c, tt_dtype dt, const void *x,
@@ -487,6 +507,161 @@ static int cuda_bn_flat(tt_backend *b, const char *op, const cuda_bn_geom &g, in
   if (!blocks) return 0;
   TT_LAUNCH(cuda_bn_infer_flat_k, (unsigned)blocks, TT_CUDA_THREADS, 0, cuda_norm_stream(b), total / vf, hw, c, dt, x, gamma,
             bias, rmean, rvar, eps, given, relu, y);
+  CUDA_LAUNCH_CHECK(b, op);
+  return 1;
+}
+
+/* ---- flat statistics: the training forward's and the backward's sums, where the normalisation
+ * takes the flat form (planes not whole 16-byte vectors: 7x7 and 14x14 in fp16 and bf16, 7x7 in
+ * fp32), which the per-channel kernels read 2 bytes at a time (one channel's 98-byte planes per
+ * block at 7x7: 82% of sectors). A block takes a group of cg consecutive channels and a split of
+ * the samples: in each sample the group's planes are one contiguous run, cg chosen so that every
+ * group starts on a 16-byte boundary and a run is about CUDA_BNI_VPT x 256 16-byte vectors. Per
+ * sample each thread sums its vectors' elements per plane (a vector holds at most two planes: V <=
+ * 8 < CUDA_BNI_MINHW) into shared memory; then the thread of channel j adds its plane's vectors in
+ * order and keeps the channel's sums over the samples (fp32 per sample, double across them). The
+ * block writes its partial where the per-channel kernels do (part[split * c + ch], a cuda_bn_d2),
+ * so cuda_bn_final_k and cuda_bn_bwd_final_k finish both: the same sums (x - K, its square, K
+ * the channel's first value; dy and dy * xhat with the ReLU's mask for bn_bwd_relu), grouped
+ * differently, so the statistics agree with the per-channel kernels' to rounding, not bit for
+ * bit. Fixed order throughout: deterministic. ---- */
+struct cuda_bn_fgeom {
+  int n, c, hw, cg; /* shape; channels a group */
+  int spb;          /* samples a split */
+};
+
+/* channels a group for hw and dt: a multiple of the channels whose planes make whole 16-byte
+ * vectors, about CUDA_BNI_VPT x 256 vectors a run */
+static int cuda_bn_flat_cg(int hw, tt_dtype dt) {
+  const int es = (int)tt_dtype_size(dt), vf = 16 / es;
+  int g0 = 1, cg;
+  while ((g0 * hw * es) % 16) g0++;
+  cg = TT_CUDA_THREADS * CUDA_BNI_VPT * vf / hw;
+  cg -= cg % g0;
+  return cg < g0 ? g0 : cg;
+}
+
+template <int V, int BWD>
+static __device__ __forceinline__ void cuda_bn_flat_sums_body(cuda_bn_fgeom fg, tt_dtype dt, const void *x, const void *dy,
+                                                              const float *mean_p, const float *invstd_p,
+                                                              const float *gamma, const float *bias, int relu,
+                                                              cuda_bn_d2 *part, float (*sp)[CUDA_BNI_MAXP],
+                                                              float (*vs)[2][TT_CUDA_THREADS * CUDA_BNI_VPT]) {
+  const int c0 = (int)blockIdx.x * fg.cg, cgb = fg.c - c0 < fg.cg ? fg.c - c0 : fg.cg;
+  const size_t run_e = (size_t)cgb * fg.hw, run_v = (run_e + V - 1) / V;
+  const int s0 = (int)blockIdx.y * fg.spb, s1 = s0 + fg.spb < fg.n ? s0 + fg.spb : fg.n;
+  const int me = (int)threadIdx.x;
+  double acc1 = 0.0, acc2 = 0.0;
+  for (int j = me; j < cgb; j += blockDim.x) { /* each channel's constants */
+    const size_t ch = (size_t)c0 + j;
+    if (!BWD) {
+      sp[0][j] = tt_cuda_ld(dt, x, ch * (size_t)fg.hw); /* K: cuda_bn_first */
+    } else {
+      sp[0][j] = mean_p[ch], sp[1][j] = invstd_p[ch];
+      sp[2][j] = relu ? gamma[ch] : 0.0f, sp[3][j] = relu ? bias[ch] : 0.0f;
+    }
+  }
+  __syncthreads();
+  for (int s = s0; s < s1; s++) {
+    const size_t base_v = ((size_t)s * fg.c + c0) * fg.hw / V; /* the run's first vector: whole, by cg's choice */
+    for (size_t lv = me; lv < run_v; lv += blockDim.x) {
+      const size_t el = lv * V;
+      int j = (int)(el / (size_t)fg.hw), k = (int)(el - (size_t)j * fg.hw), sg = 0;
+      float xv[V], gv[V], a0 = 0.0f, a1 = 0.0f, q0 = 0.0f, q1 = 0.0f; /* the two planes' sums (scalars: no local memory) */
+      tt_cuda_ldv<V>(dt, x, base_v + lv, xv);
+      if (BWD) tt_cuda_ldv<V>(dt, dy, base_v + lv, gv);
+      for (int t = 0; t < V && el + t < run_e; t++) { /* the last group's run may end inside its last vector */
+        const int jj = j + sg;
+        float u, w;
+        if (!BWD) {
+          u = xv[t] - sp[0][jj];
+          w = u * u;
+        } else {
+          u = gv[t];
+          if (relu && !cuda_bn_relu_pass(dt, cuda_bn_y(xv[t], sp[0][jj], sp[1][jj], sp[2][jj], sp[3][jj]))) u = 0.0f;
+          w = u * ((xv[t] - sp[0][jj]) * sp[1][jj]);
+        }
+        if (sg)
+          a1 += u, q1 += w;
+        else
+          a0 += u, q0 += w;
+        if (++k == fg.hw) k = 0, sg = 1;
+      }
+      vs[0][0][lv] = a0, vs[0][1][lv] = a1, vs[1][0][lv] = q0, vs[1][1][lv] = q1;
+    }
+    __syncthreads();
+    for (int j = me; j < cgb; j += blockDim.x) { /* channel c0 + j: its plane's vectors in order */
+      const size_t e0 = (size_t)j * fg.hw, e1 = e0 + fg.hw - 1;
+      float t1 = 0.0f, t2 = 0.0f;
+      for (size_t lv = e0 / V; lv <= e1 / V; lv++) {
+        const int sg = lv * V / (size_t)fg.hw == (size_t)j ? 0 : 1; /* the plane is the vector's first or second */
+        t1 += vs[0][sg][lv], t2 += vs[1][sg][lv];
+      }
+      if (j == me) acc1 += t1, acc2 += t2;
+    }
+    __syncthreads(); /* vs is written again for the next sample */
+  }
+  if (me < cgb) part[(size_t)blockIdx.y * fg.c + c0 + me] = cuda_bn_d2{acc1, acc2};
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_stats_flat_k(cuda_bn_fgeom fg, tt_dtype dt, const void *x,
+                                                                              cuda_bn_d2 *part) {
+  __shared__ float sp[4][CUDA_BNI_MAXP];
+  __shared__ float vs[2][2][TT_CUDA_THREADS * CUDA_BNI_VPT];
+  if (dt == TT_F32)
+    cuda_bn_flat_sums_body<4, 0>(fg, dt, x, NULL, NULL, NULL, NULL, NULL, 0, part, sp, vs);
+  else
+    cuda_bn_flat_sums_body<8, 0>(fg, dt, x, NULL, NULL, NULL, NULL, NULL, 0, part, sp, vs);
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_bwd_stats_flat_k(cuda_bn_fgeom fg, tt_dtype dt,
+                                                                                  const void *x, const void *dy,
+                                                                                  const float *mean_p, const float *invstd_p,
+                                                                                  const float *gamma, const float *bias,
+                                                                                  int relu, cuda_bn_d2 *part) {
+  __shared__ float sp[4][CUDA_BNI_MAXP];
+  __shared__ float vs[2][2][TT_CUDA_THREADS * CUDA_BNI_VPT];
+  if (dt == TT_F32)
+    cuda_bn_flat_sums_body<4, 1>(fg, dt, x, dy, mean_p, invstd_p, gamma, bias, relu, part, sp, vs);
+  else
+    cuda_bn_flat_sums_body<8, 1>(fg, dt, x, dy, mean_p, invstd_p, gamma, bias, relu, part, sp, vs);
+}
+
+/* The flat statistics' launch when the flat form applies to ptrs (returns the split count, for the
+ * final kernel; 0 not launched; -1 failed): bwd 0 the forward's sums of x into ws, bwd 1 the
+ * backward's of x and dy. The group's channels must fit the block's constants (cg <= 128 for hw >=
+ * CUDA_BNI_MINHW) and every group start a whole vector (c's planes whole 16-byte vectors per sample). */
+static int cuda_bn_stats_flat(tt_backend *b, const char *op, const cuda_bn_geom &g, int n, int c, int hw, tt_dtype dt,
+                              const void *const *ptrs, int nptrs, const void *x, const void *dy, const float *mean,
+                              const float *invstd, const float *gamma, const float *bias, int relu, int bwd, void *ws) {
+  const size_t es = tt_dtype_size(dt);
+  cuda_bn_fgeom fg;
+  int splits;
+  if (!cuda_bn_flat_blocks(g, n, c, hw, dt, ptrs, nptrs) || ((size_t)c * hw * es) % 16) return 0;
+  fg.n = n, fg.c = c, fg.hw = hw, fg.cg = cuda_bn_flat_cg(hw, dt);
+  if (fg.cg > CUDA_BNI_MAXP || (size_t)fg.cg * hw > (size_t)TT_CUDA_THREADS * CUDA_BNI_VPT * (16 / es)) return 0;
+  splits = (int)cuda_bn_max_splits(n, hw); /* within the workspace's sizing */
+  if (splits > n) splits = n;
+  fg.spb = (n + splits - 1) / splits;
+  splits = (n + fg.spb - 1) / fg.spb;
+  if (bwd)
+    TT_LAUNCH(cuda_bn_bwd_stats_flat_k, dim3((unsigned)((c + fg.cg - 1) / fg.cg), (unsigned)splits), TT_CUDA_THREADS, 0,
+              cuda_norm_stream(b), fg, dt, x, dy, mean, invstd, gamma, bias, relu, (cuda_bn_d2 *)ws);
+  else
+    TT_LAUNCH(cuda_bn_stats_flat_k, dim3((unsigned)((c + fg.cg - 1) / fg.cg), (unsigned)splits), TT_CUDA_THREADS, 0,
+              cuda_norm_stream(b), fg, dt, x, (cuda_bn_d2 *)ws);
+  CUDA_LAUNCH_CHECK(b, op);
+  return splits;
+}
+
+static int cuda_bn_fwd_stats_flat(tt_backend *b, const char *op, const cuda_bn_geom &g, int n, int c, int hw, tt_dtype dt,
+                                  const void *x, const void *y, float *running_mean, float *running_var, float momentum,
+                                  float eps, float *save_mean, float *save_invstd, int update_running, void *ws) {
+  const void *ptrs[2] = {x, y};
+  int splits = cuda_bn_stats_flat(b, op, g, n, c, hw, dt, ptrs, 2, x, NULL, NULL, NULL, NULL, NULL, 0, 0, ws);
+  if (splits <= 0) return splits;
+  TT_LAUNCH(cuda_bn_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, splits, dt, x,
+            (const cuda_bn_d2 *)ws, running_mean, running_var, momentum, eps, save_mean, save_invstd, update_running);
   CUDA_LAUNCH_CHECK(b, op);
   return 1;
 }
@@ -722,7 +897,7 @@ static int cuda_bn_bwd(tt_backend *b, const char *op, int n, int c, int hw, tt_d
   if (cuda_bn_ws_check(b, op, n, c, hw, dt, ws, ws_bytes)) return -1;
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 3);
   splits = cuda_bn_splits(g);
-  md = (cuda_bn_f2 *)((char *)ws + (size_t)splits * c * 16);
+  md = (cuda_bn_f2 *)((char *)ws + cuda_bn_max_splits(n, hw) * c * 16); /* after any split count's partials */
   if (hw == 1) { /* rows (an NHWC tensor): coalesced over channels */
     TT_LAUNCH(cuda_bn_rows_bwd_stats_k, cuda_bn_rows_grid(g), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x, dy, save_mean,
               save_invstd, gamma, bias, relu, (cuda_bn_d2 *)ws);
@@ -736,12 +911,23 @@ static int cuda_bn_bwd(tt_backend *b, const char *op, int n, int c, int hw, tt_d
     CUDA_LAUNCH_CHECK(b, op);
     return 0;
   }
-  TT_LAUNCH(cuda_bn_bwd_stats_k, dim3((unsigned)c, (unsigned)splits), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x, dy,
-            save_mean, save_invstd, gamma, bias, relu, (cuda_bn_d2 *)ws);
-  CUDA_LAUNCH_CHECK(b, op);
-  TT_LAUNCH(cuda_bn_bwd_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, splits,
-            (const cuda_bn_d2 *)ws, dgamma, dbias, beta_param, md);
-  CUDA_LAUNCH_CHECK(b, op);
+  switch (int fs = cuda_bn_stats_flat(b, op, g, n, c, hw, dt, ptrs, 3, x, dy, save_mean, save_invstd, gamma, bias, relu, 1,
+                                      ws)) {
+    case -1: return -1;
+    case 0:
+      TT_LAUNCH(cuda_bn_bwd_stats_k, dim3((unsigned)c, (unsigned)splits), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x,
+                dy, save_mean, save_invstd, gamma, bias, relu, (cuda_bn_d2 *)ws);
+      CUDA_LAUNCH_CHECK(b, op);
+      TT_LAUNCH(cuda_bn_bwd_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, splits,
+                (const cuda_bn_d2 *)ws, dgamma, dbias, beta_param, md);
+      CUDA_LAUNCH_CHECK(b, op);
+      break;
+    default: /* the flat form's sums, fs splits of them */
+      TT_LAUNCH(cuda_bn_bwd_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, fs,
+                (const cuda_bn_d2 *)ws, dgamma, dbias, beta_param, md);
+      CUDA_LAUNCH_CHECK(b, op);
+      break;
+  }
   if (!dx) return 0;
   {
     const size_t vf = 16 / tt_dtype_size(dt), total = (size_t)n * c * hw;
@@ -1337,6 +1523,8 @@ const tt_cuda_kernel tt_cuda_norm_kernels[] = {
     TT_CUDA_KERNEL(cuda_bn_dx_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_infer_flat_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_dx_flat_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_stats_flat_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_bwd_stats_flat_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_rows_stats_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_rows_bwd_stats_k, TT_CUDA_THREADS),
     TT_CUDA_KERNEL(cuda_bn_rows_norm_k, TT_CUDA_THREADS),
