@@ -477,8 +477,10 @@ static uint64_t exec_dropout_seed(const exec_run *r, int node) {
   return tt_hash64(tt_hash64(r->x->seed, r->step), (mi << 32) | (uint64_t)node);
 }
 
-/* Runs one backend call of step s (dispatch.h): its buffers, its shape at r->batch. */
-static int exec_call(exec_run *r, const tt_step *s, const tt_call *c, tt_err *err) {
+/* Runs one backend call of step s (dispatch.h): its buffers, its shape at r->batch. fz (may be
+ * NULL): the step's entry of the fusion table, which turns its batch norm call into the ReLU-fused
+ * one (exec_fuse_table). */
+static int exec_call(exec_run *r, const tt_step *s, const tt_call *c, const tt_exec_fuse *fz, tt_err *err) {
   tt_backend *be = r->x->be;
   const tt_op_desc *o = &c->op;
   tt_dtype dt = o->dt;
@@ -507,9 +509,9 @@ static int exec_call(exec_run *r, const tt_step *s, const tt_call *c, tt_err *er
                                        g1, bp, ws, wsb));
       break;
     case TT_OP_BN_FWD_TRAIN:
-      EXEC_CHECK(be->bn_fwd_train(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], (const float *)in[1], (const float *)in[2],
-                                  out[0], (float *)in[3], (float *)in[4], c->momentum, o->u.bn.eps, g1, g2,
-                                  c->update_running, ws, wsb));
+      EXEC_CHECK((fz && fz->what == EXEC_FUSE_BN_RELU_FWD ? be->bn_fwd_train_relu : be->bn_fwd_train)(
+          be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], (const float *)in[1], (const float *)in[2], out[0], (float *)in[3],
+          (float *)in[4], c->momentum, o->u.bn.eps, g1, g2, c->update_running, ws, wsb));
       break;
     case TT_OP_BN_FWD_INFER:
       EXEC_CHECK(be->bn_fwd_infer(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], (const float *)in[1], (const float *)in[2],
@@ -520,8 +522,13 @@ static int exec_call(exec_run *r, const tt_step *s, const tt_call *c, tt_err *er
                               (const float *)in[3], (const float *)in[4], out[0]));
       break;
     case TT_OP_BN_BWD:
-      EXEC_CHECK(be->bn_bwd(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], in[1], (const float *)in[2], (const float *)in[3],
-                            (const float *)in[4], out[0], g1, g2, c->beta, bp, ws, wsb));
+      if (fz && fz->what == EXEC_FUSE_BN_RELU_BWD) /* dy: the ReLU's, whose backward this call folds in */
+        EXEC_CHECK(be->bn_bwd_relu(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], EXEC_P(fz->dy), (const float *)in[2],
+                                   (const float *)EXEC_P(fz->bias), (const float *)in[3], (const float *)in[4], out[0], g1, g2,
+                                   c->beta, bp, ws, wsb));
+      else
+        EXEC_CHECK(be->bn_bwd(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], in[1], (const float *)in[2],
+                              (const float *)in[3], (const float *)in[4], out[0], g1, g2, c->beta, bp, ws, wsb));
       break;
     case TT_OP_POOL_FWD: EXEC_CHECK(be->pool_fwd(be, &o->u.pool, o->pool_mode, dt, in[0], out[0], ws, wsb)); break;
     case TT_OP_POOL_BWD:
@@ -601,8 +608,8 @@ static int exec_call(exec_run *r, const tt_step *s, const tt_call *c, tt_err *er
 }
 
 /* A forward or backward step: its calls in order, those marked dy_alias_last whose output is dy's
- * storage after the others (which still read dy). */
-static int exec_layer(exec_run *r, const tt_step *s, tt_err *err) {
+ * storage after the others (which still read dy). fz: as exec_call's. */
+static int exec_layer(exec_run *r, const tt_step *s, const tt_exec_fuse *fz, tt_err *err) {
   tt_call calls[TT_STEP_MAX_CALLS];
   int n = tt_step_calls(r->p, s, r->batch, calls);
   if (n < 0)
@@ -613,33 +620,11 @@ static int exec_layer(exec_run *r, const tt_step *s, tt_err *err) {
       const tt_call *c = &calls[k];
       int late = c->dy_alias_last && c->out[0] >= 0 && EXEC_P(c->out[0]) == EXEC_P(c->in[0]);
       if (c->planned_only || late != pass) continue;
-      if (exec_call(r, s, c, err) || exec_sync_point(r->x, r->p, s, exec_call_name(c->fn), err)) return -1;
+      const char *name = !fz || !fz->what ? exec_call_name(c->fn)
+                         : fz->what == EXEC_FUSE_BN_RELU_FWD ? "bn_fwd_train_relu" : "bn_bwd_relu";
+      if (exec_call(r, s, c, fz, err) || exec_sync_point(r->x, r->p, s, name, err)) return -1;
     }
   return 0;
-}
-
-/* A step whose call runs fused with its neighbour's (exec_fuse_table): batch norm and ReLU. */
-static int exec_fused(exec_run *r, const tt_step *s, const tt_exec_fuse *fz, tt_err *err) {
-  tt_backend *be = r->x->be;
-  tt_call calls[TT_STEP_MAX_CALLS];
-  const tt_call *c = &calls[0];
-  const tt_op_desc *o = &c->op;
-  void *in[5], *out[3], *ws = EXEC_P(s->ws);
-  size_t wsb = s->ws >= 0 ? r->p->bufs[s->ws].bytes : 0;
-  float bp = r->micro_index > 0 ? 1.0f : 0.0f;
-  if (tt_step_calls(r->p, s, r->batch, calls) != 1)
-    return tt_fail(err, "internal error: fused step of %s has other than one call", s->name ? s->name : "a layer");
-  for (int k = 0; k < 5; k++) in[k] = EXEC_P(c->in[k]);
-  for (int k = 0; k < 3; k++) out[k] = EXEC_P(c->out[k]);
-  if (fz->what == EXEC_FUSE_BN_RELU_FWD)
-    EXEC_CHECK(be->bn_fwd_train_relu(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, o->dt, in[0], (const float *)in[1],
-                                     (const float *)in[2], out[0], (float *)in[3], (float *)in[4], c->momentum, o->u.bn.eps,
-                                     (float *)out[1], (float *)out[2], c->update_running, ws, wsb));
-  else
-    EXEC_CHECK(be->bn_bwd_relu(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, o->dt, in[0], EXEC_P(fz->dy), (const float *)in[2],
-                               (const float *)EXEC_P(fz->bias), (const float *)in[3], (const float *)in[4], out[0],
-                               (float *)out[1], (float *)out[2], c->beta, bp, ws, wsb));
-  return exec_sync_point(r->x, r->p, s, fz->what == EXEC_FUSE_BN_RELU_FWD ? "bn_fwd_train_relu" : "bn_bwd_relu", err);
 }
 
 static int exec_range(exec_run *r, int from, int to, tt_err *err) {
@@ -680,7 +665,7 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
       case TT_S_BWD: {
         const tt_exec_fuse *fz = r->p == r->x->train && r->x->fuse ? &r->x->fuse[i] : NULL;
         if (fz && fz->what == EXEC_FUSE_SKIP) break; /* run by its neighbour's fused call */
-        if (fz && fz->what != EXEC_FUSE_NONE ? exec_fused(r, s, fz, err) : exec_layer(r, s, err)) return -1;
+        if (exec_layer(r, s, fz, err)) return -1;
         break;
       }
       case TT_S_LOSS:
@@ -967,7 +952,7 @@ int tt_exec_warmup(tt_exec *x, tt_err *err) {
     for (int i = 0; i < p->micro_end; i++) {
       const tt_step *s = &p->steps[i];
       if ((s->op != TT_S_FWD && s->op != TT_S_BWD) || (s->kind != TT_L_CONV && s->kind != TT_L_LINEAR)) continue;
-      if (exec_layer(&r, s, err)) return -1;
+      if (exec_layer(&r, s, NULL, err)) return -1;
     }
   }
   if (x->be->sync(x->be)) return tt_fail(err, "warming up on %s failed: %s", x->be->name, x->be->last_error(x->be));

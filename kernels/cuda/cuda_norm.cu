@@ -51,6 +51,7 @@ static cudaStream_t cuda_norm_stream(tt_backend *b) { return tt_cuda_st(b)->comp
 #define CUDA_BNI_VPT 2
 #define CUDA_BNI_MINHW 32
 #define CUDA_BNI_MAXP (TT_CUDA_THREADS * CUDA_BNI_VPT * 8 / CUDA_BNI_MINHW + 2)
+static_assert(CUDA_BNI_MAXP <= TT_CUDA_THREADS, "the flat statistics give each of a group's channels its own thread");
 
 typedef struct cuda_bn_geom {
   int n, c, hw;
@@ -81,6 +82,12 @@ static __device__ __forceinline__ int cuda_bn_relu_pass(tt_dtype dt, float v) {
   if (dt == TT_F16) return __half2float(__float2half_rn(v)) > 0.0f;
   if (dt == TT_BF16) return __bfloat162float(__float2bfloat16_rn(v)) > 0.0f;
   return v > 0.0f;
+}
+/* bn_bwd_relu's dy at one element: g (the ReLU's output gradient) where the ReLU passed it, recomputed
+ * from x and the channel's constants; g itself without relu. */
+static __device__ __forceinline__ float cuda_bn_relu_grad(tt_dtype dt, int relu, float g, float x, float mean, float invstd,
+                                                          float gm, float bb) {
+  return relu && !cuda_bn_relu_pass(dt, cuda_bn_y(x, mean, invstd, gm, bb)) ? 0.0f : g;
 }
 
 /* Calls f(vector index) for this thread's vectors of block (ch = blockIdx.x, split blockIdx.y):
@@ -226,9 +233,8 @@ static cuda_bn_geom cuda_bn_geometry(int n, int c, int hw, tt_dtype dt, const vo
 }
 static int cuda_bn_splits(const cuda_bn_geom &g) { return (int)((g.mv + g.chunk - 1) / g.chunk); }
 
-/* Workspace of bn_fwd_train and bn_bwd: the partials (cuda_bn_d2, S x c) and, for the backward,
- * two floats per channel (cuda_bn_f2). Sized for 1-element vectors, which give the most splits. */
-/* the split count that sizing gives (the most any geometry of the shape uses) */
+/* The split count the workspace is sized for: 1-element vectors', the most any geometry of the
+ * shape uses (and the flat statistics never use more). */
 static size_t cuda_bn_max_splits(int n, int hw) {
   size_t mv = (size_t)n * (size_t)hw, want = (mv + (size_t)TT_CUDA_THREADS * 8 - 1) / ((size_t)TT_CUDA_THREADS * 8);
   if (want < 1) want = 1;
@@ -236,6 +242,8 @@ static size_t cuda_bn_max_splits(int n, int hw) {
   return want;
 }
 
+/* Workspace of bn_fwd_train and bn_bwd: the partials (cuda_bn_d2, S x c) and, for the backward,
+ * two floats per channel (cuda_bn_f2) after them. */
 size_t tt_cuda_bn_workspace(int n, int c, int hw, tt_dtype dt) {
   (void)dt;
   if (n <= 0 || c <= 0 || hw <= 0) return 0;
@@ -317,8 +325,7 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_bwd_stats_
     for (size_t r = r0 + w0; r < r1; r += CUDA_BN_ROW_WARPS) {
       const size_t i = r * (size_t)g.c + ch;
       const float xv = tt_cuda_ld(dt, x, i);
-      float gv = tt_cuda_ld(dt, dy, i);
-      if (relu && !cuda_bn_relu_pass(dt, cuda_bn_y(xv, mean, invstd, gm, bb))) gv = 0.0f;
+      const float gv = cuda_bn_relu_grad(dt, relu, tt_cuda_ld(dt, dy, i), xv, mean, invstd, gm, bb);
       s1 += gv;
       s2 += gv * ((xv - mean) * invstd);
     }
@@ -350,8 +357,8 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_dx_k(size_
     const float mean = save_mean[ch], invstd = save_invstd[ch], a = gamma[ch] * save_invstd[ch];
     const cuda_bn_f2 d = md[ch];
     const float xv = tt_cuda_ld(dt, x, i);
-    float xh = (xv - mean) * invstd, gv = tt_cuda_ld(dt, dy, i);
-    if (relu && !cuda_bn_relu_pass(dt, cuda_bn_y(xv, mean, invstd, gamma[ch], bias[ch]))) gv = 0.0f;
+    const float xh = (xv - mean) * invstd;
+    const float gv = cuda_bn_relu_grad(dt, relu, tt_cuda_ld(dt, dy, i), xv, mean, invstd, gamma[ch], relu ? bias[ch] : 0.0f);
     float v = a * (gv - d.x - xh * d.y);
     tt_cuda_st(dt, dx, i, beta_dx != 0.0f ? v + beta_dx * tt_cuda_ld(dt, dx, i) : v);
   }
@@ -548,7 +555,7 @@ static __device__ __forceinline__ void cuda_bn_flat_sums_body(cuda_bn_fgeom fg, 
                                                               cuda_bn_d2 *part, float (*sp)[CUDA_BNI_MAXP],
                                                               float (*vs)[2][TT_CUDA_THREADS * CUDA_BNI_VPT]) {
   const int c0 = (int)blockIdx.x * fg.cg, cgb = fg.c - c0 < fg.cg ? fg.c - c0 : fg.cg;
-  const size_t run_e = (size_t)cgb * fg.hw, run_v = (run_e + V - 1) / V;
+  const size_t run_v = (size_t)cgb * fg.hw / V; /* whole vectors: every group, the last too, ends on one (cg's choice, c's check) */
   const int s0 = (int)blockIdx.y * fg.spb, s1 = s0 + fg.spb < fg.n ? s0 + fg.spb : fg.n;
   const int me = (int)threadIdx.x;
   double acc1 = 0.0, acc2 = 0.0;
@@ -570,15 +577,14 @@ static __device__ __forceinline__ void cuda_bn_flat_sums_body(cuda_bn_fgeom fg, 
       float xv[V], gv[V], a0 = 0.0f, a1 = 0.0f, q0 = 0.0f, q1 = 0.0f; /* the two planes' sums (scalars: no local memory) */
       tt_cuda_ldv<V>(dt, x, base_v + lv, xv);
       if (BWD) tt_cuda_ldv<V>(dt, dy, base_v + lv, gv);
-      for (int t = 0; t < V && el + t < run_e; t++) { /* the last group's run may end inside its last vector */
+      for (int t = 0; t < V; t++) {
         const int jj = j + sg;
         float u, w;
         if (!BWD) {
           u = xv[t] - sp[0][jj];
           w = u * u;
         } else {
-          u = gv[t];
-          if (relu && !cuda_bn_relu_pass(dt, cuda_bn_y(xv[t], sp[0][jj], sp[1][jj], sp[2][jj], sp[3][jj]))) u = 0.0f;
+          u = cuda_bn_relu_grad(dt, relu, gv[t], xv[t], sp[0][jj], sp[1][jj], sp[2][jj], sp[3][jj]);
           w = u * ((xv[t] - sp[0][jj]) * sp[1][jj]);
         }
         if (sg)
@@ -590,14 +596,14 @@ static __device__ __forceinline__ void cuda_bn_flat_sums_body(cuda_bn_fgeom fg, 
       vs[0][0][lv] = a0, vs[0][1][lv] = a1, vs[1][0][lv] = q0, vs[1][1][lv] = q1;
     }
     __syncthreads();
-    for (int j = me; j < cgb; j += blockDim.x) { /* channel c0 + j: its plane's vectors in order */
-      const size_t e0 = (size_t)j * fg.hw, e1 = e0 + fg.hw - 1;
+    if (me < cgb) { /* channel c0 + me (cg <= CUDA_BNI_MAXP < the block's threads): its plane's vectors in order */
+      const size_t e0 = (size_t)me * fg.hw, e1 = e0 + fg.hw - 1;
       float t1 = 0.0f, t2 = 0.0f;
       for (size_t lv = e0 / V; lv <= e1 / V; lv++) {
-        const int sg = lv * V / (size_t)fg.hw == (size_t)j ? 0 : 1; /* the plane is the vector's first or second */
+        const int sg = lv * V / (size_t)fg.hw == (size_t)me ? 0 : 1; /* the plane is the vector's first or second */
         t1 += vs[0][sg][lv], t2 += vs[1][sg][lv];
       }
-      if (j == me) acc1 += t1, acc2 += t2;
+      acc1 += t1, acc2 += t2;
     }
     __syncthreads(); /* vs is written again for the next sample */
   }
@@ -738,7 +744,7 @@ static __device__ __forceinline__ void cuda_bn_stats_bwd(const cuda_bn_geom &g, 
     tt_cuda_ldv<V>(dt, x, iv, xv);
     tt_cuda_ldv<V>(dt, dy, iv, gv);
     for (int j = 0; j < V; j++) {
-      if (relu && !cuda_bn_relu_pass(dt, cuda_bn_y(xv[j], mean, invstd, gm, bb))) gv[j] = 0.0f;
+      gv[j] = cuda_bn_relu_grad(dt, relu, gv[j], xv[j], mean, invstd, gm, bb);
       s1 += gv[j];
       s2 += gv[j] * ((xv[j] - mean) * invstd);
     }
@@ -799,7 +805,7 @@ static __device__ __forceinline__ void cuda_bn_dx(const cuda_bn_geom &g, tt_dtyp
     if (beta_dx != 0.0f) tt_cuda_ldv<V>(dt, dx, iv, ov);
     for (int j = 0; j < V; j++) {
       float xh = (xv[j] - mean) * invstd;
-      if (relu && !cuda_bn_relu_pass(dt, cuda_bn_y(xv[j], mean, invstd, gm, bb))) gv[j] = 0.0f;
+      gv[j] = cuda_bn_relu_grad(dt, relu, gv[j], xv[j], mean, invstd, gm, bb);
       float v = a * (gv[j] - mdy - xh * mdyx);
       xv[j] = beta_dx != 0.0f ? v + beta_dx * ov[j] : v;
     }
@@ -861,7 +867,7 @@ static __device__ __forceinline__ void cuda_bn_dx_flat_body(size_t total_v, int 
     if (beta_dx != 0.0f) tt_cuda_ldv<V>(dt, dx, iv, ov);
     for (int q = 0; q < V; q++) {
       float xh = (xv[q] - sp[0][j]) * sp[1][j];
-      if (relu && !cuda_bn_relu_pass(dt, cuda_bn_y(xv[q], sp[0][j], sp[1][j], sp[5][j], sp[6][j]))) gv[q] = 0.0f;
+      gv[q] = cuda_bn_relu_grad(dt, relu, gv[q], xv[q], sp[0][j], sp[1][j], sp[5][j], sp[6][j]);
       float v = sp[2][j] * (gv[q] - sp[3][j] - xh * sp[4][j]);
       xv[q] = beta_dx != 0.0f ? v + beta_dx * ov[q] : v;
       if (++k == hw) k = 0, j++;
