@@ -555,7 +555,7 @@ static __device__ __forceinline__ void cuda_bn_flat_sums_body(cuda_bn_fgeom fg, 
                                                               cuda_bn_d2 *part, float (*sp)[CUDA_BNI_MAXP],
                                                               float (*vs)[2][TT_CUDA_THREADS * CUDA_BNI_VPT]) {
   const int c0 = (int)blockIdx.x * fg.cg, cgb = fg.c - c0 < fg.cg ? fg.c - c0 : fg.cg;
-  const size_t run_v = (size_t)cgb * fg.hw / V; /* whole vectors: every group, the last too, ends on one (cg's choice, c's check) */
+  const size_t run_e = (size_t)cgb * fg.hw, run_v = (run_e + V - 1) / V;
   const int s0 = (int)blockIdx.y * fg.spb, s1 = s0 + fg.spb < fg.n ? s0 + fg.spb : fg.n;
   const int me = (int)threadIdx.x;
   double acc1 = 0.0, acc2 = 0.0;
@@ -577,14 +577,17 @@ static __device__ __forceinline__ void cuda_bn_flat_sums_body(cuda_bn_fgeom fg, 
       float xv[V], gv[V], a0 = 0.0f, a1 = 0.0f, q0 = 0.0f, q1 = 0.0f; /* the two planes' sums (scalars: no local memory) */
       tt_cuda_ldv<V>(dt, x, base_v + lv, xv);
       if (BWD) tt_cuda_ldv<V>(dt, dy, base_v + lv, gv);
-      for (int t = 0; t < V; t++) {
+      /* el + t < run_e always holds (every group ends on a whole vector: cg's choice, c's check in
+       * cuda_bn_stats_flat); without the test nvcc 13 spilled this loop's registers on sm_120 */
+      for (int t = 0; t < V && el + t < run_e; t++) {
         const int jj = j + sg;
         float u, w;
         if (!BWD) {
           u = xv[t] - sp[0][jj];
           w = u * u;
         } else {
-          u = cuda_bn_relu_grad(dt, relu, gv[t], xv[t], sp[0][jj], sp[1][jj], sp[2][jj], sp[3][jj]);
+          u = gv[t];
+          if (relu && !cuda_bn_relu_pass(dt, cuda_bn_y(xv[t], sp[0][jj], sp[1][jj], sp[2][jj], sp[3][jj]))) u = 0.0f;
           w = u * ((xv[t] - sp[0][jj]) * sp[1][jj]);
         }
         if (sg)
@@ -596,14 +599,14 @@ static __device__ __forceinline__ void cuda_bn_flat_sums_body(cuda_bn_fgeom fg, 
       vs[0][0][lv] = a0, vs[0][1][lv] = a1, vs[1][0][lv] = q0, vs[1][1][lv] = q1;
     }
     __syncthreads();
-    if (me < cgb) { /* channel c0 + me (cg <= CUDA_BNI_MAXP < the block's threads): its plane's vectors in order */
-      const size_t e0 = (size_t)me * fg.hw, e1 = e0 + fg.hw - 1;
+    for (int j = me; j < cgb; j += blockDim.x) { /* channel c0 + j: its plane's vectors in order */
+      const size_t e0 = (size_t)j * fg.hw, e1 = e0 + fg.hw - 1;
       float t1 = 0.0f, t2 = 0.0f;
       for (size_t lv = e0 / V; lv <= e1 / V; lv++) {
-        const int sg = lv * V / (size_t)fg.hw == (size_t)me ? 0 : 1; /* the plane is the vector's first or second */
+        const int sg = lv * V / (size_t)fg.hw == (size_t)j ? 0 : 1; /* the plane is the vector's first or second */
         t1 += vs[0][sg][lv], t2 += vs[1][sg][lv];
       }
-      acc1 += t1, acc2 += t2;
+      if (j == me) acc1 += t1, acc2 += t2;
     }
     __syncthreads(); /* vs is written again for the next sample */
   }
