@@ -138,6 +138,15 @@ int tt_cuda_fail(tt_backend *b, const char *fmt, ...)
 #ifndef TT_LAUNCH_BOUNDS
 #define TT_LAUNCH_BOUNDS(threads) __launch_bounds__(threads)
 #endif
+/* A kernel's dynamic shared memory (the launch's shmem bytes, 16-byte aligned) as unsigned char
+ * *name. The host emulation provides it per block (tests/cuda_emu). */
+#ifdef TT_CUDA_EMULATED
+#define TT_CUDA_DYN_SHARED(name) unsigned char *name = (unsigned char *)tt_emu_dyn_shared(__FILE__, __LINE__)
+#else
+#define TT_CUDA_DYN_SHARED(name)                              \
+  extern __shared__ __align__(16) unsigned char tt_cuda_dsm_[]; \
+  unsigned char *name = tt_cuda_dsm_
+#endif
 /* Every kernel launch goes through this macro, so that a build can run the kernels elsewhere
  * (the host emulation in tests/ defines it before including this header). */
 #ifndef TT_LAUNCH

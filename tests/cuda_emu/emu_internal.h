@@ -35,6 +35,10 @@ cudaError_t emu_cuda_fail(cudaError_t e, const char *fmt, ...) __attribute__((fo
 /* The sticky error (a kernel that failed), or cudaSuccess; every API call returns it. */
 cudaError_t emu_sticky(void);
 void emu_set_sticky(cudaError_t e, const char *msg);
+/* Shared memory per block on the emulated device: what every kernel may use, and the most one may
+ * opt in to with cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize) (cudaDeviceProp's
+ * sharedMemPerBlock and sharedMemPerBlockOptin). */
+enum { EMU_SHARED_PER_BLOCK = 48 * 1024, EMU_SHARED_OPTIN = 64 * 1024 };
 /* First call of the process: the fake context. */
 void emu_init(void);
 /* The emulated device's compute capability, major * 10 + minor (tt_emu_set_compute_capability). */
@@ -114,6 +118,10 @@ const char *emu_kernel_now(char *buf, size_t n);
 /* Called by the SIGSEGV handler for a fault inside a kernel: does not return. */
 void emu_kernel_fault(const char *msg) __attribute__((noreturn));
 int emu_in_kernel(void);
+/* For the SIGSEGV handler: when p lies in the guard page after the running launch's dynamic
+ * shared memory, describes it ("0x..., N bytes past the end of the M bytes of dynamic shared
+ * memory") in buf and returns 1; else 0. */
+int emu_dyn_shared_describe(const void *p, char *buf, size_t n);
 
 /* An observer of kernel execution (NULL: none), called by the scheduler: EMU_OBS_LAUNCH_BEGIN
  * and _END around a launch, _BLOCK_BEGIN and _BLOCK_END around each block. The traffic

@@ -244,8 +244,8 @@ extern "C" cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device)
   memset(prop, 0, sizeof *prop);
   snprintf(prop->name, sizeof prop->name, "tinytrain CUDA emulator (sm_%d, on the CPU)", emu_cc);
   prop->totalGlobalMem = emu_total_mem;
-  prop->sharedMemPerBlock = 48 * 1024;
-  prop->sharedMemPerBlockOptin = 64 * 1024;
+  prop->sharedMemPerBlock = EMU_SHARED_PER_BLOCK;
+  prop->sharedMemPerBlockOptin = EMU_SHARED_OPTIN;
   prop->sharedMemPerMultiprocessor = 64 * 1024;
   prop->regsPerBlock = 65536;
   prop->warpSize = 32;
@@ -585,7 +585,7 @@ static void emu_segv(int sig, siginfo_t *si, void *ctx) {
   }
   if (a)
     emu_describe(addr, d, sizeof d);
-  else {
+  else if (!emu_dyn_shared_describe(addr, d, sizeof d)) {
     len = (size_t)snprintf(d, sizeof d, "%p", (const void *)addr);
     if (below && addr - below->base < ((ptrdiff_t)64 << 20))
       len += (size_t)snprintf(d + len, sizeof d - len, ", %zu bytes past the end of the %zu-byte allocation #%lu",

@@ -13,11 +13,11 @@
  *     not have, lanes of one mask disagreeing on the operation, width or mask, a lane reading
  *     a lane that exited or is outside the mask;
  *   - a device function called from host code.
- * A fault (SIGSEGV) inside a kernel — an access past the end of an allocation, or to memory
- * that is not the device's — ends the launch with cudaErrorIllegalAddress, naming the kernel,
- * block and thread. A thread that never blocks runs to completion on the fiber that started
- * it, and the next unstarted thread of the block reuses that fiber, so barrier-free kernels
- * cost a function call per thread.
+ * A fault (SIGSEGV) inside a kernel — an access past the end of an allocation or of the
+ * launch's dynamic shared memory, or to memory that is not the device's — ends the launch with
+ * cudaErrorIllegalAddress, naming the kernel, block and thread. A thread that never blocks runs
+ * to completion on the fiber that started it, and the next unstarted thread of the block reuses
+ * that fiber, so barrier-free kernels cost a function call per thread.
  *
  * Order: blocks, and threads within a block, start in a permuted order that changes from
  * launch to launch (TT_EMU_ORDER=sequential keeps index order), so a kernel whose result
@@ -107,6 +107,14 @@ volatile sig_atomic_t g_in_kernel;
 char g_fault_msg[1024];
 uint64_t g_launch_no;
 int g_order = -1; /* 0 sequential, 1 permuted */
+/* Dynamic shared memory: one mapping, [ body | guard page ], reused launch after launch (blocks
+ * and launches run one at a time) and replaced by a larger one when a launch asks for more. Not
+ * a device allocation (emu_alloc): the traffic counter counts only those, and shared memory is
+ * not global-memory traffic. mmap, not malloc: AddressSanitizer neither poisons nor tracks it,
+ * so the guard page is the only check and a fault there is the emulation's to report. */
+char *g_dyn_map;
+size_t g_dyn_body; /* bytes before the guard page */
+char *g_dyn;       /* the running launch's: its shmem bytes end at the guard page, or up to 15 bytes before */
 
 void emu_worker(void);
 
@@ -135,6 +143,26 @@ emu_fiber *emu_fiber_new(void) {
   emu_fiber_reset(f);
   emu_fibers.push_back(f);
   return f;
+}
+
+/* Dynamic shared memory for a launch that asks for bytes (> 0): 16-byte aligned, as a device
+ * aligns it (kernels read it as float4 and the like). When bytes is a multiple of 16 its end is
+ * the guard page; otherwise the alignment leaves up to 15 bytes of slack before the guard, which
+ * emu_run_launch checks for writes after each block. */
+char *emu_dyn_place(size_t bytes) {
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE), need = (bytes + 15) & ~(size_t)15;
+  if (need > g_dyn_body) {
+    size_t body = (need + pg - 1) / pg * pg;
+    char *m;
+    if (g_dyn_map) munmap(g_dyn_map, g_dyn_body + pg);
+    m = (char *)mmap(NULL, body + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED || mprotect(m + body, pg, PROT_NONE) != 0) {
+      fprintf(stderr, "cuda_emu: cannot map %zu bytes of dynamic shared memory\n", bytes);
+      abort();
+    }
+    g_dyn_map = m, g_dyn_body = body;
+  }
+  return (char *)((uintptr_t)(g_dyn_map + g_dyn_body - bytes) & ~(uintptr_t)15);
 }
 
 /* ------------------------------------ messages ---------------------------------------- */
@@ -511,6 +539,19 @@ unsigned tt_emu_active_mask(void) {
   return m;
 }
 
+/* The launch's dynamic shared memory (kernels/cuda/cuda_internal.h's macro calls this): the
+ * same buffer for every thread of a block, filled with 0xff before each block as __shared__ is. */
+extern "C" void *tt_emu_dyn_shared(const char *file, int line) {
+  emu_run *r = emu_cur_run("dynamic shared memory (tt_emu_dyn_shared)", file, line);
+  if (!r->d->shmem) {
+    uint3 i = r->th[g_cur->thread].idx;
+    emu_fail_here(r, emu_fmt("thread (%u,%u,%u) uses dynamic shared memory at %s:%d, but the launch gives the kernel "
+                             "0 bytes of it (the shmem argument of the launch)",
+                             i.x, i.y, i.z, file, line));
+  }
+  return g_dyn;
+}
+
 /* ------------------------------------ launches ----------------------------------------- */
 
 extern "C" int tt_emu_kernel_bound(const void *kernel) {
@@ -553,6 +594,14 @@ const char *emu_kernel_now(char *buf, size_t n) {
   }
   snprintf(buf, n, "%s", s.c_str());
   return buf;
+}
+
+int emu_dyn_shared_describe(const void *p, char *buf, size_t n) {
+  const char *a = (const char *)p, *guard = g_dyn_map + g_dyn_body;
+  if (!g_run || !g_dyn || a < guard || a >= guard + sysconf(_SC_PAGESIZE)) return 0;
+  snprintf(buf, n, "%p, %zu bytes past the end of the %zu bytes of dynamic shared memory", p,
+           (size_t)(a - g_dyn) - g_run->d->shmem, g_run->d->shmem);
+  return 1;
 }
 
 void emu_kernel_fault(const char *msg) {
@@ -600,6 +649,7 @@ void emu_run_launch(const tt_emu_launch_desc *d) {
   }
   tt_emu_b.block_dim = d->block;
   tt_emu_b.grid_dim = d->grid;
+  g_dyn = d->shmem ? emu_dyn_place(d->shmem) : NULL;
   g_run = r;
   g_in_kernel = 1;
   if (emu_observer) emu_observer(EMU_OBS_LAUNCH_BEGIN, d);
@@ -612,10 +662,24 @@ void emu_run_launch(const tt_emu_launch_desc *d) {
       tt_emu_b.block_idx = r->bidx;
       if ((uintptr_t)__stop_tt_emu_shared > (uintptr_t)__start_tt_emu_shared) /* no block sees another's */
         memset(__start_tt_emu_shared, 0xff, (size_t)((uintptr_t)__stop_tt_emu_shared - (uintptr_t)__start_tt_emu_shared));
+      if (g_dyn) memset(g_dyn, 0xff, (size_t)(g_dyn_map + g_dyn_body - g_dyn)); /* the slack too: checked below */
       if (emu_observer) emu_observer(EMU_OBS_BLOCK_BEGIN, d);
       emu_run_block(r);
       if (emu_observer) emu_observer(EMU_OBS_BLOCK_END, d);
       emu_counts.threads += (size_t)r->n;
+      if (g_dyn && !r->failed) { /* the alignment slack between the end and the guard page cannot fault */
+        const unsigned char *e = (const unsigned char *)g_dyn + d->shmem;
+        for (const unsigned char *q = e; q < (const unsigned char *)g_dyn_map + g_dyn_body; q++)
+          if (*q != 0xff) {
+            r->failed = 1;
+            r->err = cudaErrorIllegalAddress;
+            r->msg = emu_where(r) + emu_fmt(": a thread wrote past the end of the %zu bytes of dynamic shared memory, "
+                                            "at offset %zu (in the alignment slack before the guard page, so seen "
+                                            "after the block ran: which thread is not known)",
+                                            d->shmem, d->shmem + (size_t)(q - e));
+            break;
+          }
+      }
     }
   } else {
     r->failed = 1;
@@ -626,6 +690,7 @@ void emu_run_launch(const tt_emu_launch_desc *d) {
   g_in_kernel = 0;
   g_run = NULL;
   g_cur = NULL;
+  g_dyn = NULL;
   if (r->failed) {
     /* threads left waiting (or faulted) are abandoned: their fibers start afresh */
     for (size_t i = 0; i < emu_fibers.size(); i++)

@@ -339,6 +339,143 @@ static void test_launch(void) {
   TT_TEST_END();
 }
 
+/* ------------------------------- dynamic shared memory -------------------------------- */
+
+/* Each thread owns per words of the launch's dynamic shared memory (blockDim.x * per * 4 bytes,
+ * the whole of it): it notes whether they held the 0xff fill, writes them, and after the barrier
+ * sums its right neighbour's. out: the sums, then per block whether every word was fresh, then
+ * the buffer's address mod 16. */
+__global__ void self_dyn_neighbour_k(unsigned *out, int per) {
+  unsigned *sh = (unsigned *)tt_emu_dyn_shared(__FILE__, __LINE__);
+  unsigned t = threadIdx.x, n = blockDim.x, u = (t + 1) % n, sum = 0;
+  int fresh = 1, all_fresh;
+  for (int j = 0; j < per; j++) fresh &= sh[t * per + j] == 0xffffffffu;
+  for (int j = 0; j < per; j++) sh[t * per + j] = blockIdx.x * 100000u + t * per + j;
+  all_fresh = __syncthreads_and(fresh);
+  for (int j = 0; j < per; j++) sum += sh[u * per + j];
+  out[blockIdx.x * n + t] = sum;
+  if (t == 0) out[gridDim.x * n + blockIdx.x] = (unsigned)all_fresh;
+  if (t == 0 && blockIdx.x == 0) out[gridDim.x * (n + 1)] = (unsigned)((uintptr_t)sh & 15u);
+}
+
+__global__ void self_dyn_overrun_k(unsigned *out, size_t bytes) {
+  unsigned char *sh = (unsigned char *)tt_emu_dyn_shared(__FILE__, __LINE__);
+  sh[threadIdx.x] = 1;
+  __syncthreads();
+  if (threadIdx.x == 5) out[0] = sh[bytes]; /* the byte just past the end */
+}
+
+/* With shmem not a multiple of 16 the aligned buffer ends up to 15 bytes before the guard page:
+ * a write there cannot fault, and is found after the block. */
+__global__ void self_dyn_write_past_k(size_t bytes) {
+  unsigned char *sh = (unsigned char *)tt_emu_dyn_shared(__FILE__, __LINE__);
+  if (threadIdx.x == 0) sh[bytes] = 0;
+}
+
+static const int self_dyn_none_line = __LINE__ + 2; /* the tt_emu_dyn_shared call below */
+__global__ void self_dyn_none_k(unsigned *out) {
+  unsigned char *sh = (unsigned char *)tt_emu_dyn_shared(__FILE__, __LINE__);
+  out[threadIdx.x] = sh[threadIdx.x];
+}
+
+/* Launches self_dyn_neighbour_k on grid x block threads with per words each and checks every sum,
+ * the fill seen by every block and the alignment. */
+static void self_dyn_check(unsigned *o, unsigned *h, unsigned grid, unsigned block, int per) {
+  size_t shmem = (size_t)block * per * 4;
+  unsigned n = block;
+  TT_LAUNCH(self_dyn_neighbour_k, grid, block, shmem, 0, o, per);
+  OK(cudaGetLastError());
+  OK(cudaMemcpy(h, o, (grid * (n + 1) + 1) * sizeof(unsigned), cudaMemcpyDeviceToHost));
+  for (unsigned b = 0; b < grid; b++) {
+    for (unsigned t = 0; t < n; t++) {
+      unsigned u = (t + 1) % n, want = 0;
+      for (int j = 0; j < per; j++) want += b * 100000u + u * per + j;
+      TT_CHECK(h[b * n + t] == want, "shmem %zu: block %u thread %u summed %u from its neighbour, expected %u", shmem,
+               b, t, h[b * n + t], want);
+    }
+    TT_CHECK(h[grid * n + b] == 1,
+             "shmem %zu: block %u read dynamic shared memory it had not written as other than 0xff", shmem, b);
+  }
+  TT_CHECK(h[grid * (n + 1)] == 0, "shmem %zu: dynamic shared memory at an address %u mod 16", shmem,
+           h[grid * (n + 1)]);
+}
+
+static void test_dyn_shared(void) {
+  unsigned *o, h[3 * 65 + 1];
+  cudaFuncAttributes fa;
+  char where[256];
+  int st = 0, fds[2];
+  TT_TEST_BEGIN("cuda_emu_dyn_shared");
+  OK(cudaMalloc(&o, sizeof h));
+  /* two sizes, the second past one page: the buffer grows, and is refilled for each block */
+  self_dyn_check(o, h, 3, 64, 1);
+  self_dyn_check(o, h, 3, 64, 40);
+  /* over 48 KiB only after opting in, and the opt-in at most the device's 64 KiB */
+  OK(cudaFuncGetAttributes(&fa, self_dyn_neighbour_k));
+  TT_CHECK(fa.maxDynamicSharedSizeBytes == 48 * 1024, "maxDynamicSharedSizeBytes before opting in: %d",
+           fa.maxDynamicSharedSizeBytes);
+  TT_LAUNCH(self_dyn_neighbour_k, 1, 64, (size_t)64 * 240 * 4, 0, o, 240);
+  EXPECT_FAIL(cudaGetLastError(), cudaErrorInvalidValue,
+              "call cudaFuncSetAttribute(self_dyn_neighbour_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 61440)");
+  EXPECT_FAIL(cudaFuncSetAttribute(self_dyn_neighbour_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024 + 1),
+              cudaErrorInvalidValue, "sharedMemPerBlockOptin");
+  EXPECT_FAIL(cudaGetLastError(), cudaErrorInvalidValue, "outside 0..65536");
+  EXPECT_FAIL(cudaFuncSetAttribute(self_dyn_neighbour_k, cudaFuncAttributeMaxDynamicSharedMemorySize, -1),
+              cudaErrorInvalidValue, "outside 0..65536");
+  (void)cudaGetLastError();
+  OK(cudaFuncSetAttribute(self_dyn_neighbour_k, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 240 * 4));
+  OK(cudaFuncGetAttributes(&fa, self_dyn_neighbour_k));
+  TT_CHECK(fa.maxDynamicSharedSizeBytes == 64 * 240 * 4, "maxDynamicSharedSizeBytes after opting in: %d",
+           fa.maxDynamicSharedSizeBytes);
+  self_dyn_check(o, h, 1, 64, 240);
+  TT_LAUNCH(self_dyn_neighbour_k, 1, 64, (size_t)64 * 241 * 4, 0, o, 241);
+  EXPECT_FAIL(cudaGetLastError(), cudaErrorInvalidValue, "more than the 61440 its cudaFuncSetAttribute");
+  /* one byte past the end is the guard page (the mapping is now larger than this launch needs) */
+  TT_LAUNCH(self_dyn_overrun_k, 1, 32, 256, 0, o, (size_t)256);
+  OK(cudaGetLastError());
+  EXPECT_FAIL(cudaDeviceSynchronize(), cudaErrorIllegalAddress,
+              "0 bytes past the end of the 256 bytes of dynamic shared memory");
+  TT_CHECK(strstr(tt_emu_last_violation(), "self_dyn_overrun_k") && strstr(tt_emu_last_violation(), "thread (5,0,0)"),
+           "the fault should name the kernel and thread: %s", tt_emu_last_violation());
+  self_recover();
+  TT_LAUNCH(self_dyn_overrun_k, 1, 32, 256, 0, o, (size_t)255);
+  OK(cudaDeviceSynchronize());
+  TT_LAUNCH(self_dyn_write_past_k, 1, 32, 100, 0, (size_t)100);
+  EXPECT_FAIL(cudaDeviceSynchronize(), cudaErrorIllegalAddress,
+              "wrote past the end of the 100 bytes of dynamic shared memory, at offset 100");
+  self_recover();
+  /* a kernel using dynamic shared memory in a launch that gives it none */
+  TT_LAUNCH(self_dyn_none_k, 1, 32, 0, 0, o);
+  OK(cudaGetLastError());
+  snprintf(where, sizeof where, "uses dynamic shared memory at %s:%d, but the launch gives the kernel 0 bytes",
+           __FILE__, self_dyn_none_line);
+  EXPECT_FAIL(cudaDeviceSynchronize(), cudaErrorLaunchFailure, where);
+  self_recover();
+  /* host code asking for dynamic shared memory stops the program with a message (in a child process) */
+  fflush(stdout);
+  if (pipe(fds) == 0) {
+    char msg[512] = "";
+    ssize_t got, len = 0;
+    if (fork() == 0) {
+      dup2(fds[1], 2);
+      alarm(60);
+      (void)tt_emu_dyn_shared(__FILE__, __LINE__);
+      _exit(0);
+    }
+    close(fds[1]);
+    while (len < (ssize_t)sizeof msg - 1 && (got = read(fds[0], msg + len, sizeof msg - 1 - (size_t)len)) > 0)
+      len += got;
+    msg[len] = 0;
+    close(fds[0]);
+    wait(&st);
+    TT_CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "tt_emu_dyn_shared from host code should abort (status %#x)",
+             st);
+    TT_CHECK(strstr(msg, "outside a kernel") != NULL, "tt_emu_dyn_shared from host code said: %s", msg);
+  }
+  cudaFree(o);
+  TT_TEST_END();
+}
+
 /* ---------------------------------- memory, streams ----------------------------------- */
 
 static void test_memory_streams(void) {
@@ -634,6 +771,7 @@ int main(void) {
   test_barriers();
   test_warps();
   test_launch();
+  test_dyn_shared();
   test_memory_streams();
   test_cublas();
   test_cudnn();

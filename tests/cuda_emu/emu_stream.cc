@@ -7,7 +7,9 @@
  * Contracts checked here, each failing the call with the error a real runtime gives and a
  * message (cudaGetErrorString): copies and memsets lie inside one allocation and their
  * direction matches the pointers; streams and events are live handles; a launch fits the
- * device's limits and the kernel's __launch_bounds__, and passes no host pointer.
+ * device's limits and the kernel's __launch_bounds__, asks for no more dynamic shared memory
+ * than the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize (48 KiB until
+ * cudaFuncSetAttribute sets another, at most 64 KiB), and passes no host pointer.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -390,6 +392,32 @@ extern "C" size_t tt_emu_kernel_launches(const char *name) {
   return it == emu_launches_by_name.end() ? 0 : it->second;
 }
 
+/* cudaFuncAttributeMaxDynamicSharedMemorySize per kernel address, as cudaFuncSetAttribute set it
+ * (EMU_SHARED_PER_BLOCK for a kernel not here): the most dynamic shared memory a launch of the
+ * kernel may ask for, as on a device. */
+static std::map<const void *, int> &emu_max_dyn_shared = *new std::map<const void *, int>();
+
+extern "C" int tt_emu_func_max_dyn_shared(const void *kernel) {
+  std::map<const void *, int>::const_iterator it = emu_max_dyn_shared.find(kernel);
+  return it == emu_max_dyn_shared.end() ? EMU_SHARED_PER_BLOCK : it->second;
+}
+
+/* The other attributes (the carveout) change nothing the emulation models: accepted. The sum
+ * with the kernel's static __shared__ that a device also checks is not: the emulation does not
+ * know one kernel's static shared memory (the section holds every kernel's). */
+extern "C" cudaError_t tt_emu_func_set_attribute(const void *kernel, int attr, int value) {
+  EMU_ENTER();
+  if (!kernel) return emu_cuda_fail(cudaErrorInvalidDeviceFunction, "cudaFuncSetAttribute: NULL function");
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
+  if (value < 0 || value > EMU_SHARED_OPTIN)
+    return emu_cuda_fail(cudaErrorInvalidValue,
+                         "cudaFuncSetAttribute(%p, cudaFuncAttributeMaxDynamicSharedMemorySize, %d): outside 0..%d "
+                         "(the device's sharedMemPerBlockOptin)",
+                         kernel, value, (int)EMU_SHARED_OPTIN);
+  emu_max_dyn_shared[kernel] = value;
+  return cudaSuccess;
+}
+
 cudaError_t tt_emu_launch_erased(tt_emu_launch_desc *d) {
   char m[512], dd[256];
   int bound;
@@ -418,12 +446,24 @@ cudaError_t tt_emu_launch_erased(tt_emu_launch_desc *d) {
     EMU_LAUNCH_FAIL(cudaErrorLaunchOutOfResources,
                     "%s at %s:%d launched with %zu threads per block, more than its __launch_bounds__(%d)", d->name,
                     d->file, d->line, threads, bound);
-  if (d->shmem > 48 * 1024)
-    EMU_LAUNCH_FAIL(cudaErrorInvalidValue, "%s at %s:%d asks for %zu bytes of dynamic shared memory (at most 48 KiB)",
-                    d->name, d->file, d->line, d->shmem);
-  if (d->shmem)
-    EMU_LAUNCH_FAIL(cudaErrorInvalidValue, "%s at %s:%d: dynamic shared memory is not emulated (tests/cuda_emu)",
-                    d->name, d->file, d->line);
+  if (d->shmem > (size_t)tt_emu_func_max_dyn_shared(d->kernel)) {
+    if (emu_max_dyn_shared.count(d->kernel))
+      EMU_LAUNCH_FAIL(cudaErrorInvalidValue,
+                      "%s at %s:%d asks for %zu bytes of dynamic shared memory, more than the %d its "
+                      "cudaFuncSetAttribute(%s, cudaFuncAttributeMaxDynamicSharedMemorySize, %d) allows",
+                      d->name, d->file, d->line, d->shmem, tt_emu_func_max_dyn_shared(d->kernel), d->name,
+                      tt_emu_func_max_dyn_shared(d->kernel));
+    if (d->shmem > EMU_SHARED_OPTIN)
+      EMU_LAUNCH_FAIL(cudaErrorInvalidValue,
+                      "%s at %s:%d asks for %zu bytes of dynamic shared memory, more than a block may have (%d, "
+                      "the device's sharedMemPerBlockOptin)",
+                      d->name, d->file, d->line, d->shmem, (int)EMU_SHARED_OPTIN);
+    EMU_LAUNCH_FAIL(cudaErrorInvalidValue,
+                    "%s at %s:%d asks for %zu bytes of dynamic shared memory, more than the %d a kernel may use "
+                    "without opting in: call cudaFuncSetAttribute(%s, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                    "%zu) before the launch",
+                    d->name, d->file, d->line, d->shmem, (int)EMU_SHARED_PER_BLOCK, d->name, d->shmem);
+  }
   if (d->bad_arg)
     EMU_LAUNCH_FAIL(cudaErrorInvalidValue,
                     "%s at %s:%d: argument %d is a pointer to %s: a kernel can only use device (or pinned) memory", d->name,

@@ -48,8 +48,9 @@
 #define __restrict__ __restrict
 /* Shared memory: one copy per kernel, reused block after block (blocks run one at a time). The
  * section lets the scheduler fill all of it with 0xff (NaN) before each block, so a read of
- * shared memory that no thread of the block wrote shows up. Dynamic shared memory
- * (extern __shared__) is not emulated. */
+ * shared memory that no thread of the block wrote shows up. Dynamic shared memory has no
+ * extern __shared__ array here: kernels/cuda/cuda_internal.h's macro asks tt_emu_dyn_shared
+ * (below) for the launch's buffer, which is filled the same way. */
 #define __shared__ static __attribute__((section("tt_emu_shared")))
 /* __launch_bounds__(N[, minBlocks[, maxCluster]]): the bound is stored as N no-op bytes in front of
  * the kernel's entry (GCC's patchable_function_entry, which also lists the start of that padding
@@ -277,6 +278,12 @@ int tt_emu_block_barrier(int red, int pred, const char *file, int line);
 uint64_t tt_emu_warp_op(int op, unsigned mask, uint64_t value, int size, int arg, int width, const char *file,
                         int line);
 unsigned tt_emu_active_mask(void);
+/* The running launch's dynamic shared memory: exactly its shmem bytes, 16-byte aligned, with an
+ * inaccessible page after them (an overrun is cudaErrorIllegalAddress naming the thread; when
+ * shmem is not a multiple of 16, up to 15 bytes lie between, checked for writes after each
+ * block), 0xff in every byte when a block starts. In a launch with shmem 0 the block fails with a
+ * message naming file:line (the caller's); called from host code, the program aborts. */
+extern "C" void *tt_emu_dyn_shared(const char *file, int line);
 
 static inline void __syncthreads(const char *file = __builtin_FILE(), int line = __builtin_LINE()) {
   tt_emu_block_barrier(TT_EMU_RED_NONE, 0, file, line);
@@ -454,6 +461,10 @@ extern "C" {
 int tt_emu_is_device_ptr(const void *p);
 /* Maximum threads per block of a kernel: its __launch_bounds__, else 1024. */
 int tt_emu_kernel_bound(const void *kernel);
+/* cudaFuncSetAttribute on a kernel's address (emu_stream.cc), and the most dynamic shared memory
+ * a launch of it may ask for: its cudaFuncAttributeMaxDynamicSharedMemorySize, 48 KiB until set. */
+cudaError_t tt_emu_func_set_attribute(const void *kernel, int attr, int value);
+int tt_emu_func_max_dyn_shared(const void *kernel);
 }
 
 /* A launch, type-erased: run(closure) calls the kernel with the converted arguments. */
@@ -525,12 +536,12 @@ static inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *attr, F *fun
   memset(attr, 0, sizeof *attr);
   attr->maxThreadsPerBlock = tt_emu_kernel_bound((const void *)func);
   attr->ptxVersion = attr->binaryVersion = 75;
-  attr->maxDynamicSharedSizeBytes = 48 * 1024;
+  attr->maxDynamicSharedSizeBytes = tt_emu_func_max_dyn_shared((const void *)func);
   return cudaSuccess;
 }
 template <typename F>
 static inline cudaError_t cudaFuncSetAttribute(F *func, cudaFuncAttribute attr, int value) {
-  return func ? cudaSuccess : cudaErrorInvalidDeviceFunction;
+  return tt_emu_func_set_attribute((const void *)func, (int)attr, value);
 }
 template <typename F>
 static inline cudaError_t cudaOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, F *func,
