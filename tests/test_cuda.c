@@ -707,8 +707,13 @@ static void test_batchnorm(void) {
   TT_TEST_BEGIN("cuda_batchnorm");
   /* the last two: each channel split over several blocks (16-byte vectors crossing planes; odd hw) */
   int shapes[5][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}, {16, 3, 1100}, {2, 3, 4099}};
-  for (int di = 0; di < 3; di++) {
-    tt_dtype dt = test_dts[di];
+  /* twice: with the held-on-chip form (where a shape fits: the first two), then with it off, so
+   * that the two-pass and flat forms meet the CPU on the same shapes */
+  const size_t res_cap = tt_cuda_set_bn_resident(gpu, (size_t)-1);
+  for (int di = 0; di < 6; di++) {
+    tt_dtype dt = test_dts[di % 3];
+    tt_cuda_set_bn_resident(gpu, di < 3 ? res_cap : 0);
+    if (di == 3) printf("  cuda_batchnorm: the held-on-chip form off from here (tt_cuda_set_bn_resident 0)\n");
     for (int s = 0; s < 5; s++) {
       int N = shapes[s][0], C = shapes[s][1], HW = shapes[s][2];
       size_t cnt = (size_t)N * C * HW, wsb;
@@ -812,6 +817,7 @@ static void test_batchnorm(void) {
 #undef WS
     }
   }
+  tt_cuda_set_bn_resident(gpu, res_cap);
   TT_TEST_END();
 }
 
@@ -890,6 +896,126 @@ static void test_bn_relu_fused(void) {
                  tiny ? " (gamma 1e-8)" : "", zeros, cnt);
         free(h1), free(h2), fr(&x), fr(&dy), fr(&dx0), fr(&g), fr(&bb), fr(&stat);
       }
+  TT_TEST_END();
+}
+
+/* The held-on-chip batch norm (cuda_norm.cu, one read of x and dy where a block's channels fit
+ * its shared memory) against the two-pass forms on the same device (tt_cuda_set_bn_resident(gpu,
+ * 0) turns it off): the statistics and dgamma/dbias to rounding (the sums are grouped
+ * differently), y bit for bit the two-pass normalisation of its own statistics (bn_apply), dx
+ * within the element-wise tolerance, dx computed in place over dy bit for bit the out-of-place dx.
+ * Shapes: groups of 8, 4, 2 and 1 channels a block (7x7, 3x3, 14x14, 32x32), a 112x112 plane
+ * whose backward fills 50,176 of the 64,512 bytes (fp16; fp32 backward does not fit: two-pass),
+ * and shapes it refuses (channels not a multiple of the group; hw 1). Under the emulation the
+ * launches show which form ran, against the rule restated here. */
+typedef int (*bn_apply_fn)(tt_backend *, int, int, int, tt_dtype, const void *, const float *, const float *,
+                           const float *, const float *, void *);
+static bn_apply_fn cuda_bn_apply_fn(void) {
+#ifdef TT_CUDA_EMULATION
+  return gpu->bn_apply ? gpu->bn_apply : tt_cuda_bn_apply;
+#else
+  return gpu->bn_apply;
+#endif
+}
+static void test_bn_resident(void) {
+  int shapes[7][3] = {{8, 16, 49}, {5, 24, 9}, {2, 6, 196}, {3, 5, 1024}, {1, 4, 12544}, {2, 3, 4099}, {16, 8, 1}};
+  const size_t cap = tt_cuda_set_bn_resident(gpu, (size_t)-1);
+  TT_TEST_BEGIN("cuda_bn_resident");
+  TT_CHECK(cap >= 50176, "the held-on-chip batch norm's cap is %zu bytes (want at least 50,176: a T4's opt-in less static)",
+           cap);
+  for (int di = 0; di < 3; di++)
+    for (int s = 0; s < 7; s++) {
+      tt_dtype dt = test_dts[di];
+      int N = shapes[s][0], C = shapes[s][1], HW = shapes[s][2];
+      size_t es = tt_dtype_size(dt), cnt = (size_t)N * C * HW, nb = cnt * es, wsb, fb = (size_t)C * sizeof(float);
+      size_t pl = (size_t)HW * es, gr = 16;
+      tt_op_desc od;
+      void *ws, *y[2], *dx[2], *dxi;
+      float *st[2]; /* rm, rv, sm, si, dg, db per form */
+      unsigned char *h1 = (unsigned char *)malloc(nb), *h2 = (unsigned char *)malloc(nb), *hdx = (unsigned char *)malloc(nb);
+      float *hs = (float *)malloc(12 * fb);
+      int ok = h1 && h2 && hdx && hs;
+      while (pl % gr) gr >>= 1; /* gcd(plane bytes, 16) */
+      gr = 16 / gr;             /* channels per block */
+      goff = 0;
+      memset(&od, 0, sizeof od);
+      od.kind = TT_OP_BN_BWD, od.dt = dt, od.u.bn.n = N, od.u.bn.c = C, od.u.bn.hw = HW, od.u.bn.eps = 1e-5f;
+      wsb = gpu->op_workspace(gpu, &od);
+      ws = test_galloc(wsb ? wsb : 1);
+      tt2 x = mk(cnt, dt, -2, 3), dy = mk(cnt, dt, -1, 1), dx0 = mk(cnt, dt, -1, 1), g = mk(C, TT_F32, 0.5f, 1.5f);
+      tt2 bb = mk(C, TT_F32, -1, 1), stat = mk(6 * (size_t)C, TT_F32, 0.5f, 1.0f);
+      dxi = test_galloc(nb);
+      for (int f = 0; f < 2 && ok; f++) { /* f = 0: held on chip (where it applies), 1: two-pass */
+        y[f] = test_galloc(nb), dx[f] = test_galloc(nb), st[f] = (float *)test_galloc(6 * fb);
+        tt_cuda_set_bn_resident(gpu, f ? 0 : cap);
+#ifdef TT_CUDA_EMULATION
+        size_t rf0 = tt_emu_kernel_launches("cuda_bn_res_fwd_k"), rb0 = tt_emu_kernel_launches("cuda_bn_res_bwd_k");
+#endif
+        ok = !gpu->upload(gpu, st[f], stat.c, 6 * fb) && !gpu->download(gpu, hdx, dx0.g, nb) &&
+             !gpu->upload(gpu, dx[f], hdx, nb) &&
+             !gpu->bn_fwd_train(gpu, N, C, HW, dt, x.g, (const float *)g.g, (const float *)bb.g, y[f], st[f], st[f] + C,
+                                0.1f, 1e-5f, st[f] + 2 * C, st[f] + 3 * C, 1, ws, wsb) &&
+             !gpu->bn_bwd(gpu, N, C, HW, dt, x.g, dy.g, (const float *)g.g, st[f] + 2 * C, st[f] + 3 * C, dx[f],
+                          st[f] + 4 * C, st[f] + 5 * C, 1.0f, 1.0f, ws, wsb) &&
+             !gpu->sync(gpu);
+        TT_CHECK(ok, "bn %s %dx%dx%d (%s): %s", test_dt_name(dt), N, C, HW, f ? "two-pass" : "held on chip",
+                 gpu->last_error(gpu));
+#ifdef TT_CUDA_EMULATION
+        if (ok) { /* which form ran: the rule of cuda_bn_res_geometry, restated */
+          int fits = HW > 1 && C % (int)gr == 0 && gr <= 8;
+          int wf = !f && fits && (size_t)N * gr * pl <= cap, wb = !f && fits && 2 * (size_t)N * gr * pl <= cap;
+          size_t rf = tt_emu_kernel_launches("cuda_bn_res_fwd_k") - rf0, rb = tt_emu_kernel_launches("cuda_bn_res_bwd_k") - rb0;
+          TT_CHECK(rf == (size_t)wf && rb == (size_t)wb,
+                   "bn %s %dx%dx%d (%s): %zu and %zu held-on-chip launches forward and backward, want %d and %d",
+                   test_dt_name(dt), N, C, HW, f ? "turned off" : "on", rf, rb, wf, wb);
+        }
+#endif
+      }
+      tt_cuda_set_bn_resident(gpu, cap);
+      if (ok) { /* the statistics (and running ones) and dgamma/dbias to rounding */
+        double worst = 0.0, wg = 0.0, gmax = 1e-3;
+        TT_CHECK(!gpu->download(gpu, hs, st[0], 6 * fb) && !gpu->download(gpu, hs + 6 * C, st[1], 6 * fb), "download");
+        for (int k = 4 * C; k < 6 * C; k++)
+          if (fabs((double)hs[6 * C + k]) > gmax) gmax = fabs((double)hs[6 * C + k]);
+        for (int k = 0; k < 6 * C; k++) { /* dgamma, dbias: sums of signed terms, against their largest */
+          double d = fabs((double)hs[k] - hs[6 * C + k]) / (k < 4 * C ? fabs((double)hs[6 * C + k]) + 1e-3 : gmax);
+          if (k < 4 * C && d > worst) worst = d;
+          if (k >= 4 * C && d > wg) wg = d;
+        }
+        TT_CHECK(worst <= 1e-5, "bn_fwd_train %s %dx%dx%d: statistics differ between the forms by %.3g", test_dt_name(dt), N,
+                 C, HW, worst);
+        TT_CHECK(wg <= (dt == TT_F32 ? 1e-5 : 1e-4), "bn_bwd %s %dx%dx%d: dgamma or dbias differ between the forms by %.3g",
+                 test_dt_name(dt), N, C, HW, wg);
+        /* y: the two-pass normalisation (bn_apply) of the held-on-chip statistics, bit for bit */
+        ok = !cuda_bn_apply_fn()(gpu, N, C, HW, dt, x.g, (const float *)g.g, (const float *)bb.g, st[0] + 2 * C,
+                               st[0] + 3 * C, y[1]) &&
+             !gpu->download(gpu, h1, y[0], nb) && !gpu->download(gpu, h2, y[1], nb);
+        TT_CHECK(ok && !memcmp(h1, h2, nb), "bn_fwd_train %s %dx%dx%d: y held on chip is not the two-pass normalisation of "
+                 "its statistics", test_dt_name(dt), N, C, HW);
+        /* dx to rounding (its sums differ to rounding) */
+        ok = !gpu->download(gpu, h1, dx[0], nb) && !gpu->download(gpu, h2, dx[1], nb);
+        if (ok) {
+          double wd = 0.0, mr = 0.0;
+          for (size_t k = 0; k < cnt; k++) {
+            double a = test_get(h2, dt, k), d = fabs((double)test_get(h1, dt, k) - a);
+            if (fabs(a) > mr) mr = fabs(a);
+            if (d > wd) wd = d;
+          }
+          TT_CHECK(wd <= tol_ew(dt) * mr + 1e-6, "bn_bwd %s %dx%dx%d: dx differs between the forms by %.3g (max %.3g)",
+                   test_dt_name(dt), N, C, HW, wd, mr);
+        }
+        /* in place over dy (backend.h allows dx == dy), beta 0: bit for bit the out-of-place call */
+        ok = !gpu->download(gpu, hdx, dy.g, nb) && !gpu->upload(gpu, dxi, hdx, nb) &&
+             !gpu->bn_bwd(gpu, N, C, HW, dt, x.g, dy.g, (const float *)g.g, st[0] + 2 * C, st[0] + 3 * C, dx[1], NULL, NULL,
+                          0.0f, 0.0f, ws, wsb) &&
+             !gpu->bn_bwd(gpu, N, C, HW, dt, x.g, dxi, (const float *)g.g, st[0] + 2 * C, st[0] + 3 * C, dxi, NULL, NULL,
+                          0.0f, 0.0f, ws, wsb) &&
+             !gpu->download(gpu, h1, dx[1], nb) && !gpu->download(gpu, h2, dxi, nb);
+        TT_CHECK(ok && !memcmp(h1, h2, nb), "bn_bwd %s %dx%dx%d: dx in place over dy differs from dx apart (%s)",
+                 test_dt_name(dt), N, C, HW, ok ? "values" : gpu->last_error(gpu));
+      }
+      free(h1), free(h2), free(hdx), free(hs), fr(&x), fr(&dy), fr(&dx0), fr(&g), fr(&bb), fr(&stat);
+    }
   TT_TEST_END();
 }
 
@@ -2717,6 +2843,7 @@ int main(void) {
     test_sum_squares_clip();
     test_batchnorm();
     test_bn_relu_fused();
+    test_bn_resident();
     test_pooling();
     test_bf16_cast();
     test_layernorm();
@@ -2747,6 +2874,7 @@ int main(void) {
 #endif
   test_batchnorm();
   test_bn_relu_fused();
+  test_bn_resident();
   test_pooling();
   test_conv();
   test_nhwc_ops();

@@ -150,6 +150,7 @@ size_t tt_cuda_alloc_count(tt_backend *b) { return cuda_load()->alloc_count(b); 
 int tt_cuda_mem_used(tt_backend *b, size_t *u, size_t *t) { return cuda_load()->mem_used(b, u, t); }
 int tt_cuda_set_tf32(tt_backend *b, int on) { return cuda_load()->set_tf32(b, on); }
 size_t tt_cuda_set_conv_workspace_cap(tt_backend *b, size_t bytes) { return cuda_load()->set_conv_workspace_cap(b, bytes); }
+size_t tt_cuda_set_bn_resident(tt_backend *b, size_t bytes) { return cuda_load()->set_bn_resident(b, bytes); }
 int tt_cuda_nccl_id(tt_backend *b, void *id) { return cuda_load()->nccl_id(b, id); }
 int tt_cuda_nccl_init(tt_backend *b, const void *id, int n, int r, size_t *t) { return cuda_load()->nccl_init(b, id, n, r, t); }
 int tt_cuda_nccl_group(tt_backend *b, int end) { return cuda_load()->nccl_group(b, end); }

@@ -500,6 +500,7 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
                         st->device, prop.name, prop.major, prop.minor);
   st->cc = prop.major * 10 + prop.minor;
   if (cuda_be_check_kernels(b, &prop)) return -1;
+  if (tt_cuda_norm_setup(b, &prop)) return -1;
   CUDA_CHECK(b, cudaStreamCreateWithFlags(&st->compute, cudaStreamNonBlocking));
   CUDA_CHECK(b, cudaStreamCreateWithFlags(&st->copy, cudaStreamNonBlocking));
   CUDA_CHECK(b, cudaEventCreateWithFlags(&st->ev, cudaEventDisableTiming));

@@ -9,6 +9,6 @@ extern "C" __attribute__((visibility("default"))) const tt_cuda_api *tt_cuda_api
       tt_cuda_select_device,     tt_cuda_nccl_id,          tt_cuda_nccl_init,      tt_cuda_nccl_group,
       tt_cuda_nccl_allreduce_async, tt_cuda_nccl_join,     tt_cuda_nccl_broadcast, tt_cuda_nccl_destroy,
       tt_cuda_probe,             tt_cuda_library_margin,   tt_cuda_compute_capability,
-      tt_cuda_set_tf32,          tt_cuda_set_conv_workspace_cap};
+      tt_cuda_set_tf32,          tt_cuda_set_conv_workspace_cap, tt_cuda_set_bn_resident};
   return &api;
 }

@@ -76,6 +76,9 @@ typedef struct tt_cuda_state {
   int conv_found;       /* directions whose algorithm cudnnFind*Ex chose at setup (tt_cuda_conv_find); for tests */
   size_t blas_ws;       /* cuBLAS workspace each GEMM is planned (cuda_linear.cu) */
   size_t lib_margin;    /* device memory kept for what cuDNN/cuBLAS load after setup (tt_cuda_library_margin) */
+  size_t bn_res_cap;    /* bytes of shared memory a block of the held-on-chip batch norm may take; 0: that form
+                         * is off (cuda_norm.cu, tt_cuda_norm_setup, tt_cuda_set_bn_resident) */
+  size_t bn_res_cap_default; /* the setup's (the kernels' opt-in attribute is set for it) */
   tt_cuda_conv_slot *conv;
   int nconv;
   uint64_t tick;
@@ -419,6 +422,8 @@ int tt_cuda_transpose(tt_backend *b, const char *op, int outer, int m, int n, tt
                       void *dst, float beta);
 
 /* ---- ops (see backend.h) ---- */
+/* cuda_norm.cu: setup of the held-on-chip batch norm (its shared-memory cap), after the kernel check */
+int tt_cuda_norm_setup(tt_backend *b, const cudaDeviceProp *prop);
 /* cuda_conv.cu */
 size_t tt_cuda_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
 int tt_cuda_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,

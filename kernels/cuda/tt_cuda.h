@@ -59,6 +59,10 @@ int tt_cuda_set_tf32(tt_backend *b, int on);
  * Returns the cap before the call; forgets the algorithms chosen so far. */
 size_t tt_cuda_set_conv_workspace_cap(tt_backend *b, size_t bytes);
 #define TT_CUDA_CONV_WS_DEFAULT_CAP ((size_t)64 << 20)
+/* The held-on-chip batch norm (kernels/cuda/cuda_norm.cu; docs/gpu.md, "Batch norm held on
+ * chip"): a block takes at most bytes of shared memory (0: the form is off; more than setup's cap:
+ * setup's cap). Returns the cap before the call. For tests comparing it with the two-pass forms. */
+size_t tt_cuda_set_bn_resident(tt_backend *b, size_t bytes);
 /* The CUDA backend's bn_apply (backend.h; kernels/cuda/cuda_norm.cu): batch norm from the
  * training forward's statistics, bit for bit bn_fwd_train's y. Declared here, with C linkage,
  * for the emulated tests (which link the backend's sources) while cuda_backend.cu's table does
@@ -106,7 +110,7 @@ void tt_cuda_nccl_destroy(tt_backend *b);
  * cuda_load.c), so that a command that uses none (--help, plan --device cpu, training on a
  * machine without a GPU) never maps cudart, cuBLAS, cuDNN or NCCL. The amalgamation and the
  * emulation link the backend directly. TT_CUDA_API_VERSION: bumped whenever the table changes. */
-#define TT_CUDA_API_VERSION 4
+#define TT_CUDA_API_VERSION 5
 typedef struct tt_cuda_api {
   int version, size;
   tt_backend *(*backend_create)(size_t *, char *, size_t);
@@ -128,6 +132,7 @@ typedef struct tt_cuda_api {
   int (*compute_capability)(tt_backend *);
   int (*set_tf32)(tt_backend *, int);
   size_t (*set_conv_workspace_cap)(tt_backend *, size_t);
+  size_t (*set_bn_resident)(tt_backend *, size_t);
 } tt_cuda_api;
 const tt_cuda_api *tt_cuda_api_get(void);
 

@@ -17,8 +17,9 @@
    setup checks on the device (or listed there with another block size); a spill, a stack frame
    or local memory; a kernel that is never launched or launched with two block sizes; a kernel
    without __launch_bounds__ equal to its block size; registers x block size over the register file a block may use; more threads than 1024;
-   static + dynamic shared memory over 48 KiB (what a block gets without opting in, which the
-   backend never does) or over the architecture's per-block maximum.
+   static + dynamic shared memory over 48 KiB (what a block gets without opting in) or over the
+   architecture's per-block maximum; dynamic shared memory only for the kernels DYNAMIC_SMEM
+   names, whose static shared memory + cap must fit every architecture's opt-in maximum.
 5. With --binary: cuobjdump --list-elf / --list-ptx on the linked program must show exactly the
    SASS architectures configure chose and PTX for the newest only.
 
@@ -46,6 +47,10 @@ REGS_PER_THREAD = 255
 REG_ALLOC_UNIT = 256  # registers, per warp
 MAX_THREADS = 1024
 STATIC_SMEM = 48 * 1024
+# Kernels launched with dynamic shared memory sized at run time, and the macro capping it: the
+# backend opts in up to the cap at setup (cudaFuncSetAttribute) and sizes each launch under it;
+# here static + cap must fit every architecture's opt-in maximum per block.
+DYNAMIC_SMEM = {"cuda_bn_res_fwd_k": "CUDA_BN_RES_CAP", "cuda_bn_res_bwd_k": "CUDA_BN_RES_CAP"}
 # Maximum shared memory per thread block (opt-in), KiB, per compute capability.
 SMEM_PER_BLOCK_KIB = {"75": 64, "80": 163, "86": 99, "87": 163, "88": 99, "89": 99, "90": 227, "100": 227,
                       "103": 227, "110": 227, "120": 99, "121": 99}
@@ -299,7 +304,9 @@ def main():
                 errors.append("%s:%d: launch of %s: block size '%s' is not a compile-time constant" % (sf, sl, k, b))
             else:
                 vals.add(v)
-            if s is None:
+            if k in DYNAMIC_SMEM:
+                pass  # sized at run time within its cap (checked per architecture below)
+            elif s is None:
                 errors.append("%s:%d: launch of %s: shared memory '%s' is not a compile-time constant" % (sf, sl, k, sh))
             elif s > 0:
                 errors.append("%s:%d: launch of %s asks %d bytes of dynamic shared memory; budget it here first"
@@ -398,6 +405,15 @@ def main():
             limit = min(STATIC_SMEM, SMEM_PER_BLOCK_KIB.get(arch, 48) * 1024)
             if shared > limit:
                 errors.append("%s uses %d bytes of shared memory per block (limit %d)" % (where, shared, limit))
+            if k in DYNAMIC_SMEM:
+                cap = src.value(DYNAMIC_SMEM[k])
+                optin = SMEM_PER_BLOCK_KIB.get(arch, 48) * 1024
+                if cap is None:
+                    errors.append("%s: its dynamic shared memory cap %s is not a compile-time constant"
+                                  % (where, DYNAMIC_SMEM[k]))
+                elif shared + cap > optin:
+                    errors.append("%s: %d bytes of static shared memory + its dynamic cap %s (%d) > %d, the "
+                                  "architecture's opt-in maximum per block" % (where, shared, DYNAMIC_SMEM[k], cap, optin))
 
     # the per-kernel table: registers on each architecture (threads x registers per block)
     print("kernel resources (registers per thread on %s; block = threads; 'regs/block' the worst architecture):"
