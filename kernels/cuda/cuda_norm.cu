@@ -412,11 +412,27 @@ static __device__ __forceinline__ void cuda_bn_res_walk(const cuda_bn_rgeom &g, 
   }
 }
 
-/* Copies the block's runs of t (x or dy) into buf, 16 bytes at a time. */
+/* Copies the block's runs of t (x or dy) into buf, 16 bytes at a time, CUDA_BN_RES_ILP loads in
+ * flight per thread before their stores: at the cap a T4 holds one 256-thread block per
+ * multiprocessor, whose 256 loads at a time (4 KiB) would leave its share of the memory
+ * bandwidth idle between round trips; four at a time keep about 16 KiB in flight. The walk is
+ * cuda_bn_res_walk's, unrolled. */
+#define CUDA_BN_RES_ILP 4
 static __device__ __forceinline__ void cuda_bn_res_load(const cuda_bn_rgeom &g, const void *t, unsigned char *buf) {
-  cuda_bn_res_walk(g, [&](int iv, size_t gv, int) {
-    tt_cuda_st16(buf + (size_t)iv * 16, tt_cuda_ld16((const char *)t + gv * 16));
-  });
+  int s = (int)threadIdx.x / g.rv, k = (int)threadIdx.x % g.rv; /* once per thread */
+  for (int iv0 = threadIdx.x; iv0 < g.tv; iv0 += CUDA_BN_RES_ILP * TT_CUDA_THREADS) {
+    tt_cuda_u4 u[CUDA_BN_RES_ILP] = {};
+#pragma unroll
+    for (int q = 0; q < CUDA_BN_RES_ILP; q++) {
+      if (iv0 + q * TT_CUDA_THREADS < g.tv)
+        u[q] = tt_cuda_ld16((const char *)t + ((size_t)s * g.sv + (size_t)blockIdx.x * g.rv + k) * 16);
+      k += g.step_k, s += g.step_s;
+      if (k >= g.rv) k -= g.rv, s++;
+    }
+#pragma unroll
+    for (int q = 0; q < CUDA_BN_RES_ILP; q++)
+      if (iv0 + q * TT_CUDA_THREADS < g.tv) tt_cuda_st16(buf + (size_t)(iv0 + q * TT_CUDA_THREADS) * 16, u[q]);
+  }
 }
 
 /* Calls f(element index in buf) over this thread's share of channel ch's n * hw values (thread
