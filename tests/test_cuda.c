@@ -703,6 +703,18 @@ static void test_sum_squares_clip(void) {
   TT_TEST_END();
 }
 
+/* The device's bn_apply: the table's, or (emulated: the backend's sources linked in) the function
+ * itself while cuda_backend.cu's table does not list it; a GPU build reaches the backend only
+ * through its table (libtinytrain_cuda.so). */
+typedef int (*bn_apply_fn)(tt_backend *, int, int, int, tt_dtype, const void *, const float *, const float *,
+                           const float *, const float *, void *);
+static bn_apply_fn cuda_bn_apply_fn(void) {
+#ifdef TT_CUDA_EMULATION
+  return gpu->bn_apply ? gpu->bn_apply : tt_cuda_bn_apply;
+#else
+  return gpu->bn_apply;
+#endif
+}
 static void test_batchnorm(void) {
   TT_TEST_BEGIN("cuda_batchnorm");
   /* the last two: each channel split over several blocks (16-byte vectors crossing planes; odd hw) */
@@ -735,16 +747,7 @@ static void test_batchnorm(void) {
       cmp("bn_fwd_train save_invstd", si, 1e-5);
       cmp("bn_fwd_train running_mean", rm, 1e-5);
       cmp("bn_fwd_train running_var (unbiased)", rv, 1e-5);
-      /* the device's bn_apply: the table's, or (emulated: the backend's sources linked in) the
-       * function itself while cuda_backend.cu's table does not list it; a GPU build reaches the
-       * backend only through its table (libtinytrain_cuda.so) */
-#ifdef TT_CUDA_EMULATION
-      int (*gapply)(tt_backend *, int, int, int, tt_dtype, const void *, const float *, const float *, const float *,
-                    const float *, void *) = gpu->bn_apply ? gpu->bn_apply : tt_cuda_bn_apply;
-#else
-      int (*gapply)(tt_backend *, int, int, int, tt_dtype, const void *, const float *, const float *, const float *,
-                    const float *, void *) = gpu->bn_apply;
-#endif
+      bn_apply_fn gapply = cuda_bn_apply_fn();
       if (!gapply && s == 0 && di == 0) printf("  bn_apply: not in the CUDA backend's table yet (not compared)\n");
       if (gapply) { /* bn_apply from the statistics just saved: the CPU's within tolerance, and on the device
          * bit for bit the training forward's y (y.g, untouched by cmp) */
@@ -908,15 +911,6 @@ static void test_bn_relu_fused(void) {
  * whose backward fills 50,176 of the 64,512 bytes (fp16; fp32 backward does not fit: two-pass),
  * and shapes it refuses (channels not a multiple of the group; hw 1). Under the emulation the
  * launches show which form ran, against the rule restated here. */
-typedef int (*bn_apply_fn)(tt_backend *, int, int, int, tt_dtype, const void *, const float *, const float *,
-                           const float *, const float *, void *);
-static bn_apply_fn cuda_bn_apply_fn(void) {
-#ifdef TT_CUDA_EMULATION
-  return gpu->bn_apply ? gpu->bn_apply : tt_cuda_bn_apply;
-#else
-  return gpu->bn_apply;
-#endif
-}
 static void test_bn_resident(void) {
   int shapes[7][3] = {{8, 16, 49}, {5, 24, 9}, {2, 6, 196}, {3, 5, 1024}, {1, 4, 12544}, {2, 3, 4099}, {16, 8, 1}};
   const size_t cap = tt_cuda_set_bn_resident(gpu, (size_t)-1);

@@ -368,11 +368,11 @@ extern "C" const char *tt_cuda_info(void) {
 }
 
 extern "C" size_t tt_cuda_library_margin(tt_backend *b) {
-  return (b && b->impl && b->name && !strcmp(b->name, "cuda")) ? tt_cuda_st(b)->lib_margin : TT_CUDA_LIBRARY_MARGIN_BYTES;
+  return tt_cuda_of(b) ? tt_cuda_of(b)->lib_margin : TT_CUDA_LIBRARY_MARGIN_BYTES;
 }
 
 extern "C" int tt_cuda_compute_capability(tt_backend *b) {
-  return (b && b->impl && b->name && !strcmp(b->name, "cuda")) ? tt_cuda_st(b)->cc : 0;
+  return tt_cuda_of(b) ? tt_cuda_of(b)->cc : 0;
 }
 
 /* TF32 (tt_cuda.h): cuBLAS through the handle's math mode (CUBLAS_TF32_TENSOR_OP_MATH lets
@@ -381,9 +381,8 @@ extern "C" int tt_cuda_compute_capability(tt_backend *b) {
  * (cuda_conv.cu: CUDNN_DEFAULT_MATH allows TF32 from cuDNN 8 on, CUDNN_FMA_MATH forbids it).
  * Below compute capability 8.0 both stay in true fp32: there are no TF32 tensor cores. */
 extern "C" int tt_cuda_set_tf32(tt_backend *b, int on) {
-  tt_cuda_state *st;
-  if (!b || !b->impl || !b->name || strcmp(b->name, "cuda")) return -1;
-  st = tt_cuda_st(b);
+  tt_cuda_state *st = tt_cuda_of(b);
+  if (!st) return -1;
   st->tf32 = on && st->cc >= 80;
   CUBLAS_CHECK(b, cublasSetMathMode(st->blas, st->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   tt_cuda_conv_cache_forget(b); /* the algorithms were chosen for the other math type */
@@ -391,10 +390,9 @@ extern "C" int tt_cuda_set_tf32(tt_backend *b, int on) {
 }
 
 extern "C" size_t tt_cuda_set_conv_workspace_cap(tt_backend *b, size_t bytes) {
-  tt_cuda_state *st;
+  tt_cuda_state *st = tt_cuda_of(b);
   size_t old;
-  if (!b || !b->impl || !b->name || strcmp(b->name, "cuda")) return 0;
-  st = tt_cuda_st(b);
+  if (!st) return 0;
   old = st->ws_cap;
   st->ws_cap = bytes ? bytes : st->ws_cap_default;
   if (st->ws_cap != old) tt_cuda_conv_cache_forget(b); /* the choices were made under the old cap */
@@ -402,7 +400,7 @@ extern "C" size_t tt_cuda_set_conv_workspace_cap(tt_backend *b, size_t bytes) {
 }
 
 extern "C" size_t tt_cuda_alloc_count(tt_backend *b) {
-  return (b && b->impl && b->name && !strcmp(b->name, "cuda")) ? tt_cuda_st(b)->alloc_count : 0;
+  return tt_cuda_of(b) ? tt_cuda_of(b)->alloc_count : 0;
 }
 
 extern "C" int tt_cuda_mem_used(tt_backend *b, size_t *used, size_t *total) {

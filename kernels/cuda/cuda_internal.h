@@ -30,6 +30,7 @@
 #include <cudnn.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "../backend.h"
 #include "../kernel_math.h"
@@ -97,6 +98,10 @@ typedef struct tt_cuda_state {
 #define TT_CUDA_SS_BLOCKS 1024
 
 static inline tt_cuda_state *tt_cuda_st(tt_backend *b) { return (tt_cuda_state *)b->impl; }
+/* b's state when b is a CUDA backend (the entry points of tt_cuda.h take any backend), else NULL. */
+static inline tt_cuda_state *tt_cuda_of(tt_backend *b) {
+  return b && b->impl && b->name && !strcmp(b->name, "cuda") ? tt_cuda_st(b) : NULL;
+}
 
 /* tt_cuda_select_device's choice, taken by the next tt_cuda_backend_create (cuda_backend.cu). */
 extern "C" void tt_cuda_set_next_device(int device);

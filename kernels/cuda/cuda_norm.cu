@@ -92,6 +92,37 @@ static __device__ __forceinline__ float cuda_bn_relu_grad(tt_dtype dt, int relu,
   return relu && !cuda_bn_relu_pass(dt, cuda_bn_y(x, mean, invstd, gm, bb)) ? 0.0f : g;
 }
 
+/* A channel's statistics from its sums of x - K and (x - K)^2 over m values (K its first value):
+ * the saved mean and invstd into *mean, *invstd, and the running ones at running_*[ch] when
+ * update_running. One place for the finalise kernel and the held-on-chip forward. */
+static __device__ __forceinline__ void cuda_bn_stats_finish(float K, double t1, double t2, size_t m, float eps,
+                                                            float momentum, int update_running, float *running_mean,
+                                                            float *running_var, size_t ch, float *mean, float *invstd) {
+  double mean_d = (double)K + t1 / (double)m, sq = t2 - t1 * t1 / (double)m;
+  if (sq < 0.0) sq = 0.0;
+  tt_bn_channel_stats(mean_d, sq, m, eps, momentum, update_running, mean, invstd,
+                      update_running ? running_mean + ch : NULL, update_running ? running_var + ch : NULL);
+}
+
+/* A channel's backward sums (of dy, and of dy * xhat, over m values): dbias and dgamma at [ch]
+ * (each kept times beta_param plus the sum; NULL: not wanted) and the two means dx needs. One
+ * place for the finalise kernel and the held-on-chip backward. */
+static __device__ __forceinline__ cuda_bn_f2 cuda_bn_bwd_finish(double sdy, double sdyx, size_t m, float beta_param,
+                                                                float *dgamma, float *dbias, size_t ch) {
+  if (dbias) dbias[ch] = beta_param != 0.0f ? beta_param * dbias[ch] + (float)sdy : (float)sdy;
+  if (dgamma) dgamma[ch] = beta_param != 0.0f ? beta_param * dgamma[ch] + (float)sdyx : (float)sdyx;
+  return cuda_bn_f2{(float)(sdy / (double)m), (float)(sdyx / (double)m)};
+}
+
+/* dx at one element before beta_dx: a = gamma * invstd, (mdy, mdyx) the channel's two means (md),
+ * g the incoming gradient (the ReLU's, masked here with relu). One expression for every dx
+ * kernel, so their results are the same bits. */
+static __device__ __forceinline__ float cuda_bn_dx_value(tt_dtype dt, int relu, float g, float x, float mean, float invstd,
+                                                         float a, float mdy, float mdyx, float gm, float bb) {
+  const float xh = (x - mean) * invstd;
+  return a * (cuda_bn_relu_grad(dt, relu, g, x, mean, invstd, gm, bb) - mdy - xh * mdyx);
+}
+
 /* Calls f(vector index) for this thread's vectors of block (ch = blockIdx.x, split blockIdx.y):
  * the channel's vectors [split*chunk, min(mv, (split+1)*chunk)) in order, blockDim.x apart. */
 template <typename F>
@@ -155,17 +186,13 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_final_k(cuda_bn
                                                                          float momentum, float eps, float *save_mean,
                                                                          float *save_invstd, int update_running) {
   TT_CUDA_LOOP(ch, (size_t)g.c) {
-    const size_t m = (size_t)g.n * g.hw;
-    double t1 = 0.0, t2 = 0.0, mean_d, sq;
+    double t1 = 0.0, t2 = 0.0;
     for (int j = 0; j < splits; j++) {
       cuda_bn_d2 p = part[(size_t)j * g.c + ch];
       t1 += p.x, t2 += p.y;
     }
-    mean_d = (double)cuda_bn_first(g, dt, x, ch) + t1 / (double)m;
-    sq = t2 - t1 * t1 / (double)m;
-    if (sq < 0.0) sq = 0.0;
-    tt_bn_channel_stats(mean_d, sq, m, eps, momentum, update_running, save_mean + ch, save_invstd + ch,
-                        update_running ? running_mean + ch : NULL, update_running ? running_var + ch : NULL);
+    cuda_bn_stats_finish(cuda_bn_first(g, dt, x, ch), t1, t2, (size_t)g.n * g.hw, eps, momentum, update_running,
+                         running_mean, running_var, ch, save_mean + ch, save_invstd + ch);
   }
 }
 
@@ -358,10 +385,8 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_dx_k(size_
     const int ch = (int)(i % (size_t)c);
     const float mean = save_mean[ch], invstd = save_invstd[ch], a = gamma[ch] * save_invstd[ch];
     const cuda_bn_f2 d = md[ch];
-    const float xv = tt_cuda_ld(dt, x, i);
-    const float xh = (xv - mean) * invstd;
-    const float gv = cuda_bn_relu_grad(dt, relu, tt_cuda_ld(dt, dy, i), xv, mean, invstd, gamma[ch], relu ? bias[ch] : 0.0f);
-    float v = a * (gv - d.x - xh * d.y);
+    const float v = cuda_bn_dx_value(dt, relu, tt_cuda_ld(dt, dy, i), tt_cuda_ld(dt, x, i), mean, invstd, a, d.x, d.y,
+                                     gamma[ch], relu ? bias[ch] : 0.0f);
     tt_cuda_st(dt, dx, i, beta_dx != 0.0f ? v + beta_dx * tt_cuda_ld(dt, dx, i) : v);
   }
 }
@@ -384,14 +409,15 @@ static dim3 cuda_bn_rows_grid(const cuda_bn_geom &g) { return dim3((unsigned)((g
  * sums in double by a fixed shuffle tree, the channel's warps in order: deterministic. The
  * forward sums x - K (K the channel's first value) as cuda_bn_stats_k does; the statistics agree
  * with the two-pass forms' to rounding, not bit for bit; the per-element arithmetic (cuda_bn_y,
- * cuda_bn_relu_grad, dx) is theirs. Applies when hw > 1, c is a multiple of g, every tensor is
- * 16-byte aligned and the block's bytes fit the backend's cap (tt_cuda_state.bn_res_cap). */
+ * cuda_bn_dx_value) and the finishing of the sums (cuda_bn_stats_finish, cuda_bn_bwd_finish) are
+ * theirs. Applies when hw > 1, c is a multiple of g, every tensor is 16-byte aligned and the
+ * block's bytes fit the backend's cap (tt_cuda_state.bn_res_cap). */
 #define CUDA_BN_RES_MAXG 8
 #define CUDA_BN_RES_WARPS (TT_CUDA_THREADS / 32)
 static_assert(TT_CUDA_THREADS % (32 * CUDA_BN_RES_MAXG) == 0, "a channel's threads are whole warps");
 
 typedef struct cuda_bn_rgeom {
-  int n, c, hw, g;
+  int n, hw, g;
   int rv;             /* 16-byte vectors per sample's run (g planes) */
   size_t sv;          /* vectors from one sample to the next in the tensor (c * hw elements) */
   int tv;             /* the block's vectors: n * rv */
@@ -422,14 +448,14 @@ static __device__ __forceinline__ void cuda_bn_res_load(const cuda_bn_rgeom &g, 
   int s = (int)threadIdx.x / g.rv, k = (int)threadIdx.x % g.rv; /* once per thread */
   for (int iv0 = threadIdx.x; iv0 < g.tv; iv0 += CUDA_BN_RES_ILP * TT_CUDA_THREADS) {
     tt_cuda_u4 u[CUDA_BN_RES_ILP] = {};
-#pragma unroll
+    TT_UNROLL
     for (int q = 0; q < CUDA_BN_RES_ILP; q++) {
       if (iv0 + q * TT_CUDA_THREADS < g.tv)
         u[q] = tt_cuda_ld16((const char *)t + ((size_t)s * g.sv + (size_t)blockIdx.x * g.rv + k) * 16);
       k += g.step_k, s += g.step_s;
       if (k >= g.rv) k -= g.rv, s++;
     }
-#pragma unroll
+    TT_UNROLL
     for (int q = 0; q < CUDA_BN_RES_ILP; q++)
       if (iv0 + q * TT_CUDA_THREADS < g.tv) tt_cuda_st16(buf + (size_t)(iv0 + q * TT_CUDA_THREADS) * 16, u[q]);
   }
@@ -491,12 +517,10 @@ static __device__ __forceinline__ void cuda_bn_res_fwd_body(const cuda_bn_rgeom 
   cuda_bn_res_reduce(g, s1, s2, ws, &t1, &t2);
   if ((int)threadIdx.x < g.g) {
     const size_t cg = (size_t)blockIdx.x * g.g + threadIdx.x; /* the channel in the tensor */
-    double mean_d = (double)tt_cuda_ld(dt, buf, (size_t)threadIdx.x * g.hw) + t1 / (double)m;
-    double sq = t2 - t1 * t1 / (double)m;
     float mean, invstd;
-    if (sq < 0.0) sq = 0.0;
-    tt_bn_channel_stats(mean_d, sq, m, eps, momentum, update_running, &mean, &invstd,
-                        update_running ? running_mean + cg : NULL, update_running ? running_var + cg : NULL);
+    /* thread t < g finishes the block's channel t, whose K is its first value in buf */
+    cuda_bn_stats_finish(tt_cuda_ld(dt, buf, (size_t)threadIdx.x * g.hw), t1, t2, m, eps, momentum, update_running,
+                         running_mean, running_var, cg, &mean, &invstd);
     save_mean[cg] = mean, save_invstd[cg] = invstd;
     sc[threadIdx.x][0] = mean, sc[threadIdx.x][1] = invstd, sc[threadIdx.x][2] = gamma[cg], sc[threadIdx.x][3] = bias[cg];
   }
@@ -560,16 +584,14 @@ static __device__ __forceinline__ void cuda_bn_res_bwd_body(const cuda_bn_rgeom 
     s2 += gv * ((xv - mean) * invstd);
   });
   cuda_bn_res_reduce(g, s1, s2, ws, &t1, &t2);
-  if ((int)threadIdx.x < g.g) { /* cuda_bn_bwd_final_k's arithmetic */
-    const size_t cg = (size_t)blockIdx.x * g.g + threadIdx.x;
-    if (dbias) dbias[cg] = beta_param != 0.0f ? beta_param * dbias[cg] + (float)t1 : (float)t1;
-    if (dgamma) dgamma[cg] = beta_param != 0.0f ? beta_param * dgamma[cg] + (float)t2 : (float)t2;
+  if ((int)threadIdx.x < g.g) {
+    const cuda_bn_f2 d = cuda_bn_bwd_finish(t1, t2, m, beta_param, dgamma, dbias, (size_t)blockIdx.x * g.g + threadIdx.x);
     sc[threadIdx.x][4] = sc[threadIdx.x][2] * sc[threadIdx.x][1];
-    sc[threadIdx.x][5] = (float)(t1 / (double)m), sc[threadIdx.x][6] = (float)(t2 / (double)m);
+    sc[threadIdx.x][5] = d.x, sc[threadIdx.x][6] = d.y;
   }
   if (!dx) return; /* uniform over the block: no barrier is skipped by some threads only */
   __syncthreads();
-  cuda_bn_res_walk(g, [&](int iv, size_t gv, int k) { /* cuda_bn_dx's arithmetic */
+  cuda_bn_res_walk(g, [&](int iv, size_t gv, int k) {
     const int r0 = k * V;
     int c0 = r0 / g.hw, j = r0 - c0 * g.hw; /* one division per vector */
     float xv[V], dv[V], ov[V] = {};         /* ov read only with beta_dx (initialised for the compiler) */
@@ -578,9 +600,7 @@ static __device__ __forceinline__ void cuda_bn_res_bwd_body(const cuda_bn_rgeom 
     if (beta_dx != 0.0f) tt_cuda_ldv<V>(dt, dx, gv, ov);
     for (int q = 0; q < V; q++) {
       const float *k7 = sc[c0];
-      float xh = (xv[q] - k7[0]) * k7[1];
-      float gq = cuda_bn_relu_grad(dt, relu, dv[q], xv[q], k7[0], k7[1], k7[2], k7[3]);
-      float v = k7[4] * (gq - k7[5] - xh * k7[6]);
+      float v = cuda_bn_dx_value(dt, relu, dv[q], xv[q], k7[0], k7[1], k7[4], k7[5], k7[6], k7[2], k7[3]);
       xv[q] = beta_dx != 0.0f ? v + beta_dx * ov[q] : v;
       if (++j == g.hw) j = 0, c0++;
     }
@@ -618,7 +638,7 @@ static int cuda_bn_res_geometry(tt_backend *b, int n, int c, int hw, tt_dtype dt
   run = (size_t)gr * plane; /* bytes per sample's run: whole vectors */
   if ((size_t)n * run > cap / (size_t)tensors) return 0;
   *bytes = (size_t)tensors * n * run;
-  g->n = n, g->c = c, g->hw = hw, g->g = gr;
+  g->n = n, g->hw = hw, g->g = gr;
   g->rv = (int)(run / 16);
   g->sv = (size_t)c * plane / 16;
   g->tv = n * g->rv;
@@ -1062,9 +1082,7 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_bwd_final_k(cud
       cuda_bn_d2 p = part[(size_t)j * g.c + ch];
       sdy += p.x, sdyx += p.y;
     }
-    if (dbias) dbias[ch] = beta_param != 0.0f ? beta_param * dbias[ch] + (float)sdy : (float)sdy;
-    if (dgamma) dgamma[ch] = beta_param != 0.0f ? beta_param * dgamma[ch] + (float)sdyx : (float)sdyx;
-    md[ch] = cuda_bn_f2{(float)(sdy / (double)m), (float)(sdyx / (double)m)};
+    md[ch] = cuda_bn_bwd_finish(sdy, sdyx, m, beta_param, dgamma, dbias, ch);
   }
 }
 
@@ -1078,9 +1096,7 @@ static __device__ __forceinline__ void cuda_bn_dx(const cuda_bn_geom &g, tt_dtyp
     tt_cuda_ldv<V>(dt, dy, iv, gv);
     if (beta_dx != 0.0f) tt_cuda_ldv<V>(dt, dx, iv, ov);
     for (int j = 0; j < V; j++) {
-      float xh = (xv[j] - mean) * invstd;
-      gv[j] = cuda_bn_relu_grad(dt, relu, gv[j], xv[j], mean, invstd, gm, bb);
-      float v = a * (gv[j] - mdy - xh * mdyx);
+      float v = cuda_bn_dx_value(dt, relu, gv[j], xv[j], mean, invstd, a, mdy, mdyx, gm, bb);
       xv[j] = beta_dx != 0.0f ? v + beta_dx * ov[j] : v;
     }
     tt_cuda_stv<V>(dt, dx, iv, xv);
@@ -1140,9 +1156,7 @@ static __device__ __forceinline__ void cuda_bn_dx_flat_body(size_t total_v, int 
     tt_cuda_ldv<V>(dt, dy, iv, gv);
     if (beta_dx != 0.0f) tt_cuda_ldv<V>(dt, dx, iv, ov);
     for (int q = 0; q < V; q++) {
-      float xh = (xv[q] - sp[0][j]) * sp[1][j];
-      gv[q] = cuda_bn_relu_grad(dt, relu, gv[q], xv[q], sp[0][j], sp[1][j], sp[5][j], sp[6][j]);
-      float v = sp[2][j] * (gv[q] - sp[3][j] - xh * sp[4][j]);
+      float v = cuda_bn_dx_value(dt, relu, gv[q], xv[q], sp[0][j], sp[1][j], sp[2][j], sp[3][j], sp[4][j], sp[5][j], sp[6][j]);
       xv[q] = beta_dx != 0.0f ? v + beta_dx * ov[q] : v;
       if (++k == hw) k = 0, j++;
     }
@@ -1175,9 +1189,6 @@ static int cuda_bn_bwd(tt_backend *b, const char *op, int n, int c, int hw, tt_d
   if (!x || !dy || !gamma || !save_mean || !save_invstd || (relu && !bias))
     return tt_cuda_fail(b, "%s: NULL x, dy, gamma, %ssave_mean or save_invstd", op, relu ? "bias, " : "");
   if (cuda_bn_ws_check(b, op, n, c, hw, dt, ws, ws_bytes)) return -1;
-  g = cuda_bn_geometry(n, c, hw, dt, ptrs, 3);
-  splits = cuda_bn_splits(g);
-  md = (cuda_bn_f2 *)((char *)ws + cuda_bn_max_splits(n, hw) * c * 16); /* after any split count's partials */
   {
     cuda_bn_rgeom rg;
     size_t sh;
@@ -1188,6 +1199,9 @@ static int cuda_bn_bwd(tt_backend *b, const char *op, int n, int c, int hw, tt_d
       return 0;
     }
   }
+  g = cuda_bn_geometry(n, c, hw, dt, ptrs, 3);
+  splits = cuda_bn_splits(g);
+  md = (cuda_bn_f2 *)((char *)ws + cuda_bn_max_splits(n, hw) * c * 16); /* after any split count's partials */
   if (hw == 1) { /* rows (an NHWC tensor): coalesced over channels */
     TT_LAUNCH(cuda_bn_rows_bwd_stats_k, cuda_bn_rows_grid(g), TT_CUDA_THREADS, 0, cuda_norm_stream(b), g, dt, x, dy, save_mean,
               save_invstd, gamma, bias, relu, (cuda_bn_d2 *)ws);
@@ -1280,10 +1294,9 @@ int tt_cuda_norm_setup(tt_backend *b, const cudaDeviceProp *prop) {
 }
 
 extern "C" size_t tt_cuda_set_bn_resident(tt_backend *b, size_t bytes) {
-  tt_cuda_state *st;
+  tt_cuda_state *st = tt_cuda_of(b);
   size_t old;
-  if (!b || !b->impl || !b->name || strcmp(b->name, "cuda")) return 0;
-  st = tt_cuda_st(b);
+  if (!st) return 0;
   old = st->bn_res_cap;
   st->bn_res_cap = bytes > st->bn_res_cap_default ? st->bn_res_cap_default : bytes;
   return old;
