@@ -164,6 +164,25 @@ typedef struct tt_cast_seg {
   size_t count;
 } tt_cast_seg;
 
+/* What a backend's creation takes from the knobs (core/base/knobs.c reads every TINYTRAIN_*
+ * variable once and hands these down; kernels/ reads no environment). tt_backend_knobs_default
+ * gives what a backend does when nobody sets anything. */
+typedef struct tt_backend_knobs {
+  int layout;             /* TINYTRAIN_LAYOUT: -1 the backend's default (CPU: NHWC between convolutions;
+                           * CUDA: NCHW for 16-bit), else TT_LAYOUT_NCHW or TT_LAYOUT_NHWC */
+  size_t cpu_chunk_bytes; /* TINYTRAIN_CPU_CHUNK_BYTES: the CPU's chunk of a batched loop; 0 its default */
+  int conv_matmul;        /* TINYTRAIN_CONV_MATMUL: 1 (default) 1x1 bf16 NHWC backward convolutions as matmuls */
+  int conv_bwdw;          /* TINYTRAIN_CONV_BWDW: -1 auto (fp32 on AMX), 0 bf16, 1 fp32 */
+  int cuda_find;          /* TINYTRAIN_CUDA_FIND: 1 (default) time the convolution algorithms at setup */
+  int cuda_bn_resident;   /* TINYTRAIN_CUDA_BN_RESIDENT: 1 (default) the held-on-chip batch norm */
+  int cuda_deterministic; /* TINYTRAIN_CUDA_DETERMINISTIC: 1 deterministic cuDNN algorithms only */
+} tt_backend_knobs;
+
+static inline void tt_backend_knobs_default(tt_backend_knobs *k) {
+  k->layout = -1, k->cpu_chunk_bytes = 0, k->conv_matmul = 1, k->conv_bwdw = -1;
+  k->cuda_find = 1, k->cuda_bn_resident = 1, k->cuda_deterministic = 0;
+}
+
 typedef struct tt_backend tt_backend;
 struct tt_backend {
   const char *name;  /* "cpu", "ref", "cuda" */

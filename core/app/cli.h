@@ -36,7 +36,9 @@ int tt_run_recipe_load(const char *dir, char **text, char *from, size_t fromsize
 int tt_parse_interval(const char *s, long long *steps, double *seconds);
 
 /* tt_plan, and with svg (plan --svg FILE) also a picture of the plan written to svg
- * (core/app/plan_svg.h); svg NULL is tt_plan. (core/app/plan_report.c) */
+ * (core/app/plan_svg.h); svg NULL is tt_plan. json: 0 the text report, 1 the JSON object,
+ * TT_PLAN_CALLS the training program's call list (plan --calls). (core/app/plan_report.c) */
+#define TT_PLAN_CALLS 2
 int tt_plan_svg_ex(const tt_run_opts *o, int json, int max_batch, const char *svg, FILE *out, char *err, size_t errsize);
 
 /* Multi-process training (mpirun -np N tinytrain ...; core/runtime/dist.h): this process's rank

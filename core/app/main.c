@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "../tinytrain.h"
+#include "../base/knobs.h"
 #include "cli.h"
 
 /* How long an OpenMP thread that waits for work busy-waits before it sleeps, when the user has
@@ -54,7 +55,7 @@ static void main_usage(FILE *f, const char *cmd) {
   if (cmd && !strcmp(cmd, "plan")) {
     fprintf(f, "usage: tinytrain plan [--vram SIZE] [--device auto|cpu|cuda] [--gpu NAME] [--micro-batch N]\n"
                "                      [--precision fp32|fp16|bf16|auto] [--recompute none|auto|all] [--ranks N] [--max-batch]\n"
-               "                      [--tf32 on|off] [--json] [--svg FILE] RECIPE\n\n"
+               "                      [--tf32 on|off] [--json | --calls] [--svg FILE] RECIPE\n\n"
                "Says whether and how RECIPE's training fits in SIZE of device memory, without a GPU and without\n"
                "data files: the chosen micro-batch, accumulation, precision and recomputed layers, every buffer\n"
                "class, the arena size against its lower bound, and the alternatives rejected. --max-batch gives\n"
@@ -75,6 +76,7 @@ static void main_usage(FILE *f, const char *cmd) {
                "  --ranks N              plan one process's share of the batch, as if launched by mpirun -np N\n"
                "  --max-batch            the largest micro-batch that fits, per precision and recompute setting\n"
                "  --json                 one JSON object instead of the text report\n"
+               "  --calls                the training program's final backend calls, one a line (fusions shown)\n"
                "  --svg FILE             also draw the plan: live bytes per Program op by class, budget, peak\n"
                "  -h, --help             this text\n");
   } else if (cmd && !strcmp(cmd, "predict")) {
@@ -168,7 +170,7 @@ static int main_int(const char *s, int *v) {
 /* What the command line asked for beyond tt_run_opts. */
 typedef struct main_args {
   const char *cmd;
-  int json, max_batch;
+  int json, max_batch, calls;
   char vram_unit;   /* the unit --vram was given in: 'K', 'M', 'G', 'T' */
   const char *weights;
   const char *svg;  /* plan --svg FILE */
@@ -181,7 +183,7 @@ typedef struct main_args {
 enum {
   OPT_VRAM = 256, OPT_DEVICE, OPT_EPOCHS, OPT_THREADS, OPT_MICRO_BATCH, OPT_MAX_STEPS, OPT_CHECKPOINT_EVERY,
   OPT_PRECISION, OPT_RECOMPUTE, OPT_OUT, OPT_RESUME, OPT_WEIGHTS, OPT_JSON, OPT_MAX_BATCH, OPT_VERSION, OPT_TOP, OPT_INIT,
-  OPT_RANKS, OPT_SIZE, OPT_CHANNELS, OPT_MAX_MEGAPIXELS, OPT_SVG, OPT_GPU, OPT_TF32
+  OPT_RANKS, OPT_SIZE, OPT_CHANNELS, OPT_MAX_MEGAPIXELS, OPT_SVG, OPT_GPU, OPT_TF32, OPT_CALLS
 };
 
 static const struct option main_options[] = {
@@ -210,6 +212,7 @@ static const struct option main_options[] = {
     {"svg", required_argument, NULL, OPT_SVG},
     {"gpu", required_argument, NULL, OPT_GPU},
     {"tf32", required_argument, NULL, OPT_TF32},
+    {"calls", no_argument, NULL, OPT_CALLS},
     {NULL, 0, NULL, 0}};
 
 /* index of v in the '|'-free list names (NULL-terminated), or -1 */
@@ -282,6 +285,7 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
       return -1;
     }
     case OPT_JSON: a->json = 1; return 0;
+    case OPT_CALLS: a->calls = 1; return 0;
     case OPT_MAX_BATCH: a->max_batch = 1; return 0;
     case OPT_VRAM:
       if (tt_parse_size(v, &o->vram_bytes)) return main_bad(cmd, "--vram takes a size like 512M, 4G, 4GiB or 3.5G, not", v);
@@ -436,6 +440,9 @@ int main(int argc, char **argv) {
   if ((a.max_batch || a.json) && strcmp(cmd, "plan") && !(a.json && !strcmp(cmd, "predict")))
     return main_bad(cmd, a.max_batch ? "--max-batch is an option of plan" : "--json is an option of plan and predict", NULL);
   if (a.top && strcmp(cmd, "predict")) return main_bad(cmd, "--top is an option of predict", NULL);
+  if (a.calls && strcmp(cmd, "plan")) return main_bad(cmd, "--calls is an option of plan", NULL);
+  if (a.calls && (a.json || a.max_batch || a.svg))
+    return main_bad(cmd, "--calls prints the call list alone: give it without --json, --max-batch and --svg", NULL);
   if (o.init_weights && strcmp(cmd, "train")) return main_bad(cmd, "--init is an option of train", NULL);
   if (o.init_weights && o.resume_dir)
     return main_bad(cmd, "--init starts a new run from weights, --resume continues one: give one of them", NULL);
@@ -455,8 +462,16 @@ int main(int argc, char **argv) {
   }
   char err[1200];
   int rc;
+  { /* every TINYTRAIN_* variable, read once (core/base/knobs.h): a malformed one is bad usage */
+    tt_err kerr;
+    if (tt_knobs_init(&kerr)) {
+      free(kept);
+      fprintf(stderr, "tinytrain: %s\n", kerr.msg);
+      return 2;
+    }
+  }
   if (!strcmp(cmd, "plan")) {
-    rc = tt_plan_svg_ex(&o, a.json, a.max_batch, a.svg, stdout, err, sizeof err);
+    rc = tt_plan_svg_ex(&o, a.calls ? TT_PLAN_CALLS : a.json, a.max_batch, a.svg, stdout, err, sizeof err);
   } else if (!strcmp(cmd, "predict")) {
     if (!a.weights) return main_bad(cmd, "predict needs --weights FILE", NULL);
     if (!a.nimages) return main_bad(cmd, "predict needs image files or folders after the recipe", NULL);

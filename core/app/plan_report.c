@@ -9,7 +9,9 @@
 #include "../data/data.h"
 #include "../runtime/session.h"
 #include "cli.h"
+#include "plan_calls.h"
 #include "plan_svg.h"
+#include "../base/knobs.h"
 
 /* Bytes the frozen layers' weights would have taken in gradients and optimizer state. */
 static size_t plan_frozen_saved(const tt_session *s) {
@@ -282,7 +284,11 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
     tt_strbuf_json(&b, a->why);
     tt_strbuf_put(&b, "}", 1);
   }
-  tt_strbuf_printf(&b, "]}\n");
+  tt_strbuf_printf(&b, "], \"knobs\": ");
+  tt_knobs_json(tt_knobs_get(), &b);
+  tt_strbuf_printf(&b, ", \"calls\": ");
+  tt_plan_calls_json(p, &b);
+  tt_strbuf_printf(&b, "}\n");
   int rc = b.oom ? tt_fail(err, "out of host memory writing the plan of %s", s->model.path) : 0;
   if (!rc) fwrite(b.p, 1, b.n, out);
   free(b.p);
@@ -363,6 +369,7 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
   const tt_graph *g = &s->graph;
   const tt_program *p = &r->train;
   fprintf(out, "plan for %s on %s\n", s->model.path, s->target);
+  tt_knobs_print_changed(tt_knobs_get(), out, "  knobs       set in the environment, not at their defaults (docs/cli.md):");
   fprintf(out, "  model       %d layers, %.2fM parameters, %.3f GFLOP per image forward\n", g->nnodes - 1,
           g->trainable_numel / 1e6, g->flops_per_sample / 1e9);
   if (g->frozen_numel)
@@ -397,6 +404,7 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
             p->n_compressed, plan_compress_name(p->policy.compress), plan_mib(p->compressed_bytes),
             plan_mib(p->compressed_full_bytes));
   plan_text_layout(s, out);
+  tt_plan_calls_line(p, out);
   if (p->n_attn) { /* where the T^2 memory went */
     int nrec = 0;
     for (int i = 0; i < g->nnodes; i++) nrec += g->nodes[i].kind == TT_L_ATTENTION && p->policy.recompute && p->policy.recompute[i];
@@ -553,7 +561,9 @@ int tt_plan_svg_ex(const tt_run_opts *o, int json, int max_batch, const char *sv
     plan_max_batch(s, o, json, out);
   } else {
     plan_explain(s);
-    if (json) {
+    if (json == TT_PLAN_CALLS) {
+      tt_plan_calls_text(&s->sched.train, out);
+    } else if (json) {
       rc = plan_json(s, o, out, &err);
     } else {
       plan_text_policy(s, o, out);

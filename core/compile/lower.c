@@ -18,6 +18,7 @@
 
 #include "decay.h"
 #include "dispatch.h"
+#include "../base/knobs.h"
 #include "program.h"
 
 typedef struct lower_ctx {
@@ -958,6 +959,7 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
   p->nparams = g->nparams;
   p->input_numel = tt_node_numel(&g->nodes[0]);
   p->input_u8 = p->labels = p->stats = p->overflow_flag = -1;
+  p->caps = tt_program_caps(be, tt_knobs_get()->fuse); /* what calls.c's list may use */
   if (pol->micro_batch <= 0) return tt_fail(err, "micro-batch must be positive (got %d)", pol->micro_batch);
   if (lower_check_backend(g, be, err)) return -1;
   lower_ctx c;

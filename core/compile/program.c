@@ -89,13 +89,16 @@ int tt_program_plan(tt_program *p, tt_err *err) {
   p->peak_live_bytes = p->persistent_bytes + res.peak_live_bytes;
   free(ab);
   free(map);
-  return 0;
+  return tt_program_calls(p, err); /* the final call list, now that the storage is known */
 }
 
 void tt_program_free(tt_program *p) {
   free(p->bufs);
   free(p->steps);
   free(p->tables);
+  free(p->calls);
+  free(p->step_call);
+  p->calls = NULL, p->step_call = NULL, p->ncalls = 0;
   p->tables = NULL;
   p->bufs = NULL;
   p->steps = NULL;

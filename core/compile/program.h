@@ -177,6 +177,99 @@ typedef struct tt_step {
   tt_op_args a;
 } tt_step;
 
+/* ---- the final call list (calls.c) ----
+ * Every step of a planned Program resolved into the backend calls it makes, in run order, with
+ * their descriptors, buffers and workspace, fusions decided: what the executor runs and `plan
+ * --calls` prints. A call's buffers are buffer ids of its program (-1: NULL). */
+
+/* The entry points besides the tt_op_kind ones (those are planned: prepared, may need workspace). */
+enum {
+  TT_CALL_GAP_FWD = TT_OP_KIND_COUNT,
+  TT_CALL_GAP_BWD,
+  TT_CALL_DROPOUT_FWD,
+  TT_CALL_DROPOUT_BWD,
+  TT_CALL_ADD,
+  TT_CALL_ACCUMULATE,
+  TT_CALL_CHANNEL_COPY,
+  TT_CALL_ACT_MASK,     /* compact saves (TT_SF_COMPACT): op.u.act; in y, out mask */
+  TT_CALL_ACT_BWD_MASK, /* in mask, dy; out dx */
+  TT_CALL_POOL_ARGMAX,  /* op.u.pool; in x, out idx */
+  TT_CALL_POOL_BWD_IDX, /* in idx, dy; out dx */
+  TT_CALL_SAVE_COMPRESS,/* lossy saved conv input: fmt; op.u.bn n, c, hw; in x, out the copy */
+  TT_CALL_SAVE_RESTORE, /* in the copy, out x restored */
+  TT_CALL_TOKENS_FWD,   /* patch tokens: op.u.bn n, c = f, hw; mode = cls; in conv output, class token, pos; out y */
+  TT_CALL_TOKENS_BWD,   /* in dy; out the conv output's gradient, dcls, dpos */
+  TT_CALL_TOKEN_POOL_FWD, /* op.u.bn n, c = f, hw = t; mode 0 class, 1 mean; in x, out y */
+  TT_CALL_TOKEN_POOL_BWD, /* in dy, out dx */
+  TT_CALL_BN_APPLY,     /* batch norm from saved statistics (TT_SF_BN_APPLY): op.u.bn; in x, gamma, beta,
+                         * saved mean, saved 1/std; out y. No workspace, nothing to prepare. */
+  /* fusions (calls.c's table): one call for two steps' calls, bit for bit the pair (backend.h) */
+  TT_CALL_BN_RELU_FWD,  /* bn_fwd_train_relu: op.kind TT_OP_BN_FWD_TRAIN; the bn call's operands */
+  TT_CALL_BN_RELU_BWD,  /* bn_bwd_relu: op.kind TT_OP_BN_BWD; in x, the ReLU's dy, gamma, beta, saved
+                         * mean, saved 1/std; out dx, dgamma, dbeta */
+  /* the steps other than a layer's: one fixed call each (a.load, a.loss, a.count from the step) */
+  TT_CALL_NORMALIZE,    /* LOAD_INPUT: in u8 images; out x (the program's dtype) */
+  TT_CALL_CAST,         /* CAST: in fp32 master; out the copy (op.dt: its dtype) */
+  TT_CALL_CAST_MULTI,   /* the next `nseg` TT_CALL_CAST calls (members) as one cast_multi */
+  TT_CALL_SOFTMAX_CE,   /* LOSS: in logits, labels; out dlogits (or -1), loss statistics */
+  TT_CALL_ZERO_FLAG,    /* CHECK: out the overflow flag (int32), zeroed */
+  TT_CALL_CHECK_FINITE, /* CHECK: in a gradient (or -1 with region: the gradient region); out the flag */
+  TT_CALL_CLIP,         /* CLIP: the gradient region's sum of squares into out[0] (zeroed first);
+                         * skipped when the step's clip_norm is 0 */
+  TT_CALL_UPDATE,       /* UPDATE: in grad; out param, m, v; the optimizer's update (a.count values) */
+  TT_CALL_UPDATE_MULTI, /* the next `nseg` TT_CALL_UPDATE calls (members) as one *_update_multi */
+  TT_CALL_COUNT
+};
+
+/* Why a listed call does not run by itself. */
+enum {
+  TT_CALL_RUNS = 0,
+  TT_CALL_PREPARED_ONLY, /* a frozen layer's weight-gradient call (its dw is -1): prepared and sized,
+                          * never run */
+  TT_CALL_FUSED_AWAY,    /* its work is done by a fused call of a neighbouring step (`fused_into`) */
+  TT_CALL_MEMBER         /* one tensor of the *_MULTI call before it */
+};
+
+#define TT_CALL_MAX_IN 6
+typedef struct tt_call {
+  int fn;          /* a tt_op_kind, or a TT_CALL_ above */
+  tt_op_desc op;   /* dt always; for fn < TT_OP_KIND_COUNT and the fusions the whole desc (op.kind), as
+                    * op_workspace and prepare see it; for the others op.u.act.count (dropout, add,
+                    * accumulate: elements) or op.u.bn's n, c, hw (gap: x [n, c, hw]) */
+  int in[TT_CALL_MAX_IN]; /* buffer ids of the pointer arguments the entry point reads, in its
+                    * argument order (-1: NULL); bn forward: x, gamma, beta, running mean and variance
+                    * (the training forward updates the last two in place) */
+  int out[3];      /* likewise for what it writes: y, or dx (bn: dx, dgamma, dbeta; backward-filter:
+                    * dw, db) */
+  int step;        /* the Program step it belongs to */
+  int node;        /* that step's graph node (dropout and attention seeds), or -1 */
+  int ws;          /* the step's workspace buffer, or -1 */
+  int skip;        /* TT_CALL_RUNS, or why not (the enum above) */
+  int prepared;    /* handed to the backend's prepare (and tune): op is a planned tt_op_desc */
+  int fused_into;  /* TT_CALL_FUSED_AWAY: the index of the call that does its work */
+  int nseg;        /* *_MULTI: its member calls, which follow it */
+  float beta;      /* activation-gradient output: 0 overwrites, 1 adds into (fan-out) */
+  int param_grads; /* writes parameter gradients: beta is the micro-step's (0 first, then 1) */
+  int dy_alias_last; /* add backward: out[0] may share in[0]'s (dy's) storage and must run after the
+                      * step's other calls, which read dy (calls.c orders them so) */
+  float momentum;  /* bn training forward */
+  int update_running; /* bn training forward: 0 when recomputing */
+  float p;         /* dropout probability; the mask seed is the executor's (node, micro-step) */
+  int fmt;         /* save_compress / save_restore: tt_save_fmt */
+  int hw, src_c, src_off, dst_c, dst_off, nc; /* channel_copy (n is op.u.bn.n) */
+  int mode;        /* tokens: 1 with a class token; token pooling: 0 class, 1 mean */
+  int decay;       /* TT_CALL_UPDATE: weight decay applies ([train] decay) */
+  size_t region_off, region_count; /* CHECK_FINITE with in[0] -1, CLIP: the gradient region, an arena
+                    * offset of the training program and fp32 values */
+  tt_op_args a;    /* the step's arguments for the non-layer calls: load, loss, count */
+} tt_call;
+
+/* What the backend offers that lowering's call list may use (tt_lower sets p->caps from the
+ * backend and the knobs; calls.c reads it). */
+enum {
+  TT_CAP_BN_RELU_FWD = 1, TT_CAP_BN_RELU_BWD = 2, TT_CAP_CAST_MULTI = 4, TT_CAP_UPDATE_MULTI = 8
+};
+
 typedef struct tt_policy {
   int micro_batch;
   int accum_steps;     /* effective batch = micro_batch * accum_steps */
@@ -235,6 +328,12 @@ typedef struct tt_program {
   size_t nhwc_bytes;   /* the NHWC nodes' value bytes at the micro-batch (no padding: NCHW's bytes) */
   int n_attn;          /* attention forward steps (first instances) in the training program */
   size_t attn_probs_bytes; /* their probabilities' buffers: kept, or (attn_fused) what the fused form avoids */
+  /* the final call list (calls.c: tt_program_calls, made by tt_program_plan) */
+  int caps;            /* TT_CAP_* the call list may use */
+  tt_call *calls;
+  int ncalls;
+  int *step_call;      /* [nsteps + 1]: step i's calls are calls[step_call[i] .. step_call[i + 1]) */
+  int n_fused;         /* fused calls (each replacing two steps' calls) */
 } tt_program;
 
 /* What tt_lower and tt_program_plan return (besides 0 and -1) when a size would pass 2^64
@@ -248,6 +347,16 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
 /* Plans the program's buffers: persistent ones packed first, transient ones by tt_arena_plan. */
 int tt_program_plan(tt_program *p, tt_err *err);
 void tt_program_free(tt_program *p);
+/* Resolves every step of planned program p into its backend calls (p->calls, p->step_call), in
+ * run order, and applies the fusion table where p->caps allows (calls.c). Needs the plan's
+ * offsets: a fusion is refused where the planned storage would make it read a buffer another
+ * call of the pair overwrote. tt_program_plan calls it; 0, or -1 with err set. */
+int tt_program_calls(tt_program *p, tt_err *err);
+/* The name of a call's entry point, as the backend table and `plan --calls` name it. */
+const char *tt_call_name(int fn);
+/* The backend capabilities lowering's call list may use: be's optional entry points, less the
+ * fusions when fuse is 0 (TINYTRAIN_FUSE=0). */
+int tt_program_caps(const tt_backend *be, int fuse);
 /* Bytes live at the peak step, per class, counted as peak_live_bytes is (persistent buffers
  * with their alignment padding; storage an in-place op took over counted once, as the buffer
  * live there), so the classes sum to peak_live_bytes. Returns the peak step (-1 and zeros when

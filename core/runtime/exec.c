@@ -1,9 +1,11 @@
-/* core/runtime/exec.c — the execute stage: walks a Program's steps and calls the backend. A
- * layer's forward and backward steps make the calls core/compile/dispatch.h lists, the list
- * lowering sized their workspaces from and exec_prepare hands the backend. */
+/* core/runtime/exec.c — the execute stage: walks a Program's final call list (program.h tt_call,
+ * made by core/compile/calls.c) and calls the backend. Every decision (which entry point, which
+ * buffers, which fusion) was made by lowering; here buffer ids become pointers (base + offset) and
+ * the run's own values join in: the batch, the micro-step, the loss scale, the optimizer's
+ * hyper-parameters. */
 #include "exec.h"
 
-#include "../compile/dispatch.h"
+#include "../base/knobs.h"
 
 #include "../../kernels/kernel_math.h"
 
@@ -64,22 +66,23 @@ static int exec_staging_create(tt_exec *x, tt_err *err) {
   return 0;
 }
 
-/* Hands every backend call of the programs (at their planned batches) to the backend's
- * prepare, once: after this the steps allocate nothing. Calls repeat (a recompute step, the
- * same shape in many blocks); the backend keeps one of each. */
+/* Hands every prepared call of the programs (the planned ones, at their planned batches: what
+ * lowering sized the workspaces for) to the backend's prepare, once: after this the steps
+ * allocate nothing. Calls repeat (a recompute step, the same shape in many blocks); the backend
+ * keeps one of each. */
 static int exec_prepare(tt_exec *x, tt_err *err) {
   tt_backend *be = x->be;
   const tt_program *progs[2] = {x->train, x->eval};
   int cap = 0, n = 0, rc;
   if (!be->prepare) return 0;
   for (int k = 0; k < 2; k++)
-    if (progs[k]) cap += progs[k]->nsteps * TT_STEP_MAX_OPS;
+    if (progs[k]) cap += progs[k]->ncalls;
   tt_op_desc *ops = (tt_op_desc *)tt_malloc(sizeof(tt_op_desc) * (size_t)(cap ? cap : 1), "backend call list", err);
   if (!ops) return -1;
   for (int k = 0; k < 2; k++) {
     const tt_program *p = progs[k];
-    if (!p) continue;
-    for (int i = 0; i < p->nsteps; i++) n += tt_step_backend_ops(p, &p->steps[i], p->policy.micro_batch, ops + n);
+    for (int i = 0; p && i < p->ncalls; i++)
+      if (p->calls[i].prepared) ops[n++] = p->calls[i].op;
   }
   rc = be->prepare(be, ops, n);
   /* then timed on the arena's transient region, which holds nothing before the first step (the
@@ -103,27 +106,10 @@ typedef struct tt_exec_prof {
   long count;
 } tt_exec_prof;
 
-static int exec_env_on(const char *name) {
-  const char *v = getenv(name);
-  return v && *v && strcmp(v, "0") != 0;
-}
-
 static double exec_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static const char *exec_call_name(int fn) {
-  static const char *ops[] = {"conv_fwd", "conv_bwd_data", "conv_bwd_filter", "linear_fwd", "linear_bwd_data",
-                              "linear_bwd_filter", "bn_fwd_train", "bn_fwd_infer", "bn_bwd", "pool_fwd", "pool_bwd",
-                              "act_fwd", "act_bwd", "ln_fwd", "ln_bwd", "attn_fwd", "attn_bwd"};
-  static const char *calls[] = {"gap_fwd", "gap_bwd", "dropout_fwd", "dropout_bwd", "add", "accumulate", "channel_copy",
-                                "act_mask", "act_bwd_mask", "pool_argmax", "pool_bwd_idx", "save_compress", "save_restore",
-                                "tokens_fwd", "tokens_bwd", "token_pool_fwd", "token_pool_bwd", "bn_apply"};
-  if (fn >= 0 && fn < TT_OP_KIND_COUNT && fn < (int)(sizeof ops / sizeof ops[0])) return ops[fn];
-  if (fn >= TT_OP_KIND_COUNT && fn - TT_OP_KIND_COUNT < (int)(sizeof calls / sizeof calls[0])) return calls[fn - TT_OP_KIND_COUNT];
-  return "call";
 }
 
 static const char *exec_step_op_name(const tt_step *s) {
@@ -200,157 +186,40 @@ void tt_exec_profile_print(const tt_exec *x, FILE *out) {
   free(rows), free(names), free(ops), free(prog);
 }
 
-/* The update steps of the training program as one table for the backend's *_update_multi (setup
- * only: the pointers are fixed once the arena is). A backend without them, or no training
- * program: no table. */
-static int exec_update_table(tt_exec *x, tt_err *err) {
-  const tt_program *p = x->train;
-  int n = 0;
-  if (!p || !x->be->sgd_update_multi || !x->be->adam_update_multi) return 0;
-  for (int i = p->micro_end; i < p->nsteps; i++) n += p->steps[i].op == TT_S_UPDATE;
-  if (!n) return 0;
-  x->useg = (tt_update_seg *)tt_calloc((size_t)n, sizeof(tt_update_seg), "update table", err);
-  if (!x->useg) return -1;
-  for (int i = p->micro_end; i < p->nsteps; i++) {
-    const tt_step *s = &p->steps[i];
-    if (s->op != TT_S_UPDATE) continue;
-    tt_update_seg *u = &x->useg[x->nuseg++];
-    u->w = (float *)tt_exec_ptr(x, p, s->out[TT_UPD_PARAM]);
-    u->g = (const float *)tt_exec_ptr(x, p, s->in[TT_UPD_GRAD]);
-    u->m = (float *)tt_exec_ptr(x, p, s->out[TT_UPD_M]);
-    u->v = (float *)tt_exec_ptr(x, p, s->out[TT_UPD_V]);
-    u->count = s->a.count;
-    u->decay = (s->flags & TT_SF_DECAY) != 0;
-  }
-  return 0;
-}
-
-/* The runs of consecutive CAST steps of both programs as cast_multi tables (exec.h), for a backend
- * with cast_multi; setup only (the pointers are fixed once the arena is). Every step of a run casts
- * from fp32 to the same dtype (the program's activations'). */
-static int exec_cast_table(tt_exec *x, tt_err *err) {
+/* Binds the programs' *_MULTI calls to pointer tables (exec.h seg_at): an UPDATE_MULTI's members as
+ * tt_update_seg, a CAST_MULTI's as tt_cast_seg, one array each per program in call order. Setup
+ * only: the pointers are fixed once the arena is. */
+static int exec_bind_multi(tt_exec *x, tt_err *err) {
   const tt_program *ps[2] = {x->train, x->eval};
-  if (!x->be->cast_multi) return 0;
   for (int k = 0; k < 2; k++) {
     const tt_program *p = ps[k];
-    int n = 0, nseg = 0;
+    int ncast = 0, nupd = 0;
     if (!p) continue;
-    for (int i = 0; i < p->micro_end; i++) n += p->steps[i].op == TT_S_CAST;
-    if (!n) continue;
-    x->cseg[k] = (tt_cast_seg *)tt_calloc((size_t)n, sizeof(tt_cast_seg), "cast table", err);
-    x->cast_run[k] = (int *)tt_calloc((size_t)p->micro_end * 2, sizeof(int), "cast table", err);
-    if (!x->cseg[k] || !x->cast_run[k]) return -1;
-    x->cast_first[k] = x->cast_run[k] + p->micro_end;
-    for (int i = 0; i < p->micro_end;) {
-      int j = i;
-      if (p->steps[i].op != TT_S_CAST) {
-        i++;
-        continue;
+    for (int i = 0; i < p->ncalls; i++)
+      if (p->calls[i].skip == TT_CALL_MEMBER) p->calls[i].fn == TT_CALL_CAST ? ncast++ : nupd++;
+    if (!ncast && !nupd) continue;
+    x->seg_at[k] = (int *)tt_calloc((size_t)p->ncalls, sizeof(int), "call tables", err);
+    x->cseg[k] = ncast ? (tt_cast_seg *)tt_calloc((size_t)ncast, sizeof(tt_cast_seg), "cast table", err) : NULL;
+    if (k == 0 && nupd) x->useg = (tt_update_seg *)tt_calloc((size_t)nupd, sizeof(tt_update_seg), "update table", err);
+    if (!x->seg_at[k] || (ncast && !x->cseg[k]) || (k == 0 && nupd && !x->useg)) return -1;
+    if (k && nupd) return tt_fail(err, "internal error: an evaluation program with optimizer updates");
+    ncast = nupd = 0;
+    for (int i = 0; i < p->ncalls; i++) {
+      const tt_call *c = &p->calls[i];
+      if (c->fn == TT_CALL_CAST_MULTI || c->fn == TT_CALL_UPDATE_MULTI) x->seg_at[k][i] = c->fn == TT_CALL_CAST_MULTI ? ncast : nupd;
+      if (c->skip != TT_CALL_MEMBER) continue;
+      if (c->fn == TT_CALL_CAST) {
+        tt_cast_seg *g = &x->cseg[k][ncast++];
+        g->src = tt_exec_ptr(x, p, c->in[0]), g->dst = tt_exec_ptr(x, p, c->out[0]), g->count = c->a.count;
+      } else {
+        tt_update_seg *u = &x->useg[nupd++];
+        u->w = (float *)tt_exec_ptr(x, p, c->out[0]);
+        u->g = (const float *)tt_exec_ptr(x, p, c->in[0]);
+        u->m = (float *)tt_exec_ptr(x, p, c->out[1]);
+        u->v = (float *)tt_exec_ptr(x, p, c->out[2]);
+        u->count = c->a.count, u->decay = c->decay;
       }
-      x->cast_first[k][i] = nseg;
-      for (; j < p->micro_end && p->steps[j].op == TT_S_CAST &&
-             p->bufs[p->steps[j].out[TT_CAST_DST]].dtype == p->bufs[p->steps[i].out[TT_CAST_DST]].dtype;
-           j++) {
-        tt_cast_seg *c = &x->cseg[k][nseg++];
-        c->src = tt_exec_ptr(x, p, p->steps[j].in[TT_CAST_SRC]);
-        c->dst = tt_exec_ptr(x, p, p->steps[j].out[TT_CAST_DST]);
-        c->count = p->steps[j].a.count;
-      }
-      x->cast_run[k][i] = j - i;
-      i = j;
     }
-  }
-  return 0;
-}
-
-/* Batch norm followed by ReLU as one backend call (backend.h bn_fwd_train_relu, bn_bwd_relu).
- * A pair is a ReLU node whose one input is a batch norm node that feeds nothing else, and:
- *   forward: the training forward's step (one bn_fwd_train call) immediately followed by the
- *     ReLU's, one act_fwd(RELU) that works in place on the batch norm's y: the batch norm step
- *     runs bn_fwd_train_relu, and the ReLU step nothing;
- *   backward: the ReLU's backward step (one act_bwd or act_bwd_mask of RELU, overwriting: beta
- *     0) immediately followed by the batch norm's (one bn_bwd) whose dy is the ReLU's dx: the
- *     ReLU step runs nothing, and the batch norm step bn_bwd_relu on the ReLU's dy, with the
- *     forward's bias (the batch norm's forward step's).
- * Both fused calls are bit for bit the two calls they replace (backend.h), so results do not
- * change. Adjacency with beta 0 means nothing else writes or reads the pair's buffers in between,
- * and the single consumer that the ReLU's gradient is the batch norm's whole dy. The check uses
- * the planned micro-batch; buffers and steps do not depend on it. Setup only. */
-enum { EXEC_FUSE_NONE = 0, EXEC_FUSE_SKIP, EXEC_FUSE_BN_RELU_FWD, EXEC_FUSE_BN_RELU_BWD };
-typedef struct tt_exec_fuse {
-  int what;     /* EXEC_FUSE_* */
-  int dy, bias; /* EXEC_FUSE_BN_RELU_BWD: the ReLU's dy buffer, the batch norm's bias buffer */
-} tt_exec_fuse;
-
-static int exec_fuse_pair(const tt_graph *g, int relu_node, int bn_node) {
-  const tt_node *r = &g->nodes[relu_node];
-  return relu_node >= 0 && bn_node >= 0 && r->nin == 1 && r->in[0] == bn_node && g->nodes[bn_node].kind == TT_L_BN &&
-         g->nodes[bn_node].nconsumers == 1;
-}
-
-/* Whether buffer w's storage overlaps buffer r's (-1: none); same_ok: not when they are the same
- * storage exactly. */
-static int exec_fuse_overlap(const tt_exec *x, const tt_program *p, int r, int w, int same_ok) {
-  const unsigned char *r0, *w0;
-  size_t rb, wb;
-  if (r < 0 || w < 0) return 0;
-  r0 = (const unsigned char *)tt_exec_ptr(x, p, r), w0 = (const unsigned char *)tt_exec_ptr(x, p, w);
-  rb = p->bufs[r].bytes, wb = p->bufs[w].bytes;
-  if (same_ok && r0 == w0 && rb == wb) return 0;
-  return r0 < w0 + wb && w0 < r0 + rb;
-}
-
-static int exec_fuse_table(tt_exec *x, tt_err *err) {
-  const tt_program *p = x->train;
-  tt_backend *be = x->be;
-  const char *env = getenv("TINYTRAIN_FUSE");
-  tt_call a[TT_STEP_MAX_CALLS], b[TT_STEP_MAX_CALLS];
-  int found = 0;
-  if (!p || !p->graph || (env && !strcmp(env, "0")) || (!be->bn_fwd_train_relu && !be->bn_bwd_relu)) return 0;
-  x->fuse = (tt_exec_fuse *)tt_calloc((size_t)p->nsteps + 1, sizeof(tt_exec_fuse), "fusion table", err);
-  if (!x->fuse) return -1;
-  for (int i = 0; i + 1 < p->micro_end; i++) {
-    const tt_step *s = &p->steps[i], *t = &p->steps[i + 1];
-    int na, nb, bn;
-    if (s->op != t->op || (s->op != TT_S_FWD && s->op != TT_S_BWD) || x->fuse[i].what != EXEC_FUSE_NONE) continue;
-    if (s->op == TT_S_FWD && (s->kind != TT_L_BN || t->kind != TT_L_RELU || !be->bn_fwd_train_relu)) continue;
-    if (s->op == TT_S_BWD && (s->kind != TT_L_RELU || t->kind != TT_L_BN || !be->bn_bwd_relu)) continue;
-    na = tt_step_calls(p, s, p->policy.micro_batch, a);
-    nb = tt_step_calls(p, t, p->policy.micro_batch, b);
-    if (na != 1 || nb != 1) continue;
-    if (s->op == TT_S_FWD) {
-      if (!exec_fuse_pair(p->graph, t->node, s->node) || a[0].fn != TT_OP_BN_FWD_TRAIN || b[0].fn != TT_OP_ACT_FWD ||
-          b[0].op.u.act.act != TT_ACT_RELU || b[0].in[0] < 0 || a[0].out[0] < 0 ||
-          tt_exec_ptr(x, p, b[0].in[0]) != tt_exec_ptr(x, p, a[0].out[0]) ||
-          tt_exec_ptr(x, p, b[0].out[0]) != tt_exec_ptr(x, p, b[0].in[0]) ||
-          b[0].op.u.act.count != (size_t)a[0].op.u.bn.n * a[0].op.u.bn.c * a[0].op.u.bn.hw)
-        continue;
-      x->fuse[i].what = EXEC_FUSE_BN_RELU_FWD, x->fuse[i + 1].what = EXEC_FUSE_SKIP;
-      found++;
-      continue;
-    }
-    if (!exec_fuse_pair(p->graph, s->node, t->node) || (a[0].fn != TT_OP_ACT_BWD && a[0].fn != TT_CALL_ACT_BWD_MASK) ||
-        a[0].op.u.act.act != TT_ACT_RELU || a[0].beta != 0.0f || a[0].op.accumulate || b[0].fn != TT_OP_BN_BWD ||
-        a[0].out[0] < 0 || b[0].in[1] < 0 || a[0].in[1] < 0 ||
-        tt_exec_ptr(x, p, a[0].out[0]) != tt_exec_ptr(x, p, b[0].in[1]))
-      continue;
-    /* the plan lets the ReLU's dy die at the ReLU's step, which was its last reader: the batch
-     * norm step may write its dx or workspace where dy was. Fused, that step reads dy, so only
-     * where neither overlaps it (or dx is dy's storage exactly: bn_bwd reads each element of dy
-     * before it writes that element of dx, as it does in place) */
-    if (exec_fuse_overlap(x, p, a[0].in[1], b[0].out[0], 1) || exec_fuse_overlap(x, p, a[0].in[1], t->ws, 0)) continue;
-    bn = -1; /* the batch norm's bias: its training forward step's (not a recomputed one's: the same parameter) */
-    for (int k = 0; k < p->micro_end && bn < 0; k++)
-      if (p->steps[k].op == TT_S_FWD && p->steps[k].node == t->node && p->steps[k].in[TT_BN_BETA] >= 0) bn = k;
-    if (bn < 0) continue;
-    x->fuse[i].what = EXEC_FUSE_SKIP;
-    x->fuse[i + 1].what = EXEC_FUSE_BN_RELU_BWD;
-    x->fuse[i + 1].dy = a[0].in[1], x->fuse[i + 1].bias = p->steps[bn].in[TT_BN_BETA];
-    found++;
-  }
-  if (!found) {
-    free(x->fuse);
-    x->fuse = NULL;
   }
   return 0;
 }
@@ -366,8 +235,9 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
   x->arena_bytes = x->persistent_bytes + (tr > ev ? tr : ev);
   /* TINYTRAIN_PROFILE on any backend; TINYTRAIN_CUDA_PROFILE, its older name, on CUDA only */
   int cuda = be->name && !strcmp(be->name, "cuda");
-  x->profile = exec_env_on("TINYTRAIN_PROFILE") || (cuda && exec_env_on("TINYTRAIN_CUDA_PROFILE"));
-  x->sync_each = cuda && (x->profile || exec_env_on("TINYTRAIN_CUDA_SYNC"));
+  const tt_knobs *kn = tt_knobs_get();
+  x->profile = kn->profile || (cuda && kn->cuda_profile);
+  x->sync_each = cuda && (x->profile || kn->cuda_sync);
   if (x->profile) {
     size_t rows = (size_t)(train ? train->nsteps + 1 : 0) + (size_t)(eval ? eval->nsteps : 0);
     x->prof = (tt_exec_prof *)calloc(rows + 1, sizeof(tt_exec_prof));
@@ -393,7 +263,7 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
     tt_exec_destroy(x);
     return tt_fail(err, "recording the arena's zeroing on %s failed: %s", be->name, be->last_error(be));
   }
-  if (exec_prepare(x, err) || exec_update_table(x, err) || exec_cast_table(x, err) || exec_fuse_table(x, err)) {
+  if (exec_prepare(x, err) || exec_bind_multi(x, err)) {
     tt_exec_destroy(x);
     return -1;
   }
@@ -426,13 +296,11 @@ void tt_exec_destroy(tt_exec *x) {
   free(x->f16_input);
   x->f16_input = NULL;
   free(x->useg);
-  x->useg = NULL, x->nuseg = 0;
-  free(x->fuse);
-  x->fuse = NULL;
+  x->useg = NULL;
   for (int k = 0; k < 2; k++) {
     free(x->cseg[k]);
-    free(x->cast_run[k]); /* cast_first[k] lies in the same allocation */
-    x->cseg[k] = NULL, x->cast_run[k] = x->cast_first[k] = NULL;
+    free(x->seg_at[k]);
+    x->cseg[k] = NULL, x->seg_at[k] = NULL;
   }
   if (x->host_flag) be->host_free(be, x->host_flag);
   x->base = NULL;
@@ -477,20 +345,21 @@ static uint64_t exec_dropout_seed(const exec_run *r, int node) {
   return tt_hash64(tt_hash64(r->x->seed, r->step), (mi << 32) | (uint64_t)node);
 }
 
-/* Runs one backend call of step s (dispatch.h): its buffers, its shape at r->batch. fz (may be
- * NULL): the step's entry of the fusion table, which turns its batch norm call into the ReLU-fused
- * one (exec_fuse_table). */
-static int exec_call(exec_run *r, const tt_step *s, const tt_call *c, const tt_exec_fuse *fz, tt_err *err) {
+/* Runs call c (program.h) of the running program: its buffers, its shape at the planned batch,
+ * with the run's values (micro-step, seeds, loss scale, the batch's own count for the input and
+ * the loss). Calls of the update phase run in tt_exec_update. */
+static int exec_call(exec_run *r, const tt_call *c, tt_err *err) {
   tt_backend *be = r->x->be;
+  const tt_step *s = &r->p->steps[c->step]; /* for messages (EXEC_CHECK) */
   const tt_op_desc *o = &c->op;
   tt_dtype dt = o->dt;
-  void *in[5], *out[3];
-  for (int k = 0; k < 5; k++) in[k] = EXEC_P(c->in[k]);
+  void *in[TT_CALL_MAX_IN], *out[3];
+  for (int k = 0; k < TT_CALL_MAX_IN; k++) in[k] = EXEC_P(c->in[k]);
   for (int k = 0; k < 3; k++) out[k] = EXEC_P(c->out[k]);
   float *g1 = (float *)out[1], *g2 = (float *)out[2]; /* bn: dgamma, dbeta; fp32 [c] */
   float bp = r->micro_index > 0 ? 1.0f : 0.0f; /* parameter gradients accumulate over micro-steps */
-  void *ws = EXEC_P(s->ws);
-  size_t wsb = s->ws >= 0 ? r->p->bufs[s->ws].bytes : 0;
+  void *ws = EXEC_P(c->ws);
+  size_t wsb = c->ws >= 0 ? r->p->bufs[c->ws].bytes : 0;
   switch (c->fn) {
     case TT_OP_CONV_FWD: EXEC_CHECK(be->conv_fwd(be, &o->u.conv, dt, in[0], in[1], in[2], out[0], ws, wsb)); break;
     case TT_OP_CONV_BWD_DATA: EXEC_CHECK(be->conv_bwd_data(be, &o->u.conv, dt, in[0], in[1], out[0], c->beta, ws, wsb)); break;
@@ -509,7 +378,8 @@ static int exec_call(exec_run *r, const tt_step *s, const tt_call *c, const tt_e
                                        g1, bp, ws, wsb));
       break;
     case TT_OP_BN_FWD_TRAIN:
-      EXEC_CHECK((fz && fz->what == EXEC_FUSE_BN_RELU_FWD ? be->bn_fwd_train_relu : be->bn_fwd_train)(
+    case TT_CALL_BN_RELU_FWD:
+      EXEC_CHECK((c->fn == TT_CALL_BN_RELU_FWD ? be->bn_fwd_train_relu : be->bn_fwd_train)(
           be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], (const float *)in[1], (const float *)in[2], out[0], (float *)in[3],
           (float *)in[4], c->momentum, o->u.bn.eps, g1, g2, c->update_running, ws, wsb));
       break;
@@ -522,13 +392,13 @@ static int exec_call(exec_run *r, const tt_step *s, const tt_call *c, const tt_e
                               (const float *)in[3], (const float *)in[4], out[0]));
       break;
     case TT_OP_BN_BWD:
-      if (fz && fz->what == EXEC_FUSE_BN_RELU_BWD) /* dy: the ReLU's, whose backward this call folds in */
-        EXEC_CHECK(be->bn_bwd_relu(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], EXEC_P(fz->dy), (const float *)in[2],
-                                   (const float *)EXEC_P(fz->bias), (const float *)in[3], (const float *)in[4], out[0], g1, g2,
-                                   c->beta, bp, ws, wsb));
-      else
-        EXEC_CHECK(be->bn_bwd(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], in[1], (const float *)in[2],
-                              (const float *)in[3], (const float *)in[4], out[0], g1, g2, c->beta, bp, ws, wsb));
+      EXEC_CHECK(be->bn_bwd(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], in[1], (const float *)in[2], (const float *)in[3],
+                            (const float *)in[4], out[0], g1, g2, c->beta, bp, ws, wsb));
+      break;
+    case TT_CALL_BN_RELU_BWD: /* in[1]: the ReLU's dy, whose backward this call folds in; in[3]: beta */
+      EXEC_CHECK(be->bn_bwd_relu(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], in[1], (const float *)in[2],
+                                 (const float *)in[3], (const float *)in[4], (const float *)in[5], out[0], g1, g2, c->beta, bp,
+                                 ws, wsb));
       break;
     case TT_OP_POOL_FWD: EXEC_CHECK(be->pool_fwd(be, &o->u.pool, o->pool_mode, dt, in[0], out[0], ws, wsb)); break;
     case TT_OP_POOL_BWD:
@@ -539,10 +409,10 @@ static int exec_call(exec_run *r, const tt_step *s, const tt_call *c, const tt_e
     case TT_CALL_GAP_FWD: EXEC_CHECK(be->gap_fwd(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], out[0])); break;
     case TT_CALL_GAP_BWD: EXEC_CHECK(be->gap_bwd(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], out[0], c->beta)); break;
     case TT_CALL_DROPOUT_FWD:
-      EXEC_CHECK(be->dropout_fwd(be, o->u.act.count, dt, c->p, exec_dropout_seed(r, s->node), in[0], out[0]));
+      EXEC_CHECK(be->dropout_fwd(be, o->u.act.count, dt, c->p, exec_dropout_seed(r, c->node), in[0], out[0]));
       break;
     case TT_CALL_DROPOUT_BWD:
-      EXEC_CHECK(be->dropout_bwd(be, o->u.act.count, dt, c->p, exec_dropout_seed(r, s->node), in[0], out[0], c->beta));
+      EXEC_CHECK(be->dropout_bwd(be, o->u.act.count, dt, c->p, exec_dropout_seed(r, c->node), in[0], out[0], c->beta));
       break;
     case TT_CALL_ADD: EXEC_CHECK(be->add(be, o->u.act.count, dt, in[0], in[1], out[0])); break;
     case TT_CALL_ACCUMULATE: EXEC_CHECK(be->accumulate(be, o->u.act.count, dt, in[0], out[0], c->beta)); break;
@@ -583,11 +453,11 @@ static int exec_call(exec_run *r, const tt_step *s, const tt_call *c, const tt_e
                             (const float *)in[4], out[0], g1, g2, c->beta, bp, ws, wsb));
       break;
     case TT_OP_ATTN_FWD: /* seed: the step's dropout stream, the same when recomputed */
-      EXEC_CHECK(be->attn_fwd(be, &o->u.attn, dt, in[0], out[0], (float *)out[1], out[2], exec_dropout_seed(r, s->node), ws, wsb));
+      EXEC_CHECK(be->attn_fwd(be, &o->u.attn, dt, in[0], out[0], (float *)out[1], out[2], exec_dropout_seed(r, c->node), ws, wsb));
       break;
     case TT_OP_ATTN_BWD:
       EXEC_CHECK(be->attn_bwd(be, &o->u.attn, dt, in[0], in[1], in[2], (const float *)in[3], in[4],
-                              exec_dropout_seed(r, s->node), out[0], c->beta, ws, wsb));
+                              exec_dropout_seed(r, c->node), out[0], c->beta, ws, wsb));
       break;
     case TT_CALL_TOKENS_FWD:
       EXEC_CHECK(be->tokens_fwd(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, c->mode, dt, in[0], (const float *)in[1],
@@ -602,87 +472,58 @@ static int exec_call(exec_run *r, const tt_step *s, const tt_call *c, const tt_e
     case TT_CALL_TOKEN_POOL_BWD:
       EXEC_CHECK(be->token_pool_bwd(be, o->u.bn.n, o->u.bn.hw, o->u.bn.c, c->mode, dt, in[0], out[0], c->beta));
       break;
-    default: return tt_fail(err, "internal error: no backend call %d", c->fn);
+    case TT_CALL_NORMALIZE: {
+      /* on the CPU the normalisation is the batch's first copy: from the loader's (or the caller's)
+       * buffer, the samples it holds; a partial evaluation batch leaves the rest of the input as it
+       * was, which only the loss's count keeps out */
+      const tt_load_args *a = &c->a.load;
+      const uint8_t *u8 = r->host_images ? r->host_images : (const uint8_t *)in[0];
+      EXEC_CHECK(be->normalize_u8(be, r->host_images ? r->host_count : r->batch, a->c, a->hw, u8, a->mean, a->std, dt, out[0]));
+      break;
+    }
+    case TT_CALL_CAST: /* a weight copy in the activations' dtype */
+      EXEC_CHECK(be->cast(be, c->a.count, TT_F32, in[0], dt, out[0]));
+      break;
+    case TT_CALL_CAST_MULTI: { /* its members' casts in one call (exec_bind_multi's table) */
+      int k = r->p == r->x->train ? 0 : 1;
+      EXEC_CHECK(be->cast_multi(be, r->x->cseg[k] + r->x->seg_at[k][c - r->p->calls], c->nseg, TT_F32, dt));
+      break;
+    }
+    case TT_CALL_SOFTMAX_CE:
+      EXEC_CHECK(be->softmax_ce(be, r->loss_batch, c->a.loss.classes, dt, in[0], (const int32_t *)in[1],
+                                c->a.loss.label_smoothing, r->grad_scale, out[0], (float *)out[1]));
+      if (out[0] && r->loss_batch < r->batch) { /* a partial batch: no gradient past it */
+        size_t row = (size_t)c->a.loss.classes * tt_dtype_size(dt);
+        EXEC_CHECK(be->zero(be, (unsigned char *)out[0] + row * r->loss_batch, row * (size_t)(r->batch - r->loss_batch)));
+      }
+      break;
+    default: return tt_fail(err, "internal error: backend call %s (%d) in the micro-step", tt_call_name(c->fn), c->fn);
   }
   return 0;
 }
 
-/* A forward or backward step: its calls in order, those marked dy_alias_last whose output is dy's
- * storage after the others (which still read dy). fz: as exec_call's. */
-static int exec_layer(exec_run *r, const tt_step *s, const tt_exec_fuse *fz, tt_err *err) {
-  tt_call calls[TT_STEP_MAX_CALLS];
-  int n = tt_step_calls(r->p, s, r->batch, calls);
-  if (n < 0)
-    return tt_fail(err, "internal error: no %s for layer kind %s", s->op == TT_S_BWD ? "backward" : "forward",
-                   tt_layer_kind_name(s->kind));
-  for (int pass = 0; pass < 2; pass++)
-    for (int k = 0; k < n; k++) {
-      const tt_call *c = &calls[k];
-      int late = c->dy_alias_last && c->out[0] >= 0 && EXEC_P(c->out[0]) == EXEC_P(c->in[0]);
-      if (c->planned_only || late != pass) continue;
-      const char *name = !fz || !fz->what ? exec_call_name(c->fn)
-                         : fz->what == EXEC_FUSE_BN_RELU_FWD ? "bn_fwd_train_relu" : "bn_bwd_relu";
-      if (exec_call(r, s, c, fz, err) || exec_sync_point(r->x, r->p, s, name, err)) return -1;
-    }
-  return 0;
-}
-
+/* Runs steps [from, to) of the running program: each step's calls in list order (those skipped
+ * were prepared only, fused into a neighbour's call, or run by the *_MULTI call before them), then
+ * the step's hooks: the sync mode's check, the profile's clock, the batch's last-use event and the
+ * caller's after_step (dist.c's all-reduce buckets). */
 static int exec_range(exec_run *r, int from, int to, tt_err *err) {
   tt_backend *be = r->x->be;
-  tt_dtype dt = r->p->policy.act_dtype;
+  const tt_program *p = r->p;
   tt_exec_prof *pf = NULL;
   double t0 = 0;
-  if (r->x->profile && r->x->be->sync(r->x->be)) /* the work queued before (the batch's copy) stays out */
-    return tt_fail(err, "TINYTRAIN_PROFILE: the device failed before step %d: %s", from, r->x->be->last_error(r->x->be));
+  if (r->x->profile && be->sync(be)) /* the work queued before (the batch's copy) stays out */
+    return tt_fail(err, "TINYTRAIN_PROFILE: the device failed before step %d: %s", from, be->last_error(be));
   for (int i = from; i < to; i++) {
-    const tt_step *s = &r->p->steps[i];
-    if ((pf = exec_prof_slot(r->x, r->p, i)) != NULL) t0 = exec_now();
-    switch (s->op) {
-      case TT_S_LOAD_INPUT: {
-        const tt_load_args *a = &s->a.load;
-        /* on the CPU the normalisation is the batch's first copy: from the loader's (or the
-         * caller's) buffer, the samples it holds; a partial evaluation batch leaves the rest of
-         * the input as it was, which only the loss's count keeps out */
-        const uint8_t *u8 = r->host_images ? r->host_images : (const uint8_t *)EXEC_P(s->in[TT_LOAD_U8]);
-        EXEC_CHECK(be->normalize_u8(be, r->host_images ? r->host_count : r->batch, a->c, a->hw, u8, a->mean, a->std, dt,
-                                    EXEC_P(s->out[TT_LOAD_X])));
-        break;
-      }
-      case TT_S_CAST: {
-        /* a weight copy in the destination buffer's dtype (fp16 or bf16: the activations'); with
-         * cast_multi, a run of casts in one call at its first step (exec_cast_table) */
-        int k = r->p == r->x->train ? 0 : 1;
-        tt_dtype cdt = r->p->bufs[s->out[TT_CAST_DST]].dtype;
-        if (r->x->cast_run[k]) {
-          int run = r->x->cast_run[k][i];
-          if (run > 0) EXEC_CHECK(be->cast_multi(be, r->x->cseg[k] + r->x->cast_first[k][i], run, TT_F32, cdt));
-          break; /* a later step of a run: cast with its first */
-        }
-        EXEC_CHECK(be->cast(be, s->a.count, TT_F32, EXEC_P(s->in[TT_CAST_SRC]), cdt, EXEC_P(s->out[TT_CAST_DST])));
-        break;
-      }
-      case TT_S_FWD:
-      case TT_S_BWD: {
-        const tt_exec_fuse *fz = r->p == r->x->train && r->x->fuse ? &r->x->fuse[i] : NULL;
-        if (fz && fz->what == EXEC_FUSE_SKIP) break; /* run by its neighbour's fused call */
-        if (exec_layer(r, s, fz, err)) return -1;
-        break;
-      }
-      case TT_S_LOSS:
-        EXEC_CHECK(be->softmax_ce(be, r->loss_batch, s->a.loss.classes, dt, EXEC_P(s->in[TT_LOSS_LOGITS]),
-                                  (const int32_t *)EXEC_P(s->in[TT_LOSS_LABELS]), s->a.loss.label_smoothing, r->grad_scale,
-                                  EXEC_P(s->out[TT_LOSS_DLOGITS]), (float *)EXEC_P(s->out[TT_LOSS_STATS])));
-        if (s->out[TT_LOSS_DLOGITS] >= 0 && r->loss_batch < r->batch) { /* a partial batch: no gradient past it */
-          size_t row = (size_t)s->a.loss.classes * tt_dtype_size(dt);
-          EXEC_CHECK(be->zero(be, (unsigned char *)EXEC_P(s->out[TT_LOSS_DLOGITS]) + row * r->loss_batch,
-                              row * (size_t)(r->batch - r->loss_batch)));
-        }
-        break;
-      default:
-        return tt_fail(err, "internal error: step %d of kind %d in the micro-step", i, (int)s->op);
+    const tt_step *s = &p->steps[i];
+    if (s->op == TT_S_CHECK || s->op == TT_S_CLIP || s->op == TT_S_UPDATE)
+      return tt_fail(err, "internal error: step %d of kind %d in the micro-step", i, (int)s->op);
+    if ((pf = exec_prof_slot(r->x, p, i)) != NULL) t0 = exec_now();
+    for (int k = p->step_call[i]; k < p->step_call[i + 1]; k++) {
+      const tt_call *c = &p->calls[k];
+      if (c->skip != TT_CALL_RUNS) continue;
+      if (exec_call(r, c, err) || exec_sync_point(r->x, p, s, tt_call_name(c->fn), err)) return -1;
     }
-    if (s->op != TT_S_FWD && s->op != TT_S_BWD && exec_sync_point(r->x, r->p, s, exec_step_op_name(s), err)) return -1;
-    if (i == r->x->in_last && r->p == r->x->train && r->x->in_ev && be->event_record(be, r->x->in_ev))
+    if (i == r->x->in_last && p == r->x->train && r->x->in_ev && be->event_record(be, r->x->in_ev))
       return tt_fail(err, "recording the batch's last use failed: %s", be->last_error(be)); /* the next batch may come in */
     if (pf) pf->seconds += exec_now() - t0, pf->count++;
     if (r->x->after_step && r->x->after_step(r->x->after_step_ud, i, err)) return -1;
@@ -811,118 +652,85 @@ int tt_exec_logits(tt_exec *x, int n, float *out, tt_err *err) {
   return 0;
 }
 
-/* The gradient region: every gradient accumulator, end to end in the arena (lower.c makes them
- * one after another, tt_program_plan packs persistent buffers in that order), from the first's
- * offset to the last's end: *off and *count floats. The alignment padding between them belongs
- * to no buffer, was zeroed with the persistent region at setup and is never written (a
- * multi-process all-reduce sums it as zeros), so it adds nothing to a sum of squares. Checked:
- * no other persistent buffer lies inside. */
-static int exec_grad_region(const tt_program *p, size_t *off, size_t *count, tt_err *err) {
-  size_t lo = (size_t)-1, hi = 0;
-  if (p->transient_grads)
-    return tt_fail(err, "internal error: %d gradients are transient, not one region (lower.c keeps them persistent "
-                   "under clip_norm)", p->transient_grads);
-  for (int k = 0; k < p->nparams; k++) {
-    int gb = p->grad_buf[k];
-    if (gb < 0) continue;
-    if (p->bufs[gb].offset < lo) lo = p->bufs[gb].offset;
-    if (p->bufs[gb].offset + p->bufs[gb].bytes > hi) hi = p->bufs[gb].offset + p->bufs[gb].bytes;
+/* One call of the update phase (calls.c): the overflow flag zeroed and checked, the gradients'
+ * sum of squares for clip_norm, the optimizer's updates; *flag and *clipp carry what the checks
+ * wrote to the updates that follow (set here as their calls run). */
+static int exec_update_call(exec_run *r, const tt_call *c, const tt_opt_hparams *h, int t, float grad_unscale,
+                            const int32_t **flag, tt_clip *clip, const tt_clip **clipp, tt_err *err) {
+  tt_exec *x = r->x;
+  tt_backend *be = x->be;
+  const tt_program *p = r->p;
+  const tt_step *s = &p->steps[c->step];
+  const char *what = tt_call_name(c->fn);
+  switch (c->fn) {
+    case TT_CALL_ZERO_FLAG:
+      EXEC_CHECK(be->zero(be, EXEC_P(c->out[0]), c->a.count));
+      *flag = (const int32_t *)EXEC_P(c->out[0]);
+      break;
+    case TT_CALL_CHECK_FINITE: /* one gradient, or the whole region: its padding is zero (finite) */
+      EXEC_CHECK(be->check_finite(be, c->region_count, TT_F32, c->in[0] >= 0 ? EXEC_P(c->in[0]) : x->base + c->region_off,
+                                  (int32_t *)EXEC_P(c->out[0])));
+      break;
+    case TT_CALL_CLIP: {
+      /* on the accumulators as they are (loss-scaled, summed over the micro-batches and ranks): the
+       * updates take grad_unscale out of the norm (tt_clip_grad_scale) */
+      float *acc = (float *)EXEC_P(c->out[0]);
+      if (!(h->clip_norm > 0.0f)) return 0; /* clipping turned off for this step: no pass over the gradients */
+      if (!be->sum_squares) return tt_fail(err, "backend '%s' has no sum_squares, which [train] clip_norm needs", be->name);
+      EXEC_CHECK(be->zero(be, acc, sizeof(float)));
+      if (c->region_count) EXEC_CHECK(be->sum_squares(be, c->region_count, (const float *)(x->base + c->region_off), acc));
+      clip->sumsq = acc, clip->max_norm = h->clip_norm;
+      *clipp = clip;
+      break;
+    }
+    case TT_CALL_UPDATE_MULTI: /* every tensor in one backend call (exec_bind_multi's table) */
+      if (h->kind == TT_OPT_SGD)
+        EXEC_CHECK(be->sgd_update_multi(be, x->useg + x->seg_at[0][c - p->calls], c->nseg, h->lr, h->momentum, h->nesterov,
+                                        h->weight_decay, grad_unscale, *clipp, *flag));
+      else
+        EXEC_CHECK(be->adam_update_multi(be, x->useg + x->seg_at[0][c - p->calls], c->nseg, h->lr, h->beta1, h->beta2, h->eps,
+                                         h->weight_decay, h->kind == TT_OPT_ADAMW, t, grad_unscale, *clipp, *flag));
+      what = h->kind == TT_OPT_SGD ? "sgd_update_multi (every tensor)" : "adam_update_multi (every tensor)";
+      break;
+    case TT_CALL_UPDATE: {
+      float *w = (float *)EXEC_P(c->out[0]), *m1 = (float *)EXEC_P(c->out[1]), *m2 = (float *)EXEC_P(c->out[2]);
+      const float *gr = (const float *)EXEC_P(c->in[0]);
+      float wd = c->decay ? h->weight_decay : 0.0f; /* [train] decay */
+      if (h->kind == TT_OPT_SGD)
+        EXEC_CHECK(be->sgd_update(be, c->a.count, w, gr, m1, h->lr, h->momentum, h->nesterov, wd, grad_unscale, *clipp, *flag));
+      else
+        EXEC_CHECK(be->adam_update(be, c->a.count, w, gr, m1, m2, h->lr, h->beta1, h->beta2, h->eps, wd, h->kind == TT_OPT_ADAMW,
+                                   t, grad_unscale, *clipp, *flag));
+      what = h->kind == TT_OPT_SGD ? "sgd_update" : "adam_update";
+      break;
+    }
+    default: return tt_fail(err, "internal error: backend call %s (%d) in the update phase", tt_call_name(c->fn), c->fn);
   }
-  *off = *count = 0;
-  if (hi <= lo) return 0;
-  for (int i = 0; i < p->nbufs; i++) {
-    const tt_buf *b = &p->bufs[i];
-    if (!b->persistent || b->cls == TT_BC_GRADS || b->offset >= hi || b->offset + b->bytes <= lo) continue;
-    return tt_fail(err, "internal error: buffer '%s' lies inside the gradient region [%zu, %zu) that clip_norm sums",
-                   b->name, lo, hi);
-  }
-  *off = lo;
-  *count = (hi - lo) / sizeof(float);
-  return 0;
+  return exec_sync_point(x, p, s, what, err);
 }
 
 int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscale, int *overflow, tt_err *err) {
   const tt_program *p = x->train;
   tt_backend *be = x->be;
-  exec_run rr;
-  exec_run *r = &rr;
-  memset(r, 0, sizeof *r);
-  r->x = x, r->p = p;
+  exec_run r;
   const int32_t *flag = NULL; /* the overflow flag (fp16), which every update reads */
   tt_clip clip;               /* clip_norm: the gradients' sum of squares, which every update reads */
   const tt_clip *clipp = NULL;
-  int has_clip = 0, updated = 0;
+  int has_clip = 0;
   tt_exec_prof *pf = exec_prof_slot(x, p, -1);
-  for (int i = p->micro_end; i < p->nsteps; i++) has_clip |= p->steps[i].op == TT_S_CLIP;
+  double t0 = 0;
+  memset(&r, 0, sizeof r);
+  r.x = x, r.p = p;
+  for (int k = p->step_call[p->micro_end]; k < p->ncalls; k++) has_clip |= p->calls[k].fn == TT_CALL_CLIP;
   if (h->clip_norm > 0.0f && !has_clip)
     return tt_fail(err, "internal error: clip_norm %g but the training program was lowered without [train] clip_norm",
                    (double)h->clip_norm);
-  double t0 = 0;
   if (overflow) *overflow = 0;
   if (pf && be->sync(be)) return tt_fail(err, "TINYTRAIN_PROFILE: the device failed before the update: %s", be->last_error(be));
   if (pf) t0 = exec_now();
-  for (int i = p->micro_end; i < p->nsteps; i++) {
-    const tt_step *s = &p->steps[i];
-    if (s->op == TT_S_CHECK) {
-      int32_t *f = (int32_t *)EXEC_P(s->out[TT_CHECK_FLAG]);
-      size_t off, cnt;
-      EXEC_CHECK(be->zero(be, f, sizeof(int32_t)));
-      if (p->transient_grads) { /* not one region (lower.c): one call per gradient */
-        for (int k = 0; k < p->nparams; k++)
-          if (p->grad_buf[k] >= 0)
-            EXEC_CHECK(be->check_finite(be, p->bufs[p->grad_buf[k]].bytes / sizeof(float), TT_F32,
-                                        tt_exec_ptr(x, p, p->grad_buf[k]), f));
-      } else {
-        /* one call over the gradient region: the padding between accumulators is zero (finite) */
-        if (exec_grad_region(p, &off, &cnt, err)) return -1;
-        if (cnt) EXEC_CHECK(be->check_finite(be, cnt, TT_F32, x->base + off, f));
-      }
-      if (exec_sync_point(x, p, s, "check_finite", err)) return -1;
-      flag = f;
-      continue;
-    }
-    if (s->op == TT_S_CLIP) {
-      /* on the accumulators as they are (loss-scaled, summed over the micro-batches and ranks):
-       * the updates take grad_unscale out of the norm (tt_clip_grad_scale) */
-      float *acc = (float *)EXEC_P(s->out[TT_CLIP_SUMSQ]);
-      size_t off, cnt;
-      if (!(h->clip_norm > 0.0f)) continue; /* clipping turned off for this step: no pass over the gradients */
-      if (!be->sum_squares) return tt_fail(err, "backend '%s' has no sum_squares, which [train] clip_norm needs", be->name);
-      if (exec_grad_region(p, &off, &cnt, err)) return -1;
-      EXEC_CHECK(be->zero(be, acc, sizeof(float)));
-      if (cnt) EXEC_CHECK(be->sum_squares(be, cnt, (const float *)(x->base + off), acc));
-      if (exec_sync_point(x, p, s, "sum_squares", err)) return -1;
-      clip.sumsq = acc, clip.max_norm = h->clip_norm;
-      clipp = &clip;
-      continue;
-    }
-    if (s->op != TT_S_UPDATE) return tt_fail(err, "internal error: step %d in the update phase", i);
-    if (x->nuseg) { /* every tensor in one backend call, at the first update step; the others are in it */
-      if (updated) continue;
-      updated = 1;
-      if (h->kind == TT_OPT_SGD)
-        EXEC_CHECK(be->sgd_update_multi(be, x->useg, x->nuseg, h->lr, h->momentum, h->nesterov, h->weight_decay,
-                                        grad_unscale, clipp, flag));
-      else
-        EXEC_CHECK(be->adam_update_multi(be, x->useg, x->nuseg, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay,
-                                         h->kind == TT_OPT_ADAMW, t, grad_unscale, clipp, flag));
-      if (exec_sync_point(x, p, s, h->kind == TT_OPT_SGD ? "sgd_update_multi (every tensor)" : "adam_update_multi (every tensor)",
-                          err))
-        return -1;
-      continue;
-    }
-    size_t cnt = s->a.count;
-    float *w = (float *)EXEC_P(s->out[TT_UPD_PARAM]);
-    const float *gr = (const float *)EXEC_P(s->in[TT_UPD_GRAD]);
-    float *m1 = (float *)EXEC_P(s->out[TT_UPD_M]), *m2 = (float *)EXEC_P(s->out[TT_UPD_V]);
-    float wd = (s->flags & TT_SF_DECAY) ? h->weight_decay : 0.0f; /* [train] decay */
-    if (h->kind == TT_OPT_SGD)
-      EXEC_CHECK(be->sgd_update(be, cnt, w, gr, m1, h->lr, h->momentum, h->nesterov, wd, grad_unscale, clipp, flag));
-    else
-      EXEC_CHECK(be->adam_update(be, cnt, w, gr, m1, m2, h->lr, h->beta1, h->beta2, h->eps, wd,
-                                 h->kind == TT_OPT_ADAMW, t, grad_unscale, clipp, flag));
-    if (exec_sync_point(x, p, s, h->kind == TT_OPT_SGD ? "sgd_update" : "adam_update", err)) return -1;
-  }
+  for (int k = p->step_call[p->micro_end]; k < p->ncalls; k++)
+    if (p->calls[k].skip == TT_CALL_RUNS && exec_update_call(&r, &p->calls[k], h, t, grad_unscale, &flag, &clip, &clipp, err))
+      return -1;
   if (pf) pf->seconds += exec_now() - t0, pf->count++;
   if (flag) {
     /* read the flag back without waiting: the next check zeroes it only after this copy */
@@ -941,6 +749,8 @@ int tt_exec_overflow(tt_exec *x, int *overflow, tt_err *err) {
   return 0;
 }
 
+/* Runs every convolution and matmul call of the programs once (conv and linear layers' steps),
+ * so the libraries load what they load lazily before the session measures what they took. */
 int tt_exec_warmup(tt_exec *x, tt_err *err) {
   const tt_program *ps[2] = {x->train, x->eval};
   for (int k = 0; k < 2; k++) {
@@ -949,10 +759,11 @@ int tt_exec_warmup(tt_exec *x, tt_err *err) {
     exec_run r;
     memset(&r, 0, sizeof r);
     r.x = x, r.p = p, r.batch = p->policy.micro_batch;
-    for (int i = 0; i < p->micro_end; i++) {
-      const tt_step *s = &p->steps[i];
+    for (int i = 0; i < p->step_call[p->micro_end]; i++) {
+      const tt_call *c = &p->calls[i];
+      const tt_step *s = &p->steps[c->step];
       if ((s->op != TT_S_FWD && s->op != TT_S_BWD) || (s->kind != TT_L_CONV && s->kind != TT_L_LINEAR)) continue;
-      if (exec_layer(&r, s, NULL, err)) return -1;
+      if (c->skip == TT_CALL_RUNS && (exec_call(&r, c, err) || exec_sync_point(x, p, s, tt_call_name(c->fn), err))) return -1;
     }
   }
   if (x->be->sync(x->be)) return tt_fail(err, "warming up on %s failed: %s", x->be->name, x->be->last_error(x->be));

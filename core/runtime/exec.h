@@ -42,26 +42,16 @@ typedef struct tt_exec {
   void *in_ev;
   int in_last;
   int32_t *host_flag;      /* the overflow flag read back (host_alloc'ed) */
-  /* the training program's update steps as one table (pointers into the arena, [train] decay per
-   * tensor), made at setup for a backend with sgd_update_multi / adam_update_multi: the whole
-   * optimizer step in one call (backend.h); NULL otherwise, and the steps run one by one */
+  /* The *_MULTI calls' pointer tables (exec_bind_multi, setup only): per program (0 training, 1
+   * evaluation) seg_at[k][i] is where call i's segments start, in useg (UPDATE_MULTI: the training
+   * program's) or cseg[k] (CAST_MULTI). NULL where a program has no such call. */
   tt_update_seg *useg;
-  int nuseg;
-  /* Per program (0 training, 1 evaluation): runs of consecutive CAST steps (the training program
-   * casts every weight at the start of the micro-step, lower.c) as one table for the backend's
-   * cast_multi, made at setup: cast_run[k][i] > 0 at the first step of a run is its length and its
-   * segments start at cseg[k][cast_first[k][i]]; the run's other steps are skipped. NULL without
-   * cast_multi (the ref and cpu backends), and the steps cast one by one. */
   tt_cast_seg *cseg[2];
-  int *cast_run[2], *cast_first[2];
-  /* The training program's batch norm + ReLU pairs that run as one backend call
-   * (exec_fuse_table, exec.c): fuse[i] per step, NULL when there are none, the backend has no
-   * fused entries (backend.h bn_fwd_train_relu, bn_bwd_relu) or TINYTRAIN_FUSE=0. */
-  struct tt_exec_fuse *fuse;
+  int *seg_at[2];
   uint16_t *f16_input;     /* float input to an fp16 program on a device: converted here first
                             * (allocated at its first use, kept; the CPU converts in place) */
   void *flag_ev;           /* recorded after that read-back */
-  /* Read from the environment at creation. On the CUDA backend, TINYTRAIN_CUDA_SYNC=1 waits for
+  /* From the knobs (core/base/knobs.h) at creation. On the CUDA backend, TINYTRAIN_CUDA_SYNC=1 waits for
    * the device after every backend call and names the call, step and layer whose work failed.
    * TINYTRAIN_PROFILE=1 (on CUDA also TINYTRAIN_CUDA_PROFILE=1, which implies the sync mode) times
    * each Program step (on CUDA synchronised: the device's time for it, launch latency included;
