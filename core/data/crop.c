@@ -2,7 +2,7 @@
  * checks against its header: shared by decode.c and decode_jpeg_crop.c (which decodes the box
  * alone), so that both cut the same pixels. A box is b[4] = {x0, y0, x1, y1} in source pixels,
  * or fr[4] as fractions of the image's width and height. */
-#include "data.h"
+#include "decode.h"
 
 #include <math.h>
 #include <stdio.h>

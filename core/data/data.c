@@ -1,7 +1,8 @@
 /* core/data/data.c — the tt_dataset_load dispatcher from a recipe's [data] section to the
  * readers (data_idx.c, data_image.c, data_npy.c), and the deterministic synthetic set. The
  * readers use dataset.c and crop.c, never this file, so the calls run one way. */
-#include "data.h"
+#include "dataset.h"
+#include "decode.h"
 #include "../base/safetensors.h"
 
 #include <stdio.h>

@@ -2,7 +2,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
-#include "data.h"
+#include "dataset.h"
 #include "../base/fileio.h"
 
 #include <errno.h>

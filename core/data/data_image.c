@@ -6,7 +6,8 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
-#include "data.h"
+#include "dataset.h"
+#include "decode.h"
 #include "../base/fileio.h"
 
 #include <dirent.h>

@@ -16,7 +16,8 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
-#include "data.h"
+#include "dataset.h"
+#include "decode.h"
 #include "../base/fileio.h"
 #include "../base/safetensors.h"
 

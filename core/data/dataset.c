@@ -1,6 +1,6 @@
 /* core/data/dataset.c — freeing a data set, whichever reader filled it (data_idx.c,
  * data_image.c, data_npy.c, or the synthetic set of data.c). */
-#include "data.h"
+#include "dataset.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -10,7 +10,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
-#include "data.h"
+#include "decode.h"
 #include "../base/fileio.h"
 
 #include <errno.h>

@@ -12,7 +12,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
-#include "data.h"
+#include "decode.h"
 
 #include <setjmp.h>
 #include <stdio.h>

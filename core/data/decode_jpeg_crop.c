@@ -5,7 +5,7 @@
  * decode gives. Built when configure finds jpeglib.h (libjpeg62-turbo-dev) with TurboJPEG;
  * core/data/decode.c falls back to a whole decode otherwise. Corrupt data — a libjpeg warning
  * included — is a failure, as with TurboJPEG's TJFLAG_STOPONWARNING. */
-#include "data.h"
+#include "decode.h"
 
 #include <stdio.h>
 #include <stdlib.h>

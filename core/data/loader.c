@@ -13,7 +13,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
-#include "data.h"
+#include "loader.h"
 #include "../../kernels/kernel_math.h"
 
 #include <pthread.h>
