@@ -7,6 +7,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+/* Frees whatever the reader allocated (paths, class names, images and labels, or the npy
+ * mapping and its descriptor) and zeroes ds; NULL and an empty set are fine. */
 void tt_dataset_free(tt_dataset *ds) {
   int i;
   if (!ds) return;

@@ -98,6 +98,8 @@ done:
   return rc;
 }
 
+/* PREFIX-labels.npy: the kept labels as (n,) little-endian int32, written atomically (a
+ * temporary file renamed). 0, or -1 with err. */
 static int pack_labels(const char *prefix, const int32_t *labels, int n, tt_err *err) {
   char path[TT_PATH_MAX * 2 + 128], head[PACK_HEADER];
   long long shape[1] = {n};
@@ -120,6 +122,8 @@ static int pack_labels(const char *prefix, const int32_t *labels, int n, tt_err 
   return rc;
 }
 
+/* PREFIX-classes.json: the class names as a JSON array, when the set has names (none: nothing
+ * written, 0). 0, or -1 with err. */
 static int pack_classes(const char *prefix, const tt_dataset *ds, tt_err *err) {
   char path[TT_PATH_MAX * 2 + 128];
   tt_strbuf b;
@@ -242,6 +246,9 @@ static int pack_check_prefix(const char *prefix, const char *dir, tt_err *err) {
   return 0;
 }
 
+/* Writes ds into the four files of PREFIX through a temporary directory beside them, then
+ * renames them into place in the manifest's order. Returns 0 with *kept images written, or -1
+ * with err and the old set (if any) left readable. */
 int tt_pack_set(const tt_dataset *ds, const char *prefix, int *kept, tt_warn_fn warn, void *ud, tt_err *err) {
   char dir[TT_PATH_MAX], base[TT_PATH_MAX], tmpdir[TT_PATH_MAX + 32], tmpprefix[TT_PATH_MAX * 2 + 32];
   char from[TT_PATH_MAX * 2 + 64], to[TT_PATH_MAX + 32];
