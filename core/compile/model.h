@@ -2,6 +2,7 @@
  * order, the input shape, the loss, training settings and the data section. Plain data. */
 #ifndef TT_MODEL_H
 #define TT_MODEL_H
+#include "../base/data_cfg.h" /* the data section, tt_data_cfg, and TT_PATH_MAX */
 #include "../base/util.h"
 
 #ifdef __cplusplus
@@ -9,7 +10,6 @@ extern "C" {
 #endif
 
 #define TT_NAME_MAX 96
-#define TT_PATH_MAX 1024
 #define TT_MAX_INPUTS 8
 
 typedef enum {
@@ -69,34 +69,12 @@ typedef struct tt_layer {
 
 typedef enum { TT_OPT_SGD = 0, TT_OPT_ADAM, TT_OPT_ADAMW } tt_opt_kind;
 typedef enum { TT_LR_CONSTANT = 0, TT_LR_STEP, TT_LR_COSINE } tt_lr_schedule;
-typedef enum { TT_DATA_NONE = 0, TT_DATA_IDX, TT_DATA_FOLDER, TT_DATA_LIST, TT_DATA_SYNTHETIC, TT_DATA_NPY } tt_data_format;
 typedef enum { TT_PREC_AUTO = 0, TT_PREC_FP32, TT_PREC_FP16, TT_PREC_BF16 } tt_precision;
 typedef enum { TT_RECOMP_AUTO = 0, TT_RECOMP_NONE, TT_RECOMP_ALL } tt_recompute_mode;
 /* [train] decay: which parameters weight_decay applies to (core/compile/decay.c). DEFAULT is
  * WEIGHTS for adamw and ALL for sgd and adam (PyTorch's optimizers over model.parameters(), which
  * the CNN recipes and the PyTorch fixture assume); LIST is decay_list. */
 typedef enum { TT_DECAY_DEFAULT = 0, TT_DECAY_ALL, TT_DECAY_NONE, TT_DECAY_WEIGHTS, TT_DECAY_LIST } tt_decay_mode;
-
-typedef struct tt_data_cfg {
-  tt_data_format format;
-  /* idx: images and labels files (gzip or not); folder: a directory with one subfolder per
-   * class; list: a text file of "path label" lines (paths relative to the list file). */
-  char train[TT_PATH_MAX], train_labels[TT_PATH_MAX];
-  char test[TT_PATH_MAX], test_labels[TT_PATH_MAX];
-  float mean[4], std[4];        /* per channel, on [0,1] pixel values; default 0 and 1 */
-  int crop_pad;                 /* random crop after zero padding by this many pixels; 0 = off */
-  int hflip;                    /* random horizontal flip */
-  int max_megapixels;           /* folder/list: decoders refuse larger images (0: 64) */
-  int loader_threads;           /* training loader threads (0: TT_LOADER_THREADS, core/data/data.h) */
-  float max_failed;             /* folder/list: the share of images that may fail to decode before the run stops */
-  int max_failed_set;           /* 0: max_failed not given (TT_DEFAULT_MAX_FAILED, core/data/data.h) */
-  int random_resized_crop;      /* training: torchvision's RandomResizedCrop to the input size */
-  float crop_scale[2], crop_ratio[2]; /* its area-fraction and aspect ranges (0: 0.08..1, 3/4..4/3) */
-  int resize;                   /* evaluation: shorter side to this, then centre crop (0: fit) */
-  char class_names[4096];       /* comma-separated names of [net] classes for list/idx/synthetic ("": 0, 1, ...) */
-  int classes;                  /* [net] classes: the labels format = synthetic draws (0: 10) */
-  int line;                     /* recipe line of [data] */
-} tt_data_cfg;
 
 typedef struct tt_train_cfg {
   int batch;                    /* effective batch (images per optimizer step) */

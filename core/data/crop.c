@@ -2,7 +2,7 @@
  * checks against its header: shared by decode.c and decode_jpeg_crop.c (which decodes the box
  * alone), so that both cut the same pixels. A box is b[4] = {x0, y0, x1, y1} in source pixels,
  * or fr[4] as fractions of the image's width and height. */
-#include "data.h"
+#include "decode.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +10,8 @@
 
 #define REASON(...) snprintf(reason, TT_DECODE_REASON_MAX, __VA_ARGS__)
 
+/* [data]'s crop for one loader: random_resized_crop only in training, resize only in
+ * evaluation, FIT (all zero) otherwise; the key is left 0 for the loader to draw per sample. */
 void tt_crop_from_cfg(const tt_data_cfg *cfg, int train, tt_crop *crop) {
   memset(crop, 0, sizeof *crop);
   if (train && cfg->random_resized_crop) {
@@ -22,6 +24,8 @@ void tt_crop_from_cfg(const tt_data_cfg *cfg, int train, tt_crop *crop) {
   }
 }
 
+/* The check every decoder runs on the header's size, before any pixel memory: a size <= 0
+ * or over max_pixels (0: TT_DEFAULT_MAX_PIXELS) is refused. 0, or -1 with reason. */
 int tt_image_check_pixels(int iw, int ih, long long max_pixels, char *reason) {
   long long lim = max_pixels > 0 ? max_pixels : TT_DEFAULT_MAX_PIXELS;
   if (iw <= 0 || ih <= 0) {
@@ -69,6 +73,9 @@ static void crop_random_resized(const tt_crop *cr, int iw, int ih, double *b) {
   b[0] = (iw - cw) / 2, b[1] = (ih - ch) / 2, b[2] = b[0] + cw, b[3] = b[1] + ch;
 }
 
+/* b = {x0, y0, x1, y1} in source pixels of an iw x ih image for an h x w result: the random
+ * box (drawn from crop->key), the resize-then-centre box, or the FIT box (the largest centred
+ * box of the target's aspect). Deterministic: the same arguments give the same box. */
 void tt_crop_box(const tt_crop *crop, int iw, int ih, int h, int w, double *b) {
   double sw = iw, sh = ih; /* the box's size in source pixels */
   if (crop && crop->mode == TT_CROP_RANDOM_RESIZED) {

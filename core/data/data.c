@@ -1,7 +1,8 @@
 /* core/data/data.c — the tt_dataset_load dispatcher from a recipe's [data] section to the
  * readers (data_idx.c, data_image.c, data_npy.c), and the deterministic synthetic set. The
  * readers use dataset.c and crop.c, never this file, so the calls run one way. */
-#include "data.h"
+#include "dataset.h"
+#include "decode.h"
 #include "../base/safetensors.h"
 
 #include <stdio.h>
@@ -47,6 +48,9 @@ int tt_dataset_synthetic(int n, int c, int h, int w, int classes, uint64_t seed,
   return 0;
 }
 
+/* The reader for cfg->format, for the train or test split: the set is loaded in memory (idx,
+ * synthetic, npy mapped) or scanned for streaming (folder, list: [data]'s pixel limit and
+ * failure share set on it). 0, or -1 with err naming the recipe line or the file at fault. */
 int tt_dataset_load(const tt_data_cfg *cfg, int train, int c, int h, int w, tt_dataset *ds, tt_err *err,
                     tt_warn_fn warn, void *ud) {
   const char *path = train ? cfg->train : cfg->test;
@@ -87,6 +91,9 @@ int tt_dataset_load(const tt_data_cfg *cfg, int train, int c, int h, int w, tt_d
 
 /* ---- The run's classes ---- */
 
+/* n class names into ds->class_names: the first n comma-separated names of text (each
+ * trimmed), or "0" .. "n-1" when text is NULL (the caller checks the count). 0, or -1 with
+ * err when out of memory (what was made is freed with the set). */
 static int data_set_names(tt_dataset *ds, int n, const char *text, tt_err *err) {
   int i;
   char **v = (char **)tt_calloc((size_t)n, sizeof(char *), "class names", err);
@@ -120,6 +127,8 @@ static int data_set_names(tt_dataset *ds, int n, const char *text, tt_err *err) 
   return 0;
 }
 
+/* Gives the training set its `classes` names (folder names first, then numbers; else [data]
+ * class_names; else "0", "1", ...). 0, or -1 with err when class_names has the wrong count. */
 int tt_dataset_name_classes(const tt_data_cfg *cfg, int classes, tt_dataset *ds, tt_err *err) {
   int i, given = 0;
   if (ds->class_names) { /* a folder: its subfolders, more numbered up to [net] classes */
@@ -148,6 +157,8 @@ int tt_dataset_name_classes(const tt_data_cfg *cfg, int classes, tt_dataset *ds,
   return data_set_names(ds, classes, given ? cfg->class_names : NULL, err);
 }
 
+/* Relabels a test folder by the training set's class order (names matched exactly) and drops
+ * its own names; a set with no names is left alone. 0, or -1 with err naming a class missing. */
 int tt_dataset_map_classes(tt_dataset *test, const tt_dataset *train, tt_err *err) {
   int *map, i, k;
   if (!test->class_names) return 0; /* labels are indices already (list, idx, synthetic) */
@@ -174,6 +185,8 @@ int tt_dataset_map_classes(tt_dataset *test, const tt_dataset *train, tt_err *er
   return 0;
 }
 
+/* The same against a weights or state file's class names (predict, eval); a file without
+ * names leaves the test set as it is. */
 int tt_dataset_map_classes_from(tt_dataset *test, const char *weights, tt_err *err) {
   tt_dataset train;
   int rc;

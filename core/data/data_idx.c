@@ -2,7 +2,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
-#include "data.h"
+#include "dataset.h"
 #include "../base/fileio.h"
 
 #include <errno.h>
@@ -29,6 +29,7 @@ static long long data_gzread_all(gzFile f, void *buf, size_t n) {
   return (long long)got;
 }
 
+/* An IDX header field: 32-bit big-endian, read byte by byte (any host byte order). */
 static uint32_t data_be32(const unsigned char *p) {
   return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
@@ -78,6 +79,9 @@ static gzFile data_idx_open(const char *path, int want_dims, uint32_t *dims, tt_
   return f;
 }
 
+/* An IDX pair (images n x h x w unsigned bytes, labels n unsigned bytes; gzip or raw) read
+ * whole into memory as a one-channel set, classes = the largest label + 1. 0, or -1 with err
+ * naming the file (shape, count, truncation, corrupt compression) and ds freed. */
 int tt_dataset_load_idx(const char *images_path, const char *labels_path, int c, int h, int w,
                         tt_dataset *ds, tt_err *err) {
   uint32_t idims[3], ldims[1];

@@ -6,7 +6,8 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
-#include "data.h"
+#include "dataset.h"
+#include "decode.h"
 #include "../base/fileio.h"
 
 #include <dirent.h>
@@ -21,16 +22,20 @@
 
 #define DATA_MAX_THREADS 16
 
+/* One scanned entry: its path (owned, malloc'd) and its class label. */
 typedef struct data_item {
   char *path;
   int label;
 } data_item;
 
+/* A growable array of scanned entries (n used of cap); data_items_free frees the paths too. */
 typedef struct data_items {
   data_item *v;
   int n, cap;
 } data_items;
 
+/* Appends a copy of path with its label, doubling the array when full (256 first). Returns
+ * 0, or -1 with err (out of memory); the array is unchanged on failure. */
 static int data_items_push(data_items *a, const char *path, int label, tt_err *err) {
   size_t len = strlen(path);
   char *copy;
@@ -50,6 +55,7 @@ static int data_items_push(data_items *a, const char *path, int label, tt_err *e
   return 0;
 }
 
+/* Frees every path and the array, and leaves *a empty (safe to free twice). */
 static void data_items_free(data_items *a) {
   int i;
   for (i = 0; i < a->n; i++) free(a->v[i].path);
@@ -59,6 +65,7 @@ static void data_items_free(data_items *a) {
 
 /* ---- From the scanned entries to a streaming data set ---- */
 
+/* Says "PATH: WHAT (REASON)" through warn when there is one (folder and list scans). */
 static void data_warn(tt_warn_fn warn, void *ud, const char *path, const char *what, const char *reason) {
   if (warn) {
     char line[4400];
@@ -82,7 +89,8 @@ static int data_image_name(const char *path) {
 /* Moves the entries that are regular files (or links to one) into ds as a streaming data set:
  * paths and labels only, nothing decoded. The rest (a directory, a pipe, a device, a dangling
  * link; with by_name, a file whose name has no image extension) is counted in ds->skipped and
- * warned about. `where` names the folder or list file. */
+ * warned about. `where` names the folder or list file.
+ * Shared by the folder and list scans, so both skip, count and warn alike. */
 static int data_items_to_dataset(data_items *items, int classes, const char *where, int by_name, int c, int h, int w,
                                  tt_dataset *ds, tt_err *err, tt_warn_fn warn, void *ud) {
   int i, k = 0;
@@ -134,6 +142,9 @@ typedef struct data_job {
   pthread_mutex_t mu;
 } data_job;
 
+/* A decode thread of tt_dataset_decode_range: claims the next sample under j->mu and decodes
+ * it into its own image and reason slot, so the threads share nothing else and the bytes do
+ * not depend on which thread decoded what. */
 static void *data_worker(void *arg) {
   data_job *j = (data_job *)arg;
   const tt_dataset *ds = j->ds;
@@ -150,6 +161,8 @@ static void *data_worker(void *arg) {
   return NULL;
 }
 
+/* Decodes samples [start, start + count) on up to one thread per core (at most
+ * DATA_MAX_THREADS, on this thread when none starts); every result is written, "" or why. */
 void tt_dataset_decode_range(const tt_dataset *ds, int start, int count, uint8_t *images, char *reasons) {
   pthread_t th[DATA_MAX_THREADS];
   data_job job;
@@ -167,6 +180,8 @@ void tt_dataset_decode_range(const tt_dataset *ds, int start, int count, uint8_t
   pthread_mutex_destroy(&job.mu);
 }
 
+/* Counts one failure of ds and applies the loader's rule (names the first few, then counts;
+ * fails over the set's max_failed share) for the decoders that run outside a loader. */
 int tt_data_count_failure(const tt_dataset *ds, int *failed, const char *path, const char *why, tt_warn_fn warn,
                           void *ud, tt_err *err) {
   double share = ds->max_failed_set ? ds->max_failed : TT_DEFAULT_MAX_FAILED;
@@ -188,6 +203,9 @@ int tt_data_count_failure(const tt_dataset *ds, int *failed, const char *path, c
 
 #define DATA_DECODE_CHUNK 256 /* decoded, then counted, a chunk at a time: a set over its share stops early */
 
+/* Turns a streaming set into an in-memory one: decodes DATA_DECODE_CHUNK samples at a time,
+ * keeps the ones that decode (compacting images and labels), frees the paths. Returns 0, or
+ * -1 with err when more than the max_failed share fails or nothing decodes. */
 int tt_dataset_decode_all(tt_dataset *ds, tt_err *err, tt_warn_fn warn, void *ud) {
   data_job job;
   int i, k = 0, n = ds->n, start, failed = 0, rc = 0;
@@ -312,12 +330,17 @@ static int data_list_classes(const char *root, char ***out, int *count, tt_err *
   return 0;
 }
 
+/* Frees an array of n names from data_list_dir or data_list_classes. */
 static void data_free_names(char **v, int n) {
   int i;
   for (i = 0; i < n; i++) free(v[i]);
   free(v);
 }
 
+/* A folder set: the entries of each class subfolder (sorted, so labels and order do not
+ * depend on the file system) become streaming samples labelled by the subfolder's index
+ * (data_items_to_dataset drops what is not a regular image file, with a warning);
+ * ds->class_names keeps the subfolder names. Returns 0, or -1 with err (no class folders). */
 int tt_dataset_scan_folder(const char *dir, int c, int h, int w, tt_dataset *ds, tt_err *err, tt_warn_fn warn,
                            void *ud) {
   char **classes = NULL;
@@ -368,6 +391,9 @@ done:
 
 /* ---- List files ---- */
 
+/* A list file: each line "path label" becomes a streaming sample (blank lines and '#' lines
+ * skipped), a relative path taken from the list file's directory. Returns 0, or -1 with err
+ * naming file:line (a bad line, a negative label, a label >= max_classes when max_classes > 0). */
 int tt_dataset_scan_list(const char *list_path, int c, int h, int w, int max_classes, tt_dataset *ds, tt_err *err,
                          tt_warn_fn warn, void *ud) {
   void *buf = NULL;
@@ -441,6 +467,8 @@ done:
   return rc;
 }
 
+/* predict's decode: the evaluation crop of cfg ([data] resize or fit) and its pixel limit;
+ * out is the caller's [c, h, w] buffer. */
 int tt_image_decode_eval(const char *path, const tt_data_cfg *cfg, int c, int h, int w, uint8_t *out, tt_err *err) {
   char reason[TT_DECODE_REASON_MAX];
   tt_crop crop;
@@ -456,12 +484,14 @@ void tt_dir_entries_free(char **names, int n) { data_free_names(names, n); }
 
 /* ---- Scanned and decoded into memory ---- */
 
+/* A folder set scanned, then decoded into memory (tt_dataset_decode_all). */
 int tt_dataset_load_folder(const char *dir, int c, int h, int w, tt_dataset *ds, tt_err *err, tt_warn_fn warn,
                            void *ud) {
   if (tt_dataset_scan_folder(dir, c, h, w, ds, err, warn, ud) != 0) return -1;
   return tt_dataset_decode_all(ds, err, warn, ud);
 }
 
+/* A list set scanned (labels unbounded), then decoded into memory. */
 int tt_dataset_load_list(const char *list_path, int c, int h, int w, tt_dataset *ds, tt_err *err,
                          tt_warn_fn warn, void *ud) {
   if (tt_dataset_scan_list(list_path, c, h, w, 0, ds, err, warn, ud) != 0) return -1;

@@ -16,7 +16,8 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
-#include "data.h"
+#include "dataset.h"
+#include "decode.h"
 #include "../base/fileio.h"
 #include "../base/safetensors.h"
 
@@ -34,6 +35,7 @@
 #define NPY_WHY(...) snprintf(why, TT_DECODE_REASON_MAX, __VA_ARGS__)
 #define NPY_HEADER_MAX 65536
 
+/* Skips the whitespace numpy may put in a header dict; returns the first other byte (or e). */
 static const char *npy_ws(const char *p, const char *e) {
   while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
   return p;
@@ -54,6 +56,8 @@ static const char *npy_string(const char *p, const char *e, char *out, size_t si
   return p + 1;
 }
 
+/* Parses a dtype descr ('|u1', '<i4', ...) into info->kind and itemsize: little-endian or
+ * byte-order-free integers only: unsigned of 1 or 2 bytes, signed of 1, 2, 4 or 8. 0, or -1 with why. */
 static int npy_descr(const char *descr, tt_npy_info *info, char *why) {
   const char *d = descr;
   char kind;
@@ -197,6 +201,8 @@ static int npy_open(const char *path, tt_npy_info *info, int *fd_out, size_t *fi
   return 0;
 }
 
+/* Label i of a little-endian integer array (itemsize bytes each), sign-extended for 'i'
+ * kinds: read byte by byte, so any alignment and any host byte order give the same value. */
 static long long npy_label_at(const unsigned char *p, const tt_npy_info *li, long long i) {
   const unsigned char *q = p + (size_t)i * li->itemsize;
   unsigned long long v = 0;
@@ -206,6 +212,8 @@ static long long npy_label_at(const unsigned char *p, const tt_npy_info *li, lon
   return (long long)v;
 }
 
+/* Reads the labels file (n entries, each in [0, classes) when classes > 0) into ds->labels
+ * as int32. 0, or -1 with err naming the file and the first bad entry. */
 static int npy_labels(const char *path, long long n, int classes, tt_dataset *ds, tt_err *err) {
   tt_npy_info li;
   int fd;
@@ -296,6 +304,8 @@ static int npy_class_names(const char *images_path, tt_dataset *ds, tt_err *err)
 
 /* ---- PREFIX-set.json: the set whole or not at all ---- */
 
+/* FNV-1a (64-bit) of p[0, n) continued from h: the manifest's hash, cheap and stable across
+ * hosts; it detects files that do not belong together, not tampering. */
 static uint64_t set_fnv(uint64_t h, const unsigned char *p, size_t n) {
   size_t i;
   for (i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
@@ -315,6 +325,9 @@ static int set_file_hash(const char *path, uint64_t *hash, unsigned long long *b
   return 0;
 }
 
+/* The digest of a packed set as the manifest records it: sizes, the labels and classes
+ * files hashed whole, the images file by its header and SET_SAMPLES records spread over it
+ * (first and last included), so checking a large set reads a few pages, not the file. */
 int tt_npy_set_hash(const char *images, const char *labels, const char *classes, tt_npy_set_digest *d, tt_err *err) {
   tt_npy_info ii;
   int fd;
@@ -354,6 +367,7 @@ int tt_npy_set_hash(const char *images, const char *labels, const char *classes,
   return 0;
 }
 
+/* The manifest line for d, as pack writes it and set_value reads it back. */
 int tt_npy_set_format(const tt_npy_set_digest *d, char *out, size_t size) {
   char cl[40];
   if (d->has_classes) snprintf(cl, sizeof cl, "\"%016llx\"", (unsigned long long)d->classes_hash);
@@ -425,6 +439,9 @@ static int npy_check_set(const char *images_path, const char *labels_path, tt_er
   return 0;
 }
 
+/* Opens and checks the images file, maps it read-only (ds->images points into the mapping,
+ * [n, h, w, c]: ds->hwc), then reads the labels, the class names and checks the manifest.
+ * 0, or -1 with err and ds freed; on success the mapping and its descriptor are ds's. */
 int tt_dataset_load_npy(const char *images_path, const char *labels_path, int c, int h, int w, int classes,
                         tt_dataset *ds, tt_err *err) {
   tt_npy_info ii;
@@ -468,6 +485,8 @@ int tt_dataset_load_npy(const char *images_path, const char *labels_path, int c,
 
 /* ---- A file that shrinks under the mapping ---- */
 
+/* One fstat on the kept descriptor: 0 when the file still holds every mapped byte (or ds is
+ * not mapped), else -1 with err naming it. */
 int tt_dataset_check_map(const tt_dataset *ds, tt_err *err) {
   struct stat st;
   if (!ds->map) return 0;
@@ -485,6 +504,9 @@ static __thread const char *volatile map_lo, *volatile map_hi;
 static struct sigaction map_old; /* the SIGBUS action before ours */
 static pthread_once_t map_once = PTHREAD_ONCE_INIT;
 
+/* The process-wide SIGBUS handler: a fault inside the calling thread's guarded mapping jumps
+ * back to its tt_map_guard_enter caller's sigsetjmp; anything else goes to the previous action
+ * (or the default, re-raised), as if this handler were not there. */
 static void map_on_sigbus(int sig, siginfo_t *si, void *uc) {
   const char *a = (const char *)si->si_addr;
   if (map_jump && si->si_code > 0 && a >= map_lo && a < map_hi) { /* a fault (not a kill) in the guarded mapping */
@@ -505,6 +527,7 @@ static void map_on_sigbus(int sig, siginfo_t *si, void *uc) {
   if (si->si_code <= 0) raise(SIGBUS); /* which faults again; a sent signal is sent again */
 }
 
+/* Installs map_on_sigbus once per process (pthread_once), keeping the previous action. */
 static void map_install(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -514,6 +537,8 @@ static void map_install(void) {
   sigaction(SIGBUS, &sa, &map_old);
 }
 
+/* Arms this thread's guard for ds's mapping; the signal fences keep the compiler from
+ * moving the stores past the reads they protect (the handler runs on this thread). */
 void tt_map_guard_enter(const tt_dataset *ds, sigjmp_buf *jump) {
   pthread_once(&map_once, map_install);
   map_lo = (const char *)ds->map;
@@ -523,6 +548,7 @@ void tt_map_guard_enter(const tt_dataset *ds, sigjmp_buf *jump) {
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
 }
 
+/* Disarms this thread's guard: a fault from now on is not this thread's to catch. */
 void tt_map_guard_leave(void) {
   __atomic_signal_fence(__ATOMIC_SEQ_CST);
   map_jump = NULL;

@@ -1,12 +1,14 @@
 /* core/data/dataset.c — freeing a data set, whichever reader filled it (data_idx.c,
  * data_image.c, data_npy.c, or the synthetic set of data.c). */
-#include "data.h"
+#include "dataset.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+/* Frees whatever the reader allocated (paths, class names, images and labels, or the npy
+ * mapping and its descriptor) and zeroes ds; NULL and an empty set are fine. */
 void tt_dataset_free(tt_dataset *ds) {
   int i;
   if (!ds) return;

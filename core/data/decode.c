@@ -10,7 +10,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
-#include "data.h"
+#include "decode.h"
 #include "../base/fileio.h"
 
 #include <errno.h>
@@ -59,6 +59,7 @@
 
 #define REASON(...) snprintf(reason, TT_DECODE_REASON_MAX, __VA_ARGS__)
 
+/* What this build decodes JPEG with (configure's choice), for the start-up report. */
 const char *tt_image_jpeg_decoder(void) {
 #ifdef TT_HAVE_TURBOJPEG
   return "libjpeg-turbo (TurboJPEG)";
@@ -67,6 +68,8 @@ const char *tt_image_jpeg_decoder(void) {
 #endif
 }
 
+/* Big-endian (PNG) and little-endian (BMP) 32-bit fields, read byte by byte: any alignment,
+ * any host byte order. */
 static uint32_t decode_be32(const unsigned char *b) {
   return ((uint32_t)b[0] << 24) | ((uint32_t)b[1] << 16) | ((uint32_t)b[2] << 8) | b[3];
 }
@@ -283,7 +286,8 @@ typedef struct crop_rows {
   int *buf[2];
 } crop_rows;
 
-/* Source row y across, into the slot that does not hold row `keep`. */
+/* Source row y across, into the slot that does not hold row `keep`.
+ * Two slots suffice: output rows move down the source, so a row once passed is never needed again. */
 static const int *crop_row(crop_rows *r, int y, int keep) {
   int s, ch, ox;
   if (r->y[0] == y) return r->buf[0];
@@ -312,6 +316,9 @@ static void crop_blend(const int *CROP_RESTRICT t, const int *CROP_RESTRICT u, i
   for (ox = 0; ox < w; ox++) o[ox] = (uint8_t)((t[ox] * a + u[ox] * b + 32768) >> 16);
 }
 
+/* The box fr of src (interleaved when hwc, else planar) to dst [c, h, w] by bilinear
+ * interpolation in 8.8 fixed point: precomputed column and row taps, two source rows kept
+ * across (crop_row), so each source row is read once. Returns 0, or -1 out of memory. */
 static int crop_bilinear(const uint8_t *src, int sw, int sh, int c, int hwc, const double *fr, int h, int w,
                          uint8_t *dst) {
   int *tab = (int *)malloc(sizeof(int) * (3 * ((size_t)w + h) + 2 * (size_t)c * w)), ox, oy, ch;
@@ -373,6 +380,8 @@ static int crop_resize_fr(const uint8_t *src, int sw, int sh, int c, int hwc, co
   return 0;
 }
 
+/* Cuts crop's box from an image already in memory (the loader's stored sets) and resizes it
+ * to dst [c, h, w]; the reason is dropped (the only failure is memory). */
 int tt_image_crop_resize(const uint8_t *src, int sw, int sh, int c, int hwc, const tt_crop *crop, int h, int w,
                          uint8_t *dst) {
   double fr[4];
@@ -412,6 +421,10 @@ static int decode_header_size(const unsigned char *b, size_t n, int *w, int *h) 
   return 0;
 }
 
+/* The decoder of every entry point: checks the target shape and that the data is whole,
+ * picks the decoder by magic bytes (JPEG, PNG, PNM, else stb_image), refuses over the pixel
+ * limit from the header before decoding, then crops and resizes into out [c, h, w]. Returns 0,
+ * or -1 with reason (reason may be left empty; tt_image_decode_crop fills it then). */
 static int decode_any(const void *data, size_t size, int c, int h, int w, long long max_pixels, const tt_crop *crop,
                       uint8_t *out, char *reason) {
   const unsigned char *buf = (const unsigned char *)data;
@@ -502,6 +515,7 @@ int tt_image_decode(const void *data, size_t size, int c, int h, int w, long lon
   return tt_image_decode_crop(data, size, c, h, w, max_pixels, NULL, out, reason);
 }
 
+/* decode_any with a reason always set on failure. */
 int tt_image_decode_crop(const void *data, size_t size, int c, int h, int w, long long max_pixels, const tt_crop *crop,
                          uint8_t *out, char *reason) {
   int rc = decode_any(data, size, c, h, w, max_pixels, crop, out, reason);
@@ -509,6 +523,8 @@ int tt_image_decode_crop(const void *data, size_t size, int c, int h, int w, lon
   return rc;
 }
 
+/* lstat, then stat through a link: what path is, without opening it (open would block on a
+ * named pipe). 0 for a regular file, else -1 with reason (a dangling link names its target). */
 int tt_file_check_kind(const char *path, char *reason) {
   struct stat st;
   if (lstat(path, &st) != 0) {
@@ -556,6 +572,8 @@ static int decode_jpeg_sof(const unsigned char *b, size_t n, int *w, int *h, int
   return 0;
 }
 
+/* What a file of this format may need under the pixel limit, from its header alone: files
+ * larger are refused before being read whole (a 4 GiB "image" costs nothing). */
 size_t tt_image_file_bound(const unsigned char *b, size_t n, unsigned long long size, long long max_pixels,
                            char *reason) {
   long long lim = max_pixels > 0 ? max_pixels : TT_DEFAULT_MAX_PIXELS;
@@ -699,6 +717,8 @@ static int decode_read_bounded(const char *path, long long max_pixels, unsigned 
   return 0;
 }
 
+/* A file's decode: its kind checked, read up to its format's bound, decoded with crop into
+ * out [c, h, w]. 0, or -1 with reason (without the path: callers add it). */
 int tt_image_decode_file_crop(const char *path, int c, int h, int w, long long max_pixels, const tt_crop *crop,
                               uint8_t *out, char *reason) {
   unsigned char *buf = NULL;

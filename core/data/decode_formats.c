@@ -12,7 +12,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
-#include "data.h"
+#include "decode.h"
 
 #include <setjmp.h>
 #include <stdio.h>
@@ -46,6 +46,8 @@ static long long pnm_number(const unsigned char *b, size_t n, size_t *pos, long 
   return v;
 }
 
+/* Parses a P2/P3/P5/P6 header (comments skipped, numbers bounded) into p and checks the pixel
+ * limit and, for binary data, that all of it is there. 0, or -1 with reason. */
 int tt_pnm_header(const unsigned char *b, size_t n, long long max_pixels, tt_pnm *p, char *reason) {
   size_t pos = 2;
   long long w, h, maxval;
@@ -100,6 +102,9 @@ static void pnm_put(unsigned char *o, const unsigned char *s, int sc, int c) {
   }
 }
 
+/* A PNM file to interleaved c-channel pixels (grey replicated to RGB, RGB to grey by the
+ * 77/150/29 luma weights, alpha 255 where c asks for it; 16-bit samples scaled to 8 bits),
+ * malloc'd for the caller to free. NULL with reason. */
 unsigned char *tt_pnm_decode(const unsigned char *b, size_t n, int c, long long max_pixels, int *ow, int *oh,
                              char *reason) {
   tt_pnm p;
@@ -152,6 +157,8 @@ typedef struct png_src {
   jmp_buf jb;
 } png_src;
 
+/* libpng's error hook: the message becomes the reason, then jumps back to png_run's setjmp
+ * (libpng requires that it not return). */
 static void png_on_error(png_structp png, png_const_charp msg) {
   png_src *s = (png_src *)png_get_error_ptr(png);
   snprintf(s->reason, TT_DECODE_REASON_MAX, "corrupt PNG: %s", msg);
@@ -162,6 +169,8 @@ static void png_on_warning(png_structp png, png_const_charp msg) {
   (void)png, (void)msg; /* benign (a bad ancillary chunk, extra data): the image still decodes */
 }
 
+/* libpng's read hook over the in-memory file; reading past its end is a libpng error
+ * ("truncated file"), never a read out of bounds. */
 static void png_on_read(png_structp png, png_bytep out, size_t len) {
   png_src *s = (png_src *)png_get_io_ptr(png);
   if (len > s->n - s->pos) png_error(png, "truncated file");
@@ -216,6 +225,9 @@ static int png_run(png_src *s, png_structp png, png_infop info, int c, long long
   return 0;
 }
 
+/* A PNG through libpng (built only with TT_HAVE_LIBPNG; stb_image decodes PNG otherwise) to
+ * interleaved c-channel pixels, malloc'd for the caller. NULL with reason: corrupt, truncated
+ * or over the limit. */
 unsigned char *tt_png_decode(const unsigned char *b, size_t n, int c, long long max_pixels, int *ow, int *oh,
                              char *reason) {
   png_src s;

@@ -5,7 +5,7 @@
  * decode gives. Built when configure finds jpeglib.h (libjpeg62-turbo-dev) with TurboJPEG;
  * core/data/decode.c falls back to a whole decode otherwise. Corrupt data — a libjpeg warning
  * included — is a failure, as with TurboJPEG's TJFLAG_STOPONWARNING. */
-#include "data.h"
+#include "decode.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,18 +17,23 @@
 
 #define JC_MARGIN 8 /* pixels: an MCU; the differences reach 2 (h2v2 chroma) */
 
+/* libjpeg's error manager extended with where to jump and the message: libjpeg reports errors
+ * by calling error_exit, which must not return. */
 typedef struct jc_err {
   struct jpeg_error_mgr pub;
   jmp_buf jb;
   char msg[JMSG_LENGTH_MAX];
 } jc_err;
 
+/* Formats libjpeg's message into e->msg and jumps back to tt_jpeg_decode_box's setjmp. */
 static void jc_error_exit(j_common_ptr ci) {
   jc_err *e = (jc_err *)ci->err;
   (*ci->err->format_message)(ci, e->msg);
   longjmp(e->jb, 1);
 }
 
+/* libjpeg's message hook: a warning (level < 0: corrupt data) is a failure here, as with
+ * TurboJPEG's TJFLAG_STOPONWARNING, so both decoders refuse the same files. */
 static void jc_emit(j_common_ptr ci, int level) {
   if (level < 0) jc_error_exit(ci); /* a warning: corrupt data */
 }
@@ -44,6 +49,8 @@ static void jc_progress(j_common_ptr ci) {
 }
 
 /* The smallest DCT scale (n/8) keeping the box at least w x h pixels. */
+/* Bytes decoded shrink with n^2: the least n keeps the decode cheap while the box still has at
+ * least the target's pixels (so the result is no blurrier than a whole decode's). */
 static int jc_scale(int iw, int ih, const double *fr, int w, int h) {
   int n;
   for (n = 1; n < 8; n++) {

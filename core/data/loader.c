@@ -13,7 +13,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
-#include "data.h"
+#include "loader.h"
 #include "../../kernels/kernel_math.h"
 
 #include <pthread.h>
@@ -54,12 +54,16 @@ struct tt_loader {
   pthread_t threads[LOADER_MAX_THREADS];
 };
 
-/* Counter-based: the random bits for sample position j of epoch e. */
+/* Counter-based: the random bits for sample position j of epoch e.
+ * Position -1 draws the epoch's order; positions >= 0 each sample's crop and flip. */
 static uint64_t loader_key(uint64_t seed, int epoch, int64_t pos) {
   return tt_mix64(tt_mix64(tt_mix64(seed ^ 0xA5A5F00DC0FFEEull) ^ (uint64_t)(int64_t)epoch) ^
                     (uint64_t)pos);
 }
 
+/* The epoch's order into l->perm ([n] sample indices): the identity for evaluation, else a
+ * Fisher-Yates shuffle drawn from (seed, epoch) alone, so every rank and every resume of the
+ * epoch gets the same permutation. Called under l->mu with no fill in flight. */
 static void loader_permute(tt_loader *l) {
   int n = l->ds->n, i;
   for (i = 0; i < n; i++) l->perm[i] = i;
@@ -120,6 +124,8 @@ static void loader_augment(const tt_loader *l, const uint8_t *src, uint8_t *dst,
   }
 }
 
+/* Whether sample idx is known not to decode (streaming). Reads the shared flag under l->mu:
+ * workers mark failures while others read them. */
 static int loader_is_bad(tt_loader *l, int idx) {
   int r;
   pthread_mutex_lock(&l->mu);
@@ -174,16 +180,22 @@ static const uint8_t *loader_decode(tt_loader *l, int idx, int slot, const tt_cr
   return NULL;
 }
 
+/* The worker count actually started: <= 0 means the default 2, and at most LOADER_MAX_THREADS
+ * (the size of l->threads). */
 static int loader_threads(int nthreads) {
   if (nthreads <= 0) nthreads = 2;
   return nthreads > LOADER_MAX_THREADS ? LOADER_MAX_THREADS : nthreads;
 }
 
+/* Ring slots for nthreads workers: nthreads + 2 (at least 3), so that every worker can fill a
+ * slot while the consumer holds one and another waits ready. */
 int tt_loader_slots(int nthreads) {
   nthreads = loader_threads(nthreads);
   return nthreads + 2 < 3 ? 3 : nthreads + 2;
 }
 
+/* Frees what tt_loader_create allocated (threads, mutex and conditions must be gone already:
+ * tt_loader_destroy joins them first); state, count and which share one allocation. */
 static void loader_free(tt_loader *l) {
   free(l->perm);
   free(l->images);
@@ -218,6 +230,10 @@ static void loader_map_failed(tt_loader *l, const tt_err *e, uint8_t *img, int c
   pthread_mutex_unlock(&l->mu);
 }
 
+/* Fills ring slot `slot` with batch b of this shard (runs on a worker, without l->mu): its
+ * images [cnt, c, h, w] and labels [cnt], each sample decoded or copied, cropped and augmented
+ * from (seed, epoch, position) alone. A streaming set with no decodable image, or an npy file
+ * that shrank, leaves zeros and sets l->failed for tt_loader_next to report. */
 static void loader_fill(tt_loader *l, int b, int slot) {
   int64_t first = ((int64_t)b * l->nshards + l->shard) * l->batch; /* positions of the whole epoch */
   const int cnt = first + l->batch > l->ds->n ? (int)(l->ds->n - first) : l->batch; /* set once: kept by a longjmp */
@@ -269,6 +285,9 @@ static void loader_fill(tt_loader *l, int b, int slot) {
   if (l->ds->map) tt_map_guard_leave();
 }
 
+/* A worker thread: claims the lowest unclaimed batch of the epoch whose slot is free (and no
+ * more than nslots ahead of the consumer), fills it outside the lock and marks it READY; waits
+ * on l->work otherwise, until tt_loader_destroy sets stop. */
 static void *loader_worker(void *arg) {
   tt_loader *l = (tt_loader *)arg;
   pthread_mutex_lock(&l->mu);
@@ -293,6 +312,9 @@ static void *loader_worker(void *arg) {
   return NULL;
 }
 
+/* Checks the arguments against the data set, allocates the whole ring up front (nothing is
+ * allocated per batch) and starts the workers, which wait for tt_loader_start_epoch. Returns 0
+ * with *out owned by the caller (tt_loader_destroy), or -1 with err and nothing left allocated. */
 int tt_loader_create(tt_loader **out, const tt_dataset *ds, int batch, int shuffle, int crop_pad, int hflip,
                      uint64_t seed, int nthreads, tt_err *err) {
   tt_loader *l;
@@ -350,6 +372,8 @@ int tt_loader_create(tt_loader **out, const tt_dataset *ds, int batch, int shuff
   return 0;
 }
 
+/* Waits for fills in flight to land, drops every slot (a batch of the previous epoch is never
+ * handed out), draws the epoch's order and lets the workers claim batches from start_batch. */
 int tt_loader_start_epoch(tt_loader *l, int epoch, int start_batch) {
   int i;
   if (start_batch < 0 || start_batch > l->nbatches) return -1;
@@ -369,6 +393,8 @@ int tt_loader_start_epoch(tt_loader *l, int epoch, int start_batch) {
 
 int tt_loader_batches(const tt_loader *l) { return l->nbatches; }
 
+/* Makes this loader one shard of nshards (a bad pair means the whole epoch); stops the epoch
+ * in progress, so tt_loader_start_epoch must follow. */
 void tt_loader_shard(tt_loader *l, int shard, int nshards) {
   pthread_mutex_lock(&l->mu);
   if (nshards < 1 || shard < 0 || shard >= nshards) shard = 0, nshards = 1;
@@ -380,6 +406,9 @@ void tt_loader_shard(tt_loader *l, int shard, int nshards) {
   pthread_mutex_unlock(&l->mu);
 }
 
+/* Hands out batch next_take once its slot is READY (blocking meanwhile, the time measured
+ * into *wait_seconds: the data-wait figure of the progress line). The pointers stay valid, and
+ * the slot HELD, until tt_loader_release; 1 at the end of the epoch, -1 on misuse or failure. */
 int tt_loader_next(tt_loader *l, const uint8_t **images, const int32_t **labels, int *count,
                    double *wait_seconds) {
   int slot, b;
@@ -415,6 +444,7 @@ int tt_loader_next(tt_loader *l, const uint8_t **images, const int32_t **labels,
   return 0;
 }
 
+/* Gives the held slot back to the workers (a no-op when none is held). */
 void tt_loader_release(tt_loader *l) {
   pthread_mutex_lock(&l->mu);
   if (l->holding) {
@@ -425,6 +455,8 @@ void tt_loader_release(tt_loader *l) {
   pthread_mutex_unlock(&l->mu);
 }
 
+/* Stops and joins the workers (a fill in progress completes first), then frees everything.
+ * The data set is the caller's and stays. */
 void tt_loader_destroy(tt_loader *l) {
   int i;
   if (!l) return;
@@ -462,6 +494,8 @@ int tt_loader_skipped(tt_loader *l) {
   return n;
 }
 
+/* Bytes of host memory a loader holds: the ring (images and int32 labels per slot) and two
+ * staging images per slot; what `plan` reports and the budget counts. No thread is started. */
 size_t tt_loader_host_bytes(int batch, int c, int h, int w, int nthreads, int streaming) {
   size_t per = (size_t)c * h * w;
   size_t nslots = (size_t)(tt_loader_slots(nthreads));
@@ -469,6 +503,8 @@ size_t tt_loader_host_bytes(int batch, int c, int h, int w, int nthreads, int st
   return nslots * (size_t)batch * (per + sizeof(int32_t)) + nslots * 2 * per;
 }
 
+/* Sets the crop for batches claimed from now on; waits until no fill is in flight, so a batch
+ * is never cut half with the old crop and half with the new. */
 void tt_loader_set_crop(tt_loader *l, const tt_crop *crop) {
   pthread_mutex_lock(&l->mu);
   while (l->busy > 0) pthread_cond_wait(&l->ready, &l->mu); /* not under a fill */

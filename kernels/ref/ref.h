@@ -36,6 +36,8 @@ typedef struct tt_ref_state {
                   * backend itself, which runs NCHW only and refuses another layout */
 } tt_ref_state;
 
+/* ---- ref_state.c: the state, the failure helper and the checks every op runs; it calls no
+ * other file of kernels/ref/ ---- */
 /* Fills st for `threads` (<= 0: all cores). */
 void tt_ref_state_init(tt_ref_state *st, int threads);
 /* Records a message in the backend (prefixed by nothing; callers name the op) and returns -1. */
@@ -108,7 +110,7 @@ static inline void tt_ref_st(tt_dtype dt, void *p, size_t i, float v) {
   else
     ((float *)p)[i] = v;
 }
-/* The dtype check of every host op: fp32, fp16 and bf16 are computed (16-bit types widen to
+/* The dtype check of every host op (ref_state.c): fp32, fp16 and bf16 are computed (16-bit types widen to
  * fp32 per element); anything else fails with "<op>: unknown dtype N (fp32, fp16 or bf16)". */
 int tt_ref_dt_check(tt_backend *b, const char *op, tt_dtype dt);
 /* Gradient-output store: beta == 0 overwrites (never 0*old, which would keep a NaN). */
@@ -154,7 +156,7 @@ void tt_ref_channel_sum(tt_backend *b, int n, int c, size_t hw, tt_dtype dt, con
 size_t tt_ref_op_workspace(tt_backend *b, const tt_op_desc *op);
 
 /* ---- ops, one table entry each (see backend.h for semantics) ---- */
-/* ref_norm.c */
+/* ref_bn.c */
 int tt_ref_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, void *y, float *running_mean, float *running_var, float momentum,
                         float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes);
@@ -166,6 +168,7 @@ int tt_ref_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void
 int tt_ref_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                   const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
                   float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+/* ref_pool.c: max and average pooling, the compact max-pool winners, global average pooling */
 int tt_ref_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
                     void *ws, size_t ws_bytes);
 int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
@@ -194,21 +197,23 @@ int tt_ref_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *s
 int tt_ref_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst);
 int tt_ref_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
                         const float *std, tt_dtype dt, void *dst);
-/* ref_transformer.c: layer norm, attention, patch tokens, token pooling. Attention's
- * workspace (bwd 0: TT_OP_ATTN_FWD, 1: TT_OP_ATTN_BWD) is per-thread fp32 scratch, so it
- * depends on the backend's thread count; TT_WS_ERROR (with the reason recorded) on a bad desc. */
-size_t tt_ref_attn_workspace(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, int bwd);
+/* ref_layernorm.c */
 size_t tt_ref_ln_workspace(tt_backend *b, int rows, int f, tt_dtype dt); /* 0, or TT_WS_ERROR on a bad call */
 int tt_ref_ln_fwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const float *gamma, const float *beta,
                   float eps, void *y, float *save_mean, float *save_invstd, void *ws, size_t ws_bytes);
 int tt_ref_ln_bwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const void *dy, const float *gamma,
                   const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbeta,
                   float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+/* ref_attention.c. Attention's workspace (bwd 0: TT_OP_ATTN_FWD, 1: TT_OP_ATTN_BWD) is
+ * per-thread fp32 scratch, so it depends on the backend's thread count; TT_WS_ERROR (with the
+ * reason recorded) on a bad desc. */
+size_t tt_ref_attn_workspace(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, int bwd);
 int tt_ref_attn_fwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, void *o, float *lse,
                     void *probs, uint64_t seed, void *ws, size_t ws_bytes);
 int tt_ref_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, const void *o,
                     const void *dout, const float *lse, const void *probs, uint64_t seed, void *dqkv, float beta,
                     void *ws, size_t ws_bytes);
+/* ref_tokens.c: patch tokens (class token, position embedding) and token pooling */
 int tt_ref_tokens_fwd(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *x, const float *cls_tok,
                       const float *pos, void *y);
 int tt_ref_tokens_bwd(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *dy, void *dx,

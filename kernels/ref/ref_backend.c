@@ -1,27 +1,17 @@
-/* kernels/ref/ref_backend.c — the reference backend's table, memory and threads.
+/* kernels/ref/ref_backend.c — the reference backend's table and its host memory entries.
  *
- * Memory is host memory (the CPU backend uses these entries too, through ref.h): the "arena" is one 64-byte aligned allocation, upload/download are
- * memcpy, sync is a no-op. The thread count chosen at creation is used by every OpenMP loop
- * (num_threads clause); OpenBLAS runs single-threaded inside them (openblas_set_num_threads(1),
- * process-wide).
+ * The table points at every op family (ref_conv.c ... ref_loss_optim.c); the families use only
+ * ref_state.c (state, failure, checks), ref_convert.c and each other's shared loops, never this
+ * file, so the table sits on top of them.
+ *
+ * Memory is host memory (the CPU backend uses these entries too, through ref.h): the "arena" is
+ * one 64-byte aligned allocation, upload/download are memmove, sync is a no-op. The thread count
+ * chosen at creation (tt_ref_state_init, ref_state.c) is used by every OpenMP loop (num_threads
+ * clause); OpenBLAS runs single-threaded inside them (openblas_set_num_threads(1), process-wide).
  */
-#include <cblas.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "ref_internal.h"
-
-int tt_ref_fail(tt_backend *b, const char *fmt, ...) {
-  if (b && b->impl) {
-    tt_ref_state *st = (tt_ref_state *)b->impl;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(st->err, sizeof st->err, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
-}
 
 static void ref_be_destroy(tt_backend *b) {
   if (!b) return;
@@ -137,20 +127,6 @@ size_t tt_ref_op_workspace(tt_backend *b, const tt_op_desc *op) {
 static int ref_be_prepare(tt_backend *b, const tt_op_desc *ops, int nops) {
   (void)b, (void)ops, (void)nops; /* plain loops: nothing to build */
   return 0;
-}
-
-void tt_ref_state_init(tt_ref_state *st, int threads) {
-  if (threads <= 0) {
-#ifdef _OPENMP
-    threads = omp_get_num_procs();
-#else
-    threads = 1;
-#endif
-  }
-  if (threads < 1) threads = 1;
-  st->threads = threads;
-  st->err[0] = 0;
-  openblas_set_num_threads(1); /* we thread around single-threaded calls: see tt_ref_sgemm */
 }
 
 /* The reference backend's table; impl is each backend's own (tt_ref_backend_create). Positional,

@@ -44,8 +44,3 @@ void tt_ref_from_f32(tt_backend *b, tt_dtype dt, const float *src, void *dst, si
 
 uint16_t tt_f32_to_f16(float f) { return tt_ref_f2h(f); }
 float tt_f16_to_f32(uint16_t h) { return tt_ref_h2f(h); }
-
-int tt_ref_dt_check(tt_backend *b, const char *op, tt_dtype dt) {
-  if (dt == TT_F32 || dt == TT_F16 || dt == TT_BF16) return 0;
-  return tt_ref_fail(b, "%s: unknown dtype %d (the %s backend computes fp32, fp16 and bf16)", op, (int)dt, b->name);
-}

@@ -8,15 +8,20 @@
  * given backend (thread count) gives bit-identical results run after run; every reduction is
  * either serial within one output element or a fixed-order sum of fixed-size block partials.
  *
- * Files, one concern each, pairing up with kernels/cuda/: ref_backend.c (table, memory,
- * threads), ref_convert.c (fp16 <-> fp32), ref_conv.c, ref_linear.c (linear and the threaded sgemm),
- * ref_norm.c (batch norm, pooling), ref_transformer.c (layer norm, attention, tokens),
- * ref_elementwise.c, ref_loss_optim.c (softmax cross-entropy, optimizer updates, the overflow
- * check).
+ * Files: one op family each, named as in the other backends (cpu_*, cuda_*): ref_conv.c,
+ * ref_linear.c (linear and the threaded sgemm), ref_bn.c (batch norm), ref_pool.c (max, average,
+ * global average), ref_elementwise.c (activations, add, dropout, casts, the compact saves),
+ * ref_attention.c, ref_layernorm.c, ref_tokens.c (patch tokens, token pooling),
+ * ref_loss_optim.c (softmax cross-entropy, optimizer updates, the overflow check). Beside them:
+ * ref_state.c (state, failure helper, argument checks), ref_convert.c (fp16/bf16 <-> fp32),
+ * ref_backend.c (the table and the host memory entries). Calls run one way: ref_backend.c ->
+ * the families -> ref_state.c and ref_convert.c (which call nothing of ours); among the families
+ * only conv uses linear's sgemm, and conv and linear elementwise's channel sum. Nothing calls
+ * ref_backend.c back.
  *
  * Names: functions exported to the other files start tt_ref_; file-static helpers start
- * with the file's own prefix (ref_be_, ref_conv_, ref_lin_, ref_norm_, ref_tf_, ref_ew_,
- * ref_lo_) so that the amalgamated single file has no collisions.
+ * with the file's own prefix (ref_be_, ref_conv_, ref_lin_, ref_bn_, ref_pool_, ref_ew_,
+ * ref_attn_, ref_ln_, ref_tok_, ref_lo_) so that the amalgamated single file has no collisions.
  */
 #ifndef TT_REF_INTERNAL_H
 #define TT_REF_INTERNAL_H
@@ -32,6 +37,9 @@ extern "C" {
 static inline size_t tt_ref_round_floats(size_t floats) { return (floats + 15u) & ~(size_t)15u; }
 
 /* ---- shared helpers ---- */
+/* ref_state.c: the shape and dtype check of the ops on NCHW [n, c, hw] tensors (batch norm,
+ * global average pooling): 0, or -1 with "<op>: bad shape ..." or the dtype error recorded. */
+int tt_ref_nchw_check(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt);
 /* ref_linear.c: row-major C = alpha*op(A) op(B) + beta*C, OpenBLAS single-threaded calls
  * split over M or N across the backend's OpenMP threads (deterministic per thread count). */
 void tt_ref_sgemm(tt_backend *b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,

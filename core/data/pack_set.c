@@ -1,5 +1,7 @@
-/* core/data/pack.c — `tinytrain pack`: decodes an image folder (or list file) once into fixed-size
- * uint8 records, written as standard .npy files that numpy, PyTorch and format = npy read:
+/* core/data/pack_set.c — the library part of `tinytrain pack` (the command, tt_pack, is
+ * core/app/pack.c): tt_pack_set decodes a scanned image folder (or list file) once into
+ * fixed-size uint8 records, written as standard .npy files that numpy, PyTorch and format = npy
+ * read:
  *   PREFIX-images.npy  (N, H, W, C) uint8, each image resized so its shorter side fits H x W
  *                      and centre-cropped (the transform of the folder reader, tt_image_decode)
  *   PREFIX-labels.npy  (N,) int32
@@ -9,18 +11,14 @@
  * written into a temporary directory beside them (DIR/.NAME.pack-XXXXXX) and renamed into
  * place when all are complete, the manifest first and the images file last (a reader refuses
  * files that disagree with the manifest, so a kill between renames leaves no mixed set that
- * is read); the next pack of the prefix removes
- * what an interrupted one left. A PREFIX that is an existing directory means
- * DIR/<SOURCE's base name>. */
+ * is read); the next pack of the prefix removes what an interrupted one left. */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
-#include "data.h"
+#include "dataset.h"
+#include "decode.h"
 #include "../base/fileio.h"
-#include "../compile/recipe.h"
 #include "../base/safetensors.h"
-/* tt_pack is public: only a definition that sees its TT_API declaration is exported */
-#include "../tinytrain.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -100,6 +98,8 @@ done:
   return rc;
 }
 
+/* PREFIX-labels.npy: the kept labels as (n,) little-endian int32, written atomically (a
+ * temporary file renamed). 0, or -1 with err. */
 static int pack_labels(const char *prefix, const int32_t *labels, int n, tt_err *err) {
   char path[TT_PATH_MAX * 2 + 128], head[PACK_HEADER];
   long long shape[1] = {n};
@@ -122,6 +122,8 @@ static int pack_labels(const char *prefix, const int32_t *labels, int n, tt_err 
   return rc;
 }
 
+/* PREFIX-classes.json: the class names as a JSON array, when the set has names (none: nothing
+ * written, 0). 0, or -1 with err. */
 static int pack_classes(const char *prefix, const tt_dataset *ds, tt_err *err) {
   char path[TT_PATH_MAX * 2 + 128];
   tt_strbuf b;
@@ -244,6 +246,9 @@ static int pack_check_prefix(const char *prefix, const char *dir, tt_err *err) {
   return 0;
 }
 
+/* Writes ds into the four files of PREFIX through a temporary directory beside them, then
+ * renames them into place in the manifest's order. Returns 0 with *kept images written, or -1
+ * with err and the old set (if any) left readable. */
 int tt_pack_set(const tt_dataset *ds, const char *prefix, int *kept, tt_warn_fn warn, void *ud, tt_err *err) {
   char dir[TT_PATH_MAX], base[TT_PATH_MAX], tmpdir[TT_PATH_MAX + 32], tmpprefix[TT_PATH_MAX * 2 + 32];
   char from[TT_PATH_MAX * 2 + 64], to[TT_PATH_MAX + 32];
@@ -278,116 +283,4 @@ int tt_pack_set(const tt_dataset *ds, const char *prefix, int *kept, tt_warn_fn 
   }
   pack_remove_tmpdir(tmpdir, base);
   return rc;
-}
-
-/* ---- the command: tinytrain pack ---- */
-
-/* Scans SOURCE: a directory is a folder data set, anything else a list file. */
-static int pack_scan(const char *src, int c, int h, int w, int max_classes, int max_mp, const tt_data_cfg *cfg,
-                     tt_dataset *ds, tt_err *err) {
-  char why[TT_DECODE_REASON_MAX];
-  int is_dir = access(src, F_OK) == 0 && tt_file_check_kind(src, why) != 0;
-  int rc = is_dir ? tt_dataset_scan_folder(src, c, h, w, ds, err, tt_warn_stderr, NULL)
-                  : tt_dataset_scan_list(src, c, h, w, max_classes, ds, err, tt_warn_stderr, NULL);
-  ds->max_pixels = tt_max_pixels(max_mp);
-  if (cfg) ds->max_failed = cfg->max_failed, ds->max_failed_set = cfg->max_failed_set; /* else the default share */
-  return rc;
-}
-
-static int pack_write(FILE *out, const char *src, const tt_dataset *ds, const char *prefix, tt_err *err) {
-  int kept = 0;
-  if (tt_pack_set(ds, prefix, &kept, tt_warn_stderr, NULL, err)) return -1;
-  fprintf(out, "%s: %d images of %dx%dx%d packed (%d skipped) into %s-images.npy, %s-labels.npy%s%s%s, %s-set.json\n", src,
-         kept, ds->h, ds->w, ds->c, ds->n - kept + ds->skipped, prefix, prefix, ds->class_names ? ", " : "",
-         ds->class_names ? prefix : "", ds->class_names ? "-classes.json" : "", prefix);
-  return 0;
-}
-
-/* PATH without a trailing slash, as an output prefix. */
-static void pack_prefix(char *out, size_t size, const char *path) {
-  size_t n = strlen(path);
-  while (n > 1 && path[n - 1] == '/') n--;
-  snprintf(out, size, "%.*s", (int)n, path);
-}
-
-/* tinytrain pack RECIPE: the [data] train (and test) sets at the recipe's input size. */
-static int pack_recipe(FILE *out, const char *recipe, tt_err *err) {
-  tt_model *m = (tt_model *)tt_calloc(1, sizeof *m, "model", err);
-  tt_dataset tr, te;
-  char ptr[TT_PATH_MAX], pte[TT_PATH_MAX];
-  int rc = -1;
-  memset(&tr, 0, sizeof tr);
-  memset(&te, 0, sizeof te);
-  if (!m || tt_recipe_load(recipe, m, err, tt_warn_stderr, NULL)) goto done;
-  if (m->data.format != TT_DATA_FOLDER && m->data.format != TT_DATA_LIST) {
-    tt_fail(err, "%s: [data] is not format = folder or list; pack reads image folders and list files", recipe);
-    goto done;
-  }
-  pack_prefix(ptr, sizeof ptr, m->data.train);
-  if (pack_scan(m->data.train, m->in_c, m->in_h, m->in_w, m->classes, m->data.max_megapixels, &m->data, &tr, err) ||
-      tt_dataset_name_classes(&m->data, m->classes, &tr, err) || pack_write(out, m->data.train, &tr, ptr, err))
-    goto done;
-  if (m->data.test[0]) {
-    pack_prefix(pte, sizeof pte, m->data.test);
-    if (pack_scan(m->data.test, m->in_c, m->in_h, m->in_w, m->classes, m->data.max_megapixels, &m->data, &te, err) ||
-        tt_dataset_map_classes(&te, &tr, err))
-      goto done;
-    te.class_names = tr.class_names, te.classes = tr.classes; /* the run's names, borrowed */
-    rc = pack_write(out, m->data.test, &te, pte, err);
-    te.class_names = NULL;
-    if (rc) goto done;
-  }
-  fprintf(out, "\nto read them, in %s's [data]:\nformat = npy\ntrain = %s-images.npy\ntrain_labels = %s-labels.npy\n", recipe,
-         ptr, ptr);
-  if (m->data.test[0]) fprintf(out, "test = %s-images.npy\ntest_labels = %s-labels.npy\n", pte, pte);
-  rc = 0;
-done:
-  tt_dataset_free(&tr);
-  tt_dataset_free(&te);
-  if (m) tt_model_free(m);
-  free(m);
-  return rc;
-}
-
-int tt_pack(const char *source, const char *prefix, int c, int h, int w, int max_megapixels, FILE *out, char *errbuf,
-            size_t errsize) {
-  tt_err err;
-  tt_dataset ds;
-  int rc;
-  err.msg[0] = 0;
-  /* bounds: a record of at most 16384 x 16384 x 4 (the command line's --size and --channels) */
-  if (!source || c < 0 || c > 4 || h < 0 || h > 16384 || w < 0 || w > 16384 || max_megapixels < 0) {
-    if (errbuf && errsize)
-      snprintf(errbuf, errsize, "tt_pack: %s", !source ? "no source given"
-               : "c must be 1 to 4, h and w 1 to 16384, max_megapixels >= 0 (0 for each: the default)");
-    return -1;
-  }
-  if (!out) out = stdout;
-  if (!prefix) {
-    rc = pack_recipe(out, source, &err);
-  } else {
-    char pre[TT_PATH_MAX];
-    memset(&ds, 0, sizeof ds);
-    struct stat st;
-    pack_prefix(pre, sizeof pre, prefix);
-    if (stat(pre, &st) == 0 && S_ISDIR(st.st_mode)) { /* a directory: DIR/<SOURCE's base name> */
-      char src[TT_PATH_MAX];
-      const char *b;
-      pack_prefix(src, sizeof src, source);
-      b = strrchr(src, '/') ? strrchr(src, '/') + 1 : src;
-      if (strlen(pre) + strlen(b) + 2 > sizeof pre) {
-        tt_fail(&err, "%.400s/%.400s: output prefix too long", pre, b);
-        rc = -1;
-        goto out;
-      }
-      strcat(pre, "/");
-      strcat(pre, b);
-    }
-    rc = pack_scan(source, c > 0 ? c : 3, h > 0 ? h : 224, w > 0 ? w : 224, 0, max_megapixels, NULL, &ds, &err) ||
-         pack_write(out, source, &ds, pre, &err);
-    tt_dataset_free(&ds);
-  }
-out:
-  if (rc && errbuf && errsize) snprintf(errbuf, errsize, "%s", err.msg);
-  return rc ? -1 : 0;
 }

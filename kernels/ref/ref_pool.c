@@ -1,155 +1,19 @@
-/* kernels/ref/ref_norm.c — batch norm, pooling and global average pooling.
+/* kernels/ref/ref_pool.c — pooling: max and average over windows (tt_pool_desc), the compact
+ * max-pool winners (argmax as in-window positions) and their backward, and global average
+ * pooling ([n, c, hw] -> [n, c]).
  *
- * All loops are parallel over channels (batch norm) or over (sample, channel) planes
- * (pooling), and every reduction is serial inside its task, so results do not depend on the
- * thread count. fp16 tensors are converted per element; no workspace is needed.
+ * All loops are parallel over (sample, channel) planes and every reduction is serial inside its
+ * task, so results do not depend on the thread count. 16-bit tensors are converted per element;
+ * no workspace is needed.
  */
 #include <math.h>
 
 #include "ref_internal.h"
 
-/* ------------------------------- batch norm ------------------------------------------- */
-
-static int ref_norm_bn_check(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt) {
-  if (n <= 0 || c <= 0 || hw <= 0) return tt_ref_fail(b, "%s: bad shape n=%d c=%d hw=%d", op, n, c, hw);
-  if (tt_ref_dt_check(b, op, dt)) return -1;
-  return 0;
-}
-
-/* y = (x - mean) * invstd * g + bb over channel ch of x [n, c, hw]: the one normalisation the
- * training forward, inference and bn_apply share, so bn_apply's y is bit for bit the training
- * forward's from the same statistics. */
-static void ref_norm_bn_channel(tt_dtype dt, const void *x, void *y, int n, int c, int hw, ptrdiff_t ch, float mean,
-                                float invstd, float g, float bb) {
-  int i;
-  size_t k;
-  for (i = 0; i < n; i++) {
-    size_t off = ((size_t)i * c + (size_t)ch) * hw;
-    for (k = 0; k < (size_t)hw; k++) tt_ref_st(dt, y, off + k, (tt_ref_ld(dt, x, off + k) - mean) * invstd * g + bb);
-  }
-}
-
-int tt_ref_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                        const float *bias, void *y, float *running_mean, float *running_var, float momentum,
-                        float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes) {
-  ptrdiff_t ch;
-  int nt = tt_ref_threads(b);
-  const size_t m = (size_t)n * hw;
-  (void)nt;
-  if (ref_norm_bn_check(b, "bn_fwd_train", n, c, hw, dt)) return -1;
-  if (!x || !gamma || !bias || !y || !save_mean || !save_invstd)
-    return tt_ref_fail(b, "bn_fwd_train: NULL x, gamma, bias, y, save_mean or save_invstd");
-  if (update_running && (!running_mean || !running_var))
-    return tt_ref_fail(b, "bn_fwd_train: update_running set but running_mean or running_var is NULL");
-#pragma omp parallel for schedule(static) num_threads(nt) if (m * c > TT_REF_PAR_MIN)
-  for (ch = 0; ch < c; ch++) {
-    double sum = 0.0, sq = 0.0, mean_d;
-    float mean, invstd, g, bb;
-    int i;
-    size_t k;
-    for (i = 0; i < n; i++) {
-      size_t off = ((size_t)i * c + (size_t)ch) * hw;
-      for (k = 0; k < (size_t)hw; k++) sum += tt_ref_ld(dt, x, off + k);
-    }
-    mean_d = sum / (double)m;
-    for (i = 0; i < n; i++) {
-      size_t off = ((size_t)i * c + (size_t)ch) * hw;
-      for (k = 0; k < (size_t)hw; k++) {
-        double dv = tt_ref_ld(dt, x, off + k) - mean_d;
-        sq += dv * dv;
-      }
-    }
-    tt_bn_channel_stats(mean_d, sq, m, eps, momentum, update_running, save_mean + ch, save_invstd + ch,
-                        update_running ? running_mean + ch : NULL, update_running ? running_var + ch : NULL);
-    mean = save_mean[ch];
-    invstd = save_invstd[ch];
-    g = gamma[ch];
-    bb = bias[ch];
-    ref_norm_bn_channel(dt, x, y, n, c, hw, ch, mean, invstd, g, bb);
-  }
-  return 0;
-}
-
-int tt_ref_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma, const float *bias,
-                    const float *save_mean, const float *save_invstd, void *y) {
-  ptrdiff_t ch;
-  int nt = tt_ref_threads(b);
-  (void)nt;
-  if (ref_norm_bn_check(b, "bn_apply", n, c, hw, dt)) return -1;
-  if (!x || !gamma || !bias || !save_mean || !save_invstd || !y)
-    return tt_ref_fail(b, "bn_apply: NULL x, gamma, bias, save_mean, save_invstd or y");
-#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)n * hw * c > TT_REF_PAR_MIN)
-  for (ch = 0; ch < c; ch++) ref_norm_bn_channel(dt, x, y, n, c, hw, ch, save_mean[ch], save_invstd[ch], gamma[ch], bias[ch]);
-  return 0;
-}
-
-int tt_ref_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                        const float *bias, const float *running_mean, const float *running_var, float eps,
-                        void *y, void *ws, size_t ws_bytes) {
-  ptrdiff_t ch;
-  int nt = tt_ref_threads(b);
-  (void)nt;
-  if (ref_norm_bn_check(b, "bn_fwd_infer", n, c, hw, dt)) return -1;
-  if (!x || !gamma || !bias || !running_mean || !running_var || !y)
-    return tt_ref_fail(b, "bn_fwd_infer: NULL x, gamma, bias, running_mean, running_var or y");
-#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)n * hw * c > TT_REF_PAR_MIN)
-  for (ch = 0; ch < c; ch++) {
-    float mean = running_mean[ch], invstd = (float)(1.0 / sqrt((double)running_var[ch] + (double)eps));
-    ref_norm_bn_channel(dt, x, y, n, c, hw, ch, mean, invstd, gamma[ch], bias[ch]);
-  }
-  return 0;
-}
-
-int tt_ref_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
-                  const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
-                  float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
-  ptrdiff_t ch;
-  int nt = tt_ref_threads(b);
-  const size_t m = (size_t)n * hw;
-  (void)nt;
-  if (ref_norm_bn_check(b, "bn_bwd", n, c, hw, dt)) return -1;
-  if (!x || !dy || !gamma || !save_mean || !save_invstd)
-    return tt_ref_fail(b, "bn_bwd: NULL x, dy, gamma, save_mean or save_invstd");
-#pragma omp parallel for schedule(static) num_threads(nt) if (m * c > TT_REF_PAR_MIN)
-  for (ch = 0; ch < c; ch++) {
-    double sdy = 0.0, sdyx = 0.0;
-    float mean = save_mean[ch], invstd = save_invstd[ch], a, mdy, mdyx;
-    int i;
-    size_t k;
-    for (i = 0; i < n; i++) {
-      size_t off = ((size_t)i * c + (size_t)ch) * hw;
-      for (k = 0; k < (size_t)hw; k++) {
-        float g = tt_ref_ld(dt, dy, off + k);
-        float xh = (tt_ref_ld(dt, x, off + k) - mean) * invstd;
-        sdy += g;
-        sdyx += (double)g * xh;
-      }
-    }
-    if (dbias) dbias[ch] = tt_ref_beta_f32(dbias[ch], (float)sdy, beta_param);
-    if (dgamma) dgamma[ch] = tt_ref_beta_f32(dgamma[ch], (float)sdyx, beta_param);
-    if (!dx) continue;
-    /* dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat)) */
-    a = gamma[ch] * invstd;
-    mdy = (float)(sdy / (double)m);
-    mdyx = (float)(sdyx / (double)m);
-    for (i = 0; i < n; i++) {
-      size_t off = ((size_t)i * c + (size_t)ch) * hw;
-      for (k = 0; k < (size_t)hw; k++) {
-        float xh = (tt_ref_ld(dt, x, off + k) - mean) * invstd;
-        float v = a * (tt_ref_ld(dt, dy, off + k) - mdy - xh * mdyx);
-        tt_ref_st_beta(dt, dx, off + k, v, beta_dx);
-      }
-    }
-  }
-  return 0;
-}
-
-/* --------------------------------- pooling -------------------------------------------- */
-
 /* Plane pl (sample pl / c, channel pl % c) of x and y: where its first element is and the
  * distance between its consecutive elements (NCHW: planes are contiguous; NHWC, only given where
  * nhwc_pool allows it: the channel's elements are c apart). */
-static void ref_norm_plane(const tt_pool_desc *d, ptrdiff_t pl, size_t *xoff, size_t *yoff, size_t *es) {
+static void ref_pool_plane(const tt_pool_desc *d, ptrdiff_t pl, size_t *xoff, size_t *yoff, size_t *es) {
   if (d->layout == TT_LAYOUT_NHWC) {
     size_t n = (size_t)pl / (size_t)d->c, ch = (size_t)pl % (size_t)d->c;
     *xoff = n * (size_t)d->h * d->w * d->c + ch, *yoff = n * (size_t)d->p * d->q * d->c + ch, *es = (size_t)d->c;
@@ -160,7 +24,7 @@ static void ref_norm_plane(const tt_pool_desc *d, ptrdiff_t pl, size_t *xoff, si
 
 /* First maximum of window (oh, ow) in the plane starting at xoff (elements es apart), as an index
  * into the plane; NaN wins (PyTorch propagates NaN). Returns -1 only for an all-padding window. */
-static ptrdiff_t ref_norm_argmax(const tt_pool_desc *d, tt_dtype dt, const void *x, size_t xoff, size_t es, int oh, int ow,
+static ptrdiff_t ref_pool_argmax(const tt_pool_desc *d, tt_dtype dt, const void *x, size_t xoff, size_t es, int oh, int ow,
                                  float *best_out) {
   int h0 = oh * d->stride_h - d->pad_h, w0 = ow * d->stride_w - d->pad_w, ih, iw;
   int h1 = h0 + d->kh, w1 = w0 + d->kw;
@@ -198,14 +62,14 @@ int tt_ref_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (pl = 0; pl < npl; pl++) {
     size_t xoff, yoff, es;
-    ref_norm_plane(d, pl, &xoff, &yoff, &es);
+    ref_pool_plane(d, pl, &xoff, &yoff, &es);
     float inv = 1.0f / (float)(d->kh * d->kw); /* count_include_pad: the full window */
     int oh, ow;
     for (oh = 0; oh < d->p; oh++)
       for (ow = 0; ow < d->q; ow++) {
         float v;
         if (mode == TT_POOL_MAX) {
-          ref_norm_argmax(d, dt, x, xoff, es, oh, ow, &v);
+          ref_pool_argmax(d, dt, x, xoff, es, oh, ow, &v);
         } else {
           int h0 = oh * d->stride_h - d->pad_h, w0 = ow * d->stride_w - d->pad_w, ih, iw;
           int h1 = h0 + d->kh, w1 = w0 + d->kw;
@@ -241,7 +105,7 @@ int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (pl = 0; pl < npl; pl++) {
     size_t xoff, yoff, es;
-    ref_norm_plane(d, pl, &xoff, &yoff, &es);
+    ref_pool_plane(d, pl, &xoff, &yoff, &es);
     float inv = 1.0f / (float)(d->kh * d->kw);
     int ih, iw;
     for (ih = 0; ih < d->h; ih++) {
@@ -261,7 +125,7 @@ int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
           for (ow = ow0; ow <= ow1; ow++) {
             float g = tt_ref_ld(dt, dy, yoff + ((size_t)oh * d->q + ow) * es), bv;
             if (mode == TT_POOL_MAX) {
-              if (ref_norm_argmax(d, dt, x, xoff, es, oh, ow, &bv) == me) acc += g;
+              if (ref_pool_argmax(d, dt, x, xoff, es, oh, ow, &bv) == me) acc += g;
             } else {
               acc += g * inv;
             }
@@ -273,7 +137,7 @@ int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   return 0;
 }
 
-/* The winners of ref_norm_argmax as in-window positions; an all-padding window stores 0
+/* The winners of ref_pool_argmax as in-window positions; an all-padding window stores 0
  * (its gradient goes nowhere: no input position is in it). */
 int tt_ref_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx) {
   ptrdiff_t pl, npl;
@@ -290,12 +154,12 @@ int tt_ref_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const 
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (pl = 0; pl < npl; pl++) {
     size_t xoff, yoff, es;
-    ref_norm_plane(d, pl, &xoff, &yoff, &es);
+    ref_pool_plane(d, pl, &xoff, &yoff, &es);
     int oh, ow;
     float v;
     for (oh = 0; oh < d->p; oh++)
       for (ow = 0; ow < d->q; ow++) {
-        ptrdiff_t a = ref_norm_argmax(d, dt, x, xoff, es, oh, ow, &v);
+        ptrdiff_t a = ref_pool_argmax(d, dt, x, xoff, es, oh, ow, &v);
         int r = 0;
         if (a >= 0) r = ((int)(a / d->w) - (oh * d->stride_h - d->pad_h)) * d->kw + ((int)(a % d->w) - (ow * d->stride_w - d->pad_w));
         idx[yoff + ((size_t)oh * d->q + ow) * es] = (uint8_t)r;
@@ -320,7 +184,7 @@ int tt_ref_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (pl = 0; pl < npl; pl++) {
     size_t xoff, yoff, es;
-    ref_norm_plane(d, pl, &xoff, &yoff, &es);
+    ref_pool_plane(d, pl, &xoff, &yoff, &es);
     int ih, iw;
     for (ih = 0; ih < d->h; ih++) {
       int a = ih + d->pad_h - d->kh + 1, oh0, oh1;
@@ -352,7 +216,7 @@ int tt_ref_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
   ptrdiff_t pl, npl = (ptrdiff_t)n * c;
   int nt = tt_ref_threads(b);
   (void)nt;
-  if (ref_norm_bn_check(b, "gap_fwd", n, c, hw, dt)) return -1;
+  if (tt_ref_nchw_check(b, "gap_fwd", n, c, hw, dt)) return -1;
   if (!x || !y) return tt_ref_fail(b, "gap_fwd: NULL x or y");
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)npl * hw > TT_REF_PAR_MIN)
   for (pl = 0; pl < npl; pl++) {
@@ -368,7 +232,7 @@ int tt_ref_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
   ptrdiff_t pl, npl = (ptrdiff_t)n * c;
   int nt = tt_ref_threads(b);
   (void)nt;
-  if (ref_norm_bn_check(b, "gap_bwd", n, c, hw, dt)) return -1;
+  if (tt_ref_nchw_check(b, "gap_bwd", n, c, hw, dt)) return -1;
   if (!dy || !dx) return tt_ref_fail(b, "gap_bwd: NULL dy or dx");
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)npl * hw > TT_REF_PAR_MIN)
   for (pl = 0; pl < npl; pl++) {
