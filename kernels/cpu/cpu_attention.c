@@ -94,7 +94,7 @@ static void cpu_attn_keep_row(float *ks, uint64_t seed, uint64_t base, int t, ui
     ks[j] = (!all_drop && (uint32_t)(tt_dropout_hash(seed, base + (uint64_t)j) >> 32) >= thr) ? dscale : 0.0f;
 }
 
-static int cpu_attn_attn_fast(const tt_attn_desc *d, tt_dtype dt) {
+static int cpu_attn_fast(const tt_attn_desc *d, tt_dtype dt) {
   return dt == TT_F32 && d && d->n >= 1 && d->t >= 1 && d->heads >= 1 && d->d >= 1 && d->p >= 0.0f && d->p <= 1.0f &&
          isfinite(d->scale);
 }
@@ -114,23 +114,33 @@ static int cpu_attn_thread(void) {
 #endif
 }
 
+/* Checks the workspace (the reference's answer for the forward, bwd 0, or the backward, bwd 1)
+ * and sets each of the nt threads' share of it in floats (*per) and the dropout parameters:
+ * 0, or -1 with the error set. */
+static int cpu_attn_setup(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, int bwd, int nt, const void *ws,
+                          size_t ws_bytes, size_t *per, uint32_t *thr, float *dscale, int *all_drop) {
+  size_t need = tt_ref_attn_workspace(b, d, dt, bwd);
+  if (need == TT_WS_ERROR) return -1;
+  if (!ws || ws_bytes < need)
+    return tt_ref_fail(b, "%s: workspace too small: needs %zu bytes (op_workspace of %s), given %zu%s",
+                       bwd ? "attn_bwd" : "attn_fwd", need, bwd ? "TT_OP_ATTN_BWD" : "TT_OP_ATTN_FWD", ws_bytes,
+                       ws ? "" : " (NULL)");
+  *per = need / sizeof(float) / (size_t)nt;
+  cpu_attn_drop(d->p, thr, dscale, all_drop);
+  return 0;
+}
+
 /* Scratch per thread: the reference's answer (op_workspace is the reference's) split evenly;
  * forward uses S [t, t] and a keep row [t]; backward P, dP [t, t] and a keep row. */
 int tt_cpu_attn_fwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, void *o, float *lse,
                     void *probs, uint64_t seed, void *ws, size_t ws_bytes) {
   ptrdiff_t task, ntask;
-  size_t need, per;
+  size_t per;
   int nt = tt_ref_threads(b), all_drop;
   uint32_t thr;
   float dscale;
-  if (!cpu_attn_attn_fast(d, dt) || !qkv || !o) return tt_ref_attn_fwd(b, d, dt, qkv, o, lse, probs, seed, ws, ws_bytes);
-  need = tt_ref_attn_workspace(b, d, dt, 0);
-  if (need == TT_WS_ERROR) return -1;
-  if (!ws || ws_bytes < need)
-    return tt_ref_fail(b, "attn_fwd: workspace too small: needs %zu bytes (op_workspace of TT_OP_ATTN_FWD), given %zu%s",
-                       need, ws_bytes, ws ? "" : " (NULL)");
-  per = need / sizeof(float) / (size_t)nt;
-  cpu_attn_drop(d->p, &thr, &dscale, &all_drop);
+  if (!cpu_attn_fast(d, dt) || !qkv || !o) return tt_ref_attn_fwd(b, d, dt, qkv, o, lse, probs, seed, ws, ws_bytes);
+  if (cpu_attn_setup(b, d, dt, 0, nt, ws, ws_bytes, &per, &thr, &dscale, &all_drop)) return -1;
   ntask = (ptrdiff_t)d->n * d->heads;
 #pragma omp parallel for schedule(static) num_threads(nt) if (ntask > 1 && (double)ntask * d->t * d->t * d->d > 1e5)
   for (task = 0; task < ntask; task++) {
@@ -160,20 +170,14 @@ int tt_cpu_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const voi
                     const void *dout, const float *lse, const void *probs, uint64_t seed, void *dqkv, float beta,
                     void *ws, size_t ws_bytes) {
   ptrdiff_t task, ntask;
-  size_t need, per;
+  size_t per;
   int nt = tt_ref_threads(b), all_drop;
   uint32_t thr;
   float dscale;
-  if (!cpu_attn_attn_fast(d, dt) || !qkv || !o || !dout || !dqkv || (!probs && !lse) || dqkv == qkv || dqkv == dout ||
+  if (!cpu_attn_fast(d, dt) || !qkv || !o || !dout || !dqkv || (!probs && !lse) || dqkv == qkv || dqkv == dout ||
       dqkv == o)
     return tt_ref_attn_bwd(b, d, dt, qkv, o, dout, lse, probs, seed, dqkv, beta, ws, ws_bytes);
-  need = tt_ref_attn_workspace(b, d, dt, 1);
-  if (need == TT_WS_ERROR) return -1;
-  if (!ws || ws_bytes < need)
-    return tt_ref_fail(b, "attn_bwd: workspace too small: needs %zu bytes (op_workspace of TT_OP_ATTN_BWD), given %zu%s",
-                       need, ws_bytes, ws ? "" : " (NULL)");
-  per = need / sizeof(float) / (size_t)nt;
-  cpu_attn_drop(d->p, &thr, &dscale, &all_drop);
+  if (cpu_attn_setup(b, d, dt, 1, nt, ws, ws_bytes, &per, &thr, &dscale, &all_drop)) return -1;
   ntask = (ptrdiff_t)d->n * d->heads;
 #pragma omp parallel for schedule(static) num_threads(nt) if (ntask > 1 && (double)ntask * d->t * d->t * d->d > 1e5)
   for (task = 0; task < ntask; task++) {

@@ -293,9 +293,41 @@ static int cpu_ew_dropout_params(tt_backend *b, const char *op, float p, uint32_
   return 0;
 }
 
-/* out = beta*out + dropout(in) over count elements of dt (fp32 or bf16); forward passes beta 0 */
-static void cpu_ew_dropout_run(tt_backend *b, size_t count, tt_dtype dt, uint64_t seed, uint32_t thr, float scale,
-                               int all_drop, const void *in, void *out, float beta) {
+/* o[i] = bit i of mask ? g[i] : 0 over n <= CPU_VEC_CHUNK elements starting at a word boundary */
+static CPU_VEC_CLONES void cpu_ew_unmask_span(const uint32_t *mask, const float *g, float *o, size_t n) {
+  size_t w, nw = (n + 31u) / 32u;
+  for (w = 0; w < nw; w++) { /* a word at a time: the loop over its bits vectorises */
+    size_t e = n - w * 32u < 32u ? n - w * 32u : 32u, j;
+    const float *gp = g + w * 32u;
+    float *op = o + w * 32u;
+    uint32_t m = mask[w];
+#pragma omp simd
+    for (j = 0; j < e; j++) op[j] = ((m >> j) & 1u) ? gp[j] : 0.0f;
+  }
+}
+
+/* What cpu_ew_gate_run applies to each element: dropout's keep-and-scale (mask NULL), or the
+ * compact save's ReLU/ReLU6 bit mask (act_bwd_mask). */
+typedef struct cpu_ew_gate {
+  const uint32_t *mask; /* the mask words from element 0, or NULL: dropout */
+  uint64_t seed;
+  uint32_t thr;
+  float scale;
+  int all_drop;
+} cpu_ew_gate;
+
+/* out[0..m) = the gate over in[0..m), elements c0.. of the tensor (c0 a multiple of 32) */
+static void cpu_ew_gate_span(const cpu_ew_gate *G, const float *in, float *out, size_t m, size_t c0) {
+  if (G->mask)
+    cpu_ew_unmask_span(G->mask + c0 / 32u, in, out, m);
+  else
+    cpu_ew_dropout_span(in, out, m, c0, G->seed, G->thr, G->scale, G->all_drop);
+}
+
+/* out = beta*out + gate(in) over count elements of dt (fp32 or bf16; beta 0 overwrites). The
+ * threads' shares are multiples of 64 elements, so no two share a mask word. */
+static void cpu_ew_gate_run(tt_backend *b, const cpu_ew_gate *G, size_t count, tt_dtype dt, const void *in, void *out,
+                            float beta) {
   int nt = tt_cpu_threads_for(b, count);
   (void)nt;
 #pragma omp parallel num_threads(nt) if (nt > 1)
@@ -304,48 +336,48 @@ static void cpu_ew_dropout_run(tt_backend *b, size_t count, tt_dtype dt, uint64_
     float a[CPU_VEC_CHUNK], o[CPU_VEC_CHUNK];
     cpu_vec_my_share(count, &lo, &hi);
     for (c0 = lo; c0 < hi; c0 += CPU_VEC_CHUNK) {
-      size_t m = hi - c0 < CPU_VEC_CHUNK ? hi - c0 : CPU_VEC_CHUNK;
+      size_t m = cpu_vec_chunk(c0, hi);
       if (dt == TT_F32) {
         if (beta == 0.0f) {
-          cpu_ew_dropout_span((const float *)in + c0, (float *)out + c0, m, c0, seed, thr, scale, all_drop);
+          cpu_ew_gate_span(G, (const float *)in + c0, (float *)out + c0, m, c0);
         } else {
-          cpu_ew_dropout_span((const float *)in + c0, a, m, c0, seed, thr, scale, all_drop);
+          cpu_ew_gate_span(G, (const float *)in + c0, a, m, c0);
           cpu_ew_beta_span(a, (float *)out + c0, m, beta);
         }
-      } else {
-        cpu_vec_bf_widen((const uint16_t *)in + c0, a, m);
-        if (beta == 0.0f) {
-          cpu_ew_dropout_span(a, o, m, c0, seed, thr, scale, all_drop);
-        } else {
-          cpu_ew_dropout_span(a, a, m, c0, seed, thr, scale, all_drop);
-          cpu_vec_bf_widen((const uint16_t *)out + c0, o, m);
-          cpu_ew_beta_span(a, o, m, beta);
-        }
-        cpu_vec_bf_round(o, (uint16_t *)out + c0, m);
+        continue;
       }
+      cpu_vec_bf_widen((const uint16_t *)in + c0, a, m);
+      if (beta == 0.0f) {
+        cpu_ew_gate_span(G, a, o, m, c0);
+      } else {
+        cpu_ew_gate_span(G, a, a, m, c0);
+        cpu_vec_bf_widen((const uint16_t *)out + c0, o, m);
+        cpu_ew_beta_span(a, o, m, beta);
+      }
+      cpu_vec_bf_round(o, (uint16_t *)out + c0, m);
     }
   }
 }
 
 int tt_cpu_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y) {
-  uint32_t thr = 0;
-  float scale = 0.0f;
-  int all_drop = 0;
+  cpu_ew_gate G;
   if ((dt != TT_F32 && dt != TT_BF16) || !count || !x || !y) return tt_ref_dropout_fwd(b, count, dt, p, seed, x, y);
-  if (cpu_ew_dropout_params(b, "dropout_fwd", p, &thr, &scale, &all_drop)) return -1;
-  cpu_ew_dropout_run(b, count, dt, seed, thr, scale, all_drop, x, y, 0.0f);
+  memset(&G, 0, sizeof G);
+  G.seed = seed;
+  if (cpu_ew_dropout_params(b, "dropout_fwd", p, &G.thr, &G.scale, &G.all_drop)) return -1;
+  cpu_ew_gate_run(b, &G, count, dt, x, y, 0.0f);
   return 0;
 }
 
 int tt_cpu_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy, void *dx,
                        float beta) {
-  uint32_t thr = 0;
-  float scale = 0.0f;
-  int all_drop = 0;
+  cpu_ew_gate G;
   if ((dt != TT_F32 && dt != TT_BF16) || !count || !dy || !dx || (dx == dy && beta != 0.0f))
     return tt_ref_dropout_bwd(b, count, dt, p, seed, dy, dx, beta);
-  if (cpu_ew_dropout_params(b, "dropout_bwd", p, &thr, &scale, &all_drop)) return -1;
-  cpu_ew_dropout_run(b, count, dt, seed, thr, scale, all_drop, dy, dx, beta);
+  memset(&G, 0, sizeof G);
+  G.seed = seed;
+  if (cpu_ew_dropout_params(b, "dropout_bwd", p, &G.thr, &G.scale, &G.all_drop)) return -1;
+  cpu_ew_gate_run(b, &G, count, dt, dy, dx, beta);
   return 0;
 }
 
@@ -405,19 +437,6 @@ static CPU_VEC_CLONES void cpu_ew_mask_span(const float *y, uint32_t *mask, size
   }
 }
 
-/* o[i] = bit i of mask ? g[i] : 0 over n <= CPU_VEC_CHUNK elements starting at a word boundary */
-static CPU_VEC_CLONES void cpu_ew_unmask_span(const uint32_t *mask, const float *g, float *o, size_t n) {
-  size_t w, nw = (n + 31u) / 32u;
-  for (w = 0; w < nw; w++) { /* a word at a time: the loop over its bits vectorises */
-    size_t e = n - w * 32u < 32u ? n - w * 32u : 32u, j;
-    const float *gp = g + w * 32u;
-    float *op = o + w * 32u;
-    uint32_t m = mask[w];
-#pragma omp simd
-    for (j = 0; j < e; j++) op[j] = ((m >> j) & 1u) ? gp[j] : 0.0f;
-  }
-}
-
 int tt_cpu_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask) {
   int nt;
   if ((dt != TT_F32 && dt != TT_BF16) || (a != TT_ACT_RELU && a != TT_ACT_RELU6) || !count || !y || !mask)
@@ -444,38 +463,12 @@ int tt_cpu_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const vo
 
 int tt_cpu_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
                         void *dx, float beta) {
-  int nt;
+  cpu_ew_gate G;
   if ((dt != TT_F32 && dt != TT_BF16) || (a != TT_ACT_RELU && a != TT_ACT_RELU6) || !count || !mask || !dy || !dx ||
       (dx == dy && beta != 0.0f))
     return tt_ref_act_bwd_mask(b, a, count, dt, mask, dy, dx, beta);
-  nt = tt_cpu_threads_for(b, count);
-  (void)nt;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    size_t lo, hi, c0;
-    float g[CPU_VEC_CHUNK], o[CPU_VEC_CHUNK];
-    cpu_vec_my_share(count, &lo, &hi);
-    for (c0 = lo; c0 < hi; c0 += CPU_VEC_CHUNK) {
-      size_t m = hi - c0 < CPU_VEC_CHUNK ? hi - c0 : CPU_VEC_CHUNK;
-      if (dt == TT_F32) {
-        if (beta == 0.0f) {
-          cpu_ew_unmask_span(mask + c0 / 32u, (const float *)dy + c0, (float *)dx + c0, m);
-        } else {
-          cpu_ew_unmask_span(mask + c0 / 32u, (const float *)dy + c0, g, m);
-          cpu_ew_beta_span(g, (float *)dx + c0, m, beta);
-        }
-        continue;
-      }
-      cpu_vec_bf_widen((const uint16_t *)dy + c0, g, m);
-      if (beta == 0.0f) {
-        cpu_ew_unmask_span(mask + c0 / 32u, g, o, m);
-      } else {
-        cpu_ew_unmask_span(mask + c0 / 32u, g, g, m);
-        cpu_vec_bf_widen((const uint16_t *)dx + c0, o, m);
-        cpu_ew_beta_span(g, o, m, beta);
-      }
-      cpu_vec_bf_round(o, (uint16_t *)dx + c0, m);
-    }
-  }
+  memset(&G, 0, sizeof G);
+  G.mask = mask;
+  cpu_ew_gate_run(b, &G, count, dt, dy, dx, beta);
   return 0;
 }

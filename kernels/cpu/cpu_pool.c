@@ -254,7 +254,7 @@ int tt_cpu_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
  * tables made once per call, so dx = beta*dx + (idx == position ? 0 + dy : 0) needs no division
  * per element; overlapping windows (a 3x3 stride 2 stem) go to the reference's gather. */
 
-#define CPU_POOL_POOL_MAX_SIDE 4096 /* the row and column tables live on the caller's stack */
+#define CPU_POOL_MAX_SIDE 4096 /* the row and column tables live on the caller's stack */
 
 /* The common case, 2x2 windows at stride 2 without padding, a row of windows at a time (inputs
  * rows r0, r1 of fp32; bf16 rows are widened first), vectorised over the windows. */
@@ -304,7 +304,15 @@ static void cpu_pool_unpool_none(float *o, int w, float beta) {
   for (i = 0; i < w; i++) o[i] = beta != 0.0f ? 0.0f + beta * o[i] : 0.0f;
 }
 
-static int cpu_pool_pool_is_2x2(const tt_pool_desc *d) {
+/* The geometry both winner loops need (the caller has checked the strides are positive): a
+ * nonempty NCHW input, padding at most half a window, the output size the windows give. */
+static int cpu_pool_winners_ok(const tt_pool_desc *d) {
+  return d->n > 0 && d->c > 0 && d->h > 0 && d->w > 0 && d->pad_h >= 0 && d->pad_w >= 0 && 2 * d->pad_h <= d->kh &&
+         2 * d->pad_w <= d->kw && d->p == (d->h + 2 * d->pad_h - d->kh) / d->stride_h + 1 &&
+         d->q == (d->w + 2 * d->pad_w - d->kw) / d->stride_w + 1 && d->layout == TT_LAYOUT_NCHW;
+}
+
+static int cpu_pool_is_2x2(const tt_pool_desc *d) {
   return d->kh == 2 && d->kw == 2 && d->stride_h == 2 && d->stride_w == 2 && d->pad_h == 0 && d->pad_w == 0 &&
          d->w <= CPU_VEC_CHUNK && d->p == d->h / 2 && d->q == d->w / 2 && d->p > 0 && d->q > 0;
 }
@@ -360,48 +368,103 @@ static void cpu_pool_unpool2_plane(const tt_pool_desc *d, tt_dtype dt, const uin
   }
 }
 
-int tt_cpu_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx) {
-  ptrdiff_t pl, npl;
-  int nt;
-  if ((dt != TT_F32 && dt != TT_BF16) || !d || !x || !idx || d->n <= 0 || d->c <= 0 || d->kh * d->kw > 256 ||
-      d->h <= 0 || d->w <= 0 || d->p <= 0 || d->q <= 0 || d->stride_h <= 0 || d->stride_w <= 0 || d->pad_h < 0 ||
-      d->pad_w < 0 || 2 * d->pad_h > d->kh || 2 * d->pad_w > d->kw || d->p != (d->h + 2 * d->pad_h - d->kh) / d->stride_h + 1 ||
-      d->q != (d->w + 2 * d->pad_w - d->kw) / d->stride_w + 1 || d->layout != TT_LAYOUT_NCHW)
-    return tt_ref_pool_argmax(b, d, dt, x, idx); /* the reference checks and says why (NHWC: its loops walk c apart) */
-  npl = (ptrdiff_t)d->n * d->c;
-  nt = tt_cpu_threads_for(b, (size_t)npl * (size_t)d->h * (size_t)d->w);
-  (void)nt;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (pl = 0; pl < npl; pl++) {
-    size_t xoff = (size_t)pl * d->h * d->w, yoff = (size_t)pl * d->p * d->q;
-    int oh, ow;
-    if (cpu_pool_pool_is_2x2(d)) {
-      cpu_pool_argmax2_plane(d, dt, x, xoff, idx + yoff);
-      continue;
-    }
-    for (oh = 0; oh < d->p; oh++) {
-      int h0 = oh * d->stride_h - d->pad_h, i0 = h0 < 0 ? -h0 : 0, i1 = h0 + d->kh > d->h ? d->h - h0 : d->kh;
-      for (ow = 0; ow < d->q; ow++) {
-        int w0 = ow * d->stride_w - d->pad_w, j0 = w0 < 0 ? -w0 : 0, j1 = w0 + d->kw > d->w ? d->w - w0 : d->kw;
-        int i, j, r = -1;
-        float best = -INFINITY;
-        for (i = i0; i < i1; i++) {
-          size_t row = xoff + (size_t)(h0 + i) * d->w + (size_t)w0;
-          for (j = j0; j < j1; j++) {
-            float v = dt == TT_F32 ? ((const float *)x)[row + (size_t)j] : tt_bf16_to_f32(((const uint16_t *)x)[row + (size_t)j]);
-            if (r < 0 || v > best || v != v) best = v, r = i * d->kw + j;
-          }
+/* One winner call: pool_argmax's x and idx, or pool_bwd_idx's idx (as cidx), dy, dx, beta and
+ * its row and column tables (cpu_pool_table). */
+typedef struct cpu_pool_job {
+  const tt_pool_desc *d;
+  tt_dtype dt;
+  const void *x;
+  uint8_t *idx;
+  const uint8_t *cidx;
+  const void *dy;
+  void *dx;
+  float beta;
+  const int *rwin, *roff, *cwin, *coff;
+} cpu_pool_job;
+
+/* pool_argmax on the plane at xoff (x) and yoff (idx): each window scanned in raster order */
+static void cpu_pool_argmax_plane(const cpu_pool_job *J, size_t xoff, size_t yoff) {
+  const tt_pool_desc *d = J->d;
+  const tt_dtype dt = J->dt;
+  const void *x = J->x;
+  int oh, ow;
+  if (cpu_pool_is_2x2(d)) {
+    cpu_pool_argmax2_plane(d, dt, x, xoff, J->idx + yoff);
+    return;
+  }
+  for (oh = 0; oh < d->p; oh++) {
+    int h0 = oh * d->stride_h - d->pad_h, i0 = h0 < 0 ? -h0 : 0, i1 = h0 + d->kh > d->h ? d->h - h0 : d->kh;
+    for (ow = 0; ow < d->q; ow++) {
+      int w0 = ow * d->stride_w - d->pad_w, j0 = w0 < 0 ? -w0 : 0, j1 = w0 + d->kw > d->w ? d->w - w0 : d->kw;
+      int i, j, r = -1;
+      float best = -INFINITY;
+      for (i = i0; i < i1; i++) {
+        size_t row = xoff + (size_t)(h0 + i) * d->w + (size_t)w0;
+        for (j = j0; j < j1; j++) {
+          float v = dt == TT_F32 ? ((const float *)x)[row + (size_t)j] : tt_bf16_to_f32(((const uint16_t *)x)[row + (size_t)j]);
+          if (r < 0 || v > best || v != v) best = v, r = i * d->kw + j;
         }
-        idx[yoff + (size_t)oh * d->q + ow] = (uint8_t)(r < 0 ? 0 : r);
+      }
+      J->idx[yoff + (size_t)oh * d->q + ow] = (uint8_t)(r < 0 ? 0 : r);
+    }
+  }
+}
+
+/* pool_bwd_idx on the plane at xoff (dx) and yoff (idx, dy): each input position from its window
+ * and in-window position (the tables) */
+static void cpu_pool_unpool_plane(const cpu_pool_job *J, size_t xoff, size_t yoff) {
+  const tt_pool_desc *d = J->d;
+  const tt_dtype dt = J->dt;
+  const float beta = J->beta;
+  int ih, iw;
+  if (cpu_pool_is_2x2(d)) {
+    cpu_pool_unpool2_plane(d, dt, J->cidx, J->dy, yoff, J->dx, xoff, beta);
+    return;
+  }
+  for (ih = 0; ih < d->h; ih++) {
+    int oh = J->rwin[ih], rb = J->roff[ih] * d->kw;
+    size_t xr = xoff + (size_t)ih * d->w, yr = yoff + (size_t)(oh < 0 ? 0 : oh) * d->q;
+    for (iw = 0; iw < d->w; iw++) {
+      int ow = J->cwin[iw];
+      float acc = 0.0f;
+      if (oh >= 0 && ow >= 0 && J->cidx[yr + (size_t)ow] == rb + J->coff[iw])
+        acc += dt == TT_F32 ? ((const float *)J->dy)[yr + (size_t)ow]
+                            : tt_bf16_to_f32(((const uint16_t *)J->dy)[yr + (size_t)ow]);
+      if (dt == TT_F32) {
+        float *o = (float *)J->dx + xr + (size_t)iw;
+        *o = beta != 0.0f ? acc + beta * *o : acc;
+      } else {
+        uint16_t *o = (uint16_t *)J->dx + xr + (size_t)iw;
+        *o = tt_bf16_from_f32(beta != 0.0f ? acc + beta * tt_bf16_to_f32(*o) : acc);
       }
     }
   }
+}
+
+/* Runs plane over every (sample, channel) plane of J's tensors, a plane per thread at a time */
+static void cpu_pool_planes(tt_backend *b, const cpu_pool_job *J, void (*plane)(const cpu_pool_job *, size_t, size_t)) {
+  const tt_pool_desc *d = J->d;
+  ptrdiff_t pl, npl = (ptrdiff_t)d->n * d->c;
+  int nt = tt_cpu_threads_for(b, (size_t)npl * (size_t)d->h * (size_t)d->w);
+  (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (pl = 0; pl < npl; pl++) plane(J, (size_t)pl * d->h * d->w, (size_t)pl * d->p * d->q);
+}
+
+int tt_cpu_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx) {
+  cpu_pool_job J;
+  if ((dt != TT_F32 && dt != TT_BF16) || !d || !x || !idx || d->kh * d->kw > 256 || d->p <= 0 || d->q <= 0 ||
+      d->stride_h <= 0 || d->stride_w <= 0 || !cpu_pool_winners_ok(d))
+    return tt_ref_pool_argmax(b, d, dt, x, idx); /* the reference checks and says why (NHWC: its loops walk c apart) */
+  memset(&J, 0, sizeof J);
+  J.d = d, J.dt = dt, J.x = x, J.idx = idx;
+  cpu_pool_planes(b, &J, cpu_pool_argmax_plane);
   return 0;
 }
 
 /* For each input row (or column) t of size: the window o it is in (-1: none) and its offset in
  * it, for windows of size k at stride s >= k after padding pad, outs windows. */
-static void cpu_pool_pool_table(int size, int k, int s, int pad, int outs, int *win, int *off) {
+static void cpu_pool_table(int size, int k, int s, int pad, int outs, int *win, int *off) {
   int t;
   for (t = 0; t < size; t++) {
     int u = t + pad, o = u / s, f = u - o * s;
@@ -412,45 +475,17 @@ static void cpu_pool_pool_table(int size, int k, int s, int pad, int outs, int *
 
 int tt_cpu_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx, const void *dy, void *dx,
                         float beta) {
-  ptrdiff_t pl, npl;
-  int nt;
-  int rwin[CPU_POOL_POOL_MAX_SIDE], roff[CPU_POOL_POOL_MAX_SIDE], cwin[CPU_POOL_POOL_MAX_SIDE], coff[CPU_POOL_POOL_MAX_SIDE];
-  if ((dt != TT_F32 && dt != TT_BF16) || !d || !idx || !dy || !dx || d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 ||
-      d->h > CPU_POOL_POOL_MAX_SIDE || d->w > CPU_POOL_POOL_MAX_SIDE || d->stride_h < d->kh || d->stride_w < d->kw ||
-      d->kh <= 0 || d->kw <= 0 || d->pad_h < 0 || d->pad_w < 0 || 2 * d->pad_h > d->kh || 2 * d->pad_w > d->kw ||
-      d->p != (d->h + 2 * d->pad_h - d->kh) / d->stride_h + 1 || d->q != (d->w + 2 * d->pad_w - d->kw) / d->stride_w + 1 ||
-      d->layout != TT_LAYOUT_NCHW)
+  cpu_pool_job J;
+  int rwin[CPU_POOL_MAX_SIDE], roff[CPU_POOL_MAX_SIDE], cwin[CPU_POOL_MAX_SIDE], coff[CPU_POOL_MAX_SIDE];
+  if ((dt != TT_F32 && dt != TT_BF16) || !d || !idx || !dy || !dx || d->h > CPU_POOL_MAX_SIDE ||
+      d->w > CPU_POOL_MAX_SIDE || d->stride_h < d->kh || d->stride_w < d->kw || d->kh <= 0 || d->kw <= 0 ||
+      !cpu_pool_winners_ok(d))
     return tt_ref_pool_bwd_idx(b, d, dt, idx, dy, dx, beta); /* overlapping windows, NHWC, or the reference says why */
-  cpu_pool_pool_table(d->h, d->kh, d->stride_h, d->pad_h, d->p, rwin, roff);
-  cpu_pool_pool_table(d->w, d->kw, d->stride_w, d->pad_w, d->q, cwin, coff);
-  npl = (ptrdiff_t)d->n * d->c;
-  nt = tt_cpu_threads_for(b, (size_t)npl * (size_t)d->h * (size_t)d->w);
-  (void)nt;
-#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-  for (pl = 0; pl < npl; pl++) {
-    size_t xoff = (size_t)pl * d->h * d->w, yoff = (size_t)pl * d->p * d->q;
-    int ih, iw;
-    if (cpu_pool_pool_is_2x2(d)) {
-      cpu_pool_unpool2_plane(d, dt, idx, dy, yoff, dx, xoff, beta);
-      continue;
-    }
-    for (ih = 0; ih < d->h; ih++) {
-      int oh = rwin[ih], rb = roff[ih] * d->kw;
-      size_t xr = xoff + (size_t)ih * d->w, yr = yoff + (size_t)(oh < 0 ? 0 : oh) * d->q;
-      for (iw = 0; iw < d->w; iw++) {
-        int ow = cwin[iw];
-        float acc = 0.0f;
-        if (oh >= 0 && ow >= 0 && idx[yr + (size_t)ow] == rb + coff[iw])
-          acc += dt == TT_F32 ? ((const float *)dy)[yr + (size_t)ow] : tt_bf16_to_f32(((const uint16_t *)dy)[yr + (size_t)ow]);
-        if (dt == TT_F32) {
-          float *o = (float *)dx + xr + (size_t)iw;
-          *o = beta != 0.0f ? acc + beta * *o : acc;
-        } else {
-          uint16_t *o = (uint16_t *)dx + xr + (size_t)iw;
-          *o = tt_bf16_from_f32(beta != 0.0f ? acc + beta * tt_bf16_to_f32(*o) : acc);
-        }
-      }
-    }
-  }
+  cpu_pool_table(d->h, d->kh, d->stride_h, d->pad_h, d->p, rwin, roff);
+  cpu_pool_table(d->w, d->kw, d->stride_w, d->pad_w, d->q, cwin, coff);
+  memset(&J, 0, sizeof J);
+  J.d = d, J.dt = dt, J.cidx = idx, J.dy = dy, J.dx = dx, J.beta = beta;
+  J.rwin = rwin, J.roff = roff, J.cwin = cwin, J.coff = coff;
+  cpu_pool_planes(b, &J, cpu_pool_unpool_plane);
   return 0;
 }
