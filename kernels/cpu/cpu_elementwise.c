@@ -274,7 +274,9 @@ static CPU_VEC_CLONES void cpu_ew_dropout_span(const float *x, float *y, size_t 
   }
 }
 
-/* y = beta*y + x (beta 0: y = x, never reading y), as tt_ref_st_beta */
+/* y = x + beta*y (beta 0: y = x, never reading y), written as tt_ref_st_beta adds (v += beta*old),
+ * the operand order the reference's dropout and mask backward use; cpu_vec_acc_span is
+ * accumulate's beta*y + x (the same sum, kept apart so each op's code stays the reference's) */
 static CPU_VEC_CLONES void cpu_ew_beta_span(const float *x, float *y, size_t n, float beta) {
   size_t i;
   if (beta == 0.0f) {
