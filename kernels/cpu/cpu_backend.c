@@ -1,22 +1,25 @@
-/* kernels/cpu/cpu_backend.c — the oneDNN CPU backend's table and its creation. The oneDNN
- * helper library (engine, building and running calls) is cpu_dnnl.c.
+/* kernels/cpu/cpu_backend.c — the oneDNN CPU backend's table, its creation and the dispatch
+ * by op kind (which ops oneDNN runs, the op file that builds each call, op_workspace and
+ * prepare). The oneDNN helper library (engine, building and running calls) is cpu_dnnl.c.
  *
  * What runs where (tt_cpu_uses_dnnl; the measurements are in each file's header):
  *   oneDNN primitives: convolution forward, backward-data and backward-weights (groups and
- *     depthwise included) and linear (matmul), fp32 and fp16 storage; max and average pooling
- *     in fp32 with dx overwritten; layer norm forward and backward in fp32, GELU (erf and tanh)
- *     forward and backward with dx overwritten in fp32 (cpu_transformer.c);
- *   OpenBLAS and our vectorised softmax (cpu_transformer.c): attention in fp32;
- *   our vectorised loops (cpu_elementwise.c): batch norm, ReLU and ReLU6 forward and
- *     backward, add, accumulate, in fp32 (ReLU, ReLU6, add and accumulate in bf16 too);
- *   our vectorised loops (cpu_bf16.c), fp32 and bf16, bit for bit the reference's: dropout,
- *     global average pooling, input normalisation, the overflow check, the compact saves'
- *     ReLU/ReLU6 bit masks and max-pool winners (NCHW; the backward from winners for windows that
- *     do not overlap), and the fp32 <-> bf16 casts (the weight copies of a bf16 step);
+ *     depthwise included) and linear (matmul), fp32 and fp16 storage (cpu_conv.c,
+ *     cpu_linear.c); max and average pooling in fp32 with dx overwritten (cpu_pool.c); layer
+ *     norm forward and backward in fp32 (cpu_layernorm.c), GELU (erf and tanh) forward and
+ *     backward with dx overwritten in fp32 (cpu_elementwise.c);
+ *   OpenBLAS and our vectorised softmax (cpu_attention.c): attention in fp32;
+ *   our vectorised loops (cpu_bn.c): batch norm in fp32, bf16 and fp16 storage;
+ *   our vectorised loops, fp32 and bf16, bit for bit the reference's: ReLU and ReLU6 forward
+ *     and backward, add, accumulate, dropout, input normalisation, the compact saves' ReLU/ReLU6
+ *     bit masks and the fp32 <-> bf16 casts (the weight copies of a bf16 step)
+ *     (cpu_elementwise.c); global average pooling and the compact saves' max-pool winners
+ *     (NCHW; the backward from winners for windows that do not overlap) (cpu_pool.c); the
+ *     overflow check (cpu_loss_optim.c);
  *   the reference loops (kernels/ref/): everything else (patch tokens, token pooling,
  *     fp16 attention, layer norm and GELU; SiLU, concat, softmax cross-entropy, the other
  *     casts, optimizer updates, the backward from overlapping max-pool winners; the fp16
- *     forms of the ops above) and the fp16 forms of batch norm, pooling and activations, and
+ *     forms of the ops above) and the fp16 forms of pooling and activations, and
  *     pooling with dx added into (oneDNN 2.6 has no f16 kernels on CPUs without AVX512-FP16 and no
  *     accumulating backward; these cases are memory-bound and rare).
  *
@@ -72,6 +75,84 @@ const char *tt_cpu_backend_threading(void) {
   }
 }
 
+/* ---- the dispatch by op kind ---- */
+
+int tt_cpu_uses_dnnl(const tt_op_desc *op) {
+  switch (op->kind) {
+    case TT_OP_CONV_FWD:
+    case TT_OP_CONV_BWD_DATA:
+    case TT_OP_CONV_BWD_FILTER:
+    case TT_OP_LINEAR_FWD:
+    case TT_OP_LINEAR_BWD_DATA:
+    case TT_OP_LINEAR_BWD_FILTER: return 1;
+    case TT_OP_POOL_FWD:
+    case TT_OP_POOL_BWD: return tt_cpu_pool_dnnl(op);
+    /* cpu_layernorm.c: layer norm in fp32; cpu_elementwise.c: GELU in fp32 with dx overwritten (no workspace) */
+    case TT_OP_LN_FWD:
+    case TT_OP_LN_BWD: return op->dt == TT_F32;
+    case TT_OP_ACT_FWD:
+    case TT_OP_ACT_BWD:
+      return op->dt == TT_F32 && (op->u.act.act == TT_ACT_GELU_ERF || op->u.act.act == TT_ACT_GELU_TANH) &&
+             op->u.act.count > 0 && !(op->kind == TT_OP_ACT_BWD && op->accumulate);
+    default: return 0;
+  }
+}
+
+/* The op file that builds kind's oneDNN call; NULL for a kind oneDNN never runs here. */
+static tt_cpu_build_fn cpu_be_builder(tt_op_kind kind) {
+  switch (kind) {
+    case TT_OP_CONV_FWD:
+    case TT_OP_CONV_BWD_DATA:
+    case TT_OP_CONV_BWD_FILTER: return tt_cpu_conv_build;
+    case TT_OP_LINEAR_FWD:
+    case TT_OP_LINEAR_BWD_DATA:
+    case TT_OP_LINEAR_BWD_FILTER: return tt_cpu_linear_build;
+    case TT_OP_LN_FWD:
+    case TT_OP_LN_BWD: return tt_cpu_ln_build;
+    case TT_OP_ACT_FWD:
+    case TT_OP_ACT_BWD: return tt_cpu_gelu_build;
+    case TT_OP_POOL_FWD:
+    case TT_OP_POOL_BWD: return tt_cpu_pool_build;
+    default: return NULL;
+  }
+}
+
+const tt_cpu_call *tt_cpu_get(tt_backend *b, const tt_op_desc *op) {
+  return tt_cpu_dnnl_get(b, op, cpu_be_builder(op->kind));
+}
+
+size_t tt_cpu_op_workspace(tt_backend *b, const tt_op_desc *op) {
+  tt_op_desc k;
+  size_t bytes;
+  if (!op) return tt_ref_fail(b, "op_workspace: NULL op"), TT_WS_ERROR;
+  /* attention (cpu_attention.c) and fp16 layer norm answer as the reference backend does */
+  if (op->kind == TT_OP_ATTN_FWD || op->kind == TT_OP_ATTN_BWD ||
+      ((op->kind == TT_OP_LN_FWD || op->kind == TT_OP_LN_BWD) && op->dt != TT_F32))
+    return tt_ref_op_workspace(b, op);
+  /* batch norm runs our loops (cpu_bn.c): NHWC rows keep per-block partial sums */
+  if (op->kind == TT_OP_BN_FWD_TRAIN || op->kind == TT_OP_BN_BWD) return tt_cpu_bn_workspace(op);
+  /* a backward 1x1 strided convolution may run as its sampled pixels' matmul (cpu_conv.c) */
+  if ((op->kind == TT_OP_CONV_BWD_DATA || op->kind == TT_OP_CONV_BWD_FILTER) &&
+      (bytes = tt_cpu_conv_strided_workspace(b, op)) != 0)
+    return bytes;
+  tt_cpu_key(op, &k);
+  if (!tt_cpu_uses_dnnl(&k)) return 0;
+  /* layer norm backward: the most either form needs (dx added into takes an fp32 copy), as
+   * linear_workspace answers, so a caller that leaves accumulate unset still plans enough */
+  if (k.kind == TT_OP_LN_BWD) k.accumulate = 1;
+  return tt_cpu_dnnl_size(b, &k, cpu_be_builder(k.kind));
+}
+
+int tt_cpu_prepare(tt_backend *b, const tt_op_desc *ops, int nops) {
+  int i;
+  for (i = 0; i < nops; i++) {
+    tt_op_desc k;
+    tt_cpu_key(&ops[i], &k);
+    if (tt_cpu_uses_dnnl(&k) && !tt_cpu_dnnl_get(b, &k, cpu_be_builder(k.kind))) return -1;
+  }
+  return 0;
+}
+
 /* The CPU backend's table: host memory and the plain-loop ops are the reference backend's
  * (ref.h), the rest ours. Positional, in backend.h's field order (the amalgamation compiles this
  * file as C++ too); impl is each backend's own (tt_cpu_backend_create). */
@@ -116,7 +197,7 @@ tt_backend *tt_cpu_backend_create(int threads) {
     return NULL;
   }
   tt_ref_state_init(&st->ref, threads);
-  st->ref.nhwc_pool = 1; /* the reference pooling loops run here on NHWC too (cpu_norm.c) */
+  st->ref.nhwc_pool = 1; /* the reference pooling loops run here on NHWC too (cpu_pool.c) */
   st->chunk_bytes = TT_CPU_CHUNK_BYTES;
   {
     const char *env = getenv("TINYTRAIN_CPU_CHUNK_BYTES");

@@ -477,7 +477,7 @@ int tt_cpu_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const voi
   if (!d) return tt_ref_fail(b, "conv_fwd: NULL conv desc");
   if (!x || !w || !y) return tt_ref_fail(b, "conv_fwd: NULL x, w or y");
   cpu_conv_op(&op, TT_OP_CONV_FWD, d, dt, bias != NULL, 0);
-  if (!(c = tt_cpu_get(b, &op))) return -1;
+  if (!(c = tt_cpu_dnnl_get(b, &op, tt_cpu_conv_build))) return -1;
   ptrs[0] = (void *)x, ptrs[1] = (void *)w, ptrs[2] = (void *)bias, ptrs[3] = y;
   return tt_cpu_run(b, c, ptrs, ws, ws_bytes, 0.0f, 0.0f);
 }
@@ -492,7 +492,7 @@ int tt_cpu_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, cons
   if (!dy || !w || !dx) return tt_ref_fail(b, "conv_bwd_data: NULL dy, w or dx");
   cpu_conv_op(&op, TT_OP_CONV_BWD_DATA, d, dt, 0, beta != 0.0f);
   if (cpu_conv_strided_mm(b, &op, &inner)) return cpu_conv_strided_run(b, &op, &inner, NULL, dy, w, dx, NULL, NULL, beta, ws, ws_bytes);
-  if (!(c = tt_cpu_get(b, &op))) return -1;
+  if (!(c = tt_cpu_dnnl_get(b, &op, tt_cpu_conv_build))) return -1;
   ptrs[0] = (void *)dy, ptrs[1] = (void *)w, ptrs[2] = dx;
   return tt_cpu_run(b, c, ptrs, ws, ws_bytes, beta, 0.0f);
 }
@@ -507,7 +507,7 @@ int tt_cpu_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, co
   if (!x || !dy || !dw) return tt_ref_fail(b, "conv_bwd_filter: NULL x, dy or dw");
   cpu_conv_op(&op, TT_OP_CONV_BWD_FILTER, d, dt, db != NULL, 0);
   if (cpu_conv_strided_mm(b, &op, &inner)) return cpu_conv_strided_run(b, &op, &inner, x, dy, NULL, NULL, dw, db, beta, ws, ws_bytes);
-  if (!(c = tt_cpu_get(b, &op))) return -1;
+  if (!(c = tt_cpu_dnnl_get(b, &op, tt_cpu_conv_build))) return -1;
   ptrs[0] = (void *)x, ptrs[1] = (void *)dy, ptrs[2] = dw, ptrs[3] = db;
   if (tt_cpu_run(b, c, ptrs, ws, ws_bytes, 0.0f, beta)) return -1;
   /* the matmul form has no bias gradient: db sums dy [n*p*q, k] (NHWC) per channel, in fixed order */
@@ -518,6 +518,6 @@ int tt_cpu_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, co
 int tt_cpu_conv_is_matmul(tt_backend *b, const tt_op_desc *op) {
   tt_conv_desc inner;
   if (cpu_conv_strided_mm(b, op, &inner)) return 1; /* the sampled pixels' matmul */
-  const tt_cpu_call *c = tt_cpu_get(b, op);
+  const tt_cpu_call *c = tt_cpu_dnnl_get(b, op, tt_cpu_conv_build);
   return c ? c->mm : -1;
 }

@@ -1,14 +1,16 @@
 /* kernels/cpu/cpu_dnnl.c — the oneDNN helper library of the CPU backend: the engine and stream,
  * status checks, building a call (primitives, reorders, the workspace layout; see
- * cpu_internal.h), the tables of built calls and workspace answers, and running a call. The
- * backend's table is in cpu_backend.c; the op files (cpu_conv.c, cpu_linear.c, cpu_norm.c)
- * describe the calls.
+ * cpu_internal.h), the tables of built calls and workspace answers, running a call and writing
+ * its results back (tt_cpu_combine). It knows no op family: the op files (cpu_conv.c,
+ * cpu_linear.c, cpu_pool.c, cpu_layernorm.c, cpu_elementwise.c) describe their calls and pass
+ * their build function in; the backend's table and its dispatch by op kind are cpu_backend.c.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cpu_internal.h"
+#include "cpu_vec.h"
 
 #define CPU_DNNL_ALIGN ((size_t)64)
 
@@ -257,30 +259,9 @@ void tt_cpu_free_call(tt_cpu_call *c) {
   free(c);
 }
 
-int tt_cpu_uses_dnnl(const tt_op_desc *op) {
-  switch (op->kind) {
-    case TT_OP_CONV_FWD:
-    case TT_OP_CONV_BWD_DATA:
-    case TT_OP_CONV_BWD_FILTER:
-    case TT_OP_LINEAR_FWD:
-    case TT_OP_LINEAR_BWD_DATA:
-    case TT_OP_LINEAR_BWD_FILTER: return 1;
-    /* pooling: fp32, and bf16 where oneDNN has bf16 kernels (fp16 converts in the reference loops) */
-    case TT_OP_POOL_FWD: return op->dt == TT_F32 || tt_cpu_compute_type(op->dt) == dnnl_bf16;
-    case TT_OP_POOL_BWD: return (op->dt == TT_F32 || tt_cpu_compute_type(op->dt) == dnnl_bf16) && !op->accumulate;
-    /* cpu_transformer.c: layer norm in fp32; GELU in fp32 with dx overwritten (no workspace) */
-    case TT_OP_LN_FWD:
-    case TT_OP_LN_BWD: return op->dt == TT_F32;
-    case TT_OP_ACT_FWD:
-    case TT_OP_ACT_BWD:
-      return op->dt == TT_F32 && (op->u.act.act == TT_ACT_GELU_ERF || op->u.act.act == TT_ACT_GELU_TANH) &&
-             op->u.act.count > 0 && !(op->kind == TT_OP_ACT_BWD && op->accumulate);
-    default: return 0;
-  }
-}
-
-/* Builds the call for op into a new tt_cpu_call (create == 0: sizes only). */
-static tt_cpu_call *cpu_dnnl_build(tt_backend *b, const tt_op_desc *op, int create) {
+/* Builds the call for op into a new tt_cpu_call with the op file's build function (create == 0:
+ * sizes only). */
+static tt_cpu_call *cpu_dnnl_build(tt_backend *b, const tt_op_desc *op, tt_cpu_build_fn build, int create) {
   tt_cpu_call *c = (tt_cpu_call *)calloc(1, sizeof *c);
   tt_cpu_build bd;
   int rc;
@@ -292,21 +273,7 @@ static tt_cpu_call *cpu_dnnl_build(tt_backend *b, const tt_op_desc *op, int crea
   snprintf(c->what, sizeof c->what, "op %d", (int)op->kind);
   bd.b = b, bd.c = c, bd.create = create;
   tt_cpu_enter(b);
-  switch (op->kind) {
-    case TT_OP_CONV_FWD:
-    case TT_OP_CONV_BWD_DATA:
-    case TT_OP_CONV_BWD_FILTER: rc = tt_cpu_conv_build(&bd, op); break;
-    case TT_OP_LINEAR_FWD:
-    case TT_OP_LINEAR_BWD_DATA:
-    case TT_OP_LINEAR_BWD_FILTER: rc = tt_cpu_linear_build(&bd, op); break;
-    case TT_OP_LN_FWD:
-    case TT_OP_LN_BWD: rc = tt_cpu_ln_build(&bd, op); break;
-    case TT_OP_ACT_FWD:
-    case TT_OP_ACT_BWD: rc = tt_cpu_gelu_build(&bd, op); break;
-    case TT_OP_POOL_FWD:
-    case TT_OP_POOL_BWD: rc = tt_cpu_pool_build(&bd, op); break;
-    default: rc = tt_ref_fail(b, "internal error: no oneDNN call for op kind %d", (int)op->kind); break;
-  }
+  rc = build ? build(&bd, op) : tt_ref_fail(b, "internal error: no oneDNN call for op kind %d", (int)op->kind);
   if (!rc) rc = cpu_dnnl_finish(&bd);
   if (rc) {
     tt_cpu_free_call(c);
@@ -395,9 +362,7 @@ static int cpu_dnnl_put_size(tt_backend *b, const tt_op_desc *op, uint64_t h, si
   return 0;
 }
 
-/* A copy of op with every byte the desc does not use zeroed, so equal calls hash equal even
- * when a caller filled the struct field by field. */
-static void cpu_dnnl_key(const tt_op_desc *op, tt_op_desc *k) {
+void tt_cpu_key(const tt_op_desc *op, tt_op_desc *k) {
   memset(k, 0, sizeof *k);
   k->kind = op->kind, k->dt = op->dt;
   switch (op->kind) {
@@ -433,7 +398,7 @@ static void cpu_dnnl_key(const tt_op_desc *op, tt_op_desc *k) {
       k->accumulate = op->kind == TT_OP_ACT_BWD && op->accumulate;
       break;
     case TT_OP_LN_FWD:
-    case TT_OP_LN_BWD: /* backward runs with eps = 0 on 1/invstd^2 (cpu_transformer.c): eps is not its key */
+    case TT_OP_LN_BWD: /* backward runs with eps = 0 on 1/invstd^2 (cpu_layernorm.c): eps is not its key */
       k->u.ln.rows = op->u.ln.rows, k->u.ln.f = op->u.ln.f, k->u.ln.eps = op->kind == TT_OP_LN_FWD ? op->u.ln.eps : 0.0f;
       k->accumulate = op->kind == TT_OP_LN_BWD && op->accumulate;
       break;
@@ -441,47 +406,29 @@ static void cpu_dnnl_key(const tt_op_desc *op, tt_op_desc *k) {
   }
 }
 
-size_t tt_cpu_op_workspace(tt_backend *b, const tt_op_desc *op) {
+size_t tt_cpu_dnnl_size(tt_backend *b, const tt_op_desc *k, tt_cpu_build_fn build) {
   tt_cpu_state *st = tt_cpu_st(b);
-  tt_op_desc k;
+  uint64_t h = cpu_dnnl_hash(k);
   tt_cpu_call *c;
   tt_cpu_size *z;
-  uint64_t h;
   size_t bytes;
-  if (!op) return tt_ref_fail(b, "op_workspace: NULL op"), TT_WS_ERROR;
-  /* attention (cpu_transformer.c) and fp16 layer norm answer as the reference backend does */
-  if (op->kind == TT_OP_ATTN_FWD || op->kind == TT_OP_ATTN_BWD ||
-      ((op->kind == TT_OP_LN_FWD || op->kind == TT_OP_LN_BWD) && op->dt != TT_F32))
-    return tt_ref_op_workspace(b, op);
-  /* batch norm runs our loops (cpu_elementwise.c): NHWC rows keep per-block partial sums */
-  if (op->kind == TT_OP_BN_FWD_TRAIN || op->kind == TT_OP_BN_BWD) return tt_cpu_bn_workspace(op);
-  /* a backward 1x1 strided convolution may run as its sampled pixels' matmul (cpu_conv.c) */
-  if ((op->kind == TT_OP_CONV_BWD_DATA || op->kind == TT_OP_CONV_BWD_FILTER) &&
-      (bytes = tt_cpu_conv_strided_workspace(b, op)) != 0)
-    return bytes;
-  cpu_dnnl_key(op, &k);
-  if (!tt_cpu_uses_dnnl(&k)) return 0;
-  /* layer norm backward: the most either form needs (dx added into takes an fp32 copy), as
-   * linear_workspace answers, so a caller that leaves accumulate unset still plans enough */
-  if (k.kind == TT_OP_LN_BWD) k.accumulate = 1;
-  h = cpu_dnnl_hash(&k);
-  if ((c = cpu_dnnl_find_call(st, &k, h)) != NULL) return c->ws_bytes;
-  if ((z = cpu_dnnl_find_size(st, &k, h)) != NULL) return z->bytes;
-  c = cpu_dnnl_build(b, &k, 0);
+  if ((c = cpu_dnnl_find_call(st, k, h)) != NULL) return c->ws_bytes;
+  if ((z = cpu_dnnl_find_size(st, k, h)) != NULL) return z->bytes;
+  c = cpu_dnnl_build(b, k, build, 0);
   if (!c) return TT_WS_ERROR; /* cpu_dnnl_build recorded why (backend.h: never 0 for a failure) */
   bytes = c->ws_bytes;
   tt_cpu_free_call(c);
-  cpu_dnnl_put_size(b, &k, h, bytes);
+  cpu_dnnl_put_size(b, k, h, bytes);
   return bytes;
 }
 
 /* The built call for k (a normalised key), building it if needed. */
-static const tt_cpu_call *cpu_dnnl_call(tt_backend *b, const tt_op_desc *k) {
+static const tt_cpu_call *cpu_dnnl_call(tt_backend *b, const tt_op_desc *k, tt_cpu_build_fn build) {
   tt_cpu_state *st = tt_cpu_st(b);
   uint64_t h = cpu_dnnl_hash(k);
   tt_cpu_call *c = cpu_dnnl_find_call(st, k, h);
   if (c) return c;
-  c = cpu_dnnl_build(b, k, 1);
+  c = cpu_dnnl_build(b, k, build, 1);
   if (!c) return NULL;
   c->hash = h;
   if (cpu_dnnl_put_call(b, c)) {
@@ -491,20 +438,10 @@ static const tt_cpu_call *cpu_dnnl_call(tt_backend *b, const tt_op_desc *k) {
   return c;
 }
 
-const tt_cpu_call *tt_cpu_get(tt_backend *b, const tt_op_desc *op) {
+const tt_cpu_call *tt_cpu_dnnl_get(tt_backend *b, const tt_op_desc *op, tt_cpu_build_fn build) {
   tt_op_desc k;
-  cpu_dnnl_key(op, &k);
-  return cpu_dnnl_call(b, &k);
-}
-
-int tt_cpu_prepare(tt_backend *b, const tt_op_desc *ops, int nops) {
-  int i;
-  for (i = 0; i < nops; i++) {
-    tt_op_desc k;
-    cpu_dnnl_key(&ops[i], &k);
-    if (tt_cpu_uses_dnnl(&k) && !cpu_dnnl_call(b, &k)) return -1;
-  }
-  return 0;
+  tt_cpu_key(op, &k);
+  return cpu_dnnl_call(b, &k, build);
 }
 
 /* ---- running a call ---- */
@@ -553,6 +490,40 @@ static int cpu_dnnl_stage_in(tt_backend *b, const tt_cpu_call *c, const tt_cpu_t
   }
   if (t->reorder) return cpu_dnnl_reorder(b, c, t, plain, (char *)ws + t->off, ws);
   return 0;
+}
+
+/* ---- writing a primitive's result back (cpu_internal.h: tt_cpu_combine) ---- */
+
+void tt_cpu_combine(tt_backend *b, tt_dtype dt, tt_dtype sdt, const void *x, void *y, size_t count, float beta) {
+  int nt = tt_cpu_threads_for(b, count);
+  const float *xf = (const float *)x;
+  if (beta == 0.0f && sdt == dt && (dt == TT_F32 || dt == TT_BF16)) {
+    cpu_vec_copy(nt, count, tt_dtype_size(dt), x, y);
+    return;
+  }
+  (void)nt;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    size_t lo, hi, c0, i;
+    float a[CPU_VEC_CHUNK], o[CPU_VEC_CHUNK];
+    cpu_vec_my_share(count, &lo, &hi);
+    if (dt == TT_F32 && sdt == TT_F32) { /* y = beta*y + x */
+      if (hi > lo) cpu_vec_acc_span(xf + lo, (float *)y + lo, hi - lo, beta);
+    } else if (dt != TT_BF16 || (sdt != TT_F32 && sdt != TT_BF16)) { /* fp16: the reference's loads and stores */
+      for (i = lo; i < hi; i++) tt_ref_st_beta(dt, y, i, tt_ref_ld(sdt, x, i), beta);
+    } else if (beta == 0.0f) { /* fp32 into bf16 */
+      if (hi > lo) cpu_vec_bf_round(xf + lo, (uint16_t *)y + lo, hi - lo);
+    } else {
+      for (c0 = lo; c0 < hi; c0 += CPU_VEC_CHUNK) {
+        size_t m = cpu_vec_chunk(c0, hi);
+        const float *src = xf + c0;
+        if (sdt == TT_BF16) cpu_vec_bf_widen((const uint16_t *)x + c0, a, m), src = a;
+        cpu_vec_bf_widen((const uint16_t *)y + c0, o, m);
+        cpu_vec_acc_span(src, o, m, beta);
+        cpu_vec_bf_round(o, (uint16_t *)y + c0, m);
+      }
+    }
+  }
 }
 
 /* Writes output tensor t back to the caller (beta: 0 overwrites, else added into). */

@@ -25,8 +25,15 @@
  * backend's count first (tt_cpu_enter), so primitives are built and run with the same count
  * and, oneDNN's reductions being statically partitioned, give bit-identical results run to run.
  *
+ * Files: one op family per file, named as in the other backends (cpu_conv, cpu_linear, cpu_bn,
+ * cpu_pool, cpu_elementwise, cpu_attention, cpu_layernorm, cpu_loss_optim); cpu_backend.c is the
+ * table and the dispatch by op kind, cpu_dnnl.c the oneDNN helper library (it knows no family:
+ * the families pass it their build functions), cpu_vec.h what the vectorised loops share.
+ * Dependencies run one way: cpu_backend.c -> the families -> cpu_dnnl.c, cpu_vec.h.
+ *
  * Names: functions shared between the CPU files start tt_cpu_; file-static helpers start with
- * the file's prefix (cpu_be_, cpu_dnnl_, cpu_conv_, cpu_lin_, cpu_norm_, cpu_tf_).
+ * the file's prefix (cpu_be_, cpu_dnnl_, cpu_conv_, cpu_lin_, cpu_bn_, cpu_pool_, cpu_ew_,
+ * cpu_attn_, cpu_ln_, cpu_lo_; cpu_vec_ in cpu_vec.h).
  */
 #ifndef TT_CPU_INTERNAL_H
 #define TT_CPU_INTERNAL_H
@@ -156,10 +163,6 @@ int tt_cpu_check(tt_backend *b, dnnl_status_t s, const char *what, const char *c
  * call and recorded size (safe on a state that was never opened). */
 int tt_cpu_dnnl_open(tt_backend *b);
 void tt_cpu_dnnl_close(tt_cpu_state *st);
-/* The table's op_workspace and prepare: oneDNN calls are built (or sized) and cached by their
- * normalised desc; the ops oneDNN does not run need no workspace. */
-size_t tt_cpu_op_workspace(tt_backend *b, const tt_op_desc *op);
-int tt_cpu_prepare(tt_backend *b, const tt_op_desc *ops, int nops);
 void tt_cpu_free_call(tt_cpu_call *c);
 
 /* ---- building a call (cpu_dnnl.c) ----
@@ -171,6 +174,20 @@ typedef struct tt_cpu_build {
   tt_cpu_call *c;
   int create;      /* 0: only sizes are wanted (op_workspace) */
 } tt_cpu_build;
+
+/* An op file's description of the call for op (create == 0: sizes only): 0, or -1 with the
+ * error set. */
+typedef int (*tt_cpu_build_fn)(tt_cpu_build *bd, const tt_op_desc *op);
+
+/* k = op with every byte the desc does not use zeroed (the cache key), so equal calls hash
+ * equal even when a caller filled the struct field by field. */
+void tt_cpu_key(const tt_op_desc *op, tt_op_desc *k);
+/* The call for op (keyed by tt_cpu_key), built now with build if it was not built before; NULL
+ * with last_error set. */
+const tt_cpu_call *tt_cpu_dnnl_get(tt_backend *b, const tt_op_desc *op, tt_cpu_build_fn build);
+/* The workspace of the call for k (already a key): the built call's, or sized with build and
+ * remembered; TT_WS_ERROR with last_error set. */
+size_t tt_cpu_dnnl_size(tt_backend *b, const tt_op_desc *k, tt_cpu_build_fn build);
 
 /* A plain-layout memory desc (tag: dnnl_nchw, dnnl_ab, dnnl_ba, dnnl_x, ...) in fp32;
  * tt_cpu_md_dt in data type t. */
@@ -202,9 +219,14 @@ int tt_cpu_share_tensor(tt_cpu_build *bd, tt_cpu_variant *v, int stage, int arg,
 int tt_cpu_run(tt_backend *b, const tt_cpu_call *c, void *const *ptrs, void *ws, size_t ws_bytes, float beta_act,
                float beta_grad);
 
+/* ---- the dispatch by op kind (cpu_backend.c) ---- */
+/* The table's op_workspace and prepare: oneDNN calls are built (or sized) and cached by their
+ * normalised desc; the ops oneDNN does not run need no workspace (batch norm's NHWC rows aside). */
+size_t tt_cpu_op_workspace(tt_backend *b, const tt_op_desc *op);
+int tt_cpu_prepare(tt_backend *b, const tt_op_desc *ops, int nops);
 /* The call for op (built now if it was not prepared), or NULL with last_error set. */
 const tt_cpu_call *tt_cpu_get(tt_backend *b, const tt_op_desc *op);
-/* Whether this backend runs op with oneDNN (else: the reference loops, no workspace). */
+/* Whether this backend runs op with oneDNN (else: our loops or the reference's). */
 int tt_cpu_uses_dnnl(const tt_op_desc *op);
 
 /* ---- the op files: build one call (create == 0: sizes only) ---- */
@@ -213,11 +235,10 @@ int tt_cpu_linear_build(tt_cpu_build *bd, const tt_op_desc *op);
 int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op);
 int tt_cpu_ln_build(tt_cpu_build *bd, const tt_op_desc *op);
 int tt_cpu_gelu_build(tt_cpu_build *bd, const tt_op_desc *op);
-/* cpu_transformer.c: GELU in fp32 with dx overwritten on oneDNN (the act entries' GELU cases) */
-int tt_cpu_gelu_fwd(tt_backend *b, tt_act a, size_t count, const float *x, float *y);
-int tt_cpu_gelu_bwd(tt_backend *b, tt_act a, size_t count, const float *x, const float *dy, float *dx);
+/* cpu_pool.c: whether oneDNN runs a pooling op (tt_cpu_uses_dnnl's pooling cases) */
+int tt_cpu_pool_dnnl(const tt_op_desc *op);
 
-/* ---- cpu_elementwise.c: batch norm's loops, fp32, bf16 and fp16 storage (computed in fp32,
+/* ---- cpu_bn.c: batch norm's loops, fp32, bf16 and fp16 storage (computed in fp32,
  * rounded once on store), x [n, c, hw]: per channel over planes when hw > 1 (NCHW), by fixed
  * blocks of rows when hw == 1 (NHWC as [N*H*W, c, 1]); bits depend on the shape, never on the
  * thread count. The forward's mode says which statistics it normalises with:
@@ -280,7 +301,7 @@ int tt_cpu_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const voi
                    float beta);
 int tt_cpu_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y);
 int tt_cpu_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta);
-/* y (count elements of dt) = beta*y + x (x of sdt: fp32, or bf16 when dt is bf16 too); beta == 0
+/* cpu_dnnl.c: y (count elements of dt) = beta*y + x (x of sdt: fp32, or bf16 when dt is bf16 too); beta == 0
  * overwrites, NaNs included. Rounds as the reference's tt_ref_st_beta does: a primitive's result
  * written back into a gradient. */
 void tt_cpu_combine(tt_backend *b, tt_dtype dt, tt_dtype sdt, const void *x, void *y, size_t count, float beta);
@@ -300,7 +321,9 @@ int tt_cpu_ln_bwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, co
                   const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbeta,
                   float beta_dx, float beta_param, void *ws, size_t ws_bytes);
 
-/* ---- cpu_bf16.c: fp32 and bf16, the reference's bits (fp16 and the rest: the reference) ---- */
+/* ---- our loops in fp32 and bf16, the reference's bits (fp16 and the rest: the reference):
+ * cpu_elementwise.c (cast, dropout, normalize_u8, act_mask, act_bwd_mask), cpu_pool.c (gap,
+ * pool_argmax, pool_bwd_idx), cpu_loss_optim.c (check_finite) ---- */
 int tt_cpu_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst);
 int tt_cpu_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y);
 int tt_cpu_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy, void *dx,

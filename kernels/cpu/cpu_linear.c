@@ -121,7 +121,7 @@ int tt_cpu_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const 
   void *ptrs[4];
   if (!x || !w || !y) return tt_ref_fail(b, "linear_fwd: NULL x, w or y");
   cpu_lin_op(&op, TT_OP_LINEAR_FWD, n, in, out, dt, bias != NULL, 0);
-  if (!(c = tt_cpu_get(b, &op))) return -1;
+  if (!(c = tt_cpu_dnnl_get(b, &op, tt_cpu_linear_build))) return -1;
   ptrs[0] = (void *)x, ptrs[1] = (void *)w, ptrs[2] = (void *)bias, ptrs[3] = y;
   return tt_cpu_run(b, c, ptrs, ws, ws_bytes, 0.0f, 0.0f);
 }
@@ -133,7 +133,7 @@ int tt_cpu_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, c
   void *ptrs[3];
   if (!dy || !w || !dx) return tt_ref_fail(b, "linear_bwd_data: NULL dy, w or dx");
   cpu_lin_op(&op, TT_OP_LINEAR_BWD_DATA, n, in, out, dt, 0, beta != 0.0f);
-  if (!(c = tt_cpu_get(b, &op))) return -1;
+  if (!(c = tt_cpu_dnnl_get(b, &op, tt_cpu_linear_build))) return -1;
   ptrs[0] = (void *)dy, ptrs[1] = (void *)w, ptrs[2] = dx;
   return tt_cpu_run(b, c, ptrs, ws, ws_bytes, beta, 0.0f);
 }
@@ -145,7 +145,7 @@ int tt_cpu_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt,
   void *ptrs[3];
   if (!x || !dy || !dw) return tt_ref_fail(b, "linear_bwd_filter: NULL x, dy or dw");
   cpu_lin_op(&op, TT_OP_LINEAR_BWD_FILTER, n, in, out, dt, db != NULL, 0);
-  if (!(c = tt_cpu_get(b, &op))) return -1;
+  if (!(c = tt_cpu_dnnl_get(b, &op, tt_cpu_linear_build))) return -1;
   ptrs[0] = (void *)dy, ptrs[1] = (void *)x, ptrs[2] = dw;
   if (tt_cpu_run(b, c, ptrs, ws, ws_bytes, 0.0f, beta)) return -1;
   if (db) tt_ref_channel_sum(b, n, out, 1, dt, dy, db, beta);
