@@ -22,6 +22,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The greedy pass's filter (arena_meets) takes four blocks at a time where SSE2 is there (every
+ * x86-64), with the same answer as the scalar loop; the CUDA compiler's host pass and other
+ * machines run the scalar loop. */
+#if defined(__SSE2__) && !defined(__CUDACC__)
+#include <emmintrin.h>
+#define ARENA_SSE2 1
+#endif
+
 /* A storage block: one buffer, or one accepted alias chain. */
 typedef struct arena_item {
   size_t size, align;
@@ -211,13 +219,45 @@ typedef struct arena_placed {
   int count;
 } arena_placed;
 
+/* The placed blocks whose lifetimes meet [f, l] (last[k] >= f and first[k] <= l, k < cnt), in
+ * index order, into sel (room for cnt + 3: the vector loop stores four at a time); their count.
+ * This is the O(n^2) part of planning, run for every block of every greedy pass: branch-free,
+ * since the answer is unpredictable, and reading only the dense first/last arrays. */
+static int arena_meets(const int *first, const int *last, int cnt, int f, int l, int *sel) {
+  int k = 0, ns = 0;
+#ifdef ARENA_SSE2
+  /* lane[bits]: the set bits' positions, lowest first; pop[bits]: how many */
+  static const int lane[16][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}, {1, 0, 0, 0}, {0, 1, 0, 0}, {2, 0, 0, 0}, {0, 2, 0, 0},
+                                  {1, 2, 0, 0}, {0, 1, 2, 0}, {3, 0, 0, 0}, {0, 3, 0, 0}, {1, 3, 0, 0}, {0, 1, 3, 0},
+                                  {2, 3, 0, 0}, {0, 2, 3, 0}, {1, 2, 3, 0}, {0, 1, 2, 3}};
+  static const unsigned char pop[16] = {0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4};
+  __m128i vf = _mm_set1_epi32(f - 1), vl = _mm_set1_epi32(l); /* f >= 0: no overflow */
+  for (; k + 4 <= cnt; k += 4) {
+    __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(last + k));
+    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(first + k));
+    __m128i m = _mm_andnot_si128(_mm_cmpgt_epi32(b, vl), _mm_cmpgt_epi32(a, vf));
+    int bits = _mm_movemask_ps(_mm_castsi128_ps(m));
+    __m128i idx = _mm_add_epi32(_mm_set1_epi32(k), _mm_loadu_si128((const __m128i *)(const void *)lane[bits]));
+    _mm_storeu_si128((__m128i *)(void *)(sel + ns), idx);
+    ns += pop[bits];
+  }
+#endif
+  for (; k < cnt; k++) {
+    sel[ns] = k;
+    ns += (last[k] >= f) & (first[k] <= l);
+  }
+  return ns;
+}
+
 /* Greedy offset assignment: takes blocks in `order`, and puts each into the gap that best
  * fits it (best_fit = 1: smallest gap that holds it; 0: lowest gap that holds it) among the
  * already placed blocks whose lifetimes intersect its own, or above all of them when no
  * gap fits. `floor` is where transient storage starts (above the persistent region).
- * Returns the arena size; writes each block's offset into off[]. */
+ * Returns the arena size; writes each block's offset into off[]. The top only grows, so once
+ * it reaches `beat` (the best arena so far, which this pass must undercut to be kept) the pass
+ * stops and returns it: its offsets are then partial and unused. */
 static size_t arena_greedy(const arena_item *it, const int *order, int m, size_t floor,
-                           int best_fit, size_t *off, arena_placed *pl) {
+                           int best_fit, size_t beat, size_t *off, arena_placed *pl) {
   arena_slot *sl = pl->slot;
   int *pf = pl->first, *pla = pl->last;
   int *sel = pl->sel;
@@ -227,15 +267,10 @@ static size_t arena_greedy(const arena_item *it, const int *order, int m, size_t
   for (oi = 0; oi < m; oi++) {
     const arena_item *x = &it[order[oi]];
     size_t cur = floor, best_off = 0, best_gap = SIZE_MAX;
-    int found = 0, k, j, ns = 0, lo, hi, xf = x->first, xl = x->last, cnt = pl->count;
-    /* Two phases: a branch-free filter collecting the intersecting blocks (an
-     * unpredictable branch per block costs more than the test; this loop is the O(n^2)
-     * part of planning, so it reads only the dense first/last arrays), then the gap walk
-     * over the blocks it kept, which are in offset order. */
-    for (k = 0; k < cnt; k++) {
-      sel[ns] = k;
-      ns += (pla[k] >= xf) & (pf[k] <= xl);
-    }
+    int found = 0, j, ns, lo, hi, xf = x->first, xl = x->last, cnt = pl->count;
+    /* Two phases: the filter collecting the intersecting blocks, then the gap walk over the
+     * blocks it kept, which are in offset order. */
+    ns = arena_meets(pf, pla, cnt, xf, xl, sel);
     for (j = 0; j < ns; j++) {
       const arena_slot *s = &sl[sel[j]];
       if (s->off > cur) {
@@ -255,6 +290,7 @@ static size_t arena_greedy(const arena_item *it, const int *order, int m, size_t
     if (!found) best_off = arena_align_up(cur, x->align);
     off[order[oi]] = best_off;
     if (best_off + x->size > top) top = best_off + x->size;
+    if (top >= beat) return top;
     /* insert after every placed block with offset <= best_off */
     lo = 0;
     hi = pl->count;
@@ -490,7 +526,7 @@ static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off
   pl.slot = (arena_slot *)malloc(sizeof(arena_slot) * (size_t)(m + 1));
   pl.first = (int *)malloc(sizeof(int) * (size_t)(m + 1));
   pl.last = (int *)malloc(sizeof(int) * (size_t)(m + 1));
-  pl.sel = (int *)malloc(sizeof(int) * (size_t)(m + 1));
+  pl.sel = (int *)malloc(sizeof(int) * (size_t)(m + 4)); /* arena_meets stores four at a time */
   if (!ids || !order || !try_off || !keys || !pl.slot || !pl.first || !pl.last || !pl.sel)
     goto done;
 
@@ -540,7 +576,7 @@ static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off
       size_t top;
       int by_area = pass >= 2, fit = !(pass & 1);
       if (pass == 0 || pass == 2) arena_make_order(it, ids, nt, by_area, keys, order);
-      top = arena_greedy(it, order, nt, floor, fit, try_off, &pl);
+      top = arena_greedy(it, order, nt, floor, fit, best, try_off, &pl);
 #ifdef ARENA_DEBUG
       fprintf(stderr, "pass %d area=%d best_fit=%d top=%zu\n", pass, by_area, fit, top);
 #endif
