@@ -247,6 +247,14 @@ typedef struct tt_program {
 int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err);
 /* Plans the program's buffers: persistent ones packed first, transient ones by tt_arena_plan. */
 int tt_program_plan(tt_program *p, tt_err *err);
+/* The same with a memo of earlier plans (a search plans many programs whose buffers match one
+ * planned before, buffer for buffer): an exact match copies that plan, else it is planned and
+ * remembered. memo NULL: tt_program_plan. The memo belongs to one search; free it with
+ * tt_plan_memo_free (NULL is fine). */
+typedef struct tt_plan_memo tt_plan_memo;
+tt_plan_memo *tt_plan_memo_new(void);
+void tt_plan_memo_free(tt_plan_memo *m);
+int tt_program_plan_memo(tt_program *p, tt_plan_memo *memo, tt_err *err);
 void tt_program_free(tt_program *p);
 /* Bytes live at the peak step, per class, counted as peak_live_bytes is (persistent buffers
  * with their alignment padding; storage an in-place op took over counted once, as the buffer
