@@ -971,6 +971,12 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
   memset(&c, 0, sizeof c);
   c.g = g, c.pol = pol, c.be = be, c.p = p, c.err = err;
   if (lower_tables(&c)) return -1;
+  /* Room for about what a training program takes (a few buffers and steps per node and per
+   * parameter) up front: the policy search lowers ~1,500 candidates, and growing from 64 by
+   * doubling copied each program about twice over. Capacity only: the program is the same. */
+  if (lower_grow((void **)&p->bufs, &p->cap_bufs, 4 * (g->nnodes + g->nparams) + 64, sizeof(tt_buf), err) ||
+      lower_grow((void **)&p->steps, &p->cap_steps, 3 * g->nnodes + 2 * g->nparams + 64, sizeof(tt_step), err))
+    goto fail;
   if (lower_persistent(&c) || lower_casts_first(&c) || lower_forward(&c) || (pol->training && lower_backward(&c))) goto fail;
   p->micro_end = p->nsteps;
   if (pol->training && lower_update(&c)) goto fail;
