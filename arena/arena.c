@@ -436,6 +436,40 @@ static int arena_first_cmp(const void *pa, const void *pb) {
   return (a->idx > b->idx) - (a->idx < b->idx);
 }
 
+/* Whether key x goes before y: arena_first_cmp's order (by_first) or arena_key_cmp's. */
+static int arena_before(const arena_key *x, const arena_key *y, int by_first) {
+  return (by_first ? arena_first_cmp(x, y) : arena_key_cmp(x, y)) < 0;
+}
+
+/* Sorts a[0..n) in arena_first_cmp's order (by_first) or arena_key_cmp's: insertion-sorted runs
+ * of 16 merged bottom-up through tmp (n keys). Both orders are total (the index decides last),
+ * so this is the order qsort gave; the comparisons inline here, where qsort's callback made the
+ * sorts a sixth of planning. */
+static void arena_sort(arena_key *a, int n, int by_first, arena_key *tmp) {
+  arena_key *src = a, *dst = tmp;
+  int run = 16, i, j;
+  for (i = 0; i < n; i += run) {
+    int end = i + run < n ? i + run : n;
+    for (j = i + 1; j < end; j++) {
+      arena_key v = a[j];
+      int k = j;
+      for (; k > i && arena_before(&v, &a[k - 1], by_first); k--) a[k] = a[k - 1];
+      a[k] = v;
+    }
+  }
+  for (; run < n; run *= 2) {
+    for (i = 0; i < n; i += 2 * run) {
+      int mid = i + run < n ? i + run : n, end = i + 2 * run < n ? i + 2 * run : n, l = i, r = mid, o = i;
+      while (l < mid && r < end) dst[o++] = arena_before(&src[r], &src[l], by_first) ? src[r++] : src[l++];
+      while (l < mid) dst[o++] = src[l++];
+      while (r < end) dst[o++] = src[r++];
+    }
+    arena_key *t = src;
+    src = dst, dst = t;
+  }
+  if (src != a) memcpy(a, src, sizeof(arena_key) * (size_t)n);
+}
+
 /* Places the blocks ids[0..m) in order of first use (reverse: of last use, from the end): at
  * each block's first step the blocks that ended before it give back their space, and it takes
  * the lowest free stretch that holds it (or the top). O(m log m). On nested lifetimes (a chain's activations are released
@@ -446,6 +480,7 @@ static int arena_first_cmp(const void *pa, const void *pb) {
 static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t floor, int reverse, size_t *off) {
   arena_key *by_first = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
   arena_key *by_last = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
+  arena_key *tmp = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
   arena_free fl;
   size_t high, unit = 1;
   int i, e = 0;
@@ -457,8 +492,8 @@ static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t fl
   fl.root = fl.spare = -1;
   fl.seed = 0x9e3779b97f4a7c15ull;
   fl.top = floor;
-  if (!by_first || !by_last || !fl.t) {
-    free(by_first), free(by_last), free(fl.t);
+  if (!by_first || !by_last || !tmp || !fl.t) {
+    free(by_first), free(by_last), free(tmp), free(fl.t);
     return SIZE_MAX;
   }
   for (i = 0; i < m; i++) { /* reversed: the same sweep from the last step back */
@@ -467,8 +502,8 @@ static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t fl
     by_first[i].k1 = reverse ? -(double)x->last : (double)x->first, by_first[i].k2 = (double)x->size, by_first[i].k3 = 0;
     by_last[i].k1 = reverse ? -(double)x->first : (double)x->last, by_last[i].k2 = 0, by_last[i].k3 = 0;
   }
-  qsort(by_first, (size_t)m, sizeof(arena_key), arena_first_cmp);
-  qsort(by_last, (size_t)m, sizeof(arena_key), arena_first_cmp);
+  arena_sort(by_first, m, 1, tmp);
+  arena_sort(by_last, m, 1, tmp);
   for (i = 0; i < m; i++) {
     const arena_item *x = &it[by_first[i].idx];
     for (; e < m && by_last[e].k1 < by_first[i].k1; e++)
@@ -476,7 +511,7 @@ static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t fl
     off[by_first[i].idx] = arena_free_take(&fl, arena_align_up(x->size, unit));
     if (fl.top > high) high = fl.top;
   }
-  free(by_first), free(by_last), free(fl.t);
+  free(by_first), free(by_last), free(tmp), free(fl.t);
   return high;
 }
 
@@ -493,7 +528,7 @@ static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t fl
 #define ARENA_VISIT_BUDGET 24000000.0
 
 static void arena_make_order(const arena_item *it, const int *ids, int m, int by_area,
-                             arena_key *keys, int *order) {
+                             arena_key *keys, arena_key *tmp, int *order) {
   int i;
   for (i = 0; i < m; i++) {
     const arena_item *x = &it[ids[i]];
@@ -504,7 +539,7 @@ static void arena_make_order(const arena_item *it, const int *ids, int m, int by
     k->k2 = by_area ? sz : len;
     k->k3 = -(double)x->first;
   }
-  qsort(keys, (size_t)m, sizeof(arena_key), arena_key_cmp);
+  arena_sort(keys, m, 0, tmp);
   for (i = 0; i < m; i++) order[i] = keys[i].idx;
 }
 
@@ -513,7 +548,7 @@ static void arena_make_order(const arena_item *it, const int *ids, int m, int by
 static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off) {
   int *ids = NULL, *order = NULL;
   size_t *try_off = NULL;
-  arena_key *keys = NULL;
+  arena_key *keys = NULL, *ktmp = NULL;
   arena_placed pl;
   int i, np = 0, nt = 0, gmin = INT_MAX, gmax = -1;
   size_t floor = 0, best = SIZE_MAX;
@@ -523,11 +558,12 @@ static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off
   order = (int *)malloc(sizeof(int) * (size_t)(m + 1));
   try_off = (size_t *)malloc(sizeof(size_t) * (size_t)(m + 1));
   keys = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
+  ktmp = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
   pl.slot = (arena_slot *)malloc(sizeof(arena_slot) * (size_t)(m + 1));
   pl.first = (int *)malloc(sizeof(int) * (size_t)(m + 1));
   pl.last = (int *)malloc(sizeof(int) * (size_t)(m + 1));
   pl.sel = (int *)malloc(sizeof(int) * (size_t)(m + 4)); /* arena_meets stores four at a time */
-  if (!ids || !order || !try_off || !keys || !pl.slot || !pl.first || !pl.last || !pl.sel)
+  if (!ids || !order || !try_off || !keys || !ktmp || !pl.slot || !pl.first || !pl.last || !pl.sel)
     goto done;
 
   for (i = 0; i < m; i++) {
@@ -575,7 +611,7 @@ static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off
     for (pass = 0; pass < npass && best > lower; pass++) {
       size_t top;
       int by_area = pass >= 2, fit = !(pass & 1);
-      if (pass == 0 || pass == 2) arena_make_order(it, ids, nt, by_area, keys, order);
+      if (pass == 0 || pass == 2) arena_make_order(it, ids, nt, by_area, keys, ktmp, order);
       top = arena_greedy(it, order, nt, floor, fit, best, try_off, &pl);
 #ifdef ARENA_DEBUG
       fprintf(stderr, "pass %d area=%d best_fit=%d top=%zu\n", pass, by_area, fit, top);
@@ -593,6 +629,7 @@ done:
   free(order);
   free(try_off);
   free(keys);
+  free(ktmp);
   free(pl.slot);
   free(pl.first);
   free(pl.last);
