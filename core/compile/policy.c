@@ -33,6 +33,7 @@ typedef struct policy_ctx {
   tt_err *err;
 } policy_ctx;
 
+/* A context by value: the search, the reports and max_batch each fill in their own. */
 static policy_ctx policy_ctx_of(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
                                 tt_dtype dt, size_t *min_arena, tt_plan_memo *memo, tt_err *err) {
   policy_ctx c;
@@ -93,6 +94,7 @@ static int policy_plan(const tt_graph *g, tt_policy *pol, tt_backend *be, tt_pla
   return 0;
 }
 
+/* Callers outside the search plan one program at a time: no memo. */
 int tt_policy_plan(const tt_graph *g, tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err) {
   return policy_plan(g, pol, be, NULL, p, err);
 }
@@ -178,6 +180,7 @@ static int policy_try(const policy_ctx *c, unsigned char *rec, tt_program *p) {
   return 0;
 }
 
+/* The nodes a recompute set drops (an alternative's "recomputed layers"). */
 static int policy_count(const unsigned char *rec, int n) {
   int c = 0;
   for (int i = 0; i < n; i++) c += rec[i] != 0;
@@ -321,6 +324,7 @@ static int policy_start_local(const policy_ctx *c, policy_fit_state *s, double o
   return tt_recompute_add_cheap(c->g, c->mb, c->dt, c->o->profile, -1.0, 1, scratch, &s->all, c->err) < -1 ? -1 : 0;
 }
 
+/* Drops the cheapest values (cascading inside their units) until `need` is freed, from empty. */
 static int policy_make_local(const policy_ctx *c, policy_fit_state *s, int iter, unsigned char *rec) {
   (void)iter;
   memset(rec, 0, (size_t)c->g->nnodes);
@@ -342,6 +346,7 @@ static int policy_start_hybrid(const policy_ctx *c, policy_fit_state *s, double 
   return 0;
 }
 
+/* Segments for what the one-hop drops leave, then the one-hop drops re-chosen around them. */
 static int policy_make_hybrid(const policy_ctx *c, policy_fit_state *s, int iter, unsigned char *rec) {
   int units = tt_recompute_search_pre(c->g, c->mb, c->dt, c->o->profile, s->need, s->pre, rec, c->err);
   (void)iter;
@@ -439,6 +444,10 @@ static void policy_add_alt(tt_policy_result *r, int mb, tt_dtype dt, int ru, siz
   a->micro_batch = mb, a->dtype = dt, a->recompute_units = ru, a->arena_bytes = arena, a->step_ms = ms;
 }
 
+/* The evaluation program: at the given batch, or the largest (doubling from the training
+ * micro-batch, to 1024) whose transient region fits inside the training program's, so that
+ * evaluation never grows the arena; 0, or -1 with err set when a plan fails (a larger batch too
+ * large to plan keeps the one before). */
 static int policy_eval(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r, tt_err *err) {
   int eb = o->eval_batch > 0 ? o->eval_batch : r->policy.micro_batch;
   int fixed = o->eval_batch > 0;
@@ -581,6 +590,8 @@ static int policy_refuse(const tt_graph *g, tt_backend *be, const tt_policy_opts
   return -1;
 }
 
+/* One plan memo for the whole search: candidates at different micro-batches never share a plan,
+ * but the searches and forms of one candidate often do. */
 int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oin, tt_policy_result *r, tt_err *err) {
   memset(r, 0, sizeof *r);
   tt_policy_opts o = *oin;
@@ -631,10 +642,12 @@ static int policy_relower(const tt_graph *g, tt_backend *be, const tt_program *p
   return rc;
 }
 
+/* The arena train and eval share: the persistent region and the larger transient one. */
 static size_t policy_arena(const tt_program *t, const tt_program *e) {
   return t->persistent_bytes + (t->transient_bytes > e->transient_bytes ? t->transient_bytes : e->transient_bytes);
 }
 
+/* Widest first (all the slack, then half, a quarter): the first cap whose programs fit wins. */
 int tt_policy_widen_workspace(const tt_graph *g, tt_backend *be, tt_policy_result *r, size_t budget,
                               size_t (*set_cap)(tt_backend *, size_t), size_t *cap, size_t *dflt, size_t *ws_max,
                               tt_err *err) {
@@ -735,6 +748,7 @@ static void policy_savings(const tt_graph *g, tt_backend *be, const tt_policy_op
   free(none);
 }
 
+/* Planned apart from the search so that train and the API pay only for the choice itself. */
 void tt_policy_explain(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r) {
   if (r->policy.micro_batch <= 0) {
     policy_dominant(g, be, o, r->dominant, sizeof r->dominant);
@@ -746,6 +760,8 @@ void tt_policy_explain(const tt_graph *g, tt_backend *be, const tt_policy_opts *
              100.0 * (r->alts[i].step_ms / r->predicted_step_ms - 1.0));
 }
 
+/* The arena grows with the micro-batch, so fitting is monotone: doubling then bisection, through
+ * policy_fit (recompute searched as the mode says), with one plan memo across the batches. */
 int tt_policy_max_batch(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_dtype dt, tt_recompute_mode rm,
                        size_t *arena_out) {
   size_t budget = o->vram_bytes > o->reserve_bytes ? o->vram_bytes - o->reserve_bytes : 0;
