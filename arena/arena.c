@@ -22,6 +22,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The greedy pass's filter (arena_meets) takes four blocks at a time where SSE2 is there (every
+ * x86-64), with the same answer as the scalar loop; the CUDA compiler's host pass and other
+ * machines run the scalar loop. */
+#if defined(__SSE2__) && !defined(__CUDACC__)
+#include <emmintrin.h>
+#define ARENA_SSE2 1
+#endif
+
 /* A storage block: one buffer, or one accepted alias chain. */
 typedef struct arena_item {
   size_t size, align;
@@ -211,13 +219,45 @@ typedef struct arena_placed {
   int count;
 } arena_placed;
 
+/* The placed blocks whose lifetimes meet [f, l] (last[k] >= f and first[k] <= l, k < cnt), in
+ * index order, into sel (room for cnt + 3: the vector loop stores four at a time); their count.
+ * This is the O(n^2) part of planning, run for every block of every greedy pass: branch-free,
+ * since the answer is unpredictable, and reading only the dense first/last arrays. */
+static int arena_meets(const int *first, const int *last, int cnt, int f, int l, int *sel) {
+  int k = 0, ns = 0;
+#ifdef ARENA_SSE2
+  /* lane[bits]: the set bits' positions, lowest first; pop[bits]: how many */
+  static const int lane[16][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}, {1, 0, 0, 0}, {0, 1, 0, 0}, {2, 0, 0, 0}, {0, 2, 0, 0},
+                                  {1, 2, 0, 0}, {0, 1, 2, 0}, {3, 0, 0, 0}, {0, 3, 0, 0}, {1, 3, 0, 0}, {0, 1, 3, 0},
+                                  {2, 3, 0, 0}, {0, 2, 3, 0}, {1, 2, 3, 0}, {0, 1, 2, 3}};
+  static const unsigned char pop[16] = {0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4};
+  __m128i vf = _mm_set1_epi32(f - 1), vl = _mm_set1_epi32(l); /* f >= 0: no overflow */
+  for (; k + 4 <= cnt; k += 4) {
+    __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(last + k));
+    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(first + k));
+    __m128i m = _mm_andnot_si128(_mm_cmpgt_epi32(b, vl), _mm_cmpgt_epi32(a, vf));
+    int bits = _mm_movemask_ps(_mm_castsi128_ps(m));
+    __m128i idx = _mm_add_epi32(_mm_set1_epi32(k), _mm_loadu_si128((const __m128i *)(const void *)lane[bits]));
+    _mm_storeu_si128((__m128i *)(void *)(sel + ns), idx);
+    ns += pop[bits];
+  }
+#endif
+  for (; k < cnt; k++) {
+    sel[ns] = k;
+    ns += (last[k] >= f) & (first[k] <= l);
+  }
+  return ns;
+}
+
 /* Greedy offset assignment: takes blocks in `order`, and puts each into the gap that best
  * fits it (best_fit = 1: smallest gap that holds it; 0: lowest gap that holds it) among the
  * already placed blocks whose lifetimes intersect its own, or above all of them when no
  * gap fits. `floor` is where transient storage starts (above the persistent region).
- * Returns the arena size; writes each block's offset into off[]. */
+ * Returns the arena size; writes each block's offset into off[]. The top only grows, so once
+ * it reaches `beat` (the best arena so far, which this pass must undercut to be kept) the pass
+ * stops and returns it: its offsets are then partial and unused. */
 static size_t arena_greedy(const arena_item *it, const int *order, int m, size_t floor,
-                           int best_fit, size_t *off, arena_placed *pl) {
+                           int best_fit, size_t beat, size_t *off, arena_placed *pl) {
   arena_slot *sl = pl->slot;
   int *pf = pl->first, *pla = pl->last;
   int *sel = pl->sel;
@@ -227,15 +267,10 @@ static size_t arena_greedy(const arena_item *it, const int *order, int m, size_t
   for (oi = 0; oi < m; oi++) {
     const arena_item *x = &it[order[oi]];
     size_t cur = floor, best_off = 0, best_gap = SIZE_MAX;
-    int found = 0, k, j, ns = 0, lo, hi, xf = x->first, xl = x->last, cnt = pl->count;
-    /* Two phases: a branch-free filter collecting the intersecting blocks (an
-     * unpredictable branch per block costs more than the test; this loop is the O(n^2)
-     * part of planning, so it reads only the dense first/last arrays), then the gap walk
-     * over the blocks it kept, which are in offset order. */
-    for (k = 0; k < cnt; k++) {
-      sel[ns] = k;
-      ns += (pla[k] >= xf) & (pf[k] <= xl);
-    }
+    int found = 0, j, ns, lo, hi, xf = x->first, xl = x->last, cnt = pl->count;
+    /* Two phases: the filter collecting the intersecting blocks, then the gap walk over the
+     * blocks it kept, which are in offset order. */
+    ns = arena_meets(pf, pla, cnt, xf, xl, sel);
     for (j = 0; j < ns; j++) {
       const arena_slot *s = &sl[sel[j]];
       if (s->off > cur) {
@@ -255,6 +290,7 @@ static size_t arena_greedy(const arena_item *it, const int *order, int m, size_t
     if (!found) best_off = arena_align_up(cur, x->align);
     off[order[oi]] = best_off;
     if (best_off + x->size > top) top = best_off + x->size;
+    if (top >= beat) return top;
     /* insert after every placed block with offset <= best_off */
     lo = 0;
     hi = pl->count;
@@ -400,6 +436,40 @@ static int arena_first_cmp(const void *pa, const void *pb) {
   return (a->idx > b->idx) - (a->idx < b->idx);
 }
 
+/* Whether key x goes before y: arena_first_cmp's order (by_first) or arena_key_cmp's. */
+static int arena_before(const arena_key *x, const arena_key *y, int by_first) {
+  return (by_first ? arena_first_cmp(x, y) : arena_key_cmp(x, y)) < 0;
+}
+
+/* Sorts a[0..n) in arena_first_cmp's order (by_first) or arena_key_cmp's: insertion-sorted runs
+ * of 16 merged bottom-up through tmp (n keys). Both orders are total (the index decides last),
+ * so this is the order qsort gave; the comparisons inline here, where qsort's callback made the
+ * sorts a sixth of planning. */
+static void arena_sort(arena_key *a, int n, int by_first, arena_key *tmp) {
+  arena_key *src = a, *dst = tmp;
+  int run = 16, i, j;
+  for (i = 0; i < n; i += run) {
+    int end = i + run < n ? i + run : n;
+    for (j = i + 1; j < end; j++) {
+      arena_key v = a[j];
+      int k = j;
+      for (; k > i && arena_before(&v, &a[k - 1], by_first); k--) a[k] = a[k - 1];
+      a[k] = v;
+    }
+  }
+  for (; run < n; run *= 2) {
+    for (i = 0; i < n; i += 2 * run) {
+      int mid = i + run < n ? i + run : n, end = i + 2 * run < n ? i + 2 * run : n, l = i, r = mid, o = i;
+      while (l < mid && r < end) dst[o++] = arena_before(&src[r], &src[l], by_first) ? src[r++] : src[l++];
+      while (l < mid) dst[o++] = src[l++];
+      while (r < end) dst[o++] = src[r++];
+    }
+    arena_key *t = src;
+    src = dst, dst = t;
+  }
+  if (src != a) memcpy(a, src, sizeof(arena_key) * (size_t)n);
+}
+
 /* Places the blocks ids[0..m) in order of first use (reverse: of last use, from the end): at
  * each block's first step the blocks that ended before it give back their space, and it takes
  * the lowest free stretch that holds it (or the top). O(m log m). On nested lifetimes (a chain's activations are released
@@ -410,6 +480,7 @@ static int arena_first_cmp(const void *pa, const void *pb) {
 static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t floor, int reverse, size_t *off) {
   arena_key *by_first = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
   arena_key *by_last = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
+  arena_key *tmp = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
   arena_free fl;
   size_t high, unit = 1;
   int i, e = 0;
@@ -421,8 +492,8 @@ static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t fl
   fl.root = fl.spare = -1;
   fl.seed = 0x9e3779b97f4a7c15ull;
   fl.top = floor;
-  if (!by_first || !by_last || !fl.t) {
-    free(by_first), free(by_last), free(fl.t);
+  if (!by_first || !by_last || !tmp || !fl.t) {
+    free(by_first), free(by_last), free(tmp), free(fl.t);
     return SIZE_MAX;
   }
   for (i = 0; i < m; i++) { /* reversed: the same sweep from the last step back */
@@ -431,8 +502,8 @@ static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t fl
     by_first[i].k1 = reverse ? -(double)x->last : (double)x->first, by_first[i].k2 = (double)x->size, by_first[i].k3 = 0;
     by_last[i].k1 = reverse ? -(double)x->first : (double)x->last, by_last[i].k2 = 0, by_last[i].k3 = 0;
   }
-  qsort(by_first, (size_t)m, sizeof(arena_key), arena_first_cmp);
-  qsort(by_last, (size_t)m, sizeof(arena_key), arena_first_cmp);
+  arena_sort(by_first, m, 1, tmp);
+  arena_sort(by_last, m, 1, tmp);
   for (i = 0; i < m; i++) {
     const arena_item *x = &it[by_first[i].idx];
     for (; e < m && by_last[e].k1 < by_first[i].k1; e++)
@@ -440,7 +511,7 @@ static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t fl
     off[by_first[i].idx] = arena_free_take(&fl, arena_align_up(x->size, unit));
     if (fl.top > high) high = fl.top;
   }
-  free(by_first), free(by_last), free(fl.t);
+  free(by_first), free(by_last), free(tmp), free(fl.t);
   return high;
 }
 
@@ -457,7 +528,7 @@ static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t fl
 #define ARENA_VISIT_BUDGET 24000000.0
 
 static void arena_make_order(const arena_item *it, const int *ids, int m, int by_area,
-                             arena_key *keys, int *order) {
+                             arena_key *keys, arena_key *tmp, int *order) {
   int i;
   for (i = 0; i < m; i++) {
     const arena_item *x = &it[ids[i]];
@@ -468,7 +539,7 @@ static void arena_make_order(const arena_item *it, const int *ids, int m, int by
     k->k2 = by_area ? sz : len;
     k->k3 = -(double)x->first;
   }
-  qsort(keys, (size_t)m, sizeof(arena_key), arena_key_cmp);
+  arena_sort(keys, m, 0, tmp);
   for (i = 0; i < m; i++) order[i] = keys[i].idx;
 }
 
@@ -477,7 +548,7 @@ static void arena_make_order(const arena_item *it, const int *ids, int m, int by
 static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off) {
   int *ids = NULL, *order = NULL;
   size_t *try_off = NULL;
-  arena_key *keys = NULL;
+  arena_key *keys = NULL, *ktmp = NULL;
   arena_placed pl;
   int i, np = 0, nt = 0, gmin = INT_MAX, gmax = -1;
   size_t floor = 0, best = SIZE_MAX;
@@ -487,11 +558,12 @@ static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off
   order = (int *)malloc(sizeof(int) * (size_t)(m + 1));
   try_off = (size_t *)malloc(sizeof(size_t) * (size_t)(m + 1));
   keys = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
+  ktmp = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
   pl.slot = (arena_slot *)malloc(sizeof(arena_slot) * (size_t)(m + 1));
   pl.first = (int *)malloc(sizeof(int) * (size_t)(m + 1));
   pl.last = (int *)malloc(sizeof(int) * (size_t)(m + 1));
-  pl.sel = (int *)malloc(sizeof(int) * (size_t)(m + 1));
-  if (!ids || !order || !try_off || !keys || !pl.slot || !pl.first || !pl.last || !pl.sel)
+  pl.sel = (int *)malloc(sizeof(int) * (size_t)(m + 4)); /* arena_meets stores four at a time */
+  if (!ids || !order || !try_off || !keys || !ktmp || !pl.slot || !pl.first || !pl.last || !pl.sel)
     goto done;
 
   for (i = 0; i < m; i++) {
@@ -539,8 +611,8 @@ static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off
     for (pass = 0; pass < npass && best > lower; pass++) {
       size_t top;
       int by_area = pass >= 2, fit = !(pass & 1);
-      if (pass == 0 || pass == 2) arena_make_order(it, ids, nt, by_area, keys, order);
-      top = arena_greedy(it, order, nt, floor, fit, try_off, &pl);
+      if (pass == 0 || pass == 2) arena_make_order(it, ids, nt, by_area, keys, ktmp, order);
+      top = arena_greedy(it, order, nt, floor, fit, best, try_off, &pl);
 #ifdef ARENA_DEBUG
       fprintf(stderr, "pass %d area=%d best_fit=%d top=%zu\n", pass, by_area, fit, top);
 #endif
@@ -557,6 +629,7 @@ done:
   free(order);
   free(try_off);
   free(keys);
+  free(ktmp);
   free(pl.slot);
   free(pl.first);
   free(pl.last);

@@ -93,6 +93,159 @@ static int svg_alt(tt_session *s, tt_program *alt, const char **what) {
   return 1;
 }
 
+/* The recompute segments (runs of recompute ops, shaded behind the stack) and the y grid, in
+ * MiB or GiB as the scale needs; returns how many segments (the legend names them). */
+static int svg_segments_grid(tt_strbuf *b, const tt_program *p, const svg_axes *a, int pw) {
+  int n = p->nsteps;
+  int nseg = 0;
+  for (int i = 0; i < n;) {
+    if (!(p->steps[i].flags & TT_SF_RECOMPUTE)) { i++; continue; }
+    int j = i;
+    while (j < n && (p->steps[j].flags & TT_SF_RECOMPUTE)) j++;
+    double x0 = svg_x(a, i, n), x1 = svg_x(a, j, n);
+    tt_strbuf_printf(b, "<rect class=\"recompute\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#d9c8f0\" "
+                         "fill-opacity=\"0.55\"/>\n", x0, SVG_TOP, x1 - x0 < 1 ? 1.0 : x1 - x0, SVG_PH);
+    nseg++, i = j;
+  }
+  /* y grid in MiB or GiB */
+  double unit = a->ymax >= 4.0 * 1073741824.0 ? 1073741824.0 : 1048576.0, top = a->ymax / unit;
+  double raw = top / 6, mag = pow(10, floor(log10(raw > 0 ? raw : 1))), fr = raw / mag;
+  double step = (fr <= 1 ? 1 : fr <= 2 ? 2 : fr <= 5 ? 5 : 10) * mag;
+  for (int k = 0; k < 50 && k * step <= top; k++) {
+    double y = svg_y(a, k * step * unit);
+    tt_strbuf_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n"
+                         "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%g</text>\n",
+                     SVG_LEFT, y, SVG_LEFT + pw, y, SVG_LEFT - 6, y + 4, k * step);
+  }
+  tt_strbuf_printf(b, "<text x=\"18\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\" transform=\"rotate(-90 18 %d)\">"
+                       "live %s</text>\n", SVG_TOP + SVG_PH / 2, SVG_TOP + SVG_PH / 2, unit > 1048576.0 ? "GiB" : "MiB");
+  return nseg;
+}
+
+/* The stack of categories (live[op * PC_N + c], from svg_live), the start of the update phase,
+ * the rejected alternative's total (alive, over its own alt_ops ops; NULL: none) and the budget
+ * line (0: none). */
+static void svg_stack(tt_strbuf *b, const tt_program *p, const svg_axes *a, int pw, const size_t *live, const size_t *alive,
+                      int alt_ops, size_t budget) {
+  int n = p->nsteps;
+  /* the stack: one polygon per category, between the cumulative sums below and with it */
+  for (int c = 0; c < PC_N; c++) {
+    int any = 0;
+    for (int i = 0; i < n && !any; i++) any = live[(size_t)i * PC_N + c] != 0;
+    if (!any) continue;
+    tt_strbuf_printf(b, "<polygon data-class=\"%d\" fill=\"%s\" stroke=\"none\" points=\"", c, pc_color[c]);
+    for (int i = 0; i < n; i++) { /* the upper edge left to right, as steps */
+      size_t up = 0;
+      for (int k = 0; k <= c; k++) up += live[(size_t)i * PC_N + k];
+      tt_strbuf_printf(b, "%.2f,%.2f %.2f,%.2f ", svg_x(a, i, n), svg_y(a, (double)up), svg_x(a, i + 1, n),
+                       svg_y(a, (double)up));
+    }
+    for (int i = n - 1; i >= 0; i--) { /* the lower edge back */
+      size_t lo = 0;
+      for (int k = 0; k < c; k++) lo += live[(size_t)i * PC_N + k];
+      tt_strbuf_printf(b, "%.2f,%.2f %.2f,%.2f ", svg_x(a, i + 1, n), svg_y(a, (double)lo), svg_x(a, i, n),
+                       svg_y(a, (double)lo));
+    }
+    tt_strbuf_printf(b, "\"/>\n");
+  }
+  /* the update phase starts at micro_end; its label at the top, where no bar reaches (the
+   * persistent buffers fill the bottom of the panel) */
+  if (p->micro_end > 0 && p->micro_end < n) {
+    double x = svg_x(a, p->micro_end, n);
+    tt_strbuf_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#666\" stroke-dasharray=\"2 3\"/>\n"
+                         "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" fill=\"#666\">update</text>\n",
+                     x, SVG_TOP, x, SVG_TOP + SVG_PH, x + 3, SVG_TOP + 12);
+  }
+  /* the rejected alternative: a thin line over its own ops, scaled to the same width */
+  if (alive) {
+    tt_strbuf_printf(b, "<polyline class=\"alternative\" fill=\"none\" stroke=\"#222\" stroke-width=\"1\" "
+                         "stroke-dasharray=\"4 2\" points=\"");
+    for (int i = 0; i < alt_ops; i++) {
+      size_t tot = 0;
+      for (int c = 0; c < PC_N; c++) tot += alive[(size_t)i * PC_N + c];
+      tt_strbuf_printf(b, "%.2f,%.2f %.2f,%.2f ", svg_x(a, i, alt_ops), svg_y(a, (double)tot),
+                       svg_x(a, i + 1, alt_ops), svg_y(a, (double)tot));
+    }
+    tt_strbuf_printf(b, "\"/>\n");
+  }
+  /* the budget */
+  if (budget) {
+    double y = svg_y(a, (double)budget);
+    tt_strbuf_printf(b, "<line class=\"budget\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#c00\" "
+                         "stroke-width=\"2\" stroke-dasharray=\"8 4\"/>\n<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" "
+                         "font-size=\"11\" fill=\"#c00\">budget %.1f MiB</text>\n",
+                     SVG_LEFT, y, SVG_LEFT + pw, y, SVG_LEFT + pw - 4, y - 4, svg_mib(budget));
+  }
+}
+
+/* The peak's marker at op peak_op (peak bytes live), and beside the plot the buffers live there
+ * that hold the most; *ly_out: the legend's first line. */
+static void svg_peak(tt_strbuf *b, const tt_program *p, const svg_axes *a, int pw, size_t peak, int peak_op, int *ly_out) {
+  int n = p->nsteps;
+  /* the peak: a marker, and the largest buffers live there */
+  double px = svg_x(a, peak_op + 0.5, n), py = svg_y(a, (double)peak);
+  tt_strbuf_printf(b, "<line class=\"peak\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n"
+                       "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#000\"/>\n"
+                       "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" font-size=\"11\" font-weight=\"bold\">peak %.1f MiB "
+                       "at op %d",
+                   px, SVG_TOP + SVG_PH, px, py, px, py, px < SVG_LEFT + pw / 2 ? px + 6 : px - 6, py - 6,
+                   px < SVG_LEFT + pw / 2 ? "start" : "end", svg_mib(peak), peak_op);
+  if (p->steps[peak_op].name) {
+    tt_strbuf_printf(b, " (");
+    tt_svg_escape(b, p->steps[peak_op].name);
+    tt_strbuf_printf(b, ")");
+  }
+  tt_strbuf_printf(b, "</text>\n");
+  int top_i[SVG_TOPN], ntop = 0, f, l;
+  for (int i = 0; i < p->nbufs; i++) { /* insertion into the top few by bytes live at the peak */
+    size_t sz = tt_program_buf_live(p, i, &f, &l);
+    if (!sz || f > peak_op || l < peak_op) continue;
+    int k = ntop < SVG_TOPN ? ntop++ : SVG_TOPN;
+    while (k > 0 && tt_program_buf_live(p, top_i[k - 1], &f, &l) < sz) {
+      if (k < SVG_TOPN) top_i[k] = top_i[k - 1];
+      k--;
+    }
+    if (k < SVG_TOPN) top_i[k] = i;
+  }
+  int lx = SVG_LEFT + pw + 14, ly = SVG_TOP + 6;
+  tt_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" font-size=\"12\" font-weight=\"bold\">largest at the peak</text>\n", lx, ly);
+  for (int k = 0; k < ntop; k++) {
+    const tt_buf *bf = &p->bufs[top_i[k]];
+    ly += 16;
+    tt_strbuf_printf(b, "<text class=\"peak-buffer\" x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"%s\">%.1f MiB ", lx, ly,
+                     pc_color[svg_cat(p, bf)], svg_mib(tt_program_buf_live(p, top_i[k], &f, &l)));
+    tt_svg_escape(b, bf->name);
+    tt_strbuf_printf(b, "</text>\n");
+  }
+  *ly_out = ly;
+}
+
+/* The legend under the peak's buffers, from line ly: the categories, then the segments, the budget
+ * and the rejected alternative (alt_what, its peak apeak over alt_ops ops) where drawn. */
+static void svg_legend(tt_strbuf *b, int lx, int ly, int nseg, size_t budget, int alive, const char *alt_what, size_t apeak,
+                       int alt_ops) {
+  ly += 30;
+  for (int c = PC_N - 1; c >= 0; c--, ly += 18)
+    tt_strbuf_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"12\" fill=\"%s\"/>\n"
+                         "<text x=\"%d\" y=\"%d\" font-size=\"11\">%s</text>\n", lx, ly - 10, pc_color[c], lx + 20, ly,
+                     pc_name[c]);
+  if (nseg)
+    tt_strbuf_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"12\" fill=\"#d9c8f0\"/>\n"
+                         "<text x=\"%d\" y=\"%d\" font-size=\"11\">recompute ops (%d segments)</text>\n",
+                     lx, ly - 10, lx + 20, ly, nseg), ly += 18;
+  if (budget)
+    tt_strbuf_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#c00\" stroke-width=\"2\" "
+                         "stroke-dasharray=\"8 4\"/>\n<text x=\"%d\" y=\"%d\" font-size=\"11\">budget</text>\n",
+                     lx, ly - 4, lx + 14, ly - 4, lx + 20, ly), ly += 18;
+  if (alive)
+    tt_strbuf_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#222\" stroke-dasharray=\"4 2\"/>\n"
+                         "<text x=\"%d\" y=\"%d\" font-size=\"11\">%s (rejected)</text>\n"
+                         "<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#666\">peak %.1f MiB, over its own %d ops</text>\n",
+                     lx, ly - 4, lx + 14, ly - 4, lx + 20, ly, alt_what, lx + 20, ly + 13, svg_mib(apeak), alt_ops);
+}
+
+/* Draws the chosen plan's bytes live at each op (stacked by category) against the budget and the
+ * rejected alternative, and writes it to path atomically. */
 int tt_plan_svg(tt_session *s, const char *path, tt_err *err) {
   const tt_program *p = &s->sched.train;
   const tt_policy_result *r = &s->sched;
@@ -135,131 +288,11 @@ int tt_plan_svg(tt_session *s, const char *path, tt_err *err) {
   int pw = SVG_W - SVG_LEFT - SVG_RIGHT;
   tt_strbuf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fff\" stroke=\"#444\"/>\n", SVG_LEFT,
                    SVG_TOP, pw, SVG_PH);
-  /* recompute segments: runs of recompute ops, shaded behind the stack */
-  int nseg = 0;
-  for (int i = 0; i < n;) {
-    if (!(p->steps[i].flags & TT_SF_RECOMPUTE)) { i++; continue; }
-    int j = i;
-    while (j < n && (p->steps[j].flags & TT_SF_RECOMPUTE)) j++;
-    double x0 = svg_x(&a, i, n), x1 = svg_x(&a, j, n);
-    tt_strbuf_printf(&b, "<rect class=\"recompute\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"#d9c8f0\" "
-                         "fill-opacity=\"0.55\"/>\n", x0, SVG_TOP, x1 - x0 < 1 ? 1.0 : x1 - x0, SVG_PH);
-    nseg++, i = j;
-  }
-  /* y grid in MiB or GiB */
-  double unit = a.ymax >= 4.0 * 1073741824.0 ? 1073741824.0 : 1048576.0, top = a.ymax / unit;
-  double raw = top / 6, mag = pow(10, floor(log10(raw > 0 ? raw : 1))), fr = raw / mag;
-  double step = (fr <= 1 ? 1 : fr <= 2 ? 2 : fr <= 5 ? 5 : 10) * mag;
-  for (int k = 0; k < 50 && k * step <= top; k++) {
-    double y = svg_y(&a, k * step * unit);
-    tt_strbuf_printf(&b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n"
-                         "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" font-size=\"11\">%g</text>\n",
-                     SVG_LEFT, y, SVG_LEFT + pw, y, SVG_LEFT - 6, y + 4, k * step);
-  }
-  tt_strbuf_printf(&b, "<text x=\"18\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\" transform=\"rotate(-90 18 %d)\">"
-                       "live %s</text>\n", SVG_TOP + SVG_PH / 2, SVG_TOP + SVG_PH / 2, unit > 1048576.0 ? "GiB" : "MiB");
-  /* the stack: one polygon per category, between the cumulative sums below and with it */
-  for (int c = 0; c < PC_N; c++) {
-    int any = 0;
-    for (int i = 0; i < n && !any; i++) any = live[(size_t)i * PC_N + c] != 0;
-    if (!any) continue;
-    tt_strbuf_printf(&b, "<polygon data-class=\"%d\" fill=\"%s\" stroke=\"none\" points=\"", c, pc_color[c]);
-    for (int i = 0; i < n; i++) { /* the upper edge left to right, as steps */
-      size_t up = 0;
-      for (int k = 0; k <= c; k++) up += live[(size_t)i * PC_N + k];
-      tt_strbuf_printf(&b, "%.2f,%.2f %.2f,%.2f ", svg_x(&a, i, n), svg_y(&a, (double)up), svg_x(&a, i + 1, n),
-                       svg_y(&a, (double)up));
-    }
-    for (int i = n - 1; i >= 0; i--) { /* the lower edge back */
-      size_t lo = 0;
-      for (int k = 0; k < c; k++) lo += live[(size_t)i * PC_N + k];
-      tt_strbuf_printf(&b, "%.2f,%.2f %.2f,%.2f ", svg_x(&a, i + 1, n), svg_y(&a, (double)lo), svg_x(&a, i, n),
-                       svg_y(&a, (double)lo));
-    }
-    tt_strbuf_printf(&b, "\"/>\n");
-  }
-  /* the update phase starts at micro_end; its label at the top, where no bar reaches (the
-   * persistent buffers fill the bottom of the panel) */
-  if (p->micro_end > 0 && p->micro_end < n) {
-    double x = svg_x(&a, p->micro_end, n);
-    tt_strbuf_printf(&b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#666\" stroke-dasharray=\"2 3\"/>\n"
-                         "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" fill=\"#666\">update</text>\n",
-                     x, SVG_TOP, x, SVG_TOP + SVG_PH, x + 3, SVG_TOP + 12);
-  }
-  /* the rejected alternative: a thin line over its own ops, scaled to the same width */
-  if (alive) {
-    tt_strbuf_printf(&b, "<polyline class=\"alternative\" fill=\"none\" stroke=\"#222\" stroke-width=\"1\" "
-                         "stroke-dasharray=\"4 2\" points=\"");
-    for (int i = 0; i < alt.nsteps; i++) {
-      size_t tot = 0;
-      for (int c = 0; c < PC_N; c++) tot += alive[(size_t)i * PC_N + c];
-      tt_strbuf_printf(&b, "%.2f,%.2f %.2f,%.2f ", svg_x(&a, i, alt.nsteps), svg_y(&a, (double)tot),
-                       svg_x(&a, i + 1, alt.nsteps), svg_y(&a, (double)tot));
-    }
-    tt_strbuf_printf(&b, "\"/>\n");
-  }
-  /* the budget */
-  if (r->budget_bytes) {
-    double y = svg_y(&a, (double)r->budget_bytes);
-    tt_strbuf_printf(&b, "<line class=\"budget\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#c00\" "
-                         "stroke-width=\"2\" stroke-dasharray=\"8 4\"/>\n<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" "
-                         "font-size=\"11\" fill=\"#c00\">budget %.1f MiB</text>\n",
-                     SVG_LEFT, y, SVG_LEFT + pw, y, SVG_LEFT + pw - 4, y - 4, svg_mib(r->budget_bytes));
-  }
-  /* the peak: a marker, and the largest buffers live there */
-  double px = svg_x(&a, peak_op + 0.5, n), py = svg_y(&a, (double)peak);
-  tt_strbuf_printf(&b, "<line class=\"peak\" x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#000\"/>\n"
-                       "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#000\"/>\n"
-                       "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" font-size=\"11\" font-weight=\"bold\">peak %.1f MiB "
-                       "at op %d",
-                   px, SVG_TOP + SVG_PH, px, py, px, py, px < SVG_LEFT + pw / 2 ? px + 6 : px - 6, py - 6,
-                   px < SVG_LEFT + pw / 2 ? "start" : "end", svg_mib(peak), peak_op);
-  if (p->steps[peak_op].name) {
-    tt_strbuf_printf(&b, " (");
-    tt_svg_escape(&b, p->steps[peak_op].name);
-    tt_strbuf_printf(&b, ")");
-  }
-  tt_strbuf_printf(&b, "</text>\n");
-  int top_i[SVG_TOPN], ntop = 0, f, l;
-  for (int i = 0; i < p->nbufs; i++) { /* insertion into the top few by bytes live at the peak */
-    size_t sz = tt_program_buf_live(p, i, &f, &l);
-    if (!sz || f > peak_op || l < peak_op) continue;
-    int k = ntop < SVG_TOPN ? ntop++ : SVG_TOPN;
-    while (k > 0 && tt_program_buf_live(p, top_i[k - 1], &f, &l) < sz) {
-      if (k < SVG_TOPN) top_i[k] = top_i[k - 1];
-      k--;
-    }
-    if (k < SVG_TOPN) top_i[k] = i;
-  }
-  int lx = SVG_LEFT + pw + 14, ly = SVG_TOP + 6;
-  tt_strbuf_printf(&b, "<text x=\"%d\" y=\"%d\" font-size=\"12\" font-weight=\"bold\">largest at the peak</text>\n", lx, ly);
-  for (int k = 0; k < ntop; k++) {
-    const tt_buf *bf = &p->bufs[top_i[k]];
-    ly += 16;
-    tt_strbuf_printf(&b, "<text class=\"peak-buffer\" x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"%s\">%.1f MiB ", lx, ly,
-                     pc_color[svg_cat(p, bf)], svg_mib(tt_program_buf_live(p, top_i[k], &f, &l)));
-    tt_svg_escape(&b, bf->name);
-    tt_strbuf_printf(&b, "</text>\n");
-  }
-  /* the legend */
-  ly += 30;
-  for (int c = PC_N - 1; c >= 0; c--, ly += 18)
-    tt_strbuf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"12\" fill=\"%s\"/>\n"
-                         "<text x=\"%d\" y=\"%d\" font-size=\"11\">%s</text>\n", lx, ly - 10, pc_color[c], lx + 20, ly,
-                     pc_name[c]);
-  if (nseg)
-    tt_strbuf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"12\" fill=\"#d9c8f0\"/>\n"
-                         "<text x=\"%d\" y=\"%d\" font-size=\"11\">recompute ops (%d segments)</text>\n",
-                     lx, ly - 10, lx + 20, ly, nseg), ly += 18;
-  if (r->budget_bytes)
-    tt_strbuf_printf(&b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#c00\" stroke-width=\"2\" "
-                         "stroke-dasharray=\"8 4\"/>\n<text x=\"%d\" y=\"%d\" font-size=\"11\">budget</text>\n",
-                     lx, ly - 4, lx + 14, ly - 4, lx + 20, ly), ly += 18;
-  if (alive)
-    tt_strbuf_printf(&b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#222\" stroke-dasharray=\"4 2\"/>\n"
-                         "<text x=\"%d\" y=\"%d\" font-size=\"11\">%s (rejected)</text>\n"
-                         "<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#666\">peak %.1f MiB, over its own %d ops</text>\n",
-                     lx, ly - 4, lx + 14, ly - 4, lx + 20, ly, alt_what, lx + 20, ly + 13, svg_mib(apeak), alt.nsteps);
+  int nseg = svg_segments_grid(&b, p, &a, pw);
+  svg_stack(&b, p, &a, pw, live, alive, alt.nsteps, r->budget_bytes);
+  int ly, lx = SVG_LEFT + pw + 14;
+  svg_peak(&b, p, &a, pw, peak, peak_op, &ly);
+  svg_legend(&b, lx, ly, nseg, r->budget_bytes, alive != NULL, alt_what, apeak, alt.nsteps);
   tt_strbuf_printf(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">Program op (%d: forward, loss, "
                        "backward, then the optimizer updates)</text>\n</svg>\n",
                    SVG_LEFT + pw / 2, SVG_TOP + SVG_PH + 30, n);

@@ -1,4 +1,12 @@
-/* core/compile/policy.c — policy search: the fastest policy per image that fits the budget. */
+/* core/compile/policy.c — policy search: the fastest policy per image that fits the budget.
+ *
+ * A candidate (micro-batch, dtype) is planned plain; when that overshoots the budget, each
+ * recompute search (policy_searches[]) is run through one fit loop (policy_fit_loop) that asks
+ * it for a recompute set freeing `need` bytes, plans it in its memory forms (policy_try: the
+ * smaller arena of a short list of variants) and moves `need` until the real planner says it
+ * fits; the fastest fitting plan in the cost model is kept (policy_pick). One plan memo per
+ * search (program.h) lets the many candidates that lower to buffers planned before skip the
+ * arena planner. */
 #include "policy.h"
 
 #include <math.h>
@@ -6,9 +14,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* sched_plan_one's compact argument: bit 0 compact saves, bit 1 the fused attention form. */
-#define SCHED_COMPACT 1
-#define SCHED_FUSED 2
+/* A candidate's memory form (policy_plan_one): bit 0 compact saves, bit 1 the fused attention form. */
+#define POLICY_COMPACT 1
+#define POLICY_FUSED 2
+
+/* What every plan of one candidate shares: the graph, backend and options, the budget (0: none),
+ * micro-batch, accumulation steps and dtype; min_arena (may be NULL) receives the smallest arena
+ * planned, memo (may be NULL) remembers the arena plans made. */
+typedef struct policy_ctx {
+  const tt_graph *g;
+  tt_backend *be;
+  const tt_policy_opts *o;
+  size_t budget;
+  int mb, accum;
+  tt_dtype dt;
+  size_t *min_arena;
+  tt_plan_memo *memo;
+  tt_err *err;
+} policy_ctx;
+
+/* A context by value: the search, the reports and max_batch each fill in their own. */
+static policy_ctx policy_ctx_of(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
+                                tt_dtype dt, size_t *min_arena, tt_plan_memo *memo, tt_err *err) {
+  policy_ctx c;
+  c.g = g, c.be = be, c.o = o, c.budget = budget, c.mb = mb, c.accum = accum, c.dt = dt;
+  c.min_arena = min_arena, c.memo = memo, c.err = err;
+  return c;
+}
 
 /* The 16-bit type a policy's autocast uses: the recipe's, or under auto the one the hardware has. */
 tt_dtype tt_policy_half(const tt_policy_opts *o) {
@@ -17,15 +49,35 @@ tt_dtype tt_policy_half(const tt_policy_opts *o) {
   return o->auto_half == TT_BF16 ? TT_BF16 : TT_F16;
 }
 
-int tt_policy_plan(const tt_graph *g, tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err) {
+/* Keeps the smaller arena of *best and *cand in *best (as small: *best, the variant planned
+ * first) and frees the other; 1 when cand was kept. Every "plan a variant too" below ends here. */
+static int policy_keep_smaller(tt_program *best, tt_program *cand) {
+  if (cand->arena_bytes < best->arena_bytes) {
+    tt_program_free(best);
+    *best = *cand;
+    return 1;
+  }
+  tt_program_free(cand);
+  return 0;
+}
+
+/* tt_lower then the arena plan (through memo when not NULL); p is freed when planning fails. */
+static int policy_lower_plan(const tt_graph *g, tt_policy *pol, tt_backend *be, tt_plan_memo *memo, tt_program *p,
+                             tt_err *err) {
+  int rc;
+  if ((rc = tt_lower(g, pol, be, p, err))) return rc;
+  if ((rc = tt_program_plan_memo(p, memo, err))) tt_program_free(p);
+  return rc;
+}
+
+/* tt_policy_plan with a plan memo (policy.h says what it does). The persistent-gradient variant
+ * is planned only where the transient one packs above the lower bound that variant could reach,
+ * so it costs nothing on the many plans the sweep packs at their bound. */
+static int policy_plan(const tt_graph *g, tt_policy *pol, tt_backend *be, tt_plan_memo *memo, tt_program *p, tt_err *err) {
   const char *env = getenv("TINYTRAIN_GRADS"); /* =persistent: the accumulators always, to measure */
   int rc;
   if (env && !strcmp(env, "persistent")) pol->grads_persistent = 1;
-  if ((rc = tt_lower(g, pol, be, p, err))) return rc;
-  if ((rc = tt_program_plan(p, err))) {
-    tt_program_free(p);
-    return rc;
-  }
+  if ((rc = policy_lower_plan(g, pol, be, memo, p, err))) return rc;
   /* Transient gradients lower the lower bound, but the arena is a heuristic's packing: where it
    * is above what any arena with persistent gradients could be (their lower bound), that plan is
    * made too and the smaller kept (seen on a small net with every node recomputed: 1.2% larger). */
@@ -33,112 +85,103 @@ int tt_policy_plan(const tt_graph *g, tt_policy *pol, tt_backend *be, tt_program
     tt_program q;
     tt_policy alt = *pol;
     alt.grads_persistent = 1;
-    if ((rc = tt_lower(g, &alt, be, &q, err)) == 0 && (rc = tt_program_plan(&q, err)) != 0) tt_program_free(&q);
-    if (rc) { /* out of memory, as the first would have been: the caller sees the error */
+    if ((rc = policy_lower_plan(g, &alt, be, memo, &q, err))) { /* out of memory, as the first would have been */
       tt_program_free(p);
       return rc;
     }
-    if (q.arena_bytes < p->arena_bytes) {
-      tt_program_free(p);
-      *p = q;
-      pol->grads_persistent = 1;
-    } else {
-      tt_program_free(&q);
-    }
+    if (policy_keep_smaller(p, &q)) pol->grads_persistent = 1;
   }
   return 0;
 }
 
-/* Lowers and plans one policy; returns 0 and fills p, or -1 or TT_ERR_TOO_LARGE (err set).
- * compact: SCHED_COMPACT | SCHED_FUSED bits. */
-static int sched_plan_one(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
-                          int compact, tt_program *p, tt_err *err) {
+/* Callers outside the search plan one program at a time: no memo. */
+int tt_policy_plan(const tt_graph *g, tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err) {
+  return policy_plan(g, pol, be, NULL, p, err);
+}
+
+/* Lowers and plans c's candidate with recompute set rec in one memory form (POLICY_COMPACT |
+ * POLICY_FUSED bits) and in-place ops as given; 0 and p filled, or -1 or TT_ERR_TOO_LARGE (err set). */
+static int policy_plan_one(const policy_ctx *c, int inplace, unsigned char *rec, int form, tt_program *p) {
   tt_policy pol;
   memset(&pol, 0, sizeof pol);
-  pol.micro_batch = mb, pol.accum_steps = accum, pol.act_dtype = dt, pol.inplace = inplace, pol.recompute = rec;
+  pol.micro_batch = c->mb, pol.accum_steps = c->accum, pol.act_dtype = c->dt, pol.inplace = inplace, pol.recompute = rec;
   pol.training = 1;
-  /* exact: a ReLU mask or pool index only where it frees the tensor (sched_try decides when) */
-  pol.compact = (compact & SCHED_COMPACT) != 0;
-  pol.compress = pol.compact ? g->model->train.compress_saved : 0; /* lossy: only when the recipe asks */
-  pol.attn_fused = (compact & SCHED_FUSED) != 0;
-  return tt_policy_plan(g, &pol, be, p, err);
+  /* exact: a ReLU mask or pool index only where it frees the tensor (policy_try decides when) */
+  pol.compact = (form & POLICY_COMPACT) != 0;
+  pol.compress = pol.compact ? c->g->model->train.compress_saved : 0; /* lossy: only when the recipe asks */
+  pol.attn_fused = (form & POLICY_FUSED) != 0;
+  return policy_plan(c->g, &pol, c->be, c->memo, p, c->err);
 }
 
-/* One candidate: with in-place ops allowed, planned both ways. An accepted alias fuses two
- * buffers' lifetimes into one block, which sometimes packs worse (VGG-16: 2 MiB more); the
- * cost model times both alike, so in-place ops stay only when the arena is no larger. */
-static int sched_try_c(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
-                       int compact, tt_program *p, tt_err *err) {
+/* One form, with in-place ops allowed, planned both ways. An accepted alias fuses two buffers'
+ * lifetimes into one block, which sometimes packs worse (VGG-16: 2 MiB more); the cost model
+ * times both alike, so in-place ops stay only when the arena is no larger. */
+static int policy_try_form(const policy_ctx *c, int inplace, unsigned char *rec, int form, tt_program *p) {
   tt_program q;
   int rc;
-  if ((rc = sched_plan_one(g, be, mb, accum, dt, inplace, rec, compact, p, err)) || !inplace) return rc;
-  if ((rc = sched_plan_one(g, be, mb, accum, dt, 0, rec, compact, &q, err))) {
+  if ((rc = policy_plan_one(c, inplace, rec, form, p)) || !inplace) return rc;
+  if ((rc = policy_plan_one(c, 0, rec, form, &q))) {
     tt_program_free(p);
     return rc;
   }
-  if (q.arena_bytes < p->arena_bytes) {
-    tt_program_free(p);
-    *p = q;
-  } else {
-    tt_program_free(&q);
-  }
-  return 0;
-}
-
-/* Compact saves (ReLU 1-bit masks, max-pool uint8 indices) are a memory technique like
- * recompute: used when the full tensors do not fit `budget` (0: none), and kept only when they
- * give the smaller arena. Always on, they made LeNet's arena 18% smaller but packed 1.09x its
- * lower bound, against the arena's 1.05 (tests/test_cli.sh, cli_plan_json): the many small,
- * long-lived masks fragment the greedy placement. TINYTRAIN_COMPACT=1 uses them always,
- * TINYTRAIN_COMPACT=0 never. */
-static int sched_try_k(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
-                       size_t budget, int fused, tt_program *p, tt_err *err) {
-  const char *env = getenv("TINYTRAIN_COMPACT");
-  int force = env && *env ? (strcmp(env, "0") ? 1 : 0) : -1, rc;
-  if (force >= 0) return sched_try_c(g, be, mb, accum, dt, inplace, rec, force | fused, p, err);
-  if ((rc = sched_try_c(g, be, mb, accum, dt, inplace, rec, fused, p, err)) || !budget || p->arena_bytes <= budget) return rc;
-  tt_program q;
-  if ((rc = sched_try_c(g, be, mb, accum, dt, inplace, rec, SCHED_COMPACT | fused, &q, err))) {
-    tt_program_free(p);
-    return rc;
-  }
-  if (q.arena_bytes < p->arena_bytes) {
-    tt_program_free(p);
-    *p = q;
-  } else {
-    tt_program_free(&q);
-  }
+  policy_keep_smaller(p, &q);
   return 0;
 }
 
 /* The attention probabilities [N, heads, t, t] are kept for backward (the faster backward) when
- * the plan fits `budget` (0: none) with them; otherwise the fused form, which keeps only the row
+ * the plan fits the budget with them; otherwise the fused form, which keeps only the row
  * statistics and rebuilds the probabilities in backward, when it gives the smaller arena: a
  * memory technique like compact saves, tried before recompute is (the recompute search runs on
- * whatever this returns). TINYTRAIN_ATTN=keep|fused forces one. */
-static int sched_try(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, int inplace, unsigned char *rec,
-                     size_t budget, tt_program *p, tt_err *err) {
+ * whatever policy_try returns). TINYTRAIN_ATTN=keep|fused forces one. Fills the attention forms
+ * to try, in order; returns how many. */
+static int policy_fused_forms(const tt_graph *g, int *forms) {
   const char *env = getenv("TINYTRAIN_ATTN");
-  int has_attn = 0, rc;
+  int has_attn = 0;
   for (int i = 0; i < g->nnodes; i++) has_attn |= g->nodes[i].kind == TT_L_ATTENTION;
-  if (!has_attn) return sched_try_k(g, be, mb, accum, dt, inplace, rec, budget, 0, p, err);
-  if (env && *env) return sched_try_k(g, be, mb, accum, dt, inplace, rec, budget, strcmp(env, "fused") ? 0 : SCHED_FUSED, p, err);
-  if ((rc = sched_try_k(g, be, mb, accum, dt, inplace, rec, budget, 0, p, err)) || !budget || p->arena_bytes <= budget) return rc;
-  tt_program q;
-  if ((rc = sched_try_k(g, be, mb, accum, dt, inplace, rec, budget, SCHED_FUSED, &q, err))) {
-    tt_program_free(p);
-    return rc;
-  }
-  if (q.arena_bytes < p->arena_bytes) {
-    tt_program_free(p);
-    *p = q;
-  } else {
-    tt_program_free(&q);
-  }
+  forms[0] = 0;
+  if (!has_attn) return 1;
+  if (env && *env) return forms[0] = strcmp(env, "fused") ? 0 : POLICY_FUSED, 1;
+  forms[1] = POLICY_FUSED;
+  return 2;
+}
+
+/* Compact saves (ReLU 1-bit masks, max-pool uint8 indices) are a memory technique like
+ * recompute: used when the full tensors do not fit the budget, and kept only when they give the
+ * smaller arena. Always on, they made LeNet's arena 18% smaller but packed 1.09x its lower bound,
+ * against the arena's 1.05 (tests/test_cli.sh, cli_plan_json): the many small, long-lived masks
+ * fragment the greedy placement. TINYTRAIN_COMPACT=1 uses them always, TINYTRAIN_COMPACT=0
+ * never. Fills the compact forms to try, in order; returns how many. */
+static int policy_compact_forms(int *forms) {
+  const char *env = getenv("TINYTRAIN_COMPACT");
+  int force = env && *env ? (strcmp(env, "0") ? 1 : 0) : -1;
+  if (force >= 0) return forms[0] = force ? POLICY_COMPACT : 0, 1;
+  forms[0] = 0, forms[1] = POLICY_COMPACT;
+  return 2;
+}
+
+/* One candidate with recompute set rec: its memory forms in order (attention kept before fused,
+ * each without compact saves before with), each planned only while the smallest arena so far
+ * overshoots the budget (no budget: the first form alone), the smallest kept (as small: the
+ * earlier form, the faster one). 0 and p filled, or -1 or TT_ERR_TOO_LARGE (err set). */
+static int policy_try(const policy_ctx *c, unsigned char *rec, tt_program *p) {
+  int fused[2], compact[2], nf = policy_fused_forms(c->g, fused), nk = policy_compact_forms(compact), have = 0;
+  for (int f = 0; f < nf; f++)
+    for (int k = 0; k < nk; k++) {
+      tt_program q;
+      int rc;
+      if (have && (!c->budget || p->arena_bytes <= c->budget)) return 0;
+      if ((rc = policy_try_form(c, c->o->inplace, rec, fused[f] | compact[k], have ? &q : p))) {
+        if (have) tt_program_free(p);
+        return rc;
+      }
+      if (have) policy_keep_smaller(p, &q);
+      have = 1;
+    }
   return 0;
 }
 
-static int sched_count(const unsigned char *rec, int n) {
+/* The nodes a recompute set drops (an alternative's "recomputed layers"). */
+static int policy_count(const unsigned char *rec, int n) {
   int c = 0;
   for (int i = 0; i < n; i++) c += rec[i] != 0;
   return c;
@@ -146,7 +189,7 @@ static int sched_count(const unsigned char *rec, int n) {
 
 /* Which recompute search runs: the options', or TINYTRAIN_RECOMPUTE_SEARCH=segments|ops
  * (to compare the searches, e.g. tests/bench/memory_tradeoff), or both. */
-static tt_recompute_search_kind sched_rsearch(const tt_policy_opts *o) {
+static tt_recompute_search_kind policy_rsearch_kind(const tt_policy_opts *o) {
   const char *e;
   if (o->recompute_search != TT_RSEARCH_BEST) return o->recompute_search;
   e = getenv("TINYTRAIN_RECOMPUTE_SEARCH");
@@ -155,92 +198,19 @@ static tt_recompute_search_kind sched_rsearch(const tt_policy_opts *o) {
   return TT_RSEARCH_BEST;
 }
 
-/* The fit-by-overshoot loops below ask the search to free `need` bytes, plan, and ask for
- * 1.25x the remaining overshoot more until the real planner says it fits. That last step can
- * overshoot far (a larger budget then got a slower plan than a smaller one: ResNet-50 at
- * --vram 800M planned 150 s where 790M planned 144 s), so once a need fits and a smaller one
- * did not, the need is bisected between them (SCHED_REFINE times at most) and the fastest
- * fitting plan kept (sched_pick). */
-#define SCHED_REFINE 3
-
-/* The next need after a plan: fits says whether the last one (at *need) fitted; *lo is the
- * largest need that did not fit (-1: none yet), *hi the smallest that did (-1: none yet), step
- * the overshoot to add while nothing has fitted. 1: plan again at *need, 0: stop. */
-static int sched_next_need(int fits, double *need, double *lo, double *hi, double step, int *refined) {
-  if (fits) *hi = *need;
-  else *lo = *need;
-  if (*hi < 0.0) {
-    *need += step;
-    return 1;
-  }
-  if (*lo < 0.0 || *refined >= SCHED_REFINE || *hi - *lo < 0.02 * *hi + 1.0) return 0;
-  (*refined)++;
-  *need = 0.5 * (*lo + *hi);
-  return 1;
-}
-
-/* The bytes to ask for beyond the last need when its plan overshot the budget: 1.25x the
- * overshoot, doubled each time the arena did not shrink since the last overshoot (*prev: that
- * arena, 0 at first), since a small overshoot can take several steps to free one more value
- * (ResNet-50 at --vram 800M overshot by 0.4 MiB ten times with the same plan, then gave up). */
-static double sched_step(size_t arena, size_t budget, size_t *prev, double *mult) {
-  if (*prev && arena >= *prev) *mult *= 2.0;
-  *prev = arena;
-  return (double)(arena - budget) * 1.25 * *mult + 1.0;
-}
-
-static void sched_pick(const tt_graph *g, const tt_policy_opts *o, int *have, tt_program *out, unsigned char *rec,
-                       tt_program *p2, const unsigned char *rec2);
-
-/* Per-op recompute (tt_recompute_search_ops) freeing `over` bytes, asking for more until the
- * real planner says it fits, then refined as above; 1 fits (out, rec), 0 not, -1 or
- * TT_ERR_TOO_LARGE on error. */
-static int sched_fit_ops(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
-                         tt_dtype dt, double over, unsigned char *rec, tt_program *out, size_t *min_arena, tt_err *err) {
-  int rc, have = 0, refined = 0, n = g->nnodes;
-  double need = over, lo = -1.0, hi = -1.0, mult = 1.0;
-  size_t prev = 0;
-  unsigned char *r2 = (unsigned char *)tt_malloc((size_t)n, "recompute set", err);
-  if (!r2) return -1;
-  for (int iter = 0; iter < 10 + SCHED_REFINE; iter++) {
-    tt_program q;
-    int ops = tt_recompute_search_ops(g, mb, dt, o->profile, need, r2, err);
-    if (ops < -1) {
-      if (have) tt_program_free(out);
-      return free(r2), -1;
-    }
-    if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, r2, budget, &q, err))) {
-      if (have) tt_program_free(out);
-      return free(r2), rc;
-    }
-    if (min_arena && q.arena_bytes < *min_arena) *min_arena = q.arena_bytes;
-    int fits = q.arena_bytes <= budget;
-    double step = fits ? 0.0 : sched_step(q.arena_bytes, budget, &prev, &mult);
-    if (fits) sched_pick(g, o, &have, out, rec, &q, r2);
-    else tt_program_free(&q);
-    if ((!fits && ops < 0 && hi < 0.0) || !sched_next_need(fits, &need, &lo, &hi, step, &refined)) break;
-  }
-  free(r2);
-  return have;
-}
-
-static int sched_fit_segments(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
-                              tt_dtype dt, unsigned char *rec, tt_program *out, size_t *min_arena, double *over_out,
-                              tt_err *err);
-
 /* Keeps candidate (p2, rec2) in (out, rec) when it is faster in the cost model (as fast: the
  * smaller arena) or there is none yet (*have 0); frees the loser. */
-static void sched_pick(const tt_graph *g, const tt_policy_opts *o, int *have, tt_program *out, unsigned char *rec,
-                       tt_program *p2, const unsigned char *rec2) {
+static void policy_pick(const policy_ctx *c, int *have, tt_program *out, unsigned char *rec, tt_program *p2,
+                        const unsigned char *rec2) {
   int take = !*have;
   if (!take) {
-    double a = tt_predict_ms(out, o->profile), b = tt_predict_ms(p2, o->profile);
+    double a = tt_predict_ms(out, c->o->profile), b = tt_predict_ms(p2, c->o->profile);
     take = fabs(a - b) <= 1e-9 * a ? p2->arena_bytes < out->arena_bytes : b < a;
   }
   if (take) {
     if (*have) tt_program_free(out);
     *out = *p2;
-    memcpy(rec, rec2, (size_t)g->nnodes);
+    memcpy(rec, rec2, (size_t)c->g->nnodes);
     out->policy.recompute = rec;
     *have = 1;
   } else {
@@ -248,176 +218,237 @@ static void sched_pick(const tt_graph *g, const tt_policy_opts *o, int *have, tt
   }
 }
 
-/* The local per-op plan (tt_recompute_add_cheap, local: cheapest first, recompute cascading only
- * inside a unit) freeing `over` bytes, asking for more until the real planner says it fits; when
- * only the plan that drops them all fits, need is bisected between the last that did not and
- * that one, for the cheapest that fits. 1 fits (out, rec), 0 not, -1 or TT_ERR_TOO_LARGE on error. */
-static int sched_fit_local(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
-                           tt_dtype dt, double over, unsigned char *rec, tt_program *out, size_t *min_arena, tt_err *err) {
-  int n = g->nnodes, rc, k, have = 0;
-  double need = over, lo = 0.0, all = 0.0, mult = 1.0;
-  size_t prev = 0;
-  unsigned char *r2 = (unsigned char *)tt_malloc((size_t)n, "recompute set", err);
-  if (!r2) return -1;
-  memset(r2, 0, (size_t)n);
-  if (tt_recompute_add_cheap(g, mb, dt, o->profile, -1.0, 1, r2, &all, err) < -1) return free(r2), -1;
-  for (int iter = 0; iter < 10; iter++) {
-    tt_program q;
-    memset(r2, 0, (size_t)n);
-    if ((k = tt_recompute_add_cheap(g, mb, dt, o->profile, need, 1, r2, NULL, err)) < -1) break;
-    if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, r2, budget, &q, err))) {
-      if (have) tt_program_free(out);
-      return free(r2), rc;
-    }
-    if (min_arena && q.arena_bytes < *min_arena) *min_arena = q.arena_bytes;
-    if (q.arena_bytes <= budget) {
-      sched_pick(g, o, &have, out, rec, &q, r2);
-      if (k >= 0 || need - lo < 0.01 * all) break; /* freeing less than all: the first that fits */
-      need = 0.5 * (lo + (need < all ? need : all));  /* all fit: does less? */
-      continue;
-    }
-    tt_program_free(&q);
-    if (k < 0) break; /* all of them do not fit */
-    lo = need;
-    need = have ? 0.5 * (lo + all) : need + sched_step(q.arena_bytes, budget, &prev, &mult);
-    if (have && need - lo < 0.01 * all) break;
+/* ---- the fit loop and the recompute searches it runs ---- */
+
+/* The fit loop asks a search to free `need` bytes, plans, and asks for 1.25x the remaining
+ * overshoot more until the real planner says it fits. That last step can overshoot far (a
+ * larger budget then got a slower plan than a smaller one: ResNet-50 at --vram 800M planned
+ * 150 s where 790M planned 144 s), so once a need fits and a smaller one did not, the need is
+ * bisected between them (POLICY_REFINE times at most, where the search refines) and the
+ * fastest fitting plan kept (policy_pick). */
+#define POLICY_REFINE 3
+
+/* Where one fit loop stands: the need asked next; the largest that did not fit (lo) and the
+ * smallest that did (hi), -1 while none (the local search starts lo at 0); bisections made;
+ * the overshoot step's state (policy_step); whether a plan fits (have); and what a search's
+ * start computed: the local search's most bytes it can free (all), the hybrid's one-hop drops
+ * (pre, freed by the loop). */
+typedef struct policy_fit_state {
+  double need, lo, hi, all, mult;
+  int refined, have;
+  size_t prev;
+  unsigned char *pre;
+} policy_fit_state;
+
+/* A recompute search as the fit loop runs it: at most `iters` plans, `refine` bisections after
+ * the first fit (the overshoot rule); start (may be NULL) sets the state from the plain plan's
+ * overshoot (scratch: n bytes), 0 or -1 on error; make fills rec for plan number iter at
+ * s->need and returns >= 0, -1 when rec drops the most the search can, < -1 on error (err
+ * set); next moves s->need after a plan (fits: whether it did; k: make's answer; step: the
+ * overshoot step, 0 when it fit) and says whether to plan again. */
+typedef struct policy_rsearch {
+  int iters, refine;
+  int (*start)(const policy_ctx *c, policy_fit_state *s, double over, unsigned char *scratch);
+  int (*make)(const policy_ctx *c, policy_fit_state *s, int iter, unsigned char *rec);
+  int (*next)(const struct policy_rsearch *r, policy_fit_state *s, int fits, int k, double step);
+} policy_rsearch;
+
+/* The bytes to ask for beyond the last need when its plan overshot the budget: 1.25x the
+ * overshoot, doubled each time the arena did not shrink since the last overshoot (*prev: that
+ * arena, 0 at first), since a small overshoot can take several steps to free one more value
+ * (ResNet-50 at --vram 800M overshot by 0.4 MiB ten times with the same plan, then gave up). */
+static double policy_step(size_t arena, size_t budget, size_t *prev, double *mult) {
+  if (*prev && arena >= *prev) *mult *= 2.0;
+  *prev = arena;
+  return (double)(arena - budget) * 1.25 * *mult + 1.0;
+}
+
+/* The overshoot rule: while nothing fits, add the step (stopping once the search drops all it
+ * can and that does not fit); once a need fits and a smaller one did not, bisect between them
+ * until they are within 2% or r->refine bisections are made. */
+static int policy_next_overshoot(const policy_rsearch *r, policy_fit_state *s, int fits, int k, double step) {
+  if (!fits && k < 0 && s->hi < 0.0) return 0;
+  if (fits) s->hi = s->need;
+  else s->lo = s->need;
+  if (s->hi < 0.0) {
+    s->need += step;
+    return 1;
   }
-  free(r2);
-  return k < -1 ? (have ? (tt_program_free(out), -1) : -1) : have;
+  if (s->lo < 0.0 || s->refined >= r->refine || s->hi - s->lo < 0.02 * s->hi + 1.0) return 0;
+  s->refined++;
+  s->need = 0.5 * (s->lo + s->hi);
+  return 1;
+}
+
+/* The local search's rule: a plan freeing less than all that fits is the one (its cheapest
+ * drops first already); when only all of them fit, the need is bisected between the last that
+ * did not and all, for the cheapest that fits, to within 1% of all. */
+static int policy_next_local(const policy_rsearch *r, policy_fit_state *s, int fits, int k, double step) {
+  (void)r;
+  if (fits) {
+    if (k >= 0 || s->need - s->lo < 0.01 * s->all) return 0;
+    s->need = 0.5 * (s->lo + (s->need < s->all ? s->need : s->all)); /* all fit: does less? */
+    return 1;
+  }
+  if (k < 0) return 0; /* all of them do not fit */
+  s->lo = s->need;
+  s->need = s->have ? 0.5 * (s->lo + s->all) : s->need + step;
+  return !(s->have && s->need - s->lo < 0.01 * s->all);
+}
+
+/* Plans the segment search makes before its last resort, the plan that frees the most. */
+#define POLICY_SEGMENT_TRIES 8
+
+/* Segments of units (tt_recompute_search): the first plan that fits is kept, the model's
+ * cheapest for its need; when none does, the plan that frees the most (tt_recompute_all). */
+static int policy_make_segments(const policy_ctx *c, policy_fit_state *s, int iter, unsigned char *rec) {
+  int units = -1;
+  if (iter < POLICY_SEGMENT_TRIES && (units = tt_recompute_search(c->g, c->mb, c->dt, c->o->profile, s->need, rec, c->err)) < -1)
+    return -2;
+  if (units == -1 && tt_recompute_all(c->g, rec, c->err)) return -2;
+  return units;
+}
+
+/* Single ops (tt_recompute_search_ops), cheapest recompute time per byte first. */
+static int policy_make_ops(const policy_ctx *c, policy_fit_state *s, int iter, unsigned char *rec) {
+  (void)iter;
+  return tt_recompute_search_ops(c->g, c->mb, c->dt, c->o->profile, s->need, rec, c->err);
+}
+
+/* The local per-op plan (tt_recompute_add_cheap, local: cheapest first, recompute cascading only
+ * inside a unit); start measures what dropping all of them frees. */
+static int policy_start_local(const policy_ctx *c, policy_fit_state *s, double over, unsigned char *scratch) {
+  (void)over;
+  s->lo = 0.0;
+  memset(scratch, 0, (size_t)c->g->nnodes);
+  return tt_recompute_add_cheap(c->g, c->mb, c->dt, c->o->profile, -1.0, 1, scratch, &s->all, c->err) < -1 ? -1 : 0;
+}
+
+/* Drops the cheapest values (cascading inside their units) until `need` is freed, from empty. */
+static int policy_make_local(const policy_ctx *c, policy_fit_state *s, int iter, unsigned char *rec) {
+  (void)iter;
+  memset(rec, 0, (size_t)c->g->nnodes);
+  return tt_recompute_add_cheap(c->g, c->mb, c->dt, c->o->profile, s->need, 1, rec, NULL, c->err);
 }
 
 /* Segments and per-op recompute in one plan: every memory-bound value (batch norm, ReLU, add,
  * pooling) backward can recompute in one hop from values it keeps, beside the segments the
  * segment search picks for what they do not free (the one-hop drops re-chosen around those
- * segments, whose insides are dropped anyway). Outside the segments, in a conv -> BN -> ReLU chain
- * only the convolution's output stays. 1 fits (out, rec), 0 not, -1 or TT_ERR_TOO_LARGE on error. */
-static int sched_fit_hybrid(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
-                            tt_dtype dt, double over, unsigned char *rec, tt_program *out, size_t *min_arena, tt_err *err) {
-  int n = g->nnodes, rc = 0;
-  double cheap = 0.0, need;
-  unsigned char *pre = (unsigned char *)tt_calloc((size_t)n, 1, "recompute set", err);
-  if (!pre) return -1;
-  if (tt_recompute_add_cheap(g, mb, dt, o->profile, -1.0, 0, pre, &cheap, err) < -1) return free(pre), -1;
-  need = over - cheap > 1.0 ? over - cheap : 1.0;
-  {
-    int have = 0, refined = 0;
-    double lo = -1.0, hi = -1.0, mult = 1.0;
-    size_t prev = 0;
-    unsigned char *r2 = (unsigned char *)tt_malloc((size_t)n, "recompute set", err);
-    if (!r2) return free(pre), -1;
-    for (int iter = 0; iter < 8 + SCHED_REFINE; iter++) {
-      tt_program q;
-      int units = tt_recompute_search_pre(g, mb, dt, o->profile, need, pre, r2, err);
-      if (units < -1 || (units == -1 && tt_recompute_all(g, r2, err)) ||
-          tt_recompute_add_cheap(g, mb, dt, o->profile, -1.0, 0, r2, NULL, err) < -1) {
-        rc = -1;
-        break;
-      }
-      if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, r2, budget, &q, err))) break;
-      if (min_arena && q.arena_bytes < *min_arena) *min_arena = q.arena_bytes;
-      int fits = q.arena_bytes <= budget;
-      double step = fits ? 0.0 : sched_step(q.arena_bytes, budget, &prev, &mult);
-      if (fits) sched_pick(g, o, &have, out, rec, &q, r2);
-      else tt_program_free(&q);
-      if ((!fits && units < 0 && hi < 0.0) || !sched_next_need(fits, &need, &lo, &hi, step, &refined)) break;
-    }
-    free(r2);
-    free(pre);
-    if (rc) {
-      if (have) tt_program_free(out);
-      return rc;
-    }
-    return have;
-  }
+ * segments, whose insides are dropped anyway). Outside the segments, in a conv -> BN -> ReLU
+ * chain only the convolution's output stays. start finds the one-hop drops (s->pre) and asks
+ * the segments for the overshoot they leave. */
+static int policy_start_hybrid(const policy_ctx *c, policy_fit_state *s, double over, unsigned char *scratch) {
+  double cheap = 0.0;
+  (void)scratch;
+  s->pre = (unsigned char *)tt_calloc((size_t)c->g->nnodes, 1, "recompute set", c->err);
+  if (!s->pre || tt_recompute_add_cheap(c->g, c->mb, c->dt, c->o->profile, -1.0, 0, s->pre, &cheap, c->err) < -1) return -1;
+  s->need = over - cheap > 1.0 ? over - cheap : 1.0;
+  return 0;
 }
 
-/* Best fitting program for (mb, dt): plain, or with the cheapest recompute set that fits: the
- * segment search's, the per-op search's and the two together (o->recompute_search), the faster
- * in the cost model (as fast: the smaller arena). rec receives the recompute set. Returns 1 if
- * fits, 0 if not, -1 or TT_ERR_TOO_LARGE on error. */
-static int sched_fit(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum, tt_dtype dt,
-                     unsigned char *rec, tt_program *out, size_t *min_arena, tt_err *err) {
-  double over = -1.0;
-  int n = g->nnodes;
-  int rc = sched_fit_segments(g, be, o, budget, mb, accum, dt, rec, out, min_arena, &over, err);
-  tt_recompute_search_kind kind = sched_rsearch(o);
-  if (rc < 0 || over < 0.0 || o->recompute != TT_RECOMP_AUTO || kind == TT_RSEARCH_SEGMENTS) return rc;
-  /* the plain program did not fit and the segment search ran: try recomputing single ops, and
-   * single ops beside segments */
-  unsigned char *rec2 = (unsigned char *)tt_malloc((size_t)n, "recompute set", err);
-  if (!rec2) {
-    if (rc == 1) tt_program_free(out);
-    return -1;
+/* Segments for what the one-hop drops leave, then the one-hop drops re-chosen around them. */
+static int policy_make_hybrid(const policy_ctx *c, policy_fit_state *s, int iter, unsigned char *rec) {
+  int units = tt_recompute_search_pre(c->g, c->mb, c->dt, c->o->profile, s->need, s->pre, rec, c->err);
+  (void)iter;
+  if (units < -1 || (units == -1 && tt_recompute_all(c->g, rec, c->err)) ||
+      tt_recompute_add_cheap(c->g, c->mb, c->dt, c->o->profile, -1.0, 0, rec, NULL, c->err) < -1)
+    return -2;
+  return units;
+}
+
+/* The searches, in the order policy_fit runs them (which run: policy_rsearch_kind). */
+enum { POLICY_RS_SEGMENTS, POLICY_RS_OPS, POLICY_RS_LOCAL, POLICY_RS_HYBRID, POLICY_RS_COUNT };
+static const policy_rsearch policy_searches[POLICY_RS_COUNT] = {
+    {POLICY_SEGMENT_TRIES + 1, 0, NULL, policy_make_segments, policy_next_overshoot},
+    {10 + POLICY_REFINE, POLICY_REFINE, NULL, policy_make_ops, policy_next_overshoot},
+    {10, 0, policy_start_local, policy_make_local, policy_next_local},
+    {8 + POLICY_REFINE, POLICY_REFINE, policy_start_hybrid, policy_make_hybrid, policy_next_overshoot},
+};
+
+/* Notes an arena planned for the refusal's "smallest plan" (c->min_arena may be NULL). */
+static void policy_note_arena(const policy_ctx *c, size_t arena) {
+  if (c->min_arena && arena < *c->min_arena) *c->min_arena = arena;
+}
+
+/* Runs search r from the plain plan's overshoot `over` (bytes): asks it for a recompute set,
+ * plans it (policy_try), and moves the need by r's rule until it stops; the fastest fitting
+ * plan is kept (policy_pick). 1 fits (out, rec), 0 not, -1 or TT_ERR_TOO_LARGE on error. */
+static int policy_fit_loop(const policy_ctx *c, const policy_rsearch *r, double over, unsigned char *rec, tt_program *out) {
+  policy_fit_state s;
+  int rc = 0;
+  memset(&s, 0, sizeof s);
+  s.need = over, s.lo = s.hi = -1.0, s.mult = 1.0;
+  unsigned char *r2 = (unsigned char *)tt_malloc((size_t)c->g->nnodes, "recompute set", c->err);
+  if (!r2 || (r->start && r->start(c, &s, over, r2))) rc = -1;
+  for (int iter = 0; !rc && iter < r->iters; iter++) {
+    tt_program q;
+    int k = r->make(c, &s, iter, r2);
+    if (k < -1) {
+      rc = -1;
+      break;
+    }
+    if ((rc = policy_try(c, r2, &q))) break;
+    policy_note_arena(c, q.arena_bytes);
+    int fits = q.arena_bytes <= c->budget;
+    double step = fits ? 0.0 : policy_step(q.arena_bytes, c->budget, &s.prev, &s.mult);
+    if (fits) policy_pick(c, &s.have, out, rec, &q, r2);
+    else tt_program_free(&q);
+    if (!r->next(r, &s, fits, k, step)) break;
   }
-  int have = rc == 1 && kind != TT_RSEARCH_OPS;
-  if (rc == 1 && !have) tt_program_free(out);
-  for (int c = 0; c < 3; c++) {
-    if (c == 2 && kind == TT_RSEARCH_OPS) break; /* the hybrid has segments */
+  free(r2);
+  free(s.pre);
+  if (rc && s.have) tt_program_free(out);
+  return rc ? rc : s.have;
+}
+
+/* Best fitting program for c's candidate: plain (every unit recomputed under --recompute all),
+ * or, under auto when that overshoots the budget, the fastest in the cost model (as fast: the
+ * smaller arena) of the recompute searches' fitting plans. rec receives the recompute set.
+ * 1 fits, 0 not, -1 or TT_ERR_TOO_LARGE on error. */
+static int policy_fit(const policy_ctx *c, unsigned char *rec, tt_program *out) {
+  int n = c->g->nnodes, rc, have = 0;
+  memset(rec, 0, (size_t)n);
+  if (c->o->recompute == TT_RECOMP_ALL && tt_recompute_all(c->g, rec, c->err)) return -1;
+  if ((rc = policy_try(c, rec, out))) return rc;
+  policy_note_arena(c, out->arena_bytes);
+  if (!c->budget || out->arena_bytes <= c->budget) return 1;
+  double over = (double)(out->arena_bytes - c->budget);
+  tt_program_free(out);
+  if (c->o->recompute != TT_RECOMP_AUTO) return 0;
+  /* Free the overshoot by recomputing; the model is approximate, so each search checks its
+   * plans with the real planner. */
+  tt_recompute_search_kind kind = policy_rsearch_kind(c->o);
+  unsigned char *rec2 = (unsigned char *)tt_malloc((size_t)n, "recompute set", c->err);
+  if (!rec2) return -1;
+  for (int i = 0; i < POLICY_RS_COUNT; i++) {
     tt_program p2;
-    int rc2 = c == 0   ? sched_fit_ops(g, be, o, budget, mb, accum, dt, over, rec2, &p2, min_arena, err)
-              : c == 1 ? sched_fit_local(g, be, o, budget, mb, accum, dt, over, rec2, &p2, min_arena, err)
-                       : sched_fit_hybrid(g, be, o, budget, mb, accum, dt, over, rec2, &p2, min_arena, err);
+    if ((i == POLICY_RS_SEGMENTS && kind == TT_RSEARCH_OPS) || (i != POLICY_RS_SEGMENTS && kind == TT_RSEARCH_SEGMENTS) ||
+        (i == POLICY_RS_HYBRID && kind == TT_RSEARCH_OPS)) /* the hybrid has segments */
+      continue;
+    int rc2 = policy_fit_loop(c, &policy_searches[i], over, rec2, &p2);
     if (rc2 < 0) {
       free(rec2);
       if (have) tt_program_free(out);
       return rc2;
     }
-    if (rc2 == 1) sched_pick(g, o, &have, out, rec, &p2, rec2);
+    if (rc2 == 1) policy_pick(c, &have, out, rec, &p2, rec2);
   }
   free(rec2);
   return have;
 }
 
-/* The segment search's fit; *over_out: the bytes the plain program overshot by (-1 when it
- * fit or recompute is not searched). */
-static int sched_fit_segments(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
-                              tt_dtype dt, unsigned char *rec, tt_program *out, size_t *min_arena, double *over_out,
-                              tt_err *err) {
-  int n = g->nnodes, rc;
-  tt_recompute_mode rm = o->recompute;
-  memset(rec, 0, (size_t)n);
-  if (rm == TT_RECOMP_ALL && tt_recompute_all(g, rec, err)) return -1;
-  if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, budget, out, err))) return rc;
-  if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
-  if (!budget || out->arena_bytes <= budget) return 1;
-  if (rm != TT_RECOMP_AUTO) {
-    tt_program_free(out);
-    return 0;
-  }
-  /* Free the overshoot by recomputing; the model is approximate, so check with the real
-   * planner and ask for more until it fits or the plan that frees the most is reached. */
-  double over = (double)(out->arena_bytes - budget), mult = 1.0;
-  size_t prev = 0;
-  *over_out = over;
-  tt_program_free(out);
-  if (sched_rsearch(o) == TT_RSEARCH_OPS) return 0;
-  for (int iter = 0; iter < 8; iter++) {
-    int units = tt_recompute_search(g, mb, dt, o->profile, over, rec, err);
-    if (units < -1 || (units == -1 && tt_recompute_all(g, rec, err))) return -1;
-    if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, budget, out, err))) return rc;
-    if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
-    if (out->arena_bytes <= budget) return 1;
-    over += sched_step(out->arena_bytes, budget, &prev, &mult);
-    tt_program_free(out);
-    if (units < 0) break;
-  }
-  /* last resort: the plan that frees the most */
-  if (tt_recompute_all(g, rec, err)) return -1;
-  if ((rc = sched_try(g, be, mb, accum, dt, o->inplace, rec, budget, out, err))) return rc;
-  if (min_arena && out->arena_bytes < *min_arena) *min_arena = out->arena_bytes;
-  if (out->arena_bytes <= budget) return 1;
-  tt_program_free(out);
-  return 0;
-}
-
 /* Records a candidate that fits but lost; tt_policy_explain says why, against the final choice. */
-static void sched_add_alt(tt_policy_result *r, int mb, tt_dtype dt, int ru, size_t arena, double ms) {
+static void policy_add_alt(tt_policy_result *r, int mb, tt_dtype dt, int ru, size_t arena, double ms) {
   if (r->nalts >= TT_POLICY_MAX_ALTS) return;
   tt_policy_alt *a = &r->alts[r->nalts++];
   a->micro_batch = mb, a->dtype = dt, a->recompute_units = ru, a->arena_bytes = arena, a->step_ms = ms;
 }
 
-static int sched_eval(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r, tt_err *err) {
+/* The evaluation program: at the given batch, or the largest (doubling from the training
+ * micro-batch, to 1024) whose transient region fits inside the training program's, so that
+ * evaluation never grows the arena; 0, or -1 with err set when a plan fails (a larger batch too
+ * large to plan keeps the one before). */
+static int policy_eval(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r, tt_err *err) {
   int eb = o->eval_batch > 0 ? o->eval_batch : r->policy.micro_batch;
   int fixed = o->eval_batch > 0;
   tt_policy pol;
@@ -447,13 +478,13 @@ static int sched_eval(const tt_graph *g, tt_backend *be, const tt_policy_opts *o
 }
 
 /* Checks the options against the recipe and sets r's reserve and budget. */
-static int sched_budget(const tt_graph *g, const tt_policy_opts *o, tt_policy_result *r, tt_err *err) {
+static int policy_budget(const tt_graph *g, const tt_policy_opts *o, tt_policy_result *r, tt_err *err) {
   const tt_model *m = g->model;
   int eff = m->train.batch;
   if (eff <= 0) return tt_fail(err, "%s: [train] batch must be a positive integer", m->path);
   r->reserve_bytes = o->vram_bytes ? o->reserve_bytes : 0;
   /* --vram at or below the reserve: a budget of 1 byte, in which nothing fits, so that the
-   * refusal still names the smallest --vram that fits (sched_refuse) */
+   * refusal still names the smallest --vram that fits (policy_refuse) */
   r->budget_bytes = !o->vram_bytes ? 0 : o->vram_bytes > o->reserve_bytes ? o->vram_bytes - o->reserve_bytes : 1;
   if (o->micro_batch > 0 && eff % o->micro_batch)
     return tt_fail(err, "micro-batch %d does not divide the effective batch %d of %s; choose a divisor", o->micro_batch, eff,
@@ -462,7 +493,7 @@ static int sched_budget(const tt_graph *g, const tt_policy_opts *o, tt_policy_re
 }
 
 /* Makes the fitting program p (recompute set rec, predicted ms and rms) the schedule. */
-static void sched_keep(tt_policy_result *r, const tt_program *p, const unsigned char *rec, int n, double ms, double rms) {
+static void policy_keep(tt_policy_result *r, const tt_program *p, const unsigned char *rec, int n, double ms, double rms) {
   r->train = *p;
   r->policy = p->policy;
   memcpy(r->recompute, rec, (size_t)n);
@@ -475,8 +506,8 @@ static void sched_keep(tt_policy_result *r, const tt_program *p, const unsigned 
 /* The search: each precision allowed, micro-batches from the effective batch down. Returns 1 with
  * the fastest fitting candidate kept in r and the others fitting listed as alternatives, 0 when
  * nothing fits, -1 on error. *min_arena receives the smallest arena any candidate planned. */
-static int sched_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r,
-                        unsigned char *rec, size_t *min_arena, tt_err *err) {
+static int policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r,
+                         unsigned char *rec, size_t *min_arena, tt_plan_memo *memo, tt_err *err) {
   int n = g->nnodes, eff = g->model->train.batch, have = 0, failed = 0;
   tt_dtype dts[2];
   int ndt = 0;
@@ -487,7 +518,8 @@ static int sched_search(const tt_graph *g, tt_backend *be, const tt_policy_opts 
     for (int mb = eff; mb >= 1; mb--) {
       if (eff % mb || (o->micro_batch > 0 && mb != o->micro_batch)) continue;
       tt_program p;
-      int fit = sched_fit(g, be, o, r->budget_bytes, mb, eff / mb, dts[d], rec, &p, min_arena, err);
+      policy_ctx c = policy_ctx_of(g, be, o, r->budget_bytes, mb, eff / mb, dts[d], min_arena, memo, err);
+      int fit = policy_fit(&c, rec, &p);
       r->candidates_tried++;
       /* Under a budget, a candidate too large to plan (its sizes pass 2^64 bytes) does not
        * fit, and a smaller micro-batch may; err keeps why in case none plans at all. */
@@ -499,20 +531,20 @@ static int sched_search(const tt_graph *g, tt_backend *be, const tt_policy_opts 
       if (!fit) continue;
       double rms = 0.0;
       double ms = tt_cost_predict_ms(&p, o->profile, &rms);
-      int ru = sched_count(rec, n);
+      int ru = policy_count(rec, n);
       /* faster wins; as fast (to rounding), the smaller arena */
       int as_fast = fabs(ms - best_ms_per_img) <= 1e-9 * ms;
       if (as_fast ? have && p.arena_bytes < r->train.arena_bytes : ms < best_ms_per_img) {
         if (have) {
-          sched_add_alt(r, r->policy.micro_batch, r->policy.act_dtype, sched_count(r->recompute, n), r->train.arena_bytes,
+          policy_add_alt(r, r->policy.micro_batch, r->policy.act_dtype, policy_count(r->recompute, n), r->train.arena_bytes,
                         r->predicted_step_ms);
           tt_program_free(&r->train);
         }
-        sched_keep(r, &p, rec, n, ms, rms);
+        policy_keep(r, &p, rec, n, ms, rms);
         best_ms_per_img = ms;
         have = 1;
       } else {
-        sched_add_alt(r, mb, dts[d], ru, p.arena_bytes, ms);
+        policy_add_alt(r, mb, dts[d], ru, p.arena_bytes, ms);
         tt_program_free(&p);
       }
       /* a smaller micro-batch without recompute is never faster in the model; one with
@@ -524,7 +556,7 @@ static int sched_search(const tt_graph *g, tt_backend *be, const tt_policy_opts 
 }
 
 /* Units of the graph and how many of them the chosen plan recomputes (the run's summary). */
-static void sched_count_units(const tt_graph *g, tt_policy_result *r) {
+static void policy_count_units(const tt_graph *g, tt_policy_result *r) {
   int n = g->nnodes;
   int *unit_of = (int *)malloc(sizeof(int) * (size_t)n);
   if (!unit_of) return;
@@ -537,7 +569,7 @@ static void sched_count_units(const tt_graph *g, tt_policy_result *r) {
 }
 
 /* Nothing fits: the message gives the smallest --vram that would and what dominates it. */
-static int sched_refuse(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r,
+static int policy_refuse(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r,
                         size_t min_arena, tt_err *err) {
   size_t need = min_arena == (size_t)-1 ? 0 : min_arena;
   tt_policy_explain(g, be, o, r);
@@ -558,12 +590,14 @@ static int sched_refuse(const tt_graph *g, tt_backend *be, const tt_policy_opts 
   return -1;
 }
 
+/* One plan memo for the whole search: candidates at different micro-batches never share a plan,
+ * but the searches and forms of one candidate often do. */
 int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oin, tt_policy_result *r, tt_err *err) {
   memset(r, 0, sizeof *r);
   tt_policy_opts o = *oin;
   if (!o.profile) o.profile = tt_profile_cuda_generic();
   int n = g->nnodes;
-  if (sched_budget(g, &o, r, err)) return -1;
+  if (policy_budget(g, &o, r, err)) return -1;
   unsigned char *rec = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
   r->recompute = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
   if (!rec || !r->recompute) {
@@ -572,15 +606,17 @@ int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oi
     return -1;
   }
   size_t min_arena = (size_t)-1;
-  int have = sched_search(g, be, &o, r, rec, &min_arena, err);
+  tt_plan_memo *memo = tt_plan_memo_new(); /* NULL (out of memory): plans without one */
+  int have = policy_search(g, be, &o, r, rec, &min_arena, memo, err);
+  tt_plan_memo_free(memo);
   free(rec);
   if (have < 0) {
     tt_policy_result_free(r);
     return -1;
   }
-  if (!have) return sched_refuse(g, be, &o, r, min_arena, err);
-  sched_count_units(g, r);
-  if (sched_eval(g, be, &o, r, err)) {
+  if (!have) return policy_refuse(g, be, &o, r, min_arena, err);
+  policy_count_units(g, r);
+  if (policy_eval(g, be, &o, r, err)) {
     tt_policy_result_free(r);
     return -1;
   }
@@ -590,7 +626,7 @@ int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oi
 /* ---- the convolution workspace cap from the budget (policy.h) ---- */
 
 /* The largest workspace buffer of a program (its TT_BC_WORKSPACE buffers), bytes. */
-static size_t sched_max_ws(const tt_program *p) {
+static size_t policy_max_ws(const tt_program *p) {
   size_t m = 0;
   for (int i = 0; i < p->nbufs; i++)
     if (p->bufs[i].cls == TT_BC_WORKSPACE && p->bufs[i].bytes > m) m = p->bufs[i].bytes;
@@ -598,7 +634,7 @@ static size_t sched_max_ws(const tt_program *p) {
 }
 
 /* Lowers and plans p's policy again (its recompute set included) into q. */
-static int sched_relower(const tt_graph *g, tt_backend *be, const tt_program *p, tt_program *q, tt_err *err) {
+static int policy_relower(const tt_graph *g, tt_backend *be, const tt_program *p, tt_program *q, tt_err *err) {
   tt_policy pol = p->policy;
   int rc;
   if ((rc = tt_lower(g, &pol, be, q, err))) return rc;
@@ -606,16 +642,18 @@ static int sched_relower(const tt_graph *g, tt_backend *be, const tt_program *p,
   return rc;
 }
 
-static size_t sched_arena(const tt_program *t, const tt_program *e) {
+/* The arena train and eval share: the persistent region and the larger transient one. */
+static size_t policy_arena(const tt_program *t, const tt_program *e) {
   return t->persistent_bytes + (t->transient_bytes > e->transient_bytes ? t->transient_bytes : e->transient_bytes);
 }
 
+/* Widest first (all the slack, then half, a quarter): the first cap whose programs fit wins. */
 int tt_policy_widen_workspace(const tt_graph *g, tt_backend *be, tt_policy_result *r, size_t budget,
                               size_t (*set_cap)(tt_backend *, size_t), size_t *cap, size_t *dflt, size_t *ws_max,
                               tt_err *err) {
-  size_t d = set_cap(be, 0), arena = sched_arena(&r->train, &r->eval);
+  size_t d = set_cap(be, 0), arena = policy_arena(&r->train, &r->eval);
   *dflt = *cap = d;
-  *ws_max = sched_max_ws(&r->train);
+  *ws_max = policy_max_ws(&r->train);
   /* under 1 MiB of slack changes no choice worth a second planning */
   if (!budget || arena >= budget || budget - arena <= ((size_t)1 << 20)) return 0;
   size_t slack = budget - arena;
@@ -624,23 +662,23 @@ int tt_policy_widen_workspace(const tt_graph *g, tt_backend *be, tt_policy_resul
     tt_program nt, ne;
     int rc;
     set_cap(be, c);
-    if ((rc = sched_relower(g, be, &r->train, &nt, err))) {
+    if ((rc = policy_relower(g, be, &r->train, &nt, err))) {
       if (rc == TT_ERR_TOO_LARGE) continue; /* sizes past 2^64 bytes: a smaller cap */
       set_cap(be, 0);
       return -1;
     }
-    if ((rc = sched_relower(g, be, &r->eval, &ne, err))) {
+    if ((rc = policy_relower(g, be, &r->eval, &ne, err))) {
       tt_program_free(&nt);
       if (rc == TT_ERR_TOO_LARGE) continue;
       set_cap(be, 0);
       return -1;
     }
-    if (sched_arena(&nt, &ne) <= budget) {
+    if (policy_arena(&nt, &ne) <= budget) {
       tt_program_free(&r->train);
       tt_program_free(&r->eval);
       r->train = nt, r->eval = ne;
       *cap = c;
-      *ws_max = sched_max_ws(&r->train);
+      *ws_max = policy_max_ws(&r->train);
       return 0;
     }
     tt_program_free(&nt);
@@ -654,7 +692,7 @@ int tt_policy_widen_workspace(const tt_graph *g, tt_backend *be, tt_policy_resul
 
 /* The three largest buffer classes live at the peak of the smallest plan the options allow:
  * micro-batch 1 (or the one given), every unit recomputed unless recompute is off. */
-static void sched_dominant(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, char *dom, size_t size) {
+static void policy_dominant(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, char *dom, size_t size) {
   int eff = g->model->train.batch;
   unsigned char *rr = (unsigned char *)calloc((size_t)g->nnodes, 1);
   tt_program q;
@@ -665,8 +703,9 @@ static void sched_dominant(const tt_graph *g, tt_backend *be, const tt_policy_op
     free(rr);
     return;
   }
-  if (!sched_try_c(g, be, o->micro_batch > 0 ? o->micro_batch : 1, eff, o->precision == TT_PREC_FP32 ? TT_F32 : tt_policy_half(o),
-                   o->inplace, rr, SCHED_COMPACT | SCHED_FUSED, &q, &e2)) { /* the smallest plan: compact saves and fused attention */
+  policy_ctx c = policy_ctx_of(g, be, o, 0, o->micro_batch > 0 ? o->micro_batch : 1, eff,
+                               o->precision == TT_PREC_FP32 ? TT_F32 : tt_policy_half(o), NULL, NULL, &e2);
+  if (!policy_try_form(&c, o->inplace, rr, POLICY_COMPACT | POLICY_FUSED, &q)) { /* the smallest plan: compact saves and fused attention */
     size_t at[TT_BC_COUNT];
     tt_program_peak_breakdown(&q, at);
     for (int k = 0; k < 3; k++) {
@@ -685,39 +724,44 @@ static void sched_dominant(const tt_graph *g, tt_backend *be, const tt_policy_op
 
 /* The arena at the chosen micro-batch with the techniques switched off: fp32 without in-place
  * or recompute; the chosen precision without in-place; without recompute. */
-static void sched_savings(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r) {
+static void policy_savings(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r) {
   const tt_policy *pol = &r->policy;
   tt_program q;
   tt_err e2;
   unsigned char *none = (unsigned char *)calloc((size_t)g->nnodes, 1);
   if (!none) return;
-  if (!sched_try_c(g, be, pol->micro_batch, pol->accum_steps, TT_F32, 0, none, 0, &q, &e2)) {
+  policy_ctx c = policy_ctx_of(g, be, o, 0, pol->micro_batch, pol->accum_steps, TT_F32, NULL, NULL, &e2);
+  if (!policy_try_form(&c, 0, none, 0, &q)) {
     r->arena_fp32_plain = q.arena_bytes;
     tt_program_free(&q);
   }
-  int same = (pol->compact ? SCHED_COMPACT : 0) | (pol->attn_fused ? SCHED_FUSED : 0);
-  if (!sched_try_c(g, be, pol->micro_batch, pol->accum_steps, pol->act_dtype, 0, r->recompute, same, &q, &e2)) {
+  int same = (pol->compact ? POLICY_COMPACT : 0) | (pol->attn_fused ? POLICY_FUSED : 0);
+  c.dt = pol->act_dtype;
+  if (!policy_try_form(&c, 0, r->recompute, same, &q)) {
     r->arena_no_inplace = q.arena_bytes;
     tt_program_free(&q);
   }
-  if (!sched_try_c(g, be, pol->micro_batch, pol->accum_steps, pol->act_dtype, o->inplace, none, same, &q, &e2)) {
+  if (!policy_try_form(&c, o->inplace, none, same, &q)) {
     r->arena_no_recompute = q.arena_bytes;
     tt_program_free(&q);
   }
   free(none);
 }
 
+/* Planned apart from the search so that train and the API pay only for the choice itself. */
 void tt_policy_explain(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r) {
   if (r->policy.micro_batch <= 0) {
-    sched_dominant(g, be, o, r->dominant, sizeof r->dominant);
+    policy_dominant(g, be, o, r->dominant, sizeof r->dominant);
     return;
   }
-  sched_savings(g, be, o, r);
+  policy_savings(g, be, o, r);
   for (int i = 0; i < r->nalts; i++)
     snprintf(r->alts[i].why, sizeof r->alts[i].why, "fits, predicted %.0f%% slower than the chosen policy",
              100.0 * (r->alts[i].step_ms / r->predicted_step_ms - 1.0));
 }
 
+/* The arena grows with the micro-batch, so fitting is monotone: doubling then bisection, through
+ * policy_fit (recompute searched as the mode says), with one plan memo across the batches. */
 int tt_policy_max_batch(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_dtype dt, tt_recompute_mode rm,
                        size_t *arena_out) {
   size_t budget = o->vram_bytes > o->reserve_bytes ? o->vram_bytes - o->reserve_bytes : 0;
@@ -731,9 +775,12 @@ int tt_policy_max_batch(const tt_graph *g, tt_backend *be, const tt_policy_opts 
   int lo = 0, hi = 1;
   size_t lo_arena = 0;
   tt_err e;
+  tt_plan_memo *memo = tt_plan_memo_new(); /* NULL (out of memory): plans without one */
+  policy_ctx c = policy_ctx_of(g, be, &oo, budget, hi, 1, dt, NULL, memo, &e);
   for (;;) {
     tt_program p;
-    int fit = sched_fit(g, be, &oo, budget, hi, 1, dt, rec, &p, NULL, &e);
+    c.mb = hi;
+    int fit = policy_fit(&c, rec, &p);
     if (fit <= 0) break;
     lo = hi, lo_arena = p.arena_bytes;
     tt_program_free(&p);
@@ -745,7 +792,8 @@ int tt_policy_max_batch(const tt_graph *g, tt_backend *be, const tt_policy_opts 
     while (b - a > 1) {
       int mid = a + (b - a) / 2;
       tt_program p;
-      int fit = sched_fit(g, be, &oo, budget, mid, 1, dt, rec, &p, NULL, &e);
+      c.mb = mid;
+      int fit = policy_fit(&c, rec, &p);
       if (fit > 0) {
         a = mid, lo_arena = p.arena_bytes;
         tt_program_free(&p);
@@ -756,6 +804,7 @@ int tt_policy_max_batch(const tt_graph *g, tt_backend *be, const tt_policy_opts 
     lo = a;
   }
   free(rec);
+  tt_plan_memo_free(memo);
   if (arena_out) *arena_out = lo_arena;
   return lo;
 }

@@ -174,3 +174,129 @@ size_t tt_program_bound_grads_persistent(const tt_program *p) {
   best = program_sweep(p, 1, &step, &grads);
   return best == SIZE_MAX ? SIZE_MAX : best + grads;
 }
+
+/* ---- the plan memo (program.h) ----
+ *
+ * tt_program_plan reads of each buffer only its bytes, class, persistence, step range and
+ * alias_of (and the program's alignment), and writes only its offset and aliased flag and the
+ * program's byte totals: equal inputs give equal plans, so a plan is looked up by those inputs,
+ * compared in full (the hash only picks the chain). The policy search plans ~1,500 programs for
+ * a ViT-B/16 of which ~500 differ (a recompute set reached by two searches, a variant that
+ * lowers to the same buffers). Past PROGRAM_MEMO_CAP bytes stored, plans are made but no
+ * longer remembered. */
+#define PROGRAM_MEMO_BUCKETS 1024
+#define PROGRAM_MEMO_CAP ((size_t)256 << 20)
+
+/* One buffer as the planner sees it (zeroed before filling, so that memcmp compares it). */
+typedef struct program_memo_key {
+  size_t bytes;
+  int first, last, alias_of, cls, persistent;
+} program_memo_key;
+
+typedef struct program_memo_entry {
+  struct program_memo_entry *next;
+  uint64_t hash;
+  int nbufs;
+  size_t align;
+  program_memo_key *key;  /* [nbufs] */
+  size_t *offset;         /* [nbufs] */
+  unsigned char *aliased; /* [nbufs] */
+  size_t persistent_bytes, transient_bytes, transient_peak, arena_bytes, peak_live_bytes;
+  size_t class_bytes[TT_BC_COUNT];
+  int n_inplace;
+} program_memo_entry;
+
+struct tt_plan_memo {
+  program_memo_entry *bucket[PROGRAM_MEMO_BUCKETS];
+  program_memo_key *scratch;
+  int cap;
+  size_t stored;
+};
+
+tt_plan_memo *tt_plan_memo_new(void) { return (tt_plan_memo *)calloc(1, sizeof(tt_plan_memo)); }
+
+void tt_plan_memo_free(tt_plan_memo *m) {
+  if (!m) return;
+  for (int b = 0; b < PROGRAM_MEMO_BUCKETS; b++)
+    for (program_memo_entry *e = m->bucket[b], *nx; e; e = nx) {
+      nx = e->next;
+      free(e);
+    }
+  free(m->scratch);
+  free(m);
+}
+
+/* Fills m->scratch with p's planner inputs; their hash (FNV-1a over 64-bit words), or 0 with
+ * *ok 0 out of memory. */
+static uint64_t program_memo_key_of(tt_plan_memo *m, const tt_program *p, int *ok) {
+  *ok = 0;
+  if (p->nbufs > m->cap) {
+    program_memo_key *k = (program_memo_key *)realloc(m->scratch, sizeof(program_memo_key) * (size_t)p->nbufs);
+    if (!k) return 0;
+    m->scratch = k, m->cap = p->nbufs;
+  }
+  memset(m->scratch, 0, sizeof(program_memo_key) * (size_t)p->nbufs);
+  for (int i = 0; i < p->nbufs; i++) {
+    const tt_buf *b = &p->bufs[i];
+    program_memo_key *k = &m->scratch[i];
+    k->bytes = b->bytes, k->first = b->first, k->last = b->last, k->alias_of = b->alias_of;
+    k->cls = (int)b->cls, k->persistent = b->persistent;
+  }
+  uint64_t h = 1469598103934665603ull ^ (uint64_t)p->align;
+  for (int i = 0; i < p->nbufs; i++) {
+    const program_memo_key *k = &m->scratch[i];
+    h = (h ^ (uint64_t)k->bytes) * 1099511628211ull;
+    h = (h ^ ((uint64_t)(unsigned)k->first << 32 | (unsigned)k->last)) * 1099511628211ull;
+    h = (h ^ ((uint64_t)(unsigned)k->alias_of << 32 | (unsigned)(k->cls << 1 | k->persistent))) * 1099511628211ull;
+  }
+  h ^= h >> 29; /* the low bits pick the bucket: mix the high ones in */
+  *ok = 1;
+  return h;
+}
+
+/* Copies a remembered plan into p (whose inputs match it). */
+static void program_memo_apply(const program_memo_entry *e, tt_program *p) {
+  for (int i = 0; i < p->nbufs; i++) p->bufs[i].offset = e->offset[i], p->bufs[i].aliased = e->aliased[i];
+  p->persistent_bytes = e->persistent_bytes, p->transient_bytes = e->transient_bytes;
+  p->transient_peak = e->transient_peak, p->arena_bytes = e->arena_bytes, p->peak_live_bytes = e->peak_live_bytes;
+  memcpy(p->class_bytes, e->class_bytes, sizeof p->class_bytes);
+  p->n_inplace = e->n_inplace;
+}
+
+/* Remembers p's plan under m->scratch's inputs (hash h); nothing when out of memory or past the cap. */
+static void program_memo_store(tt_plan_memo *m, const tt_program *p, uint64_t h) {
+  size_t n = (size_t)p->nbufs;
+  size_t bytes = sizeof(program_memo_entry) + n * (sizeof(program_memo_key) + sizeof(size_t) + 1);
+  if (m->stored + bytes > PROGRAM_MEMO_CAP) return;
+  program_memo_entry *e = (program_memo_entry *)malloc(bytes);
+  if (!e) return;
+  e->key = (program_memo_key *)(e + 1);
+  e->offset = (size_t *)(e->key + n);
+  e->aliased = (unsigned char *)(e->offset + n);
+  memcpy(e->key, m->scratch, n * sizeof(program_memo_key));
+  for (size_t i = 0; i < n; i++) e->offset[i] = p->bufs[i].offset, e->aliased[i] = (unsigned char)p->bufs[i].aliased;
+  e->hash = h, e->nbufs = p->nbufs, e->align = p->align;
+  e->persistent_bytes = p->persistent_bytes, e->transient_bytes = p->transient_bytes;
+  e->transient_peak = p->transient_peak, e->arena_bytes = p->arena_bytes, e->peak_live_bytes = p->peak_live_bytes;
+  memcpy(e->class_bytes, p->class_bytes, sizeof e->class_bytes);
+  e->n_inplace = p->n_inplace;
+  e->next = m->bucket[h % PROGRAM_MEMO_BUCKETS];
+  m->bucket[h % PROGRAM_MEMO_BUCKETS] = e;
+  m->stored += bytes;
+}
+
+int tt_program_plan_memo(tt_program *p, tt_plan_memo *m, tt_err *err) {
+  int ok, rc;
+  if (!m) return tt_program_plan(p, err);
+  uint64_t h = program_memo_key_of(m, p, &ok);
+  if (!ok) return tt_program_plan(p, err);
+  for (const program_memo_entry *e = m->bucket[h % PROGRAM_MEMO_BUCKETS]; e; e = e->next)
+    if (e->hash == h && e->nbufs == p->nbufs && e->align == p->align &&
+        !memcmp(e->key, m->scratch, sizeof(program_memo_key) * (size_t)p->nbufs)) {
+      program_memo_apply(e, p);
+      return 0;
+    }
+  if ((rc = tt_program_plan(p, err))) return rc;
+  program_memo_store(m, p, h);
+  return 0;
+}

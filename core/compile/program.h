@@ -346,6 +346,14 @@ typedef struct tt_program {
 int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err);
 /* Plans the program's buffers: persistent ones packed first, transient ones by tt_arena_plan. */
 int tt_program_plan(tt_program *p, tt_err *err);
+/* The same with a memo of earlier plans (a search plans many programs whose buffers match one
+ * planned before, buffer for buffer): an exact match copies that plan, else it is planned and
+ * remembered. memo NULL: tt_program_plan. The memo belongs to one search; free it with
+ * tt_plan_memo_free (NULL is fine). */
+typedef struct tt_plan_memo tt_plan_memo;
+tt_plan_memo *tt_plan_memo_new(void);
+void tt_plan_memo_free(tt_plan_memo *m);
+int tt_program_plan_memo(tt_program *p, tt_plan_memo *memo, tt_err *err);
 void tt_program_free(tt_program *p);
 /* Resolves every step of planned program p into its backend calls (p->calls, p->step_call), in
  * run order, and applies the fusion table where p->caps allows (calls.c). Needs the plan's

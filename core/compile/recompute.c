@@ -17,7 +17,7 @@
  * memory freed over a grid of bounds L; the cheapest plan freeing a given amount comes from
  * the same program with a price per byte (a Lagrangian relaxation, searched by bisection) over
  * the grid: O(units x grid x bisection steps), linear in the layers. The real planner checks
- * every plan (sched.c), since the model is approximate. */
+ * every plan (policy.c), since the model is approximate. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +70,7 @@ void tt_recompute_bwd_reads_all(const tt_graph *g, unsigned char *reads) {
   }
 }
 
+/* One node's answer from the whole pass (callers ask about a node or two; the search uses _all). */
 int tt_recompute_bwd_reads(const tt_graph *g, int v) {
   unsigned char *reads = (unsigned char *)malloc((size_t)g->nnodes);
   if (!reads) return 1; /* out of memory: the answer that keeps the value */
@@ -81,7 +82,7 @@ int tt_recompute_bwd_reads(const tt_graph *g, int v) {
 
 /* ---- the model: per unit, the bytes and time of its inside and of its output ---- */
 
-typedef struct ckpt_model {
+typedef struct rc_model {
   int n, nu, u0;          /* nodes; units; the first unit a segment may start at */
   int *unit_of, *last;    /* node -> unit; unit -> its last node (its output) */
   /* Prefix sums over units: segment [i, j) drops units i..j-1 inside and outputs i..j-2, so
@@ -90,19 +91,19 @@ typedef struct ckpt_model {
    * (a conv output a ReLU overwrites in place, say). */
   double *p, *q, *pc, *qc, *ex;
   double lmin;            /* the smallest positive bytes a unit's inside or output holds */
-  /* scratch for ckpt_solve */
+  /* scratch for rc_solve */
   double *f1, *f2, *k1, *k2;
   int *choice, *dq;
-} ckpt_model;
+} rc_model;
 
 /* The result of one solve: bytes dropped (less the boundaries kept for them), largest
  * segment, time, units recomputed. */
-typedef struct ckpt_plan {
+typedef struct rc_plan {
   double saved, maxseg, cost;
   int units;
-} ckpt_plan;
+} rc_plan;
 
-static void ckpt_free(ckpt_model *m) {
+static void rc_free(rc_model *m) {
   free(m->unit_of);
   free(m->p);
   free(m->choice);
@@ -112,7 +113,7 @@ static void ckpt_free(ckpt_model *m) {
 /* Bytes kept through backward, if not dropped (0 for values backward does not read), and
  * seconds to recompute, of every node: views, the input and the logits are free and never
  * dropped. full[v]: the value's bytes whatever reads it. */
-static void ckpt_node_costs(const tt_graph *g, int mb, tt_dtype dt, const tt_device_profile *prof, const unsigned char *reads,
+static void rc_node_costs(const tt_graph *g, int mb, tt_dtype dt, const tt_device_profile *prof, const unsigned char *reads,
                             double *bytes, double *secs, double *full) {
   double peak = tt_profile_peak(prof, dt);
   for (int v = 0; v < g->nnodes; v++) {
@@ -127,8 +128,8 @@ static void ckpt_node_costs(const tt_graph *g, int mb, tt_dtype dt, const tt_dev
 }
 
 /* Builds the model at micro-batch mb and dtype dt; 0, or -1 out of host memory (err set). */
-static int ckpt_build(const tt_graph *g, int mb, tt_dtype dt, const tt_device_profile *prof, const unsigned char *pre,
-                      ckpt_model *m, tt_err *err) {
+static int rc_build(const tt_graph *g, int mb, tt_dtype dt, const tt_device_profile *prof, const unsigned char *pre,
+                      rc_model *m, tt_err *err) {
   int n = g->nnodes;
   memset(m, 0, sizeof *m);
   m->n = n;
@@ -138,7 +139,7 @@ static int ckpt_build(const tt_graph *g, int mb, tt_dtype dt, const tt_device_pr
   unsigned char *reads = (unsigned char *)tt_malloc((size_t)n, "recompute set", err);
   if (!m->unit_of || !m->p || !m->choice || !reads || (m->nu = tt_recompute_units(g, m->unit_of)) < 0) {
     free(reads);
-    ckpt_free(m);
+    rc_free(m);
     return tt_fail(err, "out of host memory planning recomputation for %d layers", n);
   }
   int nu = m->nu;
@@ -148,7 +149,7 @@ static int ckpt_build(const tt_graph *g, int mb, tt_dtype dt, const tt_device_pr
   m->ex = m->p + 8 * (n + 1);
   double *bytes = m->p + 9 * (n + 1), *secs = m->p + 10 * (n + 1), *full = m->p + 11 * (n + 1); /* per node */
   tt_recompute_bwd_reads_all(g, reads);
-  ckpt_node_costs(g, mb, dt, prof, reads, bytes, secs, full);
+  rc_node_costs(g, mb, dt, prof, reads, bytes, secs, full);
   if (pre) /* dropped already (a per-op plan's cheap ops): nothing more to free there */
     for (int v = 0; v < n; v++)
       if (pre[v]) bytes[v] = 0.0;
@@ -178,14 +179,14 @@ static int ckpt_build(const tt_graph *g, int mb, tt_dtype dt, const tt_device_pr
 }
 
 /* Is objective (a1, a2) better than (b1, b2)? Lexicographic. */
-static int ckpt_better(double a1, double a2, double b1, double b2) { return a1 > b1 || (a1 == b1 && a2 > b2); }
+static int rc_better(double a1, double a2, double b1, double b2) { return a1 > b1 || (a1 == b1 && a2 > b2); }
 
 /* The segments, each dropping at most L bytes, that maximise w[0]*bytes - w[1]*time (ties:
  * w[2]*bytes - w[3]*time), summed over segments, bytes net of the boundaries they need. A
  * unit outside every segment adds 0. The
  * start of the best segment ending at j is the maximum of a key over a window of starts that
  * only moves right: a monotone deque. Fills m->choice and the plan's totals. */
-static void ckpt_solve(ckpt_model *m, double L, const double w[4], ckpt_plan *out) {
+static void rc_solve(rc_model *m, double L, const double w[4], rc_plan *out) {
   int nu = m->nu, u0 = m->u0, head = 0, tail = 0, lo = u0;
   double *f1 = m->f1, *f2 = m->f2, *k1 = m->k1, *k2 = m->k2;
   f1[u0] = f2[u0] = 0.0;
@@ -193,7 +194,7 @@ static void ckpt_solve(ckpt_model *m, double L, const double w[4], ckpt_plan *ou
     int i = j - 1;
     k1[i] = f1[i] - w[0] * (m->p[i] + m->ex[i]) + w[1] * m->pc[i];
     k2[i] = f2[i] - w[2] * (m->p[i] + m->ex[i]) + w[3] * m->pc[i];
-    while (tail > head && !ckpt_better(k1[m->dq[tail - 1]], k2[m->dq[tail - 1]], k1[i], k2[i])) tail--;
+    while (tail > head && !rc_better(k1[m->dq[tail - 1]], k2[m->dq[tail - 1]], k1[i], k2[i])) tail--;
     m->dq[tail++] = i;
     while (lo < j && m->q[j] - m->p[lo] > L) lo++;
     while (head < tail && m->dq[head] < lo) head++;
@@ -201,7 +202,7 @@ static void ckpt_solve(ckpt_model *m, double L, const double w[4], ckpt_plan *ou
     if (head < tail) {
       int s = m->dq[head];
       double v1 = k1[s] + w[0] * m->q[j] - w[1] * m->qc[j], v2 = k2[s] + w[2] * m->q[j] - w[3] * m->qc[j];
-      if (ckpt_better(v1, v2, f1[j], f2[j])) f1[j] = v1, f2[j] = v2, m->choice[j] = s;
+      if (rc_better(v1, v2, f1[j], f2[j])) f1[j] = v1, f2[j] = v2, m->choice[j] = s;
     }
   }
   memset(out, 0, sizeof *out);
@@ -218,8 +219,8 @@ static void ckpt_solve(ckpt_model *m, double L, const double w[4], ckpt_plan *ou
   }
 }
 
-/* rec[] from the segments ckpt_solve left in m->choice. */
-static void ckpt_mark(const ckpt_model *m, unsigned char *rec) {
+/* rec[] from the segments rc_solve left in m->choice. */
+static void rc_mark(const rc_model *m, unsigned char *rec) {
   int nu = m->nu;
   /* per unit: 1 its inside dropped, 3 its output too (the deque's ints, done with, hold it) */
   unsigned char *drop = (unsigned char *)m->dq;
@@ -243,50 +244,54 @@ static void ckpt_mark(const ckpt_model *m, unsigned char *rec) {
 /* The bounds L on the largest segment tried: from the smallest part of a unit to everything,
  * by factors of `step` (the first call, with L = 0, gives the smallest). `all` tries eight a
  * doubling, `auto`, which also bisects a price for each, two. */
-#define CKPT_ALL_STEP 1.0905 /* 2^(1/8) */
-#define CKPT_DP_STEP 1.4142  /* 2^(1/2) */
-#define CKPT_BISECTIONS 20
-static double ckpt_next_bound(const ckpt_model *m, double L, double step) {
+#define RC_ALL_STEP 1.0905 /* 2^(1/8) */
+#define RC_DP_STEP 1.4142  /* 2^(1/2) */
+#define RC_BISECTIONS 20
+/* The next bound after L, or -1 once L reached everything (or no unit holds a byte). */
+static double rc_next_bound(const rc_model *m, double L, double step) {
   double all = m->q[m->nu] - m->p[m->u0];
   if (L <= 0) return m->lmin > 0 ? m->lmin : -1.0;
   if (L >= all) return -1.0;
   return L * step < all ? L * step : all;
 }
 
+/* `--recompute all` chooses no dtype or micro-batch of its own, so the model is built at batch 1,
+ * fp32 (every value's bytes scale alike with both, so the same segments free the most): the bound whose segments free the most, net of the largest
+ * segment that backward brings back, and of those the cheapest; nothing when nothing frees. */
 int tt_recompute_all(const tt_graph *g, unsigned char *rec, tt_err *err) {
-  ckpt_model m;
-  ckpt_plan pl;
+  rc_model m;
+  rc_plan pl;
   static const double w[4] = {1.0, 0.0, 0.0, 1.0}; /* most bytes dropped, then least time */
   memset(rec, 0, (size_t)g->nnodes);
-  if (ckpt_build(g, 1, TT_F32, tt_profile_cuda_generic(), NULL, &m, err)) return -1;
+  if (rc_build(g, 1, TT_F32, tt_profile_cuda_generic(), NULL, &m, err)) return -1;
   double best_l = -1, best_keep = 0, best_cost = 0;
-  for (double L = ckpt_next_bound(&m, 0, CKPT_ALL_STEP); L > 0; L = ckpt_next_bound(&m, L, CKPT_ALL_STEP)) {
-    ckpt_solve(&m, L, w, &pl);
+  for (double L = rc_next_bound(&m, 0, RC_ALL_STEP); L > 0; L = rc_next_bound(&m, L, RC_ALL_STEP)) {
+    rc_solve(&m, L, w, &pl);
     double freed = pl.saved - pl.maxseg; /* the largest segment comes back in backward */
     if (best_l < 0 || freed > best_keep || (freed == best_keep && pl.cost < best_cost))
       best_l = L, best_keep = freed, best_cost = pl.cost;
   }
   if (best_l > 0 && best_keep > 0) {
-    ckpt_solve(&m, best_l, w, &pl);
-    ckpt_mark(&m, rec);
+    rc_solve(&m, best_l, w, &pl);
+    rc_mark(&m, rec);
   }
-  ckpt_free(&m);
+  rc_free(&m);
   return 0;
 }
 
 /* The cheapest plan with segments of at most L bytes that frees `need`: the smallest price
  * per byte (between lo and hi) whose plan frees enough, by bisection on a log scale. Returns
  * the plan's time, or -1 when even price hi frees too little; *best_price: its price. */
-static double ckpt_price(ckpt_model *m, double L, double need, double lo, double hi, double *best_price) {
-  ckpt_plan pl;
+static double rc_price(rc_model *m, double L, double need, double lo, double hi, double *best_price) {
+  rc_plan pl;
   double w[4] = {hi, 1.0, 1.0, 0.0}, best = -1.0;
-  ckpt_solve(m, L, w, &pl);
+  rc_solve(m, L, w, &pl);
   if (pl.saved - pl.maxseg < need) return -1.0; /* even at the highest price */
   best = pl.cost, *best_price = hi;
-  for (int it = 0; it < CKPT_BISECTIONS; it++) {
+  for (int it = 0; it < RC_BISECTIONS; it++) {
     double mid = sqrt(lo * hi);
     w[0] = mid;
-    ckpt_solve(m, L, w, &pl);
+    rc_solve(m, L, w, &pl);
     if (pl.saved - pl.maxseg >= need) {
       hi = mid;
       if (pl.cost < best) best = pl.cost, *best_price = mid;
@@ -297,18 +302,22 @@ static double ckpt_price(ckpt_model *m, double L, double need, double lo, double
   return best;
 }
 
+/* The segment search with nothing dropped beforehand. */
 int tt_recompute_search(const tt_graph *g, int mb, tt_dtype dt, const tt_device_profile *prof, double need,
                         unsigned char *rec, tt_err *err) {
   return tt_recompute_search_pre(g, mb, dt, prof, need, NULL, rec, err);
 }
 
+/* Over the grid of bounds L, the price bisection's cheapest plan freeing `need` (rc_price); the
+ * cheapest over all bounds is solved again to mark rec. The price range spans the units' own
+ * seconds per byte, widened 16x each way so that the bisection's ends are never binding. */
 int tt_recompute_search_pre(const tt_graph *g, int mb, tt_dtype dt, const tt_device_profile *prof, double need,
                             const unsigned char *pre, unsigned char *rec, tt_err *err) {
-  ckpt_model m;
-  ckpt_plan pl;
+  rc_model m;
+  rc_plan pl;
   memset(rec, 0, (size_t)g->nnodes);
   if (need <= 0) return 0;
-  if (ckpt_build(g, mb, dt, prof, pre, &m, err)) return -2;
+  if (rc_build(g, mb, dt, prof, pre, &m, err)) return -2;
   /* prices between the cheapest and the dearest byte to recompute, widely */
   double lo = 0, hi = 0;
   for (int u = m.u0; u < m.nu; u++) {
@@ -321,21 +330,23 @@ int tt_recompute_search_pre(const tt_graph *g, int mb, tt_dtype dt, const tt_dev
   if (hi > 0) {
     lo /= 16, hi *= 16;
     double best_cost = -1, best_l = 0, best_w = 0;
-    for (double L = ckpt_next_bound(&m, 0, CKPT_DP_STEP); L > 0; L = ckpt_next_bound(&m, L, CKPT_DP_STEP)) {
-      double price = 0, c = ckpt_price(&m, L, need, lo, hi, &price);
+    for (double L = rc_next_bound(&m, 0, RC_DP_STEP); L > 0; L = rc_next_bound(&m, L, RC_DP_STEP)) {
+      double price = 0, c = rc_price(&m, L, need, lo, hi, &price);
       if (c >= 0 && (best_cost < 0 || c < best_cost)) best_cost = c, best_l = L, best_w = price;
     }
     if (best_cost >= 0) {
       double w[4] = {best_w, 1.0, 1.0, 0.0};
-      ckpt_solve(&m, best_l, w, &pl);
-      ckpt_mark(&m, rec);
+      rc_solve(&m, best_l, w, &pl);
+      rc_mark(&m, rec);
       units = pl.units;
     }
   }
-  ckpt_free(&m);
+  rc_free(&m);
   return units;
 }
 
+/* The textbook baseline, for comparisons (tests, benchmarks): it ignores bytes and time, and
+ * leaves rec all zero when out of host memory. */
 void tt_recompute_sqrt(const tt_graph *g, unsigned char *rec) {
   int n = g->nnodes;
   int *unit_of = (int *)malloc(sizeof(int) * (size_t)n);
@@ -368,7 +379,7 @@ void tt_recompute_sqrt(const tt_graph *g, unsigned char *rec) {
  * plan that fits. */
 
 /* Seconds to recompute node v alone: max(FLOPs / peak, bytes in and out / bandwidth) + overhead. */
-static double rcop_secs(const tt_graph *g, int v, int mb, tt_dtype dt, const tt_device_profile *prof) {
+static double rc_op_secs(const tt_graph *g, int v, int mb, tt_dtype dt, const tt_device_profile *prof) {
   const tt_node *x = &g->nodes[v];
   double peak = tt_profile_peak(prof, dt), es = (double)tt_dtype_size(dt);
   double bytes = (double)mb * (double)tt_node_numel(x) * es;
@@ -377,16 +388,16 @@ static double rcop_secs(const tt_graph *g, int v, int mb, tt_dtype dt, const tt_
   return (tf > tb ? tf : tb) + prof->op_overhead_s;
 }
 
-typedef struct rcop_cand { double score, bytes; int v; } rcop_cand;
+typedef struct rc_op_cand { double score, bytes; int v; } rc_op_cand;
 
-static int rcop_cmp(const void *a, const void *b) {
-  const rcop_cand *x = (const rcop_cand *)a, *y = (const rcop_cand *)b;
+static int rc_op_cmp(const void *a, const void *b) {
+  const rc_op_cand *x = (const rc_op_cand *)a, *y = (const rc_op_cand *)b;
   if (x->score != y->score) return x->score < y->score ? -1 : 1;
   return x->v - y->v; /* stable: earlier layers first */
 }
 
 /* The node whose value input k of x reads (views looked through; 0: the image). */
-static int rcop_in(const tt_graph *g, const tt_node *x, int k) {
+static int rc_op_in(const tt_graph *g, const tt_node *x, int k) {
   int u = x->in[k];
   while (u > 0 && tt_op_is_view(g->nodes[u].L, 1)) u = g->nodes[u].in[0];
   return u;
@@ -394,17 +405,17 @@ static int rcop_in(const tt_graph *g, const tt_node *x, int k) {
 
 /* A memory-bound op: batch norm, activations, add, pooling, dropout, concat (a few bytes moved
  * per byte of output; the "cheap" ops of a per-op plan). */
-static int rcop_memory_bound(tt_layer_kind k) {
+static int rc_op_memory_bound(tt_layer_kind k) {
   return k != TT_L_INPUT && k != TT_L_CONV && k != TT_L_LINEAR && k != TT_L_ATTENTION && k != TT_L_PATCH_EMBED;
 }
 
-/* The rules of a constrained per-op search (rcop_search's mode). */
-typedef struct rcop_rule {
+/* The rules of a constrained per-op search (rc_op_search's mode). */
+typedef struct rc_op_rule {
   const unsigned char *reads; /* per node: backward reads its value */
   const int *unit_of;         /* per node: its unit (tt_recompute_units) */
   unsigned char *rec, *pin;   /* pin: 1 a kept source of a drop (must stay), 2 dropped by this search */
   int local;                  /* sources in the dropped value's own unit may be dropped too */
-} rcop_rule;
+} rc_op_rule;
 
 /* Walks the recompute chain of v from root: v and the inputs backward does not keep (a batch
  * norm's output a ReLU overwrote in place), down to the values backward keeps that it reads, its
@@ -414,13 +425,13 @@ typedef struct rcop_rule {
  * source kept (one hop); with it, sources in root's unit may be values this search dropped (a
  * recompute cascade inside one residual block, whose values its backward needs together, like a
  * one-unit segment's), the others kept; 2: pins the sources that must stay. */
-static int rcop_chain(const tt_graph *g, const rcop_rule *r, int root, int v, int what, int depth) {
+static int rc_op_chain(const tt_graph *g, const rc_op_rule *r, int root, int v, int what, int depth) {
   const tt_node *x = &g->nodes[v];
   if (what == 0) r->rec[v] = 1;
-  if (what == 1 && !r->local && !rcop_memory_bound(x->kind)) return 0;
+  if (what == 1 && !r->local && !rc_op_memory_bound(x->kind)) return 0;
   if (depth > 64) return what != 1; /* a chain this long is not cheap */
   for (int k = 0; k < x->nin; k++) {
-    int u = rcop_in(g, x, k);
+    int u = rc_op_in(g, x, k);
     if (u <= 0) continue; /* the image is always kept */
     if (r->reads[u]) {    /* a source: backward keeps it unless dropped */
       int inside = r->local && r->unit_of[u] == r->unit_of[root];
@@ -428,7 +439,7 @@ static int rcop_chain(const tt_graph *g, const rcop_rule *r, int root, int v, in
       if (what == 2 && !inside && !r->pin[u]) r->pin[u] = 1;
       continue;
     }
-    if (!rcop_chain(g, r, root, u, what, depth + 1)) return 0;
+    if (!rc_op_chain(g, r, root, u, what, depth + 1)) return 0;
   }
   return 1;
 }
@@ -438,18 +449,18 @@ static int rcop_chain(const tt_graph *g, const rcop_rule *r, int root, int v, in
  * hop from kept values (its sources pinned: neither dropped before nor after); 2: any op, its
  * recompute cascading only inside its own unit (sources outside pinned). Returns the values
  * dropped (-1 when they free less than need, -2 out of memory); *freed_out: their bytes. */
-static int rcop_search(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need, int mode,
+static int rc_op_search(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need, int mode,
                        unsigned char *rec, double *freed_out, tt_err *err) {
   int n = g->nnodes;
   unsigned char *reads = (unsigned char *)tt_malloc((size_t)n * 2, "recompute set", err);
   double *chain = (double *)tt_malloc(sizeof(double) * (size_t)n, "recompute set", err);
-  rcop_cand *cand = (rcop_cand *)tt_malloc(sizeof(rcop_cand) * (size_t)n, "recompute set", err);
+  rc_op_cand *cand = (rc_op_cand *)tt_malloc(sizeof(rc_op_cand) * (size_t)n, "recompute set", err);
   int *unit_of = (int *)tt_malloc(sizeof(int) * (size_t)n, "recompute set", err);
   if (!reads || !chain || !cand || !unit_of || tt_recompute_units(g, unit_of) < 0) {
     free(reads), free(chain), free(cand), free(unit_of);
     return tt_fail(err, "out of host memory planning per-op recomputation for %d layers", n), -2;
   }
-  rcop_rule rule;
+  rc_op_rule rule;
   rule.reads = reads, rule.unit_of = unit_of, rule.rec = rec, rule.pin = reads + n, rule.local = mode == 2;
   memset(rule.pin, 0, (size_t)n);
   tt_recompute_bwd_reads_all(g, reads);
@@ -464,31 +475,31 @@ static int rcop_search(const tt_graph *g, int micro_batch, tt_dtype dt, const tt
       chain[v] = x->nin ? chain[x->in[0]] : 0.0;
       continue;
     }
-    chain[v] = rcop_secs(g, v, micro_batch, dt, prof);
+    chain[v] = rc_op_secs(g, v, micro_batch, dt, prof);
     for (int k = 0; k < x->nin; k++) {
-      int u = rcop_in(g, x, k);
+      int u = rc_op_in(g, x, k);
       if (u > 0 && !reads[u]) chain[v] += chain[u];
     }
     double extra = x->kind == TT_L_ATTENTION ? tt_node_saved_bytes(g, v, micro_batch, tt_dtype_size(dt), 1) : 0.0;
     if (v == n - 1 || rec[v] || (!reads[v] && extra <= 0.0)) continue;
-    if (mode == 1 && !rcop_memory_bound(x->kind)) continue;
+    if (mode == 1 && !rc_op_memory_bound(x->kind)) continue;
     double bytes = (reads[v] ? (double)micro_batch * (double)tt_node_numel(x) * (double)tt_dtype_size(dt) : 0.0) + extra;
     if (bytes <= 0.0) continue;
     cand[nc].v = v, cand[nc].bytes = bytes, cand[nc].score = chain[v] / bytes;
     nc++;
   }
-  qsort(cand, (size_t)nc, sizeof *cand, rcop_cmp);
+  qsort(cand, (size_t)nc, sizeof *cand, rc_op_cmp);
   double freed = 0.0;
   int marked = 0;
   for (int i = 0; i < nc && (need < 0 || freed < need); i++) {
     int v = cand[i].v;
     if (mode) {
       /* v's sources allowed, and v itself no kept source another drop counts on */
-      if (rule.pin[v] == 1 || !rcop_chain(g, &rule, v, v, 1, 0)) continue;
-      rcop_chain(g, &rule, v, v, 2, 0);
+      if (rule.pin[v] == 1 || !rc_op_chain(g, &rule, v, v, 1, 0)) continue;
+      rc_op_chain(g, &rule, v, v, 2, 0);
       rule.pin[v] = 2;
     }
-    rcop_chain(g, &rule, v, v, 0, 0);
+    rc_op_chain(g, &rule, v, v, 0, 0);
     freed += cand[i].bytes;
     marked++;
   }
@@ -497,13 +508,16 @@ static int rcop_search(const tt_graph *g, int micro_batch, tt_dtype dt, const tt
   return need >= 0 && freed < need ? -1 : marked;
 }
 
+/* rc_op_search unconstrained (mode 0) from an empty set. */
 int tt_recompute_search_ops(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need,
                             unsigned char *rec, tt_err *err) {
   memset(rec, 0, (size_t)g->nnodes);
-  return rcop_search(g, micro_batch, dt, prof, need, 0, rec, NULL, err);
+  return rc_op_search(g, micro_batch, dt, prof, need, 0, rec, NULL, err);
 }
 
+/* rc_op_search constrained: one hop (mode 1) or cascading inside a unit (local, mode 2), adding
+ * to what rec holds already. */
 int tt_recompute_add_cheap(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need,
                            int local, unsigned char *rec, double *freed, tt_err *err) {
-  return rcop_search(g, micro_batch, dt, prof, need, local ? 2 : 1, rec, freed, err);
+  return rc_op_search(g, micro_batch, dt, prof, need, local ? 2 : 1, rec, freed, err);
 }
