@@ -7,6 +7,7 @@
  * fits; the fastest fitting plan in the cost model is kept (policy_pick). One plan memo per
  * search (program.h) lets the many candidates that lower to buffers planned before skip the
  * arena planner. */
+#include "../base/knobs.h"
 #include "policy.h"
 
 #include <math.h>
@@ -74,9 +75,8 @@ static int policy_lower_plan(const tt_graph *g, tt_policy *pol, tt_backend *be, 
  * is planned only where the transient one packs above the lower bound that variant could reach,
  * so it costs nothing on the many plans the sweep packs at their bound. */
 static int policy_plan(const tt_graph *g, tt_policy *pol, tt_backend *be, tt_plan_memo *memo, tt_program *p, tt_err *err) {
-  const char *env = getenv("TINYTRAIN_GRADS"); /* =persistent: the accumulators always, to measure */
   int rc;
-  if (env && !strcmp(env, "persistent")) pol->grads_persistent = 1;
+  if (tt_knobs_get()->grads_persistent) pol->grads_persistent = 1; /* TINYTRAIN_GRADS=persistent: to measure */
   if ((rc = policy_lower_plan(g, pol, be, memo, p, err))) return rc;
   /* Transient gradients lower the lower bound, but the arena is a heuristic's packing: where it
    * is above what any arena with persistent gradients could be (their lower bound), that plan is
@@ -135,12 +135,11 @@ static int policy_try_form(const policy_ctx *c, int inplace, unsigned char *rec,
  * whatever policy_try returns). TINYTRAIN_ATTN=keep|fused forces one. Fills the attention forms
  * to try, in order; returns how many. */
 static int policy_fused_forms(const tt_graph *g, int *forms) {
-  const char *env = getenv("TINYTRAIN_ATTN");
-  int has_attn = 0;
+  int has_attn = 0, force = tt_knobs_get()->attn; /* -1, or 0 keep, 1 fused */
   for (int i = 0; i < g->nnodes; i++) has_attn |= g->nodes[i].kind == TT_L_ATTENTION;
   forms[0] = 0;
   if (!has_attn) return 1;
-  if (env && *env) return forms[0] = strcmp(env, "fused") ? 0 : POLICY_FUSED, 1;
+  if (force >= 0) return forms[0] = force ? POLICY_FUSED : 0, 1;
   forms[1] = POLICY_FUSED;
   return 2;
 }
@@ -152,8 +151,7 @@ static int policy_fused_forms(const tt_graph *g, int *forms) {
  * fragment the greedy placement. TINYTRAIN_COMPACT=1 uses them always, TINYTRAIN_COMPACT=0
  * never. Fills the compact forms to try, in order; returns how many. */
 static int policy_compact_forms(int *forms) {
-  const char *env = getenv("TINYTRAIN_COMPACT");
-  int force = env && *env ? (strcmp(env, "0") ? 1 : 0) : -1;
+  int force = tt_knobs_get()->compact; /* -1, or 0 never, 1 always */
   if (force >= 0) return forms[0] = force ? POLICY_COMPACT : 0, 1;
   forms[0] = 0, forms[1] = POLICY_COMPACT;
   return 2;
@@ -190,12 +188,9 @@ static int policy_count(const unsigned char *rec, int n) {
 /* Which recompute search runs: the options', or TINYTRAIN_RECOMPUTE_SEARCH=segments|ops
  * (to compare the searches, e.g. tests/bench/memory_tradeoff), or both. */
 static tt_recompute_search_kind policy_rsearch_kind(const tt_policy_opts *o) {
-  const char *e;
+  int k = tt_knobs_get()->recompute_search; /* -1, or 0 segments, 1 ops */
   if (o->recompute_search != TT_RSEARCH_BEST) return o->recompute_search;
-  e = getenv("TINYTRAIN_RECOMPUTE_SEARCH");
-  if (e && !strcmp(e, "segments")) return TT_RSEARCH_SEGMENTS;
-  if (e && !strcmp(e, "ops")) return TT_RSEARCH_OPS;
-  return TT_RSEARCH_BEST;
+  return k == 0 ? TT_RSEARCH_SEGMENTS : k == 1 ? TT_RSEARCH_OPS : TT_RSEARCH_BEST;
 }
 
 /* Keeps candidate (p2, rec2) in (out, rec) when it is faster in the cost model (as fast: the

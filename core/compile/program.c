@@ -294,7 +294,7 @@ int tt_program_plan_memo(tt_program *p, tt_plan_memo *m, tt_err *err) {
     if (e->hash == h && e->nbufs == p->nbufs && e->align == p->align &&
         !memcmp(e->key, m->scratch, sizeof(program_memo_key) * (size_t)p->nbufs)) {
       program_memo_apply(e, p);
-      return 0;
+      return tt_program_calls(p, err); /* the steps may differ where the buffers do not */
     }
   if ((rc = tt_program_plan(p, err))) return rc;
   program_memo_store(m, p, h);
