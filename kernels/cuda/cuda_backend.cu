@@ -425,12 +425,15 @@ extern "C" int tt_cuda_mem_used(tt_backend *b, size_t *used, size_t *total) {
  * every kernel of ours on the device before the reserve is measured. */
 static int cuda_be_check_kernels(tt_backend *b, const cudaDeviceProp *prop) {
   tt_cuda_state *st = tt_cuda_st(b);
-  const tt_cuda_kernel *tabs[4] = {tt_cuda_elementwise_kernels, tt_cuda_norm_kernels, tt_cuda_loss_optim_kernels,
-                                   tt_cuda_transformer_kernels};
-  int counts[4] = {tt_cuda_elementwise_nkernels, tt_cuda_norm_nkernels, tt_cuda_loss_optim_nkernels,
-                   tt_cuda_transformer_nkernels};
+  /* one table per file (cuda_internal.h) */
+  const tt_cuda_kernel *tabs[] = {tt_cuda_elementwise_kernels, tt_cuda_bn_kernels, tt_cuda_bn_chip_kernels,
+                                  tt_cuda_pool_kernels, tt_cuda_loss_optim_kernels, tt_cuda_layernorm_kernels,
+                                  tt_cuda_attention_kernels, tt_cuda_tokens_kernels};
+  const int counts[] = {tt_cuda_elementwise_nkernels, tt_cuda_bn_nkernels, tt_cuda_bn_chip_nkernels,
+                        tt_cuda_pool_nkernels, tt_cuda_loss_optim_nkernels, tt_cuda_layernorm_nkernels,
+                        tt_cuda_attention_nkernels, tt_cuda_tokens_nkernels};
   int t, i, cc = prop->major * 10 + prop->minor;
-  for (t = 0; t < 4; t++)
+  for (t = 0; t < (int)(sizeof tabs / sizeof tabs[0]); t++)
     for (i = 0; i < counts[t]; i++) {
       const tt_cuda_kernel *k = &tabs[t][i];
       cudaFuncAttributes a;
@@ -560,7 +563,7 @@ static void cuda_be_create_fail(char *errbuf, size_t errsize, const char *fmt, .
 
 /* The generic workspace query: convolution and linear as their own queries (cuDNN's
  * algorithm workspace, the fp16 staging of GEMMs); batch norm's, layer norm's backward and
- * attention's backward partials (cuda_norm.cu, cuda_transformer.cu); nothing else needs one. */
+ * attention's backward partials (cuda_bn.cu, cuda_layernorm.cu, cuda_attention.cu); nothing else needs one. */
 static size_t cuda_be_op_workspace(tt_backend *b, const tt_op_desc *op) {
   const tt_linear_desc *l = &op->u.linear;
   switch (op->kind) {

@@ -19,8 +19,6 @@ static int cuda_ew_dt(tt_backend *b, const char *op, tt_dtype dt) {
   return 0;
 }
 
-static cudaStream_t cuda_ew_stream(tt_backend *b) { return tt_cuda_st(b)->compute; }
-
 /* ------------------------------------ helpers ----------------------------------------- */
 
 /* 2-D grid: y strides the planes (n*c), x the plane; the channel once per plane, no division per
@@ -45,14 +43,14 @@ int tt_cuda_add_bias(tt_backend *b, const char *op, int n, int c, size_t hw, tt_
   size_t planes = (size_t)n * c, gx = (hw + TT_CUDA_THREADS - 1) / TT_CUDA_THREADS, gy = planes;
   if (!planes || !hw) return 0;
   if (hw == 1) {
-    TT_LAUNCH(cuda_ew_add_bias_rows_k, tt_cuda_blocks(planes), TT_CUDA_THREADS, 0, cuda_ew_stream(b), planes, c, dt, bias,
+    TT_LAUNCH(cuda_ew_add_bias_rows_k, tt_cuda_blocks(planes), TT_CUDA_THREADS, 0, tt_cuda_stream(b), planes, c, dt, bias,
               y);
     CUDA_LAUNCH_CHECK(b, op);
     return 0;
   }
   if (gx > 1024) gx = 1024;
   if (gy > 65535) gy = 65535;
-  TT_LAUNCH(cuda_ew_add_bias_k, dim3((unsigned)gx, (unsigned)gy), TT_CUDA_THREADS, 0, cuda_ew_stream(b), planes, hw, c, dt,
+  TT_LAUNCH(cuda_ew_add_bias_k, dim3((unsigned)gx, (unsigned)gy), TT_CUDA_THREADS, 0, tt_cuda_stream(b), planes, hw, c, dt,
             bias, y);
   CUDA_LAUNCH_CHECK(b, op);
   return 0;
@@ -76,7 +74,7 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_channel_sum_k(i
 int tt_cuda_channel_sum(tt_backend *b, const char *op, int n, int c, size_t hw, tt_dtype dt, const void *t, float *out,
                         float beta) {
   if (c <= 0) return 0;
-  TT_LAUNCH(cuda_ew_channel_sum_k, c, TT_CUDA_THREADS, 0, cuda_ew_stream(b), n, c, hw, dt, t, out, beta);
+  TT_LAUNCH(cuda_ew_channel_sum_k, c, TT_CUDA_THREADS, 0, tt_cuda_stream(b), n, c, hw, dt, t, out, beta);
   CUDA_LAUNCH_CHECK(b, op);
   return 0;
 }
@@ -91,7 +89,7 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_accum_f32_k(siz
 
 int tt_cuda_accum_to_f32(tt_backend *b, const char *op, size_t count, tt_dtype dt, const void *x, float *y, float beta) {
   if (!count) return 0;
-  TT_LAUNCH(cuda_ew_accum_f32_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, dt, x, y, beta);
+  TT_LAUNCH(cuda_ew_accum_f32_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, tt_cuda_stream(b), count, dt, x, y, beta);
   CUDA_LAUNCH_CHECK(b, op);
   return 0;
 }
@@ -159,7 +157,7 @@ int tt_cuda_transpose(tt_backend *b, const char *op, int outer, int m, int n, tt
   dim3 grid((unsigned)((n + CUDA_EW_TT - 1) / CUDA_EW_TT), (unsigned)((m + CUDA_EW_TT - 1) / CUDA_EW_TT),
             (unsigned)(outer < 65535 ? outer : 65535));
   if (grid.y > 65535u) return tt_cuda_fail(b, "%s: transpose: %d rows is over the grid's limit", op, m);
-  TT_LAUNCH(cuda_ew_transpose_k, grid, 256, 0, cuda_ew_stream(b), outer, m, n, sdt, mode, src, dst, beta);
+  TT_LAUNCH(cuda_ew_transpose_k, grid, 256, 0, tt_cuda_stream(b), outer, m, n, sdt, mode, src, dst, beta);
   CUDA_LAUNCH_CHECK(b, op);
   return 0;
 }
@@ -186,7 +184,7 @@ int tt_cuda_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const vo
     return tt_cuda_fail(b, "act_fwd: unknown activation %d", (int)a);
   if (!count) return 0;
   if (!x || !y) return tt_cuda_fail(b, "act_fwd: NULL x or y");
-  TT_LAUNCH(cuda_ew_act_fwd_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), a, count, dt, x, y);
+  TT_LAUNCH(cuda_ew_act_fwd_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, tt_cuda_stream(b), a, count, dt, x, y);
   CUDA_LAUNCH_CHECK(b, "act_fwd");
   return 0;
 }
@@ -200,7 +198,7 @@ int tt_cuda_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const vo
   if (!saved || !dy || !dx) return tt_cuda_fail(b, "act_bwd: NULL saved, dy or dx");
   if (dx == dy && beta != 0.0f)
     return tt_cuda_fail(b, "act_bwd: dx may alias dy only when beta == 0 (beta=%g)", (double)beta);
-  TT_LAUNCH(cuda_ew_act_bwd_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), a, count, dt, saved, dy, dx, beta);
+  TT_LAUNCH(cuda_ew_act_bwd_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, tt_cuda_stream(b), a, count, dt, saved, dy, dx, beta);
   CUDA_LAUNCH_CHECK(b, "act_bwd");
   return 0;
 }
@@ -233,7 +231,7 @@ int tt_cuda_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const v
   if (!count) return 0;
   if (!y || !mask) return tt_cuda_fail(b, "act_mask: NULL y or mask");
   size_t nw = (count + 31u) / 32u;
-  TT_LAUNCH(cuda_ew_act_mask_k, tt_cuda_blocks(nw), TT_CUDA_THREADS, 0, cuda_ew_stream(b), a, count, dt, y, mask);
+  TT_LAUNCH(cuda_ew_act_mask_k, tt_cuda_blocks(nw), TT_CUDA_THREADS, 0, tt_cuda_stream(b), a, count, dt, y, mask);
   CUDA_LAUNCH_CHECK(b, "act_mask");
   return 0;
 }
@@ -246,7 +244,7 @@ int tt_cuda_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, con
   if (!mask || !dy || !dx) return tt_cuda_fail(b, "act_bwd_mask: NULL mask, dy or dx");
   if (dx == dy && beta != 0.0f)
     return tt_cuda_fail(b, "act_bwd_mask: dx may alias dy only when beta == 0 (beta=%g)", (double)beta);
-  TT_LAUNCH(cuda_ew_act_bwd_mask_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, dt, mask, dy, dx,
+  TT_LAUNCH(cuda_ew_act_bwd_mask_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, tt_cuda_stream(b), count, dt, mask, dy, dx,
             beta);
   CUDA_LAUNCH_CHECK(b, "act_bwd_mask");
   return 0;
@@ -315,10 +313,10 @@ int tt_cuda_save_compress(tt_backend *b, int f, int n, int c, int hw, tt_dtype d
   if (!count) return 0;
   if (!x || !dst) return tt_cuda_fail(b, "save_compress: NULL x or dst");
   if (f != TT_SAVE_INT8) {
-    TT_LAUNCH(cuda_ew_save16_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, f, dt, x, (uint16_t *)dst);
+    TT_LAUNCH(cuda_ew_save16_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, tt_cuda_stream(b), count, f, dt, x, (uint16_t *)dst);
   } else {
     float *scale = (float *)((char *)dst + (count + 3u) / 4u * 4u);
-    TT_LAUNCH(cuda_ew_save8_k, c, TT_CUDA_THREADS, 0, cuda_ew_stream(b), n, c, hw, dt, x, (int8_t *)dst, scale);
+    TT_LAUNCH(cuda_ew_save8_k, c, TT_CUDA_THREADS, 0, tt_cuda_stream(b), n, c, hw, dt, x, (int8_t *)dst, scale);
   }
   CUDA_LAUNCH_CHECK(b, "save_compress");
   return 0;
@@ -331,7 +329,7 @@ int tt_cuda_save_restore(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt
   if (!count) return 0;
   if (!x || !src) return tt_cuda_fail(b, "save_restore: NULL src or x");
   const float *scale = (const float *)((const char *)src + (count + 3u) / 4u * 4u);
-  TT_LAUNCH(cuda_ew_restore_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, f, c, hw, dt, src, scale, x);
+  TT_LAUNCH(cuda_ew_restore_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, tt_cuda_stream(b), count, f, c, hw, dt, src, scale, x);
   CUDA_LAUNCH_CHECK(b, "save_restore");
   return 0;
 }
@@ -379,7 +377,7 @@ int tt_cuda_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const v
   if (!a || !b2 || !y) return tt_cuda_fail(b, "add: NULL a, b2 or y");
   const void *ptrs[3] = {a, b2, y};
   int v = tt_cuda_vec_width(tt_dtype_size(dt), ptrs, 3);
-  TT_LAUNCH(cuda_ew_add_k, tt_cuda_blocks(count / (size_t)v), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, dt, v, a, b2, y);
+  TT_LAUNCH(cuda_ew_add_k, tt_cuda_blocks(count / (size_t)v), TT_CUDA_THREADS, 0, tt_cuda_stream(b), count, dt, v, a, b2, y);
   CUDA_LAUNCH_CHECK(b, "add");
   return 0;
 }
@@ -418,7 +416,7 @@ int tt_cuda_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, 
   if (!x || !y) return tt_cuda_fail(b, "accumulate: NULL x or y");
   const void *ptrs[2] = {x, y};
   int v = tt_cuda_vec_width(tt_dtype_size(dt), ptrs, 2);
-  TT_LAUNCH(cuda_ew_accumulate_k, tt_cuda_blocks(count / (size_t)v), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, dt, v, x,
+  TT_LAUNCH(cuda_ew_accumulate_k, tt_cuda_blocks(count / (size_t)v), TT_CUDA_THREADS, 0, tt_cuda_stream(b), count, dt, v, x,
             y, beta);
   CUDA_LAUNCH_CHECK(b, "accumulate");
   return 0;
@@ -457,7 +455,7 @@ int tt_cuda_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint6
   if (cuda_ew_dropout_params(b, "dropout_fwd", p, &thr, &scale, &all_drop)) return -1;
   if (!count) return 0;
   if (!x || !y) return tt_cuda_fail(b, "dropout_fwd: NULL x or y");
-  TT_LAUNCH(cuda_ew_dropout_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, dt, thr, scale, all_drop,
+  TT_LAUNCH(cuda_ew_dropout_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, tt_cuda_stream(b), count, dt, thr, scale, all_drop,
                                                                                        seed, x, y, 0.0f, 1);
   CUDA_LAUNCH_CHECK(b, "dropout_fwd");
   return 0;
@@ -473,7 +471,7 @@ int tt_cuda_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint6
   if (!count) return 0;
   if (!dy || !dx) return tt_cuda_fail(b, "dropout_bwd: NULL dy or dx");
   if (dx == dy && beta != 0.0f) return tt_cuda_fail(b, "dropout_bwd: dx may alias dy only when beta == 0");
-  TT_LAUNCH(cuda_ew_dropout_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, dt, thr, scale, all_drop,
+  TT_LAUNCH(cuda_ew_dropout_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, tt_cuda_stream(b), count, dt, thr, scale, all_drop,
                                                                                        seed, dy, dx, beta, 0);
   CUDA_LAUNCH_CHECK(b, "dropout_bwd");
   return 0;
@@ -511,7 +509,7 @@ int tt_cuda_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *
                         src_off, src_off, nc, src_c, dst_off, dst_off, nc, dst_c);
   if (!count) return 0;
   if (!src || !dst) return tt_cuda_fail(b, "channel_copy: NULL src or dst");
-  TT_LAUNCH(cuda_ew_channel_copy_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b),
+  TT_LAUNCH(cuda_ew_channel_copy_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, tt_cuda_stream(b),
       count, nc, (size_t)hw, dt, src, src_c, src_off, dst, dst_c, dst_off, beta);
   CUDA_LAUNCH_CHECK(b, "channel_copy");
   return 0;
@@ -558,7 +556,7 @@ int tt_cuda_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, 
   if (!src || !dst) return tt_cuda_fail(b, "cast: NULL src or dst");
   if (src_dt == dst_dt) {
     if (src != dst)
-      CUDA_CHECK(b, cudaMemcpyAsync(dst, src, count * tt_dtype_size(src_dt), cudaMemcpyDeviceToDevice, cuda_ew_stream(b)));
+      CUDA_CHECK(b, cudaMemcpyAsync(dst, src, count * tt_dtype_size(src_dt), cudaMemcpyDeviceToDevice, tt_cuda_stream(b)));
     return 0;
   }
   if (src == dst)
@@ -566,7 +564,7 @@ int tt_cuda_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, 
   const void *ptrs[2] = {src, dst};
   int v = tt_cuda_vec_width(4, ptrs, 2) == 4 ? 4 : 1; /* fp32's 16 bytes, or one element (a third variant
                                                            spilled on sm_100) */
-  TT_LAUNCH(cuda_ew_cast_k, tt_cuda_blocks(count / (size_t)v), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, src_dt, src,
+  TT_LAUNCH(cuda_ew_cast_k, tt_cuda_blocks(count / (size_t)v), TT_CUDA_THREADS, 0, tt_cuda_stream(b), count, src_dt, src,
             dst_dt, dst, v);
   CUDA_LAUNCH_CHECK(b, "cast");
   return 0;
@@ -660,7 +658,7 @@ int tt_cuda_cast_multi(tt_backend *b, const tt_cast_seg *segs, int nseg, tt_dtyp
       t.n++;
     }
     if (!t.n) break;
-    TT_LAUNCH(cuda_ew_cast_multi_k, tt_cuda_blocks((size_t)t.cumv[t.n]), TT_CUDA_THREADS, 0, cuda_ew_stream(b), t, src_dt,
+    TT_LAUNCH(cuda_ew_cast_multi_k, tt_cuda_blocks((size_t)t.cumv[t.n]), TT_CUDA_THREADS, 0, tt_cuda_stream(b), t, src_dt,
               dst_dt, v4);
     CUDA_LAUNCH_CHECK(b, "cast_multi");
   }
@@ -696,7 +694,7 @@ int tt_cuda_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src
   if (!src || !mean || !std || !dst) return tt_cuda_fail(b, "normalize_u8: NULL src, mean, std or dst");
   /* mean and std are host arrays (the recipe's); they travel by value. */
   for (ch = 0; ch < c; ch++) pr.mean[ch] = mean[ch], pr.std[ch] = std[ch];
-  TT_LAUNCH(cuda_ew_normalize_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_ew_stream(b), count, c, (size_t)hw, src, pr,
+  TT_LAUNCH(cuda_ew_normalize_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, tt_cuda_stream(b), count, c, (size_t)hw, src, pr,
                                                                                          dt, dst);
   CUDA_LAUNCH_CHECK(b, "normalize_u8");
   return 0;

@@ -6,11 +6,14 @@
  * CUDNN_CHECK, CUBLAS_CHECK macros, which record "<call> failed: <reason>" and return -1.
  * Kernel launches are followed by CUDA_LAUNCH_CHECK (cudaGetLastError).
  *
- * Files, one concern each, pairing up with kernels/cpu/: cuda_backend.cu (table, device,
- * memory, streams), cuda_conv.cu (cuDNN), cuda_linear.cu (cuBLAS), cuda_norm.cu (batch norm,
- * pooling), cuda_elementwise.cu, cuda_loss_optim.cu (softmax cross-entropy, optimizer
- * updates, the overflow check), cuda_transformer.cu (layer norm, fused attention, patch tokens,
- * token pooling).
+ * Files, one op family each, named as in kernels/ref/ and kernels/cpu/ (docs/design.md):
+ * cuda_backend.cu (table, device, memory, streams), cuda_conv.cu (cuDNN), cuda_linear.cu
+ * (cuBLAS), cuda_bn.cu (batch norm; its held-on-chip form in cuda_bn_chip.cu, their shared
+ * arithmetic in cuda_bn.h), cuda_pool.cu (max, average and global average pooling),
+ * cuda_elementwise.cu (activations incl. GELU, add, casts), cuda_loss_optim.cu (softmax
+ * cross-entropy, optimizer updates, the overflow check), cuda_attention.cu (fused attention),
+ * cuda_layernorm.cu, cuda_tokens.cu (patch tokens, token pooling); cuda_nccl.cu (the all-reduce
+ * between GPUs) and cuda_export.cu (the exported entry points' linkage).
  *
  * Names: functions shared between the CUDA files start tt_cuda_; file-static helpers start
  * with cuda_. fp16 tensors are IEEE half (__half), bf16 tensors bfloat16 (__nv_bfloat16: the high
@@ -78,7 +81,7 @@ typedef struct tt_cuda_state {
   size_t blas_ws;       /* cuBLAS workspace each GEMM is planned (cuda_linear.cu) */
   size_t lib_margin;    /* device memory kept for what cuDNN/cuBLAS load after setup (tt_cuda_library_margin) */
   size_t bn_res_cap;    /* bytes of shared memory a block of the held-on-chip batch norm may take; 0: that form
-                         * is off (cuda_norm.cu, tt_cuda_norm_setup, tt_cuda_set_bn_resident) */
+                         * is off (cuda_bn_chip.cu, tt_cuda_norm_setup, tt_cuda_set_bn_resident) */
   size_t bn_res_cap_default; /* the setup's (the kernels' opt-in attribute is set for it) */
   tt_cuda_conv_slot *conv;
   int nconv;
@@ -172,10 +175,11 @@ typedef struct tt_cuda_kernel {
   int threads;
 } tt_cuda_kernel;
 #define TT_CUDA_KERNEL(k, threads) {#k, (const void *)(k), (threads)}
-extern const tt_cuda_kernel tt_cuda_elementwise_kernels[], tt_cuda_norm_kernels[], tt_cuda_loss_optim_kernels[],
-    tt_cuda_transformer_kernels[];
-extern const int tt_cuda_elementwise_nkernels, tt_cuda_norm_nkernels, tt_cuda_loss_optim_nkernels,
-    tt_cuda_transformer_nkernels;
+extern const tt_cuda_kernel tt_cuda_elementwise_kernels[], tt_cuda_bn_kernels[], tt_cuda_bn_chip_kernels[],
+    tt_cuda_pool_kernels[], tt_cuda_loss_optim_kernels[], tt_cuda_layernorm_kernels[], tt_cuda_attention_kernels[],
+    tt_cuda_tokens_kernels[];
+extern const int tt_cuda_elementwise_nkernels, tt_cuda_bn_nkernels, tt_cuda_bn_chip_nkernels, tt_cuda_pool_nkernels,
+    tt_cuda_loss_optim_nkernels, tt_cuda_layernorm_nkernels, tt_cuda_attention_nkernels, tt_cuda_tokens_nkernels;
 
 /* Fully unrolls the next loop on the device (a register array indexed by its counter stays in
  * registers); nothing in the host emulation. */
@@ -214,6 +218,22 @@ static inline int tt_cuda_dtype_ok(tt_dtype dt) { return dt == TT_F32 || dt == T
 static inline const char *tt_cuda_dtype_name(tt_dtype dt) {
   return dt == TT_F32 ? "fp32" : dt == TT_F16 ? "fp16" : dt == TT_BF16 ? "bf16" : "unknown";
 }
+/* The dtype check of the transformer ops (attention, layer norm, tokens): every tensor load and
+ * store there goes through tt_cuda_ld/st, so they take the dtypes those know (storage; the
+ * arithmetic is fp32). */
+static inline int tt_cuda_dt_check(tt_backend *b, const char *op, tt_dtype dt) {
+  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "%s: unknown dtype %d (fp32, fp16 and bf16)", op, (int)dt);
+  return 0;
+}
+/* The check of an op over [n, c, hw] planes (batch norm, global average pooling): the shape, and
+ * the dtype one of the three the backend computes. */
+static inline int tt_cuda_planes_check(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt) {
+  if (n <= 0 || c <= 0 || hw <= 0) return tt_cuda_fail(b, "%s: bad shape n=%d c=%d hw=%d", op, n, c, hw);
+  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "%s: unknown dtype %d (the CUDA backend computes fp32, fp16 and bf16)", op, (int)dt);
+  return 0;
+}
+/* The stream every op's kernels run on. */
+static inline cudaStream_t tt_cuda_stream(tt_backend *b) { return tt_cuda_st(b)->compute; }
 
 #ifdef __CUDACC__
 /* Load/store one element of a dt tensor as fp32 (dt is uniform across a launch). */
@@ -398,6 +418,12 @@ __device__ __forceinline__ double tt_cuda_block_sum(double v, double *sh) {
   __syncthreads();
   return sh[32];
 }
+/* Sum of v over the 32 lanes of a warp (butterfly: every lane gets the same sum); every lane of
+ * the warp must call it. */
+__device__ __forceinline__ float tt_cuda_sum32(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
 #endif
 
 /* The widest vector (elements, at most 16 bytes of the widest dtype) every pointer is aligned to. */
@@ -427,7 +453,7 @@ int tt_cuda_transpose(tt_backend *b, const char *op, int outer, int m, int n, tt
                       void *dst, float beta);
 
 /* ---- ops (see backend.h) ---- */
-/* cuda_norm.cu: setup of the held-on-chip batch norm (its shared-memory cap), after the kernel check */
+/* cuda_bn_chip.cu: setup of the held-on-chip batch norm (its shared-memory cap), after the kernel check */
 int tt_cuda_norm_setup(tt_backend *b, const cudaDeviceProp *prop);
 /* cuda_conv.cu */
 size_t tt_cuda_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
@@ -454,7 +480,7 @@ int tt_cuda_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, 
                             void *dx, float beta, void *ws, size_t ws_bytes);
 int tt_cuda_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
                               float *dw, float *db, float beta, void *ws, size_t ws_bytes);
-/* cuda_norm.cu */
+/* cuda_bn.cu */
 /* Workspace bytes of bn_fwd_train and bn_bwd (16-byte aligned); bn_fwd_infer takes none. */
 size_t tt_cuda_bn_workspace(int n, int c, int hw, tt_dtype dt);
 int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
@@ -475,6 +501,7 @@ int tt_cuda_bn_fwd_train_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, 
 int tt_cuda_bn_bwd_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                         const float *gamma, const float *bias, const float *save_mean, const float *save_invstd, void *dx,
                         float *dgamma, float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+/* cuda_pool.cu */
 int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
                      void *ws, size_t ws_bytes);
 int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
@@ -519,7 +546,7 @@ int tt_cuda_adam_update_multi(tt_backend *b, const tt_update_seg *segs, int nseg
                               const int32_t *skip);
 int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
 int tt_cuda_sum_squares(tt_backend *b, size_t count, const float *g, float *acc);
-/* cuda_transformer.cu */
+/* cuda_layernorm.cu, cuda_attention.cu, cuda_tokens.cu */
 /* Workspace bytes (bwd: the backward's; the forwards take none), TT_WS_ERROR with the reason
  * recorded for a call the kernels cannot run. */
 size_t tt_cuda_ln_workspace(tt_backend *b, int rows, int f, tt_dtype dt, int bwd);

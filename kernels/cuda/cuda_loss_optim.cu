@@ -15,8 +15,6 @@
 
 #include "cuda_internal.h"
 
-static cudaStream_t cuda_lo_stream(tt_backend *b) { return tt_cuda_st(b)->compute; }
-
 /* ------------------------------- softmax cross-entropy -------------------------------- */
 
 #define CUDA_LO_CE_THREADS 256
@@ -169,16 +167,16 @@ int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const voi
   int nb = (n + warps - 1) / warps;
   if (nb > CUDA_LO_CE_MAX_BLOCKS) nb = CUDA_LO_CE_MAX_BLOCKS;
   if (dt == TT_F16)
-    TT_LAUNCH(cuda_lo_ce_f16_k, (unsigned)nb, CUDA_LO_CE_THREADS, 0, cuda_lo_stream(b), n, classes, logits, labels, smoothing,
+    TT_LAUNCH(cuda_lo_ce_f16_k, (unsigned)nb, CUDA_LO_CE_THREADS, 0, tt_cuda_stream(b), n, classes, logits, labels, smoothing,
               grad_scale, dlogits, st->ss_part);
   else if (dt == TT_BF16)
-    TT_LAUNCH(cuda_lo_ce_bf16_k, (unsigned)nb, CUDA_LO_CE_THREADS, 0, cuda_lo_stream(b), n, classes, logits, labels, smoothing,
+    TT_LAUNCH(cuda_lo_ce_bf16_k, (unsigned)nb, CUDA_LO_CE_THREADS, 0, tt_cuda_stream(b), n, classes, logits, labels, smoothing,
               grad_scale, dlogits, st->ss_part);
   else
-    TT_LAUNCH(cuda_lo_ce_f32_k, (unsigned)nb, CUDA_LO_CE_THREADS, 0, cuda_lo_stream(b), n, classes, logits, labels, smoothing,
+    TT_LAUNCH(cuda_lo_ce_f32_k, (unsigned)nb, CUDA_LO_CE_THREADS, 0, tt_cuda_stream(b), n, classes, logits, labels, smoothing,
               grad_scale, dlogits, st->ss_part);
   CUDA_LAUNCH_CHECK(b, "softmax_ce");
-  TT_LAUNCH(cuda_lo_ce_final_k, 1, 32, 0, cuda_lo_stream(b), nb, (const double *)st->ss_part, stats);
+  TT_LAUNCH(cuda_lo_ce_final_k, 1, 32, 0, tt_cuda_stream(b), nb, (const double *)st->ss_part, stats);
   CUDA_LAUNCH_CHECK(b, "softmax_ce (the blocks' sums)");
   return 0;
 }
@@ -214,7 +212,7 @@ int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, fl
   if (momentum != 0.0f && !m)
     return tt_cuda_fail(b, "sgd_update: momentum %g needs a momentum buffer", (double)momentum);
   if (cuda_lo_clip_bad(b, "sgd_update", clip)) return -1;
-  TT_LAUNCH(cuda_lo_sgd_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b), count, w, g, m, lr, momentum,
+  TT_LAUNCH(cuda_lo_sgd_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, tt_cuda_stream(b), count, w, g, m, lr, momentum,
             nesterov, weight_decay, grad_scale, clip ? clip->sumsq : (const float *)NULL, clip ? clip->max_norm : 0.0f,
             skip);
   CUDA_LAUNCH_CHECK(b, "sgd_update");
@@ -239,7 +237,7 @@ int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, f
   if (!w || !g || !m || !v) return tt_cuda_fail(b, "adam_update: NULL w, g, m or v");
   if (cuda_lo_clip_bad(b, "adam_update", clip)) return -1;
   tt_adam_consts k = tt_adam_make_consts(lr, beta1, beta2, weight_decay, decoupled, t); /* as the CPU does */
-  TT_LAUNCH(cuda_lo_adam_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b),
+  TT_LAUNCH(cuda_lo_adam_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, tt_cuda_stream(b),
       count, w, g, m, v, beta1, beta2, eps, weight_decay, decoupled, k, grad_scale,
       clip ? clip->sumsq : (const float *)NULL, clip ? clip->max_norm : 0.0f, skip);
   CUDA_LAUNCH_CHECK(b, "adam_update");
@@ -331,7 +329,7 @@ int tt_cuda_sgd_update_multi(tt_backend *b, const tt_update_seg *segs, int nseg,
   while (next < nseg) {
     if ((next = cuda_lo_multi_fill(b, "sgd_update_multi", segs, nseg, next, 0, momentum, &t)) < 0) return -1;
     if (!t.n) break;
-    TT_LAUNCH(cuda_lo_sgd_multi_k, tt_cuda_blocks((size_t)t.cum[t.n]), TT_CUDA_THREADS, 0, cuda_lo_stream(b), t, lr,
+    TT_LAUNCH(cuda_lo_sgd_multi_k, tt_cuda_blocks((size_t)t.cum[t.n]), TT_CUDA_THREADS, 0, tt_cuda_stream(b), t, lr,
               momentum, nesterov, weight_decay, grad_scale, clip ? clip->sumsq : (const float *)NULL,
               clip ? clip->max_norm : 0.0f, skip);
     CUDA_LAUNCH_CHECK(b, "sgd_update_multi");
@@ -353,7 +351,7 @@ int tt_cuda_adam_update_multi(tt_backend *b, const tt_update_seg *segs, int nseg
   while (next < nseg) {
     if ((next = cuda_lo_multi_fill(b, "adam_update_multi", segs, nseg, next, 1, 0.0f, &t)) < 0) return -1;
     if (!t.n) break;
-    TT_LAUNCH(cuda_lo_adam_multi_k, tt_cuda_blocks((size_t)t.cum[t.n]), TT_CUDA_THREADS, 0, cuda_lo_stream(b), t, beta1,
+    TT_LAUNCH(cuda_lo_adam_multi_k, tt_cuda_blocks((size_t)t.cum[t.n]), TT_CUDA_THREADS, 0, tt_cuda_stream(b), t, beta1,
               beta2, eps, weight_decay, decoupled, k, k0, grad_scale, clip ? clip->sumsq : (const float *)NULL,
               clip ? clip->max_norm : 0.0f, skip);
     CUDA_LAUNCH_CHECK(b, "adam_update_multi");
@@ -409,9 +407,9 @@ int tt_cuda_sum_squares(tt_backend *b, size_t count, const float *g, float *acc)
   size_t per_block = (size_t)TT_CUDA_THREADS * CUDA_LO_SS_PER_THREAD;
   size_t nb = (count + per_block - 1) / per_block;
   if (nb > TT_CUDA_SS_BLOCKS) nb = TT_CUDA_SS_BLOCKS;
-  TT_LAUNCH(cuda_lo_ss_part_k, (unsigned)nb, TT_CUDA_THREADS, 0, cuda_lo_stream(b), count, g, st->ss_part);
+  TT_LAUNCH(cuda_lo_ss_part_k, (unsigned)nb, TT_CUDA_THREADS, 0, tt_cuda_stream(b), count, g, st->ss_part);
   CUDA_LAUNCH_CHECK(b, "sum_squares (partial sums)");
-  TT_LAUNCH(cuda_lo_ss_final_k, 1, TT_CUDA_THREADS, 0, cuda_lo_stream(b), (int)nb, (const double *)st->ss_part, acc);
+  TT_LAUNCH(cuda_lo_ss_final_k, 1, TT_CUDA_THREADS, 0, tt_cuda_stream(b), (int)nb, (const double *)st->ss_part, acc);
   CUDA_LAUNCH_CHECK(b, "sum_squares (their sum)");
   return 0;
 }
@@ -437,7 +435,7 @@ int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x
   if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "check_finite: unknown dtype %d", (int)dt);
   if (!flag || (count && !x)) return tt_cuda_fail(b, "check_finite: NULL x or flag");
   if (!count) return 0;
-  TT_LAUNCH(cuda_lo_check_finite_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, cuda_lo_stream(b), count, dt, x, flag);
+  TT_LAUNCH(cuda_lo_check_finite_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, tt_cuda_stream(b), count, dt, x, flag);
   CUDA_LAUNCH_CHECK(b, "check_finite");
   return 0;
 }

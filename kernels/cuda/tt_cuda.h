@@ -59,11 +59,11 @@ int tt_cuda_set_tf32(tt_backend *b, int on);
  * Returns the cap before the call; forgets the algorithms chosen so far. */
 size_t tt_cuda_set_conv_workspace_cap(tt_backend *b, size_t bytes);
 #define TT_CUDA_CONV_WS_DEFAULT_CAP ((size_t)64 << 20)
-/* The held-on-chip batch norm (kernels/cuda/cuda_norm.cu; docs/gpu.md, "Batch norm held on
+/* The held-on-chip batch norm (kernels/cuda/cuda_bn_chip.cu; docs/gpu.md, "Batch norm held on
  * chip"): a block takes at most bytes of shared memory (0: the form is off; more than setup's cap:
  * setup's cap). Returns the cap before the call. For tests comparing it with the two-pass forms. */
 size_t tt_cuda_set_bn_resident(tt_backend *b, size_t bytes);
-/* The CUDA backend's bn_apply (backend.h; kernels/cuda/cuda_norm.cu): batch norm from the
+/* The CUDA backend's bn_apply (backend.h; kernels/cuda/cuda_bn.cu): batch norm from the
  * training forward's statistics, bit for bit bn_fwd_train's y. Declared here, with C linkage,
  * for the emulated tests (which link the backend's sources) while cuda_backend.cu's table does
  * not list it yet; not in tt_cuda_api, so a GPU build reaches it only through the table. */

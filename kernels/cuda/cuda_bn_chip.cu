@@ -1,0 +1,332 @@
+/* kernels/cuda/cuda_bn_chip.cu — batch norm held on chip: one read of x (and dy) where a block's
+ * channels fit its shared memory. The entry points (cuda_bn.cu) try this form first
+ * (tt_cuda_bn_chip_fwd, tt_cuda_bn_chip_bwd) and take the two-pass forms where it does not apply.
+ *
+ * The two-pass forms (cuda_bn.cu) read x twice in the training forward (statistics, then normalisation) and x
+ * and dy twice backward (sums, then dx): 1.5x and 1.67x the op's minimum bytes. Where a group of
+ * channels' values fit a block's shared memory, one block per group copies them in once (16-byte
+ * vectors), reduces per channel there, and writes y (dx) from there: each tensor read once and
+ * written once, in one launch instead of three (docs/gpu.md#batch-norm-held-on-chip).
+ *
+ * A block takes g consecutive channels, g = 16 / gcd(hw * element bytes, 16) (1 where a plane is
+ * whole 16-byte vectors, 8 at 7x7 in fp16, 2 at 14x14): the smallest count whose run per sample,
+ * g planes, is whole vectors, so with 16-byte aligned tensors every run starts on a vector. The
+ * shared buffer holds the block's n runs in sample order (x; then dy backward). Per channel,
+ * TT_CUDA_THREADS / g threads (whole warps: g <= 8) sum its n * hw values in fp32 each, the warp
+ * sums in double by a fixed shuffle tree, the channel's warps in order: deterministic. The
+ * forward sums x - K (K the channel's first value) as cuda_bn_stats_k does; the statistics agree
+ * with the two-pass forms' to rounding, not bit for bit; the per-element arithmetic (cuda_bn_y,
+ * cuda_bn_dx_value) and the finishing of the sums (cuda_bn_stats_finish, cuda_bn_bwd_finish) are
+ * theirs. Applies when hw > 1, c is a multiple of g, every tensor is 16-byte aligned and the
+ * block's bytes fit the backend's cap (tt_cuda_state.bn_res_cap). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_bn.h"
+
+#define CUDA_BN_RES_MAXG 8
+#define CUDA_BN_RES_WARPS (TT_CUDA_THREADS / 32)
+static_assert(TT_CUDA_THREADS % (32 * CUDA_BN_RES_MAXG) == 0, "a channel's threads are whole warps");
+
+typedef struct cuda_bn_rgeom {
+  int n, hw, g;
+  int rv;             /* 16-byte vectors per sample's run (g planes) */
+  size_t sv;          /* vectors from one sample to the next in the tensor (c * hw elements) */
+  int tv;             /* the block's vectors: n * rv */
+  int step_s, step_k; /* TT_CUDA_THREADS vectors as (samples, vectors of a run) */
+  int per;            /* threads per channel, TT_CUDA_THREADS / g */
+  int pst_s, pst_j;   /* per elements as (samples, positions in a plane) */
+} cuda_bn_rgeom;
+
+/* Calls f(vector in the block's buffer, vector in the tensor, element offset in its run) for
+ * this thread's vectors, TT_CUDA_THREADS apart; (sample, vector) advance by additions. */
+template <typename F>
+static __device__ __forceinline__ void cuda_bn_res_walk(const cuda_bn_rgeom &g, F f) {
+  int s = (int)threadIdx.x / g.rv, k = (int)threadIdx.x % g.rv; /* once per thread */
+  for (int iv = threadIdx.x; iv < g.tv; iv += TT_CUDA_THREADS) {
+    f(iv, (size_t)s * g.sv + (size_t)blockIdx.x * g.rv + k, k);
+    k += g.step_k, s += g.step_s;
+    if (k >= g.rv) k -= g.rv, s++;
+  }
+}
+
+/* Copies the block's runs of t (x or dy) into buf, 16 bytes at a time, CUDA_BN_RES_ILP loads in
+ * flight per thread before their stores: at the cap a T4 holds one 256-thread block per
+ * multiprocessor, whose 256 loads at a time (4 KiB) would leave its share of the memory
+ * bandwidth idle between round trips; four at a time keep about 16 KiB in flight. The walk is
+ * cuda_bn_res_walk's, unrolled. */
+#define CUDA_BN_RES_ILP 4
+static __device__ __forceinline__ void cuda_bn_res_load(const cuda_bn_rgeom &g, const void *t, unsigned char *buf) {
+  int s = (int)threadIdx.x / g.rv, k = (int)threadIdx.x % g.rv; /* once per thread */
+  for (int iv0 = threadIdx.x; iv0 < g.tv; iv0 += CUDA_BN_RES_ILP * TT_CUDA_THREADS) {
+    tt_cuda_u4 u[CUDA_BN_RES_ILP] = {};
+    TT_UNROLL
+    for (int q = 0; q < CUDA_BN_RES_ILP; q++) {
+      if (iv0 + q * TT_CUDA_THREADS < g.tv)
+        u[q] = tt_cuda_ld16((const char *)t + ((size_t)s * g.sv + (size_t)blockIdx.x * g.rv + k) * 16);
+      k += g.step_k, s += g.step_s;
+      if (k >= g.rv) k -= g.rv, s++;
+    }
+    TT_UNROLL
+    for (int q = 0; q < CUDA_BN_RES_ILP; q++)
+      if (iv0 + q * TT_CUDA_THREADS < g.tv) tt_cuda_st16(buf + (size_t)(iv0 + q * TT_CUDA_THREADS) * 16, u[q]);
+  }
+}
+
+/* Calls f(element index in buf) over this thread's share of channel ch's n * hw values (thread
+ * p of the channel's per: elements p, p + per, ... of the channel in (sample, position) order). */
+template <typename F>
+static __device__ __forceinline__ void cuda_bn_res_chan(const cuda_bn_rgeom &g, int ch, int p, F f) {
+  const size_t run = (size_t)g.g * g.hw;
+  int s = p / g.hw, j = p % g.hw; /* once per thread */
+  while (s < g.n) {
+    f((size_t)s * run + (size_t)ch * g.hw + j);
+    j += g.pst_j, s += g.pst_s;
+    if (j >= g.hw) j -= g.hw, s++;
+  }
+}
+
+/* Per channel of the block, (sum of a, sum of b) over its threads: each thread's fp32 pair in
+ * double, a shuffle tree per warp, then the channel's warps in order (thread ch < g gets its
+ * channel's; the others 0). */
+static __device__ __forceinline__ void cuda_bn_res_reduce(const cuda_bn_rgeom &g, float a, float b, double (*ws)[2],
+                                                          double *ta, double *tb) {
+  double da = a, db = b;
+  for (int off = 16; off > 0; off >>= 1) {
+    da += __shfl_down_sync(0xffffffffu, da, off);
+    db += __shfl_down_sync(0xffffffffu, db, off);
+  }
+  if ((threadIdx.x & 31) == 0) ws[threadIdx.x >> 5][0] = da, ws[threadIdx.x >> 5][1] = db;
+  __syncthreads();
+  *ta = *tb = 0.0;
+  if ((int)threadIdx.x < g.g) {
+    const int w0 = (int)threadIdx.x * (g.per / 32);
+    for (int w = w0; w < w0 + g.per / 32; w++) *ta += ws[w][0], *tb += ws[w][1];
+  }
+}
+
+template <int V>
+static __device__ __forceinline__ void cuda_bn_res_fwd_body(const cuda_bn_rgeom &g, tt_dtype dt, const void *x,
+                                                            const float *gamma, const float *bias, void *y,
+                                                            float *running_mean, float *running_var, float momentum,
+                                                            float eps, float *save_mean, float *save_invstd,
+                                                            int update_running, int relu) {
+  __shared__ double ws[CUDA_BN_RES_WARPS][2];
+  __shared__ float sc[CUDA_BN_RES_MAXG][4]; /* mean, invstd, gamma, bias per channel of the block */
+  TT_CUDA_DYN_SHARED(buf);                  /* n runs of x: n * g * hw elements */
+  const int ch = (int)threadIdx.x / g.per, p = (int)threadIdx.x % g.per;
+  const size_t m = (size_t)g.n * g.hw;
+  float s1 = 0.0f, s2 = 0.0f, K;
+  double t1, t2;
+  cuda_bn_res_load(g, x, buf);
+  __syncthreads();
+  K = tt_cuda_ld(dt, buf, (size_t)ch * g.hw); /* sample 0's first value: cuda_bn_first */
+  cuda_bn_res_chan(g, ch, p, [&](size_t e) {
+    float d = tt_cuda_ld(dt, buf, e) - K;
+    s1 += d;
+    s2 += d * d;
+  });
+  cuda_bn_res_reduce(g, s1, s2, ws, &t1, &t2);
+  if ((int)threadIdx.x < g.g) {
+    const size_t cg = (size_t)blockIdx.x * g.g + threadIdx.x; /* the channel in the tensor */
+    float mean, invstd;
+    /* thread t < g finishes the block's channel t, whose K is its first value in buf */
+    cuda_bn_stats_finish(tt_cuda_ld(dt, buf, (size_t)threadIdx.x * g.hw), t1, t2, m, eps, momentum, update_running,
+                         running_mean, running_var, cg, &mean, &invstd);
+    save_mean[cg] = mean, save_invstd[cg] = invstd;
+    sc[threadIdx.x][0] = mean, sc[threadIdx.x][1] = invstd, sc[threadIdx.x][2] = gamma[cg], sc[threadIdx.x][3] = bias[cg];
+  }
+  __syncthreads();
+  cuda_bn_res_walk(g, [&](int iv, size_t gv, int k) {
+    const int r0 = k * V;
+    int c0 = r0 / g.hw, j = r0 - c0 * g.hw; /* one division per vector */
+    float v[V];
+    tt_cuda_ldv<V>(dt, buf, (size_t)iv, v);
+    for (int q = 0; q < V; q++) {
+      v[q] = cuda_bn_y(v[q], sc[c0][0], sc[c0][1], sc[c0][2], sc[c0][3]);
+      if (relu) v[q] = cuda_bn_relu(v[q]);
+      if (++j == g.hw) j = 0, c0++;
+    }
+    tt_cuda_stv<V>(dt, y, gv, v);
+  });
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_res_fwd_k(cuda_bn_rgeom g, tt_dtype dt, const void *x,
+                                                                           const float *gamma, const float *bias, void *y,
+                                                                           float *running_mean, float *running_var,
+                                                                           float momentum, float eps, float *save_mean,
+                                                                           float *save_invstd, int update_running, int relu) {
+  if (dt == TT_F32)
+    cuda_bn_res_fwd_body<4>(g, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean, save_invstd,
+                            update_running, relu);
+  else
+    cuda_bn_res_fwd_body<8>(g, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean, save_invstd,
+                            update_running, relu);
+}
+
+template <int V>
+static __device__ __forceinline__ void cuda_bn_res_bwd_body(const cuda_bn_rgeom &g, tt_dtype dt, const void *x,
+                                                            const void *dy, const float *gamma, const float *bias,
+                                                            int relu, const float *save_mean, const float *save_invstd,
+                                                            void *dx, float *dgamma, float *dbias, float beta_dx,
+                                                            float beta_param) {
+  __shared__ double ws[CUDA_BN_RES_WARPS][2];
+  /* per channel of the block: mean, invstd, gamma, bias (the ReLU's mask), gamma * invstd, and
+   * the two means dx needs (cuda_bn_bwd_final_k's md) */
+  __shared__ float sc[CUDA_BN_RES_MAXG][7];
+  TT_CUDA_DYN_SHARED(buf); /* n runs of x, then n runs of dy */
+  unsigned char *bdy = buf + (size_t)g.tv * 16;
+  const int ch = (int)threadIdx.x / g.per, p = (int)threadIdx.x % g.per;
+  const size_t m = (size_t)g.n * g.hw;
+  float s1 = 0.0f, s2 = 0.0f, mean, invstd, gm, bb;
+  double t1, t2;
+  if ((int)threadIdx.x < g.g) {
+    const size_t cg = (size_t)blockIdx.x * g.g + threadIdx.x;
+    sc[threadIdx.x][0] = save_mean[cg], sc[threadIdx.x][1] = save_invstd[cg];
+    sc[threadIdx.x][2] = gamma[cg], sc[threadIdx.x][3] = relu ? bias[cg] : 0.0f;
+  }
+  cuda_bn_res_load(g, x, buf);
+  cuda_bn_res_load(g, dy, bdy);
+  __syncthreads();
+  mean = sc[ch][0], invstd = sc[ch][1], gm = sc[ch][2], bb = sc[ch][3];
+  cuda_bn_res_chan(g, ch, p, [&](size_t e) {
+    const float xv = tt_cuda_ld(dt, buf, e);
+    const float gv = cuda_bn_relu_grad(dt, relu, tt_cuda_ld(dt, bdy, e), xv, mean, invstd, gm, bb);
+    s1 += gv;
+    s2 += gv * ((xv - mean) * invstd);
+  });
+  cuda_bn_res_reduce(g, s1, s2, ws, &t1, &t2);
+  if ((int)threadIdx.x < g.g) {
+    const cuda_bn_f2 d = cuda_bn_bwd_finish(t1, t2, m, beta_param, dgamma, dbias, (size_t)blockIdx.x * g.g + threadIdx.x);
+    sc[threadIdx.x][4] = sc[threadIdx.x][2] * sc[threadIdx.x][1];
+    sc[threadIdx.x][5] = d.x, sc[threadIdx.x][6] = d.y;
+  }
+  if (!dx) return; /* uniform over the block: no barrier is skipped by some threads only */
+  __syncthreads();
+  cuda_bn_res_walk(g, [&](int iv, size_t gv, int k) {
+    const int r0 = k * V;
+    int c0 = r0 / g.hw, j = r0 - c0 * g.hw; /* one division per vector */
+    float xv[V], dv[V], ov[V] = {};         /* ov read only with beta_dx (initialised for the compiler) */
+    tt_cuda_ldv<V>(dt, buf, (size_t)iv, xv);
+    tt_cuda_ldv<V>(dt, bdy, (size_t)iv, dv);
+    if (beta_dx != 0.0f) tt_cuda_ldv<V>(dt, dx, gv, ov);
+    for (int q = 0; q < V; q++) {
+      const float *k7 = sc[c0];
+      float v = cuda_bn_dx_value(dt, relu, dv[q], xv[q], k7[0], k7[1], k7[4], k7[5], k7[6], k7[2], k7[3]);
+      xv[q] = beta_dx != 0.0f ? v + beta_dx * ov[q] : v;
+      if (++j == g.hw) j = 0, c0++;
+    }
+    tt_cuda_stv<V>(dt, dx, gv, xv);
+  });
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_res_bwd_k(cuda_bn_rgeom g, tt_dtype dt, const void *x,
+                                                                           const void *dy, const float *gamma,
+                                                                           const float *bias, int relu,
+                                                                           const float *save_mean, const float *save_invstd,
+                                                                           void *dx, float *dgamma, float *dbias,
+                                                                           float beta_dx, float beta_param) {
+  if (dt == TT_F32)
+    cuda_bn_res_bwd_body<4>(g, dt, x, dy, gamma, bias, relu, save_mean, save_invstd, dx, dgamma, dbias, beta_dx,
+                            beta_param);
+  else
+    cuda_bn_res_bwd_body<8>(g, dt, x, dy, gamma, bias, relu, save_mean, save_invstd, dx, dgamma, dbias, beta_dx,
+                            beta_param);
+}
+
+/* The held-on-chip form's geometry for a call over `tensors` inputs (1: x; 2: x and dy) and its
+ * shared memory in *bytes; 0 when it does not apply (see above). */
+static int cuda_bn_res_geometry(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *const *ptrs, int nptrs,
+                                int tensors, cuda_bn_rgeom *g, size_t *bytes) {
+  const size_t es = tt_dtype_size(dt), cap = tt_cuda_st(b)->bn_res_cap;
+  size_t plane = (size_t)hw * es, run, gcd = 16;
+  int gr;
+  if (!cap || hw < 2 || (dt != TT_F32 && dt != TT_F16 && dt != TT_BF16)) return 0;
+  for (size_t a = plane % 16, t; a;) t = gcd % a, gcd = a, a = t; /* gcd(plane, 16) */
+  gr = (int)(16 / gcd);
+  if (gr > CUDA_BN_RES_MAXG || c % gr) return 0;
+  for (int i = 0; i < nptrs; i++)
+    if (ptrs[i] && ((uintptr_t)ptrs[i] & 15)) return 0;
+  run = (size_t)gr * plane; /* bytes per sample's run: whole vectors */
+  if ((size_t)n * run > cap / (size_t)tensors) return 0;
+  *bytes = (size_t)tensors * n * run;
+  g->n = n, g->hw = hw, g->g = gr;
+  g->rv = (int)(run / 16);
+  g->sv = (size_t)c * plane / 16;
+  g->tv = n * g->rv;
+  g->step_s = TT_CUDA_THREADS / g->rv, g->step_k = TT_CUDA_THREADS % g->rv;
+  g->per = TT_CUDA_THREADS / gr;
+  g->pst_s = g->per / hw, g->pst_j = g->per % hw;
+  return 1;
+}
+
+int tt_cuda_bn_chip_fwd(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt, const void *x,
+                        const float *gamma, const float *bias, void *y, float *running_mean, float *running_var,
+                        float momentum, float eps, float *save_mean, float *save_invstd, int update_running, int relu) {
+  const void *ptrs[2] = {x, y};
+  cuda_bn_rgeom rg;
+  size_t sh;
+  if (!cuda_bn_res_geometry(b, n, c, hw, dt, ptrs, 2, 1, &rg, &sh)) return 0;
+  TT_LAUNCH(cuda_bn_res_fwd_k, (unsigned)(c / rg.g), TT_CUDA_THREADS, sh, tt_cuda_stream(b), rg, dt, x, gamma, bias, y,
+            running_mean, running_var, momentum, eps, save_mean, save_invstd, update_running, relu);
+  CUDA_LAUNCH_CHECK(b, op);
+  return 1;
+}
+
+int tt_cuda_bn_chip_bwd(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
+                        const float *gamma, const float *bias, int relu, const float *save_mean,
+                        const float *save_invstd, void *dx, float *dgamma, float *dbias, float beta_dx,
+                        float beta_param) {
+  const void *ptrs[3] = {x, dy, dx};
+  cuda_bn_rgeom rg;
+  size_t sh;
+  if (!cuda_bn_res_geometry(b, n, c, hw, dt, ptrs, 3, 2, &rg, &sh)) return 0;
+  TT_LAUNCH(cuda_bn_res_bwd_k, (unsigned)(c / rg.g), TT_CUDA_THREADS, sh, tt_cuda_stream(b), rg, dt, x, dy, gamma, bias,
+            relu, save_mean, save_invstd, dx, dgamma, dbias, beta_dx, beta_param);
+  CUDA_LAUNCH_CHECK(b, op);
+  return 1;
+}
+
+/* Setup (cuda_backend.cu, after the kernel check): the held-on-chip batch norm's cap on a
+ * block's dynamic shared memory. The same on every card from a T4 (whose opt-in limit per block
+ * is 64 KiB; tests/tools/cuda_check.py holds the kernels' static shared memory + this cap under
+ * every architecture's), so a shape takes the same form, and its statistics the same rounding, on
+ * every card; TINYTRAIN_CUDA_BN_RESIDENT=0 turns the form off. Above 48 KiB a launch needs the
+ * kernels' opt-in attribute, set here. */
+#define CUDA_BN_RES_CAP (62 * 1024)
+int tt_cuda_norm_setup(tt_backend *b, const cudaDeviceProp *prop) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  const char *env = getenv("TINYTRAIN_CUDA_BN_RESIDENT");
+  cudaFuncAttributes fa, ba;
+  size_t stat, cap;
+  st->bn_res_cap = st->bn_res_cap_default = 0;
+  if (env && !strcmp(env, "0")) return 0;
+  CUDA_CHECK(b, cudaFuncGetAttributes(&fa, cuda_bn_res_fwd_k));
+  CUDA_CHECK(b, cudaFuncGetAttributes(&ba, cuda_bn_res_bwd_k));
+  stat = fa.sharedSizeBytes > ba.sharedSizeBytes ? fa.sharedSizeBytes : ba.sharedSizeBytes;
+  if (prop->sharedMemPerBlockOptin <= stat) return 0;
+  cap = prop->sharedMemPerBlockOptin - stat;
+  if (cap > (size_t)CUDA_BN_RES_CAP) cap = CUDA_BN_RES_CAP;
+  if (cap > prop->sharedMemPerBlock) {
+    CUDA_CHECK(b, cudaFuncSetAttribute(cuda_bn_res_fwd_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cap));
+    CUDA_CHECK(b, cudaFuncSetAttribute(cuda_bn_res_bwd_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cap));
+  }
+  st->bn_res_cap = st->bn_res_cap_default = cap;
+  return 0;
+}
+
+extern "C" size_t tt_cuda_set_bn_resident(tt_backend *b, size_t bytes) {
+  tt_cuda_state *st = tt_cuda_of(b);
+  size_t old;
+  if (!st) return 0;
+  old = st->bn_res_cap;
+  st->bn_res_cap = bytes > st->bn_res_cap_default ? st->bn_res_cap_default : bytes;
+  return old;
+}
+
+/* every kernel of this file, for the setup check (cuda_internal.h) */
+const tt_cuda_kernel tt_cuda_bn_chip_kernels[] = {
+    TT_CUDA_KERNEL(cuda_bn_res_fwd_k, TT_CUDA_THREADS),
+    TT_CUDA_KERNEL(cuda_bn_res_bwd_k, TT_CUDA_THREADS),
+};
+const int tt_cuda_bn_chip_nkernels = (int)(sizeof tt_cuda_bn_chip_kernels / sizeof tt_cuda_bn_chip_kernels[0]);
