@@ -55,10 +55,10 @@ CLI_SOURCES = ["core/app/main.c"]
 # folder: the scripts, tests/gpu/ and the docs name them there).
 TESTS = ["kernels/test_ops", "kernels/test_transformer_ops", "kernels/test_cpu_vs_ref", "compile/test_arena", "compile/test_recipe",
          "data/test_data", "data/test_safetensors", "compile/test_graph", "compile/test_lower", "runtime/test_step",
-         "runtime/test_train", "compile/test_policy", "runtime/test_equiv", "kernels/test_cuda", "runtime/test_api",
-         "runtime/test_finetune", "data/test_stream", "runtime/test_vit_torch", "compile/test_layout"]
+         "runtime/test_train", "compile/test_policy", "runtime/test_equiv", "runtime/test_precision", "kernels/test_cuda",
+         "runtime/test_api", "runtime/test_finetune", "data/test_stream", "runtime/test_vit_torch", "compile/test_layout"]
 # A test built from several files: the ones beside its main file that match, linked into the same binary.
-TEST_PARTS = {"test_cuda": "cuda_*.c", "test_equiv": "equiv_*.c"}
+TEST_PARTS = {"test_cuda": "cuda_*.c"}
 # The CUDA backend's own sources compiled as C++ against tests/cuda_emu (host emulation): test_cuda
 # built against them runs without a GPU; emu_selftest checks the emulation's own checks.
 EMU_TESTS = ["test_cuda_emu", "test_cuda_emu_self"]
@@ -67,6 +67,15 @@ EMU_TESTS = ["test_cuda_emu", "test_cuda_emu_self"]
 # malloc, which AddressSanitizer must own; test_torch_weights.sh runs ./tinytrain, not the
 # sanitized binary, and PyTorch.
 SANITIZE_SKIP = ["test_step", "tests/cli/test_torch_weights.sh", "tests/cli/test_install.sh"]
+
+
+def test_sources(t):
+    """The sources of C test t ("stage/name"): its main file, then its parts (TEST_PARTS), sorted."""
+    main = "tests/%s.c" % t
+    parts = TEST_PARTS.get(os.path.basename(t))
+    if not parts:
+        return [main]
+    return [main] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, os.path.dirname(main), parts)))
 
 
 def run(cmd):

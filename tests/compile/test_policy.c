@@ -519,6 +519,26 @@ static void test_planning_scales(tt_backend *be) {
   TT_TEST_END();
 }
 
+static tt_backend *be; /* the CPU backend (main) */
+static void test_budgets_resnet18(void) { test_schedule_budgets(be, "examples/imagenet/resnet18.recipe", 0); }
+static void test_budgets_resnet50(void) { test_schedule_budgets(be, "examples/imagenet/resnet50.recipe", 1); }
+static void test_optimal_beats_sqrt_be(void) { test_optimal_beats_sqrt(be); }
+static void test_per_op_recompute_be(void) { test_per_op_recompute(be); }
+static void test_max_batch_be(void) { test_max_batch(be); }
+static void test_schedule_frees_be(void) { test_schedule_frees(be); }
+static void test_planning_scales_be(void) { test_planning_scales(be); }
+
+/* The registry (tests/tt_test.h): --list prints it, --only NAME|TAG runs part of it. */
+static const tt_test_case tests[] = {
+  TT_TEST("budgets_resnet18", "compile policy", test_budgets_resnet18),
+  TT_TEST("budgets_resnet50", "compile policy", test_budgets_resnet50),
+  TT_TEST("optimal_beats_sqrt", "compile policy recompute", test_optimal_beats_sqrt_be),
+  TT_TEST("per_op_recompute", "compile policy recompute", test_per_op_recompute_be),
+  TT_TEST("max_batch", "compile policy", test_max_batch_be),
+  TT_TEST("schedule_frees", "compile policy memory", test_schedule_frees_be),
+  TT_TEST("planning_scales", "compile policy timing", test_planning_scales_be),
+};
+
 int main(int argc, char **argv) {
 #ifdef __GLIBC__
   /* Once, again with glibc's thread cache off, so that test_schedule_frees counts the heap
@@ -533,20 +553,15 @@ int main(int argc, char **argv) {
     else unsetenv("GLIBC_TUNABLES");
   }
 #endif
-  (void)argc, (void)argv;
-  tt_backend *be = tt_cpu_backend_create(0);
+  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
+  if (rc >= 0) return rc;
+  be = tt_cpu_backend_create(0);
   if (!be) {
     printf("FAIL test_policy: could not create the CPU backend\n");
     return 1;
   }
   double t0 = tt_now();
-  test_schedule_budgets(be, "examples/imagenet/resnet18.recipe", 0);
-  test_schedule_budgets(be, "examples/imagenet/resnet50.recipe", 1);
-  test_optimal_beats_sqrt(be);
-  test_per_op_recompute(be);
-  test_max_batch(be);
-  test_schedule_frees(be);
-  test_planning_scales(be);
+  tt_test_run(tests, TT_TEST_COUNT(tests));
   printf("  (scheduler tests: %.1f s)\n", tt_now() - t0);
   be->destroy(be);
   TT_TEST_EXIT();

@@ -108,7 +108,7 @@ static void free_dump(epoch_dump *d) {
 static void test_stream_equals_memory(void) {
   tt_dataset mem, st;
   tt_err err;
-  epoch_dump a, b, c;
+  epoch_dump a = {0}, b = {0}, c = {0};
   const char *root = tt_test_path("noise");
   size_t per = (size_t)3 * 20 * 24;
   int rc, e;
@@ -309,7 +309,7 @@ static void test_classes(void) {
 static void test_pack_npy(void) {
   tt_dataset st, mem, np;
   tt_err err;
-  epoch_dump a, b;
+  epoch_dump a = {0}, b = {0};
   int rc, kept = 0;
   char pre[1024], img[1100], lab[1100];
   size_t per = (size_t)3 * 20 * 24;
@@ -526,7 +526,7 @@ static void test_crop_pipeline(void) {
   tt_crop cr;
   tt_dataset syn, st;
   tt_err err;
-  epoch_dump a, b, c;
+  epoch_dump a = {0}, b = {0}, c = {0};
   int x, y, white = 1, dark = 0, rc;
   TT_TEST_BEGIN("crop_pipeline");
   for (y = 0; y < 40; y++)

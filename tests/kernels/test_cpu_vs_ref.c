@@ -993,26 +993,16 @@ static void test_prepare(void) {
   conv_case(C, "conv_3x3_prepared", d, TT_F32, 1);
 }
 
-int main(void) {
-  R = tt_ref_backend_create(2);
-  C = tt_cpu_backend_create(2);
-  if (!R || !C) {
-    printf("FAIL cpu_vs_ref: could not create the %s backend\n", R ? "oneDNN" : "reference");
-    return 1;
-  }
-  printf("  %s\n", tt_cpu_backend_info());
-  /* 16x12x12 fp32 per sample: 9 KiB in, 9 KiB out, blocked alike; 40 KiB chunks = 2 samples */
-  setenv("TINYTRAIN_CPU_CHUNK_BYTES", "40000", 1);
-  tt_backend *chunked = tt_cpu_backend_create(2);
-  unsetenv("TINYTRAIN_CPU_CHUNK_BYTES");
-  test_prepare();
-  test_elementwise();
-  test_elementwise_bf16();
-  test_misc_bitwise();
+static tt_backend *chunked; /* the oneDNN backend with 40 KB chunks (main) */
+
+static void test_pool_idx(void) {
   pool_idx_case(5, 9, 29, 29, 2, 2, 0);  /* > TT_REF_PAR_MIN elements: threaded */
   pool_idx_case(2, 3, 10, 11, 3, 3, 1);
   pool_idx_case(2, 3, 9, 9, 3, 2, 1);    /* overlapping: the reference's gather */
-  test_conv(chunked);
+}
+static void test_conv_all(void) { test_conv(chunked); }
+/* linear, batch norm and pooling in each dtype (one loop: the random inputs come in this order) */
+static void test_linear_bn_pool(void) {
   for (int dt = 0; dt < 3; dt++) {
     linear_case(6, 20, 7, (tt_dtype)dt, 1);
     linear_case(33, 64, 10, (tt_dtype)dt, 0);
@@ -1038,7 +1028,35 @@ int main(void) {
     pool_case("avgpool_3x3_s2_p1_include_pad", 2, 4, 7, 7, 3, 3, 2, 2, 1, 1, TT_POOL_AVG, (tt_dtype)dt);
     pool_case("avgpool_2x3_s1_p1", 2, 3, 5, 6, 2, 3, 1, 1, 1, 1, TT_POOL_AVG, (tt_dtype)dt);
   }
-  test_transformer();
+}
+
+/* The registry (tests/tt_test.h): --list prints it, --only NAME|TAG runs part of it. */
+static const tt_test_case tests[] = {
+  TT_TEST("prepare", "kernels cpu", test_prepare),
+  TT_TEST("elementwise", "kernels cpu elementwise", test_elementwise),
+  TT_TEST("elementwise_bf16", "kernels cpu elementwise bf16", test_elementwise_bf16),
+  TT_TEST("misc_bitwise", "kernels cpu", test_misc_bitwise),
+  TT_TEST("pool_idx", "kernels cpu pool", test_pool_idx),
+  TT_TEST("conv", "kernels cpu conv", test_conv_all),
+  TT_TEST("linear_bn_pool", "kernels cpu linear bn pool", test_linear_bn_pool),
+  TT_TEST("transformer", "kernels cpu transformer", test_transformer),
+};
+
+int main(int argc, char **argv) {
+  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
+  if (rc >= 0) return rc;
+  R = tt_ref_backend_create(2);
+  C = tt_cpu_backend_create(2);
+  if (!R || !C) {
+    printf("FAIL cpu_vs_ref: could not create the %s backend\n", R ? "oneDNN" : "reference");
+    return 1;
+  }
+  printf("  %s\n", tt_cpu_backend_info());
+  /* 16x12x12 fp32 per sample: 9 KiB in, 9 KiB out, blocked alike; 40 KiB chunks = 2 samples */
+  setenv("TINYTRAIN_CPU_CHUNK_BYTES", "40000", 1);
+  chunked = tt_cpu_backend_create(2);
+  unsetenv("TINYTRAIN_CPU_CHUNK_BYTES");
+  tt_test_run(tests, TT_TEST_COUNT(tests));
   if (chunked) chunked->destroy(chunked);
   C->destroy(C);
   R->destroy(R);

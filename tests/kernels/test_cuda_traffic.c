@@ -114,7 +114,15 @@ typedef struct bn_shape {
   int n, c, hw;
 } bn_shape;
 
-int main(void) {
+/* The registry (tests/tt_test.h): one test, the whole table of rows (main prints them). */
+static const tt_test_case tests[] = {
+  TT_TEST_SKIPPED("cuda_traffic", "kernels traffic", "not selected"),
+};
+
+int main(int argc, char **argv) {
+  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
+  if (rc >= 0) return rc;
+  if (!tt_test_selected(&tests[0])) return 0;
   size_t reserve = 0;
   char err[512];
   const tt_dtype h = TT_F16;

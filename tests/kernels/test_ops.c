@@ -1139,19 +1139,32 @@ static void test_backend(void) {
   test_more();
 }
 
-int main(void) {
-  int k;
-  WS = malloc(WSB);
-  for (k = 0; k < 2; k++) {
-    B = k ? tt_cpu_backend_create(0) : tt_ref_backend_create(0);
-    if (!B) {
-      printf("FAIL test_ops: could not create the %s backend\n", k ? "oneDNN CPU" : "reference");
-      return 1;
-    }
-    if (!k) test_f16_conversion();
-    test_backend();
-    B->destroy(B);
+/* Every check of test_backend on backend k (0: the reference, 1: oneDNN). */
+static void test_on(int k) {
+  B = k ? tt_cpu_backend_create(0) : tt_ref_backend_create(0);
+  if (!B) {
+    printf("FAIL test_ops: could not create the %s backend\n", k ? "oneDNN CPU" : "reference");
+    tt_test_failures++;
+    return;
   }
+  if (!k) test_f16_conversion(); /* its name is the reference's: "ref:f16_conversion" */
+  test_backend();
+  B->destroy(B);
+}
+static void test_ref(void) { test_on(0); }
+static void test_onednn(void) { test_on(1); }
+
+/* The registry (tests/tt_test.h): --list prints it, --only NAME|TAG runs part of it. */
+static const tt_test_case tests[] = {
+  TT_TEST("ref", "kernels ref", test_ref),
+  TT_TEST("cpu", "kernels cpu onednn", test_onednn),
+};
+
+int main(int argc, char **argv) {
+  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
+  if (rc >= 0) return rc;
+  WS = malloc(WSB);
+  tt_test_run(tests, TT_TEST_COUNT(tests));
   free(WS);
   TT_TEST_EXIT();
 }

@@ -717,16 +717,26 @@ static void test_backend(void) {
   test_gelu();
 }
 
-int main(void) {
-  int k;
-  for (k = 0; k < 2; k++) {
-    B = k ? tt_cpu_backend_create(0) : tt_ref_backend_create(0);
-    if (!B) {
-      printf("FAIL test_transformer_ops: could not create the %s backend\n", k ? "oneDNN CPU" : "reference");
-      return 1;
-    }
-    test_backend();
-    B->destroy(B);
+/* Every check of test_backend on backend k (0: the reference, 1: oneDNN). */
+static void test_on(int k) {
+  B = k ? tt_cpu_backend_create(0) : tt_ref_backend_create(0);
+  if (!B) {
+    printf("FAIL test_transformer_ops: could not create the %s backend\n", k ? "oneDNN CPU" : "reference");
+    tt_test_failures++;
+    return;
   }
-  TT_TEST_EXIT();
+  test_backend();
+  B->destroy(B);
+}
+static void test_ref(void) { test_on(0); }
+static void test_onednn(void) { test_on(1); }
+
+/* The registry (tests/tt_test.h): --list prints it, --only NAME|TAG runs part of it. */
+static const tt_test_case tests[] = {
+  TT_TEST("ref", "kernels transformer ref", test_ref),
+  TT_TEST("cpu", "kernels transformer cpu onednn", test_onednn),
+};
+
+int main(int argc, char **argv) {
+  return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests));
 }

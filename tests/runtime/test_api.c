@@ -477,16 +477,28 @@ static void test_refuses_misuse(void) {
   TT_TEST_END();
 }
 
-int main(void) {
-  test_surface();
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/tt_test_api_XXXXXX");
-  if (!mkdtemp(tmpdir)) return 1;
+/* the run through the API, then predictions from the net it kept */
+static void test_api_run_and_predict(void) {
   tt_net *net = NULL;
   test_api_equals_cli(&net);
   if (net) test_predict(net);
   tt_net_close(net);
-  test_partial_batch();
-  test_refuses_misuse();
+}
+
+/* The registry (tests/tt_test.h): --list prints it, --only NAME|TAG runs part of it. */
+static const tt_test_case tests[] = {
+  TT_TEST("surface", "runtime api", test_surface),
+  TT_TEST("api_equals_cli", "runtime api predict", test_api_run_and_predict),
+  TT_TEST("partial_batch", "runtime api", test_partial_batch),
+  TT_TEST("refuses_misuse", "runtime api", test_refuses_misuse),
+};
+
+int main(int argc, char **argv) {
+  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
+  if (rc >= 0) return rc;
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/tt_test_api_XXXXXX");
+  if (!mkdtemp(tmpdir)) return 1;
+  tt_test_run(tests, TT_TEST_COUNT(tests));
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

@@ -726,11 +726,8 @@ static void test_staging_ring(void) {
   TT_TEST_END();
 }
 
-int main(void) {
-  test_staging_ring();
-  test_pytorch_reference();
-  test_decay_rules();
-  test_clip_by_hand();
+/* no allocation after setup: both CPU backends, each dtype, a residual network */
+static void test_no_allocations(void) {
   const char *lenet = "examples/fashion_mnist/lenet.recipe", *resnet = "examples/fashion_mnist/resnet.recipe";
   test_no_allocation(TT_F32, 0, lenet, "no_allocation_after_setup_fp32_ref");
   test_no_allocation(TT_F16, 0, lenet, "no_allocation_after_setup_fp16_ref");
@@ -742,5 +739,17 @@ int main(void) {
   test_no_allocation(TT_BF16, 1, lenet, "no_tensor_allocation_after_setup_bf16_onednn");
   /* residual blocks, 1x1 projections, channels-last convolutions (24 channels) */
   test_no_allocation(TT_F32, 1, resnet, "no_tensor_allocation_after_setup_fp32_onednn_resnet");
-  TT_TEST_EXIT();
+}
+
+/* The registry (tests/tt_test.h): --list prints it, --only NAME|TAG runs part of it. */
+static const tt_test_case tests[] = {
+  TT_TEST("staging_ring", "runtime step", test_staging_ring),
+  TT_TEST("pytorch_reference", "runtime step torch", test_pytorch_reference),
+  TT_TEST("decay_rules", "runtime step optim", test_decay_rules),
+  TT_TEST("clip_by_hand", "runtime step optim", test_clip_by_hand),
+  TT_TEST("no_allocation", "runtime step memory", test_no_allocations),
+};
+
+int main(int argc, char **argv) {
+  return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests));
 }

@@ -1003,17 +1003,14 @@ static void test_synthetic_classes(void) {
   TT_TEST_END();
 }
 
-int main(void) {
+/* The runs: signals, resumed == continuous (fp32, fp16, AdamW, bf16), --epochs, metrics.jsonl,
+ * damaged and foreign checkpoints, and what a run refuses. One function: later checks reuse the
+ * first runs' directories. */
+static void test_runs(void) {
   char recipe[1024], recipe1[1024], recipe_wide[1024], dA[1024], dB[1024], dO[1024], dT[1024], dE[1024], dW[1024];
   char recipe_k9[1024], recipe_plain[1024], state13[1100];
   char a[1100], b[1100], why[1024], err[1500], m[64];
   tt_run_result r;
-  double t0 = now_s();
-  if (tt_test_tmpdir("train", "setup")) return 1;
-  test_lr_schedules();
-  test_parse_size();
-  test_intervals();
-
   tt_test_path_in(recipe, "syn.recipe"), tt_test_path_in(recipe1, "syn1.recipe");
   tt_test_path_in(recipe_wide, "syn_wide.recipe"), tt_test_path_in(recipe_k9, "syn_k9.recipe");
   tt_test_path_in(recipe_plain, "plain.recipe"), tt_test_path_in(state13, "state13.safetensors");
@@ -1024,7 +1021,8 @@ int main(void) {
                         "log_every = 5\n", "log_every = 1\ncheckpoint_every = 10\n") ||
       write_file(recipe_plain, recipe_plain_text)) {
     printf("FAIL setup: cannot write recipes under %s\n", tt_test_dir());
-    return 1;
+    tt_test_failures++;
+    return;
   }
   const int steps_per_epoch = 32, k = 13; /* 13: mid-epoch, not a multiple of 32 */
 
@@ -1244,7 +1242,22 @@ int main(void) {
   test_metrics_disk_full();
   test_no_test_split();
   test_synthetic_classes();
+}
 
+/* The registry (tests/tt_test.h): --list prints it, --only NAME|TAG runs part of it. */
+static const tt_test_case tests[] = {
+  TT_TEST("lr_schedules", "runtime train", test_lr_schedules),
+  TT_TEST("parse_size", "runtime train", test_parse_size),
+  TT_TEST("intervals", "runtime train", test_intervals),
+  TT_TEST("runs", "runtime train resume checkpoint", test_runs),
+};
+
+int main(int argc, char **argv) {
+  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
+  if (rc >= 0) return rc;
+  double t0 = now_s();
+  if (tt_test_tmpdir("train", "setup")) return 1;
+  tt_test_run(tests, TT_TEST_COUNT(tests));
   printf("# test_train: %.1f s\n", now_s() - t0);
   tt_test_tmpdir_remove();
   TT_TEST_EXIT();

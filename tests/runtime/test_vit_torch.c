@@ -379,20 +379,32 @@ static void test_imagenet_recipes(void) {
   TT_TEST_END();
 }
 
-int main(void) {
+/* two AdamW steps of the small ViT fixture against PyTorch's, on both backends */
+static void test_two_steps_both(void) {
   tt_err err;
   tt_st_file *f = NULL;
   if (tt_st_open("tests/fixtures/vit_small.safetensors", &f, &err)) {
     TT_TEST_BEGIN("vit_two_adamw_steps_match_pytorch");
     TT_CHECK(0, "%s", err.msg);
     TT_TEST_END();
-  } else {
-    test_two_steps(f, 1);
-    test_two_steps(f, 0);
-    tt_st_close(f);
+    return;
   }
+  test_two_steps(f, 1);
+  test_two_steps(f, 0);
+  tt_st_close(f);
+}
+static void test_torchvision_logits_both(void) {
   test_torchvision_logits(1);
   test_torchvision_logits(0);
-  test_imagenet_recipes();
-  TT_TEST_EXIT();
+}
+
+/* The registry (tests/tt_test.h): --list prints it, --only NAME|TAG runs part of it. */
+static const tt_test_case tests[] = {
+  TT_TEST("two_steps", "runtime vit torch", test_two_steps_both),
+  TT_TEST("torchvision_logits", "runtime vit torch", test_torchvision_logits_both),
+  TT_TEST("imagenet_recipes", "runtime vit compile", test_imagenet_recipes),
+};
+
+int main(int argc, char **argv) {
+  return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests));
 }
