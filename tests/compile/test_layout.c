@@ -51,7 +51,7 @@ static const char *layout_recipe =
     "[flatten fl]\n"
     "[linear fc]\nout = 5\n";
 
-static char tmpdir[64];
+static char tmpdir[256];
 
 tt_backend *tt_cpu_backend_create(int threads);
 tt_backend *tt_ref_backend_create(int threads);
@@ -363,11 +363,9 @@ static const tt_test_case tests[] = {
 int main(int argc, char **argv) {
   int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
   if (rc >= 0) return rc;
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/tt_test_layout_XXXXXX");
-  if (!mkdtemp(tmpdir)) return 1;
+  if (tt_test_tmpdir("layout", "test_layout")) return 1;
+  snprintf(tmpdir, sizeof tmpdir, "%s", tt_test_dir());
   tt_test_run(tests, TT_TEST_COUNT(tests));
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+  tt_test_tmpdir_remove();
   TT_TEST_EXIT();
 }

@@ -33,7 +33,7 @@ static const char *plain_recipe =
     "[net]\ninput = 1x8x8\nclasses = 4\n[train]\nbatch = 32\noptimizer = sgd\nlr = 0.1\nseed = 3\n"
     "[conv c1]\nfilters = 4\nsize = 3\nactivation = relu\n[maxpool p1]\nsize = 2\n[flatten]\n[linear fc]\nout = 4\n";
 
-static char tmpdir[64];
+static char tmpdir[256];
 
 static void cpu_opts(tt_run_opts *o, const char *recipe) {
   tt_run_opts_init(o);
@@ -496,11 +496,9 @@ static const tt_test_case tests[] = {
 int main(int argc, char **argv) {
   int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
   if (rc >= 0) return rc;
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/tt_test_api_XXXXXX");
-  if (!mkdtemp(tmpdir)) return 1;
+  if (tt_test_tmpdir("api", "test_api")) return 1;
+  snprintf(tmpdir, sizeof tmpdir, "%s", tt_test_dir());
   tt_test_run(tests, TT_TEST_COUNT(tests));
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+  tt_test_tmpdir_remove();
   TT_TEST_EXIT();
 }

@@ -21,7 +21,7 @@
   "[bn bn1]\nactivation = relu\n" freeze "[maxpool]\nsize = 2\n[flatten]\n[linear fc1]\nout = 16\n"             \
   "activation = relu\n[linear fc2]\nout = " classes "\n"
 
-static char tmpdir[64];
+static char tmpdir[256];
 
 static tt_net *ft_open(const char *text, char *err, size_t n) {
   tt_run_opts o;
@@ -233,11 +233,9 @@ static const tt_test_case tests[] = {
 int main(int argc, char **argv) {
   int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
   if (rc >= 0) return rc;
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/tt_test_finetune_XXXXXX");
-  if (!mkdtemp(tmpdir)) return 1;
+  if (tt_test_tmpdir("finetune", "test_finetune")) return 1;
+  snprintf(tmpdir, sizeof tmpdir, "%s", tt_test_dir());
   tt_test_run(tests, TT_TEST_COUNT(tests));
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+  tt_test_tmpdir_remove();
   TT_TEST_EXIT();
 }
