@@ -51,7 +51,7 @@ static const char *layout_recipe =
     "[flatten fl]\n"
     "[linear fc]\nout = 5\n";
 
-static char tmpdir[256];
+static char tmpdir[64];
 
 tt_backend *tt_cpu_backend_create(int threads);
 tt_backend *tt_ref_backend_create(int threads);
@@ -364,7 +364,7 @@ int main(int argc, char **argv) {
   int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
   if (rc >= 0) return rc;
   if (tt_test_tmpdir("layout", "test_layout")) return 1;
-  snprintf(tmpdir, sizeof tmpdir, "%s", tt_test_dir());
+  snprintf(tmpdir, sizeof tmpdir, "%.40s", tt_test_dir()); /* /tmp/tt_test_<tag>_XXXXXX */
   tt_test_run(tests, TT_TEST_COUNT(tests));
   tt_test_tmpdir_remove();
   TT_TEST_EXIT();

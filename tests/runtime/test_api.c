@@ -33,7 +33,7 @@ static const char *plain_recipe =
     "[net]\ninput = 1x8x8\nclasses = 4\n[train]\nbatch = 32\noptimizer = sgd\nlr = 0.1\nseed = 3\n"
     "[conv c1]\nfilters = 4\nsize = 3\nactivation = relu\n[maxpool p1]\nsize = 2\n[flatten]\n[linear fc]\nout = 4\n";
 
-static char tmpdir[256];
+static char tmpdir[64];
 
 static void cpu_opts(tt_run_opts *o, const char *recipe) {
   tt_run_opts_init(o);
@@ -497,7 +497,7 @@ int main(int argc, char **argv) {
   int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
   if (rc >= 0) return rc;
   if (tt_test_tmpdir("api", "test_api")) return 1;
-  snprintf(tmpdir, sizeof tmpdir, "%s", tt_test_dir());
+  snprintf(tmpdir, sizeof tmpdir, "%.40s", tt_test_dir()); /* /tmp/tt_test_<tag>_XXXXXX */
   tt_test_run(tests, TT_TEST_COUNT(tests));
   tt_test_tmpdir_remove();
   TT_TEST_EXIT();

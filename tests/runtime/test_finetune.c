@@ -21,7 +21,7 @@
   "[bn bn1]\nactivation = relu\n" freeze "[maxpool]\nsize = 2\n[flatten]\n[linear fc1]\nout = 16\n"             \
   "activation = relu\n[linear fc2]\nout = " classes "\n"
 
-static char tmpdir[256];
+static char tmpdir[64];
 
 static tt_net *ft_open(const char *text, char *err, size_t n) {
   tt_run_opts o;
@@ -234,7 +234,7 @@ int main(int argc, char **argv) {
   int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
   if (rc >= 0) return rc;
   if (tt_test_tmpdir("finetune", "test_finetune")) return 1;
-  snprintf(tmpdir, sizeof tmpdir, "%s", tt_test_dir());
+  snprintf(tmpdir, sizeof tmpdir, "%.40s", tt_test_dir()); /* /tmp/tt_test_<tag>_XXXXXX */
   tt_test_run(tests, TT_TEST_COUNT(tests));
   tt_test_tmpdir_remove();
   TT_TEST_EXIT();
