@@ -34,7 +34,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "zlib1g-dev", "dataset-fashion-mnist",
-                # the test that builds examples/embed against the installed library (tests/test_install.sh)
+                # the test that builds examples/embed against the installed library (tests/cli/test_install.sh)
                 "pkg-config",
                 "libturbojpeg0-dev",  # JPEG decoding (optional: without it stb_image decodes JPEG)
                 "libpng-dev",  # PNG decoding with bounded memory (optional: without it stb_image decodes PNG)
@@ -43,7 +43,7 @@ DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "
                 "clang", "libclang-rt-dev", "libomp-dev",
                 # multi-process training (core/runtime/dist.c): mpirun and MPI's headers and library
                 "openmpi-bin", "libopenmpi-dev",
-                # rsvg-convert: tests/test_plan_svg.sh renders `plan --svg` to PNG (optional: SKIP without it)
+                # rsvg-convert: tests/compile/test_plan_svg.sh renders `plan --svg` to PNG (optional: SKIP without it)
                 "librsvg2-bin"]
 
 # Library sources (everything but the command line) in dependency order; the amalgamation keeps it.
@@ -51,9 +51,14 @@ DEB_PACKAGES = ["ninja-build", "libopenblas-dev", "libdnnl-dev", "libstb-dev", "
 # tests/test_layering.py holds that), then the arena planner and the CPU backends.
 LIB_DIRS = ["core/base", "core/compile", "core/data", "core/runtime", "core/app", "arena", "kernels/ref", "kernels/cpu"]
 CLI_SOURCES = ["core/app/main.c"]
-TESTS = ["test_ops", "test_transformer_ops", "test_cpu_vs_ref", "test_arena", "test_recipe", "test_data", "test_safetensors", "test_graph",
-         "test_lower", "test_step", "test_train", "test_sched", "test_equiv", "test_cuda", "test_api", "test_finetune",
-         "test_stream", "test_vit_torch", "test_layout"]
+# The C tests, tests/<stage>/<name>.c, each linked into build/tests/<name> (the binaries stay in one
+# folder: the scripts, tests/gpu/ and the docs name them there).
+TESTS = ["kernels/test_ops", "kernels/test_transformer_ops", "kernels/test_cpu_vs_ref", "compile/test_arena", "compile/test_recipe",
+         "data/test_data", "data/test_safetensors", "compile/test_graph", "compile/test_lower", "runtime/test_step",
+         "runtime/test_train", "compile/test_policy", "runtime/test_equiv", "runtime/test_precision", "kernels/test_cuda",
+         "runtime/test_api", "runtime/test_finetune", "data/test_stream", "runtime/test_vit_torch", "compile/test_layout"]
+# A test built from several files: the ones beside its main file that match, linked into the same binary.
+TEST_PARTS = {"test_cuda": "cuda_*.c"}
 # The CUDA backend's own sources compiled as C++ against tests/cuda_emu (host emulation): test_cuda
 # built against them runs without a GPU; emu_selftest checks the emulation's own checks.
 EMU_TESTS = ["test_cuda_emu", "test_cuda_emu_self"]
@@ -61,7 +66,16 @@ EMU_TESTS = ["test_cuda_emu", "test_cuda_emu_self"]
 # Not part of a --sanitize build's `ninja test`: test_step counts allocations by replacing
 # malloc, which AddressSanitizer must own; test_torch_weights.sh runs ./tinytrain, not the
 # sanitized binary, and PyTorch.
-SANITIZE_SKIP = ["test_step", "tests/test_torch_weights.sh", "tests/test_install.sh"]
+SANITIZE_SKIP = ["test_step", "tests/cli/test_torch_weights.sh", "tests/cli/test_install.sh"]
+
+
+def test_sources(t):
+    """The sources of C test t ("stage/name"): its main file, then its parts (TEST_PARTS), sorted."""
+    main = "tests/%s.c" % t
+    parts = TEST_PARTS.get(os.path.basename(t))
+    if not parts:
+        return [main]
+    return [main] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, os.path.dirname(main), parts)))
 
 
 def run(cmd):
@@ -804,13 +818,16 @@ def main():
     test_bins = []
     test_cmds = []  # commands beside the binaries (an environment, arguments), quoted
     for t in TESTS:
-        src = "tests/%s.c" % t
-        if not os.path.exists(os.path.join(ROOT, src)) or (args.sanitize and t in SANITIZE_SKIP):
+        name = os.path.basename(t)
+        if not os.path.exists(os.path.join(ROOT, "tests/%s.c" % t)) or (args.sanitize and name in SANITIZE_SKIP):
             continue
-        o = B + "/obj/tests_%s.o" % t
-        n.append("build %s: cc %s" % (o, src))
-        n.append("build %s/tests/%s: link %s %s%s" % (B, t, o, lib, cuda_dep))
-        test_bins.append("%s/tests/%s" % (B, t))
+        tobjs = []
+        for src in test_sources(t):
+            o = B + "/obj/" + src.replace("/", "_")[:-2] + ".o"
+            n.append("build %s: cc %s" % (o, src))
+            tobjs.append(o)
+        n.append("build %s/tests/%s: link %s %s%s" % (B, name, " ".join(tobjs), lib, cuda_dep))
+        test_bins.append("%s/tests/%s" % (B, name))
     if cxx:
         host_lib = B + "/libtinytrain_host.a"
         host_objs = objs
@@ -822,8 +839,12 @@ def main():
             o = B + "/obj/emu/" + src.replace("/", "_").rsplit(".", 1)[0] + ".o"
             n.append("build %s: emucxx %s" % (o, src))
             emu_objs.append(o)
-        n.append("build %s/obj/emu/tests_test_cuda.o: cc tests/test_cuda.c\n"
-                 "  cflags = $cflags -DTT_HAVE_CUDA=1 -DTT_CUDA_EMULATION=1 -Itests/cuda_emu" % B)
+        cuda_test_objs = []
+        for src in test_sources("kernels/test_cuda"):
+            o = B + "/obj/emu/" + src.replace("/", "_")[:-2] + ".o"
+            n.append("build %s: cc %s\n"
+                     "  cflags = $cflags -DTT_HAVE_CUDA=1 -DTT_CUDA_EMULATION=1 -Itests/cuda_emu" % (o, src))
+            cuda_test_objs.append(o)
         n.append("build %s/obj/emu/tests_cuda_emu_emu_selftest.o: emucxx tests/cuda_emu/emu_selftest.cc" % B)
         # test_cuda_emu plans on the emulated device too (cuda_precision_auto_sm75_sm80): the session
         # and dist objects built with TT_HAVE_CUDA come before the host library, whose own copies
@@ -831,8 +852,8 @@ def main():
         n.append("build %s/obj/emu/core_runtime_session.o: cc core/runtime/session.c\n  cflags = $cflags -DTT_HAVE_CUDA=1" % B)
         n.append("build %s/obj/emu/core_runtime_dist.o: cc core/runtime/dist.c\n  cflags = $cflags -DTT_HAVE_CUDA=1" % B)
         emu_host = "%s/obj/emu/core_runtime_session.o %s/obj/emu/core_runtime_dist.o" % (B, B)
-        n.append("build %s/tests/test_cuda_emu: emulink %s/obj/emu/tests_test_cuda.o %s %s %s"
-                 % (B, B, emu_host, " ".join(emu_objs), host_lib))
+        n.append("build %s/tests/test_cuda_emu: emulink %s %s %s %s"
+                 % (B, " ".join(cuda_test_objs), emu_host, " ".join(emu_objs), host_lib))
         n.append("build %s/tests/test_cuda_emu_self: emulink %s/obj/emu/tests_cuda_emu_emu_selftest.o %s %s"
                  % (B, B, " ".join(emu_objs), host_lib))
         test_bins += ["%s/tests/%s" % (B, t) for t in EMU_TESTS]
@@ -840,7 +861,7 @@ def main():
         # cuBLAS (not in a sanitizer build: the full run there has the same tests, and this one
         # would add a minute)
         if not args.sanitize:
-            test_cmds.append("'TT_CUDA_TEST_ONLY=kernels %s/tests/test_cuda_emu'" % B)
+            test_cmds.append("'%s/tests/test_cuda_emu --only kernels'" % B)
         # test_cuda_traffic: the same kernels with every load and store calling the traffic counter
         # (GCC's thread sanitizer instrumentation, its runtime not linked; tests/traffic/emu_traffic.h).
         # Not in a sanitizer build.
@@ -855,9 +876,9 @@ def main():
             tr_objs += [o for o in emu_objs if "/tests_cuda_emu_" in o]
             n.append("build %s/obj/emu/tests_traffic_emu_traffic.o: emucxx tests/traffic/emu_traffic.cc\n"
                      "  emuflags = $emuflags -Itests/cuda_emu" % B)
-            n.append("build %s/obj/emu/tests_test_cuda_traffic.o: cc tests/test_cuda_traffic.c\n"
+            n.append("build %s/obj/emu/tests_kernels_test_cuda_traffic.o: cc tests/kernels/test_cuda_traffic.c\n"
                      "  cflags = $cflags -DTT_HAVE_CUDA=1 -DTT_CUDA_EMULATION=1 -Itests/cuda_emu" % B)
-            n.append("build %s/tests/test_cuda_traffic: emulink %s/obj/emu/tests_test_cuda_traffic.o "
+            n.append("build %s/tests/test_cuda_traffic: emulink %s/obj/emu/tests_kernels_test_cuda_traffic.o "
                      "%s/obj/emu/tests_traffic_emu_traffic.o %s %s" % (B, B, B, " ".join(tr_objs), host_lib))
             test_bins.append("%s/tests/test_cuda_traffic" % B)
         # The command line on the emulated device (`ninja build/tinytrain_emu`; not built by default):
@@ -884,7 +905,9 @@ def main():
                               cuda_cflags=" ".join(dict.fromkeys(["-I%s/include" % cuda["home"], "-I%s" % cuda["cudnn"]["inc"]] +
                                                                  (["-I%s" % cuda["nccl"]["inc"]] if cuda.get("nccl") else [])))
                                           if use_cuda else "")
+    # tests/test_*.sh (the repository's own checks), then each stage's, tests/<stage>/test_*.sh
     scripts = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests/test_*.sh")))
+    scripts += sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests/*/test_*.sh")))
     if args.sanitize:
         scripts = [s for s in scripts if s not in SANITIZE_SKIP]
     n.append("build test: test | %s %s\n  tests = %s" % (tt_bin, " ".join(test_bins + bench_bins + test_deps), " ".join(test_bins + test_cmds + ["'bash %s'" % s for s in scripts])))

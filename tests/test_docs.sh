@@ -19,7 +19,7 @@
 #      main() decides before it opens the recipe (--max-batch without --vram, eval without
 #      --weights, --json outside plan and predict, ...); it then fails to open the recipe (1).
 #   A `.recipe` path on the line must exist (but in docs/walkthrough.md, which writes its recipes and
-#   whose commands tests/test_walkthrough.sh runs). Placeholders such as RECIPE, DIR or FILE are fine
+#   whose commands tests/cli/test_walkthrough.sh runs). Placeholders such as RECIPE, DIR or FILE are fine
 #   as operands or as values of options that take any string; SIZE or N as the value of --vram
 #   or --epochs are not (main.c checks values while parsing). Usage synopses are skipped: a line
 #   with `[`-bracketed optional syntax or `|` alternatives (`tinytrain [train] [--vram SIZE] ...`)
@@ -122,7 +122,7 @@ check_cmd() {
     return 1
   fi
   for a in "${ops[@]}"; do
-    # docs/walkthrough.md writes its recipes first; tests/test_walkthrough.sh runs its commands
+    # docs/walkthrough.md writes its recipes first; tests/cli/test_walkthrough.sh runs its commands
     if [[ $a == *.recipe ]] && [ ! -f "$a" ] && [ "$DOC" != docs/walkthrough.md ]; then
       WHY="'tinytrain ${A[*]}': no recipe $a"
       return 1

@@ -3,7 +3,14 @@
  *   FAIL <name>: <why>
  *   SKIP <name>: <why>
  * and exits 1 if anything failed. tests/run_tests.py runs every binary and prints the
- * closing "N passed, N failed, N skipped" line. */
+ * closing "N passed, N failed, N skipped" line.
+ *
+ * Each binary registers its tests in one table (tt_test_case: a name, tags, a function) and
+ * runs it with tt_test_main, which gives every binary the same command line:
+ *   --list       prints one line per registered test, "<name>  <tags>", and runs nothing;
+ *   --only WORD  runs the tests whose name is WORD or whose tags include it; given several
+ *                times, the tests of the first WORD run first, then the second's, and so on
+ *                (a test runs once). Without --only every test runs, in the table's order. */
 #ifndef TT_TEST_H
 #define TT_TEST_H
 #include <math.h>
@@ -16,9 +23,19 @@
 
 #include "kernels/kernel_math.h"
 
-static int tt_test_failures;
-static int tt_test_current_failed;
-static const char *tt_test_current_name;
+/* The harness's state. A test built from several files (test_cuda) defines TT_TEST_EXTERN_STATE
+ * in each before this header, and TT_TEST_STATE_HERE too in the one file that holds the state:
+ * a failure checked in any file then counts in main's exit status. */
+#if defined(TT_TEST_EXTERN_STATE) && !defined(TT_TEST_STATE_HERE)
+#define TT_TEST_STATE_ extern
+#elif defined(TT_TEST_EXTERN_STATE)
+#define TT_TEST_STATE_
+#else
+#define TT_TEST_STATE_ static
+#endif
+TT_TEST_STATE_ int tt_test_failures;
+TT_TEST_STATE_ int tt_test_current_failed;
+TT_TEST_STATE_ const char *tt_test_current_name;
 
 #define TT_TEST_BEGIN(name) \
   do { tt_test_current_name = (name); tt_test_current_failed = 0; } while (0)
@@ -29,7 +46,7 @@ static const char *tt_test_current_name;
 /* Records a failure for the current test. Prints the first one per test on the FAIL line; with
  * TT_TEST_ALL_FAILS=1 in the environment (tests/gpu/acceptance.sh: one device run must show every
  * defect, not the first) up to 12 more, each on an indented "  also" line that no runner counts. */
-static int tt_test_also;
+TT_TEST_STATE_ int tt_test_also;
 static inline int tt_test_all_fails(void) {
   static int v = -1;
   (void)tt_test_also;
@@ -57,6 +74,131 @@ static inline int tt_test_all_fails(void) {
   } while (0)
 
 #define TT_TEST_EXIT() return tt_test_failures ? 1 : 0
+
+/* ---- the registry: one table per binary ---- */
+
+/* One registered test. name: what --only and --list name (usually the group its PASS line
+ * names); tags: space-separated words (the stage, the op family, "kernels", ...); fn: runs it,
+ * printing its own PASS / FAIL / SKIP lines. fn NULL registers a test this build cannot run:
+ * it prints "SKIP <name>: <skip>". */
+typedef struct tt_test_case {
+  const char *name;
+  const char *tags;
+  void (*fn)(void);
+  const char *skip;
+} tt_test_case;
+#define TT_TEST(name, tags, fn) {name, tags, fn, NULL}
+#define TT_TEST_SKIPPED(name, tags, why) {name, tags, NULL, why}
+#define TT_TEST_COUNT(table) ((int)(sizeof(table) / sizeof((table)[0])))
+
+/* The command line tt_test_args read: the --only words (argv's own strings), and --list. */
+typedef struct tt_test_opts {
+  const char *only[32];
+  int nonly, list;
+} tt_test_opts;
+static inline tt_test_opts *tt_test_opt(void) {
+  static tt_test_opts o;
+  return &o;
+}
+
+/* 1 when word is one of the space-separated words of list. */
+static inline int tt_test_has_word(const char *list, const char *word) {
+  size_t n = strlen(word);
+  for (const char *p = list; p && *p;) {
+    while (*p == ' ') p++;
+    size_t k = strcspn(p, " ");
+    if (k == n && k && !strncmp(p, word, n)) return 1;
+    p += k;
+  }
+  return 0;
+}
+/* 1 when test t matches word: its name, or one of its tags. */
+static inline int tt_test_matches(const tt_test_case *t, const char *word) {
+  return !strcmp(t->name, word) || tt_test_has_word(t->tags, word);
+}
+/* 1 when test t runs under the command line's --only words (every test without one). */
+static inline int tt_test_selected(const tt_test_case *t) {
+  tt_test_opts *o = tt_test_opt();
+  for (int i = 0; i < o->nonly; i++)
+    if (tt_test_matches(t, o->only[i])) return 1;
+  return o->nonly == 0;
+}
+/* 1 when --only was given and every test it selects from the table carries tag. */
+static inline int tt_test_only_tagged(const tt_test_case *t, int n, const char *tag) {
+  if (!tt_test_opt()->nonly) return 0;
+  for (int i = 0; i < n; i++)
+    if (tt_test_selected(&t[i]) && !tt_test_has_word(t[i].tags, tag)) return 0;
+  return 1;
+}
+
+/* Reads argv (--only WORD, --only=WORD, --list). Returns 0 to go on, 2 on a bad argument
+ * (printed, with the usage, to stderr). */
+static inline int tt_test_args(int argc, char **argv) {
+  tt_test_opts *o = tt_test_opt();
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *w = NULL;
+    if (!strcmp(a, "--list")) o->list = 1;
+    else if (!strcmp(a, "--only") && i + 1 < argc) w = argv[++i];
+    else if (!strncmp(a, "--only=", 7)) w = a + 7;
+    else {
+      fprintf(stderr, "%s: unknown argument '%s'\nusage: %s [--list] [--only NAME|TAG]...\n", argv[0], a, argv[0]);
+      return 2;
+    }
+    if (w && o->nonly < 32) o->only[o->nonly++] = w;
+  }
+  return 0;
+}
+/* Prints the table, one "<name>  <tags>" line per test (--list). */
+static inline void tt_test_list(const tt_test_case *t, int n) {
+  for (int i = 0; i < n; i++) printf("%-40s %s\n", t[i].name, t[i].tags);
+  fflush(stdout);
+}
+/* Prints "SKIP <name>: <why>" for every selected test of the table (a build or machine that can
+ * run none of them). */
+static inline void tt_test_skip_all(const tt_test_case *t, int n, const char *why) {
+  for (int i = 0; i < n; i++)
+    if (tt_test_selected(&t[i])) printf("SKIP %s: %s\n", t[i].name, why);
+  fflush(stdout);
+}
+/* Runs test i: its function, or its SKIP line. */
+static inline void tt_test_run_one(const tt_test_case *t) {
+  if (t->fn) t->fn();
+  else printf("SKIP %s: %s\n", t->name, t->skip);
+  fflush(stdout);
+}
+/* Runs the selected tests of the table: in its order without --only, else the first --only
+ * word's tests, then the next word's (each test once). */
+static inline void tt_test_run(const tt_test_case *t, int n) {
+  tt_test_opts *o = tt_test_opt();
+  if (!o->nonly) {
+    for (int i = 0; i < n; i++) tt_test_run_one(&t[i]);
+    return;
+  }
+  /* test i runs in the turn of the first word that selects it */
+  for (int w = 0; w < o->nonly; w++)
+    for (int i = 0; i < n; i++) {
+      int earlier = 0;
+      for (int v = 0; v < w && !earlier; v++) earlier = tt_test_matches(&t[i], o->only[v]);
+      if (!earlier && tt_test_matches(&t[i], o->only[w])) tt_test_run_one(&t[i]);
+    }
+}
+/* The start of every binary's main: reads the command line and answers --list. Returns -1 when
+ * the tests are to run (setup, tt_test_run, teardown follow), else the exit status to return
+ * (the table printed, or a bad argument). */
+static inline int tt_test_start(int argc, char **argv, const tt_test_case *t, int n) {
+  int rc = tt_test_args(argc, argv);
+  if (rc) return rc;
+  if (!tt_test_opt()->list) return -1;
+  tt_test_list(t, n);
+  return 0;
+}
+/* The whole of main for a binary without setup: the selected tests of the table, the exit status. */
+static inline int tt_test_main(int argc, char **argv, const tt_test_case *t, int n) {
+  int rc = tt_test_start(argc, argv, t, n);
+  if (rc >= 0) return rc;
+  tt_test_run(t, n);
+  TT_TEST_EXIT();
+}
 
 /* ---- the sanitizer build ---- */
 

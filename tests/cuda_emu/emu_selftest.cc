@@ -764,17 +764,24 @@ static void test_cudnn(void) {
   TT_TEST_END();
 }
 
-int main(void) {
+/* The registry (tests/tt_test.h): --list prints it, --only NAME|TAG runs part of it. */
+static const tt_test_case tests[] = {
+  TT_TEST("half", "emu", test_half),
+  TT_TEST("bf16", "emu", test_bf16),
+  TT_TEST("barriers", "emu", test_barriers),
+  TT_TEST("warps", "emu", test_warps),
+  TT_TEST("launch", "emu", test_launch),
+  TT_TEST("dyn_shared", "emu", test_dyn_shared),
+  TT_TEST("memory_streams", "emu", test_memory_streams),
+  TT_TEST("cublas", "emu", test_cublas),
+  TT_TEST("cudnn", "emu", test_cudnn),
+};
+
+int main(int argc, char **argv) {
+  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
+  if (rc >= 0) return rc;
   tt_emu_set_quiet(1); /* the misuse below is on purpose; messages are checked, not printed */
-  test_half();
-  test_bf16();
-  test_barriers();
-  test_warps();
-  test_launch();
-  test_dyn_shared();
-  test_memory_streams();
-  test_cublas();
-  test_cudnn();
+  tt_test_run(tests, TT_TEST_COUNT(tests));
   {
     tt_emu_counts c;
     tt_emu_get_counts(&c);

@@ -30,7 +30,7 @@
 #                  tinytrain with --tf32 off and sets PyTorch's flags) — numbers, not judged    210 s
 #   6. sanitizer   compute-sanitizer on tinytrain's own kernels only (--kernel-name kns=cuda_: a
 #                  substring): memcheck over LeNet 2 steps; racecheck over test_cuda's op tests
-#                  (TT_CUDA_TEST_ONLY=kernels: no cuDNN or cuBLAS kernel in the process) and over
+#                  (--only cuda_attention --only kernels: no cuDNN or cuBLAS kernel in the process) and over
 #                  LeNet 2 steps; if LeNet's ends in an Internal Sanitizer Error, a control run
 #                  instrumenting none of our kernels says whether the sanitizer fails without them
 #                  (as it did on the H100, 2026-11-27): then that run is reported, not failed  160 s
@@ -378,7 +378,9 @@ else
   # racecheck over our kernels in a process of their own (test_cuda's op tests: no cuDNN or
   # cuBLAS kernel runs), then over LeNet's training steps
   # (75 s: on the H100 the op tests up to layer norm took 35 s under racecheck)
-  CSCAP=75 TT_CUDA_TEST_ONLY=kernels cs racecheck "$LOGS/6-racecheck-ops.log" cuda_ "$R/build/tests/test_cuda"
+  # (attention first: the most shared memory and barriers, and the one the H100's racecheck
+  # (2026-11-27, 35 s cap) did not reach after the others had run clean)
+  CSCAP=75 cs racecheck "$LOGS/6-racecheck-ops.log" cuda_ "$R/build/tests/test_cuda" --only cuda_attention --only kernels
   verdict racecheck "--kernel-name kns=cuda_ (test_cuda's op tests)" $? "$LOGS/6-racecheck-ops.log"
   cs racecheck "$LOGS/6-racecheck.log" cuda_ "${lenet[@]}" --out "$WORK/cs_racecheck" "$WORK/lenet.recipe"
   rc=$?
@@ -448,7 +450,7 @@ step "8. NCCL smoke: one rank, all-reduce and broadcast"
 if ! want 8; then result nccl SKIP 0 "not in --steps $STEPS"; else
 t=$(elapsed); c=$(cap 20)
 if [ "$c" = 0 ]; then result nccl TIMEOUT 0 "no time left to start"; else
-  TT_CUDA_TEST_ONLY=nccl run "$c" "$LOGS/8-nccl.log" "${TC[@]}"
+  run "$c" "$LOGS/8-nccl.log" "${TC[@]}" --only nccl
   rc=$?
   block "$LOGS/8-nccl.log" 8
   l=$(grep -E '^(PASS|FAIL|SKIP) cuda_nccl_one_rank' "$LOGS/8-nccl.log" | head -n 1)

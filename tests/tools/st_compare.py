@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compares the tensors of two safetensors files (standard library only; tests/test_dist.sh).
+"""Compares the tensors of two safetensors files (standard library only; tests/runtime/test_dist.sh).
 
     st_compare.py A B            every tensor bit for bit
     st_compare.py --tol T A B    every F32 tensor within T: |a - b| <= T * max(1, max |a|) elementwise

@@ -3,7 +3,7 @@
 
     /usr/bin/python3 tests/torch_ref/check_weights.py RECIPE WEIGHTS
 
-RECIPE is the recipe tests/test_torch_weights.sh writes (a small CNN for Fashion-MNIST; the net
+RECIPE is the recipe tests/cli/test_torch_weights.sh writes (a small CNN for Fashion-MNIST; the net
 below must match it layer for layer). This script reads:
   - WEIGHTS by hand (no safetensors package): an 8-byte little-endian header length N, N bytes
     of JSON {name: {dtype, shape, data_offsets}, "__metadata__": {...}}, then the raw data;
@@ -89,7 +89,7 @@ def read_idx(path):
 
 
 class TinyCNN(nn.Module):
-    """The recipe in tests/test_torch_weights.sh:
+    """The recipe in tests/cli/test_torch_weights.sh:
     conv1 (8, 5x5, pad 2, no bias) -> bn1 -> relu -> maxpool 2
     conv2 (16, 3x3, pad 1, bias)   -> bn2 -> relu -> maxpool 2
     flatten (16*7*7) -> fc1 (64) -> relu -> dropout 0.2 -> fc2 (10)"""

@@ -12,7 +12,7 @@ Outputs
 tests/fixtures/vit_tv.recipe         the net as a tinytrain recipe, named as torchvision names it
 tests/fixtures/vit_b_16.names       every tensor of torchvision.models.vit_b_16()'s state_dict, one
                                      per line: "name d0,d1,..." (what examples/imagenet/vit_b16.recipe
-                                     must name and shape alike; tests/test_vit_torch.c checks it)
+                                     must name and shape alike; tests/runtime/test_vit_torch.c checks it)
 tests/fixtures/vit_tv.safetensors    the model's state_dict (exactly its names and shapes, F32)
                                      plus two tensors that name no parameter:
                                        test.input [3,3,12,12]  an input batch

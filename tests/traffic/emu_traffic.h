@@ -1,5 +1,5 @@
 /* tests/traffic/emu_traffic.h — global-memory traffic of the backend's own kernels under the
- * host emulation (tests/cuda_emu), for tests/test_cuda_traffic.c.
+ * host emulation (tests/cuda_emu), for tests/kernels/test_cuda_traffic.c.
  *
  * kernels/cuda/<name>.cu are compiled for this (and only this) test with GCC's thread sanitizer
  * instrumentation (-fsanitize=thread, its runtime not linked): every load and store the

@@ -1,0 +1,100 @@
+#!/bin/bash
+# tests/cli/test_progress.sh — what a person sees of a training run (docs/cli.md#progress), through the
+# command line on a tiny synthetic recipe:
+#   - plain mode (output to a file): a 3-step run prints a loss line, then the summary (test
+#     accuracy, time and img/s, peak memory with the arena and the peak RSS, the run directory);
+#   - in-place mode (a terminal, from `script`; SKIP without it): the progress line is redrawn with
+#     carriage returns and ends with a newline before the summary;
+#   - SIGINT inside the first epoch: exit 130, and chart.svg exists with the learning-rate series.
+# Run from the repository root: bash tests/cli/test_progress.sh (TT=build-x/tinytrain to pick a binary).
+cd "$(dirname "$0")/../.." || exit 1
+TT=${TT:-./tinytrain}
+case $TT in /*) ;; *) TT="$PWD/$TT" ;; esac
+FAILED=0
+TMP=$(mktemp -d /tmp/tt_test_progress_XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; FAILED=1; }
+skip() { echo "SKIP $1: $2"; }
+if [ ! -x "$TT" ]; then fail progress_binary "$TT not built (run ninja)"; exit 1; fi
+
+cat >"$TMP/syn.recipe" <<EOR
+[net]
+input = 1x8x8
+classes = 10
+[train]
+batch = 16
+epochs = 200
+[data]
+format = synthetic
+[conv]
+filters = 4
+size = 3
+[flatten]
+[linear fc]
+out = 10
+EOR
+
+# summary_ok FILE NAME: the closing lines are there
+summary_ok() {
+  grep -q "^test accuracy: " "$1" && grep -q "^time: .* img/s" "$1" &&
+    grep -q "^peak memory: arena [0-9.]* MiB.*peak RSS [0-9.]* MiB" "$1" && grep -q "^run directory: " "$1"
+}
+
+# ---- plain lines: a 3-step run (log_every 100) prints a loss line, then the summary ----
+"$TT" --device cpu --threads 1 --max-steps 3 --out "$TMP/plain" "$TMP/syn.recipe" >"$TMP/plain.out" 2>"$TMP/plain.err"
+rc=$?
+if [ $rc != 0 ]; then fail progress_plain "exit $rc: $(cat "$TMP/plain.err")"
+elif ! grep -q "^epoch 1/200  step 3/[0-9]*  loss [0-9.]*  .*img/s.*ETA" "$TMP/plain.out"; then
+  fail progress_plain "no loss line for step 3: $(cat "$TMP/plain.out")"
+elif grep -q $'\r' "$TMP/plain.out"; then fail progress_plain "carriage returns in a file"
+elif ! summary_ok "$TMP/plain.out"; then fail progress_plain "summary lines missing: $(cat "$TMP/plain.out")"
+elif ! grep -q '"event": "train", "epoch": 1, "step": 3,' "$TMP/plain/metrics.jsonl"; then
+  fail progress_plain "metrics.jsonl has no train line for step 3"
+else pass progress_plain
+fi
+
+# ---- in place on a terminal: carriage returns, and a newline before the summary ----
+if ! command -v script >/dev/null; then
+  skip progress_in_place "script (util-linux) not installed"
+else
+  script -q -e -c "'$TT' --device cpu --threads 1 --max-steps 40 --out '$TMP/tty' '$TMP/syn.recipe'" /dev/null \
+    >"$TMP/tty.out" 2>&1 </dev/null
+  rc=$?
+  tr -d '\r' <"$TMP/tty.out" >"$TMP/tty.lines" # script's terminal turns \n into \r\n
+  if [ $rc != 0 ]; then fail progress_in_place "exit $rc: $(tail -3 "$TMP/tty.out")"
+  elif ! grep -q $'\r\033\\[Kepoch 1/200 \\[[#-]*\\] [0-9]*/[0-9]*  loss' "$TMP/tty.out"; then
+    fail progress_in_place "no in-place progress line (\\r, erase, epoch, bar): $(head -c 600 "$TMP/tty.out" | od -c | head)"
+  elif ! grep -q "^test accuracy: " "$TMP/tty.lines" || ! summary_ok "$TMP/tty.lines"; then
+    fail progress_in_place "the summary does not start a line of its own: $(cat -v "$TMP/tty.out" | tail -5)"
+  else pass progress_in_place
+  fi
+fi
+
+# ---- SIGINT in the first epoch: exit 130 and chart.svg with the per-step loss and the lr ----
+# (job control on: a background job of a script would start with SIGINT ignored, and keep it so)
+# a heavier model, so that an epoch (64 steps) lasts longer than the wait for its first step
+sed -e 's/^input = 1x8x8/input = 3x64x64/' -e 's/^filters = 4/filters = 32/' "$TMP/syn.recipe" >"$TMP/slow.recipe"
+set -m
+"$TT" --device cpu --threads 1 --out "$TMP/sig" "$TMP/slow.recipe" >"$TMP/sig.out" 2>"$TMP/sig.err" &
+pid=$!
+set +m
+for _ in $(seq 1 600); do
+  grep -q '"step": 1,' "$TMP/sig/metrics.jsonl" 2>/dev/null && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.02
+done
+kill -INT $pid 2>/dev/null
+wait $pid
+rc=$?
+if [ "$rc" != 130 ]; then fail progress_sigint_chart "exit $rc, want 130: $(cat "$TMP/sig.err")"
+elif grep -q '"event": "eval"' "$TMP/sig/metrics.jsonl"; then skip progress_sigint_chart "the first epoch ended before SIGINT"
+elif [ ! -f "$TMP/sig/chart.svg" ]; then fail progress_sigint_chart "no chart.svg after SIGINT in the first epoch"
+elif ! grep -q 'data-series="lr"' "$TMP/sig/chart.svg" || ! grep -q 'data-series="step_loss"' "$TMP/sig/chart.svg"; then
+  fail progress_sigint_chart "chart.svg lacks the lr or per-step loss series"
+elif command -v python3 >/dev/null && ! python3 -c "import xml.dom.minidom as m,sys; m.parse(sys.argv[1])" "$TMP/sig/chart.svg"; then
+  fail progress_sigint_chart "chart.svg is not well-formed XML"
+elif ! summary_ok "$TMP/sig.out"; then fail progress_sigint_chart "no summary after SIGINT: $(cat "$TMP/sig.out")"
+else pass progress_sigint_chart
+fi
+exit $FAILED

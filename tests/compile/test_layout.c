@@ -1,0 +1,371 @@
+/* tests/compile/test_layout.c — activations in the layout the oneDNN convolutions want (lower.c's
+ * lower_layouts, backend.h's `layouts`):
+ *   - planning: on the oneDNN backend (its default; TINYTRAIN_LAYOUT=nhwc) the tensors between convolutions are NHWC (a residual trunk
+ *     through add, pooling, concat, batch norm and ReLU; global average pooling reads NHWC), the
+ *     input, a linear layer's output, what flatten reads and a dropout's group stay NCHW; no
+ *     buffer grows (no padding); the reference backend and TINYTRAIN_LAYOUT=nchw plan NCHW only,
+ *     with no TT_SF_NHWC step;
+ *   - training: the same steps on the oneDNN backend in NHWC (TINYTRAIN_LAYOUT=nhwc), in NCHW
+ *     and on the reference backend end with the same weights (within 2e-4 relative: only the
+ *     summation order differs), fp32 and fp16; and the weights files hold PyTorch's layout in
+ *     both (they agree). Comparisons of activations with the reference go through these
+ *     weights, which no layout changes. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/base/safetensors.h"
+#include "core/compile/graph.h"
+#include "core/compile/program.h"
+#include "core/compile/recipe.h"
+#include "core/tinytrain.h"
+#include "kernels/backend.h"
+#include "kernels/kernel_math.h"
+#include "tests/tt_test.h"
+
+/* c1 reads the image (NCHW) and writes NHWC; b1 (with its ReLU, a node of its own), p1, c2, b2,
+ * cat (concat of b2 and p1), c3, a (add of c3 and cat) and r2 are NHWC, joined through add and
+ * concat; d (dropout: its mask is defined on NCHW indices) keeps its group NCHW, so c5 writes
+ * NCHW from an NHWC input and c6 NHWC from an NCHW one; ap, r3 NHWC; g (global average pool)
+ * reads NHWC and writes [N, c]; fl and fc NCHW. */
+static const char *layout_recipe =
+    "[net]\ninput = 3x12x12\nclasses = 5\n"
+    "[train]\nbatch = 8\nepochs = 1\noptimizer = sgd\nlr = 0.05\nmomentum = 0.9\nseed = 11\n"
+    "[data]\nformat = synthetic\nmean = 0.5\nstd = 0.25\n"
+    "[conv c1]\nfilters = 8\nsize = 3\npad = 1\nbias = false\n"
+    "[bn b1]\nactivation = relu\n"
+    "[maxpool p1]\nsize = 2\n"
+    "[conv c2]\nfilters = 8\nsize = 3\npad = 1\n"
+    "[bn b2]\n"
+    "[concat cat]\nfrom = b2, p1\n"
+    "[conv c3]\nfilters = 16\nsize = 1\n"
+    "[add a]\nfrom = c3, cat\n"
+    "[relu r2]\n"
+    "[conv c5]\nfilters = 16\nsize = 3\npad = 1\n"
+    "[dropout d]\np = 0.2\n"
+    "[conv c6]\nfilters = 16\nsize = 3\npad = 1\n"
+    "[avgpool ap]\nsize = 2\n"
+    "[relu r3]\n"
+    "[gap g]\n"
+    "[flatten fl]\n"
+    "[linear fc]\nout = 5\n";
+
+static char tmpdir[64];
+
+tt_backend *tt_cpu_backend_create(int threads);
+tt_backend *tt_ref_backend_create(int threads);
+
+static int node_of(const tt_model *m, const char *name) {
+  for (int i = 0; i < m->nlayers; i++)
+    if (!strcmp(m->layers[i].name, name)) return i;
+  return -1;
+}
+
+/* Lowers the recipe on be at micro-batch 4; 0 on success. */
+static int layout_lower(tt_backend *be, tt_model *m, tt_graph *g, tt_program *p, tt_err *e) {
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = 4, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.training = 1, pol.inplace = 1;
+  memset(m, 0, sizeof *m);
+  memset(g, 0, sizeof *g);
+  memset(p, 0, sizeof *p);
+  if (tt_recipe_parse("layout.recipe", layout_recipe, m, e, NULL, NULL) || tt_graph_build(m, g, e) ||
+      tt_lower(g, &pol, be, p, e) || tt_program_plan(p, e))
+    return -1;
+  return 0;
+}
+
+static void test_plan_layouts(void) {
+  TT_TEST_BEGIN("layout_plan_cpu_nhwc_between_convs");
+  { /* NHWC is the default; TINYTRAIN_LAYOUT=nchw asks for plain NCHW (cpu_backend.c says why) */
+    unsetenv("TINYTRAIN_LAYOUT");
+    tt_backend *dflt = tt_cpu_backend_create(1);
+    TT_CHECK(dflt && dflt->layouts == (1u << TT_LAYOUT_NHWC), "the oneDNN backend lists layouts %u without TINYTRAIN_LAYOUT",
+             dflt ? dflt->layouts : 0u);
+    if (dflt) dflt->destroy(dflt);
+  }
+  setenv("TINYTRAIN_LAYOUT", "nhwc", 1);
+  tt_backend *be = tt_cpu_backend_create(1);
+  tt_model m;
+  tt_graph g;
+  tt_program p;
+  tt_err e;
+  TT_CHECK(be && (be->layouts & (1u << TT_LAYOUT_NHWC)), "the oneDNN backend does not list NHWC");
+  if (be && !layout_lower(be, &m, &g, &p, &e)) {
+    static const char *nhwc[] = {"c1", "b1", "p1", "c2", "b2", "cat", "c3", "a", "r2", "c6", "ap", "r3"};
+    static const char *nchw[] = {"input", "c5", "d", "g", "fl", "fc"};
+    for (size_t i = 0; i < sizeof nhwc / sizeof nhwc[0]; i++) {
+      int v = node_of(&m, nhwc[i]);
+      TT_CHECK(v >= 0 && p.layout[v] == TT_LAYOUT_NHWC, "%s: %s, expected NHWC", nhwc[i], v >= 0 ? tt_layout_name(p.layout[v]) : "absent");
+    }
+    for (size_t i = 0; i < sizeof nchw / sizeof nchw[0]; i++) {
+      int v = node_of(&m, nchw[i]);
+      TT_CHECK(v >= 0 && p.layout[v] == TT_LAYOUT_NCHW, "%s: %s, expected NCHW", nchw[i], v >= 0 ? tt_layout_name(p.layout[v]) : "absent");
+    }
+    /* the list and b1's ReLU */
+    TT_CHECK(p.n_nhwc == (int)(sizeof nhwc / sizeof nhwc[0]) + 1, "%d NHWC nodes, expected %d", p.n_nhwc,
+             (int)(sizeof nhwc / sizeof nhwc[0]) + 1);
+    /* c1 (image in), c5 (NHWC in, NCHW out), c6 (NCHW in, NHWC out); c2, c3 stay NHWC */
+    TT_CHECK(p.n_layout_convs == 3, "%d layout-changing convolutions, expected 3", p.n_layout_convs);
+    int conv_seen = 0, bn_nhwc = 0, gap_pool = 0;
+    for (int si = 0; si < p.nsteps; si++) {
+      const tt_step *s = &p.steps[si];
+      if (s->op != TT_S_FWD && s->op != TT_S_BWD) continue;
+      if (s->kind == TT_L_CONV && s->node == node_of(&m, "c5")) {
+        conv_seen++;
+        TT_CHECK(s->a.conv.layout_x == TT_LAYOUT_NHWC && s->a.conv.layout_y == TT_LAYOUT_NCHW, "c5: desc layouts %d -> %d",
+                 s->a.conv.layout_x, s->a.conv.layout_y);
+      }
+      if (s->kind == TT_L_BN) bn_nhwc += (s->flags & TT_SF_NHWC) != 0;
+      if (s->kind == TT_L_GAP) gap_pool += (s->flags & TT_SF_NHWC) != 0;
+      if (s->kind == TT_L_MAXPOOL) TT_CHECK(s->a.pool.layout == TT_LAYOUT_NHWC, "p1: pool desc layout %d", s->a.pool.layout);
+    }
+    TT_CHECK(conv_seen >= 2, "c5's forward and backward steps not found (%d)", conv_seen);
+    TT_CHECK(bn_nhwc == 4, "%d batch-norm steps flagged NHWC, expected 4 (2 forward, 2 backward)", bn_nhwc);
+    TT_CHECK(gap_pool == 2, "%d gap steps flagged NHWC (their input), expected 2", gap_pool);
+    /* the same plan in NCHW: every value buffer has the same bytes (NHWC has no padding) */
+    tt_program q;
+    tt_model m2;
+    tt_graph g2;
+    setenv("TINYTRAIN_LAYOUT", "nchw", 1);
+    tt_backend *plain = tt_cpu_backend_create(1);
+    unsetenv("TINYTRAIN_LAYOUT");
+    TT_CHECK(plain && plain->layouts == 0, "TINYTRAIN_LAYOUT=nchw: the backend still lists layouts %u", plain ? plain->layouts : 0u);
+    if (plain && !layout_lower(plain, &m2, &g2, &q, &e)) {
+      TT_CHECK(q.n_nhwc == 0 && q.n_layout_convs == 0, "TINYTRAIN_LAYOUT=nchw planned %d NHWC nodes", q.n_nhwc);
+      for (int v = 0; v < g.nnodes; v++)
+        if (p.value_buf[v] >= 0 && q.value_buf[v] >= 0)
+          TT_CHECK(p.bufs[p.value_buf[v]].bytes == q.bufs[q.value_buf[v]].bytes, "%s: %zu bytes in NHWC, %zu in NCHW",
+                   m.layers[v].name, p.bufs[p.value_buf[v]].bytes, q.bufs[q.value_buf[v]].bytes);
+      for (int si = 0; si < q.nsteps; si++) TT_CHECK(!(q.steps[si].flags & TT_SF_NHWC), "an NCHW plan has an NHWC step");
+      tt_program_free(&q);
+      tt_graph_free(&g2);
+      tt_model_free(&m2);
+    } else if (plain) {
+      TT_CHECK(0, "lowering in NCHW: %s", e.msg);
+    }
+    if (plain) plain->destroy(plain);
+    tt_program_free(&p);
+    tt_graph_free(&g);
+    tt_model_free(&m);
+  } else if (be) {
+    TT_CHECK(0, "lowering: %s", e.msg);
+  }
+  if (be) be->destroy(be);
+  TT_TEST_END();
+
+  TT_TEST_BEGIN("layout_plan_ref_nchw_only");
+  tt_backend *ref = tt_ref_backend_create(1);
+  TT_CHECK(ref && ref->layouts == 0, "the reference backend lists layouts");
+  if (ref && !layout_lower(ref, &m, &g, &p, &e)) {
+    TT_CHECK(p.n_nhwc == 0, "the reference backend got %d NHWC nodes", p.n_nhwc);
+    tt_program_free(&p);
+    tt_graph_free(&g);
+    tt_model_free(&m);
+  } else if (ref) {
+    TT_CHECK(0, "lowering: %s", e.msg);
+  }
+  if (ref) ref->destroy(ref);
+  /* the reference loops refuse a layout they do not run, naming it */
+  if ((ref = tt_ref_backend_create(1))) {
+    tt_conv_desc d;
+    memset(&d, 0, sizeof d);
+    d.n = 1, d.c = 2, d.h = d.w = 4, d.k = 2, d.r = d.s = 1, d.stride_h = d.stride_w = 1, d.groups = 1, d.p = d.q = 4;
+    d.layout_y = TT_LAYOUT_NHWC;
+    TT_CHECK(ref->conv_workspace(ref, &d, TT_F32, TT_WS_FWD) == TT_WS_ERROR && strstr(ref->last_error(ref), "NHWC"),
+             "ref conv_workspace of an NHWC desc: '%s'", ref->last_error(ref));
+    ref->destroy(ref);
+  }
+  TT_TEST_END();
+}
+
+/* Trains `steps` steps of the recipe on the CPU (backend: "onednn" or "ref"; layout: NULL or
+ * "nchw") into tmpdir/<tag>; 0 on success. */
+static int layout_train(const char *recipe, const char *backend, const char *layout, tt_run_precision prec, const char *tag,
+                        int steps, char *err, size_t errsize) {
+  tt_run_opts o;
+  tt_run_result res;
+  char out[128];
+  snprintf(out, sizeof out, "%s/%s", tmpdir, tag);
+  tt_run_opts_init(&o);
+  o.recipe = recipe, o.device = TT_DEVICE_CPU, o.threads = 2, o.quiet = 1;
+  o.out_dir = out, o.micro_batch = 8, o.max_steps = steps, o.precision = prec, o.recompute = TT_RECOMPUTE_NONE;
+  FILE *devnull = fopen("/dev/null", "w");
+  o.out = devnull;
+  setenv("TINYTRAIN_CPU_BACKEND", backend, 1);
+  if (layout) setenv("TINYTRAIN_LAYOUT", layout, 1);
+  else unsetenv("TINYTRAIN_LAYOUT");
+  int rc = tt_train(&o, &res, err, errsize);
+  unsetenv("TINYTRAIN_CPU_BACKEND");
+  unsetenv("TINYTRAIN_LAYOUT");
+  if (devnull) fclose(devnull);
+  return rc;
+}
+
+/* The largest |a - b| / (1 + max |a| of the tensor) over every tensor of two weights files; < 0
+ * when they do not hold the same tensors. */
+static double weights_diff(const char *a, const char *b, char *where, size_t n) {
+  tt_st_file *fa = NULL, *fb = NULL;
+  tt_err err;
+  double worst = -1.0;
+  snprintf(where, n, "bit for bit");
+  if (tt_st_open(a, &fa, &err) || tt_st_open(b, &fb, &err)) {
+    snprintf(where, n, "%.200s", err.msg);
+    goto done;
+  }
+  if (tt_st_count(fa) != tt_st_count(fb)) {
+    snprintf(where, n, "%d tensors against %d", tt_st_count(fa), tt_st_count(fb));
+    goto done;
+  }
+  worst = 0.0;
+  for (int i = 0; i < tt_st_count(fa); i++) {
+    const tt_st_tensor *ta = tt_st_at(fa, i), *tb = tt_st_get(fb, ta->name);
+    if (!tb || tb->bytes != ta->bytes) {
+      snprintf(where, n, "%s: absent or of another size", ta->name);
+      worst = -1.0;
+      goto done;
+    }
+    const float *x = (const float *)ta->data, *y = (const float *)tb->data;
+    double mx = 0.0;
+    for (size_t k = 0; k < ta->bytes / 4; k++) mx = fmax(mx, fabs(x[k]));
+    for (size_t k = 0; k < ta->bytes / 4; k++) {
+      double d = fabs((double)x[k] - (double)y[k]) / (1.0 + mx);
+      if (d > worst) {
+        worst = d;
+        snprintf(where, n, "%s[%zu]: %.9g against %.9g", ta->name, k, x[k], y[k]);
+      }
+    }
+  }
+done:
+  if (fa) tt_st_close(fa);
+  if (fb) tt_st_close(fb);
+  return worst;
+}
+
+static void test_train_layouts(void) {
+  char recipe[128], err[1024], a[192], b[192], where[256];
+  snprintf(recipe, sizeof recipe, "%s/layout.recipe", tmpdir);
+  FILE *f = fopen(recipe, "w");
+  if (!f) {
+    TT_CHECK(0, "cannot write %s", recipe);
+    return;
+  }
+  fputs(layout_recipe, f);
+  fclose(f);
+  static const struct {
+    tt_run_precision prec;
+    const char *name;
+    double tol;
+  } runs[] = {{TT_PRECISION_FP32, "fp32", 2e-4}, {TT_PRECISION_FP16, "fp16", 2e-3}};
+  for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+    char name[96], tn[3][32];
+    snprintf(name, sizeof name, "layout_train_nhwc_equals_nchw_and_ref_%s", runs[r].name);
+    TT_TEST_BEGIN(name);
+    snprintf(tn[0], sizeof tn[0], "nhwc_%s", runs[r].name);
+    snprintf(tn[1], sizeof tn[1], "nchw_%s", runs[r].name);
+    snprintf(tn[2], sizeof tn[2], "ref_%s", runs[r].name);
+    int ok = !layout_train(recipe, "onednn", "nhwc", runs[r].prec, tn[0], 4, err, sizeof err);
+    TT_CHECK(ok, "oneDNN NHWC run: %s", err);
+    if (ok) {
+      ok = !layout_train(recipe, "onednn", "nchw", runs[r].prec, tn[1], 4, err, sizeof err);
+      TT_CHECK(ok, "oneDNN NCHW run: %s", err);
+    }
+    if (ok) {
+      ok = !layout_train(recipe, "ref", NULL, runs[r].prec, tn[2], 4, err, sizeof err);
+      TT_CHECK(ok, "reference run: %s", err);
+    }
+    if (ok) {
+      snprintf(a, sizeof a, "%s/%s/weights.safetensors", tmpdir, tn[0]);
+      for (int k = 1; k < 3; k++) {
+        snprintf(b, sizeof b, "%s/%s/weights.safetensors", tmpdir, tn[k]);
+        double d = weights_diff(a, b, where, sizeof where);
+        printf("  %s: NHWC against %s after 4 steps: worst relative difference %.3g (%s)\n", runs[r].name,
+               k == 1 ? "oneDNN NCHW" : "the reference", d, where);
+        TT_CHECK(d >= 0.0 && d <= runs[r].tol, "%s: NHWC against %s: %.3g > %.1g at %s", runs[r].name,
+                 k == 1 ? "NCHW" : "the reference", d, runs[r].tol, where);
+      }
+    }
+    TT_TEST_END();
+  }
+}
+
+/* Batch norm on an NHWC tensor as [rows, c, 1] (the CPU backend's row loops, fp32, fp16, bf16)
+ * against the reference's per-channel loops on the same call: forward statistics, y, running
+ * statistics, and backward dx (added into, beta 1), dgamma, dbeta. c = 37: a partial block of 16. */
+static void test_bn_rows(void) {
+  TT_TEST_BEGIN("layout_bn_rows_cpu_equals_ref");
+  const int rows = 300, c = 37;
+  const size_t cnt = (size_t)rows * c;
+  tt_backend *cpu = tt_cpu_backend_create(2), *ref = tt_ref_backend_create(1);
+  float *xf = (float *)malloc(cnt * 4), *dyf = (float *)malloc(cnt * 4);
+  void *buf[2][4];
+  float stat[2][8][64];
+  for (size_t i = 0; i < cnt; i++)
+    xf[i] = (float)((i * 2654435761u) % 1000) / 250.0f - 1.0f + 0.3f * (float)(i % c), dyf[i] = (float)((i * 40503u) % 997) / 500.0f - 1.0f;
+  static const tt_dtype dts[3] = {TT_F32, TT_F16, TT_BF16};
+  static const double tol[3] = {1e-5, 2e-3, 2e-2};
+  for (int k = 0; k < 3 && cpu && ref; k++) {
+    tt_dtype dt = dts[k];
+    size_t es = tt_dtype_size(dt);
+    for (int be = 0; be < 2; be++) {
+      for (int j = 0; j < 4; j++) buf[be][j] = malloc(cnt * es);
+      for (size_t i = 0; i < cnt; i++) {
+        if (dt == TT_F32) ((float *)buf[be][0])[i] = xf[i], ((float *)buf[be][1])[i] = dyf[i], ((float *)buf[be][3])[i] = 0.5f;
+        else {
+          uint16_t hx, hdy, h5;
+          if (dt == TT_F16) hx = tt_f32_to_f16(xf[i]), hdy = tt_f32_to_f16(dyf[i]), h5 = tt_f32_to_f16(0.5f);
+          else hx = tt_bf16_from_f32(xf[i]), hdy = tt_bf16_from_f32(dyf[i]), h5 = tt_bf16_from_f32(0.5f);
+          ((uint16_t *)buf[be][0])[i] = hx, ((uint16_t *)buf[be][1])[i] = hdy, ((uint16_t *)buf[be][3])[i] = h5;
+        }
+      }
+      for (int j = 0; j < c; j++) {
+        stat[be][0][j] = 1.0f + 0.01f * j, stat[be][1][j] = 0.1f * j; /* gamma, beta */
+        stat[be][2][j] = 0.0f, stat[be][3][j] = 1.0f;                 /* running mean, var */
+        stat[be][6][j] = 0.25f, stat[be][7][j] = -0.5f;               /* dgamma, dbeta: beta_param 1 adds */
+      }
+      tt_backend *B = be ? ref : cpu;
+      int rc = B->bn_fwd_train(B, rows, c, 1, dt, buf[be][0], stat[be][0], stat[be][1], buf[be][2], stat[be][2], stat[be][3],
+                               0.1f, 1e-5f, stat[be][4], stat[be][5], 1, NULL, 0);
+      if (!rc)
+        rc = B->bn_bwd(B, rows, c, 1, dt, buf[be][0], buf[be][1], stat[be][0], stat[be][4], stat[be][5], buf[be][3],
+                       stat[be][6], stat[be][7], 1.0f, 1.0f, NULL, 0);
+      TT_CHECK(rc == 0, "%s %s: %s", be ? "ref" : "cpu", tt_dtype_name(dt), B->last_error(B));
+    }
+    double worst = 0.0;
+    for (int j = 2; j < 4; j++) /* y, dx */
+      for (size_t i = 0; i < cnt; i++) {
+        float a = dt == TT_F32 ? ((float *)buf[0][j])[i] : dt == TT_F16 ? tt_f16_to_f32(((uint16_t *)buf[0][j])[i]) : tt_bf16_to_f32(((uint16_t *)buf[0][j])[i]);
+        float r = dt == TT_F32 ? ((float *)buf[1][j])[i] : dt == TT_F16 ? tt_f16_to_f32(((uint16_t *)buf[1][j])[i]) : tt_bf16_to_f32(((uint16_t *)buf[1][j])[i]);
+        worst = fmax(worst, fabs((double)a - r) / (1.0 + fabs(r)));
+      }
+    for (int s = 2; s < 8; s++)
+      for (int j = 0; j < c; j++) worst = fmax(worst, fabs((double)stat[0][s][j] - stat[1][s][j]) / (1.0 + fabs(stat[1][s][j])));
+    printf("  %s: rows loops against the reference: worst relative difference %.3g\n", tt_dtype_name(dt), worst);
+    TT_CHECK(worst <= tol[k], "%s: batch norm on rows differs from the reference by %.3g > %.1g", tt_dtype_name(dt), worst, tol[k]);
+    for (int be = 0; be < 2; be++)
+      for (int j = 0; j < 4; j++) free(buf[be][j]);
+  }
+  free(xf);
+  free(dyf);
+  if (cpu) cpu->destroy(cpu);
+  if (ref) ref->destroy(ref);
+  TT_TEST_END();
+}
+
+/* The registry (tests/tt_test.h): --list prints it, --only NAME|TAG runs part of it. */
+static const tt_test_case tests[] = {
+  TT_TEST("plan_layouts", "compile layout", test_plan_layouts),
+  TT_TEST("bn_rows", "compile layout", test_bn_rows),
+  TT_TEST("train_layouts", "compile layout", test_train_layouts),
+};
+
+int main(int argc, char **argv) {
+  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
+  if (rc >= 0) return rc;
+  if (tt_test_tmpdir("layout", "test_layout")) return 1;
+  snprintf(tmpdir, sizeof tmpdir, "%.40s", tt_test_dir()); /* /tmp/tt_test_<tag>_XXXXXX */
+  tt_test_run(tests, TT_TEST_COUNT(tests));
+  tt_test_tmpdir_remove();
+  TT_TEST_EXIT();
+}

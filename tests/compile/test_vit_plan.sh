@@ -1,0 +1,70 @@
+#!/bin/bash
+# tests/compile/test_vit_plan.sh — `tinytrain plan` accepts the Vision Transformer recipes (issue 24):
+# examples/imagenet/vit_b16.recipe (torchvision's vit_b_16) and deit_tiny.recipe (DeiT-Tiny) plan
+# under --vram 4G with the parameter counts of the originals (86,567,656 and 5,717,416), and
+# `plan --max-batch` finds a micro-batch for ViT-B/16 at 224x224 in 4 GiB (what
+# tests/bench/vit_vs_torch.py compares with PyTorch's); the PyTorch fixtures' recipes plan too.
+# Run from the repository root: bash tests/compile/test_vit_plan.sh. Prints PASS/FAIL lines.
+cd "$(dirname "$0")/../.." || exit 1
+TT=${TT:-./tinytrain}
+FAILED=0
+TMP=$(mktemp -d /tmp/tt_test_vit_plan_XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; FAILED=1; }
+
+if [ ! -x "$TT" ]; then
+  fail vit_plan_binary "$TT not built (run ninja)"
+  exit 1
+fi
+
+# plan_params NAME RECIPE PARAMS: plan --json --vram 4G succeeds with PARAMS parameters (0: any)
+plan_params() {
+  "$TT" plan --device cpu --json --vram 4G "$2" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  if [ $rc != 0 ]; then
+    fail "$1" "plan --json --vram 4G $2: exit $rc: $(head -c 600 "$TMP/err")"
+    return
+  fi
+  local got
+  if ! got=$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["micro_batch"] >= 1 and d["arena_bytes"] <= d["budget_bytes"], d
+print(d["params"], d["micro_batch"], d["accum_steps"], d["precision"])' "$TMP/out" 2>&1); then
+    fail "$1" "$2: plan --json output: $(echo "$got" | tail -n 1)"
+    return
+  fi
+  set -- "$1" "$2" "$3" $got
+  if [ "$3" != 0 ] && [ "$4" != "$3" ]; then
+    fail "$1" "$2: $4 parameters, the original has $3"
+    return
+  fi
+  echo "# $2: $4 parameters; 4 GiB on the CPU: micro-batch $5 x $6 accumulation steps, $7"
+  pass "$1"
+}
+
+plan_params vit_plan_vit_b16 examples/imagenet/vit_b16.recipe 86567656
+plan_params vit_plan_deit_tiny examples/imagenet/deit_tiny.recipe 5717416
+plan_params vit_plan_fixture_small tests/fixtures/vit_small.recipe 0
+plan_params vit_plan_fixture_torchvision tests/fixtures/vit_tv.recipe 0
+
+# the largest ViT-B/16 micro-batch in 4 GiB, fp32, without and with recompute
+if "$TT" plan --device cpu --max-batch --json --vram 4G examples/imagenet/vit_b16.recipe >"$TMP/mb" 2>"$TMP/err"; then
+  if got=$(python3 -c '
+import json, sys
+rows = {(r["precision"], r["recompute"]): r["micro_batch"] for r in json.load(open(sys.argv[1]))["max_batch"]}
+none, auto = rows[("fp32", "none")], rows[("fp32", "auto")]
+assert none >= 1 and auto >= none, rows
+print(none, auto)' "$TMP/mb" 2>&1); then
+    set -- $got
+    echo "# vit_b16.recipe, 4 GiB on the CPU, fp32: largest micro-batch $1 keeping every activation, $2 with recompute"
+    pass vit_plan_vit_b16_max_batch
+  else
+    fail vit_plan_vit_b16_max_batch "plan --max-batch --json: $(echo "$got" | tail -n 1)"
+  fi
+else
+  fail vit_plan_vit_b16_max_batch "plan --max-batch --vram 4G: $(head -c 600 "$TMP/err")"
+fi
+exit $FAILED

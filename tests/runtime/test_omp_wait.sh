@@ -1,0 +1,72 @@
+#!/bin/bash
+# tests/runtime/test_omp_wait.sh — how long tinytrain's OpenMP threads busy-wait (core/app/main.c,
+# main_omp_waits): with neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set, libgomp itself (not just
+# the environment) runs with GOMP_SPINCOUNT=10000 (and --version names oneDNN's threading
+# runtime: OpenMP means its threads are libgomp's too); a user's OMP_WAIT_POLICY (active, passive) or
+# GOMP_SPINCOUNT is what libgomp runs with, unchanged; the arguments survive the program running
+# itself again. libgomp's own report (OMP_DISPLAY_ENV=verbose, printed by the runtime when it
+# starts) is the evidence: the last report is the process that runs.
+# Run from the repository root: bash tests/runtime/test_omp_wait.sh
+cd "$(dirname "$0")/../.." || exit 1
+TT=${TT:-./tinytrain}
+FAILED=0
+TMP=$(mktemp -d /tmp/tt_test_omp_wait_XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; FAILED=1; }
+[ -x "$TT" ] || { fail omp_wait_binary "$TT not built (run ninja)"; exit 1; }
+
+# the spin count libgomp runs with in the process that stays: its last OMP_DISPLAY_ENV report
+spins() { # env assignments... -- tinytrain arguments...
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "${envs[@]}" OMP_DISPLAY_ENV=verbose "$TT" "$@" >"$TMP/out" 2>"$TMP/err"
+  echo "rc=$? $(sed -n "s/^ *GOMP_SPINCOUNT = '\([^']*\)'.*/\1/p" "$TMP/err" | tail -1)"
+}
+
+if ! grep -q "OPENMP DISPLAY ENVIRONMENT" <(env OMP_DISPLAY_ENV=verbose "$TT" --version 2>&1); then
+  echo "SKIP omp_wait: this build's OpenMP runtime does not report OMP_DISPLAY_ENV (not libgomp)"
+  exit 0
+fi
+
+# oneDNN's threads are the ones the setting reaches only when oneDNN runs on OpenMP (Debian's
+# does): --version names its threading runtime, from the library loaded
+rt=$("$TT" --version 2>/dev/null | sed -n 's/.*cpu (oneDNN [^)]*, \([A-Za-z ]*\) threads).*/\1/p')
+case "$rt" in
+  OpenMP) pass omp_wait_onednn_runtime ;;
+  TBB|"thread pool"|sequential) echo "NOTE oneDNN runs on $rt: OMP_WAIT_POLICY/GOMP_SPINCOUNT reach only tinytrain's own loops"
+    pass omp_wait_onednn_runtime ;;
+  *) fail omp_wait_onednn_runtime "--version names no oneDNN threading runtime: $("$TT" --version | head -2)" ;;
+esac
+
+got=$(spins X=1 -- --version)
+if [ "$got" != "rc=0 10000" ]; then fail omp_wait_default "nothing set: want libgomp at 10000 spins, got '$got'"
+elif ! grep -q "GOMP_SPINCOUNT=10000 " "$TMP/out"; then fail omp_wait_default "--version does not say so: $(cat "$TMP/out")"
+else pass omp_wait_default
+fi
+
+got=$(spins OMP_WAIT_POLICY=active -- --version)
+if [ "$got" != "rc=0 30000000000" ]; then fail omp_wait_user_active "OMP_WAIT_POLICY=active: want libgomp's 30000000000, got '$got'"
+else pass omp_wait_user_active
+fi
+
+got=$(spins OMP_WAIT_POLICY=passive -- --version)
+if [ "$got" != "rc=0 0" ]; then fail omp_wait_user_passive "OMP_WAIT_POLICY=passive: want 0 spins, got '$got'"
+else pass omp_wait_user_passive
+fi
+
+got=$(spins GOMP_SPINCOUNT=12345 -- --version)
+if [ "$got" != "rc=0 12345" ]; then fail omp_wait_user_spincount "GOMP_SPINCOUNT=12345: got '$got'"
+else pass omp_wait_user_spincount
+fi
+
+# the arguments (and the command) reach the process that runs: a plan at a pinned micro-batch
+awk '/^\[/{skip = ($0 == "[data]")} !skip' examples/fashion_mnist/lenet.recipe >"$TMP/lenet.recipe"
+printf '[data]\nformat = synthetic\n' >>"$TMP/lenet.recipe"
+got=$(spins X=1 -- plan --device cpu --vram 1G --micro-batch 32 --threads 1 "$TMP/lenet.recipe")
+if [ "$got" != "rc=0 10000" ]; then fail omp_wait_args "plan: want rc=0 at 10000 spins, got '$got': $(head -c 600 "$TMP/err")"
+elif ! grep -q "micro-batch 32" "$TMP/out"; then fail omp_wait_args "plan lost --micro-batch 32: $(head -c 600 "$TMP/out")"
+else pass omp_wait_args
+fi
+exit $FAILED
