@@ -23,6 +23,12 @@
 
 /* ---- pass 1: text -> sections and entries ---- */
 
+/* Cuts buf (len bytes, the parser's own mutable copy) into st->secs and st->ents in place:
+ * each line is NUL-terminated where it ends, '#' comments are cut off, and every kind, name,
+ * key and value points into buf, so buf must outlive the sections. A UTF-8 byte-order mark is
+ * skipped; lines are counted from 1 and CR before LF is trimmed as whitespace. Returns 0, or
+ * -1 with "PATH:LINE: ..." for a line longer than RECIPE_LINE_MAX, a control byte, a malformed
+ * header or entry, an entry before any section, or a key set twice in one section. */
 static int recipe_lex(recipe_state *st, char *buf, size_t len) {
   size_t pos = 0;
   int line = 0;
@@ -124,6 +130,9 @@ static const char *const recipe_data_keys[] = {
     "format", "train", "train_labels", "test", "test_labels", "mean", "std", "crop_pad", "hflip", "max_megapixels",
     "loader_threads", "max_failed", "random_resized_crop", "crop_scale", "crop_ratio", "resize", "class_names", NULL};
 
+/* Fails on an unknown key of settings section sec (keys: its NULL-terminated key list). A
+ * known alias from other trainers is suggested only when its target is a key of this section;
+ * otherwise the nearest key by edit distance. Always returns -1. */
 static int recipe_unknown(recipe_state *st, int line, const char *key, const char *sec, const char *const *keys) {
   static const char *const alias[][2] = {
       {"learning_rate", "lr"}, {"base_lr", "lr"}, {"batch_size", "batch"}, {"num_epochs", "epochs"},
@@ -145,6 +154,9 @@ static int recipe_unknown(recipe_state *st, int line, const char *key, const cha
   return tt_recipe_error(st, line, "unknown key '%s' in [%s]; the keys of [%s] are: %s", key, sec, sec, list);
 }
 
+/* [net]: input = CxHxW (C at most 4, every size 1 .. 65536) and classes = N, both required.
+ * Sets st->m->in_c/in_h/in_w and classes and appends the input pseudo-layer, which must be
+ * layer 0 (recipe_build checks [net] comes first). Returns 0 or -1. */
 static int recipe_net(recipe_state *st, const recipe_section *sec) {
   int j, have_in = 0, have_cls = 0;
   char q[64];
@@ -191,6 +203,8 @@ static int recipe_net(recipe_state *st, const recipe_section *sec) {
   return tt_recipe_push_layer(st, &in);
 }
 
+/* Value names of the enum keys, indexed by the enum they set: the order must match the
+ * tt_opt_kind, tt_lr_schedule, tt_precision, tt_recompute_mode and tt_data_format values. */
 static const char *const recipe_opt_names[] = {"sgd", "adam", "adamw"};
 static const char *const recipe_lr_schedule_names[] = {"constant", "step", "cosine"};
 static const char *const recipe_prec_names[] = {"auto", "fp32", "fp16", "bf16"};
@@ -241,6 +255,10 @@ static int recipe_decay(recipe_state *st, const recipe_entry *e, const char *v, 
   return 0;
 }
 
+/* [train] into st->m->train (defaults already set by recipe_parse_buf). batch is required and
+ * must be a whole number of micro-batches. Keys that the chosen optimizer or schedule ignores
+ * are warned about, not refused, since switching the optimizer should not require deleting
+ * lines; line_of[] remembers where they were set so that the warning points there. */
 static int recipe_train(recipe_state *st, const recipe_section *sec) {
   tt_train_cfg *t = &st->m->train;
   int j, x, line_of[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* momentum nesterov beta1 beta2 eps step_epochs gamma min_lr */
@@ -362,6 +380,9 @@ bad:
   return tt_recipe_error(st, e->line, "'%s' must be two numbers 'low, high' with %g < low <= high <= %g", e->key, lo, hi);
 }
 
+/* [data] into st->m->data: format is required; every format but synthetic needs train, idx
+ * and npy also train_labels, and test and test_labels come in pairs. Paths resolve against the
+ * recipe's directory (tt_recipe_path). Copies classes from [net], so [net] must come first. */
 static int recipe_data(recipe_state *st, const recipe_section *sec) {
   tt_data_cfg *d = &st->m->data;
   int j, x, have_format = 0, line_train = 0, line_tl = 0, line_test = 0, line_testl = 0, line_mean = 0, line_std = 0;
@@ -417,6 +438,11 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
 
 /* ---- pass 2 ---- */
 
+/* Pass 2: walks the sections in order and builds st->layers. [net] must be the first section,
+ * [net], [train] and [data] appear at most once, [train] and at least one layer are required.
+ * Block templates are defined where they appear and are usable only below their definition.
+ * Warns about any layer whose output nobody reads (except the last, the network's output).
+ * Returns 0, or -1 with the error of the first bad section. */
 static int recipe_build(recipe_state *st) {
   recipe_scope *top = (recipe_scope *)tt_calloc(1, sizeof *top, "recipe scope", st->err);
   int i, seen_train = 0, seen_data = 0, rc = -1, j;
@@ -516,6 +542,7 @@ done:
   return rc;
 }
 
+/* Frees what the parser owns; st->layers is NULL here when it was handed to the model. */
 static void recipe_state_free(recipe_state *st) {
   int i;
   for (i = 0; i < st->tabcap; i++) free(st->tab[i].key);
@@ -527,6 +554,10 @@ static void recipe_state_free(recipe_state *st) {
   free(st->buf);
 }
 
+/* Parses len bytes of recipe text (need not be NUL-terminated; copied) into m, which is
+ * zeroed first. path names the recipe in messages, gives the model its name (the file name
+ * without extension) and the directory relative data paths resolve against. Returns 0 with
+ * m->layers owned by m (tt_model_free), or -1 with err set and m freed and zeroed. */
 static int recipe_parse_buf(const char *path, const char *text, size_t len, tt_model *m, tt_err *err, tt_warn_fn warn,
                             void *ud) {
   recipe_state *st;
@@ -588,6 +619,7 @@ static int recipe_parse_buf(const char *path, const char *text, size_t len, tt_m
   return rc ? -1 : 0;
 }
 
+/* A recipe given as a C string; path may be NULL ("(recipe)") when there is no file. */
 int tt_recipe_parse(const char *path, const char *text, tt_model *m, tt_err *err, tt_warn_fn warn, void *ud) {
   return recipe_parse_buf(path, text ? text : "", text ? strlen(text) : 0, m, err, warn, ud);
 }
@@ -599,6 +631,8 @@ int tt_recipe_parse(const char *path, const char *text, tt_model *m, tt_err *err
  * pipe, which tt_read_file refuses) tt_read_file's own messages stand. */
 #define RECIPE_FILE_MAX ((long long)64 << 20)
 
+/* Reads the recipe file at path and parses it (see recipe_parse_buf for m's ownership);
+ * warnings go to warn(ud, line) when warn is set. */
 int tt_recipe_load(const char *path, tt_model *m, tt_err *err, tt_warn_fn warn, void *ud) {
   struct stat sb;
   void *text;
@@ -617,6 +651,7 @@ int tt_recipe_load(const char *path, tt_model *m, tt_err *err, tt_warn_fn warn, 
   return rc;
 }
 
+/* Frees m's layers and zeroes m, so freeing twice is harmless; NULL is a no-op. */
 void tt_model_free(tt_model *m) {
   if (!m) return;
   free(m->layers);
