@@ -35,7 +35,9 @@ static uint32_t data_be32(const unsigned char *p) {
 }
 
 /* Opens an IDX file, checks the magic (type 0x08 = unsigned byte, ndims as expected) and
- * returns the dimensions. */
+ * returns the dimensions.
+ * dims gets want_dims sizes (host order). On success the returned handle owns the descriptor
+ * (gzclose) and stands at the first data byte; on failure NULL with err set, nothing open. */
 static gzFile data_idx_open(const char *path, int want_dims, uint32_t *dims, tt_err *err) {
   unsigned char hdr[16];
   long long got;
