@@ -33,6 +33,7 @@ static int recipe_lex(recipe_state *st, char *buf, size_t len) {
   size_t pos = 0;
   int line = 0;
   char q[64];
+  /* a UTF-8 byte-order mark, as some Windows editors write one: skipped, not an error */
   if (len >= 3 && (unsigned char)buf[0] == 0xEF && (unsigned char)buf[1] == 0xBB && (unsigned char)buf[2] == 0xBF) pos = 3;
   while (pos < len) {
     size_t start = pos, end, i;
@@ -49,8 +50,11 @@ static int recipe_lex(recipe_state *st, char *buf, size_t len) {
       if ((c < 0x20 && c != '\t' && c != '\r') || c == 0x7f)
         return tt_recipe_error(st, line, "unexpected control character 0x%02x; a recipe is a text file", c);
     }
+    /* cut the line in place (the '\n', or the terminator recipe_parse_buf put after the text):
+     * every pointer stored below points into this line */
     buf[end] = 0;
     s = buf + start;
+    /* '#' starts a comment anywhere on a line; no value can contain one (no quoting) */
     if ((h = strchr(s, '#')) != NULL) *h = 0;
     s = tt_recipe_trim(s);
     if (!*s) continue;
@@ -63,6 +67,7 @@ static int recipe_lex(recipe_state *st, char *buf, size_t len) {
       kind = tt_recipe_trim(s + 1);
       if (!*kind) return tt_recipe_error(st, line, "empty section header '[]'; expected [kind] or [kind NAME]");
       name = NULL;
+      /* the kind ends at the first blank; what follows, trimmed, is the one-word name */
       for (sp = kind; *sp && *sp != ' ' && *sp != '\t'; sp++) {
       }
       if (*sp) {
@@ -169,6 +174,7 @@ static int recipe_net(recipe_state *st, const recipe_section *sec) {
       long d[3];
       const char *p = v;
       int k;
+      /* three decimal sizes separated by 'x', each 1 .. 65536: no sign, no spaces, no hex */
       for (k = 0; k < 3; k++) {
         char *end;
         errno = 0;
@@ -392,6 +398,7 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
     int rc = 0;
     if (!v) return -1;
     if (!strcmp(k, "format")) {
+      /* "none" (index 0) is the state without a [data] section, not a value a recipe may give */
       rc = tt_recipe_enum(st, e, v, recipe_format_names + 1, 5, &x);
       d->format = (tt_data_format)(x + 1);
       have_format = 1;
@@ -478,6 +485,7 @@ static int recipe_build(recipe_state *st) {
         goto done;
       }
       if (seen) *seen = sec->line;
+      /* after [net] the input pseudo-layer is layer 0, the default input of the first layer */
       if (sec->kind[0] == 'n') r = recipe_net(st, sec), top->prev = 0;
       else if (sec->kind[0] == 't') r = recipe_train(st, sec);
       else r = recipe_data(st, sec), st->m->data.line = sec->line;
@@ -584,7 +592,8 @@ static int recipe_parse_buf(const char *path, const char *text, size_t len, tt_m
   }
   dot = strrchr(base, '.');
   snprintf(m->name, sizeof m->name, "%.*s", (int)((dot && dot != base) ? (size_t)(dot - base) : strlen(base)), base);
-  /* defaults */
+  /* defaults: Adam's betas and eps are PyTorch's, SGD's momentum 0.9 torchvision's recipes';
+   * [data] mean 0 and std 1 leave pixels on [0, 1] */
   m->train.epochs = 1;
   m->train.optimizer = TT_OPT_SGD;
   m->train.lr = 0.01f;
@@ -639,6 +648,8 @@ int tt_recipe_load(const char *path, tt_model *m, tt_err *err, tt_warn_fn warn, 
   size_t len;
   int rc;
   memset(m, 0, sizeof *m);
+  /* access and stat before reading: the messages README.md documents (see above), which
+   * tt_read_file's generic ones would replace */
   if (access(path, R_OK) != 0) return tt_fail(err, "%s: cannot open the recipe: %s", path, strerror(errno));
   if (stat(path, &sb) == 0) {
     if (S_ISDIR(sb.st_mode)) return tt_fail(err, "%s: cannot read the recipe: %s", path, strerror(EISDIR));
