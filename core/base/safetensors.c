@@ -655,6 +655,8 @@ static int st_validate(tt_st_file *f, const char *path, const st_parser *p, int 
   for (c = r->first; c >= 0; c = p->nodes[c].next)
     if (strcmp(p->nodes[c].key, "__metadata__") == 0 && p->nodes[c].type == ST_J_OBJ)
       nkeys += (size_t)p->nodes[c].count;
+  /* one tensor slot per top-level member (one more than the tensors when __metadata__ is
+   * among them; + 1 so that an empty header still allocates) */
   f->t = (tt_st_tensor *)tt_calloc((size_t)r->count + 1, sizeof(tt_st_tensor), "safetensors index", err);
   f->meta = (const char **)tt_calloc(nkeys * 2 + 2, sizeof(char *), "safetensors index", err);
   ranges = (uint64_t *)tt_calloc((size_t)r->count + 1, 2 * sizeof(uint64_t), "safetensors index", err);
@@ -684,6 +686,7 @@ static int st_validate(tt_st_file *f, const char *path, const st_parser *p, int 
     goto fail;
   }
   if (st_check_coverage(path, ranges, nt, data_size, err) != 0) goto fail;
+  /* begins[] is in header order, while ranges[] was sorted by the coverage check */
   for (i = 0; i < nt; i++) f->t[i].data = f->buf + 8 + hlen + begins[i];
   free(ranges);
   free(begins);
@@ -719,6 +722,8 @@ static int st_parse(tt_st_file *f, const char *path, tt_err *err) {
   p.begin = p.s = (const char *)f->buf + 8;
   p.end = p.s + hlen;
   p.err = err;
+  /* decoded strings never outgrow their encoding, so hlen + 1 bytes hold them all; they stay
+   * with f because tensor names and metadata point into them */
   f->strings = (char *)tt_malloc((size_t)hlen + 1, "safetensors header strings", err);
   if (!f->strings) return -1;
   p.sbuf = f->strings;

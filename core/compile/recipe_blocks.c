@@ -228,6 +228,7 @@ static const char *recipe_keys_of(int kind) {
 int tt_recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_section *sec, int kind) {
   tt_layer L;
   char local[TT_NAME_MAX];
+  /* act indexes recipe_act_names; 3 is "linear": no activation layer unless the recipe asks */
   int j, have_filters = 0, have_size = 0, have_stride = 0, have_pad = 0, have_from = 0, act = 3, x;
   const char *kname = tt_layer_kind_name((tt_layer_kind)kind);
   memset(&L, 0, sizeof L);
@@ -241,6 +242,8 @@ int tt_recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_sec
   if (kind == TT_L_LAYERNORM) L.eps = 1e-5f; /* PyTorch's default; torchvision's ViT uses 1e-6 */
   if (kind == TT_L_ATTENTION) L.bias = 1;
   int have_heads = 0, have_dim = 0;
+  /* counted before naming: the first unnamed conv of a scope is conv1, as PyTorch modules
+   * are commonly numbered */
   sc->counters[kind]++;
   if (recipe_local_name(st, sc, sec->name, kname, sc->counters[kind], sec->line, local)) return -1;
   if (recipe_full_name(st, sc, local, sec->line, L.name)) return -1;
@@ -495,6 +498,8 @@ int tt_recipe_instance(recipe_state *st, recipe_scope *sc, const recipe_section 
       child->prefix[fl] = '.';
       child->prefix[fl + 1] = 0;
     }
+    /* each copy starts a fresh scope: `in` is this copy's input, the kind counters restart so
+     * unnamed layers get the same local names in every copy */
     child->input = child->prev = input;
     memset(child->counters, 0, sizeof child->counters);
     st->scope = child;
