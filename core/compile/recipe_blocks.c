@@ -242,8 +242,7 @@ int tt_recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_sec
   if (kind == TT_L_LAYERNORM) L.eps = 1e-5f; /* PyTorch's default; torchvision's ViT uses 1e-6 */
   if (kind == TT_L_ATTENTION) L.bias = 1;
   int have_heads = 0, have_dim = 0;
-  /* counted before naming: the first unnamed conv of a scope is conv1, as PyTorch modules
-   * are commonly numbered */
+  /* counted before naming: the first unnamed conv of a scope is conv1 (numbered from 1) */
   sc->counters[kind]++;
   if (recipe_local_name(st, sc, sec->name, kname, sc->counters[kind], sec->line, local)) return -1;
   if (recipe_full_name(st, sc, local, sec->line, L.name)) return -1;
