@@ -45,6 +45,7 @@ static int predict_push(predict_ctx *c, const char *path, int from_dir, tt_err *
 static int predict_collect(predict_ctx *c, const char *const *inputs, int n, tt_err *err) {
   for (int i = 0; i < n; i++) {
     struct stat st;
+    /* not a directory (or missing): taken as a file, so its decode reports what is wrong */
     if (stat(inputs[i], &st) != 0 || !S_ISDIR(st.st_mode)) {
       if (predict_push(c, inputs[i], 0, err)) return -1;
       continue;
@@ -137,7 +138,9 @@ static int predict_chunk(predict_ctx *c, tt_net *net, const tt_net_info *in, int
 static int predict_run(predict_ctx *c, tt_net *net, int top, int json, FILE *out, tt_err *err) {
   tt_net_info in;
   tt_net_info_get(net, &in);
+  /* k larger than the classes would repeat classes; a smaller top is not an error */
   if (top > in.classes) top = in.classes;
+  /* buffers for one evaluation micro-batch: images [B, c, h, w], classes and probs [B, top] */
   int B = in.eval_batch, printed = 0, rc = 0;
   size_t per = (size_t)in.channels * in.height * in.width;
   uint8_t *img = (uint8_t *)tt_malloc(tt_size_mul(per, (size_t)B), "images", err);
