@@ -34,6 +34,7 @@ struct tt_net {
   tt_err err;
 };
 
+/* Formats the message into n->err (read back by tt_net_error) and returns -1. */
 static int net_fail(tt_net *n, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
@@ -56,12 +57,14 @@ static pthread_mutex_t net_live_lock = PTHREAD_MUTEX_INITIALIZER;
 static const tt_net **net_live_list;
 static int net_live_n, net_live_cap;
 
+/* Index of n in the live list, or -1; the caller holds net_live_lock. */
 static int net_live_find(const tt_net *n) {
   for (int k = 0; k < net_live_n; k++)
     if (net_live_list[k] == n) return k;
   return -1;
 }
 
+/* Whether n is an open handle (NULL is not); takes the lock for the scan only. */
 static int net_live(const tt_net *n) {
   if (!n) return 0;
   pthread_mutex_lock(&net_live_lock);
@@ -106,6 +109,9 @@ static int net_check_finite(tt_net *n, const float *f, int count, const char *wh
   return 0;
 }
 
+/* The buffers every net needs from the start: the label padding (for the larger of the
+ * training and evaluation micro-batches) and one evaluation micro-batch of logits
+ * [emb, classes]. The image padding is allocated later, only if a short batch comes. */
 static int net_alloc(tt_net *n, tt_err *err) {
   n->most = n->mb > n->emb ? n->mb : n->emb;
   n->pad_lab = (int32_t *)tt_calloc((size_t)n->most, sizeof(int32_t), "padded labels", err);
@@ -113,6 +119,8 @@ static int net_alloc(tt_net *n, tt_err *err) {
   return n->pad_lab && n->logits ? 0 : -1;
 }
 
+/* Closes the session and frees the buffers and n; NULL is a no-op. Does not touch the live
+ * list: tt_net_close removes n from it first. */
 static void net_free(tt_net *n) {
   if (!n) return;
   if (n->s) tt_session_close(n->s);
@@ -120,12 +128,18 @@ static void net_free(tt_net *n) {
   free(n);
 }
 
+/* Opens for training (see tt_net_open_mode). */
 int tt_net_open(tt_net **out, const tt_run_opts *o, char *errbuf, size_t errsize) {
   return tt_net_open_mode(out, o, 1, errbuf, errsize);
 }
 
+/* The recipe's [data] settings, owned by the net; valid until tt_net_close. */
 const tt_data_cfg *tt_net_data_cfg(const tt_net *net) { return &net->s->model.data; }
 
+/* Opens the recipe of o as a session (train: with the training program, else evaluation
+ * only), initialises the parameters from the recipe's seed and registers the handle. On
+ * success *out owns everything (tt_net_close); on failure *out is NULL, everything is freed
+ * and errbuf (errsize bytes, may be NULL) holds the message. */
 int tt_net_open_mode(tt_net **out, const tt_run_opts *o, int train, char *errbuf, size_t errsize) {
   tt_err err;
   err.msg[0] = 0;
@@ -161,18 +175,23 @@ fail:
   return -1;
 }
 
+/* Frees an open net; a NULL, closed or unknown handle is ignored. */
 void tt_net_close(tt_net *n) {
   if (!net_live(n)) return; /* NULL, or closed already */
   net_live_set(n, 0);
   net_free(n);
 }
 
+/* The last failure's message of n (valid until the next call on n), or a fixed string
+ * saying why n is not a usable handle. */
 const char *tt_net_error(const tt_net *n) {
   if (!n) return "no tt_net: the handle is NULL (did tt_net_open fail? its err says why)";
   if (!net_live(n)) return "not an open tt_net: the handle was closed, or never returned by tt_net_open";
   return n->err.msg;
 }
 
+/* Fills *i with the plan and shape of n; all zero when n is not open. The strings point into
+ * the net and live as long as it. */
 void tt_net_info_get(const tt_net *n, tt_net_info *i) {
   if (!i) return;
   memset(i, 0, sizeof *i);
@@ -218,6 +237,7 @@ static int net_chunk(tt_net *n, const uint8_t *u8, const float *f32, const int32
   return 0;
 }
 
+/* -1 with a message naming the first label outside [0, classes); 0 when all are valid. */
 static int net_check_labels(tt_net *n, const int32_t *labels, int count) {
   for (int k = 0; k < count; k++)
     if (labels[k] < 0 || labels[k] >= n->classes)
@@ -225,6 +245,11 @@ static int net_check_labels(tt_net *n, const int32_t *labels, int count) {
   return 0;
 }
 
+/* One optimizer step over count samples (1 .. batch), u8 or f32 images [count, c, h, w] and
+ * their labels: micro-steps of mb samples (the last one padded), then the update at the
+ * current lr. The gradient scale is loss scale / count, so the update sees the mean over the
+ * caller's real samples, not over the padding. *out (may be NULL) gets the step's mean loss
+ * and accuracy and the counters. 0, or -1 with the message in n->err. */
 static int net_train(tt_net *n, const uint8_t *u8, const float *f32, const int32_t *labels, int count,
                      tt_step_stats *out) {
   NET_ENTER(n);
@@ -258,15 +283,18 @@ static int net_train(tt_net *n, const uint8_t *u8, const float *f32, const int32
   return 0;
 }
 
+/* uint8 images, normalised on the device as the recipe's [data] mean and std say. */
 int tt_net_train_step(tt_net *n, const uint8_t *images, const int32_t *labels, int count, tt_step_stats *st) {
   return net_train(n, images, NULL, labels, count, st);
 }
 
+/* fp32 images, already normalised by the caller: used as given (checked finite). */
 int tt_net_train_step_f32(tt_net *n, const float *images, const int32_t *labels, int count, tt_step_stats *st) {
   return net_train(n, NULL, images, labels, count, st);
 }
 
 /* The k largest of p[0..classes) into cls/pr, best first (ties: the lower class). */
+/* O(k x classes x k); k is small (top-5) and classes a few thousand at most. */
 static void net_topk(const float *p, int classes, int k, int32_t *cls, float *pr) {
   for (int j = 0; j < k; j++) {
     int best = -1;
@@ -311,6 +339,8 @@ static int net_forward(tt_net *n, const uint8_t *u8, const float *f32, const int
   return 0;
 }
 
+/* probs: [count, classes] softmax probabilities, one row per image, written by the caller's
+ * allocation. 0, or -1 with the message in tt_net_error. */
 int tt_net_predict(tt_net *n, const uint8_t *images, int count, float *probs) {
   NET_ENTER(n);
   if (!probs) return net_fail(n, "predict: probs is NULL");
@@ -323,6 +353,7 @@ int tt_net_predict_f32(tt_net *n, const float *images, int count, float *probs) 
   return net_forward(n, NULL, images, NULL, count, probs, 0, NULL, NULL);
 }
 
+/* classes: [count, k] class indices, best first; probs (may be NULL): their probabilities. */
 int tt_net_topk(tt_net *n, const uint8_t *images, int count, int k, int32_t *classes, float *probs) {
   NET_ENTER(n);
   if (!classes) return net_fail(n, "topk: classes is NULL");
@@ -330,6 +361,8 @@ int tt_net_topk(tt_net *n, const uint8_t *images, int count, int k, int32_t *cla
   return net_forward(n, images, NULL, NULL, count, NULL, k, classes, probs);
 }
 
+/* Mean loss and accuracy over count labelled images, in evaluation mode (no dropout, batch
+ * norm running statistics); loss and acc may be NULL; both 0 for count 0. */
 int tt_net_evaluate(tt_net *n, const uint8_t *images, const int32_t *labels, int count, double *loss, double *acc) {
   float sv[2];
   NET_ENTER(n);
@@ -342,6 +375,8 @@ int tt_net_evaluate(tt_net *n, const uint8_t *images, const int32_t *labels, int
   return 0;
 }
 
+/* The rate the next train steps use, in [0, NET_MAX_LR]; the caller owns the schedule (see
+ * tt_net_lr_at for the recipe's). */
 int tt_net_set_lr(tt_net *n, double lr) {
   NET_ENTER(n);
   if (!(lr >= 0.0 && lr <= NET_MAX_LR))
@@ -350,23 +385,29 @@ int tt_net_set_lr(tt_net *n, double lr) {
   return 0;
 }
 
+/* The recipe's scheduled learning rate at a fractional epoch; NaN for a bad handle or epoch. */
 double tt_net_lr_at(const tt_net *n, double epoch) {
   if (!net_live(n) || !isfinite(epoch)) return NAN;
   return tt_lr_at(&n->s->model.train, epoch);
 }
 
+/* Writes the weights (no optimizer state) as safetensors at path, atomically. */
 int tt_net_save(tt_net *n, const char *path) {
   NET_ENTER(n);
   if (!path) return net_fail(n, "save: no path");
   return tt_checkpoint_save_weights(&n->s->x, path, NULL, &n->err);
 }
 
+/* Loads weights saved by tt_net_save (or a checkpoint's weights file); names and shapes must
+ * all match. The optimizer state and step counter are left as they are. */
 int tt_net_load(tt_net *n, const char *path) {
   NET_ENTER(n);
   if (!path) return net_fail(n, "load: no path");
   return tt_checkpoint_load(&n->s->x, path, 0, NULL, tt_warn_stderr, NULL, &n->err);
 }
 
+/* Loads what matches by name and shape (fine-tuning) and copies the report, truncated to
+ * reportsize, into report (may be NULL). */
 int tt_net_load_matching(tt_net *n, const char *path, char *report, size_t reportsize) {
   tt_strbuf rep;
   NET_ENTER(n);

@@ -22,6 +22,8 @@
 #define CHART_TOP 50
 #define CHART_GAP 60
 
+/* Appends s (NULL: nothing) as SVG/XML text: the four markup characters as entities, control
+ * characters dropped (XML 1.0 forbids most of them), other bytes as they are. */
 void tt_svg_escape(tt_strbuf *b, const char *s) {
   for (; s && *s; s++) {
     switch (*s) {
@@ -174,6 +176,9 @@ static void chart_panel(tt_strbuf *b, double x0, double x1, const chart_series *
   }
 }
 
+/* A series by value, built field by field because designated initialisers are not in the
+ * C++ that the nvcc amalgamation compiles this file as. x and v are borrowed: they must
+ * outlive the chart's drawing. */
 static chart_series chart_ser(const double *x, const double *v, int n, double scale, const char *name, const char *color,
                               const char *id, int dashed, int thin) {
   chart_series c;
@@ -181,11 +186,16 @@ static chart_series chart_ser(const double *x, const double *v, int n, double sc
   return c;
 }
 
+/* The per-epoch chart without per-interval series (see tt_chart_svg_steps). */
 int tt_chart_svg(const char *path, const double *epoch, const double *train_loss, const double *test_loss,
                  const double *test_acc, int n, const char *title, tt_err *err) {
   return tt_chart_svg_steps(path, epoch, train_loss, test_loss, test_acc, n, NULL, title, err);
 }
 
+/* Writes the three-panel chart of n epochs (epoch[i] the x of each point; any of the value
+ * arrays may be NULL, and NaN entries leave gaps) and of st's logged intervals (may be NULL)
+ * to path, atomically. title is escaped. Returns 0, or -1 with err for bad counts, out of
+ * memory or a failed write. */
 int tt_chart_svg_steps(const char *path, const double *epoch, const double *train_loss, const double *test_loss,
                        const double *test_acc, int n, const tt_chart_steps *st, const char *title, tt_err *err) {
   tt_strbuf b;

@@ -48,6 +48,8 @@ static void metrics_hist_step(metrics_hist *h, double x, double loss, double lr)
   h->skip = h->stride - 1;
 }
 
+/* One epoch point for the chart (NaN where a value is absent); past METRICS_HIST_MAX epochs
+ * the chart stops growing while metrics.jsonl keeps every line. */
 static void metrics_hist_add(metrics_hist *h, double epoch, double train_loss, double test_loss, double test_acc) {
   if (h->n >= METRICS_HIST_MAX) return;
   h->epoch[h->n] = epoch;
@@ -66,6 +68,7 @@ static double metrics_field(const char *line, const char *key) {
   return atof(p + strlen(pat));
 }
 
+/* Tracks the last and the best test accuracy (1-based epochs) for the summary; NaN is ignored. */
 static void metrics_note_acc(tt_metrics *m, int epoch, double acc) {
   if (!isfinite(acc)) return;
   m->last_acc = acc, m->last_acc_epoch = epoch;
@@ -86,6 +89,9 @@ static void metrics_hist_line(tt_metrics *m, const char *line) {
                    eval ? metrics_field(line, "loss") : NAN, eval ? metrics_field(line, "accuracy") : NAN);
 }
 
+/* Prepares m to print to out: in place (a redrawn line with a bar) when progress is 1, or -1
+ * and out is a terminal, plain lines otherwise; quiet prints nothing but errors. Opens no file:
+ * tt_metrics_open does, once the run directory is known. */
 void tt_metrics_init(tt_metrics *m, FILE *out, int quiet, int progress) {
   memset(m, 0, sizeof *m);
   m->out = out;
@@ -97,6 +103,7 @@ void tt_metrics_init(tt_metrics *m, FILE *out, int quiet, int progress) {
   if (m->in_place && isatty(fileno(out)) && ioctl(fileno(out), TIOCGWINSZ, &ws) == 0) m->cols = ws.ws_col;
 }
 
+/* Ends an in-place progress line so that the next output starts on a line of its own. */
 void tt_metrics_end_line(tt_metrics *m) {
   if (!m->line_open) return;
   fputc('\n', m->out);
@@ -104,6 +111,8 @@ void tt_metrics_end_line(tt_metrics *m) {
   m->line_open = 0;
 }
 
+/* printf to the run's output unless quiet, after ending any in-place line; flushed at once, so
+ * the line is out before any later message on stderr. */
 void tt_metrics_say(tt_metrics *m, const char *fmt, ...) {
   if (m->quiet) return;
   tt_metrics_end_line(m);
@@ -147,6 +156,9 @@ static int metrics_carry(tt_metrics *m, const char *src, long long step, int epo
   return rc;
 }
 
+/* Opens dir/metrics.jsonl for the run's lines. A resumed run first carries over the old run's
+ * lines up to the checkpoint's step (and feeds them to the chart) and appends after them; a
+ * fresh run truncates. Returns 0, or -1 with err. */
 int tt_metrics_open(tt_metrics *m, const char *dir, const char *resume_dir, long long step, int epoch, tt_err *err) {
   snprintf(m->path, sizeof m->path, "%s/metrics.jsonl", dir);
   m->hist = (metrics_hist *)tt_calloc(1, sizeof(metrics_hist), "metrics history", err);
@@ -161,6 +173,8 @@ int tt_metrics_open(tt_metrics *m, const char *dir, const char *resume_dir, long
   return 0;
 }
 
+/* Ends the progress line, closes metrics.jsonl and frees the chart history; safe to call on
+ * an m that was never opened, and twice. */
 void tt_metrics_close(tt_metrics *m) {
   tt_metrics_end_line(m); /* an error message after it starts a line of its own */
   if (m->jsonl) fclose(m->jsonl);
@@ -176,6 +190,8 @@ static int metrics_flushed(tt_metrics *m, int printed, tt_err *err) {
                  "checkpoint is intact)", m->path, strerror(errno ? errno : EIO));
 }
 
+/* Resets the per-epoch counters and clocks; skipped_before is the loss scaler's skip count at
+ * the epoch's start, to tell whether this epoch skipped fp16 steps. */
 void tt_metrics_epoch_begin(tt_epoch_meter *e, int epoch, long long skipped_before) {
   memset(e, 0, sizeof *e);
   e->epoch = epoch;
@@ -226,12 +242,16 @@ static void metrics_show(tt_metrics *m, const tt_epoch_meter *e, int k, long lon
   fflush(m->out);
 }
 
+/* Starts the run's clock (ETA and elapsed time count from here, after setup and data loading)
+ * and sets the step the run will end at, for the run's ETA. */
 void tt_metrics_start(tt_metrics *m, long long end_step) {
   m->end_step = end_step;
   m->t_run0 = m->last_line = tt_now();
   m->last_draw = 0;
 }
 
+/* Redraws the progress after a step, rate-limited: in place at most every METRICS_DRAW_S
+ * seconds, a plain line at most every METRICS_QUIET_S, so that printing costs the run little. */
 void tt_metrics_step(tt_metrics *m, const tt_epoch_meter *e, int step_in_epoch, long long step) {
   if (m->quiet) return;
   double now = tt_now();
@@ -239,6 +259,9 @@ void tt_metrics_step(tt_metrics *m, const tt_epoch_meter *e, int step_in_epoch, 
     metrics_show(m, e, step_in_epoch, step, now);
 }
 
+/* Writes one "train" line (the logged interval's mean loss and accuracy, lr, throughput and
+ * loss scale) to metrics.jsonl, adds it to the chart and shows the progress. Returns 0, or -1
+ * when the line could not be written (a full disk), which stops the run. */
 int tt_metrics_train(tt_metrics *m, tt_epoch_meter *e, int step_in_epoch, long long step, double loss, double accuracy,
                      double lr, const tt_loss_scale *ls, tt_err *err) {
   double now = tt_now();
@@ -266,6 +289,8 @@ static void metrics_train_loss(const tt_epoch_meter *e, char *buf, size_t size) 
   else snprintf(buf, size, "null");
 }
 
+/* Writes the epoch's "eval" line (test loss and accuracy, the epoch's training loss) and prints
+ * the epoch's summary line. 0, or -1 when the line could not be written. */
 int tt_metrics_eval(tt_metrics *m, const tt_epoch_meter *e, long long step, double test_loss, double test_acc,
                     tt_err *err) {
   char tl[32];
@@ -282,6 +307,7 @@ int tt_metrics_eval(tt_metrics *m, const tt_epoch_meter *e, long long step, doub
   return 0;
 }
 
+/* The "epoch" line of a run without a test split: the epoch's training loss only. */
 int tt_metrics_epoch(tt_metrics *m, const tt_epoch_meter *e, long long step, tt_err *err) {
   char tl[32];
   metrics_train_loss(e, tl, sizeof tl);
@@ -294,6 +320,8 @@ int tt_metrics_epoch(tt_metrics *m, const tt_epoch_meter *e, long long step, tt_
   return 0;
 }
 
+/* Writes dir/chart.svg from the history gathered so far (atomic, like every output file).
+ * Returns 0 (also when there is nothing to draw), or -1 with err. */
 int tt_metrics_chart(const tt_metrics *m, const char *dir, const char *title, tt_err *err) {
   char path[TT_PATH_MAX + 64];
   const metrics_hist *h = m->hist;
@@ -303,6 +331,8 @@ int tt_metrics_chart(const tt_metrics *m, const char *dir, const char *title, tt
   return tt_chart_svg_steps(path, h->epoch, h->train_loss, h->test_loss, h->test_acc, h->n, &st, title, err);
 }
 
+/* Prints the end-of-run summary: skipped fp16 steps, final and best test accuracy, time and
+ * throughput, memory (the planned arena and the process's peak RSS) and the run directory. */
 void tt_metrics_summary(tt_metrics *m, const char *dir, const tt_loss_scale *ls, double seconds, long long steps,
                         long long images) {
   char t[32];

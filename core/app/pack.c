@@ -32,6 +32,8 @@ static int pack_scan(const char *src, int c, int h, int w, int max_classes, int 
   return rc;
 }
 
+/* Packs ds through tt_pack_set under prefix (images, labels, class names when the set has
+ * them, set description) and prints one line saying what was written. 0 or -1. */
 static int pack_write(FILE *out, const char *src, const tt_dataset *ds, const char *prefix, tt_err *err) {
   int kept = 0;
   if (tt_pack_set(ds, prefix, &kept, tt_warn_stderr, NULL, err)) return -1;
@@ -87,6 +89,10 @@ done:
   return rc;
 }
 
+/* `tinytrain pack`: with prefix NULL, source is a recipe and its [data] sets are packed next
+ * to them; otherwise source is a folder or list file packed at prefix with c x h x w (0 for
+ * each: 3 x 224 x 224). Reports go to out (NULL: stdout). Returns 0, or -1 with the message
+ * in errbuf (errsize bytes; may be NULL). */
 int tt_pack(const char *source, const char *prefix, int c, int h, int w, int max_megapixels, FILE *out, char *errbuf,
             size_t errsize) {
   tt_err err;

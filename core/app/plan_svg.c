@@ -31,6 +31,8 @@ static const char *const pc_name[PC_N] = {"weights, BN statistics, loss stats", 
 static const char *const pc_color[PC_N] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
                                            "#59a14f", "#b07aa1", "#edc948", "#9c755f"};
 
+/* The stacked category of buffer b: by its program.h class, and for activations by whether
+ * the op that first writes it is a recompute op (recomputed) or not (kept from the forward). */
 static int svg_cat(const tt_program *p, const tt_buf *b) {
   switch (b->cls) {
     case TT_BC_PARAMS: case TT_BC_MISC: return PC_WEIGHTS;
@@ -44,7 +46,10 @@ static int svg_cat(const tt_program *p, const tt_buf *b) {
   }
 }
 
-/* live[s * PC_N + c]: bytes of category c live at op s; the total's peak and its op. */
+/* live[s * PC_N + c]: bytes of category c live at op s; the total's peak and its op.
+ * Built as a difference array (+size at a buffer's first op, -size after its last, then
+ * prefix sums), so it costs O(buffers + ops x categories) instead of one pass per op. The
+ * caller frees the array; NULL when out of memory. */
 static size_t *svg_live(const tt_program *p, size_t *peak, int *peak_op) {
   int n = p->nsteps, f, l;
   size_t *live = (size_t *)calloc((size_t)(n + 1) * PC_N, sizeof(size_t));
@@ -68,6 +73,7 @@ static size_t *svg_live(const tt_program *p, size_t *peak, int *peak_op) {
   return live;
 }
 
+/* Bytes to MiB for labels. */
 static double svg_mib(size_t b) { return b / 1048576.0; }
 
 typedef struct svg_axes {
@@ -75,9 +81,12 @@ typedef struct svg_axes {
   double ymax; /* bytes at the top of the plot */
 } svg_axes;
 
+/* Op index (fractional: op + 0.5 is the middle of its column) to x in pixels over the plot's
+ * width; a program of n ops spans [0, n]. */
 static double svg_x(const svg_axes *a, double op, int nsteps) {
   return SVG_LEFT + op / (nsteps > 0 ? nsteps : 1) * (SVG_W - SVG_LEFT - SVG_RIGHT);
 }
+/* Bytes to y in pixels: 0 at the plot's bottom, a->ymax at its top (SVG's y grows down). */
 static double svg_y(const svg_axes *a, double bytes) { return SVG_TOP + SVG_PH - bytes / a->ymax * SVG_PH; }
 
 /* The alternative the search rejected whose peak differs: the chosen policy without recompute,

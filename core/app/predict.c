@@ -20,6 +20,8 @@ typedef struct predict_ctx {
   int nnames;
 } predict_ctx;
 
+/* Appends a copy of path (owned by c) with its from_dir flag; paths and from_dir grow
+ * together, so an index means the same image in both. 0, or -1 on out of memory. */
 static int predict_push(predict_ctx *c, const char *path, int from_dir, tt_err *err) {
   if (c->npaths == c->cap) {
     int ncap = c->cap ? 2 * c->cap : 64;
@@ -43,6 +45,7 @@ static int predict_push(predict_ctx *c, const char *path, int from_dir, tt_err *
 static int predict_collect(predict_ctx *c, const char *const *inputs, int n, tt_err *err) {
   for (int i = 0; i < n; i++) {
     struct stat st;
+    /* not a directory (or missing): taken as a file, so its decode reports what is wrong */
     if (stat(inputs[i], &st) != 0 || !S_ISDIR(st.st_mode)) {
       if (predict_push(c, inputs[i], 0, err)) return -1;
       continue;
@@ -129,10 +132,15 @@ static int predict_chunk(predict_ctx *c, tt_net *net, const tt_net_info *in, int
   return 0;
 }
 
+/* Predicts every collected path in batches of the evaluation micro-batch (the net's buffers
+ * are sized for it) and prints top min(top, classes) per image; JSON output is one array.
+ * Fails when no file at all could be decoded. 0 or -1. */
 static int predict_run(predict_ctx *c, tt_net *net, int top, int json, FILE *out, tt_err *err) {
   tt_net_info in;
   tt_net_info_get(net, &in);
+  /* k larger than the classes would repeat classes; a smaller top is not an error */
   if (top > in.classes) top = in.classes;
+  /* buffers for one evaluation micro-batch: images [B, c, h, w], classes and probs [B, top] */
   int B = in.eval_batch, printed = 0, rc = 0;
   size_t per = (size_t)in.channels * in.height * in.width;
   uint8_t *img = (uint8_t *)tt_malloc(tt_size_mul(per, (size_t)B), "images", err);
@@ -150,6 +158,10 @@ static int predict_run(predict_ctx *c, tt_net *net, int top, int json, FILE *out
   return rc;
 }
 
+/* `tinytrain predict`: opens the recipe of o forward-only, loads weights (every tensor must
+ * match), and prints the top classes of each input (a file, or a folder's regular files in
+ * sorted order) to o->out or stdout. A file named directly that cannot be decoded is an error;
+ * one found in a folder is skipped with a warning. Returns 0, or -1 with errbuf set. */
 int tt_predict(const tt_run_opts *o, const char *weights, const char *const *inputs, int ninputs, int top, int json,
                char *errbuf, size_t errsize) {
   tt_err err;

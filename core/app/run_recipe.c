@@ -29,6 +29,10 @@ static const char *run_recipe_body(const char *text) {
   return p ? p + 18 : text;
 }
 
+/* Writes dir/TT_RUN_RECIPE atomically: a header ("# from:", "# epochs:", "# lr:") then the
+ * recipe's text exactly as run (o->recipe_text, or the file o->recipe). On a resume the old
+ * copy's header is compared first and a changed lr or epoch count is warned about, since
+ * either changes the schedule from this step on. Returns 0, or -1 with err. */
 int tt_run_recipe_keep(const char *dir, const tt_run_opts *o, const tt_model *m, int epochs, int resuming, tt_err *err) {
   char path[TT_PATH_MAX + 32], from[PATH_MAX], head[PATH_MAX + 512];
   void *old = NULL, *src = NULL;
@@ -71,6 +75,9 @@ int tt_run_recipe_keep(const char *dir, const tt_run_opts *o, const tt_model *m,
   return rc;
 }
 
+/* Reads a run directory's recipe copy for `--resume DIR` without a recipe: *text gets the
+ * recipe's text without the header (the caller frees it), from the path it was copied from.
+ * Returns 0, or -1 with the message in errbuf (errsize bytes). */
 int tt_run_recipe_load(const char *dir, char **text, char *from, size_t fromsize, char *errbuf, size_t errsize) {
   char path[TT_PATH_MAX + 32];
   void *data = NULL;

@@ -30,6 +30,8 @@
 #include "train.h"
 #include "run_recipe.h"
 
+/* Options with every field zero (no recipe, defaults from the recipe and the device) except
+ * progress = -1, which means "decide from whether the output is a terminal". */
 tt_run_opts tt_run_opts_default(void) {
   tt_run_opts o;
   memset(&o, 0, sizeof o);
@@ -37,6 +39,8 @@ tt_run_opts tt_run_opts_default(void) {
   return o;
 }
 
+/* The same defaults written through a pointer, for callers that would rather not receive a
+ * struct by value; NULL is a no-op. */
 void tt_run_opts_init(tt_run_opts *o) {
   if (o) *o = tt_run_opts_default();
 }
@@ -50,6 +54,9 @@ static void train_result_clear(tt_run_result *res) {
   res->final_accuracy = res->final_loss = NAN;
 }
 
+/* Whether a checkpoint is due once `step` optimizer steps are done in total: a
+ * step interval, when set, wins over a time interval (seconds since the last save); with
+ * neither set, never. */
 int tt_train_checkpoint_due(long long every_steps, double every_seconds, long long step, double seconds_since) {
   if (every_steps > 0) return step % every_steps == 0;
   return every_seconds > 0 && seconds_since >= every_seconds;
@@ -90,11 +97,15 @@ static void train_signals_install(train_signals *t) {
   }
 }
 
+/* Puts back the dispositions that train_signals_install replaced, and only those. */
 static void train_signals_restore(train_signals *t) {
   for (int i = 0; i < 2; i++)
     if (t->installed[i]) sigaction(train_signal_nums[i], &t->old[i], NULL);
 }
 
+/* The learning rate at a fractional epoch: a linear warm-up from lr/100 to lr over
+ * warmup_epochs, then constant, step (times gamma every step_epochs, counted from epoch 0,
+ * warm-up included) or cosine from lr down to min_lr over the epochs after the warm-up. */
 double tt_lr_at(const tt_train_cfg *t, double epoch) {
   double base = t->lr;
   if (t->warmup_epochs > 0 && epoch < t->warmup_epochs)
@@ -116,6 +127,9 @@ double tt_lr_at(const tt_train_cfg *t, double epoch) {
   }
 }
 
+/* Mean loss and accuracy over the test split. Under mpirun each rank evaluates its shard and
+ * the means are recombined weighted by each shard's image count, so every rank returns the
+ * figures of the whole split. 0 or -1. */
 static int train_evaluate(tt_session *s, tt_loader *ld, double *loss, double *acc, tt_err *err) {
   long long n = 0;
   if (tt_step_eval_pass(&s->x, ld, loss, acc, &n, err)) return -1;
@@ -225,6 +239,7 @@ static int train_loop_setup(train_run *R, tt_err *err) {
   return tt_exec_stats(&R->s->x, NULL, 1, err);
 }
 
+/* The optimizer's recipe name, stored in the state file and compared on resume. */
 static const char *train_opt_name(tt_opt_kind k) {
   return k == TT_OPT_SGD ? "sgd" : k == TT_OPT_ADAM ? "adam" : k == TT_OPT_ADAMW ? "adamw" : "?";
 }
@@ -368,6 +383,8 @@ static int train_dir_has(const char *dir, const char *name) {
   return access(p, F_OK) == 0;
 }
 
+/* Whether a and b are the same directory (same device and inode: symbolic links and
+ * different spellings of one path compare equal); 0 when either cannot be stat'ed. */
 static int train_same_dir(const char *a, const char *b) {
   struct stat sa, sb;
   if (stat(a, &sa) || stat(b, &sb)) return 0;
@@ -661,6 +678,10 @@ static void train_dist_summary(train_run *R, double seconds) {
                    "(%.1f%%) on rank 0\n", R->ranks, mib, ar, seconds, seconds > 0 ? 100.0 * ar / seconds : 0.0);
 }
 
+/* The run proper, in order: options, processes, data, schedule, starting state, run
+ * directory, then the epochs from where the state stands until the last one, max_steps or a
+ * signal. Leaves every resource in R for tt_train to release. Returns 0, TT_STOPPED after a
+ * signal (with the checkpoint written), or -1 with err set. */
 static int train_body(train_run *R, tt_err *err) {
   const tt_run_opts *o = R->o;
   if (train_check_dir("--out", o->out_dir, err) || train_check_dir("--resume", o->resume_dir, err)) return -1;
@@ -698,6 +719,10 @@ static int train_body(train_run *R, tt_err *err) {
   return R->stop_signal ? train_stopped(R, err) : 0;
 }
 
+/* Trains the recipe of o to the end (see train_body) and fills res (may be NULL; NaN figures
+ * when nothing was evaluated). SIGINT and SIGTERM handlers are installed for the call only
+ * and only where the disposition was the default. Returns 0, TT_STOPPED, or -1 with the
+ * message in errbuf (errsize bytes; may be NULL). */
 int tt_train(const tt_run_opts *o, tt_run_result *res, char *errbuf, size_t errsize) {
   tt_err err;
   err.msg[0] = 0;
@@ -729,6 +754,10 @@ int tt_train(const tt_run_opts *o, tt_run_result *res, char *errbuf, size_t errs
   return rc;
 }
 
+/* Loads weights into the recipe's evaluation program and reports accuracy and loss on its
+ * test split (printed by rank 0 to o->out or stdout, and into res). A test folder's classes
+ * are mapped by the class names stored in the weights, so the folder order need not match
+ * training's. Returns 0, or -1 with the message in errbuf. */
 int tt_evaluate(const tt_run_opts *o, const char *weights, tt_run_result *res, char *errbuf, size_t errsize) {
   tt_err err;
   err.msg[0] = 0;

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+/* Writes all n bytes, retrying short writes and EINTR; 0, or -1 with errno from write(). */
 static int fileio_write_all(int fd, const void *buf, size_t n) {
   const unsigned char *p = (const unsigned char *)buf;
   while (n > 0) {
@@ -48,6 +49,9 @@ static void fileio_sync_dir(const char *path) {
   close(fd);
 }
 
+/* Starts an atomic replacement of path: creates path.tmp (never following a link there) and
+ * leaves a->fd open on it. Returns 0, or -1 with err set and nothing left open. Nothing at
+ * path changes until tt_atomic_commit; tt_atomic_discard abandons the write. */
 int tt_atomic_open(tt_atomic_file *a, const char *path, tt_err *err) {
   a->fd = -1;
   if (snprintf(a->path, sizeof a->path, "%s", path) >= (int)sizeof a->path ||
@@ -89,6 +93,8 @@ int tt_atomic_open(tt_atomic_file *a, const char *path, tt_err *err) {
   return 0;
 }
 
+/* Abandons an open atomic write: closes and removes the temporary file; a no-op when nothing
+ * is open, so error paths may call it unconditionally. */
 void tt_atomic_discard(tt_atomic_file *a) {
   if (a->fd < 0) return;
   close(a->fd);
@@ -102,11 +108,14 @@ static int fileio_fail(tt_atomic_file *a, int e, const char *what, const char *t
   return tt_fail(err, "%s: %s failed (%s); %s", a->tmp, what, strerror(e), todo);
 }
 
+/* Appends n bytes at the current offset; on failure the temporary file is already discarded. */
 int tt_atomic_write(tt_atomic_file *a, const void *data, size_t n, tt_err *err) {
   if (fileio_write_all(a->fd, data, n) != 0) return fileio_fail(a, errno, "write", "check free disk space", err);
   return 0;
 }
 
+/* Writes n bytes at a byte offset (pwrite: the current offset does not move), for headers
+ * patched in after the data; on failure the temporary file is already discarded. */
 int tt_atomic_write_at(tt_atomic_file *a, const void *data, size_t n, long long offset, tt_err *err) {
   const unsigned char *p = (const unsigned char *)data;
   while (n > 0) {
@@ -118,6 +127,9 @@ int tt_atomic_write_at(tt_atomic_file *a, const void *data, size_t n, long long 
   return 0;
 }
 
+/* Makes the write durable and visible: fsync, close, rename over path, fsync the directory.
+ * After a failure the temporary file is gone and path keeps its old contents. fsync's EINVAL
+ * and EROFS are ignored: they mean this file system cannot sync at all, not a lost write. */
 int tt_atomic_commit(tt_atomic_file *a, tt_err *err) {
   if (fsync(a->fd) != 0 && errno != EINVAL && errno != EROFS) return fileio_fail(a, errno, "fsync", "check the disk", err);
   if (close(a->fd) != 0) {
@@ -136,6 +148,7 @@ int tt_atomic_commit(tt_atomic_file *a, tt_err *err) {
   return 0;
 }
 
+/* Replaces path with the concatenation of nchunks buffers (sizes in bytes), all or nothing. */
 int tt_write_file_atomic(const char *path, const void *const *chunks, const size_t *sizes, int nchunks,
                          tt_err *err) {
   tt_atomic_file a;
@@ -144,6 +157,7 @@ int tt_write_file_atomic(const char *path, const void *const *chunks, const size
   return rc == 0 ? tt_atomic_commit(&a, err) : -1;
 }
 
+/* A phrase for error messages naming what kind of file a st_mode describes. */
 const char *tt_file_kind(unsigned mode) {
   if (S_ISREG(mode)) return "a regular file";
   if (S_ISDIR(mode)) return "a directory";
@@ -155,7 +169,10 @@ const char *tt_file_kind(unsigned mode) {
   return "not a regular file";
 }
 
-/* open() with O_NONBLOCK: a named pipe with no writer would block open() (and then read())
+/* Opens path for reading only if it is a regular file. Returns a blocking read-only
+ * descriptor the caller closes, or -1 with err set (todo, default "check the path", is the
+ * hint appended to the message).
+ * open() with O_NONBLOCK: a named pipe with no writer would block open() (and then read())
  * forever; so would some devices. Only after fstat says "regular file" is the descriptor
  * made blocking again for the reads. */
 int tt_open_regular(const char *path, const char *todo, tt_err *err) {
@@ -182,6 +199,9 @@ int tt_open_regular(const char *path, const char *todo, tt_err *err) {
   return fd;
 }
 
+/* Reads a whole regular file into a new buffer with one extra zero byte after the data (so a
+ * text file can be parsed as a C string). On success the caller owns *data (free()) and
+ * *size excludes the zero; on failure *data is NULL and *size 0. */
 int tt_read_file(const char *path, void **data, size_t *size, tt_err *err) {
   struct stat st;
   unsigned char *buf;
@@ -220,6 +240,9 @@ int tt_read_file(const char *path, void **data, size_t *size, tt_err *err) {
   return 0;
 }
 
+/* mkdir -p: creates every missing directory along path (mode 0755 before umask). An existing
+ * component that is not a directory fails with ENOTDIR's message. Paths of 4096 bytes and
+ * more are refused. */
 int tt_mkdirs(const char *path, tt_err *err) {
   char buf[4096];
   size_t len = strlen(path), i;

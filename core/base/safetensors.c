@@ -31,6 +31,8 @@ static const st_dtype st_dtypes[] = {{"F64", 8}, {"F32", 4},  {"F16", 2},     {"
                                      {"I32", 4}, {"I16", 2},  {"I8", 1},      {"U64", 8},     {"U32", 4},
                                      {"U16", 2}, {"U8", 1},   {"BOOL", 1},    {"F8_E4M3", 1}, {"F8_E5M2", 1}};
 
+/* The table entry for a dtype name (exact, case-sensitive, as the format spells it); NULL if
+ * the name is not one the format defines. */
 static const st_dtype *st_find_dtype(const char *name) {
   size_t i;
   for (i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
@@ -38,6 +40,8 @@ static const st_dtype *st_find_dtype(const char *name) {
   return NULL;
 }
 
+/* Element size in bytes of a dtype name; 0 for NULL or an unknown name, so a caller can test
+ * "known?" and get the size in one call. */
 size_t tt_st_dtype_size(const char *dtype) {
   const st_dtype *d = dtype ? st_find_dtype(dtype) : NULL;
   return d ? d->size : 0;
@@ -45,7 +49,10 @@ size_t tt_st_dtype_size(const char *dtype) {
 
 /* ---------------- writing ---------------- */
 
-/* Validates everything first, so a bad call writes nothing. The tensors are laid out in the
+/* Saves n tensors and the optional NULL-terminated key, value, ... list meta_kv as a
+ * safetensors file at path. Returns 0, or -1 with err set naming the file and the tensor; the
+ * caller keeps ownership of every buffer (they are only read).
+ * Validates everything first, so a bad call writes nothing. The tensors are laid out in the
  * order given, back to back; the header is padded with spaces to a multiple of 8 bytes (as
  * the reference writer does) so that the data starts 8-byte aligned and a reader may map it
  * and use F64/I64 in place. The file is written atomically: an interrupted save leaves the
@@ -170,15 +177,21 @@ typedef struct st_parser {
   tt_err *err;
 } st_parser;
 
+/* Fails with a parse error at the parser's current position (a byte offset into the header,
+ * not into the file: add 8 for the file offset). Always returns -1. */
 static int st_perr(st_parser *p, const char *what) {
   return tt_fail(p->err, "%s: corrupt safetensors header: %s at header byte %ld; the file is damaged, re-save it",
                  p->path, what, (long)(p->s - p->begin));
 }
 
+/* Skips JSON whitespace (space, tab, LF, CR; nothing else counts) without passing p->end. */
 static void st_ws(st_parser *p) {
   while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r')) p->s++;
 }
 
+/* Appends a zeroed node of the given type with no children or sibling; returns its index, or
+ * -1 when the array cannot grow (the caller words the out-of-memory message). Indices stay
+ * valid across growth; pointers into p->nodes do not. */
 static int st_new_node(st_parser *p, int type) {
   if (p->nnodes == p->cap) {
     int cap = p->cap ? p->cap * 2 : 64;
@@ -193,6 +206,8 @@ static int st_new_node(st_parser *p, int type) {
   return p->nnodes++;
 }
 
+/* Reads exactly four hex digits (either case) at s into *v; 0, or -1 on any other character.
+ * The caller has checked that four bytes are there. */
 static int st_hex4(const char *s, unsigned *v) {
   int i;
   *v = 0;
@@ -207,7 +222,10 @@ static int st_hex4(const char *s, unsigned *v) {
   return 0;
 }
 
-/* Parses a string at p->s (on the opening quote); returns the decoded copy or NULL. */
+/* Parses a string at p->s (on the opening quote); returns the decoded copy or NULL.
+ * The decoded copy lives in p->sbuf and is NUL-terminated; \u escapes become UTF-8 (a
+ * surrogate pair one 4-byte sequence) and an escaped NUL is refused, so that every name is a
+ * plain C string. On NULL the error is already set. Raw bytes >= 0x80 are copied unchecked. */
 static const char *st_string(st_parser *p) {
   char *out = p->sbuf + p->sused, *o = out;
   p->s++;
@@ -274,6 +292,10 @@ static const char *st_string(st_parser *p) {
 
 static int st_value(st_parser *p, int depth);
 
+/* Parses a JSON number at p->s into a new ST_J_NUM node; returns its index or -1. Only the
+ * integer part is converted: is_int is 1 for a plain integer whose magnitude fits int64 (a
+ * fraction, exponent or overflow clears it, and then ival is meaningless), because offsets
+ * and shapes are the only numbers the reader uses. */
 static int st_number(st_parser *p) {
   int neg = 0, is_int = 1, id, overflow = 0;
   uint64_t v = 0;
@@ -305,6 +327,8 @@ static int st_number(st_parser *p) {
   return id;
 }
 
+/* Matches the literal word (true, false or null) at p->s and makes a node of type for it;
+ * returns its index or -1. A boolean's value is not kept: no header field needs one. */
 static int st_literal(st_parser *p, const char *word, int type) {
   size_t n = strlen(word);
   int id;
@@ -315,7 +339,10 @@ static int st_literal(st_parser *p, const char *word, int type) {
   return id;
 }
 
-/* Parses an array or object; members are linked through first/next. */
+/* Parses an array or object; members are linked through first/next.
+ * p->s is on the opening bracket; returns the container's node index or -1. Object member
+ * names are kept as each child's key in document order; duplicate keys are allowed here and
+ * refused later by the validation that knows which keys matter. */
 static int st_container(st_parser *p, int depth, int is_obj) {
   int id = st_new_node(p, is_obj ? ST_J_OBJ : ST_J_ARR), last = -1;
   char close = is_obj ? '}' : ']';
@@ -360,6 +387,8 @@ static int st_container(st_parser *p, int depth, int is_obj) {
   }
 }
 
+/* Parses one JSON value of any type at p->s (after whitespace) and returns its node index, or
+ * -1 with the error set. depth counts enclosing containers and is capped at ST_MAX_DEPTH. */
 static int st_value(st_parser *p, int depth) {
   st_ws(p);
   if (depth > ST_MAX_DEPTH) return st_perr(p, "nesting too deep");
@@ -385,6 +414,8 @@ static int st_value(st_parser *p, int depth) {
 
 /* ---------------- lists of names in metadata ---------------- */
 
+/* Appends names[0..n) as a JSON array of strings ("[\"a\", \"b\"]"): the form in which lists
+ * of names are stored as metadata values, read back by tt_st_names_parse. */
 void tt_st_names_format(tt_strbuf *b, const char *const *names, int n) {
   int i;
   tt_strbuf_put(b, "[", 1);
@@ -395,7 +426,8 @@ void tt_st_names_format(tt_strbuf *b, const char *const *names, int n) {
   tt_strbuf_put(b, "]", 1);
 }
 
-/* Copies the n strings of array node arr into one block: n pointers, then the strings. */
+/* Copies the n strings of array node arr into one block: n pointers, then the strings.
+ * The caller owns the block and frees it with a single free(); NULL with err set on failure. */
 static char **st_names_copy(const st_parser *p, int arr, int n, tt_err *err) {
   size_t bytes = sizeof(char *) * (size_t)n;
   int i, c;
@@ -413,6 +445,9 @@ static char **st_names_copy(const st_parser *p, int arr, int n, tt_err *err) {
   return v;
 }
 
+/* Parses value, which must be a JSON array of strings, into *names (one block: free() it once)
+ * and *n. Returns 0, or -1 with err set (what names the value in the message), *names NULL
+ * and *n 0. An empty array gives n = 0 and a non-NULL block. */
 int tt_st_names_parse(const char *what, const char *value, char ***names, int *n, tt_err *err) {
   st_parser p;
   int root, c, rc = -1;
@@ -446,6 +481,9 @@ int tt_st_names_parse(const char *what, const char *value, char ***names, int *n
   return rc;
 }
 
+/* Reads the list of names stored under metadata key in the file at path (see
+ * tt_st_names_parse for ownership). A missing key is not an error: 0 with *names NULL and *n
+ * 0. Opens and reads the whole file, so call it once, not per name. */
 int tt_st_file_names(const char *path, const char *key, char ***names, int *n, tt_err *err) {
   tt_st_file *f = NULL;
   const char *v;
@@ -472,12 +510,17 @@ struct tt_st_file {
   int nmeta;
 };
 
+/* qsort order for [begin, end] pairs: by begin only (equal begins are an overlap anyway). */
 static int st_cmp_begin(const void *a, const void *b) {
   const uint64_t *x = (const uint64_t *)a, *y = (const uint64_t *)b;
   return x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0;
 }
 
-/* Checks one tensor entry and fills *t; begin/end are returned for the coverage check. */
+/* Checks one tensor entry and fills *t; begin/end are returned for the coverage check.
+ * e must be an object with exactly dtype, shape and data_offsets; the element count is capped
+ * at 2^48 so that count x element size cannot overflow uint64. t->name points into the
+ * parser's strings and t->data is left NULL (st_validate fills it once all entries pass).
+ * Returns 0, or -1 with err naming the tensor. */
 static int st_tensor_entry(const char *path, const st_parser *p, const st_node *e, uint64_t data_size,
                            tt_st_tensor *t, uint64_t *begin, uint64_t *end, tt_err *err) {
   const st_node *dt = NULL, *sh = NULL, *of = NULL;
@@ -541,6 +584,7 @@ static int st_tensor_entry(const char *path, const st_parser *p, const st_node *
   return 0;
 }
 
+/* qsort order for an array of C strings: strcmp on the strings, not the pointers. */
 static int st_cmp_name(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
@@ -611,6 +655,8 @@ static int st_validate(tt_st_file *f, const char *path, const st_parser *p, int 
   for (c = r->first; c >= 0; c = p->nodes[c].next)
     if (strcmp(p->nodes[c].key, "__metadata__") == 0 && p->nodes[c].type == ST_J_OBJ)
       nkeys += (size_t)p->nodes[c].count;
+  /* one tensor slot per top-level member (one more than the tensors when __metadata__ is
+   * among them; + 1 so that an empty header still allocates) */
   f->t = (tt_st_tensor *)tt_calloc((size_t)r->count + 1, sizeof(tt_st_tensor), "safetensors index", err);
   f->meta = (const char **)tt_calloc(nkeys * 2 + 2, sizeof(char *), "safetensors index", err);
   ranges = (uint64_t *)tt_calloc((size_t)r->count + 1, 2 * sizeof(uint64_t), "safetensors index", err);
@@ -640,6 +686,7 @@ static int st_validate(tt_st_file *f, const char *path, const st_parser *p, int 
     goto fail;
   }
   if (st_check_coverage(path, ranges, nt, data_size, err) != 0) goto fail;
+  /* begins[] is in header order, while ranges[] was sorted by the coverage check */
   for (i = 0; i < nt; i++) f->t[i].data = f->buf + 8 + hlen + begins[i];
   free(ranges);
   free(begins);
@@ -675,6 +722,8 @@ static int st_parse(tt_st_file *f, const char *path, tt_err *err) {
   p.begin = p.s = (const char *)f->buf + 8;
   p.end = p.s + hlen;
   p.err = err;
+  /* decoded strings never outgrow their encoding, so hlen + 1 bytes hold them all; they stay
+   * with f because tensor names and metadata point into them */
   f->strings = (char *)tt_malloc((size_t)hlen + 1, "safetensors header strings", err);
   if (!f->strings) return -1;
   p.sbuf = f->strings;
@@ -706,6 +755,9 @@ static int st_open_owned(const char *path, void *data, size_t size, tt_st_file *
   return 0;
 }
 
+/* Reads the whole file at path into memory and indexes it. On success *out owns the buffer
+ * and every tensor's data points into it (valid until tt_st_close); on failure *out is NULL
+ * and err names the file and the first problem found. */
 int tt_st_open(const char *path, tt_st_file **out, tt_err *err) {
   void *data = NULL;
   size_t size = 0;
@@ -714,6 +766,8 @@ int tt_st_open(const char *path, tt_st_file **out, tt_err *err) {
   return st_open_owned(path, data, size, out, err);
 }
 
+/* As tt_st_open, for a file image already in memory: the size bytes at data are copied, so the
+ * caller may free data as soon as this returns. name stands for the path in messages. */
 int tt_st_open_mem(const char *name, const void *data, size_t size, tt_st_file **out, tt_err *err) {
   void *copy;
   *out = NULL;
@@ -723,10 +777,14 @@ int tt_st_open_mem(const char *name, const void *data, size_t size, tt_st_file *
   return st_open_owned(name, copy, size, out, err);
 }
 
+/* Number of tensors (the __metadata__ entry is not one); 0 for NULL. */
 int tt_st_count(const tt_st_file *f) { return f ? f->n : 0; }
 
+/* The i-th tensor in header order (not data order), or NULL when i is out of range. */
 const tt_st_tensor *tt_st_at(const tt_st_file *f, int i) { return f && i >= 0 && i < f->n ? &f->t[i] : NULL; }
 
+/* The tensor called name, or NULL; a linear search, fine for the few hundred tensors of the
+ * models here. */
 const tt_st_tensor *tt_st_get(const tt_st_file *f, const char *name) {
   int i;
   if (!f) return NULL;
@@ -735,6 +793,7 @@ const tt_st_tensor *tt_st_get(const tt_st_file *f, const char *name) {
   return NULL;
 }
 
+/* The metadata value stored under key, or NULL; the string lives as long as f. */
 const char *tt_st_meta(const tt_st_file *f, const char *key) {
   int i;
   if (!f) return NULL;
@@ -745,6 +804,7 @@ const char *tt_st_meta(const tt_st_file *f, const char *key) {
 
 int tt_st_meta_count(const tt_st_file *f) { return f ? f->nmeta : 0; }
 
+/* The i-th metadata pair in header order; 0, or -1 (outputs untouched) when out of range. */
 int tt_st_meta_at(const tt_st_file *f, int i, const char **key, const char **value) {
   if (!f || i < 0 || i >= f->nmeta) return -1;
   *key = f->meta[2 * i];
@@ -752,6 +812,8 @@ int tt_st_meta_at(const tt_st_file *f, int i, const char **key, const char **val
   return 0;
 }
 
+/* Frees f and everything it owns: every tensor's data and name pointer dies with it. NULL is
+ * a no-op. */
 void tt_st_close(tt_st_file *f) {
   if (!f) return;
   free(f->buf);

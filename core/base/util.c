@@ -18,8 +18,12 @@ static int util_alloc_fails(void) {
   return util_alloc_fail_at != 0 && k == util_alloc_fail_at;
 }
 
+/* Arms the failure hook: the n-th allocation from now fails (n counts from the next call of
+ * tt_malloc/tt_calloc); n = 0 disarms it. Tests only; not thread-safe against a concurrent arm. */
 void tt_host_alloc_fail_at(uint64_t n) { util_alloc_fail_at = n ? tt_host_alloc_count() + n : 0; }
 
+/* Formats the message into err->msg (truncated to its size; err may be NULL) and returns -1,
+ * so that a failing path can read `return tt_fail(err, ...)`. */
 int tt_fail(tt_err *err, const char *fmt, ...) {
   if (err) {
     va_list ap;
@@ -30,12 +34,16 @@ int tt_fail(tt_err *err, const char *fmt, ...) {
   return -1;
 }
 
+/* malloc that never returns NULL without a message: on failure err says how many bytes and
+ * for `what`. A zero-byte request allocates one byte so that a valid pointer means success.
+ * The caller owns the block and frees it with free(). */
 void *tt_malloc(size_t bytes, const char *what, tt_err *err) {
   void *p = util_alloc_fails() ? NULL : malloc(bytes ? bytes : 1);
   if (!p) tt_fail(err, "out of host memory allocating %zu bytes for %s", bytes, what);
   return p;
 }
 
+/* Zeroed n * size bytes, with the same contract as tt_malloc (zero n or size counts as 1). */
 void *tt_calloc(size_t n, size_t size, const char *what, tt_err *err) {
   void *p = util_alloc_fails() ? NULL : calloc(n ? n : 1, size ? size : 1);
   if (!p) tt_fail(err, "out of host memory allocating %zu x %zu bytes for %s", n, size, what);
@@ -44,12 +52,14 @@ void *tt_calloc(size_t n, size_t size, const char *what, tt_err *err) {
 
 uint64_t tt_host_alloc_count(void) { return __sync_fetch_and_add(&util_alloc_count, 0); }
 
+/* Seconds on the monotonic clock since an arbitrary origin: for intervals only, never dates. */
 double tt_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The default warning sink: one line to stderr; ud is unused. */
 void tt_warn_stderr(void *ud, const char *line) {
   (void)ud;
   fprintf(stderr, "%s\n", line);
@@ -73,6 +83,8 @@ static int util_strbuf_reserve(tt_strbuf *b, size_t more) {
   return 0;
 }
 
+/* Appends n bytes of s and keeps p zero-terminated. Once an allocation failed (b->oom) every
+ * later append is dropped, so callers check oom once at the end instead of after each call. */
 void tt_strbuf_put(tt_strbuf *b, const char *s, size_t n) {
   if (util_strbuf_reserve(b, n)) return;
   memcpy(b->p + b->n, s, n);
@@ -80,6 +92,8 @@ void tt_strbuf_put(tt_strbuf *b, const char *s, size_t n) {
   b->p[b->n] = 0;
 }
 
+/* Appends a printf-formatted string: measures it first, then formats in place (two passes over
+ * the arguments). A formatting error sets oom like a failed allocation. */
 void tt_strbuf_printf(tt_strbuf *b, const char *fmt, ...) {
   va_list ap;
   int k;
@@ -98,6 +112,9 @@ void tt_strbuf_printf(tt_strbuf *b, const char *fmt, ...) {
   b->n += (size_t)k;
 }
 
+/* Appends s as a JSON string literal: quotes, a backslash before '"' and before a backslash,
+ * control characters as 4-hex-digit code point escapes; bytes >= 0x80 pass through, so valid
+ * UTF-8 in gives valid UTF-8 out. */
 void tt_strbuf_json(tt_strbuf *b, const char *s) {
   tt_strbuf_put(b, "\"", 1);
   for (; *s; s++) {
@@ -116,6 +133,9 @@ void tt_strbuf_json(tt_strbuf *b, const char *s) {
   tt_strbuf_put(b, "\"", 1);
 }
 
+/* Levenshtein distance between a and b, ignoring ASCII case, with one rolling row. Returns
+ * cap + 1 as soon as the distance must exceed cap, and for strings over 64 bytes (the row is
+ * on the stack): callers only ask "is it a near miss?", never for a large exact distance. */
 int tt_edit_distance(const char *a, const char *b, int cap) {
   size_t la = strlen(a), lb = strlen(b);
   int row[65];
@@ -140,6 +160,9 @@ int tt_edit_distance(const char *a, const char *b, int cap) {
   return row[lb] > cap ? cap + 1 : row[lb];
 }
 
+/* The entry of the NULL-terminated names that is a likely misspelling of s (for "did you
+ * mean ...?" hints): distance at most 2 and less than half of s's length, so that short
+ * words do not match everything; the first of equally near names wins; NULL if none. */
 const char *tt_nearest_name(const char *s, const char *const *names) {
   const char *best = NULL;
   int bd = 3, len = (int)strlen(s);
@@ -150,6 +173,9 @@ const char *tt_nearest_name(const char *s, const char *const *names) {
   return best;
 }
 
+/* Parses a byte count such as "512", "1.5G" or "64MiB" into *bytes (fractions of a unit are
+ * truncated to whole bytes). Returns 0, or -1 for anything malformed or overflowing (*bytes
+ * untouched) and for a size of zero (*bytes is then 0). */
 int tt_parse_size(const char *str, size_t *bytes) {
   /* digits, an optional fraction (.digits), an optional unit K M G T (powers of 1024; then
    * optionally iB or B), an optional B alone; nothing else: no sign, spaces, hex or exponent,

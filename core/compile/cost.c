@@ -18,8 +18,8 @@ static const tt_device_profile cost_cuda = {"cuda (generic T4-class estimate)", 
  * So `auto` picks bf16 where convolutions and matmuls dominate the step, and stays fp32 for nets
  * whose time goes to batch norm and elementwise ops (the bundled LeNet).
  * Since then ReLU, ReLU6, add, dropout and global average pooling layers convert in vectorised
- * chunks (cpu_elementwise.c, cpu_bf16.c): measured at about fp32's time for half the bytes (one
- * thread, 128x32x28x28, a loaded machine: bf16/fp32 time 0.9 to 1.3 for ReLU, add and
+ * chunks (kernels/cpu/cpu_elementwise.c and cpu_pool.c): measured at about fp32's time for half
+ * the bytes (one thread, 128x32x28x28, a loaded machine: bf16/fp32 time 0.9 to 1.3 for ReLU, add and
  * accumulate, 1.1 to 2.4 for dropout), so they are charged half the fp32 bandwidth; batch norm,
  * still the reference's loops, took 4 to 6 times its fp32 time for half the bytes (a tenth of
  * the bandwidth), which the other per-element conversions are charged too. Whole steps on one
@@ -34,8 +34,9 @@ static const tt_device_profile cost_cuda = {"cuda (generic T4-class estimate)", 
  * which makes `auto` keep fp32 for every bundled net with batch norm (VGG-16, which has none,
  * still plans bf16; not measured). A vectorised bf16 batch norm is what should bring this back
  * up.
- * It did: batch norm now widens bf16 inside its vectorised fp32 loops (NCHW and NHWC), and on
- * the idle machine bf16 steps beat fp32 on every bundled net measured (bench_step, medians of 3
+ * It did: batch norm now widens bf16 inside its vectorised fp32 loops (NCHW and NHWC;
+ * kernels/cpu/cpu_bn.c), and on the idle machine bf16 steps beat fp32 on every bundled net
+ * measured (bench_step, medians of 3
  * alternating processes, NHWC, 2 threads): ResNet-50 micro-batch 16 1888 against 3014 ms, the
  * small ResNet 290 against 439, LeNet 19.8 against 22.3. So batch norm and the per-element
  * conversions are charged half the fp32 bandwidth like the vectorised elementwise ops (about
@@ -48,6 +49,9 @@ const tt_device_profile *tt_profile_cuda_generic(void) { return &cost_cuda; }
 const tt_device_profile *tt_profile_cpu(void) { return &cost_cpu; }
 const tt_device_profile *tt_profile_cpu_bf16(void) { return &cost_cpu_bf16; }
 
+/* FLOP/s the model charges an op computed in dt: fp16 at the tensor-core rate; bf16 at the
+ * profile's own bf16 rate when it gives one, else at fp16's where the device has bf16 natively
+ * and at fp32's where it converts bf16 through fp32; everything else at fp32's. */
 double tt_profile_peak(const tt_device_profile *p, tt_dtype dt) {
   if (dt == TT_F16) return p->flops_fp16;
   if (dt == TT_BF16) return p->flops_bf16 > 0.0 ? p->flops_bf16 : p->bf16 ? p->flops_fp16 : p->flops_fp32;
@@ -73,6 +77,8 @@ static const tt_device_profile cost_gpus[] = {
     {"NVIDIA H100 80 GB SXM (sm_90)", 67e12, 989e12, 3350e9, 6e-6, "h100", 80 * COST_GIB, COST_RESERVE, 90, 1, 0.0, 0.0, 0.0},
 };
 
+/* The named card whose key equals key ignoring ASCII case (whole string, no prefixes); NULL
+ * for NULL or an unknown key. */
 const tt_device_profile *tt_profile_gpu(const char *key) {
   if (!key) return NULL;
   for (size_t k = 0; k < sizeof cost_gpus / sizeof cost_gpus[0]; k++) {
@@ -83,10 +89,17 @@ const tt_device_profile *tt_profile_gpu(const char *key) {
   return NULL;
 }
 
+/* The keys of cost_gpus for messages; kept in the table's order by hand, so a new card is
+ * added in both places. */
 const char *tt_profile_gpu_list(void) {
   return "t4, gtx1650, rtx3050-laptop, rtx3060, a100, h100";
 }
 
+/* Seconds step s of program p takes on prof by the roofline: max(FLOPs / peak, bytes / bandwidth)
+ * plus the per-op overhead. Bytes: every operand buffer read or written once (plus the fixes
+ * below); FLOPs: the node's per-sample count times the micro-batch, so steps without a node
+ * (loss, clip, update) are charged for bytes only. With bf16 activations the ops the backend
+ * converts element by element get the profile's bf16 bandwidths instead of bytes_per_s. */
 static double cost_step_s(const tt_program *p, const tt_step *s, const tt_device_profile *prof) {
   const tt_graph *g = p->graph;
   double flops = 0.0, bytes = 0.0;
@@ -123,6 +136,9 @@ static double cost_step_s(const tt_program *p, const tt_step *s, const tt_device
   return (t > tb ? t : tb) + prof->op_overhead_s;
 }
 
+/* The steps before p->micro_end run accum_steps times per effective batch and the update
+ * steps after it once; recomputed steps are summed separately (times accum_steps) for the
+ * report. */
 double tt_cost_predict_ms(const tt_program *p, const tt_device_profile *prof, double *recompute_ms) {
   double micro = 0.0, upd = 0.0, rec = 0.0;
   for (int i = 0; i < p->nsteps; i++) {
@@ -136,5 +152,6 @@ double tt_cost_predict_ms(const tt_program *p, const tt_device_profile *prof, do
   return 1e3 * (micro * acc + upd);
 }
 
+/* tt_cost_predict_ms without the recompute share. */
 double tt_predict_ms(const tt_program *p, const tt_device_profile *prof) { return tt_cost_predict_ms(p, prof, NULL); }
 

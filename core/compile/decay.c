@@ -10,11 +10,15 @@
 
 #include "decay.h"
 
+/* The rule in force: the recipe's explicit `decay` if given, else the optimizer's default
+ * (adamw: weight matrices only; sgd and adam: every parameter). Never TT_DECAY_DEFAULT. */
 tt_decay_mode tt_decay_rule(const tt_train_cfg *tc) {
   if (tc->decay != TT_DECAY_DEFAULT) return tc->decay;
   return tc->optimizer == TT_OPT_ADAMW ? TT_DECAY_WEIGHTS : TT_DECAY_ALL;
 }
 
+/* Whether the whole of name matches pat, where '*' matches any run of characters (also none)
+ * and '?' any one character; no classes or escapes. 1 on a match, else 0. */
 int tt_decay_glob(const char *pat, const char *name) {
   /* iterative, with one backtrack point: the last '*' (linear in practice, never exponential) */
   const char *star = NULL, *resume = NULL;
@@ -35,6 +39,12 @@ int tt_decay_glob(const char *pat, const char *name) {
   return *pat == 0;
 }
 
+/* Fills out[0..g->nparams) with 1 for each parameter weight decay applies to, 0 elsewhere;
+ * frozen (non-trainable) parameters are never decayed. For a `decay` list of comma-separated
+ * patterns (a glob over parameter names, or the word "weights" for the TT_PR_WEIGHT role),
+ * the union of their matches is decayed. Returns 0, or -1 with err when a pattern matches no
+ * parameter at all (a typo would otherwise silently decay nothing); the message lists the
+ * parameter names, running statistics left out. */
 int tt_decay_mask(const tt_graph *g, unsigned char *out, tt_err *err) {
   const tt_train_cfg *tc = &g->model->train;
   tt_decay_mode rule = tt_decay_rule(tc);

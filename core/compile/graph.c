@@ -54,6 +54,10 @@ static int graph_set_shape(const tt_model *m, tt_node *n, int64_t c, int64_t h, 
 
 /* ---- shape rules: a node's output shape (and conv groups, FLOPs) from its first input x ---- */
 
+/* conv: [xc, xh, xw] -> [filters, h, w] by graph_out_dim per axis. groups < 0 ("depthwise")
+ * means one group per input channel and 0 means 1; both xc and filters must be multiples of
+ * it. Also refuses a filter whose fan-in or fan-out passes the kernels' 32-bit limit, since
+ * those are matrix dimensions of the convolution's GEMMs. FLOPs: 2 x output values x fan-in. */
 static int graph_conv_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_err *err) {
   const tt_layer *L = n->L;
   int xc = x->c, xh = x->h, xw = x->w;
@@ -79,6 +83,9 @@ static int graph_conv_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_
   return 0;
 }
 
+/* max and average pooling: channels kept, h and w by graph_out_dim. Padding is at most half
+ * the window (PyTorch's rule), so every window covers at least one real pixel and a max pool
+ * never returns the padding's value. */
 static int graph_pool_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_err *err) {
   const tt_layer *L = n->L;
   if (L->kh <= 0 || L->kw <= 0 || L->sh <= 0 || L->sw <= 0 || L->ph < 0 || L->pw < 0 || (int64_t)L->ph * 2 > L->kh ||
@@ -96,6 +103,9 @@ static int graph_pool_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_
   return 0;
 }
 
+/* linear: a flat vector [in, 1, 1] -> [out, 1, 1], or a token tensor [t, in] -> [t, out]
+ * applied per token (class token flag kept). An image-shaped input is refused with the hint
+ * to add [flatten] or [gap]: nothing is flattened implicitly. */
 static int graph_linear_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_err *err) {
   const tt_layer *L = n->L;
   if (L->filters <= 0) return graph_layer_fail(m, L, err, "out must be a positive integer");
@@ -175,6 +185,8 @@ static int graph_ln_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_er
   return 0;
 }
 
+/* attention: tokens [t, f] -> [t, f], f a multiple of heads (head width f / heads). The
+ * per-sample qkv [t, 3f] and scores [heads, t, t] must fit the kernels' 32-bit counts. */
 static int graph_attn_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_err *err) {
   const tt_layer *L = n->L;
   if (!x->tokens)
@@ -194,6 +206,8 @@ static int graph_attn_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_
   return 0;
 }
 
+/* token pooling: tokens [t, f] -> [f, 1, 1], either token 0 (mode class; it must be a class
+ * token) or the mean over the t tokens (mode mean). */
 static int graph_token_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_err *err) {
   const tt_layer *L = n->L;
   if (!x->tokens)
@@ -207,6 +221,10 @@ static int graph_token_shape(const tt_model *m, tt_node *n, const tt_node *x, tt
   return 0;
 }
 
+/* The shape rule of n's kind, from its first input x (add and concat look at all inputs):
+ * sets n->c, h, w, the token flags and n->flops (forward FLOPs per sample, a multiply-add
+ * counting 2). Token tensors may feed only the kinds listed below; the image-only kinds
+ * would read [t, 1, f] as a 1-pixel-high image. Returns 0, or -1 with the layer's error. */
 static int graph_shape(const tt_graph *g, tt_node *n, tt_err *err) {
   const tt_model *m = g->model;
   const tt_layer *L = n->L;
@@ -417,12 +435,16 @@ static int graph_check_names(const tt_graph *g, tt_err *err) {
   return 0;
 }
 
+/* mb x heads x t x t x es: the attention probabilities [heads, t, t] of a micro-batch, where
+ * t = n->c is the token count; 0 for other kinds. */
 double tt_node_probs_bytes(const tt_graph *g, int v, int mb, size_t es) {
   const tt_node *n = &g->nodes[v];
   if (n->kind != TT_L_ATTENTION) return 0.0;
   return (double)mb * n->L->heads * (double)n->c * (double)n->c * (double)es;
 }
 
+/* See graph.h: what backward keeps besides the tensors it reads. Batch norm's statistics are
+ * per channel, not per sample, so they do not scale with mb. */
 double tt_node_saved_bytes(const tt_graph *g, int v, int mb, size_t es, int keep_probs) {
   const tt_node *n = &g->nodes[v];
   switch (n->kind) {
@@ -435,6 +457,11 @@ double tt_node_saved_bytes(const tt_graph *g, int v, int mb, size_t es, int keep
   }
 }
 
+/* Builds g from m, which must outlive g (nodes point at m's layers). Nodes are built in recipe
+ * order, which the recipe parser keeps topological, so each node's inputs are complete when
+ * its shape rule runs. params is sized at 6 per layer, more than any kind creates (at most 4:
+ * bn, patch_embed, attention), so graph_add_param never grows it. Returns 0 with g owning
+ * nodes and params (tt_graph_free), or -1 with err set and g freed. */
 int tt_graph_build(const tt_model *m, tt_graph *g, tt_err *err) {
   int i;
   memset(g, 0, sizeof *g);
@@ -470,6 +497,8 @@ fail:
   return -1;
 }
 
+/* Frees what tt_graph_build allocated and clears the counts; g->model is left as it was.
+ * Safe to call twice. */
 void tt_graph_free(tt_graph *g) {
   free(g->nodes);
   free(g->params);

@@ -4,6 +4,10 @@
 
 #include <string.h>
 
+/* Indexed by tt_layer_kind: the rows must stay in the enum's order (model.h). fwd_ip and bwd_ip
+ * let the planner overlap a step's output with its input; bwd_reads decides which forward
+ * tensors stay alive until backward; a layer kind added to the enum without a row here reads
+ * as zeros (a NULL name) and compiles silently, so add both together. */
 static const tt_op_traits ops_table[TT_L_KIND_COUNT] = {
     /* name       view                   fwd_ip bwd_ip bwd_reads        params */
     {"input",   TT_VIEW_NEVER,         0, 0, 0,               0},
@@ -30,21 +34,28 @@ static const tt_op_traits ops_table[TT_L_KIND_COUNT] = {
     {"token",       TT_VIEW_NEVER,     0, 0, 0,               0},
 };
 
+/* What tt_op answers for a kind outside the table: no view, no in-place, no params. */
 static const tt_op_traits ops_unknown = {"?", TT_VIEW_NEVER, 0, 0, 0, 0};
 
+/* Never NULL, so callers can read a trait without checking the kind first. */
 const tt_op_traits *tt_op(tt_layer_kind k) {
   int i = (int)k;
   return (i >= 0 && i < TT_L_KIND_COUNT) ? &ops_table[i] : &ops_unknown;
 }
 
+/* The recipe section name of kind k ("?" when k is out of range). */
 const char *tt_layer_kind_name(tt_layer_kind k) { return tt_op(k)->name; }
 
+/* Starts at 1: row 0, "input", names the network's input, not a layer section. */
 int tt_layer_kind_from_name(const char *name) {
   for (int k = 1; k < TT_L_KIND_COUNT; k++)
     if (!strcmp(name, ops_table[k].name)) return k;
   return -1;
 }
 
+/* A view shares its input's buffer instead of computing: flatten always; dropout in
+ * evaluation or with p = 0, where it is the identity (training with p > 0 needs its own
+ * output to hold the masked values). */
 int tt_op_is_view(const tt_layer *L, int training) {
   switch (tt_op(L->kind)->view) {
     case TT_VIEW_ALWAYS: return 1;
@@ -53,6 +64,8 @@ int tt_op_is_view(const tt_layer *L, int training) {
   }
 }
 
+/* In training an op whose backward reads its input (SiLU, GELU) must not overwrite it;
+ * ReLU's backward reads its output instead, so it stays in place in both. */
 int tt_op_fwd_inplace(const tt_layer *L, int training) {
   const tt_op_traits *t = tt_op(L->kind);
   return t->fwd_inplace && !(training && (t->bwd_reads & TT_READS_INPUT));

@@ -23,10 +23,17 @@
 
 /* ---- pass 1: text -> sections and entries ---- */
 
+/* Cuts buf (len bytes, the parser's own mutable copy) into st->secs and st->ents in place:
+ * each line is NUL-terminated where it ends, '#' comments are cut off, and every kind, name,
+ * key and value points into buf, so buf must outlive the sections. A UTF-8 byte-order mark is
+ * skipped; lines are counted from 1 and CR before LF is trimmed as whitespace. Returns 0, or
+ * -1 with "PATH:LINE: ..." for a line longer than RECIPE_LINE_MAX, a control byte, a malformed
+ * header or entry, an entry before any section, or a key set twice in one section. */
 static int recipe_lex(recipe_state *st, char *buf, size_t len) {
   size_t pos = 0;
   int line = 0;
   char q[64];
+  /* a UTF-8 byte-order mark, as some Windows editors write one: skipped, not an error */
   if (len >= 3 && (unsigned char)buf[0] == 0xEF && (unsigned char)buf[1] == 0xBB && (unsigned char)buf[2] == 0xBF) pos = 3;
   while (pos < len) {
     size_t start = pos, end, i;
@@ -43,8 +50,11 @@ static int recipe_lex(recipe_state *st, char *buf, size_t len) {
       if ((c < 0x20 && c != '\t' && c != '\r') || c == 0x7f)
         return tt_recipe_error(st, line, "unexpected control character 0x%02x; a recipe is a text file", c);
     }
+    /* cut the line in place (the '\n', or the terminator recipe_parse_buf put after the text):
+     * every pointer stored below points into this line */
     buf[end] = 0;
     s = buf + start;
+    /* '#' starts a comment anywhere on a line; no value can contain one (no quoting) */
     if ((h = strchr(s, '#')) != NULL) *h = 0;
     s = tt_recipe_trim(s);
     if (!*s) continue;
@@ -57,6 +67,7 @@ static int recipe_lex(recipe_state *st, char *buf, size_t len) {
       kind = tt_recipe_trim(s + 1);
       if (!*kind) return tt_recipe_error(st, line, "empty section header '[]'; expected [kind] or [kind NAME]");
       name = NULL;
+      /* the kind ends at the first blank; what follows, trimmed, is the one-word name */
       for (sp = kind; *sp && *sp != ' ' && *sp != '\t'; sp++) {
       }
       if (*sp) {
@@ -124,6 +135,9 @@ static const char *const recipe_data_keys[] = {
     "format", "train", "train_labels", "test", "test_labels", "mean", "std", "crop_pad", "hflip", "max_megapixels",
     "loader_threads", "max_failed", "random_resized_crop", "crop_scale", "crop_ratio", "resize", "class_names", NULL};
 
+/* Fails on an unknown key of settings section sec (keys: its NULL-terminated key list). A
+ * known alias from other trainers is suggested only when its target is a key of this section;
+ * otherwise the nearest key by edit distance. Always returns -1. */
 static int recipe_unknown(recipe_state *st, int line, const char *key, const char *sec, const char *const *keys) {
   static const char *const alias[][2] = {
       {"learning_rate", "lr"}, {"base_lr", "lr"}, {"batch_size", "batch"}, {"num_epochs", "epochs"},
@@ -145,6 +159,9 @@ static int recipe_unknown(recipe_state *st, int line, const char *key, const cha
   return tt_recipe_error(st, line, "unknown key '%s' in [%s]; the keys of [%s] are: %s", key, sec, sec, list);
 }
 
+/* [net]: input = CxHxW (C at most 4, every size 1 .. 65536) and classes = N, both required.
+ * Sets st->m->in_c/in_h/in_w and classes and appends the input pseudo-layer, which must be
+ * layer 0 (recipe_build checks [net] comes first). Returns 0 or -1. */
 static int recipe_net(recipe_state *st, const recipe_section *sec) {
   int j, have_in = 0, have_cls = 0;
   char q[64];
@@ -157,6 +174,7 @@ static int recipe_net(recipe_state *st, const recipe_section *sec) {
       long d[3];
       const char *p = v;
       int k;
+      /* three decimal sizes separated by 'x', each 1 .. 65536: no sign, no spaces, no hex */
       for (k = 0; k < 3; k++) {
         char *end;
         errno = 0;
@@ -191,6 +209,8 @@ static int recipe_net(recipe_state *st, const recipe_section *sec) {
   return tt_recipe_push_layer(st, &in);
 }
 
+/* Value names of the enum keys, indexed by the enum they set: the order must match the
+ * tt_opt_kind, tt_lr_schedule, tt_precision, tt_recompute_mode and tt_data_format values. */
 static const char *const recipe_opt_names[] = {"sgd", "adam", "adamw"};
 static const char *const recipe_lr_schedule_names[] = {"constant", "step", "cosine"};
 static const char *const recipe_prec_names[] = {"auto", "fp32", "fp16", "bf16"};
@@ -241,6 +261,10 @@ static int recipe_decay(recipe_state *st, const recipe_entry *e, const char *v, 
   return 0;
 }
 
+/* [train] into st->m->train (defaults already set by recipe_parse_buf). batch is required and
+ * must be a whole number of micro-batches. Keys that the chosen optimizer or schedule ignores
+ * are warned about, not refused, since switching the optimizer should not require deleting
+ * lines; line_of[] remembers where they were set so that the warning points there. */
 static int recipe_train(recipe_state *st, const recipe_section *sec) {
   tt_train_cfg *t = &st->m->train;
   int j, x, line_of[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* momentum nesterov beta1 beta2 eps step_epochs gamma min_lr */
@@ -362,6 +386,9 @@ bad:
   return tt_recipe_error(st, e->line, "'%s' must be two numbers 'low, high' with %g < low <= high <= %g", e->key, lo, hi);
 }
 
+/* [data] into st->m->data: format is required; every format but synthetic needs train, idx
+ * and npy also train_labels, and test and test_labels come in pairs. Paths resolve against the
+ * recipe's directory (tt_recipe_path). Copies classes from [net], so [net] must come first. */
 static int recipe_data(recipe_state *st, const recipe_section *sec) {
   tt_data_cfg *d = &st->m->data;
   int j, x, have_format = 0, line_train = 0, line_tl = 0, line_test = 0, line_testl = 0, line_mean = 0, line_std = 0;
@@ -371,6 +398,7 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
     int rc = 0;
     if (!v) return -1;
     if (!strcmp(k, "format")) {
+      /* "none" (index 0) is the state without a [data] section, not a value a recipe may give */
       rc = tt_recipe_enum(st, e, v, recipe_format_names + 1, 5, &x);
       d->format = (tt_data_format)(x + 1);
       have_format = 1;
@@ -417,6 +445,11 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
 
 /* ---- pass 2 ---- */
 
+/* Pass 2: walks the sections in order and builds st->layers. [net] must be the first section,
+ * [net], [train] and [data] appear at most once, [train] and at least one layer are required.
+ * Block templates are defined where they appear and are usable only below their definition.
+ * Warns about any layer whose output nobody reads (except the last, the network's output).
+ * Returns 0, or -1 with the error of the first bad section. */
 static int recipe_build(recipe_state *st) {
   recipe_scope *top = (recipe_scope *)tt_calloc(1, sizeof *top, "recipe scope", st->err);
   int i, seen_train = 0, seen_data = 0, rc = -1, j;
@@ -452,6 +485,7 @@ static int recipe_build(recipe_state *st) {
         goto done;
       }
       if (seen) *seen = sec->line;
+      /* after [net] the input pseudo-layer is layer 0, the default input of the first layer */
       if (sec->kind[0] == 'n') r = recipe_net(st, sec), top->prev = 0;
       else if (sec->kind[0] == 't') r = recipe_train(st, sec);
       else r = recipe_data(st, sec), st->m->data.line = sec->line;
@@ -516,6 +550,7 @@ done:
   return rc;
 }
 
+/* Frees what the parser owns; st->layers is NULL here when it was handed to the model. */
 static void recipe_state_free(recipe_state *st) {
   int i;
   for (i = 0; i < st->tabcap; i++) free(st->tab[i].key);
@@ -527,6 +562,10 @@ static void recipe_state_free(recipe_state *st) {
   free(st->buf);
 }
 
+/* Parses len bytes of recipe text (need not be NUL-terminated; copied) into m, which is
+ * zeroed first. path names the recipe in messages, gives the model its name (the file name
+ * without extension) and the directory relative data paths resolve against. Returns 0 with
+ * m->layers owned by m (tt_model_free), or -1 with err set and m freed and zeroed. */
 static int recipe_parse_buf(const char *path, const char *text, size_t len, tt_model *m, tt_err *err, tt_warn_fn warn,
                             void *ud) {
   recipe_state *st;
@@ -553,7 +592,8 @@ static int recipe_parse_buf(const char *path, const char *text, size_t len, tt_m
   }
   dot = strrchr(base, '.');
   snprintf(m->name, sizeof m->name, "%.*s", (int)((dot && dot != base) ? (size_t)(dot - base) : strlen(base)), base);
-  /* defaults */
+  /* defaults: Adam's betas and eps are PyTorch's, SGD's momentum 0.9 torchvision's recipes';
+   * [data] mean 0 and std 1 leave pixels on [0, 1] */
   m->train.epochs = 1;
   m->train.optimizer = TT_OPT_SGD;
   m->train.lr = 0.01f;
@@ -588,6 +628,7 @@ static int recipe_parse_buf(const char *path, const char *text, size_t len, tt_m
   return rc ? -1 : 0;
 }
 
+/* A recipe given as a C string; path may be NULL ("(recipe)") when there is no file. */
 int tt_recipe_parse(const char *path, const char *text, tt_model *m, tt_err *err, tt_warn_fn warn, void *ud) {
   return recipe_parse_buf(path, text ? text : "", text ? strlen(text) : 0, m, err, warn, ud);
 }
@@ -599,12 +640,16 @@ int tt_recipe_parse(const char *path, const char *text, tt_model *m, tt_err *err
  * pipe, which tt_read_file refuses) tt_read_file's own messages stand. */
 #define RECIPE_FILE_MAX ((long long)64 << 20)
 
+/* Reads the recipe file at path and parses it (see recipe_parse_buf for m's ownership);
+ * warnings go to warn(ud, line) when warn is set. */
 int tt_recipe_load(const char *path, tt_model *m, tt_err *err, tt_warn_fn warn, void *ud) {
   struct stat sb;
   void *text;
   size_t len;
   int rc;
   memset(m, 0, sizeof *m);
+  /* access and stat before reading: the messages README.md documents (see above), which
+   * tt_read_file's generic ones would replace */
   if (access(path, R_OK) != 0) return tt_fail(err, "%s: cannot open the recipe: %s", path, strerror(errno));
   if (stat(path, &sb) == 0) {
     if (S_ISDIR(sb.st_mode)) return tt_fail(err, "%s: cannot read the recipe: %s", path, strerror(EISDIR));
@@ -617,6 +662,7 @@ int tt_recipe_load(const char *path, tt_model *m, tt_err *err, tt_warn_fn warn, 
   return rc;
 }
 
+/* Frees m's layers and zeroes m, so freeing twice is harmless; NULL is a no-op. */
 void tt_model_free(tt_model *m) {
   if (!m) return;
   free(m->layers);

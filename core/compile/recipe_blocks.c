@@ -17,7 +17,9 @@
 /* Copies `in` to out (cap bytes, NUL included) with every $name or ${name} replaced by the
  * value of the enclosing block instance's parameter. Textual, before parsing, so a parameter
  * may stand for a number, a pair (3x3), a layer name or part of one. Substituted values are
- * not scanned again: a value holding '$' cannot recurse. */
+ * not scanned again: a value holding '$' cannot recurse.
+ * Returns 0, or -1 with an error for an unknown parameter, a '$' outside a block body, a bare
+ * '$' or an unclosed '${', or a result that does not fit. */
 int tt_recipe_subst(recipe_state *st, const char *in, int line, char *out, size_t cap) {
   size_t n = 0;
   const recipe_scope *sc = st->scope;
@@ -81,6 +83,9 @@ const char *tt_recipe_val(recipe_state *st, const recipe_entry *e) {
   return st->vbuf;
 }
 
+/* The block template defined so far under type, or NULL. The pointer is into st->blocks,
+ * which grows only at a top-level [block]; that cannot happen during an instance, so the
+ * scopes' blk pointers stay valid while they are used. */
 const recipe_block *tt_recipe_find_block(const recipe_state *st, const char *type) {
   int i;
   for (i = 0; i < st->nblocks; i++)
@@ -108,6 +113,9 @@ static int recipe_valid_name(const char *s) {
 }
 
 /* The local name of a section (raw after $substitution, or kind+counter), checked. */
+/* local (TT_NAME_MAX bytes) gets the section's own name, or kind + the per-scope counter of
+ * that kind when the header gives none ("conv3"). Refuses a name that is too long, has an
+ * empty dotted component, is 'in' inside a block or 'input' at the top level. 0 or -1. */
 static int recipe_local_name(recipe_state *st, const recipe_scope *sc, const char *raw, const char *kind, int counter, int line,
                              char *local) {
   char q[64];
@@ -163,6 +171,8 @@ static int recipe_resolve(recipe_state *st, const recipe_scope *sc, const char *
   return idx;
 }
 
+/* Parses `from = a, b, ...` into inputs[0..*n) (layer indices, at most TT_MAX_INPUTS) by
+ * recipe_resolve, in the order written: for concat the order is the channel order. */
 static int recipe_from(recipe_state *st, const recipe_scope *sc, const recipe_entry *e, const char *v, int *inputs, int *n) {
   char tmp[RECIPE_VALUE_MAX], *p = tmp;
   snprintf(tmp, sizeof tmp, "%s", v);
@@ -186,6 +196,8 @@ static int recipe_from(recipe_state *st, const recipe_scope *sc, const recipe_en
   return 0;
 }
 
+/* The keys a layer section of this kind accepts, for the unknown-key message; must list what
+ * tt_recipe_layer_section parses. */
 static const char *recipe_keys_of(int kind) {
   switch (kind) {
     case TT_L_CONV: return "filters, size, stride, pad, groups, bias, activation, freeze, from";
@@ -210,9 +222,13 @@ static const char *recipe_keys_of(int kind) {
  * (bias on, bn eps 1e-5 and momentum 0.1, dropout 0.5, conv stride 1 with "same" padding for
  * odd kernels, pooling stride = size) so that a recipe written from a torchvision model
  * builds the same network. Without `from` a layer takes the previous one's output. */
+/* sc is the scope the section is in (its name prefix, counters and previous layer); on success
+ * the new layer (and its activation layer, if any) is appended and becomes sc->prev. Returns
+ * 0, or -1 with "PATH:LINE: ..." for an unknown or malformed key or a missing required one. */
 int tt_recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_section *sec, int kind) {
   tt_layer L;
   char local[TT_NAME_MAX];
+  /* act indexes recipe_act_names; 3 is "linear": no activation layer unless the recipe asks */
   int j, have_filters = 0, have_size = 0, have_stride = 0, have_pad = 0, have_from = 0, act = 3, x;
   const char *kname = tt_layer_kind_name((tt_layer_kind)kind);
   memset(&L, 0, sizeof L);
@@ -226,6 +242,7 @@ int tt_recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_sec
   if (kind == TT_L_LAYERNORM) L.eps = 1e-5f; /* PyTorch's default; torchvision's ViT uses 1e-6 */
   if (kind == TT_L_ATTENTION) L.bias = 1;
   int have_heads = 0, have_dim = 0;
+  /* counted before naming: the first unnamed conv of a scope is conv1 (numbered from 1) */
   sc->counters[kind]++;
   if (recipe_local_name(st, sc, sec->name, kname, sc->counters[kind], sec->line, local)) return -1;
   if (recipe_full_name(st, sc, local, sec->line, L.name)) return -1;
@@ -344,6 +361,7 @@ int tt_recipe_layer_section(recipe_state *st, recipe_scope *sc, const recipe_sec
   return 0;
 }
 
+/* Writes blk's parameter names, comma-separated, into out (cap bytes), or "none". */
 static void recipe_param_list(const recipe_block *blk, char *out, size_t cap) {
   int j;
   out[0] = 0;
@@ -357,6 +375,8 @@ static void recipe_param_list(const recipe_block *blk, char *out, size_t cap) {
 /* Parses a block body's sections in the child scope. Nested instances recurse through
  * tt_recipe_instance, which refuses more than RECIPE_MAX_DEPTH levels: that, not the order of
  * definitions, is what stops a block that instantiates itself. */
+/* Every layer appended here gets child->prefix; child->prev ends on the body's last layer,
+ * which the caller takes as the instance's output. Returns 0 or -1. */
 static int recipe_expand(recipe_state *st, recipe_scope *child) {
   int s;
   for (s = child->blk->s0; s < child->blk->s0 + child->blk->ns; s++) {
@@ -437,6 +457,11 @@ static int recipe_name_group(recipe_state *st, const recipe_scope *sc, const rec
   return 0;
 }
 
+/* Expands block blk at section sec ([T NAME]) in scope sc: once, or `repeat` times with names
+ * NAME.start .. NAME.start+repeat-1, each copy's input being the previous copy's output (the
+ * first takes `from`, or sc->prev). Each copy's name resolves to its last layer; a repeated
+ * group's base name to the last copy. On success sc->prev is the output of the last copy.
+ * Returns 0, or -1 with the error; st->scope is restored to sc either way. */
 int tt_recipe_instance(recipe_state *st, recipe_scope *sc, const recipe_section *sec, const recipe_block *blk) {
   recipe_scope *child;
   char base[TT_NAME_MAX], local[TT_NAME_MAX + 16], full[TT_NAME_MAX];
@@ -472,6 +497,8 @@ int tt_recipe_instance(recipe_state *st, recipe_scope *sc, const recipe_section 
       child->prefix[fl] = '.';
       child->prefix[fl + 1] = 0;
     }
+    /* each copy starts a fresh scope: `in` is this copy's input, the kind counters restart so
+     * unnamed layers get the same local names in every copy */
     child->input = child->prev = input;
     memset(child->counters, 0, sizeof child->counters);
     st->scope = child;
@@ -506,6 +533,11 @@ static int recipe_mentions(const char *s, const char *name) {
   return 0;
 }
 
+/* Records the template that starts at section i ([block T], with `params = a, b=default`) and
+ * sets *next to the index of its [end], where the caller resumes. The body is only checked
+ * here (no [net], [train], [data], [block] or [end] inside, at least one section); its layers
+ * are parsed at each instance, once the parameters have values. Warns about a parameter the
+ * body never mentions. The names and defaults point into the recipe text. 0 or -1. */
 int tt_recipe_define_block(recipe_state *st, int i, int *next) {
   recipe_section *sec = &st->secs[i];
   recipe_block b;

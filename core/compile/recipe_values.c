@@ -16,10 +16,14 @@
 
 /* ---- layer kinds: a section name's kind, from the op-traits table ---- */
 
+/* The layer kind a section name denotes (ops.c's table), or -1; "input" is not a section. */
 int tt_recipe_layer_kind(const char *kind) { return tt_layer_kind_from_name(kind); }
 
 /* ---- messages ---- */
 
+/* Writes into out (cap bytes, at least 9) a printable copy of s for an error message: bytes
+ * outside printable ASCII as \xNN, and after 40 characters "..." instead of the rest, so that
+ * a binary file fed as a recipe gives a short, safe message. Returns out. */
 const char *tt_recipe_quote(const char *s, char *out, size_t cap) {
   size_t n = 0, i;
   static const char hex[] = "0123456789abcdef";
@@ -43,6 +47,9 @@ const char *tt_recipe_quote(const char *s, char *out, size_t cap) {
   return out;
 }
 
+/* Formats "PATH:LINE: message" into st->err and returns -1. Inside a block instance the
+ * message also names the block type and the instance (its name prefix without the trailing
+ * '.') and the line it was instantiated at, since line alone points into the template. */
 int tt_recipe_error(recipe_state *st, int line, const char *fmt, ...) {
   char msg[800], ctx[200];
   va_list ap;
@@ -58,6 +65,7 @@ int tt_recipe_error(recipe_state *st, int line, const char *fmt, ...) {
   return tt_fail(st->err, "%s:%d: %s%s", st->path, line, msg, ctx);
 }
 
+/* Sends "PATH:LINE: warning: message" to st->warn, if set; parsing goes on. */
 void tt_recipe_warn(recipe_state *st, int line, const char *fmt, ...) {
   char msg[800], full[1100];
   va_list ap;
@@ -71,6 +79,7 @@ void tt_recipe_warn(recipe_state *st, int line, const char *fmt, ...) {
 
 /* ---- small helpers ---- */
 
+/* Returns s past leading blanks (space, tab, CR) and cuts trailing ones by writing a NUL. */
 char *tt_recipe_trim(char *s) {
   char *e;
   while (*s == ' ' || *s == '\t' || *s == '\r') s++;
@@ -79,6 +88,8 @@ char *tt_recipe_trim(char *s) {
   return s;
 }
 
+/* Whether s is a C-style identifier: a letter or '_', then letters, digits and '_'. The empty
+ * string is not one. */
 int tt_recipe_is_ident(const char *s) {
   const char *p;
   if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return 0;
@@ -88,6 +99,9 @@ int tt_recipe_is_ident(const char *s) {
   return 1;
 }
 
+/* Returns p grown to at least need elements of elem bytes (capacity doubling from 16, *cap
+ * updated), or p unchanged when it is big enough. On failure returns NULL with the error set
+ * and p still valid and owned by the caller, so the caller assigns only a non-NULL result. */
 void *tt_recipe_grow(recipe_state *st, void *p, int *cap, int need, size_t elem, const char *what) {
   int ncap;
   void *q;
@@ -105,12 +119,15 @@ void *tt_recipe_grow(recipe_state *st, void *p, int *cap, int need, size_t elem,
 
 /* ---- the name table: layer names and block-instance names -> layer index ---- */
 
+/* FNV-1a over the bytes of s. */
 static unsigned recipe_hash(const char *s) {
   unsigned h = 2166136261u;
   while (*s) h = (h ^ (unsigned char)*s++) * 16777619u;
   return h;
 }
 
+/* The table entry for name, or NULL. Linear probing over a power-of-two table kept at most
+ * half full, so a probe always reaches an empty slot. */
 recipe_name *tt_recipe_find_name(const recipe_state *st, const char *name) {
   unsigned i;
   if (!st->tabcap) return NULL;
@@ -119,6 +136,7 @@ recipe_name *tt_recipe_find_name(const recipe_state *st, const char *name) {
   return NULL;
 }
 
+/* The layer index name resolves to, or -1; *line (may be NULL) gets where it was defined. */
 int tt_recipe_lookup(const recipe_state *st, const char *name, int *line) {
   const recipe_name *e = tt_recipe_find_name(st, name);
   if (!e) return -1;
@@ -126,12 +144,17 @@ int tt_recipe_lookup(const recipe_state *st, const char *name, int *line) {
   return e->layer;
 }
 
+/* Inserts e at its first free probe slot; the caller guarantees a free slot and no equal key. */
 static void recipe_tab_put(recipe_name *tab, int cap, recipe_name e) {
   unsigned i = recipe_hash(e.key) & (unsigned)(cap - 1);
   while (tab[i].key) i = (i + 1) & (unsigned)(cap - 1);
   tab[i] = e;
 }
 
+/* Adds name -> layer (a copy of name, owned by the table). The caller has checked that the
+ * name is new; group marks the name of a repeated instance group, which may be re-pointed to
+ * its last instance later. Rehashes into a table twice as large when it would pass half
+ * full. Returns 0, or -1 on out of memory. */
 int tt_recipe_add_name(recipe_state *st, const char *name, int layer, int line, int group) {
   recipe_name e;
   size_t n = strlen(name);
@@ -156,6 +179,9 @@ int tt_recipe_add_name(recipe_state *st, const char *name, int layer, int line, 
   return 0;
 }
 
+/* Appends a copy of L as the next layer and registers L->name for it. Fails past
+ * RECIPE_MAX_LAYERS, which stops a runaway repeat or recursive template from exhausting
+ * memory. Returns 0 or -1. */
 int tt_recipe_push_layer(recipe_state *st, const tt_layer *L) {
   tt_layer *nl;
   if (st->nlayers >= RECIPE_MAX_LAYERS)
@@ -172,6 +198,8 @@ int tt_recipe_push_layer(recipe_state *st, const tt_layer *L) {
 
 /* ---- values ---- */
 
+/* Parses v as a decimal integer in [min, max] into *out. A sign '+', leading blanks, trailing
+ * text or overflow is an error (strtol would accept some of them). Returns 0 or -1. */
 int tt_recipe_int(recipe_state *st, const recipe_entry *e, const char *v, long min, long max, int *out) {
   char *end;
   long x;
@@ -186,6 +214,7 @@ int tt_recipe_int(recipe_state *st, const recipe_entry *e, const char *v, long m
   return 0;
 }
 
+/* true/false, 1/0, yes/no, on/off, exactly as written (case matters); 0 or -1. */
 int tt_recipe_bool(recipe_state *st, const recipe_entry *e, const char *v, int *out) {
   char q[64];
   if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "on")) return *out = 1, 0;
@@ -193,6 +222,7 @@ int tt_recipe_bool(recipe_state *st, const recipe_entry *e, const char *v, int *
   return tt_recipe_error(st, e->line, "expected true or false for '%s', found '%s'", e->key, tt_recipe_quote(v, q, sizeof q));
 }
 
+/* 1 when the whole of v is one finite number that strtod reads without overflow, else 0. */
 static int recipe_parse_double(const char *v, double *x) {
   char *end;
   errno = 0;
@@ -200,6 +230,8 @@ static int recipe_parse_double(const char *v, double *x) {
   return end != v && !*end && errno != ERANGE && isfinite(*x) && *v != ' ';
 }
 
+/* Parses a finite number into *out (as float) and checks it against lo and hi, each bound
+ * open or closed as lo_incl / hi_incl say; hi >= 1e30 means unbounded above in the message. */
 int tt_recipe_float(recipe_state *st, const recipe_entry *e, const char *v, double lo, double hi, int lo_incl, int hi_incl,
                  float *out) {
   double x;
@@ -217,6 +249,7 @@ int tt_recipe_float(recipe_state *st, const recipe_entry *e, const char *v, doub
   return 0;
 }
 
+/* Matches v exactly against names[0..n) and stores the index; the error lists the choices. */
 int tt_recipe_enum(recipe_state *st, const recipe_entry *e, const char *v, const char *const *names, int n, int *out) {
   char list[200] = "", q[64];
   int i;
@@ -254,6 +287,9 @@ int tt_recipe_pair(recipe_state *st, const recipe_entry *e, const char *v, long 
   return 0;
 }
 
+/* Resolves v against the recipe's directory (absolute paths and recipes given without a
+ * directory keep v as is) into out[TT_PATH_MAX]. The file is not opened here: the data
+ * loader reports a missing file. Returns 0, or -1 when the result would not fit. */
 int tt_recipe_path(recipe_state *st, const recipe_entry *e, const char *v, char *out) {
   size_t dl = strlen(st->dir);
   int n = (v[0] == '/' || !dl) ? snprintf(out, TT_PATH_MAX, "%s", v)
@@ -262,6 +298,9 @@ int tt_recipe_path(recipe_state *st, const recipe_entry *e, const char *v, char 
   return 0;
 }
 
+/* 1 to 4 comma-separated numbers >= lo (or > lo) into out[4]: a single value is used for
+ * every channel, otherwise there must be exactly one per input channel (st->m->in_c, so [net]
+ * must have been read) and the slots past in_c repeat the last value. Returns 0 or -1. */
 int tt_recipe_floats(recipe_state *st, const recipe_entry *e, const char *v, float *out, double lo, int lo_incl) {
   double x[4];
   int n = 0, c;
@@ -286,7 +325,10 @@ int tt_recipe_floats(recipe_state *st, const recipe_entry *e, const char *v, flo
 }
 
 /* "500" (optimizer steps), "30s", "10m", "10min", "1.5h" (wall time), "0" (never). Digits and
- * at most one '.' before the unit, so "0x10", "1e3" and "-5" are refused. */
+ * at most one '.' before the unit, so "0x10", "1e3" and "-5" are refused.
+ * Sets either *steps (a whole count, up to 1e12; *seconds 0) or *seconds (up to 1e9 s;
+ * *steps 0); "0" gives both 0, which callers read as never. Returns 0, or -1 for anything
+ * else. */
 int tt_parse_interval(const char *s, long long *steps, double *seconds) {
   const char *p = s;
   int dots = 0, digits = 0;
@@ -306,6 +348,7 @@ int tt_parse_interval(const char *s, long long *steps, double *seconds) {
   return 0;
 }
 
+/* tt_parse_interval with a recipe error naming the key on failure. */
 int tt_recipe_interval(recipe_state *st, const recipe_entry *e, const char *v, long long *steps, double *seconds) {
   char q[64];
   if (tt_parse_interval(v, steps, seconds) == 0) return 0;

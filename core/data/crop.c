@@ -40,7 +40,9 @@ int tt_image_check_pixels(int iw, int ih, long long max_pixels, char *reason) {
   return 0;
 }
 
-/* Counter-based uniform on [0, 1) from key and a draw index. */
+/* Counter-based uniform on [0, 1) from key and a draw index: splitmix64's finaliser over
+ * key + (i + 1) x the golden-ratio constant, top 53 bits, so draw i never depends on the
+ * draws before it. */
 static double crop_unit(uint64_t key, int i) {
   uint64_t z = key + 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -95,7 +97,8 @@ void tt_crop_box(const tt_crop *crop, int iw, int ih, int h, int w, double *b) {
 }
 
 /* The crop box as fractions of the image (the FIT box exactly as before: whole when the aspect
- * ratios agree). */
+ * ratios agree). fr[4] = {x0, y0, x1, y1}; the FIT fractions are rounded through float on
+ * purpose, as the folder reader always computed them, so its images stay bit-identical. */
 void tt_image_box_fractions(const tt_crop *crop, int iw, int ih, int h, int w, double *fr) {
   double b[4];
   if (!crop || crop->mode == TT_CROP_FIT) { /* the folder reader's transform, kept bit for bit */

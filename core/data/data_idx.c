@@ -20,6 +20,7 @@ static long long data_gzread_all(gzFile f, void *buf, size_t n) {
   while (got < n) {
     size_t want = n - got;
     int k;
+    /* gzread takes an unsigned count and returns an int: at most 1 GiB per call */
     if (want > (1u << 30)) want = 1u << 30;
     k = gzread(f, p + got, (unsigned)want);
     if (k < 0) return -1;
@@ -35,7 +36,9 @@ static uint32_t data_be32(const unsigned char *p) {
 }
 
 /* Opens an IDX file, checks the magic (type 0x08 = unsigned byte, ndims as expected) and
- * returns the dimensions. */
+ * returns the dimensions.
+ * dims gets want_dims sizes (host order). On success the returned handle owns the descriptor
+ * (gzclose) and stands at the first data byte; on failure NULL with err set, nothing open. */
 static gzFile data_idx_open(const char *path, int want_dims, uint32_t *dims, tt_err *err) {
   unsigned char hdr[16];
   long long got;
@@ -105,6 +108,7 @@ int tt_dataset_load_idx(const char *images_path, const char *labels_path, int c,
     gzclose(fi);
     return -1;
   }
+  /* the count must also fit ds->n, an int */
   if (idims[0] != ldims[0] || idims[0] == 0 || idims[0] > 0x7fffffffu) {
     gzclose(fi);
     gzclose(fl);
@@ -150,6 +154,7 @@ int tt_dataset_load_idx(const char *images_path, const char *labels_path, int c,
     ds->labels[i] = lab8[i];
     if (lab8[i] > maxl) maxl = lab8[i];
   }
+  /* IDX stores no class count: a set whose highest classes are absent counts fewer */
   ds->classes = maxl + 1;
   free(lab8);
   gzclose(fi);

@@ -510,6 +510,9 @@ static int decode_any(const void *data, size_t size, int c, int h, int w, long l
   return rc;
 }
 
+/* An encoded image in memory (JPEG, PNG, BMP, PNM, ...) to out [c, h, w] uint8, the whole
+ * image fitted to h x w (no crop). Returns 0, or -1 with reason (a caller's buffer) saying
+ * why; data is only read. */
 int tt_image_decode(const void *data, size_t size, int c, int h, int w, long long max_pixels, uint8_t *out,
                     char *reason) {
   return tt_image_decode_crop(data, size, c, h, w, max_pixels, NULL, out, reason);
@@ -549,6 +552,7 @@ int tt_file_check_kind(const char *path, char *reason) {
   return 0;
 }
 
+/* tt_image_decode_file_crop without a crop: the whole image fitted to h x w. */
 int tt_image_decode_file(const char *path, int c, int h, int w, long long max_pixels, uint8_t *out, char *reason) {
   return tt_image_decode_file_crop(path, c, h, w, max_pixels, NULL, out, reason);
 }
@@ -645,6 +649,9 @@ size_t tt_image_file_bound(const unsigned char *b, size_t n, unsigned long long 
   return (size_t)size;
 }
 
+/* An upper bound on the host bytes one decode may hold at once under max_pixels (<= 0: the
+ * default limit) for c output channels: the largest file allowed, the decoded pixels (up to 4
+ * channels) and the output. The plan report quotes it per loader thread. */
 size_t tt_image_decode_worst_bytes(long long max_pixels, int c) {
   unsigned long long lim = (unsigned long long)(max_pixels > 0 ? max_pixels : TT_DEFAULT_MAX_PIXELS);
   /* a JPEG whose frame header lies past the first 64 KiB: the largest file allowed */

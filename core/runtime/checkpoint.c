@@ -26,6 +26,12 @@ static int ckpt_has(const tt_exec *x, int i, int role, int with_state) {
   return (role == 2 ? x->train->m_buf[i] : x->train->v_buf[i]) >= 0;
 }
 
+/* Reads every tensor the file holds (ckpt_has) from the executor as fp32, in parameter order
+ * and then role order, into one data block, with names "<param><suffix>" in one names block
+ * (t[0].name is its start). On success the caller owns *out_t, *out_data and that names
+ * block and frees all three; *out_n may be 0. Returns 0, or -1 with err set and nothing
+ * allocated. The values come from the executor (tt_exec_param_get), downloaded from the
+ * device where the parameters live there. */
 static int ckpt_collect(tt_exec *x, int with_state, tt_st_tensor **out_t, float **out_data, int *out_n, tt_err *err) {
   const tt_graph *g = x->g;
   size_t total = 0;
@@ -68,6 +74,11 @@ static int ckpt_collect(tt_exec *x, int with_state, tt_st_tensor **out_t, float 
   return 0;
 }
 
+/* Writes dir/state.safetensors and then dir/weights.safetensors, each atomically, with the
+ * counters of st as decimal metadata strings (floats as %.9g, which round-trips a float
+ * exactly). The class names and, in the state file, the optimizer's name are added when st
+ * has them. Returns 0, or -1 with err set; a failure of the second file leaves the new state
+ * beside the previous weights. */
 int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_err *err) {
   char path[TT_PATH_MAX + 64];
   /* the state file first: a run killed between the two leaves a state to resume from (and the
@@ -125,6 +136,8 @@ int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_
 
 #define CKPT_FIX "the state file is damaged or was edited; resume from another checkpoint or start afresh"
 
+/* *out = the metadata integer under key, required and within [lo, hi]; 0, or -1 with a
+ * message naming the key and the remedy. */
 static int ckpt_meta_int(tt_st_file *f, const char *path, const char *key, long long lo, long long hi, long long *out,
                          tt_err *err) {
   const char *v = tt_st_meta(f, key);
@@ -154,6 +167,7 @@ static int ckpt_meta_scale(tt_st_file *f, const char *path, float *out, tt_err *
   return 0;
 }
 
+/* The run's seed, a decimal uint64 (no sign, so strtoull's acceptance of "-1" cannot pass). */
 static int ckpt_meta_seed(tt_st_file *f, const char *path, unsigned long long *out, tt_err *err) {
   const char *v = tt_st_meta(f, "seed");
   char *end;
@@ -214,6 +228,11 @@ static int ckpt_check_classes(tt_st_file *f, const char *path, const tt_ckpt_sta
   return rc;
 }
 
+/* Fills st from the state file's metadata, after checking its class names against
+ * st->classes (kept: they belong to this run, not the file). Every counter is range-checked
+ * and cross-checked (clean steps within the growth interval, skipped steps within step, the
+ * position a whole number of effective batches) so that a damaged file is refused here,
+ * not discovered as a wrong schedule later. Returns 0, or -1 with st partly written. */
 static int ckpt_read_state(tt_st_file *f, const char *path, tt_ckpt_state *st, tt_err *err) {
   long long v[7];
   const char *const *classes = st->classes;
@@ -289,6 +308,10 @@ static int ckpt_negative(const tt_st_tensor *t) {
   return 0;
 }
 
+/* Loads the parameters (and, when with_state, the optimizer state and st's counters) of file
+ * into x. Every tensor is checked (name, F32 dtype, shape, Adam's v not negative) before the
+ * first one is written, so a file the checks refuse leaves x unchanged; NaN or
+ * infinite values are loaded but reported through warn (may be NULL). Returns 0 or -1. */
 int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_state *st, tt_warn_fn warn, void *ud,
                        tt_err *err) {
   tt_st_file *f = NULL;
@@ -342,6 +365,8 @@ int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_sta
   return rc;
 }
 
+/* Writes only the weights file (values, no optimizer state) to path with meta (a NULL-ended
+ * key, value list), or with the format and recipe name when meta is NULL. 0 or -1. */
 int tt_checkpoint_save_weights(tt_exec *x, const char *path, const char *const *meta, tt_err *err) {
   tt_st_tensor *t;
   float *data;

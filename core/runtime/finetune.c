@@ -36,7 +36,10 @@ static int ft_mismatch(const tt_st_tensor *t, const tt_param *p, int first, tt_s
   return 0;
 }
 
-/* t's values as fp32 into out (numel floats). */
+/* t's values as fp32 into out (numel floats).
+ * F32 is copied; F16 is widened exactly (tt_f16_to_f32); BF16 is the top 16 bits of an fp32,
+ * so widening is a shift. The data may be unaligned in the file's buffer: read bytewise. The
+ * caller has checked the dtype with ft_mismatch and numel against the shape. */
 static void ft_convert(const tt_st_tensor *t, float *out, size_t numel) {
   const unsigned char *d = (const unsigned char *)t->data;
   if (!strcmp(t->dtype, "F32")) {
@@ -55,7 +58,8 @@ static void ft_convert(const tt_st_tensor *t, float *out, size_t numel) {
   }
 }
 
-/* Counts the tensors of f that name no parameter of g, and names the first. */
+/* Counts the tensors of f that name no parameter of g, and names the first.
+ * Quadratic in tensors x parameters; run once per fine-tune on a few hundred names. */
 static int ft_unused(const tt_st_file *f, const tt_graph *g, const char **first) {
   int n = 0;
   *first = NULL;
@@ -68,6 +72,12 @@ static int ft_unused(const tt_st_file *f, const tt_graph *g, const char **first)
   return n;
 }
 
+/* Loads into x every parameter of the recipe that file has under the same name, shape and a
+ * float dtype (converted to fp32); the others keep the values x already holds (its fresh
+ * initialisation). Appends a one-line summary to report (loaded, skipped with why, fresh,
+ * unused tensors of the file); *loaded_out (may be NULL) gets the count loaded. Fails when
+ * nothing loads, or when a matching tensor holds NaN or infinite values (training could not
+ * recover from them); parameters loaded before such a failure stay loaded. 0 or -1. */
 int tt_finetune_load(tt_exec *x, const char *file, tt_strbuf *report, int *loaded_out, tt_err *err) {
   const tt_graph *g = x->g;
   tt_st_file *f = NULL;

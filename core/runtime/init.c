@@ -75,6 +75,12 @@ static int init_vit(const tt_graph *g, int i, uint64_t seed, size_t k, double *v
   return 0;
 }
 
+/* Sets every parameter of x to its initial value, a pure function of (seed, parameter index,
+ * element index), and, in a training executor, zeroes the persistent gradients and optimizer
+ * state. Host values go through one scratch buffer as large as the largest parameter.
+ * Defaults: conv weights He normal (fan_out), other weights and biases U(+-1/sqrt(fan_in)),
+ * batch norm gamma and running variance 1, beta and running mean 0; ViT parameters as
+ * init_vit says. Returns 0, or -1 with err from the allocation or the upload. */
 int tt_exec_init_params(tt_exec *x, uint64_t seed, tt_err *err) {
   size_t maxn = 1;
   for (int i = 0; i < x->g->nparams; i++)

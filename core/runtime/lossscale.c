@@ -1,6 +1,8 @@
 /* core/runtime/lossscale.c — the dynamic loss scale (the rules are in lossscale.h). */
 #include "lossscale.h"
 
+/* Enabled (fp16 autocast): scale 2^16, growth every 2000 clean steps. Disabled: scale 1 and
+ * growth_interval 0, which tt_loss_scale_record reads as "never scale, never skip". */
 void tt_loss_scale_init(tt_loss_scale *s, int enabled) {
   /* 2^16 and 2000 steps: the usual AMP defaults; fp32 runs keep scale 1 and never change it */
   s->scale = enabled ? 65536.0f : 1.0f;
@@ -10,6 +12,9 @@ void tt_loss_scale_init(tt_loss_scale *s, int enabled) {
   s->pending = 0, s->pending_overflow = -1, s->pending_scale = s->scale;
 }
 
+/* Records one effective batch's outcome, run at scale_used. Returns 1 when it overflowed (its
+ * update was skipped and counted in skipped), else 0. The scale stays within [1, 2^24]: the
+ * range checkpoint.c accepts when reading it back. */
 int tt_loss_scale_record(tt_loss_scale *s, int overflow, float scale_used) {
   if (s->growth_interval == 0) return 0; /* fp32: no scaling, a NaN step is not skipped */
   if (overflow) {
@@ -29,4 +34,5 @@ int tt_loss_scale_record(tt_loss_scale *s, int overflow, float scale_used) {
   return 0;
 }
 
+/* The synchronous rule: the outcome of a step run at the current scale. */
 int tt_loss_scale_update(tt_loss_scale *s, int overflow) { return tt_loss_scale_record(s, overflow, s->scale); }

@@ -3,6 +3,9 @@
 
 #include "step.h"
 
+/* Copies the optimizer's settings from the recipe into hp (zeroed first, so fields the
+ * recipe does not set are 0). hp->lr starts at the base rate; tt_step_update overwrites it
+ * with the scheduled rate of each step. */
 void tt_step_hparams(const tt_train_cfg *tc, tt_opt_hparams *hp) {
   memset(hp, 0, sizeof *hp);
   hp->kind = tc->optimizer, hp->momentum = tc->momentum, hp->weight_decay = tc->weight_decay, hp->beta1 = tc->beta1;
@@ -11,6 +14,10 @@ void tt_step_hparams(const tt_train_cfg *tc, tt_opt_hparams *hp) {
   hp->clip_norm = tc->clip_norm;
 }
 
+/* Does nothing when no outcome is pending. Otherwise uses the outcome restored from a
+ * checkpoint when there is one (pending_overflow 0 or 1), else reads the device's flag
+ * (a synchronisation), records it at the scale that step ran with, and clears pending.
+ * Returns 0, or -1 when the read-back fails. */
 int tt_step_settle(tt_exec *x, tt_loss_scale *ls, tt_err *err) {
   int of = ls->pending_overflow;
   if (!ls->pending) return 0;
@@ -20,6 +27,9 @@ int tt_step_settle(tt_exec *x, tt_loss_scale *ls, tt_err *err) {
   return 0;
 }
 
+/* Issues the optimizer update (gradients unscaled by 1 / used) with Adam's counter t = the
+ * applied updates so far + 1, which is exact because the previous outcome is settled first.
+ * When loss scaling is on, this step's outcome is left pending for the next call. 0 or -1. */
 int tt_step_update(tt_exec *x, tt_opt_hparams *hp, tt_loss_scale *ls, long long step, double lr, float used,
                     tt_err *err) {
   hp->lr = (float)lr;
@@ -30,6 +40,10 @@ int tt_step_update(tt_exec *x, tt_opt_hparams *hp, tt_loss_scale *ls, long long 
   return 0;
 }
 
+/* Runs the evaluation program over one epoch of ld from its start and returns the mean loss
+ * and accuracy over *count images (0 for both when the loader yields none). Each batch is
+ * released back to the loader as soon as tt_exec_eval has taken it. Returns 0, or -1 with the loader's or
+ * the executor's error. */
 int tt_step_eval_pass(tt_exec *x, tt_loader *ld, double *loss, double *acc, long long *count, tt_err *err) {
   float st[2];
   /* the evaluation program sums loss and correct counts on the device: reset the sums, run
