@@ -486,6 +486,11 @@ struct tt_backend {
   int (*bn_bwd_relu)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                      const float *gamma, const float *bias, const float *save_mean, const float *save_invstd, void *dx,
                      float *dgamma, float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+  /* Planning only: the optional calls (core/compile/program.h TT_CAP_*) lowering's call list may
+   * assume beyond the entry points this table fills. `plan`'s stand-in for a card that is not here
+   * (the reference backend, core/runtime/session.c) lists the CUDA backend's, so the plan shows the
+   * calls the card will run; never run there. 0 in every real backend (the tables leave it out). */
+  int plan_caps;
 };
 
 
@@ -503,8 +508,9 @@ static inline size_t tt_saved_bytes(tt_save_fmt f, size_t n, size_t c, size_t hw
 static inline size_t tt_act_mask_bytes(size_t count) { return (count + 31u) / 32u * 4u; }
 
 /* The CPU backend (oneDNN primitives, the reference loops for the rest). threads <= 0 means
- * all cores. */
+ * all cores. tt_cpu_backend_create is the one with the default knobs; k NULL: the defaults. */
 tt_backend *tt_cpu_backend_create(int threads);
+tt_backend *tt_cpu_backend_create_knobs(int threads, const tt_backend_knobs *k);
 /* The reference backend (plain C loops and OpenBLAS): the truth the others are tested against. */
 tt_backend *tt_ref_backend_create(int threads);
 /* "oneDNN 2.6.3, avx512_core": what the CPU backend runs on (version, effective ISA). */

@@ -25,7 +25,7 @@ const char *tt_call_name(int fn) {
 }
 
 int tt_program_caps(const tt_backend *be, int fuse) {
-  int caps = 0;
+  int caps = be->plan_caps & (fuse ? ~0 : ~(TT_CAP_BN_RELU_FWD | TT_CAP_BN_RELU_BWD));
   if (fuse && be->bn_fwd_train_relu) caps |= TT_CAP_BN_RELU_FWD;
   if (fuse && be->bn_bwd_relu) caps |= TT_CAP_BN_RELU_BWD;
   if (be->cast_multi) caps |= TT_CAP_CAST_MULTI;

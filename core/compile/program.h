@@ -362,8 +362,8 @@ void tt_program_free(tt_program *p);
 int tt_program_calls(tt_program *p, tt_err *err);
 /* The name of a call's entry point, as the backend table and `plan --calls` name it. */
 const char *tt_call_name(int fn);
-/* The backend capabilities lowering's call list may use: be's optional entry points, less the
- * fusions when fuse is 0 (TINYTRAIN_FUSE=0). */
+/* The backend capabilities lowering's call list may use: be's optional entry points and its
+ * plan_caps (a planning stand-in's), less the fusions when fuse is 0 (TINYTRAIN_FUSE=0). */
 int tt_program_caps(const tt_backend *be, int fuse);
 /* Bytes live at the peak step, per class, counted as peak_live_bytes is (persistent buffers
  * with their alignment padding; storage an in-place op took over counted once, as the buffer

@@ -92,13 +92,13 @@ int tt_cuda_device_count(void) {
   return a ? a->device_count() : 0;
 }
 
-tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize) {
+tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, const tt_backend_knobs *knobs, char *errbuf, size_t errsize) {
   if (!cuda_load_device_files() && !getenv("TT_CUDA_LIBRARY")) {
     if (errbuf && errsize) snprintf(errbuf, errsize, "no NVIDIA GPU found (no /dev/nvidia* device files); use --device cpu or --device auto");
     return NULL;
   }
   const tt_cuda_api *a = cuda_load();
-  if (a) return a->backend_create(reserve_bytes, errbuf, errsize);
+  if (a) return a->backend_create(reserve_bytes, knobs, errbuf, errsize);
   if (errbuf && errsize) snprintf(errbuf, errsize, "%s", cuda_load_why);
   return NULL;
 }

@@ -4,6 +4,7 @@
  * on the device (kernels/cuda/cuda_nccl.cu), its unique id broadcast over MPI. Every MPI call
  * returns its error (MPI_ERRORS_RETURN) and is checked: a failure names the rank and the
  * call. A process that dies is mpirun's to report: it ends the whole job. */
+#include "../base/knobs.h"
 #include "dist.h"
 
 #include <pthread.h>
@@ -63,13 +64,7 @@ static void dist_wait_end(void) {
   __atomic_store(&dist_wait_since, &z, __ATOMIC_RELEASE);
 }
 
-double tt_dist_timeout(void) {
-  const char *v = getenv("TINYTRAIN_DIST_TIMEOUT");
-  char *end;
-  if (!v || !*v) return 300.0;
-  double t = strtod(v, &end);
-  return *end || t < 0 ? -1.0 : t;
-}
+double tt_dist_timeout(void) { return tt_knobs_get()->dist_timeout; }
 
 static void *dist_watchdog(void *arg) {
   (void)arg;
@@ -268,10 +263,8 @@ static int dist_mpi_init(tt_err *err) {
   DIST_MPI(err, MPI_Comm_rank(local, &dist_g.local_rank));
   DIST_MPI(err, MPI_Comm_size(local, &dist_g.local_size));
   DIST_MPI(err, MPI_Comm_free(&local));
+  if (tt_knobs_init(err)) return -1; /* TINYTRAIN_DIST_TIMEOUT among them, refused when malformed */
   dist_timeout = tt_dist_timeout();
-  if (dist_timeout < 0)
-    return tt_fail(err, "TINYTRAIN_DIST_TIMEOUT='%.40s': expected seconds (a number, 0 for no limit)",
-                   getenv("TINYTRAIN_DIST_TIMEOUT"));
   if (dist_g.size > 1 && dist_arrivals_init(err)) return -1;
   if (dist_g.size > 1 && dist_timeout > 0) {
     pthread_t t;
@@ -499,9 +492,8 @@ struct tt_dist_buckets {
  * (PyTorch DDP's default): a few buckets for a small model, 25 MiB messages for a large one.
  * TINYTRAIN_DIST_BUCKET=BYTES sets it (tests: many buckets on a small model). */
 static size_t dist_bucket_cap(size_t total) {
-  const char *env = getenv("TINYTRAIN_DIST_BUCKET");
   size_t cap = total / 4, lo = (size_t)256 << 10, hi = (size_t)25 << 20;
-  if (env && *env && tt_parse_size(env, &cap) == 0 && cap > 0) return cap;
+  if (tt_knobs_get()->dist_bucket) return tt_knobs_get()->dist_bucket;
   return cap < lo ? lo : cap > hi ? hi : cap;
 }
 

@@ -78,7 +78,7 @@ typedef struct tt_dist_field {
 int tt_dist_agree(const tt_dist_field *f, int n, tt_err *err);
 /* The watchdog's limit: seconds a host collective may wait for the other ranks before this
  * rank prints a line naming the collective and the rank(s) it waited for and ends (mpirun then
- * ends the job). TINYTRAIN_DIST_TIMEOUT, default 300, 0 none; -1 when it is not a number. */
+ * ends the job). TINYTRAIN_DIST_TIMEOUT (core/base/knobs.h), default 300, 0 none. */
 double tt_dist_timeout(void);
 
 /* Seconds spent in the gradient all-reduce (waiting for the slowest rank included) and bytes

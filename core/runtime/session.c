@@ -1,6 +1,8 @@
 /* core/runtime/session.c — opening a recipe: parse, build, choose the backend, schedule, allocate. */
 #include "session.h"
 
+#include "../base/knobs.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +72,7 @@ static int session_threads(int asked) {
  * workspace). *reserve: the device memory outside the arena that the budget must leave. */
 static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode mode, size_t *reserve, tt_err *err) {
   const tt_device_profile *gpu = NULL;
+  const tt_knobs *kn = tt_knobs_get(); /* read at the session's start (tt_session_open) */
   if (o->gpu) {
     if (mode != TT_SESSION_PLAN) return tt_fail(err, "--gpu %s: only `plan` plans for a card by name", o->gpu);
     if (o->device == TT_DEVICE_CPU) return tt_fail(err, "--gpu %s plans for a CUDA card, --device cpu for the CPU: give one of them", o->gpu);
@@ -87,7 +90,7 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
     }
     if (ndev > 0 || (mode != TT_SESSION_PLAN && o->device == TT_DEVICE_CUDA)) {
       if (mode != TT_SESSION_PLAN && tt_dist_cuda_select(err)) return -1;
-      s->be = tt_cuda_backend_create(reserve, err ? err->msg : NULL, err ? sizeof err->msg : 0);
+      s->be = tt_cuda_backend_create(reserve, &kn->be, err ? err->msg : NULL, err ? sizeof err->msg : 0);
       if (!s->be || (mode == TT_SESSION_TRAIN && tt_dist_cuda_attach(s->be, reserve, err))) return -1;
       s->target_cuda = 1, s->reserve_measured = 1;
       /* `auto` asks the device itself: bf16 from sm_80 (the backend computes bf16 convolutions
@@ -114,21 +117,20 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
 #endif
   /* TINYTRAIN_CPU_BACKEND=ref runs the reference loops instead of oneDNN (for comparisons; the
    * tests create both backends themselves). */
-  const char *pick = getenv("TINYTRAIN_CPU_BACKEND");
   s->target_cuda = mode == TT_SESSION_PLAN && (gpu || o->device == TT_DEVICE_CUDA);
-  if (pick && *pick && strcmp(pick, "ref") && strcmp(pick, "onednn"))
-    return tt_fail(err, "TINYTRAIN_CPU_BACKEND=%s: expected 'onednn' (the default) or 'ref'", pick);
-  if (s->target_cuda || (pick && !strcmp(pick, "ref")))
+  if (s->target_cuda || kn->cpu_ref)
     s->be = tt_ref_backend_create(session_threads(o->threads));
   else
-    s->be = tt_cpu_backend_create(session_threads(o->threads));
+    s->be = tt_cpu_backend_create_knobs(session_threads(o->threads), &kn->be);
   if (!s->be) return tt_fail(err, "could not create the CPU backend");
   /* planning for a card with the reference backend standing in: plan the buffers the CUDA backend
    * gets (a staged batch: the training program's input buffers persistent, lower.c); nothing runs */
   if (s->target_cuda) {
     s->be->host_memory = 0;
-    /* and the CUDA backend's layouts (tt_cuda.h), so the plan shows the layout the card gets */
-    s->be->layouts_16bit = tt_cuda_layouts_16bit();
+    /* and the CUDA backend's layouts (tt_cuda.h) and optional calls (the fused batch norm + ReLU,
+     * the many-tensor casts and updates), so the plan shows the layout and the calls the card gets */
+    s->be->layouts_16bit = tt_cuda_layouts_16bit(&kn->be);
+    s->be->plan_caps = TT_CAP_BN_RELU_FWD | TT_CAP_BN_RELU_BWD | TT_CAP_CAST_MULTI | TT_CAP_UPDATE_MULTI;
   }
   if (gpu) {
     s->profile = gpu, s->target = gpu->name;
@@ -204,6 +206,9 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
     return tt_fail(err, "tf32 %d: use TT_TF32_RECIPE (0), TT_TF32_ON (1) or TT_TF32_OFF (2)", (int)o->tf32);
   if (o->threads < 0 || o->epochs < 0 || o->micro_batch < 0 || o->ranks < 0 || o->max_steps < 0)
     return tt_fail(err, "threads, epochs, micro_batch, ranks and max_steps must be >= 0 (0: the default)");
+  /* the TINYTRAIN_* knobs, read once for the session (core/base/knobs.h): a malformed or unknown
+   * one is refused here, before anything is built, for the command line and the C API alike */
+  if (tt_knobs_init(err)) return -1;
   tt_session *s = (tt_session *)tt_calloc(1, sizeof(tt_session), "session", err);
   size_t reserve = 0;
   double t0; /* declared before the first goto: C++ (the amalgamation under nvcc) forbids jumping over an initialisation */

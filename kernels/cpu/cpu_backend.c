@@ -186,9 +186,13 @@ static const tt_backend cpu_be_table = {
     NULL, /* tune: nothing to time */
     0u, /* layouts_16bit: none beyond `layouts` (set at creation) */
     NULL, NULL, /* bn_fwd_train_relu, bn_bwd_relu: batch norm and ReLU run apart */
+    0, /* plan_caps: a real backend's calls are its entry points */
 };
 
-tt_backend *tt_cpu_backend_create(int threads) {
+tt_backend *tt_cpu_backend_create(int threads) { return tt_cpu_backend_create_knobs(threads, NULL); }
+
+tt_backend *tt_cpu_backend_create_knobs(int threads, const tt_backend_knobs *kn) {
+  tt_backend_knobs dk;
   tt_backend *b = (tt_backend *)calloc(1, sizeof *b);
   tt_cpu_state *st = (tt_cpu_state *)calloc(1, sizeof *st);
   if (!b || !st) {
@@ -196,38 +200,28 @@ tt_backend *tt_cpu_backend_create(int threads) {
     free(st);
     return NULL;
   }
+  if (!kn) tt_backend_knobs_default(&dk), kn = &dk;
   tt_ref_state_init(&st->ref, threads);
   st->ref.nhwc_pool = 1; /* the reference pooling loops run here on NHWC too (cpu_pool.c) */
-  st->chunk_bytes = TT_CPU_CHUNK_BYTES;
-  {
-    const char *env = getenv("TINYTRAIN_CPU_CHUNK_BYTES");
-    if (env && atol(env) > 0) st->chunk_bytes = (size_t)atol(env);
-  }
-  { /* backward 1x1 bf16 NHWC convolutions as matmuls and the larger bf16 backward weights in fp32
-     * (cpu_conv.c's cpu_conv_mm and cpu_conv_bwdw_f32 say why) unless 0 */
-    const char *env = getenv("TINYTRAIN_CONV_MATMUL");
-    st->conv_matmul = !(env && !strcmp(env, "0"));
-  }
-  { /* the larger bf16 backward-weights convolutions in fp32 only where oneDNN's bf16 kernel for
-     * them is the AMX one (cpu_conv.c's cpu_conv_bwdw_f32 says why); TINYTRAIN_CONV_BWDW=f32 or
-     * bf16 chooses, to measure */
-    const char *env = getenv("TINYTRAIN_CONV_BWDW");
-    st->bwdw_f32 = env && !strcmp(env, "f32") ? 1 : env && !strcmp(env, "bf16") ? 0 : tt_cpu_isa_amx();
-    if (!st->conv_matmul) st->bwdw_f32 = 0; /* TINYTRAIN_CONV_MATMUL=0 keeps every convolution bf16 */
-  }
+  st->chunk_bytes = kn->cpu_chunk_bytes ? kn->cpu_chunk_bytes : TT_CPU_CHUNK_BYTES; /* TINYTRAIN_CPU_CHUNK_BYTES */
+  /* backward 1x1 bf16 NHWC convolutions as matmuls and the larger bf16 backward weights in fp32
+   * (cpu_conv.c's cpu_conv_mm and cpu_conv_bwdw_f32 say why) unless TINYTRAIN_CONV_MATMUL=0 */
+  st->conv_matmul = kn->conv_matmul != 0;
+  /* the larger bf16 backward-weights convolutions in fp32 only where oneDNN's bf16 kernel for them
+   * is the AMX one (cpu_conv.c's cpu_conv_bwdw_f32 says why); TINYTRAIN_CONV_BWDW=f32 or bf16
+   * chooses, to measure; TINYTRAIN_CONV_MATMUL=0 keeps every convolution bf16 */
+  st->bwdw_f32 = kn->conv_bwdw >= 0 ? kn->conv_bwdw : tt_cpu_isa_amx();
+  if (!st->conv_matmul) st->bwdw_f32 = 0;
   *b = cpu_be_table;
   b->impl = st;
-  /* NHWC (activations channels-last between convolutions, cpu_conv.c) unless the environment
-   * asks for TINYTRAIN_LAYOUT=nchw. Measured on the idle 2-core AMX machine (2026-11-26, after
-   * batch norm's row loops were split into fixed row blocks and bf16 widened in the loops;
-   * bench_step, medians of 3 alternating processes): NHWC at least as fast as NCHW everywhere,
-   * ResNet-50 micro-batch 16 bf16 1888 against 2172 ms, fp32 3014 against 3033; the small ResNet
-   * bf16 290 against 336, fp32 439 against 469; LeNet bf16 19.8 against 20.4, fp32 22.3 against 23.5.
-   * (Before that rewrite NHWC was slower: 3484 against 3081 ms, ResNet-50 fp32.) */
-  {
-    const char *env = getenv("TINYTRAIN_LAYOUT");
-    b->layouts = env && !strcmp(env, "nchw") ? 0u : 1u << TT_LAYOUT_NHWC;
-  }
+  /* NHWC (activations channels-last between convolutions, cpu_conv.c) unless the knobs ask for
+   * TINYTRAIN_LAYOUT=nchw. Measured on the idle 2-core AMX machine (2026-11-26, after batch norm's
+   * row loops were split into fixed row blocks and bf16 widened in the loops; bench_step, medians
+   * of 3 alternating processes): NHWC at least as fast as NCHW everywhere, ResNet-50 micro-batch
+   * 16 bf16 1888 against 2172 ms, fp32 3014 against 3033; the small ResNet bf16 290 against 336,
+   * fp32 439 against 469; LeNet bf16 19.8 against 20.4, fp32 22.3 against 23.5. (Before that
+   * rewrite NHWC was slower: 3484 against 3081 ms, ResNet-50 fp32.) */
+  b->layouts = kn->layout == TT_LAYOUT_NCHW ? 0u : 1u << TT_LAYOUT_NHWC;
 #ifdef _OPENMP
   omp_set_dynamic(0); /* oneDNN partitions work for exactly the team it asks for */
 #endif

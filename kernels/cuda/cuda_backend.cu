@@ -529,10 +529,7 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   st->ws_cap = tot / 64;
   if (st->ws_cap > TT_CUDA_CONV_WS_DEFAULT_CAP) st->ws_cap = TT_CUDA_CONV_WS_DEFAULT_CAP;
   st->ws_cap_default = st->ws_cap;
-  { /* convolutions among deterministic cuDNN algorithms only (docs/gpu.md) */
-    const char *det = getenv("TINYTRAIN_CUDA_DETERMINISTIC");
-    st->deterministic = det && *det && strcmp(det, "0") != 0;
-  }
+  st->deterministic = st->knobs.cuda_deterministic != 0; /* deterministic cuDNN algorithms only (docs/gpu.md) */
   st->blas_ws = (size_t)(prop.major >= 9 ? 32 : 4) << 20; /* cuda_linear.cu says why */
   /* What cuDNN and cuBLAS may still load after setup (tt_cuda.h): their modules, and the local
    * memory the context grows to for a kernel needing more per thread, which the driver sizes for
@@ -622,9 +619,11 @@ static const tt_backend cuda_be_table = {
     tt_cuda_conv_find, /* tune: cudnnFind*Ex over the arena's transient region at setup */
     0u, /* layouts_16bit: set by tt_cuda_backend_create (NHWC only under TINYTRAIN_LAYOUT=nhwc) */
     tt_cuda_bn_fwd_train_relu, tt_cuda_bn_bwd_relu, /* batch norm and ReLU in one call */
+    0, /* plan_caps: a real backend's calls are its entry points */
 };
 
-extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize) {
+extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, const tt_backend_knobs *knobs, char *errbuf,
+                                               size_t errsize) {
   int count = 0;
   size_t reserve = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
@@ -654,12 +653,14 @@ extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbu
   }
   *b = cuda_be_table;
   b->impl = st;
+  if (knobs) st->knobs = *knobs; /* what the knobs ask (core/base/knobs.c); NULL: the defaults */
+  else tt_backend_knobs_default(&st->knobs);
   /* fp16/bf16 activations stay NCHW unless TINYTRAIN_LAYOUT=nhwc. Measured on the first H100
    * run (2026-11-27, cuDNN 9.19, ResNet-50 bf16 at micro-batch 64, TINYTRAIN_CUDA_PROFILE=1):
    * NHWC took 1.37x NCHW's time (4.83 s against 3.53 s for 12 steps; convolutions 2.70 s against
    * 2.04 s, batch norm 1.21 s against 0.75 s): the legacy API offers three algorithms per
    * direction for NHWC and they were slower (docs/gpu.md#nhwc-activations-for-fp16-and-bf16) */
-  b->layouts_16bit = tt_cuda_layouts_16bit();
+  b->layouts_16bit = tt_cuda_layouts_16bit(&st->knobs);
   /* the device the calling thread selected: 0, or the one a multi-process launch chose by
    * local rank (tt_cuda_select_device) */
   st->device = cuda_next_device;

@@ -296,11 +296,10 @@ int tt_cuda_bn_chip_bwd(tt_backend *b, const char *op, int n, int c, int hw, tt_
 #define CUDA_BN_RES_CAP (62 * 1024)
 int tt_cuda_norm_setup(tt_backend *b, const cudaDeviceProp *prop) {
   tt_cuda_state *st = tt_cuda_st(b);
-  const char *env = getenv("TINYTRAIN_CUDA_BN_RESIDENT");
   cudaFuncAttributes fa, ba;
   size_t stat, cap;
   st->bn_res_cap = st->bn_res_cap_default = 0;
-  if (env && !strcmp(env, "0")) return 0;
+  if (!st->knobs.cuda_bn_resident) return 0; /* TINYTRAIN_CUDA_BN_RESIDENT=0 */
   CUDA_CHECK(b, cudaFuncGetAttributes(&fa, cuda_bn_res_fwd_k));
   CUDA_CHECK(b, cudaFuncGetAttributes(&ba, cuda_bn_res_bwd_k));
   stat = fa.sharedSizeBytes > ba.sharedSizeBytes ? fa.sharedSizeBytes : ba.sharedSizeBytes;

@@ -413,11 +413,10 @@ static int cuda_conv_find_one(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind wh
 
 int tt_cuda_conv_find(tt_backend *b, const tt_op_desc *ops, int nops, void *scratch, size_t scratch_bytes) {
   tt_cuda_state *st = tt_cuda_st(b);
-  const char *env = getenv("TINYTRAIN_CUDA_FIND");
   int i, j, algo;
   size_t need;
   st->conv_found = 0;
-  if (env && !strcmp(env, "0")) return 0; /* the documented off switch: the heuristic choices stay */
+  if (!st->knobs.cuda_find) return 0; /* TINYTRAIN_CUDA_FIND=0, the documented off switch: the heuristic choices stay */
   if (nops < 0 || (nops && !ops)) return tt_cuda_fail(b, "tune: %d calls at %p", nops, (const void *)ops);
   if (!scratch) scratch_bytes = 0;
   for (i = 0; i < nops; i++) {

@@ -77,6 +77,7 @@ typedef struct tt_cuda_state {
   int tf32;             /* 1: fp32 convolutions and GEMMs may use TF32 (tt_cuda_set_tf32; only from cc 80) */
   int deterministic;    /* TINYTRAIN_CUDA_DETERMINISTIC=1 (read at creation): convolutions take only algorithms
                          * cuDNN reports CUDNN_DETERMINISTIC (no atomics: the same bits run to run) */
+  tt_backend_knobs knobs; /* what creation was given (core/base/knobs.c): find, deterministic, bn_resident, layout */
   int conv_found;       /* directions whose algorithm cudnnFind*Ex chose at setup (tt_cuda_conv_find); for tests */
   size_t blas_ws;       /* cuBLAS workspace each GEMM is planned (cuda_linear.cu) */
   size_t lib_margin;    /* device memory kept for what cuDNN/cuBLAS load after setup (tt_cuda_library_margin) */

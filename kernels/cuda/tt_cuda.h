@@ -12,12 +12,11 @@
 extern "C" {
 #endif
 
-/* The CUDA backend's layouts_16bit (backend.h): NHWC under TINYTRAIN_LAYOUT=nhwc, else none (fp16
- * and bf16 activations NCHW: measured faster on an H100, cuda_backend.cu). One rule for the
- * backend itself and for `plan`'s stand-in for a card not here (core/runtime/session.c). */
-static inline unsigned tt_cuda_layouts_16bit(void) {
-  const char *lay = getenv("TINYTRAIN_LAYOUT");
-  return lay && !strcmp(lay, "nhwc") ? 1u << TT_LAYOUT_NHWC : 0u;
+/* The CUDA backend's layouts_16bit (backend.h): NHWC where the knobs ask (TINYTRAIN_LAYOUT=nhwc),
+ * else none (fp16 and bf16 activations NCHW: measured faster on an H100, cuda_backend.cu). One
+ * rule for the backend itself and for `plan`'s stand-in for a card not here (core/runtime/session.c). */
+static inline unsigned tt_cuda_layouts_16bit(const tt_backend_knobs *k) {
+  return k && k->layout == TT_LAYOUT_NHWC ? 1u << TT_LAYOUT_NHWC : 0u;
 }
 
 /* NULL with a message in errbuf (errsize bytes; "no CUDA device (...)") when there is no
@@ -25,7 +24,7 @@ static inline unsigned tt_cuda_layouts_16bit(void) {
  * (loaded at setup) and the cuBLAS/cuDNN handles took: NVML's used bytes before the context
  * exists and after all of that (cudaMemGetInfo when NVML is missing: then everything in use on
  * the device counts). It does not include TT_CUDA_LIBRARY_MARGIN_BYTES. */
-tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, char *errbuf, size_t errsize);
+tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, const tt_backend_knobs *knobs, char *errbuf, size_t errsize);
 /* What cuDNN and cuBLAS may still take after setup: their kernels load lazily, on an
  * algorithm's first run, and a kernel that needs more local memory than the context holds
  * grows it. The planner keeps this much beside the measured reserve, and a training session
@@ -110,10 +109,10 @@ void tt_cuda_nccl_destroy(tt_backend *b);
  * cuda_load.c), so that a command that uses none (--help, plan --device cpu, training on a
  * machine without a GPU) never maps cudart, cuBLAS, cuDNN or NCCL. The amalgamation and the
  * emulation link the backend directly. TT_CUDA_API_VERSION: bumped whenever the table changes. */
-#define TT_CUDA_API_VERSION 5
+#define TT_CUDA_API_VERSION 6
 typedef struct tt_cuda_api {
   int version, size;
-  tt_backend *(*backend_create)(size_t *, char *, size_t);
+  tt_backend *(*backend_create)(size_t *, const tt_backend_knobs *, char *, size_t);
   int (*mem_free)(tt_backend *, size_t *, size_t *);
   int (*device_count)(void);
   const char *(*info)(void);

@@ -53,8 +53,6 @@ static const char *layout_recipe =
 
 static char tmpdir[64];
 
-tt_backend *tt_cpu_backend_create(int threads);
-tt_backend *tt_ref_backend_create(int threads);
 
 static int node_of(const tt_model *m, const char *name) {
   for (int i = 0; i < m->nlayers; i++)
@@ -79,14 +77,15 @@ static int layout_lower(tt_backend *be, tt_model *m, tt_graph *g, tt_program *p,
 static void test_plan_layouts(void) {
   TT_TEST_BEGIN("layout_plan_cpu_nhwc_between_convs");
   { /* NHWC is the default; TINYTRAIN_LAYOUT=nchw asks for plain NCHW (cpu_backend.c says why) */
-    unsetenv("TINYTRAIN_LAYOUT");
     tt_backend *dflt = tt_cpu_backend_create(1);
     TT_CHECK(dflt && dflt->layouts == (1u << TT_LAYOUT_NHWC), "the oneDNN backend lists layouts %u without TINYTRAIN_LAYOUT",
              dflt ? dflt->layouts : 0u);
     if (dflt) dflt->destroy(dflt);
   }
-  setenv("TINYTRAIN_LAYOUT", "nhwc", 1);
-  tt_backend *be = tt_cpu_backend_create(1);
+  tt_backend_knobs kn;
+  tt_backend_knobs_default(&kn);
+  kn.layout = TT_LAYOUT_NHWC; /* TINYTRAIN_LAYOUT=nhwc */
+  tt_backend *be = tt_cpu_backend_create_knobs(1, &kn);
   tt_model m;
   tt_graph g;
   tt_program p;
@@ -128,9 +127,8 @@ static void test_plan_layouts(void) {
     tt_program q;
     tt_model m2;
     tt_graph g2;
-    setenv("TINYTRAIN_LAYOUT", "nchw", 1);
-    tt_backend *plain = tt_cpu_backend_create(1);
-    unsetenv("TINYTRAIN_LAYOUT");
+    kn.layout = TT_LAYOUT_NCHW; /* TINYTRAIN_LAYOUT=nchw */
+    tt_backend *plain = tt_cpu_backend_create_knobs(1, &kn);
     TT_CHECK(plain && plain->layouts == 0, "TINYTRAIN_LAYOUT=nchw: the backend still lists layouts %u", plain ? plain->layouts : 0u);
     if (plain && !layout_lower(plain, &m2, &g2, &q, &e)) {
       TT_CHECK(q.n_nhwc == 0 && q.n_layout_convs == 0, "TINYTRAIN_LAYOUT=nchw planned %d NHWC nodes", q.n_nhwc);

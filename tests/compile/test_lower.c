@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/base/knobs.h"
 #include "core/compile/dispatch.h"
 #include "core/compile/graph.h"
 #include "core/compile/program.h"
@@ -41,12 +42,14 @@ static void lw_close(lw *t);
 /* Builds the program; on failure records it in the current test, frees what was made and
  * returns -1. */
 static int lw_no_apply; /* lw_open: plan for a backend without bn_apply (the CUDA backend's table for now) */
+static int lw_caps;     /* lw_open: the backend's plan_caps (the optional calls the call list may use) */
 
 static int lw_open(lw *t, int training, tt_dtype dt, int inplace, const unsigned char *rec) {
   tt_err e = {{0}};
   memset(t, 0, sizeof *t);
   t->be = tt_cpu_backend_create(1);
   if (t->be && lw_no_apply) t->be->bn_apply = NULL;
+  if (t->be) t->be->plan_caps = lw_caps;
   tt_policy pol;
   memset(&pol, 0, sizeof pol);
   pol.micro_batch = 4, pol.accum_steps = 1, pol.act_dtype = dt, pol.inplace = inplace, pol.training = training;
@@ -724,6 +727,126 @@ static void test_vit(void) {
   cpu->destroy(cpu);
 }
 
+
+/* The index of the first call of kind fn in p's list, or -1. */
+static int first_call(const tt_program *p, int fn) {
+  for (int i = 0; i < p->ncalls; i++)
+    if (p->calls[i].fn == fn) return i;
+  return -1;
+}
+
+/* The final call list (core/compile/calls.c): every step resolved into its calls, contiguous per
+ * step; the fusion table joins b1 + r1 forward and r1 + b1 backward where the backend offers the
+ * fused calls (and TINYTRAIN_FUSE is not 0), the casts and updates become one many-tensor call
+ * each where it offers those; without them the list is the steps' dispatch calls exactly. */
+static void test_calls(void) {
+  TT_TEST_BEGIN("lower_final_call_list_and_fusions");
+  lw t;
+  tt_err e;
+  lw_caps = 0;
+  if (lw_open(&t, 1, TT_F32, 1, NULL)) return;
+  const tt_program *p = &t.p;
+  int ok = p->step_call && p->step_call[0] == 0 && p->step_call[p->nsteps] == p->ncalls;
+  for (int i = 0; ok && i < p->nsteps; i++) {
+    tt_call tmp[TT_STEP_MAX_CALLS];
+    int n = tt_step_calls(p, &p->steps[i], p->policy.micro_batch, tmp), have = p->step_call[i + 1] - p->step_call[i];
+    int layer = p->steps[i].op == TT_S_FWD || p->steps[i].op == TT_S_BWD;
+    ok = p->step_call[i] <= p->step_call[i + 1] && (layer ? have == n : have >= 1);
+    for (int k = p->step_call[i]; ok && k < p->step_call[i + 1]; k++) ok = p->calls[k].step == i;
+    TT_CHECK(ok, "step %d (%s): %d calls listed, dispatch makes %d", i, p->steps[i].name ? p->steps[i].name : "-", have, n);
+  }
+  TT_CHECK(p->n_fused == 0 && first_call(p, TT_CALL_BN_RELU_FWD) < 0 && first_call(p, TT_CALL_UPDATE_MULTI) < 0,
+           "the CPU backend has no fused or many-tensor calls, yet the list has %d fused pairs", p->n_fused);
+  lw_close(&t);
+
+  lw_caps = TT_CAP_BN_RELU_FWD | TT_CAP_BN_RELU_BWD | TT_CAP_CAST_MULTI | TT_CAP_UPDATE_MULTI;
+  if (!lw_open(&t, 1, TT_F32, 1, NULL)) {
+    p = &t.p;
+    int bf = find_step(p, TT_S_FWD, 2, 0), rf = find_step(p, TT_S_FWD, 3, 0);
+    int rb = find_step(p, TT_S_BWD, 3, 0), bb = find_step(p, TT_S_BWD, 2, 0);
+    int f = first_call(p, TT_CALL_BN_RELU_FWD), g = first_call(p, TT_CALL_BN_RELU_BWD), u = first_call(p, TT_CALL_UPDATE_MULTI);
+    TT_CHECK(p->n_fused == 2 && f >= 0 && g >= 0, "fused pairs %d (want b1 + r1 forward and backward)", p->n_fused);
+    if (f >= 0 && g >= 0 && bf >= 0 && rf >= 0 && rb >= 0 && bb >= 0) {
+      const tt_call *rc = &p->calls[p->step_call[rf]], *rbc = &p->calls[p->step_call[rb]];
+      TT_CHECK(p->calls[f].step == bf && rc->skip == TT_CALL_FUSED_AWAY && rc->fused_into == f,
+               "forward: the fused call is at step %d (b1 is %d), r1's call skip %d into %d", p->calls[f].step, bf, rc->skip,
+               rc->fused_into);
+      TT_CHECK(p->calls[g].step == bb && rbc->skip == TT_CALL_FUSED_AWAY && rbc->fused_into == g &&
+                   p->calls[g].in[1] == p->steps[rb].in[TT_BWD_DY] && p->calls[g].in[3] == p->param_buf[t.g.nodes[2].beta],
+               "backward: the fused call reads dy %d (r1's is %d) and beta %d", p->calls[g].in[1], p->steps[rb].in[TT_BWD_DY],
+               p->calls[g].in[3]);
+    }
+    TT_CHECK(u >= 0 && p->calls[u].nseg == 7 && u + 7 < p->ncalls && p->calls[u + 7].skip == TT_CALL_MEMBER &&
+                 p->calls[u + 7].fn == TT_CALL_UPDATE,
+             "the update: one update_multi over the 7 trainable tensors (at %d, %d of them)", u, u >= 0 ? p->calls[u].nseg : -1);
+    lw_close(&t);
+  }
+  /* TINYTRAIN_FUSE=0: no fusion even where the backend has the calls */
+  setenv("TINYTRAIN_FUSE", "0", 1);
+  TT_CHECK(tt_knobs_init(&e) == 0, "TINYTRAIN_FUSE=0: %s", e.msg);
+  if (!lw_open(&t, 1, TT_F32, 1, NULL)) {
+    TT_CHECK(t.p.n_fused == 0 && first_call(&t.p, TT_CALL_UPDATE_MULTI) >= 0, "TINYTRAIN_FUSE=0 left %d fused pairs",
+             t.p.n_fused);
+    lw_close(&t);
+  }
+  unsetenv("TINYTRAIN_FUSE");
+  tt_knobs_init(&e);
+  /* fp16: the five weight copies cast by one cast_multi */
+  if (!lw_open(&t, 1, TT_F16, 1, NULL)) {
+    int c = first_call(&t.p, TT_CALL_CAST_MULTI);
+    TT_CHECK(c >= 0 && t.p.calls[c].nseg == 5 && t.p.calls[c].op.dt == TT_F16, "cast_multi at %d over %d tensors", c,
+             c >= 0 ? t.p.calls[c].nseg : -1);
+    lw_close(&t);
+  }
+  lw_caps = 0;
+  TT_TEST_END();
+}
+
+/* core/base/knobs.c: every TINYTRAIN_* variable read once; unknown names and malformed values are
+ * refused with the variable's name; plan's list shows only the knobs that differ from the defaults. */
+static void test_knobs(void) {
+  TT_TEST_BEGIN("knobs_read_refuse_and_print");
+  tt_knobs k;
+  tt_err e;
+  static const char *bad[][2] = {{"TINYTRAIN_FUSE", "2"},          {"TINYTRAIN_FUSE", ""},
+                                 {"TINYTRAIN_LAYOUT", "NHWC"},     {"TINYTRAIN_CPU_CHUNK_BYTES", "0x10"},
+                                 {"TINYTRAIN_CPU_CHUNK_BYTES", "-5"}, {"TINYTRAIN_DIST_TIMEOUT", "soon"},
+                                 {"TINYTRAIN_LAYOUTS", "nhwc"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv(bad[i][0], bad[i][1], 1);
+    int rc = tt_knobs_read(&k, &e);
+    unsetenv(bad[i][0]);
+    TT_CHECK(rc == -1 && strstr(e.msg, bad[i][0]), "%s='%s' was not refused by name: rc %d, '%s'", bad[i][0], bad[i][1], rc,
+             rc ? e.msg : "");
+  }
+  setenv("TINYTRAIN_LAYOUTS", "nhwc", 1);
+  tt_knobs_read(&k, &e);
+  unsetenv("TINYTRAIN_LAYOUTS");
+  TT_CHECK(strstr(e.msg, "did you mean TINYTRAIN_LAYOUT"), "a misspelt name gets no suggestion: %s", e.msg);
+  setenv("TINYTRAIN_LAYOUT", "nchw", 1);
+  setenv("TINYTRAIN_CPU_CHUNK_BYTES", "64K", 1);
+  setenv("TINYTRAIN_DIST_TIMEOUT", "2.5", 1);
+  int rc = tt_knobs_read(&k, &e);
+  unsetenv("TINYTRAIN_LAYOUT"), unsetenv("TINYTRAIN_CPU_CHUNK_BYTES"), unsetenv("TINYTRAIN_DIST_TIMEOUT");
+  TT_CHECK(rc == 0 && k.be.layout == TT_LAYOUT_NCHW && k.be.cpu_chunk_bytes == 65536 && k.dist_timeout == 2.5,
+           "well-formed values: rc %d layout %d chunk %zu timeout %g (%s)", rc, k.be.layout, k.be.cpu_chunk_bytes,
+           k.dist_timeout, rc ? e.msg : "");
+  FILE *f = tmpfile();
+  char text[512] = "";
+  int n = f ? tt_knobs_print_changed(&k, f, "knobs:") : -1;
+  if (f) {
+    rewind(f);
+    text[fread(text, 1, sizeof text - 1, f)] = 0;
+    fclose(f);
+  }
+  TT_CHECK(n == 3 && strstr(text, "TINYTRAIN_LAYOUT=nchw") && strstr(text, "TINYTRAIN_CPU_CHUNK_BYTES=65536") &&
+               strstr(text, "TINYTRAIN_DIST_TIMEOUT=2.5") && !strstr(text, "TINYTRAIN_FUSE"),
+           "%d changed knobs printed:\n%s", n, text);
+  tt_knobs_default(&k);
+  TT_CHECK(tt_knobs_print_changed(&k, stdout, "knobs:") == 0, "the defaults print as changed");
+  TT_TEST_END();
+}
+
 /* The registry (tests/tt_test.h): --list prints it, --only NAME|TAG runs part of it. */
 static const tt_test_case tests[] = {
   TT_TEST("workspace_query_failure", "compile lower", test_workspace_query_failure),
@@ -735,6 +858,8 @@ static const tt_test_case tests[] = {
   TT_TEST("sched_agrees", "compile lower", test_sched_agrees),
   TT_TEST("size_overflow", "compile lower", test_size_overflow),
   TT_TEST("vit", "compile lower", test_vit),
+  TT_TEST("calls", "compile lower calls", test_calls),
+  TT_TEST("knobs", "base knobs", test_knobs),
 };
 
 int main(int argc, char **argv) {

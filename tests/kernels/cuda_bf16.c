@@ -113,7 +113,7 @@ void test_bf16_sm80(void) {
   TT_TEST_BEGIN("cuda_bf16_conv_linear_sm80");
   TT_CHECK(test_bf16_lib_refused(), "the emulated sm_75 should refuse bf16 convolutions and GEMMs");
   old = tt_emu_set_compute_capability(80);
-  g80 = tt_cuda_backend_create(&reserve, msg, sizeof msg);
+  g80 = tt_cuda_backend_create(&reserve, NULL, msg, sizeof msg);
   TT_CHECK(g80 != NULL, "a backend on the emulated sm_80: %s", msg);
   if (g80) {
     TT_CHECK(tt_cuda_compute_capability(g75) == 75 && tt_cuda_compute_capability(g80) == 80 &&

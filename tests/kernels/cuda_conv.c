@@ -250,7 +250,7 @@ void test_nhwc_ops(void) {
     size_t reserve = 0;
     char msg[512];
     old_cc = tt_emu_set_compute_capability(80);
-    g80 = tt_cuda_backend_create(&reserve, msg, sizeof msg);
+    g80 = tt_cuda_backend_create(&reserve, NULL, msg, sizeof msg);
     TT_CHECK(g80 != NULL, "a backend on the emulated sm_80: %s", msg);
     if (g80) gpu = g80;
   }
@@ -356,7 +356,7 @@ void test_tf32(void) {
   TT_TEST_BEGIN("cuda_tf32");
   TT_CHECK(tt_cuda_set_tf32(cpu, 1) == -1, "tt_cuda_set_tf32 on the reference backend should fail");
   old = tt_emu_set_compute_capability(80);
-  g80 = tt_cuda_backend_create(&reserve, msg, sizeof msg);
+  g80 = tt_cuda_backend_create(&reserve, NULL, msg, sizeof msg);
   tt_emu_set_compute_capability(old);
   TT_CHECK(g80 != NULL, "a backend on the emulated sm_80: %s", msg);
   for (int dev = 0; dev < 2 && g80 && !tt_test_current_failed; dev++) {

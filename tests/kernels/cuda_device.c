@@ -108,14 +108,14 @@ void test_emu_reserve_order(void) {
   TT_CHECK(!tt_emu_context_exists(), "the emulated context exists before the test");
   TT_CHECK(tt_cuda_select_device(0, why, sizeof why) == 0, "select_device: %s", why);
   TT_CHECK(!tt_emu_context_exists(), "tt_cuda_select_device created the context: the reserve's NVML baseline misses it");
-  tt_backend *b = tt_cuda_backend_create(&reserve, why, sizeof why);
+  tt_backend *b = tt_cuda_backend_create(&reserve, NULL, why, sizeof why);
   TT_CHECK(b != NULL, "create: %s", why);
   TT_CHECK(tt_emu_nvml_baseline_context() == 0, "NVML's baseline was read after the context existed");
   TT_CHECK(reserve >= ((size_t)300 << 20), "reserve %.1f MiB lacks the emulated 300 MiB context", reserve / 1048576.0);
   if (b) b->destroy(b);
   TT_CHECK(tt_emu_nvml_open_count() == 0, "%d nvmlInit calls not shut down", tt_emu_nvml_open_count());
   setenv("TT_EMU_NVML", "nodevice", 1); /* NVML loads, the device is not found: the fallback, NVML shut down */
-  b = tt_cuda_backend_create(&reserve, why, sizeof why);
+  b = tt_cuda_backend_create(&reserve, NULL, why, sizeof why);
   TT_CHECK(b != NULL, "create without the NVML device: %s", why);
   TT_CHECK(tt_emu_nvml_open_count() == 0, "nvmlInit not shut down after the device was not found (%d open)",
            tt_emu_nvml_open_count());
@@ -155,6 +155,7 @@ void test_emu_sync_and_profile(void) {
   char nbuf[32];
   TT_TEST_BEGIN("cuda_sync_mode_names_the_op");
   setenv("TINYTRAIN_CUDA_SYNC", "1", 1);
+  tt_knobs_init(&err); /* the executor reads it from the knobs (core/base/knobs.h) */
   int rc = test_net_open(&t, "tests/fixtures/small_cnn.recipe", gpu, TT_F32, 4, 1, 0, TT_OPT_SGD, &err);
   TT_CHECK(rc == 0, "%s", err.msg);
   if (!rc) {
@@ -180,10 +181,12 @@ void test_emu_sync_and_profile(void) {
   }
   test_net_close(&t);
   unsetenv("TINYTRAIN_CUDA_SYNC");
+  tt_knobs_init(&err);
   TT_TEST_END();
 
   TT_TEST_BEGIN("cuda_profile_table");
   setenv("TINYTRAIN_CUDA_PROFILE", "1", 1);
+  tt_knobs_init(&err);
   rc = test_net_open(&t, "tests/fixtures/small_cnn.recipe", gpu, TT_F32, 4, 1, 0, TT_OPT_SGD, &err);
   TT_CHECK(rc == 0, "%s", err.msg);
   if (!rc) {
@@ -214,6 +217,7 @@ void test_emu_sync_and_profile(void) {
   }
   test_net_close(&t);
   unsetenv("TINYTRAIN_CUDA_PROFILE");
+  tt_knobs_init(&err);
   TT_TEST_END();
 }
 #endif

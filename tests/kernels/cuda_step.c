@@ -213,9 +213,11 @@ void test_step_bn_relu_fused(void) {
     int rc;
     size_t act[2][2];
     cuda_rng = 88172645463325252ull;
-    setenv("TINYTRAIN_FUSE", "0", 1);
+    setenv("TINYTRAIN_FUSE", "0", 1); /* read by lowering from the knobs (core/base/knobs.h) */
+    tt_knobs_init(&err);
     rc = test_net_open(&a, path, gpu, dt, 6, 1, 0, TT_OPT_SGD, &err);
     unsetenv("TINYTRAIN_FUSE");
+    tt_knobs_init(&err);
     TT_CHECK(rc == 0, "unfused: %s", err.msg);
     int rc2 = test_net_open(&b, path, gpu, dt, 6, 1, 0, TT_OPT_SGD, &err);
     TT_CHECK(rc2 == 0, "fused: %s", err.msg);
@@ -228,8 +230,8 @@ void test_step_bn_relu_fused(void) {
       memset(&hp, 0, sizeof hp);
       hp.kind = TT_OPT_SGD, hp.lr = 0.1f, hp.momentum = 0.9f;
       for (size_t i = 0; i < cnt; i++) input[i] = test_rand(-2, 2);
-      TT_CHECK(a.x.fuse == NULL && b.x.fuse != NULL, "fusion table: unfused %p, fused %p", (void *)a.x.fuse,
-               (void *)b.x.fuse);
+      TT_CHECK(a.p.n_fused == 0 && b.p.n_fused > 0, "fused pairs in the call lists: unfused %d, fused %d", a.p.n_fused,
+               b.p.n_fused);
       for (int step = 0; step < 2; step++) {
         int ova = 0, ovb = 0;
         test_net *nets[2] = {&a, &b};
@@ -298,7 +300,7 @@ void test_step_bf16_nhwc(void) {
   TT_TEST_BEGIN("cuda_step_bf16_nhwc");
   cuda_rng = 88172645463325252ull;
   old = tt_emu_set_compute_capability(80);
-  g80 = tt_cuda_backend_create(&reserve, msg, sizeof msg); /* sm_80 stays emulated for the test */
+  g80 = tt_cuda_backend_create(&reserve, NULL, msg, sizeof msg); /* sm_80 stays emulated for the test */
   TT_CHECK(g80 != NULL, "a backend on the emulated sm_80: %s", msg);
   if (!g80) {
     tt_emu_set_compute_capability(old);
@@ -497,11 +499,21 @@ void test_conv_find(void) {
   TT_TEST_BEGIN("cuda_conv_find");
   float lc = test_find_step(cpu, uc, &err);
   tt_cuda_set_tf32(gpu, 0); /* forgets the algorithms earlier tests' executors timed for these shapes */
-  setenv("TINYTRAIN_CUDA_FIND", "0", 1);
-  size_t f0 = tt_emu_conv_find_calls();
-  float lh = test_find_step(gpu, uh, &err);
-  size_t f1 = tt_emu_conv_find_calls();
-  unsetenv("TINYTRAIN_CUDA_FIND");
+  size_t f0 = tt_emu_conv_find_calls(), f1 = f0;
+  float lh = 0.0f;
+  { /* a backend created with TINYTRAIN_CUDA_FIND=0 (its knob) */
+    size_t reserve = 0;
+    char msg[256];
+    tt_backend_knobs kf;
+    tt_backend_knobs_default(&kf);
+    kf.cuda_find = 0;
+    tt_backend *gf = tt_cuda_backend_create(&reserve, &kf, msg, sizeof msg);
+    TT_CHECK(gf != NULL, "a backend without Find: %s", msg);
+    f0 = tt_emu_conv_find_calls();
+    if (gf) lh = test_find_step(gf, uh, &err);
+    f1 = tt_emu_conv_find_calls();
+    if (gf) gf->destroy(gf);
+  }
   float lf = test_find_step(gpu, uf, &err);
   size_t f2 = tt_emu_conv_find_calls();
   printf("  algorithms run (bits per direction fwd/bwd-data/bwd-filter): heuristic %x/%x/%x, timed %x/%x/%x; %zu Find calls\n",
@@ -514,9 +526,10 @@ void test_conv_find(void) {
   {
     size_t reserve = 0;
     char msg[256];
-    setenv("TINYTRAIN_CUDA_DETERMINISTIC", "1", 1);
-    tt_backend *gd = tt_cuda_backend_create(&reserve, msg, sizeof msg);
-    unsetenv("TINYTRAIN_CUDA_DETERMINISTIC");
+    tt_backend_knobs kd;
+    tt_backend_knobs_default(&kd);
+    kd.cuda_deterministic = 1; /* TINYTRAIN_CUDA_DETERMINISTIC=1 */
+    tt_backend *gd = tt_cuda_backend_create(&reserve, &kd, msg, sizeof msg);
     TT_CHECK(gd != NULL, "a deterministic backend: %s", msg);
     if (gd) {
       float ld = test_find_step(gd, ud, &err);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "core/base/knobs.h"
 #include "core/runtime/exec.h"
 #include "core/compile/recipe.h"
 #include "core/compile/policy.h"

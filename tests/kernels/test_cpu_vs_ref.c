@@ -282,9 +282,10 @@ static void test_conv(tt_backend *chunked) {
         {"conv_3x3_c64_nhwc_bwd", 64, 32, 3, 1, 1, 0},
     };
     int on_amx = tt_cpu_isa_amx();
-    setenv("TINYTRAIN_CONV_BWDW", "f32", 1);
-    tt_backend *f32b = tt_cpu_backend_create(2);
-    unsetenv("TINYTRAIN_CONV_BWDW");
+    tt_backend_knobs kf;
+    tt_backend_knobs_default(&kf);
+    kf.conv_bwdw = 1; /* TINYTRAIN_CONV_BWDW=f32 */
+    tt_backend *f32b = tt_cpu_backend_create_knobs(2, &kf);
     for (int forced = 0; forced < 2; forced++) {
       tt_backend *cb = forced ? f32b : C;
       if (!cb) {
@@ -326,9 +327,10 @@ static void test_conv(tt_backend *chunked) {
       TT_TEST_END();
     }
     { /* TINYTRAIN_CONV_MATMUL=0 keeps the convolution */
-      setenv("TINYTRAIN_CONV_MATMUL", "0", 1);
-      tt_backend *off = tt_cpu_backend_create(2);
-      unsetenv("TINYTRAIN_CONV_MATMUL");
+      tt_backend_knobs km;
+      tt_backend_knobs_default(&km);
+      km.conv_matmul = 0;
+      tt_backend *off = tt_cpu_backend_create_knobs(2, &km);
       if (off) {
         conv1x1_nhwc_case(off, "conv_1x1_nhwc_bwd_matmul_off", mkconv(4, 24, 7, 7, 40, 1, 1, 1, 1, 0, 0, 1), TT_BF16, 0);
         off->destroy(off);
@@ -1053,9 +1055,12 @@ int main(int argc, char **argv) {
   }
   printf("  %s\n", tt_cpu_backend_info());
   /* 16x12x12 fp32 per sample: 9 KiB in, 9 KiB out, blocked alike; 40 KiB chunks = 2 samples */
-  setenv("TINYTRAIN_CPU_CHUNK_BYTES", "40000", 1);
-  chunked = tt_cpu_backend_create(2);
-  unsetenv("TINYTRAIN_CPU_CHUNK_BYTES");
+  {
+    tt_backend_knobs kc;
+    tt_backend_knobs_default(&kc);
+    kc.cpu_chunk_bytes = 40000; /* TINYTRAIN_CPU_CHUNK_BYTES=40000 */
+    chunked = tt_cpu_backend_create_knobs(2, &kc);
+  }
   tt_test_run(tests, TT_TEST_COUNT(tests));
   if (chunked) chunked->destroy(chunked);
   C->destroy(C);

@@ -110,7 +110,7 @@ int main(int argc, char **argv) {
   int ndev = tt_cuda_device_count();
   if (ndev <= 0) {
     /* the backend's own message says why (no driver, no device) */
-    gpu = tt_cuda_backend_create(&reserve, err.msg, sizeof err.msg);
+    gpu = tt_cuda_backend_create(&reserve, &tt_knobs_get()->be, err.msg, sizeof err.msg);
     if (gpu) { /* cannot happen with no device; be safe */
       gpu->destroy(gpu);
       snprintf(err.msg, sizeof err.msg, "no CUDA device");
@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
   test_emu_reserve_order(); /* first: before anything creates the emulated context */
   test_emu_old_driver();
 #endif
-  gpu = tt_cuda_backend_create(&reserve, err.msg, sizeof err.msg);
+  gpu = tt_cuda_backend_create(&reserve, &tt_knobs_get()->be, err.msg, sizeof err.msg);
   if (!gpu) {
     printf("FAIL cuda_create: %s\n", err.msg);
     return 1;

@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
     printf("SKIP cuda_traffic: no (emulated) device\n");
     return 0;
   }
-  gpu = tt_cuda_backend_create(&reserve, err, sizeof err);
+  gpu = tt_cuda_backend_create(&reserve, NULL, err, sizeof err);
   if (!gpu) {
     printf("FAIL cuda_traffic: %s\n", err);
     return 1;
