@@ -239,4 +239,18 @@ for f in "${DOCS[@]}"; do
 done
 [ $ok = 1 ] && pass "docs_links ($nlink relative links resolve)"
 
+# ---- the knobs: core/base/knobs.c's table and docs/cli.md's "Environment knobs" table name the
+# same TINYTRAIN_* variables, and no other library file reads the environment for one ----
+code=$(grep -o '{"TINYTRAIN_[A-Z0-9_]*"' core/base/knobs.c | tr -d '{"' | sort -u)
+doc=$(awk '/^## Environment knobs/ { on = 1; next } /^## / { on = 0 } on' docs/cli.md |
+  grep -o '^| `TINYTRAIN_[A-Z0-9_]*`' | tr -d '|` ' | sort -u)
+readers=$(grep -rl 'TINYTRAIN_' core kernels arena --include=*.c --include=*.cu --include=*.h | xargs grep -l 'getenv\|environ' |
+  xargs grep -l 'getenv("TINYTRAIN_\|"TINYTRAIN_", 10' 2>/dev/null | sort -u)
+if [ -z "$code" ]; then fail docs_knobs "no knob found in core/base/knobs.c"
+elif [ "$code" != "$doc" ]; then
+  fail docs_knobs "core/base/knobs.c and docs/cli.md's knob table differ: $(diff <(echo "$code") <(echo "$doc") | grep '^[<>]' | tr '\n' ' ')"
+elif [ "$readers" != "core/base/knobs.c" ]; then fail docs_knobs "the environment's knobs are read outside core/base/knobs.c: $readers"
+else pass "docs_knobs ($(echo "$code" | wc -l) knobs in the code and in docs/cli.md, one reader)"
+fi
+
 exit $FAILED

@@ -179,7 +179,7 @@ int tt_knobs_print_changed(const tt_knobs *k, FILE *out, const char *head) {
   for (size_t i = 0; i < KNOB_N; i++) {
     if (!knob_value(&knob_rows[i], k, &d, v, sizeof v)) continue;
     if (!n++ && head) fprintf(out, "%s\n", head);
-    fprintf(out, "  %s=%s\n", knob_rows[i].name, v);
+    fprintf(out, "              %s=%s\n", knob_rows[i].name, v); /* under the heading, as plan's lines align */
   }
   return n;
 }

@@ -345,6 +345,43 @@ static uint64_t exec_dropout_seed(const exec_run *r, int node) {
   return tt_hash64(tt_hash64(r->x->seed, r->step), (mi << 32) | (uint64_t)node);
 }
 
+/* The micro-step's calls that are not a layer's (calls.c): the input's normalisation, the weight
+ * copies' casts and the loss. in/out: the call's operands as pointers (exec_call's). */
+static int exec_fixed_call(exec_run *r, const tt_call *c, void *const *in, void *const *out, tt_err *err) {
+  tt_backend *be = r->x->be;
+  const tt_step *s = &r->p->steps[c->step]; /* for messages (EXEC_CHECK) */
+  tt_dtype dt = c->op.dt;
+  switch (c->fn) {
+    case TT_CALL_NORMALIZE: {
+      /* on the CPU the normalisation is the batch's first copy: from the loader's (or the caller's)
+       * buffer, the samples it holds; a partial evaluation batch leaves the rest of the input as it
+       * was, which only the loss's count keeps out */
+      const tt_load_args *a = &c->a.load;
+      const uint8_t *u8 = r->host_images ? r->host_images : (const uint8_t *)in[0];
+      EXEC_CHECK(be->normalize_u8(be, r->host_images ? r->host_count : r->batch, a->c, a->hw, u8, a->mean, a->std, dt, out[0]));
+      break;
+    }
+    case TT_CALL_CAST: /* a weight copy in the activations' dtype */
+      EXEC_CHECK(be->cast(be, c->a.count, TT_F32, in[0], dt, out[0]));
+      break;
+    case TT_CALL_CAST_MULTI: { /* its members' casts in one call (exec_bind_multi's table) */
+      int k = r->p == r->x->train ? 0 : 1;
+      EXEC_CHECK(be->cast_multi(be, r->x->cseg[k] + r->x->seg_at[k][c - r->p->calls], c->nseg, TT_F32, dt));
+      break;
+    }
+    case TT_CALL_SOFTMAX_CE:
+      EXEC_CHECK(be->softmax_ce(be, r->loss_batch, c->a.loss.classes, dt, in[0], (const int32_t *)in[1],
+                                c->a.loss.label_smoothing, r->grad_scale, out[0], (float *)out[1]));
+      if (out[0] && r->loss_batch < r->batch) { /* a partial batch: no gradient past it */
+        size_t row = (size_t)c->a.loss.classes * tt_dtype_size(dt);
+        EXEC_CHECK(be->zero(be, (unsigned char *)out[0] + row * r->loss_batch, row * (size_t)(r->batch - r->loss_batch)));
+      }
+      break;
+    default: return tt_fail(err, "internal error: backend call %s (%d) is no fixed call", tt_call_name(c->fn), c->fn);
+  }
+  return 0;
+}
+
 /* Runs call c (program.h) of the running program: its buffers, its shape at the planned batch,
  * with the run's values (micro-step, seeds, loss scale, the batch's own count for the input and
  * the loss). Calls of the update phase run in tt_exec_update. */
@@ -472,31 +509,10 @@ static int exec_call(exec_run *r, const tt_call *c, tt_err *err) {
     case TT_CALL_TOKEN_POOL_BWD:
       EXEC_CHECK(be->token_pool_bwd(be, o->u.bn.n, o->u.bn.hw, o->u.bn.c, c->mode, dt, in[0], out[0], c->beta));
       break;
-    case TT_CALL_NORMALIZE: {
-      /* on the CPU the normalisation is the batch's first copy: from the loader's (or the caller's)
-       * buffer, the samples it holds; a partial evaluation batch leaves the rest of the input as it
-       * was, which only the loss's count keeps out */
-      const tt_load_args *a = &c->a.load;
-      const uint8_t *u8 = r->host_images ? r->host_images : (const uint8_t *)in[0];
-      EXEC_CHECK(be->normalize_u8(be, r->host_images ? r->host_count : r->batch, a->c, a->hw, u8, a->mean, a->std, dt, out[0]));
-      break;
-    }
-    case TT_CALL_CAST: /* a weight copy in the activations' dtype */
-      EXEC_CHECK(be->cast(be, c->a.count, TT_F32, in[0], dt, out[0]));
-      break;
-    case TT_CALL_CAST_MULTI: { /* its members' casts in one call (exec_bind_multi's table) */
-      int k = r->p == r->x->train ? 0 : 1;
-      EXEC_CHECK(be->cast_multi(be, r->x->cseg[k] + r->x->seg_at[k][c - r->p->calls], c->nseg, TT_F32, dt));
-      break;
-    }
-    case TT_CALL_SOFTMAX_CE:
-      EXEC_CHECK(be->softmax_ce(be, r->loss_batch, c->a.loss.classes, dt, in[0], (const int32_t *)in[1],
-                                c->a.loss.label_smoothing, r->grad_scale, out[0], (float *)out[1]));
-      if (out[0] && r->loss_batch < r->batch) { /* a partial batch: no gradient past it */
-        size_t row = (size_t)c->a.loss.classes * tt_dtype_size(dt);
-        EXEC_CHECK(be->zero(be, (unsigned char *)out[0] + row * r->loss_batch, row * (size_t)(r->batch - r->loss_batch)));
-      }
-      break;
+    case TT_CALL_NORMALIZE:
+    case TT_CALL_CAST:
+    case TT_CALL_CAST_MULTI:
+    case TT_CALL_SOFTMAX_CE: return exec_fixed_call(r, c, in, out, err);
     default: return tt_fail(err, "internal error: backend call %s (%d) in the micro-step", tt_call_name(c->fn), c->fn);
   }
   return 0;

@@ -91,6 +91,14 @@ def main():
                 bad.append("%s includes %s" % (p, inc))
     check("layering_kernels_arena_include_no_core", bad)
 
+    # the executor runs the Program's final call list (core/compile/calls.c) and decides nothing:
+    # it includes neither the per-kind expansion (dispatch.h) nor the graph, and reads no graph node
+    ex = "core/runtime/exec.c"
+    text = open(os.path.join(ROOT, ex)).read()
+    bad = ["%s includes %s" % (ex, inc) for inc in includes(ex) if inc.endswith(("/dispatch.h", "/graph.h"))]
+    bad += ["%s reads the graph (%s)" % (ex, m) for m in sorted(set(re.findall(r"->graph\b|\bg->nodes|->nodes\[|tt_step_calls|tt_step_backend_ops", text)))]
+    check("layering_exec_runs_the_call_list", bad)
+
     # calls, from the objects of this build
     objdir = os.path.join(ROOT, build, "obj")
     srcs = [p for p in core if p.endswith(".c")]
