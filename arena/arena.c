@@ -8,7 +8,7 @@
  *   3. compute the exact lower bound peak_live_bytes by a sweep over step events;
  *   4. pack blocks live over the whole program ("persistent") at the bottom, then place the
  *      remaining blocks in time order (the sweep: each takes the lowest free stretch that
- *      holds it, O(n log n); forward, then backward from the last step when that was not at
+ *      holds it, in sorted arrays of free stretches; forward, then backward from the last step when that was not at
  *      the lower bound), and, while the O(n^2) conflict scans fit a budget (about 7000
  *      blocks), with greedy offset assignment (Pisarchyk & Lee 2020, "greedy by size" as in
  *      TFLite) under several orderings; the smallest arena wins;
@@ -58,14 +58,6 @@ static void arena_err(char *errbuf, size_t errsize, const char *fmt, ...) {
 }
 
 static size_t arena_align_up(size_t x, size_t a) { return (x + (a - 1)) & ~(a - 1); }
-
-/* splitmix64: the sweep's treap priorities (deterministic, so plans are too). */
-static uint64_t arena_mix(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 static int arena_is_pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 
@@ -315,117 +307,79 @@ static size_t arena_greedy(const arena_item *it, const int *order, int m, size_t
 
 /* ---- the sweep: placement in time order, for programs of any size ---- */
 
-/* The free space below the sweep's top: stretches [off, end), disjoint and coalesced, in a
- * treap ordered by offset, each node knowing the longest stretch in its subtree, so that the
- * lowest stretch that holds a block and the neighbours of a released one are found in
- * O(log n). (A list scanned per block was O(n^2): holes a chain's transient buffers leave
- * between the activations it keeps pile up through the forward pass.) */
-typedef struct arena_tnode {
-  size_t off, end, maxlen;
-  uint64_t pri;
-  int l, r;
-} arena_tnode;
-
+/* The free space below the sweep's top: disjoint, coalesced stretches [off[i], end[i]) sorted by
+ * offset in two arrays. A released block finds its neighbours by binary search; a block taken
+ * scans for the lowest stretch that holds it, skipped outright when it is longer than `ub`, an
+ * upper bound on every stretch's length (raised as stretches grow, made exact by every scan that
+ * fails), so the many blocks that fit no hole (a chain's activations, which leave holes too small
+ * for them as they pile up) cost O(1). Training programs keep a few tens of stretches: the arrays
+ * cost a fraction of a balanced tree's rebalancing, and a memmove where they grow or shrink. */
 typedef struct arena_free {
-  arena_tnode *t;
-  int root, nused, spare; /* spare: a freed node's index, chained through .l */
-  uint64_t seed;
+  size_t *off, *end;
+  int k;      /* stretches */
+  size_t ub;  /* >= every end[i] - off[i] */
   size_t top; /* everything at or above it is free */
 } arena_free;
 
-static void arena_t_fix(arena_tnode *t, int x) {
-  size_t m = t[x].end - t[x].off;
-  if (t[x].l >= 0 && t[t[x].l].maxlen > m) m = t[t[x].l].maxlen;
-  if (t[x].r >= 0 && t[t[x].r].maxlen > m) m = t[t[x].r].maxlen;
-  t[x].maxlen = m;
-}
-
-/* Splits x into offsets < key (*a) and >= key (*b). */
-static void arena_t_split(arena_tnode *t, int x, size_t key, int *a, int *b) {
-  if (x < 0) {
-    *a = *b = -1;
-  } else if (t[x].off < key) {
-    arena_t_split(t, t[x].r, key, &t[x].r, b);
-    arena_t_fix(t, x);
-    *a = x;
-  } else {
-    arena_t_split(t, t[x].l, key, a, &t[x].l);
-    arena_t_fix(t, x);
-    *b = x;
-  }
-}
-
-/* Joins a and b, every offset in a below every offset in b. */
-static int arena_t_merge(arena_tnode *t, int a, int b) {
-  if (a < 0) return b;
-  if (b < 0) return a;
-  if (t[a].pri > t[b].pri) {
-    t[a].r = arena_t_merge(t, t[a].r, b);
-    arena_t_fix(t, a);
-    return a;
-  }
-  t[b].l = arena_t_merge(t, a, t[b].l);
-  arena_t_fix(t, b);
-  return b;
-}
-
-static void arena_free_insert(arena_free *fl, size_t off, size_t end) {
-  int a, b, x = fl->spare >= 0 ? fl->spare : fl->nused++;
-  if (x == fl->spare) fl->spare = fl->t[x].l;
-  fl->t[x].off = off, fl->t[x].end = end, fl->t[x].l = fl->t[x].r = -1;
-  fl->t[x].pri = arena_mix(&fl->seed);
-  arena_t_fix(fl->t, x);
-  arena_t_split(fl->t, fl->root, off, &a, &b);
-  fl->root = arena_t_merge(fl->t, arena_t_merge(fl->t, a, x), b);
-}
-
-/* Removes the stretch starting at off (present) and returns its end. */
-static size_t arena_free_remove(arena_free *fl, size_t off) {
-  int a, b, x, c;
-  arena_t_split(fl->t, fl->root, off, &a, &b);
-  arena_t_split(fl->t, b, off + 1, &x, &c);
-  fl->root = arena_t_merge(fl->t, a, c);
-  fl->t[x].l = fl->spare, fl->spare = x;
-  return fl->t[x].end;
+/* Removes stretches [i, i + cnt). */
+static void arena_free_cut(arena_free *fl, int i, int cnt) {
+  memmove(fl->off + i, fl->off + i + cnt, sizeof(size_t) * (size_t)(fl->k - i - cnt));
+  memmove(fl->end + i, fl->end + i + cnt, sizeof(size_t) * (size_t)(fl->k - i - cnt));
+  fl->k -= cnt;
 }
 
 /* Returns [off, off + size) to the free space, merging it with its neighbours (and the top). */
 static void arena_free_release(arena_free *fl, size_t off, size_t size) {
   size_t end = off + size;
-  int x, below = -1, above = -1;
-  for (x = fl->root; x >= 0;) { /* the last stretch below off, the first at or above it */
-    if (fl->t[x].off < off) below = x, x = fl->t[x].r;
-    else above = x, x = fl->t[x].l;
+  int lo = 0, hi = fl->k, below, above;
+  while (lo < hi) { /* the first stretch at or above off */
+    int mid = lo + (hi - lo) / 2;
+    if (fl->off[mid] < off) lo = mid + 1;
+    else hi = mid;
   }
-  if (below >= 0 && fl->t[below].end == off) off = fl->t[below].off, arena_free_remove(fl, off);
-  if (above >= 0 && fl->t[above].off == end) end = arena_free_remove(fl, end);
-  if (end == fl->top) fl->top = off;
-  else arena_free_insert(fl, off, end);
-}
-
-/* The lowest stretch in x's subtree at least `need` long, or -1: one path down the tree. */
-static int arena_free_find(const arena_tnode *t, int x, size_t need) {
-  while (x >= 0 && t[x].maxlen >= need) {
-    if (t[x].l >= 0 && t[t[x].l].maxlen >= need) x = t[x].l;
-    else if (t[x].end - t[x].off >= need) return x;
-    else x = t[x].r;
+  below = lo > 0 && fl->end[lo - 1] == off;
+  above = lo < fl->k && fl->off[lo] == end;
+  if (below) off = fl->off[lo - 1];
+  if (above) end = fl->end[lo];
+  if (end == fl->top) {
+    fl->top = off;
+    arena_free_cut(fl, lo - below, below + above);
+    return;
   }
-  return -1;
+  if (end - off > fl->ub) fl->ub = end - off;
+  if (below) {
+    fl->end[lo - 1] = end;
+    if (above) arena_free_cut(fl, lo, 1);
+  } else if (above) {
+    fl->off[lo] = off;
+  } else {
+    memmove(fl->off + lo + 1, fl->off + lo, sizeof(size_t) * (size_t)(fl->k - lo));
+    memmove(fl->end + lo + 1, fl->end + lo, sizeof(size_t) * (size_t)(fl->k - lo));
+    fl->off[lo] = off, fl->end[lo] = end;
+    fl->k++;
+  }
 }
 
 /* Takes the lowest free stretch that holds `size` bytes, or the top; its offset. Every offset
  * and size the sweep handles is a multiple of one alignment, so any stretch long enough fits. */
 static size_t arena_free_take(arena_free *fl, size_t size) {
-  int x = arena_free_find(fl->t, fl->root, size);
-  size_t start, end;
-  if (x < 0) {
-    start = fl->top;
-    fl->top += size;
-    return start;
+  size_t start, longest = 0;
+  int i;
+  if (size <= fl->ub) {
+    for (i = 0; i < fl->k; i++) {
+      size_t len = fl->end[i] - fl->off[i];
+      if (len >= size) {
+        start = fl->off[i];
+        if (len == size) arena_free_cut(fl, i, 1);
+        else fl->off[i] += size;
+        return start;
+      }
+      if (len > longest) longest = len;
+    }
+    fl->ub = longest; /* the scan saw every stretch */
   }
-  start = fl->t[x].off;
-  end = arena_free_remove(fl, start);
-  if (start + size < end) arena_free_insert(fl, start + size, end);
+  start = fl->top;
+  fl->top += size;
   return start;
 }
 
@@ -472,7 +426,7 @@ static void arena_sort(arena_key *a, int n, int by_first, arena_key *tmp) {
 
 /* Places the blocks ids[0..m) in order of first use (reverse: of last use, from the end): at
  * each block's first step the blocks that ended before it give back their space, and it takes
- * the lowest free stretch that holds it (or the top). O(m log m). On nested lifetimes (a chain's activations are released
+ * the lowest free stretch that holds it (or the top). On nested lifetimes (a chain's activations are released
  * in the reverse order they were made) it packs like a stack, at the lower bound. Each block
  * takes its size rounded up to the largest alignment (training programs align every buffer
  * alike, so this costs nothing there). Returns the arena size, or SIZE_MAX when out of
@@ -488,12 +442,11 @@ static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t fl
     if (it[ids[i]].align > unit) unit = it[ids[i]].align;
   high = floor = arena_align_up(floor, unit);
   memset(&fl, 0, sizeof fl);
-  fl.t = (arena_tnode *)malloc(sizeof(arena_tnode) * (size_t)(2 * m + 2));
-  fl.root = fl.spare = -1;
-  fl.seed = 0x9e3779b97f4a7c15ull;
+  fl.off = (size_t *)malloc(sizeof(size_t) * (size_t)(m + 1)); /* at most one stretch per block */
+  fl.end = (size_t *)malloc(sizeof(size_t) * (size_t)(m + 1));
   fl.top = floor;
-  if (!by_first || !by_last || !tmp || !fl.t) {
-    free(by_first), free(by_last), free(tmp), free(fl.t);
+  if (!by_first || !by_last || !tmp || !fl.off || !fl.end) {
+    free(by_first), free(by_last), free(tmp), free(fl.off), free(fl.end);
     return SIZE_MAX;
   }
   for (i = 0; i < m; i++) { /* reversed: the same sweep from the last step back */
@@ -511,7 +464,7 @@ static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t fl
     off[by_first[i].idx] = arena_free_take(&fl, arena_align_up(x->size, unit));
     if (fl.top > high) high = fl.top;
   }
-  free(by_first), free(by_last), free(tmp), free(fl.t);
+  free(by_first), free(by_last), free(tmp), free(fl.off), free(fl.end);
   return high;
 }
 
