@@ -153,20 +153,50 @@ static int arena_accept_aliases(const arena_buf *bufs, int n, int *parent, int *
   return accepted;
 }
 
+/* The counted sweep of arena_peak where the steps span no more than this many per buffer (every
+ * training program): a running sum over a per-step delta array instead of sorted events. */
+#define ARENA_PEAK_DENSE 8
+
 /* Exact lower bound: at each step, sum over blocks of the largest live member. Along an
  * accepted chain sizes never grow, so the earliest live member is the largest: the root
  * counts over [first, last] and every later member over [first + 1, last] (its first step
- * is its parent's last, where the parent already counts). */
+ * is its parent's last, where the parent already counts). The peak step is the first step where
+ * the most is live (the earliest first step when nothing is). Steps dense enough: +size at the
+ * first step and -size after the last in an array indexed by step, summed in order (size_t wraps
+ * in the deltas but every prefix is a true total); else the same sum over sorted events, removals
+ * first at a step. Both record a step where the sum after its changes exceeds every earlier one. */
 static int arena_peak(const arena_buf *bufs, int n, const int *parent, size_t *peak,
                       int *peak_step) {
-  arena_event *ev = (arena_event *)malloc(sizeof(arena_event) * (size_t)(2 * n + 1));
+  long long maxl = -1;
   int i, ne = 0, pstep = 0, have = 0;
   size_t cur = 0, best = 0;
+  for (i = 0; i < n; i++) {
+    if (!have || bufs[i].first < pstep) pstep = bufs[i].first; /* default: earliest step */
+    have = 1;
+    if (bufs[i].last > maxl) maxl = bufs[i].last;
+  }
+  if (maxl + 2 <= (long long)ARENA_PEAK_DENSE * n + 64) {
+    size_t *delta = (size_t *)calloc((size_t)(maxl + 2), sizeof(size_t));
+    if (!delta) return -1;
+    for (i = 0; i < n; i++) {
+      int f = bufs[i].first + (parent[i] >= 0), l = bufs[i].last;
+      if (bufs[i].size == 0 || f > l) continue;
+      delta[f] += bufs[i].size;
+      delta[l + 1] -= bufs[i].size;
+    }
+    for (i = 0; i <= (int)maxl; i++) {
+      cur += delta[i];
+      if (cur > best) best = cur, pstep = i;
+    }
+    free(delta);
+    *peak = best;
+    *peak_step = pstep;
+    return 0;
+  }
+  arena_event *ev = (arena_event *)malloc(sizeof(arena_event) * (size_t)(2 * n + 1));
   if (!ev) return -1;
   for (i = 0; i < n; i++) {
     long long f = bufs[i].first, l = bufs[i].last;
-    if (!have || bufs[i].first < pstep) pstep = bufs[i].first; /* default: earliest step */
-    have = 1;
     if (parent[i] >= 0) f += 1;
     if (bufs[i].size == 0 || f > l) continue;
     ev[ne].step = f;
