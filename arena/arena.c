@@ -229,23 +229,24 @@ static int arena_peak(const arena_buf *bufs, int n, const int *parent, size_t *p
 /* One placed block, as the greedy pass scans it. */
 typedef struct arena_slot {
   size_t off, end;
-  int first, last;
 } arena_slot;
 
 /* Scratch for one greedy pass: the blocks already placed, kept sorted by offset so that the
- * blocks whose lifetimes meet a new one come out in offset order without sorting. */
+ * blocks whose lifetimes meet a new one come out in offset order without sorting. Their
+ * lifetimes are kept apart, contiguous for the filter, as ranks (arena_ranks): 16 bits each. */
 typedef struct arena_placed {
   arena_slot *slot;
-  int *first, *last;   /* copies of slot[k].first/last, contiguous for the filter */
-  int *sel;            /* the slots whose lifetimes meet the block being placed */
+  int16_t *first, *last; /* slot[k]'s lifetime, ranked */
+  const int16_t *rf, *rl; /* every block's first and last step, ranked (by block index) */
+  int *sel;              /* the slots whose lifetimes meet the block being placed */
   int count;
 } arena_placed;
 
 /* The placed blocks whose lifetimes meet [f, l] (last[k] >= f and first[k] <= l, k < cnt), in
- * index order, into sel (room for cnt + 3: the vector loop stores four at a time); their count.
+ * index order, into sel (room for cnt + 7: the vector loop stores eight at a time); their count.
  * This is the O(n^2) part of planning, run for every block of every greedy pass: branch-free,
- * since the answer is unpredictable, and reading only the dense first/last arrays. */
-static int arena_meets(const int *first, const int *last, int cnt, int f, int l, int *sel) {
+ * since the answer is unpredictable, and reading only the dense 16-bit first/last arrays. */
+static int arena_meets(const int16_t *first, const int16_t *last, int cnt, int f, int l, int *sel) {
   int k = 0, ns = 0;
 #ifdef ARENA_SSE2
   /* lane[bits]: the set bits' positions, lowest first; pop[bits]: how many */
@@ -253,15 +254,19 @@ static int arena_meets(const int *first, const int *last, int cnt, int f, int l,
                                   {1, 2, 0, 0}, {0, 1, 2, 0}, {3, 0, 0, 0}, {0, 3, 0, 0}, {1, 3, 0, 0}, {0, 1, 3, 0},
                                   {2, 3, 0, 0}, {0, 2, 3, 0}, {1, 2, 3, 0}, {0, 1, 2, 3}};
   static const unsigned char pop[16] = {0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4};
-  __m128i vf = _mm_set1_epi32(f - 1), vl = _mm_set1_epi32(l); /* f >= 0: no overflow */
-  for (; k + 4 <= cnt; k += 4) {
+  /* ranks are 0 .. 32766: f - 1 and l fit 16 bits */
+  __m128i vf = _mm_set1_epi16((short)(f - 1)), vl = _mm_set1_epi16((short)l), zero = _mm_setzero_si128();
+  for (; k + 8 <= cnt; k += 8) {
     __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(last + k));
     __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(first + k));
-    __m128i m = _mm_andnot_si128(_mm_cmpgt_epi32(b, vl), _mm_cmpgt_epi32(a, vf));
-    int bits = _mm_movemask_ps(_mm_castsi128_ps(m));
-    __m128i idx = _mm_add_epi32(_mm_set1_epi32(k), _mm_loadu_si128((const __m128i *)(const void *)lane[bits]));
-    _mm_storeu_si128((__m128i *)(void *)(sel + ns), idx);
-    ns += pop[bits];
+    __m128i m = _mm_andnot_si128(_mm_cmpgt_epi16(b, vl), _mm_cmpgt_epi16(a, vf));
+    int bits = _mm_movemask_epi8(_mm_packs_epi16(m, zero)); /* one bit per lane, lane 0 lowest */
+    __m128i lo = _mm_add_epi32(_mm_set1_epi32(k), _mm_loadu_si128((const __m128i *)(const void *)lane[bits & 15]));
+    __m128i hi = _mm_add_epi32(_mm_set1_epi32(k + 4), _mm_loadu_si128((const __m128i *)(const void *)lane[bits >> 4]));
+    _mm_storeu_si128((__m128i *)(void *)(sel + ns), lo);
+    ns += pop[bits & 15];
+    _mm_storeu_si128((__m128i *)(void *)(sel + ns), hi);
+    ns += pop[bits >> 4];
   }
 #endif
   for (; k < cnt; k++) {
@@ -281,7 +286,7 @@ static int arena_meets(const int *first, const int *last, int cnt, int f, int l,
 static size_t arena_greedy(const arena_item *it, const int *order, int m, size_t floor,
                            int best_fit, size_t beat, size_t *off, arena_placed *pl) {
   arena_slot *sl = pl->slot;
-  int *pf = pl->first, *pla = pl->last;
+  int16_t *pf = pl->first, *pla = pl->last;
   int *sel = pl->sel;
   size_t top = floor;
   int oi;
@@ -289,7 +294,7 @@ static size_t arena_greedy(const arena_item *it, const int *order, int m, size_t
   for (oi = 0; oi < m; oi++) {
     const arena_item *x = &it[order[oi]];
     size_t cur = floor, best_off = 0, best_gap = SIZE_MAX;
-    int found = 0, j, ns, lo, hi, xf = x->first, xl = x->last, cnt = pl->count;
+    int found = 0, j, ns, lo, hi, xf = pl->rf[order[oi]], xl = pl->rl[order[oi]], cnt = pl->count;
     /* Two phases: the filter collecting the intersecting blocks, then the gap walk over the
      * blocks it kept, which are in offset order. */
     ns = arena_meets(pf, pla, cnt, xf, xl, sel);
@@ -322,14 +327,12 @@ static size_t arena_greedy(const arena_item *it, const int *order, int m, size_t
       else hi = mid;
     }
     memmove(sl + lo + 1, sl + lo, sizeof(arena_slot) * (size_t)(cnt - lo));
-    memmove(pf + lo + 1, pf + lo, sizeof(int) * (size_t)(cnt - lo));
-    memmove(pla + lo + 1, pla + lo, sizeof(int) * (size_t)(cnt - lo));
-    pf[lo] = xf;
-    pla[lo] = xl;
+    memmove(pf + lo + 1, pf + lo, sizeof(int16_t) * (size_t)(cnt - lo));
+    memmove(pla + lo + 1, pla + lo, sizeof(int16_t) * (size_t)(cnt - lo));
+    pf[lo] = (int16_t)xf;
+    pla[lo] = (int16_t)xl;
     sl[lo].off = best_off;
     sl[lo].end = best_off + x->size;
-    sl[lo].first = xf;
-    sl[lo].last = xl;
     pl->count++;
   }
   return top;
@@ -526,10 +529,48 @@ static void arena_make_order(const arena_item *it, const int *ids, int m, int by
   for (i = 0; i < m; i++) order[i] = keys[i].idx;
 }
 
+static int arena_int_cmp(const void *pa, const void *pb) {
+  int a = *(const int *)pa, b = *(const int *)pb;
+  return (a > b) - (a < b);
+}
+
+/* The greedy filter's 16-bit times: each block ids[0..m)'s first and last step (rf, rl, by block) mapped by
+ * an order-preserving map, so that "last >= f and first <= l" reads the same. The steps
+ * themselves where they are below 32767 (every training program); else their ranks among the
+ * distinct steps, fewer than 32767 for the blocks the greedy passes plan (ARENA_VISIT_BUDGET
+ * caps them near 7000). 0, or -1 out of memory. */
+static int arena_ranks(const arena_item *it, const int *ids, int m, int16_t *rf, int16_t *rl) {
+  int i, maxl = 0, nv = 0, *v;
+  for (i = 0; i < m; i++)
+    if (it[ids[i]].last > maxl) maxl = it[ids[i]].last;
+  if (maxl < 32767) {
+    for (i = 0; i < m; i++) rf[ids[i]] = (int16_t)it[ids[i]].first, rl[ids[i]] = (int16_t)it[ids[i]].last;
+    return 0;
+  }
+  if (!(v = (int *)malloc(sizeof(int) * (size_t)(2 * m + 1)))) return -1;
+  for (i = 0; i < m; i++) v[2 * i] = it[ids[i]].first, v[2 * i + 1] = it[ids[i]].last;
+  qsort(v, (size_t)(2 * m), sizeof(int), arena_int_cmp);
+  for (i = 0; i < 2 * m; i++)
+    if (nv == 0 || v[i] != v[nv - 1]) v[nv++] = v[i];
+  for (i = 0; i < 2 * m; i++) { /* binary search: the rank of step i's value */
+    int x = (i & 1) ? it[ids[i / 2]].last : it[ids[i / 2]].first, lo = 0, hi = nv - 1;
+    while (lo < hi) {
+      int mid = lo + (hi - lo) / 2;
+      if (v[mid] < x) lo = mid + 1;
+      else hi = mid;
+    }
+    if (i & 1) rl[ids[i / 2]] = (int16_t)lo;
+    else rf[ids[i / 2]] = (int16_t)lo;
+  }
+  free(v);
+  return 0;
+}
+
 /* Places the blocks; returns the arena size or SIZE_MAX when out of memory. `lower` is a
  * lower bound for the arena: once a pass reaches it, the other passes are skipped. */
 static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off) {
   int *ids = NULL, *order = NULL;
+  int16_t *ranks = NULL;
   size_t *try_off = NULL;
   arena_key *keys = NULL, *ktmp = NULL;
   arena_placed pl;
@@ -543,10 +584,11 @@ static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off
   keys = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
   ktmp = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
   pl.slot = (arena_slot *)malloc(sizeof(arena_slot) * (size_t)(m + 1));
-  pl.first = (int *)malloc(sizeof(int) * (size_t)(m + 1));
-  pl.last = (int *)malloc(sizeof(int) * (size_t)(m + 1));
-  pl.sel = (int *)malloc(sizeof(int) * (size_t)(m + 4)); /* arena_meets stores four at a time */
-  if (!ids || !order || !try_off || !keys || !ktmp || !pl.slot || !pl.first || !pl.last || !pl.sel)
+  pl.first = (int16_t *)malloc(sizeof(int16_t) * (size_t)(m + 1));
+  pl.last = (int16_t *)malloc(sizeof(int16_t) * (size_t)(m + 1));
+  pl.sel = (int *)malloc(sizeof(int) * (size_t)(m + 8)); /* arena_meets stores eight at a time */
+  ranks = (int16_t *)malloc(sizeof(int16_t) * (size_t)(2 * m + 2));
+  if (!ids || !order || !try_off || !keys || !ktmp || !pl.slot || !pl.first || !pl.last || !pl.sel || !ranks)
     goto done;
 
   for (i = 0; i < m; i++) {
@@ -591,6 +633,11 @@ static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off
     double per_pass = 0.5 * (double)nt * (double)nt + 1.0;
     int npass = (int)(ARENA_VISIT_BUDGET / per_pass), pass;
     if (npass > ARENA_NPASS) npass = ARENA_NPASS;
+    if (npass > 0 && best > lower && arena_ranks(it, ids, nt, ranks, ranks + m)) {
+      best = SIZE_MAX;
+      goto done;
+    }
+    pl.rf = ranks, pl.rl = ranks + m;
     for (pass = 0; pass < npass && best > lower; pass++) {
       size_t top;
       int by_area = pass >= 2, fit = !(pass & 1);
@@ -617,6 +664,7 @@ done:
   free(pl.first);
   free(pl.last);
   free(pl.sel);
+  free(ranks);
   return best;
 }
 
