@@ -661,17 +661,12 @@ static void lower_compact_plan(lower_ctx *c) {
   }
 }
 
-size_t tt_lower_table_bytes(const tt_graph *g) {
-  /* 6 ints per node, 5 per parameter and 8, then a byte per node twice (compact, layout) */
-  return sizeof(int) * (size_t)(6 * g->nnodes + 5 * g->nparams + 8) + 2 * (size_t)g->nnodes;
-}
-
 /* The tables of the lowering context and of the Program, in one allocation; views resolved. */
 static int lower_tables(lower_ctx *c) {
   const tt_graph *g = c->g;
   tt_program *p = c->p;
   int nn = g->nnodes, np = g->nparams;
-  int *ints = (int *)tt_malloc(tt_lower_table_bytes(g), "lowering tables", c->err);
+  int *ints = (int *)tt_malloc(tt_program_table_bytes(g), "lowering tables", c->err);
   if (!ints) return -1;
   for (int i = 0; i < 6 * nn + 5 * np + 8; i++) ints[i] = -1;
   c->cur_cmp = ints + 5 * nn + 5 * np + 8;

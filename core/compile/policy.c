@@ -211,7 +211,7 @@ static void policy_cache_put(const policy_ctx *c, const unsigned char *rec, cons
   policy_cache *k = c->cache;
   size_t n = (size_t)c->g->nnodes;
   size_t bytes = n + sizeof(tt_buf) * (size_t)p->nbufs + sizeof(tt_step) * (size_t)p->nsteps +
-                 sizeof(tt_call) * (size_t)p->ncalls + tt_lower_table_bytes(c->g);
+                 sizeof(tt_call) * (size_t)p->ncalls + tt_program_table_bytes(c->g);
   tt_err e2;
   if (k->bytes + bytes > POLICY_CACHE_CAP) return;
   if (k->n == k->cap) {

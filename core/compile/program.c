@@ -107,6 +107,12 @@ void tt_program_free(tt_program *p) {
   p->nbufs = p->nsteps = 0;
 }
 
+size_t tt_program_table_bytes(const tt_graph *g) {
+  /* lower.c's lower_tables: 6 ints per node, 5 per parameter and 8, then a byte per node twice
+   * (compact saves, layout) */
+  return sizeof(int) * (size_t)(6 * g->nnodes + 5 * g->nparams + 8) + 2 * (size_t)g->nnodes;
+}
+
 /* A copy of src's first `bytes` bytes (NULL stays NULL); *fail set when out of memory. */
 static void *program_dup(const void *src, size_t bytes, int *fail) {
   void *d;
@@ -122,7 +128,7 @@ static void *program_rebase(const tt_program *dst, const tt_program *src, const 
 }
 
 int tt_program_copy(tt_program *dst, const tt_program *src, tt_err *err) {
-  size_t tbytes = tt_lower_table_bytes(src->graph);
+  size_t tbytes = tt_program_table_bytes(src->graph);
   int fail = 0;
   *dst = *src;
   dst->bufs = (tt_buf *)program_dup(src->bufs, sizeof(tt_buf) * (size_t)src->nbufs, &fail);

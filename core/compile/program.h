@@ -344,8 +344,9 @@ typedef struct tt_program {
  * the backend's op_workspace for the calls tt_step_backend_ops (dispatch.h) lists; a failed query is an error
  * naming the layer; every buffer is aligned to be->align. */
 int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err);
-/* Bytes of the one allocation (p->tables) behind a program's per-node and per-parameter arrays. */
-size_t tt_lower_table_bytes(const tt_graph *g);
+/* Bytes of the one allocation (p->tables, made by tt_lower) behind a program's per-node and
+ * per-parameter arrays. */
+size_t tt_program_table_bytes(const tt_graph *g);
 /* Plans the program's buffers: persistent ones packed first, transient ones by tt_arena_plan. */
 int tt_program_plan(tt_program *p, tt_err *err);
 /* The same with a memo of earlier plans (a search plans many programs whose buffers match one
