@@ -8,7 +8,7 @@
  *   3. compute the exact lower bound peak_live_bytes by a sweep over step events;
  *   4. pack blocks live over the whole program ("persistent") at the bottom, then place the
  *      remaining blocks in time order (the sweep: each takes the lowest free stretch that
- *      holds it, O(n log n); forward, then backward from the last step when that was not at
+ *      holds it, in sorted arrays of free stretches; forward, then backward from the last step when that was not at
  *      the lower bound), and, while the O(n^2) conflict scans fit a budget (about 7000
  *      blocks), with greedy offset assignment (Pisarchyk & Lee 2020, "greedy by size" as in
  *      TFLite) under several orderings; the smallest arena wins;
@@ -58,14 +58,6 @@ static void arena_err(char *errbuf, size_t errsize, const char *fmt, ...) {
 }
 
 static size_t arena_align_up(size_t x, size_t a) { return (x + (a - 1)) & ~(a - 1); }
-
-/* splitmix64: the sweep's treap priorities (deterministic, so plans are too). */
-static uint64_t arena_mix(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 static int arena_is_pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 
@@ -161,20 +153,50 @@ static int arena_accept_aliases(const arena_buf *bufs, int n, int *parent, int *
   return accepted;
 }
 
+/* The counted sweep of arena_peak where the steps span no more than this many per buffer (every
+ * training program): a running sum over a per-step delta array instead of sorted events. */
+#define ARENA_PEAK_DENSE 8
+
 /* Exact lower bound: at each step, sum over blocks of the largest live member. Along an
  * accepted chain sizes never grow, so the earliest live member is the largest: the root
  * counts over [first, last] and every later member over [first + 1, last] (its first step
- * is its parent's last, where the parent already counts). */
+ * is its parent's last, where the parent already counts). The peak step is the first step where
+ * the most is live (the earliest first step when nothing is). Steps dense enough: +size at the
+ * first step and -size after the last in an array indexed by step, summed in order (size_t wraps
+ * in the deltas but every prefix is a true total); else the same sum over sorted events, removals
+ * first at a step. Both record a step where the sum after its changes exceeds every earlier one. */
 static int arena_peak(const arena_buf *bufs, int n, const int *parent, size_t *peak,
                       int *peak_step) {
-  arena_event *ev = (arena_event *)malloc(sizeof(arena_event) * (size_t)(2 * n + 1));
+  long long maxl = -1;
   int i, ne = 0, pstep = 0, have = 0;
   size_t cur = 0, best = 0;
+  for (i = 0; i < n; i++) {
+    if (!have || bufs[i].first < pstep) pstep = bufs[i].first; /* default: earliest step */
+    have = 1;
+    if (bufs[i].last > maxl) maxl = bufs[i].last;
+  }
+  if (maxl + 2 <= (long long)ARENA_PEAK_DENSE * n + 64) {
+    size_t *delta = (size_t *)calloc((size_t)(maxl + 2), sizeof(size_t));
+    if (!delta) return -1;
+    for (i = 0; i < n; i++) {
+      int f = bufs[i].first + (parent[i] >= 0), l = bufs[i].last;
+      if (bufs[i].size == 0 || f > l) continue;
+      delta[f] += bufs[i].size;
+      delta[l + 1] -= bufs[i].size;
+    }
+    for (i = 0; i <= (int)maxl; i++) {
+      cur += delta[i];
+      if (cur > best) best = cur, pstep = i;
+    }
+    free(delta);
+    *peak = best;
+    *peak_step = pstep;
+    return 0;
+  }
+  arena_event *ev = (arena_event *)malloc(sizeof(arena_event) * (size_t)(2 * n + 1));
   if (!ev) return -1;
   for (i = 0; i < n; i++) {
     long long f = bufs[i].first, l = bufs[i].last;
-    if (!have || bufs[i].first < pstep) pstep = bufs[i].first; /* default: earliest step */
-    have = 1;
     if (parent[i] >= 0) f += 1;
     if (bufs[i].size == 0 || f > l) continue;
     ev[ne].step = f;
@@ -207,23 +229,24 @@ static int arena_peak(const arena_buf *bufs, int n, const int *parent, size_t *p
 /* One placed block, as the greedy pass scans it. */
 typedef struct arena_slot {
   size_t off, end;
-  int first, last;
 } arena_slot;
 
 /* Scratch for one greedy pass: the blocks already placed, kept sorted by offset so that the
- * blocks whose lifetimes meet a new one come out in offset order without sorting. */
+ * blocks whose lifetimes meet a new one come out in offset order without sorting. Their
+ * lifetimes are kept apart, contiguous for the filter, as ranks (arena_ranks): 16 bits each. */
 typedef struct arena_placed {
   arena_slot *slot;
-  int *first, *last;   /* copies of slot[k].first/last, contiguous for the filter */
-  int *sel;            /* the slots whose lifetimes meet the block being placed */
+  int16_t *first, *last; /* slot[k]'s lifetime, ranked */
+  const int16_t *rf, *rl; /* every block's first and last step, ranked (by block index) */
+  int *sel;              /* the slots whose lifetimes meet the block being placed */
   int count;
 } arena_placed;
 
 /* The placed blocks whose lifetimes meet [f, l] (last[k] >= f and first[k] <= l, k < cnt), in
- * index order, into sel (room for cnt + 3: the vector loop stores four at a time); their count.
+ * index order, into sel (room for cnt + 7: the vector loop stores eight at a time); their count.
  * This is the O(n^2) part of planning, run for every block of every greedy pass: branch-free,
- * since the answer is unpredictable, and reading only the dense first/last arrays. */
-static int arena_meets(const int *first, const int *last, int cnt, int f, int l, int *sel) {
+ * since the answer is unpredictable, and reading only the dense 16-bit first/last arrays. */
+static int arena_meets(const int16_t *first, const int16_t *last, int cnt, int f, int l, int *sel) {
   int k = 0, ns = 0;
 #ifdef ARENA_SSE2
   /* lane[bits]: the set bits' positions, lowest first; pop[bits]: how many */
@@ -231,15 +254,19 @@ static int arena_meets(const int *first, const int *last, int cnt, int f, int l,
                                   {1, 2, 0, 0}, {0, 1, 2, 0}, {3, 0, 0, 0}, {0, 3, 0, 0}, {1, 3, 0, 0}, {0, 1, 3, 0},
                                   {2, 3, 0, 0}, {0, 2, 3, 0}, {1, 2, 3, 0}, {0, 1, 2, 3}};
   static const unsigned char pop[16] = {0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4};
-  __m128i vf = _mm_set1_epi32(f - 1), vl = _mm_set1_epi32(l); /* f >= 0: no overflow */
-  for (; k + 4 <= cnt; k += 4) {
+  /* ranks are 0 .. 32766: f - 1 and l fit 16 bits */
+  __m128i vf = _mm_set1_epi16((short)(f - 1)), vl = _mm_set1_epi16((short)l), zero = _mm_setzero_si128();
+  for (; k + 8 <= cnt; k += 8) {
     __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(last + k));
     __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(first + k));
-    __m128i m = _mm_andnot_si128(_mm_cmpgt_epi32(b, vl), _mm_cmpgt_epi32(a, vf));
-    int bits = _mm_movemask_ps(_mm_castsi128_ps(m));
-    __m128i idx = _mm_add_epi32(_mm_set1_epi32(k), _mm_loadu_si128((const __m128i *)(const void *)lane[bits]));
-    _mm_storeu_si128((__m128i *)(void *)(sel + ns), idx);
-    ns += pop[bits];
+    __m128i m = _mm_andnot_si128(_mm_cmpgt_epi16(b, vl), _mm_cmpgt_epi16(a, vf));
+    int bits = _mm_movemask_epi8(_mm_packs_epi16(m, zero)); /* one bit per lane, lane 0 lowest */
+    __m128i lo = _mm_add_epi32(_mm_set1_epi32(k), _mm_loadu_si128((const __m128i *)(const void *)lane[bits & 15]));
+    __m128i hi = _mm_add_epi32(_mm_set1_epi32(k + 4), _mm_loadu_si128((const __m128i *)(const void *)lane[bits >> 4]));
+    _mm_storeu_si128((__m128i *)(void *)(sel + ns), lo);
+    ns += pop[bits & 15];
+    _mm_storeu_si128((__m128i *)(void *)(sel + ns), hi);
+    ns += pop[bits >> 4];
   }
 #endif
   for (; k < cnt; k++) {
@@ -259,7 +286,7 @@ static int arena_meets(const int *first, const int *last, int cnt, int f, int l,
 static size_t arena_greedy(const arena_item *it, const int *order, int m, size_t floor,
                            int best_fit, size_t beat, size_t *off, arena_placed *pl) {
   arena_slot *sl = pl->slot;
-  int *pf = pl->first, *pla = pl->last;
+  int16_t *pf = pl->first, *pla = pl->last;
   int *sel = pl->sel;
   size_t top = floor;
   int oi;
@@ -267,7 +294,7 @@ static size_t arena_greedy(const arena_item *it, const int *order, int m, size_t
   for (oi = 0; oi < m; oi++) {
     const arena_item *x = &it[order[oi]];
     size_t cur = floor, best_off = 0, best_gap = SIZE_MAX;
-    int found = 0, j, ns, lo, hi, xf = x->first, xl = x->last, cnt = pl->count;
+    int found = 0, j, ns, lo, hi, xf = pl->rf[order[oi]], xl = pl->rl[order[oi]], cnt = pl->count;
     /* Two phases: the filter collecting the intersecting blocks, then the gap walk over the
      * blocks it kept, which are in offset order. */
     ns = arena_meets(pf, pla, cnt, xf, xl, sel);
@@ -300,14 +327,12 @@ static size_t arena_greedy(const arena_item *it, const int *order, int m, size_t
       else hi = mid;
     }
     memmove(sl + lo + 1, sl + lo, sizeof(arena_slot) * (size_t)(cnt - lo));
-    memmove(pf + lo + 1, pf + lo, sizeof(int) * (size_t)(cnt - lo));
-    memmove(pla + lo + 1, pla + lo, sizeof(int) * (size_t)(cnt - lo));
-    pf[lo] = xf;
-    pla[lo] = xl;
+    memmove(pf + lo + 1, pf + lo, sizeof(int16_t) * (size_t)(cnt - lo));
+    memmove(pla + lo + 1, pla + lo, sizeof(int16_t) * (size_t)(cnt - lo));
+    pf[lo] = (int16_t)xf;
+    pla[lo] = (int16_t)xl;
     sl[lo].off = best_off;
     sl[lo].end = best_off + x->size;
-    sl[lo].first = xf;
-    sl[lo].last = xl;
     pl->count++;
   }
   return top;
@@ -315,117 +340,79 @@ static size_t arena_greedy(const arena_item *it, const int *order, int m, size_t
 
 /* ---- the sweep: placement in time order, for programs of any size ---- */
 
-/* The free space below the sweep's top: stretches [off, end), disjoint and coalesced, in a
- * treap ordered by offset, each node knowing the longest stretch in its subtree, so that the
- * lowest stretch that holds a block and the neighbours of a released one are found in
- * O(log n). (A list scanned per block was O(n^2): holes a chain's transient buffers leave
- * between the activations it keeps pile up through the forward pass.) */
-typedef struct arena_tnode {
-  size_t off, end, maxlen;
-  uint64_t pri;
-  int l, r;
-} arena_tnode;
-
+/* The free space below the sweep's top: disjoint, coalesced stretches [off[i], end[i]) sorted by
+ * offset in two arrays. A released block finds its neighbours by binary search; a block taken
+ * scans for the lowest stretch that holds it, skipped outright when it is longer than `ub`, an
+ * upper bound on every stretch's length (raised as stretches grow, made exact by every scan that
+ * fails), so the many blocks that fit no hole (a chain's activations, which leave holes too small
+ * for them as they pile up) cost O(1). Training programs keep a few tens of stretches: the arrays
+ * cost a fraction of a balanced tree's rebalancing, and a memmove where they grow or shrink. */
 typedef struct arena_free {
-  arena_tnode *t;
-  int root, nused, spare; /* spare: a freed node's index, chained through .l */
-  uint64_t seed;
+  size_t *off, *end;
+  int k;      /* stretches */
+  size_t ub;  /* >= every end[i] - off[i] */
   size_t top; /* everything at or above it is free */
 } arena_free;
 
-static void arena_t_fix(arena_tnode *t, int x) {
-  size_t m = t[x].end - t[x].off;
-  if (t[x].l >= 0 && t[t[x].l].maxlen > m) m = t[t[x].l].maxlen;
-  if (t[x].r >= 0 && t[t[x].r].maxlen > m) m = t[t[x].r].maxlen;
-  t[x].maxlen = m;
-}
-
-/* Splits x into offsets < key (*a) and >= key (*b). */
-static void arena_t_split(arena_tnode *t, int x, size_t key, int *a, int *b) {
-  if (x < 0) {
-    *a = *b = -1;
-  } else if (t[x].off < key) {
-    arena_t_split(t, t[x].r, key, &t[x].r, b);
-    arena_t_fix(t, x);
-    *a = x;
-  } else {
-    arena_t_split(t, t[x].l, key, a, &t[x].l);
-    arena_t_fix(t, x);
-    *b = x;
-  }
-}
-
-/* Joins a and b, every offset in a below every offset in b. */
-static int arena_t_merge(arena_tnode *t, int a, int b) {
-  if (a < 0) return b;
-  if (b < 0) return a;
-  if (t[a].pri > t[b].pri) {
-    t[a].r = arena_t_merge(t, t[a].r, b);
-    arena_t_fix(t, a);
-    return a;
-  }
-  t[b].l = arena_t_merge(t, a, t[b].l);
-  arena_t_fix(t, b);
-  return b;
-}
-
-static void arena_free_insert(arena_free *fl, size_t off, size_t end) {
-  int a, b, x = fl->spare >= 0 ? fl->spare : fl->nused++;
-  if (x == fl->spare) fl->spare = fl->t[x].l;
-  fl->t[x].off = off, fl->t[x].end = end, fl->t[x].l = fl->t[x].r = -1;
-  fl->t[x].pri = arena_mix(&fl->seed);
-  arena_t_fix(fl->t, x);
-  arena_t_split(fl->t, fl->root, off, &a, &b);
-  fl->root = arena_t_merge(fl->t, arena_t_merge(fl->t, a, x), b);
-}
-
-/* Removes the stretch starting at off (present) and returns its end. */
-static size_t arena_free_remove(arena_free *fl, size_t off) {
-  int a, b, x, c;
-  arena_t_split(fl->t, fl->root, off, &a, &b);
-  arena_t_split(fl->t, b, off + 1, &x, &c);
-  fl->root = arena_t_merge(fl->t, a, c);
-  fl->t[x].l = fl->spare, fl->spare = x;
-  return fl->t[x].end;
+/* Removes stretches [i, i + cnt). */
+static void arena_free_cut(arena_free *fl, int i, int cnt) {
+  memmove(fl->off + i, fl->off + i + cnt, sizeof(size_t) * (size_t)(fl->k - i - cnt));
+  memmove(fl->end + i, fl->end + i + cnt, sizeof(size_t) * (size_t)(fl->k - i - cnt));
+  fl->k -= cnt;
 }
 
 /* Returns [off, off + size) to the free space, merging it with its neighbours (and the top). */
 static void arena_free_release(arena_free *fl, size_t off, size_t size) {
   size_t end = off + size;
-  int x, below = -1, above = -1;
-  for (x = fl->root; x >= 0;) { /* the last stretch below off, the first at or above it */
-    if (fl->t[x].off < off) below = x, x = fl->t[x].r;
-    else above = x, x = fl->t[x].l;
+  int lo = 0, hi = fl->k, below, above;
+  while (lo < hi) { /* the first stretch at or above off */
+    int mid = lo + (hi - lo) / 2;
+    if (fl->off[mid] < off) lo = mid + 1;
+    else hi = mid;
   }
-  if (below >= 0 && fl->t[below].end == off) off = fl->t[below].off, arena_free_remove(fl, off);
-  if (above >= 0 && fl->t[above].off == end) end = arena_free_remove(fl, end);
-  if (end == fl->top) fl->top = off;
-  else arena_free_insert(fl, off, end);
-}
-
-/* The lowest stretch in x's subtree at least `need` long, or -1: one path down the tree. */
-static int arena_free_find(const arena_tnode *t, int x, size_t need) {
-  while (x >= 0 && t[x].maxlen >= need) {
-    if (t[x].l >= 0 && t[t[x].l].maxlen >= need) x = t[x].l;
-    else if (t[x].end - t[x].off >= need) return x;
-    else x = t[x].r;
+  below = lo > 0 && fl->end[lo - 1] == off;
+  above = lo < fl->k && fl->off[lo] == end;
+  if (below) off = fl->off[lo - 1];
+  if (above) end = fl->end[lo];
+  if (end == fl->top) {
+    fl->top = off;
+    arena_free_cut(fl, lo - below, below + above);
+    return;
   }
-  return -1;
+  if (end - off > fl->ub) fl->ub = end - off;
+  if (below) {
+    fl->end[lo - 1] = end;
+    if (above) arena_free_cut(fl, lo, 1);
+  } else if (above) {
+    fl->off[lo] = off;
+  } else {
+    memmove(fl->off + lo + 1, fl->off + lo, sizeof(size_t) * (size_t)(fl->k - lo));
+    memmove(fl->end + lo + 1, fl->end + lo, sizeof(size_t) * (size_t)(fl->k - lo));
+    fl->off[lo] = off, fl->end[lo] = end;
+    fl->k++;
+  }
 }
 
 /* Takes the lowest free stretch that holds `size` bytes, or the top; its offset. Every offset
  * and size the sweep handles is a multiple of one alignment, so any stretch long enough fits. */
 static size_t arena_free_take(arena_free *fl, size_t size) {
-  int x = arena_free_find(fl->t, fl->root, size);
-  size_t start, end;
-  if (x < 0) {
-    start = fl->top;
-    fl->top += size;
-    return start;
+  size_t start, longest = 0;
+  int i;
+  if (size <= fl->ub) {
+    for (i = 0; i < fl->k; i++) {
+      size_t len = fl->end[i] - fl->off[i];
+      if (len >= size) {
+        start = fl->off[i];
+        if (len == size) arena_free_cut(fl, i, 1);
+        else fl->off[i] += size;
+        return start;
+      }
+      if (len > longest) longest = len;
+    }
+    fl->ub = longest; /* the scan saw every stretch */
   }
-  start = fl->t[x].off;
-  end = arena_free_remove(fl, start);
-  if (start + size < end) arena_free_insert(fl, start + size, end);
+  start = fl->top;
+  fl->top += size;
   return start;
 }
 
@@ -472,7 +459,7 @@ static void arena_sort(arena_key *a, int n, int by_first, arena_key *tmp) {
 
 /* Places the blocks ids[0..m) in order of first use (reverse: of last use, from the end): at
  * each block's first step the blocks that ended before it give back their space, and it takes
- * the lowest free stretch that holds it (or the top). O(m log m). On nested lifetimes (a chain's activations are released
+ * the lowest free stretch that holds it (or the top). On nested lifetimes (a chain's activations are released
  * in the reverse order they were made) it packs like a stack, at the lower bound. Each block
  * takes its size rounded up to the largest alignment (training programs align every buffer
  * alike, so this costs nothing there). Returns the arena size, or SIZE_MAX when out of
@@ -488,12 +475,11 @@ static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t fl
     if (it[ids[i]].align > unit) unit = it[ids[i]].align;
   high = floor = arena_align_up(floor, unit);
   memset(&fl, 0, sizeof fl);
-  fl.t = (arena_tnode *)malloc(sizeof(arena_tnode) * (size_t)(2 * m + 2));
-  fl.root = fl.spare = -1;
-  fl.seed = 0x9e3779b97f4a7c15ull;
+  fl.off = (size_t *)malloc(sizeof(size_t) * (size_t)(m + 1)); /* at most one stretch per block */
+  fl.end = (size_t *)malloc(sizeof(size_t) * (size_t)(m + 1));
   fl.top = floor;
-  if (!by_first || !by_last || !tmp || !fl.t) {
-    free(by_first), free(by_last), free(tmp), free(fl.t);
+  if (!by_first || !by_last || !tmp || !fl.off || !fl.end) {
+    free(by_first), free(by_last), free(tmp), free(fl.off), free(fl.end);
     return SIZE_MAX;
   }
   for (i = 0; i < m; i++) { /* reversed: the same sweep from the last step back */
@@ -511,7 +497,7 @@ static size_t arena_sweep(const arena_item *it, const int *ids, int m, size_t fl
     off[by_first[i].idx] = arena_free_take(&fl, arena_align_up(x->size, unit));
     if (fl.top > high) high = fl.top;
   }
-  free(by_first), free(by_last), free(tmp), free(fl.t);
+  free(by_first), free(by_last), free(tmp), free(fl.off), free(fl.end);
   return high;
 }
 
@@ -543,10 +529,48 @@ static void arena_make_order(const arena_item *it, const int *ids, int m, int by
   for (i = 0; i < m; i++) order[i] = keys[i].idx;
 }
 
+static int arena_int_cmp(const void *pa, const void *pb) {
+  int a = *(const int *)pa, b = *(const int *)pb;
+  return (a > b) - (a < b);
+}
+
+/* The greedy filter's 16-bit times: each block ids[0..m)'s first and last step (rf, rl, by block) mapped by
+ * an order-preserving map, so that "last >= f and first <= l" reads the same. The steps
+ * themselves where they are below 32767 (every training program); else their ranks among the
+ * distinct steps, fewer than 32767 for the blocks the greedy passes plan (ARENA_VISIT_BUDGET
+ * caps them near 7000). 0, or -1 out of memory. */
+static int arena_ranks(const arena_item *it, const int *ids, int m, int16_t *rf, int16_t *rl) {
+  int i, maxl = 0, nv = 0, *v;
+  for (i = 0; i < m; i++)
+    if (it[ids[i]].last > maxl) maxl = it[ids[i]].last;
+  if (maxl < 32767) {
+    for (i = 0; i < m; i++) rf[ids[i]] = (int16_t)it[ids[i]].first, rl[ids[i]] = (int16_t)it[ids[i]].last;
+    return 0;
+  }
+  if (!(v = (int *)malloc(sizeof(int) * (size_t)(2 * m + 1)))) return -1;
+  for (i = 0; i < m; i++) v[2 * i] = it[ids[i]].first, v[2 * i + 1] = it[ids[i]].last;
+  qsort(v, (size_t)(2 * m), sizeof(int), arena_int_cmp);
+  for (i = 0; i < 2 * m; i++)
+    if (nv == 0 || v[i] != v[nv - 1]) v[nv++] = v[i];
+  for (i = 0; i < 2 * m; i++) { /* binary search: the rank of step i's value */
+    int x = (i & 1) ? it[ids[i / 2]].last : it[ids[i / 2]].first, lo = 0, hi = nv - 1;
+    while (lo < hi) {
+      int mid = lo + (hi - lo) / 2;
+      if (v[mid] < x) lo = mid + 1;
+      else hi = mid;
+    }
+    if (i & 1) rl[ids[i / 2]] = (int16_t)lo;
+    else rf[ids[i / 2]] = (int16_t)lo;
+  }
+  free(v);
+  return 0;
+}
+
 /* Places the blocks; returns the arena size or SIZE_MAX when out of memory. `lower` is a
  * lower bound for the arena: once a pass reaches it, the other passes are skipped. */
 static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off) {
   int *ids = NULL, *order = NULL;
+  int16_t *ranks = NULL;
   size_t *try_off = NULL;
   arena_key *keys = NULL, *ktmp = NULL;
   arena_placed pl;
@@ -560,10 +584,11 @@ static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off
   keys = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
   ktmp = (arena_key *)malloc(sizeof(arena_key) * (size_t)(m + 1));
   pl.slot = (arena_slot *)malloc(sizeof(arena_slot) * (size_t)(m + 1));
-  pl.first = (int *)malloc(sizeof(int) * (size_t)(m + 1));
-  pl.last = (int *)malloc(sizeof(int) * (size_t)(m + 1));
-  pl.sel = (int *)malloc(sizeof(int) * (size_t)(m + 4)); /* arena_meets stores four at a time */
-  if (!ids || !order || !try_off || !keys || !ktmp || !pl.slot || !pl.first || !pl.last || !pl.sel)
+  pl.first = (int16_t *)malloc(sizeof(int16_t) * (size_t)(m + 1));
+  pl.last = (int16_t *)malloc(sizeof(int16_t) * (size_t)(m + 1));
+  pl.sel = (int *)malloc(sizeof(int) * (size_t)(m + 8)); /* arena_meets stores eight at a time */
+  ranks = (int16_t *)malloc(sizeof(int16_t) * (size_t)(2 * m + 2));
+  if (!ids || !order || !try_off || !keys || !ktmp || !pl.slot || !pl.first || !pl.last || !pl.sel || !ranks)
     goto done;
 
   for (i = 0; i < m; i++) {
@@ -608,6 +633,11 @@ static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off
     double per_pass = 0.5 * (double)nt * (double)nt + 1.0;
     int npass = (int)(ARENA_VISIT_BUDGET / per_pass), pass;
     if (npass > ARENA_NPASS) npass = ARENA_NPASS;
+    if (npass > 0 && best > lower && arena_ranks(it, ids, nt, ranks, ranks + m)) {
+      best = SIZE_MAX;
+      goto done;
+    }
+    pl.rf = ranks, pl.rl = ranks + m;
     for (pass = 0; pass < npass && best > lower; pass++) {
       size_t top;
       int by_area = pass >= 2, fit = !(pass & 1);
@@ -634,6 +664,7 @@ done:
   free(pl.first);
   free(pl.last);
   free(pl.sel);
+  free(ranks);
   return best;
 }
 

@@ -666,7 +666,7 @@ static int lower_tables(lower_ctx *c) {
   const tt_graph *g = c->g;
   tt_program *p = c->p;
   int nn = g->nnodes, np = g->nparams;
-  int *ints = (int *)tt_malloc(sizeof(int) * (size_t)(6 * nn + 5 * np + 8) + 2 * (size_t)nn, "lowering tables", c->err);
+  int *ints = (int *)tt_malloc(tt_program_table_bytes(g), "lowering tables", c->err);
   if (!ints) return -1;
   for (int i = 0; i < 6 * nn + 5 * np + 8; i++) ints[i] = -1;
   c->cur_cmp = ints + 5 * nn + 5 * np + 8;

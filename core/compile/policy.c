@@ -21,7 +21,8 @@
 
 /* What every plan of one candidate shares: the graph, backend and options, the budget (0: none),
  * micro-batch, accumulation steps and dtype; min_arena (may be NULL) receives the smallest arena
- * planned, memo (may be NULL) remembers the arena plans made. */
+ * planned, memo (may be NULL) remembers the arena plans made, cache (may be NULL) the programs
+ * policy_try made for the candidate. */
 typedef struct policy_ctx {
   const tt_graph *g;
   tt_backend *be;
@@ -31,6 +32,7 @@ typedef struct policy_ctx {
   tt_dtype dt;
   size_t *min_arena;
   tt_plan_memo *memo;
+  struct policy_cache *cache;
   tt_err *err;
 } policy_ctx;
 
@@ -39,7 +41,7 @@ static policy_ctx policy_ctx_of(const tt_graph *g, tt_backend *be, const tt_poli
                                 tt_dtype dt, size_t *min_arena, tt_plan_memo *memo, tt_err *err) {
   policy_ctx c;
   c.g = g, c.be = be, c.o = o, c.budget = budget, c.mb = mb, c.accum = accum, c.dt = dt;
-  c.min_arena = min_arena, c.memo = memo, c.err = err;
+  c.min_arena = min_arena, c.memo = memo, c.cache = NULL, c.err = err;
   return c;
 }
 
@@ -161,7 +163,7 @@ static int policy_compact_forms(int *forms) {
  * each without compact saves before with), each planned only while the smallest arena so far
  * overshoots the budget (no budget: the first form alone), the smallest kept (as small: the
  * earlier form, the faster one). 0 and p filled, or -1 or TT_ERR_TOO_LARGE (err set). */
-static int policy_try(const policy_ctx *c, unsigned char *rec, tt_program *p) {
+static int policy_try_forms(const policy_ctx *c, unsigned char *rec, tt_program *p) {
   int fused[2], compact[2], nf = policy_fused_forms(c->g, fused), nk = policy_compact_forms(compact), have = 0;
   for (int f = 0; f < nf; f++)
     for (int k = 0; k < nk; k++) {
@@ -175,6 +177,74 @@ static int policy_try(const policy_ctx *c, unsigned char *rec, tt_program *p) {
       if (have) policy_keep_smaller(p, &q);
       have = 1;
     }
+  return 0;
+}
+
+/* The programs policy_try made for one candidate (policy_fit), by recompute set: the searches
+ * reach the same set often (on ViT-B/16 at --vram 1M, 28 of 159 sets), and a copy of the program
+ * costs a small part of lowering and planning it in up to eight forms again. Past
+ * POLICY_CACHE_CAP bytes held, programs are made but no longer kept. */
+#define POLICY_CACHE_CAP ((size_t)256 << 20)
+
+typedef struct policy_cache_entry {
+  unsigned char *rec; /* [nnodes] */
+  tt_program p;
+} policy_cache_entry;
+
+typedef struct policy_cache {
+  policy_cache_entry *e;
+  int n, cap;
+  size_t bytes;
+} policy_cache;
+
+static void policy_cache_free(policy_cache *k) {
+  for (int i = 0; i < k->n; i++) {
+    free(k->e[i].rec);
+    tt_program_free(&k->e[i].p);
+  }
+  free(k->e);
+}
+
+/* Keeps a copy of p, planned for recompute set rec, in c's cache (nothing when out of memory
+ * or past the cap: the cache only saves work). */
+static void policy_cache_put(const policy_ctx *c, const unsigned char *rec, const tt_program *p) {
+  policy_cache *k = c->cache;
+  size_t n = (size_t)c->g->nnodes;
+  size_t bytes = n + sizeof(tt_buf) * (size_t)p->nbufs + sizeof(tt_step) * (size_t)p->nsteps +
+                 sizeof(tt_call) * (size_t)p->ncalls + tt_program_table_bytes(c->g);
+  tt_err e2;
+  if (k->bytes + bytes > POLICY_CACHE_CAP) return;
+  if (k->n == k->cap) {
+    int nc = k->cap ? 2 * k->cap : 16;
+    policy_cache_entry *ne = (policy_cache_entry *)realloc(k->e, sizeof(policy_cache_entry) * (size_t)nc);
+    if (!ne) return;
+    k->e = ne, k->cap = nc;
+  }
+  policy_cache_entry *x = &k->e[k->n];
+  if (!(x->rec = (unsigned char *)malloc(n ? n : 1))) return;
+  if (tt_program_copy(&x->p, p, &e2)) {
+    free(x->rec);
+    return;
+  }
+  memcpy(x->rec, rec, n);
+  k->n++, k->bytes += bytes;
+}
+
+/* One candidate with recompute set rec, planned in its memory forms (policy_try_forms), or the
+ * copy of the program made for the same set before (the same program: lowering and planning
+ * are deterministic); 0 and p filled, or -1 or TT_ERR_TOO_LARGE (err set). */
+static int policy_try(const policy_ctx *c, unsigned char *rec, tt_program *p) {
+  size_t n = (size_t)c->g->nnodes;
+  int rc;
+  if (!c->cache) return policy_try_forms(c, rec, p);
+  for (int i = 0; i < c->cache->n; i++)
+    if (!memcmp(c->cache->e[i].rec, rec, n)) {
+      if ((rc = tt_program_copy(p, &c->cache->e[i].p, c->err))) return rc;
+      p->policy.recompute = rec; /* where a fresh lowering points it */
+      return 0;
+    }
+  if ((rc = policy_try_forms(c, rec, p))) return rc;
+  policy_cache_put(c, rec, p);
   return 0;
 }
 
@@ -396,11 +466,24 @@ static int policy_fit_loop(const policy_ctx *c, const policy_rsearch *r, double 
   return rc ? rc : s.have;
 }
 
+static int policy_fit_cached(const policy_ctx *c, unsigned char *rec, tt_program *out);
+
+/* policy_fit_cached with a program cache for the candidate (policy_try), freed after. */
+static int policy_fit(const policy_ctx *cin, unsigned char *rec, tt_program *out) {
+  policy_cache cache;
+  policy_ctx c = *cin;
+  memset(&cache, 0, sizeof cache);
+  c.cache = &cache;
+  int rc = policy_fit_cached(&c, rec, out);
+  policy_cache_free(&cache);
+  return rc;
+}
+
 /* Best fitting program for c's candidate: plain (every unit recomputed under --recompute all),
  * or, under auto when that overshoots the budget, the fastest in the cost model (as fast: the
  * smaller arena) of the recompute searches' fitting plans. rec receives the recompute set.
  * 1 fits, 0 not, -1 or TT_ERR_TOO_LARGE on error. */
-static int policy_fit(const policy_ctx *c, unsigned char *rec, tt_program *out) {
+static int policy_fit_cached(const policy_ctx *c, unsigned char *rec, tt_program *out) {
   int n = c->g->nnodes, rc, have = 0;
   memset(rec, 0, (size_t)n);
   if (c->o->recompute == TT_RECOMP_ALL && tt_recompute_all(c->g, rec, c->err)) return -1;

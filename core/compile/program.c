@@ -107,6 +107,50 @@ void tt_program_free(tt_program *p) {
   p->nbufs = p->nsteps = 0;
 }
 
+size_t tt_program_table_bytes(const tt_graph *g) {
+  /* lower.c's lower_tables: 6 ints per node, 5 per parameter and 8, then a byte per node twice
+   * (compact saves, layout) */
+  return sizeof(int) * (size_t)(6 * g->nnodes + 5 * g->nparams + 8) + 2 * (size_t)g->nnodes;
+}
+
+/* A copy of src's first `bytes` bytes (NULL stays NULL); *fail set when out of memory. */
+static void *program_dup(const void *src, size_t bytes, int *fail) {
+  void *d;
+  if (!src) return NULL;
+  if (!(d = malloc(bytes ? bytes : 1))) *fail = 1;
+  else memcpy(d, src, bytes);
+  return d;
+}
+
+/* Where f, a pointer into src's tables (or NULL), lies in dst's. */
+static void *program_rebase(const tt_program *dst, const tt_program *src, const void *f) {
+  return f ? (void *)((char *)dst->tables + ((const char *)f - (const char *)src->tables)) : NULL;
+}
+
+int tt_program_copy(tt_program *dst, const tt_program *src, tt_err *err) {
+  size_t tbytes = tt_program_table_bytes(src->graph);
+  int fail = 0;
+  *dst = *src;
+  dst->bufs = (tt_buf *)program_dup(src->bufs, sizeof(tt_buf) * (size_t)src->nbufs, &fail);
+  dst->steps = (tt_step *)program_dup(src->steps, sizeof(tt_step) * (size_t)src->nsteps, &fail);
+  dst->tables = (int *)program_dup(src->tables, tbytes, &fail);
+  dst->calls = (tt_call *)program_dup(src->calls, sizeof(tt_call) * (size_t)src->ncalls, &fail);
+  dst->step_call = (int *)program_dup(src->step_call, sizeof(int) * ((size_t)src->nsteps + 1), &fail);
+  if (fail) {
+    tt_program_free(dst);
+    return tt_fail(err, "out of host memory copying a program of %d buffers", src->nbufs);
+  }
+  dst->cap_bufs = src->nbufs, dst->cap_steps = src->nsteps;
+  /* the per-node and per-parameter arrays live in the tables: the same places in the copy */
+  dst->value_buf = (int *)program_rebase(dst, src, src->value_buf);
+  dst->param_buf = (int *)program_rebase(dst, src, src->param_buf);
+  dst->grad_buf = (int *)program_rebase(dst, src, src->grad_buf);
+  dst->m_buf = (int *)program_rebase(dst, src, src->m_buf);
+  dst->v_buf = (int *)program_rebase(dst, src, src->v_buf);
+  dst->layout = (unsigned char *)program_rebase(dst, src, src->layout);
+  return 0;
+}
+
 /* Bytes a buffer adds to the steps it is live at, counted as the plan's lower bound counts them
  * (arena.h): a persistent buffer with its alignment padding (persistent_bytes packs them so), a
  * transient one at its size, and a buffer that took over another's storage (an accepted in-place

@@ -344,6 +344,9 @@ typedef struct tt_program {
  * the backend's op_workspace for the calls tt_step_backend_ops (dispatch.h) lists; a failed query is an error
  * naming the layer; every buffer is aligned to be->align. */
 int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err);
+/* Bytes of the one allocation (p->tables, made by tt_lower) behind a program's per-node and
+ * per-parameter arrays. */
+size_t tt_program_table_bytes(const tt_graph *g);
 /* Plans the program's buffers: persistent ones packed first, transient ones by tt_arena_plan. */
 int tt_program_plan(tt_program *p, tt_err *err);
 /* The same with a memo of earlier plans (a search plans many programs whose buffers match one
@@ -355,6 +358,10 @@ tt_plan_memo *tt_plan_memo_new(void);
 void tt_plan_memo_free(tt_plan_memo *m);
 int tt_program_plan_memo(tt_program *p, tt_plan_memo *memo, tt_err *err);
 void tt_program_free(tt_program *p);
+/* A deep copy of a lowered (and perhaps planned) program: its buffers, steps, tables and call
+ * list in new allocations, every other field as src has it (policy.recompute still points where
+ * src's does). 0, or -1 with err set and dst freed when out of memory. */
+int tt_program_copy(tt_program *dst, const tt_program *src, tt_err *err);
 /* Resolves every step of planned program p into its backend calls (p->calls, p->step_call), in
  * run order, and applies the fusion table where p->caps allows (calls.c). Needs the plan's
  * offsets: a fusion is refused where the planned storage would make it read a buffer another
