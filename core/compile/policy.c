@@ -96,9 +96,12 @@ static int policy_plan(const tt_graph *g, tt_policy *pol, tt_backend *be, tt_pla
   return 0;
 }
 
-/* Callers outside the search plan one program at a time: no memo. */
+/* Callers outside the search plan one program at a time: no memo, and the program they get is
+ * ready to run (its final call list made). */
 int tt_policy_plan(const tt_graph *g, tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err) {
-  return policy_plan(g, pol, be, NULL, p, err);
+  int rc = policy_plan(g, pol, be, NULL, p, err);
+  if (!rc && (rc = tt_program_calls(p, err))) tt_program_free(p);
+  return rc;
 }
 
 /* Lowers and plans c's candidate with recompute set rec in one memory form (POLICY_COMPACT |
@@ -694,7 +697,9 @@ int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oi
   }
   if (!have) return policy_refuse(g, be, &o, r, min_arena, err);
   policy_count_units(g, r);
-  if (policy_eval(g, be, &o, r, err)) {
+  /* the candidates were ranked on their buffers' plans alone: the chosen one gets its final call
+   * list here (policy_eval's evaluation program gets its own from tt_program_plan) */
+  if (tt_program_calls(&r->train, err) || policy_eval(g, be, &o, r, err)) {
     tt_policy_result_free(r);
     return -1;
   }

@@ -14,6 +14,11 @@ const char *tt_buf_class_name(tt_buf_class c) {
 }
 
 int tt_program_plan(tt_program *p, tt_err *err) {
+  int rc = tt_program_layout(p, err);
+  return rc ? rc : tt_program_calls(p, err); /* the final call list, now that the storage is known */
+}
+
+int tt_program_layout(tt_program *p, tt_err *err) {
   /* Persistent buffers are live at every step, so packing them end to end is optimal. */
   size_t off = 0, all = 0;
   memset(p->class_bytes, 0, sizeof p->class_bytes);
@@ -89,7 +94,7 @@ int tt_program_plan(tt_program *p, tt_err *err) {
   p->peak_live_bytes = p->persistent_bytes + res.peak_live_bytes;
   free(ab);
   free(map);
-  return tt_program_calls(p, err); /* the final call list, now that the storage is known */
+  return 0;
 }
 
 void tt_program_free(tt_program *p) {
@@ -331,16 +336,16 @@ static void program_memo_store(tt_plan_memo *m, const tt_program *p, uint64_t h)
 
 int tt_program_plan_memo(tt_program *p, tt_plan_memo *m, tt_err *err) {
   int ok, rc;
-  if (!m) return tt_program_plan(p, err);
+  if (!m) return tt_program_layout(p, err);
   uint64_t h = program_memo_key_of(m, p, &ok);
-  if (!ok) return tt_program_plan(p, err);
+  if (!ok) return tt_program_layout(p, err);
   for (const program_memo_entry *e = m->bucket[h % PROGRAM_MEMO_BUCKETS]; e; e = e->next)
     if (e->hash == h && e->nbufs == p->nbufs && e->align == p->align &&
         !memcmp(e->key, m->scratch, sizeof(program_memo_key) * (size_t)p->nbufs)) {
       program_memo_apply(e, p);
-      return tt_program_calls(p, err); /* the steps may differ where the buffers do not */
+      return 0;
     }
-  if ((rc = tt_program_plan(p, err))) return rc;
+  if ((rc = tt_program_layout(p, err))) return rc;
   program_memo_store(m, p, h);
   return 0;
 }

@@ -347,12 +347,16 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
 /* Bytes of the one allocation (p->tables, made by tt_lower) behind a program's per-node and
  * per-parameter arrays. */
 size_t tt_program_table_bytes(const tt_graph *g);
-/* Plans the program's buffers: persistent ones packed first, transient ones by tt_arena_plan. */
+/* Plans the program's buffers (persistent ones packed first, transient ones by tt_arena_plan),
+ * then makes its final call list (tt_program_calls): a program ready to run. */
 int tt_program_plan(tt_program *p, tt_err *err);
-/* The same with a memo of earlier plans (a search plans many programs whose buffers match one
- * planned before, buffer for buffer): an exact match copies that plan, else it is planned and
- * remembered. memo NULL: tt_program_plan. The memo belongs to one search; free it with
- * tt_plan_memo_free (NULL is fine). */
+/* The buffers' plan alone, without the call list: what a search needs of the many candidates it
+ * ranks (tt_policy_search makes the chosen programs' call lists at its end). */
+int tt_program_layout(tt_program *p, tt_err *err);
+/* tt_program_layout with a memo of earlier plans (a search plans many programs whose buffers
+ * match one planned before, buffer for buffer): an exact match copies that plan, else it is
+ * planned and remembered. memo NULL: tt_program_layout. The memo belongs to one search; free it
+ * with tt_plan_memo_free (NULL is fine). */
 typedef struct tt_plan_memo tt_plan_memo;
 tt_plan_memo *tt_plan_memo_new(void);
 void tt_plan_memo_free(tt_plan_memo *m);
