@@ -46,7 +46,7 @@ DOCS=(README.md docs/*.md)
 
 # Options of core/main.c that take no value (no_argument in main_options); every other long
 # option takes one, as the next word or after '='.
-NOARG=" --help -h --version --json --max-batch "
+NOARG=" --help -h --version --json --max-batch --calls "
 
 # words_of TEXT: splits TEXT into the array W (shell words, quotes around a word removed).
 words_of() {

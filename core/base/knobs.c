@@ -32,7 +32,7 @@ static const knob_row knob_rows[] = {
     {"TINYTRAIN_GRADS", KNOB_CHOICE, "auto|persistent", KNOB_AT(grads_persistent)},
     {"TINYTRAIN_COMPACT", KNOB_CHOICE, "0|1", KNOB_AT(compact)},
     {"TINYTRAIN_ATTN", KNOB_CHOICE, "keep|fused", KNOB_AT(attn)},
-    {"TINYTRAIN_RECOMPUTE_SEARCH", KNOB_CHOICE, "segments|ops", KNOB_AT(recompute_search)},
+    {"TINYTRAIN_RECOMPUTE_SEARCH", KNOB_CHOICE, "best|segments|ops", KNOB_AT(recompute_search)},
     {"TINYTRAIN_FUSE", KNOB_BOOL, NULL, KNOB_AT(fuse)},
     {"TINYTRAIN_CPU_BACKEND", KNOB_CHOICE, "onednn|ref", KNOB_AT(cpu_ref)},
     {"TINYTRAIN_PROFILE", KNOB_BOOL, NULL, KNOB_AT(profile)},
@@ -52,7 +52,7 @@ static const knob_row knob_rows[] = {
 
 void tt_knobs_default(tt_knobs *k) {
   memset(k, 0, sizeof *k);
-  k->grads_persistent = 0, k->compact = -1, k->attn = -1, k->recompute_search = -1, k->fuse = 1;
+  k->grads_persistent = 0, k->compact = -1, k->attn = -1, k->recompute_search = 0, k->fuse = 1;
   k->cpu_ref = 0, k->dist_timeout = 300.0, k->dist_bucket = 0;
   tt_backend_knobs_default(&k->be);
 }

@@ -19,7 +19,7 @@ typedef struct tt_knobs {
   int grads_persistent;   /* TINYTRAIN_GRADS=persistent: gradient accumulators always (0: the planner's choice) */
   int compact;            /* TINYTRAIN_COMPACT: -1 the planner's choice, 0 never, 1 always compact saves */
   int attn;               /* TINYTRAIN_ATTN: -1 the planner's choice, 0 keep the probabilities, 1 the fused form */
-  int recompute_search;   /* TINYTRAIN_RECOMPUTE_SEARCH: -1 both (the best), 0 segments, 1 per-op */
+  int recompute_search;   /* TINYTRAIN_RECOMPUTE_SEARCH: 0 both, the faster plan (best), 1 segments, 2 per-op */
   int fuse;               /* TINYTRAIN_FUSE: 1 (default) the fusion table applies; 0 every call apart */
   /* the runtime */
   int cpu_ref;            /* TINYTRAIN_CPU_BACKEND: 0 oneDNN (default), 1 the reference loops */

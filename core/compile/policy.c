@@ -261,9 +261,9 @@ static int policy_count(const unsigned char *rec, int n) {
 /* Which recompute search runs: the options', or TINYTRAIN_RECOMPUTE_SEARCH=segments|ops
  * (to compare the searches, e.g. tests/bench/memory_tradeoff), or both. */
 static tt_recompute_search_kind policy_rsearch_kind(const tt_policy_opts *o) {
-  int k = tt_knobs_get()->recompute_search; /* -1, or 0 segments, 1 ops */
+  int k = tt_knobs_get()->recompute_search; /* 0 best, 1 segments, 2 ops */
   if (o->recompute_search != TT_RSEARCH_BEST) return o->recompute_search;
-  return k == 0 ? TT_RSEARCH_SEGMENTS : k == 1 ? TT_RSEARCH_OPS : TT_RSEARCH_BEST;
+  return k == 1 ? TT_RSEARCH_SEGMENTS : k == 2 ? TT_RSEARCH_OPS : TT_RSEARCH_BEST;
 }
 
 /* Keeps candidate (p2, rec2) in (out, rec) when it is faster in the cost model (as fast: the
