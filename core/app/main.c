@@ -1,5 +1,6 @@
 /* core/app/main.c — the tinytrain command line. The only file that may exit. Options are parsed
  * with getopt_long: `--vram 4G` and `--vram=4G` both work, and options may follow the recipe. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -321,7 +322,10 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
       if ((k = main_pick(v, recomputes)) < 0) return main_bad(cmd, "--recompute takes none, auto or all, not", v);
       o->recompute = (tt_run_recompute)k;
       return 0;
-    case OPT_OUT: o->out_dir = v; return 0;
+    case OPT_OUT:
+      if (!*v) return main_bad(cmd, "--out takes a directory, not an empty name", NULL);
+      o->out_dir = v;
+      return 0;
     case OPT_RESUME: o->resume_dir = v; return 0;
     case OPT_INIT: o->init_weights = v; return 0;
     case OPT_GPU: o->gpu = v; return 0;
@@ -389,6 +393,37 @@ static void main_vram_unit(char *err, size_t size, char unit) {
   snprintf(p, size - (size_t)(p - err), "%s%s", num, rest);
 }
 
+/* Whether plan --svg may write path: a name given, not the recipe being planned, and not an existing
+ * file that is something other than an SVG (a picture from an earlier plan is replaced; anything
+ * else a mistyped name would destroy). 0, or -1 with the reason in why. */
+static int main_svg_target(const char *path, const char *recipe, char *why, size_t whysize) {
+  struct stat ps, rs;
+  char head[256] = "";
+  if (!*path) return snprintf(why, whysize, "--svg takes a file name, not an empty one"), -1;
+  if (stat(path, &ps) != 0) return 0; /* a new file */
+  if (recipe && stat(recipe, &rs) == 0 && ps.st_dev == rs.st_dev && ps.st_ino == rs.st_ino)
+    return snprintf(why, whysize, "--svg %s is the recipe being planned; choose another file for the picture", path), -1;
+  if (!S_ISREG(ps.st_mode)) return snprintf(why, whysize, "--svg %s exists and is not a regular file", path), -1;
+  FILE *f = fopen(path, "rb");
+  size_t n = f ? fread(head, 1, sizeof head - 1, f) : 0;
+  if (f) fclose(f);
+  head[n] = 0;
+  if (n && !strstr(head, "<svg"))
+    return snprintf(why, whysize, "--svg %s exists and is not an SVG picture; remove it or choose another name", path), -1;
+  return 0;
+}
+
+/* The exit status of a command that succeeded: 0 once what it wrote to stdout is out (flushed and
+ * closed without error), else 1 with the reason: a plan, a prediction or --version written into a
+ * full disk or a closed pipe did not reach anyone, and must not look like success. */
+static int main_stdout_done(void) {
+  int bad = fflush(stdout) != 0 || ferror(stdout);
+  if (fclose(stdout) != 0) bad = 1;
+  if (!bad) return 0;
+  fprintf(stderr, "tinytrain: could not write the output to standard output: %s\n", strerror(errno));
+  return 1;
+}
+
 /* A refusal under plan --json: one JSON object with the reason, on stdout. */
 static void main_json_error(const char *msg) {
   fputs("{\"error\": \"", stdout);
@@ -411,16 +446,21 @@ int main(int argc, char **argv) {
   static const char *const cmds[] = {"train", "plan", "eval", "predict", "pack", NULL};
   if (argc > 1 && main_pick(argv[1], cmds) >= 0) a.cmd = argv[first++];
   else if (argc > 1 && argv[1][0] != '-' && !strchr(argv[1], '/') && !strchr(argv[1], '.') && access(argv[1], F_OK)) {
-    /* tinytrain evall RECIPE: a command mistyped, not a recipe (no such file) */
-    const char *near = tt_nearest_name(argv[1], cmds);
-    if (near) {
+    /* tinytrain evall RECIPE, tinytrain frobnicate: a word that names no file is a command
+     * mistyped, not a recipe (which would then be "more than one recipe") */
+    const char *near = NULL; /* within two edits (plna, evall, trian) */
+    for (int k = 0; cmds[k] && !near; k++)
+      if (tt_edit_distance(argv[1], cmds[k], 2) <= 2) near = cmds[k];
+    if (near)
       fprintf(stderr, "tinytrain: unknown command '%s' \xe2\x80\x94 did you mean %s? (tinytrain --help)\n", argv[1], near);
-      return 2;
-    }
+    else
+      fprintf(stderr, "tinytrain: unknown command '%s'; the commands are train, plan, eval, predict and pack (tinytrain "
+              "--help)\n", argv[1]);
+    return 2;
   }
   const char *cmd = a.cmd;
   int prc = main_parse(argc, argv, first, &o, &a);
-  if (prc) return prc < 0 ? 0 : prc;
+  if (prc) return prc < 0 ? main_stdout_done() : prc;
   struct stat sb;
   char why[1400], from[4096];
   if (o.resume_dir && stat(o.resume_dir, &sb) == 0 && S_ISREG(sb.st_mode)) { /* --resume runs/x/state.safetensors */
@@ -449,6 +489,7 @@ int main(int argc, char **argv) {
   /* the largest micro-batch that fits needs something to fit in: without a budget every
    * batch "fits" and the search stopped at its cap of 65536 */
   if (a.svg && a.max_batch) return main_bad(cmd, "--svg draws the plan; --max-batch has none to draw", NULL);
+  if (a.svg && main_svg_target(a.svg, o.recipe, why, sizeof why)) return main_bad(cmd, why, NULL);
   if (a.max_batch && !o.vram_bytes && !o.gpu) return main_bad(cmd, "--max-batch needs a budget: give --vram SIZE", NULL);
   /* after every usage check, so that no early return leaks it: the recipe the run directory keeps
    * (recipe.txt), freed once the command has run */
@@ -496,5 +537,5 @@ int main(int argc, char **argv) {
     return rc == TT_STOPPED && res.stop_signal > 0 ? 128 + res.stop_signal : 1; /* 130 SIGINT, 143 SIGTERM */
   }
   tt_dist_end(0);
-  return 0;
+  return main_stdout_done();
 }

@@ -439,8 +439,17 @@ static int train_check_dir(const char *opt, const char *dir, tt_err *err) {
 static int train_lock(train_run *R, tt_err *err) {
   char p[TT_PATH_MAX + 16], held[32] = "";
   snprintf(p, sizeof p, "%s/.lock", R->dir);
-  int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  /* never through a link, and only a regular file: a link planted in a shared run directory
+   * would have the truncate and write below land on its target (issue 40) */
+  int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  struct stat st;
+  if (fd < 0 && errno == ELOOP)
+    return tt_fail(err, "%s is a symbolic link; a run's lock file must be a regular file: remove it", p);
   if (fd < 0) return tt_fail(err, "%s: cannot create the run's lock file (%s); check the directory's permissions", p, strerror(errno));
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return tt_fail(err, "%s is not a regular file; a run's lock file must be one: remove it", p);
+  }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     int e = errno;
     ssize_t n = pread(fd, held, sizeof held - 1, 0);

@@ -83,6 +83,9 @@ expect_usage "two recipes" "more than one recipe" plan $L $L
 # issue 25: mistakes answered with the fix
 expect_usage "mistyped command" "unknown command 'evall' — did you mean eval?" evall --weights "$TMP/w.safetensors" $L
 expect_usage "mistyped command" "unknown command 'trian' — did you mean train?" trian $L
+expect_usage "mistyped command" "unknown command 'plna' — did you mean plan?" plna $L
+expect_usage "unknown command" "unknown command 'frobnicate'; the commands are train, plan, eval, predict and pack" frobnicate
+expect_usage "--out empty" "--out takes a directory, not an empty name" --out '' $L
 expect_usage "--vram without a unit" "--vram 4: 4 bytes? did you mean 4G" plan --vram 4 $L
 expect_usage "bad device" "--device" --device tpu $L
 expect_usage "bad epochs" "--epochs" --epochs 0 $L
@@ -518,5 +521,51 @@ elif ! grep -q "^TINYTRAIN_PROFILE: [0-9]* Program steps on " "$TMP/err" ||
 else
   pass cli_profile_cpu
 fi
+
+# ---- the run's lock file is never followed through a link (issue 40): a link planted as DIR/.lock
+# is refused, naming it, and its target keeps its bytes ----
+mkdir -p "$TMP/lockrun"
+printf 'precious\n' >"$TMP/precious"
+ln -s "$TMP/precious" "$TMP/lockrun/.lock"
+"$TT" --device cpu --max-steps 1 --out "$TMP/lockrun" "$TMP/synthetic.recipe" >"$TMP/out" 2>"$TMP/err"
+RC=$?
+if [ "$RC" = 0 ] || ! grep -q "lock.*symbolic link" "$TMP/err" || [ "$(cat "$TMP/precious")" != precious ]; then
+  fail cli_lock_no_follow "exit $RC, target now '$(head -c 40 "$TMP/precious")': $(head -c 300 "$TMP/err")"
+else
+  pass cli_lock_no_follow
+fi
+
+# ---- plan --svg writes no file it should not (issue 40): not the recipe it plans, not an existing
+# file that is no SVG, not an empty name; an earlier picture is replaced ----
+cp $L "$TMP/self.recipe"
+printf 'keep me\n' >"$TMP/notes.txt"
+ok=1
+for args in "--svg $TMP/self.recipe $TMP/self.recipe" "--svg $TMP/notes.txt $L"; do
+  # shellcheck disable=SC2086
+  "$TT" plan $args >"$TMP/out" 2>"$TMP/err"
+  RC=$?
+  if [ "$RC" != 2 ] || [ -s "$TMP/out" ]; then fail cli_svg_target "'plan $args': exit $RC, stdout $(wc -c <"$TMP/out") bytes"; ok=0; fi
+done
+"$TT" plan --svg '' $L >"$TMP/out" 2>"$TMP/err"
+RC=$?
+[ "$RC" = 2 ] || { fail cli_svg_target "'plan --svg \'\'': exit $RC"; ok=0; }
+cmp -s $L "$TMP/self.recipe" || { fail cli_svg_target "the recipe was overwritten"; ok=0; }
+[ "$(cat "$TMP/notes.txt")" = "keep me" ] || { fail cli_svg_target "notes.txt was overwritten"; ok=0; }
+"$TT" plan --svg "$TMP/p.svg" $L >/dev/null 2>&1 && "$TT" plan --svg "$TMP/p.svg" $L >/dev/null 2>&1 ||
+  { fail cli_svg_target "an earlier picture was not replaced"; ok=0; }
+[ $ok = 1 ] && pass cli_svg_target
+
+# ---- output that cannot be written is a failure (issue 40): plan, plan --json and --version into a
+# full disk exit 1 with the reason, not 0 with nothing written ----
+ok=1
+for args in "--version" "plan $L" "plan --json $L"; do
+  # shellcheck disable=SC2086
+  "$TT" $args >/dev/full 2>"$TMP/err"
+  RC=$?
+  if [ "$RC" != 1 ] || ! grep -q "could not write the output to standard output" "$TMP/err"; then
+    fail cli_stdout_full "'tinytrain $args > /dev/full': exit $RC, $(head -c 300 "$TMP/err")"; ok=0
+  fi
+done
+[ $ok = 1 ] && pass cli_stdout_full
 
 exit $FAILED
