@@ -129,9 +129,9 @@ static void main_usage(FILE *f, const char *cmd) {
                "Trains RECIPE inside SIZE of device memory (512M, 4G, 4GiB, 3.5G), planning every buffer\n"
                "before the first step. Writes weights.safetensors, state.safetensors, metrics.jsonl and chart.svg\n"
                "to DIR (default runs/<recipe name>, or runs/<recipe name>-2 ... when that holds an earlier run).\n"
-               "Ctrl-C (SIGINT) or SIGTERM stops at the next step with a checkpoint; --resume DIR continues.\n"
+               "Ctrl-C (SIGINT), SIGTERM, SIGHUP or SIGPIPE stops at the next step with a checkpoint; --resume DIR continues.\n"
                "Several processes (one per GPU): mpirun -np N tinytrain ...; RECIPE's batch is then the global batch.\n"
-               "Exit status 0 on success, 1 on failure, 2 on bad usage, 130/143 when stopped by SIGINT/SIGTERM.\n\n"
+               "Exit status 0 on success, 1 on failure, 2 on bad usage, 128 + the signal when stopped by one (130 SIGINT).\n\n"
                "options (--opt VALUE and --opt=VALUE alike):\n"
                "  --vram SIZE            the card's memory; the run is planned to fit in it (none: no budget)\n"
                "  --device auto|cpu|cuda where to train (auto: a GPU if there is one)\n"
@@ -534,7 +534,7 @@ int main(int argc, char **argv) {
     if (tt_dist_size() > 1 && strncmp(err, "rank ", 5)) fprintf(stderr, "tinytrain: rank %d of %d: %s\n", tt_dist_rank(), tt_dist_size(), err);
     else fprintf(stderr, "tinytrain: %s\n", err);
     tt_dist_end(rc != TT_STOPPED);
-    return rc == TT_STOPPED && res.stop_signal > 0 ? 128 + res.stop_signal : 1; /* 130 SIGINT, 143 SIGTERM */
+    return rc == TT_STOPPED && res.stop_signal > 0 ? 128 + res.stop_signal : 1; /* 130 SIGINT, 143 SIGTERM, 129 SIGHUP, 141 SIGPIPE */
   }
   tt_dist_end(0);
   return main_stdout_done();

@@ -62,7 +62,11 @@ int tt_train_checkpoint_due(long long every_steps, double every_seconds, long lo
   return every_seconds > 0 && seconds_since >= every_seconds;
 }
 
-/* ---- SIGINT and SIGTERM: stop at the next step boundary with a checkpoint ---- */
+/* ---- SIGINT, SIGTERM, SIGHUP and SIGPIPE: stop at the next step boundary with a checkpoint ----
+ * SIGHUP (a closed terminal or ssh connection) and SIGPIPE (stdout piped into `head`, which has
+ * exited) used to end the run at once, losing up to checkpoint_every of work; they are stop
+ * requests like the others. After SIGPIPE the writes to the dead pipe fail with EPIPE, which
+ * the progress output ignores. */
 
 /* The signal that asked the run to stop, 0 while none did. The one piece of process-wide
  * state in the library: a signal handler can reach nothing else. The handler only sets it;
@@ -71,12 +75,18 @@ static volatile sig_atomic_t train_stop_signal;
 
 static void train_on_signal(int sig) { train_stop_signal = sig; }
 
+#define TRAIN_NSIG 4
 typedef struct train_signals {
-  struct sigaction old[2];
-  int installed[2];
+  struct sigaction old[TRAIN_NSIG];
+  int installed[TRAIN_NSIG];
 } train_signals;
 
-static const int train_signal_nums[2] = {SIGINT, SIGTERM};
+static const int train_signal_nums[TRAIN_NSIG] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+
+/* The name the stop message gives a signal. */
+static const char *train_signal_name(int sig) {
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : sig == SIGPIPE ? "SIGPIPE" : "a signal";
+}
 
 /* Only where the disposition is the default: an ignored signal (the SIGINT of a background
  * job) stays ignored, and an application's own handler stays its own. SA_RESETHAND: a second
@@ -84,7 +94,7 @@ static const int train_signal_nums[2] = {SIGINT, SIGTERM};
  * checkpoints on disk stay loadable, every write being atomic). */
 static void train_signals_install(train_signals *t) {
   train_stop_signal = 0;
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < TRAIN_NSIG; i++) {
     t->installed[i] = 0;
     if (sigaction(train_signal_nums[i], NULL, &t->old[i]) != 0) continue;
     if ((t->old[i].sa_flags & SA_SIGINFO) || t->old[i].sa_handler != SIG_DFL) continue;
@@ -92,14 +102,15 @@ static void train_signals_install(train_signals *t) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = train_on_signal;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    /* SIGPIPE comes again with every write to the dead pipe: it keeps the handler */
+    sa.sa_flags = SA_RESTART | (train_signal_nums[i] == SIGPIPE ? 0 : SA_RESETHAND);
     t->installed[i] = sigaction(train_signal_nums[i], &sa, NULL) == 0;
   }
 }
 
 /* Puts back the dispositions that train_signals_install replaced, and only those. */
 static void train_signals_restore(train_signals *t) {
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < TRAIN_NSIG; i++)
     if (t->installed[i]) sigaction(train_signal_nums[i], &t->old[i], NULL);
 }
 
@@ -655,7 +666,7 @@ static int train_end_epoch(train_run *R, int epoch, const tt_epoch_meter *e, tt_
 static int train_stopped(train_run *R, tt_err *err) {
   if (R->res) R->res->stop_signal = R->stop_signal;
   tt_fail(err, "stopped by %s at step %lld (epoch %d, image %lld); the checkpoint is in %s: continue with: tinytrain --resume %s",
-          R->stop_signal == SIGINT ? "SIGINT" : R->stop_signal == SIGTERM ? "SIGTERM" : "a signal", R->st.step,
+          train_signal_name(R->stop_signal), R->st.step,
           R->st.epoch + 1, R->st.images_in_epoch, R->dir, R->dir);
   return TT_STOPPED;
 }

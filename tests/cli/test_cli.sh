@@ -463,6 +463,27 @@ else
   fi
 fi
 
+# ---- SIGHUP and SIGPIPE are stop requests too (issue 40): a checkpoint, exit 129 and 141 ----
+"$TT" --device cpu --threads 1 --max-steps 5000 --out "$TMP/hup" "$TMP/syn.recipe" >"$TMP/hup.out" 2>"$TMP/hup.err" &
+pid=$!
+for _ in $(seq 1 600); do
+  grep -q '"step": 3,' "$TMP/hup/metrics.jsonl" 2>/dev/null && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.05
+done
+kill -HUP $pid 2>/dev/null
+wait $pid
+rc=$?
+if [ "$rc" != 129 ] || ! grep -q "stopped by SIGHUP" "$TMP/hup.err" || [ ! -f "$TMP/hup/state.safetensors" ]; then
+  fail cli_sighup "exit $rc (want 129), checkpoint $(ls "$TMP/hup" 2>&1 | tr '\n' ' '): $(tail -c 300 "$TMP/hup.err")"
+else pass cli_sighup; fi
+# stdout into a reader that goes away after one byte: the next progress line meets a dead pipe
+"$TT" --device cpu --threads 1 --max-steps 5000 --out "$TMP/pipe" "$TMP/syn.recipe" 2>"$TMP/pipe.err" | head -c 1 >/dev/null
+rc=${PIPESTATUS[0]}
+if [ "$rc" != 141 ] || ! grep -q "stopped by SIGPIPE" "$TMP/pipe.err" || [ ! -f "$TMP/pipe/state.safetensors" ]; then
+  fail cli_sigpipe "exit $rc (want 141), checkpoint $(ls "$TMP/pipe" 2>&1 | tr '\n' ' '): $(tail -c 300 "$TMP/pipe.err")"
+else pass cli_sigpipe; fi
+
 # ---- issue 25: resuming told what it needs: the run directory, more epochs, what changed ----
 ok=1
 expect_usage "--resume a state file" "--resume takes the run directory, not a file: --resume $TMP/sig" --resume "$TMP/sig/state.safetensors"
