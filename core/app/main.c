@@ -34,16 +34,26 @@
  * libgomp reads its settings once, in a constructor that runs before main, so setenv alone changes
  * nothing: the program runs itself again (same pid, arguments and environment plus the setting)
  * before anything else has happened. A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT (either) is
- * left as it is; where /proc/self/exe cannot be executed the run goes on with libgomp's
- * default. tests/test_omp_wait.sh checks all three cases through OMP_DISPLAY_ENV. */
+ * left as it is (set but empty too); where /proc/self/exe cannot be executed, or is the dynamic
+ * loader that started tinytrain, the run goes on with libgomp's default.
+ * tests/runtime/test_omp_wait.sh checks these cases through OMP_DISPLAY_ENV. */
 static void main_omp_waits(char **argv) {
 #if defined(_OPENMP) && defined(__linux__)
   const char *p = getenv("OMP_WAIT_POLICY"), *c = getenv("GOMP_SPINCOUNT");
   const char *pre = getenv("LD_PRELOAD");
-  if ((p && *p) || (c && *c)) return;
+  char self[4096];
+  ssize_t n;
+  /* set, even empty, is the user's (an empty one libgomp has already complained about) */
+  if (p || c) return;
   /* Under valgrind an exec would leave its instrumentation (children are not traced by default),
    * so a run under it keeps libgomp's default. */
   if (pre && strstr(pre, "vgpreload")) return;
+  /* Started through the dynamic loader (`ld.so tinytrain ...`), /proc/self/exe is the loader:
+   * running it again would run the loader, not tinytrain. Then libgomp's default stays. */
+  if ((n = readlink("/proc/self/exe", self, sizeof self - 1)) <= 0) return;
+  self[n] = 0;
+  const char *base = strrchr(self, '/') ? strrchr(self, '/') + 1 : self;
+  if (!strncmp(base, "ld-", 3) || !strncmp(base, "ld.so", 5) || !strncmp(base, "ld64.so", 7)) return;
   if (setenv("GOMP_SPINCOUNT", MAIN_GOMP_SPINCOUNT, 1)) return;
   execv("/proc/self/exe", argv); /* returns only when it failed: go on with the default */
   unsetenv("GOMP_SPINCOUNT");

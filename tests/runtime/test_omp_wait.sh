@@ -61,6 +61,19 @@ if [ "$got" != "rc=0 12345" ]; then fail omp_wait_user_spincount "GOMP_SPINCOUNT
 else pass omp_wait_user_spincount
 fi
 
+# issue 40: an empty GOMP_SPINCOUNT is the user's too (no run again with 10000), and tinytrain
+# started through the dynamic loader runs tinytrain, not the loader again
+got=$(spins GOMP_SPINCOUNT= -- --version)
+if [ "$got" = "rc=0 10000" ]; then fail omp_wait_user_empty "GOMP_SPINCOUNT= (empty): ran again with 10000 spins"
+else pass omp_wait_user_empty
+fi
+LDSO=$(ldd "$TT" 2>/dev/null | awk '$1 ~ /^\/.*ld-linux/ { print $1; exit }')
+if [ -z "$LDSO" ] || [ ! -x "$LDSO" ]; then echo "SKIP omp_wait_ldso: no dynamic loader found in ldd's list"
+elif ! env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$LDSO" "$TT" --version 2>&1 | head -1 | grep -q "^tinytrain "; then
+  fail omp_wait_ldso "'$LDSO $TT --version' did not print tinytrain's version: $(env -u GOMP_SPINCOUNT "$LDSO" "$TT" --version 2>&1 | head -2)"
+else pass omp_wait_ldso
+fi
+
 # the arguments (and the command) reach the process that runs: a plan at a pinned micro-batch
 awk '/^\[/{skip = ($0 == "[data]")} !skip' examples/fashion_mnist/lenet.recipe >"$TMP/lenet.recipe"
 printf '[data]\nformat = synthetic\n' >>"$TMP/lenet.recipe"
