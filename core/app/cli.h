@@ -30,6 +30,17 @@ const char *tt_nearest_name(const char *s, const char *const *names);
  * Returns 0, or -1 with the reason in errbuf. (core/app/run_recipe.c) */
 int tt_run_recipe_load(const char *dir, char **text, char *from, size_t fromsize, char *errbuf, size_t errsize);
 
+/* The options that shaped a run's plan, as its recipe copy's header keeps them (the run's --vram,
+ * --device, --threads, --micro-batch, --precision, --recompute, --tf32), into *saved; *have gets
+ * the TT_RUN_OPT_* bits of those found (a copy by an older tinytrain has none). 0, or -1 when
+ * dir has no recipe copy. `--resume DIR` takes each back unless the command line gives it.
+ * (core/app/run_recipe.c) */
+enum {
+  TT_RUN_OPT_VRAM = 1, TT_RUN_OPT_DEVICE = 2, TT_RUN_OPT_THREADS = 4, TT_RUN_OPT_MICRO_BATCH = 8,
+  TT_RUN_OPT_PRECISION = 16, TT_RUN_OPT_RECOMPUTE = 32, TT_RUN_OPT_TF32 = 64
+};
+int tt_run_options_load(const char *dir, tt_run_opts *saved, unsigned *have);
+
 /* --checkpoint-every (and the recipe's checkpoint_every): "500" (optimizer steps: *steps = 500,
  * *seconds = 0), "30s", "10m", "10min", "1.5h" (wall time: *steps = 0, *seconds), or "0" (never;
  * both 0). Returns 0, or -1 for anything else. (core/compile/recipe_values.c) */

@@ -182,6 +182,7 @@ static int main_int(const char *s, int *v) {
 typedef struct main_args {
   const char *cmd;
   int json, max_batch, calls;
+  unsigned given;   /* TT_RUN_OPT_* of the options the command line gave (cli.h) */
   char vram_unit;   /* the unit --vram was given in: 'K', 'M', 'G', 'T' */
   const char *weights;
   const char *svg;  /* plan --svg FILE */
@@ -271,6 +272,12 @@ static int main_unused(int c, const char *cmd) {
 /* One option with its value (v; NULL for flags). Returns 0, 2 for bad usage (message printed),
  * or -1 when the option printed what was asked (--help, --version) and the program ends with 0. */
 static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
+  static const struct { int opt; unsigned bit; } givens[] = {
+      {OPT_VRAM, TT_RUN_OPT_VRAM},           {OPT_DEVICE, TT_RUN_OPT_DEVICE},       {OPT_THREADS, TT_RUN_OPT_THREADS},
+      {OPT_MICRO_BATCH, TT_RUN_OPT_MICRO_BATCH}, {OPT_PRECISION, TT_RUN_OPT_PRECISION}, {OPT_RECOMPUTE, TT_RUN_OPT_RECOMPUTE},
+      {OPT_TF32, TT_RUN_OPT_TF32}};
+  for (size_t g = 0; g < sizeof givens / sizeof givens[0]; g++)
+    if (givens[g].opt == c) a->given |= givens[g].bit;
   static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
   static const char *const precisions[] = {"auto", "fp32", "fp16", "bf16", NULL};
   static const char *const recomputes[] = {"auto", "none", "all", NULL};
@@ -423,6 +430,31 @@ static int main_svg_target(const char *path, const char *recipe, char *why, size
   return 0;
 }
 
+/* --resume DIR: the options that shaped the run's plan (its --vram, --device, --threads,
+ * --micro-batch, --precision, --recompute, --tf32, kept in DIR/recipe.txt) come back unless the
+ * command line gives them again; a different --threads is said to end the bit-for-bit
+ * continuation (the CPU's sums are cut per thread). */
+static void main_resume_options(tt_run_opts *o, unsigned given) {
+  tt_run_opts saved = *o;
+  unsigned have = 0;
+  if (tt_run_options_load(o->resume_dir, &saved, &have)) return; /* no copy: train says what is missing */
+  unsigned take = have & ~given;
+  if (take & TT_RUN_OPT_VRAM) o->vram_bytes = saved.vram_bytes;
+  if (take & TT_RUN_OPT_DEVICE) o->device = saved.device;
+  if (take & TT_RUN_OPT_THREADS) o->threads = saved.threads;
+  if (take & TT_RUN_OPT_MICRO_BATCH) o->micro_batch = saved.micro_batch;
+  if (take & TT_RUN_OPT_PRECISION) o->precision = saved.precision;
+  if (take & TT_RUN_OPT_RECOMPUTE) o->recompute = saved.recompute;
+  if (take & TT_RUN_OPT_TF32) o->tf32 = saved.tf32;
+  if ((have & given & TT_RUN_OPT_THREADS) && saved.threads != o->threads) {
+    char w[256];
+    snprintf(w, sizeof w, "tinytrain: warning: --threads %d, the run used %d%s: the resumed run is not bit for bit the run "
+             "that was not interrupted (the CPU's sums depend on the thread count)", o->threads, saved.threads,
+             saved.threads ? "" : " (all cores)");
+    tt_warn_stderr(NULL, w);
+  }
+}
+
 /* The exit status of a command that succeeded: 0 once what it wrote to stdout is out (flushed and
  * closed without error), else 1 with the reason: a plan, a prediction or --version written into a
  * full disk or a closed pipe did not reach anyone, and must not look like success. */
@@ -486,6 +518,7 @@ int main(int argc, char **argv) {
     return main_bad(cmd, why, NULL);
   }
   int keeps_recipe = !o.recipe && o.resume_dir && !strcmp(cmd, "train"); /* --resume DIR alone */
+  if (o.resume_dir && !strcmp(cmd, "train")) main_resume_options(&o, a.given);
   if (!o.recipe && !keeps_recipe) return main_bad(strcmp(cmd, "train") ? cmd : NULL, "no recipe given", NULL);
   if ((a.max_batch || a.json) && strcmp(cmd, "plan") && !(a.json && !strcmp(cmd, "predict")))
     return main_bad(cmd, a.max_batch ? "--max-batch is an option of plan" : "--json is an option of plan and predict", NULL);

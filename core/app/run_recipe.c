@@ -64,15 +64,53 @@ int tt_run_recipe_keep(const char *dir, const tt_run_opts *o, const tt_model *m,
     text = run_recipe_body((const char *)old); /* resumed from this copy */
   }
   if (!o->recipe || !realpath(o->recipe, from)) snprintf(from, sizeof from, "%s", m->path);
+  /* and the options that shaped the plan, which `--resume DIR` takes back unless given again */
   int hn = snprintf(head, sizeof head,
                     "# tinytrain: the recipe of this run, copied at its start; `tinytrain --resume %s` reads it\n"
-                    "# from: %s\n# epochs: %d\n# lr: %.9g\n# --- recipe ---\n", dir, from, epochs, (double)m->train.lr);
+                    "# from: %s\n# epochs: %d\n# lr: %.9g\n# vram: %zu\n# device: %d\n# threads: %d\n"
+                    "# micro_batch: %d\n# precision: %d\n# recompute: %d\n# tf32: %d\n# --- recipe ---\n",
+                    dir, from, epochs, (double)m->train.lr, o->vram_bytes, (int)o->device, o->threads, o->micro_batch,
+                    (int)o->precision, (int)o->recompute, (int)o->tf32);
   const void *chunks[2] = {head, text};
   size_t sizes[2] = {(size_t)hn, strlen(text)};
   int rc = tt_write_file_atomic(path, chunks, sizes, 2, err);
   free(old);
   free(src);
   return rc;
+}
+
+/* One header value as a bounded integer into *v; 0 when present and in [lo, hi]. */
+static int run_recipe_int(const char *text, const char *key, long long lo, long long hi, long long *v) {
+  char s[64], *end;
+  if (run_recipe_header(text, key, s, sizeof s)) return -1;
+  long long x = strtoll(s, &end, 10);
+  if (end == s || *end || x < lo || x > hi) return -1;
+  *v = x;
+  return 0;
+}
+
+int tt_run_options_load(const char *dir, tt_run_opts *saved, unsigned *have) {
+  char path[TT_PATH_MAX + 32];
+  void *data = NULL;
+  size_t n = 0;
+  long long v;
+  tt_err err;
+  *have = 0;
+  snprintf(path, sizeof path, "%s/%s", dir, TT_RUN_RECIPE);
+  if (tt_read_file(path, &data, &n, &err)) return -1;
+  const char *t = (const char *)data;
+  /* an earlier tinytrain's copy has none of these lines: nothing taken back */
+  if (!run_recipe_int(t, "vram", 0, LLONG_MAX, &v)) saved->vram_bytes = (size_t)v, *have |= TT_RUN_OPT_VRAM;
+  if (!run_recipe_int(t, "device", TT_DEVICE_AUTO, TT_DEVICE_CUDA, &v)) saved->device = (tt_device)v, *have |= TT_RUN_OPT_DEVICE;
+  if (!run_recipe_int(t, "threads", 0, 1000000, &v)) saved->threads = (int)v, *have |= TT_RUN_OPT_THREADS;
+  if (!run_recipe_int(t, "micro_batch", 0, 1000000000, &v)) saved->micro_batch = (int)v, *have |= TT_RUN_OPT_MICRO_BATCH;
+  if (!run_recipe_int(t, "precision", TT_PRECISION_AUTO, TT_PRECISION_BF16, &v))
+    saved->precision = (tt_run_precision)v, *have |= TT_RUN_OPT_PRECISION;
+  if (!run_recipe_int(t, "recompute", TT_RECOMPUTE_AUTO, TT_RECOMPUTE_ALL, &v))
+    saved->recompute = (tt_run_recompute)v, *have |= TT_RUN_OPT_RECOMPUTE;
+  if (!run_recipe_int(t, "tf32", TT_TF32_RECIPE, TT_TF32_OFF, &v)) saved->tf32 = (tt_run_tf32)v, *have |= TT_RUN_OPT_TF32;
+  free(data);
+  return 0;
 }
 
 /* Reads a run directory's recipe copy for `--resume DIR` without a recipe: *text gets the

@@ -484,6 +484,18 @@ if [ "$rc" != 141 ] || ! grep -q "stopped by SIGPIPE" "$TMP/pipe.err" || [ ! -f 
   fail cli_sigpipe "exit $rc (want 141), checkpoint $(ls "$TMP/pipe" 2>&1 | tr '\n' ' '): $(tail -c 300 "$TMP/pipe.err")"
 else pass cli_sigpipe; fi
 
+# ---- --resume DIR alone keeps the options that shaped the plan (issue 40: a run started at
+# --vram 100M resumed with a larger arena); another --threads is said to end bit for bit ----
+run --device cpu --threads 1 --micro-batch 4 --max-steps 2 --out "$TMP/keep" "$TMP/syn.recipe"
+p1=$(echo "$OUT" | grep -o "micro-batch [0-9]* x [0-9]*")
+run --resume "$TMP/keep" --max-steps 4
+p2=$(echo "$OUT" | grep -o "micro-batch [0-9]* x [0-9]*")
+run --resume "$TMP/keep" --threads 2 --max-steps 6
+if [ "$p1" != "micro-batch 4 x 4" ] || [ "$p2" != "$p1" ]; then fail cli_resume_keeps_options "first '$p1', resumed '$p2'"
+elif [ "$RC" != 0 ] || ! echo "$ERR" | grep -q "the resumed run is not bit for bit"; then
+  fail cli_resume_keeps_options "--threads 2 on resume: exit $RC, $ERR"
+else pass cli_resume_keeps_options; fi
+
 # ---- issue 25: resuming told what it needs: the run directory, more epochs, what changed ----
 ok=1
 expect_usage "--resume a state file" "--resume takes the run directory, not a file: --resume $TMP/sig" --resume "$TMP/sig/state.safetensors"
