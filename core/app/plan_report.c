@@ -403,6 +403,10 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
                  "              forward is exact): %.1f MiB in place of %.1f MiB\n",
             p->n_compressed, plan_compress_name(p->policy.compress), plan_mib(p->compressed_bytes),
             plan_mib(p->compressed_full_bytes));
+  else if (s->model.train.compress_saved) /* asked for, but the plan fits without any compact save */
+    fprintf(out, "  compressed  none: [train] compress_saved = %s applies only where the plan needs compact saves to\n"
+                 "              fit the budget, and this one fits with the exact tensors\n",
+            plan_compress_name(s->model.train.compress_saved));
   plan_text_layout(s, out);
   tt_plan_calls_line(p, out);
   if (p->n_attn) { /* where the T^2 memory went */

@@ -588,6 +588,13 @@ cmp -s $L "$TMP/self.recipe" || { fail cli_svg_target "the recipe was overwritte
   { fail cli_svg_target "an earlier picture was not replaced"; ok=0; }
 [ $ok = 1 ] && pass cli_svg_target
 
+# ---- [train] compress_saved not applied is said (issue 40): a plan that fits with the exact tensors ----
+sed 's/^\[train\]/[train]\ncompress_saved = int8/' examples/fashion_mnist/resnet.recipe >"$TMP/compress.recipe"
+run plan --vram 4G "$TMP/compress.recipe"
+if [ "$RC" != 0 ] || ! echo "$OUT" | grep -q "compressed  none: \[train\] compress_saved = int8 applies only where"; then
+  fail cli_compress_not_applied "exit $RC: $(echo "$OUT" | grep -A1 compressed)"
+else pass cli_compress_not_applied; fi
+
 # ---- output that cannot be written is a failure (issue 40): plan, plan --json and --version into a
 # full disk exit 1 with the reason, not 0 with nothing written ----
 ok=1
