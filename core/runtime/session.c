@@ -274,6 +274,9 @@ void tt_session_print_summary(const tt_session *s, FILE *out) {
   char pol[256];
   tt_session_policy_text(s, pol, sizeof pol);
   fprintf(out, "  policy   %s\n", pol);
+  if (!s->target_cuda && p->act_dtype == TT_F16) /* asked for: auto never picks fp16 on the CPU */
+    fprintf(out, "  note     fp16 on the CPU converts every op through fp32: slower than fp32 here, only the\n"
+                 "           activations' memory is halved (bf16 where the CPU has it, else fp32, is faster)\n");
   if (s->ranks > 1)
     fprintf(out, "  ranks    %d processes, each planned for its share: global batch %d x %d = %d\n", s->ranks,
             p->micro_batch * p->accum_steps, s->ranks, p->micro_batch * p->accum_steps * s->ranks);
@@ -327,7 +330,10 @@ void tt_session_precision_text(const tt_session *s, char *buf, size_t n) {
     case TT_PREC_FP16:
     case TT_PREC_BF16:
       snprintf(buf, n, "%s, as asked (--precision or the recipe's precision)%s", name,
-               dt == TT_BF16 && !s->profile->bf16 ? "; this device has no native bf16: it computes through fp32 conversions" : "");
+               dt == TT_BF16 && !s->profile->bf16 ? "; this device has no native bf16: it computes through fp32 conversions"
+               : dt == TT_F16 && !s->target_cuda ? "; the CPU has no fp16 arithmetic: every op converts through fp32, "
+                                                   "so this runs slower than fp32 and only halves the activations' memory"
+                                                 : "");
       return;
     default: break;
   }

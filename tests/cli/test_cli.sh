@@ -595,6 +595,15 @@ if [ "$RC" != 0 ] || ! echo "$OUT" | grep -q "compressed  none: \[train\] compre
   fail cli_compress_not_applied "exit $RC: $(echo "$OUT" | grep -A1 compressed)"
 else pass cli_compress_not_applied; fi
 
+# ---- --precision fp16 on the CPU says it is slower there (issue 40), in train and in plan ----
+run --device cpu --threads 1 --precision fp16 --max-steps 1 --out "$TMP/fp16cpu" "$TMP/syn.recipe"
+t=$OUT
+run plan --device cpu --precision fp16 "$TMP/syn.recipe"
+if ! echo "$t" | grep -q "fp16 on the CPU converts every op through fp32: slower than fp32" ||
+   ! echo "$OUT" | grep -q "precision .*fp16, as asked.*slower than fp32"; then
+  fail cli_fp16_cpu_said "train: $(echo "$t" | grep -A1 note), plan: $(echo "$OUT" | grep precision)"
+else pass cli_fp16_cpu_said; fi
+
 # ---- output that cannot be written is a failure (issue 40): plan, plan --json and --version into a
 # full disk exit 1 with the reason, not 0 with nothing written ----
 ok=1
