@@ -222,9 +222,11 @@ int tt_recipe_bool(recipe_state *st, const recipe_entry *e, const char *v, int *
   return tt_recipe_error(st, e->line, "expected true or false for '%s', found '%s'", e->key, tt_recipe_quote(v, q, sizeof q));
 }
 
-/* 1 when the whole of v is one finite number that strtod reads without overflow, else 0. */
+/* 1 when the whole of v is one finite decimal number that strtod reads without overflow, else 0
+ * (strtod's hexadecimal "0x10", "inf" and "nan" are no recipe numbers). */
 static int recipe_parse_double(const char *v, double *x) {
   char *end;
+  if (v[strspn(v, "0123456789+-.eE")]) return 0;
   errno = 0;
   *x = strtod(v, &end);
   return end != v && !*end && errno != ERANGE && isfinite(*x) && *v != ' ';
@@ -239,6 +241,9 @@ int tt_recipe_float(recipe_state *st, const recipe_entry *e, const char *v, doub
   if (!recipe_parse_double(v, &x))
     return tt_recipe_error(st, e->line, "expected a number for '%s', found '%s'", e->key, tt_recipe_quote(v, q, sizeof q));
   if (x < lo || (x == lo && !lo_incl) || x > hi || (x == hi && !hi_incl)) {
+    if (hi >= 1e30 && x > hi) /* the float's range: the only upper bound of an unbounded value */
+      return tt_recipe_error(st, e->line, "expected '%s' at most %g (a 32-bit float), found '%s'", e->key, hi,
+                          tt_recipe_quote(v, q, sizeof q));
     if (hi >= 1e30)
       return tt_recipe_error(st, e->line, "expected '%s' %s %g, found '%s'", e->key, lo_incl ? ">=" : ">", lo,
                           tt_recipe_quote(v, q, sizeof q));
