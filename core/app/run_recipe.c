@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../base/fileio.h"
 #include "cli.h"
@@ -123,8 +124,13 @@ int tt_run_recipe_load(const char *dir, char **text, char *from, size_t fromsize
   tt_err err;
   snprintf(path, sizeof path, "%s/%s", dir, TT_RUN_RECIPE);
   if (tt_read_file(path, &data, &n, &err)) {
-    snprintf(errbuf, errsize, "--resume %s: the run directory has no %s (a run of an older tinytrain?): give its recipe: "
-             "tinytrain --resume %s RECIPE", dir, TT_RUN_RECIPE, dir);
+    struct stat st;
+    if (lstat(path, &st) == 0) /* there, but a FIFO, a directory, a link or unreadable: say that */
+      snprintf(errbuf, errsize, "--resume %s: %s; it should be the recipe copy the run wrote: give the recipe instead: "
+               "tinytrain --resume %s RECIPE", dir, err.msg, dir);
+    else
+      snprintf(errbuf, errsize, "--resume %s: the run directory has no %s (a run of an older tinytrain?): give its recipe: "
+               "tinytrain --resume %s RECIPE", dir, TT_RUN_RECIPE, dir);
     return -1;
   }
   if (run_recipe_header((const char *)data, "from", from, fromsize)) {

@@ -604,6 +604,16 @@ if ! echo "$t" | grep -q "fp16 on the CPU converts every op through fp32: slower
   fail cli_fp16_cpu_said "train: $(echo "$t" | grep -A1 note), plan: $(echo "$OUT" | grep precision)"
 else pass cli_fp16_cpu_said; fi
 
+# ---- a recipe.txt that is a FIFO or a directory is named as such, not as missing, and does not hang ----
+mkdir -p "$TMP/fifo"
+cp "$TMP/keep/state.safetensors" "$TMP/fifo/" 2>/dev/null
+mkfifo "$TMP/fifo/recipe.txt"
+timeout 20 "$TT" --resume "$TMP/fifo" >"$TMP/out" 2>"$TMP/err"
+RC=$?
+if [ "$RC" != 1 ] || ! grep -q "recipe.txt: not a regular file (a named pipe" "$TMP/err"; then
+  fail cli_resume_recipe_fifo "exit $RC: $(head -c 300 "$TMP/err")"
+else pass cli_resume_recipe_fifo; fi
+
 # ---- output that cannot be written is a failure (issue 40): plan, plan --json and --version into a
 # full disk exit 1 with the reason, not 0 with nothing written ----
 ok=1
