@@ -79,6 +79,15 @@ static void predict_names(predict_ctx *c, const char *weights, int classes) {
   }
 }
 
+/* s into b for a one-line text report: control bytes (a newline in a file name would split the
+ * line) as \xNN escapes, a backslash doubled; every other byte as it is. */
+static void predict_text(tt_strbuf *b, const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+    if (*p < 0x20 || *p == 0x7f) tt_strbuf_printf(b, "\\x%02x", *p);
+    else if (*p == '\\') tt_strbuf_put(b, "\\\\", 2);
+    else tt_strbuf_put(b, (const char *)p, 1);
+}
+
 /* One image's line: text "path: name 93.10%, ..." or a JSON object. */
 static void predict_print(const predict_ctx *c, FILE *out, int json, int first, const char *path, const int32_t *cls,
                           const float *pr, int k) {
@@ -89,7 +98,8 @@ static void predict_print(const predict_ctx *c, FILE *out, int json, int first, 
     tt_strbuf_json(&b, path);
     tt_strbuf_printf(&b, ", \"top\": [");
   } else {
-    tt_strbuf_printf(&b, "%s:", path);
+    predict_text(&b, path);
+    tt_strbuf_put(&b, ":", 1);
   }
   for (int j = 0; j < k; j++) {
     if (json) {
@@ -98,7 +108,9 @@ static void predict_print(const predict_ctx *c, FILE *out, int json, int first, 
       else tt_strbuf_printf(&b, "null");
       tt_strbuf_printf(&b, ", \"probability\": %.6g}", (double)pr[j]);
     } else if (c->names) {
-      tt_strbuf_printf(&b, "%s %s %.2f%%", j ? "," : "", c->names[cls[j]], 100.0 * pr[j]);
+      tt_strbuf_printf(&b, "%s ", j ? "," : "");
+      predict_text(&b, c->names[cls[j]]);
+      tt_strbuf_printf(&b, " %.2f%%", 100.0 * pr[j]);
     } else {
       tt_strbuf_printf(&b, "%s %d %.2f%%", j ? "," : "", (int)cls[j], 100.0 * pr[j]);
     }

@@ -115,4 +115,13 @@ else pass predict_names; fi
 RC=$?
 if [ $RC != 1 ] || ! grep -q "notes.txt" "$TMP/e"; then fail predict_bad_image "exit $RC, want 1 naming the file: $(cat "$TMP/e")"
 else pass predict_bad_image; fi
+
+# issue 40: a newline in a file name does not split the text report's line (\x0a in its place)
+nl="$TMP/new
+line.pgm"
+cp "$TMP/test/diag/000.pgm" "$nl"
+OUT=$("$TT" predict --device cpu --threads 1 --weights "$W" --top=1 "$TMP/p.recipe" "$nl" 2>&1)
+if [ "$(echo "$OUT" | wc -l)" != 1 ] || ! echo "$OUT" | grep -qF "$TMP/new\x0aline.pgm: "; then
+  fail predict_name_escaped "the report: $OUT"
+else pass predict_name_escaped; fi
 exit $FAILED
