@@ -701,25 +701,20 @@ int tt_cuda_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src
 }
 
 /* every kernel of this file, for the setup check (cuda_internal.h) */
-const tt_cuda_kernel tt_cuda_elementwise_kernels[] = {
-    TT_CUDA_KERNEL(cuda_ew_add_bias_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_add_bias_rows_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_channel_sum_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_accum_f32_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_transpose_k, 256),
-    TT_CUDA_KERNEL(cuda_ew_act_fwd_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_act_bwd_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_act_mask_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_act_bwd_mask_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_save16_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_save8_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_restore_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_add_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_accumulate_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_dropout_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_channel_copy_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_cast_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_cast_multi_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_normalize_k, TT_CUDA_THREADS),
-};
-const int tt_cuda_elementwise_nkernels = (int)(sizeof tt_cuda_elementwise_kernels / sizeof tt_cuda_elementwise_kernels[0]);
+TT_CUDA_KERNEL_TABLE(elementwise, TT_CUDA_KERNEL(cuda_ew_add_bias_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_add_bias_rows_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_channel_sum_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_accum_f32_k, TT_CUDA_THREADS), TT_CUDA_KERNEL(cuda_ew_transpose_k, 256),
+                     TT_CUDA_KERNEL(cuda_ew_act_fwd_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_act_bwd_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_act_mask_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_act_bwd_mask_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_save16_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_save8_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_restore_k, TT_CUDA_THREADS), TT_CUDA_KERNEL(cuda_ew_add_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_accumulate_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_dropout_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_channel_copy_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_cast_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_cast_multi_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_normalize_k, TT_CUDA_THREADS));

@@ -176,6 +176,11 @@ typedef struct tt_cuda_kernel {
   int threads;
 } tt_cuda_kernel;
 #define TT_CUDA_KERNEL(k, threads) {#k, (const void *)(k), (threads)}
+/* Defines a kernel file's table, tt_cuda_<file>_kernels[] (the TT_CUDA_KERNEL entries given), and
+ * its length tt_cuda_<file>_nkernels; used once, at the end of each file with kernels. */
+#define TT_CUDA_KERNEL_TABLE(file, ...)                                  \
+  const tt_cuda_kernel tt_cuda_##file##_kernels[] = {__VA_ARGS__};       \
+  const int tt_cuda_##file##_nkernels = (int)(sizeof tt_cuda_##file##_kernels / sizeof(tt_cuda_kernel))
 extern const tt_cuda_kernel tt_cuda_elementwise_kernels[], tt_cuda_bn_kernels[], tt_cuda_bn_chip_kernels[],
     tt_cuda_pool_kernels[], tt_cuda_loss_optim_kernels[], tt_cuda_layernorm_kernels[], tt_cuda_attention_kernels[],
     tt_cuda_tokens_kernels[];

@@ -441,17 +441,12 @@ int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x
 }
 
 /* every kernel of this file, for the setup check (cuda_internal.h) */
-const tt_cuda_kernel tt_cuda_loss_optim_kernels[] = {
-    TT_CUDA_KERNEL(cuda_lo_ce_f32_k, CUDA_LO_CE_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_ce_f16_k, CUDA_LO_CE_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_ce_bf16_k, CUDA_LO_CE_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_ce_final_k, 32),
-    TT_CUDA_KERNEL(cuda_lo_sgd_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_adam_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_sgd_multi_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_adam_multi_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_check_finite_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_ss_part_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_ss_final_k, TT_CUDA_THREADS),
-};
-const int tt_cuda_loss_optim_nkernels = (int)(sizeof tt_cuda_loss_optim_kernels / sizeof tt_cuda_loss_optim_kernels[0]);
+TT_CUDA_KERNEL_TABLE(loss_optim, TT_CUDA_KERNEL(cuda_lo_ce_f32_k, CUDA_LO_CE_THREADS),
+                     TT_CUDA_KERNEL(cuda_lo_ce_f16_k, CUDA_LO_CE_THREADS),
+                     TT_CUDA_KERNEL(cuda_lo_ce_bf16_k, CUDA_LO_CE_THREADS), TT_CUDA_KERNEL(cuda_lo_ce_final_k, 32),
+                     TT_CUDA_KERNEL(cuda_lo_sgd_k, TT_CUDA_THREADS), TT_CUDA_KERNEL(cuda_lo_adam_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_lo_sgd_multi_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_lo_adam_multi_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_lo_check_finite_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_lo_ss_part_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_lo_ss_final_k, TT_CUDA_THREADS));
