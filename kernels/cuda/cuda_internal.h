@@ -231,6 +231,18 @@ static inline int tt_cuda_dt_check(tt_backend *b, const char *op, tt_dtype dt) {
   if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "%s: unknown dtype %d (fp32, fp16 and bf16)", op, (int)dt);
   return 0;
 }
+/* The dtype check of the library-backed ops (cuDNN convolutions, cuBLAS GEMMs): one of the three
+ * the backend computes, and bf16 only from compute capability 8.0 on; what names the calls in the
+ * refusal ("convolutions") and why the library's reason. */
+static inline int tt_cuda_lib_dt_check(tt_backend *b, const char *op, tt_dtype dt, const char *what, const char *why) {
+  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "%s: unknown dtype %d (the CUDA backend computes fp32, fp16 and bf16)", op, (int)dt);
+  if (dt == TT_BF16 && tt_cuda_st(b)->cc < 80)
+    return tt_cuda_fail(b,
+                        "%s: bf16 %s need compute capability 8.0 or newer (%s); this device is %d.%d: use --precision "
+                        "fp16 (fp32 accumulation with loss scaling) or fp32",
+                        op, what, why, tt_cuda_st(b)->cc / 10, tt_cuda_st(b)->cc % 10);
+  return 0;
+}
 /* The check of an op over [n, c, hw] planes (batch norm, global average pooling): the shape, and
  * the dtype one of the three the backend computes. */
 static inline int tt_cuda_planes_check(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt) {
