@@ -693,12 +693,7 @@ static int decode_read_bounded(const char *path, long long max_pixels, unsigned 
     close(fd);
     return -1;
   }
-  while (got < head) {
-    ssize_t k = read(fd, buf + got, head - got);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) break;
-    got += (size_t)k;
-  }
+  got = tt_read_full(fd, buf, head);
   want = got == head ? tt_image_file_bound(buf, head, (unsigned long long)st.st_size, max_pixels, reason) : 0;
   if (got != head && !reason[0]) REASON("read %zu of %zu bytes; the file changed while reading", got, head);
   if (want > head) {
@@ -708,12 +703,7 @@ static int decode_read_bounded(const char *path, long long max_pixels, unsigned 
       want = 0;
     } else {
       buf = b2;
-      while (got < want) {
-        ssize_t k = read(fd, buf + got, want - got);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        got += (size_t)k;
-      }
+      got += tt_read_full(fd, buf + got, want - got);
       if (got != want) {
         REASON("read %zu of %zu bytes; the file changed while reading or the disk failed", got, want);
         want = 0;
