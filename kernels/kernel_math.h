@@ -176,6 +176,16 @@ static inline TT_HD void tt_adam_elem(size_t i, float *w, const float *g, float 
   w[i] = wv - k.step_size * mv / (sqrtf(vv) / k.bc2_sqrt + eps);
 }
 
+/* Validates an update's clip argument (backend.h, tt_clip; NULL: no clipping); returns 0, or -1
+ * with the reason in msg. */
+static inline int tt_clip_error(const char *op, const tt_clip *clip, char *msg, size_t size) {
+  if (!clip) return 0;
+  if (!clip->sumsq) return snprintf(msg, size, "%s: clip without its sum of squares", op), -1;
+  if (!(clip->max_norm > 0.0f))
+    return snprintf(msg, size, "%s: clip max_norm %g must be > 0", op, (double)clip->max_norm), -1;
+  return 0;
+}
+
 /* Validates a pooling call; returns 0, or -1 with the reason in msg. PyTorch's rule:
  * padding at most half the kernel, so no window is all padding. */
 static inline int tt_pool_desc_error(const char *op, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, char *msg,

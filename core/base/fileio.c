@@ -114,6 +114,18 @@ int tt_atomic_write(tt_atomic_file *a, const void *data, size_t n, tt_err *err) 
   return 0;
 }
 
+size_t tt_read_full(int fd, void *buf, size_t n) {
+  unsigned char *p = (unsigned char *)buf;
+  size_t got = 0;
+  while (got < n) {
+    ssize_t k = read(fd, p + got, n - got);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) break;
+    got += (size_t)k;
+  }
+  return got;
+}
+
 /* Writes n bytes at a byte offset (pwrite: the current offset does not move), for headers
  * patched in after the data; on failure the temporary file is already discarded. */
 int tt_atomic_write_at(tt_atomic_file *a, const void *data, size_t n, long long offset, tt_err *err) {
@@ -222,12 +234,7 @@ int tt_read_file(const char *path, void **data, size_t *size, tt_err *err) {
     close(fd);
     return -1;
   }
-  while (got < n) {
-    ssize_t k = read(fd, buf + got, n - got);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) break;
-    got += (size_t)k;
-  }
+  got = tt_read_full(fd, buf, n);
   close(fd);
   if (got != n) {
     free(buf);

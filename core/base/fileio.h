@@ -31,6 +31,9 @@ int tt_write_file_atomic(const char *path, const void *const *chunks, const size
  * Reads a whole file into a tt_malloc'ed buffer (free() it); a zero byte is appended after
  * the last byte (not counted in *size) so text can be parsed in place. */
 int tt_read_file(const char *path, void **data, size_t *size, tt_err *err);
+/* Reads up to n bytes from fd into buf, retrying short reads and EINTR, until n, end of file or
+ * an error; returns the bytes read (fewer than n: end of file or a read error). */
+size_t tt_read_full(int fd, void *buf, size_t n);
 /* Opens path for reading if it is a regular file (opened with O_NONBLOCK, checked with fstat,
  * then made blocking). Returns the descriptor, or -1 with err "PATH: cannot open (<reason>);
  * <todo>" (todo NULL: "check the path") or "PATH: not a regular file (a named pipe (FIFO));

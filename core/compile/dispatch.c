@@ -132,18 +132,26 @@ static void dispatch_patch(dispatch_ctx *d) {
   }
 }
 
+/* The backward call of a batch or layer norm: dx (added where the step's fan-out says so), dgamma
+ * and dbeta from the saved x, dy, gamma and the forward's saved mean and 1/std. */
+static tt_call *dispatch_norm_bwd(dispatch_ctx *d, int fn) {
+  const tt_step *s = d->s;
+  tt_call *c = dispatch_add(d, fn);
+  c->op.accumulate = s->out_beta[TT_BWD_DX];
+  dispatch_in(c, s->in[TT_BWD_SAVED], s->in[TT_BWD_DY], s->in[TT_BWD_GAMMA]);
+  c->in[3] = s->in[TT_BWD_SAVE_MEAN], c->in[4] = s->in[TT_BWD_SAVE_INVSTD];
+  c->out[0] = d->dx, c->out[1] = s->out[TT_BWD_DW], c->out[2] = s->out[TT_BWD_DB];
+  c->beta = d->bdx, c->param_grads = 1;
+  return c;
+}
+
 /* layer norm over the last dimension; evaluation saves no statistics (the out slots are -1). */
 static void dispatch_layernorm(dispatch_ctx *d) {
   const tt_step *s = d->s;
   tt_call *c;
   if (d->bwd) {
     if (d->dx < 0 && s->out[TT_BWD_DW] < 0) return; /* nothing to compute */
-    c = dispatch_add(d, TT_OP_LN_BWD);
-    c->op.accumulate = s->out_beta[TT_BWD_DX];
-    dispatch_in(c, s->in[TT_BWD_SAVED], s->in[TT_BWD_DY], s->in[TT_BWD_GAMMA]);
-    c->in[3] = s->in[TT_BWD_SAVE_MEAN], c->in[4] = s->in[TT_BWD_SAVE_INVSTD];
-    c->out[0] = d->dx, c->out[1] = s->out[TT_BWD_DW], c->out[2] = s->out[TT_BWD_DB];
-    c->beta = d->bdx, c->param_grads = 1;
+    c = dispatch_norm_bwd(d, TT_OP_LN_BWD);
   } else {
     c = dispatch_add(d, TT_OP_LN_FWD);
     dispatch_in(c, s->in[TT_FWD_X], s->in[TT_BN_GAMMA], s->in[TT_BN_BETA]);
@@ -228,12 +236,7 @@ static void dispatch_bn(dispatch_ctx *d) {
   const tt_step *s = d->s;
   tt_call *c;
   if (d->bwd) {
-    c = dispatch_add(d, TT_OP_BN_BWD);
-    c->op.accumulate = s->out_beta[TT_BWD_DX];
-    dispatch_in(c, s->in[TT_BWD_SAVED], s->in[TT_BWD_DY], s->in[TT_BWD_GAMMA]);
-    c->in[3] = s->in[TT_BWD_SAVE_MEAN], c->in[4] = s->in[TT_BWD_SAVE_INVSTD];
-    c->out[0] = d->dx, c->out[1] = s->out[TT_BWD_DW], c->out[2] = s->out[TT_BWD_DB];
-    c->beta = d->bdx, c->param_grads = 1;
+    c = dispatch_norm_bwd(d, TT_OP_BN_BWD);
   } else if (s->flags & TT_SF_BN_APPLY) { /* rebuilt from the forward's saved statistics */
     c = dispatch_add(d, TT_CALL_BN_APPLY);
     dispatch_in(c, s->in[TT_FWD_X], s->in[TT_BN_GAMMA], s->in[TT_BN_BETA]);

@@ -185,13 +185,18 @@ static int graph_ln_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_er
   return 0;
 }
 
+/* 0 when x is a token tensor, else -1 with the error saying so and then what the layer needs
+ * (need). */
+static int graph_need_tokens(const tt_model *m, const tt_layer *L, const tt_node *x, const char *need, tt_err *err) {
+  if (x->tokens) return 0;
+  return graph_layer_fail(m, L, err, "its input %dx%dx%d is not a token tensor; %s", x->c, x->h, x->w, need);
+}
+
 /* attention: tokens [t, f] -> [t, f], f a multiple of heads (head width f / heads). The
  * per-sample qkv [t, 3f] and scores [heads, t, t] must fit the kernels' 32-bit counts. */
 static int graph_attn_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_err *err) {
   const tt_layer *L = n->L;
-  if (!x->tokens)
-    return graph_layer_fail(m, L, err, "its input %dx%dx%d is not a token tensor; attention needs tokens (a [patch_embed] "
-                            "before it)", x->c, x->h, x->w);
+  if (graph_need_tokens(m, L, x, "attention needs tokens (a [patch_embed] before it)", err)) return -1;
   int t = x->c, f = x->w;
   if (L->heads <= 0 || f % L->heads)
     return graph_layer_fail(m, L, err, "the token width %d is not a multiple of heads = %d; use a number of heads that "
@@ -210,9 +215,7 @@ static int graph_attn_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_
  * token) or the mean over the t tokens (mode mean). */
 static int graph_token_shape(const tt_model *m, tt_node *n, const tt_node *x, tt_err *err) {
   const tt_layer *L = n->L;
-  if (!x->tokens)
-    return graph_layer_fail(m, L, err, "its input %dx%dx%d is not a token tensor; token pooling follows the transformer "
-                            "layers", x->c, x->h, x->w);
+  if (graph_need_tokens(m, L, x, "token pooling follows the transformer layers", err)) return -1;
   if (L->token_mode == 0 && !x->cls)
     return graph_layer_fail(m, L, err, "mode = class needs a class token at token 0 (class_token = true on the "
                             "[patch_embed]); use mode = mean");

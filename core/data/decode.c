@@ -316,34 +316,35 @@ static void crop_blend(const int *CROP_RESTRICT t, const int *CROP_RESTRICT u, i
   for (ox = 0; ox < w; ox++) o[ox] = (uint8_t)((t[ox] * a + u[ox] * b + 32768) >> 16);
 }
 
+/* The taps of n outputs along one axis of a box starting at b, bw long, in a source s long:
+ * output o reads source positions i0[o] and i1[o] (times step: the distance between consecutive
+ * positions in src) with weight wt[o]/256 on the second. */
+static void crop_taps(double b, double bw, int n, int s, size_t step, int *i0, int *i1, int *wt) {
+  int o;
+  for (o = 0; o < n; o++) {
+    double v = b + (o + 0.5) * bw / n - 0.5;
+    int v0;
+    if (v < 0) v = 0;
+    if (v > s - 1) v = s - 1;
+    v0 = (int)v;
+    i0[o] = (int)(v0 * step), i1[o] = (int)((v0 + 1 < s ? v0 + 1 : v0) * step), wt[o] = (int)((v - v0) * 256 + 0.5);
+  }
+}
+
 /* The box fr of src (interleaved when hwc, else planar) to dst [c, h, w] by bilinear
  * interpolation in 8.8 fixed point: precomputed column and row taps, two source rows kept
  * across (crop_row), so each source row is read once. Returns 0, or -1 out of memory. */
 static int crop_bilinear(const uint8_t *src, int sw, int sh, int c, int hwc, const double *fr, int h, int w,
                          uint8_t *dst) {
-  int *tab = (int *)malloc(sizeof(int) * (3 * ((size_t)w + h) + 2 * (size_t)c * w)), ox, oy, ch;
+  int *tab = (int *)malloc(sizeof(int) * (3 * ((size_t)w + h) + 2 * (size_t)c * w)), oy, ch;
   int *cx0, *cx1, *wx, *ry0, *ry1, *wy;
   size_t xs = hwc ? (size_t)c : 1;
   double bx = fr[0] * sw, by = fr[1] * sh, bw = (fr[2] - fr[0]) * sw, bh = (fr[3] - fr[1]) * sh;
   crop_rows rows;
   if (!tab) return -1;
   cx0 = tab, cx1 = cx0 + w, wx = cx1 + w, ry0 = wx + w, ry1 = ry0 + h, wy = ry1 + h;
-  for (ox = 0; ox < w; ox++) {
-    double x = bx + (ox + 0.5) * bw / w - 0.5;
-    int x0;
-    if (x < 0) x = 0;
-    if (x > sw - 1) x = sw - 1;
-    x0 = (int)x;
-    cx0[ox] = (int)(x0 * xs), cx1[ox] = (int)((x0 + 1 < sw ? x0 + 1 : x0) * xs), wx[ox] = (int)((x - x0) * 256 + 0.5);
-  }
-  for (oy = 0; oy < h; oy++) {
-    double y = by + (oy + 0.5) * bh / h - 0.5;
-    int y0;
-    if (y < 0) y = 0;
-    if (y > sh - 1) y = sh - 1;
-    y0 = (int)y;
-    ry0[oy] = y0, ry1[oy] = y0 + 1 < sh ? y0 + 1 : y0, wy[oy] = (int)((y - y0) * 256 + 0.5);
-  }
+  crop_taps(bx, bw, w, sw, xs, cx0, cx1, wx);
+  crop_taps(by, bh, h, sh, 1, ry0, ry1, wy);
   rows.src = src, rows.sw = sw, rows.c = c, rows.hwc = hwc, rows.w = w, rows.plane = (size_t)sw * sh;
   rows.cx0 = cx0, rows.cx1 = cx1, rows.wx = wx;
   rows.y[0] = rows.y[1] = -1;
@@ -396,6 +397,19 @@ static int decode_finish(const unsigned char *px, int iw, int ih, int c, const t
                          int w, uint8_t *out, char *reason) {
   if (!crop || crop->mode == TT_CROP_FIT) return decode_fit(px, iw, ih, c, fr, h, w, out, reason);
   return crop_resize_fr(px, iw, ih, c, 1, fr, h, w, out, reason);
+}
+
+/* decode_finish for a whole decoded image px (malloc'ed; freed here; NULL: the decoder failed,
+ * its reason given): the crop's box over all of it. */
+static int decode_whole(unsigned char *px, int iw, int ih, int c, const tt_crop *crop, int h, int w, uint8_t *out,
+                        char *reason) {
+  double fr[4];
+  int rc;
+  if (!px) return -1;
+  tt_image_box_fractions(crop, iw, ih, h, w, fr);
+  rc = decode_finish(px, iw, ih, c, crop, fr, h, w, out, reason);
+  free(px);
+  return rc;
 }
 
 /* Width and height from a PNG's IHDR or a BMP's info header,
@@ -468,20 +482,12 @@ static int decode_any(const void *data, size_t size, int c, int h, int w, long l
 #endif
   if (size >= 2 && buf[0] == 'P' && buf[1] >= '2' && buf[1] <= '6' && buf[1] != '4') { /* PGM/PPM: ours */
     px = tt_pnm_decode(buf, size, c, max_pixels, &iw, &ih, reason);
-    if (!px) return -1;
-    tt_image_box_fractions(crop, iw, ih, h, w, fr);
-    rc = decode_finish(px, iw, ih, c, crop, fr, h, w, out, reason);
-    free(px);
-    return rc;
+    return decode_whole(px, iw, ih, c, crop, h, w, out, reason);
   }
 #ifdef TT_HAVE_LIBPNG
   if (size >= 8 && memcmp(buf, "\x89PNG\r\n\x1a\n", 8) == 0) {
     px = tt_png_decode(buf, size, c, max_pixels, &iw, &ih, reason);
-    if (!px) return -1;
-    tt_image_box_fractions(crop, iw, ih, h, w, fr);
-    rc = decode_finish(px, iw, ih, c, crop, fr, h, w, out, reason);
-    free(px);
-    return rc;
+    return decode_whole(px, iw, ih, c, crop, h, w, out, reason);
   }
 #endif
   if (!jpeg && !decode_header_size(buf, size, &iw, &ih)) {
@@ -687,12 +693,7 @@ static int decode_read_bounded(const char *path, long long max_pixels, unsigned 
     close(fd);
     return -1;
   }
-  while (got < head) {
-    ssize_t k = read(fd, buf + got, head - got);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) break;
-    got += (size_t)k;
-  }
+  got = tt_read_full(fd, buf, head);
   want = got == head ? tt_image_file_bound(buf, head, (unsigned long long)st.st_size, max_pixels, reason) : 0;
   if (got != head && !reason[0]) REASON("read %zu of %zu bytes; the file changed while reading", got, head);
   if (want > head) {
@@ -702,12 +703,7 @@ static int decode_read_bounded(const char *path, long long max_pixels, unsigned 
       want = 0;
     } else {
       buf = b2;
-      while (got < want) {
-        ssize_t k = read(fd, buf + got, want - got);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        got += (size_t)k;
-      }
+      got += tt_read_full(fd, buf + got, want - got);
       if (got != want) {
         REASON("read %zu of %zu bytes; the file changed while reading or the disk failed", got, want);
         want = 0;

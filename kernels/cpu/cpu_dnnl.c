@@ -77,6 +77,16 @@ int tt_cpu_pd(tt_cpu_build *bd, const void *op_desc, const_dnnl_primitive_desc_t
   return rc;
 }
 
+int tt_cpu_add_bwd_stage(tt_cpu_build *bd, tt_cpu_variant *v, const void *fwd_desc, const void *bwd_desc) {
+  dnnl_primitive_desc_t fpd, pd;
+  int rc;
+  if (tt_cpu_pd(bd, fwd_desc, NULL, &fpd)) return -1;
+  rc = tt_cpu_pd(bd, bwd_desc, fpd, &pd);
+  dnnl_primitive_desc_destroy(fpd);
+  if (rc) return -1;
+  return tt_cpu_add_stage(bd, v, pd);
+}
+
 static size_t cpu_dnnl_scratch_of(const_dnnl_primitive_desc_t pd) {
   const dnnl_memory_desc_t *m = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
   return m ? dnnl_memory_desc_get_size(m) : 0;

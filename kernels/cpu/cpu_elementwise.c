@@ -135,7 +135,7 @@ int tt_cpu_gelu_build(tt_cpu_build *bd, const tt_op_desc *op) {
   int64_t dd[1];
   dnnl_memory_desc_t md;
   dnnl_eltwise_desc_t fd, bwd;
-  dnnl_primitive_desc_t fpd = NULL, pd;
+  dnnl_primitive_desc_t pd;
   dnnl_alg_kind_t alg = op->u.act.act == TT_ACT_GELU_TANH ? dnnl_eltwise_gelu_tanh : dnnl_eltwise_gelu_erf;
   int fwd = op->kind == TT_OP_ACT_FWD;
   snprintf(c->what, sizeof c->what, "%s GELU (%s, count=%zu, fp32)", fwd ? "act_fwd" : "act_bwd",
@@ -146,7 +146,10 @@ int tt_cpu_gelu_build(tt_cpu_build *bd, const tt_op_desc *op) {
   v->nb = 1;
   dd[0] = (int64_t)op->u.act.count;
   if (tt_cpu_md(b, c->what, &md, 1, dd, dnnl_a)) return -1;
-  if (TT_CPU_DNNL(b, c->what, dnnl_eltwise_forward_desc_init(&fd, dnnl_forward_training, alg, &md, 0.0f, 0.0f))) return -1;
+  /* both directions' op descs (plain structs); backward's primitive wants the forward's as a hint */
+  if (TT_CPU_DNNL(b, c->what, dnnl_eltwise_forward_desc_init(&fd, dnnl_forward_training, alg, &md, 0.0f, 0.0f)) ||
+      TT_CPU_DNNL(b, c->what, dnnl_eltwise_backward_desc_init(&bwd, alg, &md, &md, 0.0f, 0.0f)))
+    return -1;
   if (fwd) {
     if (tt_cpu_pd(bd, &fd, NULL, &pd) || tt_cpu_add_stage(bd, v, pd)) return -1;
     if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &md, TT_F32, 0) < 0 ||
@@ -154,14 +157,7 @@ int tt_cpu_gelu_build(tt_cpu_build *bd, const tt_op_desc *op) {
       return -1;
     return 0;
   }
-  if (tt_cpu_pd(bd, &fd, NULL, &fpd)) return -1;
-  if (TT_CPU_DNNL(b, c->what, dnnl_eltwise_backward_desc_init(&bwd, alg, &md, &md, 0.0f, 0.0f)) ||
-      tt_cpu_pd(bd, &bwd, fpd, &pd)) {
-    dnnl_primitive_desc_destroy(fpd);
-    return -1;
-  }
-  dnnl_primitive_desc_destroy(fpd);
-  if (tt_cpu_add_stage(bd, v, pd)) return -1;
+  if (tt_cpu_add_bwd_stage(bd, v, &fd, &bwd)) return -1;
   if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_DST, TT_CPU_ACT_IN, &md, TT_F32, 0) < 0 ||
       tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &md, TT_F32, 1) < 0 ||
       tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_SRC, TT_CPU_ACT_OUT, &md, TT_F32, 2) < 0)

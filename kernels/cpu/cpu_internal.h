@@ -203,6 +203,9 @@ dnnl_data_type_t tt_cpu_compute_type(tt_dtype dt);
 int tt_cpu_pd(tt_cpu_build *bd, const void *op_desc, const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd);
 /* Adds stage `stage` (the next) to v from a primitive desc made by tt_cpu_pd, which v owns now. */
 int tt_cpu_add_stage(tt_cpu_build *bd, tt_cpu_variant *v, dnnl_primitive_desc_t pd);
+/* Adds the next stage to v: the backward op desc bwd_desc, made with the forward's (fwd_desc)
+ * primitive desc as the hint oneDNN needs for a backward. */
+int tt_cpu_add_bwd_stage(tt_cpu_build *bd, tt_cpu_variant *v, const void *fwd_desc, const void *bwd_desc);
 /* Adds argument `arg` of stage `stage`; returns the tensor's index or -1. user: the caller's
  * layout in fp32 (ignored for TT_CPU_WS); udt: the caller's dtype (TT_F32 for parameter
  * gradients, which are fp32 always); ptr: the caller's pointer index. */

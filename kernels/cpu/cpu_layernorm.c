@@ -36,7 +36,7 @@ int tt_cpu_ln_build(tt_cpu_build *bd, const tt_op_desc *op) {
   int64_t dd[2], ds[1], dp[1];
   dnnl_memory_desc_t md, ms, mp;
   dnnl_layer_normalization_desc_t fd, bwd;
-  dnnl_primitive_desc_t fpd = NULL, pd;
+  dnnl_primitive_desc_t pd;
   unsigned flags = dnnl_use_scale | dnnl_use_shift;
   int fwd = op->kind == TT_OP_LN_FWD, ts;
   snprintf(c->what, sizeof c->what, "%s (rows=%d, f=%d, fp32)", fwd ? "ln_fwd" : "ln_bwd", l->rows, l->f);
@@ -63,14 +63,9 @@ int tt_cpu_ln_build(tt_cpu_build *bd, const tt_op_desc *op) {
     return 0;
   }
   /* backward needs the forward's primitive desc as its hint */
-  if (tt_cpu_pd(bd, &fd, NULL, &fpd)) return -1;
   if (TT_CPU_DNNL(b, c->what, dnnl_layer_normalization_backward_desc_init(&bwd, dnnl_backward, &md, &md, &ms, 0.0f, flags)) ||
-      tt_cpu_pd(bd, &bwd, fpd, &pd)) {
-    dnnl_primitive_desc_destroy(fpd);
+      tt_cpu_add_bwd_stage(bd, v, &fd, &bwd))
     return -1;
-  }
-  dnnl_primitive_desc_destroy(fpd);
-  if (tt_cpu_add_stage(bd, v, pd)) return -1;
   if (tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_SRC, TT_CPU_ACT_IN, &md, TT_F32, 0) < 0 ||
       tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_DIFF_DST, TT_CPU_ACT_IN, &md, TT_F32, 1) < 0 ||
       tt_cpu_add_tensor(bd, v, 0, DNNL_ARG_MEAN, TT_CPU_ACT_IN, &ms, TT_F32, 2) < 0 ||

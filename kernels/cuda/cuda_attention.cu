@@ -574,16 +574,13 @@ int tt_cuda_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const vo
 }
 
 /* every kernel of this file, for the setup check (cuda_internal.h) */
-const tt_cuda_kernel tt_cuda_attention_kernels[] = {
-    TT_CUDA_KERNEL(cuda_attn_fwd32_k, CUDA_ATTN_THREADS),
-    TT_CUDA_KERNEL(cuda_attn_fwd64_k, CUDA_ATTN_THREADS),
-    TT_CUDA_KERNEL(cuda_attn_fwd128_k, CUDA_ATTN_THREADS),
-    TT_CUDA_KERNEL(cuda_attn_dsum_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_attn_dq32_k, CUDA_ATTN_THREADS),
-    TT_CUDA_KERNEL(cuda_attn_dq64_k, CUDA_ATTN_THREADS),
-    TT_CUDA_KERNEL(cuda_attn_dq128_k, CUDA_ATTN_THREADS),
-    TT_CUDA_KERNEL(cuda_attn_dkv32_k, CUDA_ATTN_THREADS),
-    TT_CUDA_KERNEL(cuda_attn_dkv64_k, CUDA_ATTN_THREADS),
-    TT_CUDA_KERNEL(cuda_attn_dkv128_k, CUDA_ATTN_THREADS),
-};
-const int tt_cuda_attention_nkernels = (int)(sizeof tt_cuda_attention_kernels / sizeof tt_cuda_attention_kernels[0]);
+TT_CUDA_KERNEL_TABLE(attention, TT_CUDA_KERNEL(cuda_attn_fwd32_k, CUDA_ATTN_THREADS),
+                     TT_CUDA_KERNEL(cuda_attn_fwd64_k, CUDA_ATTN_THREADS),
+                     TT_CUDA_KERNEL(cuda_attn_fwd128_k, CUDA_ATTN_THREADS),
+                     TT_CUDA_KERNEL(cuda_attn_dsum_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_attn_dq32_k, CUDA_ATTN_THREADS),
+                     TT_CUDA_KERNEL(cuda_attn_dq64_k, CUDA_ATTN_THREADS),
+                     TT_CUDA_KERNEL(cuda_attn_dq128_k, CUDA_ATTN_THREADS),
+                     TT_CUDA_KERNEL(cuda_attn_dkv32_k, CUDA_ATTN_THREADS),
+                     TT_CUDA_KERNEL(cuda_attn_dkv64_k, CUDA_ATTN_THREADS),
+                     TT_CUDA_KERNEL(cuda_attn_dkv128_k, CUDA_ATTN_THREADS));

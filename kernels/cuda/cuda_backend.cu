@@ -196,22 +196,24 @@ static int cuda_be_copy(tt_backend *b, void *dst, const void *src, size_t bytes,
   return 0;
 }
 
-static int cuda_be_upload(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes) {
+/* upload and download (op names which): cuda_be_copy, then waits for it, so the caller may
+ * reuse or read its host buffer when this returns. */
+static int cuda_be_copy_sync(tt_backend *b, const char *op, void *dst, const void *src, size_t bytes,
+                             cudaMemcpyKind kind) {
   tt_cuda_state *st = tt_cuda_st(b);
   if (!bytes) return 0;
-  if (!dst_dev || !src_host) return tt_cuda_fail(b, "upload: NULL pointer for %zu bytes", bytes);
-  if (cuda_be_copy(b, dst_dev, src_host, bytes, cudaMemcpyHostToDevice, NULL)) return -1;
-  CUDA_CHECK(b, cudaStreamSynchronize(st->copy)); /* the caller may reuse src when this returns */
+  if (!dst || !src) return tt_cuda_fail(b, "%s: NULL pointer for %zu bytes", op, bytes);
+  if (cuda_be_copy(b, dst, src, bytes, kind, NULL)) return -1;
+  CUDA_CHECK(b, cudaStreamSynchronize(st->copy));
   return 0;
 }
 
+static int cuda_be_upload(tt_backend *b, void *dst_dev, const void *src_host, size_t bytes) {
+  return cuda_be_copy_sync(b, "upload", dst_dev, src_host, bytes, cudaMemcpyHostToDevice);
+}
+
 static int cuda_be_download(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes) {
-  tt_cuda_state *st = tt_cuda_st(b);
-  if (!bytes) return 0;
-  if (!dst_host || !src_dev) return tt_cuda_fail(b, "download: NULL pointer for %zu bytes", bytes);
-  if (cuda_be_copy(b, dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, NULL)) return -1;
-  CUDA_CHECK(b, cudaStreamSynchronize(st->copy));
-  return 0;
+  return cuda_be_copy_sync(b, "download", dst_host, src_dev, bytes, cudaMemcpyDeviceToHost);
 }
 
 static void *cuda_be_host_alloc(tt_backend *b, size_t bytes) {

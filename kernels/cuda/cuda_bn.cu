@@ -922,20 +922,16 @@ int tt_cuda_bn_bwd_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
 }
 
 /* every kernel of this file, for the setup check (cuda_internal.h) */
-const tt_cuda_kernel tt_cuda_bn_kernels[] = {
-    TT_CUDA_KERNEL(cuda_bn_stats_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_bn_final_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_bn_norm_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_bn_bwd_stats_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_bn_bwd_final_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_bn_dx_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_bn_infer_flat_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_bn_dx_flat_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_bn_stats_flat_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_bn_bwd_stats_flat_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_bn_rows_stats_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_bn_rows_bwd_stats_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_bn_rows_norm_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_bn_rows_dx_k, TT_CUDA_THREADS),
-};
-const int tt_cuda_bn_nkernels = (int)(sizeof tt_cuda_bn_kernels / sizeof tt_cuda_bn_kernels[0]);
+TT_CUDA_KERNEL_TABLE(bn, TT_CUDA_KERNEL(cuda_bn_stats_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_bn_final_k, TT_CUDA_THREADS), TT_CUDA_KERNEL(cuda_bn_norm_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_bn_bwd_stats_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_bn_bwd_final_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_bn_dx_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_bn_infer_flat_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_bn_dx_flat_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_bn_stats_flat_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_bn_bwd_stats_flat_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_bn_rows_stats_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_bn_rows_bwd_stats_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_bn_rows_norm_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_bn_rows_dx_k, TT_CUDA_THREADS));

@@ -324,8 +324,5 @@ extern "C" size_t tt_cuda_set_bn_resident(tt_backend *b, size_t bytes) {
 }
 
 /* every kernel of this file, for the setup check (cuda_internal.h) */
-const tt_cuda_kernel tt_cuda_bn_chip_kernels[] = {
-    TT_CUDA_KERNEL(cuda_bn_res_fwd_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_bn_res_bwd_k, TT_CUDA_THREADS),
-};
-const int tt_cuda_bn_chip_nkernels = (int)(sizeof tt_cuda_bn_chip_kernels / sizeof tt_cuda_bn_chip_kernels[0]);
+TT_CUDA_KERNEL_TABLE(bn_chip, TT_CUDA_KERNEL(cuda_bn_res_fwd_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_bn_res_bwd_k, TT_CUDA_THREADS));

@@ -39,12 +39,7 @@ static cudnnMathType_t cuda_conv_base_math(tt_backend *b, tt_dtype dt) {
 
 static int cuda_conv_check(tt_backend *b, const char *op, const tt_conv_desc *d, tt_dtype dt) {
   if (!d) return tt_cuda_fail(b, "%s: NULL conv desc", op);
-  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "%s: unknown dtype %d (the CUDA backend computes fp32, fp16 and bf16)", op, (int)dt);
-  if (dt == TT_BF16 && tt_cuda_st(b)->cc < 80)
-    return tt_cuda_fail(b,
-                        "%s: bf16 convolutions need compute capability 8.0 or newer (cuDNN's bf16 configuration); this "
-                        "device is %d.%d: use --precision fp16 (fp32 accumulation with loss scaling) or fp32",
-                        op, tt_cuda_st(b)->cc / 10, tt_cuda_st(b)->cc % 10);
+  if (tt_cuda_lib_dt_check(b, op, dt, "convolutions", "cuDNN's bf16 configuration")) return -1;
   if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->k <= 0 || d->r <= 0 || d->s <= 0 || d->stride_h <= 0 ||
       d->stride_w <= 0 || d->pad_h < 0 || d->pad_w < 0 || d->groups <= 0 || d->c % d->groups || d->k % d->groups)
     return tt_cuda_fail(b, "%s: bad conv desc (n=%d c=%d h=%d w=%d k=%d r=%d s=%d groups=%d)", op, d->n, d->c, d->h,

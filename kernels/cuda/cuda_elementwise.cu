@@ -19,6 +19,13 @@ static int cuda_ew_dt(tt_backend *b, const char *op, tt_dtype dt) {
   return 0;
 }
 
+/* The checks of save_compress and save_restore: the dtype and a known save format. */
+static int cuda_ew_save_check(tt_backend *b, const char *op, int f, tt_dtype dt) {
+  if (cuda_ew_dt(b, op, dt)) return -1;
+  if (f < TT_SAVE_FP16 || f > TT_SAVE_INT8) return tt_cuda_fail(b, "%s: unknown format %d", op, f);
+  return 0;
+}
+
 /* ------------------------------------ helpers ----------------------------------------- */
 
 /* 2-D grid: y strides the planes (n*c), x the plane; the channel once per plane, no division per
@@ -308,8 +315,7 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_restore_k(size_
 
 int tt_cuda_save_compress(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x, void *dst) {
   size_t count = (size_t)n * c * hw;
-  if (cuda_ew_dt(b, "save_compress", dt)) return -1;
-  if (f < TT_SAVE_FP16 || f > TT_SAVE_INT8) return tt_cuda_fail(b, "save_compress: unknown format %d", f);
+  if (cuda_ew_save_check(b, "save_compress", f, dt)) return -1;
   if (!count) return 0;
   if (!x || !dst) return tt_cuda_fail(b, "save_compress: NULL x or dst");
   if (f != TT_SAVE_INT8) {
@@ -324,8 +330,7 @@ int tt_cuda_save_compress(tt_backend *b, int f, int n, int c, int hw, tt_dtype d
 
 int tt_cuda_save_restore(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *src, void *x) {
   size_t count = (size_t)n * c * hw;
-  if (cuda_ew_dt(b, "save_restore", dt)) return -1;
-  if (f < TT_SAVE_FP16 || f > TT_SAVE_INT8) return tt_cuda_fail(b, "save_restore: unknown format %d", f);
+  if (cuda_ew_save_check(b, "save_restore", f, dt)) return -1;
   if (!count) return 0;
   if (!x || !src) return tt_cuda_fail(b, "save_restore: NULL src or x");
   const float *scale = (const float *)((const char *)src + (count + 3u) / 4u * 4u);
@@ -447,34 +452,31 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_dropout_k(size_
   }
 }
 
-int tt_cuda_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y) {
+/* dropout_fwd (fwd 1: src x, dst y, beta 0) and dropout_bwd (fwd 0: src dy, dst dx): the same
+ * checks and the one kernel, which draws the same mask from (seed, index) both ways. */
+static int cuda_ew_dropout(tt_backend *b, const char *op, size_t count, tt_dtype dt, float p, uint64_t seed,
+                           const void *src, void *dst, float beta, int fwd) {
   uint32_t thr = 0;
   float scale = 0.0f;
   int all_drop = 0;
-  if (cuda_ew_dt(b, "dropout_fwd", dt)) return -1;
-  if (cuda_ew_dropout_params(b, "dropout_fwd", p, &thr, &scale, &all_drop)) return -1;
+  if (cuda_ew_dt(b, op, dt)) return -1;
+  if (cuda_ew_dropout_params(b, op, p, &thr, &scale, &all_drop)) return -1;
   if (!count) return 0;
-  if (!x || !y) return tt_cuda_fail(b, "dropout_fwd: NULL x or y");
+  if (!src || !dst) return tt_cuda_fail(b, "%s: NULL %s", op, fwd ? "x or y" : "dy or dx");
+  if (dst == src && beta != 0.0f) return tt_cuda_fail(b, "%s: dx may alias dy only when beta == 0", op);
   TT_LAUNCH(cuda_ew_dropout_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, tt_cuda_stream(b), count, dt, thr, scale, all_drop,
-                                                                                       seed, x, y, 0.0f, 1);
-  CUDA_LAUNCH_CHECK(b, "dropout_fwd");
+                                                                                       seed, src, dst, beta, fwd);
+  CUDA_LAUNCH_CHECK(b, op);
   return 0;
+}
+
+int tt_cuda_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y) {
+  return cuda_ew_dropout(b, "dropout_fwd", count, dt, p, seed, x, y, 0.0f, 1);
 }
 
 int tt_cuda_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy, void *dx,
                         float beta) {
-  uint32_t thr = 0;
-  float scale = 0.0f;
-  int all_drop = 0;
-  if (cuda_ew_dt(b, "dropout_bwd", dt)) return -1;
-  if (cuda_ew_dropout_params(b, "dropout_bwd", p, &thr, &scale, &all_drop)) return -1;
-  if (!count) return 0;
-  if (!dy || !dx) return tt_cuda_fail(b, "dropout_bwd: NULL dy or dx");
-  if (dx == dy && beta != 0.0f) return tt_cuda_fail(b, "dropout_bwd: dx may alias dy only when beta == 0");
-  TT_LAUNCH(cuda_ew_dropout_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, tt_cuda_stream(b), count, dt, thr, scale, all_drop,
-                                                                                       seed, dy, dx, beta, 0);
-  CUDA_LAUNCH_CHECK(b, "dropout_bwd");
-  return 0;
+  return cuda_ew_dropout(b, "dropout_bwd", count, dt, p, seed, dy, dx, beta, 0);
 }
 
 /* --------------------------------- channel copy / cast -------------------------------- */
@@ -701,25 +703,20 @@ int tt_cuda_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src
 }
 
 /* every kernel of this file, for the setup check (cuda_internal.h) */
-const tt_cuda_kernel tt_cuda_elementwise_kernels[] = {
-    TT_CUDA_KERNEL(cuda_ew_add_bias_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_add_bias_rows_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_channel_sum_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_accum_f32_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_transpose_k, 256),
-    TT_CUDA_KERNEL(cuda_ew_act_fwd_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_act_bwd_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_act_mask_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_act_bwd_mask_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_save16_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_save8_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_restore_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_add_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_accumulate_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_dropout_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_channel_copy_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_cast_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_cast_multi_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_ew_normalize_k, TT_CUDA_THREADS),
-};
-const int tt_cuda_elementwise_nkernels = (int)(sizeof tt_cuda_elementwise_kernels / sizeof tt_cuda_elementwise_kernels[0]);
+TT_CUDA_KERNEL_TABLE(elementwise, TT_CUDA_KERNEL(cuda_ew_add_bias_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_add_bias_rows_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_channel_sum_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_accum_f32_k, TT_CUDA_THREADS), TT_CUDA_KERNEL(cuda_ew_transpose_k, 256),
+                     TT_CUDA_KERNEL(cuda_ew_act_fwd_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_act_bwd_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_act_mask_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_act_bwd_mask_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_save16_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_save8_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_restore_k, TT_CUDA_THREADS), TT_CUDA_KERNEL(cuda_ew_add_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_accumulate_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_dropout_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_channel_copy_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_cast_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_cast_multi_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_normalize_k, TT_CUDA_THREADS));

@@ -176,6 +176,11 @@ typedef struct tt_cuda_kernel {
   int threads;
 } tt_cuda_kernel;
 #define TT_CUDA_KERNEL(k, threads) {#k, (const void *)(k), (threads)}
+/* Defines a kernel file's table, tt_cuda_<file>_kernels[] (the TT_CUDA_KERNEL entries given), and
+ * its length tt_cuda_<file>_nkernels; used once, at the end of each file with kernels. */
+#define TT_CUDA_KERNEL_TABLE(file, ...)                                  \
+  const tt_cuda_kernel tt_cuda_##file##_kernels[] = {__VA_ARGS__};       \
+  const int tt_cuda_##file##_nkernels = (int)(sizeof tt_cuda_##file##_kernels / sizeof(tt_cuda_kernel))
 extern const tt_cuda_kernel tt_cuda_elementwise_kernels[], tt_cuda_bn_kernels[], tt_cuda_bn_chip_kernels[],
     tt_cuda_pool_kernels[], tt_cuda_loss_optim_kernels[], tt_cuda_layernorm_kernels[], tt_cuda_attention_kernels[],
     tt_cuda_tokens_kernels[];
@@ -224,6 +229,18 @@ static inline const char *tt_cuda_dtype_name(tt_dtype dt) {
  * arithmetic is fp32). */
 static inline int tt_cuda_dt_check(tt_backend *b, const char *op, tt_dtype dt) {
   if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "%s: unknown dtype %d (fp32, fp16 and bf16)", op, (int)dt);
+  return 0;
+}
+/* The dtype check of the library-backed ops (cuDNN convolutions, cuBLAS GEMMs): one of the three
+ * the backend computes, and bf16 only from compute capability 8.0 on; what names the calls in the
+ * refusal ("convolutions") and why the library's reason. */
+static inline int tt_cuda_lib_dt_check(tt_backend *b, const char *op, tt_dtype dt, const char *what, const char *why) {
+  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "%s: unknown dtype %d (the CUDA backend computes fp32, fp16 and bf16)", op, (int)dt);
+  if (dt == TT_BF16 && tt_cuda_st(b)->cc < 80)
+    return tt_cuda_fail(b,
+                        "%s: bf16 %s need compute capability 8.0 or newer (%s); this device is %d.%d: use --precision "
+                        "fp16 (fp32 accumulation with loss scaling) or fp32",
+                        op, what, why, tt_cuda_st(b)->cc / 10, tt_cuda_st(b)->cc % 10);
   return 0;
 }
 /* The check of an op over [n, c, hw] planes (batch norm, global average pooling): the shape, and

@@ -300,11 +300,7 @@ int tt_cuda_ln_bwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, c
 }
 
 /* every kernel of this file, for the setup check (cuda_internal.h) */
-const tt_cuda_kernel tt_cuda_layernorm_kernels[] = {
-    TT_CUDA_KERNEL(cuda_ln_fwd_k, CUDA_LN_THREADS),
-    TT_CUDA_KERNEL(cuda_ln_dx_k, CUDA_LN_THREADS),
-    TT_CUDA_KERNEL(cuda_ln_bwd_k, CUDA_LN_THREADS),
-    TT_CUDA_KERNEL(cuda_ln_param_part_k, CUDA_LN_PTHREADS),
-    TT_CUDA_KERNEL(cuda_ln_param_final_k, TT_CUDA_THREADS),
-};
-const int tt_cuda_layernorm_nkernels = (int)(sizeof tt_cuda_layernorm_kernels / sizeof tt_cuda_layernorm_kernels[0]);
+TT_CUDA_KERNEL_TABLE(layernorm, TT_CUDA_KERNEL(cuda_ln_fwd_k, CUDA_LN_THREADS),
+                     TT_CUDA_KERNEL(cuda_ln_dx_k, CUDA_LN_THREADS), TT_CUDA_KERNEL(cuda_ln_bwd_k, CUDA_LN_THREADS),
+                     TT_CUDA_KERNEL(cuda_ln_param_part_k, CUDA_LN_PTHREADS),
+                     TT_CUDA_KERNEL(cuda_ln_param_final_k, TT_CUDA_THREADS));

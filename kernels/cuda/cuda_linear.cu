@@ -28,12 +28,7 @@
 static cudaDataType_t cuda_lin_type(tt_dtype dt) { return dt == TT_F16 ? CUDA_R_16F : dt == TT_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
 static int cuda_lin_check(tt_backend *b, const char *op, int n, int in, int out, tt_dtype dt) {
-  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "%s: unknown dtype %d (the CUDA backend computes fp32, fp16 and bf16)", op, (int)dt);
-  if (dt == TT_BF16 && tt_cuda_st(b)->cc < 80)
-    return tt_cuda_fail(b,
-                        "%s: bf16 GEMMs need compute capability 8.0 or newer (bf16 tensor cores); this device is %d.%d: "
-                        "use --precision fp16 (fp32 accumulation with loss scaling) or fp32",
-                        op, tt_cuda_st(b)->cc / 10, tt_cuda_st(b)->cc % 10);
+  if (tt_cuda_lib_dt_check(b, op, dt, "GEMMs", "bf16 tensor cores")) return -1;
   if (n <= 0 || in <= 0 || out <= 0) return tt_cuda_fail(b, "%s: bad shape n=%d in=%d out=%d", op, n, in, out);
   return 0;
 }

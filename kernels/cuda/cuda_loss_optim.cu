@@ -199,10 +199,8 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_sgd_k(size_t co
 
 /* A clip argument's checks (backend.h, tt_clip). */
 static int cuda_lo_clip_bad(tt_backend *b, const char *op, const tt_clip *clip) {
-  if (!clip) return 0;
-  if (!clip->sumsq) return tt_cuda_fail(b, "%s: clip without its sum of squares", op);
-  if (!(clip->max_norm > 0.0f)) return tt_cuda_fail(b, "%s: clip max_norm %g must be > 0", op, (double)clip->max_norm);
-  return 0;
+  char msg[256];
+  return tt_clip_error(op, clip, msg, sizeof msg) ? tt_cuda_fail(b, "%s", msg) : 0;
 }
 
 int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
@@ -441,17 +439,12 @@ int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x
 }
 
 /* every kernel of this file, for the setup check (cuda_internal.h) */
-const tt_cuda_kernel tt_cuda_loss_optim_kernels[] = {
-    TT_CUDA_KERNEL(cuda_lo_ce_f32_k, CUDA_LO_CE_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_ce_f16_k, CUDA_LO_CE_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_ce_bf16_k, CUDA_LO_CE_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_ce_final_k, 32),
-    TT_CUDA_KERNEL(cuda_lo_sgd_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_adam_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_sgd_multi_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_adam_multi_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_check_finite_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_ss_part_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_lo_ss_final_k, TT_CUDA_THREADS),
-};
-const int tt_cuda_loss_optim_nkernels = (int)(sizeof tt_cuda_loss_optim_kernels / sizeof tt_cuda_loss_optim_kernels[0]);
+TT_CUDA_KERNEL_TABLE(loss_optim, TT_CUDA_KERNEL(cuda_lo_ce_f32_k, CUDA_LO_CE_THREADS),
+                     TT_CUDA_KERNEL(cuda_lo_ce_f16_k, CUDA_LO_CE_THREADS),
+                     TT_CUDA_KERNEL(cuda_lo_ce_bf16_k, CUDA_LO_CE_THREADS), TT_CUDA_KERNEL(cuda_lo_ce_final_k, 32),
+                     TT_CUDA_KERNEL(cuda_lo_sgd_k, TT_CUDA_THREADS), TT_CUDA_KERNEL(cuda_lo_adam_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_lo_sgd_multi_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_lo_adam_multi_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_lo_check_finite_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_lo_ss_part_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_lo_ss_final_k, TT_CUDA_THREADS));

@@ -571,16 +571,12 @@ int tt_cuda_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void
 }
 
 /* every kernel of this file, for the setup check (cuda_internal.h) */
-const tt_cuda_kernel tt_cuda_pool_kernels[] = {
-    TT_CUDA_KERNEL(cuda_pool_fwd_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_pool_bwd_f32_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_pool_bwd_f16_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_pool_bwd_bf16_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_pool_argmax_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_pool_bwd_idx_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_pool_tfwd_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_pool_tbwd_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_gap_fwd_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_gap_bwd_k, TT_CUDA_THREADS),
-};
-const int tt_cuda_pool_nkernels = (int)(sizeof tt_cuda_pool_kernels / sizeof tt_cuda_pool_kernels[0]);
+TT_CUDA_KERNEL_TABLE(pool, TT_CUDA_KERNEL(cuda_pool_fwd_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_pool_bwd_f32_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_pool_bwd_f16_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_pool_bwd_bf16_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_pool_argmax_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_pool_bwd_idx_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_pool_tfwd_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_pool_tbwd_k, TT_CUDA_THREADS), TT_CUDA_KERNEL(cuda_gap_fwd_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_gap_bwd_k, TT_CUDA_THREADS));

@@ -200,11 +200,7 @@ int tt_cuda_token_pool_bwd(tt_backend *b, int n, int t, int f, int mode, tt_dtyp
 }
 
 /* every kernel of this file, for the setup check (cuda_internal.h) */
-const tt_cuda_kernel tt_cuda_tokens_kernels[] = {
-    TT_CUDA_KERNEL(cuda_tok_fwd_k, CUDA_TOK_THREADS),
-    TT_CUDA_KERNEL(cuda_tok_dx_k, CUDA_TOK_THREADS),
-    TT_CUDA_KERNEL(cuda_tok_bwd_k, CUDA_TOK_THREADS),
-    TT_CUDA_KERNEL(cuda_pool_tok_fwd_k, TT_CUDA_THREADS),
-    TT_CUDA_KERNEL(cuda_pool_tok_bwd_k, TT_CUDA_THREADS),
-};
-const int tt_cuda_tokens_nkernels = (int)(sizeof tt_cuda_tokens_kernels / sizeof tt_cuda_tokens_kernels[0]);
+TT_CUDA_KERNEL_TABLE(tokens, TT_CUDA_KERNEL(cuda_tok_fwd_k, CUDA_TOK_THREADS),
+                     TT_CUDA_KERNEL(cuda_tok_dx_k, CUDA_TOK_THREADS), TT_CUDA_KERNEL(cuda_tok_bwd_k, CUDA_TOK_THREADS),
+                     TT_CUDA_KERNEL(cuda_pool_tok_fwd_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_pool_tok_bwd_k, TT_CUDA_THREADS));

@@ -58,29 +58,48 @@ size_t tt_ref_attn_workspace(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, 
   return (size_t)tt_ref_threads(b) * ref_attn_thread_floats(d, bwd) * sizeof(float);
 }
 
-static int ref_attn_ws(tt_backend *b, const char *op, const tt_attn_desc *d, int bwd, const void *ws,
-                       size_t ws_bytes) {
-  size_t need = (size_t)tt_ref_threads(b) * ref_attn_thread_floats(d, bwd) * sizeof(float);
+/* Checks that ws holds every thread's share; *per: one thread's share in floats. */
+static int ref_attn_ws(tt_backend *b, const char *op, const tt_attn_desc *d, int bwd, const void *ws, size_t ws_bytes,
+                       size_t *per) {
+  size_t need;
+  *per = ref_attn_thread_floats(d, bwd);
+  need = (size_t)tt_ref_threads(b) * *per * sizeof(float);
   if (!ws || ws_bytes < need)
     return tt_ref_fail(b, "%s: workspace too small: needs %zu bytes (op_workspace of TT_OP_ATTN_%s), given %zu%s", op,
                        need, bwd ? "BWD" : "FWD", ws_bytes, ws ? "" : " (NULL)");
   return 0;
 }
 
-/* Packs rows [t, d] of one head of qkv (part 0 = q, 1 = k, 2 = v) into fp32 dst. */
-static void ref_attn_pack(tt_dtype dt, const void *qkv, const tt_attn_desc *d, int s, int h, int part, float *dst) {
-  size_t f = (size_t)d->heads * d->d, i, c;
-  for (i = 0; i < (size_t)d->t; i++) {
-    size_t off = (((size_t)s * d->t + i) * 3 + (size_t)part) * f + (size_t)h * d->d;
-    for (c = 0; c < (size_t)d->d; c++) dst[i * d->d + c] = tt_ref_ld(dt, qkv, off + c);
-  }
+/* Packs rows [t, d] of one head of qkv (part 0 = q, 1 = k, 2 = v) into fp32 q, k and v. */
+static void ref_attn_pack(tt_dtype dt, const void *qkv, const tt_attn_desc *d, int s, int h, float *q, float *k,
+                          float *v) {
+  float *dst[3] = {q, k, v};
+  size_t f = (size_t)d->heads * d->d, i, c, part;
+  for (part = 0; part < 3; part++)
+    for (i = 0; i < (size_t)d->t; i++) {
+      size_t off = (((size_t)s * d->t + i) * 3 + part) * f + (size_t)h * d->d;
+      for (c = 0; c < (size_t)d->d; c++) dst[part][i * d->d + c] = tt_ref_ld(dt, qkv, off + c);
+    }
 }
 
 /* Dropout threshold and scale on the probabilities, as the dropout op (ref_elementwise.c). */
-static void ref_attn_drop_params(float p, uint32_t *thr, float *scale, int *all_drop) {
-  *all_drop = p >= 1.0f;
-  *thr = *all_drop ? 0u : (uint32_t)((double)p * 4294967296.0);
-  *scale = *all_drop ? 0.0f : 1.0f / (1.0f - p);
+typedef struct ref_attn_drop {
+  uint32_t thr; /* an entry is dropped when its hash's high 32 bits are below thr */
+  float scale;  /* a kept entry's factor, 1 / (1 - p) */
+  int all;      /* p >= 1: everything dropped */
+} ref_attn_drop;
+
+static ref_attn_drop ref_attn_drop_of(float p) {
+  ref_attn_drop r;
+  r.all = p >= 1.0f;
+  r.thr = r.all ? 0u : (uint32_t)((double)p * 4294967296.0);
+  r.scale = r.all ? 0.0f : 1.0f / (1.0f - p);
+  return r;
+}
+
+/* Whether probability entry idx (over all tasks' [t, t] blocks) is kept under seed. */
+static int ref_attn_keep(const ref_attn_drop *dr, uint64_t seed, uint64_t idx) {
+  return !dr->all && (uint32_t)(tt_dropout_hash(seed, idx) >> 32) >= dr->thr;
 }
 
 /* S = scale * Q K^T into s [t, t], then P = exp(S - lse) in place (masked entries 0). When
@@ -112,15 +131,11 @@ int tt_ref_attn_fwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const voi
   ptrdiff_t task, ntask;
   int nt = tt_ref_threads(b);
   size_t per;
-  uint32_t thr;
-  float dscale;
-  int all_drop;
   (void)nt;
   if (ref_attn_check(b, "attn_fwd", d, dt)) return -1;
   if (!qkv || !o) return tt_ref_fail(b, "attn_fwd: NULL qkv or o");
-  if (ref_attn_ws(b, "attn_fwd", d, 0, ws, ws_bytes)) return -1;
-  ref_attn_drop_params(d->p, &thr, &dscale, &all_drop);
-  per = ref_attn_thread_floats(d, 0);
+  if (ref_attn_ws(b, "attn_fwd", d, 0, ws, ws_bytes, &per)) return -1;
+  const ref_attn_drop drop = ref_attn_drop_of(d->p);
   ntask = (ptrdiff_t)d->n * d->heads;
 #pragma omp parallel for schedule(static) num_threads(nt) if (ntask > 1 && (double)ntask * d->t * d->t * d->d > 1e5)
   for (task = 0; task < ntask; task++) {
@@ -128,9 +143,7 @@ int tt_ref_attn_fwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const voi
     size_t td = tt_ref_round_floats((size_t)t * d->d), f = (size_t)d->heads * d->d, c;
     float *q = (float *)ws + (size_t)ref_attn_omp_thread() * per, *k = q + td, *v = k + td, *ob = v + td, *sm = ob + td;
     float *lrow = lse ? lse + (size_t)task * t : NULL;
-    ref_attn_pack(dt, qkv, d, s, h, 0, q);
-    ref_attn_pack(dt, qkv, d, s, h, 1, k);
-    ref_attn_pack(dt, qkv, d, s, h, 2, v);
+    ref_attn_pack(dt, qkv, d, s, h, q, k, v);
     ref_attn_probs(d, q, k, sm, NULL, lrow);
     if (probs) {
       size_t base = (size_t)task * t * t;
@@ -141,8 +154,7 @@ int tt_ref_attn_fwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const voi
       for (i = 0; i < t; i++)
         for (j = 0; j < t; j++) {
           uint64_t idx = base + (uint64_t)i * t + j;
-          int keep = !all_drop && (uint32_t)(tt_dropout_hash(seed, idx) >> 32) >= thr;
-          sm[(size_t)i * t + j] = keep ? sm[(size_t)i * t + j] * dscale : 0.0f;
+          sm[(size_t)i * t + j] = ref_attn_keep(&drop, seed, idx) ? sm[(size_t)i * t + j] * drop.scale : 0.0f;
         }
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, t, d->d, t, 1.0f, sm, t, v, d->d, 0.0f, ob, d->d);
@@ -160,17 +172,13 @@ int tt_ref_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const voi
   ptrdiff_t task, ntask;
   int nt = tt_ref_threads(b);
   size_t per;
-  uint32_t thr;
-  float dscale;
-  int all_drop;
   (void)nt;
   if (ref_attn_check(b, "attn_bwd", d, dt)) return -1;
   if (!qkv || !o || !dout || !dqkv) return tt_ref_fail(b, "attn_bwd: NULL qkv, o, dout or dqkv");
   if (!probs && !lse) return tt_ref_fail(b, "attn_bwd: needs the forward's probs or its lse (both NULL)");
   if (dqkv == qkv || dqkv == dout || dqkv == o) return tt_ref_fail(b, "attn_bwd: dqkv may not alias qkv, o or dout");
-  if (ref_attn_ws(b, "attn_bwd", d, 1, ws, ws_bytes)) return -1;
-  ref_attn_drop_params(d->p, &thr, &dscale, &all_drop);
-  per = ref_attn_thread_floats(d, 1);
+  if (ref_attn_ws(b, "attn_bwd", d, 1, ws, ws_bytes, &per)) return -1;
+  const ref_attn_drop drop = ref_attn_drop_of(d->p);
   ntask = (ptrdiff_t)d->n * d->heads;
 #pragma omp parallel for schedule(static) num_threads(nt) if (ntask > 1 && (double)ntask * d->t * d->t * d->d > 1e5)
   for (task = 0; task < ntask; task++) {
@@ -180,9 +188,7 @@ int tt_ref_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const voi
     float *q = (float *)ws + (size_t)ref_attn_omp_thread() * per, *k = q + td, *v = k + td, *go = v + td;
     float *gq = go + td, *gk = gq + td, *gv = gk + td, *pm = gv + td, *dp = pm + tt;
     const float *outs[3];
-    ref_attn_pack(dt, qkv, d, s, h, 0, q);
-    ref_attn_pack(dt, qkv, d, s, h, 1, k);
-    ref_attn_pack(dt, qkv, d, s, h, 2, v);
+    ref_attn_pack(dt, qkv, d, s, h, q, k, v);
     for (i = 0; i < t; i++) {
       size_t off = ((size_t)s * t + i) * f + (size_t)h * dd;
       for (c = 0; c < (size_t)dd; c++) go[(size_t)i * dd + c] = tt_ref_ld(dt, dout, off + c);
@@ -207,8 +213,7 @@ int tt_ref_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const voi
         float keep_scale = 1.0f;
         if (d->p > 0.0f) {
           uint64_t idx = (uint64_t)task * t * t + e;
-          int keep = !all_drop && (uint32_t)(tt_dropout_hash(seed, idx) >> 32) >= thr;
-          keep_scale = keep ? dscale : 0.0f;
+          keep_scale = ref_attn_keep(&drop, seed, idx) ? drop.scale : 0.0f;
         }
         dp[e] = pm[e] * (dp[e] * keep_scale - dr); /* dS */
         pm[e] *= keep_scale;                       /* Pd */

@@ -64,34 +64,37 @@ int tt_ref_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
   return 0;
 }
 
-int tt_ref_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma, const float *bias,
-                    const float *save_mean, const float *save_invstd, void *y) {
+/* y = (x - mean) * invstd * gamma + bias with given per-channel statistics: invstd given
+ * (var NULL), or 1/sqrt(var + eps) from the variance (the running statistics). */
+static int ref_bn_normalize(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                            const float *bias, const float *mean, const float *invstd, const float *var, float eps,
+                            void *y) {
   ptrdiff_t ch;
   int nt = tt_ref_threads(b);
   (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)n * hw * c > TT_REF_PAR_MIN)
+  for (ch = 0; ch < c; ch++) {
+    float is = var ? (float)(1.0 / sqrt((double)var[ch] + (double)eps)) : invstd[ch];
+    ref_bn_channel(dt, x, y, n, c, hw, ch, mean[ch], is, gamma[ch], bias[ch]);
+  }
+  return 0;
+}
+
+int tt_ref_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma, const float *bias,
+                    const float *save_mean, const float *save_invstd, void *y) {
   if (tt_ref_nchw_check(b, "bn_apply", n, c, hw, dt)) return -1;
   if (!x || !gamma || !bias || !save_mean || !save_invstd || !y)
     return tt_ref_fail(b, "bn_apply: NULL x, gamma, bias, save_mean, save_invstd or y");
-#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)n * hw * c > TT_REF_PAR_MIN)
-  for (ch = 0; ch < c; ch++) ref_bn_channel(dt, x, y, n, c, hw, ch, save_mean[ch], save_invstd[ch], gamma[ch], bias[ch]);
-  return 0;
+  return ref_bn_normalize(b, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, NULL, 0.0f, y);
 }
 
 int tt_ref_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, const float *running_mean, const float *running_var, float eps,
                         void *y, void *ws, size_t ws_bytes) {
-  ptrdiff_t ch;
-  int nt = tt_ref_threads(b);
-  (void)nt;
   if (tt_ref_nchw_check(b, "bn_fwd_infer", n, c, hw, dt)) return -1;
   if (!x || !gamma || !bias || !running_mean || !running_var || !y)
     return tt_ref_fail(b, "bn_fwd_infer: NULL x, gamma, bias, running_mean, running_var or y");
-#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)n * hw * c > TT_REF_PAR_MIN)
-  for (ch = 0; ch < c; ch++) {
-    float mean = running_mean[ch], invstd = (float)(1.0 / sqrt((double)running_var[ch] + (double)eps));
-    ref_bn_channel(dt, x, y, n, c, hw, ch, mean, invstd, gamma[ch], bias[ch]);
-  }
-  return 0;
+  return ref_bn_normalize(b, n, c, hw, dt, x, gamma, bias, running_mean, NULL, running_var, eps, y);
 }
 
 int tt_ref_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,

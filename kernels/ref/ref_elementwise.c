@@ -11,6 +11,23 @@
 
 static int ref_ew_dt(tt_backend *b, const char *op, tt_dtype dt) { return tt_ref_dt_check(b, op, dt); }
 
+/* The checks of the activation ops: the dtype, and an activation op takes (mask_form: one with a
+ * mask form, ReLU or ReLU6). */
+static int ref_ew_act_check(tt_backend *b, const char *op, tt_dtype dt, tt_act a, int mask_form) {
+  if (ref_ew_dt(b, op, dt)) return -1;
+  if (mask_form && a != TT_ACT_RELU && a != TT_ACT_RELU6)
+    return tt_ref_fail(b, "%s: activation %d has no mask form", op, (int)a);
+  if (!mask_form && (unsigned)a > (unsigned)TT_ACT_GELU_TANH) return tt_ref_fail(b, "%s: unknown activation %d", op, (int)a);
+  return 0;
+}
+
+/* An activation backward's dx may be its dy only when it overwrites it. */
+static int ref_ew_alias_check(tt_backend *b, const char *op, const void *dy, const void *dx, float beta) {
+  if (dx == dy && beta != 0.0f)
+    return tt_ref_fail(b, "%s: dx may alias dy only when beta == 0 (beta=%g)", op, (double)beta);
+  return 0;
+}
+
 /* out[ch] = beta*out[ch] + sum over (n, hw) of t[n, ch, hw]: the bias gradient of conv and
  * linear. Serial per channel: one float partial per sample, the partials added in sample
  * order in double, so the sum does not depend on the thread count. */
@@ -40,8 +57,7 @@ int tt_ref_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const voi
   ptrdiff_t i, n = (ptrdiff_t)count;
   int nt = tt_ref_threads(b);
   (void)nt;
-  if (ref_ew_dt(b, "act_fwd", dt)) return -1;
-  if ((unsigned)a > (unsigned)TT_ACT_GELU_TANH) return tt_ref_fail(b, "act_fwd: unknown activation %d", (int)a);
+  if (ref_ew_act_check(b, "act_fwd", dt, a, 0)) return -1;
   if (count && (!x || !y)) return tt_ref_fail(b, "act_fwd: NULL x or y");
   if (dt == TT_F32) {
     const float *xs = (const float *)x;
@@ -65,10 +81,9 @@ int tt_ref_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const voi
   ptrdiff_t i, n = (ptrdiff_t)count;
   int nt = tt_ref_threads(b);
   (void)nt;
-  if (ref_ew_dt(b, "act_bwd", dt)) return -1;
-  if ((unsigned)a > (unsigned)TT_ACT_GELU_TANH) return tt_ref_fail(b, "act_bwd: unknown activation %d", (int)a);
+  if (ref_ew_act_check(b, "act_bwd", dt, a, 0)) return -1;
   if (count && (!saved || !dy || !dx)) return tt_ref_fail(b, "act_bwd: NULL saved, dy or dx");
-  if (dx == dy && beta != 0.0f) return tt_ref_fail(b, "act_bwd: dx may alias dy only when beta == 0 (beta=%g)", (double)beta);
+  if (ref_ew_alias_check(b, "act_bwd", dy, dx, beta)) return -1;
   if (dt == TT_F32 && a == TT_ACT_RELU) { /* the common case, vectorisable */
     const float *sv = (const float *)saved, *g = (const float *)dy;
     float *o = (float *)dx;
@@ -89,8 +104,7 @@ int tt_ref_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const vo
   ptrdiff_t wi, nw = (ptrdiff_t)((count + 31u) / 32u);
   int nt = tt_ref_threads(b);
   (void)nt;
-  if (ref_ew_dt(b, "act_mask", dt)) return -1;
-  if (a != TT_ACT_RELU && a != TT_ACT_RELU6) return tt_ref_fail(b, "act_mask: activation %d has no mask form", (int)a);
+  if (ref_ew_act_check(b, "act_mask", dt, a, 1)) return -1;
   if (count && (!y || !mask)) return tt_ref_fail(b, "act_mask: NULL y or mask");
 #pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)count > TT_REF_PAR_MIN)
   for (wi = 0; wi < nw; wi++) {
@@ -108,10 +122,9 @@ int tt_ref_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, cons
   ptrdiff_t i, n = (ptrdiff_t)count;
   int nt = tt_ref_threads(b);
   (void)nt;
-  if (ref_ew_dt(b, "act_bwd_mask", dt)) return -1;
-  if (a != TT_ACT_RELU && a != TT_ACT_RELU6) return tt_ref_fail(b, "act_bwd_mask: activation %d has no mask form", (int)a);
+  if (ref_ew_act_check(b, "act_bwd_mask", dt, a, 1)) return -1;
   if (count && (!mask || !dy || !dx)) return tt_ref_fail(b, "act_bwd_mask: NULL mask, dy or dx");
-  if (dx == dy && beta != 0.0f) return tt_ref_fail(b, "act_bwd_mask: dx may alias dy only when beta == 0 (beta=%g)", (double)beta);
+  if (ref_ew_alias_check(b, "act_bwd_mask", dy, dx, beta)) return -1;
 #pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
   for (i = 0; i < n; i++) {
     float g = tt_ref_ld(dt, dy, (size_t)i);

@@ -83,10 +83,8 @@ int tt_ref_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void
 
 /* A clip argument's checks (backend.h, tt_clip). */
 static int ref_lo_clip_bad(tt_backend *b, const char *op, const tt_clip *clip) {
-  if (!clip) return 0;
-  if (!clip->sumsq) return tt_ref_fail(b, "%s: clip without its sum of squares", op);
-  if (!(clip->max_norm > 0.0f)) return tt_ref_fail(b, "%s: clip max_norm %g must be > 0", op, (double)clip->max_norm);
-  return 0;
+  char msg[256];
+  return tt_clip_error(op, clip, msg, sizeof msg) ? tt_ref_fail(b, "%s", msg) : 0;
 }
 
 int tt_ref_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,

@@ -22,18 +22,45 @@ static void ref_pool_plane(const tt_pool_desc *d, ptrdiff_t pl, size_t *xoff, si
   }
 }
 
+/* The input rows [*h0, *h1) and columns [*w0, *w1) of window (oh, ow), clipped to the plane
+ * (padding holds nothing). */
+static void ref_pool_window(const tt_pool_desc *d, int oh, int ow, int *h0, int *h1, int *w0, int *w1) {
+  int r0 = oh * d->stride_h - d->pad_h, c0 = ow * d->stride_w - d->pad_w;
+  int r1 = r0 + d->kh, c1 = c0 + d->kw;
+  *h0 = r0 < 0 ? 0 : r0;
+  *w0 = c0 < 0 ? 0 : c0;
+  *h1 = r1 > d->h ? d->h : r1;
+  *w1 = c1 > d->w ? d->w : c1;
+}
+
+/* The outputs [*o0, *o1] (inclusive; empty when *o0 > *o1) along one axis whose windows contain
+ * input position i: o*stride - pad <= i <= o*stride - pad + k - 1, 0 <= o < out. */
+static void ref_pool_covering(int i, int pad, int k, int stride, int out, int *o0, int *o1) {
+  int a = i + pad - k + 1;
+  *o0 = a <= 0 ? 0 : (a + stride - 1) / stride;
+  *o1 = (i + pad) / stride;
+  if (*o1 > out - 1) *o1 = out - 1;
+}
+
+/* The checks every windowed pooling call makes: dtype, descriptor (mode), and a layout this
+ * backend runs (NCHW, or NHWC where nhwc_pool allows it). */
+static int ref_pool_check(tt_backend *b, const char *op, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt) {
+  char msg[256];
+  if (tt_ref_dt_check(b, op, dt)) return -1;
+  if (tt_pool_desc_error(op, d, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above: the shared check predates bf16 */
+  if (d->layout != TT_LAYOUT_NCHW && !((tt_ref_state *)b->impl)->nhwc_pool)
+    return tt_ref_fail(b, "%s: layout %s: the reference backend runs NCHW only", op, tt_layout_name(d->layout));
+  return 0;
+}
+
 /* First maximum of window (oh, ow) in the plane starting at xoff (elements es apart), as an index
  * into the plane; NaN wins (PyTorch propagates NaN). Returns -1 only for an all-padding window. */
 static ptrdiff_t ref_pool_argmax(const tt_pool_desc *d, tt_dtype dt, const void *x, size_t xoff, size_t es, int oh, int ow,
                                  float *best_out) {
-  int h0 = oh * d->stride_h - d->pad_h, w0 = ow * d->stride_w - d->pad_w, ih, iw;
-  int h1 = h0 + d->kh, w1 = w0 + d->kw;
+  int h0, h1, w0, w1, ih, iw;
   ptrdiff_t arg = -1;
   float best = -INFINITY;
-  if (h0 < 0) h0 = 0;
-  if (w0 < 0) w0 = 0;
-  if (h1 > d->h) h1 = d->h;
-  if (w1 > d->w) w1 = d->w;
+  ref_pool_window(d, oh, ow, &h0, &h1, &w0, &w1);
   for (ih = h0; ih < h1; ih++)
     for (iw = w0; iw < w1; iw++) {
       size_t i = (size_t)ih * d->w + iw;
@@ -52,11 +79,7 @@ int tt_ref_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   ptrdiff_t pl, npl;
   int nt = tt_ref_threads(b);
   (void)nt;
-  char msg[256];
-  if (tt_ref_dt_check(b, "pool_fwd", dt)) return -1;
-  if (tt_pool_desc_error("pool_fwd", d, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above: the shared check predates bf16 */
-  if (d->layout != TT_LAYOUT_NCHW && !((tt_ref_state *)b->impl)->nhwc_pool)
-    return tt_ref_fail(b, "pool_fwd: layout %s: the reference backend runs NCHW only", tt_layout_name(d->layout));
+  if (ref_pool_check(b, "pool_fwd", d, mode, dt)) return -1;
   if (!x || !y) return tt_ref_fail(b, "pool_fwd: NULL x or y");
   npl = (ptrdiff_t)d->n * d->c;
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -71,13 +94,9 @@ int tt_ref_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
         if (mode == TT_POOL_MAX) {
           ref_pool_argmax(d, dt, x, xoff, es, oh, ow, &v);
         } else {
-          int h0 = oh * d->stride_h - d->pad_h, w0 = ow * d->stride_w - d->pad_w, ih, iw;
-          int h1 = h0 + d->kh, w1 = w0 + d->kw;
+          int h0, h1, w0, w1, ih, iw;
           float s = 0.0f;
-          if (h0 < 0) h0 = 0;
-          if (w0 < 0) w0 = 0;
-          if (h1 > d->h) h1 = d->h;
-          if (w1 > d->w) w1 = d->w;
+          ref_pool_window(d, oh, ow, &h0, &h1, &w0, &w1);
           for (ih = h0; ih < h1; ih++)
             for (iw = w0; iw < w1; iw++) s += tt_ref_ld(dt, x, xoff + ((size_t)ih * d->w + iw) * es);
           v = s * inv;
@@ -95,11 +114,7 @@ int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   ptrdiff_t pl, npl;
   int nt = tt_ref_threads(b);
   (void)nt;
-  char msg[256];
-  if (tt_ref_dt_check(b, "pool_bwd", dt)) return -1;
-  if (tt_pool_desc_error("pool_bwd", d, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above: the shared check predates bf16 */
-  if (d->layout != TT_LAYOUT_NCHW && !((tt_ref_state *)b->impl)->nhwc_pool)
-    return tt_ref_fail(b, "pool_bwd: layout %s: the reference backend runs NCHW only", tt_layout_name(d->layout));
+  if (ref_pool_check(b, "pool_bwd", d, mode, dt)) return -1;
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_ref_fail(b, "pool_bwd: NULL x (max), dy or dx");
   npl = (ptrdiff_t)d->n * d->c;
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -109,18 +124,13 @@ int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
     float inv = 1.0f / (float)(d->kh * d->kw);
     int ih, iw;
     for (ih = 0; ih < d->h; ih++) {
-      /* windows containing ih: oh*sh - ph <= ih <= oh*sh - ph + kh - 1 */
-      int a = ih + d->pad_h - d->kh + 1, oh0, oh1;
-      oh0 = a <= 0 ? 0 : (a + d->stride_h - 1) / d->stride_h;
-      oh1 = (ih + d->pad_h) / d->stride_h;
-      if (oh1 > d->p - 1) oh1 = d->p - 1;
+      int oh0, oh1;
+      ref_pool_covering(ih, d->pad_h, d->kh, d->stride_h, d->p, &oh0, &oh1);
       for (iw = 0; iw < d->w; iw++) {
-        int bq = iw + d->pad_w - d->kw + 1, ow0, ow1, oh, ow;
+        int ow0, ow1, oh, ow;
         ptrdiff_t me = (ptrdiff_t)ih * d->w + iw;
         float acc = 0.0f;
-        ow0 = bq <= 0 ? 0 : (bq + d->stride_w - 1) / d->stride_w;
-        ow1 = (iw + d->pad_w) / d->stride_w;
-        if (ow1 > d->q - 1) ow1 = d->q - 1;
+        ref_pool_covering(iw, d->pad_w, d->kw, d->stride_w, d->q, &ow0, &ow1);
         for (oh = oh0; oh <= oh1; oh++)
           for (ow = ow0; ow <= ow1; ow++) {
             float g = tt_ref_ld(dt, dy, yoff + ((size_t)oh * d->q + ow) * es), bv;
@@ -143,11 +153,7 @@ int tt_ref_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const 
   ptrdiff_t pl, npl;
   int nt = tt_ref_threads(b);
   (void)nt;
-  char msg[256];
-  if (tt_ref_dt_check(b, "pool_argmax", dt)) return -1;
-  if (tt_pool_desc_error("pool_argmax", d, TT_POOL_MAX, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above: the shared check predates bf16 */
-  if (d->layout != TT_LAYOUT_NCHW && !((tt_ref_state *)b->impl)->nhwc_pool)
-    return tt_ref_fail(b, "pool_argmax: layout %s: the reference backend runs NCHW only", tt_layout_name(d->layout));
+  if (ref_pool_check(b, "pool_argmax", d, TT_POOL_MAX, dt)) return -1;
   if (d->kh * d->kw > 256) return tt_ref_fail(b, "pool_argmax: a %dx%d window has no uint8 index", d->kh, d->kw);
   if (!x || !idx) return tt_ref_fail(b, "pool_argmax: NULL x or idx");
   npl = (ptrdiff_t)d->n * d->c;
@@ -174,11 +180,7 @@ int tt_ref_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const
   ptrdiff_t pl, npl;
   int nt = tt_ref_threads(b);
   (void)nt;
-  char msg[256];
-  if (tt_ref_dt_check(b, "pool_bwd_idx", dt)) return -1;
-  if (tt_pool_desc_error("pool_bwd_idx", d, TT_POOL_MAX, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above: the shared check predates bf16 */
-  if (d->layout != TT_LAYOUT_NCHW && !((tt_ref_state *)b->impl)->nhwc_pool)
-    return tt_ref_fail(b, "pool_bwd_idx: layout %s: the reference backend runs NCHW only", tt_layout_name(d->layout));
+  if (ref_pool_check(b, "pool_bwd_idx", d, TT_POOL_MAX, dt)) return -1;
   if (!idx || !dy || !dx) return tt_ref_fail(b, "pool_bwd_idx: NULL idx, dy or dx");
   npl = (ptrdiff_t)d->n * d->c;
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -187,16 +189,12 @@ int tt_ref_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const
     ref_pool_plane(d, pl, &xoff, &yoff, &es);
     int ih, iw;
     for (ih = 0; ih < d->h; ih++) {
-      int a = ih + d->pad_h - d->kh + 1, oh0, oh1;
-      oh0 = a <= 0 ? 0 : (a + d->stride_h - 1) / d->stride_h;
-      oh1 = (ih + d->pad_h) / d->stride_h;
-      if (oh1 > d->p - 1) oh1 = d->p - 1;
+      int oh0, oh1;
+      ref_pool_covering(ih, d->pad_h, d->kh, d->stride_h, d->p, &oh0, &oh1);
       for (iw = 0; iw < d->w; iw++) {
-        int bq = iw + d->pad_w - d->kw + 1, ow0, ow1, oh, ow;
+        int ow0, ow1, oh, ow;
         float acc = 0.0f;
-        ow0 = bq <= 0 ? 0 : (bq + d->stride_w - 1) / d->stride_w;
-        ow1 = (iw + d->pad_w) / d->stride_w;
-        if (ow1 > d->q - 1) ow1 = d->q - 1;
+        ref_pool_covering(iw, d->pad_w, d->kw, d->stride_w, d->q, &ow0, &ow1);
         for (oh = oh0; oh <= oh1; oh++)
           for (ow = ow0; ow <= ow1; ow++) {
             size_t yi = yoff + ((size_t)oh * d->q + ow) * es;
