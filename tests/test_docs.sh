@@ -253,4 +253,17 @@ elif [ "$readers" != "core/base/knobs.c" ]; then fail docs_knobs "the environmen
 else pass "docs_knobs ($(echo "$code" | wc -l) knobs in the code and in docs/cli.md, one reader)"
 fi
 
+# ---- the README's package list is configure.py's (issue 40: libpng-dev and librsvg2-bin were missing) ----
+missing=$(python3 - <<'PY'
+import re
+s = open("configure.py").read()
+i = s.index("DEB_PACKAGES = ["); j = s.index("]\n", i)
+readme = open("README.md").read()
+print(" ".join(p for p in re.findall(r'"([a-z0-9.+-]+)"', s[i:j]) if p not in readme))
+PY
+)
+if [ -n "$missing" ]; then fail docs_packages "README.md does not name configure.py's packages: $missing"
+else pass docs_packages
+fi
+
 exit $FAILED

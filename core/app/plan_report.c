@@ -295,6 +295,20 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
   return rc;
 }
 
+/* The frozen layers by name, as the walkthrough says plan shows them: "layers conv1, bn1, ..." on
+ * lines of at most about 100 characters. */
+static void plan_text_frozen(const tt_session *s, FILE *out) {
+  int col = 0, n = 0;
+  for (int i = 0; i < s->model.nlayers; i++) {
+    const char *name = s->model.layers[i].name;
+    if (!s->model.layers[i].freeze) continue;
+    if (!n++) col = fprintf(out, "              layers %s", name);
+    else if (col + (int)strlen(name) + 2 > 100) col = fprintf(out, ",\n              %s", name) - 2;
+    else col += fprintf(out, ", %s", name);
+  }
+  if (n) fprintf(out, "\n");
+}
+
 /* The activations' layout (lower.c's lower_layouts): said on every plan, NCHW included, so a
  * reader comparing backends sees the choice. */
 static void plan_text_layout(const tt_session *s, FILE *out) {
@@ -372,9 +386,11 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
   tt_knobs_print_changed(tt_knobs_get(), out, "  knobs       set in the environment, not at their defaults (docs/cli.md):");
   fprintf(out, "  model       %d layers, %.2fM parameters, %.3f GFLOP per image forward\n", g->nnodes - 1,
           g->trainable_numel / 1e6, g->flops_per_sample / 1e9);
-  if (g->frozen_numel)
+  if (g->frozen_numel) {
     fprintf(out, "  frozen      %zu parameters (freeze = true): %.2f MiB of gradients and optimizer state not planned\n",
             g->frozen_numel, plan_mib(plan_frozen_saved(s)));
+    plan_text_frozen(s, out);
+  }
   if (s->vram_bytes)
     fprintf(out, "  budget      --vram %.1f MiB - reserve %.1f MiB (%s) = %.1f MiB for the arena\n", plan_mib(s->vram_bytes),
             plan_mib(r->reserve_bytes),

@@ -614,6 +614,13 @@ if [ "$RC" != 1 ] || ! grep -q "recipe.txt: not a regular file (a named pipe" "$
   fail cli_resume_recipe_fifo "exit $RC: $(head -c 300 "$TMP/err")"
 else pass cli_resume_recipe_fifo; fi
 
+# ---- plan names the frozen layers (issue 40: it counted their parameters only) ----
+awk '{print} /^\[conv/ && !done {print "freeze = true"; done = 1}' "$TMP/syn.recipe" >"$TMP/frozen.recipe"
+run plan --device cpu "$TMP/frozen.recipe"
+if [ "$RC" != 0 ] || ! echo "$OUT" | grep -A1 "^  frozen" | grep -q "layers "; then
+  fail cli_plan_frozen_names "exit $RC: $(echo "$OUT" | grep -A1 frozen)"
+else pass cli_plan_frozen_names; fi
+
 # ---- output that cannot be written is a failure (issue 40): plan, plan --json and --version into a
 # full disk exit 1 with the reason, not 0 with nothing written ----
 ok=1
