@@ -51,6 +51,34 @@ static void pack_prefix(char *out, size_t size, const char *path) {
 }
 
 /* tinytrain pack RECIPE: the [data] train (and test) sets at the recipe's input size. */
+/* The lines of recipe's [data] section that a packed set keeps (mean, std, hflip, crops, ...: all
+ * but format and the sources), as they stand in the file, so that the printed section replaces
+ * the old one whole and trains the same model; nothing when the file cannot be read again. */
+static void pack_data_rest(FILE *out, const char *recipe) {
+  static const char *const dropped[] = {"format", "train", "test", "train_labels", "test_labels", NULL};
+  void *data = NULL;
+  size_t n = 0;
+  tt_err err;
+  int in_data = 0;
+  if (tt_read_file(recipe, &data, &n, &err)) return;
+  for (char *line = (char *)data, *next; line && *line; line = next) {
+    next = strchr(line, '\n');
+    if (next) *next++ = 0;
+    const char *t = line + strspn(line, " \t");
+    size_t klen = strcspn(t, " \t=");
+    int keep = 1;
+    if (*t == '[') {
+      in_data = !strncmp(t, "[data]", 6);
+      continue;
+    }
+    if (!in_data || !*t || *t == '#' || *t == ';' || !strchr(t, '=')) continue;
+    for (int k = 0; dropped[k]; k++)
+      if (strlen(dropped[k]) == klen && !strncmp(t, dropped[k], klen)) keep = 0;
+    if (keep) fprintf(out, "%s\n", t);
+  }
+  free(data);
+}
+
 static int pack_recipe(FILE *out, const char *recipe, tt_err *err) {
   tt_model *m = (tt_model *)tt_calloc(1, sizeof *m, "model", err);
   tt_dataset tr, te;
@@ -77,9 +105,10 @@ static int pack_recipe(FILE *out, const char *recipe, tt_err *err) {
     te.class_names = NULL;
     if (rc) goto done;
   }
-  fprintf(out, "\nto read them, in %s's [data]:\nformat = npy\ntrain = %s-images.npy\ntrain_labels = %s-labels.npy\n", recipe,
-         ptr, ptr);
+  fprintf(out, "\nto read them, the whole of %s's [data]:\n[data]\nformat = npy\ntrain = %s-images.npy\n"
+              "train_labels = %s-labels.npy\n", recipe, ptr, ptr);
   if (m->data.test[0]) fprintf(out, "test = %s-images.npy\ntest_labels = %s-labels.npy\n", pte, pte);
+  pack_data_rest(out, recipe);
   rc = 0;
 done:
   tt_dataset_free(&tr);

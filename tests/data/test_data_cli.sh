@@ -135,6 +135,10 @@ assert w == 2 * p and abs(p / 1048576 - 1419.8) < 0.06, (w, p)' "$TMP/out"; then
 else fail data_cli_plan_loader "$out"; fi
 # pack the recipe's folders, then train from the .npy files (numpy's format)
 run pack "$TMP/r.recipe"
+# the [data] section pack prints is whole (issue 40): the recipe's other settings come with it
+if [ $RC = 0 ] && grep -qx "format = npy" "$TMP/out" && grep -qx "hflip = true" "$TMP/out" &&
+   grep -qx "max_failed = 0.05" "$TMP/out" && ! grep -qx "format = folder" "$TMP/out"; then pass data_cli_pack_whole_section
+else fail data_cli_pack_whole_section "exit $RC: $(tail -8 "$TMP/out")"; fi
 if [ $RC != 0 ] || [ ! -f "$TMP/data/train-images.npy" ] || [ ! -f "$TMP/data/val-labels.npy" ] || [ ! -f "$TMP/data/val-set.json" ] ||
    [ "$(cat "$TMP/data/train-classes.json")" != '["apple", "banana", "cherry"]' ] || ls -A "$TMP/data/" | grep -q "\.tmp\|\.pack-"; then
   fail data_cli_pack "exit $RC: $ERR $(ls "$TMP/data")"
