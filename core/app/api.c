@@ -273,9 +273,14 @@ static int net_train(tt_net *n, const uint8_t *u8, const float *f32, const int32
     if (net_chunk(n, u8, f32, labels, a * n->mb, cnt, n->mb, &cu8, &cf32, &clab) ||
         tt_exec_micro_step_n(x, 1, cu8, cf32, clab, cnt, a, (uint64_t)n->step, gscale, &n->err)) return -1;
   }
+  /* the loss before the update: a non-finite one (inputs of 1e38, a learning rate that diverged)
+   * would put NaN into every weight, so the step stops there and the net keeps its weights */
+  if (tt_exec_stats(x, sv, 1, &n->err)) return -1;
+  if (!isfinite(sv[0]))
+    return net_fail(n, "train_step: the loss is %g: nothing was updated (the net keeps its weights); the inputs or the "
+                    "learning rate make it diverge", (double)sv[0]);
   if (tt_step_update(x, &n->hp, &n->ls, n->step, n->lr, used, &n->err)) return -1;
   n->step++;
-  if (tt_exec_stats(x, sv, 1, &n->err)) return -1;
   if (out) {
     out->loss = sv[0] / (double)count, out->accuracy = sv[1] / (double)count;
     out->step = n->step, out->skipped = n->ls.skipped;

@@ -62,6 +62,10 @@ int tt_train_checkpoint_due(long long every_steps, double every_seconds, long lo
   return every_seconds > 0 && seconds_since >= every_seconds;
 }
 
+/* fp16 updates skipped in a row (overflowing gradients) after which the run stops: the loss scale
+ * has then been halved past 1 long since, so the gradients overflow unscaled */
+#define TRAIN_SKIPS_MAX 32
+
 /* ---- SIGINT, SIGTERM, SIGHUP and SIGPIPE: stop at the next step boundary with a checkpoint ----
  * SIGHUP (a closed terminal or ssh connection) and SIGPIPE (stdout piped into `head`, which has
  * exited) used to end the run at once, losing up to checkpoint_every of work; they are stop
@@ -173,6 +177,7 @@ typedef struct train_run {
   long long ckpt_steps;          /* checkpoint_every: steps, or seconds of wall time */
   double ckpt_seconds;
   double last_save;              /* tt_now() at the last checkpoint (or the start) */
+  int skips_in_row;              /* fp16: consecutive skipped updates recorded (TRAIN_SKIPS_MAX ends the run) */
   long long saved_step;          /* step of the checkpoint on disk; -1 none yet */
   int stop_signal;               /* the signal this run stopped for */
   double final_loss, final_acc;  /* of the last evaluation */
@@ -535,7 +540,17 @@ static int train_save(train_run *R, tt_err *err) {
   /* accum_steps: the micro-batches of a step over all ranks, so a resume on another number of
    * ranks sees the same effective batch */
   R->st.micro_batch = R->mb, R->st.accum_steps = R->accum * R->ranks;
-  if (train_resolve_pending(R, err) || (R->rank == 0 && tt_checkpoint_save(&R->s->x, R->dir, &R->st, err))) return -1;
+  if (train_resolve_pending(R, err)) return -1;
+  int rc = R->rank == 0 ? tt_checkpoint_save(&R->s->x, R->dir, &R->st, err) : 0;
+  if (rc == TT_CKPT_NOT_FINITE) { /* diverged: the last good checkpoint stays, and the run ends here */
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    if (R->saved_step >= 0)
+      return tt_fail(err, "step %lld: %s (the last good checkpoint, of step %lld, is kept in %s)", R->st.step, why,
+                     R->saved_step, R->dir);
+    return tt_fail(err, "step %lld: %s (no checkpoint was written)", R->st.step, why);
+  }
+  if (rc) return -1;
   R->saved_step = R->st.step;
   R->last_save = tt_now();
   return 0;
@@ -563,7 +578,15 @@ static int train_step(train_run *R, int epoch, int k, double lr, tt_epoch_meter 
     if (rc) return -1;
   }
   if (tt_dist_allreduce_end(R->bk, err)) return -1; /* summed over the ranks, before the overflow check */
+  long long skipped = st->loss_scale.skipped;
   if (tt_step_update(&R->s->x, &R->hp, &st->loss_scale, st->step, lr, used, err)) return -1;
+  /* fp16: the outcome just recorded was the step before's. From 2^16 the scale reaches 1 in 16
+   * halvings; TRAIN_SKIPS_MAX overflows in a row are a run that does not recover (issue 40) */
+  R->skips_in_row = st->loss_scale.skipped > skipped ? R->skips_in_row + 1 : st->loss_scale.pending ? 0 : R->skips_in_row;
+  if (R->skips_in_row >= TRAIN_SKIPS_MAX)
+    return tt_fail(err, "step %lld: %d fp16 steps in a row overflowed (the loss scale is down to %g) and were skipped: the "
+                   "run is not recovering; lower [train] lr in %s, or train in bf16 or fp32", st->step, R->skips_in_row,
+                   (double)st->loss_scale.scale, R->s->model.path);
   st->step++;
   e->steps++;
   e->images += R->batch;
@@ -591,9 +614,11 @@ static int train_log(train_run *R, tt_epoch_meter *e, int k, double lr, int noti
   double sv[2] = {f[0], f[1]}; /* every rank's sums: e->log_images counts the global batch */
   if (tt_dist_sum(sv, 2, err)) return -1;
   double l = e->log_images ? sv[0] / (double)e->log_images : 0.0;
-  if (!isfinite(l) && R->s->sched.policy.act_dtype == TT_F32)
-    return tt_fail(err, "the training loss became %g at step %lld; lower [train] lr in %s", l, R->st.step,
-                   R->s->model.path);
+  /* every precision (issue 40: bf16 and fp16 runs went on to write NaN weights); an fp16 step
+   * whose gradients overflow is skipped, but a non-finite loss is the forward's own */
+  if (!isfinite(l))
+    return tt_fail(err, "the training loss became %g at step %lld: the run diverged; lower [train] lr in %s (the last "
+                   "good checkpoint%s is kept)", l, R->st.step, R->s->model.path, R->saved_step >= 0 ? "" : ", if any,");
   double acc = e->log_images ? sv[1] / (double)e->log_images : 0.0;
   e->loss_sum += sv[0];
   if (R->rank) return e->log_images = 0, 0;

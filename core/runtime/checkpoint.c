@@ -61,6 +61,14 @@ static int ckpt_collect(tt_exec *x, int with_state, tt_st_tensor **out_t, float 
         free(t), free(data), free(names);
         return -1;
       }
+      /* a diverged run's NaN or infinite values never replace a good checkpoint (issue 40) */
+      for (size_t v = 0; v < p->numel; v++)
+        if (!isfinite(data[off + v])) {
+          tt_fail(err, "'%s' holds %s at element %zu: the run diverged, so no checkpoint is written over the last good "
+                  "one; lower [train] lr (or set clip_norm) and resume from that one", nm, isnan(data[off + v]) ? "NaN" : "an infinity", v);
+          free(t), free(data), free(names);
+          return TT_CKPT_NOT_FINITE;
+        }
       t[k].name = nm;
       t[k].dtype = "F32";
       t[k].ndim = p->ndim;
@@ -87,7 +95,8 @@ int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_
     tt_st_tensor *t;
     float *data;
     int n;
-    if (ckpt_collect(x, with_state, &t, &data, &n, err)) return -1;
+    int crc = ckpt_collect(x, with_state, &t, &data, &n, err);
+    if (crc) return crc; /* TT_CKPT_NOT_FINITE: nothing written */
     char v[12][64];
     snprintf(v[0], sizeof v[0], "%lld", st->step);
     snprintf(v[1], sizeof v[1], "%d", st->epoch);

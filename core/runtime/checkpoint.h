@@ -12,6 +12,9 @@ extern "C" {
 #define CKPT_STEPS_MAX 1000000000000LL /* 10^12 optimizer steps */
 #define CKPT_EPOCHS_MAX 1000000LL
 #define CKPT_IMAGES_MAX 2147483647LL   /* images into one epoch */
+/* tt_checkpoint_save's status when a tensor holds NaN or an infinity: nothing was written, the
+ * checkpoint already on disk (the last good one) stays as it was. */
+#define TT_CKPT_NOT_FINITE (-3)
 
 typedef struct tt_ckpt_state {
   long long step;            /* optimizer steps done */
