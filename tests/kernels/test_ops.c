@@ -1160,11 +1160,11 @@ static const tt_test_case tests[] = {
   TT_TEST("cpu", "kernels cpu onednn", test_onednn),
 };
 
-int main(int argc, char **argv) {
-  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
-  if (rc >= 0) return rc;
+/* main's setup and teardown: the ops' shared workspace */
+static int setup(void) {
   WS = malloc(WSB);
-  tt_test_run(tests, TT_TEST_COUNT(tests));
-  free(WS);
-  TT_TEST_EXIT();
+  return 0;
 }
+static void teardown(void) { free(WS); }
+
+int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), setup, teardown); }

@@ -737,6 +737,4 @@ static const tt_test_case tests[] = {
   TT_TEST("cpu", "kernels transformer cpu onednn", test_onednn),
 };
 
-int main(int argc, char **argv) {
-  return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests));
-}
+int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), NULL, NULL); }

@@ -385,16 +385,5 @@ static const tt_test_case tests[] = {
 };
 
 int main(int argc, char **argv) {
-  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
-  if (rc >= 0) return rc;
-  double t0 = tt_now();
-  be1 = tt_cpu_backend_create(1);
-  if (!be1) {
-    printf("FAIL test_precision: could not create the CPU backend\n");
-    return 1;
-  }
-  tt_test_run(tests, TT_TEST_COUNT(tests));
-  printf("  (fp16 vs fp32: %.1f s)\n", tt_now() - t0);
-  be1->destroy(be1);
-  TT_TEST_EXIT();
+  return tt_test_main_cpu(argc, argv, tests, TT_TEST_COUNT(tests), &be1, 1, "test_precision");
 }
