@@ -31,16 +31,8 @@
 # A self-check first makes sure a mistyped command and a link out of the repository are caught.
 # Run from the repository root: bash tests/test_docs.sh   (TT=build-x/tinytrain to pick a binary)
 # Prints PASS/FAIL/SKIP lines; exits 1 if anything failed.
-cd "$(dirname "$0")/.." || exit 1
+. "$(dirname "$0")/tt_test.sh" docs
 ROOT=$(pwd -P)
-TT=${TT:-./tinytrain}
-FAILED=0
-TMP=$(mktemp -d /tmp/tt_test_docs_XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; FAILED=1; }
-skip() { echo "SKIP $1: $2"; }
 
 DOCS=(README.md docs/*.md)
 
@@ -156,10 +148,7 @@ doc_lines() {
   ' "$1"
 }
 
-if [ ! -x "$TT" ]; then
-  fail docs_binary "$TT not built (run ninja)"
-  exit 1
-fi
+need_tt docs_binary
 TT_ABS=$(cd "$(dirname "$TT")" && pwd -P)/$(basename "$TT")
 
 # check_link FILE TARGET: returns 0, or 1 with the reason in WHY.

@@ -4,14 +4,8 @@
 # global name of libtinytrain.a carries the tt_ prefix, so a program linking either meets no
 # name of ours outside it. Needs the built libraries: TT_BUILD names the build directory (the
 # test runner sets it; default build). Prints PASS/FAIL/SKIP lines; exits 1 if anything failed.
-cd "$(dirname "$0")/.." || exit 1
+. "$(dirname "$0")/tt_test.sh" exports
 B=${TT_BUILD:-build}
-FAILED=0
-TMP=$(mktemp -d /tmp/tt_test_exports_XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-pass() { echo "PASS $1"; }
-fail() { local n=$1; shift; echo "FAIL $n: $*"; FAILED=1; }
-skip() { echo "SKIP $1: $2"; }
 
 command -v nm >/dev/null || { skip exports "no nm (binutils)"; exit 0; }
 command -v c++filt >/dev/null || { skip exports "no c++filt (binutils)"; exit 0; }

@@ -192,13 +192,6 @@ static inline int tt_test_start(int argc, char **argv, const tt_test_case *t, in
   tt_test_list(t, n);
   return 0;
 }
-/* The whole of main for a binary without setup: the selected tests of the table, the exit status. */
-static inline int tt_test_main(int argc, char **argv, const tt_test_case *t, int n) {
-  int rc = tt_test_start(argc, argv, t, n);
-  if (rc >= 0) return rc;
-  tt_test_run(t, n);
-  TT_TEST_EXIT();
-}
 
 /* ---- the sanitizer build ---- */
 
@@ -246,14 +239,18 @@ static inline uint64_t tt_test_xorshift(uint64_t *s) {
 
 /* ---- one temporary directory per test binary ---- */
 
-/* Its path; empty until tt_test_tmpdir made it. */
+/* Its path; empty until tt_test_tmpdir made it. 64 bytes: the tags are short words, and a caller's
+ * snprintf(buf, "%s/file", tt_test_dir()) into a buffer of 128 or more cannot be cut short (gcc's
+ * -Wformat-truncation sees the array's size). */
+#define TT_TEST_DIR_MAX 64
 static inline char *tt_test_dir(void) {
-  static char dir[256];
+  static char dir[TT_TEST_DIR_MAX];
   return dir;
 }
-/* Makes /tmp/tt_test_<tag>_XXXXXX. On failure prints "FAIL <name>: ..." and returns -1. */
+/* Makes /tmp/tt_test_<tag>_XXXXXX (a tag of up to 40 characters). On failure prints "FAIL <name>: ..."
+ * and returns -1. */
 static inline int tt_test_tmpdir(const char *tag, const char *name) {
-  snprintf(tt_test_dir(), 256, "/tmp/tt_test_%s_XXXXXX", tag);
+  snprintf(tt_test_dir(), TT_TEST_DIR_MAX, "/tmp/tt_test_%.40s_XXXXXX", tag);
   if (mkdtemp(tt_test_dir())) return 0;
   printf("FAIL %s: cannot create a temporary directory\n", name);
   return -1;
@@ -274,6 +271,28 @@ static inline void tt_test_tmpdir_remove(void) {
   char cmd[512];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tt_test_dir());
   if (system(cmd) != 0) printf("# could not remove %s\n", tt_test_dir());
+}
+
+/* ---- the whole of main ---- */
+
+/* main for a binary: reads the command line (tt_test_start), makes the binary's temporary
+ * directory /tmp/tt_test_<name>_XXXXXX (tt_test_dir, tt_test_path; <name>: the program's name
+ * without its "test_"), calls setup, runs the selected tests, calls teardown, removes the
+ * directory and returns the exit status. setup and teardown may be NULL; setup returns nonzero
+ * when it failed, after printing its FAIL line (then no test runs and the status is 1). */
+static inline int tt_test_main(int argc, char **argv, const tt_test_case *t, int n, int (*setup)(void),
+                               void (*teardown)(void)) {
+  int rc = tt_test_start(argc, argv, t, n);
+  if (rc >= 0) return rc;
+  const char *prog = argc > 0 && strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argc > 0 ? argv[0] : "test";
+  if (tt_test_tmpdir(strncmp(prog, "test_", 5) ? prog : prog + 5, prog)) return 1;
+  rc = setup ? setup() : 0;
+  if (!rc) {
+    tt_test_run(t, n);
+    if (teardown) teardown();
+  }
+  tt_test_tmpdir_remove();
+  return rc ? 1 : tt_test_failures ? 1 : 0;
 }
 
 /* A reader that opens a named pipe waits for a writer forever: a test that could hang arms

@@ -5,13 +5,8 @@
 # of the fp32 peak, bf16 either measured or reported unavailable with a reason, and bench_step
 # runs with the OpenMP wait setting that `tinytrain --version` reports; --shared prints a row idle,
 # beside a competing load and their ratio. It checks the script, not the numbers. Run from the repository root: bash tests/cli/test_bench_cpu.sh
-cd "$(dirname "$0")/../.." || exit 1
+. "$(dirname "$0")/../tt_test.sh" bench_cpu
 B=${TT_BUILD:-build}
-FAILED=0
-TMP=$(mktemp -d /tmp/tt_test_bench_cpu_XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; FAILED=1; }
 for f in "$B/bench/bench_step" "$B/bench/bench_peak"; do
   [ -x "$f" ] || { fail bench_cpu_binaries "$f not built (ninja bench)"; exit 1; }
 done

@@ -10,14 +10,7 @@
 #     system's oneDNN, OpenCL loader, OpenBLAS, libgfortran, TurboJPEG, libjpeg, libpng, zlib and
 #     MPI are /dev/null (bind mounts): the build's own ./tinytrain fails there, the bundle's runs.
 # Prints PASS/FAIL/SKIP lines; exits 1 if anything failed.
-cd "$(dirname "$0")/../.." || exit 1
-FAILED=0
-TMP=$(mktemp -d /tmp/tt_test_bundle_XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-pass() { echo "PASS $1"; }
-fail() { local n=$1; shift; echo "FAIL $n: $*"; FAILED=1; }
-skip() { echo "SKIP $1: $2"; }
-
+. "$(dirname "$0")/../tt_test.sh" bundle
 # ---- configure: cuDNN and NCCL from a wheel's versioned sonames ----
 SP=$TMP/venv/lib/python3.12/site-packages
 mkdir -p "$SP/nvidia/cudnn/include" "$SP/nvidia/cudnn/lib" "$SP/nvidia/nccl/include" "$SP/nvidia/nccl/lib"

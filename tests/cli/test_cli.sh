@@ -5,20 +5,8 @@
 # twice, SIGTERM (exit 143, checkpoint, --resume), TINYTRAIN_PROFILE. Run from the repository root:
 #   bash tests/cli/test_cli.sh
 # Prints PASS/FAIL/SKIP lines; exits 1 if anything failed.
-cd "$(dirname "$0")/../.." || exit 1
-TT=${TT:-./tinytrain}
-FAILED=0
-TMP=$(mktemp -d /tmp/tt_test_cli_XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; FAILED=1; }
-skip() { echo "SKIP $1: $2"; }
-
-if [ ! -x "$TT" ]; then
-  fail cli_binary "$TT not built (run ninja)"
-  exit 1
-fi
+. "$(dirname "$0")/../tt_test.sh" cli
+need_tt cli_binary
 
 # run NAME ARGS...: runs tinytrain, sets RC, OUT (stdout) and ERR (stderr)
 run() {

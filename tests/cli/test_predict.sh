@@ -4,14 +4,7 @@
 # come from the weights' metadata "classes" when present (numbers otherwise); --json parses;
 # --top; a file that is not an image is an error naming it, and skipped with a warning inside
 # a folder. Run from the repository root: bash tests/cli/test_predict.sh
-cd "$(dirname "$0")/../.." || exit 1
-TT=${TT:-./tinytrain}
-TMP=$(mktemp -d /tmp/tt_test_predict_XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-FAILED=0
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; FAILED=1; }
-
+. "$(dirname "$0")/../tt_test.sh" predict
 # three classes of 8x8 grey images: a bright top half, left half or diagonal, with noise
 python3 - "$TMP" <<'PY'
 import os, random, sys

@@ -7,16 +7,9 @@
 #     carriage returns and ends with a newline before the summary;
 #   - SIGINT inside the first epoch: exit 130, and chart.svg exists with the learning-rate series.
 # Run from the repository root: bash tests/cli/test_progress.sh (TT=build-x/tinytrain to pick a binary).
-cd "$(dirname "$0")/../.." || exit 1
-TT=${TT:-./tinytrain}
+. "$(dirname "$0")/../tt_test.sh" progress
 case $TT in /*) ;; *) TT="$PWD/$TT" ;; esac
-FAILED=0
-TMP=$(mktemp -d /tmp/tt_test_progress_XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; FAILED=1; }
-skip() { echo "SKIP $1: $2"; }
-if [ ! -x "$TT" ]; then fail progress_binary "$TT not built (run ninja)"; exit 1; fi
+need_tt progress_binary
 
 cat >"$TMP/syn.recipe" <<EOR
 [net]

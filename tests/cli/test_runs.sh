@@ -12,14 +12,7 @@
 #   runs_neg_moment   a state file with a negative Adam second moment is refused naming the tensor
 #   runs_frozen       a recipe with every layer frozen warns at the start
 # Run from the repository root: bash tests/cli/test_runs.sh; prints PASS/FAIL lines, exits 1 on a failure.
-cd "$(dirname "$0")/../.." || exit 1
-TT=${TT:-./tinytrain}
-FAILED=0
-TMP=$(mktemp -d /tmp/tt_test_runs_XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; FAILED=1; }
-
+. "$(dirname "$0")/../tt_test.sh" runs
 # run ARGS...: RC, ERR (stderr), OUT
 run() {
   timeout 120 "$TT" "$@" >"$TMP/out" 2>"$TMP/err"

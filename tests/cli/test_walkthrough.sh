@@ -3,14 +3,8 @@
 # with `bash -e` in a fresh directory with tinytrain on PATH; then what each step should have left
 # is checked (the trained run, its predictions, the packed set, the fine-tuned run).
 # Run from the repository root: bash tests/cli/test_walkthrough.sh
-cd "$(dirname "$0")/../.." || exit 1
-TT=${TT:-./tinytrain}
-FAILED=0
-TMP=$(mktemp -d /tmp/tt_test_walkthrough_XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; FAILED=1; }
-[ -x "$TT" ] || { fail walkthrough_binary "$TT not built (run ninja)"; exit 1; }
+. "$(dirname "$0")/../tt_test.sh" walkthrough
+need_tt walkthrough_binary
 command -v python3 >/dev/null || { echo "SKIP walkthrough: python3 not found (the walkthrough makes its images with it)"; exit 0; }
 mkdir "$TMP/bin" "$TMP/tmp"
 ln -s "$(realpath "$TT")" "$TMP/bin/tinytrain"

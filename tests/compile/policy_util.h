@@ -1,5 +1,6 @@
-/* tests/compile/policy_util.h — what tests/compile/test_policy.c and tests/runtime/test_equiv.c share: a recipe's
- * model and graph, and a training or evaluation Program lowered and planned for a policy. */
+/* tests/compile/policy_util.h — what tests/compile/test_policy.c, tests/runtime/test_equiv.c and
+ * tests/runtime/test_precision.c share: a recipe's model and graph, a training or evaluation Program
+ * lowered and planned for a policy, and a main around one CPU backend. */
 #ifndef TT_TEST_SCHED_UTIL_H
 #define TT_TEST_SCHED_UTIL_H
 #include <string.h>
@@ -8,7 +9,9 @@
 #include "core/compile/program.h"
 #include "core/compile/recipe.h"
 #include "core/compile/policy.h"
+#include "core/base/util.h"
 #include "kernels/backend.h"
+#include "tests/tt_test.h"
 
 typedef struct net {
   tt_model m;
@@ -83,4 +86,29 @@ static inline int build_prog(const tt_graph *g, tt_backend *be, int mb, int accu
     "[flatten]\n" \
     "[linear fc]\nout = 5\n"
 
+/* main for a binary whose tests run on one CPU backend: tt_test_main, with a setup that creates
+ * the backend in *be (threads: 0 = all cores) and a teardown that prints "  (<what>: S s)" and
+ * destroys it. The FAIL line when the backend cannot be created names the program. */
+static struct {
+  tt_backend **be;
+  int threads;
+  const char *what;
+  double t0;
+} tt_cpu_main;
+static inline int tt_cpu_main_setup(void) {
+  tt_cpu_main.t0 = tt_now();
+  *tt_cpu_main.be = tt_cpu_backend_create(tt_cpu_main.threads);
+  if (*tt_cpu_main.be) return 0;
+  printf("FAIL %s: could not create the CPU backend\n", tt_cpu_main.what);
+  return 1;
+}
+static inline void tt_cpu_main_teardown(void) {
+  printf("  (%s: %.1f s)\n", tt_cpu_main.what, tt_now() - tt_cpu_main.t0);
+  (*tt_cpu_main.be)->destroy(*tt_cpu_main.be);
+}
+static inline int tt_test_main_cpu(int argc, char **argv, const tt_test_case *t, int n, tt_backend **be, int threads,
+                                   const char *what) {
+  tt_cpu_main.be = be, tt_cpu_main.threads = threads, tt_cpu_main.what = what;
+  return tt_test_main(argc, argv, t, n, tt_cpu_main_setup, tt_cpu_main_teardown);
+}
 #endif

@@ -51,9 +51,6 @@ static const char *layout_recipe =
     "[flatten fl]\n"
     "[linear fc]\nout = 5\n";
 
-static char tmpdir[64];
-
-
 static int node_of(const tt_model *m, const char *name) {
   for (int i = 0; i < m->nlayers; i++)
     if (!strcmp(m->layers[i].name, name)) return i;
@@ -179,13 +176,13 @@ static void test_plan_layouts(void) {
 }
 
 /* Trains `steps` steps of the recipe on the CPU (backend: "onednn" or "ref"; layout: NULL or
- * "nchw") into tmpdir/<tag>; 0 on success. */
+ * "nchw") into tt_test_dir()/<tag>; 0 on success. */
 static int layout_train(const char *recipe, const char *backend, const char *layout, tt_run_precision prec, const char *tag,
                         int steps, char *err, size_t errsize) {
   tt_run_opts o;
   tt_run_result res;
   char out[128];
-  snprintf(out, sizeof out, "%s/%s", tmpdir, tag);
+  snprintf(out, sizeof out, "%s/%s", tt_test_dir(), tag);
   tt_run_opts_init(&o);
   o.recipe = recipe, o.device = TT_DEVICE_CPU, o.threads = 2, o.quiet = 1;
   o.out_dir = out, o.micro_batch = 8, o.max_steps = steps, o.precision = prec, o.recompute = TT_RECOMPUTE_NONE;
@@ -243,7 +240,7 @@ done:
 
 static void test_train_layouts(void) {
   char recipe[128], err[1024], a[192], b[192], where[256];
-  snprintf(recipe, sizeof recipe, "%s/layout.recipe", tmpdir);
+  snprintf(recipe, sizeof recipe, "%s/layout.recipe", tt_test_dir());
   FILE *f = fopen(recipe, "w");
   if (!f) {
     TT_CHECK(0, "cannot write %s", recipe);
@@ -274,9 +271,9 @@ static void test_train_layouts(void) {
       TT_CHECK(ok, "reference run: %s", err);
     }
     if (ok) {
-      snprintf(a, sizeof a, "%s/%s/weights.safetensors", tmpdir, tn[0]);
+      snprintf(a, sizeof a, "%s/%s/weights.safetensors", tt_test_dir(), tn[0]);
       for (int k = 1; k < 3; k++) {
-        snprintf(b, sizeof b, "%s/%s/weights.safetensors", tmpdir, tn[k]);
+        snprintf(b, sizeof b, "%s/%s/weights.safetensors", tt_test_dir(), tn[k]);
         double d = weights_diff(a, b, where, sizeof where);
         printf("  %s: NHWC against %s after 4 steps: worst relative difference %.3g (%s)\n", runs[r].name,
                k == 1 ? "oneDNN NCHW" : "the reference", d, where);
@@ -358,12 +355,4 @@ static const tt_test_case tests[] = {
   TT_TEST("train_layouts", "compile layout", test_train_layouts),
 };
 
-int main(int argc, char **argv) {
-  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
-  if (rc >= 0) return rc;
-  if (tt_test_tmpdir("layout", "test_layout")) return 1;
-  snprintf(tmpdir, sizeof tmpdir, "%.40s", tt_test_dir()); /* /tmp/tt_test_<tag>_XXXXXX */
-  tt_test_run(tests, TT_TEST_COUNT(tests));
-  tt_test_tmpdir_remove();
-  TT_TEST_EXIT();
-}
+int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), NULL, NULL); }

@@ -862,9 +862,4 @@ static const tt_test_case tests[] = {
   TT_TEST("knobs", "base knobs", test_knobs),
 };
 
-int main(int argc, char **argv) {
-  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
-  if (rc >= 0) return rc;
-  tt_test_run(tests, TT_TEST_COUNT(tests));
-  TT_TEST_EXIT();
-}
+int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), NULL, NULL); }

@@ -3,16 +3,11 @@
 # (its [data] made synthetic) `plan --vram 4G` and the start of `train --vram 4G` print the same
 # policy line, on the same device; `plan --device cuda --gpu t4` plans for a T4 (fp16, the T4's
 # reserve and memory) on any machine. Run from the repository root: bash tests/compile/test_plan_device.sh
-cd "$(dirname "$0")/../.." || exit 1
-TT=${TT:-./tinytrain}
-FAILED=0
-TMP=$(mktemp -d /tmp/tt_test_plan_device_XXXXXX)
+. "$(dirname "$0")/../tt_test.sh" plan_device
 PID=
 cleanup() { [ -n "$PID" ] && kill -9 "$PID" 2>/dev/null; rm -rf "$TMP"; }
 trap cleanup EXIT
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; FAILED=1; }
-[ -x "$TT" ] || { fail plan_device_binary "$TT not built (run ninja)"; exit 1; }
+need_tt plan_device_binary
 
 # ---- the policy line of plan = the policy line train prints at its start ----
 ok=1

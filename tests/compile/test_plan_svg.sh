@@ -5,15 +5,8 @@
 # drawn); rendered to PNG by rsvg-convert (librsvg2-bin; SKIP without it), the picture is not one
 # colour. --svg is plan's only, and not with --max-batch. Run from the repository root:
 #   bash tests/compile/test_plan_svg.sh   (TT=build-x/tinytrain to pick a binary)
-cd "$(dirname "$0")/../.." || exit 1
-TT=${TT:-./tinytrain}
-FAILED=0
-TMP=$(mktemp -d /tmp/tt_test_plan_svg_XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; FAILED=1; }
-skip() { echo "SKIP $1: $2"; }
-if [ ! -x "$TT" ]; then fail plan_svg_binary "$TT not built (run ninja)"; exit 1; fi
+. "$(dirname "$0")/../tt_test.sh" plan_svg
+need_tt plan_svg_binary
 if ! command -v python3 >/dev/null; then skip plan_svg "python3 not found"; exit 0; fi
 
 # the peak of a picture against plan --json, and its well-formedness

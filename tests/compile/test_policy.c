@@ -553,16 +553,5 @@ int main(int argc, char **argv) {
     else unsetenv("GLIBC_TUNABLES");
   }
 #endif
-  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
-  if (rc >= 0) return rc;
-  be = tt_cpu_backend_create(0);
-  if (!be) {
-    printf("FAIL test_policy: could not create the CPU backend\n");
-    return 1;
-  }
-  double t0 = tt_now();
-  tt_test_run(tests, TT_TEST_COUNT(tests));
-  printf("  (scheduler tests: %.1f s)\n", tt_now() - t0);
-  be->destroy(be);
-  TT_TEST_EXIT();
+  return tt_test_main_cpu(argc, argv, tests, TT_TEST_COUNT(tests), &be, 0, "test_policy");
 }

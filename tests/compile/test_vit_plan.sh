@@ -5,19 +5,8 @@
 # `plan --max-batch` finds a micro-batch for ViT-B/16 at 224x224 in 4 GiB (what
 # tests/bench/vit_vs_torch.py compares with PyTorch's); the PyTorch fixtures' recipes plan too.
 # Run from the repository root: bash tests/compile/test_vit_plan.sh. Prints PASS/FAIL lines.
-cd "$(dirname "$0")/../.." || exit 1
-TT=${TT:-./tinytrain}
-FAILED=0
-TMP=$(mktemp -d /tmp/tt_test_vit_plan_XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; FAILED=1; }
-
-if [ ! -x "$TT" ]; then
-  fail vit_plan_binary "$TT not built (run ninja)"
-  exit 1
-fi
+. "$(dirname "$0")/../tt_test.sh" vit_plan
+need_tt vit_plan_binary
 
 # plan_params NAME RECIPE PARAMS: plan --json --vram 4G succeeds with PARAMS parameters (0: any)
 plan_params() {

@@ -777,15 +777,14 @@ static const tt_test_case tests[] = {
   TT_TEST("cudnn", "emu", test_cudnn),
 };
 
-int main(int argc, char **argv) {
-  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
-  if (rc >= 0) return rc;
-  tt_emu_set_quiet(1); /* the misuse below is on purpose; messages are checked, not printed */
-  tt_test_run(tests, TT_TEST_COUNT(tests));
-  {
-    tt_emu_counts c;
-    tt_emu_get_counts(&c);
-    printf("  cuda emulation self-test: %zu kernel launches, %zu threads\n", c.launches, c.threads);
-  }
-  TT_TEST_EXIT();
+static int setup(void) {
+  tt_emu_set_quiet(1); /* the misuse in the tests is on purpose; messages are checked, not printed */
+  return 0;
 }
+static void teardown(void) {
+  tt_emu_counts c;
+  tt_emu_get_counts(&c);
+  printf("  cuda emulation self-test: %zu kernel launches, %zu threads\n", c.launches, c.threads);
+}
+
+int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), setup, teardown); }

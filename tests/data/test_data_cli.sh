@@ -6,13 +6,7 @@
 # host memory in `plan`, and `tinytrain pack` (a recipe's folders, then a run on format = npy, and
 # that run's images file truncated under it: an error naming it). The images are copies of the committed tests/fixtures/images/ files.
 # Run from the repository root: bash tests/data/test_data_cli.sh
-cd "$(dirname "$0")/../.." || exit 1
-TT=${TT:-./tinytrain}
-FAILED=0
-TMP=$(mktemp -d /tmp/tt_test_data_cli_XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; FAILED=1; }
+. "$(dirname "$0")/../tt_test.sh" data_cli
 run() {
   "$TT" "$@" >"$TMP/out" 2>"$TMP/err"
   RC=$?

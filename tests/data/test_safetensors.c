@@ -510,11 +510,4 @@ static const tt_test_case tests[] = {
   TT_TEST("chart", "data safetensors", test_chart),
 };
 
-int main(int argc, char **argv) {
-  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
-  if (rc >= 0) return rc;
-  if (tt_test_tmpdir("st", "test_safetensors")) return 1;
-  tt_test_run(tests, TT_TEST_COUNT(tests));
-  tt_test_tmpdir_remove();
-  TT_TEST_EXIT();
-}
+int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), NULL, NULL); }

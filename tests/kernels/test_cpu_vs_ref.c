@@ -1044,9 +1044,8 @@ static const tt_test_case tests[] = {
   TT_TEST("transformer", "kernels cpu transformer", test_transformer),
 };
 
-int main(int argc, char **argv) {
-  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
-  if (rc >= 0) return rc;
+/* main's setup: the three backends (R, C, chunked); nonzero when one of R and C cannot be made. */
+static int setup(void) {
   R = tt_ref_backend_create(2);
   C = tt_cpu_backend_create(2);
   if (!R || !C) {
@@ -1061,9 +1060,12 @@ int main(int argc, char **argv) {
     kc.cpu_chunk_bytes = 40000; /* TINYTRAIN_CPU_CHUNK_BYTES=40000 */
     chunked = tt_cpu_backend_create_knobs(2, &kc);
   }
-  tt_test_run(tests, TT_TEST_COUNT(tests));
+  return 0;
+}
+static void teardown(void) {
   if (chunked) chunked->destroy(chunked);
   C->destroy(C);
   R->destroy(R);
-  TT_TEST_EXIT();
 }
+
+int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), setup, teardown); }

@@ -23,35 +23,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/base/util.h"
-#include "kernels/backend.h"
-#include "tests/tt_test.h"
+#define OPS_SEED 0x1234567ull
+#include "tests/kernels/ops_util.h"
 
-static tt_backend *B;
-static tt_test_rng ops_rng = {0x1234567ull};
 /* Batch norm and pooling take a workspace (the oneDNN backend's scratchpad and staging): these
  * tests give every call this one, larger than any of them asks (test_cpu_vs_ref.c gives each
  * call exactly its op_workspace). */
 #define WSB ((size_t)64 << 20)
 static void *WS;
 
-/* "<backend>:<name>", in one of 8 rotating buffers. */
-static const char *tn(const char *name) {
-  static char buf[8][128];
-  static int k;
-  char *o = buf[k++ & 7];
-  snprintf(o, 128, "%s:%s", B->name, name);
-  return o;
-}
-
-static double urand(void) { return tt_test_rng_unit(&ops_rng); } /* [0, 1) */
-static float frand(void) { return (float)(2.0 * urand() - 1.0); }
-static float *fvec(size_t n) {
-  float *p = (float *)malloc((n ? n : 1) * sizeof(float));
-  size_t i;
-  for (i = 0; i < n; i++) p[i] = frand();
-  return p;
-}
 static float *fnan(size_t n) {
   float *p = (float *)malloc((n ? n : 1) * sizeof(float));
   size_t i;
@@ -59,64 +39,13 @@ static float *fnan(size_t n) {
   return p;
 }
 static void *wsalloc(size_t bytes) { return malloc(bytes ? bytes : 1); }
-static double dot(const float *a, const float *b, size_t n) {
-  double s = 0.0;
-  size_t i;
-  for (i = 0; i < n; i++) s += (double)a[i] * b[i];
-  return s;
-}
-static int close_fd(double a, double n) { return fabs(a - n) <= 1e-2 * fmax(fabs(a), fabs(n)) + 2e-3; }
-static float maxabs(const float *a, size_t n) {
-  float m = 0.0f;
-  size_t i;
-  for (i = 0; i < n; i++) m = fmaxf(m, fabsf(a[i]));
-  return m;
-}
-/* Max |a-b| relative to max|b| (for fp16 comparisons and accumulation checks). */
-static double maxdiff_rel(const float *a, const float *b, size_t n) {
-  double m = 0.0, s = maxabs(b, n);
-  size_t i;
-  for (i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
-  return s > 0 ? m / s : m;
-}
-
-/* ---- generic finite-difference checker ---- */
-typedef double (*loss_fn)(void *ctx);
-#define FD_H 1e-2f
-/* Compares grad[i] with the central difference of f w.r.t. p[i] for up to `samples`
- * indices (all when n <= samples). */
-static void fd_check(const char *what, loss_fn f, void *ctx, float *p, size_t n, const float *grad, int samples) {
-  size_t k, cnt = n <= (size_t)samples ? n : (size_t)samples;
-  for (k = 0; k < cnt; k++) {
-    size_t i = n <= (size_t)samples ? k : (size_t)(urand() * (double)n);
-    float old = p[i];
-    double lp, lm, num;
-    p[i] = old + FD_H;
-    lp = f(ctx);
-    p[i] = old - FD_H;
-    lm = f(ctx);
-    p[i] = old;
-    num = (lp - lm) / (2.0 * (double)FD_H);
-    TT_CHECK(close_fd(grad[i], num), "%s[%zu]: analytic %.6g vs numeric %.6g", what, i, (double)grad[i], num);
-  }
-}
 
 /* fp16 helpers */
-static uint16_t *to16(const float *a, size_t n) {
-  uint16_t *h = (uint16_t *)malloc((n ? n : 1) * 2);
-  size_t i;
-  for (i = 0; i < n; i++) h[i] = tt_f32_to_f16(a[i]);
-  return h;
-}
 static float *from16(const uint16_t *h, size_t n) {
   float *a = (float *)malloc((n ? n : 1) * 4);
   size_t i;
   for (i = 0; i < n; i++) a[i] = tt_f16_to_f32(h[i]);
   return a;
-}
-static void round16(float *a, size_t n) {
-  size_t i;
-  for (i = 0; i < n; i++) a[i] = tt_f16_to_f32(tt_f32_to_f16(a[i]));
 }
 #define F16_TOL 4e-3
 
@@ -1160,11 +1089,11 @@ static const tt_test_case tests[] = {
   TT_TEST("cpu", "kernels cpu onednn", test_onednn),
 };
 
-int main(int argc, char **argv) {
-  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
-  if (rc >= 0) return rc;
+/* main's setup and teardown: the ops' shared workspace */
+static int setup(void) {
   WS = malloc(WSB);
-  tt_test_run(tests, TT_TEST_COUNT(tests));
-  free(WS);
-  TT_TEST_EXIT();
+  return 0;
 }
+static void teardown(void) { free(WS); }
+
+int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), setup, teardown); }

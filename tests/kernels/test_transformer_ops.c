@@ -24,27 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/backend.h"
-#include "tests/tt_test.h"
+#define OPS_SEED 0x7a11ce5ull
+#include "tests/kernels/ops_util.h"
 
-static tt_backend *B;
-static tt_test_rng tr_rng = {0x7a11ce5ull};
-
-static const char *tn(const char *name) {
-  static char buf[8][128];
-  static int k;
-  char *o = buf[k++ & 7];
-  snprintf(o, 128, "%s:%s", B->name, name);
-  return o;
-}
-static double urand(void) { return tt_test_rng_unit(&tr_rng); }
-static float frand(void) { return (float)(2.0 * urand() - 1.0); }
-static float *fvec(size_t n) {
-  float *p = (float *)malloc((n ? n : 1) * sizeof(float));
-  size_t i;
-  for (i = 0; i < n; i++) p[i] = frand();
-  return p;
-}
 static float *ffill(size_t n, float v) {
   float *p = (float *)malloc((n ? n : 1) * sizeof(float));
   size_t i;
@@ -56,19 +38,6 @@ static float *fcopy(const float *a, size_t n) {
   memcpy(p, a, n * sizeof(float));
   return p;
 }
-static double dot(const float *a, const float *b, size_t n) {
-  double s = 0.0;
-  size_t i;
-  for (i = 0; i < n; i++) s += (double)a[i] * b[i];
-  return s;
-}
-static int close_fd(double a, double n) { return fabs(a - n) <= 1e-2 * fmax(fabs(a), fabs(n)) + 2e-3; }
-static double maxabs(const float *a, size_t n) {
-  double m = 0.0;
-  size_t i;
-  for (i = 0; i < n; i++) m = fmax(m, fabs((double)a[i]));
-  return m;
-}
 /* max |a - ref| / max(max|ref|, 1e-30) */
 static double rel_vs_double(const float *a, const double *ref, size_t n) {
   double m = 0.0, s = 0.0;
@@ -79,51 +48,17 @@ static double rel_vs_double(const float *a, const double *ref, size_t n) {
   }
   return m / fmax(s, 1e-30);
 }
-static double maxdiff_rel(const float *a, const float *b, size_t n) {
-  double m = 0.0, s = maxabs(b, n);
-  size_t i;
-  for (i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
-  return s > 0 ? m / s : m;
-}
 static int all_finite(const float *a, size_t n) {
   size_t i;
   for (i = 0; i < n; i++)
     if (!isfinite(a[i])) return 0;
   return 1;
 }
-static uint16_t *to16(const float *a, size_t n) {
-  uint16_t *h = (uint16_t *)malloc((n ? n : 1) * 2);
-  size_t i;
-  for (i = 0; i < n; i++) h[i] = tt_f32_to_f16(a[i]);
-  return h;
-}
 static void from16(const uint16_t *h, float *a, size_t n) {
   size_t i;
   for (i = 0; i < n; i++) a[i] = tt_f16_to_f32(h[i]);
 }
-static void round16(float *a, size_t n) {
-  size_t i;
-  for (i = 0; i < n; i++) a[i] = tt_f16_to_f32(tt_f32_to_f16(a[i]));
-}
 #define F16_TOL 8e-3
-#define FD_H 1e-2f
-
-typedef double (*loss_fn)(void *ctx);
-static void fd_check(const char *what, loss_fn f, void *ctx, float *p, size_t n, const float *grad, int samples) {
-  size_t k, cnt = n <= (size_t)samples ? n : (size_t)samples;
-  for (k = 0; k < cnt; k++) {
-    size_t i = n <= (size_t)samples ? k : (size_t)(urand() * (double)n);
-    float old = p[i];
-    double lp, lm, num;
-    p[i] = old + FD_H;
-    lp = f(ctx);
-    p[i] = old - FD_H;
-    lm = f(ctx);
-    p[i] = old;
-    num = (lp - lm) / (2.0 * (double)FD_H);
-    TT_CHECK(close_fd(grad[i], num), "%s[%zu]: analytic %.6g vs numeric %.6g", what, i, (double)grad[i], num);
-  }
-}
 
 /* Exactly the workspace op_workspace asks for (a 1-byte block when it asks for none). */
 static size_t ws_of(tt_op_kind kind, tt_dtype dt, const tt_ln_desc *ln, const tt_attn_desc *at) {
@@ -737,6 +672,4 @@ static const tt_test_case tests[] = {
   TT_TEST("cpu", "kernels transformer cpu onednn", test_onednn),
 };
 
-int main(int argc, char **argv) {
-  return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests));
-}
+int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), NULL, NULL); }

@@ -33,7 +33,6 @@ static const char *plain_recipe =
     "[net]\ninput = 1x8x8\nclasses = 4\n[train]\nbatch = 32\noptimizer = sgd\nlr = 0.1\nseed = 3\n"
     "[conv c1]\nfilters = 4\nsize = 3\nactivation = relu\n[maxpool p1]\nsize = 2\n[flatten]\n[linear fc]\nout = 4\n";
 
-static char tmpdir[64];
 
 static void cpu_opts(tt_run_opts *o, const char *recipe) {
   tt_run_opts_init(o);
@@ -86,7 +85,7 @@ static int cli_run(const char *recipe, int steps, tt_run_result *res, char *err,
   tt_run_opts o;
   cpu_opts(&o, recipe);
   char out[128];
-  snprintf(out, sizeof out, "%s/cli", tmpdir);
+  snprintf(out, sizeof out, "%s/cli", tt_test_dir());
   o.out_dir = out, o.micro_batch = 8, o.max_steps = steps, o.on_progress = on_progress;
   FILE *devnull = fopen("/dev/null", "w");
   o.out = devnull;
@@ -150,7 +149,7 @@ done:
 static void test_api_equals_cli(tt_net **keep) {
   TT_TEST_BEGIN("api_train_equals_cli");
   char recipe[128], err[1200], cli_w[160], api_w[160], why[512];
-  snprintf(recipe, sizeof recipe, "%s/api.recipe", tmpdir);
+  snprintf(recipe, sizeof recipe, "%s/api.recipe", tt_test_dir());
   FILE *f = fopen(recipe, "w");
   fputs(api_recipe, f);
   fclose(f);
@@ -180,8 +179,8 @@ static void test_api_equals_cli(tt_net **keep) {
            info.accum_steps, info.precision, info.arena_bytes);
   rc = api_run(net, recipe, 7, err, sizeof err);
   TT_CHECK(rc == 0, "API run: %s", err);
-  snprintf(cli_w, sizeof cli_w, "%s/cli/weights.safetensors", tmpdir);
-  snprintf(api_w, sizeof api_w, "%s/api.safetensors", tmpdir);
+  snprintf(cli_w, sizeof cli_w, "%s/cli/weights.safetensors", tt_test_dir());
+  snprintf(api_w, sizeof api_w, "%s/api.safetensors", tt_test_dir());
   TT_CHECK(tt_net_save(net, api_w) == 0, "save: %s", tt_net_error(net));
   TT_CHECK(same_weights(cli_w, api_w, 0.0, why, sizeof why) == 0, "API run differs from tt_train's: %s", why);
   TT_TEST_END();
@@ -232,10 +231,10 @@ static void test_predict(tt_net *net) {
   TT_CHECK(acc > 0.2 && loss > 0.0, "after 7 steps: accuracy %g loss %g", acc, loss);
   /* a second net loading the saved weights predicts the same probabilities */
   char w[160], err[1200];
-  snprintf(w, sizeof w, "%s/api.safetensors", tmpdir);
+  snprintf(w, sizeof w, "%s/api.safetensors", tt_test_dir());
   tt_run_opts o;
   char recipe[128];
-  snprintf(recipe, sizeof recipe, "%s/api.recipe", tmpdir);
+  snprintf(recipe, sizeof recipe, "%s/api.recipe", tt_test_dir());
   cpu_opts(&o, recipe);
   tt_net *b = NULL;
   if (tt_net_open(&b, &o, err, sizeof err) == 0) {
@@ -323,8 +322,8 @@ static void test_partial_batch(void) {
   }
   TT_CHECK(fabs(sa.loss - sb.loss) < 1e-5 && sa.accuracy == sb.accuracy, "loss %g / %g, accuracy %g / %g", sa.loss,
            sb.loss, sa.accuracy, sb.accuracy);
-  snprintf(wa, sizeof wa, "%s/a.safetensors", tmpdir);
-  snprintf(wb, sizeof wb, "%s/b.safetensors", tmpdir);
+  snprintf(wa, sizeof wa, "%s/a.safetensors", tt_test_dir());
+  snprintf(wb, sizeof wb, "%s/b.safetensors", tt_test_dir());
   TT_CHECK(tt_net_save(a, wa) == 0 && tt_net_save(b, wb) == 0, "save failed");
   TT_CHECK(same_weights(wa, wb, 1e-5, why, sizeof why) == 0, "a padded micro-batch trains otherwise: %s", why);
   /* saving onto something that is not a regular file (a pipe here; /dev/null alike) is refused,
@@ -332,7 +331,7 @@ static void test_partial_batch(void) {
   {
     char fifo[160];
     struct stat st;
-    snprintf(fifo, sizeof fifo, "%s/pipe", tmpdir);
+    snprintf(fifo, sizeof fifo, "%s/pipe", tt_test_dir());
     if (mkfifo(fifo, 0644) == 0) {
       TT_CHECK(tt_net_save(b, fifo) != 0 && strstr(tt_net_error(b), "not a regular file"), "save onto a pipe: '%s'",
                tt_net_error(b));
@@ -431,18 +430,18 @@ static void test_refuses_misuse(void) {
   tt_run_opts_init(NULL);
   /* tt_pack: a width of 100,000 is refused before anything is read or written */
   char pre[160];
-  snprintf(pre, sizeof pre, "%s/huge", tmpdir);
-  TT_CHECK(tt_pack(tmpdir, pre, 3, 224, 100000, 0, NULL, err, sizeof err) == -1 && strstr(err, "16384"),
+  snprintf(pre, sizeof pre, "%s/huge", tt_test_dir());
+  TT_CHECK(tt_pack(tt_test_dir(), pre, 3, 224, 100000, 0, NULL, err, sizeof err) == -1 && strstr(err, "16384"),
            "pack w = 100000: '%s'", err);
-  TT_CHECK(tt_pack(tmpdir, pre, 5, 0, 0, 0, NULL, err, sizeof err) == -1 && tt_pack(NULL, pre, 0, 0, 0, 0, NULL, NULL, 0) == -1,
+  TT_CHECK(tt_pack(tt_test_dir(), pre, 5, 0, 0, 0, NULL, err, sizeof err) == -1 && tt_pack(NULL, pre, 0, 0, 0, 0, NULL, NULL, 0) == -1,
            "pack c = 5 or a NULL source accepted");
   /* an open net: bad arguments leave it as it was */
   int rc = tt_net_open(&net, &o, err, sizeof err);
   TT_CHECK(rc == 0, "open: %s", err);
   if (rc) return;
   char w0[160], w1[160], why[512];
-  snprintf(w0, sizeof w0, "%s/misuse0.safetensors", tmpdir);
-  snprintf(w1, sizeof w1, "%s/misuse1.safetensors", tmpdir);
+  snprintf(w0, sizeof w0, "%s/misuse0.safetensors", tt_test_dir());
+  snprintf(w1, sizeof w1, "%s/misuse1.safetensors", tt_test_dir());
   TT_CHECK(tt_net_save(net, w0) == 0, "save: %s", tt_net_error(net));
   imf[5] = NAN;
   TT_CHECK(tt_net_train_step_f32(net, imf, lab, 8, &st) == -1 && strstr(tt_net_error(net), "finite"),
@@ -493,12 +492,4 @@ static const tt_test_case tests[] = {
   TT_TEST("refuses_misuse", "runtime api", test_refuses_misuse),
 };
 
-int main(int argc, char **argv) {
-  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
-  if (rc >= 0) return rc;
-  if (tt_test_tmpdir("api", "test_api")) return 1;
-  snprintf(tmpdir, sizeof tmpdir, "%.40s", tt_test_dir()); /* /tmp/tt_test_<tag>_XXXXXX */
-  tt_test_run(tests, TT_TEST_COUNT(tests));
-  tt_test_tmpdir_remove();
-  TT_TEST_EXIT();
-}
+int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), NULL, NULL); }

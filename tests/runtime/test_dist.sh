@@ -30,15 +30,7 @@
 # does not depend on the order). The recipe has dropout: a rank's micro-step draws the masks of
 # the global micro-step whose batch it trains, so dropout does not break the equality. Skipped, with a message, where mpirun is missing
 # or the binary was built without MPI. Run from the repository root: bash tests/runtime/test_dist.sh
-cd "$(dirname "$0")/../.." || exit 1
-TT=${TT:-./tinytrain}
-FAILED=0
-TMP=$(mktemp -d /tmp/tt_test_dist_XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; FAILED=1; }
-skip() { echo "SKIP $1: $2"; }
-
+. "$(dirname "$0")/../tt_test.sh" dist
 if ! command -v mpirun >/dev/null 2>&1; then
   skip dist "mpirun not found (Debian: openmpi-bin libopenmpi-dev; ./configure.py --deps)"
   exit 0

@@ -1279,16 +1279,5 @@ static const tt_test_case tests[] = {
 };
 
 int main(int argc, char **argv) {
-  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
-  if (rc >= 0) return rc;
-  be = tt_cpu_backend_create(0);
-  if (!be) {
-    printf("FAIL test_equiv: could not create the CPU backend\n");
-    return 1;
-  }
-  double t0 = tt_now();
-  tt_test_run(tests, TT_TEST_COUNT(tests));
-  printf("  (equivalence tests: %.1f s)\n", tt_now() - t0);
-  be->destroy(be);
-  TT_TEST_EXIT();
+  return tt_test_main_cpu(argc, argv, tests, TT_TEST_COUNT(tests), &be, 0, "test_equiv");
 }

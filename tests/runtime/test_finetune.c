@@ -21,7 +21,6 @@
   "[bn bn1]\nactivation = relu\n" freeze "[maxpool]\nsize = 2\n[flatten]\n[linear fc1]\nout = 16\n"             \
   "activation = relu\n[linear fc2]\nout = " classes "\n"
 
-static char tmpdir[64];
 
 static tt_net *ft_open(const char *text, char *err, size_t n) {
   tt_run_opts o;
@@ -64,9 +63,9 @@ static const char *const ft_body[] = {"conv1.weight", "bn1.weight", "bn1.bias", 
 static void test_other_classes(void) {
   TT_TEST_BEGIN("finetune_other_class_count");
   char err[1200], w10[128], w3[128], fresh[128], rep[2048];
-  snprintf(w10, sizeof w10, "%s/w10.safetensors", tmpdir);
-  snprintf(w3, sizeof w3, "%s/w3.safetensors", tmpdir);
-  snprintf(fresh, sizeof fresh, "%s/fresh.safetensors", tmpdir);
+  snprintf(w10, sizeof w10, "%s/w10.safetensors", tt_test_dir());
+  snprintf(w3, sizeof w3, "%s/w3.safetensors", tt_test_dir());
+  snprintf(fresh, sizeof fresh, "%s/fresh.safetensors", tt_test_dir());
   tt_net *a = ft_open(FT_RECIPE("10", ""), err, sizeof err), *b = NULL, *c = NULL;
   TT_CHECK(a && ft_train(a, 3) == 0 && tt_net_save(a, w10) == 0, "10 classes: %s", a ? tt_net_error(a) : err);
   b = ft_open(FT_RECIPE("3", ""), err, sizeof err);
@@ -87,8 +86,8 @@ static void test_other_classes(void) {
     tt_run_opts o;
     char out[160], text[2048], log[160];
     tt_run_opts_init(&o);
-    snprintf(out, sizeof out, "%s/run", tmpdir);
-    snprintf(log, sizeof log, "%s/run.log", tmpdir);
+    snprintf(out, sizeof out, "%s/run", tt_test_dir());
+    snprintf(log, sizeof log, "%s/run.log", tt_test_dir());
     snprintf(text, sizeof text, "%s", FT_RECIPE("3", ""));
     o.recipe = "ft", o.recipe_text = text, o.device = TT_DEVICE_CPU, o.threads = 1, o.init_weights = w10;
     o.out_dir = out, o.max_steps = 1;
@@ -110,7 +109,7 @@ static void test_other_classes(void) {
     at = strstr(text, "bn1"), memcpy(at, "bnA", 3);
     at = strstr(text, "fc1"), memcpy(at, "fcA", 3);
     at = strstr(text, "fc2"), memcpy(at, "fcB", 3);
-    snprintf(out, sizeof out, "%s/run2", tmpdir);
+    snprintf(out, sizeof out, "%s/run2", tt_test_dir());
     o.out = fopen("/dev/null", "w");
     rc = tt_train(&o, NULL, err, sizeof err);
     fclose(o.out);
@@ -126,7 +125,7 @@ done:
 static void test_state_dict_dtypes(void) {
   TT_TEST_BEGIN("finetune_state_dict_dtypes");
   char err[1200], path[128], rep[2048];
-  snprintf(path, sizeof path, "%s/sd.safetensors", tmpdir);
+  snprintf(path, sizeof path, "%s/sd.safetensors", tt_test_dir());
   uint16_t w16[16 * 64], b16[16];
   int64_t nbt = 7;
   for (int i = 0; i < 16 * 64; i++) w16[i] = tt_f32_to_f16(0.25f);
@@ -150,7 +149,7 @@ static void test_state_dict_dtypes(void) {
   TT_CHECK(strstr(rep, "loaded 2 of") && strstr(rep, "1 tensors of the file name no parameter here (bn1.num_batches_tracked)"),
            "report: %s", rep);
   char out[128];
-  snprintf(out, sizeof out, "%s/sd_out.safetensors", tmpdir);
+  snprintf(out, sizeof out, "%s/sd_out.safetensors", tt_test_dir());
   tt_st_file *f = NULL;
   if (tt_net_save(n, out) == 0 && tt_st_open(out, &f, &e) == 0) {
     const tt_st_tensor *w = tt_st_get(f, "fc1.weight"), *b = tt_st_get(f, "fc1.bias");
@@ -169,8 +168,8 @@ static void test_state_dict_dtypes(void) {
 static void test_freeze(void) {
   TT_TEST_BEGIN("freeze_keeps_weights_and_plans_no_gradient");
   char err[1200], w0[128], w1[128];
-  snprintf(w0, sizeof w0, "%s/f0.safetensors", tmpdir);
-  snprintf(w1, sizeof w1, "%s/f1.safetensors", tmpdir);
+  snprintf(w0, sizeof w0, "%s/f0.safetensors", tt_test_dir());
+  snprintf(w1, sizeof w1, "%s/f1.safetensors", tt_test_dir());
   tt_net *n = ft_open(FT_RECIPE("3", "freeze = true\n"), err, sizeof err);
   TT_CHECK(n != NULL, "open: %s", err);
   if (!n) return;
@@ -230,12 +229,4 @@ static const tt_test_case tests[] = {
   TT_TEST("freeze", "runtime finetune", test_freeze),
 };
 
-int main(int argc, char **argv) {
-  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
-  if (rc >= 0) return rc;
-  if (tt_test_tmpdir("finetune", "test_finetune")) return 1;
-  snprintf(tmpdir, sizeof tmpdir, "%.40s", tt_test_dir()); /* /tmp/tt_test_<tag>_XXXXXX */
-  tt_test_run(tests, TT_TEST_COUNT(tests));
-  tt_test_tmpdir_remove();
-  TT_TEST_EXIT();
-}
+int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), NULL, NULL); }

@@ -7,14 +7,8 @@
 # itself again. libgomp's own report (OMP_DISPLAY_ENV=verbose, printed by the runtime when it
 # starts) is the evidence: the last report is the process that runs.
 # Run from the repository root: bash tests/runtime/test_omp_wait.sh
-cd "$(dirname "$0")/../.." || exit 1
-TT=${TT:-./tinytrain}
-FAILED=0
-TMP=$(mktemp -d /tmp/tt_test_omp_wait_XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-pass() { echo "PASS $1"; }
-fail() { echo "FAIL $1: $2"; FAILED=1; }
-[ -x "$TT" ] || { fail omp_wait_binary "$TT not built (run ninja)"; exit 1; }
+. "$(dirname "$0")/../tt_test.sh" omp_wait
+need_tt omp_wait_binary
 
 # the spin count libgomp runs with in the process that stays: its last OMP_DISPLAY_ENV report
 spins() { # env assignments... -- tinytrain arguments...

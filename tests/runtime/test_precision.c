@@ -192,27 +192,53 @@ static int fm_check_accuracy(const char *what, double acc32, double acc) {
  * lr from 0.05, the first 1000 test images) with bf16 and with int8 saves lands within
  * FM_CS_ACC_TOL points of test accuracy, and each 25-step loss window within 0.1 + 10%, of the
  * exact run (compact saves on in all three: exact by tests above). */
+/* The start of a Fashion-MNIST test: SKIP name when the data set is not installed, else
+ * TT_TEST_BEGIN(name) and the net (the recipe at path, NULL: RECIPE_FM) with its train and test
+ * sets. 0 when all three are open (fm_close releases them and ends the test); -1 when the test is
+ * over (skipped, or failed with the error). */
+static int fm_open(const char *name, const char *path, net *n, tt_dataset *tr, tt_dataset *te, tt_err *e) {
+  if (access(FM_DIR "train-images-idx3-ubyte.gz", R_OK) || access(FM_DIR "t10k-images-idx3-ubyte.gz", R_OK)) {
+    TT_SKIP(name, "Fashion-MNIST not found under " FM_DIR " (train/t10k idx3/idx1 .gz files)");
+    return -1;
+  }
+  TT_TEST_BEGIN(name);
+  memset(tr, 0, sizeof *tr);
+  memset(te, 0, sizeof *te);
+  if ((path ? net_open(n, NULL, NULL, path, e) : net_open(n, "fm_small.recipe", RECIPE_FM, NULL, e)) ||
+      tt_dataset_load(&n->m.data, 1, 1, 28, 28, tr, e, NULL, NULL) ||
+      tt_dataset_load(&n->m.data, 0, 1, 28, 28, te, e, NULL, NULL)) {
+    TT_CHECK(0, "%s", e->msg);
+    TT_TEST_END();
+    return -1;
+  }
+  return 0;
+}
+/* The end of a test fm_open started: frees the sets and the net, prints PASS unless it failed. */
+static void fm_close(net *n, tt_dataset *tr, tt_dataset *te) {
+  tt_dataset_free(tr);
+  tt_dataset_free(te);
+  net_close(n);
+  TT_TEST_END();
+}
+/* Prints the mean loss of each of the first nwin windows of FM_WIN steps, in fp32 (r32) and in
+ * the autocast type (rx, named by dt), and checks that they agree within 5% + 0.05. */
+static void fm_compare_windows(const char *dt, const fm_result *r32, const fm_result *rx, int nwin) {
+  printf("  window  fp32 loss  %s loss  |diff|  (mean over %d steps of batch %d)\n", dt, FM_WIN, FM_BATCH);
+  for (int w = 0; w < nwin; w++) {
+    double a = r32->win_loss[w], b = rx->win_loss[w], d = fabs(a - b), tol = 0.05 + 0.05 * a;
+    printf("  %4d    %.4f     %.4f     %.4f\n", (w + 1) * FM_WIN, a, b, d);
+    TT_CHECK(isfinite(b) && d <= tol, "window %d: %s loss %.4f vs fp32 %.4f (|diff| %.4f > %.4f)", w + 1, dt, b, a, d, tol);
+  }
+}
+
 #define FM_CS_STEPS 75
 #define FM_CS_ACC_TOL 3.0
 static void test_compressed_tracks_exact(tt_backend *be) {
   const char *name = "compress_saved = bf16 / int8 tracks exact training (fashion ResNet, 75 steps)";
-  if (access(FM_DIR "train-images-idx3-ubyte.gz", R_OK) || access(FM_DIR "t10k-images-idx3-ubyte.gz", R_OK)) {
-    TT_SKIP(name, "Fashion-MNIST not found under " FM_DIR " (train/t10k idx3/idx1 .gz files)");
-    return;
-  }
-  TT_TEST_BEGIN(name);
   tt_err e;
   net n;
   tt_dataset tr, te;
-  memset(&tr, 0, sizeof tr);
-  memset(&te, 0, sizeof te);
-  if (net_open(&n, NULL, NULL, "examples/fashion_mnist/resnet.recipe", &e) ||
-      tt_dataset_load(&n.m.data, 1, 1, 28, 28, &tr, &e, NULL, NULL) ||
-      tt_dataset_load(&n.m.data, 0, 1, 28, 28, &te, &e, NULL, NULL)) {
-    TT_CHECK(0, "%s", e.msg);
-    TT_TEST_END();
-    return;
-  }
+  if (fm_open(name, "examples/fashion_mnist/resnet.recipe", &n, &tr, &te, &e)) return;
   static const int fmts[3] = {TT_SAVE_EXACT, TT_SAVE_BF16, TT_SAVE_INT8};
   static const char *const fnames[3] = {"exact", "bf16", "int8"};
   fm_result res[3];
@@ -258,31 +284,15 @@ static void test_compressed_tracks_exact(tt_backend *be) {
       TT_CHECK(res[0].test_acc > 50.0, "the exact run reached only %.2f%%", res[0].test_acc);
     }
   }
-  tt_dataset_free(&tr);
-  tt_dataset_free(&te);
-  net_close(&n);
-  TT_TEST_END();
+  fm_close(&n, &tr, &te);
 }
 
 static void test_fp16_tracks_fp32(tt_backend *be) {
   const char *name = "fp16 autocast tracks fp32 on Fashion-MNIST (loss windows, test accuracy)";
-  if (access(FM_DIR "train-images-idx3-ubyte.gz", R_OK) || access(FM_DIR "t10k-images-idx3-ubyte.gz", R_OK)) {
-    TT_SKIP(name, "Fashion-MNIST not found under " FM_DIR " (train/t10k idx3/idx1 .gz files)");
-    return;
-  }
-  TT_TEST_BEGIN(name);
   tt_err e;
   net n;
   tt_dataset tr, te;
-  memset(&tr, 0, sizeof tr);
-  memset(&te, 0, sizeof te);
-  if (net_open(&n, "fm_small.recipe", RECIPE_FM, NULL, &e) ||
-      tt_dataset_load(&n.m.data, 1, 1, 28, 28, &tr, &e, NULL, NULL) ||
-      tt_dataset_load(&n.m.data, 0, 1, 28, 28, &te, &e, NULL, NULL)) {
-    TT_CHECK(0, "%s", e.msg);
-    TT_TEST_END();
-    return;
-  }
+  if (fm_open(name, NULL, &n, &tr, &te, &e)) return;
   fm_result r32, r16;
   /* under the sanitizers: two loss windows and one evaluation batch (fm_sanitized_steps) */
   const int nwin = fm_sanitized_steps() / FM_WIN;
@@ -291,12 +301,7 @@ static void test_fp16_tracks_fp32(tt_backend *be) {
   if (rc) {
     TT_CHECK(0, "%s", e.msg);
   } else {
-    printf("  window  fp32 loss  fp16 loss  |diff|  (mean over %d steps of batch %d)\n", FM_WIN, FM_BATCH);
-    for (int w = 0; w < nwin; w++) {
-      double a = r32.win_loss[w], b = r16.win_loss[w], d = fabs(a - b), tol = 0.05 + 0.05 * a;
-      printf("  %4d    %.4f     %.4f     %.4f\n", (w + 1) * FM_WIN, a, b, d);
-      TT_CHECK(isfinite(b) && d <= tol, "window %d: fp16 loss %.4f vs fp32 %.4f (|diff| %.4f > %.4f)", w + 1, b, a, d, tol);
-    }
+    fm_compare_windows("fp16", &r32, &r16, nwin);
     printf("  test accuracy fp32 %.2f%%  fp16 %.2f%%  (diff %.2f points); test loss %.4f vs %.4f\n", r32.test_acc,
            r16.test_acc, fabs(r32.test_acc - r16.test_acc), r32.test_loss, r16.test_loss);
     printf("  fp16: %lld skipped steps, final loss scale %g; time fp32 %.1f s, fp16 %.1f s\n", r16.skipped,
@@ -313,10 +318,7 @@ static void test_fp16_tracks_fp32(tt_backend *be) {
     }
     TT_CHECK(r32.win_loss[nwin - 1] < r32.win_loss[0], "the loss did not go down");
   }
-  tt_dataset_free(&tr);
-  tt_dataset_free(&te);
-  net_close(&n);
-  TT_TEST_END();
+  fm_close(&n, &tr, &te);
 }
 
 /* bf16 autocast, no loss scaling, against fp32 on the same net, data and steps. Tolerances as
@@ -325,23 +327,10 @@ static void test_fp16_tracks_fp32(tt_backend *be) {
  * test: see the printed difference. */
 static void test_bf16_tracks_fp32(tt_backend *be) {
   const char *name = "bf16 autocast tracks fp32 on Fashion-MNIST (loss windows, test accuracy; no loss scaling)";
-  if (access(FM_DIR "train-images-idx3-ubyte.gz", R_OK) || access(FM_DIR "t10k-images-idx3-ubyte.gz", R_OK)) {
-    TT_SKIP(name, "Fashion-MNIST not found under " FM_DIR " (train/t10k idx3/idx1 .gz files)");
-    return;
-  }
-  TT_TEST_BEGIN(name);
   tt_err e;
   net n;
   tt_dataset tr, te;
-  memset(&tr, 0, sizeof tr);
-  memset(&te, 0, sizeof te);
-  if (net_open(&n, "fm_small.recipe", RECIPE_FM, NULL, &e) ||
-      tt_dataset_load(&n.m.data, 1, 1, 28, 28, &tr, &e, NULL, NULL) ||
-      tt_dataset_load(&n.m.data, 0, 1, 28, 28, &te, &e, NULL, NULL)) {
-    TT_CHECK(0, "%s", e.msg);
-    TT_TEST_END();
-    return;
-  }
+  if (fm_open(name, NULL, &n, &tr, &te, &e)) return;
   fm_result r32, rb;
   const int nwin = fm_sanitized_steps() / FM_WIN; /* as in test_fp16_tracks_fp32 */
   int rc = fm_run(&n, be, TT_F32, &tr, &te, &r32, &e) || fm_run(&n, be, TT_BF16, &tr, &te, &rb, &e);
@@ -349,12 +338,7 @@ static void test_bf16_tracks_fp32(tt_backend *be) {
   if (rc) {
     TT_CHECK(0, "%s", e.msg);
   } else {
-    printf("  window  fp32 loss  bf16 loss  |diff|  (mean over %d steps of batch %d)\n", FM_WIN, FM_BATCH);
-    for (int w = 0; w < nwin; w++) {
-      double a = r32.win_loss[w], b = rb.win_loss[w], d = fabs(a - b), tol = 0.05 + 0.05 * a;
-      printf("  %4d    %.4f     %.4f     %.4f\n", (w + 1) * FM_WIN, a, b, d);
-      TT_CHECK(isfinite(b) && d <= tol, "window %d: bf16 loss %.4f vs fp32 %.4f (|diff| %.4f > %.4f)", w + 1, b, a, d, tol);
-    }
+    fm_compare_windows("bf16", &r32, &rb, nwin);
     printf("  test accuracy fp32 %.2f%%  bf16 %.2f%%  (diff %.2f points); test loss %.4f vs %.4f\n", r32.test_acc,
            rb.test_acc, fabs(r32.test_acc - rb.test_acc), r32.test_loss, rb.test_loss);
     printf("  bf16: %lld skipped steps (none: no loss scaling); time fp32 %.1f s, bf16 %.1f s\n", rb.skipped, r32.seconds,
@@ -366,10 +350,7 @@ static void test_bf16_tracks_fp32(tt_backend *be) {
       TT_CHECK(r32.test_acc > 70.0, "fp32 reached only %.2f%% (the net did not learn)", r32.test_acc);
     }
   }
-  tt_dataset_free(&tr);
-  tt_dataset_free(&te);
-  net_close(&n);
-  TT_TEST_END();
+  fm_close(&n, &tr, &te);
 }
 
 static tt_backend *be1; /* the CPU backend on one thread (main) */
@@ -385,16 +366,5 @@ static const tt_test_case tests[] = {
 };
 
 int main(int argc, char **argv) {
-  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
-  if (rc >= 0) return rc;
-  double t0 = tt_now();
-  be1 = tt_cpu_backend_create(1);
-  if (!be1) {
-    printf("FAIL test_precision: could not create the CPU backend\n");
-    return 1;
-  }
-  tt_test_run(tests, TT_TEST_COUNT(tests));
-  printf("  (fp16 vs fp32: %.1f s)\n", tt_now() - t0);
-  be1->destroy(be1);
-  TT_TEST_EXIT();
+  return tt_test_main_cpu(argc, argv, tests, TT_TEST_COUNT(tests), &be1, 1, "test_precision");
 }

@@ -750,6 +750,4 @@ static const tt_test_case tests[] = {
   TT_TEST("no_allocation", "runtime step memory", test_no_allocations),
 };
 
-int main(int argc, char **argv) {
-  return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests));
-}
+int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), NULL, NULL); }

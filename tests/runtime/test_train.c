@@ -1252,13 +1252,4 @@ static const tt_test_case tests[] = {
   TT_TEST("runs", "runtime train resume checkpoint", test_runs),
 };
 
-int main(int argc, char **argv) {
-  int rc = tt_test_start(argc, argv, tests, TT_TEST_COUNT(tests));
-  if (rc >= 0) return rc;
-  double t0 = now_s();
-  if (tt_test_tmpdir("train", "setup")) return 1;
-  tt_test_run(tests, TT_TEST_COUNT(tests));
-  printf("# test_train: %.1f s\n", now_s() - t0);
-  tt_test_tmpdir_remove();
-  TT_TEST_EXIT();
-}
+int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), NULL, NULL); }

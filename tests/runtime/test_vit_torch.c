@@ -405,6 +405,4 @@ static const tt_test_case tests[] = {
   TT_TEST("imagenet_recipes", "runtime vit compile", test_imagenet_recipes),
 };
 
-int main(int argc, char **argv) {
-  return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests));
-}
+int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), NULL, NULL); }
