@@ -277,10 +277,17 @@ static int net_train(tt_net *n, const uint8_t *u8, const float *f32, const int32
    * would put NaN into every weight, so the step stops there and the net keeps its weights */
   if (tt_exec_stats(x, sv, 1, &n->err)) return -1;
   if (!isfinite(sv[0]))
-    return net_fail(n, "train_step: the loss is %g: nothing was updated (the net keeps its weights); the inputs or the "
-                    "learning rate make it diverge", (double)sv[0]);
+    return net_fail(n, "train_step: the loss is %g: this step updated nothing; the net diverged (its inputs or learning "
+                    "rate): load weights saved before (tt_net_load) and lower the rate or the inputs' range", (double)sv[0]);
   if (tt_step_update(x, &n->hp, &n->ls, n->step, n->lr, used, &n->err)) return -1;
   n->step++;
+  /* and the update's result: a finite loss can still carry gradients that overflow (inputs of
+   * 1e38) and leave NaN or infinite weights, which no later call should take for a net */
+  int finite = 1;
+  if (tt_exec_params_finite(x, &finite, &n->err)) return -1;
+  if (!finite)
+    return net_fail(n, "train_step: the update made the weights non-finite (NaN or infinite): the net diverged; load "
+                    "weights saved before (tt_net_load) and lower the learning rate or the inputs' range");
   if (out) {
     out->loss = sv[0] / (double)count, out->accuracy = sv[1] / (double)count;
     out->step = n->step, out->skipped = n->ls.skipped;

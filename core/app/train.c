@@ -546,9 +546,9 @@ static int train_save(train_run *R, tt_err *err) {
     char why[sizeof err->msg];
     snprintf(why, sizeof why, "%s", err->msg);
     if (R->saved_step >= 0)
-      return tt_fail(err, "step %lld: %s (the last good checkpoint, of step %lld, is kept in %s)", R->st.step, why,
-                     R->saved_step, R->dir);
-    return tt_fail(err, "step %lld: %s (no checkpoint was written)", R->st.step, why);
+      return tt_fail(err, "step %lld: %s; the last good checkpoint, of step %lld, is kept in %s to resume from", R->st.step,
+                     why, R->saved_step, R->dir);
+    return tt_fail(err, "step %lld: %s; no checkpoint had been written yet", R->st.step, why);
   }
   if (rc) return -1;
   R->saved_step = R->st.step;

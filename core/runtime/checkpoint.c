@@ -64,8 +64,8 @@ static int ckpt_collect(tt_exec *x, int with_state, tt_st_tensor **out_t, float 
       /* a diverged run's NaN or infinite values never replace a good checkpoint (issue 40) */
       for (size_t v = 0; v < p->numel; v++)
         if (!isfinite(data[off + v])) {
-          tt_fail(err, "'%s' holds %s at element %zu: the run diverged, so no checkpoint is written over the last good "
-                  "one; lower [train] lr (or set clip_norm) and resume from that one", nm, isnan(data[off + v]) ? "NaN" : "an infinity", v);
+          tt_fail(err, "'%s' holds %s at element %zu: the run diverged, and no checkpoint is written over the last good "
+                  "one (lower [train] lr, or set clip_norm)", nm, isnan(data[off + v]) ? "NaN" : "an infinity", v);
           free(t), free(data), free(names);
           return TT_CKPT_NOT_FINITE;
         }

@@ -802,6 +802,24 @@ int tt_exec_eval(tt_exec *x, const uint8_t *images, const int32_t *labels, int n
   return exec_range(&r, 0, p->micro_end, err);
 }
 
+int tt_exec_params_finite(tt_exec *x, int *finite, tt_err *err) {
+  const tt_program *p = x->train ? x->train : x->eval;
+  tt_backend *be = x->be;
+  int32_t *flag = (int32_t *)tt_exec_ptr(x, p, p->stats), host = 0; /* two floats wide: room for the int32 flag */
+  *finite = 1;
+  if (be->zero(be, flag, sizeof(int32_t)))
+    return tt_fail(err, "zeroing the check's flag failed: %s", be->last_error(be));
+  for (int k = 0; k < p->nparams; k++) {
+    int b = p->param_buf[k];
+    if (b >= 0 && be->check_finite(be, p->bufs[b].bytes / sizeof(float), TT_F32, tt_exec_ptr(x, p, b), flag))
+      return tt_fail(err, "checking '%s' failed: %s", p->bufs[b].name, be->last_error(be));
+  }
+  if (be->download(be, &host, flag, sizeof host) || be->zero(be, flag, 2 * sizeof(float)))
+    return tt_fail(err, "reading the check's flag failed: %s", be->last_error(be));
+  *finite = host == 0;
+  return 0;
+}
+
 int tt_exec_stats(tt_exec *x, float stats[2], int zero, tt_err *err) {
   const tt_program *p = x->train ? x->train : x->eval;
   void *dev = tt_exec_ptr(x, p, p->stats);

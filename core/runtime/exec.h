@@ -126,6 +126,11 @@ int tt_exec_warmup(tt_exec *x, tt_err *err);
 int tt_exec_eval(tt_exec *x, const uint8_t *images, const int32_t *labels, int n, tt_err *err);
 /* stats[0] = summed loss, stats[1] = correct predictions since the last zero. */
 int tt_exec_stats(tt_exec *x, float stats[2], int zero, tt_err *err);
+/* Whether every parameter value (the fp32 masters and the batch-norm statistics) is finite, checked
+ * on the device (one check_finite per parameter into the loss-statistics buffer, read back: a
+ * synchronisation), *finite 1 or 0. The loss statistics are zero afterwards: call it after reading
+ * them. For the C API, which must not let a step that poisoned the weights look like success. */
+int tt_exec_params_finite(tt_exec *x, int *finite, tt_err *err);
 
 /* Host copies of a parameter (role: 0 value, 1 gradient, 2 first optimizer state,
  * 3 second optimizer state); numel floats. Used by checkpoints and tests. */

@@ -609,6 +609,33 @@ if [ "$RC" != 0 ] || ! echo "$OUT" | grep -A1 "^  frozen" | grep -q "layers "; t
   fail cli_plan_frozen_names "exit $RC: $(echo "$OUT" | grep -A1 frozen)"
 else pass cli_plan_frozen_names; fi
 
+# ---- a diverging run (issue 40): never a checkpoint that is not finite, the last good one kept,
+# in every precision; fp16 that keeps overflowing ends with a message ----
+sed 's/^log_every = 1$/log_every = 100\nlr = 1e30/' "$TMP/syn.recipe" >"$TMP/diverge.recipe"
+finite_ckpt() { # every F32 value of a safetensors file is finite
+  python3 -c 'import json, math, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+for k, t in h.items():
+    if k == "__metadata__": continue
+    s, e = t["data_offsets"]
+    v = struct.unpack("<%df" % ((e - s) // 4), b[8 + n + s:8 + n + e])
+    assert all(math.isfinite(x) for x in v), k' "$1"
+}
+ok=1
+for p in fp32 bf16; do
+  run --device cpu --threads 1 --precision $p --max-steps 40 --checkpoint-every 1 --out "$TMP/div_$p" "$TMP/diverge.recipe"
+  if [ "$RC" != 1 ] || ! echo "$ERR" | grep -q "the run diverged"; then
+    fail cli_diverge_keeps_good "$p: exit $RC, $(echo "$ERR" | tail -1)"; ok=0
+  elif [ -f "$TMP/div_$p/state.safetensors" ] && ! { finite_ckpt "$TMP/div_$p/state.safetensors" && finite_ckpt "$TMP/div_$p/weights.safetensors"; }; then
+    fail cli_diverge_keeps_good "$p: a checkpoint with non-finite values was written"; ok=0
+  fi
+done
+run --device cpu --threads 1 --precision fp16 --max-steps 200 --out "$TMP/div_fp16" "$TMP/diverge.recipe"
+if [ "$RC" != 1 ] || ! echo "$ERR" | grep -Eq "fp16 steps in a row overflowed|the run diverged|training loss became"; then
+  fail cli_diverge_keeps_good "fp16: exit $RC, $(echo "$ERR" | tail -1)"; ok=0
+fi
+[ $ok = 1 ] && pass cli_diverge_keeps_good
+
 # ---- output that cannot be written is a failure (issue 40): plan, plan --json and --version into a
 # full disk exit 1 with the reason, not 0 with nothing written ----
 ok=1

@@ -468,6 +468,17 @@ static void test_refuses_misuse(void) {
            "refused calls changed the weights: %s", why);
   TT_CHECK(tt_net_train_step_f32(net, imf, lab, 8, &st) == 0 && isfinite(st.loss), "a good step after: %s",
            tt_net_error(net));
+  { /* issue 40: finite inputs of 1e38 make the net diverge: a step says so (non-zero) within a few
+     * steps instead of returning 0 with NaN weights, and a failed step updates nothing */
+    int rc1 = 0, k;
+    for (int i = 0; i < 8 * 64; i++) imf[i] = 1e38f;
+    for (k = 0; k < 4 && !rc1; k++) rc1 = tt_net_train_step_f32(net, imf, lab, 8, &st);
+    TT_CHECK(rc1 == -1 && (strstr(tt_net_error(net), "diverged")), "4 steps on inputs of 1e38 all returned 0, or: '%s'",
+             tt_net_error(net));
+    TT_CHECK(tt_net_save(net, w0) == 0 && tt_net_train_step_f32(net, imf, lab, 8, &st) == -1 && tt_net_save(net, w1) == 0 &&
+                 same_weights(w0, w1, 0.0, why, sizeof why) == 0,
+             "a failed step changed the weights: %s", why);
+  }
   /* a closed handle: refused, and a second close is a no-op */
   tt_net_close(net);
   tt_net_close(net);
