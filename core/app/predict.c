@@ -41,8 +41,12 @@ static int predict_push(predict_ctx *c, const char *path, int from_dir, tt_err *
   return 0;
 }
 
-/* The inputs as image paths: a file as given, a folder as its regular files (sorted). */
+/* The inputs as image paths: a file as given, a folder as its regular files (sorted). A folder
+ * without files but with subfolders (a data set's class folders, data/test) is named in the
+ * refusal, with one of its subfolders to give instead. */
 static int predict_collect(predict_ctx *c, const char *const *inputs, int n, tt_err *err) {
+  const char *nested = NULL; /* the first folder that held subfolders and no file */
+  char sub[TT_PATH_MAX + 256] = "";
   for (int i = 0; i < n; i++) {
     struct stat st;
     /* not a directory (or missing): taken as a file, so its decode reports what is wrong */
@@ -53,14 +57,21 @@ static int predict_collect(predict_ctx *c, const char *const *inputs, int n, tt_
     char **names;
     int k, rc = 0;
     if (tt_dir_entries(inputs[i], &names, &k, err)) return -1;
+    int before = c->npaths;
+    if (!nested) sub[0] = 0; /* this folder's own subfolder */
     for (int j = 0; j < k && !rc; j++) {
       char full[TT_PATH_MAX + 256];
       snprintf(full, sizeof full, "%s/%s", inputs[i], names[j]);
       if (stat(full, &st) == 0 && S_ISREG(st.st_mode)) rc = predict_push(c, full, 1, err);
+      else if (!nested && !rc && stat(full, &st) == 0 && S_ISDIR(st.st_mode)) snprintf(sub, sizeof sub, "%s", full);
     }
+    if (!nested && c->npaths == before && sub[0]) nested = inputs[i];
     tt_dir_entries_free(names, k);
     if (rc) return -1;
   }
+  if (!c->npaths && nested)
+    return tt_fail(err, "%s holds folders, not image files (a data set's class folders?): predict takes images or folders "
+                   "of images; give the subfolders, e.g. %s", nested, sub);
   if (!c->npaths) return tt_fail(err, "no image files to predict in the folders given");
   return 0;
 }

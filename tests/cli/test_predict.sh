@@ -109,6 +109,13 @@ RC=$?
 if [ $RC != 1 ] || ! grep -q "notes.txt" "$TMP/e"; then fail predict_bad_image "exit $RC, want 1 naming the file: $(cat "$TMP/e")"
 else pass predict_bad_image; fi
 
+# issue 40: a folder of class folders is named as such, with a subfolder to give instead
+"$TT" predict --device cpu --threads 1 --weights "$W" "$TMP/p.recipe" "$TMP/test" >"$TMP/o" 2>"$TMP/e"
+RC=$?
+if [ $RC != 1 ] || ! grep -q "test holds folders, not image files" "$TMP/e" || ! grep -q "give the subfolders, e.g. $TMP/test/" "$TMP/e"; then
+  fail predict_class_folders "exit $RC: $(cat "$TMP/e")"
+else pass predict_class_folders; fi
+
 # issue 40: a newline in a file name does not split the text report's line (\x0a in its place)
 nl="$TMP/new
 line.pgm"
