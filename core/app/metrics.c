@@ -250,13 +250,21 @@ void tt_metrics_start(tt_metrics *m, long long end_step) {
   m->last_draw = 0;
 }
 
-/* Redraws the progress after a step, rate-limited: in place at most every METRICS_DRAW_S
- * seconds, a plain line at most every METRICS_QUIET_S, so that printing costs the run little. */
-void tt_metrics_step(tt_metrics *m, const tt_epoch_meter *e, int step_in_epoch, long long step) {
-  if (m->quiet) return;
+int tt_metrics_due(const tt_metrics *m) {
   double now = tt_now();
-  if (m->in_place ? (!m->line_open || now - m->last_draw >= METRICS_DRAW_S) : now - m->last_line >= METRICS_QUIET_S)
-    metrics_show(m, e, step_in_epoch, step, now);
+  if (m->quiet) return 0;
+  return m->in_place ? (!m->line_open || now - m->last_draw >= METRICS_DRAW_S) : now - m->last_line >= METRICS_QUIET_S;
+}
+
+/* Redraws the progress after a step, rate-limited: in place at most every METRICS_DRAW_S
+ * seconds, a plain line at most every METRICS_QUIET_S, so that printing costs the run little.
+ * running_loss (NaN: none): the mean loss of the steps since the last logged interval, shown in
+ * place of that interval's once it is known (the line no longer shows one value for up to
+ * log_every steps). */
+void tt_metrics_step(tt_metrics *m, const tt_epoch_meter *e, int step_in_epoch, long long step, double running_loss) {
+  if (!tt_metrics_due(m)) return;
+  if (isfinite(running_loss)) m->last_loss = running_loss;
+  metrics_show(m, e, step_in_epoch, step, tt_now());
 }
 
 /* Writes one "train" line (the logged interval's mean loss and accuracy, lr, throughput and

@@ -71,7 +71,9 @@ void tt_metrics_start(tt_metrics *m, long long end_step);
 /* After each optimizer step (step_in_epoch k, 0-based; `step` done in all): on a terminal the
  * progress line is redrawn, at most 4 times a second; in a file or pipe a plain line is printed
  * when none was for 30 s, so that no run stays silent between log_every steps. */
-void tt_metrics_step(tt_metrics *m, const tt_epoch_meter *e, int step_in_epoch, long long step);
+void tt_metrics_step(tt_metrics *m, const tt_epoch_meter *e, int step_in_epoch, long long step, double running_loss);
+/* Whether tt_metrics_step would draw now (a caller reads what the line shows only then). */
+int tt_metrics_due(const tt_metrics *m);
 /* Ends an in-place line with its newline, so that what is printed next starts a line of its own
  * (tt_metrics_say and tt_metrics_close do it themselves). */
 void tt_metrics_end_line(tt_metrics *m);

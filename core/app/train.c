@@ -665,7 +665,14 @@ static int train_epoch(train_run *R, int epoch, tt_epoch_meter *e, int *stopped,
     if ((regular || st->step == 1 || at_max) && train_log(R, e, k, lr, regular, err)) return -1;
     if (train_after_step(R, epoch, k, stopped, err)) return -1;
     if (*stopped && e->log_images && train_log(R, e, k, lr, 0, err)) return -1; /* a signal: the loss so far */
-    tt_metrics_step(&R->mt, e, k, st->step);
+    { /* the line's loss: the running mean since the last logged interval, read only when the line is
+       * drawn (a synchronisation at most 4 times a second) and in one process (no sum over ranks) */
+      double running = NAN;
+      float f[2];
+      if (R->ranks == 1 && e->log_images && tt_metrics_due(&R->mt) && !tt_exec_stats(&R->s->x, f, 0, err))
+        running = f[0] / (double)e->log_images;
+      tt_metrics_step(&R->mt, e, k, st->step, running);
+    }
   }
   return 0;
 }

@@ -64,6 +64,21 @@ else
   fi
 fi
 
+# ---- the in-place line's loss moves between logged intervals (issue 40: it stayed at the last
+# logged value for up to log_every steps): a redraw after step 1 shows the running mean ----
+sed -e 's/^input = 1x8x8/input = 3x64x64/' -e 's/^filters = 4/filters = 32/' "$TMP/syn.recipe" >"$TMP/run.recipe"
+if command -v script >/dev/null; then
+  script -q -e -c "'$TT' --device cpu --threads 1 --max-steps 60 --out '$TMP/ttyrun' '$TMP/run.recipe'" /dev/null \
+    >"$TMP/ttyrun.out" 2>&1 </dev/null
+  first=$(tr '\r' '\n' <"$TMP/ttyrun.out" | sed -n 's/.*\] 1\/[0-9]*  loss \([0-9.]*\).*/\1/p' | head -1)
+  mid=$(tr '\r' '\n' <"$TMP/ttyrun.out" | sed -n 's/.*\] \([0-9]*\)\/[0-9]*  loss \([0-9.]*\).*/\1 \2/p' |
+    awk '$1 > 1 && $1 < 60 { print $2 }')
+  if [ -z "$first" ] || [ -z "$mid" ]; then skip progress_running_loss "no redraw between steps 1 and 60 (too fast a machine)"
+  elif ! echo "$mid" | grep -qvx "$first"; then fail progress_running_loss "every redraw shows step 1's loss $first: $mid"
+  else pass progress_running_loss
+  fi
+fi
+
 # ---- SIGINT in the first epoch: exit 130 and chart.svg with the per-step loss and the lr ----
 # (job control on: a background job of a script would start with SIGINT ignored, and keep it so)
 # a heavier model, so that an epoch (64 steps) lasts longer than the wait for its first step
