@@ -57,6 +57,8 @@ size_t tt_st_dtype_size(const char *dtype) {
  * the reference writer does) so that the data starts 8-byte aligned and a reader may map it
  * and use F64/I64 in place. The file is written atomically: an interrupted save leaves the
  * previous file intact, which is what keeps a good checkpoint good. */
+static const char *st_first_duplicate(const char **v, int n); /* below, with the reader's checks */
+
 int tt_st_write(const char *path, const tt_st_tensor *t, int n, const char *const *meta_kv, tt_err *err) {
   tt_strbuf h;
   const void **chunks;
@@ -84,9 +86,19 @@ int tt_st_write(const char *path, const tt_st_tensor *t, int n, const char *cons
       return tt_fail(err, "%s: tensor \"%s\": %zu bytes given but its shape and %s need %llu; fix the shape",
                      path, t[i].name, t[i].bytes, d->name, (unsigned long long)(elems * d->size));
     if (t[i].bytes && !t[i].data) return tt_fail(err, "%s: tensor \"%s\" has no data pointer", path, t[i].name);
-    for (j = 0; j < i; j++)
-      if (strcmp(t[i].name, t[j].name) == 0)
-        return tt_fail(err, "%s: tensor name \"%s\" appears twice; names must be unique", path, t[i].name);
+  }
+  { /* names unique: sorted, not compared pairwise (80,000 layers' checkpoint never finished, issue 40) */
+    const char **names = (const char **)tt_calloc((size_t)n + 1, sizeof(char *), "tensor names", err);
+    const char *dup;
+    if (!names) return -1;
+    for (i = 0; i < n; i++) names[i] = t[i].name;
+    dup = st_first_duplicate(names, n);
+    if (dup) {
+      tt_fail(err, "%s: tensor name \"%s\" appears twice; names must be unique", path, dup);
+      free((void *)names);
+      return -1;
+    }
+    free((void *)names);
   }
   memset(&h, 0, sizeof h);
   tt_strbuf_put(&h, "{", 1);
@@ -508,6 +520,7 @@ struct tt_st_file {
   int n;
   const char **meta;    /* key, value, key, value, ... */
   int nmeta;
+  const tt_st_tensor **by_name; /* [n]: the tensors sorted by name, for tt_st_get's binary search */
 };
 
 /* qsort order for [begin, end] pairs: by begin only (equal begins are an overlap anyway). */
@@ -587,6 +600,11 @@ static int st_tensor_entry(const char *path, const st_parser *p, const st_node *
 /* qsort order for an array of C strings: strcmp on the strings, not the pointers. */
 static int st_cmp_name(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* qsort and bsearch order for tensor pointers: by name. */
+static int st_cmp_tensor_name(const void *a, const void *b) {
+  return strcmp((*(const tt_st_tensor *const *)a)->name, (*(const tt_st_tensor *const *)b)->name);
 }
 
 /* The first name that appears twice among v[0..n), or NULL; sorts v. Sorting keeps a header
@@ -688,6 +706,11 @@ static int st_validate(tt_st_file *f, const char *path, const st_parser *p, int 
   if (st_check_coverage(path, ranges, nt, data_size, err) != 0) goto fail;
   /* begins[] is in header order, while ranges[] was sorted by the coverage check */
   for (i = 0; i < nt; i++) f->t[i].data = f->buf + 8 + hlen + begins[i];
+  /* the index by name: a checkpoint of 144,000 tensors looked each one up linearly (issue 40) */
+  f->by_name = (const tt_st_tensor **)tt_calloc((size_t)nt + 1, sizeof(tt_st_tensor *), "safetensors index", err);
+  if (!f->by_name) goto fail;
+  for (i = 0; i < nt; i++) f->by_name[i] = &f->t[i];
+  qsort((void *)f->by_name, (size_t)nt, sizeof(tt_st_tensor *), st_cmp_tensor_name);
   free(ranges);
   free(begins);
   free((void *)names);
@@ -783,14 +806,14 @@ int tt_st_count(const tt_st_file *f) { return f ? f->n : 0; }
 /* The i-th tensor in header order (not data order), or NULL when i is out of range. */
 const tt_st_tensor *tt_st_at(const tt_st_file *f, int i) { return f && i >= 0 && i < f->n ? &f->t[i] : NULL; }
 
-/* The tensor called name, or NULL; a linear search, fine for the few hundred tensors of the
- * models here. */
+/* The tensor called name, or NULL: a binary search of the index by name (O(log n)). */
 const tt_st_tensor *tt_st_get(const tt_st_file *f, const char *name) {
-  int i;
-  if (!f) return NULL;
-  for (i = 0; i < f->n; i++)
-    if (strcmp(f->t[i].name, name) == 0) return &f->t[i];
-  return NULL;
+  tt_st_tensor key;
+  const tt_st_tensor *kp = &key, *const *hit;
+  if (!f || !name || !f->by_name) return NULL;
+  key.name = name;
+  hit = (const tt_st_tensor *const *)bsearch(&kp, f->by_name, (size_t)f->n, sizeof(tt_st_tensor *), st_cmp_tensor_name);
+  return hit ? *hit : NULL;
 }
 
 /* The metadata value stored under key, or NULL; the string lives as long as f. */
@@ -820,5 +843,6 @@ void tt_st_close(tt_st_file *f) {
   free(f->strings);
   free(f->t);
   free((void *)f->meta);
+  free((void *)f->by_name);
   free(f);
 }

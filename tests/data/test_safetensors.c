@@ -497,6 +497,49 @@ static void test_names(void) {
   TT_TEST_END();
 }
 
+/* Many tensors (issue 40: a legal recipe of 80,000 layers never finished its first checkpoint; the
+ * writer compared every name with every earlier one and the reader looked each tensor up in a
+ * list): 100,000 one-value tensors written, opened and every one looked up, in seconds, not the
+ * minutes a quadratic check takes; a duplicate among them still refused. */
+static void test_many_tensors(void) {
+  TT_TEST_BEGIN("safetensors_many_tensors");
+  int n = tt_test_sanitized() ? 20000 : 100000;
+  tt_st_tensor *t = (tt_st_tensor *)calloc((size_t)n, sizeof(tt_st_tensor));
+  char *names = (char *)malloc((size_t)n * 16);
+  float *v = (float *)malloc(sizeof(float) * (size_t)n);
+  char path[256];
+  tt_err err;
+  tt_st_file *f = NULL;
+  snprintf(path, sizeof path, "%s/many.safetensors", tt_test_dir());
+  for (int i = 0; i < n; i++) {
+    snprintf(names + (size_t)i * 16, 16, "l%d.weight", i);
+    v[i] = (float)i;
+    t[i].name = names + (size_t)i * 16, t[i].dtype = "F32", t[i].ndim = 1, t[i].shape[0] = 1;
+    t[i].data = &v[i], t[i].bytes = sizeof(float);
+  }
+  double t0 = tt_now();
+  int rc = tt_st_write(path, t, n, NULL, &err);
+  TT_CHECK(rc == 0, "write: %s", err.msg);
+  if (!rc) rc = tt_st_open(path, &f, &err);
+  TT_CHECK(rc == 0, "open: %s", err.msg);
+  int found = 0;
+  for (int i = 0; f && i < n; i++) { /* every one, in an order other than the file's */
+    int k = (int)(((long long)i * 7919) % n);
+    const tt_st_tensor *e = tt_st_get(f, t[k].name);
+    found += e && *(const float *)e->data == (float)k;
+  }
+  double s = tt_now() - t0;
+  TT_CHECK(found == n, "looked up %d of %d tensors", found, n);
+  TT_CHECK(!tt_st_get(f, "l-1.weight"), "a name that is not there was found");
+  TT_CHECK(s < 10.0, "%d tensors written, opened and looked up in %.1f s (a quadratic check takes minutes)", n, s);
+  tt_st_close(f);
+  t[n - 1].name = t[n / 2].name; /* a duplicate, far from its twin */
+  TT_CHECK(tt_st_write(path, t, n, NULL, &err) != 0 && strstr(err.msg, "appears twice"), "a duplicate name written: %s",
+           err.msg);
+  free(t), free(names), free(v);
+  TT_TEST_END();
+}
+
 /* The registry (tests/tt_test.h): --list prints it, --only NAME|TAG runs part of it. */
 static const tt_test_case tests[] = {
   TT_TEST("names", "data safetensors", test_names),
@@ -508,6 +551,7 @@ static const tt_test_case tests[] = {
   TT_TEST("fileio", "data safetensors", test_fileio),
   TT_TEST("special_files", "data safetensors", test_special_files),
   TT_TEST("chart", "data safetensors", test_chart),
+  TT_TEST("many_tensors", "data safetensors", test_many_tensors),
 };
 
 int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), NULL, NULL); }
