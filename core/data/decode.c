@@ -230,10 +230,54 @@ done:
 }
 #endif
 
+/* stb_image_resize asserts on a source one pixel wide or high (a valid 1 x 2^25 PNG, inside the
+ * pixel limit, aborted the process: issue 40). Such a source is handed to it doubled: its one
+ * column (or row) twice, which every filter samples alike, with the box along that side the
+ * whole of it. src: sw x sh pixels of c bytes, stride bytes apart by row. Returns the buffer to
+ * resize from (src itself, or *owned, which the caller frees), with *sw, *sh, *stride and the box
+ * (*s0, *t0, *s1, *t1) set for it; NULL when out of memory. */
+static const unsigned char *decode_two(const unsigned char *src, int *sw, int *sh, size_t *stride, int c, float *s0, float *t0,
+                                       float *s1, float *t1, unsigned char **owned) {
+  int nw = *sw < 2 ? 2 : *sw, nh = *sh < 2 ? 2 : *sh;
+  *owned = NULL;
+  if (nw == *sw && nh == *sh) return src;
+  unsigned char *b = (unsigned char *)malloc((size_t)nw * nh * c);
+  if (!b) return NULL;
+  for (int y = 0; y < nh; y++) {
+    const unsigned char *row = src + (size_t)(y < *sh ? y : *sh - 1) * *stride;
+    for (int x = 0; x < nw; x++) memcpy(b + ((size_t)y * nw + x) * c, row + (size_t)(x < *sw ? x : *sw - 1) * c, (size_t)c);
+  }
+  if (*sw < 2) *s0 = 0.0f, *s1 = 1.0f;
+  if (*sh < 2) *t0 = 0.0f, *t1 = 1.0f;
+  *sw = nw, *sh = nh, *stride = (size_t)nw * c, *owned = b;
+  return b;
+}
+
+/* fr (the box's fractions x0, y0, x1, y1 of an iw x ih image) into out, widened where a side
+ * spans less than one source pixel to that pixel (centred, inside the image): a 1 x 2^25 image
+ * fitted to 28 x 28 keeps a box of 1/2^25 of its height, which rounds to nothing and gave
+ * stb_image_resize an infinite scale (issue 40). */
+static void decode_box_min(const double *fr, int iw, int ih, double *out) {
+  const int size[2] = {iw, ih};
+  for (int a = 0; a < 2; a++) {
+    double lo = fr[a] * size[a], hi = fr[a + 2] * size[a];
+    if (hi - lo < 1.0) {
+      double mid = 0.5 * (lo + hi);
+      lo = mid - 0.5, hi = mid + 0.5;
+      if (lo < 0.0) hi -= lo, lo = 0.0;
+      if (hi > size[a]) lo -= hi - size[a], hi = size[a];
+      if (lo < 0.0) lo = 0.0;
+    }
+    out[a] = lo / size[a], out[a + 2] = hi / size[a];
+  }
+}
+
 /* Interleaved iw x ih x c pixels to [c, h, w] in out: the region fr (fractions x0, y0, x1, y1
  * of the image) resized to h x w. */
-static int decode_fit(const unsigned char *px, int iw, int ih, int c, const double *fr, int h, int w, uint8_t *out,
+static int decode_fit(const unsigned char *px, int iw, int ih, int c, const double *fr_in, int h, int w, uint8_t *out,
                       char *reason) {
+  double fr[4];
+  decode_box_min(fr_in, iw, ih, fr);
   const unsigned char *hwc = px;
   unsigned char *tmp = NULL;
   int ch, y, x, whole = fr[0] == 0 && fr[1] == 0 && fr[2] == 1 && fr[3] == 1;
@@ -250,19 +294,23 @@ static int decode_fit(const unsigned char *px, int iw, int ih, int c, const doub
     sw = x1 - x0, sh = y1 - y0;
     s0 = (float)((fr[0] * iw - x0) / sw), t0 = (float)((fr[1] * ih - y0) / sh);
     s1 = (float)((fr[2] * iw - x0) / sw), t1 = (float)((fr[3] * ih - y0) / sh);
+    size_t stride = (size_t)iw * c;
+    unsigned char *two = NULL;
+    const unsigned char *src = decode_two(px + ((size_t)y0 * iw + x0) * c, &sw, &sh, &stride, c, &s0, &t0, &s1, &t1, &two);
     tmp = (unsigned char *)malloc((size_t)h * w * c);
-    if (!tmp) {
+    if (!tmp || !src) {
+      free(tmp), free(two);
       REASON("out of host memory resizing");
       return -1;
     }
-    if (!stbir_resize_region(px + ((size_t)y0 * iw + x0) * c, sw, sh, iw * c, tmp, w, h, 0, STBIR_TYPE_UINT8, c,
-                             STBIR_ALPHA_CHANNEL_NONE, 0,
+    if (!stbir_resize_region(src, sw, sh, (int)stride, tmp, w, h, 0, STBIR_TYPE_UINT8, c, STBIR_ALPHA_CHANNEL_NONE, 0,
                              STBIR_EDGE_CLAMP, STBIR_EDGE_CLAMP, STBIR_FILTER_DEFAULT, STBIR_FILTER_DEFAULT,
                              STBIR_COLORSPACE_LINEAR, NULL, s0, t0, s1, t1)) {
-      free(tmp);
+      free(tmp), free(two);
       REASON("resize from %dx%d failed", iw, ih);
       return -1;
     }
+    free(two);
     hwc = tmp;
   }
   for (ch = 0; ch < c; ch++)
@@ -370,14 +418,27 @@ static int crop_resize_fr(const uint8_t *src, int sw, int sh, int c, int hwc, co
     return -1;
   }
   if (hwc) return decode_fit(src, sw, sh, c, fr, h, w, dst, reason);
-  for (ch = 0; ch < c; ch++) /* plane by plane */
-    if (!stbir_resize_region(src + (size_t)ch * sh * sw, sw, sh, 0, dst + (size_t)ch * h * w, w, h, 0, STBIR_TYPE_UINT8,
-                             1, STBIR_ALPHA_CHANNEL_NONE, 0, STBIR_EDGE_CLAMP, STBIR_EDGE_CLAMP, STBIR_FILTER_DEFAULT,
-                             STBIR_FILTER_DEFAULT, STBIR_COLORSPACE_LINEAR, NULL, (float)fr[0], (float)fr[1],
-                             (float)fr[2], (float)fr[3])) {
+  double fm[4];
+  decode_box_min(fr, sw, sh, fm);
+  for (ch = 0; ch < c; ch++) { /* plane by plane */
+    int pw = sw, ph = sh, ok;
+    size_t stride = (size_t)sw;
+    float s0 = (float)fm[0], t0 = (float)fm[1], s1 = (float)fm[2], t1 = (float)fm[3];
+    unsigned char *two = NULL;
+    const unsigned char *plane = decode_two(src + (size_t)ch * sh * sw, &pw, &ph, &stride, 1, &s0, &t0, &s1, &t1, &two);
+    if (!plane) {
+      REASON("out of host memory resizing");
+      return -1;
+    }
+    ok = stbir_resize_region(plane, pw, ph, (int)stride, dst + (size_t)ch * h * w, w, h, 0, STBIR_TYPE_UINT8, 1,
+                             STBIR_ALPHA_CHANNEL_NONE, 0, STBIR_EDGE_CLAMP, STBIR_EDGE_CLAMP, STBIR_FILTER_DEFAULT,
+                             STBIR_FILTER_DEFAULT, STBIR_COLORSPACE_LINEAR, NULL, s0, t0, s1, t1);
+    free(two);
+    if (!ok) {
       REASON("resize from %dx%d failed", sw, sh);
       return -1;
     }
+  }
   return 0;
 }
 
