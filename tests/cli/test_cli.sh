@@ -426,13 +426,7 @@ fi
 # ---- SIGTERM: a checkpoint at the next step, exit 143, and --resume continues ----
 "$TT" --device cpu --threads 1 --out "$TMP/sig" "$TMP/syn.recipe" >"$TMP/sig.out" 2>"$TMP/sig.err" &
 pid=$!
-for _ in $(seq 1 600); do
-  grep -q '"step": 3,' "$TMP/sig/metrics.jsonl" 2>/dev/null && break
-  kill -0 $pid 2>/dev/null || break
-  sleep 0.05
-done
-kill -TERM $pid 2>/dev/null
-wait $pid
+stop_at_step TERM $pid "$TMP/sig/metrics.jsonl" 3 0.05
 rc=$?
 if [ "$rc" != 143 ]; then
   fail cli_sigterm "exit $rc, want 143: $(cat "$TMP/sig.err")"
@@ -454,13 +448,7 @@ fi
 # ---- SIGHUP and SIGPIPE are stop requests too (issue 40): a checkpoint, exit 129 and 141 ----
 "$TT" --device cpu --threads 1 --max-steps 5000 --out "$TMP/hup" "$TMP/syn.recipe" >"$TMP/hup.out" 2>"$TMP/hup.err" &
 pid=$!
-for _ in $(seq 1 600); do
-  grep -q '"step": 3,' "$TMP/hup/metrics.jsonl" 2>/dev/null && break
-  kill -0 $pid 2>/dev/null || break
-  sleep 0.05
-done
-kill -HUP $pid 2>/dev/null
-wait $pid
+stop_at_step HUP $pid "$TMP/hup/metrics.jsonl" 3 0.05
 rc=$?
 if [ "$rc" != 129 ] || ! grep -q "stopped by SIGHUP" "$TMP/hup.err" || [ ! -f "$TMP/hup/state.safetensors" ]; then
   fail cli_sighup "exit $rc (want 129), checkpoint $(ls "$TMP/hup" 2>&1 | tr '\n' ' '): $(tail -c 300 "$TMP/hup.err")"

@@ -72,13 +72,7 @@ set -m
 "$TT" --device cpu --threads 1 --out "$TMP/sig" "$TMP/slow.recipe" >"$TMP/sig.out" 2>"$TMP/sig.err" &
 pid=$!
 set +m
-for _ in $(seq 1 600); do
-  grep -q '"step": 1,' "$TMP/sig/metrics.jsonl" 2>/dev/null && break
-  kill -0 $pid 2>/dev/null || break
-  sleep 0.02
-done
-kill -INT $pid 2>/dev/null
-wait $pid
+stop_at_step INT $pid "$TMP/sig/metrics.jsonl" 1 0.02
 rc=$?
 if [ "$rc" != 130 ]; then fail progress_sigint_chart "exit $rc, want 130: $(cat "$TMP/sig.err")"
 elif grep -q '"event": "eval"' "$TMP/sig/metrics.jsonl"; then skip progress_sigint_chart "the first epoch ended before SIGINT"
