@@ -7,7 +7,7 @@
 #           exit sets its own trap, which removes $TMP too),
 # and defines the PASS / FAIL / SKIP lines that tests/run_tests.py counts:
 #   pass NAME, fail NAME WHY..., skip NAME WHY, need_tt NAME (FAIL NAME and exit 1 unless $TT is built),
-# tiny_recipe_head, the start of the small synthetic recipe several CLI tests train, and
+# tiny_recipe_head and syn_recipe, small synthetic recipes several CLI tests train, and
 # stop_at_step, which signals a background run once it has logged a step.
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 TT=${TT:-./tinytrain}
@@ -52,4 +52,16 @@ stop_at_step() {
   done
   kill -"$1" "$2" 2>/dev/null
   wait "$2"
+}
+# syn_recipe N [LINE...]: a recipe of 1x8x8 synthetic images of 10 classes, batch 16 for 200
+# epochs (the [train] section extended by the LINEs), through N 4-filter 3x3 convolutions to a
+# 10-way linear layer.
+syn_recipe() {
+  local n=$1 i
+  shift
+  printf '[net]\ninput = 1x8x8\nclasses = 10\n[train]\nbatch = 16\nepochs = 200\n'
+  for i in "$@"; do echo "$i"; done
+  printf '[data]\nformat = synthetic\n'
+  for ((i = 0; i < n; i++)); do printf '[conv]\nfilters = 4\nsize = 3\n'; done
+  printf '[flatten]\n[linear fc]\nout = 10\n'
 }

@@ -50,7 +50,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cpu_vs_torch import cpu_name, load, mib, vm_hwm  # noqa: E402  (the same /proc readers)
+from cpu_vs_torch import bisect_batch, cpu_name, load, mib, vm_hwm  # noqa: E402  (the same helpers)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GIB = 1 << 30
@@ -345,16 +345,7 @@ def torch_max_batch(a, checkpoint, limit=4 * GIB):
         return probes[b][0]
 
     cap = a.probe_cap
-    lo, hi = 0, 1
-    while hi <= cap and fits(hi):
-        lo, hi = hi, hi * 2
-    hi = min(hi, cap + 1)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
+    lo = bisect_batch(fits, 1, cap)
     return lo, (probes[lo][1] if lo else 0), lo == cap
 
 

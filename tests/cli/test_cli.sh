@@ -378,26 +378,7 @@ fi
 
 # ---- a recipe run again gets its own directory; --out over an earlier run is refused ----
 TTA="$(cd "$(dirname "$TT")" && pwd -P)/$(basename "$TT")" # absolute: the runs below cd elsewhere
-cat >"$TMP/syn.recipe" <<EOF
-[net]
-input = 1x8x8
-classes = 10
-[train]
-batch = 16
-epochs = 200
-log_every = 1
-[data]
-format = synthetic
-[conv]
-filters = 4
-size = 3
-[conv]
-filters = 4
-size = 3
-[flatten]
-[linear fc]
-out = 10
-EOF
+syn_recipe 2 "log_every = 1" >"$TMP/syn.recipe"
 mkdir -p "$TMP/cwd"
 ok=1
 for k in 1 2; do

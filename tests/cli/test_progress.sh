@@ -11,22 +11,7 @@
 case $TT in /*) ;; *) TT="$PWD/$TT" ;; esac
 need_tt progress_binary
 
-cat >"$TMP/syn.recipe" <<EOR
-[net]
-input = 1x8x8
-classes = 10
-[train]
-batch = 16
-epochs = 200
-[data]
-format = synthetic
-[conv]
-filters = 4
-size = 3
-[flatten]
-[linear fc]
-out = 10
-EOR
+syn_recipe 1 >"$TMP/syn.recipe"
 
 # summary_ok FILE NAME: the closing lines are there
 summary_ok() {
