@@ -738,10 +738,14 @@ def shared_ratios(ctx, name, variants, med):
 
 # ------------------------------------------------------------------------- part: largest batch
 
-def bisect_batch(fits, start=8):
+def bisect_batch(fits, start=8, cap=None):
+    """The largest batch that fits (0: not even 1): doubling from start, then halving the gap;
+    with cap, no probe above cap (vit_vs_torch.py)."""
     lo, hi = 0, start
-    while fits(hi):
+    while (cap is None or hi <= cap) and fits(hi):
         lo, hi = hi, hi * 2
+    if cap is not None:
+        hi = min(hi, cap + 1)
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if fits(mid):

@@ -49,6 +49,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cpu_vs_torch import bisect_batch, cpu_name, load, mib, vm_hwm  # noqa: E402  (the same helpers)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GIB = 1 << 30
 
@@ -178,18 +181,6 @@ def torch_child(a):
 
 # ------------------------------------------------------------------------- measurement
 
-def vm_hwm(pid):
-    """A process's own peak resident set (VmHWM, bytes), or 0 once it is gone."""
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def run_child(cmd, threads, kill_above=None):
     """Runs cmd in a fresh process; returns (output, return code, peak resident bytes, killed).
 
@@ -251,17 +242,6 @@ def tinytrain_params(a, recipe):
     if p.returncode != 0:
         raise RuntimeError("tinytrain plan %s failed:\n%s" % (recipe, p.stdout.decode()[-1500:]))
     return json.loads(p.stdout.decode())["params"]
-
-
-def load():
-    try:
-        return " ".join(open("/proc/loadavg").read().split()[:3])
-    except OSError:
-        return "?"
-
-
-def mib(b):
-    return "%.0f MiB" % (b / 1048576.0)
 
 
 def part_speed(a, work):
@@ -365,16 +345,7 @@ def torch_max_batch(a, checkpoint, limit=4 * GIB):
         return probes[b][0]
 
     cap = a.probe_cap
-    lo, hi = 0, 1
-    while hi <= cap and fits(hi):
-        lo, hi = hi, hi * 2
-    hi = min(hi, cap + 1)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
+    lo = bisect_batch(fits, 1, cap)
     return lo, (probes[lo][1] if lo else 0), lo == cap
 
 
@@ -421,16 +392,6 @@ def part_max_batch(a, work):
     print("   run also writes checkpoints, which copy the weights and both AdamW moments to the host at once:")
     print("   +%.0f MiB for ViT-B/16 at that moment on top of the figures above)" % (86567656 * 12 / 1048576.0))
     print()
-
-
-def cpu_name():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "?"
 
 
 def main():

@@ -378,26 +378,7 @@ fi
 
 # ---- a recipe run again gets its own directory; --out over an earlier run is refused ----
 TTA="$(cd "$(dirname "$TT")" && pwd -P)/$(basename "$TT")" # absolute: the runs below cd elsewhere
-cat >"$TMP/syn.recipe" <<EOF
-[net]
-input = 1x8x8
-classes = 10
-[train]
-batch = 16
-epochs = 200
-log_every = 1
-[data]
-format = synthetic
-[conv]
-filters = 4
-size = 3
-[conv]
-filters = 4
-size = 3
-[flatten]
-[linear fc]
-out = 10
-EOF
+syn_recipe 2 "log_every = 1" >"$TMP/syn.recipe"
 mkdir -p "$TMP/cwd"
 ok=1
 for k in 1 2; do
@@ -426,13 +407,7 @@ fi
 # ---- SIGTERM: a checkpoint at the next step, exit 143, and --resume continues ----
 "$TT" --device cpu --threads 1 --out "$TMP/sig" "$TMP/syn.recipe" >"$TMP/sig.out" 2>"$TMP/sig.err" &
 pid=$!
-for _ in $(seq 1 600); do
-  grep -q '"step": 3,' "$TMP/sig/metrics.jsonl" 2>/dev/null && break
-  kill -0 $pid 2>/dev/null || break
-  sleep 0.05
-done
-kill -TERM $pid 2>/dev/null
-wait $pid
+stop_at_step TERM $pid "$TMP/sig/metrics.jsonl" 3 0.05
 rc=$?
 if [ "$rc" != 143 ]; then
   fail cli_sigterm "exit $rc, want 143: $(cat "$TMP/sig.err")"
@@ -454,13 +429,7 @@ fi
 # ---- SIGHUP and SIGPIPE are stop requests too (issue 40): a checkpoint, exit 129 and 141 ----
 "$TT" --device cpu --threads 1 --max-steps 5000 --out "$TMP/hup" "$TMP/syn.recipe" >"$TMP/hup.out" 2>"$TMP/hup.err" &
 pid=$!
-for _ in $(seq 1 600); do
-  grep -q '"step": 3,' "$TMP/hup/metrics.jsonl" 2>/dev/null && break
-  kill -0 $pid 2>/dev/null || break
-  sleep 0.05
-done
-kill -HUP $pid 2>/dev/null
-wait $pid
+stop_at_step HUP $pid "$TMP/hup/metrics.jsonl" 3 0.05
 rc=$?
 if [ "$rc" != 129 ] || ! grep -q "stopped by SIGHUP" "$TMP/hup.err" || [ ! -f "$TMP/hup/state.safetensors" ]; then
   fail cli_sighup "exit $rc (want 129), checkpoint $(ls "$TMP/hup" 2>&1 | tr '\n' ' '): $(tail -c 300 "$TMP/hup.err")"

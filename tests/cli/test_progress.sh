@@ -11,22 +11,7 @@
 case $TT in /*) ;; *) TT="$PWD/$TT" ;; esac
 need_tt progress_binary
 
-cat >"$TMP/syn.recipe" <<EOR
-[net]
-input = 1x8x8
-classes = 10
-[train]
-batch = 16
-epochs = 200
-[data]
-format = synthetic
-[conv]
-filters = 4
-size = 3
-[flatten]
-[linear fc]
-out = 10
-EOR
+syn_recipe 1 >"$TMP/syn.recipe"
 
 # summary_ok FILE NAME: the closing lines are there
 summary_ok() {
@@ -87,13 +72,7 @@ set -m
 "$TT" --device cpu --threads 1 --out "$TMP/sig" "$TMP/slow.recipe" >"$TMP/sig.out" 2>"$TMP/sig.err" &
 pid=$!
 set +m
-for _ in $(seq 1 600); do
-  grep -q '"step": 1,' "$TMP/sig/metrics.jsonl" 2>/dev/null && break
-  kill -0 $pid 2>/dev/null || break
-  sleep 0.02
-done
-kill -INT $pid 2>/dev/null
-wait $pid
+stop_at_step INT $pid "$TMP/sig/metrics.jsonl" 1 0.02
 rc=$?
 if [ "$rc" != 130 ]; then fail progress_sigint_chart "exit $rc, want 130: $(cat "$TMP/sig.err")"
 elif grep -q '"event": "eval"' "$TMP/sig/metrics.jsonl"; then skip progress_sigint_chart "the first epoch ended before SIGINT"

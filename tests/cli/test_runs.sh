@@ -22,26 +22,7 @@ run() {
 }
 O="--device cpu --threads 1"
 
-cat >"$TMP/r.recipe" <<'EOR'
-[net]
-input = 1x8x8
-classes = 10
-[train]
-batch = 12
-optimizer = adam
-lr = 0.01
-epochs = 1000
-seed = 7
-[data]
-format = synthetic
-[conv c1]
-filters = 4
-size = 3
-[relu]
-[flatten]
-[linear fc]
-out = 10
-EOR
+{ tiny_recipe_head; printf '[linear fc]\nout = 10\n'; } >"$TMP/r.recipe"
 R="$TMP/r.recipe"
 
 # st_edit.py MODE IN OUT: nan (first value of c1.weight), f64 (every tensor), negv (first .opt_v value)
@@ -154,28 +135,26 @@ run $O --max-steps 3 --resume "$TMP/rk" "$R"
 [ $ok = 1 ] && pass runs_resume_keys
 
 # ---- what --init and --resume load ----
+# refused NAME PATTERN WANT ARGS...: passes NAME when `tinytrain ARGS` exits 1 with PATTERN (grep) in stderr
+refused() {
+  local name=$1 pat=$2 want=$3
+  shift 3
+  run "$@"
+  if [ "$RC" != 1 ] || ! grep -q "$pat" "$TMP/err"; then
+    fail "$name" "exit $RC, want 1 $want: $ERR"
+  else
+    pass "$name"
+  fi
+}
 $ED nan "$TMP/base/weights.safetensors" "$TMP/nan.safetensors"
-run $O --max-steps 1 --init "$TMP/nan.safetensors" --out "$TMP/in" "$R"
-if [ "$RC" != 1 ] || ! grep -q "tensor 'c1.weight' holds 1 NaN or infinite" "$TMP/err"; then
-  fail runs_init_nan "exit $RC, want 1 naming c1.weight: $ERR"
-else
-  pass runs_init_nan
-fi
+refused runs_init_nan "tensor 'c1.weight' holds 1 NaN or infinite" "naming c1.weight" \
+  $O --max-steps 1 --init "$TMP/nan.safetensors" --out "$TMP/in" "$R"
 $ED f64 "$TMP/base/weights.safetensors" "$TMP/f64.safetensors"
-run $O --max-steps 1 --init "$TMP/f64.safetensors" --out "$TMP/i64" "$R"
-if [ "$RC" != 1 ] || ! grep -q "dtype F64" "$TMP/err"; then
-  fail runs_init_dtype "exit $RC, want 1 saying the dtype F64: $ERR"
-else
-  pass runs_init_dtype
-fi
+refused runs_init_dtype "dtype F64" "saying the dtype F64" $O --max-steps 1 --init "$TMP/f64.safetensors" --out "$TMP/i64" "$R"
 cp -r "$TMP/base" "$TMP/nv"
 $ED negv "$TMP/base/state.safetensors" "$TMP/nv/state.safetensors"
-run $O --max-steps 3 --resume "$TMP/nv" "$R"
-if [ "$RC" != 1 ] || ! grep -q "tensor '.*\.opt_v' (Adam's second moment.*negative" "$TMP/err"; then
-  fail runs_neg_moment "exit $RC, want 1 naming the .opt_v tensor: $ERR"
-else
-  pass runs_neg_moment
-fi
+refused runs_neg_moment "tensor '.*\.opt_v' (Adam's second moment.*negative" "naming the .opt_v tensor" \
+  $O --max-steps 3 --resume "$TMP/nv" "$R"
 
 # ---- every layer frozen ----
 sed 's/^size = 3$/size = 3\nfreeze = true/; s/^out = 10$/out = 10\nfreeze = true/' "$R" >"$TMP/frozen.recipe"

@@ -28,6 +28,14 @@ static inline int net_open(net *n, const char *name, const char *text, const cha
   n->have_g = 1;
   return 0;
 }
+/* net_open inside a test: on failure the error is the test's FAIL line, the test ends, and -1 tells
+ * the caller to return. */
+static inline int net_open_test(net *n, const char *name, const char *text, const char *path, tt_err *e) {
+  if (!net_open(n, name, text, path, e)) return 0;
+  TT_CHECK(0, "%s", e->msg);
+  TT_TEST_END();
+  return -1;
+}
 static inline void net_close(net *n) {
   if (n->have_g) tt_graph_free(&n->g);
   if (n->have_m) tt_model_free(&n->m);
@@ -52,17 +60,7 @@ static inline int build_prog_cx(const tt_graph *g, tt_backend *be, int mb, int a
 }
 static inline int build_prog_ex(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, const unsigned char *rec,
                                 int training, int inplace, tt_program *p, tt_err *e) {
-  tt_policy pol;
-  memset(&pol, 0, sizeof pol);
-  pol.micro_batch = mb, pol.accum_steps = accum, pol.act_dtype = dt, pol.inplace = inplace;
-  pol.recompute = (unsigned char *)rec, pol.training = training;
-  memset(p, 0, sizeof *p);
-  if (tt_lower(g, &pol, be, p, e)) return -1;
-  if (tt_program_plan(p, e)) {
-    tt_program_free(p);
-    return -1;
-  }
-  return 0;
+  return build_prog_cx(g, be, mb, accum, dt, rec, training, inplace, 0, p, e);
 }
 static inline int build_prog(const tt_graph *g, tt_backend *be, int mb, int accum, tt_dtype dt, const unsigned char *rec,
                              int training, tt_program *p, tt_err *e) {

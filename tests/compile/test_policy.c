@@ -35,11 +35,7 @@ static void test_schedule_budgets(tt_backend *be, const char *path, int check_4g
   TT_TEST_BEGIN(name);
   tt_err e;
   net n;
-  if (net_open(&n, NULL, NULL, path, &e)) {
-    TT_CHECK(0, "%s", e.msg);
-    TT_TEST_END();
-    return;
-  }
+  if (net_open_test(&n, NULL, NULL, path, &e)) return;
   /* budgets from large to small, in units of 0.5 GiB; under the sanitizers (tt_test_sanitized) a
    * few, which still plan without recomputation and with it (resnet18 from 2.5G, resnet50 from
    * 10G, with accumulation at 5G): the small budgets of resnet50 take 15-30 s each under ASan */
@@ -111,11 +107,7 @@ static void test_optimal_beats_sqrt(tt_backend *be) {
   TT_TEST_BEGIN("resnet50 mb 64 fp16: the scheduler's checkpoint plan recomputes no more than sqrt(n) at the same memory");
   tt_err e;
   net n;
-  if (net_open(&n, NULL, NULL, "examples/imagenet/resnet50.recipe", &e)) {
-    TT_CHECK(0, "%s", e.msg);
-    TT_TEST_END();
-    return;
-  }
+  if (net_open_test(&n, NULL, NULL, "examples/imagenet/resnet50.recipe", &e)) return;
   const int mb = 64;
   int accum = n.m.train.batch / mb;
   const tt_device_profile *prof = tt_profile_cuda_generic();
@@ -203,11 +195,7 @@ static void test_schedule_frees(tt_backend *be) {
   }
   tt_err e;
   net n;
-  if (net_open(&n, "bn_dropout.recipe", TT_TEST_RECIPE_BN, NULL, &e)) {
-    TT_CHECK(0, "%s", e.msg);
-    TT_TEST_END();
-    return;
-  }
+  if (net_open_test(&n, "bn_dropout.recipe", TT_TEST_RECIPE_BN, NULL, &e)) return;
   printf("  (heap counted from here)\n");
   tt_program p;
   size_t plain = 0, leaked = 0;
@@ -274,11 +262,7 @@ static void test_per_op_recompute(tt_backend *be) {
   TT_TEST_BEGIN("per-op recompute: cheap ops first; segments + per-op never slower than segments alone (resnet50)");
   tt_err e;
   net n;
-  if (net_open(&n, NULL, NULL, "examples/imagenet/resnet50.recipe", &e)) {
-    TT_CHECK(0, "%s", e.msg);
-    TT_TEST_END();
-    return;
-  }
+  if (net_open_test(&n, NULL, NULL, "examples/imagenet/resnet50.recipe", &e)) return;
   int nn = n.g.nnodes;
   unsigned char *rec = (unsigned char *)calloc((size_t)nn, 1), *reads = (unsigned char *)calloc((size_t)nn, 1);
   tt_recompute_bwd_reads_all(&n.g, reads);
@@ -396,11 +380,7 @@ static void test_max_batch(tt_backend *be) {
   TT_TEST_BEGIN("tt_policy_max_batch: mb fits and mb+1 does not (resnet18, --vram 4G/2G; none and all, fp32 and fp16)");
   tt_err e;
   net n;
-  if (net_open(&n, NULL, NULL, "examples/imagenet/resnet18.recipe", &e)) {
-    TT_CHECK(0, "%s", e.msg);
-    TT_TEST_END();
-    return;
-  }
+  if (net_open_test(&n, NULL, NULL, "examples/imagenet/resnet18.recipe", &e)) return;
   unsigned char *all = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
   TT_CHECK(tt_recompute_all(&n.g, all, &e) == 0, "%s", e.msg); /* what recompute = all plans */
   size_t vrams[2] = {4 * GIB, 2 * GIB};

@@ -39,8 +39,7 @@ struct cublasContext {
 
 /* never destroyed, so handles stay reachable (and stale ones detectable) until the process ends */
 static std::set<cublasContext *> &emu_blas_handles = *new std::set<cublasContext *>();
-static char emu_blas_msg[2048], emu_blas_str[2400];
-static cublasStatus_t emu_blas_code;
+static emu_status_detail emu_blas; /* cuBLAS's last failure, for cublasGetStatusString */
 static const long long emu_blas_handle_bytes = 8ll << 20; /* its default workspace pool */
 
 static const char *emu_blas_name(cublasStatus_t s) {
@@ -62,19 +61,14 @@ static cublasStatus_t emu_blas_fail(cublasStatus_t s, const char *fmt, ...) __at
 static cublasStatus_t emu_blas_fail(cublasStatus_t s, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  snprintf(emu_blas_msg, sizeof emu_blas_msg, "%s", emu_vviolation(fmt, ap));
+  emu_detail_vfail(&emu_blas, s, fmt, ap);
   va_end(ap);
-  emu_blas_code = s;
   return s;
 }
 
 extern "C" const char *cublasGetStatusName(cublasStatus_t s) { return emu_blas_name(s); }
 extern "C" const char *cublasGetStatusString(cublasStatus_t s) {
-  if (s != CUBLAS_STATUS_SUCCESS && s == emu_blas_code && emu_blas_msg[0]) {
-    snprintf(emu_blas_str, sizeof emu_blas_str, "%s [cuda_emu: %s]", emu_blas_name(s), emu_blas_msg);
-    return emu_blas_str;
-  }
-  return emu_blas_name(s);
+  return emu_detail_string(&emu_blas, s, emu_blas_name(s));
 }
 
 static cublasStatus_t emu_blas_handle(cublasHandle_t h, const char *who) {

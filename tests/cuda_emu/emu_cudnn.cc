@@ -62,8 +62,7 @@ struct cudnnConvolutionStruct {
 
 /* every handle and descriptor ever created; never destroyed, so stale ones stay detectable */
 static std::set<void *> &emu_dnn_objs = *new std::set<void *>();
-static char emu_dnn_msg[2048], emu_dnn_str[2400];
-static cudnnStatus_t emu_dnn_code;
+static emu_status_detail emu_dnn; /* cuDNN's last failure, for cudnnGetErrorString */
 static const long long emu_dnn_handle_bytes = 16ll << 20;
 
 enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_FILTER = 2 };
@@ -85,18 +84,13 @@ static cudnnStatus_t emu_dnn_fail(cudnnStatus_t s, const char *fmt, ...) __attri
 static cudnnStatus_t emu_dnn_fail(cudnnStatus_t s, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  snprintf(emu_dnn_msg, sizeof emu_dnn_msg, "%s", emu_vviolation(fmt, ap));
+  emu_detail_vfail(&emu_dnn, s, fmt, ap);
   va_end(ap);
-  emu_dnn_code = s;
   return s;
 }
 
 extern "C" const char *cudnnGetErrorString(cudnnStatus_t s) {
-  if (s != CUDNN_STATUS_SUCCESS && s == emu_dnn_code && emu_dnn_msg[0]) {
-    snprintf(emu_dnn_str, sizeof emu_dnn_str, "%s [cuda_emu: %s]", emu_dnn_name(s), emu_dnn_msg);
-    return emu_dnn_str;
-  }
-  return emu_dnn_name(s);
+  return emu_detail_string(&emu_dnn, s, emu_dnn_name(s));
 }
 extern "C" size_t cudnnGetVersion(void) { return CUDNN_VERSION; }
 

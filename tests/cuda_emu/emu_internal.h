@@ -30,6 +30,18 @@
  * stderr unless quiet. Returns the recorded message. */
 const char *emu_violation(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *emu_vviolation(const char *fmt, va_list ap);
+/* A library's last failure as the emulation explained it (the runtime, cuBLAS, cuDNN): the failing
+ * status (0, success in each library, when none), the explanation, and the buffer the library's
+ * status string is built in. */
+struct emu_status_detail {
+  int code;
+  char msg[2048], str[2400];
+};
+/* Records status s failing with fmt's message, a violation (emu_vviolation); returns s. */
+int emu_detail_vfail(emu_status_detail *d, int s, const char *fmt, va_list ap);
+/* What a library's status-string call returns for s, named text: text, or "text [cuda_emu: msg]"
+ * when s is d's failure (not 0) and it has a message. */
+const char *emu_detail_string(emu_status_detail *d, int s, const char *text);
 /* A runtime call failing with e: the message is what cudaGetErrorString(e) will add. */
 cudaError_t emu_cuda_fail(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The sticky error (a kernel that failed), or cudaSuccess; every API call returns it. */

@@ -29,8 +29,8 @@ tt_emu_counts emu_counts;
 
 static int emu_quiet;
 static char emu_last[2048];
-static cudaError_t emu_sticky_code = cudaSuccess, emu_last_code = cudaSuccess, emu_detail_code = cudaSuccess;
-static char emu_detail[2048], emu_errstr[2400];
+static cudaError_t emu_sticky_code = cudaSuccess, emu_last_code = cudaSuccess;
+static emu_status_detail emu_rt; /* the runtime's last failure, for cudaGetErrorString */
 
 const char *emu_vviolation(const char *fmt, va_list ap) {
   vsnprintf(emu_last, sizeof emu_last, fmt, ap);
@@ -50,12 +50,25 @@ const char *emu_violation(const char *fmt, ...) {
   return r;
 }
 
+int emu_detail_vfail(emu_status_detail *d, int s, const char *fmt, va_list ap) {
+  snprintf(d->msg, sizeof d->msg, "%s", emu_vviolation(fmt, ap));
+  d->code = s;
+  return s;
+}
+
+const char *emu_detail_string(emu_status_detail *d, int s, const char *text) {
+  if (s != 0 && s == d->code && d->msg[0]) {
+    snprintf(d->str, sizeof d->str, "%s [cuda_emu: %s]", text, d->msg);
+    return d->str;
+  }
+  return text;
+}
+
 cudaError_t emu_cuda_fail(cudaError_t e, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  snprintf(emu_detail, sizeof emu_detail, "%s", emu_vviolation(fmt, ap));
+  emu_detail_vfail(&emu_rt, e, fmt, ap);
   va_end(ap);
-  emu_detail_code = e;
   emu_last_code = e;
   return e;
 }
@@ -65,8 +78,8 @@ cudaError_t emu_sticky(void) { return emu_sticky_code; }
 void emu_set_sticky(cudaError_t e, const char *msg) {
   if (emu_sticky_code != cudaSuccess) return; /* the first failure is the one to read */
   emu_sticky_code = e;
-  snprintf(emu_detail, sizeof emu_detail, "%s", msg);
-  emu_detail_code = e;
+  snprintf(emu_rt.msg, sizeof emu_rt.msg, "%s", msg);
+  emu_rt.code = e;
   emu_violation("%s", msg);
 }
 
@@ -77,8 +90,9 @@ extern "C" int tt_emu_set_quiet(int quiet) {
 }
 extern "C" const char *tt_emu_last_violation(void) { return emu_last; }
 extern "C" void tt_emu_clear_sticky(void) {
-  emu_sticky_code = emu_last_code = emu_detail_code = cudaSuccess;
-  emu_detail[0] = 0;
+  emu_sticky_code = emu_last_code = cudaSuccess;
+  emu_rt.code = cudaSuccess;
+  emu_rt.msg[0] = 0;
 }
 extern "C" void tt_emu_get_counts(tt_emu_counts *c) { *c = emu_counts; }
 
@@ -126,11 +140,7 @@ static const char *emu_error_text(cudaError_t e) {
 
 extern "C" const char *cudaGetErrorName(cudaError_t e) { return emu_error_name(e); }
 extern "C" const char *cudaGetErrorString(cudaError_t e) {
-  if (e != cudaSuccess && e == emu_detail_code && emu_detail[0]) {
-    snprintf(emu_errstr, sizeof emu_errstr, "%s [cuda_emu: %s]", emu_error_text(e), emu_detail);
-    return emu_errstr;
-  }
-  return emu_error_text(e);
+  return emu_detail_string(&emu_rt, e, emu_error_text(e));
 }
 extern "C" cudaError_t cudaGetLastError(void) {
   cudaError_t e = emu_sticky_code != cudaSuccess ? emu_sticky_code : emu_last_code;

@@ -27,6 +27,14 @@
     TT_CHECK(strstr(tt_emu_last_violation(), (want)) != NULL, "%s: message '%s' lacks '%s'", #call,             \
              tt_emu_last_violation(), (want));                                                                \
   } while (0)
+/* A launch of kernel (1 block of threads, argument arg) that the emulation must stop as a launch
+ * failure with want in its message; the device is usable again afterwards (self_recover). */
+#define EXPECT_LAUNCH_FAILS(kernel, threads, arg, want)                                        \
+  do {                                                                                         \
+    TT_LAUNCH(kernel, 1, threads, 0, 0, arg);                                                  \
+    EXPECT_FAIL(cudaDeviceSynchronize(), cudaErrorLaunchFailure, want);                        \
+    self_recover();                                                                            \
+  } while (0)
 #define OK(call) TT_CHECK((int)(call) == 0, "%s failed: %s", #call, tt_emu_last_violation())
 
 static uint64_t self_rng = 12345;
@@ -220,9 +228,7 @@ static void test_barriers(void) {
            tt_emu_last_violation());
   EXPECT_FAIL(cudaMemcpy(ho, o, 4, cudaMemcpyDeviceToHost), cudaErrorLaunchFailure, "exited");
   self_recover();
-  TT_LAUNCH(self_two_barriers_k, 1, 64, 0, 0, o);
-  EXPECT_FAIL(cudaDeviceSynchronize(), cudaErrorLaunchFailure, "different barriers");
-  self_recover();
+  EXPECT_LAUNCH_FAILS(self_two_barriers_k, 64, o, "different barriers");
   cudaFree(x), cudaFree(o), cudaFree(vo), cudaFree(uo);
   TT_TEST_END();
 }
@@ -281,18 +287,10 @@ static void test_warps(void) {
            (unsigned)h[4 * 64], (unsigned)h[4 * 64 + 40]);
   TT_CHECK(h[5 * 64 + 0] == 1 && h[5 * 64 + 40] == 2, "any/all: %d %d", h[5 * 64], h[5 * 64 + 40]);
   TT_CHECK(h[6 * 64 + 3] == 4 && h[6 * 64 + 31] == 31, "double shuffle: %d %d", h[6 * 64 + 3], h[6 * 64 + 31]);
-  TT_LAUNCH(self_bad_mask_k, 1, 32, 0, 0, o);
-  EXPECT_FAIL(cudaDeviceSynchronize(), cudaErrorLaunchFailure, "leaves out the calling lane");
-  self_recover();
-  TT_LAUNCH(self_partial_warp_k, 1, 48, 0, 0, o);
-  EXPECT_FAIL(cudaDeviceSynchronize(), cudaErrorLaunchFailure, "names lanes that do not exist");
-  self_recover();
-  TT_LAUNCH(self_diverge_k, 1, 32, 0, 0, o);
-  EXPECT_FAIL(cudaDeviceSynchronize(), cudaErrorLaunchFailure, "disagree");
-  self_recover();
-  TT_LAUNCH(self_read_exited_k, 1, 32, 0, 0, o);
-  EXPECT_FAIL(cudaDeviceSynchronize(), cudaErrorLaunchFailure, "has exited");
-  self_recover();
+  EXPECT_LAUNCH_FAILS(self_bad_mask_k, 32, o, "leaves out the calling lane");
+  EXPECT_LAUNCH_FAILS(self_partial_warp_k, 48, o, "names lanes that do not exist");
+  EXPECT_LAUNCH_FAILS(self_diverge_k, 32, o, "disagree");
+  EXPECT_LAUNCH_FAILS(self_read_exited_k, 32, o, "has exited");
   cudaFree(o);
   TT_TEST_END();
 }
@@ -536,6 +534,32 @@ static void test_memory_streams(void) {
 
 /* ------------------------------------ cuBLAS ------------------------------------------ */
 
+/* src rounded to bf16 by the emulation (__float2bfloat16_rn): the bits in bits, their values
+ * (exact in fp32) in vals; n elements. */
+static void self_to_bf16(const float *src, uint16_t *bits, float *vals, int n) {
+  for (int i = 0; i < n; i++) {
+    bits[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
+    vals[i] = __bfloat162float(__ushort_as_bfloat16(bits[i]));
+  }
+}
+
+/* C[i, j] of C = A^T B in double, A stored k x m and B k x n (column j of B at b + j * k). */
+static double self_gemm_ref(const float *a, const float *b, int i, int j, int k) {
+  double want = 0;
+  for (int p = 0; p < k; p++) want += (double)a[i * k + p] * b[j * k + p];
+  return want;
+}
+
+/* C (m x n) = A^T (A stored k x m, lda = k) * B (k x n) by cublasGemmEx in fp32 compute, A and B
+ * of type ab, C of type c (beta 0: C's old contents unread), then C's bytes copied into host. */
+static void self_gemm_tn(cublasHandle_t hb, const void *A, const void *B, void *C, cudaDataType_t ab, cudaDataType_t c, int m,
+                         int n, int k, void *host, size_t bytes) {
+  const float one = 1.0f, zero = 0.0f;
+  OK(cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, A, ab, k, B, ab, k, &zero, C, c, m, CUBLAS_COMPUTE_32F,
+                  CUBLAS_GEMM_DEFAULT));
+  OK(cudaMemcpy(host, C, bytes, cudaMemcpyDeviceToHost));
+}
+
 static void test_cublas(void) {
   cublasHandle_t hb;
   const int m = 5, n = 3, k = 4;
@@ -551,32 +575,24 @@ static void test_cublas(void) {
   OK(cudaMemcpy(A, ha, sizeof ha, cudaMemcpyHostToDevice));
   OK(cudaMemcpy(B, hbm, sizeof hbm, cudaMemcpyHostToDevice));
   /* C (m x n) = A^T (A stored k x m, lda = k) * B (k x n); C holds NaN and beta = 0 must not read it */
-  OK(cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_32F, k, B, CUDA_R_32F, k, &zero, C, CUDA_R_32F,
-                  m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  OK(cudaMemcpy(hc, C, sizeof hc, cudaMemcpyDeviceToHost));
+  self_gemm_tn(hb, A, B, C, CUDA_R_32F, CUDA_R_32F, m, n, k, hc, sizeof hc);
   for (int i = 0; i < m; i++)
     for (int j = 0; j < n; j++) {
-      double want = 0;
-      for (int p = 0; p < k; p++) want += (double)ha[i * k + p] * hbm[j * k + p];
+      double want = self_gemm_ref(ha, hbm, i, j, k);
       TT_CHECK(fabs(hc[j * m + i] - want) < 1e-6, "C[%d,%d] = %g, expected %g", i, j, hc[j * m + i], want);
     }
   { /* bf16 A and B (the first m*k and k*n halves of the buffers), fp32 C and bf16 C */
     uint16_t ba[m * k], bb[k * n], bc[m * n];
-    for (int i = 0; i < m * k; i++) ba[i] = __bfloat16_as_ushort(__float2bfloat16_rn(ha[i]));
-    for (int i = 0; i < k * n; i++) bb[i] = __bfloat16_as_ushort(__float2bfloat16_rn(hbm[i]));
+    float fa[m * k], fb[k * n]; /* the bf16 operands, exactly */
+    self_to_bf16(ha, ba, fa, m * k);
+    self_to_bf16(hbm, bb, fb, k * n);
     OK(cudaMemcpy(A, ba, sizeof ba, cudaMemcpyHostToDevice));
     OK(cudaMemcpy(B, bb, sizeof bb, cudaMemcpyHostToDevice));
-    OK(cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_16BF, k, B, CUDA_R_16BF, k, &zero, C, CUDA_R_32F,
-                    m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    OK(cudaMemcpy(hc, C, sizeof hc, cudaMemcpyDeviceToHost));
-    OK(cublasGemmEx(hb, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, A, CUDA_R_16BF, k, B, CUDA_R_16BF, k, &zero, C, CUDA_R_16BF,
-                    m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    OK(cudaMemcpy(bc, C, sizeof bc, cudaMemcpyDeviceToHost));
+    self_gemm_tn(hb, A, B, C, CUDA_R_16BF, CUDA_R_32F, m, n, k, hc, sizeof hc);
+    self_gemm_tn(hb, A, B, C, CUDA_R_16BF, CUDA_R_16BF, m, n, k, bc, sizeof bc);
     for (int i = 0; i < m; i++)
       for (int j = 0; j < n; j++) {
-        double want = 0;
-        for (int p = 0; p < k; p++)
-          want += (double)__bfloat162float(__ushort_as_bfloat16(ba[i * k + p])) * __bfloat162float(__ushort_as_bfloat16(bb[j * k + p]));
+        double want = self_gemm_ref(fa, fb, i, j, k);
         TT_CHECK(fabs(hc[j * m + i] - want) < 1e-6, "bf16 GEMM C[%d,%d] = %g, expected %g", i, j, hc[j * m + i], want);
         TT_CHECK(bc[j * m + i] == self_bf16_nearest((float)want), "bf16 GEMM, bf16 C[%d,%d]: 0x%04x, expected 0x%04x", i, j,
                  bc[j * m + i], self_bf16_nearest((float)want));
@@ -614,6 +630,22 @@ static void test_cublas(void) {
 }
 
 /* ------------------------------------ cuDNN ------------------------------------------- */
+
+/* The direct loops test_cudnn checks its convolution against, in double: output element i of
+ * y [N, K, oh, ow] = x [N, C, H, W] convolved (CUDNN_CONVOLUTION: the filter flipped) with
+ * w [K, C, R, S] at stride 2x1, padding 1x0. */
+static double self_conv_ref(const float *x, const float *w, int i, int K, int C, int H, int W, int R, int S, int oh, int ow) {
+  int q = i % ow, p = i / ow % oh, k = i / (ow * oh) % K, n = i / (ow * oh * K);
+  double acc = 0;
+  for (int c = 0; c < C; c++)
+    for (int r = 0; r < R; r++)
+      for (int s = 0; s < S; s++) {
+        int ih = p * 2 - 1 + r, iw = q + s;
+        if (ih < 0 || ih >= H || iw >= W) continue;
+        acc += (double)x[((n * C + c) * H + ih) * W + iw] * w[((k * C + c) * R + (R - 1 - r)) * S + (S - 1 - s)];
+      }
+  return acc;
+}
 
 static void test_cudnn(void) {
   cudnnHandle_t h;
@@ -656,20 +688,8 @@ static void test_cudnn(void) {
   OK(cudaMemcpy(hy, y, (size_t)N * K * oh * ow * sizeof(float), cudaMemcpyDeviceToHost));
   { /* convolution mode flips the filter; stride 2x1, pad 1x0 */
     int bad_el = 0;
-    for (int n = 0; n < N; n++)
-      for (int k = 0; k < K; k++)
-        for (int p = 0; p < oh; p++)
-          for (int q = 0; q < ow; q++) {
-            double acc = 0;
-            for (int c = 0; c < C; c++)
-              for (int r = 0; r < R; r++)
-                for (int s = 0; s < S; s++) {
-                  int ih = p * 2 - 1 + r, iw = q + s;
-                  if (ih < 0 || ih >= H || iw >= W) continue;
-                  acc += (double)hx[((n * C + c) * H + ih) * W + iw] * hw[((k * C + c) * R + (R - 1 - r)) * S + (S - 1 - s)];
-                }
-            if (fabs(hy[((n * K + k) * oh + p) * ow + q] - acc) > 1e-5) bad_el++;
-          }
+    for (int i = 0; i < N * K * oh * ow; i++)
+      if (fabs(hy[i] - self_conv_ref(hx, hw, i, K, C, H, W, R, S, oh, ow)) > 1e-5) bad_el++;
     TT_CHECK(bad_el == 0, "%d convolution outputs differ from the direct loops", bad_el);
   }
   EXPECT_FAIL(cudnnConvolutionForward(h, &one, xd, x, wd, w, cd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, ws,
@@ -727,27 +747,15 @@ static void test_cudnn(void) {
     TT_CHECK(first_ok >= 0 && perf[first_ok].mathType == CUDNN_TENSOR_OP_MATH, "bf16: no supported algorithm with tensor-op math");
     OK(cudnnSetConvolutionMathType(cd, CUDNN_DEFAULT_MATH)); /* no tensor-op workspace: ws holds 1096 bytes */
     OK(cudnnGetConvolutionForwardWorkspaceSize(h, xd, wd, cd, yd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, &need));
-    for (int i = 0; i < N * C * H * W; i++) bx[i] = __bfloat16_as_ushort(__float2bfloat16_rn(hx[i]));
-    for (int i = 0; i < K * C * R * S; i++) bw[i] = __bfloat16_as_ushort(__float2bfloat16_rn(hw[i]));
+    float fx[N * C * H * W], fw[K * C * R * S]; /* the bf16 operands, exactly */
+    self_to_bf16(hx, bx, fx, N * C * H * W);
+    self_to_bf16(hw, bw, fw, K * C * R * S);
     OK(cudaMemcpy(x, bx, sizeof bx, cudaMemcpyHostToDevice));
     OK(cudaMemcpy(w, bw, sizeof bw, cudaMemcpyHostToDevice));
     OK(cudnnConvolutionForward(h, &one, xd, x, wd, w, cd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, ws, need, &zero, yd, y));
     OK(cudaMemcpy(by, y, sizeof by, cudaMemcpyDeviceToHost));
-    for (int n = 0; n < N; n++)
-      for (int k = 0; k < K; k++)
-        for (int p = 0; p < oh; p++)
-          for (int q = 0; q < ow; q++) {
-            double acc = 0;
-            for (int c = 0; c < C; c++)
-              for (int r = 0; r < R; r++)
-                for (int s = 0; s < S; s++) {
-                  int ih = p * 2 - 1 + r, iw = q + s;
-                  if (ih < 0 || ih >= H || iw >= W) continue;
-                  acc += (double)__bfloat162float(__ushort_as_bfloat16(bx[((n * C + c) * H + ih) * W + iw])) *
-                         __bfloat162float(__ushort_as_bfloat16(bw[((k * C + c) * R + (R - 1 - r)) * S + (S - 1 - s)]));
-                }
-            if (by[((n * K + k) * oh + p) * ow + q] != self_bf16_nearest((float)acc)) bad_el++;
-          }
+    for (int i = 0; i < N * K * oh * ow; i++)
+      if (by[i] != self_bf16_nearest((float)self_conv_ref(fx, fw, i, K, C, H, W, R, S, oh, ow))) bad_el++;
     TT_CHECK(bad_el == 0, "%d bf16 convolution outputs differ from the direct loops rounded to bf16", bad_el);
     EXPECT_FAIL(cudnnConvolutionForward(h, &one, xd, x, wd, w, cd, CUDNN_CONVOLUTION_FWD_ALGO_FFT, ws, need, &zero, yd, y),
                 CUDNN_STATUS_NOT_SUPPORTED, "does not support this problem");

@@ -152,44 +152,55 @@ static void test_refusals(void) {
   TT_CHECK(refused(tt_test_path("corrupt.safetensors"), "corrupt", msg), "corrupt header: %s", msg);
   TT_CHECK(refused(tt_test_path("missing.safetensors"), NULL, msg), "missing: %s", msg);
 
-  write_raw(tt_test_path("range.safetensors"), "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,1000]}}", 24);
-  TT_CHECK(refused(tt_test_path("range.safetensors"), "out of range", msg), "offsets past the data: %s", msg);
-  write_raw(tt_test_path("shape.safetensors"), "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", 20);
-  TT_CHECK(refused(tt_test_path("shape.safetensors"), "needs 24", msg), "offsets vs shape: %s", msg);
-  write_raw(tt_test_path("rev.safetensors"), "{\"w\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[8,4]}}", 8);
-  TT_CHECK(refused(tt_test_path("rev.safetensors"), NULL, msg), "begin > end: %s", msg);
-  write_raw(tt_test_path("overlap.safetensors"),
-            "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
-            "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]}}",
-            6);
-  TT_CHECK(refused(tt_test_path("overlap.safetensors"), "overlap", msg), "overlap: %s", msg);
-  write_raw(tt_test_path("hole.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}", 8);
-  TT_CHECK(refused(tt_test_path("hole.safetensors"), "hole", msg), "hole: %s", msg);
-  write_raw(tt_test_path("extra.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 9);
-  TT_CHECK(refused(tt_test_path("extra.safetensors"), NULL, msg), "trailing data: %s", msg);
-  write_raw(tt_test_path("dtype.safetensors"), "{\"a\":{\"dtype\":\"Q4\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4);
-  TT_CHECK(refused(tt_test_path("dtype.safetensors"), "Q4", msg), "dtype: %s", msg);
-  write_raw(tt_test_path("neg.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[-4],\"data_offsets\":[0,4]}}", 4);
-  TT_CHECK(refused(tt_test_path("neg.safetensors"), "shape", msg), "negative dim: %s", msg);
-  write_raw(tt_test_path("frac.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4.5],\"data_offsets\":[0,4]}}", 4);
-  TT_CHECK(refused(tt_test_path("frac.safetensors"), "shape", msg), "fractional dim: %s", msg);
-  write_raw(tt_test_path("miss.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4]}}", 4);
-  TT_CHECK(refused(tt_test_path("miss.safetensors"), "data_offsets", msg), "missing field: %s", msg);
-  write_raw(tt_test_path("dup.safetensors"),
-            "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
-            "\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]}}",
-            4);
-  TT_CHECK(refused(tt_test_path("dup.safetensors"), "twice", msg), "duplicate name: %s", msg);
-  write_raw(tt_test_path("meta.safetensors"), "{\"__metadata__\":{\"k\":5}}", 0);
-  TT_CHECK(refused(tt_test_path("meta.safetensors"), "__metadata__", msg), "metadata value: %s", msg);
-  write_raw(tt_test_path("json1.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},}", 4);
-  TT_CHECK(refused(tt_test_path("json1.safetensors"), "corrupt", msg), "trailing comma: %s", msg);
-  write_raw(tt_test_path("json2.safetensors"), "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}} x", 4);
-  TT_CHECK(refused(tt_test_path("json2.safetensors"), "after", msg), "text after: %s", msg);
-  write_raw(tt_test_path("json3.safetensors"), "{\"a\\q\":1}", 0);
-  TT_CHECK(refused(tt_test_path("json3.safetensors"), "escape", msg), "bad escape: %s", msg);
-  write_raw(tt_test_path("json4.safetensors"), "[1,2]", 0);
-  TT_CHECK(refused(tt_test_path("json4.safetensors"), "object", msg), "not an object: %s", msg);
+  {
+    /* hand-written files, each with one defect: the file, what the error must say (NULL: only
+     * the path), the header, the data bytes after it, and the defect */
+    static const struct {
+      const char *file, *want, *header;
+      size_t data_len;
+      const char *what;
+    } bad[] = {
+      {"range.safetensors", "out of range",
+       "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,1000]}}", 24, "offsets past the data"},
+      {"shape.safetensors", "needs 24",
+       "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,20]}}", 20, "offsets vs shape"},
+      {"rev.safetensors", NULL,
+       "{\"w\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[8,4]}}", 8, "begin > end"},
+      {"overlap.safetensors", "overlap",
+       "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+       "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]}}", 6, "overlap"},
+      {"hole.safetensors", "hole",
+       "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}", 8, "hole"},
+      {"extra.safetensors", NULL,
+       "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}", 9, "trailing data"},
+      {"dtype.safetensors", "Q4",
+       "{\"a\":{\"dtype\":\"Q4\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4, "dtype"},
+      {"neg.safetensors", "shape",
+       "{\"a\":{\"dtype\":\"U8\",\"shape\":[-4],\"data_offsets\":[0,4]}}", 4, "negative dim"},
+      {"frac.safetensors", "shape",
+       "{\"a\":{\"dtype\":\"U8\",\"shape\":[4.5],\"data_offsets\":[0,4]}}", 4, "fractional dim"},
+      {"miss.safetensors", "data_offsets",
+       "{\"a\":{\"dtype\":\"U8\",\"shape\":[4]}}", 4, "missing field"},
+      {"dup.safetensors", "twice",
+       "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+       "\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]}}", 4, "duplicate name"},
+      {"meta.safetensors", "__metadata__",
+       "{\"__metadata__\":{\"k\":5}}", 0, "metadata value"},
+      {"json1.safetensors", "corrupt",
+       "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},}", 4, "trailing comma"},
+      {"json2.safetensors", "after",
+       "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}} x", 4, "text after"},
+      {"json3.safetensors", "escape",
+       "{\"a\\q\":1}", 0, "bad escape"},
+      {"json4.safetensors", "object",
+       "[1,2]", 0, "not an object"},
+    };
+    size_t i;
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      write_raw(tt_test_path(bad[i].file), bad[i].header, bad[i].data_len);
+      TT_CHECK(refused(tt_test_path(bad[i].file), bad[i].want, msg), "%s: %s", bad[i].what, msg);
+    }
+  }
   {
     /* header length far beyond the file */
     unsigned char b[16] = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F, '{', '}', ' ', ' ', ' ', ' ', ' ', ' '};

@@ -106,15 +106,11 @@ void test_bf16_cast(void) {
  * backend on the device emulated as sm_80 runs them against the reference (the ops' buffers are
  * in the first backend's arena: one device, one address space). */
 void test_bf16_sm80(void) {
-  size_t reserve = 0;
-  char msg[512];
   tt_backend *g75 = gpu, *g80;
   int old;
   TT_TEST_BEGIN("cuda_bf16_conv_linear_sm80");
   TT_CHECK(test_bf16_lib_refused(), "the emulated sm_75 should refuse bf16 convolutions and GEMMs");
-  old = tt_emu_set_compute_capability(80);
-  g80 = tt_cuda_backend_create(&reserve, NULL, msg, sizeof msg);
-  TT_CHECK(g80 != NULL, "a backend on the emulated sm_80: %s", msg);
+  g80 = test_sm80_backend(&old);
   if (g80) {
     TT_CHECK(tt_cuda_compute_capability(g75) == 75 && tt_cuda_compute_capability(g80) == 80 &&
                  tt_cuda_compute_capability(cpu) == 0 && tt_cuda_compute_capability(NULL) == 0,

@@ -343,22 +343,28 @@ int test_differs(const float *a, const float *b, size_t n) {
 }
 int test_same(const float *a, const float *b, size_t n) { return !test_differs(a, b, n); }
 
+tt_backend *test_sm80_backend(int *old) {
+  size_t reserve = 0;
+  char msg[512];
+  tt_backend *g80;
+  *old = tt_emu_set_compute_capability(80);
+  g80 = tt_cuda_backend_create(&reserve, NULL, msg, sizeof msg);
+  TT_CHECK(g80 != NULL, "a backend on the emulated sm_80: %s", msg);
+  return g80;
+}
+
 /* TF32 (tt_cuda_set_tf32, docs/gpu.md#tf32): a backend starts in true fp32 (cuDNN FMA math, cuBLAS
  * default math), as every CUDA-vs-CPU comparison in this file needs; on the emulated sm_80 TF32 on
  * makes fp32 convolutions and GEMMs read their operands rounded to TF32 (results differ from fp32,
  * within TF32's error of the reference), off gives the fp32 bits back; on the sm_75 it is never
  * used. Every other backend refuses the call. */
 void test_tf32(void) {
-  size_t reserve = 0;
-  char msg[512];
   tt_backend *g75 = gpu, *g80;
   int old;
   TT_TEST_BEGIN("cuda_tf32");
   TT_CHECK(tt_cuda_set_tf32(cpu, 1) == -1, "tt_cuda_set_tf32 on the reference backend should fail");
-  old = tt_emu_set_compute_capability(80);
-  g80 = tt_cuda_backend_create(&reserve, NULL, msg, sizeof msg);
+  g80 = test_sm80_backend(&old);
   tt_emu_set_compute_capability(old);
-  TT_CHECK(g80 != NULL, "a backend on the emulated sm_80: %s", msg);
   for (int dev = 0; dev < 2 && g80 && !tt_test_current_failed; dev++) {
     /* the emulated libraries read the device's compute capability at each call */
     tt_emu_set_compute_capability(dev ? 80 : old);

@@ -114,6 +114,16 @@ void test_cmp_params(test_net *a, test_net *b, int role, double tol, double adam
   free(ha), free(hb);
 }
 
+/* The input of a's first node for a micro-batch of 6 ([6, c, h, w], *cnt floats), uniform in
+ * [-2, 2) from test_rand; the caller frees it. */
+static float *test_rand_input(const test_net *a, size_t *cnt) {
+  const tt_node *in = &a->g.nodes[0];
+  *cnt = (size_t)6 * in->c * in->h * in->w;
+  float *input = (float *)malloc(*cnt * sizeof(float));
+  for (size_t i = 0; i < *cnt; i++) input[i] = test_rand(-2, 2);
+  return input;
+}
+
 void test_step(tt_dtype dt, const char *name) {
   const char *recipe = "tests/fixtures/small_cnn.recipe";
   /* its own fixed stream, so that a test added before it does not change its inputs. In fp16
@@ -133,13 +143,11 @@ void test_step(tt_dtype dt, const char *name) {
     int rc2 = test_net_open(&b, recipe, gpu, dt, 6, 1, 0, kind, &err);
     TT_CHECK(rc2 == 0, "cuda: %s", err.msg);
     if (!rc && !rc2) {
-      const tt_node *in = &a.g.nodes[0];
-      size_t cnt = (size_t)6 * in->c * in->h * in->w;
-      float *input = (float *)malloc(cnt * sizeof(float)), sa[2], sb[2];
+      size_t cnt;
+      float *input = test_rand_input(&a, &cnt), sa[2], sb[2];
       int32_t labels[6] = {0, 4, 2, 1, 3, 2};
       tt_opt_hparams hp;
       test_noise nz = {NULL, 0};
-      for (size_t i = 0; i < cnt; i++) input[i] = test_rand(-2, 2);
       test_cmp_params(&a, &b, 0, 0.0, 0.0, NULL, "initial");
       for (int step = 0; step < 2; step++) {
         int ova = 0, ovb = 0;
@@ -222,14 +230,12 @@ void test_step_bn_relu_fused(void) {
     int rc2 = test_net_open(&b, path, gpu, dt, 6, 1, 0, TT_OPT_SGD, &err);
     TT_CHECK(rc2 == 0, "fused: %s", err.msg);
     if (!rc && !rc2) {
-      const tt_node *in = &a.g.nodes[0];
-      size_t cnt = (size_t)6 * in->c * in->h * in->w;
-      float *input = (float *)malloc(cnt * sizeof(float)), sa[2], sb[2], *ha = NULL, *hb = NULL;
+      size_t cnt;
+      float *input = test_rand_input(&a, &cnt), sa[2], sb[2], *ha = NULL, *hb = NULL;
       int32_t labels[6] = {0, 4, 2, 1, 3, 2};
       tt_opt_hparams hp;
       memset(&hp, 0, sizeof hp);
       hp.kind = TT_OPT_SGD, hp.lr = 0.1f, hp.momentum = 0.9f;
-      for (size_t i = 0; i < cnt; i++) input[i] = test_rand(-2, 2);
       TT_CHECK(a.p.n_fused == 0 && b.p.n_fused > 0, "fused pairs in the call lists: unfused %d, fused %d", a.p.n_fused,
                b.p.n_fused);
       for (int step = 0; step < 2; step++) {
@@ -352,13 +358,11 @@ void test_step_bf16_nhwc(void) {
              "bf16 on CUDA: %d NHWC activations, %d layout changes, %d NHWC steps, %d NHWC conv outputs, conv1 %s",
              a.p.n_nhwc, a.p.n_layout_convs, nhwc_steps, conv_nhwc, first_conv_changes ? "NCHW -> NHWC" : "not NCHW -> NHWC");
     TT_CHECK(b.p.n_nhwc == 0, "layouts_16bit 0: %d NHWC activations", b.p.n_nhwc);
-    const tt_node *in = &a.g.nodes[0];
-    size_t cnt = (size_t)6 * in->c * in->h * in->w;
-    float *input = (float *)malloc(cnt * sizeof(float)), sr[2], sa[2], sb[2];
+    size_t cnt;
+    float *input = test_rand_input(&a, &cnt), sr[2], sa[2], sb[2];
     int32_t labels[6] = {0, 4, 2, 1, 3, 2};
     tt_opt_hparams hp;
     test_noise nz = {NULL, 0}, nz2 = {NULL, 0};
-    for (size_t i = 0; i < cnt; i++) input[i] = test_rand(-2, 2);
     memset(&hp, 0, sizeof hp);
     hp.kind = TT_OPT_SGD, hp.lr = 0.1f, hp.momentum = 0.9f, hp.nesterov = 1, hp.weight_decay = 5e-4f;
     for (int step = 0; step < 2 && !tt_test_current_failed; step++) {
@@ -477,11 +481,9 @@ float test_find_step(tt_backend *be, unsigned used[3], tt_err *err) {
   int rc = test_net_open(&t, "tests/fixtures/small_cnn.recipe", be, TT_F32, 6, 1, 0, TT_OPT_SGD, err);
   TT_CHECK(rc == 0, "%s: %s", be->name, err->msg);
   if (!rc) {
-    const tt_node *in = &t.g.nodes[0];
-    size_t cnt = (size_t)6 * in->c * in->h * in->w;
-    float *input = (float *)malloc(cnt * sizeof(float));
+    size_t cnt;
+    float *input = test_rand_input(&t, &cnt);
     int32_t labels[6] = {0, 4, 2, 1, 3, 2};
-    for (size_t i = 0; i < cnt; i++) input[i] = test_rand(-2, 2);
     for (int d = 0; d < 3; d++) tt_emu_conv_algos_used(d, 1);
     tt_exec_stats(&t.x, NULL, 1, err);
     TT_CHECK(tt_exec_micro_step_f32(&t.x, input, labels, 0, 0, 1.0f / 6, err) == 0 && tt_exec_stats(&t.x, st, 1, err) == 0,

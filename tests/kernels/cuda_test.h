@@ -129,6 +129,9 @@ void test_tf32_run(int on, int want_tf32, const tt_conv_desc *d, tt2 x, tt2 w, t
                    tt2 lx, tt2 lw, tt2 ly, int N, int IN, int OUT, float **yh, float **dwh, float **lyh);
 int test_differs(const float *a, const float *b, size_t n);
 int test_same(const float *a, const float *b, size_t n);
+/* A second backend on the device emulated as sm_80 (NULL, a failed check, when it cannot be made);
+ * the emulated device stays sm_80 until the caller sets *old back (the capability before). */
+tt_backend *test_sm80_backend(int *old);
 void test_tf32(void);
 void test_conv_ws_cap(void);
 

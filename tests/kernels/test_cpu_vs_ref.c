@@ -541,15 +541,22 @@ static void bn_threads_case(int n, int c, int hw, tt_dtype dt) {
 
 /* -------------------------------------- pooling --------------------------------------- */
 
+/* The descriptor of a kh x kw pooling window at strides sh, sw and paddings ph, pw over
+ * [n, c, h, w], with its output size p x q. */
+static tt_pool_desc pool_desc(int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw) {
+  tt_pool_desc d;
+  memset(&d, 0, sizeof d);
+  d.n = n, d.c = c, d.h = h, d.w = w, d.kh = kh, d.kw = kw, d.stride_h = sh, d.stride_w = sw, d.pad_h = ph, d.pad_w = pw;
+  d.p = (h + 2 * ph - kh) / sh + 1, d.q = (w + 2 * pw - kw) / sw + 1;
+  return d;
+}
+
 static void pool_case(const char *name, int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw,
                       tt_pool_mode mode, tt_dtype dt) {
   char tn[128];
   snprintf(tn, sizeof tn, "cpu_vs_ref:%s_%s", name, tt_dtype_name(dt));
   TT_TEST_BEGIN(tn);
-  tt_pool_desc d;
-  memset(&d, 0, sizeof d);
-  d.n = n, d.c = c, d.h = h, d.w = w, d.kh = kh, d.kw = kw, d.stride_h = sh, d.stride_w = sw, d.pad_h = ph, d.pad_w = pw;
-  d.p = (h + 2 * ph - kh) / sh + 1, d.q = (w + 2 * pw - kw) / sw + 1;
+  tt_pool_desc d = pool_desc(n, c, h, w, kh, kw, sh, sw, ph, pw);
   size_t xn = (size_t)n * c * h * w, yn = (size_t)n * c * d.p * d.q;
   float *x = vec(xn, 1.0f), *dy = vec(yn, 1.0f);
   /* some exact ties, which must go to the first maximum on both */
@@ -949,10 +956,7 @@ static void pool_idx_case(int n, int c, int h, int w, int k, int st, int pad) {
   char tn[128];
   snprintf(tn, sizeof tn, "cpu_vs_ref:pool_argmax_bwd_idx_%dx%d_k%d_s%d_p%d_bitwise", h, w, k, st, pad);
   TT_TEST_BEGIN(tn);
-  tt_pool_desc d;
-  memset(&d, 0, sizeof d);
-  d.n = n, d.c = c, d.h = h, d.w = w, d.kh = k, d.kw = k, d.stride_h = st, d.stride_w = st, d.pad_h = pad, d.pad_w = pad;
-  d.p = (h + 2 * pad - k) / st + 1, d.q = (w + 2 * pad - k) / st + 1;
+  tt_pool_desc d = pool_desc(n, c, h, w, k, k, st, st, pad, pad);
   size_t xn = (size_t)n * c * h * w, yn = (size_t)n * c * d.p * d.q;
   float *xf = vec(xn, 4.0f), *gf = vec(yn, 1.0f), *of = vec(xn, 1.0f);
   for (size_t i = 0; i + 1 < xn; i += 5) xf[i + 1] = xf[i]; /* ties */

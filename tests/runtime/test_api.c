@@ -187,6 +187,36 @@ static void test_api_equals_cli(tt_net **keep) {
   *keep = net;
 }
 
+/* Opens a net of o's recipe at precision (2: fp16, TT_PRECISION_BF16), named what, with the
+ * weights file w, and checks that it plans that precision and that predicting the n images
+ * (256 pixels each) and predicting them as normalised floats ((x / 255 - 0.5) / 0.25) give
+ * probabilities (n x C) within tol. */
+static void half_predict(tt_run_opts *o, int precision, const char *what, double tol, const char *w, const uint8_t *images,
+                         int n, int C) {
+  char err[1200];
+  tt_net *b = NULL;
+  o->precision = precision;
+  if (tt_net_open(&b, o, err, sizeof err) != 0) {
+    TT_CHECK(0, "open %s: %s", what, err);
+    return;
+  }
+  size_t cnt = (size_t)n * 256;
+  float *fx = (float *)malloc(sizeof(float) * cnt), *p1 = (float *)malloc(sizeof(float) * n * C),
+        *p2 = (float *)malloc(sizeof(float) * n * C);
+  for (size_t i = 0; i < cnt; i++) fx[i] = (images[i] / 255.0f - 0.5f) / 0.25f;
+  tt_net_info in;
+  tt_net_info_get(b, &in);
+  TT_CHECK(precision == 2 ? in.fp16 : !in.fp16 && !strcmp(in.precision, what), "precision %s asked, %s planned", what,
+           in.precision);
+  TT_CHECK(tt_net_load(b, w) == 0 && tt_net_predict(b, images, n, p1) == 0 && tt_net_predict_f32(b, fx, n, p2) == 0,
+           "%s load + predict: %s", what, tt_net_error(b));
+  double worst = 0;
+  for (size_t i = 0; i < (size_t)n * C; i++) worst = fmax(worst, fabs(p2[i] - p1[i]));
+  TT_CHECK(worst < tol, "%s: predict_f32 differs from predict by %g", what, worst);
+  free(fx), free(p1), free(p2);
+  tt_net_close(b);
+}
+
 static void test_predict(tt_net *net) {
   TT_TEST_BEGIN("api_predict_agrees_with_evaluate");
   tt_dataset ds;
@@ -249,47 +279,11 @@ static void test_predict(tt_net *net) {
   } else {
     TT_CHECK(0, "open: %s", err);
   }
-  /* an fp16 net: float input is converted to fp16 the way pixels are normalised into it */
-  o.precision = 2;
-  if (tt_net_open(&b, &o, err, sizeof err) == 0) {
-    size_t cnt = (size_t)n * 256;
-    float *fx = (float *)malloc(sizeof(float) * cnt), *p1 = (float *)malloc(sizeof(float) * n * C),
-          *p2 = (float *)malloc(sizeof(float) * n * C);
-    for (size_t i = 0; i < cnt; i++) fx[i] = (ds.images[i] / 255.0f - 0.5f) / 0.25f;
-    tt_net_info in;
-    tt_net_info_get(b, &in);
-    TT_CHECK(in.fp16, "precision fp16 asked, %s planned", in.precision);
-    TT_CHECK(tt_net_load(b, w) == 0 && tt_net_predict(b, ds.images, n, p1) == 0 && tt_net_predict_f32(b, fx, n, p2) == 0,
-             "fp16 load + predict: %s", tt_net_error(b));
-    double worst = 0;
-    for (size_t i = 0; i < (size_t)n * C; i++) worst = fmax(worst, fabs(p2[i] - p1[i]));
-    TT_CHECK(worst < 2e-3, "fp16: predict_f32 differs from predict by %g", worst);
-    free(fx), free(p1), free(p2);
-    tt_net_close(b);
-  } else {
-    TT_CHECK(0, "open fp16: %s", err);
-  }
-  /* a bf16 net (TT_PRECISION_BF16): float input is converted to bf16 the way pixels are normalised into it */
-  o.precision = TT_PRECISION_BF16;
-  if (tt_net_open(&b, &o, err, sizeof err) == 0) {
-    size_t cnt = (size_t)n * 256;
-    float *fx = (float *)malloc(sizeof(float) * cnt), *p1 = (float *)malloc(sizeof(float) * n * C),
-          *p2 = (float *)malloc(sizeof(float) * n * C);
-    for (size_t i = 0; i < cnt; i++) fx[i] = (ds.images[i] / 255.0f - 0.5f) / 0.25f;
-    tt_net_info in;
-    tt_net_info_get(b, &in);
-    TT_CHECK(!in.fp16 && !strcmp(in.precision, "bf16"), "precision bf16 asked, %s planned", in.precision);
-    TT_CHECK(tt_net_load(b, w) == 0 && tt_net_predict(b, ds.images, n, p1) == 0 && tt_net_predict_f32(b, fx, n, p2) == 0,
-             "bf16 load + predict: %s", tt_net_error(b));
-    double worst = 0;
-    for (size_t i = 0; i < (size_t)n * C; i++) worst = fmax(worst, fabs(p2[i] - p1[i]));
-    /* probabilities; each input rounds to bf16 (8 bits) from a slightly different fp32 value */
-    TT_CHECK(worst < 2e-2, "bf16: predict_f32 differs from predict by %g", worst);
-    free(fx), free(p1), free(p2);
-    tt_net_close(b);
-  } else {
-    TT_CHECK(0, "open bf16: %s", err);
-  }
+  /* an fp16 net and a bf16 one (TT_PRECISION_BF16): float input is converted to fp16 or bf16 the
+   * way pixels are normalised into it; bf16 probabilities differ more: each input rounds to bf16
+   * (8 bits) from a slightly different fp32 value */
+  half_predict(&o, 2, "fp16", 2e-3, w, ds.images, n, C);
+  half_predict(&o, TT_PRECISION_BF16, "bf16", 2e-2, w, ds.images, n, C);
   free(probs), free(kp), free(kc);
   tt_dataset_free(&ds);
   TT_TEST_END();

@@ -63,23 +63,9 @@ mp() {
   ERR=$(tail -5 "$TMP/err")
 }
 
-cat >"$TMP/tiny.recipe" <<EOF
-[net]
-input = 1x8x8
-classes = 10
-[train]
-batch = 12
-optimizer = adam
-lr = 0.01
-epochs = 1000
-seed = 7
-[data]
-format = synthetic
-[conv c1]
-filters = 4
-size = 3
-[relu]
-[flatten]
+{
+  tiny_recipe_head
+  cat <<EOF
 [linear fc1]
 out = 16
 [relu]
@@ -88,6 +74,7 @@ p = 0.25
 [linear fc]
 out = 10
 EOF
+} >"$TMP/tiny.recipe"
 R="$TMP/tiny.recipe"
 O="--device cpu --threads 1"
 

@@ -135,6 +135,19 @@ static int test_load_fixture_params(test_net *t, const tt_st_file *f, tt_err *er
   return 0;
 }
 
+/* From the fixture's weights, one AdamW step (lr 0.01, betas 0.9 and 0.999, eps 1e-8, weight
+ * decay 0.01) on the fixture's 6 images (input: [6, c, h, w]), as the PyTorch reference took it. */
+static void test_adamw_step(test_net *t, const tt_st_file *f, const float *input, const int32_t *labels) {
+  tt_err err;
+  tt_opt_hparams hp;
+  int overflow = 0;
+  test_load_fixture_params(t, f, &err);
+  TT_CHECK(tt_exec_micro_step_f32(&t->x, input, labels, 0, 0, 1.0f / 6.0f, &err) == 0, "%s", err.msg);
+  memset(&hp, 0, sizeof hp);
+  hp.kind = TT_OPT_ADAMW, hp.lr = 0.01f, hp.beta1 = 0.9f, hp.beta2 = 0.999f, hp.eps = 1e-8f, hp.weight_decay = 0.01f;
+  TT_CHECK(tt_exec_update(&t->x, &hp, 1, 1.0f, &overflow, &err) == 0, "%s", err.msg);
+}
+
 static void test_pytorch_reference(void) {
   const char *fx = "tests/fixtures/small_cnn.safetensors", *recipe = "tests/fixtures/small_cnn.recipe";
   tt_err err;
@@ -206,11 +219,7 @@ static void test_pytorch_reference(void) {
   rc = test_open(&t, recipe, TT_OPT_ADAMW, TT_F32, 6, &err);
   TT_CHECK(rc == 0, "%s", err.msg);
   if (!rc) {
-    test_load_fixture_params(&t, f, &err);
-    TT_CHECK(tt_exec_micro_step_f32(&t.x, input, labels, 0, 0, 1.0f / 6.0f, &err) == 0, "%s", err.msg);
-    memset(&hp, 0, sizeof hp);
-    hp.kind = TT_OPT_ADAMW, hp.lr = 0.01f, hp.beta1 = 0.9f, hp.beta2 = 0.999f, hp.eps = 1e-8f, hp.weight_decay = 0.01f;
-    TT_CHECK(tt_exec_update(&t.x, &hp, 1, 1.0f, &overflow, &err) == 0, "%s", err.msg);
+    test_adamw_step(&t, f, input, labels);
     for (int i = 0; i < t.g.nparams; i++) {
       const tt_param *p = &t.g.params[i];
       if (!p->trainable) continue;
@@ -246,11 +255,7 @@ static void test_pytorch_reference(void) {
   TT_CHECK(rc == 0, "%s", err.msg);
   if (!rc) {
     int nodecay = 0, ndecay = 0;
-    test_load_fixture_params(&t, f, &err);
-    TT_CHECK(tt_exec_micro_step_f32(&t.x, input, labels, 0, 0, 1.0f / 6.0f, &err) == 0, "%s", err.msg);
-    memset(&hp, 0, sizeof hp);
-    hp.kind = TT_OPT_ADAMW, hp.lr = 0.01f, hp.beta1 = 0.9f, hp.beta2 = 0.999f, hp.eps = 1e-8f, hp.weight_decay = 0.01f;
-    TT_CHECK(tt_exec_update(&t.x, &hp, 1, 1.0f, &overflow, &err) == 0, "%s", err.msg);
+    test_adamw_step(&t, f, input, labels);
     for (int i = 0; i < t.g.nparams; i++) {
       const tt_param *p = &t.g.params[i];
       if (!p->trainable) continue;

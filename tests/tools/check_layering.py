@@ -23,10 +23,11 @@ import re
 import subprocess
 import sys
 
+from check_report import check, failed
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ORDER = ["base", "compile", "data", "runtime", "app"]
 RANK = {f: i for i, f in enumerate(ORDER)}
-failed = []
 
 
 def rank_of(path):
@@ -54,14 +55,6 @@ def includes(path):
             m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
             if m:
                 yield os.path.normpath(os.path.join(os.path.dirname(path), m.group(1)))
-
-
-def check(name, bad):
-    if bad:
-        failed.append(name)
-        print("FAIL %s: %s" % (name, "; ".join(bad[:12]) + (" (+%d more)" % (len(bad) - 12) if len(bad) > 12 else "")))
-    else:
-        print("PASS %s" % name)
 
 
 def main():

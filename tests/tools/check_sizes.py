@@ -10,9 +10,10 @@ import os
 import re
 import sys
 
+from check_report import check, failed
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LIB_FILE, TEST_FILE, FUNC = 1000, 1500, 150
-failed = []
 
 
 def walk(top, exts):
@@ -20,14 +21,6 @@ def walk(top, exts):
     for d, _, fs in os.walk(os.path.join(ROOT, top)):
         out += [os.path.relpath(os.path.join(d, f), ROOT) for f in fs if f.endswith(exts)]
     return sorted(out)
-
-
-def check(name, bad):
-    if bad:
-        failed.append(name)
-        print("FAIL %s: %s" % (name, "; ".join(bad[:12]) + (" (+%d more)" % (len(bad) - 12) if len(bad) > 12 else "")))
-    else:
-        print("PASS %s" % name)
 
 
 def functions(path):

@@ -194,33 +194,36 @@ PTX_HAZARDS = [(re.compile(r"\bbfi\.b64\b"), "bfi.b64 (a 64-bit word assembled w
                                              "tt_cuda_st8w; CUDA 13.0's ptxas miscompiled it for sm_90)")]
 
 
-def parse_ptxas(out):
-    """Spill stores/loads and stack frame per mangled function from ptxas's report."""
+def parse_per_function(text, head, row):
+    """{function: row(line)} from a report where a line matching the regex head (group 1: the
+    function) opens a function and the first later line that row maps to a value (not None)
+    closes it."""
     res, cur = {}, None
-    for line in out.splitlines():
-        m = re.search(r"Function properties for (\S+)", line)
+    for line in text.splitlines():
+        m = re.search(head, line)
         if m:
             cur = m.group(1)
             continue
-        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if m and cur:
-            res[cur] = {"frame": int(m.group(1)), "spill_st": int(m.group(2)), "spill_ld": int(m.group(3))}
+        v = row(line) if cur else None
+        if v is not None:
+            res[cur] = v
             cur = None
     return res
+
+
+def parse_ptxas(out):
+    """Spill stores/loads and stack frame per mangled function from ptxas's report."""
+    def row(line):
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        return {"frame": int(m.group(1)), "spill_st": int(m.group(2)), "spill_ld": int(m.group(3))} if m else None
+    return parse_per_function(out, r"Function properties for (\S+)", row)
 
 
 def parse_resources(text):
-    res, cur = {}, None
-    for line in text.splitlines():
-        m = re.match(r"\s*Function (\S+):", line)
-        if m:
-            cur = m.group(1)
-            continue
-        if cur and "REG:" in line:
-            kv = dict((k, int(v)) for k, v in re.findall(r"(\w+(?:\[\d+\])?):(\d+)", line))
-            res[cur] = kv
-            cur = None
-    return res
+    """The REG:, SHARED: ... counts per function from cuobjdump -res-usage."""
+    def row(line):
+        return dict((k, int(v)) for k, v in re.findall(r"(\w+(?:\[\d+\])?):(\d+)", line)) if "REG:" in line else None
+    return parse_per_function(text, r"^\s*Function (\S+):", row)
 
 
 def parse_max_threads(text):
