@@ -818,6 +818,33 @@ static int near_rgb(const unsigned char *a, int r, int g, int b) {
   return abs(a[0] - r) <= 3 && abs(a[1] - g) <= 3 && abs(a[2] - b) <= 3;
 }
 
+/* A valid grey PNG 1 pixel wide and 2^25 tall, and 2^25 x 1 (inside the default pixel limit): they
+ * decode to 28 x 28 (issue 40: stb_image_resize asserted and aborted the process), fitted and
+ * with a random crop. */
+static void test_one_pixel_sides(void) {
+  TT_TEST_BEGIN("image_one_pixel_wide_or_high");
+  const int big = tt_test_sanitized() ? 1 << 21 : 1 << 25;
+  unsigned char *px = (unsigned char *)malloc((size_t)big);
+  uint8_t out[28 * 28];
+  char reason[TT_DECODE_REASON_MAX];
+  memset(px, 200, (size_t)big);
+  for (int k = 0; k < 2; k++) {
+    const char *path = tt_test_path(k ? "wide.png" : "tall.png");
+    TT_CHECK(tt_write_png(path, k ? big : 1, k ? 1 : big, 1, 8, 0, px) == 0, "writing %s", path);
+    int rc = tt_image_decode_file(path, 1, 28, 28, (long long)big, out, reason);
+    TT_CHECK(rc == 0 && out[0] == 200 && out[28 * 28 - 1] == 200, "%s: rc %d (%s), pixels %d %d", path, rc, rc ? reason : "",
+             out[0], out[28 * 28 - 1]);
+    tt_crop crop;
+    memset(&crop, 0, sizeof crop);
+    crop.mode = TT_CROP_RANDOM_RESIZED, crop.key = 7, crop.scale[0] = 0.08f, crop.scale[1] = 1.0f;
+    crop.ratio[0] = 0.75f, crop.ratio[1] = 4.0f / 3.0f;
+    rc = tt_image_decode_file_crop(path, 1, 28, 28, (long long)big, &crop, out, reason);
+    TT_CHECK(rc == 0 && out[0] == 200, "%s with a random crop: rc %d (%s)", path, rc, rc ? reason : "");
+  }
+  free(px);
+  TT_TEST_END();
+}
+
 static void test_pnm(void) {
   char reason[TT_DECODE_REASON_MAX];
   unsigned char rgb[3];
@@ -1174,6 +1201,7 @@ static const tt_test_case tests[] = {
   TT_TEST("folder_special", "data", test_folder_special),
   TT_TEST("synthetic", "data", test_synthetic),
   TT_TEST("loader", "data", test_loader),
+  TT_TEST("one_pixel_sides", "data decode", test_one_pixel_sides),
 };
 
 int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), NULL, NULL); }
