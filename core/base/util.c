@@ -115,6 +115,31 @@ void tt_strbuf_printf(tt_strbuf *b, const char *fmt, ...) {
 /* Appends s as a JSON string literal: quotes, a backslash before '"' and before a backslash,
  * control characters as 4-hex-digit code point escapes; bytes >= 0x80 pass through, so valid
  * UTF-8 in gives valid UTF-8 out. */
+/* The length of the UTF-8 sequence at p (RFC 3629: a lead byte, its continuation bytes 10xxxxxx,
+ * the shortest form only, no surrogates, at most U+10FFFF), or 0 when none starts there. */
+static int utf8_seq(const unsigned char *p) {
+  unsigned c = *p, n, cp, min;
+  if (c < 0x80) return 1;
+  if ((c & 0xe0) == 0xc0) n = 1, cp = c & 0x1f, min = 0x80;
+  else if ((c & 0xf0) == 0xe0) n = 2, cp = c & 0x0f, min = 0x800;
+  else if ((c & 0xf8) == 0xf0) n = 3, cp = c & 0x07, min = 0x10000;
+  else return 0;
+  for (unsigned k = 1; k <= n; k++) {
+    if ((p[k] & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (p[k] & 0x3f);
+  }
+  return cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) ? 0 : (int)n + 1;
+}
+
+int tt_utf8_valid(const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; *p;) {
+    int n = utf8_seq(p);
+    if (!n) return 0;
+    p += n;
+  }
+  return 1;
+}
+
 void tt_strbuf_json(tt_strbuf *b, const char *s) {
   tt_strbuf_put(b, "\"", 1);
   for (; *s; s++) {
@@ -126,6 +151,11 @@ void tt_strbuf_json(tt_strbuf *b, const char *s) {
       tt_strbuf_put(b, e, 2);
     } else if (ch < 0x20) {
       tt_strbuf_printf(b, "\\u%04x", ch);
+    } else if (ch >= 0x80) { /* a UTF-8 sequence as it is; a byte that starts none as \u00XX (read as Latin-1),
+                              * so that a file name in another encoding still makes valid JSON */
+      int n = utf8_seq((const unsigned char *)s);
+      if (n) tt_strbuf_put(b, s, (size_t)n), s += n - 1;
+      else tt_strbuf_printf(b, "\\u%04x", ch);
     } else {
       tt_strbuf_put(b, (const char *)&ch, 1);
     }
@@ -209,3 +239,4 @@ int tt_parse_size(const char *str, size_t *bytes) {
   *bytes = (size_t)(n + f);
   return *bytes ? 0 : -1;
 }
+

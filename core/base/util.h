@@ -57,7 +57,8 @@ void tt_strbuf_printf(tt_strbuf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
-/* Appends s as a quoted JSON string: '"' and '\\' escaped, control characters as \u00XX. */
+/* Appends s as a quoted JSON string: '"' and '\\' escaped, control characters as \u00XX, and a
+ * byte that starts no valid UTF-8 sequence as \u00XX (read as Latin-1): always valid JSON. */
 void tt_strbuf_json(tt_strbuf *b, const char *s);
 
 /* Size arithmetic that cannot wrap: the product or sum, or SIZE_MAX when it does not fit (and
@@ -77,6 +78,10 @@ int tt_edit_distance(const char *a, const char *b, int cap);
 /* The name of names (NULL-terminated) nearest to s within distance 2 (and under half of s's
  * length, so short words do not match everything), or NULL. */
 const char *tt_nearest_name(const char *s, const char *const *names);
+
+/* Whether s is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF): names
+ * that go into JSON (a run's class names in the weights' metadata) must be. */
+int tt_utf8_valid(const char *s);
 
 /* Monotonic clock in seconds. */
 double tt_now(void);

@@ -353,6 +353,16 @@ int tt_dataset_scan_folder(const char *dir, int c, int h, int w, tt_dataset *ds,
     tt_fail(err, "%s: no class subfolders; put the images of each class in their own subfolder", dir);
     goto done;
   }
+  for (k = 0; k < nclasses; k++) /* a class's name goes into the weights' JSON metadata, which is UTF-8 */
+    if (!tt_utf8_valid(classes[k])) {
+      char shown[256];
+      size_t m = 0;
+      for (const unsigned char *q = (const unsigned char *)classes[k]; *q && m + 5 < sizeof shown; q++)
+        m += (size_t)snprintf(shown + m, sizeof shown - m, *q < 0x80 && *q >= 0x20 ? "%c" : "\\x%02x", *q);
+      tt_fail(err, "%s: the class folder '%s' is not named in UTF-8 (a Latin-1 name?); class names go into the "
+              "weights' JSON metadata: rename the folder in UTF-8", dir, shown);
+      goto done;
+    }
   for (k = 0; k < nclasses; k++) {
     char sub[4096];
     char **files = NULL;
@@ -363,6 +373,11 @@ int tt_dataset_scan_folder(const char *dir, int c, int h, int w, tt_dataset *ds,
     }
     /* every entry becomes an item: what is not a regular file is skipped with its reason */
     if (data_list_dir(sub, &files, &nfiles, err) != 0) goto done;
+    if (!nfiles && warn) { /* still a class (labels keep the folders' order), but say so: often a mistake */
+      char w[4200];
+      snprintf(w, sizeof w, "%s: warning: the class folder is empty: class %d ('%s') has no images", sub, k, classes[k]);
+      warn(ud, w);
+    }
     for (i = 0; i < nfiles; i++) {
       char full[4096];
       if (snprintf(full, sizeof full, "%s/%s", sub, files[i]) >= (int)sizeof full) {
