@@ -49,7 +49,7 @@ typedef struct arena_event {
   int add;
 } arena_event;
 
-static void arena_err(char *errbuf, size_t errsize, const char *fmt, ...) {
+void tt_arena_errf(char *errbuf, size_t errsize, const char *fmt, ...) {
   va_list ap;
   if (!errbuf || errsize == 0) return;
   va_start(ap, fmt);
@@ -81,38 +81,38 @@ static int arena_validate(const arena_buf *bufs, int n, char *errbuf, size_t err
   size_t total = 0;
   int i;
   if (n < 0) {
-    arena_err(errbuf, errsize, "arena: negative buffer count %d", n);
+    tt_arena_errf(errbuf, errsize, "arena: negative buffer count %d", n);
     return -1;
   }
   if (n > 0 && !bufs) {
-    arena_err(errbuf, errsize, "arena: %d buffers but a NULL array", n);
+    tt_arena_errf(errbuf, errsize, "arena: %d buffers but a NULL array", n);
     return -1;
   }
   for (i = 0; i < n; i++) {
     const arena_buf *b = &bufs[i];
     if (b->first < 0) {
-      arena_err(errbuf, errsize, "arena: buffer %d: first step %d is negative", i, b->first);
+      tt_arena_errf(errbuf, errsize, "arena: buffer %d: first step %d is negative", i, b->first);
       return -1;
     }
     if (b->first > b->last) {
-      arena_err(errbuf, errsize, "arena: buffer %d: first step %d > last step %d", i, b->first,
+      tt_arena_errf(errbuf, errsize, "arena: buffer %d: first step %d > last step %d", i, b->first,
                 b->last);
       return -1;
     }
     if (!arena_is_pow2(b->align)) {
-      arena_err(errbuf, errsize, "arena: buffer %d: alignment %zu is not a power of two", i,
+      tt_arena_errf(errbuf, errsize, "arena: buffer %d: alignment %zu is not a power of two", i,
                 b->align);
       return -1;
     }
     if (b->alias_of < -1 || b->alias_of >= n || b->alias_of == i) {
-      arena_err(errbuf, errsize, "arena: buffer %d: alias_of %d is not -1 or another buffer (n=%d)",
+      tt_arena_errf(errbuf, errsize, "arena: buffer %d: alias_of %d is not -1 or another buffer (n=%d)",
                 i, b->alias_of, n);
       return -1;
     }
     /* Every offset the planner computes is bounded by the sum of sizes plus alignment
      * padding, so checking that sum once rules out overflow everywhere else. */
     if (b->size > SIZE_MAX - total || b->align > SIZE_MAX - total - b->size) {
-      arena_err(errbuf, errsize, "arena: total size overflows size_t at buffer %d", i);
+      tt_arena_errf(errbuf, errsize, "arena: total size overflows size_t at buffer %d", i);
       return -1;
     }
     total += b->size + b->align;
@@ -566,6 +566,15 @@ static int arena_ranks(const arena_item *it, const int *ids, int m, int16_t *rf,
   return 0;
 }
 
+/* A try of size top (SIZE_MAX: failed) against the best so far: when it is smaller, its offsets
+ * of the nt blocks in ids (try_off) become the plan's (off). Returns the new best size. */
+static size_t arena_keep_better(size_t best, size_t top, const int *ids, int nt, const size_t *try_off, size_t *off) {
+  int i;
+  if (top >= best) return best;
+  for (i = 0; i < nt; i++) off[ids[i]] = try_off[ids[i]];
+  return top;
+}
+
 /* Places the blocks; returns the arena size or SIZE_MAX when out of memory. `lower` is a
  * lower bound for the arena: once a pass reaches it, the other passes are skipped. */
 static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off) {
@@ -624,10 +633,7 @@ static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off
 #ifdef ARENA_DEBUG
     fprintf(stderr, "sweep top=%zu reversed %zu floor=%zu lower=%zu\n", best, rev, floor, lower);
 #endif
-    if (rev < best) {
-      best = rev;
-      for (i = 0; i < nt; i++) off[ids[i]] = try_off[ids[i]];
-    }
+    best = arena_keep_better(best, rev, ids, nt, try_off, off);
   }
   {
     double per_pass = 0.5 * (double)nt * (double)nt + 1.0;
@@ -646,10 +652,7 @@ static size_t arena_place(const arena_item *it, int m, size_t lower, size_t *off
 #ifdef ARENA_DEBUG
       fprintf(stderr, "pass %d area=%d best_fit=%d top=%zu\n", pass, by_area, fit, top);
 #endif
-      if (top < best) {
-        best = top;
-        for (i = 0; i < nt; i++) off[ids[i]] = try_off[ids[i]];
-      }
+      best = arena_keep_better(best, top, ids, nt, try_off, off);
     }
   }
   if (nt == 0) best = floor;
@@ -677,7 +680,7 @@ int tt_arena_plan(arena_buf *bufs, int n, arena_result *res, char *errbuf, size_
 
   if (errbuf && errsize) errbuf[0] = '\0';
   if (!res) {
-    arena_err(errbuf, errsize, "arena: NULL result");
+    tt_arena_errf(errbuf, errsize, "arena: NULL result");
     return -1;
   }
   if (arena_validate(bufs, n, errbuf, errsize)) return -1;
@@ -731,7 +734,7 @@ int tt_arena_plan(arena_buf *bufs, int n, arena_result *res, char *errbuf, size_
   rc = 0;
   goto done;
 oom:
-  arena_err(errbuf, errsize, "arena: out of host memory while planning %d buffers", n);
+  tt_arena_errf(errbuf, errsize, "arena: out of host memory while planning %d buffers", n);
 done:
   free(parent);
   free(child);

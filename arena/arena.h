@@ -52,6 +52,10 @@ int tt_arena_plan(arena_buf *bufs, int n, arena_result *res, char *errbuf, size_
  * Returns 0 if valid, or -1 with the first violation described in errbuf. */
 int tt_arena_check(const arena_buf *bufs, int n, size_t arena_bytes, char *errbuf, size_t errsize);
 
+/* The error message of the planner and of the checker (arena.c): printf-formats into errbuf
+ * (errsize bytes, truncated, always terminated); nothing when errbuf is NULL or errsize 0. */
+void tt_arena_errf(char *errbuf, size_t errsize, const char *fmt, ...);
+
 #ifdef __cplusplus
 }
 #endif

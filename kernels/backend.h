@@ -184,6 +184,100 @@ static inline void tt_backend_knobs_default(tt_backend_knobs *k) {
 }
 
 typedef struct tt_backend tt_backend;
+/* The signatures of the op entries that every backend implements as named functions (the
+ * semantics stand at the struct's fields below); the TT_BACKEND_DECLARE_* macros after the
+ * struct declare one family of them for a backend prefix, so the backends' internal headers
+ * do not repeat the parameter lists. */
+typedef size_t tt_conv_workspace_fn(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
+typedef int tt_conv_fwd_fn(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
+                           const void *bias, void *y, void *ws, size_t ws_bytes);
+typedef int tt_conv_bwd_data_fn(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *dy,
+                                const void *w, void *dx, float beta, void *ws, size_t ws_bytes);
+typedef int tt_conv_bwd_filter_fn(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x,
+                                  const void *dy, float *dw, float *db, float beta, void *ws, size_t ws_bytes);
+typedef size_t tt_linear_workspace_fn(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which);
+typedef int tt_linear_fwd_fn(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
+                             const void *bias, void *y, void *ws, size_t ws_bytes);
+typedef int tt_linear_bwd_data_fn(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *dy,
+                                  const void *w, void *dx, float beta, void *ws, size_t ws_bytes);
+typedef int tt_linear_bwd_filter_fn(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x,
+                                    const void *dy, float *dw, float *db, float beta, void *ws,
+                                    size_t ws_bytes);
+typedef int tt_bn_fwd_train_fn(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x,
+                               const float *gamma, const float *bias, void *y, float *running_mean,
+                               float *running_var, float momentum, float eps, float *save_mean,
+                               float *save_invstd, int update_running, void *ws, size_t ws_bytes);
+typedef int tt_bn_fwd_infer_fn(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x,
+                               const float *gamma, const float *bias, const float *running_mean,
+                               const float *running_var, float eps, void *y, void *ws, size_t ws_bytes);
+typedef int tt_bn_bwd_fn(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
+                         const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
+                         float *dgamma, float *dbias, float beta_dx, float beta_param, void *ws,
+                         size_t ws_bytes);
+typedef int tt_pool_fwd_fn(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
+                           void *y, void *ws, size_t ws_bytes);
+typedef int tt_pool_bwd_fn(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
+                           const void *dy, void *dx, float beta, void *ws, size_t ws_bytes);
+typedef int tt_pool_argmax_fn(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx);
+typedef int tt_pool_bwd_idx_fn(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx,
+                               const void *dy, void *dx, float beta);
+typedef int tt_gap_fwd_fn(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y);
+typedef int tt_gap_bwd_fn(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx,
+                          float beta);
+typedef int tt_act_fwd_fn(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y);
+typedef int tt_act_bwd_fn(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy,
+                          void *dx, float beta);
+typedef int tt_act_mask_fn(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask);
+typedef int tt_act_bwd_mask_fn(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask,
+                               const void *dy, void *dx, float beta);
+typedef int tt_add_fn(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y);
+typedef int tt_accumulate_fn(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta);
+typedef int tt_dropout_fwd_fn(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x,
+                              void *y);
+typedef int tt_dropout_bwd_fn(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy,
+                              void *dx, float beta);
+typedef int tt_cast_fn(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt,
+                       void *dst);
+typedef int tt_normalize_u8_fn(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
+                               const float *std, tt_dtype dt, void *dst);
+typedef int tt_check_finite_fn(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
+typedef int tt_channel_copy_fn(tt_backend *b, int n, int hw, tt_dtype dt, const void *src, int src_c,
+                               int src_off, void *dst, int dst_c, int dst_off, int nc, float beta);
+typedef int tt_save_compress_fn(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x,
+                                void *dst);
+typedef int tt_save_restore_fn(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *src,
+                               void *x);
+typedef int tt_ln_fwd_fn(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const float *gamma,
+                         const float *beta, float eps, void *y, float *save_mean, float *save_invstd, void *ws,
+                         size_t ws_bytes);
+typedef int tt_ln_bwd_fn(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const void *dy,
+                         const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
+                         float *dgamma, float *dbeta, float beta_dx, float beta_param, void *ws,
+                         size_t ws_bytes);
+typedef int tt_attn_fwd_fn(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, void *o,
+                           float *lse, void *probs, uint64_t seed, void *ws, size_t ws_bytes);
+typedef int tt_attn_bwd_fn(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, const void *o,
+                           const void *dout, const float *lse, const void *probs, uint64_t seed, void *dqkv,
+                           float beta, void *ws, size_t ws_bytes);
+typedef int tt_tokens_fwd_fn(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *x,
+                             const float *cls_tok, const float *pos, void *y);
+typedef int tt_tokens_bwd_fn(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *dy,
+                             void *dx, float *dcls, float *dpos, float beta_dx, float beta_param);
+typedef int tt_token_pool_fwd_fn(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *x,
+                                 void *y);
+typedef int tt_token_pool_bwd_fn(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *dy,
+                                 void *dx, float beta);
+typedef int tt_softmax_ce_fn(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits,
+                             const int32_t *labels, float smoothing, float grad_scale, void *dlogits,
+                             float *stats);
+typedef int tt_sgd_update_fn(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr,
+                             float momentum, int nesterov, float weight_decay, float grad_scale,
+                             const tt_clip *clip, const int32_t *skip);
+typedef int tt_adam_update_fn(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v,
+                              float lr, float beta1, float beta2, float eps, float weight_decay, int decoupled,
+                              int t, float grad_scale, const tt_clip *clip, const int32_t *skip);
+typedef int tt_sum_squares_fn(tt_backend *b, size_t count, const float *g, float *acc);
+
 struct tt_backend {
   const char *name;  /* "cpu", "ref", "cuda" */
   void *impl;        /* backend-private state */
@@ -226,87 +320,68 @@ struct tt_backend {
   int (*download_async)(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes, void *done);
 
   /* ---- workspace queries (bytes; 0 when none is needed; TT_WS_ERROR on failure) ---- */
-  size_t (*conv_workspace)(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
-  size_t (*linear_workspace)(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which);
+  tt_conv_workspace_fn *conv_workspace;
+  tt_linear_workspace_fn *linear_workspace;
 
   /* ---- convolution: y = conv(x, w) + bias; bias may be NULL. w, bias in dt. ---- */
-  int (*conv_fwd)(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
-                  const void *bias, void *y, void *ws, size_t ws_bytes);
+  tt_conv_fwd_fn *conv_fwd;
   /* dx = beta*dx + conv_transpose(dy, w) */
-  int (*conv_bwd_data)(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *dy, const void *w,
-                       void *dx, float beta, void *ws, size_t ws_bytes);
+  tt_conv_bwd_data_fn *conv_bwd_data;
   /* dw = beta*dw + dW(x, dy); db = beta*db + sum(dy) (db may be NULL). dw, db fp32. */
-  int (*conv_bwd_filter)(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *dy,
-                         float *dw, float *db, float beta, void *ws, size_t ws_bytes);
+  tt_conv_bwd_filter_fn *conv_bwd_filter;
 
   /* ---- linear: x [n, in], w [out, in] (PyTorch layout), bias [out], y [n, out] ---- */
-  int (*linear_fwd)(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
-                    const void *bias, void *y, void *ws, size_t ws_bytes);
-  int (*linear_bwd_data)(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *dy, const void *w,
-                         void *dx, float beta, void *ws, size_t ws_bytes);
-  int (*linear_bwd_filter)(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
-                           float *dw, float *db, float beta, void *ws, size_t ws_bytes);
+  tt_linear_fwd_fn *linear_fwd;
+  tt_linear_bwd_data_fn *linear_bwd_data;
+  tt_linear_bwd_filter_fn *linear_bwd_filter;
 
   /* ---- batch norm over (n, hw) per channel; gamma, beta, stats fp32 [c] ----
    * Training: normalise with batch statistics, write save_mean and save_invstd; when
    * update_running is non-zero, running = (1-momentum)*running + momentum*batch (running_var
    * uses the unbiased batch variance, as PyTorch does). Recompute passes update_running = 0. */
-  int (*bn_fwd_train)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                      const float *bias, void *y, float *running_mean, float *running_var, float momentum,
-                      float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes);
-  int (*bn_fwd_infer)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                      const float *bias, const float *running_mean, const float *running_var, float eps, void *y,
-                      void *ws, size_t ws_bytes);
+  tt_bn_fwd_train_fn *bn_fwd_train;
+  tt_bn_fwd_infer_fn *bn_fwd_infer;
   /* dx = beta_dx*dx + ...; dgamma/dbias = beta_param*d + ... */
-  int (*bn_bwd)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
-                const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
-                float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+  tt_bn_bwd_fn *bn_bwd;
 
   /* ---- pooling; max backward finds the arg-max from x (first maximum in the window);
    * average counts padding in the divisor (PyTorch's count_include_pad = True) ---- */
-  int (*pool_fwd)(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y, void *ws,
-                  size_t ws_bytes);
-  int (*pool_bwd)(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
-                  const void *dy, void *dx, float beta, void *ws, size_t ws_bytes);
+  tt_pool_fwd_fn *pool_fwd;
+  tt_pool_bwd_fn *pool_bwd;
   /* global average pool: x [n, c, hw] -> y [n, c] */
-  int (*gap_fwd)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y);
-  int (*gap_bwd)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta);
+  tt_gap_fwd_fn *gap_fwd;
+  tt_gap_bwd_fn *gap_bwd;
 
   /* ---- elementwise (count elements) ---- */
   /* y = act(x); y may equal x (in place). */
-  int (*act_fwd)(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y);
+  tt_act_fwd_fn *act_fwd;
   /* dx = beta*dx + dy * act'(.). `saved` is y for RELU and RELU6 (so the forward may run in
    * place) and x for SILU. dx may equal dy when beta == 0. */
-  int (*act_bwd)(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy,
-                 void *dx, float beta);
+  tt_act_bwd_fn *act_bwd;
   /* y = a + b2; y may equal a or b2. */
-  int (*add)(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y);
+  tt_add_fn *add;
   /* y = beta*y + x (gradient routing for add/flatten/fan-out) */
-  int (*accumulate)(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta);
+  tt_accumulate_fn *accumulate;
   /* Inverted dropout with a counter-based mask: element i is kept iff
    * hash(seed, i) >= p * 2^32, kept values scaled by 1/(1-p). The same seed gives the same
    * mask, so backward and recompute regenerate it and no mask is stored. */
-  int (*dropout_fwd)(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y);
-  int (*dropout_bwd)(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy,
-                     void *dx, float beta);
+  tt_dropout_fwd_fn *dropout_fwd;
+  tt_dropout_bwd_fn *dropout_bwd;
   /* Channel-block copy for concat: for each sample, channels [src_off, src_off+nc) of src
    * (src_c channels in all) go to channels [dst_off, dst_off+nc) of dst (dst_c channels);
    * dst = beta*dst + src on the copied block. */
-  int (*channel_copy)(tt_backend *b, int n, int hw, tt_dtype dt, const void *src, int src_c, int src_off,
-                      void *dst, int dst_c, int dst_off, int nc, float beta);
-  int (*cast)(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst);
+  tt_channel_copy_fn *channel_copy;
+  tt_cast_fn *cast;
 
   /* ---- input: uint8 images [n, c, hw] -> dt, (v/255 - mean[c]) / std[c] ---- */
-  int (*normalize_u8)(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
-                      const float *std, tt_dtype dt, void *dst);
+  tt_normalize_u8_fn *normalize_u8;
 
   /* ---- loss: softmax cross-entropy with label smoothing, computed in fp32 ----
    * logits [n, classes] in dt, labels int32 [n]. Target = (1-s)*onehot + s/classes.
    * stats[0] += sum of per-sample losses, stats[1] += number of correct top-1 predictions.
    * If dlogits is non-NULL: dlogits = (softmax - target) * grad_scale (written, dt).
    * Execution passes grad_scale = loss_scale / effective_batch. */
-  int (*softmax_ce)(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
-                    float smoothing, float grad_scale, void *dlogits, float *stats);
+  tt_softmax_ce_fn *softmax_ce;
 
   /* ---- optimizer updates, in place, all fp32; the gradient used is g * gs, gs = grad_scale, or
    * with clip (NULL: none) grad_scale times the clipping coefficient (tt_clip above) ----
@@ -315,15 +390,12 @@ struct tt_backend {
    * skips the update on the device and the host need not wait for the flag before issuing it.
    * SGD (PyTorch semantics): d = g*gs + wd*w; m = momentum*m + d; step = nesterov ? d + momentum*m : m;
    * w -= lr*step. m may be NULL when momentum == 0. */
-  int (*sgd_update)(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
-                    int nesterov, float weight_decay, float grad_scale, const tt_clip *clip, const int32_t *skip);
+  tt_sgd_update_fn *sgd_update;
   /* Adam (decoupled == 0: wd added to the gradient) and AdamW (decoupled == 1:
    * w -= lr*wd*w), bias-corrected with step t (1-based). */
-  int (*adam_update)(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
-                     float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
-                     float grad_scale, const tt_clip *clip, const int32_t *skip);
+  tt_adam_update_fn *adam_update;
   /* flag[0] = 1 if any of x[0..count) is inf or NaN (flag is not cleared; execution zeroes it). */
-  int (*check_finite)(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
+  tt_check_finite_fn *check_finite;
 
   /* ---- set-up (see tt_op_desc above) ----
    * op_workspace: bytes of planned workspace the call needs (0: none; TT_WS_ERROR, with the
@@ -338,18 +410,16 @@ struct tt_backend {
    * act_mask: bit i of mask (uint32 words, bit i%32 of word i/32; tt_act_mask_bytes) = 1 iff
    * act_bwd would pass dy through at y[i] (RELU: y > 0; RELU6: 0 < y < 6); bits past count are
    * zero. act_bwd_mask: act_bwd with the mask in place of y, bit for bit the same dx. */
-  int (*act_mask)(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask);
-  int (*act_bwd_mask)(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
-                      void *dx, float beta);
+  tt_act_mask_fn *act_mask;
+  tt_act_bwd_mask_fn *act_bwd_mask;
   /* Max pooling: idx[n, c, p, q] (uint8; in the desc's layout) = the winner's in-window position (kh*kw <= 256),
    * (ih - oh*sh + ph) * kw + (iw - ow*sw + pw), the first maximum as pool_bwd finds it.
    * pool_bwd_idx: max pool_bwd from idx in place of x, bit for bit the same dx. */
-  int (*pool_argmax)(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx);
-  int (*pool_bwd_idx)(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx, const void *dy, void *dx,
-                      float beta);
+  tt_pool_argmax_fn *pool_argmax;
+  tt_pool_bwd_idx_fn *pool_bwd_idx;
   /* lossy saved copies (tt_save_fmt below; optional, like the compact entries) */
-  int (*save_compress)(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x, void *dst);
-  int (*save_restore)(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *src, void *x);
+  tt_save_compress_fn *save_compress;
+  tt_save_restore_fn *save_restore;
 
   /* ---- transformer ops. Token tensors are [n, t, f] row-major (f fastest); a linear layer over
    * tokens is linear_fwd with n*t rows. A backend may leave these NULL: the planner then refuses
@@ -357,40 +427,31 @@ struct tt_backend {
    * Layer norm over the last dimension (PyTorch's nn.LayerNorm(f)): y = (x - mean) * invstd *
    * gamma + beta per row, invstd = 1/sqrt(biased var + eps); gamma, beta fp32 [f]; save_mean and
    * save_invstd fp32 [rows], written when non-NULL (training), read by backward. */
-  int (*ln_fwd)(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const float *gamma, const float *beta,
-                float eps, void *y, float *save_mean, float *save_invstd, void *ws, size_t ws_bytes);
+  tt_ln_fwd_fn *ln_fwd;
   /* dx = beta_dx*dx + ...; dgamma, dbeta = beta_param*d + ... (fp32 [f]) */
-  int (*ln_bwd)(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const void *dy, const float *gamma,
-                const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbeta,
-                float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+  tt_ln_bwd_fn *ln_bwd;
   /* Attention (tt_attn_desc above). lse may be NULL when evaluating; probs NULL keeps only lse
    * (the fused form: no [t, t] tensor is stored). seed: the dropout stream of this step. */
-  int (*attn_fwd)(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, void *o, float *lse,
-                  void *probs, uint64_t seed, void *ws, size_t ws_bytes);
+  tt_attn_fwd_fn *attn_fwd;
   /* dqkv = beta*dqkv + d(qkv) from do. probs: the forward's, or NULL to rebuild them from qkv
    * and lse. o is the forward's output (the fused backward needs rowsum(do * o)). */
-  int (*attn_bwd)(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, const void *o,
-                  const void *dout, const float *lse, const void *probs, uint64_t seed, void *dqkv, float beta,
-                  void *ws, size_t ws_bytes);
+  tt_attn_bwd_fn *attn_bwd;
   /* Patch tokens: a patch convolution's output x [n, f, hw] (NCHW) becomes y [n, t, f] with
    * t = hw + cls: token cls + i = x[:, :, i] + pos[cls + i]; with cls == 1, token 0 is
    * cls_tok + pos[0]. cls_tok fp32 [f] (NULL iff cls == 0); pos fp32 [t, f] or NULL. */
-  int (*tokens_fwd)(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *x, const float *cls_tok,
-                    const float *pos, void *y);
+  tt_tokens_fwd_fn *tokens_fwd;
   /* dx = beta_dx*dx + ...; dcls, dpos = beta_param*d + sums over the batch (each may be NULL). */
-  int (*tokens_bwd)(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *dy, void *dx,
-                    float *dcls, float *dpos, float beta_dx, float beta_param);
+  tt_tokens_bwd_fn *tokens_bwd;
   /* Token pooling x [n, t, f] -> y [n, f]: mode 0 takes token 0 (the class token), mode 1 the
    * mean over the t tokens. Backward: dx = beta*dx + the routed dy (mode 0: zero, or untouched
    * when beta == 1, at tokens 1..t-1). */
-  int (*token_pool_fwd)(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *x, void *y);
-  int (*token_pool_bwd)(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *dy, void *dx,
-                        float beta);
+  tt_token_pool_fwd_fn *token_pool_fwd;
+  tt_token_pool_bwd_fn *token_pool_bwd;
   /* Global-norm clipping: acc[0] += sum of g[i]^2 over count fp32 values (acc fp32, in the
    * arena). Deterministic: the same inputs give the same bits (the summation order depends on
    * count only). Partial sums are combined in double precision (the CUDA kernel sums each
    * thread's few values in fp32), rounded to fp32 once when added. */
-  int (*sum_squares)(tt_backend *b, size_t count, const float *g, float *acc);
+  tt_sum_squares_fn *sum_squares;
 
   /* ---- the whole optimizer step in few launches (optional: NULL makes the executor call
    * sgd_update / adam_update once per tensor, as the ref and cpu backends do) ----
@@ -492,6 +553,43 @@ struct tt_backend {
    * calls the card will run; never run there. 0 in every real backend (the tables leave it out). */
   int plan_caps;
 };
+
+/* Declares the named entries of one op family for backend prefix P (tt_ref, tt_cpu, tt_cuda):
+ * TT_BACKEND_DECLARE_BN(tt_cpu) declares tt_cpu_bn_fwd_train and its kin. */
+/* the convolution and linear entries */
+#define TT_BACKEND_DECLARE_CONV_LINEAR(P) \
+  tt_conv_workspace_fn P##_conv_workspace; tt_conv_fwd_fn P##_conv_fwd; tt_conv_bwd_data_fn P##_conv_bwd_data; \
+  tt_conv_bwd_filter_fn P##_conv_bwd_filter; tt_linear_workspace_fn P##_linear_workspace; \
+  tt_linear_fwd_fn P##_linear_fwd; tt_linear_bwd_data_fn P##_linear_bwd_data; \
+  tt_linear_bwd_filter_fn P##_linear_bwd_filter;
+/* batch norm */
+#define TT_BACKEND_DECLARE_BN(P) \
+  tt_bn_fwd_train_fn P##_bn_fwd_train; tt_bn_fwd_infer_fn P##_bn_fwd_infer; tt_bn_bwd_fn P##_bn_bwd;
+/* max and average pooling, the compact max-pool winners, global average pooling */
+#define TT_BACKEND_DECLARE_POOL(P) \
+  tt_pool_fwd_fn P##_pool_fwd; tt_pool_bwd_fn P##_pool_bwd; tt_pool_argmax_fn P##_pool_argmax; \
+  tt_pool_bwd_idx_fn P##_pool_bwd_idx; tt_gap_fwd_fn P##_gap_fwd; tt_gap_bwd_fn P##_gap_bwd;
+/* activations, add, accumulate, dropout, casts, input normalisation, the finite check */
+#define TT_BACKEND_DECLARE_ELEMENTWISE(P) \
+  tt_act_fwd_fn P##_act_fwd; tt_act_bwd_fn P##_act_bwd; tt_act_mask_fn P##_act_mask; \
+  tt_act_bwd_mask_fn P##_act_bwd_mask; tt_add_fn P##_add; tt_accumulate_fn P##_accumulate; \
+  tt_dropout_fwd_fn P##_dropout_fwd; tt_dropout_bwd_fn P##_dropout_bwd; tt_cast_fn P##_cast; \
+  tt_normalize_u8_fn P##_normalize_u8; tt_check_finite_fn P##_check_finite;
+/* channel copies and the compressed saves */
+#define TT_BACKEND_DECLARE_SAVE_COPY(P) \
+  tt_channel_copy_fn P##_channel_copy; tt_save_compress_fn P##_save_compress; \
+  tt_save_restore_fn P##_save_restore;
+/* layer norm and attention */
+#define TT_BACKEND_DECLARE_LN_ATTN(P) \
+  tt_ln_fwd_fn P##_ln_fwd; tt_ln_bwd_fn P##_ln_bwd; tt_attn_fwd_fn P##_attn_fwd; tt_attn_bwd_fn P##_attn_bwd;
+/* patch tokens and token pooling */
+#define TT_BACKEND_DECLARE_TOKENS(P) \
+  tt_tokens_fwd_fn P##_tokens_fwd; tt_tokens_bwd_fn P##_tokens_bwd; tt_token_pool_fwd_fn P##_token_pool_fwd; \
+  tt_token_pool_bwd_fn P##_token_pool_bwd;
+/* the loss, the optimiser updates and the squared-gradient sum */
+#define TT_BACKEND_DECLARE_LOSS_OPTIM(P) \
+  tt_softmax_ce_fn P##_softmax_ce; tt_sgd_update_fn P##_sgd_update; tt_adam_update_fn P##_adam_update; \
+  tt_sum_squares_fn P##_sum_squares;
 
 
 /* Lossy saved copies, for backward only ([train] compress_saved): a convolution's input x

@@ -273,75 +273,21 @@ int tt_cpu_conv_is_matmul(tt_backend *b, const tt_op_desc *op);
  * pixels (cpu_conv.c), TT_WS_ERROR on failure; 0 when op does not run so. */
 size_t tt_cpu_conv_strided_workspace(tt_backend *b, const tt_op_desc *op);
 
-/* ---- table entries ---- */
-size_t tt_cpu_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
-int tt_cpu_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
-                    const void *bias, void *y, void *ws, size_t ws_bytes);
-int tt_cpu_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *dy, const void *w,
-                         void *dx, float beta, void *ws, size_t ws_bytes);
-int tt_cpu_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *dy,
-                           float *dw, float *db, float beta, void *ws, size_t ws_bytes);
-size_t tt_cpu_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which);
-int tt_cpu_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
-                      const void *bias, void *y, void *ws, size_t ws_bytes);
-int tt_cpu_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *dy, const void *w,
-                           void *dx, float beta, void *ws, size_t ws_bytes);
-int tt_cpu_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
-                             float *dw, float *db, float beta, void *ws, size_t ws_bytes);
-int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                        const float *bias, void *y, float *running_mean, float *running_var, float momentum,
-                        float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes);
-int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                        const float *bias, const float *running_mean, const float *running_var, float eps,
-                        void *y, void *ws, size_t ws_bytes);
+/* ---- table entries (cpu_conv.c, cpu_linear.c, cpu_bn.c, cpu_elementwise.c, cpu_pool.c,
+ * cpu_layernorm.c, cpu_attention.c; check_finite: cpu_loss_optim.c). cast, dropout, normalize_u8,
+ * act_mask, act_bwd_mask, gap, pool_argmax, pool_bwd_idx and check_finite are our loops in fp32
+ * and bf16, the reference's bits (fp16 and the rest: the reference) ---- */
+TT_BACKEND_DECLARE_CONV_LINEAR(tt_cpu)
+TT_BACKEND_DECLARE_BN(tt_cpu)
 int tt_cpu_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                     const float *bias, const float *save_mean, const float *save_invstd, void *y);
-int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
-                  const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
-                  float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
-int tt_cpu_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y);
-int tt_cpu_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy, void *dx,
-                   float beta);
-int tt_cpu_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y);
-int tt_cpu_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta);
+TT_BACKEND_DECLARE_ELEMENTWISE(tt_cpu)
 /* cpu_dnnl.c: y (count elements of dt) = beta*y + x (x of sdt: fp32, or bf16 when dt is bf16 too); beta == 0
  * overwrites, NaNs included. Rounds as the reference's tt_ref_st_beta does: a primitive's result
  * written back into a gradient. */
 void tt_cpu_combine(tt_backend *b, tt_dtype dt, tt_dtype sdt, const void *x, void *y, size_t count, float beta);
-int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
-                    void *ws, size_t ws_bytes);
-int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
-                    const void *dy, void *dx, float beta, void *ws, size_t ws_bytes);
-
-int tt_cpu_attn_fwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, void *o, float *lse,
-                    void *probs, uint64_t seed, void *ws, size_t ws_bytes);
-int tt_cpu_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, const void *o,
-                    const void *dout, const float *lse, const void *probs, uint64_t seed, void *dqkv, float beta,
-                    void *ws, size_t ws_bytes);
-int tt_cpu_ln_fwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const float *gamma, const float *beta,
-                  float eps, void *y, float *save_mean, float *save_invstd, void *ws, size_t ws_bytes);
-int tt_cpu_ln_bwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const void *dy, const float *gamma,
-                  const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbeta,
-                  float beta_dx, float beta_param, void *ws, size_t ws_bytes);
-
-/* ---- our loops in fp32 and bf16, the reference's bits (fp16 and the rest: the reference):
- * cpu_elementwise.c (cast, dropout, normalize_u8, act_mask, act_bwd_mask), cpu_pool.c (gap,
- * pool_argmax, pool_bwd_idx), cpu_loss_optim.c (check_finite) ---- */
-int tt_cpu_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst);
-int tt_cpu_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y);
-int tt_cpu_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy, void *dx,
-                       float beta);
-int tt_cpu_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y);
-int tt_cpu_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta);
-int tt_cpu_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean, const float *std,
-                        tt_dtype dt, void *dst);
-int tt_cpu_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
-int tt_cpu_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask);
-int tt_cpu_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
-                        void *dx, float beta);
-int tt_cpu_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx);
-int tt_cpu_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx, const void *dy, void *dx,
-                        float beta);
+TT_BACKEND_DECLARE_POOL(tt_cpu)
+TT_BACKEND_DECLARE_LN_ATTN(tt_cpu)
 
 #ifdef __cplusplus
 }

@@ -473,14 +473,8 @@ int tt_cuda_transpose(tt_backend *b, const char *op, int outer, int m, int n, tt
 /* ---- ops (see backend.h) ---- */
 /* cuda_bn_chip.cu: setup of the held-on-chip batch norm (its shared-memory cap), after the kernel check */
 int tt_cuda_norm_setup(tt_backend *b, const cudaDeviceProp *prop);
-/* cuda_conv.cu */
-size_t tt_cuda_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
-int tt_cuda_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
-                     const void *bias, void *y, void *ws, size_t ws_bytes);
-int tt_cuda_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *dy, const void *w,
-                          void *dx, float beta, void *ws, size_t ws_bytes);
-int tt_cuda_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *dy,
-                            float *dw, float *db, float beta, void *ws, size_t ws_bytes);
+/* cuda_conv.cu, cuda_linear.cu */
+TT_BACKEND_DECLARE_CONV_LINEAR(tt_cuda)
 int tt_cuda_conv_cache_create(tt_backend *b);
 void tt_cuda_conv_cache_destroy(tt_backend *b);
 /* Forgets every chosen convolution algorithm (the next query or call chooses again): after the
@@ -490,26 +484,10 @@ void tt_cuda_conv_cache_forget(tt_backend *b);
  * arena's transient region at setup) and keeps the fastest algorithm within the workspace planned for
  * it; TINYTRAIN_CUDA_FIND=0 keeps the heuristic choices. */
 int tt_cuda_conv_find(tt_backend *b, const tt_op_desc *ops, int nops, void *scratch, size_t scratch_bytes);
-/* cuda_linear.cu */
-size_t tt_cuda_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which);
-int tt_cuda_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
-                       const void *bias, void *y, void *ws, size_t ws_bytes);
-int tt_cuda_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *dy, const void *w,
-                            void *dx, float beta, void *ws, size_t ws_bytes);
-int tt_cuda_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
-                              float *dw, float *db, float beta, void *ws, size_t ws_bytes);
 /* cuda_bn.cu */
 /* Workspace bytes of bn_fwd_train and bn_bwd (16-byte aligned); bn_fwd_infer takes none. */
 size_t tt_cuda_bn_workspace(int n, int c, int hw, tt_dtype dt);
-int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                         const float *bias, void *y, float *running_mean, float *running_var, float momentum,
-                         float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes);
-int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                         const float *bias, const float *running_mean, const float *running_var, float eps, void *y,
-                         void *ws, size_t ws_bytes);
-int tt_cuda_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
-                   const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
-                   float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+TT_BACKEND_DECLARE_BN(tt_cuda)
 /* The ReLU-fused forms (backend.h bn_fwd_train_relu, bn_bwd_relu): bn_fwd_train's and bn_bwd's
  * launches with the ReLU folded in. */
 int tt_cuda_bn_fwd_train_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
@@ -520,70 +498,23 @@ int tt_cuda_bn_bwd_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
                         const float *gamma, const float *bias, const float *save_mean, const float *save_invstd, void *dx,
                         float *dgamma, float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
 /* cuda_pool.cu */
-int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
-                     void *ws, size_t ws_bytes);
-int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
-                     const void *dy, void *dx, float beta, void *ws, size_t ws_bytes);
-int tt_cuda_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx);
-int tt_cuda_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx, const void *dy, void *dx,
-                         float beta);
-int tt_cuda_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y);
-int tt_cuda_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta);
-/* cuda_elementwise.cu */
-int tt_cuda_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y);
-int tt_cuda_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy, void *dx,
-                    float beta);
-int tt_cuda_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask);
-int tt_cuda_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
-                         void *dx, float beta);
-int tt_cuda_save_compress(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x, void *dst);
-int tt_cuda_save_restore(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *src, void *x);
-int tt_cuda_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y);
-int tt_cuda_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta);
-int tt_cuda_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y);
-int tt_cuda_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy, void *dx,
-                        float beta);
-int tt_cuda_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *src, int src_c, int src_off,
-                         void *dst, int dst_c, int dst_off, int nc, float beta);
-int tt_cuda_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst);
+TT_BACKEND_DECLARE_POOL(tt_cuda)
+/* cuda_elementwise.cu (check_finite: cuda_loss_optim.cu) */
+TT_BACKEND_DECLARE_ELEMENTWISE(tt_cuda)
+TT_BACKEND_DECLARE_SAVE_COPY(tt_cuda)
 int tt_cuda_cast_multi(tt_backend *b, const tt_cast_seg *segs, int nseg, tt_dtype src_dt, tt_dtype dst_dt);
-int tt_cuda_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
-                         const float *std, tt_dtype dt, void *dst);
 /* cuda_loss_optim.cu */
-int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
-                       float smoothing, float grad_scale, void *dlogits, float *stats);
-int tt_cuda_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
-                       int nesterov, float weight_decay, float grad_scale, const tt_clip *clip, const int32_t *skip);
-int tt_cuda_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
-                        float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
-                        float grad_scale, const tt_clip *clip, const int32_t *skip);
+TT_BACKEND_DECLARE_LOSS_OPTIM(tt_cuda)
 int tt_cuda_sgd_update_multi(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float momentum, int nesterov,
                              float weight_decay, float grad_scale, const tt_clip *clip, const int32_t *skip);
 int tt_cuda_adam_update_multi(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float beta1, float beta2,
                               float eps, float weight_decay, int decoupled, int t, float grad_scale, const tt_clip *clip,
                               const int32_t *skip);
-int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
-int tt_cuda_sum_squares(tt_backend *b, size_t count, const float *g, float *acc);
 /* cuda_layernorm.cu, cuda_attention.cu, cuda_tokens.cu */
 /* Workspace bytes (bwd: the backward's; the forwards take none), TT_WS_ERROR with the reason
  * recorded for a call the kernels cannot run. */
 size_t tt_cuda_ln_workspace(tt_backend *b, int rows, int f, tt_dtype dt, int bwd);
 size_t tt_cuda_attn_workspace(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, int bwd);
-int tt_cuda_ln_fwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const float *gamma, const float *beta,
-                   float eps, void *y, float *save_mean, float *save_invstd, void *ws, size_t ws_bytes);
-int tt_cuda_ln_bwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const void *dy, const float *gamma,
-                   const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbeta,
-                   float beta_dx, float beta_param, void *ws, size_t ws_bytes);
-int tt_cuda_attn_fwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, void *o, float *lse,
-                     void *probs, uint64_t seed, void *ws, size_t ws_bytes);
-int tt_cuda_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, const void *o,
-                     const void *dout, const float *lse, const void *probs, uint64_t seed, void *dqkv, float beta,
-                     void *ws, size_t ws_bytes);
-int tt_cuda_tokens_fwd(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *x, const float *cls_tok,
-                       const float *pos, void *y);
-int tt_cuda_tokens_bwd(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *dy, void *dx,
-                       float *dcls, float *dpos, float beta_dx, float beta_param);
-int tt_cuda_token_pool_fwd(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *x, void *y);
-int tt_cuda_token_pool_bwd(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *dy, void *dx,
-                           float beta);
+TT_BACKEND_DECLARE_LN_ATTN(tt_cuda)
+TT_BACKEND_DECLARE_TOKENS(tt_cuda)
 #endif

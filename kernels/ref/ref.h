@@ -103,10 +103,8 @@ static inline float tt_ref_ld(tt_dtype dt, const void *p, size_t i) {
                       : dt == TT_BF16 ? tt_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 static inline void tt_ref_st(tt_dtype dt, void *p, size_t i, float v) {
-  if (dt == TT_F16)
-    ((uint16_t *)p)[i] = tt_ref_f2h(v);
-  else if (dt == TT_BF16)
-    ((uint16_t *)p)[i] = tt_bf16_from_f32(v);
+  if (dt == TT_F16 || dt == TT_BF16) /* both 16-bit words */
+    ((uint16_t *)p)[i] = dt == TT_F16 ? tt_ref_f2h(v) : tt_bf16_from_f32(v);
   else
     ((float *)p)[i] = v;
 }
@@ -157,80 +155,25 @@ size_t tt_ref_op_workspace(tt_backend *b, const tt_op_desc *op);
 
 /* ---- ops, one table entry each (see backend.h for semantics) ---- */
 /* ref_bn.c */
-int tt_ref_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                        const float *bias, void *y, float *running_mean, float *running_var, float momentum,
-                        float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes);
-int tt_ref_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                        const float *bias, const float *running_mean, const float *running_var, float eps,
-                        void *y, void *ws, size_t ws_bytes);
+TT_BACKEND_DECLARE_BN(tt_ref)
 int tt_ref_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma, const float *bias,
                     const float *save_mean, const float *save_invstd, void *y);
-int tt_ref_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
-                  const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
-                  float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
 /* ref_pool.c: max and average pooling, the compact max-pool winners, global average pooling */
-int tt_ref_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
-                    void *ws, size_t ws_bytes);
-int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x,
-                    const void *dy, void *dx, float beta, void *ws, size_t ws_bytes);
-int tt_ref_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx);
-int tt_ref_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx, const void *dy, void *dx,
-                        float beta);
-int tt_ref_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, void *y);
-int tt_ref_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta);
-/* ref_elementwise.c */
-int tt_ref_act_fwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *x, void *y);
-int tt_ref_act_bwd(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *saved, const void *dy,
-                   void *dx, float beta);
-int tt_ref_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask);
-int tt_ref_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const uint32_t *mask, const void *dy,
-                        void *dx, float beta);
-int tt_ref_save_compress(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x, void *dst);
-int tt_ref_save_restore(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *src, void *x);
-int tt_ref_add(tt_backend *b, size_t count, tt_dtype dt, const void *a, const void *b2, void *y);
-int tt_ref_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, void *y, float beta);
-int tt_ref_dropout_fwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *x, void *y);
-int tt_ref_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64_t seed, const void *dy,
-                       void *dx, float beta);
-int tt_ref_channel_copy(tt_backend *b, int n, int hw, tt_dtype dt, const void *src, int src_c, int src_off,
-                        void *dst, int dst_c, int dst_off, int nc, float beta);
-int tt_ref_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst);
-int tt_ref_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
-                        const float *std, tt_dtype dt, void *dst);
-/* ref_layernorm.c */
+TT_BACKEND_DECLARE_POOL(tt_ref)
+/* ref_elementwise.c (check_finite: ref_loss_optim.c) */
+TT_BACKEND_DECLARE_ELEMENTWISE(tt_ref)
+TT_BACKEND_DECLARE_SAVE_COPY(tt_ref)
+/* ref_layernorm.c, ref_attention.c */
 size_t tt_ref_ln_workspace(tt_backend *b, int rows, int f, tt_dtype dt); /* 0, or TT_WS_ERROR on a bad call */
-int tt_ref_ln_fwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const float *gamma, const float *beta,
-                  float eps, void *y, float *save_mean, float *save_invstd, void *ws, size_t ws_bytes);
-int tt_ref_ln_bwd(tt_backend *b, int rows, int f, tt_dtype dt, const void *x, const void *dy, const float *gamma,
-                  const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbeta,
-                  float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+TT_BACKEND_DECLARE_LN_ATTN(tt_ref)
 /* ref_attention.c. Attention's workspace (bwd 0: TT_OP_ATTN_FWD, 1: TT_OP_ATTN_BWD) is
  * per-thread fp32 scratch, so it depends on the backend's thread count; TT_WS_ERROR (with the
  * reason recorded) on a bad desc. */
 size_t tt_ref_attn_workspace(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, int bwd);
-int tt_ref_attn_fwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, void *o, float *lse,
-                    void *probs, uint64_t seed, void *ws, size_t ws_bytes);
-int tt_ref_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const void *qkv, const void *o,
-                    const void *dout, const float *lse, const void *probs, uint64_t seed, void *dqkv, float beta,
-                    void *ws, size_t ws_bytes);
 /* ref_tokens.c: patch tokens (class token, position embedding) and token pooling */
-int tt_ref_tokens_fwd(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *x, const float *cls_tok,
-                      const float *pos, void *y);
-int tt_ref_tokens_bwd(tt_backend *b, int n, int f, int hw, int cls, tt_dtype dt, const void *dy, void *dx,
-                      float *dcls, float *dpos, float beta_dx, float beta_param);
-int tt_ref_token_pool_fwd(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *x, void *y);
-int tt_ref_token_pool_bwd(tt_backend *b, int n, int t, int f, int mode, tt_dtype dt, const void *dy, void *dx,
-                          float beta);
+TT_BACKEND_DECLARE_TOKENS(tt_ref)
 /* ref_loss_optim.c */
-int tt_ref_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
-                      float smoothing, float grad_scale, void *dlogits, float *stats);
-int tt_ref_sgd_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float lr, float momentum,
-                      int nesterov, float weight_decay, float grad_scale, const tt_clip *clip, const int32_t *skip);
-int tt_ref_adam_update(tt_backend *b, size_t count, float *w, const float *g, float *m, float *v, float lr,
-                       float beta1, float beta2, float eps, float weight_decay, int decoupled, int t,
-                       float grad_scale, const tt_clip *clip, const int32_t *skip);
-int tt_ref_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
-int tt_ref_sum_squares(tt_backend *b, size_t count, const float *g, float *acc);
+TT_BACKEND_DECLARE_LOSS_OPTIM(tt_ref)
 
 #ifdef __cplusplus
 }

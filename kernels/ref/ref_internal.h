@@ -45,22 +45,8 @@ int tt_ref_nchw_check(tt_backend *b, const char *op, int n, int c, int hw, tt_dt
 void tt_ref_sgemm(tt_backend *b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 /* ---- ops, one table entry each (see backend.h for semantics) ---- */
-/* ref_conv.c */
-size_t tt_ref_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which);
-int tt_ref_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *w,
-                    const void *bias, void *y, void *ws, size_t ws_bytes);
-int tt_ref_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *dy, const void *w,
-                         void *dx, float beta, void *ws, size_t ws_bytes);
-int tt_ref_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const void *x, const void *dy,
-                           float *dw, float *db, float beta, void *ws, size_t ws_bytes);
-/* ref_linear.c */
-size_t tt_ref_linear_workspace(tt_backend *b, int n, int in, int out, tt_dtype dt, tt_ws_kind which);
-int tt_ref_linear_fwd(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *w,
-                      const void *bias, void *y, void *ws, size_t ws_bytes);
-int tt_ref_linear_bwd_data(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *dy, const void *w,
-                           void *dx, float beta, void *ws, size_t ws_bytes);
-int tt_ref_linear_bwd_filter(tt_backend *b, int n, int in, int out, tt_dtype dt, const void *x, const void *dy,
-                             float *dw, float *db, float beta, void *ws, size_t ws_bytes);
+/* ref_conv.c, ref_linear.c */
+TT_BACKEND_DECLARE_CONV_LINEAR(tt_ref)
 #ifdef __cplusplus
 }
 #endif
