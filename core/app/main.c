@@ -468,12 +468,11 @@ static int main_stdout_done(void) {
 
 /* A refusal under plan --json: one JSON object with the reason, on stdout. */
 static void main_json_error(const char *msg) {
-  fputs("{\"error\": \"", stdout);
-  for (const unsigned char *p = (const unsigned char *)msg; *p; p++)
-    if (*p == '"' || *p == '\\') printf("\\%c", *p);
-    else if (*p < 0x20) printf("\\u%04x", *p);
-    else putchar(*p);
-  fputs("\"}\n", stdout);
+  tt_strbuf b;
+  memset(&b, 0, sizeof b);
+  tt_strbuf_json(&b, msg); /* a name in any encoding still makes valid JSON */
+  printf("{\"error\": %s}\n", b.p && !b.oom ? b.p : "\"out of memory\"");
+  free(b.p);
 }
 
 int main(int argc, char **argv) {

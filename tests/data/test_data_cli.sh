@@ -175,4 +175,25 @@ run pack --size 4 "$TMP/data/val" /dev/null
 if [ $RC = 1 ] && echo "$ERR" | grep -q "/dev/null: is a character device" && [ ! -e /dev/null-images.npy ] &&
    [ "$(ls /dev | wc -l)" = "$before" ]; then pass data_cli_pack_device_prefix
 else fail data_cli_pack_device_prefix "exit $RC: $ERR"; rm -f /dev/null-images.npy /dev/null-labels.npy /dev/null-classes.json /dev/null-set.json; fi
+# issue 40: a class folder named in Latin-1 is refused by name (its name would make the weights'
+# JSON metadata invalid); an empty class folder is warned about; any file name makes valid JSON
+mkdir -p "$TMP/enc/$(printf 'caf\351')" "$TMP/enc/ok" "$TMP/enc/nothing"
+cp "$TMP/data/val/"*/* "$TMP/enc/ok/" 2>/dev/null
+sed "s#^train = data/train#train = $TMP/enc#; /^test = /d" "$TMP/r.recipe" >"$TMP/enc.recipe"
+run pack "$TMP/enc.recipe"
+if [ $RC = 1 ] && grep -q "class folder 'caf.xe9' is not named in UTF-8" "$TMP/err"; then pass data_cli_class_not_utf8
+else fail data_cli_class_not_utf8 "exit $RC: $ERR"; fi
+rmdir "$TMP/enc/$(printf 'caf\351')"
+run pack "$TMP/enc.recipe"
+if grep -q "enc/nothing: warning: the class folder is empty" "$TMP/err"; then pass data_cli_empty_class_warned
+else fail data_cli_empty_class_warned "exit $RC: $ERR"; fi
+f="$TMP/$(printf 'l\351gume').recipe"
+cp "$TMP/r.recipe" "$f"
+ok=1
+for target in "$f" "$f.missing"; do # a plan, and a refusal naming the file
+  "$TT" plan --json "$target" >"$TMP/j" 2>/dev/null
+  python3 -c 'import json, sys; json.load(open(sys.argv[1], encoding="utf-8"))' "$TMP/j" 2>/dev/null ||
+    { fail data_cli_json_any_name "plan --json of a Latin-1 name is no JSON: $(head -c 200 "$TMP/j" | od -c | head -3)"; ok=0; }
+done
+[ $ok = 1 ] && pass data_cli_json_any_name
 exit $FAILED
