@@ -34,6 +34,15 @@
 #else
 #define CPU_VEC_CLONES
 #endif
+/* The clones of the functions defined in this header, which every file including it compiles:
+ * GCC keeps each file's resolver local, clang 14 makes it a global symbol of the same name in
+ * every file (`multiple definition of cpu_vec_bf_widen.resolver` when linking the clang fuzz
+ * build), so under clang they are compiled without clones (the fuzz targets' speed does not matter). */
+#if defined(__clang__)
+#define CPU_VEC_CLONES_HDR
+#else
+#define CPU_VEC_CLONES_HDR CPU_VEC_CLONES
+#endif
 
 #define CPU_VEC_CHUNK 1024 /* fp32 elements per stack chunk (4 KiB) */
 #define CPU_VEC_SIMD _Pragma("omp simd")
@@ -93,21 +102,21 @@ static inline size_t cpu_vec_chunk(size_t c0, size_t hi) { return hi - c0 < CPU_
 /* ---- whole spans: bf16 widened and rounded, copies, y = beta*y + x ---- */
 
 /* d[i] = s[i] widened */
-static inline CPU_VEC_CLONES void cpu_vec_bf_widen(const uint16_t *s, float *d, size_t n) {
+static inline CPU_VEC_CLONES_HDR void cpu_vec_bf_widen(const uint16_t *s, float *d, size_t n) {
   size_t i;
 #pragma omp simd /* without it GCC 12 -O2 leaves this loop and the next scalar */
   for (i = 0; i < n; i++) CPU_VEC_LD_BF16(s, i, d[i]);
 }
 
 /* d[i] = s[i] rounded to nearest even (tt_bf16_from_f32) */
-static inline CPU_VEC_CLONES void cpu_vec_bf_round(const float *s, uint16_t *d, size_t n) {
+static inline CPU_VEC_CLONES_HDR void cpu_vec_bf_round(const float *s, uint16_t *d, size_t n) {
   size_t i;
 #pragma omp simd
   for (i = 0; i < n; i++) CPU_VEC_ST_BF16(d, i, s[i]);
 }
 
 /* y = beta*y + x (beta 0: y = x, never reading y) */
-static inline CPU_VEC_CLONES void cpu_vec_acc_span(const float *x, float *y, size_t n, float beta) {
+static inline CPU_VEC_CLONES_HDR void cpu_vec_acc_span(const float *x, float *y, size_t n, float beta) {
   size_t i;
   if (beta == 0.0f) {
 #pragma omp simd
