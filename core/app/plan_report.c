@@ -220,6 +220,9 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
                    p->n_inplace, r->predicted_step_ms, r->recompute_ms, r->reserve_bytes,
                    s->reserve_measured ? "true" : "false", r->budget_bytes, s->vram_bytes, s->plan_ms, g->trainable_numel);
   tt_strbuf_json(&b, s->target_cuda ? "cuda" : "cpu");
+  tt_strbuf_printf(&b, ", \"cpu_backend\": "); /* the CPU's library and ISA; null when planning for a card */
+  if (s->target_cuda) tt_strbuf_put(&b, "null", 4);
+  else tt_strbuf_json(&b, strcmp(s->be->name, "ref") ? tt_cpu_backend_info() : "ref");
   tt_strbuf_printf(&b, ", \"planned_for\": ");
   tt_strbuf_json(&b, s->target);
   /* the device's free memory after the context and handles: null without a GPU to ask */
@@ -408,6 +411,9 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
   fprintf(out, "  policy      %s\n", pol);
   tt_session_precision_text(s, pol, sizeof pol);
   fprintf(out, "  precision   %s\n", pol);
+  if (!s->target_cuda) /* what the CPU runs on: the ISA oneDNN dispatches to here (issue 40) */
+    fprintf(out, "  cpu         %s%s\n", strcmp(s->be->name, "ref") ? tt_cpu_backend_info() : "the reference loops",
+            strcmp(s->be->name, "ref") ? " (ONEDNN_MAX_CPU_ISA=AVX2 holds it to AVX2)" : " (TINYTRAIN_CPU_BACKEND=ref)");
   plan_text_recomputed(s, out);
   if (p->n_compact > p->n_compressed)
     fprintf(out, "  compact     %d saves for backward in their smallest exact form (ReLU 1-bit masks, max-pool uint8\n"

@@ -605,6 +605,13 @@ if [ "$RC" != 1 ] || ! echo "$ERR" | grep -Eq "fp16 steps in a row overflowed|th
 fi
 [ $ok = 1 ] && pass cli_diverge_keeps_good
 
+# ---- plan says which ISA the CPU runs on (issue 40), and ONEDNN_MAX_CPU_ISA=AVX2 holds it there ----
+ONEDNN_MAX_CPU_ISA=AVX2 "$TT" plan --device cpu $L >"$TMP/out" 2>"$TMP/err"
+RC=$?
+if [ "$RC" != 0 ] || ! grep -Eq "^  cpu +oneDNN [0-9.]+, avx2 " "$TMP/out"; then
+  fail cli_plan_cpu_isa "exit $RC: $(grep '^  cpu' "$TMP/out")"
+else pass cli_plan_cpu_isa; fi
+
 # ---- output that cannot be written is a failure (issue 40): plan, plan --json and --version into a
 # full disk exit 1 with the reason, not 0 with nothing written ----
 ok=1
