@@ -1,6 +1,6 @@
 /* kernels/cpu/cpu_attention.c — attention on the CPU backend (fp32) as threaded OpenBLAS
  * products over the caller's own strided layouts; fp16 runs the reference loops
- * (kernels/ref/ref_transformer.c).
+ * (kernels/ref/ref_attention.c).
  *
  * Per (sample, head) task over OpenMP threads, as the reference does, but the OpenBLAS products
  * read q, k, v and write o and dqkv in place through their row strides (3f and f) instead of
@@ -99,7 +99,7 @@ static int cpu_attn_fast(const tt_attn_desc *d, tt_dtype dt) {
          isfinite(d->scale);
 }
 
-/* Dropout parameters as the reference's (ref_transformer.c). */
+/* Dropout parameters as the reference's (ref_attention.c). */
 static void cpu_attn_drop(float p, uint32_t *thr, float *dscale, int *all_drop) {
   *all_drop = p >= 1.0f;
   *thr = *all_drop ? 0u : (uint32_t)((double)p * 4294967296.0);

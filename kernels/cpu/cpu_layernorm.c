@@ -1,5 +1,5 @@
 /* kernels/cpu/cpu_layernorm.c — layer norm on the CPU backend as oneDNN primitives (fp32); fp16,
- * and the cases a primitive cannot take, run the reference loops (kernels/ref/ref_transformer.c).
+ * and the cases a primitive cannot take, run the reference loops (kernels/ref/ref_layernorm.c).
  *
  * x [rows, f] plain (tag ab), statistics [rows], gamma/beta [f] as oneDNN's separate scale and
  * shift (dnnl_use_scale | dnnl_use_shift). oneDNN keeps the variance where backend.h keeps

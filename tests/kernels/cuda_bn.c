@@ -203,7 +203,7 @@ void test_bn_relu_fused(void) {
   TT_TEST_END();
 }
 
-/* The held-on-chip batch norm (cuda_norm.cu, one read of x and dy where a block's channels fit
+/* The held-on-chip batch norm (cuda_bn_chip.cu, one read of x and dy where a block's channels fit
  * its shared memory) against the two-pass forms on the same device (tt_cuda_set_bn_resident(gpu,
  * 0) turns it off): the statistics and dgamma/dbias to rounding (the sums are grouped
  * differently), y bit for bit the two-pass normalisation of its own statistics (bn_apply), dx

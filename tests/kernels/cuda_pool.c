@@ -7,7 +7,7 @@
 void test_pooling(void) {
   TT_TEST_BEGIN("cuda_pooling");
   /* n c h w kh kw sh sw ph pw */
-  /* the last five: planes the tiled kernels (cuda_norm.cu) split into several row bands, with
+  /* the last five: planes the tiled kernels (cuda_pool.cu) split into several row bands, with
    * 16-byte loads from a band start off a 32-byte boundary (40x200) and 2-byte ones (21x201),
    * rows wider than a block's 256 threads (20x300, 5x260 at stride 1: the backward's gather
    * steps its column with a carry), and a plane too wide for any band (3x1400: the untiled

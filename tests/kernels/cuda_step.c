@@ -199,7 +199,7 @@ void test_step(tt_dtype dt, const char *name) {
 }
 
 #ifdef TT_CUDA_EMULATION
-/* The executor's batch norm + ReLU pairs (exec.c exec_fuse_table): a net of three batch norms
+/* The call list's batch norm + ReLU pairs (calls.c's fusion table): a net of three batch norms
  * with `activation = relu` trains on the device bit for bit as with TINYTRAIN_FUSE=0 (2 steps of
  * SGD at micro-batch 6, fp32 and fp16: loss, every parameter and gradient, running statistics),
  * and the fused run launches no ReLU kernel of its own where the other launches six a micro-step. */

@@ -835,7 +835,7 @@ static size_t same_bits_or_nan(const void *a, const void *b, size_t n, tt_dtype 
   return i;
 }
 
-/* cpu_bf16.c's ops against the reference, bit for bit, in fp32 and bf16: casts (NaN, inf, -0,
+/* The CPU's bf16 loops (cpu_elementwise.c, cpu_pool.c) against the reference, bit for bit, in fp32 and bf16: casts (NaN, inf, -0,
  * denormals and halfway cases included), dropout forward and backward (beta 0 and 1, p 0, 0.3
  * and 1), global average pooling forward and backward (plane counts not a multiple of the eight
  * summed at once; a plane summing several NaNs may keep another's payload), input normalisation,

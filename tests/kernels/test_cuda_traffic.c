@@ -58,10 +58,10 @@ static const known_t known[] = {
      * normalisation, each a pass over x (dy): 1.5x and 1.67x their minimum. At 7x7 and 14x14 the
      * normalisation and dx read the flat tensor in 16-byte vectors, with each plane's constants (16
      * and 20 bytes) loaded once per plane: +0.03x at 2x2048x49, an L1's to serve. The rows without
-     * "2-pass" take the held-on-chip form (cuda_norm.cu: x and dy read once) and meet the bound. */
+     * "2-pass" take the held-on-chip form (cuda_bn_chip.cu: x and dy read once) and meet the bound. */
     {"bn_fwd_train 2-pass", 1.65, 0.80, "two passes over x (statistics, normalisation); per-plane constants at 7x7"},
     {"bn_bwd 2-pass", 1.8, 0.80, "two passes over x and dy (sums, dx); per-plane constants at 7x7"},
-    /* attention (cuda_transformer.cu) is a matmul-class kernel, outside the elementwise, batch-norm,
+    /* attention (cuda_attention.cu) is a matmul-class kernel, outside the elementwise, batch-norm,
      * pooling, loss and optimizer kernels the 1.25x bound is for: flash-style, each query tile
      * streams k and v (and backward's key tiles stream q and dO) once per tile, which keeps the
      * [t, t] scores off global memory; the re-reads grow with t / 32 and a device's L2 serves
