@@ -263,7 +263,8 @@ static int dist_mpi_init(tt_err *err) {
   DIST_MPI(err, MPI_Comm_rank(local, &dist_g.local_rank));
   DIST_MPI(err, MPI_Comm_size(local, &dist_g.local_size));
   DIST_MPI(err, MPI_Comm_free(&local));
-  if (tt_knobs_init(err)) return -1; /* TINYTRAIN_DIST_TIMEOUT among them, refused when malformed */
+  /* TINYTRAIN_DIST_TIMEOUT: read (and refused when malformed) with the other knobs when the
+   * command started (main.c) or the session opened; not read again here */
   dist_timeout = tt_dist_timeout();
   if (dist_g.size > 1 && dist_arrivals_init(err)) return -1;
   if (dist_g.size > 1 && dist_timeout > 0) {
