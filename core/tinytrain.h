@@ -95,7 +95,7 @@ typedef struct tt_run_opts {
 typedef struct tt_run_result {
   double final_accuracy, final_loss; /* of the last evaluation; NaN when the run evaluated nothing */
   long long steps_done;  /* optimizer steps done in all (a resumed run's earlier ones included); tt_evaluate: 0 */
-  int stop_signal;       /* SIGINT or SIGTERM when tt_train returned TT_STOPPED, else 0 */
+  int stop_signal;       /* SIGINT, SIGTERM, SIGHUP or SIGPIPE when tt_train returned TT_STOPPED, else 0 */
 } tt_run_result;
 
 /* tt_train's status when SIGINT or SIGTERM asked it to stop: it finished the step in progress,

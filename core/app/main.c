@@ -2,6 +2,8 @@
  * with getopt_long: `--vram 4G` and `--vram=4G` both work, and options may follow the recipe. */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +62,54 @@ static void main_omp_waits(char **argv) {
 #else
   (void)argv;
 #endif
+}
+
+/* ---- The stop signals never run on a compute thread (issue 40: Ctrl-C crashed the run) ----
+ * oneDNN's f32 GEMM on AVX2 (its JIT kernel avx_gemm_f32, behind the linear layers and some
+ * convolutions) moves the stack pointer into a heap workspace while it runs. A signal handled on
+ * that thread has its frame (the CPU's saved registers: 1 to 11 KB) written by the kernel just
+ * below the stack pointer, over the heap chunk in front of the workspace; glibc then aborts in a
+ * later free ("corrupted size vs. prev_size while consolidating", "free(): invalid pointer").
+ * A handler that does nothing but set a flag corrupts the heap all the same. So SIGINT, SIGTERM,
+ * SIGHUP and SIGPIPE are blocked here, before this process has made a thread: every thread
+ * made later inherits the mask (OpenMP's team, the loader's, MPI's), and one thread that runs
+ * nothing else takes them, running train.c's handler or the default action (a Ctrl-C at
+ * `plan` still ends it). A SIGPIPE that a write of this thread raises stays pending on it: the
+ * training loop takes it between steps as a stop request (train.c), and any other command dies
+ * of it once its output is done (main_stdout_done), as it did before. Threads made before main
+ * (OpenBLAS's) keep the signals unblocked; they run no oneDNN code.
+ * tests/cli/test_cli.sh cli_signal_burst checks it under ONEDNN_MAX_CPU_ISA=AVX2. */
+static void main_stop_signals(sigset_t *s) {
+  sigemptyset(s);
+  sigaddset(s, SIGINT);
+  sigaddset(s, SIGTERM);
+  sigaddset(s, SIGHUP);
+  sigaddset(s, SIGPIPE);
+}
+
+/* The thread that takes the stop signals: it unblocks them and sleeps; a handler runs here. */
+static void *main_signal_thread(void *arg) {
+  sigset_t s;
+  (void)arg;
+  main_stop_signals(&s);
+  pthread_sigmask(SIG_UNBLOCK, &s, NULL);
+  for (;;) pause();
+  return NULL;
+}
+
+/* Blocks the stop signals in this thread and starts the thread that takes them; where it cannot
+ * start one, puts the mask back (the signals then reach whichever thread, as before). */
+static void main_route_signals(void) {
+  sigset_t s, old;
+  pthread_attr_t at;
+  pthread_t t;
+  main_stop_signals(&s);
+  if (pthread_sigmask(SIG_BLOCK, &s, &old)) return;
+  int ok = pthread_attr_init(&at) == 0;
+  /* 256 KiB: a signal frame with AVX-512 and AMX state is about 11 KB */
+  if (ok) pthread_attr_setstacksize(&at, 256 * 1024), pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  if (!ok || pthread_create(&t, &at, main_signal_thread, NULL)) pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (ok) pthread_attr_destroy(&at);
 }
 
 static void main_usage(FILE *f, const char *cmd) {
@@ -462,6 +512,14 @@ static int main_stdout_done(void) {
   int bad = fflush(stdout) != 0 || ferror(stdout);
   if (fclose(stdout) != 0) bad = 1;
   if (!bad) return 0;
+  sigset_t pend;
+  if (sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE)) { /* a reader that went away (`plan | head -1`): */
+    sigset_t pipe1;                                              /* die of the SIGPIPE, silently, as a pipeline expects */
+    sigemptyset(&pipe1);
+    sigaddset(&pipe1, SIGPIPE);
+    signal(SIGPIPE, SIG_DFL);
+    pthread_sigmask(SIG_UNBLOCK, &pipe1, NULL);
+  }
   fprintf(stderr, "tinytrain: could not write the output to standard output: %s\n", strerror(errno));
   return 1;
 }
@@ -477,6 +535,7 @@ static void main_json_error(const char *msg) {
 
 int main(int argc, char **argv) {
   main_omp_waits(argv); /* first: it may run the program again */
+  main_route_signals(); /* before any thread exists */
   tt_run_opts o = tt_run_opts_default();
   tt_run_result res;
   memset(&res, 0, sizeof res);

@@ -72,12 +72,16 @@ int tt_train_checkpoint_due(long long every_steps, double every_seconds, long lo
  * requests like the others. After SIGPIPE the writes to the dead pipe fail with EPIPE, which
  * the progress output ignores. */
 
-/* The signal that asked the run to stop, 0 while none did. The one piece of process-wide
- * state in the library: a signal handler can reach nothing else. The handler only sets it;
- * the step loop reads it between steps. */
+/* The signal that asked the run to stop, 0 while none did. With train_pipe_ours, the only
+ * process-wide state in the library: a signal handler can reach nothing else. The handler only
+ * sets it (on the command line's signal thread, main.c; elsewhere on any thread); the step loop
+ * reads it between steps. */
 static volatile sig_atomic_t train_stop_signal;
 
 static void train_on_signal(int sig) { train_stop_signal = sig; }
+
+/* 1 while train_on_signal is SIGPIPE's handler (its disposition was the default) */
+static int train_pipe_ours;
 
 #define TRAIN_NSIG 4
 typedef struct train_signals {
@@ -110,12 +114,33 @@ static void train_signals_install(train_signals *t) {
     sa.sa_flags = SA_RESTART | (train_signal_nums[i] == SIGPIPE ? 0 : SA_RESETHAND);
     t->installed[i] = sigaction(train_signal_nums[i], &sa, NULL) == 0;
   }
+  train_pipe_ours = t->installed[3]; /* train_signal_nums[3] is SIGPIPE */
+}
+
+/* The signal that asks the run to stop, or 0: the handler's flag, else a SIGPIPE that waits on
+ * this thread because the command line blocks the stop signals in every thread but one (main.c
+ * main_route_signals: oneDNN's AVX2 GEMM runs with the stack pointer in a heap workspace, where
+ * a handler's frame would corrupt the heap). A write of this thread into a dead pipe raises that
+ * SIGPIPE; it is taken here, between steps, and stops the run as the handler would have. Where
+ * the signals are not blocked (a program of the C API that does not block them), a SIGPIPE runs
+ * the handler at once and nothing waits. */
+static int train_stop_requested(void) {
+  int sig = train_stop_signal;
+  if (sig || !train_pipe_ours) return sig;
+  sigset_t pend, pipe1;
+  if (sigpending(&pend) || !sigismember(&pend, SIGPIPE)) return 0;
+  sigemptyset(&pipe1);
+  sigaddset(&pipe1, SIGPIPE);
+  struct timespec now = {0, 0};
+  if (sigtimedwait(&pipe1, NULL, &now) == SIGPIPE) train_stop_signal = SIGPIPE;
+  return train_stop_signal;
 }
 
 /* Puts back the dispositions that train_signals_install replaced, and only those. */
 static void train_signals_restore(train_signals *t) {
   for (int i = 0; i < TRAIN_NSIG; i++)
     if (t->installed[i]) sigaction(train_signal_nums[i], &t->old[i], NULL);
+  train_pipe_ours = 0;
 }
 
 /* The learning rate at a fractional epoch: a linear warm-up from lr/100 to lr over
@@ -634,7 +659,7 @@ static int train_after_step(train_run *R, int epoch, int k, int *stopped, tt_err
   tt_ckpt_state *st = &R->st;
   int last = k + 1 == R->steps_per_epoch;
   st->epoch = epoch, st->images_in_epoch = (long long)(k + 1) * R->batch;
-  int sig = train_stop_signal;
+  int sig = train_stop_requested();
   if (tt_dist_max(&sig, err)) return -1; /* a signal to any rank stops every rank at this step */
   if (sig) {
     R->stop_signal = sig;
@@ -752,7 +777,7 @@ static int train_body(train_run *R, tt_err *err) {
     if (train_epoch(R, epoch, &e, &stopped, err)) return -1;
     if (stopped && R->st.epoch == epoch) break; /* stopped inside the epoch: checkpoint below, no evaluation */
     if (train_end_epoch(R, epoch, &e, err)) return -1;
-    int sig = train_stop_signal; /* during the evaluation: on any rank, then every rank stops */
+    int sig = train_stop_requested(); /* during the evaluation: on any rank, then every rank stops */
     if (tt_dist_max(&sig, err)) return -1;
     if (sig && epoch + 1 < R->epochs) R->stop_signal = sig, stopped = 1;
   }
