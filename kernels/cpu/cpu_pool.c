@@ -23,11 +23,175 @@
 #include "cpu_internal.h"
 #include "cpu_vec.h"
 
+/* ---- max pooling: our loops (fp32 and bf16 storage, NCHW and NHWC, dx overwritten) ----
+ * The backward finds each window's first maximum again from x and writes dy there, so it needs
+ * no workspace and no second forward: oneDNN's backward needs the training forward's workspace,
+ * which (kept from nothing) cost a training forward per backward, and on AVX2 oneDNN 2.6 runs
+ * NCHW pooling in its slow simple_nchw form. Measured in docs/measured.md.
+ *
+ * The reference's bits (ref_pool.c): y is the window's maximum, NaN wins; dx[i] is 0.0f plus
+ * dy of each window whose first maximum (the last NaN, if any) is i, added in (oh, ow) order.
+ * Adding 0.0f for the windows that do not pick i changes no bit: a sum that starts at +0.0 is
+ * never -0.0. bf16 dx is added into in place only where windows do not overlap (stride >= kernel):
+ * one term per element, rounded once as the reference does; overlapping bf16 windows go to oneDNN. */
+
+#define CPU_POOL_MAX_FWD_ROW(sfx, T, LD, ST)                                                                    \
+  /* y row (sample n, output row oh) of an NHWC x [n, h, w, c]: each pixel's c channels at once */              \
+  static CPU_VEC_CLONES void cpu_pool_max_nhwc_row_##sfx(const tt_pool_desc *d, const T *x, T *y, int oh) {     \
+    int c = d->c, ow, ih, iw;                                                                                   \
+    int r0 = oh * d->stride_h - d->pad_h, h0 = r0 < 0 ? 0 : r0, h1 = r0 + d->kh > d->h ? d->h : r0 + d->kh;    \
+    for (ow = 0; ow < d->q; ow++) {                                                                             \
+      int c0 = ow * d->stride_w - d->pad_w, w0 = c0 < 0 ? 0 : c0, w1 = c0 + d->kw > d->w ? d->w : c0 + d->kw; \
+      for (int k0 = 0; k0 < c; k0 += CPU_VEC_CHUNK) {                                                           \
+        int e = c - k0 < CPU_VEC_CHUNK ? c - k0 : CPU_VEC_CHUNK, k;                                             \
+        float best[CPU_VEC_CHUNK];                                                                              \
+        for (k = 0; k < e; k++) best[k] = -INFINITY;                                                            \
+        for (ih = h0; ih < h1; ih++)                                                                            \
+          for (iw = w0; iw < w1; iw++) {                                                                        \
+            const T *xp = x + ((size_t)ih * d->w + iw) * c + k0;                                                \
+            CPU_VEC_SIMD for (k = 0; k < e; k++) {                                                              \
+              float v;                                                                                          \
+              LD(xp, k, v);                                                                                     \
+              best[k] = v > best[k] || v != v ? v : best[k];                                                    \
+            }                                                                                                   \
+          }                                                                                                     \
+        T *yp = y + ((size_t)oh * d->q + ow) * c + k0;                                                          \
+        CPU_VEC_SIMD for (k = 0; k < e; k++) ST(yp, k, best[k]);                                                \
+      }                                                                                                         \
+    }                                                                                                           \
+  }
+CPU_VEC_TWINS(CPU_POOL_MAX_FWD_ROW)
+
+#define CPU_POOL_MAX_BWD_IMG(sfx, T, LD, ST)                                                                    \
+  /* dx of one sample of NHWC x [h, w, c] from dy [p, q, c]: zeroed, then each window's dy added at its       \
+   * first maximum, channel by channel (the winner's tap number per lane, then a masked add per tap) */        \
+  static CPU_VEC_CLONES void cpu_pool_max_nhwc_bwd_##sfx(const tt_pool_desc *d, const T *x, const T *dy, T *dx) { \
+    int c = d->c, oh, ow, ih, iw;                                                                               \
+    size_t all = (size_t)d->h * d->w * c, i;                                                                    \
+    float z = 0.0f;                                                                                             \
+    for (i = 0; i < all; i++) ST(dx, i, z);                                                                     \
+    for (oh = 0; oh < d->p; oh++) {                                                                             \
+      int r0 = oh * d->stride_h - d->pad_h, h0 = r0 < 0 ? 0 : r0, h1 = r0 + d->kh > d->h ? d->h : r0 + d->kh;  \
+      for (ow = 0; ow < d->q; ow++) {                                                                           \
+        int c0 = ow * d->stride_w - d->pad_w, w0 = c0 < 0 ? 0 : c0;                                             \
+        int w1 = c0 + d->kw > d->w ? d->w : c0 + d->kw;                                                         \
+        for (int k0 = 0; k0 < c; k0 += CPU_VEC_CHUNK) {                                                         \
+          int e = c - k0 < CPU_VEC_CHUNK ? c - k0 : CPU_VEC_CHUNK, k, t;                                        \
+          float best[CPU_VEC_CHUNK];                                                                            \
+          int win[CPU_VEC_CHUNK];                                                                               \
+          const T *gp = dy + ((size_t)oh * d->q + ow) * c + k0;                                                 \
+          for (k = 0; k < e; k++) best[k] = -INFINITY, win[k] = -1;                                             \
+          for (t = 0, ih = h0; ih < h1; ih++)                                                                   \
+            for (iw = w0; iw < w1; iw++, t++) {                                                                 \
+              const T *xp = x + ((size_t)ih * d->w + iw) * c + k0;                                              \
+              CPU_VEC_SIMD for (k = 0; k < e; k++) {                                                            \
+                float v;                                                                                        \
+                LD(xp, k, v);                                                                                   \
+                int take = win[k] < 0 || v > best[k] || v != v;                                                 \
+                best[k] = take ? v : best[k];                                                                   \
+                win[k] = take ? t : win[k];                                                                     \
+              }                                                                                                 \
+            }                                                                                                   \
+          for (t = 0, ih = h0; ih < h1; ih++)                                                                   \
+            for (iw = w0; iw < w1; iw++, t++) {                                                                 \
+              T *dp = dx + ((size_t)ih * d->w + iw) * c + k0;                                                   \
+              CPU_VEC_SIMD for (k = 0; k < e; k++) {                                                            \
+                float g, a;                                                                                     \
+                LD(gp, k, g);                                                                                   \
+                LD(dp, k, a);                                                                                   \
+                a += win[k] == t ? g : 0.0f;                                                                    \
+                ST(dp, k, a);                                                                                   \
+              }                                                                                                 \
+            }                                                                                                   \
+        }                                                                                                       \
+      }                                                                                                         \
+    }                                                                                                           \
+  }
+CPU_VEC_TWINS(CPU_POOL_MAX_BWD_IMG)
+
+#define CPU_POOL_MAX_PLANE(sfx, T, LD, ST)                                                                      \
+  /* one NCHW plane x [h, w] -> y [p, q] (forward), or dx [h, w] from dy [p, q] (backward, bwd != 0): window \
+   * by window, as the reference walks it */                                                                    \
+  static void cpu_pool_max_plane_##sfx(const tt_pool_desc *d, const T *x, T *y, const T *dy, T *dx, int bwd) {  \
+    int oh, ow, ih, iw;                                                                                         \
+    float z = 0.0f;                                                                                             \
+    if (bwd)                                                                                                    \
+      for (size_t i = 0; i < (size_t)d->h * d->w; i++) ST(dx, i, z);                                            \
+    for (oh = 0; oh < d->p; oh++) {                                                                             \
+      int r0 = oh * d->stride_h - d->pad_h, h0 = r0 < 0 ? 0 : r0, h1 = r0 + d->kh > d->h ? d->h : r0 + d->kh;  \
+      for (ow = 0; ow < d->q; ow++) {                                                                           \
+        int c0 = ow * d->stride_w - d->pad_w, w0 = c0 < 0 ? 0 : c0;                                             \
+        int w1 = c0 + d->kw > d->w ? d->w : c0 + d->kw;                                                         \
+        float best = -INFINITY, v, g, a;                                                                        \
+        size_t win = 0;                                                                                         \
+        int any = 0;                                                                                            \
+        for (ih = h0; ih < h1; ih++)                                                                            \
+          for (iw = w0; iw < w1; iw++) {                                                                        \
+            size_t i = (size_t)ih * d->w + iw;                                                                  \
+            LD(x, i, v);                                                                                        \
+            if (!any || v > best || v != v) best = v, win = i, any = 1;                                         \
+          }                                                                                                     \
+        size_t o = (size_t)oh * d->q + ow;                                                                      \
+        if (!bwd) {                                                                                             \
+          ST(y, o, best);                                                                                       \
+        } else if (any) {                                                                                       \
+          LD(dy, o, g);                                                                                         \
+          LD(dx, win, a);                                                                                       \
+          a += g;                                                                                               \
+          ST(dx, win, a);                                                                                       \
+        }                                                                                                       \
+      }                                                                                                         \
+    }                                                                                                           \
+  }
+CPU_VEC_TWINS(CPU_POOL_MAX_PLANE)
+
+/* Whether our loops run this max pooling: fp32 or bf16, dx overwritten; bf16 dx only where
+ * windows do not overlap (see above). */
+static int cpu_pool_max_ours(const tt_op_desc *op) {
+  const tt_pool_desc *d = &op->u.pool;
+  if (op->pool_mode != TT_POOL_MAX || (op->dt != TT_F32 && op->dt != TT_BF16)) return 0;
+  if (op->kind == TT_OP_POOL_FWD) return 1;
+  return !op->accumulate && (op->dt == TT_F32 || (d->stride_h >= d->kh && d->stride_w >= d->kw));
+}
+
+/* Max pooling forward (dy == NULL) or backward by our loops, over samples (NHWC) or planes
+ * (NCHW) in parallel: every output element is written by one thread in a fixed order. */
+static int cpu_pool_max_run(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, void *y, const void *dy,
+                            void *dx) {
+  size_t es = dt == TT_F32 ? 4 : 2, xs = (size_t)d->h * d->w, ys = (size_t)d->p * d->q;
+  int nhwc = d->layout == TT_LAYOUT_NHWC, bwd = dy != NULL;
+  ptrdiff_t i, count = nhwc ? (ptrdiff_t)d->n * (bwd ? 1 : d->p) : (ptrdiff_t)d->n * d->c;
+  int nt = tt_cpu_threads_for(b, (size_t)d->n * d->c * xs);
+  (void)nt;
+  (void)es;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (i = 0; i < count; i++) {
+    if (nhwc) {
+      size_t n = bwd ? (size_t)i : (size_t)i / (size_t)d->p, cx = xs * (size_t)d->c, cy = ys * (size_t)d->c;
+      int oh = bwd ? 0 : (int)(i % d->p);
+      if (dt == TT_F32 && !bwd) cpu_pool_max_nhwc_row_f32(d, (const float *)x + n * cx, (float *)y + n * cy, oh);
+      else if (!bwd) cpu_pool_max_nhwc_row_bf16(d, (const uint16_t *)x + n * cx, (uint16_t *)y + n * cy, oh);
+      else if (dt == TT_F32) cpu_pool_max_nhwc_bwd_f32(d, (const float *)x + n * cx, (const float *)dy + n * cy, (float *)dx + n * cx);
+      else cpu_pool_max_nhwc_bwd_bf16(d, (const uint16_t *)x + n * cx, (const uint16_t *)dy + n * cy, (uint16_t *)dx + n * cx);
+    } else if (dt == TT_F32) {
+      const float *xp = (const float *)x + (size_t)i * xs;
+      cpu_pool_max_plane_f32(d, xp, bwd ? NULL : (float *)y + (size_t)i * ys, bwd ? (const float *)dy + (size_t)i * ys : NULL,
+                             bwd ? (float *)dx + (size_t)i * xs : NULL, bwd);
+    } else {
+      const uint16_t *xp = (const uint16_t *)x + (size_t)i * xs;
+      cpu_pool_max_plane_bf16(d, xp, bwd ? NULL : (uint16_t *)y + (size_t)i * ys,
+                              bwd ? (const uint16_t *)dy + (size_t)i * ys : NULL, bwd ? (uint16_t *)dx + (size_t)i * xs : NULL, bwd);
+    }
+  }
+  return 0;
+}
+
 /* ---- max and average pooling on oneDNN ---- */
 
 /* Whether oneDNN runs a pooling op: fp32, and bf16 where oneDNN has bf16 kernels (fp16 converts
  * in the reference loops); the backward with dx overwritten only. */
 int tt_cpu_pool_dnnl(const tt_op_desc *op) {
+  if (cpu_pool_max_ours(op)) return 0;
   int dt_ok = op->dt == TT_F32 || tt_cpu_compute_type(op->dt) == dnnl_bf16;
   return op->kind == TT_OP_POOL_FWD ? dt_ok : dt_ok && !op->accumulate;
 }
@@ -120,10 +284,11 @@ int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   void *ptrs[2];
   char msg[256];
   cpu_pool_op(&op, TT_OP_POOL_FWD, d, mode, dt);
-  if (!tt_cpu_pool_dnnl(&op)) return tt_ref_pool_fwd(b, d, mode, dt, x, y, ws, ws_bytes);
+  if (!d || (!tt_cpu_pool_dnnl(&op) && !cpu_pool_max_ours(&op))) return tt_ref_pool_fwd(b, d, mode, dt, x, y, ws, ws_bytes);
   if (tt_ref_dt_check(b, "pool_fwd", dt)) return -1;
   if (tt_pool_desc_error("pool_fwd", d, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above */
   if (!x || !y) return tt_ref_fail(b, "pool_fwd: NULL x or y");
+  if (cpu_pool_max_ours(&op)) return cpu_pool_max_run(b, d, dt, x, y, NULL, NULL);
   if (!(c = tt_cpu_dnnl_get(b, &op, tt_cpu_pool_build))) return -1;
   ptrs[0] = (void *)x, ptrs[1] = y;
   return tt_cpu_run(b, c, ptrs, ws, ws_bytes, 0.0f, 0.0f);
@@ -136,10 +301,13 @@ int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   void *ptrs[3];
   char msg[256];
   cpu_pool_op(&op, TT_OP_POOL_BWD, d, mode, dt);
-  if (!tt_cpu_pool_dnnl(&op) || beta != 0.0f) return tt_ref_pool_bwd(b, d, mode, dt, x, dy, dx, beta, ws, ws_bytes);
+  op.accumulate = beta != 0.0f;
+  if (!d || (!tt_cpu_pool_dnnl(&op) && !cpu_pool_max_ours(&op)) || beta != 0.0f)
+    return tt_ref_pool_bwd(b, d, mode, dt, x, dy, dx, beta, ws, ws_bytes);
   if (tt_ref_dt_check(b, "pool_bwd", dt)) return -1;
   if (tt_pool_desc_error("pool_bwd", d, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg); /* dtype checked above */
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_ref_fail(b, "pool_bwd: NULL x (max), dy or dx");
+  if (cpu_pool_max_ours(&op)) return cpu_pool_max_run(b, d, dt, x, NULL, dy, dx);
   if (!(c = tt_cpu_dnnl_get(b, &op, tt_cpu_pool_build))) return -1;
   ptrs[0] = (void *)x, ptrs[1] = (void *)dy, ptrs[2] = dx;
   return tt_cpu_run(b, c, ptrs, ws, ws_bytes, 0.0f, 0.0f);

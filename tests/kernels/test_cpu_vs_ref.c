@@ -1010,6 +1010,56 @@ static void test_pool_idx(void) {
   pool_idx_case(2, 3, 9, 9, 3, 2, 1);    /* overlapping: the reference's gather */
 }
 static void test_conv_all(void) { test_conv(chunked); }
+/* Max pooling by the CPU backend's own loops (cpu_pool.c: no workspace, no second forward)
+ * against the reference, bit for bit: NCHW and NHWC, fp32 and bf16, windows that tile, overlap and
+ * are padded; ties (which go to the first maximum), NaN (the last one wins) and -inf; over the
+ * threading threshold and over a stack chunk of channels. Overlapping bf16 backward runs oneDNN
+ * (within the usual tolerance, not bit for bit): it is skipped here. */
+static void maxpool_ours_case(int n, int c, int h, int w, int k, int st, int pad, int layout) {
+  char tn[160];
+  snprintf(tn, sizeof tn, "cpu_vs_ref:maxpool_%s_%dx%dx%dx%d_k%d_s%d_p%d_bitwise", layout ? "nhwc" : "nchw", n, c, h, w, k,
+           st, pad);
+  TT_TEST_BEGIN(tn);
+  tt_pool_desc d = pool_desc(n, c, h, w, k, k, st, st, pad, pad);
+  d.layout = layout;
+  size_t xn = (size_t)n * c * h * w, yn = (size_t)n * c * d.p * d.q;
+  float *x = vec(xn, 1.0f), *dy = vec(yn, 1.0f);
+  size_t nb = layout ? (size_t)c : 1; /* the next pixel of the same channel */
+  for (size_t i = 0; i + nb < xn; i += 5) x[i + nb] = x[i]; /* ties inside windows */
+  for (size_t i = 3; i < xn; i += 97) x[i] = NAN;
+  for (size_t i = 11; i < xn; i += 89) x[i] = -INFINITY;
+  ((tt_ref_state *)R->impl)->nhwc_pool = 1; /* the reference walks NHWC planes c apart */
+  for (int dt = TT_F32; dt <= TT_BF16; dt++) {
+    if (dt != TT_F32 && dt != TT_BF16) continue;
+    size_t es = dt == TT_F32 ? 4 : 2;
+    void *x_ = in_dt(x, xn, (tt_dtype)dt), *dy_ = in_dt(dy, yn, (tt_dtype)dt);
+    void *yc = calloc(yn, es), *yr = calloc(yn, es), *dc = calloc(xn, es), *dr = calloc(xn, es);
+    TT_CHECK(!C->pool_fwd(C, &d, TT_POOL_MAX, (tt_dtype)dt, x_, yc, NULL, 0) &&
+                 !R->pool_fwd(R, &d, TT_POOL_MAX, (tt_dtype)dt, x_, yr, NULL, 0),
+             "pool_fwd %s: %s / %s", tt_dtype_name((tt_dtype)dt), C->last_error(C), R->last_error(R));
+    TT_CHECK(!memcmp(yc, yr, yn * es), "pool_fwd %s: y differs from the reference", tt_dtype_name((tt_dtype)dt));
+    if (dt == TT_F32 || st >= k) {
+      TT_CHECK(!C->pool_bwd(C, &d, TT_POOL_MAX, (tt_dtype)dt, x_, dy_, dc, 0.0f, NULL, 0) &&
+                   !R->pool_bwd(R, &d, TT_POOL_MAX, (tt_dtype)dt, x_, dy_, dr, 0.0f, NULL, 0),
+               "pool_bwd %s: %s / %s", tt_dtype_name((tt_dtype)dt), C->last_error(C), R->last_error(R));
+      TT_CHECK(!memcmp(dc, dr, xn * es), "pool_bwd %s: dx differs from the reference", tt_dtype_name((tt_dtype)dt));
+    }
+    free(x_), free(dy_), free(yc), free(yr), free(dc), free(dr);
+  }
+  ((tt_ref_state *)R->impl)->nhwc_pool = 0;
+  TT_TEST_END();
+  free(x), free(dy);
+}
+
+static void test_maxpool_ours(void) {
+  for (int layout = 0; layout < 2; layout++) {
+    maxpool_ours_case(8, 32, 28, 28, 2, 2, 0, layout); /* LeNet's first pool: threaded */
+    maxpool_ours_case(2, 6, 9, 9, 3, 2, 1, layout);    /* overlapping and padded (ResNet's stem) */
+    maxpool_ours_case(2, 5, 7, 8, 3, 1, 1, layout);    /* stride 1 */
+    maxpool_ours_case(1, 1030, 3, 3, 2, 2, 0, layout); /* channels past a stack chunk; odd plane */
+  }
+}
+
 /* linear, batch norm and pooling in each dtype (one loop: the random inputs come in this order) */
 static void test_linear_bn_pool(void) {
   for (int dt = 0; dt < 3; dt++) {
@@ -1046,6 +1096,7 @@ static const tt_test_case tests[] = {
   TT_TEST("elementwise_bf16", "kernels cpu elementwise bf16", test_elementwise_bf16),
   TT_TEST("misc_bitwise", "kernels cpu", test_misc_bitwise),
   TT_TEST("pool_idx", "kernels cpu pool", test_pool_idx),
+  TT_TEST("maxpool_ours", "kernels cpu pool", test_maxpool_ours),
   TT_TEST("conv", "kernels cpu conv", test_conv_all),
   TT_TEST("linear_bn_pool", "kernels cpu linear bn pool", test_linear_bn_pool),
   TT_TEST("transformer", "kernels cpu transformer", test_transformer),
