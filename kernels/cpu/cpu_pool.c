@@ -69,7 +69,11 @@ CPU_VEC_TWINS(CPU_POOL_MAX_FWD_ROW)
     int c = d->c, oh, ow, ih, iw;                                                                               \
     size_t all = (size_t)d->h * d->w * c, i;                                                                    \
     float z = 0.0f;                                                                                             \
-    for (i = 0; i < all; i++) ST(dx, i, z);                                                                     \
+    /* windows that tile x exactly: every dx element is written once, so stored, not zeroed and added to */  \
+    int tiled = d->stride_h == d->kh && d->stride_w == d->kw && !d->pad_h && !d->pad_w && d->p * d->kh == d->h &&  \
+                d->q * d->kw == d->w;                                                                           \
+    if (!tiled)                                                                                                 \
+      for (i = 0; i < all; i++) ST(dx, i, z);                                                                   \
     for (oh = 0; oh < d->p; oh++) {                                                                             \
       int r0 = oh * d->stride_h - d->pad_h, h0 = r0 < 0 ? 0 : r0, h1 = r0 + d->kh > d->h ? d->h : r0 + d->kh;  \
       for (ow = 0; ow < d->q; ow++) {                                                                           \
@@ -96,9 +100,9 @@ CPU_VEC_TWINS(CPU_POOL_MAX_FWD_ROW)
             for (iw = w0; iw < w1; iw++, t++) {                                                                 \
               T *dp = dx + ((size_t)ih * d->w + iw) * c + k0;                                                   \
               CPU_VEC_SIMD for (k = 0; k < e; k++) {                                                            \
-                float g, a;                                                                                     \
+                float g, a = 0.0f;                                                                              \
                 LD(gp, k, g);                                                                                   \
-                LD(dp, k, a);                                                                                   \
+                if (!tiled) LD(dp, k, a);                                                                       \
                 a += win[k] == t ? g : 0.0f;                                                                    \
                 ST(dp, k, a);                                                                                   \
               }                                                                                                 \
@@ -109,50 +113,136 @@ CPU_VEC_TWINS(CPU_POOL_MAX_FWD_ROW)
   }
 CPU_VEC_TWINS(CPU_POOL_MAX_BWD_IMG)
 
+/* The outputs [*lo, *hi] (empty when *lo > *hi) of [o0, o1) whose window column j is inside the
+ * input: 0 <= ow * stride - pad + j < w. */
+static void cpu_pool_cols(const tt_pool_desc *d, int j, int o0, int o1, int *lo, int *hi) {
+  int a = d->pad_w - j, b = d->w - 1 + d->pad_w - j; /* ow * stride in [a, b] */
+  int l = a <= 0 ? 0 : (a + d->stride_w - 1) / d->stride_w, h = b < 0 ? -1 : b / d->stride_w;
+  *lo = l > o0 ? l : o0;
+  *hi = h < o1 - 1 ? h : o1 - 1;
+}
+
 #define CPU_POOL_MAX_PLANE(sfx, T, LD, ST)                                                                      \
-  /* one NCHW plane x [h, w] -> y [p, q] (forward), or dx [h, w] from dy [p, q] (backward, bwd != 0): window \
-   * by window, as the reference walks it */                                                                    \
-  static void cpu_pool_max_plane_##sfx(const tt_pool_desc *d, const T *x, T *y, const T *dy, T *dx, int bwd) {  \
-    int oh, ow, ih, iw;                                                                                         \
+  /* one NCHW plane x [h, w] -> y [p, q] (forward), or dx [h, w] from dy [p, q] (backward, bwd != 0): an      \
+   * output row at a time, the window's taps in the reference's (ih, iw) order, each tap over the outputs    \
+   * whose window holds it (a strided load the compiler vectorises) */                                        \
+  static CPU_VEC_CLONES void cpu_pool_max_plane_##sfx(const tt_pool_desc *d, const T *x, T *y, const T *dy, T *dx,   \
+                                                      int bwd) {                                                \
+    int oh, ih, j, k, lo, hi;                                                                                   \
     float z = 0.0f;                                                                                             \
     if (bwd)                                                                                                    \
       for (size_t i = 0; i < (size_t)d->h * d->w; i++) ST(dx, i, z);                                            \
     for (oh = 0; oh < d->p; oh++) {                                                                             \
       int r0 = oh * d->stride_h - d->pad_h, h0 = r0 < 0 ? 0 : r0, h1 = r0 + d->kh > d->h ? d->h : r0 + d->kh;  \
-      for (ow = 0; ow < d->q; ow++) {                                                                           \
-        int c0 = ow * d->stride_w - d->pad_w, w0 = c0 < 0 ? 0 : c0;                                             \
-        int w1 = c0 + d->kw > d->w ? d->w : c0 + d->kw;                                                         \
-        float best = -INFINITY, v, g, a;                                                                        \
-        size_t win = 0;                                                                                         \
-        int any = 0;                                                                                            \
+      for (int o0 = 0; o0 < d->q; o0 += CPU_VEC_CHUNK) {                                                        \
+        int o1 = d->q - o0 < CPU_VEC_CHUNK ? d->q : o0 + CPU_VEC_CHUNK;                                         \
+        float best[CPU_VEC_CHUNK];                                                                              \
+        int win[CPU_VEC_CHUNK];                                                                                 \
+        for (k = 0; k < o1 - o0; k++) best[k] = -INFINITY, win[k] = -1;                                         \
         for (ih = h0; ih < h1; ih++)                                                                            \
-          for (iw = w0; iw < w1; iw++) {                                                                        \
-            size_t i = (size_t)ih * d->w + iw;                                                                  \
-            LD(x, i, v);                                                                                        \
-            if (!any || v > best || v != v) best = v, win = i, any = 1;                                         \
+          for (j = 0; j < d->kw; j++) {                                                                         \
+            const T *xr = x + (size_t)ih * d->w + j - d->pad_w; /* xr[ow * stride] is column ow's tap */        \
+            int base = ih * d->w + j - d->pad_w, sw = d->stride_w;                                              \
+            cpu_pool_cols(d, j, o0, o1, &lo, &hi);                                                              \
+            if (!bwd) {                                                                                         \
+              CPU_VEC_SIMD for (int ow = lo; ow <= hi; ow++) {                                                  \
+                float v;                                                                                        \
+                LD(xr, (ptrdiff_t)ow * sw, v);                                                                  \
+                best[ow - o0] = v > best[ow - o0] || v != v ? v : best[ow - o0];                                \
+              }                                                                                                 \
+            } else {                                                                                            \
+              CPU_VEC_SIMD for (int ow = lo; ow <= hi; ow++) {                                                  \
+                float v;                                                                                        \
+                LD(xr, (ptrdiff_t)ow * sw, v);                                                                  \
+                int take = win[ow - o0] < 0 || v > best[ow - o0] || v != v;                                     \
+                best[ow - o0] = take ? v : best[ow - o0];                                                       \
+                win[ow - o0] = take ? base + ow * sw : win[ow - o0];                                            \
+              }                                                                                                 \
+            }                                                                                                   \
           }                                                                                                     \
-        size_t o = (size_t)oh * d->q + ow;                                                                      \
+        size_t yo = (size_t)oh * d->q;                                                                          \
         if (!bwd) {                                                                                             \
-          ST(y, o, best);                                                                                       \
-        } else if (any) {                                                                                       \
-          LD(dy, o, g);                                                                                         \
-          LD(dx, win, a);                                                                                       \
-          a += g;                                                                                               \
-          ST(dx, win, a);                                                                                       \
+          for (k = o0; k < o1; k++) ST(y, yo + k, best[k - o0]);                                                \
+        } else {                                                                                                \
+          for (k = o0; k < o1; k++) { /* in (oh, ow) order: the reference's order of the terms */              \
+            float g, a;                                                                                         \
+            if (win[k - o0] < 0) continue;                                                                      \
+            LD(dy, yo + k, g);                                                                                  \
+            LD(dx, win[k - o0], a);                                                                             \
+            a += g;                                                                                             \
+            ST(dx, win[k - o0], a);                                                                             \
+          }                                                                                                     \
         }                                                                                                       \
       }                                                                                                         \
     }                                                                                                           \
   }
 CPU_VEC_TWINS(CPU_POOL_MAX_PLANE)
 
+/* 2x2 windows at stride 2 without padding on NCHW (the pooling before a flatten): the first
+ * maximum of taps (0,0), (0,1), (1,0), (1,1) as the first maximum of each row's pair, then of the
+ * two rows' winners (ties to the top row, a NaN below wins): the reference's order, in a loop over
+ * the plane's rows of pairs without window bounds. Planes [pl0, pl1) of x; h and w may be odd
+ * (the last row or column is in no window; its dx is 0). */
+#define CPU_POOL_MAX_2X2(sfx, T, LD, ST)                                                                        \
+  static CPU_VEC_CLONES void cpu_pool_max_2x2_##sfx(const tt_pool_desc *d, const T *x, T *y, const T *dy, T *dx,     \
+                                                    size_t planes, int bwd) {                                   \
+    size_t hw = (size_t)d->h * d->w, pq = (size_t)d->p * d->q;                                                  \
+    int w = d->w, q = d->q, exact = !(d->h & 1) && !(w & 1);                                                    \
+    float z = 0.0f;                                                                                             \
+    if (bwd && !exact)                                                                                          \
+      for (size_t i = 0; i < planes * hw; i++) ST(dx, i, z);                                                    \
+    for (size_t pl = 0; pl < planes; pl++)                                                                      \
+      for (int oh = 0; oh < d->p; oh++) {                                                                       \
+        size_t r0 = pl * hw + (size_t)(2 * oh) * w, r1 = r0 + (size_t)w, yo = pl * pq + (size_t)oh * q;         \
+        if (!bwd) {                                                                                             \
+          CPU_VEC_SIMD for (int ow = 0; ow < q; ow++) {                                                         \
+            float a, b, c, e;                                                                                   \
+            LD(x, r0 + 2 * ow, a);                                                                              \
+            LD(x, r0 + 2 * ow + 1, b);                                                                          \
+            LD(x, r1 + 2 * ow, c);                                                                              \
+            LD(x, r1 + 2 * ow + 1, e);                                                                          \
+            /* | not ||: no branches (the comparisons of real activations are unpredictable) */                 \
+            float vt = (b > a) | (b != b) ? b : a, vb = (e > c) | (e != e) ? e : c;                             \
+            float m = (vb > vt) | (vb != vb) ? vb : vt;                                                         \
+            ST(y, yo + ow, m);                                                                                  \
+          }                                                                                                     \
+        } else {                                                                                                \
+          CPU_VEC_SIMD for (int ow = 0; ow < q; ow++) {                                                         \
+            float a, b, c, e, g;                                                                                \
+            LD(x, r0 + 2 * ow, a);                                                                              \
+            LD(x, r0 + 2 * ow + 1, b);                                                                          \
+            LD(x, r1 + 2 * ow, c);                                                                              \
+            LD(x, r1 + 2 * ow + 1, e);                                                                          \
+            int tb = (b > a) | (b != b), bb = (e > c) | (e != e);                                               \
+            float vt = tb ? b : a, vb = bb ? e : c;                                                             \
+            int lower = (vb > vt) | (vb != vb);                                                                 \
+            int win = lower ? 2 + bb : tb; /* 0..3 in the reference's tap order */                             \
+            LD(dy, yo + ow, g);                                                                                 \
+            float g0 = win == 0 ? g : 0.0f, g1 = win == 1 ? g : 0.0f, g2 = win == 2 ? g : 0.0f;                \
+            float g3 = win == 3 ? g : 0.0f;                                                                     \
+            ST(dx, r0 + 2 * ow, g0);                                                                            \
+            ST(dx, r0 + 2 * ow + 1, g1);                                                                        \
+            ST(dx, r1 + 2 * ow, g2);                                                                            \
+            ST(dx, r1 + 2 * ow + 1, g3);                                                                        \
+          }                                                                                                     \
+        }                                                                                                       \
+      }                                                                                                         \
+  }
+CPU_VEC_TWINS(CPU_POOL_MAX_2X2)
+
 /* Whether our loops run this max pooling: fp32 or bf16, dx overwritten; bf16 dx only where
  * windows do not overlap (see above). */
 static int cpu_pool_max_ours(const tt_op_desc *op) {
   const tt_pool_desc *d = &op->u.pool;
   if (op->pool_mode != TT_POOL_MAX || (op->dt != TT_F32 && op->dt != TT_BF16)) return 0;
+  /* the forward too: oneDNN's JIT max pooling (AVX-512) is faster on NCHW (0.24 against 1.9 ms for
+   * LeNet's 64x64x14x14, one thread) but lets a NaN through as vmaxps does, where the reference and
+   * PyTorch propagate it; on AVX2 oneDNN 2.6 pools NCHW in its slow simple_nchw form */
   if (op->kind == TT_OP_POOL_FWD) return 1;
   return !op->accumulate && (op->dt == TT_F32 || (d->stride_h >= d->kh && d->stride_w >= d->kw));
 }
+
+#define CPU_POOL_PLANES 16 /* NCHW planes per task of the 2x2 loop */
 
 /* Max pooling forward (dy == NULL) or backward by our loops, over samples (NHWC) or planes
  * (NCHW) in parallel: every output element is written by one thread in a fixed order. */
@@ -160,7 +250,10 @@ static int cpu_pool_max_run(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, c
                             void *dx) {
   size_t es = dt == TT_F32 ? 4 : 2, xs = (size_t)d->h * d->w, ys = (size_t)d->p * d->q;
   int nhwc = d->layout == TT_LAYOUT_NHWC, bwd = dy != NULL;
-  ptrdiff_t i, count = nhwc ? (ptrdiff_t)d->n * (bwd ? 1 : d->p) : (ptrdiff_t)d->n * d->c;
+  /* NCHW 2x2 at stride 2 without padding: the special loop, over blocks of CPU_POOL_PLANES planes */
+  int two = !nhwc && d->kh == 2 && d->kw == 2 && d->stride_h == 2 && d->stride_w == 2 && !d->pad_h && !d->pad_w;
+  ptrdiff_t i, count = nhwc ? (ptrdiff_t)d->n * (bwd ? 1 : d->p) : (ptrdiff_t)d->n * d->c, count2 = count;
+  if (two) count = (count + CPU_POOL_PLANES - 1) / CPU_POOL_PLANES;
   int nt = tt_cpu_threads_for(b, (size_t)d->n * d->c * xs);
   (void)nt;
   (void)es;
@@ -173,6 +266,14 @@ static int cpu_pool_max_run(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, c
       else if (!bwd) cpu_pool_max_nhwc_row_bf16(d, (const uint16_t *)x + n * cx, (uint16_t *)y + n * cy, oh);
       else if (dt == TT_F32) cpu_pool_max_nhwc_bwd_f32(d, (const float *)x + n * cx, (const float *)dy + n * cy, (float *)dx + n * cx);
       else cpu_pool_max_nhwc_bwd_bf16(d, (const uint16_t *)x + n * cx, (const uint16_t *)dy + n * cy, (uint16_t *)dx + n * cx);
+    } else if (two) { /* blocks of planes: fewer calls */
+      size_t p0 = (size_t)i * CPU_POOL_PLANES, np = (size_t)count2 - p0 < CPU_POOL_PLANES ? (size_t)count2 - p0 : CPU_POOL_PLANES;
+      if (dt == TT_F32)
+        cpu_pool_max_2x2_f32(d, (const float *)x + p0 * xs, bwd ? NULL : (float *)y + p0 * ys,
+                             bwd ? (const float *)dy + p0 * ys : NULL, bwd ? (float *)dx + p0 * xs : NULL, np, bwd);
+      else
+        cpu_pool_max_2x2_bf16(d, (const uint16_t *)x + p0 * xs, bwd ? NULL : (uint16_t *)y + p0 * ys,
+                              bwd ? (const uint16_t *)dy + p0 * ys : NULL, bwd ? (uint16_t *)dx + p0 * xs : NULL, np, bwd);
     } else if (dt == TT_F32) {
       const float *xp = (const float *)x + (size_t)i * xs;
       cpu_pool_max_plane_f32(d, xp, bwd ? NULL : (float *)y + (size_t)i * ys, bwd ? (const float *)dy + (size_t)i * ys : NULL,

@@ -1034,7 +1034,12 @@ static void maxpool_ours_case(int n, int c, int h, int w, int k, int st, int pad
     size_t es = dt == TT_F32 ? 4 : 2;
     void *x_ = in_dt(x, xn, (tt_dtype)dt), *dy_ = in_dt(dy, yn, (tt_dtype)dt);
     void *yc = calloc(yn, es), *yr = calloc(yn, es), *dc = calloc(xn, es), *dr = calloc(xn, es);
-    TT_CHECK(!C->pool_fwd(C, &d, TT_POOL_MAX, (tt_dtype)dt, x_, yc, NULL, 0) &&
+    tt_op_desc o; /* the workspace the backend asks for (none today) */
+    size_t wc;
+    memset(&o, 0, sizeof o);
+    o.dt = (tt_dtype)dt, o.pool_mode = TT_POOL_MAX, o.u.pool = d, o.kind = TT_OP_POOL_FWD;
+    void *wsc = ws_for(C, &o, &wc);
+    TT_CHECK(!C->pool_fwd(C, &d, TT_POOL_MAX, (tt_dtype)dt, x_, yc, wsc, wc) &&
                  !R->pool_fwd(R, &d, TT_POOL_MAX, (tt_dtype)dt, x_, yr, NULL, 0),
              "pool_fwd %s: %s / %s", tt_dtype_name((tt_dtype)dt), C->last_error(C), R->last_error(R));
     TT_CHECK(!memcmp(yc, yr, yn * es), "pool_fwd %s: y differs from the reference", tt_dtype_name((tt_dtype)dt));
@@ -1044,7 +1049,7 @@ static void maxpool_ours_case(int n, int c, int h, int w, int k, int st, int pad
                "pool_bwd %s: %s / %s", tt_dtype_name((tt_dtype)dt), C->last_error(C), R->last_error(R));
       TT_CHECK(!memcmp(dc, dr, xn * es), "pool_bwd %s: dx differs from the reference", tt_dtype_name((tt_dtype)dt));
     }
-    free(x_), free(dy_), free(yc), free(yr), free(dc), free(dr);
+    free(x_), free(dy_), free(yc), free(yr), free(dc), free(dr), free(wsc);
   }
   ((tt_ref_state *)R->impl)->nhwc_pool = 0;
   TT_TEST_END();
@@ -1054,6 +1059,7 @@ static void maxpool_ours_case(int n, int c, int h, int w, int k, int st, int pad
 static void test_maxpool_ours(void) {
   for (int layout = 0; layout < 2; layout++) {
     maxpool_ours_case(8, 32, 28, 28, 2, 2, 0, layout); /* LeNet's first pool: threaded */
+    maxpool_ours_case(3, 4, 7, 9, 2, 2, 0, layout);    /* odd rows and columns: in no window */
     maxpool_ours_case(2, 6, 9, 9, 3, 2, 1, layout);    /* overlapping and padded (ResNet's stem) */
     maxpool_ours_case(2, 5, 7, 8, 3, 1, 1, layout);    /* stride 1 */
     maxpool_ours_case(1, 1030, 3, 3, 2, 2, 0, layout); /* channels past a stack chunk; odd plane */
