@@ -74,18 +74,17 @@ typedef struct cpu_conv_mds {
 static dnnl_format_tag_t cpu_conv_act_tag(const tt_conv_desc *d) {
   /* activations the planner keeps channels-last: the primitive runs on them as they are */
   if (d->layout_x == TT_LAYOUT_NHWC && d->layout_y == TT_LAYOUT_NHWC) return dnnl_nhwc;
+  /* one side channels-last (the convolution before a flatten reads an NHWC group and writes NCHW):
+   * NHWC for both, one reorder instead of the blocked layout's two. oneDNN 2.6 runs NHWC as fast as
+   * its blocked layouts on AVX2 and AVX-512 (LeNet's 64x32x14x14 -> 64, 3x3, one thread: AVX2
+   * forward 3.62 against 3.63 ms, backward-weights 3.84 against 3.84; AVX-512 2.27 against 2.38 and
+   * 2.14 against 2.26). Not for inputs of fewer than 8 channels: oneDNN has no NHWC kernel for them
+   * (its reference loops: 1 s); their first-layer JIT kernels take plain NCHW x and a blocked y.
+   * (Plain x for their backward-weights too would pick oneDNN's gemm form, 2 against 3 ms on one
+   * idle thread, but that form runs a parallel region per image: beside another busy process a
+   * call took up to 2 s. So "any" stays, and AVX2 pads the 1 channel to 8 there.) */
+  if ((d->layout_x == TT_LAYOUT_NHWC || d->layout_y == TT_LAYOUT_NHWC) && d->c >= 8 && d->groups == 1) return dnnl_nhwc;
   return d->c >= 8 && (d->c % 16 || d->k % 16) ? dnnl_nhwc : dnnl_format_tag_any;
-}
-
-/* The layout the primitives get for x: cpu_conv_act_tag's, except that an input of fewer than 8
- * channels (the image: 1 or 3) stays plain NCHW. oneDNN picks plain NCHW for such an input's
- * forward itself, but left to choose ("any") for the backward-weights, AVX2's JIT kernel takes it
- * blocked, 1 channel padded to 8: 8 times the work and a reorder (LeNet's first convolution,
- * 64 x 1 x 28 x 28, 5x5: 3.2 ms a step against 1.2 ms for the plain form). On AVX-512 the
- * backward takes the forward's plain layout either way. */
-static dnnl_format_tag_t cpu_conv_x_tag(const tt_conv_desc *d) {
-  dnnl_format_tag_t t = cpu_conv_act_tag(d);
-  return t == dnnl_format_tag_any && d->c < 8 && d->groups == 1 ? dnnl_nchw : t;
 }
 
 /* The caller's memory order of an activation (tt_layout). */
@@ -114,7 +113,7 @@ static int cpu_conv_mds_init(tt_cpu_build *bd, const tt_conv_desc *d, int nb, dn
   if (tt_cpu_md(b, what, &m->x, 4, xd, cpu_conv_user_tag(d->layout_x)) ||
       tt_cpu_md(b, what, &m->y, 4, yd, cpu_conv_user_tag(d->layout_y)) ||
       tt_cpu_md(b, what, &m->w, wn, wd, wtag) || tt_cpu_md(b, what, &m->b, 1, bdim, dnnl_x) ||
-      tt_cpu_md_dt(b, what, &m->xa, 4, xd, cpu_conv_x_tag(d), ct) ||
+      tt_cpu_md_dt(b, what, &m->xa, 4, xd, cpu_conv_act_tag(d), ct) ||
       tt_cpu_md_dt(b, what, &m->ya, 4, yd, cpu_conv_act_tag(d), ct) ||
       tt_cpu_md_dt(b, what, &m->wa, wn, wd, dnnl_format_tag_any, ct) || tt_cpu_md(b, what, &m->wg, wn, wd, dnnl_format_tag_any))
     return -1;
