@@ -35,83 +35,74 @@
  * never -0.0. bf16 dx is added into in place only where windows do not overlap (stride >= kernel):
  * one term per element, rounded once as the reference does; overlapping bf16 windows go to oneDNN. */
 
-#define CPU_POOL_MAX_FWD_ROW(sfx, T, LD, ST)                                                                    \
-  /* y row (sample n, output row oh) of an NHWC x [n, h, w, c]: each pixel's c channels at once */              \
-  static CPU_VEC_CLONES void cpu_pool_max_nhwc_row_##sfx(const tt_pool_desc *d, const T *x, T *y, int oh) {     \
-    int c = d->c, ow, ih, iw;                                                                                   \
-    int r0 = oh * d->stride_h - d->pad_h, h0 = r0 < 0 ? 0 : r0, h1 = r0 + d->kh > d->h ? d->h : r0 + d->kh;    \
-    for (ow = 0; ow < d->q; ow++) {                                                                             \
-      int c0 = ow * d->stride_w - d->pad_w, w0 = c0 < 0 ? 0 : c0, w1 = c0 + d->kw > d->w ? d->w : c0 + d->kw; \
-      for (int k0 = 0; k0 < c; k0 += CPU_VEC_CHUNK) {                                                           \
-        int e = c - k0 < CPU_VEC_CHUNK ? c - k0 : CPU_VEC_CHUNK, k;                                             \
-        float best[CPU_VEC_CHUNK];                                                                              \
-        for (k = 0; k < e; k++) best[k] = -INFINITY;                                                            \
-        for (ih = h0; ih < h1; ih++)                                                                            \
-          for (iw = w0; iw < w1; iw++) {                                                                        \
-            const T *xp = x + ((size_t)ih * d->w + iw) * c + k0;                                                \
-            CPU_VEC_SIMD for (k = 0; k < e; k++) {                                                              \
-              float v;                                                                                          \
-              LD(xp, k, v);                                                                                     \
-              best[k] = v > best[k] || v != v ? v : best[k];                                                    \
-            }                                                                                                   \
-          }                                                                                                     \
-        T *yp = y + ((size_t)oh * d->q + ow) * c + k0;                                                          \
-        CPU_VEC_SIMD for (k = 0; k < e; k++) ST(yp, k, best[k]);                                                \
-      }                                                                                                         \
-    }                                                                                                           \
+/* y row (sample n, output row oh) of an NHWC x [n, h, w, c] of fp32 or bf16: each pixel's c channels
+ * at once, in chunks of CPU_VEC_CHUNK (bf16 widened into a chunk first: the comparisons then
+ * vectorise as fp32's do, where bf16 loads inside the select did not) */
+static CPU_VEC_CLONES void cpu_pool_max_nhwc_row(const tt_pool_desc *d, tt_dtype dt, const void *x, void *y, int oh) {
+  int c = d->c, ow, ih, iw;
+  int r0 = oh * d->stride_h - d->pad_h, h0 = r0 < 0 ? 0 : r0, h1 = r0 + d->kh > d->h ? d->h : r0 + d->kh;
+  float best[CPU_VEC_CHUNK], buf[CPU_VEC_CHUNK];
+  for (ow = 0; ow < d->q; ow++) {
+    int c0 = ow * d->stride_w - d->pad_w, w0 = c0 < 0 ? 0 : c0, w1 = c0 + d->kw > d->w ? d->w : c0 + d->kw;
+    for (int k0 = 0; k0 < c; k0 += CPU_VEC_CHUNK) {
+      int e = c - k0 < CPU_VEC_CHUNK ? c - k0 : CPU_VEC_CHUNK, k;
+      for (k = 0; k < e; k++) best[k] = -INFINITY;
+      for (ih = h0; ih < h1; ih++)
+        for (iw = w0; iw < w1; iw++) {
+          const float *v = cpu_vec_view(dt, x, ((size_t)ih * d->w + iw) * c + k0, buf, (size_t)e);
+          CPU_VEC_SIMD for (k = 0; k < e; k++) best[k] = (v[k] > best[k]) | (v[k] != v[k]) ? v[k] : best[k];
+        }
+      size_t yo = ((size_t)oh * d->q + ow) * c + k0;
+      if (dt == TT_F32) memcpy((float *)y + yo, best, (size_t)e * sizeof(float));
+      else cpu_vec_narrow(dt, best, y, yo, (size_t)e);
+    }
   }
-CPU_VEC_TWINS(CPU_POOL_MAX_FWD_ROW)
+}
 
-#define CPU_POOL_MAX_BWD_IMG(sfx, T, LD, ST)                                                                    \
-  /* dx of one sample of NHWC x [h, w, c] from dy [p, q, c]: zeroed, then each window's dy added at its       \
-   * first maximum, channel by channel (the winner's tap number per lane, then a masked add per tap) */        \
-  static CPU_VEC_CLONES void cpu_pool_max_nhwc_bwd_##sfx(const tt_pool_desc *d, const T *x, const T *dy, T *dx) { \
-    int c = d->c, oh, ow, ih, iw;                                                                               \
-    size_t all = (size_t)d->h * d->w * c, i;                                                                    \
-    float z = 0.0f;                                                                                             \
-    /* windows that tile x exactly: every dx element is written once, so stored, not zeroed and added to */  \
-    int tiled = d->stride_h == d->kh && d->stride_w == d->kw && !d->pad_h && !d->pad_w && d->p * d->kh == d->h &&  \
-                d->q * d->kw == d->w;                                                                           \
-    if (!tiled)                                                                                                 \
-      for (i = 0; i < all; i++) ST(dx, i, z);                                                                   \
-    for (oh = 0; oh < d->p; oh++) {                                                                             \
-      int r0 = oh * d->stride_h - d->pad_h, h0 = r0 < 0 ? 0 : r0, h1 = r0 + d->kh > d->h ? d->h : r0 + d->kh;  \
-      for (ow = 0; ow < d->q; ow++) {                                                                           \
-        int c0 = ow * d->stride_w - d->pad_w, w0 = c0 < 0 ? 0 : c0;                                             \
-        int w1 = c0 + d->kw > d->w ? d->w : c0 + d->kw;                                                         \
-        for (int k0 = 0; k0 < c; k0 += CPU_VEC_CHUNK) {                                                         \
-          int e = c - k0 < CPU_VEC_CHUNK ? c - k0 : CPU_VEC_CHUNK, k, t;                                        \
-          float best[CPU_VEC_CHUNK];                                                                            \
-          int win[CPU_VEC_CHUNK];                                                                               \
-          const T *gp = dy + ((size_t)oh * d->q + ow) * c + k0;                                                 \
-          for (k = 0; k < e; k++) best[k] = -INFINITY, win[k] = -1;                                             \
-          for (t = 0, ih = h0; ih < h1; ih++)                                                                   \
-            for (iw = w0; iw < w1; iw++, t++) {                                                                 \
-              const T *xp = x + ((size_t)ih * d->w + iw) * c + k0;                                              \
-              CPU_VEC_SIMD for (k = 0; k < e; k++) {                                                            \
-                float v;                                                                                        \
-                LD(xp, k, v);                                                                                   \
-                int take = win[k] < 0 || v > best[k] || v != v;                                                 \
-                best[k] = take ? v : best[k];                                                                   \
-                win[k] = take ? t : win[k];                                                                     \
-              }                                                                                                 \
-            }                                                                                                   \
-          for (t = 0, ih = h0; ih < h1; ih++)                                                                   \
-            for (iw = w0; iw < w1; iw++, t++) {                                                                 \
-              T *dp = dx + ((size_t)ih * d->w + iw) * c + k0;                                                   \
-              CPU_VEC_SIMD for (k = 0; k < e; k++) {                                                            \
-                float g, a = 0.0f;                                                                              \
-                LD(gp, k, g);                                                                                   \
-                if (!tiled) LD(dp, k, a);                                                                       \
-                a += win[k] == t ? g : 0.0f;                                                                    \
-                ST(dp, k, a);                                                                                   \
-              }                                                                                                 \
-            }                                                                                                   \
-        }                                                                                                       \
-      }                                                                                                         \
-    }                                                                                                           \
+/* dx of one sample of an NHWC x [h, w, c] from dy [p, q, c] (fp32 or bf16): each window's dy added
+ * at its first maximum, channel by channel (the winner's tap number per lane, then a masked add per
+ * tap); zeroed first unless the windows tile x (then every element is stored once: 0.0f + term) */
+static CPU_VEC_CLONES void cpu_pool_max_nhwc_bwd(const tt_pool_desc *d, tt_dtype dt, const void *x, const void *dy, void *dx) {
+  int c = d->c, oh, ow, ih, iw;
+  size_t es = dt == TT_F32 ? 4 : 2;
+  int tiled = d->stride_h == d->kh && d->stride_w == d->kw && !d->pad_h && !d->pad_w && d->p * d->kh == d->h &&
+              d->q * d->kw == d->w;
+  float best[CPU_VEC_CHUNK], buf[CPU_VEC_CHUNK], gbuf[CPU_VEC_CHUNK], acc[CPU_VEC_CHUNK];
+  int win[CPU_VEC_CHUNK];
+  if (!tiled) memset(dx, 0, (size_t)d->h * d->w * c * es); /* +0.0 in fp32 and bf16 */
+  for (oh = 0; oh < d->p; oh++) {
+    int r0 = oh * d->stride_h - d->pad_h, h0 = r0 < 0 ? 0 : r0, h1 = r0 + d->kh > d->h ? d->h : r0 + d->kh;
+    for (ow = 0; ow < d->q; ow++) {
+      int c0 = ow * d->stride_w - d->pad_w, w0 = c0 < 0 ? 0 : c0, w1 = c0 + d->kw > d->w ? d->w : c0 + d->kw;
+      for (int k0 = 0; k0 < c; k0 += CPU_VEC_CHUNK) {
+        int e = c - k0 < CPU_VEC_CHUNK ? c - k0 : CPU_VEC_CHUNK, k, t;
+        const float *g = cpu_vec_view(dt, dy, ((size_t)oh * d->q + ow) * c + k0, gbuf, (size_t)e);
+        for (k = 0; k < e; k++) best[k] = -INFINITY, win[k] = -1;
+        for (t = 0, ih = h0; ih < h1; ih++)
+          for (iw = w0; iw < w1; iw++, t++) {
+            const float *v = cpu_vec_view(dt, x, ((size_t)ih * d->w + iw) * c + k0, buf, (size_t)e);
+            CPU_VEC_SIMD for (k = 0; k < e; k++) {
+              int take = (win[k] < 0) | (v[k] > best[k]) | (v[k] != v[k]);
+              best[k] = take ? v[k] : best[k];
+              win[k] = take ? t : win[k];
+            }
+          }
+        for (t = 0, ih = h0; ih < h1; ih++)
+          for (iw = w0; iw < w1; iw++, t++) {
+            size_t o = ((size_t)ih * d->w + iw) * c + k0;
+            if (tiled) {
+              CPU_VEC_SIMD for (k = 0; k < e; k++) acc[k] = 0.0f + (win[k] == t ? g[k] : 0.0f);
+            } else {
+              const float *a = cpu_vec_view(dt, dx, o, acc, (size_t)e);
+              CPU_VEC_SIMD for (k = 0; k < e; k++) acc[k] = a[k] + (win[k] == t ? g[k] : 0.0f);
+            }
+            if (dt == TT_F32) memcpy((float *)dx + o, acc, (size_t)e * sizeof(float));
+            else cpu_vec_narrow(dt, acc, dx, o, (size_t)e);
+          }
+      }
+    }
   }
-CPU_VEC_TWINS(CPU_POOL_MAX_BWD_IMG)
+}
 
 /* The outputs [*lo, *hi] (empty when *lo > *hi) of [o0, o1) whose window column j is inside the
  * input: 0 <= ow * stride - pad + j < w. */
@@ -148,13 +139,13 @@ static void cpu_pool_cols(const tt_pool_desc *d, int j, int o0, int o1, int *lo,
               CPU_VEC_SIMD for (int ow = lo; ow <= hi; ow++) {                                                  \
                 float v;                                                                                        \
                 LD(xr, (ptrdiff_t)ow * sw, v);                                                                  \
-                best[ow - o0] = v > best[ow - o0] || v != v ? v : best[ow - o0];                                \
+                best[ow - o0] = (v > best[ow - o0]) | (v != v) ? v : best[ow - o0];                                \
               }                                                                                                 \
             } else {                                                                                            \
               CPU_VEC_SIMD for (int ow = lo; ow <= hi; ow++) {                                                  \
                 float v;                                                                                        \
                 LD(xr, (ptrdiff_t)ow * sw, v);                                                                  \
-                int take = win[ow - o0] < 0 || v > best[ow - o0] || v != v;                                     \
+                int take = (win[ow - o0] < 0) | (v > best[ow - o0]) | (v != v);                                     \
                 best[ow - o0] = take ? v : best[ow - o0];                                                       \
                 win[ow - o0] = take ? base + ow * sw : win[ow - o0];                                            \
               }                                                                                                 \
@@ -162,7 +153,10 @@ static void cpu_pool_cols(const tt_pool_desc *d, int j, int o0, int o1, int *lo,
           }                                                                                                     \
         size_t yo = (size_t)oh * d->q;                                                                          \
         if (!bwd) {                                                                                             \
-          for (k = o0; k < o1; k++) ST(y, yo + k, best[k - o0]);                                                \
+          for (k = o0; k < o1; k++) {                                                                           \
+            float m = best[k - o0];                                                                             \
+            ST(y, yo + k, m);                                                                                   \
+          }                                                                                                     \
         } else {                                                                                                \
           for (k = o0; k < o1; k++) { /* in (oh, ow) order: the reference's order of the terms */              \
             float g, a;                                                                                         \
@@ -178,57 +172,53 @@ static void cpu_pool_cols(const tt_pool_desc *d, int j, int o0, int o1, int *lo,
   }
 CPU_VEC_TWINS(CPU_POOL_MAX_PLANE)
 
-/* 2x2 windows at stride 2 without padding on NCHW (the pooling before a flatten): the first
- * maximum of taps (0,0), (0,1), (1,0), (1,1) as the first maximum of each row's pair, then of the
- * two rows' winners (ties to the top row, a NaN below wins): the reference's order, in a loop over
- * the plane's rows of pairs without window bounds. Planes [pl0, pl1) of x; h and w may be odd
- * (the last row or column is in no window; its dx is 0). */
-#define CPU_POOL_MAX_2X2(sfx, T, LD, ST)                                                                        \
-  static CPU_VEC_CLONES void cpu_pool_max_2x2_##sfx(const tt_pool_desc *d, const T *x, T *y, const T *dy, T *dx,     \
-                                                    size_t planes, int bwd) {                                   \
-    size_t hw = (size_t)d->h * d->w, pq = (size_t)d->p * d->q;                                                  \
-    int w = d->w, q = d->q, exact = !(d->h & 1) && !(w & 1);                                                    \
-    float z = 0.0f;                                                                                             \
-    if (bwd && !exact)                                                                                          \
-      for (size_t i = 0; i < planes * hw; i++) ST(dx, i, z);                                                    \
-    for (size_t pl = 0; pl < planes; pl++)                                                                      \
-      for (int oh = 0; oh < d->p; oh++) {                                                                       \
-        size_t r0 = pl * hw + (size_t)(2 * oh) * w, r1 = r0 + (size_t)w, yo = pl * pq + (size_t)oh * q;         \
-        if (!bwd) {                                                                                             \
-          CPU_VEC_SIMD for (int ow = 0; ow < q; ow++) {                                                         \
-            float a, b, c, e;                                                                                   \
-            LD(x, r0 + 2 * ow, a);                                                                              \
-            LD(x, r0 + 2 * ow + 1, b);                                                                          \
-            LD(x, r1 + 2 * ow, c);                                                                              \
-            LD(x, r1 + 2 * ow + 1, e);                                                                          \
-            /* | not ||: no branches (the comparisons of real activations are unpredictable) */                 \
-            float vt = (b > a) | (b != b) ? b : a, vb = (e > c) | (e != e) ? e : c;                             \
-            float m = (vb > vt) | (vb != vb) ? vb : vt;                                                         \
-            ST(y, yo + ow, m);                                                                                  \
-          }                                                                                                     \
-        } else {                                                                                                \
-          CPU_VEC_SIMD for (int ow = 0; ow < q; ow++) {                                                         \
-            float a, b, c, e, g;                                                                                \
-            LD(x, r0 + 2 * ow, a);                                                                              \
-            LD(x, r0 + 2 * ow + 1, b);                                                                          \
-            LD(x, r1 + 2 * ow, c);                                                                              \
-            LD(x, r1 + 2 * ow + 1, e);                                                                          \
-            int tb = (b > a) | (b != b), bb = (e > c) | (e != e);                                               \
-            float vt = tb ? b : a, vb = bb ? e : c;                                                             \
-            int lower = (vb > vt) | (vb != vb);                                                                 \
-            int win = lower ? 2 + bb : tb; /* 0..3 in the reference's tap order */                             \
-            LD(dy, yo + ow, g);                                                                                 \
-            float g0 = win == 0 ? g : 0.0f, g1 = win == 1 ? g : 0.0f, g2 = win == 2 ? g : 0.0f;                \
-            float g3 = win == 3 ? g : 0.0f;                                                                     \
-            ST(dx, r0 + 2 * ow, g0);                                                                            \
-            ST(dx, r0 + 2 * ow + 1, g1);                                                                        \
-            ST(dx, r1 + 2 * ow, g2);                                                                            \
-            ST(dx, r1 + 2 * ow + 1, g3);                                                                        \
-          }                                                                                                     \
-        }                                                                                                       \
-      }                                                                                                         \
+/* 2x2 windows at stride 2 without padding on NCHW with h and w even (the pooling before a
+ * flatten): x is then [R][2][w] rows of pairs and y [R][q], R = n*c*h/2, whatever the planes, and
+ * the loops run flat over a chunk of rows, where a plane's own rows (7 outputs in LeNet) were too
+ * short to vectorise. The first maximum of taps (0,0), (0,1), (1,0), (1,1) is that of each row's
+ * pair, then of the two rows' winners (ties to the top row; a NaN below wins, else a NaN above):
+ * the reference's order, its NaN included. Rows [r0, r0 + rr) of pairs, rr * 2w <= CPU_POOL_2X2. */
+#define CPU_POOL_2X2 2048 /* x elements of one chunk */
+static CPU_VEC_CLONES void cpu_pool_max_2x2(const tt_pool_desc *d, tt_dtype dt, const void *x, void *y, const void *dy,
+                                            void *dx, size_t r0, size_t rr) {
+  size_t q = (size_t)d->q, w2 = 2 * (size_t)d->w, half = rr * 2 * q, k; /* half: pairs in the chunk */
+  float buf[CPU_POOL_2X2], hv[CPU_POOL_2X2 / 2], gt[CPU_POOL_2X2 / 2], gbuf[CPU_POOL_2X2 / 4];
+  int hc[CPU_POOL_2X2 / 2];
+  const float *v = cpu_vec_view(dt, x, r0 * w2, buf, rr * w2);
+  CPU_VEC_SIMD for (k = 0; k < half; k++) { /* each row's pairs: the first maximum and its column */
+    float a = v[2 * k], b = v[2 * k + 1];
+    int c = (b > a) | (b != b);
+    hv[k] = c ? b : a;
+    hc[k] = c;
   }
-CPU_VEC_TWINS(CPU_POOL_MAX_2X2)
+  if (!dy) { /* forward: the maximum of the two rows' winners */
+    for (size_t rl = 0; rl < rr; rl++) {
+      const float *t = hv + 2 * rl * q, *u = t + q;
+      float *o = buf + rl * q; /* buf is free again: y's rows */
+      for (k = 0; k < q; k++) o[k] = (u[k] > t[k]) | (u[k] != u[k]) ? u[k] : t[k];
+    }
+    if (dt == TT_F32) memcpy((float *)y + r0 * q, buf, rr * q * sizeof(float));
+    else cpu_vec_narrow(dt, buf, y, r0 * q, rr * q);
+    return;
+  }
+  /* backward: each pair's share of dy (the winning row's pair gets it), then each element's */
+  const float *g = cpu_vec_view(dt, dy, r0 * q, gbuf, rr * q);
+  for (size_t rl = 0; rl < rr; rl++) {
+    const float *t = hv + 2 * rl * q, *u = t + q, *gr = g + rl * q;
+    float *st = gt + 2 * rl * q, *sb = st + q;
+    for (k = 0; k < q; k++) {
+      int lower = (u[k] > t[k]) | (u[k] != u[k]);
+      st[k] = lower ? 0.0f : gr[k];
+      sb[k] = lower ? gr[k] : 0.0f;
+    }
+  }
+  CPU_VEC_SIMD for (k = 0; k < half; k++) { /* 0.0f + the term: the reference's sum of one */
+    buf[2 * k] = 0.0f + (hc[k] ? 0.0f : gt[k]);
+    buf[2 * k + 1] = 0.0f + (hc[k] ? gt[k] : 0.0f);
+  }
+  if (dt == TT_F32) memcpy((float *)dx + r0 * w2, buf, rr * w2 * sizeof(float));
+  else cpu_vec_narrow(dt, buf, dx, r0 * w2, rr * w2);
+}
 
 /* Whether our loops run this max pooling: fp32 or bf16, dx overwritten; bf16 dx only where
  * windows do not overlap (see above). */
@@ -242,38 +232,30 @@ static int cpu_pool_max_ours(const tt_op_desc *op) {
   return !op->accumulate && (op->dt == TT_F32 || (d->stride_h >= d->kh && d->stride_w >= d->kw));
 }
 
-#define CPU_POOL_PLANES 16 /* NCHW planes per task of the 2x2 loop */
-
 /* Max pooling forward (dy == NULL) or backward by our loops, over samples (NHWC) or planes
  * (NCHW) in parallel: every output element is written by one thread in a fixed order. */
 static int cpu_pool_max_run(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, void *y, const void *dy,
                             void *dx) {
   size_t es = dt == TT_F32 ? 4 : 2, xs = (size_t)d->h * d->w, ys = (size_t)d->p * d->q;
   int nhwc = d->layout == TT_LAYOUT_NHWC, bwd = dy != NULL;
-  /* NCHW 2x2 at stride 2 without padding: the special loop, over blocks of CPU_POOL_PLANES planes */
-  int two = !nhwc && d->kh == 2 && d->kw == 2 && d->stride_h == 2 && d->stride_w == 2 && !d->pad_h && !d->pad_w;
-  ptrdiff_t i, count = nhwc ? (ptrdiff_t)d->n * (bwd ? 1 : d->p) : (ptrdiff_t)d->n * d->c, count2 = count;
-  if (two) count = (count + CPU_POOL_PLANES - 1) / CPU_POOL_PLANES;
+  /* NCHW 2x2 at stride 2 without padding, h and w even: chunks of rows of pairs (cpu_pool_max_2x2) */
+  int two = !nhwc && d->kh == 2 && d->kw == 2 && d->stride_h == 2 && d->stride_w == 2 && !d->pad_h && !d->pad_w &&
+            !(d->h & 1) && !(d->w & 1) && 2 * (size_t)d->w <= CPU_POOL_2X2;
+  size_t pairs = (size_t)d->n * d->c * (size_t)(d->h / 2), per = CPU_POOL_2X2 / (2 * (size_t)d->w);
+  ptrdiff_t i, count = nhwc ? (ptrdiff_t)d->n * (bwd ? 1 : d->p) : (ptrdiff_t)d->n * d->c;
+  if (two) count = (ptrdiff_t)((pairs + per - 1) / per);
   int nt = tt_cpu_threads_for(b, (size_t)d->n * d->c * xs);
   (void)nt;
-  (void)es;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (i = 0; i < count; i++) {
     if (nhwc) {
       size_t n = bwd ? (size_t)i : (size_t)i / (size_t)d->p, cx = xs * (size_t)d->c, cy = ys * (size_t)d->c;
       int oh = bwd ? 0 : (int)(i % d->p);
-      if (dt == TT_F32 && !bwd) cpu_pool_max_nhwc_row_f32(d, (const float *)x + n * cx, (float *)y + n * cy, oh);
-      else if (!bwd) cpu_pool_max_nhwc_row_bf16(d, (const uint16_t *)x + n * cx, (uint16_t *)y + n * cy, oh);
-      else if (dt == TT_F32) cpu_pool_max_nhwc_bwd_f32(d, (const float *)x + n * cx, (const float *)dy + n * cy, (float *)dx + n * cx);
-      else cpu_pool_max_nhwc_bwd_bf16(d, (const uint16_t *)x + n * cx, (const uint16_t *)dy + n * cy, (uint16_t *)dx + n * cx);
-    } else if (two) { /* blocks of planes: fewer calls */
-      size_t p0 = (size_t)i * CPU_POOL_PLANES, np = (size_t)count2 - p0 < CPU_POOL_PLANES ? (size_t)count2 - p0 : CPU_POOL_PLANES;
-      if (dt == TT_F32)
-        cpu_pool_max_2x2_f32(d, (const float *)x + p0 * xs, bwd ? NULL : (float *)y + p0 * ys,
-                             bwd ? (const float *)dy + p0 * ys : NULL, bwd ? (float *)dx + p0 * xs : NULL, np, bwd);
-      else
-        cpu_pool_max_2x2_bf16(d, (const uint16_t *)x + p0 * xs, bwd ? NULL : (uint16_t *)y + p0 * ys,
-                              bwd ? (const uint16_t *)dy + p0 * ys : NULL, bwd ? (uint16_t *)dx + p0 * xs : NULL, np, bwd);
+      if (!bwd) cpu_pool_max_nhwc_row(d, dt, (const char *)x + n * cx * es, (char *)y + n * cy * es, oh);
+      else cpu_pool_max_nhwc_bwd(d, dt, (const char *)x + n * cx * es, (const char *)dy + n * cy * es, (char *)dx + n * cx * es);
+    } else if (two) {
+      size_t r0 = (size_t)i * per;
+      cpu_pool_max_2x2(d, dt, x, y, dy, dx, r0, pairs - r0 < per ? pairs - r0 : per);
     } else if (dt == TT_F32) {
       const float *xp = (const float *)x + (size_t)i * xs;
       cpu_pool_max_plane_f32(d, xp, bwd ? NULL : (float *)y + (size_t)i * ys, bwd ? (const float *)dy + (size_t)i * ys : NULL,

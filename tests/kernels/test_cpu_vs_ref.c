@@ -1063,6 +1063,8 @@ static void test_maxpool_ours(void) {
     maxpool_ours_case(2, 6, 9, 9, 3, 2, 1, layout);    /* overlapping and padded (ResNet's stem) */
     maxpool_ours_case(2, 5, 7, 8, 3, 1, 1, layout);    /* stride 1 */
     maxpool_ours_case(1, 1030, 3, 3, 2, 2, 0, layout); /* channels past a stack chunk; odd plane */
+    maxpool_ours_case(1, 3, 4, 1024, 2, 2, 0, layout); /* NCHW: one row of pairs fills a chunk */
+    maxpool_ours_case(1, 2, 4, 1026, 2, 2, 0, layout); /* NCHW: wider than a chunk (the plane loop) */
   }
 }
 
