@@ -43,6 +43,7 @@ typedef struct tt_buf {
   int first, last;    /* step range (computed by lowering) */
   size_t offset;      /* planned offset in the arena */
   int aliased;        /* the planner accepted alias_of */
+  int state;          /* TT_BC_OPTIMIZER: tt_state_fmt the values are held in (bytes counts them so); else 0 */
 } tt_buf;
 
 typedef enum {
@@ -287,7 +288,15 @@ typedef struct tt_policy {
   int training;        /* 0: forward-only evaluation program */
   int grads_persistent; /* 1: the weight gradients are persistent accumulators even where lower.c
                         * could make them transient (policy.c: where that packs no smaller) */
+  int ostate;          /* tt_state_fmt of the optimizer state under [train] optimizer_state = auto (the
+                        * search's choice, policy.c); the recipe's fixed setting otherwise wins */
 } tt_policy;
+
+/* The tt_state_fmt parameter pr's optimizer state is held in under policy pol: the model's [train]
+ * optimizer_state (pol->ostate under auto), except that 1-D tensors (biases, norm weights) and
+ * tensors of fewer than TT_STATE_BLOCK values stay fp32: they are few bytes and the first the
+ * rounding would hurt (an int8 block of a 1-D gain mixes unrelated channels). */
+int tt_program_state_fmt(const tt_graph *g, const tt_policy *pol, const tt_param *pr);
 
 typedef struct tt_program {
   const tt_graph *graph;

@@ -46,6 +46,8 @@ typedef struct tt_exec {
    * evaluation) seg_at[k][i] is where call i's segments start, in useg (UPDATE_MULTI: the training
    * program's) or cseg[k] (CAST_MULTI). NULL where a program has no such call. */
   tt_update_seg *useg;
+  int useg_held;           /* some tensor of useg holds its optimizer state in bf16 or int8: the
+                            * UPDATE_MULTI call goes to the backend's *_update_held */
   tt_cast_seg *cseg[2];
   int *seg_at[2];
   uint16_t *f16_input;     /* float input to an fp16 program on a device: converted here first

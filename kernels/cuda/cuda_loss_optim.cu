@@ -311,7 +311,7 @@ static int cuda_lo_multi_fill(tt_backend *b, const char *op, const tt_update_seg
     if (!sg->w || !sg->g || (adam && (!sg->m || !sg->v)) || (!adam && momentum != 0.0f && !sg->m))
       return tt_cuda_fail(b, "%s: tensor %d of %d: NULL w, g or optimizer state", op, i, nseg);
     t->cum[t->n + 1] = t->cum[t->n] + sg->count;
-    t->w[t->n] = sg->w, t->g[t->n] = sg->g, t->m[t->n] = sg->m, t->v[t->n] = sg->v;
+    t->w[t->n] = sg->w, t->g[t->n] = sg->g, t->m[t->n] = (float *)sg->m, t->v[t->n] = (float *)sg->v;
     if (sg->decay) t->decay |= 1ull << t->n;
     t->n++;
   }
