@@ -885,6 +885,12 @@ static int exec_param_copy(tt_exec *x, int param, int role, void *host, int to_d
   return 0;
 }
 
+int tt_exec_param_state(const tt_exec *x, int param, int role) {
+  const tt_program *p = x->train ? x->train : x->eval;
+  int b = role >= 2 ? exec_param_buf(x, param, role) : -1;
+  return b >= 0 ? p->bufs[b].state : TT_STATE_F32;
+}
+
 int tt_exec_param_get(tt_exec *x, int param, int role, float *host, tt_err *err) {
   return exec_param_copy(x, param, role, host, 0, err);
 }

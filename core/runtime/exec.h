@@ -136,6 +136,10 @@ int tt_exec_params_finite(tt_exec *x, int *finite, tt_err *err);
 
 /* Host copies of a parameter (role: 0 value, 1 gradient, 2 first optimizer state,
  * 3 second optimizer state); numel floats. Used by checkpoints and tests. */
+/* The tt_state_fmt parameter param's buffer of role is held in: that of its optimizer state
+ * (roles 2, 3: [train] optimizer_state), TT_STATE_F32 for the others. tt_exec_param_get and _set
+ * copy the buffer as held: tt_state_bytes(format, numel) bytes (backend.h). */
+int tt_exec_param_state(const tt_exec *x, int param, int role);
 int tt_exec_param_get(tt_exec *x, int param, int role, float *host, tt_err *err);
 int tt_exec_param_set(tt_exec *x, int param, int role, const float *host, tt_err *err);
 
