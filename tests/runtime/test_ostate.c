@@ -20,6 +20,7 @@
 #include "core/runtime/session.h"
 #include "core/runtime/step.h"
 #include "core/compile/recipe.h"
+#include "core/compile/policy.h"
 #include "kernels/backend.h"
 #include "tests/tt_test.h"
 
@@ -180,6 +181,51 @@ static void test_plan_bytes(void) {
   TT_TEST_END();
 }
 
+/* The search's arena for os_recipe under setting with budget (0: none), micro-batch 4, fp32, no
+ * recompute; *fmt gets the state format its largest tensor was given. 0 when nothing fits. */
+static size_t os_search(const char *setting, size_t budget, int *fmt, tt_err *err) {
+  tt_model m;
+  tt_graph g;
+  tt_program p;
+  tt_backend *be = tt_ref_backend_create(1);
+  tt_policy_opts o;
+  tt_policy_result r;
+  size_t arena = 0;
+  *fmt = -1;
+  if (os_plan(setting, &m, &g, &p, be, err) == 0) {
+    memset(&o, 0, sizeof o);
+    o.vram_bytes = budget, o.micro_batch = 4, o.precision = TT_PREC_FP32, o.recompute = TT_RECOMP_NONE, o.inplace = 1;
+    if (tt_policy_search(&g, be, &o, &r, err) == 0) {
+      arena = r.train.arena_bytes;
+      for (int i = 0; i < r.train.nbufs; i++)
+        if (r.train.bufs[i].cls == TT_BC_OPTIMIZER && r.train.bufs[i].state > *fmt) *fmt = r.train.bufs[i].state;
+      tt_policy_result_free(&r);
+    }
+  }
+  tt_program_free(&p), tt_graph_free(&g), tt_model_free(&m);
+  be->destroy(be);
+  return arena;
+}
+
+/* optimizer_state = auto: fp32 where it fits, else bf16, else int8; nothing: refused. */
+static void test_auto(void) {
+  tt_err err;
+  int f32, f16, f8, f;
+  TT_TEST_BEGIN("ostate_auto_picks_by_budget");
+  size_t a32 = os_search("fp32", 0, &f32, &err), a16 = os_search("bf16", 0, &f16, &err), a8 = os_search("int8", 0, &f8, &err);
+  TT_CHECK(a32 && a16 && a8 && f32 == TT_STATE_F32 && f16 == TT_STATE_BF16 && f8 == TT_STATE_INT8 && a8 < a16 && a16 < a32,
+           "arenas fp32 %zu, bf16 %zu, int8 %zu (%s)", a32, a16, a8, err.msg);
+  size_t budget[4] = {0, a32, a16, a8};
+  int want[4] = {TT_STATE_F32, TT_STATE_F32, TT_STATE_BF16, TT_STATE_INT8};
+  for (int k = 0; k < 4 && !tt_test_current_failed; k++) {
+    size_t a = os_search("auto", budget[k], &f, &err);
+    TT_CHECK(a && f == want[k], "auto under a budget of %zu bytes: arena %zu, state %s (want %s): %s", budget[k], a,
+             f >= 0 ? tt_state_fmt_name((tt_state_fmt)f) : "none", tt_state_fmt_name((tt_state_fmt)want[k]), err.msg);
+  }
+  TT_CHECK(!tt_test_current_failed && os_search("auto", a8 - 4096, &f, &err) == 0, "auto fitted below int8's arena");
+  TT_TEST_END();
+}
+
 /* ---- checkpoints ---- */
 
 /* A training session of os_recipe with optimizer_state = setting (CPU, one thread), fixed init. */
@@ -297,6 +343,7 @@ static void test_checkpoint(void) {
 static const tt_test_case tests[] = {
     TT_TEST("update_vs_fp32", "runtime ostate", test_update_vs_fp32),
     TT_TEST("plan_bytes", "runtime ostate", test_plan_bytes),
+    TT_TEST("auto", "runtime ostate policy", test_auto),
     TT_TEST("checkpoint", "runtime ostate checkpoint", test_checkpoint),
 };
 
