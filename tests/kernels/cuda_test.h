@@ -107,6 +107,7 @@ void test_dropout(void);
 /* cuda_loss_optim.c */
 void test_loss_optim(void);
 void test_update_multi(void);
+void test_update_held(void);
 void test_cast_multi(void);
 void test_sum_squares_clip(void);
 

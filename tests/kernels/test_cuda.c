@@ -58,6 +58,7 @@ static const tt_test_case tests[] = {
   TT_TEST("cuda_elementwise", "ops kernels elementwise", FN(test_elementwise)),
   TT_TEST("cuda_dropout_mask", "ops kernels elementwise", FN(test_dropout)),
   TT_TEST("cuda_loss_optim", "ops kernels loss_optim", FN(test_loss_optim)),
+  TT_TEST("cuda_update_held", "ops kernels loss_optim", FN(test_update_held)),
   TT_TEST("cuda_sum_squares_and_clip", "ops kernels loss_optim", FN(test_sum_squares_clip)),
   EMU_TEST("cuda_update_multi", "ops loss_optim", test_update_multi,
            "counts launches under the emulation (tt_emu_get_counts)"),
