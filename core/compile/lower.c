@@ -691,18 +691,6 @@ static int lower_tables(lower_ctx *c) {
   return 0;
 }
 
-/* A plan that holds optimizer state in bf16 or int8 needs the backend's held updates (backend.h
- * sgd_update_held): refused here, before anything runs, on one that lacks them. */
-static int lower_state_backend(lower_ctx *c) {
-  const tt_program *p = c->p;
-  for (int i = 0; i < p->nbufs; i++)
-    if (p->bufs[i].state != TT_STATE_F32 && !(c->be->sgd_update_held && c->be->adam_update_held))
-      return tt_fail(c->err, "backend '%s' has no update for optimizer state held in %s ('%s'); use [train] "
-                     "optimizer_state = fp32 on it", c->be->name, tt_state_fmt_name((tt_state_fmt)p->bufs[i].state),
-                     p->bufs[i].name);
-  return 0;
-}
-
 /* Persistent buffers (masters, then gradients, then optimizer state, each in parameter order;
  * loss statistics; the overflow flag) and the transient uint8 batch and labels. Persistent
  * buffers are packed in the order they are made (tt_program_plan), so the gradients lie end
@@ -738,20 +726,18 @@ static int lower_persistent(lower_ctx *c) {
   for (int i = 0; i < g->nparams; i++) {
     const tt_param *pr = &g->params[i];
     if (!pol->training || !pr->trainable) continue;
-    /* the state at its held size ([train] optimizer_state: program.c tt_program_state_fmt) */
-    int fmt = tt_program_state_fmt(g, pol, pr);
-    size_t bytes = pr->numel > SIZE_MAX / 4 ? SIZE_MAX : tt_state_bytes((tt_state_fmt)fmt, pr->numel);
+    int fmt = tt_program_state_fmt(g, pol, pr); /* [train] optimizer_state: the state at its held size */
+    size_t bytes = fmt ? tt_state_bytes((tt_state_fmt)fmt, pr->numel) : tt_size_mul(pr->numel, sizeof(float));
     tt_dtype dt = fmt == TT_STATE_BF16 ? TT_BF16 : TT_F32;
     int nstate = tc->optimizer == TT_OPT_SGD ? (tc->momentum != 0.0f) : 2;
     if (nstate >= 1 && (p->m_buf[i] = lower_buf(c, pr->name, tc->optimizer == TT_OPT_SGD ? ".momentum" : ".adam_m", bytes,
                                                 dt, TT_BC_OPTIMIZER, 1, pr->node, i)) < 0)
       return -1;
-    if (nstate >= 1) p->bufs[p->m_buf[i]].state = fmt;
     if (nstate >= 2 && (p->v_buf[i] = lower_buf(c, pr->name, ".adam_v", bytes, dt, TT_BC_OPTIMIZER, 1, pr->node, i)) < 0)
       return -1;
-    if (nstate >= 2) p->bufs[p->v_buf[i]].state = fmt;
+    for (int k = 0; k < nstate; k++) p->bufs[k ? p->v_buf[i] : p->m_buf[i]].state = fmt;
   }
-  if (lower_state_backend(c)) return -1;
+  if (tt_program_state_check(p, c->be, c->err)) return -1;
   if ((p->stats = lower_buf(c, "loss_stats", "", 2 * sizeof(float), TT_F32, TT_BC_MISC, 1, -1, -1)) < 0) return -1;
   if (pol->training && pol->act_dtype == TT_F16 &&
       (p->overflow_flag = lower_buf(c, "overflow_flag", "", sizeof(int32_t), TT_F32, TT_BC_MISC, 1, -1, -1)) < 0)
