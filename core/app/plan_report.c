@@ -65,6 +65,7 @@ static int plan_max_batch(tt_session *s, const tt_run_opts *o, int json, FILE *o
   so.vram_bytes = s->vram_bytes;
   so.reserve_bytes = s->sched.reserve_bytes;
   so.inplace = 1;
+  so.ostate = s->sched.policy.ostate; /* [train] optimizer_state = auto: the state the plan chose */
   so.profile = s->profile;
   static const char *const rn[3] = {"none", "auto", "all"};
   tt_recompute_mode rm[3] = {TT_RECOMP_NONE, TT_RECOMP_AUTO, TT_RECOMP_ALL};
