@@ -62,6 +62,15 @@ typedef struct tt_progress {
  * (docs/gpu.md#tf32): the recipe's [train] tf32 (default on), or on / off whatever it says. */
 typedef enum { TT_TF32_RECIPE = 0, TT_TF32_ON = 1, TT_TF32_OFF = 2 } tt_run_tf32;
 
+/* How the optimizer state (SGD's momentum, Adam's moments) is held (tt_run_opts.optimizer_state):
+ * RECIPE is the recipe's [train] optimizer_state (itself fp32 by default); BF16 and INT8 hold the
+ * state of every tensor of 2 or more dimensions and at least 2048 values in that form (int8:
+ * blockwise, an fp32 scale per 2048 values), the update computing in fp32; AUTO: fp32 where the
+ * plan fits the budget, else bf16, else int8 (docs/recipe.md). */
+typedef enum {
+  TT_OPT_STATE_RECIPE = 0, TT_OPT_STATE_FP32 = 1, TT_OPT_STATE_BF16 = 2, TT_OPT_STATE_INT8 = 3, TT_OPT_STATE_AUTO = 4
+} tt_run_opt_state;
+
 typedef struct tt_run_opts {
   const char *recipe;
   size_t vram_bytes;     /* the card's memory (--vram); 0 = no budget */
@@ -89,6 +98,7 @@ typedef struct tt_run_opts {
   const char *gpu;       /* plan: plan for this card ("t4", "gtx1650", "rtx3050-laptop", "rtx3060", "a100",
                           * "h100": its memory, reserve and speed, estimated; implies TT_DEVICE_CUDA); NULL: none */
   tt_run_tf32 tf32;      /* TT_TF32_RECIPE: the recipe's [train] tf32 (--tf32) */
+  tt_run_opt_state optimizer_state; /* TT_OPT_STATE_RECIPE: the recipe's [train] optimizer_state */
 } tt_run_opts;
 
 /* What tt_train and tt_evaluate report back (the options are only read). */

@@ -146,15 +146,44 @@ typedef struct tt_clip {
   float max_norm;     /* > 0 */
 } tt_clip;
 
-/* One parameter tensor of a many-tensor optimizer update (sgd_update_multi, adam_update_multi):
- * count fp32 values at w, its gradient g, its state m (NULL for SGD without momentum) and v (Adam);
- * decay 0 updates it with weight decay 0 ([train] decay leaves it out), 1 with the call's. */
+/* How an optimizer's state (SGD's momentum, Adam's m and v) is held ([train] optimizer_state):
+ * F32: count floats. BF16: count bf16 values (round to nearest even on store). INT8: blockwise
+ * dynamic quantization, blocks of TT_STATE_BLOCK values in index order (the last one short): the
+ * count one-byte codes, zero padding to a 4-byte boundary, then one fp32 scale per block (the
+ * block's largest magnitude after the update; 0 for an all-zero block). The first moment and
+ * momentum (signed) are int8 codes c in [-127, 127] of sqrt(|x| / scale): x = sign(c) (c/127)^2
+ * scale. Adam's second moment (never negative) is uint8 codes c in [0, 255] of (v / scale)^(1/4):
+ * v = (c/255)^4 scale. The square-root companding keeps relative precision across the block's
+ * range where a linear absmax code flushes everything below scale/254 to zero; for v it is linear
+ * in sqrt(v), the quantity the update divides by, and its smallest non-zero value is
+ * scale/255^4 (about 2e-10 of the block's largest), so a small v never turns into a zero
+ * denominator while its m is not zero. kernel_math.h (tt_state_*) holds the coding, once. */
+typedef enum { TT_STATE_F32 = 0, TT_STATE_BF16 = 1, TT_STATE_INT8 = 2 } tt_state_fmt;
+#define TT_STATE_BLOCK 2048 /* values per int8 block (8 KiB of fp32 state): one fp32 scale each */
+static inline size_t tt_state_blocks(size_t count) { return (count + TT_STATE_BLOCK - 1) / TT_STATE_BLOCK; }
+/* Bytes of the int8 codes of count values with their padding: where the scales start. */
+static inline size_t tt_state_codes_bytes(size_t count) { return (count + 3u) / 4u * 4u; }
+/* Bytes of count values of state held as f. */
+static inline size_t tt_state_bytes(tt_state_fmt f, size_t count) {
+  return f == TT_STATE_INT8 ? tt_state_codes_bytes(count) + 4u * tt_state_blocks(count)
+                            : count * (f == TT_STATE_BF16 ? 2u : 4u);
+}
+static inline const char *tt_state_fmt_name(tt_state_fmt f) {
+  return f == TT_STATE_F32 ? "fp32" : f == TT_STATE_BF16 ? "bf16" : f == TT_STATE_INT8 ? "int8" : NULL;
+}
+
+/* One parameter tensor of a many-tensor optimizer update (sgd_update_multi, adam_update_multi,
+ * sgd_update_held, adam_update_held): count fp32 values at w, its gradient g, its state m (NULL
+ * for SGD without momentum) and v (Adam), held as `state` says (tt_state_fmt; the *_multi entries
+ * take TT_STATE_F32 only: fp32 floats); decay 0 updates it with weight decay 0 ([train] decay
+ * leaves it out), 1 with the call's. */
 typedef struct tt_update_seg {
   float *w;
   const float *g;
-  float *m, *v;
+  void *m, *v;
   size_t count;
   int decay;
+  int state; /* tt_state_fmt of m and v; 0 (fp32) in a zeroed seg */
 } tt_update_seg;
 
 /* One tensor of cast_multi: count elements from src (src_dt) to dst (dst_dt). */
@@ -547,6 +576,20 @@ struct tt_backend {
   int (*bn_bwd_relu)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                      const float *gamma, const float *bias, const float *save_mean, const float *save_invstd, void *dx,
                      float *dgamma, float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+  /* ---- optimizer updates with the state held in bf16 or int8 (tt_state_fmt; optional, before
+   * plan_caps: NULL makes the planner refuse [train] optimizer_state other than fp32) ----
+   * Every tensor of segs[0..nseg) updated as sgd_update / adam_update (or their _multi forms)
+   * would update it with fp32 state, weight_decay where segs[i].decay, same skip and clip
+   * semantics, with its state held as segs[i].state: each value's m (and v) is decoded to fp32,
+   * the update computed in fp32 exactly as the fp32 one, and the result stored back (bf16:
+   * rounded to nearest even; int8: each TT_STATE_BLOCK block requantized with its new largest
+   * magnitude, in the same pass). A TT_STATE_F32 tensor is updated bit for bit as sgd_update
+   * would. Added for issue 42: AdamW's moments in int8 take 2.0 bytes per parameter in place of 8. */
+  int (*sgd_update_held)(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float momentum, int nesterov,
+                         float weight_decay, float grad_scale, const tt_clip *clip, const int32_t *skip);
+  int (*adam_update_held)(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float beta1, float beta2,
+                          float eps, float weight_decay, int decoupled, int t, float grad_scale, const tt_clip *clip,
+                          const int32_t *skip);
   /* Planning only: the optional calls (core/compile/program.h TT_CAP_*) lowering's call list may
    * assume beyond the entry points this table fills. `plan`'s stand-in for a card that is not here
    * (the reference backend, core/runtime/session.c) lists the CUDA backend's, so the plan shows the
@@ -589,7 +632,12 @@ struct tt_backend {
 /* the loss, the optimiser updates and the squared-gradient sum */
 #define TT_BACKEND_DECLARE_LOSS_OPTIM(P) \
   tt_softmax_ce_fn P##_softmax_ce; tt_sgd_update_fn P##_sgd_update; tt_adam_update_fn P##_adam_update; \
-  tt_sum_squares_fn P##_sum_squares;
+  tt_sum_squares_fn P##_sum_squares; \
+  int P##_sgd_update_held(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float momentum, int nesterov, \
+                          float weight_decay, float grad_scale, const tt_clip *clip, const int32_t *skip); \
+  int P##_adam_update_held(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float beta1, float beta2, \
+                           float eps, float weight_decay, int decoupled, int t, float grad_scale, const tt_clip *clip, \
+                           const int32_t *skip);
 
 
 /* Lossy saved copies, for backward only ([train] compress_saved): a convolution's input x

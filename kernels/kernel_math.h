@@ -176,6 +176,70 @@ static inline TT_HD void tt_adam_elem(size_t i, float *w, const float *g, float 
   w[i] = wv - k.step_size * mv / (sqrtf(vv) / k.bc2_sqrt + eps);
 }
 
+/* ---- optimizer state held in bf16 or int8 (backend.h tt_state_fmt says the format and why) ----
+ * Every backend codes and decodes with these, so a held state is the same bits everywhere the
+ * fp32 arithmetic is. */
+
+/* The int8 code of a signed value x (momentum, Adam's m) in a block whose largest magnitude is s. */
+static inline TT_HD int8_t tt_state_q8s(float x, float s) {
+  if (!(s > 0.0f)) return 0;
+  float r = sqrtf(fabsf(x) / s) * 127.0f + 0.5f;
+  int c = r < 127.0f ? (int)r : 127; /* rounds to nearest; |x| == s (and NaN) give 127 */
+  return (int8_t)(x < 0.0f ? -c : c);
+}
+static inline TT_HD float tt_state_dq8s(int8_t c, float s) {
+  float a = (float)c / 127.0f, q = a * a * s;
+  return c < 0 ? -q : q;
+}
+/* The uint8 code of a non-negative value x (Adam's v) in a block whose largest value is s. */
+static inline TT_HD uint8_t tt_state_q8u(float x, float s) {
+  if (!(s > 0.0f) || !(x > 0.0f)) return 0;
+  float r = sqrtf(sqrtf(x / s)) * 255.0f + 0.5f;
+  return (uint8_t)(r < 255.0f ? (int)r : 255);
+}
+static inline TT_HD float tt_state_dq8u(uint8_t c, float s) {
+  float a = (float)c / 255.0f, a2 = a * a;
+  return a2 * a2 * s;
+}
+/* The fp32 scale of int8 block jb of a state buffer of count values (backend.h's layout). */
+static inline TT_HD float *tt_state_scale(void *base, size_t count, size_t jb) {
+  return (float *)((char *)base + (count + 3u) / 4u * 4u) + jb; /* tt_state_codes_bytes, on the device too */
+}
+
+/* Decodes values [j0, j0 + n) of the state at base (count values held as f; sgn 1: signed codes,
+ * the first moment; 0: Adam's v) into out[0..n). For INT8, [j0, j0 + n) lies in one block. */
+static inline TT_HD void tt_state_load(int f, int sgn, const void *base, size_t count, size_t j0, size_t n, float *out) {
+  size_t k;
+  if (f == TT_STATE_F32) {
+    for (k = 0; k < n; k++) out[k] = ((const float *)base)[j0 + k];
+  } else if (f == TT_STATE_BF16) {
+    for (k = 0; k < n; k++) out[k] = tt_bf16_to_f32(((const uint16_t *)base)[j0 + k]);
+  } else {
+    float s = *tt_state_scale((void *)base, count, j0 / TT_STATE_BLOCK);
+    for (k = 0; k < n; k++)
+      out[k] = sgn ? tt_state_dq8s(((const int8_t *)base)[j0 + k], s) : tt_state_dq8u(((const uint8_t *)base)[j0 + k], s);
+  }
+}
+
+/* Stores in[0..n) as values [j0, j0 + n) of the state at base (as tt_state_load reads them). For
+ * INT8, [j0, j0 + n) is one whole block (j0 a multiple of TT_STATE_BLOCK; n the block's size): its
+ * scale becomes the largest magnitude of in[] and every code is made from it. */
+static inline TT_HD void tt_state_store(int f, int sgn, void *base, size_t count, size_t j0, size_t n, const float *in) {
+  size_t k;
+  if (f == TT_STATE_F32) {
+    for (k = 0; k < n; k++) ((float *)base)[j0 + k] = in[k];
+  } else if (f == TT_STATE_BF16) {
+    for (k = 0; k < n; k++) ((uint16_t *)base)[j0 + k] = tt_bf16_from_f32(in[k]);
+  } else {
+    float s = 0.0f;
+    for (k = 0; k < n; k++) s = fmaxf(s, fabsf(in[k])); /* fmaxf drops a NaN */
+    *tt_state_scale(base, count, j0 / TT_STATE_BLOCK) = s;
+    for (k = 0; k < n; k++)
+      if (sgn) ((int8_t *)base)[j0 + k] = tt_state_q8s(in[k], s);
+      else ((uint8_t *)base)[j0 + k] = tt_state_q8u(in[k], s);
+  }
+}
+
 /* Validates an update's clip argument (backend.h, tt_clip; NULL: no clipping); returns 0, or -1
  * with the reason in msg. */
 static inline int tt_clip_error(const char *op, const tt_clip *clip, char *msg, size_t size) {

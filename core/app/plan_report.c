@@ -38,6 +38,17 @@ static size_t plan_default_ws_cap(tt_session *s, size_t cap) {
   return 0;
 }
 
+/* The optimizer state of a training program: tensors per tt_state_fmt (n[3]), the bytes as held
+ * and the bytes it would take in fp32. */
+static void plan_ostate(const tt_program *p, int n[3], size_t *held, size_t *f32) {
+  n[0] = n[1] = n[2] = 0, *held = *f32 = 0;
+  for (int i = 0; i < p->nbufs; i++) {
+    const tt_buf *b = &p->bufs[i];
+    if (b->cls != TT_BC_OPTIMIZER || b->param < 0 || b->state < 0 || b->state > 2) continue;
+    n[b->state]++, *held += b->bytes, *f32 += 4 * p->graph->params[b->param].numel;
+  }
+}
+
 static void plan_breakdown(const tt_program *p, size_t *params, size_t *grads, size_t *opt, size_t *acts, size_t *ws) {
   size_t at[TT_BC_COUNT];
   tt_program_peak_breakdown(p, at);
@@ -54,6 +65,7 @@ static int plan_max_batch(tt_session *s, const tt_run_opts *o, int json, FILE *o
   so.vram_bytes = s->vram_bytes;
   so.reserve_bytes = s->sched.reserve_bytes;
   so.inplace = 1;
+  so.ostate = s->sched.policy.ostate; /* [train] optimizer_state = auto: the state the plan chose */
   so.profile = s->profile;
   static const char *const rn[3] = {"none", "auto", "all"};
   tt_recompute_mode rm[3] = {TT_RECOMP_NONE, TT_RECOMP_AUTO, TT_RECOMP_ALL};
@@ -189,11 +201,20 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
                        "\"accum_steps\": %d, \"effective_batch\": %d, \"ranks\": %d, \"global_batch\": %d, "
                        "\"precision\": \"%s\", \"eval_batch\": %d, "
                        "\"eval_arena_bytes\": %zu, \"breakdown\": {\"params\": %zu, \"grads\": %zu, \"optimizer\": %zu, "
-                       "\"activations\": %zu, \"workspace\": %zu}, \"recompute\": [",
+                       "\"activations\": %zu, \"workspace\": %zu}",
                    p->arena_bytes, p->peak_live_bytes, ratio, r->policy.micro_batch, r->policy.accum_steps,
                    r->policy.micro_batch * r->policy.accum_steps, s->ranks,
                    r->policy.micro_batch * r->policy.accum_steps * s->ranks, tt_dtype_name(r->policy.act_dtype),
                    r->eval.policy.micro_batch, r->eval.persistent_bytes + r->eval.transient_bytes, bp, bg, bo, ba, bw);
+  {
+    static const char *const mode[4] = {"fp32", "bf16", "int8", "auto"};
+    int n[3], m = s->model.train.optimizer_state;
+    size_t held, f32;
+    plan_ostate(p, n, &held, &f32);
+    tt_strbuf_printf(&b, ", \"optimizer_state_bytes\": %zu, \"optimizer_state\": {\"setting\": \"%s\", \"fp32_tensors\": %d, "
+                         "\"bf16_tensors\": %d, \"int8_tensors\": %d, \"block\": %d, \"fp32_bytes\": %zu}, \"recompute\": [",
+                     held, m >= 0 && m < 4 ? mode[m] : "?", n[0], n[1], n[2], TT_STATE_BLOCK, f32);
+  }
   int first = 1;
   for (int i = 0; i < g->nnodes; i++)
     if (r->recompute[i]) {
@@ -353,6 +374,21 @@ static void plan_text_recomputed(const tt_session *s, FILE *out) {
             s->sched.train.n_bn_applied, s->sched.train.n_bn_applied == 1 ? "" : "s");
 }
 
+/* The `opt state` line: how the optimizer state is held ([train] optimizer_state) and its bytes. */
+static void plan_text_ostate(const tt_session *s, FILE *out) {
+  static const char *const mode[4] = {"fp32", "bf16", "int8", "auto"};
+  int n[3], m = s->model.train.optimizer_state;
+  size_t held, f32;
+  plan_ostate(&s->sched.train, n, &held, &f32);
+  if (!n[0] && !n[1] && !n[2]) return; /* SGD without momentum: no state */
+  fprintf(out, "  opt state   %.2f MiB in %d tensors ([train] optimizer_state = %s%s)", plan_mib(held), n[0] + n[1] + n[2],
+          m >= 0 && m < 4 ? mode[m] : "?", m == TT_OSTATE_AUTO ? ": the plan's choice" : "");
+  if (n[1] || n[2])
+    fprintf(out, ":\n              %d bf16, %d int8 (an fp32 scale per %d values), %d fp32 (1-D or under %d values); "
+            "%.2f MiB in fp32", n[1], n[2], TT_STATE_BLOCK, n[0], TT_STATE_BLOCK, plan_mib(f32));
+  fprintf(out, "\n");
+}
+
 /* The update phase's rules, when the recipe has any: which parameters weight decay applies to
  * ([train] decay, as the update steps are marked) and clip_norm. */
 static void plan_text_update(const tt_session *s, FILE *out) {
@@ -468,6 +504,7 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
   fprintf(out, "  predicted   %.1f ms per optimizer step (%.1f ms of it recomputing), %s cost model\n",
           r->predicted_step_ms, r->recompute_ms, s->profile->name);
   plan_text_update(s, out);
+  plan_text_ostate(s, out);
   fprintf(out, "  evaluation  batch %d in the same arena\n", r->eval.policy.micro_batch);
   plan_text_loader(s, out);
 }

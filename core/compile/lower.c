@@ -725,15 +725,19 @@ static int lower_persistent(lower_ctx *c) {
   }
   for (int i = 0; i < g->nparams; i++) {
     const tt_param *pr = &g->params[i];
-    size_t bytes = tt_size_mul(pr->numel, sizeof(float));
     if (!pol->training || !pr->trainable) continue;
+    int fmt = tt_program_state_fmt(g, pol, pr); /* [train] optimizer_state: the state at its held size */
+    size_t bytes = fmt ? tt_state_bytes((tt_state_fmt)fmt, pr->numel) : tt_size_mul(pr->numel, sizeof(float));
+    tt_dtype dt = fmt == TT_STATE_BF16 ? TT_BF16 : TT_F32;
     int nstate = tc->optimizer == TT_OPT_SGD ? (tc->momentum != 0.0f) : 2;
     if (nstate >= 1 && (p->m_buf[i] = lower_buf(c, pr->name, tc->optimizer == TT_OPT_SGD ? ".momentum" : ".adam_m", bytes,
-                                                TT_F32, TT_BC_OPTIMIZER, 1, pr->node, i)) < 0)
+                                                dt, TT_BC_OPTIMIZER, 1, pr->node, i)) < 0)
       return -1;
-    if (nstate >= 2 && (p->v_buf[i] = lower_buf(c, pr->name, ".adam_v", bytes, TT_F32, TT_BC_OPTIMIZER, 1, pr->node, i)) < 0)
+    if (nstate >= 2 && (p->v_buf[i] = lower_buf(c, pr->name, ".adam_v", bytes, dt, TT_BC_OPTIMIZER, 1, pr->node, i)) < 0)
       return -1;
+    for (int k = 0; k < nstate; k++) p->bufs[k ? p->v_buf[i] : p->m_buf[i]].state = fmt;
   }
+  if (tt_program_state_check(p, c->be, c->err)) return -1;
   if ((p->stats = lower_buf(c, "loss_stats", "", 2 * sizeof(float), TT_F32, TT_BC_MISC, 1, -1, -1)) < 0) return -1;
   if (pol->training && pol->act_dtype == TT_F16 &&
       (p->overflow_flag = lower_buf(c, "overflow_flag", "", sizeof(int32_t), TT_F32, TT_BC_MISC, 1, -1, -1)) < 0)

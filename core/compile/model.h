@@ -74,6 +74,10 @@ typedef enum { TT_RECOMP_AUTO = 0, TT_RECOMP_NONE, TT_RECOMP_ALL } tt_recompute_
 /* [train] decay: which parameters weight_decay applies to (core/compile/decay.c). DEFAULT is
  * WEIGHTS for adamw and ALL for sgd and adam (PyTorch's optimizers over model.parameters(), which
  * the CNN recipes and the PyTorch fixture assume); LIST is decay_list. */
+/* [train] optimizer_state: how SGD's momentum and Adam's moments are held (kernels/backend.h
+ * tt_state_fmt for the first three; AUTO: fp32 where the plan fits, else bf16, else int8). Under
+ * bf16 and int8, 1-D tensors and tensors of fewer than TT_STATE_BLOCK values stay fp32. */
+typedef enum { TT_OSTATE_FP32 = 0, TT_OSTATE_BF16, TT_OSTATE_INT8, TT_OSTATE_AUTO } tt_ostate_mode;
 typedef enum { TT_DECAY_DEFAULT = 0, TT_DECAY_ALL, TT_DECAY_NONE, TT_DECAY_WEIGHTS, TT_DECAY_LIST } tt_decay_mode;
 
 typedef struct tt_train_cfg {
@@ -105,6 +109,7 @@ typedef struct tt_train_cfg {
                                  * of role TT_PR_WEIGHT) and glob patterns (* and ?) on full names */
   int decay_line;               /* recipe line of `decay` (0: not given) */
   float clip_norm;              /* gradient clipping by global L2 norm; 0: off */
+  int optimizer_state;          /* tt_ostate_mode (0, fp32: the default) */
   int ranks;                    /* not a recipe key: the processes of a multi-process run (set by
                                  * tt_dist_per_rank_batch; 0 or 1: one). Over 1, the gradients stay
                                  * persistent, one region the all-reduce sums in buckets (lower.c) */

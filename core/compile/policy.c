@@ -115,6 +115,7 @@ static int policy_plan_one(const policy_ctx *c, int inplace, unsigned char *rec,
   pol.compact = (form & POLICY_COMPACT) != 0;
   pol.compress = pol.compact ? c->g->model->train.compress_saved : 0; /* lossy: only when the recipe asks */
   pol.attn_fused = (form & POLICY_FUSED) != 0;
+  pol.ostate = c->o->ostate;
   return policy_plan(c->g, &pol, c->be, c->memo, p, c->err);
 }
 
@@ -688,7 +689,11 @@ int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oi
   }
   size_t min_arena = (size_t)-1;
   tt_plan_memo *memo = tt_plan_memo_new(); /* NULL (out of memory): plans without one */
-  int have = policy_search(g, be, &o, r, rec, &min_arena, memo, err);
+  /* [train] optimizer_state = auto: fp32 state where anything fits, else bf16, else int8 (the
+   * smaller state frees its bytes for activations; tt_program_state_fmt keeps small tensors fp32) */
+  int have = 0, ostate_auto = g->model->train.optimizer_state == TT_OSTATE_AUTO;
+  for (int st = TT_STATE_F32; st <= (ostate_auto ? TT_STATE_INT8 : TT_STATE_F32) && !have; st++)
+    if (o.ostate = st, (have = policy_search(g, be, &o, r, rec, &min_arena, memo, err)) < 0) break;
   tt_plan_memo_free(memo);
   free(rec);
   if (have < 0) {

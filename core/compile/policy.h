@@ -37,6 +37,9 @@ typedef struct tt_policy_opts {
   int eval_batch;               /* 0 = largest that fits in the training arena's transient region */
   const tt_device_profile *profile;
   tt_recompute_search_kind recompute_search; /* BEST (0): segments and per op, the faster that fits */
+  int ostate;                   /* tt_state_fmt the candidates hold optimizer state in under [train]
+                                 * optimizer_state = auto (tt_policy_search tries fp32, then bf16,
+                                 * then int8, until one fits); ignored otherwise */
 } tt_policy_opts;
 
 #define TT_POLICY_MAX_ALTS 12

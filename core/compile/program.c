@@ -166,6 +166,22 @@ static size_t program_live_span(const tt_program *p, const tt_buf *b, int *f, in
   return b->bytes;
 }
 
+int tt_program_state_fmt(const tt_graph *g, const tt_policy *pol, const tt_param *pr) {
+  int mode = g->model->train.optimizer_state;
+  int f = mode == TT_OSTATE_AUTO ? pol->ostate : mode;
+  if (f != TT_STATE_BF16 && f != TT_STATE_INT8) return TT_STATE_F32;
+  return pr->ndim <= 1 || pr->numel < TT_STATE_BLOCK ? TT_STATE_F32 : f;
+}
+
+int tt_program_state_check(const tt_program *p, const tt_backend *be, tt_err *err) {
+  for (int i = 0; i < p->nbufs; i++)
+    if (p->bufs[i].state != TT_STATE_F32 && !(be->sgd_update_held && be->adam_update_held))
+      return tt_fail(err, "backend '%s' has no update for optimizer state held in %s ('%s'); use [train] "
+                     "optimizer_state = fp32 on it", be->name, tt_state_fmt_name((tt_state_fmt)p->bufs[i].state),
+                     p->bufs[i].name);
+  return 0;
+}
+
 size_t tt_program_buf_live(const tt_program *p, int i, int *first, int *last) {
   return program_live_span(p, &p->bufs[i], first, last);
 }

@@ -43,6 +43,7 @@ typedef struct tt_buf {
   int first, last;    /* step range (computed by lowering) */
   size_t offset;      /* planned offset in the arena */
   int aliased;        /* the planner accepted alias_of */
+  int state;          /* TT_BC_OPTIMIZER: tt_state_fmt the values are held in (bytes counts them so); else 0 */
 } tt_buf;
 
 typedef enum {
@@ -287,7 +288,10 @@ typedef struct tt_policy {
   int training;        /* 0: forward-only evaluation program */
   int grads_persistent; /* 1: the weight gradients are persistent accumulators even where lower.c
                         * could make them transient (policy.c: where that packs no smaller) */
+  int ostate;          /* tt_state_fmt of the optimizer state under [train] optimizer_state = auto (the
+                        * search's choice, policy.c); the recipe's fixed setting otherwise wins */
 } tt_policy;
+
 
 typedef struct tt_program {
   const tt_graph *graph;
@@ -335,6 +339,16 @@ typedef struct tt_program {
   int *step_call;      /* [nsteps + 1]: step i's calls are calls[step_call[i] .. step_call[i + 1]) */
   int n_fused;         /* fused calls (each replacing two steps' calls) */
 } tt_program;
+
+/* The tt_state_fmt parameter pr's optimizer state is held in under policy pol: the model's [train]
+ * optimizer_state (pol->ostate under auto), except that 1-D tensors (biases, norm weights) and
+ * tensors of fewer than TT_STATE_BLOCK values stay fp32: they are few bytes and the first the
+ * rounding would hurt (an int8 block of a 1-D gain mixes unrelated channels). */
+int tt_program_state_fmt(const tt_graph *g, const tt_policy *pol, const tt_param *pr);
+/* A program that holds optimizer state in bf16 or int8 needs the backend's held updates (backend.h
+ * sgd_update_held): 0, or -1 naming the first such buffer on a backend that lacks them (lowering
+ * refuses the plan before anything runs). */
+int tt_program_state_check(const tt_program *p, const tt_backend *be, tt_err *err);
 
 /* What tt_lower and tt_program_plan return (besides 0 and -1) when a size would pass 2^64
  * bytes: the plan is too large to exist, which a search may treat as "does not fit". */

@@ -130,7 +130,8 @@ static const char *const recipe_net_keys[] = {"input", "classes", NULL};
 static const char *const recipe_train_keys[] = {
     "batch", "micro_batch", "eval_batch", "epochs", "optimizer", "lr", "momentum", "nesterov", "weight_decay", "beta1",
     "beta2", "eps", "schedule", "warmup_epochs", "step_epochs", "gamma", "min_lr", "label_smoothing", "precision",
-    "recompute", "compress_saved", "log_every", "checkpoint_every", "seed", "decay", "clip_norm", "tf32", NULL};
+    "recompute", "compress_saved", "log_every", "checkpoint_every", "seed", "decay", "clip_norm", "tf32",
+    "optimizer_state", NULL};
 static const char *const recipe_data_keys[] = {
     "format", "train", "train_labels", "test", "test_labels", "mean", "std", "crop_pad", "hflip", "max_megapixels",
     "loader_threads", "max_failed", "random_resized_crop", "crop_scale", "crop_ratio", "resize", "class_names", NULL};
@@ -216,6 +217,7 @@ static const char *const recipe_lr_schedule_names[] = {"constant", "step", "cosi
 static const char *const recipe_prec_names[] = {"auto", "fp32", "fp16", "bf16"};
 static const char *const recipe_recomp_names[] = {"auto", "none", "all"};
 static const char *const recipe_compress_names[] = {"off", "fp16", "bf16", "int8"}; /* tt_save_fmt order */
+static const char *const recipe_ostate_names[] = {"fp32", "bf16", "int8", "auto"}; /* tt_ostate_mode order */
 static const char *const recipe_onoff_names[] = {"on", "off"}; /* tf32: tt_train_cfg.tf32_off */
 static const char *const recipe_format_names[] = {"none", "idx", "folder", "list", "synthetic", "npy"};
 
@@ -296,6 +298,7 @@ static int recipe_train(recipe_state *st, const recipe_section *sec) {
     else if (!strcmp(k, "clip_norm")) rc = tt_recipe_float(st, e, v, 0, 1e38, 1, 1, &t->clip_norm);
     else if (!strcmp(k, "precision")) rc = tt_recipe_enum(st, e, v, recipe_prec_names, 4, &x), t->precision = (tt_precision)x;
     else if (!strcmp(k, "recompute")) rc = tt_recipe_enum(st, e, v, recipe_recomp_names, 3, &x), t->recompute = (tt_recompute_mode)x;
+    else if (!strcmp(k, "optimizer_state")) rc = tt_recipe_enum(st, e, v, recipe_ostate_names, 4, &x), t->optimizer_state = x;
     else if (!strcmp(k, "tf32")) rc = tt_recipe_enum(st, e, v, recipe_onoff_names, 2, &x), t->tf32_off = x;
     else if (!strcmp(k, "compress_saved")) rc = tt_recipe_enum(st, e, v, recipe_compress_names, 4, &x), t->compress_saved = x;
     else if (!strcmp(k, "log_every")) rc = tt_recipe_int(st, e, v, 1, INT_MAX, &t->log_every);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../kernels/kernel_math.h"
 #include "../base/safetensors.h"
 
 static const char *const ckpt_role_suffix[4] = {"", ".grad", ".opt_m", ".opt_v"};
@@ -26,12 +27,60 @@ static int ckpt_has(const tt_exec *x, int i, int role, int with_state) {
   return (role == 2 ? x->train->m_buf[i] : x->train->v_buf[i]) >= 0;
 }
 
-/* Reads every tensor the file holds (ckpt_has) from the executor as fp32, in parameter order
+/* The bytes of parameter i's buffer of role as held (fp32 values; optimizer state in its
+ * tt_state_fmt), rounded up to 4 so that the next buffer's floats stay aligned in one block. */
+static size_t ckpt_held_bytes(const tt_exec *x, int i, int role) {
+  size_t b = tt_state_bytes((tt_state_fmt)tt_exec_param_state(x, i, role), x->g->params[i].numel);
+  return (b + 3u) / 4u * 4u;
+}
+
+/* The first NaN or infinity of count values held as f at raw (int8: its scales, which bound every
+ * value of their block), or -1; *nan says which. */
+static long long ckpt_first_nonfinite(int f, const void *raw, size_t count, int *nan) {
+  size_t n = f == TT_STATE_INT8 ? tt_state_blocks(count) : count;
+  const unsigned char *base = (const unsigned char *)raw + (f == TT_STATE_INT8 ? tt_state_codes_bytes(count) : 0);
+  for (size_t v = 0; v < n; v++) {
+    float y;
+    if (f == TT_STATE_BF16) {
+      uint16_t h;
+      memcpy(&h, base + 2 * v, 2);
+      y = tt_bf16_to_f32(h);
+    } else {
+      memcpy(&y, base + 4 * v, 4);
+    }
+    if (!isfinite(y)) return *nan = isnan(y), (long long)v;
+  }
+  return -1;
+}
+
+/* Fills t[0] (and for int8 state t[1], its scales "<name>.scale", fp32 [blocks]) for parameter p's
+ * buffer held as f at raw, named nm; returns the number of tensors filled. The state is saved as it
+ * is held (BF16; int8 codes as I8 for the signed first moment, U8 for Adam's v), so that a resume
+ * with the same setting is bit for bit. */
+static int ckpt_fill(tt_st_tensor *t, const tt_param *p, int role, int f, const void *raw, char *nm, char *scale_nm) {
+  t[0].name = nm;
+  t[0].dtype = f == TT_STATE_F32 ? "F32" : f == TT_STATE_BF16 ? "BF16" : role == 3 ? "U8" : "I8";
+  t[0].ndim = p->ndim;
+  for (int d = 0; d < p->ndim; d++) t[0].shape[d] = p->shape[d];
+  t[0].data = raw;
+  t[0].bytes = p->numel * (f == TT_STATE_F32 ? 4u : f == TT_STATE_BF16 ? 2u : 1u);
+  if (f != TT_STATE_INT8) return 1;
+  snprintf(scale_nm, TT_NAME_MAX + 32, "%s%s.scale", p->name, ckpt_role_suffix[role]);
+  t[1].name = scale_nm;
+  t[1].dtype = "F32";
+  t[1].ndim = 1;
+  t[1].shape[0] = (int64_t)tt_state_blocks(p->numel);
+  t[1].data = (const unsigned char *)raw + tt_state_codes_bytes(p->numel);
+  t[1].bytes = 4u * tt_state_blocks(p->numel);
+  return 2;
+}
+
+/* Reads every tensor the file holds (ckpt_has) from the executor as held, in parameter order
  * and then role order, into one data block, with names "<param><suffix>" in one names block
- * (t[0].name is its start). On success the caller owns *out_t, *out_data and that names
- * block and frees all three; *out_n may be 0. Returns 0, or -1 with err set and nothing
- * allocated. The values come from the executor (tt_exec_param_get), downloaded from the
- * device where the parameters live there. */
+ * (t[0].name is its start); int8 optimizer state adds its scales as "<param><suffix>.scale". On
+ * success the caller owns *out_t, *out_data and that names block and frees all three; *out_n may
+ * be 0. Returns 0, or -1 (TT_CKPT_NOT_FINITE) with err set and nothing allocated. The values come
+ * from the executor (tt_exec_param_get), downloaded from the device where they live there. */
 static int ckpt_collect(tt_exec *x, int with_state, tt_st_tensor **out_t, float **out_data, int *out_n, tt_err *err) {
   const tt_graph *g = x->g;
   size_t total = 0;
@@ -39,11 +88,11 @@ static int ckpt_collect(tt_exec *x, int with_state, tt_st_tensor **out_t, float 
   for (int i = 0; i < g->nparams; i++)
     for (int role = 0; role < 4; role++) {
       if (!ckpt_has(x, i, role, with_state)) continue;
-      total += g->params[i].numel;
-      n++;
+      total += ckpt_held_bytes(x, i, role);
+      n += 1 + (tt_exec_param_state(x, i, role) == TT_STATE_INT8);
     }
   tt_st_tensor *t = (tt_st_tensor *)tt_calloc((size_t)n, sizeof(tt_st_tensor), "checkpoint tensors", err);
-  float *data = (float *)tt_malloc(total * sizeof(float), "checkpoint data", err);
+  float *data = (float *)tt_malloc(total, "checkpoint data", err);
   char *names = (char *)tt_malloc((size_t)n * (TT_NAME_MAX + 32), "checkpoint names", err);
   if (!t || !data || !names) {
     free(t), free(data), free(names);
@@ -55,28 +104,25 @@ static int ckpt_collect(tt_exec *x, int with_state, tt_st_tensor **out_t, float 
     for (int role = 0; role < 4; role++) {
       if (!ckpt_has(x, i, role, with_state)) continue;
       const tt_param *p = &g->params[i];
+      int f = tt_exec_param_state(x, i, role), nan = 0;
       char *nm = names + (size_t)k * (TT_NAME_MAX + 32);
+      void *raw = (char *)data + off;
       snprintf(nm, TT_NAME_MAX + 32, "%s%s", p->name, ckpt_role_suffix[role]);
-      if (tt_exec_param_get(x, i, role, data + off, err)) {
+      if (tt_exec_param_get(x, i, role, (float *)raw, err)) {
         free(t), free(data), free(names);
         return -1;
       }
       /* a diverged run's NaN or infinite values never replace a good checkpoint (issue 40) */
-      for (size_t v = 0; v < p->numel; v++)
-        if (!isfinite(data[off + v])) {
-          tt_fail(err, "'%s' holds %s at element %zu: the run diverged, and no checkpoint is written over the last good "
-                  "one (lower [train] lr, or set clip_norm)", nm, isnan(data[off + v]) ? "NaN" : "an infinity", v);
-          free(t), free(data), free(names);
-          return TT_CKPT_NOT_FINITE;
-        }
-      t[k].name = nm;
-      t[k].dtype = "F32";
-      t[k].ndim = p->ndim;
-      for (int d = 0; d < p->ndim; d++) t[k].shape[d] = p->shape[d];
-      t[k].data = data + off;
-      t[k].bytes = p->numel * sizeof(float);
-      off += p->numel;
-      k++;
+      long long bad = ckpt_first_nonfinite(f, raw, p->numel, &nan);
+      if (bad >= 0) {
+        tt_fail(err, "'%s' holds %s at %s %lld: the run diverged, and no checkpoint is written over the last good "
+                "one (lower [train] lr, or set clip_norm)", nm, nan ? "NaN" : "an infinity",
+                f == TT_STATE_INT8 ? "the scale of block" : "element", bad);
+        free(t), free(data), free(names);
+        return TT_CKPT_NOT_FINITE;
+      }
+      k += ckpt_fill(t + k, p, role, f, raw, nm, names + (size_t)(k + 1) * (TT_NAME_MAX + 32));
+      off += ckpt_held_bytes(x, i, role);
     }
   *out_t = t, *out_data = data, *out_n = n;
   return 0;
@@ -294,39 +340,114 @@ static const tt_st_tensor *ckpt_check_tensor(tt_st_file *f, const char *file, co
   return NULL;
 }
 
-/* NaN and infinite values in a tensor (the data may not be 4-byte aligned: copied out). */
-static long long ckpt_nonfinite(const tt_st_tensor *t) {
-  long long bad = 0;
-  const char *p = (const char *)t->data;
-  for (size_t k = 0; k + 4 <= t->bytes; k += 4) {
-    float v;
-    memcpy(&v, p + k, 4);
-    bad += !isfinite(v);
-  }
-  return bad;
-}
+/* One tensor of the file as found for a buffer of the run: its format (tt_state_fmt) and data;
+ * scales is the int8 state's "<name>.scale" (else NULL). */
+typedef struct ckpt_src {
+  const tt_st_tensor *t, *scales;
+  int fmt;
+} ckpt_src;
 
-/* Whether a tensor holds a negative value (Adam's second moment never does). */
-static int ckpt_negative(const tt_st_tensor *t) {
-  const char *p = (const char *)t->data;
-  for (size_t k = 0; k + 4 <= t->bytes; k += 4) {
-    float v;
-    memcpy(&v, p + k, 4);
-    if (v < 0.0f) return 1;
-  }
+/* Finds parameter p's tensor nm of role in f and checks it: values fp32; optimizer state fp32,
+ * BF16, or int8 codes (I8 for the first moment, U8 for Adam's v) with their scales beside them
+ * (F32 [blocks]), each of p's shape whatever the run holds (a resume converts). 0 or -1. */
+static int ckpt_find(tt_st_file *f, const char *file, const char *nm, const tt_param *p, int role, const char *recipe,
+                     ckpt_src *src, tt_err *err) {
+  char snm[TT_NAME_MAX + 40];
+  memset(src, 0, sizeof *src);
+  const tt_st_tensor *t = tt_st_get(f, nm);
+  const char *codes = role == 3 ? "U8" : "I8";
+  if (role < 2 || !t || (strcmp(t->dtype, "BF16") && strcmp(t->dtype, codes))) /* fp32, or missing: as values are */
+    return (src->t = ckpt_check_tensor(f, file, nm, p, recipe, err)) ? 0 : -1;
+  int same = t->ndim == p->ndim;
+  for (int d = 0; same && d < p->ndim; d++) same = t->shape[d] == p->shape[d];
+  if (!same)
+    return tt_fail(err, "%s: tensor '%s' (%s optimizer state) does not have the shape of '%s' in recipe %s", file, nm,
+                   t->dtype, p->name, recipe);
+  src->t = t, src->fmt = strcmp(t->dtype, "BF16") ? TT_STATE_INT8 : TT_STATE_BF16;
+  if (src->fmt == TT_STATE_BF16) return 0;
+  snprintf(snm, sizeof snm, "%s.scale", nm);
+  src->scales = tt_st_get(f, snm);
+  if (!src->scales || strcmp(src->scales->dtype, "F32") || src->scales->ndim != 1 ||
+      src->scales->shape[0] != (int64_t)tt_state_blocks(p->numel))
+    return tt_fail(err, "%s: int8 optimizer state '%s' needs its scales '%s', F32 [%zu] (one per %d values); they are %s; "
+                   CKPT_FIX, file, nm, snm, tt_state_blocks(p->numel), TT_STATE_BLOCK,
+                   src->scales ? "of another dtype or shape" : "missing");
   return 0;
 }
 
+/* The file's tensor in the layout the run holds its format in (backend.h), at dst (tt_state_bytes). */
+static void ckpt_assemble(const ckpt_src *src, size_t count, unsigned char *dst) {
+  memcpy(dst, src->t->data, src->t->bytes);
+  if (src->fmt != TT_STATE_INT8) return;
+  memset(dst + count, 0, tt_state_codes_bytes(count) - count);
+  memcpy(dst + tt_state_codes_bytes(count), src->scales->data, src->scales->bytes);
+}
+
+/* count values of state held as `from` at src recoded as `to` at dst (through fp32, block by block;
+ * sgn: 1 the signed first moment, 0 Adam's v). */
+static void ckpt_convert(int from, const void *src, int to, void *dst, size_t count, int sgn) {
+  float buf[TT_STATE_BLOCK];
+  for (size_t j0 = 0; j0 < count; j0 += TT_STATE_BLOCK) {
+    size_t n = count - j0 < TT_STATE_BLOCK ? count - j0 : TT_STATE_BLOCK;
+    tt_state_load(from, sgn, src, count, j0, n, buf);
+    tt_state_store(to, sgn, dst, count, j0, n, buf);
+  }
+}
+
+/* Pass 0's checks of one found tensor, on its values decoded to fp32: Adam's v never negative
+ * and int8 scales never negative (refusals); NaN and infinities counted into *bad. 0 or -1. */
+static int ckpt_check_values(const ckpt_src *src, const tt_param *p, int role, const char *file, const char *nm,
+                             long long *bad, tt_err *err) {
+  size_t n = p->numel, held = (tt_state_bytes((tt_state_fmt)src->fmt, n) + 3) / 4 * 4;
+  unsigned char *tmp = (unsigned char *)tt_malloc(held + n * sizeof(float), "checkpoint tensor", err);
+  int neg = 0;
+  if (!tmp) return -1;
+  float *vals = (float *)(void *)(tmp + held);
+  ckpt_assemble(src, n, tmp);
+  ckpt_convert(src->fmt, tmp, TT_STATE_F32, vals, n, role != 3);
+  *bad = 0;
+  for (size_t k = 0; k < n; k++) *bad += !isfinite(vals[k]), neg |= role == 3 && vals[k] < 0.0f;
+  for (size_t b = 0; src->fmt == TT_STATE_INT8 && b < tt_state_blocks(n); b++) neg |= *tt_state_scale(tmp, n, b) < 0.0f;
+  free(tmp);
+  if (neg)
+    return tt_fail(err, "%s: tensor '%s' (%s) holds negative values; " CKPT_FIX, file, nm,
+                   role == 3 ? "Adam's second moment, a mean of squares" : "int8 state with a negative block scale");
+  return 0;
+}
+
+/* Writes the found tensor into parameter i's buffer of role, recoded when the run holds it in
+ * another format (*converted set). 0 or -1. */
+static int ckpt_put(tt_exec *x, int i, int role, const ckpt_src *src, int *converted, tt_err *err) {
+  size_t n = x->g->params[i].numel;
+  int to = tt_exec_param_state(x, i, role);
+  size_t hf = (tt_state_bytes((tt_state_fmt)src->fmt, n) + 3) / 4 * 4, ht = tt_state_bytes((tt_state_fmt)to, n);
+  unsigned char *tmp = (unsigned char *)tt_malloc(hf + ht + 4, "checkpoint tensor", err);
+  if (!tmp) return -1;
+  /* copied first: the file's data may not be 4-byte aligned for every header length */
+  ckpt_assemble(src, n, tmp);
+  unsigned char *put = tmp;
+  if (src->fmt != to) {
+    put = tmp + hf;
+    ckpt_convert(src->fmt, tmp, to, put, n, role != 3);
+    *converted = 1;
+  }
+  int rc = tt_exec_param_set(x, i, role, (const float *)(const void *)put, err);
+  free(tmp);
+  return rc;
+}
+
 /* Loads the parameters (and, when with_state, the optimizer state and st's counters) of file
- * into x. Every tensor is checked (name, F32 dtype, shape, Adam's v not negative) before the
- * first one is written, so a file the checks refuse leaves x unchanged; NaN or
- * infinite values are loaded but reported through warn (may be NULL). Returns 0 or -1. */
+ * into x. Every tensor is checked (name, dtype, shape, Adam's v not negative, int8 state's scales)
+ * before the first one is written, so a file the checks refuse leaves x unchanged; NaN or
+ * infinite values are loaded but reported through warn (may be NULL). Optimizer state saved in
+ * another format than the run holds ([train] optimizer_state changed) is converted, and warn
+ * told so. Returns 0 or -1. */
 int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_state *st, tt_warn_fn warn, void *ud,
                        tt_err *err) {
   tt_st_file *f = NULL;
   if (tt_st_open(file, &f, err)) return -1;
   const tt_graph *g = x->g;
-  int rc = 0, bad_tensors = 0;
+  int rc = 0, bad_tensors = 0, nconv = 0, conv_from = 0, conv_to = 0;
   long long bad_values = 0;
   char nm[TT_NAME_MAX + 32], first_bad[TT_NAME_MAX + 32] = "";
   /* the counters first, then every tensor, and only then any change: a refused file changes nothing */
@@ -334,34 +455,29 @@ int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_sta
   for (int pass = 0; pass < 2 && !rc; pass++)
     for (int i = 0; i < g->nparams && !rc; i++)
       for (int role = 0; role < 4 && !rc; role++) {
+        ckpt_src src;
+        long long bad = 0;
+        int conv = 0;
         if (!ckpt_has(x, i, role, with_state)) continue;
         snprintf(nm, sizeof nm, "%s%s", g->params[i].name, ckpt_role_suffix[role]);
-        const tt_st_tensor *t = ckpt_check_tensor(f, file, nm, &g->params[i], g->model->path, err);
-        if (!t) {
-          rc = -1;
-          break;
-        }
-        if (pass == 0 && role == 3 && ckpt_negative(t)) {
-          rc = tt_fail(err, "%s: tensor '%s' (Adam's second moment, a mean of squares) holds negative values; " CKPT_FIX,
-                       file, nm);
-          break;
-        }
+        if ((rc = ckpt_find(f, file, nm, &g->params[i], role, g->model->path, &src, err))) break;
         if (pass == 0) {
-          long long bad = ckpt_nonfinite(t);
+          if ((rc = ckpt_check_values(&src, &g->params[i], role, file, nm, &bad, err))) break;
           if (bad && !bad_tensors++) snprintf(first_bad, sizeof first_bad, "%s", nm);
           bad_values += bad;
           continue;
         }
-        /* the data pointer may not be 4-byte aligned for every header length: copied first */
-        float *tmp = (float *)tt_malloc(t->bytes, "checkpoint tensor", err);
-        if (!tmp) {
-          rc = -1;
-          break;
-        }
-        memcpy(tmp, t->data, t->bytes);
-        rc = tt_exec_param_set(x, i, role, tmp, err);
-        free(tmp);
+        rc = ckpt_put(x, i, role, &src, &conv, err);
+        if (conv && !nconv++) conv_from = src.fmt, conv_to = tt_exec_param_state(x, i, role);
       }
+  if (!rc && nconv && warn) {
+    char line[TT_PATH_MAX + 300];
+    snprintf(line, sizeof line,
+             "%s: optimizer state converted for %d tensor%s (saved as %s, held as %s in this run: [train] "
+             "optimizer_state changed); the run continues from the converted moments", file, nconv, nconv > 1 ? "s" : "",
+             tt_state_fmt_name((tt_state_fmt)conv_from), tt_state_fmt_name((tt_state_fmt)conv_to));
+    warn(ud, line);
+  }
   if (!rc && bad_tensors && warn) {
     char line[TT_PATH_MAX + 400];
     snprintf(line, sizeof line,

@@ -215,9 +215,11 @@ static int exec_bind_multi(tt_exec *x, tt_err *err) {
         tt_update_seg *u = &x->useg[nupd++];
         u->w = (float *)tt_exec_ptr(x, p, c->out[0]);
         u->g = (const float *)tt_exec_ptr(x, p, c->in[0]);
-        u->m = (float *)tt_exec_ptr(x, p, c->out[1]);
-        u->v = (float *)tt_exec_ptr(x, p, c->out[2]);
+        u->m = c->out[1] >= 0 ? tt_exec_ptr(x, p, c->out[1]) : NULL;
+        u->v = c->out[2] >= 0 ? tt_exec_ptr(x, p, c->out[2]) : NULL;
         u->count = c->a.count, u->decay = c->decay;
+        u->state = c->out[1] >= 0 ? p->bufs[c->out[1]].state : TT_STATE_F32;
+        x->useg_held |= u->state != TT_STATE_F32;
       }
     }
   }
@@ -668,6 +670,26 @@ int tt_exec_logits(tt_exec *x, int n, float *out, tt_err *err) {
   return 0;
 }
 
+/* An update call whose tensors hold optimizer state in bf16 or int8 (backend.h sgd_update_held):
+ * segs[0..nseg) updated by the backend's held entry, which the planner made sure it has. */
+static int exec_update_held(exec_run *r, const tt_call *c, const tt_update_seg *segs, int nseg, const tt_opt_hparams *h,
+                            int t, float grad_unscale, const int32_t *flag, const tt_clip *clip, tt_err *err) {
+  tt_exec *x = r->x;
+  tt_backend *be = x->be;
+  const tt_program *p = r->p;
+  const tt_step *s = &p->steps[c->step];
+  const char *what = h->kind == TT_OPT_SGD ? "sgd_update_held" : "adam_update_held";
+  if (!be->sgd_update_held || !be->adam_update_held)
+    return tt_fail(err, "backend '%s' has no update for optimizer state in bf16 or int8", be->name);
+  if (h->kind == TT_OPT_SGD)
+    EXEC_CHECK(be->sgd_update_held(be, segs, nseg, h->lr, h->momentum, h->nesterov, h->weight_decay, grad_unscale, clip,
+                                   flag));
+  else
+    EXEC_CHECK(be->adam_update_held(be, segs, nseg, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay,
+                                    h->kind == TT_OPT_ADAMW, t, grad_unscale, clip, flag));
+  return exec_sync_point(x, p, s, what, err);
+}
+
 /* One call of the update phase (calls.c): the overflow flag zeroed and checked, the gradients'
  * sum of squares for clip_norm, the optimizer's updates; *flag and *clipp carry what the checks
  * wrote to the updates that follow (set here as their calls run). */
@@ -700,6 +722,8 @@ static int exec_update_call(exec_run *r, const tt_call *c, const tt_opt_hparams 
       break;
     }
     case TT_CALL_UPDATE_MULTI: /* every tensor in one backend call (exec_bind_multi's table) */
+      if (x->useg_held) return exec_update_held(r, c, x->useg + x->seg_at[0][c - p->calls], c->nseg, h, t, grad_unscale,
+                                                *flag, *clipp, err);
       if (h->kind == TT_OPT_SGD)
         EXEC_CHECK(be->sgd_update_multi(be, x->useg + x->seg_at[0][c - p->calls], c->nseg, h->lr, h->momentum, h->nesterov,
                                         h->weight_decay, grad_unscale, *clipp, *flag));
@@ -710,6 +734,13 @@ static int exec_update_call(exec_run *r, const tt_call *c, const tt_opt_hparams 
       break;
     case TT_CALL_UPDATE: {
       float *w = (float *)EXEC_P(c->out[0]), *m1 = (float *)EXEC_P(c->out[1]), *m2 = (float *)EXEC_P(c->out[2]);
+      if (c->out[1] >= 0 && p->bufs[c->out[1]].state != TT_STATE_F32) { /* bf16 or int8 state: one segment */
+        tt_update_seg sg;
+        memset(&sg, 0, sizeof sg);
+        sg.w = w, sg.g = (const float *)EXEC_P(c->in[0]), sg.m = m1, sg.v = m2, sg.count = c->a.count;
+        sg.decay = c->decay, sg.state = p->bufs[c->out[1]].state;
+        return exec_update_held(r, c, &sg, 1, h, t, grad_unscale, *flag, *clipp, err);
+      }
       const float *gr = (const float *)EXEC_P(c->in[0]);
       float wd = c->decay ? h->weight_decay : 0.0f; /* [train] decay */
       if (h->kind == TT_OPT_SGD)
@@ -852,6 +883,12 @@ static int exec_param_copy(tt_exec *x, int param, int role, void *host, int to_d
     return tt_fail(err, "%s '%s' %s the device failed: %s", to_device ? "writing" : "reading", name,
                    to_device ? "to" : "from", x->be->last_error(x->be));
   return 0;
+}
+
+int tt_exec_param_state(const tt_exec *x, int param, int role) {
+  const tt_program *p = x->train ? x->train : x->eval;
+  int b = role >= 2 ? exec_param_buf(x, param, role) : -1;
+  return b >= 0 ? p->bufs[b].state : TT_STATE_F32;
 }
 
 int tt_exec_param_get(tt_exec *x, int param, int role, float *host, tt_err *err) {

@@ -46,6 +46,8 @@ typedef struct tt_exec {
    * evaluation) seg_at[k][i] is where call i's segments start, in useg (UPDATE_MULTI: the training
    * program's) or cseg[k] (CAST_MULTI). NULL where a program has no such call. */
   tt_update_seg *useg;
+  int useg_held;           /* some tensor of useg holds its optimizer state in bf16 or int8: the
+                            * UPDATE_MULTI call goes to the backend's *_update_held */
   tt_cast_seg *cseg[2];
   int *seg_at[2];
   uint16_t *f16_input;     /* float input to an fp16 program on a device: converted here first
@@ -134,6 +136,10 @@ int tt_exec_params_finite(tt_exec *x, int *finite, tt_err *err);
 
 /* Host copies of a parameter (role: 0 value, 1 gradient, 2 first optimizer state,
  * 3 second optimizer state); numel floats. Used by checkpoints and tests. */
+/* The tt_state_fmt parameter param's buffer of role is held in: that of its optimizer state
+ * (roles 2, 3: [train] optimizer_state), TT_STATE_F32 for the others. tt_exec_param_get and _set
+ * copy the buffer as held: tt_state_bytes(format, numel) bytes (backend.h). */
+int tt_exec_param_state(const tt_exec *x, int param, int role);
 int tt_exec_param_get(tt_exec *x, int param, int role, float *host, tt_err *err);
 int tt_exec_param_set(tt_exec *x, int param, int role, const float *host, tt_err *err);
 

@@ -204,6 +204,9 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
   if (o->recompute < 0 || o->recompute > 2) return tt_fail(err, "recompute %d: use 0 (auto), 1 (none) or 2 (all)", o->recompute);
   if (o->tf32 < TT_TF32_RECIPE || o->tf32 > TT_TF32_OFF)
     return tt_fail(err, "tf32 %d: use TT_TF32_RECIPE (0), TT_TF32_ON (1) or TT_TF32_OFF (2)", (int)o->tf32);
+  if (o->optimizer_state < TT_OPT_STATE_RECIPE || o->optimizer_state > TT_OPT_STATE_AUTO)
+    return tt_fail(err, "optimizer_state %d: use TT_OPT_STATE_RECIPE (0), _FP32 (1), _BF16 (2), _INT8 (3) or _AUTO (4)",
+                   (int)o->optimizer_state);
   if (o->threads < 0 || o->epochs < 0 || o->micro_batch < 0 || o->ranks < 0 || o->max_steps < 0)
     return tt_fail(err, "threads, epochs, micro_batch, ranks and max_steps must be >= 0 (0: the default)");
   /* the TINYTRAIN_* knobs, read once for the session (core/base/knobs.h): a malformed or unknown
@@ -220,6 +223,8 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
     free(s);
     return -1;
   }
+  /* the C API's optimizer_state over the recipe's (tt_run_opt_state is tt_ostate_mode + 1) */
+  if (o->optimizer_state) s->model.train.optimizer_state = (int)o->optimizer_state - 1;
   s->ranks = o->ranks > 1 && mode != TT_SESSION_EVAL ? o->ranks : 1;
   if (tt_dist_per_rank_batch(&s->model, s->ranks, err)) goto fail; /* the schedule is per rank */
   if (tt_graph_build(&s->model, &s->graph, err) || session_backend(s, o, mode, &reserve, err)) goto fail;

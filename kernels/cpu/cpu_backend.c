@@ -186,6 +186,7 @@ static const tt_backend cpu_be_table = {
     NULL, /* tune: nothing to time */
     0u, /* layouts_16bit: none beyond `layouts` (set at creation) */
     NULL, NULL, /* bn_fwd_train_relu, bn_bwd_relu: batch norm and ReLU run apart */
+    tt_ref_sgd_update_held, tt_ref_adam_update_held, /* bf16 and int8 optimizer state */
     0, /* plan_caps: a real backend's calls are its entry points */
 };
 

@@ -621,6 +621,7 @@ static const tt_backend cuda_be_table = {
     tt_cuda_conv_find, /* tune: cudnnFind*Ex over the arena's transient region at setup */
     0u, /* layouts_16bit: set by tt_cuda_backend_create (NHWC only under TINYTRAIN_LAYOUT=nhwc) */
     tt_cuda_bn_fwd_train_relu, tt_cuda_bn_bwd_relu, /* batch norm and ReLU in one call */
+    tt_cuda_sgd_update_held, tt_cuda_adam_update_held, /* bf16 and int8 optimizer state */
     0, /* plan_caps: a real backend's calls are its entry points */
 };
 

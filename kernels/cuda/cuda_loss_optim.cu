@@ -311,7 +311,7 @@ static int cuda_lo_multi_fill(tt_backend *b, const char *op, const tt_update_seg
     if (!sg->w || !sg->g || (adam && (!sg->m || !sg->v)) || (!adam && momentum != 0.0f && !sg->m))
       return tt_cuda_fail(b, "%s: tensor %d of %d: NULL w, g or optimizer state", op, i, nseg);
     t->cum[t->n + 1] = t->cum[t->n] + sg->count;
-    t->w[t->n] = sg->w, t->g[t->n] = sg->g, t->m[t->n] = sg->m, t->v[t->n] = sg->v;
+    t->w[t->n] = sg->w, t->g[t->n] = sg->g, t->m[t->n] = (float *)sg->m, t->v[t->n] = (float *)sg->v;
     if (sg->decay) t->decay |= 1ull << t->n;
     t->n++;
   }
@@ -355,6 +355,144 @@ int tt_cuda_adam_update_multi(tt_backend *b, const tt_update_seg *segs, int nseg
     CUDA_LAUNCH_CHECK(b, "adam_update_multi");
   }
   return 0;
+}
+
+/* -------------- optimizer state held in bf16 or int8 (backend.h sgd_update_held) -------------- */
+
+#define CUDA_LO_HELD_PER (TT_STATE_BLOCK / TT_CUDA_THREADS) /* values per thread: 8 */
+
+/* One tensor's update with its state held as `state` (tt_state_fmt), passed by value. */
+typedef struct cuda_lo_held_args {
+  float *w;
+  const float *g;
+  void *m, *v;
+  size_t count;
+  int state, adam, nesterov, decoupled;
+  float lr, momentum, beta1, beta2, eps, wd, grad_scale, max_norm;
+  tt_adam_consts k;
+  const float *sumsq;
+  const int32_t *skip;
+} cuda_lo_held_args;
+
+/* The block's largest of x over its threads (every thread gets it). red: TT_CUDA_THREADS floats. */
+static __device__ float cuda_lo_block_max(float x, float *red) {
+  red[threadIdx.x] = x;
+  __syncthreads();
+  for (int s = TT_CUDA_THREADS / 2; s > 0; s >>= 1) {
+    if ((int)threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
+    __syncthreads();
+  }
+  float r = red[0];
+  __syncthreads(); /* red is reused */
+  return r;
+}
+
+/* One thread block per TT_STATE_BLOCK values (an int8 block; bf16 the same units): each thread
+ * decodes its CUDA_LO_HELD_PER values, strided by the thread count so that loads coalesce, runs
+ * the fp32 element update on them in registers (tt_sgd_elem, tt_adam_elem: the arithmetic of fp32
+ * state), and codes them back; int8 blocks first reduce their new largest magnitudes in shared
+ * memory. Every old scale is read before the first barrier and the new one written after it, so
+ * the block reads and writes its state in one pass, as the reference does. */
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_held_k(cuda_lo_held_args a) {
+  __shared__ float red[TT_CUDA_THREADS];
+  if (a.skip && *a.skip) return;
+  float gs = tt_clip_grad_scale(a.grad_scale, a.sumsq, a.max_norm);
+  size_t jb = blockIdx.x, j0 = jb * TT_STATE_BLOCK;
+  size_t n = a.count - j0 < TT_STATE_BLOCK ? a.count - j0 : TT_STATE_BLOCK;
+  int has_m = a.adam || a.momentum != 0.0f;
+  float mv[CUDA_LO_HELD_PER], vv[CUDA_LO_HELD_PER], mx_m = 0.0f, mx_v = 0.0f;
+  for (int r = 0; r < CUDA_LO_HELD_PER; r++) {
+    size_t e = threadIdx.x + (size_t)r * TT_CUDA_THREADS, j = j0 + e;
+    mv[r] = vv[r] = 0.0f;
+    if (e >= n) continue;
+    if (has_m) tt_state_load(a.state, 1, a.m, a.count, j, 1, &mv[r]);
+    if (a.adam) {
+      tt_state_load(a.state, 0, a.v, a.count, j, 1, &vv[r]);
+      tt_adam_elem(0, a.w + j, a.g + j, &mv[r], &vv[r], a.beta1, a.beta2, a.eps, a.wd, a.decoupled, a.k, gs);
+    } else {
+      tt_sgd_elem(0, a.w + j, a.g + j, has_m ? &mv[r] : NULL, a.lr, a.momentum, a.nesterov, a.wd, gs);
+    }
+    mx_m = fmaxf(mx_m, fabsf(mv[r])), mx_v = fmaxf(mx_v, fabsf(vv[r]));
+  }
+  if (!has_m) return;
+  float sm = 0.0f, sv = 0.0f;
+  if (a.state == TT_STATE_INT8) { /* uniform over the block: every thread takes the barriers */
+    sm = cuda_lo_block_max(mx_m, red);
+    if (a.adam) sv = cuda_lo_block_max(mx_v, red);
+    if (threadIdx.x == 0) {
+      *tt_state_scale(a.m, a.count, jb) = sm;
+      if (a.adam) *tt_state_scale(a.v, a.count, jb) = sv;
+    }
+  }
+  for (int r = 0; r < CUDA_LO_HELD_PER; r++) {
+    size_t e = threadIdx.x + (size_t)r * TT_CUDA_THREADS, j = j0 + e;
+    if (e >= n) continue;
+    if (a.state == TT_STATE_INT8) {
+      ((int8_t *)a.m)[j] = tt_state_q8s(mv[r], sm);
+      if (a.adam) ((uint8_t *)a.v)[j] = tt_state_q8u(vv[r], sv);
+    } else {
+      tt_state_store(a.state, 1, a.m, a.count, j, 1, &mv[r]);
+      if (a.adam) tt_state_store(a.state, 0, a.v, a.count, j, 1, &vv[r]);
+    }
+  }
+}
+
+/* Runs segs[0..nseg): runs of fp32 tensors through the many-tensor kernels (bit for bit
+ * sgd_update), each bf16 or int8 tensor through cuda_lo_held_k, one launch per tensor. a carries
+ * the call's constants; k0 the Adam constants of an undecayed tensor. */
+static int cuda_lo_held_run(tt_backend *b, const char *op, const tt_update_seg *segs, int nseg, cuda_lo_held_args a,
+                            tt_adam_consts k0, int t_step, const tt_clip *clip) {
+  float wd = a.wd;
+  tt_adam_consts k = a.k;
+  if (nseg < 0 || (nseg && !segs)) return tt_cuda_fail(b, "%s: %d tensors at %p", op, nseg, (const void *)segs);
+  if (cuda_lo_clip_bad(b, op, clip)) return -1;
+  for (int i = 0; i < nseg;) {
+    int j = i;
+    while (j < nseg && segs[j].state == TT_STATE_F32) j++;
+    if (j > i) { /* a run of fp32 tensors */
+      int rc = a.adam ? tt_cuda_adam_update_multi(b, segs + i, j - i, a.lr, a.beta1, a.beta2, a.eps, wd, a.decoupled, t_step,
+                                                  a.grad_scale, clip, a.skip)
+                      : tt_cuda_sgd_update_multi(b, segs + i, j - i, a.lr, a.momentum, a.nesterov, wd, a.grad_scale, clip,
+                                                 a.skip);
+      if (rc) return -1;
+      i = j;
+      continue;
+    }
+    const tt_update_seg *sg = &segs[i++];
+    if (!sg->count) continue;
+    if (sg->state != TT_STATE_BF16 && sg->state != TT_STATE_INT8)
+      return tt_cuda_fail(b, "%s: tensor %d of %d: unknown state format %d", op, i - 1, nseg, sg->state);
+    if (!sg->w || !sg->g || (a.adam && (!sg->m || !sg->v)) || (!a.adam && a.momentum != 0.0f && !sg->m))
+      return tt_cuda_fail(b, "%s: tensor %d of %d: NULL w, g or optimizer state", op, i - 1, nseg);
+    cuda_lo_held_args t = a;
+    t.w = sg->w, t.g = sg->g, t.m = sg->m, t.v = sg->v, t.count = sg->count, t.state = sg->state;
+    t.wd = sg->decay ? wd : 0.0f, t.k = sg->decay ? k : k0;
+    TT_LAUNCH(cuda_lo_held_k, tt_state_blocks(sg->count), TT_CUDA_THREADS, 0, tt_cuda_stream(b), t);
+    CUDA_LAUNCH_CHECK(b, op);
+  }
+  return 0;
+}
+
+int tt_cuda_sgd_update_held(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float momentum, int nesterov,
+                            float weight_decay, float grad_scale, const tt_clip *clip, const int32_t *skip) {
+  cuda_lo_held_args a;
+  memset(&a, 0, sizeof a);
+  a.lr = lr, a.momentum = momentum, a.nesterov = nesterov, a.wd = weight_decay, a.grad_scale = grad_scale;
+  a.sumsq = clip ? clip->sumsq : NULL, a.max_norm = clip ? clip->max_norm : 0.0f, a.skip = skip;
+  return cuda_lo_held_run(b, "sgd_update_held", segs, nseg, a, a.k, 1, clip);
+}
+
+int tt_cuda_adam_update_held(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float beta1, float beta2,
+                             float eps, float weight_decay, int decoupled, int t, float grad_scale, const tt_clip *clip,
+                             const int32_t *skip) {
+  cuda_lo_held_args a;
+  if (t < 1) return tt_cuda_fail(b, "adam_update_held: step t=%d must be >= 1", t);
+  memset(&a, 0, sizeof a);
+  a.adam = 1, a.lr = lr, a.beta1 = beta1, a.beta2 = beta2, a.eps = eps, a.wd = weight_decay, a.decoupled = decoupled;
+  a.grad_scale = grad_scale, a.sumsq = clip ? clip->sumsq : NULL, a.max_norm = clip ? clip->max_norm : 0.0f, a.skip = skip;
+  a.k = tt_adam_make_consts(lr, beta1, beta2, weight_decay, decoupled, t); /* as adam_update makes them */
+  return cuda_lo_held_run(b, "adam_update_held", segs, nseg, a, tt_adam_make_consts(lr, beta1, beta2, 0.0f, decoupled, t),
+                          t, clip);
 }
 
 /* ---------------------------------- sum_squares --------------------------------------- */
@@ -445,6 +583,7 @@ TT_CUDA_KERNEL_TABLE(loss_optim, TT_CUDA_KERNEL(cuda_lo_ce_f32_k, CUDA_LO_CE_THR
                      TT_CUDA_KERNEL(cuda_lo_sgd_k, TT_CUDA_THREADS), TT_CUDA_KERNEL(cuda_lo_adam_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_sgd_multi_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_adam_multi_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_lo_held_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_check_finite_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_ss_part_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_ss_final_k, TT_CUDA_THREADS));

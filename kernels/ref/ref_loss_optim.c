@@ -119,6 +119,80 @@ int tt_ref_adam_update(tt_backend *b, size_t count, float *w, const float *g, fl
   return 0;
 }
 
+/* ---- updates with the state held in bf16 or int8 (backend.h sgd_update_held) ----
+ * Each tensor in blocks of TT_STATE_BLOCK values (the int8 blocks; bf16 uses the same as units of
+ * work): the block's state decoded into fp32 on the stack, updated by the fp32 element update
+ * (tt_sgd_elem, tt_adam_elem: the same arithmetic as fp32 state), and coded back, in one pass
+ * per block. Blocks are independent, so the result does not depend on the thread count. */
+
+/* The checks every held update makes of its tensors; 0 or -1 with the reason recorded. */
+static int ref_lo_held_bad(tt_backend *b, const char *op, const tt_update_seg *segs, int nseg, int adam, float momentum) {
+  if (nseg < 0 || (nseg && !segs)) return tt_ref_fail(b, "%s: %d tensors at %p", op, nseg, (const void *)segs);
+  for (int i = 0; i < nseg; i++) {
+    const tt_update_seg *sg = &segs[i];
+    if (!sg->count) continue;
+    if (!sg->w || !sg->g || (adam && (!sg->m || !sg->v)) || (!adam && momentum != 0.0f && !sg->m))
+      return tt_ref_fail(b, "%s: tensor %d of %d: NULL w, g or optimizer state", op, i, nseg);
+    if (sg->state < TT_STATE_F32 || sg->state > TT_STATE_INT8)
+      return tt_ref_fail(b, "%s: tensor %d of %d: unknown state format %d", op, i, nseg, sg->state);
+  }
+  return 0;
+}
+
+int tt_ref_sgd_update_held(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float momentum, int nesterov,
+                           float weight_decay, float grad_scale, const tt_clip *clip, const int32_t *skip) {
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (ref_lo_held_bad(b, "sgd_update_held", segs, nseg, 0, momentum) || ref_lo_clip_bad(b, "sgd_update_held", clip))
+    return -1;
+  if (skip && *skip) return 0; /* an overflow: the update is skipped */
+  if (clip) grad_scale = tt_clip_grad_scale(grad_scale, clip->sumsq, clip->max_norm);
+  for (int i = 0; i < nseg; i++) {
+    const tt_update_seg *sg = &segs[i];
+    float wd = sg->decay ? weight_decay : 0.0f;
+    ptrdiff_t nblk = (ptrdiff_t)tt_state_blocks(sg->count), blk;
+#pragma omp parallel for schedule(static) num_threads(nt) if (sg->count > TT_REF_PAR_MIN)
+    for (blk = 0; blk < nblk; blk++) {
+      size_t j0 = (size_t)blk * TT_STATE_BLOCK, n = sg->count - j0 < TT_STATE_BLOCK ? sg->count - j0 : TT_STATE_BLOCK;
+      float mt[TT_STATE_BLOCK], *m = momentum != 0.0f ? mt : NULL; /* no momentum: no state */
+      if (m) tt_state_load(sg->state, 1, sg->m, sg->count, j0, n, mt);
+      for (size_t k = 0; k < n; k++) tt_sgd_elem(k, sg->w + j0, sg->g + j0, m, lr, momentum, nesterov, wd, grad_scale);
+      if (m) tt_state_store(sg->state, 1, sg->m, sg->count, j0, n, mt);
+    }
+  }
+  return 0;
+}
+
+int tt_ref_adam_update_held(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float beta1, float beta2,
+                            float eps, float weight_decay, int decoupled, int t, float grad_scale, const tt_clip *clip,
+                            const int32_t *skip) {
+  int nt = tt_ref_threads(b);
+  (void)nt;
+  if (t < 1) return tt_ref_fail(b, "adam_update_held: step t=%d must be >= 1", t);
+  if (ref_lo_held_bad(b, "adam_update_held", segs, nseg, 1, 0.0f) || ref_lo_clip_bad(b, "adam_update_held", clip))
+    return -1;
+  if (skip && *skip) return 0; /* an overflow: the update is skipped */
+  if (clip) grad_scale = tt_clip_grad_scale(grad_scale, clip->sumsq, clip->max_norm);
+  for (int i = 0; i < nseg; i++) {
+    const tt_update_seg *sg = &segs[i];
+    float wd = sg->decay ? weight_decay : 0.0f;
+    tt_adam_consts k = tt_adam_make_consts(lr, beta1, beta2, wd, decoupled, t); /* as adam_update makes them */
+    ptrdiff_t nblk = (ptrdiff_t)tt_state_blocks(sg->count), blk;
+#pragma omp parallel for schedule(static) num_threads(nt) if (sg->count > TT_REF_PAR_MIN)
+    for (blk = 0; blk < nblk; blk++) {
+      size_t j0 = (size_t)blk * TT_STATE_BLOCK, n = sg->count - j0 < TT_STATE_BLOCK ? sg->count - j0 : TT_STATE_BLOCK;
+      float mt[TT_STATE_BLOCK], vt[TT_STATE_BLOCK];
+      tt_state_load(sg->state, 1, sg->m, sg->count, j0, n, mt);
+      tt_state_load(sg->state, 0, sg->v, sg->count, j0, n, vt);
+      for (size_t e = 0; e < n; e++)
+        tt_adam_elem(e, sg->w + j0, sg->g + j0, mt, vt, beta1, beta2, eps, wd, decoupled, k, grad_scale);
+      tt_state_store(sg->state, 1, sg->m, sg->count, j0, n, mt);
+      tt_state_store(sg->state, 0, sg->v, sg->count, j0, n, vt);
+    }
+  }
+  return 0;
+}
+
 int tt_ref_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag) {
   ptrdiff_t i, n = (ptrdiff_t)count;
   int bad = 0, nt = tt_ref_threads(b);

@@ -660,4 +660,21 @@ for args in "--version" "plan $L" "plan --json $L"; do
 done
 [ $ok = 1 ] && pass cli_stdout_full
 
+# ---- [train] optimizer_state (issue 42): plan's opt state line; a run with int8 state resumed under
+# bf16 converts its state and says so ----
+printf '[net]\ninput = 1x8x8\nclasses = 10\n[train]\nbatch = 8\nepochs = 1\noptimizer = adamw\nlr = 0.001\noptimizer_state = int8\n[data]\nformat = synthetic\n[conv c1]\nfilters = 8\nsize = 3\n[relu]\n[flatten]\n[linear fc1]\nout = 96\n[relu]\n[linear fc]\nout = 10\n' >"$TMP/ostate.recipe"
+run plan --device cpu "$TMP/ostate.recipe"
+if [ "$RC" != 0 ] || ! echo "$OUT" | grep -q "^  opt state   .*optimizer_state = int8" ||
+   ! echo "$OUT" | grep -q "0 bf16, 2 int8 (an fp32 scale per 2048 values), 10 fp32"; then
+  fail cli_optimizer_state "plan: exit $RC: $(echo "$OUT" | grep -A1 'opt state') $ERR"
+else
+  run train --device cpu --threads 1 --max-steps 2 --out "$TMP/run_ostate" "$TMP/ostate.recipe"
+  sed -i 's/optimizer_state = int8/optimizer_state = bf16/' "$TMP/run_ostate/recipe.txt"
+  rc1=$RC
+  run train --device cpu --threads 1 --max-steps 3 --resume "$TMP/run_ostate"
+  if [ "$rc1" != 0 ] || [ "$RC" != 0 ] || ! echo "$ERR$OUT" | grep -q "optimizer state converted for 2 tensors (saved as int8, held as bf16"; then
+    fail cli_optimizer_state "train exit $rc1, resume exit $RC: $(echo "$ERR" | head -3)"
+  else pass cli_optimizer_state; fi
+fi
+
 exit $FAILED

@@ -107,6 +107,7 @@ void test_dropout(void);
 /* cuda_loss_optim.c */
 void test_loss_optim(void);
 void test_update_multi(void);
+void test_update_held(void);
 void test_cast_multi(void);
 void test_sum_squares_clip(void);
 
@@ -163,6 +164,7 @@ void test_cmp_params(test_net *a, test_net *b, int role, double tol, double adam
 void test_step(tt_dtype dt, const char *name);
 void test_step_bn_relu_fused(void);
 void test_step_bf16_nhwc(void);
+void test_step_held(void);
 void test_batch_overlap(void);
 float test_find_step(tt_backend *be, unsigned used[3], tt_err *err);
 void test_conv_find(void);
