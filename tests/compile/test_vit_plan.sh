@@ -1,7 +1,8 @@
 #!/bin/bash
 # tests/compile/test_vit_plan.sh — `tinytrain plan` accepts the Vision Transformer recipes (issue 24):
 # examples/imagenet/vit_b16.recipe (torchvision's vit_b_16) and deit_tiny.recipe (DeiT-Tiny) plan
-# under --vram 4G with the parameter counts of the originals (86,567,656 and 5,717,416), and
+# under --vram 4G with the parameter counts of the originals (86,567,656 and 5,717,416; ViT-L/16's
+# vit_l16.recipe 304,326,632, and on a 4 GB GTX 1650 with its 8-bit optimizer state), and
 # `plan --max-batch` finds a micro-batch for ViT-B/16 at 224x224 in 4 GiB (what
 # tests/bench/vit_vs_torch.py compares with PyTorch's); the PyTorch fixtures' recipes plan too.
 # Run from the repository root: bash tests/compile/test_vit_plan.sh. Prints PASS/FAIL lines.
@@ -36,6 +37,7 @@ print(d["params"], d["micro_batch"], d["accum_steps"], d["precision"])' "$TMP/ou
 
 plan_params vit_plan_vit_b16 examples/imagenet/vit_b16.recipe 86567656
 plan_params vit_plan_deit_tiny examples/imagenet/deit_tiny.recipe 5717416
+plan_params vit_plan_vit_l16 examples/imagenet/vit_l16.recipe 304326632
 plan_params vit_plan_fixture_small tests/fixtures/vit_small.recipe 0
 plan_params vit_plan_fixture_torchvision tests/fixtures/vit_tv.recipe 0
 
@@ -55,5 +57,26 @@ print(none, auto)' "$TMP/mb" 2>&1); then
   fi
 else
   fail vit_plan_vit_b16_max_batch "plan --max-batch --vram 4G: $(head -c 600 "$TMP/err")"
+fi
+# ViT-L/16 on a 4 GB GTX 1650 (issue 42): its recipe's 8-bit AdamW moments fit where fp32 ones
+# (2.27 GiB of moments beside 1.13 GiB of weights and of gradients) are refused with the reason
+if "$TT" plan --gpu gtx1650 --json examples/imagenet/vit_l16.recipe >"$TMP/l16" 2>"$TMP/err" &&
+  got=$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["micro_batch"] >= 1 and d["arena_bytes"] <= d["budget_bytes"], d
+assert d["optimizer_state_bytes"] * 3 < 2 * 304326632 * 4, d["optimizer_state_bytes"]  # int8: under 0.33 of fp32 moments
+print(d["micro_batch"], d["optimizer_state_bytes"])' "$TMP/l16" 2>&1); then
+  sed 's/^optimizer_state = int8$/optimizer_state = fp32/' examples/imagenet/vit_l16.recipe >"$TMP/l16_fp32.recipe"
+  if "$TT" plan --gpu gtx1650 "$TMP/l16_fp32.recipe" >"$TMP/out" 2>"$TMP/err"; then
+    fail vit_plan_vit_l16_gtx1650 "fp32 moments fit 4 GB: $(head -c 300 "$TMP/out")"
+  elif ! grep -q "does not fit.*optimizer" "$TMP/err"; then
+    fail vit_plan_vit_l16_gtx1650 "fp32 moments refused without the reason: $(head -c 300 "$TMP/err")"
+  else
+    echo "# vit_l16.recipe on a GTX 1650 4 GB: int8 moments fit (micro-batch, state bytes: $got); fp32 moments refused"
+    pass vit_plan_vit_l16_gtx1650
+  fi
+else
+  fail vit_plan_vit_l16_gtx1650 "plan --gpu gtx1650: $(head -c 600 "$TMP/err") $got"
 fi
 exit $FAILED
