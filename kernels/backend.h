@@ -205,11 +205,19 @@ typedef struct tt_backend_knobs {
   int cuda_find;          /* TINYTRAIN_CUDA_FIND: 1 (default) time the convolution algorithms at setup */
   int cuda_bn_resident;   /* TINYTRAIN_CUDA_BN_RESIDENT: 1 (default) the held-on-chip batch norm */
   int cuda_deterministic; /* TINYTRAIN_CUDA_DETERMINISTIC: 1 deterministic cuDNN algorithms only */
+  int cpu_isa;            /* TINYTRAIN_CPU_ISA: -1 unset (the process's hold, native if none yet), else a
+                           * TT_CPU_ISA_* (tt_cpu_isa_hold) */
 } tt_backend_knobs;
+
+/* TINYTRAIN_CPU_ISA's values, in its choice order: the highest ISA the CPU backend's own loops
+ * and oneDNN use. native: the CPU's (our loops' AVX-512F, AVX2 or baseline copy; oneDNN's own
+ * pick, ONEDNN_MAX_CPU_ISA honoured); avx2: our AVX2 copy, oneDNN held to AVX2; baseline: our
+ * baseline copy (SSE2), oneDNN held to SSE4.1 (its lowest). */
+typedef enum { TT_CPU_ISA_NATIVE = 0, TT_CPU_ISA_AVX2 = 1, TT_CPU_ISA_BASELINE = 2 } tt_cpu_isa;
 
 static inline void tt_backend_knobs_default(tt_backend_knobs *k) {
   k->layout = -1, k->cpu_chunk_bytes = 0, k->conv_matmul = 1, k->conv_bwdw = -1;
-  k->cuda_find = 1, k->cuda_bn_resident = 1, k->cuda_deterministic = 0;
+  k->cuda_find = 1, k->cuda_bn_resident = 1, k->cuda_deterministic = 0, k->cpu_isa = -1;
 }
 
 typedef struct tt_backend tt_backend;
@@ -654,13 +662,26 @@ static inline size_t tt_saved_bytes(tt_save_fmt f, size_t n, size_t c, size_t hw
 static inline size_t tt_act_mask_bytes(size_t count) { return (count + 31u) / 32u * 4u; }
 
 /* The CPU backend (oneDNN primitives, the reference loops for the rest). threads <= 0 means
- * all cores. tt_cpu_backend_create is the one with the default knobs; k NULL: the defaults. */
+ * all cores. tt_cpu_backend_create is the one with the default knobs; k NULL: the defaults.
+ * NULL also when k's cpu_isa asks for another hold than the process's (tt_cpu_isa_hold says why). */
 tt_backend *tt_cpu_backend_create(int threads);
 tt_backend *tt_cpu_backend_create_knobs(int threads, const tt_backend_knobs *k);
 /* The reference backend (plain C loops and OpenBLAS): the truth the others are tested against. */
 tt_backend *tt_ref_backend_create(int threads);
 /* "oneDNN 2.6.3, avx512_core": what the CPU backend runs on (version, effective ISA). */
 const char *tt_cpu_backend_info(void);
+/* The level the CPU backend's own vectorised loops run at: "avx512f", "avx2" or "baseline"
+ * (followed by a note in parentheses when TINYTRAIN_CPU_ISA=avx2 asked for more than the CPU has). */
+const char *tt_cpu_backend_loops(void);
+/* Holds this process's CPU code to isa (a TT_CPU_ISA_*; -1: native unless held already): our
+ * loops' copy and oneDNN's highest ISA (dnnl_set_max_cpu_isa; with `native` oneDNN is left
+ * alone, so ONEDNN_MAX_CPU_ISA works as oneDNN documents it; with avx2 or baseline the call
+ * takes precedence over that variable, as oneDNN documents too). A level above the CPU's runs
+ * the CPU's own (tt_cpu_backend_loops notes it). One hold per process: the first call fixes it
+ * (every CPU backend's creation and ISA query makes one, -1 unless its knobs say), a later
+ * call asking for another is refused; so is one that comes after the embedding program fixed
+ * oneDNN's ISA above isa. 0, or -1 with why in err (cap bytes; err may be NULL). */
+int tt_cpu_isa_hold(int isa, char *err, size_t cap);
 /* oneDNN's threading runtime, from the library loaded: "OpenMP" (its threads are libgomp's, the
  * ones OMP_WAIT_POLICY / GOMP_SPINCOUNT govern, as they do the reference loops'), "TBB",
  * "thread pool", "sequential" or "unknown". */

@@ -27,7 +27,8 @@ typedef struct knob_row {
 
 /* Every knob. A CHOICE knob's value is its choice's index: TINYTRAIN_LAYOUT's are TT_LAYOUT_NCHW
  * and TT_LAYOUT_NHWC, TINYTRAIN_CONV_BWDW's 0 bf16 and 1 fp32, TINYTRAIN_GRADS's 0 auto and 1
- * persistent, TINYTRAIN_CPU_BACKEND's 0 oneDNN and 1 the reference. */
+ * persistent, TINYTRAIN_CPU_BACKEND's 0 oneDNN and 1 the reference, TINYTRAIN_CPU_ISA's the
+ * TT_CPU_ISA_* (backend.h). */
 static const knob_row knob_rows[] = {
     {"TINYTRAIN_GRADS", KNOB_CHOICE, "auto|persistent", KNOB_AT(grads_persistent)},
     {"TINYTRAIN_COMPACT", KNOB_CHOICE, "0|1", KNOB_AT(compact)},
@@ -44,6 +45,7 @@ static const knob_row knob_rows[] = {
     {"TINYTRAIN_CPU_CHUNK_BYTES", KNOB_SIZE, NULL, KNOB_AT(be.cpu_chunk_bytes)},
     {"TINYTRAIN_CONV_MATMUL", KNOB_BOOL, NULL, KNOB_AT(be.conv_matmul)},
     {"TINYTRAIN_CONV_BWDW", KNOB_CHOICE, "bf16|f32", KNOB_AT(be.conv_bwdw)},
+    {"TINYTRAIN_CPU_ISA", KNOB_CHOICE, "native|avx2|baseline", KNOB_AT(be.cpu_isa)},
     {"TINYTRAIN_CUDA_FIND", KNOB_BOOL, NULL, KNOB_AT(be.cuda_find)},
     {"TINYTRAIN_CUDA_BN_RESIDENT", KNOB_BOOL, NULL, KNOB_AT(be.cuda_bn_resident)},
     {"TINYTRAIN_CUDA_DETERMINISTIC", KNOB_BOOL, NULL, KNOB_AT(be.cuda_deterministic)},

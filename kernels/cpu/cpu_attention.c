@@ -6,7 +6,7 @@
  * read q, k, v and write o and dqkv in place through their row strides (3f and f) instead of
  * packed copies, and the softmax's exponentials, which cost more than the products at ViT's head
  * widths when libm computes them one call per element, are a polynomial the compiler vectorises
- * (cpu_attn_exp; cpu_vec.h's clones). Forward and the fused backward's rebuild share the one
+ * (cpu_attn_exp; cpu_vec.h's per-ISA copies). Forward and the fused backward's rebuild share the one
  * row function, so kept and rebuilt probabilities are equal bit for bit here too. Results equal
  * the reference's to rounding (tests/test_cpu_vs_ref.c); the workspace is the reference's answer
  * (a superset: per thread [t, t] scores, or two [t, t] and a row in backward). Tasks are
@@ -52,40 +52,42 @@ static inline float cpu_attn_exp(float x) {
 /* One softmax row: on entry row[0..jend) holds the scaled scores; on exit row[j] =
  * exp(row[j] - lse) for j < jend and 0 for jend <= j < t. lse_in: use it (the rebuild);
  * else compute lse = max + log(sum exp(row - max)) and return it. */
-static CPU_VEC_CLONES float cpu_attn_softmax_row(float *row, int jend, int t, const float *lse_in) {
+CPU_VEC_FN_RET(float, cpu_attn_softmax_row, (float *row, int jend, int t, const float *lse_in),
+               (row, jend, t, lse_in), {
   float l;
   int j;
   if (lse_in) {
     l = *lse_in;
   } else {
     float m = row[0], sum = 0.0f;
-#pragma omp simd reduction(max : m)
+    _Pragma("omp simd reduction(max : m)")
     for (j = 0; j < jend; j++) m = row[j] > m ? row[j] : m;
-#pragma omp simd reduction(+ : sum)
+    _Pragma("omp simd reduction(+ : sum)")
     for (j = 0; j < jend; j++) sum += cpu_attn_exp(row[j] - m);
     l = m + logf(sum);
   }
-#pragma omp simd
+  CPU_VEC_SIMD
   for (j = 0; j < jend; j++) row[j] = cpu_attn_exp(row[j] - l);
   for (j = jend; j < t; j++) row[j] = 0.0f;
   return l;
-}
+})
 
 /* dS = P * (dPd * keep - D) and Pd = P * keep over one row (keep_scale: 1/(1-p) or 0 per
  * element, or NULL for no dropout). */
-static CPU_VEC_CLONES void cpu_attn_ds_row(float *p, float *dp, const float *keep_scale, float dr, int t) {
+CPU_VEC_FN(cpu_attn_ds_row, (float *p, float *dp, const float *keep_scale, float dr, int t),
+           (p, dp, keep_scale, dr, t), {
   int j;
   if (!keep_scale) {
-#pragma omp simd
+    CPU_VEC_SIMD
     for (j = 0; j < t; j++) dp[j] = p[j] * (dp[j] - dr);
     return;
   }
-#pragma omp simd
+  CPU_VEC_SIMD
   for (j = 0; j < t; j++) {
     dp[j] = p[j] * (dp[j] * keep_scale[j] - dr);
     p[j] *= keep_scale[j];
   }
-}
+})
 
 /* keep_scale[j] of row i of task: 1/(1-p) where kept, else 0 (the reference's rule). */
 static void cpu_attn_keep_row(float *ks, uint64_t seed, uint64_t base, int t, uint32_t thr, float dscale, int all_drop) {

@@ -49,19 +49,9 @@ static const char *cpu_be_last_error(tt_backend *b) {
 const char *tt_cpu_backend_info(void) {
   static char buf[128];
   const dnnl_version_t *v = dnnl_version();
-  const char *isa;
-  switch (dnnl_get_effective_cpu_isa()) {
-    case dnnl_cpu_isa_sse41: isa = "sse41"; break;
-    case dnnl_cpu_isa_avx: isa = "avx"; break;
-    case dnnl_cpu_isa_avx2: isa = "avx2"; break;
-    case dnnl_cpu_isa_avx512_mic: isa = "avx512_mic"; break;
-    case dnnl_cpu_isa_avx512_core: isa = "avx512_core"; break;
-    case dnnl_cpu_isa_avx512_core_vnni: isa = "avx512_core_vnni"; break;
-    case dnnl_cpu_isa_avx512_core_bf16: isa = "avx512_core_bf16"; break;
-    case dnnl_cpu_isa_avx512_core_amx: isa = "avx512_core_amx"; break;
-    default: isa = "other"; break;
-  }
-  snprintf(buf, sizeof buf, "oneDNN %d.%d.%d, %s", v->major, v->minor, v->patch, isa);
+  tt_cpu_isa_hold(-1, NULL, 0); /* before the query fixes oneDNN's ISA */
+  snprintf(buf, sizeof buf, "oneDNN %d.%d.%d, %s", v->major, v->minor, v->patch,
+           tt_cpu_dnnl_isa_name(dnnl_get_effective_cpu_isa()));
   return buf;
 }
 
@@ -202,6 +192,13 @@ tt_backend *tt_cpu_backend_create_knobs(int threads, const tt_backend_knobs *kn)
     return NULL;
   }
   if (!kn) tt_backend_knobs_default(&dk), kn = &dk;
+  /* TINYTRAIN_CPU_ISA, first: the oneDNN queries below would fix its ISA (a refusal: NULL, the
+   * caller asks tt_cpu_isa_hold for the words) */
+  if (tt_cpu_isa_hold(kn->cpu_isa, NULL, 0)) {
+    free(b);
+    free(st);
+    return NULL;
+  }
   tt_ref_state_init(&st->ref, threads);
   st->ref.nhwc_pool = 1; /* the reference pooling loops run here on NHWC too (cpu_pool.c) */
   st->chunk_bytes = kn->cpu_chunk_bytes ? kn->cpu_chunk_bytes : TT_CPU_CHUNK_BYTES; /* TINYTRAIN_CPU_CHUNK_BYTES */

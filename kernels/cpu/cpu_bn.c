@@ -4,7 +4,7 @@
  *
  * Why not oneDNN: 2.6's plain-layout batch norm (ncsp) ran 6-8x slower than these loops (9.9
  * against 1.6 ms forward, 19.3 against 2.3 ms backward for 128x32x28x28 on one thread). Why not
- * the reference loops: they are scalar. The spans are cpu_vec.h's clones over fixed shares.
+ * the reference loops: they are scalar. The spans are cpu_vec.h's per-ISA copies over fixed shares.
  *
  * Results agree with the reference's to float rounding: sums are taken in float over blocks
  * (CPU_BN_BLOCK elements of a plane, or a row block's partial vector in NHWC) in vector lanes,
@@ -35,7 +35,7 @@
 
 /* sums of d = x - shift and of d^2, added into *s and *q (one pass for the statistics) */
 #define CPU_BN_SUM2(sfx, T, LD, ST)                                                          \
-  static CPU_VEC_CLONES void cpu_bn_sum2_##sfx(const T *x, size_t n, float shift, double *s, double *q) { \
+  CPU_VEC_FN(cpu_bn_sum2_##sfx, (const T *x, size_t n, float shift, double *s, double *q), (x, n, shift, s, q), { \
     size_t i0, i;                                                                            \
     for (i0 = 0; i0 < n; i0 += CPU_BN_BLOCK) {                                               \
       size_t e = n - i0 < CPU_BN_BLOCK ? n - i0 : CPU_BN_BLOCK;                              \
@@ -50,12 +50,12 @@
       *s += a;                                                                               \
       *q += b;                                                                               \
     }                                                                                        \
-  }
+  })
 CPU_VEC_TWINS(CPU_BN_SUM2)
 
 /* sum of (x - m)^2 */
 #define CPU_BN_SQDEV(sfx, T, LD, ST)                                                         \
-  static CPU_VEC_CLONES double cpu_bn_sqdev_##sfx(const T *x, size_t n, float m) {          \
+  CPU_VEC_FN_RET(double, cpu_bn_sqdev_##sfx, (const T *x, size_t n, float m), (x, n, m), {   \
     double acc = 0.0;                                                                        \
     size_t i0, i;                                                                            \
     for (i0 = 0; i0 < n; i0 += CPU_BN_BLOCK) {                                               \
@@ -70,12 +70,12 @@ CPU_VEC_TWINS(CPU_BN_SUM2)
       acc += a;                                                                              \
     }                                                                                        \
     return acc;                                                                              \
-  }
+  })
 CPU_VEC_TWINS(CPU_BN_SQDEV)
 
 /* y = (x - m) * k + sh */
 #define CPU_BN_AFFINE(sfx, T, LD, ST)                                                        \
-  static CPU_VEC_CLONES void cpu_bn_affine_##sfx(const T *x, T *y, size_t n, float m, float k, float sh) { \
+  CPU_VEC_FN(cpu_bn_affine_##sfx, (const T *x, T *y, size_t n, float m, float k, float sh), (x, y, n, m, k, sh), { \
     size_t i;                                                                                \
     CPU_VEC_SIMD for (i = 0; i < n; i++) {                                                   \
       float v, o;                                                                            \
@@ -83,13 +83,13 @@ CPU_VEC_TWINS(CPU_BN_SQDEV)
       o = (v - m) * k + sh;                                                                  \
       ST(y, i, o);                                                                           \
     }                                                                                        \
-  }
+  })
 CPU_VEC_TWINS(CPU_BN_AFFINE)
 
 /* sums of dy and of dy * (x - m) */
 #define CPU_BN_BWD_SUMS(sfx, T, LD, ST)                                                      \
-  static CPU_VEC_CLONES void cpu_bn_bwd_sums_##sfx(const T *x, const T *dy, size_t n, float m, double *sdy, \
-                                                   double *sdyx) {                           \
+  CPU_VEC_FN(cpu_bn_bwd_sums_##sfx, (const T *x, const T *dy, size_t n, float m, double *sdy, double *sdyx), \
+             (x, dy, n, m, sdy, sdyx), {                                                                     \
     size_t i0, i;                                                                            \
     for (i0 = 0; i0 < n; i0 += CPU_BN_BLOCK) {                                               \
       size_t e = n - i0 < CPU_BN_BLOCK ? n - i0 : CPU_BN_BLOCK;                              \
@@ -104,13 +104,14 @@ CPU_VEC_TWINS(CPU_BN_AFFINE)
       *sdy += a;                                                                             \
       *sdyx += b;                                                                            \
     }                                                                                        \
-  }
+  })
 CPU_VEC_TWINS(CPU_BN_BWD_SUMS)
 
 /* dx = beta*dx + a * (dy - mdy - (x - m) * k), k = invstd * mean(dy * xhat) */
 #define CPU_BN_BWD_DX(sfx, T, LD, ST)                                                        \
-  static CPU_VEC_CLONES void cpu_bn_bwd_dx_##sfx(const T *x, const T *dy, T *dx, size_t n, float m, float a, \
-                                                 float mdy, float k, float beta) {           \
+  CPU_VEC_FN(cpu_bn_bwd_dx_##sfx, (const T *x, const T *dy, T *dx, size_t n, float m, float a, float mdy, float k, \
+                                   float beta),                                                                    \
+             (x, dy, dx, n, m, a, mdy, k, beta), {                                                                 \
     size_t i;                                                                                \
     if (beta == 0.0f) {                                                                      \
       CPU_VEC_SIMD for (i = 0; i < n; i++) {                                                 \
@@ -130,7 +131,7 @@ CPU_VEC_TWINS(CPU_BN_BWD_SUMS)
         ST(dx, i, o);                                                                        \
       }                                                                                      \
     }                                                                                        \
-  }
+  })
 CPU_VEC_TWINS(CPU_BN_BWD_DX)
 
 /* Rows (w channels of one row, per-channel constants in arrays; the partial sums ps, pt are
@@ -138,7 +139,8 @@ CPU_VEC_TWINS(CPU_BN_BWD_DX)
 
 /* ps += r - shift, pt += (r - shift)^2, per channel */
 #define CPU_BN_ROW_SUM2(sfx, T, LD, ST)                                                      \
-  static CPU_VEC_CLONES void cpu_bn_row_sum2_##sfx(float *ps, float *pt, const T *r, const float *shift, size_t w) { \
+  CPU_VEC_FN(cpu_bn_row_sum2_##sfx, (float *ps, float *pt, const T *r, const float *shift, size_t w), \
+             (ps, pt, r, shift, w), {                                                                 \
     size_t j;                                                                                \
     CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                   \
       float v, d;                                                                            \
@@ -147,12 +149,12 @@ CPU_VEC_TWINS(CPU_BN_BWD_DX)
       ps[j] += d;                                                                            \
       pt[j] += d * d;                                                                        \
     }                                                                                        \
-  }
+  })
 CPU_VEC_TWINS(CPU_BN_ROW_SUM2)
 
 /* ps += (r - mean)^2, per channel */
 #define CPU_BN_ROW_SQDEV(sfx, T, LD, ST)                                                     \
-  static CPU_VEC_CLONES void cpu_bn_row_sqdev_##sfx(float *ps, const T *r, const float *mean, size_t w) { \
+  CPU_VEC_FN(cpu_bn_row_sqdev_##sfx, (float *ps, const T *r, const float *mean, size_t w), (ps, r, mean, w), { \
     size_t j;                                                                                \
     CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                   \
       float v, d;                                                                            \
@@ -160,13 +162,14 @@ CPU_VEC_TWINS(CPU_BN_ROW_SUM2)
       d = v - mean[j];                                                                       \
       ps[j] += d * d;                                                                        \
     }                                                                                        \
-  }
+  })
 CPU_VEC_TWINS(CPU_BN_ROW_SQDEV)
 
 /* o = (r - mean) * k + sh, per channel: the forward's apply (cpu_bn_affine's expression) */
 #define CPU_BN_ROW_AFFINE(sfx, T, LD, ST)                                                    \
-  static CPU_VEC_CLONES void cpu_bn_row_affine_##sfx(const T *r, T *o, const float *mean, const float *k, \
-                                                     const float *sh, size_t w) {            \
+  CPU_VEC_FN(cpu_bn_row_affine_##sfx, (const T *r, T *o, const float *mean, const float *k, const float *sh, \
+                                       size_t w),                                                            \
+             (r, o, mean, k, sh, w), {                                                                       \
     size_t j;                                                                                \
     CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                   \
       float v, y;                                                                            \
@@ -174,13 +177,13 @@ CPU_VEC_TWINS(CPU_BN_ROW_SQDEV)
       y = (v - mean[j]) * k[j] + sh[j];                                                      \
       ST(o, j, y);                                                                           \
     }                                                                                        \
-  }
+  })
 CPU_VEC_TWINS(CPU_BN_ROW_AFFINE)
 
 /* ps += g, pt += g * (r - mean), per channel */
 #define CPU_BN_ROW_BWD_SUMS(sfx, T, LD, ST)                                                  \
-  static CPU_VEC_CLONES void cpu_bn_row_bwd_sums_##sfx(float *ps, float *pt, const T *r, const T *g, \
-                                                       const float *mean, size_t w) {        \
+  CPU_VEC_FN(cpu_bn_row_bwd_sums_##sfx, (float *ps, float *pt, const T *r, const T *g, const float *mean, size_t w), \
+             (ps, pt, r, g, mean, w), {                                                                              \
     size_t j;                                                                                \
     CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                   \
       float v, d;                                                                            \
@@ -189,13 +192,14 @@ CPU_VEC_TWINS(CPU_BN_ROW_AFFINE)
       ps[j] += d;                                                                            \
       pt[j] += d * (v - mean[j]);                                                            \
     }                                                                                        \
-  }
+  })
 CPU_VEC_TWINS(CPU_BN_ROW_BWD_SUMS)
 
 /* o = beta*o + a * (g - mdy - (r - mean) * k), per channel (cpu_bn_bwd_dx's expression) */
 #define CPU_BN_ROW_BWD_DX(sfx, T, LD, ST)                                                    \
-  static CPU_VEC_CLONES void cpu_bn_row_bwd_dx_##sfx(const T *r, const T *g, T *o, const float *mean, const float *a, \
-                                                     const float *mdy, const float *k, float beta, size_t w) { \
+  CPU_VEC_FN(cpu_bn_row_bwd_dx_##sfx, (const T *r, const T *g, T *o, const float *mean, const float *a, \
+                                       const float *mdy, const float *k, float beta, size_t w),         \
+             (r, g, o, mean, a, mdy, k, beta, w), {                                                     \
     size_t j;                                                                                \
     if (beta == 0.0f) {                                                                      \
       CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                 \
@@ -215,7 +219,7 @@ CPU_VEC_TWINS(CPU_BN_ROW_BWD_SUMS)
         ST(o, j, y);                                                                         \
       }                                                                                      \
     }                                                                                        \
-  }
+  })
 CPU_VEC_TWINS(CPU_BN_ROW_BWD_DX)
 
 /* ---- batch norm on planes: hw > 1, x [n, c, hw] (NCHW). A channel is one thread's: its n

@@ -4,6 +4,8 @@
  * its results back (tt_cpu_combine). It knows no op family: the op files (cpu_conv.c,
  * cpu_linear.c, cpu_pool.c, cpu_layernorm.c, cpu_elementwise.c) describe their calls and pass
  * their build function in; the backend's table and its dispatch by op kind are cpu_backend.c.
+ * Also the process's ISA hold (TINYTRAIN_CPU_ISA: oneDNN's highest ISA and our loops' level,
+ * cpu_vec.h), which every oneDNN ISA query here makes first.
  */
 #include <math.h>
 #include <stdio.h>
@@ -52,10 +54,108 @@ int tt_cpu_md(tt_backend *b, const char *what, dnnl_memory_desc_t *md, int ndims
   return tt_cpu_md_dt(b, what, md, ndims, dims, tag, dnnl_f32);
 }
 
+/* ---- the ISA, held once per process (TINYTRAIN_CPU_ISA) ----
+ * Our loops' level (tt_cpu_vec_level, cpu_vec.h) and oneDNN's highest ISA are one choice per
+ * process: oneDNN takes dnnl_set_max_cpu_isa only before its first ISA query or primitive, and
+ * every CPU backend of the process shares the dispatchers. The first tt_cpu_isa_hold fixes both
+ * (a CPU backend's creation and every ISA query call it); a later call that asks for another
+ * hold is refused. State: written by that first call only (backends are created from one
+ * thread at a time), read by the dispatchers. */
+int tt_cpu_vec_level = CPU_VEC_BASE;
+static int cpu_dnnl_isa_fixed;    /* 1 once the first hold ran */
+static int cpu_dnnl_isa_asked;    /* TT_CPU_ISA_NATIVE, _AVX2 or _BASELINE: what fixed it */
+static char cpu_dnnl_loops[128];  /* tt_cpu_backend_loops' text */
+
+static const char *const cpu_dnnl_isa_names[] = {"native", "avx2", "baseline"}; /* TINYTRAIN_CPU_ISA's values */
+static const char *const cpu_dnnl_level_names[] = {"baseline", "avx2", "avx512f"}; /* by CPU_VEC_* level */
+
+/* The highest copy this CPU runs (the loader's rule for target_clones: AVX-512F, then AVX2). */
+static int cpu_dnnl_cpu_level(void) {
+#if CPU_VEC_COPIES
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return CPU_VEC_AVX512F;
+  if (__builtin_cpu_supports("avx2")) return CPU_VEC_AVX2;
+#endif
+  return CPU_VEC_BASE;
+}
+
+const char *tt_cpu_dnnl_isa_name(dnnl_cpu_isa_t i) {
+  switch (i) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "other";
+  }
+}
+
+/* Holds oneDNN to `cap` (avx2, or sse41 for the baseline): 0, or -1 with err when oneDNN's ISA
+ * was fixed before (by a oneDNN call of the embedding program) and is above cap. ISA values are
+ * supersets by bits (dnnl_types.h), so "within cap" is a mask test. */
+static int cpu_dnnl_hold_dnnl(dnnl_cpu_isa_t cap, const char *asked, char *err, size_t cap_err) {
+  dnnl_status_t s = dnnl_set_max_cpu_isa(cap);
+  dnnl_cpu_isa_t now;
+  if (s == dnnl_success) return 0;
+  now = dnnl_get_effective_cpu_isa();
+  if (((unsigned)now & ~(unsigned)cap) == 0) return 0; /* already within the cap */
+  if (err && cap_err)
+    snprintf(err, cap_err,
+             "TINYTRAIN_CPU_ISA=%s: oneDNN's ISA is already fixed at %s in this process (dnnl_set_max_cpu_isa: %s; "
+             "something called oneDNN before the first CPU backend); set the knob before that, or unset it",
+             asked, tt_cpu_dnnl_isa_name(now), dnnl_status2str(s));
+  return -1;
+}
+
+int tt_cpu_isa_hold(int isa, char *err, size_t cap) {
+  int want = isa < 0 ? TT_CPU_ISA_NATIVE : isa, cpu, level;
+  if (err && cap) err[0] = 0;
+  if (want > TT_CPU_ISA_BASELINE) {
+    if (err && cap) snprintf(err, cap, "TINYTRAIN_CPU_ISA: internal error: hold %d is not native, avx2 or baseline", isa);
+    return -1;
+  }
+  if (cpu_dnnl_isa_fixed) {
+    if (isa < 0 || want == cpu_dnnl_isa_asked) return 0;
+    if (err && cap)
+      snprintf(err, cap,
+               "TINYTRAIN_CPU_ISA=%s: this process's CPU code is already held at TINYTRAIN_CPU_ISA=%s (own loops %s) by "
+               "its first CPU backend or ISA query; one process runs one ISA: set the knob before that",
+               cpu_dnnl_isa_names[want], cpu_dnnl_isa_names[cpu_dnnl_isa_asked], cpu_dnnl_loops);
+    return -1;
+  }
+  if (want != TT_CPU_ISA_NATIVE &&
+      cpu_dnnl_hold_dnnl(want == TT_CPU_ISA_AVX2 ? dnnl_cpu_isa_avx2 : dnnl_cpu_isa_sse41, cpu_dnnl_isa_names[want], err, cap))
+    return -1;
+  /* our loops: the CPU's level, held down to the knob's (a CPU below the knob keeps its own: noted) */
+  cpu = cpu_dnnl_cpu_level();
+  level = want == TT_CPU_ISA_AVX2 ? CPU_VEC_AVX2 : want == TT_CPU_ISA_BASELINE ? CPU_VEC_BASE : cpu;
+  if (level > cpu) level = cpu;
+  tt_cpu_vec_level = level;
+  if (want == TT_CPU_ISA_AVX2 && level < CPU_VEC_AVX2)
+    snprintf(cpu_dnnl_loops, sizeof cpu_dnnl_loops, "%s (TINYTRAIN_CPU_ISA=avx2, but %s)", cpu_dnnl_level_names[level],
+             CPU_VEC_COPIES ? "this CPU has no AVX2" : "this build has no AVX2 copies");
+  else
+    snprintf(cpu_dnnl_loops, sizeof cpu_dnnl_loops, "%s", cpu_dnnl_level_names[level]);
+  cpu_dnnl_isa_asked = want;
+  cpu_dnnl_isa_fixed = 1;
+  return 0;
+}
+
+const char *tt_cpu_backend_loops(void) {
+  tt_cpu_isa_hold(-1, NULL, 0);
+  return cpu_dnnl_loops;
+}
+
 /* ISA values are supersets by bits (dnnl_types.h): avx512_core 0x27 within avx512_core_bf16
  * 0xe7 within avx512_core_amx 0x3e7. The effective ISA honours ONEDNN_MAX_CPU_ISA, so a test
  * can take bf16 away. */
-static int cpu_dnnl_isa_has(unsigned want) { return ((unsigned)dnnl_get_effective_cpu_isa() & want) == want; }
+static int cpu_dnnl_isa_has(unsigned want) {
+  tt_cpu_isa_hold(-1, NULL, 0); /* before the query fixes oneDNN's ISA */
+  return ((unsigned)dnnl_get_effective_cpu_isa() & want) == want;
+}
 
 dnnl_data_type_t tt_cpu_compute_type(tt_dtype dt) {
   return dt == TT_BF16 && cpu_dnnl_isa_has((unsigned)dnnl_cpu_isa_avx512_core) ? dnnl_bf16 : dnnl_f32;

@@ -26,53 +26,55 @@
 
 /* ---- spans: n elements from the given pointers ---- */
 
-static CPU_VEC_CLONES void cpu_ew_relu_span(const float *x, float *y, size_t n) {
+CPU_VEC_FN(cpu_ew_relu_span, (const float *x, float *y, size_t n), (x, y, n), {
   size_t i;
-#pragma omp simd
+  CPU_VEC_SIMD
   for (i = 0; i < n; i++) {
     float v = x[i];
     y[i] = (v > 0.0f || v != v) ? v : 0.0f; /* tt_act_value(TT_ACT_RELU) */
   }
-}
+})
 
-static CPU_VEC_CLONES void cpu_ew_relu6_span(const float *x, float *y, size_t n) {
+CPU_VEC_FN(cpu_ew_relu6_span, (const float *x, float *y, size_t n), (x, y, n), {
   size_t i;
-#pragma omp simd
+  CPU_VEC_SIMD
   for (i = 0; i < n; i++) {
     float v = x[i];
     y[i] = v != v ? v : (v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v));
   }
-}
+})
 
 /* dx = beta*dx + (s > 0 ? g : 0): ReLU's backward from its output s */
-static CPU_VEC_CLONES void cpu_ew_relu_bwd_span(const float *s, const float *g, float *dx, size_t n, float beta) {
+CPU_VEC_FN(cpu_ew_relu_bwd_span, (const float *s, const float *g, float *dx, size_t n, float beta),
+           (s, g, dx, n, beta), {
   size_t i;
   if (beta == 0.0f) {
-#pragma omp simd
+    CPU_VEC_SIMD
     for (i = 0; i < n; i++) dx[i] = s[i] > 0.0f ? g[i] : 0.0f;
   } else {
-#pragma omp simd
+    CPU_VEC_SIMD
     for (i = 0; i < n; i++) dx[i] = beta * dx[i] + (s[i] > 0.0f ? g[i] : 0.0f);
   }
-}
+})
 
 /* dx = beta*dx + (0 < s < 6 ? g : 0): ReLU6's */
-static CPU_VEC_CLONES void cpu_ew_relu6_bwd_span(const float *s, const float *g, float *dx, size_t n, float beta) {
+CPU_VEC_FN(cpu_ew_relu6_bwd_span, (const float *s, const float *g, float *dx, size_t n, float beta),
+           (s, g, dx, n, beta), {
   size_t i;
   if (beta == 0.0f) {
-#pragma omp simd
+    CPU_VEC_SIMD
     for (i = 0; i < n; i++) dx[i] = (s[i] > 0.0f && s[i] < 6.0f) ? g[i] : 0.0f;
   } else {
-#pragma omp simd
+    CPU_VEC_SIMD
     for (i = 0; i < n; i++) dx[i] = beta * dx[i] + ((s[i] > 0.0f && s[i] < 6.0f) ? g[i] : 0.0f);
   }
-}
+})
 
-static CPU_VEC_CLONES void cpu_ew_add_span(const float *a, const float *b, float *y, size_t n) {
+CPU_VEC_FN(cpu_ew_add_span, (const float *a, const float *b, float *y, size_t n), (a, b, y, n), {
   size_t i;
-#pragma omp simd
+  CPU_VEC_SIMD
   for (i = 0; i < n; i++) y[i] = a[i] + b[i];
-}
+})
 
 
 /* The kinds of cpu_ew_run */
@@ -256,32 +258,33 @@ int tt_cpu_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, t
 /* ---- dropout (kernel_math.h: tt_dropout_hash; thresholds as the reference's) ---- */
 
 /* y[i] = keep(first + i) ? x[i] * scale : 0 */
-static CPU_VEC_CLONES void cpu_ew_dropout_span(const float *x, float *y, size_t n, uint64_t first, uint64_t seed,
-                                             uint32_t thr, float scale, int all_drop) {
+CPU_VEC_FN(cpu_ew_dropout_span, (const float *x, float *y, size_t n, uint64_t first, uint64_t seed, uint32_t thr,
+                                 float scale, int all_drop),
+           (x, y, n, first, seed, thr, scale, all_drop), {
   size_t i;
   if (all_drop) {
     for (i = 0; i < n; i++) y[i] = 0.0f;
     return;
   }
-#pragma omp simd
+  CPU_VEC_SIMD
   for (i = 0; i < n; i++) {
     int keep = (uint32_t)(tt_dropout_hash(seed, first + i) >> 32) >= thr;
     y[i] = keep ? x[i] * scale : 0.0f;
   }
-}
+})
 
 /* y = x + beta*y (beta 0: y = x, never reading y), written as tt_ref_st_beta adds (v += beta*old),
  * the operand order the reference's dropout and mask backward use; cpu_vec_acc_span is
  * accumulate's beta*y + x (the same sum, kept apart so each op's code stays the reference's) */
-static CPU_VEC_CLONES void cpu_ew_beta_span(const float *x, float *y, size_t n, float beta) {
+CPU_VEC_FN(cpu_ew_beta_span, (const float *x, float *y, size_t n, float beta), (x, y, n, beta), {
   size_t i;
   if (beta == 0.0f) {
     for (i = 0; i < n; i++) y[i] = x[i];
   } else {
-#pragma omp simd
+    CPU_VEC_SIMD
     for (i = 0; i < n; i++) y[i] = x[i] + beta * y[i];
   }
-}
+})
 
 static int cpu_ew_dropout_params(tt_backend *b, const char *op, float p, uint32_t *thr, float *scale, int *all_drop) {
   if (!(p >= 0.0f && p <= 1.0f)) return tt_ref_fail(b, "%s: dropout probability %g is outside [0, 1]", op, (double)p);
@@ -292,17 +295,17 @@ static int cpu_ew_dropout_params(tt_backend *b, const char *op, float p, uint32_
 }
 
 /* o[i] = bit i of mask ? g[i] : 0 over n <= CPU_VEC_CHUNK elements starting at a word boundary */
-static CPU_VEC_CLONES void cpu_ew_unmask_span(const uint32_t *mask, const float *g, float *o, size_t n) {
+CPU_VEC_FN(cpu_ew_unmask_span, (const uint32_t *mask, const float *g, float *o, size_t n), (mask, g, o, n), {
   size_t w, nw = (n + 31u) / 32u;
   for (w = 0; w < nw; w++) { /* a word at a time: the loop over its bits vectorises */
     size_t e = n - w * 32u < 32u ? n - w * 32u : 32u, j;
     const float *gp = g + w * 32u;
     float *op = o + w * 32u;
     uint32_t m = mask[w];
-#pragma omp simd
+    CPU_VEC_SIMD
     for (j = 0; j < e; j++) op[j] = ((m >> j) & 1u) ? gp[j] : 0.0f;
   }
-}
+})
 
 /* What cpu_ew_gate_run applies to each element: dropout's keep-and-scale (mask NULL), or the
  * compact save's ReLU/ReLU6 bit mask (act_bwd_mask). */
@@ -381,11 +384,11 @@ int tt_cpu_dropout_bwd(tt_backend *b, size_t count, tt_dtype dt, float p, uint64
 
 /* ---- input normalisation: uint8 [n, c, hw] -> (v/255 - mean[c]) / std[c] in dt ---- */
 
-static CPU_VEC_CLONES void cpu_ew_norm_span(const uint8_t *s, float *d, size_t n, float m, float sd) {
+CPU_VEC_FN(cpu_ew_norm_span, (const uint8_t *s, float *d, size_t n, float m, float sd), (s, d, n, m, sd), {
   size_t i;
-#pragma omp simd
+  CPU_VEC_SIMD
   for (i = 0; i < n; i++) d[i] = ((float)s[i] / 255.0f - m) / sd;
-}
+})
 
 int tt_cpu_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean, const float *std,
                         tt_dtype dt, void *dst) {
@@ -418,22 +421,22 @@ int tt_cpu_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src,
  * share a mask word. Bit i = (ReLU: y > 0; ReLU6: 0 < y < 6), NaN never passes, as tt_act_grad. */
 
 /* mask words of n <= CPU_VEC_CHUNK elements of y (the last word's bits past n are zero) */
-static CPU_VEC_CLONES void cpu_ew_mask_span(const float *y, uint32_t *mask, size_t n, int relu6) {
+CPU_VEC_FN(cpu_ew_mask_span, (const float *y, uint32_t *mask, size_t n, int relu6), (y, mask, n, relu6), {
   size_t w, nw = (n + 31u) / 32u;
   for (w = 0; w < nw; w++) {
     size_t e = n - w * 32u < 32u ? n - w * 32u : 32u, j;
     const float *p = y + w * 32u;
     uint32_t m = 0;
     if (relu6) {
-#pragma omp simd reduction(| : m)
+      _Pragma("omp simd reduction(| : m)")
       for (j = 0; j < e; j++) m |= (uint32_t)(p[j] > 0.0f && p[j] < 6.0f) << j;
     } else {
-#pragma omp simd reduction(| : m)
+      _Pragma("omp simd reduction(| : m)")
       for (j = 0; j < e; j++) m |= (uint32_t)(p[j] > 0.0f) << j;
     }
     mask[w] = m;
   }
-}
+})
 
 int tt_cpu_act_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, const void *y, uint32_t *mask) {
   int nt;

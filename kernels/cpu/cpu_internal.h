@@ -149,8 +149,10 @@ static inline int tt_cpu_threads_for(tt_backend *b, size_t work) {
   return work > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
 }
 
-/* Whether oneDNN's effective ISA (ONEDNN_MAX_CPU_ISA honoured) includes AMX (cpu_dnnl.c). */
+/* Whether oneDNN's effective ISA (ONEDNN_MAX_CPU_ISA and TINYTRAIN_CPU_ISA honoured) includes AMX (cpu_dnnl.c). */
 int tt_cpu_isa_amx(void);
+/* oneDNN's name of an ISA value, lower case ("avx512_core_amx"; "other" for one not listed). */
+const char *tt_cpu_dnnl_isa_name(dnnl_cpu_isa_t i);
 
 /* Sets oneDNN's (OpenMP's) thread count to the backend's. */
 void tt_cpu_enter(tt_backend *b);

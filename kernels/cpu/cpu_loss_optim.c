@@ -9,25 +9,25 @@
 
 /* ---- overflow check: any exponent field all ones (inf or NaN), as the reference tests it ---- */
 
-static CPU_VEC_CLONES int cpu_lo_any_nonfinite32(const float *x, size_t n) {
+CPU_VEC_FN_RET(int, cpu_lo_any_nonfinite32, (const float *x, size_t n), (x, n), {
   size_t i;
   uint32_t bad = 0;
-#pragma omp simd reduction(| : bad)
+  _Pragma("omp simd reduction(| : bad)")
   for (i = 0; i < n; i++) {
     uint32_t u;
     memcpy(&u, x + i, 4);
     bad |= (u & 0x7f800000u) == 0x7f800000u;
   }
   return bad != 0;
-}
+})
 
-static CPU_VEC_CLONES int cpu_lo_any_nonfinite16(const uint16_t *u, size_t n) {
+CPU_VEC_FN_RET(int, cpu_lo_any_nonfinite16, (const uint16_t *u, size_t n), (u, n), {
   size_t i;
   uint32_t bad = 0;
-#pragma omp simd reduction(| : bad)
+  _Pragma("omp simd reduction(| : bad)")
   for (i = 0; i < n; i++) bad |= (u[i] & 0x7f80u) == 0x7f80u;
   return bad != 0;
-}
+})
 
 int tt_cpu_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag) {
   int bad = 0, nt;

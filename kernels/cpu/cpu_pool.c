@@ -38,7 +38,8 @@
 /* y row (sample n, output row oh) of an NHWC x [n, h, w, c] of fp32 or bf16: each pixel's c channels
  * at once, in chunks of CPU_VEC_CHUNK (bf16 widened into a chunk first: the comparisons then
  * vectorise as fp32's do, where bf16 loads inside the select did not) */
-static CPU_VEC_CLONES void cpu_pool_max_nhwc_row(const tt_pool_desc *d, tt_dtype dt, const void *x, void *y, int oh) {
+CPU_VEC_FN(cpu_pool_max_nhwc_row, (const tt_pool_desc *d, tt_dtype dt, const void *x, void *y, int oh),
+           (d, dt, x, y, oh), {
   int c = d->c, ow, ih, iw;
   int r0 = oh * d->stride_h - d->pad_h, h0 = r0 < 0 ? 0 : r0, h1 = r0 + d->kh > d->h ? d->h : r0 + d->kh;
   float best[CPU_VEC_CHUNK], buf[CPU_VEC_CHUNK];
@@ -57,12 +58,13 @@ static CPU_VEC_CLONES void cpu_pool_max_nhwc_row(const tt_pool_desc *d, tt_dtype
       else cpu_vec_narrow(dt, best, y, yo, (size_t)e);
     }
   }
-}
+})
 
 /* dx of one sample of an NHWC x [h, w, c] from dy [p, q, c] (fp32 or bf16): each window's dy added
  * at its first maximum, channel by channel (the winner's tap number per lane, then a masked add per
  * tap); zeroed first unless the windows tile x (then every element is stored once: 0.0f + term) */
-static CPU_VEC_CLONES void cpu_pool_max_nhwc_bwd(const tt_pool_desc *d, tt_dtype dt, const void *x, const void *dy, void *dx) {
+CPU_VEC_FN(cpu_pool_max_nhwc_bwd, (const tt_pool_desc *d, tt_dtype dt, const void *x, const void *dy, void *dx),
+           (d, dt, x, dy, dx), {
   int c = d->c, oh, ow, ih, iw;
   size_t es = dt == TT_F32 ? 4 : 2;
   int tiled = d->stride_h == d->kh && d->stride_w == d->kw && !d->pad_h && !d->pad_w && d->p * d->kh == d->h &&
@@ -102,7 +104,7 @@ static CPU_VEC_CLONES void cpu_pool_max_nhwc_bwd(const tt_pool_desc *d, tt_dtype
       }
     }
   }
-}
+})
 
 /* The outputs [*lo, *hi] (empty when *lo > *hi) of [o0, o1) whose window column j is inside the
  * input: 0 <= ow * stride - pad + j < w. */
@@ -117,8 +119,8 @@ static void cpu_pool_cols(const tt_pool_desc *d, int j, int o0, int o1, int *lo,
   /* one NCHW plane x [h, w] -> y [p, q] (forward), or dx [h, w] from dy [p, q] (backward, bwd != 0): an      \
    * output row at a time, the window's taps in the reference's (ih, iw) order, each tap over the outputs    \
    * whose window holds it (a strided load the compiler vectorises) */                                        \
-  static CPU_VEC_CLONES void cpu_pool_max_plane_##sfx(const tt_pool_desc *d, const T *x, T *y, const T *dy, T *dx,   \
-                                                      int bwd) {                                                \
+  CPU_VEC_FN(cpu_pool_max_plane_##sfx, (const tt_pool_desc *d, const T *x, T *y, const T *dy, T *dx, int bwd),  \
+             (d, x, y, dy, dx, bwd), {                                                                          \
     int oh, ih, j, k, lo, hi;                                                                                   \
     float z = 0.0f;                                                                                             \
     if (bwd)                                                                                                    \
@@ -169,7 +171,7 @@ static void cpu_pool_cols(const tt_pool_desc *d, int j, int o0, int o1, int *lo,
         }                                                                                                       \
       }                                                                                                         \
     }                                                                                                           \
-  }
+  })
 CPU_VEC_TWINS(CPU_POOL_MAX_PLANE)
 
 /* 2x2 windows at stride 2 without padding on NCHW with h and w even (the pooling before a
@@ -179,8 +181,9 @@ CPU_VEC_TWINS(CPU_POOL_MAX_PLANE)
  * pair, then of the two rows' winners (ties to the top row; a NaN below wins, else a NaN above):
  * the reference's order, its NaN included. Rows [r0, r0 + rr) of pairs, rr * 2w <= CPU_POOL_2X2. */
 #define CPU_POOL_2X2 2048 /* x elements of one chunk */
-static CPU_VEC_CLONES void cpu_pool_max_2x2(const tt_pool_desc *d, tt_dtype dt, const void *x, void *y, const void *dy,
-                                            void *dx, size_t r0, size_t rr) {
+CPU_VEC_FN(cpu_pool_max_2x2, (const tt_pool_desc *d, tt_dtype dt, const void *x, void *y, const void *dy, void *dx,
+                              size_t r0, size_t rr),
+           (d, dt, x, y, dy, dx, r0, rr), {
   size_t q = (size_t)d->q, w2 = 2 * (size_t)d->w, half = rr * 2 * q, k; /* half: pairs in the chunk */
   float buf[CPU_POOL_2X2], hv[CPU_POOL_2X2 / 2], gt[CPU_POOL_2X2 / 2], gbuf[CPU_POOL_2X2 / 4];
   int hc[CPU_POOL_2X2 / 2];
@@ -218,7 +221,7 @@ static CPU_VEC_CLONES void cpu_pool_max_2x2(const tt_pool_desc *d, tt_dtype dt, 
   }
   if (dt == TT_F32) memcpy((float *)dx + r0 * w2, buf, rr * w2 * sizeof(float));
   else cpu_vec_narrow(dt, buf, dx, r0 * w2, rr * w2);
-}
+})
 
 /* Whether our loops run this max pooling: fp32 or bf16, dx overwritten; bf16 dx only where
  * windows do not overlap (see above). */
@@ -453,15 +456,15 @@ int tt_cpu_gap_fwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
 }
 
 /* y[0..n) = g (beta 0) or g + beta*y */
-static CPU_VEC_CLONES void cpu_pool_fill_span(float g, float *y, size_t n, float beta) {
+CPU_VEC_FN(cpu_pool_fill_span, (float g, float *y, size_t n, float beta), (g, y, n, beta), {
   size_t i;
   if (beta == 0.0f) {
     for (i = 0; i < n; i++) y[i] = g;
   } else {
-#pragma omp simd
+    CPU_VEC_SIMD
     for (i = 0; i < n; i++) y[i] = g + beta * y[i];
   }
-}
+})
 
 int tt_cpu_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *dy, void *dx, float beta) {
   ptrdiff_t pl, npl = (ptrdiff_t)n * c;
@@ -509,9 +512,9 @@ int tt_cpu_gap_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void 
 
 /* The common case, 2x2 windows at stride 2 without padding, a row of windows at a time (inputs
  * rows r0, r1 of fp32; bf16 rows are widened first), vectorised over the windows. */
-static CPU_VEC_CLONES void cpu_pool_argmax2_row(const float *r0, const float *r1, uint8_t *out, int q) {
+CPU_VEC_FN(cpu_pool_argmax2_row, (const float *r0, const float *r1, uint8_t *out, int q), (r0, r1, out, q), {
   int ow;
-#pragma omp simd
+  CPU_VEC_SIMD
   for (ow = 0; ow < q; ow++) {
     float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], e = r1[2 * ow + 1], best = a;
     int r = 0;
@@ -520,16 +523,16 @@ static CPU_VEC_CLONES void cpu_pool_argmax2_row(const float *r0, const float *r1
     if (e > best || e != e) r = 3;
     out[ow] = (uint8_t)r;
   }
-}
+})
 
 /* o0, o1: input rows 2oh, 2oh+1 of dx (w wide; a column past 2q is in no window):
  * beta*o + (winner ? 0 + g : 0) */
-static CPU_VEC_CLONES void cpu_pool_unpool2_row(const float *g, const uint8_t *id, float *o0, float *o1, int q, int w,
-                                            float beta) {
+CPU_VEC_FN(cpu_pool_unpool2_row, (const float *g, const uint8_t *id, float *o0, float *o1, int q, int w, float beta),
+           (g, id, o0, o1, q, w, beta), {
   int iw, n = 2 * q;
   /* over the input columns (window iw/2, its column iw&1): contiguous stores, so it vectorises */
   if (beta == 0.0f) {
-#pragma omp simd
+    CPU_VEC_SIMD
     for (iw = 0; iw < n; iw++) {
       int k = id[iw >> 1], c = iw & 1;
       float gv = 0.0f + g[iw >> 1];
@@ -538,7 +541,7 @@ static CPU_VEC_CLONES void cpu_pool_unpool2_row(const float *g, const uint8_t *i
     }
     if (w > n) o0[w - 1] = 0.0f, o1[w - 1] = 0.0f;
   } else {
-#pragma omp simd
+    CPU_VEC_SIMD
     for (iw = 0; iw < n; iw++) {
       int k = id[iw >> 1], c = iw & 1;
       float gv = 0.0f + g[iw >> 1];
@@ -547,7 +550,7 @@ static CPU_VEC_CLONES void cpu_pool_unpool2_row(const float *g, const uint8_t *i
     }
     if (w > n) o0[w - 1] = 0.0f + beta * o0[w - 1], o1[w - 1] = 0.0f + beta * o1[w - 1];
   }
-}
+})
 
 /* a row in no window: beta*o + 0 */
 static void cpu_pool_unpool_none(float *o, int w, float beta) {

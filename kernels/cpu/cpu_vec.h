@@ -1,11 +1,26 @@
-/* kernels/cpu/cpu_vec.h — what the CPU backend's own vectorised loops share: the clone
- * attribute, the stack chunk size, the threads' fixed shares of a tensor, loads and stores per
- * storage type and the generator that writes one loop body in fp32 and bf16 storage.
+/* kernels/cpu/cpu_vec.h — what the CPU backend's own vectorised loops share: the generator of
+ * their per-ISA copies, the stack chunk size, the threads' fixed shares of a tensor, loads and
+ * stores per storage type and the generator that writes one loop body in fp32 and bf16 storage.
  *
- * Clones: each span function is compiled for AVX-512, AVX2 and the baseline (GCC/Clang
- * target_clones, picked once per process by the loader; the CUDA compiler's host pass gets the
- * baseline only, as does any other compiler). A span runs over fixed per-thread shares of the
- * tensor (cpu_vec_share), so results never depend on scheduling or the thread count.
+ * Per-ISA copies: CPU_VEC_FN(name, (params), (args), { body }) (CPU_VEC_FN_RET(type, ...) for a
+ * function that returns a value) compiles one body three times, as name_avx512f
+ * (target("avx512f")), name_avx2 (target("avx2")) and name_base (the build's baseline, SSE2 on
+ * x86-64), and defines name itself as the dispatcher that calls the copy of tt_cpu_vec_level: a
+ * process-wide level set once, when the first CPU backend is created or the ISA is first asked
+ * (cpu_dnnl.c: tt_cpu_isa_hold, from TINYTRAIN_CPU_ISA and __builtin_cpu_supports). The
+ * target strings are the ones the GCC target_clones these copies replaced used, and each copy is
+ * compiled on its own (noipa: no value ranges carried in from its callers), as the clones were:
+ * GCC 12 gives each level the vector code its clone had (objdump, 2026-12: the same
+ * instructions up to register choice and equivalent integer compares; no FMA, which ISO C's
+ * -ffp-contract=off would not use anyway). Unlike the loader's pick, the level can be held
+ * below the CPU's (the AVX2 form on an AVX-512 machine: CI's rerun). Where the copies cannot be made (the CUDA compiler's host
+ * pass, non-x86 targets, compilers without target attributes) CPU_VEC_COPIES is 0 and name is
+ * the baseline body alone. A span runs over fixed per-thread shares of the tensor
+ * (cpu_vec_share), so results never depend on scheduling or the thread count; the levels differ
+ * only where a loop reduces in vector lanes (batch norm's sums, attention's row sums: the
+ * lane count sets the order), elementwise loops give the same bits at every level.
+ * `#pragma` cannot stand inside a macro's arguments: write it as CPU_VEC_SIMD or
+ * _Pragma("omp simd ...") in a body.
  *
  * Storage: fp32 is read and written as is. bf16 is the high half of an fp32: widened exactly by
  * a shift and rounded to nearest even with tt_bf16_from_f32's rule (a NaN stays a NaN with its
@@ -18,8 +33,8 @@
  * The generator: CPU_VEC_TWINS(DEF) expands DEF(sfx, T, LD, ST) once for fp32 storage
  * (f32, float) and once for bf16 (bf16, uint16_t); DEF writes its body once with LD(p, i, f)
  * (f = element i of p as fp32) and ST(p, i, f) (element i of p = f, rounded to the storage), so
- * the two forms run the same float expressions in the same order. Write `#pragma omp simd` in a
- * DEF body as CPU_VEC_SIMD or _Pragma("omp simd ...").
+ * the two forms run the same float expressions in the same order. A DEF body that is a
+ * CPU_VEC_FN gives 2 dtypes x 3 ISAs from one loop written once.
  */
 #ifndef TT_CPU_VEC_H
 #define TT_CPU_VEC_H
@@ -29,19 +44,59 @@
 
 #include "../ref/ref.h"
 
-#if defined(__GNUC__) && !defined(__CUDACC__) && (defined(__x86_64__) || defined(__i386__))
-#define CPU_VEC_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+/* The per-ISA copies (see the header). GCC and clang on x86 outside the CUDA compiler's pass. */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && (defined(__x86_64__) || defined(__i386__))
+#define CPU_VEC_COPIES 1
 #else
-#define CPU_VEC_CLONES
+#define CPU_VEC_COPIES 0
 #endif
-/* The clones of the functions defined in this header, which every file including it compiles:
- * GCC keeps each file's resolver local, clang 14 makes it a global symbol of the same name in
- * every file (`multiple definition of cpu_vec_bf_widen.resolver` when linking the clang fuzz
- * build), so under clang they are compiled without clones (the fuzz targets' speed does not matter). */
+
+/* The levels, in tt_cpu_vec_level: the copy each call runs. */
+#define CPU_VEC_BASE 0
+#define CPU_VEC_AVX2 1
+#define CPU_VEC_AVX512F 2
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* The level every dispatcher reads (cpu_dnnl.c sets it once per process, tt_cpu_isa_hold; a
+ * test may set it between calls to run every copy). CPU_VEC_BASE until then. */
+extern int tt_cpu_vec_level;
+#ifdef __cplusplus
+}
+#endif
+
+#if CPU_VEC_COPIES
+/* each copy compiled on its own, as a target_clones clone was (clang has no noipa) */
 #if defined(__clang__)
-#define CPU_VEC_CLONES_HDR
+#define CPU_VEC_OPAQUE_ __attribute__((noinline))
 #else
-#define CPU_VEC_CLONES_HDR CPU_VEC_CLONES
+#define CPU_VEC_OPAQUE_ __attribute__((noipa))
+#endif
+#define CPU_VEC_COPIES_(ret, name, params, ...)                                                       \
+  static CPU_VEC_OPAQUE_ __attribute__((target("avx512f"))) ret name##_avx512f params __VA_ARGS__     \
+  static CPU_VEC_OPAQUE_ __attribute__((target("avx2"))) ret name##_avx2 params __VA_ARGS__           \
+  static CPU_VEC_OPAQUE_ ret name##_base params __VA_ARGS__
+#define CPU_VEC_FN(name, params, args, ...)                                     \
+  CPU_VEC_COPIES_(void, name, params, __VA_ARGS__)                              \
+  static inline void name params {                                             \
+    if (tt_cpu_vec_level == CPU_VEC_AVX512F)                                    \
+      name##_avx512f args;                                                      \
+    else if (tt_cpu_vec_level == CPU_VEC_AVX2)                                  \
+      name##_avx2 args;                                                         \
+    else                                                                        \
+      name##_base args;                                                         \
+  }
+#define CPU_VEC_FN_RET(ret, name, params, args, ...)                            \
+  CPU_VEC_COPIES_(ret, name, params, __VA_ARGS__)                               \
+  static inline ret name params {                                              \
+    return tt_cpu_vec_level == CPU_VEC_AVX512F ? name##_avx512f args            \
+           : tt_cpu_vec_level == CPU_VEC_AVX2  ? name##_avx2 args               \
+                                               : name##_base args;              \
+  }
+#else
+#define CPU_VEC_FN(name, params, args, ...) static inline void name params __VA_ARGS__
+#define CPU_VEC_FN_RET(ret, name, params, args, ...) static inline ret name params __VA_ARGS__
 #endif
 
 #define CPU_VEC_CHUNK 1024 /* fp32 elements per stack chunk (4 KiB) */
@@ -102,30 +157,30 @@ static inline size_t cpu_vec_chunk(size_t c0, size_t hi) { return hi - c0 < CPU_
 /* ---- whole spans: bf16 widened and rounded, copies, y = beta*y + x ---- */
 
 /* d[i] = s[i] widened */
-static inline CPU_VEC_CLONES_HDR void cpu_vec_bf_widen(const uint16_t *s, float *d, size_t n) {
+CPU_VEC_FN(cpu_vec_bf_widen, (const uint16_t *s, float *d, size_t n), (s, d, n), {
   size_t i;
-#pragma omp simd /* without it GCC 12 -O2 leaves this loop and the next scalar */
+  CPU_VEC_SIMD /* without it GCC 12 -O2 leaves this loop and the next scalar */
   for (i = 0; i < n; i++) CPU_VEC_LD_BF16(s, i, d[i]);
-}
+})
 
 /* d[i] = s[i] rounded to nearest even (tt_bf16_from_f32) */
-static inline CPU_VEC_CLONES_HDR void cpu_vec_bf_round(const float *s, uint16_t *d, size_t n) {
+CPU_VEC_FN(cpu_vec_bf_round, (const float *s, uint16_t *d, size_t n), (s, d, n), {
   size_t i;
-#pragma omp simd
+  CPU_VEC_SIMD
   for (i = 0; i < n; i++) CPU_VEC_ST_BF16(d, i, s[i]);
-}
+})
 
 /* y = beta*y + x (beta 0: y = x, never reading y) */
-static inline CPU_VEC_CLONES_HDR void cpu_vec_acc_span(const float *x, float *y, size_t n, float beta) {
+CPU_VEC_FN(cpu_vec_acc_span, (const float *x, float *y, size_t n, float beta), (x, y, n, beta), {
   size_t i;
   if (beta == 0.0f) {
-#pragma omp simd
+    CPU_VEC_SIMD
     for (i = 0; i < n; i++) y[i] = x[i];
   } else {
-#pragma omp simd
+    CPU_VEC_SIMD
     for (i = 0; i < n; i++) y[i] = beta * y[i] + x[i];
   }
-}
+})
 
 /* y = x over count elements of es bytes each, nt threads' shares in parallel */
 static inline void cpu_vec_copy(int nt, size_t count, size_t es, const void *x, void *y) {
