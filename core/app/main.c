@@ -346,7 +346,14 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
     case 'h': main_usage(stdout, cmd); return -1;
     case OPT_VERSION: {
       const char *p = getenv("OMP_WAIT_POLICY"), *s = getenv("GOMP_SPINCOUNT");
+      tt_err kerr;
+      if (tt_knobs_init(&kerr)) { /* a malformed TINYTRAIN_CPU_ISA would change what it prints */
+        fprintf(stderr, "tinytrain: %s\n", kerr.msg);
+        return 2;
+      }
       printf("tinytrain %s\n%s\n", TT_VERSION, tt_build_info());
+      /* the ISA the CPU code runs on: oneDNN's and our loops' (TINYTRAIN_CPU_ISA holds both) */
+      printf("cpu: %s; own loops %s\n", tt_cpu_backend_info(), tt_cpu_backend_loops());
       /* what the OpenMP threads of this process do when they wait (main_omp_waits) */
       printf("OpenMP waits: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s (tinytrain sets GOMP_SPINCOUNT=%s when neither is set)\n",
              p && *p ? p : "unset", s && *s ? s : "unset", MAIN_GOMP_SPINCOUNT);

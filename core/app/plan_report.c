@@ -243,7 +243,12 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
   tt_strbuf_json(&b, s->target_cuda ? "cuda" : "cpu");
   tt_strbuf_printf(&b, ", \"cpu_backend\": "); /* the CPU's library and ISA; null when planning for a card */
   if (s->target_cuda) tt_strbuf_put(&b, "null", 4);
-  else tt_strbuf_json(&b, strcmp(s->be->name, "ref") ? tt_cpu_backend_info() : "ref");
+  else if (!strcmp(s->be->name, "ref")) tt_strbuf_json(&b, "ref");
+  else {
+    char cpu[256];
+    snprintf(cpu, sizeof cpu, "%s; own loops %s", tt_cpu_backend_info(), tt_cpu_backend_loops());
+    tt_strbuf_json(&b, cpu);
+  }
   tt_strbuf_printf(&b, ", \"planned_for\": ");
   tt_strbuf_json(&b, s->target);
   /* the device's free memory after the context and handles: null without a GPU to ask */
@@ -447,9 +452,12 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
   fprintf(out, "  policy      %s\n", pol);
   tt_session_precision_text(s, pol, sizeof pol);
   fprintf(out, "  precision   %s\n", pol);
-  if (!s->target_cuda) /* what the CPU runs on: the ISA oneDNN dispatches to here (issue 40) */
-    fprintf(out, "  cpu         %s%s\n", strcmp(s->be->name, "ref") ? tt_cpu_backend_info() : "the reference loops",
-            strcmp(s->be->name, "ref") ? " (ONEDNN_MAX_CPU_ISA=AVX2 holds it to AVX2)" : " (TINYTRAIN_CPU_BACKEND=ref)");
+  if (!s->target_cuda && strcmp(s->be->name, "ref")) /* what the CPU runs on: oneDNN's ISA and our loops' (issue 40) */
+    fprintf(out, "  cpu         %s; own loops %s%s\n", tt_cpu_backend_info(), tt_cpu_backend_loops(),
+            tt_knobs_get()->be.cpu_isa > TT_CPU_ISA_NATIVE ? " (TINYTRAIN_CPU_ISA holds both)"
+                                                           : " (TINYTRAIN_CPU_ISA=avx2 holds both to AVX2)");
+  else if (!s->target_cuda)
+    fprintf(out, "  cpu         the reference loops (TINYTRAIN_CPU_BACKEND=ref)\n");
   plan_text_recomputed(s, out);
   if (p->n_compact > p->n_compressed)
     fprintf(out, "  compact     %d saves for backward in their smallest exact form (ReLU 1-bit masks, max-pool uint8\n"

@@ -120,8 +120,13 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
   s->target_cuda = mode == TT_SESSION_PLAN && (gpu || o->device == TT_DEVICE_CUDA);
   if (s->target_cuda || kn->cpu_ref)
     s->be = tt_ref_backend_create(session_threads(o->threads));
-  else
+  else {
+    char why[400];
+    /* TINYTRAIN_CPU_ISA, held for the process before the backend's oneDNN queries (its refusal
+     * has words; the creation only a NULL) */
+    if (tt_cpu_isa_hold(kn->be.cpu_isa, why, sizeof why)) return tt_fail(err, "%s", why);
     s->be = tt_cpu_backend_create_knobs(session_threads(o->threads), &kn->be);
+  }
   if (!s->be) return tt_fail(err, "could not create the CPU backend");
   /* planning for a card with the reference backend standing in: plan the buffers the CUDA backend
    * gets (a staged batch: the training program's input buffers persistent, lower.c); nothing runs */
@@ -403,6 +408,9 @@ void tt_session_close(tt_session *s) {
 
 const char *tt_build_info(void) {
   static char buf[512];
+  /* the ISA oneDNN reports is the one TINYTRAIN_CPU_ISA holds it to: hold it first (a refusal
+   * leaves what is in effect, which is then what this reports) */
+  tt_cpu_isa_hold(tt_knobs_get()->be.cpu_isa, NULL, 0);
 #ifdef TT_HAVE_CUDA
   snprintf(buf, sizeof buf, "backends: cpu (%s, %s threads), ref (OpenBLAS), cuda (%s; TF32 for fp32 convolutions and "
            "GEMMs on sm_80 and newer unless [train] tf32 = off or --tf32 off)", tt_cpu_backend_info(),
