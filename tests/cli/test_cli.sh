@@ -640,12 +640,58 @@ assert a["knobs"] == {} and b["knobs"] == {"TINYTRAIN_FUSE": "0"}, (a["knobs"], 
   fail cli_plan_calls "$(head -3 "$TMP/calls"; grep -c relu "$TMP/calls")"
 else pass cli_plan_calls; fi
 
-# ---- plan says which ISA the CPU runs on (issue 40), and ONEDNN_MAX_CPU_ISA=AVX2 holds it there ----
+# ---- plan says which ISA the CPU runs on (issue 40): ONEDNN_MAX_CPU_ISA=AVX2 holds oneDNN there,
+# TINYTRAIN_CPU_ISA=avx2 oneDNN and our own loops (line and --json) ----
 ONEDNN_MAX_CPU_ISA=AVX2 "$TT" plan --device cpu $L >"$TMP/out" 2>"$TMP/err"
 RC=$?
-if [ "$RC" != 0 ] || ! grep -Eq "^  cpu +oneDNN [0-9.]+, avx2 " "$TMP/out"; then
+if [ "$RC" != 0 ] || ! grep -Eq "^  cpu +oneDNN [0-9.]+, avx2; own loops [a-z0-9]+ " "$TMP/out"; then
   fail cli_plan_cpu_isa "exit $RC: $(grep '^  cpu' "$TMP/out")"
 else pass cli_plan_cpu_isa; fi
+TINYTRAIN_CPU_ISA=avx2 "$TT" plan --device cpu $L >"$TMP/out" 2>"$TMP/err"
+RC=$?
+TINYTRAIN_CPU_ISA=avx2 "$TT" plan --device cpu --json $L >"$TMP/j" 2>>"$TMP/err"
+if [ "$RC" != 0 ] || ! grep -Eq "^  cpu +oneDNN [0-9.]+, avx2; own loops avx2 \(TINYTRAIN_CPU_ISA holds both\)" "$TMP/out" ||
+   ! python3 -c 'import json, re, sys
+j = json.load(open(sys.argv[1]))
+assert re.fullmatch(r"oneDNN [0-9.]+, avx2; own loops avx2", j["cpu_backend"]), j["cpu_backend"]
+assert j["knobs"] == {"TINYTRAIN_CPU_ISA": "avx2"}, j["knobs"]' "$TMP/j"; then
+  fail cli_plan_cpu_isa_knob "exit $RC: $(grep '^  cpu' "$TMP/out"; head -c 300 "$TMP/err")"
+else pass cli_plan_cpu_isa_knob; fi
+
+# ---- --version names the ISA of oneDNN and of our own loops (issue 40): the CPU's by default (as
+# /proc/cpuinfo has it), AVX2 for both under TINYTRAIN_CPU_ISA=avx2; a malformed value is refused ----
+run --version
+own=baseline
+grep -qw avx2 /proc/cpuinfo && own=avx2
+grep -qw avx512f /proc/cpuinfo && own=avx512f
+if [ "$RC" != 0 ] || ! grep -Eq "^cpu: oneDNN [0-9.]+, [a-z0-9_]+; own loops $own$" "$TMP/out"; then
+  fail cli_version_cpu_isa "exit $RC, expected own loops $own: $(grep '^cpu' "$TMP/out")"
+else
+  TINYTRAIN_CPU_ISA=avx2 "$TT" --version >"$TMP/out" 2>"$TMP/err"
+  RC=$?
+  TINYTRAIN_CPU_ISA=avx3 "$TT" --version >"$TMP/out3" 2>"$TMP/err3"
+  RC3=$?
+  if [ "$own" != baseline ] && { [ "$RC" != 0 ] || ! grep -Eq "^cpu: oneDNN [0-9.]+, avx2; own loops avx2$" "$TMP/out"; }; then
+    fail cli_version_cpu_isa "TINYTRAIN_CPU_ISA=avx2: exit $RC: $(grep '^cpu' "$TMP/out")"
+  elif [ "$RC3" != 2 ] || ! grep -q "TINYTRAIN_CPU_ISA='avx3': expected one of native|avx2|baseline" "$TMP/err3"; then
+    fail cli_version_cpu_isa "TINYTRAIN_CPU_ISA=avx3: exit $RC3, $(head -c 300 "$TMP/err3")"
+  else pass cli_version_cpu_isa; fi
+fi
+
+# ---- a CPU-vs-reference comparison with our loops and oneDNN held to AVX2, as CI's rerun does
+# (the cpu_isa test checks the hold took: both at AVX2) ----
+BT=${TT_BUILD:-build}/tests
+if [ ! -x "$BT/test_cpu_vs_ref" ]; then skip cli_cpu_isa_avx2_run "$BT/test_cpu_vs_ref not built"
+else
+  TINYTRAIN_CPU_ISA=avx2 "$BT/test_cpu_vs_ref" --only cpu_isa --only misc_bitwise --only pool_idx >"$TMP/out" 2>&1
+  RC=$?
+  if [ "$RC" != 0 ] || grep -q '^FAIL' "$TMP/out" || ! grep -q '^PASS cpu_vs_ref:cpu_isa_held$' "$TMP/out" ||
+     ! grep -q '^PASS cpu_vs_ref:cast_dropout_gap_normalize_check_masks_bitwise_fp32_bf16$' "$TMP/out" ||
+     [ "$(grep -c '^PASS cpu_vs_ref:pool_argmax_bwd_idx' "$TMP/out")" != 3 ] ||
+     { [ "$own" != baseline ] && ! grep -q "own loops avx2" "$TMP/out"; }; then
+    fail cli_cpu_isa_avx2_run "exit $RC: $(grep -E '^(FAIL|  TINYTRAIN)' "$TMP/out" | head -5)"
+  else pass cli_cpu_isa_avx2_run; fi
+fi
 
 # ---- output that cannot be written is a failure (issue 40): plan, plan --json and --version into a
 # full disk exit 1 with the reason, not 0 with nothing written ----

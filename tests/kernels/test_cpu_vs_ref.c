@@ -22,8 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base/knobs.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_internal.h" /* tt_cpu_bn_fwd_loops' modes */
+#include "kernels/cpu/cpu_vec.h"      /* tt_cpu_vec_level: every copy of our loops in one run */
 #include "kernels/kernel_math.h"
 #include "tests/tt_test.h"
 
@@ -1097,6 +1099,75 @@ static void test_linear_bn_pool(void) {
   }
 }
 
+/* The CPU's level of our loops, as cpu_dnnl.c derives it (the rule target_clones' loader used). */
+static int cpu_level_here(void) {
+#if CPU_VEC_COPIES
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return CPU_VEC_AVX512F;
+  if (__builtin_cpu_supports("avx2")) return CPU_VEC_AVX2;
+#endif
+  return CPU_VEC_BASE;
+}
+
+/* TINYTRAIN_CPU_ISA (main held it from the environment, as tinytrain does): our loops run the
+ * level it asks for (native: the CPU's) and oneDNN's effective ISA stays within it; another hold
+ * in the same process is refused naming the knob, and so is a backend whose knobs ask for one. */
+static void test_cpu_isa(void) {
+  static const char *const lv[] = {"baseline", "avx2", "avx512f"};
+  int knob = tt_knobs_get()->be.cpu_isa, cpu = cpu_level_here();
+  int want = knob == TT_CPU_ISA_AVX2 ? (cpu < CPU_VEC_AVX2 ? cpu : CPU_VEC_AVX2) : knob == TT_CPU_ISA_BASELINE ? CPU_VEC_BASE : cpu;
+  unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+  char err[512];
+  TT_TEST_BEGIN("cpu_vs_ref:cpu_isa_held");
+  printf("  TINYTRAIN_CPU_ISA=%s: %s; own loops %s\n", knob < 0 ? "(unset)" : knob == 1 ? "avx2" : knob == 2 ? "baseline" : "native",
+         tt_cpu_backend_info(), tt_cpu_backend_loops());
+  TT_CHECK(tt_cpu_vec_level == want, "own loops at level %d (%s), expected %s", tt_cpu_vec_level, tt_cpu_backend_loops(), lv[want]);
+  TT_CHECK(!strncmp(tt_cpu_backend_loops(), lv[want], strlen(lv[want])), "tt_cpu_backend_loops() says '%s', expected %s",
+           tt_cpu_backend_loops(), lv[want]);
+  if (knob == TT_CPU_ISA_AVX2)
+    TT_CHECK(cpu < CPU_VEC_AVX2 ? (isa & ~(unsigned)dnnl_cpu_isa_avx2) == 0 : isa == (unsigned)dnnl_cpu_isa_avx2,
+             "oneDNN's effective ISA is %s under TINYTRAIN_CPU_ISA=avx2", tt_cpu_dnnl_isa_name((dnnl_cpu_isa_t)isa));
+  if (knob == TT_CPU_ISA_BASELINE)
+    TT_CHECK((isa & ~(unsigned)dnnl_cpu_isa_sse41) == 0, "oneDNN's effective ISA is %s under TINYTRAIN_CPU_ISA=baseline",
+             tt_cpu_dnnl_isa_name((dnnl_cpu_isa_t)isa));
+  {
+    int other = knob == TT_CPU_ISA_AVX2 ? TT_CPU_ISA_BASELINE : TT_CPU_ISA_AVX2;
+    tt_backend_knobs ko;
+    tt_backend *bo;
+    TT_CHECK(tt_cpu_isa_hold(-1, err, sizeof err) == 0, "an unset hold was refused: %s", err);
+    TT_CHECK(tt_cpu_isa_hold(knob < 0 ? TT_CPU_ISA_NATIVE : knob, err, sizeof err) == 0, "the held value was refused: %s", err);
+    TT_CHECK(tt_cpu_isa_hold(other, err, sizeof err) == -1 && strstr(err, "TINYTRAIN_CPU_ISA"),
+             "a second, different hold was not refused with the knob's name: '%s'", err);
+    tt_backend_knobs_default(&ko);
+    ko.cpu_isa = other;
+    bo = tt_cpu_backend_create_knobs(1, &ko);
+    TT_CHECK(!bo, "a backend asking for another ISA than the process's was created");
+    if (bo) bo->destroy(bo);
+    TT_CHECK(tt_cpu_vec_level == want, "a refused hold moved the level to %d", tt_cpu_vec_level);
+  }
+  TT_TEST_END();
+}
+
+/* Every copy of our loops this CPU runs (cpu_vec.h: baseline, AVX2, AVX-512F), one after the
+ * other in one process by setting the dispatchers' level: the elementwise ops, casts, masks,
+ * dropout, pooling winners, max pooling and the overflow check bit for bit the reference's at
+ * each, batch norm within its tolerance (its sums' order follows the vector width). oneDNN's ISA
+ * stays. */
+static void test_vec_levels(void) {
+  int held = tt_cpu_vec_level, top = cpu_level_here();
+  for (int l = CPU_VEC_BASE; l <= top; l++) {
+    tt_cpu_vec_level = l;
+    printf("  own loops at level %d (%s)\n", l, l == CPU_VEC_AVX512F ? "avx512f" : l == CPU_VEC_AVX2 ? "avx2" : "baseline");
+    test_elementwise();
+    test_elementwise_bf16();
+    test_misc_bitwise();
+    test_pool_idx();
+    test_maxpool_ours();
+    for (int dt = 0; dt < 3; dt++) bn_case(7, 20, 1, (tt_dtype)dt), bn_case(2, 3, 1031, (tt_dtype)dt);
+  }
+  tt_cpu_vec_level = held;
+}
+
 /* The registry (tests/tt_test.h): --list prints it, --only NAME|TAG runs part of it. */
 static const tt_test_case tests[] = {
   TT_TEST("prepare", "kernels cpu", test_prepare),
@@ -1108,6 +1179,8 @@ static const tt_test_case tests[] = {
   TT_TEST("conv", "kernels cpu conv", test_conv_all),
   TT_TEST("linear_bn_pool", "kernels cpu linear bn pool", test_linear_bn_pool),
   TT_TEST("transformer", "kernels cpu transformer", test_transformer),
+  TT_TEST("cpu_isa", "kernels cpu", test_cpu_isa),
+  TT_TEST("vec_levels", "kernels cpu", test_vec_levels),
 };
 
 /* main's setup: the three backends (R, C, chunked); nonzero when one of R and C cannot be made. */
@@ -1134,4 +1207,7 @@ static void teardown(void) {
   R->destroy(R);
 }
 
-int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), setup, teardown); }
+int main(int argc, char **argv) {
+  tt_cpu_isa_hold(tt_knobs_get()->be.cpu_isa, NULL, 0); /* TINYTRAIN_CPU_ISA, for the backends made without knobs */
+  return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), setup, teardown);
+}

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #define OPS_SEED 0x1234567ull
+#include "core/base/knobs.h"
 #include "tests/kernels/ops_util.h"
 
 /* Batch norm and pooling take a workspace (the oneDNN backend's scratchpad and staging): these
@@ -1096,4 +1097,7 @@ static int setup(void) {
 }
 static void teardown(void) { free(WS); }
 
-int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), setup, teardown); }
+int main(int argc, char **argv) {
+  tt_cpu_isa_hold(tt_knobs_get()->be.cpu_isa, NULL, 0); /* TINYTRAIN_CPU_ISA, for the backends made without knobs */
+  return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), setup, teardown);
+}

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #define OPS_SEED 0x7a11ce5ull
+#include "core/base/knobs.h"
 #include "tests/kernels/ops_util.h"
 
 static float *ffill(size_t n, float v) {
@@ -672,4 +673,7 @@ static const tt_test_case tests[] = {
   TT_TEST("cpu", "kernels transformer cpu onednn", test_onednn),
 };
 
-int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), NULL, NULL); }
+int main(int argc, char **argv) {
+  tt_cpu_isa_hold(tt_knobs_get()->be.cpu_isa, NULL, 0); /* TINYTRAIN_CPU_ISA, for the backends made without knobs */
+  return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), NULL, NULL);
+}

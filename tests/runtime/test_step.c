@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base/knobs.h"
 #include "core/data/data.h"
 #include "core/runtime/exec.h"
 #include "core/compile/decay.h"
@@ -755,4 +756,7 @@ static const tt_test_case tests[] = {
   TT_TEST("no_allocation", "runtime step memory", test_no_allocations),
 };
 
-int main(int argc, char **argv) { return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), NULL, NULL); }
+int main(int argc, char **argv) {
+  tt_cpu_isa_hold(tt_knobs_get()->be.cpu_isa, NULL, 0); /* TINYTRAIN_CPU_ISA, for the backends made without knobs */
+  return tt_test_main(argc, argv, tests, TT_TEST_COUNT(tests), NULL, NULL);
+}
