@@ -70,7 +70,7 @@ static const char *const cpu_dnnl_isa_names[] = {"native", "avx2", "baseline"}; 
 static const char *const cpu_dnnl_level_names[] = {"baseline", "avx2", "avx512f"}; /* by CPU_VEC_* level */
 
 /* The highest copy this CPU runs (the loader's rule for target_clones: AVX-512F, then AVX2). */
-static int cpu_dnnl_cpu_level(void) {
+int tt_cpu_vec_cpu_level(void) {
 #if CPU_VEC_COPIES
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) return CPU_VEC_AVX512F;
@@ -130,7 +130,7 @@ int tt_cpu_isa_hold(int isa, char *err, size_t cap) {
       cpu_dnnl_hold_dnnl(want == TT_CPU_ISA_AVX2 ? dnnl_cpu_isa_avx2 : dnnl_cpu_isa_sse41, cpu_dnnl_isa_names[want], err, cap))
     return -1;
   /* our loops: the CPU's level, held down to the knob's (a CPU below the knob keeps its own: noted) */
-  cpu = cpu_dnnl_cpu_level();
+  cpu = tt_cpu_vec_cpu_level();
   level = want == TT_CPU_ISA_AVX2 ? CPU_VEC_AVX2 : want == TT_CPU_ISA_BASELINE ? CPU_VEC_BASE : cpu;
   if (level > cpu) level = cpu;
   tt_cpu_vec_level = level;

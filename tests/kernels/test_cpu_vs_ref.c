@@ -1099,22 +1099,12 @@ static void test_linear_bn_pool(void) {
   }
 }
 
-/* The CPU's level of our loops, as cpu_dnnl.c derives it (the rule target_clones' loader used). */
-static int cpu_level_here(void) {
-#if CPU_VEC_COPIES
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return CPU_VEC_AVX512F;
-  if (__builtin_cpu_supports("avx2")) return CPU_VEC_AVX2;
-#endif
-  return CPU_VEC_BASE;
-}
-
 /* TINYTRAIN_CPU_ISA (main held it from the environment, as tinytrain does): our loops run the
  * level it asks for (native: the CPU's) and oneDNN's effective ISA stays within it; another hold
  * in the same process is refused naming the knob, and so is a backend whose knobs ask for one. */
 static void test_cpu_isa(void) {
   static const char *const lv[] = {"baseline", "avx2", "avx512f"};
-  int knob = tt_knobs_get()->be.cpu_isa, cpu = cpu_level_here();
+  int knob = tt_knobs_get()->be.cpu_isa, cpu = tt_cpu_vec_cpu_level();
   int want = knob == TT_CPU_ISA_AVX2 ? (cpu < CPU_VEC_AVX2 ? cpu : CPU_VEC_AVX2) : knob == TT_CPU_ISA_BASELINE ? CPU_VEC_BASE : cpu;
   unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
   char err[512];
@@ -1154,7 +1144,7 @@ static void test_cpu_isa(void) {
  * each, batch norm within its tolerance (its sums' order follows the vector width). oneDNN's ISA
  * stays. */
 static void test_vec_levels(void) {
-  int held = tt_cpu_vec_level, top = cpu_level_here();
+  int held = tt_cpu_vec_level, top = tt_cpu_vec_cpu_level();
   for (int l = CPU_VEC_BASE; l <= top; l++) {
     tt_cpu_vec_level = l;
     printf("  own loops at level %d (%s)\n", l, l == CPU_VEC_AVX512F ? "avx512f" : l == CPU_VEC_AVX2 ? "avx2" : "baseline");
