@@ -50,6 +50,9 @@ else
     # (DW.ref.__gxx_personality_v0) that g++ emits, hidden and COMDAT, in each object with
     # exception tables.
     case $raw in __device_stub__* | _Z*__device_stub__* | DW.ref.*) continue ;; esac
+    # AddressSanitizer's ODR indicator of a global variable (__odr_asan.NAME, the sanitizer build):
+    # the variable's own name must carry the prefix
+    case $raw in __odr_asan.*) name=${raw#__odr_asan.} ;; esac
     base=${name%%(*}
     base=${base##*::}
     case $base in tt_*) ;; *) echo "$name" ;; esac
