@@ -108,9 +108,9 @@ typedef struct tt_run_result {
   int stop_signal;       /* SIGINT, SIGTERM, SIGHUP or SIGPIPE when tt_train returned TT_STOPPED, else 0 */
 } tt_run_result;
 
-/* tt_train's status when SIGINT or SIGTERM asked it to stop: it finished the step in progress,
- * wrote a checkpoint and returned (err says where; res->stop_signal says which). The command
- * line exits 128 + the signal number (130, 143). */
+/* tt_train's status when SIGINT, SIGTERM, SIGHUP or SIGPIPE asked it to stop: it finished the step
+ * in progress, wrote a checkpoint and returned (err says where; res->stop_signal says which). The
+ * command line exits 128 + the signal number (130, 143, 129, 141). */
 #define TT_STOPPED 2
 
 /* The defaults every options struct starts from: everything 0 / NULL (the recipe's choices, no

@@ -1,17 +1,16 @@
-/* kernels/cpu/cpu_pool.c — pooling on the CPU backend: max and average pooling as oneDNN
- * primitives (fp32, and bf16 where oneDNN computes it: tt_cpu_compute_type; dx overwritten);
- * global average pooling and the compact saves' max-pool winners (pool_argmax, pool_bwd_idx;
- * NCHW) as our vectorised loops in fp32 and bf16 (cpu_vec.h). fp16 pooling, an accumulating
- * pooling dx and the cases named below run the reference loops (see cpu_backend.c), in NCHW or
- * NHWC (the state's nhwc_pool: the pooling loops walk a channel's plane c apart).
+/* kernels/cpu/cpu_pool.c — pooling on the CPU backend: max pooling as our own vectorised loops
+ * (fp32 and bf16, NCHW and NHWC, below); average pooling, and the backward of overlapping bf16
+ * max-pool windows, as oneDNN primitives (fp32, and bf16 where oneDNN computes it:
+ * tt_cpu_compute_type; dx overwritten); global average pooling and the compact saves' max-pool
+ * winners (pool_argmax, pool_bwd_idx; NCHW) as our loops in fp32 and bf16 (cpu_vec.h). fp16
+ * pooling, an accumulating pooling dx and the cases named below run the reference loops (see
+ * cpu_backend.c), in NCHW or NHWC (the state's nhwc_pool: the pooling loops walk a channel's
+ * plane c apart).
  *
  * Pooling: max takes the first maximum, average divides by the whole window (PyTorch's
- * count_include_pad), as the reference. The forward runs for inference (no workspace kept).
- * Max pooling's backward needs the forward's workspace (where each maximum was): it re-runs
- * the training forward into workspace regions first, in the same step, so nothing lives from
- * the forward to the backward step beyond what the Program already keeps (x). oneDNN's JIT
- * pooling on plain NCHW: 1.2 against 10 ms forward, 8 against 132 ms backward (the reference
- * finds each window's maximum again per input element) for 128x32x28x28, one thread.
+ * count_include_pad), as the reference. oneDNN's forward runs for inference (no workspace kept);
+ * its max-pool backward (overlapping bf16 windows only) needs the forward's workspace, so it
+ * re-runs the training forward into workspace regions first, in the same step.
  *
  * Our loops give the reference's bits: the same float expressions per element, bf16 widened
  * and rounded as cpu_vec.h does. Global average pooling sums each plane in double in index
