@@ -13,6 +13,11 @@
  * expressions in spans that widen and round inside the vectorised loop (the same body, written
  * once: CPU_VEC_TWINS); fp16 runs the fp32 spans on chunks widened on the stack.
  *
+ * bn_bwd_relu (backend.h) is the backward's loops with the ReLU's backward folded into each read
+ * of dy: the mask is recomputed from x and the forward's constants, so the ReLU's own pass (read y
+ * and dy, write dx) is gone; the forward pair stays two calls (one fused apply pass measured no
+ * faster here).
+ *
  * x [n, c, hw]: per channel over planes when hw > 1 (NCHW), by fixed blocks of rows when
  * hw == 1 (NHWC as [N*H*W, c, 1]). Workspace: the NHWC rows' per-block partial sums
  * (tt_cpu_bn_workspace, answered by op_workspace), none otherwise.
@@ -86,10 +91,28 @@ CPU_VEC_TWINS(CPU_BN_SQDEV)
   })
 CPU_VEC_TWINS(CPU_BN_AFFINE)
 
-/* sums of dy and of dy * (x - m) */
-#define CPU_BN_BWD_SUMS(sfx, T, LD, ST)                                                      \
-  CPU_VEC_FN(cpu_bn_bwd_sums_##sfx, (const T *x, const T *dy, size_t n, float m, double *sdy, double *sdyx), \
-             (x, dy, n, m, sdy, sdyx), {                                                                     \
+/* The backward's dy, with the ReLU's backward folded in (RELU 1: backend.h bn_bwd_relu): d =
+ * element j of g, or 0 where the forward's output for v, (v - mean) * fk + fb (the apply's
+ * expression) stored as T, is not > 0. POS(y): whether y stored as T is > 0 (bf16: rounded as
+ * CPU_VEC_ST_BF16 rounds; a NaN is not). RELU is a literal 0 or 1. */
+#define CPU_BN_POS_F32(y) ((y) > 0.0f)
+#define CPU_BN_POS_BF16(y) cpu_bn_pos_bf16(y)
+static inline int cpu_bn_pos_bf16(float y) {
+  uint32_t u;
+  memcpy(&u, &y, 4);
+  return u - 0x8001u <= 0x7f800000u - 0x8001u; /* rounds to a bf16 in (0, inf]: bits 0x8001 to 0x7f800000 */
+}
+#define CPU_BN_DY(LD, POS, RELU, g, j, v, mean, fk, fb, d)        \
+  do {                                                             \
+    LD(g, j, d);                                                   \
+    if (RELU) d = POS(((v) - (mean)) * (fk) + (fb)) ? d : 0.0f;    \
+  } while (0)
+
+/* sums of d and of d * (x - m); d: dy, or with RELU the ReLU's backward folded in (CPU_BN_DY, with
+ * the forward's k and bias fk, fb) */
+#define CPU_BN_BWD_SUMS_(name, T, LD, POS, RELU)                                                    \
+  CPU_VEC_FN(name, (const T *x, const T *dy, size_t n, float m, float fk, float fb, double *sdy, double *sdyx), \
+             (x, dy, n, m, fk, fb, sdy, sdyx), {                                                    \
     size_t i0, i;                                                                            \
     for (i0 = 0; i0 < n; i0 += CPU_BN_BLOCK) {                                               \
       size_t e = n - i0 < CPU_BN_BLOCK ? n - i0 : CPU_BN_BLOCK;                              \
@@ -97,7 +120,7 @@ CPU_VEC_TWINS(CPU_BN_AFFINE)
       _Pragma("omp simd reduction(+ : a, b)") for (i = 0; i < e; i++) {                     \
         float v, g;                                                                          \
         LD(x, i0 + i, v);                                                                    \
-        LD(dy, i0 + i, g);                                                                   \
+        CPU_BN_DY(LD, POS, RELU, dy, i0 + i, v, m, fk, fb, g);                               \
         a += g;                                                                              \
         b += g * (v - m);                                                                    \
       }                                                                                      \
@@ -105,19 +128,19 @@ CPU_VEC_TWINS(CPU_BN_AFFINE)
       *sdyx += b;                                                                            \
     }                                                                                        \
   })
-CPU_VEC_TWINS(CPU_BN_BWD_SUMS)
 
-/* dx = beta*dx + a * (dy - mdy - (x - m) * k), k = invstd * mean(dy * xhat) */
-#define CPU_BN_BWD_DX(sfx, T, LD, ST)                                                        \
-  CPU_VEC_FN(cpu_bn_bwd_dx_##sfx, (const T *x, const T *dy, T *dx, size_t n, float m, float a, float mdy, float k, \
-                                   float beta),                                                                    \
-             (x, dy, dx, n, m, a, mdy, k, beta), {                                                                 \
+/* dx = beta*dx + a * (d - mdy - (x - m) * k), k = invstd * mean(d * xhat); d as above, with the
+ * forward's k = a */
+#define CPU_BN_BWD_DX_(name, T, LD, ST, POS, RELU)                                                  \
+  CPU_VEC_FN(name, (const T *x, const T *dy, T *dx, size_t n, float m, float a, float mdy, float k, float fb, \
+                    float beta),                                                                              \
+             (x, dy, dx, n, m, a, mdy, k, fb, beta), {                                                        \
     size_t i;                                                                                \
     if (beta == 0.0f) {                                                                      \
       CPU_VEC_SIMD for (i = 0; i < n; i++) {                                                 \
         float v, g, o;                                                                       \
         LD(x, i, v);                                                                         \
-        LD(dy, i, g);                                                                        \
+        CPU_BN_DY(LD, POS, RELU, dy, i, v, m, a, fb, g);                                     \
         o = a * (g - mdy - (v - m) * k);                                                     \
         ST(dx, i, o);                                                                        \
       }                                                                                      \
@@ -125,109 +148,140 @@ CPU_VEC_TWINS(CPU_BN_BWD_SUMS)
       CPU_VEC_SIMD for (i = 0; i < n; i++) {                                                 \
         float v, g, p, o;                                                                    \
         LD(x, i, v);                                                                         \
-        LD(dy, i, g);                                                                        \
+        CPU_BN_DY(LD, POS, RELU, dy, i, v, m, a, fb, g);                                     \
         LD(dx, i, p);                                                                        \
         o = beta * p + a * (g - mdy - (v - m) * k);                                          \
         ST(dx, i, o);                                                                        \
       }                                                                                      \
     }                                                                                        \
   })
-CPU_VEC_TWINS(CPU_BN_BWD_DX)
 
-/* Rows (w channels of one row, per-channel constants in arrays; the partial sums ps, pt are
- * fp32 vectors over the channels, one per row block). */
+/* Rows (w channels of each of nr rows ld elements apart, per-channel constants in arrays; the
+ * partial sums ps, pt are fp32 vectors over the channels, one per row block). One call takes a
+ * whole block of rows: at c = 32 a row is two vectors, and a call per row cost more than its
+ * arithmetic. The rows are summed in order, as the call per row did. */
 
 /* ps += r - shift, pt += (r - shift)^2, per channel */
 #define CPU_BN_ROW_SUM2(sfx, T, LD, ST)                                                      \
-  CPU_VEC_FN(cpu_bn_row_sum2_##sfx, (float *ps, float *pt, const T *r, const float *shift, size_t w), \
-             (ps, pt, r, shift, w), {                                                                 \
-    size_t j;                                                                                \
-    CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                   \
-      float v, d;                                                                            \
-      LD(r, j, v);                                                                           \
-      d = v - shift[j];                                                                      \
-      ps[j] += d;                                                                            \
-      pt[j] += d * d;                                                                        \
+  CPU_VEC_FN(cpu_bn_row_sum2_##sfx, (float *ps, float *pt, const T *r, size_t ld, size_t nr, const float *shift, \
+                                     size_t w),                                                                  \
+             (ps, pt, r, ld, nr, shift, w), {                                                                    \
+    size_t i, j;                                                                             \
+    for (i = 0; i < nr; i++, r += ld) {                                                      \
+      CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                 \
+        float v, d;                                                                          \
+        LD(r, j, v);                                                                         \
+        d = v - shift[j];                                                                    \
+        ps[j] += d;                                                                          \
+        pt[j] += d * d;                                                                      \
+      }                                                                                      \
     }                                                                                        \
   })
 CPU_VEC_TWINS(CPU_BN_ROW_SUM2)
 
 /* ps += (r - mean)^2, per channel */
 #define CPU_BN_ROW_SQDEV(sfx, T, LD, ST)                                                     \
-  CPU_VEC_FN(cpu_bn_row_sqdev_##sfx, (float *ps, const T *r, const float *mean, size_t w), (ps, r, mean, w), { \
-    size_t j;                                                                                \
-    CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                   \
-      float v, d;                                                                            \
-      LD(r, j, v);                                                                           \
-      d = v - mean[j];                                                                       \
-      ps[j] += d * d;                                                                        \
+  CPU_VEC_FN(cpu_bn_row_sqdev_##sfx, (float *ps, const T *r, size_t ld, size_t nr, const float *mean, size_t w), \
+             (ps, r, ld, nr, mean, w), {                                                                         \
+    size_t i, j;                                                                             \
+    for (i = 0; i < nr; i++, r += ld) {                                                      \
+      CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                 \
+        float v, d;                                                                          \
+        LD(r, j, v);                                                                         \
+        d = v - mean[j];                                                                     \
+        ps[j] += d * d;                                                                      \
+      }                                                                                      \
     }                                                                                        \
   })
 CPU_VEC_TWINS(CPU_BN_ROW_SQDEV)
 
 /* o = (r - mean) * k + sh, per channel: the forward's apply (cpu_bn_affine's expression) */
 #define CPU_BN_ROW_AFFINE(sfx, T, LD, ST)                                                    \
-  CPU_VEC_FN(cpu_bn_row_affine_##sfx, (const T *r, T *o, const float *mean, const float *k, const float *sh, \
-                                       size_t w),                                                            \
-             (r, o, mean, k, sh, w), {                                                                       \
-    size_t j;                                                                                \
-    CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                   \
-      float v, y;                                                                            \
-      LD(r, j, v);                                                                           \
-      y = (v - mean[j]) * k[j] + sh[j];                                                      \
-      ST(o, j, y);                                                                           \
+  CPU_VEC_FN(cpu_bn_row_affine_##sfx, (const T *r, T *o, size_t ld, size_t nr, const float *mean, const float *k, \
+                                       const float *sh, size_t w),                                                \
+             (r, o, ld, nr, mean, k, sh, w), {                                                                    \
+    size_t i, j;                                                                             \
+    for (i = 0; i < nr; i++, r += ld, o += ld) {                                             \
+      CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                 \
+        float v, y;                                                                          \
+        LD(r, j, v);                                                                         \
+        y = (v - mean[j]) * k[j] + sh[j];                                                    \
+        ST(o, j, y);                                                                         \
+      }                                                                                      \
     }                                                                                        \
   })
 CPU_VEC_TWINS(CPU_BN_ROW_AFFINE)
 
-/* ps += g, pt += g * (r - mean), per channel */
-#define CPU_BN_ROW_BWD_SUMS(sfx, T, LD, ST)                                                  \
-  CPU_VEC_FN(cpu_bn_row_bwd_sums_##sfx, (float *ps, float *pt, const T *r, const T *g, const float *mean, size_t w), \
-             (ps, pt, r, g, mean, w), {                                                                              \
-    size_t j;                                                                                \
-    CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                   \
-      float v, d;                                                                            \
-      LD(r, j, v);                                                                           \
-      LD(g, j, d);                                                                           \
-      ps[j] += d;                                                                            \
-      pt[j] += d * (v - mean[j]);                                                            \
-    }                                                                                        \
+/* ps += d, pt += d * (r - mean), per channel (d: CPU_BN_DY) */
+#define CPU_BN_ROW_BWD_SUMS_(name, T, LD, POS, RELU)                                                        \
+  CPU_VEC_FN(name, (float *ps, float *pt, const T *r, const T *g, size_t ld, size_t nr, const float *mean,   \
+                    const float *fk, const float *fb, size_t w),                                            \
+             (ps, pt, r, g, ld, nr, mean, fk, fb, w), {                                                     \
+    size_t i, j;                                                                                            \
+    for (i = 0; i < nr; i++, r += ld, g += ld) {                                                            \
+      CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                                \
+        float v, d;                                                                                         \
+        LD(r, j, v);                                                                                        \
+        CPU_BN_DY(LD, POS, RELU, g, j, v, mean[j], fk[j], fb[j], d);                                        \
+        ps[j] += d;                                                                                         \
+        pt[j] += d * (v - mean[j]);                                                                         \
+      }                                                                                                     \
+    }                                                                                                       \
   })
-CPU_VEC_TWINS(CPU_BN_ROW_BWD_SUMS)
 
-/* o = beta*o + a * (g - mdy - (r - mean) * k), per channel (cpu_bn_bwd_dx's expression) */
-#define CPU_BN_ROW_BWD_DX(sfx, T, LD, ST)                                                    \
-  CPU_VEC_FN(cpu_bn_row_bwd_dx_##sfx, (const T *r, const T *g, T *o, const float *mean, const float *a, \
-                                       const float *mdy, const float *k, float beta, size_t w),         \
-             (r, g, o, mean, a, mdy, k, beta, w), {                                                     \
-    size_t j;                                                                                \
-    if (beta == 0.0f) {                                                                      \
-      CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                 \
-        float v, d, y;                                                                       \
-        LD(r, j, v);                                                                         \
-        LD(g, j, d);                                                                         \
-        y = a[j] * (d - mdy[j] - (v - mean[j]) * k[j]);                                      \
-        ST(o, j, y);                                                                         \
-      }                                                                                      \
-    } else {                                                                                 \
-      CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                 \
-        float v, d, p, y;                                                                    \
-        LD(r, j, v);                                                                         \
-        LD(g, j, d);                                                                         \
-        LD(o, j, p);                                                                         \
-        y = beta * p + a[j] * (d - mdy[j] - (v - mean[j]) * k[j]);                           \
-        ST(o, j, y);                                                                         \
-      }                                                                                      \
-    }                                                                                        \
+/* o = beta*o + a * (d - mdy - (r - mean) * k), per channel (cpu_bn_bwd_dx's expression; d:
+ * CPU_BN_DY, k = a, the forward's invstd * gamma, when RELU) */
+#define CPU_BN_ROW_BWD_DX_(name, T, LD, ST, POS, RELU)                                                      \
+  CPU_VEC_FN(name, (const T *r, const T *g, T *o, size_t ld, size_t nr, const float *mean, const float *a,  \
+                    const float *mdy, const float *k, const float *fb, float beta, size_t w),               \
+             (r, g, o, ld, nr, mean, a, mdy, k, fb, beta, w), {                                             \
+    size_t i, j;                                                                                            \
+    for (i = 0; i < nr; i++, r += ld, g += ld, o += ld) {                                                   \
+      if (beta == 0.0f) {                                                                                   \
+        CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                              \
+          float v, d, y;                                                                                    \
+          LD(r, j, v);                                                                                      \
+          CPU_BN_DY(LD, POS, RELU, g, j, v, mean[j], a[j], fb[j], d);                                       \
+          y = a[j] * (d - mdy[j] - (v - mean[j]) * k[j]);                                                   \
+          ST(o, j, y);                                                                                      \
+        }                                                                                                   \
+      } else {                                                                                              \
+        CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                              \
+          float v, d, p, y;                                                                                 \
+          LD(r, j, v);                                                                                      \
+          CPU_BN_DY(LD, POS, RELU, g, j, v, mean[j], a[j], fb[j], d);                                       \
+          LD(o, j, p);                                                                                      \
+          y = beta * p + a[j] * (d - mdy[j] - (v - mean[j]) * k[j]);                                        \
+          ST(o, j, y);                                                                                      \
+        }                                                                                                   \
+      }                                                                                                     \
+    }                                                                                                       \
   })
-CPU_VEC_TWINS(CPU_BN_ROW_BWD_DX)
+
+/* each with and without the ReLU, in fp32 and bf16 storage */
+CPU_BN_BWD_SUMS_(cpu_bn_bwd_sums_f32, float, CPU_VEC_LD_F32, CPU_BN_POS_F32, 0)
+CPU_BN_BWD_SUMS_(cpu_bn_bwd_sums_relu_f32, float, CPU_VEC_LD_F32, CPU_BN_POS_F32, 1)
+CPU_BN_BWD_SUMS_(cpu_bn_bwd_sums_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_BN_POS_BF16, 0)
+CPU_BN_BWD_SUMS_(cpu_bn_bwd_sums_relu_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_BN_POS_BF16, 1)
+CPU_BN_BWD_DX_(cpu_bn_bwd_dx_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, CPU_BN_POS_F32, 0)
+CPU_BN_BWD_DX_(cpu_bn_bwd_dx_relu_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, CPU_BN_POS_F32, 1)
+CPU_BN_BWD_DX_(cpu_bn_bwd_dx_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, CPU_BN_POS_BF16, 0)
+CPU_BN_BWD_DX_(cpu_bn_bwd_dx_relu_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, CPU_BN_POS_BF16, 1)
+CPU_BN_ROW_BWD_SUMS_(cpu_bn_row_bwd_sums_f32, float, CPU_VEC_LD_F32, CPU_BN_POS_F32, 0)
+CPU_BN_ROW_BWD_SUMS_(cpu_bn_row_bwd_sums_relu_f32, float, CPU_VEC_LD_F32, CPU_BN_POS_F32, 1)
+CPU_BN_ROW_BWD_SUMS_(cpu_bn_row_bwd_sums_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_BN_POS_BF16, 0)
+CPU_BN_ROW_BWD_SUMS_(cpu_bn_row_bwd_sums_relu_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_BN_POS_BF16, 1)
+CPU_BN_ROW_BWD_DX_(cpu_bn_row_bwd_dx_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, CPU_BN_POS_F32, 0)
+CPU_BN_ROW_BWD_DX_(cpu_bn_row_bwd_dx_relu_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, CPU_BN_POS_F32, 1)
+CPU_BN_ROW_BWD_DX_(cpu_bn_row_bwd_dx_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, CPU_BN_POS_BF16, 0)
+CPU_BN_ROW_BWD_DX_(cpu_bn_row_bwd_dx_relu_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, CPU_BN_POS_BF16, 1)
 
 /* ---- batch norm on planes: hw > 1, x [n, c, hw] (NCHW). A channel is one thread's: its n
  * planes are walked in order, in chunks of CPU_VEC_CHUNK (fp16/bf16, widened) or whole
  * (fp32, the span functions' CPU_BN_BLOCK blocks), so the bits depend on the shape only. ---- */
 
 
-/* One-pass statistics. Shifted by a sample of the channel (its first value), the sums of
+/* One-pass statistics. Shifted by a sample of the channel (cpu_bn_plane_shift), the sums of
  * d = x - shift and of d^2 are small where x has a large mean and a small spread, so fp32 blocks
  * keep them; then mean = shift + sum d / m and the squared deviations sq = sum d^2 - (sum d)^2 / m
  * (double). That cancels when the shift is far from the mean against the spread: where
@@ -235,6 +289,29 @@ CPU_VEC_TWINS(CPU_BN_ROW_BWD_DX)
  * caller takes a second pass over (x - mean)^2 instead, as the two-pass loops did. Either way
  * the choice depends on the data only (never on the thread count). */
 #define CPU_BN_SHIFT_MAX 8.0
+
+static float cpu_bn_ld1(tt_dtype dt, const void *p, size_t i) {
+  if (dt == TT_F32) return ((const float *)p)[i];
+  return dt == TT_BF16 ? tt_bf16_to_f32(((const uint16_t *)p)[i]) : tt_ref_h2f(((const uint16_t *)p)[i]);
+}
+
+/* The shift: the float mean of CPU_BN_SHIFT_SAMPLES of the channel's m values spread evenly over
+ * it (all of them when m is smaller), summed in sample order. It lies within a fraction of a
+ * spread of the mean almost always. The channel's first value, the shift before, was more than
+ * CPU_BN_SHIFT_MAX^0.5 spreads off in some channel of most wide layers (about 0.5% of a normal
+ * channel's values are), which sent every channel of the call through the exact second pass: a
+ * third read of x. It depends on the data only. Planes: channel ch of x [n, c, hw]. */
+#define CPU_BN_SHIFT_SAMPLES 32
+static float cpu_bn_plane_shift(tt_dtype dt, const void *x, int n, int c, size_t hw, int ch) {
+  const size_t m = (size_t)n * hw, ns = m < CPU_BN_SHIFT_SAMPLES ? m : CPU_BN_SHIFT_SAMPLES;
+  float sum = 0.0f;
+  size_t s;
+  for (s = 0; s < ns; s++) {
+    const size_t e = s * m / ns; /* the channel's element e: plane e / hw, position e % hw */
+    sum += cpu_bn_ld1(dt, x, ((e / hw) * (size_t)c + (size_t)ch) * hw + e % hw);
+  }
+  return sum / (float)ns;
+}
 
 /* whether the one-pass sq of m values with shifted sum s and square sum q needs the exact pass */
 static int cpu_bn_need_sqdev(double s, double q, size_t m) {
@@ -298,12 +375,8 @@ static void cpu_bn_fwd_planes(int nt, int n, int c, size_t hw, tt_dtype dt, cons
     size_t c0;
     int i;
     if (mode == TT_CPU_BN_BATCH) {
-      float shift; /* x[0, ch, 0] */
+      float shift = cpu_bn_plane_shift(dt, x, n, c, hw, (int)ch);
       double s, q, mean_d, sq;
-      if (dt == TT_F32)
-        shift = ((const float *)x)[(size_t)ch * hw];
-      else
-        cpu_vec_widen(dt, x, (size_t)ch * hw, &shift, 1);
       cpu_bn_plane_sums(dt, x, n, c, hw, (int)ch, shift, NULL, buf, &s, &q);
       mean_d = (double)shift + s / (double)m;
       sq = q - s * (s / (double)m);
@@ -336,28 +409,51 @@ static void cpu_bn_fwd_planes(int nt, int n, int c, size_t hw, tt_dtype dt, cons
   }
 }
 
+/* dy's chunk g [w] masked as the ReLU's backward would pass it, in fp16 storage: where the
+ * forward's output for r (fp32), (r - mean) * fk + fb rounded to fp16 as the apply stored it, is
+ * not > 0, g is 0. The constants are arrays over the chunk (inc 1) or one value (inc 0). */
+static void cpu_bn_mask_f16(const float *r, float *g, const float *mean, const float *fk, const float *fb, size_t inc,
+                            size_t w) {
+  size_t j;
+  for (j = 0; j < w; j++) {
+    float y = (r[j] - mean[j * inc]) * fk[j * inc] + fb[j * inc];
+    if (!(tt_ref_h2f(tt_ref_f2h(y)) > 0.0f)) g[j] = 0.0f;
+  }
+}
+
+/* The backward on planes; bias not NULL: the ReLU's backward folded in (backend.h bn_bwd_relu). */
 static void cpu_bn_bwd_planes(int nt, int n, int c, size_t hw, tt_dtype dt, const void *x, const void *dy,
-                                 const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
-                                 float *dgamma, float *dbias, float beta_dx, float beta_param) {
+                                 const float *gamma, const float *bias, const float *save_mean, const float *save_invstd,
+                                 void *dx, float *dgamma, float *dbias, float beta_dx, float beta_param) {
   const size_t m = (size_t)n * hw;
+  const int relu = bias != NULL;
   ptrdiff_t ch;
   (void)nt;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (ch = 0; ch < c; ch++) {
     float bx[CPU_VEC_CHUNK], bg[CPU_VEC_CHUNK], bo[CPU_VEC_CHUNK];
     double sdy = 0.0, sdyx = 0.0;
-    float mean = save_mean[ch], invstd = save_invstd[ch];
+    const float mean = save_mean[ch], invstd = save_invstd[ch], fk = invstd * gamma[ch], fb = relu ? bias[ch] : 0.0f;
     size_t c0;
     int i;
     for (i = 0; i < n; i++) {
       size_t off = ((size_t)i * (size_t)c + (size_t)ch) * hw;
       if (dt == TT_BF16) {
-        cpu_bn_bwd_sums_bf16((const uint16_t *)x + off, (const uint16_t *)dy + off, hw, mean, &sdy, &sdyx);
+        (relu ? cpu_bn_bwd_sums_relu_bf16 : cpu_bn_bwd_sums_bf16)((const uint16_t *)x + off, (const uint16_t *)dy + off, hw,
+                                                                  mean, fk, fb, &sdy, &sdyx);
         continue;
       }
-      for (c0 = 0; c0 < hw; c0 += (dt == TT_F32 ? hw : CPU_VEC_CHUNK)) {
-        size_t e = dt == TT_F32 ? hw : (hw - c0 < CPU_VEC_CHUNK ? hw - c0 : CPU_VEC_CHUNK);
-        cpu_bn_bwd_sums_f32(cpu_vec_view(dt, x, off + c0, bx, e), cpu_vec_view(dt, dy, off + c0, bg, e), e, mean, &sdy, &sdyx);
+      if (dt == TT_F32) {
+        (relu ? cpu_bn_bwd_sums_relu_f32 : cpu_bn_bwd_sums_f32)((const float *)x + off, (const float *)dy + off, hw, mean,
+                                                                fk, fb, &sdy, &sdyx);
+        continue;
+      }
+      for (c0 = 0; c0 < hw; c0 += CPU_VEC_CHUNK) { /* fp16: widened chunks, the mask applied to them */
+        size_t e = hw - c0 < CPU_VEC_CHUNK ? hw - c0 : CPU_VEC_CHUNK;
+        cpu_vec_widen(dt, x, off + c0, bx, e);
+        cpu_vec_widen(dt, dy, off + c0, bg, e);
+        if (relu) cpu_bn_mask_f16(bx, bg, &mean, &fk, &fb, 0, e);
+        cpu_bn_bwd_sums_f32(bx, bg, e, mean, fk, fb, &sdy, &sdyx);
       }
     }
     sdyx *= invstd; /* sum of dy * xhat */
@@ -369,20 +465,22 @@ static void cpu_bn_bwd_planes(int nt, int n, int c, size_t hw, tt_dtype dt, cons
       for (i = 0; i < n; i++) {
         size_t off = ((size_t)i * (size_t)c + (size_t)ch) * hw;
         if (dt == TT_F32) {
-          cpu_bn_bwd_dx_f32((const float *)x + off, (const float *)dy + off, (float *)dx + off, hw, mean, a, mdy, k, beta_dx);
+          (relu ? cpu_bn_bwd_dx_relu_f32 : cpu_bn_bwd_dx_f32)((const float *)x + off, (const float *)dy + off,
+                                                              (float *)dx + off, hw, mean, a, mdy, k, fb, beta_dx);
           continue;
         }
         if (dt == TT_BF16) {
-          cpu_bn_bwd_dx_bf16((const uint16_t *)x + off, (const uint16_t *)dy + off, (uint16_t *)dx + off, hw, mean, a, mdy, k,
-                           beta_dx);
+          (relu ? cpu_bn_bwd_dx_relu_bf16 : cpu_bn_bwd_dx_bf16)((const uint16_t *)x + off, (const uint16_t *)dy + off,
+                                                                (uint16_t *)dx + off, hw, mean, a, mdy, k, fb, beta_dx);
           continue;
         }
         for (c0 = 0; c0 < hw; c0 += CPU_VEC_CHUNK) {
           size_t e = hw - c0 < CPU_VEC_CHUNK ? hw - c0 : CPU_VEC_CHUNK;
           cpu_vec_widen(dt, x, off + c0, bx, e);
           cpu_vec_widen(dt, dy, off + c0, bg, e);
+          if (relu) cpu_bn_mask_f16(bx, bg, &mean, &fk, &fb, 0, e);
           if (beta_dx != 0.0f) cpu_vec_widen(dt, dx, off + c0, bo, e);
-          cpu_bn_bwd_dx_f32(bx, bg, bo, e, mean, a, mdy, k, beta_dx);
+          cpu_bn_bwd_dx_f32(bx, bg, bo, e, mean, a, mdy, k, fb, beta_dx);
           cpu_vec_narrow(dt, bo, dx, off + c0, e);
         }
       }
@@ -414,31 +512,61 @@ size_t tt_cpu_bn_workspace(const tt_op_desc *op) {
   return 2 * cpu_bn_rows_blocks((size_t)d->n, d->c) * (size_t)d->c * sizeof(float);
 }
 
-/* ps += r - shift, pt += (r - shift)^2, per channel */
+/* One pass over the rows, per kind (below); the arguments of every kind. */
 typedef struct cpu_bn_rows_args {
-  int kind;          /* 0: shifted sums (shift: row 0) into part[blk] and part[nblk + blk]; 1: (x - mean)^2 into
-                        part[blk]; 2: dy and dy * (x - mean) into part[blk], part[nblk + blk]; 3: the forward's
+  int kind;          /* 0: shifted sums (shift: cpu_bn_rows_shift) into part[blk] and part[nblk + blk]; 1: (x - mean)^2
+                        into part[blk]; 2: dy and dy * (x - mean) into part[blk], part[nblk + blk]; 3: the forward's
                         apply y = (x - mean) * (invstd * gamma) + bias; 4: dx = beta*dx + gamma*invstd *
                         (dy - mdy - (x - mean) * kk) */
+  int relu;          /* kinds 2 and 4: dy is the ReLU's after this batch norm (backend.h bn_bwd_relu; needs bias) */
   size_t rows;
   int c;
   tt_dtype dt;
   const void *x, *dy;
   void *out;         /* y (3), dx (4) */
   float *part;       /* 2 * nblk vectors of c floats (0-2) */
-  const float *mean; /* [c] (1, 3, 4) */
-  const float *invstd; /* [c] (3, 4); kind 3 with NULL: 1/sqrt(running_var + eps) */
+  const float *mean; /* [c] (1-4) */
+  const float *invstd; /* [c] (2 with relu, 3, 4); kind 3 with NULL: 1/sqrt(running_var + eps) */
   const float *running_var;
   float eps;
-  const float *gamma, *bias; /* [c] (3, 4) */
+  const float *gamma, *bias; /* [c] (3, 4; 2 with relu) */
   const float *mdy, *kk;     /* [c] (4) */
   float beta;                /* (4) */
 } cpu_bn_rows_args;
 
-static float cpu_bn_ld1(tt_dtype dt, const void *p, size_t i) {
-  if (dt == TT_F32) return ((const float *)p)[i];
-  return dt == TT_BF16 ? tt_bf16_to_f32(((const uint16_t *)p)[i]) : tt_ref_h2f(((const uint16_t *)p)[i]);
+/* The one-pass sums' shift of channels j0..j0+w of x [rows, c] (cpu_bn_plane_shift's rule over rows) */
+static void cpu_bn_rows_shift(tt_dtype dt, const void *x, size_t rows, int c, size_t j0, size_t w, float *shift) {
+  const size_t ns = rows < CPU_BN_SHIFT_SAMPLES ? rows : CPU_BN_SHIFT_SAMPLES;
+  size_t s, j;
+  for (j = 0; j < w; j++) shift[j] = 0.0f;
+  for (s = 0; s < ns; s++) {
+    const size_t row = s * rows / ns;
+    for (j = 0; j < w; j++) shift[j] += cpu_bn_ld1(dt, x, row * (size_t)c + j0 + j);
+  }
+  for (j = 0; j < w; j++) shift[j] /= (float)ns;
 }
+
+/* The block's rows [r0, r1) and channels [j0, j0 + w) through kind's spans in fp32 or bf16 storage:
+ * one call for all the rows. k1: the chunk's per-channel constant (shift, or invstd * gamma). */
+#define CPU_BN_ROWS_SPANS(sfx, T)                                                                                    \
+  do {                                                                                                               \
+    const T *xr = (const T *)A->x + off, *gr = (const T *)A->dy + off;                                               \
+    T *orow = (T *)A->out + off;                                                                                     \
+    const float *mn = A->mean + j0, *fb = A->bias ? A->bias + j0 : NULL;                                             \
+    switch (kind) {                                                                                                  \
+      case 0: cpu_bn_row_sum2_##sfx(ps + j0, pt + j0, xr, cc, nr, k1, w); break;                                     \
+      case 1: cpu_bn_row_sqdev_##sfx(ps + j0, xr, cc, nr, mn, w); break;                                             \
+      case 2:                                                                                                        \
+        (A->relu ? cpu_bn_row_bwd_sums_relu_##sfx : cpu_bn_row_bwd_sums_##sfx)(ps + j0, pt + j0, xr, gr, cc, nr, mn, \
+                                                                               k1, fb, w);                          \
+        break;                                                                                                       \
+      case 3: cpu_bn_row_affine_##sfx(xr, orow, cc, nr, mn, k1, fb, w); break;                                       \
+      default:                                                                                                       \
+        (A->relu ? cpu_bn_row_bwd_dx_relu_##sfx : cpu_bn_row_bwd_dx_##sfx)(xr, gr, orow, cc, nr, mn, k1, A->mdy + j0, \
+                                                                           A->kk + j0, fb, A->beta, w);              \
+        break;                                                                                                       \
+    }                                                                                                                \
+  } while (0)
 
 static void cpu_bn_rows_pass(int nt, const cpu_bn_rows_args *A) {
   const size_t rb = cpu_bn_rows_per_block(A->c), nblk = cpu_bn_rows_blocks(A->rows, A->c), cc = (size_t)A->c;
@@ -449,7 +577,7 @@ static void cpu_bn_rows_pass(int nt, const cpu_bn_rows_args *A) {
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (blk = 0; blk < (ptrdiff_t)nblk; blk++) {
     float bx[CPU_VEC_CHUNK], bg[CPU_VEC_CHUNK], bo[CPU_VEC_CHUNK], k1[CPU_VEC_CHUNK];
-    const size_t r0 = (size_t)blk * rb, r1 = r0 + rb < A->rows ? r0 + rb : A->rows;
+    const size_t r0 = (size_t)blk * rb, r1 = r0 + rb < A->rows ? r0 + rb : A->rows, nr = r1 - r0;
     float *ps = A->part ? A->part + (size_t)blk * cc : NULL, *pt = A->part ? A->part + (nblk + (size_t)blk) * cc : NULL;
     size_t i, j, j0;
     if (kind <= 2) {
@@ -458,54 +586,44 @@ static void cpu_bn_rows_pass(int nt, const cpu_bn_rows_args *A) {
     }
     for (j0 = 0; j0 < cc; j0 += CPU_VEC_CHUNK) {
       const size_t w = cc - j0 < CPU_VEC_CHUNK ? cc - j0 : CPU_VEC_CHUNK;
-      /* the chunk's per-channel constants: k1 = shift (0), k1 = invstd * gamma (3), k1 = gamma * invstd (4) */
+      /* the chunk's per-channel constants: k1 = shift (0), k1 = invstd * gamma (3, 4 and the ReLU's mask in 2) */
       if (kind == 0) {
-        const float *sh = cpu_vec_view(dt, A->x, j0, k1, w); /* row 0 */
-        if (sh != k1) memcpy(k1, sh, w * sizeof *k1);
-      } else if (kind == 3) {
+        cpu_bn_rows_shift(dt, A->x, A->rows, A->c, j0, w, k1);
+      } else if (kind == 3 || kind == 4 || (kind == 2 && A->relu)) {
         for (j = 0; j < w; j++) {
           float is = A->invstd ? A->invstd[j0 + j] : (float)(1.0 / sqrt((double)A->running_var[j0 + j] + (double)A->eps));
           k1[j] = is * A->gamma[j0 + j]; /* as the planes' k = invstd * gamma */
         }
-      } else if (kind == 4) {
-        for (j = 0; j < w; j++) k1[j] = A->gamma[j0 + j] * A->invstd[j0 + j];
       }
-      if (dt == TT_BF16) { /* the fused bf16 spans */
-        const uint16_t *xh = (const uint16_t *)A->x, *gh = (const uint16_t *)A->dy;
-        uint16_t *oh = (uint16_t *)A->out;
-        for (i = r0; i < r1; i++) {
-          const size_t off = i * cc + j0;
-          switch (kind) {
-            case 0: cpu_bn_row_sum2_bf16(ps + j0, pt + j0, xh + off, k1, w); break;
-            case 1: cpu_bn_row_sqdev_bf16(ps + j0, xh + off, A->mean + j0, w); break;
-            case 2: cpu_bn_row_bwd_sums_bf16(ps + j0, pt + j0, xh + off, gh + off, A->mean + j0, w); break;
-            case 3: cpu_bn_row_affine_bf16(xh + off, oh + off, A->mean + j0, k1, A->bias + j0, w); break;
-            default:
-              cpu_bn_row_bwd_dx_bf16(xh + off, gh + off, oh + off, A->mean + j0, k1, A->mdy + j0, A->kk + j0, A->beta, w);
-              break;
-          }
-        }
+      if (dt != TT_F16) { /* fp32 and bf16: the spans take the block's rows in place */
+        const size_t off = r0 * cc + j0;
+        if (dt == TT_BF16)
+          CPU_BN_ROWS_SPANS(bf16, uint16_t);
+        else
+          CPU_BN_ROWS_SPANS(f32, float);
         continue;
       }
-      for (i = r0; i < r1; i++) {
+      for (i = r0; i < r1; i++) { /* fp16: a row's chunk at a time, widened on the stack */
         const size_t off = i * cc + j0;
         const float *r = cpu_vec_view(dt, A->x, off, bx, w);
-        float *o;
         switch (kind) {
-          case 0: cpu_bn_row_sum2_f32(ps + j0, pt + j0, r, k1, w); break;
-          case 1: cpu_bn_row_sqdev_f32(ps + j0, r, A->mean + j0, w); break;
-          case 2: cpu_bn_row_bwd_sums_f32(ps + j0, pt + j0, r, cpu_vec_view(dt, A->dy, off, bg, w), A->mean + j0, w); break;
+          case 0: cpu_bn_row_sum2_f32(ps + j0, pt + j0, r, cc, 1, k1, w); break;
+          case 1: cpu_bn_row_sqdev_f32(ps + j0, r, cc, 1, A->mean + j0, w); break;
+          case 2:
+            cpu_vec_widen(dt, A->dy, off, bg, w);
+            if (A->relu) cpu_bn_mask_f16(r, bg, A->mean + j0, k1, A->bias + j0, 1, w);
+            cpu_bn_row_bwd_sums_f32(ps + j0, pt + j0, r, bg, cc, 1, A->mean + j0, k1, NULL, w);
+            break;
           case 3:
-            o = dt == TT_F32 ? (float *)A->out + off : bo;
-            cpu_bn_row_affine_f32(r, o, A->mean + j0, k1, A->bias + j0, w);
-            if (dt != TT_F32) cpu_vec_narrow(dt, bo, A->out, off, w);
+            cpu_bn_row_affine_f32(r, bo, cc, 1, A->mean + j0, k1, A->bias + j0, w);
+            cpu_vec_narrow(dt, bo, A->out, off, w);
             break;
           default:
-            o = dt == TT_F32 ? (float *)A->out + off : bo;
-            if (dt != TT_F32 && A->beta != 0.0f) cpu_vec_widen(dt, A->out, off, bo, w);
-            cpu_bn_row_bwd_dx_f32(r, cpu_vec_view(dt, A->dy, off, bg, w), o, A->mean + j0, k1, A->mdy + j0, A->kk + j0, A->beta,
-                              w);
-            if (dt != TT_F32) cpu_vec_narrow(dt, bo, A->out, off, w);
+            cpu_vec_widen(dt, A->dy, off, bg, w);
+            if (A->relu) cpu_bn_mask_f16(r, bg, A->mean + j0, k1, A->bias + j0, 1, w);
+            if (A->beta != 0.0f) cpu_vec_widen(dt, A->out, off, bo, w);
+            cpu_bn_row_bwd_dx_f32(r, bg, bo, cc, 1, A->mean + j0, k1, A->mdy + j0, A->kk + j0, NULL, A->beta, w);
+            cpu_vec_narrow(dt, bo, A->out, off, w);
             break;
         }
       }
@@ -547,6 +665,7 @@ static int cpu_bn_fwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtype d
     const size_t nblk = cpu_bn_rows_blocks(rows, c);
     void *mem;
     float *part = cpu_bn_rows_part(b, "bn_fwd_train", rows, c, ws, ws_bytes, &mem), *part2;
+    float shift[CPU_VEC_CHUNK]; /* the pass's shifts of channels j - j % CPU_VEC_CHUNK on: the same floats */
     int j, exact = 0;
     if (!part) return -1;
     part2 = part + nblk * (size_t)c;
@@ -556,8 +675,9 @@ static int cpu_bn_fwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtype d
     for (j = 0; j < c && !exact; j++)
       exact = cpu_bn_need_sqdev(cpu_bn_rows_sum(part, nblk, c, j), cpu_bn_rows_sum(part2, nblk, c, j), rows);
     for (j = 0; j < c; j++) {
-      double sd = cpu_bn_rows_sum(part, nblk, c, j), q = cpu_bn_rows_sum(part2, nblk, c, j);
-      double mean_d = (double)cpu_bn_ld1(dt, x, (size_t)j) + sd / (double)rows;
+      double sd = cpu_bn_rows_sum(part, nblk, c, j), q = cpu_bn_rows_sum(part2, nblk, c, j), mean_d;
+      if (j % CPU_VEC_CHUNK == 0) cpu_bn_rows_shift(dt, x, rows, c, (size_t)j, c - j < CPU_VEC_CHUNK ? (size_t)(c - j) : CPU_VEC_CHUNK, shift);
+      mean_d = (double)shift[j % CPU_VEC_CHUNK] + sd / (double)rows;
       if (exact)
         save_mean[j] = (float)mean_d; /* what tt_bn_channel_stats keeps of it; the exact pass's mean */
       else
@@ -588,8 +708,9 @@ static int cpu_bn_fwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtype d
 }
 
 static int cpu_bn_bwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtype dt, const void *x, const void *dy,
-                              const float *gamma, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
-                              float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
+                              const float *gamma, const float *bias, const float *save_mean, const float *save_invstd,
+                              void *dx, float *dgamma, float *dbias, float beta_dx, float beta_param, void *ws,
+                              size_t ws_bytes) {
   const size_t nblk = cpu_bn_rows_blocks(rows, c);
   cpu_bn_rows_args A;
   void *mem;
@@ -598,7 +719,8 @@ static int cpu_bn_bwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtype d
   if (!part) return -1;
   part2 = part + nblk * (size_t)c;
   cpu_bn_rows_init(&A, 2, rows, c, dt, x);
-  A.dy = dy, A.part = part, A.mean = save_mean;
+  A.dy = dy, A.part = part, A.mean = save_mean, A.relu = bias != NULL;
+  A.invstd = save_invstd, A.gamma = gamma, A.bias = bias; /* the ReLU's mask, when relu */
   cpu_bn_rows_pass(nt, &A);
   for (j = 0; j < c; j++) {
     float invstd = save_invstd[j];
@@ -612,7 +734,7 @@ static int cpu_bn_bwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtype d
   if (dx) {
     cpu_bn_rows_init(&A, 4, rows, c, dt, x);
     A.dy = dy, A.out = dx, A.mean = save_mean, A.invstd = save_invstd, A.gamma = gamma, A.mdy = part, A.kk = part2;
-    A.beta = beta_dx;
+    A.beta = beta_dx, A.relu = bias != NULL, A.bias = bias;
     cpu_bn_rows_pass(nt, &A);
   }
   free(mem);
@@ -636,15 +758,15 @@ int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
 }
 
 int tt_cpu_bn_bwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy, const float *gamma,
-                        const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbias,
-                        float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
+                        const float *bias, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
+                        float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
   const size_t m = (size_t)n * (size_t)hw;
   int nt = m * (size_t)c > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
   if (hw == 1 && c == 1) n = 1, hw = (int)m; /* as the forward */
   if (hw == 1)
-    return cpu_bn_bwd_rows(b, nt, m, c, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx,
+    return cpu_bn_bwd_rows(b, nt, m, c, dt, x, dy, gamma, bias, save_mean, save_invstd, dx, dgamma, dbias, beta_dx,
                               beta_param, ws, ws_bytes);
-  cpu_bn_bwd_planes(nt, n, c, (size_t)hw, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx,
+  cpu_bn_bwd_planes(nt, n, c, (size_t)hw, dt, x, dy, gamma, bias, save_mean, save_invstd, dx, dgamma, dbias, beta_dx,
                        beta_param);
   return 0;
 }
@@ -693,6 +815,25 @@ int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *
   if (!cpu_bn_loops_dt(dt) || n <= 0 || c <= 0 || hw <= 0 || !x || !dy || !gamma || !save_mean || !save_invstd)
     return tt_ref_bn_bwd(b, n, c, hw, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx, beta_param, ws,
                          ws_bytes);
-  return tt_cpu_bn_bwd_loops(b, n, c, hw, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx,
+  return tt_cpu_bn_bwd_loops(b, n, c, hw, dt, x, dy, gamma, NULL, save_mean, save_invstd, dx, dgamma, dbias, beta_dx,
+                             beta_param, ws, ws_bytes);
+}
+
+/* backend.h's bn_bwd_relu: bn_bwd's loops with the ReLU's backward folded into every read of dy
+ * (the mask recomputed from x, save_mean, save_invstd, gamma and bias as the forward's apply
+ * computed and stored y), so dx, dgamma and dbias are bit for bit those of act_bwd(RELU) with
+ * beta 0 then bn_bwd, and the ReLU's pass over y, dy and dx is gone. In place (dx == dy) as bn_bwd. */
+int tt_cpu_bn_bwd_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
+                       const float *gamma, const float *bias, const float *save_mean, const float *save_invstd, void *dx,
+                       float *dgamma, float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
+  if (!bias) {
+    tt_ref_fail(b, "bn_bwd_relu (%dx%dx%d): no bias (the forward's beta [c], fp32) to recompute the ReLU's mask from; "
+                   "pass the batch norm's bias (kernels/cpu/cpu_bn.c)", n, c, hw);
+    return -1;
+  }
+  if (!cpu_bn_loops_dt(dt) || n <= 0 || c <= 0 || hw <= 0 || !x || !dy || !gamma || !save_mean || !save_invstd)
+    return tt_ref_bn_bwd(b, n, c, hw, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx, beta_param, ws,
+                         ws_bytes); /* checks and reports the bad argument */
+  return tt_cpu_bn_bwd_loops(b, n, c, hw, dt, x, dy, gamma, bias, save_mean, save_invstd, dx, dgamma, dbias, beta_dx,
                              beta_param, ws, ws_bytes);
 }

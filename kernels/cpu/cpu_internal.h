@@ -254,6 +254,8 @@ int tt_cpu_pool_dnnl(const tt_op_desc *op);
  *   TT_CPU_BN_SAVED   save_mean/save_invstd as given (read only): the same bits as the training
  *                     forward that wrote them, because every mode ends in the one apply
  *                     y = (x - mean) * k + bias with k = invstd * gamma.
+ * The backward with bias not NULL folds in the backward of a ReLU after the batch norm
+ * (tt_cpu_bn_bwd_relu); NULL: plain bn_bwd.
  * hw == 1 with c > 1 in TT_CPU_BN_BATCH and the backward keep per-block partial sums in ws
  * (tt_cpu_bn_workspace bytes, what op_workspace answers for the op), or malloc them when ws_bytes
  * is less; the other forward modes need no workspace (NULL, 0).
@@ -265,8 +267,12 @@ int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
                         const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
                         float *save_mean, float *save_invstd, int update_running, int mode, void *ws, size_t ws_bytes);
 int tt_cpu_bn_bwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy, const float *gamma,
-                        const float *save_mean, const float *save_invstd, void *dx, float *dgamma, float *dbias,
-                        float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+                        const float *bias, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
+                        float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+/* backend.h's bn_bwd_relu (the backward's loops with bias not NULL: the ReLU's mask recomputed) */
+int tt_cpu_bn_bwd_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
+                       const float *gamma, const float *bias, const float *save_mean, const float *save_invstd, void *dx,
+                       float *dgamma, float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
 /* the loops' workspace for op (TT_OP_BN_FWD_TRAIN, TT_OP_BN_BWD with hw == 1; else 0) */
 size_t tt_cpu_bn_workspace(const tt_op_desc *op);
 

@@ -640,6 +640,28 @@ assert a["knobs"] == {} and b["knobs"] == {"TINYTRAIN_FUSE": "0"}, (a["knobs"], 
   fail cli_plan_calls "$(head -3 "$TMP/calls"; grep -c relu "$TMP/calls")"
 else pass cli_plan_calls; fi
 
+# ---- the CPU backend folds each ReLU's backward into the batch norm's before it (bn_bwd_relu,
+# issue 40): the fashion ResNet's plan fuses its 7 pairs, and 2 steps on synthetic data train the
+# same bits with TINYTRAIN_FUSE=0 (the pairs apart), in fp32 and bf16 ----
+ok=1
+"$TT" plan --device cpu --calls $R >"$TMP/calls" 2>&1
+if [ "$(grep -c ' bn_bwd_relu ' "$TMP/calls")" != 7 ] || [ "$(grep -c ' bn_fwd_train_relu ' "$TMP/calls")" != 0 ]; then
+  fail cli_cpu_bn_relu_fused "the CPU plan has $(grep -c ' bn_bwd_relu ' "$TMP/calls") bn_bwd_relu calls, want 7"; ok=0
+fi
+sed '/^\[data\]/,/^\[/{/^\[data\]/!{/^\[/!d}}' $R | sed 's/^\[data\]/[data]\nformat = synthetic/' >"$TMP/rn_syn.recipe"
+for p in fp32 bf16; do
+  [ $ok = 1 ] || break
+  for f in 1 0; do
+    rm -rf "$TMP/fuse_$f"
+    TINYTRAIN_FUSE=$f "$TT" --device cpu --threads 2 --precision $p --max-steps 2 --out "$TMP/fuse_$f" "$TMP/rn_syn.recipe" \
+      >"$TMP/out" 2>"$TMP/err" || { fail cli_cpu_bn_relu_fused "$p FUSE=$f: $(tail -1 "$TMP/err")"; ok=0; break; }
+  done
+  if [ $ok = 1 ] && ! cmp -s "$TMP/fuse_1/state.safetensors" "$TMP/fuse_0/state.safetensors"; then
+    fail cli_cpu_bn_relu_fused "$p: the fused run's state differs from TINYTRAIN_FUSE=0's"; ok=0
+  fi
+done
+[ $ok = 1 ] && pass cli_cpu_bn_relu_fused
+
 # ---- plan says which ISA the CPU runs on (issue 40): ONEDNN_MAX_CPU_ISA=AVX2 holds oneDNN there,
 # TINYTRAIN_CPU_ISA=avx2 oneDNN and our own loops (line and --json) ----
 ONEDNN_MAX_CPU_ISA=AVX2 "$TT" plan --device cpu $L >"$TMP/out" 2>"$TMP/err"

@@ -483,6 +483,53 @@ static void bn_case_x(int n, int c, int hw, tt_dtype dt, float mean_off, float s
 
 static void bn_case(int n, int c, int hw, tt_dtype dt) { bn_case_x(n, c, hw, dt, 0.7f, 2.0f, 0); }
 
+/* bn_bwd_relu (the ReLU's backward folded into batch norm's) is bit for bit act_bwd(RELU) with
+ * beta 0 then bn_bwd: dx, dgamma, dbias, with betas 0 and 0.5, in place (dx == dy) too. Channel 0
+ * has gamma 0 and a bias that is positive in fp32 but rounds to 0 in the storage type (so its y
+ * is 0: the mask must come from the rounded y), channel 1 one that stays positive; the rest have
+ * outputs of both signs. NHWC rows and NCHW planes. */
+static void bn_relu_fused_case(int n, int c, int hw, tt_dtype dt) {
+  char tn[128];
+  snprintf(tn, sizeof tn, "cpu_vs_ref:bn_relu_fused_bwd_bitwise_%dx%dx%d_%s", n, c, hw, tt_dtype_name(dt));
+  TT_TEST_BEGIN(tn);
+  size_t xn = (size_t)n * c * hw, cc = (size_t)c, es = tt_dtype_size(dt);
+  float *xf = vec(xn, 1.5f), *dyf = vec(xn, 1.0f), *g = vec(cc, 1.0f), *bt = vec(cc, 0.3f);
+  float below = dt == TT_F16 ? 1e-8f : 1e-41f, above = dt == TT_F16 ? 1e-7f : 1e-40f; /* under and over half the
+                                                                                         smallest subnormal */
+  g[0] = 0.0f, bt[0] = below, g[1] = 0.0f, bt[1] = above;
+  void *x = in_dt(xf, xn, dt), *dy = in_dt(dyf, xn, dt), *y = malloc(xn * es), *t = malloc(xn * es);
+  void *dx1 = malloc(xn * es), *dx2 = malloc(xn * es);
+  float *st = (float *)calloc(10 * cc, sizeof(float));
+  tt_op_desc o;
+  memset(&o, 0, sizeof o);
+  o.kind = TT_OP_BN_BWD, o.dt = dt, o.u.bn.n = n, o.u.bn.c = c, o.u.bn.hw = hw;
+  size_t wb;
+  void *ws = ws_for(C, &o, &wb);
+  TT_CHECK(C->bn_bwd_relu != NULL, "the cpu table has no bn_bwd_relu");
+  TT_CHECK(!C->bn_fwd_train(C, n, c, hw, dt, x, g, bt, y, NULL, NULL, 0.1f, 1e-5f, st, st + cc, 0, ws, wb), "bn_fwd_train: %s",
+           C->last_error(C));
+  for (int pass = 0; pass < 3 && C->bn_bwd_relu; pass++) { /* betas 0; betas 0.5; in place */
+    float beta = pass == 1 ? 0.5f : 0.0f;
+    float *p1 = st + 2 * cc, *p2 = st + 6 * cc; /* dgamma, dbias: [2 cc] each side */
+    for (size_t j = 0; j < 2 * cc; j++) p1[j] = p2[j] = 0.25f * (float)j;
+    memcpy(dx1, y, xn * es), memcpy(dx2, y, xn * es); /* what a beta adds to */
+    TT_CHECK(!C->act_bwd(C, TT_ACT_RELU, xn, dt, y, dy, t, 0.0f), "act_bwd: %s", C->last_error(C));
+    TT_CHECK(!C->bn_bwd(C, n, c, hw, dt, x, t, g, st, st + cc, dx1, p1, p1 + cc, beta, beta, ws, wb), "bn_bwd: %s",
+             C->last_error(C));
+    if (pass == 2) memcpy(dx2, dy, xn * es);
+    TT_CHECK(!C->bn_bwd_relu(C, n, c, hw, dt, x, pass == 2 ? dx2 : dy, g, bt, st, st + cc, dx2, p2, p2 + cc, beta, beta, ws,
+                             wb),
+             "bn_bwd_relu: %s", C->last_error(C));
+    TT_CHECK(!memcmp(dx1, dx2, xn * es), "pass %d (%s): dx differs from act_bwd(RELU) then bn_bwd", pass,
+             pass == 1 ? "betas 0.5" : pass == 2 ? "in place" : "betas 0");
+    TT_CHECK(!memcmp(p1, p2, 2 * cc * sizeof(float)), "pass %d: dgamma or dbias differ from act_bwd(RELU) then bn_bwd", pass);
+  }
+  TT_CHECK(C->bn_bwd_relu(C, n, c, hw, dt, x, dy, g, NULL, st, st + cc, dx2, NULL, NULL, 0.0f, 0.0f, ws, wb) != 0,
+           "bn_bwd_relu accepted a NULL bias");
+  free(xf), free(dyf), free(g), free(bt), free(x), free(dy), free(y), free(t), free(dx1), free(dx2), free(st), free(ws);
+  TT_TEST_END();
+}
+
 /* Batch norm's bits do not depend on the thread count (the NHWC rows are split into fixed row
  * blocks, NCHW by channel): 1, 2 and 3 threads give the same y, statistics, dx, dgamma, dbeta,
  * on shapes past TT_REF_PAR_MIN so the loops do thread. Also a fresh forward gives y again, and
@@ -1091,6 +1138,9 @@ static void test_linear_bn_pool(void) {
       bn_case_x(300, 21, 1, (tt_dtype)dt, dt == TT_F32 ? 1000.0f : 30.0f, dt == TT_F32 ? 0.01f : 1.0f, ol);
     }
     bn_threads_case(700, 70, 1, (tt_dtype)dt); /* NHWC rows: 49000 values, several row blocks */
+    bn_relu_fused_case(700, 70, 1, (tt_dtype)dt);
+    bn_relu_fused_case(3, 1030, 1, (tt_dtype)dt); /* two column chunks */
+    bn_relu_fused_case(4, 5, 300, (tt_dtype)dt);  /* NCHW planes */
     bn_threads_case(4, 33, 300, (tt_dtype)dt); /* NCHW planes */
     pool_case("maxpool_2x2_s2", 3, 5, 8, 8, 2, 2, 2, 2, 0, 0, TT_POOL_MAX, (tt_dtype)dt);
     pool_case("maxpool_3x3_s2_p1", 2, 16, 9, 9, 3, 3, 2, 2, 1, 1, TT_POOL_MAX, (tt_dtype)dt);
