@@ -175,8 +175,7 @@ static const tt_backend cpu_be_table = {
     NULL, NULL, /* event_record, upload_after: a host-memory backend stages no batch */
     NULL, /* tune: nothing to time */
     0u, /* layouts_16bit: none beyond `layouts` (set at creation) */
-    NULL, /* bn_fwd_train_relu: the forward runs apart (one fused apply pass measured no faster) */
-    tt_cpu_bn_bwd_relu, /* the ReLU's backward folded into batch norm's: one pass over y, dy, dx fewer */
+    tt_cpu_bn_fwd_train_relu, tt_cpu_bn_bwd_relu, /* batch norm and ReLU in one call: a pass over y fewer each way */
     tt_ref_sgd_update_held, tt_ref_adam_update_held, /* bf16 and int8 optimizer state */
     0, /* plan_caps: a real backend's calls are its entry points */
 };

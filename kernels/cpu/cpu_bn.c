@@ -13,10 +13,9 @@
  * expressions in spans that widen and round inside the vectorised loop (the same body, written
  * once: CPU_VEC_TWINS); fp16 runs the fp32 spans on chunks widened on the stack.
  *
- * bn_bwd_relu (backend.h) is the backward's loops with the ReLU's backward folded into each read
- * of dy: the mask is recomputed from x and the forward's constants, so the ReLU's own pass (read y
- * and dy, write dx) is gone; the forward pair stays two calls (one fused apply pass measured no
- * faster here).
+ * bn_fwd_train_relu and bn_bwd_relu (backend.h) are these loops with the ReLU folded in: forward
+ * applied before the store, backward into each read of dy with the mask recomputed from x and the
+ * forward's constants, so the ReLU's own passes (read and write y; read y and dy, write dx) are gone.
  *
  * x [n, c, hw]: per channel over planes when hw > 1 (NCHW), by fixed blocks of rows when
  * hw == 1 (NHWC as [N*H*W, c, 1]). Workspace: the NHWC rows' per-block partial sums
@@ -78,18 +77,31 @@ CPU_VEC_TWINS(CPU_BN_SUM2)
   })
 CPU_VEC_TWINS(CPU_BN_SQDEV)
 
-/* y = (x - m) * k + sh */
-#define CPU_BN_AFFINE(sfx, T, LD, ST)                                                        \
-  CPU_VEC_FN(cpu_bn_affine_##sfx, (const T *x, T *y, size_t n, float m, float k, float sh), (x, y, n, m, k, sh), { \
+/* The apply's output y with the ReLU after the batch norm folded in (RELU 1: backend.h
+ * bn_fwd_train_relu): act_fwd(RELU)'s rule (a NaN kept, anything else not > 0 as +0) applied
+ * before the store, which gives the bits the ReLU gives on the stored y (rounding keeps the sign
+ * and a NaN, and a positive that rounds to zero rounds to +0). RELU is a literal 0 or 1. */
+#define CPU_BN_RELU_OUT(RELU, y)                              \
+  do {                                                        \
+    if (RELU) y = (((y) > 0.0f) | ((y) != (y))) ? (y) : 0.0f; \
+  } while (0)
+
+/* y = (x - m) * k + sh (then the ReLU: CPU_BN_RELU_OUT) */
+#define CPU_BN_AFFINE_(name, T, LD, ST, RELU)                                                 \
+  CPU_VEC_FN(name, (const T *x, T *y, size_t n, float m, float k, float sh), (x, y, n, m, k, sh), { \
     size_t i;                                                                                \
     CPU_VEC_SIMD for (i = 0; i < n; i++) {                                                   \
       float v, o;                                                                            \
       LD(x, i, v);                                                                           \
       o = (v - m) * k + sh;                                                                  \
+      CPU_BN_RELU_OUT(RELU, o);                                                              \
       ST(y, i, o);                                                                           \
     }                                                                                        \
   })
-CPU_VEC_TWINS(CPU_BN_AFFINE)
+CPU_BN_AFFINE_(cpu_bn_affine_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, 0)
+CPU_BN_AFFINE_(cpu_bn_affine_relu_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, 1)
+CPU_BN_AFFINE_(cpu_bn_affine_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, 0)
+CPU_BN_AFFINE_(cpu_bn_affine_relu_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, 1)
 
 /* The backward's dy, with the ReLU's backward folded in (RELU 1: backend.h bn_bwd_relu): d =
  * element j of g, or 0 where the forward's output for v, (v - mean) * fk + fb (the apply's
@@ -195,22 +207,27 @@ CPU_VEC_TWINS(CPU_BN_ROW_SUM2)
   })
 CPU_VEC_TWINS(CPU_BN_ROW_SQDEV)
 
-/* o = (r - mean) * k + sh, per channel: the forward's apply (cpu_bn_affine's expression) */
-#define CPU_BN_ROW_AFFINE(sfx, T, LD, ST)                                                    \
-  CPU_VEC_FN(cpu_bn_row_affine_##sfx, (const T *r, T *o, size_t ld, size_t nr, const float *mean, const float *k, \
-                                       const float *sh, size_t w),                                                \
-             (r, o, ld, nr, mean, k, sh, w), {                                                                    \
+/* o = (r - mean) * k + sh, per channel: the forward's apply (cpu_bn_affine's expression; then the
+ * ReLU: CPU_BN_RELU_OUT) */
+#define CPU_BN_ROW_AFFINE_(name, T, LD, ST, RELU)                                            \
+  CPU_VEC_FN(name, (const T *r, T *o, size_t ld, size_t nr, const float *mean, const float *k, const float *sh, \
+                    size_t w),                                                                                 \
+             (r, o, ld, nr, mean, k, sh, w), {                                                                 \
     size_t i, j;                                                                             \
     for (i = 0; i < nr; i++, r += ld, o += ld) {                                             \
       CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                 \
         float v, y;                                                                          \
         LD(r, j, v);                                                                         \
         y = (v - mean[j]) * k[j] + sh[j];                                                    \
+        CPU_BN_RELU_OUT(RELU, y);                                                            \
         ST(o, j, y);                                                                         \
       }                                                                                      \
     }                                                                                        \
   })
-CPU_VEC_TWINS(CPU_BN_ROW_AFFINE)
+CPU_BN_ROW_AFFINE_(cpu_bn_row_affine_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, 0)
+CPU_BN_ROW_AFFINE_(cpu_bn_row_affine_relu_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, 1)
+CPU_BN_ROW_AFFINE_(cpu_bn_row_affine_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, 0)
+CPU_BN_ROW_AFFINE_(cpu_bn_row_affine_relu_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, 1)
 
 /* ps += d, pt += d * (r - mean), per channel (d: CPU_BN_DY) */
 #define CPU_BN_ROW_BWD_SUMS_(name, T, LD, POS, RELU)                                                        \
@@ -364,7 +381,8 @@ static void cpu_bn_given(int mode, int ch, const float *running_mean, const floa
 
 static void cpu_bn_fwd_planes(int nt, int n, int c, size_t hw, tt_dtype dt, const void *x, const float *gamma,
                                  const float *bias, void *y, float *running_mean, float *running_var, float momentum,
-                                 float eps, float *save_mean, float *save_invstd, int update_running, int mode) {
+                                 float eps, float *save_mean, float *save_invstd, int update_running, int mode,
+                                 int relu) {
   const size_t m = (size_t)n * hw;
   ptrdiff_t ch;
   (void)nt;
@@ -392,17 +410,18 @@ static void cpu_bn_fwd_planes(int nt, int n, int c, size_t hw, tt_dtype dt, cons
     for (i = 0; i < n; i++) {
       size_t off = ((size_t)i * (size_t)c + (size_t)ch) * hw;
       if (dt == TT_F32) {
-        cpu_bn_affine_f32((const float *)x + off, (float *)y + off, hw, mean, k, bias[ch]);
+        (relu ? cpu_bn_affine_relu_f32 : cpu_bn_affine_f32)((const float *)x + off, (float *)y + off, hw, mean, k, bias[ch]);
         continue;
       }
       if (dt == TT_BF16) {
-        cpu_bn_affine_bf16((const uint16_t *)x + off, (uint16_t *)y + off, hw, mean, k, bias[ch]);
+        (relu ? cpu_bn_affine_relu_bf16 : cpu_bn_affine_bf16)((const uint16_t *)x + off, (uint16_t *)y + off, hw, mean, k,
+                                                              bias[ch]);
         continue;
       }
       for (c0 = 0; c0 < hw; c0 += CPU_VEC_CHUNK) {
         size_t e = hw - c0 < CPU_VEC_CHUNK ? hw - c0 : CPU_VEC_CHUNK;
         cpu_vec_widen(dt, x, off + c0, buf, e);
-        cpu_bn_affine_f32(buf, out, e, mean, k, bias[ch]);
+        (relu ? cpu_bn_affine_relu_f32 : cpu_bn_affine_f32)(buf, out, e, mean, k, bias[ch]);
         cpu_vec_narrow(dt, out, y, off + c0, e);
       }
     }
@@ -518,7 +537,8 @@ typedef struct cpu_bn_rows_args {
                         into part[blk]; 2: dy and dy * (x - mean) into part[blk], part[nblk + blk]; 3: the forward's
                         apply y = (x - mean) * (invstd * gamma) + bias; 4: dx = beta*dx + gamma*invstd *
                         (dy - mdy - (x - mean) * kk) */
-  int relu;          /* kinds 2 and 4: dy is the ReLU's after this batch norm (backend.h bn_bwd_relu; needs bias) */
+  int relu;          /* a ReLU after this batch norm: kind 3 applies it (bn_fwd_train_relu); kinds 2 and 4 take dy
+                        as its output's gradient (bn_bwd_relu; needs bias) */
   size_t rows;
   int c;
   tt_dtype dt;
@@ -560,7 +580,7 @@ static void cpu_bn_rows_shift(tt_dtype dt, const void *x, size_t rows, int c, si
         (A->relu ? cpu_bn_row_bwd_sums_relu_##sfx : cpu_bn_row_bwd_sums_##sfx)(ps + j0, pt + j0, xr, gr, cc, nr, mn, \
                                                                                k1, fb, w);                          \
         break;                                                                                                       \
-      case 3: cpu_bn_row_affine_##sfx(xr, orow, cc, nr, mn, k1, fb, w); break;                                       \
+      case 3: (A->relu ? cpu_bn_row_affine_relu_##sfx : cpu_bn_row_affine_##sfx)(xr, orow, cc, nr, mn, k1, fb, w); break; \
       default:                                                                                                       \
         (A->relu ? cpu_bn_row_bwd_dx_relu_##sfx : cpu_bn_row_bwd_dx_##sfx)(xr, gr, orow, cc, nr, mn, k1, A->mdy + j0, \
                                                                            A->kk + j0, fb, A->beta, w);              \
@@ -615,7 +635,7 @@ static void cpu_bn_rows_pass(int nt, const cpu_bn_rows_args *A) {
             cpu_bn_row_bwd_sums_f32(ps + j0, pt + j0, r, bg, cc, 1, A->mean + j0, k1, NULL, w);
             break;
           case 3:
-            cpu_bn_row_affine_f32(r, bo, cc, 1, A->mean + j0, k1, A->bias + j0, w);
+            (A->relu ? cpu_bn_row_affine_relu_f32 : cpu_bn_row_affine_f32)(r, bo, cc, 1, A->mean + j0, k1, A->bias + j0, w);
             cpu_vec_narrow(dt, bo, A->out, off, w);
             break;
           default:
@@ -658,7 +678,7 @@ static void cpu_bn_rows_init(cpu_bn_rows_args *A, int kind, size_t rows, int c, 
 
 static int cpu_bn_fwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtype dt, const void *x, const float *gamma,
                               const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
-                              float *save_mean, float *save_invstd, int update_running, int mode, void *ws,
+                              float *save_mean, float *save_invstd, int update_running, int mode, int relu, void *ws,
                               size_t ws_bytes) {
   cpu_bn_rows_args A;
   if (mode == TT_CPU_BN_BATCH) { /* one pass shifted by row 0 (cpu_bn_need_sqdev), a second one if needed */
@@ -698,7 +718,7 @@ static int cpu_bn_fwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtype d
   }
   /* the one apply every mode shares */
   cpu_bn_rows_init(&A, 3, rows, c, dt, x);
-  A.out = y, A.gamma = gamma, A.bias = bias, A.eps = eps;
+  A.out = y, A.gamma = gamma, A.bias = bias, A.eps = eps, A.relu = relu;
   if (mode == TT_CPU_BN_RUNNING)
     A.mean = running_mean, A.invstd = NULL, A.running_var = running_var;
   else
@@ -745,15 +765,16 @@ static int cpu_bn_bwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtype d
 
 int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
-                        float *save_mean, float *save_invstd, int update_running, int mode, void *ws, size_t ws_bytes) {
+                        float *save_mean, float *save_invstd, int update_running, int mode, int relu, void *ws,
+                        size_t ws_bytes) {
   const size_t m = (size_t)n * (size_t)hw;
   int nt = m * (size_t)c > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
   if (hw == 1 && c == 1) n = 1, hw = (int)m; /* [rows, 1] is one plane: no per-row calls of width 1 */
   if (hw == 1)
     return cpu_bn_fwd_rows(b, nt, m, c, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
-                              save_invstd, update_running, mode, ws, ws_bytes);
+                              save_invstd, update_running, mode, relu, ws, ws_bytes);
   cpu_bn_fwd_planes(nt, n, c, (size_t)hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
-                       save_invstd, update_running, mode);
+                       save_invstd, update_running, mode, relu);
   return 0;
 }
 
@@ -786,7 +807,22 @@ int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
     return tt_ref_bn_fwd_train(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
                                save_invstd, update_running, ws, ws_bytes); /* checks and reports */
   return tt_cpu_bn_fwd_loops(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
-                             save_invstd, update_running, TT_CPU_BN_BATCH, ws, ws_bytes);
+                             save_invstd, update_running, TT_CPU_BN_BATCH, 0, ws, ws_bytes);
+}
+
+/* backend.h's bn_fwd_train_relu: bn_fwd_train with the ReLU applied in the apply pass before the
+ * store (CPU_BN_RELU_OUT), so y is bit for bit bn_fwd_train then act_fwd(RELU) in place, without
+ * the ReLU's pass over y. */
+int tt_cpu_bn_fwd_train_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                             const float *bias, void *y, float *running_mean, float *running_var, float momentum,
+                             float eps, float *save_mean, float *save_invstd, int update_running, void *ws,
+                             size_t ws_bytes) {
+  if (!cpu_bn_loops_dt(dt) || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !y || !save_mean || !save_invstd ||
+      (update_running && (!running_mean || !running_var)))
+    return tt_ref_bn_fwd_train(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
+                               save_invstd, update_running, ws, ws_bytes); /* checks and reports the bad argument */
+  return tt_cpu_bn_fwd_loops(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
+                             save_invstd, update_running, TT_CPU_BN_BATCH, 1, ws, ws_bytes);
 }
 
 int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
@@ -795,7 +831,7 @@ int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
   if (!cpu_bn_loops_dt(dt) || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !running_mean || !running_var || !y)
     return tt_ref_bn_fwd_infer(b, n, c, hw, dt, x, gamma, bias, running_mean, running_var, eps, y, ws, ws_bytes);
   return tt_cpu_bn_fwd_loops(b, n, c, hw, dt, x, gamma, bias, y, (float *)running_mean, (float *)running_var, 0.0f, eps,
-                             NULL, NULL, 0, TT_CPU_BN_RUNNING, NULL, 0);
+                             NULL, NULL, 0, TT_CPU_BN_RUNNING, 0, NULL, 0);
 }
 
 /* The training forward's normalisation with given statistics: the same loops in
@@ -806,7 +842,7 @@ int tt_cpu_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void
   if (!cpu_bn_loops_dt(dt) || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !save_mean || !save_invstd || !y)
     return tt_ref_bn_apply(b, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, y); /* checks and reports */
   return tt_cpu_bn_fwd_loops(b, n, c, hw, dt, x, gamma, bias, y, NULL, NULL, 0.0f, 0.0f, (float *)save_mean,
-                             (float *)save_invstd, 0, TT_CPU_BN_SAVED, NULL, 0);
+                             (float *)save_invstd, 0, TT_CPU_BN_SAVED, 0, NULL, 0);
 }
 
 int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,

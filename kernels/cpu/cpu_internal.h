@@ -265,7 +265,13 @@ int tt_cpu_pool_dnnl(const tt_op_desc *op);
 #define TT_CPU_BN_SAVED 2
 int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
-                        float *save_mean, float *save_invstd, int update_running, int mode, void *ws, size_t ws_bytes);
+                        float *save_mean, float *save_invstd, int update_running, int mode, int relu, void *ws,
+                        size_t ws_bytes);
+/* backend.h's bn_fwd_train_relu (the forward's loops with relu 1: the ReLU applied before the store) */
+int tt_cpu_bn_fwd_train_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                             const float *bias, void *y, float *running_mean, float *running_var, float momentum,
+                             float eps, float *save_mean, float *save_invstd, int update_running, void *ws,
+                             size_t ws_bytes);
 int tt_cpu_bn_bwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy, const float *gamma,
                         const float *bias, const float *save_mean, const float *save_invstd, void *dx, float *dgamma,
                         float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);

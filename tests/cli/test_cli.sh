@@ -640,13 +640,14 @@ assert a["knobs"] == {} and b["knobs"] == {"TINYTRAIN_FUSE": "0"}, (a["knobs"], 
   fail cli_plan_calls "$(head -3 "$TMP/calls"; grep -c relu "$TMP/calls")"
 else pass cli_plan_calls; fi
 
-# ---- the CPU backend folds each ReLU's backward into the batch norm's before it (bn_bwd_relu,
-# issue 40): the fashion ResNet's plan fuses its 7 pairs, and 2 steps on synthetic data train the
-# same bits with TINYTRAIN_FUSE=0 (the pairs apart), in fp32 and bf16 ----
+# ---- the CPU backend runs each batch norm and the ReLU after it as one call both ways
+# (bn_fwd_train_relu, bn_bwd_relu; issue 40): the fashion ResNet's plan fuses its 7 pairs, and 2
+# steps on synthetic data train the same bits with TINYTRAIN_FUSE=0 (the pairs apart), in fp32
+# and bf16 ----
 ok=1
 "$TT" plan --device cpu --calls $R >"$TMP/calls" 2>&1
-if [ "$(grep -c ' bn_bwd_relu ' "$TMP/calls")" != 7 ] || [ "$(grep -c ' bn_fwd_train_relu ' "$TMP/calls")" != 0 ]; then
-  fail cli_cpu_bn_relu_fused "the CPU plan has $(grep -c ' bn_bwd_relu ' "$TMP/calls") bn_bwd_relu calls, want 7"; ok=0
+if [ "$(grep -c ' bn_bwd_relu ' "$TMP/calls")" != 7 ] || [ "$(grep -c ' bn_fwd_train_relu ' "$TMP/calls")" != 7 ]; then
+  fail cli_cpu_bn_relu_fused "the CPU plan has $(grep -c ' bn_fwd_train_relu ' "$TMP/calls") bn_fwd_train_relu and $(grep -c ' bn_bwd_relu ' "$TMP/calls") bn_bwd_relu calls, want 7 each"; ok=0
 fi
 sed '/^\[data\]/,/^\[/{/^\[data\]/!{/^\[/!d}}' $R | sed 's/^\[data\]/[data]\nformat = synthetic/' >"$TMP/rn_syn.recipe"
 for p in fp32 bf16; do

@@ -483,20 +483,22 @@ static void bn_case_x(int n, int c, int hw, tt_dtype dt, float mean_off, float s
 
 static void bn_case(int n, int c, int hw, tt_dtype dt) { bn_case_x(n, c, hw, dt, 0.7f, 2.0f, 0); }
 
-/* bn_bwd_relu (the ReLU's backward folded into batch norm's) is bit for bit act_bwd(RELU) with
+/* bn_fwd_train_relu is bit for bit bn_fwd_train then act_fwd(RELU) in place (y and every
+ * statistic), and bn_bwd_relu (the ReLU's backward folded into batch norm's) act_bwd(RELU) with
  * beta 0 then bn_bwd: dx, dgamma, dbias, with betas 0 and 0.5, in place (dx == dy) too. Channel 0
  * has gamma 0 and a bias that is positive in fp32 but rounds to 0 in the storage type (so its y
  * is 0: the mask must come from the rounded y), channel 1 one that stays positive; the rest have
- * outputs of both signs. NHWC rows and NCHW planes. */
+ * outputs of both signs; channel 2 has a NaN. NHWC rows and NCHW planes. */
 static void bn_relu_fused_case(int n, int c, int hw, tt_dtype dt) {
   char tn[128];
-  snprintf(tn, sizeof tn, "cpu_vs_ref:bn_relu_fused_bwd_bitwise_%dx%dx%d_%s", n, c, hw, tt_dtype_name(dt));
+  snprintf(tn, sizeof tn, "cpu_vs_ref:bn_relu_fused_bitwise_%dx%dx%d_%s", n, c, hw, tt_dtype_name(dt));
   TT_TEST_BEGIN(tn);
   size_t xn = (size_t)n * c * hw, cc = (size_t)c, es = tt_dtype_size(dt);
   float *xf = vec(xn, 1.5f), *dyf = vec(xn, 1.0f), *g = vec(cc, 1.0f), *bt = vec(cc, 0.3f);
   float below = dt == TT_F16 ? 1e-8f : 1e-41f, above = dt == TT_F16 ? 1e-7f : 1e-40f; /* under and over half the
                                                                                          smallest subnormal */
   g[0] = 0.0f, bt[0] = below, g[1] = 0.0f, bt[1] = above;
+  xf[2 * (size_t)hw] = NAN; /* channel 2 all NaN: kept forward, masked backward */
   void *x = in_dt(xf, xn, dt), *dy = in_dt(dyf, xn, dt), *y = malloc(xn * es), *t = malloc(xn * es);
   void *dx1 = malloc(xn * es), *dx2 = malloc(xn * es);
   float *st = (float *)calloc(10 * cc, sizeof(float));
@@ -508,6 +510,20 @@ static void bn_relu_fused_case(int n, int c, int hw, tt_dtype dt) {
   TT_CHECK(C->bn_bwd_relu != NULL, "the cpu table has no bn_bwd_relu");
   TT_CHECK(!C->bn_fwd_train(C, n, c, hw, dt, x, g, bt, y, NULL, NULL, 0.1f, 1e-5f, st, st + cc, 0, ws, wb), "bn_fwd_train: %s",
            C->last_error(C));
+  TT_CHECK(C->bn_fwd_train_relu != NULL, "the cpu table has no bn_fwd_train_relu");
+  if (C->bn_fwd_train_relu) { /* forward: bn_fwd_train then act_fwd(RELU) in place, with running statistics */
+    float *s2 = (float *)calloc(8 * cc, sizeof(float));
+    for (size_t j = 0; j < cc; j++) s2[2 * cc + j] = s2[6 * cc + j] = 1.0f; /* running var */
+    TT_CHECK(!C->bn_fwd_train(C, n, c, hw, dt, x, g, bt, t, s2 + cc, s2 + 2 * cc, 0.1f, 1e-5f, s2, s2 + 3 * cc, 1, ws, wb) &&
+                 !C->act_fwd(C, TT_ACT_RELU, xn, dt, t, t),
+             "bn_fwd_train then act_fwd: %s", C->last_error(C));
+    TT_CHECK(!C->bn_fwd_train_relu(C, n, c, hw, dt, x, g, bt, dx1, s2 + 5 * cc, s2 + 6 * cc, 0.1f, 1e-5f, s2 + 4 * cc,
+                                   s2 + 7 * cc, 1, ws, wb),
+             "bn_fwd_train_relu: %s", C->last_error(C));
+    TT_CHECK(!memcmp(t, dx1, xn * es), "forward: y differs from bn_fwd_train then act_fwd(RELU)");
+    TT_CHECK(!memcmp(s2, s2 + 4 * cc, 4 * cc * sizeof(float)), "forward: statistics differ from bn_fwd_train's");
+    free(s2);
+  }
   for (int pass = 0; pass < 3 && C->bn_bwd_relu; pass++) { /* betas 0; betas 0.5; in place */
     float beta = pass == 1 ? 0.5f : 0.0f;
     float *p1 = st + 2 * cc, *p2 = st + 6 * cc; /* dgamma, dbias: [2 cc] each side */
@@ -574,7 +590,7 @@ static void bn_threads_case(int n, int c, int hw, tt_dtype dt) {
     memset(y2, 0, xn * es);
     memcpy(s2, st[1], cc * sizeof(float)), memcpy(s2 + cc, st[1] + 3 * cc, cc * sizeof(float));
     TT_CHECK(!tt_cpu_bn_fwd_loops(C, n, c, hw, dt, x, g, bt, y2, NULL, NULL, 0.0f, 1e-5f, s2, s2 + cc, 0, TT_CPU_BN_SAVED,
-                                 NULL, 0),
+                                 0, NULL, 0),
              "bn saved mode: %s", C->last_error(C));
     TT_CHECK(!memcmp(y2, y[1], xn * es), "the saved-statistics apply differs from the training forward's y");
     TT_CHECK(!memcmp(s2, st[1], cc * sizeof(float)) && !memcmp(s2 + cc, st[1] + 3 * cc, cc * sizeof(float)),
