@@ -139,14 +139,22 @@ static int ref_lo_held_bad(tt_backend *b, const char *op, const tt_update_seg *s
   return 0;
 }
 
+/* What every held update does before its tensors: the checks, the skip of an overflowed step and
+ * the clip folded into *grad_scale. -1: bad arguments (recorded); 1: skip the update; 0: go on. */
+static int ref_lo_held_begin(tt_backend *b, const char *op, const tt_update_seg *segs, int nseg, int adam, float momentum,
+                             const tt_clip *clip, const int32_t *skip, float *grad_scale) {
+  if (ref_lo_held_bad(b, op, segs, nseg, adam, momentum) || ref_lo_clip_bad(b, op, clip)) return -1;
+  if (skip && *skip) return 1; /* an overflow: the update is skipped */
+  if (clip) *grad_scale = tt_clip_grad_scale(*grad_scale, clip->sumsq, clip->max_norm);
+  return 0;
+}
+
 int tt_ref_sgd_update_held(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float momentum, int nesterov,
                            float weight_decay, float grad_scale, const tt_clip *clip, const int32_t *skip) {
   int nt = tt_ref_threads(b);
   (void)nt;
-  if (ref_lo_held_bad(b, "sgd_update_held", segs, nseg, 0, momentum) || ref_lo_clip_bad(b, "sgd_update_held", clip))
-    return -1;
-  if (skip && *skip) return 0; /* an overflow: the update is skipped */
-  if (clip) grad_scale = tt_clip_grad_scale(grad_scale, clip->sumsq, clip->max_norm);
+  int go = ref_lo_held_begin(b, "sgd_update_held", segs, nseg, 0, momentum, clip, skip, &grad_scale);
+  if (go) return go < 0 ? -1 : 0;
   for (int i = 0; i < nseg; i++) {
     const tt_update_seg *sg = &segs[i];
     float wd = sg->decay ? weight_decay : 0.0f;
@@ -166,13 +174,11 @@ int tt_ref_sgd_update_held(tt_backend *b, const tt_update_seg *segs, int nseg, f
 int tt_ref_adam_update_held(tt_backend *b, const tt_update_seg *segs, int nseg, float lr, float beta1, float beta2,
                             float eps, float weight_decay, int decoupled, int t, float grad_scale, const tt_clip *clip,
                             const int32_t *skip) {
-  int nt = tt_ref_threads(b);
+  int nt = tt_ref_threads(b), go;
   (void)nt;
   if (t < 1) return tt_ref_fail(b, "adam_update_held: step t=%d must be >= 1", t);
-  if (ref_lo_held_bad(b, "adam_update_held", segs, nseg, 1, 0.0f) || ref_lo_clip_bad(b, "adam_update_held", clip))
-    return -1;
-  if (skip && *skip) return 0; /* an overflow: the update is skipped */
-  if (clip) grad_scale = tt_clip_grad_scale(grad_scale, clip->sumsq, clip->max_norm);
+  go = ref_lo_held_begin(b, "adam_update_held", segs, nseg, 1, 0.0f, clip, skip, &grad_scale);
+  if (go) return go < 0 ? -1 : 0;
   for (int i = 0; i < nseg; i++) {
     const tt_update_seg *sg = &segs[i];
     float wd = sg->decay ? weight_decay : 0.0f;

@@ -29,6 +29,8 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 
+#include "kernels/cpu/cpu_internal.h" /* tt_cpu_dnnl_isa_name: the name tinytrain --version prints */
+
 static double peak_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -128,20 +130,6 @@ done:
   return rc;
 }
 
-static const char *peak_isa(void) {
-  switch (dnnl_get_effective_cpu_isa()) {
-    case dnnl_cpu_isa_sse41: return "sse41";
-    case dnnl_cpu_isa_avx: return "avx";
-    case dnnl_cpu_isa_avx2: return "avx2";
-    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
-    case dnnl_cpu_isa_avx512_core: return "avx512_core";
-    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
-    default: return "other";
-  }
-}
-
 int main(int argc, char **argv) {
   int threads = argc > 1 ? atoi(argv[1]) : 0;
   long size = argc > 2 ? atol(argv[2]) : 2048;
@@ -166,7 +154,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_peak: oneDNN could not create a CPU engine and stream\n");
     return 1;
   }
-  printf("oneDNN %d.%d.%d, ISA %s, %d threads, %ldx%ld matmul, %.2f s per type\n", v->major, v->minor, v->patch, peak_isa(),
+  printf("oneDNN %d.%d.%d, ISA %s, %d threads, %ldx%ld matmul, %.2f s per type\n", v->major, v->minor, v->patch, tt_cpu_dnnl_isa_name(dnnl_get_effective_cpu_isa()),
          threads, size, size, seconds);
   for (int i = 0; i < 2; i++) {
     double best = 0, median = 0;
