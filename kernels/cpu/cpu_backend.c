@@ -178,6 +178,7 @@ static const tt_backend cpu_be_table = {
     tt_cpu_bn_fwd_train_relu, tt_cpu_bn_bwd_relu, /* batch norm and ReLU in one call: a pass over y fewer each way */
     tt_ref_sgd_update_held, tt_ref_adam_update_held, /* bf16 and int8 optimizer state */
     0, /* plan_caps: a real backend's calls are its entry points */
+    tt_cpu_bn_fwd_train_add_relu, tt_cpu_bn_bwd_add_relu, /* a residual block's batch norm, add and ReLU in one call */
 };
 
 tt_backend *tt_cpu_backend_create(int threads) { return tt_cpu_backend_create_knobs(threads, NULL); }

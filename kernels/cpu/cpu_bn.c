@@ -87,7 +87,7 @@ CPU_VEC_TWINS(CPU_BN_SQDEV)
   } while (0)
 
 /* y = (x - m) * k + sh (then the ReLU: CPU_BN_RELU_OUT) */
-#define CPU_BN_AFFINE_(name, T, LD, ST, RELU)                                                 \
+#define CPU_BN_AFFINE_(name, T, LD, ST, POS, RELU)                                               \
   CPU_VEC_FN(name, (const T *x, T *y, size_t n, float m, float k, float sh), (x, y, n, m, k, sh), { \
     size_t i;                                                                                \
     CPU_VEC_SIMD for (i = 0; i < n; i++) {                                                   \
@@ -98,10 +98,6 @@ CPU_VEC_TWINS(CPU_BN_SQDEV)
       ST(y, i, o);                                                                           \
     }                                                                                        \
   })
-CPU_BN_AFFINE_(cpu_bn_affine_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, 0)
-CPU_BN_AFFINE_(cpu_bn_affine_relu_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, 1)
-CPU_BN_AFFINE_(cpu_bn_affine_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, 0)
-CPU_BN_AFFINE_(cpu_bn_affine_relu_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, 1)
 
 /* The backward's dy, with the ReLU's backward folded in (RELU 1: backend.h bn_bwd_relu): d =
  * element j of g, or 0 where the forward's output for v, (v - mean) * fk + fb (the apply's
@@ -122,7 +118,7 @@ static inline int cpu_bn_pos_bf16(float y) {
 
 /* sums of d and of d * (x - m); d: dy, or with RELU the ReLU's backward folded in (CPU_BN_DY, with
  * the forward's k and bias fk, fb) */
-#define CPU_BN_BWD_SUMS_(name, T, LD, POS, RELU)                                                    \
+#define CPU_BN_BWD_SUMS_(name, T, LD, ST, POS, RELU)                                                    \
   CPU_VEC_FN(name, (const T *x, const T *dy, size_t n, float m, float fk, float fb, double *sdy, double *sdyx), \
              (x, dy, n, m, fk, fb, sdy, sdyx), {                                                    \
     size_t i0, i;                                                                            \
@@ -207,9 +203,74 @@ CPU_VEC_TWINS(CPU_BN_ROW_SUM2)
   })
 CPU_VEC_TWINS(CPU_BN_ROW_SQDEV)
 
+/* x rounded to T and widened back (bf16: CPU_VEC_ST_BF16's rounding; fp32: x). A statement. */
+#define CPU_BN_RT_F32(f) (void)0
+#define CPU_BN_RT_BF16(f)                                                                                          \
+  do {                                                                                                             \
+    uint32_t u_;                                                                                                   \
+    memcpy(&u_, &(f), 4);                                                                                          \
+    u_ = ((u_ & 0x7fffffffu) > 0x7f800000u ? (u_ | 0x400000u) : (u_ + 0x7fffu + ((u_ >> 16) & 1u))) & 0xffff0000u; \
+    memcpy(&(f), &u_, 4);                                                                                          \
+  } while (0)
+
+/* y = relu(round(round((x - m) * k + sh) + s)) (backend.h bn_fwd_train_add_relu: the apply
+ * rounded to T as bn_fwd_train stores it, plus the shortcut in fp32 rounded to T as add stores it,
+ * then the ReLU, exact on a value already in T); y may be s exactly (each s read before its y is
+ * written). Planes: scalar constants. */
+#define CPU_BN_AFFINE_ADD_RELU_(name, T, LD, ST, RT)                                                        \
+  CPU_VEC_FN(name, (const T *x, const T *sc, T *y, size_t n, float m, float k, float sh), (x, sc, y, n, m, k, sh), { \
+    size_t i;                                                                                               \
+    CPU_VEC_SIMD for (i = 0; i < n; i++) {                                                                  \
+      float v, t, a;                                                                                        \
+      LD(x, i, v);                                                                                          \
+      LD(sc, i, a);                                                                                         \
+      t = (v - m) * k + sh;                                                                                 \
+      RT(t);                                                                                                \
+      t = t + a;                                                                                            \
+      CPU_BN_RELU_OUT(1, t);                                                                                \
+      ST(y, i, t);                                                                                          \
+    }                                                                                                       \
+  })
+CPU_BN_AFFINE_ADD_RELU_(cpu_bn_affine_add_relu_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, CPU_BN_RT_F32)
+CPU_BN_AFFINE_ADD_RELU_(cpu_bn_affine_add_relu_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, CPU_BN_RT_BF16)
+
+/* Rows: per-channel constants (the same as above). */
+#define CPU_BN_ROW_AFFINE_ADD_RELU_(name, T, LD, ST, RT)                                                   \
+  CPU_VEC_FN(name, (const T *r, const T *sc, T *o, size_t ld, size_t nr, const float *mean, const float *k, \
+                    const float *sh, size_t w),                                                            \
+             (r, sc, o, ld, nr, mean, k, sh, w), {                                                         \
+    size_t i, j;                                                                                           \
+    for (i = 0; i < nr; i++, r += ld, sc += ld, o += ld) {                                                 \
+      CPU_VEC_SIMD for (j = 0; j < w; j++) {                                                               \
+        float v, t, a;                                                                                     \
+        LD(r, j, v);                                                                                       \
+        LD(sc, j, a);                                                                                      \
+        t = (v - mean[j]) * k[j] + sh[j];                                                                  \
+        RT(t);                                                                                             \
+        t = t + a;                                                                                         \
+        CPU_BN_RELU_OUT(1, t);                                                                             \
+        ST(o, j, t);                                                                                       \
+      }                                                                                                    \
+    }                                                                                                      \
+  })
+CPU_BN_ROW_AFFINE_ADD_RELU_(cpu_bn_row_affine_add_relu_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, CPU_BN_RT_F32)
+CPU_BN_ROW_AFFINE_ADD_RELU_(cpu_bn_row_affine_add_relu_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, CPU_BN_RT_BF16)
+
+/* fp16 storage: a chunk y [w] of apply outputs (fp32) made add_relu's (the shortcut chunk a as fp32):
+ * each value rounded to fp16, the shortcut added, rounded again, the ReLU. */
+static void cpu_bn_add_relu_f16(float *y, const float *a, size_t w) {
+  size_t j;
+  for (j = 0; j < w; j++) {
+    float t = tt_ref_h2f(tt_ref_f2h(y[j])) + a[j];
+    t = tt_ref_h2f(tt_ref_f2h(t));
+    CPU_BN_RELU_OUT(1, t);
+    y[j] = t;
+  }
+}
+
 /* o = (r - mean) * k + sh, per channel: the forward's apply (cpu_bn_affine's expression; then the
  * ReLU: CPU_BN_RELU_OUT) */
-#define CPU_BN_ROW_AFFINE_(name, T, LD, ST, RELU)                                            \
+#define CPU_BN_ROW_AFFINE_(name, T, LD, ST, POS, RELU)                                          \
   CPU_VEC_FN(name, (const T *r, T *o, size_t ld, size_t nr, const float *mean, const float *k, const float *sh, \
                     size_t w),                                                                                 \
              (r, o, ld, nr, mean, k, sh, w), {                                                                 \
@@ -224,13 +285,9 @@ CPU_VEC_TWINS(CPU_BN_ROW_SQDEV)
       }                                                                                      \
     }                                                                                        \
   })
-CPU_BN_ROW_AFFINE_(cpu_bn_row_affine_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, 0)
-CPU_BN_ROW_AFFINE_(cpu_bn_row_affine_relu_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, 1)
-CPU_BN_ROW_AFFINE_(cpu_bn_row_affine_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, 0)
-CPU_BN_ROW_AFFINE_(cpu_bn_row_affine_relu_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, 1)
 
 /* ps += d, pt += d * (r - mean), per channel (d: CPU_BN_DY) */
-#define CPU_BN_ROW_BWD_SUMS_(name, T, LD, POS, RELU)                                                        \
+#define CPU_BN_ROW_BWD_SUMS_(name, T, LD, ST, POS, RELU)                                                        \
   CPU_VEC_FN(name, (float *ps, float *pt, const T *r, const T *g, size_t ld, size_t nr, const float *mean,   \
                     const float *fk, const float *fb, size_t w),                                            \
              (ps, pt, r, g, ld, nr, mean, fk, fb, w), {                                                     \
@@ -275,23 +332,18 @@ CPU_BN_ROW_AFFINE_(cpu_bn_row_affine_relu_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_V
     }                                                                                                       \
   })
 
-/* each with and without the ReLU, in fp32 and bf16 storage */
-CPU_BN_BWD_SUMS_(cpu_bn_bwd_sums_f32, float, CPU_VEC_LD_F32, CPU_BN_POS_F32, 0)
-CPU_BN_BWD_SUMS_(cpu_bn_bwd_sums_relu_f32, float, CPU_VEC_LD_F32, CPU_BN_POS_F32, 1)
-CPU_BN_BWD_SUMS_(cpu_bn_bwd_sums_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_BN_POS_BF16, 0)
-CPU_BN_BWD_SUMS_(cpu_bn_bwd_sums_relu_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_BN_POS_BF16, 1)
-CPU_BN_BWD_DX_(cpu_bn_bwd_dx_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, CPU_BN_POS_F32, 0)
-CPU_BN_BWD_DX_(cpu_bn_bwd_dx_relu_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, CPU_BN_POS_F32, 1)
-CPU_BN_BWD_DX_(cpu_bn_bwd_dx_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, CPU_BN_POS_BF16, 0)
-CPU_BN_BWD_DX_(cpu_bn_bwd_dx_relu_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, CPU_BN_POS_BF16, 1)
-CPU_BN_ROW_BWD_SUMS_(cpu_bn_row_bwd_sums_f32, float, CPU_VEC_LD_F32, CPU_BN_POS_F32, 0)
-CPU_BN_ROW_BWD_SUMS_(cpu_bn_row_bwd_sums_relu_f32, float, CPU_VEC_LD_F32, CPU_BN_POS_F32, 1)
-CPU_BN_ROW_BWD_SUMS_(cpu_bn_row_bwd_sums_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_BN_POS_BF16, 0)
-CPU_BN_ROW_BWD_SUMS_(cpu_bn_row_bwd_sums_relu_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_BN_POS_BF16, 1)
-CPU_BN_ROW_BWD_DX_(cpu_bn_row_bwd_dx_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, CPU_BN_POS_F32, 0)
-CPU_BN_ROW_BWD_DX_(cpu_bn_row_bwd_dx_relu_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, CPU_BN_POS_F32, 1)
-CPU_BN_ROW_BWD_DX_(cpu_bn_row_bwd_dx_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, CPU_BN_POS_BF16, 0)
-CPU_BN_ROW_BWD_DX_(cpu_bn_row_bwd_dx_relu_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, CPU_BN_POS_BF16, 1)
+/* each with and without the ReLU (base_relu_*), in fp32 and bf16 storage (base_f32, base_bf16) */
+#define CPU_BN_FOUR(DEF, base)                                                    \
+  DEF(base##_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, CPU_BN_POS_F32, 0)       \
+  DEF(base##_relu_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, CPU_BN_POS_F32, 1)  \
+  DEF(base##_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, CPU_BN_POS_BF16, 0) \
+  DEF(base##_relu_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, CPU_BN_POS_BF16, 1)
+CPU_BN_FOUR(CPU_BN_AFFINE_, cpu_bn_affine)
+CPU_BN_FOUR(CPU_BN_ROW_AFFINE_, cpu_bn_row_affine)
+CPU_BN_FOUR(CPU_BN_BWD_SUMS_, cpu_bn_bwd_sums)
+CPU_BN_FOUR(CPU_BN_BWD_DX_, cpu_bn_bwd_dx)
+CPU_BN_FOUR(CPU_BN_ROW_BWD_SUMS_, cpu_bn_row_bwd_sums)
+CPU_BN_FOUR(CPU_BN_ROW_BWD_DX_, cpu_bn_row_bwd_dx)
 
 /* ---- batch norm on planes: hw > 1, x [n, c, hw] (NCHW). A channel is one thread's: its n
  * planes are walked in order, in chunks of CPU_VEC_CHUNK (fp16/bf16, widened) or whole
@@ -382,7 +434,7 @@ static void cpu_bn_given(int mode, int ch, const float *running_mean, const floa
 static void cpu_bn_fwd_planes(int nt, int n, int c, size_t hw, tt_dtype dt, const void *x, const float *gamma,
                                  const float *bias, void *y, float *running_mean, float *running_var, float momentum,
                                  float eps, float *save_mean, float *save_invstd, int update_running, int mode,
-                                 int relu) {
+                                 int relu, const void *sc) {
   const size_t m = (size_t)n * hw;
   ptrdiff_t ch;
   (void)nt;
@@ -410,18 +462,30 @@ static void cpu_bn_fwd_planes(int nt, int n, int c, size_t hw, tt_dtype dt, cons
     for (i = 0; i < n; i++) {
       size_t off = ((size_t)i * (size_t)c + (size_t)ch) * hw;
       if (dt == TT_F32) {
-        (relu ? cpu_bn_affine_relu_f32 : cpu_bn_affine_f32)((const float *)x + off, (float *)y + off, hw, mean, k, bias[ch]);
+        if (sc)
+          cpu_bn_affine_add_relu_f32((const float *)x + off, (const float *)sc + off, (float *)y + off, hw, mean, k, bias[ch]);
+        else
+          (relu ? cpu_bn_affine_relu_f32 : cpu_bn_affine_f32)((const float *)x + off, (float *)y + off, hw, mean, k, bias[ch]);
         continue;
       }
       if (dt == TT_BF16) {
-        (relu ? cpu_bn_affine_relu_bf16 : cpu_bn_affine_bf16)((const uint16_t *)x + off, (uint16_t *)y + off, hw, mean, k,
-                                                              bias[ch]);
+        if (sc)
+          cpu_bn_affine_add_relu_bf16((const uint16_t *)x + off, (const uint16_t *)sc + off, (uint16_t *)y + off, hw, mean, k,
+                                      bias[ch]);
+        else
+          (relu ? cpu_bn_affine_relu_bf16 : cpu_bn_affine_bf16)((const uint16_t *)x + off, (uint16_t *)y + off, hw, mean, k,
+                                                                bias[ch]);
         continue;
       }
       for (c0 = 0; c0 < hw; c0 += CPU_VEC_CHUNK) {
         size_t e = hw - c0 < CPU_VEC_CHUNK ? hw - c0 : CPU_VEC_CHUNK;
         cpu_vec_widen(dt, x, off + c0, buf, e);
-        (relu ? cpu_bn_affine_relu_f32 : cpu_bn_affine_f32)(buf, out, e, mean, k, bias[ch]);
+        if (sc) { /* fp16: the apply, then add_relu's roundings on the chunk (buf takes the shortcut) */
+          cpu_bn_affine_f32(buf, out, e, mean, k, bias[ch]);
+          cpu_vec_widen(dt, sc, off + c0, buf, e);
+          cpu_bn_add_relu_f16(out, buf, e);
+        } else
+          (relu ? cpu_bn_affine_relu_f32 : cpu_bn_affine_f32)(buf, out, e, mean, k, bias[ch]);
         cpu_vec_narrow(dt, out, y, off + c0, e);
       }
     }
@@ -543,6 +607,7 @@ typedef struct cpu_bn_rows_args {
   int c;
   tt_dtype dt;
   const void *x, *dy;
+  const void *s;     /* kind 3: the shortcut added before the ReLU (bn_fwd_train_add_relu; relu set too), or NULL */
   void *out;         /* y (3), dx (4) */
   float *part;       /* 2 * nblk vectors of c floats (0-2) */
   const float *mean; /* [c] (1-4) */
@@ -580,7 +645,12 @@ static void cpu_bn_rows_shift(tt_dtype dt, const void *x, size_t rows, int c, si
         (A->relu ? cpu_bn_row_bwd_sums_relu_##sfx : cpu_bn_row_bwd_sums_##sfx)(ps + j0, pt + j0, xr, gr, cc, nr, mn, \
                                                                                k1, fb, w);                          \
         break;                                                                                                       \
-      case 3: (A->relu ? cpu_bn_row_affine_relu_##sfx : cpu_bn_row_affine_##sfx)(xr, orow, cc, nr, mn, k1, fb, w); break; \
+      case 3:                                                                                                        \
+        if (A->s)                                                                                                    \
+          cpu_bn_row_affine_add_relu_##sfx(xr, (const T *)A->s + off, orow, cc, nr, mn, k1, fb, w);                  \
+        else                                                                                                         \
+          (A->relu ? cpu_bn_row_affine_relu_##sfx : cpu_bn_row_affine_##sfx)(xr, orow, cc, nr, mn, k1, fb, w);       \
+        break;                                                                                                       \
       default:                                                                                                       \
         (A->relu ? cpu_bn_row_bwd_dx_relu_##sfx : cpu_bn_row_bwd_dx_##sfx)(xr, gr, orow, cc, nr, mn, k1, A->mdy + j0, \
                                                                            A->kk + j0, fb, A->beta, w);              \
@@ -635,7 +705,11 @@ static void cpu_bn_rows_pass(int nt, const cpu_bn_rows_args *A) {
             cpu_bn_row_bwd_sums_f32(ps + j0, pt + j0, r, bg, cc, 1, A->mean + j0, k1, NULL, w);
             break;
           case 3:
-            (A->relu ? cpu_bn_row_affine_relu_f32 : cpu_bn_row_affine_f32)(r, bo, cc, 1, A->mean + j0, k1, A->bias + j0, w);
+            if (A->s) { /* the apply, then add_relu's roundings on the chunk */
+              cpu_bn_row_affine_f32(r, bo, cc, 1, A->mean + j0, k1, A->bias + j0, w);
+              cpu_bn_add_relu_f16(bo, cpu_vec_view(dt, A->s, off, bg, w), w);
+            } else
+              (A->relu ? cpu_bn_row_affine_relu_f32 : cpu_bn_row_affine_f32)(r, bo, cc, 1, A->mean + j0, k1, A->bias + j0, w);
             cpu_vec_narrow(dt, bo, A->out, off, w);
             break;
           default:
@@ -678,8 +752,8 @@ static void cpu_bn_rows_init(cpu_bn_rows_args *A, int kind, size_t rows, int c, 
 
 static int cpu_bn_fwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtype dt, const void *x, const float *gamma,
                               const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
-                              float *save_mean, float *save_invstd, int update_running, int mode, int relu, void *ws,
-                              size_t ws_bytes) {
+                              float *save_mean, float *save_invstd, int update_running, int mode, int relu,
+                              const void *sc, void *ws, size_t ws_bytes) {
   cpu_bn_rows_args A;
   if (mode == TT_CPU_BN_BATCH) { /* one pass shifted by row 0 (cpu_bn_need_sqdev), a second one if needed */
     const size_t nblk = cpu_bn_rows_blocks(rows, c);
@@ -718,7 +792,7 @@ static int cpu_bn_fwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtype d
   }
   /* the one apply every mode shares */
   cpu_bn_rows_init(&A, 3, rows, c, dt, x);
-  A.out = y, A.gamma = gamma, A.bias = bias, A.eps = eps, A.relu = relu;
+  A.out = y, A.gamma = gamma, A.bias = bias, A.eps = eps, A.relu = relu, A.s = sc;
   if (mode == TT_CPU_BN_RUNNING)
     A.mean = running_mean, A.invstd = NULL, A.running_var = running_var;
   else
@@ -765,16 +839,16 @@ static int cpu_bn_bwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtype d
 
 int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
-                        float *save_mean, float *save_invstd, int update_running, int mode, int relu, void *ws,
-                        size_t ws_bytes) {
+                        float *save_mean, float *save_invstd, int update_running, int mode, int relu, const void *sc,
+                        void *ws, size_t ws_bytes) {
   const size_t m = (size_t)n * (size_t)hw;
   int nt = m * (size_t)c > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
   if (hw == 1 && c == 1) n = 1, hw = (int)m; /* [rows, 1] is one plane: no per-row calls of width 1 */
   if (hw == 1)
     return cpu_bn_fwd_rows(b, nt, m, c, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
-                              save_invstd, update_running, mode, relu, ws, ws_bytes);
+                              save_invstd, update_running, mode, relu, sc, ws, ws_bytes);
   cpu_bn_fwd_planes(nt, n, c, (size_t)hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
-                       save_invstd, update_running, mode, relu);
+                       save_invstd, update_running, mode, relu, sc);
   return 0;
 }
 
@@ -807,7 +881,7 @@ int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
     return tt_ref_bn_fwd_train(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
                                save_invstd, update_running, ws, ws_bytes); /* checks and reports */
   return tt_cpu_bn_fwd_loops(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
-                             save_invstd, update_running, TT_CPU_BN_BATCH, 0, ws, ws_bytes);
+                             save_invstd, update_running, TT_CPU_BN_BATCH, 0, NULL, ws, ws_bytes);
 }
 
 /* backend.h's bn_fwd_train_relu: bn_fwd_train with the ReLU applied in the apply pass before the
@@ -822,7 +896,50 @@ int tt_cpu_bn_fwd_train_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, c
     return tt_ref_bn_fwd_train(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
                                save_invstd, update_running, ws, ws_bytes); /* checks and reports the bad argument */
   return tt_cpu_bn_fwd_loops(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
-                             save_invstd, update_running, TT_CPU_BN_BATCH, 1, ws, ws_bytes);
+                             save_invstd, update_running, TT_CPU_BN_BATCH, 1, NULL, ws, ws_bytes);
+}
+
+/* backend.h's bn_fwd_train_add_relu: bn_fwd_train's statistics, then one apply pass that adds the
+ * shortcut s and applies the ReLU with the roundings of the three calls (CPU_BN_AFFINE_ADD_RELU_),
+ * so y is bit for bit bn_fwd_train, add and act_fwd(RELU), without their two passes over the
+ * block's output and the batch norm output never stored. */
+int tt_cpu_bn_fwd_train_add_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                                 const float *bias, const void *s, void *y, float *running_mean, float *running_var,
+                                 float momentum, float eps, float *save_mean, float *save_invstd, int update_running,
+                                 void *ws, size_t ws_bytes) {
+  if (!s) {
+    tt_ref_fail(b, "bn_fwd_train_add_relu (%dx%dx%d): no shortcut tensor s to add; pass the add's other input "
+                   "(kernels/cpu/cpu_bn.c)", n, c, hw);
+    return -1;
+  }
+  if (!cpu_bn_loops_dt(dt) || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !y || !save_mean || !save_invstd ||
+      (update_running && (!running_mean || !running_var)))
+    return tt_ref_bn_fwd_train(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
+                               save_invstd, update_running, ws, ws_bytes); /* checks and reports the bad argument */
+  return tt_cpu_bn_fwd_loops(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
+                             save_invstd, update_running, TT_CPU_BN_BATCH, 1, s, ws, ws_bytes);
+}
+
+/* backend.h's bn_bwd_add_relu: dy masked in place by the ReLU's saved output (or its 1-bit mask),
+ * the shortcut's gradient accumulated from it, then bn_bwd on it: the backend's own act_bwd,
+ * accumulate and bn_bwd, so bit for bit the unfused calls (the contract lets the call consume dy). */
+int tt_cpu_bn_bwd_add_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *y,
+                           const uint32_t *mask, void *dy, const float *gamma, const float *save_mean,
+                           const float *save_invstd, void *dx, void *ds, float *dgamma, float *dbias, float beta_dx,
+                           float beta_s, float beta_param, void *ws, size_t ws_bytes) {
+  const size_t count = (size_t)(n > 0 ? n : 0) * (size_t)(c > 0 ? c : 0) * (size_t)(hw > 0 ? hw : 0);
+  int rc;
+  if ((!y && !mask) || !dy) {
+    tt_ref_fail(b, "bn_bwd_add_relu (%dx%dx%d): %s is NULL; pass the ReLU's saved output or its mask, and dy "
+                   "(kernels/cpu/cpu_bn.c)", n, c, hw, dy ? "both y and mask" : "dy");
+    return -1;
+  }
+  rc = mask ? b->act_bwd_mask(b, TT_ACT_RELU, count, dt, mask, dy, dy, 0.0f)
+            : b->act_bwd(b, TT_ACT_RELU, count, dt, y, dy, dy, 0.0f); /* g, in dy's storage */
+  if (!rc && ds && ds != dy) rc = b->accumulate(b, count, dt, dy, ds, beta_s);
+  if (!rc) rc = b->bn_bwd(b, n, c, hw, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx, beta_param, ws,
+                          ws_bytes);
+  return rc;
 }
 
 int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
@@ -831,7 +948,7 @@ int tt_cpu_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
   if (!cpu_bn_loops_dt(dt) || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !running_mean || !running_var || !y)
     return tt_ref_bn_fwd_infer(b, n, c, hw, dt, x, gamma, bias, running_mean, running_var, eps, y, ws, ws_bytes);
   return tt_cpu_bn_fwd_loops(b, n, c, hw, dt, x, gamma, bias, y, (float *)running_mean, (float *)running_var, 0.0f, eps,
-                             NULL, NULL, 0, TT_CPU_BN_RUNNING, 0, NULL, 0);
+                             NULL, NULL, 0, TT_CPU_BN_RUNNING, 0, NULL, NULL, 0);
 }
 
 /* The training forward's normalisation with given statistics: the same loops in
@@ -842,7 +959,7 @@ int tt_cpu_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void
   if (!cpu_bn_loops_dt(dt) || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !save_mean || !save_invstd || !y)
     return tt_ref_bn_apply(b, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, y); /* checks and reports */
   return tt_cpu_bn_fwd_loops(b, n, c, hw, dt, x, gamma, bias, y, NULL, NULL, 0.0f, 0.0f, (float *)save_mean,
-                             (float *)save_invstd, 0, TT_CPU_BN_SAVED, 0, NULL, 0);
+                             (float *)save_invstd, 0, TT_CPU_BN_SAVED, 0, NULL, NULL, 0);
 }
 
 int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,

@@ -265,8 +265,18 @@ int tt_cpu_pool_dnnl(const tt_op_desc *op);
 #define TT_CPU_BN_SAVED 2
 int tt_cpu_bn_fwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                         const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
-                        float *save_mean, float *save_invstd, int update_running, int mode, int relu, void *ws,
-                        size_t ws_bytes);
+                        float *save_mean, float *save_invstd, int update_running, int mode, int relu, const void *sc,
+                        void *ws, size_t ws_bytes);
+/* backend.h's bn_fwd_train_add_relu (the forward's loops with relu 1 and the shortcut sc) and
+ * bn_bwd_add_relu (act_bwd or act_bwd_mask into dy, accumulate into ds, bn_bwd) */
+int tt_cpu_bn_fwd_train_add_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                                 const float *bias, const void *s, void *y, float *running_mean, float *running_var,
+                                 float momentum, float eps, float *save_mean, float *save_invstd, int update_running,
+                                 void *ws, size_t ws_bytes);
+int tt_cpu_bn_bwd_add_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *y,
+                           const uint32_t *mask, void *dy, const float *gamma, const float *save_mean,
+                           const float *save_invstd, void *dx, void *ds, float *dgamma, float *dbias, float beta_dx,
+                           float beta_s, float beta_param, void *ws, size_t ws_bytes);
 /* backend.h's bn_fwd_train_relu (the forward's loops with relu 1: the ReLU applied before the store) */
 int tt_cpu_bn_fwd_train_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                              const float *bias, void *y, float *running_mean, float *running_var, float momentum,

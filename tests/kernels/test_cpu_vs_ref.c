@@ -546,6 +546,74 @@ static void bn_relu_fused_case(int n, int c, int hw, tt_dtype dt) {
   TT_TEST_END();
 }
 
+/* bn_fwd_train_add_relu is bit for bit bn_fwd_train, add(., s) and act_fwd(RELU) in place (y, the
+ * statistics), in place on s too; bn_bwd_add_relu bit for bit act_bwd(RELU) (or act_bwd_mask from
+ * act_mask's mask) with beta 0, accumulate into ds (beta_s 0 and 1; ds NULL) and bn_bwd (betas 0
+ * and 0.5); dx in dy's storage, ds in dy's storage with beta_s 0. The shortcut is large enough that
+ * the sum's rounding and the ReLU both matter; channel 2 has a NaN. NHWC rows and NCHW planes. */
+static void bn_add_relu_fused_case(int n, int c, int hw, tt_dtype dt) {
+  char tn[128];
+  snprintf(tn, sizeof tn, "cpu_vs_ref:bn_add_relu_fused_bitwise_%dx%dx%d_%s", n, c, hw, tt_dtype_name(dt));
+  TT_TEST_BEGIN(tn);
+  size_t xn = (size_t)n * c * hw, cc = (size_t)c, es = tt_dtype_size(dt), mw = (xn + 31) / 32;
+  float *xf = vec(xn, 1.5f), *sf = vec(xn, 1.2f), *dyf = vec(xn, 1.0f), *g = vec(cc, 1.0f), *bt = vec(cc, 0.3f);
+  xf[2 * (size_t)hw] = NAN;
+  void *x = in_dt(xf, xn, dt), *sc = in_dt(sf, xn, dt), *dy = in_dt(dyf, xn, dt);
+  void *t = malloc(xn * es), *y1 = malloc(xn * es), *y2 = malloc(xn * es), *dyc = malloc(xn * es);
+  void *dx1 = malloc(xn * es), *dx2 = malloc(xn * es), *ds1 = malloc(xn * es), *ds2 = malloc(xn * es);
+  uint32_t *mask = (uint32_t *)calloc(mw, 4);
+  float *st = (float *)calloc(16 * cc, sizeof(float));
+  tt_op_desc o;
+  memset(&o, 0, sizeof o);
+  o.kind = TT_OP_BN_BWD, o.dt = dt, o.u.bn.n = n, o.u.bn.c = c, o.u.bn.hw = hw;
+  size_t wb;
+  void *ws = ws_for(C, &o, &wb);
+  TT_CHECK(C->bn_fwd_train_add_relu && C->bn_bwd_add_relu, "the cpu table has no bn_fwd_train_add_relu/bn_bwd_add_relu");
+  if (!C->bn_fwd_train_add_relu || !C->bn_bwd_add_relu) goto done;
+  for (size_t j = 0; j < cc; j++) st[2 * cc + j] = st[6 * cc + j] = 1.0f; /* running var */
+  /* forward: unfused into y1; fused into y2, then fused in place on a copy of s */
+  TT_CHECK(!C->bn_fwd_train(C, n, c, hw, dt, x, g, bt, t, st + cc, st + 2 * cc, 0.1f, 1e-5f, st, st + 3 * cc, 1, ws, wb) &&
+               !C->add(C, xn, dt, t, sc, y1) && !C->act_fwd(C, TT_ACT_RELU, xn, dt, y1, y1),
+           "the unfused forward: %s", C->last_error(C));
+  TT_CHECK(!C->bn_fwd_train_add_relu(C, n, c, hw, dt, x, g, bt, sc, y2, st + 5 * cc, st + 6 * cc, 0.1f, 1e-5f, st + 4 * cc,
+                                     st + 7 * cc, 1, ws, wb),
+           "bn_fwd_train_add_relu: %s", C->last_error(C));
+  TT_CHECK(!memcmp(y1, y2, xn * es), "forward: y differs from bn_fwd_train, add and act_fwd(RELU)");
+  TT_CHECK(!memcmp(st, st + 4 * cc, 4 * cc * sizeof(float)), "forward: statistics differ from bn_fwd_train's");
+  memcpy(y2, sc, xn * es);
+  TT_CHECK(!C->bn_fwd_train_add_relu(C, n, c, hw, dt, x, g, bt, y2, y2, NULL, NULL, 0.1f, 1e-5f, st + 4 * cc, st + 7 * cc, 0,
+                                     ws, wb) &&
+               !memcmp(y1, y2, xn * es),
+           "forward in place on s: y differs");
+  TT_CHECK(!C->act_mask(C, TT_ACT_RELU, xn, dt, y1, mask), "act_mask: %s", C->last_error(C));
+  for (int pass = 0; pass < 6; pass++) { /* y or mask; beta_s 0, 1, ds NULL; betas 0.5; dx and ds in dy's storage */
+    int use_mask = pass & 1, inplace = pass >= 4;
+    float beta = pass == 2 || pass == 3 ? 0.5f : 0.0f, bs = pass == 2 ? 1.0f : 0.0f;
+    int no_ds = pass == 3;
+    float *p1 = st + 8 * cc, *p2 = st + 12 * cc; /* dgamma, dbias: [2 cc] each side */
+    for (size_t j = 0; j < 2 * cc; j++) p1[j] = p2[j] = 0.25f * (float)j;
+    memcpy(dx1, y1, xn * es), memcpy(dx2, y1, xn * es), memcpy(ds1, sc, xn * es), memcpy(ds2, sc, xn * es);
+    /* unfused: act_bwd into t, accumulate t into ds1, bn_bwd from t */
+    TT_CHECK(!(use_mask ? C->act_bwd_mask(C, TT_ACT_RELU, xn, dt, mask, dy, t, 0.0f)
+                        : C->act_bwd(C, TT_ACT_RELU, xn, dt, y1, dy, t, 0.0f)) &&
+                 (no_ds || !C->accumulate(C, xn, dt, t, ds1, bs)) &&
+                 !C->bn_bwd(C, n, c, hw, dt, x, t, g, st, st + 3 * cc, dx1, p1, p1 + cc, beta, beta, ws, wb),
+             "the unfused backward: %s", C->last_error(C));
+    memcpy(dyc, dy, xn * es);
+    void *dxo = inplace && pass == 4 ? dyc : dx2, *dso = no_ds ? NULL : inplace && pass == 5 ? dyc : ds2;
+    TT_CHECK(!C->bn_bwd_add_relu(C, n, c, hw, dt, x, use_mask ? NULL : y1, use_mask ? mask : NULL, dyc, g, st, st + 3 * cc,
+                                 dxo, dso, p2, p2 + cc, beta, bs, beta, ws, wb),
+             "bn_bwd_add_relu: %s", C->last_error(C));
+    TT_CHECK(!memcmp(dx1, dxo, xn * es), "pass %d: dx differs from act_bwd, accumulate and bn_bwd", pass);
+    TT_CHECK(no_ds || !memcmp(ds1, dso, xn * es), "pass %d: ds differs from accumulate's", pass);
+    TT_CHECK(!memcmp(p1, p2, 2 * cc * sizeof(float)), "pass %d: dgamma or dbias differ", pass);
+  }
+done:
+  free(xf), free(sf), free(dyf), free(g), free(bt), free(x), free(sc), free(dy), free(t), free(y1), free(y2), free(dyc);
+  free(dx1), free(dx2), free(ds1), free(ds2), free(mask), free(st), free(ws);
+  TT_TEST_END();
+}
+
 /* Batch norm's bits do not depend on the thread count (the NHWC rows are split into fixed row
  * blocks, NCHW by channel): 1, 2 and 3 threads give the same y, statistics, dx, dgamma, dbeta,
  * on shapes past TT_REF_PAR_MIN so the loops do thread. Also a fresh forward gives y again, and
@@ -590,7 +658,7 @@ static void bn_threads_case(int n, int c, int hw, tt_dtype dt) {
     memset(y2, 0, xn * es);
     memcpy(s2, st[1], cc * sizeof(float)), memcpy(s2 + cc, st[1] + 3 * cc, cc * sizeof(float));
     TT_CHECK(!tt_cpu_bn_fwd_loops(C, n, c, hw, dt, x, g, bt, y2, NULL, NULL, 0.0f, 1e-5f, s2, s2 + cc, 0, TT_CPU_BN_SAVED,
-                                 0, NULL, 0),
+                                 0, NULL, NULL, 0),
              "bn saved mode: %s", C->last_error(C));
     TT_CHECK(!memcmp(y2, y[1], xn * es), "the saved-statistics apply differs from the training forward's y");
     TT_CHECK(!memcmp(s2, st[1], cc * sizeof(float)) && !memcmp(s2 + cc, st[1] + 3 * cc, cc * sizeof(float)),
@@ -1157,6 +1225,8 @@ static void test_linear_bn_pool(void) {
     bn_relu_fused_case(700, 70, 1, (tt_dtype)dt);
     bn_relu_fused_case(3, 1030, 1, (tt_dtype)dt); /* two column chunks */
     bn_relu_fused_case(4, 5, 300, (tt_dtype)dt);  /* NCHW planes */
+    bn_add_relu_fused_case(700, 70, 1, (tt_dtype)dt);
+    bn_add_relu_fused_case(4, 5, 300, (tt_dtype)dt);
     bn_threads_case(4, 33, 300, (tt_dtype)dt); /* NCHW planes */
     pool_case("maxpool_2x2_s2", 3, 5, 8, 8, 2, 2, 2, 2, 0, 0, TT_POOL_MAX, (tt_dtype)dt);
     pool_case("maxpool_3x3_s2_p1", 2, 16, 9, 9, 3, 3, 2, 2, 1, 1, TT_POOL_MAX, (tt_dtype)dt);
