@@ -371,6 +371,7 @@ static float cpu_bn_ld1(tt_dtype dt, const void *p, size_t i) {
  * channel's values are), which sent every channel of the call through the exact second pass: a
  * third read of x. It depends on the data only. Planes: channel ch of x [n, c, hw]. */
 #define CPU_BN_SHIFT_SAMPLES 32
+#define CPU_BN_SHIFT_STACK 2048 /* channels whose rows' shifts are made once, on the stack (8 KiB) */
 static float cpu_bn_plane_shift(tt_dtype dt, const void *x, int n, int c, size_t hw, int ch) {
   const size_t m = (size_t)n * hw, ns = m < CPU_BN_SHIFT_SAMPLES ? m : CPU_BN_SHIFT_SAMPLES;
   float sum = 0.0f;
@@ -610,6 +611,7 @@ typedef struct cpu_bn_rows_args {
   const void *s;     /* kind 3: the shortcut added before the ReLU (bn_fwd_train_add_relu; relu set too), or NULL */
   void *out;         /* y (3), dx (4) */
   float *part;       /* 2 * nblk vectors of c floats (0-2) */
+  const float *shift; /* [c] (0): cpu_bn_rows_shift's, made once; NULL: each block makes its chunk's */
   const float *mean; /* [c] (1-4) */
   const float *invstd; /* [c] (2 with relu, 3, 4); kind 3 with NULL: 1/sqrt(running_var + eps) */
   const float *running_var;
@@ -678,7 +680,10 @@ static void cpu_bn_rows_pass(int nt, const cpu_bn_rows_args *A) {
       const size_t w = cc - j0 < CPU_VEC_CHUNK ? cc - j0 : CPU_VEC_CHUNK;
       /* the chunk's per-channel constants: k1 = shift (0), k1 = invstd * gamma (3, 4 and the ReLU's mask in 2) */
       if (kind == 0) {
-        cpu_bn_rows_shift(dt, A->x, A->rows, A->c, j0, w, k1);
+        if (A->shift)
+          memcpy(k1, A->shift + j0, w * sizeof *k1);
+        else
+          cpu_bn_rows_shift(dt, A->x, A->rows, A->c, j0, w, k1);
       } else if (kind == 3 || kind == 4 || (kind == 2 && A->relu)) {
         for (j = 0; j < w; j++) {
           float is = A->invstd ? A->invstd[j0 + j] : (float)(1.0 / sqrt((double)A->running_var[j0 + j] + (double)A->eps));
@@ -755,23 +760,28 @@ static int cpu_bn_fwd_rows(tt_backend *b, int nt, size_t rows, int c, tt_dtype d
                               float *save_mean, float *save_invstd, int update_running, int mode, int relu,
                               const void *sc, void *ws, size_t ws_bytes) {
   cpu_bn_rows_args A;
-  if (mode == TT_CPU_BN_BATCH) { /* one pass shifted by row 0 (cpu_bn_need_sqdev), a second one if needed */
+  if (mode == TT_CPU_BN_BATCH) { /* one pass shifted by a sample mean (cpu_bn_need_sqdev), a second one if needed */
     const size_t nblk = cpu_bn_rows_blocks(rows, c);
     void *mem;
     float *part = cpu_bn_rows_part(b, "bn_fwd_train", rows, c, ws, ws_bytes, &mem), *part2;
-    float shift[CPU_VEC_CHUNK]; /* the pass's shifts of channels j - j % CPU_VEC_CHUNK on: the same floats */
+    /* the pass's shifts (the same floats the means add back): made once here for up to
+     * CPU_BN_SHIFT_STACK channels (the samples are spread over the tensor, a cache miss each),
+     * else by each block for its chunk */
+    float shift[CPU_BN_SHIFT_STACK];
     int j, exact = 0;
     if (!part) return -1;
     part2 = part + nblk * (size_t)c;
     cpu_bn_rows_init(&A, 0, rows, c, dt, x);
     A.part = part;
+    if (c <= CPU_BN_SHIFT_STACK) cpu_bn_rows_shift(dt, x, rows, c, 0, (size_t)c, shift), A.shift = shift;
     cpu_bn_rows_pass(nt, &A);
     for (j = 0; j < c && !exact; j++)
       exact = cpu_bn_need_sqdev(cpu_bn_rows_sum(part, nblk, c, j), cpu_bn_rows_sum(part2, nblk, c, j), rows);
     for (j = 0; j < c; j++) {
       double sd = cpu_bn_rows_sum(part, nblk, c, j), q = cpu_bn_rows_sum(part2, nblk, c, j), mean_d;
-      if (j % CPU_VEC_CHUNK == 0) cpu_bn_rows_shift(dt, x, rows, c, (size_t)j, c - j < CPU_VEC_CHUNK ? (size_t)(c - j) : CPU_VEC_CHUNK, shift);
-      mean_d = (double)shift[j % CPU_VEC_CHUNK] + sd / (double)rows;
+      if (c > CPU_BN_SHIFT_STACK && j % CPU_BN_SHIFT_STACK == 0)
+        cpu_bn_rows_shift(dt, x, rows, c, (size_t)j, c - j < CPU_BN_SHIFT_STACK ? (size_t)(c - j) : CPU_BN_SHIFT_STACK, shift);
+      mean_d = (double)shift[j % CPU_BN_SHIFT_STACK] + sd / (double)rows;
       if (exact)
         save_mean[j] = (float)mean_d; /* what tt_bn_channel_stats keeps of it; the exact pass's mean */
       else
