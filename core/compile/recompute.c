@@ -547,7 +547,8 @@ static int rc_op_search(const tt_graph *g, int micro_batch, tt_dtype dt, const t
     nc++;
     double cb, cs;
     if (mode == 3 && forms && reads[v] && rc_compress_cand(g, v, micro_batch, dt, prof, forms, &cb, &cs)) {
-      cand[nc].v = v, cand[nc].bytes = cb, cand[nc].score = cs / cb, cand[nc].compress = 1;
+      cand[nc].v = v, cand[nc].bytes = cb, cand[nc].score = cs / cb * (forms->bias > 0.0 ? forms->bias : 1.0);
+      cand[nc].compress = 1;
       nc++;
     }
   }

@@ -64,6 +64,7 @@ enum { TT_DEC_KEEP = 0, TT_DEC_RECOMPUTE = 1, TT_DEC_COMPRESS = 2 };
  * tt_save_fmt of a convolution's input copy ([train] compress_saved; 0: none). */
 typedef struct tt_save_forms {
   int mask, pool_idx, lossy;
+  double bias; /* the forms' price is multiplied by this in the order (0: 1); see policy.c */
 } tt_save_forms;
 /* The per-tensor search: for every value backward reads, keep it, drop and recompute it (its
  * recompute cascading only inside its unit, as tt_recompute_add_cheap's local form, which is the

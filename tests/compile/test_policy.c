@@ -527,7 +527,7 @@ static void test_tensor_decisions(tt_backend *be) {
   n.m.train.compress_saved = TT_SAVE_BF16; /* the recipe's opt-in to the lossy form */
   int nn = n.g.nnodes, mb = 32;
   unsigned char *dec = (unsigned char *)calloc((size_t)nn * 3, 1), *loc = dec + nn, *split = dec + 2 * nn;
-  tt_save_forms none = {0, 0, 0}, forms = {1, 1, TT_SAVE_BF16};
+  tt_save_forms none = {0, 0, 0, 0.0}, forms = {1, 1, TT_SAVE_BF16, 0.0};
   double fa = 0.0, fb = 0.0;
   int a = tt_recompute_search_tensors(&n.g, mb, TT_F32, tt_profile_cpu(), &none, -1.0, dec, &fa, &e);
   int b = tt_recompute_add_cheap(&n.g, mb, TT_F32, tt_profile_cpu(), -1.0, 1, loc, &fb, &e);
@@ -579,17 +579,18 @@ static void test_tensor_decisions(tt_backend *be) {
 }
 
 /* The policy search at budgets from loose to tight (micro-batch and fp32 fixed, the CPU profile;
- * compress: the recipe opts in to bf16 copies): every plan fits, more memory never gives a slower
+ * compress: the tt_save_fmt the recipe opts in to, 0 none): every plan fits, more memory never gives a slower
  * predicted step, and the search with the per-tensor one is never slower than without it (the
  * searches before issue 42) at the same budget; tighter_expected: it fits a budget they do not. */
 static void ts_budgets(tt_backend *be, const char *path, int mb, const int *mib, int nb, int compress, int tighter_expected) {
   char name[256];
-  snprintf(name, sizeof name, "per-tensor search at %d budgets: %s mb %d%s", nb, path, mb, compress ? ", compress_saved = bf16" : "");
+  snprintf(name, sizeof name, "per-tensor search at %d budgets: %s mb %d%s%s", nb, path, mb, compress ? ", compress_saved = " : "",
+           compress == TT_SAVE_INT8 ? "int8" : compress ? "bf16" : "");
   TT_TEST_BEGIN(name);
   tt_err e;
   net n;
   if (net_open_test(&n, NULL, NULL, path, &e)) return;
-  if (compress) n.m.train.compress_saved = TT_SAVE_BF16;
+  n.m.train.compress_saved = compress; /* tt_save_fmt: the recipe's opt-in to lossy copies */
   double prev_ms = -1.0;
   int tighter = 0;
   for (int i = 0; i < nb; i++) {
@@ -635,12 +636,13 @@ static void test_planning_scales_be(void) { test_planning_scales(be); }
 static void test_tensor_decisions_be(void) { test_tensor_decisions(be); }
 static void test_tensor_budgets_fashion(void) {
   static const int mib[] = {140, 100, 90, 80, 76};
-  ts_budgets(be, "examples/fashion_mnist/resnet.recipe", 128, mib, 5, 1, 0);
+  ts_budgets(be, "examples/fashion_mnist/resnet.recipe", 128, mib, 5, TT_SAVE_BF16, 0);
 }
 static void test_tensor_budgets_resnet50(void) {
-  static const int mib[] = {1100, 900, 760, 720}, mib_bf16[] = {900, 800, 720, 650};
+  static const int mib[] = {1100, 900, 760, 720}, mib_bf16[] = {900, 800, 720, 650}, mib_int8[] = {850, 800, 780, 740};
   ts_budgets(be, "examples/imagenet/resnet50.recipe", 16, mib, 4, 0, 0);
-  ts_budgets(be, "examples/imagenet/resnet50.recipe", 16, mib_bf16, 4, 1, 1);
+  ts_budgets(be, "examples/imagenet/resnet50.recipe", 16, mib_bf16, 4, TT_SAVE_BF16, 1);
+  ts_budgets(be, "examples/imagenet/resnet50.recipe", 16, mib_int8, 4, TT_SAVE_INT8, 0);
 }
 
 /* The registry (tests/tt_test.h): --list prints it, --only NAME|TAG runs part of it. */

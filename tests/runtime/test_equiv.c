@@ -313,7 +313,7 @@ static void ck_compare(const char *name, const char *text, const int *variants, 
     for (int k = 0; k < nvar; k++) {
       int vr = variants[k];
       if (vr == 9) { /* issue 42: the per-tensor search's decisions, exact forms only */
-        tt_save_forms f = {be->act_mask != NULL, be->pool_argmax != NULL, 0};
+        tt_save_forms f = {be->act_mask != NULL, be->pool_argmax != NULL, 0, 0.0};
         int r9 = tt_recompute_search_tensors(&n.g, CK_MB, ck_dt, tt_profile_cpu(), &f, -1.0, rec, NULL, &e), nsel = 0;
         for (int v = 0; v < n.g.nnodes; v++) sel[v] = rec[v] == TT_DEC_COMPRESS, rec[v] = rec[v] == TT_DEC_RECOMPUTE, nsel += sel[v];
         printf("  per-tensor decisions: %d values, %d of them kept as masks or indices\n", r9, nsel);
