@@ -561,11 +561,13 @@ static int policy_fit_cached(const policy_ctx *c, unsigned char *rec, tt_program
   tt_recompute_search_kind kind = policy_rsearch_kind(c->o);
   unsigned char *rec2 = (unsigned char *)tt_malloc((size_t)n, "recompute set", c->err);
   if (!rec2) return -1;
+  tt_save_forms f = policy_save_forms(c);
+  int no_forms = !f.mask && !f.pool_idx && !f.lossy; /* then the per-tensor search is the local one */
   for (int i = 0; i < POLICY_RS_COUNT; i++) {
     tt_program p2;
     if ((i == POLICY_RS_SEGMENTS && kind == TT_RSEARCH_OPS) || (i != POLICY_RS_SEGMENTS && kind == TT_RSEARCH_SEGMENTS) ||
         (i == POLICY_RS_HYBRID && kind == TT_RSEARCH_OPS) || /* the hybrid has segments */
-        (i >= POLICY_RS_TENSOR && kind == TT_RSEARCH_NO_TENSORS))
+        (i >= POLICY_RS_TENSOR && (kind == TT_RSEARCH_NO_TENSORS || no_forms)))
       continue;
     int rc2 = policy_fit_loop(c, &policy_searches[i], over, rec2, &p2);
     if (rc2 < 0) {
