@@ -127,6 +127,7 @@ static int policy_plan_one(const policy_ctx *c, int inplace, unsigned char *rec,
     if (!(split = (unsigned char *)tt_malloc((size_t)n * 2, "per-tensor decisions", c->err))) return -1;
     for (int i = 0; i < n; i++) split[i] = rec[i] == TT_DEC_RECOMPUTE, split[n + i] = rec[i] == TT_DEC_COMPRESS;
     pol.recompute = split, pol.compact_sel = split + n;
+    if (tt_knobs_get()->compact == 1) pol.compact_sel = NULL; /* TINYTRAIN_COMPACT=1: every value that can */
     form |= POLICY_COMPACT;
   }
   /* exact: a ReLU mask or pool index only where it frees the tensor (policy_try decides when) */
@@ -460,6 +461,10 @@ static tt_save_forms policy_save_forms(const policy_ctx *c) {
   return f;
 }
 
+/* The second order's factor on the forms' price: compressing a residual block's output blocks
+ * rebuilding the next block's add and ReLU from it (a recompute reads its sources whole), which
+ * frees about four times the bytes; with the forms priced 3x those drops come first
+ * (design.md, "The per-tensor search"; ResNet-50 with int8 copies). */
 #define POLICY_FORMS_LATE 3.0
 /* The per-tensor search (tt_recompute_search_tensors): each saved value kept, recomputed or
  * compressed, cheapest seconds per byte first, for the need the overshoot rule asks (its
@@ -471,6 +476,7 @@ static int policy_make_tensor(const policy_ctx *c, policy_fit_state *s, int iter
   return tt_recompute_search_tensors(c->g, c->mb, c->dt, c->o->profile, &f, s->need, rec, NULL, c->err);
 }
 
+/* The same in the second order (POLICY_FORMS_LATE); the fit loop keeps the faster plan of the two. */
 static int policy_make_tensor_late(const policy_ctx *c, policy_fit_state *s, int iter, unsigned char *rec) {
   tt_save_forms f = policy_save_forms(c);
   (void)iter;

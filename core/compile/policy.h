@@ -5,7 +5,8 @@
  * image that fits the budget. Recompute plans (core/compile/recompute.c) recompute segments
  * of the graph's units (the stretches between single-tensor cut points: a layer of a plain
  * chain, a residual block), chosen by a dynamic program that minimises recompute time for the
- * memory it must free, and are checked against the real planner. */
+ * memory it must free, or single values, and the per-tensor search decides per saved value:
+ * keep, recompute or compress (recompute.h); every plan is checked against the real planner. */
 #ifndef TT_POLICY_H
 #define TT_POLICY_H
 #include "cost.h"
