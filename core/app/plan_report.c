@@ -185,6 +185,58 @@ static void plan_text_loader(const tt_session *s, FILE *out) {
             s->model.data.format == TT_DATA_IDX ? "idx" : "synthetic");
 }
 
+/* Per tensor class (the kind of layer that makes the value), what the plan does with the values
+ * backward reads (tt_program_tensors: kept, recomputed, compressed) and what that costs; `decisions`
+ * (may be NULL) receives the per-tensor list for JSON. Text: one line per class with a choice;
+ * JSON: b gets ", \"tensors\": {...}". */
+static void plan_tensors(const tt_session *s, FILE *out, tt_strbuf *b) {
+  static const char *const dname[3] = {"keep", "recompute", "compress"};
+  const tt_program *p = &s->sched.train;
+  const tt_graph *g = &s->graph;
+  tt_tensor_dec *d = (tt_tensor_dec *)malloc(sizeof(tt_tensor_dec) * (size_t)g->nnodes);
+  int nd = d ? tt_program_tensors(p, s->profile, d) : -1;
+  if (nd < 0) {
+    free(d);
+    return;
+  }
+  if (b) tt_strbuf_printf(b, ", \"tensors\": {\"classes\": [");
+  for (int k = 0, first = 1; k < TT_L_KIND_COUNT; k++) {
+    int cnt[3] = {0, 0, 0};
+    size_t by[3] = {0, 0, 0}, held[3] = {0, 0, 0};
+    double ms[3] = {0, 0, 0};
+    for (int i = 0; i < nd; i++)
+      if ((int)g->nodes[d[i].node].kind == k)
+        cnt[d[i].decision]++, by[d[i].decision] += d[i].bytes, held[d[i].decision] += d[i].held_bytes, ms[d[i].decision] += d[i].ms;
+    if (!cnt[0] && !cnt[1] && !cnt[2]) continue;
+    const char *name = tt_layer_kind_name((tt_layer_kind)k);
+    if (b)
+      tt_strbuf_printf(b, "%s{\"class\": \"%s\", \"kept\": %d, \"kept_bytes\": %zu, \"recomputed\": %d, \"recomputed_bytes\": %zu, "
+                          "\"recompute_ms\": %.3f, \"compressed\": %d, \"compressed_bytes\": %zu, \"compressed_held_bytes\": %zu, "
+                          "\"compress_ms\": %.3f}",
+                       first ? "" : ", ", name, cnt[0], by[0], cnt[1], by[1], ms[1], cnt[2], by[2], held[2], ms[2]);
+    else if (cnt[1] || cnt[2]) {
+      char rp[96] = "", cp[96] = "";
+      if (cnt[1]) snprintf(rp, sizeof rp, "; %d recomputed: %.1f MiB freed for %.1f ms", cnt[1], plan_mib(by[1]), ms[1]);
+      if (cnt[2])
+        snprintf(cp, sizeof cp, "; %d compressed: %.1f MiB held in %.1f MiB for %.1f ms", cnt[2], plan_mib(by[2]),
+                 plan_mib(held[2]), ms[2]);
+      fprintf(out, "  %-11s %-8s %d kept (%.1f MiB)%s%s\n", first ? "tensors" : "", name, cnt[0], plan_mib(by[0]), rp, cp);
+    }
+    if (b || cnt[1] || cnt[2]) first = 0;
+  }
+  if (b) {
+    tt_strbuf_printf(b, "], \"decisions\": [");
+    for (int i = 0; i < nd; i++) {
+      tt_strbuf_printf(b, "%s{\"layer\": ", i ? ", " : "");
+      tt_strbuf_json(b, s->model.layers[d[i].node].name);
+      tt_strbuf_printf(b, ", \"class\": \"%s\", \"decision\": \"%s\", \"bytes\": %zu, \"held_bytes\": %zu, \"ms\": %.3f}",
+                       tt_layer_kind_name(g->nodes[d[i].node].kind), dname[d[i].decision], d[i].bytes, d[i].held_bytes, d[i].ms);
+    }
+    tt_strbuf_printf(b, "]}");
+  }
+  free(d);
+}
+
 /* The plan as one JSON object (`plan --json`), built in memory and written whole. */
 static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_err *err) {
   const tt_policy_result *r = &s->sched;
@@ -227,6 +279,7 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
   tt_strbuf_printf(&b, "], \"recompute_dropped\": {\"memory_bound\": {\"count\": %d, \"bytes\": %zu}, "
                        "\"compute_bound\": {\"count\": %d, \"bytes\": %zu}, \"bn_from_saved_stats\": %d}",
                    dr.n_mem, dr.b_mem, dr.n_comp, dr.b_comp, p->n_bn_applied);
+  plan_tensors(s, NULL, &b);
   tt_strbuf_printf(&b, ", \"recompute_segments\": [");
   for (int v = 0, a, z, k = 0, nl; (nl = plan_next_run(s, &v, &a, &z)) > 0; k++) {
     tt_strbuf_printf(&b, "%s{\"first\": ", k ? ", " : "");
@@ -459,6 +512,7 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
   else if (!s->target_cuda)
     fprintf(out, "  cpu         the reference loops (TINYTRAIN_CPU_BACKEND=ref)\n");
   plan_text_recomputed(s, out);
+  plan_tensors(s, out, NULL);
   if (p->n_compact > p->n_compressed)
     fprintf(out, "  compact     %d saves for backward in their smallest exact form (ReLU 1-bit masks, max-pool uint8\n"
                  "              indices): %.1f MiB in place of %.1f MiB of tensors nothing else keeps\n",

@@ -152,6 +152,11 @@ double tt_cost_predict_ms(const tt_program *p, const tt_device_profile *prof, do
   return 1e3 * (micro * acc + upd);
 }
 
+/* One step once, in milliseconds (the per-tensor report adds up a value's recompute steps). */
+double tt_cost_step_ms(const tt_program *p, int step, const tt_device_profile *prof) {
+  return 1e3 * cost_step_s(p, &p->steps[step], prof);
+}
+
 /* tt_cost_predict_ms without the recompute share. */
 double tt_predict_ms(const tt_program *p, const tt_device_profile *prof) { return tt_cost_predict_ms(p, prof, NULL); }
 

@@ -47,6 +47,8 @@ double tt_predict_ms(const tt_program *p, const tt_device_profile *prof);
 /* Milliseconds per effective batch (every micro-step and the update); *recompute_ms (may be
  * NULL) gets the part spent recomputing. */
 double tt_cost_predict_ms(const tt_program *p, const tt_device_profile *prof, double *recompute_ms);
+/* Milliseconds of step `step` of p, run once. */
+double tt_cost_step_ms(const tt_program *p, int step, const tt_device_profile *prof);
 
 #ifdef __cplusplus
 }

@@ -622,7 +622,7 @@ static int lower_conv_compressible(const lower_ctx *c, const tt_node *n) {
  * instead (v's own backward if v is a ReLU or ReLU6: a 1-bit mask; a max pool reading v: a
  * uint8 index), those readers get their compact forms and v dies with its last forward use.
  * Recompute re-reads values: a v that is recomputed, or read by a recomputed op, keeps the
- * full tensor. */
+ * full tensor. policy.compact_sel (when set) names the values that may take their forms. */
 static void lower_compact_plan(lower_ctx *c) {
   const tt_graph *g = c->g;
   const tt_policy *pol = c->pol;
@@ -631,7 +631,7 @@ static void lower_compact_plan(lower_ctx *c) {
   if (!pol->training || !pol->compact) return;
   for (int v = 1; v < nn; v++) {
     const tt_node *nv = &g->nodes[v];
-    if (c->canon[v] != v || (pol->recompute && pol->recompute[v])) continue;
+    if (c->canon[v] != v || (pol->recompute && pol->recompute[v]) || (pol->compact_sel && !pol->compact_sel[v])) continue;
     int ok = 1, readers = 0;
     if (tt_op(nv->kind)->bwd_reads & TT_READS_OUTPUT) {
       if ((nv->kind == TT_L_RELU || nv->kind == TT_L_RELU6) && c->be->act_mask && c->be->act_bwd_mask)

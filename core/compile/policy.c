@@ -104,19 +104,43 @@ int tt_policy_plan(const tt_graph *g, tt_policy *pol, tt_backend *be, tt_program
   return rc;
 }
 
+/* Whether a set holds per-tensor decisions to compress (TT_DEC_COMPRESS: the per-tensor search's). */
+static int policy_has_compress(const unsigned char *rec, int n) {
+  for (int i = 0; i < n; i++)
+    if (rec[i] == TT_DEC_COMPRESS) return 1;
+  return 0;
+}
+
 /* Lowers and plans c's candidate with recompute set rec in one memory form (POLICY_COMPACT |
- * POLICY_FUSED bits) and in-place ops as given; 0 and p filled, or -1 or TT_ERR_TOO_LARGE (err set). */
+ * POLICY_FUSED bits) and in-place ops as given; 0 and p filled, or -1 or TT_ERR_TOO_LARGE (err set).
+ * rec holds per-tensor decisions (TT_DEC_*): those to compress become policy.compact_sel (the
+ * compact form on), those to recompute policy.recompute; the program's policy points at rec
+ * after (policy_keep makes the two arrays the result's). */
 static int policy_plan_one(const policy_ctx *c, int inplace, unsigned char *rec, int form, tt_program *p) {
   tt_policy pol;
+  int n = c->g->nnodes, rc;
+  unsigned char *split = NULL;
   memset(&pol, 0, sizeof pol);
   pol.micro_batch = c->mb, pol.accum_steps = c->accum, pol.act_dtype = c->dt, pol.inplace = inplace, pol.recompute = rec;
   pol.training = 1;
+  if (policy_has_compress(rec, n)) {
+    if (!(split = (unsigned char *)tt_malloc((size_t)n * 2, "per-tensor decisions", c->err))) return -1;
+    for (int i = 0; i < n; i++) split[i] = rec[i] == TT_DEC_RECOMPUTE, split[n + i] = rec[i] == TT_DEC_COMPRESS;
+    pol.recompute = split, pol.compact_sel = split + n;
+    if (tt_knobs_get()->compact == 1) pol.compact_sel = NULL; /* TINYTRAIN_COMPACT=1: every value that can */
+    form |= POLICY_COMPACT;
+  }
   /* exact: a ReLU mask or pool index only where it frees the tensor (policy_try decides when) */
   pol.compact = (form & POLICY_COMPACT) != 0;
   pol.compress = pol.compact ? c->g->model->train.compress_saved : 0; /* lossy: only when the recipe asks */
   pol.attn_fused = (form & POLICY_FUSED) != 0;
   pol.ostate = c->o->ostate;
-  return policy_plan(c->g, &pol, c->be, c->memo, p, c->err);
+  rc = policy_plan(c->g, &pol, c->be, c->memo, p, c->err);
+  if (split) {
+    if (!rc) p->policy.recompute = rec, p->policy.compact_sel = NULL;
+    free(split);
+  }
+  return rc;
 }
 
 /* One form, with in-place ops allowed, planned both ways. An accepted alias fuses two buffers'
@@ -169,6 +193,7 @@ static int policy_compact_forms(int *forms) {
  * earlier form, the faster one). 0 and p filled, or -1 or TT_ERR_TOO_LARGE (err set). */
 static int policy_try_forms(const policy_ctx *c, unsigned char *rec, tt_program *p) {
   int fused[2], compact[2], nf = policy_fused_forms(c->g, fused), nk = policy_compact_forms(compact), have = 0;
+  if (policy_has_compress(rec, c->g->nnodes)) compact[0] = POLICY_COMPACT, nk = 1; /* the search chose the forms */
   for (int f = 0; f < nf; f++)
     for (int k = 0; k < nk; k++) {
       tt_program q;
@@ -252,10 +277,10 @@ static int policy_try(const policy_ctx *c, unsigned char *rec, tt_program *p) {
   return 0;
 }
 
-/* The nodes a recompute set drops (an alternative's "recomputed layers"). */
+/* The nodes a recompute set drops (an alternative's "recomputed layers"; not those it compresses). */
 static int policy_count(const unsigned char *rec, int n) {
   int c = 0;
-  for (int i = 0; i < n; i++) c += rec[i] != 0;
+  for (int i = 0; i < n; i++) c += rec[i] == TT_DEC_RECOMPUTE;
   return c;
 }
 
@@ -425,13 +450,53 @@ static int policy_make_hybrid(const policy_ctx *c, policy_fit_state *s, int iter
   return units;
 }
 
-/* The searches, in the order policy_fit runs them (which run: policy_rsearch_kind). */
-enum { POLICY_RS_SEGMENTS, POLICY_RS_OPS, POLICY_RS_LOCAL, POLICY_RS_HYBRID, POLICY_RS_COUNT };
+/* The smaller forms c's backend and recipe allow a saved value (lower.c uses the same tests:
+ * lower_compact_plan, lower_pool_compactable, lower_conv_compressible). */
+static tt_save_forms policy_save_forms(const policy_ctx *c) {
+  tt_save_forms f;
+  f.mask = c->be->act_mask && c->be->act_bwd_mask;
+  f.pool_idx = c->be->pool_argmax && c->be->pool_bwd_idx;
+  f.lossy = c->be->save_compress && c->be->save_restore ? c->g->model->train.compress_saved : 0;
+  if (tt_knobs_get()->compact == 0) f.mask = f.pool_idx = f.lossy = 0; /* TINYTRAIN_COMPACT=0: never */
+  return f;
+}
+
+/* The second order's factor on the forms' price: compressing a residual block's output blocks
+ * rebuilding the next block's add and ReLU from it (a recompute reads its sources whole), which
+ * frees about four times the bytes; with the forms priced 3x those drops come first
+ * (design.md, "The per-tensor search"; ResNet-50 with int8 copies). */
+#define POLICY_FORMS_LATE 3.0
+/* The per-tensor search (tt_recompute_search_tensors): each saved value kept, recomputed or
+ * compressed, cheapest seconds per byte first, for the need the overshoot rule asks (its
+ * bisection after the first fit finds a cheaper plan that still fits: ResNet-50 at micro-batch
+ * 16 with compress_saved = bf16, --vram 800M, predicted 130.7 s against 132.9 s without it). */
+static int policy_make_tensor(const policy_ctx *c, policy_fit_state *s, int iter, unsigned char *rec) {
+  tt_save_forms f = policy_save_forms(c);
+  (void)iter;
+  return tt_recompute_search_tensors(c->g, c->mb, c->dt, c->o->profile, &f, s->need, rec, NULL, c->err);
+}
+
+/* The same in the second order (POLICY_FORMS_LATE); the fit loop keeps the faster plan of the two. */
+static int policy_make_tensor_late(const policy_ctx *c, policy_fit_state *s, int iter, unsigned char *rec) {
+  tt_save_forms f = policy_save_forms(c);
+  (void)iter;
+  f.bias = POLICY_FORMS_LATE;
+  return tt_recompute_search_tensors(c->g, c->mb, c->dt, c->o->profile, &f, s->need, rec, NULL, c->err);
+}
+
+/* The searches, in the order policy_fit runs them (which run: policy_rsearch_kind). The
+ * per-tensor search holds the per-op local one as its special case without forms; the others
+ * stay beside it (segments, and segments with one-hop drops, reach plans its greedy order
+ * does not), and the fastest plan that fits wins. */
+enum { POLICY_RS_SEGMENTS, POLICY_RS_OPS, POLICY_RS_LOCAL, POLICY_RS_HYBRID, POLICY_RS_TENSOR, POLICY_RS_TENSOR_LATE,
+       POLICY_RS_COUNT };
 static const policy_rsearch policy_searches[POLICY_RS_COUNT] = {
     {POLICY_SEGMENT_TRIES + 1, 0, NULL, policy_make_segments, policy_next_overshoot},
     {10 + POLICY_REFINE, POLICY_REFINE, NULL, policy_make_ops, policy_next_overshoot},
     {10, 0, policy_start_local, policy_make_local, policy_next_local},
     {8 + POLICY_REFINE, POLICY_REFINE, policy_start_hybrid, policy_make_hybrid, policy_next_overshoot},
+    {10 + POLICY_REFINE, POLICY_REFINE, NULL, policy_make_tensor, policy_next_overshoot},
+    {10 + POLICY_REFINE, POLICY_REFINE, NULL, policy_make_tensor_late, policy_next_overshoot},
 };
 
 /* Notes an arena planned for the refusal's "smallest plan" (c->min_arena may be NULL). */
@@ -502,10 +567,13 @@ static int policy_fit_cached(const policy_ctx *c, unsigned char *rec, tt_program
   tt_recompute_search_kind kind = policy_rsearch_kind(c->o);
   unsigned char *rec2 = (unsigned char *)tt_malloc((size_t)n, "recompute set", c->err);
   if (!rec2) return -1;
+  tt_save_forms f = policy_save_forms(c);
+  int no_forms = !f.mask && !f.pool_idx && !f.lossy; /* then the per-tensor search is the local one */
   for (int i = 0; i < POLICY_RS_COUNT; i++) {
     tt_program p2;
     if ((i == POLICY_RS_SEGMENTS && kind == TT_RSEARCH_OPS) || (i != POLICY_RS_SEGMENTS && kind == TT_RSEARCH_SEGMENTS) ||
-        (i == POLICY_RS_HYBRID && kind == TT_RSEARCH_OPS)) /* the hybrid has segments */
+        (i == POLICY_RS_HYBRID && kind == TT_RSEARCH_OPS) || /* the hybrid has segments */
+        (i >= POLICY_RS_TENSOR && (kind == TT_RSEARCH_NO_TENSORS || no_forms)))
       continue;
     int rc2 = policy_fit_loop(c, &policy_searches[i], over, rec2, &p2);
     if (rc2 < 0) {
@@ -574,13 +642,20 @@ static int policy_budget(const tt_graph *g, const tt_policy_opts *o, tt_policy_r
   return 0;
 }
 
-/* Makes the fitting program p (recompute set rec, predicted ms and rms) the schedule. */
+/* Makes the fitting program p (per-tensor decisions rec, TT_DEC_*; predicted ms and rms) the
+ * schedule: its recompute and compress arrays the result's own. */
 static void policy_keep(tt_policy_result *r, const tt_program *p, const unsigned char *rec, int n, double ms, double rms) {
+  int any = 0;
   r->train = *p;
   r->policy = p->policy;
-  memcpy(r->recompute, rec, (size_t)n);
+  for (int i = 0; i < n; i++) {
+    r->recompute[i] = rec[i] == TT_DEC_RECOMPUTE, r->compress[i] = rec[i] == TT_DEC_COMPRESS;
+    any |= r->compress[i];
+  }
   r->policy.recompute = r->recompute;
+  r->policy.compact_sel = any ? r->compress : NULL;
   r->train.policy.recompute = r->recompute;
+  r->train.policy.compact_sel = r->policy.compact_sel;
   r->predicted_step_ms = ms;
   r->recompute_ms = rms;
 }
@@ -682,7 +757,8 @@ int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oi
   if (policy_budget(g, &o, r, err)) return -1;
   unsigned char *rec = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
   r->recompute = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
-  if (!rec || !r->recompute) {
+  r->compress = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
+  if (!rec || !r->recompute || !r->compress) {
     free(rec);
     tt_policy_result_free(r);
     return -1;
@@ -816,8 +892,12 @@ static void policy_savings(const tt_graph *g, tt_backend *be, const tt_policy_op
   const tt_policy *pol = &r->policy;
   tt_program q;
   tt_err e2;
-  unsigned char *none = (unsigned char *)calloc((size_t)g->nnodes, 1);
+  int n = g->nnodes;
+  unsigned char *none = (unsigned char *)calloc((size_t)n * 2, 1), *dec; /* dec: the chosen decisions */
   if (!none) return;
+  dec = none + n;
+  for (int i = 0; i < n; i++)
+    dec[i] = r->recompute[i] ? TT_DEC_RECOMPUTE : r->compress && r->compress[i] ? TT_DEC_COMPRESS : TT_DEC_KEEP;
   policy_ctx c = policy_ctx_of(g, be, o, 0, pol->micro_batch, pol->accum_steps, TT_F32, NULL, NULL, &e2);
   if (!policy_try_form(&c, 0, none, 0, &q)) {
     r->arena_fp32_plain = q.arena_bytes;
@@ -825,7 +905,7 @@ static void policy_savings(const tt_graph *g, tt_backend *be, const tt_policy_op
   }
   int same = (pol->compact ? POLICY_COMPACT : 0) | (pol->attn_fused ? POLICY_FUSED : 0);
   c.dt = pol->act_dtype;
-  if (!policy_try_form(&c, 0, r->recompute, same, &q)) {
+  if (!policy_try_form(&c, 0, dec, same, &q)) {
     r->arena_no_inplace = q.arena_bytes;
     tt_program_free(&q);
   }
@@ -901,5 +981,6 @@ void tt_policy_result_free(tt_policy_result *r) {
   tt_program_free(&r->train);
   tt_program_free(&r->eval);
   free(r->recompute);
-  r->recompute = NULL;
+  free(r->compress);
+  r->recompute = NULL, r->compress = NULL;
 }

@@ -5,7 +5,8 @@
  * image that fits the budget. Recompute plans (core/compile/recompute.c) recompute segments
  * of the graph's units (the stretches between single-tensor cut points: a layer of a plain
  * chain, a residual block), chosen by a dynamic program that minimises recompute time for the
- * memory it must free, and are checked against the real planner. */
+ * memory it must free, or single values, and the per-tensor search decides per saved value:
+ * keep, recompute or compress (recompute.h); every plan is checked against the real planner. */
 #ifndef TT_POLICY_H
 #define TT_POLICY_H
 #include "cost.h"
@@ -21,9 +22,11 @@ extern "C" {
  * 300-600 MiB on current drivers; we take the upper end so a plan never overcommits). */
 #define TT_RESERVE_ESTIMATE_BYTES ((size_t)600 << 20)
 
-/* Which recompute search `auto` runs: both, keeping the faster plan that fits (the default);
- * whole segments of units only (the search before issue 26); single ops only. */
-typedef enum { TT_RSEARCH_BEST = 0, TT_RSEARCH_SEGMENTS, TT_RSEARCH_OPS } tt_recompute_search_kind;
+/* Which recompute search `auto` runs: all, keeping the fastest plan that fits (the default);
+ * whole segments of units only (the search before issue 26); single ops only (with the
+ * per-tensor search, issue 42); all but the per-tensor search (the searches before issue 42, to
+ * compare). */
+typedef enum { TT_RSEARCH_BEST = 0, TT_RSEARCH_SEGMENTS, TT_RSEARCH_OPS, TT_RSEARCH_NO_TENSORS } tt_recompute_search_kind;
 
 typedef struct tt_policy_opts {
   size_t vram_bytes;            /* the card's memory; 0 = no budget */
@@ -56,6 +59,9 @@ typedef struct tt_policy_alt {
 typedef struct tt_policy_result {
   tt_policy policy;             /* policy.recompute points into recompute[] below */
   unsigned char *recompute;     /* per node */
+  unsigned char *compress;      /* per node: 1 where the per-tensor search keeps the value in its compact or
+                                 * compressed form (policy.compact_sel points here; NULL there when the plan
+                                 * chose no value: then policy.compact, if set, applies to every one) */
   tt_program train, eval;
   size_t budget_bytes, reserve_bytes;
   double predicted_step_ms;     /* per effective batch (all micro-steps and the update) */

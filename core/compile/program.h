@@ -282,6 +282,8 @@ typedef struct tt_policy {
   int compress;        /* tt_save_fmt: a convolution keeps its input for backward as fp16, bf16
                         * or int8 + per-channel scale (lossy; [train] compress_saved); 0: exact */
   unsigned char *recompute; /* per node: 1 = keep only for the forward pass, recompute in backward; may be NULL */
+  const unsigned char *compact_sel; /* per node, under compact: 1 = this value may be kept in its compact
+                        * or compressed form (the per-tensor search's choice, policy.c); NULL: every one */
   int attn_fused;      /* training: attention keeps only its row statistics (lse) for backward,
                         * which rebuilds the probabilities (no [n, heads, t, t] buffer); 0 keeps
                         * the probabilities (a faster backward). The planner's choice (policy.c). */

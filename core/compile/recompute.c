@@ -388,12 +388,15 @@ static double rc_op_secs(const tt_graph *g, int v, int mb, tt_dtype dt, const tt
   return (tf > tb ? tf : tb) + prof->op_overhead_s;
 }
 
-typedef struct rc_op_cand { double score, bytes; int v; } rc_op_cand;
+/* A candidate of the per-op searches: drop v and recompute it (compress 0), or keep v in its
+ * compact or compressed form (compress 1, the per-tensor search); seconds per byte freed. */
+typedef struct rc_op_cand { double score, bytes; int v, compress; } rc_op_cand;
 
 static int rc_op_cmp(const void *a, const void *b) {
   const rc_op_cand *x = (const rc_op_cand *)a, *y = (const rc_op_cand *)b;
   if (x->score != y->score) return x->score < y->score ? -1 : 1;
-  return x->v - y->v; /* stable: earlier layers first */
+  if (x->v != y->v) return x->v - y->v; /* stable: earlier layers first */
+  return x->compress - y->compress;
 }
 
 /* The node whose value input k of x reads (views looked through; 0: the image). */
@@ -444,24 +447,79 @@ static int rc_op_chain(const tt_graph *g, const rc_op_rule *r, int root, int v, 
   return 1;
 }
 
+/* Whether node v's value can be kept for backward in a smaller form instead of whole (lower.c's
+ * lower_compact_plan decides the same, which the per-tensor search only proposes to): every
+ * backward reader takes one (v's own backward a ReLU's 1-bit mask; a max pool reading v its
+ * uint8 indices; a convolution reading v, where the recipe opts in, a lossy copy), and there is
+ * at least one. Out: *bytes freed (the full tensor less the forms kept), *secs the forms' cost
+ * in bytes over the bandwidth (written in forward and read in backward; a lossy copy's compress
+ * and restore also read and write the full tensor once each). 0 when v has no such form. */
+static int rc_compress_cand(const tt_graph *g, int v, int mb, tt_dtype dt, const tt_device_profile *prof,
+                            const tt_save_forms *f, double *bytes, double *secs) {
+  const tt_node *x = &g->nodes[v];
+  double es = (double)tt_dtype_size(dt), full = (double)mb * (double)tt_node_numel(x) * es, kept = 0.0, moved = 0.0;
+  int readers = 0;
+  if (tt_op(x->kind)->bwd_reads & TT_READS_OUTPUT) {
+    if (!f->mask || (x->kind != TT_L_RELU && x->kind != TT_L_RELU6)) return 0;
+    double mk = (double)tt_act_mask_bytes((size_t)mb * tt_node_numel(x));
+    kept += mk, moved += 2.0 * mk, readers++;
+  }
+  for (int j = v + 1; j < g->nnodes; j++) {
+    const tt_node *y = &g->nodes[j];
+    int reads_v = 0;
+    if (tt_op_is_view(y->L, 1)) continue; /* its readers read v through it (rc_op_in) */
+    for (int k = 0; k < y->nin; k++) reads_v |= rc_op_in(g, y, k) == v;
+    if (!reads_v || !(tt_op(y->kind)->bwd_reads & TT_READS_INPUT) || rc_op_in(g, y, 0) != v) continue;
+    if (y->kind == TT_L_MAXPOOL && f->pool_idx && y->L->kh * y->L->kw <= 256) {
+      double ib = (double)mb * (double)tt_node_numel(y); /* a uint8 per output */
+      kept += ib, moved += 2.0 * ib, readers++;
+    } else if (y->kind == TT_L_CONV && f->lossy > TT_SAVE_EXACT && f->lossy <= TT_SAVE_INT8 &&
+               (dt == TT_F32 || f->lossy == TT_SAVE_INT8)) {
+      double cb = (double)tt_saved_bytes((tt_save_fmt)f->lossy, (size_t)mb, (size_t)x->c, (size_t)x->h * (size_t)x->w);
+      kept += cb, moved += 2.0 * (cb + full), readers++;
+    } else {
+      return 0;
+    }
+  }
+  if (!readers || kept >= full) return 0;
+  *bytes = full - kept;
+  *secs = moved / prof->bytes_per_s + readers * prof->op_overhead_s;
+  return 1;
+}
+
+/* Whether a node that reads v (views looked through) is marked in rec (re-run in backward, it
+ * reads v there in full). */
+static int rc_reader_recomputed(const tt_graph *g, int v, const unsigned char *rec) {
+  for (int j = v + 1; j < g->nnodes; j++) {
+    const tt_node *y = &g->nodes[j];
+    if (tt_op_is_view(y->L, 1)) continue;
+    for (int k = 0; k < y->nin; k++)
+      if (rc_op_in(g, y, k) == v && rec[j] == TT_DEC_RECOMPUTE) return 1;
+  }
+  return 0;
+}
+
 /* The per-op search over the values not marked in rec (rec is added to); need < 0: every
  * candidate. mode 0: any value, unconstrained; 1: memory-bound ops only, each recomputed in one
  * hop from kept values (its sources pinned: neither dropped before nor after); 2: any op, its
- * recompute cascading only inside its own unit (sources outside pinned). Returns the values
- * dropped (-1 when they free less than need, -2 out of memory); *freed_out: their bytes. */
+ * recompute cascading only inside its own unit (sources outside pinned); 3: mode 2's drops and
+ * the compact or compressed forms of forms (the per-tensor search), cheapest seconds per byte
+ * first, a compressed value marked TT_DEC_COMPRESS: it is no source of a recompute (a recompute
+ * reads its inputs whole) and no value read by one. Returns the values dropped or compressed
+ * (-1 when they free less than need, -2 out of memory); *freed_out: their bytes. */
 static int rc_op_search(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need, int mode,
-                       unsigned char *rec, double *freed_out, tt_err *err) {
+                       const tt_save_forms *forms, unsigned char *rec, double *freed_out, tt_err *err) {
   int n = g->nnodes;
   unsigned char *reads = (unsigned char *)tt_malloc((size_t)n * 2, "recompute set", err);
   double *chain = (double *)tt_malloc(sizeof(double) * (size_t)n, "recompute set", err);
-  rc_op_cand *cand = (rc_op_cand *)tt_malloc(sizeof(rc_op_cand) * (size_t)n, "recompute set", err);
+  rc_op_cand *cand = (rc_op_cand *)tt_malloc(sizeof(rc_op_cand) * (size_t)n * 2, "recompute set", err);
   int *unit_of = (int *)tt_malloc(sizeof(int) * (size_t)n, "recompute set", err);
   if (!reads || !chain || !cand || !unit_of || tt_recompute_units(g, unit_of) < 0) {
     free(reads), free(chain), free(cand), free(unit_of);
     return tt_fail(err, "out of host memory planning per-op recomputation for %d layers", n), -2;
   }
   rc_op_rule rule;
-  rule.reads = reads, rule.unit_of = unit_of, rule.rec = rec, rule.pin = reads + n, rule.local = mode == 2;
+  rule.reads = reads, rule.unit_of = unit_of, rule.rec = rec, rule.pin = reads + n, rule.local = mode >= 2;
   memset(rule.pin, 0, (size_t)n);
   tt_recompute_bwd_reads_all(g, reads);
   /* chain[v]: seconds to have v's value back in backward when it is dropped: its own op plus
@@ -485,14 +543,30 @@ static int rc_op_search(const tt_graph *g, int micro_batch, tt_dtype dt, const t
     if (mode == 1 && !rc_op_memory_bound(x->kind)) continue;
     double bytes = (reads[v] ? (double)micro_batch * (double)tt_node_numel(x) * (double)tt_dtype_size(dt) : 0.0) + extra;
     if (bytes <= 0.0) continue;
-    cand[nc].v = v, cand[nc].bytes = bytes, cand[nc].score = chain[v] / bytes;
+    cand[nc].v = v, cand[nc].bytes = bytes, cand[nc].score = chain[v] / bytes, cand[nc].compress = 0;
     nc++;
+    double cb, cs;
+    if (mode == 3 && forms && reads[v] && rc_compress_cand(g, v, micro_batch, dt, prof, forms, &cb, &cs)) {
+      cand[nc].v = v, cand[nc].bytes = cb, cand[nc].score = cs / cb * (forms->bias > 0.0 ? forms->bias : 1.0);
+      cand[nc].compress = 1;
+      nc++;
+    }
   }
   qsort(cand, (size_t)nc, sizeof *cand, rc_op_cmp);
   double freed = 0.0;
   int marked = 0;
   for (int i = 0; i < nc && (need < 0 || freed < need); i++) {
     int v = cand[i].v;
+    if (rec[v]) continue; /* dropped or compressed already (its other candidate won) */
+    if (cand[i].compress) {
+      /* a kept source of a drop, or read by a recomputed op: both need it whole */
+      if (rule.pin[v] == 1 || rc_reader_recomputed(g, v, rec)) continue;
+      rec[v] = TT_DEC_COMPRESS;
+      rule.pin[v] = 3; /* rc_op_chain: a source no later drop may use (not 2: not dropped) */
+      freed += cand[i].bytes;
+      marked++;
+      continue;
+    }
     if (mode) {
       /* v's sources allowed, and v itself no kept source another drop counts on */
       if (rule.pin[v] == 1 || !rc_op_chain(g, &rule, v, v, 1, 0)) continue;
@@ -512,12 +586,67 @@ static int rc_op_search(const tt_graph *g, int micro_batch, tt_dtype dt, const t
 int tt_recompute_search_ops(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need,
                             unsigned char *rec, tt_err *err) {
   memset(rec, 0, (size_t)g->nnodes);
-  return rc_op_search(g, micro_batch, dt, prof, need, 0, rec, NULL, err);
+  return rc_op_search(g, micro_batch, dt, prof, need, 0, NULL, rec, NULL, err);
 }
 
 /* rc_op_search constrained: one hop (mode 1) or cascading inside a unit (local, mode 2), adding
  * to what rec holds already. */
 int tt_recompute_add_cheap(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need,
                            int local, unsigned char *rec, double *freed, tt_err *err) {
-  return rc_op_search(g, micro_batch, dt, prof, need, local ? 2 : 1, rec, freed, err);
+  return rc_op_search(g, micro_batch, dt, prof, need, local ? 2 : 1, NULL, rec, freed, err);
+}
+
+/* rc_op_search's mode 3 from an empty set: every saved value kept, recomputed or compressed. */
+int tt_recompute_search_tensors(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof,
+                                const tt_save_forms *forms, double need, unsigned char *dec, double *freed, tt_err *err) {
+  memset(dec, 0, (size_t)g->nnodes);
+  return rc_op_search(g, micro_batch, dt, prof, need, 3, forms, dec, freed, err);
+}
+
+/* ---- the per-tensor report: what a planned program does with each saved value ---- */
+
+/* Read from the program, not from the search: whichever search chose the plan (segments, per op,
+ * per tensor, or the compact form everywhere), the steps say what happened. A recompute step of
+ * a value backward does not read (a batch norm's output under an in-place ReLU) is charged to the
+ * next value the plan recomputes that backward reads: the one whose recompute needs it. */
+int tt_program_tensors(const tt_program *p, const tt_device_profile *prof, tt_tensor_dec *out) {
+  const tt_graph *g = p->graph;
+  int n = g->nnodes, cnt = 0, acc = p->policy.accum_steps > 0 ? p->policy.accum_steps : 1;
+  const unsigned char *rec = p->policy.recompute;
+  unsigned char *reads = (unsigned char *)malloc((size_t)n);
+  double *ms = (double *)calloc((size_t)n * 2, sizeof(double)), *held = ms ? ms + n : NULL;
+  if (!reads || !ms) {
+    free(reads), free(ms);
+    return -1;
+  }
+  tt_recompute_bwd_reads_all(g, reads);
+  size_t es = tt_dtype_size(p->policy.act_dtype), mb = (size_t)p->policy.micro_batch;
+  for (int i = 0; i < p->nsteps; i++) {
+    const tt_step *s = &p->steps[i];
+    if (s->node < 0 || s->op != TT_S_FWD) continue;
+    if (s->flags & TT_SF_RECOMPUTE) {
+      int v = s->node;
+      while (v < n - 1 && !(rec && rec[v] && reads[v])) v++; /* an unread intermediate: the value it rebuilds */
+      ms[v] += tt_cost_step_ms(p, i, prof) * acc;
+    } else if ((s->flags & TT_SF_COMPACT) && i < p->micro_end) {
+      const tt_node *x = &g->nodes[s->node];
+      int v = x->kind == TT_L_RELU || x->kind == TT_L_RELU6 ? s->node : rc_op_in(g, x, 0);
+      double kb = (double)p->bufs[s->out[TT_FWD_COMPACT]].bytes, moved = 2.0 * kb;
+      if (x->kind == TT_L_CONV) moved += 2.0 * (double)(mb * tt_node_numel(&g->nodes[v]) * es); /* compress, restore */
+      held[v] += kb;
+      ms[v] += 1e3 * (moved / prof->bytes_per_s + prof->op_overhead_s) * acc;
+    }
+  }
+  for (int v = 1; v < n - 1; v++) {
+    const tt_node *x = &g->nodes[v];
+    if (!reads[v] || tt_op_is_view(x->L, 1)) continue;
+    tt_tensor_dec *d = &out[cnt++];
+    d->node = v;
+    d->bytes = mb * tt_node_numel(x) * es;
+    d->decision = rec && rec[v] ? TT_DEC_RECOMPUTE : held[v] > 0.0 ? TT_DEC_COMPRESS : TT_DEC_KEEP;
+    d->held_bytes = d->decision == TT_DEC_KEEP ? d->bytes : d->decision == TT_DEC_COMPRESS ? (size_t)held[v] : 0;
+    d->ms = d->decision == TT_DEC_KEEP ? 0.0 : ms[v];
+  }
+  free(reads), free(ms);
+  return cnt;
 }

@@ -56,6 +56,39 @@ int tt_recompute_search_ops(const tt_graph *g, int micro_batch, tt_dtype dt, con
  * bytes in the model. */
 int tt_recompute_add_cheap(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof, double need,
                            int local, unsigned char *rec, double *freed, tt_err *err);
+/* The per-tensor search's decisions, per node (tt_recompute_search_tensors; the policy search's
+ * sets hold them, policy.c turns them into tt_policy.recompute and tt_policy.compact_sel). */
+enum { TT_DEC_KEEP = 0, TT_DEC_RECOMPUTE = 1, TT_DEC_COMPRESS = 2 };
+/* The smaller forms a value may be kept in for backward (the backend's entries and the recipe):
+ * mask: a ReLU's 1-bit mask; pool_idx: a max pool's uint8 indices (both exact); lossy: the
+ * tt_save_fmt of a convolution's input copy ([train] compress_saved; 0: none). */
+typedef struct tt_save_forms {
+  int mask, pool_idx, lossy;
+  double bias; /* the forms' price is multiplied by this in the order (0: 1); see policy.c */
+} tt_save_forms;
+/* The per-tensor search: for every value backward reads, keep it, drop and recompute it (its
+ * recompute cascading only inside its unit, as tt_recompute_add_cheap's local form, which is the
+ * special case without forms), or keep it in a compact or compressed form (forms), cheapest
+ * seconds per byte freed first until `need` bytes are freed (need < 0: every candidate).
+ * Recompute is priced as the ops' roofline (FLOPs at the profile's rate, or bytes moved), a
+ * form as the bytes it writes and reads over the profile's bandwidth. dec[] (per node,
+ * TT_DEC_*) is filled from empty. Returns the values dropped or compressed; -1 when all of them
+ * free less than need; -2 out of memory (err set); *freed (may be NULL): their bytes. */
+int tt_recompute_search_tensors(const tt_graph *g, int micro_batch, tt_dtype dt, const tt_device_profile *prof,
+                                const tt_save_forms *forms, double need, unsigned char *dec, double *freed, tt_err *err);
+/* One saved value of a training program (a value backward reads; views, the input and the logits
+ * excepted) and what the plan does with it (tt_program_tensors). */
+typedef struct tt_tensor_dec {
+  int node;          /* the value's node */
+  int decision;      /* TT_DEC_*: kept whole, recomputed in backward, or held in compact/compressed forms */
+  size_t bytes;      /* the whole tensor at the program's micro-batch and dtype */
+  size_t held_bytes; /* what backward holds for it: bytes (kept), the forms' bytes (compressed), 0 (recomputed) */
+  double ms;         /* predicted milliseconds per effective batch: its recompute steps (recomputed), its forms
+                      * written and read, with a lossy copy's compress and restore (compressed); 0 kept */
+} tt_tensor_dec;
+/* Fills out (g->nnodes entries at most) with every saved value of training program p in node
+ * order, costed on prof; returns how many, -1 out of host memory. */
+int tt_program_tensors(const tt_program *p, const tt_device_profile *prof, tt_tensor_dec *out);
 /* The sqrt(n) baseline: every unit recomputed except every k-th, k = round(sqrt(units)). */
 void tt_recompute_sqrt(const tt_graph *g, unsigned char *rec);
 #ifdef __cplusplus

@@ -2,7 +2,8 @@
  *   1. tt_policy_search over a range of --vram budgets: fits, monotonic;
  *   2. the optimal checkpoint plan recomputes no more than the sqrt(n) baseline;
  *   3. tt_policy_max_batch returns the largest micro-batch that fits;
- *   4. scheduling frees what it allocates; planning time grows linearly with depth.
+ *   4. scheduling frees what it allocates; planning time grows linearly with depth;
+ *   5. the per-tensor search (keep / recompute / compress) at several budgets.
  * The equivalences the techniques must hold are in tests/runtime/test_equiv.c. */
 #include <math.h>
 #include <stdint.h>
@@ -499,6 +500,131 @@ static void test_planning_scales(tt_backend *be) {
   TT_TEST_END();
 }
 
+
+/* Whether a node that reads v (views looked through) is marked 1 in dec. */
+static int ts_reader_recomputed(const tt_graph *g, int v, const unsigned char *dec) {
+  for (int j = v + 1; j < g->nnodes; j++) {
+    const tt_node *y = &g->nodes[j];
+    if (tt_op_is_view(y->L, 1)) continue;
+    for (int k = 0; k < y->nin; k++) {
+      int u = y->in[k];
+      while (u > 0 && tt_op_is_view(g->nodes[u].L, 1)) u = g->nodes[u].in[0];
+      if (u == v && dec[j] == TT_DEC_RECOMPUTE) return 1;
+    }
+  }
+  return 0;
+}
+
+/* The per-tensor search on the fashion ResNet with compress_saved = bf16: without forms it is the
+ * local per-op search (its special case); with them it compresses some values and drops others,
+ * no compressed value is read by a recomputed op (a recompute reads its inputs whole), and the
+ * lowered program does what the decisions say (tt_program_tensors reads them back). */
+static void test_tensor_decisions(tt_backend *be) {
+  TT_TEST_BEGIN("per-tensor search: keep / recompute / compress, the local per-op search its special case, lowered as decided");
+  tt_err e;
+  net n;
+  if (net_open_test(&n, NULL, NULL, "examples/fashion_mnist/resnet.recipe", &e)) return;
+  n.m.train.compress_saved = TT_SAVE_BF16; /* the recipe's opt-in to the lossy form */
+  int nn = n.g.nnodes, mb = 32;
+  unsigned char *dec = (unsigned char *)calloc((size_t)nn * 3, 1), *loc = dec + nn, *split = dec + 2 * nn;
+  tt_save_forms none = {0, 0, 0, 0.0}, forms = {1, 1, TT_SAVE_BF16, 0.0};
+  double fa = 0.0, fb = 0.0;
+  int a = tt_recompute_search_tensors(&n.g, mb, TT_F32, tt_profile_cpu(), &none, -1.0, dec, &fa, &e);
+  int b = tt_recompute_add_cheap(&n.g, mb, TT_F32, tt_profile_cpu(), -1.0, 1, loc, &fb, &e);
+  TT_CHECK(a > 0 && a == b && fa == fb && !memcmp(dec, loc, (size_t)nn), "without forms: %d values (%.0f B), the local search %d (%.0f B)",
+           a, fa, b, fb);
+  /* half of what all the decisions free: the cheapest per byte */
+  double all = 0.0, half = 0.0;
+  TT_CHECK(tt_recompute_search_tensors(&n.g, mb, TT_F32, tt_profile_cpu(), &forms, -1.0, dec, &all, &e) > 0, "%s", e.msg);
+  int k = tt_recompute_search_tensors(&n.g, mb, TT_F32, tt_profile_cpu(), &forms, 0.5 * all, dec, &half, &e);
+  int ncomp = 0, nrec = 0, bad = 0;
+  for (int v = 1; v < nn; v++) {
+    ncomp += dec[v] == TT_DEC_COMPRESS, nrec += dec[v] == TT_DEC_RECOMPUTE;
+    if (dec[v] == TT_DEC_COMPRESS && ts_reader_recomputed(&n.g, v, dec)) bad++;
+  }
+  /* (all of them may free less than without forms: a compressed value is no recompute's source) */
+  printf("  all decisions free %.1f MiB (%.1f without forms); half: %d values, %d compressed, %d nodes recomputed, %.1f MiB\n",
+         all / 1048576.0, fa / 1048576.0, k, ncomp, nrec, half / 1048576.0);
+  TT_CHECK(k > 0 && half >= 0.5 * all && ncomp > 0 && nrec > 0, "half: %d values, %d compressed, %d recomputed", k, ncomp, nrec);
+  TT_CHECK(!bad, "%d compressed values are read by a recomputed op", bad);
+  /* lowered with the decisions, the program does what they say */
+  tt_policy pol;
+  tt_program p;
+  memset(&pol, 0, sizeof pol);
+  for (int v = 0; v < nn; v++) split[v] = dec[v] == TT_DEC_RECOMPUTE, loc[v] = dec[v] == TT_DEC_COMPRESS;
+  pol.micro_batch = mb, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 1;
+  pol.recompute = split, pol.compact = 1, pol.compress = TT_SAVE_BF16, pol.compact_sel = loc;
+  if (tt_lower(&n.g, &pol, be, &p, &e) || tt_program_plan(&p, &e)) {
+    TT_CHECK(0, "lowering the decisions: %s", e.msg);
+  } else {
+    tt_tensor_dec *d = (tt_tensor_dec *)malloc(sizeof(tt_tensor_dec) * (size_t)nn);
+    int nd = tt_program_tensors(&p, tt_profile_cpu(), d), wrong = 0, priced = 0, decided = 0;
+    for (int i = 0; i < nd; i++) {
+      int v = d[i].node;
+      if (d[i].decision != dec[v]) wrong++;
+      if (d[i].decision != TT_DEC_KEEP) decided++, priced += d[i].ms > 0.0 && d[i].held_bytes < d[i].bytes;
+      if (wrong == 1 && d[i].decision != dec[v])
+        printf("  %s: decided %d, lowered %d\n", n.m.layers[v].name, dec[v], d[i].decision);
+    }
+    TT_CHECK(nd > 0 && !wrong, "%d of %d saved values lowered otherwise than decided", wrong, nd);
+    TT_CHECK(decided > 0 && priced == decided, "%d of %d decisions priced (ms > 0, fewer bytes held)", priced, decided);
+    TT_CHECK(p.n_compressed > 0 && p.n_recomputed_steps > 0, "%d compressed inputs, %d recompute steps", p.n_compressed,
+             p.n_recomputed_steps);
+    free(d);
+    tt_program_free(&p);
+  }
+  free(dec);
+  net_close(&n);
+  TT_TEST_END();
+}
+
+/* The policy search at budgets from loose to tight (micro-batch and fp32 fixed, the CPU profile;
+ * compress: the tt_save_fmt the recipe opts in to, 0 none): every plan fits, more memory never gives a slower
+ * predicted step, and the search with the per-tensor one is never slower than without it (the
+ * searches before issue 42) at the same budget; tighter_expected: it fits a budget they do not. */
+static void ts_budgets(tt_backend *be, const char *path, int mb, const int *mib, int nb, int compress, int tighter_expected) {
+  char name[256];
+  snprintf(name, sizeof name, "per-tensor search at %d budgets: %s mb %d%s%s", nb, path, mb, compress ? ", compress_saved = " : "",
+           compress == TT_SAVE_INT8 ? "int8" : compress ? "bf16" : "");
+  TT_TEST_BEGIN(name);
+  tt_err e;
+  net n;
+  if (net_open_test(&n, NULL, NULL, path, &e)) return;
+  n.m.train.compress_saved = compress; /* tt_save_fmt: the recipe's opt-in to lossy copies */
+  double prev_ms = -1.0;
+  int tighter = 0;
+  for (int i = 0; i < nb; i++) {
+    double ms[2] = {-1.0, -1.0};
+    size_t arena[2] = {0, 0};
+    for (int w = 0; w < 2; w++) {
+      tt_policy_opts o;
+      tt_policy_result r;
+      memset(&o, 0, sizeof o);
+      o.vram_bytes = (size_t)mib[i] << 20, o.micro_batch = mb, o.precision = TT_PREC_FP32, o.inplace = 1;
+      o.profile = tt_profile_cpu(), o.recompute_search = w ? TT_RSEARCH_NO_TENSORS : TT_RSEARCH_BEST;
+      if (tt_policy_search(&n.g, be, &o, &r, &e)) {
+        printf("  --vram %dM%s: %s\n", mib[i], w ? " before" : "", e.msg);
+        continue;
+      }
+      ms[w] = r.predicted_step_ms, arena[w] = r.train.arena_bytes;
+      TT_CHECK(r.train.arena_bytes <= r.budget_bytes, "%dM: arena %zu over the budget", mib[i], r.train.arena_bytes);
+      tt_policy_result_free(&r);
+    }
+    printf("  --vram %5dM: per-tensor %s %.1f ms (arena %.1f MiB); before %s %.1f ms (arena %.1f MiB)\n", mib[i],
+           ms[0] < 0 ? "no fit" : "", ms[0], arena[0] / 1048576.0, ms[1] < 0 ? "no fit" : "", ms[1], arena[1] / 1048576.0);
+    TT_CHECK(ms[1] < 0 || (ms[0] >= 0 && ms[0] <= ms[1] * (1 + 1e-9)), "%dM: %.3f ms with the per-tensor search, %.3f without",
+             mib[i], ms[0], ms[1]);
+    if (ms[0] >= 0 && prev_ms >= 0)
+      TT_CHECK(prev_ms <= ms[0] * (1 + 1e-9), "%dM: %.3f ms, but a larger budget predicted %.3f", mib[i], ms[0], prev_ms);
+    if (ms[0] >= 0) prev_ms = ms[0];
+    TT_CHECK(ms[0] >= 0 || i == nb - 1, "%dM: nothing fits", mib[i]);
+    tighter |= ms[0] >= 0 && ms[1] < 0;
+  }
+  if (tighter_expected) TT_CHECK(tighter, "no budget fits with the per-tensor search that did not before");
+  net_close(&n);
+  TT_TEST_END();
+}
+
 static tt_backend *be; /* the CPU backend (main) */
 static void test_budgets_resnet18(void) { test_schedule_budgets(be, "examples/imagenet/resnet18.recipe", 0); }
 static void test_budgets_resnet50(void) { test_schedule_budgets(be, "examples/imagenet/resnet50.recipe", 1); }
@@ -507,6 +633,17 @@ static void test_per_op_recompute_be(void) { test_per_op_recompute(be); }
 static void test_max_batch_be(void) { test_max_batch(be); }
 static void test_schedule_frees_be(void) { test_schedule_frees(be); }
 static void test_planning_scales_be(void) { test_planning_scales(be); }
+static void test_tensor_decisions_be(void) { test_tensor_decisions(be); }
+static void test_tensor_budgets_fashion(void) {
+  static const int mib[] = {140, 100, 90, 80, 76};
+  ts_budgets(be, "examples/fashion_mnist/resnet.recipe", 128, mib, 5, TT_SAVE_BF16, 0);
+}
+static void test_tensor_budgets_resnet50(void) {
+  static const int mib[] = {1100, 900, 760, 720}, mib_bf16[] = {900, 800, 720, 650}, mib_int8[] = {850, 800, 780, 740};
+  ts_budgets(be, "examples/imagenet/resnet50.recipe", 16, mib, 4, 0, 0);
+  ts_budgets(be, "examples/imagenet/resnet50.recipe", 16, mib_bf16, 4, TT_SAVE_BF16, 1);
+  ts_budgets(be, "examples/imagenet/resnet50.recipe", 16, mib_int8, 4, TT_SAVE_INT8, 0);
+}
 
 /* The registry (tests/tt_test.h): --list prints it, --only NAME|TAG runs part of it. */
 static const tt_test_case tests[] = {
@@ -517,6 +654,9 @@ static const tt_test_case tests[] = {
   TT_TEST("max_batch", "compile policy", test_max_batch_be),
   TT_TEST("schedule_frees", "compile policy memory", test_schedule_frees_be),
   TT_TEST("planning_scales", "compile policy timing", test_planning_scales_be),
+  TT_TEST("tensor_decisions", "compile policy recompute", test_tensor_decisions_be),
+  TT_TEST("tensor_budgets_fashion", "compile policy recompute", test_tensor_budgets_fashion),
+  TT_TEST("tensor_budgets_resnet50", "compile policy recompute", test_tensor_budgets_resnet50),
 };
 
 int main(int argc, char **argv) {

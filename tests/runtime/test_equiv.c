@@ -103,6 +103,7 @@ static double clip_norm_min; /* the smallest last_clip_norm of the runs since it
 #define CK_STEPS 3
 
 static int ck_compact; /* ck_run plans with compact saves (policy.compact) */
+static const unsigned char *ck_sel; /* and with policy.compact_sel (the per-tensor search's; NULL: every value) */
 static tt_dtype ck_dt = TT_F32; /* ck_run's activation dtype */
 static int ck_accum = CK_ACCUM; /* ck_run's micro-steps per update (1: its gradients may be transient) */
 
@@ -116,6 +117,7 @@ static int ck_run(const net *n, tt_backend *be, const unsigned char *rec, const 
   memset(&pol, 0, sizeof pol);
   pol.micro_batch = CK_MB, pol.accum_steps = ck_accum, pol.act_dtype = ck_dt, pol.inplace = 1;
   pol.recompute = (unsigned char *)rec, pol.training = 1, pol.compact = ck_compact;
+  pol.compact_sel = rec ? ck_sel : NULL; /* the plain run: no compact saves unless ck_compact */
   if (tt_lower(&n->g, &pol, be, &p, e)) return -1;
   if (tt_program_plan(&p, e)) {
     tt_program_free(&p);
@@ -287,12 +289,13 @@ static void ck_check_cheap(const tt_graph *g, const unsigned char *rec, int loca
  * plan, 1: sqrt(n), 2: the scheduler's `all`, 3: the scheduler's cheapest plan freeing a
  * quarter of the plain program's transient bytes) against it. */
 static void ck_compare(const char *name, const char *text, const int *variants, int nvar, tt_backend *be) {
-  static const char *const names[9] = {"recompute all (every non-cut node)", "sqrt plan", "scheduler's recompute all",
+  static const char *const names[10] = {"recompute all (every non-cut node)", "sqrt plan", "scheduler's recompute all",
                                        "scheduler's cheapest plan freeing a quarter", "per-op plan freeing a quarter",
                                        "per-op plan dropping every value backward reads",
                                        "one-hop memory-bound ops (BN, ReLU, add, pool, dropout from kept values)",
                                        "per-op plan cascading inside units (convolutions too)",
-                                       "the policy search's plan at the one-hop plan's arena"};
+                                       "the policy search's plan at the one-hop plan's arena",
+                                       "per-tensor decisions, every one (recompute; masks and max-pool indices)"};
   tt_err e;
   net n;
   if (net_open(&n, name, text, NULL, &e)) {
@@ -304,12 +307,19 @@ static void ck_compare(const char *name, const char *text, const int *variants, 
   int32_t *labs;
   ck_data(&imgs, &labs);
   float *s_plain = (float *)calloc(sf, sizeof(float)), st_plain[2];
-  unsigned char *rec = (unsigned char *)calloc((size_t)n.g.nnodes, 1);
+  unsigned char *rec = (unsigned char *)calloc((size_t)n.g.nnodes * 2, 1), *sel = rec + n.g.nnodes;
   tt_program pp;
   if (ck_run(&n, be, NULL, imgs, labs, s_plain, st_plain, &pp, &e) == 0) {
     for (int k = 0; k < nvar; k++) {
       int vr = variants[k];
-      if (vr == 0) rec_all(&n.g, rec);
+      if (vr == 9) { /* issue 42: the per-tensor search's decisions, exact forms only */
+        tt_save_forms f = {be->act_mask != NULL, be->pool_argmax != NULL, 0, 0.0};
+        int r9 = tt_recompute_search_tensors(&n.g, CK_MB, ck_dt, tt_profile_cpu(), &f, -1.0, rec, NULL, &e), nsel = 0;
+        for (int v = 0; v < n.g.nnodes; v++) sel[v] = rec[v] == TT_DEC_COMPRESS, rec[v] = rec[v] == TT_DEC_RECOMPUTE, nsel += sel[v];
+        printf("  per-tensor decisions: %d values, %d of them kept as masks or indices\n", r9, nsel);
+        TT_CHECK(r9 > 0 && nsel > 0, "per-tensor search: %d values, %d compressed", r9, nsel);
+        ck_compact = 1, ck_sel = sel;
+      } else if (vr == 0) rec_all(&n.g, rec);
       else if (vr == 1) tt_recompute_sqrt(&n.g, rec);
       else if (vr == 2) TT_CHECK(tt_recompute_all(&n.g, rec, &e) == 0, "%s", e.msg);
       else if (vr == 8) {
@@ -356,7 +366,7 @@ static void ck_compare(const char *name, const char *text, const int *variants, 
       }
       ck_no_smaller = vr == 5;
       ck_check_variant(&n, be, rec, names[vr], imgs, labs, s_plain, st_plain, &pp);
-      ck_no_smaller = 0;
+      ck_no_smaller = 0, ck_compact = 0, ck_sel = NULL;
     }
     tt_program_free(&pp);
   } else {
@@ -370,9 +380,9 @@ static void ck_compare(const char *name, const char *text, const int *variants, 
 }
 
 static void test_checkpoint_equals_plain(tt_backend *be) {
-  static const int variants[] = {0, 1, 2, 4, 5, 6, 7};
-  TT_TEST_BEGIN("checkpointed training == plain training, bit-exact (fp32, batch norm + dropout; segments and per-op)");
-  ck_compare("bn_dropout.recipe", TT_TEST_RECIPE_BN, variants, 7, be);
+  static const int variants[] = {0, 1, 2, 4, 5, 6, 7, 9};
+  TT_TEST_BEGIN("checkpointed training == plain training, bit-exact (fp32, batch norm + dropout; segments, per-op, per-tensor)");
+  ck_compare("bn_dropout.recipe", TT_TEST_RECIPE_BN, variants, 8, be);
   /* at a larger micro-batch, where activations dominate even more */
   {
     tt_err e;
@@ -445,9 +455,9 @@ static void test_checkpoint_equals_plain_bf16(tt_backend *be) {
 }
 
 static void test_checkpoint_chain_equals_plain(tt_backend *be) {
-  static const int variants[] = {2, 3, 1, 4, 5, 6, 8};
-  TT_TEST_BEGIN("checkpointed training == plain training on a chain, bit-exact (the scheduler's plans, fp32; segments and per-op)");
-  ck_compare("chain.recipe", RECIPE_CHAIN, variants, 7, be);
+  static const int variants[] = {2, 3, 1, 4, 5, 6, 8, 9};
+  TT_TEST_BEGIN("checkpointed training == plain training on a chain, bit-exact (the scheduler's plans, fp32; segments, per-op, per-tensor)");
+  ck_compare("chain.recipe", RECIPE_CHAIN, variants, 8, be);
   TT_TEST_END();
 }
 
