@@ -603,6 +603,42 @@ struct tt_backend {
    * (the reference backend, core/runtime/session.c) lists the CUDA backend's, so the plan shows the
    * calls the card will run; never run there. 0 in every real backend (the tables leave it out). */
   int plan_caps;
+
+  /* ---- batch norm, add and ReLU as one call (optional, last, so positional tables that end before
+   * them, at plan_caps, leave them NULL: the executor then runs the three ops apart) ----
+   * For a residual block's last batch norm, whose output goes only into an add with the shortcut s,
+   * whose output goes only into a ReLU (torchvision's bn2/bn3 -> add(., identity) -> relu).
+   * bn_fwd_train_add_relu: bn_fwd_train's arguments and s (dt [n, c, hw], as x and y; the shortcut,
+   * the add's other input); per element, in this order and rounding exactly there:
+   *   t = batch norm of x, computed as bn_fwd_train computes it, rounded to dt (bn_fwd_train's y);
+   *   u = (float)t + (float)s in fp32, rounded to dt once (add's y);
+   *   y = relu(u) (act_fwd(TT_ACT_RELU): NaN kept, negatives and -0 as +0; exact in dt).
+   * So y is bit for bit what bn_fwd_train into t, add(t, s) and act_fwd(TT_ACT_RELU) write (fp32:
+   * the roundings are no-ops); save_mean, save_invstd and the running statistics as bn_fwd_train;
+   * the same workspace (op_workspace of the TT_OP_BN_FWD_TRAIN desc). y may be s's storage exactly
+   * (in place on the shortcut: each s[i] is read before y[i] is written); y overlaps x nowhere and
+   * s overlaps x nowhere (s is not written unless it is y).
+   * bn_bwd_add_relu: bn_bwd's arguments plus the ReLU's saved output y (dt [n, c, hw]) or, when
+   * mask is non-NULL, its 1-bit mask (tt_act_mask's, bit i for element i in memory order; y is then
+   * not read and may be NULL); dy is the gradient of the ReLU's output (the block's output). With
+   *   g = y[i] > 0 (mask: bit i set) ? dy[i] : 0     (act_bwd / act_bwd_mask with beta 0),
+   * ds = beta_s*ds + g, bit for bit what accumulate(g, ds, beta_s) writes: the add's backward into
+   * the shortcut's gradient (beta_s 1 where that gradient already holds a partial sum; ds NULL: the
+   * shortcut needs none); dx, dgamma and dbias bit for bit bn_bwd's from dy = g, with beta_dx and
+   * beta_param as bn_bwd takes them; the same workspace as bn_bwd (the TT_OP_BN_BWD desc's).
+   * Aliasing: dx may be dy's storage exactly; ds may be dy's storage exactly when beta_s == 0 (g
+   * recomputed from the g already written is g again); dx and ds overlap each other nowhere, and
+   * neither overlaps x, y or mask. Added for issue 41 (item 4): the intermediate batch norm and add
+   * outputs are never stored, the add's and the ReLU's passes disappear forward, and backward the
+   * ReLU's and the add's passes fold into bn_bwd's. */
+  int (*bn_fwd_train_add_relu)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                               const float *bias, const void *s, void *y, float *running_mean, float *running_var,
+                               float momentum, float eps, float *save_mean, float *save_invstd, int update_running,
+                               void *ws, size_t ws_bytes);
+  int (*bn_bwd_add_relu)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *y,
+                         const uint32_t *mask, const void *dy, const float *gamma, const float *save_mean,
+                         const float *save_invstd, void *dx, void *ds, float *dgamma, float *dbias, float beta_dx,
+                         float beta_s, float beta_param, void *ws, size_t ws_bytes);
 };
 
 /* Declares the named entries of one op family for backend prefix P (tt_ref, tt_cpu, tt_cuda):
