@@ -626,9 +626,11 @@ struct tt_backend {
    * the shortcut's gradient (beta_s 1 where that gradient already holds a partial sum; ds NULL: the
    * shortcut needs none); dx, dgamma and dbias bit for bit bn_bwd's from dy = g, with beta_dx and
    * beta_param as bn_bwd takes them; the same workspace as bn_bwd (the TT_OP_BN_BWD desc's).
-   * Aliasing: dx may be dy's storage exactly; ds may be dy's storage exactly when beta_s == 0 (g
-   * recomputed from the g already written is g again); dx and ds overlap each other nowhere, and
-   * neither overlaps x, y or mask. Added for issue 41 (item 4): the intermediate batch norm and add
+   * dy is consumed: the call may overwrite any of its elements with that element's g (a backend
+   * may mask dy in place, then run bn_bwd's own launches on it), so the caller must need dy no
+   * more (the plan let it die at the ReLU's step). Aliasing: dx may be dy's storage exactly; ds may
+   * be dy's storage exactly when beta_s == 0 (g recomputed from a g already written is g again);
+   * dx and ds overlap each other nowhere, and neither overlaps x, y or mask. Added for issue 41 (item 4): the intermediate batch norm and add
    * outputs are never stored, the add's and the ReLU's passes disappear forward, and backward the
    * ReLU's and the add's passes fold into bn_bwd's. */
   int (*bn_fwd_train_add_relu)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
@@ -636,7 +638,7 @@ struct tt_backend {
                                float momentum, float eps, float *save_mean, float *save_invstd, int update_running,
                                void *ws, size_t ws_bytes);
   int (*bn_bwd_add_relu)(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *y,
-                         const uint32_t *mask, const void *dy, const float *gamma, const float *save_mean,
+                         const uint32_t *mask, void *dy, const float *gamma, const float *save_mean,
                          const float *save_invstd, void *dx, void *ds, float *dgamma, float *dbias, float beta_dx,
                          float beta_s, float beta_param, void *ws, size_t ws_bytes);
 };
