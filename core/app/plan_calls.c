@@ -21,14 +21,14 @@ static const char *plan_calls_skip(int skip) {
   }
 }
 
-/* The fused calls' kinds: "bn_fwd_train_relu 16, bn_bwd_relu 16" into buf. */
+/* The fused calls' kinds: "bn_fwd_train_relu 16, bn_bwd_relu 16, bn_fwd_train_add_relu 6, ..." into buf. */
 static void plan_calls_fused_kinds(const tt_program *p, char *buf, size_t cap) {
   int n[TT_CALL_COUNT];
   size_t len = 0;
   memset(n, 0, sizeof n);
   buf[0] = 0;
   for (int i = 0; i < p->ncalls; i++)
-    if (p->calls[i].fn == TT_CALL_BN_RELU_FWD || p->calls[i].fn == TT_CALL_BN_RELU_BWD) n[p->calls[i].fn]++;
+    if (p->calls[i].fn >= TT_CALL_BN_RELU_FWD && p->calls[i].fn <= TT_CALL_BN_ADD_RELU_BWD) n[p->calls[i].fn]++;
   for (int f = 0; f < TT_CALL_COUNT && len < cap; f++)
     if (n[f]) len += (size_t)snprintf(buf + len, cap - len, "%s%s %d", len ? ", " : "", tt_call_name(f), n[f]);
 }
@@ -39,8 +39,8 @@ void tt_plan_calls_line(const tt_program *p, FILE *out) {
   plan_calls_count(p, &micro, &update);
   plan_calls_fused_kinds(p, kinds, sizeof kinds);
   fprintf(out, "  calls       %d backend calls per micro-step, %d in the update; ", micro, update);
-  if (p->n_fused) fprintf(out, "%d fused pairs (%s)", p->n_fused, kinds);
-  else fprintf(out, "no fused pairs");
+  if (p->n_fused) fprintf(out, "%d fused calls (%s)", p->n_fused, kinds);
+  else fprintf(out, "no fused calls");
   fprintf(out, " (plan --calls lists them)\n");
 }
 
@@ -50,7 +50,7 @@ static const char *plan_calls_buf(const tt_program *p, int b) { return b >= 0 ? 
 void tt_plan_calls_text(const tt_program *p, FILE *out) {
   int micro, update;
   plan_calls_count(p, &micro, &update);
-  fprintf(out, "calls of the training program: %d per micro-step, %d in the update, %d fused pairs\n", micro, update,
+  fprintf(out, "calls of the training program: %d per micro-step, %d in the update, %d fused calls\n", micro, update,
           p->n_fused);
   fprintf(out, "%5s %5s %-10s %-22s %-20s %s\n", "call", "step", "phase", "layer", "entry point", "reads -> writes");
   for (int i = 0; i < p->ncalls; i++) {
@@ -62,7 +62,7 @@ void tt_plan_calls_text(const tt_program *p, FILE *out) {
     for (int k = 0, n = 0; k < TT_CALL_MAX_IN; k++)
       if (c->in[k] >= 0) fprintf(out, "%s%s", n++ ? ", " : "", plan_calls_buf(p, c->in[k]));
     fprintf(out, " ->");
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < TT_CALL_MAX_OUT; k++)
       if (c->out[k] >= 0) fprintf(out, " %s", plan_calls_buf(p, c->out[k]));
     if (c->ws >= 0 && p->bufs[c->ws].bytes) fprintf(out, "  ws %zu", p->bufs[c->ws].bytes);
     if (c->skip == TT_CALL_FUSED_AWAY) fprintf(out, "  [fused into call %d]", c->fused_into);
@@ -89,7 +89,7 @@ void tt_plan_calls_json(const tt_program *p, tt_strbuf *b) {
         tt_strbuf_json(b, p->bufs[c->in[k]].name);
       }
     tt_strbuf_printf(b, "], \"out\": [");
-    for (int k = 0, n = 0; k < 3; k++)
+    for (int k = 0, n = 0; k < TT_CALL_MAX_OUT; k++)
       if (c->out[k] >= 0) {
         if (n++) tt_strbuf_put(b, ", ", 2);
         tt_strbuf_json(b, p->bufs[c->out[k]].name);

@@ -19,15 +19,17 @@ const char *tt_call_name(int fn) {
       /* TT_CALL_* */
       "gap_fwd", "gap_bwd", "dropout_fwd", "dropout_bwd", "add", "accumulate", "channel_copy", "act_mask",
       "act_bwd_mask", "pool_argmax", "pool_bwd_idx", "save_compress", "save_restore", "tokens_fwd", "tokens_bwd",
-      "token_pool_fwd", "token_pool_bwd", "bn_apply", "bn_fwd_train_relu", "bn_bwd_relu", "normalize_u8", "cast",
+      "token_pool_fwd", "token_pool_bwd", "bn_apply", "bn_fwd_train_relu", "bn_bwd_relu", "bn_fwd_train_add_relu", "bn_bwd_add_relu", "normalize_u8", "cast",
       "cast_multi", "softmax_ce", "zero", "check_finite", "sum_squares", "update", "update_multi"};
   return fn >= 0 && fn < TT_CALL_COUNT && names[fn] ? names[fn] : "call";
 }
 
 int tt_program_caps(const tt_backend *be, int fuse) {
-  int caps = be->plan_caps & (fuse ? ~0 : ~(TT_CAP_BN_RELU_FWD | TT_CAP_BN_RELU_BWD));
+  int caps = be->plan_caps & (fuse ? ~0 : ~TT_CAP_FUSIONS);
   if (fuse && be->bn_fwd_train_relu) caps |= TT_CAP_BN_RELU_FWD;
   if (fuse && be->bn_bwd_relu) caps |= TT_CAP_BN_RELU_BWD;
+  if (fuse && be->bn_fwd_train_add_relu) caps |= TT_CAP_BN_ADD_RELU_FWD;
+  if (fuse && be->bn_bwd_add_relu) caps |= TT_CAP_BN_ADD_RELU_BWD;
   if (be->cast_multi) caps |= TT_CAP_CAST_MULTI;
   if (be->sgd_update_multi && be->adam_update_multi) caps |= TT_CAP_UPDATE_MULTI;
   return caps;
@@ -57,7 +59,7 @@ static tt_call *calls_push(calls_list *l, int fn, int step) {
   c->fn = fn, c->step = step, c->fused_into = -1, c->ws = -1;
   c->node = l->p->steps[step].node;
   for (int k = 0; k < TT_CALL_MAX_IN; k++) c->in[k] = -1;
-  for (int k = 0; k < 3; k++) c->out[k] = -1;
+  for (int k = 0; k < TT_CALL_MAX_OUT; k++) c->out[k] = -1;
   c->op.dt = l->p->policy.act_dtype;
   return c;
 }
@@ -280,14 +282,137 @@ static int calls_single(const tt_program *p, int i) {
   return found;
 }
 
-/* Applies the fusion table over adjacent micro-step steps of a training program; a step joins at
- * most one fusion. */
+/* ---- three steps as one call: batch norm, add, ReLU (backend.h bn_fwd_train_add_relu and
+ * bn_bwd_add_relu) ----
+ * The residual block's end: a ReLU node fed by an add of two inputs, one of them a batch norm node
+ * that feeds only the add, the add feeding only the ReLU; *k_bn: which input of the add (0 or 1) the
+ * batch norm is, the other being the shortcut. */
+static int calls_bn_add_relu_nodes(const tt_program *p, int bn_node, int add_node, int relu_node, int *k_bn) {
+  const tt_graph *g = p->graph;
+  if (!g || bn_node < 0 || add_node < 0 || relu_node < 0) return 0;
+  const tt_node *r = &g->nodes[relu_node], *a = &g->nodes[add_node];
+  if (r->nin != 1 || r->in[0] != add_node || a->kind != TT_L_ADD || a->nin != 2 || a->nconsumers != 1) return 0;
+  if (g->nodes[bn_node].kind != TT_L_BN || g->nodes[bn_node].nconsumers != 1 || a->in[0] == a->in[1]) return 0;
+  if (a->in[0] == bn_node) *k_bn = 0;
+  else if (a->in[1] == bn_node) *k_bn = 1;
+  else return 0;
+  return 1;
+}
+
+/* Whether a call other than calls[c0..c1] (the fused ones) reads buffer b: the intermediate tensors
+ * a fusion stops writing must have no other reader. */
+static int calls_read_elsewhere(const tt_program *p, int b, int c0, int c1) {
+  for (int i = 0; i < p->ncalls; i++) {
+    if (i >= c0 && i <= c1) continue;
+    for (int k = 0; k < TT_CALL_MAX_IN; k++)
+      if (b >= 0 && p->calls[i].in[k] == b) return 1;
+  }
+  return 0;
+}
+
+/* forward (steps i, i + 1, i + 2): bn_fwd_train into t, add(t, s) into u, act_fwd(RELU) of u into y
+ * (and a compact save's act_mask of y after it, which keeps running). The fused call runs at the
+ * batch norm's place and writes y there: only where y overlaps neither x nor the workspace, and s
+ * exactly or not at all (backend.h), and nothing else reads t or u. 1 when fused. */
+static int calls_fuse_bn_add_relu_fwd(tt_program *p, int i) {
+  int ia = calls_single(p, i), ib = calls_single(p, i + 1), ic = p->step_call[i + 2], k_bn;
+  if (ia < 0 || ib < 0 || ic >= p->step_call[i + 3]) return 0;
+  for (int k = ic + 1; k < p->step_call[i + 3]; k++)
+    if (p->calls[k].fn != TT_CALL_ACT_MASK || p->calls[k].skip != TT_CALL_RUNS) return 0;
+  tt_call *a = &p->calls[ia], *b = &p->calls[ib], *c = &p->calls[ic];
+  size_t cnt = (size_t)a->op.u.bn.n * a->op.u.bn.c * a->op.u.bn.hw;
+  if (a->fn != TT_OP_BN_FWD_TRAIN || b->fn != TT_CALL_ADD || c->fn != TT_OP_ACT_FWD || c->skip != TT_CALL_RUNS ||
+      c->op.u.act.act != TT_ACT_RELU || !calls_bn_add_relu_nodes(p, a->node, b->node, c->node, &k_bn))
+    return 0;
+  int x = a->in[0], t = a->out[0], sc = b->in[1 - k_bn], u = b->out[0], y = c->out[0];
+  if (b->op.u.act.count != cnt || c->op.u.act.count != cnt || !calls_same(p, b->in[k_bn], t) ||
+      !calls_same(p, c->in[0], u) || sc < 0 || y < 0)
+    return 0;
+  if (calls_overlap(p, x, y, 0) || calls_overlap(p, sc, y, 1) || calls_overlap(p, x, sc, 0) ||
+      calls_overlap(p, a->ws, y, 0) || calls_overlap(p, a->ws, sc, 0))
+    return 0;
+  if (calls_read_elsewhere(p, t, ia, ic) || calls_read_elsewhere(p, u, ia, ic)) return 0;
+  a->fn = TT_CALL_BN_ADD_RELU_FWD, a->in[5] = sc, a->out[0] = y;
+  b->skip = c->skip = TT_CALL_FUSED_AWAY, b->fused_into = c->fused_into = ia;
+  return 1;
+}
+
+/* backward (steps i, i + 1, i + 2): act_bwd(RELU) (or act_bwd_mask) of dy into d with beta 0; the
+ * add's accumulates of d into the batch norm's gradient g (beta 0: it feeds only the add) and the
+ * shortcut's (any beta; none when the shortcut needs no gradient); bn_bwd from g. The fused call
+ * runs at the batch norm's place, reading dy and y (or the mask) that the plan let die at the ReLU's
+ * step: only where dx and the shortcut's gradient are dy's storage exactly (the latter with beta 0)
+ * or miss it, miss each other, y and x, the workspace misses what the call reads and writes, and
+ * nothing else reads d or g. 1 when fused. */
+static int calls_fuse_bn_add_relu_bwd(tt_program *p, int i) {
+  int ia = calls_single(p, i), ic = calls_single(p, i + 2), k_bn, gi = -1, si = -1, nrun = 0;
+  if (ia < 0 || ic < 0) return 0;
+  tt_call *a = &p->calls[ia], *c = &p->calls[ic];
+  const tt_step *st = &p->steps[i + 1];
+  size_t cnt = (size_t)c->op.u.bn.n * c->op.u.bn.c * c->op.u.bn.hw;
+  if ((a->fn != TT_OP_ACT_BWD && a->fn != TT_CALL_ACT_BWD_MASK) || a->op.u.act.act != TT_ACT_RELU || a->beta != 0.0f ||
+      a->op.accumulate || a->op.u.act.count != cnt || c->fn != TT_OP_BN_BWD ||
+      !calls_bn_add_relu_nodes(p, c->node, st->node, a->node, &k_bn) || st->nout < 2)
+    return 0;
+  int x = c->in[0], ys = a->in[0], dy = a->in[1], d = a->out[0], g = st->out[k_bn], sg = st->out[1 - k_bn];
+  int dx = c->out[0], ws = c->ws;
+  for (int k = p->step_call[i + 1]; k < p->step_call[i + 2]; k++) {
+    const tt_call *e = &p->calls[k];
+    if (e->skip == TT_CALL_PREPARED_ONLY) continue;
+    if (e->skip != TT_CALL_RUNS || e->fn != TT_CALL_ACCUMULATE || !calls_same(p, e->in[0], d) || e->op.u.act.count != cnt)
+      return 0;
+    nrun++;
+    if (g >= 0 && e->out[0] == g) gi = k;
+    else if (sg >= 0 && e->out[0] == sg) si = k;
+    else return 0;
+  }
+  if (gi < 0 || nrun != 1 + (sg >= 0) || p->calls[gi].beta != 0.0f || !calls_same(p, c->in[1], g) || ys < 0 || dy < 0)
+    return 0;
+  float beta_s = si >= 0 ? p->calls[si].beta : 0.0f;
+  if (calls_overlap(p, dy, dx, 1) || calls_overlap(p, dy, sg, beta_s == 0.0f) || calls_overlap(p, dx, sg, 0) ||
+      calls_overlap(p, ys, dx, 0) || calls_overlap(p, ys, sg, 0) || calls_overlap(p, x, dx, 0) ||
+      calls_overlap(p, x, sg, 0))
+    return 0;
+  if (calls_overlap(p, ws, dy, 0) || calls_overlap(p, ws, ys, 0) || calls_overlap(p, ws, sg, 0) ||
+      calls_overlap(p, ws, dx, 0) || calls_overlap(p, ws, x, 0))
+    return 0;
+  if (calls_read_elsewhere(p, d, ia, ic) || calls_read_elsewhere(p, g, ia, ic) || calls_read_elsewhere(p, dy, ia, ic))
+    return 0; /* the fused call consumes dy (backend.h) */
+  c->fn = TT_CALL_BN_ADD_RELU_BWD, c->mode = a->fn == TT_CALL_ACT_BWD_MASK;
+  c->in[5] = c->in[4], c->in[4] = c->in[3], c->in[3] = c->in[2], c->in[2] = dy, c->in[1] = ys; /* x, y, dy, gamma, mean, 1/std */
+  c->out[3] = sg, c->beta_s = beta_s;
+  for (int k = ia; k < ic; k++)
+    if (p->calls[k].skip == TT_CALL_RUNS) p->calls[k].skip = TT_CALL_FUSED_AWAY, p->calls[k].fused_into = ic;
+  return 1;
+}
+
+/* Steps i, i + 1, i + 2 as one batch norm + add + ReLU call where the steps' kinds and p->caps
+ * allow and the calls match: 1 when fused. */
+static int calls_fuse_triple(tt_program *p, int i) {
+  const tt_step *s = &p->steps[i];
+  if (i + 2 >= p->micro_end || s->op != p->steps[i + 1].op || s->op != p->steps[i + 2].op ||
+      p->steps[i + 1].kind != TT_L_ADD)
+    return 0;
+  if (s->op == TT_S_FWD && (p->caps & TT_CAP_BN_ADD_RELU_FWD) && s->kind == TT_L_BN && p->steps[i + 2].kind == TT_L_RELU)
+    return calls_fuse_bn_add_relu_fwd(p, i);
+  if (s->op == TT_S_BWD && (p->caps & TT_CAP_BN_ADD_RELU_BWD) && s->kind == TT_L_RELU && p->steps[i + 2].kind == TT_L_BN)
+    return calls_fuse_bn_add_relu_bwd(p, i);
+  return 0;
+}
+
+/* Applies the fusions over adjacent micro-step steps of a training program, the three-step one
+ * (calls_fuse_triple) before the pair table; a step joins at most one fusion. */
 static void calls_fuse(tt_program *p) {
   unsigned char taken_prev = 0;
   if (!p->policy.training) return;
   for (int i = 0; i + 1 < p->micro_end; i++) {
     const tt_step *s = &p->steps[i], *t = &p->steps[i + 1];
     int done = 0;
+    if (!taken_prev && calls_fuse_triple(p, i)) { /* steps i + 1 and i + 2 are taken */
+      p->n_fused++;
+      i += 2;
+      continue;
+    }
     for (size_t r = 0; r < sizeof calls_fusions / sizeof calls_fusions[0] && !done && !taken_prev; r++) {
       const calls_fusion *f = &calls_fusions[r];
       int ia, ib;

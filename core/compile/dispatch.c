@@ -30,7 +30,7 @@ static tt_call *dispatch_add(dispatch_ctx *d, int fn) {
   if (fn < TT_OP_KIND_COUNT) c->op.kind = (tt_op_kind)fn;
   c->op.dt = d->dt;
   for (int k = 0; k < TT_CALL_MAX_IN; k++) c->in[k] = -1;
-  for (int k = 0; k < 3; k++) c->out[k] = -1;
+  for (int k = 0; k < TT_CALL_MAX_OUT; k++) c->out[k] = -1;
   c->ws = -1, c->node = -1, c->fused_into = -1;
   return c;
 }

@@ -208,6 +208,12 @@ enum {
   TT_CALL_BN_RELU_FWD,  /* bn_fwd_train_relu: op.kind TT_OP_BN_FWD_TRAIN; the bn call's operands */
   TT_CALL_BN_RELU_BWD,  /* bn_bwd_relu: op.kind TT_OP_BN_BWD; in x, the ReLU's dy, gamma, beta, saved
                          * mean, saved 1/std; out dx, dgamma, dbeta */
+  TT_CALL_BN_ADD_RELU_FWD, /* bn_fwd_train_add_relu (three steps: batch norm, add, ReLU): op.kind
+                         * TT_OP_BN_FWD_TRAIN; in the bn call's five, then the shortcut s; out the
+                         * ReLU's y, saved mean, saved 1/std */
+  TT_CALL_BN_ADD_RELU_BWD, /* bn_bwd_add_relu (ReLU, add and batch norm backward): op.kind TT_OP_BN_BWD;
+                         * in x, the ReLU's y (mode 1: its mask), the ReLU's dy, gamma, saved mean,
+                         * saved 1/std; out dx, dgamma, dbeta, the shortcut's gradient (beta_s) */
   /* the steps other than a layer's: one fixed call each (a.load, a.loss, a.count from the step) */
   TT_CALL_NORMALIZE,    /* LOAD_INPUT: in u8 images; out x (the program's dtype) */
   TT_CALL_CAST,         /* CAST: in fp32 master; out the copy (op.dt: its dtype) */
@@ -232,6 +238,7 @@ enum {
 };
 
 #define TT_CALL_MAX_IN 6
+#define TT_CALL_MAX_OUT 4
 typedef struct tt_call {
   int fn;          /* a tt_op_kind, or a TT_CALL_ above */
   tt_op_desc op;   /* dt always; for fn < TT_OP_KIND_COUNT and the fusions the whole desc (op.kind), as
@@ -240,8 +247,8 @@ typedef struct tt_call {
   int in[TT_CALL_MAX_IN]; /* buffer ids of the pointer arguments the entry point reads, in its
                     * argument order (-1: NULL); bn forward: x, gamma, beta, running mean and variance
                     * (the training forward updates the last two in place) */
-  int out[3];      /* likewise for what it writes: y, or dx (bn: dx, dgamma, dbeta; backward-filter:
-                    * dw, db) */
+  int out[TT_CALL_MAX_OUT]; /* likewise for what it writes: y, or dx (bn: dx, dgamma, dbeta;
+                    * backward-filter: dw, db; bn_bwd_add_relu adds the shortcut's gradient) */
   int step;        /* the Program step it belongs to */
   int node;        /* that step's graph node (dropout and attention seeds), or -1 */
   int ws;          /* the step's workspace buffer, or -1 */
@@ -250,6 +257,8 @@ typedef struct tt_call {
   int fused_into;  /* TT_CALL_FUSED_AWAY: the index of the call that does its work */
   int nseg;        /* *_MULTI: its member calls, which follow it */
   float beta;      /* activation-gradient output: 0 overwrites, 1 adds into (fan-out) */
+  float beta_s;    /* TT_CALL_BN_ADD_RELU_BWD: beta of the shortcut's gradient (out[3]), the add
+                    * backward's accumulate's */
   int param_grads; /* writes parameter gradients: beta is the micro-step's (0 first, then 1) */
   int dy_alias_last; /* add backward: out[0] may share in[0]'s (dy's) storage and must run after the
                       * step's other calls, which read dy (calls.c orders them so) */
@@ -268,8 +277,11 @@ typedef struct tt_call {
 /* What the backend offers that lowering's call list may use (tt_lower sets p->caps from the
  * backend and the knobs; calls.c reads it). */
 enum {
-  TT_CAP_BN_RELU_FWD = 1, TT_CAP_BN_RELU_BWD = 2, TT_CAP_CAST_MULTI = 4, TT_CAP_UPDATE_MULTI = 8
+  TT_CAP_BN_RELU_FWD = 1, TT_CAP_BN_RELU_BWD = 2, TT_CAP_CAST_MULTI = 4, TT_CAP_UPDATE_MULTI = 8,
+  TT_CAP_BN_ADD_RELU_FWD = 16, TT_CAP_BN_ADD_RELU_BWD = 32
 };
+/* The fusions' capabilities, which TINYTRAIN_FUSE=0 takes away. */
+#define TT_CAP_FUSIONS (TT_CAP_BN_RELU_FWD | TT_CAP_BN_RELU_BWD | TT_CAP_BN_ADD_RELU_FWD | TT_CAP_BN_ADD_RELU_BWD)
 
 typedef struct tt_policy {
   int micro_batch;
@@ -339,7 +351,7 @@ typedef struct tt_program {
   tt_call *calls;
   int ncalls;
   int *step_call;      /* [nsteps + 1]: step i's calls are calls[step_call[i] .. step_call[i + 1]) */
-  int n_fused;         /* fused calls (each replacing two steps' calls) */
+  int n_fused;         /* fused calls (each replacing two steps' calls, or three: bn + add + ReLU) */
 } tt_program;
 
 /* The tt_state_fmt parameter pr's optimizer state is held in under policy pol: the model's [train]

@@ -392,9 +392,9 @@ static int exec_call(exec_run *r, const tt_call *c, tt_err *err) {
   const tt_step *s = &r->p->steps[c->step]; /* for messages (EXEC_CHECK) */
   const tt_op_desc *o = &c->op;
   tt_dtype dt = o->dt;
-  void *in[TT_CALL_MAX_IN], *out[3];
+  void *in[TT_CALL_MAX_IN], *out[TT_CALL_MAX_OUT];
   for (int k = 0; k < TT_CALL_MAX_IN; k++) in[k] = EXEC_P(c->in[k]);
-  for (int k = 0; k < 3; k++) out[k] = EXEC_P(c->out[k]);
+  for (int k = 0; k < TT_CALL_MAX_OUT; k++) out[k] = EXEC_P(c->out[k]);
   float *g1 = (float *)out[1], *g2 = (float *)out[2]; /* bn: dgamma, dbeta; fp32 [c] */
   float bp = r->micro_index > 0 ? 1.0f : 0.0f; /* parameter gradients accumulate over micro-steps */
   void *ws = EXEC_P(c->ws);
@@ -422,6 +422,11 @@ static int exec_call(exec_run *r, const tt_call *c, tt_err *err) {
           be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], (const float *)in[1], (const float *)in[2], out[0], (float *)in[3],
           (float *)in[4], c->momentum, o->u.bn.eps, g1, g2, c->update_running, ws, wsb));
       break;
+    case TT_CALL_BN_ADD_RELU_FWD: /* in[5]: the shortcut the add's other input was */
+      EXEC_CHECK(be->bn_fwd_train_add_relu(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], (const float *)in[1],
+                                           (const float *)in[2], in[5], out[0], (float *)in[3], (float *)in[4], c->momentum,
+                                           o->u.bn.eps, g1, g2, c->update_running, ws, wsb));
+      break;
     case TT_OP_BN_FWD_INFER:
       EXEC_CHECK(be->bn_fwd_infer(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], (const float *)in[1], (const float *)in[2],
                                   (const float *)in[3], (const float *)in[4], o->u.bn.eps, out[0], ws, wsb));
@@ -438,6 +443,12 @@ static int exec_call(exec_run *r, const tt_call *c, tt_err *err) {
       EXEC_CHECK(be->bn_bwd_relu(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], in[1], (const float *)in[2],
                                  (const float *)in[3], (const float *)in[4], (const float *)in[5], out[0], g1, g2, c->beta, bp,
                                  ws, wsb));
+      break;
+    case TT_CALL_BN_ADD_RELU_BWD: /* in[1]: the ReLU's y, or its mask (mode 1); in[2]: its dy; out[3]: the shortcut's dx */
+      EXEC_CHECK(be->bn_bwd_add_relu(be, o->u.bn.n, o->u.bn.c, o->u.bn.hw, dt, in[0], c->mode ? NULL : in[1],
+                                     c->mode ? (const uint32_t *)in[1] : NULL, in[2], (const float *)in[3],
+                                     (const float *)in[4], (const float *)in[5], out[0], out[3], g1, g2, c->beta, c->beta_s,
+                                     bp, ws, wsb));
       break;
     case TT_OP_POOL_FWD: EXEC_CHECK(be->pool_fwd(be, &o->u.pool, o->pool_mode, dt, in[0], out[0], ws, wsb)); break;
     case TT_OP_POOL_BWD:

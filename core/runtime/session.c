@@ -132,10 +132,12 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
    * gets (a staged batch: the training program's input buffers persistent, lower.c); nothing runs */
   if (s->target_cuda) {
     s->be->host_memory = 0;
-    /* and the CUDA backend's layouts (tt_cuda.h) and optional calls (the fused batch norm + ReLU,
-     * the many-tensor casts and updates), so the plan shows the layout and the calls the card gets */
+    /* and the CUDA backend's layouts (tt_cuda.h) and optional calls (the fused batch norm + ReLU
+     * and batch norm + add + ReLU, the many-tensor casts and updates), so the plan shows the layout
+     * and the calls the card gets */
     s->be->layouts_16bit = tt_cuda_layouts_16bit(&kn->be);
-    s->be->plan_caps = TT_CAP_BN_RELU_FWD | TT_CAP_BN_RELU_BWD | TT_CAP_CAST_MULTI | TT_CAP_UPDATE_MULTI;
+    s->be->plan_caps = TT_CAP_BN_RELU_FWD | TT_CAP_BN_RELU_BWD | TT_CAP_BN_ADD_RELU_FWD | TT_CAP_BN_ADD_RELU_BWD |
+                       TT_CAP_CAST_MULTI | TT_CAP_UPDATE_MULTI;
   }
   if (gpu) {
     s->profile = gpu, s->target = gpu->name;

@@ -623,6 +623,7 @@ static const tt_backend cuda_be_table = {
     tt_cuda_bn_fwd_train_relu, tt_cuda_bn_bwd_relu, /* batch norm and ReLU in one call */
     tt_cuda_sgd_update_held, tt_cuda_adam_update_held, /* bf16 and int8 optimizer state */
     0, /* plan_caps: a real backend's calls are its entry points */
+    tt_cuda_bn_fwd_train_add_relu, tt_cuda_bn_bwd_add_relu, /* batch norm, add and ReLU in one call */
 };
 
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, const tt_backend_knobs *knobs, char *errbuf,

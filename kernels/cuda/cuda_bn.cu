@@ -122,14 +122,13 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_final_k(cuda_bn
  * inference (infer != 0) derives invstd from the running variance, once per block. */
 template <int V>
 static __device__ __forceinline__ void cuda_bn_norm(const cuda_bn_geom &g, tt_dtype dt, const void *x, void *y,
-                                                    float mean, float invstd, float gm, float bb, int relu) {
+                                                    float mean, float invstd, float gm, float bb, int relu,
+                                                    const void *s) {
   cuda_bn_walk(g, [&](size_t iv) {
-    float v[V];
+    float v[V], sv[V] = {}; /* sv: bn_fwd_train_add_relu's shortcut, read before y is written */
     tt_cuda_ldv<V>(dt, x, iv, v);
-    for (int j = 0; j < V; j++) {
-      v[j] = cuda_bn_y(v[j], mean, invstd, gm, bb);
-      if (relu) v[j] = cuda_bn_relu(v[j]);
-    }
+    if (s) tt_cuda_ldv<V>(dt, s, iv, sv);
+    for (int j = 0; j < V; j++) v[j] = cuda_bn_out(dt, cuda_bn_y(v[j], mean, invstd, gm, bb), relu, s != NULL, sv[j]);
     tt_cuda_stv<V>(dt, y, iv, v);
   });
 }
@@ -137,7 +136,8 @@ static __device__ __forceinline__ void cuda_bn_norm(const cuda_bn_geom &g, tt_dt
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_norm_k(cuda_bn_geom g, tt_dtype dt, const void *x,
                                                                         const float *gamma, const float *bias,
                                                                         const float *mean_p, const float *stat_p,
-                                                                        int infer, float eps, int relu, void *y) {
+                                                                        int infer, float eps, int relu, const void *s,
+                                                                        void *y) {
   __shared__ float sc[4];
   const int ch = blockIdx.x;
   float mean, invstd;
@@ -151,10 +151,10 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_norm_k(cuda_bn_
   {
     const float gm = sc[2], bb = sc[3];
     switch (g.v) {
-      case 8: cuda_bn_norm<8>(g, dt, x, y, mean, invstd, gm, bb, relu); break;
-      case 4: cuda_bn_norm<4>(g, dt, x, y, mean, invstd, gm, bb, relu); break;
-      case 2: cuda_bn_norm<2>(g, dt, x, y, mean, invstd, gm, bb, relu); break;
-      default: cuda_bn_norm<1>(g, dt, x, y, mean, invstd, gm, bb, relu); break;
+      case 8: cuda_bn_norm<8>(g, dt, x, y, mean, invstd, gm, bb, relu, s); break;
+      case 4: cuda_bn_norm<4>(g, dt, x, y, mean, invstd, gm, bb, relu, s); break;
+      case 2: cuda_bn_norm<2>(g, dt, x, y, mean, invstd, gm, bb, relu, s); break;
+      default: cuda_bn_norm<1>(g, dt, x, y, mean, invstd, gm, bb, relu, s); break;
     }
   }
 }
@@ -289,12 +289,13 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_bwd_stats_
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_rows_norm_k(size_t count, int c, tt_dtype dt, const void *x,
                                                                              const float *gamma, const float *bias,
                                                                              const float *mean_p, const float *stat_p,
-                                                                             int infer, float eps, int relu, void *y) {
+                                                                             int infer, float eps, int relu, const void *s,
+                                                                             void *y) {
   TT_CUDA_LOOP(i, count) {
     const int ch = (int)(i % (size_t)c);
     const float mean = mean_p[ch], invstd = infer ? (float)(1.0 / sqrt((double)stat_p[ch] + (double)eps)) : stat_p[ch];
     const float v = cuda_bn_y(tt_cuda_ld(dt, x, i), mean, invstd, gamma[ch], bias[ch]);
-    tt_cuda_st(dt, y, i, relu ? cuda_bn_relu(v) : v);
+    tt_cuda_st(dt, y, i, cuda_bn_out(dt, v, relu, s != NULL, s ? tt_cuda_ld(dt, s, i) : 0.0f));
   }
 }
 
@@ -319,19 +320,21 @@ static dim3 cuda_bn_rows_grid(const cuda_bn_geom &g) { return dim3((unsigned)((g
 /* bn_apply's launches with the caller's op name in messages (below, beside the flat form) */
 static int cuda_bn_apply_launch(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt, const void *x,
                                 const float *gamma, const float *bias, const float *save_mean, const float *save_invstd,
-                                int relu, void *y);
+                                int relu, const void *s, void *y);
 
 /* the training forward's statistics in the flat form (below), when it applies: 1 launched, 0 not, -1 failed */
 static int cuda_bn_fwd_stats_flat(tt_backend *b, const char *op, const cuda_bn_geom &g, int n, int c, int hw, tt_dtype dt,
                                   const void *x, const void *y, float *running_mean, float *running_var, float momentum,
                                   float eps, float *save_mean, float *save_invstd, int update_running, void *ws);
 
-/* bn_fwd_train, and with relu the ReLU-fused form (backend.h bn_fwd_train_relu); op names the
- * entry point in messages. */
+/* bn_fwd_train, with relu the ReLU-fused form (backend.h bn_fwd_train_relu), with the shortcut s
+ * the add-and-ReLU-fused one (bn_fwd_train_add_relu: cuda_bn_out); op names the entry point in
+ * messages. The statistics take the form bn_fwd_train takes for x and y (s joins only the
+ * normalisation's alignment), so they are its bits wherever s is as aligned as y (the arena's). */
 static int cuda_bn_fwd_train(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt, const void *x,
                              const float *gamma, const float *bias, void *y, float *running_mean, float *running_var,
                              float momentum, float eps, float *save_mean, float *save_invstd, int update_running, int relu,
-                             void *ws, size_t ws_bytes) {
+                             const void *s, void *ws, size_t ws_bytes) {
   const void *ptrs[2] = {x, y};
   cuda_bn_geom g;
   int splits, chip;
@@ -343,7 +346,7 @@ static int cuda_bn_fwd_train(tt_backend *b, const char *op, int n, int c, int hw
   if (cuda_bn_ws_check(b, op, n, c, hw, dt, ws, ws_bytes)) return -1;
   /* x held on chip where it fits: one read */
   if ((chip = tt_cuda_bn_chip_fwd(b, op, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps,
-                                  save_mean, save_invstd, update_running, relu)) != 0)
+                                  save_mean, save_invstd, update_running, relu, s)) != 0)
     return chip < 0 ? -1 : 0;
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
   splits = cuda_bn_splits(g);
@@ -354,7 +357,7 @@ static int cuda_bn_fwd_train(tt_backend *b, const char *op, int n, int c, int hw
               (const cuda_bn_d2 *)ws, running_mean, running_var, momentum, eps, save_mean, save_invstd, update_running);
     CUDA_LAUNCH_CHECK(b, op);
     TT_LAUNCH(cuda_bn_rows_norm_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, tt_cuda_stream(b), (size_t)n * c, c,
-              dt, x, gamma, bias, (const float *)save_mean, (const float *)save_invstd, 0, eps, relu, y);
+              dt, x, gamma, bias, (const float *)save_mean, (const float *)save_invstd, 0, eps, relu, s, y);
     CUDA_LAUNCH_CHECK(b, op);
     return 0;
   }
@@ -374,14 +377,14 @@ static int cuda_bn_fwd_train(tt_backend *b, const char *op, int n, int c, int hw
   /* the normalisation as bn_apply does it from the statistics just written: the flat form
    * where the per-channel runs are not whole 16-byte vectors (7x7 and 14x14 planes), the same
    * per-element arithmetic either way */
-  return cuda_bn_apply_launch(b, op, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, relu, y);
+  return cuda_bn_apply_launch(b, op, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, relu, s, y);
 }
 
 int tt_cuda_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                          const float *bias, void *y, float *running_mean, float *running_var, float momentum, float eps,
                          float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes) {
   return cuda_bn_fwd_train(b, "bn_fwd_train", n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps,
-                           save_mean, save_invstd, update_running, 0, ws, ws_bytes);
+                           save_mean, save_invstd, update_running, 0, NULL, ws, ws_bytes);
 }
 
 /* backend.h's bn_fwd_train_relu: y = relu(bn(x)), the launches of bn_fwd_train with the ReLU in
@@ -391,7 +394,22 @@ int tt_cuda_bn_fwd_train_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, 
                               float eps, float *save_mean, float *save_invstd, int update_running, void *ws,
                               size_t ws_bytes) {
   return cuda_bn_fwd_train(b, "bn_fwd_train_relu", n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum,
-                           eps, save_mean, save_invstd, update_running, 1, ws, ws_bytes);
+                           eps, save_mean, save_invstd, update_running, 1, NULL, ws, ws_bytes);
+}
+
+/* backend.h's bn_fwd_train_add_relu: y = relu(bn(x) + s), bn_fwd_train's launches with the add and
+ * the ReLU in the normalisation (cuda_bn_out: the unfused calls' roundings), s read where y is
+ * written (y may be s). */
+int tt_cuda_bn_fwd_train_add_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                                  const float *bias, const void *s, void *y, float *running_mean, float *running_var,
+                                  float momentum, float eps, float *save_mean, float *save_invstd, int update_running,
+                                  void *ws, size_t ws_bytes) {
+  const size_t bytes = (size_t)(n > 0 ? n : 0) * (size_t)(c > 0 ? c : 0) * (size_t)(hw > 0 ? hw : 0) * tt_dtype_size(dt);
+  if (!s) return tt_cuda_fail(b, "bn_fwd_train_add_relu: NULL s (the shortcut)");
+  if (s != y && y && (uintptr_t)s < (uintptr_t)y + bytes && (uintptr_t)y < (uintptr_t)s + bytes)
+    return tt_cuda_fail(b, "bn_fwd_train_add_relu: y overlaps s without being s");
+  return cuda_bn_fwd_train(b, "bn_fwd_train_add_relu", n, c, hw, dt, x, gamma, bias, y, running_mean, running_var,
+                           momentum, eps, save_mean, save_invstd, update_running, 0, s, ws, ws_bytes);
 }
 
 /* Inference over the flat tensor, for planes whose per-channel runs cannot be read as 16-byte
@@ -405,8 +423,8 @@ int tt_cuda_bn_fwd_train_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, 
 template <int V>
 static __device__ __forceinline__ void cuda_bni_body(size_t total_v, int hw, int c, tt_dtype dt, const void *x,
                                                      const float *gamma, const float *bias, const float *rmean,
-                                                     const float *rvar, float eps, int given, int relu, void *y,
-                                                     float (*sp)[CUDA_BNI_MAXP]) {
+                                                     const float *rvar, float eps, int given, int relu, const void *s,
+                                                     void *y, float (*sp)[CUDA_BNI_MAXP]) {
   const size_t per = (size_t)blockDim.x * CUDA_BNI_VPT, v0 = (size_t)blockIdx.x * per;
   const size_t v1 = v0 + per < total_v ? v0 + per : total_v;
   const size_t p0 = v0 * V / (size_t)hw, p1 = (v1 * V - 1) / (size_t)hw;
@@ -420,11 +438,11 @@ static __device__ __forceinline__ void cuda_bni_body(size_t total_v, int hw, int
   for (size_t iv = v0 + threadIdx.x; iv < v1; iv += blockDim.x) {
     const size_t e = iv * V, pl = e / (size_t)hw;
     int k = (int)(e - pl * (size_t)hw), j = (int)(pl - p0);
-    float v[V];
+    float v[V], sv[V] = {}; /* sv: bn_fwd_train_add_relu's shortcut */
     tt_cuda_ldv<V>(dt, x, iv, v);
+    if (s) tt_cuda_ldv<V>(dt, s, iv, sv);
     for (int q = 0; q < V; q++) {
-      v[q] = cuda_bn_y(v[q], sp[0][j], sp[1][j], sp[2][j], sp[3][j]);
-      if (relu) v[q] = cuda_bn_relu(v[q]);
+      v[q] = cuda_bn_out(dt, cuda_bn_y(v[q], sp[0][j], sp[1][j], sp[2][j], sp[3][j]), relu, s != NULL, sv[q]);
       if (++k == hw) k = 0, j++;
     }
     tt_cuda_stv<V>(dt, y, iv, v);
@@ -435,12 +453,12 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_infer_flat_k(si
                                                                               const void *x, const float *gamma,
                                                                               const float *bias, const float *rmean,
                                                                               const float *rvar, float eps, int given,
-                                                                              int relu, void *y) {
+                                                                              int relu, const void *s, void *y) {
   __shared__ float sp[4][CUDA_BNI_MAXP];
   if (dt == TT_F32)
-    cuda_bni_body<4>(total_v, hw, c, dt, x, gamma, bias, rmean, rvar, eps, given, relu, y, sp);
+    cuda_bni_body<4>(total_v, hw, c, dt, x, gamma, bias, rmean, rvar, eps, given, relu, s, y, sp);
   else
-    cuda_bni_body<8>(total_v, hw, c, dt, x, gamma, bias, rmean, rvar, eps, given, relu, y, sp);
+    cuda_bni_body<8>(total_v, hw, c, dt, x, gamma, bias, rmean, rvar, eps, given, relu, s, y, sp);
 }
 
 /* The flat forms' grid (0: they do not apply): hw not whole 16-byte vectors (g.v, from the same
@@ -460,13 +478,13 @@ static size_t cuda_bn_flat_blocks(const cuda_bn_geom &g, int n, int c, int hw, t
  * cuda_bn_flat_blocks says). given: rvar holds 1/std (bn_apply), else the running variance. */
 static int cuda_bn_flat(tt_backend *b, const char *op, const cuda_bn_geom &g, int n, int c, int hw, tt_dtype dt, const void *x,
                         const float *gamma, const float *bias, const float *rmean, const float *rvar, float eps, int given,
-                        int relu, void *y) {
-  const void *ptrs[2] = {x, y};
+                        int relu, const void *s, void *y) {
+  const void *ptrs[3] = {x, y, s};
   const size_t vf = 16 / tt_dtype_size(dt), total = (size_t)n * c * hw;
-  const size_t blocks = cuda_bn_flat_blocks(g, n, c, hw, dt, ptrs, 2);
+  const size_t blocks = cuda_bn_flat_blocks(g, n, c, hw, dt, ptrs, s ? 3 : 2);
   if (!blocks) return 0;
   TT_LAUNCH(cuda_bn_infer_flat_k, (unsigned)blocks, TT_CUDA_THREADS, 0, tt_cuda_stream(b), total / vf, hw, c, dt, x, gamma,
-            bias, rmean, rvar, eps, given, relu, y);
+            bias, rmean, rvar, eps, given, relu, s, y);
   CUDA_LAUNCH_CHECK(b, op);
   return 1;
 }
@@ -639,17 +657,17 @@ int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
   if (hw == 1) { /* rows: flat, channel i % c */
     TT_LAUNCH(cuda_bn_rows_norm_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, tt_cuda_stream(b), (size_t)n * c, c,
-              dt, x, gamma, bias, running_mean, running_var, 1, eps, 0, y);
+              dt, x, gamma, bias, running_mean, running_var, 1, eps, 0, (const void *)NULL, y);
     CUDA_LAUNCH_CHECK(b, "bn_fwd_infer");
     return 0;
   }
-  switch (cuda_bn_flat(b, "bn_fwd_infer", g, n, c, hw, dt, x, gamma, bias, running_mean, running_var, eps, 0, 0, y)) {
+  switch (cuda_bn_flat(b, "bn_fwd_infer", g, n, c, hw, dt, x, gamma, bias, running_mean, running_var, eps, 0, 0, NULL, y)) {
     case 1: return 0; /* the flat form: 16-byte vectors across planes */
     case -1: return -1;
     default: break;
   }
   TT_LAUNCH(cuda_bn_norm_k, dim3((unsigned)c, (unsigned)cuda_bn_splits(g)), TT_CUDA_THREADS, 0, tt_cuda_stream(b), g, dt,
-            x, gamma, bias, running_mean, running_var, 1, eps, 0, y);
+            x, gamma, bias, running_mean, running_var, 1, eps, 0, (const void *)NULL, y);
   CUDA_LAUNCH_CHECK(b, "bn_fwd_infer");
   return 0;
 }
@@ -663,22 +681,22 @@ int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
  * No workspace. */
 static int cuda_bn_apply_launch(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt, const void *x,
                                 const float *gamma, const float *bias, const float *save_mean, const float *save_invstd,
-                                int relu, void *y) {
-  const void *ptrs[2] = {x, y};
-  cuda_bn_geom g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
+                                int relu, const void *s, void *y) {
+  const void *ptrs[3] = {x, y, s};
+  cuda_bn_geom g = cuda_bn_geometry(n, c, hw, dt, ptrs, s ? 3 : 2);
   if (hw == 1) { /* rows: bn_fwd_train's rows normalisation, the same kernel */
     TT_LAUNCH(cuda_bn_rows_norm_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, tt_cuda_stream(b), (size_t)n * c, c,
-              dt, x, gamma, bias, save_mean, save_invstd, 0, 0.0f, relu, y);
+              dt, x, gamma, bias, save_mean, save_invstd, 0, 0.0f, relu, s, y);
     CUDA_LAUNCH_CHECK(b, op);
     return 0;
   }
-  switch (cuda_bn_flat(b, op, g, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, 0.0f, 1, relu, y)) {
+  switch (cuda_bn_flat(b, op, g, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, 0.0f, 1, relu, s, y)) {
     case 1: return 0;
     case -1: return -1;
     default: break;
   }
   TT_LAUNCH(cuda_bn_norm_k, dim3((unsigned)c, (unsigned)cuda_bn_splits(g)), TT_CUDA_THREADS, 0, tt_cuda_stream(b), g, dt, x,
-            gamma, bias, save_mean, save_invstd, 0, 0.0f, relu, y);
+            gamma, bias, save_mean, save_invstd, 0, 0.0f, relu, s, y);
   CUDA_LAUNCH_CHECK(b, op);
   return 0;
 }
@@ -688,7 +706,7 @@ extern "C" int tt_cuda_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt
   if (tt_cuda_planes_check(b, "bn_apply", n, c, hw, dt)) return -1;
   if (!x || !gamma || !bias || !save_mean || !save_invstd || !y)
     return tt_cuda_fail(b, "bn_apply: NULL x, gamma, bias, save_mean, save_invstd or y");
-  return cuda_bn_apply_launch(b, "bn_apply", n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, 0, y);
+  return cuda_bn_apply_launch(b, "bn_apply", n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, 0, NULL, y);
 }
 
 template <int V>
@@ -918,6 +936,19 @@ int tt_cuda_bn_bwd_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
                         const float *gamma, const float *bias, const float *save_mean, const float *save_invstd, void *dx,
                         float *dgamma, float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
   return cuda_bn_bwd(b, "bn_bwd_relu", n, c, hw, dt, x, dy, gamma, bias, 1, save_mean, save_invstd, dx, dgamma, dbias,
+                     beta_dx, beta_param, ws, ws_bytes);
+}
+
+/* backend.h's bn_bwd_add_relu: the ReLU's backward and the add's routing in one elementwise pass
+ * (tt_cuda_relu_route: ds written, dy masked in place, which the contract allows), then bn_bwd's
+ * own launches on the masked dy: bit for bit act_bwd(RELU), accumulate and bn_bwd. */
+int tt_cuda_bn_bwd_add_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *y,
+                            const uint32_t *mask, void *dy, const float *gamma, const float *save_mean,
+                            const float *save_invstd, void *dx, void *ds, float *dgamma, float *dbias, float beta_dx,
+                            float beta_s, float beta_param, void *ws, size_t ws_bytes) {
+  if (tt_cuda_planes_check(b, "bn_bwd_add_relu", n, c, hw, dt)) return -1;
+  if (tt_cuda_relu_route(b, (size_t)n * c * hw, dt, mask ? NULL : y, mask, dy, ds, beta_s)) return -1;
+  return cuda_bn_bwd(b, "bn_bwd_add_relu", n, c, hw, dt, x, dy, gamma, NULL, 0, save_mean, save_invstd, dx, dgamma, dbias,
                      beta_dx, beta_param, ws, ws_bytes);
 }
 

@@ -19,6 +19,20 @@ static __device__ __forceinline__ float cuda_bn_y(float x, float mean, float inv
 /* ReLU after the rounding to dt, as act_fwd does it on the stored y: NaN passes, the rest
  * max(y, 0) (a value that rounds to -0 or to +0 gives +0 either way). */
 static __device__ __forceinline__ float cuda_bn_relu(float v) { return (v > 0.0f || v != v) ? v : 0.0f; }
+/* v rounded to dt and back (what storing v in a dt tensor and loading it gives). */
+static __device__ __forceinline__ float cuda_bn_round(tt_dtype dt, float v) {
+  if (dt == TT_F16) return __half2float(__float2half_rn(v));
+  if (dt == TT_BF16) return __bfloat162float(__float2bfloat16_rn(v));
+  return v;
+}
+/* The forward's output at one element from batch norm's v: v; with relu the ReLU of it; with the
+ * shortcut (has_s, bn_fwd_train_add_relu; sv its value) the unfused calls' roundings in order: v
+ * rounded to dt (bn_fwd_train's stored value), plus sv in fp32 rounded to dt (add's), then the ReLU
+ * (act_fwd's; exact). */
+static __device__ __forceinline__ float cuda_bn_out(tt_dtype dt, float v, int relu, int has_s, float sv) {
+  if (has_s) return cuda_bn_relu(cuda_bn_round(dt, cuda_bn_round(dt, v) + sv));
+  return relu ? cuda_bn_relu(v) : v;
+}
 /* Whether ReLU's backward passes the gradient where batch norm computed v: act_bwd's test on
  * the stored ReLU output (y > 0), which is v rounded to dt, > 0 (NaN fails). */
 static __device__ __forceinline__ int cuda_bn_relu_pass(tt_dtype dt, float v) {
@@ -66,10 +80,12 @@ static __device__ __forceinline__ float cuda_bn_dx_value(tt_dtype dt, int relu, 
 
 /* cuda_bn_chip.cu: the held-on-chip forms of bn_fwd_train(_relu) and bn_bwd(_relu) where they apply
  * (the arguments checked by the caller; op names the entry point in messages): 1 launched, 0 not
- * (the caller takes the two-pass forms), -1 failed. */
+ * (the caller takes the two-pass forms), -1 failed. s: NULL, or bn_fwd_train_add_relu's shortcut
+ * (cuda_bn_out). */
 int tt_cuda_bn_chip_fwd(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt, const void *x,
                         const float *gamma, const float *bias, void *y, float *running_mean, float *running_var,
-                        float momentum, float eps, float *save_mean, float *save_invstd, int update_running, int relu);
+                        float momentum, float eps, float *save_mean, float *save_invstd, int update_running, int relu,
+                        const void *s);
 int tt_cuda_bn_chip_bwd(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                         const float *gamma, const float *bias, int relu, const float *save_mean,
                         const float *save_invstd, void *dx, float *dgamma, float *dbias, float beta_dx,

@@ -110,7 +110,7 @@ static __device__ __forceinline__ void cuda_bn_res_fwd_body(const cuda_bn_rgeom 
                                                             const float *gamma, const float *bias, void *y,
                                                             float *running_mean, float *running_var, float momentum,
                                                             float eps, float *save_mean, float *save_invstd,
-                                                            int update_running, int relu) {
+                                                            int update_running, int relu, const void *s) {
   __shared__ double ws[CUDA_BN_RES_WARPS][2];
   __shared__ float sc[CUDA_BN_RES_MAXG][4]; /* mean, invstd, gamma, bias per channel of the block */
   TT_CUDA_DYN_SHARED(buf);                  /* n runs of x: n * g * hw elements */
@@ -140,11 +140,11 @@ static __device__ __forceinline__ void cuda_bn_res_fwd_body(const cuda_bn_rgeom 
   cuda_bn_res_walk(g, [&](int iv, size_t gv, int k) {
     const int r0 = k * V;
     int c0 = r0 / g.hw, j = r0 - c0 * g.hw; /* one division per vector */
-    float v[V];
+    float v[V], sv[V] = {}; /* sv: the shortcut's values (bn_fwd_train_add_relu), read before y is written */
     tt_cuda_ldv<V>(dt, buf, (size_t)iv, v);
+    if (s) tt_cuda_ldv<V>(dt, s, gv, sv);
     for (int q = 0; q < V; q++) {
-      v[q] = cuda_bn_y(v[q], sc[c0][0], sc[c0][1], sc[c0][2], sc[c0][3]);
-      if (relu) v[q] = cuda_bn_relu(v[q]);
+      v[q] = cuda_bn_out(dt, cuda_bn_y(v[q], sc[c0][0], sc[c0][1], sc[c0][2], sc[c0][3]), relu, s != NULL, sv[q]);
       if (++j == g.hw) j = 0, c0++;
     }
     tt_cuda_stv<V>(dt, y, gv, v);
@@ -155,13 +155,14 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bn_res_fwd_k(cuda_
                                                                            const float *gamma, const float *bias, void *y,
                                                                            float *running_mean, float *running_var,
                                                                            float momentum, float eps, float *save_mean,
-                                                                           float *save_invstd, int update_running, int relu) {
+                                                                           float *save_invstd, int update_running, int relu,
+                                                                           const void *s) {
   if (dt == TT_F32)
     cuda_bn_res_fwd_body<4>(g, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean, save_invstd,
-                            update_running, relu);
+                            update_running, relu, s);
   else
     cuda_bn_res_fwd_body<8>(g, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean, save_invstd,
-                            update_running, relu);
+                            update_running, relu, s);
 }
 
 template <int V>
@@ -262,13 +263,14 @@ static int cuda_bn_res_geometry(tt_backend *b, int n, int c, int hw, tt_dtype dt
 
 int tt_cuda_bn_chip_fwd(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt, const void *x,
                         const float *gamma, const float *bias, void *y, float *running_mean, float *running_var,
-                        float momentum, float eps, float *save_mean, float *save_invstd, int update_running, int relu) {
-  const void *ptrs[2] = {x, y};
+                        float momentum, float eps, float *save_mean, float *save_invstd, int update_running, int relu,
+                        const void *s) {
+  const void *ptrs[3] = {x, y, s};
   cuda_bn_rgeom rg;
   size_t sh;
-  if (!cuda_bn_res_geometry(b, n, c, hw, dt, ptrs, 2, 1, &rg, &sh)) return 0;
+  if (!cuda_bn_res_geometry(b, n, c, hw, dt, ptrs, s ? 3 : 2, 1, &rg, &sh)) return 0;
   TT_LAUNCH(cuda_bn_res_fwd_k, (unsigned)(c / rg.g), TT_CUDA_THREADS, sh, tt_cuda_stream(b), rg, dt, x, gamma, bias, y,
-            running_mean, running_var, momentum, eps, save_mean, save_invstd, update_running, relu);
+            running_mean, running_var, momentum, eps, save_mean, save_invstd, update_running, relu, s);
   CUDA_LAUNCH_CHECK(b, op);
   return 1;
 }

@@ -257,6 +257,34 @@ int tt_cuda_act_bwd_mask(tt_backend *b, tt_act a, size_t count, tt_dtype dt, con
   return 0;
 }
 
+/* tt_cuda_relu_route (cuda_internal.h): one thread an element; each element's dy read before its
+ * ds and dy are written, so ds may be dy. */
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_relu_route_k(size_t count, tt_dtype dt, const void *y,
+                                                                        const uint32_t *mask, void *dy, void *ds,
+                                                                        float beta_s) {
+  TT_CUDA_LOOP(i, count) {
+    const float d = tt_cuda_ld(dt, dy, i);
+    const int pass = mask ? (int)((mask[i >> 5] >> (i & 31u)) & 1u) : tt_cuda_ld(dt, y, i) > 0.0f;
+    const float g = pass ? d : 0.0f;
+    if (ds) tt_cuda_st_beta(dt, ds, i, g, beta_s);
+    if (ds != dy) tt_cuda_st(dt, dy, i, g);
+  }
+}
+
+int tt_cuda_relu_route(tt_backend *b, size_t count, tt_dtype dt, const void *y, const uint32_t *mask, void *dy, void *ds,
+                       float beta_s) {
+  if (cuda_ew_dt(b, "bn_bwd_add_relu", dt)) return -1;
+  if (count && (!dy || (!y && !mask)))
+    return tt_cuda_fail(b, "bn_bwd_add_relu: NULL dy, or NULL y and mask (the ReLU's output or its mask is needed)");
+  if (ds && ds == dy && beta_s != 0.0f)
+    return tt_cuda_fail(b, "bn_bwd_add_relu: ds may be dy only when beta_s == 0 (beta_s=%g)", (double)beta_s);
+  if (!count) return 0;
+  TT_LAUNCH(cuda_ew_relu_route_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, tt_cuda_stream(b), count, dt, y, mask, dy, ds,
+            beta_s);
+  CUDA_LAUNCH_CHECK(b, "bn_bwd_add_relu");
+  return 0;
+}
+
 /* ------------------------- lossy saved copies (backend.h) ----------------------------- */
 
 static __device__ uint16_t cuda_ew_f2bf(float v) {
@@ -711,6 +739,7 @@ TT_CUDA_KERNEL_TABLE(elementwise, TT_CUDA_KERNEL(cuda_ew_add_bias_k, TT_CUDA_THR
                      TT_CUDA_KERNEL(cuda_ew_act_bwd_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_ew_act_mask_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_ew_act_bwd_mask_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_ew_relu_route_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_ew_save16_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_ew_save8_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_ew_restore_k, TT_CUDA_THREADS), TT_CUDA_KERNEL(cuda_ew_add_k, TT_CUDA_THREADS),

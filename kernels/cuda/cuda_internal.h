@@ -497,6 +497,22 @@ int tt_cuda_bn_fwd_train_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, 
 int tt_cuda_bn_bwd_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                         const float *gamma, const float *bias, const float *save_mean, const float *save_invstd, void *dx,
                         float *dgamma, float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
+/* The add-and-ReLU-fused forms (backend.h bn_fwd_train_add_relu, bn_bwd_add_relu): bn_fwd_train's
+ * launches with the add and the ReLU in the normalisation; tt_cuda_relu_route, then bn_bwd's. */
+int tt_cuda_bn_fwd_train_add_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                                  const float *bias, const void *s, void *y, float *running_mean, float *running_var,
+                                  float momentum, float eps, float *save_mean, float *save_invstd, int update_running,
+                                  void *ws, size_t ws_bytes);
+int tt_cuda_bn_bwd_add_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *y,
+                            const uint32_t *mask, void *dy, const float *gamma, const float *save_mean,
+                            const float *save_invstd, void *dx, void *ds, float *dgamma, float *dbias, float beta_dx,
+                            float beta_s, float beta_param, void *ws, size_t ws_bytes);
+/* cuda_elementwise.cu: the ReLU's backward and an add's routing in one pass over count elements
+ * (bn_bwd_add_relu's first launch): g = dy where the ReLU's output y > 0 (mask non-NULL: its bit
+ * set), else 0, as act_bwd / act_bwd_mask give it; ds = beta_s*ds + g as accumulate writes it (ds
+ * NULL: none; ds may be dy when beta_s == 0); then g over dy, for bn_bwd to read. */
+int tt_cuda_relu_route(tt_backend *b, size_t count, tt_dtype dt, const void *y, const uint32_t *mask, void *dy, void *ds,
+                       float beta_s);
 /* cuda_pool.cu */
 TT_BACKEND_DECLARE_POOL(tt_cuda)
 /* cuda_elementwise.cu (check_finite: cuda_loss_optim.cu) */

@@ -158,6 +158,17 @@ size_t tt_ref_op_workspace(tt_backend *b, const tt_op_desc *op);
 TT_BACKEND_DECLARE_BN(tt_ref)
 int tt_ref_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma, const float *bias,
                     const float *save_mean, const float *save_invstd, void *y);
+/* batch norm + add + ReLU as one call (backend.h bn_fwd_train_add_relu, bn_bwd_add_relu): the
+ * reference's own loops composed per element, bit for bit bn_fwd_train, add, act_fwd(RELU) and
+ * act_bwd(RELU) (or act_bwd_mask), accumulate, bn_bwd */
+int tt_ref_bn_fwd_train_add_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                                 const float *bias, const void *s, void *y, float *running_mean, float *running_var,
+                                 float momentum, float eps, float *save_mean, float *save_invstd, int update_running,
+                                 void *ws, size_t ws_bytes);
+int tt_ref_bn_bwd_add_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *y,
+                           const uint32_t *mask, void *dy, const float *gamma, const float *save_mean,
+                           const float *save_invstd, void *dx, void *ds, float *dgamma, float *dbias, float beta_dx,
+                           float beta_s, float beta_param, void *ws, size_t ws_bytes);
 /* ref_pool.c: max and average pooling, the compact max-pool winners, global average pooling */
 TT_BACKEND_DECLARE_POOL(tt_ref)
 /* ref_elementwise.c (check_finite: ref_loss_optim.c) */

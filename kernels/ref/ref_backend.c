@@ -163,6 +163,7 @@ static const tt_backend ref_be_table = {
     NULL, NULL, /* bn_fwd_train_relu, bn_bwd_relu: batch norm and ReLU run apart */
     tt_ref_sgd_update_held, tt_ref_adam_update_held, /* bf16 and int8 optimizer state */
     0, /* plan_caps: a real backend's calls are its entry points */
+    tt_ref_bn_fwd_train_add_relu, tt_ref_bn_bwd_add_relu, /* batch norm, add and ReLU in one call */
 };
 
 tt_backend *tt_ref_backend_create(int threads) {

@@ -739,6 +739,97 @@ static int first_call(const tt_program *p, int fn) {
   return -1;
 }
 
+/* A residual net for the batch norm + add + ReLU fusion (calls.c calls_fuse_triple): b2 -> a1 -> r2
+ * and b3 -> a2 -> r3 are residual ends (r3 feeds only the global average pool: a compact plan
+ * keeps its 1-bit mask); b4 feeds its add and a second add, so it stays apart. */
+static const char *fuse_recipe =
+    "[net]\ninput = 2x6x6\nclasses = 3\n[train]\nbatch = 4\noptimizer = sgd\nlr = 0.1\nmomentum = 0.9\n"
+    "[conv c1]\nfilters = 2\nsize = 3\npad = 1\nbias = false\n[bn b1]\n[relu r1]\n"
+    "[conv c2]\nfilters = 2\nsize = 3\npad = 1\nbias = false\n[bn b2]\n[add a1]\nfrom = b2, r1\n[relu r2]\n"
+    "[conv c4]\nfilters = 2\nsize = 3\npad = 1\nbias = false\n[bn b4]\n[add a3]\nfrom = b4, r2\n[relu r4]\n"
+    "[add a4]\nfrom = r4, b4\n"
+    "[conv c3]\nfilters = 2\nsize = 3\npad = 1\nbias = false\n[bn b3]\n[add a2]\nfrom = b3, a4\n[relu r3]\n"
+    "[gap g]\n[linear fc]\nout = 3\n";
+
+/* Lowers and plans fuse_recipe on the CPU backend with plan_caps caps (planning only, nothing
+ * runs); compact: the compact saves. 0, or -1 with a failed check. */
+static int fuse_open(lw *t, int caps, int compact) {
+  tt_err e = {{0}};
+  tt_policy pol;
+  memset(t, 0, sizeof *t);
+  t->be = tt_cpu_backend_create(1);
+  if (t->be) t->be->plan_caps = caps;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = 4, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 1, pol.compact = compact;
+  if (!t->be || tt_recipe_parse("fuse.recipe", fuse_recipe, &t->m, &e, NULL, NULL) || tt_graph_build(&t->m, &t->g, &e) ||
+      tt_lower(&t->g, &pol, t->be, &t->p, &e) || tt_program_plan(&t->p, &e)) {
+    TT_CHECK(0, "setting up: %s", t->be ? e.msg : "no CPU backend");
+    lw_close(t);
+    return -1;
+  }
+  return 0;
+}
+
+static int count_calls(const tt_program *p, int fn) {
+  int n = 0;
+  for (int i = 0; i < p->ncalls; i++) n += p->calls[i].fn == fn;
+  return n;
+}
+
+/* The batch norm + add + ReLU fusion: where the backend offers it (plan_caps here), the two
+ * residual ends become one call each way at the batch norm's place, their add and ReLU calls fused
+ * away into it, reading the shortcut (forward) and the ReLU's y or, compact, its mask (backward,
+ * mode 1); b4, read by a second add, stays apart; TINYTRAIN_FUSE=0 and a backend without the calls
+ * fuse nothing. */
+static void test_fuse_bn_add_relu(void) {
+  TT_TEST_BEGIN("lower_bn_add_relu_fused");
+  lw t;
+  tt_err e;
+  const int caps = TT_CAP_BN_ADD_RELU_FWD | TT_CAP_BN_ADD_RELU_BWD;
+  for (int compact = 0; compact < 2; compact++) {
+    if (fuse_open(&t, caps, compact)) break;
+    const tt_program *p = &t.p;
+    int f = count_calls(p, TT_CALL_BN_ADD_RELU_FWD), b = count_calls(p, TT_CALL_BN_ADD_RELU_BWD), masks = 0;
+    TT_CHECK(f == 2 && b == 2 && p->n_fused == 4, "compact %d: %d forward and %d backward fused calls, %d in all (want 2, 2, 4)",
+             compact, f, b, p->n_fused);
+    for (int i = 0; i < p->ncalls; i++) {
+      const tt_call *c = &p->calls[i];
+      if (c->fn == TT_CALL_BN_ADD_RELU_FWD) {
+        int add = p->steps[c->step + 1].node, k;
+        TT_CHECK(t.g.nodes[p->steps[c->step].node].kind == TT_L_BN && c->in[5] >= 0 && c->out[0] == p->steps[c->step + 2].out[TT_FWD_Y],
+                 "forward fused call %d: step %d, shortcut %d, y %d", i, c->step, c->in[5], c->out[0]);
+        for (k = p->step_call[c->step + 1]; k < p->step_call[c->step + 3]; k++)
+          if (p->calls[k].fn != TT_CALL_ACT_MASK)
+            TT_CHECK(p->calls[k].skip == TT_CALL_FUSED_AWAY && p->calls[k].fused_into == i,
+                     "the add and ReLU calls of node %d are not fused into call %d", add, i);
+        TT_CHECK(strcmp(t.g.nodes[p->steps[c->step].node].L->name, "b4") != 0, "b4 (read by two adds) was fused");
+      }
+      if (c->fn == TT_CALL_BN_ADD_RELU_BWD) {
+        masks += c->mode;
+        TT_CHECK(c->in[1] >= 0 && c->in[2] >= 0 && c->out[0] >= 0 && c->out[3] >= 0 && c->beta_s == 0.0f,
+                 "backward fused call %d: y %d, dy %d, dx %d, ds %d, beta_s %g", i, c->in[1], c->in[2], c->out[0], c->out[3],
+                 (double)c->beta_s);
+      }
+    }
+    TT_CHECK(masks == compact, "compact %d: %d fused backward calls read the ReLU's mask (want r3's alone with compact)",
+             compact, masks);
+    lw_close(&t);
+  }
+  if (!fuse_open(&t, 0, 0)) { /* the CPU backend without the calls */
+    TT_CHECK(t.p.n_fused == 0 && first_call(&t.p, TT_CALL_BN_ADD_RELU_FWD) < 0, "no calls offered, yet %d fused", t.p.n_fused);
+    lw_close(&t);
+  }
+  setenv("TINYTRAIN_FUSE", "0", 1);
+  TT_CHECK(tt_knobs_init(&e) == 0, "TINYTRAIN_FUSE=0: %s", e.msg);
+  if (!fuse_open(&t, caps, 0)) {
+    TT_CHECK(t.p.n_fused == 0, "TINYTRAIN_FUSE=0 left %d fused calls", t.p.n_fused);
+    lw_close(&t);
+  }
+  unsetenv("TINYTRAIN_FUSE");
+  tt_knobs_init(&e);
+  TT_TEST_END();
+}
+
 /* The final call list (core/compile/calls.c): every step resolved into its calls, contiguous per
  * step; the fusion table joins b1 + r1 forward and r1 + b1 backward where the backend offers the
  * fused calls (and TINYTRAIN_FUSE is not 0), the casts and updates become one many-tensor call
@@ -863,6 +954,7 @@ static const tt_test_case tests[] = {
   TT_TEST("size_overflow", "compile lower", test_size_overflow),
   TT_TEST("vit", "compile lower", test_vit),
   TT_TEST("calls", "compile lower calls", test_calls),
+  TT_TEST("bn_add_relu_fused", "compile lower calls", test_fuse_bn_add_relu),
   TT_TEST("knobs", "base knobs", test_knobs),
 };
 

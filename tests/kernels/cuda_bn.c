@@ -1,4 +1,5 @@
-/* tests/kernels/cuda_bn.c — test_cuda's batch norm: training and inference forms, bn_apply, ReLU-fused and held-on-chip forms.
+/* tests/kernels/cuda_bn.c — test_cuda's batch norm: training and inference forms, bn_apply, ReLU-fused,
+ * add-and-ReLU-fused and held-on-chip forms.
  * Registered and run by tests/kernels/test_cuda.c; helpers in tests/kernels/cuda_test.h. */
 #include "tests/kernels/cuda_test.h"
 
@@ -314,4 +315,91 @@ void test_bn_resident(void) {
   TT_TEST_END();
 }
 
+
+/* Batch norm, add and ReLU as one call (backend.h bn_fwd_train_add_relu, bn_bwd_add_relu) on the
+ * device, bit for bit the calls they stand for on the same device: bn_fwd_train, add, act_fwd(RELU)
+ * (and in place on the shortcut, y == s); act_bwd(RELU) (or act_bwd_mask from act_mask), accumulate
+ * into the shortcut's gradient and into bn_bwd's dy, bn_bwd. Every form of the kernels: with the
+ * held-on-chip form and without it (two-pass, flat at 49, rows at hw 1: an NHWC tensor as the
+ * backends get it), fp32, fp16, bf16, the betas 0 and 1, ds == dy. */
+static void bn_add_relu_case(tt_dtype dt, int N, int C, int HW) {
+  size_t cnt = (size_t)N * C * HW, nb = cnt * tt_dtype_size(dt), fb = (size_t)C * sizeof(float), wsb;
+  tt_op_desc od;
+  memset(&od, 0, sizeof od);
+  od.kind = TT_OP_BN_BWD, od.dt = dt, od.u.bn.n = N, od.u.bn.c = C, od.u.bn.hw = HW, od.u.bn.eps = 1e-5f;
+  wsb = gpu->op_workspace(gpu, &od);
+  void *ws = test_galloc(wsb ? wsb : 1);
+  tt2 x = mk(cnt, dt, -2, 3), sc = mk(cnt, dt, -1.5f, 1), dy = mk(cnt, dt, -1, 1), dx0 = mk(cnt, dt, -1, 1);
+  tt2 ds0 = mk(cnt, dt, -1, 1), g = mk(C, TT_F32, 0.5f, 1.5f), bb = mk(C, TT_F32, -1, 1), stat = mk(6 * (size_t)C, TT_F32, 0.5f, 1);
+  void *t = test_galloc(nb), *y1 = test_galloc(nb), *y2 = test_galloc(nb), *y3 = test_galloc(nb), *d = test_galloc(nb);
+  void *gb = test_galloc(nb), *dx1 = test_galloc(nb), *dx2 = test_galloc(nb), *ds1 = test_galloc(nb), *ds2 = test_galloc(nb);
+  void *dyc = test_galloc(nb);
+  uint32_t *mask = (uint32_t *)test_galloc(tt_act_mask_bytes(cnt));
+  float *st = (float *)test_galloc(12 * fb); /* rm, rv, sm, si, dg, db for the two forms */
+  unsigned char *h1 = (unsigned char *)malloc(nb), *h2 = (unsigned char *)malloc(nb), *h3 = (unsigned char *)malloc(nb);
+  const float *G = (const float *)g.g, *Bb = (const float *)bb.g;
+  int zeros = 0, ok = h1 && h2 && h3 && !gpu->upload(gpu, st, stat.c, 6 * fb) && !gpu->upload(gpu, st + 6 * C, stat.c, 6 * fb);
+  ok = ok && !gpu->download(gpu, h1, sc.g, nb) && !gpu->upload(gpu, y3, h1, nb) &&
+       !gpu->bn_fwd_train(gpu, N, C, HW, dt, x.g, G, Bb, t, st, st + C, 0.1f, 1e-5f, st + 2 * C, st + 3 * C, 1, ws, wsb) &&
+       !gpu->add(gpu, cnt, dt, t, sc.g, y1) && !gpu->act_fwd(gpu, TT_ACT_RELU, cnt, dt, y1, y1) &&
+       !gpu->bn_fwd_train_add_relu(gpu, N, C, HW, dt, x.g, G, Bb, sc.g, y2, st + 6 * C, st + 7 * C, 0.1f, 1e-5f, st + 8 * C,
+                                   st + 9 * C, 1, ws, wsb) &&
+       !gpu->bn_fwd_train_add_relu(gpu, N, C, HW, dt, x.g, G, Bb, y3, y3, NULL, NULL, 0.1f, 1e-5f, st + 8 * C, st + 9 * C, 0,
+                                   ws, wsb);
+  TT_CHECK(ok, "fused bn+add %s %dx%dx%d forward: %s", test_dt_name(dt), N, C, HW, gpu->last_error(gpu));
+  if (ok) {
+    TT_CHECK(!gpu->download(gpu, h1, y1, nb) && !gpu->download(gpu, h2, y2, nb) && !gpu->download(gpu, h3, y3, nb) &&
+                 !memcmp(h1, h2, nb) && !memcmp(h1, h3, nb),
+             "bn_fwd_train_add_relu %s %dx%dx%d: y (or y in place on s) differs from bn_fwd_train, add, act_fwd(RELU)",
+             test_dt_name(dt), N, C, HW);
+    for (size_t i = 0; i < cnt; i++) zeros += test_get(h1, dt, i) == 0.0f;
+    TT_CHECK(zeros > 0 && (size_t)zeros < cnt, "bn+add %s %dx%dx%d: %d of %zu outputs zero: the ReLU is not exercised",
+             test_dt_name(dt), N, C, HW, zeros, cnt);
+    TT_CHECK(!gpu->download(gpu, h1, st, 4 * fb) && !gpu->download(gpu, h2, st + 6 * C, 4 * fb) && !memcmp(h1, h2, 4 * fb),
+             "bn_fwd_train_add_relu %s %dx%dx%d: statistics differ from bn_fwd_train's", test_dt_name(dt), N, C, HW);
+    ok = !gpu->act_mask(gpu, TT_ACT_RELU, cnt, dt, y1, mask);
+  }
+  for (int form = 0; form < 3 && ok; form++) /* 0: y; 1: y, ds == dy; 2: the mask */
+    for (int beta = 0; beta < 2 && ok; beta++) {
+      float bs = form == 1 ? 0.0f : (float)beta, bd = (float)beta;
+      ok = !gpu->download(gpu, h1, dx0.g, nb) && !gpu->upload(gpu, dx1, h1, nb) && !gpu->upload(gpu, dx2, h1, nb) &&
+           !gpu->download(gpu, h1, ds0.g, nb) && !gpu->upload(gpu, ds1, h1, nb) && !gpu->upload(gpu, ds2, h1, nb) &&
+           !gpu->download(gpu, h1, dy.g, nb) && !gpu->upload(gpu, dyc, h1, nb) &&
+           !gpu->upload(gpu, st + 4 * C, stat.c, 2 * fb) && !gpu->upload(gpu, st + 10 * C, stat.c, 2 * fb) &&
+           !gpu->act_bwd(gpu, TT_ACT_RELU, cnt, dt, y1, dy.g, d, 0.0f) && !gpu->accumulate(gpu, cnt, dt, d, ds1, bs) &&
+           !gpu->accumulate(gpu, cnt, dt, d, gb, 0.0f) &&
+           !gpu->bn_bwd(gpu, N, C, HW, dt, x.g, gb, G, st + 2 * C, st + 3 * C, dx1, st + 4 * C, st + 5 * C, bd, bd, ws, wsb) &&
+           !gpu->bn_bwd_add_relu(gpu, N, C, HW, dt, x.g, form == 2 ? NULL : y1, form == 2 ? mask : NULL, dyc, G, st + 2 * C,
+                                 st + 3 * C, dx2, form == 1 ? dyc : ds2, st + 10 * C, st + 11 * C, bd, bs, bd, ws, wsb);
+      TT_CHECK(ok, "fused bn+add %s %dx%dx%d backward form %d: %s", test_dt_name(dt), N, C, HW, form, gpu->last_error(gpu));
+      if (!ok) break;
+      TT_CHECK(!gpu->download(gpu, h1, dx1, nb) && !gpu->download(gpu, h2, dx2, nb) && !memcmp(h1, h2, nb),
+               "bn_bwd_add_relu %s %dx%dx%d form %d beta %d: dx differs from act_bwd, accumulate, bn_bwd", test_dt_name(dt),
+               N, C, HW, form, beta);
+      TT_CHECK(!gpu->download(gpu, h1, ds1, nb) && !gpu->download(gpu, h2, form == 1 ? dyc : ds2, nb) && !memcmp(h1, h2, nb),
+               "bn_bwd_add_relu %s %dx%dx%d form %d beta %d: ds differs from the add backward's accumulate", test_dt_name(dt),
+               N, C, HW, form, beta);
+      TT_CHECK(!gpu->download(gpu, h1, st + 4 * C, 2 * fb) && !gpu->download(gpu, h2, st + 10 * C, 2 * fb) &&
+                   !memcmp(h1, h2, 2 * fb),
+               "bn_bwd_add_relu %s %dx%dx%d form %d beta %d: dgamma or dbias differ", test_dt_name(dt), N, C, HW, form, beta);
+    }
+  free(h1), free(h2), free(h3);
+  fr(&x), fr(&sc), fr(&dy), fr(&dx0), fr(&ds0), fr(&g), fr(&bb), fr(&stat);
+}
+
+void test_bn_add_relu_fused(void) {
+  int shapes[5][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}, {16, 3, 1100}, {4, 6, 9}};
+  const size_t res_cap = tt_cuda_set_bn_resident(gpu, (size_t)-1);
+  TT_TEST_BEGIN("cuda_bn_add_relu_fused");
+  TT_CHECK(gpu->bn_fwd_train_add_relu && gpu->bn_bwd_add_relu, "the CUDA backend's table lists no fused batch norm + add + ReLU");
+  for (int di = 0; di < 6 && gpu->bn_fwd_train_add_relu && gpu->bn_bwd_add_relu; di++) {
+    tt_cuda_set_bn_resident(gpu, di < 3 ? res_cap : 0); /* with the held-on-chip form, then without */
+    for (int s = 0; s < 5; s++) {
+      goff = 0;
+      bn_add_relu_case(test_dts[di % 3], shapes[s][0], shapes[s][1], shapes[s][2]);
+    }
+  }
+  tt_cuda_set_bn_resident(gpu, res_cap);
+  TT_TEST_END();
+}
 #endif

@@ -387,6 +387,117 @@ void test_step_bn_relu_fused(void) {
 #endif
 
 #ifdef TT_CUDA_EMULATION
+/* Running calls of kind fn in a program's list. */
+static int step_count_calls(const tt_program *p, int fn) {
+  int n = 0;
+  for (int i = 0; i < p->ncalls; i++) n += p->calls[i].fn == fn && p->calls[i].skip == TT_CALL_RUNS;
+  return n;
+}
+
+/* A small ResNet (a stem, two identity blocks and a downsampling block, torchvision's BasicBlock:
+ * bn2 -> add(., identity) -> relu) trained 2 steps of SGD at micro-batch 6 on backend be with
+ * TINYTRAIN_FUSE=0 and =1: loss, every parameter and gradient bit for bit the same; the fused list
+ * has the identity blocks' batch norm + add + ReLU as one call each way (the downsampling block's
+ * too where the plan allows: there the batch norm next to the add is the shortcut's, and bn2's
+ * output is the other input), and on the device the fused run launches an add kernel only for the
+ * blocks it left apart. */
+static void step_bn_add_relu_case(const char *path, tt_backend *be, tt_dtype dt) {
+  test_net a, b;
+  tt_err err;
+  int rc, rc2, is_gpu = be == gpu;
+  cuda_rng = 88172645463325252ull;
+  setenv("TINYTRAIN_FUSE", "0", 1); /* read by lowering from the knobs (core/base/knobs.h) */
+  tt_knobs_init(&err);
+  rc = test_net_open(&a, path, be, dt, 6, 1, 0, TT_OPT_SGD, &err);
+  unsetenv("TINYTRAIN_FUSE");
+  tt_knobs_init(&err);
+  TT_CHECK(rc == 0, "%s %s unfused: %s", be->name, test_dt_name(dt), err.msg);
+  rc2 = test_net_open(&b, path, be, dt, 6, 1, 0, TT_OPT_SGD, &err);
+  TT_CHECK(rc2 == 0, "%s %s fused: %s", be->name, test_dt_name(dt), err.msg);
+  if (!rc && !rc2) {
+    size_t cnt;
+    float *input = test_rand_input(&a, &cnt), sa[2], sb[2], *ha = NULL, *hb = NULL;
+    int32_t labels[6] = {0, 4, 2, 1, 3, 2};
+    tt_opt_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.kind = TT_OPT_SGD, hp.lr = 0.1f, hp.momentum = 0.9f;
+    int nf = step_count_calls(&b.p, TT_CALL_BN_ADD_RELU_FWD);
+    TT_CHECK(step_count_calls(&a.p, TT_CALL_BN_ADD_RELU_FWD) == 0 && step_count_calls(&a.p, TT_CALL_BN_ADD_RELU_BWD) == 0 &&
+                 nf >= 2 && step_count_calls(&b.p, TT_CALL_BN_ADD_RELU_BWD) >= 2,
+             "%s %s: bn_fwd_train_add_relu/bn_bwd_add_relu calls: unfused %d/%d (want 0/0), fused %d/%d (want 2 or 3 each)", be->name,
+             test_dt_name(dt), step_count_calls(&a.p, TT_CALL_BN_ADD_RELU_FWD), step_count_calls(&a.p, TT_CALL_BN_ADD_RELU_BWD),
+             step_count_calls(&b.p, TT_CALL_BN_ADD_RELU_FWD), step_count_calls(&b.p, TT_CALL_BN_ADD_RELU_BWD));
+    for (int step = 0; step < 2; step++) {
+      int ova = 0, ovb = 0;
+      size_t adds[2];
+      test_net *nets[2] = {&a, &b};
+      for (int k = 0; k < 2; k++) {
+        size_t a0 = tt_emu_kernel_launches("cuda_ew_add_k");
+        tt_exec_stats(&nets[k]->x, NULL, 1, &err);
+        TT_CHECK(tt_exec_micro_step_f32(&nets[k]->x, input, labels, 0, (uint64_t)step, 1.0f / 6, &err) == 0, "%s step: %s",
+                 k ? "fused" : "unfused", err.msg);
+        TT_CHECK(be->sync(be) == 0, "%s", be->last_error(be));
+        adds[k] = tt_emu_kernel_launches("cuda_ew_add_k") - a0;
+      }
+      if (is_gpu)
+        TT_CHECK(adds[0] == 3 && adds[1] == 3 - (size_t)nf, "%s add launches a micro-step: unfused %zu (want 3), fused %zu (want %d)",
+                 test_dt_name(dt), adds[0], adds[1], 3 - nf);
+      tt_exec_stats(&a.x, sa, 1, &err);
+      tt_exec_stats(&b.x, sb, 1, &err);
+      TT_CHECK(!memcmp(sa, sb, sizeof sa), "%s %s step %d: loss %.9g/%g unfused, %.9g/%g fused", be->name, test_dt_name(dt),
+               step, sa[0], sa[1], sb[0], sb[1]);
+      for (int role = 1; role >= 0; role--) {
+        for (int i = 0; i < a.g.nparams; i++) {
+          const tt_param *pp = &a.g.params[i];
+          if (role == 1 && !pp->trainable) continue;
+          ha = (float *)realloc(ha, pp->numel * sizeof(float)), hb = (float *)realloc(hb, pp->numel * sizeof(float));
+          TT_CHECK(ha && hb && !tt_exec_param_get(&a.x, i, role, ha, &err) && !tt_exec_param_get(&b.x, i, role, hb, &err) &&
+                       !memcmp(ha, hb, pp->numel * sizeof(float)),
+                   "%s %s step %d: %s%s differs with the fusion", be->name, test_dt_name(dt), step, role ? "grad." : "",
+                   pp->name);
+        }
+        if (role == 1) {
+          TT_CHECK(tt_exec_update(&a.x, &hp, step + 1, 1.0f, &ova, &err) == 0, "update: %s", err.msg);
+          TT_CHECK(tt_exec_update(&b.x, &hp, step + 1, 1.0f, &ovb, &err) == 0, "update: %s", err.msg);
+        }
+      }
+    }
+    free(ha), free(hb), free(input);
+  }
+  test_net_close(&a); /* its flags say what was made, also when the open failed part way */
+  if (!rc) test_net_close(&b);
+}
+
+/* The whole-network check of bn_fwd_train_add_relu and bn_bwd_add_relu: step_bn_add_relu_case on
+ * the reference backend (fp32, bf16) and the emulated device (fp32, fp16). */
+void test_step_bn_add_relu_fused(void) {
+  static const char *text =
+      "[net]\ninput = 3x8x8\nclasses = 5\n[train]\nbatch = 6\noptimizer = sgd\nlr = 0.1\nmomentum = 0.9\n"
+      "[block basic]\nparams = c\n[conv conv1]\nfilters = $c\nsize = 3\nbias = false\n[bn bn1]\nactivation = relu\n"
+      "[conv conv2]\nfilters = $c\nsize = 3\nbias = false\n[bn bn2]\n[add]\nfrom = bn2, in\n[relu]\n[end]\n"
+      "[block down]\nparams = c\n[conv conv1]\nfilters = $c\nsize = 3\nstride = 2\nbias = false\n[bn bn1]\n"
+      "activation = relu\n[conv conv2]\nfilters = $c\nsize = 3\nbias = false\n[bn bn2]\n[conv downsample.0]\n"
+      "from = in\nfilters = $c\nsize = 1\nstride = 2\nbias = false\n[bn downsample.1]\n[add]\n"
+      "from = bn2, downsample.1\n[relu]\n[end]\n"
+      "[conv stem]\nfilters = 8\nsize = 3\nbias = false\n[bn stem_bn]\nactivation = relu\n"
+      "[basic layer1]\nc = 8\nrepeat = 2\n[down layer2]\nc = 16\n[gap pool]\n[linear fc]\nout = 5\n";
+  char path[] = "/tmp/tt_fuse_add_XXXXXX";
+  int fd = mkstemp(path);
+  TT_TEST_BEGIN("cuda_step_bn_add_relu_fused");
+  TT_CHECK(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text), "writing %s", path);
+  if (fd >= 0) close(fd);
+  if (fd >= 0) {
+    step_bn_add_relu_case(path, cpu, TT_F32);
+    step_bn_add_relu_case(path, cpu, TT_BF16);
+    step_bn_add_relu_case(path, gpu, TT_F32);
+    step_bn_add_relu_case(path, gpu, TT_F16);
+    unlink(path);
+  }
+  TT_TEST_END();
+}
+#endif
+
+#ifdef TT_CUDA_EMULATION
 /* A bf16 training program on the CUDA backend under layouts_16bit NHWC (TINYTRAIN_LAYOUT=nhwc)
  * plans NHWC between convolutions and trains as the NCHW program on the same backend and as the
  * reference does: the small CNN (a conv with bias at the layout change, grouped and depthwise

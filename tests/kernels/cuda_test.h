@@ -114,6 +114,7 @@ void test_sum_squares_clip(void);
 /* cuda_bn.c */
 void test_batchnorm(void);
 void test_bn_relu_fused(void);
+void test_bn_add_relu_fused(void);
 void test_bn_resident(void);
 
 /* cuda_pool.c */
@@ -163,6 +164,7 @@ void test_cmp_params(test_net *a, test_net *b, int role, double tol, double adam
                             const char *when);
 void test_step(tt_dtype dt, const char *name);
 void test_step_bn_relu_fused(void);
+void test_step_bn_add_relu_fused(void);
 void test_step_bf16_nhwc(void);
 void test_step_held(void);
 void test_batch_overlap(void);

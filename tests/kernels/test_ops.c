@@ -1042,8 +1042,100 @@ static void test_check_finite(void) {
   TT_TEST_END();
 }
 
+/* ---------------------- batch norm + add + ReLU as one call (fused) ----------------------
+ * backend.h's bn_fwd_train_add_relu and bn_bwd_add_relu, where the backend lists them, bit for bit
+ * the unfused calls on the same backend: bn_fwd_train, add, act_fwd(RELU) forward (and in place on
+ * the shortcut, y == s); act_bwd(RELU) (or act_bwd_mask from act_mask's bits), accumulate into the
+ * shortcut's gradient and into bn_bwd's dy, bn_bwd backward; with the betas 0 and 1, and ds == dy.
+ * fp32, bf16, fp16; NCHW [n, c, hw] and an NHWC tensor as the backends get it ([n*h*w, c, 1]). */
+/* v in dt (cast from fp32 by the backend under test), count values uniform in [lo, hi). */
+static void *fuse_rand(tt_dtype dt, size_t count, float lo, float hi) {
+  float *f = (float *)malloc(count * sizeof(float));
+  void *o = malloc(count * tt_dtype_size(dt));
+  for (size_t i = 0; i < count; i++) f[i] = lo + (hi - lo) * (float)urand();
+  B->cast(B, count, TT_F32, f, dt, o);
+  free(f);
+  return o;
+}
+
+/* One shape and dtype, every form of both calls (failures counted by TT_CHECK). */
+static void fuse_case(tt_dtype dt, int n, int c, int hw, const char *lay) {
+  size_t cnt = (size_t)n * c * hw, es = tt_dtype_size(dt), nb = cnt * es, fb = (size_t)c * sizeof(float);
+  float mom = 0.1f, eps = 1e-5f;
+  void *x = fuse_rand(dt, cnt, -2.0f, 3.0f), *s = fuse_rand(dt, cnt, -1.5f, 1.0f), *dy = fuse_rand(dt, cnt, -1.0f, 1.0f);
+  void *dx0 = fuse_rand(dt, cnt, -1.0f, 1.0f), *ds0 = fuse_rand(dt, cnt, -1.0f, 1.0f);
+  float *gm = (float *)fuse_rand(TT_F32, (size_t)c, 0.5f, 1.5f), *bb = (float *)fuse_rand(TT_F32, (size_t)c, -1.0f, 1.0f);
+  float *st0 = (float *)fuse_rand(TT_F32, 6 * (size_t)c, 0.5f, 1.0f), *st = (float *)malloc(12 * fb);
+  unsigned char *t = malloc(nb), *y1 = malloc(nb), *y2 = malloc(nb), *y3 = malloc(nb), *d = malloc(nb), *g = malloc(nb);
+  unsigned char *dx1 = malloc(nb), *dx2 = malloc(nb), *ds1 = malloc(nb), *ds2 = malloc(nb), *dyc = malloc(nb);
+  uint32_t *mask = (uint32_t *)malloc(tt_act_mask_bytes(cnt));
+  int ok, zeros = 0;
+  memcpy(st, st0, 6 * fb), memcpy(st + 6 * c, st0, 6 * fb), memcpy(y3, s, nb);
+  ok = !B->bn_fwd_train(B, n, c, hw, dt, x, gm, bb, t, st, st + c, mom, eps, st + 2 * c, st + 3 * c, 1, WS, WSB) &&
+       !B->add(B, cnt, dt, t, s, y1) && !B->act_fwd(B, TT_ACT_RELU, cnt, dt, y1, y1) &&
+       !B->bn_fwd_train_add_relu(B, n, c, hw, dt, x, gm, bb, s, y2, st + 6 * c, st + 7 * c, mom, eps, st + 8 * c, st + 9 * c,
+                                 1, WS, WSB);
+  TT_CHECK(ok, "%s %s %dx%dx%d forward: %s", tt_dtype_name(dt), lay, n, c, hw, B->last_error(B));
+  if (!ok) goto done;
+  TT_CHECK(!memcmp(y1, y2, nb), "bn_fwd_train_add_relu %s %s %dx%dx%d: y differs from bn_fwd_train, add, act_fwd(RELU)",
+           tt_dtype_name(dt), lay, n, c, hw);
+  TT_CHECK(!memcmp(st, st + 6 * c, 4 * fb), "bn_fwd_train_add_relu %s %s: statistics differ from bn_fwd_train's",
+           tt_dtype_name(dt), lay);
+  ok = !B->bn_fwd_train_add_relu(B, n, c, hw, dt, x, gm, bb, y3, y3, st + 6 * c, st + 7 * c, mom, eps, st + 8 * c,
+                                 st + 9 * c, 0, WS, WSB);
+  TT_CHECK(ok && !memcmp(y1, y3, nb), "bn_fwd_train_add_relu %s %s in place on the shortcut (y == s): y differs (%s)",
+           tt_dtype_name(dt), lay, ok ? "" : B->last_error(B));
+  for (size_t i = 0; i < cnt; i++) { /* +0, all bytes zero: the ReLU's zeros */
+    size_t z = 0;
+    for (size_t k = 0; k < es; k++) z += y1[i * es + k] == 0;
+    zeros += z == es;
+  }
+  TT_CHECK(zeros > 0 && (size_t)zeros < cnt, "%s %s: %d of %zu outputs zero: the inputs do not exercise the ReLU",
+           tt_dtype_name(dt), lay, zeros, cnt);
+  if (B->act_mask) TT_CHECK(!B->act_mask(B, TT_ACT_RELU, cnt, dt, y1, mask), "act_mask: %s", B->last_error(B));
+  for (int form = 0; form < (B->act_mask ? 3 : 2); form++)   /* 0: y; 1: y with ds == dy; 2: the mask */
+    for (int beta = 0; beta < 2; beta++) {
+      float bs = form == 1 ? 0.0f : (float)beta, bd = (float)beta, bp = (float)beta;
+      memcpy(dx1, dx0, nb), memcpy(dx2, dx0, nb), memcpy(ds1, ds0, nb), memcpy(ds2, ds0, nb), memcpy(dyc, dy, nb);
+      memcpy(st + 4 * c, st0, 2 * fb), memcpy(st + 10 * c, st0, 2 * fb);
+      ok = !B->act_bwd(B, TT_ACT_RELU, cnt, dt, y1, dy, d, 0.0f) && !B->accumulate(B, cnt, dt, d, ds1, bs) &&
+           !B->accumulate(B, cnt, dt, d, g, 0.0f) &&
+           !B->bn_bwd(B, n, c, hw, dt, x, g, gm, st + 2 * c, st + 3 * c, dx1, st + 4 * c, st + 5 * c, bd, bp, WS, WSB) &&
+           !B->bn_bwd_add_relu(B, n, c, hw, dt, x, form == 2 ? NULL : y1, form == 2 ? mask : NULL, dyc, gm, st + 8 * c,
+                               st + 9 * c, dx2, form == 1 ? (void *)dyc : (void *)ds2, st + 10 * c, st + 11 * c, bd, bs, bp,
+                               WS, WSB);
+      TT_CHECK(ok, "%s %s %dx%dx%d backward form %d: %s", tt_dtype_name(dt), lay, n, c, hw, form, B->last_error(B));
+      if (!ok) break;
+      TT_CHECK(!memcmp(dx1, dx2, nb) && !memcmp(ds1, form == 1 ? dyc : ds2, nb),
+               "bn_bwd_add_relu %s %s %dx%dx%d form %d beta %d: dx or ds differ from act_bwd, accumulate, bn_bwd",
+               tt_dtype_name(dt), lay, n, c, hw, form, beta);
+      TT_CHECK(!memcmp(st + 4 * c, st + 10 * c, 2 * fb), "bn_bwd_add_relu %s %s form %d beta %d: dgamma or dbias differ",
+               tt_dtype_name(dt), lay, form, beta);
+    }
+done:
+  free(x), free(s), free(dy), free(dx0), free(ds0), free(gm), free(bb), free(st0), free(st), free(t), free(y1), free(y2);
+  free(y3), free(d), free(g), free(dx1), free(dx2), free(ds1), free(ds2), free(dyc), free(mask);
+}
+
+static void test_bn_add_relu_fused(void) {
+  static const tt_dtype dts[3] = {TT_F32, TT_BF16, TT_F16};
+  TT_TEST_BEGIN(tn("bn_add_relu_fused"));
+  if (!B->bn_fwd_train_add_relu || !B->bn_bwd_add_relu) { /* optional (backend.h): the CPU backend's come later */
+    TT_CHECK(strcmp(B->name, "ref") != 0, "the reference backend lists no fused batch norm + add + ReLU");
+    TT_TEST_END();
+    return;
+  }
+  for (int k = 0; k < 3; k++) {
+    fuse_case(dts[k], 3, 4, 10, "NCHW");
+    fuse_case(dts[k], 2, 3, 49, "NCHW");
+    fuse_case(dts[k], 30, 8, 1, "NHWC");
+  }
+  TT_TEST_END();
+}
+
 static void test_more(void) {
   test_bn();
+  test_bn_add_relu_fused();
   test_pool();
   test_gap();
   test_act();
