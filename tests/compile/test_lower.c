@@ -44,16 +44,23 @@ static void lw_close(lw *t);
 static int lw_no_apply; /* lw_open: plan for a backend without bn_apply (the CUDA backend's table for now) */
 static int lw_caps;     /* lw_open: the backend's plan_caps (the optional calls the call list may use) */
 
+/* The CPU backend offering exactly the fused calls caps lists (its table has them all: the ones
+ * not listed are taken out, so tt_program_caps finds only caps). */
+static void lw_offer(tt_backend *be, int caps) {
+  if (!be) return;
+  be->plan_caps = caps;
+  if (!(caps & TT_CAP_BN_RELU_FWD)) be->bn_fwd_train_relu = NULL;
+  if (!(caps & TT_CAP_BN_RELU_BWD)) be->bn_bwd_relu = NULL;
+  if (!(caps & TT_CAP_BN_ADD_RELU_FWD)) be->bn_fwd_train_add_relu = NULL;
+  if (!(caps & TT_CAP_BN_ADD_RELU_BWD)) be->bn_bwd_add_relu = NULL;
+}
+
 static int lw_open(lw *t, int training, tt_dtype dt, int inplace, const unsigned char *rec) {
   tt_err e = {{0}};
   memset(t, 0, sizeof *t);
   t->be = tt_cpu_backend_create(1);
   if (t->be && lw_no_apply) t->be->bn_apply = NULL;
-  if (t->be) { /* the fused calls exactly as lw_caps lists them (the CPU table has bn_bwd_relu) */
-    t->be->plan_caps = lw_caps;
-    if (!(lw_caps & TT_CAP_BN_RELU_FWD)) t->be->bn_fwd_train_relu = NULL;
-    if (!(lw_caps & TT_CAP_BN_RELU_BWD)) t->be->bn_bwd_relu = NULL;
-  }
+  lw_offer(t->be, lw_caps);
   tt_policy pol;
   memset(&pol, 0, sizeof pol);
   pol.micro_batch = 4, pol.accum_steps = 1, pol.act_dtype = dt, pol.inplace = inplace, pol.training = training;
@@ -758,7 +765,7 @@ static int fuse_open(lw *t, int caps, int compact) {
   tt_policy pol;
   memset(t, 0, sizeof *t);
   t->be = tt_cpu_backend_create(1);
-  if (t->be) t->be->plan_caps = caps;
+  lw_offer(t->be, caps);
   memset(&pol, 0, sizeof pol);
   pol.micro_batch = 4, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 1, pol.compact = compact;
   if (!t->be || tt_recipe_parse("fuse.recipe", fuse_recipe, &t->m, &e, NULL, NULL) || tt_graph_build(&t->m, &t->g, &e) ||
