@@ -29,13 +29,10 @@
 
 #define CPU_BN_BLOCK 4096 /* floats summed in vector lanes before going to double */
 
-/* ---- the spans, fp32 and bf16 storage from one body each (cpu_vec.h's CPU_VEC_TWINS): bf16 is
- * widened in the loop (a shift) and, where a span stores, rounded in the loop
- * (tt_bf16_from_f32's rule): no stack round trip, one call per plane or row chunk. fp16 runs the
- * fp32 forms on chunks widened on the stack. ---- */
+/* ---- the spans, fp32 and bf16 storage from one body each (bf16 widened and rounded in the loop:
+ * no stack round trip); fp16 runs the fp32 forms on chunks widened on the stack ---- */
 
-/* Planes (n elements of one channel's plane). Sums are taken in float over blocks of
- * CPU_BN_BLOCK elements in vector lanes, each block added into the double totals. */
+/* Planes (n elements of a channel's plane): sums in float over CPU_BN_BLOCK blocks, into doubles. */
 
 /* sums of d = x - shift and of d^2, added into *s and *q (one pass for the statistics) */
 #define CPU_BN_SUM2(sfx, T, LD, ST)                                                          \
@@ -164,10 +161,9 @@ static inline int cpu_bn_pos_bf16(float y) {
     }                                                                                        \
   })
 
-/* Rows (w channels of each of nr rows ld elements apart, per-channel constants in arrays; the
- * partial sums ps, pt are fp32 vectors over the channels, one per row block). One call takes a
- * whole block of rows: at c = 32 a row is two vectors, and a call per row cost more than its
- * arithmetic. The rows are summed in order, as the call per row did. */
+/* Rows (w channels of each of nr rows ld apart; per-channel constants in arrays; ps, pt: a row
+ * block's fp32 partial sums per channel, rows added in order). A call takes a block of rows: at
+ * c = 32 a row is two vectors, and a call per row cost more than its arithmetic. */
 
 /* ps += r - shift, pt += (r - shift)^2, per channel */
 #define CPU_BN_ROW_SUM2(sfx, T, LD, ST)                                                      \
@@ -256,8 +252,7 @@ CPU_BN_AFFINE_ADD_RELU_(cpu_bn_affine_add_relu_bf16, uint16_t, CPU_VEC_LD_BF16, 
 CPU_BN_ROW_AFFINE_ADD_RELU_(cpu_bn_row_affine_add_relu_f32, float, CPU_VEC_LD_F32, CPU_VEC_ST_F32, CPU_BN_RT_F32)
 CPU_BN_ROW_AFFINE_ADD_RELU_(cpu_bn_row_affine_add_relu_bf16, uint16_t, CPU_VEC_LD_BF16, CPU_VEC_ST_BF16, CPU_BN_RT_BF16)
 
-/* fp16 storage: a chunk y [w] of apply outputs (fp32) made add_relu's (the shortcut chunk a as fp32):
- * each value rounded to fp16, the shortcut added, rounded again, the ReLU. */
+/* fp16: apply outputs y [w] made add_relu's (shortcut a): rounded, a added, rounded, the ReLU */
 static void cpu_bn_add_relu_f16(float *y, const float *a, size_t w) {
   size_t j;
   for (j = 0; j < w; j++) {
@@ -883,51 +878,49 @@ int tt_cpu_bn_bwd_loops(tt_backend *b, int n, int c, int hw, tt_dtype dt, const 
 static int cpu_bn_loops_dt(tt_dtype dt) { return dt == TT_F32 || dt == TT_BF16 || dt == TT_F16; }
 
 
-int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
-                        const float *bias, void *y, float *running_mean, float *running_var, float momentum,
-                        float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes) {
+/* The training forward's entries (bn_fwd_train; with relu the ReLU folded in, with sc the shortcut
+ * added first): a bad argument goes to the reference, which checks and reports it. */
+static int cpu_bn_fwd_train_entry(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                                  const float *bias, const void *sc, void *y, float *running_mean, float *running_var,
+                                  float momentum, float eps, float *save_mean, float *save_invstd, int update_running,
+                                  int relu, void *ws, size_t ws_bytes) {
   if (!cpu_bn_loops_dt(dt) || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !y || !save_mean || !save_invstd ||
       (update_running && (!running_mean || !running_var)))
     return tt_ref_bn_fwd_train(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
-                               save_invstd, update_running, ws, ws_bytes); /* checks and reports */
+                               save_invstd, update_running, ws, ws_bytes);
   return tt_cpu_bn_fwd_loops(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
-                             save_invstd, update_running, TT_CPU_BN_BATCH, 0, NULL, ws, ws_bytes);
+                             save_invstd, update_running, TT_CPU_BN_BATCH, relu, sc, ws, ws_bytes);
 }
 
-/* backend.h's bn_fwd_train_relu: bn_fwd_train with the ReLU applied in the apply pass before the
- * store (CPU_BN_RELU_OUT), so y is bit for bit bn_fwd_train then act_fwd(RELU) in place, without
- * the ReLU's pass over y. */
+int tt_cpu_bn_fwd_train(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
+                        const float *bias, void *y, float *running_mean, float *running_var, float momentum,
+                        float eps, float *save_mean, float *save_invstd, int update_running, void *ws, size_t ws_bytes) {
+  return cpu_bn_fwd_train_entry(b, n, c, hw, dt, x, gamma, bias, NULL, y, running_mean, running_var, momentum, eps,
+                                save_mean, save_invstd, update_running, 0, ws, ws_bytes);
+}
+
+/* backend.h's bn_fwd_train_relu: the ReLU applied in the apply pass before the store
+ * (CPU_BN_RELU_OUT): y bit for bit bn_fwd_train then act_fwd(RELU) in place, without the ReLU's pass. */
 int tt_cpu_bn_fwd_train_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                              const float *bias, void *y, float *running_mean, float *running_var, float momentum,
                              float eps, float *save_mean, float *save_invstd, int update_running, void *ws,
                              size_t ws_bytes) {
-  if (!cpu_bn_loops_dt(dt) || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !y || !save_mean || !save_invstd ||
-      (update_running && (!running_mean || !running_var)))
-    return tt_ref_bn_fwd_train(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
-                               save_invstd, update_running, ws, ws_bytes); /* checks and reports the bad argument */
-  return tt_cpu_bn_fwd_loops(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
-                             save_invstd, update_running, TT_CPU_BN_BATCH, 1, NULL, ws, ws_bytes);
+  return cpu_bn_fwd_train_entry(b, n, c, hw, dt, x, gamma, bias, NULL, y, running_mean, running_var, momentum, eps,
+                                save_mean, save_invstd, update_running, 1, ws, ws_bytes);
 }
 
-/* backend.h's bn_fwd_train_add_relu: bn_fwd_train's statistics, then one apply pass that adds the
- * shortcut s and applies the ReLU with the roundings of the three calls (CPU_BN_AFFINE_ADD_RELU_),
- * so y is bit for bit bn_fwd_train, add and act_fwd(RELU), without their two passes over the
- * block's output and the batch norm output never stored. */
+/* backend.h's bn_fwd_train_add_relu: one apply pass that adds the shortcut s and applies the ReLU
+ * with the three calls' roundings (CPU_BN_AFFINE_ADD_RELU_): y bit for bit bn_fwd_train, add and
+ * act_fwd(RELU), without their two passes over the block's output. */
 int tt_cpu_bn_fwd_train_add_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                                  const float *bias, const void *s, void *y, float *running_mean, float *running_var,
                                  float momentum, float eps, float *save_mean, float *save_invstd, int update_running,
                                  void *ws, size_t ws_bytes) {
-  if (!s) {
-    tt_ref_fail(b, "bn_fwd_train_add_relu (%dx%dx%d): no shortcut tensor s to add; pass the add's other input "
-                   "(kernels/cpu/cpu_bn.c)", n, c, hw);
-    return -1;
-  }
-  if (!cpu_bn_loops_dt(dt) || n <= 0 || c <= 0 || hw <= 0 || !x || !gamma || !bias || !y || !save_mean || !save_invstd ||
-      (update_running && (!running_mean || !running_var)))
-    return tt_ref_bn_fwd_train(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
-                               save_invstd, update_running, ws, ws_bytes); /* checks and reports the bad argument */
-  return tt_cpu_bn_fwd_loops(b, n, c, hw, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean,
-                             save_invstd, update_running, TT_CPU_BN_BATCH, 1, s, ws, ws_bytes);
+  if (!s)
+    return tt_ref_fail(b, "bn_fwd_train_add_relu (%dx%dx%d): no shortcut tensor s to add; pass the add's other input "
+                          "(kernels/cpu/cpu_bn.c)", n, c, hw);
+  return cpu_bn_fwd_train_entry(b, n, c, hw, dt, x, gamma, bias, s, y, running_mean, running_var, momentum, eps, save_mean,
+                                save_invstd, update_running, 1, ws, ws_bytes);
 }
 
 /* backend.h's bn_bwd_add_relu: dy masked in place by the ReLU's saved output (or its 1-bit mask),
@@ -939,11 +932,9 @@ int tt_cpu_bn_bwd_add_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, con
                            float beta_s, float beta_param, void *ws, size_t ws_bytes) {
   const size_t count = (size_t)(n > 0 ? n : 0) * (size_t)(c > 0 ? c : 0) * (size_t)(hw > 0 ? hw : 0);
   int rc;
-  if ((!y && !mask) || !dy) {
-    tt_ref_fail(b, "bn_bwd_add_relu (%dx%dx%d): %s is NULL; pass the ReLU's saved output or its mask, and dy "
-                   "(kernels/cpu/cpu_bn.c)", n, c, hw, dy ? "both y and mask" : "dy");
-    return -1;
-  }
+  if ((!y && !mask) || !dy)
+    return tt_ref_fail(b, "bn_bwd_add_relu (%dx%dx%d): %s is NULL; pass the ReLU's saved output or its mask, and dy "
+                          "(kernels/cpu/cpu_bn.c)", n, c, hw, dy ? "both y and mask" : "dy");
   rc = mask ? b->act_bwd_mask(b, TT_ACT_RELU, count, dt, mask, dy, dy, 0.0f)
             : b->act_bwd(b, TT_ACT_RELU, count, dt, y, dy, dy, 0.0f); /* g, in dy's storage */
   if (!rc && ds && ds != dy) rc = b->accumulate(b, count, dt, dy, ds, beta_s);
@@ -989,11 +980,9 @@ int tt_cpu_bn_bwd(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *
 int tt_cpu_bn_bwd_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const void *dy,
                        const float *gamma, const float *bias, const float *save_mean, const float *save_invstd, void *dx,
                        float *dgamma, float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes) {
-  if (!bias) {
-    tt_ref_fail(b, "bn_bwd_relu (%dx%dx%d): no bias (the forward's beta [c], fp32) to recompute the ReLU's mask from; "
-                   "pass the batch norm's bias (kernels/cpu/cpu_bn.c)", n, c, hw);
-    return -1;
-  }
+  if (!bias)
+    return tt_ref_fail(b, "bn_bwd_relu (%dx%dx%d): no bias (the forward's beta [c], fp32) to recompute the ReLU's mask "
+                          "from; pass the batch norm's bias (kernels/cpu/cpu_bn.c)", n, c, hw);
   if (!cpu_bn_loops_dt(dt) || n <= 0 || c <= 0 || hw <= 0 || !x || !dy || !gamma || !save_mean || !save_invstd)
     return tt_ref_bn_bwd(b, n, c, hw, dt, x, dy, gamma, save_mean, save_invstd, dx, dgamma, dbias, beta_dx, beta_param, ws,
                          ws_bytes); /* checks and reports the bad argument */
