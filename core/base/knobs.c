@@ -39,6 +39,7 @@ static const knob_row knob_rows[] = {
     {"TINYTRAIN_PROFILE", KNOB_BOOL, NULL, KNOB_AT(profile)},
     {"TINYTRAIN_CUDA_PROFILE", KNOB_BOOL, NULL, KNOB_AT(cuda_profile)},
     {"TINYTRAIN_CUDA_SYNC", KNOB_BOOL, NULL, KNOB_AT(cuda_sync)},
+    {"TINYTRAIN_CUDA_CONV_LOG", KNOB_BOOL, NULL, KNOB_AT(be.cuda_conv_log)},
     {"TINYTRAIN_DIST_TIMEOUT", KNOB_SECONDS, NULL, KNOB_AT(dist_timeout)},
     {"TINYTRAIN_DIST_BUCKET", KNOB_SIZE, NULL, KNOB_AT(dist_bucket)},
     {"TINYTRAIN_LAYOUT", KNOB_CHOICE, "nchw|nhwc", KNOB_AT(be.layout)},
