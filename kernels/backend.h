@@ -604,6 +604,18 @@ struct tt_backend {
    * (the reference backend, core/runtime/session.c) lists the CUDA backend's, so the plan shows the
    * calls the card will run; never run there. 0 in every real backend (the tables leave it out). */
   int plan_caps;
+  /* ---- the profile's device clock (optional, after plan_caps; NULL: TINYTRAIN_PROFILE waits for
+   * the device around each Program step and reads the host's clock). Added for issue 41: a wait
+   * per step cost the launch latency of every step and hid the overlap the profile should show.
+   * timer_create: an event that event_record records and event_destroy frees, and that can be
+   * timed (NULL on failure). timer_elapsed: *ms between the latest records of start and end,
+   * waiting on the host for end's work (both must have been recorded, start before end). */
+  void *(*timer_create)(tt_backend *b);
+  int (*timer_elapsed)(tt_backend *b, void *start, void *end, float *ms);
+  /* ---- a profiler's range (optional; NULL: TINYTRAIN_CUDA_PROFILE_STEP does nothing). Added for
+   * issue 41: `ncu --profile-from-start off` and `nsys --capture-range=cudaProfilerApi` record
+   * only the work launched between start (on != 0) and stop (on == 0): one training step. ---- */
+  int (*profiler_range)(tt_backend *b, int on);
 };
 
 /* Declares the named entries of one op family for backend prefix P (tt_ref, tt_cpu, tt_cuda):

@@ -100,7 +100,7 @@ static const tt_test_case tests[] = {
   TT_TEST_SKIPPED("cuda_nccl_one_rank", "nccl device", "built without NCCL"),
 #endif
   EMU_TEST("cuda_sync_mode_names_the_op", "device", test_emu_sync_and_profile,
-           "the emulation's profile (prints cuda_profile_table too)"),
+           "the emulation's profile (prints cuda_profile_table and cuda_profiler_step_range too)"),
 };
 #define NTESTS TT_TEST_COUNT(tests)
 
