@@ -659,7 +659,7 @@ def main():
     for s in skipped:
         say(lines, "skipped: %s" % s)
 
-    if not a.only_max_batch:
+    if not a.only_max_batch and configs:
         say(lines)
         say(lines, "## batch %d: images/s and device memory" % a.batch)
         say(lines, "| | images/s, median (min..max, n) | whole-process peak MiB (%s) | allocator peak MiB "

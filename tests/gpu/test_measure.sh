@@ -1,5 +1,5 @@
 #!/bin/bash
-# tests/gpu/test_measure.sh — what the lease measures with runs without a GPU (issue 41 item 1):
+# tests/gpu/test_measure.sh — what the lease measures with runs without a GPU (issue 41 items 1 and 8):
 #   - tests/bench/resnet50_vs_torch.py --self-check: its medians and spreads, tinytrain's rate from
 #     metrics.jsonl with the warm-up left out, nvidia-smi's CSV, the fair cap's arithmetic, and its
 #     recipe (synthetic_size, log_every) read by this build's `tinytrain plan`;
@@ -7,6 +7,10 @@
 #     and what it skipped here said in words, exit 0;
 #   - a synthetic set sized by [data] synthetic_size trains past the default 1024 images inside one
 #     epoch (the step count the benchmark relies on), and the CPU run's metrics give the rate;
+#   - tests/gpu/memprobe.py without a GPU says so and exits 0;
+#   - tests/gpu/acceptance.sh --bundle (the lease suite) without a GPU says so, names the lease's
+#     steps, runs the benchmark's self-check, and exits 0 (tests/cli/test_bundle.sh checks the
+#     prerequisites part).
 # Checks the scripts, not numbers. Prints PASS/FAIL/SKIP lines; exits 1 if anything failed.
 . "$(dirname "$0")/../tt_test.sh" measure
 need_tt measure_tinytrain
@@ -44,4 +48,31 @@ else
   fail measure_synthetic_size_epoch "$(tail -n 5 "$TMP/syn.log" | tr '\n' '|')"
 fi
 
+# ---- the memory probe and the lease without a GPU ----
+if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  skip measure_no_gpu "this machine has a GPU"
+  exit $FAILED
+fi
+out=$(timeout 60 python3 tests/gpu/memprobe.py --no-torch 2>&1)
+rc=$?
+if [ $rc = 0 ] && echo "$out" | grep -q "nothing measured"; then pass measure_memprobe_no_gpu
+else fail measure_memprobe_no_gpu "exit $rc: $out"; fi
+
+: >"$TMP/empty.tar.xz"
+OUT=$TMP/out timeout 120 bash tests/gpu/acceptance.sh --bundle "$TMP/empty.tar.xz" >"$TMP/acc" 2>&1
+rc=$?
+if [ $rc = 0 ] && grep -q "suite lease, deadline 490 s" "$TMP/acc" && grep -q "no GPU here" "$TMP/acc" &&
+   grep -q "memprobe, test_cuda, r50, profile, ncu, torchprof, fair4g" "$TMP/acc" && grep -q "self-check: 0 failed" "$TMP/acc" &&
+   [ -f "$TMP/out/gpu-acceptance.md" ] && grep -q "no GPU" "$TMP/out/summary.txt"; then
+  pass measure_lease_no_gpu
+else
+  fail measure_lease_no_gpu "exit $rc: $(tail -n 8 "$TMP/acc" | tr '\n' '|')"
+fi
+# the lease's caps fit its deadline: the steps' caps (lease.sh's header) sum to at most 490 s less the unpacking
+caps=$(sed -n 's/^#   [1-7]\. .* \([0-9][0-9]*\) s$/\1/p; s/^#                .* \([0-9][0-9]*\) s$/\1/p' tests/gpu/lease.sh | awk '{s += $1} END {print s}')
+code=$(grep -o 'cap [0-9]*\|step_test_cuda [0-9]*' tests/gpu/lease.sh | grep -o '[0-9]*' | awk '{s += $1} END {print s}')
+# ncu's cap is per layout (two runs)
+code=$((code + 35))
+if [ -n "$caps" ] && [ "$caps" = "$code" ] && [ "$code" -le 480 ]; then pass "measure_lease_caps ($code s of 490)"
+else fail measure_lease_caps "the header's caps sum to ${caps:-?} s, the code's to $code s (want equal, at most 480)"; fi
 exit $FAILED
