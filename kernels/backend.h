@@ -205,6 +205,7 @@ typedef struct tt_backend_knobs {
   int cuda_find;          /* TINYTRAIN_CUDA_FIND: 1 (default) time the convolution algorithms at setup */
   int cuda_bn_resident;   /* TINYTRAIN_CUDA_BN_RESIDENT: 1 (default) the held-on-chip batch norm */
   int cuda_deterministic; /* TINYTRAIN_CUDA_DETERMINISTIC: 1 deterministic cuDNN algorithms only */
+  int cuda_conv_log;      /* TINYTRAIN_CUDA_CONV_LOG: 1 one stderr line per convolution shape and direction */
   int cpu_isa;            /* TINYTRAIN_CPU_ISA: -1 unset (the process's hold, native if none yet), else a
                            * TT_CPU_ISA_* (tt_cpu_isa_hold) */
 } tt_backend_knobs;
@@ -217,7 +218,7 @@ typedef enum { TT_CPU_ISA_NATIVE = 0, TT_CPU_ISA_AVX2 = 1, TT_CPU_ISA_BASELINE =
 
 static inline void tt_backend_knobs_default(tt_backend_knobs *k) {
   k->layout = -1, k->cpu_chunk_bytes = 0, k->conv_matmul = 1, k->conv_bwdw = -1;
-  k->cuda_find = 1, k->cuda_bn_resident = 1, k->cuda_deterministic = 0, k->cpu_isa = -1;
+  k->cuda_find = 1, k->cuda_bn_resident = 1, k->cuda_deterministic = 0, k->cpu_isa = -1, k->cuda_conv_log = 0;
 }
 
 typedef struct tt_backend tt_backend;
@@ -641,6 +642,18 @@ struct tt_backend {
                          const uint32_t *mask, void *dy, const float *gamma, const float *save_mean,
                          const float *save_invstd, void *dx, void *ds, float *dgamma, float *dbias, float beta_dx,
                          float beta_s, float beta_param, void *ws, size_t ws_bytes);
+  /* ---- the profile's device clock (optional, after plan_caps; NULL: TINYTRAIN_PROFILE waits for
+   * the device around each Program step and reads the host's clock). Added for issue 41: a wait
+   * per step cost the launch latency of every step and hid the overlap the profile should show.
+   * timer_create: an event that event_record records and event_destroy frees, and that can be
+   * timed (NULL on failure). timer_elapsed: *ms between the latest records of start and end,
+   * waiting on the host for end's work (both must have been recorded, start before end). */
+  void *(*timer_create)(tt_backend *b);
+  int (*timer_elapsed)(tt_backend *b, void *start, void *end, float *ms);
+  /* ---- a profiler's range (optional; NULL: TINYTRAIN_CUDA_PROFILE_STEP does nothing). Added for
+   * issue 41: `ncu --profile-from-start off` and `nsys --capture-range=cudaProfilerApi` record
+   * only the work launched between start (on != 0) and stop (on == 0): one training step. ---- */
+  int (*profiler_range)(tt_backend *b, int on);
 };
 
 /* Declares the named entries of one op family for backend prefix P (tt_ref, tt_cpu, tt_cuda):

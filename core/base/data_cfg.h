@@ -37,6 +37,7 @@ typedef struct tt_data_cfg {
   int resize;                   /* evaluation: shorter side to this, then centre crop (0: fit) */
   char class_names[4096];       /* comma-separated names of [net] classes for list/idx/synthetic ("": 0, 1, ...) */
   int classes;                  /* [net] classes: the labels format = synthetic draws (0: 10) */
+  int synthetic_size;           /* format = synthetic: training images (0: TT_SYNTHETIC_TRAIN, core/data/dataset.h) */
   int line;                     /* recipe line of [data] */
 } tt_data_cfg;
 

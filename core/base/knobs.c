@@ -13,7 +13,8 @@ typedef enum {
   KNOB_BOOL,   /* 0 or 1 */
   KNOB_CHOICE, /* one of `choices` ("a|b|c"): the index, -1 when unset */
   KNOB_SIZE,   /* bytes (tt_parse_size: 512K, 4M, 1024), > 0 */
-  KNOB_SECONDS /* a number >= 0 */
+  KNOB_SECONDS, /* a number >= 0 */
+  KNOB_COUNT    /* a whole number > 0 (decimal digits only), stored as size_t */
 } knob_type;
 
 typedef struct knob_row {
@@ -39,6 +40,8 @@ static const knob_row knob_rows[] = {
     {"TINYTRAIN_PROFILE", KNOB_BOOL, NULL, KNOB_AT(profile)},
     {"TINYTRAIN_CUDA_PROFILE", KNOB_BOOL, NULL, KNOB_AT(cuda_profile)},
     {"TINYTRAIN_CUDA_SYNC", KNOB_BOOL, NULL, KNOB_AT(cuda_sync)},
+    {"TINYTRAIN_CUDA_PROFILE_STEP", KNOB_COUNT, NULL, KNOB_AT(cuda_profile_step)},
+    {"TINYTRAIN_CUDA_CONV_LOG", KNOB_BOOL, NULL, KNOB_AT(be.cuda_conv_log)},
     {"TINYTRAIN_DIST_TIMEOUT", KNOB_SECONDS, NULL, KNOB_AT(dist_timeout)},
     {"TINYTRAIN_DIST_BUCKET", KNOB_SIZE, NULL, KNOB_AT(dist_bucket)},
     {"TINYTRAIN_LAYOUT", KNOB_CHOICE, "nchw|nhwc", KNOB_AT(be.layout)},
@@ -99,6 +102,13 @@ static int knob_parse(const knob_row *r, const char *v, tt_knobs *k, tt_err *err
       if (v[0] < '0' || v[0] > '9' || tt_parse_size(v, &b) || b == 0)
         return tt_fail(err, "%s='%.40s': expected a size in bytes (65536, 512K, 4M); unset it for the default", r->name, v);
       *(size_t *)base = b;
+      return 0;
+    }
+    case KNOB_COUNT: {
+      unsigned long long n = strtoull(v, &end, 10);
+      if (v[0] < '0' || v[0] > '9' || *end || n == 0 || n > 1000000000ull)
+        return tt_fail(err, "%s='%.40s': expected a whole number from 1; unset it for the default", r->name, v);
+      *(size_t *)base = (size_t)n;
       return 0;
     }
     default: { /* KNOB_SECONDS */
@@ -168,7 +178,8 @@ static int knob_value(const knob_row *r, const tt_knobs *k, const tt_knobs *d, c
       snprintf(buf, cap, "%.*s", s ? (int)(strchr(s, '|') ? (size_t)(strchr(s, '|') - s) : strlen(s)) : 0, s ? s : "");
       return c != *(const int *)b;
     }
-    case KNOB_SIZE: snprintf(buf, cap, "%zu", *(const size_t *)a); return *(const size_t *)a != *(const size_t *)b;
+    case KNOB_SIZE:
+    case KNOB_COUNT: snprintf(buf, cap, "%zu", *(const size_t *)a); return *(const size_t *)a != *(const size_t *)b;
     default: snprintf(buf, cap, "%g", *(const double *)a); return *(const double *)a != *(const double *)b;
   }
 }

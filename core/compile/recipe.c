@@ -134,7 +134,7 @@ static const char *const recipe_train_keys[] = {
     "optimizer_state", NULL};
 static const char *const recipe_data_keys[] = {
     "format", "train", "train_labels", "test", "test_labels", "mean", "std", "crop_pad", "hflip", "max_megapixels",
-    "loader_threads", "max_failed", "random_resized_crop", "crop_scale", "crop_ratio", "resize", "class_names", NULL};
+    "loader_threads", "max_failed", "random_resized_crop", "crop_scale", "crop_ratio", "resize", "class_names", "synthetic_size", NULL};
 
 /* Fails on an unknown key of settings section sec (keys: its NULL-terminated key list). A
  * known alias from other trainers is suggested only when its target is a key of this section;
@@ -395,6 +395,7 @@ bad:
 static int recipe_data(recipe_state *st, const recipe_section *sec) {
   tt_data_cfg *d = &st->m->data;
   int j, x, have_format = 0, line_train = 0, line_tl = 0, line_test = 0, line_testl = 0, line_mean = 0, line_std = 0;
+  int line_size = 0;
   for (j = sec->e0; j < sec->e0 + sec->ne; j++) {
     recipe_entry *e = &st->ents[j];
     const char *k = e->key, *v = tt_recipe_val(st, e);
@@ -421,6 +422,8 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
     else if (!strcmp(k, "crop_ratio")) rc = recipe_range(st, e, v, 0, 100, d->crop_ratio);
     else if (!strcmp(k, "resize")) rc = tt_recipe_int(st, e, v, 1, 65536, &d->resize);
     else if (!strcmp(k, "class_names")) rc = recipe_class_names(st, e, v, d->class_names, sizeof d->class_names);
+    /* the bound keeps n*c*h*w in size_t and int32 labels sane; the allocation says if memory is short */
+    else if (!strcmp(k, "synthetic_size")) rc = tt_recipe_int(st, e, v, 1, 100000000, &d->synthetic_size), line_size = e->line;
     else rc = recipe_unknown(st, e->line, k, "data", recipe_data_keys);
     if (rc) return -1;
   }
@@ -433,6 +436,7 @@ static int recipe_data(recipe_state *st, const recipe_section *sec) {
     if (line_test) tt_recipe_warn(st, line_test, "format = synthetic reads no files; 'test' ignored");
     return 0;
   }
+  if (line_size) tt_recipe_warn(st, line_size, "'synthetic_size' applies to format = synthetic only, ignored");
   if (!line_train) return tt_recipe_error(st, sec->line, "[data] with format = %s needs 'train'", recipe_format_names[d->format]);
   if (d->format == TT_DATA_IDX || d->format == TT_DATA_NPY) {
     const char *f = recipe_format_names[d->format];

@@ -59,8 +59,9 @@ int tt_dataset_load(const tt_data_cfg *cfg, int train, int c, int h, int w, tt_d
   memset(ds, 0, sizeof *ds);
   if (c <= 0 || h <= 0 || w <= 0)
     return tt_fail(err, "dataset: bad input shape %dx%dx%d; check the [input] section", c, h, w);
-  if (cfg->format == TT_DATA_SYNTHETIC)
-    return tt_dataset_synthetic(train ? 1024 : 256, c, h, w, cfg->classes > 0 ? cfg->classes : 10, train ? 1 : 2, ds, err);
+  if (cfg->format == TT_DATA_SYNTHETIC) /* [data] synthetic_size sets the training split's images */
+    return tt_dataset_synthetic(train ? (cfg->synthetic_size > 0 ? cfg->synthetic_size : TT_SYNTHETIC_TRAIN) : 256, c,
+                                h, w, cfg->classes > 0 ? cfg->classes : 10, train ? 1 : 2, ds, err);
   if (cfg->format == TT_DATA_NONE)
     return tt_fail(err, "[data] (recipe line %d): no format given; set format = idx, folder, list, npy or synthetic",
                    cfg->line);

@@ -142,6 +142,8 @@ int tt_dataset_load_folder(const char *dir, int c, int h, int w, tt_dataset *ds,
                            void *ud);
 int tt_dataset_load_list(const char *list_path, int c, int h, int w, tt_dataset *ds, tt_err *err,
                          tt_warn_fn warn, void *ud);
+/* Training images of format = synthetic without [data] synthetic_size (the test split has 256). */
+#define TT_SYNTHETIC_TRAIN 1024
 int tt_dataset_synthetic(int n, int c, int h, int w, int classes, uint64_t seed, tt_dataset *ds, tt_err *err);
 
 /* One image file decoded as cfg's test split is (its resize or fit, its pixel limit) to

@@ -101,9 +101,15 @@ static int exec_prepare(tt_exec *x, tt_err *err) {
 
 /* ------------------ TINYTRAIN_CUDA_SYNC and TINYTRAIN_PROFILE -------------------------- */
 
+/* One row of the profile. With the backend's timers (backend.h timer_*), ev[0] and ev[1] are
+ * recorded around the step's calls and read by exec_prof_flush at the step's end (pending: a
+ * pair recorded but not read yet), so no wait falls between the steps; else the host's clock
+ * around a synchronised step. */
 typedef struct tt_exec_prof {
   double seconds;
   long count;
+  void *ev[2];
+  int pending;
 } tt_exec_prof;
 
 static double exec_now(void) {
@@ -138,6 +144,51 @@ static tt_exec_prof *exec_prof_slot(tt_exec *x, const tt_program *p, int step) {
   if (!x->prof) return NULL;
   int ntrain = x->train ? x->train->nsteps + 1 : 0;
   return p == x->train ? &x->prof[step < 0 ? ntrain - 1 : step] : &x->prof[ntrain + step];
+}
+
+/* Reads every pair recorded since the last flush into its row (waiting for the last one's work). */
+static int exec_prof_flush(tt_exec *x, tt_err *err) {
+  int rows = (x->train ? x->train->nsteps + 1 : 0) + (x->eval ? x->eval->nsteps : 0);
+  for (int i = 0; x->prof && x->timed && i < rows; i++) {
+    tt_exec_prof *e = &x->prof[i];
+    float ms = 0.0f;
+    if (!e->pending) continue;
+    e->pending = 0;
+    if (x->be->timer_elapsed(x->be, e->ev[0], e->ev[1], &ms))
+      return tt_fail(err, "TINYTRAIN_PROFILE: reading a step's device time failed: %s", x->be->last_error(x->be));
+    e->seconds += ms * 1e-3, e->count++;
+  }
+  return 0;
+}
+
+/* Starts row pf's clock: its first timer event (a row still pending is read first, so a step that
+ * runs twice before the step's end, as under accumulation, waits then), or the host's clock. */
+static int exec_prof_begin(tt_exec *x, tt_exec_prof *pf, double *t0, tt_err *err) {
+  tt_backend *be = x->be;
+  if (!x->timed) return *t0 = exec_now(), 0;
+  if (pf->pending && exec_prof_flush(x, err)) return -1;
+  for (int k = 0; k < 2; k++)
+    if (!pf->ev[k] && !(pf->ev[k] = be->timer_create(be)))
+      return tt_fail(err, "TINYTRAIN_PROFILE: creating a timer failed: %s", be->last_error(be));
+  if (be->event_record(be, pf->ev[0])) return tt_fail(err, "TINYTRAIN_PROFILE: %s", be->last_error(be));
+  return 0;
+}
+
+static int exec_prof_end(tt_exec *x, tt_exec_prof *pf, double t0, tt_err *err) {
+  if (!x->timed) return pf->seconds += exec_now() - t0, pf->count++, 0;
+  if (x->be->event_record(x->be, pf->ev[1])) return tt_fail(err, "TINYTRAIN_PROFILE: %s", x->be->last_error(x->be));
+  pf->pending = 1;
+  return 0;
+}
+
+/* TINYTRAIN_CUDA_PROFILE_STEP: opens (on = 1) or closes the backend's profiler range, once each. */
+static int exec_profiler(tt_exec *x, int on, tt_err *err) {
+  if (!x->be->profiler_range || x->prof_range == on) return 0;
+  x->prof_range = on;
+  if (x->be->profiler_range(x->be, on))
+    return tt_fail(err, "TINYTRAIN_CUDA_PROFILE_STEP: the profiler's %s failed: %s", on ? "start" : "stop",
+                   x->be->last_error(x->be));
+  return 0;
 }
 
 static void exec_prof_rows(const tt_exec *x, const tt_program *p, int base, int nrows, const tt_exec_prof **rows,
@@ -177,7 +228,9 @@ void tt_exec_profile_print(const tt_exec *x, FILE *out) {
       a = prog[j], prog[j] = prog[j - 1], prog[j - 1] = a;
     }
   fprintf(out, "TINYTRAIN_PROFILE: %d Program steps on %s, %.3f s in all (%s)\n", n, x->be->name, total,
-          x->be->host_memory ? "host wall time of each step" : "each step synchronised: device time with launch latency");
+          x->be->host_memory ? "host wall time of each step"
+          : x->timed ? "device time between events around each step, read at the step's end; a step's idle gaps count"
+                     : "each step synchronised: device time with launch latency");
   fprintf(out, "%-6s %-18s %-24s %8s %12s %10s %6s\n", "prog", "op", "layer", "calls", "total ms", "mean us", "%");
   for (int i = 0; i < n; i++)
     fprintf(out, "%-6s %-18s %-24s %8ld %12.3f %10.1f %6.2f\n", prog[i], ops[i], names[i], rows[i]->count,
@@ -239,7 +292,9 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
   int cuda = be->name && !strcmp(be->name, "cuda");
   const tt_knobs *kn = tt_knobs_get();
   x->profile = kn->profile || (cuda && kn->cuda_profile);
-  x->sync_each = cuda && (x->profile || kn->cuda_sync);
+  x->profile_step = kn->cuda_profile_step;
+  x->timed = x->profile && !be->host_memory && be->timer_create && be->timer_elapsed && be->event_record;
+  x->sync_each = cuda && ((x->profile && !x->timed) || kn->cuda_sync);
   if (x->profile) {
     size_t rows = (size_t)(train ? train->nsteps + 1 : 0) + (size_t)(eval ? eval->nsteps : 0);
     x->prof = (tt_exec_prof *)calloc(rows + 1, sizeof(tt_exec_prof));
@@ -275,8 +330,18 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
 void tt_exec_destroy(tt_exec *x) {
   tt_backend *be = x->be;
   if (!be) return;
+  if (x->prof_range) { /* a run that ended inside the profiled step */
+    tt_err e2;
+    if (exec_profiler(x, 0, &e2)) fprintf(stderr, "tinytrain: %s\n", e2.msg);
+  }
   if (x->prof) {
+    tt_err e2;
+    if (exec_prof_flush(x, &e2)) fprintf(stderr, "tinytrain: %s\n", e2.msg); /* teardown */
     tt_exec_profile_print(x, stderr);
+    int rows = (x->train ? x->train->nsteps + 1 : 0) + (x->eval ? x->eval->nsteps : 0);
+    for (int i = 0; i < rows; i++)
+      for (int k = 0; k < 2; k++)
+        if (x->prof[i].ev[k]) be->event_destroy(be, x->prof[i].ev[k]);
     free(x->prof);
     x->prof = NULL;
   }
@@ -540,13 +605,13 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
   const tt_program *p = r->p;
   tt_exec_prof *pf = NULL;
   double t0 = 0;
-  if (r->x->profile && be->sync(be)) /* the work queued before (the batch's copy) stays out */
+  if (r->x->profile && !r->x->timed && be->sync(be)) /* the work queued before (the batch's copy) stays out */
     return tt_fail(err, "TINYTRAIN_PROFILE: the device failed before step %d: %s", from, be->last_error(be));
   for (int i = from; i < to; i++) {
     const tt_step *s = &p->steps[i];
     if (s->op == TT_S_CHECK || s->op == TT_S_CLIP || s->op == TT_S_UPDATE)
       return tt_fail(err, "internal error: step %d of kind %d in the micro-step", i, (int)s->op);
-    if ((pf = exec_prof_slot(r->x, p, i)) != NULL) t0 = exec_now();
+    if ((pf = exec_prof_slot(r->x, p, i)) != NULL && exec_prof_begin(r->x, pf, &t0, err)) return -1;
     for (int k = p->step_call[i]; k < p->step_call[i + 1]; k++) {
       const tt_call *c = &p->calls[k];
       if (c->skip != TT_CALL_RUNS) continue;
@@ -554,7 +619,7 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
     }
     if (i == r->x->in_last && p == r->x->train && r->x->in_ev && be->event_record(be, r->x->in_ev))
       return tt_fail(err, "recording the batch's last use failed: %s", be->last_error(be)); /* the next batch may come in */
-    if (pf) pf->seconds += exec_now() - t0, pf->count++;
+    if (pf && exec_prof_end(r->x, pf, t0, err)) return -1;
     if (r->x->after_step && r->x->after_step(r->x->after_step_ud, i, err)) return -1;
   }
   return 0;
@@ -608,6 +673,9 @@ static int exec_micro(tt_exec *x, const tt_program *p, const uint8_t *images, co
   memset(&r, 0, sizeof r);
   r.x = x, r.p = p, r.batch = p->policy.micro_batch, r.loss_batch = n, r.micro_index = micro_index, r.step = step;
   r.grad_scale = grad_scale;
+  /* step counts from 0 here, from 1 in the knob and the logs; the range closes after the update */
+  if (p == x->train && micro_index == 0 && x->profile_step && step + 1 == x->profile_step && exec_profiler(x, 1, err))
+    return -1;
   if (images) {
     if (exec_upload_batch(x, p, images, labels, r.batch, &r, err)) return -1;
     return exec_range(&r, 0, p->micro_end, err);
@@ -784,12 +852,14 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
     return tt_fail(err, "internal error: clip_norm %g but the training program was lowered without [train] clip_norm",
                    (double)h->clip_norm);
   if (overflow) *overflow = 0;
-  if (pf && be->sync(be)) return tt_fail(err, "TINYTRAIN_PROFILE: the device failed before the update: %s", be->last_error(be));
-  if (pf) t0 = exec_now();
+  if (pf && !x->timed && be->sync(be))
+    return tt_fail(err, "TINYTRAIN_PROFILE: the device failed before the update: %s", be->last_error(be));
+  if (pf && exec_prof_begin(x, pf, &t0, err)) return -1;
   for (int k = p->step_call[p->micro_end]; k < p->ncalls; k++)
     if (p->calls[k].skip == TT_CALL_RUNS && exec_update_call(&r, &p->calls[k], h, t, grad_unscale, &flag, &clip, &clipp, err))
       return -1;
-  if (pf) pf->seconds += exec_now() - t0, pf->count++;
+  if (pf && (exec_prof_end(x, pf, t0, err) || exec_prof_flush(x, err))) return -1; /* the step's end */
+  if (x->prof_range && exec_profiler(x, 0, err)) return -1;
   if (flag) {
     /* read the flag back without waiting: the next check zeroes it only after this copy */
     if (be->download_async(be, x->host_flag, flag, sizeof(int32_t), x->flag_ev))

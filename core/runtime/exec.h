@@ -55,10 +55,13 @@ typedef struct tt_exec {
   void *flag_ev;           /* recorded after that read-back */
   /* From the knobs (core/base/knobs.h) at creation. On the CUDA backend, TINYTRAIN_CUDA_SYNC=1 waits for
    * the device after every backend call and names the call, step and layer whose work failed.
-   * TINYTRAIN_PROFILE=1 (on CUDA also TINYTRAIN_CUDA_PROFILE=1, which implies the sync mode) times
-   * each Program step (on CUDA synchronised: the device's time for it, launch latency included;
-   * on the CPU its wall time) and prints a per-step table at tt_exec_destroy (stderr). */
+   * TINYTRAIN_PROFILE=1 (on CUDA also TINYTRAIN_CUDA_PROFILE=1) times each Program step (on CUDA
+   * by a pair of timed events around it, read at the training step's end: no wait per step; on
+   * the CPU its wall time) and prints a per-step table at tt_exec_destroy (stderr). */
   int sync_each, profile;
+  int timed;                 /* the profile reads the backend's timers (backend.h timer_*), no sync per step */
+  size_t profile_step;       /* TINYTRAIN_CUDA_PROFILE_STEP (1-based; 0 none): that step inside the */
+  int prof_range;            /* backend's profiler range (profiler_range), open now */
   struct tt_exec_prof *prof; /* [train steps + 1 (the update)], then [eval steps] */
 } tt_exec;
 /* The profile table (TINYTRAIN_PROFILE): steps by total time, most expensive first; nothing

@@ -15,6 +15,7 @@
  * machine without the driver can still run the binary (and the CPU backend).
  */
 #include <unistd.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -274,6 +275,35 @@ static int cuda_be_download_async(tt_backend *b, void *dst_host, const void *src
 static int cuda_be_event_record(tt_backend *b, void *ev) {
   if (!ev) return tt_cuda_fail(b, "event_record: NULL event");
   CUDA_CHECK(b, cudaEventRecord((cudaEvent_t)ev, tt_cuda_st(b)->compute));
+  return 0;
+}
+
+/* TINYTRAIN_PROFILE's events (backend.h timer_*): timed ones, so no cudaEventDisableTiming;
+ * blocking, as event_create's, since the host waits on them at the step's end. */
+static void *cuda_be_timer_create(tt_backend *b) {
+  cudaEvent_t e = NULL;
+  cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventBlockingSync);
+  if (r != cudaSuccess) {
+    (void)cudaGetLastError();
+    tt_cuda_fail(b, "cudaEventCreateWithFlags (a TINYTRAIN_PROFILE timer) failed: %s", cudaGetErrorString(r));
+    return NULL;
+  }
+  return (void *)e;
+}
+
+static int cuda_be_timer_elapsed(tt_backend *b, void *start, void *end, float *ms) {
+  if (!start || !end || !ms) return tt_cuda_fail(b, "timer_elapsed: NULL event or result");
+  CUDA_CHECK(b, cudaEventSynchronize((cudaEvent_t)end));
+  CUDA_CHECK(b, cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end));
+  return 0;
+}
+
+/* TINYTRAIN_CUDA_PROFILE_STEP's range (backend.h profiler_range): cudaProfilerStart/Stop, which
+ * `ncu --profile-from-start off` and `nsys --capture-range=cudaProfilerApi` wait for; outside a
+ * profiler they do nothing. */
+static int cuda_be_profiler_range(tt_backend *b, int on) {
+  if (on) CUDA_CHECK(b, cudaProfilerStart());
+  else CUDA_CHECK(b, cudaProfilerStop());
   return 0;
 }
 
@@ -624,6 +654,8 @@ static const tt_backend cuda_be_table = {
     tt_cuda_sgd_update_held, tt_cuda_adam_update_held, /* bf16 and int8 optimizer state */
     0, /* plan_caps: a real backend's calls are its entry points */
     tt_cuda_bn_fwd_train_add_relu, tt_cuda_bn_bwd_add_relu, /* batch norm, add and ReLU in one call */
+    cuda_be_timer_create, cuda_be_timer_elapsed, /* TINYTRAIN_PROFILE by event pairs */
+    cuda_be_profiler_range,                      /* TINYTRAIN_CUDA_PROFILE_STEP */
 };
 
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, const tt_backend_knobs *knobs, char *errbuf,

@@ -21,7 +21,9 @@
  * fp32 gradient: what PyTorch's autocast gets for the bf16 copy of a weight. Bias add and bias
  * gradient are the backend's own kernels.
  */
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_internal.h"
 
@@ -406,12 +408,60 @@ static int cuda_conv_find_one(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind wh
   return 0;
 }
 
+/* ---------------------- TINYTRAIN_CUDA_CONV_LOG -----------------------------------------
+ * One stderr line per (shape, dtype, direction) at setup, once its algorithm is final: the API
+ * (the legacy one, cudnnConvolution*), the algorithm (cuDNN's enum value and name), the math type
+ * it runs with, its cuDNN workspace against the planned one, and how it was chosen with the time
+ * that took (cudnnFind*Ex over the arena's transient region, or the heuristic ranking). What the
+ * lease needs to see which engines the convolutions got without a profiler (issue 41). */
+static const char *cuda_conv_algo_name(tt_ws_kind which, int a) {
+  static const char *const fwd[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING",
+                                    "WINOGRAD", "WINOGRAD_NONFUSED"};
+  static const char *const bwd_data[] = {"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+  static const char *const bwd_filter[] = {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
+  if (a < 0) return "?";
+  if (which == TT_WS_FWD) return a < 8 ? fwd[a] : "?";
+  if (which == TT_WS_BWD_DATA) return a < 6 ? bwd_data[a] : "?";
+  return a < 7 ? bwd_filter[a] : "?";
+}
+
+static const char *cuda_conv_math_name(cudnnMathType_t m) {
+  switch (m) {
+    case CUDNN_DEFAULT_MATH: return "DEFAULT_MATH";
+    case CUDNN_TENSOR_OP_MATH: return "TENSOR_OP_MATH";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "TENSOR_OP_MATH_ALLOW_CONVERSION";
+    case CUDNN_FMA_MATH: return "FMA_MATH";
+    default: return "?";
+  }
+}
+
+static double cuda_conv_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* The line for slot s's direction `which`; how: what chose the algorithm; planned: the cuDNN
+ * workspace the plan holds for it (the heuristic choice's); ms: the time choosing took. */
+static void cuda_conv_log(const tt_cuda_conv_slot *s, tt_ws_kind which, const char *how, size_t planned, double ms) {
+  static const char *const dir[] = {"fwd", "bwd-data", "bwd-filter"};
+  const tt_conv_desc *d = &s->d;
+  fprintf(stderr,
+          "TINYTRAIN_CUDA_CONV_LOG: %-10s %s n%d c%d %dx%d -> k%d %dx%d, filter %dx%d stride %d,%d pad %d,%d groups %d, %s->%s: "
+          "legacy API (cudnnConvolution*), algo %d %s, math %s, workspace %zu bytes (planned %zu), %s, %.1f ms\n",
+          dir[which], tt_dtype_name(s->dt), d->n, d->c, d->h, d->w, d->k, d->p, d->q, d->r, d->s, d->stride_h,
+          d->stride_w, d->pad_h, d->pad_w, d->groups, d->layout_x == TT_LAYOUT_NHWC ? "NHWC" : "NCHW",
+          d->layout_y == TT_LAYOUT_NHWC ? "NHWC" : "NCHW", s->algo[which], cuda_conv_algo_name(which, s->algo[which]),
+          cuda_conv_math_name(s->math[which]), s->cudnn_ws[which], planned, how, ms);
+}
+
 int tt_cuda_conv_find(tt_backend *b, const tt_op_desc *ops, int nops, void *scratch, size_t scratch_bytes) {
   tt_cuda_state *st = tt_cuda_st(b);
   int i, j, algo;
   size_t need;
   st->conv_found = 0;
-  if (!st->knobs.cuda_find) return 0; /* TINYTRAIN_CUDA_FIND=0, the documented off switch: the heuristic choices stay */
+  /* TINYTRAIN_CUDA_FIND=0, the documented off switch: the heuristic choices stay (and are logged) */
+  if (!st->knobs.cuda_find && !st->knobs.cuda_conv_log) return 0;
   if (nops < 0 || (nops && !ops)) return tt_cuda_fail(b, "tune: %d calls at %p", nops, (const void *)ops);
   if (!scratch) scratch_bytes = 0;
   for (i = 0; i < nops; i++) {
@@ -426,8 +476,17 @@ int tt_cuda_conv_find(tt_backend *b, const tt_op_desc *ops, int nops, void *scra
     which = (tt_ws_kind)(o->kind - TT_OP_CONV_FWD);
     if (cuda_conv_check(b, "tune", &o->u.conv, o->dt)) return -1;
     /* the slot and the heuristic choice the plan sized the workspace with */
+    double t0 = cuda_conv_ms();
     if (!(s = cuda_conv_prepare(b, &o->u.conv, o->dt, which, (size_t)-1, &algo, &need))) return -1;
-    if (cuda_conv_find_one(b, s, which, (char *)scratch, scratch_bytes)) return -1;
+    int found = st->conv_found;
+    if (st->knobs.cuda_find && cuda_conv_find_one(b, s, which, (char *)scratch, scratch_bytes)) return -1;
+    if (st->knobs.cuda_conv_log) {
+      if (st->knobs.cuda_find) CUDA_CHECK(b, cudaStreamSynchronize(st->compute)); /* the time Find took, whole */
+      cuda_conv_log(s, which, !st->knobs.cuda_find ? "heuristic ranking (TINYTRAIN_CUDA_FIND=0)"
+                              : st->conv_found > found ? "timed by cudnnFind*Ex within the planned workspace"
+                                                       : "heuristic ranking (Find timed nothing within the workspace, or the operands did not fit its scratch)",
+                    need, cuda_conv_ms() - t0);
+    }
   }
   CUDA_CHECK(b, cudaStreamSynchronize(st->compute)); /* the scratch's fill and cuDNN's runs are done */
   return 0;

@@ -913,7 +913,8 @@ static void test_knobs(void) {
   static const char *bad[][2] = {{"TINYTRAIN_FUSE", "2"},          {"TINYTRAIN_FUSE", ""},
                                  {"TINYTRAIN_LAYOUT", "NHWC"},     {"TINYTRAIN_CPU_CHUNK_BYTES", "0x10"},
                                  {"TINYTRAIN_CPU_CHUNK_BYTES", "-5"}, {"TINYTRAIN_DIST_TIMEOUT", "soon"},
-                                 {"TINYTRAIN_LAYOUTS", "nhwc"}};
+                                 {"TINYTRAIN_LAYOUTS", "nhwc"},    {"TINYTRAIN_CUDA_PROFILE_STEP", "0"},
+                                 {"TINYTRAIN_CUDA_PROFILE_STEP", "2K"}, {"TINYTRAIN_CUDA_PROFILE_STEP", "-1"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     setenv(bad[i][0], bad[i][1], 1);
     int rc = tt_knobs_read(&k, &e);
@@ -928,11 +929,14 @@ static void test_knobs(void) {
   setenv("TINYTRAIN_LAYOUT", "nchw", 1);
   setenv("TINYTRAIN_CPU_CHUNK_BYTES", "64K", 1);
   setenv("TINYTRAIN_DIST_TIMEOUT", "2.5", 1);
+  setenv("TINYTRAIN_CUDA_PROFILE_STEP", "3", 1); /* a count: whole, from 1 */
   int rc = tt_knobs_read(&k, &e);
   unsetenv("TINYTRAIN_LAYOUT"), unsetenv("TINYTRAIN_CPU_CHUNK_BYTES"), unsetenv("TINYTRAIN_DIST_TIMEOUT");
-  TT_CHECK(rc == 0 && k.be.layout == TT_LAYOUT_NCHW && k.be.cpu_chunk_bytes == 65536 && k.dist_timeout == 2.5,
-           "well-formed values: rc %d layout %d chunk %zu timeout %g (%s)", rc, k.be.layout, k.be.cpu_chunk_bytes,
-           k.dist_timeout, rc ? e.msg : "");
+  unsetenv("TINYTRAIN_CUDA_PROFILE_STEP");
+  TT_CHECK(rc == 0 && k.be.layout == TT_LAYOUT_NCHW && k.be.cpu_chunk_bytes == 65536 && k.dist_timeout == 2.5 &&
+               k.cuda_profile_step == 3,
+           "well-formed values: rc %d layout %d chunk %zu timeout %g step %zu (%s)", rc, k.be.layout, k.be.cpu_chunk_bytes,
+           k.dist_timeout, k.cuda_profile_step, rc ? e.msg : "");
   FILE *f = tmpfile();
   char text[512] = "";
   int n = f ? tt_knobs_print_changed(&k, f, "knobs:") : -1;
@@ -941,8 +945,9 @@ static void test_knobs(void) {
     text[fread(text, 1, sizeof text - 1, f)] = 0;
     fclose(f);
   }
-  TT_CHECK(n == 3 && strstr(text, "TINYTRAIN_LAYOUT=nchw") && strstr(text, "TINYTRAIN_CPU_CHUNK_BYTES=65536") &&
-               strstr(text, "TINYTRAIN_DIST_TIMEOUT=2.5") && !strstr(text, "TINYTRAIN_FUSE"),
+  TT_CHECK(n == 4 && strstr(text, "TINYTRAIN_LAYOUT=nchw") && strstr(text, "TINYTRAIN_CPU_CHUNK_BYTES=65536") &&
+               strstr(text, "TINYTRAIN_DIST_TIMEOUT=2.5") && strstr(text, "TINYTRAIN_CUDA_PROFILE_STEP=3") &&
+               !strstr(text, "TINYTRAIN_FUSE"),
            "%d changed knobs printed:\n%s", n, text);
   tt_knobs_default(&k);
   TT_CHECK(tt_knobs_print_changed(&k, stdout, "knobs:") == 0, "the defaults print as changed");

@@ -387,6 +387,32 @@ static void test_warnings(void) {
   }
   TT_TEST_END();
 
+  /* [data] synthetic_size: read for format = synthetic, a warning elsewhere, bounded */
+  TT_TEST_BEGIN("recipe_synthetic_size");
+  {
+    static const char *const head = "[net]\ninput = 1x4x4\nclasses = 2\n[train]\nbatch = 4\n[data]\n";
+    char t[512];
+    snprintf(t, sizeof t, "%sformat = synthetic\nsynthetic_size = 6144\n[flatten]\n[linear]\nout = 2\n", head);
+    memset(&w, 0, sizeof w);
+    int rc = tt_recipe_parse("s.recipe", t, &m, &err, collect_warning, &w);
+    TT_CHECK(rc == 0 && m.data.synthetic_size == 6144 && w.n == 0, "rc %d size %d warnings %d: %s", rc,
+             rc ? 0 : m.data.synthetic_size, w.n, rc ? err.msg : w.first);
+    if (!rc) tt_model_free(&m);
+    snprintf(t, sizeof t, "%sformat = synthetic\nsynthetic_size = 0\n[flatten]\n[linear]\nout = 2\n", head);
+    rc = tt_recipe_parse("s.recipe", t, &m, &err, NULL, NULL);
+    TT_CHECK(rc != 0 && strstr(err.msg, "s.recipe:8") && strstr(err.msg, "synthetic_size"), "size 0 accepted: %s",
+             rc ? err.msg : "rc 0");
+    if (!rc) tt_model_free(&m);
+    snprintf(t, sizeof t, "%sformat = idx\ntrain = a\ntrain_labels = b\nsynthetic_size = 9\n[flatten]\n[linear]\n"
+                          "out = 2\n", head);
+    memset(&w, 0, sizeof w);
+    rc = tt_recipe_parse("s.recipe", t, &m, &err, collect_warning, &w);
+    TT_CHECK(rc == 0 && w.n == 1 && strstr(w.first, "s.recipe:10") && strstr(w.first, "synthetic only"),
+             "format = idx with synthetic_size: rc %d, %d warnings: %s", rc, w.n, rc ? err.msg : w.first);
+    if (!rc) tt_model_free(&m);
+  }
+  TT_TEST_END();
+
   TT_TEST_BEGIN("recipe_open_error");
   TT_CHECK(tt_recipe_load("tests/recipes_bad/does-not-exist.recipe", &m, &err, NULL, NULL) != 0, "loaded a missing file");
   TT_CHECK(strstr(err.msg, "tests/recipes_bad/does-not-exist.recipe") && strstr(err.msg, "No such file"), "message: %s", err.msg);

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_profiler_api.h"
 #include "emu_internal.h"
 
 tt_emu_counts emu_counts;
@@ -239,6 +240,25 @@ extern "C" cudaError_t cudaGetDeviceFlags(unsigned int *flags) {
   return cudaSuccess;
 }
 extern "C" unsigned tt_emu_device_flags(void) { return emu_device_flags; }
+
+/* The profiler's range (cuda_profiler_api.h): counted; starting an open range or stopping a closed
+ * one is harmless, as in the runtime. */
+static size_t emu_profiler_calls;
+static int emu_profiler_active;
+extern "C" cudaError_t cudaProfilerStart(void) {
+  EMU_ENTER();
+  emu_profiler_calls++, emu_profiler_active = 1;
+  return cudaSuccess;
+}
+extern "C" cudaError_t cudaProfilerStop(void) {
+  EMU_ENTER();
+  emu_profiler_calls++, emu_profiler_active = 0;
+  return cudaSuccess;
+}
+extern "C" size_t tt_emu_profiler_calls(int *active) {
+  if (active) *active = emu_profiler_active;
+  return emu_profiler_calls;
+}
 
 extern "C" cudaError_t cudaGetDevice(int *device) {
   EMU_ENTER_NO_CONTEXT();

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <deque>
 #include <map>
@@ -42,6 +43,8 @@ struct CUevent_st {
   cudaStream_t stream;
   uint64_t seq;
   int queried; /* cudaEventQuery said "not ready" once for this record */
+  uint64_t nrec; /* records so far: an earlier record's op, run late, leaves t_ms alone */
+  double t_ms;   /* the host's clock (ms) when the latest record ran: the emulation's device time */
 };
 
 static CUstream_st emu_null_stream = {0, 0, 1, 0, std::deque<emu_op>()};
@@ -49,6 +52,14 @@ static CUstream_st emu_null_stream = {0, 0, 1, 0, std::deque<emu_op>()};
 static std::vector<CUstream_st *> &emu_streams = *new std::vector<CUstream_st *>();
 static std::set<CUevent_st *> &emu_events_all = *new std::set<CUevent_st *>();
 static uint64_t emu_seq;
+static size_t emu_host_syncs; /* cudaStreamSynchronize and cudaDeviceSynchronize calls (tt_emu_host_syncs) */
+extern "C" size_t tt_emu_host_syncs(void) { return emu_host_syncs; }
+
+static double emu_clock_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
 
 static CUstream_st *emu_resolve(cudaStream_t s) {
   return (!s || s == cudaStreamLegacy || s == cudaStreamPerThread) ? &emu_null_stream : s;
@@ -150,6 +161,7 @@ extern "C" cudaError_t cudaStreamDestroy(cudaStream_t s) {
 extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   EMU_ENTER();
   if (emu_stream_arg(s, "cudaStreamSynchronize")) return cudaErrorInvalidResourceHandle;
+  emu_host_syncs++;
   if (emu_resolve(s) == &emu_null_stream)
     emu_run_blocking();
   else
@@ -193,6 +205,7 @@ extern "C" cudaError_t cudaStreamQuery(cudaStream_t s) {
 
 extern "C" cudaError_t cudaDeviceSynchronize(void) {
   EMU_ENTER();
+  emu_host_syncs++;
   emu_run_all();
   return emu_sticky();
 }
@@ -249,7 +262,10 @@ extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   EMU_ENTER();
   if (emu_event_arg(e, "cudaEventRecord") || emu_stream_arg(s, "cudaEventRecord")) return cudaErrorInvalidResourceHandle;
   st = emu_resolve(s);
-  emu_enqueue(s, "event record", []() {});
+  uint64_t rec = ++e->nrec;
+  emu_enqueue(s, "event record", [e, rec]() {
+    if (e->nrec == rec) e->t_ms = emu_clock_ms(); /* when the work before it has run */
+  });
   e->recorded = 1, e->stream = st, e->seq = emu_seq, e->queried = 0;
   return cudaSuccess;
 }
@@ -293,7 +309,13 @@ extern "C" cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_
     return cudaErrorInvalidResourceHandle;
   if ((a->flags | b->flags) & cudaEventDisableTiming)
     return emu_cuda_fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: an event was created with cudaEventDisableTiming");
-  *ms = 0.0f; /* the emulation has no device time */
+  if (!a->recorded || !b->recorded) /* as the runtime: an event never recorded has no time */
+    return emu_cuda_fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: event %p was never recorded",
+                         (void *)(a->recorded ? b : a));
+  /* not complete yet (its record still queued): cudaErrorNotReady, not sticky, as the runtime's */
+  for (CUevent_st *e : {a, b})
+    if (!e->stream->q.empty() && e->stream->q.front().seq <= e->seq) return cudaErrorNotReady;
+  *ms = (float)(b->t_ms - a->t_ms); /* the host's time between the records' runs: emulated kernels' cost */
   return cudaSuccess;
 }
 

@@ -33,6 +33,10 @@ int tt_emu_last_gemm_math(int *tf32);
  * clears them after reading. And the cudnnFind*AlgorithmEx calls so far. */
 unsigned tt_emu_conv_algos_used(int dir, int reset);
 size_t tt_emu_conv_find_calls(void);
+/* cudaStreamSynchronize and cudaDeviceSynchronize calls so far (the host waiting for the device). */
+size_t tt_emu_host_syncs(void);
+/* Profiler range (cudaProfilerStart/Stop): the calls so far, and whether a range is open now. */
+size_t tt_emu_profiler_calls(int *active);
 /* 1: violations are not printed on stderr (they still fail the call); returns the old value. */
 int tt_emu_set_quiet(int quiet);
 /* The message of the last violation the emulation found ("" if none). */

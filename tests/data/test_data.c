@@ -615,8 +615,19 @@ static void test_synthetic(void) {
   tt_dataset_free(&b);
   rc2 = tt_dataset_load(&cfg, 0, 3, 16, 16, &b, &err, NULL, NULL);
   TT_CHECK(rc2 == 0 && b.n == 256 && memcmp(a.images, b.images, 256) != 0, "test split");
-  tt_dataset_free(&a);
   tt_dataset_free(&b);
+  /* [data] synthetic_size: the training split's size (a benchmark's steps in one epoch); the
+   * images are drawn in order, so the default set is its first 1024; the test split keeps 256 */
+  cfg.synthetic_size = 1500;
+  rc2 = tt_dataset_load(&cfg, 1, 3, 16, 16, &b, &err, NULL, NULL);
+  TT_CHECK(rc2 == 0 && b.n == 1500 && !memcmp(a.images, b.images, (size_t)1024 * 3 * 256) &&
+               !memcmp(a.labels, b.labels, sizeof(int32_t) * 1024),
+           "synthetic_size = 1500: n %d, rc %d (%s)", b.n, rc2, rc2 ? err.msg : "");
+  if (!rc2) tt_dataset_free(&b);
+  rc2 = tt_dataset_load(&cfg, 0, 3, 16, 16, &b, &err, NULL, NULL);
+  TT_CHECK(rc2 == 0 && b.n == 256, "synthetic_size changed the test split: n %d", b.n);
+  if (!rc2) tt_dataset_free(&b);
+  tt_dataset_free(&a);
   TT_TEST_END();
 }
 

@@ -2,9 +2,13 @@
 # tests/gpu/acceptance.sh — the CUDA backend's acceptance run on a real GPU: one command, one
 # deadline, one Markdown report, its logs saved after every step.
 #
-#   tests/gpu/acceptance.sh --bundle FILE [--deadline 400]    the lent device machine (docs/gpu.md)
+#   tests/gpu/acceptance.sh --bundle FILE [--deadline 490]    the lent device machine (docs/gpu.md)
 #   tests/gpu/acceptance.sh [--no-build] [--deadline 540]     a GPU machine with the toolchain
-#   --steps 4,5,6: only those steps after the probe (a rerun of what failed; the rest SKIP)
+#   --suite lease|acceptance: the steps to run. lease (the default with --bundle) is issue 41's
+#   measuring call, tests/gpu/lease.sh: memory probe, test_cuda, ResNet-50 fp16 b256 in both
+#   layouts beside PyTorch's best, TINYTRAIN_PROFILE, ncu over one step, PyTorch's profiler, the
+#   fair 4 GiB comparison (deadline 490 s). acceptance (the default without) is the 8 steps below.
+#   --steps 4,5,6: only those steps (a rerun of what failed; the rest SKIP)
 #
 # --bundle FILE: the .tar.xz of tests/gpu/bundle.sh (binaries for one architecture and the
 # libraries the target lacks), unpacked and run as it is: nothing is built. Without it the
@@ -47,20 +51,25 @@
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 BUNDLE=""
+SUITE=""
 BUILD=1
 DEADLINE=""
 STEPS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE=$2; shift 2 ;;
+    --suite) SUITE=$2; shift 2 ;;
     --no-build) BUILD=0; shift ;;
     --deadline) DEADLINE=$2; shift 2 ;;
     --steps) STEPS=$(echo "$2" | tr ' ' ','); shift 2 ;;
-    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
     *) echo "acceptance.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-[ -n "$DEADLINE" ] || DEADLINE=$([ -n "$BUNDLE" ] && echo 400 || echo 540)
+[ -n "$SUITE" ] || SUITE=$([ -n "$BUNDLE" ] && echo lease || echo acceptance)
+case "$SUITE" in lease|acceptance) ;; *) echo "acceptance.sh: --suite takes lease or acceptance, not $SUITE" >&2; exit 2 ;; esac
+# the lease: one run call of at most 600 s holds the unpacking and 480 s of steps (lease.sh's caps)
+[ -n "$DEADLINE" ] || DEADLINE=$([ "$SUITE" = lease ] && echo 490 || { [ -n "$BUNDLE" ] && echo 400 || echo 540; })
 T0=$(date +%s)
 DEST=${OUT:-$REPO/build/gpu-acceptance}
 mkdir -p "$DEST"
@@ -97,7 +106,7 @@ run() { local c=$1 log=$2; shift 2; echo "\$ $*" >"$log"; timeout -k 5 "$c" "$@"
 
 say "# tinytrain GPU acceptance — $(date -u '+%Y-%m-%d %H:%M UTC')"
 say ""
-say "deadline ${DEADLINE} s; $([ -n "$BUNDLE" ] && echo "bundle $BUNDLE" || echo "repository $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')")"
+say "suite $SUITE, deadline ${DEADLINE} s; $([ -n "$BUNDLE" ] && echo "bundle $BUNDLE" || echo "repository $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')")"
 
 # ---- prerequisites, with or without a GPU ----
 missing=()
@@ -119,7 +128,13 @@ if [ -z "$GPU" ]; then
   say ""
   say "no GPU here (${SMI:+nvidia-smi lists none}${SMI:-nvidia-smi not found}): nothing to accept."
   if [ ${#missing[@]} -gt 0 ]; then say "prerequisites missing: ${missing[*]}"; else say "prerequisites present: python3$([ -n "$BUNDLE" ] && echo ", the bundle" || echo ", ninja, nvcc")"; fi
-  say "optional: compute-sanitizer ${CS:-not found (step 6 would be skipped)}, ncu ${NCU:-not found (step 7 would be skipped)}"
+  if [ "$SUITE" = lease ]; then
+    say "the lease's steps (tests/gpu/lease.sh): memprobe, test_cuda, r50, profile, ncu, torchprof, fair4g"
+    say "optional: ncu ${NCU:-not found (step 5 would be skipped)}; PyTorch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo 'not found (steps 3, 6 and 7 measure tinytrain alone)')"
+    say "$(python3 "$REPO/tests/bench/resnet50_vs_torch.py" --self-check 2>&1 | tail -n 1) (tests/bench/resnet50_vs_torch.py --self-check)"
+  else
+    say "optional: compute-sanitizer ${CS:-not found (step 6 would be skipped)}, ncu ${NCU:-not found (step 7 would be skipped)}"
+  fi
   printf '%-10s %-7s %5s s  %s\n' all SKIP 0 "no GPU" >>"$SUMMARY"
   publish
   echo "report: $DEST/gpu-acceptance.md"
@@ -199,7 +214,7 @@ sampled() {
 
 # ---- 1. probe ----
 step() { say ""; say "## $1"; }
-step "1. probe"
+step "$([ "$SUITE" = lease ] && echo 0 || echo 1). probe: driver, libraries, --version"
 c=$(cap 20)
 {
   echo "\$ nvidia-smi"; "$SMI" 2>&1 | head -n 20
@@ -216,10 +231,9 @@ block "$WORK/probe-short" 20
 if [ "$nf" = 0 ] && echo "$ver" | grep -q "cuda (CUDA runtime"; then result probe PASS "$(elapsed)" "$ver"
 else result probe FAIL "$(elapsed)" "$nf libraries not found, or no CUDA in --version: $ver"; fi
 
-# ---- 2. test_cuda ----
-step "2. test_cuda (every op, fp32/fp16 steps against the CPU)"
-if ! want 2; then result test_cuda SKIP 0 "not in --steps $STEPS"; else
-t=$(elapsed); c=$(cap 90)
+# step_test_cuda CAP: test_cuda on the device, every failed check reported (the acceptance's and the lease's step 2)
+step_test_cuda() {
+t=$(elapsed); c=$(cap "$1")
 if [ "$c" = 0 ]; then result test_cuda TIMEOUT 0 "no time left to start"; else
   TT_TEST_ALL_FAILS=1 run "$c" "$LOGS/2-test_cuda.log" "${TC[@]}" # every failed check, not the first per test
   rc=$?
@@ -229,7 +243,23 @@ if [ "$c" = 0 ]; then result test_cuda TIMEOUT 0 "no time left to start"; else
   elif [ $rc = 0 ] && [ "$nf" = 0 ] && [ "$np" -gt 0 ]; then result test_cuda PASS $(($(elapsed) - t)) "$np passed, $ns skipped (build/tests/test_cuda)"
   else result test_cuda FAIL $(($(elapsed) - t)) "exit $rc, $np passed, $nf failed: $(grep -m 3 '^FAIL' "$LOGS/2-test_cuda.log" | tr '\n' ' ')"; fi
 fi
-fi # want 2
+}
+
+if [ "$SUITE" = lease ]; then # issue 41's measuring call instead of the steps below
+  . "$REPO/tests/gpu/lease.sh"
+  say ""
+  say "$FAILS failed or timed out; $(elapsed) s in all (deadline ${DEADLINE} s). Report: $DEST/gpu-acceptance.md, logs: $DEST/logs.tar.gz"
+  publish
+  echo
+  echo "step       result  time    what"
+  cat "$SUMMARY"
+  [ $FAILS = 0 ]
+  exit
+fi
+
+# ---- 2. test_cuda ----
+step "2. test_cuda (every op, fp32/fp16 steps against the CPU)"
+if ! want 2; then result test_cuda SKIP 0 "not in --steps $STEPS"; else step_test_cuda 90; fi
 
 # ---- 3. LeNet, one epoch, GPU against CPU ----
 step "3. LeNet one epoch: GPU against CPU (fp32, same seed and data)"
@@ -339,7 +369,10 @@ if [ "$c" = 0 ]; then result r50torch TIMEOUT 0 "no time left to start"; else
   for b in 64 256 max; do
   cc=$(cap $((c - ($(elapsed) - t))))
   [ "$cc" = 0 ] && { ok=2; break; }
-  if [ $b = max ]; then args=(--only-max-batch); else args=(--batch "$b" --steps 10 --skip-max-batch); fi
+  # one process per configuration (the benchmark's medians of 3 would not fit the cap), the same
+  # 12 steps after 4 on both sides
+  if [ $b = max ]; then args=(--only-max-batch --configs ''); else
+    args=(--batch "$b" --steps 12 --warmup 4 --repeats 1 --configs tt-fp32,tt-fp16,torch-fp32,torch-amp,torch-amp-best --skip-max-batch); fi
   run "$cc" "$LOGS/5-r50-b$b.log" python3 tests/bench/resnet50_vs_torch.py "${args[@]}" --no-tf32 --out "$WORK/r50-b$b.md"
   rc=$?
   say "command: \`python3 tests/bench/resnet50_vs_torch.py ${args[*]} --no-tf32\` (exit $rc)"

@@ -17,7 +17,8 @@
 #                                             libc/libm/libstdc++/libgcc/ld.so or CUDA's (ldd):
 #                                             oneDNN, OpenCL loader, OpenBLAS, libgfortran, libquadmath,
 #                                             libgomp, TurboJPEG, libjpeg, libpng, zlib
-#   tests/gpu, tests/bench/resnet50_vs_torch.py, tests/tools/st_compare.py, examples/*/*.recipe,
+#   tests/gpu/*.sh and *.py (acceptance.sh, lease.sh, memprobe.py), tests/bench/resnet50_vs_torch.py,
+#   tests/tools/st_compare.py, examples/*/*.recipe,
 #   tests/fixtures/small_cnn.*, build/data/fashion-mnist (20000 training images and the 10000 test
 #   images of Fashion-MNIST; --full-data: all 60000), MANIFEST (what, from where, versions)
 # into gpu-bundle/tinytrain-bundle-smARCH.tar.xz (git-ignored), refused over 48 MiB.
@@ -62,7 +63,7 @@ cp "$B/tests/test_cuda" "$S/build/tests/test_cuda"
 # in build/ for build/tests/test_cuda
 cp "$B/libtinytrain_cuda.so" "$S/lib/libtinytrain_cuda.so"
 ln -s ../lib/libtinytrain_cuda.so "$S/build/libtinytrain_cuda.so"
-cp tests/gpu/acceptance.sh tests/gpu/bundle.sh "$S/tests/gpu/"
+cp tests/gpu/*.sh tests/gpu/*.py "$S/tests/gpu/" # acceptance.sh, lease.sh, memprobe.py, ...
 cp tests/bench/resnet50_vs_torch.py "$S/tests/bench/"
 cp tests/tools/st_compare.py "$S/tests/tools/"
 cp tests/fixtures/small_cnn.recipe "$S/tests/fixtures/"

@@ -198,7 +198,14 @@ void test_emu_sync_and_profile(void) {
     int ov = 0;
     memset(&hp, 0, sizeof hp);
     hp.kind = TT_OPT_SGD, hp.lr = 0.01f;
+    /* by event pairs read at the step's end (backend.h timer_*): no host wait inside the
+     * micro-step, where the synchronised form waited before and after every Program step */
+    TT_CHECK(t.x.timed == 1 && t.x.sync_each == 0, "the profile is not by events: timed %d, sync_each %d", t.x.timed,
+             t.x.sync_each);
+    size_t s0 = tt_emu_host_syncs();
     rc = tt_exec_micro_step(&t.x, images, labels, 0, 0, 1.0f, &err);
+    size_t s1 = tt_emu_host_syncs();
+    TT_CHECK(rc != 0 || s1 == s0, "the profiled micro-step waited for the device %zu times", s1 - s0);
     if (!rc) rc = tt_exec_update(&t.x, &hp, 1, 1.0f, &ov, &err);
     TT_CHECK(rc == 0, "%s", err.msg);
     FILE *f = tmpfile();
@@ -210,13 +217,56 @@ void test_emu_sync_and_profile(void) {
       fclose(f);
     }
     TT_CHECK(strstr(text, "TINYTRAIN_PROFILE") && strstr(text, "forward") && strstr(text, "backward") &&
-                 strstr(text, "optimizer update"), "the table:\n%s", text);
-    free(t.x.prof); /* printed above: not again at close */
-    t.x.prof = NULL;
+                 strstr(text, "optimizer update") && strstr(text, "events around each step"), "the table:\n%s", text);
+    /* every pair was read at the step's end (rows with calls), and the emulation's event times are
+     * the host's clock when each record ran: the emulated kernels' cost, more than nothing */
+    double total = 0;
+    const char *at = strstr(text, " s in all");
+    while (at && at > text && at[-1] != ',') at--;
+    TT_CHECK(at && sscanf(at + 1, "%lf", &total) == 1 && total > 0, "the table's total: %.6f s\n%s", total, text);
+    free(images);
+  }
+  test_net_close(&t); /* prints the table again on stderr, and frees the timers */
+  unsetenv("TINYTRAIN_CUDA_PROFILE");
+  tt_knobs_init(&err);
+  TT_TEST_END();
+
+  /* TINYTRAIN_CUDA_PROFILE_STEP=2: cudaProfilerStart before the second training step's first
+   * micro-step, cudaProfilerStop after its update; nothing around the first and the third */
+  TT_TEST_BEGIN("cuda_profiler_step_range");
+  setenv("TINYTRAIN_CUDA_PROFILE_STEP", "2", 1);
+  rc = tt_knobs_init(&err);
+  TT_CHECK(rc == 0, "%s", err.msg);
+  if (!rc) rc = test_net_open(&t, "tests/fixtures/small_cnn.recipe", gpu, TT_F32, 4, 1, 0, TT_OPT_SGD, &err);
+  TT_CHECK(rc == 0, "%s", err.msg);
+  if (!rc) {
+    const tt_node *in = &t.g.nodes[0];
+    uint8_t *images = (uint8_t *)calloc(4, (size_t)in->c * in->h * in->w);
+    int32_t labels[4] = {0, 1, 0, 1};
+    tt_opt_hparams hp;
+    int ov = 0, active[3][2];
+    size_t calls[3][2];
+    memset(&hp, 0, sizeof hp);
+    hp.kind = TT_OPT_SGD, hp.lr = 0.01f;
+    for (int k = 0; k < 3 && !rc; k++) {
+      rc = tt_exec_micro_step(&t.x, images, labels, 0, (uint64_t)k, 1.0f, &err);
+      calls[k][0] = tt_emu_profiler_calls(&active[k][0]);
+      if (!rc) rc = tt_exec_update(&t.x, &hp, k + 1, 1.0f, &ov, &err);
+      calls[k][1] = tt_emu_profiler_calls(&active[k][1]);
+    }
+    TT_CHECK(rc == 0, "%s", err.msg);
+    if (!rc) {
+      printf("  profiler calls after each micro-step and update: %zu %zu, %zu %zu, %zu %zu\n", calls[0][0], calls[0][1],
+             calls[1][0], calls[1][1], calls[2][0], calls[2][1]);
+      TT_CHECK(!active[0][0] && !active[0][1] && calls[0][1] == calls[0][0], "step 1 inside the range");
+      TT_CHECK(active[1][0] && calls[1][0] == calls[0][1] + 1, "step 2's micro-step not inside the range");
+      TT_CHECK(!active[1][1] && calls[1][1] == calls[1][0] + 1, "the range not closed after step 2's update");
+      TT_CHECK(!active[2][0] && !active[2][1] && calls[2][1] == calls[1][1], "step 3 touched the profiler");
+    }
     free(images);
   }
   test_net_close(&t);
-  unsetenv("TINYTRAIN_CUDA_PROFILE");
+  unsetenv("TINYTRAIN_CUDA_PROFILE_STEP");
   tt_knobs_init(&err);
   TT_TEST_END();
 }

@@ -760,6 +760,70 @@ void test_conv_find(void) {
   }
   TT_TEST_END();
 }
+
+/* TINYTRAIN_CUDA_CONV_LOG=1 (the backend's knob; cuda_conv.cu): at setup one stderr line per
+ * convolution shape, dtype and direction, naming the API, the algorithm, the math type, the
+ * workspace and how long choosing took; with Find and without. The lines are read back through a
+ * temporary file standing in for stderr. */
+static int test_conv_log_run(int find, char *text, size_t cap, tt_err *err) {
+  size_t reserve = 0;
+  char msg[256];
+  unsigned used[3];
+  tt_backend_knobs k;
+  tt_backend_knobs_default(&k);
+  k.cuda_conv_log = 1, k.cuda_find = find;
+  tt_backend *g = tt_cuda_backend_create(&reserve, &k, msg, sizeof msg);
+  TT_CHECK(g != NULL, "a backend with the log: %s", msg);
+  if (!g) return -1;
+  FILE *f = tmpfile();
+  int saved = dup(2);
+  fflush(stderr);
+  if (f) dup2(fileno(f), 2);
+  test_find_step(g, used, err);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  g->destroy(g);
+  text[0] = 0;
+  if (f) {
+    rewind(f);
+    text[fread(text, 1, cap - 1, f)] = 0;
+    fclose(f);
+  }
+  return f ? 0 : -1;
+}
+
+void test_conv_log(void) {
+  tt_err err;
+  static char text[32768];
+  TT_TEST_BEGIN("cuda_conv_log");
+  for (int find = 1; find >= 0; find--) {
+    if (test_conv_log_run(find, text, sizeof text, &err)) continue;
+    int lines = 0, dirs[3] = {0, 0, 0}, dup = 0;
+    for (char *l = text, *e; l && *l; l = e ? e + 1 : NULL) {
+      e = strchr(l, '\n');
+      if (e) *e = 0;
+      if (strncmp(l, "TINYTRAIN_CUDA_CONV_LOG: ", 25)) continue;
+      if (lines < 3) printf("  %s\n", l);
+      lines++;
+      dirs[0] += !strncmp(l + 25, "fwd ", 4), dirs[1] += !strncmp(l + 25, "bwd-data ", 9);
+      dirs[2] += !strncmp(l + 25, "bwd-filter ", 11);
+      TT_CHECK(strstr(l, "legacy API") && strstr(l, ", algo ") && strstr(l, ", math ") && strstr(l, " workspace ") &&
+                   strstr(l, " ms") && strstr(l, find ? "cudnnFind" : "TINYTRAIN_CUDA_FIND=0"),
+               "find %d: a line without API, algorithm, math, workspace, time or how: %s", find, l);
+      /* once per shape and direction: no line repeats up to the time it took */
+      char key[512];
+      snprintf(key, sizeof key, "%.*s", (int)(strstr(l, ": legacy") ? strstr(l, ": legacy") - l : 0), l);
+      for (char *m = text; m < l && !dup; m += strlen(m) + 1)
+        dup = key[0] && !strncmp(m, key, strlen(key)) && m[strlen(key)] == ':';
+    }
+    printf("  find %d: %d lines (fwd %d, bwd-data %d, bwd-filter %d)\n", find, lines, dirs[0], dirs[1], dirs[2]);
+    TT_CHECK(dirs[0] > 0 && dirs[1] > 0 && dirs[2] > 0 && dirs[0] + dirs[1] + dirs[2] == lines,
+             "find %d: lines per direction %d/%d/%d of %d", find, dirs[0], dirs[1], dirs[2], lines);
+    TT_CHECK(!dup, "find %d: a shape and direction logged twice", find);
+  }
+  TT_TEST_END();
+}
 #endif
 
 #endif

@@ -170,6 +170,7 @@ void test_step_held(void);
 void test_batch_overlap(void);
 float test_find_step(tt_backend *be, unsigned used[3], tt_err *err);
 void test_conv_find(void);
+void test_conv_log(void);
 
 /* cuda_device.c */
 void test_no_alloc_and_peak(void);

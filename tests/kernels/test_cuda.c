@@ -94,6 +94,8 @@ static const tt_test_case tests[] = {
            "the emulation's lazy streams show what a copy waited for"),
   EMU_TEST("cuda_conv_find", "step conv", test_conv_find,
            "the emulated cuDNN's timings (on a GPU, cudnnFind*Ex runs at every setup)"),
+  EMU_TEST("cuda_conv_log", "step conv", test_conv_log,
+           "TINYTRAIN_CUDA_CONV_LOG=1 on a GPU prints the same lines (tests/gpu/acceptance.sh)"),
   TT_TEST("cuda_no_allocation_and_peak", "step device", FN(test_no_alloc_and_peak)),
 #if defined(TT_HAVE_NCCL) && !defined(TT_CUDA_EMULATION)
   TT_TEST("cuda_nccl_one_rank", "nccl device", FN(test_nccl_one_rank)), /* last: the communicator stays with the backend */
@@ -101,7 +103,7 @@ static const tt_test_case tests[] = {
   TT_TEST_SKIPPED("cuda_nccl_one_rank", "nccl device", "built without NCCL"),
 #endif
   EMU_TEST("cuda_sync_mode_names_the_op", "device", test_emu_sync_and_profile,
-           "the emulation's profile (prints cuda_profile_table too)"),
+           "the emulation's profile (prints cuda_profile_table and cuda_profiler_step_range too)"),
 };
 #define NTESTS TT_TEST_COUNT(tests)
 
