@@ -7,6 +7,7 @@
 #define TT_SAFETENSORS_H
 #include <stddef.h>
 #include <stdint.h>
+#include "fileio.h"
 #include "util.h"
 
 #ifdef __cplusplus
@@ -31,6 +32,23 @@ size_t tt_st_dtype_size(const char *dtype);
 /* Writes n tensors (in that order) and string metadata meta_kv = {key, value, ..., NULL}
  * (may be NULL) atomically (temporary file, fsync, rename). Returns 0 or -1 (err set). */
 int tt_st_write(const char *path, const tt_st_tensor *t, int n, const char *const *meta_kv, tt_err *err);
+
+/* The same file written a piece at a time, so that a caller never holds all of the data at once
+ * (a checkpoint stages one tensor at a time, core/runtime/checkpoint.c): open validates the
+ * descriptions as tt_st_write does, except that data may be NULL, and writes the header to
+ * "<path>.tmp"; put appends the data bytes in the tensors' order, in pieces of any size; commit
+ * checks that exactly the bytes the header announced came, then fsyncs and renames over path.
+ * Any failure, or discard, removes the temporary file and leaves path as it was. The bytes are
+ * tt_st_write's for the same tensors and metadata (it is this writer). 0 or -1 (err set). */
+typedef struct tt_st_writer {
+  tt_atomic_file file;
+  uint64_t expected, written; /* data bytes the header announced, and given so far */
+} tt_st_writer;
+int tt_st_writer_open(tt_st_writer *w, const char *path, const tt_st_tensor *t, int n, const char *const *meta_kv,
+                      tt_err *err);
+int tt_st_writer_put(tt_st_writer *w, const void *data, size_t bytes, tt_err *err);
+int tt_st_writer_commit(tt_st_writer *w, tt_err *err);
+void tt_st_writer_discard(tt_st_writer *w);
 
 typedef struct tt_st_file tt_st_file;
 
