@@ -75,7 +75,8 @@ void tt_plan_peak(const tt_session *s, tt_peak *pk) {
   pk->ckpt_staging = tt_checkpoint_staging_bytes(tr, &s->graph, 1);
   int ref = s->be && s->be->name && !strcmp(s->be->name, "ref");
   pk->conv_configs = peak_conv_configs(&s->graph);
-  pk->baseline = (ref ? TT_PEAK_BASE_REF : TT_PEAK_BASE_ONEDNN) + (size_t)pk->conv_configs * TT_PEAK_PER_CONV;
+  pk->per_conv = ref ? 0 : TT_PEAK_PER_CONV_ONEDNN;
+  pk->baseline = (ref ? TT_PEAK_BASE_REF : TT_PEAK_BASE_ONEDNN) + (size_t)pk->conv_configs * pk->per_conv;
   pk->baseline_what = ref ? "reference backend" : "oneDNN backend";
   pk->total = pk->arena + pk->loaders + pk->dataset + pk->ckpt_staging + pk->baseline;
 }

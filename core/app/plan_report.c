@@ -196,12 +196,12 @@ static void plan_text_process(const tt_session *s, FILE *out) {
     return;
   }
   fprintf(out, "  process     peak host RSS %.1f MiB predicted: arena %.1f (evaluation adds %.1f) + data sets %.1f%s\n"
-               "              + loaders %.1f + checkpoint staging %.1f + libraries %.1f (measured, %s: %.1f + %.1f\n"
+               "              + loaders %.1f + checkpoint staging %.1f + libraries %.1f (measured, %s: %.1f + %.3g\n"
                "              for each of %d convolution configurations)\n",
           plan_mib(pk.total), plan_mib(pk.arena), plan_mib(pk.eval_extra), plan_mib(pk.dataset),
           pk.dataset_known ? "" : " (not counted: mapped, streamed or unreadable)", plan_mib(pk.loaders),
           plan_mib(pk.ckpt_staging), plan_mib(pk.baseline), pk.baseline_what,
-          plan_mib(pk.baseline - (size_t)pk.conv_configs * TT_PEAK_PER_CONV), plan_mib(TT_PEAK_PER_CONV), pk.conv_configs);
+          plan_mib(pk.baseline - (size_t)pk.conv_configs * pk.per_conv), plan_mib(pk.per_conv), pk.conv_configs);
 }
 
 /* plan --json's "process_peak" object (plan_text_process's figures). */
