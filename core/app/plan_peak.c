@@ -68,8 +68,9 @@ void tt_plan_peak(const tt_session *s, tt_peak *pk) {
   pk->loaders = tt_loader_host_bytes(tr->policy.micro_batch, m->in_c, m->in_h, m->in_w, threads, streaming) +
                 tt_loader_index_bytes(ntr > 0 ? (int)ntr : 0, streaming);
   if (nte > 0 || m->data.format == TT_DATA_FOLDER || m->data.format == TT_DATA_LIST || m->data.format == TT_DATA_NPY)
-    pk->loaders += tt_loader_host_bytes(ev->policy.micro_batch, m->in_c, m->in_h, m->in_w, 1, streaming) +
-                   tt_loader_index_bytes(nte > 0 ? (int)nte : 0, streaming);
+    pk->eval_loader = tt_loader_host_bytes(ev->policy.micro_batch, m->in_c, m->in_h, m->in_w, 1, streaming) +
+                      tt_loader_index_bytes(nte > 0 ? (int)nte : 0, streaming);
+  pk->loaders += pk->eval_loader;
   pk->dataset_known = ntr >= 0 && nte >= 0;
   if (pk->dataset_known) pk->dataset = (size_t)(ntr + nte) * (per + sizeof(int32_t));
   pk->ckpt_staging = tt_checkpoint_staging_bytes(tr, &s->graph, 1);

@@ -30,6 +30,7 @@ typedef struct tt_peak {
   size_t arena;           /* the one allocation: persistent + the larger transient region of training and evaluation */
   size_t eval_extra;      /* of which evaluation's transient region adds beyond training's (0: it fits within) */
   size_t loaders;         /* the training loader (ring, staging images, order) and the evaluation loader's */
+  size_t eval_loader;     /* of which the evaluation loader's (one thread, the evaluation batch) */
   size_t dataset;         /* the sets held in memory (idx, synthetic: images and int32 labels) */
   int dataset_known;      /* 0: npy (mapped: resident as read, up to the files' size) or a count not readable */
   size_t ckpt_staging;    /* a checkpoint write's staging buffer (tt_checkpoint_staging_bytes) */

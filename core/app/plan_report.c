@@ -213,8 +213,9 @@ static void plan_json_process(const tt_session *s, tt_strbuf *b) {
                    pk.total);
   if (pk.device) tt_strbuf_put(b, "null", 4);
   else tt_strbuf_printf(b, "%.2f", TT_PEAK_TOLERANCE);
-  tt_strbuf_printf(b, ", \"arena_alloc_bytes\": %zu, \"eval_extra_bytes\": %zu, \"loaders_bytes\": %zu, \"dataset_bytes\": ",
-                   pk.arena, pk.eval_extra, pk.loaders);
+  tt_strbuf_printf(b, ", \"arena_alloc_bytes\": %zu, \"eval_extra_bytes\": %zu, \"loaders_bytes\": %zu, "
+                       "\"eval_loader_bytes\": %zu, \"dataset_bytes\": ",
+                   pk.arena, pk.eval_extra, pk.loaders, pk.eval_loader);
   if (pk.dataset_known) tt_strbuf_printf(b, "%zu", pk.dataset);
   else tt_strbuf_put(b, "null", 4);
   tt_strbuf_printf(b, ", \"checkpoint_staging_bytes\": %zu, \"baseline_bytes\": %zu, \"baseline\": \"%s\", "
@@ -551,7 +552,14 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
           r->predicted_step_ms, r->recompute_ms, s->profile->name);
   plan_text_update(s, out);
   plan_text_ostate(s, out);
-  fprintf(out, "  evaluation  batch %d in the same arena\n", r->eval.policy.micro_batch);
+  {
+    tt_peak pk;
+    tt_plan_peak(s, &pk);
+    fprintf(out, "  evaluation  batch %d in the same arena (adding %.1f MiB to it)", r->eval.policy.micro_batch,
+            plan_mib(pk.eval_extra));
+    if (!pk.device) fprintf(out, "; its loader host %.1f MiB (1 thread)", plan_mib(pk.eval_loader));
+    fputc('\n', out);
+  }
   plan_text_loader(s, out);
   plan_text_process(s, out);
 }
