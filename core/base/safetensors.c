@@ -11,9 +11,12 @@
 #include "safetensors.h"
 #include "fileio.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define ST_MAX_HEADER (100u * 1024u * 1024u) /* as the reference implementation */
 /* Nesting bound for arrays and objects: a real header nests 3 deep (root, tensor, shape), so
@@ -558,8 +561,11 @@ int tt_st_file_names(const char *path, const char *key, char ***names, int *n, t
 /* ---------------- reading: validation ---------------- */
 
 struct tt_st_file {
-  unsigned char *buf;   /* the whole file */
-  size_t size;
+  unsigned char *buf;   /* the whole file; opened lazily (tt_st_open_lazy), its first 8 + header bytes */
+  size_t size;          /* the file's bytes (lazily too) */
+  int fd;               /* lazily: the open file, read by tt_st_read; else -1 */
+  uint64_t *off;        /* lazily: [n] each tensor's data offset in the file */
+  char *path;           /* lazily: for tt_st_read's messages */
   char *strings;        /* decoded header strings (names, dtypes' copies, metadata) */
   tt_st_tensor *t;
   int n;
@@ -750,7 +756,12 @@ static int st_validate(tt_st_file *f, const char *path, const st_parser *p, int 
   }
   if (st_check_coverage(path, ranges, nt, data_size, err) != 0) goto fail;
   /* begins[] is in header order, while ranges[] was sorted by the coverage check */
-  for (i = 0; i < nt; i++) f->t[i].data = f->buf + 8 + hlen + begins[i];
+  if (f->fd >= 0) { /* lazily: no data in memory, its offsets for tt_st_read */
+    if (!(f->off = (uint64_t *)tt_calloc((size_t)nt + 1, sizeof(uint64_t), "safetensors index", err))) goto fail;
+    for (i = 0; i < nt; i++) f->off[i] = 8 + hlen + begins[i];
+  } else {
+    for (i = 0; i < nt; i++) f->t[i].data = f->buf + 8 + hlen + begins[i];
+  }
   /* the index by name: a checkpoint of 144,000 tensors looked each one up linearly (issue 40) */
   f->by_name = (const tt_st_tensor **)tt_calloc((size_t)nt + 1, sizeof(tt_st_tensor *), "safetensors index", err);
   if (!f->by_name) goto fail;
@@ -815,6 +826,7 @@ static int st_open_owned(const char *path, void *data, size_t size, tt_st_file *
   }
   f->buf = (unsigned char *)data;
   f->size = size;
+  f->fd = -1;
   if (st_parse(f, path, err) != 0) {
     tt_st_close(f);
     return -1;
@@ -832,6 +844,63 @@ int tt_st_open(const char *path, tt_st_file **out, tt_err *err) {
   *out = NULL;
   if (tt_read_file(path, &data, &size, err) != 0) return -1;
   return st_open_owned(path, data, size, out, err);
+}
+
+/* Reads path's 8-byte length and header only (the data stays on disk) and indexes it with the
+ * checks of tt_st_open, the data's ranges against the file's size; tt_st_read fetches a tensor. */
+int tt_st_open_lazy(const char *path, tt_st_file **out, tt_err *err) {
+  unsigned char len8[8];
+  struct stat sb;
+  uint64_t hlen = 0;
+  *out = NULL;
+  int fd = tt_open_regular(path, NULL, err);
+  if (fd < 0) return -1;
+  tt_st_file *f = (tt_st_file *)tt_calloc(1, sizeof *f, "safetensors file", err);
+  if (!f) return close(fd), -1;
+  f->fd = fd;
+  if (fstat(fd, &sb) != 0) {
+    tt_st_close(f);
+    return tt_fail(err, "%s: cannot read its size (%s); check the file", path, strerror(errno));
+  }
+  f->size = (size_t)sb.st_size;
+  size_t got = tt_read_full(fd, len8, 8);
+  for (int i = 0; got == 8 && i < 8; i++) hlen |= (uint64_t)len8[i] << (8 * i);
+  /* only a length st_parse can accept is read; any other is refused there, from the 8 bytes */
+  size_t keep = got < 8 || hlen > f->size - 8 || hlen > ST_MAX_HEADER ? got : (size_t)(8 + hlen);
+  f->buf = (unsigned char *)tt_malloc(keep + 1, "safetensors header", err);
+  f->path = (char *)tt_malloc(strlen(path) + 1, "safetensors path", err);
+  if (!f->buf || !f->path) return tt_st_close(f), -1;
+  memcpy(f->path, path, strlen(path) + 1);
+  memcpy(f->buf, len8, got);
+  if (keep > 8 && tt_read_full(fd, f->buf + 8, keep - 8) != keep - 8) {
+    tt_st_close(f);
+    return tt_fail(err, "%s: its header could not be read whole (%s); check the file", path, strerror(errno));
+  }
+  if (got < 8) f->size = got; /* st_parse refuses it as too short */
+  if (st_parse(f, path, err) != 0) return tt_st_close(f), -1;
+  *out = f;
+  return 0;
+}
+
+/* Copies tensor t's bytes to dst: from memory, or, lazily opened, read from the file at its
+ * offset (a file that shrank since it was opened is an error naming it). */
+int tt_st_read(tt_st_file *f, const tt_st_tensor *t, void *dst, tt_err *err) {
+  if (f->fd < 0) {
+    if (t->bytes) memcpy(dst, t->data, t->bytes);
+    return 0;
+  }
+  long long i = t - f->t;
+  if (i < 0 || i >= f->n) return tt_fail(err, "%s: internal error: a tensor of another file read", f->path);
+  size_t done = 0;
+  while (done < t->bytes) {
+    ssize_t k = pread(f->fd, (unsigned char *)dst + done, t->bytes - done, (off_t)(f->off[i] + done));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0)
+      return tt_fail(err, "%s: tensor \"%s\" could not be read (%s); the file changed or shrank since it was opened",
+                     f->path, t->name, k < 0 ? strerror(errno) : "end of file");
+    done += (size_t)k;
+  }
+  return 0;
 }
 
 /* As tt_st_open, for a file image already in memory: the size bytes at data are copied, so the
@@ -884,6 +953,9 @@ int tt_st_meta_at(const tt_st_file *f, int i, const char **key, const char **val
  * a no-op. */
 void tt_st_close(tt_st_file *f) {
   if (!f) return;
+  if (f->fd >= 0) close(f->fd);
+  free(f->off);
+  free(f->path);
   free(f->buf);
   free(f->strings);
   free(f->t);

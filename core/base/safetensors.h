@@ -59,6 +59,13 @@ int tt_st_open(const char *path, tt_st_file **f, tt_err *err);
 /* The same checks on size bytes in memory (copied; data may be freed after the call); `name`
  * stands for the file in messages. */
 int tt_st_open_mem(const char *name, const void *data, size_t size, tt_st_file **f, tt_err *err);
+/* As tt_st_open, reading the header only: the same checks (the data's ranges against the file's
+ * size), every tensor's data NULL, the file kept open until tt_st_close. A reader then holds
+ * one tensor at a time (tt_st_read), never the whole file (a checkpoint's resume). */
+int tt_st_open_lazy(const char *path, tt_st_file **f, tt_err *err);
+/* Copies tensor t (of f) to dst, t->bytes: from memory, or read from a lazily opened file (one that
+ * shrank since is an error naming it and the tensor). 0 or -1. */
+int tt_st_read(tt_st_file *f, const tt_st_tensor *t, void *dst, tt_err *err);
 int tt_st_count(const tt_st_file *f);
 const tt_st_tensor *tt_st_at(const tt_st_file *f, int i);      /* header order; NULL out of range */
 const tt_st_tensor *tt_st_get(const tt_st_file *f, const char *name); /* NULL if absent */

@@ -414,12 +414,13 @@ static int ckpt_find(tt_st_file *f, const char *file, const char *nm, const tt_p
   return 0;
 }
 
-/* The file's tensor in the layout the run holds its format in (backend.h), at dst (tt_state_bytes). */
-static void ckpt_assemble(const ckpt_src *src, size_t count, unsigned char *dst) {
-  memcpy(dst, src->t->data, src->t->bytes);
-  if (src->fmt != TT_STATE_INT8) return;
+/* The file's tensor in the layout the run holds its format in (backend.h), at dst (tt_state_bytes),
+ * read from f (opened lazily: one tensor in memory at a time). 0 or -1. */
+static int ckpt_assemble(tt_st_file *f, const ckpt_src *src, size_t count, unsigned char *dst, tt_err *err) {
+  if (tt_st_read(f, src->t, dst, err)) return -1;
+  if (src->fmt != TT_STATE_INT8) return 0;
   memset(dst + count, 0, tt_state_codes_bytes(count) - count);
-  memcpy(dst + tt_state_codes_bytes(count), src->scales->data, src->scales->bytes);
+  return tt_st_read(f, src->scales, dst + tt_state_codes_bytes(count), err);
 }
 
 /* count values of state held as `from` at src recoded as `to` at dst (through fp32, block by block;
@@ -435,17 +436,20 @@ static void ckpt_convert(int from, const void *src, int to, void *dst, size_t co
 
 /* Pass 0's checks of one found tensor, on its values decoded to fp32: Adam's v never negative
  * and int8 scales never negative (refusals); NaN and infinities counted into *bad. 0 or -1. */
-static int ckpt_check_values(const ckpt_src *src, const tt_param *p, int role, const char *file, const char *nm,
-                             long long *bad, tt_err *err) {
+static int ckpt_check_values(tt_st_file *f, const ckpt_src *src, const tt_param *p, int role, const char *file,
+                             const char *nm, long long *bad, tt_err *err) {
   size_t n = p->numel, held = (tt_state_bytes((tt_state_fmt)src->fmt, n) + 3) / 4 * 4;
-  unsigned char *tmp = (unsigned char *)tt_malloc(held + n * sizeof(float), "checkpoint tensor", err);
+  unsigned char *tmp = (unsigned char *)tt_malloc(held, "checkpoint tensor", err);
+  float vals[TT_STATE_BLOCK]; /* decoded a block at a time: the host holds the tensor once */
   int neg = 0;
   if (!tmp) return -1;
-  float *vals = (float *)(void *)(tmp + held);
-  ckpt_assemble(src, n, tmp);
-  ckpt_convert(src->fmt, tmp, TT_STATE_F32, vals, n, role != 3);
+  if (ckpt_assemble(f, src, n, tmp, err)) return free(tmp), -1;
   *bad = 0;
-  for (size_t k = 0; k < n; k++) *bad += !isfinite(vals[k]), neg |= role == 3 && vals[k] < 0.0f;
+  for (size_t j0 = 0; j0 < n; j0 += TT_STATE_BLOCK) {
+    size_t m = n - j0 < TT_STATE_BLOCK ? n - j0 : TT_STATE_BLOCK;
+    tt_state_load(src->fmt, role != 3, tmp, n, j0, m, vals);
+    for (size_t k = 0; k < m; k++) *bad += !isfinite(vals[k]), neg |= role == 3 && vals[k] < 0.0f;
+  }
   for (size_t b = 0; src->fmt == TT_STATE_INT8 && b < tt_state_blocks(n); b++) neg |= *tt_state_scale(tmp, n, b) < 0.0f;
   free(tmp);
   if (neg)
@@ -455,15 +459,18 @@ static int ckpt_check_values(const ckpt_src *src, const tt_param *p, int role, c
 }
 
 /* Writes the found tensor into parameter i's buffer of role, recoded when the run holds it in
- * another format (*converted set). 0 or -1. */
-static int ckpt_put(tt_exec *x, int i, int role, const ckpt_src *src, int *converted, tt_err *err) {
+ * another format (*converted set). The host holds the tensor once (tt_checkpoint_staging_bytes),
+ * twice only to convert it. 0 or -1. */
+static int ckpt_put(tt_exec *x, tt_st_file *f, int i, int role, const ckpt_src *src, int *converted, tt_err *err) {
   size_t n = x->g->params[i].numel;
   int to = tt_exec_param_state(x, i, role);
   size_t hf = (tt_state_bytes((tt_state_fmt)src->fmt, n) + 3) / 4 * 4, ht = tt_state_bytes((tt_state_fmt)to, n);
-  unsigned char *tmp = (unsigned char *)tt_malloc(hf + ht + 4, "checkpoint tensor", err);
+  size_t stage = ckpt_stage_bytes(x->train ? x->train : x->eval, x->g, i, role); /* what the upload reads */
+  size_t need = src->fmt != to ? hf + (ht > stage ? ht : stage) + 4 : (hf > stage ? hf : stage);
+  unsigned char *tmp = (unsigned char *)tt_malloc(need, "checkpoint tensor", err);
   if (!tmp) return -1;
-  /* copied first: the file's data may not be 4-byte aligned for every header length */
-  ckpt_assemble(src, n, tmp);
+  /* read into an aligned buffer: the run's layout, whatever the file's header length */
+  if (ckpt_assemble(f, src, n, tmp, err)) return free(tmp), -1;
   unsigned char *put = tmp;
   if (src->fmt != to) {
     put = tmp + hf;
@@ -484,7 +491,9 @@ static int ckpt_put(tt_exec *x, int i, int role, const ckpt_src *src, int *conve
 int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_state *st, tt_warn_fn warn, void *ud,
                        tt_err *err) {
   tt_st_file *f = NULL;
-  if (tt_st_open(file, &f, err)) return -1;
+  /* the header only: each tensor is read when checked and again when put, so the host never
+   * holds the whole state (a resume of ViT-B/16 with AdamW would hold 1 GiB besides the arena) */
+  if (tt_st_open_lazy(file, &f, err)) return -1;
   const tt_graph *g = x->g;
   int rc = 0, bad_tensors = 0, nconv = 0, conv_from = 0, conv_to = 0;
   long long bad_values = 0;
@@ -501,12 +510,12 @@ int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_sta
         snprintf(nm, sizeof nm, "%s%s", g->params[i].name, ckpt_role_suffix[role]);
         if ((rc = ckpt_find(f, file, nm, &g->params[i], role, g->model->path, &src, err))) break;
         if (pass == 0) {
-          if ((rc = ckpt_check_values(&src, &g->params[i], role, file, nm, &bad, err))) break;
+          if ((rc = ckpt_check_values(f, &src, &g->params[i], role, file, nm, &bad, err))) break;
           if (bad && !bad_tensors++) snprintf(first_bad, sizeof first_bad, "%s", nm);
           bad_values += bad;
           continue;
         }
-        rc = ckpt_put(x, i, role, &src, &conv, err);
+        rc = ckpt_put(x, f, i, role, &src, &conv, err);
         if (conv && !nconv++) conv_from = src.fmt, conv_to = tt_exec_param_state(x, i, role);
       }
   if (!rc && nconv && warn) {

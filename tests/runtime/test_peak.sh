@@ -2,9 +2,10 @@
 # tests/runtime/test_peak.sh — plan --json's process_peak (core/app/plan_peak.c, issue 42 "every
 # byte counted") against what a training process measures: the fashion LeNet, ResNet and ViT
 # (their nets on synthetic data, so CI needs no data set: one epoch of 8 steps, its evaluation
-# and the checkpoint written at the end), and the LeNet on the Fashion-MNIST files where they are
-# installed (its test split as both splits: an epoch of 78 steps), on the CPU backend with 2
-# threads. The measure is the process's peak RSS, getrusage's ru_maxrss of the child (what Linux
+# and the checkpoint written at the end), the LeNet on the Fashion-MNIST files where they are
+# installed (its test split as both splits: an epoch of 78 steps), and an MLP whose AdamW state
+# dominates, trained and then resumed for a second epoch (its checkpoint streamed both ways), on
+# the CPU backend with 2 threads. The measure is the process's peak RSS, getrusage's ru_maxrss of the child (what Linux
 # keeps as VmHWM). The tolerance is the rule's: |predicted - measured| <= TT_PEAK_TOLERANCE (3%)
 # of the measured peak, read from the plan itself, so it is the same on every machine. CI runs
 # this script twice, natively and with oneDNN held to AVX2 (.ci/run), which is what the
@@ -33,14 +34,28 @@ else
   skip peak_fashion_idx "no Fashion-MNIST files in $FM"
 fi
 
-# peak RECIPE: "predicted measured tolerance", the run's peak from its parent's RUSAGE_CHILDREN
+# a net whose optimizer state dwarfs the rest (AdamW on 2048-wide layers: a 68 MiB state file, its
+# largest tensor 16 MiB): the checkpoint written whole, or read whole on resuming, would put the
+# peak some 50 MiB (about 35%) above the prediction. Its large GEMMs make the libraries' share
+# vary with the ISA and the malloc's history (-2% to +3% of the prediction on the Xeon: GEMM
+# packing buffers outside the planned workspaces, docs/plan.md), so it is held to the bound only:
+# measured <= predicted + 3%
+{ tiny_recipe_head | sed -e 's/^input = .*/input = 1x28x28/' -e 's/^batch = .*/batch = 64/' -e 's/^epochs = .*/epochs = 1/' \
+    -e 's/^optimizer = .*/optimizer = adamw/' -e '/^\[conv c1\]/,/^\[flatten\]/{/^\[flatten\]/!d}'
+  printf '[linear fc1]\nout = 2048\nactivation = relu\n[linear fc2]\nout = 2048\nactivation = relu\n[linear fc3]\nout = 10\n'
+} >"$TMP/mlp_syn.recipe"
+cases="$cases mlp_syn mlp_syn_resumed"
+
+# peak RECIPE OUT [TRAIN ARGS...]: "predicted measured tolerance kind", the run's peak from its
+# parent's RUSAGE_CHILDREN
 peak() {
   "$TT" plan --json --device cpu --threads 2 "$1" >"$TMP/plan.json" 2>"$TMP/plan.err" || return 1
-  python3 - "$TT" "$1" "$TMP/plan.json" "$TMP/run_$(basename "$1" .recipe)" <<'EOP'
+  python3 - "$TT" "$1" "$TMP/plan.json" "$2" "${@:3}" <<'EOP'
 import json, resource, subprocess, sys
 tt, recipe, plan, out = sys.argv[1:5]
 pk = json.load(open(plan))["process_peak"]
-r = subprocess.run([tt, "train", "--device", "cpu", "--threads", "2", "--out", out, recipe],
+where = sys.argv[5:] if len(sys.argv) > 5 else ["--out", out]
+r = subprocess.run([tt, "train", "--device", "cpu", "--threads", "2"] + where + [recipe],
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 if r.returncode:
     sys.exit("train failed: " + r.stderr.strip()[-300:])
@@ -50,12 +65,19 @@ EOP
 }
 
 for c in $cases; do
-  if ! res=$(peak "$TMP/$c.recipe" 2>"$TMP/err"); then
+  case $c in # the resumed run: the second epoch of the run before it, from its state file
+    *_resumed) args=("$TMP/${c%_resumed}.recipe" "$TMP/run_${c%_resumed}" --epochs 2 --resume "$TMP/run_${c%_resumed}") ;;
+    *) args=("$TMP/$c.recipe" "$TMP/run_$c") ;;
+  esac
+  if ! res=$(peak "${args[@]}" 2>"$TMP/err"); then
     fail "peak_$c" "$(tail -c 400 "$TMP/err" "$TMP/plan.err" 2>/dev/null)"
     continue
   fi
   read -r pred meas tol kind <<<"$res"
-  line=$(python3 -c "import sys; p,m,t=map(float,sys.argv[1:4]); print('%s %.2f MiB predicted, %.2f measured: %+.2f%% (tolerance %.0f%%)' % ('ok' if abs(p-m) <= t*m else 'off', p/2**20, m/2**20, 100*(p-m)/m, 100*t))" "$pred" "$meas" "$tol")
+  bound=0 # 1: only measured <= predicted + tolerance (the MLP)
+  case $c in mlp_*) bound=1 ;; esac
+  line=$(python3 -c "import sys; p,m,t=map(float,sys.argv[1:4]); b=sys.argv[4]=='1'; ok = m <= p + t*m if b else abs(p-m) <= t*m
+print('%s %.2f MiB predicted, %.2f measured: %+.2f%% (%s %.0f%%)' % ('ok' if ok else 'off', p/2**20, m/2**20, 100*(p-m)/m, 'bound: measured at most predicted +' if b else 'tolerance', 100*t))" "$pred" "$meas" "$tol" "$bound")
   if [ "$kind" != host_rss ]; then
     fail "peak_$c" "process_peak.kind is '$kind', not host_rss, planning for the CPU"
   elif [ "${line%% *}" = ok ]; then
