@@ -52,9 +52,9 @@ void tt_plan_peak(const tt_session *s, tt_peak *pk) {
   const tt_program *tr = &s->sched.train, *ev = &s->sched.eval;
   memset(pk, 0, sizeof *pk);
   pk->device = s->target_cuda;
-  size_t tt_ = tr->transient_bytes, et = ev->transient_bytes;
-  pk->arena = tr->persistent_bytes + (tt_ > et ? tt_ : et); /* tt_exec_create's allocation */
-  pk->eval_extra = et > tt_ ? et - tt_ : 0;
+  size_t tb = tr->transient_bytes, eb = ev->transient_bytes;
+  pk->arena = tr->persistent_bytes + (tb > eb ? tb : eb); /* tt_exec_create's allocation */
+  pk->eval_extra = eb > tb ? eb - tb : 0;
   if (pk->device) { /* the card: the arena and the reserve (the context, handles and the libraries' margin) */
     pk->baseline = s->sched.reserve_bytes, pk->baseline_what = "reserve";
     pk->total = pk->arena + pk->baseline;
@@ -63,11 +63,12 @@ void tt_plan_peak(const tt_session *s, tt_peak *pk) {
   }
   int streaming = m->data.format == TT_DATA_FOLDER || m->data.format == TT_DATA_LIST;
   int threads = m->data.loader_threads > 0 ? m->data.loader_threads : TT_LOADER_THREADS;
-  long long ntr = peak_split_count(m, 1), nte = m->data.format == TT_DATA_SYNTHETIC || m->data.test[0] ? peak_split_count(m, 0) : 0;
+  int has_test = m->data.format == TT_DATA_SYNTHETIC || m->data.test[0]; /* as train.c: an evaluation loader */
+  long long ntr = peak_split_count(m, 1), nte = has_test ? peak_split_count(m, 0) : 0;
   size_t per = (size_t)m->in_c * m->in_h * m->in_w;
   pk->loaders = tt_loader_host_bytes(tr->policy.micro_batch, m->in_c, m->in_h, m->in_w, threads, streaming) +
                 tt_loader_index_bytes(ntr > 0 ? (int)ntr : 0, streaming);
-  if (nte > 0 || m->data.format == TT_DATA_FOLDER || m->data.format == TT_DATA_LIST || m->data.format == TT_DATA_NPY)
+  if (has_test) /* one thread, the evaluation batch (train.c) */
     pk->eval_loader = tt_loader_host_bytes(ev->policy.micro_batch, m->in_c, m->in_h, m->in_w, 1, streaming) +
                       tt_loader_index_bytes(nte > 0 ? (int)nte : 0, streaming);
   pk->loaders += pk->eval_loader;

@@ -5,7 +5,9 @@
  * state.safetensors: the same tensors plus optimizer state, with counters in the metadata.
  * Resuming reads only the state file, so the pair can never be half-updated: each file is
  * written to a temporary name, synced and renamed (fileio.c), and the state file alone is a
- * consistent snapshot. */
+ * consistent snapshot. Both directions pass one tensor at a time through host memory (writing:
+ * ckpt_stream's staging buffer; reading: tt_st_open_lazy), so saving or resuming never holds the
+ * whole state beside the arena (issue 42). */
 #include "checkpoint.h"
 
 #include <errno.h>

@@ -50,7 +50,8 @@ int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_
 /* Writes the weights alone to path (atomically), with metadata meta (key, value, ..., NULL;
  * NULL: format = tinytrain and the recipe's name). */
 int tt_checkpoint_save_weights(tt_exec *x, const char *path, const char *const *meta, tt_err *err);
-/* Loads parameters (and with_state: optimizer state and counters into st) from a file. The
+/* Loads parameters (and with_state: optimizer state and counters into st) from a file, read a
+ * tensor at a time (the header first: tt_st_open_lazy), so the host holds one tensor. The
  * counters are checked first (each present, an integer, in its range: a message names the file
  * and the key), then every tensor (a missing or mismatched one is an error naming it); nothing
  * is changed before all of it passed. A state file whose Adam second moment (.opt_v) holds a
