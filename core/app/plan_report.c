@@ -10,6 +10,7 @@
 #include "../runtime/session.h"
 #include "cli.h"
 #include "plan_calls.h"
+#include "plan_peak.h"
 #include "plan_svg.h"
 #include "../base/knobs.h"
 
@@ -237,6 +238,43 @@ static void plan_tensors(const tt_session *s, FILE *out, tt_strbuf *b) {
   free(d);
 }
 
+/* The process's predicted peak (plan_peak.h) in one line: its parts, and how the libraries are counted. */
+static void plan_text_process(const tt_session *s, FILE *out) {
+  tt_peak pk;
+  tt_plan_peak(s, &pk);
+  if (pk.device) {
+    fprintf(out, "  process     peak device memory %.1f MiB predicted: arena %.1f (evaluation adds %.1f) + reserve %.1f\n",
+            plan_mib(pk.total), plan_mib(pk.arena), plan_mib(pk.eval_extra), plan_mib(pk.baseline));
+    return;
+  }
+  fprintf(out, "  process     peak host RSS %.1f MiB predicted: arena %.1f (evaluation adds %.1f) + data sets %.1f%s\n"
+               "              + loaders %.1f + checkpoint staging %.1f + libraries %.1f (measured, %s: %.1f + %.3g\n"
+               "              for each of %d convolution configurations)\n",
+          plan_mib(pk.total), plan_mib(pk.arena), plan_mib(pk.eval_extra), plan_mib(pk.dataset),
+          pk.dataset_known ? "" : " (not counted: mapped, streamed or unreadable)", plan_mib(pk.loaders),
+          plan_mib(pk.ckpt_staging), plan_mib(pk.baseline), pk.baseline_what,
+          plan_mib(pk.baseline - (size_t)pk.conv_configs * pk.per_conv), plan_mib(pk.per_conv), pk.conv_configs);
+}
+
+/* plan --json's "process_peak" object (plan_text_process's figures). */
+static void plan_json_process(const tt_session *s, tt_strbuf *b) {
+  tt_peak pk;
+  tt_plan_peak(s, &pk);
+  /* the tolerance is what tests/runtime/test_peak.sh holds the host prediction to; the device's is not measured here */
+  tt_strbuf_printf(b, ", \"process_peak\": {\"kind\": \"%s\", \"bytes\": %zu, \"tolerance\": ", pk.device ? "device" : "host_rss",
+                   pk.total);
+  if (pk.device) tt_strbuf_put(b, "null", 4);
+  else tt_strbuf_printf(b, "%.2f", TT_PEAK_TOLERANCE);
+  tt_strbuf_printf(b, ", \"arena_alloc_bytes\": %zu, \"eval_extra_bytes\": %zu, \"loaders_bytes\": %zu, "
+                       "\"eval_loader_bytes\": %zu, \"dataset_bytes\": ",
+                   pk.arena, pk.eval_extra, pk.loaders, pk.eval_loader);
+  if (pk.dataset_known) tt_strbuf_printf(b, "%zu", pk.dataset);
+  else tt_strbuf_put(b, "null", 4);
+  tt_strbuf_printf(b, ", \"checkpoint_staging_bytes\": %zu, \"baseline_bytes\": %zu, \"baseline\": \"%s\", "
+                       "\"conv_configs\": %d}",
+                   pk.ckpt_staging, pk.baseline, pk.baseline_what, pk.conv_configs);
+}
+
 /* The plan as one JSON object (`plan --json`), built in memory and written whole. */
 static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_err *err) {
   const tt_policy_result *r = &s->sched;
@@ -336,6 +374,7 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
       tt_strbuf_printf(&b, ", \"loader_worst_decode_bytes\": null, \"loader_worst_decode_bytes_per_thread\": null");
     }
   }
+  plan_json_process(s, &b);
   tt_strbuf_printf(&b, ", \"compact_saves\": {\"count\": %d, \"bytes\": %zu, \"replaces_bytes\": %zu, \"layers\": [",
                    p->n_compact, p->compact_bytes, p->compact_full_bytes);
   for (int i = 0, k = 0; i < p->micro_end; i++) {
@@ -567,8 +606,16 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
           r->predicted_step_ms, r->recompute_ms, s->profile->name);
   plan_text_update(s, out);
   plan_text_ostate(s, out);
-  fprintf(out, "  evaluation  batch %d in the same arena\n", r->eval.policy.micro_batch);
+  {
+    tt_peak pk;
+    tt_plan_peak(s, &pk);
+    fprintf(out, "  evaluation  batch %d in the same arena (adding %.1f MiB to it)", r->eval.policy.micro_batch,
+            plan_mib(pk.eval_extra));
+    if (!pk.device) fprintf(out, "; its loader host %.1f MiB (1 thread)", plan_mib(pk.eval_loader));
+    fputc('\n', out);
+  }
   plan_text_loader(s, out);
+  plan_text_process(s, out);
 }
 
 /* Persistent buffers by class, then every layer's activation buffer. */

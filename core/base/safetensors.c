@@ -11,9 +11,12 @@
 #include "safetensors.h"
 #include "fileio.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define ST_MAX_HEADER (100u * 1024u * 1024u) /* as the reference implementation */
 /* Nesting bound for arrays and objects: a real header nests 3 deep (root, tensor, shape), so
@@ -49,23 +52,14 @@ size_t tt_st_dtype_size(const char *dtype) {
 
 /* ---------------- writing ---------------- */
 
-/* Saves n tensors and the optional NULL-terminated key, value, ... list meta_kv as a
- * safetensors file at path. Returns 0, or -1 with err set naming the file and the tensor; the
- * caller keeps ownership of every buffer (they are only read).
- * Validates everything first, so a bad call writes nothing. The tensors are laid out in the
- * order given, back to back; the header is padded with spaces to a multiple of 8 bytes (as
- * the reference writer does) so that the data starts 8-byte aligned and a reader may map it
- * and use F64/I64 in place. The file is written atomically: an interrupted save leaves the
- * previous file intact, which is what keeps a good checkpoint good. */
+/* Checks n tensor descriptions before anything is written: each name non-empty, not reserved
+ * and unique, a known dtype, at most TT_ST_MAX_DIMS non-negative dims whose product times the
+ * dtype's size is bytes, and (need_data) a data pointer where there are bytes. 0, or -1 with err
+ * naming the file and the tensor. */
 static const char *st_first_duplicate(const char **v, int n); /* below, with the reader's checks */
 
-int tt_st_write(const char *path, const tt_st_tensor *t, int n, const char *const *meta_kv, tt_err *err) {
-  tt_strbuf h;
-  const void **chunks;
-  size_t *sizes;
-  unsigned char len8[8];
-  uint64_t off = 0, hlen;
-  int i, j, first = 1, rc;
+static int st_check_tensors(const char *path, const tt_st_tensor *t, int n, int need_data, tt_err *err) {
+  int i, j;
   if (n < 0) return tt_fail(err, "%s: negative tensor count %d", path, n);
   for (i = 0; i < n; i++) {
     const st_dtype *d = t[i].dtype ? st_find_dtype(t[i].dtype) : NULL;
@@ -85,7 +79,8 @@ int tt_st_write(const char *path, const tt_st_tensor *t, int n, const char *cons
     if (elems * d->size != (uint64_t)t[i].bytes)
       return tt_fail(err, "%s: tensor \"%s\": %zu bytes given but its shape and %s need %llu; fix the shape",
                      path, t[i].name, t[i].bytes, d->name, (unsigned long long)(elems * d->size));
-    if (t[i].bytes && !t[i].data) return tt_fail(err, "%s: tensor \"%s\" has no data pointer", path, t[i].name);
+    if (need_data && t[i].bytes && !t[i].data)
+      return tt_fail(err, "%s: tensor \"%s\" has no data pointer", path, t[i].name);
   }
   { /* names unique: sorted, not compared pairwise (80,000 layers' checkpoint never finished, issue 40) */
     const char **names = (const char **)tt_calloc((size_t)n + 1, sizeof(char *), "tensor names", err);
@@ -100,66 +95,119 @@ int tt_st_write(const char *path, const tt_st_tensor *t, int n, const char *cons
     }
     free((void *)names);
   }
-  memset(&h, 0, sizeof h);
-  tt_strbuf_put(&h, "{", 1);
+  return 0;
+}
+
+/* Builds the file's first part into h (zeroed by the caller): the 8-byte little-endian length,
+ * then the JSON header padded with spaces to a multiple of 8 bytes, the tensors' data_offsets
+ * back to back in the order given. *data_bytes = the data's total. 0, or -1 (h freed, err set).
+ * The one header both writers use, so the streamed file is the in-memory one byte for byte. */
+static int st_header(const char *path, const tt_st_tensor *t, int n, const char *const *meta_kv, tt_strbuf *h,
+                     uint64_t *data_bytes, tt_err *err) {
+  uint64_t off = 0, hlen;
+  int i, j, first = 1;
+  tt_strbuf_put(h, "\0\0\0\0\0\0\0\0", 8); /* the length, filled in below */
+  tt_strbuf_put(h, "{", 1);
   if (meta_kv && meta_kv[0]) {
-    tt_strbuf_put(&h, "\"__metadata__\":{", 16);
+    tt_strbuf_put(h, "\"__metadata__\":{", 16);
     for (i = 0; meta_kv[i]; i += 2) {
       if (!meta_kv[i + 1]) {
-        free(h.p);
+        free(h->p);
         return tt_fail(err, "%s: metadata key \"%s\" has no value (the list must be key, value, ..., NULL)", path,
                        meta_kv[i]);
       }
-      if (i) tt_strbuf_put(&h, ",", 1);
-      tt_strbuf_json(&h, meta_kv[i]);
-      tt_strbuf_put(&h, ":", 1);
-      tt_strbuf_json(&h, meta_kv[i + 1]);
+      if (i) tt_strbuf_put(h, ",", 1);
+      tt_strbuf_json(h, meta_kv[i]);
+      tt_strbuf_put(h, ":", 1);
+      tt_strbuf_json(h, meta_kv[i + 1]);
     }
-    tt_strbuf_put(&h, "}", 1);
+    tt_strbuf_put(h, "}", 1);
     first = 0;
   }
   for (i = 0; i < n; i++) {
-    if (!first) tt_strbuf_put(&h, ",", 1);
+    if (!first) tt_strbuf_put(h, ",", 1);
     first = 0;
-    tt_strbuf_json(&h, t[i].name);
-    tt_strbuf_put(&h, ":{\"dtype\":", 10);
-    tt_strbuf_json(&h, t[i].dtype);
-    tt_strbuf_put(&h, ",\"shape\":[", 10);
-    for (j = 0; j < t[i].ndim; j++) tt_strbuf_printf(&h, j ? ",%lld" : "%lld", (long long)t[i].shape[j]);
-    tt_strbuf_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
-            (unsigned long long)(off + t[i].bytes));
+    tt_strbuf_json(h, t[i].name);
+    tt_strbuf_put(h, ":{\"dtype\":", 10);
+    tt_strbuf_json(h, t[i].dtype);
+    tt_strbuf_put(h, ",\"shape\":[", 10);
+    for (j = 0; j < t[i].ndim; j++) tt_strbuf_printf(h, j ? ",%lld" : "%lld", (long long)t[i].shape[j]);
+    tt_strbuf_printf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+                     (unsigned long long)(off + t[i].bytes));
     off += t[i].bytes;
   }
-  tt_strbuf_put(&h, "}", 1);
-  while (!h.oom && h.n % 8 != 0) tt_strbuf_put(&h, " ", 1);
-  if (h.oom) {
-    free(h.p);
+  tt_strbuf_put(h, "}", 1);
+  while (!h->oom && (h->n - 8) % 8 != 0) tt_strbuf_put(h, " ", 1);
+  if (h->oom) {
+    free(h->p);
     return tt_fail(err, "%s: out of host memory building the header", path);
   }
-  hlen = h.n;
-  for (i = 0; i < 8; i++) len8[i] = (unsigned char)(hlen >> (8 * i));
-  chunks = (const void **)tt_malloc(sizeof(void *) * (size_t)(n + 2), "safetensors chunks", err);
-  sizes = (size_t *)tt_malloc(sizeof(size_t) * (size_t)(n + 2), "safetensors chunks", err);
-  if (!chunks || !sizes) {
-    free(chunks);
-    free(sizes);
-    free(h.p);
-    return -1;
-  }
-  chunks[0] = len8;
-  sizes[0] = 8;
-  chunks[1] = h.p;
-  sizes[1] = h.n;
-  for (i = 0; i < n; i++) {
-    chunks[i + 2] = t[i].data;
-    sizes[i + 2] = t[i].bytes;
-  }
-  rc = tt_write_file_atomic(path, chunks, sizes, n + 2, err);
-  free(chunks);
-  free(sizes);
+  hlen = h->n - 8;
+  for (i = 0; i < 8; i++) h->p[i] = (char)(unsigned char)(hlen >> (8 * i));
+  *data_bytes = off;
+  return 0;
+}
+
+/* Saves n tensors and the optional NULL-terminated key, value, ... list meta_kv as a
+ * safetensors file at path. Returns 0, or -1 with err set naming the file and the tensor; the
+ * caller keeps ownership of every buffer (they are only read).
+ * Validates everything first, so a bad call writes nothing. The tensors are laid out in the
+ * order given, back to back; the header is padded with spaces to a multiple of 8 bytes (as
+ * the reference writer does) so that the data starts 8-byte aligned and a reader may map it
+ * and use F64/I64 in place. The file is written atomically: an interrupted save leaves the
+ * previous file intact, which is what keeps a good checkpoint good. */
+int tt_st_write(const char *path, const tt_st_tensor *t, int n, const char *const *meta_kv, tt_err *err) {
+  tt_st_writer w;
+  int i;
+  if (st_check_tensors(path, t, n, 1, err) || tt_st_writer_open(&w, path, t, n, meta_kv, err)) return -1;
+  for (i = 0; i < n; i++)
+    if (tt_st_writer_put(&w, t[i].data, t[i].bytes, err)) return -1;
+  return tt_st_writer_commit(&w, err);
+}
+
+/* Validates the descriptions (data may be NULL: it comes through put), opens "<path>.tmp" and
+ * writes the header; from here the writer owns the temporary file until commit or discard. */
+int tt_st_writer_open(tt_st_writer *w, const char *path, const tt_st_tensor *t, int n, const char *const *meta_kv,
+                      tt_err *err) {
+  tt_strbuf h;
+  memset(w, 0, sizeof *w);
+  w->file.fd = -1;
+  memset(&h, 0, sizeof h);
+  if (st_check_tensors(path, t, n, 0, err) || st_header(path, t, n, meta_kv, &h, &w->expected, err)) return -1;
+  int rc = tt_atomic_open(&w->file, path, err);
+  if (!rc) rc = tt_atomic_write(&w->file, h.p, h.n, err); /* a failed write discards the temporary file */
   free(h.p);
   return rc;
 }
+
+/* Appends bytes of the data section; past the size the header announced is refused (and the
+ * temporary file discarded), so a caller's miscount can never write a file the header misdescribes. */
+int tt_st_writer_put(tt_st_writer *w, const void *data, size_t bytes, tt_err *err) {
+  if (w->file.fd < 0) return tt_fail(err, "internal error: a safetensors writer used after it failed or closed");
+  if (bytes > w->expected - w->written) {
+    tt_fail(err, "%s: internal error: %llu data bytes given where the header announced %llu; nothing was written",
+            w->file.path, (unsigned long long)(w->written + bytes), (unsigned long long)w->expected);
+    tt_atomic_discard(&w->file);
+    return -1;
+  }
+  if (bytes && tt_atomic_write(&w->file, data, bytes, err)) return -1;
+  w->written += bytes;
+  return 0;
+}
+
+/* Renames the file over path once every announced byte came; else discards it. */
+int tt_st_writer_commit(tt_st_writer *w, tt_err *err) {
+  if (w->file.fd < 0) return tt_fail(err, "internal error: a safetensors writer used after it failed or closed");
+  if (w->written != w->expected) {
+    tt_fail(err, "%s: internal error: %llu of the %llu data bytes the header announced were given; nothing was written",
+            w->file.path, (unsigned long long)w->written, (unsigned long long)w->expected);
+    tt_atomic_discard(&w->file);
+    return -1;
+  }
+  return tt_atomic_commit(&w->file, err);
+}
+
+void tt_st_writer_discard(tt_st_writer *w) { tt_atomic_discard(&w->file); }
 
 /* ---------------- reading: a small JSON DOM ---------------- */
 
@@ -513,8 +561,11 @@ int tt_st_file_names(const char *path, const char *key, char ***names, int *n, t
 /* ---------------- reading: validation ---------------- */
 
 struct tt_st_file {
-  unsigned char *buf;   /* the whole file */
-  size_t size;
+  unsigned char *buf;   /* the whole file; opened lazily (tt_st_open_lazy), its first 8 + header bytes */
+  size_t size;          /* the file's bytes (lazily too) */
+  int fd;               /* lazily: the open file, read by tt_st_read; else -1 */
+  uint64_t *off;        /* lazily: [n] each tensor's data offset in the file */
+  char *path;           /* lazily: for tt_st_read's messages */
   char *strings;        /* decoded header strings (names, dtypes' copies, metadata) */
   tt_st_tensor *t;
   int n;
@@ -705,7 +756,12 @@ static int st_validate(tt_st_file *f, const char *path, const st_parser *p, int 
   }
   if (st_check_coverage(path, ranges, nt, data_size, err) != 0) goto fail;
   /* begins[] is in header order, while ranges[] was sorted by the coverage check */
-  for (i = 0; i < nt; i++) f->t[i].data = f->buf + 8 + hlen + begins[i];
+  if (f->fd >= 0) { /* lazily: no data in memory, its offsets for tt_st_read */
+    if (!(f->off = (uint64_t *)tt_calloc((size_t)nt + 1, sizeof(uint64_t), "safetensors index", err))) goto fail;
+    for (i = 0; i < nt; i++) f->off[i] = 8 + hlen + begins[i];
+  } else {
+    for (i = 0; i < nt; i++) f->t[i].data = f->buf + 8 + hlen + begins[i];
+  }
   /* the index by name: a checkpoint of 144,000 tensors looked each one up linearly (issue 40) */
   f->by_name = (const tt_st_tensor **)tt_calloc((size_t)nt + 1, sizeof(tt_st_tensor *), "safetensors index", err);
   if (!f->by_name) goto fail;
@@ -770,6 +826,7 @@ static int st_open_owned(const char *path, void *data, size_t size, tt_st_file *
   }
   f->buf = (unsigned char *)data;
   f->size = size;
+  f->fd = -1;
   if (st_parse(f, path, err) != 0) {
     tt_st_close(f);
     return -1;
@@ -787,6 +844,63 @@ int tt_st_open(const char *path, tt_st_file **out, tt_err *err) {
   *out = NULL;
   if (tt_read_file(path, &data, &size, err) != 0) return -1;
   return st_open_owned(path, data, size, out, err);
+}
+
+/* Reads path's 8-byte length and header only (the data stays on disk) and indexes it with the
+ * checks of tt_st_open, the data's ranges against the file's size; tt_st_read fetches a tensor. */
+int tt_st_open_lazy(const char *path, tt_st_file **out, tt_err *err) {
+  unsigned char len8[8];
+  struct stat sb;
+  uint64_t hlen = 0;
+  *out = NULL;
+  int fd = tt_open_regular(path, NULL, err);
+  if (fd < 0) return -1;
+  tt_st_file *f = (tt_st_file *)tt_calloc(1, sizeof *f, "safetensors file", err);
+  if (!f) return close(fd), -1;
+  f->fd = fd;
+  if (fstat(fd, &sb) != 0) {
+    tt_st_close(f);
+    return tt_fail(err, "%s: cannot read its size (%s); check the file", path, strerror(errno));
+  }
+  f->size = (size_t)sb.st_size;
+  size_t got = tt_read_full(fd, len8, 8);
+  for (int i = 0; got == 8 && i < 8; i++) hlen |= (uint64_t)len8[i] << (8 * i);
+  /* only a length st_parse can accept is read; any other is refused there, from the 8 bytes */
+  size_t keep = got < 8 || hlen > f->size - 8 || hlen > ST_MAX_HEADER ? got : (size_t)(8 + hlen);
+  f->buf = (unsigned char *)tt_malloc(keep + 1, "safetensors header", err);
+  f->path = (char *)tt_malloc(strlen(path) + 1, "safetensors path", err);
+  if (!f->buf || !f->path) return tt_st_close(f), -1;
+  memcpy(f->path, path, strlen(path) + 1);
+  memcpy(f->buf, len8, got);
+  if (keep > 8 && tt_read_full(fd, f->buf + 8, keep - 8) != keep - 8) {
+    tt_st_close(f);
+    return tt_fail(err, "%s: its header could not be read whole (%s); check the file", path, strerror(errno));
+  }
+  if (got < 8) f->size = got; /* st_parse refuses it as too short */
+  if (st_parse(f, path, err) != 0) return tt_st_close(f), -1;
+  *out = f;
+  return 0;
+}
+
+/* Copies tensor t's bytes to dst: from memory, or, lazily opened, read from the file at its
+ * offset (a file that shrank since it was opened is an error naming it). */
+int tt_st_read(tt_st_file *f, const tt_st_tensor *t, void *dst, tt_err *err) {
+  if (f->fd < 0) {
+    if (t->bytes) memcpy(dst, t->data, t->bytes);
+    return 0;
+  }
+  long long i = t - f->t;
+  if (i < 0 || i >= f->n) return tt_fail(err, "%s: internal error: a tensor of another file read", f->path);
+  size_t done = 0;
+  while (done < t->bytes) {
+    ssize_t k = pread(f->fd, (unsigned char *)dst + done, t->bytes - done, (off_t)(f->off[i] + done));
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0)
+      return tt_fail(err, "%s: tensor \"%s\" could not be read (%s); the file changed or shrank since it was opened",
+                     f->path, t->name, k < 0 ? strerror(errno) : "end of file");
+    done += (size_t)k;
+  }
+  return 0;
 }
 
 /* As tt_st_open, for a file image already in memory: the size bytes at data are copied, so the
@@ -839,6 +953,9 @@ int tt_st_meta_at(const tt_st_file *f, int i, const char **key, const char **val
  * a no-op. */
 void tt_st_close(tt_st_file *f) {
   if (!f) return;
+  if (f->fd >= 0) close(f->fd);
+  free(f->off);
+  free(f->path);
   free(f->buf);
   free(f->strings);
   free(f->t);

@@ -7,6 +7,7 @@
 #define TT_SAFETENSORS_H
 #include <stddef.h>
 #include <stdint.h>
+#include "fileio.h"
 #include "util.h"
 
 #ifdef __cplusplus
@@ -32,6 +33,23 @@ size_t tt_st_dtype_size(const char *dtype);
  * (may be NULL) atomically (temporary file, fsync, rename). Returns 0 or -1 (err set). */
 int tt_st_write(const char *path, const tt_st_tensor *t, int n, const char *const *meta_kv, tt_err *err);
 
+/* The same file written a piece at a time, so that a caller never holds all of the data at once
+ * (a checkpoint stages one tensor at a time, core/runtime/checkpoint.c): open validates the
+ * descriptions as tt_st_write does, except that data may be NULL, and writes the header to
+ * "<path>.tmp"; put appends the data bytes in the tensors' order, in pieces of any size; commit
+ * checks that exactly the bytes the header announced came, then fsyncs and renames over path.
+ * Any failure, or discard, removes the temporary file and leaves path as it was. The bytes are
+ * tt_st_write's for the same tensors and metadata (it is this writer). 0 or -1 (err set). */
+typedef struct tt_st_writer {
+  tt_atomic_file file;
+  uint64_t expected, written; /* data bytes the header announced, and given so far */
+} tt_st_writer;
+int tt_st_writer_open(tt_st_writer *w, const char *path, const tt_st_tensor *t, int n, const char *const *meta_kv,
+                      tt_err *err);
+int tt_st_writer_put(tt_st_writer *w, const void *data, size_t bytes, tt_err *err);
+int tt_st_writer_commit(tt_st_writer *w, tt_err *err);
+void tt_st_writer_discard(tt_st_writer *w);
+
 typedef struct tt_st_file tt_st_file;
 
 /* Reads and validates the whole file: header length vs file size, JSON syntax, dtypes,
@@ -41,6 +59,13 @@ int tt_st_open(const char *path, tt_st_file **f, tt_err *err);
 /* The same checks on size bytes in memory (copied; data may be freed after the call); `name`
  * stands for the file in messages. */
 int tt_st_open_mem(const char *name, const void *data, size_t size, tt_st_file **f, tt_err *err);
+/* As tt_st_open, reading the header only: the same checks (the data's ranges against the file's
+ * size), every tensor's data NULL, the file kept open until tt_st_close. A reader then holds
+ * one tensor at a time (tt_st_read), never the whole file (a checkpoint's resume). */
+int tt_st_open_lazy(const char *path, tt_st_file **f, tt_err *err);
+/* Copies tensor t (of f) to dst, t->bytes: from memory, or read from a lazily opened file (one that
+ * shrank since is an error naming it and the tensor). 0 or -1. */
+int tt_st_read(tt_st_file *f, const tt_st_tensor *t, void *dst, tt_err *err);
 int tt_st_count(const tt_st_file *f);
 const tt_st_tensor *tt_st_at(const tt_st_file *f, int i);      /* header order; NULL out of range */
 const tt_st_tensor *tt_st_get(const tt_st_file *f, const char *name); /* NULL if absent */

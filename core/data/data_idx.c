@@ -167,3 +167,16 @@ fail:
   tt_dataset_free(ds);
   return -1;
 }
+
+/* The image count an IDX images file's header states (what tt_dataset_load_idx would hold in
+ * memory: count x h x w bytes and an int32 label each), read without the data: for `plan`'s
+ * prediction of the process's memory. 0, or -1 with err naming the file. */
+int tt_dataset_idx_count(const char *images_path, int *n, tt_err *err) {
+  uint32_t dims[3];
+  gzFile f = data_idx_open(images_path, 3, dims, err);
+  if (!f) return -1;
+  gzclose(f);
+  if (dims[0] > 0x7fffffffu) return tt_fail(err, "%s: %u images are more than one set may hold", images_path, dims[0]);
+  *n = (int)dims[0];
+  return 0;
+}

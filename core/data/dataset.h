@@ -138,6 +138,8 @@ int tt_npy_set_format(const tt_npy_set_digest *d, char *out, size_t size);
 int tt_npy_parse_header(const void *data, size_t size, tt_npy_info *info, char *why);
 int tt_dataset_load_idx(const char *images_path, const char *labels_path, int c, int h, int w,
                         tt_dataset *ds, tt_err *err);
+/* The count of images an IDX images file says it holds, from its header alone (data_idx.c). */
+int tt_dataset_idx_count(const char *images_path, int *n, tt_err *err);
 int tt_dataset_load_folder(const char *dir, int c, int h, int w, tt_dataset *ds, tt_err *err, tt_warn_fn warn,
                            void *ud);
 int tt_dataset_load_list(const char *list_path, int c, int h, int w, tt_dataset *ds, tt_err *err,

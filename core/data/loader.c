@@ -512,3 +512,9 @@ void tt_loader_set_crop(tt_loader *l, const tt_crop *crop) {
   else memset(&l->crop, 0, sizeof l->crop);
   pthread_mutex_unlock(&l->mu);
 }
+
+/* The loader's allocations that grow with the set rather than the batch: the epoch's order (an
+ * int32 per sample) and, streaming, a decode-failure flag per sample (tt_loader_create). */
+size_t tt_loader_index_bytes(int n, int streaming) {
+  return (size_t)(n > 0 ? n : 0) * (sizeof(int32_t) + (streaming ? 1u : 0u));
+}

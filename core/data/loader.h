@@ -73,6 +73,8 @@ int tt_loader_slots(int nthreads);
  * when streaming, from the stored image otherwise. Call before tt_loader_start_epoch. */
 void tt_loader_set_crop(tt_loader *l, const tt_crop *crop);
 size_t tt_loader_host_bytes(int batch, int c, int h, int w, int nthreads, int streaming);
+/* Its allocations per sample of a set of n: the epoch's order, and a streamed set's failure flags. */
+size_t tt_loader_index_bytes(int n, int streaming);
 
 #ifdef __cplusplus
 }

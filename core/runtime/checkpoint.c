@@ -5,7 +5,9 @@
  * state.safetensors: the same tensors plus optimizer state, with counters in the metadata.
  * Resuming reads only the state file, so the pair can never be half-updated: each file is
  * written to a temporary name, synced and renamed (fileio.c), and the state file alone is a
- * consistent snapshot. */
+ * consistent snapshot. Both directions pass one tensor at a time through host memory (writing:
+ * ckpt_stream's staging buffer; reading: tt_st_open_lazy), so saving or resuming never holds the
+ * whole state beside the arena (issue 42). */
 #include "checkpoint.h"
 
 #include <errno.h>
@@ -19,19 +21,44 @@
 
 static const char *const ckpt_role_suffix[4] = {"", ".grad", ".opt_m", ".opt_v"};
 
-/* Whether a checkpoint holds tensor `role` of parameter i: values always; optimizer state
- * (roles 2, 3) only in the state file and only where the optimizer has it; gradients never. */
-static int ckpt_has(const tt_exec *x, int i, int role, int with_state) {
-  if (role == 0) return 1;
-  if (role == 1 || !with_state || !x->train) return 0;
-  return (role == 2 ? x->train->m_buf[i] : x->train->v_buf[i]) >= 0;
+/* Program p's buffer of `role` for parameter i (values, gradient, first and second moment), or -1. */
+static int ckpt_buf(const tt_program *p, int i, int role) {
+  return role == 0 ? p->param_buf[i] : role == 1 ? p->grad_buf[i] : role == 2 ? p->m_buf[i] : p->v_buf[i];
 }
 
-/* The bytes of parameter i's buffer of role as held (fp32 values; optimizer state in its
- * tt_state_fmt), rounded up to 4 so that the next buffer's floats stay aligned in one block. */
-static size_t ckpt_held_bytes(const tt_exec *x, int i, int role) {
-  size_t b = tt_state_bytes((tt_state_fmt)tt_exec_param_state(x, i, role), x->g->params[i].numel);
-  return (b + 3u) / 4u * 4u;
+/* Whether a checkpoint of the program p that owns the parameters holds tensor `role` of
+ * parameter i: values always; optimizer state (roles 2, 3) only in the state file (with_state,
+ * which needs the training program) and only where the optimizer has it; gradients never. */
+static int ckpt_has_p(const tt_program *p, int i, int role, int with_state) {
+  if (role == 0) return 1;
+  if (role == 1 || !with_state) return 0;
+  return ckpt_buf(p, i, role) >= 0;
+}
+
+static int ckpt_has(const tt_exec *x, int i, int role, int with_state) {
+  return ckpt_has_p(x->train ? x->train : x->eval, i, role, with_state && x->train);
+}
+
+/* The host bytes one tensor of the file takes while staged: its buffer as the device copy
+ * writes it (fp32 values; optimizer state in its tt_state_fmt, int8 codes and their scales
+ * together), and at least the held bytes rounded up to 4, the layout the checks read. */
+static size_t ckpt_stage_bytes(const tt_program *p, const tt_graph *g, int i, int role) {
+  int b = ckpt_buf(p, i, role);
+  int f = b >= 0 && role >= 2 ? p->bufs[b].state : TT_STATE_F32;
+  size_t held = (tt_state_bytes((tt_state_fmt)f, g->params[i].numel) + 3u) / 4u * 4u;
+  size_t copy = b >= 0 ? p->bufs[b].bytes : 0;
+  return held > copy ? held : copy;
+}
+
+size_t tt_checkpoint_staging_bytes(const tt_program *p, const tt_graph *g, int with_state) {
+  size_t most = 0;
+  for (int i = 0; i < g->nparams; i++)
+    for (int role = 0; role < 4; role++)
+      if (ckpt_has_p(p, i, role, with_state)) {
+        size_t b = ckpt_stage_bytes(p, g, i, role);
+        most = b > most ? b : most;
+      }
+  return most;
 }
 
 /* The first NaN or infinity of count values held as f at raw (int8: its scales, which bound every
@@ -53,16 +80,16 @@ static long long ckpt_first_nonfinite(int f, const void *raw, size_t count, int 
   return -1;
 }
 
-/* Fills t[0] (and for int8 state t[1], its scales "<name>.scale", fp32 [blocks]) for parameter p's
- * buffer held as f at raw, named nm; returns the number of tensors filled. The state is saved as it
- * is held (BF16; int8 codes as I8 for the signed first moment, U8 for Adam's v), so that a resume
- * with the same setting is bit for bit. */
-static int ckpt_fill(tt_st_tensor *t, const tt_param *p, int role, int f, const void *raw, char *nm, char *scale_nm) {
+/* Describes in t[0] (and for int8 state t[1], its scales "<name>.scale", fp32 [blocks]) parameter
+ * p's buffer of role held as f, named nm; the data comes later (ckpt_stream). Returns the number of
+ * tensors described. The state is saved as it is held (BF16; int8 codes as I8 for the signed first
+ * moment, U8 for Adam's v), so that a resume with the same setting is bit for bit. */
+static int ckpt_fill(tt_st_tensor *t, const tt_param *p, int role, int f, char *nm, char *scale_nm) {
   t[0].name = nm;
   t[0].dtype = f == TT_STATE_F32 ? "F32" : f == TT_STATE_BF16 ? "BF16" : role == 3 ? "U8" : "I8";
   t[0].ndim = p->ndim;
   for (int d = 0; d < p->ndim; d++) t[0].shape[d] = p->shape[d];
-  t[0].data = raw;
+  t[0].data = NULL;
   t[0].bytes = p->numel * (f == TT_STATE_F32 ? 4u : f == TT_STATE_BF16 ? 2u : 1u);
   if (f != TT_STATE_INT8) return 1;
   snprintf(scale_nm, TT_NAME_MAX + 32, "%s%s.scale", p->name, ckpt_role_suffix[role]);
@@ -70,62 +97,85 @@ static int ckpt_fill(tt_st_tensor *t, const tt_param *p, int role, int f, const 
   t[1].dtype = "F32";
   t[1].ndim = 1;
   t[1].shape[0] = (int64_t)tt_state_blocks(p->numel);
-  t[1].data = (const unsigned char *)raw + tt_state_codes_bytes(p->numel);
+  t[1].data = NULL;
   t[1].bytes = 4u * tt_state_blocks(p->numel);
   return 2;
 }
 
-/* Reads every tensor the file holds (ckpt_has) from the executor as held, in parameter order
- * and then role order, into one data block, with names "<param><suffix>" in one names block
- * (t[0].name is its start); int8 optimizer state adds its scales as "<param><suffix>.scale". On
- * success the caller owns *out_t, *out_data and that names block and frees all three; *out_n may
- * be 0. Returns 0, or -1 (TT_CKPT_NOT_FINITE) with err set and nothing allocated. The values come
- * from the executor (tt_exec_param_get), downloaded from the device where they live there. */
-static int ckpt_collect(tt_exec *x, int with_state, tt_st_tensor **out_t, float **out_data, int *out_n, tt_err *err) {
+/* The descriptions of every tensor the file holds (ckpt_has), in parameter order and then role
+ * order, named "<param><suffix>" in one names block (t[0].name is its start; int8 optimizer
+ * state adds its scales as "<param><suffix>.scale"), without data. On success the caller frees
+ * *out_t and the names block; *out_n may be 0. 0, or -1 with err set and nothing allocated. */
+static int ckpt_describe(const tt_exec *x, int with_state, tt_st_tensor **out_t, int *out_n, tt_err *err) {
   const tt_graph *g = x->g;
-  size_t total = 0;
-  int n = 0;
+  int n = 0, k = 0;
   for (int i = 0; i < g->nparams; i++)
-    for (int role = 0; role < 4; role++) {
-      if (!ckpt_has(x, i, role, with_state)) continue;
-      total += ckpt_held_bytes(x, i, role);
-      n += 1 + (tt_exec_param_state(x, i, role) == TT_STATE_INT8);
-    }
-  tt_st_tensor *t = (tt_st_tensor *)tt_calloc((size_t)n, sizeof(tt_st_tensor), "checkpoint tensors", err);
-  float *data = (float *)tt_malloc(total, "checkpoint data", err);
-  char *names = (char *)tt_malloc((size_t)n * (TT_NAME_MAX + 32), "checkpoint names", err);
-  if (!t || !data || !names) {
-    free(t), free(data), free(names);
+    for (int role = 0; role < 4; role++)
+      if (ckpt_has(x, i, role, with_state)) n += 1 + (tt_exec_param_state(x, i, role) == TT_STATE_INT8);
+  tt_st_tensor *t = (tt_st_tensor *)tt_calloc((size_t)n + 1, sizeof(tt_st_tensor), "checkpoint tensors", err);
+  char *names = (char *)tt_malloc((size_t)n * (TT_NAME_MAX + 32) + 1, "checkpoint names", err);
+  if (!t || !names) {
+    free(t), free(names);
     return -1;
   }
-  size_t off = 0;
-  int k = 0;
+  t[0].name = names; /* also when n is 0, so that the caller frees it alike */
   for (int i = 0; i < g->nparams; i++)
     for (int role = 0; role < 4; role++) {
       if (!ckpt_has(x, i, role, with_state)) continue;
       const tt_param *p = &g->params[i];
-      int f = tt_exec_param_state(x, i, role), nan = 0;
       char *nm = names + (size_t)k * (TT_NAME_MAX + 32);
-      void *raw = (char *)data + off;
       snprintf(nm, TT_NAME_MAX + 32, "%s%s", p->name, ckpt_role_suffix[role]);
-      if (tt_exec_param_get(x, i, role, (float *)raw, err)) {
-        free(t), free(data), free(names);
-        return -1;
+      k += ckpt_fill(t + k, p, role, tt_exec_param_state(x, i, role), nm, names + (size_t)(k + 1) * (TT_NAME_MAX + 32));
+    }
+  *out_t = t, *out_n = n;
+  return 0;
+}
+
+/* Writes path atomically with meta: the tensors of ckpt_describe, each copied from the executor
+ * (tt_exec_param_get: downloaded where it lives on the device) into one staging buffer of
+ * tt_checkpoint_staging_bytes, checked finite there, and written, one after the other, so the
+ * host never holds more than the largest tensor of the file (issue 42: the whole state at once
+ * had ViT-B/16 peak about 1 GiB above its training memory while saving). A non-finite value
+ * discards the temporary file before any rename, so the last good checkpoint stays:
+ * TT_CKPT_NOT_FINITE, with err naming the tensor. 0, or -1 with err set. */
+static int ckpt_stream(tt_exec *x, const char *path, int with_state, const char *const *meta, tt_err *err) {
+  const tt_program *owner = x->train ? x->train : x->eval;
+  tt_st_tensor *t;
+  tt_st_writer w;
+  int n, k = 0, rc = 0;
+  if (ckpt_describe(x, with_state, &t, &n, err)) return -1;
+  size_t stage = tt_checkpoint_staging_bytes(owner, x->g, with_state && x->train);
+  unsigned char *buf = (unsigned char *)tt_malloc(stage ? stage : 4, "checkpoint staging buffer", err);
+  if (!buf || tt_st_writer_open(&w, path, t, n, meta, err)) {
+    free(buf), free((void *)t[0].name), free(t);
+    return -1;
+  }
+  for (int i = 0; i < x->g->nparams && !rc; i++)
+    for (int role = 0; role < 4 && !rc; role++) {
+      if (!ckpt_has(x, i, role, with_state)) continue;
+      size_t count = x->g->params[i].numel;
+      int f = tt_exec_param_state(x, i, role), nan = 0;
+      if (tt_exec_param_get(x, i, role, (float *)(void *)buf, err)) {
+        rc = -1;
+        break;
       }
       /* a diverged run's NaN or infinite values never replace a good checkpoint (issue 40) */
-      long long bad = ckpt_first_nonfinite(f, raw, p->numel, &nan);
+      long long bad = ckpt_first_nonfinite(f, buf, count, &nan);
       if (bad >= 0) {
         tt_fail(err, "'%s' holds %s at %s %lld: the run diverged, and no checkpoint is written over the last good "
-                "one (lower [train] lr, or set clip_norm)", nm, nan ? "NaN" : "an infinity",
+                "one (lower [train] lr, or set clip_norm)", t[k].name, nan ? "NaN" : "an infinity",
                 f == TT_STATE_INT8 ? "the scale of block" : "element", bad);
-        free(t), free(data), free(names);
-        return TT_CKPT_NOT_FINITE;
+        rc = TT_CKPT_NOT_FINITE;
+        break;
       }
-      k += ckpt_fill(t + k, p, role, f, raw, nm, names + (size_t)(k + 1) * (TT_NAME_MAX + 32));
-      off += ckpt_held_bytes(x, i, role);
+      rc = tt_st_writer_put(&w, buf, t[k].bytes, err); /* fails only after discarding the file */
+      if (!rc && f == TT_STATE_INT8) rc = tt_st_writer_put(&w, buf + tt_state_codes_bytes(count), t[k + 1].bytes, err);
+      k += 1 + (f == TT_STATE_INT8);
     }
-  *out_t = t, *out_data = data, *out_n = n;
-  return 0;
+  if (rc) tt_st_writer_discard(&w); /* a no-op where the writer already did */
+  else rc = tt_st_writer_commit(&w, err);
+  free(buf), free((void *)t[0].name), free(t);
+  return rc;
 }
 
 /* Writes dir/state.safetensors and then dir/weights.safetensors, each atomically, with the
@@ -138,11 +188,6 @@ int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_
   /* the state file first: a run killed between the two leaves a state to resume from (and the
    * weights of the checkpoint before, or none), never weights without a state */
   for (int with_state = 1; with_state >= 0; with_state--) {
-    tt_st_tensor *t;
-    float *data;
-    int n;
-    int crc = ckpt_collect(x, with_state, &t, &data, &n, err);
-    if (crc) return crc; /* TT_CKPT_NOT_FINITE: nothing written */
     char v[12][64];
     snprintf(v[0], sizeof v[0], "%lld", st->step);
     snprintf(v[1], sizeof v[1], "%d", st->epoch);
@@ -176,13 +221,9 @@ int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_
     }
     snprintf(path, sizeof path, "%s/%s", dir, with_state ? "state.safetensors" : "weights.safetensors");
     int rc = names.oom ? tt_fail(err, "%s: out of host memory writing the class names", dir)
-                       : tt_st_write(path, t, n, meta, err);
+                       : ckpt_stream(x, path, with_state, meta, err);
     free(names.p);
-    /* names live in one block allocated by ckpt_collect, starting at t[0].name */
-    free(n ? (void *)t[0].name : NULL);
-    free(t);
-    free(data);
-    if (rc) return -1;
+    if (rc) return rc; /* TT_CKPT_NOT_FINITE: nothing renamed, the last good checkpoint stays */
   }
   return 0;
 }
@@ -375,12 +416,13 @@ static int ckpt_find(tt_st_file *f, const char *file, const char *nm, const tt_p
   return 0;
 }
 
-/* The file's tensor in the layout the run holds its format in (backend.h), at dst (tt_state_bytes). */
-static void ckpt_assemble(const ckpt_src *src, size_t count, unsigned char *dst) {
-  memcpy(dst, src->t->data, src->t->bytes);
-  if (src->fmt != TT_STATE_INT8) return;
+/* The file's tensor in the layout the run holds its format in (backend.h), at dst (tt_state_bytes),
+ * read from f (opened lazily: one tensor in memory at a time). 0 or -1. */
+static int ckpt_assemble(tt_st_file *f, const ckpt_src *src, size_t count, unsigned char *dst, tt_err *err) {
+  if (tt_st_read(f, src->t, dst, err)) return -1;
+  if (src->fmt != TT_STATE_INT8) return 0;
   memset(dst + count, 0, tt_state_codes_bytes(count) - count);
-  memcpy(dst + tt_state_codes_bytes(count), src->scales->data, src->scales->bytes);
+  return tt_st_read(f, src->scales, dst + tt_state_codes_bytes(count), err);
 }
 
 /* count values of state held as `from` at src recoded as `to` at dst (through fp32, block by block;
@@ -396,17 +438,20 @@ static void ckpt_convert(int from, const void *src, int to, void *dst, size_t co
 
 /* Pass 0's checks of one found tensor, on its values decoded to fp32: Adam's v never negative
  * and int8 scales never negative (refusals); NaN and infinities counted into *bad. 0 or -1. */
-static int ckpt_check_values(const ckpt_src *src, const tt_param *p, int role, const char *file, const char *nm,
-                             long long *bad, tt_err *err) {
+static int ckpt_check_values(tt_st_file *f, const ckpt_src *src, const tt_param *p, int role, const char *file,
+                             const char *nm, long long *bad, tt_err *err) {
   size_t n = p->numel, held = (tt_state_bytes((tt_state_fmt)src->fmt, n) + 3) / 4 * 4;
-  unsigned char *tmp = (unsigned char *)tt_malloc(held + n * sizeof(float), "checkpoint tensor", err);
+  unsigned char *tmp = (unsigned char *)tt_malloc(held, "checkpoint tensor", err);
+  float vals[TT_STATE_BLOCK]; /* decoded a block at a time: the host holds the tensor once */
   int neg = 0;
   if (!tmp) return -1;
-  float *vals = (float *)(void *)(tmp + held);
-  ckpt_assemble(src, n, tmp);
-  ckpt_convert(src->fmt, tmp, TT_STATE_F32, vals, n, role != 3);
+  if (ckpt_assemble(f, src, n, tmp, err)) return free(tmp), -1;
   *bad = 0;
-  for (size_t k = 0; k < n; k++) *bad += !isfinite(vals[k]), neg |= role == 3 && vals[k] < 0.0f;
+  for (size_t j0 = 0; j0 < n; j0 += TT_STATE_BLOCK) {
+    size_t m = n - j0 < TT_STATE_BLOCK ? n - j0 : TT_STATE_BLOCK;
+    tt_state_load(src->fmt, role != 3, tmp, n, j0, m, vals);
+    for (size_t k = 0; k < m; k++) *bad += !isfinite(vals[k]), neg |= role == 3 && vals[k] < 0.0f;
+  }
   for (size_t b = 0; src->fmt == TT_STATE_INT8 && b < tt_state_blocks(n); b++) neg |= *tt_state_scale(tmp, n, b) < 0.0f;
   free(tmp);
   if (neg)
@@ -416,15 +461,18 @@ static int ckpt_check_values(const ckpt_src *src, const tt_param *p, int role, c
 }
 
 /* Writes the found tensor into parameter i's buffer of role, recoded when the run holds it in
- * another format (*converted set). 0 or -1. */
-static int ckpt_put(tt_exec *x, int i, int role, const ckpt_src *src, int *converted, tt_err *err) {
+ * another format (*converted set). The host holds the tensor once (tt_checkpoint_staging_bytes),
+ * twice only to convert it. 0 or -1. */
+static int ckpt_put(tt_exec *x, tt_st_file *f, int i, int role, const ckpt_src *src, int *converted, tt_err *err) {
   size_t n = x->g->params[i].numel;
   int to = tt_exec_param_state(x, i, role);
   size_t hf = (tt_state_bytes((tt_state_fmt)src->fmt, n) + 3) / 4 * 4, ht = tt_state_bytes((tt_state_fmt)to, n);
-  unsigned char *tmp = (unsigned char *)tt_malloc(hf + ht + 4, "checkpoint tensor", err);
+  size_t stage = ckpt_stage_bytes(x->train ? x->train : x->eval, x->g, i, role); /* what the upload reads */
+  size_t need = src->fmt != to ? hf + (ht > stage ? ht : stage) + 4 : (hf > stage ? hf : stage);
+  unsigned char *tmp = (unsigned char *)tt_malloc(need, "checkpoint tensor", err);
   if (!tmp) return -1;
-  /* copied first: the file's data may not be 4-byte aligned for every header length */
-  ckpt_assemble(src, n, tmp);
+  /* read into an aligned buffer: the run's layout, whatever the file's header length */
+  if (ckpt_assemble(f, src, n, tmp, err)) return free(tmp), -1;
   unsigned char *put = tmp;
   if (src->fmt != to) {
     put = tmp + hf;
@@ -445,7 +493,9 @@ static int ckpt_put(tt_exec *x, int i, int role, const ckpt_src *src, int *conve
 int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_state *st, tt_warn_fn warn, void *ud,
                        tt_err *err) {
   tt_st_file *f = NULL;
-  if (tt_st_open(file, &f, err)) return -1;
+  /* the header only: each tensor is read when checked and again when put, so the host never
+   * holds the whole state (a resume of ViT-B/16 with AdamW would hold 1 GiB besides the arena) */
+  if (tt_st_open_lazy(file, &f, err)) return -1;
   const tt_graph *g = x->g;
   int rc = 0, bad_tensors = 0, nconv = 0, conv_from = 0, conv_to = 0;
   long long bad_values = 0;
@@ -462,12 +512,12 @@ int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_sta
         snprintf(nm, sizeof nm, "%s%s", g->params[i].name, ckpt_role_suffix[role]);
         if ((rc = ckpt_find(f, file, nm, &g->params[i], role, g->model->path, &src, err))) break;
         if (pass == 0) {
-          if ((rc = ckpt_check_values(&src, &g->params[i], role, file, nm, &bad, err))) break;
+          if ((rc = ckpt_check_values(f, &src, &g->params[i], role, file, nm, &bad, err))) break;
           if (bad && !bad_tensors++) snprintf(first_bad, sizeof first_bad, "%s", nm);
           bad_values += bad;
           continue;
         }
-        rc = ckpt_put(x, i, role, &src, &conv, err);
+        rc = ckpt_put(x, f, i, role, &src, &conv, err);
         if (conv && !nconv++) conv_from = src.fmt, conv_to = tt_exec_param_state(x, i, role);
       }
   if (!rc && nconv && warn) {
@@ -493,14 +543,6 @@ int tt_checkpoint_load(tt_exec *x, const char *file, int with_state, tt_ckpt_sta
 /* Writes only the weights file (values, no optimizer state) to path with meta (a NULL-ended
  * key, value list), or with the format and recipe name when meta is NULL. 0 or -1. */
 int tt_checkpoint_save_weights(tt_exec *x, const char *path, const char *const *meta, tt_err *err) {
-  tt_st_tensor *t;
-  float *data;
-  int n;
-  if (ckpt_collect(x, 0, &t, &data, &n, err)) return -1;
   const char *def[] = {"format", "tinytrain", "recipe", x->g->model->name, NULL};
-  int rc = tt_st_write(path, t, n, meta ? meta : def, err);
-  free(n ? (void *)t[0].name : NULL);
-  free(t);
-  free(data);
-  return rc;
+  return ckpt_stream(x, path, 0, meta ? meta : def, err) ? -1 : 0;
 }

@@ -36,12 +36,22 @@ typedef struct tt_ckpt_state {
   int nclasses;
 } tt_ckpt_state;
 
-/* Writes dir/weights.safetensors and dir/state.safetensors, each atomically. */
+/* The host staging buffer a checkpoint write takes (bytes): its tensors pass one at a time, so
+ * the largest tensor of the file as its program p (the one owning the parameters' buffers) holds
+ * it, fp32 values or optimizer state in its format (int8 codes and scales together, rounded up
+ * to 4). with_state: the state file's tensors (needs the training program), else the weights
+ * file's. `plan` counts it; the write allocates exactly this much once per file. */
+size_t tt_checkpoint_staging_bytes(const tt_program *p, const tt_graph *g, int with_state);
+/* Writes dir/state.safetensors and then dir/weights.safetensors, each atomically (a temporary
+ * file renamed over the old one), streamed tensor by tensor through one staging buffer of
+ * tt_checkpoint_staging_bytes. A NaN or infinity in any tensor discards the temporary file before
+ * the rename: TT_CKPT_NOT_FINITE, the files on disk untouched. */
 int tt_checkpoint_save(tt_exec *x, const char *dir, const tt_ckpt_state *st, tt_err *err);
 /* Writes the weights alone to path (atomically), with metadata meta (key, value, ..., NULL;
  * NULL: format = tinytrain and the recipe's name). */
 int tt_checkpoint_save_weights(tt_exec *x, const char *path, const char *const *meta, tt_err *err);
-/* Loads parameters (and with_state: optimizer state and counters into st) from a file. The
+/* Loads parameters (and with_state: optimizer state and counters into st) from a file, read a
+ * tensor at a time (the header first: tt_st_open_lazy), so the host holds one tensor. The
  * counters are checked first (each present, an integer, in its range: a message names the file
  * and the key), then every tensor (a missing or mismatched one is an error naming it); nothing
  * is changed before all of it passed. A state file whose Adam second moment (.opt_v) holds a

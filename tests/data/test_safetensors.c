@@ -35,17 +35,20 @@ static void write_raw(const char *path, const char *header, size_t data_len) {
   fclose(f);
 }
 
+/* Whether tt_st_open refuses path with a message naming it (and want), and tt_st_open_lazy, which
+ * reads only the header, refuses it with the same message. */
 static int refused(const char *path, const char *want, char *msg) {
-  tt_st_file *f = NULL;
-  tt_err err;
-  int rc = tt_st_open(path, &f, &err);
-  if (rc == 0) {
-    tt_st_close(f);
-    snprintf(msg, 1024, "accepted");
+  tt_st_file *f = NULL, *lz = NULL;
+  tt_err err, err2;
+  int rc = tt_st_open(path, &f, &err), rc2 = tt_st_open_lazy(path, &lz, &err2);
+  if (rc == 0 || rc2 == 0) {
+    tt_st_close(f), tt_st_close(lz);
+    snprintf(msg, 1024, "accepted%s", rc == 0 ? "" : " by tt_st_open_lazy");
     return 0;
   }
-  snprintf(msg, 1024, "%s", err.msg);
-  return f == NULL && strstr(err.msg, path) != NULL && (!want || strstr(err.msg, want) != NULL);
+  snprintf(msg, 1024, "%.480s%s%.480s", err.msg, strcmp(err.msg, err2.msg) ? " | lazily: " : "", strcmp(err.msg, err2.msg) ? err2.msg : "");
+  return f == NULL && lz == NULL && strstr(err.msg, path) != NULL && (!want || strstr(err.msg, want) != NULL) &&
+         !strcmp(err.msg, err2.msg);
 }
 
 static void test_round_trip(void) {
@@ -320,6 +323,98 @@ static void test_small_model_checkpoint(void) {
   TT_TEST_END();
 }
 
+/* The streamed writer (tt_st_writer, what checkpoints use): the bytes tt_st_write writes whatever
+ * the pieces, the header as the format's reference writer lays it out (a stored literal), and a
+ * miscount refused with the temporary file removed and the file at the path untouched. */
+static void test_writer_pieces(void) {
+  float w[2] = {1.f, -2.f};
+  tt_st_tensor t[2];
+  const char *meta[] = {"k", "v", NULL};
+  static const char want_header[] = "{\"__metadata__\":{\"k\":\"v\"},\"a\":{\"dtype\":\"F32\",\"shape\":[2],"
+                                    "\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[8,11]}}";
+  unsigned char u[3] = {7, 8, 9};
+  tt_st_writer wr;
+  tt_err err;
+  void *pa = NULL, *pb = NULL;
+  size_t na = 0, nb = 0;
+  TT_TEST_BEGIN("safetensors_writer_pieces");
+  memset(t, 0, sizeof t);
+  t[0].name = "a", t[0].dtype = "F32", t[0].ndim = 1, t[0].shape[0] = 2, t[0].data = w, t[0].bytes = 8;
+  t[1].name = "b", t[1].dtype = "U8", t[1].ndim = 1, t[1].shape[0] = 3, t[1].data = u, t[1].bytes = 3;
+  TT_CHECK(tt_st_write(tt_test_path("w_whole.safetensors"), t, 2, meta, &err) == 0, "%s", err.msg);
+  t[0].data = t[1].data = NULL; /* the streamed writer takes the bytes later */
+  TT_CHECK(tt_st_writer_open(&wr, tt_test_path("w_pieces.safetensors"), t, 2, meta, &err) == 0 &&
+               tt_st_writer_put(&wr, w, 3, &err) == 0 && tt_st_writer_put(&wr, (const char *)w + 3, 5, &err) == 0 &&
+               tt_st_writer_put(&wr, u, 3, &err) == 0 && tt_st_writer_commit(&wr, &err) == 0,
+           "%s", err.msg);
+  TT_CHECK(tt_read_file(tt_test_path("w_whole.safetensors"), &pa, &na, &err) == 0 &&
+               tt_read_file(tt_test_path("w_pieces.safetensors"), &pb, &nb, &err) == 0 && na == nb && !memcmp(pa, pb, na),
+           "the streamed file differs from tt_st_write's");
+  { /* 8-byte little-endian length, the JSON, spaces to a multiple of 8, the data */
+    size_t h = sizeof want_header - 1, pad = (8 - h % 8) % 8;
+    const unsigned char *p = (const unsigned char *)pa;
+    TT_CHECK(pa && na == 8 + h + pad + 11 && p[0] == h + pad && !p[1] && !memcmp(p + 8, want_header, h) &&
+                 p[8 + h] == ' ' && !memcmp(p + 8 + h + pad, w, 8) && !memcmp(p + 16 + h + pad, u, 3),
+             "the header is not the stored one: %.*s", (int)(na > 8 ? na - 8 : 0), p ? (const char *)p + 8 : "");
+  }
+  /* too many bytes: refused, nothing left behind, the file before kept */
+  TT_CHECK(tt_st_writer_open(&wr, tt_test_path("w_whole.safetensors"), t, 2, meta, &err) == 0, "%s", err.msg);
+  TT_CHECK(tt_st_writer_put(&wr, w, 8, &err) == 0 && tt_st_writer_put(&wr, u, 4, &err) != 0 && strstr(err.msg, "announced"),
+           "a put past the header's size: '%s'", err.msg);
+  TT_CHECK(tt_st_writer_put(&wr, u, 1, &err) != 0, "a put after the writer failed");
+  TT_CHECK(access(tt_test_path("w_whole.safetensors.tmp"), F_OK) != 0, "temporary file left behind (too many bytes)");
+  /* too few: the commit refuses */
+  TT_CHECK(tt_st_writer_open(&wr, tt_test_path("w_whole.safetensors"), t, 2, meta, &err) == 0 &&
+               tt_st_writer_put(&wr, w, 8, &err) == 0 && tt_st_writer_commit(&wr, &err) != 0 && strstr(err.msg, "8 of the 11"),
+           "a commit short of the header's size: '%s'", err.msg);
+  TT_CHECK(access(tt_test_path("w_whole.safetensors.tmp"), F_OK) != 0, "temporary file left behind (too few bytes)");
+  free(pb), pb = NULL;
+  TT_CHECK(tt_read_file(tt_test_path("w_whole.safetensors"), &pb, &nb, &err) == 0 && na == nb && !memcmp(pa, pb, na),
+           "the file at the path changed under a refused write");
+  free(pa), free(pb);
+  TT_TEST_END();
+}
+
+/* tt_st_open_lazy: the header only, each tensor read on demand (tt_st_read) as tt_st_open holds
+ * it; a file cut short after opening is an error naming the file and the tensor. */
+static void test_lazy(void) {
+  tt_st_file *f = NULL, *lz = NULL;
+  tt_err err;
+  unsigned char buf[64];
+  TT_TEST_BEGIN("safetensors_lazy_reads_one_tensor");
+  TT_CHECK(tt_st_open(tt_test_path("a.safetensors"), &f, &err) == 0 && tt_st_open_lazy(tt_test_path("a.safetensors"), &lz, &err) == 0,
+           "%s", err.msg);
+  if (f && lz) {
+    TT_CHECK(tt_st_count(lz) == tt_st_count(f) && tt_st_meta(lz, "step") && !strcmp(tt_st_meta(lz, "step"), "1200"),
+             "the lazy index differs");
+    for (int i = 0; i < tt_st_count(f); i++) {
+      const tt_st_tensor *a = tt_st_at(f, i), *b = tt_st_get(lz, a->name);
+      memset(buf, 0xAB, sizeof buf);
+      TT_CHECK(b && !b->data && b->bytes == a->bytes && b->bytes <= sizeof buf && tt_st_read(lz, b, buf, &err) == 0 &&
+                   !memcmp(buf, a->data, a->bytes), "tensor '%s' read lazily: %s", a->name, err.msg);
+    }
+  }
+  tt_st_close(f), tt_st_close(lz), f = lz = NULL;
+  { /* a copy, opened lazily, then cut to its header and one data byte: refused, naming the file and the tensor */
+    void *p = NULL;
+    size_t n = 0;
+    const void *chunk;
+    TT_CHECK(tt_read_file(tt_test_path("a.safetensors"), &p, &n, &err) == 0, "%s", err.msg);
+    chunk = p;
+    TT_CHECK(p && tt_write_file_atomic(tt_test_path("a_cut.safetensors"), &chunk, &n, 1, &err) == 0 &&
+                 tt_st_open_lazy(tt_test_path("a_cut.safetensors"), &lz, &err) == 0, "%s", err.msg);
+    if (lz) {
+      const tt_st_tensor *w = tt_st_get(lz, "conv1.weight");
+      TT_CHECK(w && truncate(tt_test_path("a_cut.safetensors"), (off_t)(n - 40)) == 0, "truncate");
+      TT_CHECK(w && tt_st_read(lz, w, buf, &err) != 0 && strstr(err.msg, "a_cut.safetensors") && strstr(err.msg, "conv1.weight"),
+               "a read past the end: '%s'", w ? err.msg : "no conv1.weight");
+    }
+    tt_st_close(lz);
+    free(p);
+  }
+  TT_TEST_END();
+}
+
 /* tt_st_open_mem: the checks of tt_st_open on bytes in memory (the fuzz target's entry). */
 static void test_open_mem(void) {
   void *p;
@@ -555,6 +650,8 @@ static void test_many_tensors(void) {
 static const tt_test_case tests[] = {
   TT_TEST("names", "data safetensors", test_names),
   TT_TEST("round_trip", "data safetensors", test_round_trip),
+  TT_TEST("writer_pieces", "data safetensors checkpoint", test_writer_pieces),
+  TT_TEST("lazy", "data safetensors checkpoint", test_lazy),
   TT_TEST("refusals", "data safetensors", test_refusals),
   TT_TEST("metadata_keys", "data safetensors", test_metadata_keys),
   TT_TEST("small_model_checkpoint", "data safetensors", test_small_model_checkpoint),

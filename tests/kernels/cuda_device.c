@@ -1,6 +1,8 @@
 /* tests/kernels/cuda_device.c — test_cuda's the device: no allocation after setup and the peak, staging copies, the emulated driver, NCCL.
  * Registered and run by tests/kernels/test_cuda.c; helpers in tests/kernels/cuda_test.h. */
 #include "tests/kernels/cuda_test.h"
+#include "core/base/fileio.h"
+#include "core/runtime/checkpoint.h"
 
 #ifdef TT_HAVE_CUDA
 
@@ -54,6 +56,20 @@ void test_no_alloc_and_peak(void) {
              arena / 1048576.0, (grown - arena) / 1048576.0);
       TT_CHECK(grown <= arena + 256.0 * 1048576.0, "device memory grew %.1f MiB for an arena of %.1f MiB",
                grown / 1048576.0, arena / 1048576.0);
+    }
+    { /* a checkpoint streams from the device through one host buffer (issue 42): no device
+       * allocation, and the state file loads back */
+      char dir[1024], file[1100];
+      tt_ckpt_state st, back;
+      memset(&st, 0, sizeof st);
+      st.step = nsteps, st.micro_batch = TEST_PEAK_MB, st.accum_steps = 2, st.loss_scale.scale = 1024.0f;
+      tt_test_path_in(dir, "cuda_ckpt");
+      size_t a0 = tt_cuda_alloc_count(gpu);
+      TT_CHECK(tt_mkdirs(dir, &err) == 0 && tt_checkpoint_save(&t.x, dir, &st, &err) == 0, "checkpoint: %s", err.msg);
+      TT_CHECK(tt_cuda_alloc_count(gpu) == a0, "the checkpoint called cudaMalloc %zu times", tt_cuda_alloc_count(gpu) - a0);
+      snprintf(file, sizeof file, "%s/state.safetensors", dir);
+      TT_CHECK(tt_checkpoint_load(&t.x, file, 1, &back, NULL, NULL, &err) == 0 && back.step == nsteps,
+               "the state file back: %s", err.msg);
     }
     free(images);
   }

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/base/fileio.h"
 #include "core/base/safetensors.h"
@@ -340,6 +341,117 @@ static void test_checkpoint(void) {
   TT_TEST_END();
 }
 
+/* ---- checkpoint staging (issue 42, "every byte counted") ---- */
+
+/* The file as checkpoint.c wrote it before it streamed: every tensor of the state file (values,
+ * then the optimizer's moments as held, an int8 one followed by its scales) gathered into one
+ * host block first and written whole by tt_st_write, with the metadata of the file `like`. 0 or -1. */
+static int os_write_whole(tt_session *s, const char *like, const char *out, tt_err *err) {
+  static const char *const suffix[4] = {"", ".grad", ".opt_m", ".opt_v"};
+  const tt_program *p = s->x.train;
+  tt_st_file *f;
+  if (tt_st_open(like, &f, err)) return -1;
+  const char *meta[64];
+  int nm = 0, n = 0, rc = -1;
+  for (int i = 0; i < tt_st_meta_count(f) && nm < 62; i++)
+    if (!tt_st_meta_at(f, i, &meta[nm], &meta[nm + 1])) nm += 2;
+  meta[nm] = NULL;
+  size_t total = 0;
+  for (int i = 0; i < s->graph.nparams; i++)
+    for (int role = 0; role < 4; role += role ? 1 : 2)
+      if (role == 0 || (role == 2 ? p->m_buf[i] : p->v_buf[i]) >= 0)
+        total += (tt_state_bytes((tt_state_fmt)tt_exec_param_state(&s->x, i, role), s->graph.params[i].numel) + 3) / 4 * 4;
+  unsigned char *block = (unsigned char *)malloc(total);
+  tt_st_tensor *t = (tt_st_tensor *)calloc((size_t)s->graph.nparams * 6, sizeof *t);
+  char(*names)[160] = (char(*)[160])calloc((size_t)s->graph.nparams * 6, 160);
+  size_t off = 0;
+  for (int i = 0; block && t && names && i < s->graph.nparams; i++)
+    for (int role = 0; role < 4; role += role ? 1 : 2) {
+      if (role && (role == 2 ? p->m_buf[i] : p->v_buf[i]) < 0) continue;
+      const tt_param *pr = &s->graph.params[i];
+      int fmt = tt_exec_param_state(&s->x, i, role);
+      if (tt_exec_param_get(&s->x, i, role, (float *)(void *)(block + off), err)) goto done;
+      snprintf(names[n], 160, "%s%s", pr->name, suffix[role]);
+      t[n].name = names[n], t[n].ndim = pr->ndim, t[n].data = block + off;
+      for (int d = 0; d < pr->ndim; d++) t[n].shape[d] = pr->shape[d];
+      t[n].dtype = fmt == TT_STATE_F32 ? "F32" : fmt == TT_STATE_BF16 ? "BF16" : role == 3 ? "U8" : "I8";
+      t[n].bytes = pr->numel * (fmt == TT_STATE_F32 ? 4u : fmt == TT_STATE_BF16 ? 2u : 1u);
+      n++;
+      if (fmt == TT_STATE_INT8) {
+        snprintf(names[n], 160, "%s%s.scale", pr->name, suffix[role]);
+        t[n].name = names[n], t[n].dtype = "F32", t[n].ndim = 1;
+        t[n].shape[0] = (int64_t)tt_state_blocks(pr->numel);
+        t[n].data = block + off + tt_state_codes_bytes(pr->numel), t[n].bytes = 4 * tt_state_blocks(pr->numel);
+        n++;
+      }
+      off += (tt_state_bytes((tt_state_fmt)fmt, pr->numel) + 3) / 4 * 4;
+    }
+  rc = block && t && names ? tt_st_write(out, t, n, meta, err) : tt_fail(err, "out of memory");
+done:
+  free(block), free(t), free(names);
+  tt_st_close(f);
+  return rc;
+}
+
+/* Whether the files at a and b hold the same bytes. */
+static int os_same_file(const char *a, const char *b) {
+  void *pa = NULL, *pb = NULL;
+  size_t na = 0, nb = 0;
+  tt_err err;
+  int same = !tt_read_file(a, &pa, &na, &err) && !tt_read_file(b, &pb, &nb, &err) && na == nb && !memcmp(pa, pb, na);
+  free(pa), free(pb);
+  return same;
+}
+
+/* The streamed checkpoint (one staging buffer of the largest tensor) is byte for byte the file the
+ * whole-state path wrote, for state held in fp32, bf16 and int8; the staging size is the largest
+ * tensor as held; and a NaN found while streaming leaves the last good files, and no temporary. */
+static void test_checkpoint_streamed(void) {
+  static const char *const settings[3] = {"fp32", "bf16", "int8"};
+  tt_err err;
+  char dir[1024], file[1200], whole[1200], tmp[1300];
+  TT_TEST_BEGIN("ostate_checkpoint_streamed_equals_whole");
+  for (int k = 0; k < 3; k++) {
+    tt_session *a = os_session(settings[k], &err);
+    TT_CHECK(a != NULL, "%s: %s", settings[k], err.msg);
+    if (!a) continue;
+    tt_test_path_in(dir, settings[k]);
+    tt_ckpt_state st;
+    memset(&st, 0, sizeof st);
+    st.step = 2, st.micro_batch = 4, st.accum_steps = 1, st.loss_scale.scale = 1.f;
+    snprintf(st.optimizer, sizeof st.optimizer, "adamw");
+    TT_CHECK(tt_mkdirs(dir, &err) == 0 && os_step(a, 1, 1, &err) == 0 && os_step(a, 2, 2, &err) == 0 &&
+                 tt_checkpoint_save(&a->x, dir, &st, &err) == 0, "%s: %s", settings[k], err.msg);
+    snprintf(file, sizeof file, "%s/state.safetensors", dir);
+    snprintf(whole, sizeof whole, "%s/whole.safetensors", dir);
+    TT_CHECK(os_write_whole(a, file, whole, &err) == 0, "%s: %s", settings[k], err.msg);
+    TT_CHECK(os_same_file(file, whole), "%s: the streamed state file differs from the one written whole", settings[k]);
+    /* the staging buffer: fc1.weight, 96 x 512, is the largest tensor; as held in fp32 values */
+    size_t stage = tt_checkpoint_staging_bytes(a->x.train, &a->graph, 1);
+    TT_CHECK(stage == 96u * 512u * 4u, "%s: staging %zu bytes, expected fc1.weight's %u", settings[k], stage, 96u * 512u * 4u);
+    /* a NaN: refused before the rename, the files on disk as they were, no temporary left */
+    if (k == 2) {
+      float *w = (float *)malloc(96 * 512 * sizeof(float));
+      int fc1 = -1;
+      for (int i = 0; i < a->graph.nparams; i++)
+        if (!strcmp(a->graph.params[i].name, "fc1.weight")) fc1 = i;
+      TT_CHECK(fc1 >= 0 && w && tt_exec_param_get(&a->x, fc1, 0, w, &err) == 0, "fc1.weight: %s", err.msg);
+      if (fc1 >= 0 && w) {
+        w[777] = NAN;
+        TT_CHECK(tt_exec_param_set(&a->x, fc1, 0, w, &err) == 0, "%s", err.msg);
+        TT_CHECK(tt_checkpoint_save(&a->x, dir, &st, &err) == TT_CKPT_NOT_FINITE && strstr(err.msg, "fc1.weight") &&
+                     strstr(err.msg, "element 777"), "a NaN: '%s'", err.msg);
+        TT_CHECK(os_same_file(file, whole), "the state file changed under a refused save");
+        snprintf(tmp, sizeof tmp, "%s.tmp", file);
+        TT_CHECK(access(tmp, F_OK) != 0, "%s was left behind", tmp);
+      }
+      free(w);
+    }
+    tt_session_close(a);
+  }
+  TT_TEST_END();
+}
+
 /* relative L2 distance of fc1.weight between a and b, over its distance from its start in b */
 static double os_drift(tt_session *a, tt_session *b, const float *w0, tt_err *err) {
   int fc1 = -1;
@@ -413,6 +525,7 @@ static const tt_test_case tests[] = {
     TT_TEST("plan_bytes", "runtime ostate", test_plan_bytes),
     TT_TEST("auto", "runtime ostate policy", test_auto),
     TT_TEST("checkpoint", "runtime ostate checkpoint", test_checkpoint),
+    TT_TEST("checkpoint_streamed", "runtime ostate checkpoint", test_checkpoint_streamed),
     TT_TEST("training", "runtime ostate", test_training_tracks_fp32),
     TT_TEST("api", "runtime ostate api", test_api_option),
 };
