@@ -321,7 +321,7 @@ void test_bn_resident(void) {
  * (and in place on the shortcut, y == s); act_bwd(RELU) (or act_bwd_mask from act_mask), accumulate
  * into the shortcut's gradient and into bn_bwd's dy, bn_bwd. Every form of the kernels: with the
  * held-on-chip form and without it (two-pass, flat at 49, rows at hw 1: an NHWC tensor as the
- * backends get it), fp32, fp16, bf16, the betas 0 and 1, ds == dy. */
+ * backends get it), fp32, fp16, bf16, the betas 0 and 1, ds == dy, dx == dy. */
 static void bn_add_relu_case(tt_dtype dt, int N, int C, int HW) {
   size_t cnt = (size_t)N * C * HW, nb = cnt * tt_dtype_size(dt), fb = (size_t)C * sizeof(float), wsb;
   tt_op_desc od;
@@ -359,21 +359,23 @@ static void bn_add_relu_case(tt_dtype dt, int N, int C, int HW) {
              "bn_fwd_train_add_relu %s %dx%dx%d: statistics differ from bn_fwd_train's", test_dt_name(dt), N, C, HW);
     ok = !gpu->act_mask(gpu, TT_ACT_RELU, cnt, dt, y1, mask);
   }
-  for (int form = 0; form < 3 && ok; form++) /* 0: y; 1: y, ds == dy; 2: the mask */
+  for (int form = 0; form < 4 && ok; form++) /* 0: y; 1: y, ds == dy; 2: the mask; 3: y, dx == dy (beta_dx 0) */
     for (int beta = 0; beta < 2 && ok; beta++) {
-      float bs = form == 1 ? 0.0f : (float)beta, bd = (float)beta;
+      float bs = form == 1 ? 0.0f : (float)beta, bd = form == 3 ? 0.0f : (float)beta;
       ok = !gpu->download(gpu, h1, dx0.g, nb) && !gpu->upload(gpu, dx1, h1, nb) && !gpu->upload(gpu, dx2, h1, nb) &&
            !gpu->download(gpu, h1, ds0.g, nb) && !gpu->upload(gpu, ds1, h1, nb) && !gpu->upload(gpu, ds2, h1, nb) &&
            !gpu->download(gpu, h1, dy.g, nb) && !gpu->upload(gpu, dyc, h1, nb) &&
            !gpu->upload(gpu, st + 4 * C, stat.c, 2 * fb) && !gpu->upload(gpu, st + 10 * C, stat.c, 2 * fb) &&
            !gpu->act_bwd(gpu, TT_ACT_RELU, cnt, dt, y1, dy.g, d, 0.0f) && !gpu->accumulate(gpu, cnt, dt, d, ds1, bs) &&
            !gpu->accumulate(gpu, cnt, dt, d, gb, 0.0f) &&
-           !gpu->bn_bwd(gpu, N, C, HW, dt, x.g, gb, G, st + 2 * C, st + 3 * C, dx1, st + 4 * C, st + 5 * C, bd, bd, ws, wsb) &&
+           !gpu->bn_bwd(gpu, N, C, HW, dt, x.g, gb, G, st + 2 * C, st + 3 * C, dx1, st + 4 * C, st + 5 * C, bd, (float)beta,
+                        ws, wsb) &&
            !gpu->bn_bwd_add_relu(gpu, N, C, HW, dt, x.g, form == 2 ? NULL : y1, form == 2 ? mask : NULL, dyc, G, st + 2 * C,
-                                 st + 3 * C, dx2, form == 1 ? dyc : ds2, st + 10 * C, st + 11 * C, bd, bs, bd, ws, wsb);
+                                 st + 3 * C, form == 3 ? dyc : dx2, form == 1 ? dyc : ds2, st + 10 * C, st + 11 * C, bd, bs,
+                                 (float)beta, ws, wsb);
       TT_CHECK(ok, "fused bn+add %s %dx%dx%d backward form %d: %s", test_dt_name(dt), N, C, HW, form, gpu->last_error(gpu));
       if (!ok) break;
-      TT_CHECK(!gpu->download(gpu, h1, dx1, nb) && !gpu->download(gpu, h2, dx2, nb) && !memcmp(h1, h2, nb),
+      TT_CHECK(!gpu->download(gpu, h1, dx1, nb) && !gpu->download(gpu, h2, form == 3 ? dyc : dx2, nb) && !memcmp(h1, h2, nb),
                "bn_bwd_add_relu %s %dx%dx%d form %d beta %d: dx differs from act_bwd, accumulate, bn_bwd", test_dt_name(dt),
                N, C, HW, form, beta);
       TT_CHECK(!gpu->download(gpu, h1, ds1, nb) && !gpu->download(gpu, h2, form == 1 ? dyc : ds2, nb) && !memcmp(h1, h2, nb),

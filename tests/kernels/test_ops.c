@@ -1046,7 +1046,8 @@ static void test_check_finite(void) {
  * backend.h's bn_fwd_train_add_relu and bn_bwd_add_relu, where the backend lists them, bit for bit
  * the unfused calls on the same backend: bn_fwd_train, add, act_fwd(RELU) forward (and in place on
  * the shortcut, y == s); act_bwd(RELU) (or act_bwd_mask from act_mask's bits), accumulate into the
- * shortcut's gradient and into bn_bwd's dy, bn_bwd backward; with the betas 0 and 1, and ds == dy.
+ * shortcut's gradient and into bn_bwd's dy, bn_bwd backward; with the betas 0 and 1, ds == dy and
+ * dx == dy.
  * fp32, bf16, fp16; NCHW [n, c, hw] and an NHWC tensor as the backends get it ([n*h*w, c, 1]). */
 /* v in dt (cast from fp32 by the backend under test), count values uniform in [lo, hi). */
 static void *fuse_rand(tt_dtype dt, size_t count, float lo, float hi) {
@@ -1093,20 +1094,20 @@ static void fuse_case(tt_dtype dt, int n, int c, int hw, const char *lay) {
   TT_CHECK(zeros > 0 && (size_t)zeros < cnt, "%s %s: %d of %zu outputs zero: the inputs do not exercise the ReLU",
            tt_dtype_name(dt), lay, zeros, cnt);
   if (B->act_mask) TT_CHECK(!B->act_mask(B, TT_ACT_RELU, cnt, dt, y1, mask), "act_mask: %s", B->last_error(B));
-  for (int form = 0; form < (B->act_mask ? 3 : 2); form++)   /* 0: y; 1: y with ds == dy; 2: the mask */
-    for (int beta = 0; beta < 2; beta++) {
-      float bs = form == 1 ? 0.0f : (float)beta, bd = (float)beta, bp = (float)beta;
+  for (int form = 0; form < 4; form++) /* 0: y; 1: y with ds == dy; 2: the mask; 3: y with dx == dy (beta_dx 0) */
+    for (int beta = 0; beta < 2 && (form != 2 || B->act_mask); beta++) {
+      float bs = form == 1 ? 0.0f : (float)beta, bd = form == 3 ? 0.0f : (float)beta, bp = (float)beta;
       memcpy(dx1, dx0, nb), memcpy(dx2, dx0, nb), memcpy(ds1, ds0, nb), memcpy(ds2, ds0, nb), memcpy(dyc, dy, nb);
       memcpy(st + 4 * c, st0, 2 * fb), memcpy(st + 10 * c, st0, 2 * fb);
       ok = !B->act_bwd(B, TT_ACT_RELU, cnt, dt, y1, dy, d, 0.0f) && !B->accumulate(B, cnt, dt, d, ds1, bs) &&
            !B->accumulate(B, cnt, dt, d, g, 0.0f) &&
            !B->bn_bwd(B, n, c, hw, dt, x, g, gm, st + 2 * c, st + 3 * c, dx1, st + 4 * c, st + 5 * c, bd, bp, WS, WSB) &&
            !B->bn_bwd_add_relu(B, n, c, hw, dt, x, form == 2 ? NULL : y1, form == 2 ? mask : NULL, dyc, gm, st + 8 * c,
-                               st + 9 * c, dx2, form == 1 ? (void *)dyc : (void *)ds2, st + 10 * c, st + 11 * c, bd, bs, bp,
-                               WS, WSB);
+                               st + 9 * c, form == 3 ? (void *)dyc : (void *)dx2, form == 1 ? (void *)dyc : (void *)ds2,
+                               st + 10 * c, st + 11 * c, bd, bs, bp, WS, WSB);
       TT_CHECK(ok, "%s %s %dx%dx%d backward form %d: %s", tt_dtype_name(dt), lay, n, c, hw, form, B->last_error(B));
       if (!ok) break;
-      TT_CHECK(!memcmp(dx1, dx2, nb) && !memcmp(ds1, form == 1 ? dyc : ds2, nb),
+      TT_CHECK(!memcmp(dx1, form == 3 ? dyc : dx2, nb) && !memcmp(ds1, form == 1 ? dyc : ds2, nb),
                "bn_bwd_add_relu %s %s %dx%dx%d form %d beta %d: dx or ds differ from act_bwd, accumulate, bn_bwd",
                tt_dtype_name(dt), lay, n, c, hw, form, beta);
       TT_CHECK(!memcmp(st + 4 * c, st + 10 * c, 2 * fb), "bn_bwd_add_relu %s %s form %d beta %d: dgamma or dbias differ",
