@@ -8,6 +8,7 @@
  * search (program.h) lets the many candidates that lower to buffers planned before skip the
  * arena planner. */
 #include "../base/knobs.h"
+#include "offload.h"
 #include "policy.h"
 
 #include <math.h>
@@ -116,6 +117,7 @@ static int policy_plan_one(const policy_ctx *c, int inplace, unsigned char *rec,
   pol.compress = pol.compact ? c->g->model->train.compress_saved : 0; /* lossy: only when the recipe asks */
   pol.attn_fused = (form & POLICY_FUSED) != 0;
   pol.ostate = c->o->ostate;
+  pol.offload = c->o->offload;
   return policy_plan(c->g, &pol, c->be, c->memo, p, c->err);
 }
 
@@ -672,6 +674,46 @@ static int policy_refuse(const tt_graph *g, tt_backend *be, const tt_policy_opts
   return -1;
 }
 
+/* Planned host offload (offload.h): the search again with the optimizer state in pinned host memory
+ * (under [train] optimizer_state = auto, fp32 state first, then bf16, int8, until a plan fits the
+ * budget and its host region fits o->host_bytes); it replaces r's schedule when it is faster per
+ * effective batch, the copies over the link included (cost.c), or when r has none (*have 0). Nothing
+ * when offload is off (host_bytes 0), the backend computes in host memory, the profile has no link or
+ * the optimizer keeps no state. 0, or -1 with err set. */
+static int policy_offload(const tt_graph *g, tt_backend *be, tt_policy_opts *o, tt_policy_result *r, int *have,
+                          size_t *min_arena, tt_plan_memo *memo, tt_err *err) {
+  const tt_train_cfg *tc = &g->model->train;
+  if (!o->host_bytes || be->host_memory || tt_offload_link_bytes_per_s(o->profile) <= 0.0 ||
+      (tc->optimizer == TT_OPT_SGD && tc->momentum == 0.0f))
+    return 0;
+  tt_policy_result q;
+  memset(&q, 0, sizeof q);
+  q.budget_bytes = r->budget_bytes, q.reserve_bytes = r->reserve_bytes;
+  unsigned char *rec = (unsigned char *)tt_calloc((size_t)g->nnodes, 1, "schedule", err);
+  q.recompute = (unsigned char *)tt_calloc((size_t)g->nnodes, 1, "schedule", err);
+  int got = 0, ostate_auto = tc->optimizer_state == TT_OSTATE_AUTO, keep_ostate = o->ostate;
+  if (!rec || !q.recompute) got = -1;
+  o->offload = 1;
+  for (int st = TT_STATE_F32; got == 0 && st <= (ostate_auto ? TT_STATE_INT8 : TT_STATE_F32); st++) {
+    o->ostate = st;
+    if ((got = policy_search(g, be, o, &q, rec, min_arena, memo, err)) == 1 && q.train.host_bytes > o->host_bytes) {
+      tt_program_free(&q.train); /* over the host budget: smaller state, or no offload */
+      q.nalts = 0, got = 0;
+    }
+  }
+  o->offload = 0, o->ostate = keep_ostate;
+  r->candidates_tried += q.candidates_tried;
+  free(rec);
+  if (got == 1 && (!*have || q.predicted_step_ms < r->predicted_step_ms)) {
+    q.candidates_tried = r->candidates_tried;
+    tt_policy_result_free(r);
+    *r = q, *have = 1;
+    return 0;
+  }
+  tt_policy_result_free(&q);
+  return got < 0 ? -1 : 0;
+}
+
 /* One plan memo for the whole search: candidates at different micro-batches never share a plan,
  * but the searches and forms of one candidate often do. */
 int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oin, tt_policy_result *r, tt_err *err) {
@@ -694,6 +736,7 @@ int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oi
   int have = 0, ostate_auto = g->model->train.optimizer_state == TT_OSTATE_AUTO;
   for (int st = TT_STATE_F32; st <= (ostate_auto ? TT_STATE_INT8 : TT_STATE_F32) && !have; st++)
     if (o.ostate = st, (have = policy_search(g, be, &o, r, rec, &min_arena, memo, err)) < 0) break;
+  if (have >= 0 && policy_offload(g, be, &o, r, &have, &min_arena, memo, err)) have = -1;
   tt_plan_memo_free(memo);
   free(rec);
   if (have < 0) {

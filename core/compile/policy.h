@@ -40,6 +40,12 @@ typedef struct tt_policy_opts {
   int ostate;                   /* tt_state_fmt the candidates hold optimizer state in under [train]
                                  * optimizer_state = auto (tt_policy_search tries fp32, then bf16,
                                  * then int8, until one fits); ignored otherwise */
+  size_t host_bytes;            /* planned host offload (offload.h): the pinned host bytes the optimizer
+                                 * state may take; 0: never offload. tt_policy_search also plans every
+                                 * candidate with the state on the host where the backend stages to a
+                                 * device and the profile has a link, and keeps that plan when it is
+                                 * faster (or alone fits) and its host region fits host_bytes */
+  int offload;                  /* the candidates being planned hold it there (set by tt_policy_search) */
 } tt_policy_opts;
 
 #define TT_POLICY_MAX_ALTS 12
