@@ -299,6 +299,9 @@ void tt_session_print_summary(const tt_session *s, FILE *out) {
           r->train.peak_live_bytes / 1048576.0);
   if (s->vram_bytes) fprintf(out, "           budget %.1f MiB of --vram %.1f MiB%s\n", r->budget_bytes / 1048576.0, s->vram_bytes / 1048576.0,
                              s->budget_clamped ? ", clamped to the device's free memory" : "");
+  if (r->train.n_offloaded) /* planned host offload (core/compile/offload.h) */
+    fprintf(out, "  offload  optimizer state in pinned host memory: %.1f MiB (--host-mem %.1f MiB), through a %.1f MiB window\n",
+            r->train.host_bytes / 1048576.0, s->policy_opts.host_bytes / 1048576.0, 2.0 * r->train.offload_slot_bytes / 1048576.0);
   char line[320];
   tt_session_tf32_text(s, line, sizeof line);
   if (line[0]) fprintf(out, "  tf32     %s\n", line);
