@@ -217,10 +217,10 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
                      held, m >= 0 && m < 4 ? mode[m] : "?", n[0], n[1], n[2], TT_STATE_BLOCK, f32);
     /* planned host offload (core/compile/offload.h): the pinned bytes, and what they are */
     tt_strbuf_printf(&b, ", \"offload_bytes\": %zu, \"offload\": {\"optimizer_state\": %s, \"buffers\": %d, "
-                         "\"window_bytes\": %zu, \"host_budget_bytes\": %zu, \"link_bytes_per_s\": %.0f, \"copy_ms\": %.3f}, "
+                         "\"window_bytes\": %zu, \"link_bytes_per_s\": %.0f, \"copy_ms\": %.3f}, "
                          "\"recompute\": [",
                      p->host_bytes, p->n_offloaded ? "true" : "false", p->n_offloaded,
-                     p->n_offloaded ? 2 * p->offload_slot_bytes : (size_t)0, s->policy_opts.host_bytes,
+                     p->n_offloaded ? 2 * p->offload_slot_bytes : (size_t)0,
                      tt_offload_link_bytes_per_s(s->profile), 1e3 * tt_offload_cost_s(p, s->profile));
   }
   int first = 1;
