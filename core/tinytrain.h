@@ -99,6 +99,9 @@ typedef struct tt_run_opts {
                           * "h100": its memory, reserve and speed, estimated; implies TT_DEVICE_CUDA); NULL: none */
   tt_run_tf32 tf32;      /* TT_TF32_RECIPE: the recipe's [train] tf32 (--tf32) */
   tt_run_opt_state optimizer_state; /* TT_OPT_STATE_RECIPE: the recipe's [train] optimizer_state */
+  long long host_mem_bytes; /* CUDA: the pinned host memory the plan may hold the optimizer state in,
+                          * streamed through the card for the update (--host-mem, docs/plan.md): 0 =
+                          * half the RAM available at the start; -1 = never offload */
 } tt_run_opts;
 
 /* What tt_train and tt_evaluate report back (the options are only read). */

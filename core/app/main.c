@@ -116,7 +116,7 @@ static void main_usage(FILE *f, const char *cmd) {
   if (cmd && !strcmp(cmd, "plan")) {
     fprintf(f, "usage: tinytrain plan [--vram SIZE] [--device auto|cpu|cuda] [--gpu NAME] [--micro-batch N]\n"
                "                      [--precision fp32|fp16|bf16|auto] [--recompute none|auto|all] [--ranks N] [--max-batch]\n"
-               "                      [--tf32 on|off] [--json | --calls] [--svg FILE] RECIPE\n\n"
+               "                      [--tf32 on|off] [--host-mem SIZE] [--json | --calls] [--svg FILE] RECIPE\n\n"
                "Says whether and how RECIPE's training fits in SIZE of device memory, without a GPU and without\n"
                "data files: the chosen micro-batch, accumulation, precision and recomputed layers, every buffer\n"
                "class, the arena size against its lower bound, and the alternatives rejected. --max-batch gives\n"
@@ -133,6 +133,8 @@ static void main_usage(FILE *f, const char *cmd) {
                "  --recompute R          none, auto or all (the recipe's)\n"
                "  --tf32 on|off          TF32 tensor cores for fp32 convolutions and GEMMs on sm_80 and newer\n"
                "                         (the recipe's [train] tf32, default on)\n"
+               "  --host-mem SIZE        pinned host memory the plan may hold the optimizer state in on a card\n"
+               "                         (default: half the RAM available; 0: never offload)\n"
                "  --threads N            CPU threads (default: all cores)\n"
                "  --ranks N              plan one process's share of the batch, as if launched by mpirun -np N\n"
                "  --max-batch            the largest micro-batch that fits, per precision and recompute setting\n"
@@ -180,7 +182,7 @@ static void main_usage(FILE *f, const char *cmd) {
     fprintf(f, "usage: tinytrain [train] [--vram SIZE] [--device auto|cpu|cuda] [--epochs N] [--out DIR]\n"
                "                 [--resume DIR | --init FILE] [--threads N] [--micro-batch N] [--precision fp32|fp16|bf16|auto]\n"
                "                 [--recompute none|auto|all] [--tf32 on|off] [--max-steps N] [--checkpoint-every N|10m]\n"
-               "                 RECIPE\n"
+               "                 [--host-mem SIZE] RECIPE\n"
                "       tinytrain plan [options] RECIPE      (tinytrain plan --help)\n"
                "       tinytrain eval --weights FILE RECIPE (tinytrain eval --help)\n"
                "       tinytrain predict --weights FILE RECIPE IMAGE... (tinytrain predict --help)\n"
@@ -206,6 +208,8 @@ static void main_usage(FILE *f, const char *cmd) {
                "  --recompute R          none, auto or all (the recipe's)\n"
                "  --tf32 on|off          TF32 tensor cores for fp32 convolutions and GEMMs on sm_80 and newer\n"
                "                         (the recipe's [train] tf32, default on; off: true fp32, as the CPU)\n"
+               "  --host-mem SIZE        pinned host memory the plan may hold the optimizer state in on a card\n"
+               "                         (default: half the RAM available; 0: never offload)\n"
                "  --max-steps N          stop with a checkpoint after N optimizer steps in all\n"
                "  --checkpoint-every I   optimizer steps (500), wall time (30s, 10m, 1h) or 0 (ends of epochs)\n"
                "  --version              the version and the backends built in\n"
@@ -245,7 +249,8 @@ typedef struct main_args {
 enum {
   OPT_VRAM = 256, OPT_DEVICE, OPT_EPOCHS, OPT_THREADS, OPT_MICRO_BATCH, OPT_MAX_STEPS, OPT_CHECKPOINT_EVERY,
   OPT_PRECISION, OPT_RECOMPUTE, OPT_OUT, OPT_RESUME, OPT_WEIGHTS, OPT_JSON, OPT_MAX_BATCH, OPT_VERSION, OPT_TOP, OPT_INIT,
-  OPT_RANKS, OPT_SIZE, OPT_CHANNELS, OPT_MAX_MEGAPIXELS, OPT_SVG, OPT_GPU, OPT_TF32, OPT_CALLS
+  OPT_RANKS, OPT_SIZE, OPT_CHANNELS, OPT_MAX_MEGAPIXELS, OPT_SVG, OPT_GPU, OPT_TF32, OPT_CALLS,
+  OPT_HOST_MEM
 };
 
 static const struct option main_options[] = {
@@ -275,6 +280,7 @@ static const struct option main_options[] = {
     {"gpu", required_argument, NULL, OPT_GPU},
     {"tf32", required_argument, NULL, OPT_TF32},
     {"calls", no_argument, NULL, OPT_CALLS},
+    {"host-mem", required_argument, NULL, OPT_HOST_MEM},
     {NULL, 0, NULL, 0}};
 
 /* index of v in the '|'-free list names (NULL-terminated), or -1 */
@@ -311,7 +317,7 @@ static int main_unused(int c, const char *cmd) {
       {OPT_THREADS, " train plan eval predict "}, {OPT_MICRO_BATCH, " train plan "}, {OPT_MAX_STEPS, " train "},
       {OPT_CHECKPOINT_EVERY, " train "}, {OPT_PRECISION, " train plan "}, {OPT_RECOMPUTE, " train plan "},
       {OPT_OUT, " train "}, {OPT_RESUME, " train "}, {OPT_WEIGHTS, " eval predict "}, {OPT_SVG, " plan "},
-      {OPT_GPU, " plan "}, {OPT_TF32, " train plan eval "}};
+      {OPT_GPU, " plan "}, {OPT_TF32, " train plan eval "}, {OPT_HOST_MEM, " train plan "}};
   char key[16];
   snprintf(key, sizeof key, " %s ", cmd);
   for (size_t k = 0; k < sizeof used / sizeof used[0]; k++)
@@ -371,6 +377,12 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
       }
       a->vram_unit = (char)(v[strspn(v, "0123456789.")] & ~32);
       return 0;
+    case OPT_HOST_MEM: { /* planned host offload: pinned bytes for the optimizer state; 0: never offload */
+      size_t hb = 0;
+      if (strcmp(v, "0") && tt_parse_size(v, &hb)) return main_bad(cmd, "--host-mem takes a size like 8G or 0 (no offload), not", v);
+      o->host_mem_bytes = hb ? (long long)hb : -1;
+      return 0;
+    }
     case OPT_DEVICE: /* TT_DEVICE_AUTO, _CPU, _CUDA in this order */
       if ((k = main_pick(v, devices)) < 0) return main_bad(cmd, "--device takes auto, cpu or cuda, not", v);
       o->device = (tt_device)k;

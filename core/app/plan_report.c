@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../compile/decay.h"
+#include "../compile/offload.h"
 #include "../compile/recompute.h"
 #include "../runtime/dist.h"
 #include "../data/data.h"
@@ -302,8 +303,15 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
     size_t held, f32;
     plan_ostate(p, n, &held, &f32);
     tt_strbuf_printf(&b, ", \"optimizer_state_bytes\": %zu, \"optimizer_state\": {\"setting\": \"%s\", \"fp32_tensors\": %d, "
-                         "\"bf16_tensors\": %d, \"int8_tensors\": %d, \"block\": %d, \"fp32_bytes\": %zu}, \"recompute\": [",
+                         "\"bf16_tensors\": %d, \"int8_tensors\": %d, \"block\": %d, \"fp32_bytes\": %zu}",
                      held, m >= 0 && m < 4 ? mode[m] : "?", n[0], n[1], n[2], TT_STATE_BLOCK, f32);
+    /* planned host offload (core/compile/offload.h): the pinned bytes, and what they are */
+    tt_strbuf_printf(&b, ", \"offload_bytes\": %zu, \"offload\": {\"optimizer_state\": %s, \"buffers\": %d, "
+                         "\"window_bytes\": %zu, \"link_bytes_per_s\": %.0f, \"copy_ms\": %.3f}, "
+                         "\"recompute\": [",
+                     p->host_bytes, p->n_offloaded ? "true" : "false", p->n_offloaded,
+                     p->n_offloaded ? 2 * p->offload_slot_bytes : (size_t)0,
+                     tt_offload_link_bytes_per_s(s->profile), 1e3 * tt_offload_cost_s(p, s->profile));
   }
   int first = 1;
   for (int i = 0; i < g->nnodes; i++)
@@ -486,6 +494,19 @@ static void plan_text_ostate(const tt_session *s, FILE *out) {
   fprintf(out, "\n");
 }
 
+/* The `offload` line (core/compile/offload.h): what the plan holds in pinned host memory, the device
+ * window it streams through and what the copies cost per optimizer step on the card's link. */
+static void plan_text_offload(const tt_session *s, FILE *out) {
+  const tt_program *p = &s->sched.train;
+  if (!p->n_offloaded) return;
+  double bw = tt_offload_link_bytes_per_s(s->profile);
+  fprintf(out, "  offload     optimizer state in pinned host memory: %.2f MiB in %d buffers (host budget %.2f GiB, "
+          "--host-mem);\n              streamed through a %.2f MiB device window (2 slots, update phase only); copies "
+          "%.1f ms per optimizer step at %.0f GB/s\n", plan_mib(p->host_bytes), p->n_offloaded,
+          s->policy_opts.host_bytes / 1073741824.0, plan_mib(2 * p->offload_slot_bytes), 1e3 * tt_offload_cost_s(p, s->profile),
+          bw / 1e9);
+}
+
 /* The update phase's rules, when the recipe has any: which parameters weight decay applies to
  * ([train] decay, as the update steps are marked) and clip_norm. */
 static void plan_text_update(const tt_session *s, FILE *out) {
@@ -606,6 +627,7 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
           r->predicted_step_ms, r->recompute_ms, s->profile->name);
   plan_text_update(s, out);
   plan_text_ostate(s, out);
+  plan_text_offload(s, out);
   {
     tt_peak pk;
     tt_plan_peak(s, &pk);
@@ -627,7 +649,7 @@ static void plan_text_buffers(const tt_session *s, FILE *out) {
   size_t cls[TT_BC_COUNT];
   memset(cls, 0, sizeof cls);
   for (int i = 0; i < p->nbufs; i++)
-    if (p->bufs[i].persistent) cls[p->bufs[i].cls] += p->bufs[i].bytes;
+    if (p->bufs[i].persistent && !p->bufs[i].host) cls[p->bufs[i].cls] += p->bufs[i].bytes; /* host: the offload line */
   const char *pn[4] = {"weights and batch-norm statistics (fp32)", "gradient accumulators (fp32)", "optimizer state", "loss statistics, overflow flag, grad norm"};
   tt_buf_class pc[4] = {TT_BC_PARAMS, TT_BC_GRADS, TT_BC_OPTIMIZER, TT_BC_MISC};
   for (int k = 0; k < 4; k++)

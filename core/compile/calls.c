@@ -99,7 +99,7 @@ static int calls_grad_region(const tt_program *p, size_t *off, size_t *count, tt
   if (hi <= lo) return 0;
   for (int i = 0; i < p->nbufs; i++) {
     const tt_buf *b = &p->bufs[i];
-    if (!b->persistent || b->cls == TT_BC_GRADS || b->offset >= hi || b->offset + b->bytes <= lo) continue;
+    if (!b->persistent || b->host || b->cls == TT_BC_GRADS || b->offset >= hi || b->offset + b->bytes <= lo) continue;
     return tt_fail(err, "internal error: buffer '%s' lies inside the gradient region [%zu, %zu) that clip_norm sums",
                    b->name, lo, hi);
   }

@@ -2,6 +2,7 @@
  * costs max(FLOPs / peak, bytes moved / bandwidth) plus a fixed dispatch overhead (a roofline
  * per op); step times are in milliseconds per effective batch. */
 #include "cost.h"
+#include "offload.h"
 
 /* Ranking numbers, not promises: a T4-class card (8 TFLOP/s fp32, ~30 TFLOP/s sustained fp16
  * tensor-core, 300 GB/s) and a 2-core AVX2 CPU. Memory figures never depend on them. */
@@ -147,6 +148,7 @@ double tt_cost_predict_ms(const tt_program *p, const tt_device_profile *prof, do
     else upd += t;
     if (p->steps[i].flags & TT_SF_RECOMPUTE) rec += t;
   }
+  upd += tt_offload_cost_s(p, prof); /* the offloaded optimizer state's copies (offload.h) */
   int acc = p->policy.accum_steps > 0 ? p->policy.accum_steps : 1;
   if (recompute_ms) *recompute_ms = 1e3 * rec * acc;
   return 1e3 * (micro * acc + upd);

@@ -19,6 +19,7 @@
 #include "decay.h"
 #include "dispatch.h"
 #include "../base/knobs.h"
+#include "offload.h"
 #include "program.h"
 
 typedef struct lower_ctx {
@@ -989,6 +990,7 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
   lower_liveness(p);
   lower_grads_unwritten(p);
   lower_retarget_add(p);
+  if (tt_offload_lower(p, err)) goto fail; /* policy.offload: the optimizer state on the host */
   return 0;
 fail:
   tt_program_free(p);

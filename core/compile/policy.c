@@ -8,6 +8,7 @@
  * search (program.h) lets the many candidates that lower to buffers planned before skip the
  * arena planner. */
 #include "../base/knobs.h"
+#include "offload.h"
 #include "policy.h"
 
 #include <math.h>
@@ -135,6 +136,7 @@ static int policy_plan_one(const policy_ctx *c, int inplace, unsigned char *rec,
   pol.compress = pol.compact ? c->g->model->train.compress_saved : 0; /* lossy: only when the recipe asks */
   pol.attn_fused = (form & POLICY_FUSED) != 0;
   pol.ostate = c->o->ostate;
+  pol.offload = c->o->offload;
   rc = policy_plan(c->g, &pol, c->be, c->memo, p, c->err);
   if (split) {
     if (!rc) p->policy.recompute = rec, p->policy.compact_sel = NULL;
@@ -663,8 +665,8 @@ static void policy_keep(tt_policy_result *r, const tt_program *p, const unsigned
 /* The search: each precision allowed, micro-batches from the effective batch down. Returns 1 with
  * the fastest fitting candidate kept in r and the others fitting listed as alternatives, 0 when
  * nothing fits, -1 on error. *min_arena receives the smallest arena any candidate planned. */
-static int policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r,
-                         unsigned char *rec, size_t *min_arena, tt_plan_memo *memo, tt_err *err) {
+int tt_policy_search_at(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r,
+                        unsigned char *rec, size_t *min_arena, tt_plan_memo *memo, tt_err *err) {
   int n = g->nnodes, eff = g->model->train.batch, have = 0, failed = 0;
   tt_dtype dts[2];
   int ndt = 0;
@@ -769,7 +771,8 @@ int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oi
    * smaller state frees its bytes for activations; tt_program_state_fmt keeps small tensors fp32) */
   int have = 0, ostate_auto = g->model->train.optimizer_state == TT_OSTATE_AUTO;
   for (int st = TT_STATE_F32; st <= (ostate_auto ? TT_STATE_INT8 : TT_STATE_F32) && !have; st++)
-    if (o.ostate = st, (have = policy_search(g, be, &o, r, rec, &min_arena, memo, err)) < 0) break;
+    if (o.ostate = st, (have = tt_policy_search_at(g, be, &o, r, rec, &min_arena, memo, err)) < 0) break;
+  if (have >= 0 && tt_offload_search(g, be, &o, r, &have, &min_arena, memo, err)) have = -1;
   tt_plan_memo_free(memo);
   free(rec);
   if (have < 0) {

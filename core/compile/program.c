@@ -30,10 +30,16 @@ int tt_program_layout(tt_program *p, tt_err *err) {
             "micro-batch or a smaller model", p->graph->model->path, p->nbufs, p->policy.micro_batch);
     return TT_ERR_TOO_LARGE;
   }
+  p->host_bytes = 0;
   for (int i = 0; i < p->nbufs; i++) {
     tt_buf *b = &p->bufs[i];
     if (!b->persistent) {
       ntrans++;
+      continue;
+    }
+    if (b->host) { /* planned host offload (offload.h): packed end to end in the pinned host region */
+      b->offset = (p->host_bytes + p->align - 1) / p->align * p->align;
+      p->host_bytes = b->offset + b->bytes;
       continue;
     }
     off = (off + p->align - 1) / p->align * p->align;
@@ -42,6 +48,7 @@ int tt_program_layout(tt_program *p, tt_err *err) {
     p->class_bytes[b->cls] += b->bytes;
   }
   p->persistent_bytes = (off + p->align - 1) / p->align * p->align;
+  p->host_bytes = (p->host_bytes + p->align - 1) / p->align * p->align;
   arena_buf *ab = (arena_buf *)tt_calloc((size_t)(ntrans ? ntrans : 1), sizeof(arena_buf), "arena plan", err);
   int *map = (int *)tt_calloc((size_t)p->nbufs + 1, sizeof(int), "arena plan", err);
   if (!ab || !map) {
@@ -162,6 +169,7 @@ int tt_program_copy(tt_program *dst, const tt_program *src, tt_err *err) {
  * alias) only after its first step, where the buffer it replaces still counts. Sets [*f, *l]. */
 static size_t program_live_span(const tt_program *p, const tt_buf *b, int *f, int *l) {
   *f = b->first + (b->aliased ? 1 : 0), *l = b->last;
+  if (b->host) return 0; /* in the pinned host region, not the arena */
   if (b->persistent) return (b->bytes + p->align - 1) / p->align * p->align;
   return b->bytes;
 }
@@ -266,7 +274,7 @@ typedef struct program_memo_entry {
   program_memo_key *key;  /* [nbufs] */
   size_t *offset;         /* [nbufs] */
   unsigned char *aliased; /* [nbufs] */
-  size_t persistent_bytes, transient_bytes, transient_peak, arena_bytes, peak_live_bytes;
+  size_t persistent_bytes, transient_bytes, transient_peak, arena_bytes, peak_live_bytes, host_bytes;
   size_t class_bytes[TT_BC_COUNT];
   int n_inplace;
 } program_memo_entry;
@@ -305,14 +313,14 @@ static uint64_t program_memo_key_of(tt_plan_memo *m, const tt_program *p, int *o
     const tt_buf *b = &p->bufs[i];
     program_memo_key *k = &m->scratch[i];
     k->bytes = b->bytes, k->first = b->first, k->last = b->last, k->alias_of = b->alias_of;
-    k->cls = (int)b->cls, k->persistent = b->persistent;
+    k->cls = (int)b->cls, k->persistent = b->persistent | b->host << 1;
   }
   uint64_t h = 1469598103934665603ull ^ (uint64_t)p->align;
   for (int i = 0; i < p->nbufs; i++) {
     const program_memo_key *k = &m->scratch[i];
     h = (h ^ (uint64_t)k->bytes) * 1099511628211ull;
     h = (h ^ ((uint64_t)(unsigned)k->first << 32 | (unsigned)k->last)) * 1099511628211ull;
-    h = (h ^ ((uint64_t)(unsigned)k->alias_of << 32 | (unsigned)(k->cls << 1 | k->persistent))) * 1099511628211ull;
+    h = (h ^ ((uint64_t)(unsigned)k->alias_of << 32 | (unsigned)(k->cls << 2 | k->persistent))) * 1099511628211ull;
   }
   h ^= h >> 29; /* the low bits pick the bucket: mix the high ones in */
   *ok = 1;
@@ -324,6 +332,7 @@ static void program_memo_apply(const program_memo_entry *e, tt_program *p) {
   for (int i = 0; i < p->nbufs; i++) p->bufs[i].offset = e->offset[i], p->bufs[i].aliased = e->aliased[i];
   p->persistent_bytes = e->persistent_bytes, p->transient_bytes = e->transient_bytes;
   p->transient_peak = e->transient_peak, p->arena_bytes = e->arena_bytes, p->peak_live_bytes = e->peak_live_bytes;
+  p->host_bytes = e->host_bytes;
   memcpy(p->class_bytes, e->class_bytes, sizeof p->class_bytes);
   p->n_inplace = e->n_inplace;
 }
@@ -343,6 +352,7 @@ static void program_memo_store(tt_plan_memo *m, const tt_program *p, uint64_t h)
   e->hash = h, e->nbufs = p->nbufs, e->align = p->align;
   e->persistent_bytes = p->persistent_bytes, e->transient_bytes = p->transient_bytes;
   e->transient_peak = p->transient_peak, e->arena_bytes = p->arena_bytes, e->peak_live_bytes = p->peak_live_bytes;
+  e->host_bytes = p->host_bytes;
   memcpy(e->class_bytes, p->class_bytes, sizeof e->class_bytes);
   e->n_inplace = p->n_inplace;
   e->next = m->bucket[h % PROGRAM_MEMO_BUCKETS];

@@ -44,6 +44,8 @@ typedef struct tt_buf {
   size_t offset;      /* planned offset in the arena */
   int aliased;        /* the planner accepted alias_of */
   int state;          /* TT_BC_OPTIMIZER: tt_state_fmt the values are held in (bytes counts them so); else 0 */
+  int host;           /* 1: planned host offload (core/compile/offload.h): the buffer lives in the program's
+                       * pinned host region at `offset`, not in the arena (persistent optimizer state only) */
 } tt_buf;
 
 typedef enum {
@@ -304,6 +306,8 @@ typedef struct tt_policy {
                         * could make them transient (policy.c: where that packs no smaller) */
   int ostate;          /* tt_state_fmt of the optimizer state under [train] optimizer_state = auto (the
                         * search's choice, policy.c); the recipe's fixed setting otherwise wins */
+  int offload;         /* training: 1 holds the optimizer state in pinned host memory, streamed through a
+                        * device window for the update (core/compile/offload.h); 0 keeps it in the arena */
 } tt_policy;
 
 
@@ -352,6 +356,11 @@ typedef struct tt_program {
   int ncalls;
   int *step_call;      /* [nsteps + 1]: step i's calls are calls[step_call[i] .. step_call[i + 1]) */
   int n_fused;         /* fused calls (each replacing two steps' calls, or three: bn + add + ReLU) */
+  /* planned host offload (policy.offload, core/compile/offload.h) */
+  size_t host_bytes;   /* the pinned host region: the host buffers end to end, aligned (0: none) */
+  int offload_window;  /* the device window's buffer (two slots of offload_slot_bytes, update phase only), or -1 */
+  size_t offload_slot_bytes; /* one slot: the largest tensor's state (m, then v at an aligned offset) */
+  int n_offloaded;     /* host buffers */
 } tt_program;
 
 /* The tt_state_fmt parameter pr's optimizer state is held in under policy pol: the model's [train]

@@ -4,6 +4,7 @@
  * the run's own values join in: the batch, the micro-step, the loss scale, the optimizer's
  * hyper-parameters. */
 #include "exec.h"
+#include "offload_exec.h"
 
 #include "../base/knobs.h"
 
@@ -320,7 +321,7 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
     tt_exec_destroy(x);
     return tt_fail(err, "recording the arena's zeroing on %s failed: %s", be->name, be->last_error(be));
   }
-  if (exec_prepare(x, err) || exec_bind_multi(x, err)) {
+  if (exec_prepare(x, err) || exec_bind_multi(x, err) || tt_offload_exec_setup(x, err)) {
     tt_exec_destroy(x);
     return -1;
   }
@@ -345,6 +346,7 @@ void tt_exec_destroy(tt_exec *x) {
     free(x->prof);
     x->prof = NULL;
   }
+  tt_offload_exec_destroy(x); /* waits for the window's copies */
   if (x->base) be->arena_free(be, x->base); /* waits for the device's work */
   for (int k = 0; k < TT_EXEC_STAGE_SLOTS; k++) {
     if (x->stage_ev[k]) {
@@ -377,6 +379,7 @@ void tt_exec_destroy(tt_exec *x) {
 void *tt_exec_ptr(const tt_exec *x, const tt_program *prog, int buf) {
   if (buf < 0) return NULL;
   const tt_buf *b = &prog->bufs[buf];
+  if (b->host) return tt_offload_host_ptr(x, prog, buf); /* planned host offload: the pinned region */
   if (prog == x->train || !x->train) return x->base + b->offset;
   /* evaluation program beside a training one: its persistent buffers are the training
    * program's, its transient ones live after the training program's persistent region */
@@ -812,7 +815,9 @@ static int exec_update_call(exec_run *r, const tt_call *c, const tt_opt_hparams 
       what = h->kind == TT_OPT_SGD ? "sgd_update_multi (every tensor)" : "adam_update_multi (every tensor)";
       break;
     case TT_CALL_UPDATE: {
-      float *w = (float *)EXEC_P(c->out[0]), *m1 = (float *)EXEC_P(c->out[1]), *m2 = (float *)EXEC_P(c->out[2]);
+      void *m1 = EXEC_P(c->out[1]), *m2 = EXEC_P(c->out[2]);
+      float *w = (float *)EXEC_P(c->out[0]);
+      tt_offload_window(x, c, &m1, &m2); /* offloaded state: its slot of the device window */
       if (c->out[1] >= 0 && p->bufs[c->out[1]].state != TT_STATE_F32) { /* bf16 or int8 state: one segment */
         tt_update_seg sg;
         memset(&sg, 0, sizeof sg);
@@ -823,9 +828,9 @@ static int exec_update_call(exec_run *r, const tt_call *c, const tt_opt_hparams 
       const float *gr = (const float *)EXEC_P(c->in[0]);
       float wd = c->decay ? h->weight_decay : 0.0f; /* [train] decay */
       if (h->kind == TT_OPT_SGD)
-        EXEC_CHECK(be->sgd_update(be, c->a.count, w, gr, m1, h->lr, h->momentum, h->nesterov, wd, grad_unscale, *clipp, *flag));
+        EXEC_CHECK(be->sgd_update(be, c->a.count, w, gr, (float *)m1, h->lr, h->momentum, h->nesterov, wd, grad_unscale, *clipp, *flag));
       else
-        EXEC_CHECK(be->adam_update(be, c->a.count, w, gr, m1, m2, h->lr, h->beta1, h->beta2, h->eps, wd, h->kind == TT_OPT_ADAMW,
+        EXEC_CHECK(be->adam_update(be, c->a.count, w, gr, (float *)m1, (float *)m2, h->lr, h->beta1, h->beta2, h->eps, wd, h->kind == TT_OPT_ADAMW,
                                    t, grad_unscale, *clipp, *flag));
       what = h->kind == TT_OPT_SGD ? "sgd_update" : "adam_update";
       break;
@@ -855,8 +860,10 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
   if (pf && !x->timed && be->sync(be))
     return tt_fail(err, "TINYTRAIN_PROFILE: the device failed before the update: %s", be->last_error(be));
   if (pf && exec_prof_begin(x, pf, &t0, err)) return -1;
+  if (tt_offload_update_begin(x, err)) return -1; /* planned host offload: the first window copy */
   for (int k = p->step_call[p->micro_end]; k < p->ncalls; k++)
-    if (p->calls[k].skip == TT_CALL_RUNS && exec_update_call(&r, &p->calls[k], h, t, grad_unscale, &flag, &clip, &clipp, err))
+    if (p->calls[k].skip == TT_CALL_RUNS && (exec_update_call(&r, &p->calls[k], h, t, grad_unscale, &flag, &clip, &clipp, err) ||
+                                             tt_offload_after(x, &p->calls[k], err)))
       return -1;
   if (pf && (exec_prof_end(x, pf, t0, err) || exec_prof_flush(x, err))) return -1; /* the step's end */
   if (x->prof_range && exec_profiler(x, 0, err)) return -1;
@@ -960,6 +967,11 @@ static int exec_param_copy(tt_exec *x, int param, int role, void *host, int to_d
   if (b < 0) return tt_fail(err, "parameter '%s' has no buffer of role %d", name, role);
   void *dev = tt_exec_ptr(x, p, b);
   size_t bytes = p->bufs[b].bytes;
+  if (p->bufs[b].host) { /* planned host offload: the pinned region, once the window's copies are done */
+    if (x->be->sync(x->be)) return tt_fail(err, "waiting for the device before '%s' failed: %s", name, x->be->last_error(x->be));
+    memcpy(to_device ? dev : host, to_device ? host : dev, bytes);
+    return 0;
+  }
   if (to_device ? x->be->upload(x->be, dev, host, bytes) : x->be->download(x->be, host, dev, bytes))
     return tt_fail(err, "%s '%s' %s the device failed: %s", to_device ? "writing" : "reading", name,
                    to_device ? "to" : "from", x->be->last_error(x->be));

@@ -63,6 +63,13 @@ typedef struct tt_exec {
   size_t profile_step;       /* TINYTRAIN_CUDA_PROFILE_STEP (1-based; 0 none): that step inside the */
   int prof_range;            /* backend's profiler range (profiler_range), open now */
   struct tt_exec_prof *prof; /* [train steps + 1 (the update)], then [eval steps] */
+  /* planned host offload (core/runtime/offload_exec.c): the training program's pinned host region
+   * (host_alloc'ed at setup, train->host_bytes), the window slots' events, the offloaded update
+   * calls in run order and the next one's position during tt_exec_update */
+  unsigned char *host;
+  void *off_ev[2];
+  int *off_calls;
+  int n_off, off_k;
 } tt_exec;
 /* The profile table (TINYTRAIN_PROFILE): steps by total time, most expensive first; nothing
  * when the profile is off. */

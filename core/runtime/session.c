@@ -11,6 +11,7 @@
 #endif
 
 #include "dist.h"
+#include "../compile/offload.h"
 #include "../compile/recipe.h"
 #include "../../kernels/cuda/tt_cuda.h" /* tt_cuda_layouts_16bit for plan's stand-in, also in CPU-only builds */
 
@@ -179,6 +180,9 @@ static int session_schedule(tt_session *s, const tt_run_opts *o, size_t reserve,
   so->precision = o->precision ? (tt_precision)o->precision : s->model.train.precision;
   so->recompute = o->recompute ? (tt_recompute_mode)o->recompute : s->model.train.recompute;
   so->inplace = 1;
+  /* planned host offload of the optimizer state (core/compile/offload.h): --host-mem, by default
+   * TT_HOST_MEM_DEFAULT_FRACTION of the RAM available now; the search uses it only for a card */
+  so->host_bytes = o->host_mem_bytes < 0 ? 0 : o->host_mem_bytes ? (size_t)o->host_mem_bytes : tt_offload_default_host_budget();
   so->eval_batch = s->model.train.eval_batch;
   so->profile = s->profile;
   /* `auto` weighs fp32 against one 16-bit type by the cost model: bf16 where the device computes
@@ -214,6 +218,7 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
   if (o->optimizer_state < TT_OPT_STATE_RECIPE || o->optimizer_state > TT_OPT_STATE_AUTO)
     return tt_fail(err, "optimizer_state %d: use TT_OPT_STATE_RECIPE (0), _FP32 (1), _BF16 (2), _INT8 (3) or _AUTO (4)",
                    (int)o->optimizer_state);
+  if (o->host_mem_bytes < -1) return tt_fail(err, "host_mem_bytes %lld: use 0 (the default), -1 (no offload) or a size", o->host_mem_bytes);
   if (o->threads < 0 || o->epochs < 0 || o->micro_batch < 0 || o->ranks < 0 || o->max_steps < 0)
     return tt_fail(err, "threads, epochs, micro_batch, ranks and max_steps must be >= 0 (0: the default)");
   /* the TINYTRAIN_* knobs, read once for the session (core/base/knobs.h): a malformed or unknown
@@ -296,6 +301,9 @@ void tt_session_print_summary(const tt_session *s, FILE *out) {
           r->train.peak_live_bytes / 1048576.0);
   if (s->vram_bytes) fprintf(out, "           budget %.1f MiB of --vram %.1f MiB%s\n", r->budget_bytes / 1048576.0, s->vram_bytes / 1048576.0,
                              s->budget_clamped ? ", clamped to the device's free memory" : "");
+  if (r->train.n_offloaded) /* planned host offload (core/compile/offload.h) */
+    fprintf(out, "  offload  optimizer state in pinned host memory: %.1f MiB (--host-mem %.1f MiB), through a %.1f MiB window\n",
+            r->train.host_bytes / 1048576.0, s->policy_opts.host_bytes / 1048576.0, 2.0 * r->train.offload_slot_bytes / 1048576.0);
   char line[320];
   tt_session_tf32_text(s, line, sizeof line);
   if (line[0]) fprintf(out, "  tf32     %s\n", line);

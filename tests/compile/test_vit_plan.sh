@@ -59,8 +59,9 @@ else
   fail vit_plan_vit_b16_max_batch "plan --max-batch --vram 4G: $(head -c 600 "$TMP/err")"
 fi
 # ViT-L/16 on a 4 GB GTX 1650 (issue 42): its recipe's 8-bit AdamW moments fit where fp32 ones
-# (2.27 GiB of moments beside 1.13 GiB of weights and of gradients) are refused with the reason
-if "$TT" plan --gpu gtx1650 --json examples/imagenet/vit_l16.recipe >"$TMP/l16" 2>"$TMP/err" &&
+# (2.27 GiB of moments beside 1.13 GiB of weights and of gradients) are refused with the reason,
+# both on the device alone (--host-mem 0: no planned host offload)
+if "$TT" plan --gpu gtx1650 --host-mem 0 --json examples/imagenet/vit_l16.recipe >"$TMP/l16" 2>"$TMP/err" &&
   got=$(python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -68,7 +69,7 @@ assert d["micro_batch"] >= 1 and d["arena_bytes"] <= d["budget_bytes"], d
 assert d["optimizer_state_bytes"] * 3 < 2 * 304326632 * 4, d["optimizer_state_bytes"]  # int8: under 0.33 of fp32 moments
 print(d["micro_batch"], d["optimizer_state_bytes"])' "$TMP/l16" 2>&1); then
   sed 's/^optimizer_state = int8$/optimizer_state = fp32/' examples/imagenet/vit_l16.recipe >"$TMP/l16_fp32.recipe"
-  if "$TT" plan --gpu gtx1650 "$TMP/l16_fp32.recipe" >"$TMP/out" 2>"$TMP/err"; then
+  if "$TT" plan --gpu gtx1650 --host-mem 0 "$TMP/l16_fp32.recipe" >"$TMP/out" 2>"$TMP/err"; then
     fail vit_plan_vit_l16_gtx1650 "fp32 moments fit 4 GB: $(head -c 300 "$TMP/out")"
   elif ! grep -q "does not fit.*optimizer" "$TMP/err"; then
     fail vit_plan_vit_l16_gtx1650 "fp32 moments refused without the reason: $(head -c 300 "$TMP/err")"
@@ -78,5 +79,27 @@ print(d["micro_batch"], d["optimizer_state_bytes"])' "$TMP/l16" 2>&1); then
   fi
 else
   fail vit_plan_vit_l16_gtx1650 "plan --gpu gtx1650: $(head -c 600 "$TMP/err") $got"
+fi
+# Planned host offload (issue 42 item 2): with 4 GiB of pinned host memory the int8 moments go to
+# the host and the plan takes a larger micro-batch than on the device alone (fp16: its weight
+# copies fit beside the weights and gradients once the moments are gone), and the fp32 moments fit
+# too, all of them on the host; `plan` says so on its offload line
+if "$TT" plan --gpu gtx1650 --host-mem 4G --json examples/imagenet/vit_l16.recipe >"$TMP/l16o" 2>"$TMP/err" &&
+  "$TT" plan --gpu gtx1650 --host-mem 4G --json "$TMP/l16_fp32.recipe" >"$TMP/l16o32" 2>>"$TMP/err" &&
+  "$TT" plan --gpu gtx1650 --host-mem 4G examples/imagenet/vit_l16.recipe >"$TMP/l16otxt" 2>>"$TMP/err" &&
+  got=$(python3 -c '
+import json, sys
+dev, off, f32 = (json.load(open(f)) for f in sys.argv[1:4])
+assert dev["offload_bytes"] == 0 and not dev["offload"]["optimizer_state"], dev["offload"]
+assert off["offload"]["optimizer_state"] and off["offload_bytes"] >= off["optimizer_state_bytes"] > 0, off["offload"]
+assert off["micro_batch"] > dev["micro_batch"] and off["arena_bytes"] <= off["budget_bytes"], (off["micro_batch"], dev["micro_batch"])
+assert off["predicted_step_ms"] < dev["predicted_step_ms"], (off["predicted_step_ms"], dev["predicted_step_ms"])
+assert f32["offload_bytes"] >= 2 * 304326632 * 4 and f32["offload"]["buffers"] == 592, f32["offload"]
+print(dev["micro_batch"], off["micro_batch"], off["precision"], off["offload_bytes"])' "$TMP/l16" "$TMP/l16o" "$TMP/l16o32" 2>&1) &&
+  grep -q "^  offload     optimizer state in pinned host memory" "$TMP/l16otxt"; then
+  echo "# vit_l16.recipe on a GTX 1650 4 GB with --host-mem 4G: micro-batch on the device alone, offloaded, precision, offloaded bytes: $got"
+  pass vit_plan_vit_l16_offload
+else
+  fail vit_plan_vit_l16_offload "plan --gpu gtx1650 --host-mem 4G: $(head -c 600 "$TMP/err") $got"
 fi
 exit $FAILED

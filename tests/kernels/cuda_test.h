@@ -168,6 +168,9 @@ void test_step_bn_add_relu_fused(void);
 void test_step_bf16_nhwc(void);
 void test_step_held(void);
 void test_batch_overlap(void);
+/* cuda_offload.c */
+void test_offload(void);
+void test_offload_plan(void);
 float test_find_step(tt_backend *be, unsigned used[3], tt_err *err);
 void test_conv_find(void);
 void test_conv_log(void);
