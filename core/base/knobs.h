@@ -26,6 +26,7 @@ typedef struct tt_knobs {
   int profile;            /* TINYTRAIN_PROFILE (or TINYTRAIN_CUDA_PROFILE, its older name, CUDA only): 1 times every step */
   int cuda_profile;       /* TINYTRAIN_CUDA_PROFILE */
   int cuda_sync;          /* TINYTRAIN_CUDA_SYNC: 1 waits for the device after every call (CUDA) */
+  int cuda_graph;         /* TINYTRAIN_CUDA_GRAPH: 1 (default) replays the training micro-step as a CUDA graph */
   double dist_timeout;    /* TINYTRAIN_DIST_TIMEOUT: seconds a rank waits for the others (0: forever) */
   size_t dist_bucket;     /* TINYTRAIN_DIST_BUCKET: bytes per all-reduce bucket (0: the default rule) */
   tt_backend_knobs be;    /* the backends' (backend.h) */

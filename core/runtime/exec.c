@@ -4,6 +4,7 @@
  * the run's own values join in: the batch, the micro-step, the loss scale, the optimizer's
  * hyper-parameters. */
 #include "exec.h"
+#include "exec_graph.h"
 
 #include "../base/knobs.h"
 
@@ -240,6 +241,7 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
   const tt_knobs *kn = tt_knobs_get();
   x->profile = kn->profile || (cuda && kn->cuda_profile);
   x->sync_each = cuda && (x->profile || kn->cuda_sync);
+  x->graph_on = kn->cuda_graph; /* where the backend has graph entries (exec_graph.c) */
   if (x->profile) {
     size_t rows = (size_t)(train ? train->nsteps + 1 : 0) + (size_t)(eval ? eval->nsteps : 0);
     x->prof = (tt_exec_prof *)calloc(rows + 1, sizeof(tt_exec_prof));
@@ -280,6 +282,7 @@ void tt_exec_destroy(tt_exec *x) {
     free(x->prof);
     x->prof = NULL;
   }
+  tt_exec_graph_free(x);
   if (x->base) be->arena_free(be, x->base); /* waits for the device's work */
   for (int k = 0; k < TT_EXEC_STAGE_SLOTS; k++) {
     if (x->stage_ev[k]) {
@@ -541,13 +544,16 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
       if (c->skip != TT_CALL_RUNS) continue;
       if (exec_call(r, c, err) || exec_sync_point(r->x, p, s, tt_call_name(c->fn), err)) return -1;
     }
-    if (i == r->x->in_last && p == r->x->train && r->x->in_ev && be->event_record(be, r->x->in_ev))
+    if (i == r->x->in_last && p == r->x->train && r->x->in_ev && !r->x->graph_capturing && be->event_record(be, r->x->in_ev))
       return tt_fail(err, "recording the batch's last use failed: %s", be->last_error(be)); /* the next batch may come in */
     if (pf) pf->seconds += exec_now() - t0, pf->count++;
     if (r->x->after_step && r->x->after_step(r->x->after_step_ud, i, err)) return -1;
   }
   return 0;
 }
+
+/* exec_range for tt_exec_graph_micro. */
+static int exec_range_fn(void *r, int from, int to, tt_err *err) { return exec_range((exec_run *)r, from, to, err); }
 
 /* The batch goes through the next staging slot: wait until that slot's previous copy has run
  * (the event recorded after it), fill it from the loader's buffers, which the caller may release
@@ -599,6 +605,8 @@ static int exec_micro(tt_exec *x, const tt_program *p, const uint8_t *images, co
   r.grad_scale = grad_scale;
   if (images) {
     if (exec_upload_batch(x, p, images, labels, r.batch, &r, err)) return -1;
+    if (!tt_exec_graph_refusal(x, p, n)) /* replayed as a graph after its warm-up (exec_graph.c) */
+      return tt_exec_graph_micro(x, p, micro_index, grad_scale, exec_range_fn, &r, err);
     return exec_range(&r, 0, p->micro_end, err);
   }
   size_t cnt = (size_t)r.batch * p->input_numel;

@@ -166,6 +166,8 @@ void test_step_bn_relu_fused(void);
 void test_step_bf16_nhwc(void);
 void test_step_held(void);
 void test_batch_overlap(void);
+void test_cuda_graph_equal(void);
+void test_cuda_graph_refused(void);
 float test_find_step(tt_backend *be, unsigned used[3], tt_err *err);
 void test_conv_find(void);
 
