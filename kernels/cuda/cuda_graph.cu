@@ -15,11 +15,6 @@
 #include "cuda_internal.h"
 #include "tt_cuda.h"
 
-/* *dst = v: the loss's gradient scale for the replay queued after it. One thread. */
-static __global__ void TT_LAUNCH_BOUNDS(32) cuda_graph_scale_k(float *dst, float v) {
-  if (threadIdx.x == 0) *dst = v;
-}
-
 static int cuda_graph_begin(tt_backend *b) {
   tt_cuda_state *st = tt_cuda_st(b);
   if (st->capturing) return tt_cuda_fail(b, "graph_begin: the compute stream is being recorded already");
@@ -57,9 +52,7 @@ static int cuda_graph_end(tt_backend *b, void **graph) {
 static int cuda_graph_scale(tt_backend *b, float grad_scale) {
   tt_cuda_state *st = tt_cuda_st(b);
   if (st->capturing) return tt_cuda_fail(b, "graph_scale: called while recording (it must stay outside the graph)");
-  TT_LAUNCH(cuda_graph_scale_k, 1, 32, 0, st->compute, st->graph_scale, grad_scale);
-  CUDA_LAUNCH_CHECK(b, "graph_scale");
-  return 0;
+  return tt_cuda_ce_scale_set(b, grad_scale); /* cuda_loss_optim.cu: a kernel of the loss's family */
 }
 
 static int cuda_graph_launch(tt_backend *b, void *graph) {

@@ -107,6 +107,9 @@ typedef struct tt_cuda_state {
 static inline tt_cuda_state *tt_cuda_st(tt_backend *b) { return (tt_cuda_state *)b->impl; }
 /* Fills b's graph entries (backend.h graph_*; cuda_graph.cu). */
 void tt_cuda_graph_table(tt_backend *b);
+/* Queues, on the compute stream, graph_scale = grad_scale: what a recorded softmax_ce reads
+ * (cuda_loss_optim.cu). 0 or -1. */
+int tt_cuda_ce_scale_set(tt_backend *b, float grad_scale);
 /* b's state when b is a CUDA backend (the entry points of tt_cuda.h take any backend), else NULL. */
 static inline tt_cuda_state *tt_cuda_of(tt_backend *b) {
   return b && b->impl && b->name && !strcmp(b->name, "cuda") ? tt_cuda_st(b) : NULL;
