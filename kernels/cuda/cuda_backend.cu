@@ -627,6 +627,9 @@ static const tt_backend cuda_be_table = {
     tt_cuda_bn_fwd_train_relu, tt_cuda_bn_bwd_relu, /* batch norm and ReLU in one call */
     tt_cuda_sgd_update_held, tt_cuda_adam_update_held, /* bf16 and int8 optimizer state */
     0, /* plan_caps: a real backend's calls are its entry points */
+    NULL, NULL, /* bn_fwd_train_add_relu, bn_bwd_add_relu: none yet (the executor runs the three ops apart) */
+    tt_cuda_graph_begin, tt_cuda_graph_end, tt_cuda_graph_scale, tt_cuda_graph_launch, /* the micro-step as a */
+    tt_cuda_graph_destroy,                                                              /* CUDA graph */
 };
 
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, const tt_backend_knobs *knobs, char *errbuf,
@@ -660,7 +663,6 @@ extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, const tt_ba
   }
   *b = cuda_be_table;
   b->impl = st;
-  tt_cuda_graph_table(b);
   if (knobs) st->knobs = *knobs; /* what the knobs ask (core/base/knobs.c); NULL: the defaults */
   else tt_backend_knobs_default(&st->knobs);
   /* fp16/bf16 activations stay NCHW unless TINYTRAIN_LAYOUT=nhwc. Measured on the first H100

@@ -15,7 +15,7 @@
 #include "cuda_internal.h"
 #include "tt_cuda.h"
 
-static int cuda_graph_begin(tt_backend *b) {
+int tt_cuda_graph_begin(tt_backend *b) {
   tt_cuda_state *st = tt_cuda_st(b);
   if (st->capturing) return tt_cuda_fail(b, "graph_begin: the compute stream is being recorded already");
   CUDA_CHECK(b, cudaStreamBeginCapture(st->compute, cudaStreamCaptureModeThreadLocal));
@@ -25,7 +25,7 @@ static int cuda_graph_begin(tt_backend *b) {
 
 /* Ends the capture whatever happened during it (a refused call leaves it invalidated), then
  * instantiates the graph; the graph itself is not kept, its executable form is. */
-static int cuda_graph_end(tt_backend *b, void **graph) {
+int tt_cuda_graph_end(tt_backend *b, void **graph) {
   tt_cuda_state *st = tt_cuda_st(b);
   cudaGraph_t g = NULL;
   cudaGraphExec_t x = NULL;
@@ -49,28 +49,20 @@ static int cuda_graph_end(tt_backend *b, void **graph) {
   return 0;
 }
 
-static int cuda_graph_scale(tt_backend *b, float grad_scale) {
+int tt_cuda_graph_scale(tt_backend *b, float grad_scale) {
   tt_cuda_state *st = tt_cuda_st(b);
   if (st->capturing) return tt_cuda_fail(b, "graph_scale: called while recording (it must stay outside the graph)");
   return tt_cuda_ce_scale_set(b, grad_scale); /* cuda_loss_optim.cu: a kernel of the loss's family */
 }
 
-static int cuda_graph_launch(tt_backend *b, void *graph) {
+int tt_cuda_graph_launch(tt_backend *b, void *graph) {
   tt_cuda_state *st = tt_cuda_st(b);
   if (!graph) return tt_cuda_fail(b, "graph_launch: NULL graph");
   CUDA_CHECK(b, cudaGraphLaunch((cudaGraphExec_t)graph, st->compute));
   return 0;
 }
 
-static void cuda_graph_destroy(tt_backend *b, void *graph) {
+void tt_cuda_graph_destroy(tt_backend *b, void *graph) {
   if (graph && cudaGraphExecDestroy((cudaGraphExec_t)graph) != cudaSuccess)
     tt_cuda_fail(b, "cudaGraphExecDestroy failed: %s", cudaGetErrorString(cudaGetLastError()));
-}
-
-void tt_cuda_graph_table(tt_backend *b) {
-  b->graph_begin = cuda_graph_begin;
-  b->graph_end = cuda_graph_end;
-  b->graph_scale = cuda_graph_scale;
-  b->graph_launch = cuda_graph_launch;
-  b->graph_destroy = cuda_graph_destroy;
 }

@@ -105,8 +105,12 @@ typedef struct tt_cuda_state {
 #define TT_CUDA_SS_BLOCKS 1024
 
 static inline tt_cuda_state *tt_cuda_st(tt_backend *b) { return (tt_cuda_state *)b->impl; }
-/* Fills b's graph entries (backend.h graph_*; cuda_graph.cu). */
-void tt_cuda_graph_table(tt_backend *b);
+/* The graph entries (backend.h graph_*; cuda_graph.cu). */
+int tt_cuda_graph_begin(tt_backend *b);
+int tt_cuda_graph_end(tt_backend *b, void **graph);
+int tt_cuda_graph_scale(tt_backend *b, float grad_scale);
+int tt_cuda_graph_launch(tt_backend *b, void *graph);
+void tt_cuda_graph_destroy(tt_backend *b, void *graph);
 /* Queues, on the compute stream, graph_scale = grad_scale: what a recorded softmax_ce reads
  * (cuda_loss_optim.cu). 0 or -1. */
 int tt_cuda_ce_scale_set(tt_backend *b, float grad_scale);
