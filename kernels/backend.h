@@ -654,6 +654,26 @@ struct tt_backend {
    * issue 41: `ncu --profile-from-start off` and `nsys --capture-range=cudaProfilerApi` record
    * only the work launched between start (on != 0) and stop (on == 0): one training step. ---- */
   int (*profiler_range)(tt_backend *b, int on);
+
+  /* ---- the micro-step as a graph (optional, last, so positional tables leave them NULL: the
+   * executor then runs every call eagerly). Added for issue 41 (item 5): the CUDA backend captures
+   * the compute stream's work into a CUDA graph and replays it with one launch. ----
+   * graph_begin: from now on the calls' device work is recorded, not run, until graph_end; the
+   * calls made in between must be the same each replay (pointers and arguments are frozen), except
+   * the loss's gradient scale, which the recorded loss reads from device memory (graph_scale).
+   * graph_end: stops recording; 0 with *graph an executable graph of everything recorded, or -1
+   * (last_error says why: a call made while recording did what a graph cannot hold, such as a host
+   * synchronisation or an allocation) with *graph NULL; none of the recorded work ran either way,
+   * and the backend is eager again.
+   * graph_scale: queues, on the compute stream, the write of grad_scale into the device value the
+   * recorded loss (softmax_ce) reads: call it before each graph_launch of a graph that holds the loss.
+   * graph_launch: queues one replay of graph on the compute stream (ordered as a call there).
+   * graph_destroy: frees graph (a replay already queued still runs). */
+  int (*graph_begin)(tt_backend *b);
+  int (*graph_end)(tt_backend *b, void **graph);
+  int (*graph_scale)(tt_backend *b, float grad_scale);
+  int (*graph_launch)(tt_backend *b, void *graph);
+  void (*graph_destroy)(tt_backend *b, void *graph);
 };
 
 /* Declares the named entries of one op family for backend prefix P (tt_ref, tt_cpu, tt_cuda):

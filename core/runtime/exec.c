@@ -5,9 +5,9 @@
  * hyper-parameters. */
 #include "exec.h"
 #include "offload_exec.h"
+#include "exec_graph.h"
 
 #include "../base/knobs.h"
-
 #include "../../kernels/kernel_math.h"
 
 #include <math.h>
@@ -17,8 +17,7 @@
 #include <time.h>
 
 uint64_t tt_hash64(uint64_t a, uint64_t b) {
-  /* the mixer over a combination of both words (the constant makes this the historical
-   * a * golden + b + 0x632BE59BD9B4E019 before the finaliser) */
+  /* the mixer over both words (the historical a * golden + b + 0x632BE59BD9B4E019, then the finaliser) */
   return tt_mix64(a * TT_GOLDEN64 + b + (0x632BE59BD9B4E019ull - TT_GOLDEN64));
 }
 
@@ -296,6 +295,7 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
   x->profile_step = kn->cuda_profile_step;
   x->timed = x->profile && !be->host_memory && be->timer_create && be->timer_elapsed && be->event_record;
   x->sync_each = cuda && ((x->profile && !x->timed) || kn->cuda_sync);
+  x->graph_on = kn->cuda_graph; /* where the backend has graph entries (exec_graph.c) */
   if (x->profile) {
     size_t rows = (size_t)(train ? train->nsteps + 1 : 0) + (size_t)(eval ? eval->nsteps : 0);
     x->prof = (tt_exec_prof *)calloc(rows + 1, sizeof(tt_exec_prof));
@@ -347,6 +347,7 @@ void tt_exec_destroy(tt_exec *x) {
     x->prof = NULL;
   }
   tt_offload_exec_destroy(x); /* waits for the window's copies */
+  tt_exec_graph_free(x);
   if (x->base) be->arena_free(be, x->base); /* waits for the device's work */
   for (int k = 0; k < TT_EXEC_STAGE_SLOTS; k++) {
     if (x->stage_ev[k]) {
@@ -620,13 +621,16 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
       if (c->skip != TT_CALL_RUNS) continue;
       if (exec_call(r, c, err) || exec_sync_point(r->x, p, s, tt_call_name(c->fn), err)) return -1;
     }
-    if (i == r->x->in_last && p == r->x->train && r->x->in_ev && be->event_record(be, r->x->in_ev))
+    if (i == r->x->in_last && p == r->x->train && r->x->in_ev && !r->x->graph_capturing && be->event_record(be, r->x->in_ev))
       return tt_fail(err, "recording the batch's last use failed: %s", be->last_error(be)); /* the next batch may come in */
     if (pf && exec_prof_end(r->x, pf, t0, err)) return -1;
     if (r->x->after_step && r->x->after_step(r->x->after_step_ud, i, err)) return -1;
   }
   return 0;
 }
+
+/* exec_range for tt_exec_graph_micro. */
+static int exec_range_fn(void *r, int from, int to, tt_err *err) { return exec_range((exec_run *)r, from, to, err); }
 
 /* The batch goes through the next staging slot: wait until that slot's previous copy has run
  * (the event recorded after it), fill it from the loader's buffers, which the caller may release
@@ -681,6 +685,8 @@ static int exec_micro(tt_exec *x, const tt_program *p, const uint8_t *images, co
     return -1;
   if (images) {
     if (exec_upload_batch(x, p, images, labels, r.batch, &r, err)) return -1;
+    if (!tt_exec_graph_refusal(x, p, n)) /* replayed as a graph after its warm-up (exec_graph.c) */
+      return tt_exec_graph_micro(x, p, micro_index, grad_scale, exec_range_fn, &r, err);
     return exec_range(&r, 0, p->micro_end, err);
   }
   size_t cnt = (size_t)r.batch * p->input_numel;

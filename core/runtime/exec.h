@@ -70,6 +70,15 @@ typedef struct tt_exec {
   void *off_ev[2];
   int *off_calls;
   int n_off, off_k;
+  /* The training micro-step as a backend graph (exec_graph.c): graph_on from TINYTRAIN_CUDA_GRAPH
+   * at creation (a test may change it before the first step). Per kind (0: micro-step 0, 1: later
+   * ones) graph_state is 0 before its first micro-step, 1 after that eager warm-up, 2 once recorded
+   * (graph[kind][part], the parts split after in_last), -1 when recording failed (eager from then
+   * on; graph_note says why). graph_capturing: set while a part is being recorded. */
+  int graph_on, graph_capturing;
+  int graph_state[2];
+  void *graph[2][2];
+  char graph_note[512];
 } tt_exec;
 /* The profile table (TINYTRAIN_PROFILE): steps by total time, most expensive first; nothing
  * when the profile is off. */

@@ -274,7 +274,9 @@ static int cuda_be_download_async(tt_backend *b, void *dst_host, const void *src
 
 static int cuda_be_event_record(tt_backend *b, void *ev) {
   if (!ev) return tt_cuda_fail(b, "event_record: NULL event");
-  CUDA_CHECK(b, cudaEventRecord((cudaEvent_t)ev, tt_cuda_st(b)->compute));
+  /* while recording (cuda_graph.cu) as an external record node: each replay records ev */
+  CUDA_CHECK(b, cudaEventRecordWithFlags((cudaEvent_t)ev, tt_cuda_st(b)->compute,
+                                         tt_cuda_st(b)->capturing ? cudaEventRecordExternal : cudaEventRecordDefault));
   return 0;
 }
 
@@ -551,7 +553,9 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   CUDNN_CHECK(b, cudnnSetStream(st->dnn, st->compute));
   if (tt_cuda_conv_cache_create(b)) return -1;
   /* sum_squares' partial sums (8 KiB): part of the reserve, never of the arena */
-  CUDA_CHECK(b, cudaMalloc((void **)&st->ss_part, TT_CUDA_SS_BLOCKS * sizeof(double)));
+  /* one more double: the recorded loss's gradient scale (cuda_graph.cu) */
+  CUDA_CHECK(b, cudaMalloc((void **)&st->ss_part, (TT_CUDA_SS_BLOCKS + 1) * sizeof(double)));
+  st->graph_scale = (float *)(st->ss_part + TT_CUDA_SS_BLOCKS);
   CUDA_CHECK(b, cudaDeviceSynchronize());
   CUDA_CHECK(b, cudaMemGetInfo(&fr, &tot));
   st->total_mem = tot;
@@ -656,6 +660,8 @@ static const tt_backend cuda_be_table = {
     tt_cuda_bn_fwd_train_add_relu, tt_cuda_bn_bwd_add_relu, /* batch norm, add and ReLU in one call */
     cuda_be_timer_create, cuda_be_timer_elapsed, /* TINYTRAIN_PROFILE by event pairs */
     cuda_be_profiler_range,                      /* TINYTRAIN_CUDA_PROFILE_STEP */
+    tt_cuda_graph_begin, tt_cuda_graph_end, tt_cuda_graph_scale, tt_cuda_graph_launch, /* the micro-step as a */
+    tt_cuda_graph_destroy,                                                              /* CUDA graph */
 };
 
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, const tt_backend_knobs *knobs, char *errbuf,

@@ -97,11 +97,23 @@ typedef struct tt_cuda_state {
                          * (loss, correct) pairs (cuda_loss_optim.cu): each op's second launch
                          * consumes them on the same stream; allocated at setup, before the reserve
                          * is measured */
+  float *graph_scale;   /* the loss's gradient scale as a recorded loss reads it (cuda_graph.cu): the slot after
+                         * ss_part's partial sums, allocated with them */
+  int capturing;        /* 1 between graph_begin and graph_end: softmax_ce reads graph_scale, not its argument */
   char err[1024];       /* last error message, one line */
 } tt_cuda_state;
 #define TT_CUDA_SS_BLOCKS 1024
 
 static inline tt_cuda_state *tt_cuda_st(tt_backend *b) { return (tt_cuda_state *)b->impl; }
+/* The graph entries (backend.h graph_*; cuda_graph.cu). */
+int tt_cuda_graph_begin(tt_backend *b);
+int tt_cuda_graph_end(tt_backend *b, void **graph);
+int tt_cuda_graph_scale(tt_backend *b, float grad_scale);
+int tt_cuda_graph_launch(tt_backend *b, void *graph);
+void tt_cuda_graph_destroy(tt_backend *b, void *graph);
+/* Queues, on the compute stream, graph_scale = grad_scale: what a recorded softmax_ce reads
+ * (cuda_loss_optim.cu). 0 or -1. */
+int tt_cuda_ce_scale_set(tt_backend *b, float grad_scale);
 /* b's state when b is a CUDA backend (the entry points of tt_cuda.h take any backend), else NULL. */
 static inline tt_cuda_state *tt_cuda_of(tt_backend *b) {
   return b && b->impl && b->name && !strcmp(b->name, "cuda") ? tt_cuda_st(b) : NULL;

@@ -34,7 +34,9 @@
 #define CUDA_LO_CE_MAX_BLOCKS (TT_CUDA_SS_BLOCKS / 2)
 static __device__ __forceinline__ void cuda_lo_ce_dt(tt_dtype dt, int n, int classes, const void *logits,
                                                      const int32_t *labels, float smoothing, float grad_scale,
-                                                     void *dlogits, double *part, double *sh_loss, double *sh_corr) {
+                                                     const float *scale_dev, void *dlogits, double *part,
+                                                     double *sh_loss, double *sh_corr) {
+  if (scale_dev) grad_scale = *scale_dev; /* a recorded step's: the value its replay was given (cuda_graph.cu) */
   int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
   int gw = (int)blockIdx.x * nw + wid, gnw = (int)gridDim.x * nw;
   double wl = 0.0, wc = 0.0;
@@ -119,6 +121,19 @@ static __device__ __forceinline__ void cuda_lo_ce_dt(tt_dtype dt, int n, int cla
   }
 }
 
+/* *dst = v: the gradient scale a recorded softmax_ce reads (cuda_graph.cu). One thread. */
+static __global__ void TT_LAUNCH_BOUNDS(32) cuda_lo_ce_scale_k(float *dst, float v) {
+  if (threadIdx.x == 0) *dst = v;
+}
+
+int tt_cuda_ce_scale_set(tt_backend *b, float grad_scale) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  if (!st->graph_scale) return tt_cuda_fail(b, "graph_scale: the backend has no device scale (setup failed)");
+  TT_LAUNCH(cuda_lo_ce_scale_k, 1, 32, 0, tt_cuda_stream(b), st->graph_scale, grad_scale);
+  CUDA_LAUNCH_CHECK(b, "graph_scale");
+  return 0;
+}
+
 /* The blocks' (loss, correct) pairs in block order, added to stats. One thread: at most
  * CUDA_LO_CE_MAX_BLOCKS pairs, once a step. */
 static __global__ void TT_LAUNCH_BOUNDS(32) cuda_lo_ce_final_k(int nb, const double *part, float *stats) {
@@ -137,21 +152,24 @@ static __global__ void TT_LAUNCH_BOUNDS(32) cuda_lo_ce_final_k(int nb, const dou
  * sm_120 capped the fp32 kernel's registers and spilled 16 bytes. */
 static __global__ void __launch_bounds__(CUDA_LO_CE_THREADS, 1) cuda_lo_ce_f32_k(int n, int classes, const void *logits,
                                                                       const int32_t *labels, float smoothing,
-                                                                      float grad_scale, void *dlogits, double *part) {
+                                                                      float grad_scale, const float *scale_dev,
+                                                                      void *dlogits, double *part) {
   __shared__ double sh_loss[32], sh_corr[32];
-  cuda_lo_ce_dt(TT_F32, n, classes, logits, labels, smoothing, grad_scale, dlogits, part, sh_loss, sh_corr);
+  cuda_lo_ce_dt(TT_F32, n, classes, logits, labels, smoothing, grad_scale, scale_dev, dlogits, part, sh_loss, sh_corr);
 }
 static __global__ void __launch_bounds__(CUDA_LO_CE_THREADS, 1) cuda_lo_ce_f16_k(int n, int classes, const void *logits,
                                                                       const int32_t *labels, float smoothing,
-                                                                      float grad_scale, void *dlogits, double *part) {
+                                                                      float grad_scale, const float *scale_dev,
+                                                                      void *dlogits, double *part) {
   __shared__ double sh_loss[32], sh_corr[32];
-  cuda_lo_ce_dt(TT_F16, n, classes, logits, labels, smoothing, grad_scale, dlogits, part, sh_loss, sh_corr);
+  cuda_lo_ce_dt(TT_F16, n, classes, logits, labels, smoothing, grad_scale, scale_dev, dlogits, part, sh_loss, sh_corr);
 }
 static __global__ void __launch_bounds__(CUDA_LO_CE_THREADS, 1) cuda_lo_ce_bf16_k(int n, int classes, const void *logits,
                                                                        const int32_t *labels, float smoothing,
-                                                                       float grad_scale, void *dlogits, double *part) {
+                                                                       float grad_scale, const float *scale_dev,
+                                                                      void *dlogits, double *part) {
   __shared__ double sh_loss[32], sh_corr[32];
-  cuda_lo_ce_dt(TT_BF16, n, classes, logits, labels, smoothing, grad_scale, dlogits, part, sh_loss, sh_corr);
+  cuda_lo_ce_dt(TT_BF16, n, classes, logits, labels, smoothing, grad_scale, scale_dev, dlogits, part, sh_loss, sh_corr);
 }
 
 int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const void *logits, const int32_t *labels,
@@ -166,15 +184,16 @@ int tt_cuda_softmax_ce(tt_backend *b, int n, int classes, tt_dtype dt, const voi
   const int warps = CUDA_LO_CE_THREADS / 32;
   int nb = (n + warps - 1) / warps;
   if (nb > CUDA_LO_CE_MAX_BLOCKS) nb = CUDA_LO_CE_MAX_BLOCKS;
+  const float *sdev = st->capturing ? st->graph_scale : (const float *)NULL; /* recorded: read at each replay */
   if (dt == TT_F16)
     TT_LAUNCH(cuda_lo_ce_f16_k, (unsigned)nb, CUDA_LO_CE_THREADS, 0, tt_cuda_stream(b), n, classes, logits, labels, smoothing,
-              grad_scale, dlogits, st->ss_part);
+              grad_scale, sdev, dlogits, st->ss_part);
   else if (dt == TT_BF16)
     TT_LAUNCH(cuda_lo_ce_bf16_k, (unsigned)nb, CUDA_LO_CE_THREADS, 0, tt_cuda_stream(b), n, classes, logits, labels, smoothing,
-              grad_scale, dlogits, st->ss_part);
+              grad_scale, sdev, dlogits, st->ss_part);
   else
     TT_LAUNCH(cuda_lo_ce_f32_k, (unsigned)nb, CUDA_LO_CE_THREADS, 0, tt_cuda_stream(b), n, classes, logits, labels, smoothing,
-              grad_scale, dlogits, st->ss_part);
+              grad_scale, sdev, dlogits, st->ss_part);
   CUDA_LAUNCH_CHECK(b, "softmax_ce");
   TT_LAUNCH(cuda_lo_ce_final_k, 1, 32, 0, tt_cuda_stream(b), nb, (const double *)st->ss_part, stats);
   CUDA_LAUNCH_CHECK(b, "softmax_ce (the blocks' sums)");
@@ -580,6 +599,7 @@ int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x
 TT_CUDA_KERNEL_TABLE(loss_optim, TT_CUDA_KERNEL(cuda_lo_ce_f32_k, CUDA_LO_CE_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_ce_f16_k, CUDA_LO_CE_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_ce_bf16_k, CUDA_LO_CE_THREADS), TT_CUDA_KERNEL(cuda_lo_ce_final_k, 32),
+                     TT_CUDA_KERNEL(cuda_lo_ce_scale_k, 32),
                      TT_CUDA_KERNEL(cuda_lo_sgd_k, TT_CUDA_THREADS), TT_CUDA_KERNEL(cuda_lo_adam_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_sgd_multi_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_adam_multi_k, TT_CUDA_THREADS),

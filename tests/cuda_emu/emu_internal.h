@@ -119,6 +119,12 @@ int emu_stream_check(cudaStream_t s, const char *who, char *msg, size_t msgsize)
 void emu_enqueue(cudaStream_t s, const char *what, std::function<void()> fn);
 /* Runs every stream's queued work (a device synchronisation). */
 void emu_run_all(void);
+/* A call that the runtime refuses while any stream captures in the global or thread-local mode
+ * (an allocation, a free, a device-wide or legacy-stream synchronisation; the emulation's host is
+ * one thread, so both modes are alike): cudaSuccess when no such capture is active; otherwise every
+ * such capture is invalidated (its cudaStreamEndCapture fails) and the call fails with
+ * cudaErrorStreamCaptureUnsupported and a message naming who. */
+cudaError_t emu_capture_unsafe(const char *who);
 
 /* ------------------------------------ kernels ----------------------------------------- */
 

@@ -114,6 +114,11 @@ static const char *emu_error_name(cudaError_t e) {
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
     default: return "cudaErrorUnknown";
   }
 }
@@ -135,6 +140,11 @@ static const char *emu_error_text(cudaError_t e) {
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorIllegalState: return "the resource is not in a valid state to perform the operation";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched: return "capture was not initiated in this stream";
+    case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
     default: return "unknown error";
   }
 }
@@ -342,6 +352,8 @@ extern "C" cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greates
 static std::map<uintptr_t, emu_alloc> &emu_live = *new std::map<uintptr_t, emu_alloc>(); /* by base */
 static std::vector<emu_alloc> &emu_freed = *new std::vector<emu_alloc>(); /* quarantined, for messages */
 static unsigned long emu_next_id = 1;
+/* Device and page-locked allocations (and registrations) made so far: ids are handed out in order. */
+extern "C" size_t tt_emu_allocations(void) { return (size_t)(emu_next_id - 1); }
 static int emu_window;                           /* device_enter depth */
 static size_t emu_page;
 
@@ -468,6 +480,7 @@ extern "C" cudaError_t cudaMalloc(void **p, size_t size) {
   EMU_ENTER();
   if (!p) return emu_cuda_fail(cudaErrorInvalidValue, "cudaMalloc: NULL devPtr");
   *p = NULL;
+  if ((e = emu_capture_unsafe("cudaMalloc")) != cudaSuccess) return e;
   if (emu_allocated + body + (size_t)emu_reserved > emu_total_mem)
     return emu_cuda_fail(cudaErrorMemoryAllocation, "cudaMalloc(%zu bytes): the emulated device has %zu bytes free", size,
                          emu_total_mem - emu_allocated - (size_t)emu_reserved);
@@ -479,6 +492,7 @@ extern "C" cudaError_t cudaMalloc(void **p, size_t size) {
 extern "C" cudaError_t cudaFree(void *p) {
   EMU_ENTER();
   if (!p) return cudaSuccess; /* cudaFree(0) creates the context */
+  if (emu_capture_unsafe("cudaFree") != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
   emu_run_all();              /* cudaFree synchronises the device */
   if (emu_sticky_code != cudaSuccess) return emu_sticky_code;
   return emu_unmap(p, EMU_DEVICE, "cudaFree");
@@ -486,11 +500,13 @@ extern "C" cudaError_t cudaFree(void *p) {
 
 extern "C" cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags) {
   EMU_ENTER();
+  if (emu_capture_unsafe("cudaHostAlloc") != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
   return emu_map(p, size, EMU_PINNED, "cudaHostAlloc");
 }
 extern "C" cudaError_t cudaMallocHost(void **p, size_t size) { return cudaHostAlloc(p, size, 0); }
 extern "C" cudaError_t cudaFreeHost(void *p) {
   EMU_ENTER();
+  if (emu_capture_unsafe("cudaFreeHost") != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
   emu_run_all();
   return emu_unmap(p, EMU_PINNED, "cudaFreeHost");
 }

@@ -532,6 +532,95 @@ static void test_memory_streams(void) {
   TT_TEST_END();
 }
 
+/* ---------------------------------- capture, graphs ----------------------------------- */
+
+/* Begins a capture on a, makes call (which the runtime refuses during a capture) fail with code and
+ * a message containing want, and expects the capture to end invalidated, with no graph. */
+#define EXPECT_CAPTURE_REFUSES(a, call, code, want)                                                     \
+  do {                                                                                                  \
+    cudaGraph_t g_ = (cudaGraph_t)1;                                                                    \
+    OK(cudaStreamBeginCapture((a), cudaStreamCaptureModeGlobal));                                      \
+    EXPECT_FAIL(call, code, want);                                                                      \
+    EXPECT_FAIL(cudaStreamEndCapture((a), &g_), cudaErrorStreamCaptureInvalidated, "invalidated");       \
+    TT_CHECK(g_ == NULL, "an invalidated capture returned graph %p", (void *)g_);                       \
+    (void)cudaGetLastError();                                                                           \
+  } while (0)
+
+/* Stream capture records instead of running, a launched graph replays its nodes in order as often
+ * as launched (an external event record node included) and allocates nothing; what a capture must
+ * not contain is refused and invalidates it. */
+static void test_graphs(void) {
+  float *d, *e, *pinned, h[256], *m2 = NULL;
+  cudaStream_t a;
+  cudaEvent_t ev, outside;
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t x = NULL;
+  cudaStreamCaptureStatus cs;
+  size_t nodes0, nodes1, launches0, allocs;
+  TT_TEST_BEGIN("cuda_emu_cuda_graph");
+  OK(cudaMalloc(&d, 256 * sizeof(float)));
+  OK(cudaMalloc(&e, 256 * sizeof(float)));
+  OK(cudaMallocHost(&pinned, 256 * sizeof(float)));
+  OK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  OK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  OK(cudaEventCreateWithFlags(&outside, cudaEventDisableTiming));
+  OK(cudaMemset(e, 0, 256 * sizeof(float)));
+  OK(cudaStreamBeginCapture(a, cudaStreamCaptureModeGlobal));
+  OK(cudaStreamIsCapturing(a, &cs));
+  TT_CHECK(cs == cudaStreamCaptureStatusActive, "capture status %d, want active", (int)cs);
+  OK(cudaMemsetAsync(d, 0, 256 * sizeof(float), a));
+  TT_LAUNCH(self_write_k, 1, 256, 0, a, d, (size_t)256);
+  OK(cudaMemcpyAsync(e, d, 256 * sizeof(float), cudaMemcpyDeviceToDevice, a));
+  OK(cudaMemcpyAsync(pinned, e, 256 * sizeof(float), cudaMemcpyDeviceToHost, a));
+  OK(cudaEventRecordWithFlags(ev, a, cudaEventRecordExternal));
+  OK(cudaStreamEndCapture(a, &g));
+  TT_CHECK(g != NULL, "no graph from a clean capture");
+  OK(cudaStreamSynchronize(a));
+  OK(cudaMemcpy(h, e, sizeof h, cudaMemcpyDeviceToHost));
+  TT_CHECK(h[7] == 0.0f, "captured work ran during the capture (e[7] = %g)", h[7]);
+  OK(cudaGraphInstantiate(&x, g, 0));
+  OK(cudaGraphDestroy(g)); /* the instantiated graph keeps its own nodes */
+  allocs = tt_emu_allocations();
+  launches0 = tt_emu_graph_launches(&nodes0);
+  for (int k = 0; k < 2; k++) {
+    pinned[7] = -1.0f;
+    OK(cudaGraphLaunch(x, a));
+    TT_CHECK(pinned[7] == -1.0f, "launch %d ran before anything waited for the stream", k);
+    OK(cudaEventSynchronize(ev)); /* the event record node: done when the copy before it is */
+    TT_CHECK(pinned[7] == 7.0f && pinned[255] == 255.0f, "replay %d read back %g, %g (want 7, 255)", k, pinned[7], pinned[255]);
+  }
+  TT_CHECK(tt_emu_graph_launches(&nodes1) - launches0 == 2 && nodes1 - nodes0 == 10,
+           "2 launches of a 5-node graph counted %zu launches, %zu nodes", tt_emu_graph_launches(NULL) - launches0, nodes1 - nodes0);
+  TT_CHECK(tt_emu_allocations() == allocs, "graph launches allocated %zu times", tt_emu_allocations() - allocs);
+  OK(cudaGraphExecDestroy(x));
+  EXPECT_FAIL(cudaGraphLaunch(x, a), cudaErrorInvalidResourceHandle, "not a live instantiated graph");
+  /* refused during a capture: allocations, waits for the capturing stream or the whole device,
+   * synchronous copies, pageable copies, waits on an event recorded outside the capture */
+  EXPECT_CAPTURE_REFUSES(a, cudaMalloc(&m2, 64), cudaErrorStreamCaptureUnsupported, "cudaMalloc while stream");
+  EXPECT_CAPTURE_REFUSES(a, cudaStreamSynchronize(a), cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize while");
+  EXPECT_CAPTURE_REFUSES(a, cudaDeviceSynchronize(), cudaErrorStreamCaptureUnsupported, "cudaDeviceSynchronize while");
+  EXPECT_CAPTURE_REFUSES(a, cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost), cudaErrorStreamCaptureUnsupported,
+                         "cudaMemcpy while");
+  EXPECT_CAPTURE_REFUSES(a, cudaMemcpyAsync(d, h, sizeof h, cudaMemcpyHostToDevice, a), cudaErrorStreamCaptureUnsupported,
+                         "pageable host memory");
+  OK(cudaEventRecord(outside, a));
+  EXPECT_CAPTURE_REFUSES(a, cudaStreamWaitEvent(a, outside, 0), cudaErrorStreamCaptureIsolation, "recorded outside the capture");
+  EXPECT_FAIL(cudaStreamBeginCapture(0, cudaStreamCaptureModeGlobal), cudaErrorStreamCaptureUnsupported, "legacy default stream");
+  /* relaxed mode allows an allocation (not a wait) */
+  OK(cudaStreamBeginCapture(a, cudaStreamCaptureModeRelaxed));
+  OK(cudaMalloc(&m2, 64));
+  OK(cudaStreamEndCapture(a, &g));
+  OK(cudaGraphDestroy(g));
+  OK(cudaFree(m2));
+  OK(cudaStreamDestroy(a));
+  OK(cudaEventDestroy(ev));
+  OK(cudaEventDestroy(outside));
+  OK(cudaFreeHost(pinned));
+  OK(cudaFree(d));
+  OK(cudaFree(e));
+  TT_TEST_END();
+}
+
 /* ------------------------------------ cuBLAS ------------------------------------------ */
 
 /* src rounded to bf16 by the emulation (__float2bfloat16_rn): the bits in bits, their values
@@ -781,6 +870,7 @@ static const tt_test_case tests[] = {
   TT_TEST("launch", "emu", test_launch),
   TT_TEST("dyn_shared", "emu", test_dyn_shared),
   TT_TEST("memory_streams", "emu", test_memory_streams),
+  TT_TEST("cuda_graph", "emu", test_graphs),
   TT_TEST("cublas", "emu", test_cublas),
   TT_TEST("cudnn", "emu", test_cudnn),
 };

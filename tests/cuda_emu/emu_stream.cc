@@ -10,6 +10,20 @@
  * device's limits and the kernel's __launch_bounds__, asks for no more dynamic shared memory
  * than the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize (48 KiB until
  * cudaFuncSetAttribute sets another, at most 64 KiB), and passes no host pointer.
+ *
+ * Stream capture (cudaStreamBeginCapture .. cudaStreamEndCapture) records the work given to the
+ * capturing stream — launches, copies, memsets, host functions, cuBLAS and cuDNN calls, external
+ * event records — as a graph's nodes in stream order instead of queueing it; cudaGraphLaunch
+ * queues an instantiated graph's nodes on a stream, each run as when it was captured (the same
+ * arguments and pointers). What the runtime refuses during a capture is refused: waiting for the
+ * capturing stream (cudaStreamSynchronize, cudaStreamQuery, a synchronous copy or memset, a copy
+ * into or from pageable host memory), cudaDeviceSynchronize, allocations and frees (global and
+ * thread-local modes), and waiting on an event recorded outside the capture; each fails with
+ * cudaErrorStreamCaptureUnsupported (cudaErrorStreamCaptureIsolation for the event) and
+ * invalidates the capture, whose cudaStreamEndCapture then fails with
+ * cudaErrorStreamCaptureInvalidated and returns no graph. Not modelled: other streams joining a
+ * capture through events (fork and join), which the emulation refuses with a message; graph
+ * updates (cudaGraphExecUpdate); device time, so nothing here shows what a graph saves.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,10 +46,28 @@ struct emu_op {
   const char *what;
   std::function<void()> fn;
 };
+struct CUgraph_st;
 struct CUstream_st {
   unsigned flags;
   int priority, alive, id;
   std::deque<emu_op> q;
+  int capture;            /* cudaStreamCaptureStatus: none, active, invalidated */
+  cudaStreamCaptureMode capture_mode;
+  CUgraph_st *graph;      /* what the capture recorded so far (owned until cudaStreamEndCapture) */
+};
+/* One recorded operation: fn as it was queued, or (record non-NULL) an external event record. */
+struct emu_node {
+  const char *what;
+  std::function<void()> fn;
+  CUevent_st *record;
+};
+struct CUgraph_st {
+  std::vector<emu_node> nodes;
+  int alive;
+};
+struct CUgraphExec_st {
+  std::vector<emu_node> nodes;
+  int alive;
 };
 struct CUevent_st {
   unsigned flags;
@@ -45,9 +77,10 @@ struct CUevent_st {
   int queried; /* cudaEventQuery said "not ready" once for this record */
   uint64_t nrec; /* records so far: an earlier record's op, run late, leaves t_ms alone */
   double t_ms;   /* the host's clock (ms) when the latest record ran: the emulation's device time */
+  CUgraph_st *captured; /* its last record was a plain one into this capture (an internal node) */
 };
 
-static CUstream_st emu_null_stream = {0, 0, 1, 0, std::deque<emu_op>()};
+static CUstream_st emu_null_stream = {0, 0, 1, 0, std::deque<emu_op>(), 0, cudaStreamCaptureModeGlobal, NULL};
 /* every stream and event ever created (never freed: stale handles stay detectable) */
 static std::vector<CUstream_st *> &emu_streams = *new std::vector<CUstream_st *>();
 static std::set<CUevent_st *> &emu_events_all = *new std::set<CUevent_st *>();
@@ -122,8 +155,54 @@ void emu_run_all(void) {
 
 void emu_enqueue(cudaStream_t s, const char *what, std::function<void()> fn) {
   emu_op op;
+  CUstream_st *st = emu_resolve(s);
+  if (st->capture) { /* recorded, not run; an invalidated capture records nothing more */
+    if (st->capture == cudaStreamCaptureStatusActive) {
+      emu_node nd = {what, fn, NULL};
+      st->graph->nodes.push_back(nd);
+    }
+    return;
+  }
   op.seq = ++emu_seq, op.what = what, op.fn = fn;
-  emu_resolve(s)->q.push_back(op);
+  st->q.push_back(op);
+}
+
+/* ----------------------------------- capture ------------------------------------------ */
+
+/* Graphs and instantiated graphs ever made (never freed: stale handles stay detectable). */
+static std::set<CUgraph_st *> &emu_graphs = *new std::set<CUgraph_st *>();
+static std::set<CUgraphExec_st *> &emu_graph_execs = *new std::set<CUgraphExec_st *>();
+static size_t emu_graph_launch_count, emu_graph_node_count;
+
+extern "C" size_t tt_emu_graph_launches(size_t *nodes) {
+  if (nodes) *nodes = emu_graph_node_count;
+  return emu_graph_launch_count;
+}
+
+/* Invalidates st's active capture (why for the message) and fails with e. */
+static cudaError_t emu_capture_refuse(CUstream_st *st, cudaError_t e, const char *why) {
+  if (st->capture == cudaStreamCaptureStatusActive) st->capture = cudaStreamCaptureStatusInvalidated;
+  return emu_cuda_fail(e, "%s while stream %d is capturing (cudaStreamBeginCapture): the runtime refuses it and the "
+                       "capture is invalidated (cudaStreamEndCapture will fail); do it before the capture", why, st->id);
+}
+
+cudaError_t emu_capture_unsafe(const char *who) {
+  CUstream_st *hit = NULL;
+  for (size_t i = 0; i < emu_streams.size(); i++) {
+    CUstream_st *s = emu_streams[i];
+    if (s->alive && s->capture && s->capture_mode != cudaStreamCaptureModeRelaxed) {
+      if (s->capture == cudaStreamCaptureStatusActive) s->capture = cudaStreamCaptureStatusInvalidated;
+      if (!hit) hit = s;
+    }
+  }
+  if (!hit) return cudaSuccess;
+  return emu_capture_refuse(hit, cudaErrorStreamCaptureUnsupported, who);
+}
+
+/* A call that waits for st's work (who names it): refused while st captures. */
+static cudaError_t emu_capture_wait(CUstream_st *st, const char *who) {
+  if (!st->capture) return cudaSuccess;
+  return emu_capture_refuse(st, cudaErrorStreamCaptureUnsupported, who);
 }
 
 static cudaError_t emu_stream_arg(cudaStream_t s, const char *who) {
@@ -153,6 +232,7 @@ extern "C" cudaError_t cudaStreamDestroy(cudaStream_t s) {
   if (!s || s == cudaStreamLegacy || s == cudaStreamPerThread)
     return emu_cuda_fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy: cannot destroy the default stream");
   if (emu_stream_arg(s, "cudaStreamDestroy")) return cudaErrorInvalidResourceHandle;
+  if (s->capture) return emu_cuda_fail(cudaErrorIllegalState, "cudaStreamDestroy: stream %d is capturing", s->id);
   emu_run_stream(s); /* its work still completes */
   s->alive = 0;
   return emu_sticky();
@@ -161,6 +241,7 @@ extern "C" cudaError_t cudaStreamDestroy(cudaStream_t s) {
 extern "C" cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   EMU_ENTER();
   if (emu_stream_arg(s, "cudaStreamSynchronize")) return cudaErrorInvalidResourceHandle;
+  if (emu_capture_wait(emu_resolve(s), "cudaStreamSynchronize")) return cudaErrorStreamCaptureUnsupported;
   emu_host_syncs++;
   if (emu_resolve(s) == &emu_null_stream)
     emu_run_blocking();
@@ -182,6 +263,8 @@ extern "C" cudaError_t cudaStreamGetFlags(cudaStream_t s, unsigned int *flags) {
 extern "C" cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
   EMU_ENTER();
   if (emu_stream_arg(s, "cudaMallocAsync")) return cudaErrorInvalidResourceHandle;
+  if (emu_resolve(s)->capture) /* a graph memory node: not modelled */
+    return emu_capture_refuse(emu_resolve(s), cudaErrorStreamCaptureUnsupported, "cudaMallocAsync (a graph memory node, not emulated)");
   return cudaMalloc(p, size);
 }
 
@@ -189,6 +272,8 @@ extern "C" cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
   EMU_ENTER();
   if (emu_stream_arg(s, "cudaFreeAsync")) return cudaErrorInvalidResourceHandle;
   if (!p) return cudaSuccess;
+  if (emu_resolve(s)->capture)
+    return emu_capture_refuse(emu_resolve(s), cudaErrorStreamCaptureUnsupported, "cudaFreeAsync (a graph memory node, not emulated)");
   emu_run_upto(emu_resolve(s), emu_seq); /* the stream's earlier work may still use it */
   return emu_free_device(p, "cudaFreeAsync");
 }
@@ -198,6 +283,7 @@ extern "C" cudaError_t cudaStreamQuery(cudaStream_t s) {
   EMU_ENTER();
   if (emu_stream_arg(s, "cudaStreamQuery")) return cudaErrorInvalidResourceHandle;
   st = emu_resolve(s);
+  if (emu_capture_wait(st, "cudaStreamQuery")) return cudaErrorStreamCaptureUnsupported;
   if (st->q.empty()) return cudaSuccess;
   emu_run_stream(st); /* still running when asked; done by the next question */
   return emu_sticky() != cudaSuccess ? emu_sticky() : cudaErrorNotReady;
@@ -205,6 +291,7 @@ extern "C" cudaError_t cudaStreamQuery(cudaStream_t s) {
 
 extern "C" cudaError_t cudaDeviceSynchronize(void) {
   EMU_ENTER();
+  if (emu_capture_unsafe("cudaDeviceSynchronize") != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
   emu_host_syncs++;
   emu_run_all();
   return emu_sticky();
@@ -257,23 +344,50 @@ extern "C" cudaError_t cudaEventDestroy(cudaEvent_t e) {
   return cudaSuccess;
 }
 
-extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+/* e now stands for the work queued on st so far (st not capturing). */
+static void emu_event_mark(CUevent_st *e, CUstream_st *st) {
+  uint64_t rec = ++e->nrec;
+  emu_enqueue(st, "event record", [e, rec]() {
+    if (e->nrec == rec) e->t_ms = emu_clock_ms(); /* when the work before it has run */
+  });
+  e->recorded = 1, e->stream = st, e->seq = emu_seq, e->queried = 0, e->captured = NULL;
+}
+
+extern "C" cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int flags) {
   CUstream_st *st;
   EMU_ENTER();
   if (emu_event_arg(e, "cudaEventRecord") || emu_stream_arg(s, "cudaEventRecord")) return cudaErrorInvalidResourceHandle;
+  if (flags & ~cudaEventRecordExternal) return emu_cuda_fail(cudaErrorInvalidValue, "cudaEventRecordWithFlags: flags 0x%x", flags);
   st = emu_resolve(s);
-  uint64_t rec = ++e->nrec;
-  emu_enqueue(s, "event record", [e, rec]() {
-    if (e->nrec == rec) e->t_ms = emu_clock_ms(); /* when the work before it has run */
-  });
-  e->recorded = 1, e->stream = st, e->seq = emu_seq, e->queried = 0;
+  if (st->capture == cudaStreamCaptureStatusActive) {
+    if (flags & cudaEventRecordExternal) { /* an event record node: each launch records e */
+      emu_node nd = {"event record", std::function<void()>(), e};
+      st->graph->nodes.push_back(nd);
+    } else { /* an internal node: only the capture may wait on it */
+      e->captured = st->graph;
+    }
+    return cudaSuccess;
+  }
+  if (st->capture) return emu_cuda_fail(cudaErrorStreamCaptureInvalidated, "cudaEventRecord: stream %d's capture was invalidated", st->id);
+  emu_event_mark(e, st);
   return cudaSuccess;
 }
+
+extern "C" cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { return cudaEventRecordWithFlags(e, s, 0); }
 
 extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
   EMU_ENTER();
   if (emu_event_arg(e, "cudaStreamWaitEvent") || emu_stream_arg(s, "cudaStreamWaitEvent"))
     return cudaErrorInvalidResourceHandle;
+  if (e->captured) {
+    CUstream_st *st = emu_resolve(s);
+    if (st->capture && st->graph == e->captured) return cudaSuccess; /* in stream order already */
+    return emu_cuda_fail(cudaErrorStreamCaptureUnsupported, "cudaStreamWaitEvent: the event was recorded in a capture and "
+                         "stream %d would join it (fork and join across streams: not emulated)", st->id);
+  }
+  if (emu_resolve(s)->capture)
+    return emu_capture_refuse(emu_resolve(s), cudaErrorStreamCaptureIsolation,
+                              "cudaStreamWaitEvent on an event recorded outside the capture");
   if (!e->recorded) return cudaSuccess; /* waiting on an event never recorded completes at once */
   {
     CUstream_st *es = e->stream;
@@ -286,6 +400,7 @@ extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsign
 extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   EMU_ENTER();
   if (emu_event_arg(e, "cudaEventSynchronize")) return cudaErrorInvalidResourceHandle;
+  if (e->captured) return emu_cuda_fail(cudaErrorStreamCaptureUnsupported, "cudaEventSynchronize: the event was recorded in a capture");
   if (e->recorded) emu_run_upto(e->stream, e->seq);
   return emu_sticky();
 }
@@ -361,6 +476,12 @@ static cudaError_t emu_copy(const char *who, void *dst, const void *src, size_t 
   if (emu_stream_arg(s, who)) return cudaErrorInvalidResourceHandle;
   if (!n) return cudaSuccess;
   if ((e = emu_copy_check(who, dst, src, n, &kind)) != cudaSuccess) return e;
+  if (sync && emu_capture_unsafe(who) != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
+  if (emu_resolve(s)->capture &&
+      (kind == cudaMemcpyHostToHost || (kind == cudaMemcpyHostToDevice && !emu_is_pinned(src)) ||
+       (kind == cudaMemcpyDeviceToHost && !emu_is_pinned(dst))))
+    return emu_capture_refuse(emu_resolve(s), cudaErrorStreamCaptureUnsupported,
+                              "a copy from or into pageable host memory (it waits for the stream, or stages the source now)");
   emu_counts.copies++;
   if (kind == cudaMemcpyHostToHost) { /* fully synchronous */
     emu_enqueue(s, "copy", [dst, src, n]() { memcpy(dst, src, n); });
@@ -392,6 +513,7 @@ static cudaError_t emu_memset(const char *who, void *p, int v, size_t n, cudaStr
   if (emu_stream_arg(s, who)) return cudaErrorInvalidResourceHandle;
   if (!n) return cudaSuccess;
   if (emu_dev_range(p, n, m, sizeof m)) return emu_cuda_fail(cudaErrorInvalidValue, "%s(%zu bytes): %s", who, n, m);
+  if (sync && emu_capture_unsafe(who) != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
   emu_counts.copies++;
   emu_enqueue(s, "memset", [p, v, n]() { memset(p, v, n); });
   if (sync) emu_run_upto(emu_resolve(s), emu_seq);
@@ -500,5 +622,112 @@ cudaError_t tt_emu_launch_erased(tt_emu_launch_desc *d) {
     });
     emu_enqueue(d->stream, d->name, [copy]() { emu_run_launch(copy.get()); });
   }
+  return cudaSuccess;
+}
+
+
+/* ------------------------------------ graphs ------------------------------------------ */
+
+extern "C" cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode) {
+  CUstream_st *st;
+  EMU_ENTER();
+  if (emu_stream_arg(s, "cudaStreamBeginCapture")) return cudaErrorInvalidResourceHandle;
+  st = emu_resolve(s);
+  if (st == &emu_null_stream)
+    return emu_cuda_fail(cudaErrorStreamCaptureUnsupported, "cudaStreamBeginCapture: the legacy default stream cannot be captured");
+  if (mode != cudaStreamCaptureModeGlobal && mode != cudaStreamCaptureModeThreadLocal && mode != cudaStreamCaptureModeRelaxed)
+    return emu_cuda_fail(cudaErrorInvalidValue, "cudaStreamBeginCapture: mode %d", (int)mode);
+  if (st->capture) return emu_cuda_fail(cudaErrorIllegalState, "cudaStreamBeginCapture: stream %d is capturing already", st->id);
+  st->graph = new CUgraph_st();
+  st->graph->alive = 1;
+  emu_graphs.insert(st->graph);
+  st->capture = cudaStreamCaptureStatusActive, st->capture_mode = mode;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph) {
+  CUstream_st *st;
+  int status;
+  EMU_ENTER();
+  if (emu_stream_arg(s, "cudaStreamEndCapture")) return cudaErrorInvalidResourceHandle;
+  if (!graph) return emu_cuda_fail(cudaErrorInvalidValue, "cudaStreamEndCapture: NULL graph pointer");
+  st = emu_resolve(s);
+  *graph = NULL;
+  if (!st->capture)
+    return emu_cuda_fail(cudaErrorIllegalState, "cudaStreamEndCapture: stream %d is not capturing", st->id);
+  status = st->capture;
+  st->capture = cudaStreamCaptureStatusNone;
+  for (std::set<CUevent_st *>::iterator it = emu_events_all.begin(); it != emu_events_all.end(); ++it)
+    if ((*it)->captured == st->graph) (*it)->captured = NULL, (*it)->recorded = 0; /* internal nodes end with it */
+  if (status != cudaStreamCaptureStatusActive) {
+    st->graph->alive = 0, st->graph->nodes.clear();
+    st->graph = NULL;
+    return emu_cuda_fail(cudaErrorStreamCaptureInvalidated,
+                         "cudaStreamEndCapture: stream %d's capture was invalidated by a call it refused earlier", st->id);
+  }
+  *graph = st->graph;
+  st->graph = NULL;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus *status) {
+  EMU_ENTER();
+  if (emu_stream_arg(s, "cudaStreamIsCapturing")) return cudaErrorInvalidResourceHandle;
+  if (!status) return emu_cuda_fail(cudaErrorInvalidValue, "cudaStreamIsCapturing: NULL status");
+  *status = (cudaStreamCaptureStatus)emu_resolve(s)->capture;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t g, unsigned long long flags) {
+  EMU_ENTER();
+  if (!exec) return emu_cuda_fail(cudaErrorInvalidValue, "cudaGraphInstantiate: NULL exec pointer");
+  if (!g || !emu_graphs.count(g) || !g->alive)
+    return emu_cuda_fail(cudaErrorInvalidValue, "cudaGraphInstantiate: %p is not a live graph", (void *)g);
+  if (flags) return emu_cuda_fail(cudaErrorInvalidValue, "cudaGraphInstantiate: flags 0x%llx (none emulated)", flags);
+  CUgraphExec_st *x = new CUgraphExec_st();
+  x->nodes = g->nodes, x->alive = 1; /* a copy: the graph may be destroyed */
+  emu_graph_execs.insert(x);
+  *exec = x;
+  return cudaSuccess;
+}
+extern "C" cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g, unsigned long long flags) {
+  return cudaGraphInstantiateWithFlags(exec, g, flags);
+}
+
+/* Queues x's nodes on s in their captured order (recorded, when s captures itself). */
+extern "C" cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s) {
+  CUstream_st *st;
+  EMU_ENTER();
+  if (!x || !emu_graph_execs.count(x) || !x->alive)
+    return emu_cuda_fail(cudaErrorInvalidResourceHandle, "cudaGraphLaunch: %p is not a live instantiated graph", (void *)x);
+  if (emu_stream_arg(s, "cudaGraphLaunch")) return cudaErrorInvalidResourceHandle;
+  st = emu_resolve(s);
+  if (st->capture) return emu_capture_refuse(st, cudaErrorStreamCaptureUnsupported, "cudaGraphLaunch (a child graph: not emulated)");
+  for (size_t i = 0; i < x->nodes.size(); i++) {
+    const emu_node &nd = x->nodes[i];
+    if (nd.record) {
+      if (nd.record->alive) emu_event_mark(nd.record, st);
+    } else {
+      emu_enqueue(st, nd.what, nd.fn);
+    }
+  }
+  emu_graph_launch_count++, emu_graph_node_count += x->nodes.size();
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x) {
+  EMU_ENTER();
+  if (!x || !emu_graph_execs.count(x) || !x->alive)
+    return emu_cuda_fail(cudaErrorInvalidValue, "cudaGraphExecDestroy: %p is not a live instantiated graph", (void *)x);
+  /* queued replays hold their own copies of the nodes' work */
+  x->alive = 0, x->nodes.clear();
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+  EMU_ENTER();
+  if (!g || !emu_graphs.count(g) || !g->alive)
+    return emu_cuda_fail(cudaErrorInvalidValue, "cudaGraphDestroy: %p is not a live graph", (void *)g);
+  g->alive = 0, g->nodes.clear();
   return cudaSuccess;
 }

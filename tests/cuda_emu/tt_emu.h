@@ -14,6 +14,11 @@ typedef struct tt_emu_counts {
   size_t launches, threads, blas_calls, dnn_calls, copies;
 } tt_emu_counts;
 void tt_emu_get_counts(tt_emu_counts *c);
+/* Device and page-locked allocations (cudaMalloc, cudaMallocAsync, cudaHostAlloc, cudaMallocHost,
+ * cudaHostRegister) made so far. */
+size_t tt_emu_allocations(void);
+/* cudaGraphLaunch calls that queued a graph's work so far, and the nodes they queued. */
+size_t tt_emu_graph_launches(size_t *nodes);
 /* Launches of the kernel named `name` (as written in its TT_LAUNCH: "cuda_ew_cast_k") so far. */
 size_t tt_emu_kernel_launches(const char *name);
 /* The device flags (cudaSetDeviceFlags; 0 until set) and the flags an event was created with. */

@@ -171,6 +171,8 @@ void test_batch_overlap(void);
 /* cuda_offload.c */
 void test_offload(void);
 void test_offload_plan(void);
+void test_cuda_graph_equal(void);
+void test_cuda_graph_refused(void);
 float test_find_step(tt_backend *be, unsigned used[3], tt_err *err);
 void test_conv_find(void);
 void test_conv_log(void);

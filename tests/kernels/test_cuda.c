@@ -98,6 +98,10 @@ static const tt_test_case tests[] = {
            "the emulated cuDNN's timings (on a GPU, cudnnFind*Ex runs at every setup)"),
   EMU_TEST("cuda_conv_log", "step conv", test_conv_log,
            "TINYTRAIN_CUDA_CONV_LOG=1 on a GPU prints the same lines (tests/gpu/acceptance.sh)"),
+  EMU_TEST("cuda_graph_step_equals_eager", "step graph", test_cuda_graph_equal,
+           "the emulation counts allocations and graph launches (a GPU run: tests/gpu/)"),
+  EMU_TEST("cuda_graph_refused_falls_back", "step graph", test_cuda_graph_refused,
+           "the emulation counts allocations and graph launches (a GPU run: tests/gpu/)"),
   TT_TEST("cuda_no_allocation_and_peak", "step device", FN(test_no_alloc_and_peak)),
 #if defined(TT_HAVE_NCCL) && !defined(TT_CUDA_EMULATION)
   TT_TEST("cuda_nccl_one_rank", "nccl device", FN(test_nccl_one_rank)), /* last: the communicator stays with the backend */
