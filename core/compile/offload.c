@@ -1,7 +1,6 @@
 /* core/compile/offload.c — planned host offload of the optimizer state: the lowering pass, the
  * link's cost and the default host budget (offload.h). */
 #include "offload.h"
-#include "policy.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,44 +86,4 @@ size_t tt_offload_default_host_budget(void) {
   }
 #endif
   return (size_t)(avail * TT_HOST_MEM_DEFAULT_FRACTION);
-}
-
-/* Planned host offload (offload.h): the search again with the optimizer state in pinned host memory
- * (under [train] optimizer_state = auto, fp32 state first, then bf16, int8, until a plan fits the
- * budget and its host region fits o->host_bytes); it replaces r's schedule when it is faster per
- * effective batch, the copies over the link included (cost.c), or when r has none (*have 0). Nothing
- * when offload is off (host_bytes 0), the backend computes in host memory, the profile has no link or
- * the optimizer keeps no state. 0, or -1 with err set. */
-int tt_offload_search(const tt_graph *g, tt_backend *be, tt_policy_opts *o, tt_policy_result *r, int *have,
-                      size_t *min_arena, tt_plan_memo *memo, tt_err *err) {
-  const tt_train_cfg *tc = &g->model->train;
-  if (!o->host_bytes || be->host_memory || tt_offload_link_bytes_per_s(o->profile) <= 0.0 ||
-      (tc->optimizer == TT_OPT_SGD && tc->momentum == 0.0f))
-    return 0;
-  tt_policy_result q;
-  memset(&q, 0, sizeof q);
-  q.budget_bytes = r->budget_bytes, q.reserve_bytes = r->reserve_bytes;
-  unsigned char *rec = (unsigned char *)tt_calloc((size_t)g->nnodes, 1, "schedule", err);
-  q.recompute = (unsigned char *)tt_calloc((size_t)g->nnodes, 1, "schedule", err);
-  int got = 0, ostate_auto = tc->optimizer_state == TT_OSTATE_AUTO, keep_ostate = o->ostate;
-  if (!rec || !q.recompute) got = -1;
-  o->offload = 1;
-  for (int st = TT_STATE_F32; got == 0 && st <= (ostate_auto ? TT_STATE_INT8 : TT_STATE_F32); st++) {
-    o->ostate = st;
-    if ((got = tt_policy_search_at(g, be, o, &q, rec, min_arena, memo, err)) == 1 && q.train.host_bytes > o->host_bytes) {
-      tt_program_free(&q.train); /* over the host budget: smaller state, or no offload */
-      q.nalts = 0, got = 0;
-    }
-  }
-  o->offload = 0, o->ostate = keep_ostate;
-  r->candidates_tried += q.candidates_tried;
-  free(rec);
-  if (got == 1 && (!*have || q.predicted_step_ms < r->predicted_step_ms)) {
-    q.candidates_tried = r->candidates_tried;
-    tt_policy_result_free(r);
-    *r = q, *have = 1;
-    return 0;
-  }
-  tt_policy_result_free(&q);
-  return got < 0 ? -1 : 0;
 }

@@ -10,35 +10,16 @@
 #include "../base/knobs.h"
 #include "offload.h"
 #include "policy.h"
+#include "policy_int.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* A candidate's memory form (policy_plan_one): bit 0 compact saves, bit 1 the fused attention form. */
-#define POLICY_COMPACT 1
-#define POLICY_FUSED 2
-
-/* What every plan of one candidate shares: the graph, backend and options, the budget (0: none),
- * micro-batch, accumulation steps and dtype; min_arena (may be NULL) receives the smallest arena
- * planned, memo (may be NULL) remembers the arena plans made, cache (may be NULL) the programs
- * policy_try made for the candidate. */
-typedef struct policy_ctx {
-  const tt_graph *g;
-  tt_backend *be;
-  const tt_policy_opts *o;
-  size_t budget;
-  int mb, accum;
-  tt_dtype dt;
-  size_t *min_arena;
-  tt_plan_memo *memo;
-  struct policy_cache *cache;
-  tt_err *err;
-} policy_ctx;
 
 /* A context by value: the search, the reports and max_batch each fill in their own. */
-static policy_ctx policy_ctx_of(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
+policy_ctx tt_policy_ctx_of(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
                                 tt_dtype dt, size_t *min_arena, tt_plan_memo *memo, tt_err *err) {
   policy_ctx c;
   c.g = g, c.be = be, c.o = o, c.budget = budget, c.mb = mb, c.accum = accum, c.dt = dt;
@@ -540,7 +521,7 @@ static int policy_fit_loop(const policy_ctx *c, const policy_rsearch *r, double 
 static int policy_fit_cached(const policy_ctx *c, unsigned char *rec, tt_program *out);
 
 /* policy_fit_cached with a program cache for the candidate (policy_try), freed after. */
-static int policy_fit(const policy_ctx *cin, unsigned char *rec, tt_program *out) {
+int tt_policy_fit(const policy_ctx *cin, unsigned char *rec, tt_program *out) {
   policy_cache cache;
   policy_ctx c = *cin;
   memset(&cache, 0, sizeof cache);
@@ -665,8 +646,8 @@ static void policy_keep(tt_policy_result *r, const tt_program *p, const unsigned
 /* The search: each precision allowed, micro-batches from the effective batch down. Returns 1 with
  * the fastest fitting candidate kept in r and the others fitting listed as alternatives, 0 when
  * nothing fits, -1 on error. *min_arena receives the smallest arena any candidate planned. */
-int tt_policy_search_at(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r,
-                        unsigned char *rec, size_t *min_arena, tt_plan_memo *memo, tt_err *err) {
+static int policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r,
+                         unsigned char *rec, size_t *min_arena, tt_plan_memo *memo, tt_err *err) {
   int n = g->nnodes, eff = g->model->train.batch, have = 0, failed = 0;
   tt_dtype dts[2];
   int ndt = 0;
@@ -677,8 +658,8 @@ int tt_policy_search_at(const tt_graph *g, tt_backend *be, const tt_policy_opts 
     for (int mb = eff; mb >= 1; mb--) {
       if (eff % mb || (o->micro_batch > 0 && mb != o->micro_batch)) continue;
       tt_program p;
-      policy_ctx c = policy_ctx_of(g, be, o, r->budget_bytes, mb, eff / mb, dts[d], min_arena, memo, err);
-      int fit = policy_fit(&c, rec, &p);
+      policy_ctx c = tt_policy_ctx_of(g, be, o, r->budget_bytes, mb, eff / mb, dts[d], min_arena, memo, err);
+      int fit = tt_policy_fit(&c, rec, &p);
       r->candidates_tried++;
       /* Under a budget, a candidate too large to plan (its sizes pass 2^64 bytes) does not
        * fit, and a smaller micro-batch may; err keeps why in case none plans at all. */
@@ -749,6 +730,47 @@ static int policy_refuse(const tt_graph *g, tt_backend *be, const tt_policy_opts
   return -1;
 }
 
+/* Planned host offload (offload.h): the search again with the optimizer state in pinned host memory
+ * (under [train] optimizer_state = auto, fp32 state first, then bf16, int8, until a plan fits the
+ * budget and its host region fits o->host_bytes); it replaces r's schedule when it is faster per
+ * effective batch, the copies over the link included (cost.c), or when r has none (*have 0). Nothing
+ * when offload is off (host_bytes 0), the backend computes in host memory, the profile has no link or
+ * the optimizer keeps no state. 0, or -1 with err set. */
+static int policy_offload(const tt_graph *g, tt_backend *be, tt_policy_opts *o, tt_policy_result *r, int *have,
+                          size_t *min_arena, tt_plan_memo *memo, tt_err *err) {
+  const tt_train_cfg *tc = &g->model->train;
+  if (!o->host_bytes || be->host_memory || tt_offload_link_bytes_per_s(o->profile) <= 0.0 ||
+      (tc->optimizer == TT_OPT_SGD && tc->momentum == 0.0f))
+    return 0;
+  tt_policy_result q;
+  memset(&q, 0, sizeof q);
+  q.budget_bytes = r->budget_bytes, q.reserve_bytes = r->reserve_bytes;
+  unsigned char *rec = (unsigned char *)tt_calloc((size_t)g->nnodes, 1, "schedule", err);
+  q.recompute = (unsigned char *)tt_calloc((size_t)g->nnodes, 1, "schedule", err);
+  q.compress = (unsigned char *)tt_calloc((size_t)g->nnodes, 1, "schedule", err); /* as tt_policy_search's */
+  int got = 0, ostate_auto = tc->optimizer_state == TT_OSTATE_AUTO, keep_ostate = o->ostate;
+  if (!rec || !q.recompute || !q.compress) got = -1;
+  o->offload = 1;
+  for (int st = TT_STATE_F32; got == 0 && st <= (ostate_auto ? TT_STATE_INT8 : TT_STATE_F32); st++) {
+    o->ostate = st;
+    if ((got = policy_search(g, be, o, &q, rec, min_arena, memo, err)) == 1 && q.train.host_bytes > o->host_bytes) {
+      tt_program_free(&q.train); /* over the host budget: smaller state, or no offload */
+      q.nalts = 0, got = 0;
+    }
+  }
+  o->offload = 0, o->ostate = keep_ostate;
+  r->candidates_tried += q.candidates_tried;
+  free(rec);
+  if (got == 1 && (!*have || q.predicted_step_ms < r->predicted_step_ms)) {
+    q.candidates_tried = r->candidates_tried;
+    tt_policy_result_free(r);
+    *r = q, *have = 1;
+    return 0;
+  }
+  tt_policy_result_free(&q);
+  return got < 0 ? -1 : 0;
+}
+
 /* One plan memo for the whole search: candidates at different micro-batches never share a plan,
  * but the searches and forms of one candidate often do. */
 int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oin, tt_policy_result *r, tt_err *err) {
@@ -771,8 +793,8 @@ int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oi
    * smaller state frees its bytes for activations; tt_program_state_fmt keeps small tensors fp32) */
   int have = 0, ostate_auto = g->model->train.optimizer_state == TT_OSTATE_AUTO;
   for (int st = TT_STATE_F32; st <= (ostate_auto ? TT_STATE_INT8 : TT_STATE_F32) && !have; st++)
-    if (o.ostate = st, (have = tt_policy_search_at(g, be, &o, r, rec, &min_arena, memo, err)) < 0) break;
-  if (have >= 0 && tt_offload_search(g, be, &o, r, &have, &min_arena, memo, err)) have = -1;
+    if (o.ostate = st, (have = policy_search(g, be, &o, r, rec, &min_arena, memo, err)) < 0) break;
+  if (have >= 0 && policy_offload(g, be, &o, r, &have, &min_arena, memo, err)) have = -1;
   tt_plan_memo_free(memo);
   free(rec);
   if (have < 0) {
@@ -870,7 +892,7 @@ static void policy_dominant(const tt_graph *g, tt_backend *be, const tt_policy_o
     free(rr);
     return;
   }
-  policy_ctx c = policy_ctx_of(g, be, o, 0, o->micro_batch > 0 ? o->micro_batch : 1, eff,
+  policy_ctx c = tt_policy_ctx_of(g, be, o, 0, o->micro_batch > 0 ? o->micro_batch : 1, eff,
                                o->precision == TT_PREC_FP32 ? TT_F32 : tt_policy_half(o), NULL, NULL, &e2);
   if (!policy_try_form(&c, o->inplace, rr, POLICY_COMPACT | POLICY_FUSED, &q)) { /* the smallest plan: compact saves and fused attention */
     size_t at[TT_BC_COUNT];
@@ -901,7 +923,7 @@ static void policy_savings(const tt_graph *g, tt_backend *be, const tt_policy_op
   dec = none + n;
   for (int i = 0; i < n; i++)
     dec[i] = r->recompute[i] ? TT_DEC_RECOMPUTE : r->compress && r->compress[i] ? TT_DEC_COMPRESS : TT_DEC_KEEP;
-  policy_ctx c = policy_ctx_of(g, be, o, 0, pol->micro_batch, pol->accum_steps, TT_F32, NULL, NULL, &e2);
+  policy_ctx c = tt_policy_ctx_of(g, be, o, 0, pol->micro_batch, pol->accum_steps, TT_F32, NULL, NULL, &e2);
   if (!policy_try_form(&c, 0, none, 0, &q)) {
     r->arena_fp32_plain = q.arena_bytes;
     tt_program_free(&q);
@@ -929,55 +951,6 @@ void tt_policy_explain(const tt_graph *g, tt_backend *be, const tt_policy_opts *
   for (int i = 0; i < r->nalts; i++)
     snprintf(r->alts[i].why, sizeof r->alts[i].why, "fits, predicted %.0f%% slower than the chosen policy",
              100.0 * (r->alts[i].step_ms / r->predicted_step_ms - 1.0));
-}
-
-/* The arena grows with the micro-batch, so fitting is monotone: doubling then bisection, through
- * policy_fit (recompute searched as the mode says), with one plan memo across the batches. */
-int tt_policy_max_batch(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_dtype dt, tt_recompute_mode rm,
-                       size_t *arena_out) {
-  size_t budget = o->vram_bytes > o->reserve_bytes ? o->vram_bytes - o->reserve_bytes : 0;
-  int n = g->nnodes;
-  unsigned char *rec = (unsigned char *)calloc((size_t)n, 1);
-  if (!rec) return 0;
-  tt_policy_opts oo = *o;
-  oo.recompute = rm;
-  if (!oo.profile) oo.profile = tt_profile_cuda_generic();
-  /* arena size grows with the micro-batch: double until it does not fit, then bisect */
-  int lo = 0, hi = 1;
-  size_t lo_arena = 0;
-  tt_err e;
-  tt_plan_memo *memo = tt_plan_memo_new(); /* NULL (out of memory): plans without one */
-  policy_ctx c = policy_ctx_of(g, be, &oo, budget, hi, 1, dt, NULL, memo, &e);
-  for (;;) {
-    tt_program p;
-    c.mb = hi;
-    int fit = policy_fit(&c, rec, &p);
-    if (fit <= 0) break;
-    lo = hi, lo_arena = p.arena_bytes;
-    tt_program_free(&p);
-    if (hi >= (1 << 16)) break;
-    hi *= 2;
-  }
-  if (lo > 0 && hi > lo) {
-    int a = lo, b = hi; /* a fits, b does not */
-    while (b - a > 1) {
-      int mid = a + (b - a) / 2;
-      tt_program p;
-      c.mb = mid;
-      int fit = policy_fit(&c, rec, &p);
-      if (fit > 0) {
-        a = mid, lo_arena = p.arena_bytes;
-        tt_program_free(&p);
-      } else {
-        b = mid;
-      }
-    }
-    lo = a;
-  }
-  free(rec);
-  tt_plan_memo_free(memo);
-  if (arena_out) *arena_out = lo_arena;
-  return lo;
 }
 
 void tt_policy_result_free(tt_policy_result *r) {

@@ -94,16 +94,6 @@ tt_dtype tt_policy_half(const tt_policy_opts *o);
  * 0, or tt_lower's or tt_program_plan's error with err set and p freed. */
 int tt_policy_plan(const tt_graph *g, tt_policy *pol, tt_backend *be, tt_program *p, tt_err *err);
 int tt_policy_search(const tt_graph *g, tt_backend *planner_be, const tt_policy_opts *o, tt_policy_result *r, tt_err *err);
-/* One search (tt_policy_search's core, for offload.c): each precision allowed, micro-batches from the
- * effective batch down, under o as given. 1 with the fastest fitting candidate kept in r and the
- * others listed as alternatives, 0 when nothing fits, -1 on error; *min_arena gets the smallest
- * arena any candidate planned; rec is scratch [g->nnodes]; memo may be NULL. */
-int tt_policy_search_at(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r,
-                        unsigned char *rec, size_t *min_arena, tt_plan_memo *memo, tt_err *err);
-/* Planned host offload (offload.c): tt_policy_search_at again with the optimizer state in pinned
- * host memory, kept in r when faster or alone fitting (*have). 0, or -1 with err set. */
-int tt_offload_search(const tt_graph *g, tt_backend *be, tt_policy_opts *o, tt_policy_result *r, int *have,
-                      size_t *min_arena, tt_plan_memo *memo, tt_err *err);
 void tt_policy_result_free(tt_policy_result *r);
 /* The convolution workspace cap from the budget, after tt_policy_search (the CUDA backend: cuDNN
  * algorithms are chosen among those whose workspace is at most a cap, by default 64 MiB). The

@@ -1,0 +1,35 @@
+/* core/compile/policy_int.h — what the policy search (policy.c) shares with the largest-batch
+ * search (policy_batch.c): one candidate's context and the fit of one candidate. */
+#ifndef TT_POLICY_INT_H
+#define TT_POLICY_INT_H
+#include "policy.h"
+
+/* A candidate's memory form (policy_plan_one): bit 0 compact saves, bit 1 the fused attention form. */
+#define POLICY_COMPACT 1
+#define POLICY_FUSED 2
+
+/* What every plan of one candidate shares: the graph, backend and options, the budget (0: none),
+ * micro-batch, accumulation steps and dtype; min_arena (may be NULL) receives the smallest arena
+ * planned, memo (may be NULL) remembers the arena plans made, cache (may be NULL) the programs
+ * policy_try made for the candidate. */
+typedef struct policy_ctx {
+  const tt_graph *g;
+  tt_backend *be;
+  const tt_policy_opts *o;
+  size_t budget;
+  int mb, accum;
+  tt_dtype dt;
+  size_t *min_arena;
+  tt_plan_memo *memo;
+  struct policy_cache *cache;
+  tt_err *err;
+} policy_ctx;
+
+/* A context by value: the search, the reports and max_batch each fill in their own. */
+policy_ctx tt_policy_ctx_of(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
+                            tt_dtype dt, size_t *min_arena, tt_plan_memo *memo, tt_err *err);
+/* The candidate cin fitted to its budget (policy.c: the recompute searches as the options say):
+ * 1 with out planned, 0 when nothing fits, -1 on error. */
+int tt_policy_fit(const policy_ctx *cin, unsigned char *rec, tt_program *out);
+
+#endif
