@@ -106,6 +106,7 @@ sigjmp_buf g_fault_jmp;
 volatile sig_atomic_t g_in_kernel;
 char g_fault_msg[1024];
 uint64_t g_launch_no;
+extern "C" size_t tt_emu_launches_run(void) { return (size_t)g_launch_no; }
 int g_order = -1; /* 0 sequential, 1 permuted */
 /* Dynamic shared memory: one mapping, [ body | guard page ], reused launch after launch (blocks
  * and launches run one at a time) and replaced by a larger one when a launch asks for more. Not

@@ -19,6 +19,10 @@ void tt_emu_get_counts(tt_emu_counts *c);
 size_t tt_emu_allocations(void);
 /* cudaGraphLaunch calls that queued a graph's work so far, and the nodes they queued. */
 size_t tt_emu_graph_launches(size_t *nodes);
+/* Kernel launches that have run so far (eager ones and a graph's replayed ones): the count
+ * TT_EMU_FAULT_LAUNCH=N compares with. tt_emu_counts.launches counts launch calls instead, which a
+ * capture records without running and a replay runs without calling. */
+size_t tt_emu_launches_run(void);
 /* Launches of the kernel named `name` (as written in its TT_LAUNCH: "cuda_ew_cast_k") so far. */
 size_t tt_emu_kernel_launches(const char *name);
 /* The device flags (cudaSetDeviceFlags; 0 until set) and the flags an event was created with. */
