@@ -6,6 +6,7 @@
 #include "exec.h"
 #include "offload_exec.h"
 #include "exec_graph.h"
+#include "exec_prof.h"
 
 #include "../base/knobs.h"
 #include "../../kernels/kernel_math.h"
@@ -14,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 uint64_t tt_hash64(uint64_t a, uint64_t b) {
   /* the mixer over both words (the historical a * golden + b + 0x632BE59BD9B4E019, then the finaliser) */
@@ -97,146 +97,6 @@ static int exec_prepare(tt_exec *x, tt_err *err) {
     return tt_fail(err, "backend '%s' could not prepare the program's %d calls: %s", be->name, n,
                    be->last_error ? be->last_error(be) : "");
   return 0;
-}
-
-/* ------------------ TINYTRAIN_CUDA_SYNC and TINYTRAIN_PROFILE -------------------------- */
-
-/* One row of the profile. With the backend's timers (backend.h timer_*), ev[0] and ev[1] are
- * recorded around the step's calls and read by exec_prof_flush at the step's end (pending: a
- * pair recorded but not read yet), so no wait falls between the steps; else the host's clock
- * around a synchronised step. */
-typedef struct tt_exec_prof {
-  double seconds;
-  long count;
-  void *ev[2];
-  int pending;
-} tt_exec_prof;
-
-static double exec_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static const char *exec_step_op_name(const tt_step *s) {
-  switch (s->op) {
-    case TT_S_LOAD_INPUT: return "load_input";
-    case TT_S_CAST: return "cast";
-    case TT_S_FWD: return "forward";
-    case TT_S_BWD: return "backward";
-    case TT_S_LOSS: return "loss";
-    case TT_S_CHECK: return "overflow_check";
-    case TT_S_UPDATE: return "update";
-    case TT_S_CLIP: return "clip_norm";
-    default: return "step";
-  }
-}
-
-/* TINYTRAIN_CUDA_SYNC: waits for the device after `what` of step s and names it if the device failed. */
-static int exec_sync_point(tt_exec *x, const tt_program *p, const tt_step *s, const char *what, tt_err *err) {
-  if (!x->sync_each || !x->be->sync(x->be)) return 0;
-  return tt_fail(err, "TINYTRAIN_CUDA_SYNC: the device failed in %s of step %d (%s of layer '%s', %s program): %s", what,
-                 (int)(s - p->steps), exec_step_op_name(s), s->name ? s->name : "-", p == x->eval ? "evaluation" : "training",
-                 x->be->last_error(x->be));
-}
-
-static tt_exec_prof *exec_prof_slot(tt_exec *x, const tt_program *p, int step) {
-  if (!x->prof) return NULL;
-  int ntrain = x->train ? x->train->nsteps + 1 : 0;
-  return p == x->train ? &x->prof[step < 0 ? ntrain - 1 : step] : &x->prof[ntrain + step];
-}
-
-/* Reads every pair recorded since the last flush into its row (waiting for the last one's work). */
-static int exec_prof_flush(tt_exec *x, tt_err *err) {
-  int rows = (x->train ? x->train->nsteps + 1 : 0) + (x->eval ? x->eval->nsteps : 0);
-  for (int i = 0; x->prof && x->timed && i < rows; i++) {
-    tt_exec_prof *e = &x->prof[i];
-    float ms = 0.0f;
-    if (!e->pending) continue;
-    e->pending = 0;
-    if (x->be->timer_elapsed(x->be, e->ev[0], e->ev[1], &ms))
-      return tt_fail(err, "TINYTRAIN_PROFILE: reading a step's device time failed: %s", x->be->last_error(x->be));
-    e->seconds += ms * 1e-3, e->count++;
-  }
-  return 0;
-}
-
-/* Starts row pf's clock: its first timer event (a row still pending is read first, so a step that
- * runs twice before the step's end, as under accumulation, waits then), or the host's clock. */
-static int exec_prof_begin(tt_exec *x, tt_exec_prof *pf, double *t0, tt_err *err) {
-  tt_backend *be = x->be;
-  if (!x->timed) return *t0 = exec_now(), 0;
-  if (pf->pending && exec_prof_flush(x, err)) return -1;
-  for (int k = 0; k < 2; k++)
-    if (!pf->ev[k] && !(pf->ev[k] = be->timer_create(be)))
-      return tt_fail(err, "TINYTRAIN_PROFILE: creating a timer failed: %s", be->last_error(be));
-  if (be->event_record(be, pf->ev[0])) return tt_fail(err, "TINYTRAIN_PROFILE: %s", be->last_error(be));
-  return 0;
-}
-
-static int exec_prof_end(tt_exec *x, tt_exec_prof *pf, double t0, tt_err *err) {
-  if (!x->timed) return pf->seconds += exec_now() - t0, pf->count++, 0;
-  if (x->be->event_record(x->be, pf->ev[1])) return tt_fail(err, "TINYTRAIN_PROFILE: %s", x->be->last_error(x->be));
-  pf->pending = 1;
-  return 0;
-}
-
-/* TINYTRAIN_CUDA_PROFILE_STEP: opens (on = 1) or closes the backend's profiler range, once each. */
-static int exec_profiler(tt_exec *x, int on, tt_err *err) {
-  if (!x->be->profiler_range || x->prof_range == on) return 0;
-  x->prof_range = on;
-  if (x->be->profiler_range(x->be, on))
-    return tt_fail(err, "TINYTRAIN_CUDA_PROFILE_STEP: the profiler's %s failed: %s", on ? "start" : "stop",
-                   x->be->last_error(x->be));
-  return 0;
-}
-
-static void exec_prof_rows(const tt_exec *x, const tt_program *p, int base, int nrows, const tt_exec_prof **rows,
-                           const char **names, const char **ops, const char **prog, int *n) {
-  for (int i = 0; i < nrows; i++) {
-    const tt_exec_prof *e = &x->prof[base + i];
-    if (!e->count) continue;
-    rows[*n] = e;
-    if (i < p->nsteps) names[*n] = p->steps[i].name ? p->steps[i].name : "-", ops[*n] = exec_step_op_name(&p->steps[i]);
-    else names[*n] = "(all parameters)", ops[*n] = "optimizer update";
-    prog[*n] = p == x->eval ? "eval" : "train";
-    (*n)++;
-  }
-}
-
-void tt_exec_profile_print(const tt_exec *x, FILE *out) {
-  if (!x->prof) return;
-  int ntrain = x->train ? x->train->nsteps + 1 : 0, neval = x->eval ? x->eval->nsteps : 0, n = 0;
-  int cap = ntrain + neval;
-  const tt_exec_prof **rows = (const tt_exec_prof **)calloc((size_t)cap + 1, sizeof *rows);
-  const char **names = (const char **)calloc((size_t)cap + 1, sizeof *names);
-  const char **ops = (const char **)calloc((size_t)cap + 1, sizeof *ops);
-  const char **prog = (const char **)calloc((size_t)cap + 1, sizeof *prog);
-  if (!rows || !names || !ops || !prog) {
-    free(rows), free(names), free(ops), free(prog);
-    return;
-  }
-  if (x->train) exec_prof_rows(x, x->train, 0, ntrain, rows, names, ops, prog, &n);
-  if (x->eval) exec_prof_rows(x, x->eval, ntrain, neval, rows, names, ops, prog, &n);
-  double total = 0;
-  for (int i = 0; i < n; i++) total += rows[i]->seconds;
-  for (int i = 1; i < n; i++) /* by total time, most expensive first (insertion sort: a few hundred rows) */
-    for (int j = i; j > 0 && rows[j]->seconds > rows[j - 1]->seconds; j--) {
-      const tt_exec_prof *t = rows[j]; rows[j] = rows[j - 1], rows[j - 1] = t;
-      const char *a = names[j]; names[j] = names[j - 1], names[j - 1] = a;
-      a = ops[j], ops[j] = ops[j - 1], ops[j - 1] = a;
-      a = prog[j], prog[j] = prog[j - 1], prog[j - 1] = a;
-    }
-  fprintf(out, "TINYTRAIN_PROFILE: %d Program steps on %s, %.3f s in all (%s)\n", n, x->be->name, total,
-          x->be->host_memory ? "host wall time of each step"
-          : x->timed ? "device time between events around each step, read at the step's end; a step's idle gaps count"
-                     : "each step synchronised: device time with launch latency");
-  fprintf(out, "%-6s %-18s %-24s %8s %12s %10s %6s\n", "prog", "op", "layer", "calls", "total ms", "mean us", "%");
-  for (int i = 0; i < n; i++)
-    fprintf(out, "%-6s %-18s %-24s %8ld %12.3f %10.1f %6.2f\n", prog[i], ops[i], names[i], rows[i]->count,
-            rows[i]->seconds * 1e3, rows[i]->seconds * 1e6 / (double)rows[i]->count,
-            total > 0 ? 100.0 * rows[i]->seconds / total : 0.0);
-  free(rows), free(names), free(ops), free(prog);
 }
 
 /* Binds the programs' *_MULTI calls to pointer tables (exec.h seg_at): an UPDATE_MULTI's members as
@@ -333,11 +193,11 @@ void tt_exec_destroy(tt_exec *x) {
   if (!be) return;
   if (x->prof_range) { /* a run that ended inside the profiled step */
     tt_err e2;
-    if (exec_profiler(x, 0, &e2)) fprintf(stderr, "tinytrain: %s\n", e2.msg);
+    if (tt_exec_profiler(x, 0, &e2)) fprintf(stderr, "tinytrain: %s\n", e2.msg);
   }
   if (x->prof) {
     tt_err e2;
-    if (exec_prof_flush(x, &e2)) fprintf(stderr, "tinytrain: %s\n", e2.msg); /* teardown */
+    if (tt_exec_prof_flush(x, &e2)) fprintf(stderr, "tinytrain: %s\n", e2.msg); /* teardown */
     tt_exec_profile_print(x, stderr);
     int rows = (x->train ? x->train->nsteps + 1 : 0) + (x->eval ? x->eval->nsteps : 0);
     for (int i = 0; i < rows; i++)
@@ -615,15 +475,15 @@ static int exec_range(exec_run *r, int from, int to, tt_err *err) {
     const tt_step *s = &p->steps[i];
     if (s->op == TT_S_CHECK || s->op == TT_S_CLIP || s->op == TT_S_UPDATE)
       return tt_fail(err, "internal error: step %d of kind %d in the micro-step", i, (int)s->op);
-    if ((pf = exec_prof_slot(r->x, p, i)) != NULL && exec_prof_begin(r->x, pf, &t0, err)) return -1;
+    if ((pf = tt_exec_prof_slot(r->x, p, i)) != NULL && tt_exec_prof_begin(r->x, pf, &t0, err)) return -1;
     for (int k = p->step_call[i]; k < p->step_call[i + 1]; k++) {
       const tt_call *c = &p->calls[k];
       if (c->skip != TT_CALL_RUNS) continue;
-      if (exec_call(r, c, err) || exec_sync_point(r->x, p, s, tt_call_name(c->fn), err)) return -1;
+      if (exec_call(r, c, err) || tt_exec_sync_point(r->x, p, s, tt_call_name(c->fn), err)) return -1;
     }
     if (i == r->x->in_last && p == r->x->train && r->x->in_ev && !r->x->graph_capturing && be->event_record(be, r->x->in_ev))
       return tt_fail(err, "recording the batch's last use failed: %s", be->last_error(be)); /* the next batch may come in */
-    if (pf && exec_prof_end(r->x, pf, t0, err)) return -1;
+    if (pf && tt_exec_prof_end(r->x, pf, t0, err)) return -1;
     if (r->x->after_step && r->x->after_step(r->x->after_step_ud, i, err)) return -1;
   }
   return 0;
@@ -681,7 +541,7 @@ static int exec_micro(tt_exec *x, const tt_program *p, const uint8_t *images, co
   r.x = x, r.p = p, r.batch = p->policy.micro_batch, r.loss_batch = n, r.micro_index = micro_index, r.step = step;
   r.grad_scale = grad_scale;
   /* step counts from 0 here, from 1 in the knob and the logs; the range closes after the update */
-  if (p == x->train && micro_index == 0 && x->profile_step && step + 1 == x->profile_step && exec_profiler(x, 1, err))
+  if (p == x->train && micro_index == 0 && x->profile_step && step + 1 == x->profile_step && tt_exec_profiler(x, 1, err))
     return -1;
   if (images) {
     if (exec_upload_batch(x, p, images, labels, r.batch, &r, err)) return -1;
@@ -775,7 +635,7 @@ static int exec_update_held(exec_run *r, const tt_call *c, const tt_update_seg *
   else
     EXEC_CHECK(be->adam_update_held(be, segs, nseg, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay,
                                     h->kind == TT_OPT_ADAMW, t, grad_unscale, clip, flag));
-  return exec_sync_point(x, p, s, what, err);
+  return tt_exec_sync_point(x, p, s, what, err);
 }
 
 /* One call of the update phase (calls.c): the overflow flag zeroed and checked, the gradients'
@@ -843,7 +703,7 @@ static int exec_update_call(exec_run *r, const tt_call *c, const tt_opt_hparams 
     }
     default: return tt_fail(err, "internal error: backend call %s (%d) in the update phase", tt_call_name(c->fn), c->fn);
   }
-  return exec_sync_point(x, p, s, what, err);
+  return tt_exec_sync_point(x, p, s, what, err);
 }
 
 int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscale, int *overflow, tt_err *err) {
@@ -854,7 +714,7 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
   tt_clip clip;               /* clip_norm: the gradients' sum of squares, which every update reads */
   const tt_clip *clipp = NULL;
   int has_clip = 0;
-  tt_exec_prof *pf = exec_prof_slot(x, p, -1);
+  tt_exec_prof *pf = tt_exec_prof_slot(x, p, -1);
   double t0 = 0;
   memset(&r, 0, sizeof r);
   r.x = x, r.p = p;
@@ -865,14 +725,14 @@ int tt_exec_update(tt_exec *x, const tt_opt_hparams *h, int t, float grad_unscal
   if (overflow) *overflow = 0;
   if (pf && !x->timed && be->sync(be))
     return tt_fail(err, "TINYTRAIN_PROFILE: the device failed before the update: %s", be->last_error(be));
-  if (pf && exec_prof_begin(x, pf, &t0, err)) return -1;
+  if (pf && tt_exec_prof_begin(x, pf, &t0, err)) return -1;
   if (tt_offload_update_begin(x, err)) return -1; /* planned host offload: the first window copy */
   for (int k = p->step_call[p->micro_end]; k < p->ncalls; k++)
     if (p->calls[k].skip == TT_CALL_RUNS && (exec_update_call(&r, &p->calls[k], h, t, grad_unscale, &flag, &clip, &clipp, err) ||
                                              tt_offload_after(x, &p->calls[k], err)))
       return -1;
-  if (pf && (exec_prof_end(x, pf, t0, err) || exec_prof_flush(x, err))) return -1; /* the step's end */
-  if (x->prof_range && exec_profiler(x, 0, err)) return -1;
+  if (pf && (tt_exec_prof_end(x, pf, t0, err) || tt_exec_prof_flush(x, err))) return -1; /* the step's end */
+  if (x->prof_range && tt_exec_profiler(x, 0, err)) return -1;
   if (flag) {
     /* read the flag back without waiting: the next check zeroes it only after this copy */
     if (be->download_async(be, x->host_flag, flag, sizeof(int32_t), x->flag_ev))
@@ -904,7 +764,7 @@ int tt_exec_warmup(tt_exec *x, tt_err *err) {
       const tt_call *c = &p->calls[i];
       const tt_step *s = &p->steps[c->step];
       if ((s->op != TT_S_FWD && s->op != TT_S_BWD) || (s->kind != TT_L_CONV && s->kind != TT_L_LINEAR)) continue;
-      if (c->skip == TT_CALL_RUNS && (exec_call(&r, c, err) || exec_sync_point(x, p, s, tt_call_name(c->fn), err))) return -1;
+      if (c->skip == TT_CALL_RUNS && (exec_call(&r, c, err) || tt_exec_sync_point(x, p, s, tt_call_name(c->fn), err))) return -1;
     }
   }
   if (x->be->sync(x->be)) return tt_fail(err, "warming up on %s failed: %s", x->be->name, x->be->last_error(x->be));
