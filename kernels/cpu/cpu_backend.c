@@ -164,7 +164,7 @@ static const tt_backend cpu_be_table = {
     tt_ref_sgd_update, tt_ref_adam_update, tt_cpu_check_finite,
     tt_cpu_op_workspace, tt_cpu_prepare,
     tt_cpu_act_mask, tt_cpu_act_bwd_mask, tt_cpu_pool_argmax, tt_cpu_pool_bwd_idx,
-    tt_ref_save_compress, tt_ref_save_restore,
+    tt_cpu_save_compress, tt_cpu_save_restore,
     tt_cpu_ln_fwd, tt_cpu_ln_bwd, tt_cpu_attn_fwd, tt_cpu_attn_bwd,
     tt_ref_tokens_fwd, tt_ref_tokens_bwd, tt_ref_token_pool_fwd, tt_ref_token_pool_bwd,
     tt_ref_sum_squares,

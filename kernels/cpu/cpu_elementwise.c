@@ -255,6 +255,47 @@ int tt_cpu_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, t
   return 0;
 }
 
+/* ---- lossy saved copies (backend.h save_compress / save_restore) ----
+ * The bf16 format of an fp32 or bf16 tensor as our loops, split over the threads: the rounding
+ * is cast's (cpu_vec_bf_round, tt_bf16_from_f32's bits), a bf16 tensor's copy a plain copy. The
+ * other formats and dtypes (fp16, int8 with its per-channel scale) are the reference's loops. */
+
+/* count elements from x (sdt) into dst (ddt): fp32 -> bf16 rounds, bf16 -> fp32 widens, bf16 ->
+ * bf16 copies; a share per thread */
+static void cpu_ew_bf16_copy(tt_backend *b, size_t count, tt_dtype sdt, const void *x, tt_dtype ddt, void *dst) {
+  int nt = tt_cpu_threads_for(b, count);
+  (void)nt;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    size_t lo, hi;
+    cpu_vec_my_share(count, &lo, &hi);
+    if (hi > lo) {
+      if (sdt == ddt)
+        memcpy((uint16_t *)dst + lo, (const uint16_t *)x + lo, (hi - lo) * sizeof(uint16_t));
+      else if (sdt == TT_F32)
+        cpu_vec_bf_round((const float *)x + lo, (uint16_t *)dst + lo, hi - lo);
+      else
+        cpu_vec_bf_widen((const uint16_t *)x + lo, (float *)dst + lo, hi - lo);
+    }
+  }
+}
+
+int tt_cpu_save_compress(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x, void *dst) {
+  size_t count = (size_t)n * c * hw;
+  if (f != TT_SAVE_BF16 || (dt != TT_F32 && dt != TT_BF16) || n <= 0 || c <= 0 || hw <= 0 || !x || !dst)
+    return tt_ref_save_compress(b, f, n, c, hw, dt, x, dst); /* the reference checks and says why */
+  cpu_ew_bf16_copy(b, count, dt, x, TT_BF16, dst);
+  return 0;
+}
+
+int tt_cpu_save_restore(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *src, void *x) {
+  size_t count = (size_t)n * c * hw;
+  if (f != TT_SAVE_BF16 || (dt != TT_F32 && dt != TT_BF16) || n <= 0 || c <= 0 || hw <= 0 || !x || !src)
+    return tt_ref_save_restore(b, f, n, c, hw, dt, src, x);
+  cpu_ew_bf16_copy(b, count, TT_BF16, src, dt, x);
+  return 0;
+}
+
 /* ---- dropout (kernel_math.h: tt_dropout_hash; thresholds as the reference's) ---- */
 
 /* y[i] = keep(first + i) ? x[i] * scale : 0 */

@@ -301,13 +301,16 @@ size_t tt_cpu_conv_strided_workspace(tt_backend *b, const tt_op_desc *op);
 
 /* ---- table entries (cpu_conv.c, cpu_linear.c, cpu_bn.c, cpu_elementwise.c, cpu_pool.c,
  * cpu_layernorm.c, cpu_attention.c; check_finite: cpu_loss_optim.c). cast, dropout, normalize_u8,
- * act_mask, act_bwd_mask, gap, pool_argmax, pool_bwd_idx and check_finite are our loops in fp32
+ * act_mask, act_bwd_mask, gap, pool_argmax, pool_bwd_idx, check_finite and the bf16 saved copies are our loops in fp32
  * and bf16, the reference's bits (fp16 and the rest: the reference) ---- */
 TT_BACKEND_DECLARE_CONV_LINEAR(tt_cpu)
 TT_BACKEND_DECLARE_BN(tt_cpu)
 int tt_cpu_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                     const float *bias, const float *save_mean, const float *save_invstd, void *y);
 TT_BACKEND_DECLARE_ELEMENTWISE(tt_cpu)
+/* save_compress and save_restore (cpu_elementwise.c): the bf16 format of fp32 and bf16 tensors */
+tt_save_compress_fn tt_cpu_save_compress;
+tt_save_restore_fn tt_cpu_save_restore;
 /* cpu_dnnl.c: y (count elements of dt) = beta*y + x (x of sdt: fp32, or bf16 when dt is bf16 too); beta == 0
  * overwrites, NaNs included. Rounds as the reference's tt_ref_st_beta does: a primitive's result
  * written back into a gradient. */

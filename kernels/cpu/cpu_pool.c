@@ -2,7 +2,7 @@
  * (fp32 and bf16, NCHW and NHWC, below); average pooling, and the backward of overlapping bf16
  * max-pool windows, as oneDNN primitives (fp32, and bf16 where oneDNN computes it:
  * tt_cpu_compute_type; dx overwritten); global average pooling and the compact saves' max-pool
- * winners (pool_argmax, pool_bwd_idx; NCHW) as our loops in fp32 and bf16 (cpu_vec.h). fp16
+ * winners (pool_argmax, pool_bwd_idx; NCHW and NHWC) as our loops in fp32 and bf16 (cpu_vec.h). fp16
  * pooling, an accumulating pooling dx and the cases named below run the reference loops (see
  * cpu_backend.c), in NCHW or NHWC (the state's nhwc_pool: the pooling loops walk a channel's
  * plane c apart).
@@ -112,6 +112,15 @@ static void cpu_pool_cols(const tt_pool_desc *d, int j, int o0, int o1, int *lo,
   int l = a <= 0 ? 0 : (a + d->stride_w - 1) / d->stride_w, h = b < 0 ? -1 : b / d->stride_w;
   *lo = l > o0 ? l : o0;
   *hi = h < o1 - 1 ? h : o1 - 1;
+}
+
+/* The outputs [*o0, *o1] (inclusive; empty when *o0 > *o1) along one axis whose windows hold
+ * input position i: o * stride - pad <= i <= o * stride - pad + k - 1, 0 <= o < out. */
+static inline void cpu_pool_cover(int i, int pad, int k, int stride, int out, int *o0, int *o1) {
+  int a = i + pad - k + 1;
+  *o0 = a <= 0 ? 0 : (a + stride - 1) / stride;
+  *o1 = (i + pad) / stride;
+  if (*o1 > out - 1) *o1 = out - 1;
 }
 
 #define CPU_POOL_MAX_PLANE(sfx, T, LD, ST)                                                                      \
@@ -704,8 +713,112 @@ static void cpu_pool_planes(tt_backend *b, const cpu_pool_job *J, void (*plane)(
   for (pl = 0; pl < npl; pl++) plane(J, (size_t)pl * d->h * d->w, (size_t)pl * d->p * d->q);
 }
 
+/* ---- compact saves on NHWC: winners an output row at a time, dx gathered an input row at a time ----
+ * x [n, h, w, c], idx and dy [n, p, q, c]: a pixel's channels are contiguous, so every loop runs
+ * over the channels in chunks (bf16 widened first) and vectorises; the reference walks each
+ * channel's plane c elements apart. pool_bwd_idx gathers, as the reference does: each dx element
+ * sums its covering windows' terms in (oh, ow) order and is stored once with beta, so bf16 rounds
+ * once and overlapping windows (the 3x3 stride 2 stem) need no scatter. */
+
+/* idx row oh (uint8, [q, c]) of one sample's x [h, w, c]: each window's first maximum as its
+ * in-window position (the reference's rule: a NaN wins, the last NaN if several; an all-padding
+ * window stores 0) */
+CPU_VEC_FN(cpu_pool_argmax_nhwc_row, (const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx, int oh),
+           (d, dt, x, idx, oh), {
+  int c = d->c, ow, ih, iw;
+  int r0 = oh * d->stride_h - d->pad_h, h0 = r0 < 0 ? 0 : r0, h1 = r0 + d->kh > d->h ? d->h : r0 + d->kh;
+  float best[CPU_VEC_CHUNK], buf[CPU_VEC_CHUNK];
+  int win[CPU_VEC_CHUNK];
+  for (ow = 0; ow < d->q; ow++) {
+    int c0 = ow * d->stride_w - d->pad_w, w0 = c0 < 0 ? 0 : c0, w1 = c0 + d->kw > d->w ? d->w : c0 + d->kw;
+    for (int k0 = 0; k0 < c; k0 += CPU_VEC_CHUNK) {
+      int e = c - k0 < CPU_VEC_CHUNK ? c - k0 : CPU_VEC_CHUNK, k;
+      uint8_t *o = idx + (size_t)ow * c + k0;
+      for (k = 0; k < e; k++) best[k] = -INFINITY, win[k] = -1;
+      for (ih = h0; ih < h1; ih++)
+        for (iw = w0; iw < w1; iw++) {
+          int t = (ih - r0) * d->kw + (iw - c0);
+          const float *v = cpu_vec_view(dt, x, ((size_t)ih * d->w + iw) * c + k0, buf, (size_t)e);
+          CPU_VEC_SIMD for (k = 0; k < e; k++) {
+            int take = (win[k] < 0) | (v[k] > best[k]) | (v[k] != v[k]);
+            best[k] = take ? v[k] : best[k];
+            win[k] = take ? t : win[k];
+          }
+        }
+      CPU_VEC_SIMD for (k = 0; k < e; k++) o[k] = (uint8_t)(win[k] < 0 ? 0 : win[k]);
+    }
+  }
+})
+
+/* dx row ih ([w, c]) of one sample from the winners idx and dy ([p, q, c]) of the output rows
+ * whose windows hold it: dx = sum of dy over the windows that picked the element, in (oh, ow)
+ * order from +0.0, plus beta * dx (the reference's expression; a sum from +0.0 is never -0.0,
+ * so adding 0.0f for a window that did not pick the element changes no bit) */
+CPU_VEC_FN(cpu_pool_gather_nhwc_row, (const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx, const void *dy, void *dx,
+                                      float beta, int ih),
+           (d, dt, idx, dy, dx, beta, ih), {
+  int c = d->c, iw, oh, ow, oh0, oh1, ow0, ow1;
+  float acc[CPU_VEC_CHUNK], gbuf[CPU_VEC_CHUNK], obuf[CPU_VEC_CHUNK];
+  cpu_pool_cover(ih, d->pad_h, d->kh, d->stride_h, d->p, &oh0, &oh1);
+  for (iw = 0; iw < d->w; iw++) {
+    cpu_pool_cover(iw, d->pad_w, d->kw, d->stride_w, d->q, &ow0, &ow1);
+    for (int k0 = 0; k0 < c; k0 += CPU_VEC_CHUNK) {
+      int e = c - k0 < CPU_VEC_CHUNK ? c - k0 : CPU_VEC_CHUNK, k;
+      size_t xo = ((size_t)ih * d->w + iw) * c + k0;
+      for (k = 0; k < e; k++) acc[k] = 0.0f;
+      for (oh = oh0; oh <= oh1; oh++)
+        for (ow = ow0; ow <= ow1; ow++) {
+          size_t yo = ((size_t)oh * d->q + ow) * c + k0;
+          int me = (ih - (oh * d->stride_h - d->pad_h)) * d->kw + (iw - (ow * d->stride_w - d->pad_w));
+          const float *g = cpu_vec_view(dt, dy, yo, gbuf, (size_t)e);
+          const uint8_t *id = idx + yo;
+          CPU_VEC_SIMD for (k = 0; k < e; k++) acc[k] += id[k] == me ? g[k] : 0.0f;
+        }
+      if (beta != 0.0f) {
+        const float *a = cpu_vec_view(dt, dx, xo, obuf, (size_t)e);
+        CPU_VEC_SIMD for (k = 0; k < e; k++) acc[k] = acc[k] + beta * a[k];
+      }
+      if (dt == TT_F32) memcpy((float *)dx + xo, acc, (size_t)e * sizeof(float));
+      else cpu_vec_narrow(dt, acc, dx, xo, (size_t)e);
+    }
+  }
+})
+
+/* Whether the NHWC winner loops run d: fp32 or bf16 (checked by the caller), windows of at most
+ * 256 taps, the reference's output size, padding under half the window. */
+static int cpu_pool_winners_nhwc(const tt_pool_desc *d) {
+  return d->layout == TT_LAYOUT_NHWC && d->n > 0 && d->c > 0 && d->h > 0 && d->w > 0 && d->kh > 0 && d->kw > 0 &&
+         d->kh * d->kw <= 256 && d->stride_h > 0 && d->stride_w > 0 && d->pad_h >= 0 && d->pad_w >= 0 &&
+         2 * d->pad_h <= d->kh && 2 * d->pad_w <= d->kw && d->p == (d->h + 2 * d->pad_h - d->kh) / d->stride_h + 1 &&
+         d->q == (d->w + 2 * d->pad_w - d->kw) / d->stride_w + 1;
+}
+
+/* pool_argmax (bwd 0: rows of n * p outputs) or pool_bwd_idx (bwd 1: rows of n * h inputs) on NHWC,
+ * a row per task: every output element is written by one thread */
+static void cpu_pool_winners_nhwc_run(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx,
+                                      const uint8_t *cidx, const void *dy, void *dx, float beta) {
+  size_t es = dt == TT_F32 ? 4 : 2, cx = (size_t)d->h * d->w * d->c, cy = (size_t)d->p * d->q * d->c;
+  int rows = x ? d->p : d->h;
+  ptrdiff_t i, count = (ptrdiff_t)d->n * rows;
+  int nt = tt_cpu_threads_for(b, (size_t)d->n * cx);
+  (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+  for (i = 0; i < count; i++) {
+    size_t n = (size_t)i / (size_t)rows;
+    int r = (int)(i % rows);
+    if (x)
+      cpu_pool_argmax_nhwc_row(d, dt, (const char *)x + n * cx * es, idx + n * cy + (size_t)r * d->q * d->c, r);
+    else
+      cpu_pool_gather_nhwc_row(d, dt, cidx + n * cy, (const char *)dy + n * cy * es, (char *)dx + n * cx * es, beta, r);
+  }
+}
+
 int tt_cpu_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx) {
   cpu_pool_job J;
+  if ((dt == TT_F32 || dt == TT_BF16) && d && x && idx && cpu_pool_winners_nhwc(d)) {
+    cpu_pool_winners_nhwc_run(b, d, dt, x, idx, NULL, NULL, NULL, 0.0f);
+    return 0;
+  }
   if ((dt != TT_F32 && dt != TT_BF16) || !d || !x || !idx || d->kh * d->kw > 256 || d->p <= 0 || d->q <= 0 ||
       d->stride_h <= 0 || d->stride_w <= 0 || !cpu_pool_winners_ok(d))
     return tt_ref_pool_argmax(b, d, dt, x, idx); /* the reference checks and says why (NHWC: its loops walk c apart) */
@@ -730,6 +843,10 @@ int tt_cpu_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const
                         float beta) {
   cpu_pool_job J;
   int rwin[CPU_POOL_MAX_SIDE], roff[CPU_POOL_MAX_SIDE], cwin[CPU_POOL_MAX_SIDE], coff[CPU_POOL_MAX_SIDE];
+  if ((dt == TT_F32 || dt == TT_BF16) && d && idx && dy && dx && cpu_pool_winners_nhwc(d)) {
+    cpu_pool_winners_nhwc_run(b, d, dt, NULL, NULL, idx, dy, dx, beta);
+    return 0;
+  }
   if ((dt != TT_F32 && dt != TT_BF16) || !d || !idx || !dy || !dx || d->h > CPU_POOL_MAX_SIDE ||
       d->w > CPU_POOL_MAX_SIDE || d->stride_h < d->kh || d->stride_w < d->kw || d->kh <= 0 || d->kw <= 0 ||
       !cpu_pool_winners_ok(d))

@@ -974,6 +974,43 @@ static size_t same_bits_or_nan(const void *a, const void *b, size_t n, tt_dtype 
  * summed at once; a plane summing several NaNs may keep another's payload), input normalisation,
  * the ReLU/ReLU6 bit masks of compact saves and the backward from them, and the overflow check.
  * Sizes pass the threading threshold and are not multiples of the stack chunk. */
+/* The lossy saved copies (save_compress, save_restore) against the reference, bit for bit: every
+ * format of fp32 and bf16 tensors (the CPU backend's own loops take the bf16 format; fp16 and int8
+ * are the reference's), NaNs, infinities, -0, subnormals and a value that rounds up to infinity,
+ * over enough elements to be threaded. */
+static void test_save_copies(void) {
+  TT_TEST_BEGIN("cpu_vs_ref:save_compress_restore_bitwise");
+  int n = 3, c = 37, hw = 1009;
+  size_t count = (size_t)n * c * hw;
+  float *xf = vec(count, 6.0f);
+  uint32_t special[] = {0x7fc00000u, 0x7f800001u, 0xff800000u, 0x7f800000u, 0x80000000u,
+                        0x00000001u, 0x807fffffu, 0x3f808000u, 0x3f818000u, 0x7f7fffffu};
+  for (size_t k = 0; k < sizeof special / sizeof special[0]; k++) memcpy(xf + 11 * k + 3, special + k, 4);
+  for (int dd = 0; dd < 2; dd++) {
+    tt_dtype dt = dd ? TT_BF16 : TT_F32;
+    size_t es = tt_dtype_size(dt);
+    void *x = in_dt(xf, count, dt);
+    for (int f = TT_SAVE_FP16; f <= TT_SAVE_INT8; f++) {
+      size_t sb = tt_saved_bytes((tt_save_fmt)f, (size_t)n, (size_t)c, (size_t)hw);
+      unsigned char *qc = (unsigned char *)malloc(sb), *qr = (unsigned char *)malloc(sb);
+      void *bc = malloc(count * es), *br = malloc(count * es);
+      /* the same fill: int8's padding before its scales is not written */
+      memset(qc, 0xa5, sb), memset(qr, 0xa5, sb), memset(bc, 0x11, count * es), memset(br, 0x22, count * es);
+      TT_CHECK(!C->save_compress(C, f, n, c, hw, dt, x, qc) && !R->save_compress(R, f, n, c, hw, dt, x, qr),
+               "save_compress format %d %s: %s", f, tt_dtype_name(dt), C->last_error(C));
+      TT_CHECK(!memcmp(qc, qr, sb), "save_compress format %d of %s differs from the reference", f, tt_dtype_name(dt));
+      TT_CHECK(!C->save_restore(C, f, n, c, hw, dt, qr, bc) && !R->save_restore(R, f, n, c, hw, dt, qr, br),
+               "save_restore format %d %s: %s", f, tt_dtype_name(dt), C->last_error(C));
+      TT_CHECK(!memcmp(bc, br, count * es), "save_restore format %d into %s differs from the reference", f,
+               tt_dtype_name(dt));
+      free(qc), free(qr), free(bc), free(br);
+    }
+    free(x);
+  }
+  free(xf);
+  TT_TEST_END();
+}
+
 static void test_misc_bitwise(void) {
   TT_TEST_BEGIN("cpu_vs_ref:cast_dropout_gap_normalize_check_masks_bitwise_fp32_bf16");
   size_t n = 100003;
@@ -1084,13 +1121,17 @@ static void test_misc_bitwise(void) {
  * against the reference, bit for bit, fp32 and bf16, beta 0 and 1: windows that do not overlap
  * (the CPU backend's fast path: 2x2 stride 2, with an odd size leaving a row and a column in no
  * window; 3x3 stride 3 with padding 1) and overlapping ones (3x3 stride 2 padding 1: the
- * reference's gather), with ties, NaNs (two in one window) and -0 in x and dy. */
-static void pool_idx_case(int n, int c, int h, int w, int k, int st, int pad) {
+ * reference's gather), with ties, NaNs (two in one window) and -0 in x and dy. nhwc: the CPU
+ * backend on NHWC copies (its channel-vector loops) against the reference on NCHW. */
+static void pool_idx_case(int n, int c, int h, int w, int k, int st, int pad, int nhwc) {
   char tn[128];
-  snprintf(tn, sizeof tn, "cpu_vs_ref:pool_argmax_bwd_idx_%dx%d_k%d_s%d_p%d_bitwise", h, w, k, st, pad);
+  snprintf(tn, sizeof tn, "cpu_vs_ref:pool_argmax_bwd_idx_%s%dx%d_k%d_s%d_p%d_bitwise", nhwc ? "nhwc_" : "", h, w, k,
+           st, pad);
   TT_TEST_BEGIN(tn);
-  tt_pool_desc d = pool_desc(n, c, h, w, k, k, st, st, pad, pad);
+  tt_pool_desc d = pool_desc(n, c, h, w, k, k, st, st, pad, pad), dn = d;
+  dn.layout = nhwc ? TT_LAYOUT_NHWC : TT_LAYOUT_NCHW;
   size_t xn = (size_t)n * c * h * w, yn = (size_t)n * c * d.p * d.q;
+  int xhw = h * w, yhw = d.p * d.q;
   float *xf = vec(xn, 4.0f), *gf = vec(yn, 1.0f), *of = vec(xn, 1.0f);
   for (size_t i = 0; i + 1 < xn; i += 5) xf[i + 1] = xf[i]; /* ties */
   xf[3] = NAN, xf[4] = NAN, xf[w + 7] = -0.0f, gf[1] = -0.0f, gf[2] = NAN;
@@ -1098,18 +1139,26 @@ static void pool_idx_case(int n, int c, int h, int w, int k, int st, int pad) {
     tt_dtype dt = dd ? TT_BF16 : TT_F32;
     size_t es = tt_dtype_size(dt);
     void *x = in_dt(xf, xn, dt), *g = in_dt(gf, yn, dt), *o = in_dt(of, xn, dt);
-    uint8_t *ic = (uint8_t *)malloc(yn), *ir = (uint8_t *)malloc(yn);
-    void *dc = malloc(xn * es), *dr = malloc(xn * es);
+    /* the CPU backend's operands: the same tensors, NHWC when asked */
+    void *xc = nhwc ? perm_nhwc(x, n, c, xhw, es, 1) : x, *gc = nhwc ? perm_nhwc(g, n, c, yhw, es, 1) : g;
+    void *oc = nhwc ? perm_nhwc(o, n, c, xhw, es, 1) : o;
+    uint8_t *ic = (uint8_t *)malloc(yn), *ir = (uint8_t *)malloc(yn), *icb;
+    void *dc = malloc(xn * es), *dr = malloc(xn * es), *dcb;
     memset(ic, 0xee, yn), memset(ir, 0x11, yn);
-    TT_CHECK(!C->pool_argmax(C, &d, dt, x, ic) && !R->pool_argmax(R, &d, dt, x, ir), "pool_argmax %s: %s", tt_dtype_name(dt),
-             C->last_error(C));
-    TT_CHECK(!memcmp(ic, ir, yn), "pool_argmax %s differs from the reference", tt_dtype_name(dt));
+    TT_CHECK(!C->pool_argmax(C, &dn, dt, xc, ic) && !R->pool_argmax(R, &d, dt, x, ir), "pool_argmax %s: %s",
+             tt_dtype_name(dt), C->last_error(C));
+    icb = nhwc ? (uint8_t *)perm_nhwc(ic, n, c, yhw, 1, 0) : ic;
+    TT_CHECK(!memcmp(icb, ir, yn), "pool_argmax %s differs from the reference", tt_dtype_name(dt));
+    uint8_t *irc = nhwc ? (uint8_t *)perm_nhwc(ir, n, c, yhw, 1, 1) : ir; /* the reference's winners, CPU-side */
     for (int beta = 0; beta < 2; beta++) {
-      memcpy(dc, o, xn * es), memcpy(dr, o, xn * es);
-      TT_CHECK(!C->pool_bwd_idx(C, &d, dt, ir, g, dc, (float)beta) && !R->pool_bwd_idx(R, &d, dt, ir, g, dr, (float)beta),
+      memcpy(dc, oc, xn * es), memcpy(dr, o, xn * es);
+      TT_CHECK(!C->pool_bwd_idx(C, &dn, dt, irc, gc, dc, (float)beta) && !R->pool_bwd_idx(R, &d, dt, ir, g, dr, (float)beta),
                "pool_bwd_idx %s: %s", tt_dtype_name(dt), C->last_error(C));
-      TT_CHECK(!memcmp(dc, dr, xn * es), "pool_bwd_idx %s beta %d differs from the reference", tt_dtype_name(dt), beta);
+      dcb = nhwc ? perm_nhwc(dc, n, c, xhw, es, 0) : dc;
+      TT_CHECK(!memcmp(dcb, dr, xn * es), "pool_bwd_idx %s beta %d differs from the reference", tt_dtype_name(dt), beta);
+      if (nhwc) free(dcb);
     }
+    if (nhwc) free(xc), free(gc), free(oc), free(icb), free(irc);
     free(x), free(g), free(o), free(ic), free(ir), free(dc), free(dr);
   }
   TT_TEST_END();
@@ -1138,9 +1187,12 @@ static void test_prepare(void) {
 static tt_backend *chunked; /* the oneDNN backend with 40 KB chunks (main) */
 
 static void test_pool_idx(void) {
-  pool_idx_case(5, 9, 29, 29, 2, 2, 0);  /* > TT_REF_PAR_MIN elements: threaded */
-  pool_idx_case(2, 3, 10, 11, 3, 3, 1);
-  pool_idx_case(2, 3, 9, 9, 3, 2, 1);    /* overlapping: the reference's gather */
+  for (int nhwc = 0; nhwc < 2; nhwc++) {
+    pool_idx_case(5, 9, 29, 29, 2, 2, 0, nhwc); /* > TT_REF_PAR_MIN elements: threaded */
+    pool_idx_case(2, 3, 10, 11, 3, 3, 1, nhwc);
+    pool_idx_case(2, 3, 9, 9, 3, 2, 1, nhwc); /* overlapping: the reference's gather */
+  }
+  pool_idx_case(2, 1100, 7, 6, 3, 2, 1, 1); /* NHWC: more channels than a chunk (CPU_VEC_CHUNK = 1024) */
 }
 static void test_conv_all(void) { test_conv(chunked); }
 /* Max pooling by the CPU backend's own loops (cpu_pool.c: no workspace, no second forward)
@@ -1288,6 +1340,7 @@ static void test_vec_levels(void) {
     test_elementwise_bf16();
     test_misc_bitwise();
     test_pool_idx();
+    test_save_copies();
     test_maxpool_ours();
     for (int dt = 0; dt < 3; dt++) bn_case(7, 20, 1, (tt_dtype)dt), bn_case(2, 3, 1031, (tt_dtype)dt);
   }
@@ -1301,6 +1354,7 @@ static const tt_test_case tests[] = {
   TT_TEST("elementwise_bf16", "kernels cpu elementwise bf16", test_elementwise_bf16),
   TT_TEST("misc_bitwise", "kernels cpu", test_misc_bitwise),
   TT_TEST("pool_idx", "kernels cpu pool", test_pool_idx),
+  TT_TEST("save_copies", "kernels cpu elementwise", test_save_copies),
   TT_TEST("maxpool_ours", "kernels cpu pool", test_maxpool_ours),
   TT_TEST("conv", "kernels cpu conv", test_conv_all),
   TT_TEST("linear_bn_pool", "kernels cpu linear bn pool", test_linear_bn_pool),
