@@ -632,8 +632,9 @@ static void cpu_bn_rows_shift(tt_dtype dt, const void *x, size_t rows, int c, si
  * one call for all the rows. k1: the chunk's per-channel constant (shift, or invstd * gamma). */
 #define CPU_BN_ROWS_SPANS(sfx, T)                                                                                    \
   do {                                                                                                               \
-    const T *xr = (const T *)A->x + off, *gr = (const T *)A->dy + off;                                               \
-    T *orow = (T *)A->out + off;                                                                                     \
+    /* dy and out are NULL in the statistics passes (kinds 0, 1): no pointer is formed from NULL */                \
+    const T *xr = (const T *)A->x + off, *gr = A->dy ? (const T *)A->dy + off : NULL;                                \
+    T *orow = A->out ? (T *)A->out + off : NULL;                                                                     \
     const float *mn = A->mean + j0, *fb = A->bias ? A->bias + j0 : NULL;                                             \
     switch (kind) {                                                                                                  \
       case 0: cpu_bn_row_sum2_##sfx(ps + j0, pt + j0, xr, cc, nr, k1, w); break;                                     \

@@ -164,6 +164,8 @@ static const tt_backend ref_be_table = {
     tt_ref_sgd_update_held, tt_ref_adam_update_held, /* bf16 and int8 optimizer state */
     0, /* plan_caps: a real backend's calls are its entry points */
     tt_ref_bn_fwd_train_add_relu, tt_ref_bn_bwd_add_relu, /* batch norm, add and ReLU in one call */
+    NULL, NULL, NULL, /* timer_create, timer_elapsed, profiler_range: the host clock times the steps */
+    NULL, NULL, NULL, NULL, NULL, /* graph_begin .. graph_destroy: no graphs on the host */
 };
 
 tt_backend *tt_ref_backend_create(int threads) {
