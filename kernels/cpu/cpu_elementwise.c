@@ -233,33 +233,6 @@ int tt_cpu_accumulate(tt_backend *b, size_t count, tt_dtype dt, const void *x, v
 
 /* ---- cast ---- */
 
-int tt_cpu_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst) {
-  int to_bf = src_dt == TT_F32 && dst_dt == TT_BF16, from_bf = src_dt == TT_BF16 && dst_dt == TT_F32;
-  if ((!to_bf && !from_bf) || !count || !src || !dst || src == dst) /* the reference checks and says why */
-    return tt_ref_cast(b, count, src_dt, src, dst_dt, dst);
-  {
-    int nt = tt_cpu_threads_for(b, count);
-    (void)nt;
-#pragma omp parallel num_threads(nt) if (nt > 1)
-    {
-      size_t lo, hi;
-      cpu_vec_my_share(count, &lo, &hi);
-      if (hi > lo) {
-        if (to_bf)
-          cpu_vec_bf_round((const float *)src + lo, (uint16_t *)dst + lo, hi - lo);
-        else
-          cpu_vec_bf_widen((const uint16_t *)src + lo, (float *)dst + lo, hi - lo);
-      }
-    }
-  }
-  return 0;
-}
-
-/* ---- lossy saved copies (backend.h save_compress / save_restore) ----
- * The bf16 format of an fp32 or bf16 tensor as our loops, split over the threads: the rounding
- * is cast's (cpu_vec_bf_round, tt_bf16_from_f32's bits), a bf16 tensor's copy a plain copy. The
- * other formats and dtypes (fp16, int8 with its per-channel scale) are the reference's loops. */
-
 /* count elements from x (sdt) into dst (ddt): fp32 -> bf16 rounds, bf16 -> fp32 widens, bf16 ->
  * bf16 copies; a share per thread */
 static void cpu_ew_bf16_copy(tt_backend *b, size_t count, tt_dtype sdt, const void *x, tt_dtype ddt, void *dst) {
@@ -279,6 +252,19 @@ static void cpu_ew_bf16_copy(tt_backend *b, size_t count, tt_dtype sdt, const vo
     }
   }
 }
+
+int tt_cpu_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, tt_dtype dst_dt, void *dst) {
+  int to_bf = src_dt == TT_F32 && dst_dt == TT_BF16, from_bf = src_dt == TT_BF16 && dst_dt == TT_F32;
+  if ((!to_bf && !from_bf) || !count || !src || !dst || src == dst) /* the reference checks and says why */
+    return tt_ref_cast(b, count, src_dt, src, dst_dt, dst);
+  cpu_ew_bf16_copy(b, count, src_dt, src, dst_dt, dst);
+  return 0;
+}
+
+/* ---- lossy saved copies (backend.h save_compress / save_restore) ----
+ * The bf16 format of an fp32 or bf16 tensor as our loops, split over the threads: the rounding
+ * is cast's (cpu_vec_bf_round, tt_bf16_from_f32's bits), a bf16 tensor's copy a plain copy. The
+ * other formats and dtypes (fp16, int8 with its per-channel scale) are the reference's loops. */
 
 int tt_cpu_save_compress(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x, void *dst) {
   size_t count = (size_t)n * c * hw;
