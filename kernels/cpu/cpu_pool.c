@@ -105,6 +105,74 @@ CPU_VEC_FN(cpu_pool_max_nhwc_bwd, (const tt_pool_desc *d, tt_dtype dt, const voi
   }
 })
 
+/* 2x2 windows at stride 2 without padding on NHWC (LeNet's first pooling): output row oh of one
+ * sample from input rows 2oh and 2oh + 1, a pixel's channels at a time in chunks of CPU_VEC_CHUNK
+ * (bf16 widened first). The four taps a (2oh, 2ow), b (2oh, 2ow + 1), c (2oh + 1, 2ow), e
+ * (2oh + 1, 2ow + 1) in the reference's raster order: the first maximum, a NaN wins (the last
+ * NaN). Forward (dy NULL): y's row. Backward: the four dx pixels of each window, 0.0f + dy where
+ * the tap won and 0.0f + 0.0f elsewhere (the reference's sum of one term); an odd last input row
+ * (zeroed by the last output row's task) or column is in no window and gets +0.0. One pass over
+ * x and dy where the general loop (cpu_pool_max_nhwc_bwd) made eight short loops and four
+ * copies per window. */
+/* one tap v (number t) against the window's best so far: a later maximum takes over, a NaN always */
+#define CPU_POOL_TAP(v, t)                                          \
+  CPU_VEC_SIMD for (k = 0; k < e; k++) {                            \
+    const int take = (v[k] > best[k]) | (v[k] != v[k]);            \
+    best[k] = take ? v[k] : best[k], win[k] = take ? (t) : win[k];  \
+  }
+CPU_VEC_FN(cpu_pool_max_nhwc2_row, (const tt_pool_desc *d, tt_dtype dt, const void *x, void *y, const void *dy, void *dx,
+                                    int oh),
+           (d, dt, x, y, dy, dx, oh), {
+  const int c = d->c;
+  const size_t w = (size_t)d->w, r0 = (size_t)(2 * oh) * w * c, r1 = r0 + w * c;
+  float ba[CPU_VEC_CHUNK], bb[CPU_VEC_CHUNK], bc[CPU_VEC_CHUNK], be[CPU_VEC_CHUNK], bg[CPU_VEC_CHUNK];
+  float o0[CPU_VEC_CHUNK], o1[CPU_VEC_CHUNK], o2[CPU_VEC_CHUNK], o3[CPU_VEC_CHUNK], best[CPU_VEC_CHUNK];
+  int win[CPU_VEC_CHUNK];
+  for (int ow = 0; ow < d->q; ow++) {
+    const size_t ca = (size_t)(2 * ow) * c, cb = ca + (size_t)c, yo = ((size_t)oh * d->q + ow) * c;
+    for (int k0 = 0; k0 < c; k0 += CPU_VEC_CHUNK) {
+      const int e = c - k0 < CPU_VEC_CHUNK ? c - k0 : CPU_VEC_CHUNK;
+      const float *a = cpu_vec_view(dt, x, r0 + ca + k0, ba, (size_t)e), *b = cpu_vec_view(dt, x, r0 + cb + k0, bb, (size_t)e);
+      const float *cc = cpu_vec_view(dt, x, r1 + ca + k0, bc, (size_t)e), *ee = cpu_vec_view(dt, x, r1 + cb + k0, be, (size_t)e);
+      int k;
+      /* the taps in order, a pass each (a chain of selects in one loop does not vectorise under
+       * GCC's default trapping math; these passes do) */
+      CPU_VEC_SIMD for (k = 0; k < e; k++) best[k] = a[k], win[k] = 0;
+      CPU_POOL_TAP(b, 1)
+      CPU_POOL_TAP(cc, 2)
+      CPU_POOL_TAP(ee, 3)
+      if (!dy) {
+        if (dt == TT_F32) memcpy((float *)y + yo + k0, best, (size_t)e * sizeof(float));
+        else cpu_vec_narrow(dt, best, y, yo + k0, (size_t)e);
+        continue;
+      }
+      const float *g = cpu_vec_view(dt, dy, yo + k0, bg, (size_t)e);
+      CPU_VEC_SIMD for (k = 0; k < e; k++) { /* 0.0f + (won ? dy : 0.0f), the add hoisted out of the select */
+        const float gz = 0.0f + g[k];
+        o0[k] = win[k] == 0 ? gz : 0.0f, o1[k] = win[k] == 1 ? gz : 0.0f;
+        o2[k] = win[k] == 2 ? gz : 0.0f, o3[k] = win[k] == 3 ? gz : 0.0f;
+      }
+      if (dt == TT_F32) {
+        memcpy((float *)dx + r0 + ca + k0, o0, (size_t)e * sizeof(float));
+        memcpy((float *)dx + r0 + cb + k0, o1, (size_t)e * sizeof(float));
+        memcpy((float *)dx + r1 + ca + k0, o2, (size_t)e * sizeof(float));
+        memcpy((float *)dx + r1 + cb + k0, o3, (size_t)e * sizeof(float));
+      } else {
+        cpu_vec_narrow(dt, o0, dx, r0 + ca + k0, (size_t)e), cpu_vec_narrow(dt, o1, dx, r0 + cb + k0, (size_t)e);
+        cpu_vec_narrow(dt, o2, dx, r1 + ca + k0, (size_t)e), cpu_vec_narrow(dt, o3, dx, r1 + cb + k0, (size_t)e);
+      }
+    }
+  }
+  if (dy) { /* +0.0 (fp32 and bf16 alike): an odd last column of both rows, then an odd last row */
+    size_t es = dt == TT_F32 ? 4 : 2;
+    if (d->w & 1) {
+      memset((char *)dx + (r0 + (w - 1) * c) * es, 0, (size_t)c * es);
+      memset((char *)dx + (r1 + (w - 1) * c) * es, 0, (size_t)c * es);
+    }
+    if ((d->h & 1) && oh == d->p - 1) memset((char *)dx + (r1 + w * c) * es, 0, w * c * es);
+  }
+})
+
 /* The outputs [*lo, *hi] (empty when *lo > *hi) of [o0, o1) whose window column j is inside the
  * input: 0 <= ow * stride - pad + j < w. */
 static void cpu_pool_cols(const tt_pool_desc *d, int j, int o0, int o1, int *lo, int *hi) {
@@ -253,13 +321,21 @@ static int cpu_pool_max_run(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, c
   int two = !nhwc && d->kh == 2 && d->kw == 2 && d->stride_h == 2 && d->stride_w == 2 && !d->pad_h && !d->pad_w &&
             !(d->h & 1) && !(d->w & 1) && 2 * (size_t)d->w <= CPU_POOL_2X2;
   size_t pairs = (size_t)d->n * d->c * (size_t)(d->h / 2), per = CPU_POOL_2X2 / (2 * (size_t)d->w);
-  ptrdiff_t i, count = nhwc ? (ptrdiff_t)d->n * (bwd ? 1 : d->p) : (ptrdiff_t)d->n * d->c;
+  /* NHWC 2x2 at stride 2 without padding: an output row per task, backward too (cpu_pool_max_nhwc2_row) */
+  int two_nhwc = nhwc && d->kh == 2 && d->kw == 2 && d->stride_h == 2 && d->stride_w == 2 && !d->pad_h && !d->pad_w &&
+                 d->p == d->h / 2 && d->q == d->w / 2;
+  ptrdiff_t i, count = nhwc ? (ptrdiff_t)d->n * (bwd && !two_nhwc ? 1 : d->p) : (ptrdiff_t)d->n * d->c;
   if (two) count = (ptrdiff_t)((pairs + per - 1) / per);
   int nt = tt_cpu_threads_for(b, (size_t)d->n * d->c * xs);
   (void)nt;
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
   for (i = 0; i < count; i++) {
-    if (nhwc) {
+    if (two_nhwc) {
+      size_t n = (size_t)i / (size_t)d->p, cx = xs * (size_t)d->c, cy = ys * (size_t)d->c;
+      cpu_pool_max_nhwc2_row(d, dt, (const char *)x + n * cx * es, bwd ? NULL : (char *)y + n * cy * es,
+                             bwd ? (const char *)dy + n * cy * es : NULL, bwd ? (char *)dx + n * cx * es : NULL,
+                             (int)(i % d->p));
+    } else if (nhwc) {
       size_t n = bwd ? (size_t)i : (size_t)i / (size_t)d->p, cx = xs * (size_t)d->c, cy = ys * (size_t)d->c;
       int oh = bwd ? 0 : (int)(i % d->p);
       if (!bwd) cpu_pool_max_nhwc_row(d, dt, (const char *)x + n * cx * es, (char *)y + n * cy * es, oh);

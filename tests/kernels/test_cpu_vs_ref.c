@@ -1218,7 +1218,8 @@ static void maxpool_ours_case(int n, int c, int h, int w, int k, int st, int pad
     if (dt != TT_F32 && dt != TT_BF16) continue;
     size_t es = dt == TT_F32 ? 4 : 2;
     void *x_ = in_dt(x, xn, (tt_dtype)dt), *dy_ = in_dt(dy, yn, (tt_dtype)dt);
-    void *yc = calloc(yn, es), *yr = calloc(yn, es), *dc = calloc(xn, es), *dr = calloc(xn, es);
+    void *yc = calloc(yn, es), *yr = calloc(yn, es), *dc = malloc(xn * es), *dr = malloc(xn * es);
+    memset(dc, 0x5a, xn * es), memset(dr, 0x5a, xn * es); /* dx is overwritten: an element left fails */
     tt_op_desc o; /* the workspace the backend asks for (none today) */
     size_t wc;
     memset(&o, 0, sizeof o);
