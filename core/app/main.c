@@ -27,18 +27,39 @@
  * do not count). On idle cores the spinning is free. On cores shared with other busy processes
  * every waiting thread burns about a scheduler time slice that the other work, or this process's
  * own preempted thread that the region is waiting for, needed: the README's LeNet command ran
- * 10 to 20 times slower at load 4-6. With 10,000 spins (about 0.15 ms) a thread still spins
- * through the microseconds between two oneDNN calls of a step, so the idle speed should not
- * change, and sleeps soon on a busy machine (a rough A/B at load 10, LeNet, 2 threads: about 2x
- * the speed of libgomp's default, and half its CPU time; passive waiting, 0 spins, did as well
- * there but wakes a sleeping thread for every region; tests/bench/cpu_vs_torch.py --shared
- * measures both idle and under load).
+ * 10 to 20 times slower at load 4-6. With 10,000 spins (about 0.15 ms) a thread sleeps soon on
+ * a busy machine (a rough A/B at load 10, LeNet, 2 threads: about 2x the speed of libgomp's
+ * default, and half its CPU time; passive waiting, 0 spins, did as well there but wakes a
+ * sleeping thread for every region; tests/bench/cpu_vs_torch.py --shared measures both idle and
+ * under load). Idle, though, the short spin lets the threads fall asleep in the step's longer
+ * gaps and cost 12% of the README's LeNet command, so it is set only on a busy machine
+ * (main_omp_busy: the load average when the run starts).
  * libgomp reads its settings once, in a constructor that runs before main, so setenv alone changes
  * nothing: the program runs itself again (same pid, arguments and environment plus the setting)
  * before anything else has happened. A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT (either) is
  * left as it is (set but empty too); where /proc/self/exe cannot be executed, or is the dynamic
  * loader that started tinytrain, the run goes on with libgomp's default.
  * tests/runtime/test_omp_wait.sh checks these cases through OMP_DISPLAY_ENV. */
+
+/* Whether the short spin is for this run: TINYTRAIN_OMP_SPIN=short (1) or long (2) says; auto
+ * (the default, and a malformed value, which the command refuses later) asks whether the machine
+ * is busy: a 1-minute load average (/proc/loadavg) of MAIN_OMP_BUSY_LOAD or more, or none to
+ * read. Idle, libgomp's long spin made the README's LeNet command 12% faster (AVX2-held Xeon, 1
+ * epoch, 2 runs each: 2612 and 2631 against 2298 and 2357 images/s; docs/measured.md). */
+#define MAIN_OMP_BUSY_LOAD 0.5
+static int main_omp_busy(void) {
+  tt_knobs k;
+  tt_err err;
+  double load = -1.0;
+  if (!tt_knobs_read(&k, &err) && k.omp_spin) return k.omp_spin == 1;
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (fscanf(f, "%lf", &load) != 1) load = -1.0;
+    fclose(f);
+  }
+  return !(load >= 0.0 && load < MAIN_OMP_BUSY_LOAD);
+}
+
 static void main_omp_waits(char **argv) {
 #if defined(_OPENMP) && defined(__linux__)
   const char *p = getenv("OMP_WAIT_POLICY"), *c = getenv("GOMP_SPINCOUNT");
@@ -56,6 +77,7 @@ static void main_omp_waits(char **argv) {
   self[n] = 0;
   const char *base = strrchr(self, '/') ? strrchr(self, '/') + 1 : self;
   if (!strncmp(base, "ld-", 3) || !strncmp(base, "ld.so", 5) || !strncmp(base, "ld64.so", 7)) return;
+  if (!main_omp_busy()) return; /* idle: libgomp's long spin covers every gap of a step */
   if (setenv("GOMP_SPINCOUNT", MAIN_GOMP_SPINCOUNT, 1)) return;
   execv("/proc/self/exe", argv); /* returns only when it failed: go on with the default */
   unsetenv("GOMP_SPINCOUNT");
@@ -361,7 +383,8 @@ static int main_option(int c, const char *v, tt_run_opts *o, main_args *a) {
       /* the ISA the CPU code runs on: oneDNN's and our loops' (TINYTRAIN_CPU_ISA holds both) */
       printf("cpu: %s; own loops %s\n", tt_cpu_backend_info(), tt_cpu_backend_loops());
       /* what the OpenMP threads of this process do when they wait (main_omp_waits) */
-      printf("OpenMP waits: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s (tinytrain sets GOMP_SPINCOUNT=%s when neither is set)\n",
+      printf("OpenMP waits: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s (tinytrain sets GOMP_SPINCOUNT=%s when neither is set "
+             "and the machine is busy; TINYTRAIN_OMP_SPIN)\n",
              p && *p ? p : "unset", s && *s ? s : "unset", MAIN_GOMP_SPINCOUNT);
       return -1;
     }

@@ -28,7 +28,8 @@ typedef struct knob_row {
 
 /* Every knob. A CHOICE knob's value is its choice's index: TINYTRAIN_LAYOUT's are TT_LAYOUT_NCHW
  * and TT_LAYOUT_NHWC, TINYTRAIN_CONV_BWDW's 0 bf16 and 1 fp32, TINYTRAIN_GRADS's 0 auto and 1
- * persistent, TINYTRAIN_CPU_BACKEND's 0 oneDNN and 1 the reference, TINYTRAIN_CPU_ISA's the
+ * persistent, TINYTRAIN_CPU_BACKEND's 0 oneDNN and 1 the reference, TINYTRAIN_OMP_SPIN's 0 auto,
+ * 1 short and 2 long, TINYTRAIN_CPU_ISA's the
  * TT_CPU_ISA_* (backend.h). */
 static const knob_row knob_rows[] = {
     {"TINYTRAIN_GRADS", KNOB_CHOICE, "auto|persistent", KNOB_AT(grads_persistent)},
@@ -45,6 +46,7 @@ static const knob_row knob_rows[] = {
     {"TINYTRAIN_CUDA_GRAPH", KNOB_BOOL, NULL, KNOB_AT(cuda_graph)},
     {"TINYTRAIN_DIST_TIMEOUT", KNOB_SECONDS, NULL, KNOB_AT(dist_timeout)},
     {"TINYTRAIN_DIST_BUCKET", KNOB_SIZE, NULL, KNOB_AT(dist_bucket)},
+    {"TINYTRAIN_OMP_SPIN", KNOB_CHOICE, "auto|short|long", KNOB_AT(omp_spin)},
     {"TINYTRAIN_LAYOUT", KNOB_CHOICE, "nchw|nhwc", KNOB_AT(be.layout)},
     {"TINYTRAIN_CPU_CHUNK_BYTES", KNOB_SIZE, NULL, KNOB_AT(be.cpu_chunk_bytes)},
     {"TINYTRAIN_CONV_MATMUL", KNOB_BOOL, NULL, KNOB_AT(be.conv_matmul)},
@@ -59,7 +61,7 @@ static const knob_row knob_rows[] = {
 void tt_knobs_default(tt_knobs *k) {
   memset(k, 0, sizeof *k);
   k->grads_persistent = 0, k->compact = -1, k->attn = -1, k->recompute_search = 0, k->fuse = 1;
-  k->cpu_ref = 0, k->dist_timeout = 300.0, k->dist_bucket = 0, k->cuda_graph = 0;
+  k->cpu_ref = 0, k->dist_timeout = 300.0, k->dist_bucket = 0, k->cuda_graph = 0, k->omp_spin = 0;
   tt_backend_knobs_default(&k->be);
 }
 

@@ -31,6 +31,8 @@ typedef struct tt_knobs {
   int cuda_graph;         /* TINYTRAIN_CUDA_GRAPH: 1 replays the training micro-step as a CUDA graph (default 0) */
   double dist_timeout;    /* TINYTRAIN_DIST_TIMEOUT: seconds a rank waits for the others (0: forever) */
   size_t dist_bucket;     /* TINYTRAIN_DIST_BUCKET: bytes per all-reduce bucket (0: the default rule) */
+  int omp_spin;           /* TINYTRAIN_OMP_SPIN: 0 auto (by the load average), 1 short, 2 long (the
+                           * tinytrain command's OpenMP wait, core/app/main.c) */
   tt_backend_knobs be;    /* the backends' (backend.h) */
 } tt_knobs;
 

@@ -1,7 +1,8 @@
 #!/bin/bash
 # tests/runtime/test_omp_wait.sh — how long tinytrain's OpenMP threads busy-wait (core/app/main.c,
 # main_omp_waits): with neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set, libgomp itself (not just
-# the environment) runs with GOMP_SPINCOUNT=10000 (and --version names oneDNN's threading
+# the environment) runs with GOMP_SPINCOUNT=10000 on a busy machine (TINYTRAIN_OMP_SPIN=short
+# forces it, long keeps libgomp's 300000, auto follows the load average) (and --version names oneDNN's threading
 # runtime: OpenMP means its threads are libgomp's too); a user's OMP_WAIT_POLICY (active, passive) or
 # GOMP_SPINCOUNT is what libgomp runs with, unchanged; the arguments survive the program running
 # itself again. libgomp's own report (OMP_DISPLAY_ENV=verbose, printed by the runtime when it
@@ -34,10 +35,25 @@ case "$rt" in
   *) fail omp_wait_onednn_runtime "--version names no oneDNN threading runtime: $("$TT" --version | head -2)" ;;
 esac
 
-got=$(spins X=1 -- --version)
-if [ "$got" != "rc=0 10000" ]; then fail omp_wait_default "nothing set: want libgomp at 10000 spins, got '$got'"
+got=$(spins TINYTRAIN_OMP_SPIN=short -- --version)
+if [ "$got" != "rc=0 10000" ]; then fail omp_wait_default "TINYTRAIN_OMP_SPIN=short: want libgomp at 10000 spins, got '$got'"
 elif ! grep -q "GOMP_SPINCOUNT=10000 " "$TMP/out"; then fail omp_wait_default "--version does not say so: $(cat "$TMP/out")"
 else pass omp_wait_default
+fi
+
+got=$(spins TINYTRAIN_OMP_SPIN=long -- --version)
+if [ "$got" != "rc=0 300000" ]; then fail omp_wait_long "TINYTRAIN_OMP_SPIN=long: want libgomp's 300000 spins, got '$got'"
+else pass omp_wait_long
+fi
+
+# auto (the default): 10000 spins when the 1-minute load average is 0.5 or more when the run
+# starts, libgomp's own otherwise; skipped when the load crosses 0.5 while the run starts
+busy() { awk '{ print ($1 >= 0.5) ? 1 : 0 }' /proc/loadavg 2>/dev/null || echo 1; }
+b0=$(busy); got=$(spins X=1 -- --version); b1=$(busy)
+if [ "$b0" != "$b1" ]; then echo "SKIP omp_wait_auto: the load average crossed 0.5 during the run"
+elif [ "$b0" = 1 ] && [ "$got" != "rc=0 10000" ]; then fail omp_wait_auto "busy machine ($(cat /proc/loadavg)): want 10000 spins, got '$got'"
+elif [ "$b0" = 0 ] && [ "$got" != "rc=0 300000" ]; then fail omp_wait_auto "idle machine ($(cat /proc/loadavg)): want 300000 spins, got '$got'"
+else pass "omp_wait_auto (busy=$b0)"
 fi
 
 got=$(spins OMP_WAIT_POLICY=active -- --version)
@@ -57,7 +73,7 @@ fi
 
 # issue 40: an empty GOMP_SPINCOUNT is the user's too (no run again with 10000), and tinytrain
 # started through the dynamic loader runs tinytrain, not the loader again
-got=$(spins GOMP_SPINCOUNT= -- --version)
+got=$(spins TINYTRAIN_OMP_SPIN=short GOMP_SPINCOUNT= -- --version)
 if [ "$got" = "rc=0 10000" ]; then fail omp_wait_user_empty "GOMP_SPINCOUNT= (empty): ran again with 10000 spins"
 else pass omp_wait_user_empty
 fi
@@ -71,7 +87,7 @@ fi
 # the arguments (and the command) reach the process that runs: a plan at a pinned micro-batch
 awk '/^\[/{skip = ($0 == "[data]")} !skip' examples/fashion_mnist/lenet.recipe >"$TMP/lenet.recipe"
 printf '[data]\nformat = synthetic\n' >>"$TMP/lenet.recipe"
-got=$(spins X=1 -- plan --device cpu --vram 1G --micro-batch 32 --threads 1 "$TMP/lenet.recipe")
+got=$(spins TINYTRAIN_OMP_SPIN=short -- plan --device cpu --vram 1G --micro-batch 32 --threads 1 "$TMP/lenet.recipe")
 if [ "$got" != "rc=0 10000" ]; then fail omp_wait_args "plan: want rc=0 at 10000 spins, got '$got': $(head -c 600 "$TMP/err")"
 elif ! grep -q "micro-batch 32" "$TMP/out"; then fail omp_wait_args "plan lost --micro-batch 32: $(head -c 600 "$TMP/out")"
 else pass omp_wait_args
