@@ -3,9 +3,10 @@
 # `bash -e` in a fresh directory with tinytrain on PATH and TINYTRAIN at this checkout, except
 # the blocks whose first line is `# needs ...` (PyTorch and the network, or the card); then what
 # the steps should have printed and left is checked: the ViT-L/16 plan at --vram 4G on the
-# gtx1650 fits with its optimizer state offloaded and names the frozen layers, the figures the page
-# quotes are the plan's, and the CPU rehearsal pretrained, fine-tuned from that checkpoint,
-# resumed, evaluated and predicted.
+# gtx1650 fits with its optimizer state offloaded and names the frozen layers, the figures the
+# page quotes are the plan's, what freezing saves is counted with the state as held (plan
+# --json), and the CPU rehearsal pretrained, fine-tuned from that checkpoint, resumed, evaluated
+# and predicted.
 # Run from the repository root: bash tests/cli/test_finetune.sh
 . "$(dirname "$0")/../tt_test.sh" finetune
 need_tt finetune_binary
@@ -40,6 +41,23 @@ awk '/^```text$/ {on = 1; next} /^```$/ {on = 0} on' docs/finetune.md >"$TMP/quo
 while IFS= read -r line; do
   [ -z "$line" ] || grep -qxF -- "$line" "$TMP/log" || { fail finetune_figures "quoted but not printed: '$line'"; ok=0; }
 done <"$TMP/quoted"
+# what freezing saves, as plan --json counts it: the frozen weights' fp32 gradients and their optimizer
+# state as held (int8 here: the state the frozen recipe no longer plans), not fp32 state
+V=$(dirname "$W")
+for r in mine mine-frozen; do
+  "$TT" plan --gpu gtx1650 --vram 4G --host-mem 2G --json "$V/$r.recipe" >"$TMP/$r.json" 2>"$TMP/err" || { fail finetune_plan "plan --json $r.recipe: $(cat "$TMP/err")"; ok=0; }
+done
+why=$(python3 - "$TMP/mine.json" "$TMP/mine-frozen.json" 2>&1 <<'PY'
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+if b["frozen_params"] + b["params"] != a["params"] or not b["frozen_params"]:
+    sys.exit("frozen %d + trained %d != %d parameters" % (b["frozen_params"], b["params"], a["params"]))
+want = 4 * b["frozen_params"] + a["optimizer_state_bytes"] - b["optimizer_state_bytes"]
+if b["frozen_saved_bytes"] != want:
+    sys.exit("frozen_saved_bytes %d, want %d (fp32 gradients + the int8 state not planned)" % (b["frozen_saved_bytes"], want))
+PY
+)
+[ -z "$why" ] || { fail finetune_plan "$why"; ok=0; }
 [ $ok = 1 ] && pass finetune_plan
 # the rehearsal: a checkpoint, the fine-tuned run from it, resumed to the end, evaluated and predicted
 ok=1
