@@ -18,8 +18,8 @@
 #      that does not exist, run in an empty directory: they must not exit 2 (bad usage), which
 #      main() decides before it opens the recipe (--max-batch without --vram, eval without
 #      --weights, --json outside plan and predict, ...); it then fails to open the recipe (1).
-#   A `.recipe` path on the line must exist (but in docs/walkthrough.md, which writes its recipes and
-#   whose commands tests/cli/test_walkthrough.sh runs). Placeholders such as RECIPE, DIR or FILE are fine
+#   A `.recipe` path on the line must exist (but in docs/walkthrough.md and docs/finetune.md, which write
+#   their recipes and whose commands tests/cli/test_walkthrough.sh and test_finetune.sh run). Placeholders such as RECIPE, DIR or FILE are fine
 #   as operands or as values of options that take any string; SIZE or N as the value of --vram
 #   or --epochs are not (main.c checks values while parsing). Usage synopses are skipped: a line
 #   with `[`-bracketed optional syntax or `|` alternatives (`tinytrain [train] [--vram SIZE] ...`)
@@ -114,8 +114,9 @@ check_cmd() {
     return 1
   fi
   for a in "${ops[@]}"; do
-    # docs/walkthrough.md writes its recipes first; tests/cli/test_walkthrough.sh runs its commands
-    if [[ $a == *.recipe ]] && [ ! -f "$a" ] && [ "$DOC" != docs/walkthrough.md ]; then
+    # docs/walkthrough.md and docs/finetune.md write their recipes first; tests/cli/test_walkthrough.sh
+    # and test_finetune.sh run their commands
+    if [[ $a == *.recipe ]] && [ ! -f "$a" ] && [ "$DOC" != docs/walkthrough.md ] && [ "$DOC" != docs/finetune.md ]; then
       WHY="'tinytrain ${A[*]}': no recipe $a"
       return 1
     fi

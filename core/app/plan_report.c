@@ -15,11 +15,19 @@
 #include "plan_svg.h"
 #include "../base/knobs.h"
 
-/* Bytes the frozen layers' weights would have taken in gradients and optimizer state. */
+/* Bytes the frozen layers' weights would have taken in gradients (fp32) and optimizer state, the
+ * state in the format the plan holds it in ([train] optimizer_state: int8 is about a quarter of
+ * fp32), wherever it would be held (arena or pinned host). */
 static size_t plan_frozen_saved(const tt_session *s) {
   const tt_train_cfg *tc = &s->model.train;
-  size_t per = 1 + (tc->optimizer == TT_OPT_SGD ? (tc->momentum != 0.0f) : 2); /* gradient + state */
-  return tt_size_mul(s->graph.frozen_numel, per * sizeof(float));
+  size_t nstate = tc->optimizer == TT_OPT_SGD ? (tc->momentum != 0.0f) : 2, sum = 0; /* m (and v) */
+  for (int i = 0; i < s->graph.nparams; i++) {
+    const tt_param *pr = &s->graph.params[i];
+    if (pr->trainable || pr->role == TT_PR_BN_MEAN || pr->role == TT_PR_BN_VAR) continue; /* as frozen_numel counts */
+    size_t st = tt_state_bytes((tt_state_fmt)tt_program_state_fmt(&s->graph, &s->sched.policy, pr), pr->numel);
+    sum = tt_size_add(sum, tt_size_add(tt_size_mul(pr->numel, sizeof(float)), tt_size_mul(nstate, st)));
+  }
+  return sum;
 }
 
 static double plan_mib(size_t b) { return b / 1048576.0; }

@@ -21,6 +21,8 @@
 #define SVG_TOP 60
 #define SVG_PH 440
 #define SVG_TOPN 5 /* buffers labelled at the peak */
+#define SVG_LANE 150 /* the pinned host lane between the plot and the legend, when the plan offloads */
+#define SVG_LANE_BAR 56 /* the lane's bar */
 
 /* The stacked categories, bottom to top: the program.h classes, activations split into those
  * kept from the forward pass and those a recompute op produced. */
@@ -79,6 +81,7 @@ static double svg_mib(size_t b) { return b / 1048576.0; }
 typedef struct svg_axes {
   int nsteps;
   double ymax; /* bytes at the top of the plot */
+  int lane;    /* pixels of the pinned host lane right of the plot (0: the plan offloads nothing) */
 } svg_axes;
 
 /* Op index (fractional: op + 0.5 is the middle of its column) to x in pixels over the plot's
@@ -216,7 +219,7 @@ static void svg_peak(tt_strbuf *b, const tt_program *p, const svg_axes *a, int p
     }
     if (k < SVG_TOPN) top_i[k] = i;
   }
-  int lx = SVG_LEFT + pw + 14, ly = SVG_TOP + 6;
+  int lx = SVG_LEFT + pw + 14 + a->lane, ly = SVG_TOP + 6;
   tt_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" font-size=\"12\" font-weight=\"bold\">largest at the peak</text>\n", lx, ly);
   for (int k = 0; k < ntop; k++) {
     const tt_buf *bf = &p->bufs[top_i[k]];
@@ -230,8 +233,9 @@ static void svg_peak(tt_strbuf *b, const tt_program *p, const svg_axes *a, int p
 }
 
 /* The legend under the peak's buffers, from line ly: the categories, then the segments, the budget
- * and the rejected alternative (alt_what, its peak apeak over alt_ops ops) where drawn. */
-static void svg_legend(tt_strbuf *b, int lx, int ly, int nseg, size_t budget, int alive, const char *alt_what, size_t apeak,
+ * and the rejected alternative (alt_what, its peak apeak over alt_ops ops) where drawn; returns
+ * the line after it. */
+static int svg_legend(tt_strbuf *b, int lx, int ly, int nseg, size_t budget, int alive, const char *alt_what, size_t apeak,
                        int alt_ops) {
   ly += 30;
   for (int c = PC_N - 1; c >= 0; c--, ly += 18)
@@ -250,7 +254,61 @@ static void svg_legend(tt_strbuf *b, int lx, int ly, int nseg, size_t budget, in
     tt_strbuf_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#222\" stroke-dasharray=\"4 2\"/>\n"
                          "<text x=\"%d\" y=\"%d\" font-size=\"11\">%s (rejected)</text>\n"
                          "<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#666\">peak %.1f MiB, over its own %d ops</text>\n",
-                     lx, ly - 4, lx + 14, ly - 4, lx + 20, ly, alt_what, lx + 20, ly + 13, svg_mib(apeak), alt_ops);
+                     lx, ly - 4, lx + 14, ly - 4, lx + 20, ly, alt_what, lx + 20, ly + 13, svg_mib(apeak), alt_ops), ly += 31;
+  return ly;
+}
+
+/* The bytes of p's host buffers (planned host offload, tt_buf.host) by stacked category, aligned as
+ * the host region lays them out (core/compile/offload.c); returns their sum. */
+static size_t svg_host(const tt_program *p, size_t cat[PC_N]) {
+  size_t a = p->align ? p->align : 1, sum = 0;
+  memset(cat, 0, PC_N * sizeof(size_t));
+  for (int i = 0; i < p->nbufs; i++)
+    if (p->bufs[i].host) {
+      size_t sz = (p->bufs[i].bytes + a - 1) / a * a;
+      cat[svg_cat(p, &p->bufs[i])] += sz, sum += sz;
+    }
+  return sum;
+}
+
+/* The pinned host lane beside the device plot, from x0: what the plan holds in pinned host memory
+ * (cat, by category, on the plot's byte scale: the host region is held for the whole run, so it is
+ * one bar), its bytes (p->host_bytes, plan --json's offload_bytes) and the host budget
+ * (host_budget, --host-mem: a line where it falls on the scale, else said in words). */
+static void svg_host_lane(tt_strbuf *b, const tt_program *p, const svg_axes *a, int x0, const size_t cat[PC_N],
+                          size_t host_budget) {
+  int bx = x0 + (SVG_LANE - 14 - SVG_LANE_BAR) / 2;
+  size_t up = 0;
+  tt_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" font-size=\"11\" font-weight=\"bold\">device arena</text>\n", SVG_LEFT,
+                   SVG_TOP - 4); /* the plot's name, beside the lane's */
+  tt_strbuf_printf(b, "<g class=\"host-lane\" data-host-bytes=\"%zu\" data-host-budget-bytes=\"%zu\">\n"
+                       "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#f3f3f3\" stroke=\"#444\" "
+                       "stroke-dasharray=\"3 2\"/>\n<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"11\" "
+                       "font-weight=\"bold\">pinned host</text>\n",
+                   p->host_bytes, host_budget, x0, SVG_TOP, SVG_LANE - 14, SVG_PH, x0 + (SVG_LANE - 14) / 2, SVG_TOP - 4);
+  for (int c = 0; c < PC_N; c++) {
+    if (!cat[c]) continue;
+    double y1 = svg_y(a, (double)up), y0 = svg_y(a, (double)(up + cat[c]));
+    tt_strbuf_printf(b, "<rect class=\"host-bytes\" data-class=\"%d\" data-bytes=\"%zu\" x=\"%d\" y=\"%.2f\" "
+                         "width=\"%d\" height=\"%.2f\" fill=\"%s\"/>\n",
+                     c, cat[c], bx, y0, SVG_LANE_BAR, y1 - y0, pc_color[c]);
+    up += cat[c];
+  }
+  double ytop = svg_y(a, (double)up);
+  tt_strbuf_printf(b, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"11\">%.1f MiB</text>\n",
+                   bx + SVG_LANE_BAR / 2, ytop - 4, svg_mib(p->host_bytes));
+  if (host_budget && (double)host_budget <= a->ymax) {
+    double y = svg_y(a, (double)host_budget);
+    tt_strbuf_printf(b, "<line class=\"host-budget\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#c00\" "
+                         "stroke-width=\"2\" stroke-dasharray=\"8 4\"/>\n<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" "
+                         "font-size=\"10\" fill=\"#c00\">host budget</text>\n",
+                     x0, y, x0 + SVG_LANE - 14, y, x0 + SVG_LANE - 16, y - 4);
+  } else if (host_budget) { /* above the scale: in words, under the lane */
+    tt_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"10\" fill=\"#c00\">"
+                         "host budget %.1f GiB</text>\n", x0 + (SVG_LANE - 14) / 2, SVG_TOP + SVG_PH + 14,
+                     host_budget / 1073741824.0);
+  }
+  tt_strbuf_printf(b, "</g>\n");
 }
 
 /* Draws the chosen plan's bytes live at each op (stacked by category) against the budget and the
@@ -270,9 +328,12 @@ int tt_plan_svg(tt_session *s, const char *path, tt_err *err) {
     alive = svg_live(&alt, &apeak, &apeak_op);
     if (alive && apeak == peak) free(alive), alive = NULL; /* the same peak: nothing to compare */
   }
+  size_t hcat[PC_N], hsum = svg_host(p, hcat);
   svg_axes a;
   a.nsteps = n;
+  a.lane = hsum ? SVG_LANE : 0; /* without offload the picture is as it was */
   a.ymax = (double)peak;
+  if ((double)hsum > a.ymax) a.ymax = (double)hsum;
   if ((double)r->budget_bytes > a.ymax) a.ymax = (double)r->budget_bytes;
   if (alive && (double)apeak > a.ymax) a.ymax = (double)apeak;
   a.ymax = a.ymax * 1.08 + 1;
@@ -282,8 +343,9 @@ int tt_plan_svg(tt_session *s, const char *path, tt_err *err) {
                        "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%d\" height=\"%d\" "
                        "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" data-peak-bytes=\"%zu\" data-peak-op=\"%d\" "
                        "data-budget-bytes=\"%zu\" data-arena-bytes=\"%zu\" data-ops=\"%d\"",
-                   SVG_W, SVG_H, SVG_W, SVG_H, peak, peak_op, r->budget_bytes, p->arena_bytes, n);
+                   SVG_W + a.lane, SVG_H, SVG_W + a.lane, SVG_H, peak, peak_op, r->budget_bytes, p->arena_bytes, n);
   if (alive) tt_strbuf_printf(&b, " data-alt-peak-bytes=\"%zu\"", apeak);
+  if (hsum) tt_strbuf_printf(&b, " data-host-bytes=\"%zu\"", p->host_bytes);
   tt_strbuf_printf(&b, ">\n<rect width=\"100%%\" height=\"100%%\" fill=\"#fafafa\"/>\n"
                        "<text x=\"%d\" y=\"26\" text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">",
                    (SVG_W - SVG_RIGHT + SVG_LEFT) / 2);
@@ -299,9 +361,21 @@ int tt_plan_svg(tt_session *s, const char *path, tt_err *err) {
                    SVG_TOP, pw, SVG_PH);
   int nseg = svg_segments_grid(&b, p, &a, pw);
   svg_stack(&b, p, &a, pw, live, alive, alt.nsteps, r->budget_bytes);
-  int ly, lx = SVG_LEFT + pw + 14;
+  int ly, lx = SVG_LEFT + pw + 14 + a.lane;
+  if (hsum) svg_host_lane(&b, p, &a, SVG_LEFT + pw + 14, hcat, s->policy_opts.host_bytes);
   svg_peak(&b, p, &a, pw, peak, peak_op, &ly);
-  svg_legend(&b, lx, ly, nseg, r->budget_bytes, alive != NULL, alt_what, apeak, alt.nsteps);
+  ly = svg_legend(&b, lx, ly, nseg, r->budget_bytes, alive != NULL, alt_what, apeak, alt.nsteps);
+  if (hsum) { /* the lane's key: what is held there, off the arena, and the window in it */
+    tt_strbuf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"12\" fill=\"#f3f3f3\" stroke=\"#444\" "
+                         "stroke-dasharray=\"3 2\"/>\n<text class=\"host-legend\" x=\"%d\" y=\"%d\" font-size=\"11\">"
+                         "pinned host (offload): %.1f MiB</text>\n<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#666\">",
+                     lx, ly - 10, lx + 20, ly, svg_mib(p->host_bytes), lx + 20, ly + 13);
+    for (int c = 0, k = 0; c < PC_N; c++)
+      if (hcat[c]) tt_strbuf_printf(&b, "%s%s", k++ ? ", " : "", pc_name[c]);
+    tt_strbuf_printf(&b, " in %d buffers,</text>\n<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#666\">streamed "
+                         "through a %.1f MiB window</text>\n", p->n_offloaded, lx + 20, ly + 26,
+                     svg_mib(2 * p->offload_slot_bytes));
+  }
   tt_strbuf_printf(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">Program op (%d: forward, loss, "
                        "backward, then the optimizer updates)</text>\n</svg>\n",
                    SVG_LEFT + pw / 2, SVG_TOP + SVG_PH + 30, n);

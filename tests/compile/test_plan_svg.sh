@@ -82,6 +82,33 @@ for spec in "plain:examples/fashion_mnist/lenet.recipe:--vram 4G:0" "recompute:e
   if ! [ "$k" -gt 8 ] 2>/dev/null; then fail "plan_svg_png_$name" "the PNG has $k colours"; else pass "plan_svg_png_$name"; fi
 done
 
+# an offloaded plan (docs/plan.md#planned-host-offload): the host lane beside the arena holds the
+# pinned bytes --json calls offload_bytes, and the legend says so; the plain plan above has no lane
+"$TT" plan --gpu gtx1650 --vram 4G examples/imagenet/vit_l16.recipe --svg "$TMP/off.svg" >/dev/null 2>"$TMP/err" &&
+  "$TT" plan --gpu gtx1650 --vram 4G examples/imagenet/vit_l16.recipe --json >"$TMP/off.json" 2>>"$TMP/err"
+rc=$?
+why=$([ $rc = 0 ] || echo "exit $rc: $(cat "$TMP/err")")
+[ -n "$why" ] || why=$(python3 - "$TMP/off.svg" "$TMP/off.json" "$TMP/plain.svg" 2>&1 <<'PY'
+import json, sys, xml.dom.minidom as m
+root, plan = m.parse(sys.argv[1]).documentElement, json.load(open(sys.argv[2]))
+off = plan["offload_bytes"]
+if not off: sys.exit("the ViT-L/16 plan at --vram 4G offloads nothing: no lane to check")
+lanes = [g for g in root.getElementsByTagName("g") if g.getAttribute("class") == "host-lane"]
+if len(lanes) != 1: sys.exit("%d host lanes, want 1" % len(lanes))
+if int(lanes[0].getAttribute("data-host-bytes")) != off or int(root.getAttribute("data-host-bytes")) != off:
+    sys.exit("host lane %s bytes, root %s, --json offload_bytes %d" % (lanes[0].getAttribute("data-host-bytes"), root.getAttribute("data-host-bytes"), off))
+bars = [r for r in lanes[0].getElementsByTagName("rect") if r.getAttribute("class") == "host-bytes"]
+if sum(int(r.getAttribute("data-bytes")) for r in bars) != off: sys.exit("the lane's bars do not add up to offload_bytes")
+if int(lanes[0].getAttribute("data-host-budget-bytes")) < off: sys.exit("host budget under the offloaded bytes")
+legend = [t for t in root.getElementsByTagName("text") if t.getAttribute("class") == "host-legend"]
+if not legend or "pinned host" not in legend[0].firstChild.data: sys.exit("the legend does not name the host lane")
+plain = m.parse(sys.argv[3]).documentElement
+if plain.getAttribute("data-host-bytes") or plain.getAttribute("width") != "1100" or [g for g in plain.getElementsByTagName("g") if g.getAttribute("class") == "host-lane"]:
+    sys.exit("a plan without offload draws a host lane or another width")
+PY
+)
+if [ -n "$why" ]; then fail plan_svg_host_lane "$why"; else pass plan_svg_host_lane; fi
+
 # --json keeps stdout one JSON object; --svg belongs to plan, and not with --max-batch
 "$TT" plan --vram 4G --json --svg "$TMP/j.svg" examples/fashion_mnist/lenet.recipe >"$TMP/j.json" 2>"$TMP/err"
 if ! python3 -c "import json,sys; json.load(open(sys.argv[1]))" "$TMP/j.json" 2>/dev/null || [ ! -s "$TMP/j.svg" ]; then
