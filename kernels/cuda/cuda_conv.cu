@@ -356,14 +356,20 @@ static int cuda_conv_found_copy(const Perf *perf, int n, cuda_conv_found *out) {
   return n;
 }
 
-static int cuda_conv_find_one(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind which, char *scratch, size_t scratch_bytes) {
+static int cuda_conv_find_one(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind which, size_t planned, char *scratch,
+                              size_t scratch_bytes) {
   tt_cuda_state *st = tt_cuda_st(b);
   const tt_conv_desc *d = &s->d;
   size_t es = tt_dtype_size(s->dt);
   size_t xb = cuda_conv_round((size_t)d->n * d->c * d->h * d->w * es);
   size_t wb = cuda_conv_round((size_t)d->k * (d->c / d->groups) * d->r * d->s * es);
   size_t yb = cuda_conv_round((size_t)d->n * d->k * d->p * d->q * es);
-  size_t limit = s->cudnn_ws[which], off = 0, i;
+  size_t extra = cuda_conv_extra(d, s->dt, which), off = 0, i;
+  /* cuDNN's part of the planned workspace: the largest buffer the plan gives a step's calls, less
+   * this call's own front part (not only the heuristic choice's bytes: Find may pick one needing
+   * more, which the planned buffer still holds); at least the heuristic choice's */
+  size_t limit = planned > extra ? (planned - extra) & ~(size_t)255u : 0;
+  if (limit < s->cudnn_ws[which]) limit = s->cudnn_ws[which];
   cuda_conv_found found[16];
   int n = 0, best = -1;
   char *x, *w, *y, *ws;
@@ -371,7 +377,9 @@ static int cuda_conv_find_one(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind wh
   const cuda_conv_view v = cuda_conv_view_of(&s->d, which);
   cudnnTensorDescriptor_t yd = v.dy_t ? s->yt : s->y; /* dy as cuDNN reads it (cuda_conv_view) */
   cudnnFilterDescriptor_t wd = v.w_nhwc ? s->wn : s->w;
-  if (xb + wb + yb + cuda_conv_round(limit) > scratch_bytes) return 0; /* keeps the heuristic choice */
+  if (xb + wb + yb + cuda_conv_round(limit) > scratch_bytes) /* the workspace the scratch leaves, if that is enough */
+    limit = scratch_bytes > xb + wb + yb + 256 ? (scratch_bytes - xb - wb - yb - 256) & ~(size_t)255u : 0;
+  if (limit < s->cudnn_ws[which]) return 0; /* keeps the heuristic choice */
   x = scratch + off, off += xb;
   w = scratch + off, off += wb;
   y = scratch + off, off += yb;
@@ -460,13 +468,17 @@ static void cuda_conv_log(const tt_cuda_conv_slot *s, tt_ws_kind which, const ch
 int tt_cuda_conv_find(tt_backend *b, const tt_op_desc *ops, int nops, void *scratch, size_t scratch_bytes) {
   tt_cuda_state *st = tt_cuda_st(b);
   int i, j, algo;
-  size_t need;
+  size_t need, planned = 0;
   st->conv_found = 0;
   /* TINYTRAIN_CUDA_FIND=0, the documented off switch: the heuristic choices stay (and are logged) */
   if (!st->knobs.cuda_find && !st->knobs.cuda_conv_log) return 0;
   if (nops < 0 || (nops && !ops)) return tt_cuda_fail(b, "tune: %d calls at %p", nops, (const void *)ops);
   if (!scratch) scratch_bytes = 0;
   if (tt_cuda_conv_graph_tune(b, ops, nops, scratch, scratch_bytes)) return -1;
+  for (i = 0; i < nops; i++) { /* the planned workspace: the largest any call asked for (backend.h) */
+    size_t w = b->op_workspace(b, &ops[i]);
+    if (w != TT_WS_ERROR && w > planned) planned = w;
+  }
   for (i = 0; i < nops; i++) {
     const tt_op_desc *o = &ops[i];
     tt_ws_kind which;
@@ -485,7 +497,7 @@ int tt_cuda_conv_find(tt_backend *b, const tt_op_desc *ops, int nops, void *scra
     double t0 = cuda_conv_ms();
     if (!(s = cuda_conv_prepare(b, &o->u.conv, o->dt, which, (size_t)-1, &algo, &need))) return -1;
     int found = st->conv_found;
-    if (st->knobs.cuda_find && cuda_conv_find_one(b, s, which, (char *)scratch, scratch_bytes)) return -1;
+    if (st->knobs.cuda_find && cuda_conv_find_one(b, s, which, planned, (char *)scratch, scratch_bytes)) return -1;
     if (st->knobs.cuda_conv_log) {
       if (st->knobs.cuda_find) CUDA_CHECK(b, cudaStreamSynchronize(st->compute)); /* the time Find took, whole */
       cuda_conv_log(s, which, !st->knobs.cuda_find ? "heuristic ranking (TINYTRAIN_CUDA_FIND=0)"

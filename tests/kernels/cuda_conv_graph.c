@@ -218,6 +218,46 @@ void test_conv_graph_api_misuse(void) {
   TT_TEST_END();
 }
 
+/* The legacy Find's workspace bound (issue 41: "cudnnFind*Ex is given at most the workspace of the
+ * heuristic's first pick"): Find is given the planned workspace, the largest any call of the plan
+ * asked for. A 3x3 fp32 NCHW forward whose heuristic choice (PRECOMP_GEMM) needs 1312 bytes, planned
+ * beside a backward-filter whose choice needs about 2.4 MB: the emulated Find times its algorithms in
+ * the reverse of its ranking, so within 1312 bytes it would pick WINOGRAD (6), within the planned
+ * workspace FFT_TILING (5, about 1.8 MB), which then runs in the planned buffer. */
+void test_conv_find_planned_ws(void) {
+  static const int ca[12] = {2, 8, 9, 9, 16, 3, 3, 1, 1, 1, 1, 1}, cb[12] = {2, 16, 64, 64, 16, 3, 3, 1, 1, 1, 1, 1};
+  tt_op_desc ops[2];
+  TT_TEST_BEGIN("cuda_conv_find_planned_workspace");
+  memset(ops, 0, sizeof ops);
+  ops[0].kind = TT_OP_CONV_FWD, ops[0].dt = TT_F32, ops[1].kind = TT_OP_CONV_BWD_FILTER, ops[1].dt = TT_F32;
+  test_conv_desc_set(&ops[0].u.conv, ca), test_conv_desc_set(&ops[1].u.conv, cb);
+  tt_backend *b = test_api_backend(TT_CUDA_CONV_API_LEGACY, 1);
+  if (b) {
+    const tt_conv_desc *d = &ops[0].u.conv;
+    size_t own = b->op_workspace(b, &ops[0]), other = b->op_workspace(b, &ops[1]), scratch = (size_t)16 << 20;
+    size_t planned = own > other ? own : other;
+    size_t xb = (size_t)d->n * d->c * d->h * d->w * 4, wb = (size_t)d->k * d->c * d->r * d->s * 4;
+    size_t yb = (size_t)d->n * d->k * d->p * d->q * 4;
+    void *s = b->arena_alloc(b, scratch), *x = b->arena_alloc(b, xb), *w = b->arena_alloc(b, wb), *y = b->arena_alloc(b, yb);
+    void *ws = b->arena_alloc(b, planned);
+    TT_CHECK(own != TT_WS_ERROR && other != TT_WS_ERROR && own < 4096 && other > ((size_t)2 << 20) && s && x && w && y && ws,
+             "setup: workspaces %zu and %zu: %s", own, other, b->last_error(b));
+    if (s && x && w && y && ws) {
+      TT_CHECK(b->prepare(b, ops, 2) == 0 && b->tune(b, ops, 2, s, scratch) == 0, "prepare and tune: %s", b->last_error(b));
+      b->zero(b, x, xb), b->zero(b, w, wb);
+      tt_emu_conv_algos_used(0, 1);
+      TT_CHECK(b->conv_fwd(b, d, TT_F32, x, w, NULL, y, ws, planned) == 0, "conv_fwd in the planned workspace: %s", b->last_error(b));
+      unsigned used = tt_emu_conv_algos_used(0, 1);
+      size_t after = b->op_workspace(b, &ops[0]);
+      TT_CHECK(used == 1u << 5, "the forward ran algorithms %x (want FFT_TILING, bit 5: Find within the planned %zu bytes)", used, planned);
+      TT_CHECK(after > own && after <= planned, "the forward's workspace after Find: %zu (heuristic %zu, planned %zu)", after, own, planned);
+    }
+    b->arena_free(b, s), b->arena_free(b, x), b->arena_free(b, w), b->arena_free(b, y), b->arena_free(b, ws);
+    b->destroy(b);
+  }
+  TT_TEST_END();
+}
+
 /* A training step of the small CNN in fp16 NHWC (every convolution but the first all-NHWC) through
  * the graph API equals the legacy path's: under the emulation every engine computes as the legacy
  * algorithms do (in double, rounded once), so the stated tolerance is the rounding of fp32

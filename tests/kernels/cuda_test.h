@@ -181,6 +181,7 @@ void test_conv_log(void);
 void test_conv_graph_api(void);
 void test_conv_graph_api_choice(void);
 void test_conv_graph_api_misuse(void);
+void test_conv_find_planned_ws(void);
 void test_step_graph_api(void);
 
 /* cuda_device.c */

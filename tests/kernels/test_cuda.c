@@ -76,6 +76,8 @@ static const tt_test_case tests[] = {
            "the emulated engines' fake times decide it (on a GPU, TINYTRAIN_CUDA_CONV_LOG shows the choice)"),
   EMU_TEST("cuda_conv_graph_api_misuse", "ops conv", test_conv_graph_api_misuse,
            "the emulation checks a workspace's range (cuDNN cannot)"),
+  EMU_TEST("cuda_conv_find_planned_workspace", "ops conv", test_conv_find_planned_ws,
+           "the emulated Find's timing order shows the bound"),
   TT_TEST("cuda_linear", "ops linear", FN(test_linear)),
   TT_TEST("cuda_bf16_cast", "ops kernels bf16 elementwise", FN(test_bf16_cast)),
   EMU_TEST("cuda_bf16_conv_linear_sm80", "ops bf16 conv linear", test_bf16_sm80,
