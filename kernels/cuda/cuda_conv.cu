@@ -453,15 +453,20 @@ static double cuda_conv_ms(void) {
 
 /* The line for slot s's direction `which`; how: what chose the algorithm; planned: the cuDNN
  * workspace the plan holds for it (the heuristic choice's); ms: the time choosing took. */
-static void cuda_conv_log(const tt_cuda_conv_slot *s, tt_ws_kind which, const char *how, size_t planned, double ms) {
+static void cuda_conv_log(tt_backend *b, const tt_cuda_conv_slot *s, tt_ws_kind which, const char *how, size_t planned, double ms) {
   static const char *const dir[] = {"fwd", "bwd-data", "bwd-filter"};
   const tt_conv_desc *d = &s->d;
   fprintf(stderr,
           "TINYTRAIN_CUDA_CONV_LOG: %-10s %s n%d c%d %dx%d -> k%d %dx%d, filter %dx%d stride %d,%d pad %d,%d groups %d, %s->%s: "
-          "legacy API (cudnnConvolution*), algo %d %s, math %s, workspace %zu bytes (planned %zu), %s, %.1f ms\n",
+          "legacy API (cudnnConvolution*%s), algo %d %s, math %s, workspace %zu bytes (planned %zu), %s, %.1f ms\n",
           dir[which], tt_dtype_name(s->dt), d->n, d->c, d->h, d->w, d->k, d->p, d->q, d->r, d->s, d->stride_h,
           d->stride_w, d->pad_h, d->pad_w, d->groups, d->layout_x == TT_LAYOUT_NHWC ? "NHWC" : "NCHW",
-          d->layout_y == TT_LAYOUT_NHWC ? "NHWC" : "NCHW", s->algo[which], cuda_conv_algo_name(which, s->algo[which]),
+          d->layout_y == TT_LAYOUT_NHWC ? "NHWC" : "NCHW",
+          tt_cuda_st(b)->knobs.cuda_conv_api != TT_CUDA_CONV_API_LEGACY && d->layout_x == TT_LAYOUT_NHWC &&
+                  d->layout_y == TT_LAYOUT_NHWC
+              ? "; the graph API offered no engine for this shape"
+              : "",
+          s->algo[which], cuda_conv_algo_name(which, s->algo[which]),
           cuda_conv_math_name(s->math[which]), s->cudnn_ws[which], planned, how, ms);
 }
 
@@ -500,7 +505,7 @@ int tt_cuda_conv_find(tt_backend *b, const tt_op_desc *ops, int nops, void *scra
     if (st->knobs.cuda_find && cuda_conv_find_one(b, s, which, planned, (char *)scratch, scratch_bytes)) return -1;
     if (st->knobs.cuda_conv_log) {
       if (st->knobs.cuda_find) CUDA_CHECK(b, cudaStreamSynchronize(st->compute)); /* the time Find took, whole */
-      cuda_conv_log(s, which, !st->knobs.cuda_find ? "heuristic ranking (TINYTRAIN_CUDA_FIND=0)"
+      cuda_conv_log(b, s, which, !st->knobs.cuda_find ? "heuristic ranking (TINYTRAIN_CUDA_FIND=0)"
                               : st->conv_found > found ? "timed by cudnnFind*Ex within the planned workspace"
                                                        : "heuristic ranking (Find timed nothing within the workspace, or the operands did not fit its scratch)",
                     need, cuda_conv_ms() - t0);

@@ -337,8 +337,8 @@ int tt_cuda_conv_graph_run(tt_backend *b, tt_cuda_conv_graph *g, const char *op,
     return cg_execute(b, g, i, op, (void *)in0, wt, out, cws);
   }
   if (g->which == TT_WS_BWD_DATA) { /* dy, w -> dx (beta is the graph's: g->acc) */
-    if ((beta != 0.0f) != (g->acc != 0))
-      return tt_cuda_fail(b, "%s (graph API): beta %g, but the graph was built for %d", op, beta, g->acc);
+    if (beta != (g->acc ? 1.0f : 0.0f)) /* the executor's betas are 0 (overwrite) and 1 (add into) */
+      return tt_cuda_fail(b, "%s (graph API): beta %g, but the graph was built for beta %d", op, beta, g->acc);
     if (tt_cuda_transpose(b, op, d->k, d->c / d->groups, d->r * d->s, g->dt, in1, g->dt, wt, 0.0f)) return -1;
     return cg_execute(b, g, i, op, out, wt, (void *)in0, cws);
   }

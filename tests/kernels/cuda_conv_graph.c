@@ -10,17 +10,18 @@
 #ifdef TT_HAVE_CUDA
 
 /* A CUDA backend whose convolutions take API api (a tt_cuda_conv_api); NULL with a check failed. */
-static tt_backend *test_api_backend(int api, int find) {
+static tt_backend *test_api_backend_log(int api, int find, int log) {
   tt_backend_knobs k;
   size_t reserve = 0;
   char msg[512];
   tt_backend *b;
   tt_backend_knobs_default(&k);
-  k.cuda_conv_api = api, k.cuda_find = find;
+  k.cuda_conv_api = api, k.cuda_find = find, k.cuda_conv_log = log;
   b = tt_cuda_backend_create(&reserve, &k, msg, sizeof msg);
   TT_CHECK(b != NULL, "a CUDA backend with TINYTRAIN_CUDA_CONV_API %d: %s", api, msg);
   return b;
 }
+static tt_backend *test_api_backend(int api, int find) { return test_api_backend_log(api, find, 0); }
 
 static void test_conv_desc_set(tt_conv_desc *d, const int *c) {
   memset(d, 0, sizeof *d);
@@ -143,7 +144,8 @@ void test_conv_graph_api_choice(void) {
   tt_op_desc od = test_graph_op();
   long long eng = -1;
   size_t ws = 0, ws_before = 0;
-  tt_backend *b = test_api_backend(TT_CUDA_CONV_API_AUTO, 1);
+  tt_backend *b = test_api_backend_log(TT_CUDA_CONV_API_AUTO, 1, 1);
+  char text[4096] = "";
   if (b) {
     TT_CHECK(tt_cuda_conv_api_used(b, &od, &eng, &ws_before) == 1 && eng == 1,
              "before tune: engine %lld (want the heuristic's first, 1): %s", eng, b->last_error(b));
@@ -151,7 +153,18 @@ void test_conv_graph_api_choice(void) {
     size_t scratch = (size_t)16 << 20;
     void *s = b->arena_alloc(b, scratch);
     TT_CHECK(s != NULL, "scratch");
+    FILE *f = tmpfile(); /* TINYTRAIN_CUDA_CONV_LOG's line, on stderr, read back */
+    int saved = dup(2);
+    fflush(stderr);
+    if (f) dup2(fileno(f), 2);
     TT_CHECK(s && b->tune(b, &od, 1, s, scratch) == 0, "tune: %s", b->last_error(b));
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    if (f) rewind(f), text[fread(text, 1, sizeof text - 1, f)] = 0, fclose(f);
+    TT_CHECK(strstr(text, "graph API (cudnnBackend*), engine 7 (heuristic mode A, 4 candidates)") &&
+                 strstr(text, "the fastest of the candidates timed"),
+             "TINYTRAIN_CUDA_CONV_LOG after tune: '%s' (want the graph API, engine 7, mode A, 4 candidates, timed)", text);
     TT_CHECK(tt_cuda_conv_api_used(b, &od, &eng, &ws) == 1, "after tune: %s", b->last_error(b));
     double best = tt_emu_graph_engine_ms(0, 1);
     long long want = 1;
