@@ -206,6 +206,7 @@ typedef struct tt_backend_knobs {
   int cuda_bn_resident;   /* TINYTRAIN_CUDA_BN_RESIDENT: 1 (default) the held-on-chip batch norm */
   int cuda_deterministic; /* TINYTRAIN_CUDA_DETERMINISTIC: 1 deterministic cuDNN algorithms only */
   int cuda_conv_log;      /* TINYTRAIN_CUDA_CONV_LOG: 1 one stderr line per convolution shape and direction */
+  int cuda_conv_api;      /* TINYTRAIN_CUDA_CONV_API: a tt_cuda_conv_api (default legacy) */
   int cpu_isa;            /* TINYTRAIN_CPU_ISA: -1 unset (the process's hold, native if none yet), else a
                            * TT_CPU_ISA_* (tt_cpu_isa_hold) */
 } tt_backend_knobs;
@@ -215,10 +216,16 @@ typedef struct tt_backend_knobs {
  * pick, ONEDNN_MAX_CPU_ISA honoured); avx2: our AVX2 copy, oneDNN held to AVX2; baseline: our
  * baseline copy (SSE2), oneDNN held to SSE4.1 (its lowest). */
 typedef enum { TT_CPU_ISA_NATIVE = 0, TT_CPU_ISA_AVX2 = 1, TT_CPU_ISA_BASELINE = 2 } tt_cpu_isa;
+/* TINYTRAIN_CUDA_CONV_API's values, in its choice order: auto, all-NHWC convolutions through cuDNN's
+ * graph API where it offers an engine, the legacy API elsewhere; graph, the same but a shape the
+ * graph API does not serve is an error; legacy, every convolution on the legacy API (the default
+ * until a GPU run has checked the graph path: docs/gpu.md). */
+typedef enum { TT_CUDA_CONV_API_AUTO = 0, TT_CUDA_CONV_API_GRAPH = 1, TT_CUDA_CONV_API_LEGACY = 2 } tt_cuda_conv_api;
 
 static inline void tt_backend_knobs_default(tt_backend_knobs *k) {
   k->layout = -1, k->cpu_chunk_bytes = 0, k->conv_matmul = 1, k->conv_bwdw = -1;
   k->cuda_find = 1, k->cuda_bn_resident = 1, k->cuda_deterministic = 0, k->cpu_isa = -1, k->cuda_conv_log = 0;
+  k->cuda_conv_api = TT_CUDA_CONV_API_LEGACY;
 }
 
 typedef struct tt_backend tt_backend;

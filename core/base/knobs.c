@@ -29,8 +29,8 @@ typedef struct knob_row {
 /* Every knob. A CHOICE knob's value is its choice's index: TINYTRAIN_LAYOUT's are TT_LAYOUT_NCHW
  * and TT_LAYOUT_NHWC, TINYTRAIN_CONV_BWDW's 0 bf16 and 1 fp32, TINYTRAIN_GRADS's 0 auto and 1
  * persistent, TINYTRAIN_CPU_BACKEND's 0 oneDNN and 1 the reference, TINYTRAIN_OMP_SPIN's 0 auto,
- * 1 short and 2 long, TINYTRAIN_CPU_ISA's the
- * TT_CPU_ISA_* (backend.h). */
+ * 1 short and 2 long, TINYTRAIN_CPU_ISA's the TT_CPU_ISA_* (backend.h), TINYTRAIN_CUDA_CONV_API's
+ * the TT_CUDA_CONV_API_* (backend.h). */
 static const knob_row knob_rows[] = {
     {"TINYTRAIN_GRADS", KNOB_CHOICE, "auto|persistent", KNOB_AT(grads_persistent)},
     {"TINYTRAIN_COMPACT", KNOB_CHOICE, "0|1", KNOB_AT(compact)},
@@ -43,6 +43,7 @@ static const knob_row knob_rows[] = {
     {"TINYTRAIN_CUDA_SYNC", KNOB_BOOL, NULL, KNOB_AT(cuda_sync)},
     {"TINYTRAIN_CUDA_PROFILE_STEP", KNOB_COUNT, NULL, KNOB_AT(cuda_profile_step)},
     {"TINYTRAIN_CUDA_CONV_LOG", KNOB_BOOL, NULL, KNOB_AT(be.cuda_conv_log)},
+    {"TINYTRAIN_CUDA_CONV_API", KNOB_CHOICE, "auto|graph|legacy", KNOB_AT(be.cuda_conv_api)},
     {"TINYTRAIN_CUDA_GRAPH", KNOB_BOOL, NULL, KNOB_AT(cuda_graph)},
     {"TINYTRAIN_DIST_TIMEOUT", KNOB_SECONDS, NULL, KNOB_AT(dist_timeout)},
     {"TINYTRAIN_DIST_BUCKET", KNOB_SIZE, NULL, KNOB_AT(dist_bucket)},

@@ -600,9 +600,9 @@ static void cuda_be_create_fail(char *errbuf, size_t errsize, const char *fmt, .
 static size_t cuda_be_op_workspace(tt_backend *b, const tt_op_desc *op) {
   const tt_linear_desc *l = &op->u.linear;
   switch (op->kind) {
-    case TT_OP_CONV_FWD: return tt_cuda_conv_workspace(b, &op->u.conv, op->dt, TT_WS_FWD);
-    case TT_OP_CONV_BWD_DATA: return tt_cuda_conv_workspace(b, &op->u.conv, op->dt, TT_WS_BWD_DATA);
-    case TT_OP_CONV_BWD_FILTER: return tt_cuda_conv_workspace(b, &op->u.conv, op->dt, TT_WS_BWD_FILTER);
+    case TT_OP_CONV_FWD:
+    case TT_OP_CONV_BWD_DATA:
+    case TT_OP_CONV_BWD_FILTER: return tt_cuda_conv_op_workspace(b, op);
     case TT_OP_LINEAR_FWD: return tt_cuda_linear_workspace(b, l->n, l->in, l->out, op->dt, TT_WS_FWD);
     case TT_OP_LINEAR_BWD_DATA: return tt_cuda_linear_workspace(b, l->n, l->in, l->out, op->dt, TT_WS_BWD_DATA);
     case TT_OP_LINEAR_BWD_FILTER: return tt_cuda_linear_workspace(b, l->n, l->in, l->out, op->dt, TT_WS_BWD_FILTER);
@@ -616,12 +616,9 @@ static size_t cuda_be_op_workspace(tt_backend *b, const tt_op_desc *op) {
   }
 }
 
-/* Nothing to build ahead: convolution algorithms are chosen and cached by the workspace
- * queries lowering already made. */
-static int cuda_be_prepare(tt_backend *b, const tt_op_desc *ops, int nops) {
-  (void)b, (void)ops, (void)nops;
-  return 0;
-}
+/* The convolutions: the graph-API ones' operation graphs and plans, the legacy ones' algorithms
+ * (most were built by the workspace queries lowering already made; cuda_conv.cu). */
+static int cuda_be_prepare(tt_backend *b, const tt_op_desc *ops, int nops) { return tt_cuda_conv_prepare(b, ops, nops); }
 
 /* The CUDA backend's table; impl is each backend's own (tt_cuda_backend_create). Positional, in
  * backend.h's field order (C++ has no designated initializers before C++20). */

@@ -72,18 +72,20 @@ int tt_cuda_conv_cache_create(tt_backend *b) {
     CUDNN_CHECK(b, cudnnCreateConvolutionDescriptor(&s->conv));
     st->nconv = i + 1;
   }
-  return 0;
+  return tt_cuda_conv_graph_create(b);
 }
 
 void tt_cuda_conv_cache_forget(tt_backend *b) {
   tt_cuda_state *st = tt_cuda_st(b);
   int i;
   for (i = 0; st->conv && i < st->nconv; i++) memset(st->conv[i].have, 0, sizeof st->conv[i].have);
+  tt_cuda_conv_graph_forget(b); /* the graph-API candidates were chosen under the same cap and math */
 }
 
 void tt_cuda_conv_cache_destroy(tt_backend *b) {
   tt_cuda_state *st = tt_cuda_st(b);
   int i;
+  tt_cuda_conv_graph_destroy(b);
   if (!st->conv) return;
   for (i = 0; i < TT_CUDA_CONV_SLOTS; i++) {
     tt_cuda_conv_slot *s = &st->conv[i];
@@ -354,14 +356,20 @@ static int cuda_conv_found_copy(const Perf *perf, int n, cuda_conv_found *out) {
   return n;
 }
 
-static int cuda_conv_find_one(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind which, char *scratch, size_t scratch_bytes) {
+static int cuda_conv_find_one(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind which, size_t planned, char *scratch,
+                              size_t scratch_bytes) {
   tt_cuda_state *st = tt_cuda_st(b);
   const tt_conv_desc *d = &s->d;
   size_t es = tt_dtype_size(s->dt);
   size_t xb = cuda_conv_round((size_t)d->n * d->c * d->h * d->w * es);
   size_t wb = cuda_conv_round((size_t)d->k * (d->c / d->groups) * d->r * d->s * es);
   size_t yb = cuda_conv_round((size_t)d->n * d->k * d->p * d->q * es);
-  size_t limit = s->cudnn_ws[which], off = 0, i;
+  size_t extra = cuda_conv_extra(d, s->dt, which), off = 0, i;
+  /* cuDNN's part of the planned workspace: the largest buffer the plan gives a step's calls, less
+   * this call's own front part (not only the heuristic choice's bytes: Find may pick one needing
+   * more, which the planned buffer still holds); at least the heuristic choice's */
+  size_t limit = planned > extra ? (planned - extra) & ~(size_t)255u : 0;
+  if (limit < s->cudnn_ws[which]) limit = s->cudnn_ws[which];
   cuda_conv_found found[16];
   int n = 0, best = -1;
   char *x, *w, *y, *ws;
@@ -369,7 +377,9 @@ static int cuda_conv_find_one(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind wh
   const cuda_conv_view v = cuda_conv_view_of(&s->d, which);
   cudnnTensorDescriptor_t yd = v.dy_t ? s->yt : s->y; /* dy as cuDNN reads it (cuda_conv_view) */
   cudnnFilterDescriptor_t wd = v.w_nhwc ? s->wn : s->w;
-  if (xb + wb + yb + cuda_conv_round(limit) > scratch_bytes) return 0; /* keeps the heuristic choice */
+  if (xb + wb + yb + cuda_conv_round(limit) > scratch_bytes) /* the workspace the scratch leaves, if that is enough */
+    limit = scratch_bytes > xb + wb + yb + 256 ? (scratch_bytes - xb - wb - yb - 256) & ~(size_t)255u : 0;
+  if (limit < s->cudnn_ws[which]) return 0; /* keeps the heuristic choice */
   x = scratch + off, off += xb;
   w = scratch + off, off += wb;
   y = scratch + off, off += yb;
@@ -443,33 +453,46 @@ static double cuda_conv_ms(void) {
 
 /* The line for slot s's direction `which`; how: what chose the algorithm; planned: the cuDNN
  * workspace the plan holds for it (the heuristic choice's); ms: the time choosing took. */
-static void cuda_conv_log(const tt_cuda_conv_slot *s, tt_ws_kind which, const char *how, size_t planned, double ms) {
+static void cuda_conv_log(tt_backend *b, const tt_cuda_conv_slot *s, tt_ws_kind which, const char *how, size_t planned, double ms) {
   static const char *const dir[] = {"fwd", "bwd-data", "bwd-filter"};
   const tt_conv_desc *d = &s->d;
   fprintf(stderr,
           "TINYTRAIN_CUDA_CONV_LOG: %-10s %s n%d c%d %dx%d -> k%d %dx%d, filter %dx%d stride %d,%d pad %d,%d groups %d, %s->%s: "
-          "legacy API (cudnnConvolution*), algo %d %s, math %s, workspace %zu bytes (planned %zu), %s, %.1f ms\n",
+          "legacy API (cudnnConvolution*%s), algo %d %s, math %s, workspace %zu bytes (planned %zu), %s, %.1f ms\n",
           dir[which], tt_dtype_name(s->dt), d->n, d->c, d->h, d->w, d->k, d->p, d->q, d->r, d->s, d->stride_h,
           d->stride_w, d->pad_h, d->pad_w, d->groups, d->layout_x == TT_LAYOUT_NHWC ? "NHWC" : "NCHW",
-          d->layout_y == TT_LAYOUT_NHWC ? "NHWC" : "NCHW", s->algo[which], cuda_conv_algo_name(which, s->algo[which]),
+          d->layout_y == TT_LAYOUT_NHWC ? "NHWC" : "NCHW",
+          tt_cuda_st(b)->knobs.cuda_conv_api != TT_CUDA_CONV_API_LEGACY && d->layout_x == TT_LAYOUT_NHWC &&
+                  d->layout_y == TT_LAYOUT_NHWC
+              ? "; the graph API offered no engine for this shape"
+              : "",
+          s->algo[which], cuda_conv_algo_name(which, s->algo[which]),
           cuda_conv_math_name(s->math[which]), s->cudnn_ws[which], planned, how, ms);
 }
 
 int tt_cuda_conv_find(tt_backend *b, const tt_op_desc *ops, int nops, void *scratch, size_t scratch_bytes) {
   tt_cuda_state *st = tt_cuda_st(b);
   int i, j, algo;
-  size_t need;
+  size_t need, planned = 0;
   st->conv_found = 0;
   /* TINYTRAIN_CUDA_FIND=0, the documented off switch: the heuristic choices stay (and are logged) */
   if (!st->knobs.cuda_find && !st->knobs.cuda_conv_log) return 0;
   if (nops < 0 || (nops && !ops)) return tt_cuda_fail(b, "tune: %d calls at %p", nops, (const void *)ops);
   if (!scratch) scratch_bytes = 0;
+  if (tt_cuda_conv_graph_tune(b, ops, nops, scratch, scratch_bytes)) return -1;
+  for (i = 0; i < nops; i++) { /* the planned workspace: the largest any call asked for (backend.h) */
+    size_t w = b->op_workspace(b, &ops[i]);
+    if (w != TT_WS_ERROR && w > planned) planned = w;
+  }
   for (i = 0; i < nops; i++) {
     const tt_op_desc *o = &ops[i];
     tt_ws_kind which;
     tt_cuda_conv_slot *s;
+    tt_cuda_conv_graph *g = NULL;
     int seen = 0;
     if (o->kind != TT_OP_CONV_FWD && o->kind != TT_OP_CONV_BWD_DATA && o->kind != TT_OP_CONV_BWD_FILTER) continue;
+    if (tt_cuda_conv_graph_get(b, &o->u.conv, o->dt, (tt_ws_kind)(o->kind - TT_OP_CONV_FWD), o->accumulate, &g)) return -1;
+    if (g) continue; /* the graph API's (timed above) */
     for (j = 0; j < i && !seen; j++) /* calls repeat (the same shape in many blocks): time each once */
       seen = ops[j].kind == o->kind && ops[j].dt == o->dt && cuda_conv_same(&ops[j].u.conv, &o->u.conv);
     if (seen) continue;
@@ -479,10 +502,10 @@ int tt_cuda_conv_find(tt_backend *b, const tt_op_desc *ops, int nops, void *scra
     double t0 = cuda_conv_ms();
     if (!(s = cuda_conv_prepare(b, &o->u.conv, o->dt, which, (size_t)-1, &algo, &need))) return -1;
     int found = st->conv_found;
-    if (st->knobs.cuda_find && cuda_conv_find_one(b, s, which, (char *)scratch, scratch_bytes)) return -1;
+    if (st->knobs.cuda_find && cuda_conv_find_one(b, s, which, planned, (char *)scratch, scratch_bytes)) return -1;
     if (st->knobs.cuda_conv_log) {
       if (st->knobs.cuda_find) CUDA_CHECK(b, cudaStreamSynchronize(st->compute)); /* the time Find took, whole */
-      cuda_conv_log(s, which, !st->knobs.cuda_find ? "heuristic ranking (TINYTRAIN_CUDA_FIND=0)"
+      cuda_conv_log(b, s, which, !st->knobs.cuda_find ? "heuristic ranking (TINYTRAIN_CUDA_FIND=0)"
                               : st->conv_found > found ? "timed by cudnnFind*Ex within the planned workspace"
                                                        : "heuristic ranking (Find timed nothing within the workspace, or the operands did not fit its scratch)",
                     need, cuda_conv_ms() - t0);
@@ -492,15 +515,38 @@ int tt_cuda_conv_find(tt_backend *b, const tt_op_desc *ops, int nops, void *scra
   return 0;
 }
 
-size_t tt_cuda_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which) {
+/* The planned workspace of a call (acc: backward-data adds into dx); TT_WS_ERROR on a failure. */
+static size_t cuda_conv_ws(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which, int acc) {
   int algo;
   size_t ws = 0;
+  tt_cuda_conv_graph *g = NULL;
   /* a failure is TT_WS_ERROR with the reason recorded, never 0 (backend.h) */
   if (cuda_conv_check(b, "conv_workspace", d, dt)) return TT_WS_ERROR;
   if (which != TT_WS_FWD && which != TT_WS_BWD_DATA && which != TT_WS_BWD_FILTER)
     return tt_cuda_fail(b, "conv_workspace: unknown workspace kind %d", (int)which), TT_WS_ERROR;
+  if (tt_cuda_conv_graph_get(b, d, dt, which, acc, &g)) return TT_WS_ERROR;
+  if (g) return tt_cuda_conv_graph_workspace(g); /* room for every candidate tune may pick */
   if (!cuda_conv_prepare(b, d, dt, which, (size_t)-1, &algo, &ws)) return TT_WS_ERROR;
   return ws ? cuda_conv_round(ws) + cuda_conv_extra(d, dt, which) : cuda_conv_extra(d, dt, which);
+}
+
+size_t tt_cuda_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which) {
+  size_t a = cuda_conv_ws(b, d, dt, which, 0), c;
+  if (a == TT_WS_ERROR || which != TT_WS_BWD_DATA) return a;
+  c = cuda_conv_ws(b, d, dt, which, 1); /* either beta: a graph is built for one */
+  return c == TT_WS_ERROR ? c : a > c ? a : c;
+}
+
+size_t tt_cuda_conv_op_workspace(tt_backend *b, const tt_op_desc *op) {
+  return cuda_conv_ws(b, &op->u.conv, op->dt, (tt_ws_kind)(op->kind - TT_OP_CONV_FWD), op->accumulate);
+}
+
+int tt_cuda_conv_prepare(tt_backend *b, const tt_op_desc *ops, int nops) {
+  for (int i = 0; i < nops; i++)
+    if ((ops[i].kind == TT_OP_CONV_FWD || ops[i].kind == TT_OP_CONV_BWD_DATA || ops[i].kind == TT_OP_CONV_BWD_FILTER) &&
+        tt_cuda_conv_op_workspace(b, &ops[i]) == TT_WS_ERROR)
+      return -1;
+  return 0;
 }
 
 /* The KRSC copy of w [k, c/g, r, s] into wt (cuda_conv_view). */
@@ -524,6 +570,12 @@ int tt_cuda_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const vo
   if (cuda_conv_check(b, "conv_fwd", d, dt)) return -1;
   if (!x || !w || !y) return tt_cuda_fail(b, "conv_fwd: NULL x, w or y");
   if (!ws) ws_bytes = 0;
+  tt_cuda_conv_graph *g = NULL;
+  if (tt_cuda_conv_graph_get(b, d, dt, TT_WS_FWD, 0, &g)) return -1;
+  if (g) { /* all-NHWC through the graph API; the bias below as on the legacy path */
+    if (tt_cuda_conv_graph_run(b, g, "conv_fwd", x, w, y, 0.0f, ws, ws_bytes)) return -1;
+    return bias ? tt_cuda_add_bias(b, "conv_fwd", d->n * d->p * d->q, d->k, 1, dt, bias, y) : 0;
+  }
   if (ws_bytes < extra)
     return tt_cuda_fail(b, "conv_fwd: workspace too small: needs at least %zu bytes, given %zu", extra, ws_bytes);
   v = cuda_conv_view_of(d, TT_WS_FWD);
@@ -554,6 +606,9 @@ int tt_cuda_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, con
   if (cuda_conv_check(b, "conv_bwd_data", d, dt)) return -1;
   if (!dy || !w || !dx) return tt_cuda_fail(b, "conv_bwd_data: NULL dy, w or dx");
   if (!ws) ws_bytes = 0;
+  tt_cuda_conv_graph *g = NULL;
+  if (tt_cuda_conv_graph_get(b, d, dt, TT_WS_BWD_DATA, beta != 0.0f, &g)) return -1;
+  if (g) return tt_cuda_conv_graph_run(b, g, "conv_bwd_data", dy, w, dx, beta, ws, ws_bytes);
   if (ws_bytes < extra)
     return tt_cuda_fail(b, "conv_bwd_data: workspace too small: needs at least %zu bytes, given %zu", extra, ws_bytes);
   v = cuda_conv_view_of(d, TT_WS_BWD_DATA);
@@ -587,6 +642,12 @@ int tt_cuda_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, c
   if (cuda_conv_check(b, "conv_bwd_filter", d, dt)) return -1;
   if (!x || !dy || !dw) return tt_cuda_fail(b, "conv_bwd_filter: NULL x, dy or dw");
   if (!ws) ws_bytes = 0;
+  tt_cuda_conv_graph *g = NULL;
+  if (tt_cuda_conv_graph_get(b, d, dt, TT_WS_BWD_FILTER, 0, &g)) return -1;
+  if (g) { /* all-NHWC through the graph API; the bias gradient below as on the legacy path */
+    if (tt_cuda_conv_graph_run(b, g, "conv_bwd_filter", x, dy, dw, beta, ws, ws_bytes)) return -1;
+    return db ? tt_cuda_channel_sum(b, "conv_bwd_filter", d->n * d->p * d->q, d->k, 1, dt, dy, db, beta) : 0;
+  }
   if (ws_bytes < extra)
     return tt_cuda_fail(b, "conv_bwd_filter: workspace too small: needs at least %zu bytes, given %zu", extra, ws_bytes);
   v = cuda_conv_view_of(d, TT_WS_BWD_FILTER);

@@ -61,6 +61,32 @@ typedef struct tt_cuda_conv_slot {
   size_t cudnn_ws[3];           /* cuDNN's own workspace for the chosen algorithm */
 } tt_cuda_conv_slot;
 
+/* A convolution through cuDNN's graph (backend) API (cuda_conv_graph.cu): per (shape, dtype,
+ * direction, accumulate) the operation graph built once at setup, the heuristics' first few engine
+ * configurations that pass (TT_CUDA_CONV_GRAPH_CANDS, each with its execution plan), which of them
+ * runs. Held in a small cache beside the legacy slots; descriptors are cudnnBackendDescriptor_t. */
+#define TT_CUDA_CONV_GRAPH_SLOTS 128
+#define TT_CUDA_CONV_GRAPH_CANDS 4
+typedef struct tt_cuda_conv_graph {
+  int used;
+  tt_conv_desc d;
+  tt_dtype dt;
+  int which;        /* tt_ws_kind */
+  int acc;          /* backward-data: beta 1 (dx added into); the graph's beta is fixed when it is built */
+  uint64_t last_use;
+  int none;         /* the graph API offered nothing: this shape runs on the legacy API */
+  char why[160];    /* what the graph API said when it offered nothing */
+  const char *mode; /* "A" or "FALLBACK": the heuristic mode the candidates came from */
+  int ncand, chosen, timed; /* candidates with a plan; the one that runs; 1 when chosen by timing */
+  long long engine[TT_CUDA_CONV_GRAPH_CANDS]; /* each candidate's engine global index */
+  size_t ws[TT_CUDA_CONV_GRAPH_CANDS];        /* its plan's workspace (bytes) */
+  float ms[TT_CUDA_CONV_GRAPH_CANDS];         /* its time at setup (-1: not timed) */
+  int tensor_core[TT_CUDA_CONV_GRAPH_CANDS];  /* CUDNN_NUMERICAL_NOTE_TENSOR_CORE */
+  void *plan[TT_CUDA_CONV_GRAPH_CANDS];       /* finalized execution plans (NULL once dropped) */
+  void *desc[6];    /* x, w, y tensors, the convolution, the operation, the operation graph */
+  double build_ms;  /* time the graph, heuristics and plans took to build */
+} tt_cuda_conv_graph;
+
 typedef struct tt_cuda_state {
   int device;
   cudaStream_t compute, copy;
@@ -86,6 +112,8 @@ typedef struct tt_cuda_state {
   size_t bn_res_cap_default; /* the setup's (the kernels' opt-in attribute is set for it) */
   tt_cuda_conv_slot *conv;
   int nconv;
+  tt_cuda_conv_graph *cg; /* the graph-API convolutions (cuda_conv_graph.cu); TT_CUDA_CONV_GRAPH_SLOTS */
+  cudaEvent_t cg_ev[2];   /* the setup's timing of graph-API engine candidates */
   uint64_t tick;
   void *nvml_lib;       /* dlopen'ed libnvidia-ml (may be NULL) */
   void *nvml_dev;       /* nvmlDevice_t */
@@ -496,6 +524,32 @@ void tt_cuda_conv_cache_forget(tt_backend *b);
  * arena's transient region at setup) and keeps the fastest algorithm within the workspace planned for
  * it; TINYTRAIN_CUDA_FIND=0 keeps the heuristic choices. */
 int tt_cuda_conv_find(tt_backend *b, const tt_op_desc *ops, int nops, void *scratch, size_t scratch_bytes);
+/* backend.h's prepare: builds the convolutions of ops (the graph-API ones' operation graphs and
+ * plans, the legacy ones' algorithm choices); 0 or -1. */
+int tt_cuda_conv_prepare(tt_backend *b, const tt_op_desc *ops, int nops);
+/* op_workspace of a convolution call (its accumulate flag picks the graph-API graph's beta). */
+size_t tt_cuda_conv_op_workspace(tt_backend *b, const tt_op_desc *op);
+
+/* cuda_conv_graph.cu: convolutions through cuDNN's graph API, NHWC activations, KRSC filters.
+ * tt_cuda_conv_graph_get: the graph slot serving (d, dt, which, acc), built if new; *g = NULL when
+ * the legacy API serves the call (TINYTRAIN_CUDA_CONV_API=legacy, not all-NHWC, or the graph API
+ * offered nothing under auto). 0, or -1 with the reason (under =graph, a shape the graph API does
+ * not serve). */
+int tt_cuda_conv_graph_get(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which, int acc,
+                           tt_cuda_conv_graph **g);
+/* Planned bytes of a graph-API call: the KRSC filter (or dw) copy, then the largest candidate's workspace. */
+size_t tt_cuda_conv_graph_workspace(const tt_cuda_conv_graph *g);
+/* Runs g: in0/in1/out as the direction's operands (forward x, w, y; backward-data dy, w, dx;
+ * backward-filter x, dy, dw in fp32 KCRS), beta for dx/dw, inside ws. 0 or -1. */
+int tt_cuda_conv_graph_run(tt_backend *b, tt_cuda_conv_graph *g, const char *op, const void *in0, const void *in1, void *out,
+                           float beta, void *ws, size_t ws_bytes);
+/* tune's part for graph-API calls: times each slot's candidates on scratch; 0 or -1. */
+int tt_cuda_conv_graph_tune(tt_backend *b, const tt_op_desc *ops, int nops, void *scratch, size_t scratch_bytes);
+/* The TINYTRAIN_CUDA_CONV_LOG line of a graph-API call; planned: its planned workspace. */
+void tt_cuda_conv_graph_log(const tt_cuda_conv_graph *g, size_t planned, double ms);
+int tt_cuda_conv_graph_create(tt_backend *b);
+void tt_cuda_conv_graph_forget(tt_backend *b);
+void tt_cuda_conv_graph_destroy(tt_backend *b);
 /* cuda_bn.cu */
 /* Workspace bytes of bn_fwd_train and bn_bwd (16-byte aligned); bn_fwd_infer takes none. */
 size_t tt_cuda_bn_workspace(int n, int c, int hw, tt_dtype dt);

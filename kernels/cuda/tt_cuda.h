@@ -58,6 +58,12 @@ int tt_cuda_set_tf32(tt_backend *b, int on);
  * Returns the cap before the call; forgets the algorithms chosen so far. */
 size_t tt_cuda_set_conv_workspace_cap(tt_backend *b, size_t bytes);
 #define TT_CUDA_CONV_WS_DEFAULT_CAP ((size_t)64 << 20)
+/* Which API serves convolution call op (kind, dtype, desc, accumulate), building it if new:
+ * 1 cuDNN's graph API (*engine: the engine global index that runs, *ws: its planned workspace in
+ * bytes), 0 the legacy API, -1 with last_error (TINYTRAIN_CUDA_CONV_API=graph and a shape it does
+ * not serve). For tests (kernels/cuda/cuda_conv_graph.cu); not in tt_cuda_api below (the dlopen
+ * table): only programs that link the backend (the emulated tests, the amalgamation) reach it. */
+int tt_cuda_conv_api_used(tt_backend *b, const tt_op_desc *op, long long *engine, size_t *ws);
 /* The held-on-chip batch norm (kernels/cuda/cuda_bn_chip.cu; docs/gpu.md, "Batch norm held on
  * chip"): a block takes at most bytes of shared memory (0: the form is off; more than setup's cap:
  * setup's cap). Returns the cap before the call. For tests comparing it with the two-pass forms. */

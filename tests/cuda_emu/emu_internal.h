@@ -117,6 +117,11 @@ cudaError_t emu_free_device(void *p, const char *who);
 int emu_stream_check(cudaStream_t s, const char *who, char *msg, size_t msgsize);
 /* Queues fn on s; it runs when something waits for s. */
 void emu_enqueue(cudaStream_t s, const char *what, std::function<void()> fn);
+/* Adds ms of fake time to the clock events read (run from queued work: an emulated cuDNN engine's
+ * duration, emu_cudnn_graph.cc). */
+void emu_clock_advance(double ms);
+/* Records a backend-API (graph) failure as cuDNN's last one, for cudnnGetErrorString; returns s. */
+int emu_dnn_graph_vfail(int s, const char *fmt, va_list ap);
 /* Runs every stream's queued work (a device synchronisation). */
 void emu_run_all(void);
 /* A call that the runtime refuses while any stream captures in the global or thread-local mode

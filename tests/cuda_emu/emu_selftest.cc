@@ -861,6 +861,174 @@ static void test_cudnn(void) {
   TT_TEST_END();
 }
 
+/* cuDNN's backend API (emu_cudnn_graph.cc): a forward convolution (NHWC x and y, KRSC filter) as
+ * an operation graph, heuristics, engine configuration, plan, variant pack and execution; the result
+ * equals the legacy call's with the same algorithm; each misuse is refused with its status. */
+static cudnnBackendDescriptor_t self_tensor(int64_t id, int64_t d0, int64_t d1, int64_t d2, int64_t d3, int nhwc, int fin) {
+  cudnnBackendDescriptor_t t = NULL;
+  cudnnDataType_t dt = CUDNN_DATA_FLOAT;
+  int64_t dims[4] = {d0, d1, d2, d3}, nchw_s[4] = {d1 * d2 * d3, d2 * d3, d3, 1}, nhwc_s[4] = {d1 * d2 * d3, 1, d3 * d1, d1};
+  int64_t al = 16;
+  OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &t));
+  OK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt));
+  OK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims));
+  OK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, nhwc ? nhwc_s : nchw_s));
+  OK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id));
+  OK(cudnnBackendSetAttribute(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &al));
+  if (fin) OK(cudnnBackendFinalize(t));
+  return t;
+}
+
+static void test_graph_api(void) {
+  const int64_t N = 2, C = 4, H = 5, W = 5, K = 3;
+  cudnnHandle_t h;
+  cudnnBackendDescriptor_t x, w, y, conv, op, graph, heur, cfg, plan, vp, bad, engine;
+  cudnnDataType_t ct = CUDNN_DATA_FLOAT;
+  cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  cudnnBackendHeurMode_t hm = CUDNN_HEUR_MODE_A;
+  int64_t sd = 2, one2[2] = {1, 1}, pad[2] = {1, 1}, n = 0, ws = -1, eng = -1, ids[3] = {1, 2, 3};
+  float alpha = 1.0f, beta = 0.0f;
+  TT_TEST_BEGIN("cuda_emu_graph_api");
+  OK(cudnnCreate(&h));
+  x = self_tensor(1, N, C, H, W, 1, 1), w = self_tensor(2, K, C, 3, 3, 1, 1), y = self_tensor(3, N, K, H, W, 1, 1);
+  /* descriptor-level misuse */
+  bad = self_tensor(9, N, C, H, W, 1, 0);
+  EXPECT_FAIL(cudnnBackendSetAttribute(bad, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_FLOAT, 1, &alpha),
+              CUDNN_STATUS_BAD_PARAM_ATTRIBUTE_TYPE, "attribute type");
+  EXPECT_FAIL(cudnnBackendSetAttribute(bad, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 9, ids), CUDNN_STATUS_BAD_PARAM,
+              "takes 1 to 8");
+  EXPECT_FAIL(cudnnBackendSetAttribute(bad, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &sd),
+              CUDNN_STATUS_BAD_PARAM, "no settable attribute");
+  EXPECT_FAIL(cudnnBackendGetAttribute(bad, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &n, &eng),
+              CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED, "not finalized");
+  OK(cudnnBackendFinalize(bad));
+  EXPECT_FAIL(cudnnBackendSetAttribute(bad, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &sd), CUDNN_STATUS_BAD_PARAM,
+              "finalized");
+  OK(cudnnBackendDestroyDescriptor(bad));
+  OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &bad));
+  EXPECT_FAIL(cudnnBackendFinalize(bad), CUDNN_STATUS_BAD_PARAM, "required attribute");
+  OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &conv));
+  OK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &ct));
+  OK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
+  OK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &sd));
+  OK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, one2));
+  OK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, one2));
+  OK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad));
+  OK(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad));
+  OK(cudnnBackendFinalize(conv));
+  OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, &op));
+  EXPECT_FAIL(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bad),
+              CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED, "not finalized");
+  EXPECT_FAIL(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv),
+              CUDNN_STATUS_BAD_PARAM_DESCRIPTOR_TYPE, "CONVOLUTION descriptor given");
+  { /* a tensor of neither packed order: its operation does not finalize */
+    cudnnBackendDescriptor_t odd = self_tensor(4, N, C, H, W, 1, 0), op2;
+    int64_t st[4] = {C * H * W + 8, 1, W * C, C};
+    OK(cudnnBackendSetAttribute(odd, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, st));
+    OK(cudnnBackendFinalize(odd));
+    OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, &op2));
+    OK(cudnnBackendSetAttribute(op2, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &odd));
+    OK(cudnnBackendSetAttribute(op2, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w));
+    OK(cudnnBackendSetAttribute(op2, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+    OK(cudnnBackendSetAttribute(op2, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv));
+    OK(cudnnBackendSetAttribute(op2, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha));
+    OK(cudnnBackendSetAttribute(op2, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta));
+    EXPECT_FAIL(cudnnBackendFinalize(op2), CUDNN_STATUS_NOT_SUPPORTED_LAYOUT, "neither packed NCHW nor packed NHWC");
+    cudnnBackendDestroyDescriptor(op2), cudnnBackendDestroyDescriptor(odd);
+  }
+  OK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
+  OK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w));
+  OK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+  OK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv));
+  OK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha));
+  EXPECT_FAIL(cudnnBackendFinalize(op), CUDNN_STATUS_BAD_PARAM, "required attribute");
+  OK(cudnnBackendSetAttribute(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta));
+  OK(cudnnBackendFinalize(op));
+  OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &graph));
+  OK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
+  OK(cudnnBackendSetAttribute(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op));
+  OK(cudnnBackendFinalize(graph));
+  OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
+  OK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph));
+  OK(cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &hm));
+  OK(cudnnBackendFinalize(heur));
+  OK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n, NULL));
+  TT_CHECK(n >= 3, "heuristic mode A: %lld engine configurations", (long long)n);
+  /* the second: PRECOMP_GEMM (1; the first, FFT, needs over 64 MiB) */
+  cudnnBackendDescriptor_t two[2];
+  OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &two[0]));
+  OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &two[1]));
+  OK(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 2, &n, two));
+  cfg = two[1];
+  cudnnBackendDestroyDescriptor(two[0]);
+  OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine));
+  OK(cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine));
+  OK(cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &eng));
+  OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan));
+  OK(cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
+  OK(cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg));
+  float hx[N * C * H * W], hw[K * C * 9], hy[N * K * H * W], hy2[N * K * H * W], *dx, *dw, *dy, *dws, *small;
+  for (size_t i = 0; i < sizeof hx / 4; i++) hx[i] = self_rand();
+  for (size_t i = 0; i < sizeof hw / 4; i++) hw[i] = self_rand();
+  OK(cudaMalloc((void **)&dx, sizeof hx)); OK(cudaMalloc((void **)&dw, sizeof hw)); OK(cudaMalloc((void **)&dy, sizeof hy));
+  OK(cudaMemcpy(dx, hx, sizeof hx, cudaMemcpyHostToDevice)); OK(cudaMemcpy(dw, hw, sizeof hw, cudaMemcpyHostToDevice));
+  void *ptrs[3] = {dx, dw, dy};
+  OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp));
+  OK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, ids));
+  OK(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs));
+  OK(cudnnBackendFinalize(vp));
+  EXPECT_FAIL(cudnnBackendExecute(h, plan, vp), CUDNN_STATUS_BAD_PARAM_NOT_FINALIZED, "execution plan is not finalized");
+  OK(cudnnBackendFinalize(plan));
+  OK(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws));
+  TT_CHECK(eng == 1 && ws > 0, "mode A's second engine %lld with workspace %lld (want 1, PRECOMP_GEMM, and > 0)", (long long)eng,
+           (long long)ws);
+  EXPECT_FAIL(cudnnBackendExecute(h, plan, vp), CUDNN_STATUS_BAD_PARAM, "NULL workspace");
+  OK(cudaMalloc((void **)&small, (size_t)ws - 1)); OK(cudaMalloc((void **)&dws, (size_t)ws));
+  cudnnBackendDescriptor_t vps[3];
+  void *wsp[3] = {small, dws, dws};
+  for (int k = 0; k < 3; k++) { /* a too-small workspace; a good one; x misaligned against its declared 16 bytes */
+    void *p3[3] = {k == 2 ? (void *)((char *)dx + 4) : (void *)dx, dw, dy};
+    OK(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vps[k]));
+    OK(cudnnBackendSetAttribute(vps[k], CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, ids));
+    OK(cudnnBackendSetAttribute(vps[k], CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, p3));
+    OK(cudnnBackendSetAttribute(vps[k], CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &wsp[k]));
+    OK(cudnnBackendFinalize(vps[k]));
+  }
+  EXPECT_FAIL(cudnnBackendExecute(h, plan, vps[0]), CUDNN_STATUS_BAD_PARAM, "smaller than the plan's");
+  EXPECT_FAIL(cudnnBackendExecute(h, plan, vps[2]), CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER, "not aligned");
+  size_t ex0 = tt_emu_graph_executes();
+  OK(cudnnBackendExecute(h, plan, vps[1]));
+  TT_CHECK(tt_emu_graph_executes() == ex0 + 1, "cudnnBackendExecute not counted");
+  OK(cudaMemcpy(hy, dy, sizeof hy, cudaMemcpyDeviceToHost));
+  { /* the legacy call with the same algorithm and formats gives the same bytes */
+    cudnnTensorDescriptor_t lx, ly;
+    cudnnFilterDescriptor_t lw;
+    cudnnConvolutionDescriptor_t lc;
+    float a1 = 1.0f, b0 = 0.0f;
+    OK(cudnnCreateTensorDescriptor(&lx)); OK(cudnnCreateTensorDescriptor(&ly)); OK(cudnnCreateFilterDescriptor(&lw));
+    OK(cudnnCreateConvolutionDescriptor(&lc));
+    OK(cudnnSetTensor4dDescriptor(lx, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, N, C, H, W));
+    OK(cudnnSetTensor4dDescriptor(ly, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, N, K, H, W));
+    OK(cudnnSetFilter4dDescriptor(lw, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, K, C, 3, 3));
+    OK(cudnnSetConvolution2dDescriptor(lc, 1, 1, 1, 1, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    OK(cudnnSetConvolutionMathType(lc, CUDNN_FMA_MATH));
+    OK(cudnnConvolutionForward(h, &a1, lx, dx, lw, dw, lc, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM, dws, (size_t)ws, &b0,
+                               ly, dy));
+    OK(cudaMemcpy(hy2, dy, sizeof hy2, cudaMemcpyDeviceToHost));
+    TT_CHECK(!memcmp(hy, hy2, sizeof hy), "the graph's forward differs from the legacy call's");
+    cudnnDestroyTensorDescriptor(lx), cudnnDestroyTensorDescriptor(ly), cudnnDestroyFilterDescriptor(lw);
+    cudnnDestroyConvolutionDescriptor(lc);
+  }
+  for (int k = 0; k < 3; k++) cudnnBackendDestroyDescriptor(vps[k]);
+  cudnnBackendDestroyDescriptor(vp), cudnnBackendDestroyDescriptor(plan), cudnnBackendDestroyDescriptor(engine);
+  cudnnBackendDestroyDescriptor(cfg), cudnnBackendDestroyDescriptor(heur), cudnnBackendDestroyDescriptor(graph);
+  cudnnBackendDestroyDescriptor(op), cudnnBackendDestroyDescriptor(conv), cudnnBackendDestroyDescriptor(bad);
+  cudnnBackendDestroyDescriptor(x), cudnnBackendDestroyDescriptor(w), cudnnBackendDestroyDescriptor(y);
+  OK(cudnnDestroy(h));
+  cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(dws), cudaFree(small);
+  TT_TEST_END();
+}
+
 /* The registry (tests/tt_test.h): --list prints it, --only NAME|TAG runs part of it. */
 static const tt_test_case tests[] = {
   TT_TEST("half", "emu", test_half),
@@ -873,6 +1041,7 @@ static const tt_test_case tests[] = {
   TT_TEST("cuda_graph", "emu", test_graphs),
   TT_TEST("cublas", "emu", test_cublas),
   TT_TEST("cudnn", "emu", test_cudnn),
+  TT_TEST("graph_api", "emu", test_graph_api),
 };
 
 static int setup(void) {

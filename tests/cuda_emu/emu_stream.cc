@@ -88,10 +88,14 @@ static uint64_t emu_seq;
 static size_t emu_host_syncs; /* cudaStreamSynchronize and cudaDeviceSynchronize calls (tt_emu_host_syncs) */
 extern "C" size_t tt_emu_host_syncs(void) { return emu_host_syncs; }
 
+/* Fake time added to the clock events read (emu_clock_advance: the emulated cuDNN engines'
+ * durations), so that a choice by measured time is testable on the host. */
+static double emu_fake_ms;
+void emu_clock_advance(double ms) { emu_fake_ms += ms; }
 static double emu_clock_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6 + emu_fake_ms;
 }
 
 static CUstream_st *emu_resolve(cudaStream_t s) {

@@ -42,6 +42,14 @@ int tt_emu_last_gemm_math(int *tf32);
  * clears them after reading. And the cudnnFind*AlgorithmEx calls so far. */
 unsigned tt_emu_conv_algos_used(int dir, int reset);
 size_t tt_emu_conv_find_calls(void);
+/* cuDNN's backend (graph) API (emu_cudnn_graph.cc): the fake duration, in ms, that executing engine
+ * `engine` (its global index: the legacy algorithm's value) of direction dir adds to the clock
+ * events read ((algorithm count - engine) x 100 ms; -1 for no such engine); which heuristic modes
+ * return results (bit 1 << cudnnBackendHeurMode_t; all by default; returns the old mask); and the
+ * cudnnBackendExecute calls so far. */
+double tt_emu_graph_engine_ms(int dir, int engine);
+unsigned tt_emu_graph_offer(unsigned modes);
+size_t tt_emu_graph_executes(void);
 /* cudaStreamSynchronize and cudaDeviceSynchronize calls so far (the host waiting for the device). */
 size_t tt_emu_host_syncs(void);
 /* Profiler range (cudaProfilerStart/Stop): the calls so far, and whether a range is open now. */

@@ -177,6 +177,13 @@ float test_find_step(tt_backend *be, unsigned used[3], tt_err *err);
 void test_conv_find(void);
 void test_conv_log(void);
 
+/* cuda_conv_graph.c */
+void test_conv_graph_api(void);
+void test_conv_graph_api_choice(void);
+void test_conv_graph_api_misuse(void);
+void test_conv_find_planned_ws(void);
+void test_step_graph_api(void);
+
 /* cuda_device.c */
 void test_no_alloc_and_peak(void);
 void test_staging(void);
