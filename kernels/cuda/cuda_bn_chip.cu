@@ -300,6 +300,7 @@ int tt_cuda_norm_setup(tt_backend *b, const cudaDeviceProp *prop) {
   tt_cuda_state *st = tt_cuda_st(b);
   cudaFuncAttributes fa, ba;
   size_t stat, cap;
+  st->sms = prop->multiProcessorCount; /* the row kernels' grids (cuda_bn_rows.cu) */
   st->bn_res_cap = st->bn_res_cap_default = 0;
   if (!st->knobs.cuda_bn_resident) return 0; /* TINYTRAIN_CUDA_BN_RESIDENT=0 */
   CUDA_CHECK(b, cudaFuncGetAttributes(&fa, cuda_bn_res_fwd_k));

@@ -68,6 +68,7 @@ static const tt_test_case tests[] = {
   TT_TEST("cuda_bn_relu_fused", "ops kernels bn", FN(test_bn_relu_fused)),
   TT_TEST("cuda_bn_add_relu_fused", "ops kernels bn", FN(test_bn_add_relu_fused)),
   TT_TEST("cuda_bn_resident", "ops kernels bn", FN(test_bn_resident)),
+  TT_TEST("cuda_bn_nhwc_rows", "ops kernels bn", FN(test_bn_rows)),
   TT_TEST("cuda_pooling", "ops kernels pool", FN(test_pooling)),
   TT_TEST("cuda_conv", "ops conv", FN(test_conv)),
   TT_TEST("cuda_nhwc_ops", "ops conv bn pool", FN(test_nhwc_ops)),

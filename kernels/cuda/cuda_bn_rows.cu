@@ -1,0 +1,364 @@
+/* kernels/cuda/cuda_bn_rows.cu — batch norm on rows in 16-byte vectors: an NHWC tensor, which
+ * backend.h's layouts hand over as [rows = n*h*w, c, hw = 1]. The entry points (cuda_bn.cu) take
+ * these forms where c is a multiple of a vector's elements (8 in fp16/bf16, 4 in fp32) and every
+ * tensor they touch is 16-byte aligned, else the scalar row kernels there.
+ *
+ * A block takes tc consecutive 16-byte columns of the row (tc * V channels) and a run of rows; its
+ * threads are rl = TT_CUDA_THREADS / tc row lanes of tc columns (thread t: lane t / tc, column
+ * t % tc, one division per thread). Where tc is the whole row (c <= 32 vectors) a warp reads one
+ * contiguous span of the tensor; else each row's tc * 16 bytes are whole 32-byte sectors (tc >= 2).
+ * A thread keeps its V channels' constants (mean, invstd, gamma, bias; for dx also gamma * invstd
+ * and the two means) in registers for all its rows: no division and no parameter load per element.
+ * Each thread has CUDA_BNR_U rows' loads in flight before it uses them.
+ *
+ * Statistics (forward: sums of x - K and (x - K)^2, K the channel's first value; backward: of dy
+ * and dy * xhat with the ReLU's mask) are fp32 per thread over its rows in order, then per block
+ * the row lanes in lane order in double, written as the block's partial at part[split * c + ch]
+ * (cuda_bn.cu's layout), which cuda_bn_final_k / cuda_bn_bwd_final_k add in split order: fixed
+ * order throughout, the same bits every run on a device. The splits stay within the workspace's
+ * (tt_cuda_bn_workspace: at most cuda_bn_max_splits(rows, 1) a channel); the grid is then widened
+ * by narrower column groups until it has two blocks per multiprocessor (two waves of the SM
+ * count), where c allows it. The normalisation and dx have no partials: their grids take about
+ * CUDA_BNR_RPT rows a thread and at least the same two blocks per multiprocessor.
+ * docs/gpu.md "Batch norm on NHWC rows".
+ */
+#include <math.h>
+
+#include "cuda_bn.h"
+
+#define CUDA_BNR_TC 32 /* most 16-byte columns a block takes (a warp's width) */
+#define CUDA_BNR_U 4   /* rows in flight per thread: statistics and normalisation */
+#define CUDA_BNR_UDX 2 /* in dx, whose seven constants a channel take more registers */
+#define CUDA_BNR_RPT 16 /* rows a thread walks in the normalisation and dx, about */
+#define CUDA_BNR_MAXV 8 /* elements a 16-byte vector: fp16, bf16 */
+
+typedef struct cuda_bnr_geom {
+  size_t rows;
+  int c, cv;    /* channels; 16-byte vectors a row (c / V) */
+  int tc, rl;   /* columns a block; row lanes (TT_CUDA_THREADS / tc) */
+  size_t chunk; /* rows a block (grid.y = the splits) */
+} cuda_bnr_geom;
+
+/* This thread's vector column in the row (-1: none: past cv, or a lane past rl) and its first row
+ * and the block's end row. */
+static __device__ __forceinline__ int cuda_bnr_span(const cuda_bnr_geom &g, size_t *r, size_t *r1) {
+  const int lane = (int)threadIdx.x / g.tc, col = (int)threadIdx.x - lane * g.tc, j = (int)blockIdx.x * g.tc + col;
+  const size_t r0 = (size_t)blockIdx.y * g.chunk;
+  *r = r0 + (size_t)lane;
+  *r1 = r0 + g.chunk < g.rows ? r0 + g.chunk : g.rows;
+  return lane < g.rl && j < g.cv ? j : -1;
+}
+
+/* The block's partial per channel: each thread's V (a, b) pairs through shared memory, the row
+ * lanes added in lane order in double by one thread per channel of the block (tc * V <= 256). */
+template <int V>
+static __device__ __forceinline__ void cuda_bnr_reduce(const cuda_bnr_geom &g, int j, const float *a, const float *bq,
+                                                       float *red, cuda_bn_d2 *part) {
+  const int k = (int)threadIdx.x, w = g.tc * V; /* floats a lane */
+  const int ch = (int)blockIdx.x * w + k;
+  double t1 = 0.0, t2 = 0.0;
+  if (j >= 0)
+    for (int q = 0; q < V; q++) red[(int)threadIdx.x * V + q] = a[q]; /* lane * w + col * V + q */
+  __syncthreads();
+  if (k < w && ch < g.c)
+    for (int l = 0; l < g.rl; l++) t1 += (double)red[l * w + k];
+  __syncthreads();
+  if (j >= 0)
+    for (int q = 0; q < V; q++) red[(int)threadIdx.x * V + q] = bq[q];
+  __syncthreads();
+  if (k < w && ch < g.c) {
+    for (int l = 0; l < g.rl; l++) t2 += (double)red[l * w + k];
+    part[(size_t)blockIdx.y * g.c + ch] = cuda_bn_d2{t1, t2};
+  }
+}
+
+template <int V>
+static __device__ __forceinline__ void cuda_bnr_stats_body(const cuda_bnr_geom &g, tt_dtype dt, const void *x,
+                                                           cuda_bn_d2 *part, float *red) {
+  size_t r, r1;
+  const int j = cuda_bnr_span(g, &r, &r1);
+  float s1[V] = {}, s2[V] = {}, K[V];
+  if (j >= 0) {
+    tt_cuda_ldv<V>(dt, x, (size_t)j, K); /* row 0: the channels' first values (cuda_bn_first, hw == 1) */
+    for (; r < r1; r += (size_t)CUDA_BNR_U * g.rl) {
+      float v[CUDA_BNR_U][V];
+      TT_UNROLL
+      for (int u = 0; u < CUDA_BNR_U; u++)
+        if (r + (size_t)u * g.rl < r1) tt_cuda_ldv<V>(dt, x, (r + (size_t)u * g.rl) * g.cv + j, v[u]);
+      TT_UNROLL
+      for (int u = 0; u < CUDA_BNR_U; u++)
+        if (r + (size_t)u * g.rl < r1) {
+          TT_UNROLL
+          for (int q = 0; q < V; q++) {
+            const float d = v[u][q] - K[q];
+            s1[q] += d;
+            s2[q] += d * d;
+          }
+        }
+    }
+  }
+  cuda_bnr_reduce<V>(g, j, s1, s2, red, part);
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnr_stats_k(cuda_bnr_geom g, tt_dtype dt, const void *x,
+                                                                          cuda_bn_d2 *part) {
+  __shared__ float red[TT_CUDA_THREADS * CUDA_BNR_MAXV];
+  if (dt == TT_F32)
+    cuda_bnr_stats_body<4>(g, dt, x, part, red);
+  else
+    cuda_bnr_stats_body<8>(g, dt, x, part, red);
+}
+
+/* V channels' parameters from vector column j into registers: p[q] = a[j * V + q] (NULL: 0) */
+template <int V>
+static __device__ __forceinline__ void cuda_bnr_params(const float *a, int j, float *p) {
+  TT_UNROLL
+  for (int q = 0; q < V; q++) p[q] = a ? a[(size_t)j * V + q] : 0.0f;
+}
+
+template <int V>
+static __device__ __forceinline__ void cuda_bnr_bwd_stats_body(const cuda_bnr_geom &g, tt_dtype dt, const void *x,
+                                                               const void *dy, const float *save_mean,
+                                                               const float *save_invstd, const float *gamma,
+                                                               const float *bias, int relu, cuda_bn_d2 *part, float *red) {
+  size_t r, r1;
+  const int j = cuda_bnr_span(g, &r, &r1);
+  float s1[V] = {}, s2[V] = {}, mean[V], invstd[V], gm[V], bb[V];
+  if (j >= 0) {
+    cuda_bnr_params<V>(save_mean, j, mean), cuda_bnr_params<V>(save_invstd, j, invstd);
+    cuda_bnr_params<V>(relu ? gamma : NULL, j, gm), cuda_bnr_params<V>(relu ? bias : NULL, j, bb); /* ReLU's mask */
+    for (; r < r1; r += (size_t)CUDA_BNR_U * g.rl) {
+      float xv[CUDA_BNR_U][V], gv[CUDA_BNR_U][V];
+      TT_UNROLL
+      for (int u = 0; u < CUDA_BNR_U; u++)
+        if (r + (size_t)u * g.rl < r1) {
+          const size_t iv = (r + (size_t)u * g.rl) * g.cv + j;
+          tt_cuda_ldv<V>(dt, x, iv, xv[u]);
+          tt_cuda_ldv<V>(dt, dy, iv, gv[u]);
+        }
+      TT_UNROLL
+      for (int u = 0; u < CUDA_BNR_U; u++)
+        if (r + (size_t)u * g.rl < r1) {
+          TT_UNROLL
+          for (int q = 0; q < V; q++) {
+            const float gq = cuda_bn_relu_grad(dt, relu, gv[u][q], xv[u][q], mean[q], invstd[q], gm[q], bb[q]);
+            s1[q] += gq;
+            s2[q] += gq * ((xv[u][q] - mean[q]) * invstd[q]);
+          }
+        }
+    }
+  }
+  cuda_bnr_reduce<V>(g, j, s1, s2, red, part);
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnr_bwd_stats_k(cuda_bnr_geom g, tt_dtype dt, const void *x,
+                                                                              const void *dy, const float *save_mean,
+                                                                              const float *save_invstd, const float *gamma,
+                                                                              const float *bias, int relu,
+                                                                              cuda_bn_d2 *part) {
+  __shared__ float red[TT_CUDA_THREADS * CUDA_BNR_MAXV];
+  if (dt == TT_F32)
+    cuda_bnr_bwd_stats_body<4>(g, dt, x, dy, save_mean, save_invstd, gamma, bias, relu, part, red);
+  else
+    cuda_bnr_bwd_stats_body<8>(g, dt, x, dy, save_mean, save_invstd, gamma, bias, relu, part, red);
+}
+
+/* y = cuda_bn_out(cuda_bn_y(x)) (with the shortcut s: bn_fwd_train_add_relu), the channel's
+ * constants in registers; infer: invstd from the running variance (stat_p) as cuda_bn_norm_k
+ * computes it, else stat_p is the saved invstd. */
+template <int V>
+static __device__ __forceinline__ void cuda_bnr_norm_body(const cuda_bnr_geom &g, tt_dtype dt, const void *x,
+                                                          const float *gamma, const float *bias, const float *mean_p,
+                                                          const float *stat_p, int infer, float eps, int relu,
+                                                          const void *s, void *y) {
+  size_t r, r1;
+  const int j = cuda_bnr_span(g, &r, &r1);
+  float mean[V], invstd[V], gm[V], bb[V];
+  if (j < 0) return;
+  cuda_bnr_params<V>(mean_p, j, mean), cuda_bnr_params<V>(stat_p, j, invstd);
+  cuda_bnr_params<V>(gamma, j, gm), cuda_bnr_params<V>(bias, j, bb);
+  if (infer)
+    for (int q = 0; q < V; q++) invstd[q] = (float)(1.0 / sqrt((double)invstd[q] + (double)eps));
+  for (; r < r1; r += (size_t)CUDA_BNR_U * g.rl) {
+    float v[CUDA_BNR_U][V], sv[CUDA_BNR_U][V] = {}; /* sv: the shortcut, read before y is written (y may be s) */
+    TT_UNROLL
+    for (int u = 0; u < CUDA_BNR_U; u++)
+      if (r + (size_t)u * g.rl < r1) {
+        const size_t iv = (r + (size_t)u * g.rl) * g.cv + j;
+        tt_cuda_ldv<V>(dt, x, iv, v[u]);
+        if (s) tt_cuda_ldv<V>(dt, s, iv, sv[u]);
+      }
+    TT_UNROLL
+    for (int u = 0; u < CUDA_BNR_U; u++)
+      if (r + (size_t)u * g.rl < r1) {
+        TT_UNROLL
+        for (int q = 0; q < V; q++)
+          v[u][q] = cuda_bn_out(dt, cuda_bn_y(v[u][q], mean[q], invstd[q], gm[q], bb[q]), relu, s != NULL, sv[u][q]);
+        tt_cuda_stv<V>(dt, y, (r + (size_t)u * g.rl) * g.cv + j, v[u]);
+      }
+  }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnr_norm_k(cuda_bnr_geom g, tt_dtype dt, const void *x,
+                                                                         const float *gamma, const float *bias,
+                                                                         const float *mean_p, const float *stat_p,
+                                                                         int infer, float eps, int relu, const void *s,
+                                                                         void *y) {
+  if (dt == TT_F32)
+    cuda_bnr_norm_body<4>(g, dt, x, gamma, bias, mean_p, stat_p, infer, eps, relu, s, y);
+  else
+    cuda_bnr_norm_body<8>(g, dt, x, gamma, bias, mean_p, stat_p, infer, eps, relu, s, y);
+}
+
+/* dx = cuda_bn_dx_value (+ beta_dx * dx), the channel's seven constants in registers (those
+ * cuda_bn_dx_k stages: mean, invstd, gamma * invstd, md's two means, gamma, bias for the mask). */
+template <int V>
+static __device__ __forceinline__ void cuda_bnr_dx_body(const cuda_bnr_geom &g, tt_dtype dt, const void *x, const void *dy,
+                                                        const float *gamma, const float *save_mean,
+                                                        const float *save_invstd, const cuda_bn_f2 *md,
+                                                        const float *bias, int relu, void *dx, float beta_dx) {
+  size_t r, r1;
+  const int j = cuda_bnr_span(g, &r, &r1);
+  float mean[V], invstd[V], a[V], mdy[V], mdyx[V], gm[V], bb[V];
+  if (j < 0) return;
+  cuda_bnr_params<V>(save_mean, j, mean), cuda_bnr_params<V>(save_invstd, j, invstd);
+  cuda_bnr_params<V>(gamma, j, gm), cuda_bnr_params<V>(relu ? bias : NULL, j, bb);
+  TT_UNROLL
+  for (int q = 0; q < V; q++) {
+    const cuda_bn_f2 d = md[(size_t)j * V + q];
+    a[q] = gm[q] * invstd[q], mdy[q] = d.x, mdyx[q] = d.y;
+  }
+  for (; r < r1; r += (size_t)CUDA_BNR_UDX * g.rl) {
+    float xv[CUDA_BNR_UDX][V], gv[CUDA_BNR_UDX][V], ov[CUDA_BNR_UDX][V] = {}; /* ov read only with beta_dx */
+    TT_UNROLL
+    for (int u = 0; u < CUDA_BNR_UDX; u++)
+      if (r + (size_t)u * g.rl < r1) {
+        const size_t iv = (r + (size_t)u * g.rl) * g.cv + j;
+        tt_cuda_ldv<V>(dt, x, iv, xv[u]);
+        tt_cuda_ldv<V>(dt, dy, iv, gv[u]);
+        if (beta_dx != 0.0f) tt_cuda_ldv<V>(dt, dx, iv, ov[u]);
+      }
+    TT_UNROLL
+    for (int u = 0; u < CUDA_BNR_UDX; u++)
+      if (r + (size_t)u * g.rl < r1) {
+        TT_UNROLL
+        for (int q = 0; q < V; q++) {
+          const float v = cuda_bn_dx_value(dt, relu, gv[u][q], xv[u][q], mean[q], invstd[q], a[q], mdy[q], mdyx[q], gm[q],
+                                           bb[q]);
+          xv[u][q] = beta_dx != 0.0f ? v + beta_dx * ov[u][q] : v;
+        }
+        tt_cuda_stv<V>(dt, dx, (r + (size_t)u * g.rl) * g.cv + j, xv[u]);
+      }
+  }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnr_dx_k(cuda_bnr_geom g, tt_dtype dt, const void *x,
+                                                                       const void *dy, const float *gamma,
+                                                                       const float *save_mean, const float *save_invstd,
+                                                                       const cuda_bn_f2 *md, const float *bias, int relu,
+                                                                       void *dx, float beta_dx) {
+  if (dt == TT_F32)
+    cuda_bnr_dx_body<4>(g, dt, x, dy, gamma, save_mean, save_invstd, md, bias, relu, dx, beta_dx);
+  else
+    cuda_bnr_dx_body<8>(g, dt, x, dy, gamma, save_mean, save_invstd, md, bias, relu, dx, beta_dx);
+}
+
+/* Whether the vector forms take (rows, c, dt) with these pointers (NULL ones ignored): c a whole
+ * number of 16-byte vectors, every pointer 16-byte aligned. */
+static int cuda_bnr_applies(size_t rows, int c, tt_dtype dt, const void *const *ptrs, int nptrs) {
+  if (!rows || c <= 0 || !tt_cuda_dtype_ok(dt) || c % (int)(16 / tt_dtype_size(dt))) return 0;
+  for (int i = 0; i < nptrs; i++)
+    if ((uintptr_t)ptrs[i] & 15) return 0;
+  return 1;
+}
+
+/* The blocks a launch should reach: two per multiprocessor (setup's count; 40 before it). */
+static size_t cuda_bnr_want(tt_backend *b) { return 2 * (size_t)(tt_cuda_st(b)->sms > 0 ? tt_cuda_st(b)->sms : 40); }
+
+/* The statistics' geometry: the widest column group (at most CUDA_BNR_TC vectors, at least 2 or
+ * the whole row) whose grid, with at most max_splits row splits of at least CUDA_BNR_U rows a
+ * lane, reaches the wanted blocks; the narrowest allowed where none does. Returns the splits. */
+static int cuda_bnr_stats_geom(tt_backend *b, size_t rows, int c, tt_dtype dt, size_t max_splits, cuda_bnr_geom *g) {
+  const int cv = c / (int)(16 / tt_dtype_size(dt));
+  const int tmin = cv < 2 ? cv : 2;
+  const size_t want = cuda_bnr_want(b);
+  size_t gy = 1;
+  g->rows = rows, g->c = c, g->cv = cv;
+  for (int tc = cv < CUDA_BNR_TC ? cv : CUDA_BNR_TC; tc >= tmin; tc--) {
+    const size_t gx = (size_t)(cv + tc - 1) / (size_t)tc, rl = (size_t)(TT_CUDA_THREADS / tc);
+    gy = (rows + rl * CUDA_BNR_U - 1) / (rl * CUDA_BNR_U);
+    if (gy > max_splits) gy = max_splits;
+    if (gy < 1) gy = 1;
+    g->tc = tc, g->rl = (int)rl;
+    if (gx * gy >= want) break;
+  }
+  g->chunk = (rows + gy - 1) / gy;
+  return (int)((rows + g->chunk - 1) / g->chunk);
+}
+
+/* The normalisation's and dx's geometry (no partials): the whole row's columns up to
+ * CUDA_BNR_TC a block, about CUDA_BNR_RPT rows a thread, at least the wanted blocks where the
+ * rows allow one a lane. Returns the grid. */
+static dim3 cuda_bnr_ew_geom(tt_backend *b, size_t rows, int c, tt_dtype dt, cuda_bnr_geom *g) {
+  const int cv = c / (int)(16 / tt_dtype_size(dt)), tc = cv < CUDA_BNR_TC ? cv : CUDA_BNR_TC;
+  const size_t gx = (size_t)(cv + tc - 1) / (size_t)tc, rl = (size_t)(TT_CUDA_THREADS / tc);
+  size_t gy = (rows + rl * CUDA_BNR_RPT - 1) / (rl * CUDA_BNR_RPT), most = (rows + rl - 1) / rl;
+  const size_t want = (cuda_bnr_want(b) + gx - 1) / gx;
+  if (gy < want) gy = want;
+  if (gy > most) gy = most;
+  if (gy > 65535) gy = 65535;
+  g->rows = rows, g->c = c, g->cv = cv, g->tc = tc, g->rl = (int)rl;
+  g->chunk = (rows + gy - 1) / gy;
+  return dim3((unsigned)gx, (unsigned)((rows + g->chunk - 1) / g->chunk));
+}
+
+int tt_cuda_bnr_stats(tt_backend *b, const char *op, size_t rows, int c, tt_dtype dt, const void *x, const void *y,
+                      const void *dy, const float *save_mean, const float *save_invstd, const float *gamma,
+                      const float *bias, int relu, void *ws, size_t max_splits) {
+  const void *ptrs[3] = {x, y, dy};
+  cuda_bnr_geom g;
+  int splits;
+  if (!cuda_bnr_applies(rows, c, dt, ptrs, 3)) return 0;
+  splits = cuda_bnr_stats_geom(b, rows, c, dt, max_splits, &g);
+  if (dy)
+    TT_LAUNCH(cuda_bnr_bwd_stats_k, dim3((unsigned)((g.cv + g.tc - 1) / g.tc), (unsigned)splits), TT_CUDA_THREADS, 0,
+              tt_cuda_stream(b), g, dt, x, dy, save_mean, save_invstd, gamma, bias, relu, (cuda_bn_d2 *)ws);
+  else
+    TT_LAUNCH(cuda_bnr_stats_k, dim3((unsigned)((g.cv + g.tc - 1) / g.tc), (unsigned)splits), TT_CUDA_THREADS, 0,
+              tt_cuda_stream(b), g, dt, x, (cuda_bn_d2 *)ws);
+  CUDA_LAUNCH_CHECK(b, op);
+  return splits;
+}
+
+int tt_cuda_bnr_norm(tt_backend *b, const char *op, size_t rows, int c, tt_dtype dt, const void *x, const float *gamma,
+                     const float *bias, const float *mean_p, const float *stat_p, int infer, float eps, int relu,
+                     const void *s, void *y) {
+  const void *ptrs[3] = {x, y, s};
+  cuda_bnr_geom g;
+  dim3 grid;
+  if (!cuda_bnr_applies(rows, c, dt, ptrs, 3)) return 0;
+  grid = cuda_bnr_ew_geom(b, rows, c, dt, &g);
+  TT_LAUNCH(cuda_bnr_norm_k, grid, TT_CUDA_THREADS, 0, tt_cuda_stream(b), g, dt, x, gamma, bias, mean_p, stat_p, infer,
+            eps, relu, s, y);
+  CUDA_LAUNCH_CHECK(b, op);
+  return 1;
+}
+
+int tt_cuda_bnr_dx(tt_backend *b, const char *op, size_t rows, int c, tt_dtype dt, const void *x, const void *dy,
+                   const float *gamma, const float *save_mean, const float *save_invstd, const cuda_bn_f2 *md,
+                   const float *bias, int relu, void *dx, float beta_dx) {
+  const void *ptrs[3] = {x, dy, dx};
+  cuda_bnr_geom g;
+  dim3 grid;
+  if (!cuda_bnr_applies(rows, c, dt, ptrs, 3)) return 0;
+  grid = cuda_bnr_ew_geom(b, rows, c, dt, &g);
+  TT_LAUNCH(cuda_bnr_dx_k, grid, TT_CUDA_THREADS, 0, tt_cuda_stream(b), g, dt, x, dy, gamma, save_mean, save_invstd, md,
+            bias, relu, dx, beta_dx);
+  CUDA_LAUNCH_CHECK(b, op);
+  return 1;
+}
+
+/* every kernel of this file, for the setup check (cuda_internal.h) */
+TT_CUDA_KERNEL_TABLE(bn_rows, TT_CUDA_KERNEL(cuda_bnr_stats_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_bnr_bwd_stats_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_bnr_norm_k, TT_CUDA_THREADS), TT_CUDA_KERNEL(cuda_bnr_dx_k, TT_CUDA_THREADS));
