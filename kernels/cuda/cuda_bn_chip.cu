@@ -18,7 +18,7 @@
  * with the two-pass forms' to rounding, not bit for bit; the per-element arithmetic (cuda_bn_y,
  * cuda_bn_dx_value) and the finishing of the sums (cuda_bn_stats_finish, cuda_bn_bwd_finish) are
  * theirs. Applies when hw > 1, c is a multiple of g, every tensor is 16-byte aligned and the
- * block's bytes fit the backend's cap (tt_cuda_state.bn_res_cap). */
+ * block's bytes fit the backend's cap (tt_cuda_state.bn_res_cap: the device's opt-in limit, below). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -290,25 +290,28 @@ int tt_cuda_bn_chip_bwd(tt_backend *b, const char *op, int n, int c, int hw, tt_
 }
 
 /* Setup (cuda_backend.cu, after the kernel check): the held-on-chip batch norm's cap on a
- * block's dynamic shared memory. The same on every card from a T4 (whose opt-in limit per block
- * is 64 KiB; tests/tools/cuda_check.py holds the kernels' static shared memory + this cap under
- * every architecture's), so a shape takes the same form, and its statistics the same rounding, on
- * every card; TINYTRAIN_CUDA_BN_RESIDENT=0 turns the form off. Above 48 KiB a launch needs the
- * kernels' opt-in attribute, set here. */
-#define CUDA_BN_RES_CAP (62 * 1024)
+ * block's dynamic shared memory, the device's opt-in limit per block
+ * (cudaDevAttrMaxSharedMemoryPerBlockOptin: 64 KiB on a T4, 99 KiB on sm_86/89/120, 163 KiB on an
+ * A100, 227 KiB on an H100) less the kernels' static shared memory, and the kernels' opt-in
+ * attribute (cudaFuncAttributeMaxDynamicSharedMemorySize) set to it. So a card takes the form for
+ * as large a batch as it can hold: the same shape may take it on an H100 and the two-pass forms on
+ * a T4, whose statistics agree to rounding, not bit for bit (runs on one card repeat their bits).
+ * tests/tools/cuda_check.py holds every architecture's static shared memory of these kernels under
+ * its opt-in limit; TINYTRAIN_CUDA_BN_RESIDENT=0 turns the form off. */
 int tt_cuda_norm_setup(tt_backend *b, const cudaDeviceProp *prop) {
   tt_cuda_state *st = tt_cuda_st(b);
   cudaFuncAttributes fa, ba;
   size_t stat, cap;
+  int optin = 0;
   st->sms = prop->multiProcessorCount; /* the row kernels' grids (cuda_bn_rows.cu) */
   st->bn_res_cap = st->bn_res_cap_default = 0;
   if (!st->knobs.cuda_bn_resident) return 0; /* TINYTRAIN_CUDA_BN_RESIDENT=0 */
+  CUDA_CHECK(b, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, st->device));
   CUDA_CHECK(b, cudaFuncGetAttributes(&fa, cuda_bn_res_fwd_k));
   CUDA_CHECK(b, cudaFuncGetAttributes(&ba, cuda_bn_res_bwd_k));
   stat = fa.sharedSizeBytes > ba.sharedSizeBytes ? fa.sharedSizeBytes : ba.sharedSizeBytes;
-  if (prop->sharedMemPerBlockOptin <= stat) return 0;
-  cap = prop->sharedMemPerBlockOptin - stat;
-  if (cap > (size_t)CUDA_BN_RES_CAP) cap = CUDA_BN_RES_CAP;
+  if (optin <= 0 || (size_t)optin <= stat) return 0;
+  cap = ((size_t)optin - stat) & ~(size_t)15; /* whole 16-byte vectors */
   if (cap > prop->sharedMemPerBlock) {
     CUDA_CHECK(b, cudaFuncSetAttribute(cuda_bn_res_fwd_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cap));
     CUDA_CHECK(b, cudaFuncSetAttribute(cuda_bn_res_bwd_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cap));

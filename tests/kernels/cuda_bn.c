@@ -213,7 +213,7 @@ void test_bn_relu_fused(void) {
  * differently), y bit for bit the two-pass normalisation of its own statistics (bn_apply), dx
  * within the element-wise tolerance, dx computed in place over dy bit for bit the out-of-place dx.
  * Shapes: groups of 8, 4, 2 and 1 channels a block (7x7, 3x3, 14x14, 32x32), a 112x112 plane
- * whose backward fills 50,176 of the 64,512 bytes (fp16; fp32 backward does not fit: two-pass),
+ * whose backward fills 50,176 bytes (fp16; fp32 backward does not fit a T4's 64 KiB: two-pass),
  * and shapes it refuses (channels not a multiple of the group; hw 1). Under the emulation the
  * launches show which form ran, against the rule restated here. */
 void test_bn_resident(void) {
@@ -517,4 +517,49 @@ void test_bn_rows(void) {
     }
   TT_TEST_END();
 }
+
+#ifdef TT_CUDA_EMULATION
+/* The held-on-chip batch norm's cap follows the device's opt-in shared memory per block
+ * (cudaDevAttrMaxSharedMemoryPerBlockOptin, tt_cuda_norm_setup): on the emulated sm_75, 80, 86, 90
+ * and 120 a new backend's cap is that architecture's limit (64, 163, 99, 227, 99 KiB) less at most
+ * 4 KiB of the kernels' static shared memory; and on sm_90 a [1, 1, 40000] fp32 plane (160,000
+ * bytes) takes the held-on-chip form, which the emulation launches only after the kernel's
+ * cudaFuncSetAttribute opt-in for that much, while sm_75 takes the two-pass forms. */
+void test_bn_res_cap(void) {
+  static const int ccs[5] = {75, 80, 86, 90, 120}, kib[5] = {64, 163, 99, 227, 99};
+  TT_TEST_BEGIN("cuda_bn_resident_cap_per_arch");
+  for (int k = 0; k < 5; k++) {
+    int old = tt_emu_set_compute_capability(ccs[k]);
+    size_t reserve = 0, cap = 0, optin = (size_t)kib[k] * 1024;
+    char msg[512] = "";
+    tt_backend *b = tt_cuda_backend_create(&reserve, NULL, msg, sizeof msg);
+    TT_CHECK(b != NULL, "a backend on the emulated sm_%d: %s", ccs[k], msg);
+    if (b) cap = tt_cuda_set_bn_resident(b, (size_t)-1);
+    TT_CHECK(!b || (cap <= optin && cap + 4096 >= optin), "sm_%d: the held-on-chip cap is %zu bytes; want the opt-in "
+             "limit %zu less the kernels' static shared memory", ccs[k], cap, optin);
+    if (b && (ccs[k] == 75 || ccs[k] == 90)) {
+      const int hw = 40000;
+      tt_op_desc od;
+      size_t wsb, r0 = tt_emu_kernel_launches("cuda_bn_res_fwd_k");
+      unsigned char *a;
+      memset(&od, 0, sizeof od);
+      od.kind = TT_OP_BN_BWD, od.dt = TT_F32, od.u.bn.n = 1, od.u.bn.c = 1, od.u.bn.hw = hw, od.u.bn.eps = 1e-5f;
+      wsb = (b->op_workspace(b, &od) + 255) & ~(size_t)255;
+      a = (unsigned char *)b->arena_alloc(b, 2 * (size_t)hw * 4 + wsb + 256);
+      int ok = a && !b->zero(b, a, 2 * (size_t)hw * 4 + wsb + 256);
+      float *pr = (float *)(a + 2 * (size_t)hw * 4 + wsb); /* gamma, bias, mean, invstd */
+      ok = ok && !b->bn_fwd_train(b, 1, 1, hw, TT_F32, a, pr, pr + 1, a + (size_t)hw * 4, NULL, NULL, 0.1f, 1e-5f, pr + 2,
+                                  pr + 3, 0, a + 2 * (size_t)hw * 4, wsb) && !b->sync(b);
+      TT_CHECK(ok, "sm_%d: bn_fwd_train on [1, 1, %d] fp32: %s", ccs[k], hw, b->last_error(b));
+      TT_CHECK(tt_emu_kernel_launches("cuda_bn_res_fwd_k") - r0 == (ccs[k] == 90),
+               "sm_%d: %zu held-on-chip launches for a 160,000-byte plane, want %d", ccs[k],
+               tt_emu_kernel_launches("cuda_bn_res_fwd_k") - r0, ccs[k] == 90);
+      if (a) b->arena_free(b, a);
+    }
+    if (b) b->destroy(b);
+    tt_emu_set_compute_capability(old);
+  }
+  TT_TEST_END();
+}
+#endif
 #endif

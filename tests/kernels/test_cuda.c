@@ -69,6 +69,8 @@ static const tt_test_case tests[] = {
   TT_TEST("cuda_bn_add_relu_fused", "ops kernels bn", FN(test_bn_add_relu_fused)),
   TT_TEST("cuda_bn_resident", "ops kernels bn", FN(test_bn_resident)),
   TT_TEST("cuda_bn_nhwc_rows", "ops kernels bn", FN(test_bn_rows)),
+  EMU_TEST("cuda_bn_resident_cap_per_arch", "ops kernels bn", test_bn_res_cap,
+           "the emulation's devices of each architecture (on a GPU, setup reads the card's limit)"),
   TT_TEST("cuda_pooling", "ops kernels pool", FN(test_pooling)),
   TT_TEST("cuda_conv", "ops conv", FN(test_conv)),
   TT_TEST("cuda_nhwc_ops", "ops conv bn pool", FN(test_nhwc_ops)),
