@@ -72,6 +72,27 @@ static __device__ __forceinline__ void cuda_bnr_reduce(const cuda_bnr_geom &g, i
   }
 }
 
+/* One 16-byte vector of a dt tensor, packed as loaded (tt_cuda_ld16), and its V elements as fp32:
+ * tt_cuda_ldv<V> in two steps, so that a thread's rows in flight take 4 registers each until used. */
+static __device__ __forceinline__ tt_cuda_u4 cuda_bnr_ld(const void *p, size_t iv) {
+  return tt_cuda_ld16((const char *)p + iv * 16);
+}
+template <int V>
+static __device__ __forceinline__ void cuda_bnr_unpack(tt_dtype dt, const tt_cuda_u4 &u, float *v) {
+  if (dt == TT_F32) {
+    v[0] = __uint_as_float(u.x), v[1 % V] = __uint_as_float(u.y), v[2 % V] = __uint_as_float(u.z);
+    v[3 % V] = __uint_as_float(u.w);
+  } else if (dt == TT_F16) {
+    v[0] = tt_cuda_h(u.x, 0), v[1 % V] = tt_cuda_h(u.x, 1), v[2 % V] = tt_cuda_h(u.y, 0), v[3 % V] = tt_cuda_h(u.y, 1);
+    v[4 % V] = tt_cuda_h(u.z, 0), v[5 % V] = tt_cuda_h(u.z, 1), v[6 % V] = tt_cuda_h(u.w, 0), v[7 % V] = tt_cuda_h(u.w, 1);
+  } else {
+    v[0] = tt_cuda_b(u.x, 0), v[1 % V] = tt_cuda_b(u.x, 1), v[2 % V] = tt_cuda_b(u.y, 0), v[3 % V] = tt_cuda_b(u.y, 1);
+    v[4 % V] = tt_cuda_b(u.z, 0), v[5 % V] = tt_cuda_b(u.z, 1), v[6 % V] = tt_cuda_b(u.w, 0), v[7 % V] = tt_cuda_b(u.w, 1);
+  }
+}
+
+/* The bodies below take dt as a constant (the kernels call them through TT_CUDA_BY_DTYPE), so the
+ * unpacking has no dtype test per element; V = 16 / element bytes. */
 template <int V>
 static __device__ __forceinline__ void cuda_bnr_stats_body(const cuda_bnr_geom &g, tt_dtype dt, const void *x,
                                                            cuda_bn_d2 *part, float *red) {
@@ -79,18 +100,20 @@ static __device__ __forceinline__ void cuda_bnr_stats_body(const cuda_bnr_geom &
   const int j = cuda_bnr_span(g, &r, &r1);
   float s1[V] = {}, s2[V] = {}, K[V];
   if (j >= 0) {
-    tt_cuda_ldv<V>(dt, x, (size_t)j, K); /* row 0: the channels' first values (cuda_bn_first, hw == 1) */
+    cuda_bnr_unpack<V>(dt, cuda_bnr_ld(x, (size_t)j), K); /* row 0: the channels' first values (cuda_bn_first) */
     for (; r < r1; r += (size_t)CUDA_BNR_U * g.rl) {
-      float v[CUDA_BNR_U][V];
+      tt_cuda_u4 u4[CUDA_BNR_U];
       TT_UNROLL
       for (int u = 0; u < CUDA_BNR_U; u++)
-        if (r + (size_t)u * g.rl < r1) tt_cuda_ldv<V>(dt, x, (r + (size_t)u * g.rl) * g.cv + j, v[u]);
+        if (r + (size_t)u * g.rl < r1) u4[u] = cuda_bnr_ld(x, (r + (size_t)u * g.rl) * g.cv + j);
       TT_UNROLL
       for (int u = 0; u < CUDA_BNR_U; u++)
         if (r + (size_t)u * g.rl < r1) {
+          float v[V];
+          cuda_bnr_unpack<V>(dt, u4[u], v);
           TT_UNROLL
           for (int q = 0; q < V; q++) {
-            const float d = v[u][q] - K[q];
+            const float d = v[q] - K[q];
             s1[q] += d;
             s2[q] += d * d;
           }
@@ -100,13 +123,18 @@ static __device__ __forceinline__ void cuda_bnr_stats_body(const cuda_bnr_geom &
   cuda_bnr_reduce<V>(g, j, s1, s2, red, part);
 }
 
-static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnr_stats_k(cuda_bnr_geom g, tt_dtype dt, const void *x,
-                                                                          cuda_bn_d2 *part) {
-  __shared__ float red[TT_CUDA_THREADS * CUDA_BNR_MAXV];
+static __device__ __forceinline__ void cuda_bnr_stats_dt(tt_dtype dt, const cuda_bnr_geom &g, const void *x,
+                                                         cuda_bn_d2 *part, float *red) {
   if (dt == TT_F32)
     cuda_bnr_stats_body<4>(g, dt, x, part, red);
   else
     cuda_bnr_stats_body<8>(g, dt, x, part, red);
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnr_stats_k(cuda_bnr_geom g, tt_dtype dt, const void *x,
+                                                                          cuda_bn_d2 *part) {
+  __shared__ float red[TT_CUDA_THREADS * CUDA_BNR_MAXV];
+  TT_CUDA_BY_DTYPE(dt, cuda_bnr_stats_dt, g, x, part, red);
 }
 
 /* V channels' parameters from vector column j into registers: p[q] = a[j * V + q] (NULL: 0) */
@@ -128,27 +156,38 @@ static __device__ __forceinline__ void cuda_bnr_bwd_stats_body(const cuda_bnr_ge
     cuda_bnr_params<V>(save_mean, j, mean), cuda_bnr_params<V>(save_invstd, j, invstd);
     cuda_bnr_params<V>(relu ? gamma : NULL, j, gm), cuda_bnr_params<V>(relu ? bias : NULL, j, bb); /* ReLU's mask */
     for (; r < r1; r += (size_t)CUDA_BNR_U * g.rl) {
-      float xv[CUDA_BNR_U][V], gv[CUDA_BNR_U][V];
+      tt_cuda_u4 xu[CUDA_BNR_U], gu[CUDA_BNR_U];
       TT_UNROLL
       for (int u = 0; u < CUDA_BNR_U; u++)
         if (r + (size_t)u * g.rl < r1) {
           const size_t iv = (r + (size_t)u * g.rl) * g.cv + j;
-          tt_cuda_ldv<V>(dt, x, iv, xv[u]);
-          tt_cuda_ldv<V>(dt, dy, iv, gv[u]);
+          xu[u] = cuda_bnr_ld(x, iv), gu[u] = cuda_bnr_ld(dy, iv);
         }
       TT_UNROLL
       for (int u = 0; u < CUDA_BNR_U; u++)
         if (r + (size_t)u * g.rl < r1) {
+          float xv[V], gv[V];
+          cuda_bnr_unpack<V>(dt, xu[u], xv), cuda_bnr_unpack<V>(dt, gu[u], gv);
           TT_UNROLL
           for (int q = 0; q < V; q++) {
-            const float gq = cuda_bn_relu_grad(dt, relu, gv[u][q], xv[u][q], mean[q], invstd[q], gm[q], bb[q]);
+            const float gq = cuda_bn_relu_grad(dt, relu, gv[q], xv[q], mean[q], invstd[q], gm[q], bb[q]);
             s1[q] += gq;
-            s2[q] += gq * ((xv[u][q] - mean[q]) * invstd[q]);
+            s2[q] += gq * ((xv[q] - mean[q]) * invstd[q]);
           }
         }
     }
   }
   cuda_bnr_reduce<V>(g, j, s1, s2, red, part);
+}
+
+static __device__ __forceinline__ void cuda_bnr_bwd_stats_dt(tt_dtype dt, const cuda_bnr_geom &g, const void *x,
+                                                             const void *dy, const float *save_mean,
+                                                             const float *save_invstd, const float *gamma,
+                                                             const float *bias, int relu, cuda_bn_d2 *part, float *red) {
+  if (dt == TT_F32)
+    cuda_bnr_bwd_stats_body<4>(g, dt, x, dy, save_mean, save_invstd, gamma, bias, relu, part, red);
+  else
+    cuda_bnr_bwd_stats_body<8>(g, dt, x, dy, save_mean, save_invstd, gamma, bias, relu, part, red);
 }
 
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnr_bwd_stats_k(cuda_bnr_geom g, tt_dtype dt, const void *x,
@@ -157,10 +196,7 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnr_bwd_stats_k(cu
                                                                               const float *bias, int relu,
                                                                               cuda_bn_d2 *part) {
   __shared__ float red[TT_CUDA_THREADS * CUDA_BNR_MAXV];
-  if (dt == TT_F32)
-    cuda_bnr_bwd_stats_body<4>(g, dt, x, dy, save_mean, save_invstd, gamma, bias, relu, part, red);
-  else
-    cuda_bnr_bwd_stats_body<8>(g, dt, x, dy, save_mean, save_invstd, gamma, bias, relu, part, red);
+  TT_CUDA_BY_DTYPE(dt, cuda_bnr_bwd_stats_dt, g, x, dy, save_mean, save_invstd, gamma, bias, relu, part, red);
 }
 
 /* y = cuda_bn_out(cuda_bn_y(x)) (with the shortcut s: bn_fwd_train_add_relu), the channel's
@@ -177,26 +213,41 @@ static __device__ __forceinline__ void cuda_bnr_norm_body(const cuda_bnr_geom &g
   if (j < 0) return;
   cuda_bnr_params<V>(mean_p, j, mean), cuda_bnr_params<V>(stat_p, j, invstd);
   cuda_bnr_params<V>(gamma, j, gm), cuda_bnr_params<V>(bias, j, bb);
-  if (infer)
+  if (infer) {
+    TT_UNROLL
     for (int q = 0; q < V; q++) invstd[q] = (float)(1.0 / sqrt((double)invstd[q] + (double)eps));
+  }
   for (; r < r1; r += (size_t)CUDA_BNR_U * g.rl) {
-    float v[CUDA_BNR_U][V], sv[CUDA_BNR_U][V] = {}; /* sv: the shortcut, read before y is written (y may be s) */
+    tt_cuda_u4 xu[CUDA_BNR_U], su[CUDA_BNR_U]; /* su: the shortcut, read before y is written (y may be s) */
     TT_UNROLL
     for (int u = 0; u < CUDA_BNR_U; u++)
       if (r + (size_t)u * g.rl < r1) {
         const size_t iv = (r + (size_t)u * g.rl) * g.cv + j;
-        tt_cuda_ldv<V>(dt, x, iv, v[u]);
-        if (s) tt_cuda_ldv<V>(dt, s, iv, sv[u]);
+        xu[u] = cuda_bnr_ld(x, iv);
+        if (s) su[u] = cuda_bnr_ld(s, iv);
       }
     TT_UNROLL
     for (int u = 0; u < CUDA_BNR_U; u++)
       if (r + (size_t)u * g.rl < r1) {
+        float v[V], sv[V] = {};
+        cuda_bnr_unpack<V>(dt, xu[u], v);
+        if (s) cuda_bnr_unpack<V>(dt, su[u], sv);
         TT_UNROLL
         for (int q = 0; q < V; q++)
-          v[u][q] = cuda_bn_out(dt, cuda_bn_y(v[u][q], mean[q], invstd[q], gm[q], bb[q]), relu, s != NULL, sv[u][q]);
-        tt_cuda_stv<V>(dt, y, (r + (size_t)u * g.rl) * g.cv + j, v[u]);
+          v[q] = cuda_bn_out(dt, cuda_bn_y(v[q], mean[q], invstd[q], gm[q], bb[q]), relu, s != NULL, sv[q]);
+        tt_cuda_stv<V>(dt, y, (r + (size_t)u * g.rl) * g.cv + j, v);
       }
   }
+}
+
+static __device__ __forceinline__ void cuda_bnr_norm_dt(tt_dtype dt, const cuda_bnr_geom &g, const void *x,
+                                                        const float *gamma, const float *bias, const float *mean_p,
+                                                        const float *stat_p, int infer, float eps, int relu, const void *s,
+                                                        void *y) {
+  if (dt == TT_F32)
+    cuda_bnr_norm_body<4>(g, dt, x, gamma, bias, mean_p, stat_p, infer, eps, relu, s, y);
+  else
+    cuda_bnr_norm_body<8>(g, dt, x, gamma, bias, mean_p, stat_p, infer, eps, relu, s, y);
 }
 
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnr_norm_k(cuda_bnr_geom g, tt_dtype dt, const void *x,
@@ -204,10 +255,7 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnr_norm_k(cuda_bn
                                                                          const float *mean_p, const float *stat_p,
                                                                          int infer, float eps, int relu, const void *s,
                                                                          void *y) {
-  if (dt == TT_F32)
-    cuda_bnr_norm_body<4>(g, dt, x, gamma, bias, mean_p, stat_p, infer, eps, relu, s, y);
-  else
-    cuda_bnr_norm_body<8>(g, dt, x, gamma, bias, mean_p, stat_p, infer, eps, relu, s, y);
+  TT_CUDA_BY_DTYPE(dt, cuda_bnr_norm_dt, g, x, gamma, bias, mean_p, stat_p, infer, eps, relu, s, y);
 }
 
 /* dx = cuda_bn_dx_value (+ beta_dx * dx), the channel's seven constants in registers (those
@@ -229,27 +277,38 @@ static __device__ __forceinline__ void cuda_bnr_dx_body(const cuda_bnr_geom &g, 
     a[q] = gm[q] * invstd[q], mdy[q] = d.x, mdyx[q] = d.y;
   }
   for (; r < r1; r += (size_t)CUDA_BNR_UDX * g.rl) {
-    float xv[CUDA_BNR_UDX][V], gv[CUDA_BNR_UDX][V], ov[CUDA_BNR_UDX][V] = {}; /* ov read only with beta_dx */
+    tt_cuda_u4 xu[CUDA_BNR_UDX], gu[CUDA_BNR_UDX], ou[CUDA_BNR_UDX]; /* ou read only with beta_dx */
     TT_UNROLL
     for (int u = 0; u < CUDA_BNR_UDX; u++)
       if (r + (size_t)u * g.rl < r1) {
         const size_t iv = (r + (size_t)u * g.rl) * g.cv + j;
-        tt_cuda_ldv<V>(dt, x, iv, xv[u]);
-        tt_cuda_ldv<V>(dt, dy, iv, gv[u]);
-        if (beta_dx != 0.0f) tt_cuda_ldv<V>(dt, dx, iv, ov[u]);
+        xu[u] = cuda_bnr_ld(x, iv), gu[u] = cuda_bnr_ld(dy, iv);
+        if (beta_dx != 0.0f) ou[u] = cuda_bnr_ld(dx, iv);
       }
     TT_UNROLL
     for (int u = 0; u < CUDA_BNR_UDX; u++)
       if (r + (size_t)u * g.rl < r1) {
+        float xv[V], gv[V], ov[V] = {};
+        cuda_bnr_unpack<V>(dt, xu[u], xv), cuda_bnr_unpack<V>(dt, gu[u], gv);
+        if (beta_dx != 0.0f) cuda_bnr_unpack<V>(dt, ou[u], ov);
         TT_UNROLL
         for (int q = 0; q < V; q++) {
-          const float v = cuda_bn_dx_value(dt, relu, gv[u][q], xv[u][q], mean[q], invstd[q], a[q], mdy[q], mdyx[q], gm[q],
-                                           bb[q]);
-          xv[u][q] = beta_dx != 0.0f ? v + beta_dx * ov[u][q] : v;
+          const float v = cuda_bn_dx_value(dt, relu, gv[q], xv[q], mean[q], invstd[q], a[q], mdy[q], mdyx[q], gm[q], bb[q]);
+          xv[q] = beta_dx != 0.0f ? v + beta_dx * ov[q] : v;
         }
-        tt_cuda_stv<V>(dt, dx, (r + (size_t)u * g.rl) * g.cv + j, xv[u]);
+        tt_cuda_stv<V>(dt, dx, (r + (size_t)u * g.rl) * g.cv + j, xv);
       }
   }
+}
+
+static __device__ __forceinline__ void cuda_bnr_dx_dt(tt_dtype dt, const cuda_bnr_geom &g, const void *x, const void *dy,
+                                                      const float *gamma, const float *save_mean, const float *save_invstd,
+                                                      const cuda_bn_f2 *md, const float *bias, int relu, void *dx,
+                                                      float beta_dx) {
+  if (dt == TT_F32)
+    cuda_bnr_dx_body<4>(g, dt, x, dy, gamma, save_mean, save_invstd, md, bias, relu, dx, beta_dx);
+  else
+    cuda_bnr_dx_body<8>(g, dt, x, dy, gamma, save_mean, save_invstd, md, bias, relu, dx, beta_dx);
 }
 
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnr_dx_k(cuda_bnr_geom g, tt_dtype dt, const void *x,
@@ -257,10 +316,7 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnr_dx_k(cuda_bnr_
                                                                        const float *save_mean, const float *save_invstd,
                                                                        const cuda_bn_f2 *md, const float *bias, int relu,
                                                                        void *dx, float beta_dx) {
-  if (dt == TT_F32)
-    cuda_bnr_dx_body<4>(g, dt, x, dy, gamma, save_mean, save_invstd, md, bias, relu, dx, beta_dx);
-  else
-    cuda_bnr_dx_body<8>(g, dt, x, dy, gamma, save_mean, save_invstd, md, bias, relu, dx, beta_dx);
+  TT_CUDA_BY_DTYPE(dt, cuda_bnr_dx_dt, g, x, dy, gamma, save_mean, save_invstd, md, bias, relu, dx, beta_dx);
 }
 
 /* Whether the vector forms take (rows, c, dt) with these pointers (NULL ones ignored): c a whole
