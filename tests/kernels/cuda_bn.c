@@ -20,9 +20,11 @@ static bn_apply_fn cuda_bn_apply_fn(void) {
 void test_batchnorm(void) {
   TT_TEST_BEGIN("cuda_batchnorm");
   /* the last two: each channel split over several blocks (16-byte vectors crossing planes; odd hw) */
-  /* then NHWC rows ([rows, c, 1]): c 3 to 2048, odd multiples of a vector (24, 40), ones not (20, 3) */
-  int shapes[12][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}, {16, 3, 1100}, {2, 3, 4099}, {4200, 24, 1},
-                       {600, 40, 1}, {2100, 64, 1}, {200, 256, 1}, {24, 2048, 1}, {300, 20, 1}, {500, 3, 1}};
+  /* then NHWC rows ([rows, c, 1]): c 3 to 2048, odd multiples of a vector (24, 40), ones not (20, 3);
+   * 2048 and 1024 channels held on chip (cuda_bn_chip.cu's rows form) where it is on */
+  int shapes[13][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}, {16, 3, 1100}, {2, 3, 4099}, {4200, 24, 1},
+                       {600, 40, 1}, {2100, 64, 1}, {200, 256, 1}, {24, 2048, 1}, {300, 20, 1}, {500, 3, 1},
+                       {300, 1024, 1}};
   /* twice: with the held-on-chip form (where a shape fits: the first two), then with it off, so
    * that the two-pass and flat forms meet the CPU on the same shapes */
   const size_t res_cap = tt_cuda_set_bn_resident(gpu, (size_t)-1);
@@ -30,7 +32,7 @@ void test_batchnorm(void) {
     tt_dtype dt = test_dts[di % 3];
     tt_cuda_set_bn_resident(gpu, di < 3 ? res_cap : 0);
     if (di == 3) printf("  cuda_batchnorm: the held-on-chip form off from here (tt_cuda_set_bn_resident 0)\n");
-    for (int s = 0; s < 12; s++) {
+    for (int s = 0; s < 13; s++) {
       int N = shapes[s][0], C = shapes[s][1], HW = shapes[s][2];
       size_t cnt = (size_t)N * C * HW, wsb;
       void *ws;
@@ -136,8 +138,8 @@ void test_batchnorm(void) {
  * tiny enough to round to +0 or -0 in fp16 (the ReLU's backward then passes nothing: the fused
  * backward must round before it tests). */
 void test_bn_relu_fused(void) {
-  int shapes[8][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}, {16, 3, 1100}, {2, 3, 4099}, {4, 6, 9}, {2100, 64, 1},
-                      {600, 40, 1}};
+  int shapes[9][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}, {16, 3, 1100}, {2, 3, 4099}, {4, 6, 9}, {2100, 64, 1},
+                      {600, 40, 1}, {24, 2048, 1}};
   TT_TEST_BEGIN("cuda_bn_relu_fused");
   TT_CHECK(gpu->bn_fwd_train_relu && gpu->bn_bwd_relu, "the CUDA backend's table lists no fused batch norm + ReLU");
   if (!gpu->bn_fwd_train_relu || !gpu->bn_bwd_relu) {
@@ -145,7 +147,7 @@ void test_bn_relu_fused(void) {
     return;
   }
   for (int di = 0; di < 3; di++)
-    for (int s = 0; s < 8; s++)
+    for (int s = 0; s < 9; s++)
       for (int tiny = 0; tiny < 2; tiny++) {
         tt_dtype dt = test_dts[di];
         int N = shapes[s][0], C = shapes[s][1], HW = shapes[s][2], zeros = 0;
@@ -214,16 +216,20 @@ void test_bn_relu_fused(void) {
  * within the element-wise tolerance, dx computed in place over dy bit for bit the out-of-place dx.
  * Shapes: groups of 8, 4, 2 and 1 channels a block (7x7, 3x3, 14x14, 32x32), a 112x112 plane
  * whose backward fills 50,176 bytes (fp16; fp32 backward does not fit a T4's 64 KiB: two-pass),
- * and shapes it refuses (channels not a multiple of the group; hw 1). Under the emulation the
- * launches show which form ran, against the rule restated here. */
+ * and shapes it refuses (channels not a multiple of the group). NHWC rows (hw 1, cuda_bnc_*): 2048
+ * and 1024 channels (one block a multiprocessor or more; 1500 rows: 48,000 bytes, the forward on
+ * chip and the backward two-pass), 640 channels in fp16 (40 blocks) but not fp32, 8 channels (one
+ * block: refused). Under the emulation the launches show which form ran, against the rule
+ * restated here. */
 void test_bn_resident(void) {
-  int shapes[7][3] = {{8, 16, 49}, {5, 24, 9}, {2, 6, 196}, {3, 5, 1024}, {1, 4, 12544}, {2, 3, 4099}, {16, 8, 1}};
+  int shapes[10][3] = {{8, 16, 49}, {5, 24, 9}, {2, 6, 196}, {3, 5, 1024}, {1, 4, 12544}, {2, 3, 4099}, {16, 8, 1},
+                       {24, 2048, 1}, {1500, 1024, 1}, {100, 640, 1}};
   const size_t cap = tt_cuda_set_bn_resident(gpu, (size_t)-1);
   TT_TEST_BEGIN("cuda_bn_resident");
   TT_CHECK(cap >= 50176, "the held-on-chip batch norm's cap is %zu bytes (want at least 50,176: a T4's opt-in less static)",
            cap);
   for (int di = 0; di < 3; di++)
-    for (int s = 0; s < 7; s++) {
+    for (int s = 0; s < 10; s++) {
       tt_dtype dt = test_dts[di];
       int N = shapes[s][0], C = shapes[s][1], HW = shapes[s][2];
       size_t es = tt_dtype_size(dt), cnt = (size_t)N * C * HW, nb = cnt * es, wsb, fb = (size_t)C * sizeof(float);
@@ -249,6 +255,7 @@ void test_bn_resident(void) {
         tt_cuda_set_bn_resident(gpu, f ? 0 : cap);
 #ifdef TT_CUDA_EMULATION
         size_t rf0 = tt_emu_kernel_launches("cuda_bn_res_fwd_k"), rb0 = tt_emu_kernel_launches("cuda_bn_res_bwd_k");
+        size_t cf0 = tt_emu_kernel_launches("cuda_bnc_fwd_k"), cb0 = tt_emu_kernel_launches("cuda_bnc_bwd_k"), rf, rb;
 #endif
         ok = !gpu->upload(gpu, st[f], stat.c, 6 * fb) && !gpu->download(gpu, hdx, dx0.g, nb) &&
              !gpu->upload(gpu, dx[f], hdx, nb) &&
@@ -263,7 +270,14 @@ void test_bn_resident(void) {
         if (ok) { /* which form ran: the rule of cuda_bn_res_geometry, restated */
           int fits = HW > 1 && C % (int)gr == 0 && gr <= 8;
           int wf = !f && fits && (size_t)N * gr * pl <= cap, wb = !f && fits && 2 * (size_t)N * gr * pl <= cap;
-          size_t rf = tt_emu_kernel_launches("cuda_bn_res_fwd_k") - rf0, rb = tt_emu_kernel_launches("cuda_bn_res_bwd_k") - rb0;
+          if (HW == 1) { /* NHWC rows: 2 columns of 16 bytes a block, at least one block for each of the
+                          * emulated device's 40 multiprocessors */
+            int cv = C % (int)(16 / es) ? 0 : C / (int)(16 / es), tc = cv < 2 ? cv : 2;
+            fits = cv && (cv + tc - 1) / tc >= 40;
+            wf = !f && fits && (size_t)N * tc * 16 <= cap, wb = !f && fits && 2 * (size_t)N * tc * 16 <= cap;
+          }
+          const char *kf = HW == 1 ? "cuda_bnc_fwd_k" : "cuda_bn_res_fwd_k", *kb = HW == 1 ? "cuda_bnc_bwd_k" : "cuda_bn_res_bwd_k";
+          rf = tt_emu_kernel_launches(kf) - (HW == 1 ? cf0 : rf0), rb = tt_emu_kernel_launches(kb) - (HW == 1 ? cb0 : rb0);
           TT_CHECK(rf == (size_t)wf && rb == (size_t)wb,
                    "bn %s %dx%dx%d (%s): %zu and %zu held-on-chip launches forward and backward, want %d and %d",
                    test_dt_name(dt), N, C, HW, f ? "turned off" : "on", rf, rb, wf, wb);
@@ -393,13 +407,14 @@ static void bn_add_relu_case(tt_dtype dt, int N, int C, int HW) {
 }
 
 void test_bn_add_relu_fused(void) {
-  int shapes[7][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}, {16, 3, 1100}, {4, 6, 9}, {2100, 64, 1}, {600, 40, 1}};
+  int shapes[8][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}, {16, 3, 1100}, {4, 6, 9}, {2100, 64, 1}, {600, 40, 1},
+                      {24, 2048, 1}};
   const size_t res_cap = tt_cuda_set_bn_resident(gpu, (size_t)-1);
   TT_TEST_BEGIN("cuda_bn_add_relu_fused");
   TT_CHECK(gpu->bn_fwd_train_add_relu && gpu->bn_bwd_add_relu, "the CUDA backend's table lists no fused batch norm + add + ReLU");
   for (int di = 0; di < 6 && gpu->bn_fwd_train_add_relu && gpu->bn_bwd_add_relu; di++) {
     tt_cuda_set_bn_resident(gpu, di < 3 ? res_cap : 0); /* with the held-on-chip form, then without */
-    for (int s = 0; s < 7; s++) {
+    for (int s = 0; s < 8; s++) {
       goff = 0;
       bn_add_relu_case(test_dts[di % 3], shapes[s][0], shapes[s][1], shapes[s][2]);
     }
@@ -429,6 +444,7 @@ static int bn_rows_run(tt_dtype dt, int R, int C, const void *x, const void *dy,
 
 void test_bn_rows(void) {
   int shapes[7][2] = {{4200, 24}, {600, 40}, {2100, 64}, {200, 256}, {24, 2048}, {500, 3}, {300, 20}};
+  const size_t res_cap = tt_cuda_set_bn_resident(gpu, 0); /* the two-pass forms (24 x 2048 fits on chip) */
   TT_TEST_BEGIN("cuda_bn_nhwc_rows");
   for (int di = 0; di < 3; di++)
     for (int s = 0; s < 7; s++) {
@@ -515,6 +531,7 @@ void test_bn_rows(void) {
       for (int k = 0; k < 3; k++) free(hs[k]);
       free(h[0]), free(h[1]), free(hw[0]), free(hw[1]), fr(&x), fr(&dy), fr(&g), fr(&bb);
     }
+  tt_cuda_set_bn_resident(gpu, res_cap);
   TT_TEST_END();
 }
 

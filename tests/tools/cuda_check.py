@@ -53,7 +53,7 @@ STATIC_SMEM = 48 * 1024
 # device's opt-in limit less the kernel's static shared memory, read at setup
 # (cudaDevAttrMaxSharedMemoryPerBlockOptin); here the static part must leave room under every
 # architecture's limit.
-DYNAMIC_SMEM = {"cuda_bn_res_fwd_k": None, "cuda_bn_res_bwd_k": None}
+DYNAMIC_SMEM = {"cuda_bn_res_fwd_k": None, "cuda_bn_res_bwd_k": None, "cuda_bnc_fwd_k": None, "cuda_bnc_bwd_k": None}
 # Maximum shared memory per thread block (opt-in), KiB, per compute capability.
 SMEM_PER_BLOCK_KIB = {"75": 64, "80": 163, "86": 99, "87": 163, "88": 99, "89": 99, "90": 227, "100": 227,
                       "103": 227, "110": 227, "120": 99, "121": 99}
