@@ -8,7 +8,9 @@
  * t % tc, one division per thread). Where tc is the whole row (c <= 32 vectors) a warp reads one
  * contiguous span of the tensor; else each row's tc * 16 bytes are whole 32-byte sectors (tc >= 2).
  * A thread keeps its V channels' constants (mean, invstd, gamma, bias; for dx also gamma * invstd
- * and the two means) in registers for all its rows: no division and no parameter load per element.
+ * and the two means) in registers for all its rows: no division and no parameter load per element;
+ * a block stages them in shared memory first (each read once a block, coalesced: a thread's own V
+ * would be loads 4 * V bytes apart, and every row lane would repeat them).
  * Each thread has CUDA_BNR_U rows' loads in flight before it uses them.
  *
  * Statistics (forward: sums of x - K and (x - K)^2, K the channel's first value; backward: of dy
@@ -30,6 +32,7 @@
 #define CUDA_BNR_U 4   /* rows in flight per thread: statistics and normalisation */
 #define CUDA_BNR_UDX 2 /* in dx, whose seven constants a channel take more registers */
 #define CUDA_BNR_RPT 16 /* rows a thread walks in the normalisation and dx, about */
+#define CUDA_BNR_MINR 8 /* and at least, where the tensor is too small for the wanted blocks */
 #define CUDA_BNR_MAXV 8 /* elements a 16-byte vector: fp16, bf16 */
 
 typedef struct cuda_bnr_geom {
@@ -91,6 +94,25 @@ static __device__ __forceinline__ void cuda_bnr_unpack(tt_dtype dt, const tt_cud
   }
 }
 
+/* Per-channel arrays of the block's tc * V channels staged in shared memory, each value read once a
+ * block and coalesced (thread k < tc * V loads channel blockIdx.x * tc * V + k; a NULL array
+ * gives 0): sp[i][k] for a[i]. Every thread of the block calls it (a barrier after). The thread's
+ * V channels are then sp[i][col * V + q], col = j - blockIdx.x * tc, copied to registers once. */
+template <int NA>
+static __device__ __forceinline__ void cuda_bnr_stage(const cuda_bnr_geom &g, int v, const float *const *a,
+                                                      float (*sp)[TT_CUDA_THREADS]) {
+  const int k = (int)threadIdx.x, ch = (int)blockIdx.x * g.tc * v + k;
+  if (k < g.tc * v && ch < g.c)
+    for (int i = 0; i < NA; i++) sp[i][k] = a[i] ? a[i][ch] : 0.0f;
+  __syncthreads();
+}
+template <int V>
+static __device__ __forceinline__ void cuda_bnr_regs(const cuda_bnr_geom &g, int j, const float *spi, float *p) {
+  const int c0 = (j - (int)blockIdx.x * g.tc) * V;
+  TT_UNROLL
+  for (int q = 0; q < V; q++) p[q] = spi[c0 + q];
+}
+
 /* The bodies below take dt as a constant (the kernels call them through TT_CUDA_BY_DTYPE), so the
  * unpacking has no dtype test per element; V = 16 / element bytes. */
 template <int V>
@@ -99,8 +121,14 @@ static __device__ __forceinline__ void cuda_bnr_stats_body(const cuda_bnr_geom &
   size_t r, r1;
   const int j = cuda_bnr_span(g, &r, &r1);
   float s1[V] = {}, s2[V] = {}, K[V];
+  { /* row 0: the channels' first values (cuda_bn_first), staged once a block */
+    const int k = (int)threadIdx.x, ch = (int)blockIdx.x * g.tc * V + k;
+    if (k < g.tc * V && ch < g.c) red[k] = tt_cuda_ld(dt, x, (size_t)ch);
+    __syncthreads();
+    if (j >= 0) cuda_bnr_regs<V>(g, j, red, K);
+    __syncthreads(); /* red is the reduction's next */
+  }
   if (j >= 0) {
-    cuda_bnr_unpack<V>(dt, cuda_bnr_ld(x, (size_t)j), K); /* row 0: the channels' first values (cuda_bn_first) */
     for (; r < r1; r += (size_t)CUDA_BNR_U * g.rl) {
       tt_cuda_u4 u4[CUDA_BNR_U];
       TT_UNROLL
@@ -137,12 +165,6 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnr_stats_k(cuda_b
   TT_CUDA_BY_DTYPE(dt, cuda_bnr_stats_dt, g, x, part, red);
 }
 
-/* V channels' parameters from vector column j into registers: p[q] = a[j * V + q] (NULL: 0) */
-template <int V>
-static __device__ __forceinline__ void cuda_bnr_params(const float *a, int j, float *p) {
-  TT_UNROLL
-  for (int q = 0; q < V; q++) p[q] = a ? a[(size_t)j * V + q] : 0.0f;
-}
 
 template <int V>
 static __device__ __forceinline__ void cuda_bnr_bwd_stats_body(const cuda_bnr_geom &g, tt_dtype dt, const void *x,
@@ -152,9 +174,16 @@ static __device__ __forceinline__ void cuda_bnr_bwd_stats_body(const cuda_bnr_ge
   size_t r, r1;
   const int j = cuda_bnr_span(g, &r, &r1);
   float s1[V] = {}, s2[V] = {}, mean[V], invstd[V], gm[V], bb[V];
+  {
+    const float *arr[4] = {save_mean, save_invstd, relu ? gamma : NULL, relu ? bias : NULL}; /* gamma, bias: the mask */
+    float(*sp)[TT_CUDA_THREADS] = (float(*)[TT_CUDA_THREADS])red;
+    cuda_bnr_stage<4>(g, V, arr, sp);
+    if (j >= 0)
+      cuda_bnr_regs<V>(g, j, sp[0], mean), cuda_bnr_regs<V>(g, j, sp[1], invstd), cuda_bnr_regs<V>(g, j, sp[2], gm),
+          cuda_bnr_regs<V>(g, j, sp[3], bb);
+    __syncthreads(); /* red is the reduction's next */
+  }
   if (j >= 0) {
-    cuda_bnr_params<V>(save_mean, j, mean), cuda_bnr_params<V>(save_invstd, j, invstd);
-    cuda_bnr_params<V>(relu ? gamma : NULL, j, gm), cuda_bnr_params<V>(relu ? bias : NULL, j, bb); /* ReLU's mask */
     for (; r < r1; r += (size_t)CUDA_BNR_U * g.rl) {
       tt_cuda_u4 xu[CUDA_BNR_U], gu[CUDA_BNR_U];
       TT_UNROLL
@@ -206,13 +235,15 @@ template <int V>
 static __device__ __forceinline__ void cuda_bnr_norm_body(const cuda_bnr_geom &g, tt_dtype dt, const void *x,
                                                           const float *gamma, const float *bias, const float *mean_p,
                                                           const float *stat_p, int infer, float eps, int relu,
-                                                          const void *s, void *y) {
+                                                          const void *s, void *y, float (*sp)[TT_CUDA_THREADS]) {
   size_t r, r1;
   const int j = cuda_bnr_span(g, &r, &r1);
   float mean[V], invstd[V], gm[V], bb[V];
+  const float *arr[4] = {mean_p, stat_p, gamma, bias};
+  cuda_bnr_stage<4>(g, V, arr, sp);
   if (j < 0) return;
-  cuda_bnr_params<V>(mean_p, j, mean), cuda_bnr_params<V>(stat_p, j, invstd);
-  cuda_bnr_params<V>(gamma, j, gm), cuda_bnr_params<V>(bias, j, bb);
+  cuda_bnr_regs<V>(g, j, sp[0], mean), cuda_bnr_regs<V>(g, j, sp[1], invstd);
+  cuda_bnr_regs<V>(g, j, sp[2], gm), cuda_bnr_regs<V>(g, j, sp[3], bb);
   if (infer) {
     TT_UNROLL
     for (int q = 0; q < V; q++) invstd[q] = (float)(1.0 / sqrt((double)invstd[q] + (double)eps));
@@ -243,11 +274,11 @@ static __device__ __forceinline__ void cuda_bnr_norm_body(const cuda_bnr_geom &g
 static __device__ __forceinline__ void cuda_bnr_norm_dt(tt_dtype dt, const cuda_bnr_geom &g, const void *x,
                                                         const float *gamma, const float *bias, const float *mean_p,
                                                         const float *stat_p, int infer, float eps, int relu, const void *s,
-                                                        void *y) {
+                                                        void *y, float (*sp)[TT_CUDA_THREADS]) {
   if (dt == TT_F32)
-    cuda_bnr_norm_body<4>(g, dt, x, gamma, bias, mean_p, stat_p, infer, eps, relu, s, y);
+    cuda_bnr_norm_body<4>(g, dt, x, gamma, bias, mean_p, stat_p, infer, eps, relu, s, y, sp);
   else
-    cuda_bnr_norm_body<8>(g, dt, x, gamma, bias, mean_p, stat_p, infer, eps, relu, s, y);
+    cuda_bnr_norm_body<8>(g, dt, x, gamma, bias, mean_p, stat_p, infer, eps, relu, s, y, sp);
 }
 
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnr_norm_k(cuda_bnr_geom g, tt_dtype dt, const void *x,
@@ -255,7 +286,8 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnr_norm_k(cuda_bn
                                                                          const float *mean_p, const float *stat_p,
                                                                          int infer, float eps, int relu, const void *s,
                                                                          void *y) {
-  TT_CUDA_BY_DTYPE(dt, cuda_bnr_norm_dt, g, x, gamma, bias, mean_p, stat_p, infer, eps, relu, s, y);
+  __shared__ float sp[4][TT_CUDA_THREADS]; /* the block's channels' constants (cuda_bnr_stage) */
+  TT_CUDA_BY_DTYPE(dt, cuda_bnr_norm_dt, g, x, gamma, bias, mean_p, stat_p, infer, eps, relu, s, y, sp);
 }
 
 /* dx = cuda_bn_dx_value (+ beta_dx * dx), the channel's seven constants in registers (those
@@ -264,18 +296,25 @@ template <int V>
 static __device__ __forceinline__ void cuda_bnr_dx_body(const cuda_bnr_geom &g, tt_dtype dt, const void *x, const void *dy,
                                                         const float *gamma, const float *save_mean,
                                                         const float *save_invstd, const cuda_bn_f2 *md,
-                                                        const float *bias, int relu, void *dx, float beta_dx) {
+                                                        const float *bias, int relu, void *dx, float beta_dx,
+                                                        float (*sp)[TT_CUDA_THREADS]) {
   size_t r, r1;
   const int j = cuda_bnr_span(g, &r, &r1);
   float mean[V], invstd[V], a[V], mdy[V], mdyx[V], gm[V], bb[V];
-  if (j < 0) return;
-  cuda_bnr_params<V>(save_mean, j, mean), cuda_bnr_params<V>(save_invstd, j, invstd);
-  cuda_bnr_params<V>(gamma, j, gm), cuda_bnr_params<V>(relu ? bias : NULL, j, bb);
-  TT_UNROLL
-  for (int q = 0; q < V; q++) {
-    const cuda_bn_f2 d = md[(size_t)j * V + q];
-    a[q] = gm[q] * invstd[q], mdy[q] = d.x, mdyx[q] = d.y;
+  const float *arr[4] = {save_mean, save_invstd, gamma, relu ? bias : NULL};
+  { /* md's pairs, one 8-byte load a channel */
+    const int k = (int)threadIdx.x, ch = (int)blockIdx.x * g.tc * V + k;
+    if (k < g.tc * V && ch < g.c) {
+      const cuda_bn_f2 d = md[ch];
+      sp[4][k] = d.x, sp[5][k] = d.y;
+    }
   }
+  cuda_bnr_stage<4>(g, V, arr, sp);
+  if (j < 0) return;
+  cuda_bnr_regs<V>(g, j, sp[0], mean), cuda_bnr_regs<V>(g, j, sp[1], invstd), cuda_bnr_regs<V>(g, j, sp[2], gm);
+  cuda_bnr_regs<V>(g, j, sp[3], bb), cuda_bnr_regs<V>(g, j, sp[4], mdy), cuda_bnr_regs<V>(g, j, sp[5], mdyx);
+  TT_UNROLL
+  for (int q = 0; q < V; q++) a[q] = gm[q] * invstd[q];
   for (; r < r1; r += (size_t)CUDA_BNR_UDX * g.rl) {
     tt_cuda_u4 xu[CUDA_BNR_UDX], gu[CUDA_BNR_UDX], ou[CUDA_BNR_UDX]; /* ou read only with beta_dx */
     TT_UNROLL
@@ -304,11 +343,11 @@ static __device__ __forceinline__ void cuda_bnr_dx_body(const cuda_bnr_geom &g, 
 static __device__ __forceinline__ void cuda_bnr_dx_dt(tt_dtype dt, const cuda_bnr_geom &g, const void *x, const void *dy,
                                                       const float *gamma, const float *save_mean, const float *save_invstd,
                                                       const cuda_bn_f2 *md, const float *bias, int relu, void *dx,
-                                                      float beta_dx) {
+                                                      float beta_dx, float (*sp)[TT_CUDA_THREADS]) {
   if (dt == TT_F32)
-    cuda_bnr_dx_body<4>(g, dt, x, dy, gamma, save_mean, save_invstd, md, bias, relu, dx, beta_dx);
+    cuda_bnr_dx_body<4>(g, dt, x, dy, gamma, save_mean, save_invstd, md, bias, relu, dx, beta_dx, sp);
   else
-    cuda_bnr_dx_body<8>(g, dt, x, dy, gamma, save_mean, save_invstd, md, bias, relu, dx, beta_dx);
+    cuda_bnr_dx_body<8>(g, dt, x, dy, gamma, save_mean, save_invstd, md, bias, relu, dx, beta_dx, sp);
 }
 
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnr_dx_k(cuda_bnr_geom g, tt_dtype dt, const void *x,
@@ -316,7 +355,8 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnr_dx_k(cuda_bnr_
                                                                        const float *save_mean, const float *save_invstd,
                                                                        const cuda_bn_f2 *md, const float *bias, int relu,
                                                                        void *dx, float beta_dx) {
-  TT_CUDA_BY_DTYPE(dt, cuda_bnr_dx_dt, g, x, dy, gamma, save_mean, save_invstd, md, bias, relu, dx, beta_dx);
+  __shared__ float sp[6][TT_CUDA_THREADS]; /* the block's channels' constants (cuda_bnr_stage), md's two */
+  TT_CUDA_BY_DTYPE(dt, cuda_bnr_dx_dt, g, x, dy, gamma, save_mean, save_invstd, md, bias, relu, dx, beta_dx, sp);
 }
 
 /* Whether the vector forms take (rows, c, dt) with these pointers (NULL ones ignored): c a whole
@@ -354,14 +394,14 @@ static int cuda_bnr_stats_geom(tt_backend *b, size_t rows, int c, tt_dtype dt, s
 
 /* The normalisation's and dx's geometry (no partials): the whole row's columns up to
  * CUDA_BNR_TC a block, about CUDA_BNR_RPT rows a thread, at least the wanted blocks where the
- * rows allow one a lane. Returns the grid. */
+ * rows allow CUDA_BNR_MINR a lane. Returns the grid. */
 static dim3 cuda_bnr_ew_geom(tt_backend *b, size_t rows, int c, tt_dtype dt, cuda_bnr_geom *g) {
   const int cv = c / (int)(16 / tt_dtype_size(dt)), tc = cv < CUDA_BNR_TC ? cv : CUDA_BNR_TC;
   const size_t gx = (size_t)(cv + tc - 1) / (size_t)tc, rl = (size_t)(TT_CUDA_THREADS / tc);
-  size_t gy = (rows + rl * CUDA_BNR_RPT - 1) / (rl * CUDA_BNR_RPT), most = (rows + rl - 1) / rl;
+  size_t gy = (rows + rl * CUDA_BNR_RPT - 1) / (rl * CUDA_BNR_RPT), most = (rows + rl * CUDA_BNR_MINR - 1) / (rl * CUDA_BNR_MINR);
   const size_t want = (cuda_bnr_want(b) + gx - 1) / gx;
-  if (gy < want) gy = want;
-  if (gy > most) gy = most;
+  if (gy < want) gy = want < most ? want : most; /* not under CUDA_BNR_MINR rows a lane: the constants' staging */
+  if (gy < 1) gy = 1;
   if (gy > 65535) gy = 65535;
   g->rows = rows, g->c = c, g->cv = cv, g->tc = tc, g->rl = (int)rl;
   g->chunk = (rows + gy - 1) / gy;

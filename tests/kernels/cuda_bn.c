@@ -217,13 +217,13 @@ void test_bn_relu_fused(void) {
  * Shapes: groups of 8, 4, 2 and 1 channels a block (7x7, 3x3, 14x14, 32x32), a 112x112 plane
  * whose backward fills 50,176 bytes (fp16; fp32 backward does not fit a T4's 64 KiB: two-pass),
  * and shapes it refuses (channels not a multiple of the group). NHWC rows (hw 1, cuda_bnc_*): 2048
- * and 1024 channels (one block a multiprocessor or more; 1500 rows: 48,000 bytes, the forward on
- * chip and the backward two-pass), 640 channels in fp16 (40 blocks) but not fp32, 8 channels (one
- * block: refused). Under the emulation the launches show which form ran, against the rule
+ * and 1024 channels (a block for every two multiprocessors or more; 1500 rows: 48,000 bytes, the
+ * forward on chip and the backward two-pass), 256 channels in fp32 (32 blocks) but not in fp16
+ * (16), 8 channels (one block: refused). Under the emulation the launches show which form ran, against the rule
  * restated here. */
 void test_bn_resident(void) {
   int shapes[10][3] = {{8, 16, 49}, {5, 24, 9}, {2, 6, 196}, {3, 5, 1024}, {1, 4, 12544}, {2, 3, 4099}, {16, 8, 1},
-                       {24, 2048, 1}, {1500, 1024, 1}, {100, 640, 1}};
+                       {24, 2048, 1}, {1500, 1024, 1}, {100, 256, 1}};
   const size_t cap = tt_cuda_set_bn_resident(gpu, (size_t)-1);
   TT_TEST_BEGIN("cuda_bn_resident");
   TT_CHECK(cap >= 50176, "the held-on-chip batch norm's cap is %zu bytes (want at least 50,176: a T4's opt-in less static)",
@@ -270,10 +270,10 @@ void test_bn_resident(void) {
         if (ok) { /* which form ran: the rule of cuda_bn_res_geometry, restated */
           int fits = HW > 1 && C % (int)gr == 0 && gr <= 8;
           int wf = !f && fits && (size_t)N * gr * pl <= cap, wb = !f && fits && 2 * (size_t)N * gr * pl <= cap;
-          if (HW == 1) { /* NHWC rows: 2 columns of 16 bytes a block, at least one block for each of the
-                          * emulated device's 40 multiprocessors */
+          if (HW == 1) { /* NHWC rows: 2 columns of 16 bytes a block, at least one block for every two of
+                          * the emulated device's 40 multiprocessors */
             int cv = C % (int)(16 / es) ? 0 : C / (int)(16 / es), tc = cv < 2 ? cv : 2;
-            fits = cv && (cv + tc - 1) / tc >= 40;
+            fits = cv && 2 * ((cv + tc - 1) / tc) >= 40;
             wf = !f && fits && (size_t)N * tc * 16 <= cap, wb = !f && fits && 2 * (size_t)N * tc * 16 <= cap;
           }
           const char *kf = HW == 1 ? "cuda_bnc_fwd_k" : "cuda_bn_res_fwd_k", *kb = HW == 1 ? "cuda_bnc_bwd_k" : "cuda_bn_res_bwd_k";
