@@ -41,10 +41,6 @@ typedef struct cuda_bn_geom {
   size_t step_s, step_k; /* blockDim.x vectors as (planes, vectors) */
 } cuda_bn_geom;
 
-struct alignas(16) cuda_bn_d2 { /* a block's partial sums */
-  double x, y;
-};
-
 /* Calls f(vector index) for this thread's vectors of block (ch = blockIdx.x, split blockIdx.y):
  * the channel's vectors [split*chunk, min(mv, (split+1)*chunk)) in order, blockDim.x apart. */
 template <typename F>
@@ -350,16 +346,19 @@ static int cuda_bn_fwd_train(tt_backend *b, const char *op, int n, int c, int hw
     return chip < 0 ? -1 : 0;
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
   splits = cuda_bn_splits(g);
-  if (hw == 1) { /* rows (an NHWC tensor): coalesced over channels */
-    TT_LAUNCH(cuda_bn_rows_stats_k, cuda_bn_rows_grid(g), TT_CUDA_THREADS, 0, tt_cuda_stream(b), g, dt, x, (cuda_bn_d2 *)ws);
-    CUDA_LAUNCH_CHECK(b, op);
-    TT_LAUNCH(cuda_bn_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, tt_cuda_stream(b), g, splits, dt, x,
+  if (hw == 1) { /* rows (an NHWC tensor): 16-byte vectors (cuda_bn_rows.cu) where c and x, y allow, else scalar */
+    int rs = tt_cuda_bnr_stats(b, op, (size_t)n, c, dt, x, y, NULL, NULL, NULL, NULL, NULL, 0, ws, cuda_bn_max_splits(n, 1));
+    if (rs < 0) return -1;
+    if (rs == 0) {
+      TT_LAUNCH(cuda_bn_rows_stats_k, cuda_bn_rows_grid(g), TT_CUDA_THREADS, 0, tt_cuda_stream(b), g, dt, x,
+                (cuda_bn_d2 *)ws);
+      CUDA_LAUNCH_CHECK(b, op);
+      rs = splits;
+    }
+    TT_LAUNCH(cuda_bn_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, tt_cuda_stream(b), g, rs, dt, x,
               (const cuda_bn_d2 *)ws, running_mean, running_var, momentum, eps, save_mean, save_invstd, update_running);
     CUDA_LAUNCH_CHECK(b, op);
-    TT_LAUNCH(cuda_bn_rows_norm_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, tt_cuda_stream(b), (size_t)n * c, c,
-              dt, x, gamma, bias, (const float *)save_mean, (const float *)save_invstd, 0, eps, relu, s, y);
-    CUDA_LAUNCH_CHECK(b, op);
-    return 0;
+    return cuda_bn_apply_launch(b, op, n, c, hw, dt, x, gamma, bias, save_mean, save_invstd, relu, s, y);
   }
   switch (cuda_bn_fwd_stats_flat(b, op, g, n, c, hw, dt, x, y, running_mean, running_var, momentum, eps, save_mean,
                                  save_invstd, update_running, ws)) {
@@ -655,7 +654,13 @@ int tt_cuda_bn_fwd_infer(tt_backend *b, int n, int c, int hw, tt_dtype dt, const
   if (!x || !gamma || !bias || !running_mean || !running_var || !y)
     return tt_cuda_fail(b, "bn_fwd_infer: NULL x, gamma, bias, running_mean, running_var or y");
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 2);
-  if (hw == 1) { /* rows: flat, channel i % c */
+  if (hw == 1) { /* rows: 16-byte vectors where c and x, y allow, else flat, channel i % c */
+    switch (tt_cuda_bnr_norm(b, "bn_fwd_infer", (size_t)n, c, dt, x, gamma, bias, running_mean, running_var, 1, eps, 0,
+                             NULL, y)) {
+      case 1: return 0;
+      case -1: return -1;
+      default: break;
+    }
     TT_LAUNCH(cuda_bn_rows_norm_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, tt_cuda_stream(b), (size_t)n * c, c,
               dt, x, gamma, bias, running_mean, running_var, 1, eps, 0, (const void *)NULL, y);
     CUDA_LAUNCH_CHECK(b, "bn_fwd_infer");
@@ -684,7 +689,12 @@ static int cuda_bn_apply_launch(tt_backend *b, const char *op, int n, int c, int
                                 int relu, const void *s, void *y) {
   const void *ptrs[3] = {x, y, s};
   cuda_bn_geom g = cuda_bn_geometry(n, c, hw, dt, ptrs, s ? 3 : 2);
-  if (hw == 1) { /* rows: bn_fwd_train's rows normalisation, the same kernel */
+  if (hw == 1) { /* rows: bn_fwd_train's rows normalisation, the same kernel (16-byte vectors where they apply) */
+    switch (tt_cuda_bnr_norm(b, op, (size_t)n, c, dt, x, gamma, bias, save_mean, save_invstd, 0, 0.0f, relu, s, y)) {
+      case 1: return 0;
+      case -1: return -1;
+      default: break;
+    }
     TT_LAUNCH(cuda_bn_rows_norm_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, tt_cuda_stream(b), (size_t)n * c, c,
               dt, x, gamma, bias, save_mean, save_invstd, 0, 0.0f, relu, s, y);
     CUDA_LAUNCH_CHECK(b, op);
@@ -876,14 +886,25 @@ static int cuda_bn_bwd(tt_backend *b, const char *op, int n, int c, int hw, tt_d
   g = cuda_bn_geometry(n, c, hw, dt, ptrs, 3);
   splits = cuda_bn_splits(g);
   md = (cuda_bn_f2 *)((char *)ws + cuda_bn_max_splits(n, hw) * c * 16); /* after any split count's partials */
-  if (hw == 1) { /* rows (an NHWC tensor): coalesced over channels */
-    TT_LAUNCH(cuda_bn_rows_bwd_stats_k, cuda_bn_rows_grid(g), TT_CUDA_THREADS, 0, tt_cuda_stream(b), g, dt, x, dy, save_mean,
-              save_invstd, gamma, bias, relu, (cuda_bn_d2 *)ws);
-    CUDA_LAUNCH_CHECK(b, op);
-    TT_LAUNCH(cuda_bn_bwd_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, tt_cuda_stream(b), g, splits,
+  if (hw == 1) { /* rows (an NHWC tensor): 16-byte vectors (cuda_bn_rows.cu) where c and x, dy, dx allow, else scalar */
+    int rs = tt_cuda_bnr_stats(b, op, (size_t)n, c, dt, x, dx, dy, save_mean, save_invstd, gamma, bias, relu, ws,
+                               cuda_bn_max_splits(n, 1));
+    if (rs < 0) return -1;
+    if (rs == 0) {
+      TT_LAUNCH(cuda_bn_rows_bwd_stats_k, cuda_bn_rows_grid(g), TT_CUDA_THREADS, 0, tt_cuda_stream(b), g, dt, x, dy,
+                save_mean, save_invstd, gamma, bias, relu, (cuda_bn_d2 *)ws);
+      CUDA_LAUNCH_CHECK(b, op);
+      rs = splits;
+    }
+    TT_LAUNCH(cuda_bn_bwd_final_k, tt_cuda_blocks((size_t)c), TT_CUDA_THREADS, 0, tt_cuda_stream(b), g, rs,
               (const cuda_bn_d2 *)ws, dgamma, dbias, beta_param, md);
     CUDA_LAUNCH_CHECK(b, op);
     if (!dx) return 0;
+    switch (tt_cuda_bnr_dx(b, op, (size_t)n, c, dt, x, dy, gamma, save_mean, save_invstd, md, bias, relu, dx, beta_dx)) {
+      case 1: return 0;
+      case -1: return -1;
+      default: break;
+    }
     TT_LAUNCH(cuda_bn_rows_dx_k, tt_cuda_blocks((size_t)n * c), TT_CUDA_THREADS, 0, tt_cuda_stream(b), (size_t)n * c, c, dt,
               x, dy, gamma, save_mean, save_invstd, (const cuda_bn_f2 *)md, bias, relu, dx, beta_dx);
     CUDA_LAUNCH_CHECK(b, op);

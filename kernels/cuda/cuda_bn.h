@@ -10,6 +10,10 @@
 struct alignas(8) cuda_bn_f2 {
   float x, y;
 };
+/* a block's partial sums of the two-pass statistics, at part[split * c + ch] of the workspace */
+struct alignas(16) cuda_bn_d2 {
+  double x, y;
+};
 
 /* Batch norm's output before rounding, one expression for every kernel (fmaf pins the
  * contraction), so that the ReLU-fused backward recomputes the forward's value bit for bit. */
@@ -90,4 +94,22 @@ int tt_cuda_bn_chip_bwd(tt_backend *b, const char *op, int n, int c, int hw, tt_
                         const float *gamma, const float *bias, int relu, const float *save_mean,
                         const float *save_invstd, void *dx, float *dgamma, float *dbias, float beta_dx,
                         float beta_param);
+
+/* cuda_bn_rows.cu: batch norm on rows (hw == 1: an NHWC tensor as [rows, c]) in 16-byte vectors,
+ * where c is whole vectors and every pointer given is 16-byte aligned (NULL ones ignored); 0 where
+ * not (the caller takes the scalar row kernels), -1 failed. op names the entry point in messages.
+ * tt_cuda_bnr_stats: the forward's partial sums of x (dy NULL; y only joins the alignment test, so
+ * the statistics take the form the normalisation of y can) or the backward's of x and dy (the
+ * ReLU's mask with relu), at most max_splits a channel into ws (cuda_bn_d2, part[split * c + ch]);
+ * returns the splits, for cuda_bn_final_k / cuda_bn_bwd_final_k. tt_cuda_bnr_norm: y from the
+ * statistics (cuda_bn_norm_k's arguments); tt_cuda_bnr_dx: dx from md (cuda_bn_dx_k's). */
+int tt_cuda_bnr_stats(tt_backend *b, const char *op, size_t rows, int c, tt_dtype dt, const void *x, const void *y,
+                      const void *dy, const float *save_mean, const float *save_invstd, const float *gamma,
+                      const float *bias, int relu, void *ws, size_t max_splits);
+int tt_cuda_bnr_norm(tt_backend *b, const char *op, size_t rows, int c, tt_dtype dt, const void *x, const float *gamma,
+                     const float *bias, const float *mean_p, const float *stat_p, int infer, float eps, int relu,
+                     const void *s, void *y);
+int tt_cuda_bnr_dx(tt_backend *b, const char *op, size_t rows, int c, tt_dtype dt, const void *x, const void *dy,
+                   const float *gamma, const float *save_mean, const float *save_invstd, const cuda_bn_f2 *md,
+                   const float *bias, int relu, void *dx, float beta_dx);
 #endif

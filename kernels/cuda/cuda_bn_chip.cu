@@ -18,7 +18,8 @@
  * with the two-pass forms' to rounding, not bit for bit; the per-element arithmetic (cuda_bn_y,
  * cuda_bn_dx_value) and the finishing of the sums (cuda_bn_stats_finish, cuda_bn_bwd_finish) are
  * theirs. Applies when hw > 1, c is a multiple of g, every tensor is 16-byte aligned and the
- * block's bytes fit the backend's cap (tt_cuda_state.bn_res_cap). */
+ * block's bytes fit the backend's cap (tt_cuda_state.bn_res_cap: the device's opt-in limit, below).
+ * NHWC rows (hw == 1) have their own form here (cuda_bnc_*, below the NCHW one). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -261,13 +262,245 @@ static int cuda_bn_res_geometry(tt_backend *b, int n, int c, int hw, tt_dtype dt
   return 1;
 }
 
+/* ---- held on chip on NHWC rows (hw == 1: [rows, c], cuda_bn_rows.cu's layout) ----
+ * A block takes tc = 2 consecutive 16-byte columns of every row (one where the row is one
+ * vector): 2 * V channels (16 in fp16), all the rows, copied into shared memory once (rows x 32
+ * bytes: whole sectors). Thread t is row lane t / tc of column t % tc; it sums its rows' V channels
+ * in fp32, the lanes are added in double by a fixed shuffle tree per warp and the warps in order
+ * (deterministic), then it normalises (dx) its rows from the buffer with the channels' constants
+ * in registers. Applies where the block's bytes fit the cap and the grid, cv / tc blocks, is at
+ * least half the multiprocessors (ResNet-50's 1024 and 2048 channels in fp16 on an H100's 132: 64
+ * and 128 blocks; fewer would leave most of the memory system idle: the two-pass row kernels,
+ * whose grid is two blocks a multiprocessor, take those). */
+#define CUDA_BNC_MAXC (2 * 8) /* channels a block: 2 columns of 8 */
+
+typedef struct cuda_bn_cgeom {
+  int rows, cv, tc, rl; /* rows; 16-byte vectors a row; columns a block; row lanes (TT_CUDA_THREADS / tc) */
+} cuda_bn_cgeom;
+
+/* Copies the block's columns of every row of t into buf (row r, column k at vector r * tc + k), 16
+ * bytes at a time, CUDA_BN_RES_ILP loads in flight before their stores (cuda_bn_res_load's reason);
+ * a column past the row's end (odd cv) is skipped. */
+static __device__ __forceinline__ void cuda_bnc_load(const cuda_bn_cgeom &g, const void *t, unsigned char *buf) {
+  const int tv = g.rows * g.tc, sh = g.tc == 2 ? 1 : 0, j0 = (int)blockIdx.x * g.tc;
+  for (int iv0 = threadIdx.x; iv0 < tv; iv0 += CUDA_BN_RES_ILP * TT_CUDA_THREADS) {
+    tt_cuda_u4 u[CUDA_BN_RES_ILP] = {};
+    TT_UNROLL
+    for (int q = 0; q < CUDA_BN_RES_ILP; q++) {
+      const int iv = iv0 + q * TT_CUDA_THREADS, r = iv >> sh, k = iv - (r << sh);
+      if (iv < tv && j0 + k < g.cv) u[q] = tt_cuda_ld16((const char *)t + ((size_t)r * g.cv + j0 + k) * 16);
+    }
+    TT_UNROLL
+    for (int q = 0; q < CUDA_BN_RES_ILP; q++)
+      if (iv0 + q * TT_CUDA_THREADS < tv) tt_cuda_st16(buf + (size_t)(iv0 + q * TT_CUDA_THREADS) * 16, u[q]);
+  }
+}
+
+/* Per channel of the block, the sums of a and b over the row lanes: a shuffle tree per warp over
+ * the lanes of one column (threads tc apart), the warps in order; thread k < tc * V gets channel
+ * k's (column k / V, element k % V) in *ta, *tb. */
+template <int V>
+static __device__ __forceinline__ void cuda_bnc_reduce(const cuda_bn_cgeom &g, const float *a, const float *b,
+                                                       double (*ws)[CUDA_BNC_MAXC][2], double *ta, double *tb) {
+  const int w = (int)threadIdx.x >> 5, l = (int)threadIdx.x & 31, col = (int)threadIdx.x % g.tc;
+  TT_UNROLL
+  for (int q = 0; q < V; q++) {
+    double da = a[q], db = b[q];
+    for (int off = 16; off >= g.tc; off >>= 1) {
+      da += __shfl_down_sync(0xffffffffu, da, off);
+      db += __shfl_down_sync(0xffffffffu, db, off);
+    }
+    if (l < g.tc) ws[w][col * V + q][0] = da, ws[w][col * V + q][1] = db;
+  }
+  __syncthreads();
+  *ta = *tb = 0.0;
+  if ((int)threadIdx.x < g.tc * V)
+    for (int k = 0; k < CUDA_BN_RES_WARPS; k++) *ta += ws[k][threadIdx.x][0], *tb += ws[k][threadIdx.x][1];
+}
+
+template <int V>
+static __device__ __forceinline__ void cuda_bnc_fwd_body(const cuda_bn_cgeom &g, tt_dtype dt, const void *x,
+                                                         const float *gamma, const float *bias, void *y,
+                                                         float *running_mean, float *running_var, float momentum,
+                                                         float eps, float *save_mean, float *save_invstd,
+                                                         int update_running, int relu, const void *s,
+                                                         double (*ws)[CUDA_BNC_MAXC][2], float (*sc)[4]) {
+  TT_CUDA_DYN_SHARED(buf); /* rows x tc vectors of x */
+  const int lane = (int)threadIdx.x / g.tc, col = (int)threadIdx.x - lane * g.tc, j = (int)blockIdx.x * g.tc + col;
+  const int on = lane < g.rl && j < g.cv, c = g.cv * V;
+  float s1[V] = {}, s2[V] = {}, K[V], v[V];
+  double t1, t2;
+  cuda_bnc_load(g, x, buf);
+  __syncthreads();
+  if (on) {
+    tt_cuda_ldv<V>(dt, buf, (size_t)col, K); /* row 0: the channels' first values */
+    for (int r = lane; r < g.rows; r += g.rl) {
+      tt_cuda_ldv<V>(dt, buf, (size_t)r * g.tc + col, v);
+      TT_UNROLL
+      for (int q = 0; q < V; q++) {
+        const float d = v[q] - K[q];
+        s1[q] += d;
+        s2[q] += d * d;
+      }
+    }
+  }
+  cuda_bnc_reduce<V>(g, s1, s2, ws, &t1, &t2);
+  if ((int)threadIdx.x < g.tc * V && (int)blockIdx.x * g.tc * V + (int)threadIdx.x < c) {
+    const int k = (int)threadIdx.x, cg = (int)blockIdx.x * g.tc * V + k;
+    float mean, invstd;
+    cuda_bn_stats_finish(tt_cuda_ld(dt, buf, (size_t)k), t1, t2, (size_t)g.rows, eps, momentum, update_running,
+                         running_mean, running_var, (size_t)cg, &mean, &invstd);
+    save_mean[cg] = mean, save_invstd[cg] = invstd;
+    sc[k][0] = mean, sc[k][1] = invstd, sc[k][2] = gamma[cg], sc[k][3] = bias[cg];
+  }
+  __syncthreads();
+  if (!on) return;
+  {
+    float mean[V], invstd[V], gm[V], bb[V];
+    TT_UNROLL
+    for (int q = 0; q < V; q++) {
+      const float *k4 = sc[col * V + q];
+      mean[q] = k4[0], invstd[q] = k4[1], gm[q] = k4[2], bb[q] = k4[3];
+    }
+    for (int r = lane; r < g.rows; r += g.rl) {
+      const size_t gv = (size_t)r * g.cv + j;
+      float sv[V] = {}; /* the shortcut (bn_fwd_train_add_relu), read before y is written */
+      tt_cuda_ldv<V>(dt, buf, (size_t)r * g.tc + col, v);
+      if (s) tt_cuda_ldv<V>(dt, s, gv, sv);
+      TT_UNROLL
+      for (int q = 0; q < V; q++) v[q] = cuda_bn_out(dt, cuda_bn_y(v[q], mean[q], invstd[q], gm[q], bb[q]), relu, s != NULL, sv[q]);
+      tt_cuda_stv<V>(dt, y, gv, v);
+    }
+  }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnc_fwd_k(cuda_bn_cgeom g, tt_dtype dt, const void *x,
+                                                                        const float *gamma, const float *bias, void *y,
+                                                                        float *running_mean, float *running_var,
+                                                                        float momentum, float eps, float *save_mean,
+                                                                        float *save_invstd, int update_running, int relu,
+                                                                        const void *s) {
+  /* here, not in the bodies: one copy for both instantiations (the cap is the opt-in limit less it) */
+  __shared__ double ws[CUDA_BN_RES_WARPS][CUDA_BNC_MAXC][2];
+  __shared__ float sc[CUDA_BNC_MAXC][4]; /* mean, invstd, gamma, bias per channel of the block */
+  if (dt == TT_F32)
+    cuda_bnc_fwd_body<4>(g, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean, save_invstd,
+                         update_running, relu, s, ws, sc);
+  else
+    cuda_bnc_fwd_body<8>(g, dt, x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean, save_invstd,
+                         update_running, relu, s, ws, sc);
+}
+
+template <int V>
+static __device__ __forceinline__ void cuda_bnc_bwd_body(const cuda_bn_cgeom &g, tt_dtype dt, const void *x,
+                                                         const void *dy, const float *gamma, const float *bias, int relu,
+                                                         const float *save_mean, const float *save_invstd, void *dx,
+                                                         float *dgamma, float *dbias, float beta_dx, float beta_param,
+                                                         double (*ws)[CUDA_BNC_MAXC][2], float (*sc)[7]) {
+  TT_CUDA_DYN_SHARED(buf); /* rows x tc vectors of x, then of dy */
+  unsigned char *bdy = buf + (size_t)g.rows * g.tc * 16;
+  const int lane = (int)threadIdx.x / g.tc, col = (int)threadIdx.x - lane * g.tc, j = (int)blockIdx.x * g.tc + col;
+  const int on = lane < g.rl && j < g.cv, c = g.cv * V, k = (int)threadIdx.x, cg = (int)blockIdx.x * g.tc * V + k;
+  const int mine = k < g.tc * V && cg < c; /* this thread finishes channel cg */
+  float s1[V] = {}, s2[V] = {}, mean[V], invstd[V], gm[V], bb[V], xv[V], gv[V];
+  double t1, t2;
+  if (mine) sc[k][0] = save_mean[cg], sc[k][1] = save_invstd[cg], sc[k][2] = gamma[cg], sc[k][3] = relu ? bias[cg] : 0.0f;
+  cuda_bnc_load(g, x, buf);
+  cuda_bnc_load(g, dy, bdy);
+  __syncthreads();
+  if (on) {
+    TT_UNROLL
+    for (int q = 0; q < V; q++) {
+      const float *k4 = sc[col * V + q];
+      mean[q] = k4[0], invstd[q] = k4[1], gm[q] = k4[2], bb[q] = k4[3];
+    }
+    for (int r = lane; r < g.rows; r += g.rl) {
+      tt_cuda_ldv<V>(dt, buf, (size_t)r * g.tc + col, xv);
+      tt_cuda_ldv<V>(dt, bdy, (size_t)r * g.tc + col, gv);
+      TT_UNROLL
+      for (int q = 0; q < V; q++) {
+        const float gq = cuda_bn_relu_grad(dt, relu, gv[q], xv[q], mean[q], invstd[q], gm[q], bb[q]);
+        s1[q] += gq;
+        s2[q] += gq * ((xv[q] - mean[q]) * invstd[q]);
+      }
+    }
+  }
+  cuda_bnc_reduce<V>(g, s1, s2, ws, &t1, &t2);
+  if (mine) {
+    const cuda_bn_f2 d = cuda_bn_bwd_finish(t1, t2, (size_t)g.rows, beta_param, dgamma, dbias, (size_t)cg);
+    sc[k][4] = sc[k][2] * sc[k][1], sc[k][5] = d.x, sc[k][6] = d.y;
+  }
+  if (!dx) return; /* uniform over the block: no barrier is skipped by some threads only */
+  __syncthreads();
+  if (!on) return;
+  {
+    float a[V], mdy[V], mdyx[V];
+    TT_UNROLL
+    for (int q = 0; q < V; q++) a[q] = sc[col * V + q][4], mdy[q] = sc[col * V + q][5], mdyx[q] = sc[col * V + q][6];
+    for (int r = lane; r < g.rows; r += g.rl) {
+      const size_t gvi = (size_t)r * g.cv + j;
+      float ov[V] = {}; /* read only with beta_dx */
+      tt_cuda_ldv<V>(dt, buf, (size_t)r * g.tc + col, xv);
+      tt_cuda_ldv<V>(dt, bdy, (size_t)r * g.tc + col, gv);
+      if (beta_dx != 0.0f) tt_cuda_ldv<V>(dt, dx, gvi, ov);
+      TT_UNROLL
+      for (int q = 0; q < V; q++) {
+        const float v = cuda_bn_dx_value(dt, relu, gv[q], xv[q], mean[q], invstd[q], a[q], mdy[q], mdyx[q], gm[q], bb[q]);
+        xv[q] = beta_dx != 0.0f ? v + beta_dx * ov[q] : v;
+      }
+      tt_cuda_stv<V>(dt, dx, gvi, xv);
+    }
+  }
+}
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_bnc_bwd_k(cuda_bn_cgeom g, tt_dtype dt, const void *x,
+                                                                        const void *dy, const float *gamma,
+                                                                        const float *bias, int relu, const float *save_mean,
+                                                                        const float *save_invstd, void *dx, float *dgamma,
+                                                                        float *dbias, float beta_dx, float beta_param) {
+  __shared__ double ws[CUDA_BN_RES_WARPS][CUDA_BNC_MAXC][2];
+  /* per channel of the block: mean, invstd, gamma, bias (the mask), gamma * invstd, md's two means */
+  __shared__ float sc[CUDA_BNC_MAXC][7];
+  if (dt == TT_F32)
+    cuda_bnc_bwd_body<4>(g, dt, x, dy, gamma, bias, relu, save_mean, save_invstd, dx, dgamma, dbias, beta_dx, beta_param,
+                         ws, sc);
+  else
+    cuda_bnc_bwd_body<8>(g, dt, x, dy, gamma, bias, relu, save_mean, save_invstd, dx, dgamma, dbias, beta_dx, beta_param,
+                         ws, sc);
+}
+
+/* The rows form's geometry for `tensors` inputs and its shared memory in *bytes; 0 when it does
+ * not apply (above). */
+static int cuda_bnc_geometry(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *const *ptrs, int nptrs,
+                             int tensors, cuda_bn_cgeom *g, size_t *bytes) {
+  const size_t cap = tt_cuda_st(b)->bn_res_cap;
+  int v, cv, tc;
+  if (!cap || hw != 1 || !tt_cuda_dtype_ok(dt)) return 0;
+  v = (int)(16 / tt_dtype_size(dt));
+  if (c % v) return 0;
+  for (int i = 0; i < nptrs; i++)
+    if (ptrs[i] && ((uintptr_t)ptrs[i] & 15)) return 0;
+  cv = c / v, tc = cv < 2 ? cv : 2;
+  if (2 * ((cv + tc - 1) / tc) < tt_cuda_st(b)->sms || (size_t)n * tc * 16 > cap / (size_t)tensors) return 0;
+  *bytes = (size_t)tensors * n * tc * 16;
+  g->rows = n, g->cv = cv, g->tc = tc, g->rl = TT_CUDA_THREADS / tc;
+  return 1;
+}
+
 int tt_cuda_bn_chip_fwd(tt_backend *b, const char *op, int n, int c, int hw, tt_dtype dt, const void *x,
                         const float *gamma, const float *bias, void *y, float *running_mean, float *running_var,
                         float momentum, float eps, float *save_mean, float *save_invstd, int update_running, int relu,
                         const void *s) {
   const void *ptrs[3] = {x, y, s};
   cuda_bn_rgeom rg;
+  cuda_bn_cgeom cgm;
   size_t sh;
+  if (cuda_bnc_geometry(b, n, c, hw, dt, ptrs, s ? 3 : 2, 1, &cgm, &sh)) { /* NHWC rows */
+    TT_LAUNCH(cuda_bnc_fwd_k, (unsigned)((cgm.cv + cgm.tc - 1) / cgm.tc), TT_CUDA_THREADS, sh, tt_cuda_stream(b), cgm, dt,
+              x, gamma, bias, y, running_mean, running_var, momentum, eps, save_mean, save_invstd, update_running, relu, s);
+    CUDA_LAUNCH_CHECK(b, op);
+    return 1;
+  }
   if (!cuda_bn_res_geometry(b, n, c, hw, dt, ptrs, s ? 3 : 2, 1, &rg, &sh)) return 0;
   TT_LAUNCH(cuda_bn_res_fwd_k, (unsigned)(c / rg.g), TT_CUDA_THREADS, sh, tt_cuda_stream(b), rg, dt, x, gamma, bias, y,
             running_mean, running_var, momentum, eps, save_mean, save_invstd, update_running, relu, s);
@@ -281,7 +514,14 @@ int tt_cuda_bn_chip_bwd(tt_backend *b, const char *op, int n, int c, int hw, tt_
                         float beta_param) {
   const void *ptrs[3] = {x, dy, dx};
   cuda_bn_rgeom rg;
+  cuda_bn_cgeom cgm;
   size_t sh;
+  if (cuda_bnc_geometry(b, n, c, hw, dt, ptrs, 3, 2, &cgm, &sh)) { /* NHWC rows */
+    TT_LAUNCH(cuda_bnc_bwd_k, (unsigned)((cgm.cv + cgm.tc - 1) / cgm.tc), TT_CUDA_THREADS, sh, tt_cuda_stream(b), cgm, dt,
+              x, dy, gamma, bias, relu, save_mean, save_invstd, dx, dgamma, dbias, beta_dx, beta_param);
+    CUDA_LAUNCH_CHECK(b, op);
+    return 1;
+  }
   if (!cuda_bn_res_geometry(b, n, c, hw, dt, ptrs, 3, 2, &rg, &sh)) return 0;
   TT_LAUNCH(cuda_bn_res_bwd_k, (unsigned)(c / rg.g), TT_CUDA_THREADS, sh, tt_cuda_stream(b), rg, dt, x, dy, gamma, bias,
             relu, save_mean, save_invstd, dx, dgamma, dbias, beta_dx, beta_param);
@@ -290,28 +530,34 @@ int tt_cuda_bn_chip_bwd(tt_backend *b, const char *op, int n, int c, int hw, tt_
 }
 
 /* Setup (cuda_backend.cu, after the kernel check): the held-on-chip batch norm's cap on a
- * block's dynamic shared memory. The same on every card from a T4 (whose opt-in limit per block
- * is 64 KiB; tests/tools/cuda_check.py holds the kernels' static shared memory + this cap under
- * every architecture's), so a shape takes the same form, and its statistics the same rounding, on
- * every card; TINYTRAIN_CUDA_BN_RESIDENT=0 turns the form off. Above 48 KiB a launch needs the
- * kernels' opt-in attribute, set here. */
-#define CUDA_BN_RES_CAP (62 * 1024)
+ * block's dynamic shared memory, the device's opt-in limit per block
+ * (cudaDevAttrMaxSharedMemoryPerBlockOptin: 64 KiB on a T4, 99 KiB on sm_86/89/120, 163 KiB on an
+ * A100, 227 KiB on an H100) less the kernels' static shared memory, and the kernels' opt-in
+ * attribute (cudaFuncAttributeMaxDynamicSharedMemorySize) set to it. So a card takes the form for
+ * as large a batch as it can hold: the same shape may take it on an H100 and the two-pass forms on
+ * a T4, whose statistics agree to rounding, not bit for bit (runs on one card repeat their bits).
+ * tests/tools/cuda_check.py holds every architecture's static shared memory of these kernels under
+ * its opt-in limit; TINYTRAIN_CUDA_BN_RESIDENT=0 turns the form off. */
 int tt_cuda_norm_setup(tt_backend *b, const cudaDeviceProp *prop) {
   tt_cuda_state *st = tt_cuda_st(b);
-  cudaFuncAttributes fa, ba;
-  size_t stat, cap;
+  const void *ks[4] = {(const void *)cuda_bn_res_fwd_k, (const void *)cuda_bn_res_bwd_k, (const void *)cuda_bnc_fwd_k,
+                       (const void *)cuda_bnc_bwd_k};
+  size_t stat = 0, cap;
+  int optin = 0;
+  st->sms = prop->multiProcessorCount; /* the row kernels' grids (cuda_bn_rows.cu) */
   st->bn_res_cap = st->bn_res_cap_default = 0;
   if (!st->knobs.cuda_bn_resident) return 0; /* TINYTRAIN_CUDA_BN_RESIDENT=0 */
-  CUDA_CHECK(b, cudaFuncGetAttributes(&fa, cuda_bn_res_fwd_k));
-  CUDA_CHECK(b, cudaFuncGetAttributes(&ba, cuda_bn_res_bwd_k));
-  stat = fa.sharedSizeBytes > ba.sharedSizeBytes ? fa.sharedSizeBytes : ba.sharedSizeBytes;
-  if (prop->sharedMemPerBlockOptin <= stat) return 0;
-  cap = prop->sharedMemPerBlockOptin - stat;
-  if (cap > (size_t)CUDA_BN_RES_CAP) cap = CUDA_BN_RES_CAP;
-  if (cap > prop->sharedMemPerBlock) {
-    CUDA_CHECK(b, cudaFuncSetAttribute(cuda_bn_res_fwd_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cap));
-    CUDA_CHECK(b, cudaFuncSetAttribute(cuda_bn_res_bwd_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cap));
+  CUDA_CHECK(b, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, st->device));
+  for (int k = 0; k < 4; k++) { /* the most static shared memory of the four kernels */
+    cudaFuncAttributes fa;
+    CUDA_CHECK(b, cudaFuncGetAttributes(&fa, ks[k]));
+    if (fa.sharedSizeBytes > stat) stat = fa.sharedSizeBytes;
   }
+  if (optin <= 0 || (size_t)optin <= stat) return 0;
+  cap = ((size_t)optin - stat) & ~(size_t)15; /* whole 16-byte vectors */
+  if (cap > prop->sharedMemPerBlock)
+    for (int k = 0; k < 4; k++)
+      CUDA_CHECK(b, cudaFuncSetAttribute(ks[k], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cap));
   st->bn_res_cap = st->bn_res_cap_default = cap;
   return 0;
 }
@@ -327,4 +573,5 @@ extern "C" size_t tt_cuda_set_bn_resident(tt_backend *b, size_t bytes) {
 
 /* every kernel of this file, for the setup check (cuda_internal.h) */
 TT_CUDA_KERNEL_TABLE(bn_chip, TT_CUDA_KERNEL(cuda_bn_res_fwd_k, TT_CUDA_THREADS),
-                     TT_CUDA_KERNEL(cuda_bn_res_bwd_k, TT_CUDA_THREADS));
+                     TT_CUDA_KERNEL(cuda_bn_res_bwd_k, TT_CUDA_THREADS), TT_CUDA_KERNEL(cuda_bnc_fwd_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_bnc_bwd_k, TT_CUDA_THREADS));

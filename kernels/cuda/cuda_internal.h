@@ -110,6 +110,7 @@ typedef struct tt_cuda_state {
   size_t bn_res_cap;    /* bytes of shared memory a block of the held-on-chip batch norm may take; 0: that form
                          * is off (cuda_bn_chip.cu, tt_cuda_norm_setup, tt_cuda_set_bn_resident) */
   size_t bn_res_cap_default; /* the setup's (the kernels' opt-in attribute is set for it) */
+  int sms;              /* multiprocessors (tt_cuda_norm_setup): the batch norm row kernels' grids */
   tt_cuda_conv_slot *conv;
   int nconv;
   tt_cuda_conv_graph *cg; /* the graph-API convolutions (cuda_conv_graph.cu); TT_CUDA_CONV_GRAPH_SLOTS */
@@ -222,10 +223,10 @@ typedef struct tt_cuda_kernel {
   const tt_cuda_kernel tt_cuda_##file##_kernels[] = {__VA_ARGS__};       \
   const int tt_cuda_##file##_nkernels = (int)(sizeof tt_cuda_##file##_kernels / sizeof(tt_cuda_kernel))
 extern const tt_cuda_kernel tt_cuda_elementwise_kernels[], tt_cuda_bn_kernels[], tt_cuda_bn_chip_kernels[],
-    tt_cuda_pool_kernels[], tt_cuda_loss_optim_kernels[], tt_cuda_layernorm_kernels[], tt_cuda_attention_kernels[],
-    tt_cuda_tokens_kernels[];
-extern const int tt_cuda_elementwise_nkernels, tt_cuda_bn_nkernels, tt_cuda_bn_chip_nkernels, tt_cuda_pool_nkernels,
-    tt_cuda_loss_optim_nkernels, tt_cuda_layernorm_nkernels, tt_cuda_attention_nkernels, tt_cuda_tokens_nkernels;
+    tt_cuda_bn_rows_kernels[], tt_cuda_pool_kernels[], tt_cuda_loss_optim_kernels[], tt_cuda_layernorm_kernels[],
+    tt_cuda_attention_kernels[], tt_cuda_tokens_kernels[];
+extern const int tt_cuda_elementwise_nkernels, tt_cuda_bn_nkernels, tt_cuda_bn_chip_nkernels, tt_cuda_bn_rows_nkernels,
+    tt_cuda_pool_nkernels, tt_cuda_loss_optim_nkernels, tt_cuda_layernorm_nkernels, tt_cuda_attention_nkernels, tt_cuda_tokens_nkernels;
 
 /* Fully unrolls the next loop on the device (a register array indexed by its counter stays in
  * registers); nothing in the host emulation. */

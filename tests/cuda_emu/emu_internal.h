@@ -47,10 +47,14 @@ cudaError_t emu_cuda_fail(cudaError_t e, const char *fmt, ...) __attribute__((fo
 /* The sticky error (a kernel that failed), or cudaSuccess; every API call returns it. */
 cudaError_t emu_sticky(void);
 void emu_set_sticky(cudaError_t e, const char *msg);
-/* Shared memory per block on the emulated device: what every kernel may use, and the most one may
- * opt in to with cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize) (cudaDeviceProp's
- * sharedMemPerBlock and sharedMemPerBlockOptin). */
-enum { EMU_SHARED_PER_BLOCK = 48 * 1024, EMU_SHARED_OPTIN = 64 * 1024 };
+/* Shared memory per block on the emulated device: what every kernel may use (cudaDeviceProp's
+ * sharedMemPerBlock, 48 KiB on every architecture), and the most one may opt in to with
+ * cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize): sharedMemPerBlockOptin,
+ * the emulated compute capability's (emu_shared_optin: 64 KiB on sm_75, 227 KiB on sm_90). */
+enum { EMU_SHARED_PER_BLOCK = 48 * 1024 };
+int emu_shared_optin(void);
+/* Shared memory per multiprocessor of the emulated compute capability (sharedMemPerMultiprocessor). */
+int emu_shared_per_sm(void);
 /* First call of the process: the fake context. */
 void emu_init(void);
 /* The emulated device's compute capability, major * 10 + minor (tt_emu_set_compute_capability). */

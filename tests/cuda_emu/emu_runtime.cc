@@ -194,6 +194,19 @@ extern "C" int tt_emu_set_compute_capability(int cc) {
   return o;
 }
 
+/* The opt-in limit per block and the shared memory per multiprocessor of the emulated compute
+ * capability (CUDA C++ Programming Guide, "Compute Capabilities", technical specifications:
+ * 64 KiB / 64 KiB on 7.5; 163 / 164 KiB on 8.0 and 8.7; 99 / 100 KiB on 8.6, 8.9 and 12.x; 227 /
+ * 228 KiB on 9.0 and 10.x), so that a backend sizing a kernel's shared memory from the attribute
+ * (the held-on-chip batch norm) meets each card's. */
+int emu_shared_optin(void) {
+  if (emu_cc == 80 || emu_cc == 87) return 163 * 1024;
+  if (emu_cc >= 90 && emu_cc < 120) return 227 * 1024;
+  if (emu_cc > 75) return 99 * 1024;
+  return 64 * 1024;
+}
+int emu_shared_per_sm(void) { return emu_cc > 75 ? emu_shared_optin() + 1024 : 64 * 1024; }
+
 static int emu_context; /* the primary context exists */
 void emu_context_create(void) { emu_context = 1; }
 extern "C" int tt_emu_context_exists(void) { return emu_context; }
@@ -285,8 +298,8 @@ extern "C" cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device)
   snprintf(prop->name, sizeof prop->name, "tinytrain CUDA emulator (sm_%d, on the CPU)", emu_cc);
   prop->totalGlobalMem = emu_total_mem;
   prop->sharedMemPerBlock = EMU_SHARED_PER_BLOCK;
-  prop->sharedMemPerBlockOptin = EMU_SHARED_OPTIN;
-  prop->sharedMemPerMultiprocessor = 64 * 1024;
+  prop->sharedMemPerBlockOptin = (size_t)emu_shared_optin();
+  prop->sharedMemPerMultiprocessor = (size_t)emu_shared_per_sm();
   prop->regsPerBlock = 65536;
   prop->warpSize = 32;
   prop->maxThreadsPerBlock = 1024;

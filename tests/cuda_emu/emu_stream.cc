@@ -557,11 +557,11 @@ extern "C" cudaError_t tt_emu_func_set_attribute(const void *kernel, int attr, i
   EMU_ENTER();
   if (!kernel) return emu_cuda_fail(cudaErrorInvalidDeviceFunction, "cudaFuncSetAttribute: NULL function");
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
-  if (value < 0 || value > EMU_SHARED_OPTIN)
+  if (value < 0 || value > emu_shared_optin())
     return emu_cuda_fail(cudaErrorInvalidValue,
                          "cudaFuncSetAttribute(%p, cudaFuncAttributeMaxDynamicSharedMemorySize, %d): outside 0..%d "
                          "(the device's sharedMemPerBlockOptin)",
-                         kernel, value, (int)EMU_SHARED_OPTIN);
+                         kernel, value, emu_shared_optin());
   emu_max_dyn_shared[kernel] = value;
   return cudaSuccess;
 }
@@ -601,11 +601,11 @@ cudaError_t tt_emu_launch_erased(tt_emu_launch_desc *d) {
                       "cudaFuncSetAttribute(%s, cudaFuncAttributeMaxDynamicSharedMemorySize, %d) allows",
                       d->name, d->file, d->line, d->shmem, tt_emu_func_max_dyn_shared(d->kernel), d->name,
                       tt_emu_func_max_dyn_shared(d->kernel));
-    if (d->shmem > EMU_SHARED_OPTIN)
+    if (d->shmem > (size_t)emu_shared_optin())
       EMU_LAUNCH_FAIL(cudaErrorInvalidValue,
                       "%s at %s:%d asks for %zu bytes of dynamic shared memory, more than a block may have (%d, "
                       "the device's sharedMemPerBlockOptin)",
-                      d->name, d->file, d->line, d->shmem, (int)EMU_SHARED_OPTIN);
+                      d->name, d->file, d->line, d->shmem, emu_shared_optin());
     EMU_LAUNCH_FAIL(cudaErrorInvalidValue,
                     "%s at %s:%d asks for %zu bytes of dynamic shared memory, more than the %d a kernel may use "
                     "without opting in: call cudaFuncSetAttribute(%s, cudaFuncAttributeMaxDynamicSharedMemorySize, "

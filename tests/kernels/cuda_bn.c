@@ -20,7 +20,11 @@ static bn_apply_fn cuda_bn_apply_fn(void) {
 void test_batchnorm(void) {
   TT_TEST_BEGIN("cuda_batchnorm");
   /* the last two: each channel split over several blocks (16-byte vectors crossing planes; odd hw) */
-  int shapes[5][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}, {16, 3, 1100}, {2, 3, 4099}};
+  /* then NHWC rows ([rows, c, 1]): c 3 to 2048, odd multiples of a vector (24, 40), ones not (20, 3);
+   * 2048 and 1024 channels held on chip (cuda_bn_chip.cu's rows form) where it is on */
+  int shapes[13][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}, {16, 3, 1100}, {2, 3, 4099}, {4200, 24, 1},
+                       {600, 40, 1}, {2100, 64, 1}, {200, 256, 1}, {24, 2048, 1}, {300, 20, 1}, {500, 3, 1},
+                       {300, 1024, 1}};
   /* twice: with the held-on-chip form (where a shape fits: the first two), then with it off, so
    * that the two-pass and flat forms meet the CPU on the same shapes */
   const size_t res_cap = tt_cuda_set_bn_resident(gpu, (size_t)-1);
@@ -28,7 +32,7 @@ void test_batchnorm(void) {
     tt_dtype dt = test_dts[di % 3];
     tt_cuda_set_bn_resident(gpu, di < 3 ? res_cap : 0);
     if (di == 3) printf("  cuda_batchnorm: the held-on-chip form off from here (tt_cuda_set_bn_resident 0)\n");
-    for (int s = 0; s < 5; s++) {
+    for (int s = 0; s < 13; s++) {
       int N = shapes[s][0], C = shapes[s][1], HW = shapes[s][2];
       size_t cnt = (size_t)N * C * HW, wsb;
       void *ws;
@@ -134,7 +138,8 @@ void test_batchnorm(void) {
  * tiny enough to round to +0 or -0 in fp16 (the ReLU's backward then passes nothing: the fused
  * backward must round before it tests). */
 void test_bn_relu_fused(void) {
-  int shapes[6][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}, {16, 3, 1100}, {2, 3, 4099}, {4, 6, 9}};
+  int shapes[9][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}, {16, 3, 1100}, {2, 3, 4099}, {4, 6, 9}, {2100, 64, 1},
+                      {600, 40, 1}, {24, 2048, 1}};
   TT_TEST_BEGIN("cuda_bn_relu_fused");
   TT_CHECK(gpu->bn_fwd_train_relu && gpu->bn_bwd_relu, "the CUDA backend's table lists no fused batch norm + ReLU");
   if (!gpu->bn_fwd_train_relu || !gpu->bn_bwd_relu) {
@@ -142,7 +147,7 @@ void test_bn_relu_fused(void) {
     return;
   }
   for (int di = 0; di < 3; di++)
-    for (int s = 0; s < 6; s++)
+    for (int s = 0; s < 9; s++)
       for (int tiny = 0; tiny < 2; tiny++) {
         tt_dtype dt = test_dts[di];
         int N = shapes[s][0], C = shapes[s][1], HW = shapes[s][2], zeros = 0;
@@ -210,17 +215,21 @@ void test_bn_relu_fused(void) {
  * differently), y bit for bit the two-pass normalisation of its own statistics (bn_apply), dx
  * within the element-wise tolerance, dx computed in place over dy bit for bit the out-of-place dx.
  * Shapes: groups of 8, 4, 2 and 1 channels a block (7x7, 3x3, 14x14, 32x32), a 112x112 plane
- * whose backward fills 50,176 of the 64,512 bytes (fp16; fp32 backward does not fit: two-pass),
- * and shapes it refuses (channels not a multiple of the group; hw 1). Under the emulation the
- * launches show which form ran, against the rule restated here. */
+ * whose backward fills 50,176 bytes (fp16; fp32 backward does not fit a T4's 64 KiB: two-pass),
+ * and shapes it refuses (channels not a multiple of the group). NHWC rows (hw 1, cuda_bnc_*): 2048
+ * and 1024 channels (a block for every two multiprocessors or more; 1500 rows: 48,000 bytes, the
+ * forward on chip and the backward two-pass), 256 channels in fp32 (32 blocks) but not in fp16
+ * (16), 8 channels (one block: refused). Under the emulation the launches show which form ran, against the rule
+ * restated here. */
 void test_bn_resident(void) {
-  int shapes[7][3] = {{8, 16, 49}, {5, 24, 9}, {2, 6, 196}, {3, 5, 1024}, {1, 4, 12544}, {2, 3, 4099}, {16, 8, 1}};
+  int shapes[10][3] = {{8, 16, 49}, {5, 24, 9}, {2, 6, 196}, {3, 5, 1024}, {1, 4, 12544}, {2, 3, 4099}, {16, 8, 1},
+                       {24, 2048, 1}, {1500, 1024, 1}, {100, 256, 1}};
   const size_t cap = tt_cuda_set_bn_resident(gpu, (size_t)-1);
   TT_TEST_BEGIN("cuda_bn_resident");
   TT_CHECK(cap >= 50176, "the held-on-chip batch norm's cap is %zu bytes (want at least 50,176: a T4's opt-in less static)",
            cap);
   for (int di = 0; di < 3; di++)
-    for (int s = 0; s < 7; s++) {
+    for (int s = 0; s < 10; s++) {
       tt_dtype dt = test_dts[di];
       int N = shapes[s][0], C = shapes[s][1], HW = shapes[s][2];
       size_t es = tt_dtype_size(dt), cnt = (size_t)N * C * HW, nb = cnt * es, wsb, fb = (size_t)C * sizeof(float);
@@ -246,6 +255,7 @@ void test_bn_resident(void) {
         tt_cuda_set_bn_resident(gpu, f ? 0 : cap);
 #ifdef TT_CUDA_EMULATION
         size_t rf0 = tt_emu_kernel_launches("cuda_bn_res_fwd_k"), rb0 = tt_emu_kernel_launches("cuda_bn_res_bwd_k");
+        size_t cf0 = tt_emu_kernel_launches("cuda_bnc_fwd_k"), cb0 = tt_emu_kernel_launches("cuda_bnc_bwd_k"), rf, rb;
 #endif
         ok = !gpu->upload(gpu, st[f], stat.c, 6 * fb) && !gpu->download(gpu, hdx, dx0.g, nb) &&
              !gpu->upload(gpu, dx[f], hdx, nb) &&
@@ -260,7 +270,14 @@ void test_bn_resident(void) {
         if (ok) { /* which form ran: the rule of cuda_bn_res_geometry, restated */
           int fits = HW > 1 && C % (int)gr == 0 && gr <= 8;
           int wf = !f && fits && (size_t)N * gr * pl <= cap, wb = !f && fits && 2 * (size_t)N * gr * pl <= cap;
-          size_t rf = tt_emu_kernel_launches("cuda_bn_res_fwd_k") - rf0, rb = tt_emu_kernel_launches("cuda_bn_res_bwd_k") - rb0;
+          if (HW == 1) { /* NHWC rows: 2 columns of 16 bytes a block, at least one block for every two of
+                          * the emulated device's 40 multiprocessors */
+            int cv = C % (int)(16 / es) ? 0 : C / (int)(16 / es), tc = cv < 2 ? cv : 2;
+            fits = cv && 2 * ((cv + tc - 1) / tc) >= 40;
+            wf = !f && fits && (size_t)N * tc * 16 <= cap, wb = !f && fits && 2 * (size_t)N * tc * 16 <= cap;
+          }
+          const char *kf = HW == 1 ? "cuda_bnc_fwd_k" : "cuda_bn_res_fwd_k", *kb = HW == 1 ? "cuda_bnc_bwd_k" : "cuda_bn_res_bwd_k";
+          rf = tt_emu_kernel_launches(kf) - (HW == 1 ? cf0 : rf0), rb = tt_emu_kernel_launches(kb) - (HW == 1 ? cb0 : rb0);
           TT_CHECK(rf == (size_t)wf && rb == (size_t)wb,
                    "bn %s %dx%dx%d (%s): %zu and %zu held-on-chip launches forward and backward, want %d and %d",
                    test_dt_name(dt), N, C, HW, f ? "turned off" : "on", rf, rb, wf, wb);
@@ -390,13 +407,14 @@ static void bn_add_relu_case(tt_dtype dt, int N, int C, int HW) {
 }
 
 void test_bn_add_relu_fused(void) {
-  int shapes[5][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}, {16, 3, 1100}, {4, 6, 9}};
+  int shapes[8][3] = {{8, 16, 49}, {3, 5, 1024}, {64, 7, 1}, {16, 3, 1100}, {4, 6, 9}, {2100, 64, 1}, {600, 40, 1},
+                      {24, 2048, 1}};
   const size_t res_cap = tt_cuda_set_bn_resident(gpu, (size_t)-1);
   TT_TEST_BEGIN("cuda_bn_add_relu_fused");
   TT_CHECK(gpu->bn_fwd_train_add_relu && gpu->bn_bwd_add_relu, "the CUDA backend's table lists no fused batch norm + add + ReLU");
   for (int di = 0; di < 6 && gpu->bn_fwd_train_add_relu && gpu->bn_bwd_add_relu; di++) {
     tt_cuda_set_bn_resident(gpu, di < 3 ? res_cap : 0); /* with the held-on-chip form, then without */
-    for (int s = 0; s < 5; s++) {
+    for (int s = 0; s < 8; s++) {
       goff = 0;
       bn_add_relu_case(test_dts[di % 3], shapes[s][0], shapes[s][1], shapes[s][2]);
     }
@@ -404,4 +422,161 @@ void test_bn_add_relu_fused(void) {
   tt_cuda_set_bn_resident(gpu, res_cap);
   TT_TEST_END();
 }
+
+/* Batch norm on NHWC rows ([rows, c, 1]: cuda_bn_rows.cu's 16-byte forms where c is whole vectors
+ * and every tensor 16-byte aligned, else the scalar row kernels) on the device: under the
+ * emulation the launches show which form ran, against the rule restated here; the same call twice
+ * gives the same bits (statistics, y, dx, dgamma, dbias, and the workspace's partial sums:
+ * fixed-order partials); views one element
+ * off alignment (the scalar form) agree with the aligned call to rounding (the mean 1e-5 of the
+ * channel's std, invstd 1e-5 of itself, dgamma and dbias 1e-5 of their largest, 1e-4 in 16 bits; the backward from the aligned call's statistics;
+ * y and dx within the element-wise tolerance). C from 3 to 2048,
+ * odd multiples of a vector (24, 40), rows over several splits (4200). The comparisons with the
+ * CPU are cuda_batchnorm's, which runs these shapes too. */
+static int bn_rows_run(tt_dtype dt, int R, int C, const void *x, const void *dy, const float *g, const float *bb, void *y,
+                       void *dx, float *st, const float *bst, void *ws, size_t wsb) {
+  /* st: this call's mean, invstd, dgamma, dbias; bst: the mean and invstd the backward takes (the
+   * ReLU's mask recomputed from other statistics could flip an element near 0) */
+  return !gpu->bn_fwd_train(gpu, R, C, 1, dt, x, g, bb, y, NULL, NULL, 0.1f, 1e-5f, st, st + C, 0, ws, wsb) &&
+         !gpu->bn_bwd_relu(gpu, R, C, 1, dt, x, dy, g, bb, bst, bst + C, dx, st + 2 * C, st + 3 * C, 0.0f, 0.0f, ws, wsb) &&
+         !gpu->sync(gpu);
+}
+
+void test_bn_rows(void) {
+  int shapes[7][2] = {{4200, 24}, {600, 40}, {2100, 64}, {200, 256}, {24, 2048}, {500, 3}, {300, 20}};
+  const size_t res_cap = tt_cuda_set_bn_resident(gpu, 0); /* the two-pass forms (24 x 2048 fits on chip) */
+  TT_TEST_BEGIN("cuda_bn_nhwc_rows");
+  for (int di = 0; di < 3; di++)
+    for (int s = 0; s < 7; s++) {
+      tt_dtype dt = test_dts[di];
+      int R = shapes[s][0], C = shapes[s][1], vec = C % (int)(16 / tt_dtype_size(dt)) == 0;
+      size_t es = tt_dtype_size(dt), cnt = (size_t)R * C, nb = cnt * es, fb = 4 * (size_t)C * sizeof(float), wsb;
+      size_t span = (nb + 2 * es + 255) & ~(size_t)255;
+      tt_op_desc od;
+      unsigned char *h[2], *hw[2], *off;
+      float *st[3], *hs[3];
+      void *ws, *y[3], *dx[3], *xo, *dyo;
+      int ok = 1;
+      goff = 0;
+      memset(&od, 0, sizeof od);
+      od.kind = TT_OP_BN_BWD, od.dt = dt, od.u.bn.n = R, od.u.bn.c = C, od.u.bn.hw = 1, od.u.bn.eps = 1e-5f;
+      wsb = gpu->op_workspace(gpu, &od);
+      ws = test_galloc(wsb ? wsb : 1);
+      tt2 x = mk(cnt, dt, -2, 3), dy = mk(cnt, dt, -1, 1), g = mk(C, TT_F32, 0.5f, 1.5f), bb = mk(C, TT_F32, -1, 1);
+      off = (unsigned char *)test_galloc(4 * span); /* x, dy, y, dx one element past 16-byte alignment */
+      xo = off + es, dyo = off + span + es, y[2] = off + 2 * span + es, dx[2] = off + 3 * span + es;
+      h[0] = (unsigned char *)malloc(nb), h[1] = (unsigned char *)malloc(nb);
+      hw[0] = (unsigned char *)malloc(wsb), hw[1] = (unsigned char *)malloc(wsb);
+      for (int k = 0; k < 3; k++) {
+        st[k] = (float *)test_galloc(fb), hs[k] = (float *)malloc(fb);
+        if (k < 2) y[k] = test_galloc(nb), dx[k] = test_galloc(nb);
+        ok = ok && hs[k];
+      }
+      ok = ok && h[0] && h[1] && hw[0] && hw[1] && !gpu->download(gpu, h[0], x.g, nb) && !gpu->upload(gpu, xo, h[0], nb) &&
+           !gpu->download(gpu, h[0], dy.g, nb) && !gpu->upload(gpu, dyo, h[0], nb);
+      for (int k = 0; k < 3 && ok; k++) { /* k = 0, 1: aligned, twice; 2: off alignment */
+#ifdef TT_CUDA_EMULATION
+        const char *names[4] = {"cuda_bnr_stats_k", "cuda_bnr_bwd_stats_k", "cuda_bnr_norm_k", "cuda_bnr_dx_k"};
+        size_t n0[4];
+        for (int q = 0; q < 4; q++) n0[q] = tt_emu_kernel_launches(names[q]);
+#endif
+        ok = bn_rows_run(dt, R, C, k < 2 ? x.g : xo, k < 2 ? dy.g : dyo, (const float *)g.g, (const float *)bb.g, y[k], dx[k],
+                         st[k], st[k < 2 ? k : 0], ws, wsb) &&
+             !gpu->download(gpu, hs[k], st[k], fb) && (k == 2 || !gpu->download(gpu, hw[k], ws, wsb));
+        TT_CHECK(ok, "bn rows %s %dx%d (%s): %s", test_dt_name(dt), R, C, k < 2 ? "aligned" : "off alignment",
+                 gpu->last_error(gpu));
+#ifdef TT_CUDA_EMULATION
+        for (int q = 0; q < 4 && ok; q++) { /* the vector form exactly where c is whole vectors and all is aligned */
+          size_t got = tt_emu_kernel_launches(names[q]) - n0[q], want = (size_t)(vec && k < 2);
+          TT_CHECK(got == want, "bn rows %s %dx%d (%s): %zu launches of %s, want %zu", test_dt_name(dt), R, C,
+                   k < 2 ? "aligned" : "off alignment", got, names[q], want);
+        }
+#endif
+      }
+      if (ok) { /* the second aligned call: the same bits */
+        TT_CHECK(!memcmp(hs[0], hs[1], fb), "bn rows %s %dx%d: statistics, dgamma or dbias differ between two runs",
+                 test_dt_name(dt), R, C);
+        /* the workspace's partial sums (double) too, which the fp32 results could hide a change in */
+        TT_CHECK(!memcmp(hw[0], hw[1], wsb), "bn rows %s %dx%d: the partial sums differ between two runs", test_dt_name(dt),
+                 R, C);
+        for (int t = 0; t < 2; t++)
+          TT_CHECK(!gpu->download(gpu, h[0], t ? dx[0] : y[0], nb) && !gpu->download(gpu, h[1], t ? dx[1] : y[1], nb) &&
+                       !memcmp(h[0], h[1], nb),
+                   "bn rows %s %dx%d: %s differs between two runs", test_dt_name(dt), R, C, t ? "dx" : "y");
+      }
+      if (ok) { /* off alignment (the scalar form) against the aligned call: to rounding */
+        double worst = 0.0, big[2] = {1e-3, 1e-3};
+        for (int k = 2 * C; k < 4 * C; k++)
+          if (fabs((double)hs[0][k]) > big[k >= 3 * C]) big[k >= 3 * C] = fabs((double)hs[0][k]);
+        for (int k = 0; k < 4 * C; k++) { /* the mean against the channel's std, invstd relative */
+          double d = fabs((double)hs[0][k] - hs[2][k]);
+          d = k < C ? d * hs[0][C + k] : d / (k < 2 * C ? fabs((double)hs[0][k]) : big[k >= 3 * C]);
+          if (d > worst) worst = d;
+        }
+        TT_CHECK(worst <= (dt == TT_F32 ? 1e-5 : 1e-4), "bn rows %s %dx%d: statistics, dgamma or dbias off alignment "
+                 "differ from the aligned call's by %.3g", test_dt_name(dt), R, C, worst);
+        for (int t = 0; t < 2; t++) {
+          double wd = 0.0, mr = 0.0;
+          TT_CHECK(!gpu->download(gpu, h[0], t ? dx[0] : y[0], nb) && !gpu->download(gpu, h[1], t ? dx[2] : y[2], nb),
+                   "download");
+          for (size_t k = 0; k < cnt; k++) {
+            double a = test_get(h[0], dt, k), d = fabs((double)test_get(h[1], dt, k) - a);
+            if (fabs(a) > mr) mr = fabs(a);
+            if (d > wd) wd = d;
+          }
+          TT_CHECK(wd <= tol_ew(dt) * mr + 1e-6, "bn rows %s %dx%d: %s off alignment differs from the aligned call's by "
+                   "%.3g (max %.3g)", test_dt_name(dt), R, C, t ? "dx" : "y", wd, mr);
+        }
+      }
+      for (int k = 0; k < 3; k++) free(hs[k]);
+      free(h[0]), free(h[1]), free(hw[0]), free(hw[1]), fr(&x), fr(&dy), fr(&g), fr(&bb);
+    }
+  tt_cuda_set_bn_resident(gpu, res_cap);
+  TT_TEST_END();
+}
+
+#ifdef TT_CUDA_EMULATION
+/* The held-on-chip batch norm's cap follows the device's opt-in shared memory per block
+ * (cudaDevAttrMaxSharedMemoryPerBlockOptin, tt_cuda_norm_setup): on the emulated sm_75, 80, 86, 90
+ * and 120 a new backend's cap is that architecture's limit (64, 163, 99, 227, 99 KiB) less at most
+ * 4 KiB of the kernels' static shared memory; and on sm_90 a [1, 1, 40000] fp32 plane (160,000
+ * bytes) takes the held-on-chip form, which the emulation launches only after the kernel's
+ * cudaFuncSetAttribute opt-in for that much, while sm_75 takes the two-pass forms. */
+void test_bn_res_cap(void) {
+  static const int ccs[5] = {75, 80, 86, 90, 120}, kib[5] = {64, 163, 99, 227, 99};
+  TT_TEST_BEGIN("cuda_bn_resident_cap_per_arch");
+  for (int k = 0; k < 5; k++) {
+    int old = tt_emu_set_compute_capability(ccs[k]);
+    size_t reserve = 0, cap = 0, optin = (size_t)kib[k] * 1024;
+    char msg[512] = "";
+    tt_backend *b = tt_cuda_backend_create(&reserve, NULL, msg, sizeof msg);
+    TT_CHECK(b != NULL, "a backend on the emulated sm_%d: %s", ccs[k], msg);
+    if (b) cap = tt_cuda_set_bn_resident(b, (size_t)-1);
+    TT_CHECK(!b || (cap <= optin && cap + 4096 >= optin), "sm_%d: the held-on-chip cap is %zu bytes; want the opt-in "
+             "limit %zu less the kernels' static shared memory", ccs[k], cap, optin);
+    if (b && (ccs[k] == 75 || ccs[k] == 90)) {
+      const int hw = 40000;
+      tt_op_desc od;
+      size_t wsb, r0 = tt_emu_kernel_launches("cuda_bn_res_fwd_k");
+      unsigned char *a;
+      memset(&od, 0, sizeof od);
+      od.kind = TT_OP_BN_BWD, od.dt = TT_F32, od.u.bn.n = 1, od.u.bn.c = 1, od.u.bn.hw = hw, od.u.bn.eps = 1e-5f;
+      wsb = (b->op_workspace(b, &od) + 255) & ~(size_t)255;
+      a = (unsigned char *)b->arena_alloc(b, 2 * (size_t)hw * 4 + wsb + 256);
+      int ok = a && !b->zero(b, a, 2 * (size_t)hw * 4 + wsb + 256);
+      float *pr = (float *)(a + 2 * (size_t)hw * 4 + wsb); /* gamma, bias, mean, invstd */
+      ok = ok && !b->bn_fwd_train(b, 1, 1, hw, TT_F32, a, pr, pr + 1, a + (size_t)hw * 4, NULL, NULL, 0.1f, 1e-5f, pr + 2,
+                                  pr + 3, 0, a + 2 * (size_t)hw * 4, wsb) && !b->sync(b);
+      TT_CHECK(ok, "sm_%d: bn_fwd_train on [1, 1, %d] fp32: %s", ccs[k], hw, b->last_error(b));
+      TT_CHECK(tt_emu_kernel_launches("cuda_bn_res_fwd_k") - r0 == (ccs[k] == 90),
+               "sm_%d: %zu held-on-chip launches for a 160,000-byte plane, want %d", ccs[k],
+               tt_emu_kernel_launches("cuda_bn_res_fwd_k") - r0, ccs[k] == 90);
+      if (a) b->arena_free(b, a);
+    }
+    if (b) b->destroy(b);
+    tt_emu_set_compute_capability(old);
+  }
+  TT_TEST_END();
+}
+#endif
 #endif

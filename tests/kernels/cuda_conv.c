@@ -206,13 +206,15 @@ void test_nhwc_dt(tt_dtype dt) {
     tt2 rm = mk(C, TT_F32, -0.1f, 0.1f), rv = mk(C, TT_F32, 0.9f, 1.1f), sm = mk(C, TT_F32, 0, 0), si = mk(C, TT_F32, 0, 0);
     tt2 dy = mk_nhwc(N, C, HW, dt, -1, 1), dx = mk_nhwc(N, C, HW, dt, -1, 1), dg = mk(C, TT_F32, -1, 1), db = mk(C, TT_F32, -1, 1);
 #ifdef TT_CUDA_EMULATION
-    size_t rows0 = tt_emu_kernel_launches("cuda_bn_rows_stats_k"), plane0 = tt_emu_kernel_launches("cuda_bn_stats_k");
+    /* the row kernels' statistics: 16-byte vectors where C is whole vectors (16), else scalar (7) */
+    const char *rows_k = C % (int)(16 / tt_dtype_size(dt)) ? "cuda_bn_rows_stats_k" : "cuda_bnr_stats_k";
+    size_t rows0 = tt_emu_kernel_launches(rows_k), plane0 = tt_emu_kernel_launches("cuda_bn_stats_k");
 #endif
     BOTH(B->bn_fwd_train(B, BNN, SD(dt), P(x), PF(g), PF(bb), P(y), PF(rm), PF(rv), 0.1f, 1e-5f, PF(sm), PF(si), 1, WS));
 #ifdef TT_CUDA_EMULATION /* hw == 1 takes the row kernels (coalesced over channels), not the per-channel ones */
-    TT_CHECK(tt_emu_kernel_launches("cuda_bn_rows_stats_k") == rows0 + 1 && tt_emu_kernel_launches("cuda_bn_stats_k") == plane0,
-             "bn_fwd_train on [%d, %d, 1]: %zu row and %zu per-channel statistics launches (want 1 and 0)", R, C,
-             tt_emu_kernel_launches("cuda_bn_rows_stats_k") - rows0, tt_emu_kernel_launches("cuda_bn_stats_k") - plane0);
+    TT_CHECK(tt_emu_kernel_launches(rows_k) == rows0 + 1 && tt_emu_kernel_launches("cuda_bn_stats_k") == plane0,
+             "bn_fwd_train on [%d, %d, 1]: %zu %s and %zu per-channel statistics launches (want 1 and 0)", R, C,
+             tt_emu_kernel_launches(rows_k) - rows0, rows_k, tt_emu_kernel_launches("cuda_bn_stats_k") - plane0);
 #endif
     cmp_nhwc("NHWC bn_fwd_train y", y, N, C, HW, tol_ew(dt));
     cmp("NHWC bn_fwd_train save_mean", sm, 1e-5);

@@ -116,6 +116,8 @@ void test_batchnorm(void);
 void test_bn_relu_fused(void);
 void test_bn_add_relu_fused(void);
 void test_bn_resident(void);
+void test_bn_rows(void);
+void test_bn_res_cap(void);
 
 /* cuda_pool.c */
 void test_pooling(void);

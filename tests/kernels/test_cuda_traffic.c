@@ -61,6 +61,10 @@ static const known_t known[] = {
      * "2-pass" take the held-on-chip form (cuda_bn_chip.cu: x and dy read once) and meet the bound. */
     {"bn_fwd_train 2-pass", 1.65, 0.80, "two passes over x (statistics, normalisation); per-plane constants at 7x7"},
     {"bn_bwd 2-pass", 1.8, 0.80, "two passes over x and dy (sums, dx); per-plane constants at 7x7"},
+    /* the same two passes on NHWC rows (cuda_bn_rows.cu), where the held-on-chip rows form does not
+     * apply (too few channels for a block a multiprocessor, or rows past the cap) */
+    {"bn_fwd_train nhwc 2-pass", 1.65, 0.80, "two passes over x (statistics, normalisation); 32 bytes a channel at 98 rows"},
+    {"bn_bwd nhwc 2-pass", 1.8, 0.80, "two passes over x and dy (sums, dx); 44 bytes a channel at 98 rows"},
     /* attention (cuda_attention.cu) is a matmul-class kernel, outside the elementwise, batch-norm,
      * pooling, loss and optimizer kernels the 1.25x bound is for: flash-style, each query tile
      * streams k and v (and backward's key tiles stream q and dO) once per tile, which keeps the
@@ -203,6 +207,45 @@ int main(int argc, char **argv) {
       row("bn_bwd 2-pass", shape, 3.0 * m * es + 20.0 * c);
       tt_cuda_set_bn_resident(gpu, cap);
     }
+  }
+
+  /* ---- batch norm on NHWC rows ([n*h*w, c, 1], fp16; the minimum as above): layer1's 56x56 x 64
+   * channels (two-pass: 4 blocks of 16 channels would leave most multiprocessors idle), layer3's
+   * 14x14 x 1024 and layer4's 7x7 x 2048 at batch 2 (held on chip: 64 and 128 blocks), then those
+   * two with the held-on-chip form off (the two-pass row kernels of a larger batch) ---- */
+  {
+    static const bn_shape nh[] = {{56 * 56, 64, 1}, {2 * 14 * 14, 1024, 1}, {2 * 7 * 7, 2048, 1}};
+    for (int pass = 0; pass < 2; pass++)
+      for (size_t s = pass; s < sizeof nh / sizeof nh[0]; s++) {
+        int n = nh[s].n, c = nh[s].c;
+        size_t m = (size_t)n * c, wsb, cap = pass ? tt_cuda_set_bn_resident(gpu, 0) : 0;
+        void *x, *y, *dy, *dx, *ws;
+        float *p;
+        tt_op_desc od;
+        char fw[40], bw[40];
+        int chip = !pass && s > 0; /* the rule of cuda_bnc_geometry at these shapes */
+        memset(&od, 0, sizeof od);
+        od.kind = TT_OP_BN_BWD, od.dt = h, od.u.bn.n = n, od.u.bn.c = c, od.u.bn.hw = 1, od.u.bn.eps = 1e-5f;
+        wsb = gpu->op_workspace(gpu, &od);
+        aoff = 0;
+        x = dalloc(m * es), y = dalloc(m * es), dy = dalloc(m * es), dx = dalloc(m * es);
+        p = (float *)dalloc((size_t)c * 8 * sizeof(float));
+        ws = dalloc(wsb ? wsb : 1);
+        snprintf(shape, sizeof shape, "%dx%d nhwc", n, c);
+        snprintf(fw, sizeof fw, "bn_fwd_train nhwc%s", chip ? "" : " 2-pass");
+        snprintf(bw, sizeof bw, "bn_bwd nhwc%s", chip ? "" : " 2-pass");
+        gpu->bn_fwd_train(gpu, n, c, 1, h, x, p, p + c, y, p + 2 * c, p + 3 * c, 0.1f, 1e-5f, p + 4 * c, p + 5 * c, 1, ws,
+                          wsb);
+        row(fw, shape, 2.0 * m * es + 32.0 * c);
+        gpu->bn_bwd_relu(gpu, n, c, 1, h, x, dy, p, p + c, p + 4 * c, p + 5 * c, dx, p + 6 * c, p + 7 * c, 0.0f, 0.0f, ws,
+                         wsb);
+        row(bw, shape, 3.0 * m * es + 24.0 * c);
+        if (!pass) {
+          gpu->bn_fwd_infer(gpu, n, c, 1, h, x, p, p + c, p + 2 * c, p + 3 * c, 1e-5f, y, NULL, 0);
+          row("bn_fwd_infer nhwc", shape, 2.0 * m * es + 16.0 * c);
+        }
+        if (pass) tt_cuda_set_bn_resident(gpu, cap);
+      }
   }
 
   /* ---- element-wise (fp16, layer1's activations): inputs read once, outputs written once ---- */

@@ -49,8 +49,11 @@ MAX_THREADS = 1024
 STATIC_SMEM = 48 * 1024
 # Kernels launched with dynamic shared memory sized at run time, and the macro capping it: the
 # backend opts in up to the cap at setup (cudaFuncSetAttribute) and sizes each launch under it;
-# here static + cap must fit every architecture's opt-in maximum per block.
-DYNAMIC_SMEM = {"cuda_bn_res_fwd_k": "CUDA_BN_RES_CAP", "cuda_bn_res_bwd_k": "CUDA_BN_RES_CAP"}
+# here static + cap must fit every architecture's opt-in maximum per block. None: the cap is the
+# device's opt-in limit less the kernel's static shared memory, read at setup
+# (cudaDevAttrMaxSharedMemoryPerBlockOptin); here the static part must leave room under every
+# architecture's limit.
+DYNAMIC_SMEM = {"cuda_bn_res_fwd_k": None, "cuda_bn_res_bwd_k": None, "cuda_bnc_fwd_k": None, "cuda_bnc_bwd_k": None}
 # Maximum shared memory per thread block (opt-in), KiB, per compute capability.
 SMEM_PER_BLOCK_KIB = {"75": 64, "80": 163, "86": 99, "87": 163, "88": 99, "89": 99, "90": 227, "100": 227,
                       "103": 227, "110": 227, "120": 99, "121": 99}
@@ -409,9 +412,13 @@ def main():
             if shared > limit:
                 errors.append("%s uses %d bytes of shared memory per block (limit %d)" % (where, shared, limit))
             if k in DYNAMIC_SMEM:
-                cap = src.value(DYNAMIC_SMEM[k])
                 optin = SMEM_PER_BLOCK_KIB.get(arch, 48) * 1024
-                if cap is None:
+                cap = src.value(DYNAMIC_SMEM[k]) if DYNAMIC_SMEM[k] else None
+                if DYNAMIC_SMEM[k] is None:
+                    if shared + 16 > optin:
+                        errors.append("%s: %d bytes of static shared memory leave no dynamic shared memory under "
+                                      "the architecture's opt-in maximum per block (%d)" % (where, shared, optin))
+                elif cap is None:
                     errors.append("%s: its dynamic shared memory cap %s is not a compile-time constant"
                                   % (where, DYNAMIC_SMEM[k]))
                 elif shared + cap > optin:
