@@ -43,6 +43,7 @@ static const knob_row knob_rows[] = {
     {"TINYTRAIN_CUDA_PROFILE_STEP", KNOB_COUNT, NULL, KNOB_AT(cuda_profile_step)},
     {"TINYTRAIN_CUDA_CONV_LOG", KNOB_BOOL, NULL, KNOB_AT(be.cuda_conv_log)},
     {"TINYTRAIN_CUDA_GRAPH", KNOB_BOOL, NULL, KNOB_AT(cuda_graph)},
+    {"TINYTRAIN_REPLAN", KNOB_BOOL, NULL, KNOB_AT(replan)},
     {"TINYTRAIN_DIST_TIMEOUT", KNOB_SECONDS, NULL, KNOB_AT(dist_timeout)},
     {"TINYTRAIN_DIST_BUCKET", KNOB_SIZE, NULL, KNOB_AT(dist_bucket)},
     {"TINYTRAIN_LAYOUT", KNOB_CHOICE, "nchw|nhwc", KNOB_AT(be.layout)},
@@ -59,7 +60,7 @@ static const knob_row knob_rows[] = {
 void tt_knobs_default(tt_knobs *k) {
   memset(k, 0, sizeof *k);
   k->grads_persistent = 0, k->compact = -1, k->attn = -1, k->recompute_search = 0, k->fuse = 1;
-  k->cpu_ref = 0, k->dist_timeout = 300.0, k->dist_bucket = 0, k->cuda_graph = 0;
+  k->cpu_ref = 0, k->dist_timeout = 300.0, k->dist_bucket = 0, k->cuda_graph = 0, k->replan = 1;
   tt_backend_knobs_default(&k->be);
 }
 

@@ -184,6 +184,25 @@ void emu_init(void) {
 
 void emu_reserve_add(long long bytes) { emu_reserved += bytes; }
 
+/* TT_EMU_LIBRARY_BYTES: bytes, or with a K, M or G suffix; unset or malformed: 0 (what the
+ * emulated libraries took after setup before it existed). Once per process: a card loads a
+ * library's modules once per context. */
+void emu_library_load(void) {
+  static int loaded;
+  if (loaded) return;
+  loaded = 1;
+  const char *p = getenv("TT_EMU_LIBRARY_BYTES");
+  char *end = NULL;
+  if (!p || !*p) return;
+  unsigned long long v = strtoull(p, &end, 10);
+  if (end == p) return;
+  if (*end == 'K' || *end == 'k') v <<= 10, end++;
+  else if (*end == 'M' || *end == 'm') v <<= 20, end++;
+  else if (*end == 'G' || *end == 'g') v <<= 30, end++;
+  if (*end) return;
+  emu_reserved += (long long)v;
+}
+
 /* The emulated device's compute capability (major * 10 + minor): 75, a T4, unless a test sets
  * another (tt_emu_set_compute_capability: the cuDNN emulation's bf16 configuration needs 80). */
 static int emu_cc = 75;
