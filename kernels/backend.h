@@ -206,6 +206,8 @@ typedef struct tt_backend_knobs {
   int cuda_bn_resident;   /* TINYTRAIN_CUDA_BN_RESIDENT: 1 (default) the held-on-chip batch norm */
   int cuda_deterministic; /* TINYTRAIN_CUDA_DETERMINISTIC: 1 deterministic cuDNN algorithms only */
   int cuda_conv_log;      /* TINYTRAIN_CUDA_CONV_LOG: 1 one stderr line per convolution shape and direction */
+  int cuda_stack;         /* TINYTRAIN_CUDA_STACK: 1 (default) sets the per-thread stack limit to what our kernels
+                           * need before the libraries load; 0 leaves the driver's default */
   int cpu_isa;            /* TINYTRAIN_CPU_ISA: -1 unset (the process's hold, native if none yet), else a
                            * TT_CPU_ISA_* (tt_cpu_isa_hold) */
 } tt_backend_knobs;
@@ -219,6 +221,7 @@ typedef enum { TT_CPU_ISA_NATIVE = 0, TT_CPU_ISA_AVX2 = 1, TT_CPU_ISA_BASELINE =
 static inline void tt_backend_knobs_default(tt_backend_knobs *k) {
   k->layout = -1, k->cpu_chunk_bytes = 0, k->conv_matmul = 1, k->conv_bwdw = -1;
   k->cuda_find = 1, k->cuda_bn_resident = 1, k->cuda_deterministic = 0, k->cpu_isa = -1, k->cuda_conv_log = 0;
+  k->cuda_stack = 1;
 }
 
 typedef struct tt_backend tt_backend;

@@ -44,6 +44,7 @@ static const knob_row knob_rows[] = {
     {"TINYTRAIN_CUDA_CONV_LOG", KNOB_BOOL, NULL, KNOB_AT(be.cuda_conv_log)},
     {"TINYTRAIN_CUDA_GRAPH", KNOB_BOOL, NULL, KNOB_AT(cuda_graph)},
     {"TINYTRAIN_REPLAN", KNOB_BOOL, NULL, KNOB_AT(replan)},
+    {"TINYTRAIN_CUDA_STACK", KNOB_BOOL, NULL, KNOB_AT(be.cuda_stack)},
     {"TINYTRAIN_DIST_TIMEOUT", KNOB_SECONDS, NULL, KNOB_AT(dist_timeout)},
     {"TINYTRAIN_DIST_BUCKET", KNOB_SIZE, NULL, KNOB_AT(dist_bucket)},
     {"TINYTRAIN_LAYOUT", KNOB_CHOICE, "nchw|nhwc", KNOB_AT(be.layout)},

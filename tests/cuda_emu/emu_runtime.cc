@@ -262,6 +262,29 @@ extern "C" cudaError_t cudaSetDeviceFlags(unsigned int flags) {
   emu_device_flags = flags;
   return cudaSuccess;
 }
+/* The per-thread stack limit: recorded (the emulated device's memory does not depend on it; only
+ * a card shows what the context gives back: tests/gpu/memprobe.py). */
+static size_t emu_stack_limit = 1024;
+static int emu_stack_sets;
+extern "C" cudaError_t cudaDeviceSetLimit(cudaLimit limit, size_t value) {
+  EMU_ENTER();
+  if (limit != cudaLimitStackSize && limit != cudaLimitPrintfFifoSize && limit != cudaLimitMallocHeapSize)
+    return emu_cuda_fail(cudaErrorInvalidValue, "cudaDeviceSetLimit: limit %d is not emulated", (int)limit);
+  if (emu_capture_unsafe("cudaDeviceSetLimit") != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
+  if (limit == cudaLimitStackSize) emu_stack_limit = value, emu_stack_sets++;
+  return cudaSuccess;
+}
+extern "C" cudaError_t cudaDeviceGetLimit(size_t *value, cudaLimit limit) {
+  EMU_ENTER();
+  if (!value) return emu_cuda_fail(cudaErrorInvalidValue, "cudaDeviceGetLimit: NULL value");
+  if (limit != cudaLimitStackSize) return emu_cuda_fail(cudaErrorInvalidValue, "cudaDeviceGetLimit: limit %d is not emulated", (int)limit);
+  *value = emu_stack_limit;
+  return cudaSuccess;
+}
+extern "C" size_t tt_emu_stack_limit(int *sets) {
+  if (sets) *sets = emu_stack_sets;
+  return emu_stack_limit;
+}
 extern "C" cudaError_t cudaGetDeviceFlags(unsigned int *flags) {
   EMU_ENTER();
   if (!flags) return emu_cuda_fail(cudaErrorInvalidValue, "cudaGetDeviceFlags: NULL flags");
