@@ -3,7 +3,7 @@
 # end to end on the emulated GPU (build/tinytrain_emu: `ninja build/tinytrain_emu`, not built by
 # default; SKIP without it). TT_EMU_LIBRARY_BYTES sets what the emulated cuBLAS takes at its first
 # GEMM (the libraries' lazy load the warm-up measures). An MLP (no convolution: no workspace the
-# budget would widen, so the arena of a micro-batch is one figure) at a --vram 1 KiB under what
+# budget would widen, so the arena of a micro-batch is one figure) at a --vram 256 KiB under what
 # micro-batch 512 (the effective batch) needs with the fixed 128 MiB margin plans 256 x 2;
 #   replan_small     libraries 8 MiB: re-planned to 512 x 1, and the reserve less the margin, the
 #                    arena and the measured bytes stay under --vram;
@@ -32,7 +32,8 @@ if [ -z "$AF" ]; then
   fail replan_emu "plan: $(head -c 400 "$TMP/err")"
   exit 1
 fi
-TIGHT=$(( (RES + AF) / 1024 - 1 ))K
+# 256 KiB under: more than the staged batch's 34 KiB that a budget-bound plan gives back first
+TIGHT=$(( (RES + AF) / 1024 - 256 ))K
 mb_of() { sed -n 's/^  policy   micro-batch \([0-9]*\) x \([0-9]*\) .*/\1x\2/p' "$1" | tail -n 1; }
 train() { local log=$1; shift; timeout 600 "$EMU" train --threads 1 --recompute none --precision fp32 --vram "$TIGHT" "$@" >"$log" 2>&1; }
 if ! "$EMU" plan --vram "$TIGHT" --recompute none --precision fp32 --json "$R" 2>"$TMP/err" |
