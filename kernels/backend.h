@@ -207,6 +207,8 @@ typedef struct tt_backend_knobs {
   int cuda_deterministic; /* TINYTRAIN_CUDA_DETERMINISTIC: 1 deterministic cuDNN algorithms only */
   int cuda_conv_log;      /* TINYTRAIN_CUDA_CONV_LOG: 1 one stderr line per convolution shape and direction */
   int cuda_conv_api;      /* TINYTRAIN_CUDA_CONV_API: a tt_cuda_conv_api (default legacy) */
+  int cuda_stack;         /* TINYTRAIN_CUDA_STACK: 1 (default) sets the per-thread stack limit to what our kernels
+                           * need before the libraries load; 0 leaves the driver's default */
   int cpu_isa;            /* TINYTRAIN_CPU_ISA: -1 unset (the process's hold, native if none yet), else a
                            * TT_CPU_ISA_* (tt_cpu_isa_hold) */
 } tt_backend_knobs;
@@ -226,6 +228,7 @@ static inline void tt_backend_knobs_default(tt_backend_knobs *k) {
   k->layout = -1, k->cpu_chunk_bytes = 0, k->conv_matmul = 1, k->conv_bwdw = -1;
   k->cuda_find = 1, k->cuda_bn_resident = 1, k->cuda_deterministic = 0, k->cpu_isa = -1, k->cuda_conv_log = 0;
   k->cuda_conv_api = TT_CUDA_CONV_API_LEGACY;
+  k->cuda_stack = 1;
 }
 
 typedef struct tt_backend tt_backend;

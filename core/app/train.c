@@ -541,7 +541,11 @@ static int train_run_dir(train_run *R, tt_err *err) {
     return -1;
   }
   train_remove_stale(R);
-  if (tt_run_recipe_keep(R->dir, o, &R->s->model, R->epochs, o->resume_dir != NULL, err)) return -1; /* for --resume DIR alone */
+  /* a re-planned run keeps its micro-batch as if given (--micro-batch): a resume plans with it, so
+   * the resumed steps are those of the run not interrupted (docs/plan.md#re-planning-after-the-warm-up) */
+  tt_run_opts kept = *o;
+  if (R->s->replanned) kept.micro_batch = R->mb;
+  if (tt_run_recipe_keep(R->dir, &kept, &R->s->model, R->epochs, o->resume_dir != NULL, err)) return -1; /* for --resume DIR alone */
   R->last_save = tt_now();
   return tt_metrics_open(&R->mt, R->dir, o->resume_dir, R->st.step, R->st.epoch, err);
 }

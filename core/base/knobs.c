@@ -45,6 +45,8 @@ static const knob_row knob_rows[] = {
     {"TINYTRAIN_CUDA_CONV_LOG", KNOB_BOOL, NULL, KNOB_AT(be.cuda_conv_log)},
     {"TINYTRAIN_CUDA_CONV_API", KNOB_CHOICE, "auto|graph|legacy", KNOB_AT(be.cuda_conv_api)},
     {"TINYTRAIN_CUDA_GRAPH", KNOB_BOOL, NULL, KNOB_AT(cuda_graph)},
+    {"TINYTRAIN_REPLAN", KNOB_BOOL, NULL, KNOB_AT(replan)},
+    {"TINYTRAIN_CUDA_STACK", KNOB_BOOL, NULL, KNOB_AT(be.cuda_stack)},
     {"TINYTRAIN_DIST_TIMEOUT", KNOB_SECONDS, NULL, KNOB_AT(dist_timeout)},
     {"TINYTRAIN_DIST_BUCKET", KNOB_SIZE, NULL, KNOB_AT(dist_bucket)},
     {"TINYTRAIN_OMP_SPIN", KNOB_CHOICE, "auto|short|long", KNOB_AT(omp_spin)},
@@ -62,7 +64,7 @@ static const knob_row knob_rows[] = {
 void tt_knobs_default(tt_knobs *k) {
   memset(k, 0, sizeof *k);
   k->grads_persistent = 0, k->compact = -1, k->attn = -1, k->recompute_search = 0, k->fuse = 1;
-  k->cpu_ref = 0, k->dist_timeout = 300.0, k->dist_bucket = 0, k->cuda_graph = 0, k->omp_spin = 0;
+  k->cpu_ref = 0, k->dist_timeout = 300.0, k->dist_bucket = 0, k->cuda_graph = 0, k->omp_spin = 0, k->replan = 1;
   tt_backend_knobs_default(&k->be);
 }
 

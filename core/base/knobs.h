@@ -29,6 +29,8 @@ typedef struct tt_knobs {
   size_t cuda_profile_step; /* TINYTRAIN_CUDA_PROFILE_STEP: the training step (1-based) inside
                              * cudaProfilerStart/Stop; 0: none */
   int cuda_graph;         /* TINYTRAIN_CUDA_GRAPH: 1 replays the training micro-step as a CUDA graph (default 0) */
+  int replan;             /* TINYTRAIN_REPLAN: 1 (default) re-plans a --vram run on a GPU from the library bytes the
+                           * warm-up measured (core/runtime/session.c); 0 keeps the plan made with the fixed margin */
   double dist_timeout;    /* TINYTRAIN_DIST_TIMEOUT: seconds a rank waits for the others (0: forever) */
   size_t dist_bucket;     /* TINYTRAIN_DIST_BUCKET: bytes per all-reduce bucket (0: the default rule) */
   int omp_spin;           /* TINYTRAIN_OMP_SPIN: 0 auto (by the load average), 1 short, 2 long (the

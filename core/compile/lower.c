@@ -749,7 +749,7 @@ static int lower_persistent(lower_ctx *c) {
    * while the current step computes (its copy waits only for the step's last reader of them: exec.c,
    * backend.h's upload_after). The cost is the batch's bytes (1 byte per input value, 4 per label)
    * live through the whole step where they were live in its first part. */
-  int staged = pol->training && !c->be->host_memory;
+  int staged = pol->training && !c->be->host_memory && !pol->batch_transient; /* budget-bound: transient (policy.c) */
   if ((p->input_u8 = lower_buf(c, "input", ".u8", tt_size_mul((size_t)pol->micro_batch, p->input_numel), TT_F32,
                                TT_BC_ACTIVATIONS, staged, 0, -1)) < 0)
     return -1;

@@ -23,7 +23,7 @@ policy_ctx tt_policy_ctx_of(const tt_graph *g, tt_backend *be, const tt_policy_o
                                 tt_dtype dt, size_t *min_arena, tt_plan_memo *memo, tt_err *err) {
   policy_ctx c;
   c.g = g, c.be = be, c.o = o, c.budget = budget, c.mb = mb, c.accum = accum, c.dt = dt;
-  c.min_arena = min_arena, c.memo = memo, c.cache = NULL, c.err = err;
+  c.min_arena = min_arena, c.memo = memo, c.cache = NULL, c.err = err, c.batch_transient = 0;
   return c;
 }
 
@@ -118,6 +118,7 @@ static int policy_plan_one(const policy_ctx *c, int inplace, unsigned char *rec,
   pol.attn_fused = (form & POLICY_FUSED) != 0;
   pol.ostate = c->o->ostate;
   pol.offload = c->o->offload;
+  pol.batch_transient = c->batch_transient;
   rc = policy_plan(c->g, &pol, c->be, c->memo, p, c->err);
   if (split) {
     if (!rc) p->policy.recompute = rec, p->policy.compact_sel = NULL;
@@ -543,7 +544,20 @@ static int policy_fit_cached(const policy_ctx *c, unsigned char *rec, tt_program
   policy_note_arena(c, out->arena_bytes);
   if (!c->budget || out->arena_bytes <= c->budget) return 1;
   double over = (double)(out->arena_bytes - c->budget);
+  int staged = out->input_u8 >= 0 && out->bufs[out->input_u8].persistent;
   tt_program_free(out);
+  /* Budget-bound: the staged batch's persistence (its copy overlapping the step) is given back
+   * before anything is recomputed; the candidate is fitted again with the batch transient, with
+   * its own program cache (the cached plans hold the persistent batch). */
+  if (staged && !c->batch_transient) {
+    policy_cache k2;
+    policy_ctx c2 = *c;
+    memset(&k2, 0, sizeof k2);
+    c2.cache = &k2, c2.batch_transient = 1;
+    rc = policy_fit_cached(&c2, rec, out);
+    policy_cache_free(&k2);
+    return rc;
+  }
   if (c->o->recompute != TT_RECOMP_AUTO) return 0;
   /* Free the overshoot by recomputing; the model is approximate, so each search checks its
    * plans with the real planner. */

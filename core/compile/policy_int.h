@@ -22,6 +22,7 @@ typedef struct policy_ctx {
   size_t *min_arena;
   tt_plan_memo *memo;
   struct policy_cache *cache;
+  int batch_transient; /* the candidate's plans keep the uint8 batch transient (tt_policy.batch_transient) */
   tt_err *err;
 } policy_ctx;
 

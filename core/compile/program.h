@@ -308,6 +308,9 @@ typedef struct tt_policy {
                         * search's choice, policy.c); the recipe's fixed setting otherwise wins */
   int offload;         /* training: 1 holds the optimizer state in pinned host memory, streamed through a
                         * device window for the update (core/compile/offload.h); 0 keeps it in the arena */
+  int batch_transient; /* training on a backend that stages batches: 1 keeps the uint8 batch and the labels
+                        * transient (the next batch's copy then waits for the step), where the budget
+                        * binds (policy.c); 0 persistent, copied while the step computes (lower.c) */
 } tt_policy;
 
 

@@ -27,7 +27,7 @@ static int session_settle(tt_session *s, size_t reserve, tt_err *err) {
   if (tt_cuda_mem_free(s->be, &fr, NULL)) return tt_fail(err, "cudaMemGetInfo after the warm-up failed: %s", s->be->last_error(s->be));
   size_t taken = s->device_free_bytes > fr ? s->device_free_bytes - fr : 0;
   s->library_bytes = taken > s->x.arena_bytes ? taken - s->x.arena_bytes : 0;
-  size_t margin = tt_cuda_library_margin(s->be);
+  size_t margin = s->lib_margin; /* the fixed margin, or after a re-plan the measured one */
   size_t measured = reserve - margin, total = measured + s->x.arena_bytes + s->library_bytes;
   if (s->library_bytes > margin && s->vram_bytes && total > s->vram_bytes)
     return tt_fail(err,
@@ -42,7 +42,7 @@ static int session_settle(tt_session *s, size_t reserve, tt_err *err) {
  * reserve, or without --vram the device's free memory less the libraries' margin. */
 static int session_conv_workspace(tt_session *s, tt_err *err) {
   tt_policy_result *r = &s->sched;
-  size_t margin = tt_cuda_library_margin(s->be), budget = r->budget_bytes;
+  size_t margin = s->lib_margin, budget = r->budget_bytes;
   if (!budget && s->device_free_known) budget = s->device_free_bytes > margin ? s->device_free_bytes - margin : 0;
   return tt_policy_widen_workspace(&s->graph, s->be, r, budget, tt_cuda_set_conv_workspace_cap, &s->conv_ws_cap,
                                    &s->conv_ws_default, &s->conv_ws_max, err);
@@ -107,7 +107,8 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
       s->gpu_here.name = s->gpu_here_name;
       s->profile = &s->gpu_here;
       s->target = "the GPU here (reserve measured)";
-      *reserve += tt_cuda_library_margin(s->be); /* what cuDNN/cuBLAS load later (tt_cuda.h) */
+      s->lib_margin = tt_cuda_library_margin(s->be);
+      *reserve += s->lib_margin; /* what cuDNN/cuBLAS load later (tt_cuda.h); a re-plan measures it */
       if (tt_cuda_mem_free(s->be, &s->device_free_bytes, NULL) == 0) s->device_free_known = 1;
       return 0;
     }
@@ -170,8 +171,9 @@ static int session_schedule(tt_session *s, const tt_run_opts *o, size_t reserve,
 #ifdef TT_HAVE_CUDA
   /* --vram is the card's memory; on a card that has less free (a desktop on it, another
    * process), the budget is what is free, keeping the libraries' margin free too */
+  s->budget_clamped = 0;
   if (s->vram_bytes && s->device_free_known && s->vram_bytes > reserve) {
-    size_t margin = tt_cuda_library_margin(s->be);
+    size_t margin = s->lib_margin;
     size_t usable = s->device_free_bytes > margin ? s->device_free_bytes - margin : 0;
     if (s->vram_bytes - reserve > usable) so->vram_bytes = reserve + usable, s->budget_clamped = 1;
   }
@@ -205,6 +207,103 @@ static int session_schedule(tt_session *s, const tt_run_opts *o, size_t reserve,
   return 0;
 }
 
+#ifdef TT_HAVE_CUDA
+/* Whether this session re-plans after its warm-up: training on the GPU here under --vram, in one
+ * process (each rank would measure its own figure, and the ranks' plans must agree), with
+ * TINYTRAIN_REPLAN not 0. Says in s->replan_text why not where the question arises. */
+static int session_may_replan(tt_session *s, tt_session_mode mode) {
+  if (mode != TT_SESSION_TRAIN || !s->reserve_measured || !s->vram_bytes) return 0;
+  if (!tt_knobs_get()->replan) {
+    snprintf(s->replan_text, sizeof s->replan_text, "not re-planned (TINYTRAIN_REPLAN=0): the plan keeps the fixed %.0f MiB "
+             "library margin", s->lib_margin / 1048576.0);
+    return 0;
+  }
+  if (s->ranks > 1) {
+    snprintf(s->replan_text, sizeof s->replan_text, "not re-planned: a run of %d processes keeps the fixed %.0f MiB library "
+             "margin (each would measure its own)", s->ranks, s->lib_margin / 1048576.0);
+    return 0;
+  }
+  return 1;
+}
+
+/* The C API's precision for the activation dtype a plan chose (the re-plan keeps it). */
+static tt_run_precision session_precision_of(tt_dtype dt) {
+  return dt == TT_F16 ? TT_PRECISION_FP16 : dt == TT_BF16 ? TT_PRECISION_BF16 : TT_PRECISION_FP32;
+}
+
+/* The re-plan (docs/plan.md#re-planning-after-the-warm-up). The first arena's warm-up measured
+ * what cuDNN and cuBLAS took (s->library_bytes); where that plus TT_REPLAN_SLACK_BYTES, rounded up
+ * to TT_REPLAN_ROUND_BYTES, is less than the margin the plan kept, the schedule is made again with
+ * it as the margin: in the precision the first plan chose, at micro-batch want_mb where the caller
+ * asked for one the fixed margin had no room for (a resumed re-planned run), the effective batch
+ * the recipe's. The arena is made again, warmed up and checked as the first (session_settle), all
+ * before the first step; nothing is allocated after. *reserve: the reserve the first plan was
+ * made with (the margin in it); updated. 0 (s->replan_text says what happened), or -1 with err. */
+static int session_replan(tt_session *s, const tt_run_opts *o, size_t *reserve, int want_mb, tt_err *err) {
+  size_t old_margin = s->lib_margin, lib = s->library_bytes;
+  size_t m = (lib + TT_REPLAN_SLACK_BYTES + TT_REPLAN_ROUND_BYTES - 1) / TT_REPLAN_ROUND_BYTES * TT_REPLAN_ROUND_BYTES;
+  const tt_policy *p = &s->sched.policy;
+  int mb0 = p->micro_batch, acc0 = p->accum_steps, ru0 = s->sched.recomputed_units;
+  double arena0 = s->x.arena_bytes / 1048576.0;
+  if (m >= old_margin) {
+    if (want_mb)
+      return tt_fail(err, "micro-batch %d (--micro-batch, or the run being resumed) does not fit --vram %.0f MiB: cuDNN/cuBLAS "
+                     "took %.0f MiB after the warm-up, which with %.0f MiB of slack leaves no more than the fixed %.0f MiB "
+                     "margin; give a smaller --micro-batch or a larger --vram", want_mb, s->vram_bytes / 1048576.0,
+                     lib / 1048576.0, TT_REPLAN_SLACK_BYTES / 1048576.0, old_margin / 1048576.0);
+    snprintf(s->replan_text, sizeof s->replan_text, "not re-planned: cuDNN/cuBLAS took %.0f MiB after the warm-up; with %.0f MiB "
+             "of slack that leaves no less than the %.0f MiB margin the plan kept", lib / 1048576.0,
+             TT_REPLAN_SLACK_BYTES / 1048576.0, old_margin / 1048576.0);
+    return 0;
+  }
+  tt_run_opts o2 = *o;
+  o2.micro_batch = want_mb ? want_mb : o->micro_batch;
+  o2.precision = session_precision_of(p->act_dtype);
+  size_t r2 = *reserve - old_margin + m;
+  tt_exec_destroy(&s->x);
+  s->have_exec = 0;
+  tt_policy_result_free(&s->sched);
+  memset(&s->sched, 0, sizeof s->sched);
+  s->lib_margin = m;
+  tt_precision asked = s->policy_opts.precision; /* the precision line says what was asked, not the re-plan's */
+  if (session_schedule(s, &o2, r2, err)) return -1;
+  s->policy_opts.precision = asked;
+  if (tt_exec_create(&s->x, &s->graph, &s->sched.train, &s->sched.eval, s->be, s->model.train.seed, err)) return -1;
+  s->have_exec = 1, s->replanned = 1;
+  *reserve = r2;
+  p = &s->sched.policy;
+  snprintf(s->replan_text, sizeof s->replan_text, "re-planned: cuDNN/cuBLAS took %.0f MiB after the warm-up; library margin "
+           "%.0f MiB -> %.0f MiB (+%.0f MiB slack): micro-batch %d x %d -> %d x %d, recompute %d -> %d units, arena %.1f -> "
+           "%.1f MiB", lib / 1048576.0, old_margin / 1048576.0, m / 1048576.0, TT_REPLAN_SLACK_BYTES / 1048576.0, mb0, acc0,
+           p->micro_batch, p->accum_steps, ru0, s->sched.recomputed_units, arena0, s->x.arena_bytes / 1048576.0);
+  return session_settle(s, r2, err);
+}
+
+/* The first schedule, where a re-plan may follow: a micro-batch asked for (--micro-batch, or a
+ * resumed re-planned run's, kept in its run directory) that the fixed margin leaves no room for
+ * is planned without, and *want_mb set for the re-plan to ask again. 0, or -1 with err (the
+ * first refusal's words where the second schedule fails too). */
+static int session_schedule_first(tt_session *s, const tt_run_opts *o, tt_session_mode mode, size_t reserve, int *want_mb,
+                                  tt_err *err) {
+  *want_mb = 0;
+  if (!session_schedule(s, o, reserve, err)) return 0;
+  if (o->micro_batch <= 0 || !session_may_replan(s, mode)) return -1;
+  tt_err first;
+  tt_run_opts o1 = *o;
+  first.msg[0] = 0;
+  if (err) first = *err;
+  o1.micro_batch = 0;
+  tt_policy_result_free(&s->sched);
+  memset(&s->sched, 0, sizeof s->sched);
+  if (session_schedule(s, &o1, reserve, err)) {
+    if (err) *err = first;
+    return -1;
+  }
+  *want_mb = o->micro_batch;
+  return 0;
+}
+#endif
+
 int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode, tt_err *err) {
   *out = NULL;
   if (!o) return tt_fail(err, "no options given (tt_run_opts is NULL)");
@@ -227,6 +326,7 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
   tt_session *s = (tt_session *)tt_calloc(1, sizeof(tt_session), "session", err);
   size_t reserve = 0;
   double t0; /* declared before the first goto: C++ (the amalgamation under nvcc) forbids jumping over an initialisation */
+  int want_mb = 0; /* a micro-batch the first plan could not give, asked of the re-plan (session_schedule_first) */
   if (!s) return -1;
   s->vram_bytes = o->vram_bytes;
   if (o->recipe_text ? tt_recipe_parse(o->recipe ? o->recipe : "(recipe text)", o->recipe_text, &s->model, err,
@@ -263,8 +363,13 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
     pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 0;
     if (tt_lower(&s->graph, &pol, s->be, &s->sched.eval, err) || tt_program_plan(&s->sched.eval, err)) goto fail;
     s->sched.policy = pol;
-  } else if (session_schedule(s, o, reserve, err)) {
-    goto fail;
+  } else {
+#ifdef TT_HAVE_CUDA
+    if (session_schedule_first(s, o, mode, reserve, &want_mb, err)) goto fail;
+#else
+    (void)want_mb;
+    if (session_schedule(s, o, reserve, err)) goto fail;
+#endif
   }
   s->plan_ms = 1e3 * (tt_now() - t0);
   if (mode != TT_SESSION_PLAN) {
@@ -273,6 +378,7 @@ int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode
     s->have_exec = 1;
 #ifdef TT_HAVE_CUDA
     if (s->reserve_measured && session_settle(s, reserve, err)) goto fail;
+    if (session_may_replan(s, mode) && session_replan(s, o, &reserve, want_mb, err)) goto fail;
 #endif
   }
   *out = s;
@@ -312,9 +418,9 @@ void tt_session_print_summary(const tt_session *s, FILE *out) {
 #ifdef TT_HAVE_CUDA
   if (s->reserve_measured)
     fprintf(out, "           reserve %.1f MiB (measured, with %.0f MiB kept for cuDNN/cuBLAS, which took %.1f MiB)\n",
-            s->policy_opts.reserve_bytes / 1048576.0, tt_cuda_library_margin(s->be) / 1048576.0,
-            s->library_bytes / 1048576.0);
+            s->policy_opts.reserve_bytes / 1048576.0, s->lib_margin / 1048576.0, s->library_bytes / 1048576.0);
 #endif
+  if (s->replan_text[0]) fprintf(out, "  replan   %s\n", s->replan_text);
   fflush(out);
 }
 

@@ -33,6 +33,11 @@ typedef struct tt_session {
   size_t device_free_bytes;
   int budget_clamped;    /* --vram less the reserve was more than the device had free */
   size_t library_bytes;  /* device memory cuDNN/cuBLAS took after the arena (warm-up), training only */
+  size_t lib_margin;     /* CUDA here: the device memory the plan keeps for the libraries beside the measured
+                          * reserve: tt_cuda_library_margin, or after a re-plan what the warm-up measured plus
+                          * TT_REPLAN_SLACK_BYTES, rounded up to TT_REPLAN_ROUND_BYTES */
+  int replanned;         /* 1: the plan was made again from the measured library bytes (docs/plan.md) */
+  char replan_text[320]; /* what the re-plan did or why there was none, one line ("" where it does not apply) */
   double plan_ms;        /* schedule + plan wall time */
   size_t vram_bytes;
   int ranks;             /* processes the recipe's batch is shared among (core/runtime/dist.h); the plan is per rank */
@@ -49,6 +54,13 @@ typedef struct tt_session {
   tt_device_profile gpu_here;
   char gpu_here_name[96];
 } tt_session;
+
+/* The re-plan after the warm-up (docs/plan.md#re-planning-after-the-warm-up): the library margin
+ * becomes the measured library bytes plus this slack (what a larger micro-batch's convolutions may
+ * still load), rounded up to the second figure, so that a few MiB of difference between two runs
+ * of one card seldom change the plan. */
+#define TT_REPLAN_SLACK_BYTES ((size_t)32 << 20)
+#define TT_REPLAN_ROUND_BYTES ((size_t)16 << 20)
 
 int tt_session_open(tt_session **out, const tt_run_opts *o, tt_session_mode mode, tt_err *err);
 void tt_session_print_summary(const tt_session *s, FILE *out);

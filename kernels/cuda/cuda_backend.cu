@@ -492,6 +492,7 @@ static int cuda_be_check_kernels(tt_backend *b, const cudaDeviceProp *prop) {
         (void)cudaGetLastError();
         return tt_cuda_fail(b, "cudaFuncGetAttributes(%s) failed: %s", k->name, cudaGetErrorString(e));
       }
+      if (a.localSizeBytes > st->local_max) st->local_max = a.localSizeBytes; /* 0: ninja cuda-check refuses local memory */
       if (a.maxThreadsPerBlock < k->threads)
         return tt_cuda_fail(b,
                             "kernel %s is launched with %d threads but takes at most %d on %s (%d registers per "
@@ -506,6 +507,28 @@ extern "C" int tt_cuda_mem_free(tt_backend *b, size_t *free_bytes, size_t *total
   CUDA_CHECK(b, cudaMemGetInfo(&fr, &tot));
   *free_bytes = fr;
   if (total_bytes) *total_bytes = tot;
+  return 0;
+}
+
+/* The per-thread stack limit (TINYTRAIN_CUDA_STACK, docs/gpu.md#the-stack-limit): the driver's
+ * default (1 KiB a thread) sizes the context's local memory for every thread the device holds at
+ * once (264 MiB on an H100 SXM: 132 x 2048 x 1 KiB), and our kernels take none (ninja cuda-check
+ * refuses local memory and stack frames; st->local_max is what the runtime reports). Set before
+ * cuBLAS and cuDNN load, to what our kernels need (TT_CUDA_STACK_MIN_BYTES at least): a library
+ * kernel that needs more grows it at its launch (the driver raises the limit as a launch needs,
+ * CUDA Runtime API, cudaDeviceSetLimit), which the warm-up measures against the library margin.
+ * Whether the context gives the memory back only a card shows (tests/gpu/memprobe.py). */
+static int cuda_be_stack_limit(tt_backend *b) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  if (st->knobs.cuda_stack) {
+    size_t want = (st->local_max + 15) & ~(size_t)15;
+    if (want < TT_CUDA_STACK_MIN_BYTES) want = TT_CUDA_STACK_MIN_BYTES;
+    cudaError_t e = cudaDeviceSetLimit(cudaLimitStackSize, want);
+    if (e != cudaSuccess)
+      return tt_cuda_fail(b, "cudaDeviceSetLimit(cudaLimitStackSize, %zu) failed: %s; TINYTRAIN_CUDA_STACK=0 leaves the "
+                          "driver's default", want, cudaGetErrorString(e));
+  }
+  CUDA_CHECK(b, cudaDeviceGetLimit(&st->stack_limit, cudaLimitStackSize));
   return 0;
 }
 
@@ -535,6 +558,7 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
                         st->device, prop.name, prop.major, prop.minor);
   st->cc = prop.major * 10 + prop.minor;
   if (cuda_be_check_kernels(b, &prop)) return -1;
+  if (cuda_be_stack_limit(b)) return -1;
   if (tt_cuda_norm_setup(b, &prop)) return -1;
   CUDA_CHECK(b, cudaStreamCreateWithFlags(&st->compute, cudaStreamNonBlocking));
   CUDA_CHECK(b, cudaStreamCreateWithFlags(&st->copy, cudaStreamNonBlocking));

@@ -107,6 +107,8 @@ typedef struct tt_cuda_state {
   int conv_found;       /* directions whose algorithm cudnnFind*Ex chose at setup (tt_cuda_conv_find); for tests */
   size_t blas_ws;       /* cuBLAS workspace each GEMM is planned (cuda_linear.cu) */
   size_t lib_margin;    /* device memory kept for what cuDNN/cuBLAS load after setup (tt_cuda_library_margin) */
+  size_t local_max;     /* the most local memory (bytes per thread) any kernel of ours takes (cuda_be_check_kernels) */
+  size_t stack_limit;   /* the per-thread stack limit after setup (cudaDeviceGetLimit), bytes */
   size_t bn_res_cap;    /* bytes of shared memory a block of the held-on-chip batch norm may take; 0: that form
                          * is off (cuda_bn_chip.cu, tt_cuda_norm_setup, tt_cuda_set_bn_resident) */
   size_t bn_res_cap_default; /* the setup's (the kernels' opt-in attribute is set for it) */

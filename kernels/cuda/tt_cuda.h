@@ -38,6 +38,9 @@ tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, const tt_backend_knobs
 #define TT_CUDA_LIBRARY_MARGIN_BYTES ((size_t)128 << 20)
 #define TT_CUDA_LIBRARY_CODE_BYTES ((size_t)64 << 20)
 #define TT_CUDA_LOCAL_BYTES_PER_THREAD ((size_t)512)
+/* The smallest per-thread stack limit setup sets (TINYTRAIN_CUDA_STACK): our kernels take no
+ * local memory, so this is a floor, not a need (cuda_backend.cu: cuda_be_stack_limit). */
+#define TT_CUDA_STACK_MIN_BYTES ((size_t)16)
 /* This backend's margin (TT_CUDA_LIBRARY_MARGIN_BYTES for any other backend or NULL). */
 size_t tt_cuda_library_margin(tt_backend *b);
 /* The device's compute capability, major * 10 + minor (75: a T4; 90: an H100); 0 for any other

@@ -32,7 +32,10 @@ fi
 "$EMU" plan --vram "$TIGHT" --host-mem 1G --json "$R" >"$TMP/p.json" 2>"$TMP/err" &&
   python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["offload"]["optimizer_state"] and d["offload_bytes"] > 4 << 20, d["offload"]' "$TMP/p.json" ||
   { fail offload_emu_train "--vram $TIGHT --host-mem 1G does not offload: $(head -c 400 "$TMP/err")"; ok=0; }
-train() { timeout 600 "$EMU" train --threads 1 "$@" >>"$TMP/log" 2>&1; }
+# TINYTRAIN_REPLAN=0: the plan made with the fixed library margin, which the budgets above are
+# measured against (the re-plan after the warm-up would take the emulated libraries' 0 bytes and
+# keep the moments on the device: docs/plan.md#re-planning-after-the-warm-up)
+train() { TINYTRAIN_REPLAN=0 timeout 600 "$EMU" train --threads 1 "$@" >>"$TMP/log" 2>&1; }
 if [ $ok = 1 ]; then
   if train --vram "$TIGHT" --host-mem 1G --max-steps 4 --out "$TMP/a" "$R" && grep -q "^  offload  optimizer state in pinned host memory" "$TMP/log" &&
     train --vram "$WIDE" --host-mem 0 --max-steps 4 --out "$TMP/b" "$R" &&

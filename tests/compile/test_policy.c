@@ -625,6 +625,60 @@ static void ts_budgets(tt_backend *be, const char *path, int mb, const int *mib,
   TT_TEST_END();
 }
 
+/* The uint8 batch on a backend that stages batches (host_memory 0, as the CUDA backend and `plan
+ * --device cuda`'s stand-in): persistent without a budget (its copy overlaps the step), transient
+ * where the budget binds, before anything is recomputed (--recompute none: micro-batch 128 fits
+ * the tightest budget only so). */
+static void test_batch_transient(void) {
+  TT_TEST_BEGIN("the uint8 batch: persistent on a staging backend, transient where the budget binds (fashion LeNet)");
+  tt_err e;
+  net n;
+  if (net_open_test(&n, NULL, NULL, "examples/fashion_mnist/lenet.recipe", &e)) return;
+  tt_backend *st = tt_ref_backend_create(1);
+  if (!st) {
+    TT_CHECK(0, "no reference backend");
+    net_close(&n);
+    TT_TEST_END();
+    return;
+  }
+  st->host_memory = 0;
+  tt_policy_opts o;
+  memset(&o, 0, sizeof o);
+  o.inplace = 1, o.precision = TT_PREC_FP32, o.recompute = TT_RECOMP_NONE, o.micro_batch = 128;
+  tt_policy_result r;
+  size_t staged_arena = 0, batch = (size_t)128 * 28 * 28;
+  if (tt_policy_search(&n.g, st, &o, &r, &e) == 0) {
+    TT_CHECK(r.train.bufs[r.train.input_u8].persistent && !r.policy.batch_transient, "no budget: the batch is not persistent");
+    staged_arena = r.train.arena_bytes;
+    tt_policy_result_free(&r);
+  } else {
+    TT_CHECK(0, "no budget: %s", e.msg);
+  }
+  /* budgets half a batch under the last arena, until the batch goes transient: first the
+   * staged plan's cheaper forms (compact saves) fit, then only the transient batch does */
+  size_t last = staged_arena;
+  int transient = 0;
+  for (int k = 0; k < 6 && last && !transient; k++) {
+    o.vram_bytes = last - batch / 2; /* no reserve: the budget is the arena's */
+    if (tt_policy_search(&n.g, st, &o, &r, &e)) {
+      TT_CHECK(0, "budget %zu (half a batch under %zu) does not fit: %s", o.vram_bytes, last, e.msg);
+      break;
+    }
+    transient = !r.train.bufs[r.train.input_u8].persistent;
+    printf("  budget %.3f MiB: arena %.3f MiB, batch %s, micro-batch %d\n", o.vram_bytes / 1048576.0,
+           r.train.arena_bytes / 1048576.0, transient ? "transient" : "persistent", r.policy.micro_batch);
+    TT_CHECK(r.train.arena_bytes <= o.vram_bytes && r.policy.micro_batch == 128 && transient == r.policy.batch_transient,
+             "arena %zu over the budget %zu, micro-batch %d, or the policy's flag %d against the buffer's", r.train.arena_bytes,
+             o.vram_bytes, r.policy.micro_batch, r.policy.batch_transient);
+    last = r.train.arena_bytes;
+    tt_policy_result_free(&r);
+  }
+  TT_CHECK(transient, "no budget made the batch transient");
+  st->destroy(st);
+  net_close(&n);
+  TT_TEST_END();
+}
+
 static tt_backend *be; /* the CPU backend (main) */
 static void test_budgets_resnet18(void) { test_schedule_budgets(be, "examples/imagenet/resnet18.recipe", 0); }
 static void test_budgets_resnet50(void) { test_schedule_budgets(be, "examples/imagenet/resnet50.recipe", 1); }
@@ -657,6 +711,7 @@ static const tt_test_case tests[] = {
   TT_TEST("tensor_decisions", "compile policy recompute", test_tensor_decisions_be),
   TT_TEST("tensor_budgets_fashion", "compile policy recompute", test_tensor_budgets_fashion),
   TT_TEST("tensor_budgets_resnet50", "compile policy recompute", test_tensor_budgets_resnet50),
+  TT_TEST("batch_transient", "compile policy memory", test_batch_transient),
 };
 
 int main(int argc, char **argv) {

@@ -321,6 +321,7 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, c
   int arows, acols, brows, bcols, reduce = 0;
   double al, be;
   if (s) return s;
+  emu_library_load(); /* the GEMM kernels' lazy load (TT_EMU_LIBRARY_BYTES) */
   if (ta < CUBLAS_OP_N || ta > CUBLAS_OP_C || tb < CUBLAS_OP_N || tb > CUBLAS_OP_C)
     return emu_blas_fail(CUBLAS_STATUS_INVALID_VALUE, "cublasGemmEx: transa %d / transb %d", (int)ta, (int)tb);
   if (m < 0 || n < 0 || k < 0)

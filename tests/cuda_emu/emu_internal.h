@@ -112,6 +112,10 @@ void emu_device_enter(void);
 void emu_device_leave(void);
 /* Memory the fake device reports as used by handles (cudaMemGetInfo). */
 void emu_reserve_add(long long bytes);
+/* The libraries' lazy load: the first call (cuBLAS's first GEMM) takes TT_EMU_LIBRARY_BYTES of
+ * device memory beside the handles, as cuDNN's and cuBLAS's kernels and their local memory do on
+ * a card after setup (what core/runtime/session.c measures after its warm-up); later calls none. */
+void emu_library_load(void);
 /* Frees a device allocation (who names the call in messages); its work must be done. */
 cudaError_t emu_free_device(void *p, const char *who);
 

@@ -184,6 +184,25 @@ void emu_init(void) {
 
 void emu_reserve_add(long long bytes) { emu_reserved += bytes; }
 
+/* TT_EMU_LIBRARY_BYTES: bytes, or with a K, M or G suffix; unset or malformed: 0 (what the
+ * emulated libraries took after setup before it existed). Once per process: a card loads a
+ * library's modules once per context. */
+void emu_library_load(void) {
+  static int loaded;
+  if (loaded) return;
+  loaded = 1;
+  const char *p = getenv("TT_EMU_LIBRARY_BYTES");
+  char *end = NULL;
+  if (!p || !*p) return;
+  unsigned long long v = strtoull(p, &end, 10);
+  if (end == p) return;
+  if (*end == 'K' || *end == 'k') v <<= 10, end++;
+  else if (*end == 'M' || *end == 'm') v <<= 20, end++;
+  else if (*end == 'G' || *end == 'g') v <<= 30, end++;
+  if (*end) return;
+  emu_reserved += (long long)v;
+}
+
 /* The emulated device's compute capability (major * 10 + minor): 75, a T4, unless a test sets
  * another (tt_emu_set_compute_capability: the cuDNN emulation's bf16 configuration needs 80). */
 static int emu_cc = 75;
@@ -255,6 +274,29 @@ extern "C" cudaError_t cudaSetDeviceFlags(unsigned int flags) {
     return emu_cuda_fail(cudaErrorInvalidValue, "cudaSetDeviceFlags: invalid flags 0x%x", flags);
   emu_device_flags = flags;
   return cudaSuccess;
+}
+/* The per-thread stack limit: recorded (the emulated device's memory does not depend on it; only
+ * a card shows what the context gives back: tests/gpu/memprobe.py). */
+static size_t emu_stack_limit = 1024;
+static int emu_stack_sets;
+extern "C" cudaError_t cudaDeviceSetLimit(cudaLimit limit, size_t value) {
+  EMU_ENTER();
+  if (limit != cudaLimitStackSize && limit != cudaLimitPrintfFifoSize && limit != cudaLimitMallocHeapSize)
+    return emu_cuda_fail(cudaErrorInvalidValue, "cudaDeviceSetLimit: limit %d is not emulated", (int)limit);
+  if (emu_capture_unsafe("cudaDeviceSetLimit") != cudaSuccess) return cudaErrorStreamCaptureUnsupported;
+  if (limit == cudaLimitStackSize) emu_stack_limit = value, emu_stack_sets++;
+  return cudaSuccess;
+}
+extern "C" cudaError_t cudaDeviceGetLimit(size_t *value, cudaLimit limit) {
+  EMU_ENTER();
+  if (!value) return emu_cuda_fail(cudaErrorInvalidValue, "cudaDeviceGetLimit: NULL value");
+  if (limit != cudaLimitStackSize) return emu_cuda_fail(cudaErrorInvalidValue, "cudaDeviceGetLimit: limit %d is not emulated", (int)limit);
+  *value = emu_stack_limit;
+  return cudaSuccess;
+}
+extern "C" size_t tt_emu_stack_limit(int *sets) {
+  if (sets) *sets = emu_stack_sets;
+  return emu_stack_limit;
 }
 extern "C" cudaError_t cudaGetDeviceFlags(unsigned int *flags) {
   EMU_ENTER();

@@ -25,6 +25,9 @@ size_t tt_emu_graph_launches(size_t *nodes);
 size_t tt_emu_launches_run(void);
 /* Launches of the kernel named `name` (as written in its TT_LAUNCH: "cuda_ew_cast_k") so far. */
 size_t tt_emu_kernel_launches(const char *name);
+/* The per-thread stack limit (cudaDeviceSetLimit(cudaLimitStackSize); the driver's 1024 bytes
+ * until set) and how many times it was set. */
+size_t tt_emu_stack_limit(int *sets);
 /* The device flags (cudaSetDeviceFlags; 0 until set) and the flags an event was created with. */
 unsigned tt_emu_device_flags(void);
 unsigned tt_emu_event_flags(void *ev);

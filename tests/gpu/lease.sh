@@ -5,6 +5,7 @@
 # own cap, the report and logs published to $OUT after each:
 #   1. memprobe  the CUDA context, the stack limit and what lowering it frees, PyTorch's context
 #                (tests/gpu/memprobe.py)                                                         25 s
+#                then tinytrain's reserve (plan --json), TINYTRAIN_CUDA_STACK=0 and 1         10 s
 #   2. test_cuda HEAD's kernels on the device, every op against the CPU backend                  70 s
 #   3. r50       ResNet-50 fp16, batch 256, 24 timed steps after 4, NCHW and NHWC (legacy API;
 #                the graph API's NHWC is issue 41 item 2, not built yet), and PyTorch AMP +
@@ -15,7 +16,7 @@
 #                --profile-from-start off, its first 60 kernels, SpeedOfLight): the top ten      70 s
 #   6. torchprof PyTorch's profiler over 3 steps of its best setting: the kernel table          40 s
 #   7. fair4g    the largest batch in 4 GiB, whole process on both sides (PyTorch's allocator
-#                capped at 4 GiB less its measured context: --fair)                             110 s
+#                capped at 4 GiB less its measured context: --fair)                             100 s
 # Sum 480 s, with the unpacking about 490: the deadline cuts the last step's cap if needed.
 
 lease_r50_recipe() { # lease_r50_recipe FILE WARMUP STEPS: the benchmark's recipe (synthetic_size set)
@@ -38,6 +39,20 @@ if [ $rc = 124 ] || [ $rc = 137 ]; then result memprobe TIMEOUT $(($(elapsed) - 
 elif [ $rc = 0 ] && grep -q "^used_with_context_mib" "$LOGS/1-memprobe.log"; then
   result memprobe PASS $(($(elapsed) - t)) "$(grep -E '^(context_mib|stack_default_bytes|torch_context_mib)|gave back' "$LOGS/1-memprobe.log" | tr -s ' ' | tr '\n' ';')"
 else result memprobe FAIL $(($(elapsed) - t)) "exit $rc: $(tail -n 3 "$LOGS/1-memprobe.log" | tr '\n' ' ' | cut -c1-300)"; fi
+# tinytrain's own reserve with the stack limit it sets (TINYTRAIN_CUDA_STACK=1, the default) and
+# with the driver's default (0): `plan` on the GPU creates the backend and measures the reserve
+t=$(elapsed); c=$(cap 10)
+for k in 0 1; do
+  [ "$c" -ge 2 ] && TINYTRAIN_CUDA_STACK=$k run "$((c / 2))" "$LOGS/1-stack-$k.log" "${TT[@]}" plan --device cuda --json "$WORK/lenet.recipe"
+done
+reserve_mib() { # the reserve of the plan --json in log $1 (after run's command line; stderr may precede it)
+  python3 -c 'import json, sys; t = open(sys.argv[1]).read(); print(json.JSONDecoder().raw_decode(t[t.index("{"):])[0]["reserve_bytes"] >> 20)' "$1" 2>/dev/null
+}
+s0=$(reserve_mib "$LOGS/1-stack-0.log")
+s1=$(reserve_mib "$LOGS/1-stack-1.log")
+if [ -n "$s0" ] && [ -n "$s1" ]; then
+  result stacklimit PASS $(($(elapsed) - t)) "tinytrain's measured reserve: ${s0} MiB with the driver's stack limit (TINYTRAIN_CUDA_STACK=0), ${s1} MiB with its own: $((s0 - s1)) MiB given back"
+else result stacklimit FAIL $(($(elapsed) - t)) "plan --json: $(tail -n 2 "$LOGS/1-stack-1.log" | tr '\n' ' ' | cut -c1-300)"; fi
 fi
 
 # ---- 2. test_cuda ----
@@ -146,7 +161,7 @@ fi
 # ---- 7. the fair 4 GiB comparison ----
 step "7. largest ResNet-50 batch in 4 GiB, whole process on both sides (--fair)"
 if ! want 7; then result fair4g SKIP 0 "not in --steps $STEPS"; else
-t=$(elapsed); c=$(cap 110)
+t=$(elapsed); c=$(cap 100)
 if [ "$c" = 0 ]; then result fair4g TIMEOUT 0 "no time left to start"; else
   run "$c" "$LOGS/7-fair4g.log" "${ENV[@]}" python3 tests/bench/resnet50_vs_torch.py --only-max-batch --fair --configs '' \
     --vram 4G --timeout $((c / 2)) --keep-logs "$LOGS/7-fair4g" --out "$WORK/fair4g.md"

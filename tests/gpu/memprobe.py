@@ -7,7 +7,7 @@ own memory: the lease's first step (tests/gpu/acceptance.sh, issue 41 item 6).
 Through the driver API (libcuda.so.1, which every driver installs; nothing of the toolkit is
 needed): the device's used memory (cuMemGetInfo) before any context of this process, with the
 primary context made current, and after cuCtxSetLimit(CU_LIMIT_STACK_SIZE) lowers the per-thread
-stack from the default to 0 bytes (then 256: the driver may refuse 0), since the driver reserves
+stack from the default to 0, 16 (tinytrain's floor) and 256 bytes in turn (the driver may refuse 0), since the driver reserves
 local memory for the stack of every thread the device can hold; tinytrain's kernels use no stack
 (`ninja cuda-check` fails on any), so what that frees is the margin issue 41 item 6 would take
 back. The limit is read back after each set. Then, unless --no-torch, PyTorch's context in a
@@ -75,7 +75,9 @@ def main():
     lim = ctypes.c_size_t()
     call("cuCtxGetLimit", ctypes.byref(lim), CU_LIMIT_STACK_SIZE)
     res["stack_default_bytes"] = lim.value
-    for want in (0, 256):
+    # 16: the floor tinytrain's backend sets (TT_CUDA_STACK_MIN_BYTES, TINYTRAIN_CUDA_STACK); each
+    # size from the default's context in turn, whether or not a smaller one was refused
+    for want in (0, 16, 256):
         try:
             call("cuCtxSetLimit", CU_LIMIT_STACK_SIZE, ctypes.c_size_t(want))
         except RuntimeError as e:
@@ -84,13 +86,13 @@ def main():
         call("cuCtxGetLimit", ctypes.byref(lim), CU_LIMIT_STACK_SIZE)
         res["stack_after_set_%d_bytes" % want] = lim.value
         res["used_after_stack_%d_mib" % want] = used()[0]
-        break
     for k in sorted(res):
         v = res[k]
         print("%-28s %s" % (k, "%.1f" % v if isinstance(v, float) else v))
     freed = [res[k] for k in res if k.startswith("used_after_stack_")]
     if freed:
-        print("a lower stack limit gave back %.1f MiB of the context" % (u - freed[0]))
+        print("a lower stack limit gave back %.1f MiB of the context (at most, over %s)" % (
+            u - min(freed), ", ".join(k[len("used_after_stack_"):-4] for k in res if k.startswith("used_after_stack_"))))
     try:  # cuDevicePrimaryCtxRelease (the unversioned symbol every driver keeps); the process ends anyway
         call("cuDevicePrimaryCtxRelease", dev)
     except (RuntimeError, AttributeError):

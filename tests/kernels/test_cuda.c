@@ -181,8 +181,30 @@ int main(int argc, char **argv) {
     if (ev) gpu->event_destroy(gpu, ev);
     TT_TEST_END();
   }
+  { /* the stack limit (docs/gpu.md#the-stack-limit): setup sets it to our kernels' need, the floor
+     * since they take no local memory; TINYTRAIN_CUDA_STACK=0 leaves it alone. A backend of each. */
+    int sets[3] = {0, 0, 0};
+    size_t lim = 0;
+    tt_backend_knobs k = tt_knobs_get()->be;
+    TT_TEST_BEGIN("cuda_stack_limit");
+    tt_emu_stack_limit(&sets[0]);
+    for (int on = 1; on >= 0; on--) {
+      size_t r2 = 0;
+      k.cuda_stack = on;
+      tt_backend *g2 = tt_cuda_backend_create(&r2, &k, err.msg, sizeof err.msg);
+      TT_CHECK(g2 != NULL, "a backend with TINYTRAIN_CUDA_STACK=%d: %s", on, err.msg);
+      if (g2) g2->destroy(g2);
+      size_t l = tt_emu_stack_limit(&sets[2 - on]);
+      if (on) lim = l;
+    }
+    TT_CHECK(sets[1] == sets[0] + 1 && lim == TT_CUDA_STACK_MIN_BYTES, "TINYTRAIN_CUDA_STACK=1: limit %zu bytes after %d sets "
+             "(%d before): not the %zu-byte floor, set once", lim, sets[1], sets[0], (size_t)TT_CUDA_STACK_MIN_BYTES);
+    TT_CHECK(sets[2] == sets[1], "TINYTRAIN_CUDA_STACK=0 set the limit (%d sets, %d before)", sets[2], sets[1]);
+    TT_TEST_END();
+  }
 #else
   printf("SKIP cuda_blocking_waits: checked under the emulation (tt_emu_device_flags)\n");
+  printf("SKIP cuda_stack_limit: checked under the emulation (tt_emu_stack_limit); tests/gpu/memprobe.py on a card\n");
 #endif
   allocs = tt_cuda_alloc_count(gpu);
   /* the op tests of `--only kernels` (tests/gpu/acceptance.sh step 6: racecheck over our own
