@@ -508,9 +508,12 @@ static void plan_text_offload(const tt_session *s, FILE *out) {
             "copied out in forward and back before backward on the copy stream (%.0f GB/s)\n", p->n_act_offloaded,
             plan_mib(p->act_offload_bytes), s->policy_opts.host_bytes / 1073741824.0, bw / 1e9);
   if (!p->n_offloaded) return;
+  size_t state = 0; /* the optimizer state's share of the pinned region */
+  for (int i = 0; i < p->nbufs; i++)
+    if (p->bufs[i].host && p->bufs[i].cls == TT_BC_OPTIMIZER) state += p->bufs[i].bytes;
   fprintf(out, "  offload     optimizer state in pinned host memory: %.2f MiB in %d buffers (host budget %.2f GiB, "
           "--host-mem);\n              streamed through a %.2f MiB device window (2 slots, update phase only); copies "
-          "%.1f ms per optimizer step at %.0f GB/s\n", plan_mib(p->host_bytes), p->n_offloaded,
+          "%.1f ms per optimizer step at %.0f GB/s\n", plan_mib(state), p->n_offloaded,
           s->policy_opts.host_bytes / 1073741824.0, plan_mib(2 * p->offload_slot_bytes), 1e3 * tt_offload_cost_s(p, s->profile),
           bw / 1e9);
 }

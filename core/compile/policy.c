@@ -711,9 +711,9 @@ static int policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts
         policy_add_alt(r, mb, dts[d], ru, p.arena_bytes, ms);
         tt_program_free(&p);
       }
-      /* a smaller micro-batch without recompute is never faster in the model; one with
-       * recompute might be, so keep going only while this one needed recompute */
-      if (ru == 0) break;
+      /* a smaller micro-batch without recompute or offloaded activations is never faster in
+       * the model; one with them might be, so keep going only while this one needed either */
+      if (ru == 0 && !policy_has_offload(rec, n)) break;
     }
   }
   return !have && failed && *min_arena == (size_t)-1 ? -1 : have;
