@@ -684,6 +684,18 @@ struct tt_backend {
   int (*graph_scale)(tt_backend *b, float grad_scale);
   int (*graph_launch)(tt_backend *b, void *graph);
   void (*graph_destroy)(tt_backend *b, void *graph);
+
+  /* ---- saved activations in pinned host memory (optional, last; NULL: the planner never offloads
+   * an activation). Added for issue 42 (item 2): a value is copied out in forward while the compute
+   * stream goes on, and only the step that would overwrite its storage waits. ----
+   * download_after: copies bytes from src (device) to host_alloc'ed dst on the copy stream after the
+   * latest record of `after` (event_record's; NULL: after nothing), without making the compute
+   * stream wait; records `done` (may be NULL) on the copy stream after the copy. src must stay
+   * unchanged until compute waits for `done` (event_wait) before overwriting it.
+   * event_wait: compute work queued after the call waits for the latest record of ev (on either
+   * stream) made before it; no host wait. */
+  int (*download_after)(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes, void *after, void *done);
+  int (*event_wait)(tt_backend *b, void *ev);
 };
 
 /* Declares the named entries of one op family for backend prefix P (tt_ref, tt_cpu, tt_cuda):

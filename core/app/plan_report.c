@@ -200,7 +200,7 @@ static void plan_text_loader(const tt_session *s, FILE *out) {
  * (may be NULL) receives the per-tensor list for JSON. Text: one line per class with a choice;
  * JSON: b gets ", \"tensors\": {...}". */
 static void plan_tensors(const tt_session *s, FILE *out, tt_strbuf *b) {
-  static const char *const dname[3] = {"keep", "recompute", "compress"};
+  static const char *const dname[4] = {"keep", "recompute", "compress", "offload"};
   const tt_program *p = &s->sched.train;
   const tt_graph *g = &s->graph;
   tt_tensor_dec *d = (tt_tensor_dec *)malloc(sizeof(tt_tensor_dec) * (size_t)g->nnodes);
@@ -211,28 +211,31 @@ static void plan_tensors(const tt_session *s, FILE *out, tt_strbuf *b) {
   }
   if (b) tt_strbuf_printf(b, ", \"tensors\": {\"classes\": [");
   for (int k = 0, first = 1; k < TT_L_KIND_COUNT; k++) {
-    int cnt[3] = {0, 0, 0};
-    size_t by[3] = {0, 0, 0}, held[3] = {0, 0, 0};
-    double ms[3] = {0, 0, 0};
+    int cnt[4] = {0, 0, 0, 0};
+    size_t by[4] = {0, 0, 0, 0}, held[4] = {0, 0, 0, 0};
+    double ms[4] = {0, 0, 0, 0};
     for (int i = 0; i < nd; i++)
       if ((int)g->nodes[d[i].node].kind == k)
         cnt[d[i].decision]++, by[d[i].decision] += d[i].bytes, held[d[i].decision] += d[i].held_bytes, ms[d[i].decision] += d[i].ms;
-    if (!cnt[0] && !cnt[1] && !cnt[2]) continue;
+    if (!cnt[0] && !cnt[1] && !cnt[2] && !cnt[3]) continue;
     const char *name = tt_layer_kind_name((tt_layer_kind)k);
     if (b)
       tt_strbuf_printf(b, "%s{\"class\": \"%s\", \"kept\": %d, \"kept_bytes\": %zu, \"recomputed\": %d, \"recomputed_bytes\": %zu, "
                           "\"recompute_ms\": %.3f, \"compressed\": %d, \"compressed_bytes\": %zu, \"compressed_held_bytes\": %zu, "
-                          "\"compress_ms\": %.3f}",
-                       first ? "" : ", ", name, cnt[0], by[0], cnt[1], by[1], ms[1], cnt[2], by[2], held[2], ms[2]);
-    else if (cnt[1] || cnt[2]) {
-      char rp[96] = "", cp[96] = "";
+                          "\"compress_ms\": %.3f, \"offloaded\": %d, \"offloaded_bytes\": %zu, \"offload_ms\": %.3f}",
+                       first ? "" : ", ", name, cnt[0], by[0], cnt[1], by[1], ms[1], cnt[2], by[2], held[2], ms[2], cnt[3], by[3],
+                       ms[3]);
+    else if (cnt[1] || cnt[2] || cnt[3]) {
+      char rp[96] = "", cp[96] = "", op[96] = "";
+      if (cnt[3]) snprintf(op, sizeof op, "; %d offloaded: %.1f MiB to host for %.1f ms", cnt[3], plan_mib(by[3]), ms[3]);
       if (cnt[1]) snprintf(rp, sizeof rp, "; %d recomputed: %.1f MiB freed for %.1f ms", cnt[1], plan_mib(by[1]), ms[1]);
       if (cnt[2])
         snprintf(cp, sizeof cp, "; %d compressed: %.1f MiB held in %.1f MiB for %.1f ms", cnt[2], plan_mib(by[2]),
                  plan_mib(held[2]), ms[2]);
-      fprintf(out, "  %-11s %-8s %d kept (%.1f MiB)%s%s\n", first ? "tensors" : "", name, cnt[0], plan_mib(by[0]), rp, cp);
+      fprintf(out, "  %-11s %-8s %d kept (%.1f MiB)%s%s%s\n", first ? "tensors" : "", name, cnt[0], plan_mib(by[0]), rp, cp,
+              op);
     }
-    if (b || cnt[1] || cnt[2]) first = 0;
+    if (b || cnt[1] || cnt[2] || cnt[3]) first = 0;
   }
   if (b) {
     tt_strbuf_printf(b, "], \"decisions\": [");
@@ -315,11 +318,12 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
                      held, m >= 0 && m < 4 ? mode[m] : "?", n[0], n[1], n[2], TT_STATE_BLOCK, f32);
     /* planned host offload (core/compile/offload.h): the pinned bytes, and what they are */
     tt_strbuf_printf(&b, ", \"offload_bytes\": %zu, \"offload\": {\"optimizer_state\": %s, \"buffers\": %d, "
-                         "\"window_bytes\": %zu, \"link_bytes_per_s\": %.0f, \"copy_ms\": %.3f}, "
-                         "\"recompute\": [",
+                         "\"window_bytes\": %zu, \"link_bytes_per_s\": %.0f, \"copy_ms\": %.3f, \"activations\": %d, "
+                         "\"activation_bytes\": %zu}, \"recompute\": [",
                      p->host_bytes, p->n_offloaded ? "true" : "false", p->n_offloaded,
                      p->n_offloaded ? 2 * p->offload_slot_bytes : (size_t)0,
-                     tt_offload_link_bytes_per_s(s->profile), 1e3 * tt_offload_cost_s(p, s->profile));
+                     tt_offload_link_bytes_per_s(s->profile), 1e3 * tt_offload_cost_s(p, s->profile), p->n_act_offloaded,
+                     p->act_offload_bytes);
   }
   int first = 1;
   for (int i = 0; i < g->nnodes; i++)
@@ -506,11 +510,18 @@ static void plan_text_ostate(const tt_session *s, FILE *out) {
  * window it streams through and what the copies cost per optimizer step on the card's link. */
 static void plan_text_offload(const tt_session *s, FILE *out) {
   const tt_program *p = &s->sched.train;
-  if (!p->n_offloaded) return;
   double bw = tt_offload_link_bytes_per_s(s->profile);
+  if (p->n_act_offloaded)
+    fprintf(out, "  offload     %d saved activations in pinned host memory: %.2f MiB (host budget %.2f GiB, --host-mem); "
+            "copied out in forward and back before backward on the copy stream (%.0f GB/s)\n", p->n_act_offloaded,
+            plan_mib(p->act_offload_bytes), s->policy_opts.host_bytes / 1073741824.0, bw / 1e9);
+  if (!p->n_offloaded) return;
+  size_t state = 0; /* the optimizer state's share of the pinned region */
+  for (int i = 0; i < p->nbufs; i++)
+    if (p->bufs[i].host && p->bufs[i].cls == TT_BC_OPTIMIZER) state += p->bufs[i].bytes;
   fprintf(out, "  offload     optimizer state in pinned host memory: %.2f MiB in %d buffers (host budget %.2f GiB, "
           "--host-mem);\n              streamed through a %.2f MiB device window (2 slots, update phase only); copies "
-          "%.1f ms per optimizer step at %.0f GB/s\n", plan_mib(p->host_bytes), p->n_offloaded,
+          "%.1f ms per optimizer step at %.0f GB/s\n", plan_mib(state), p->n_offloaded,
           s->policy_opts.host_bytes / 1073741824.0, plan_mib(2 * p->offload_slot_bytes), 1e3 * tt_offload_cost_s(p, s->profile),
           bw / 1e9);
 }

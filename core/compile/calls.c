@@ -20,7 +20,7 @@ const char *tt_call_name(int fn) {
       "gap_fwd", "gap_bwd", "dropout_fwd", "dropout_bwd", "add", "accumulate", "channel_copy", "act_mask",
       "act_bwd_mask", "pool_argmax", "pool_bwd_idx", "save_compress", "save_restore", "tokens_fwd", "tokens_bwd",
       "token_pool_fwd", "token_pool_bwd", "bn_apply", "bn_fwd_train_relu", "bn_bwd_relu", "bn_fwd_train_add_relu", "bn_bwd_add_relu", "normalize_u8", "cast",
-      "cast_multi", "softmax_ce", "zero", "check_finite", "sum_squares", "update", "update_multi"};
+      "cast_multi", "softmax_ce", "zero", "check_finite", "sum_squares", "update", "update_multi", "offload"};
   return fn >= 0 && fn < TT_CALL_COUNT && names[fn] ? names[fn] : "call";
 }
 
@@ -173,7 +173,8 @@ static int calls_run_end(const tt_program *p, int i, int end) {
  * its own (calls_check). member: a member of a *_MULTI call before it. */
 static int calls_fixed(calls_list *l, int i, int member) {
   const tt_step *s = &l->p->steps[i];
-  static const int fn_of[] = {TT_CALL_NORMALIZE, TT_CALL_CAST, -1, TT_CALL_SOFTMAX_CE, -1, -1, TT_CALL_UPDATE, TT_CALL_CLIP};
+  static const int fn_of[] = {TT_CALL_NORMALIZE, TT_CALL_CAST, -1, TT_CALL_SOFTMAX_CE, -1, -1, TT_CALL_UPDATE, TT_CALL_CLIP,
+                                TT_CALL_OFFLOAD};
   tt_call *c;
   if ((int)s->op < 0 || (size_t)s->op >= sizeof fn_of / sizeof fn_of[0] || fn_of[s->op] < 0)
     return tt_fail(l->err, "internal error: step %d of kind %d has no fixed call", i, (int)s->op);
@@ -192,6 +193,10 @@ static int calls_fixed(calls_list *l, int i, int member) {
     case TT_S_CLIP:
       c->out[0] = s->out[TT_CLIP_SUMSQ], c->op.dt = TT_F32;
       if (calls_grad_region(l->p, &c->region_off, &c->region_count, l->err)) return -1;
+      break;
+    case TT_S_OFFLOAD: /* an offloaded activation's copy or event (offload.c) */
+      c->in[0] = s->in[0], c->out[0] = s->out[0], c->mode = s->arg, c->node = s->node;
+      c->op.dt = l->p->bufs[s->in[0]].dtype;
       break;
     default: /* TT_S_UPDATE */
       c->in[0] = s->in[TT_UPD_GRAD], c->out[0] = s->out[TT_UPD_PARAM], c->out[1] = s->out[TT_UPD_M];

@@ -4,6 +4,8 @@
 #include "cost.h"
 #include "offload.h"
 
+#include <stdlib.h>
+
 /* Ranking numbers, not promises: a T4-class card (8 TFLOP/s fp32, ~30 TFLOP/s sustained fp16
  * tensor-core, 300 GB/s) and a 2-core AVX2 CPU. Memory figures never depend on them. */
 static const tt_device_profile cost_cuda = {"cuda (generic T4-class estimate)", 8e12, 30e12, 300e9, 8e-6, NULL, 0, 0, 0, 0, 0.0, 0.0, 0.0};
@@ -104,6 +106,7 @@ const char *tt_profile_gpu_list(void) {
 static double cost_step_s(const tt_program *p, const tt_step *s, const tt_device_profile *prof) {
   const tt_graph *g = p->graph;
   double flops = 0.0, bytes = 0.0;
+  if (s->op == TT_S_OFFLOAD) return 0.0; /* copies on the copy stream: tt_cost_predict_ms's simulation */
   for (int k = 0; k < s->nin; k++)
     if (s->in[k] >= 0) bytes += (double)p->bufs[s->in[k]].bytes;
   for (int k = 0; k < s->nout; k++)
@@ -137,6 +140,38 @@ static double cost_step_s(const tt_program *p, const tt_step *s, const tt_device
   return (t > tb ? t : tb) + prof->op_overhead_s;
 }
 
+/* Seconds the offloaded activations' copies (offload.c's steps) add to one micro-step: the compute
+ * stream and the copy stream simulated side by side. Compute advances by each step's time; a copy
+ * out starts when the copy stream is free and its value has been written, a copy back when the
+ * copy stream is free and its slot's MARK has passed; WAIT holds compute until its copy out is
+ * done, IN until its copy back is. What is credited is the compute that runs while a copy does
+ * (the steps between OUT and WAIT, between MARK and IN); the rest is charged. */
+static double cost_offload_act_s(const tt_program *p, const tt_device_profile *prof) {
+  double bw = tt_offload_link_bytes_per_s(prof), t = 0.0, copy = 0.0, base = 0.0, all = 0.0;
+  if (!p->n_act_offloaded) return 0.0;
+  if (bw <= 0.0) return 1e30; /* no link: never chosen */
+  double *ev = (double *)calloc((size_t)p->n_act_offloaded * 2, sizeof(double));
+  for (int i = 0; i < p->micro_end; i++) {
+    const tt_step *s = &p->steps[i];
+    if (s->op != TT_S_OFFLOAD) {
+      double d = cost_step_s(p, s, prof);
+      t += d, base += d;
+      continue;
+    }
+    int k = (int)s->a.count;
+    double c = (double)p->bufs[s->in[0]].bytes / bw;
+    all += s->arg == TT_OFF_OUT || s->arg == TT_OFF_IN ? c : 0.0;
+    if (!ev) continue; /* out of memory: every copy charged below */
+    if (s->arg == TT_OFF_OUT) ev[2 * k] = t, copy = (copy > t ? copy : t) + c, ev[2 * k + 1] = copy;
+    else if (s->arg == TT_OFF_WAIT) t = t > ev[2 * k + 1] ? t : ev[2 * k + 1];
+    else if (s->arg == TT_OFF_MARK) ev[2 * k] = t;
+    else copy = (copy > ev[2 * k] ? copy : ev[2 * k]) + c, t = t > copy ? t : copy;
+  }
+  int ok = ev != NULL;
+  free(ev);
+  return ok ? t - base : all;
+}
+
 /* The steps before p->micro_end run accum_steps times per effective batch and the update
  * steps after it once; recomputed steps are summed separately (times accum_steps) for the
  * report. */
@@ -149,6 +184,7 @@ double tt_cost_predict_ms(const tt_program *p, const tt_device_profile *prof, do
     if (p->steps[i].flags & TT_SF_RECOMPUTE) rec += t;
   }
   upd += tt_offload_cost_s(p, prof); /* the offloaded optimizer state's copies (offload.h) */
+  micro += cost_offload_act_s(p, prof); /* the offloaded activations' copies not hidden by compute */
   int acc = p->policy.accum_steps > 0 ? p->policy.accum_steps : 1;
   if (recompute_ms) *recompute_ms = 1e3 * rec * acc;
   return 1e3 * (micro * acc + upd);

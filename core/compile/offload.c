@@ -9,10 +9,163 @@
 
 static size_t offload_align(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+/* A new buffer at the end of p's list (zeroed, node/param/alias -1), or NULL (err set). */
+static tt_buf *offload_new_buf(tt_program *p, tt_err *err) {
+  if (p->nbufs + 1 > p->cap_bufs) {
+    int nc = p->cap_bufs ? p->cap_bufs * 2 : 64;
+    tt_buf *q = (tt_buf *)realloc(p->bufs, (size_t)nc * sizeof(tt_buf));
+    if (!q) return tt_fail(err, "out of host memory adding an offload buffer to the program"), (tt_buf *)NULL;
+    p->bufs = q, p->cap_bufs = nc;
+  }
+  tt_buf *b = &p->bufs[p->nbufs++];
+  memset(b, 0, sizeof *b);
+  b->node = b->param = b->alias_of = -1;
+  return b;
+}
+
+/* Whether step s reads buffer b (an input slot). */
+static int offload_reads(const tt_step *s, int b) {
+  for (int k = 0; k < s->nin; k++)
+    if (s->in[k] == b) return 1;
+  return 0;
+}
+
+/* One offloaded activation as the pass finds it in the lowered steps (old indices): its value v
+ * (buffer), forward step f, the last forward step that uses it, the first and last backward
+ * steps that read it; then its host copy h and device slot r. */
+typedef struct off_act { int v, f, fwd_last, b1, bl, h, r; } off_act;
+
+/* The position key of an inserted step: 2 * old - 1 before old step `old`, 2 * old + 1 after it
+ * (the old steps sit at even keys), so one stable sort places every step. */
+typedef struct off_ins { int key, seq; tt_step s; } off_ins;
+
+static int off_ins_cmp(const void *a, const void *b) {
+  const off_ins *x = (const off_ins *)a, *y = (const off_ins *)b;
+  return x->key != y->key ? (x->key < y->key ? -1 : 1) : x->seq - y->seq;
+}
+
+static tt_step offload_step(const tt_program *p, int node, int mode, int k, int in, int out) {
+  tt_step s;
+  memset(&s, 0, sizeof s);
+  s.op = TT_S_OFFLOAD, s.node = node, s.arg = mode, s.ws = -1, s.a.count = (size_t)k;
+  s.kind = p->graph->nodes[node].kind, s.name = p->graph->model->layers[node].name;
+  for (int j = 0; j < TT_STEP_MAX_IO; j++) s.in[j] = s.out[j] = -1;
+  s.in[0] = in, s.nin = 1;
+  if (out >= 0) s.out[0] = out, s.nout = 1;
+  return s;
+}
+
+/* Finds where the value of node v (buffer b) is written, used in forward and read in backward
+ * (loss: the loss step's index). 0 when it is no candidate (no backward reader). */
+static int offload_find(const tt_program *p, int v, int b, int loss, off_act *a) {
+  a->v = b, a->f = a->fwd_last = a->b1 = a->bl = -1;
+  for (int i = 0; i < p->nsteps; i++) {
+    const tt_step *s = &p->steps[i];
+    int rd = offload_reads(s, b), wr = 0;
+    for (int k = 0; k < s->nout; k++) wr |= s->out[k] == b;
+    if (wr && a->f < 0 && i < loss && s->op == TT_S_FWD && s->node == v && !(s->flags & TT_SF_RECOMPUTE)) a->f = i;
+    if ((rd || wr) && i <= loss) a->fwd_last = i;
+    if (i > loss && wr) return 0; /* written again in backward (no saved value) */
+    if (i > loss && rd) a->bl = i, a->b1 = a->b1 < 0 ? i : a->b1;
+  }
+  return a->f >= 0 && a->b1 > loss && a->f < loss;
+}
+
+/* Saved activations to pinned host memory (policy.offload_sel): for each selected value, a host
+ * copy h (in the pinned region) and a device slot r (an activation buffer) that backward reads in
+ * its place, and four steps: OUT after the forward that writes it, WAIT after its last forward use
+ * or the next step (the value's storage lives until the copy out is waited for, so the copy runs
+ * beside that step), MARK before the backward step ahead of its first reader (the slot's life
+ * begins there) and IN before that reader (the copy back runs beside the step between). Steps are
+ * inserted and every lifetime moved to the new indices. 0, or -1 (err set). */
+static int offload_act_lower(tt_program *p, tt_err *err) {
+  const unsigned char *sel = p->policy.offload_sel;
+  int nn = p->graph->nnodes, loss = -1, na = 0, nins = 0, rc = -1;
+  p->n_act_offloaded = 0, p->act_offload_bytes = 0;
+  if (!p->policy.training || !sel) return 0;
+  for (int i = 0; i < p->micro_end && loss < 0; i++)
+    if (p->steps[i].op == TT_S_LOSS) loss = i;
+  off_act *acts = (off_act *)tt_calloc((size_t)nn, sizeof(off_act), "offload plan", err);
+  off_ins *ins = (off_ins *)tt_calloc((size_t)(p->nsteps + 4 * nn), sizeof(off_ins), "offload plan", err);
+  int *newi = (int *)tt_calloc((size_t)p->nsteps + 1, sizeof(int), "offload plan", err);
+  if (!acts || !ins || !newi) goto done;
+  for (int v = 1; v < nn - 1 && loss > 0; v++) {
+    int b = p->value_buf[v];
+    if (!sel[v] || b < 0 || p->bufs[b].persistent || p->bufs[b].host || !offload_find(p, v, b, loss, &acts[na])) continue;
+    off_act *a = &acts[na];
+    tt_buf *h = offload_new_buf(p, err), *r;
+    if (!h) goto done;
+    snprintf(h->name, sizeof h->name, "%.100s.host", p->bufs[b].name);
+    h->bytes = p->bufs[b].bytes, h->dtype = p->bufs[b].dtype, h->cls = TT_BC_ACTIVATIONS, h->node = v;
+    h->host = 1, h->persistent = 1, a->h = p->nbufs - 1;
+    if (!(r = offload_new_buf(p, err))) goto done;
+    snprintf(r->name, sizeof r->name, "%.100s.back", p->bufs[b].name);
+    r->bytes = p->bufs[b].bytes, r->dtype = p->bufs[b].dtype, r->cls = TT_BC_ACTIVATIONS, r->node = v;
+    a->r = p->nbufs - 1;
+    int wlast = a->fwd_last > a->f + 1 ? a->fwd_last : a->f + 1, mark = a->b1 - 1 > loss ? a->b1 - 1 : loss + 1;
+    ins[nins].key = 2 * a->f + 1, ins[nins].s = offload_step(p, v, TT_OFF_OUT, na, b, a->h), nins++;
+    ins[nins].key = 2 * wlast + 1, ins[nins].s = offload_step(p, v, TT_OFF_WAIT, na, a->h, -1), nins++;
+    ins[nins].key = 2 * mark - 1, ins[nins].s = offload_step(p, v, TT_OFF_MARK, na, a->h, -1), nins++;
+    ins[nins].key = 2 * a->b1 - 1, ins[nins].s = offload_step(p, v, TT_OFF_IN, na, a->h, a->r), nins++;
+    a->fwd_last = wlast;
+    for (int i = loss + 1; i < p->nsteps; i++) /* backward reads the slot */
+      for (int k = 0; k < p->steps[i].nin; k++)
+        if (p->steps[i].in[k] == b) p->steps[i].in[k] = a->r;
+    for (int j = 0; j < p->nbufs; j++) /* nothing takes the value's storage in place while it is copied */
+      if (p->bufs[j].alias_of == b) p->bufs[j].alias_of = p->bufs[j].first > loss ? a->r : -1;
+    p->act_offload_bytes += h->bytes;
+    na++;
+  }
+  if (!na) {
+    rc = 0;
+    goto done;
+  }
+  for (int i = 0; i < p->nsteps; i++) ins[nins].key = 2 * i, ins[nins].s = p->steps[i], nins++;
+  for (int i = 0; i < nins; i++) ins[i].seq = i;
+  qsort(ins, (size_t)nins, sizeof *ins, off_ins_cmp);
+  if (nins > p->cap_steps) {
+    tt_step *q = (tt_step *)realloc(p->steps, (size_t)nins * sizeof(tt_step));
+    if (!q) {
+      tt_fail(err, "out of host memory adding %d offload steps to the program", nins - p->nsteps);
+      goto done;
+    }
+    p->steps = q, p->cap_steps = nins;
+  }
+  for (int i = 0; i < nins; i++) {
+    p->steps[i] = ins[i].s;
+    if (!(ins[i].key & 1)) newi[ins[i].key / 2] = i;
+  }
+  newi[p->nsteps] = nins;
+  for (int j = 0; j < p->nbufs; j++) { /* every lifetime in the new indices; the host copies whole */
+    tt_buf *b = &p->bufs[j];
+    if (b->host || b->first < 0 || b->last < 0) continue;
+    b->first = newi[b->first], b->last = newi[b->last];
+  }
+  for (int i = 0; i < nins; i++) { /* the offload buffers' lifetimes from their steps */
+    const tt_step *s = &p->steps[i];
+    if (s->op != TT_S_OFFLOAD) continue;
+    const off_act *a = &acts[s->a.count];
+    if (s->arg == TT_OFF_WAIT) p->bufs[a->v].last = i;
+    if (s->arg == TT_OFF_MARK) p->bufs[a->r].first = i;
+  }
+  for (int k = 0; k < na; k++) {
+    p->bufs[acts[k].r].last = newi[acts[k].bl];
+    p->bufs[acts[k].h].first = 0, p->bufs[acts[k].h].last = nins - 1;
+  }
+  p->micro_end = newi[p->micro_end];
+  p->nsteps = nins;
+  p->n_act_offloaded = na;
+  rc = 0;
+done:
+  free(acts), free(ins), free(newi);
+  return rc;
+}
+
 int tt_offload_lower(tt_program *p, tt_err *err) {
   size_t slot = 0, a = p->align ? p->align : 1;
   int n = 0;
   p->offload_window = -1;
+  if (offload_act_lower(p, err)) return -1;
   if (!p->policy.training || !p->policy.offload) return 0;
   /* one slot holds a tensor's m then v, each at an aligned offset (the update kernels' pointers
    * keep the alignment the arena gives them) */
@@ -67,7 +220,7 @@ double tt_offload_cost_s(const tt_program *p, const tt_device_profile *prof) {
   double bytes = 0.0, bw = tt_offload_link_bytes_per_s(prof);
   if (!p->n_offloaded) return 0.0;
   for (int i = 0; i < p->nbufs; i++)
-    if (p->bufs[i].host) bytes += 2.0 * (double)p->bufs[i].bytes;
+    if (p->bufs[i].host && p->bufs[i].cls == TT_BC_OPTIMIZER) bytes += 2.0 * (double)p->bufs[i].bytes;
   return bw > 0.0 ? bytes / bw : 1e30; /* no link: never chosen */
 }
 

@@ -93,6 +93,13 @@ static int policy_has_compress(const unsigned char *rec, int n) {
   return 0;
 }
 
+/* Whether a set offloads a value (TT_DEC_OFFLOAD: the per-tensor search's fourth choice). */
+static int policy_has_offload(const unsigned char *rec, int n) {
+  for (int i = 0; i < n; i++)
+    if (rec[i] == TT_DEC_OFFLOAD) return 1;
+  return 0;
+}
+
 /* Lowers and plans c's candidate with recompute set rec in one memory form (POLICY_COMPACT |
  * POLICY_FUSED bits) and in-place ops as given; 0 and p filled, or -1 or TT_ERR_TOO_LARGE (err set).
  * rec holds per-tensor decisions (TT_DEC_*): those to compress become policy.compact_sel (the
@@ -105,12 +112,14 @@ static int policy_plan_one(const policy_ctx *c, int inplace, unsigned char *rec,
   memset(&pol, 0, sizeof pol);
   pol.micro_batch = c->mb, pol.accum_steps = c->accum, pol.act_dtype = c->dt, pol.inplace = inplace, pol.recompute = rec;
   pol.training = 1;
-  if (policy_has_compress(rec, n)) {
-    if (!(split = (unsigned char *)tt_malloc((size_t)n * 2, "per-tensor decisions", c->err))) return -1;
-    for (int i = 0; i < n; i++) split[i] = rec[i] == TT_DEC_RECOMPUTE, split[n + i] = rec[i] == TT_DEC_COMPRESS;
-    pol.recompute = split, pol.compact_sel = split + n;
+  int cmp = policy_has_compress(rec, n), off = policy_has_offload(rec, n);
+  if (cmp || off) {
+    if (!(split = (unsigned char *)tt_malloc((size_t)n * 3, "per-tensor decisions", c->err))) return -1;
+    for (int i = 0; i < n; i++)
+      split[i] = rec[i] == TT_DEC_RECOMPUTE, split[n + i] = rec[i] == TT_DEC_COMPRESS, split[2 * n + i] = rec[i] == TT_DEC_OFFLOAD;
+    pol.recompute = split, pol.compact_sel = cmp ? split + n : NULL, pol.offload_sel = off ? split + 2 * n : NULL;
     if (tt_knobs_get()->compact == 1) pol.compact_sel = NULL; /* TINYTRAIN_COMPACT=1: every value that can */
-    form |= POLICY_COMPACT;
+    if (cmp) form |= POLICY_COMPACT;
   }
   /* exact: a ReLU mask or pool index only where it frees the tensor (policy_try decides when) */
   pol.compact = (form & POLICY_COMPACT) != 0;
@@ -120,8 +129,14 @@ static int policy_plan_one(const policy_ctx *c, int inplace, unsigned char *rec,
   pol.offload = c->o->offload;
   pol.batch_transient = c->batch_transient;
   rc = policy_plan(c->g, &pol, c->be, c->memo, p, c->err);
+  if (!rc && p->host_bytes > c->o->host_bytes) { /* --host-mem bounds every pinned byte, state and activations */
+    tt_fail(c->err, "the plan's pinned host memory (%zu bytes) is over --host-mem (%zu bytes)", p->host_bytes,
+            c->o->host_bytes);
+    tt_program_free(p);
+    rc = TT_ERR_TOO_LARGE;
+  }
   if (split) {
-    if (!rc) p->policy.recompute = rec, p->policy.compact_sel = NULL;
+    if (!rc) p->policy.recompute = rec, p->policy.compact_sel = NULL, p->policy.offload_sel = NULL;
     free(split);
   }
   return rc;
@@ -442,6 +457,12 @@ static tt_save_forms policy_save_forms(const policy_ctx *c) {
   f.pool_idx = c->be->pool_argmax && c->be->pool_bwd_idx;
   f.lossy = c->be->save_compress && c->be->save_restore ? c->g->model->train.compress_saved : 0;
   if (tt_knobs_get()->compact == 0) f.mask = f.pool_idx = f.lossy = 0; /* TINYTRAIN_COMPACT=0: never */
+  f.bias = 0.0;
+  /* offload (CUDA): a copy stream that copies out without stopping compute, a link, a host budget */
+  int copies = (c->be->download_after && c->be->event_wait && c->be->upload_after && c->be->event_record) ||
+               (c->be->plan_caps & TT_CAP_ACT_OFFLOAD); /* plan --gpu: the card's entries */
+  f.link = c->o->host_bytes && !c->be->host_memory && copies ? tt_offload_link_bytes_per_s(c->o->profile) : 0.0;
+  f.host_left = (double)c->o->host_bytes;
   return f;
 }
 
@@ -642,17 +663,20 @@ static int policy_budget(const tt_graph *g, const tt_policy_opts *o, tt_policy_r
 /* Makes the fitting program p (per-tensor decisions rec, TT_DEC_*; predicted ms and rms) the
  * schedule: its recompute and compress arrays the result's own. */
 static void policy_keep(tt_policy_result *r, const tt_program *p, const unsigned char *rec, int n, double ms, double rms) {
-  int any = 0;
+  int any = 0, anyo = 0;
   r->train = *p;
   r->policy = p->policy;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n; i++) { /* compress holds 2n: the compact selection, then the offload one */
     r->recompute[i] = rec[i] == TT_DEC_RECOMPUTE, r->compress[i] = rec[i] == TT_DEC_COMPRESS;
-    any |= r->compress[i];
+    r->compress[n + i] = rec[i] == TT_DEC_OFFLOAD;
+    any |= r->compress[i], anyo |= r->compress[n + i];
   }
   r->policy.recompute = r->recompute;
   r->policy.compact_sel = any ? r->compress : NULL;
+  r->policy.offload_sel = anyo ? r->compress + n : NULL;
   r->train.policy.recompute = r->recompute;
   r->train.policy.compact_sel = r->policy.compact_sel;
+  r->train.policy.offload_sel = r->policy.offload_sel;
   r->predicted_step_ms = ms;
   r->recompute_ms = rms;
 }
@@ -701,9 +725,9 @@ static int policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts
         policy_add_alt(r, mb, dts[d], ru, p.arena_bytes, ms);
         tt_program_free(&p);
       }
-      /* a smaller micro-batch without recompute is never faster in the model; one with
-       * recompute might be, so keep going only while this one needed recompute */
-      if (ru == 0) break;
+      /* a smaller micro-batch without recompute or offloaded activations is never faster in
+       * the model; one with them might be, so keep going only while this one needed either */
+      if (ru == 0 && !policy_has_offload(rec, n)) break;
     }
   }
   return !have && failed && *min_arena == (size_t)-1 ? -1 : have;
@@ -761,7 +785,7 @@ static int policy_offload(const tt_graph *g, tt_backend *be, tt_policy_opts *o, 
   q.budget_bytes = r->budget_bytes, q.reserve_bytes = r->reserve_bytes;
   unsigned char *rec = (unsigned char *)tt_calloc((size_t)g->nnodes, 1, "schedule", err);
   q.recompute = (unsigned char *)tt_calloc((size_t)g->nnodes, 1, "schedule", err);
-  q.compress = (unsigned char *)tt_calloc((size_t)g->nnodes, 1, "schedule", err); /* as tt_policy_search's */
+  q.compress = (unsigned char *)tt_calloc((size_t)g->nnodes * 2, 1, "schedule", err); /* as tt_policy_search's */
   int got = 0, ostate_auto = tc->optimizer_state == TT_OSTATE_AUTO, keep_ostate = o->ostate;
   if (!rec || !q.recompute || !q.compress) got = -1;
   o->offload = 1;
@@ -795,7 +819,7 @@ int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oi
   if (policy_budget(g, &o, r, err)) return -1;
   unsigned char *rec = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
   r->recompute = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
-  r->compress = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
+  r->compress = (unsigned char *)tt_calloc((size_t)n * 2, 1, "schedule", err); /* compact, then offload */
   if (!rec || !r->recompute || !r->compress) {
     free(rec);
     tt_policy_result_free(r);
@@ -936,7 +960,8 @@ static void policy_savings(const tt_graph *g, tt_backend *be, const tt_policy_op
   if (!none) return;
   dec = none + n;
   for (int i = 0; i < n; i++)
-    dec[i] = r->recompute[i] ? TT_DEC_RECOMPUTE : r->compress && r->compress[i] ? TT_DEC_COMPRESS : TT_DEC_KEEP;
+    dec[i] = r->recompute[i] ? TT_DEC_RECOMPUTE : r->compress && r->compress[i] ? TT_DEC_COMPRESS
+             : r->policy.offload_sel && r->policy.offload_sel[i] ? TT_DEC_OFFLOAD : TT_DEC_KEEP;
   policy_ctx c = tt_policy_ctx_of(g, be, o, 0, pol->micro_batch, pol->accum_steps, TT_F32, NULL, NULL, &e2);
   if (!policy_try_form(&c, 0, none, 0, &q)) {
     r->arena_fp32_plain = q.arena_bytes;

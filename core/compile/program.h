@@ -56,10 +56,22 @@ typedef enum {
   TT_S_BWD,            /* backward of `node`: slots below */
   TT_S_CHECK,          /* overflow check of every gradient accumulator; out: flag */
   TT_S_UPDATE,         /* optimizer update of param `arg`: in grad; out param, m, v */
-  TT_S_CLIP            /* [train] clip_norm: the sum of squares of the whole gradient region (every
+  TT_S_CLIP,           /* [train] clip_norm: the sum of squares of the whole gradient region (every
                         * gradient accumulator, end to end in the arena with their zero padding);
                         * out: that sum, fp32, which every update then reads on the device */
+  TT_S_OFFLOAD         /* an offloaded saved activation's copy step (offload.c, arg a TT_OFF_*; a.count
+                        * the activation's index k, which names its events): OUT in the value, out its
+                        * host copy; WAIT in the host copy; MARK in the host copy; IN in the host copy,
+                        * out the device slot backward reads */
 } tt_step_op;
+
+/* TT_S_OFFLOAD's arg: the four steps of one offloaded activation k (core/compile/offload.h). */
+enum {
+  TT_OFF_OUT = 0,  /* after the value's forward: record mark[k]; copy device -> host after it (done[k]) */
+  TT_OFF_WAIT = 1, /* where the value's storage dies: later compute waits for done[k] */
+  TT_OFF_MARK = 2, /* where the device slot's life begins: record mark[k] (its storage is free) */
+  TT_OFF_IN = 3    /* before the first backward reader: copy host -> slot after mark[k]; compute waits */
+};
 
 /* Operand slots: the in[]/out[] entry that holds each tensor. An absent optional operand (a
  * bias, the input gradient of a layer fed by the image, dlogits when evaluating, optimizer
@@ -227,6 +239,8 @@ enum {
                          * skipped when the step's clip_norm is 0 */
   TT_CALL_UPDATE,       /* UPDATE: in grad; out param, m, v; the optimizer's update (a.count values) */
   TT_CALL_UPDATE_MULTI, /* the next `nseg` TT_CALL_UPDATE calls (members) as one *_update_multi */
+  TT_CALL_OFFLOAD,      /* TT_S_OFFLOAD: mode a TT_OFF_*, a.count the activation's index; in[0] / out[0] the
+                         * step's; runs on the copy stream and events (offload_exec.c) */
   TT_CALL_COUNT
 };
 
@@ -280,7 +294,8 @@ typedef struct tt_call {
  * backend and the knobs; calls.c reads it). */
 enum {
   TT_CAP_BN_RELU_FWD = 1, TT_CAP_BN_RELU_BWD = 2, TT_CAP_CAST_MULTI = 4, TT_CAP_UPDATE_MULTI = 8,
-  TT_CAP_BN_ADD_RELU_FWD = 16, TT_CAP_BN_ADD_RELU_BWD = 32
+  TT_CAP_BN_ADD_RELU_FWD = 16, TT_CAP_BN_ADD_RELU_BWD = 32,
+  TT_CAP_ACT_OFFLOAD = 64 /* plan only: saved activations may go to pinned host memory (backend.h download_after) */
 };
 /* The fusions' capabilities, which TINYTRAIN_FUSE=0 takes away. */
 #define TT_CAP_FUSIONS (TT_CAP_BN_RELU_FWD | TT_CAP_BN_RELU_BWD | TT_CAP_BN_ADD_RELU_FWD | TT_CAP_BN_ADD_RELU_BWD)
@@ -311,6 +326,9 @@ typedef struct tt_policy {
   int batch_transient; /* training on a backend that stages batches: 1 keeps the uint8 batch and the labels
                         * transient (the next batch's copy then waits for the step), where the budget
                         * binds (policy.c); 0 persistent, copied while the step computes (lower.c) */
+  const unsigned char *offload_sel; /* training, per node: 1 = its saved value is copied to pinned host memory
+                        * in forward and back before its backward (the per-tensor search's TT_DEC_OFFLOAD,
+                        * offload.c's steps); NULL: none */
 } tt_policy;
 
 
@@ -363,7 +381,9 @@ typedef struct tt_program {
   size_t host_bytes;   /* the pinned host region: the host buffers end to end, aligned (0: none) */
   int offload_window;  /* the device window's buffer (two slots of offload_slot_bytes, update phase only), or -1 */
   size_t offload_slot_bytes; /* one slot: the largest tensor's state (m, then v at an aligned offset) */
-  int n_offloaded;     /* host buffers */
+  int n_offloaded;     /* host buffers of the optimizer state */
+  int n_act_offloaded; /* saved activations offloaded (policy.offload_sel): host buffers, four steps each */
+  size_t act_offload_bytes; /* their host copies' bytes (the values' bytes) */
 } tt_program;
 
 /* The tt_state_fmt parameter pr's optimizer state is held in under policy pol: the model's [train]

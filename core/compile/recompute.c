@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "recompute.h"
+#include "offload.h"
 
 /* A node v is a cut when no edge jumps over it: then its output alone carries everything the
  * rest of the network needs, and it can serve as a kept boundary. Views (flatten) never are. */
@@ -390,7 +391,7 @@ static double rc_op_secs(const tt_graph *g, int v, int mb, tt_dtype dt, const tt
 
 /* A candidate of the per-op searches: drop v and recompute it (compress 0), or keep v in its
  * compact or compressed form (compress 1, the per-tensor search); seconds per byte freed. */
-typedef struct rc_op_cand { double score, bytes; int v, compress; } rc_op_cand;
+typedef struct rc_op_cand { double score, bytes; int v, compress; } rc_op_cand; /* compress 2: offload */
 
 static int rc_op_cmp(const void *a, const void *b) {
   const rc_op_cand *x = (const rc_op_cand *)a, *y = (const rc_op_cand *)b;
@@ -551,17 +552,29 @@ static int rc_op_search(const tt_graph *g, int micro_batch, tt_dtype dt, const t
       cand[nc].compress = 1;
       nc++;
     }
+    if (mode == 3 && forms && forms->link > 0.0 && reads[v] && extra <= 0.0) {
+      /* offload: both copies over the link, less the neighbouring op's compute they run beside (the
+       * next op's forward during the copy out, its backward, about twice that, during the copy back) */
+      double full = (double)micro_batch * (double)tt_node_numel(x) * (double)tt_dtype_size(dt), c = full / forms->link;
+      double nxt = rc_op_secs(g, v + 1, micro_batch, dt, prof), hid = (c < nxt ? c : nxt) + (c < 2.0 * nxt ? c : 2.0 * nxt);
+      cand[nc].v = v, cand[nc].bytes = full, cand[nc].compress = 2;
+      cand[nc].score = (2.0 * c - hid + 4.0 * prof->op_overhead_s) / full;
+      nc++;
+    }
   }
   qsort(cand, (size_t)nc, sizeof *cand, rc_op_cmp);
-  double freed = 0.0;
+  double freed = 0.0, host = 0.0;
   int marked = 0;
   for (int i = 0; i < nc && (need < 0 || freed < need); i++) {
     int v = cand[i].v;
     if (rec[v]) continue; /* dropped or compressed already (its other candidate won) */
     if (cand[i].compress) {
-      /* a kept source of a drop, or read by a recomputed op: both need it whole */
+      /* a kept source of a drop, or read by a recomputed op: both need it whole (an offloaded
+       * value is whole only from its copy back on, which a recompute's schedule does not wait for) */
       if (rule.pin[v] == 1 || rc_reader_recomputed(g, v, rec)) continue;
-      rec[v] = TT_DEC_COMPRESS;
+      if (cand[i].compress == 2 && host + cand[i].bytes > forms->host_left) continue; /* --host-mem */
+      if (cand[i].compress == 2) host += cand[i].bytes;
+      rec[v] = cand[i].compress == 2 ? TT_DEC_OFFLOAD : TT_DEC_COMPRESS;
       rule.pin[v] = 3; /* rc_op_chain: a source no later drop may use (not 2: not dropped) */
       freed += cand[i].bytes;
       marked++;
@@ -646,6 +659,13 @@ int tt_program_tensors(const tt_program *p, const tt_device_profile *prof, tt_te
     d->decision = rec && rec[v] ? TT_DEC_RECOMPUTE : held[v] > 0.0 ? TT_DEC_COMPRESS : TT_DEC_KEEP;
     d->held_bytes = d->decision == TT_DEC_KEEP ? d->bytes : d->decision == TT_DEC_COMPRESS ? (size_t)held[v] : 0;
     d->ms = d->decision == TT_DEC_KEEP ? 0.0 : ms[v];
+    if (p->policy.offload_sel && p->policy.offload_sel[v] && p->n_act_offloaded) {
+      /* offloaded (offload.c): its device slot is held from the copy back on; both copies over the link
+       * (what compute hides of them is in the plan's predicted step, not here) */
+      double bw = tt_offload_link_bytes_per_s(prof);
+      d->decision = TT_DEC_OFFLOAD, d->held_bytes = d->bytes;
+      d->ms = bw > 0.0 ? 1e3 * 2.0 * (double)d->bytes / bw * acc : 0.0;
+    }
   }
   free(reads), free(ms);
   return cnt;

@@ -58,15 +58,22 @@ int tt_recompute_add_cheap(const tt_graph *g, int micro_batch, tt_dtype dt, cons
                            int local, unsigned char *rec, double *freed, tt_err *err);
 /* The per-tensor search's decisions, per node (tt_recompute_search_tensors; the policy search's
  * sets hold them, policy.c turns them into tt_policy.recompute and tt_policy.compact_sel). */
-enum { TT_DEC_KEEP = 0, TT_DEC_RECOMPUTE = 1, TT_DEC_COMPRESS = 2 };
+enum { TT_DEC_KEEP = 0, TT_DEC_RECOMPUTE = 1, TT_DEC_COMPRESS = 2, TT_DEC_OFFLOAD = 3 };
 /* The smaller forms a value may be kept in for backward (the backend's entries and the recipe):
  * mask: a ReLU's 1-bit mask; pool_idx: a max pool's uint8 indices (both exact); lossy: the
  * tt_save_fmt of a convolution's input copy ([train] compress_saved; 0: none). */
 typedef struct tt_save_forms {
   int mask, pool_idx, lossy;
   double bias; /* the forms' price is multiplied by this in the order (0: 1); see policy.c */
+  double link; /* bytes/s of the host link a value may be offloaded over (TT_DEC_OFFLOAD, CUDA); 0: never */
+  double host_left; /* pinned host bytes the offloaded values may take in all (--host-mem) */
 } tt_save_forms;
 /* The per-tensor search: for every value backward reads, keep it, drop and recompute it (its
+ * recompute cascading only inside its unit), keep it in a compact or compressed form, or (forms->
+ * link > 0) offload it: copied to pinned host memory in forward and back before its backward,
+ * priced as both copies over the link less what the neighbouring op's compute hides (the next
+ * op's forward during the copy out, twice that, its backward, during the copy back), within
+ * forms->host_left bytes in all. In full: keep it, drop and recompute it (its
  * recompute cascading only inside its unit, as tt_recompute_add_cheap's local form, which is the
  * special case without forms), or keep it in a compact or compressed form (forms), cheapest
  * seconds per byte freed first until `need` bytes are freed (need < 0: every candidate).
@@ -80,9 +87,11 @@ int tt_recompute_search_tensors(const tt_graph *g, int micro_batch, tt_dtype dt,
  * excepted) and what the plan does with it (tt_program_tensors). */
 typedef struct tt_tensor_dec {
   int node;          /* the value's node */
-  int decision;      /* TT_DEC_*: kept whole, recomputed in backward, or held in compact/compressed forms */
+  int decision;      /* TT_DEC_*: kept whole, recomputed in backward, held in compact/compressed forms, or
+                      * offloaded to pinned host memory */
   size_t bytes;      /* the whole tensor at the program's micro-batch and dtype */
-  size_t held_bytes; /* what backward holds for it: bytes (kept), the forms' bytes (compressed), 0 (recomputed) */
+  size_t held_bytes; /* what backward holds for it: bytes (kept), the forms' bytes (compressed), 0 (recomputed),
+                      * its device slot's bytes (offloaded: live from the copy back to its last reader) */
   double ms;         /* predicted milliseconds per effective batch: its recompute steps (recomputed), its forms
                       * written and read, with a lossy copy's compress and restore (compressed); 0 kept */
 } tt_tensor_dec;

@@ -455,6 +455,7 @@ static int exec_call(exec_run *r, const tt_call *c, tt_err *err) {
     case TT_CALL_CAST:
     case TT_CALL_CAST_MULTI:
     case TT_CALL_SOFTMAX_CE: return exec_fixed_call(r, c, in, out, err);
+    case TT_CALL_OFFLOAD: return tt_offload_act_call(r->x, c, in[0], out[0], err); /* offload_exec.c */
     default: return tt_fail(err, "internal error: backend call %s (%d) in the micro-step", tt_call_name(c->fn), c->fn);
   }
   return 0;

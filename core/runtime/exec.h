@@ -70,6 +70,8 @@ typedef struct tt_exec {
   void *off_ev[2];
   int *off_calls;
   int n_off, off_k;
+  void **act_ev;       /* offloaded activations (offload.c's steps): mark[k] at 2k, done[k] at 2k + 1 */
+  int n_act_ev;
   /* The training micro-step as a backend graph (exec_graph.c): graph_on from TINYTRAIN_CUDA_GRAPH
    * at creation (a test may change it before the first step). Per kind (0: micro-step 0, 1: later
    * ones) graph_state is 0 before its first micro-step, 1 after that eager warm-up, 2 once recorded

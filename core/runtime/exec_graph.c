@@ -22,6 +22,7 @@ const char *tt_exec_graph_refusal(const tt_exec *x, const tt_program *p, int n) 
   if (n != p->policy.micro_batch) return "a partial batch (its loss counts fewer samples)";
   if (x->profile || x->sync_each) return "TINYTRAIN_PROFILE or TINYTRAIN_CUDA_SYNC looks at every call";
   if (x->after_step || x->ranks > 1) return "multi-process training hooks every step";
+  if (p->n_act_offloaded) return "offloaded activations copy on the copy stream between the steps";
   for (int k = 0; k < p->step_call[p->micro_end]; k++) {
     int fn = p->calls[k].fn;
     if (p->calls[k].skip == TT_CALL_RUNS && (fn == TT_CALL_DROPOUT_FWD || fn == TT_CALL_DROPOUT_BWD || fn == TT_OP_ATTN_FWD ||

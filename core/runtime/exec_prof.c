@@ -26,6 +26,7 @@ const char *tt_exec_step_op_name(const tt_step *s) {
     case TT_S_CHECK: return "overflow_check";
     case TT_S_UPDATE: return "update";
     case TT_S_CLIP: return "clip_norm";
+    case TT_S_OFFLOAD: return "offload";
     default: return "step";
   }
 }

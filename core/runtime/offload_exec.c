@@ -17,7 +17,10 @@ static size_t offx_align(size_t n, size_t a) { return (n + a - 1) / a * a; }
 int tt_offload_exec_setup(tt_exec *x, tt_err *err) {
   const tt_program *p = x->train;
   tt_backend *be = x->be;
-  if (!p || !p->n_offloaded || !p->host_bytes) return 0;
+  if (!p || (!p->n_offloaded && !p->n_act_offloaded) || !p->host_bytes) return 0;
+  if (p->n_act_offloaded && (!be->download_after || !be->event_wait || !be->upload_after))
+    return tt_fail(err, "backend '%s' cannot copy saved activations to host memory (no download_after or event_wait); "
+                   "plan without offload (--host-mem 0)", be->name);
   if (!be->host_alloc || !be->upload_async || !be->download_async || !be->event_create || !be->event_record)
     return tt_fail(err, "backend '%s' cannot stream optimizer state from host memory (no copy stream); plan without "
                    "offload (--host-mem 0)", be->name);
@@ -28,6 +31,13 @@ int tt_offload_exec_setup(tt_exec *x, tt_err *err) {
   memset(x->host, 0, p->host_bytes);
   for (int s = 0; s < 2; s++)
     if (!(x->off_ev[s] = be->event_create(be))) return tt_fail(err, "creating the offload window's events failed: %s", be->last_error(be));
+  if (p->n_act_offloaded) { /* two events per offloaded activation, made here: nothing is made in a step */
+    x->act_ev = (void **)tt_calloc((size_t)p->n_act_offloaded * 2, sizeof(void *), "offload events", err);
+    if (!x->act_ev) return -1;
+    for (int k = 0; k < 2 * p->n_act_offloaded; k++, x->n_act_ev++)
+      if (!(x->act_ev[k] = be->event_create(be)))
+        return tt_fail(err, "creating the offloaded activations' events failed: %s", be->last_error(be));
+  }
   x->off_calls = (int *)tt_calloc((size_t)p->ncalls + 1, sizeof(int), "offload schedule", err);
   if (!x->off_calls) return -1;
   for (int i = p->step_call[p->micro_end]; i < p->ncalls; i++) {
@@ -46,6 +56,9 @@ void tt_offload_exec_destroy(tt_exec *x) {
       be->event_destroy(be, x->off_ev[s]);
       x->off_ev[s] = NULL;
     }
+  for (int k = 0; k < x->n_act_ev; k++) be->event_destroy(be, x->act_ev[k]);
+  free(x->act_ev);
+  x->act_ev = NULL, x->n_act_ev = 0;
   if (x->host) {
     be->sync(be); /* no copy may still read or write the region */
     be->host_free(be, x->host);
@@ -112,5 +125,27 @@ int tt_offload_after(tt_exec *x, const tt_call *c, tt_err *err) {
   if (offx_copy(x, k, a, 0, NULL, err)) return -1;
   if (x->be->event_record(x->be, x->off_ev[a])) return tt_fail(err, "recording the offload window's event failed: %s", x->be->last_error(x->be));
   x->off_k++;
+  return 0;
+}
+
+int tt_offload_act_call(tt_exec *x, const tt_call *c, void *src, void *dst, tt_err *err) {
+  const tt_program *p = x->train;
+  tt_backend *be = x->be;
+  int k = (int)c->a.count, rc = 0;
+  if (!p || k < 0 || 2 * k + 1 >= x->n_act_ev)
+    return tt_fail(err, "internal error: offload call of activation %d outside the program's %d", k, x->n_act_ev / 2);
+  void *mark = x->act_ev[2 * k], *done = x->act_ev[2 * k + 1];
+  size_t n = p->bufs[c->in[0]].bytes;
+  switch (c->mode) {
+    case TT_OFF_OUT: rc = be->event_record(be, mark) || be->download_after(be, dst, src, n, mark, done); break;
+    case TT_OFF_WAIT: rc = be->event_wait(be, done); break;
+    case TT_OFF_MARK: rc = be->event_record(be, mark); break;
+    case TT_OFF_IN: rc = be->upload_after(be, dst, src, n, mark, NULL); break;
+    default: return tt_fail(err, "internal error: offload call mode %d", c->mode);
+  }
+  if (rc)
+    return tt_fail(err, "the saved activation '%s' (%zu bytes): its %s failed: %s", p->bufs[c->in[0]].name, n,
+                   c->mode == TT_OFF_OUT ? "copy to host memory" : c->mode == TT_OFF_IN ? "copy back to the device" : "event",
+                   be->last_error(be));
   return 0;
 }

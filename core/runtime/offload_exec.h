@@ -28,6 +28,12 @@ void tt_offload_window(const tt_exec *x, const tt_call *c, void **m1, void **m2)
  * tensor's state copied back to the host (the compute queued later waits for it). Nothing for
  * other calls. 0, or -1 with err set. */
 int tt_offload_after(tt_exec *x, const tt_call *c, tt_err *err);
+/* Runs call c (TT_CALL_OFFLOAD) of the training program: an offloaded activation's copy or event
+ * (program.h TT_OFF_*; src, dst: its in[0] and out[0] resolved, the host copy in the pinned region).
+ * OUT records mark and copies src -> dst after it on the copy stream (done recorded after); WAIT makes
+ * later compute wait for done; MARK records mark; IN copies src -> dst after mark, later compute
+ * waiting for it. 0, or -1 with err set naming the buffer. */
+int tt_offload_act_call(tt_exec *x, const tt_call *c, void *src, void *dst, tt_err *err);
 /* Host address of buffer b of the training program when it is a host buffer, else NULL. */
 void *tt_offload_host_ptr(const tt_exec *x, const tt_program *p, int b);
 

@@ -139,7 +139,7 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
      * and the calls the card gets */
     s->be->layouts_16bit = tt_cuda_layouts_16bit(&kn->be);
     s->be->plan_caps = TT_CAP_BN_RELU_FWD | TT_CAP_BN_RELU_BWD | TT_CAP_BN_ADD_RELU_FWD | TT_CAP_BN_ADD_RELU_BWD |
-                       TT_CAP_CAST_MULTI | TT_CAP_UPDATE_MULTI;
+                       TT_CAP_CAST_MULTI | TT_CAP_UPDATE_MULTI | TT_CAP_ACT_OFFLOAD;
   }
   if (gpu) {
     s->profile = gpu, s->target = gpu->name;

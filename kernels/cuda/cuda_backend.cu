@@ -325,6 +325,26 @@ static int cuda_be_upload_after(tt_backend *b, void *dst_dev, const void *src_ho
   return 0;
 }
 
+/* The activation's copy out (backend.h download_after): the copy stream waits for `after` only and
+ * the compute stream not at all; `done` follows the copy, and event_wait makes compute wait for it
+ * where the source's storage is reused. */
+static int cuda_be_download_after(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes, void *after,
+                                  void *done) {
+  tt_cuda_state *st = tt_cuda_st(b);
+  if (!bytes) return 0;
+  if (!dst_host || !src_dev) return tt_cuda_fail(b, "download_after: NULL pointer for %zu bytes", bytes);
+  if (after) CUDA_CHECK(b, cudaStreamWaitEvent(st->copy, (cudaEvent_t)after, 0));
+  CUDA_CHECK(b, cudaMemcpyAsync(dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, st->copy));
+  if (done) CUDA_CHECK(b, cudaEventRecord((cudaEvent_t)done, st->copy));
+  return 0;
+}
+
+static int cuda_be_event_wait(tt_backend *b, void *ev) {
+  if (!ev) return tt_cuda_fail(b, "event_wait: NULL event");
+  CUDA_CHECK(b, cudaStreamWaitEvent(tt_cuda_st(b)->compute, (cudaEvent_t)ev, 0));
+  return 0;
+}
+
 static int cuda_be_zero(tt_backend *b, void *p, size_t bytes) {
   tt_cuda_state *st = tt_cuda_st(b);
   if (!bytes) return 0;
@@ -683,6 +703,7 @@ static const tt_backend cuda_be_table = {
     cuda_be_profiler_range,                      /* TINYTRAIN_CUDA_PROFILE_STEP */
     tt_cuda_graph_begin, tt_cuda_graph_end, tt_cuda_graph_scale, tt_cuda_graph_launch, /* the micro-step as a */
     tt_cuda_graph_destroy,                                                              /* CUDA graph */
+    cuda_be_download_after, cuda_be_event_wait, /* saved activations in pinned host memory */
 };
 
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, const tt_backend_knobs *knobs, char *errbuf,
