@@ -70,7 +70,7 @@ static int exec_graph_record(tt_exec *x, const tt_program *p, int key, tt_exec_r
     x->graph_capturing = 0;
     int erc = be->graph_end(be, &g);
     if (rc || erc) { /* the call's own error first: it says which call could not be recorded */
-      snprintf(x->graph_note, sizeof x->graph_note, "%s", rc ? e.msg : be->last_error(be));
+      snprintf(x->graph_note, sizeof x->graph_note, "%.480s", rc ? e.msg : be->last_error(be)); /* the note is 512 bytes */
       if (g) be->graph_destroy(be, g);
       for (int t = 0; t < s; t++) be->graph_destroy(be, x->graph[key][t]), x->graph[key][t] = NULL;
       return -1;

@@ -16,7 +16,8 @@ On synthetic data (3x224x224 uint8 images, 1000 classes; nothing is read from di
    process of its own per repeat (this script with --torch-worker), timed with
    torch.cuda.synchronize() around the steps.
    Configurations: tt-fp32, tt-fp16 (tinytrain's default 16-bit layout, NCHW), tt-fp16-nhwc
-   (TINYTRAIN_LAYOUT=nhwc), torch-fp32, torch-amp (autocast + GradScaler, channels-first, cudnn
+   (TINYTRAIN_LAYOUT=nhwc, cuDNN's legacy API), tt-fp16-nhwc-graph (the same through cuDNN's graph
+   API: TINYTRAIN_CUDA_CONV_API=graph), torch-fp32, torch-amp (autocast + GradScaler, channels-first, cudnn
    benchmark off), torch-amp-best (channels_last + cudnn.benchmark: PyTorch's fastest eager
    setting for fixed shapes). SGD with momentum on both sides; TF32 off on both (tinytrain --tf32
    off; PyTorch's allow_tf32 flags False).
@@ -52,8 +53,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TT = os.path.join(ROOT, "tinytrain")
 GIB = 1 << 30
-CONFIGS = ("tt-fp32", "tt-fp16", "tt-fp16-nhwc", "torch-fp32", "torch-amp", "torch-amp-best")
+CONFIGS = ("tt-fp32", "tt-fp16", "tt-fp16-nhwc", "tt-fp16-nhwc-graph", "torch-fp32", "torch-amp", "torch-amp-best")
 LABEL = {"tt-fp32": "tinytrain fp32", "tt-fp16": "tinytrain fp16 (NCHW)", "tt-fp16-nhwc": "tinytrain fp16 NHWC",
+         "tt-fp16-nhwc-graph": "tinytrain fp16 NHWC, cuDNN graph API",
          "torch-fp32": "PyTorch fp32", "torch-amp": "PyTorch AMP",
          "torch-amp-best": "PyTorch AMP, channels_last + cudnn.benchmark"}
 
@@ -236,11 +238,17 @@ def gpu_present():
 
 # ----------------------------------------------------------------------------- tinytrain
 
+def tt_env(config):
+    """The environment settings a tinytrain configuration adds (NAME=VALUE strings)."""
+    return {"tt-fp16-nhwc": ["TINYTRAIN_LAYOUT=nhwc"],
+            "tt-fp16-nhwc-graph": ["TINYTRAIN_LAYOUT=nhwc", "TINYTRAIN_CUDA_CONV_API=graph"]}.get(config, [])
+
+
 def tinytrain_run(lines, recipe, config, batch, warmup, steps, timeout):
     out = tempfile.mkdtemp(prefix="tt_r50_")
     env = dict(os.environ)
-    if config == "tt-fp16-nhwc":
-        env["TINYTRAIN_LAYOUT"] = "nhwc"
+    for kv in tt_env(config):
+        env[kv.split("=")[0]] = kv.split("=", 1)[1]
     cmd = tt_command(recipe, "fp32" if config == "tt-fp32" else "fp16", batch, warmup, steps, out)
     t0 = time.time()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
@@ -253,7 +261,7 @@ def tinytrain_run(lines, recipe, config, batch, warmup, steps, timeout):
             say(lines, "  %s: over %d s, killed" % (config, timeout))
             return None
     wall = time.time() - t0
-    keep_log(config, (["TINYTRAIN_LAYOUT=nhwc"] if config == "tt-fp16-nhwc" else []) + cmd, text)
+    keep_log(config, tt_env(config) + cmd, text)
     if p.returncode != 0:
         say(lines, "  %s failed (exit %d): %s" % (config, p.returncode, text.strip()[-600:]))
         return None
@@ -631,7 +639,7 @@ def main():
                 if c.startswith("tt-"):
                     cmd = " ".join(tt_command(recipe, "fp32" if c == "tt-fp32" else "fp16", a.batch, a.warmup, a.steps,
                                               "OUT"))
-                    say(lines, "- %s, %d x: %s%s" % (c, a.repeats, "TINYTRAIN_LAYOUT=nhwc " if c == "tt-fp16-nhwc" else "", cmd))
+                    say(lines, "- %s, %d x: %s%s" % (c, a.repeats, "".join(kv + " " for kv in tt_env(c)), cmd))
                 else:
                     cmd = worker_command("speed", amp=c != "torch-fp32", best=c == "torch-amp-best", steps=a.steps,
                                          warmup=a.warmup, batch=a.batch)

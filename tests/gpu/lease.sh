@@ -7,16 +7,17 @@
 #                (tests/gpu/memprobe.py)                                                         25 s
 #                then tinytrain's reserve (plan --json), TINYTRAIN_CUDA_STACK=0 and 1         10 s
 #   2. test_cuda HEAD's kernels on the device, every op against the CPU backend                  70 s
-#   3. r50       ResNet-50 fp16, batch 256, 24 timed steps after 4, NCHW and NHWC (legacy API;
-#                the graph API's NHWC is issue 41 item 2, not built yet), and PyTorch AMP +
-#                channels_last + cudnn.benchmark over the same steps (one process each:
-#                tests/bench/resnet50_vs_torch.py), TINYTRAIN_CUDA_CONV_LOG=1 in their logs      125 s
+#   3. r50       ResNet-50 fp16, batch 256, 24 timed steps after 4, NCHW, NHWC through cuDNN's
+#                graph API (TINYTRAIN_CUDA_CONV_API=graph: refused per shape if it offers no
+#                engine) and through the legacy API, and PyTorch AMP + channels_last +
+#                cudnn.benchmark over the same steps (one process each:
+#                tests/bench/resnet50_vs_torch.py), TINYTRAIN_CUDA_CONV_LOG=1 in their logs      155 s
 #   4. profile   TINYTRAIN_PROFILE=1 over 8 steps of the NCHW run: the table's top rows          40 s
 #   5. ncu       Nsight Compute over one step of each layout (TINYTRAIN_CUDA_PROFILE_STEP=2,
 #                --profile-from-start off, its first 60 kernels, SpeedOfLight): the top ten      70 s
 #   6. torchprof PyTorch's profiler over 3 steps of its best setting: the kernel table          40 s
 #   7. fair4g    the largest batch in 4 GiB, whole process on both sides (PyTorch's allocator
-#                capped at 4 GiB less its measured context: --fair)                             100 s
+#                capped at 4 GiB less its measured context: --fair)                              70 s
 # Sum 480 s, with the unpacking about 490: the deadline cuts the last step's cap if needed.
 
 lease_r50_recipe() { # lease_r50_recipe FILE WARMUP STEPS: the benchmark's recipe (synthetic_size set)
@@ -62,13 +63,13 @@ if ! want 2; then result test_cuda SKIP 0 "not in --steps $STEPS"; else step_tes
 # ---- 3. ResNet-50 fp16 b256, 24 steps, both layouts, and PyTorch's best over the same steps ----
 step "3. ResNet-50 fp16 batch 256, 24 timed steps: NCHW, NHWC (legacy API), PyTorch AMP best"
 if ! want 3; then result r50 SKIP 0 "not in --steps $STEPS"; else
-t=$(elapsed); c=$(cap 125)
+t=$(elapsed); c=$(cap 155)
 if [ "$c" = 0 ]; then result r50 TIMEOUT 0 "no time left to start"; else
   TINYTRAIN_CUDA_CONV_LOG=1 run "$c" "$LOGS/3-r50.log" "${ENV[@]}" python3 tests/bench/resnet50_vs_torch.py --batch 256 \
-    --steps 24 --warmup 4 --repeats 1 --configs tt-fp16,tt-fp16-nhwc,torch-amp-best --skip-max-batch \
+    --steps 24 --warmup 4 --repeats 1 --configs tt-fp16,tt-fp16-nhwc-graph,tt-fp16-nhwc,torch-amp-best --skip-max-batch \
     --timeout $((c / 3)) --keep-logs "$LOGS/3-r50" --out "$WORK/r50.md"
   rc=$?
-  say "command: \`TINYTRAIN_CUDA_CONV_LOG=1 python3 tests/bench/resnet50_vs_torch.py --batch 256 --steps 24 --warmup 4 --repeats 1 --configs tt-fp16,tt-fp16-nhwc,torch-amp-best --skip-max-batch\` (exit $rc; one process each: a median of 3 takes three times as long); NHWC through the graph API: not built yet (issue 41 item 2)"
+  say "command: \`TINYTRAIN_CUDA_CONV_LOG=1 python3 tests/bench/resnet50_vs_torch.py --batch 256 --steps 24 --warmup 4 --repeats 1 --configs tt-fp16,tt-fp16-nhwc-graph,tt-fp16-nhwc,torch-amp-best --skip-max-batch\` (exit $rc; one process each: a median of 3 takes three times as long)"
   if [ -f "$WORK/r50.md" ]; then cat "$WORK/r50.md" >>"$REPORT"; else block "$LOGS/3-r50.log" 15; fi
   nconv=$(cat "$LOGS"/3-r50/*tt-fp16.log 2>/dev/null | grep -c '^TINYTRAIN_CUDA_CONV_LOG')
   say "convolution lines (TINYTRAIN_CUDA_CONV_LOG, NCHW run): $nconv; logs/3-r50/ holds them"
@@ -161,7 +162,7 @@ fi
 # ---- 7. the fair 4 GiB comparison ----
 step "7. largest ResNet-50 batch in 4 GiB, whole process on both sides (--fair)"
 if ! want 7; then result fair4g SKIP 0 "not in --steps $STEPS"; else
-t=$(elapsed); c=$(cap 100)
+t=$(elapsed); c=$(cap 70)
 if [ "$c" = 0 ]; then result fair4g TIMEOUT 0 "no time left to start"; else
   run "$c" "$LOGS/7-fair4g.log" "${ENV[@]}" python3 tests/bench/resnet50_vs_torch.py --only-max-batch --fair --configs '' \
     --vram 4G --timeout $((c / 2)) --keep-logs "$LOGS/7-fair4g" --out "$WORK/fair4g.md"
