@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* A context by value: the search, the reports and max_batch each fill in their own. */
 policy_ctx tt_policy_ctx_of(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
                                 tt_dtype dt, size_t *min_arena, tt_plan_memo *memo, tt_err *err) {

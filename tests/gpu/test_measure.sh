@@ -26,8 +26,9 @@ fi
 python3 tests/bench/resnet50_vs_torch.py --dry-run --fair --batch 256 --steps 24 --warmup 4 --out "$TMP/dry.md" >"$TMP/dry" 2>&1
 rc=$?
 d=$TMP/dry
-if [ $rc = 0 ] && [ "$(grep -c -- '--max-steps 28 ' "$d")" = 3 ] && [ "$(grep -c '"steps": 24, "warmup": 4' "$d")" = 3 ] &&
-   grep -q '^- tt-fp16, 3 x: ' "$d" && grep -q '"fair": true' "$d" && grep -q 'synthetic_size = 7424 images' "$d" &&
+if [ $rc = 0 ] && [ "$(grep -c -- '--max-steps 28 ' "$d")" = 4 ] && [ "$(grep -c '"steps": 24, "warmup": 4' "$d")" = 3 ] &&
+   grep -q '^- tt-fp16, 3 x: ' "$d" && grep -q '^- tt-fp16-nhwc-graph, 3 x: TINYTRAIN_LAYOUT=nhwc TINYTRAIN_CUDA_CONV_API=graph ' "$d" &&
+   grep -q '"fair": true' "$d" && grep -q 'synthetic_size = 7424 images' "$d" &&
    grep -q '^skipped here: ' "$d" && cmp -s "$d" "$TMP/dry.md"; then
   pass measure_bench_dry_run
 else
