@@ -181,6 +181,7 @@ static const tt_backend cpu_be_table = {
     tt_cpu_bn_fwd_train_add_relu, tt_cpu_bn_bwd_add_relu, /* a residual block's batch norm, add and ReLU in one call */
     NULL, NULL, NULL, /* timer_create, timer_elapsed, profiler_range: the host clock times the steps */
     NULL, NULL, NULL, NULL, NULL, /* graph_begin .. graph_destroy: no graphs on the host */
+    NULL, NULL, /* download_after, event_wait: no saved activations leave host memory */
 };
 
 tt_backend *tt_cpu_backend_create(int threads) { return tt_cpu_backend_create_knobs(threads, NULL); }

@@ -182,15 +182,6 @@ static void cpu_pool_cols(const tt_pool_desc *d, int j, int o0, int o1, int *lo,
   *hi = h < o1 - 1 ? h : o1 - 1;
 }
 
-/* The outputs [*o0, *o1] (inclusive; empty when *o0 > *o1) along one axis whose windows hold
- * input position i: o * stride - pad <= i <= o * stride - pad + k - 1, 0 <= o < out. */
-static inline void cpu_pool_cover(int i, int pad, int k, int stride, int out, int *o0, int *o1) {
-  int a = i + pad - k + 1;
-  *o0 = a <= 0 ? 0 : (a + stride - 1) / stride;
-  *o1 = (i + pad) / stride;
-  if (*o1 > out - 1) *o1 = out - 1;
-}
-
 #define CPU_POOL_MAX_PLANE(sfx, T, LD, ST)                                                                      \
   /* one NCHW plane x [h, w] -> y [p, q] (forward), or dx [h, w] from dy [p, q] (backward, bwd != 0): an      \
    * output row at a time, the window's taps in the reference's (ih, iw) order, each tap over the outputs    \
@@ -835,9 +826,9 @@ CPU_VEC_FN(cpu_pool_gather_nhwc_row, (const tt_pool_desc *d, tt_dtype dt, const 
            (d, dt, idx, dy, dx, beta, ih), {
   int c = d->c, iw, oh, ow, oh0, oh1, ow0, ow1;
   float acc[CPU_VEC_CHUNK], gbuf[CPU_VEC_CHUNK], obuf[CPU_VEC_CHUNK];
-  cpu_pool_cover(ih, d->pad_h, d->kh, d->stride_h, d->p, &oh0, &oh1);
+  tt_ref_pool_covering(ih, d->pad_h, d->kh, d->stride_h, d->p, &oh0, &oh1);
   for (iw = 0; iw < d->w; iw++) {
-    cpu_pool_cover(iw, d->pad_w, d->kw, d->stride_w, d->q, &ow0, &ow1);
+    tt_ref_pool_covering(iw, d->pad_w, d->kw, d->stride_w, d->q, &ow0, &ow1);
     for (int k0 = 0; k0 < c; k0 += CPU_VEC_CHUNK) {
       int e = c - k0 < CPU_VEC_CHUNK ? c - k0 : CPU_VEC_CHUNK, k;
       size_t xo = ((size_t)ih * d->w + iw) * c + k0;

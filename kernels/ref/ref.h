@@ -112,6 +112,15 @@ static inline void tt_ref_st(tt_dtype dt, void *p, size_t i, float v) {
  * fp32 per element); anything else fails with "<op>: unknown dtype N (fp32, fp16 or bf16)". */
 int tt_ref_dt_check(tt_backend *b, const char *op, tt_dtype dt);
 /* Gradient-output store: beta == 0 overwrites (never 0*old, which would keep a NaN). */
+/* The outputs [*o0, *o1] (inclusive; empty when *o0 > *o1) along one pooling axis whose windows
+ * contain input position i: o*stride - pad <= i <= o*stride - pad + k - 1, 0 <= o < out. Shared by
+ * the reference's and the CPU backend's gathers, so both sum the same windows. */
+static inline void tt_ref_pool_covering(int i, int pad, int k, int stride, int out, int *o0, int *o1) {
+  int a = i + pad - k + 1;
+  *o0 = a <= 0 ? 0 : (a + stride - 1) / stride;
+  *o1 = (i + pad) / stride;
+  if (*o1 > out - 1) *o1 = out - 1;
+}
 static inline void tt_ref_st_beta(tt_dtype dt, void *p, size_t i, float v, float beta) {
   if (beta != 0.0f) v += beta * tt_ref_ld(dt, p, i);
   tt_ref_st(dt, p, i, v);

@@ -166,6 +166,7 @@ static const tt_backend ref_be_table = {
     tt_ref_bn_fwd_train_add_relu, tt_ref_bn_bwd_add_relu, /* batch norm, add and ReLU in one call */
     NULL, NULL, NULL, /* timer_create, timer_elapsed, profiler_range: the host clock times the steps */
     NULL, NULL, NULL, NULL, NULL, /* graph_begin .. graph_destroy: no graphs on the host */
+    NULL, NULL, /* download_after, event_wait: no saved activations leave host memory */
 };
 
 tt_backend *tt_ref_backend_create(int threads) {

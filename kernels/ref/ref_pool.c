@@ -33,15 +33,6 @@ static void ref_pool_window(const tt_pool_desc *d, int oh, int ow, int *h0, int 
   *w1 = c1 > d->w ? d->w : c1;
 }
 
-/* The outputs [*o0, *o1] (inclusive; empty when *o0 > *o1) along one axis whose windows contain
- * input position i: o*stride - pad <= i <= o*stride - pad + k - 1, 0 <= o < out. */
-static void ref_pool_covering(int i, int pad, int k, int stride, int out, int *o0, int *o1) {
-  int a = i + pad - k + 1;
-  *o0 = a <= 0 ? 0 : (a + stride - 1) / stride;
-  *o1 = (i + pad) / stride;
-  if (*o1 > out - 1) *o1 = out - 1;
-}
-
 /* The checks every windowed pooling call makes: dtype, descriptor (mode), and a layout this
  * backend runs (NCHW, or NHWC where nhwc_pool allows it). */
 static int ref_pool_check(tt_backend *b, const char *op, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt) {
@@ -125,12 +116,12 @@ int tt_ref_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
     int ih, iw;
     for (ih = 0; ih < d->h; ih++) {
       int oh0, oh1;
-      ref_pool_covering(ih, d->pad_h, d->kh, d->stride_h, d->p, &oh0, &oh1);
+      tt_ref_pool_covering(ih, d->pad_h, d->kh, d->stride_h, d->p, &oh0, &oh1);
       for (iw = 0; iw < d->w; iw++) {
         int ow0, ow1, oh, ow;
         ptrdiff_t me = (ptrdiff_t)ih * d->w + iw;
         float acc = 0.0f;
-        ref_pool_covering(iw, d->pad_w, d->kw, d->stride_w, d->q, &ow0, &ow1);
+        tt_ref_pool_covering(iw, d->pad_w, d->kw, d->stride_w, d->q, &ow0, &ow1);
         for (oh = oh0; oh <= oh1; oh++)
           for (ow = ow0; ow <= ow1; ow++) {
             float g = tt_ref_ld(dt, dy, yoff + ((size_t)oh * d->q + ow) * es), bv;
@@ -190,11 +181,11 @@ int tt_ref_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const
     int ih, iw;
     for (ih = 0; ih < d->h; ih++) {
       int oh0, oh1;
-      ref_pool_covering(ih, d->pad_h, d->kh, d->stride_h, d->p, &oh0, &oh1);
+      tt_ref_pool_covering(ih, d->pad_h, d->kh, d->stride_h, d->p, &oh0, &oh1);
       for (iw = 0; iw < d->w; iw++) {
         int ow0, ow1, oh, ow;
         float acc = 0.0f;
-        ref_pool_covering(iw, d->pad_w, d->kw, d->stride_w, d->q, &ow0, &ow1);
+        tt_ref_pool_covering(iw, d->pad_w, d->kw, d->stride_w, d->q, &ow0, &ow1);
         for (oh = oh0; oh <= oh1; oh++)
           for (ow = ow0; ow <= ow1; ow++) {
             size_t yi = yoff + ((size_t)oh * d->q + ow) * es;
