@@ -113,7 +113,7 @@ static int offload_act_lower(tt_program *p, tt_err *err) {
         if (p->steps[i].in[k] == b) p->steps[i].in[k] = a->r;
     for (int j = 0; j < p->nbufs; j++) /* nothing takes the value's storage in place while it is copied */
       if (p->bufs[j].alias_of == b) p->bufs[j].alias_of = p->bufs[j].first > loss ? a->r : -1;
-    p->act_offload_bytes += h->bytes;
+    p->act_offload_bytes += p->bufs[a->h].bytes; /* h may have moved: the second buffer can realloc p->bufs */
     na++;
   }
   if (!na) {
