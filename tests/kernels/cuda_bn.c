@@ -33,6 +33,7 @@ void test_batchnorm(void) {
     tt_cuda_set_bn_resident(gpu, di < 3 ? res_cap : 0);
     if (di == 3) printf("  cuda_batchnorm: the held-on-chip form off from here (tt_cuda_set_bn_resident 0)\n");
     for (int s = 0; s < 13; s++) {
+      if (test_san_skip_dt(di, s)) continue;
       int N = shapes[s][0], C = shapes[s][1], HW = shapes[s][2];
       size_t cnt = (size_t)N * C * HW, wsb;
       void *ws;
@@ -149,6 +150,7 @@ void test_bn_relu_fused(void) {
   for (int di = 0; di < 3; di++)
     for (int s = 0; s < 9; s++)
       for (int tiny = 0; tiny < 2; tiny++) {
+        if (test_san_skip_dt(di, s)) continue;
         tt_dtype dt = test_dts[di];
         int N = shapes[s][0], C = shapes[s][1], HW = shapes[s][2], zeros = 0;
         size_t cnt = (size_t)N * C * HW, nb = cnt * tt_dtype_size(dt), wsb, fb = (size_t)C * sizeof(float);
@@ -230,6 +232,7 @@ void test_bn_resident(void) {
            cap);
   for (int di = 0; di < 3; di++)
     for (int s = 0; s < 10; s++) {
+      if (test_san_skip_dt(di, s)) continue;
       tt_dtype dt = test_dts[di];
       int N = shapes[s][0], C = shapes[s][1], HW = shapes[s][2];
       size_t es = tt_dtype_size(dt), cnt = (size_t)N * C * HW, nb = cnt * es, wsb, fb = (size_t)C * sizeof(float);
@@ -418,6 +421,7 @@ void test_bn_add_relu_fused(void) {
   for (int di = 0; di < 4 && gpu->bn_fwd_train_add_relu && gpu->bn_bwd_add_relu; di++) {
     tt_cuda_set_bn_resident(gpu, di < 3 ? res_cap : 0);
     for (int s = 0; s < 8; s++) {
+      if (test_san_skip_dt(di < 3 ? di : 1, s)) continue;
       goff = 0;
       bn_add_relu_case(di < 3 ? test_dts[di] : TT_F16, shapes[s][0], shapes[s][1], shapes[s][2]);
     }
@@ -451,6 +455,7 @@ void test_bn_rows(void) {
   TT_TEST_BEGIN("cuda_bn_nhwc_rows");
   for (int di = 0; di < 3; di++)
     for (int s = 0; s < 7; s++) {
+      if (test_san_skip_dt(di, s)) continue;
       tt_dtype dt = test_dts[di];
       int R = shapes[s][0], C = shapes[s][1], vec = C % (int)(16 / tt_dtype_size(dt)) == 0;
       size_t es = tt_dtype_size(dt), cnt = (size_t)R * C, nb = cnt * es, fb = 4 * (size_t)C * sizeof(float), wsb;

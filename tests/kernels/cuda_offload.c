@@ -84,6 +84,8 @@ void test_offload(void) {
       {TT_OPT_SGD, TT_OSTATE_FP32, "sgd momentum"}, {TT_OPT_ADAMW, TT_OSTATE_FP32, "adamw"}, {TT_OPT_ADAMW, TT_OSTATE_INT8, "adamw int8"}};
   TT_TEST_BEGIN("cuda_offload_bit_for_bit");
   for (int c = 0; c < 3 && !tt_test_current_failed; c++) {
+    /* under the sanitizers SGD and int8 AdamW: fp32 AdamW's offloaded stream is SGD's with two states */
+    if (c == 1 && tt_test_sanitized()) continue;
     test_net a, b, ra, rb;
     memset(&b, 0, sizeof b), memset(&ra, 0, sizeof ra), memset(&rb, 0, sizeof rb); /* closed whatever was opened */
     int ok = offload_open(&a, gpu, 0, cases[c].opt, cases[c].fmt, &err) == 0;

@@ -40,6 +40,11 @@ extern uint64_t cuda_rng;
 #define TEST_REF_BF16 1
 #endif
 static const tt_dtype test_dts[3] = {TT_F32, TT_F16, TT_BF16};
+/* Under the sanitizers (tt_test_sanitized), whether a sweep skips dtype index di (test_dts) at
+ * its s-th shape: each shape then runs in one dtype, the three in turn. The kernels take the dtype
+ * as a template, so every instantiation and every shape still runs once; the full product stays
+ * in the plain build (the sanitized test_cuda_emu must finish inside run_tests.py's 600 s). */
+static inline int test_san_skip_dt(int di, int s) { return tt_test_sanitized() && di % 3 != s % 3; }
 static inline tt_dtype test_cdt(tt_dtype dt) { return dt == TT_BF16 && !TEST_REF_BF16 ? TT_F32 : dt; }
 static inline const char *test_dt_name(tt_dtype dt) { return dt == TT_F32 ? "fp32" : dt == TT_F16 ? "fp16" : "bf16"; }
 /* the dtype a call takes on the current side (the reference's for bf16: test_cdt) */
