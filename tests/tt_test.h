@@ -160,10 +160,27 @@ static inline void tt_test_skip_all(const tt_test_case *t, int n, const char *wh
     if (tt_test_selected(&t[i])) printf("SKIP %s: %s\n", t[i].name, why);
   fflush(stdout);
 }
-/* Runs test i: its function, or its SKIP line. */
+/* Calls around each test tt_test_run runs, NULL by default; a binary's main may set them (this
+ * translation unit's copy: the static below is per file). test_cuda counts each "kernels"-tagged
+ * test's cuBLAS and cuDNN calls with them. */
+typedef struct tt_test_hooks {
+  void (*before)(const tt_test_case *t);
+  void (*after)(const tt_test_case *t);
+} tt_test_hooks;
+static inline tt_test_hooks *tt_test_hook(void) {
+  static tt_test_hooks h;
+  return &h;
+}
+/* Runs test i: its function (between the hooks), or its SKIP line. */
 static inline void tt_test_run_one(const tt_test_case *t) {
-  if (t->fn) t->fn();
-  else printf("SKIP %s: %s\n", t->name, t->skip);
+  tt_test_hooks *h = tt_test_hook();
+  if (t->fn) {
+    if (h->before) h->before(t);
+    t->fn();
+    if (h->after) h->after(t);
+  } else {
+    printf("SKIP %s: %s\n", t->name, t->skip);
+  }
   fflush(stdout);
 }
 /* Runs the selected tests of the table: in its order without --only, else the first --only
