@@ -354,7 +354,8 @@ static int st_value(st_parser *p, int depth);
 
 /* Parses a JSON number at p->s into a new ST_J_NUM node; returns its index or -1. Only the
  * integer part is converted: is_int is 1 for a plain integer whose magnitude fits int64 (a
- * fraction, exponent or overflow clears it, and then ival is meaningless), because offsets
+ * fraction, exponent or overflow clears it, and then ival is meaningless; -2^63 counts as an
+ * overflow, as every magnitude past INT64_MAX does), because offsets
  * and shapes are the only numbers the reader uses. */
 static int st_number(st_parser *p) {
   int neg = 0, is_int = 1, id, overflow = 0;
@@ -363,9 +364,10 @@ static int st_number(st_parser *p) {
   if (p->s >= p->end || *p->s < '0' || *p->s > '9') return st_perr(p, "bad number");
   if (*p->s == '0' && p->s + 1 < p->end && p->s[1] >= '0' && p->s[1] <= '9')
     return st_perr(p, "number with a leading zero");
-  while (p->s < p->end && *p->s >= '0' && *p->s <= '9') {
-    if (v > (UINT64_C(0x7FFFFFFFFFFFFFFF) - 9) / 10) overflow = 1;
-    v = v * 10 + (uint64_t)(*p->s++ - '0');
+  while (p->s < p->end && *p->s >= '0' && *p->s <= '9') { /* v stays <= INT64_MAX: its negation is defined */
+    uint64_t d = (uint64_t)(*p->s++ - '0');
+    if (!overflow && v > (UINT64_C(0x7FFFFFFFFFFFFFFF) - d) / 10) overflow = 1;
+    if (!overflow) v = v * 10 + d;
   }
   if (p->s < p->end && *p->s == '.') {
     is_int = 0;
@@ -383,7 +385,7 @@ static int st_number(st_parser *p) {
   id = st_new_node(p, ST_J_NUM);
   if (id < 0) return tt_fail(p->err, "%s: out of host memory parsing the header", p->path);
   p->nodes[id].is_int = is_int && !overflow;
-  p->nodes[id].ival = neg ? -(int64_t)v : (int64_t)v;
+  p->nodes[id].ival = overflow ? 0 : neg ? -(int64_t)v : (int64_t)v;
   return id;
 }
 

@@ -180,6 +180,13 @@ static void test_refusals(void) {
        "{\"a\":{\"dtype\":\"Q4\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4, "dtype"},
       {"neg.safetensors", "shape",
        "{\"a\":{\"dtype\":\"U8\",\"shape\":[-4],\"data_offsets\":[0,4]}}", 4, "negative dim"},
+      {"neg63.safetensors", "shape",
+       "{\"a\":{\"dtype\":\"U8\",\"shape\":[-9223372036854775808],\"data_offsets\":[0,4]}}", 4, "dim -2^63"},
+      {"negbig.safetensors", "shape",
+       "{\"a\":{\"dtype\":\"U8\",\"shape\":[-21111111111111111111000000000000000000001465587645,4],"
+       "\"data_offsets\":[0,4]}}", 4, "a negative dim past int64 (a fuzz finding: its negation overflowed)"},
+      {"max63.safetensors", NULL,
+       "{\"a\":{\"dtype\":\"U8\",\"shape\":[9223372036854775807,2],\"data_offsets\":[0,4]}}", 4, "dims whose product passes int64"},
       {"frac.safetensors", "shape",
        "{\"a\":{\"dtype\":\"U8\",\"shape\":[4.5],\"data_offsets\":[0,4]}}", 4, "fractional dim"},
       {"miss.safetensors", "data_offsets",

@@ -85,6 +85,10 @@ put("safetensors", "overlap.safetensors",
     raw('{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}}',
         bytes(6)))
 put("safetensors", "deep_nesting.safetensors", raw('{"a":' + "[" * 70 + "]" * 70 + "}"))
+# CI's fuzz found a dim whose magnitude passes int64 negated past INT64_MIN (undefined behaviour)
+put("safetensors", "number_past_int64.safetensors",
+    raw('{"a":{"dtype":"U8","shape":[-9223372036854775808,-21111111111111111111000000000001465587645,4],'
+        '"data_offsets":[0,4]}}', bytes(4)))
 put("safetensors", "scalar_and_empty.safetensors",
     raw('{"s":{"dtype":"F64","shape":[],"data_offsets":[0,8]},"e":{"dtype":"F32","shape":[0,3],"data_offsets":[8,8]}}',
         bytes(8)))
