@@ -8,7 +8,11 @@
 # will not start, fails the run (exit 1); the input that did it is kept in
 # build-fuzz/artifacts/ (replay: build-fuzz/fuzz_TARGET FILE). New inputs the fuzzer finds go
 # to build-fuzz/corpus/TARGET/ (the committed seeds are only read); FUZZ_SEED=N changes the
-# random seed (default 1: the same inputs on every run, so a red CI can be replayed).
+# random seed (default 1: each run starts the same way, though the inputs drift between runs;
+# a red CI is replayed from the input kept in build-fuzz/artifacts/).
+# FUZZ_MAX_SECONDS (default 90) caps each target's time: libFuzzer's inputs are not the same from
+# run to run (fuzz_image took 4 s to 10 minutes for its 150,000 as the corpus filled with images
+# near its pixel limit), and CI has 40 minutes in all; a target stopped by the cap says so.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
@@ -22,6 +26,10 @@ TARGETS=("$@")
 [ ${#TARGETS[@]} -eq 0 ] && TARGETS=(recipe safetensors checkpoint image npy npy_set)
 if [ -n "$RUNS" ] && ! [[ "$RUNS" =~ ^[0-9]+$ ]]; then
   echo "usage: tests/fuzz/run.sh [RUNS] [recipe|safetensors|checkpoint|image|npy|npy_set ...]" >&2
+  exit 2
+fi
+if ! [[ "${FUZZ_MAX_SECONDS:-90}" =~ ^[1-9][0-9]*$ ]]; then
+  echo "fuzz: FUZZ_MAX_SECONDS='${FUZZ_MAX_SECONDS}': expected a whole number of seconds above 0; unset it for 90" >&2
   exit 2
 fi
 for t in "${TARGETS[@]}"; do
@@ -47,7 +55,7 @@ if ! [[ "$JOBS" =~ ^[1-9][0-9]*$ ]]; then
 fi
 # One target: its line goes to build-fuzz/fuzz_TARGET.result (PASS or FAIL, as printed below).
 run_one() {
-  local t=$1 n work log start rc secs stats
+  local t=$1 n work log start rc secs stats done_runs
   n=${RUNS:-${DEFAULT_RUNS[$t]}}
   work=build-fuzz/corpus/$t
   rm -rf "$work"
@@ -57,7 +65,7 @@ run_one() {
   # -max_len: the largest seed is ~6 KiB; -timeout: one input taking 10 s is a hang;
   # -error_exitcode: any finding, including a leak at exit, is exit 77
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    build-fuzz/fuzz_"$t" -runs="$n" -seed="${FUZZ_SEED:-1}" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
+    build-fuzz/fuzz_"$t" -runs="$n" -max_total_time="${FUZZ_MAX_SECONDS:-90}" -seed="${FUZZ_SEED:-1}" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
     -error_exitcode=77 -timeout_exitcode=77 -print_final_stats=1 \
     -artifact_prefix=build-fuzz/artifacts/"$t"- "$work" tests/fuzz/corpus/"$t" >"$log" 2>&1
   rc=$?
@@ -67,7 +75,9 @@ run_one() {
     { echo "FAIL fuzz_$t: exit $rc after ${secs}s; last lines of $log:"; tail -40 "$log" | sed 's/^/    /'; } \
       >build-fuzz/fuzz_"$t".result
   else
-    echo "PASS fuzz_$t: $n runs in ${secs}s, no finding (${stats#*DONE   })" >build-fuzz/fuzz_"$t".result
+    done_runs=$(echo "$stats" | sed -n 's/^#\([0-9]*\).*/\1/p')
+    if [ -n "$done_runs" ] && [ "$done_runs" -lt "$n" ]; then n="$done_runs of $n runs (stopped by the time cap, FUZZ_MAX_SECONDS)"; else n="$n runs"; fi
+    echo "PASS fuzz_$t: $n in ${secs}s, no finding (${stats#*DONE   })" >build-fuzz/fuzz_"$t".result
   fi
 }
 running=0
