@@ -111,7 +111,6 @@ static inline void tt_ref_st(tt_dtype dt, void *p, size_t i, float v) {
 /* The dtype check of every host op (ref_state.c): fp32, fp16 and bf16 are computed (16-bit types widen to
  * fp32 per element); anything else fails with "<op>: unknown dtype N (fp32, fp16 or bf16)". */
 int tt_ref_dt_check(tt_backend *b, const char *op, tt_dtype dt);
-/* Gradient-output store: beta == 0 overwrites (never 0*old, which would keep a NaN). */
 /* The outputs [*o0, *o1] (inclusive; empty when *o0 > *o1) along one pooling axis whose windows
  * contain input position i: o*stride - pad <= i <= o*stride - pad + k - 1, 0 <= o < out. Shared by
  * the reference's and the CPU backend's gathers, so both sum the same windows. */
@@ -121,6 +120,7 @@ static inline void tt_ref_pool_covering(int i, int pad, int k, int stride, int o
   *o1 = (i + pad) / stride;
   if (*o1 > out - 1) *o1 = out - 1;
 }
+/* Gradient-output store: beta == 0 overwrites (never 0*old, which would keep a NaN). */
 static inline void tt_ref_st_beta(tt_dtype dt, void *p, size_t i, float v, float beta) {
   if (beta != 0.0f) v += beta * tt_ref_ld(dt, p, i);
   tt_ref_st(dt, p, i, v);
