@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "core/base/knobs.h"
 #include "core/data/data.h"
 #include "core/runtime/exec.h"
 #include "core/compile/recipe.h"
@@ -62,18 +63,28 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s\n", err.msg);
     return 1;
   }
-  const char *pick = getenv("TINYTRAIN_CPU_BACKEND"); /* "ref": the reference loops */
-  tt_backend *be = pick && !strcmp(pick, "ref") ? tt_ref_backend_create(threads) : tt_cpu_backend_create(threads);
+  /* the TINYTRAIN_* knobs as `tinytrain` reads them (a malformed one is refused): the backend's
+   * (TINYTRAIN_CPU_ISA, TINYTRAIN_CONV_BWDW, TINYTRAIN_LAYOUT, ...) reach it only this way */
+  if (tt_knobs_init(&err)) {
+    fprintf(stderr, "bench_step: %s\n", err.msg);
+    return 2;
+  }
+  const tt_knobs *kn = tt_knobs_get();
+  tt_backend *be = kn->cpu_ref ? tt_ref_backend_create(threads) : tt_cpu_backend_create_knobs(threads, &kn->be);
+  if (!be) {
+    char why[256] = "out of memory";
+    tt_cpu_isa_hold(kn->be.cpu_isa, why, sizeof why);
+    fprintf(stderr, "bench_step: no CPU backend: %s\n", why);
+    return 1;
+  }
   tt_policy pol;
   tt_policy_result sr;
   memset(&pol, 0, sizeof pol);
   memset(&sr, 0, sizeof sr);
   pol.micro_batch = mb, pol.accum_steps = 1, pol.act_dtype = act, pol.inplace = 1, pol.training = 1;
-  { /* without a budget, the full tensors, as `tinytrain` plans a run that fits without compact
-     * saves (TINYTRAIN_COMPACT=1: compact saves); with one, as the scheduler plans */
-    const char *nc = getenv("TINYTRAIN_COMPACT");
-    pol.compact = nc && *nc && !strcmp(nc, "1");
-  }
+  /* without a budget, the full tensors, as `tinytrain` plans a run that fits without compact
+   * saves (TINYTRAIN_COMPACT=1: compact saves); with one, as the scheduler plans */
+  pol.compact = kn->compact == 1;
   if (vram) {
     tt_policy_opts so;
     memset(&so, 0, sizeof so);
@@ -114,7 +125,8 @@ int main(int argc, char **argv) {
   qsort(t, (size_t)steps, sizeof(double), bench_cmp);
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  printf("%s, micro-batch %d, %s, CPU backend '%s' (%d threads)", recipe, mb, prec, be->name, threads);
+  printf("%s, micro-batch %d, %s, CPU backend '%s' (%d threads; %s; own loops %s)", recipe, mb, prec, be->name,
+         threads, tt_cpu_backend_info(), tt_cpu_backend_loops());
   if (vram) printf(", --vram %.2f GiB: recompute %d of %d units", vram / 1073741824.0, sr.recomputed_units, sr.nunits);
   printf("\n");
   printf("  step wall time: median %.2f ms (min %.2f, max %.2f over %d steps) = %.0f images/s\n", t[steps / 2], t[0],
