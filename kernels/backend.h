@@ -201,7 +201,7 @@ typedef struct tt_backend_knobs {
                            * CUDA: NCHW for 16-bit), else TT_LAYOUT_NCHW or TT_LAYOUT_NHWC */
   size_t cpu_chunk_bytes; /* TINYTRAIN_CPU_CHUNK_BYTES: the CPU's chunk of a batched loop; 0 its default */
   int conv_matmul;        /* TINYTRAIN_CONV_MATMUL: 1 (default) 1x1 bf16 NHWC backward convolutions as matmuls */
-  int conv_bwdw;          /* TINYTRAIN_CONV_BWDW: -1 auto (fp32 on AMX), 0 bf16, 1 fp32 */
+  int conv_bwdw;          /* TINYTRAIN_CONV_BWDW: -1 the default (bf16), 0 bf16, 1 fp32 */
   int cuda_find;          /* TINYTRAIN_CUDA_FIND: 1 (default) time the convolution algorithms at setup */
   int cuda_bn_resident;   /* TINYTRAIN_CUDA_BN_RESIDENT: 1 (default) the held-on-chip batch norm */
   int cuda_deterministic; /* TINYTRAIN_CUDA_DETERMINISTIC: 1 deterministic cuDNN algorithms only */

@@ -206,13 +206,14 @@ tt_backend *tt_cpu_backend_create_knobs(int threads, const tt_backend_knobs *kn)
   tt_ref_state_init(&st->ref, threads);
   st->ref.nhwc_pool = 1; /* the reference pooling loops run here on NHWC too (cpu_pool.c) */
   st->chunk_bytes = kn->cpu_chunk_bytes ? kn->cpu_chunk_bytes : TT_CPU_CHUNK_BYTES; /* TINYTRAIN_CPU_CHUNK_BYTES */
-  /* backward 1x1 bf16 NHWC convolutions as matmuls and the larger bf16 backward weights in fp32
-   * (cpu_conv.c's cpu_conv_mm and cpu_conv_bwdw_f32 say why) unless TINYTRAIN_CONV_MATMUL=0 */
+  /* backward 1x1 bf16 NHWC convolutions as matmuls (cpu_conv.c's cpu_conv_mm says why) unless
+   * TINYTRAIN_CONV_MATMUL=0 */
   st->conv_matmul = kn->conv_matmul != 0;
-  /* the larger bf16 backward-weights convolutions in fp32 only where oneDNN's bf16 kernel for them
-   * is the AMX one (cpu_conv.c's cpu_conv_bwdw_f32 says why); TINYTRAIN_CONV_BWDW=f32 or bf16
-   * chooses, to measure; TINYTRAIN_CONV_MATMUL=0 keeps every convolution bf16 */
-  st->bwdw_f32 = kn->conv_bwdw >= 0 ? kn->conv_bwdw : tt_cpu_isa_amx();
+  /* the larger bf16 backward-weights convolutions in fp32 only when TINYTRAIN_CONV_BWDW=f32 asks
+   * (the AMX kernel's answer to a shared machine: cpu_conv.c's cpu_conv_bwdw_f32 says why; a
+   * fixed choice, not one by the load, so the same command gives the same bits every time);
+   * TINYTRAIN_CONV_MATMUL=0 keeps every convolution bf16 */
+  st->bwdw_f32 = kn->conv_bwdw > 0;
   if (!st->conv_matmul) st->bwdw_f32 = 0;
   *b = cpu_be_table;
   b->impl = st;

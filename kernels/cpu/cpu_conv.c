@@ -207,25 +207,22 @@ static int cpu_conv_mm(tt_backend *b, const tt_op_desc *op) {
 }
 
 /* Whether a bf16 backward-weights convolution computes in fp32 instead (bf16 x and dy widened
- * into fp32 workspace copies by our loops, as fp16 always is): oneDNN 2.6's AMX bf16
- * backward-weights kernel (jit:avx512_core_amx_bf16) takes about 200 to 250 ms on ResNet-50's
- * shapes with 256 or more input channels or a stride, at batch 16, whatever their size, where
- * the fp32 kernel (jit:avx512_core, jit_1x1) takes 67 to 104 ms. Measured on the loaded shared
- * 2-core AMX machine (scratch program, NHWC, medians of 3 alternating runs; the same ~200 ms per
- * call in a ResNet-50 step under ONEDNN_VERBOSE): 3x3 256->256 14x14 244 against 68 ms,
- * 512->512 7x7 257 against 88, 3x3 stride 2 128->128 56x56 252 against 104, 1x1 stride 2
- * 1024->2048 14x14 252 against 67, 256->512 56x56 88 against 84; but 3x3 64->64 56x56 40
- * against 80 and 128->128 28x28 28 against 76, so smaller stride-1 layers stay bf16, as do the
- * stem (3 channels), grouped convolutions and the 1x1 stride-1 ones (matmuls: cpu_conv_mm).
- * Only on AMX (tt_cpu_state.bwdw_f32): on a CPU with AVX512_BF16 and no AMX (2-core AMD EPYC,
- * oneDNN 2.6's jit_bf16:avx512_core_bf16) the bf16 kernel is the faster one: ResNet-50 batch 16
- * bf16 steps 1205 against 1357 ms (bench_step, medians of 3 alternating processes), the small
- * ResNet's stride-2 3x3 64->128 backward weights 3.9 against 4.6 ms before the widening. A
- * second AMX machine measured the opposite of the first as well (bf16 faster on five ResNet-50
- * shapes at batch 16, scratch program: 3x3 256->256 14x14 10.4 against 18.9 ms, stride-2
- * 128->128 56x56 6.5 against 20 to 25); with one AMX machine each way, AMX keeps the route the
- * rule was built on.
- * TINYTRAIN_CONV_MATMUL=0 turns this off too; TINYTRAIN_CONV_BWDW=f32 or bf16 chooses. */
+ * into fp32 workspace copies by our loops, as fp16 always is): only under TINYTRAIN_CONV_BWDW=f32,
+ * for the layers with 64 or more input channels and 256 or more of them or a stride.
+ * Why a knob and not the default: oneDNN 2.6's AMX bf16 backward-weights kernel
+ * (jit:avx512_core_amx_bf16) is the fast one on idle cores and a slow one on cores shared with
+ * other busy work. On the idle 2-core AMX Xeon (2026-12-06, ONEDNN_VERBOSE, ResNet-50 batch 16,
+ * NHWC) it took 3.6 ms on 3x3 256->256 14x14 against the fp32 kernel's 11.2, 4.9 against 17.0
+ * on stride-2 128->128 56x56, 11.8 against 18.3 on stride-2 512->512 14x14, and the bf16
+ * ResNet-50 step was 780 to 818 ms against 851 to 877 (bench_step, 3 alternating rounds); with
+ * one busy loop beside it (and libgomp's short spin, which tinytrain sets on a busy machine) the
+ * same calls took 58, 60 and 75 ms against the fp32 kernel's 23, 37 and 36, and the step 2190
+ * to 2260 against 1750 to 1771 ms. An earlier session's 200 to 250 ms a call, measured on this
+ * machine while it was shared, was that. The choice is fixed, not made by the load, so that the
+ * same command gives the same bits every time (the two routes round differently). On a CPU with
+ * AVX512_BF16 and no AMX (oneDNN's jit_bf16:avx512_core_bf16, 2-core AMD EPYC) bf16 was faster
+ * too: ResNet-50 batch 16 bf16 steps 1205 against 1357 ms. TINYTRAIN_CONV_MATMUL=0 turns this
+ * route off as well. */
 static int cpu_conv_bwdw_f32(tt_backend *b, const tt_op_desc *op) {
   const tt_conv_desc *d = &op->u.conv;
   return tt_cpu_st(b)->bwdw_f32 && op->kind == TT_OP_CONV_BWD_FILTER &&

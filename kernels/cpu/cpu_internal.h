@@ -137,8 +137,8 @@ typedef struct tt_cpu_state {
   size_t chunk_bytes;  /* TT_CPU_CHUNK_BYTES, or TINYTRAIN_CPU_CHUNK_BYTES from the environment (tests) */
   int conv_matmul;     /* backward 1x1 bf16 NHWC convolutions as matmuls (cpu_conv.c's cpu_conv_mm,
                         * cpu_conv_strided_mm); TINYTRAIN_CONV_MATMUL=0: 0, and bwdw_f32 0 with it */
-  int bwdw_f32;        /* the larger bf16 backward-weights convolutions in fp32 (cpu_conv_bwdw_f32): on AMX
-                        * unless TINYTRAIN_CONV_BWDW says otherwise */
+  int bwdw_f32;        /* the larger bf16 backward-weights convolutions in fp32 (cpu_conv_bwdw_f32): only
+                        * under TINYTRAIN_CONV_BWDW=f32 */
 } tt_cpu_state;
 
 static inline tt_cpu_state *tt_cpu_st(tt_backend *b) { return (tt_cpu_state *)b->impl; }
