@@ -73,7 +73,10 @@ static const char *const cpu_dnnl_level_names[] = {"baseline", "avx2", "avx512f"
 int tt_cpu_vec_cpu_level(void) {
 #if CPU_VEC_COPIES
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return CPU_VEC_AVX512F;
+  /* the AVX-512 copies are built for F, BW, VL and DQ together (cpu_vec.h's CPU_VEC_AVX512_) */
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq"))
+    return CPU_VEC_AVX512F;
   if (__builtin_cpu_supports("avx2")) return CPU_VEC_AVX2;
 #endif
   return CPU_VEC_BASE;

@@ -4,15 +4,13 @@
  *
  * Per-ISA copies: CPU_VEC_FN(name, (params), (args), { body }) (CPU_VEC_FN_RET(type, ...) for a
  * function that returns a value) compiles one body three times, as name_avx512f
- * (target("avx512f")), name_avx2 (target("avx2")) and name_base (the build's baseline, SSE2 on
+ * (AVX-512 F, BW, VL and DQ in 512-bit vectors: CPU_VEC_AVX512_), name_avx2 (target("avx2")) and
+ * name_base (the build's baseline, SSE2 on
  * x86-64), and defines name itself as the dispatcher that calls the copy of tt_cpu_vec_level: a
  * process-wide level set once, when the first CPU backend is created or the ISA is first asked
  * (cpu_dnnl.c: tt_cpu_isa_hold, from TINYTRAIN_CPU_ISA and __builtin_cpu_supports). The
- * target strings are the ones the GCC target_clones these copies replaced used, and each copy is
- * compiled on its own (noipa: no value ranges carried in from its callers), as the clones were:
- * GCC 12 gives each level the vector code its clone had (objdump, 2026-12: the same
- * instructions up to register choice and equivalent integer compares; no FMA, which ISO C's
- * -ffp-contract=off would not use anyway). Unlike the loader's pick, the level can be held
+ * copy is compiled on its own (noipa: no value ranges carried in from its callers), as the GCC
+ * target_clones they replaced were; no FMA is used, which ISO C's -ffp-contract=off forbids. Unlike the loader's pick, the level can be held
  * below the CPU's (the AVX2 form on an AVX-512 machine: CI's rerun). Where the copies cannot be made (the CUDA compiler's host
  * pass, non-x86 targets, compilers without target attributes) CPU_VEC_COPIES is 0 and name is
  * the baseline body alone. A span runs over fixed per-thread shares of the tensor
@@ -73,8 +71,19 @@ extern int tt_cpu_vec_level;
 #else
 #define CPU_VEC_OPAQUE_ __attribute__((noipa))
 #endif
+/* The AVX-512 copy: AVX-512F with BW, VL and DQ (every AVX-512 CPU since Skylake-SP, and Zen 4;
+ * tt_cpu_vec_cpu_level asks for all four), in 512-bit vectors. With target("avx512f") alone GCC
+ * 12 wrote these loops in 256-bit ymm registers (its generic tuning prefers 256 bits, and the
+ * 16-bit loads and stores of bf16 want BW): ResNet-50's bf16 step at batch 16 on the AMX Xeon
+ * took 743 to 786 ms that way and 683 to 707 ms in zmm (bench_step, 3 runs each). Clang takes
+ * the width from min_vector_width, not from the target string (which it would ignore whole). */
+#if defined(__clang__)
+#define CPU_VEC_AVX512_ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), min_vector_width(512)))
+#else
+#define CPU_VEC_AVX512_ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512")))
+#endif
 #define CPU_VEC_COPIES_(ret, name, params, ...)                                                       \
-  static CPU_VEC_OPAQUE_ __attribute__((target("avx512f"))) ret name##_avx512f params __VA_ARGS__     \
+  static CPU_VEC_OPAQUE_ CPU_VEC_AVX512_ ret name##_avx512f params __VA_ARGS__                        \
   static CPU_VEC_OPAQUE_ __attribute__((target("avx2"))) ret name##_avx2 params __VA_ARGS__           \
   static CPU_VEC_OPAQUE_ ret name##_base params __VA_ARGS__
 #define CPU_VEC_FN(name, params, args, ...)                                     \
