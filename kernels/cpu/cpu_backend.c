@@ -210,7 +210,7 @@ tt_backend *tt_cpu_backend_create_knobs(int threads, const tt_backend_knobs *kn)
    * TINYTRAIN_CONV_MATMUL=0 */
   st->conv_matmul = kn->conv_matmul != 0;
   /* the larger bf16 backward-weights convolutions in fp32 only when TINYTRAIN_CONV_BWDW=f32 asks
-   * (the AMX kernel's answer to a shared machine: cpu_conv.c's cpu_conv_bwdw_f32 says why; a
+   * (for a shared AMX machine: cpu_conv.c's cpu_conv_bwdw_f32 says why; a
    * fixed choice, not one by the load, so the same command gives the same bits every time);
    * TINYTRAIN_CONV_MATMUL=0 keeps every convolution bf16 */
   st->bwdw_f32 = kn->conv_bwdw > 0;

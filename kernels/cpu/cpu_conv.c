@@ -217,8 +217,8 @@ static int cpu_conv_mm(tt_backend *b, const tt_op_desc *op) {
  * ResNet-50 step was 780 to 818 ms against 851 to 877 (bench_step, 3 alternating rounds); with
  * one busy loop beside it (and libgomp's short spin, which tinytrain sets on a busy machine) the
  * same calls took 58, 60 and 75 ms against the fp32 kernel's 23, 37 and 36, and the step 2190
- * to 2260 against 1750 to 1771 ms. An earlier session's 200 to 250 ms a call, measured on this
- * machine while it was shared, was that. The choice is fixed, not made by the load, so that the
+ * to 2260 against 1750 to 1771 ms. That fits an earlier session's 200 to 250 ms a call, measured
+ * on an AMX machine while it was shared. The choice is fixed, not made by the load, so that the
  * same command gives the same bits every time (the two routes round differently). On a CPU with
  * AVX512_BF16 and no AMX (oneDNN's jit_bf16:avx512_core_bf16, 2-core AMD EPYC) bf16 was faster
  * too: ResNet-50 batch 16 bf16 steps 1205 against 1357 ms. TINYTRAIN_CONV_MATMUL=0 turns this

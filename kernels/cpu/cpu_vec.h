@@ -10,8 +10,9 @@
  * process-wide level set once, when the first CPU backend is created or the ISA is first asked
  * (cpu_dnnl.c: tt_cpu_isa_hold, from TINYTRAIN_CPU_ISA and __builtin_cpu_supports). The
  * copy is compiled on its own (noipa: no value ranges carried in from its callers), as the GCC
- * target_clones they replaced were; no FMA is used, which ISO C's -ffp-contract=off forbids. Unlike the loader's pick, the level can be held
- * below the CPU's (the AVX2 form on an AVX-512 machine: CI's rerun). Where the copies cannot be made (the CUDA compiler's host
+ * target_clones they replaced were; no FMA is used, which ISO C's -ffp-contract=off forbids.
+ * Unlike the loader's pick, the level can be held below the CPU's (the AVX2 form on an AVX-512
+ * machine: CI's rerun). Where the copies cannot be made (the CUDA compiler's host
  * pass, non-x86 targets, compilers without target attributes) CPU_VEC_COPIES is 0 and name is
  * the baseline body alone. A span runs over fixed per-thread shares of the tensor
  * (cpu_vec_share), so results never depend on scheduling or the thread count; the levels differ

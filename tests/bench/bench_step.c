@@ -72,8 +72,8 @@ int main(int argc, char **argv) {
   const tt_knobs *kn = tt_knobs_get();
   tt_backend *be = kn->cpu_ref ? tt_ref_backend_create(threads) : tt_cpu_backend_create_knobs(threads, &kn->be);
   if (!be) {
-    char why[256] = "out of memory";
-    tt_cpu_isa_hold(kn->be.cpu_isa, why, sizeof why);
+    char why[256] = "";
+    if (!tt_cpu_isa_hold(kn->be.cpu_isa, why, sizeof why) || !why[0]) snprintf(why, sizeof why, "out of memory");
     fprintf(stderr, "bench_step: no CPU backend: %s\n", why);
     return 1;
   }
