@@ -213,7 +213,7 @@ tt_backend *tt_cpu_backend_create_knobs(int threads, const tt_backend_knobs *kn)
    * (for a shared AMX machine: cpu_conv.c's cpu_conv_bwdw_f32 says why; a
    * fixed choice, not one by the load, so the same command gives the same bits every time);
    * TINYTRAIN_CONV_MATMUL=0 keeps every convolution bf16 */
-  st->bwdw_f32 = kn->conv_bwdw > 0;
+  st->bwdw_f32 = kn->conv_bwdw == 1;
   if (!st->conv_matmul) st->bwdw_f32 = 0;
   *b = cpu_be_table;
   b->impl = st;

@@ -166,8 +166,6 @@ dnnl_data_type_t tt_cpu_compute_type(tt_dtype dt) {
 
 int tt_cpu_backend_bf16_native(void) { return cpu_dnnl_isa_has((unsigned)dnnl_cpu_isa_avx512_core_bf16); }
 
-int tt_cpu_isa_amx(void) { return cpu_dnnl_isa_has((unsigned)dnnl_cpu_isa_avx512_core_amx); }
-
 int tt_cpu_pd(tt_cpu_build *bd, const void *op_desc, const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *pd) {
   dnnl_primitive_attr_t attr = NULL;
   int rc;

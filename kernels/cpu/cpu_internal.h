@@ -149,8 +149,6 @@ static inline int tt_cpu_threads_for(tt_backend *b, size_t work) {
   return work > TT_REF_PAR_MIN ? tt_cpu_st(b)->ref.threads : 1;
 }
 
-/* Whether oneDNN's effective ISA (ONEDNN_MAX_CPU_ISA and TINYTRAIN_CPU_ISA honoured) includes AMX (cpu_dnnl.c). */
-int tt_cpu_isa_amx(void);
 /* The highest copy of our loops this CPU runs (cpu_vec.h's CPU_VEC_* level), whatever is held. */
 int tt_cpu_vec_cpu_level(void);
 /* oneDNN's name of an ISA value, lower case ("avx512_core_amx"; "other" for one not listed). */

@@ -70,11 +70,15 @@ int main(int argc, char **argv) {
     return 2;
   }
   const tt_knobs *kn = tt_knobs_get();
+  char why[400];
+  /* as session.c does: TINYTRAIN_CPU_ISA held first (its refusal has words), then the backend */
+  if (!kn->cpu_ref && tt_cpu_isa_hold(kn->be.cpu_isa, why, sizeof why)) {
+    fprintf(stderr, "bench_step: %s\n", why);
+    return 1;
+  }
   tt_backend *be = kn->cpu_ref ? tt_ref_backend_create(threads) : tt_cpu_backend_create_knobs(threads, &kn->be);
   if (!be) {
-    char why[256] = "";
-    if (!tt_cpu_isa_hold(kn->be.cpu_isa, why, sizeof why) || !why[0]) snprintf(why, sizeof why, "out of memory");
-    fprintf(stderr, "bench_step: no CPU backend: %s\n", why);
+    fprintf(stderr, "bench_step: could not create the CPU backend\n");
     return 1;
   }
   tt_policy pol;
