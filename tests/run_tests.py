@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-# Seconds one test binary may run: above the slowest (test_cuda_emu: about 250 s alone on 2 cores,
+# Seconds one test binary may run: above the slowest (test_cuda_emu: about 105 s alone on 2 cores,
 # 350 s in the sanitizer build, which runs its long sweeps shorter: tt_test_sanitized), so that only
 # a hang reaches it. A test that nears it is to be made cheaper, not the limit raised.
 TIMEOUT_S = int(os.environ.get("TT_TEST_TIMEOUT", "600"))

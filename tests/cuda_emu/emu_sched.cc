@@ -1,5 +1,5 @@
 /* tests/cuda_emu/emu_sched.cc — kernel launches on the CPU: every CUDA thread runs on a
- * ucontext fiber (makecontext / swapcontext), blocks one after the other.
+ * fiber of its own, blocks one after the other.
  *
  * A thread runs until it finishes or reaches a barrier (__syncthreads*, __syncwarp) or a warp
  * exchange (__shfl*_sync, votes); there it records what it brings and switches back to the
@@ -53,8 +53,109 @@ namespace {
 
 enum { T_UNSTARTED, T_RUNNING, T_READY, T_BAR, T_WARP, T_DONE };
 
+/* A fiber's saved state and the switch between two (emu_ctx_switch saves the running one in
+ * `from` and resumes `to`).
+ *
+ * On x86-64 without a sanitizer the switch is our own: it keeps the callee-saved registers, MXCSR
+ * and the x87 control word on the stack it leaves, and the context is that stack's pointer.
+ * glibc's swapcontext also saves and restores the signal mask, a system call each way, and the
+ * emulated suite switches at every barrier and warp operation of every emulated thread: those
+ * calls were most of test_cuda_emu's 113 s of system time in a 305 s run on 2 cores (strace: 97%
+ * of its system calls were rt_sigprocmask). Kernels change neither the signal mask nor the
+ * floating-point environment between
+ * switches; a fault inside a kernel leaves through the signal handler's siglongjmp, which restores
+ * the mask itself.
+ *
+ * Under AddressSanitizer (and the other sanitizers) it stays swapcontext, which they intercept to
+ * follow the stack change; a hand-written switch would need their fiber annotations. So it does
+ * where shadow stacks are compiled in (-fcf-protection, __CET__ bit 2): glibc's swapcontext
+ * switches the shadow stack too, ours does not. */
+#if defined(__has_feature)
+#define EMU_HAS_FEATURE_(x) __has_feature(x)
+#else
+#define EMU_HAS_FEATURE_(x) 0
+#endif
+#if defined(__x86_64__) && !(defined(__CET__) && (__CET__ & 2)) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__) && \
+    !EMU_HAS_FEATURE_(address_sanitizer) && !EMU_HAS_FEATURE_(thread_sanitizer) && \
+    !EMU_HAS_FEATURE_(memory_sanitizer)
+#define EMU_OWN_SWITCH 1
+#else
+#define EMU_OWN_SWITCH 0
+#endif
+
+#if EMU_OWN_SWITCH
+struct emu_ctx {
+  void *sp; /* the saved stack pointer: [mxcsr | x87 cw | pad][r15 r14 r13 r12 rbx rbp][return address] */
+};
+} /* namespace */
+extern "C" void tt_emu_fiber_switch(void **save_sp, void *to_sp);
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".globl tt_emu_fiber_switch\n"
+        ".hidden tt_emu_fiber_switch\n"
+        ".type tt_emu_fiber_switch, @function\n"
+        "tt_emu_fiber_switch:\n"
+        "  pushq %rbp\n"
+        "  pushq %rbx\n"
+        "  pushq %r12\n"
+        "  pushq %r13\n"
+        "  pushq %r14\n"
+        "  pushq %r15\n"
+        "  subq $8, %rsp\n"
+        "  stmxcsr (%rsp)\n"
+        "  fnstcw 4(%rsp)\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  ldmxcsr (%rsp)\n"
+        "  fldcw 4(%rsp)\n"
+        "  addq $8, %rsp\n"
+        "  popq %r15\n"
+        "  popq %r14\n"
+        "  popq %r13\n"
+        "  popq %r12\n"
+        "  popq %rbx\n"
+        "  popq %rbp\n"
+        "  ret\n"
+        ".size tt_emu_fiber_switch, .-tt_emu_fiber_switch\n");
+namespace {
+inline void emu_ctx_switch(emu_ctx *from, emu_ctx *to) { tt_emu_fiber_switch(&from->sp, to->sp); }
+
+/* A context that, switched to, enters fn on the stack [stack, stack + size) as if called: the
+ * switch's `ret` lands on fn with the stack pointer 8 past a 16-byte boundary, as the ABI has it
+ * after a call (fn never returns: its return-address slot holds 0). */
+void emu_ctx_make(emu_ctx *c, char *stack, size_t size, void (*fn)(void)) {
+  uintptr_t top = ((uintptr_t)stack + size) & ~(uintptr_t)15;
+  uint64_t *sp = (uint64_t *)(top - 16 - 72); /* 72: the saved word, six registers, fn's address */
+  unsigned mx;
+  unsigned short cw;
+  __asm__ volatile("stmxcsr %0" : "=m"(mx));
+  __asm__ volatile("fnstcw %0" : "=m"(cw));
+  sp[0] = (uint64_t)mx | (uint64_t)cw << 32;
+  for (int i = 1; i <= 6; i++) sp[i] = 0;
+  sp[7] = (uint64_t)(uintptr_t)fn;
+  sp[8] = 0; /* fn's return address: none */
+  c->sp = sp;
+}
+#else
+struct emu_ctx {
+  ucontext_t uc;
+};
+inline void emu_ctx_switch(emu_ctx *from, emu_ctx *to) { swapcontext(&from->uc, &to->uc); }
+void emu_ctx_make(emu_ctx *c, char *stack, size_t size, void (*fn)(void)) {
+  if (getcontext(&c->uc) != 0) {
+    perror("cuda_emu: getcontext");
+    abort();
+  }
+  c->uc.uc_stack.ss_sp = stack;
+  c->uc.uc_stack.ss_size = size;
+  c->uc.uc_link = NULL;
+  makecontext(&c->uc, fn, 0);
+}
+#endif
+
 struct emu_fiber {
-  ucontext_t ctx;
+  emu_ctx ctx;
   char *stack;
   size_t size;
   int thread; /* the block thread it runs, -1 none */
@@ -70,6 +171,7 @@ struct emu_thread {
   int red, pred, result;           /* block barrier */
   int op, size, arg, width;        /* warp operation */
   unsigned mask;
+  int nmask; /* lanes in mask */
   uint64_t in, out;
 };
 
@@ -80,10 +182,11 @@ struct emu_run {
   std::vector<emu_thread> th;
   std::vector<int> order; /* start order of the block's threads */
   std::vector<int> warp_waiting, warp_done; /* lanes per warp at a warp operation / finished */
+  std::vector<int> warp_min; /* the fewest lanes a waiting lane's mask names, per warp (32 when none waits) */
   std::vector<int> ready;
   size_t rhead;
   int next, ndone, nbar;
-  ucontext_t sched;
+  emu_ctx sched;
   int failed;
   cudaError_t err;
   std::string msg;
@@ -120,14 +223,7 @@ char *g_dyn;       /* the running launch's: its shmem bytes end at the guard pag
 void emu_worker(void);
 
 void emu_fiber_reset(emu_fiber *f) {
-  if (getcontext(&f->ctx) != 0) {
-    perror("cuda_emu: getcontext");
-    abort();
-  }
-  f->ctx.uc_stack.ss_sp = f->stack;
-  f->ctx.uc_stack.ss_size = f->size;
-  f->ctx.uc_link = NULL;
-  makecontext(&f->ctx, emu_worker, 0);
+  emu_ctx_make(&f->ctx, f->stack, f->size, emu_worker);
   f->thread = -1;
 }
 
@@ -233,7 +329,7 @@ void emu_fail_here(emu_run *r, const std::string &what) {
     r->err = cudaErrorLaunchFailure;
     r->msg = emu_where(r) + ": " + what;
   }
-  swapcontext(&g_cur->ctx, &r->sched);
+  emu_ctx_switch(&g_cur->ctx, &r->sched);
   abort(); /* not resumed */
 }
 
@@ -275,7 +371,7 @@ void emu_switch(emu_run *r, emu_fiber *from) {
   emu_fiber *to = emu_pick(r);
   if (to == from) return; /* its own barrier completed and it is first in line */
   g_cur = to;
-  swapcontext(&from->ctx, to ? &to->ctx : &r->sched);
+  emu_ctx_switch(&from->ctx, to ? &to->ctx : &r->sched);
 }
 
 /* The calling thread waits on its fiber until it is resumed. */
@@ -327,12 +423,11 @@ int emu_warp_lanes(const emu_run *r, int w) { return std::min(32, r->n - w * 32)
 
 /* Completes the warp operations of warp w whose lanes have all arrived. */
 void emu_warp_try(emu_run *r, int w) {
-  int base = w * 32, wn = emu_warp_lanes(r, w), minmask = 32;
+  int base = w * 32, wn = emu_warp_lanes(r, w), released = 0;
   if (!r->warp_waiting[w]) return;
-  /* cheap exit while lanes are still on their way: no mask can be complete yet */
-  for (int l = 0; l < wn; l++)
-    if (r->th[base + l].state == T_WARP) minmask = std::min(minmask, __builtin_popcount(r->th[base + l].mask));
-  if (r->warp_waiting[w] + r->warp_done[w] < minmask) return;
+  /* cheap exit while lanes are still on their way: no mask can be complete yet (kept per warp as
+   * lanes arrive, so a warp operation costs a few steps per lane, not a pass over the warp) */
+  if (r->warp_waiting[w] + r->warp_done[w] < r->warp_min[w]) return;
   for (int l = 0; l < wn && r->warp_waiting[w]; l++) {
     emu_thread *th = &r->th[base + l];
     unsigned m = th->mask;
@@ -396,7 +491,13 @@ void emu_warp_try(emu_run *r, int w) {
       if ((m >> j & 1) && r->th[base + j].state == T_WARP) {
         emu_make_ready(r, base + j);
         r->warp_waiting[w]--;
+        released = 1;
       }
+  }
+  if (released) { /* the smallest mask among the lanes still waiting */
+    r->warp_min[w] = 32;
+    for (int l = 0; l < wn; l++)
+      if (r->th[base + l].state == T_WARP) r->warp_min[w] = std::min(r->warp_min[w], r->th[base + l].nmask);
   }
 }
 
@@ -464,6 +565,7 @@ void emu_run_block(emu_run *r) {
   r->rhead = 0;
   std::fill(r->warp_waiting.begin(), r->warp_waiting.end(), 0);
   std::fill(r->warp_done.begin(), r->warp_done.end(), 0);
+  std::fill(r->warp_min.begin(), r->warp_min.end(), 32);
   for (int t = 0; t < r->n; t++) r->th[t].state = T_UNSTARTED, r->th[t].fiber = NULL;
   while (!r->failed) {
     emu_fiber *f = emu_pick(r);
@@ -472,7 +574,7 @@ void emu_run_block(emu_run *r) {
       return;
     }
     g_cur = f;
-    swapcontext(&r->sched, &f->ctx);
+    emu_ctx_switch(&r->sched, &f->ctx);
   }
 }
 
@@ -525,6 +627,8 @@ uint64_t tt_emu_warp_op(int op, unsigned mask, uint64_t value, int size, int arg
                              width));
   th->state = T_WARP, th->op = op, th->mask = mask, th->size = size, th->arg = arg, th->width = width;
   th->in = value, th->file = file, th->line = line;
+  th->nmask = __builtin_popcount(mask);
+  r->warp_min[w] = std::min(r->warp_min[w], th->nmask);
   r->warp_waiting[w]++;
   emu_warp_try(r, w);
   emu_park(r, th);
@@ -639,6 +743,7 @@ void emu_run_launch(const tt_emu_launch_desc *d) {
   r->order.resize(r->n);
   r->warp_waiting.assign((r->n + 31) / 32, 0);
   r->warp_done.assign((r->n + 31) / 32, 0);
+  r->warp_min.assign((r->n + 31) / 32, 32);
   r->failed = 0;
   r->msg.clear();
   for (int t = 0; t < r->n; t++) {

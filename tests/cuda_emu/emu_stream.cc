@@ -128,7 +128,13 @@ static int emu_blocking(const CUstream_st *s) {
  * stream and the blocking streams (created without cudaStreamNonBlocking) wait for each
  * other: before an operation of one runs, the other's earlier operations do. */
 static void emu_run_upto(CUstream_st *s, uint64_t seq) {
+  int opened = 0;
   while (!s->q.empty() && s->q.front().seq <= seq) {
+    /* One device window for the whole run of operations, not one each: opening and closing it
+     * (mprotect over every device allocation) cost more than the operations in the emulated
+     * suite. No host code runs between the operations of a run; a host function closes the
+     * window around itself (cudaLaunchHostFunc). */
+    if (!opened) opened = 1, emu_device_enter();
     uint64_t x = s->q.front().seq;
     if (s == &emu_null_stream) {
       for (size_t i = 0; i < emu_streams.size(); i++)
@@ -141,6 +147,7 @@ static void emu_run_upto(CUstream_st *s, uint64_t seq) {
     s->q.pop_front();
     emu_run_op(op);
   }
+  if (opened) emu_device_leave();
 }
 
 static void emu_run_stream(CUstream_st *s) { emu_run_upto(s, UINT64_MAX); }
