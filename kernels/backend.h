@@ -782,6 +782,9 @@ const char *tt_cpu_backend_threading(void);
 /* 1 when the CPU computes bf16 natively (oneDNN's effective ISA has AVX512_BF16 or AMX; it
  * honours ONEDNN_MAX_CPU_ISA), else 0: what --precision auto asks on the CPU. */
 int tt_cpu_backend_bf16_native(void);
+/* 1 when native bf16 is also faster than fp32 in oneDNN's kernels here (AMX; AVX512_BF16 without
+ * AMX on a CPU that is not Intel's), else 0: the CPU cost model's bf16 rate follows it. */
+int tt_cpu_backend_bf16_fast(void);
 
 #ifdef __cplusplus
 }

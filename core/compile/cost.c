@@ -47,10 +47,17 @@ static const tt_device_profile cost_cuda = {"cuda (generic T4-class estimate)", 
 static const tt_device_profile cost_cpu = {"cpu", 60e9, 20e9, 10e9, 2e-6, NULL, 0, 0, 0, 0, 0.0, 0.0, 0.0};
 static const tt_device_profile cost_cpu_bf16 = {"cpu (native bf16)", 60e9, 20e9, 10e9, 2e-6, NULL, 0, 0, 0, 1, 120e9, 10e9 / 2,
                                                   10e9 / 2};
+/* An Intel CPU with AVX512_BF16 but no AMX: bf16 is native, but oneDNN 2.6's bf16 matmul ran at
+ * 0.55x its fp32 rate there (169 against 307 GFLOP/s) and the small ResNet's bf16 step took 400
+ * against 265 ms (bench_step, 2 threads). So bf16 at half fp32's rate: `auto` stays fp32 unless
+ * only bf16's memory fits. */
+static const tt_device_profile cost_cpu_bf16_slow = {"cpu (native bf16, slower than fp32)", 60e9, 20e9, 10e9, 2e-6, NULL,
+                                                       0, 0, 0, 1, 30e9, 10e9 / 2, 10e9 / 2};
 
 const tt_device_profile *tt_profile_cuda_generic(void) { return &cost_cuda; }
 const tt_device_profile *tt_profile_cpu(void) { return &cost_cpu; }
 const tt_device_profile *tt_profile_cpu_bf16(void) { return &cost_cpu_bf16; }
+const tt_device_profile *tt_profile_cpu_bf16_slow(void) { return &cost_cpu_bf16_slow; }
 
 /* FLOP/s the model charges an op computed in dt: fp16 at the tensor-core rate; bf16 at the
  * profile's own bf16 rate when it gives one, else at fp16's where the device has bf16 natively

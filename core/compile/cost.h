@@ -35,6 +35,9 @@ const tt_device_profile *tt_profile_cuda_generic(void);
 const tt_device_profile *tt_profile_cpu(void);
 /* The CPU when oneDNN computes bf16 natively there (AVX512_BF16, AMX): bf16 at twice fp32's rate. */
 const tt_device_profile *tt_profile_cpu_bf16(void);
+/* The CPU when bf16 is native but slower than fp32 (AVX512_BF16 without AMX on Intel): bf16 at
+ * half fp32's rate. */
+const tt_device_profile *tt_profile_cpu_bf16_slow(void);
 /* The peak FLOP/s the cost model assumes for ops in dt. */
 double tt_profile_peak(const tt_device_profile *p, tt_dtype dt);
 /* `plan --gpu KEY`: the named card's profile, NULL when KEY names none. tt_profile_gpu_list

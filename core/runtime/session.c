@@ -150,8 +150,11 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
     if (o->vram_bytes) *reserve = TT_RESERVE_ESTIMATE_BYTES;
   } else {
     /* oneDNN's bf16 primitives run natively on AVX512_BF16 and AMX CPUs (its ISA query, which
-     * honours ONEDNN_MAX_CPU_ISA); the reference loops convert every bf16 value through fp32 */
-    s->profile = !strcmp(s->be->name, "cpu") && tt_cpu_backend_bf16_native() ? tt_profile_cpu_bf16() : tt_profile_cpu();
+     * honours ONEDNN_MAX_CPU_ISA), faster than fp32 except on Intel's without AMX; the reference
+     * loops convert every bf16 value through fp32 */
+    s->profile = strcmp(s->be->name, "cpu") || !tt_cpu_backend_bf16_native() ? tt_profile_cpu()
+                 : tt_cpu_backend_bf16_fast()                               ? tt_profile_cpu_bf16()
+                                                                            : tt_profile_cpu_bf16_slow();
     s->target = o->device == TT_DEVICE_CPU ? "the CPU (--device cpu)" : "the CPU (no NVIDIA GPU found: what train uses here)";
   }
   return 0;
@@ -472,6 +475,10 @@ void tt_session_precision_text(const tt_session *s, char *buf, size_t n) {
     snprintf(buf, n, "fp16 with dynamic loss scaling (auto: %s has no native bf16%s, and fp16 is %s than fp32 here)", dev,
              s->profile == &s->gpu_here && s->gpu_cc ? " (sm_80 and newer have)" : "",
              s->sched.nalts ? "faster or smaller" : "the fitting choice");
+  else if (s->profile == tt_profile_cpu_bf16_slow())
+    snprintf(buf, n, "fp32 (auto: this CPU computes bf16 natively, but slower than fp32: AVX512_BF16 without AMX on an "
+                     "Intel CPU, where oneDNN's bf16 kernels run at about half the fp32 rate; --precision bf16 halves "
+                     "the activations' memory)");
   else
     snprintf(buf, n, "fp32 (auto: %s, but the cost model predicts %s slower for this net%s)",
              s->profile->bf16 ? (s->target_cuda ? "the card computes bf16 natively" : "this CPU computes bf16 natively")

@@ -580,6 +580,28 @@ if ! echo "$t" | grep -q "fp16 on the CPU converts every op through fp32: slower
   fail cli_fp16_cpu_said "train: $(echo "$t" | grep -A1 note), plan: $(echo "$OUT" | grep precision)"
 else pass cli_fp16_cpu_said; fi
 
+# ---- --precision auto on the CPU takes bf16 only where it is the faster precision (issue 40): AMX,
+# or AVX512_BF16 on a CPU that is not Intel's; an Intel CPU with AVX512_BF16 and no AMX stays fp32
+# (its bf16 kernels ran at half the fp32 rate). The expectation follows the rule from oneDNN's ISA
+# as --version prints it and the CPU's vendor; the second pass holds AMX away where there is one.
+vendor=$(awk -F': ' '/^vendor_id/ {print $2; exit}' /proc/cpuinfo)
+for hold in "" AVX512_CORE_BF16; do
+  hrun() { if [ -n "$hold" ]; then ONEDNN_MAX_CPU_ISA=$hold run "$@"; else run "$@"; fi; }
+  hrun --version
+  isa=$(echo "$OUT" | sed -n 's/.*cpu: oneDNN [0-9.]*, \([a-z0-9_]*\).*/\1/p' | head -1)
+  hrun plan --device cpu examples/fashion_mnist/lenet.recipe
+  line=$(echo "$OUT" | grep '^  precision')
+  case "$isa" in
+    *amx*) want="bf16 (auto: this CPU" ;;
+    avx512_core_bf16) if [ "$vendor" = GenuineIntel ]; then want="fp32 (auto: this CPU computes bf16 natively, but slower than fp32"
+                      else want="bf16 (auto: this CPU"; fi ;;
+    *) want="fp32 (auto: this CPU has no native bf16" ;;
+  esac
+  if [ "$RC" != 0 ] || [ -z "$isa" ] || ! echo "$line" | grep -qF "precision   $want"; then
+    fail "cli_auto_precision_cpu${hold:+_held}" "ISA '$isa', vendor $vendor: wanted '$want', got: $line (exit $RC)"
+  else pass "cli_auto_precision_cpu${hold:+_held}"; fi
+done
+
 # ---- a recipe.txt that is a FIFO or a directory is named as such, not as missing, and does not hang ----
 mkdir -p "$TMP/fifo"
 cp "$TMP/keep/state.safetensors" "$TMP/fifo/" 2>/dev/null
