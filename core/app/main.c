@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -486,19 +487,23 @@ static int main_parse(int argc, char **argv, int first, tt_run_opts *o, main_arg
   return 0;
 }
 
-/* The refusal's "smallest --vram that fits is 0.71 GiB" in the unit the user typed --vram in
- * (MiB for 512M), rounded up so that the size fits. */
+/* The refusal's "smallest --vram that fits is 0.71 GiB" (or "6 MiB" below 1 GiB: the planner
+ * rounds it up in its own unit) in the unit the user typed --vram in (MiB for 512M, KiB for
+ * 900K), rounded up so that the size fits. */
 static void main_vram_unit(char *err, size_t size, char unit) {
   static const char key[] = "smallest --vram that fits is ";
   char *p = strstr(err, key), *end;
   if (!p || (unit != 'M' && unit != 'K')) return;
   p += sizeof key - 1;
-  double gib = strtod(p, &end);
-  if (end == p || strncmp(end, " GiB", 4)) return;
+  double val = strtod(p, &end);
+  int in_gib = !strncmp(end, " GiB", 4);
+  if (end == p || (!in_gib && strncmp(end, " MiB", 4))) return;
+  if (!in_gib && unit == 'M') return; /* already in the typed unit */
   char rest[1200], num[48];
   snprintf(rest, sizeof rest, "%s", end + 4);
-  double v = unit == 'M' ? gib * 1024.0 : gib * 1048576.0;
-  snprintf(num, sizeof num, "%.0f %ciB", v + 1.0, unit);
+  double mib = in_gib ? val * 1024.0 : val;
+  double v = unit == 'M' ? mib : mib * 1024.0;
+  snprintf(num, sizeof num, "%.0f %ciB", ceil(v - 1e-9), unit);
   snprintf(p, size - (size_t)(p - err), "%s%s", num, rest);
 }
 

@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "util.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,3 +241,12 @@ int tt_parse_size(const char *str, size_t *bytes) {
   return *bytes ? 0 : -1;
 }
 
+
+const char *tt_size_text(char *buf, size_t n, size_t bytes, int up) {
+  double gib = bytes / 1073741824.0, mib = bytes / 1048576.0;
+  if (gib >= 1.0)
+    snprintf(buf, n, "%.2f GiB", up ? ceil(gib * 100.0) / 100.0 : gib);
+  else
+    snprintf(buf, n, up ? "%.0f MiB" : "%.1f MiB", up ? ceil(mib) : mib);
+  return buf;
+}

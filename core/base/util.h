@@ -71,6 +71,10 @@ static inline size_t tt_size_add(size_t a, size_t b) { return b >= SIZE_MAX - a 
 /* Parses "512M", "4G", "4GiB", "3.5G", "1024" (bytes); K, M, G, T are powers of 1024.
  * Returns 0, or -1 for anything else (zero bytes included). (--vram: core/app/cli.h) */
 int tt_parse_size(const char *s, size_t *bytes);
+/* bytes as "0.71 GiB" from 1 GiB up, else "5.6 MiB", into buf (n bytes), returned. up rounds up
+ * (a size that must fit, as the smallest --vram of a refusal): to hundredths of a GiB, or to
+ * whole MiB below 1 GiB, so that the figure fits when typed back. */
+const char *tt_size_text(char *buf, size_t n, size_t bytes, int up);
 
 /* The edit distance (insertions, deletions, substitutions; case-insensitive) between a and b,
  * counted up to cap + 1 (past it: cap + 1). For "did you mean" messages. */

@@ -750,19 +750,19 @@ static int policy_refuse(const tt_graph *g, tt_backend *be, const tt_policy_opts
                         size_t min_arena, tt_err *err) {
   size_t need = min_arena == (size_t)-1 ? 0 : min_arena;
   tt_policy_explain(g, be, o, r);
-  if (o->vram_bytes && o->vram_bytes <= o->reserve_bytes) {
-    tt_fail(err, "--vram %.2f GiB is not more than the %.2f GiB reserved for the CUDA context and libraries: "
-                   "nothing is left for %s's arena; the smallest --vram that fits is %.2f GiB (the smallest plan, micro-batch %d, "
-                   "needs a %.2f GiB arena)", o->vram_bytes / 1073741824.0, o->reserve_bytes / 1073741824.0, g->model->path,
-                   (need + o->reserve_bytes) / 1073741824.0 + 0.005, o->micro_batch > 0 ? o->micro_batch : 1, need / 1073741824.0);
-    tt_policy_result_free(r);
-    return -1;
-  }
-  tt_fail(err, "%s does not fit: the smallest plan (micro-batch %d%s, %s) needs a %.2f GiB arena but the budget is "
-          "%.2f GiB; the smallest --vram that fits is %.2f GiB; it is dominated by %s",
-          g->model->path, o->micro_batch > 0 ? o->micro_batch : 1, o->recompute == TT_RECOMP_NONE ? "" : ", recomputing",
-          tt_dtype_name(o->precision == TT_PREC_FP32 ? TT_F32 : tt_policy_half(o)), need / 1073741824.0, r->budget_bytes / 1073741824.0,
-          (need + o->reserve_bytes) / 1073741824.0 + 0.005, r->dominant[0] ? r->dominant : "(breakdown unavailable)");
+  char vram[32], resv[32], fit[32], arena[32], budget[32];
+  tt_size_text(fit, sizeof fit, need + o->reserve_bytes, 1), tt_size_text(arena, sizeof arena, need, 0);
+  if (o->vram_bytes && o->vram_bytes <= o->reserve_bytes)
+    tt_fail(err, "--vram %s is not more than the %s reserved for the CUDA context and libraries: nothing is left for "
+                 "%s's arena; the smallest --vram that fits is %s (the smallest plan, micro-batch %d, needs a %s arena)",
+            tt_size_text(vram, sizeof vram, o->vram_bytes, 0), tt_size_text(resv, sizeof resv, o->reserve_bytes, 0),
+            g->model->path, fit, o->micro_batch > 0 ? o->micro_batch : 1, arena);
+  else
+    tt_fail(err, "%s does not fit: the smallest plan (micro-batch %d%s, %s) needs a %s arena but the budget is %s; the "
+                 "smallest --vram that fits is %s; it is dominated by %s", g->model->path, o->micro_batch > 0 ? o->micro_batch : 1,
+            o->recompute == TT_RECOMP_NONE ? "" : ", recomputing",
+            tt_dtype_name(o->precision == TT_PREC_FP32 ? TT_F32 : tt_policy_half(o)), arena,
+            tt_size_text(budget, sizeof budget, r->budget_bytes, 0), fit, r->dominant[0] ? r->dominant : "(breakdown unavailable)");
   tt_policy_result_free(r);
   return -1;
 }

@@ -263,6 +263,21 @@ else
   if [ "$RC" = 0 ]; then pass cli_plan_refuses; else fail cli_plan_refuses "the suggested --vram $sz does not fit: $ERR"; fi
 fi
 
+# ---- the smallest --vram a refusal names is the smallest, to the MiB: it fits, and 1 MiB less does
+# not (below 1 GiB it was rounded in hundredths of a GiB, then converted: 11 MiB for a net that fits
+# in 6) ----
+run plan --vram 5M examples/fashion_mnist/resnet.recipe
+sz=$(echo "$ERR" | sed -n 's/.*smallest --vram that fits is \([0-9]*\) MiB.*/\1/p')
+if [ "$RC" != 1 ] || [ -z "$sz" ]; then
+  fail cli_plan_smallest_vram "--vram 5M: exit $RC: $ERR"
+else
+  run plan --vram "${sz}M" examples/fashion_mnist/resnet.recipe
+  rc_fit=$RC
+  run plan --vram "$((sz - 1))M" examples/fashion_mnist/resnet.recipe
+  if [ "$rc_fit" = 0 ] && [ "$RC" = 1 ]; then pass cli_plan_smallest_vram
+  else fail cli_plan_smallest_vram "suggested ${sz}M: exit $rc_fit; $((sz - 1))M: exit $RC"; fi
+fi
+
 # ---- issue 25: a budget at or below the reserve still names the smallest --vram, in the unit typed;
 # a refusal under plan --json is a JSON object on stdout ----
 run plan --device cuda --vram 512M $L
