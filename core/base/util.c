@@ -241,7 +241,6 @@ int tt_parse_size(const char *str, size_t *bytes) {
   return *bytes ? 0 : -1;
 }
 
-
 const char *tt_size_text(char *buf, size_t n, size_t bytes, int up) {
   double gib = bytes / 1073741824.0, mib = bytes / 1048576.0;
   if (gib >= 1.0)

@@ -924,8 +924,7 @@ static void policy_dominant(const tt_graph *g, tt_backend *be, const tt_policy_o
   tt_program q;
   tt_err e2;
   dom[0] = 0;
-  if (!rr) return;
-  if (o->recompute != TT_RECOMP_NONE && tt_recompute_all(g, rr, &e2)) {
+  if (!rr || (o->recompute != TT_RECOMP_NONE && tt_recompute_all(g, rr, &e2))) {
     free(rr);
     return;
   }
@@ -933,14 +932,15 @@ static void policy_dominant(const tt_graph *g, tt_backend *be, const tt_policy_o
                                o->precision == TT_PREC_FP32 ? TT_F32 : tt_policy_half(o), NULL, NULL, &e2);
   if (!policy_try_form(&c, o->inplace, rr, POLICY_COMPACT | POLICY_FUSED, &q)) { /* the smallest plan: compact saves and fused attention */
     size_t at[TT_BC_COUNT];
+    char sz[32];
     tt_program_peak_breakdown(&q, at);
     for (int k = 0; k < 3; k++) {
       int bi = -1;
       for (int c = 0; c < TT_BC_COUNT; c++)
         if (at[c] && (bi < 0 || at[c] > at[bi])) bi = c;
       if (bi < 0) break;
-      snprintf(dom + strlen(dom), size - strlen(dom), "%s%s %.2f GiB", k ? ", " : "",
-               tt_buf_class_name((tt_buf_class)bi), at[bi] / 1073741824.0);
+      snprintf(dom + strlen(dom), size - strlen(dom), "%s%s %s", k ? ", " : "", tt_buf_class_name((tt_buf_class)bi),
+               tt_size_text(sz, sizeof sz, at[bi], 0));
       at[bi] = 0;
     }
     tt_program_free(&q);

@@ -62,9 +62,8 @@ enum { T_UNSTARTED, T_RUNNING, T_READY, T_BAR, T_WARP, T_DONE };
  * emulated suite switches at every barrier and warp operation of every emulated thread: those
  * calls were most of test_cuda_emu's 113 s of system time in a 305 s run on 2 cores (strace: 97%
  * of its system calls were rt_sigprocmask). Kernels change neither the signal mask nor the
- * floating-point environment between
- * switches; a fault inside a kernel leaves through the signal handler's siglongjmp, which restores
- * the mask itself.
+ * floating-point environment between switches; a fault inside a kernel leaves through the signal
+ * handler's siglongjmp, which restores the mask itself.
  *
  * Under AddressSanitizer (and the other sanitizers) it stays swapcontext, which they intercept to
  * follow the stack change; a hand-written switch would need their fiber annotations. So it does
@@ -426,7 +425,8 @@ void emu_warp_try(emu_run *r, int w) {
   int base = w * 32, wn = emu_warp_lanes(r, w), released = 0;
   if (!r->warp_waiting[w]) return;
   /* cheap exit while lanes are still on their way: no mask can be complete yet (kept per warp as
-   * lanes arrive, so a warp operation costs a few steps per lane, not a pass over the warp) */
+   * lanes arrive, so a warp operation costs a few steps per lane, not a pass over the warp: the
+   * pass, with a popcount each, made test_cuda_emu 134 s against 104 to 106) */
   if (r->warp_waiting[w] + r->warp_done[w] < r->warp_min[w]) return;
   for (int l = 0; l < wn && r->warp_waiting[w]; l++) {
     emu_thread *th = &r->th[base + l];
