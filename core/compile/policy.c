@@ -6,7 +6,7 @@
  * smaller arena of a short list of variants) and moves `need` until the real planner says it
  * fits; the fastest fitting plan in the cost model is kept (policy_pick). One plan memo per
  * search (program.h) lets the many candidates that lower to buffers planned before skip the
- * arena planner. */
+ * arena planner. What `plan` and a refusal say beyond the choice is policy_explain.c's. */
 #include "../base/knobs.h"
 #include "offload.h"
 #include "policy.h"
@@ -144,7 +144,7 @@ static int policy_plan_one(const policy_ctx *c, int inplace, unsigned char *rec,
 /* One form, with in-place ops allowed, planned both ways. An accepted alias fuses two buffers'
  * lifetimes into one block, which sometimes packs worse (VGG-16: 2 MiB more); the cost model
  * times both alike, so in-place ops stay only when the arena is no larger. */
-static int policy_try_form(const policy_ctx *c, int inplace, unsigned char *rec, int form, tt_program *p) {
+int tt_policy_try_form(const policy_ctx *c, int inplace, unsigned char *rec, int form, tt_program *p) {
   tt_program q;
   int rc;
   if ((rc = policy_plan_one(c, inplace, rec, form, p)) || !inplace) return rc;
@@ -197,7 +197,7 @@ static int policy_try_forms(const policy_ctx *c, unsigned char *rec, tt_program 
       tt_program q;
       int rc;
       if (have && (!c->budget || p->arena_bytes <= c->budget)) return 0;
-      if ((rc = policy_try_form(c, c->o->inplace, rec, fused[f] | compact[k], have ? &q : p))) {
+      if ((rc = tt_policy_try_form(c, c->o->inplace, rec, fused[f] | compact[k], have ? &q : p))) {
         if (have) tt_program_free(p);
         return rc;
       }
@@ -651,7 +651,7 @@ static int policy_budget(const tt_graph *g, const tt_policy_opts *o, tt_policy_r
   if (eff <= 0) return tt_fail(err, "%s: [train] batch must be a positive integer", m->path);
   r->reserve_bytes = o->vram_bytes ? o->reserve_bytes : 0;
   /* --vram at or below the reserve: a budget of 1 byte, in which nothing fits, so that the
-   * refusal still names the smallest --vram that fits (policy_refuse) */
+   * refusal still names the smallest --vram that fits (tt_policy_refuse, policy_explain.c) */
   r->budget_bytes = !o->vram_bytes ? 0 : o->vram_bytes > o->reserve_bytes ? o->vram_bytes - o->reserve_bytes : 1;
   if (o->micro_batch > 0 && eff % o->micro_batch)
     return tt_fail(err, "micro-batch %d does not divide the effective batch %d of %s; choose a divisor", o->micro_batch, eff,
@@ -745,28 +745,6 @@ static void policy_count_units(const tt_graph *g, tt_policy_result *r) {
   free(unit_of);
 }
 
-/* Nothing fits: the message gives the smallest --vram that would and what dominates it. */
-static int policy_refuse(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r,
-                        size_t min_arena, tt_err *err) {
-  size_t need = min_arena == (size_t)-1 ? 0 : min_arena;
-  tt_policy_explain(g, be, o, r);
-  char vram[32], resv[32], fit[32], arena[32], budget[32];
-  tt_size_text(fit, sizeof fit, need + o->reserve_bytes, 1), tt_size_text(arena, sizeof arena, need, 0);
-  if (o->vram_bytes && o->vram_bytes <= o->reserve_bytes)
-    tt_fail(err, "--vram %s is not more than the %s reserved for the CUDA context and libraries: nothing is left for "
-                 "%s's arena; the smallest --vram that fits is %s (the smallest plan, micro-batch %d, needs a %s arena)",
-            tt_size_text(vram, sizeof vram, o->vram_bytes, 0), tt_size_text(resv, sizeof resv, o->reserve_bytes, 0),
-            g->model->path, fit, o->micro_batch > 0 ? o->micro_batch : 1, arena);
-  else
-    tt_fail(err, "%s does not fit: the smallest plan (micro-batch %d%s, %s) needs a %s arena but the budget is %s; the "
-                 "smallest --vram that fits is %s; it is dominated by %s", g->model->path, o->micro_batch > 0 ? o->micro_batch : 1,
-            o->recompute == TT_RECOMP_NONE ? "" : ", recomputing",
-            tt_dtype_name(o->precision == TT_PREC_FP32 ? TT_F32 : tt_policy_half(o)), arena,
-            tt_size_text(budget, sizeof budget, r->budget_bytes, 0), fit, r->dominant[0] ? r->dominant : "(breakdown unavailable)");
-  tt_policy_result_free(r);
-  return -1;
-}
-
 /* Planned host offload (offload.h): the search again with the optimizer state in pinned host memory
  * (under [train] optimizer_state = auto, fp32 state first, then bf16, int8, until a plan fits the
  * budget and its host region fits o->host_bytes); it replaces r's schedule when it is faster per
@@ -838,7 +816,7 @@ int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oi
     tt_policy_result_free(r);
     return -1;
   }
-  if (!have) return policy_refuse(g, be, &o, r, min_arena, err);
+  if (!have) return tt_policy_refuse(g, be, &o, r, min_arena, err);
   policy_count_units(g, r);
   /* the candidates were ranked on their buffers' plans alone: the chosen one gets its final call
    * list here (policy_eval's evaluation program gets its own from tt_program_plan) */
@@ -912,83 +890,6 @@ int tt_policy_widen_workspace(const tt_graph *g, tt_backend *be, tt_policy_resul
   }
   set_cap(be, 0); /* the default, with which the kept programs were planned */
   return 0;
-}
-
-/* ---- report-only: what `tinytrain plan` and a refusal say, planned only when asked ---- */
-
-/* The three largest buffer classes live at the peak of the smallest plan the options allow:
- * micro-batch 1 (or the one given), every unit recomputed unless recompute is off. */
-static void policy_dominant(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, char *dom, size_t size) {
-  int eff = g->model->train.batch;
-  unsigned char *rr = (unsigned char *)calloc((size_t)g->nnodes, 1);
-  tt_program q;
-  tt_err e2;
-  dom[0] = 0;
-  if (!rr || (o->recompute != TT_RECOMP_NONE && tt_recompute_all(g, rr, &e2))) {
-    free(rr);
-    return;
-  }
-  policy_ctx c = tt_policy_ctx_of(g, be, o, 0, o->micro_batch > 0 ? o->micro_batch : 1, eff,
-                               o->precision == TT_PREC_FP32 ? TT_F32 : tt_policy_half(o), NULL, NULL, &e2);
-  if (!policy_try_form(&c, o->inplace, rr, POLICY_COMPACT | POLICY_FUSED, &q)) { /* the smallest plan: compact saves and fused attention */
-    size_t at[TT_BC_COUNT];
-    char sz[32];
-    tt_program_peak_breakdown(&q, at);
-    for (int k = 0; k < 3; k++) {
-      int bi = -1;
-      for (int c = 0; c < TT_BC_COUNT; c++)
-        if (at[c] && (bi < 0 || at[c] > at[bi])) bi = c;
-      if (bi < 0) break;
-      snprintf(dom + strlen(dom), size - strlen(dom), "%s%s %s", k ? ", " : "", tt_buf_class_name((tt_buf_class)bi),
-               tt_size_text(sz, sizeof sz, at[bi], 0));
-      at[bi] = 0;
-    }
-    tt_program_free(&q);
-  }
-  free(rr);
-}
-
-/* The arena at the chosen micro-batch with the techniques switched off: fp32 without in-place
- * or recompute; the chosen precision without in-place; without recompute. */
-static void policy_savings(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r) {
-  const tt_policy *pol = &r->policy;
-  tt_program q;
-  tt_err e2;
-  int n = g->nnodes;
-  unsigned char *none = (unsigned char *)calloc((size_t)n * 2, 1), *dec; /* dec: the chosen decisions */
-  if (!none) return;
-  dec = none + n;
-  for (int i = 0; i < n; i++)
-    dec[i] = r->recompute[i] ? TT_DEC_RECOMPUTE : r->compress && r->compress[i] ? TT_DEC_COMPRESS
-             : r->policy.offload_sel && r->policy.offload_sel[i] ? TT_DEC_OFFLOAD : TT_DEC_KEEP;
-  policy_ctx c = tt_policy_ctx_of(g, be, o, 0, pol->micro_batch, pol->accum_steps, TT_F32, NULL, NULL, &e2);
-  if (!policy_try_form(&c, 0, none, 0, &q)) {
-    r->arena_fp32_plain = q.arena_bytes;
-    tt_program_free(&q);
-  }
-  int same = (pol->compact ? POLICY_COMPACT : 0) | (pol->attn_fused ? POLICY_FUSED : 0);
-  c.dt = pol->act_dtype;
-  if (!policy_try_form(&c, 0, dec, same, &q)) {
-    r->arena_no_inplace = q.arena_bytes;
-    tt_program_free(&q);
-  }
-  if (!policy_try_form(&c, o->inplace, none, same, &q)) {
-    r->arena_no_recompute = q.arena_bytes;
-    tt_program_free(&q);
-  }
-  free(none);
-}
-
-/* Planned apart from the search so that train and the API pay only for the choice itself. */
-void tt_policy_explain(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r) {
-  if (r->policy.micro_batch <= 0) {
-    policy_dominant(g, be, o, r->dominant, sizeof r->dominant);
-    return;
-  }
-  policy_savings(g, be, o, r);
-  for (int i = 0; i < r->nalts; i++)
-    snprintf(r->alts[i].why, sizeof r->alts[i].why, "fits, predicted %.0f%% slower than the chosen policy",
-             100.0 * (r->alts[i].step_ms / r->predicted_step_ms - 1.0));
 }
 
 void tt_policy_result_free(tt_policy_result *r) {

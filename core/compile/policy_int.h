@@ -1,5 +1,6 @@
 /* core/compile/policy_int.h — what the policy search (policy.c) shares with the largest-batch
- * search (policy_batch.c): one candidate's context and the fit of one candidate. */
+ * search (policy_batch.c) and the reports (policy_explain.c): one candidate's context, the fit of
+ * one candidate, one memory form's plan and the refusal. */
 #ifndef TT_POLICY_INT_H
 #define TT_POLICY_INT_H
 #include "policy.h"
@@ -32,5 +33,12 @@ policy_ctx tt_policy_ctx_of(const tt_graph *g, tt_backend *be, const tt_policy_o
 /* The candidate cin fitted to its budget (policy.c: the recompute searches as the options say):
  * 1 with out planned, 0 when nothing fits, -1 on error. */
 int tt_policy_fit(const policy_ctx *cin, unsigned char *rec, tt_program *out);
+/* Candidate c with recompute set rec in one memory form (POLICY_*), in-place ops allowed when
+ * inplace and kept only when the arena is no larger (policy.c): 0 with p planned, else nonzero. */
+int tt_policy_try_form(const policy_ctx *c, int inplace, unsigned char *rec, int form, tt_program *p);
+/* Nothing fits (policy_explain.c): err says the smallest --vram that would (min_arena, (size_t)-1
+ * when none was planned) and what dominates it; r is freed; returns -1. */
+int tt_policy_refuse(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r, size_t min_arena,
+                     tt_err *err);
 
 #endif
