@@ -818,6 +818,7 @@ def main():
     n.append("build %s: link %s %s%s" % (tt_bin, " ".join(cli_objs), lib, cuda_dep))
     test_bins = []
     test_cmds = []  # commands beside the binaries (an environment, arguments), quoted
+    emu_cli = []  # build/tinytrain_emu where the emulated device is built (not under the sanitizers)
     for t in TESTS:
         name = os.path.basename(t)
         if not os.path.exists(os.path.join(ROOT, "tests/%s.c" % t)) or (args.sanitize and name in SANITIZE_SKIP):
@@ -880,10 +881,14 @@ def main():
             n.append("build %s/tests/test_cuda_traffic: emulink %s/obj/emu/tests_kernels_test_cuda_traffic.o "
                      "%s/obj/emu/tests_traffic_emu_traffic.o %s %s" % (B, B, B, " ".join(tr_objs), host_lib))
             test_bins.append("%s/tests/test_cuda_traffic" % B)
-        # The command line on the emulated device (`ninja build/tinytrain_emu`; not built by default):
-        # core/runtime/session.c chooses the CUDA backend only when built with TT_HAVE_CUDA.
+        # The command line on the emulated device (build/tinytrain_emu): core/runtime/session.c
+        # chooses the CUDA backend only when built with TT_HAVE_CUDA. `ninja test` builds it outside a
+        # sanitizer build for tests/cli/test_replan_emu.sh and test_offload_emu.sh (about 50 s of runs;
+        # they skip where it is not built).
         n.append("build %s/tinytrain_emu: emulink %s %s %s %s"
                  % (B, " ".join(cli_objs), emu_host, " ".join(emu_objs), host_lib))
+        if not args.sanitize:
+            emu_cli = ["%s/tinytrain_emu" % B]
     bench_bins = []
     for b in sorted(glob.glob(os.path.join(ROOT, "tests/bench/*.c"))):
         name = os.path.basename(b)[:-2]
@@ -909,7 +914,7 @@ def main():
     scripts += sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "tests/*/test_*.sh")))
     if args.sanitize:
         scripts = [s for s in scripts if s not in SANITIZE_SKIP]
-    n.append("build test: test | %s %s\n  tests = %s" % (tt_bin, " ".join(test_bins + bench_bins + test_deps), " ".join(test_bins + test_cmds + ["'bash %s'" % s for s in scripts])))
+    n.append("build test: test | %s %s\n  tests = %s" % (tt_bin, " ".join(test_bins + bench_bins + test_deps + emu_cli), " ".join(test_bins + test_cmds + ["'bash %s'" % s for s in scripts])))
     if use_cuda:
         # `ninja cuda-check`: every .cu for the architectures CI checks, warnings as errors, resources
         # against each architecture's limits, and the linked binary's SASS/PTX list (tests/tools/cuda_check.py)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # tests/cli/test_offload_emu.sh — planned host offload of the optimizer state end to end, on the
-# emulated GPU (build/tinytrain_emu: `ninja build/tinytrain_emu`, not built by default; SKIP
-# without it). A net whose Adam moments are most of its memory trains 4 steps at a --vram where
+# emulated GPU (build/tinytrain_emu, which `ninja test` builds outside a sanitizer build;
+# SKIP without it). A net whose Adam moments are most of its memory trains 4 steps at a --vram where
 # only the plan with the moments in pinned host memory fits, and 4 steps with them on the device
 # (--host-mem 0, a larger --vram, the same policy): weights.safetensors and state.safetensors are
 # byte for byte the same. Then each run resumes in the other form for 2 more steps: the same again.

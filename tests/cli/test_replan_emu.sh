@@ -1,7 +1,7 @@
 #!/bin/bash
 # tests/cli/test_replan_emu.sh — the re-plan after the warm-up (docs/plan.md#re-planning-after-the-warm-up)
-# end to end on the emulated GPU (build/tinytrain_emu: `ninja build/tinytrain_emu`, not built by
-# default; SKIP without it). TT_EMU_LIBRARY_BYTES sets what the emulated cuBLAS takes at its first
+# end to end on the emulated GPU (build/tinytrain_emu, which `ninja test` builds outside a
+# sanitizer build; SKIP without it). TT_EMU_LIBRARY_BYTES sets what the emulated cuBLAS takes at its first
 # GEMM (the libraries' lazy load the warm-up measures). An MLP (no convolution: no workspace the
 # budget would widen, so the arena of a micro-batch is one figure) at a --vram 256 KiB under what
 # micro-batch 512 (the effective batch) needs with the fixed 128 MiB margin plans 256 x 2;
