@@ -2,9 +2,9 @@
  * costs max(FLOPs / peak, bytes moved / bandwidth) plus a fixed dispatch overhead (a roofline
  * per op); step times are in milliseconds per effective batch. */
 #include "cost.h"
-#include "offload.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* Ranking numbers, not promises: a T4-class card (8 TFLOP/s fp32, ~30 TFLOP/s sustained fp16
  * tensor-core, 300 GB/s) and a 2-core AVX2 CPU. Memory figures never depend on them. */
@@ -103,6 +103,35 @@ const tt_device_profile *tt_profile_gpu(const char *key) {
  * added in both places. */
 const char *tt_profile_gpu_list(void) {
   return "t4, gtx1650, rtx3050-laptop, rtx3060, a100, h100";
+}
+
+/* ---- the host link of planned offload (offload.c lowers the copies; their price is here) ---- */
+
+/* Effective pinned-copy bandwidth per named card (cost.c's keys): PCIe 3.0 x16 about 12 GB/s,
+ * 4.0 x8 the same, 4.0 x16 about 25, 5.0 x16 about 50. */
+static const struct {
+  const char *key;
+  double bps;
+} offload_links[] = {
+    {"t4", 12e9}, {"gtx1650", 12e9}, {"rtx3050-laptop", 12e9}, {"rtx3060", 25e9}, {"a100", 25e9}, {"h100", 50e9},
+};
+
+double tt_offload_link_bytes_per_s(const tt_device_profile *prof) {
+  if (!prof) return 0.0;
+  if (prof->key)
+    for (size_t k = 0; k < sizeof offload_links / sizeof offload_links[0]; k++)
+      if (!strcmp(prof->key, offload_links[k].key)) return offload_links[k].bps;
+  /* the CPU profiles ("cpu", "cpu (native bf16)", ...), matched by name */
+  if (prof->name && !strncmp(prof->name, "cpu", 3)) return 0.0;
+  return 12e9; /* the generic card and the GPU here: PCIe 3.0 x16 */
+}
+
+double tt_offload_cost_s(const tt_program *p, const tt_device_profile *prof) {
+  double bytes = 0.0, bw = tt_offload_link_bytes_per_s(prof);
+  if (!p->n_offloaded) return 0.0;
+  for (int i = 0; i < p->nbufs; i++)
+    if (p->bufs[i].host && p->bufs[i].cls == TT_BC_OPTIMIZER) bytes += 2.0 * (double)p->bufs[i].bytes;
+  return bw > 0.0 ? bytes / bw : 1e30; /* no link: never chosen */
 }
 
 /* Seconds step s of program p takes on prof by the roofline: max(FLOPs / peak, bytes / bandwidth)

@@ -32,8 +32,9 @@ static int offload_reads(const tt_step *s, int b) {
 
 /* One offloaded activation as the pass finds it in the lowered steps (old indices): its value v
  * (buffer), forward step f, the last forward step that uses it, the first and last backward
- * steps that read it; then its host copy h and device slot r. */
-typedef struct off_act { int v, f, fwd_last, b1, bl, h, r; } off_act;
+ * steps that read it; its window: WAIT after step wait, MARK before step mark (offload_windows);
+ * then its host copy h and device slot r. */
+typedef struct off_act { int v, f, fwd_last, b1, bl, wait, mark, h, r; } off_act;
 
 /* The position key of an inserted step: 2 * old - 1 before old step `old`, 2 * old + 1 after it
  * (the old steps sit at even keys), so one stable sort places every step. */
@@ -71,13 +72,65 @@ static int offload_find(const tt_program *p, int v, int b, int loss, off_act *a)
   return a->f >= 0 && a->b1 > loss && a->f < loss;
 }
 
+static int off_by_f(const void *a, const void *b) { return (*(const off_act *const *)a)->f - (*(const off_act *const *)b)->f; }
+static int off_by_b1_desc(const void *a, const void *b) {
+  return (*(const off_act *const *)b)->b1 - (*(const off_act *const *)a)->b1;
+}
+
+/* Each value's window. Without a profile (policy.offload_profile NULL) or a link, the one-step
+ * windows: WAIT after the value's last forward use or the step after its forward, MARK before the
+ * backward step ahead of its first reader. With one, the windows are as wide as the copies need
+ * by the profile's step times (cost.c), no wider, since a wider one holds device memory longer:
+ * the copies out run on the one copy stream in forward order, each from the end of its value's
+ * forward, and WAIT moves on to the first step by whose end its copy is done (at most the last
+ * step before the loss, so the value is freed before backward); the copies in are placed as late
+ * as they can be in backward order (each done by its first reader's start and before the next
+ * one's copy starts), and MARK moves back to the last step that starts by its copy's start (at the
+ * earliest the step after the loss, where the slot could live anyway). The cost model's simulation
+ * (tt_cost_predict_ms) then charges what these windows do not hide, with the copies queued. */
+static int offload_windows(const tt_program *p, off_act *acts, int na, int loss, tt_err *err) {
+  const tt_device_profile *prof = p->policy.offload_profile;
+  double bw = prof ? tt_offload_link_bytes_per_s(prof) : 0.0;
+  for (int k = 0; k < na; k++) {
+    off_act *a = &acts[k];
+    a->wait = a->fwd_last > a->f + 1 ? a->fwd_last : a->f + 1, a->mark = a->b1 - 1 > loss ? a->b1 - 1 : loss + 1;
+  }
+  if (bw <= 0.0 || na == 0) return 0;
+  double *t = (double *)tt_calloc((size_t)p->nsteps + 1, sizeof(double), "offload windows", err); /* t[i]: step i's start, s */
+  off_act **ord = (off_act **)tt_calloc((size_t)na, sizeof(off_act *), "offload windows", err);
+  if (!t || !ord) {
+    free(t), free(ord);
+    return -1;
+  }
+  for (int i = 0; i < p->nsteps; i++) t[i + 1] = t[i] + 1e-3 * tt_cost_step_ms(p, i, prof);
+  for (int k = 0; k < na; k++) ord[k] = &acts[k];
+  qsort(ord, (size_t)na, sizeof *ord, off_by_f);
+  double clock = 0.0; /* the copy stream's, seconds */
+  for (int k = 0; k < na; k++) {
+    off_act *a = ord[k];
+    double end = (clock > t[a->f + 1] ? clock : t[a->f + 1]) + (double)p->bufs[a->v].bytes / bw;
+    clock = end;
+    while (a->wait < loss - 1 && t[a->wait + 1] < end) a->wait++;
+  }
+  qsort(ord, (size_t)na, sizeof *ord, off_by_b1_desc);
+  double next = 1e300; /* the start of the next-needed copy in */
+  for (int k = 0; k < na; k++) {
+    off_act *a = ord[k];
+    double end = t[a->b1] < next ? t[a->b1] : next, start = end - (double)p->bufs[a->v].bytes / bw;
+    next = start;
+    while (a->mark - 1 > loss && t[a->mark] > start) a->mark--;
+  }
+  free(t), free(ord);
+  return 0;
+}
+
 /* Saved activations to pinned host memory (policy.offload_sel): for each selected value, a host
  * copy h (in the pinned region) and a device slot r (an activation buffer) that backward reads in
- * its place, and four steps: OUT after the forward that writes it, WAIT after its last forward use
- * or the next step (the value's storage lives until the copy out is waited for, so the copy runs
- * beside that step), MARK before the backward step ahead of its first reader (the slot's life
- * begins there) and IN before that reader (the copy back runs beside the step between). Steps are
- * inserted and every lifetime moved to the new indices. 0, or -1 (err set). */
+ * its place, and four steps: OUT after the forward that writes it, WAIT at the end of its window
+ * (the value's storage lives until the copy out is waited for, so the copy runs beside the steps
+ * between), MARK at the start of its backward window (the slot's life begins there) and IN before
+ * its first reader (the copy back runs beside the steps between); offload_windows places them.
+ * Steps are inserted and every lifetime moved to the new indices. 0, or -1 (err set). */
 static int offload_act_lower(tt_program *p, tt_err *err) {
   const unsigned char *sel = p->policy.offload_sel;
   int nn = p->graph->nnodes, loss = -1, na = 0, nins = 0, rc = -1;
@@ -91,8 +144,12 @@ static int offload_act_lower(tt_program *p, tt_err *err) {
   if (!acts || !ins || !newi) goto done;
   for (int v = 1; v < nn - 1 && loss > 0; v++) {
     int b = p->value_buf[v];
-    if (!sel[v] || b < 0 || p->bufs[b].persistent || p->bufs[b].host || !offload_find(p, v, b, loss, &acts[na])) continue;
-    off_act *a = &acts[na];
+    if (sel[v] && b >= 0 && !p->bufs[b].persistent && !p->bufs[b].host && offload_find(p, v, b, loss, &acts[na])) na++;
+  }
+  if (offload_windows(p, acts, na, loss, err)) goto done;
+  for (int k = 0; k < na; k++) {
+    off_act *a = &acts[k];
+    int v = p->steps[a->f].node, b = a->v;
     tt_buf *h = offload_new_buf(p, err), *r;
     if (!h) goto done;
     snprintf(h->name, sizeof h->name, "%.100s.host", p->bufs[b].name);
@@ -102,19 +159,17 @@ static int offload_act_lower(tt_program *p, tt_err *err) {
     snprintf(r->name, sizeof r->name, "%.100s.back", p->bufs[b].name);
     r->bytes = p->bufs[b].bytes, r->dtype = p->bufs[b].dtype, r->cls = TT_BC_ACTIVATIONS, r->node = v;
     a->r = p->nbufs - 1;
-    int wlast = a->fwd_last > a->f + 1 ? a->fwd_last : a->f + 1, mark = a->b1 - 1 > loss ? a->b1 - 1 : loss + 1;
-    ins[nins].key = 2 * a->f + 1, ins[nins].s = offload_step(p, v, TT_OFF_OUT, na, b, a->h), nins++;
-    ins[nins].key = 2 * wlast + 1, ins[nins].s = offload_step(p, v, TT_OFF_WAIT, na, a->h, -1), nins++;
-    ins[nins].key = 2 * mark - 1, ins[nins].s = offload_step(p, v, TT_OFF_MARK, na, a->h, -1), nins++;
-    ins[nins].key = 2 * a->b1 - 1, ins[nins].s = offload_step(p, v, TT_OFF_IN, na, a->h, a->r), nins++;
-    a->fwd_last = wlast;
+    ins[nins].key = 2 * a->f + 1, ins[nins].s = offload_step(p, v, TT_OFF_OUT, k, b, a->h), nins++;
+    ins[nins].key = 2 * a->wait + 1, ins[nins].s = offload_step(p, v, TT_OFF_WAIT, k, a->h, -1), nins++;
+    ins[nins].key = 2 * a->mark - 1, ins[nins].s = offload_step(p, v, TT_OFF_MARK, k, a->h, -1), nins++;
+    ins[nins].key = 2 * a->b1 - 1, ins[nins].s = offload_step(p, v, TT_OFF_IN, k, a->h, a->r), nins++;
+    a->fwd_last = a->wait;
     for (int i = loss + 1; i < p->nsteps; i++) /* backward reads the slot */
-      for (int k = 0; k < p->steps[i].nin; k++)
-        if (p->steps[i].in[k] == b) p->steps[i].in[k] = a->r;
+      for (int q = 0; q < p->steps[i].nin; q++)
+        if (p->steps[i].in[q] == b) p->steps[i].in[q] = a->r;
     for (int j = 0; j < p->nbufs; j++) /* nothing takes the value's storage in place while it is copied */
       if (p->bufs[j].alias_of == b) p->bufs[j].alias_of = p->bufs[j].first > loss ? a->r : -1;
     p->act_offload_bytes += p->bufs[a->h].bytes; /* h may have moved: the second buffer can realloc p->bufs */
-    na++;
   }
   if (!na) {
     rc = 0;
@@ -194,34 +249,6 @@ int tt_offload_lower(tt_program *p, tt_err *err) {
   p->offload_slot_bytes = slot;
   p->caps &= ~TT_CAP_UPDATE_MULTI; /* each tensor's update between its own copies */
   return 0;
-}
-
-/* Effective pinned-copy bandwidth per named card (cost.c's keys): PCIe 3.0 x16 about 12 GB/s,
- * 4.0 x8 the same, 4.0 x16 about 25, 5.0 x16 about 50. */
-static const struct {
-  const char *key;
-  double bps;
-} offload_links[] = {
-    {"t4", 12e9}, {"gtx1650", 12e9}, {"rtx3050-laptop", 12e9}, {"rtx3060", 25e9}, {"a100", 25e9}, {"h100", 50e9},
-};
-
-double tt_offload_link_bytes_per_s(const tt_device_profile *prof) {
-  if (!prof) return 0.0;
-  if (prof->key)
-    for (size_t k = 0; k < sizeof offload_links / sizeof offload_links[0]; k++)
-      if (!strcmp(prof->key, offload_links[k].key)) return offload_links[k].bps;
-  /* the CPU profiles (cost.c's "cpu" and "cpu (native bf16)"), matched by name: cost.c calls this
-   * file, so it calls nothing back */
-  if (prof->name && !strncmp(prof->name, "cpu", 3)) return 0.0;
-  return 12e9; /* the generic card and the GPU here: PCIe 3.0 x16 */
-}
-
-double tt_offload_cost_s(const tt_program *p, const tt_device_profile *prof) {
-  double bytes = 0.0, bw = tt_offload_link_bytes_per_s(prof);
-  if (!p->n_offloaded) return 0.0;
-  for (int i = 0; i < p->nbufs; i++)
-    if (p->bufs[i].host && p->bufs[i].cls == TT_BC_OPTIMIZER) bytes += 2.0 * (double)p->bufs[i].bytes;
-  return bw > 0.0 ? bytes / bw : 1e30; /* no link: never chosen */
 }
 
 size_t tt_offload_default_host_budget(void) {

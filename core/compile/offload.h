@@ -24,18 +24,6 @@ extern "C" {
  * with err set when out of host memory. */
 int tt_offload_lower(tt_program *p, tt_err *err);
 
-/* Host-to-device link bandwidth the cost model charges the window copies at, bytes/s, for a
- * device profile: the named cards' PCIe generation and width (public figures: about 80% of the
- * link's peak, what pinned copies reach), 12e9 for the generic card; 0 for the CPU profiles
- * (the CPU backend has nothing to offload to). */
-double tt_offload_link_bytes_per_s(const tt_device_profile *prof);
-
-/* Seconds the update phase of p spends copying its offloaded state on prof's link: every host
- * buffer in and out once per optimizer step, serialised with the update (conservative: the
- * executor overlaps the next tensor's copy in with the current update, which this ignores).
- * 0 for a program without offload. */
-double tt_offload_cost_s(const tt_program *p, const tt_device_profile *prof);
-
 /* The default host budget for pinned buffers: half of the memory the kernel reports available
  * now (MemAvailable in /proc/meminfo; sysconf's free pages where that is unreadable), 0 when
  * neither can be read. */

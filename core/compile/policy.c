@@ -117,6 +117,7 @@ static int policy_plan_one(const policy_ctx *c, int inplace, unsigned char *rec,
     for (int i = 0; i < n; i++)
       split[i] = rec[i] == TT_DEC_RECOMPUTE, split[n + i] = rec[i] == TT_DEC_COMPRESS, split[2 * n + i] = rec[i] == TT_DEC_OFFLOAD;
     pol.recompute = split, pol.compact_sel = cmp ? split + n : NULL, pol.offload_sel = off ? split + 2 * n : NULL;
+    pol.offload_profile = off ? c->o->profile : NULL; /* the copies' windows from its step times (offload.c) */
     if (tt_knobs_get()->compact == 1) pol.compact_sel = NULL; /* TINYTRAIN_COMPACT=1: every value that can */
     if (cmp) form |= POLICY_COMPACT;
   }

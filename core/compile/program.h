@@ -329,6 +329,8 @@ typedef struct tt_policy {
   const unsigned char *offload_sel; /* training, per node: 1 = its saved value is copied to pinned host memory
                         * in forward and back before its backward (the per-tensor search's TT_DEC_OFFLOAD,
                         * offload.c's steps); NULL: none */
+  const struct tt_device_profile *offload_profile; /* with offload_sel: the cost profile (cost.h) whose step times
+                        * and host link place each copy's window (offload.c); NULL: one-step windows */
 } tt_policy;
 
 

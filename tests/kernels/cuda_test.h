@@ -181,6 +181,7 @@ void test_offload_plan(void);
 /* cuda_actoffload.c */
 void test_actoffload(void);
 void test_actoffload_plan(void);
+void test_actoffload_windows(void);
 void test_cuda_graph_equal(void);
 void test_cuda_graph_refused(void);
 float test_find_step(tt_backend *be, unsigned used[3], tt_err *err);

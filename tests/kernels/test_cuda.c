@@ -100,6 +100,7 @@ static const tt_test_case tests[] = {
   TT_TEST("cuda_offload_plan_budgets", "step offload", FN(test_offload_plan)),
   TT_TEST("cuda_actoffload_bit_for_bit", "step offload", FN(test_actoffload)),
   TT_TEST("cuda_actoffload_plan_budgets", "step offload", FN(test_actoffload_plan)),
+  TT_TEST("cuda_actoffload_windows_resnet50", "step offload", FN(test_actoffload_windows)),
   EMU_TEST("cuda_step_bf16_nhwc", "step bf16", test_step_bf16_nhwc, "runs on the emulation's sm_80 device"),
   EMU_TEST("cuda_step_graph_api_nhwc", "step conv", test_step_graph_api, "counts the emulated cudnnBackendExecute calls"),
   EMU_TEST("cuda_step_bn_relu_fused", "step bn", test_step_bn_relu_fused, "counts the fused launches under the emulation"),
