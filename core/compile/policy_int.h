@@ -1,6 +1,6 @@
 /* core/compile/policy_int.h — what the policy search (policy.c) shares with the largest-batch
- * search (policy_batch.c) and the reports (policy_explain.c): one candidate's context, the fit of
- * one candidate, one memory form's plan and the refusal. */
+ * search (policy_batch.c) and the reports (policy_explain.c): one candidate's context and its plan
+ * in one memory form (policy_form.c), the fit of one candidate, and the refusal. */
 #ifndef TT_POLICY_INT_H
 #define TT_POLICY_INT_H
 #include "policy.h"
@@ -34,8 +34,15 @@ policy_ctx tt_policy_ctx_of(const tt_graph *g, tt_backend *be, const tt_policy_o
  * 1 with out planned, 0 when nothing fits, -1 on error. */
 int tt_policy_fit(const policy_ctx *cin, unsigned char *rec, tt_program *out);
 /* Candidate c with recompute set rec in one memory form (POLICY_*), in-place ops allowed when
- * inplace and kept only when the arena is no larger (policy.c): 0 with p planned, else nonzero. */
+ * inplace and kept only when the arena is no larger (policy_form.c): 0 with p planned, else nonzero. */
 int tt_policy_try_form(const policy_ctx *c, int inplace, unsigned char *rec, int form, tt_program *p);
+/* Keeps the smaller arena of *best and *cand in *best (ties: *best) and frees the other; 1 when
+ * cand was kept (policy_form.c). */
+int tt_policy_keep_smaller(tt_program *best, tt_program *cand);
+/* Whether per-tensor decisions rec (n of them) compress a value (TT_DEC_COMPRESS), offload one
+ * (TT_DEC_OFFLOAD). */
+int tt_policy_has_compress(const unsigned char *rec, int n);
+int tt_policy_has_offload(const unsigned char *rec, int n);
 /* Nothing fits (policy_explain.c): err says the smallest --vram that would (min_arena, (size_t)-1
  * when none was planned) and what dominates it; r is freed; returns -1. */
 int tt_policy_refuse(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r, size_t min_arena,
