@@ -366,9 +366,11 @@ static const policy_rsearch policy_searches[POLICY_RS_COUNT] = {
     {10 + POLICY_REFINE, POLICY_REFINE, NULL, policy_make_tensor_late, policy_next_overshoot},
 };
 
-/* Notes an arena planned for the refusal's "smallest plan" (c->min_arena may be NULL). */
-static void policy_note_arena(const policy_ctx *c, size_t arena) {
-  if (c->min_arena && arena < *c->min_arena) *c->min_arena = arena;
+/* Notes a plan for the refusal's "smallest plan" (c->min may be NULL). */
+static void policy_note_arena(const policy_ctx *c, const tt_program *q) {
+  if (!c->min || q->arena_bytes >= c->min->arena) return;
+  c->min->arena = q->arena_bytes, c->min->mb = q->policy.micro_batch, c->min->dt = q->policy.act_dtype;
+  c->min->recomputes = q->n_recomputed_steps > 0;
 }
 
 /* Runs search r from the plain plan's overshoot `over` (bytes): asks it for a recompute set,
@@ -389,7 +391,7 @@ static int policy_fit_loop(const policy_ctx *c, const policy_rsearch *r, double 
       break;
     }
     if ((rc = policy_try(c, r2, &q))) break;
-    policy_note_arena(c, q.arena_bytes);
+    policy_note_arena(c, &q);
     int fits = q.arena_bytes <= c->budget;
     double step = fits ? 0.0 : policy_step(q.arena_bytes, c->budget, &s.prev, &s.mult);
     if (fits) policy_pick(c, &s.have, out, rec, &q, r2);
@@ -424,7 +426,7 @@ static int policy_fit_cached(const policy_ctx *c, unsigned char *rec, tt_program
   memset(rec, 0, (size_t)n);
   if (c->o->recompute == TT_RECOMP_ALL && tt_recompute_all(c->g, rec, c->err)) return -1;
   if ((rc = policy_try(c, rec, out))) return rc;
-  policy_note_arena(c, out->arena_bytes);
+  policy_note_arena(c, out);
   if (!c->budget || out->arena_bytes <= c->budget) return 1;
   double over = (double)(out->arena_bytes - c->budget);
   int staged = out->input_u8 >= 0 && out->bufs[out->input_u8].persistent;
@@ -545,9 +547,9 @@ static void policy_keep(tt_policy_result *r, const tt_program *p, const unsigned
 
 /* The search: each precision allowed, micro-batches from the effective batch down. Returns 1 with
  * the fastest fitting candidate kept in r and the others fitting listed as alternatives, 0 when
- * nothing fits, -1 on error. *min_arena receives the smallest arena any candidate planned. */
+ * nothing fits, -1 on error. *min receives the smallest plan any candidate made. */
 static int policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r,
-                         unsigned char *rec, size_t *min_arena, tt_plan_memo *memo, tt_err *err) {
+                         unsigned char *rec, policy_min *min, tt_plan_memo *memo, tt_err *err) {
   int n = g->nnodes, eff = g->model->train.batch, have = 0, failed = 0;
   tt_dtype dts[2];
   int ndt = 0;
@@ -558,7 +560,7 @@ static int policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts
     for (int mb = eff; mb >= 1; mb--) {
       if (eff % mb || (o->micro_batch > 0 && mb != o->micro_batch)) continue;
       tt_program p;
-      policy_ctx c = tt_policy_ctx_of(g, be, o, r->budget_bytes, mb, eff / mb, dts[d], min_arena, memo, err);
+      policy_ctx c = tt_policy_ctx_of(g, be, o, r->budget_bytes, mb, eff / mb, dts[d], min, memo, err);
       int fit = tt_policy_fit(&c, rec, &p);
       r->candidates_tried++;
       /* Under a budget, a candidate too large to plan (its sizes pass 2^64 bytes) does not
@@ -592,7 +594,7 @@ static int policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts
       if (ru == 0 && !tt_policy_has_offload(rec, n)) break;
     }
   }
-  return !have && failed && *min_arena == (size_t)-1 ? -1 : have;
+  return !have && failed && min->arena == (size_t)-1 ? -1 : have;
 }
 
 /* Units of the graph and how many of them the chosen plan recomputes (the run's summary). */
@@ -615,7 +617,7 @@ static void policy_count_units(const tt_graph *g, tt_policy_result *r) {
  * when offload is off (host_bytes 0), the backend computes in host memory, the profile has no link or
  * the optimizer keeps no state. 0, or -1 with err set. */
 static int policy_offload(const tt_graph *g, tt_backend *be, tt_policy_opts *o, tt_policy_result *r, int *have,
-                          size_t *min_arena, tt_plan_memo *memo, tt_err *err) {
+                          policy_min *min, tt_plan_memo *memo, tt_err *err) {
   const tt_train_cfg *tc = &g->model->train;
   if (!o->host_bytes || be->host_memory || tt_offload_link_bytes_per_s(o->profile) <= 0.0 ||
       (tc->optimizer == TT_OPT_SGD && tc->momentum == 0.0f))
@@ -631,7 +633,7 @@ static int policy_offload(const tt_graph *g, tt_backend *be, tt_policy_opts *o, 
   o->offload = 1;
   for (int st = TT_STATE_F32; got == 0 && st <= (ostate_auto ? TT_STATE_INT8 : TT_STATE_F32); st++) {
     o->ostate = st;
-    if ((got = policy_search(g, be, o, &q, rec, min_arena, memo, err)) == 1 && q.train.host_bytes > o->host_bytes) {
+    if ((got = policy_search(g, be, o, &q, rec, min, memo, err)) == 1 && q.train.host_bytes > o->host_bytes) {
       tt_program_free(&q.train); /* over the host budget: smaller state, or no offload */
       q.nalts = 0, got = 0;
     }
@@ -665,21 +667,21 @@ int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oi
     tt_policy_result_free(r);
     return -1;
   }
-  size_t min_arena = (size_t)-1;
+  policy_min min = {(size_t)-1, 0, 0, TT_F32};
   tt_plan_memo *memo = tt_plan_memo_new(); /* NULL (out of memory): plans without one */
   /* [train] optimizer_state = auto: fp32 state where anything fits, else bf16, else int8 (the
    * smaller state frees its bytes for activations; tt_program_state_fmt keeps small tensors fp32) */
   int have = 0, ostate_auto = g->model->train.optimizer_state == TT_OSTATE_AUTO;
   for (int st = TT_STATE_F32; st <= (ostate_auto ? TT_STATE_INT8 : TT_STATE_F32) && !have; st++)
-    if (o.ostate = st, (have = policy_search(g, be, &o, r, rec, &min_arena, memo, err)) < 0) break;
-  if (have >= 0 && policy_offload(g, be, &o, r, &have, &min_arena, memo, err)) have = -1;
+    if (o.ostate = st, (have = policy_search(g, be, &o, r, rec, &min, memo, err)) < 0) break;
+  if (have >= 0 && policy_offload(g, be, &o, r, &have, &min, memo, err)) have = -1;
   tt_plan_memo_free(memo);
   free(rec);
   if (have < 0) {
     tt_policy_result_free(r);
     return -1;
   }
-  if (!have) return tt_policy_refuse(g, be, &o, r, min_arena, err);
+  if (!have) return tt_policy_refuse(g, be, &o, r, &min, err);
   policy_count_units(g, r);
   /* the candidates were ranked on their buffers' plans alone: the chosen one gets its final call
    * list here (policy_eval's evaluation program gets its own from tt_program_plan) */

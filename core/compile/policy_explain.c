@@ -9,33 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Nothing fits: the message gives the smallest --vram that would and what dominates it. */
-int tt_policy_refuse(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r,
-                     size_t min_arena, tt_err *err) {
-  size_t need = min_arena == (size_t)-1 ? 0 : min_arena;
-  tt_policy_explain(g, be, o, r);
-  char vram[32], resv[32], fit[32], arena[32], budget[32];
-  tt_size_text(fit, sizeof fit, need + o->reserve_bytes, 1), tt_size_text(arena, sizeof arena, need, 0);
-  if (o->vram_bytes && o->vram_bytes <= o->reserve_bytes)
-    tt_fail(err, "--vram %s is not more than the %s reserved for the CUDA context and libraries: nothing is left for "
-                 "%s's arena; the smallest --vram that fits is %s (the smallest plan, micro-batch %d, needs a %s arena)",
-            tt_size_text(vram, sizeof vram, o->vram_bytes, 0), tt_size_text(resv, sizeof resv, o->reserve_bytes, 0),
-            g->model->path, fit, o->micro_batch > 0 ? o->micro_batch : 1, arena);
-  else
-    tt_fail(err, "%s does not fit: the smallest plan (micro-batch %d%s, %s) needs a %s arena but the budget is %s; the "
-                 "smallest --vram that fits is %s; it is dominated by %s", g->model->path, o->micro_batch > 0 ? o->micro_batch : 1,
-            o->recompute == TT_RECOMP_NONE ? "" : ", recomputing",
-            tt_dtype_name(o->precision == TT_PREC_FP32 ? TT_F32 : tt_policy_half(o)), arena,
-            tt_size_text(budget, sizeof budget, r->budget_bytes, 0), fit, r->dominant[0] ? r->dominant : "(breakdown unavailable)");
-  tt_policy_result_free(r);
-  return -1;
-}
-
 /* ---- report-only: what `tinytrain plan` and a refusal say, planned only when asked ---- */
 
-/* The three largest buffer classes live at the peak of the smallest plan the options allow:
- * micro-batch 1 (or the one given), every unit recomputed unless recompute is off. */
-static void policy_dominant(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, char *dom, size_t size) {
+/* The three largest buffer classes live at the peak of the smallest plan the options allow at
+ * micro-batch mb in dtype dt: every unit recomputed unless recompute is off. */
+static void policy_dominant(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, int mb, tt_dtype dt, char *dom,
+                            size_t size) {
   int eff = g->model->train.batch;
   unsigned char *rr = (unsigned char *)calloc((size_t)g->nnodes, 1);
   tt_program q;
@@ -45,8 +24,7 @@ static void policy_dominant(const tt_graph *g, tt_backend *be, const tt_policy_o
     free(rr);
     return;
   }
-  policy_ctx c = tt_policy_ctx_of(g, be, o, 0, o->micro_batch > 0 ? o->micro_batch : 1, eff,
-                               o->precision == TT_PREC_FP32 ? TT_F32 : tt_policy_half(o), NULL, NULL, &e2);
+  policy_ctx c = tt_policy_ctx_of(g, be, o, 0, mb, eff / mb, dt, NULL, NULL, &e2);
   if (!tt_policy_try_form(&c, o->inplace, rr, POLICY_COMPACT | POLICY_FUSED, &q)) { /* the smallest plan: compact saves and fused attention */
     size_t at[TT_BC_COUNT];
     char sz[32];
@@ -99,11 +77,36 @@ static void policy_savings(const tt_graph *g, tt_backend *be, const tt_policy_op
 /* Planned apart from the search so that train and the API pay only for the choice itself. */
 void tt_policy_explain(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r) {
   if (r->policy.micro_batch <= 0) {
-    policy_dominant(g, be, o, r->dominant, sizeof r->dominant);
+    int mb = o->micro_batch > 0 ? o->micro_batch : 1;
+    policy_dominant(g, be, o, mb, o->precision == TT_PREC_FP32 ? TT_F32 : tt_policy_half(o), r->dominant, sizeof r->dominant);
     return;
   }
   policy_savings(g, be, o, r);
   for (int i = 0; i < r->nalts; i++)
     snprintf(r->alts[i].why, sizeof r->alts[i].why, "fits, predicted %.0f%% slower than the chosen policy",
              100.0 * (r->alts[i].step_ms / r->predicted_step_ms - 1.0));
+}
+
+/* Nothing fits: the message gives the smallest --vram that would, and which plan that is and what
+ * dominates it. */
+int tt_policy_refuse(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r,
+                     const policy_min *min, tt_err *err) {
+  int known = min->arena != (size_t)-1, mb = known ? min->mb : o->micro_batch > 0 ? o->micro_batch : 1;
+  size_t need = known ? min->arena : 0;
+  tt_dtype dt = known ? min->dt : o->precision == TT_PREC_FP32 ? TT_F32 : tt_policy_half(o);
+  policy_dominant(g, be, o, mb, dt, r->dominant, sizeof r->dominant);
+  char vram[32], resv[32], fit[32], arena[32], budget[32];
+  tt_size_text(fit, sizeof fit, need + o->reserve_bytes, 1), tt_size_text(arena, sizeof arena, need, 0);
+  if (o->vram_bytes && o->vram_bytes <= o->reserve_bytes)
+    tt_fail(err, "--vram %s is not more than the %s reserved for the CUDA context and libraries: nothing is left for "
+                 "%s's arena; the smallest --vram that fits is %s (the smallest plan, micro-batch %d, needs a %s arena)",
+            tt_size_text(vram, sizeof vram, o->vram_bytes, 0), tt_size_text(resv, sizeof resv, o->reserve_bytes, 0),
+            g->model->path, fit, mb, arena);
+  else
+    tt_fail(err, "%s does not fit: the smallest plan (micro-batch %d%s, %s) needs a %s arena but the budget is %s; the "
+                 "smallest --vram that fits is %s; it is dominated by %s", g->model->path, mb,
+            known && min->recomputes ? ", recomputing" : "", tt_dtype_name(dt), arena,
+            tt_size_text(budget, sizeof budget, r->budget_bytes, 0), fit, r->dominant[0] ? r->dominant : "(breakdown unavailable)");
+  tt_policy_result_free(r);
+  return -1;
 }

@@ -11,10 +11,10 @@
 
 /* A context by value: the search, the reports and max_batch each fill in their own. */
 policy_ctx tt_policy_ctx_of(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
-                                tt_dtype dt, size_t *min_arena, tt_plan_memo *memo, tt_err *err) {
+                                tt_dtype dt, policy_min *min, tt_plan_memo *memo, tt_err *err) {
   policy_ctx c;
   c.g = g, c.be = be, c.o = o, c.budget = budget, c.mb = mb, c.accum = accum, c.dt = dt;
-  c.min_arena = min_arena, c.memo = memo, c.cache = NULL, c.err = err, c.batch_transient = 0;
+  c.min = min, c.memo = memo, c.cache = NULL, c.err = err, c.batch_transient = 0;
   return c;
 }
 

@@ -9,10 +9,18 @@
 #define POLICY_COMPACT 1
 #define POLICY_FUSED 2
 
+/* The smallest plan any candidate made (the refusal's): its arena ((size_t)-1: none planned),
+ * micro-batch, activation dtype and whether it recomputes. */
+typedef struct policy_min {
+  size_t arena;
+  int mb, recomputes;
+  tt_dtype dt;
+} policy_min;
+
 /* What every plan of one candidate shares: the graph, backend and options, the budget (0: none),
- * micro-batch, accumulation steps and dtype; min_arena (may be NULL) receives the smallest arena
- * planned, memo (may be NULL) remembers the arena plans made, cache (may be NULL) the programs
- * policy_try made for the candidate. */
+ * micro-batch, accumulation steps and dtype; min (may be NULL) receives the smallest plan made,
+ * memo (may be NULL) remembers the arena plans made, cache (may be NULL) the programs policy_try
+ * made for the candidate. */
 typedef struct policy_ctx {
   const tt_graph *g;
   tt_backend *be;
@@ -20,7 +28,7 @@ typedef struct policy_ctx {
   size_t budget;
   int mb, accum;
   tt_dtype dt;
-  size_t *min_arena;
+  policy_min *min;
   tt_plan_memo *memo;
   struct policy_cache *cache;
   int batch_transient; /* the candidate's plans keep the uint8 batch transient (tt_policy.batch_transient) */
@@ -29,7 +37,7 @@ typedef struct policy_ctx {
 
 /* A context by value: the search, the reports and max_batch each fill in their own. */
 policy_ctx tt_policy_ctx_of(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, size_t budget, int mb, int accum,
-                            tt_dtype dt, size_t *min_arena, tt_plan_memo *memo, tt_err *err);
+                            tt_dtype dt, policy_min *min, tt_plan_memo *memo, tt_err *err);
 /* The candidate cin fitted to its budget (policy.c: the recompute searches as the options say):
  * 1 with out planned, 0 when nothing fits, -1 on error. */
 int tt_policy_fit(const policy_ctx *cin, unsigned char *rec, tt_program *out);
@@ -43,9 +51,9 @@ int tt_policy_keep_smaller(tt_program *best, tt_program *cand);
  * (TT_DEC_OFFLOAD). */
 int tt_policy_has_compress(const unsigned char *rec, int n);
 int tt_policy_has_offload(const unsigned char *rec, int n);
-/* Nothing fits (policy_explain.c): err says the smallest --vram that would (min_arena, (size_t)-1
- * when none was planned) and what dominates it; r is freed; returns -1. */
-int tt_policy_refuse(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r, size_t min_arena,
+/* Nothing fits (policy_explain.c): err says the smallest --vram that would (min: the smallest
+ * plan made) and what dominates that plan; r is freed; returns -1. */
+int tt_policy_refuse(const tt_graph *g, tt_backend *be, const tt_policy_opts *o, tt_policy_result *r, const policy_min *min,
                      tt_err *err);
 
 #endif

@@ -73,6 +73,13 @@ print(d["micro_batch"], d["optimizer_state_bytes"])' "$TMP/l16" 2>&1); then
     fail vit_plan_vit_l16_gtx1650 "fp32 moments fit 4 GB: $(head -c 300 "$TMP/out")"
   elif ! grep -q "does not fit.*optimizer" "$TMP/err"; then
     fail vit_plan_vit_l16_gtx1650 "fp32 moments refused without the reason: $(head -c 300 "$TMP/err")"
+  elif ! grep -q "the smallest plan (micro-batch [0-9]*[^)]*, fp32)" "$TMP/err" ||
+    ! sz=$(sed -n 's/.*the smallest --vram that fits is \([0-9.]*\) \?\([MG]\)i\?B.*/\1\2/p' "$TMP/err") ||
+    [ -z "$sz" ] || ! "$TT" plan --gpu gtx1650 --host-mem 0 --vram "$sz" --json "$TMP/l16_fp32.recipe" >"$TMP/l16s" 2>>"$TMP/err" ||
+    ! python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["precision"] == "fp32", d["precision"]' "$TMP/l16s"; then
+    # the smallest plan is fp32 here (fp16 adds 0.6 GiB of weight copies): the refusal names the
+    # plan it measured, and the plan at its suggested --vram is that one
+    fail vit_plan_vit_l16_gtx1650 "the refusal's smallest plan is not the fp32 one that fits at its --vram ($sz): $(head -c 600 "$TMP/err")"
   else
     echo "# vit_l16.recipe on a GTX 1650 4 GB: int8 moments fit (micro-batch, state bytes: $got); fp32 moments refused"
     pass vit_plan_vit_l16_gtx1650
