@@ -412,7 +412,8 @@ struct tt_backend {
   tt_accumulate_fn *accumulate;
   /* Inverted dropout with a counter-based mask: element i is kept iff
    * hash(seed, i) >= p * 2^32, kept values scaled by 1/(1-p). The same seed gives the same
-   * mask, so backward and recompute regenerate it and no mask is stored. */
+   * mask, so backward and recompute regenerate it and no mask is stored. (While a graph is being
+   * recorded, seed is the call's number: graph_begin below.) */
   tt_dropout_fwd_fn *dropout_fwd;
   tt_dropout_bwd_fn *dropout_bwd;
   /* Channel-block copy for concat: for each sample, channels [src_off, src_off+nc) of src
@@ -479,7 +480,8 @@ struct tt_backend {
   /* dx = beta_dx*dx + ...; dgamma, dbeta = beta_param*d + ... (fp32 [f]) */
   tt_ln_bwd_fn *ln_bwd;
   /* Attention (tt_attn_desc above). lse may be NULL when evaluating; probs NULL keeps only lse
-   * (the fused form: no [t, t] tensor is stored). seed: the dropout stream of this step. */
+   * (the fused form: no [t, t] tensor is stored). seed: the dropout stream of this step (while a
+   * graph is being recorded, the call's number: graph_begin below). */
   tt_attn_fwd_fn *attn_fwd;
   /* dqkv = beta*dqkv + d(qkv) from do. probs: the forward's, or NULL to rebuild them from qkv
    * and lse. o is the forward's output (the fused backward needs rowsum(do * o)). */
@@ -670,18 +672,22 @@ struct tt_backend {
    * the compute stream's work into a CUDA graph and replays it with one launch. ----
    * graph_begin: from now on the calls' device work is recorded, not run, until graph_end; the
    * calls made in between must be the same each replay (pointers and arguments are frozen), except
-   * the loss's gradient scale, which the recorded loss reads from device memory (graph_scale).
+   * the loss's gradient scale and the dropout seeds, which the recorded calls read from device
+   * memory (graph_values): while recording, softmax_ce's grad_scale argument is ignored, and the
+   * seed argument of dropout_fwd, dropout_bwd, attn_fwd and attn_bwd is the call's number k (less
+   * than 2^32), the recorded kernel drawing with tt_seed_at(base, k) (kernel_math.h).
    * graph_end: stops recording; 0 with *graph an executable graph of everything recorded, or -1
    * (last_error says why: a call made while recording did what a graph cannot hold, such as a host
    * synchronisation or an allocation) with *graph NULL; none of the recorded work ran either way,
    * and the backend is eager again.
-   * graph_scale: queues, on the compute stream, the write of grad_scale into the device value the
-   * recorded loss (softmax_ce) reads: call it before each graph_launch of a graph that holds the loss.
+   * graph_values: queues, on the compute stream, the write of grad_scale and seed_base into the
+   * device values the recorded loss (softmax_ce) and the recorded dropout and attention calls read
+   * (one launch): call it before each graph_launch.
    * graph_launch: queues one replay of graph on the compute stream (ordered as a call there).
    * graph_destroy: frees graph (a replay already queued still runs). */
   int (*graph_begin)(tt_backend *b);
   int (*graph_end)(tt_backend *b, void **graph);
-  int (*graph_scale)(tt_backend *b, float grad_scale);
+  int (*graph_values)(tt_backend *b, float grad_scale, uint64_t seed_base);
   int (*graph_launch)(tt_backend *b, void *graph);
   void (*graph_destroy)(tt_backend *b, void *graph);
 

@@ -269,11 +269,20 @@ typedef struct exec_run {
     if ((call) != 0) return exec_be_fail(r->x, err, r->p, s); \
   } while (0)
 
-/* Micro-step a of rank `rank` of `ranks` draws the masks of micro-step a * ranks + rank of one
+/* The base of the running micro-step's dropout seeds (kernel_math.h tt_seed_at): node k's seed
+ * tt_seed_at(base, k) is tt_hash64(tt_hash64(seed, step), mi << 32 | k), the seed its masks had
+ * before recorded steps read the base from device memory (tt_hash64's sum, split at the node).
+ * Micro-step a of rank `rank` of `ranks` draws the masks of micro-step mi = a * ranks + rank of one
  * process: the batch it trains is that one (core/runtime/dist.h), so the masks follow the batch. */
-static uint64_t exec_dropout_seed(const exec_run *r, int node) {
+static uint64_t exec_seed_base(const exec_run *r) {
   uint64_t mi = (uint64_t)r->micro_index * (uint64_t)(r->x->ranks > 1 ? r->x->ranks : 1) + (uint64_t)r->x->rank;
-  return tt_hash64(tt_hash64(r->x->seed, r->step), (mi << 32) | (uint64_t)node);
+  return tt_hash64(r->x->seed, r->step) * TT_GOLDEN64 + (mi << 32) + (0x632BE59BD9B4E019ull - TT_GOLDEN64);
+}
+
+/* The seed argument of node's dropout or attention call: its seed, or while the micro-step is
+ * recorded as a graph the node's number, the recorded kernel reading the base (backend.h). */
+static uint64_t exec_dropout_seed(const exec_run *r, int node) {
+  return r->x->graph_capturing ? (uint64_t)(uint32_t)node : tt_seed_at(exec_seed_base(r), (uint64_t)(uint32_t)node);
 }
 
 /* The micro-step's calls that are not a layer's (calls.c): the input's normalisation, the weight
@@ -547,7 +556,7 @@ static int exec_micro(tt_exec *x, const tt_program *p, const uint8_t *images, co
   if (images) {
     if (exec_upload_batch(x, p, images, labels, r.batch, &r, err)) return -1;
     if (!tt_exec_graph_refusal(x, p, n)) /* replayed as a graph after its warm-up (exec_graph.c) */
-      return tt_exec_graph_micro(x, p, micro_index, grad_scale, exec_range_fn, &r, err);
+      return tt_exec_graph_micro(x, p, micro_index, grad_scale, exec_seed_base(&r), exec_range_fn, &r, err);
     return exec_range(&r, 0, p->micro_end, err);
   }
   size_t cnt = (size_t)r.batch * p->input_numel;

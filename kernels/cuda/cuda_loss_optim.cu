@@ -121,16 +121,18 @@ static __device__ __forceinline__ void cuda_lo_ce_dt(tt_dtype dt, int n, int cla
   }
 }
 
-/* *dst = v: the gradient scale a recorded softmax_ce reads (cuda_graph.cu). One thread. */
-static __global__ void TT_LAUNCH_BOUNDS(32) cuda_lo_ce_scale_k(float *dst, float v) {
-  if (threadIdx.x == 0) *dst = v;
+/* *scale = v, *seed = s: the gradient scale a recorded softmax_ce reads and the dropout base the
+ * recorded dropout and attention calls read (cuda_graph.cu). One thread. */
+static __global__ void TT_LAUNCH_BOUNDS(32) cuda_lo_graph_values_k(float *scale, float v, uint64_t *seed, uint64_t s) {
+  if (threadIdx.x == 0) *scale = v, *seed = s;
 }
 
-int tt_cuda_ce_scale_set(tt_backend *b, float grad_scale) {
+int tt_cuda_graph_values_set(tt_backend *b, float grad_scale, uint64_t seed_base) {
   tt_cuda_state *st = tt_cuda_st(b);
-  if (!st->graph_scale) return tt_cuda_fail(b, "graph_scale: the backend has no device scale (setup failed)");
-  TT_LAUNCH(cuda_lo_ce_scale_k, 1, 32, 0, tt_cuda_stream(b), st->graph_scale, grad_scale);
-  CUDA_LAUNCH_CHECK(b, "graph_scale");
+  if (!st->graph_scale || !st->graph_seed)
+    return tt_cuda_fail(b, "graph_values: the backend has no device scale and seed (setup failed)");
+  TT_LAUNCH(cuda_lo_graph_values_k, 1, 32, 0, tt_cuda_stream(b), st->graph_scale, grad_scale, st->graph_seed, seed_base);
+  CUDA_LAUNCH_CHECK(b, "graph_values");
   return 0;
 }
 
@@ -599,7 +601,7 @@ int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x
 TT_CUDA_KERNEL_TABLE(loss_optim, TT_CUDA_KERNEL(cuda_lo_ce_f32_k, CUDA_LO_CE_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_ce_f16_k, CUDA_LO_CE_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_ce_bf16_k, CUDA_LO_CE_THREADS), TT_CUDA_KERNEL(cuda_lo_ce_final_k, 32),
-                     TT_CUDA_KERNEL(cuda_lo_ce_scale_k, 32),
+                     TT_CUDA_KERNEL(cuda_lo_graph_values_k, 32),
                      TT_CUDA_KERNEL(cuda_lo_sgd_k, TT_CUDA_THREADS), TT_CUDA_KERNEL(cuda_lo_adam_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_sgd_multi_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_adam_multi_k, TT_CUDA_THREADS),

@@ -183,6 +183,8 @@ void test_actoffload(void);
 void test_actoffload_plan(void);
 void test_cuda_graph_equal(void);
 void test_cuda_graph_refused(void);
+void test_cuda_graph_dropout(void);
+void test_cuda_graph_seeds(void);
 float test_find_step(tt_backend *be, unsigned used[3], tt_err *err);
 void test_conv_find(void);
 void test_conv_log(void);
