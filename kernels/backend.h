@@ -193,6 +193,12 @@ typedef struct tt_cast_seg {
   size_t count;
 } tt_cast_seg;
 
+/* One tensor of check_finite_multi: count values of the call's dtype at x. */
+typedef struct tt_finite_seg {
+  const void *x;
+  size_t count;
+} tt_finite_seg;
+
 /* What a backend's creation takes from the knobs (core/base/knobs.c reads every TINYTRAIN_*
  * variable once and hands these down; kernels/ reads no environment). tt_backend_knobs_default
  * gives what a backend does when nobody sets anything. */
@@ -289,6 +295,7 @@ typedef int tt_cast_fn(tt_backend *b, size_t count, tt_dtype src_dt, const void 
 typedef int tt_normalize_u8_fn(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
                                const float *std, tt_dtype dt, void *dst);
 typedef int tt_check_finite_fn(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
+typedef int tt_check_finite_multi_fn(tt_backend *b, const tt_finite_seg *segs, int nseg, tt_dtype dt, int32_t *flag);
 typedef int tt_channel_copy_fn(tt_backend *b, int n, int hw, tt_dtype dt, const void *src, int src_c,
                                int src_off, void *dst, int dst_c, int dst_off, int nc, float beta);
 typedef int tt_save_compress_fn(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x,
@@ -702,6 +709,14 @@ struct tt_backend {
    * stream) made before it; no host wait. */
   int (*download_after)(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes, void *after, void *done);
   int (*event_wait)(tt_backend *b, void *ev);
+
+  /* ---- check_finite over many tensors in one call (last; every backend here has it; NULL: the
+   * executor calls check_finite once per segment). Added for issue 41 (item 5): transient weight
+   * gradients are no one region, and one launch per gradient cost the fp16 overflow check a launch
+   * latency per parameter tensor (the fashion ResNet's 50, a ResNet-50's 161). ----
+   * flag[0] = 1 if any of segs[i].x[0..segs[i].count) is inf or NaN, for every i (flag is not
+   * cleared), as check_finite on each segment would set it; empty segments are allowed. */
+  tt_check_finite_multi_fn *check_finite_multi;
 };
 
 /* Declares the named entries of one op family for backend prefix P (tt_ref, tt_cpu, tt_cuda):
@@ -724,7 +739,8 @@ struct tt_backend {
   tt_act_fwd_fn P##_act_fwd; tt_act_bwd_fn P##_act_bwd; tt_act_mask_fn P##_act_mask; \
   tt_act_bwd_mask_fn P##_act_bwd_mask; tt_add_fn P##_add; tt_accumulate_fn P##_accumulate; \
   tt_dropout_fwd_fn P##_dropout_fwd; tt_dropout_bwd_fn P##_dropout_bwd; tt_cast_fn P##_cast; \
-  tt_normalize_u8_fn P##_normalize_u8; tt_check_finite_fn P##_check_finite;
+  tt_normalize_u8_fn P##_normalize_u8; tt_check_finite_fn P##_check_finite; \
+  tt_check_finite_multi_fn P##_check_finite_multi;
 /* channel copies and the compressed saves */
 #define TT_BACKEND_DECLARE_SAVE_COPY(P) \
   tt_channel_copy_fn P##_channel_copy; tt_save_compress_fn P##_save_compress; \
