@@ -193,6 +193,12 @@ typedef struct tt_cast_seg {
   size_t count;
 } tt_cast_seg;
 
+/* One tensor of check_finite_multi: count values of the call's dtype at x. */
+typedef struct tt_finite_seg {
+  const void *x;
+  size_t count;
+} tt_finite_seg;
+
 /* What a backend's creation takes from the knobs (core/base/knobs.c reads every TINYTRAIN_*
  * variable once and hands these down; kernels/ reads no environment). tt_backend_knobs_default
  * gives what a backend does when nobody sets anything. */
@@ -289,6 +295,7 @@ typedef int tt_cast_fn(tt_backend *b, size_t count, tt_dtype src_dt, const void 
 typedef int tt_normalize_u8_fn(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
                                const float *std, tt_dtype dt, void *dst);
 typedef int tt_check_finite_fn(tt_backend *b, size_t count, tt_dtype dt, const void *x, int32_t *flag);
+typedef int tt_check_finite_multi_fn(tt_backend *b, const tt_finite_seg *segs, int nseg, tt_dtype dt, int32_t *flag);
 typedef int tt_channel_copy_fn(tt_backend *b, int n, int hw, tt_dtype dt, const void *src, int src_c,
                                int src_off, void *dst, int dst_c, int dst_off, int nc, float beta);
 typedef int tt_save_compress_fn(tt_backend *b, int f, int n, int c, int hw, tt_dtype dt, const void *x,
@@ -412,7 +419,8 @@ struct tt_backend {
   tt_accumulate_fn *accumulate;
   /* Inverted dropout with a counter-based mask: element i is kept iff
    * hash(seed, i) >= p * 2^32, kept values scaled by 1/(1-p). The same seed gives the same
-   * mask, so backward and recompute regenerate it and no mask is stored. */
+   * mask, so backward and recompute regenerate it and no mask is stored. (While a graph is being
+   * recorded, seed is the call's number: graph_begin below.) */
   tt_dropout_fwd_fn *dropout_fwd;
   tt_dropout_bwd_fn *dropout_bwd;
   /* Channel-block copy for concat: for each sample, channels [src_off, src_off+nc) of src
@@ -479,7 +487,8 @@ struct tt_backend {
   /* dx = beta_dx*dx + ...; dgamma, dbeta = beta_param*d + ... (fp32 [f]) */
   tt_ln_bwd_fn *ln_bwd;
   /* Attention (tt_attn_desc above). lse may be NULL when evaluating; probs NULL keeps only lse
-   * (the fused form: no [t, t] tensor is stored). seed: the dropout stream of this step. */
+   * (the fused form: no [t, t] tensor is stored). seed: the dropout stream of this step (while a
+   * graph is being recorded, the call's number: graph_begin below). */
   tt_attn_fwd_fn *attn_fwd;
   /* dqkv = beta*dqkv + d(qkv) from do. probs: the forward's, or NULL to rebuild them from qkv
    * and lse. o is the forward's output (the fused backward needs rowsum(do * o)). */
@@ -670,18 +679,22 @@ struct tt_backend {
    * the compute stream's work into a CUDA graph and replays it with one launch. ----
    * graph_begin: from now on the calls' device work is recorded, not run, until graph_end; the
    * calls made in between must be the same each replay (pointers and arguments are frozen), except
-   * the loss's gradient scale, which the recorded loss reads from device memory (graph_scale).
+   * the loss's gradient scale and the dropout seeds, which the recorded calls read from device
+   * memory (graph_values): while recording, softmax_ce's grad_scale argument is ignored, and the
+   * seed argument of dropout_fwd, dropout_bwd, attn_fwd and attn_bwd is the call's number k (less
+   * than 2^32), the recorded kernel drawing with tt_seed_at(base, k) (kernel_math.h).
    * graph_end: stops recording; 0 with *graph an executable graph of everything recorded, or -1
    * (last_error says why: a call made while recording did what a graph cannot hold, such as a host
    * synchronisation or an allocation) with *graph NULL; none of the recorded work ran either way,
    * and the backend is eager again.
-   * graph_scale: queues, on the compute stream, the write of grad_scale into the device value the
-   * recorded loss (softmax_ce) reads: call it before each graph_launch of a graph that holds the loss.
+   * graph_values: queues, on the compute stream, the write of grad_scale and seed_base into the
+   * device values the recorded loss (softmax_ce) and the recorded dropout and attention calls read
+   * (one launch): call it before each graph_launch.
    * graph_launch: queues one replay of graph on the compute stream (ordered as a call there).
    * graph_destroy: frees graph (a replay already queued still runs). */
   int (*graph_begin)(tt_backend *b);
   int (*graph_end)(tt_backend *b, void **graph);
-  int (*graph_scale)(tt_backend *b, float grad_scale);
+  int (*graph_values)(tt_backend *b, float grad_scale, uint64_t seed_base);
   int (*graph_launch)(tt_backend *b, void *graph);
   void (*graph_destroy)(tt_backend *b, void *graph);
 
@@ -696,6 +709,14 @@ struct tt_backend {
    * stream) made before it; no host wait. */
   int (*download_after)(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes, void *after, void *done);
   int (*event_wait)(tt_backend *b, void *ev);
+
+  /* ---- check_finite over many tensors in one call (last; every backend here has it; NULL: the
+   * executor calls check_finite once per segment). Added for issue 41 (item 5): transient weight
+   * gradients are no one region, and one launch per gradient cost the fp16 overflow check a launch
+   * latency per parameter tensor (the fashion ResNet's 50, a ResNet-50's 161). ----
+   * flag[0] = 1 if any of segs[i].x[0..segs[i].count) is inf or NaN, for every i (flag is not
+   * cleared), as check_finite on each segment would set it; empty segments are allowed. */
+  tt_check_finite_multi_fn *check_finite_multi;
 };
 
 /* Declares the named entries of one op family for backend prefix P (tt_ref, tt_cpu, tt_cuda):
@@ -718,7 +739,8 @@ struct tt_backend {
   tt_act_fwd_fn P##_act_fwd; tt_act_bwd_fn P##_act_bwd; tt_act_mask_fn P##_act_mask; \
   tt_act_bwd_mask_fn P##_act_bwd_mask; tt_add_fn P##_add; tt_accumulate_fn P##_accumulate; \
   tt_dropout_fwd_fn P##_dropout_fwd; tt_dropout_bwd_fn P##_dropout_bwd; tt_cast_fn P##_cast; \
-  tt_normalize_u8_fn P##_normalize_u8; tt_check_finite_fn P##_check_finite;
+  tt_normalize_u8_fn P##_normalize_u8; tt_check_finite_fn P##_check_finite; \
+  tt_check_finite_multi_fn P##_check_finite_multi;
 /* channel copies and the compressed saves */
 #define TT_BACKEND_DECLARE_SAVE_COPY(P) \
   tt_channel_copy_fn P##_channel_copy; tt_save_compress_fn P##_save_compress; \

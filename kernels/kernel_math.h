@@ -67,6 +67,13 @@ static inline TT_HD float tt_bf16_to_f32(uint16_t h) {
  * kept values are scaled by 1 / (1 - p) computed in fp32. */
 static inline TT_HD uint64_t tt_dropout_hash(uint64_t seed, uint64_t i) { return tt_mix64(seed ^ (i * TT_GOLDEN64)); }
 
+/* The seed a dropout or attention call of a training micro-step draws with: the micro-step's base
+ * (the executor's, from the run's seed, the step and the micro-step) plus the call's number k (its
+ * graph node), mixed. An eager call is given tt_seed_at(base, k); a call recorded into a CUDA graph
+ * is given k and reads base from device memory at each replay (backend.h graph_values), so both
+ * draw the same mask. */
+static inline TT_HD uint64_t tt_seed_at(uint64_t base, uint64_t k) { return tt_mix64(base + k); }
+
 /* Batch-norm training statistics of one channel from its m values: sq is the sum of squared
  * deviations from mean. Writes the saved mean and 1/sqrt(biased var + eps) and, when asked,
  * moves the running statistics as PyTorch does: running_var takes the unbiased variance, except

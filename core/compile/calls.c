@@ -20,7 +20,8 @@ const char *tt_call_name(int fn) {
       "gap_fwd", "gap_bwd", "dropout_fwd", "dropout_bwd", "add", "accumulate", "channel_copy", "act_mask",
       "act_bwd_mask", "pool_argmax", "pool_bwd_idx", "save_compress", "save_restore", "tokens_fwd", "tokens_bwd",
       "token_pool_fwd", "token_pool_bwd", "bn_apply", "bn_fwd_train_relu", "bn_bwd_relu", "bn_fwd_train_add_relu", "bn_bwd_add_relu", "normalize_u8", "cast",
-      "cast_multi", "softmax_ce", "zero", "check_finite", "sum_squares", "update", "update_multi", "offload"};
+      "cast_multi", "softmax_ce", "zero", "check_finite", "check_finite_multi", "sum_squares", "update", "update_multi",
+      "offload"};
   return fn >= 0 && fn < TT_CALL_COUNT && names[fn] ? names[fn] : "call";
 }
 
@@ -131,8 +132,9 @@ static int calls_layer(calls_list *l, int i) {
   return 0;
 }
 
-/* The update phase's overflow check: zero the flag, then every gradient (transient ones one by
- * one: they are no region) or the whole region in one call. */
+/* The update phase's overflow check: zero the flag, then every gradient in one call: the whole
+ * region, or (transient gradients are no region) one check_finite_multi call followed by its
+ * members, one per gradient, which the executor binds into its segment table (exec.c). */
 static int calls_check(calls_list *l, int i) {
   const tt_program *p = l->p;
   int flag = p->steps[i].out[TT_CHECK_FLAG];
@@ -140,10 +142,15 @@ static int calls_check(calls_list *l, int i) {
   if (!c) return -1;
   c->out[0] = flag, c->a.count = sizeof(int32_t);
   if (p->transient_grads) {
+    int n = 0;
+    for (int k = 0; k < p->nparams; k++) n += p->grad_buf[k] >= 0;
+    if (!n) return 0;
+    if (!(c = calls_push(l, TT_CALL_CHECK_FINITE_MULTI, i))) return -1;
+    c->out[0] = flag, c->op.dt = TT_F32, c->nseg = n;
     for (int k = 0; k < p->nparams; k++) {
       if (p->grad_buf[k] < 0) continue;
       if (!(c = calls_push(l, TT_CALL_CHECK_FINITE, i))) return -1;
-      c->in[0] = p->grad_buf[k], c->out[0] = flag, c->op.dt = TT_F32;
+      c->in[0] = p->grad_buf[k], c->out[0] = flag, c->op.dt = TT_F32, c->skip = TT_CALL_MEMBER;
       c->region_count = p->bufs[p->grad_buf[k]].bytes / sizeof(float);
     }
     return 0;

@@ -235,6 +235,8 @@ enum {
   TT_CALL_SOFTMAX_CE,   /* LOSS: in logits, labels; out dlogits (or -1), loss statistics */
   TT_CALL_ZERO_FLAG,    /* CHECK: out the overflow flag (int32), zeroed */
   TT_CALL_CHECK_FINITE, /* CHECK: in a gradient (or -1 with region: the gradient region); out the flag */
+  TT_CALL_CHECK_FINITE_MULTI, /* CHECK: the next `nseg` TT_CALL_CHECK_FINITE calls (members: transient gradients)
+                         * as one check_finite_multi; out the flag */
   TT_CALL_CLIP,         /* CLIP: the gradient region's sum of squares into out[0] (zeroed first);
                          * skipped when the step's clip_norm is 0 */
   TT_CALL_UPDATE,       /* UPDATE: in grad; out param, m, v; the optimizer's update (a.count values) */

@@ -100,30 +100,36 @@ static int exec_prepare(tt_exec *x, tt_err *err) {
 }
 
 /* Binds the programs' *_MULTI calls to pointer tables (exec.h seg_at): an UPDATE_MULTI's members as
- * tt_update_seg, a CAST_MULTI's as tt_cast_seg, one array each per program in call order. Setup
- * only: the pointers are fixed once the arena is. */
+ * tt_update_seg, a CHECK_FINITE_MULTI's as tt_finite_seg, a CAST_MULTI's as tt_cast_seg, one array
+ * each per program in call order. Setup only: the pointers are fixed once the arena is. */
 static int exec_bind_multi(tt_exec *x, tt_err *err) {
   const tt_program *ps[2] = {x->train, x->eval};
   for (int k = 0; k < 2; k++) {
     const tt_program *p = ps[k];
-    int ncast = 0, nupd = 0;
+    int ncast = 0, nupd = 0, nfin = 0;
     if (!p) continue;
     for (int i = 0; i < p->ncalls; i++)
-      if (p->calls[i].skip == TT_CALL_MEMBER) p->calls[i].fn == TT_CALL_CAST ? ncast++ : nupd++;
-    if (!ncast && !nupd) continue;
+      if (p->calls[i].skip == TT_CALL_MEMBER)
+        p->calls[i].fn == TT_CALL_CAST ? ncast++ : p->calls[i].fn == TT_CALL_CHECK_FINITE ? nfin++ : nupd++;
+    if (!ncast && !nupd && !nfin) continue;
     x->seg_at[k] = (int *)tt_calloc((size_t)p->ncalls, sizeof(int), "call tables", err);
     x->cseg[k] = ncast ? (tt_cast_seg *)tt_calloc((size_t)ncast, sizeof(tt_cast_seg), "cast table", err) : NULL;
     if (k == 0 && nupd) x->useg = (tt_update_seg *)tt_calloc((size_t)nupd, sizeof(tt_update_seg), "update table", err);
-    if (!x->seg_at[k] || (ncast && !x->cseg[k]) || (k == 0 && nupd && !x->useg)) return -1;
-    if (k && nupd) return tt_fail(err, "internal error: an evaluation program with optimizer updates");
-    ncast = nupd = 0;
+    if (k == 0 && nfin) x->fseg = (tt_finite_seg *)tt_calloc((size_t)nfin, sizeof(tt_finite_seg), "check table", err);
+    if (!x->seg_at[k] || (ncast && !x->cseg[k]) || (k == 0 && nupd && !x->useg) || (k == 0 && nfin && !x->fseg)) return -1;
+    if (k && (nupd || nfin)) return tt_fail(err, "internal error: an evaluation program with optimizer updates");
+    ncast = nupd = nfin = 0;
     for (int i = 0; i < p->ncalls; i++) {
       const tt_call *c = &p->calls[i];
-      if (c->fn == TT_CALL_CAST_MULTI || c->fn == TT_CALL_UPDATE_MULTI) x->seg_at[k][i] = c->fn == TT_CALL_CAST_MULTI ? ncast : nupd;
+      if (c->fn == TT_CALL_CAST_MULTI || c->fn == TT_CALL_UPDATE_MULTI || c->fn == TT_CALL_CHECK_FINITE_MULTI)
+        x->seg_at[k][i] = c->fn == TT_CALL_CAST_MULTI ? ncast : c->fn == TT_CALL_UPDATE_MULTI ? nupd : nfin;
       if (c->skip != TT_CALL_MEMBER) continue;
       if (c->fn == TT_CALL_CAST) {
         tt_cast_seg *g = &x->cseg[k][ncast++];
         g->src = tt_exec_ptr(x, p, c->in[0]), g->dst = tt_exec_ptr(x, p, c->out[0]), g->count = c->a.count;
+      } else if (c->fn == TT_CALL_CHECK_FINITE) {
+        tt_finite_seg *f = &x->fseg[nfin++];
+        f->x = tt_exec_ptr(x, p, c->in[0]), f->count = c->region_count;
       } else {
         tt_update_seg *u = &x->useg[nupd++];
         u->w = (float *)tt_exec_ptr(x, p, c->out[0]);
@@ -227,6 +233,8 @@ void tt_exec_destroy(tt_exec *x) {
   x->f16_input = NULL;
   free(x->useg);
   x->useg = NULL;
+  free(x->fseg);
+  x->fseg = NULL;
   for (int k = 0; k < 2; k++) {
     free(x->cseg[k]);
     free(x->seg_at[k]);
@@ -269,11 +277,20 @@ typedef struct exec_run {
     if ((call) != 0) return exec_be_fail(r->x, err, r->p, s); \
   } while (0)
 
-/* Micro-step a of rank `rank` of `ranks` draws the masks of micro-step a * ranks + rank of one
+/* The base of the running micro-step's dropout seeds (kernel_math.h tt_seed_at): node k's seed
+ * tt_seed_at(base, k) is tt_hash64(tt_hash64(seed, step), mi << 32 | k), the seed its masks had
+ * before recorded steps read the base from device memory (tt_hash64's sum, split at the node).
+ * Micro-step a of rank `rank` of `ranks` draws the masks of micro-step mi = a * ranks + rank of one
  * process: the batch it trains is that one (core/runtime/dist.h), so the masks follow the batch. */
-static uint64_t exec_dropout_seed(const exec_run *r, int node) {
+static uint64_t exec_seed_base(const exec_run *r) {
   uint64_t mi = (uint64_t)r->micro_index * (uint64_t)(r->x->ranks > 1 ? r->x->ranks : 1) + (uint64_t)r->x->rank;
-  return tt_hash64(tt_hash64(r->x->seed, r->step), (mi << 32) | (uint64_t)node);
+  return tt_hash64(r->x->seed, r->step) * TT_GOLDEN64 + (mi << 32) + (0x632BE59BD9B4E019ull - TT_GOLDEN64);
+}
+
+/* The seed argument of node's dropout or attention call: its seed, or while the micro-step is
+ * recorded as a graph the node's number, the recorded kernel reading the base (backend.h). */
+static uint64_t exec_dropout_seed(const exec_run *r, int node) {
+  return r->x->graph_capturing ? (uint64_t)(uint32_t)node : tt_seed_at(exec_seed_base(r), (uint64_t)(uint32_t)node);
 }
 
 /* The micro-step's calls that are not a layer's (calls.c): the input's normalisation, the weight
@@ -547,7 +564,7 @@ static int exec_micro(tt_exec *x, const tt_program *p, const uint8_t *images, co
   if (images) {
     if (exec_upload_batch(x, p, images, labels, r.batch, &r, err)) return -1;
     if (!tt_exec_graph_refusal(x, p, n)) /* replayed as a graph after its warm-up (exec_graph.c) */
-      return tt_exec_graph_micro(x, p, micro_index, grad_scale, exec_range_fn, &r, err);
+      return tt_exec_graph_micro(x, p, micro_index, grad_scale, exec_seed_base(&r), exec_range_fn, &r, err);
     return exec_range(&r, 0, p->micro_end, err);
   }
   size_t cnt = (size_t)r.batch * p->input_numel;
@@ -658,6 +675,16 @@ static int exec_update_call(exec_run *r, const tt_call *c, const tt_opt_hparams 
       EXEC_CHECK(be->check_finite(be, c->region_count, TT_F32, c->in[0] >= 0 ? EXEC_P(c->in[0]) : x->base + c->region_off,
                                   (int32_t *)EXEC_P(c->out[0])));
       break;
+    case TT_CALL_CHECK_FINITE_MULTI: { /* every transient gradient in one call (exec_bind_multi's table) */
+      const tt_finite_seg *f = x->fseg + x->seg_at[0][c - p->calls];
+      if (be->check_finite_multi) {
+        EXEC_CHECK(be->check_finite_multi(be, f, c->nseg, TT_F32, (int32_t *)EXEC_P(c->out[0])));
+        break;
+      }
+      for (int k = 0; k < c->nseg; k++) /* a backend without it: one call per gradient */
+        EXEC_CHECK(be->check_finite(be, f[k].count, TT_F32, f[k].x, (int32_t *)EXEC_P(c->out[0])));
+      break;
+    }
     case TT_CALL_CLIP: {
       /* on the accumulators as they are (loss-scaled, summed over the micro-batches and ranks): the
        * updates take grad_unscale out of the norm (tt_clip_grad_scale) */
@@ -795,7 +822,18 @@ int tt_exec_params_finite(tt_exec *x, int *finite, tt_err *err) {
   *finite = 1;
   if (be->zero(be, flag, sizeof(int32_t)))
     return tt_fail(err, "zeroing the check's flag failed: %s", be->last_error(be));
-  for (int k = 0; k < p->nparams; k++) {
+  if (be->check_finite_multi) { /* one call (one launch on a GPU) over every parameter */
+    tt_finite_seg *segs = (tt_finite_seg *)tt_calloc((size_t)(p->nparams ? p->nparams : 1), sizeof *segs, "check table", err);
+    int n = 0, rc;
+    if (!segs) return -1;
+    for (int k = 0; k < p->nparams; k++)
+      if (p->param_buf[k] >= 0)
+        segs[n].x = tt_exec_ptr(x, p, p->param_buf[k]), segs[n++].count = p->bufs[p->param_buf[k]].bytes / sizeof(float);
+    rc = be->check_finite_multi(be, segs, n, TT_F32, flag);
+    free(segs);
+    if (rc) return tt_fail(err, "checking the %d parameters failed: %s", n, be->last_error(be));
+  }
+  for (int k = 0; k < p->nparams && !be->check_finite_multi; k++) {
     int b = p->param_buf[k];
     if (b >= 0 && be->check_finite(be, p->bufs[b].bytes / sizeof(float), TT_F32, tt_exec_ptr(x, p, b), flag))
       return tt_fail(err, "checking '%s' failed: %s", p->bufs[b].name, be->last_error(be));

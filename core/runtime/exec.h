@@ -44,11 +44,13 @@ typedef struct tt_exec {
   int32_t *host_flag;      /* the overflow flag read back (host_alloc'ed) */
   /* The *_MULTI calls' pointer tables (exec_bind_multi, setup only): per program (0 training, 1
    * evaluation) seg_at[k][i] is where call i's segments start, in useg (UPDATE_MULTI: the training
-   * program's) or cseg[k] (CAST_MULTI). NULL where a program has no such call. */
+   * program's), fseg (CHECK_FINITE_MULTI: the training program's) or cseg[k] (CAST_MULTI). NULL
+   * where a program has no such call. */
   tt_update_seg *useg;
   int useg_held;           /* some tensor of useg holds its optimizer state in bf16 or int8: the
                             * UPDATE_MULTI call goes to the backend's *_update_held */
   tt_cast_seg *cseg[2];
+  tt_finite_seg *fseg;
   int *seg_at[2];
   uint16_t *f16_input;     /* float input to an fp16 program on a device: converted here first
                             * (allocated at its first use, kept; the CPU converts in place) */
@@ -150,7 +152,8 @@ int tt_exec_eval(tt_exec *x, const uint8_t *images, const int32_t *labels, int n
 /* stats[0] = summed loss, stats[1] = correct predictions since the last zero. */
 int tt_exec_stats(tt_exec *x, float stats[2], int zero, tt_err *err);
 /* Whether every parameter value (the fp32 masters and the batch-norm statistics) is finite, checked
- * on the device (one check_finite per parameter into the loss-statistics buffer, read back: a
+ * on the device (one check_finite_multi over every parameter, or where the backend lacks it one
+ * check_finite per parameter, into the loss-statistics buffer, read back: a
  * synchronisation), *finite 1 or 0. The loss statistics are zero afterwards: call it after reading
  * them. For the C API, which must not let a step that poisoned the weights look like success. */
 int tt_exec_params_finite(tt_exec *x, int *finite, tt_err *err);

@@ -4,10 +4,11 @@
  * Why a replay equals the eager micro-step: every call's pointers are base + offset in the one
  * arena, allocated at setup, and the batch arrives in the same persistent input buffers; the calls'
  * other arguments are the same every micro-step of a kind (the parameter gradients' beta is 0 for
- * micro-step 0, 1 after: one graph per kind) except the loss's gradient scale, which the recorded
- * loss reads from device memory (graph_scale). What varies otherwise keeps the step eager:
- * per-step dropout and attention seeds, a partial batch's loss count, the per-call hooks (profile,
- * sync mode, the all-reduce's after_step). */
+ * micro-step 0, 1 after: one graph per kind) except the loss's gradient scale and the dropout and
+ * attention seeds, which the recorded calls read from device memory (graph_values: the scale, and
+ * the micro-step's seed base, to which each call adds its node: kernel_math.h tt_seed_at). What
+ * varies otherwise keeps the step eager: a partial batch's loss count, the per-call hooks
+ * (profile, sync mode, the all-reduce's after_step). */
 #include "exec_graph.h"
 
 #include <stdio.h>
@@ -15,7 +16,7 @@
 
 const char *tt_exec_graph_refusal(const tt_exec *x, const tt_program *p, int n) {
   const tt_backend *be = x->be;
-  if (!x->graph_on || x->graph_state[0] < 0 || !be->graph_begin || !be->graph_end || !be->graph_scale ||
+  if (!x->graph_on || x->graph_state[0] < 0 || !be->graph_begin || !be->graph_end || !be->graph_values ||
       !be->graph_launch || !be->graph_destroy || be->host_memory)
     return "";
   if (p != x->train) return "not the training program";
@@ -23,12 +24,6 @@ const char *tt_exec_graph_refusal(const tt_exec *x, const tt_program *p, int n) 
   if (x->profile || x->sync_each) return "TINYTRAIN_PROFILE or TINYTRAIN_CUDA_SYNC looks at every call";
   if (x->after_step || x->ranks > 1) return "multi-process training hooks every step";
   if (p->n_act_offloaded) return "offloaded activations copy on the copy stream between the steps";
-  for (int k = 0; k < p->step_call[p->micro_end]; k++) {
-    int fn = p->calls[k].fn;
-    if (p->calls[k].skip == TT_CALL_RUNS && (fn == TT_CALL_DROPOUT_FWD || fn == TT_CALL_DROPOUT_BWD || fn == TT_OP_ATTN_FWD ||
-                                             fn == TT_OP_ATTN_BWD))
-      return "dropout and attention take a per-step seed from the host";
-  }
   return NULL;
 }
 
@@ -80,8 +75,8 @@ static int exec_graph_record(tt_exec *x, const tt_program *p, int key, tt_exec_r
   return 0;
 }
 
-int tt_exec_graph_micro(tt_exec *x, const tt_program *p, int micro_index, float grad_scale, tt_exec_range_fn run, void *r,
-                        tt_err *err) {
+int tt_exec_graph_micro(tt_exec *x, const tt_program *p, int micro_index, float grad_scale, uint64_t seed_base,
+                        tt_exec_range_fn run, void *r, tt_err *err) {
   tt_backend *be = x->be;
   int key = micro_index > 0, bounds[3], n = exec_graph_parts(x, p, bounds);
   if (x->graph_state[key] == 0) { /* the warm-up: lazy library work happens outside any recording */
@@ -98,8 +93,9 @@ int tt_exec_graph_micro(tt_exec *x, const tt_program *p, int micro_index, float 
     }
     x->graph_state[key] = 2;
   }
-  if (be->graph_scale(be, grad_scale))
-    return tt_fail(err, "setting the recorded micro-step's loss scale on %s failed: %s", be->name, be->last_error(be));
+  if (be->graph_values(be, grad_scale, seed_base))
+    return tt_fail(err, "setting the recorded micro-step's loss scale and seed on %s failed: %s", be->name,
+                   be->last_error(be));
   for (int s = 0; s < n; s++) {
     if (be->graph_launch(be, x->graph[key][s]))
       return tt_fail(err, "launching the recorded micro-step on %s failed: %s", be->name, be->last_error(be));

@@ -20,11 +20,13 @@ const char *tt_exec_graph_refusal(const tt_exec *x, const tt_program *p, int n);
  * accumulators, or a later one, which adds to them) eagerly — the warm-up, in which the libraries
  * do what they do once —, the second recorded (graph_begin .. graph_end, in two parts split after
  * step in_last where the batch's last-use event exists, which is recorded between them) and then
- * launched, every later one launched, after graph_scale(grad_scale). When recording fails (a call
+ * launched, every later one launched, after graph_values(grad_scale, seed_base): seed_base is the
+ * micro-step's dropout base (exec.c; kernel_math.h tt_seed_at), from which the recorded dropout and
+ * attention calls draw the eager step's masks. When recording fails (a call
  * refused while recording) nothing of the recorded work has run: the micro-step runs eagerly, the
  * graph stays off for this executor, and a note on stderr says why (x->graph_note). 0 or -1. */
-int tt_exec_graph_micro(tt_exec *x, const tt_program *p, int micro_index, float grad_scale, tt_exec_range_fn run, void *r,
-                        tt_err *err);
+int tt_exec_graph_micro(tt_exec *x, const tt_program *p, int micro_index, float grad_scale, uint64_t seed_base,
+                        tt_exec_range_fn run, void *r, tt_err *err);
 
 /* Frees the recorded graphs (tt_exec_destroy); the executor records again at its next use. */
 void tt_exec_graph_free(tt_exec *x);

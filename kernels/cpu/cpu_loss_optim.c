@@ -45,3 +45,11 @@ int tt_cpu_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x,
   if (bad) flag[0] = 1;
   return 0;
 }
+
+/* check_finite over each segment in turn, each split among the threads (backend.h check_finite_multi). */
+int tt_cpu_check_finite_multi(tt_backend *b, const tt_finite_seg *segs, int nseg, tt_dtype dt, int32_t *flag) {
+  if (nseg < 0 || (nseg && !segs)) return tt_ref_check_finite_multi(b, segs, nseg, dt, flag); /* its message */
+  for (int i = 0; i < nseg; i++)
+    if (tt_cpu_check_finite(b, segs[i].count, dt, segs[i].x, flag)) return -1;
+  return 0;
+}

@@ -62,7 +62,8 @@ typedef struct cuda_attn_args {
   float dscale;     /* 1 / (1 - p); 0 when everything is dropped */
   int drop;         /* 0: p == 0 (no hashing) */
   int all_drop;
-  uint64_t seed;
+  uint64_t seed;    /* the mask's seed, or (base non-NULL: recorded in a graph) the call's number */
+  const uint64_t *base; /* NULL, or the device's graph_seed (tt_cuda_seed; each kernel resolves seed first) */
   tt_dtype dt;
   const void *qkv;  /* [n, t, 3, heads, d] */
   void *o;          /* forward: [n, t, heads, d] */
@@ -247,14 +248,17 @@ static __device__ __forceinline__ void cuda_attn_fwd_body(const cuda_attn_args &
 
 #define CUDA_ATTN_FWD_SMEM(D) cuda_attn_fwd_smem<(D), CUDA_ATTN_FWD_BQ, CUDA_ATTN_FWD_BK(D)>
 static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_fwd32_k(cuda_attn_args a) {
+  if (a.drop) a.seed = tt_cuda_seed(a.seed, a.base);
   __shared__ CUDA_ATTN_FWD_SMEM(32) sm;
   cuda_attn_fwd_body<32, CUDA_ATTN_FWD_BQ, CUDA_ATTN_FWD_BK(32)>(a, sm);
 }
 static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_fwd64_k(cuda_attn_args a) {
+  if (a.drop) a.seed = tt_cuda_seed(a.seed, a.base);
   __shared__ CUDA_ATTN_FWD_SMEM(64) sm;
   cuda_attn_fwd_body<64, CUDA_ATTN_FWD_BQ, CUDA_ATTN_FWD_BK(64)>(a, sm);
 }
 static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_fwd128_k(cuda_attn_args a) {
+  if (a.drop) a.seed = tt_cuda_seed(a.seed, a.base);
   __shared__ CUDA_ATTN_FWD_SMEM(128) sm;
   cuda_attn_fwd_body<128, CUDA_ATTN_FWD_BQ, CUDA_ATTN_FWD_BK(128)>(a, sm);
 }
@@ -446,26 +450,32 @@ static __device__ __forceinline__ void cuda_attn_dkv_body(const cuda_attn_args &
 
 #define CUDA_ATTN_BWD_SMEM(D) cuda_attn_bwd_smem<(D), CUDA_ATTN_BWD_B(D)>
 static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_dq32_k(cuda_attn_args a) {
+  if (a.drop) a.seed = tt_cuda_seed(a.seed, a.base);
   __shared__ CUDA_ATTN_BWD_SMEM(32) sm;
   cuda_attn_dq_body<32, CUDA_ATTN_BWD_B(32)>(a, sm);
 }
 static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_dq64_k(cuda_attn_args a) {
+  if (a.drop) a.seed = tt_cuda_seed(a.seed, a.base);
   __shared__ CUDA_ATTN_BWD_SMEM(64) sm;
   cuda_attn_dq_body<64, CUDA_ATTN_BWD_B(64)>(a, sm);
 }
 static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_dq128_k(cuda_attn_args a) {
+  if (a.drop) a.seed = tt_cuda_seed(a.seed, a.base);
   __shared__ CUDA_ATTN_BWD_SMEM(128) sm;
   cuda_attn_dq_body<128, CUDA_ATTN_BWD_B(128)>(a, sm);
 }
 static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_dkv32_k(cuda_attn_args a) {
+  if (a.drop) a.seed = tt_cuda_seed(a.seed, a.base);
   __shared__ CUDA_ATTN_BWD_SMEM(32) sm;
   cuda_attn_dkv_body<32, CUDA_ATTN_BWD_B(32)>(a, sm);
 }
 static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_dkv64_k(cuda_attn_args a) {
+  if (a.drop) a.seed = tt_cuda_seed(a.seed, a.base);
   __shared__ CUDA_ATTN_BWD_SMEM(64) sm;
   cuda_attn_dkv_body<64, CUDA_ATTN_BWD_B(64)>(a, sm);
 }
 static __global__ void __launch_bounds__(CUDA_ATTN_THREADS, 1) cuda_attn_dkv128_k(cuda_attn_args a) {
+  if (a.drop) a.seed = tt_cuda_seed(a.seed, a.base);
   __shared__ CUDA_ATTN_BWD_SMEM(128) sm;
   cuda_attn_dkv_body<128, CUDA_ATTN_BWD_B(128)>(a, sm);
 }
@@ -487,10 +497,13 @@ static int cuda_attn_check(tt_backend *b, const char *op, const tt_attn_desc *d,
   return tt_cuda_dt_check(b, op, dt);
 }
 
-static void cuda_attn_fill(cuda_attn_args *a, const tt_attn_desc *d, tt_dtype dt, uint64_t seed) {
+/* The kernels' arguments of a call of desc d; while the stream is recorded (cuda_graph.cu) seed is
+ * the call's number and the kernels read the base at each replay (backend.h graph_values). */
+static void cuda_attn_fill(tt_backend *b, cuda_attn_args *a, const tt_attn_desc *d, tt_dtype dt, uint64_t seed) {
   memset(a, 0, sizeof *a);
   a->n = d->n, a->t = d->t, a->heads = d->heads, a->d = d->d, a->causal = d->causal != 0;
   a->scale = d->scale, a->seed = seed, a->dt = dt;
+  a->base = tt_cuda_st(b)->capturing ? tt_cuda_st(b)->graph_seed : (const uint64_t *)NULL;
   a->drop = d->p > 0.0f;
   a->all_drop = d->p >= 1.0f;
   a->thr = a->all_drop ? 0u : (uint32_t)((double)d->p * 4294967296.0); /* as the dropout op */
@@ -510,7 +523,7 @@ int tt_cuda_attn_fwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const vo
   (void)ws, (void)ws_bytes;
   if (cuda_attn_check(b, "attn_fwd", d, dt)) return -1;
   if (!qkv || !o) return tt_cuda_fail(b, "attn_fwd: NULL qkv or o");
-  cuda_attn_fill(&a, d, dt, seed);
+  cuda_attn_fill(b, &a, d, dt, seed);
   a.qkv = qkv, a.o = o, a.lse = lse, a.probs = probs;
   {
     dim3 grid((unsigned)((d->t + CUDA_ATTN_FWD_BQ - 1) / CUDA_ATTN_FWD_BQ), (unsigned)d->heads, (unsigned)d->n);
@@ -538,7 +551,7 @@ int tt_cuda_attn_bwd(tt_backend *b, const tt_attn_desc *d, tt_dtype dt, const vo
   need = cuda_attn_ws_bytes(d);
   if (!ws || ws_bytes < need || ((uintptr_t)ws & 3))
     return tt_cuda_fail(b, "attn_bwd: workspace %zu bytes at %p, needs %zu bytes (op_workspace)", ws_bytes, ws, need);
-  cuda_attn_fill(&a, d, dt, seed);
+  cuda_attn_fill(b, &a, d, dt, seed);
   a.qkv = qkv, a.ocst = o, a.dout = dout, a.lsec = lse, a.probsc = probs, a.dsum = (const float *)ws;
   a.dqkv = dqkv, a.beta = beta;
   {

@@ -597,9 +597,10 @@ static int cuda_be_setup(tt_backend *b, size_t *reserve_bytes) {
   CUDNN_CHECK(b, cudnnSetStream(st->dnn, st->compute));
   if (tt_cuda_conv_cache_create(b)) return -1;
   /* sum_squares' partial sums (8 KiB): part of the reserve, never of the arena */
-  /* one more double: the recorded loss's gradient scale (cuda_graph.cu) */
-  CUDA_CHECK(b, cudaMalloc((void **)&st->ss_part, (TT_CUDA_SS_BLOCKS + 1) * sizeof(double)));
+  /* two more doubles: the recorded loss's gradient scale and the recorded dropout base (cuda_graph.cu) */
+  CUDA_CHECK(b, cudaMalloc((void **)&st->ss_part, (TT_CUDA_SS_BLOCKS + 2) * sizeof(double)));
   st->graph_scale = (float *)(st->ss_part + TT_CUDA_SS_BLOCKS);
+  st->graph_seed = (uint64_t *)(st->ss_part + TT_CUDA_SS_BLOCKS + 1);
   CUDA_CHECK(b, cudaDeviceSynchronize());
   CUDA_CHECK(b, cudaMemGetInfo(&fr, &tot));
   st->total_mem = tot;
@@ -701,9 +702,10 @@ static const tt_backend cuda_be_table = {
     tt_cuda_bn_fwd_train_add_relu, tt_cuda_bn_bwd_add_relu, /* batch norm, add and ReLU in one call */
     cuda_be_timer_create, cuda_be_timer_elapsed, /* TINYTRAIN_PROFILE by event pairs */
     cuda_be_profiler_range,                      /* TINYTRAIN_CUDA_PROFILE_STEP */
-    tt_cuda_graph_begin, tt_cuda_graph_end, tt_cuda_graph_scale, tt_cuda_graph_launch, /* the micro-step as a */
+    tt_cuda_graph_begin, tt_cuda_graph_end, tt_cuda_graph_values, tt_cuda_graph_launch, /* the micro-step as a */
     tt_cuda_graph_destroy,                                                              /* CUDA graph */
     cuda_be_download_after, cuda_be_event_wait, /* saved activations in pinned host memory */
+    tt_cuda_check_finite_multi, /* the overflow check of transient gradients in one launch */
 };
 
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, const tt_backend_knobs *knobs, char *errbuf,

@@ -466,10 +466,13 @@ static int cuda_ew_dropout_params(tt_backend *b, const char *op, float p, uint32
   return 0;
 }
 
-/* beta < 0 marks the forward (plain store); otherwise the backward's beta store. */
+/* fwd 1: plain store; 0: the backward's beta store. base: NULL, or (recorded in a graph) the
+ * device's graph_seed, seed then being the call's number (tt_cuda_seed). */
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_dropout_k(size_t count, tt_dtype dt, uint32_t thr,
                                                                     float scale, int all_drop, uint64_t seed,
-                                                                    const void *x, void *y, float beta, int fwd) {
+                                                                    const uint64_t *base, const void *x, void *y,
+                                                                    float beta, int fwd) {
+  seed = tt_cuda_seed(seed, base);
   TT_CUDA_LOOP(i, count) {
     int keep = !all_drop && (uint32_t)(tt_dropout_hash(seed, (uint64_t)i) >> 32) >= thr;
     float v = keep ? tt_cuda_ld(dt, x, i) * scale : 0.0f;
@@ -481,7 +484,8 @@ static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_ew_dropout_k(size_
 }
 
 /* dropout_fwd (fwd 1: src x, dst y, beta 0) and dropout_bwd (fwd 0: src dy, dst dx): the same
- * checks and the one kernel, which draws the same mask from (seed, index) both ways. */
+ * checks and the one kernel, which draws the same mask from (seed, index) both ways; while the
+ * stream is recorded, seed is the call's number and the kernel reads the base (backend.h). */
 static int cuda_ew_dropout(tt_backend *b, const char *op, size_t count, tt_dtype dt, float p, uint64_t seed,
                            const void *src, void *dst, float beta, int fwd) {
   uint32_t thr = 0;
@@ -492,8 +496,9 @@ static int cuda_ew_dropout(tt_backend *b, const char *op, size_t count, tt_dtype
   if (!count) return 0;
   if (!src || !dst) return tt_cuda_fail(b, "%s: NULL %s", op, fwd ? "x or y" : "dy or dx");
   if (dst == src && beta != 0.0f) return tt_cuda_fail(b, "%s: dx may alias dy only when beta == 0", op);
+  const uint64_t *base = tt_cuda_st(b)->capturing ? tt_cuda_st(b)->graph_seed : (const uint64_t *)NULL; /* read at each replay */
   TT_LAUNCH(cuda_ew_dropout_k, tt_cuda_blocks(count), TT_CUDA_THREADS, 0, tt_cuda_stream(b), count, dt, thr, scale, all_drop,
-                                                                                       seed, src, dst, beta, fwd);
+                                                                                       seed, base, src, dst, beta, fwd);
   CUDA_LAUNCH_CHECK(b, op);
   return 0;
 }

@@ -5,7 +5,9 @@
  * per kernel, cuDNN and cuBLAS call. A replay runs the recorded work with the recorded arguments:
  * every pointer is the arena's (fixed from setup) and every other value is the same each
  * micro-step, except the loss's gradient scale (loss scale / effective batch), which the recorded
- * softmax_ce reads from graph_scale, a device float written on the stream before each replay. The
+ * softmax_ce reads from graph_scale, a device float, and the dropout masks' seeds, which the recorded
+ * dropout and attention kernels derive from graph_seed, a device word, and their call's number
+ * (kernel_math.h tt_seed_at); graph_values writes both on the stream before each replay. The
  * capture is thread-local: a call on another thread of the process (a data loader) is not refused
  * because of it; on this thread an allocation or a host synchronisation while recording fails and
  * invalidates the capture (graph_end then fails, and the executor runs the step eagerly).
@@ -49,10 +51,10 @@ int tt_cuda_graph_end(tt_backend *b, void **graph) {
   return 0;
 }
 
-int tt_cuda_graph_scale(tt_backend *b, float grad_scale) {
+int tt_cuda_graph_values(tt_backend *b, float grad_scale, uint64_t seed_base) {
   tt_cuda_state *st = tt_cuda_st(b);
-  if (st->capturing) return tt_cuda_fail(b, "graph_scale: called while recording (it must stay outside the graph)");
-  return tt_cuda_ce_scale_set(b, grad_scale); /* cuda_loss_optim.cu: a kernel of the loss's family */
+  if (st->capturing) return tt_cuda_fail(b, "graph_values: called while recording (it must stay outside the graph)");
+  return tt_cuda_graph_values_set(b, grad_scale, seed_base); /* cuda_loss_optim.cu: a kernel of the loss's family */
 }
 
 int tt_cuda_graph_launch(tt_backend *b, void *graph) {

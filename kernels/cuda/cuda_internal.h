@@ -130,7 +130,10 @@ typedef struct tt_cuda_state {
                          * is measured */
   float *graph_scale;   /* the loss's gradient scale as a recorded loss reads it (cuda_graph.cu): the slot after
                          * ss_part's partial sums, allocated with them */
-  int capturing;        /* 1 between graph_begin and graph_end: softmax_ce reads graph_scale, not its argument */
+  uint64_t *graph_seed; /* the micro-step's dropout base as recorded dropout and attention calls read it
+                         * (kernel_math.h tt_seed_at): the slot after graph_scale's */
+  int capturing;        /* 1 between graph_begin and graph_end: softmax_ce reads graph_scale, not its argument;
+                         * dropout and attention take their seed argument as the call's number, read graph_seed */
   char err[1024];       /* last error message, one line */
 } tt_cuda_state;
 #define TT_CUDA_SS_BLOCKS 1024
@@ -139,12 +142,17 @@ static inline tt_cuda_state *tt_cuda_st(tt_backend *b) { return (tt_cuda_state *
 /* The graph entries (backend.h graph_*; cuda_graph.cu). */
 int tt_cuda_graph_begin(tt_backend *b);
 int tt_cuda_graph_end(tt_backend *b, void **graph);
-int tt_cuda_graph_scale(tt_backend *b, float grad_scale);
+int tt_cuda_graph_values(tt_backend *b, float grad_scale, uint64_t seed_base);
 int tt_cuda_graph_launch(tt_backend *b, void *graph);
 void tt_cuda_graph_destroy(tt_backend *b, void *graph);
-/* Queues, on the compute stream, graph_scale = grad_scale: what a recorded softmax_ce reads
- * (cuda_loss_optim.cu). 0 or -1. */
-int tt_cuda_ce_scale_set(tt_backend *b, float grad_scale);
+/* Queues, on the compute stream, graph_scale = grad_scale and graph_seed = seed_base in one launch:
+ * what a recorded softmax_ce, dropout and attention read (cuda_loss_optim.cu). 0 or -1. */
+int tt_cuda_graph_values_set(tt_backend *b, float grad_scale, uint64_t seed_base);
+/* The seed a dropout or attention kernel draws with: seed itself, or while recorded (base non-NULL:
+ * the device's graph_seed) tt_seed_at(*base, seed), seed being the call's number (backend.h). */
+static __device__ __forceinline__ uint64_t tt_cuda_seed(uint64_t seed, const uint64_t *base) {
+  return base ? tt_seed_at(*base, seed) : seed;
+}
 /* b's state when b is a CUDA backend (the entry points of tt_cuda.h take any backend), else NULL. */
 static inline tt_cuda_state *tt_cuda_of(tt_backend *b) {
   return b && b->impl && b->name && !strcmp(b->name, "cuda") ? tt_cuda_st(b) : NULL;

@@ -121,16 +121,18 @@ static __device__ __forceinline__ void cuda_lo_ce_dt(tt_dtype dt, int n, int cla
   }
 }
 
-/* *dst = v: the gradient scale a recorded softmax_ce reads (cuda_graph.cu). One thread. */
-static __global__ void TT_LAUNCH_BOUNDS(32) cuda_lo_ce_scale_k(float *dst, float v) {
-  if (threadIdx.x == 0) *dst = v;
+/* *scale = v, *seed = s: the gradient scale a recorded softmax_ce reads and the dropout base the
+ * recorded dropout and attention calls read (cuda_graph.cu). One thread. */
+static __global__ void TT_LAUNCH_BOUNDS(32) cuda_lo_graph_values_k(float *scale, float v, uint64_t *seed, uint64_t s) {
+  if (threadIdx.x == 0) *scale = v, *seed = s;
 }
 
-int tt_cuda_ce_scale_set(tt_backend *b, float grad_scale) {
+int tt_cuda_graph_values_set(tt_backend *b, float grad_scale, uint64_t seed_base) {
   tt_cuda_state *st = tt_cuda_st(b);
-  if (!st->graph_scale) return tt_cuda_fail(b, "graph_scale: the backend has no device scale (setup failed)");
-  TT_LAUNCH(cuda_lo_ce_scale_k, 1, 32, 0, tt_cuda_stream(b), st->graph_scale, grad_scale);
-  CUDA_LAUNCH_CHECK(b, "graph_scale");
+  if (!st->graph_scale || !st->graph_seed)
+    return tt_cuda_fail(b, "graph_values: the backend has no device scale and seed (setup failed)");
+  TT_LAUNCH(cuda_lo_graph_values_k, 1, 32, 0, tt_cuda_stream(b), st->graph_scale, grad_scale, st->graph_seed, seed_base);
+  CUDA_LAUNCH_CHECK(b, "graph_values");
   return 0;
 }
 
@@ -571,17 +573,45 @@ int tt_cuda_sum_squares(tt_backend *b, size_t count, const float *g, float *acc)
 
 /* --------------------------------- check_finite --------------------------------------- */
 
+/* 1 when x[i] is inf or NaN: all exponent bits set (fp32 8 bits, fp16 5, bf16 fp32's 8 in its high half). */
+static __device__ __forceinline__ int cuda_lo_nonfinite(tt_dtype dt, const void *x, size_t i) {
+  if (dt == TT_F32) return (((const uint32_t *)x)[i] & 0x7f800000u) == 0x7f800000u;
+  if (dt == TT_F16) return (((const uint16_t *)x)[i] & 0x7c00u) == 0x7c00u;
+  return (((const uint16_t *)x)[i] & 0x7f80u) == 0x7f80u;
+}
+
 static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_check_finite_k(size_t count, tt_dtype dt, const void *x,
                                                                          int32_t *flag) {
   int bad = 0;
-  TT_CUDA_LOOP(i, count) {
-    /* all exponent bits set: inf or NaN (fp32 8 bits, fp16 5, bf16 fp32's 8 in its high half) */
-    if (dt == TT_F32)
-      bad |= (((const uint32_t *)x)[i] & 0x7f800000u) == 0x7f800000u;
-    else if (dt == TT_F16)
-      bad |= (((const uint16_t *)x)[i] & 0x7c00u) == 0x7c00u;
-    else
-      bad |= (((const uint16_t *)x)[i] & 0x7f80u) == 0x7f80u;
+  TT_CUDA_LOOP(i, count) bad |= cuda_lo_nonfinite(dt, x, i);
+  if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr((int *)flag, 1);
+}
+
+/* Up to CUDA_LO_FINITE tensors per launch (backend.h check_finite_multi: the transient gradients of
+ * an fp16 step; a ResNet-50 has 161, a ViT-B/16 152), their pointers and sizes in a table passed by
+ * value as a kernel parameter (3856 bytes + 12 of arguments, under the 4 KiB every architecture
+ * takes; nothing allocated or uploaded): tensor s owns the flat elements [cum[s], cum[s+1]), and a
+ * thread's element finds its tensor by binary search, as the many-tensor updates do. */
+#define CUDA_LO_FINITE 240
+typedef struct cuda_lo_finite_table { /* 241*8 + 240*8 + 8 = 3856 bytes */
+  unsigned long long cum[CUDA_LO_FINITE + 1];
+  const void *x[CUDA_LO_FINITE];
+  int n;
+} cuda_lo_finite_table;
+static_assert(sizeof(cuda_lo_finite_table) + sizeof(int) + sizeof(void *) <= 4096,
+              "check_finite_multi's table must fit the 4 KiB of kernel parameters");
+
+static __global__ void TT_LAUNCH_BOUNDS(TT_CUDA_THREADS) cuda_lo_check_finite_multi_k(cuda_lo_finite_table t, tt_dtype dt,
+                                                                               int32_t *flag) {
+  int bad = 0;
+  TT_CUDA_LOOP(i, (size_t)t.cum[t.n]) {
+    int lo = 0, hi = t.n - 1;
+    while (lo < hi) { /* the last s with cum[s] <= i */
+      int mid = (lo + hi + 1) >> 1;
+      if (t.cum[mid] <= i) lo = mid;
+      else hi = mid - 1;
+    }
+    bad |= cuda_lo_nonfinite(dt, t.x[lo], i - (size_t)t.cum[lo]);
   }
   if (__syncthreads_or(bad) && threadIdx.x == 0) atomicOr((int *)flag, 1);
 }
@@ -595,15 +625,39 @@ int tt_cuda_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x
   return 0;
 }
 
+int tt_cuda_check_finite_multi(tt_backend *b, const tt_finite_seg *segs, int nseg, tt_dtype dt, int32_t *flag) {
+  if (!tt_cuda_dtype_ok(dt)) return tt_cuda_fail(b, "check_finite_multi: unknown dtype %d", (int)dt);
+  if (!flag) return tt_cuda_fail(b, "check_finite_multi: NULL flag");
+  if (nseg < 0 || (nseg && !segs)) return tt_cuda_fail(b, "check_finite_multi: %d tensors at %p", nseg, (const void *)segs);
+  for (int i = 0; i < nseg; i++)
+    if (segs[i].count && !segs[i].x) return tt_cuda_fail(b, "check_finite_multi: tensor %d of %d: NULL x", i, nseg);
+  for (int i = 0; i < nseg;) {
+    cuda_lo_finite_table t;
+    memset(&t, 0, sizeof t);
+    for (; i < nseg && t.n < CUDA_LO_FINITE; i++) { /* empty tensors take no slot */
+      if (!segs[i].count) continue;
+      t.x[t.n] = segs[i].x;
+      t.cum[t.n + 1] = t.cum[t.n] + (unsigned long long)segs[i].count;
+      t.n++;
+    }
+    if (!t.n) break;
+    TT_LAUNCH(cuda_lo_check_finite_multi_k, tt_cuda_blocks((size_t)t.cum[t.n]), TT_CUDA_THREADS, 0, tt_cuda_stream(b), t, dt,
+              flag);
+    CUDA_LAUNCH_CHECK(b, "check_finite_multi");
+  }
+  return 0;
+}
+
 /* every kernel of this file, for the setup check (cuda_internal.h) */
 TT_CUDA_KERNEL_TABLE(loss_optim, TT_CUDA_KERNEL(cuda_lo_ce_f32_k, CUDA_LO_CE_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_ce_f16_k, CUDA_LO_CE_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_ce_bf16_k, CUDA_LO_CE_THREADS), TT_CUDA_KERNEL(cuda_lo_ce_final_k, 32),
-                     TT_CUDA_KERNEL(cuda_lo_ce_scale_k, 32),
+                     TT_CUDA_KERNEL(cuda_lo_graph_values_k, 32),
                      TT_CUDA_KERNEL(cuda_lo_sgd_k, TT_CUDA_THREADS), TT_CUDA_KERNEL(cuda_lo_adam_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_sgd_multi_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_adam_multi_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_held_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_check_finite_k, TT_CUDA_THREADS),
+                     TT_CUDA_KERNEL(cuda_lo_check_finite_multi_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_ss_part_k, TT_CUDA_THREADS),
                      TT_CUDA_KERNEL(cuda_lo_ss_final_k, TT_CUDA_THREADS));

@@ -167,6 +167,7 @@ static const tt_backend ref_be_table = {
     NULL, NULL, NULL, /* timer_create, timer_elapsed, profiler_range: the host clock times the steps */
     NULL, NULL, NULL, NULL, NULL, /* graph_begin .. graph_destroy: no graphs on the host */
     NULL, NULL, /* download_after, event_wait: no saved activations leave host memory */
+    tt_ref_check_finite_multi, /* the overflow check of transient gradients in one call */
 };
 
 tt_backend *tt_ref_backend_create(int threads) {

@@ -223,6 +223,14 @@ int tt_ref_check_finite(tt_backend *b, size_t count, tt_dtype dt, const void *x,
   return 0;
 }
 
+/* check_finite over each segment in turn (backend.h check_finite_multi). */
+int tt_ref_check_finite_multi(tt_backend *b, const tt_finite_seg *segs, int nseg, tt_dtype dt, int32_t *flag) {
+  if (nseg < 0 || (nseg && !segs)) return tt_ref_fail(b, "check_finite_multi: %d tensors at %p", nseg, (const void *)segs);
+  for (int i = 0; i < nseg; i++)
+    if (tt_ref_check_finite(b, segs[i].count, dt, segs[i].x, flag)) return -1;
+  return 0;
+}
+
 /* Fixed blocks of REF_LO_SS_BLOCK values, each summed in double in index order, the block sums
  * added in block order: the result depends on count only, not on the thread count. */
 #define REF_LO_SS_BLOCK 4096

@@ -1,8 +1,83 @@
 /* tests/kernels/cuda_graph.c — test_cuda's micro-step replayed as a CUDA graph (core/runtime/exec_graph.c,
- * kernels/cuda/cuda_graph.cu; TINYTRAIN_CUDA_GRAPH): equal to the eager step bit for bit, allocating nothing,
- * and falling back to the eager step when the step holds something a capture refuses.
- * Registered and run by tests/kernels/test_cuda.c; helpers in tests/kernels/cuda_test.h. */
+ * kernels/cuda/cuda_graph.cu; TINYTRAIN_CUDA_GRAPH): equal to the eager step bit for bit, dropout and
+ * attention masks included, allocating nothing, and falling back to the eager step when the step holds
+ * something a capture refuses. Registered and run by tests/kernels/test_cuda.c; helpers in
+ * tests/kernels/cuda_test.h. */
 #include "tests/kernels/cuda_test.h"
+
+#ifdef TT_HAVE_CUDA
+#include "core/runtime/exec_graph.h"
+#include "kernels/kernel_math.h"
+
+/* The seeded calls of test_cuda_graph_seeds: dropout forward and backward (seed sd) and attention
+ * forward and backward (seed sa) of x, dy, qkv and dout into the outputs given. 0 or -1. */
+static int test_seed_calls(tt_dtype dt, const tt_attn_desc *ad, uint64_t sd, uint64_t sa, const tt2 *x, const tt2 *dy,
+                           const tt2 *qkv, const tt2 *dout, void *y, void *dx, void *o, float *lse, void *dqkv, void *ws,
+                           size_t wsb) {
+  if (gpu->dropout_fwd(gpu, x->count, dt, 0.25f, sd, x->g, y) || gpu->dropout_bwd(gpu, dy->count, dt, 0.25f, sd, dy->g, dx, 0.0f) ||
+      gpu->attn_fwd(gpu, ad, dt, qkv->g, o, lse, NULL, sa, NULL, 0) ||
+      gpu->attn_bwd(gpu, ad, dt, qkv->g, o, dout->g, lse, NULL, sa, dqkv, 0.0f, ws, wsb))
+    return -1;
+  return 0;
+}
+
+/* Dropout and attention recorded into a graph draw their masks from the base each replay is given
+ * (backend.h graph_values, kernel_math.h tt_seed_at; the calls' seed argument while recording is
+ * their number): every replay's outputs equal the eager calls' with seed tt_seed_at(base, number)
+ * bit for bit, and a replay with another base draws other masks (fp32 and fp16: dropout forward and
+ * backward, attention forward and backward with dropout on the probabilities). */
+void test_cuda_graph_seeds(void) {
+  TT_TEST_BEGIN("cuda_graph_seeds");
+  for (int di = 0; di < 2; di++) {
+    tt_dtype dt = test_dts[di];
+    tt_attn_desc ad;
+    memset(&ad, 0, sizeof ad);
+    ad.n = 2, ad.t = 19, ad.heads = 2, ad.d = 16, ad.p = 0.25f, ad.scale = 0.25f;
+    size_t n = 3001, nq = (size_t)ad.n * ad.t * 3 * ad.heads * ad.d, no = (size_t)ad.n * ad.t * ad.heads * ad.d;
+    size_t nl = (size_t)ad.n * ad.heads * ad.t, es = tt_dtype_size(dt);
+    const uint32_t kd = 7, ka = 40012; /* the calls' numbers (an executor's nodes) */
+    goff = 0;
+    tt2 x = mk(n, dt, -1, 1), dy = mk(n, dt, -1, 1), qkv = mk(nq, dt, -2, 2), dout = mk(no, dt, -1, 1);
+    /* [0] the replay's outputs, [1] the eager calls'; their sizes in bytes */
+    size_t bytes[4] = {n * es, n * es, no * es, nq * es};
+    void *out[2][4], *ws = test_galloc(nl * sizeof(float));
+    float *lse[2];
+    unsigned char *h[2][4], *prev[4];
+    for (int s2 = 0; s2 < 2; s2++) {
+      lse[s2] = (float *)test_galloc(nl * sizeof(float));
+      for (int k = 0; k < 4; k++) out[s2][k] = test_galloc(bytes[k]), h[s2][k] = (unsigned char *)malloc(bytes[k]);
+    }
+    for (int k = 0; k < 4; k++) prev[k] = (unsigned char *)calloc(1, bytes[k]);
+    void *g = NULL;
+    TT_CHECK(gpu->graph_begin(gpu) == 0, "graph_begin: %s", gpu->last_error(gpu));
+    int rc = test_seed_calls(dt, &ad, kd, ka, &x, &dy, &qkv, &dout, out[0][0], out[0][1], out[0][2], lse[0], out[0][3], ws,
+                             nl * sizeof(float));
+    TT_CHECK(rc == 0, "recording the calls: %s", gpu->last_error(gpu));
+    TT_CHECK(gpu->graph_end(gpu, &g) == 0 && g, "graph_end: %s", gpu->last_error(gpu));
+    for (int r = 0; g && r < 3; r++) {
+      static const char *names[4] = {"dropout_fwd y", "dropout_bwd dx", "attn_fwd o", "attn_bwd dqkv"};
+      uint64_t base = 0x243F6A8885A308D3ull * (uint64_t)(r + 1);
+      TT_CHECK(gpu->graph_values(gpu, 1.0f, base) == 0 && gpu->graph_launch(gpu, g) == 0, "replay %d: %s", r,
+               gpu->last_error(gpu));
+      TT_CHECK(test_seed_calls(dt, &ad, tt_seed_at(base, kd), tt_seed_at(base, ka), &x, &dy, &qkv, &dout, out[1][0], out[1][1],
+                               out[1][2], lse[1], out[1][3], ws, nl * sizeof(float)) == 0,
+               "the eager calls: %s", gpu->last_error(gpu));
+      for (int k = 0; k < 4; k++) {
+        for (int s2 = 0; s2 < 2; s2++) gpu->download(gpu, h[s2][k], out[s2][k], bytes[k]);
+        TT_CHECK(memcmp(h[0][k], h[1][k], bytes[k]) == 0, "%s replay %d: %s differs from the eager call's", test_dt_name(dt), r,
+                 names[k]);
+        TT_CHECK(memcmp(h[0][k], prev[k], bytes[k]) != 0, "%s replay %d: %s equals the replay before's (the base did not "
+                 "reach the mask)", test_dt_name(dt), r, names[k]);
+        memcpy(prev[k], h[0][k], bytes[k]);
+      }
+    }
+    if (g) gpu->graph_destroy(gpu, g);
+    for (int k = 0; k < 4; k++) free(h[0][k]), free(h[1][k]), free(prev[k]);
+    fr(&x), fr(&dy), fr(&qkv), fr(&dout);
+  }
+  TT_TEST_END();
+}
+#endif
 
 #if defined(TT_HAVE_CUDA) && defined(TT_CUDA_EMULATION)
 
@@ -38,9 +113,10 @@ static int test_graph_cmp(test_net *a, test_net *b, const char *when) {
  * scale every update (fp16's dynamic scaling, as the recorded loss must read it from device
  * memory), and compares them after every update. A backend whose table is `be` (the GPU's, or a
  * test's copy of it) runs b. */
-static void test_graph_run(const char *recipe, tt_dtype dt, int mb, int accum, int nupd, tt_backend *be, const char *what) {
+static int test_graph_run(const char *recipe, tt_dtype dt, int mb, int accum, int nupd, tt_backend *be, const char *what) {
   tt_err err;
   test_net a, b;
+  int seeded = 0; /* the dropout and attention calls of b's micro-step */
   int rc = test_net_open(&a, recipe, gpu, dt, mb, accum, 0, TT_OPT_SGD, &err);
   TT_CHECK(rc == 0, "%s eager: %s", what, err.msg);
   int rc2 = test_net_open(&b, recipe, be, dt, mb, accum, 0, TT_OPT_SGD, &err);
@@ -58,6 +134,13 @@ static void test_graph_run(const char *recipe, tt_dtype dt, int mb, int accum, i
     for (size_t i = 0; i < (size_t)nb * img; i++) images[i] = (uint8_t)test_rand(0, 255.9f);
     for (int i = 0; i < nb * mb; i++) labels[i] = (i * 7 + i / mb) % a.m.classes;
     a.x.graph_on = 0, b.x.graph_on = 1;
+    for (int k = 0; k < b.p.step_call[b.p.micro_end]; k++) {
+      int fn = b.p.calls[k].fn;
+      seeded += b.p.calls[k].skip == TT_CALL_RUNS && (fn == TT_CALL_DROPOUT_FWD || fn == TT_CALL_DROPOUT_BWD ||
+                                                       fn == TT_OP_ATTN_FWD || fn == TT_OP_ATTN_BWD);
+    }
+    const char *why = tt_exec_graph_refusal(&b.x, &b.p, mb);
+    TT_CHECK(why == NULL, "%s: the step is refused a graph: %s", what, why ? why : "");
     g0 = tt_emu_graph_launches(&nodes0);
     size_t allocs = tt_emu_allocations(), be_allocs = tt_cuda_alloc_count(gpu);
     for (int u = 0; u < nupd; u++) {
@@ -81,9 +164,9 @@ static void test_graph_run(const char *recipe, tt_dtype dt, int mb, int accum, i
       if (test_graph_cmp(&a, &b, when)) break;
     }
     size_t launches = tt_emu_graph_launches(&nodes1) - g0;
-    printf("  %s: %d micro-steps; %zu graph launches replayed %zu recorded operations; graph state %d/%d%s%s\n", what, nb,
-           launches, nodes1 - nodes0, b.x.graph_state[0], b.x.graph_state[1], b.x.graph_note[0] ? "; note: " : "",
-           b.x.graph_note);
+    printf("  %s: %d micro-steps (%d dropout and attention calls each); %zu graph launches replayed %zu recorded "
+           "operations; graph state %d/%d%s%s\n", what, nb, seeded, launches, nodes1 - nodes0, b.x.graph_state[0],
+           b.x.graph_state[1], b.x.graph_note[0] ? "; note: " : "", b.x.graph_note);
     TT_CHECK(tt_emu_allocations() == allocs && tt_cuda_alloc_count(gpu) == be_allocs,
              "%s: the steps allocated (%zu device/pinned allocations, %zu backend ones)", what, tt_emu_allocations() - allocs,
              tt_cuda_alloc_count(gpu) - be_allocs);
@@ -105,6 +188,7 @@ static void test_graph_run(const char *recipe, tt_dtype dt, int mb, int accum, i
   }
   test_net_close(&a);
   test_net_close(&b);
+  return seeded;
 }
 
 /* A captured micro-step equals the eager one bit for bit: the small CNN (convolutions through
@@ -120,6 +204,40 @@ void test_cuda_graph_equal(void) {
    * micro-batch 2 on fewer bytes; the sanitized test_cuda_emu must end inside run_tests.py's 600 s) */
   if (!tt_test_sanitized()) test_graph_run("examples/fashion_mnist/resnet.recipe", TT_F32, 2, 2, 2, gpu, "fashion ResNet fp32");
   test_graph_run("examples/fashion_mnist/resnet.recipe", TT_F16, tt_test_sanitized() ? 1 : 2, 2, 2, gpu, "fashion ResNet fp16");
+  TT_TEST_END();
+}
+
+/* A CNN with dropout after a convolution and in the classifier, and a one-block ViT with dropout on
+ * the attention probabilities and in the MLP (recipe texts: test_net_open). */
+static const char test_graph_dropout_cnn[] =
+    "[net]\ninput = 2x8x8\nclasses = 5\n[train]\nbatch = 6\noptimizer = sgd\nlr = 0.1\nmomentum = 0.9\n"
+    "[conv conv1]\nfilters = 4\nsize = 3\npad = 1\n[relu relu1]\n[dropout drop1]\np = 0.25\n"
+    "[conv conv2]\nfilters = 4\nsize = 3\nstride = 2\npad = 1\n[relu relu2]\n[flatten flatten1]\n"
+    "[linear fc1]\nout = 16\n[relu relu3]\n[dropout drop2]\np = 0.5\n[linear fc2]\nout = 5\n";
+static const char test_graph_dropout_vit[] =
+    "[net]\ninput = 2x12x12\nclasses = 5\n[train]\nbatch = 4\noptimizer = sgd\nlr = 0.01\n"
+    "[patch_embed embed]\nsize = 4\ndim = 8\nclass_token = true\npos_embed = true\n"
+    "[layernorm ln_1]\n[attention attn]\nheads = 2\ndropout = 0.2\n[add res1]\nfrom = attn, embed\n"
+    "[layernorm ln_2]\n[linear mlp.0]\nout = 16\n[gelu mlp.1]\n[dropout mlp.drop]\np = 0.1\n[linear mlp.2]\nout = 8\n"
+    "[add res2]\nfrom = mlp.2, res1\n[layernorm ln]\n[token]\nmode = class\n[linear head]\nout = 5\n";
+
+/* Dropout and attention no longer keep the step eager: their recorded kernels read the micro-step's
+ * seed base from device memory (graph_values), so each replay draws the masks the eager step draws
+ * for that step and micro-step (different each one) and the weights stay equal bit for bit: the
+ * CNN and the ViT above in fp32 and fp16 over 3 updates of 2 micro-steps. */
+void test_cuda_graph_dropout(void) {
+  TT_TEST_BEGIN("cuda_graph_dropout_attention_equal_eager");
+  cuda_rng = 0x5eed00c0ffeeull;
+  static const struct { const char *recipe, *what; tt_dtype dt; int mb, min_seeded; } runs[4] = {
+      {test_graph_dropout_cnn, "CNN with dropout fp32", TT_F32, 6, 4},
+      {test_graph_dropout_cnn, "CNN with dropout fp16", TT_F16, 6, 4},
+      {test_graph_dropout_vit, "ViT with attention dropout fp32", TT_F32, 4, 4},
+      {test_graph_dropout_vit, "ViT with attention dropout fp16", TT_F16, 4, 4}};
+  for (int k = 0; k < 4; k++) {
+    int seeded = test_graph_run(runs[k].recipe, runs[k].dt, runs[k].mb, 2, 3, gpu, runs[k].what);
+    TT_CHECK(seeded >= runs[k].min_seeded, "%s: %d dropout and attention calls in the micro-step (want %d or more)",
+             runs[k].what, seeded, runs[k].min_seeded);
+  }
   TT_TEST_END();
 }
 

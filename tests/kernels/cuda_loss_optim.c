@@ -2,6 +2,8 @@
  * Registered and run by tests/kernels/test_cuda.c; helpers in tests/kernels/cuda_test.h. */
 #include "tests/kernels/cuda_test.h"
 
+#include <math.h>
+
 #ifdef TT_HAVE_CUDA
 
 void test_loss_optim(void) {
@@ -273,6 +275,152 @@ void test_cast_multi(void) {
                shift ? ", misaligned" : "", i, a[i], want[i]);
   }
   free(h), free(a), free(want);
+  TT_TEST_END();
+}
+#endif
+
+/* check_finite_multi (backend.h) on the device: 300 segments of odd sizes, every 7th empty, in fp32,
+ * fp16 and bf16: clear on finite values, set by one inf or NaN at a segment's edge in the first, a
+ * middle or the last segment, never cleared; the 257 tensors take 2 launches (240 a launch). */
+void test_check_finite_multi(void) {
+  TT_TEST_BEGIN("cuda_check_finite_multi");
+  enum { NSEG = 300 };
+  tt_finite_seg segs[NSEG];
+  size_t cnt[NSEG], off[NSEG], total = 0;
+  int nonempty = 0;
+  goff = 0;
+  for (int s = 0; s < NSEG; s++) {
+    cnt[s] = s % 7 == 3 ? 0 : (size_t)(1 + (s * 37) % 101);
+    off[s] = total, total += cnt[s], nonempty += cnt[s] != 0;
+  }
+  unsigned char *dev = (unsigned char *)test_galloc(total * 4 + 4), *zero = (unsigned char *)calloc(total, 4);
+  int32_t *dflag = (int32_t *)(dev + total * 4);
+  TT_CHECK(gpu->check_finite_multi != NULL, "the CUDA backend has no check_finite_multi");
+  for (int d = 0; d < 3 && gpu->check_finite_multi && !tt_test_current_failed; d++) {
+    tt_dtype dt = test_dts[d];
+    size_t es = tt_dtype_size(dt);
+    int32_t flag = -1;
+    for (int s = 0; s < NSEG; s++) segs[s].x = cnt[s] ? dev + off[s] * es : NULL, segs[s].count = cnt[s];
+    gpu->upload(gpu, dev, zero, total * es);
+    gpu->zero(gpu, dflag, 4);
+#ifdef TT_CUDA_EMULATION
+    size_t m0 = tt_emu_kernel_launches("cuda_lo_check_finite_multi_k");
+#endif
+    TT_CHECK(gpu->check_finite_multi(gpu, segs, NSEG, dt, dflag) == 0, "check_finite_multi: %s", gpu->last_error(gpu));
+#ifdef TT_CUDA_EMULATION
+    size_t m1 = tt_emu_kernel_launches("cuda_lo_check_finite_multi_k");
+    TT_CHECK(m1 - m0 == 2, "%s: %d tensors took %zu launches (want 2)", test_dt_name(dt), nonempty, m1 - m0);
+#endif
+    gpu->download(gpu, &flag, dflag, 4);
+    TT_CHECK(flag == 0, "%s: finite values flagged (%d)", test_dt_name(dt), flag);
+    const int where[3] = {0, 150, NSEG - 1};
+    for (int w = 0; w < 3; w++)
+      for (int bad = 0; bad < 2; bad++) {
+        size_t at = off[where[w]] + (w ? cnt[where[w]] - 1 : 0);
+        uint32_t u32 = bad ? 0x7fc00000u : 0xff800000u;
+        uint16_t u16 = dt == TT_F16 ? (bad ? 0x7e00u : 0xfc00u) : (bad ? 0x7fc0u : 0xff80u);
+        gpu->upload(gpu, dev + at * es, dt == TT_F32 ? (const void *)&u32 : (const void *)&u16, es);
+        gpu->zero(gpu, dflag, 4);
+        TT_CHECK(gpu->check_finite_multi(gpu, segs, NSEG, dt, dflag) == 0, "check_finite_multi: %s", gpu->last_error(gpu));
+        gpu->download(gpu, &flag, dflag, 4);
+        TT_CHECK(flag == 1, "%s: %s in segment %d (element %zu) not flagged (%d)", test_dt_name(dt), bad ? "NaN" : "-inf",
+                 where[w], at, flag);
+        gpu->upload(gpu, dev + at * es, zero, es);
+      }
+    flag = 1;
+    gpu->upload(gpu, dflag, &flag, 4);
+    TT_CHECK(gpu->check_finite_multi(gpu, segs, NSEG, dt, dflag) == 0, "check_finite_multi: %s", gpu->last_error(gpu));
+    gpu->download(gpu, &flag, dflag, 4);
+    TT_CHECK(flag == 1, "%s: the flag was cleared", test_dt_name(dt));
+  }
+  segs[5].x = NULL; /* a non-empty tensor without storage: refused, naming it */
+  TT_CHECK(gpu->check_finite_multi && gpu->check_finite_multi(gpu, segs, NSEG, TT_F32, dflag) != 0 &&
+               strstr(gpu->last_error(gpu), "tensor 5 of 300"),
+           "a NULL tensor: '%s'", gpu->check_finite_multi ? gpu->last_error(gpu) : "");
+  free(zero);
+  TT_TEST_END();
+}
+
+#ifdef TT_CUDA_EMULATION
+/* test_net_open's training program with accumulation 1, its gradients persistent (one region) or
+ * transient (lower.c: one buffer each, no region). */
+static int test_open_grads(test_net *t, const char *recipe, int mb, int persistent, tt_err *err) {
+  tt_policy pol;
+  memset(t, 0, sizeof *t);
+  if (tt_recipe_load(recipe, &t->m, err, NULL, NULL) || tt_graph_build(&t->m, &t->g, err)) return -1;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = mb, pol.accum_steps = 1, pol.act_dtype = TT_F16, pol.inplace = 1, pol.training = 1;
+  pol.grads_persistent = persistent;
+  if (tt_lower(&t->g, &pol, gpu, &t->p, err) || tt_program_plan(&t->p, err)) return -1;
+  t->have_p = 1;
+  if (tt_exec_create(&t->x, &t->g, &t->p, NULL, gpu, 11, err)) return -1;
+  t->have_x = 1;
+  return tt_exec_init_params(&t->x, 11, err);
+}
+
+/* The fp16 overflow check's launches in an update of the fashion ResNet (fp16, accumulation 1):
+ * with persistent gradients one check_finite over the region, with transient ones one
+ * check_finite_multi over every gradient (one launch per gradient before it); a step whose loss
+ * gradient overflows fp16 sets the flag through either, and its update moves no weight. */
+void test_check_finite_step(void) {
+  TT_TEST_BEGIN("cuda_check_finite_step_launches");
+  tt_err err;
+  for (int persistent = 1; persistent >= 0; persistent--) {
+    test_net t;
+    int rc = test_open_grads(&t, "examples/fashion_mnist/resnet.recipe", 2, persistent, &err);
+    TT_CHECK(rc == 0, "%s: %s", persistent ? "persistent" : "transient", err.msg);
+    if (!rc) {
+      const tt_node *in = &t.g.nodes[0];
+      size_t img = (size_t)2 * in->c * in->h * in->w, w0n = t.g.params[0].numel;
+      uint8_t *images = (uint8_t *)malloc(img);
+      int32_t labels[2] = {1, 7};
+      float *w0 = (float *)malloc(w0n * sizeof(float)), *w1 = (float *)malloc(w0n * sizeof(float));
+      int ngrad = 0, ov = -1;
+      tt_opt_hparams hp;
+      memset(&hp, 0, sizeof hp);
+      hp.kind = TT_OPT_SGD, hp.lr = 0.05f, hp.momentum = 0.9f;
+      for (int k = 0; k < t.g.nparams; k++) ngrad += t.p.grad_buf[k] >= 0;
+      for (size_t i = 0; i < img; i++) images[i] = (uint8_t)test_rand(0, 255.9f);
+      TT_CHECK(t.p.transient_grads == (persistent ? 0 : ngrad), "transient_grads %d (want %d)", t.p.transient_grads,
+               persistent ? 0 : ngrad);
+      tt_emu_counts c0, c1, c2; /* launch calls (tt_emu_launches_run counts them as the lazy streams run them) */
+      tt_emu_get_counts(&c0);
+      TT_CHECK(tt_exec_micro_step(&t.x, images, labels, 0, 0, 256.0f / 2, &err) == 0, "micro-step: %s", err.msg);
+      tt_emu_get_counts(&c1);
+      TT_CHECK(gpu->sync(gpu) == 0, "sync: %s", gpu->last_error(gpu));
+      size_t s0 = tt_emu_kernel_launches("cuda_lo_check_finite_k"), m0 = tt_emu_kernel_launches("cuda_lo_check_finite_multi_k");
+      TT_CHECK(tt_exec_update(&t.x, &hp, 1, 1.0f / 256, &ov, &err) == 0 && ov == 0, "update: ov %d, %s", ov, err.msg);
+      tt_emu_get_counts(&c2);
+      size_t r0 = c0.launches, r1 = c1.launches, r2 = c2.launches, s = tt_emu_kernel_launches("cuda_lo_check_finite_k") - s0,
+             m = tt_emu_kernel_launches("cuda_lo_check_finite_multi_k") - m0;
+      printf("  fashion ResNet fp16, %d %s gradients: micro-step %zu kernel launches and %zu cuDNN / %zu cuBLAS calls, "
+             "update %zu launches (check_finite %zu, check_finite_multi %zu)\n", ngrad,
+             persistent ? "persistent" : "transient", r1 - r0, c1.dnn_calls - c0.dnn_calls, c1.blas_calls - c0.blas_calls,
+             r2 - r1, s, m);
+      TT_CHECK(s + m == 1, "%s gradients: the overflow check took %zu check_finite and %zu check_finite_multi launches "
+               "(want one launch)", persistent ? "persistent" : "transient", s, m);
+      /* an fp16 overflow: the loss's gradient scaled past 65504 */
+      TT_CHECK(tt_exec_param_get(&t.x, 0, 0, w0, &err) == 0, "%s", err.msg);
+      TT_CHECK(tt_exec_micro_step(&t.x, images, labels, 0, 1, 1e9f, &err) == 0, "micro-step: %s", err.msg);
+      TT_CHECK(tt_exec_update(&t.x, &hp, 2, 1e-9f, &ov, &err) == 0 && ov == 1, "an overflowing step: ov %d (%s)", ov,
+               err.msg);
+      TT_CHECK(tt_exec_param_get(&t.x, 0, 0, w1, &err) == 0 && memcmp(w0, w1, w0n * sizeof(float)) == 0,
+               "%s gradients: the overflowing step's update moved '%s'", persistent ? "persistent" : "transient",
+               t.g.params[0].name);
+      /* the C API's check of every parameter after a step (tt_exec_params_finite): one launch too */
+      int fin = -1;
+      s0 = tt_emu_kernel_launches("cuda_lo_check_finite_k"), m0 = tt_emu_kernel_launches("cuda_lo_check_finite_multi_k");
+      TT_CHECK(tt_exec_params_finite(&t.x, &fin, &err) == 0 && fin == 1, "params_finite: %d (%s)", fin, err.msg);
+      s = tt_emu_kernel_launches("cuda_lo_check_finite_k") - s0, m = tt_emu_kernel_launches("cuda_lo_check_finite_multi_k") - m0;
+      TT_CHECK(s == 0 && m == 1, "params_finite over %d parameters: %zu check_finite and %zu check_finite_multi launches",
+               t.g.nparams, s, m);
+      w1[w0n - 1] = NAN; /* the last value of the first tensor */
+      TT_CHECK(tt_exec_param_set(&t.x, 0, 0, w1, &err) == 0 && tt_exec_params_finite(&t.x, &fin, &err) == 0 && fin == 0,
+               "a NaN weight: params_finite says %d", fin);
+      free(images), free(w0), free(w1);
+    }
+    test_net_close(&t);
+  }
   TT_TEST_END();
 }
 #endif

@@ -11,7 +11,10 @@ int test_net_open(test_net *t, const char *recipe, tt_backend *be, tt_dtype dt, 
                          tt_opt_kind opt, tt_err *err) {
   tt_policy pol;
   memset(t, 0, sizeof *t);
-  if (tt_recipe_load(recipe, &t->m, err, NULL, NULL)) return -1;
+  /* a path, or (with a newline in it) the recipe's text */
+  if (strchr(recipe, '\n') ? tt_recipe_parse("test.recipe", recipe, &t->m, err, NULL, NULL)
+                           : tt_recipe_load(recipe, &t->m, err, NULL, NULL))
+    return -1;
   t->m.train.optimizer = opt; /* decides which optimizer state the program holds */
   if (tt_graph_build(&t->m, &t->g, err)) return -1;
   memset(&pol, 0, sizeof pol);

@@ -92,6 +92,8 @@ static const tt_test_case tests[] = {
   TT_TEST("cuda_layernorm", "ops kernels transformer", FN(test_layernorm)),
   TT_TEST("cuda_attention", "ops kernels transformer", FN(test_attention)),
   TT_TEST("cuda_tokens", "ops kernels transformer", FN(test_tokens)),
+  TT_TEST("cuda_graph_seeds", "ops graph transformer", FN(test_cuda_graph_seeds)),
+  TT_TEST("cuda_check_finite_multi", "ops kernels loss_optim", FN(test_check_finite_multi)),
   TT_TEST("cuda_ops_allocate_nothing", "ops device", FN(test_ops_allocate_nothing)),
   TT_TEST("cuda_step_fp32", "step", FN(test_step_fp32)),
   TT_TEST("cuda_step_fp16", "step", FN(test_step_fp16)),
@@ -116,6 +118,10 @@ static const tt_test_case tests[] = {
            "the emulation counts allocations and graph launches (a GPU run: tests/gpu/)"),
   EMU_TEST("cuda_graph_refused_falls_back", "step graph", test_cuda_graph_refused,
            "the emulation counts allocations and graph launches (a GPU run: tests/gpu/)"),
+  EMU_TEST("cuda_graph_dropout_attention_equal_eager", "step graph", test_cuda_graph_dropout,
+           "the emulation counts allocations and graph launches (a GPU run: tests/gpu/)"),
+  EMU_TEST("cuda_check_finite_step_launches", "step loss_optim", test_check_finite_step,
+           "counts launches under the emulation (tt_emu_kernel_launches)"),
   TT_TEST("cuda_no_allocation_and_peak", "step device", FN(test_no_alloc_and_peak)),
 #if defined(TT_HAVE_NCCL) && !defined(TT_CUDA_EMULATION)
   TT_TEST("cuda_nccl_one_rank", "nccl device", FN(test_nccl_one_rank)), /* last: the communicator stays with the backend */

@@ -1042,6 +1042,58 @@ static void test_check_finite(void) {
   TT_TEST_END();
 }
 
+/* Writes an inf (bad 0) or a NaN (bad 1) of dt at element i of x. */
+static void put_nonfinite(tt_dtype dt, void *x, size_t i, int bad) {
+  if (dt == TT_F32) {
+    uint32_t u = bad ? 0x7fc00000u : 0xff800000u; /* NaN, -inf */
+    memcpy((char *)x + 4 * i, &u, 4);
+  } else {
+    uint16_t u = dt == TT_F16 ? (bad ? 0x7e00u : 0x7c00u) : (bad ? 0xffc0u : 0x7f80u); /* fp16 NaN, +inf; bf16 -NaN, +inf */
+    memcpy((char *)x + 2 * i, &u, 2);
+  }
+}
+
+/* check_finite_multi (backend.h): 300 segments of odd sizes, every 7th empty (x NULL), in fp32,
+ * fp16 and bf16: clear on finite values; set by one inf or NaN in the first segment (its first
+ * element), a middle one or the last (their last element); never cleared. */
+static void test_check_finite_multi(void) {
+  static const tt_dtype dts[3] = {TT_F32, TT_F16, TT_BF16};
+  enum { NSEG = 300 };
+  tt_finite_seg segs[NSEG];
+  size_t cnt[NSEG], off[NSEG], total = 0;
+  TT_TEST_BEGIN(tn("check_finite_multi"));
+  TT_CHECK(B->check_finite_multi != NULL, "the %s backend has no check_finite_multi", B->name);
+  for (int s = 0; s < NSEG; s++) {
+    cnt[s] = s % 7 == 3 ? 0 : (size_t)(1 + (s * 37) % 101);
+    off[s] = total, total += cnt[s];
+  }
+  for (int d = 0; d < 3 && B->check_finite_multi; d++) {
+    tt_dtype dt = dts[d];
+    size_t es = tt_dtype_size(dt);
+    unsigned char *buf = (unsigned char *)calloc(total, es); /* zeros: finite */
+    int32_t flag = 0;
+    for (int s = 0; s < NSEG; s++) segs[s].x = cnt[s] ? buf + off[s] * es : NULL, segs[s].count = cnt[s];
+    TT_CHECK(!B->check_finite_multi(B, segs, NSEG, dt, &flag) && flag == 0, "%s: finite values flagged (%d): %s",
+             tt_dtype_name(dt), flag, B->last_error(B));
+    const int where[3] = {0, 150, NSEG - 1}; /* the first, a middle and the last segment (none of them empty) */
+    for (int w = 0; w < 3; w++)
+      for (int bad = 0; bad < 2; bad++) {
+        size_t at = off[where[w]] + (w ? cnt[where[w]] - 1 : 0);
+        put_nonfinite(dt, buf, at, bad);
+        flag = 0;
+        TT_CHECK(!B->check_finite_multi(B, segs, NSEG, dt, &flag) && flag == 1, "%s: %s in segment %d (element %zu) not flagged",
+                 tt_dtype_name(dt), bad ? "NaN" : "inf", where[w], at);
+        memset(buf + at * es, 0, es);
+      }
+    flag = 1;
+    TT_CHECK(!B->check_finite_multi(B, segs, NSEG, dt, &flag) && flag == 1, "%s: the flag was cleared", tt_dtype_name(dt));
+    flag = 0;
+    TT_CHECK(!B->check_finite_multi(B, segs, 0, dt, &flag) && flag == 0, "%s: no segments", tt_dtype_name(dt));
+    free(buf);
+  }
+  TT_TEST_END();
+}
+
 /* ---------------------- batch norm + add + ReLU as one call (fused) ----------------------
  * backend.h's bn_fwd_train_add_relu and bn_bwd_add_relu, where the backend lists them, bit for bit
  * the unfused calls on the same backend: bn_fwd_train, add, act_fwd(RELU) forward (and in place on
@@ -1145,6 +1197,7 @@ static void test_more(void) {
   test_softmax_ce();
   test_optim();
   test_check_finite();
+  test_check_finite_multi();
   test_sum_squares();
 }
 
