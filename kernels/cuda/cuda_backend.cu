@@ -482,10 +482,12 @@ static int cuda_be_check_kernels(tt_backend *b, const cudaDeviceProp *prop) {
   /* one table per file (cuda_internal.h) */
   const tt_cuda_kernel *tabs[] = {tt_cuda_elementwise_kernels, tt_cuda_bn_kernels, tt_cuda_bn_chip_kernels,
                                   tt_cuda_bn_rows_kernels, tt_cuda_pool_kernels, tt_cuda_loss_optim_kernels,
-                                  tt_cuda_layernorm_kernels, tt_cuda_attention_kernels, tt_cuda_tokens_kernels};
+                                  tt_cuda_layernorm_kernels, tt_cuda_attention_kernels, tt_cuda_tokens_kernels,
+                                  tt_cuda_pool_nhwc_kernels};
   const int counts[] = {tt_cuda_elementwise_nkernels, tt_cuda_bn_nkernels, tt_cuda_bn_chip_nkernels,
                         tt_cuda_bn_rows_nkernels, tt_cuda_pool_nkernels, tt_cuda_loss_optim_nkernels,
-                        tt_cuda_layernorm_nkernels, tt_cuda_attention_nkernels, tt_cuda_tokens_nkernels};
+                        tt_cuda_layernorm_nkernels, tt_cuda_attention_nkernels, tt_cuda_tokens_nkernels,
+                        tt_cuda_pool_nhwc_nkernels};
   int t, i, cc = prop->major * 10 + prop->minor;
   for (t = 0; t < (int)(sizeof tabs / sizeof tabs[0]); t++)
     for (i = 0; i < counts[t]; i++) {

@@ -237,6 +237,8 @@ extern const tt_cuda_kernel tt_cuda_elementwise_kernels[], tt_cuda_bn_kernels[],
     tt_cuda_attention_kernels[], tt_cuda_tokens_kernels[];
 extern const int tt_cuda_elementwise_nkernels, tt_cuda_bn_nkernels, tt_cuda_bn_chip_nkernels, tt_cuda_bn_rows_nkernels,
     tt_cuda_pool_nkernels, tt_cuda_loss_optim_nkernels, tt_cuda_layernorm_nkernels, tt_cuda_attention_nkernels, tt_cuda_tokens_nkernels;
+extern const tt_cuda_kernel tt_cuda_pool_nhwc_kernels[];
+extern const int tt_cuda_pool_nhwc_nkernels;
 
 /* Fully unrolls the next loop on the device (a register array indexed by its counter stays in
  * registers); nothing in the host emulation. */
@@ -592,6 +594,12 @@ int tt_cuda_relu_route(tt_backend *b, size_t count, tt_dtype dt, const void *y, 
                        float beta_s);
 /* cuda_pool.cu */
 TT_BACKEND_DECLARE_POOL(tt_cuda)
+/* cuda_pool_nhwc.cu: one pooling call on an NHWC desc, tiled (what: 0 max, 1 average forward into
+ * out; 2 pool_argmax, its uint8 index into out; 3 max backward from x, 4 average, 5 max from idx,
+ * into out with beta). 1: launched; 0: no tile fits this shape, the caller runs its untiled kernel;
+ * -1: failed (the message set). */
+int tt_cuda_pool_nhwc(tt_backend *b, const char *op, const tt_pool_desc *d, int what, tt_dtype dt, const void *x,
+                      const void *dy, const uint8_t *idx, void *out, float beta);
 /* cuda_elementwise.cu (check_finite: cuda_loss_optim.cu) */
 TT_BACKEND_DECLARE_ELEMENTWISE(tt_cuda)
 TT_BACKEND_DECLARE_SAVE_COPY(tt_cuda)

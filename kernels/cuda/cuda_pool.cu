@@ -5,7 +5,9 @@
  *
  * Pooling: a block per band of rows of a plane, the band's inputs staged in shared memory, one
  * thread per output (forward) or per input (backward, gather form: every dx element written once,
- * with beta); planes too wide for a band take untiled kernels with the same arithmetic.
+ * with beta); planes too wide for a band take untiled kernels with the same arithmetic. NHWC
+ * descs take cuda_pool_nhwc.cu's tiles of channel blocks, and the untiled kernels here (which
+ * walk a channel's elements c apart) for the shapes none fits.
  */
 #include "cuda_internal.h"
 
@@ -402,7 +404,11 @@ int tt_cuda_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt
   (void)ws, (void)ws_bytes;
   if (cuda_pool_check(b, "pool_fwd", d, mode, dt)) return -1;
   if (!x || !y) return tt_cuda_fail(b, "pool_fwd: NULL x or y");
-  rows = d->layout == TT_LAYOUT_NHWC ? 0 : cuda_pool_rows_fwd(d); /* NHWC: the untiled kernels */
+  if (d->layout == TT_LAYOUT_NHWC) { /* cuda_pool_nhwc.cu's tiles, or the untiled kernels where none fits */
+    int t = tt_cuda_pool_nhwc(b, "pool_fwd", d, mode == TT_POOL_MAX ? 0 : 1, dt, x, NULL, NULL, y, 0.0f);
+    if (t) return t < 0 ? -1 : 0;
+  }
+  rows = d->layout == TT_LAYOUT_NHWC ? 0 : cuda_pool_rows_fwd(d);
   if (rows > 0) {
     cuda_pool_geom g = cuda_pool_geometry(d, rows, d->p, dt, x, NULL);
     if (cuda_pool_grid_ok(b, "pool_fwd", d, g.bands)) return -1;
@@ -422,7 +428,11 @@ int tt_cuda_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt
   (void)ws, (void)ws_bytes;
   if (cuda_pool_check(b, "pool_bwd", d, mode, dt)) return -1;
   if ((mode == TT_POOL_MAX && !x) || !dy || !dx) return tt_cuda_fail(b, "pool_bwd: NULL x (max), dy or dx");
-  rows = d->layout == TT_LAYOUT_NHWC ? 0 : cuda_pool_rows_bwd(d, mode == TT_POOL_MAX); /* NHWC: untiled */
+  if (d->layout == TT_LAYOUT_NHWC) {
+    int t = tt_cuda_pool_nhwc(b, "pool_bwd", d, mode == TT_POOL_MAX ? 3 : 4, dt, x, dy, NULL, dx, beta);
+    if (t) return t < 0 ? -1 : 0;
+  }
+  rows = d->layout == TT_LAYOUT_NHWC ? 0 : cuda_pool_rows_bwd(d, mode == TT_POOL_MAX);
   if (rows > 0) {
     cuda_pool_geom g = cuda_pool_geometry(d, rows, d->h, dt, mode == TT_POOL_MAX ? x : NULL, dy);
     if (cuda_pool_grid_ok(b, "pool_bwd", d, g.bands)) return -1;
@@ -489,7 +499,11 @@ int tt_cuda_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const
   if (cuda_pool_check(b, "pool_argmax", d, TT_POOL_MAX, dt)) return -1;
   if (d->kh * d->kw > 256) return tt_cuda_fail(b, "pool_argmax: a %dx%d window has no uint8 index", d->kh, d->kw);
   if (!x || !idx) return tt_cuda_fail(b, "pool_argmax: NULL x or idx");
-  rows = d->layout == TT_LAYOUT_NHWC ? 0 : cuda_pool_rows_fwd(d); /* NHWC: the untiled kernels */
+  if (d->layout == TT_LAYOUT_NHWC) {
+    int t = tt_cuda_pool_nhwc(b, "pool_argmax", d, 2, dt, x, NULL, NULL, idx, 0.0f);
+    if (t) return t < 0 ? -1 : 0;
+  }
+  rows = d->layout == TT_LAYOUT_NHWC ? 0 : cuda_pool_rows_fwd(d);
   if (rows > 0) {
     cuda_pool_geom g = cuda_pool_geometry(d, rows, d->p, dt, x, NULL);
     if (cuda_pool_grid_ok(b, "pool_argmax", d, g.bands)) return -1;
@@ -508,7 +522,11 @@ int tt_cuda_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, cons
   int rows;
   if (cuda_pool_check(b, "pool_bwd_idx", d, TT_POOL_MAX, dt)) return -1;
   if (!idx || !dy || !dx) return tt_cuda_fail(b, "pool_bwd_idx: NULL idx, dy or dx");
-  rows = d->layout == TT_LAYOUT_NHWC ? 0 : cuda_pool_rows_bwd(d, 0); /* NHWC: the untiled kernels */
+  if (d->layout == TT_LAYOUT_NHWC) {
+    int t = tt_cuda_pool_nhwc(b, "pool_bwd_idx", d, 5, dt, NULL, dy, idx, dx, beta);
+    if (t) return t < 0 ? -1 : 0;
+  }
+  rows = d->layout == TT_LAYOUT_NHWC ? 0 : cuda_pool_rows_bwd(d, 0);
   if (rows > 0) {
     cuda_pool_geom g = cuda_pool_geometry(d, rows, d->h, dt, NULL, dy);
     if (cuda_pool_grid_ok(b, "pool_bwd_idx", d, g.bands)) return -1;

@@ -126,6 +126,7 @@ void test_bn_res_cap(void);
 
 /* cuda_pool.c */
 void test_pooling(void);
+void test_pool_nhwc(void);
 
 /* cuda_conv.c */
 int test_bf16_lib_refused(void);

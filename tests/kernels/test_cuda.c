@@ -72,6 +72,7 @@ static const tt_test_case tests[] = {
   EMU_TEST("cuda_bn_resident_cap_per_arch", "ops kernels bn", test_bn_res_cap,
            "the emulation's devices of each architecture (on a GPU, setup reads the card's limit)"),
   TT_TEST("cuda_pooling", "ops kernels pool", FN(test_pooling)),
+  TT_TEST("cuda_pool_nhwc", "ops kernels pool", FN(test_pool_nhwc)),
   TT_TEST("cuda_conv", "ops conv", FN(test_conv)),
   TT_TEST("cuda_nhwc_ops", "ops conv bn pool", FN(test_nhwc_ops)),
   TT_TEST("cuda_conv_graph_api_vs_ref", "ops conv", FN(test_conv_graph_api)),

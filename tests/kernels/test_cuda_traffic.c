@@ -308,6 +308,36 @@ int main(int argc, char **argv) {
     row("gap_bwd", "2x2048x49", (double)(ng + 2 * 2048) * es);
   }
 
+  /* ---- the same in NHWC (cuda_pool_nhwc.cu's tiles; minimums as above), and global average
+   * pooling as the planner makes it of an NHWC tensor: the average pool with the whole 7x7 window */
+  {
+    tt_pool_desc d = {1, 64, 112, 112, 3, 3, 2, 2, 1, 1, 56, 56, TT_LAYOUT_NHWC};
+    tt_pool_desc g = {2, 2048, 7, 7, 7, 7, 1, 1, 0, 0, 1, 1, TT_LAYOUT_NHWC};
+    size_t nx = (size_t)64 * 112 * 112, ny = (size_t)64 * 56 * 56, ng = (size_t)2 * 2048 * 49;
+    const char *sh = "1x112x112x64 3x3/2";
+    void *x, *y, *dy, *dx;
+    uint8_t *idx;
+    aoff = 0;
+    x = dalloc(nx * es), y = dalloc(ny * es), dy = dalloc(ny * es), dx = dalloc(nx * es);
+    idx = (uint8_t *)dalloc(ny);
+    gpu->pool_fwd(gpu, &d, TT_POOL_MAX, h, x, y, NULL, 0);
+    row("maxpool_fwd nhwc", sh, (double)(nx + ny) * es);
+    gpu->pool_bwd(gpu, &d, TT_POOL_MAX, h, x, dy, dx, 0.0f, NULL, 0);
+    row("maxpool_bwd nhwc", sh, (double)(2 * nx + ny) * es);
+    gpu->pool_argmax(gpu, &d, h, x, idx);
+    row("pool_argmax nhwc", sh, (double)nx * es + (double)ny);
+    gpu->pool_bwd_idx(gpu, &d, h, idx, dy, dx, 0.0f);
+    row("pool_bwd_idx nhwc", sh, (double)(nx + ny) * es + (double)ny);
+    gpu->pool_fwd(gpu, &d, TT_POOL_AVG, h, x, y, NULL, 0);
+    row("avgpool_fwd nhwc", sh, (double)(nx + ny) * es);
+    gpu->pool_bwd(gpu, &d, TT_POOL_AVG, h, NULL, dy, dx, 0.0f, NULL, 0);
+    row("avgpool_bwd nhwc", sh, (double)(nx + ny) * es);
+    gpu->pool_fwd(gpu, &g, TT_POOL_AVG, h, x, y, NULL, 0);
+    row("gap_fwd nhwc", "2x7x7x2048 (7x7 pool)", (double)(ng + 2 * 2048) * es);
+    gpu->pool_bwd(gpu, &g, TT_POOL_AVG, h, NULL, y, dx, 0.0f, NULL, 0);
+    row("gap_bwd nhwc", "2x7x7x2048 (7x7 pool)", (double)(ng + 2 * 2048) * es);
+  }
+
   /* ---- loss: softmax cross-entropy, 1000 classes; reads logits and labels, writes dlogits and
    * the two stats ---- */
   {
