@@ -34,6 +34,7 @@ typedef struct lower_ctx {
   int *cur_save;  /* node -> first of two buffers with batch-norm saved statistics */
   int *gbuf;      /* node -> gradient buffer, -1 until a consumer writes it */
   int *wcopy;     /* param -> fp16/bf16 copy buffer, -1 if not made yet in this micro-step */
+  unsigned char *krsc; /* param -> 1: its copy is cast KRSC and its convolutions read it so (krsc.c) */
   char *needs_grad; /* backward: node -> a trainable parameter at or before it (else no gradient flows in) */
   char *compact;  /* node -> 1: its forward writes a compact save its backward reads (TT_SF_COMPACT) */
   int *cur_cmp;   /* node -> the compact save's buffer, -1 if none */
@@ -131,6 +132,7 @@ static void lower_conv_desc(const lower_ctx *c, const tt_node *n, tt_conv_desc *
   d->stride_h = n->L->sh, d->stride_w = n->L->sw, d->pad_h = n->L->ph, d->pad_w = n->L->pw;
   d->groups = n->groups, d->p = n->h, d->q = n->w;
   d->layout_x = c->p->layout[c->canon[n->in[0]]], d->layout_y = c->p->layout[c->canon[n->layer]];
+  if (n->weight >= 0 && c->krsc[n->weight]) d->layout_w = TT_FILTER_KRSC; /* its 16-bit copy, cast KRSC */
 }
 
 /* The operation arguments of a forward or backward step of node n. */
@@ -236,6 +238,7 @@ static int lower_weight(lower_ctx *c, int param) {
   int b = lower_buf(c, pr->name, hdt == TT_BF16 ? ".bf16" : ".fp16", tt_size_mul(pr->numel, 2), hdt, TT_BC_WEIGHT_COPIES, 0,
                     pr->node, param);
   if (b < 0) return -2;
+  c->p->bufs[b].krsc = c->krsc[param];
   tt_step *s = lower_step(c, TT_S_CAST, pr->node, 0);
   if (!s) return -2;
   s->arg = param;
@@ -920,6 +923,8 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
   memset(&c, 0, sizeof c);
   c.g = g, c.pol = pol, c.be = be, c.p = p, c.err = err;
   if (lower_tables(&c)) return -1;
+  if (!(c.krsc = (unsigned char *)tt_malloc((size_t)g->nparams + 1, "KRSC copies", err))) goto fail;
+  tt_krsc_plan(g, pol, p->caps, tt_knobs_get()->krsc_cast, p->layout, c.canon, c.krsc);
   /* Room for about what a training program takes (a few buffers and steps per node and per
    * parameter) up front: the policy search lowers ~1,500 candidates, and growing from 64 by
    * doubling copied each program about twice over. Capacity only: the program is the same. */
@@ -932,9 +937,11 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
   tt_lower_liveness(p);
   tt_lower_grads_unwritten(p);
   tt_lower_retarget_add(p);
-  if (tt_offload_lower(p, err)) goto fail; /* policy.offload: the optimizer state on the host */
+  if (tt_offload_lower(p, err) || tt_krsc_check(p, err)) goto fail; /* offload: the optimizer state on the host */
+  free(c.krsc);
   return 0;
 fail:
+  free(c.krsc);
   tt_program_free(p);
   return c.too_large ? TT_ERR_TOO_LARGE : -1;
 }
