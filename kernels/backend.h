@@ -44,8 +44,13 @@ float tt_f16_to_f32(uint16_t h);
  * gradient, which always shares it). NCHW (0) is every backend's and the default of every
  * zeroed desc; NHWC (channels-last, [n, h, w, c], no padding) is what the oneDNN backend's
  * convolutions run on without reordering (kernels/cpu/cpu_conv.c says why NHWC and not the
- * padded nChw16c). Weights are never reordered by a layout: always PyTorch's [k, c/g, r, s]. */
+ * padded nChw16c). Weights are never reordered by a layout: always PyTorch's [k, c/g, r, s], except
+ * a 16-bit weight copy the planner stores KRSC (tt_filter_layout below). */
 typedef enum { TT_LAYOUT_NCHW = 0, TT_LAYOUT_NHWC = 1 } tt_layout;
+/* The memory order of a convolution filter of logical shape [k, c/g, r, s]: KCRS (0) is PyTorch's
+ * and every master weight's; KRSC ([k, r, s, c/g], channels fastest) is what cuDNN's channels-last
+ * kernels read, and only a 16-bit weight copy is ever stored so (tt_conv_desc.layout_w). */
+typedef enum { TT_FILTER_KCRS = 0, TT_FILTER_KRSC = 1 } tt_filter_layout;
 static inline const char *tt_layout_name(int l) { return l == TT_LAYOUT_NHWC ? "NHWC" : l == TT_LAYOUT_NCHW ? "NCHW" : "?"; }
 
 typedef struct tt_conv_desc {
@@ -55,6 +60,10 @@ typedef struct tt_conv_desc {
   int p, q;            /* output y: [n, k, p, q]            */
   int layout_x, layout_y; /* tt_layout of x/dx and of y/dy (0: NCHW); a convolution is where the
                         * layout may change (the network input is NCHW, its first conv's y NHWC) */
+  int layout_w;        /* tt_filter_layout of w as forward and backward-data read it (0: KCRS). KRSC
+                        * only on a backend whose filter_krsc is 1, only with x and y NHWC, and only
+                        * for a 16-bit weight copy the cast wrote so (tt_cast_seg.rs); backward-filter
+                        * ignores it (dw is always the fp32 KCRS gradient) */
 } tt_conv_desc;
 
 typedef struct tt_pool_desc {
@@ -186,11 +195,16 @@ typedef struct tt_update_seg {
   int state; /* tt_state_fmt of m and v; 0 (fp32) in a zeroed seg */
 } tt_update_seg;
 
-/* One tensor of cast_multi: count elements from src (src_dt) to dst (dst_dt). */
+/* One tensor of cast_multi: count elements from src (src_dt) to dst (dst_dt). rs == 0 (a zeroed
+ * seg): element i into element i. rs > 0: src is a KCRS filter [k, cg, rs] (cg = count / (k*rs),
+ * which must divide exactly) and dst is written KRSC [k, rs, cg]: dst[(i*rs + j)*cg + l] is
+ * src[(i*cg + l)*rs + j] converted as cast converts it (tt_filter_layout; the 16-bit weight copy
+ * of an all-NHWC convolution, so that no convolution call transposes its filter). */
 typedef struct tt_cast_seg {
   const void *src;
   void *dst;
   size_t count;
+  int k, rs; /* the KRSC transpose's filters and taps per filter (r*s); rs 0: none */
 } tt_cast_seg;
 
 /* One tensor of check_finite_multi: count values of the call's dtype at x. */
@@ -549,8 +563,8 @@ struct tt_backend {
    * it, bit for bit; the segments do not overlap each other's dst, and no src is any dst. Added for
    * issue 22: under fp16/bf16 autocast the training program casts every fp32 master weight to its
    * 16-bit copy at the start of each micro-step (core/compile/lower.c), and the CUDA backend makes
-   * those casts one launch (up to 128 tensors per launch, the table passed by value) where one per
-   * weight cost a launch latency each. */
+   * those casts one launch (up to 100 tensors per launch, the table passed by value) where one per
+   * weight cost a launch latency each. A segment with rs > 0 is written KRSC (tt_cast_seg). */
   int (*cast_multi)(tt_backend *b, const tt_cast_seg *segs, int nseg, tt_dtype src_dt, tt_dtype dst_dt);
 
   /* ---- the batch's copy ordered by an event, not by all the compute work (optional; NULL: the
@@ -710,13 +724,21 @@ struct tt_backend {
   int (*download_after)(tt_backend *b, void *dst_host, const void *src_dev, size_t bytes, void *after, void *done);
   int (*event_wait)(tt_backend *b, void *ev);
 
-  /* ---- check_finite over many tensors in one call (last; every backend here has it; NULL: the
+  /* ---- check_finite over many tensors in one call (every backend here has it; NULL: the
    * executor calls check_finite once per segment). Added for issue 41 (item 5): transient weight
    * gradients are no one region, and one launch per gradient cost the fp16 overflow check a launch
    * latency per parameter tensor (the fashion ResNet's 50, a ResNet-50's 161). ----
    * flag[0] = 1 if any of segs[i].x[0..segs[i].count) is inf or NaN, for every i (flag is not
    * cleared), as check_finite on each segment would set it; empty segments are allowed. */
   tt_check_finite_multi_fn *check_finite_multi;
+
+  /* ---- KRSC weight copies (optional, after check_finite_multi: positional tables leave it 0) ----
+   * 1: conv_fwd and conv_bwd_data take a KRSC filter (tt_conv_desc.layout_w) when x and y are NHWC,
+   * reading it in place, and cast_multi writes KRSC segments (tt_cast_seg.rs). The planner then has
+   * the cast of a 16-bit weight copy whose every reader is such a convolution write it KRSC
+   * (core/compile/krsc.c), so no call transposes the filter into its workspace. Added for issue 41
+   * (item 2): the CUDA backend, whose channels-last cuDNN kernels read KRSC. */
+  int filter_krsc;
 };
 
 /* Declares the named entries of one op family for backend prefix P (tt_ref, tt_cpu, tt_cuda):

@@ -37,6 +37,7 @@ static const knob_row knob_rows[] = {
     {"TINYTRAIN_ATTN", KNOB_CHOICE, "keep|fused", KNOB_AT(attn)},
     {"TINYTRAIN_RECOMPUTE_SEARCH", KNOB_CHOICE, "best|segments|ops", KNOB_AT(recompute_search)},
     {"TINYTRAIN_FUSE", KNOB_BOOL, NULL, KNOB_AT(fuse)},
+    {"TINYTRAIN_KRSC_CAST", KNOB_BOOL, NULL, KNOB_AT(krsc_cast)},
     {"TINYTRAIN_CPU_BACKEND", KNOB_CHOICE, "onednn|ref", KNOB_AT(cpu_ref)},
     {"TINYTRAIN_PROFILE", KNOB_BOOL, NULL, KNOB_AT(profile)},
     {"TINYTRAIN_CUDA_PROFILE", KNOB_BOOL, NULL, KNOB_AT(cuda_profile)},
@@ -63,7 +64,7 @@ static const knob_row knob_rows[] = {
 
 void tt_knobs_default(tt_knobs *k) {
   memset(k, 0, sizeof *k);
-  k->grads_persistent = 0, k->compact = -1, k->attn = -1, k->recompute_search = 0, k->fuse = 1;
+  k->grads_persistent = 0, k->compact = -1, k->attn = -1, k->recompute_search = 0, k->fuse = 1, k->krsc_cast = 1;
   k->cpu_ref = 0, k->dist_timeout = 300.0, k->dist_bucket = 0, k->cuda_graph = 0, k->omp_spin = 0, k->replan = 1;
   tt_backend_knobs_default(&k->be);
 }

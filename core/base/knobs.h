@@ -21,6 +21,8 @@ typedef struct tt_knobs {
   int attn;               /* TINYTRAIN_ATTN: -1 the planner's choice, 0 keep the probabilities, 1 the fused form */
   int recompute_search;   /* TINYTRAIN_RECOMPUTE_SEARCH: 0 both, the faster plan (best), 1 segments, 2 per-op */
   int fuse;               /* TINYTRAIN_FUSE: 1 (default) the fusion table applies; 0 every call apart */
+  int krsc_cast;          /* TINYTRAIN_KRSC_CAST: 1 (default) a 16-bit weight copy read only by all-NHWC convolutions
+                           * is cast KRSC where the backend takes it (core/compile/krsc.c); 0 keeps every copy KCRS */
   /* the runtime */
   int cpu_ref;            /* TINYTRAIN_CPU_BACKEND: 0 oneDNN (default), 1 the reference loops */
   int profile;            /* TINYTRAIN_PROFILE (or TINYTRAIN_CUDA_PROFILE, its older name, CUDA only): 1 times every step */

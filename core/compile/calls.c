@@ -32,6 +32,7 @@ int tt_program_caps(const tt_backend *be, int fuse) {
   if (fuse && be->bn_fwd_train_add_relu) caps |= TT_CAP_BN_ADD_RELU_FWD;
   if (fuse && be->bn_bwd_add_relu) caps |= TT_CAP_BN_ADD_RELU_BWD;
   if (be->cast_multi) caps |= TT_CAP_CAST_MULTI;
+  if (be->filter_krsc && be->cast_multi) caps |= TT_CAP_FILTER_KRSC;
   if (be->sgd_update_multi && be->adam_update_multi) caps |= TT_CAP_UPDATE_MULTI;
   return caps;
 }
@@ -192,6 +193,13 @@ static int calls_fixed(calls_list *l, int i, int member) {
     case TT_S_CAST:
       c->in[0] = s->in[TT_CAST_SRC], c->out[0] = s->out[TT_CAST_DST];
       c->op.dt = l->p->bufs[s->out[TT_CAST_DST]].dtype;
+      if (l->p->bufs[s->out[TT_CAST_DST]].krsc) { /* written KRSC: only cast_multi's segments transpose */
+        const tt_param *pr = &l->p->graph->params[s->arg];
+        if (!member || pr->ndim != 4)
+          return tt_fail(l->err, "internal error: the KRSC copy '%s' is not cast by cast_multi as a 4-D filter",
+                         l->p->bufs[s->out[TT_CAST_DST]].name);
+        c->filter_k = (int)pr->shape[0], c->filter_rs = (int)(pr->shape[2] * pr->shape[3]);
+      }
       break;
     case TT_S_LOSS:
       c->in[0] = s->in[TT_LOSS_LOGITS], c->in[1] = s->in[TT_LOSS_LABELS];

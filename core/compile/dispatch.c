@@ -94,6 +94,7 @@ static void dispatch_conv_linear(dispatch_ctx *d) {
       if (a->conv.layout_x == TT_LAYOUT_NHWC) z->op.u.bn.n = d->batch * z->op.u.bn.hw, z->op.u.bn.hw = 1;
     } else if (conv) {
       e->op.u.conv = a->conv, e->op.u.conv.n = d->batch;
+      if (e->fn == TT_OP_CONV_BWD_FILTER) e->op.u.conv.layout_w = TT_FILTER_KCRS; /* dw: the fp32 KCRS gradient */
     } else { /* over a token tensor: one row per token */
       e->op.u.linear.n = d->batch * a->linear.rows, e->op.u.linear.in = a->linear.in, e->op.u.linear.out = a->linear.out;
     }

@@ -19,6 +19,7 @@
 #include "decay.h"
 #include "dispatch.h"
 #include "../base/knobs.h"
+#include "lower_int.h"
 #include "offload.h"
 #include "program.h"
 
@@ -33,6 +34,7 @@ typedef struct lower_ctx {
   int *cur_save;  /* node -> first of two buffers with batch-norm saved statistics */
   int *gbuf;      /* node -> gradient buffer, -1 until a consumer writes it */
   int *wcopy;     /* param -> fp16/bf16 copy buffer, -1 if not made yet in this micro-step */
+  unsigned char *krsc; /* param -> 1: its copy is cast KRSC and its convolutions read it so (krsc.c) */
   char *needs_grad; /* backward: node -> a trainable parameter at or before it (else no gradient flows in) */
   char *compact;  /* node -> 1: its forward writes a compact save its backward reads (TT_SF_COMPACT) */
   int *cur_cmp;   /* node -> the compact save's buffer, -1 if none */
@@ -130,6 +132,7 @@ static void lower_conv_desc(const lower_ctx *c, const tt_node *n, tt_conv_desc *
   d->stride_h = n->L->sh, d->stride_w = n->L->sw, d->pad_h = n->L->ph, d->pad_w = n->L->pw;
   d->groups = n->groups, d->p = n->h, d->q = n->w;
   d->layout_x = c->p->layout[c->canon[n->in[0]]], d->layout_y = c->p->layout[c->canon[n->layer]];
+  if (n->weight >= 0 && c->krsc[n->weight]) d->layout_w = TT_FILTER_KRSC; /* its 16-bit copy, cast KRSC */
 }
 
 /* The operation arguments of a forward or backward step of node n. */
@@ -235,6 +238,7 @@ static int lower_weight(lower_ctx *c, int param) {
   int b = lower_buf(c, pr->name, hdt == TT_BF16 ? ".bf16" : ".fp16", tt_size_mul(pr->numel, 2), hdt, TT_BC_WEIGHT_COPIES, 0,
                     pr->node, param);
   if (b < 0) return -2;
+  c->p->bufs[b].krsc = c->krsc[param];
   tt_step *s = lower_step(c, TT_S_CAST, pr->node, 0);
   if (!s) return -2;
   s->arg = param;
@@ -883,65 +887,6 @@ static int lower_update(lower_ctx *c) {
   return 0;
 }
 
-/* First and last step of every buffer; persistent ones span the whole program. */
-static void lower_liveness(tt_program *p) {
-  for (int si = 0; si < p->nsteps; si++) {
-    const tt_step *s = &p->steps[si];
-    int ids[2 * TT_STEP_MAX_IO + 1], k = 0;
-    for (int j = 0; j < s->nin; j++) ids[k++] = s->in[j];
-    for (int j = 0; j < s->nout; j++) ids[k++] = s->out[j];
-    ids[k++] = s->ws;
-    for (int j = 0; j < k; j++) {
-      if (ids[j] < 0) continue;
-      tt_buf *b = &p->bufs[ids[j]];
-      if (b->first < 0) b->first = si;
-      b->last = si;
-    }
-  }
-  for (int i = 0; i < p->nbufs; i++) {
-    tt_buf *b = &p->bufs[i];
-    if (b->persistent) b->first = 0, b->last = p->nsteps - 1;
-    if (b->first < 0) b->first = b->last = 0; /* unused (e.g. labels of a net without loss) */
-  }
-}
-
-/* A transient gradient that no step of the micro-step writes (a parameter no gradient reaches)
- * would be read uninitialised by its update: it becomes persistent, zeroed at set-up and never
- * written, as every gradient was before they could be transient. Counts the transient ones left
- * into p->transient_grads. */
-static void lower_grads_unwritten(tt_program *p) {
-  p->transient_grads = 0;
-  for (int k = 0; k < p->nparams; k++) {
-    int gb = p->grad_buf[k];
-    if (gb < 0 || p->bufs[gb].persistent) continue;
-    /* lower_liveness set first to the earliest step that names it: a writer if any step of the
-     * micro-step does (backward only writes gradients; the update phase only reads them) */
-    tt_buf *b = &p->bufs[gb];
-    const tt_step *s = b->first < p->micro_end ? &p->steps[b->first] : NULL;
-    int writes = 0;
-    for (int j = 0; s && j < s->nout; j++) writes |= s->out[j] == gb;
-    for (int j = 0; s && j < s->nin; j++) writes &= s->in[j] != gb; /* read before written: keep it whole */
-    if (!writes) b->persistent = 1, b->first = 0, b->last = p->nsteps - 1;
-    else p->transient_grads++;
-  }
-}
-
-/* A forward add proposed to write over its first input; if that input is read later,
- * propose another input that is dead after the add instead. */
-static void lower_retarget_add(tt_program *p) {
-  for (int si = 0; si < p->nsteps; si++) {
-    const tt_step *s = &p->steps[si];
-    if (s->op != TT_S_FWD || s->kind != TT_L_ADD) continue;
-    tt_buf *y = &p->bufs[s->out[TT_FWD_Y]];
-    if (y->alias_of < 0 || p->bufs[y->alias_of].last == si) continue;
-    for (int j = 1; j < s->nin; j++)
-      if (p->bufs[s->in[j]].last == si) {
-        y->alias_of = s->in[j];
-        break;
-      }
-  }
-}
-
 /* A backend may leave the transformer entries NULL (backend.h): a recipe that needs one is
  * refused here, naming the layer, rather than failing at its first step. */
 static int lower_check_backend(const tt_graph *g, const tt_backend *be, tt_err *err) {
@@ -978,6 +923,8 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
   memset(&c, 0, sizeof c);
   c.g = g, c.pol = pol, c.be = be, c.p = p, c.err = err;
   if (lower_tables(&c)) return -1;
+  if (!(c.krsc = (unsigned char *)tt_malloc((size_t)g->nparams + 1, "KRSC copies", err))) goto fail;
+  tt_krsc_plan(g, pol, p->caps, tt_knobs_get()->krsc_cast, p->layout, c.canon, c.krsc);
   /* Room for about what a training program takes (a few buffers and steps per node and per
    * parameter) up front: the policy search lowers ~1,500 candidates, and growing from 64 by
    * doubling copied each program about twice over. Capacity only: the program is the same. */
@@ -987,12 +934,14 @@ int tt_lower(const tt_graph *g, const tt_policy *pol, tt_backend *be, tt_program
   if (lower_persistent(&c) || lower_casts_first(&c) || lower_forward(&c) || (pol->training && lower_backward(&c))) goto fail;
   p->micro_end = p->nsteps;
   if (pol->training && lower_update(&c)) goto fail;
-  lower_liveness(p);
-  lower_grads_unwritten(p);
-  lower_retarget_add(p);
-  if (tt_offload_lower(p, err)) goto fail; /* policy.offload: the optimizer state on the host */
+  tt_lower_liveness(p);
+  tt_lower_grads_unwritten(p);
+  tt_lower_retarget_add(p);
+  if (tt_offload_lower(p, err) || tt_krsc_check(p, err)) goto fail; /* offload: the optimizer state on the host */
+  free(c.krsc);
   return 0;
 fail:
+  free(c.krsc);
   tt_program_free(p);
   return c.too_large ? TT_ERR_TOO_LARGE : -1;
 }

@@ -46,6 +46,9 @@ typedef struct tt_buf {
   int state;          /* TT_BC_OPTIMIZER: tt_state_fmt the values are held in (bytes counts them so); else 0 */
   int host;           /* 1: planned host offload (core/compile/offload.h): the buffer lives in the program's
                        * pinned host region at `offset`, not in the arena (persistent optimizer state only) */
+  int krsc;           /* TT_BC_WEIGHT_COPIES: 1 when the copy of a filter [k, c/g, r, s] is stored KRSC
+                       * [k, r, s, c/g] (its cast transposes; every reader is an all-NHWC convolution whose
+                       * desc says layout_w KRSC: core/compile/krsc.c); else 0 (the master's KCRS order) */
 } tt_buf;
 
 typedef enum {
@@ -287,6 +290,8 @@ typedef struct tt_call {
   int hw, src_c, src_off, dst_c, dst_off, nc; /* channel_copy (n is op.u.bn.n) */
   int mode;        /* tokens: 1 with a class token; token pooling: 0 class, 1 mean */
   int decay;       /* TT_CALL_UPDATE: weight decay applies ([train] decay) */
+  int filter_k, filter_rs; /* TT_CALL_CAST of a KRSC copy (tt_buf.krsc): the filter's k and r*s, which the
+                    * cast_multi segment transposes by (tt_cast_seg.k, .rs); 0 for every other cast */
   size_t region_off, region_count; /* CHECK_FINITE with in[0] -1, CLIP: the gradient region, an arena
                     * offset of the training program and fp32 values */
   tt_op_args a;    /* the step's arguments for the non-layer calls: load, loss, count */
@@ -297,7 +302,8 @@ typedef struct tt_call {
 enum {
   TT_CAP_BN_RELU_FWD = 1, TT_CAP_BN_RELU_BWD = 2, TT_CAP_CAST_MULTI = 4, TT_CAP_UPDATE_MULTI = 8,
   TT_CAP_BN_ADD_RELU_FWD = 16, TT_CAP_BN_ADD_RELU_BWD = 32,
-  TT_CAP_ACT_OFFLOAD = 64 /* plan only: saved activations may go to pinned host memory (backend.h download_after) */
+  TT_CAP_ACT_OFFLOAD = 64, /* plan only: saved activations may go to pinned host memory (backend.h download_after) */
+  TT_CAP_FILTER_KRSC = 128 /* all-NHWC convolutions read a KRSC 16-bit weight copy the cast wrote (backend.h filter_krsc) */
 };
 /* The fusions' capabilities, which TINYTRAIN_FUSE=0 takes away. */
 #define TT_CAP_FUSIONS (TT_CAP_BN_RELU_FWD | TT_CAP_BN_RELU_BWD | TT_CAP_BN_ADD_RELU_FWD | TT_CAP_BN_ADD_RELU_BWD)
@@ -372,6 +378,7 @@ typedef struct tt_program {
   int n_nhwc;          /* image nodes whose value (and gradient) is NHWC (program.layout) */
   int n_layout_convs;  /* convolutions whose x and y layouts differ: where the layout changes, inside the
                         * convolution's planned workspace (no separate reorder step) */
+  int n_krsc;          /* 16-bit weight copies stored KRSC by their cast (tt_buf.krsc) */
   size_t nhwc_bytes;   /* the NHWC nodes' value bytes at the micro-batch (no padding: NCHW's bytes) */
   int n_attn;          /* attention forward steps (first instances) in the training program */
   size_t attn_probs_bytes; /* their probabilities' buffers: kept, or (attn_fused) what the fused form avoids */

@@ -127,6 +127,7 @@ static int exec_bind_multi(tt_exec *x, tt_err *err) {
       if (c->fn == TT_CALL_CAST) {
         tt_cast_seg *g = &x->cseg[k][ncast++];
         g->src = tt_exec_ptr(x, p, c->in[0]), g->dst = tt_exec_ptr(x, p, c->out[0]), g->count = c->a.count;
+        g->k = c->filter_k, g->rs = c->filter_rs; /* a KRSC weight copy (calls.c): written transposed */
       } else if (c->fn == TT_CALL_CHECK_FINITE) {
         tt_finite_seg *f = &x->fseg[nfin++];
         f->x = tt_exec_ptr(x, p, c->in[0]), f->count = c->region_count;

@@ -135,11 +135,11 @@ static int session_backend(tt_session *s, const tt_run_opts *o, tt_session_mode 
   if (s->target_cuda) {
     s->be->host_memory = 0;
     /* and the CUDA backend's layouts (tt_cuda.h) and optional calls (the fused batch norm + ReLU
-     * and batch norm + add + ReLU, the many-tensor casts and updates), so the plan shows the layout
+     * and batch norm + add + ReLU, the many-tensor casts and updates, the KRSC weight copies), so the plan shows the layout
      * and the calls the card gets */
     s->be->layouts_16bit = tt_cuda_layouts_16bit(&kn->be);
     s->be->plan_caps = TT_CAP_BN_RELU_FWD | TT_CAP_BN_RELU_BWD | TT_CAP_BN_ADD_RELU_FWD | TT_CAP_BN_ADD_RELU_BWD |
-                       TT_CAP_CAST_MULTI | TT_CAP_UPDATE_MULTI | TT_CAP_ACT_OFFLOAD;
+                       TT_CAP_CAST_MULTI | TT_CAP_UPDATE_MULTI | TT_CAP_ACT_OFFLOAD | TT_CAP_FILTER_KRSC;
   }
   if (gpu) {
     s->profile = gpu, s->target = gpu->name;

@@ -171,7 +171,7 @@ static const tt_backend cpu_be_table = {
     NULL, NULL, /* sgd_update_multi, adam_update_multi: the executor updates tensor by tensor (bit for bit as before) */
     0u, /* layouts: set by tt_cpu_backend_create */
     tt_cpu_bn_apply,
-    NULL, /* cast_multi: the executor casts tensor by tensor */
+    tt_cpu_cast_multi, /* cast_multi: a loop over cast, KRSC segments transposed */
     NULL, NULL, /* event_record, upload_after: a host-memory backend stages no batch */
     NULL, /* tune: nothing to time */
     0u, /* layouts_16bit: none beyond `layouts` (set at creation) */
@@ -183,6 +183,7 @@ static const tt_backend cpu_be_table = {
     NULL, NULL, NULL, NULL, NULL, /* graph_begin .. graph_destroy: no graphs on the host */
     NULL, NULL, /* download_after, event_wait: no saved activations leave host memory */
     tt_cpu_check_finite_multi, /* the overflow check of transient gradients in one call */
+    0, /* filter_krsc: KCRS filters only (the planner stores no KRSC copy here) */
 };
 
 tt_backend *tt_cpu_backend_create(int threads) { return tt_cpu_backend_create_knobs(threads, NULL); }

@@ -45,6 +45,8 @@ static int cpu_conv_check(tt_backend *b, const char *op, const tt_conv_desc *d, 
   if ((d->layout_x != TT_LAYOUT_NCHW && d->layout_x != TT_LAYOUT_NHWC) ||
       (d->layout_y != TT_LAYOUT_NCHW && d->layout_y != TT_LAYOUT_NHWC))
     return tt_ref_fail(b, "%s: unknown layout (x %d, y %d; 0 NCHW, 1 NHWC)", op, d->layout_x, d->layout_y);
+  if (d->layout_w != TT_FILTER_KCRS) /* backend.h: only a backend whose filter_krsc is 1 is given KRSC */
+    return tt_ref_fail(b, "%s: filter layout %d: the CPU backend reads KCRS filters only (layout_w 0)", op, d->layout_w);
   if (d->h + 2 * d->pad_h < d->r || d->w + 2 * d->pad_w < d->s ||
       d->p != (d->h + 2 * d->pad_h - d->r) / d->stride_h + 1 || d->q != (d->w + 2 * d->pad_w - d->s) / d->stride_w + 1)
     return tt_ref_fail(b, "%s: output %dx%d does not match input %dx%d, kernel %dx%d, stride %dx%d, pad %dx%d", op, d->p,

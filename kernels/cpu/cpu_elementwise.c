@@ -261,6 +261,12 @@ int tt_cpu_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, t
   return 0;
 }
 
+/* backend.h's cast_multi: the segments one by one, each as tt_cpu_cast casts it; a KRSC segment
+ * (tt_cast_seg.rs > 0) by the reference's transposing loop, whose rounding is cast's. */
+int tt_cpu_cast_multi(tt_backend *b, const tt_cast_seg *segs, int nseg, tt_dtype src_dt, tt_dtype dst_dt) {
+  return tt_ref_cast_multi_with(b, tt_cpu_cast, segs, nseg, src_dt, dst_dt);
+}
+
 /* ---- lossy saved copies (backend.h save_compress / save_restore) ----
  * The bf16 format of an fp32 or bf16 tensor as our loops, split over the threads: the rounding
  * is cast's (cpu_vec_bf_round, tt_bf16_from_f32's bits), a bf16 tensor's copy a plain copy. The

@@ -306,6 +306,7 @@ TT_BACKEND_DECLARE_BN(tt_cpu)
 int tt_cpu_bn_apply(tt_backend *b, int n, int c, int hw, tt_dtype dt, const void *x, const float *gamma,
                     const float *bias, const float *save_mean, const float *save_invstd, void *y);
 TT_BACKEND_DECLARE_ELEMENTWISE(tt_cpu)
+int tt_cpu_cast_multi(tt_backend *b, const tt_cast_seg *segs, int nseg, tt_dtype src_dt, tt_dtype dst_dt);
 /* save_compress and save_restore (cpu_elementwise.c): the bf16 format of fp32 and bf16 tensors */
 tt_save_compress_fn tt_cpu_save_compress;
 tt_save_restore_fn tt_cpu_save_restore;

@@ -50,6 +50,11 @@ static int cuda_conv_check(tt_backend *b, const char *op, const tt_conv_desc *d,
       (d->layout_y != TT_LAYOUT_NCHW && d->layout_y != TT_LAYOUT_NHWC))
     return tt_cuda_fail(b, "%s: layouts x %d, y %d: the CUDA backend takes NCHW (0) and NHWC (1)", op, d->layout_x,
                         d->layout_y);
+  /* a stored KRSC filter: what cuDNN's channels-last kernels read, so only where x and y are NHWC */
+  if (d->layout_w != TT_FILTER_KCRS &&
+      (d->layout_w != TT_FILTER_KRSC || d->layout_x != TT_LAYOUT_NHWC || d->layout_y != TT_LAYOUT_NHWC))
+    return tt_cuda_fail(b, "%s: filter layout %d with x %s, y %s: the CUDA backend takes a KCRS filter (0), or a KRSC one (1) "
+                        "when x and y are both NHWC", op, d->layout_w, tt_layout_name(d->layout_x), tt_layout_name(d->layout_y));
   if (d->p != (d->h + 2 * d->pad_h - d->r) / d->stride_h + 1 || d->q != (d->w + 2 * d->pad_w - d->s) / d->stride_w + 1 ||
       d->p <= 0 || d->q <= 0)
     return tt_cuda_fail(b, "%s: output %dx%d does not match input %dx%d, filter %dx%d, stride %dx%d, pad %dx%d", op,
@@ -102,6 +107,9 @@ void tt_cuda_conv_cache_destroy(tt_backend *b) {
   st->nconv = 0;
 }
 
+/* layout_w is not compared: a slot's descriptors and algorithm choices are the same for a stored
+ * KRSC filter and a KCRS one copied to KRSC; only the call's workspace front differs (cuda_conv_extra
+ * of the call's own desc). */
 static int cuda_conv_same(const tt_conv_desc *a, const tt_conv_desc *c) {
   return a->n == c->n && a->c == c->c && a->h == c->h && a->w == c->w && a->k == c->k && a->r == c->r && a->s == c->s &&
          a->stride_h == c->stride_h && a->stride_w == c->stride_w && a->pad_h == c->pad_h && a->pad_w == c->pad_w &&
@@ -118,20 +126,25 @@ static cudnnTensorFormat_t cuda_conv_format(int l) { return l == TT_LAYOUT_NHWC 
  *   forward:          any x and y with a KCRS filter; a KRSC (NHWC) filter only with x NHWC;
  *   backward-data:    the filter in dy's format, and a KRSC filter only with x NHWC;
  *   backward-filter:  the filter in x's format, and a KRSC filter only with dy NHWC.
- * So: all-NHWC runs with a KRSC copy of the filter (cuDNN's channels-last kernels); a layout-
+ * So: all-NHWC runs with a KRSC filter (cuDNN's channels-last kernels): the stored one where the
+ * desc says so (layout_w: the 16-bit weight copy the cast wrote KRSC), else a KRSC copy of the KCRS
+ * filter transposed into the workspace on every call; a layout-
  * changing convolution runs with the KCRS filter, except where no combination serves it, which
  * transposes dy into x's layout first (backward-data of NCHW -> NHWC, backward-filter of
  * NHWC -> NCHW) and is then all-NCHW or all-NHWC. The emulated cuDNN (tests/cuda_emu) refuses
  * the combinations cuDNN refused, so CI sees what the GPU saw. */
 typedef struct cuda_conv_view {
   int dy_t;   /* dy transposed into x's layout (workspace) */
-  int w_nhwc; /* the filter as a KRSC copy (workspace; for backward-filter, dw written so) */
+  int w_nhwc; /* the filter as cuDNN reads it is KRSC (for backward-filter, dw written so) */
+  int w_t;    /* forward and backward-data: that KRSC filter is a copy of the KCRS one in the workspace
+               * (0 where the stored filter is KRSC already: layout_w) */
 } cuda_conv_view;
 static cuda_conv_view cuda_conv_view_of(const tt_conv_desc *d, tt_ws_kind which) {
   cuda_conv_view v;
   int xn = d->layout_x == TT_LAYOUT_NHWC, yn = d->layout_y == TT_LAYOUT_NHWC;
   v.dy_t = (which == TT_WS_BWD_DATA && !xn && yn) || (which == TT_WS_BWD_FILTER && xn && !yn);
   v.w_nhwc = xn && (v.dy_t ? xn : yn);
+  v.w_t = v.w_nhwc && which != TT_WS_BWD_FILTER && d->layout_w != TT_FILTER_KRSC;
   return v;
 }
 
@@ -285,13 +298,14 @@ static size_t cuda_conv_ybytes(const tt_conv_desc *d, tt_dtype dt) {
 }
 
 /* Extra bytes the backend itself needs in front of cuDNN's workspace, in this order:
- *   the filter: forward and backward-data, its KRSC copy (cuda_conv_view); backward-filter, dw
- *     as cuDNN writes it when that is not the fp32 KCRS gradient itself (16-bit, or KRSC);
+ *   the filter: forward and backward-data, its KRSC copy (cuda_conv_view; none where the stored
+ *     filter is KRSC); backward-filter, dw as cuDNN writes it when that is not the fp32 KCRS
+ *     gradient itself (16-bit, or KRSC);
  *   dy transposed into x's layout, when the view says so. */
 static size_t cuda_conv_extra(const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which) {
   cuda_conv_view v = cuda_conv_view_of(d, which);
   size_t e = 0;
-  if (which == TT_WS_BWD_FILTER ? (cuda_conv_16bit(dt) || v.w_nhwc) : v.w_nhwc) e += cuda_conv_wbytes(d, dt);
+  if (which == TT_WS_BWD_FILTER ? (cuda_conv_16bit(dt) || v.w_nhwc) : v.w_t) e += cuda_conv_wbytes(d, dt);
   if (v.dy_t) e += cuda_conv_ybytes(d, dt);
   return e;
 }
@@ -356,7 +370,8 @@ static int cuda_conv_found_copy(const Perf *perf, int n, cuda_conv_found *out) {
   return n;
 }
 
-static int cuda_conv_find_one(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind which, size_t planned, char *scratch,
+/* extra: the call's own front part of its workspace (cuda_conv_extra of its desc). */
+static int cuda_conv_find_one(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind which, size_t planned, size_t extra, char *scratch,
                               size_t scratch_bytes) {
   tt_cuda_state *st = tt_cuda_st(b);
   const tt_conv_desc *d = &s->d;
@@ -364,7 +379,7 @@ static int cuda_conv_find_one(tt_backend *b, tt_cuda_conv_slot *s, tt_ws_kind wh
   size_t xb = cuda_conv_round((size_t)d->n * d->c * d->h * d->w * es);
   size_t wb = cuda_conv_round((size_t)d->k * (d->c / d->groups) * d->r * d->s * es);
   size_t yb = cuda_conv_round((size_t)d->n * d->k * d->p * d->q * es);
-  size_t extra = cuda_conv_extra(d, s->dt, which), off = 0, i;
+  size_t off = 0, i;
   /* cuDNN's part of the planned workspace: the largest buffer the plan gives a step's calls, less
    * this call's own front part (not only the heuristic choice's bytes: Find may pick one needing
    * more, which the planned buffer still holds); at least the heuristic choice's */
@@ -502,7 +517,9 @@ int tt_cuda_conv_find(tt_backend *b, const tt_op_desc *ops, int nops, void *scra
     double t0 = cuda_conv_ms();
     if (!(s = cuda_conv_prepare(b, &o->u.conv, o->dt, which, (size_t)-1, &algo, &need))) return -1;
     int found = st->conv_found;
-    if (st->knobs.cuda_find && cuda_conv_find_one(b, s, which, planned, (char *)scratch, scratch_bytes)) return -1;
+    if (st->knobs.cuda_find &&
+        cuda_conv_find_one(b, s, which, planned, cuda_conv_extra(&o->u.conv, o->dt, which), (char *)scratch, scratch_bytes))
+      return -1;
     if (st->knobs.cuda_conv_log) {
       if (st->knobs.cuda_find) CUDA_CHECK(b, cudaStreamSynchronize(st->compute)); /* the time Find took, whole */
       cuda_conv_log(b, s, which, !st->knobs.cuda_find ? "heuristic ranking (TINYTRAIN_CUDA_FIND=0)"
@@ -525,7 +542,7 @@ static size_t cuda_conv_ws(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt
   if (which != TT_WS_FWD && which != TT_WS_BWD_DATA && which != TT_WS_BWD_FILTER)
     return tt_cuda_fail(b, "conv_workspace: unknown workspace kind %d", (int)which), TT_WS_ERROR;
   if (tt_cuda_conv_graph_get(b, d, dt, which, acc, &g)) return TT_WS_ERROR;
-  if (g) return tt_cuda_conv_graph_workspace(g); /* room for every candidate tune may pick */
+  if (g) return tt_cuda_conv_graph_workspace(g, which != TT_WS_BWD_FILTER && d->layout_w == TT_FILTER_KRSC); /* room for every candidate tune may pick */
   if (!cuda_conv_prepare(b, d, dt, which, (size_t)-1, &algo, &ws)) return TT_WS_ERROR;
   return ws ? cuda_conv_round(ws) + cuda_conv_extra(d, dt, which) : cuda_conv_extra(d, dt, which);
 }
@@ -549,7 +566,7 @@ int tt_cuda_conv_prepare(tt_backend *b, const tt_op_desc *ops, int nops) {
   return 0;
 }
 
-/* The KRSC copy of w [k, c/g, r, s] into wt (cuda_conv_view). */
+/* The KRSC copy of w [k, c/g, r, s] into wt (cuda_conv_view's w_t). */
 static int cuda_conv_w_nhwc(tt_backend *b, const char *op, const tt_conv_desc *d, tt_dtype dt, const void *w, void *wt) {
   return tt_cuda_transpose(b, op, d->k, d->c / d->groups, d->r * d->s, dt, w, dt, wt, 0.0f);
 }
@@ -573,7 +590,7 @@ int tt_cuda_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const vo
   tt_cuda_conv_graph *g = NULL;
   if (tt_cuda_conv_graph_get(b, d, dt, TT_WS_FWD, 0, &g)) return -1;
   if (g) { /* all-NHWC through the graph API; the bias below as on the legacy path */
-    if (tt_cuda_conv_graph_run(b, g, "conv_fwd", x, w, y, 0.0f, ws, ws_bytes)) return -1;
+    if (tt_cuda_conv_graph_run(b, g, "conv_fwd", x, w, y, 0.0f, d->layout_w == TT_FILTER_KRSC, ws, ws_bytes)) return -1;
     return bias ? tt_cuda_add_bias(b, "conv_fwd", d->n * d->p * d->q, d->k, 1, dt, bias, y) : 0;
   }
   if (ws_bytes < extra)
@@ -581,7 +598,7 @@ int tt_cuda_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const vo
   v = cuda_conv_view_of(d, TT_WS_FWD);
   s = cuda_conv_prepare(b, d, dt, TT_WS_FWD, ws_bytes - extra, &algo, &need);
   if (!s) return -1;
-  if (v.w_nhwc) { /* workspace: [KRSC filter | cuDNN's] */
+  if (v.w_t) { /* workspace: [KRSC filter | cuDNN's] (a stored KRSC filter is read in place) */
     if (cuda_conv_w_nhwc(b, "conv_fwd", d, dt, w, ws)) return -1;
     w = ws;
   }
@@ -608,14 +625,14 @@ int tt_cuda_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, con
   if (!ws) ws_bytes = 0;
   tt_cuda_conv_graph *g = NULL;
   if (tt_cuda_conv_graph_get(b, d, dt, TT_WS_BWD_DATA, beta != 0.0f, &g)) return -1;
-  if (g) return tt_cuda_conv_graph_run(b, g, "conv_bwd_data", dy, w, dx, beta, ws, ws_bytes);
+  if (g) return tt_cuda_conv_graph_run(b, g, "conv_bwd_data", dy, w, dx, beta, d->layout_w == TT_FILTER_KRSC, ws, ws_bytes);
   if (ws_bytes < extra)
     return tt_cuda_fail(b, "conv_bwd_data: workspace too small: needs at least %zu bytes, given %zu", extra, ws_bytes);
   v = cuda_conv_view_of(d, TT_WS_BWD_DATA);
   s = cuda_conv_prepare(b, d, dt, TT_WS_BWD_DATA, ws_bytes - extra, &algo, &need);
   if (!s) return -1;
-  at = (char *)ws; /* workspace: [KRSC filter][dy transposed] | cuDNN's */
-  if (v.w_nhwc) {
+  at = (char *)ws; /* workspace: [KRSC filter][dy transposed] | cuDNN's (a stored KRSC filter is read in place) */
+  if (v.w_t) {
     if (cuda_conv_w_nhwc(b, "conv_bwd_data", d, dt, w, at)) return -1;
     w = at, at += cuda_conv_wbytes(d, dt);
   }
@@ -645,7 +662,7 @@ int tt_cuda_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, c
   tt_cuda_conv_graph *g = NULL;
   if (tt_cuda_conv_graph_get(b, d, dt, TT_WS_BWD_FILTER, 0, &g)) return -1;
   if (g) { /* all-NHWC through the graph API; the bias gradient below as on the legacy path */
-    if (tt_cuda_conv_graph_run(b, g, "conv_bwd_filter", x, dy, dw, beta, ws, ws_bytes)) return -1;
+    if (tt_cuda_conv_graph_run(b, g, "conv_bwd_filter", x, dy, dw, beta, 0, ws, ws_bytes)) return -1;
     return db ? tt_cuda_channel_sum(b, "conv_bwd_filter", d->n * d->p * d->q, d->k, 1, dt, dy, db, beta) : 0;
   }
   if (ws_bytes < extra)

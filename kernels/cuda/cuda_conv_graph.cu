@@ -6,8 +6,10 @@
  *
  * Per (shape, dtype, direction, accumulate), once, at setup (the planner's workspace query or
  * prepare, whichever comes first): tensors x [n, c, h, w] and y [n, k, p, q] with NHWC strides, the
- * filter [k, c/g, r, s] with KRSC strides (a copy the call transposes into the front of its
- * workspace, as the legacy path's channels-last route does), a convolution descriptor (cross-
+ * filter [k, c/g, r, s] with KRSC strides (in a 16-bit program the stored weight copy itself, which
+ * the planner had the cast write KRSC: tt_conv_desc.layout_w; with a KCRS filter, as under
+ * TINYTRAIN_KRSC_CAST=0 or from a caller, a copy the call transposes into the front of its workspace,
+ * as the legacy path's channels-last route does), a convolution descriptor (cross-
  * correlation, fp32 compute for every dtype: fp16 and bf16 store 16 bits, accumulate in fp32), one
  * convolution operation (alpha 1; beta 1 for a backward-data that adds into dx, else 0: the graph
  * fixes them) in an operation graph. Heuristic mode A gives engine configurations in cuDNN's order;
@@ -16,7 +18,8 @@
  * without TF32: no TENSOR_CORE and no DOWN_CONVERT_INPUTS, as PyTorch's allow_tf32 = False;
  * TINYTRAIN_CUDA_DETERMINISTIC=1: no NONDETERMINISTIC) and its execution plan finalizes. The first
  * TT_CUDA_CONV_GRAPH_CANDS that pass are the candidates; the workspace query answers the filter copy
- * plus the largest candidate's workspace, so the plan holds room for whichever wins. If neither mode
+ * (none where the filter is stored KRSC) plus the largest candidate's workspace, so the plan holds
+ * room for whichever wins. If neither mode
  * offers one, the shape runs on the legacy API (auto) or is refused (graph).
  *
  * At tune (after the arena exists): each candidate runs once untimed and once between two events on
@@ -24,7 +27,7 @@
  * dtype) with its workspace inside the planned one; the fastest becomes the shape's one execution
  * plan and the others' plans are destroyed. Without tune (TINYTRAIN_CUDA_FIND=0, or operands that do
  * not fit the region) the heuristic's first candidate runs. A call builds a variant pack (the tensor
- * ids' device pointers and the workspace after the filter copy), executes, destroys it: host work
+ * ids' device pointers and the workspace after the filter copy, if any), executes, destroys it: host work
  * only. The weight gradient is written in the tensor dtype and KRSC into the front of the workspace,
  * then transposed and accumulated into the fp32 KCRS dw (beta), as on the legacy path. */
 #include <stdio.h>
@@ -258,9 +261,12 @@ int tt_cuda_conv_graph_get(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt
   tt_cuda_conv_graph *g = NULL, *lru = NULL;
   int api = st->knobs.cuda_conv_api, i, rc;
   double t0;
+  tt_conv_desc key = *d;
   *out = NULL;
   if (api == TT_CUDA_CONV_API_LEGACY || d->layout_x != TT_LAYOUT_NHWC || d->layout_y != TT_LAYOUT_NHWC || !st->cg) return 0;
   acc = which == TT_WS_BWD_DATA && acc; /* only backward-data's beta is in the graph */
+  key.layout_w = TT_FILTER_KCRS; /* the graph reads a KRSC filter either way: where it comes from is the call's */
+  d = &key;
   for (i = 0; i < TT_CUDA_CONV_GRAPH_SLOTS && !g; i++) {
     tt_cuda_conv_graph *c = &st->cg[i];
     if (cg_same(c, d, dt, which, acc)) g = c;
@@ -292,11 +298,17 @@ int tt_cuda_conv_graph_get(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt
   return 0;
 }
 
-size_t tt_cuda_conv_graph_workspace(const tt_cuda_conv_graph *g) {
+/* The bytes in front of cuDNN's workspace: the KRSC filter copy (forward, backward-data) or dw as
+ * written (backward-filter); none where forward's or backward-data's filter is stored KRSC. */
+static size_t cg_front(const tt_cuda_conv_graph *g, int w_krsc) {
+  return g->which != TT_WS_BWD_FILTER && w_krsc ? 0 : cg_wbytes(&g->d, g->dt);
+}
+
+size_t tt_cuda_conv_graph_workspace(const tt_cuda_conv_graph *g, int w_krsc) {
   size_t most = 0;
   for (int i = 0; i < g->ncand; i++)
     if (g->plan[i] && g->ws[i] > most) most = g->ws[i];
-  return cg_wbytes(&g->d, g->dt) + (most ? cg_round(most) : 0);
+  return cg_front(g, w_krsc) + (most ? cg_round(most) : 0);
 }
 
 /* Executes candidate i of g on x-side, w-side and y-side pointers with cuDNN's workspace ws. */
@@ -318,12 +330,12 @@ static int cg_execute(tt_backend *b, const tt_cuda_conv_graph *g, int i, const c
 }
 
 int tt_cuda_conv_graph_run(tt_backend *b, tt_cuda_conv_graph *g, const char *op, const void *in0, const void *in1, void *out,
-                           float beta, void *ws, size_t ws_bytes) {
+                           float beta, int w_krsc, void *ws, size_t ws_bytes) {
   const tt_conv_desc *d = &g->d;
-  size_t front = cg_wbytes(d, g->dt);
+  size_t front = cg_front(g, w_krsc);
   int i = g->chosen;
   char *wt = (char *)ws, *cws = (char *)ws + front;
-  if (!ws) ws_bytes = 0;
+  if (!ws) ws_bytes = 0, cws = NULL;
   if (ws_bytes < front) return tt_cuda_fail(b, "%s: workspace too small: needs at least %zu bytes, given %zu", op, front, ws_bytes);
   if (!g->plan[i] || g->ws[i] > ws_bytes - front) /* a smaller buffer than planned: the first plan that fits */
     for (i = 0; i < g->ncand && (!g->plan[i] || g->ws[i] > ws_bytes - front); i++) {
@@ -332,14 +344,14 @@ int tt_cuda_conv_graph_run(tt_backend *b, tt_cuda_conv_graph *g, const char *op,
     return tt_cuda_fail(b, "%s (graph API): workspace too small: the plan needs %zu bytes, given %zu", op,
                         front + g->ws[g->chosen], ws_bytes);
   if (!g->ws[i]) cws = NULL;
-  if (g->which == TT_WS_FWD) { /* x, w (KRSC copy), y */
-    if (tt_cuda_transpose(b, op, d->k, d->c / d->groups, d->r * d->s, g->dt, in1, g->dt, wt, 0.0f)) return -1;
-    return cg_execute(b, g, i, op, (void *)in0, wt, out, cws);
+  if (g->which != TT_WS_BWD_FILTER) { /* the filter: stored KRSC (read in place), else a KRSC copy in front */
+    if (w_krsc) wt = (char *)in1;
+    else if (tt_cuda_transpose(b, op, d->k, d->c / d->groups, d->r * d->s, g->dt, in1, g->dt, wt, 0.0f)) return -1;
   }
+  if (g->which == TT_WS_FWD) return cg_execute(b, g, i, op, (void *)in0, wt, out, cws); /* x, w (KRSC), y */
   if (g->which == TT_WS_BWD_DATA) { /* dy, w -> dx (beta is the graph's: g->acc) */
     if (beta != (g->acc ? 1.0f : 0.0f)) /* the executor's betas are 0 (overwrite) and 1 (add into) */
       return tt_cuda_fail(b, "%s (graph API): beta %g, but the graph was built for beta %d", op, beta, g->acc);
-    if (tt_cuda_transpose(b, op, d->k, d->c / d->groups, d->r * d->s, g->dt, in1, g->dt, wt, 0.0f)) return -1;
     return cg_execute(b, g, i, op, out, wt, (void *)in0, cws);
   }
   /* x, dy -> dw written KRSC in dt at the front, then into the fp32 KCRS dw with beta */
@@ -390,7 +402,7 @@ int tt_cuda_conv_graph_tune(tt_backend *b, const tt_op_desc *ops, int nops, void
     if (tt_cuda_conv_graph_get(b, &o->u.conv, o->dt, (tt_ws_kind)(o->kind - TT_OP_CONV_FWD), o->accumulate, &g)) return -1;
     if (!g || g->timed) continue; /* legacy, or timed already (calls repeat across blocks) */
     double t0 = cg_now_ms();
-    size_t planned = tt_cuda_conv_graph_workspace(g);
+    size_t planned = tt_cuda_conv_graph_workspace(g, o->u.conv.layout_w == TT_FILTER_KRSC);
     if (st->knobs.cuda_find && scratch && cg_tune_one(b, g, (char *)scratch, scratch_bytes)) return -1;
     if (st->knobs.cuda_conv_log) tt_cuda_conv_graph_log(g, planned, cg_now_ms() - t0 + g->build_ms);
     g->timed = 1; /* logged and (if it could be) timed: once per shape */
@@ -421,6 +433,6 @@ extern "C" int tt_cuda_conv_api_used(tt_backend *b, const tt_op_desc *op, long l
   if (tt_cuda_conv_graph_get(b, &op->u.conv, op->dt, (tt_ws_kind)(op->kind - TT_OP_CONV_FWD), op->accumulate, &g)) return -1;
   if (!g) return 0;
   if (engine) *engine = g->engine[g->chosen];
-  if (ws) *ws = tt_cuda_conv_graph_workspace(g);
+  if (ws) *ws = tt_cuda_conv_graph_workspace(g, op->u.conv.layout_w == TT_FILTER_KRSC);
   return 1;
 }

@@ -609,19 +609,22 @@ int tt_cuda_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, 
 
 /* Up to CUDA_EW_CASTS tensors per launch (backend.h's cast_multi: the weight casts of a step;
  * a ResNet-50 has 55, a ViT-B/16 100), their pointers and sizes in a table passed by value as a
- * kernel parameter (3856 bytes + 12 of arguments, under the 4 KiB every architecture takes;
+ * kernel parameter (4016 bytes + 12 of arguments, under the 4 KiB every architecture takes;
  * nothing allocated or uploaded). The flat index space is in
  * vectors of 4 elements: tensor s owns vectors [cumv[s], cumv[s+1]), ceil(count / 4) of them; a
  * thread's vector finds its tensor by binary search and converts 4 elements with one 16-byte fp32
  * access (8 bytes of a 16-bit dtype) where the launch's every pointer allows it (v4 != 0), else
  * element by element; a tensor's last partial vector goes element by element. Each value goes
- * through fp32 as cast does, so the bits are cast's. */
-#define CUDA_EW_CASTS 120
-typedef struct cuda_ew_cast_table { /* 121*8 + 3*120*8 + 8 = 3856 bytes */
+ * through fp32 as cast does, so the bits are cast's. A KRSC segment (tt_cast_seg.rs > 1) is
+ * indexed by its destination: the thread's 4 consecutive KRSC elements each read their KCRS source
+ * (rs apart, element by element); rs == 1 (a 1x1 filter) is the same order both ways. */
+#define CUDA_EW_CASTS 100
+typedef struct cuda_ew_cast_table { /* 101*8 + 3*100*8 + 2*100*4 + 8 = 4016 bytes */
   unsigned long long cumv[CUDA_EW_CASTS + 1];
   const void *src[CUDA_EW_CASTS];
   void *dst[CUDA_EW_CASTS];
   unsigned long long count[CUDA_EW_CASTS];
+  unsigned int cg[CUDA_EW_CASTS], rs[CUDA_EW_CASTS]; /* KRSC: channels per group and taps per filter; rs <= 1: plain */
   int n;
 } cuda_ew_cast_table;
 static_assert(sizeof(cuda_ew_cast_table) + 3 * sizeof(int) <= 4096, "cast_multi's table must fit the 4 KiB of kernel parameters");
@@ -636,7 +639,13 @@ static __device__ __forceinline__ void cuda_ew_cast_multi_v(const cuda_ew_cast_t
       else hi = mid - 1;
     }
     size_t v = iv - (size_t)t.cumv[lo], e = v * 4, count = (size_t)t.count[lo];
-    if (V == 4 && e + 4 <= count) {
+    const size_t rs = t.rs[lo], cg = t.cg[lo];
+    if (rs > 1) { /* dst [k, rs, cg] (KRSC) element d from src [k, cg, rs] (KCRS) */
+      for (size_t d = e; d < e + 4 && d < count; d++) {
+        size_t l = d % cg, q = d / cg, j = q % rs, i = q / rs;
+        tt_cuda_st(ddt, t.dst[lo], d, tt_cuda_ld(sdt, t.src[lo], (i * cg + l) * rs + j));
+      }
+    } else if (V == 4 && e + 4 <= count) {
       float x[4];
       tt_cuda_ldv<4>(sdt, t.src[lo], v, x);
       tt_cuda_stv<4>(ddt, t.dst[lo], v, x);
@@ -670,6 +679,17 @@ int tt_cuda_cast_multi(tt_backend *b, const tt_cast_seg *segs, int nseg, tt_dtyp
   int i = 0;
   if (cuda_ew_dt(b, "cast_multi", src_dt) || cuda_ew_dt(b, "cast_multi", dst_dt)) return -1;
   if (nseg < 0 || (nseg && !segs)) return tt_cuda_fail(b, "cast_multi: %d tensors at %p", nseg, (const void *)segs);
+  for (i = 0; i < nseg; i++) { /* a KRSC segment's shape must be whole filters (backend.h tt_cast_seg) */
+    const tt_cast_seg *sg = &segs[i];
+    if (sg->rs < 0 || (sg->rs > 0 && (sg->k <= 0 || sg->count % ((size_t)sg->k * (size_t)sg->rs) ||
+                                      sg->count / ((size_t)sg->k * (size_t)sg->rs) > 0x7fffffffu)))
+      return tt_cuda_fail(b, "cast_multi: tensor %d of %d: a KRSC filter of %zu elements as k=%d, r*s=%d is not whole filters", i,
+                          nseg, sg->count, sg->k, sg->rs);
+    if (sg->rs > 1 && src_dt == dst_dt)
+      return tt_cuda_fail(b, "cast_multi: tensor %d of %d: a KRSC transpose %s -> %s (the copies are the other dtype's)", i, nseg,
+                          tt_cuda_dtype_name(src_dt), tt_cuda_dtype_name(dst_dt));
+  }
+  i = 0;
   if (src_dt == dst_dt) { /* copies: cast's own path, one per tensor */
     for (i = 0; i < nseg; i++)
       if (tt_cuda_cast(b, segs[i].count, src_dt, segs[i].src, dst_dt, segs[i].dst)) return -1;
@@ -689,6 +709,8 @@ int tt_cuda_cast_multi(tt_backend *b, const tt_cast_seg *segs, int nseg, tt_dtyp
       ptrs[0] = sg->src, ptrs[1] = sg->dst;
       if (tt_cuda_vec_width(4, ptrs, 2) != 4) v4 = 0; /* fp32's 16 bytes (a 16-bit side then 8-aligned too) */
       t.src[t.n] = sg->src, t.dst[t.n] = sg->dst, t.count[t.n] = sg->count;
+      t.rs[t.n] = sg->rs > 1 ? (unsigned)sg->rs : 0u;
+      t.cg[t.n] = sg->rs > 1 ? (unsigned)(sg->count / ((size_t)sg->k * (size_t)sg->rs)) : 0u;
       t.cumv[t.n + 1] = t.cumv[t.n] + (sg->count + 3) / 4;
       t.n++;
     }

@@ -550,12 +550,15 @@ size_t tt_cuda_conv_op_workspace(tt_backend *b, const tt_op_desc *op);
  * not serve). */
 int tt_cuda_conv_graph_get(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, tt_ws_kind which, int acc,
                            tt_cuda_conv_graph **g);
-/* Planned bytes of a graph-API call: the KRSC filter (or dw) copy, then the largest candidate's workspace. */
-size_t tt_cuda_conv_graph_workspace(const tt_cuda_conv_graph *g);
+/* Planned bytes of a graph-API call: the KRSC filter (or dw) copy, then the largest candidate's workspace;
+ * w_krsc (the call's tt_conv_desc.layout_w is KRSC): forward and backward-data read the stored filter
+ * as it is, with no copy in front. The slot is the same either way (tt_cuda_conv_graph_get). */
+size_t tt_cuda_conv_graph_workspace(const tt_cuda_conv_graph *g, int w_krsc);
 /* Runs g: in0/in1/out as the direction's operands (forward x, w, y; backward-data dy, w, dx;
- * backward-filter x, dy, dw in fp32 KCRS), beta for dx/dw, inside ws. 0 or -1. */
+ * backward-filter x, dy, dw in fp32 KCRS), beta for dx/dw, inside ws; w_krsc: forward's and
+ * backward-data's w is KRSC already (else KCRS, transposed into the workspace's front). 0 or -1. */
 int tt_cuda_conv_graph_run(tt_backend *b, tt_cuda_conv_graph *g, const char *op, const void *in0, const void *in1, void *out,
-                           float beta, void *ws, size_t ws_bytes);
+                           float beta, int w_krsc, void *ws, size_t ws_bytes);
 /* tune's part for graph-API calls: times each slot's candidates on scratch; 0 or -1. */
 int tt_cuda_conv_graph_tune(tt_backend *b, const tt_op_desc *ops, int nops, void *scratch, size_t scratch_bytes);
 /* The TINYTRAIN_CUDA_CONV_LOG line of a graph-API call; planned: its planned workspace. */

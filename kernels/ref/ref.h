@@ -182,6 +182,10 @@ int tt_ref_bn_bwd_add_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, con
 TT_BACKEND_DECLARE_POOL(tt_ref)
 /* ref_elementwise.c (check_finite: ref_loss_optim.c) */
 TT_BACKEND_DECLARE_ELEMENTWISE(tt_ref)
+/* backend.h's cast_multi: each segment as `cast` casts it, a KRSC one (tt_cast_seg.rs > 0) transposed
+ * while converting; _with takes the plain casts' function (the CPU backend passes its own). */
+int tt_ref_cast_multi(tt_backend *b, const tt_cast_seg *segs, int nseg, tt_dtype src_dt, tt_dtype dst_dt);
+int tt_ref_cast_multi_with(tt_backend *b, tt_cast_fn *cast, const tt_cast_seg *segs, int nseg, tt_dtype src_dt, tt_dtype dst_dt);
 TT_BACKEND_DECLARE_SAVE_COPY(tt_ref)
 /* ref_layernorm.c, ref_attention.c */
 size_t tt_ref_ln_workspace(tt_backend *b, int rows, int f, tt_dtype dt); /* 0, or TT_WS_ERROR on a bad call */

@@ -156,7 +156,7 @@ static const tt_backend ref_be_table = {
     NULL, NULL, /* sgd_update_multi, adam_update_multi: the executor updates tensor by tensor (bit for bit as before) */
     0u, /* layouts: NCHW only */
     tt_ref_bn_apply,
-    NULL, /* cast_multi: the executor casts tensor by tensor */
+    tt_ref_cast_multi, /* cast_multi: a loop over cast, KRSC segments transposed */
     NULL, NULL, /* event_record, upload_after: a host-memory backend stages no batch */
     NULL, /* tune: nothing to time */
     0u, /* layouts_16bit: none (a CUDA plan without a GPU sets it on its stand-in, core/runtime/session.c) */
@@ -168,6 +168,7 @@ static const tt_backend ref_be_table = {
     NULL, NULL, NULL, NULL, NULL, /* graph_begin .. graph_destroy: no graphs on the host */
     NULL, NULL, /* download_after, event_wait: no saved activations leave host memory */
     tt_ref_check_finite_multi, /* the overflow check of transient gradients in one call */
+    0, /* filter_krsc: KCRS filters only (the planner stores no KRSC copy here) */
 };
 
 tt_backend *tt_ref_backend_create(int threads) {

@@ -77,6 +77,8 @@ static int ref_conv_check(tt_backend *b, const char *op, const tt_conv_desc *d, 
     return tt_ref_fail(b, "%s: x in %s, y in %s: the reference backend runs NCHW only (its table lists no other layout, "
                        "so a plan never asks for one: pass layout_x = layout_y = 0)", op, tt_layout_name(d->layout_x),
                        tt_layout_name(d->layout_y));
+  if (d->layout_w != TT_FILTER_KCRS) /* backend.h: only a backend whose filter_krsc is 1 is given KRSC */
+    return tt_ref_fail(b, "%s: filter layout %d: the reference backend reads KCRS filters only (layout_w 0)", op, d->layout_w);
   if (d->h + 2 * d->pad_h < d->r || d->w + 2 * d->pad_w < d->s ||
       d->p != (d->h + 2 * d->pad_h - d->r) / d->stride_h + 1 || d->q != (d->w + 2 * d->pad_w - d->s) / d->stride_w + 1)
     return tt_ref_fail(b, "%s: output %dx%d does not match input %dx%d, kernel %dx%d, stride %dx%d, pad %dx%d", op,
@@ -141,9 +143,11 @@ size_t tt_ref_conv_workspace(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, 
   /* The answer does not depend on the layouts. It is given for a layout the table lists, which
    * this backend's own never does: `tinytrain plan` for a CUDA card not here plans with a reference
    * backend standing in, given the CUDA backend's layouts_16bit (core/runtime/session.c), so its
-   * fp16/bf16 programs plan NHWC as on the card. Running an NHWC convolution is refused always. */
+   * fp16/bf16 programs plan NHWC as on the card (and, with its plan_caps, KRSC weight copies). Running
+   * an NHWC convolution, or one with a KRSC filter, is refused always. */
   unsigned listed = b->layouts | (dt != TT_F32 ? b->layouts_16bit : 0u);
-  if (d && (listed & (1u << TT_LAYOUT_NHWC))) nchw = *d, nchw.layout_x = nchw.layout_y = TT_LAYOUT_NCHW, d = &nchw;
+  if (d && (listed & (1u << TT_LAYOUT_NHWC)))
+    nchw = *d, nchw.layout_x = nchw.layout_y = TT_LAYOUT_NCHW, nchw.layout_w = TT_FILTER_KCRS, d = &nchw;
   if (ref_conv_check(b, "conv_workspace", d, dt)) return TT_WS_ERROR;
   if (which != TT_WS_FWD && which != TT_WS_BWD_DATA && which != TT_WS_BWD_FILTER)
     return tt_ref_fail(b, "conv_workspace: unknown workspace kind %d", (int)which), TT_WS_ERROR;

@@ -258,6 +258,46 @@ int tt_ref_cast(tt_backend *b, size_t count, tt_dtype src_dt, const void *src, t
   return 0;
 }
 
+/* One KRSC segment of cast_multi (backend.h tt_cast_seg, rs > 0): dst [k, rs, cg] from src
+ * [k, cg, rs], each value converted as cast converts it (through fp32, one rounding). */
+static int ref_ew_cast_krsc(tt_backend *b, int i, int nseg, const tt_cast_seg *sg, tt_dtype src_dt, tt_dtype dst_dt) {
+  size_t kr = (size_t)(sg->k > 0 ? sg->k : 0) * (size_t)sg->rs;
+  if (sg->k <= 0 || !kr || sg->count % kr)
+    return tt_ref_fail(b, "cast_multi: tensor %d of %d: a KRSC filter of %zu elements as k=%d, r*s=%d is not whole filters", i,
+                       nseg, sg->count, sg->k, sg->rs);
+  if (!sg->count) return 0;
+  if (!sg->src || !sg->dst) return tt_ref_fail(b, "cast_multi: tensor %d of %d: NULL src or dst", i, nseg);
+  if (sg->src == (const void *)sg->dst || src_dt == dst_dt)
+    return tt_ref_fail(b, "cast_multi: tensor %d of %d: a KRSC transpose %s -> %s cannot run in place or into its own dtype", i,
+                       nseg, tt_dtype_name(src_dt), tt_dtype_name(dst_dt));
+  const size_t rs = (size_t)sg->rs, cg = sg->count / kr;
+  ptrdiff_t d, n = (ptrdiff_t)sg->count;
+  int nt = tt_ref_threads(b);
+  (void)nt;
+#pragma omp parallel for schedule(static) num_threads(nt) if (n > TT_REF_PAR_MIN)
+  for (d = 0; d < n; d++) {
+    size_t l = (size_t)d % cg, q = (size_t)d / cg, j = q % rs, f = q / rs;
+    tt_ref_st(dst_dt, sg->dst, (size_t)d, tt_ref_ld(src_dt, sg->src, (f * cg + l) * rs + j));
+  }
+  return 0;
+}
+
+int tt_ref_cast_multi_with(tt_backend *b, tt_cast_fn *cast, const tt_cast_seg *segs, int nseg, tt_dtype src_dt, tt_dtype dst_dt) {
+  if (ref_ew_dt(b, "cast_multi", src_dt) || ref_ew_dt(b, "cast_multi", dst_dt)) return -1;
+  if (nseg < 0 || (nseg && !segs)) return tt_ref_fail(b, "cast_multi: %d tensors at %p", nseg, (const void *)segs);
+  for (int i = 0; i < nseg; i++) {
+    if (segs[i].rs < 0) return tt_ref_fail(b, "cast_multi: tensor %d of %d: r*s = %d", i, nseg, segs[i].rs);
+    if (segs[i].rs ? ref_ew_cast_krsc(b, i, nseg, &segs[i], src_dt, dst_dt)
+                   : cast(b, segs[i].count, src_dt, segs[i].src, dst_dt, segs[i].dst))
+      return -1;
+  }
+  return 0;
+}
+
+int tt_ref_cast_multi(tt_backend *b, const tt_cast_seg *segs, int nseg, tt_dtype src_dt, tt_dtype dst_dt) {
+  return tt_ref_cast_multi_with(b, tt_ref_cast, segs, nseg, src_dt, dst_dt);
+}
+
 int tt_ref_normalize_u8(tt_backend *b, int n, int c, int hw, const uint8_t *src, const float *mean,
                         const float *std, tt_dtype dt, void *dst) {
   ptrdiff_t pl, npl = (ptrdiff_t)n * c;

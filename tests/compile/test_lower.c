@@ -8,6 +8,7 @@
 #include "core/base/knobs.h"
 #include "core/compile/dispatch.h"
 #include "core/compile/graph.h"
+#include "core/compile/lower_int.h"
 #include "core/compile/program.h"
 #include "core/compile/recipe.h"
 #include "core/compile/policy.h"
@@ -904,6 +905,138 @@ static void test_calls(void) {
   TT_TEST_END();
 }
 
+/* KRSC weight copies (core/compile/krsc.c; issue 41, item 2). nodes: 0 input, 1 c1 (the stem: x is
+ * the NCHW image), 2 b1, 3 r1, 4 c2 (3x3), 5 r2, 6 c3 (1x1, bias), 7 a1, 8 g1 (global average pool,
+ * reads NHWC), 9 f1, 10 fc: c1's y, b1 .. a1 are one NHWC group, so c2 and c3 are all-NHWC. */
+static const char *krsc_recipe =
+    "[net]\ninput = 3x8x8\nclasses = 3\n"
+    "[train]\nbatch = 4\noptimizer = sgd\nlr = 0.1\n"
+    "[conv c1]\nfilters = 8\nsize = 3\npad = 1\nbias = false\n"
+    "[bn b1]\n[relu r1]\n"
+    "[conv c2]\nfilters = 8\nsize = 3\npad = 1\nbias = false\n"
+    "[relu r2]\n"
+    "[conv c3]\nfilters = 8\nsize = 1\n"
+    "[add a1]\nfrom = c3, r1\n"
+    "[gap g1]\n[flatten f1]\n[linear fc]\nout = 3\n";
+
+/* Lowers and plans krsc_recipe on the reference backend standing in for the CUDA one (NHWC for
+ * 16-bit activations; caps as its plan_caps). 0, or -1 with the check failed. */
+static int krsc_open(lw *t, int training, tt_dtype dt, int caps) {
+  tt_err e = {{0}};
+  memset(t, 0, sizeof *t);
+  t->be = tt_ref_backend_create(1);
+  if (t->be) t->be->layouts_16bit = 1u << TT_LAYOUT_NHWC, t->be->plan_caps = caps;
+  tt_policy pol;
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = 4, pol.accum_steps = 1, pol.act_dtype = dt, pol.training = training;
+  if (!t->be || tt_recipe_parse("krsc.recipe", krsc_recipe, &t->m, &e, NULL, NULL) || tt_graph_build(&t->m, &t->g, &e) ||
+      tt_lower(&t->g, &pol, t->be, &t->p, &e) || tt_program_plan(&t->p, &e)) {
+    TT_CHECK(0, "setting up: %s", t->be ? e.msg : "no reference backend");
+    lw_close(t);
+    return -1;
+  }
+  return 0;
+}
+
+/* The copy buffer of parameter param, or -1. */
+static int krsc_copy(const tt_program *p, int param) {
+  for (int i = 0; i < p->nbufs; i++)
+    if (p->bufs[i].param == param && p->bufs[i].cls == TT_BC_WEIGHT_COPIES) return i;
+  return -1;
+}
+
+/* What the planner marks KRSC in an open program: each copy's flag, the convolutions' descs and
+ * calls, the cast members' filter shape. want: 1 for c2 and c3, else none anywhere. */
+static void krsc_expect(const lw *t, int want, const char *what) {
+  const tt_program *p = &t->p;
+  const tt_graph *g = &t->g;
+  static const int conv[3] = {1, 4, 6};
+  for (int k = 0; k < 3; k++) {
+    const tt_node *n = &g->nodes[conv[k]];
+    int b = krsc_copy(p, n->weight), w = want && k > 0;
+    TT_CHECK(b >= 0 && p->bufs[b].krsc == w, "%s: %s's copy krsc %d (want %d)", what, n->L->name, b >= 0 ? p->bufs[b].krsc : -1, w);
+    for (int si = 0; si < p->nsteps; si++) {
+      const tt_step *s = &p->steps[si];
+      if ((s->op != TT_S_FWD && s->op != TT_S_BWD) || s->node != conv[k]) continue;
+      TT_CHECK(s->a.conv.layout_w == w, "%s: %s step %d layout_w %d (want %d)", what, n->L->name, si, s->a.conv.layout_w, w);
+      for (int c = p->step_call[si]; c < p->step_call[si + 1]; c++) {
+        const tt_call *cl = &p->calls[c];
+        if (cl->fn > TT_OP_CONV_BWD_FILTER) continue;
+        int wc = cl->fn == TT_OP_CONV_BWD_FILTER ? 0 : w; /* dw is the fp32 KCRS gradient */
+        TT_CHECK(cl->op.u.conv.layout_w == wc, "%s: %s's %s layout_w %d (want %d)", what, n->L->name, tt_call_name(cl->fn),
+                 cl->op.u.conv.layout_w, wc);
+      }
+    }
+    for (int c = 0; c < p->ncalls; c++) {
+      const tt_call *cl = &p->calls[c];
+      if (cl->fn != TT_CALL_CAST || cl->out[0] != b) continue;
+      int rs = w ? n->L->kh * n->L->kw : 0;
+      TT_CHECK(cl->skip == TT_CALL_MEMBER && cl->filter_rs == rs && cl->filter_k == (w ? n->c : 0),
+               "%s: %s's cast: member %d, k %d, r*s %d (want %d, %d)", what, n->L->name, cl->skip == TT_CALL_MEMBER,
+               cl->filter_k, cl->filter_rs, w ? n->c : 0, rs);
+    }
+  }
+  int b = krsc_copy(p, g->nodes[6].bias), f = krsc_copy(p, g->nodes[10].weight);
+  TT_CHECK(b >= 0 && f >= 0 && !p->bufs[b].krsc && !p->bufs[f].krsc && p->n_krsc == (want ? 2 : 0),
+           "%s: c3's bias copy krsc %d, fc's weight copy %d, %d KRSC copies (want %d)", what, b >= 0 ? p->bufs[b].krsc : -1,
+           f >= 0 ? p->bufs[f].krsc : -1, p->n_krsc, want ? 2 : 0);
+}
+
+static void test_krsc(void) {
+  TT_TEST_BEGIN("krsc_copies");
+  const int caps = TT_CAP_CAST_MULTI | TT_CAP_FILTER_KRSC;
+  lw t;
+  tt_err e;
+  if (!krsc_open(&t, 1, TT_F16, caps)) { /* bf16's rule is fp16's: every 16-bit dtype */
+    krsc_expect(&t, 1, "fp16 training");
+    /* a weight that another layer reads too keeps KRSC off for every reader: the same graph with
+     * fc reading c2's weight (the decision alone: this graph is never lowered) */
+    tt_graph g2 = t.g;
+    tt_node *nodes = (tt_node *)malloc(sizeof(tt_node) * (size_t)t.g.nnodes);
+    int *canon = (int *)malloc(sizeof(int) * (size_t)t.g.nnodes);
+    unsigned char *krsc = (unsigned char *)malloc((size_t)t.g.nparams);
+    if (nodes && canon && krsc) {
+      memcpy(nodes, t.g.nodes, sizeof(tt_node) * (size_t)t.g.nnodes);
+      for (int i = 0; i < t.g.nnodes; i++) canon[i] = i == 9 ? 8 : i; /* f1 is a view of g1 */
+      g2.nodes = nodes;
+      tt_krsc_plan(&g2, &t.p.policy, caps, 1, t.p.layout, canon, krsc);
+      TT_CHECK(krsc[nodes[4].weight] && krsc[nodes[6].weight] && !krsc[nodes[1].weight], "alone: c2 %d, c3 %d, c1 %d",
+               krsc[nodes[4].weight], krsc[nodes[6].weight], krsc[nodes[1].weight]);
+      nodes[10].weight = nodes[4].weight;
+      tt_krsc_plan(&g2, &t.p.policy, caps, 1, t.p.layout, canon, krsc);
+      TT_CHECK(!krsc[nodes[4].weight] && krsc[nodes[6].weight], "c2's weight read by fc too: c2 %d (want 0), c3 %d",
+               krsc[nodes[4].weight], krsc[nodes[6].weight]);
+      nodes[10].weight = t.g.nodes[10].weight, nodes[2].gamma = nodes[6].weight; /* read as a batch norm's gamma */
+      tt_krsc_plan(&g2, &t.p.policy, caps, 1, t.p.layout, canon, krsc);
+      TT_CHECK(krsc[nodes[4].weight] && !krsc[nodes[6].weight], "c3's weight read by b1 too: c3 %d (want 0)",
+               krsc[nodes[6].weight]);
+    }
+    free(nodes), free(canon), free(krsc);
+    lw_close(&t);
+  }
+  if (!krsc_open(&t, 0, TT_BF16, caps)) { /* evaluation: the casts at each layer, still cast_multi's members */
+    krsc_expect(&t, 1, "bf16 evaluation");
+    lw_close(&t);
+  }
+  if (!krsc_open(&t, 1, TT_F32, caps)) { /* fp32 reads the masters */
+    TT_CHECK(t.p.n_krsc == 0, "fp32: %d KRSC copies", t.p.n_krsc);
+    lw_close(&t);
+  }
+  if (!krsc_open(&t, 1, TT_F16, TT_CAP_CAST_MULTI)) { /* a backend without filter_krsc */
+    krsc_expect(&t, 0, "fp16 without TT_CAP_FILTER_KRSC");
+    lw_close(&t);
+  }
+  setenv("TINYTRAIN_KRSC_CAST", "0", 1);
+  TT_CHECK(tt_knobs_init(&e) == 0, "TINYTRAIN_KRSC_CAST=0: %s", e.msg);
+  if (!krsc_open(&t, 1, TT_F16, caps)) {
+    krsc_expect(&t, 0, "fp16 under TINYTRAIN_KRSC_CAST=0");
+    lw_close(&t);
+  }
+  unsetenv("TINYTRAIN_KRSC_CAST");
+  tt_knobs_init(&e);
+  TT_TEST_END();
+}
+
 /* core/base/knobs.c: every TINYTRAIN_* variable read once; unknown names and malformed values are
  * refused with the variable's name; plan's list shows only the knobs that differ from the defaults. */
 static void test_knobs(void) {
@@ -967,6 +1100,7 @@ static const tt_test_case tests[] = {
   TT_TEST("vit", "compile lower", test_vit),
   TT_TEST("calls", "compile lower calls", test_calls),
   TT_TEST("bn_add_relu_fused", "compile lower calls", test_fuse_bn_add_relu),
+  TT_TEST("krsc_copies", "compile lower calls", test_krsc),
   TT_TEST("knobs", "base knobs", test_knobs),
 };
 

@@ -54,6 +54,7 @@ void test_conv_dt(tt_dtype dt) {
       tt_conv_desc d;
       int *c = cfg[k];
       goff = 0;
+      memset(&d, 0, sizeof d); /* backend.h: zero the whole desc (layout_w 0: KCRS) */
       d.n = c[0], d.c = c[1], d.h = c[2], d.w = c[3], d.k = c[4], d.r = c[5], d.s = c[6], d.stride_h = c[7];
       d.stride_w = c[8], d.pad_h = c[9], d.pad_w = c[10], d.groups = c[11];
       d.layout_x = d.layout_y = TT_LAYOUT_NCHW;

@@ -229,7 +229,7 @@ void test_update_multi(void) {
   TT_TEST_END();
 }
 /* The weight casts of a step in one launch (backend.h: cast_multi): 130 fp32 tensors of odd sizes
- * (one empty; the last 10 past the 120 a launch takes), each cast alone by cast and all together
+ * (one empty; the last 30 past the 100 a launch takes), each cast alone by cast and all together
  * by cast_multi, to fp16 and to bf16: the same bits, in 2 launches where cast takes 129; then with
  * one tensor misaligned (the element-by-element path), the same bits again. */
 #define TEST_NCAST 130
@@ -237,6 +237,7 @@ void test_cast_multi(void) {
   TT_TEST_BEGIN("cuda_cast_multi");
   size_t cnt[TEST_NCAST], off[TEST_NCAST], total = 0;
   tt_cast_seg segs[TEST_NCAST];
+  memset(segs, 0, sizeof segs); /* rs 0: plain casts (tt_cast_seg) */
   goff = 0;
   for (int i = 0; i < TEST_NCAST; i++) {
     cnt[i] = i == 7 ? 0 : (size_t)(1 + (i * 613) % 2100);

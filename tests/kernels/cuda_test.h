@@ -199,6 +199,10 @@ void test_conv_graph_api_choice(void);
 void test_conv_graph_api_misuse(void);
 void test_conv_find_planned_ws(void);
 void test_step_graph_api(void);
+/* cuda_conv_krsc.c */
+void test_cast_krsc(void);
+void test_conv_krsc(void);
+void test_step_krsc(void);
 
 /* cuda_device.c */
 void test_no_alloc_and_peak(void);

@@ -378,6 +378,7 @@ int main(int argc, char **argv) {
     { /* the weight casts of a micro-step (backend.h: cast_multi): the same weights as two fp32
        * tensors to their fp16 copies in one call; reads 4 bytes, writes 2 per weight */
       tt_cast_seg cs[2];
+      memset(cs, 0, sizeof cs); /* plain casts (rs 0) */
       uint16_t *c16 = (uint16_t *)dalloc(cnt * 2);
       for (int k = 0; k < 2; k++) cs[k].src = w + k * (cnt / 2), cs[k].dst = c16 + k * (cnt / 2), cs[k].count = cnt / 2;
       if (gpu->cast_multi(gpu, cs, 2, TT_F32, TT_F16)) fprintf(stderr, "cast_multi failed: %s\n", gpu->last_error(gpu));

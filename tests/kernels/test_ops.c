@@ -115,6 +115,7 @@ static size_t conv_wn(const tt_conv_desc *d) { return (size_t)d->k * (d->c / d->
 static size_t conv_yn(const tt_conv_desc *d) { return (size_t)d->n * d->k * d->p * d->q; }
 static tt_conv_desc mkconv(int n, int c, int h, int w, int k, int r, int s, int sh, int sw, int ph, int pw, int g) {
   tt_conv_desc d;
+  memset(&d, 0, sizeof d); /* backend.h: zero the whole desc (layout_w 0: KCRS) */
   d.n = n; d.c = c; d.h = h; d.w = w; d.k = k; d.r = r; d.s = s;
   d.stride_h = sh; d.stride_w = sw; d.pad_h = ph; d.pad_w = pw; d.groups = g;
   d.layout_x = d.layout_y = TT_LAYOUT_NCHW;
