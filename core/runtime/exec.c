@@ -16,10 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-uint64_t tt_hash64(uint64_t a, uint64_t b) {
-  /* the mixer over both words (the historical a * golden + b + 0x632BE59BD9B4E019, then the finaliser) */
-  return tt_mix64(a * TT_GOLDEN64 + b + (0x632BE59BD9B4E019ull - TT_GOLDEN64));
-}
+/* tt_hash64's sum before the mixer (the historical a * golden + b + 0x632BE59BD9B4E019, less the
+ * golden ratio tt_mix64 adds): so tt_mix64(exec_hash_sum(a, b) + k) == tt_hash64(a, b + k). */
+static uint64_t exec_hash_sum(uint64_t a, uint64_t b) { return a * TT_GOLDEN64 + b + (0x632BE59BD9B4E019ull - TT_GOLDEN64); }
+
+uint64_t tt_hash64(uint64_t a, uint64_t b) { return tt_mix64(exec_hash_sum(a, b)); }
 
 static int exec_be_fail(tt_exec *x, tt_err *err, const tt_program *p, const tt_step *s) {
   const char *what = s->name ? s->name : "update";
@@ -101,7 +102,8 @@ static int exec_prepare(tt_exec *x, tt_err *err) {
 
 /* Binds the programs' *_MULTI calls to pointer tables (exec.h seg_at): an UPDATE_MULTI's members as
  * tt_update_seg, a CHECK_FINITE_MULTI's as tt_finite_seg, a CAST_MULTI's as tt_cast_seg, one array
- * each per program in call order. Setup only: the pointers are fixed once the arena is. */
+ * each per program in call order; and tt_exec_params_finite's table of every parameter (pseg) where
+ * the backend has check_finite_multi. Setup only: the pointers are fixed once the arena is. */
 static int exec_bind_multi(tt_exec *x, tt_err *err) {
   const tt_program *ps[2] = {x->train, x->eval};
   for (int k = 0; k < 2; k++) {
@@ -143,6 +145,12 @@ static int exec_bind_multi(tt_exec *x, tt_err *err) {
       }
     }
   }
+  const tt_program *p = x->train ? x->train : x->eval; /* tt_exec_params_finite's table */
+  if (!x->be->check_finite_multi || !p->nparams) return 0;
+  if (!(x->pseg = (tt_finite_seg *)tt_calloc((size_t)p->nparams, sizeof(tt_finite_seg), "check table", err))) return -1;
+  for (int k = 0; k < p->nparams; k++)
+    if (p->param_buf[k] >= 0)
+      x->pseg[x->npseg].x = tt_exec_ptr(x, p, p->param_buf[k]), x->pseg[x->npseg++].count = p->bufs[p->param_buf[k]].bytes / sizeof(float);
   return 0;
 }
 
@@ -236,6 +244,8 @@ void tt_exec_destroy(tt_exec *x) {
   x->useg = NULL;
   free(x->fseg);
   x->fseg = NULL;
+  free(x->pseg);
+  x->pseg = NULL, x->npseg = 0;
   for (int k = 0; k < 2; k++) {
     free(x->cseg[k]);
     free(x->seg_at[k]);
@@ -285,7 +295,7 @@ typedef struct exec_run {
  * process: the batch it trains is that one (core/runtime/dist.h), so the masks follow the batch. */
 static uint64_t exec_seed_base(const exec_run *r) {
   uint64_t mi = (uint64_t)r->micro_index * (uint64_t)(r->x->ranks > 1 ? r->x->ranks : 1) + (uint64_t)r->x->rank;
-  return tt_hash64(r->x->seed, r->step) * TT_GOLDEN64 + (mi << 32) + (0x632BE59BD9B4E019ull - TT_GOLDEN64);
+  return exec_hash_sum(tt_hash64(r->x->seed, r->step), mi << 32);
 }
 
 /* The seed argument of node's dropout or attention call: its seed, or while the micro-step is
@@ -823,18 +833,10 @@ int tt_exec_params_finite(tt_exec *x, int *finite, tt_err *err) {
   *finite = 1;
   if (be->zero(be, flag, sizeof(int32_t)))
     return tt_fail(err, "zeroing the check's flag failed: %s", be->last_error(be));
-  if (be->check_finite_multi) { /* one call (one launch on a GPU) over every parameter */
-    tt_finite_seg *segs = (tt_finite_seg *)tt_calloc((size_t)(p->nparams ? p->nparams : 1), sizeof *segs, "check table", err);
-    int n = 0, rc;
-    if (!segs) return -1;
-    for (int k = 0; k < p->nparams; k++)
-      if (p->param_buf[k] >= 0)
-        segs[n].x = tt_exec_ptr(x, p, p->param_buf[k]), segs[n++].count = p->bufs[p->param_buf[k]].bytes / sizeof(float);
-    rc = be->check_finite_multi(be, segs, n, TT_F32, flag);
-    free(segs);
-    if (rc) return tt_fail(err, "checking the %d parameters failed: %s", n, be->last_error(be));
-  }
-  for (int k = 0; k < p->nparams && !be->check_finite_multi; k++) {
+  /* one call (one launch on a GPU) over every parameter, by the table exec_bind_multi made */
+  if (x->pseg && be->check_finite_multi(be, x->pseg, x->npseg, TT_F32, flag))
+    return tt_fail(err, "checking the %d parameters failed: %s", x->npseg, be->last_error(be));
+  for (int k = 0; k < p->nparams && !x->pseg; k++) {
     int b = p->param_buf[k];
     if (b >= 0 && be->check_finite(be, p->bufs[b].bytes / sizeof(float), TT_F32, tt_exec_ptr(x, p, b), flag))
       return tt_fail(err, "checking '%s' failed: %s", p->bufs[b].name, be->last_error(be));

@@ -51,6 +51,9 @@ typedef struct tt_exec {
                             * UPDATE_MULTI call goes to the backend's *_update_held */
   tt_cast_seg *cseg[2];
   tt_finite_seg *fseg;
+  tt_finite_seg *pseg;     /* every parameter's fp32 buffer, for tt_exec_params_finite's one call (setup;
+                            * NULL where the backend has no check_finite_multi) */
+  int npseg;
   int *seg_at[2];
   uint16_t *f16_input;     /* float input to an fp16 program on a device: converted here first
                             * (allocated at its first use, kept; the CPU converts in place) */
