@@ -451,9 +451,30 @@ static int lower_input_grads(lower_ctx *c, int node, tt_step **sp) {
   return 0;
 }
 
+/* A ReLU that ends batch norm -> ReLU or batch norm -> add -> ReLU (the residual block's end),
+ * where calls.c may fuse their backward steps into one call (bn_bwd_relu, bn_bwd_add_relu): the
+ * batch norm's input, when the policy dropped it, is rebuilt before the ReLU's backward step, not
+ * between that step and the batch norm's, which would part the steps the fusion needs adjacent.
+ * Same recompute steps, same values, two or three steps earlier; the arena plans the result as
+ * it plans any program. 0, or -1 when the recompute cannot be lowered. */
+static int lower_bn_input_early(lower_ctx *c, int node) {
+  const tt_graph *g = c->g;
+  const tt_node *n = &g->nodes[node];
+  if (n->kind != TT_L_RELU || n->nin != 1 || !(c->p->caps & (TT_CAP_BN_RELU_BWD | TT_CAP_BN_ADD_RELU_BWD))) return 0;
+  int a = c->canon[n->in[0]], bn = -1;
+  if (g->nodes[a].kind == TT_L_BN) bn = a;
+  else if (g->nodes[a].kind == TT_L_ADD && g->nodes[a].nin == 2 && g->nodes[a].nconsumers == 1)
+    for (int k = 0; k < 2 && bn < 0; k++)
+      if (g->nodes[c->canon[g->nodes[a].in[k]]].kind == TT_L_BN) bn = c->canon[g->nodes[a].in[k]];
+  if (bn < 0 || g->nodes[bn].nconsumers != 1 || !c->needs_grad[bn]) return 0; /* frozen: no backward of its own */
+  int x = c->canon[g->nodes[bn].in[0]];
+  return c->cur_val[x] >= 0 || lower_value(c, x) >= 0 ? 0 : -1;
+}
+
 static int lower_bwd(lower_ctx *c, int node) {
   const tt_node *n = &c->g->nodes[node];
   const tt_op_traits *op = tt_op(n->kind);
+  if (lower_bn_input_early(c, node)) return -1;
   /* Saved tensors first: recomputation steps must precede this backward step. */
   int saved = -1, compact = c->cur_cmp[node] >= 0;
   if (compact) saved = c->cur_cmp[node]; /* the mask or index the forward wrote */

@@ -561,6 +561,7 @@ static int policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts
       if (eff % mb || (o->micro_batch > 0 && mb != o->micro_batch)) continue;
       tt_program p;
       policy_ctx c = tt_policy_ctx_of(g, be, o, r->budget_bytes, mb, eff / mb, dts[d], min, memo, err);
+      c.fit_first = 1;
       int fit = tt_policy_fit(&c, rec, &p);
       r->candidates_tried++;
       /* Under a budget, a candidate too large to plan (its sizes pass 2^64 bytes) does not

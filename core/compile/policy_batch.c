@@ -22,6 +22,7 @@ int tt_policy_max_batch(const tt_graph *g, tt_backend *be, const tt_policy_opts 
   tt_err e;
   tt_plan_memo *memo = tt_plan_memo_new(); /* NULL (out of memory): plans without one */
   policy_ctx c = tt_policy_ctx_of(g, be, &oo, budget, hi, 1, dt, NULL, memo, &e);
+  c.fit_first = 1;
   for (;;) {
     tt_program p;
     c.mb = hi;

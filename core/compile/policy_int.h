@@ -32,6 +32,7 @@ typedef struct policy_ctx {
   tt_plan_memo *memo;
   struct policy_cache *cache;
   int batch_transient; /* the candidate's plans keep the uint8 batch transient (tt_policy.batch_transient) */
+  int fit_first; /* the search and max_batch: an in-place plan that fits (any, without a budget) is kept as it is */
   tt_err *err;
 } policy_ctx;
 

@@ -759,9 +759,13 @@ static const char *fuse_recipe =
     "[conv c3]\nfilters = 2\nsize = 3\npad = 1\nbias = false\n[bn b3]\n[add a2]\nfrom = b3, a4\n[relu r3]\n"
     "[gap g]\n[linear fc]\nout = 3\n";
 
+/* fuse_open's recompute set (the program's policy points at it while the test holds it). */
+static unsigned char fuse_rec[64];
+
 /* Lowers and plans fuse_recipe on the CPU backend with plan_caps caps (planning only, nothing
- * runs); compact: the compact saves. 0, or -1 with a failed check. */
-static int fuse_open(lw *t, int caps, int compact) {
+ * runs); compact: the compact saves; rec: NULL, or the layers to recompute (comma-separated names,
+ * at most 64 nodes). 0, or -1 with a failed check. */
+static int fuse_open_rec(lw *t, int caps, int compact, const char *rec) {
   tt_err e = {{0}};
   tt_policy pol;
   memset(t, 0, sizeof *t);
@@ -769,14 +773,25 @@ static int fuse_open(lw *t, int caps, int compact) {
   lw_offer(t->be, caps);
   memset(&pol, 0, sizeof pol);
   pol.micro_batch = 4, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.inplace = 1, pol.training = 1, pol.compact = compact;
-  if (!t->be || tt_recipe_parse("fuse.recipe", fuse_recipe, &t->m, &e, NULL, NULL) || tt_graph_build(&t->m, &t->g, &e) ||
-      tt_lower(&t->g, &pol, t->be, &t->p, &e) || tt_program_plan(&t->p, &e)) {
+  int bad = !t->be || tt_recipe_parse("fuse.recipe", fuse_recipe, &t->m, &e, NULL, NULL) || tt_graph_build(&t->m, &t->g, &e);
+  if (!bad && rec) {
+    memset(fuse_rec, 0, sizeof fuse_rec);
+    for (int i = 0; i < t->g.nnodes && i < 64; i++) {
+      const char *nm = t->g.nodes[i].L ? t->g.nodes[i].L->name : NULL, *at = nm ? strstr(rec, nm) : NULL;
+      size_t len = nm ? strlen(nm) : 0;
+      fuse_rec[i] = at && (at == rec || at[-1] == ',') && (at[len] == ',' || at[len] == 0);
+    }
+    pol.recompute = fuse_rec;
+  }
+  if (bad || tt_lower(&t->g, &pol, t->be, &t->p, &e) || tt_program_plan(&t->p, &e)) {
     TT_CHECK(0, "setting up: %s", t->be ? e.msg : "no CPU backend");
     lw_close(t);
     return -1;
   }
   return 0;
 }
+
+static int fuse_open(lw *t, int caps, int compact) { return fuse_open_rec(t, caps, compact, NULL); }
 
 static int count_calls(const tt_program *p, int fn) {
   int n = 0;
@@ -821,6 +836,20 @@ static void test_fuse_bn_add_relu(void) {
     }
     TT_CHECK(masks == compact, "compact %d: %d fused backward calls read the ReLU's mask (want r3's alone with compact)",
              compact, masks);
+    lw_close(&t);
+  }
+  /* c2 and c3 recomputed (b2's and b3's input), compact: each is rebuilt before r2's and r3's
+   * backward, not between it and its batch norm's (lower.c lower_bn_input_early), so b3's three
+   * backward steps stay adjacent and fuse, reading r3's 1-bit mask (kept to b3's step:
+   * lower_passes.c). r2's full y may share bytes with b2's dx in a plan that recomputes: not
+   * asserted. */
+  if (!fuse_open_rec(&t, caps, 1, "c2,c3")) {
+    const tt_program *p = &t.p;
+    int masks = 0;
+    for (int i = 0; i < p->ncalls; i++) masks += p->calls[i].fn == TT_CALL_BN_ADD_RELU_BWD && p->calls[i].mode == 1;
+    TT_CHECK(p->n_recomputed_steps >= 2 && masks == 1,
+             "c2, c3 recomputed (%d recompute steps): %d fused backward calls reading r3's mask (want 1)", p->n_recomputed_steps,
+             masks);
     lw_close(&t);
   }
   if (!fuse_open(&t, 0, 0)) { /* the CPU backend without the calls */

@@ -608,6 +608,10 @@ static void ts_budgets(tt_backend *be, const char *path, int mb, const int *mib,
       }
       ms[w] = r.predicted_step_ms, arena[w] = r.train.arena_bytes;
       TT_CHECK(r.train.arena_bytes <= r.budget_bytes, "%dM: arena %zu over the budget", mib[i], r.train.arena_bytes);
+      /* an in-place plan that fits is kept (policy_form.c tt_policy_try_form): the fused calls
+       * need it, though a plan without in-place ops was smaller (ResNet-50, bf16, 737M: by 0.1
+       * MiB); at the tightest budget only the smaller form may fit */
+      TT_CHECK(i == nb - 1 || r.train.n_inplace > 0, "%dM%s: no in-place op in the chosen plan", mib[i], w ? " before" : "");
       tt_policy_result_free(&r);
     }
     printf("  --vram %5dM: per-tensor %s %.1f ms (arena %.1f MiB); before %s %.1f ms (arena %.1f MiB)\n", mib[i],
