@@ -121,6 +121,8 @@ size_t tt_cpu_op_workspace(tt_backend *b, const tt_op_desc *op) {
     return tt_ref_op_workspace(b, op);
   /* batch norm runs our loops (cpu_bn.c): NHWC rows keep per-block partial sums */
   if (op->kind == TT_OP_BN_FWD_TRAIN || op->kind == TT_OP_BN_BWD) return tt_cpu_bn_workspace(op);
+  /* a first layer's fp32 backward weights may run as column blocks and sgemm (cpu_conv_col.c) */
+  if (op->kind == TT_OP_CONV_BWD_FILTER && tt_cpu_conv_col(b, op)) return tt_cpu_conv_col_workspace(b, op);
   /* a backward 1x1 strided convolution may run as its sampled pixels' matmul (cpu_conv.c) */
   if ((op->kind == TT_OP_CONV_BWD_DATA || op->kind == TT_OP_CONV_BWD_FILTER) &&
       (bytes = tt_cpu_conv_strided_workspace(b, op)) != 0)
@@ -138,6 +140,7 @@ int tt_cpu_prepare(tt_backend *b, const tt_op_desc *ops, int nops) {
   for (i = 0; i < nops; i++) {
     tt_op_desc k;
     tt_cpu_key(&ops[i], &k);
+    if (ops[i].kind == TT_OP_CONV_BWD_FILTER && tt_cpu_conv_col(b, &ops[i])) continue; /* no oneDNN primitive */
     if (tt_cpu_uses_dnnl(&k) && !tt_cpu_dnnl_get(b, &k, cpu_be_builder(k.kind))) return -1;
   }
   return 0;
@@ -217,6 +220,7 @@ tt_backend *tt_cpu_backend_create_knobs(int threads, const tt_backend_knobs *kn)
    * TINYTRAIN_CONV_MATMUL=0 keeps every convolution bf16 */
   st->bwdw_f32 = kn->conv_bwdw == 1;
   if (!st->conv_matmul) st->bwdw_f32 = 0;
+  st->conv_col = st->conv_matmul ? -1 : 0; /* first layers' backward weights below AVX-512 (cpu_conv_col.c) */
   *b = cpu_be_table;
   b->impl = st;
   /* NHWC (activations channels-last between convolutions, cpu_conv.c) unless the knobs ask for

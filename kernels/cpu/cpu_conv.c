@@ -515,6 +515,8 @@ int tt_cpu_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, co
   if (!d) return tt_ref_fail(b, "conv_bwd_filter: NULL conv desc");
   if (!x || !dy || !dw) return tt_ref_fail(b, "conv_bwd_filter: NULL x, dy or dw");
   cpu_conv_op(&op, TT_OP_CONV_BWD_FILTER, d, dt, db != NULL, 0);
+  if (cpu_conv_check(b, "conv_bwd_filter", d, dt)) return -1;
+  if (tt_cpu_conv_col(b, &op)) return tt_cpu_conv_col_bwd_filter(b, d, (const float *)x, (const float *)dy, dw, db, beta, ws, ws_bytes);
   if (cpu_conv_strided_mm(b, &op, &inner)) return cpu_conv_strided_run(b, &op, &inner, x, dy, NULL, NULL, dw, db, beta, ws, ws_bytes);
   if (!(c = tt_cpu_dnnl_get(b, &op, tt_cpu_conv_build))) return -1;
   ptrs[0] = (void *)x, ptrs[1] = (void *)dy, ptrs[2] = dw, ptrs[3] = db;
@@ -527,6 +529,7 @@ int tt_cpu_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, co
 int tt_cpu_conv_is_matmul(tt_backend *b, const tt_op_desc *op) {
   tt_conv_desc inner;
   if (cpu_conv_strided_mm(b, op, &inner)) return 1; /* the sampled pixels' matmul */
+  if (op->kind == TT_OP_CONV_BWD_FILTER && tt_cpu_conv_col(b, op)) return 1; /* column blocks (cpu_conv_col.c) */
   const tt_cpu_call *c = tt_cpu_dnnl_get(b, op, tt_cpu_conv_build);
   return c ? c->mm : -1;
 }

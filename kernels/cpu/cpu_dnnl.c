@@ -160,6 +160,8 @@ static int cpu_dnnl_isa_has(unsigned want) {
   return ((unsigned)dnnl_get_effective_cpu_isa() & want) == want;
 }
 
+int tt_cpu_dnnl_has_avx512(void) { return cpu_dnnl_isa_has((unsigned)dnnl_cpu_isa_avx512_core); }
+
 dnnl_data_type_t tt_cpu_compute_type(tt_dtype dt) {
   return dt == TT_BF16 && cpu_dnnl_isa_has((unsigned)dnnl_cpu_isa_avx512_core) ? dnnl_bf16 : dnnl_f32;
 }

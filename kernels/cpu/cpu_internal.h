@@ -139,6 +139,8 @@ typedef struct tt_cpu_state {
                         * cpu_conv_strided_mm); TINYTRAIN_CONV_MATMUL=0: 0, and bwdw_f32 0 with it */
   int bwdw_f32;        /* the larger bf16 backward-weights convolutions in fp32 (cpu_conv_bwdw_f32): only
                         * under TINYTRAIN_CONV_BWDW=f32 */
+  int conv_col;        /* first layers' fp32 backward weights as column blocks and sgemm (cpu_conv_col.c):
+                        * -1 where oneDNN has no AVX-512, 0 off (TINYTRAIN_CONV_MATMUL=0), 1 (tests) */
 } tt_cpu_state;
 
 static inline tt_cpu_state *tt_cpu_st(tt_backend *b) { return (tt_cpu_state *)b->impl; }
@@ -296,6 +298,17 @@ int tt_cpu_conv_is_matmul(tt_backend *b, const tt_op_desc *op);
 /* The workspace of a backward 1x1 strided convolution that runs as the matmul of its sampled
  * pixels (cpu_conv.c), TT_WS_ERROR on failure; 0 when op does not run so. */
 size_t tt_cpu_conv_strided_workspace(tt_backend *b, const tt_op_desc *op);
+/* cpu_conv_col.c: whether a backward-weights convolution op runs as column blocks and sgemm
+ * (fp32, ungrouped, fewer than 8 input channels; tt_cpu_state.conv_col); its workspace (0 when it
+ * does not run so); and the call: dw = beta*dw + dy^T col, db likewise (NULL: none), 0 or -1
+ * with the error set (a workspace below the answer). */
+int tt_cpu_conv_col(tt_backend *b, const tt_op_desc *op);
+size_t tt_cpu_conv_col_workspace(tt_backend *b, const tt_op_desc *op);
+int tt_cpu_conv_col_bwd_filter(tt_backend *b, const tt_conv_desc *d, const float *x, const float *dy, float *dw, float *db,
+                               float beta, void *ws, size_t ws_bytes);
+/* Whether oneDNN runs its AVX-512 kernels here (its effective ISA: ONEDNN_MAX_CPU_ISA and
+ * TINYTRAIN_CPU_ISA hold it lower; cpu_dnnl.c). */
+int tt_cpu_dnnl_has_avx512(void);
 
 /* ---- table entries (cpu_conv.c, cpu_linear.c, cpu_bn.c, cpu_elementwise.c, cpu_pool.c,
  * cpu_layernorm.c, cpu_attention.c; check_finite: cpu_loss_optim.c). cast, dropout, normalize_u8,

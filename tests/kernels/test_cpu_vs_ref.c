@@ -1194,6 +1194,62 @@ static void test_pool_idx(void) {
   pool_idx_case(2, 1100, 7, 6, 3, 2, 1, 1); /* NHWC: more channels than a chunk (CPU_VEC_CHUNK = 1024) */
 }
 static void test_conv_all(void) { test_conv(chunked); }
+
+/* First layers' fp32 backward weights as column blocks and sgemm (cpu_conv_col.c), forced on
+ * whatever oneDNN runs here (by itself only below AVX-512): selected for 1 to 7 input channels
+ * only; against the reference, dy NCHW and NHWC, with a bias, beta 0 and 1, 40 samples of 12x12
+ * (14 a block: 3 blocks on 2 threads, so a thread sums two); bit for bit run to run; a short
+ * workspace refused naming the op. */
+static void test_conv_col(void) {
+  tt_cpu_state *st = tt_cpu_st(C);
+  int keep = st->conv_col;
+  st->conv_col = 1;
+  TT_TEST_BEGIN("cpu_vs_ref:conv_col_selection_and_nhwc");
+  tt_conv_desc big = mkconv(2, 8, 12, 12, 16, 3, 3, 1, 1, 1, 1, 1);
+  tt_op_desc ob = conv_op(TT_OP_CONV_BWD_FILTER, &big, TT_F32, 0, 0);
+  TT_CHECK(tt_cpu_conv_is_matmul(C, &ob) == 0, "8 input channels ran as column blocks");
+  static const int shapes[2][9] = {{40, 1, 12, 12, 32, 5, 5, 1, 2}, {6, 3, 13, 11, 16, 7, 7, 2, 3}}; /* n c h w k r s stride pad */
+  for (int i = 0; i < 2; i++) {
+    const int *v = shapes[i];
+    tt_conv_desc d = mkconv(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[7], v[8], v[8], 1);
+    tt_op_desc op = conv_op(TT_OP_CONV_BWD_FILTER, &d, TT_F32, 1, 0);
+    TT_CHECK(tt_cpu_conv_is_matmul(C, &op) == 1, "c %d: not run as column blocks", d.c);
+    /* x and dy NHWC, against the reference on NCHW */
+    size_t xn = (size_t)d.n * d.c * d.h * d.w, yn = (size_t)d.n * d.k * d.p * d.q, wn = (size_t)d.k * d.c * d.r * d.s;
+    float *x = vec(xn, 1.0f), *dy = vec(yn, 1.0f), *dw0 = vec(wn, 1.0f), *db0 = vec((size_t)d.k, 1.0f);
+    float *xh = (float *)perm_nhwc(x, d.n, d.c, d.h * d.w, 4, 1), *dyh = (float *)perm_nhwc(dy, d.n, d.k, d.p * d.q, 4, 1);
+    tt_conv_desc dn = d;
+    dn.layout_x = dn.layout_y = TT_LAYOUT_NHWC;
+    tt_op_desc on = conv_op(TT_OP_CONV_BWD_FILTER, &dn, TT_F32, 1, 0), orr = conv_op(TT_OP_CONV_BWD_FILTER, &d, TT_F32, 1, 0);
+    for (int beta = 0; beta < 2; beta++) {
+      float *dwc = vr_dup(dw0, wn), *dwr = vr_dup(dw0, wn), *dbc = vr_dup(db0, (size_t)d.k), *dbr = vr_dup(db0, (size_t)d.k);
+      size_t wc, wr;
+      void *wsc = ws_for(C, &on, &wc), *wsr = ws_for(R, &orr, &wr);
+      TT_CHECK(!C->conv_bwd_filter(C, &dn, TT_F32, xh, dyh, dwc, dbc, (float)beta, wsc, wc), "NHWC: %s", C->last_error(C));
+      TT_CHECK(!R->conv_bwd_filter(R, &d, TT_F32, x, dy, dwr, dbr, (float)beta, wsr, wr), "ref: %s", R->last_error(R));
+      cmp(beta ? "NHWC dw (beta 1)" : "NHWC dw", dwc, dwr, wn, TT_F32);
+      cmp(beta ? "NHWC db (beta 1)" : "NHWC db", dbc, dbr, (size_t)d.k, TT_F32);
+      if (beta == 0) {
+        float *dw2 = vr_dup(dw0, wn);
+        TT_CHECK(!C->conv_bwd_filter(C, &dn, TT_F32, xh, dyh, dw2, NULL, 0.0f, wsc, wc) && !memcmp(dw2, dwc, wn * 4),
+                 "NHWC: not bit-identical run to run");
+        int rc = C->conv_bwd_filter(C, &dn, TT_F32, xh, dyh, dw2, NULL, 0.0f, wsc, wc - 1);
+        TT_CHECK(rc != 0 && strstr(C->last_error(C), "conv_bwd_filter") && strstr(C->last_error(C), "workspace"),
+                 "a short workspace was not refused: %s", C->last_error(C));
+        free(dw2);
+      }
+      free(wsc), free(wsr), free(dwc), free(dwr), free(dbc), free(dbr);
+    }
+    free(x), free(dy), free(dw0), free(db0), free(xh), free(dyh);
+  }
+  TT_TEST_END();
+  for (int i = 0; i < 2; i++) { /* x and dy NCHW: conv_case's checks */
+    const int *v = shapes[i];
+    conv_case(C, i ? "conv_col_7x7_s2_p3_c3" : "conv_col_5x5_p2_c1",
+              mkconv(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[7], v[8], v[8], 1), TT_F32, 1);
+  }
+  st->conv_col = keep;
+}
 /* Max pooling by the CPU backend's own loops (cpu_pool.c: no workspace, no second forward)
  * against the reference, bit for bit: NCHW and NHWC, fp32 and bf16, windows that tile, overlap and
  * are padded; ties (which go to the first maximum), NaN (the last one wins) and -inf; over the
@@ -1357,6 +1413,7 @@ static const tt_test_case tests[] = {
   TT_TEST("save_copies", "kernels cpu elementwise", test_save_copies),
   TT_TEST("maxpool_ours", "kernels cpu pool", test_maxpool_ours),
   TT_TEST("conv", "kernels cpu conv", test_conv_all),
+  TT_TEST("conv_col", "kernels cpu conv", test_conv_col),
   TT_TEST("linear_bn_pool", "kernels cpu linear bn pool", test_linear_bn_pool),
   TT_TEST("transformer", "kernels cpu transformer", test_transformer),
   TT_TEST("cpu_isa", "kernels cpu", test_cpu_isa),
