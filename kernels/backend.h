@@ -696,7 +696,12 @@ struct tt_backend {
    * the loss's gradient scale and the dropout seeds, which the recorded calls read from device
    * memory (graph_values): while recording, softmax_ce's grad_scale argument is ignored, and the
    * seed argument of dropout_fwd, dropout_bwd, attn_fwd and attn_bwd is the call's number k (less
-   * than 2^32), the recorded kernel drawing with tt_seed_at(base, k) (kernel_math.h).
+   * than 2^32), the recorded kernel drawing with tt_seed_at(base, k) (kernel_math.h). The saved
+   * activations' copies are recorded too: an event_record made while recording belongs to the
+   * recording, and download_after and upload_after after it are recorded after the work before it
+   * (the copy stream forked into the recording); every such copy must be joined back before
+   * graph_end (event_wait on download_after's `done`; upload_after joins itself), or graph_end
+   * fails. Such an event orders nothing outside the recording.
    * graph_end: stops recording; 0 with *graph an executable graph of everything recorded, or -1
    * (last_error says why: a call made while recording did what a graph cannot hold, such as a host
    * synchronisation or an allocation) with *graph NULL; none of the recorded work ran either way,

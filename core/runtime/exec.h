@@ -80,7 +80,7 @@ typedef struct tt_exec {
   /* The training micro-step as a backend graph (exec_graph.c): graph_on from TINYTRAIN_CUDA_GRAPH
    * at creation (a test may change it before the first step). Per kind (0: micro-step 0, 1: later
    * ones) graph_state is 0 before its first micro-step, 1 after that eager warm-up, 2 once recorded
-   * (graph[kind][part], the parts split after in_last), -1 when recording failed (eager from then
+   * (graph[kind][part], the parts of tt_exec_graph_parts), -1 when recording failed (eager from then
    * on; graph_note says why). graph_capturing: set while a part is being recorded. */
   int graph_on, graph_capturing;
   int graph_state[2];

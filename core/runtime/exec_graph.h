@@ -15,11 +15,18 @@ typedef int (*tt_exec_range_fn)(void *r, int from, int to, tt_err *err);
  * may, else why not (a static string; "" when the graph is simply off: the knob, the backend). */
 const char *tt_exec_graph_refusal(const tt_exec *x, const tt_program *p, int n);
 
+/* The parts a recording of p's micro-step splits into: bounds[0] = 0 < bounds[1] (< bounds[2]) =
+ * micro_end, their number (1 or 2) returned. Where the batch's last-use event exists (in_ev), two:
+ * split at the first step after in_last at which every offloaded activation's copy begun is joined
+ * back into the compute stream (a recorded part must end joined), the event recorded between the
+ * two launches; one when no such step is left (the event then recorded after it). */
+int tt_exec_graph_parts(const tt_exec *x, const tt_program *p, int bounds[3]);
+
 /* Runs the training micro-step whose state is r (all of p's steps before micro_end, through run)
  * as a graph: the first micro-step of each kind (micro_index 0, which overwrites the gradient
  * accumulators, or a later one, which adds to them) eagerly — the warm-up, in which the libraries
- * do what they do once —, the second recorded (graph_begin .. graph_end, in two parts split after
- * step in_last where the batch's last-use event exists, which is recorded between them) and then
+ * do what they do once —, the second recorded (graph_begin .. graph_end, in the parts of
+ * tt_exec_graph_parts, the batch's last-use event recorded after the part holding in_last) and then
  * launched, every later one launched, after graph_values(grad_scale, seed_base): seed_base is the
  * micro-step's dropout base (exec.c; kernel_math.h tt_seed_at), from which the recorded dropout and
  * attention calls draw the eager step's masks. When recording fails (a call

@@ -272,11 +272,15 @@ static int cuda_be_download_async(tt_backend *b, void *dst_host, const void *src
   return cuda_be_copy(b, dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, (cudaEvent_t)done);
 }
 
+/* While recording (cuda_graph.cu) a plain record too, which the runtime keeps inside the capture
+ * (no node): it stands for the compute work captured so far, and a copy-stream wait on it forks the
+ * copy stream into the capture (the saved activations' copies: download_after, upload_after), joined
+ * back by the compute stream's wait on the copy's event (event_wait, upload_after's ev_copy). Such
+ * an event orders nothing outside the recording: waited on after graph_end, or by work outside it,
+ * it orders nothing or is refused (the executor records the batch's event between launches). */
 static int cuda_be_event_record(tt_backend *b, void *ev) {
   if (!ev) return tt_cuda_fail(b, "event_record: NULL event");
-  /* while recording (cuda_graph.cu) as an external record node: each replay records ev */
-  CUDA_CHECK(b, cudaEventRecordWithFlags((cudaEvent_t)ev, tt_cuda_st(b)->compute,
-                                         tt_cuda_st(b)->capturing ? cudaEventRecordExternal : cudaEventRecordDefault));
+  CUDA_CHECK(b, cudaEventRecord((cudaEvent_t)ev, tt_cuda_st(b)->compute));
   return 0;
 }
 

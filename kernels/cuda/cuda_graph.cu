@@ -11,6 +11,14 @@
  * capture is thread-local: a call on another thread of the process (a data loader) is not refused
  * because of it; on this thread an allocation or a host synchronisation while recording fails and
  * invalidates the capture (graph_end then fails, and the executor runs the step eagerly).
+ *
+ * The saved activations' copies (download_after, upload_after, cuda_backend.cu) are recorded too: the
+ * copy stream waits on an event recorded in the capturing compute stream (event_record: a plain
+ * record, inside the capture), which forks it into the capture, and the compute stream waits on an
+ * event the copy stream records after the copy, which joins it back; copies between pinned host
+ * memory and the device are capturable. cudaStreamEndCapture fails (cudaErrorStreamCaptureUnjoined)
+ * when a fork was not joined by the end of the recorded part: the executor splits the micro-step only
+ * where every copy is joined (exec_graph.c), and refuses a plan whose copies are not.
  */
 #include <cuda_runtime.h>
 

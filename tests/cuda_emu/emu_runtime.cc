@@ -117,7 +117,9 @@ static const char *emu_error_name(cudaError_t e) {
     case cudaErrorIllegalState: return "cudaErrorIllegalState";
     case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
     case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureMerge: return "cudaErrorStreamCaptureMerge";
     case cudaErrorStreamCaptureUnmatched: return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureUnjoined: return "cudaErrorStreamCaptureUnjoined";
     case cudaErrorStreamCaptureIsolation: return "cudaErrorStreamCaptureIsolation";
     default: return "cudaErrorUnknown";
   }
@@ -143,7 +145,9 @@ static const char *emu_error_text(cudaError_t e) {
     case cudaErrorIllegalState: return "the resource is not in a valid state to perform the operation";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureMerge: return "operation would result in a merge of separate capture sequences";
     case cudaErrorStreamCaptureUnmatched: return "capture was not initiated in this stream";
+    case cudaErrorStreamCaptureUnjoined: return "capture sequence contains a fork that was not joined to the primary stream";
     case cudaErrorStreamCaptureIsolation: return "dependency created on uncaptured work in another stream";
     default: return "unknown error";
   }

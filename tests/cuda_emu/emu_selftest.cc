@@ -621,6 +621,105 @@ static void test_graphs(void) {
   TT_TEST_END();
 }
 
+/* Records on a, forked into c: d = 0, 1, 2, ... on a; c copies d into pinned p after the event
+ * fork; then a sets d to 0, after waiting for c's copy (the event join) when wait_first, else before
+ * it (a race on d the join at the end does not prevent); a then waits for join. */
+static void self_fork_capture(cudaStream_t a, cudaStream_t c, cudaEvent_t fork, cudaEvent_t join, float *d, float *p,
+                              int wait_first) {
+  TT_LAUNCH(self_write_k, 1, 256, 0, a, d, (size_t)256);
+  OK(cudaEventRecord(fork, a));
+  OK(cudaStreamWaitEvent(c, fork, 0)); /* c joins a's capture */
+  OK(cudaMemcpyAsync(p, d, 256 * sizeof(float), cudaMemcpyDeviceToHost, c));
+  OK(cudaEventRecord(join, c));
+  if (wait_first) OK(cudaStreamWaitEvent(a, join, 0));
+  OK(cudaMemsetAsync(d, 0, 256 * sizeof(float), a));
+  if (!wait_first) OK(cudaStreamWaitEvent(a, join, 0));
+}
+
+/* Fork and join in a capture, as the runtime's cross-stream capture: a stream that waits on an
+ * event recorded in the capture joins it (its work recorded, not run) and leaves it with the
+ * capture's end; its work replays after what it waited for and before what waits for it, as late
+ * as that allows (so compute that does not wait for a forked copy runs first: stale data, as with
+ * the lazy streams); a fork not joined back fails cudaStreamEndCapture with
+ * cudaErrorStreamCaptureUnjoined and no graph; the capture ends only on its own stream
+ * (cudaErrorStreamCaptureUnmatched on the joined one); a wait that would merge two captures, and a
+ * host wait for a joined stream, are refused and invalidate the capture. */
+static void test_graph_fork(void) {
+  float *d, *p, h[256];
+  cudaStream_t a, b, c;
+  cudaEvent_t fork, join;
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t x = NULL;
+  cudaStreamCaptureStatus cs;
+  TT_TEST_BEGIN("cuda_emu_cuda_graph_fork");
+  OK(cudaMalloc(&d, 256 * sizeof(float)));
+  OK(cudaMallocHost(&p, 256 * sizeof(float)));
+  OK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+  OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  OK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+  OK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  OK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  for (int wait_first = 1; wait_first >= 0; wait_first--) {
+    OK(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal));
+    self_fork_capture(a, c, fork, join, d, p, wait_first);
+    OK(cudaStreamIsCapturing(c, &cs));
+    TT_CHECK(cs == cudaStreamCaptureStatusActive, "the forked stream's capture status %d, want active", (int)cs);
+    EXPECT_FAIL(cudaStreamEndCapture(c, &g), cudaErrorStreamCaptureUnmatched, "end it there");
+    OK(cudaStreamEndCapture(a, &g));
+    OK(cudaStreamIsCapturing(c, &cs));
+    TT_CHECK(g && cs == cudaStreamCaptureStatusNone, "graph %p, the forked stream's status %d after the end", (void *)g, (int)cs);
+    OK(cudaGraphInstantiate(&x, g, 0));
+    OK(cudaGraphDestroy(g));
+    for (int k = 0; k < 2; k++) {
+      p[7] = p[255] = -1.0f;
+      OK(cudaGraphLaunch(x, a));
+      OK(cudaStreamSynchronize(a));
+      OK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+      /* joined before the overwrite: the copy has d's values; raced: the forked copy ran last */
+      float want = wait_first ? 7.0f : 0.0f;
+      TT_CHECK(p[7] == want && p[255] == (wait_first ? 255.0f : 0.0f) && h[7] == 0.0f,
+               "%s replay %d: the forked copy read %g, %g and d[7] is %g (want %g, d[7] 0)",
+               wait_first ? "joined" : "raced", k, p[7], p[255], h[7], want);
+    }
+    OK(cudaGraphExecDestroy(x));
+  }
+  /* not joined back: no graph, every stream out of capture */
+  g = (cudaGraph_t)1;
+  OK(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal));
+  TT_LAUNCH(self_write_k, 1, 256, 0, a, d, (size_t)256);
+  OK(cudaEventRecord(fork, a));
+  OK(cudaStreamWaitEvent(c, fork, 0));
+  OK(cudaMemcpyAsync(p, d, 256 * sizeof(float), cudaMemcpyDeviceToHost, c));
+  OK(cudaMemsetAsync(d, 0, 256 * sizeof(float), a));
+  EXPECT_FAIL(cudaStreamEndCapture(a, &g), cudaErrorStreamCaptureUnjoined, "not joined back");
+  OK(cudaStreamIsCapturing(c, &cs));
+  TT_CHECK(g == NULL && cs == cudaStreamCaptureStatusNone, "an unjoined capture gave graph %p, the forked stream status %d",
+           (void *)g, (int)cs);
+  OK(cudaStreamSynchronize(c)); /* usable again */
+  (void)cudaGetLastError();
+  /* a joined stream is capturing: a host wait for it is refused and invalidates the whole capture */
+  OK(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal));
+  OK(cudaEventRecord(fork, a));
+  OK(cudaStreamWaitEvent(c, fork, 0));
+  EXPECT_FAIL(cudaStreamSynchronize(c), cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize while");
+  EXPECT_FAIL(cudaStreamEndCapture(a, &g), cudaErrorStreamCaptureInvalidated, "invalidated");
+  (void)cudaGetLastError();
+  /* two captures do not merge */
+  OK(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal));
+  OK(cudaStreamBeginCapture(b, cudaStreamCaptureModeThreadLocal));
+  OK(cudaEventRecord(fork, a));
+  EXPECT_FAIL(cudaStreamWaitEvent(b, fork, 0), cudaErrorStreamCaptureMerge, "another stream's capture");
+  EXPECT_FAIL(cudaStreamEndCapture(b, &g), cudaErrorStreamCaptureInvalidated, "invalidated");
+  EXPECT_FAIL(cudaStreamEndCapture(a, &g), cudaErrorStreamCaptureInvalidated, "invalidated");
+  (void)cudaGetLastError();
+  for (cudaStream_t s : {a, b, c}) OK(cudaStreamDestroy(s));
+  OK(cudaEventDestroy(fork));
+  OK(cudaEventDestroy(join));
+  OK(cudaFreeHost(p));
+  OK(cudaFree(d));
+  TT_TEST_END();
+}
+
 /* ------------------------------------ cuBLAS ------------------------------------------ */
 
 /* src rounded to bf16 by the emulation (__float2bfloat16_rn): the bits in bits, their values
@@ -1039,6 +1138,7 @@ static const tt_test_case tests[] = {
   TT_TEST("dyn_shared", "emu", test_dyn_shared),
   TT_TEST("memory_streams", "emu", test_memory_streams),
   TT_TEST("cuda_graph", "emu", test_graphs),
+  TT_TEST("cuda_graph_fork", "emu", test_graph_fork),
   TT_TEST("cublas", "emu", test_cublas),
   TT_TEST("cudnn", "emu", test_cudnn),
   TT_TEST("graph_api", "emu", test_graph_api),

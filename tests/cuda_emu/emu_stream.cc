@@ -13,23 +13,37 @@
  *
  * Stream capture (cudaStreamBeginCapture .. cudaStreamEndCapture) records the work given to the
  * capturing stream — launches, copies, memsets, host functions, cuBLAS and cuDNN calls, external
- * event records — as a graph's nodes in stream order instead of queueing it; cudaGraphLaunch
+ * event records — as a graph's nodes instead of queueing it, each node depending on the stream's
+ * dependency set (its previous captured node, and what it waited for since); cudaGraphLaunch
  * queues an instantiated graph's nodes on a stream, each run as when it was captured (the same
- * arguments and pointers). What the runtime refuses during a capture is refused: waiting for the
+ * arguments and pointers). Fork and join, as the runtime's cross-stream capture: an event recorded
+ * (without cudaEventRecordExternal) in a capturing stream stands for that stream's dependency set;
+ * another stream that waits on it joins the capture (its work is captured from then on, after those
+ * nodes), and a capturing stream that waits on an event recorded in a joined stream depends on its
+ * nodes. cudaStreamEndCapture, on the stream the capture began on only (elsewhere
+ * cudaErrorStreamCaptureUnmatched), fails with cudaErrorStreamCaptureUnjoined and returns no graph
+ * when a joined stream's last captured work is not an ancestor of the origin stream's (a fork not
+ * joined back), and ends the capture of every joined stream either way. A replay runs the nodes in
+ * an order their dependencies allow that runs a forked node as late as they allow: each of the
+ * origin stream's nodes in capture order, just after the forked nodes it depends on, the rest at
+ * the end; so, as with the lazy streams, a consumer that does not wait for a forked copy reads
+ * stale data. What the runtime refuses during a capture is refused: waiting for a
  * capturing stream (cudaStreamSynchronize, cudaStreamQuery, a synchronous copy or memset, a copy
  * into or from pageable host memory), cudaDeviceSynchronize, allocations and frees (global and
- * thread-local modes), and waiting on an event recorded outside the capture; each fails with
- * cudaErrorStreamCaptureUnsupported (cudaErrorStreamCaptureIsolation for the event) and
- * invalidates the capture, whose cudaStreamEndCapture then fails with
- * cudaErrorStreamCaptureInvalidated and returns no graph. Not modelled: other streams joining a
- * capture through events (fork and join), which the emulation refuses with a message; graph
- * updates (cudaGraphExecUpdate); device time, so nothing here shows what a graph saves.
+ * thread-local modes), waiting on an event recorded outside the capture, and merging two captures;
+ * each fails with cudaErrorStreamCaptureUnsupported (cudaErrorStreamCaptureIsolation for the
+ * event, cudaErrorStreamCaptureMerge for the merge) and invalidates the capture (every stream in
+ * it), whose cudaStreamEndCapture then fails with cudaErrorStreamCaptureInvalidated and returns no
+ * graph. Not modelled: graph updates (cudaGraphExecUpdate), cudaStreamUpdateCaptureDependencies,
+ * cudaEventWaitExternal; device time, so nothing here shows what a graph saves, and no two nodes
+ * run at once.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <memory>
@@ -54,12 +68,18 @@ struct CUstream_st {
   int capture;            /* cudaStreamCaptureStatus: none, active, invalidated */
   cudaStreamCaptureMode capture_mode;
   CUgraph_st *graph;      /* what the capture recorded so far (owned until cudaStreamEndCapture) */
+  CUstream_st *origin;    /* while capturing: the stream the capture began on (itself there) */
+  std::vector<size_t> deps; /* while capturing: the nodes its next captured operation depends on */
 };
-/* One recorded operation: fn as it was queued, or (record non-NULL) an external event record. */
+/* One recorded operation: fn as it was queued, or (record non-NULL) an external event record;
+ * deps: the graph's nodes (indices) it runs after; lane: 0 when the origin stream captured it,
+ * else the joined stream's id. */
 struct emu_node {
   const char *what;
   std::function<void()> fn;
   CUevent_st *record;
+  std::vector<size_t> deps;
+  int lane;
 };
 struct CUgraph_st {
   std::vector<emu_node> nodes;
@@ -78,9 +98,11 @@ struct CUevent_st {
   uint64_t nrec; /* records so far: an earlier record's op, run late, leaves t_ms alone */
   double t_ms;   /* the host's clock (ms) when the latest record ran: the emulation's device time */
   CUgraph_st *captured; /* its last record was a plain one into this capture (an internal node) */
+  std::vector<size_t> cap_deps; /* then: the recording stream's dependency set at the record */
 };
 
-static CUstream_st emu_null_stream = {0, 0, 1, 0, std::deque<emu_op>(), 0, cudaStreamCaptureModeGlobal, NULL};
+static CUstream_st emu_null_stream = {0, 0, 1, 0, std::deque<emu_op>(), 0, cudaStreamCaptureModeGlobal, NULL, NULL,
+                                      std::vector<size_t>()};
 /* every stream and event ever created (never freed: stale handles stay detectable) */
 static std::vector<CUstream_st *> &emu_streams = *new std::vector<CUstream_st *>();
 static std::set<CUevent_st *> &emu_events_all = *new std::set<CUevent_st *>();
@@ -164,14 +186,19 @@ void emu_run_all(void) {
   for (size_t i = emu_streams.size(); i-- > 0;) emu_run_stream(emu_streams[i]);
 }
 
+/* Adds a node (fn, or the external record of ev) to st's active capture after st's dependency
+ * set, which becomes that node. */
+static void emu_capture_add(CUstream_st *st, const char *what, std::function<void()> fn, CUevent_st *ev) {
+  emu_node nd = {what, fn, ev, st->deps, st == st->origin ? 0 : st->id};
+  st->graph->nodes.push_back(nd);
+  st->deps.assign(1, st->graph->nodes.size() - 1);
+}
+
 void emu_enqueue(cudaStream_t s, const char *what, std::function<void()> fn) {
   emu_op op;
   CUstream_st *st = emu_resolve(s);
   if (st->capture) { /* recorded, not run; an invalidated capture records nothing more */
-    if (st->capture == cudaStreamCaptureStatusActive) {
-      emu_node nd = {what, fn, NULL};
-      st->graph->nodes.push_back(nd);
-    }
+    if (st->capture == cudaStreamCaptureStatusActive) emu_capture_add(st, what, fn, NULL);
     return;
   }
   op.seq = ++emu_seq, op.what = what, op.fn = fn;
@@ -190,9 +217,16 @@ extern "C" size_t tt_emu_graph_launches(size_t *nodes) {
   return emu_graph_launch_count;
 }
 
+/* Invalidates the active capture g: every stream in it (the origin and the joined ones). */
+static void emu_capture_invalidate(CUgraph_st *g) {
+  for (size_t i = 0; i < emu_streams.size(); i++)
+    if (emu_streams[i]->graph == g && emu_streams[i]->capture == cudaStreamCaptureStatusActive)
+      emu_streams[i]->capture = cudaStreamCaptureStatusInvalidated;
+}
+
 /* Invalidates st's active capture (why for the message) and fails with e. */
 static cudaError_t emu_capture_refuse(CUstream_st *st, cudaError_t e, const char *why) {
-  if (st->capture == cudaStreamCaptureStatusActive) st->capture = cudaStreamCaptureStatusInvalidated;
+  if (st->capture == cudaStreamCaptureStatusActive) emu_capture_invalidate(st->graph);
   return emu_cuda_fail(e, "%s while stream %d is capturing (cudaStreamBeginCapture): the runtime refuses it and the "
                        "capture is invalidated (cudaStreamEndCapture will fail); do it before the capture", why, st->id);
 }
@@ -202,7 +236,7 @@ cudaError_t emu_capture_unsafe(const char *who) {
   for (size_t i = 0; i < emu_streams.size(); i++) {
     CUstream_st *s = emu_streams[i];
     if (s->alive && s->capture && s->capture_mode != cudaStreamCaptureModeRelaxed) {
-      if (s->capture == cudaStreamCaptureStatusActive) s->capture = cudaStreamCaptureStatusInvalidated;
+      if (s->capture == cudaStreamCaptureStatusActive) emu_capture_invalidate(s->graph);
       if (!hit) hit = s;
     }
   }
@@ -362,6 +396,7 @@ static void emu_event_mark(CUevent_st *e, CUstream_st *st) {
     if (e->nrec == rec) e->t_ms = emu_clock_ms(); /* when the work before it has run */
   });
   e->recorded = 1, e->stream = st, e->seq = emu_seq, e->queried = 0, e->captured = NULL;
+  e->cap_deps.clear();
 }
 
 extern "C" cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int flags) {
@@ -372,10 +407,9 @@ extern "C" cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, u
   st = emu_resolve(s);
   if (st->capture == cudaStreamCaptureStatusActive) {
     if (flags & cudaEventRecordExternal) { /* an event record node: each launch records e */
-      emu_node nd = {"event record", std::function<void()>(), e};
-      st->graph->nodes.push_back(nd);
-    } else { /* an internal node: only the capture may wait on it */
-      e->captured = st->graph;
+      emu_capture_add(st, "event record", std::function<void()>(), e);
+    } else { /* internal: it stands for st's dependency set; only the capture may wait on it */
+      e->captured = st->graph, e->cap_deps = st->deps;
     }
     return cudaSuccess;
   }
@@ -391,10 +425,34 @@ extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsign
   if (emu_event_arg(e, "cudaStreamWaitEvent") || emu_stream_arg(s, "cudaStreamWaitEvent"))
     return cudaErrorInvalidResourceHandle;
   if (e->captured) {
-    CUstream_st *st = emu_resolve(s);
-    if (st->capture && st->graph == e->captured) return cudaSuccess; /* in stream order already */
-    return emu_cuda_fail(cudaErrorStreamCaptureUnsupported, "cudaStreamWaitEvent: the event was recorded in a capture and "
-                         "stream %d would join it (fork and join across streams: not emulated)", st->id);
+    CUstream_st *st = emu_resolve(s), *origin = NULL;
+    for (size_t i = 0; i < emu_streams.size() && !origin; i++)
+      if (emu_streams[i]->graph == e->captured && emu_streams[i]->origin == emu_streams[i]) origin = emu_streams[i];
+    if (st->capture && st->graph == e->captured) { /* within the capture: st's next node depends on e's nodes too */
+      if (st->capture != cudaStreamCaptureStatusActive)
+        return emu_cuda_fail(cudaErrorStreamCaptureInvalidated, "cudaStreamWaitEvent: stream %d's capture was invalidated", st->id);
+      for (size_t k = 0; k < e->cap_deps.size(); k++) {
+        size_t d = e->cap_deps[k], j = 0;
+        while (j < st->deps.size() && st->deps[j] != d) j++;
+        if (j == st->deps.size()) st->deps.push_back(d);
+      }
+      return cudaSuccess;
+    }
+    if (st->capture) { /* two capture sequences would merge */
+      if (origin) emu_capture_invalidate(e->captured);
+      return emu_capture_refuse(st, cudaErrorStreamCaptureMerge,
+                                "cudaStreamWaitEvent on an event recorded in another stream's capture");
+    }
+    if (st == &emu_null_stream)
+      return emu_cuda_fail(cudaErrorStreamCaptureUnsupported,
+                           "cudaStreamWaitEvent: the legacy default stream cannot join a capture (the event was recorded in one)");
+    if (!origin || origin->capture != cudaStreamCaptureStatusActive)
+      return emu_cuda_fail(cudaErrorStreamCaptureInvalidated,
+                           "cudaStreamWaitEvent: the event was recorded in a capture that was invalidated");
+    /* the fork: st joins the capture; its work queued before stays outside the graph */
+    st->capture = cudaStreamCaptureStatusActive, st->capture_mode = origin->capture_mode;
+    st->graph = e->captured, st->origin = origin, st->deps = e->cap_deps;
+    return cudaSuccess;
   }
   if (emu_resolve(s)->capture)
     return emu_capture_refuse(emu_resolve(s), cudaErrorStreamCaptureIsolation,
@@ -652,8 +710,21 @@ extern "C" cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureM
   st->graph = new CUgraph_st();
   st->graph->alive = 1;
   emu_graphs.insert(st->graph);
-  st->capture = cudaStreamCaptureStatusActive, st->capture_mode = mode;
+  st->capture = cudaStreamCaptureStatusActive, st->capture_mode = mode, st->origin = st;
+  st->deps.clear();
   return cudaSuccess;
+}
+
+/* Marks in reach every node of g that nodes[from] depends on, directly or not (reach[from] too). */
+static void emu_graph_reach(const CUgraph_st *g, size_t from, std::vector<char> &reach) {
+  std::vector<size_t> todo(1, from);
+  while (!todo.empty()) {
+    size_t i = todo.back();
+    todo.pop_back();
+    if (reach[i]) continue;
+    reach[i] = 1;
+    todo.insert(todo.end(), g->nodes[i].deps.begin(), g->nodes[i].deps.end());
+  }
 }
 
 extern "C" cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph) {
@@ -666,18 +737,39 @@ extern "C" cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph) 
   *graph = NULL;
   if (!st->capture)
     return emu_cuda_fail(cudaErrorIllegalState, "cudaStreamEndCapture: stream %d is not capturing", st->id);
+  if (st->origin != st) /* the capture goes on */
+    return emu_cuda_fail(cudaErrorStreamCaptureUnmatched, "cudaStreamEndCapture: stream %d joined the capture begun on "
+                         "stream %d (through an event); end it there", st->id, st->origin->id);
   status = st->capture;
-  st->capture = cudaStreamCaptureStatusNone;
-  for (std::set<CUevent_st *>::iterator it = emu_events_all.begin(); it != emu_events_all.end(); ++it)
-    if ((*it)->captured == st->graph) (*it)->captured = NULL, (*it)->recorded = 0; /* internal nodes end with it */
-  if (status != cudaStreamCaptureStatusActive) {
-    st->graph->alive = 0, st->graph->nodes.clear();
-    st->graph = NULL;
-    return emu_cuda_fail(cudaErrorStreamCaptureInvalidated,
-                         "cudaStreamEndCapture: stream %d's capture was invalidated by a call it refused earlier", st->id);
+  CUgraph_st *g = st->graph;
+  /* joined: every joined stream's last captured work is an ancestor of the origin's */
+  std::vector<char> reach(g->nodes.size(), 0);
+  int unjoined = 0;
+  char why[256] = "";
+  for (size_t k = 0; k < st->deps.size(); k++) emu_graph_reach(g, st->deps[k], reach);
+  for (size_t i = 0; i < emu_streams.size(); i++) {
+    CUstream_st *o = emu_streams[i];
+    if (o->graph != g) continue;
+    for (size_t k = 0; k < o->deps.size() && o != st && !unjoined; k++)
+      if (!reach[o->deps[k]])
+        unjoined = 1, snprintf(why, sizeof why, "stream %d's %s (node %zu of %zu)", o->id, g->nodes[o->deps[k]].what,
+                               o->deps[k] + 1, g->nodes.size());
+    o->capture = cudaStreamCaptureStatusNone, o->graph = NULL, o->origin = NULL; /* every joined stream's capture ends */
+    o->deps.clear();
   }
-  *graph = st->graph;
-  st->graph = NULL;
+  for (std::set<CUevent_st *>::iterator it = emu_events_all.begin(); it != emu_events_all.end(); ++it)
+    if ((*it)->captured == g) (*it)->captured = NULL, (*it)->recorded = 0, (*it)->cap_deps.clear(); /* internal nodes end with it */
+  if (status != cudaStreamCaptureStatusActive || unjoined) {
+    g->alive = 0, g->nodes.clear();
+    if (status != cudaStreamCaptureStatusActive)
+      return emu_cuda_fail(cudaErrorStreamCaptureInvalidated,
+                           "cudaStreamEndCapture: stream %d's capture was invalidated by a call it refused earlier", st->id);
+    return emu_cuda_fail(cudaErrorStreamCaptureUnjoined,
+                         "cudaStreamEndCapture: stream %d's capture forked into another stream that was not joined back: "
+                         "%s is not followed by any of stream %d's captured work (record an event in that stream after its "
+                         "last work and make stream %d wait on it before ending the capture)", st->id, why, st->id, st->id);
+  }
+  *graph = g;
   return cudaSuccess;
 }
 
@@ -696,7 +788,26 @@ extern "C" cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cuda
     return emu_cuda_fail(cudaErrorInvalidValue, "cudaGraphInstantiate: %p is not a live graph", (void *)g);
   if (flags) return emu_cuda_fail(cudaErrorInvalidValue, "cudaGraphInstantiate: flags 0x%llx (none emulated)", flags);
   CUgraphExec_st *x = new CUgraphExec_st();
-  x->nodes = g->nodes, x->alive = 1; /* a copy: the graph may be destroyed */
+  /* a copy (the graph may be destroyed) in the order replays run it: each of the origin stream's
+   * nodes in capture order after the not yet placed nodes it depends on (a forked node as late as
+   * its first dependent allows), then what is left; capture order places a node's dependencies
+   * before it */
+  std::vector<char> placed(g->nodes.size(), 0);
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < g->nodes.size(); i++) {
+      if (placed[i] || (pass == 0 && g->nodes[i].lane != 0)) continue;
+      std::vector<size_t> todo(1, i), got; /* i and its ancestors not placed yet (a placed node's are) */
+      while (!todo.empty()) {
+        size_t k = todo.back();
+        todo.pop_back();
+        if (placed[k]) continue;
+        placed[k] = 1, got.push_back(k);
+        todo.insert(todo.end(), g->nodes[k].deps.begin(), g->nodes[k].deps.end());
+      }
+      std::sort(got.begin(), got.end());
+      for (size_t k = 0; k < got.size(); k++) x->nodes.push_back(g->nodes[got[k]]);
+    }
+  x->alive = 1;
   emu_graph_execs.insert(x);
   *exec = x;
   return cudaSuccess;

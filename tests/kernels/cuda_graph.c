@@ -109,18 +109,50 @@ static int test_graph_cmp(test_net *a, test_net *b, const char *when) {
   return bad;
 }
 
+/* test_net_open, with every saved value offloaded to pinned host memory (core/compile/offload.c)
+ * when offload is 1 (one-step windows) or 2 (the widest: a card whose compute takes no time, so
+ * every copy out is waited for just before the loss and every copy in marked just after it, as in
+ * cuda_actoffload.c). The selection and the profile stay alive with the program. */
+static int test_graph_open(test_net *t, const char *recipe, tt_backend *be, tt_dtype dt, int mb, int accum, int offload,
+                           tt_err *err) {
+  static unsigned char all[4096];
+  static tt_device_profile instant;
+  tt_policy pol;
+  if (!offload) return test_net_open(t, recipe, be, dt, mb, accum, 0, TT_OPT_SGD, err);
+  instant = *tt_profile_gpu("gtx1650");
+  instant.flops_fp32 = instant.flops_fp16 = instant.bytes_per_s = 1e30, instant.op_overhead_s = 0.0;
+  memset(all, 1, sizeof all);
+  memset(t, 0, sizeof *t);
+  if (tt_recipe_load(recipe, &t->m, err, NULL, NULL)) return -1;
+  t->m.train.optimizer = TT_OPT_SGD;
+  if (tt_graph_build(&t->m, &t->g, err)) return -1;
+  if (t->g.nnodes > (int)sizeof all) return tt_fail(err, "%d nodes: more than the test's selection holds", t->g.nnodes);
+  memset(&pol, 0, sizeof pol);
+  pol.micro_batch = mb, pol.accum_steps = accum, pol.act_dtype = dt, pol.inplace = 1, pol.training = 1;
+  pol.offload_sel = all, pol.offload_profile = offload == 2 ? &instant : NULL;
+  if (tt_lower(&t->g, &pol, be, &t->p, err) || tt_program_plan(&t->p, err)) return -1;
+  t->have_p = 1;
+  if (tt_exec_create(&t->x, &t->g, &t->p, NULL, be, 11, err)) return -1;
+  t->have_x = 1;
+  return tt_exec_init_params(&t->x, 11, err);
+}
+
 /* Runs nupd updates of accum micro-steps each on a (eager) and b (graph), with a different loss
  * scale every update (fp16's dynamic scaling, as the recorded loss must read it from device
  * memory), and compares them after every update. A backend whose table is `be` (the GPU's, or a
- * test's copy of it) runs b. */
-static int test_graph_run(const char *recipe, tt_dtype dt, int mb, int accum, int nupd, tt_backend *be, const char *what) {
+ * test's copy of it) runs b. Both plans offload their saved values as test_graph_open's offload says. */
+static int test_graph_run(const char *recipe, tt_dtype dt, int mb, int accum, int nupd, tt_backend *be, int offload,
+                          const char *what) {
   tt_err err;
   test_net a, b;
   int seeded = 0; /* the dropout and attention calls of b's micro-step */
-  int rc = test_net_open(&a, recipe, gpu, dt, mb, accum, 0, TT_OPT_SGD, &err);
+  int rc = test_graph_open(&a, recipe, gpu, dt, mb, accum, offload, &err);
   TT_CHECK(rc == 0, "%s eager: %s", what, err.msg);
-  int rc2 = test_net_open(&b, recipe, be, dt, mb, accum, 0, TT_OPT_SGD, &err);
+  int rc2 = test_graph_open(&b, recipe, be, dt, mb, accum, offload, &err);
   TT_CHECK(rc2 == 0, "%s graph: %s", what, err.msg);
+  if (!rc && !rc2 && offload)
+    TT_CHECK(b.p.n_act_offloaded > 2 && a.p.n_act_offloaded == b.p.n_act_offloaded, "%s: %d activations offloaded",
+             what, b.p.n_act_offloaded);
   if (!rc && !rc2) {
     const tt_node *in = &a.g.nodes[0];
     size_t img = (size_t)mb * in->c * in->h * in->w;
@@ -171,8 +203,10 @@ static int test_graph_run(const char *recipe, tt_dtype dt, int mb, int accum, in
              "%s: the steps allocated (%zu device/pinned allocations, %zu backend ones)", what, tt_emu_allocations() - allocs,
              tt_cuda_alloc_count(gpu) - be_allocs);
     if (be == gpu) {
-      /* micro-steps of each kind: the first eager, then replays (2 parts each: split at the batch's last use) */
-      int parts = b.x.in_ev && b.x.in_last + 1 < b.p.micro_end ? 2 : 1;
+      /* micro-steps of each kind: the first eager, then replays (2 parts each: split after the batch's last use) */
+      int bounds[3], parts = tt_exec_graph_parts(&b.x, &b.p, bounds);
+      TT_CHECK(parts == 2, "%s: the micro-step is recorded in %d part(s), want 2 (split after the batch's last use)", what,
+               parts);
       size_t want = (size_t)parts * (size_t)(nb - (accum > 1 ? 2 : 1));
       TT_CHECK(b.x.graph_state[0] == 2 && (accum < 2 || b.x.graph_state[1] == 2) && launches == want,
                "%s: graph state %d/%d, %zu graph launches (want 2/2, %zu): the step was not replayed (%s)", what,
@@ -198,12 +232,13 @@ static int test_graph_run(const char *recipe, tt_dtype dt, int mb, int accum, in
 void test_cuda_graph_equal(void) {
   TT_TEST_BEGIN("cuda_graph_step_equals_eager");
   cuda_rng = 0x5eed00c0ffeeull;
-  test_graph_run("tests/fixtures/small_cnn.recipe", TT_F32, 6, 2, 3, gpu, "small CNN fp32");
-  test_graph_run("tests/fixtures/small_cnn.recipe", TT_F16, 6, 2, 3, gpu, "small CNN fp16");
+  test_graph_run("tests/fixtures/small_cnn.recipe", TT_F32, 6, 2, 3, gpu, 0, "small CNN fp32");
+  test_graph_run("tests/fixtures/small_cnn.recipe", TT_F16, 6, 2, 3, gpu, 0, "small CNN fp16");
   /* under the sanitizers the ResNet in fp16 only, at micro-batch 1 (the same calls as fp32 at
    * micro-batch 2 on fewer bytes; the sanitized test_cuda_emu must end inside run_tests.py's 600 s) */
-  if (!tt_test_sanitized()) test_graph_run("examples/fashion_mnist/resnet.recipe", TT_F32, 2, 2, 2, gpu, "fashion ResNet fp32");
-  test_graph_run("examples/fashion_mnist/resnet.recipe", TT_F16, tt_test_sanitized() ? 1 : 2, 2, 2, gpu, "fashion ResNet fp16");
+  if (!tt_test_sanitized()) test_graph_run("examples/fashion_mnist/resnet.recipe", TT_F32, 2, 2, 2, gpu, 0, "fashion ResNet fp32");
+  test_graph_run("examples/fashion_mnist/resnet.recipe", TT_F16, tt_test_sanitized() ? 1 : 2, 2, 2, gpu, 0,
+                 "fashion ResNet fp16");
   TT_TEST_END();
 }
 
@@ -234,7 +269,7 @@ void test_cuda_graph_dropout(void) {
       {test_graph_dropout_vit, "ViT with attention dropout fp32", TT_F32, 4, 4},
       {test_graph_dropout_vit, "ViT with attention dropout fp16", TT_F16, 4, 4}};
   for (int k = 0; k < 4; k++) {
-    int seeded = test_graph_run(runs[k].recipe, runs[k].dt, runs[k].mb, 2, 3, gpu, runs[k].what);
+    int seeded = test_graph_run(runs[k].recipe, runs[k].dt, runs[k].mb, 2, 3, gpu, 0, runs[k].what);
     TT_CHECK(seeded >= runs[k].min_seeded, "%s: %d dropout and attention calls in the micro-step (want %d or more)",
              runs[k].what, seeded, runs[k].min_seeded);
   }
@@ -261,7 +296,7 @@ void test_cuda_graph_refused(void) {
   int quiet = tt_emu_set_quiet(1); /* the refusal's message is checked below, not printed */
   size_t g0 = tt_emu_graph_launches(NULL);
   /* a test_net keeps its backend pointer: synced outlives it (closed inside test_graph_run) */
-  test_graph_run("tests/fixtures/small_cnn.recipe", TT_F32, 6, 2, 2, &synced, "small CNN, a sync in the step");
+  test_graph_run("tests/fixtures/small_cnn.recipe", TT_F32, 6, 2, 2, &synced, 0, "small CNN, a sync in the step");
   tt_emu_set_quiet(quiet);
   TT_CHECK(tt_emu_graph_launches(NULL) == g0, "a refused recording still launched %zu graphs", tt_emu_graph_launches(NULL) - g0);
   TT_CHECK(strstr(tt_emu_last_violation(), "capture was invalidated") != NULL, "the emulation's last message: '%s'",
@@ -269,4 +304,65 @@ void test_cuda_graph_refused(void) {
   TT_TEST_END();
 }
 
+/* Saved activations offloaded to pinned host memory no longer keep the step eager: their copies
+ * are recorded with it, forked into the copy stream and joined back within each recorded part (the
+ * emulation refuses an unjoined part as the runtime does, and replays a forked copy as late as its
+ * dependencies allow, so a copy compute did not wait for reads or leaves stale bytes). The small CNN
+ * with every saved value offloaded, in fp32 with one-step windows and in fp16 with the widest (each
+ * copy out waited for just before the loss, each copy in marked just after it), over 3 updates of 2
+ * micro-steps: every replay runs and the weights equal the eager executor's bit for bit. */
+void test_cuda_graph_actoffload(void) {
+  TT_TEST_BEGIN("cuda_graph_actoffload_equal_eager");
+  cuda_rng = 0x5eed00c0ffeeull;
+  test_graph_run("tests/fixtures/small_cnn.recipe", TT_F32, 6, 2, 3, gpu, 1, "small CNN offloaded fp32");
+  test_graph_run("tests/fixtures/small_cnn.recipe", TT_F16, 6, 2, 3, gpu, 2, "small CNN offloaded fp16 (widest windows)");
+  TT_TEST_END();
+}
+#endif
+
+#ifdef TT_HAVE_CUDA
+/* A made-up micro-step of one call a step: kinds[i] is step i's call (the TT_OFF_* mode of an
+ * offload call, -1 another call). */
+static void test_parts_program(tt_program *p, tt_call *calls, int *step_call, const int *kinds, int n) {
+  memset(p, 0, sizeof *p);
+  memset(calls, 0, (size_t)n * sizeof *calls);
+  for (int i = 0; i < n; i++) {
+    calls[i].fn = kinds[i] >= 0 ? TT_CALL_OFFLOAD : TT_CALL_ADD, calls[i].mode = kinds[i] >= 0 ? kinds[i] : 0;
+    calls[i].skip = TT_CALL_RUNS, step_call[i] = i;
+  }
+  step_call[n] = n;
+  p->calls = calls, p->step_call = step_call, p->nsteps = p->ncalls = p->micro_end = n, p->n_act_offloaded = 1;
+}
+
+/* Where a recording splits (tt_exec_graph_parts) and when it is refused, on made-up micro-steps:
+ * after the batch's last use, at the first step where every activation copy begun is joined (a copy
+ * out waited for, a copy in's mark followed by the copy): a copy out waited for after the last use
+ * moves the split past its wait, a mark before that wait past the copy in; a copy out never waited
+ * for keeps the micro-step in one part and is refused a graph with its own reason. */
+void test_cuda_graph_offload_parts(void) {
+  enum { F = -1, O = TT_OFF_OUT, W = TT_OFF_WAIT, M = TT_OFF_MARK, I = TT_OFF_IN };
+  static const struct { int kinds[9], in_last, parts, split, refused; } cases[4] = {
+      {{F, O, F, W, F, M, F, I, F}, 4, 2, 5, 0},  /* waited for before the last use: split right after it */
+      {{F, O, F, F, W, M, F, I, F}, 3, 2, 5, 0},  /* waited for after it: split after the wait */
+      {{F, O, F, F, M, F, W, I, F}, 3, 2, 8, 0},  /* a mark before the wait: split after its copy in */
+      {{F, O, F, F, F, M, F, I, F}, 3, 1, 9, 1}}; /* never waited for: one part, refused */
+  TT_TEST_BEGIN("cuda_graph_offload_parts");
+  for (int k = 0; k < 4; k++) {
+    tt_program p;
+    tt_call calls[9];
+    int step_call[10], bounds[3] = {-1, -1, -1};
+    tt_exec x;
+    test_parts_program(&p, calls, step_call, cases[k].kinds, 9);
+    memset(&x, 0, sizeof x);
+    x.be = gpu, x.train = &p, x.graph_on = 1, x.in_ev = &x, x.in_last = cases[k].in_last;
+    int n = tt_exec_graph_parts(&x, &p, bounds);
+    TT_CHECK(n == cases[k].parts && bounds[0] == 0 && bounds[1] == cases[k].split && (n == 1 || bounds[2] == 9),
+             "case %d: %d part(s), bounds %d %d %d (want %d, split at %d)", k, n, bounds[0], bounds[1], bounds[2],
+             cases[k].parts, cases[k].split);
+    const char *why = tt_exec_graph_refusal(&x, &p, p.policy.micro_batch);
+    TT_CHECK(cases[k].refused ? why && strstr(why, "not joined back") : why == NULL, "case %d: refusal '%s'", k,
+             why ? why : "(none)");
+  }
+  TT_TEST_END();
+}
 #endif

@@ -187,6 +187,8 @@ void test_cuda_graph_equal(void);
 void test_cuda_graph_refused(void);
 void test_cuda_graph_dropout(void);
 void test_cuda_graph_seeds(void);
+void test_cuda_graph_actoffload(void);
+void test_cuda_graph_offload_parts(void);
 void test_check_finite_multi(void);
 void test_check_finite_step(void);
 float test_find_step(tt_backend *be, unsigned used[3], tt_err *err);

@@ -95,7 +95,9 @@ typedef enum cudaError {
   cudaErrorIllegalState = 401,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureMerge = 902,
   cudaErrorStreamCaptureUnmatched = 903,
+  cudaErrorStreamCaptureUnjoined = 904,
   cudaErrorStreamCaptureIsolation = 905,
   cudaErrorUnknown = 999
 } cudaError_t;
