@@ -121,7 +121,7 @@ size_t tt_cpu_op_workspace(tt_backend *b, const tt_op_desc *op) {
     return tt_ref_op_workspace(b, op);
   /* batch norm runs our loops (cpu_bn.c): NHWC rows keep per-block partial sums */
   if (op->kind == TT_OP_BN_FWD_TRAIN || op->kind == TT_OP_BN_BWD) return tt_cpu_bn_workspace(op);
-  /* a first layer's fp32 backward weights may run as column blocks and sgemm (cpu_conv_col.c) */
+  /* a one-channel first layer's fp32 backward weights may run as column blocks and sgemm (cpu_conv_col.c) */
   if (op->kind == TT_OP_CONV_BWD_FILTER && tt_cpu_conv_col(b, op)) return tt_cpu_conv_col_workspace(b, op);
   /* a backward 1x1 strided convolution may run as its sampled pixels' matmul (cpu_conv.c) */
   if ((op->kind == TT_OP_CONV_BWD_DATA || op->kind == TT_OP_CONV_BWD_FILTER) &&
@@ -220,7 +220,7 @@ tt_backend *tt_cpu_backend_create_knobs(int threads, const tt_backend_knobs *kn)
    * TINYTRAIN_CONV_MATMUL=0 keeps every convolution bf16 */
   st->bwdw_f32 = kn->conv_bwdw == 1;
   if (!st->conv_matmul) st->bwdw_f32 = 0;
-  st->conv_col = st->conv_matmul ? -1 : 0; /* first layers' backward weights below AVX-512 (cpu_conv_col.c) */
+  st->conv_col = st->conv_matmul ? -1 : 0; /* one-channel first layers' backward weights below AVX-512 (cpu_conv_col.c) */
   *b = cpu_be_table;
   b->impl = st;
   /* NHWC (activations channels-last between convolutions, cpu_conv.c) unless the knobs ask for

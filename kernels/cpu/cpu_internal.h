@@ -139,7 +139,7 @@ typedef struct tt_cpu_state {
                         * cpu_conv_strided_mm); TINYTRAIN_CONV_MATMUL=0: 0, and bwdw_f32 0 with it */
   int bwdw_f32;        /* the larger bf16 backward-weights convolutions in fp32 (cpu_conv_bwdw_f32): only
                         * under TINYTRAIN_CONV_BWDW=f32 */
-  int conv_col;        /* first layers' fp32 backward weights as column blocks and sgemm (cpu_conv_col.c):
+  int conv_col;        /* one-channel first layers' fp32 backward weights as column blocks and sgemm (cpu_conv_col.c):
                         * -1 where oneDNN has no AVX-512, 0 off (TINYTRAIN_CONV_MATMUL=0), 1 (tests) */
 } tt_cpu_state;
 
@@ -299,7 +299,7 @@ int tt_cpu_conv_is_matmul(tt_backend *b, const tt_op_desc *op);
  * pixels (cpu_conv.c), TT_WS_ERROR on failure; 0 when op does not run so. */
 size_t tt_cpu_conv_strided_workspace(tt_backend *b, const tt_op_desc *op);
 /* cpu_conv_col.c: whether a backward-weights convolution op runs as column blocks and sgemm
- * (fp32, ungrouped, fewer than 8 input channels; tt_cpu_state.conv_col); its workspace (0 when it
+ * (fp32, ungrouped, one input channel; tt_cpu_state.conv_col); its workspace (0 when it
  * does not run so); and the call: dw = beta*dw + dy^T col, db likewise (NULL: none), 0 or -1
  * with the error set (a workspace below the answer). */
 int tt_cpu_conv_col(tt_backend *b, const tt_op_desc *op);

@@ -1195,20 +1195,23 @@ static void test_pool_idx(void) {
 }
 static void test_conv_all(void) { test_conv(chunked); }
 
-/* First layers' fp32 backward weights as column blocks and sgemm (cpu_conv_col.c), forced on
- * whatever oneDNN runs here (by itself only below AVX-512): selected for 1 to 7 input channels
- * only; against the reference, dy NCHW and NHWC, with a bias, beta 0 and 1, 40 samples of 12x12
- * (14 a block: 3 blocks on 2 threads, so a thread sums two); bit for bit run to run; a short
- * workspace refused naming the op. */
+/* A first layer's fp32 backward weights as column blocks and sgemm (cpu_conv_col.c), forced on
+ * whatever oneDNN runs here (by itself only below AVX-512): selected for one input channel only
+ * (not 3, not 8); against the reference, dy NCHW and NHWC, with a bias, beta 0 and 1: 40 samples
+ * of 12x12 (5760 rows: blocks of 2048, 2048 and 1664 on 2 threads, so a thread sums two, and an
+ * NCHW block splits at sample boundaries), and a 7x7 stride-2 pad-3 stem; bit for bit run to
+ * run; a short workspace refused naming the op. */
 static void test_conv_col(void) {
   tt_cpu_state *st = tt_cpu_st(C);
   int keep = st->conv_col;
   st->conv_col = 1;
   TT_TEST_BEGIN("cpu_vs_ref:conv_col_selection_and_nhwc");
-  tt_conv_desc big = mkconv(2, 8, 12, 12, 16, 3, 3, 1, 1, 1, 1, 1);
-  tt_op_desc ob = conv_op(TT_OP_CONV_BWD_FILTER, &big, TT_F32, 0, 0);
-  TT_CHECK(tt_cpu_conv_is_matmul(C, &ob) == 0, "8 input channels ran as column blocks");
-  static const int shapes[2][9] = {{40, 1, 12, 12, 32, 5, 5, 1, 2}, {6, 3, 13, 11, 16, 7, 7, 2, 3}}; /* n c h w k r s stride pad */
+  for (int c = 3; c <= 8; c += 5) {
+    tt_conv_desc big = mkconv(2, c, 12, 12, 16, 3, 3, 1, 1, 1, 1, 1);
+    tt_op_desc ob = conv_op(TT_OP_CONV_BWD_FILTER, &big, TT_F32, 0, 0);
+    TT_CHECK(tt_cpu_conv_is_matmul(C, &ob) == 0, "%d input channels ran as column blocks", c);
+  }
+  static const int shapes[2][9] = {{40, 1, 12, 12, 32, 5, 5, 1, 2}, {6, 1, 13, 11, 16, 7, 7, 2, 3}}; /* n c h w k r s stride pad */
   for (int i = 0; i < 2; i++) {
     const int *v = shapes[i];
     tt_conv_desc d = mkconv(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[7], v[8], v[8], 1);
@@ -1245,7 +1248,7 @@ static void test_conv_col(void) {
   TT_TEST_END();
   for (int i = 0; i < 2; i++) { /* x and dy NCHW: conv_case's checks */
     const int *v = shapes[i];
-    conv_case(C, i ? "conv_col_7x7_s2_p3_c3" : "conv_col_5x5_p2_c1",
+    conv_case(C, i ? "conv_col_7x7_s2_p3_c1" : "conv_col_5x5_p2_c1",
               mkconv(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[7], v[8], v[8], 1), TT_F32, 1);
   }
   st->conv_col = keep;
