@@ -635,8 +635,8 @@ static int policy_offload(const tt_graph *g, tt_backend *be, tt_policy_opts *o, 
   if (!rec || !q.recompute || !q.compress) got = -1;
   /* level 1 (the state), then level 2 (the fp32 masters of 16-bit plans too) only where level 1
    * found nothing that fits both budgets: the masters' copies cost 8 bytes per weight more over the
-   * link each update (cost.c) */
-  for (int lvl = 1; lvl <= 2 && got == 0; lvl++) {
+   * link each update (cost.c); one process only */
+  for (int lvl = 1; lvl <= (tc->ranks > 1 ? 1 : 2) && got == 0; lvl++) { /* several processes: dist.c broadcasts device masters */
     o->offload = lvl;
     for (int st = TT_STATE_F32; got == 0 && st <= (ostate_auto ? TT_STATE_INT8 : TT_STATE_F32); st++) {
       o->ostate = st;

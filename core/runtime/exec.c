@@ -843,7 +843,7 @@ int tt_exec_params_finite(tt_exec *x, int *finite, tt_err *err) {
   if (be->zero(be, flag, sizeof(int32_t)))
     return tt_fail(err, "zeroing the check's flag failed: %s", be->last_error(be));
   /* one call (one launch on a GPU) over every parameter, by the table exec_bind_multi made */
-  if (x->pseg && be->check_finite_multi(be, x->pseg, x->npseg, TT_F32, flag))
+  if (x->pseg && x->npseg && be->check_finite_multi(be, x->pseg, x->npseg, TT_F32, flag))
     return tt_fail(err, "checking the %d parameters failed: %s", x->npseg, be->last_error(be));
   for (int k = 0; k < p->nparams && !x->pseg; k++) {
     int b = p->param_buf[k];
