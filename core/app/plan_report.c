@@ -319,11 +319,11 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
     /* planned host offload (core/compile/offload.h): the pinned bytes, and what they are */
     tt_strbuf_printf(&b, ", \"offload_bytes\": %zu, \"offload\": {\"optimizer_state\": %s, \"buffers\": %d, "
                          "\"window_bytes\": %zu, \"link_bytes_per_s\": %.0f, \"copy_ms\": %.3f, \"activations\": %d, "
-                         "\"activation_bytes\": %zu}, \"recompute\": [",
+                         "\"activation_bytes\": %zu, \"master_weights\": %d, \"master_bytes\": %zu}, \"recompute\": [",
                      p->host_bytes, p->n_offloaded ? "true" : "false", p->n_offloaded,
-                     p->n_offloaded ? 2 * p->offload_slot_bytes : (size_t)0,
+                     p->offload_window >= 0 ? 2 * p->offload_slot_bytes : (size_t)0,
                      tt_offload_link_bytes_per_s(s->profile), 1e3 * tt_offload_cost_s(p, s->profile), p->n_act_offloaded,
-                     p->act_offload_bytes);
+                     p->act_offload_bytes, p->n_masters_offloaded, p->master_offload_bytes);
   }
   int first = 1;
   for (int i = 0; i < g->nnodes; i++)
@@ -515,7 +515,10 @@ static void plan_text_offload(const tt_session *s, FILE *out) {
     fprintf(out, "  offload     %d saved activations in pinned host memory: %.2f MiB (host budget %.2f GiB, --host-mem); "
             "copied out in forward and back before backward on the copy stream (%.0f GB/s)\n", p->n_act_offloaded,
             plan_mib(p->act_offload_bytes), s->policy_opts.host_bytes / 1073741824.0, bw / 1e9);
-  if (!p->n_offloaded) return;
+  if (p->n_masters_offloaded) /* offload 2 (offload.h): the masters, each with a persistent 16-bit copy on the device */
+    fprintf(out, "  offload     fp32 master weights in pinned host memory: %.2f MiB in %d buffers; each cast into its "
+            "persistent 16-bit copy after its update in the window\n", plan_mib(p->master_offload_bytes), p->n_masters_offloaded);
+  if (!p->n_offloaded && !p->n_masters_offloaded) return;
   size_t state = 0; /* the optimizer state's share of the pinned region */
   for (int i = 0; i < p->nbufs; i++)
     if (p->bufs[i].host && p->bufs[i].cls == TT_BC_OPTIMIZER) state += p->bufs[i].bytes;
@@ -674,6 +677,9 @@ static void plan_text_buffers(const tt_session *s, FILE *out) {
   for (int k = 0; k < 4; k++)
     if (k != 1 || !p->transient_grads || cls[TT_BC_GRADS])
       fprintf(out, "    %-42s %14zu %10.2f\n", pn[k], cls[pc[k]], plan_mib(cls[pc[k]]));
+  if (cls[TT_BC_WEIGHT_COPIES]) /* offload 2 (offload.h): the copies of the masters held on the host */
+    fprintf(out, "    %-42s %14zu %10.2f\n", "16-bit weight copies (masters on the host)", cls[TT_BC_WEIGHT_COPIES],
+            plan_mib(cls[TT_BC_WEIGHT_COPIES]));
   if (cls[TT_BC_ACTIVATIONS]) /* lower.c: the statistics of batch norms rebuilt from them in backward */
     fprintf(out, "    %-42s %14zu %10.2f\n", "saved stats of rebuilt batch norms (fp32)", cls[TT_BC_ACTIVATIONS],
             plan_mib(cls[TT_BC_ACTIVATIONS]));

@@ -128,9 +128,9 @@ double tt_offload_link_bytes_per_s(const tt_device_profile *prof) {
 
 double tt_offload_cost_s(const tt_program *p, const tt_device_profile *prof) {
   double bytes = 0.0, bw = tt_offload_link_bytes_per_s(prof);
-  if (!p->n_offloaded) return 0.0;
-  for (int i = 0; i < p->nbufs; i++)
-    if (p->bufs[i].host && p->bufs[i].cls == TT_BC_OPTIMIZER) bytes += 2.0 * (double)p->bufs[i].bytes;
+  if (!p->n_offloaded && !p->n_masters_offloaded) return 0.0;
+  for (int i = 0; i < p->nbufs; i++) /* the state, and offload 2's fp32 masters (8 bytes a weight): in and out */
+    if (p->bufs[i].host && (p->bufs[i].cls == TT_BC_OPTIMIZER || p->bufs[i].cls == TT_BC_PARAMS)) bytes += 2.0 * (double)p->bufs[i].bytes;
   return bw > 0.0 ? bytes / bw : 1e30; /* no link: never chosen */
 }
 

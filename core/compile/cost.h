@@ -59,8 +59,8 @@ double tt_cost_step_ms(const tt_program *p, int step, const tt_device_profile *p
  * (the CPU backend has nothing to offload to). */
 double tt_offload_link_bytes_per_s(const tt_device_profile *prof);
 
-/* Seconds the update phase of p spends copying its offloaded state on prof's link: every host
- * buffer in and out once per optimizer step, serialised with the update (conservative: the
+/* Seconds the update phase of p spends copying its offloaded state (and offload 2's fp32
+ * masters) on prof's link: every such host buffer in and out once per optimizer step, serialised with the update (conservative: the
  * executor overlaps the next tensor's copy in with the current update, which this ignores).
  * 0 for a program without offload. */
 double tt_offload_cost_s(const tt_program *p, const tt_device_profile *prof);

@@ -226,15 +226,34 @@ static int lower_ws(lower_ctx *c, tt_step *s) {
   return 0;
 }
 
+/* Whether parameter `param`'s fp32 master is held in pinned host memory (policy.offload 2,
+ * core/compile/offload.h): a trainable weight read through a 16-bit copy. In a training program its
+ * gradient is planned (a frozen weight stays on the device); an evaluation program planned beside
+ * one asks the same of the graph (grad_buf is planned where trainable). */
+static int lower_master_host(const lower_ctx *c, int param) {
+  const tt_param *pr = &c->g->params[param];
+  if (c->pol->offload != 2 || c->pol->act_dtype == TT_F32 || !pr->half_copy) return 0;
+  return c->pol->training ? c->p->grad_buf[param] >= 0 : pr->trainable;
+}
+
 /* The buffer an op reads for parameter `param` (-1: none): the fp32 master, or under
  * autocast an fp16 or bf16 copy (the activations' dtype) made once per micro-step at its first
- * use. -2 on error. */
+ * use; under offload 2 a master on the host has a persistent copy instead, made by no step of the
+ * micro-step (lower_update casts it after each update, the executor whenever the master is set:
+ * offload_exec.c). -2 on error. */
 static int lower_weight(lower_ctx *c, int param) {
   if (param < 0) return -1;
   const tt_param *pr = &c->g->params[param];
   if (c->pol->act_dtype == TT_F32 || !pr->half_copy) return c->p->param_buf[param];
   if (c->wcopy[param] >= 0) return c->wcopy[param];
   tt_dtype hdt = c->pol->act_dtype;
+  if (lower_master_host(c, param)) {
+    int pb = lower_buf(c, pr->name, hdt == TT_BF16 ? ".bf16" : ".fp16", tt_size_mul(pr->numel, 2), hdt, TT_BC_WEIGHT_COPIES, 1,
+                       pr->node, param);
+    if (pb < 0) return -2;
+    c->p->bufs[pb].krsc = c->krsc[param];
+    return c->wcopy[param] = pb;
+  }
   int b = lower_buf(c, pr->name, hdt == TT_BF16 ? ".bf16" : ".fp16", tt_size_mul(pr->numel, 2), hdt, TT_BC_WEIGHT_COPIES, 0,
                     pr->node, param);
   if (b < 0) return -2;
@@ -906,6 +925,14 @@ static int lower_update(lower_ctx *c) {
     lower_set(s, 1, TT_UPD_PARAM, p->param_buf[i]);
     if (p->m_buf[i] >= 0) lower_set(s, 1, TT_UPD_M, p->m_buf[i]);
     if (p->v_buf[i] >= 0) lower_set(s, 1, TT_UPD_V, p->v_buf[i]);
+    int cb = c->wcopy[i];
+    if (cb >= 0 && p->bufs[cb].persistent) { /* offload 2: the updated master into its copy, in the window */
+      tt_step *cs = lower_step(c, TT_S_CAST, g->params[i].node, 0);
+      if (!cs) return free(decays), -1;
+      cs->arg = i, cs->a.count = g->params[i].numel;
+      lower_set(cs, 0, TT_CAST_SRC, p->param_buf[i]);
+      lower_set(cs, 1, TT_CAST_DST, cb);
+    }
   }
   free(decays);
   return 0;

@@ -1,5 +1,5 @@
-/* core/compile/offload.c — planned host offload of the optimizer state: the lowering pass, the
- * link's cost and the default host budget (offload.h). */
+/* core/compile/offload.c — planned host offload of the optimizer state (and under policy.offload 2
+ * the fp32 masters): the lowering pass, the link's cost and the default host budget (offload.h). */
 #include "offload.h"
 
 #include <stdio.h>
@@ -216,22 +216,37 @@ done:
   return rc;
 }
 
+int tt_offload_master_cast(const tt_program *p, int param) {
+  for (int i = p->micro_end; i < p->nsteps; i++) {
+    const tt_step *s = &p->steps[i];
+    if (s->op == TT_S_CAST && s->arg == param && s->in[TT_CAST_SRC] == p->param_buf[param]) return i;
+  }
+  return -1;
+}
+
 int tt_offload_lower(tt_program *p, tt_err *err) {
   size_t slot = 0, a = p->align ? p->align : 1;
   int n = 0;
   p->offload_window = -1;
   if (offload_act_lower(p, err)) return -1;
   if (!p->policy.training || !p->policy.offload) return 0;
-  /* one slot holds a tensor's m then v, each at an aligned offset (the update kernels' pointers
-   * keep the alignment the arena gives them) */
+  /* one slot holds a tensor's master (offload 2: where lower.c gave it a persistent copy, the
+   * update's CAST step after it) then m then v, each at an aligned offset (the update kernels'
+   * pointers keep the alignment the arena gives them) */
+  p->n_masters_offloaded = 0, p->master_offload_bytes = 0;
   for (int k = 0; k < p->nparams; k++) {
     size_t s = 0;
+    int pb = p->param_buf[k];
+    if (p->policy.offload == 2 && pb >= 0 && tt_offload_master_cast(p, k) >= 0) {
+      s += offload_align(p->bufs[pb].bytes, a), p->bufs[pb].host = 1;
+      p->n_masters_offloaded++, p->master_offload_bytes += p->bufs[pb].bytes;
+    }
     if (p->m_buf[k] >= 0) s += offload_align(p->bufs[p->m_buf[k]].bytes, a), p->bufs[p->m_buf[k]].host = 1, n++;
     if (p->v_buf[k] >= 0) s += offload_align(p->bufs[p->v_buf[k]].bytes, a), p->bufs[p->v_buf[k]].host = 1, n++;
     if (s > slot) slot = s;
   }
   p->n_offloaded = n;
-  if (!n) return 0;
+  if (!n && !p->n_masters_offloaded) return 0;
   if (p->nbufs + 1 > p->cap_bufs) {
     int nc = p->cap_bufs ? p->cap_bufs * 2 : 64;
     tt_buf *q = (tt_buf *)realloc(p->bufs, (size_t)nc * sizeof(tt_buf));

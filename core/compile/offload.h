@@ -7,7 +7,15 @@
  * enough for the largest tensor's state. The executor (core/runtime/offload_exec.c) streams each
  * tensor's state through the slots in turn: copied in on the copy stream, updated by the
  * backend's own update kernels, copied back. The copies move bytes, never change them, so a run
- * with offload is bit for bit the run without. */
+ * with offload is bit for bit the run without.
+ *
+ * policy.offload 2 (autocast training on a backend with a copy stream) holds the fp32 master of
+ * every trainable weight that has a 16-bit copy there too: lower.c makes that copy persistent (no
+ * cast step in the micro-step) and puts a CAST step (master -> copy) right after the weight's
+ * update; the master travels through the slot first, the executor points the update and that
+ * cast at the slot, and casts every such master into its copy whenever the master is set (init,
+ * resume, tt_net_param_set: offload_exec.c). A copy is the cast of the master as it was after the
+ * last update, which is what the micro-step's cast made, so the run is again bit for bit the same. */
 #ifndef TT_OFFLOAD_H
 #define TT_OFFLOAD_H
 #include "cost.h"
@@ -23,6 +31,10 @@ extern "C" {
  * own call, between its copies). A program without optimizer state is left as it is. 0, or -1
  * with err set when out of host memory. */
 int tt_offload_lower(tt_program *p, tt_err *err);
+
+/* The update phase's CAST step of parameter `param`'s offloaded master into its persistent copy
+ * (policy.offload 2, lower.c's lower_update), or -1 when it has none. */
+int tt_offload_master_cast(const tt_program *p, int param);
 
 /* The default host budget for pinned buffers: half of the memory the kernel reports available
  * now (MemAvailable in /proc/meminfo; sysconf's free pages where that is unreadable), 0 when

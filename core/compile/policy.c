@@ -486,6 +486,7 @@ static int policy_eval(const tt_graph *g, tt_backend *be, const tt_policy_opts *
   tt_policy pol;
   memset(&pol, 0, sizeof pol);
   pol.act_dtype = r->policy.act_dtype, pol.inplace = o->inplace, pol.training = 0, pol.accum_steps = 1;
+  pol.offload = r->policy.offload == 2 ? 2 : 0; /* offload 2: it reads the training program's persistent copies */
   for (;;) {
     pol.micro_batch = eb;
     tt_program p;
@@ -613,7 +614,8 @@ static void policy_count_units(const tt_graph *g, tt_policy_result *r) {
 
 /* Planned host offload (offload.h): the search again with the optimizer state in pinned host memory
  * (under [train] optimizer_state = auto, fp32 state first, then bf16, int8, until a plan fits the
- * budget and its host region fits o->host_bytes); it replaces r's schedule when it is faster per
+ * budget and its host region fits o->host_bytes), and where none does with the 16-bit plans' fp32
+ * masters there too (offload 2); it replaces r's schedule when it is faster per
  * effective batch, the copies over the link included (cost.c), or when r has none (*have 0). Nothing
  * when offload is off (host_bytes 0), the backend computes in host memory, the profile has no link or
  * the optimizer keeps no state. 0, or -1 with err set. */
@@ -631,12 +633,18 @@ static int policy_offload(const tt_graph *g, tt_backend *be, tt_policy_opts *o, 
   q.compress = (unsigned char *)tt_calloc((size_t)g->nnodes * 2, 1, "schedule", err); /* as tt_policy_search's */
   int got = 0, ostate_auto = tc->optimizer_state == TT_OSTATE_AUTO, keep_ostate = o->ostate;
   if (!rec || !q.recompute || !q.compress) got = -1;
-  o->offload = 1;
-  for (int st = TT_STATE_F32; got == 0 && st <= (ostate_auto ? TT_STATE_INT8 : TT_STATE_F32); st++) {
-    o->ostate = st;
-    if ((got = policy_search(g, be, o, &q, rec, min, memo, err)) == 1 && q.train.host_bytes > o->host_bytes) {
-      tt_program_free(&q.train); /* over the host budget: smaller state, or no offload */
-      q.nalts = 0, got = 0;
+  /* level 1 (the state), then level 2 (the fp32 masters of 16-bit plans too) only where level 1
+   * found nothing that fits both budgets: the masters' copies cost 8 bytes per weight more over the
+   * link each update (cost.c); one process only */
+  for (int lvl = 1; lvl <= (tc->ranks > 1 ? 1 : 2) && got == 0; lvl++) { /* several processes: dist.c broadcasts device masters */
+    o->offload = lvl;
+    for (int st = TT_STATE_F32; got == 0 && st <= (ostate_auto ? TT_STATE_INT8 : TT_STATE_F32); st++) {
+      o->ostate = st;
+      if ((got = policy_search(g, be, o, &q, rec, min, memo, err)) == 1 &&
+          (q.train.host_bytes > o->host_bytes || (lvl == 2 && !q.train.n_masters_offloaded))) {
+        tt_program_free(&q.train); /* over the host budget (smaller state, or no offload); level 2 that holds no master */
+        q.nalts = 0, got = 0;
+      }
     }
   }
   o->offload = 0, o->ostate = keep_ostate;

@@ -45,7 +45,8 @@ typedef struct tt_buf {
   int aliased;        /* the planner accepted alias_of */
   int state;          /* TT_BC_OPTIMIZER: tt_state_fmt the values are held in (bytes counts them so); else 0 */
   int host;           /* 1: planned host offload (core/compile/offload.h): the buffer lives in the program's
-                       * pinned host region at `offset`, not in the arena (persistent optimizer state only) */
+                       * pinned host region at `offset`, not in the arena (persistent optimizer state, and
+                       * under policy.offload 2 fp32 masters) */
   int krsc;           /* TT_BC_WEIGHT_COPIES: 1 when the copy of a filter [k, c/g, r, s] is stored KRSC
                        * [k, r, s, c/g] (its cast transposes; every reader is an all-NHWC convolution whose
                        * desc says layout_w KRSC: core/compile/krsc.c); else 0 (the master's KCRS order) */
@@ -330,7 +331,10 @@ typedef struct tt_policy {
   int ostate;          /* tt_state_fmt of the optimizer state under [train] optimizer_state = auto (the
                         * search's choice, policy.c); the recipe's fixed setting otherwise wins */
   int offload;         /* training: 1 holds the optimizer state in pinned host memory, streamed through a
-                        * device window for the update (core/compile/offload.h); 0 keeps it in the arena */
+                        * device window for the update (core/compile/offload.h); 2 the fp32 masters of the
+                        * trainable weights with a 16-bit copy too (their copies persistent, recast after
+                        * each update; an evaluation program planned beside it reads those copies); 0 keeps
+                        * it in the arena */
   int batch_transient; /* training on a backend that stages batches: 1 keeps the uint8 batch and the labels
                         * transient (the next batch's copy then waits for the step), where the budget
                         * binds (policy.c); 0 persistent, copied while the step computes (lower.c) */
@@ -391,8 +395,11 @@ typedef struct tt_program {
   /* planned host offload (policy.offload, core/compile/offload.h) */
   size_t host_bytes;   /* the pinned host region: the host buffers end to end, aligned (0: none) */
   int offload_window;  /* the device window's buffer (two slots of offload_slot_bytes, update phase only), or -1 */
-  size_t offload_slot_bytes; /* one slot: the largest tensor's state (m, then v at an aligned offset) */
+  size_t offload_slot_bytes; /* one slot: the largest tensor's master (offload 2) then m, then v, each at
+                        * an aligned offset */
   int n_offloaded;     /* host buffers of the optimizer state */
+  int n_masters_offloaded; /* offload 2: fp32 masters in the host region (each with a persistent copy) */
+  size_t master_offload_bytes; /* their bytes */
   int n_act_offloaded; /* saved activations offloaded (policy.offload_sel): host buffers, four steps each */
   size_t act_offload_bytes; /* their host copies' bytes (the values' bytes) */
 } tt_program;

@@ -385,6 +385,9 @@ static int dist_params(tt_exec *x, int which, tt_err *err) {
     tt_param_role role = x->g->params[k].role;
     int buf = p->param_buf[k];
     if (buf < 0 || (which == 2 && role != TT_PR_BN_MEAN && role != TT_PR_BN_VAR)) continue;
+    if (p->bufs[buf].host) /* offload 2 (core/compile/offload.h): the search plans it for one process only */
+      return tt_fail(err, "rank %d: the fp32 master '%s' is planned in pinned host memory, which multi-process training does "
+                     "not broadcast; plan without master offload (--host-mem 0)", dist_g.rank, p->bufs[buf].name);
     if (dist_bcast(x, p, buf, err)) return -1;
   }
 #ifdef TT_HAVE_CUDA

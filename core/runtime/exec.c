@@ -149,7 +149,7 @@ static int exec_bind_multi(tt_exec *x, tt_err *err) {
   if (!x->be->check_finite_multi || !p->nparams) return 0;
   if (!(x->pseg = (tt_finite_seg *)tt_calloc((size_t)p->nparams, sizeof(tt_finite_seg), "check table", err))) return -1;
   for (int k = 0; k < p->nparams; k++)
-    if (p->param_buf[k] >= 0)
+    if (p->param_buf[k] >= 0 && !p->bufs[p->param_buf[k]].host) /* offload 2's host masters: checked on the host */
       x->pseg[x->npseg].x = tt_exec_ptr(x, p, p->param_buf[k]), x->pseg[x->npseg++].count = p->bufs[p->param_buf[k]].bytes / sizeof(float);
   return 0;
 }
@@ -196,7 +196,9 @@ int tt_exec_create(tt_exec *x, const tt_graph *g, const tt_program *train, const
     tt_exec_destroy(x);
     return tt_fail(err, "recording the arena's zeroing on %s failed: %s", be->name, be->last_error(be));
   }
-  if (exec_prepare(x, err) || exec_bind_multi(x, err) || tt_offload_exec_setup(x, err)) {
+  /* the host region first: exec_bind_multi's tables and tt_exec_ptr's map of the evaluation
+   * program's weight copies (offload 2) read it */
+  if (tt_offload_exec_setup(x, err) || exec_prepare(x, err) || exec_bind_multi(x, err)) {
     tt_exec_destroy(x);
     return -1;
   }
@@ -264,6 +266,8 @@ void *tt_exec_ptr(const tt_exec *x, const tt_program *prog, int buf) {
   /* evaluation program beside a training one: its persistent buffers are the training
    * program's, its transient ones live after the training program's persistent region */
   if (b->persistent) {
+    if (b->cls == TT_BC_WEIGHT_COPIES && x->mcopy) /* offload 2: the training program's copy (offload_exec.c checked it) */
+      return x->base + x->train->bufs[x->mcopy[b->param]].offset;
     if (b->param >= 0) return x->base + x->train->bufs[x->train->param_buf[b->param]].offset;
     return x->base + x->train->bufs[x->train->stats].offset; /* the only other one: loss statistics */
   }
@@ -722,7 +726,7 @@ static int exec_update_call(exec_run *r, const tt_call *c, const tt_opt_hparams 
     case TT_CALL_UPDATE: {
       void *m1 = EXEC_P(c->out[1]), *m2 = EXEC_P(c->out[2]);
       float *w = (float *)EXEC_P(c->out[0]);
-      tt_offload_window(x, c, &m1, &m2); /* offloaded state: its slot of the device window */
+      tt_offload_window(x, c, &w, &m1, &m2); /* offloaded master or state: its slot of the device window */
       if (c->out[1] >= 0 && p->bufs[c->out[1]].state != TT_STATE_F32) { /* bf16 or int8 state: one segment */
         tt_update_seg sg;
         memset(&sg, 0, sizeof sg);
@@ -740,6 +744,11 @@ static int exec_update_call(exec_run *r, const tt_call *c, const tt_opt_hparams 
       what = h->kind == TT_OPT_SGD ? "sgd_update" : "adam_update";
       break;
     }
+    case TT_CALL_CAST: /* offload 2: the master just updated in the window into its persistent copy */
+    case TT_CALL_CAST_MULTI:
+      if (tt_offload_cast(x, c, err)) return -1;
+      what = "cast (offloaded master)";
+      break;
     default: return tt_fail(err, "internal error: backend call %s (%d) in the update phase", tt_call_name(c->fn), c->fn);
   }
   return tt_exec_sync_point(x, p, s, what, err);
@@ -834,16 +843,22 @@ int tt_exec_params_finite(tt_exec *x, int *finite, tt_err *err) {
   if (be->zero(be, flag, sizeof(int32_t)))
     return tt_fail(err, "zeroing the check's flag failed: %s", be->last_error(be));
   /* one call (one launch on a GPU) over every parameter, by the table exec_bind_multi made */
-  if (x->pseg && be->check_finite_multi(be, x->pseg, x->npseg, TT_F32, flag))
+  if (x->pseg && x->npseg && be->check_finite_multi(be, x->pseg, x->npseg, TT_F32, flag))
     return tt_fail(err, "checking the %d parameters failed: %s", x->npseg, be->last_error(be));
   for (int k = 0; k < p->nparams && !x->pseg; k++) {
     int b = p->param_buf[k];
-    if (b >= 0 && be->check_finite(be, p->bufs[b].bytes / sizeof(float), TT_F32, tt_exec_ptr(x, p, b), flag))
+    if (b >= 0 && !p->bufs[b].host && be->check_finite(be, p->bufs[b].bytes / sizeof(float), TT_F32, tt_exec_ptr(x, p, b), flag))
       return tt_fail(err, "checking '%s' failed: %s", p->bufs[b].name, be->last_error(be));
   }
   if (be->download(be, &host, flag, sizeof host) || be->zero(be, flag, 2 * sizeof(float)))
     return tt_fail(err, "reading the check's flag failed: %s", be->last_error(be));
   *finite = host == 0;
+  for (int k = 0; k < p->nparams && *finite; k++) { /* offload 2: masters in the pinned region, read after the wait above */
+    int b = p->param_buf[k];
+    const float *h = b >= 0 && p->bufs[b].host ? (const float *)tt_exec_ptr(x, p, b) : NULL;
+    for (size_t i = 0; h && i < p->bufs[b].bytes / sizeof(float); i++)
+      if (h[i] - h[i] != 0.0f) *finite = 0; /* inf - inf and NaN - NaN are NaN */
+  }
   return 0;
 }
 
@@ -878,7 +893,7 @@ static int exec_param_copy(tt_exec *x, int param, int role, void *host, int to_d
   if (p->bufs[b].host) { /* planned host offload: the pinned region, once the window's copies are done */
     if (x->be->sync(x->be)) return tt_fail(err, "waiting for the device before '%s' failed: %s", name, x->be->last_error(x->be));
     memcpy(to_device ? dev : host, to_device ? host : dev, bytes);
-    return 0;
+    return to_device && role == 0 ? tt_offload_master_set(x, param, err) : 0; /* offload 2: its copy */
   }
   if (to_device ? x->be->upload(x->be, dev, host, bytes) : x->be->download(x->be, host, dev, bytes))
     return tt_fail(err, "%s '%s' %s the device failed: %s", to_device ? "writing" : "reading", name,

@@ -75,6 +75,8 @@ typedef struct tt_exec {
   void *off_ev[2];
   int *off_calls;
   int n_off, off_k;
+  int *mcopy;          /* offload 2: per parameter, the training program's persistent copy of its host
+                        * master (-1: none); the evaluation program's copies map onto these */
   void **act_ev;       /* offloaded activations (offload.c's steps): mark[k] at 2k, done[k] at 2k + 1 */
   int n_act_ev;
   /* The training micro-step as a backend graph (exec_graph.c): graph_on from TINYTRAIN_CUDA_GRAPH

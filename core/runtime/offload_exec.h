@@ -19,15 +19,24 @@ void tt_offload_exec_destroy(tt_exec *x);
 /* The start of tt_exec_update: the first offloaded tensor's state copied into slot 0 (after all
  * the compute queued so far, which may still use that storage for activations). 0 or -1. */
 int tt_offload_update_begin(tt_exec *x, tt_err *err);
-/* For update call c of the training program: where its first and second optimizer state are
- * while it runs. A call whose state is in the arena keeps *m1, *m2; an offloaded one gets its
- * window slot's (the next in the schedule). */
-void tt_offload_window(const tt_exec *x, const tt_call *c, void **m1, void **m2);
-/* After update call c has been queued: for an offloaded one, the next tensor's state copied into
- * the other slot (waiting only for that slot's last update; it overlaps this update), then this
- * tensor's state copied back to the host (the compute queued later waits for it). Nothing for
- * other calls. 0, or -1 with err set. */
+/* For update call c of the training program: where its master and first and second optimizer
+ * state are while it runs. A call whose buffers are in the arena keeps *w, *m1, *m2; an offloaded
+ * one gets its window slot's (the next in the schedule) for each of them on the host. */
+void tt_offload_window(const tt_exec *x, const tt_call *c, float **w, void **m1, void **m2);
+/* After update call c has been queued (or, where its master is offloaded, the cast call after
+ * it): for an offloaded one, the next tensor's buffers copied into the other slot (waiting only
+ * for that slot's last update; it overlaps this update), then this tensor's copied back to the
+ * host (the compute queued later waits for it). Nothing for other calls. 0, or -1 with err set. */
 int tt_offload_after(tt_exec *x, const tt_call *c, tt_err *err);
+/* Runs cast call c of the update phase (policy.offload 2: a TT_CALL_CAST, or a one-member
+ * TT_CALL_CAST_MULTI for a KRSC copy): the offloaded master just updated in its window slot cast
+ * into its persistent 16-bit copy. 0, or -1 with err set (a cast of no offloaded master). */
+int tt_offload_cast(tt_exec *x, const tt_call *c, tt_err *err);
+/* After the host region's master of parameter `param` was written (init, resume, tt_net_param_set:
+ * exec.c's param copy): when it is an offloaded master (offload 2), copies it through slot 0 and
+ * casts it into its persistent copy, waiting for the device; the copy is then what the micro-step's
+ * cast would have made. Nothing for other parameters. 0, or -1 with err set. */
+int tt_offload_master_set(tt_exec *x, int param, tt_err *err);
 /* Runs call c (TT_CALL_OFFLOAD) of the training program: an offloaded activation's copy or event
  * (program.h TT_OFF_*; src, dst: its in[0] and out[0] resolved, the host copy in the pinned region).
  * OUT records mark and copies src -> dst after it on the copy stream (done recorded after); WAIT makes

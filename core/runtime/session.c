@@ -410,6 +410,9 @@ void tt_session_print_summary(const tt_session *s, FILE *out) {
           r->train.peak_live_bytes / 1048576.0);
   if (s->vram_bytes) fprintf(out, "           budget %.1f MiB of --vram %.1f MiB%s\n", r->budget_bytes / 1048576.0, s->vram_bytes / 1048576.0,
                              s->budget_clamped ? ", clamped to the device's free memory" : "");
+  if (r->train.n_masters_offloaded) /* offload 2 (core/compile/offload.h) */
+    fprintf(out, "  offload  fp32 master weights in pinned host memory: %.1f MiB in %d buffers\n",
+            r->train.master_offload_bytes / 1048576.0, r->train.n_masters_offloaded);
   if (r->train.n_offloaded) /* planned host offload (core/compile/offload.h) */
     fprintf(out, "  offload  optimizer state in pinned host memory: %.1f MiB (--host-mem %.1f MiB), through a %.1f MiB window\n",
             r->train.host_bytes / 1048576.0, s->policy_opts.host_bytes / 1048576.0, 2.0 * r->train.offload_slot_bytes / 1048576.0);

@@ -179,6 +179,8 @@ void test_batch_overlap(void);
 /* cuda_offload.c */
 void test_offload(void);
 void test_offload_plan(void);
+/* cuda_moffload.c */
+void test_moffload(void);
 /* cuda_actoffload.c */
 void test_actoffload(void);
 void test_actoffload_plan(void);

@@ -103,6 +103,7 @@ static const tt_test_case tests[] = {
   TT_TEST("cuda_step_held_state", "step loss_optim", FN(test_step_held)),
   TT_TEST("cuda_offload_bit_for_bit", "step offload", FN(test_offload)),
   TT_TEST("cuda_offload_plan_budgets", "step offload", FN(test_offload_plan)),
+  TT_TEST("cuda_moffload_bit_for_bit", "step offload", FN(test_moffload)),
   TT_TEST("cuda_actoffload_bit_for_bit", "step offload", FN(test_actoffload)),
   TT_TEST("cuda_actoffload_plan_budgets", "step offload", FN(test_actoffload_plan)),
   TT_TEST("cuda_actoffload_windows_resnet50", "step offload", FN(test_actoffload_windows)),
