@@ -4,6 +4,27 @@
 
 #ifdef TT_HAVE_CUDA
 
+#include <errno.h>
+#include <sys/stat.h>
+
+#include "core/runtime/checkpoint.h"
+
+int test_ckpt_cross(test_net *a, test_net *b, test_net *ra, test_net *rb, const char *dir, const tt_ckpt_state *st) {
+  char fa[160], fb[160];
+  tt_ckpt_state ld;
+  tt_err err = {{0}};
+  int fails = tt_test_current_failed;
+  snprintf(fa, sizeof fa, "%s/a", dir), snprintf(fb, sizeof fb, "%s/b", dir);
+  TT_CHECK(mkdir(dir, 0700) == 0 || errno == EEXIST, "mkdir %s", dir);
+  TT_CHECK(mkdir(fa, 0700) == 0 && mkdir(fb, 0700) == 0, "mkdir under %s", dir);
+  TT_CHECK(tt_checkpoint_save(&a->x, fa, st, &err) == 0 && tt_checkpoint_save(&b->x, fb, st, &err) == 0, "save: %s", err.msg);
+  snprintf(fa, sizeof fa, "%s/a/state.safetensors", dir), snprintf(fb, sizeof fb, "%s/b/state.safetensors", dir);
+  memset(&ld, 0, sizeof ld);
+  TT_CHECK(tt_checkpoint_load(&ra->x, fa, 1, &ld, NULL, NULL, &err) == 0 && tt_checkpoint_load(&rb->x, fb, 1, &ld, NULL, NULL, &err) == 0,
+           "load: %s", err.msg);
+  return tt_test_current_failed != fails ? -1 : 0;
+}
+
 /* ------------------------------------ harness ----------------------------------------- */
 
 tt_backend *cpu, *gpu;

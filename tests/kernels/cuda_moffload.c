@@ -7,8 +7,6 @@
 #include "tests/kernels/cuda_test.h"
 
 #ifdef TT_HAVE_CUDA
-#include <errno.h>
-#include <sys/stat.h>
 #include "core/runtime/checkpoint.h"
 #include "kernels/cuda/tt_cuda.h"
 
@@ -145,9 +143,9 @@ void test_moffload(void) {
       moff_same(&a, &b, "after 2 steps");
       TT_CHECK(MOFF_ALLOCS() + tt_cuda_alloc_count(be) == allocs, "%s: the steps allocated %zu times", what,
                MOFF_ALLOCS() + tt_cuda_alloc_count(be) - allocs);
-      char dir[64], fa[96], fb[96];
+      char dir[64];
       snprintf(dir, sizeof dir, "/tmp/tt_moffload_%d_%d", (int)getpid(), c);
-      tt_ckpt_state st, ld;
+      tt_ckpt_state st;
       memset(&st, 0, sizeof st);
       st.micro_batch = 6, st.accum_steps = 2, st.step = 2;
       tt_loss_scale_init(&st.loss_scale, 1);
@@ -156,14 +154,7 @@ void test_moffload(void) {
       TT_CHECK(okr || tt_test_current_failed, "%s: the resumed nets: %s", what, err.msg);
       if (okr) {
         size_t allocs_r = MOFF_ALLOCS() + tt_cuda_alloc_count(be);
-        snprintf(fa, sizeof fa, "%s/a", dir), snprintf(fb, sizeof fb, "%s/b", dir);
-        TT_CHECK(mkdir(dir, 0700) == 0 || errno == EEXIST, "mkdir %s", dir);
-        TT_CHECK(mkdir(fa, 0700) == 0 && mkdir(fb, 0700) == 0, "mkdir under %s", dir);
-        TT_CHECK(tt_checkpoint_save(&a.x, fa, &st, &err) == 0 && tt_checkpoint_save(&b.x, fb, &st, &err) == 0, "save: %s", err.msg);
-        snprintf(fa, sizeof fa, "%s/a/state.safetensors", dir), snprintf(fb, sizeof fb, "%s/b/state.safetensors", dir);
-        memset(&ld, 0, sizeof ld);
-        TT_CHECK(tt_checkpoint_load(&ra.x, fa, 1, &ld, NULL, NULL, &err) == 0 && tt_checkpoint_load(&rb.x, fb, 1, &ld, NULL, NULL, &err) == 0,
-                 "load: %s", err.msg);
+        test_ckpt_cross(&a, &b, &ra, &rb, dir, &st);
         moff_same(&a, &ra, "the arena run's checkpoint loaded offloaded");
         moff_same(&b, &rb, "the offloaded run's checkpoint loaded into the arena");
         test_net *all[4] = {&a, &b, &ra, &rb};

@@ -6,8 +6,6 @@
 #include "tests/kernels/cuda_test.h"
 
 #ifdef TT_HAVE_CUDA
-#include <errno.h>
-#include <sys/stat.h>
 #include "core/compile/offload.h"
 #include "core/runtime/checkpoint.h"
 
@@ -105,24 +103,16 @@ void test_offload(void) {
       /* resume across the two forms: each one's checkpoint into the other */
       char dir[64];
       snprintf(dir, sizeof dir, "/tmp/tt_offload_%d_%d", (int)getpid(), c);
-      tt_ckpt_state st, ld;
+      tt_ckpt_state st;
       memset(&st, 0, sizeof st);
       st.micro_batch = 6, st.accum_steps = 1, st.step = 2;
       tt_loss_scale_init(&st.loss_scale, 0);
       snprintf(st.optimizer, sizeof st.optimizer, "%s", cases[c].opt == TT_OPT_SGD ? "sgd" : "adamw");
-      char fa[96], fb[96];
       int okr = !tt_test_current_failed && offload_open(&ra, gpu, 1, cases[c].opt, cases[c].fmt, &err) == 0 &&
                 offload_open(&rb, gpu, 0, cases[c].opt, cases[c].fmt, &err) == 0;
       TT_CHECK(okr, "%s: the resumed nets: %s", cases[c].name, err.msg);
       if (okr) {
-        snprintf(fa, sizeof fa, "%s/a", dir), snprintf(fb, sizeof fb, "%s/b", dir);
-        TT_CHECK(mkdir(dir, 0700) == 0 || errno == EEXIST, "mkdir %s", dir);
-        TT_CHECK(mkdir(fa, 0700) == 0 && mkdir(fb, 0700) == 0, "mkdir under %s", dir);
-        TT_CHECK(tt_checkpoint_save(&a.x, fa, &st, &err) == 0 && tt_checkpoint_save(&b.x, fb, &st, &err) == 0, "save: %s", err.msg);
-        snprintf(fa, sizeof fa, "%s/a/state.safetensors", dir), snprintf(fb, sizeof fb, "%s/b/state.safetensors", dir);
-        memset(&ld, 0, sizeof ld);
-        TT_CHECK(tt_checkpoint_load(&ra.x, fa, 1, &ld, NULL, NULL, &err) == 0 && tt_checkpoint_load(&rb.x, fb, 1, &ld, NULL, NULL, &err) == 0,
-                 "load: %s", err.msg);
+        test_ckpt_cross(&a, &b, &ra, &rb, dir, &st);
         offload_same(&a, &ra, "the arena run's checkpoint loaded offloaded");
         offload_same(&b, &rb, "the offloaded run's checkpoint loaded into the arena");
         test_net *all[4] = {&a, &b, &ra, &rb};

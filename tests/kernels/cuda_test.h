@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "core/base/knobs.h"
+#include "core/runtime/checkpoint.h"
 #include "core/runtime/exec.h"
 #include "core/compile/recipe.h"
 #include "core/compile/policy.h"
@@ -85,6 +86,9 @@ typedef struct test_noise {
 /* ---- the functions of each file ---- */
 
 /* cuda_harness.c */
+/* The offload tests' cross-resume: saves nets a's and b's checkpoints (state st) under dir/a and
+ * dir/b and loads a's into ra and b's into rb. 0, or -1 with the failed check recorded. */
+int test_ckpt_cross(test_net *a, test_net *b, test_net *ra, test_net *rb, const char *dir, const tt_ckpt_state *st);
 float test_rand(float lo, float hi);
 uint16_t test_f32_to_bf16(float f);
 float test_bf16_to_f32(uint16_t b);
