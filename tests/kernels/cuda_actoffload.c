@@ -30,19 +30,8 @@ static int actoff_open(test_net *t, tt_backend *be, const char *recipe, tt_dtype
 }
 
 /* Every trainable parameter's weights and momentum, byte for byte. */
-static void actoff_same(test_net *a, test_net *b, const char *what) {
-  tt_err err;
-  for (int i = 0; i < a->g.nparams && !tt_test_current_failed; i++)
-    for (int role = 0; role <= 2; role += 2) {
-      int ba = role == 0 ? a->p.param_buf[i] : a->p.m_buf[i];
-      if (ba < 0 || (role && !a->g.params[i].trainable)) continue;
-      size_t n = a->p.bufs[ba].bytes;
-      unsigned char *ha = (unsigned char *)malloc(n), *hb = (unsigned char *)malloc(n);
-      TT_CHECK(tt_exec_param_get(&a->x, i, role, (float *)ha, &err) == 0 && tt_exec_param_get(&b->x, i, role, (float *)hb, &err) == 0,
-               "%s", err.msg);
-      TT_CHECK(memcmp(ha, hb, n) == 0, "%s: %s role %d differs with the activations offloaded", what, a->g.params[i].name, role);
-      free(ha), free(hb);
-    }
+static void actoff_same(test_net *a, test_net *b, const char *when) {
+  test_same_params(a, b, 2, when, "the activations offloaded");
 }
 
 /* Whether every offloaded value's window is the widest (offload.c's offload_windows): each WAIT

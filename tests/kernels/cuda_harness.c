@@ -9,6 +9,21 @@
 
 #include "core/runtime/checkpoint.h"
 
+void test_same_params(test_net *a, test_net *b, int max_role, const char *when, const char *with) {
+  tt_err err;
+  for (int i = 0; i < a->g.nparams && !tt_test_current_failed; i++)
+    for (int role = 0; role <= max_role; role += role ? 1 : 2) { /* 0, then 2 and 3 */
+      int ba = role == 0 ? a->p.param_buf[i] : role == 2 ? a->p.m_buf[i] : a->p.v_buf[i];
+      if (ba < 0 || (role && !a->g.params[i].trainable)) continue;
+      size_t n = a->p.bufs[ba].bytes;
+      unsigned char *ha = (unsigned char *)malloc(n), *hb = (unsigned char *)malloc(n);
+      TT_CHECK(tt_exec_param_get(&a->x, i, role, (float *)ha, &err) == 0 && tt_exec_param_get(&b->x, i, role, (float *)hb, &err) == 0,
+               "%s", err.msg);
+      TT_CHECK(memcmp(ha, hb, n) == 0, "%s: %s role %d differs with %s", when, a->g.params[i].name, role, with);
+      free(ha), free(hb);
+    }
+}
+
 int test_ckpt_cross(test_net *a, test_net *b, test_net *ra, test_net *rb, const char *dir, const tt_ckpt_state *st) {
   char fa[160], fb[160];
   tt_ckpt_state ld;

@@ -42,18 +42,7 @@ static int moff_open(test_net *t, tt_backend *be, int lvl, tt_err *err) {
 
 /* Every parameter's master (role 0) and the trainable ones' optimizer state (2, 3), byte for byte. */
 static void moff_same(test_net *a, test_net *b, const char *when) {
-  tt_err err;
-  for (int i = 0; i < a->g.nparams && !tt_test_current_failed; i++)
-    for (int role = 0; role <= 3; role++) {
-      int ba = role == 0 ? a->p.param_buf[i] : role == 2 ? a->p.m_buf[i] : role == 3 ? a->p.v_buf[i] : -1;
-      if (ba < 0) continue;
-      size_t n = a->p.bufs[ba].bytes;
-      unsigned char *ha = (unsigned char *)malloc(n), *hb = (unsigned char *)malloc(n);
-      TT_CHECK(tt_exec_param_get(&a->x, i, role, (float *)ha, &err) == 0 && tt_exec_param_get(&b->x, i, role, (float *)hb, &err) == 0,
-               "%s", err.msg);
-      TT_CHECK(memcmp(ha, hb, n) == 0, "%s: %s role %d differs with the masters offloaded", when, a->g.params[i].name, role);
-      free(ha), free(hb);
-    }
+  test_same_params(a, b, 3, when, "the masters offloaded");
 }
 
 /* Optimizer steps [from, to) of every net: two micro-steps each (different batches), the update,

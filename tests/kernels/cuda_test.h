@@ -86,6 +86,10 @@ typedef struct test_noise {
 /* ---- the functions of each file ---- */
 
 /* cuda_harness.c */
+/* Every parameter's fp32 value (role 0) and, up to max_role (2: m, 3: v), a trainable one's optimizer
+ * state in nets a and b, byte for byte (tt_exec_param_get); a difference fails naming when, the
+ * parameter, its role and with (the form b differs in). */
+void test_same_params(test_net *a, test_net *b, int max_role, const char *when, const char *with);
 /* The offload tests' cross-resume: saves nets a's and b's checkpoints (state st) under dir/a and
  * dir/b and loads a's into ra and b's into rb. 0, or -1 with the failed check recorded. */
 int test_ckpt_cross(test_net *a, test_net *b, test_net *ra, test_net *rb, const char *dir, const tt_ckpt_state *st);
