@@ -303,21 +303,7 @@ static int calls_single(const tt_program *p, int i) {
 }
 
 /* ---- three steps as one call: batch norm, add, ReLU (backend.h bn_fwd_train_add_relu and
- * bn_bwd_add_relu) ----
- * The residual block's end: a ReLU node fed by an add of two inputs, one of them a batch norm node
- * that feeds only the add, the add feeding only the ReLU; *k_bn: which input of the add (0 or 1) the
- * batch norm is, the other being the shortcut. */
-static int calls_bn_add_relu_nodes(const tt_program *p, int bn_node, int add_node, int relu_node, int *k_bn) {
-  const tt_graph *g = p->graph;
-  if (!g || bn_node < 0 || add_node < 0 || relu_node < 0) return 0;
-  const tt_node *r = &g->nodes[relu_node], *a = &g->nodes[add_node];
-  if (r->nin != 1 || r->in[0] != add_node || a->kind != TT_L_ADD || a->nin != 2 || a->nconsumers != 1) return 0;
-  if (g->nodes[bn_node].kind != TT_L_BN || g->nodes[bn_node].nconsumers != 1 || a->in[0] == a->in[1]) return 0;
-  if (a->in[0] == bn_node) *k_bn = 0;
-  else if (a->in[1] == bn_node) *k_bn = 1;
-  else return 0;
-  return 1;
-}
+ * bn_bwd_add_relu): the residual block's end (graph.c's tt_graph_bn_add_relu) ---- */
 
 /* Whether a call other than calls[c0..c1] (the fused ones) reads buffer b: the intermediate tensors
  * a fusion stops writing must have no other reader. */
@@ -342,7 +328,7 @@ static int calls_fuse_bn_add_relu_fwd(tt_program *p, int i) {
   tt_call *a = &p->calls[ia], *b = &p->calls[ib], *c = &p->calls[ic];
   size_t cnt = (size_t)a->op.u.bn.n * a->op.u.bn.c * a->op.u.bn.hw;
   if (a->fn != TT_OP_BN_FWD_TRAIN || b->fn != TT_CALL_ADD || c->fn != TT_OP_ACT_FWD || c->skip != TT_CALL_RUNS ||
-      c->op.u.act.act != TT_ACT_RELU || !calls_bn_add_relu_nodes(p, a->node, b->node, c->node, &k_bn))
+      c->op.u.act.act != TT_ACT_RELU || !tt_graph_bn_add_relu(p->graph, a->node, b->node, c->node, &k_bn))
     return 0;
   int x = a->in[0], t = a->out[0], sc = b->in[1 - k_bn], u = b->out[0], y = c->out[0];
   if (b->op.u.act.count != cnt || c->op.u.act.count != cnt || !calls_same(p, b->in[k_bn], t) ||
@@ -372,7 +358,7 @@ static int calls_fuse_bn_add_relu_bwd(tt_program *p, int i) {
   size_t cnt = (size_t)c->op.u.bn.n * c->op.u.bn.c * c->op.u.bn.hw;
   if ((a->fn != TT_OP_ACT_BWD && a->fn != TT_CALL_ACT_BWD_MASK) || a->op.u.act.act != TT_ACT_RELU || a->beta != 0.0f ||
       a->op.accumulate || a->op.u.act.count != cnt || c->fn != TT_OP_BN_BWD ||
-      !calls_bn_add_relu_nodes(p, c->node, st->node, a->node, &k_bn) || st->nout < 2)
+      !tt_graph_bn_add_relu(p->graph, c->node, st->node, a->node, &k_bn) || st->nout < 2)
     return 0;
   int x = c->in[0], ys = a->in[0], dy = a->in[1], d = a->out[0], g = st->out[k_bn], sg = st->out[1 - k_bn];
   int dx = c->out[0], ws = c->ws;

@@ -509,3 +509,14 @@ void tt_graph_free(tt_graph *g) {
   g->params = NULL;
   g->nnodes = g->nparams = 0;
 }
+
+int tt_graph_bn_add_relu(const tt_graph *g, int bn, int add, int relu, int *k_bn) {
+  if (!g || bn < 0 || add < 0 || relu < 0) return 0;
+  const tt_node *r = &g->nodes[relu], *a = &g->nodes[add];
+  if (r->nin != 1 || r->in[0] != add || a->kind != TT_L_ADD || a->nin != 2 || a->nconsumers != 1) return 0;
+  if (g->nodes[bn].kind != TT_L_BN || g->nodes[bn].nconsumers != 1 || a->in[0] == a->in[1]) return 0;
+  if (a->in[0] == bn) *k_bn = 0;
+  else if (a->in[1] == bn) *k_bn = 1;
+  else return 0;
+  return 1;
+}

@@ -72,6 +72,10 @@ typedef struct tt_graph {
 /* Builds the graph, checking shapes; errors name the recipe file and line of the layer. */
 int tt_graph_build(const tt_model *m, tt_graph *g, tt_err *err);
 void tt_graph_free(tt_graph *g);
+/* Whether bn, add and relu are a residual block's end: relu reads only add, add sums two different
+ * inputs and feeds only relu, bn is one of them (*k_bn: which, 0 or 1) and feeds only add. The
+ * pattern calls.c fuses into bn_fwd_train_add_relu / bn_bwd_add_relu and lowering keeps fusable. */
+int tt_graph_bn_add_relu(const tt_graph *g, int bn, int add, int relu, int *k_bn);
 
 static inline size_t tt_node_numel(const tt_node *n) { return (size_t)n->c * (size_t)n->h * (size_t)n->w; }
 

@@ -480,14 +480,12 @@ static int lower_bn_input_early(lower_ctx *c, int node) {
   const tt_graph *g = c->g;
   const tt_node *n = &g->nodes[node];
   if (n->kind != TT_L_RELU || n->nin != 1 || !(c->p->caps & (TT_CAP_BN_RELU_BWD | TT_CAP_BN_ADD_RELU_BWD))) return 0;
-  int a = c->canon[n->in[0]], bn = -1;
-  if (g->nodes[a].kind == TT_L_BN) bn = a;
-  else if (g->nodes[a].kind == TT_L_ADD && g->nodes[a].nin == 2 && g->nodes[a].nconsumers == 1)
-    for (int k = 0; k < 2; k++) { /* the later input: its backward step follows the add's (a downsampling
-                                   * block adds two batch norms; calls.c fuses the shortcut's) */
-      int in = c->canon[g->nodes[a].in[k]];
-      if (g->nodes[in].kind == TT_L_BN && in > bn) bn = in;
-    }
+  int a = c->canon[n->in[0]], bn = g->nodes[a].kind == TT_L_BN ? a : -1, k_bn;
+  for (int k = 0; k < 2 && g->nodes[a].kind == TT_L_ADD && g->nodes[a].nin == 2; k++) {
+    int in = g->nodes[a].in[k]; /* the later one: its backward step follows the add's (a downsampling
+                                 * block adds two batch norms; calls.c fuses the shortcut's) */
+    if (in > bn && tt_graph_bn_add_relu(g, in, a, node, &k_bn)) bn = in;
+  }
   if (bn < 0 || g->nodes[bn].nconsumers != 1 || !c->needs_grad[bn]) return 0; /* frozen: no backward of its own */
   int x = c->canon[g->nodes[bn].in[0]];
   return c->cur_val[x] >= 0 || lower_value(c, x) >= 0 ? 0 : -1;

@@ -18,10 +18,8 @@ static void lower_liveness_bn_add_relu(tt_program *p) {
   for (int i = 0; g && i + 2 < p->micro_end; i++) {
     const tt_step *r = &p->steps[i], *a = &p->steps[i + 1], *b = &p->steps[i + 2];
     if (r->op != TT_S_BWD || a->op != TT_S_BWD || b->op != TT_S_BWD || r->node < 0 || a->node < 0 || b->node < 0) continue;
-    const tt_node *rn = &g->nodes[r->node], *an = &g->nodes[a->node], *bn = &g->nodes[b->node];
-    if (rn->kind != TT_L_RELU || an->kind != TT_L_ADD || bn->kind != TT_L_BN || rn->nin != 1 || rn->in[0] != a->node ||
-        an->nin != 2 || an->nconsumers != 1 || bn->nconsumers != 1 || (an->in[0] != b->node && an->in[1] != b->node))
-      continue;
+    int k_bn;
+    if (g->nodes[r->node].kind != TT_L_RELU || !tt_graph_bn_add_relu(g, b->node, a->node, r->node, &k_bn)) continue;
     int ys = r->nin > TT_BWD_SAVED ? r->in[TT_BWD_SAVED] : -1;
     if (!(r->flags & TT_SF_COMPACT) && p->n_recomputed_steps) continue; /* full y under memory pressure: see above */
     if (ys >= 0 && !p->bufs[ys].persistent && p->bufs[ys].last < i + 2) p->bufs[ys].last = i + 2;
