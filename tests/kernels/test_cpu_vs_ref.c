@@ -1198,9 +1198,10 @@ static void test_conv_all(void) { test_conv(chunked); }
 /* A first layer's fp32 backward weights as column blocks and sgemm (cpu_conv_col.c), forced on
  * whatever oneDNN runs here (by itself only below AVX-512): selected for one input channel only
  * (not 3, not 8); against the reference, dy NCHW and NHWC, with a bias, beta 0 and 1: 40 samples
- * of 12x12 (5760 rows: blocks of 2048, 2048 and 1664 on 2 threads, so a thread sums two, and an
- * NCHW block splits at sample boundaries), and a 7x7 stride-2 pad-3 stem; bit for bit run to
- * run; a short workspace refused naming the op. */
+ * of 12x12 (5760 rows: blocks of 2048, 2048 and 1664 on 2 threads, so a thread sums two, and a
+ * block splits at sample and output-row boundaries), a 7x7 stride-2 pad-3 stem and a 3x3 layer
+ * over 12 channels; bit for bit run to run and at every ISA level of our loops (NHWC); a short
+ * workspace refused naming the op. */
 static void test_conv_col(void) {
   tt_cpu_state *st = tt_cpu_st(C);
   int keep = st->conv_col;
@@ -1211,8 +1212,10 @@ static void test_conv_col(void) {
     tt_op_desc ob = conv_op(TT_OP_CONV_BWD_FILTER, &big, TT_F32, 0, 0);
     TT_CHECK(tt_cpu_conv_is_matmul(C, &ob) == 0, "%d input channels ran as column blocks", c);
   }
-  static const int shapes[2][9] = {{40, 1, 12, 12, 32, 5, 5, 1, 2}, {6, 1, 13, 11, 16, 7, 7, 2, 3}}; /* n c h w k r s stride pad */
-  for (int i = 0; i < 2; i++) {
+  /* n c h w k r s stride pad: 25 taps (12 + 12 + 1) and 49 (4 x 12 + 1) over 32 and 16 channels, and
+   * 9 taps (one at a time) over 12 channels (8 in a vector, 4 in scalar sums) */
+  static const int shapes[3][9] = {{40, 1, 12, 12, 32, 5, 5, 1, 2}, {6, 1, 13, 11, 16, 7, 7, 2, 3}, {9, 1, 10, 9, 12, 3, 3, 1, 1}};
+  for (int i = 0; i < 3; i++) {
     const int *v = shapes[i];
     tt_conv_desc d = mkconv(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[7], v[8], v[8], 1);
     tt_op_desc op = conv_op(TT_OP_CONV_BWD_FILTER, &d, TT_F32, 1, 0);
@@ -1236,6 +1239,13 @@ static void test_conv_col(void) {
         float *dw2 = vr_dup(dw0, wn);
         TT_CHECK(!C->conv_bwd_filter(C, &dn, TT_F32, xh, dyh, dw2, NULL, 0.0f, wsc, wc) && !memcmp(dw2, dwc, wn * 4),
                  "NHWC: not bit-identical run to run");
+        int held = tt_cpu_vec_level; /* every copy of cpu_conv_col_acc this CPU runs: the same bits */
+        for (int l = CPU_VEC_BASE; l <= tt_cpu_vec_cpu_level(); l++) {
+          tt_cpu_vec_level = l;
+          TT_CHECK(!C->conv_bwd_filter(C, &dn, TT_F32, xh, dyh, dw2, NULL, 0.0f, wsc, wc) && !memcmp(dw2, dwc, wn * 4),
+                   "NHWC: other bits at ISA level %d than at level %d", l, held);
+        }
+        tt_cpu_vec_level = held;
         int rc = C->conv_bwd_filter(C, &dn, TT_F32, xh, dyh, dw2, NULL, 0.0f, wsc, wc - 1);
         TT_CHECK(rc != 0 && strstr(C->last_error(C), "conv_bwd_filter") && strstr(C->last_error(C), "workspace"),
                  "a short workspace was not refused: %s", C->last_error(C));
@@ -1246,9 +1256,9 @@ static void test_conv_col(void) {
     free(x), free(dy), free(dw0), free(db0), free(xh), free(dyh);
   }
   TT_TEST_END();
-  for (int i = 0; i < 2; i++) { /* x and dy NCHW: conv_case's checks */
+  for (int i = 0; i < 3; i++) { /* x and dy NCHW: conv_case's checks */
     const int *v = shapes[i];
-    conv_case(C, i ? "conv_col_7x7_s2_p3_c1" : "conv_col_5x5_p2_c1",
+    conv_case(C, i == 2 ? "conv_col_3x3_k12_c1" : i ? "conv_col_7x7_s2_p3_c1" : "conv_col_5x5_p2_c1",
               mkconv(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[7], v[8], v[8], 1), TT_F32, 1);
   }
   st->conv_col = keep;
