@@ -580,81 +580,6 @@ static int lower_pool_compactable(const lower_ctx *c, const tt_node *n) {
   return n->kind == TT_L_MAXPOOL && n->L->kh * n->L->kw <= 256 && c->be->pool_argmax && c->be->pool_bwd_idx;
 }
 
-/* The layout of every node's value (and gradient): program.layout. On a backend whose conv and
- * pool descs take NHWC (backend.h's `layouts`, or `layouts_16bit` when the activations are fp16 or
- * bf16: the CUDA backend's), an image tensor is NHWC when the ops around it
- * all work on NHWC: convolutions (which take either layout in and write either out, so they are
- * where the layout changes) and the ops that see only channels and elements (batch norm, the
- * activations, pooling, add, concat), with global average pooling reading NHWC and writing
- * [N, c]. Those ops keep their inputs' layout, so each connected group of them (joined through
- * their inputs: a residual trunk is one group) takes one layout: NHWC unless a member is read by
- * an op that needs NCHW (flatten, a linear layer, dropout, whose mask is defined on NCHW indices,
- * patch and token layers) or is not such an op (the input image, a linear layer's output). No
- * padding: an NHWC buffer has NCHW's bytes. */
-static int lower_layouts(lower_ctx *c) {
-  const tt_graph *g = c->g;
-  tt_program *p = c->p;
-  int nn = g->nnodes;
-  memset(p->layout, TT_LAYOUT_NCHW, (size_t)nn);
-  /* the backend's layouts, and for 16-bit activations its 16-bit-only ones (backend.h) */
-  unsigned layouts = c->be->layouts | (c->pol->act_dtype != TT_F32 ? c->be->layouts_16bit : 0u);
-  if (!(layouts & (1u << TT_LAYOUT_NHWC))) return 0;
-  int *root = (int *)tt_malloc(sizeof(int) * (size_t)nn * 2, "layout groups", c->err);
-  if (!root) return -1;
-  int *forced = root + nn;
-  for (int v = 0; v < nn; v++) root[v] = v, forced[v] = 0;
-#define LOWER_FIND(v0, out)                  \
-  do {                                       \
-    int f_ = (v0);                           \
-    while (root[f_] != f_) f_ = root[f_];    \
-    (out) = f_;                              \
-  } while (0)
-  for (int v = 0; v < nn; v++) {
-    const tt_node *n = &g->nodes[v];
-    tt_layer_kind k = n->kind;
-    int keeps = k == TT_L_BN || k == TT_L_RELU || k == TT_L_RELU6 || k == TT_L_SILU || k == TT_L_GELU || k == TT_L_MAXPOOL ||
-                k == TT_L_AVGPOOL || k == TT_L_ADD || k == TT_L_CONCAT;
-    if (c->canon[v] != v) { /* a view (flatten; dropout when evaluating) reads its source as NCHW */
-      forced[c->canon[v]] = 1;
-      continue;
-    }
-    if (n->tokens || (!keeps && k != TT_L_CONV)) forced[v] = 1;
-    for (int i = 0; i < n->nin; i++) {
-      int u = c->canon[n->in[i]], ru, rv;
-      if (g->nodes[u].tokens) forced[v] = 1;
-      if (keeps) {
-        LOWER_FIND(u, ru);
-        LOWER_FIND(v, rv);
-        if (ru != rv) root[ru] = rv;
-      } else if (k != TT_L_CONV && k != TT_L_GAP) {
-        forced[u] = 1;
-      }
-    }
-  }
-  for (int v = 0; v < nn; v++) {
-    int r;
-    LOWER_FIND(v, r);
-    if (forced[v]) forced[r] = 1;
-  }
-  for (int v = 0; v < nn; v++) {
-    int r;
-    LOWER_FIND(v, r);
-    if (c->canon[v] == v && !forced[r]) {
-      p->layout[v] = TT_LAYOUT_NHWC;
-      p->n_nhwc++;
-      p->nhwc_bytes += lower_act_bytes(c, v);
-    }
-  }
-#undef LOWER_FIND
-  for (int v = 0; v < nn; v++) /* views share their source's buffer */
-    p->layout[v] = p->layout[c->canon[v]];
-  for (int v = 0; v < nn; v++)
-    if (g->nodes[v].kind == TT_L_CONV && c->canon[v] == v && p->layout[c->canon[g->nodes[v].in[0]]] != p->layout[v])
-      p->n_layout_convs++;
-  free(root);
-  return 0;
-}
-
 /* Whether a convolution's backward may read a lossy copy of its input (policy.compress: fp16
  * or bf16 under fp32 activations, int8 under either). */
 static int lower_conv_compressible(const lower_ctx *c, const tt_node *n) {
@@ -728,7 +653,7 @@ static int lower_tables(lower_ctx *c) {
     const tt_node *n = &g->nodes[i];
     c->canon[i] = tt_op_is_view(n->L, c->pol->training) ? c->canon[n->in[0]] : i;
   }
-  if (lower_layouts(c)) { /* nothing else is allocated yet: the tables go with it */
+  if (tt_lower_layouts(g, c->pol, c->be, c->canon, p, c->err)) { /* nothing else is allocated yet: the tables go with it */
     free(p->tables);
     p->tables = NULL, p->value_buf = NULL, p->layout = NULL;
     return -1;

@@ -1,5 +1,5 @@
 /* core/compile/lower_int.h — lowering's internal interface between lower.c and the files its
- * passes live in (lower_passes.c, krsc.c). Not for other modules. */
+ * passes live in (lower_passes.c, lower_layout.c, krsc.c). Not for other modules. */
 #ifndef TT_LOWER_INT_H
 #define TT_LOWER_INT_H
 #include "program.h"
@@ -15,6 +15,12 @@ void tt_lower_liveness(tt_program *p);
 void tt_lower_grads_unwritten(tt_program *p);
 /* A forward add proposed to write over an input read later proposes a dead input instead. */
 void tt_lower_retarget_add(tt_program *p);
+
+/* lower_layout.c: p->layout[v] for every node v of g (canon: lower.c's views, each node's value's
+ * owner), and p's layout counts (n_nhwc, nhwc_bytes, n_layout_convs); see the file. 0, or -1 with
+ * err set (out of host memory). */
+int tt_lower_layouts(const tt_graph *g, const tt_policy *pol, const tt_backend *be, const int *canon, tt_program *p,
+                     tt_err *err);
 
 /* krsc.c: krsc[param] = 1 where parameter param's 16-bit copy is to be cast KRSC: a 4-D conv weight
  * with a half copy, in a 16-bit program, on a backend with TT_CAP_FILTER_KRSC and TT_CAP_CAST_MULTI
