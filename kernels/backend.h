@@ -72,6 +72,10 @@ typedef struct tt_pool_desc {
   int p, q;            /* output y: [n, c, p, q]            */
   int layout;          /* tt_layout of x, y, dx and dy (0: NCHW). Global average pooling over an
                         * NHWC tensor is an average pool with the whole h x w window. */
+  int y_nchw;          /* 1: y and dy are NCHW while x and dx are `layout` NHWC (the layout changes
+                        * inside the pooling: pool_fwd and pool_bwd through their workspace; pool_argmax
+                        * ignores it, its winners are NHWC as x; pool_bwd_idx reads dy NCHW, fp32 and
+                        * bf16), only on a backend whose pool_y_nchw is 1; 0: y and dy are `layout` too */
 } tt_pool_desc;
 
 /* GELU as PyTorch names its two forms: "none" (exact, erf) and "tanh" (the approximation). */
@@ -744,6 +748,15 @@ struct tt_backend {
    * (core/compile/krsc.c), so no call transposes the filter into its workspace. Added for issue 41
    * (item 2): the CUDA backend, whose channels-last cuDNN kernels read KRSC. */
   int filter_krsc;
+
+  /* ---- pooling that changes the layout (optional, last: positional tables leave it 0) ----
+   * 1: pool_fwd and pool_bwd take tt_pool_desc.y_nchw (x and dx NHWC, y and dy NCHW; their
+   * workspace, op_workspace's answer, holds the NHWC copy of y or dy), and so do pool_argmax and,
+   * in fp32 and bf16, pool_bwd_idx. The planner then lets a pooling end an NHWC group: LeNet's
+   * last pooling, read by the flatten, pools the NHWC activations and writes NCHW, where without
+   * it the convolution before it wrote NCHW and the batch norm and the pooling ran NCHW (three
+   * reorders of 4 times the pooled bytes a step). Added for issue 40 (the CPU backend). */
+  int pool_y_nchw;
 };
 
 /* Declares the named entries of one op family for backend prefix P (tt_ref, tt_cpu, tt_cuda):

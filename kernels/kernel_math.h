@@ -266,6 +266,9 @@ static inline int tt_pool_desc_error(const char *op, const tt_pool_desc *d, tt_p
   if (mode != TT_POOL_MAX && mode != TT_POOL_AVG) return snprintf(msg, size, "%s: unknown pool mode %d", op, (int)mode), -1;
   if (d->layout != TT_LAYOUT_NCHW && d->layout != TT_LAYOUT_NHWC)
     return snprintf(msg, size, "%s: unknown layout %d (0 NCHW, 1 NHWC)", op, d->layout), -1;
+  if (d->y_nchw) /* a backend with pool_y_nchw runs the desc without it, on its workspace's copy */
+    return snprintf(msg, size, "%s: y_nchw %d: this backend's pooling keeps x's layout for y (pool_y_nchw 0)", op, d->y_nchw),
+           -1;
   if (d->n <= 0 || d->c <= 0 || d->h <= 0 || d->w <= 0 || d->kh <= 0 || d->kw <= 0 || d->stride_h <= 0 ||
       d->stride_w <= 0 || d->pad_h < 0 || d->pad_w < 0)
     return snprintf(msg, size, "%s: bad pool desc (n=%d c=%d h=%d w=%d kernel=%dx%d stride=%dx%d pad=%dx%d)", op, d->n,

@@ -407,8 +407,8 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
                      p->bufs[st->out[TT_FWD_COMPACT]].bytes);
   }
   tt_strbuf_printf(&b, "]}, \"layout\": {\"nhwc_tensors\": %d, \"nhwc_bytes\": %zu, \"layout_changing_convs\": %d, "
-                       "\"reorder_steps\": 0, \"reorder_bytes\": 0}",
-                   p->n_nhwc, p->nhwc_bytes, p->n_layout_convs);
+                       "\"layout_changing_pools\": %d, \"reorder_steps\": 0, \"reorder_bytes\": 0}",
+                   p->n_nhwc, p->nhwc_bytes, p->n_layout_convs, p->n_layout_pools);
   tt_strbuf_printf(&b, ", \"attention\": {\"layers\": %d, \"form\": \"%s\", \"probs_bytes\": %zu}", p->n_attn,
                    p->policy.attn_fused ? "fused" : "probs_kept", p->attn_probs_bytes);
   tt_strbuf_printf(&b, ", \"compressed_saves\": {\"format\": \"%s\", \"count\": %d, \"bytes\": %zu, \"replaces_bytes\": %zu}",
@@ -465,10 +465,12 @@ static void plan_text_layout(const tt_session *s, FILE *out) {
                        : "");
     return;
   }
+  char pools[64] = "";
+  if (p->n_layout_pools) snprintf(pools, sizeof pools, " and %d pooling%s", p->n_layout_pools, p->n_layout_pools == 1 ? "" : "s");
   fprintf(out, "  layout      NHWC (channels-last) for %d activations and their gradients (%.1f MiB of values),\n"
-               "              NCHW for the rest; the layout changes inside %d convolution%s (their planned\n"
+               "              NCHW for the rest; the layout changes inside %d convolution%s%s (their planned\n"
                "              workspace): 0 reorder steps, 0 bytes of reorder buffers\n",
-          p->n_nhwc, plan_mib(p->nhwc_bytes), p->n_layout_convs, p->n_layout_convs == 1 ? "" : "s");
+          p->n_nhwc, plan_mib(p->nhwc_bytes), p->n_layout_convs, p->n_layout_convs == 1 ? "" : "s", pools);
 }
 
 /* Which layers the backward pass recomputes, segment by segment (the first few). */

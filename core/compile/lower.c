@@ -146,7 +146,8 @@ static void lower_args(const lower_ctx *c, const tt_node *n, tt_op_args *a) {
       d->n = c->pol->micro_batch, d->c = x->c, d->h = x->h, d->w = x->w;
       d->kh = n->L->kh, d->kw = n->L->kw, d->stride_h = n->L->sh, d->stride_w = n->L->sw;
       d->pad_h = n->L->ph, d->pad_w = n->L->pw, d->p = n->h, d->q = n->w;
-      d->layout = c->p->layout[c->canon[n->layer]];
+      d->layout = c->p->layout[c->canon[n->in[0]]]; /* x's; y is NCHW where the pooling ends an NHWC group */
+      d->y_nchw = d->layout == TT_LAYOUT_NHWC && c->p->layout[c->canon[n->layer]] != TT_LAYOUT_NHWC;
       break;
     }
     case TT_L_LINEAR: /* per token over a token tensor's last dimension: rows = tokens */
@@ -577,7 +578,12 @@ static int lower_bwd(lower_ctx *c, int node) {
 /* Whether backward of node j (reading its input v) can read a compact form instead: max pooling
  * with a window a uint8 indexes, on a backend with the entries. */
 static int lower_pool_compactable(const lower_ctx *c, const tt_node *n) {
-  return n->kind == TT_L_MAXPOOL && n->L->kh * n->L->kw <= 256 && c->be->pool_argmax && c->be->pool_bwd_idx;
+  /* a pooling from NHWC into NCHW (lower_layout.c): its pool_bwd_idx reads an NCHW dy, which the
+   * CPU backend's winner loops do in fp32 and bf16 only */
+  const unsigned char *lay = c->p->layout;
+  int x = c->canon[n->in[0]], y_nchw = lay[x] == TT_LAYOUT_NHWC && lay[n->layer] != TT_LAYOUT_NHWC;
+  return n->kind == TT_L_MAXPOOL && n->L->kh * n->L->kw <= 256 && c->be->pool_argmax && c->be->pool_bwd_idx &&
+         (!y_nchw || c->pol->act_dtype == TT_F32 || c->pol->act_dtype == TT_BF16);
 }
 
 /* Whether a convolution's backward may read a lossy copy of its input (policy.compress: fp16

@@ -17,7 +17,7 @@ void tt_lower_grads_unwritten(tt_program *p);
 void tt_lower_retarget_add(tt_program *p);
 
 /* lower_layout.c: p->layout[v] for every node v of g (canon: lower.c's views, each node's value's
- * owner), and p's layout counts (n_nhwc, nhwc_bytes, n_layout_convs); see the file. 0, or -1 with
+ * owner), and p's layout counts (n_nhwc, nhwc_bytes, n_layout_convs, n_layout_pools); see the file. 0, or -1 with
  * err set (out of host memory). */
 int tt_lower_layouts(const tt_graph *g, const tt_policy *pol, const tt_backend *be, const int *canon, tt_program *p,
                      tt_err *err);

@@ -382,6 +382,8 @@ typedef struct tt_program {
   int n_nhwc;          /* image nodes whose value (and gradient) is NHWC (program.layout) */
   int n_layout_convs;  /* convolutions whose x and y layouts differ: where the layout changes, inside the
                         * convolution's planned workspace (no separate reorder step) */
+  int n_layout_pools;  /* poolings that read NHWC and write NCHW (tt_pool_desc.y_nchw): where an NHWC
+                        * group ends, inside the pooling's planned workspace */
   int n_krsc;          /* 16-bit weight copies stored KRSC by their cast (tt_buf.krsc) */
   size_t nhwc_bytes;   /* the NHWC nodes' value bytes at the micro-batch (no padding: NCHW's bytes) */
   int n_attn;          /* attention forward steps (first instances) in the training program */

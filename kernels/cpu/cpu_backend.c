@@ -127,6 +127,13 @@ size_t tt_cpu_op_workspace(tt_backend *b, const tt_op_desc *op) {
   if ((op->kind == TT_OP_CONV_BWD_DATA || op->kind == TT_OP_CONV_BWD_FILTER) &&
       (bytes = tt_cpu_conv_strided_workspace(b, op)) != 0)
     return bytes;
+  /* a pooling from NHWC into NCHW (y_nchw): the NHWC copy of y or dy, then the pooling's own */
+  if ((op->kind == TT_OP_POOL_FWD || op->kind == TT_OP_POOL_BWD) && op->u.pool.y_nchw) {
+    tt_op_desc in = *op;
+    in.u.pool.y_nchw = 0;
+    bytes = tt_cpu_op_workspace(b, &in);
+    return bytes == TT_WS_ERROR ? bytes : tt_cpu_pool_copy_bytes(op) + bytes;
+  }
   tt_cpu_key(op, &k);
   if (!tt_cpu_uses_dnnl(&k)) return 0;
   /* layer norm backward: the most either form needs (dx added into takes an fp32 copy), as
@@ -187,6 +194,7 @@ static const tt_backend cpu_be_table = {
     NULL, NULL, /* download_after, event_wait: no saved activations leave host memory */
     tt_cpu_check_finite_multi, /* the overflow check of transient gradients in one call */
     0, /* filter_krsc: KCRS filters only (the planner stores no KRSC copy here) */
+    1, /* pool_y_nchw: pool_fwd and pool_bwd end an NHWC group (cpu_pool.c) */
 };
 
 tt_backend *tt_cpu_backend_create(int threads) { return tt_cpu_backend_create_knobs(threads, NULL); }

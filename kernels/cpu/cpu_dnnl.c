@@ -517,6 +517,7 @@ void tt_cpu_key(const tt_op_desc *op, tt_op_desc *k) {
     case TT_OP_POOL_FWD:
     case TT_OP_POOL_BWD:
       k->u.pool = op->u.pool;
+      k->u.pool.y_nchw = 0; /* the layout change is cpu_pool.c's copy around the call */
       k->pool_mode = op->pool_mode;
       k->accumulate = op->kind == TT_OP_POOL_BWD && op->accumulate;
       break;

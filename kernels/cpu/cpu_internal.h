@@ -242,6 +242,9 @@ int tt_cpu_linear_build(tt_cpu_build *bd, const tt_op_desc *op);
 int tt_cpu_pool_build(tt_cpu_build *bd, const tt_op_desc *op);
 int tt_cpu_ln_build(tt_cpu_build *bd, const tt_op_desc *op);
 int tt_cpu_gelu_build(tt_cpu_build *bd, const tt_op_desc *op);
+/* cpu_pool.c: bytes at the start of a y_nchw pooling's workspace (tt_pool_desc.y_nchw) for the
+ * NHWC copy of y (forward) or dy (backward), 64-byte aligned; 0 for any other op. */
+size_t tt_cpu_pool_copy_bytes(const tt_op_desc *op);
 /* cpu_pool.c: whether oneDNN runs a pooling op (tt_cpu_uses_dnnl's pooling cases) */
 int tt_cpu_pool_dnnl(const tt_op_desc *op);
 

@@ -438,12 +438,89 @@ static void cpu_pool_op(tt_op_desc *op, tt_op_kind kind, const tt_pool_desc *d, 
   if (d) op->u.pool = *d;
 }
 
+/* ---- a pooling that ends an NHWC group (tt_pool_desc.y_nchw): x and dx NHWC, y and dy NCHW ----
+ * The pooling runs on NHWC as any other, into (forward) or from (backward) an NHWC copy of y or
+ * dy at the start of its workspace, and the copy is transposed from or into the caller's NCHW
+ * tensor: y is the pooled size (LeNet's last pooling: a quarter of its input), so this moves far
+ * fewer bytes than the convolution before it writing NCHW and its group running NCHW did. A
+ * transposition moves elements unchanged: the bits are the NHWC pooling's. */
+
+size_t tt_cpu_pool_copy_bytes(const tt_op_desc *op) {
+  const tt_pool_desc *d = &op->u.pool;
+  if ((op->kind != TT_OP_POOL_FWD && op->kind != TT_OP_POOL_BWD) || !d->y_nchw || d->n <= 0 || d->c <= 0 || d->p <= 0 ||
+      d->q <= 0)
+    return 0;
+  return ((size_t)d->n * d->c * d->p * d->q * tt_dtype_size(op->dt) + 63) / 64 * 64;
+}
+
+/* dst[s][j][i] = src[s][i][j] for every sample s < n, i < rows, j < cols; elements of T, in tiles
+ * of 16 x 16 (both sides' lines stay in the cache); samples in parallel. One loop for every
+ * element size (CPU_POOL_TRANSPOSE_AS). */
+#define CPU_POOL_TRANSPOSE_AS(T)                                                                          \
+  do {                                                                                                    \
+    const T *src_ = (const T *)src;                                                                       \
+    T *dst_ = (T *)dst;                                                                                   \
+    ptrdiff_t s_;                                                                                         \
+    _Pragma("omp parallel for schedule(static) num_threads(nt) if (nt > 1)") for (s_ = 0; s_ < n; s_++) { \
+      const T *a_ = src_ + (size_t)s_ * rows * cols;                                                      \
+      T *o_ = dst_ + (size_t)s_ * rows * cols;                                                            \
+      for (size_t i0 = 0; i0 < rows; i0 += 16)                                                            \
+        for (size_t j0 = 0; j0 < cols; j0 += 16) {                                                        \
+          size_t i1 = i0 + 16 < rows ? i0 + 16 : rows, j1 = j0 + 16 < cols ? j0 + 16 : cols;              \
+          for (size_t i = i0; i < i1; i++)                                                                \
+            for (size_t j = j0; j < j1; j++) o_[j * rows + i] = a_[i * cols + j];                         \
+        }                                                                                                 \
+    }                                                                                                     \
+  } while (0)
+static void cpu_pool_transpose(tt_backend *b, ptrdiff_t n, size_t rows, size_t cols, size_t es, const void *src, void *dst) {
+  int nt = tt_cpu_threads_for(b, (size_t)n * rows * cols * es);
+  (void)nt;
+  if (es == 4) CPU_POOL_TRANSPOSE_AS(uint32_t);
+  else CPU_POOL_TRANSPOSE_AS(uint16_t);
+}
+#undef CPU_POOL_TRANSPOSE_AS
+
+/* The desc without y_nchw, and the NHWC copy's place at the start of ws (NULL: a short or missing
+ * workspace, refused with the bytes it needs). */
+static void *cpu_pool_copy(tt_backend *b, const char *what, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt,
+                           tt_pool_desc *inner, void *ws, size_t ws_bytes) {
+  tt_op_desc op;
+  char msg[256];
+  *inner = *d;
+  inner->y_nchw = 0;
+  if (d->y_nchw != 1 || d->layout != TT_LAYOUT_NHWC)
+    return tt_ref_fail(b, "%s: y_nchw %d with layout %d: a pooling changes the layout only from NHWC (1) to NCHW", what,
+                       d->y_nchw, d->layout),
+           NULL;
+  if (tt_ref_dt_check(b, what, dt)) return NULL;
+  if (tt_pool_desc_error(what, inner, mode, TT_F32, msg, sizeof msg)) return tt_ref_fail(b, "%s", msg), NULL;
+  cpu_pool_op(&op, strcmp(what, "pool_fwd") ? TT_OP_POOL_BWD : TT_OP_POOL_FWD, d, mode, dt);
+  size_t need = tt_cpu_pool_copy_bytes(&op);
+  if (!ws || ws_bytes < need)
+    return tt_ref_fail(b, "%s (NHWC x, NCHW y): workspace of %zu bytes, the NHWC copy of %s alone needs %zu; pass what "
+                       "op_workspace answers", what, ws ? ws_bytes : 0, what[5] == 'f' ? "y" : "dy", need),
+           NULL;
+  return ws;
+}
+
 int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt, const void *x, void *y,
                     void *ws, size_t ws_bytes) {
   tt_op_desc op;
   const tt_cpu_call *c;
   void *ptrs[2];
   char msg[256];
+  if (d && d->y_nchw) { /* pool into the NHWC copy, then transpose each sample's [p*q, c] into y */
+    tt_pool_desc in;
+    void *yh = cpu_pool_copy(b, "pool_fwd", d, mode, dt, &in, ws, ws_bytes);
+    size_t off = 0;
+    if (!yh) return -1;
+    if (!x || !y) return tt_ref_fail(b, "pool_fwd: NULL x or y");
+    cpu_pool_op(&op, TT_OP_POOL_FWD, d, mode, dt);
+    off = tt_cpu_pool_copy_bytes(&op);
+    if (tt_cpu_pool_fwd(b, &in, mode, dt, x, yh, (char *)ws + off, ws_bytes - off)) return -1;
+    cpu_pool_transpose(b, d->n, (size_t)d->p * d->q, (size_t)d->c, tt_dtype_size(dt), yh, y);
+    return 0;
+  }
   cpu_pool_op(&op, TT_OP_POOL_FWD, d, mode, dt);
   if (!d || (!tt_cpu_pool_dnnl(&op) && !cpu_pool_max_ours(&op))) return tt_ref_pool_fwd(b, d, mode, dt, x, y, ws, ws_bytes);
   if (tt_ref_dt_check(b, "pool_fwd", dt)) return -1;
@@ -463,6 +540,15 @@ int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   char msg[256];
   cpu_pool_op(&op, TT_OP_POOL_BWD, d, mode, dt);
   op.accumulate = beta != 0.0f;
+  if (d && d->y_nchw) { /* transpose each sample's dy [c, p*q] into the NHWC copy, then pool back from it */
+    tt_pool_desc in;
+    void *dyh = cpu_pool_copy(b, "pool_bwd", d, mode, dt, &in, ws, ws_bytes);
+    size_t off = tt_cpu_pool_copy_bytes(&op);
+    if (!dyh) return -1;
+    if (!dy) return tt_ref_fail(b, "pool_bwd: NULL dy");
+    cpu_pool_transpose(b, d->n, (size_t)d->c, (size_t)d->p * d->q, tt_dtype_size(dt), dy, dyh);
+    return tt_cpu_pool_bwd(b, &in, mode, dt, x, dyh, dx, beta, (char *)ws + off, ws_bytes - off);
+  }
   if (!d || (!tt_cpu_pool_dnnl(&op) && !cpu_pool_max_ours(&op)) || beta != 0.0f)
     return tt_ref_pool_bwd(b, d, mode, dt, x, dy, dx, beta, ws, ws_bytes);
   if (tt_ref_dt_check(b, "pool_bwd", dt)) return -1;
@@ -817,10 +903,11 @@ CPU_VEC_FN(cpu_pool_argmax_nhwc_row, (const tt_pool_desc *d, tt_dtype dt, const 
   }
 })
 
-/* dx row ih ([w, c]) of one sample from the winners idx and dy ([p, q, c]) of the output rows
- * whose windows hold it: dx = sum of dy over the windows that picked the element, in (oh, ow)
- * order from +0.0, plus beta * dx (the reference's expression; a sum from +0.0 is never -0.0,
- * so adding 0.0f for a window that did not pick the element changes no bit) */
+/* dx row ih ([w, c]) of one sample from the winners idx and dy ([p, q, c]; [c, p, q] where the
+ * pooling wrote NCHW, d->y_nchw: each chunk's channels gathered p*q apart, widened exactly) of
+ * the output rows whose windows hold it: dx = sum of dy over the windows that picked the element,
+ * in (oh, ow) order from +0.0, plus beta * dx (the reference's expression; a sum from +0.0 is
+ * never -0.0, so adding 0.0f for a window that did not pick the element changes no bit) */
 CPU_VEC_FN(cpu_pool_gather_nhwc_row, (const tt_pool_desc *d, tt_dtype dt, const uint8_t *idx, const void *dy, void *dx,
                                       float beta, int ih),
            (d, dt, idx, dy, dx, beta, ih), {
@@ -835,9 +922,15 @@ CPU_VEC_FN(cpu_pool_gather_nhwc_row, (const tt_pool_desc *d, tt_dtype dt, const 
       for (k = 0; k < e; k++) acc[k] = 0.0f;
       for (oh = oh0; oh <= oh1; oh++)
         for (ow = ow0; ow <= ow1; ow++) {
-          size_t yo = ((size_t)oh * d->q + ow) * c + k0;
+          size_t yo = ((size_t)oh * d->q + ow) * c + k0, pq = (size_t)d->p * d->q;
           int me = (ih - (oh * d->stride_h - d->pad_h)) * d->kw + (iw - (ow * d->stride_w - d->pad_w));
-          const float *g = cpu_vec_view(dt, dy, yo, gbuf, (size_t)e);
+          const float *g = gbuf;
+          if (!d->y_nchw) g = cpu_vec_view(dt, dy, yo, gbuf, (size_t)e);
+          else
+            for (k = 0; k < e; k++) {
+              size_t o = (size_t)(k0 + k) * pq + (size_t)oh * d->q + ow;
+              gbuf[k] = dt == TT_F32 ? ((const float *)dy)[o] : tt_bf16_to_f32(((const uint16_t *)dy)[o]);
+            }
           const uint8_t *id = idx + yo;
           CPU_VEC_SIMD for (k = 0; k < e; k++) acc[k] += id[k] == me ? g[k] : 0.0f;
         }
@@ -882,6 +975,11 @@ static void cpu_pool_winners_nhwc_run(tt_backend *b, const tt_pool_desc *d, tt_d
 
 int tt_cpu_pool_argmax(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const void *x, uint8_t *idx) {
   cpu_pool_job J;
+  tt_pool_desc in;
+  if (d && d->y_nchw) { /* the winners depend on x alone (NHWC), not on y's layout */
+    in = *d, in.y_nchw = 0;
+    return tt_cpu_pool_argmax(b, &in, dt, x, idx);
+  }
   if ((dt == TT_F32 || dt == TT_BF16) && d && x && idx && cpu_pool_winners_nhwc(d)) {
     cpu_pool_winners_nhwc_run(b, d, dt, x, idx, NULL, NULL, NULL, 0.0f);
     return 0;
@@ -914,6 +1012,9 @@ int tt_cpu_pool_bwd_idx(tt_backend *b, const tt_pool_desc *d, tt_dtype dt, const
     cpu_pool_winners_nhwc_run(b, d, dt, NULL, NULL, idx, dy, dx, beta);
     return 0;
   }
+  if (d && d->y_nchw) /* lowering saves such a pooling's winners only in fp32 and bf16 (lower.c) */
+    return tt_ref_fail(b, "pool_bwd_idx: y_nchw (an NCHW dy from NHWC winners) runs only in fp32 and bf16 with "
+                       "NHWC x (layout 1), windows of at most 256 taps; got %s, layout %d", tt_dtype_name(dt), d->layout);
   if ((dt != TT_F32 && dt != TT_BF16) || !d || !idx || !dy || !dx || d->h > CPU_POOL_MAX_SIDE ||
       d->w > CPU_POOL_MAX_SIDE || d->stride_h < d->kh || d->stride_w < d->kw || d->kh <= 0 || d->kw <= 0 ||
       !cpu_pool_winners_ok(d))

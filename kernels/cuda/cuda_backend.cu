@@ -713,6 +713,7 @@ static const tt_backend cuda_be_table = {
     cuda_be_download_after, cuda_be_event_wait, /* saved activations in pinned host memory */
     tt_cuda_check_finite_multi, /* the overflow check of transient gradients in one launch */
     1, /* filter_krsc: all-NHWC convolutions read a KRSC weight copy in place, cast_multi writes it */
+    0, /* pool_y_nchw: a pooling keeps its input's layout (y and dy too) */
 };
 
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, const tt_backend_knobs *knobs, char *errbuf,

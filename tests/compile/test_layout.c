@@ -58,18 +58,36 @@ static int node_of(const tt_model *m, const char *name) {
   return -1;
 }
 
-/* Lowers the recipe on be at micro-batch 4; 0 on success. */
-static int layout_lower(tt_backend *be, tt_model *m, tt_graph *g, tt_program *p, tt_err *e) {
+/* c1 reads the image and writes NHWC; b1 and p1 NHWC (p1 read by a convolution); c2 writes NCHW
+ * for d (dropout), so p2 reads NCHW and, though only a convolution reads it, writes NCHW too (a
+ * pooling changes the layout only from NHWC to NCHW); c3 writes NHWC, b3 NHWC, and p3 ends that
+ * group: it reads NHWC and writes NCHW for the flatten (tt_pool_desc.y_nchw). */
+static const char *pool_recipe =
+    "[net]\ninput = 3x16x16\nclasses = 5\n"
+    "[train]\nbatch = 8\nepochs = 1\noptimizer = sgd\nlr = 0.05\nmomentum = 0.9\nseed = 5\n"
+    "[data]\nformat = synthetic\nmean = 0.5\nstd = 0.25\n"
+    "[conv c1]\nfilters = 8\nsize = 3\npad = 1\nbias = false\n[bn b1]\nactivation = relu\n[maxpool p1]\nsize = 2\n"
+    "[conv c2]\nfilters = 8\nsize = 3\npad = 1\n[dropout d]\np = 0.2\n[avgpool p2]\nsize = 2\n"
+    "[conv c3]\nfilters = 12\nsize = 3\npad = 1\nbias = false\n[bn b3]\nactivation = relu\n[maxpool p3]\nsize = 2\n"
+    "[flatten fl]\n[linear fc]\nout = 5\n";
+
+/* Lowers a recipe (NULL: layout_recipe) on be at micro-batch 4, compact saves on where compact is 1;
+ * 0 on success. */
+static int layout_lower_text(tt_backend *be, const char *text, int compact, tt_model *m, tt_graph *g, tt_program *p,
+                             tt_err *e) {
   tt_policy pol;
   memset(&pol, 0, sizeof pol);
-  pol.micro_batch = 4, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.training = 1, pol.inplace = 1;
+  pol.micro_batch = 4, pol.accum_steps = 1, pol.act_dtype = TT_F32, pol.training = 1, pol.inplace = 1, pol.compact = compact;
   memset(m, 0, sizeof *m);
   memset(g, 0, sizeof *g);
   memset(p, 0, sizeof *p);
-  if (tt_recipe_parse("layout.recipe", layout_recipe, m, e, NULL, NULL) || tt_graph_build(m, g, e) ||
+  if (tt_recipe_parse("layout.recipe", text ? text : layout_recipe, m, e, NULL, NULL) || tt_graph_build(m, g, e) ||
       tt_lower(g, &pol, be, p, e) || tt_program_plan(p, e))
     return -1;
   return 0;
+}
+static int layout_lower(tt_backend *be, tt_model *m, tt_graph *g, tt_program *p, tt_err *e) {
+  return layout_lower_text(be, NULL, 0, m, g, p, e);
 }
 
 static void test_plan_layouts(void) {
@@ -173,6 +191,147 @@ static void test_plan_layouts(void) {
              "ref conv_workspace of an NHWC desc: '%s'", ref->last_error(ref));
     ref->destroy(ref);
   }
+  TT_TEST_END();
+}
+
+/* The pool desc of node name's forward step in p (NULL: none). */
+static const tt_pool_desc *pool_fwd_desc(const tt_program *p, const tt_model *m, const char *name) {
+  for (int si = 0; si < p->nsteps; si++)
+    if (p->steps[si].op == TT_S_FWD && p->steps[si].node == node_of(m, name)) return &p->steps[si].a.pool;
+  return NULL;
+}
+
+/* Where a pooling ends an NHWC group (pool_recipe, the CPU backend's pool_y_nchw): p3 reads NHWC
+ * and writes NCHW, p1 stays NHWC, p2 (NCHW input) NCHW; the same layouts when the policy offers
+ * compact saves (so a compact plan computes the same bits: test_equiv), where p1 and p3 save
+ * their winners; on a backend without pool_y_nchw c3, b3 and p3 are NCHW as before. */
+static void test_pool_ends(void) {
+  TT_TEST_BEGIN("layout_plan_pool_ends_nhwc_group");
+  tt_backend *be = tt_cpu_backend_create(1);
+  tt_model m;
+  tt_graph g;
+  tt_program p;
+  tt_err e;
+  TT_CHECK(be && be->pool_y_nchw == 1, "the CPU backend does not list pool_y_nchw");
+  for (int form = 0; be && form < 3; form++) { /* 0: as planned; 1: compact saves offered; 2: no pool_y_nchw */
+    be->pool_y_nchw = form != 2;
+    if (layout_lower_text(be, pool_recipe, form == 1, &m, &g, &p, &e)) {
+      TT_CHECK(0, "lowering (form %d): %s", form, e.msg);
+      break;
+    }
+    static const char *names[] = {"c1", "b1", "p1", "c2", "p2", "c3", "b3", "p3"};
+    static const unsigned char want[3][8] = {{1, 1, 1, 0, 0, 1, 1, 0}, {1, 1, 1, 0, 0, 1, 1, 0}, {1, 1, 1, 0, 0, 0, 0, 0}};
+    for (int i = 0; i < 8; i++) {
+      int v = node_of(&m, names[i]);
+      TT_CHECK(v >= 0 && p.layout[v] == (want[form][i] ? TT_LAYOUT_NHWC : TT_LAYOUT_NCHW), "form %d: %s is %s", form, names[i],
+               v >= 0 ? tt_layout_name(p.layout[v]) : "absent");
+    }
+    const tt_pool_desc *d1 = pool_fwd_desc(&p, &m, "p1"), *d2 = pool_fwd_desc(&p, &m, "p2"), *d3 = pool_fwd_desc(&p, &m, "p3");
+    TT_CHECK(d1 && d2 && d3, "form %d: a pooling's forward step is missing", form);
+    if (d1 && d2 && d3) {
+      TT_CHECK(d1->layout == TT_LAYOUT_NHWC && !d1->y_nchw && d2->layout == TT_LAYOUT_NCHW && !d2->y_nchw,
+               "form %d: p1 layout %d y_nchw %d, p2 layout %d y_nchw %d", form, d1->layout, d1->y_nchw, d2->layout, d2->y_nchw);
+      TT_CHECK(d3->layout == (form == 2 ? TT_LAYOUT_NCHW : TT_LAYOUT_NHWC) && d3->y_nchw == (form != 2),
+               "form %d: p3 layout %d y_nchw %d", form, d3->layout, d3->y_nchw);
+    }
+    TT_CHECK(p.n_layout_pools == (form != 2), "form %d: %d layout-changing poolings", form, p.n_layout_pools);
+    if (form == 1) { /* p1 and p3 (NHWC into NCHW: pool_bwd_idx reads the NCHW dy) save their winners */
+      int c1 = 0, c3 = 0;
+      for (int si = 0; si < p.nsteps; si++)
+        if (p.steps[si].op == TT_S_FWD && (p.steps[si].flags & TT_SF_COMPACT))
+          c1 += p.steps[si].node == node_of(&m, "p1"), c3 += p.steps[si].node == node_of(&m, "p3");
+      TT_CHECK(c1 == 1 && c3 == 1, "compact saves: p1 %d, p3 %d (expected 1 each)", c1, c3);
+    }
+    tt_program_free(&p);
+    tt_graph_free(&g);
+    tt_model_free(&m);
+  }
+  if (be) be->destroy(be);
+  TT_TEST_END();
+}
+
+/* pool_fwd and pool_bwd with y_nchw on the CPU backend (x and dx NHWC, y and dy NCHW) against
+ * the reference on NCHW: max pooling bit for bit (fp32, bf16), average within rounding; fp16 (the
+ * reference loops inside) too; the compact save's winners and pool_bwd_idx from the NCHW dy bit for
+ * bit (fp32, bf16; fp16 refused, as lowering never asks); a short workspace refused naming it, and
+ * the reference backend refusing y_nchw. */
+static void test_pool_y_nchw(void) {
+  TT_TEST_BEGIN("layout_pool_y_nchw_cpu_equals_ref");
+  tt_backend *cpu = tt_cpu_backend_create(2), *ref = tt_ref_backend_create(1);
+  tt_pool_desc d;
+  memset(&d, 0, sizeof d);
+  d.n = 3, d.c = 20, d.h = 9, d.w = 10, d.kh = d.kw = 2, d.stride_h = d.stride_w = 2, d.p = 4, d.q = 5;
+  const size_t xn = (size_t)d.n * d.c * d.h * d.w, yn = (size_t)d.n * d.c * d.p * d.q, hw = (size_t)d.h * d.w;
+  static const tt_dtype dts[3] = {TT_F32, TT_BF16, TT_F16};
+  for (int k = 0; k < 3 && cpu && ref; k++)
+    for (int mode = 0; mode < 2; mode++) {
+      tt_dtype dt = dts[k];
+      size_t es = tt_dtype_size(dt);
+      char *x = (char *)malloc(xn * es), *xh = (char *)malloc(xn * es), *dy = (char *)malloc(yn * es);
+      char *y[2] = {(char *)malloc(yn * es), (char *)malloc(yn * es)}, *dx[2] = {(char *)malloc(xn * es), (char *)malloc(xn * es)};
+      for (size_t i = 0; i < xn; i++) { /* values with ties; x NCHW, xh its NHWC copy */
+        float v = (float)((i * 2654435761u) % 97) / 8.0f - 6.0f, g = (float)((i * 40503u) % 89) / 16.0f - 2.5f;
+        size_t n = i / (d.c * hw), c = i / hw % d.c, j = i % hw, ih = (n * hw + j) * d.c + c;
+        uint16_t hv = dt == TT_F16 ? tt_f32_to_f16(v) : tt_bf16_from_f32(v), hg = dt == TT_F16 ? tt_f32_to_f16(g) : tt_bf16_from_f32(g);
+        if (es == 4) memcpy(x + i * 4, &v, 4), memcpy(xh + ih * 4, &v, 4);
+        else memcpy(x + i * 2, &hv, 2), memcpy(xh + ih * 2, &hv, 2);
+        if (i < yn) memcpy(dy + i * es, es == 4 ? (void *)&g : (void *)&hg, es);
+      }
+      tt_pool_desc dh = d;
+      dh.layout = TT_LAYOUT_NHWC, dh.y_nchw = 1;
+      tt_op_desc of, ob;
+      memset(&of, 0, sizeof of);
+      of.kind = TT_OP_POOL_FWD, of.dt = dt, of.pool_mode = (tt_pool_mode)mode, of.u.pool = dh;
+      ob = of, ob.kind = TT_OP_POOL_BWD;
+      size_t wf = cpu->op_workspace(cpu, &of), wb = cpu->op_workspace(cpu, &ob);
+      void *ws = malloc((wf > wb ? wf : wb) + 1);
+      int rc = cpu->pool_fwd(cpu, &dh, (tt_pool_mode)mode, dt, xh, y[0], ws, wf) ||
+               cpu->pool_bwd(cpu, &dh, (tt_pool_mode)mode, dt, xh, dy, dx[0], 0.0f, ws, wb);
+      TT_CHECK(!rc, "%s %s: %s", tt_dtype_name(dt), mode ? "avg" : "max", cpu->last_error(cpu));
+      rc = ref->pool_fwd(ref, &d, (tt_pool_mode)mode, dt, x, y[1], NULL, 0) ||
+           ref->pool_bwd(ref, &d, (tt_pool_mode)mode, dt, x, dy, dx[1], 0.0f, NULL, 0);
+      TT_CHECK(!rc, "ref %s: %s", tt_dtype_name(dt), ref->last_error(ref));
+      double worst = 0.0;
+      for (size_t i = 0; i < yn + xn; i++) { /* y as is (both NCHW); dx: the CPU's NHWC against the reference's NCHW */
+        size_t n = (i - yn) / (d.c * hw), c = (i - yn) / hw % d.c, j = (i - yn) % hw;
+        const char *a = i < yn ? y[0] + i * es : dx[0] + ((n * hw + j) * d.c + c) * es, *r = i < yn ? y[1] + i * es : dx[1] + (i - yn) * es;
+        float fa, fr;
+        uint16_t ha, hr;
+        if (es == 4) memcpy(&fa, a, 4), memcpy(&fr, r, 4);
+        else memcpy(&ha, a, 2), memcpy(&hr, r, 2), fa = dt == TT_F16 ? tt_f16_to_f32(ha) : tt_bf16_to_f32(ha), fr = dt == TT_F16 ? tt_f16_to_f32(hr) : tt_bf16_to_f32(hr);
+        worst = fmax(worst, fabs((double)fa - fr) / (1.0 + fabs(fr)));
+        if (mode == TT_POOL_MAX && k < 2 && memcmp(a, r, es)) worst = fmax(worst, 1.0); /* our max loops: the reference's bits */
+      }
+      TT_CHECK(worst <= (mode ? 1e-2 : 0.0), "%s %s: y or dx differ from the reference by %.3g", tt_dtype_name(dt),
+               mode ? "avg" : "max", worst);
+      if (mode == TT_POOL_MAX) { /* the compact save's winners (NHWC, as x) and its backward from the NCHW dy */
+        uint8_t *ic = (uint8_t *)malloc(yn), *ir = (uint8_t *)malloc(yn);
+        int wrc = cpu->pool_argmax(cpu, &dh, dt, xh, ic) || cpu->pool_bwd_idx(cpu, &dh, dt, ic, dy, dx[0], 0.0f);
+        if (k < 2) {
+          TT_CHECK(!wrc, "%s winners: %s", tt_dtype_name(dt), cpu->last_error(cpu));
+          TT_CHECK(!ref->pool_argmax(ref, &d, dt, x, ir) && !ref->pool_bwd_idx(ref, &d, dt, ir, dy, dx[1], 0.0f), "ref winners: %s",
+                   ref->last_error(ref));
+          size_t bad = 0;
+          for (size_t i = 0; i < xn; i++) { /* dx: the CPU's NHWC against the reference's NCHW, bit for bit */
+            size_t n = i / (d.c * hw), c = i / hw % d.c, j = i % hw;
+            bad += memcmp(dx[0] + ((n * hw + j) * d.c + c) * es, dx[1] + i * es, es) != 0;
+          }
+          TT_CHECK(bad == 0, "%s: pool_bwd_idx from an NCHW dy differs from the reference at %zu of %zu", tt_dtype_name(dt), bad, xn);
+        } else {
+          TT_CHECK(wrc && strstr(cpu->last_error(cpu), "y_nchw"), "fp16 pool_bwd_idx took y_nchw: %s", cpu->last_error(cpu));
+        }
+        free(ic), free(ir);
+      }
+      if (k == 0 && mode == 0) {
+        TT_CHECK(cpu->pool_fwd(cpu, &dh, TT_POOL_MAX, dt, xh, y[0], ws, wf - 1) && strstr(cpu->last_error(cpu), "workspace"),
+                 "a short workspace was not refused: %s", cpu->last_error(cpu));
+        TT_CHECK(ref->pool_fwd(ref, &dh, TT_POOL_MAX, dt, xh, y[1], NULL, 0) && strstr(ref->last_error(ref), "y_nchw"),
+                 "the reference took y_nchw: %s", ref->last_error(ref));
+      }
+      free(ws), free(x), free(xh), free(dy), free(y[0]), free(y[1]), free(dx[0]), free(dx[1]);
+    }
+  if (cpu) cpu->destroy(cpu);
+  if (ref) ref->destroy(ref);
   TT_TEST_END();
 }
 
@@ -284,6 +443,23 @@ static void test_train_layouts(void) {
     }
     TT_TEST_END();
   }
+  /* pool_recipe: p3 pools NHWC into NCHW (y_nchw) on the CPU backend; 4 fp32 steps against the reference */
+  TT_TEST_BEGIN("layout_train_pool_ends_equals_ref");
+  snprintf(recipe, sizeof recipe, "%s/layout_pool.recipe", tt_test_dir());
+  f = fopen(recipe, "w");
+  if (f) fputs(pool_recipe, f), fclose(f);
+  int ok = f && !layout_train(recipe, "onednn", NULL, TT_PRECISION_FP32, "pool_nhwc", 4, err, sizeof err);
+  TT_CHECK(ok, "oneDNN run: %s", f ? err : "cannot write the recipe");
+  if (ok) ok = !layout_train(recipe, "ref", NULL, TT_PRECISION_FP32, "pool_ref", 4, err, sizeof err);
+  TT_CHECK(ok, "reference run: %s", err);
+  if (ok) {
+    snprintf(a, sizeof a, "%s/pool_nhwc/weights.safetensors", tt_test_dir());
+    snprintf(b, sizeof b, "%s/pool_ref/weights.safetensors", tt_test_dir());
+    double d = weights_diff(a, b, where, sizeof where);
+    printf("  pooling into NCHW: against the reference after 4 steps: worst relative difference %.3g (%s)\n", d, where);
+    TT_CHECK(d >= 0.0 && d <= 2e-4, "against the reference: %.3g > 2e-4 at %s", d, where);
+  }
+  TT_TEST_END();
 }
 
 /* Batch norm on an NHWC tensor as [rows, c, 1] (the CPU backend's row loops, fp32, fp16, bf16)
@@ -354,6 +530,8 @@ static const tt_test_case tests[] = {
   TT_TEST("plan_layouts", "compile layout", test_plan_layouts),
   TT_TEST("bn_rows", "compile layout", test_bn_rows),
   TT_TEST("train_layouts", "compile layout", test_train_layouts),
+  TT_TEST("pool_ends", "compile layout", test_pool_ends),
+  TT_TEST("pool_y_nchw", "compile layout kernels cpu", test_pool_y_nchw),
 };
 
 int main(int argc, char **argv) {
