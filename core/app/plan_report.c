@@ -521,9 +521,7 @@ static void plan_text_offload(const tt_session *s, FILE *out) {
     fprintf(out, "  offload     fp32 master weights in pinned host memory: %.2f MiB in %d buffers; each cast into its "
             "persistent 16-bit copy after its update in the window\n", plan_mib(p->master_offload_bytes), p->n_masters_offloaded);
   if (!p->n_offloaded && !p->n_masters_offloaded) return;
-  size_t state = 0; /* the optimizer state's share of the pinned region */
-  for (int i = 0; i < p->nbufs; i++)
-    if (p->bufs[i].host && p->bufs[i].cls == TT_BC_OPTIMIZER) state += p->bufs[i].bytes;
+  size_t state = tt_offload_state_bytes(p); /* the optimizer state's share of the pinned region */
   fprintf(out, "  offload     optimizer state in pinned host memory: %.2f MiB in %d buffers (host budget %.2f GiB, "
           "--host-mem);\n              streamed through a %.2f MiB device window (2 slots, update phase only); copies "
           "%.1f ms per optimizer step at %.0f GB/s\n", plan_mib(state), p->n_offloaded,

@@ -23,21 +23,28 @@
 #define SVG_TOPN 5 /* buffers labelled at the peak */
 #define SVG_LANE 150 /* the pinned host lane between the plot and the legend, when the plan offloads */
 #define SVG_LANE_BAR 56 /* the lane's bar */
+#define SVG_KEY_CHARS 38 /* characters of a 10-pixel line in the legend's width (SVG_RIGHT) */
 
 /* The stacked categories, bottom to top: the program.h classes, activations split into those
- * kept from the forward pass and those a recompute op produced. */
-enum { PC_WEIGHTS, PC_GRADS, PC_OPT, PC_COPIES, PC_KEPT, PC_RECOMP, PC_ACT_GRADS, PC_WS, PC_N };
+ * kept from the forward pass and those a recompute op produced. PC_MASTERS, last so that the
+ * others keep their data-class numbers, is the fp32 masters offload 2 holds in pinned host memory
+ * (core/compile/offload.h): only the host lane has it, at its bottom (svg_lane_cat). */
+enum { PC_WEIGHTS, PC_GRADS, PC_OPT, PC_COPIES, PC_KEPT, PC_RECOMP, PC_ACT_GRADS, PC_WS, PC_MASTERS, PC_N };
 static const char *const pc_name[PC_N] = {"weights, BN statistics, loss stats", "gradients (fp32)", "optimizer state",
                                           "16-bit weight copies", "activations kept", "activations recomputed",
-                                          "activation gradients", "workspaces"};
+                                          "activation gradients", "workspaces", "fp32 master weights"};
 static const char *const pc_color[PC_N] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
-                                           "#59a14f", "#b07aa1", "#edc948", "#9c755f"};
+                                           "#59a14f", "#b07aa1", "#edc948", "#9c755f", "#1f3f66"};
+
+/* The host lane's k-th category from the bottom (k < PC_N): the masters, then the device order. */
+static int svg_lane_cat(int k) { return k == 0 ? PC_MASTERS : k - 1; }
 
 /* The stacked category of buffer b: by its program.h class, and for activations by whether
  * the op that first writes it is a recompute op (recomputed) or not (kept from the forward). */
 static int svg_cat(const tt_program *p, const tt_buf *b) {
   switch (b->cls) {
-    case TT_BC_PARAMS: case TT_BC_MISC: return PC_WEIGHTS;
+    case TT_BC_PARAMS: return b->host ? PC_MASTERS : PC_WEIGHTS; /* host: an offloaded master */
+    case TT_BC_MISC: return PC_WEIGHTS;
     case TT_BC_GRADS: return PC_GRADS;
     case TT_BC_OPTIMIZER: return PC_OPT;
     case TT_BC_WEIGHT_COPIES: return PC_COPIES;
@@ -232,16 +239,20 @@ static void svg_peak(tt_strbuf *b, const tt_program *p, const svg_axes *a, int p
   *ly_out = ly;
 }
 
-/* The legend under the peak's buffers, from line ly: the categories, then the segments, the budget
- * and the rejected alternative (alt_what, its peak apeak over alt_ops ops) where drawn; returns
- * the line after it. */
+/* The legend under the peak's buffers, from line ly: the categories (the fp32 masters only where
+ * the host holds some, masters != 0, and then the 16-bit copies said to be theirs), then the
+ * segments, the budget and the rejected alternative (alt_what, its peak apeak over alt_ops ops)
+ * where drawn; returns the line after it. */
 static int svg_legend(tt_strbuf *b, int lx, int ly, int nseg, size_t budget, int alive, const char *alt_what, size_t apeak,
-                       int alt_ops) {
+                       int alt_ops, int masters) {
   ly += 30;
-  for (int c = PC_N - 1; c >= 0; c--, ly += 18)
+  for (int c = PC_N - 1; c >= 0; c--) {
+    if (c == PC_MASTERS && !masters) continue;
     tt_strbuf_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"12\" fill=\"%s\"/>\n"
-                         "<text x=\"%d\" y=\"%d\" font-size=\"11\">%s</text>\n", lx, ly - 10, pc_color[c], lx + 20, ly,
-                     pc_name[c]);
+                         "<text x=\"%d\" y=\"%d\" font-size=\"11\">%s%s</text>\n", lx, ly - 10, pc_color[c], lx + 20, ly,
+                     c == PC_COPIES && masters ? "16-bit copies of host masters" : pc_name[c], c == PC_MASTERS ? " (pinned host)" : "");
+    ly += 18;
+  }
   if (nseg)
     tt_strbuf_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"12\" fill=\"#d9c8f0\"/>\n"
                          "<text x=\"%d\" y=\"%d\" font-size=\"11\">recompute ops (%d segments)</text>\n",
@@ -259,21 +270,24 @@ static int svg_legend(tt_strbuf *b, int lx, int ly, int nseg, size_t budget, int
 }
 
 /* The bytes of p's host buffers (planned host offload, tt_buf.host) by stacked category, aligned as
- * the host region lays them out (core/compile/offload.c); returns their sum. */
-static size_t svg_host(const tt_program *p, size_t cat[PC_N]) {
+ * the host region lays them out (core/compile/offload.c), and how many there are (*nhost: state,
+ * masters and saved activations alike); returns their sum. */
+static size_t svg_host(const tt_program *p, size_t cat[PC_N], int *nhost) {
   size_t a = p->align ? p->align : 1, sum = 0;
   memset(cat, 0, PC_N * sizeof(size_t));
+  *nhost = 0;
   for (int i = 0; i < p->nbufs; i++)
     if (p->bufs[i].host) {
       size_t sz = (p->bufs[i].bytes + a - 1) / a * a;
-      cat[svg_cat(p, &p->bufs[i])] += sz, sum += sz;
+      cat[svg_cat(p, &p->bufs[i])] += sz, sum += sz, ++*nhost;
     }
   return sum;
 }
 
 /* The pinned host lane beside the device plot, from x0: what the plan holds in pinned host memory
  * (cat, by category, on the plot's byte scale: the host region is held for the whole run, so it is
- * one bar), its bytes (p->host_bytes, plan --json's offload_bytes) and the host budget
+ * one bar; the fp32 masters of offload 2 at its bottom, labelled with their bytes, --json's
+ * master_bytes), its bytes (p->host_bytes, plan --json's offload_bytes) and the host budget
  * (host_budget, --host-mem: a line where it falls on the scale, else said in words). */
 static void svg_host_lane(tt_strbuf *b, const tt_program *p, const svg_axes *a, int x0, const size_t cat[PC_N],
                           size_t host_budget) {
@@ -281,17 +295,28 @@ static void svg_host_lane(tt_strbuf *b, const tt_program *p, const svg_axes *a, 
   size_t up = 0;
   tt_strbuf_printf(b, "<text x=\"%d\" y=\"%d\" font-size=\"11\" font-weight=\"bold\">device arena</text>\n", SVG_LEFT,
                    SVG_TOP - 4); /* the plot's name, beside the lane's */
-  tt_strbuf_printf(b, "<g class=\"host-lane\" data-host-bytes=\"%zu\" data-host-budget-bytes=\"%zu\">\n"
-                       "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#f3f3f3\" stroke=\"#444\" "
+  tt_strbuf_printf(b, "<g class=\"host-lane\" data-host-bytes=\"%zu\" data-host-budget-bytes=\"%zu\"", p->host_bytes,
+                   host_budget);
+  if (p->n_masters_offloaded) tt_strbuf_printf(b, " data-master-bytes=\"%zu\"", p->master_offload_bytes);
+  tt_strbuf_printf(b, ">\n<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#f3f3f3\" stroke=\"#444\" "
                        "stroke-dasharray=\"3 2\"/>\n<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"11\" "
                        "font-weight=\"bold\">pinned host</text>\n",
-                   p->host_bytes, host_budget, x0, SVG_TOP, SVG_LANE - 14, SVG_PH, x0 + (SVG_LANE - 14) / 2, SVG_TOP - 4);
-  for (int c = 0; c < PC_N; c++) {
+                   x0, SVG_TOP, SVG_LANE - 14, SVG_PH, x0 + (SVG_LANE - 14) / 2, SVG_TOP - 4);
+  for (int k = 0; k < PC_N; k++) {
+    int c = svg_lane_cat(k);
     if (!cat[c]) continue;
     double y1 = svg_y(a, (double)up), y0 = svg_y(a, (double)(up + cat[c]));
     tt_strbuf_printf(b, "<rect class=\"host-bytes\" data-class=\"%d\" data-bytes=\"%zu\" x=\"%d\" y=\"%.2f\" "
                          "width=\"%d\" height=\"%.2f\" fill=\"%s\"/>\n",
                      c, cat[c], bx, y0, SVG_LANE_BAR, y1 - y0, pc_color[c]);
+    if (c == PC_MASTERS && y1 - y0 >= 26) /* the masters' label: in their part where two lines fit */
+      tt_strbuf_printf(b, "<text class=\"host-masters\" data-class=\"%d\" x=\"%d\" y=\"%.1f\" text-anchor=\"middle\" "
+                           "font-size=\"10\" fill=\"#fff\">masters<tspan x=\"%d\" dy=\"12\">%.1f MiB</tspan></text>\n",
+                       c, bx + SVG_LANE_BAR / 2, (y0 + y1) / 2 - 2, bx + SVG_LANE_BAR / 2, svg_mib(p->master_offload_bytes));
+    else if (c == PC_MASTERS) /* too thin: under the lane, below the host budget's words */
+      tt_strbuf_printf(b, "<text class=\"host-masters\" data-class=\"%d\" x=\"%d\" y=\"%d\" text-anchor=\"middle\" "
+                           "font-size=\"10\" fill=\"%s\">fp32 masters %.1f MiB</text>\n",
+                       c, x0 + (SVG_LANE - 14) / 2, SVG_TOP + SVG_PH + 28, pc_color[c], svg_mib(p->master_offload_bytes));
     up += cat[c];
   }
   double ytop = svg_y(a, (double)up);
@@ -311,6 +336,28 @@ static void svg_host_lane(tt_strbuf *b, const tt_program *p, const svg_axes *a, 
   tt_strbuf_printf(b, "</g>\n");
 }
 
+/* The lane's key in the legend, from line ly at lx: the lane's bytes, what it holds (cat's
+ * categories in the lane's order, wrapped after a comma where a line would pass SVG_KEY_CHARS),
+ * how many buffers (nhost) and the device window they stream through. */
+static void svg_host_key(tt_strbuf *b, const tt_program *p, int lx, int ly, const size_t cat[PC_N], int nhost) {
+  tt_strbuf_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"12\" fill=\"#f3f3f3\" stroke=\"#444\" "
+                       "stroke-dasharray=\"3 2\"/>\n<text class=\"host-legend\" x=\"%d\" y=\"%d\" font-size=\"11\">"
+                       "pinned host (offload): %.1f MiB</text>\n<text class=\"host-key\" x=\"%d\" y=\"%d\" font-size=\"10\" "
+                       "fill=\"#666\">", lx, ly - 10, lx + 20, ly, svg_mib(p->host_bytes), lx + 20, ly + 13);
+  size_t col = 0;
+  for (int k = 0, j = 0; k < PC_N; k++) {
+    const char *nm = pc_name[svg_lane_cat(k)];
+    if (!cat[svg_lane_cat(k)]) continue;
+    if (j++ && col + 2 + strlen(nm) > SVG_KEY_CHARS) /* the comma ends this line, the name starts the next */
+      ly += 13, col = 0, tt_strbuf_printf(b, ",</text>\n<text class=\"host-key\" x=\"%d\" y=\"%d\" font-size=\"10\" "
+                                              "fill=\"#666\">", lx + 20, ly + 13);
+    else if (j > 1) tt_strbuf_printf(b, ", "), col += 2;
+    tt_strbuf_printf(b, "%s", nm), col += strlen(nm);
+  }
+  tt_strbuf_printf(b, "</text>\n<text class=\"host-key\" x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#666\">%d buffers, "
+                       "through a %.1f MiB window</text>\n", lx + 20, ly + 26, nhost, svg_mib(2 * p->offload_slot_bytes));
+}
+
 /* Draws the chosen plan's bytes live at each op (stacked by category) against the budget and the
  * rejected alternative, and writes it to path atomically. */
 int tt_plan_svg(tt_session *s, const char *path, tt_err *err) {
@@ -328,7 +375,9 @@ int tt_plan_svg(tt_session *s, const char *path, tt_err *err) {
     alive = svg_live(&alt, &apeak, &apeak_op);
     if (alive && apeak == peak) free(alive), alive = NULL; /* the same peak: nothing to compare */
   }
-  size_t hcat[PC_N], hsum = svg_host(p, hcat);
+  size_t hcat[PC_N];
+  int nhost;
+  size_t hsum = svg_host(p, hcat, &nhost);
   svg_axes a;
   a.nsteps = n;
   a.lane = hsum ? SVG_LANE : 0; /* without offload the picture is as it was */
@@ -364,18 +413,8 @@ int tt_plan_svg(tt_session *s, const char *path, tt_err *err) {
   int ly, lx = SVG_LEFT + pw + 14 + a.lane;
   if (hsum) svg_host_lane(&b, p, &a, SVG_LEFT + pw + 14, hcat, s->policy_opts.host_bytes);
   svg_peak(&b, p, &a, pw, peak, peak_op, &ly);
-  ly = svg_legend(&b, lx, ly, nseg, r->budget_bytes, alive != NULL, alt_what, apeak, alt.nsteps);
-  if (hsum) { /* the lane's key: what is held there, off the arena, and the window in it */
-    tt_strbuf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"12\" fill=\"#f3f3f3\" stroke=\"#444\" "
-                         "stroke-dasharray=\"3 2\"/>\n<text class=\"host-legend\" x=\"%d\" y=\"%d\" font-size=\"11\">"
-                         "pinned host (offload): %.1f MiB</text>\n<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#666\">",
-                     lx, ly - 10, lx + 20, ly, svg_mib(p->host_bytes), lx + 20, ly + 13);
-    for (int c = 0, k = 0; c < PC_N; c++)
-      if (hcat[c]) tt_strbuf_printf(&b, "%s%s", k++ ? ", " : "", pc_name[c]);
-    tt_strbuf_printf(&b, " in %d buffers,</text>\n<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#666\">streamed "
-                         "through a %.1f MiB window</text>\n", p->n_offloaded, lx + 20, ly + 26,
-                     svg_mib(2 * p->offload_slot_bytes));
-  }
+  ly = svg_legend(&b, lx, ly, nseg, r->budget_bytes, alive != NULL, alt_what, apeak, alt.nsteps, hcat[PC_MASTERS] != 0);
+  if (hsum) svg_host_key(&b, p, lx, ly, hcat, nhost);
   tt_strbuf_printf(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"12\">Program op (%d: forward, loss, "
                        "backward, then the optimizer updates)</text>\n</svg>\n",
                    SVG_LEFT + pw / 2, SVG_TOP + SVG_PH + 30, n);

@@ -224,6 +224,13 @@ int tt_offload_master_cast(const tt_program *p, int param) {
   return -1;
 }
 
+size_t tt_offload_state_bytes(const tt_program *p) {
+  size_t state = 0;
+  for (int i = 0; i < p->nbufs; i++)
+    if (p->bufs[i].host && p->bufs[i].cls == TT_BC_OPTIMIZER) state += p->bufs[i].bytes;
+  return state;
+}
+
 int tt_offload_lower(tt_program *p, tt_err *err) {
   size_t slot = 0, a = p->align ? p->align : 1;
   int n = 0;

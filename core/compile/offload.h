@@ -36,6 +36,10 @@ int tt_offload_lower(tt_program *p, tt_err *err);
  * (policy.offload 2, lower.c's lower_update), or -1 when it has none. */
 int tt_offload_master_cast(const tt_program *p, int param);
 
+/* The optimizer state's share of p's pinned host region, in bytes as held (the masters and saved
+ * activations there left out; 0 when the state stays in the arena). */
+size_t tt_offload_state_bytes(const tt_program *p);
+
 /* The default host budget for pinned buffers: half of the memory the kernel reports available
  * now (MemAvailable in /proc/meminfo; sysconf's free pages where that is unreadable), 0 when
  * neither can be read. */

@@ -413,9 +413,10 @@ void tt_session_print_summary(const tt_session *s, FILE *out) {
   if (r->train.n_masters_offloaded) /* offload 2 (core/compile/offload.h) */
     fprintf(out, "  offload  fp32 master weights in pinned host memory: %.1f MiB in %d buffers\n",
             r->train.master_offload_bytes / 1048576.0, r->train.n_masters_offloaded);
-  if (r->train.n_offloaded) /* planned host offload (core/compile/offload.h) */
+  if (r->train.n_offloaded) /* planned host offload (core/compile/offload.h): the state's share of the region */
     fprintf(out, "  offload  optimizer state in pinned host memory: %.1f MiB (--host-mem %.1f MiB), through a %.1f MiB window\n",
-            r->train.host_bytes / 1048576.0, s->policy_opts.host_bytes / 1048576.0, 2.0 * r->train.offload_slot_bytes / 1048576.0);
+            tt_offload_state_bytes(&r->train) / 1048576.0, s->policy_opts.host_bytes / 1048576.0,
+            2.0 * r->train.offload_slot_bytes / 1048576.0);
   char line[320];
   tt_session_tf32_text(s, line, sizeof line);
   if (line[0]) fprintf(out, "  tf32     %s\n", line);
