@@ -137,27 +137,30 @@ CPU_VEC_FN(cpu_pool_max_nhwc2_row, (const tt_pool_desc *d, tt_dtype dt, const vo
       int k;
       /* the taps in order, a pass each (a chain of selects in one loop does not vectorise under
        * GCC's default trapping math; these passes do) */
-      CPU_VEC_SIMD for (k = 0; k < e; k++) best[k] = a[k], win[k] = 0;
-      CPU_POOL_TAP(b, 1)
-      CPU_POOL_TAP(cc, 2)
-      CPU_POOL_TAP(ee, 3)
+      /* fp32 writes y's and dx's elements in place (a copy per window through a buffer and
+       * memcpy cost LeNet's 32-channel windows more than the selects); bf16 rounds from buffers */
+      float *bo = dt == TT_F32 && !dy ? (float *)y + yo + k0 : best;
+      CPU_VEC_SIMD for (k = 0; k < e; k++) bo[k] = a[k], win[k] = 0;
+      {
+        float *best = bo; /* CPU_POOL_TAP's running maximum */
+        CPU_POOL_TAP(b, 1)
+        CPU_POOL_TAP(cc, 2)
+        CPU_POOL_TAP(ee, 3)
+      }
       if (!dy) {
-        if (dt == TT_F32) memcpy((float *)y + yo + k0, best, (size_t)e * sizeof(float));
-        else cpu_vec_narrow(dt, best, y, yo + k0, (size_t)e);
+        if (dt != TT_F32) cpu_vec_narrow(dt, best, y, yo + k0, (size_t)e);
         continue;
       }
       const float *g = cpu_vec_view(dt, dy, yo + k0, bg, (size_t)e);
+      float *p0 = o0, *p1 = o1, *p2 = o2, *p3 = o3;
+      if (dt == TT_F32)
+        p0 = (float *)dx + r0 + ca + k0, p1 = (float *)dx + r0 + cb + k0, p2 = (float *)dx + r1 + ca + k0, p3 = (float *)dx + r1 + cb + k0;
       CPU_VEC_SIMD for (k = 0; k < e; k++) { /* 0.0f + (won ? dy : 0.0f), the add hoisted out of the select */
         const float gz = 0.0f + g[k];
-        o0[k] = win[k] == 0 ? gz : 0.0f, o1[k] = win[k] == 1 ? gz : 0.0f;
-        o2[k] = win[k] == 2 ? gz : 0.0f, o3[k] = win[k] == 3 ? gz : 0.0f;
+        p0[k] = win[k] == 0 ? gz : 0.0f, p1[k] = win[k] == 1 ? gz : 0.0f;
+        p2[k] = win[k] == 2 ? gz : 0.0f, p3[k] = win[k] == 3 ? gz : 0.0f;
       }
-      if (dt == TT_F32) {
-        memcpy((float *)dx + r0 + ca + k0, o0, (size_t)e * sizeof(float));
-        memcpy((float *)dx + r0 + cb + k0, o1, (size_t)e * sizeof(float));
-        memcpy((float *)dx + r1 + ca + k0, o2, (size_t)e * sizeof(float));
-        memcpy((float *)dx + r1 + cb + k0, o3, (size_t)e * sizeof(float));
-      } else {
+      if (dt != TT_F32) {
         cpu_vec_narrow(dt, o0, dx, r0 + ca + k0, (size_t)e), cpu_vec_narrow(dt, o1, dx, r0 + cb + k0, (size_t)e);
         cpu_vec_narrow(dt, o2, dx, r1 + ca + k0, (size_t)e), cpu_vec_narrow(dt, o3, dx, r1 + cb + k0, (size_t)e);
       }
