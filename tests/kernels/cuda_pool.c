@@ -27,6 +27,7 @@ void test_pooling(void) {
         tt_pool_desc d;
         int *c = cfg[k];
         goff = 0;
+        memset(&d, 0, sizeof d); /* every field, y_nchw included */
         d.n = c[0], d.c = c[1], d.h = c[2], d.w = c[3], d.kh = c[4], d.kw = c[5], d.stride_h = c[6], d.stride_w = c[7];
         d.pad_h = c[8], d.pad_w = c[9], d.layout = TT_LAYOUT_NCHW;
         d.p = (d.h + 2 * d.pad_h - d.kh) / d.stride_h + 1, d.q = (d.w + 2 * d.pad_w - d.kw) / d.stride_w + 1;

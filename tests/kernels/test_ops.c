@@ -498,6 +498,7 @@ typedef struct pool_ctx {
 } pool_ctx;
 static tt_pool_desc mkpool(int n, int c, int h, int w, int kh, int kw, int sh, int sw, int ph, int pw) {
   tt_pool_desc d;
+  memset(&d, 0, sizeof d); /* every field, y_nchw included */
   d.n = n; d.c = c; d.h = h; d.w = w; d.kh = kh; d.kw = kw;
   d.stride_h = sh; d.stride_w = sw; d.pad_h = ph; d.pad_w = pw;
   d.layout = TT_LAYOUT_NCHW;
