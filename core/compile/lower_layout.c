@@ -6,10 +6,10 @@
 #include "lower_int.h"
 
 /* Whether pooling node v may end an NHWC group (x NHWC, y NCHW: tt_pool_desc.y_nchw): a max or
- * average pooling on a backend with pool_y_nchw. Not the policy's compact saves: the layouts stay
- * the same with and without them, so a compact plan computes the same bits as the full one
- * (lower.c's lower_compact_plan leaves such a pooling's input whole instead: pool_bwd_idx, the
- * compact save's backward, has no workspace to change the layout in). */
+ * average pooling on a backend with pool_y_nchw. Whatever the policy's compact saves: the layouts
+ * stay the same with and without them, so a compact plan computes the same bits as the full one
+ * (the compact save's backward, pool_bwd_idx, reads the NCHW dy in fp32 and bf16; in fp16 lower.c's
+ * lower_pool_compactable leaves such a pooling's input whole). */
 static int lower_pool_ends(const tt_graph *g, const tt_backend *be, const int *canon, int v) {
   const tt_node *n = &g->nodes[v];
   return (n->kind == TT_L_MAXPOOL || n->kind == TT_L_AVGPOOL) && be->pool_y_nchw && canon[v] == v && !n->tokens;
