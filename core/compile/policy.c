@@ -312,9 +312,9 @@ static int policy_make_hybrid(const policy_ctx *c, policy_fit_state *s, int iter
 }
 
 /* The smaller forms c's backend and recipe allow a saved value (lower.c uses the same tests:
- * lower_compact_plan, lower_pool_compactable, lower_conv_compressible; lower_pool_compactable also
- * leaves whole the input of a pooling that reads NHWC and writes NCHW, which these forms do not
- * see: the search's estimate of such a plan is low by that input's bytes less its uint8 index,
+ * lower_compact_plan, lower_pool_compactable, lower_conv_compressible; in fp16 lower_pool_compactable
+ * also leaves whole the input of a pooling that reads NHWC and writes NCHW, which these forms do
+ * not see: the search's estimate of such a plan is low by that input's bytes less its uint8 index,
  * and the lowered plan's own arena is what is checked against the budget). */
 static tt_save_forms policy_save_forms(const policy_ctx *c) {
   tt_save_forms f;
