@@ -124,6 +124,11 @@ static size_t lower_act_bytes(const lower_ctx *c, int node) {
 /* The node whose value a node's k-th input reads (views looked through). */
 static const tt_node *lower_in(const lower_ctx *c, const tt_node *n, int k) { return &c->g->nodes[c->canon[n->in[k]]]; }
 
+/* Whether pooling node n reads NHWC and writes NCHW (tt_pool_desc.y_nchw; lower_layout.c). */
+static int lower_pool_y_nchw(const lower_ctx *c, const tt_node *n) {
+  return c->p->layout[c->canon[n->in[0]]] == TT_LAYOUT_NHWC && c->p->layout[c->canon[n->layer]] != TT_LAYOUT_NHWC;
+}
+
 static void lower_conv_desc(const lower_ctx *c, const tt_node *n, tt_conv_desc *d) {
   const tt_node *x = lower_in(c, n, 0);
   memset(d, 0, sizeof *d);
@@ -147,7 +152,7 @@ static void lower_args(const lower_ctx *c, const tt_node *n, tt_op_args *a) {
       d->kh = n->L->kh, d->kw = n->L->kw, d->stride_h = n->L->sh, d->stride_w = n->L->sw;
       d->pad_h = n->L->ph, d->pad_w = n->L->pw, d->p = n->h, d->q = n->w;
       d->layout = c->p->layout[c->canon[n->in[0]]]; /* x's; y is NCHW where the pooling ends an NHWC group */
-      d->y_nchw = d->layout == TT_LAYOUT_NHWC && c->p->layout[c->canon[n->layer]] != TT_LAYOUT_NHWC;
+      d->y_nchw = lower_pool_y_nchw(c, n);
       break;
     }
     case TT_L_LINEAR: /* per token over a token tensor's last dimension: rows = tokens */
@@ -580,10 +585,8 @@ static int lower_bwd(lower_ctx *c, int node) {
 static int lower_pool_compactable(const lower_ctx *c, const tt_node *n) {
   /* a pooling from NHWC into NCHW (lower_layout.c): its pool_bwd_idx reads an NCHW dy, which the
    * CPU backend's winner loops do in fp32 and bf16 only */
-  const unsigned char *lay = c->p->layout;
-  int x = c->canon[n->in[0]], y_nchw = lay[x] == TT_LAYOUT_NHWC && lay[n->layer] != TT_LAYOUT_NHWC;
   return n->kind == TT_L_MAXPOOL && n->L->kh * n->L->kw <= 256 && c->be->pool_argmax && c->be->pool_bwd_idx &&
-         (!y_nchw || c->pol->act_dtype == TT_F32 || c->pol->act_dtype == TT_BF16);
+         (!lower_pool_y_nchw(c, n) || c->pol->act_dtype == TT_F32 || c->pol->act_dtype == TT_BF16);
 }
 
 /* Whether a convolution's backward may read a lossy copy of its input (policy.compress: fp16

@@ -24,8 +24,7 @@
  * order, a multiply then an add, no lane crossing). The bias gradient is tt_ref_channel_sum's
  * fixed-order sum of dy.
  * Workspace: per thread one block's columns and one partial, from the arena (nothing allocated).
- * fp32 only (a first layer reads the fp32 image; 16-bit plans keep oneDNN's kernels). The fill
- * handles any channel count and layout, so the selection alone says where it runs.
+ * fp32 only (a first layer reads the fp32 image; 16-bit plans keep oneDNN's kernels).
  * TINYTRAIN_CONV_MATMUL=0 turns it off with the other matmul forms. */
 #include <cblas.h>
 
@@ -57,11 +56,11 @@ static void cpu_conv_col_split(tt_backend *b, const tt_conv_desc *d, int *blocks
   *threads = nt < *blocks ? nt : *blocks;
 }
 
-/* Floats of the padded input row cpu_conv_col_fill1 copies from: the output row's reach. */
+/* Floats of the padded input row cpu_conv_col_fill copies from: the output row's reach. */
 static size_t cpu_conv_col_wp(const tt_conv_desc *d) { return (size_t)(d->q - 1) * d->stride_w + d->s; }
 
 /* Bytes of one thread's share of the workspace: a block's columns and a partial dw, each
- * 64-byte aligned, and one padded input row (cpu_conv_col_fill1). */
+ * 64-byte aligned, and one padded input row (cpu_conv_col_fill). */
 static size_t cpu_conv_col_share(const tt_conv_desc *d) {
   size_t crs = (size_t)d->c * d->r * d->s, col = (size_t)CPU_CONV_COL_ROWS * crs * sizeof(float);
   size_t part = (size_t)d->k * crs * sizeof(float), xrow = cpu_conv_col_wp(d) * sizeof(float);
@@ -75,36 +74,14 @@ size_t tt_cpu_conv_col_workspace(tt_backend *b, const tt_op_desc *op) {
   return (size_t)nt * cpu_conv_col_share(&op->u.conv) + 64; /* + 64: the base aligned up */
 }
 
-/* col[r - r0][(ch*R + kr)*S + ks] = x[n, ch, oh*sh - ph + kr, ow*sw - pw + ks] for the output pixels
- * r = (n*P + oh)*Q + ow in [r0, r1), 0 outside the image; x NCHW or NHWC (d->layout_x). Any
- * channel count (the general form, element by element). */
-static void cpu_conv_col_fill(const tt_conv_desc *d, const float *x, size_t r0, size_t r1, float *col) {
-  int crs = d->c * d->r * d->s, nhwc = d->layout_x == TT_LAYOUT_NHWC;
-  size_t hw = (size_t)d->h * d->w, pq = (size_t)d->p * d->q;
-  for (size_t r = r0; r < r1; r++) {
-    size_t n = r / pq;
-    int oh = (int)(r % pq / d->q), ow = (int)(r % d->q);
-    const float *xs = x + n * d->c * hw;
-    float *row = col + (r - r0) * crs;
-    for (int ch = 0; ch < d->c; ch++)
-      for (int kr = 0; kr < d->r; kr++) {
-        int ih = oh * d->stride_h - d->pad_h + kr;
-        float *o = row + (ch * d->r + kr) * d->s;
-        for (int ks = 0; ks < d->s; ks++) {
-          int iw = ow * d->stride_w - d->pad_w + ks;
-          int in = ih >= 0 && ih < d->h && iw >= 0 && iw < d->w;
-          o[ks] = !in ? 0.0f : nhwc ? xs[((size_t)ih * d->w + iw) * d->c + ch] : xs[(size_t)ch * hw + (size_t)ih * d->w + iw];
-        }
-      }
-  }
-}
-
-/* cpu_conv_col_fill's columns for one input channel (x [n][h][w] in either layout), an output
- * row at a time: per filter row, the input row goes once into xrow (cpu_conv_col_wp floats,
- * zeros in the padding), and each pixel's S taps are copied from it, S = 3, 5 and 7 as lines of
- * moves (a call to memcpy, or a loop, for 5 floats per pixel and filter row cost more than the
- * products here). */
-static void cpu_conv_col_fill1(const tt_conv_desc *d, const float *x, size_t r0, size_t r1, float *col, float *xrow) {
+/* col[r - r0][kr*S + ks] = x[n, 0, oh*sh - ph + kr, ow*sw - pw + ks] for the output pixels
+ * r = (n*P + oh)*Q + ow in [r0, r1), 0 outside the image; one input channel (x [n][h][w], the same
+ * bytes in NCHW and NHWC). An output row at a time: per filter row, the input row goes once into
+ * xrow (cpu_conv_col_wp floats, zeros in the padding), and each pixel's S taps are copied from it,
+ * S = 3, 5 and 7 as lines of moves (a call to memcpy, or a loop, for 5 floats per pixel and filter
+ * row cost more than the products here; a fill element by element with bounds checks, a quarter
+ * of the call). */
+static void cpu_conv_col_fill(const tt_conv_desc *d, const float *x, size_t r0, size_t r1, float *col, float *xrow) {
   int crs = d->r * d->s, S = d->s, sw = d->stride_w, wp = (int)cpu_conv_col_wp(d);
   size_t pq = (size_t)d->p * d->q;
   for (size_t r = r0; r < r1;) {
@@ -148,13 +125,15 @@ static void cpu_conv_col_fill1(const tt_conv_desc *d, const float *x, size_t r0,
 typedef float cpu_col_v8 __attribute__((vector_size(32)));
 #endif
 
-/* part[k][t] += sum over rows i in order of dy[i][k] * col[i][t], for k < K and t < crs: dy [rows][K]
+/* part[k][t] += sum over rows i of dy[i][k] * col[i][t], for k < K and t < crs: dy [rows][K]
  * (an NHWC block), col [rows][crs], part [K][crs]. Eight output channels in the lanes of a vector
  * times twelve taps: twelve independent sums (registers) per row, each tap's value broadcast;
- * channels past the last eight in scalar sums in row order; taps past the last twelve one at a time (four partial sums over every fourth row, added in a
- * fixed order). Which form sums an output depends on K and crs alone, and every lane runs the
- * same operations in the same order (a product, rounded, then a sum: ISO C contracts nothing), so
- * each ISA's copy gives the same bits. */
+ * channels past the last eight in scalar sums in row order; taps past the last twelve one at a
+ * time (four partial sums over every fourth row, added in a fixed order). Which form sums an
+ * output depends on K and crs alone, and every lane runs the same operations in the same order (a
+ * product, rounded, then a sum: ISO C contracts nothing), so each ISA's copy gives the same bits.
+ * Where the copies are not built (CPU_VEC_COPIES 0: the CUDA compiler's host pass) every output is
+ * a scalar sum in row order. */
 CPU_VEC_FN(cpu_conv_col_acc, (const float *dy, int K, const float *col, int crs, size_t rows, float *part),
            (dy, K, col, crs, rows, part), {
   int k0 = 0;
@@ -209,7 +188,7 @@ int tt_cpu_conv_col_bwd_filter(tt_backend *b, const tt_conv_desc *d, const float
   op.kind = TT_OP_CONV_BWD_FILTER, op.dt = TT_F32, op.bias = db != NULL, op.u.conv = *d;
   size_t need = tt_cpu_conv_col_workspace(b, &op);
   if (!ws || ws_bytes < need)
-    return tt_ref_fail(b, "conv_bwd_filter (%dx%dx%d -> %d, kernel %dx%d, as column blocks and sgemm): workspace of %zu "
+    return tt_ref_fail(b, "conv_bwd_filter (%dx%dx%d -> %d, kernel %dx%d, as column blocks): workspace of %zu "
                        "bytes, needs %zu; pass what op_workspace answers", d->c, d->h, d->w, d->k, d->r, d->s, ws_bytes, need);
   int nb, nt, crs = d->c * d->r * d->s, nhwc_y = d->layout_y == TT_LAYOUT_NHWC;
   size_t pq = (size_t)d->p * d->q, rows = (size_t)d->n * pq;
@@ -225,8 +204,7 @@ int tt_cpu_conv_col_bwd_filter(tt_backend *b, const tt_conv_desc *d, const float
     if (nhwc_y) memset(part, 0, sizeof(float) * (size_t)d->k * crs);
     for (int blk = t; blk < nb; blk += nt) { /* blocks t, t + nt, ...: fixed per thread count */
       size_t r0 = (size_t)blk * CPU_CONV_COL_ROWS, r1 = r0 + CPU_CONV_COL_ROWS < rows ? r0 + CPU_CONV_COL_ROWS : rows;
-      if (d->c == 1) cpu_conv_col_fill1(d, x, r0, r1, col, xrow);
-      else cpu_conv_col_fill(d, x, r0, r1, col);
+      cpu_conv_col_fill(d, x, r0, r1, col, xrow);
       if (nhwc_y) { /* dy [n*p*q][k]: the block's rows summed into part */
         cpu_conv_col_acc(dy + r0 * d->k, d->k, col, crs, r1 - r0, part);
         continue;

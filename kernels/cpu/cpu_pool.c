@@ -484,12 +484,14 @@ static void cpu_pool_transpose(tt_backend *b, ptrdiff_t n, size_t rows, size_t c
 }
 #undef CPU_POOL_TRANSPOSE_AS
 
-/* The desc without y_nchw, and the NHWC copy's place at the start of ws (NULL: a short or missing
- * workspace, refused with the bytes it needs). */
-static void *cpu_pool_copy(tt_backend *b, const char *what, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt,
-                           tt_pool_desc *inner, void *ws, size_t ws_bytes) {
+/* For a y_nchw call of kind (pool_fwd or pool_bwd): the desc without y_nchw, and the NHWC copy's
+ * place, the start of ws, whose bytes go to *off (what follows is the pooling's own workspace).
+ * NULL: a bad desc or dtype, or a short or missing workspace, refused with the bytes it needs. */
+static void *cpu_pool_copy(tt_backend *b, tt_op_kind kind, const tt_pool_desc *d, tt_pool_mode mode, tt_dtype dt,
+                           tt_pool_desc *inner, void *ws, size_t ws_bytes, size_t *off) {
   tt_op_desc op;
   char msg[256];
+  const char *what = kind == TT_OP_POOL_FWD ? "pool_fwd" : "pool_bwd";
   *inner = *d;
   inner->y_nchw = 0;
   if (d->y_nchw != 1 || d->layout != TT_LAYOUT_NHWC) {
@@ -502,11 +504,11 @@ static void *cpu_pool_copy(tt_backend *b, const char *what, const tt_pool_desc *
     tt_ref_fail(b, "%s", msg);
     return NULL;
   }
-  cpu_pool_op(&op, strcmp(what, "pool_fwd") ? TT_OP_POOL_BWD : TT_OP_POOL_FWD, d, mode, dt);
-  size_t need = tt_cpu_pool_copy_bytes(&op);
-  if (!ws || ws_bytes < need) {
+  cpu_pool_op(&op, kind, d, mode, dt);
+  *off = tt_cpu_pool_copy_bytes(&op);
+  if (!ws || ws_bytes < *off) {
     tt_ref_fail(b, "%s (NHWC x, NCHW y): workspace of %zu bytes, the NHWC copy of %s alone needs %zu; pass what op_workspace "
-                "answers", what, ws ? ws_bytes : 0, what[5] == 'f' ? "y" : "dy", need);
+                "answers", what, ws ? ws_bytes : 0, kind == TT_OP_POOL_FWD ? "y" : "dy", *off);
     return NULL;
   }
   return ws;
@@ -520,12 +522,10 @@ int tt_cpu_pool_fwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   char msg[256];
   if (d && d->y_nchw) { /* pool into the NHWC copy, then transpose each sample's [p*q, c] into y */
     tt_pool_desc in;
-    void *yh = cpu_pool_copy(b, "pool_fwd", d, mode, dt, &in, ws, ws_bytes);
-    size_t off = 0;
+    size_t off;
+    void *yh = cpu_pool_copy(b, TT_OP_POOL_FWD, d, mode, dt, &in, ws, ws_bytes, &off);
     if (!yh) return -1;
     if (!x || !y) return tt_ref_fail(b, "pool_fwd: NULL x or y");
-    cpu_pool_op(&op, TT_OP_POOL_FWD, d, mode, dt);
-    off = tt_cpu_pool_copy_bytes(&op);
     if (tt_cpu_pool_fwd(b, &in, mode, dt, x, yh, (char *)ws + off, ws_bytes - off)) return -1;
     cpu_pool_transpose(b, d->n, (size_t)d->p * d->q, (size_t)d->c, tt_dtype_size(dt), yh, y);
     return 0;
@@ -551,8 +551,8 @@ int tt_cpu_pool_bwd(tt_backend *b, const tt_pool_desc *d, tt_pool_mode mode, tt_
   op.accumulate = beta != 0.0f;
   if (d && d->y_nchw) { /* transpose each sample's dy [c, p*q] into the NHWC copy, then pool back from it */
     tt_pool_desc in;
-    void *dyh = cpu_pool_copy(b, "pool_bwd", d, mode, dt, &in, ws, ws_bytes);
-    size_t off = tt_cpu_pool_copy_bytes(&op);
+    size_t off;
+    void *dyh = cpu_pool_copy(b, TT_OP_POOL_BWD, d, mode, dt, &in, ws, ws_bytes, &off);
     if (!dyh) return -1;
     if (!dy) return tt_ref_fail(b, "pool_bwd: NULL dy");
     cpu_pool_transpose(b, d->n, (size_t)d->c, (size_t)d->p * d->q, tt_dtype_size(dt), dy, dyh);
