@@ -101,6 +101,8 @@ static void main_omp_waits(char **argv) {
  * training loop takes it between steps as a stop request (train.c), and any other command dies
  * of it once its output is done (main_stdout_done), as it did before. Threads made before main
  * (OpenBLAS's) keep the signals unblocked; they run no oneDNN code.
+ * tt_train does the same for its run where its caller has not (train.c train_signals_install);
+ * here they are routed from the start, for every command.
  * tests/cli/test_cli.sh cli_signal_burst checks it under ONEDNN_MAX_CPU_ISA=AVX2. */
 static void main_stop_signals(sigset_t *s) {
   sigemptyset(s);

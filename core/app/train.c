@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,9 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #include "../compile/recipe.h"
 #include "../runtime/checkpoint.h"
@@ -72,21 +76,26 @@ int tt_train_checkpoint_due(long long every_steps, double every_seconds, long lo
  * requests like the others. After SIGPIPE the writes to the dead pipe fail with EPIPE, which
  * the progress output ignores. */
 
-/* The signal that asked the run to stop, 0 while none did. With train_pipe_ours, the only
+/* The signal that asked the run to stop, 0 while none did. With train_poll, the only
  * process-wide state in the library: a signal handler can reach nothing else. The handler only
- * sets it (on the command line's signal thread, main.c; elsewhere on any thread); the step loop
- * reads it between steps. */
+ * sets it, on a thread that runs no step (below); the step loop reads it between steps. */
 static volatile sig_atomic_t train_stop_signal;
 
 static void train_on_signal(int sig) { train_stop_signal = sig; }
 
-/* 1 while train_on_signal is SIGPIPE's handler (its disposition was the default) */
-static int train_pipe_ours;
+/* The stop signals that run train_on_signal during the run (their disposition was the default),
+ * all blocked on the thread that called tt_train: one pending there (a SIGPIPE raised by its own
+ * write to a dead pipe, or any of them when no thread takes them) is taken between steps. */
+static sigset_t train_poll;
 
 #define TRAIN_NSIG 4
 typedef struct train_signals {
   struct sigaction old[TRAIN_NSIG];
   int installed[TRAIN_NSIG];
+  sigset_t blocked; /* the stop signals this run blocked (the caller had not): unblocked at the end */
+  int team;         /* blocked in OpenMP's threads too */
+  int thread;       /* train_signal_thread runs */
+  pthread_t tid;
 } train_signals;
 
 static const int train_signal_nums[TRAIN_NSIG] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
@@ -96,51 +105,107 @@ static const char *train_signal_name(int sig) {
   return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : sig == SIGPIPE ? "SIGPIPE" : "a signal";
 }
 
-/* Only where the disposition is the default: an ignored signal (the SIGINT of a background
- * job) stays ignored, and an application's own handler stays its own. SA_RESETHAND: a second
- * Ctrl-C takes the default action at once (a step that hangs can still be killed; the
- * checkpoints on disk stay loadable, every write being atomic). */
+/* The thread that takes the stop signals the run blocked elsewhere: it unblocks them and sleeps,
+ * so the handler (or, after SA_RESETHAND, the default action of a second Ctrl-C) runs here.
+ * Cancelled at the end of the run (pause is a cancellation point). */
+static void *train_signal_thread(void *arg) {
+  pthread_sigmask(SIG_UNBLOCK, (const sigset_t *)arg, NULL);
+  for (;;) pause();
+  return NULL;
+}
+
+/* Blocks (how = SIG_BLOCK) or unblocks set in every thread of OpenMP's pool that a step may use:
+ * a team as large as the pool may grow. Threads the pool makes later inherit the mask of the
+ * thread that makes them, the caller's. */
+static void train_team_mask(int how, const sigset_t *set) {
+#ifdef _OPENMP
+  int n = omp_get_num_procs() > omp_get_max_threads() ? omp_get_num_procs() : omp_get_max_threads();
+#pragma omp parallel num_threads(n)
+  pthread_sigmask(how, set, NULL);
+#else
+  (void)how, (void)set;
+#endif
+}
+
+/* Handlers only where the disposition is the default: an ignored signal (the SIGINT of a
+ * background job) stays ignored, and an application's own handler stays its own. SA_RESETHAND:
+ * a second Ctrl-C takes the default action at once (a step that hangs can still be killed; the
+ * checkpoints on disk stay loadable, every write being atomic).
+ * Issue 40 (Ctrl-C crashed the run): oneDNN's f32 GEMM on AVX2 (its JIT kernel avx_gemm_f32,
+ * behind the linear layers and some convolutions) runs with the stack pointer inside a heap
+ * workspace. A signal handled on that thread has its frame (1 to 11 KB of saved registers)
+ * written just below the stack pointer, over the heap chunk in front of the workspace, and
+ * glibc aborts in a later free, however little the handler does. So the signals that run the
+ * handler are blocked on the calling thread and in OpenMP's pool, and one thread of the run's
+ * own takes them. The command line blocks them in every thread before it makes one (main.c
+ * main_route_signals); then they are already blocked here and its thread takes them. Where the
+ * thread cannot be made, nothing takes them and the step loop takes them pending. */
 static void train_signals_install(train_signals *t) {
+  sigset_t cur;
   train_stop_signal = 0;
+  sigemptyset(&train_poll);
+  sigemptyset(&t->blocked);
+  t->team = t->thread = 0;
+  pthread_sigmask(SIG_BLOCK, NULL, &cur);
   for (int i = 0; i < TRAIN_NSIG; i++) {
+    int s = train_signal_nums[i];
     t->installed[i] = 0;
-    if (sigaction(train_signal_nums[i], NULL, &t->old[i]) != 0) continue;
+    if (sigaction(s, NULL, &t->old[i]) != 0) continue;
     if ((t->old[i].sa_flags & SA_SIGINFO) || t->old[i].sa_handler != SIG_DFL) continue;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = train_on_signal;
     sigemptyset(&sa.sa_mask);
     /* SIGPIPE comes again with every write to the dead pipe: it keeps the handler */
-    sa.sa_flags = SA_RESTART | (train_signal_nums[i] == SIGPIPE ? 0 : SA_RESETHAND);
-    t->installed[i] = sigaction(train_signal_nums[i], &sa, NULL) == 0;
+    sa.sa_flags = SA_RESTART | (s == SIGPIPE ? 0 : SA_RESETHAND);
+    t->installed[i] = sigaction(s, &sa, NULL) == 0;
+    if (!t->installed[i]) continue;
+    sigaddset(&train_poll, s);
+    if (!sigismember(&cur, s)) sigaddset(&t->blocked, s);
   }
-  train_pipe_ours = t->installed[3]; /* train_signal_nums[3] is SIGPIPE */
+  if (sigisemptyset(&t->blocked)) return; /* none, or the caller routes them (the command line) */
+  pthread_sigmask(SIG_BLOCK, &t->blocked, NULL);
+  train_team_mask(SIG_BLOCK, &t->blocked);
+  t->team = 1;
+  pthread_attr_t at;
+  if (pthread_attr_init(&at)) return;
+  pthread_attr_setstacksize(&at, 256 * 1024); /* a signal frame with AVX-512 and AMX state is about 11 KB */
+  t->thread = pthread_create(&t->tid, &at, train_signal_thread, &t->blocked) == 0;
+  pthread_attr_destroy(&at);
 }
 
-/* The signal that asks the run to stop, or 0: the handler's flag, else a SIGPIPE that waits on
- * this thread because the command line blocks the stop signals in every thread but one (main.c
- * main_route_signals: oneDNN's AVX2 GEMM runs with the stack pointer in a heap workspace, where
- * a handler's frame would corrupt the heap). A write of this thread into a dead pipe raises that
- * SIGPIPE; it is taken here, between steps, and stops the run as the handler would have. Where
- * the signals are not blocked (a program of the C API that does not block them), a SIGPIPE runs
- * the handler at once and nothing waits. */
+/* The signal that asks the run to stop, or 0: the handler's flag, else one of train_poll
+ * pending on this thread (taken here, between steps, as the handler would have). */
 static int train_stop_requested(void) {
   int sig = train_stop_signal;
-  if (sig || !train_pipe_ours) return sig;
-  sigset_t pend, pipe1;
-  if (sigpending(&pend) || !sigismember(&pend, SIGPIPE)) return 0;
-  sigemptyset(&pipe1);
-  sigaddset(&pipe1, SIGPIPE);
+  if (sig || sigisemptyset(&train_poll)) return sig;
+  sigset_t pend;
+  if (sigpending(&pend)) return 0;
+  int any = 0;
+  for (int i = 0; i < TRAIN_NSIG; i++) any |= sigismember(&train_poll, train_signal_nums[i]) && sigismember(&pend, train_signal_nums[i]);
+  if (!any) return 0;
   struct timespec now = {0, 0};
-  if (sigtimedwait(&pipe1, NULL, &now) == SIGPIPE) train_stop_signal = SIGPIPE;
+  int got = sigtimedwait(&train_poll, NULL, &now);
+  if (got > 0) train_stop_signal = got;
   return train_stop_signal;
 }
 
-/* Puts back the dispositions that train_signals_install replaced, and only those. */
+/* Ends what train_signals_install began: its thread, the stop signals it blocked (one that came
+ * after the last step's check is taken here, as it would have been by the handler, and the run
+ * ends as it was going to), and the dispositions it replaced, and only those. */
 static void train_signals_restore(train_signals *t) {
+  if (t->thread) pthread_cancel(t->tid), pthread_join(t->tid, NULL);
+  struct timespec now = {0, 0};
+  if (t->team)
+    while (sigtimedwait(&t->blocked, NULL, &now) > 0) {
+    }
   for (int i = 0; i < TRAIN_NSIG; i++)
     if (t->installed[i]) sigaction(train_signal_nums[i], &t->old[i], NULL);
-  train_pipe_ours = 0;
+  if (t->team) {
+    train_team_mask(SIG_UNBLOCK, &t->blocked);
+    pthread_sigmask(SIG_UNBLOCK, &t->blocked, NULL);
+  }
+  sigemptyset(&train_poll);
 }
 
 /* The learning rate at a fractional epoch: a linear warm-up from lr/100 to lr over
