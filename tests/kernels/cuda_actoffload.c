@@ -53,8 +53,7 @@ static int actoff_widest(const tt_program *p) {
 }
 
 void test_actoffload(void) {
-  static const struct { const char *recipe; int mb; } nets[2] = {{"examples/fashion_mnist/lenet.recipe", 4},
-                                                                 {"examples/fashion_mnist/resnet.recipe", 2}};
+  const struct { const char *recipe; int mb; } nets[2] = {{"examples/fashion_mnist/lenet.recipe", 4}, {test_resnet_recipe(), 2}};
   static const tt_dtype dts[2] = {TT_F32, TT_F16};
   TT_TEST_BEGIN("cuda_actoffload_bit_for_bit");
   /* LeNet in fp32 and fp16, the fashion ResNet in fp16 (its fp32 run added 10 s of emulation and

@@ -368,7 +368,7 @@ void test_check_finite_step(void) {
   tt_err err;
   for (int persistent = 1; persistent >= 0; persistent--) {
     test_net t;
-    int rc = test_open_grads(&t, "examples/fashion_mnist/resnet.recipe", 2, persistent, &err);
+    int rc = test_open_grads(&t, test_resnet_recipe(), 2, persistent, &err);
     TT_CHECK(rc == 0, "%s: %s", persistent ? "persistent" : "transient", err.msg);
     if (!rc) {
       const tt_node *in = &t.g.nodes[0];
@@ -394,8 +394,9 @@ void test_check_finite_step(void) {
       tt_emu_get_counts(&c2);
       size_t r0 = c0.launches, r1 = c1.launches, r2 = c2.launches, s = tt_emu_kernel_launches("cuda_lo_check_finite_k") - s0,
              m = tt_emu_kernel_launches("cuda_lo_check_finite_multi_k") - m0;
-      printf("  fashion ResNet fp16, %d %s gradients: micro-step %zu kernel launches and %zu cuDNN / %zu cuBLAS calls, "
-             "update %zu launches (check_finite %zu, check_finite_multi %zu)\n", ngrad,
+      printf("  %s fp16, %d %s gradients: micro-step %zu kernel launches and %zu cuDNN / %zu cuBLAS calls, "
+             "update %zu launches (check_finite %zu, check_finite_multi %zu)\n",
+             tt_test_sanitized() ? "miniature ResNet" : "fashion ResNet", ngrad,
              persistent ? "persistent" : "transient", r1 - r0, c1.dnn_calls - c0.dnn_calls, c1.blas_calls - c0.blas_calls,
              r2 - r1, s, m);
       TT_CHECK(s + m == 1, "%s gradients: the overflow check took %zu check_finite and %zu check_finite_multi launches "

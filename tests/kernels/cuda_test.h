@@ -46,6 +46,12 @@ static const tt_dtype test_dts[3] = {TT_F32, TT_F16, TT_BF16};
  * as a template, so every instantiation and every shape still runs once; the full product stays
  * in the plain build (the sanitized test_cuda_emu must finish inside run_tests.py's 600 s). */
 static inline int test_san_skip_dt(int di, int s) { return tt_test_sanitized() && di % 3 != s % 3; }
+/* The fashion ResNet, or under the sanitizers its miniature tests/fixtures/small_resnet.recipe: the
+ * same kinds of calls (batch norm with ReLU, residual adds, a strided block with its downsample)
+ * on about a hundredth of the arithmetic, for the tests that train a residual net step by step. */
+static inline const char *test_resnet_recipe(void) {
+  return tt_test_sanitized() ? "tests/fixtures/small_resnet.recipe" : "examples/fashion_mnist/resnet.recipe";
+}
 static inline tt_dtype test_cdt(tt_dtype dt) { return dt == TT_BF16 && !TEST_REF_BF16 ? TT_F32 : dt; }
 static inline const char *test_dt_name(tt_dtype dt) { return dt == TT_F32 ? "fp32" : dt == TT_F16 ? "fp16" : "bf16"; }
 /* the dtype a call takes on the current side (the reference's for bf16: test_cdt) */
