@@ -280,8 +280,10 @@ static void dispatch_unary(dispatch_ctx *d) {
   int pool = k == TT_L_MAXPOOL || k == TT_L_AVGPOOL || gap_pool;
   tt_call *c;
   if (bwd && d->dx < 0) return;
-  if (act) c = dispatch_add(d, bwd ? (compact ? TT_CALL_ACT_BWD_MASK : TT_OP_ACT_BWD) : TT_OP_ACT_FWD);
-  else if (pool) c = dispatch_add(d, bwd ? (compact ? TT_CALL_POOL_BWD_IDX : TT_OP_POOL_BWD) : TT_OP_POOL_FWD);
+  /* (int): the calls of our own (TT_CALL_*) extend tt_op_kind's numbers in an enum of their own, and
+   * C++ (the amalgamation under nvcc) warns of a conditional that mixes the two */
+  if (act) c = dispatch_add(d, bwd ? (compact ? (int)TT_CALL_ACT_BWD_MASK : (int)TT_OP_ACT_BWD) : (int)TT_OP_ACT_FWD);
+  else if (pool) c = dispatch_add(d, bwd ? (compact ? (int)TT_CALL_POOL_BWD_IDX : (int)TT_OP_POOL_BWD) : (int)TT_OP_POOL_FWD);
   else if (k == TT_L_DROPOUT) c = dispatch_add(d, bwd ? TT_CALL_DROPOUT_BWD : TT_CALL_DROPOUT_FWD);
   else c = dispatch_add(d, bwd ? TT_CALL_GAP_BWD : TT_CALL_GAP_FWD);
   if (!bwd) {
