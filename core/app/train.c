@@ -83,9 +83,11 @@ static volatile sig_atomic_t train_stop_signal;
 
 static void train_on_signal(int sig) { train_stop_signal = sig; }
 
-/* The stop signals that run train_on_signal during the run (their disposition was the default),
- * all blocked on the thread that called tt_train: one pending there (a SIGPIPE raised by its own
- * write to a dead pipe, or any of them when no thread takes them) is taken between steps. */
+/* The stop signals that run train_on_signal during the run (their disposition was the default)
+ * and that the step loop takes when they wait pending, blocked on the thread that called tt_train:
+ * those the run blocked itself (train_signals_install; pending when no thread of its own could be
+ * made to take them), and SIGPIPE, raised on this thread alone by its own write to a dead pipe.
+ * A signal the caller had blocked already is left to the caller's way of taking it. */
 static sigset_t train_poll;
 
 #define TRAIN_NSIG 4
@@ -160,8 +162,10 @@ static void train_signals_install(train_signals *t) {
     sa.sa_flags = SA_RESTART | (s == SIGPIPE ? 0 : SA_RESETHAND);
     t->installed[i] = sigaction(s, &sa, NULL) == 0;
     if (!t->installed[i]) continue;
-    sigaddset(&train_poll, s);
-    if (!sigismember(&cur, s)) sigaddset(&t->blocked, s);
+    /* taken pending between steps: what this run blocks, and SIGPIPE, which a write of this thread
+     * to a dead pipe raises on it alone (blocked here by the command line, main.c) */
+    if (!sigismember(&cur, s)) sigaddset(&t->blocked, s), sigaddset(&train_poll, s);
+    else if (s == SIGPIPE) sigaddset(&train_poll, s);
   }
   if (sigisemptyset(&t->blocked)) return; /* none, or the caller routes them (the command line) */
   pthread_sigmask(SIG_BLOCK, &t->blocked, NULL);
