@@ -107,6 +107,14 @@ static const char *train_signal_name(int sig) {
   return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : sig == SIGPIPE ? "SIGPIPE" : "a signal";
 }
 
+/* 1 when set holds none of the stop signals (POSIX has no emptiness test; glibc's
+ * sigisemptyset needs _GNU_SOURCE, which the amalgamation's users may not define). */
+static int train_sigset_none(const sigset_t *set) {
+  for (int i = 0; i < TRAIN_NSIG; i++)
+    if (sigismember(set, train_signal_nums[i]) == 1) return 0;
+  return 1;
+}
+
 /* The thread that takes the stop signals the run blocked elsewhere: it unblocks them and sleeps,
  * so the handler (or, after SA_RESETHAND, the default action of a second Ctrl-C) runs here.
  * Cancelled at the end of the run (pause is a cancellation point). */
@@ -167,7 +175,7 @@ static void train_signals_install(train_signals *t) {
     if (!sigismember(&cur, s)) sigaddset(&t->blocked, s), sigaddset(&train_poll, s);
     else if (s == SIGPIPE) sigaddset(&train_poll, s);
   }
-  if (sigisemptyset(&t->blocked)) return; /* none, or the caller routes them (the command line) */
+  if (train_sigset_none(&t->blocked)) return; /* none, or the caller routes them (the command line) */
   pthread_sigmask(SIG_BLOCK, &t->blocked, NULL);
   train_team_mask(SIG_BLOCK, &t->blocked);
   t->team = 1;
@@ -182,11 +190,11 @@ static void train_signals_install(train_signals *t) {
  * pending on this thread (taken here, between steps, as the handler would have). */
 static int train_stop_requested(void) {
   int sig = train_stop_signal;
-  if (sig || sigisemptyset(&train_poll)) return sig;
+  if (sig || train_sigset_none(&train_poll)) return sig;
   sigset_t pend;
   if (sigpending(&pend)) return 0;
   int any = 0;
-  for (int i = 0; i < TRAIN_NSIG; i++) any |= sigismember(&train_poll, train_signal_nums[i]) && sigismember(&pend, train_signal_nums[i]);
+  for (int i = 0; i < TRAIN_NSIG; i++) any |= sigismember(&train_poll, train_signal_nums[i]) == 1 && sigismember(&pend, train_signal_nums[i]) == 1;
   if (!any) return 0;
   struct timespec now = {0, 0};
   int got = sigtimedwait(&train_poll, NULL, &now);
