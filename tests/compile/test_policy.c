@@ -468,7 +468,7 @@ static double plan_seconds(tt_backend *be, int layers, double budget_frac, size_
 /* Issue 14: planning grew with the square of the layers (113 s at 50,000). Four times the
  * layers must take well under the square's 16x: without a budget about 4x (3.8 to 4.1 idle on the
  * 2-core Xeon of docs/measured.md), bound 8x; with a budget that forces recomputation the search
- * grows faster than linearly (6.0 to 6.8x idle there, 8.9x once in a CI run beside another test),
+ * grows faster than linearly (6.0 to 7.2x idle there, 8.9x once in a CI run beside another test),
  * bound 11x. tests/bench/bench_plan prints the times at 5,000 to 50,000 layers. */
 static void test_planning_scales(tt_backend *be) {
   if (tt_test_sanitized()) { /* the same planning on shorter chains, without the time bound */
