@@ -95,7 +95,6 @@ typedef struct train_signals {
   struct sigaction old[TRAIN_NSIG];
   int installed[TRAIN_NSIG];
   sigset_t blocked; /* the stop signals this run blocked (the caller had not): unblocked at the end */
-  int team;         /* blocked in OpenMP's threads too */
   int thread;       /* train_signal_thread runs */
   pthread_t tid;
 } train_signals;
@@ -155,7 +154,7 @@ static void train_signals_install(train_signals *t) {
   train_stop_signal = 0;
   sigemptyset(&train_poll);
   sigemptyset(&t->blocked);
-  t->team = t->thread = 0;
+  t->thread = 0;
   pthread_sigmask(SIG_BLOCK, NULL, &cur);
   for (int i = 0; i < TRAIN_NSIG; i++) {
     int s = train_signal_nums[i];
@@ -178,7 +177,6 @@ static void train_signals_install(train_signals *t) {
   if (train_sigset_none(&t->blocked)) return; /* none, or the caller routes them (the command line) */
   pthread_sigmask(SIG_BLOCK, &t->blocked, NULL);
   train_team_mask(SIG_BLOCK, &t->blocked);
-  t->team = 1;
   pthread_attr_t at;
   if (pthread_attr_init(&at)) return;
   pthread_attr_setstacksize(&at, 256 * 1024); /* a signal frame with AVX-512 and AMX state is about 11 KB */
@@ -191,12 +189,7 @@ static void train_signals_install(train_signals *t) {
 static int train_stop_requested(void) {
   int sig = train_stop_signal;
   if (sig || train_sigset_none(&train_poll)) return sig;
-  sigset_t pend;
-  if (sigpending(&pend)) return 0;
-  int any = 0;
-  for (int i = 0; i < TRAIN_NSIG; i++) any |= sigismember(&train_poll, train_signal_nums[i]) == 1 && sigismember(&pend, train_signal_nums[i]) == 1;
-  if (!any) return 0;
-  struct timespec now = {0, 0};
+  struct timespec now = {0, 0}; /* none pending: -1 at once */
   int got = sigtimedwait(&train_poll, NULL, &now);
   if (got > 0) train_stop_signal = got;
   return train_stop_signal;
@@ -208,12 +201,13 @@ static int train_stop_requested(void) {
 static void train_signals_restore(train_signals *t) {
   if (t->thread) pthread_cancel(t->tid), pthread_join(t->tid, NULL);
   struct timespec now = {0, 0};
-  if (t->team)
+  int blocked = !train_sigset_none(&t->blocked);
+  if (blocked)
     while (sigtimedwait(&t->blocked, NULL, &now) > 0) {
     }
   for (int i = 0; i < TRAIN_NSIG; i++)
     if (t->installed[i]) sigaction(train_signal_nums[i], &t->old[i], NULL);
-  if (t->team) {
+  if (blocked) {
     train_team_mask(SIG_UNBLOCK, &t->blocked);
     pthread_sigmask(SIG_UNBLOCK, &t->blocked, NULL);
   }

@@ -540,6 +540,8 @@ static pid_t burst_child(const char *recipe, const char *out) {
   if (pid != 0) return pid;
   setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1); /* read once, at oneDNN's first use: this child's */
   signal(SIGPIPE, SIG_DFL);
+  /* one thread, not train()'s two: with two, the run before the fix survived the burst (its
+   * GEMM then runs another kernel); with one it aborted every time */
   tt_run_opts o = tt_run_opts_default();
   tt_run_result r;
   char e[1500];
