@@ -56,7 +56,7 @@ CLI_SOURCES = ["core/app/main.c"]
 TESTS = ["kernels/test_ops", "kernels/test_transformer_ops", "kernels/test_cpu_vs_ref", "compile/test_arena", "compile/test_recipe",
          "data/test_data", "data/test_safetensors", "compile/test_graph", "compile/test_lower", "runtime/test_step",
          "runtime/test_train", "compile/test_policy", "runtime/test_equiv", "runtime/test_precision", "kernels/test_cuda",
-         "runtime/test_api", "runtime/test_finetune", "data/test_stream", "runtime/test_vit_torch", "compile/test_layout",
+         "runtime/test_api", "runtime/test_finetune", "data/test_stream", "runtime/test_vit_torch", "compile/test_layout", "compile/test_layout_blk",
          "runtime/test_ostate"]
 # A test built from several files: the ones beside its main file that match, linked into the same binary.
 TEST_PARTS = {"test_cuda": "cuda_*.c"}

@@ -44,14 +44,19 @@ float tt_f16_to_f32(uint16_t h);
  * gradient, which always shares it). NCHW (0) is every backend's and the default of every
  * zeroed desc; NHWC (channels-last, [n, h, w, c], no padding) is what the oneDNN backend's
  * convolutions run on without reordering (kernels/cpu/cpu_conv.c says why NHWC and not the
- * padded nChw16c). Weights are never reordered by a layout: always PyTorch's [k, c/g, r, s], except
- * a 16-bit weight copy the planner stores KRSC (tt_filter_layout below). */
-typedef enum { TT_LAYOUT_NCHW = 0, TT_LAYOUT_NHWC = 1 } tt_layout;
+ * padded nChw16c). NCHW16C (oneDNN's nChw16c: [n, c/16, h, w, 16], channel 16*b + l of pixel
+ * (y, x) at ((n*(c/16) + b)*h*w + y*w + x)*16 + l) only where c is a multiple of 16, so it has no
+ * padding either: what oneDNN's AVX-512 Winograd convolutions read (fp32). Weights are never
+ * reordered by a layout: always PyTorch's [k, c/g, r, s], except a 16-bit weight copy the planner
+ * stores KRSC (tt_filter_layout below). */
+typedef enum { TT_LAYOUT_NCHW = 0, TT_LAYOUT_NHWC = 1, TT_LAYOUT_NCHW16C = 2 } tt_layout;
 /* The memory order of a convolution filter of logical shape [k, c/g, r, s]: KCRS (0) is PyTorch's
  * and every master weight's; KRSC ([k, r, s, c/g], channels fastest) is what cuDNN's channels-last
  * kernels read, and only a 16-bit weight copy is ever stored so (tt_conv_desc.layout_w). */
 typedef enum { TT_FILTER_KCRS = 0, TT_FILTER_KRSC = 1 } tt_filter_layout;
-static inline const char *tt_layout_name(int l) { return l == TT_LAYOUT_NHWC ? "NHWC" : l == TT_LAYOUT_NCHW ? "NCHW" : "?"; }
+static inline const char *tt_layout_name(int l) {
+  return l == TT_LAYOUT_NHWC ? "NHWC" : l == TT_LAYOUT_NCHW ? "NCHW" : l == TT_LAYOUT_NCHW16C ? "nChw16c" : "?";
+}
 
 typedef struct tt_conv_desc {
   int n, c, h, w;      /* input  x: [n, c, h, w]            */
@@ -115,7 +120,8 @@ typedef enum {
 } tt_op_kind;
 
 typedef struct tt_linear_desc { int n, in, out; } tt_linear_desc; /* x [n, in], w [out, in], y [n, out] */
-typedef struct tt_bn_desc { int n, c, hw; float eps; } tt_bn_desc; /* x [n, c, hw] */
+/* x [n, c, hw]; blk 16: x is [n, c/16, hw, 16] (TT_LAYOUT_NCHW16C), run by bn_blk only */
+typedef struct tt_bn_desc { int n, c, hw; float eps; int blk; } tt_bn_desc;
 typedef struct tt_act_desc { size_t count; tt_act act; } tt_act_desc;
 typedef struct tt_ln_desc { int rows, f; float eps; } tt_ln_desc; /* x [rows, f] */
 /* Scaled dot-product attention over a fused QKV tensor (the layout of PyTorch's
@@ -256,6 +262,7 @@ static inline void tt_backend_knobs_default(tt_backend_knobs *k) {
 }
 
 typedef struct tt_backend tt_backend;
+struct tt_bn_blk_args; /* bn_blk's arguments, defined after the table */
 /* The signatures of the op entries that every backend implements as named functions (the
  * semantics stand at the struct's fields below); the TT_BACKEND_DECLARE_* macros after the
  * struct declare one family of them for a backend prefix, so the backends' internal headers
@@ -547,7 +554,9 @@ struct tt_backend {
    * the planner never gives another.
    * A backend that lists NHWC must also take an NHWC tensor in the ops that see only channels
    * and elements: batch norm, channel_copy and save_compress/restore are called on it as
-   * [n*h*w, c, 1] (the same per-channel reduction), elementwise ops by count. */
+   * [n*h*w, c, 1] (the same per-channel reduction), elementwise ops by count. One that lists
+   * NCHW16C must also fill bn_blk (the planner gives the layout only then, only to fp32 programs,
+   * only to channel counts that are multiples of 16, and never to a pooling's or concat's tensors). */
   unsigned layouts;
 
   /* ---- batch norm from given statistics (optional, after `layouts` so that tables ending
@@ -757,7 +766,46 @@ struct tt_backend {
    * it the convolution before it wrote NCHW and the batch norm and the pooling ran NCHW (three
    * reorders of 4 times the pooled bytes a step). Added for issue 40 (the CPU backend). */
   int pool_y_nchw;
+
+  /* ---- batch norm on nChw16c activations (optional, last: positional tables leave it NULL;
+   * NULL: the planner never gives TT_LAYOUT_NCHW16C) ----
+   * Every batch-norm call of a program whose activations are nChw16c (tt_bn_desc.blk 16), in
+   * one entry taking tt_bn_blk_args: the kinds and their semantics are the plain entries' (named
+   * below), on x [n, c/16, hw, 16] in fp32 (the only dtype the layout is planned for; another
+   * fails the call). Statistics per channel in a fixed order whatever the thread count. A 1-bit
+   * mask (kind TT_BNB_BWD_ADD_RELU) is in memory order, as act_mask writes it. Added for issue 40
+   * (item 3: layouts planned per CPU): the CPU backend's Winograd convolutions. */
+  int (*bn_blk)(tt_backend *b, const struct tt_bn_blk_args *a);
 };
+
+/* The kinds of bn_blk and the plain entry each one is: */
+typedef enum {
+  TT_BNB_FWD_TRAIN = 0, /* bn_fwd_train; relu 1: bn_fwd_train_relu */
+  TT_BNB_FWD_ADD_RELU,  /* bn_fwd_train_add_relu (s: the shortcut) */
+  TT_BNB_FWD_INFER,     /* bn_fwd_infer (mean, var: the running statistics) */
+  TT_BNB_APPLY,         /* bn_apply (mean, invstd: the saved statistics) */
+  TT_BNB_BWD,           /* bn_bwd; relu 1: bn_bwd_relu (bias read) */
+  TT_BNB_BWD_ADD_RELU   /* bn_bwd_add_relu (y or mask; dy consumed; ds, beta_s) */
+} tt_bn_blk_kind;
+
+typedef struct tt_bn_blk_args {
+  int kind, relu;
+  int n, c, hw; /* x, y, s, dx, dy, ds: fp32 [n, c/16, hw, 16] */
+  tt_dtype dt;
+  float eps, momentum;
+  int update_running;
+  const float *x, *s, *y;
+  const uint32_t *mask;
+  float *dy; /* read; TT_BNB_BWD_ADD_RELU may overwrite it with the masked gradient */
+  const float *gamma, *bias;
+  float *running_mean, *running_var; /* TT_BNB_FWD_TRAIN, _ADD_RELU: moved when update_running */
+  float *save_mean, *save_invstd;    /* forward: written; TT_BNB_APPLY and backward: read */
+  float *out;                        /* y forward, dx backward */
+  float *ds, *dgamma, *dbias;
+  float beta_dx, beta_s, beta_param;
+  void *ws; /* the op_workspace answer for the call's desc (training forward and backward) */
+  size_t ws_bytes;
+} tt_bn_blk_args;
 
 /* Declares the named entries of one op family for backend prefix P (tt_ref, tt_cpu, tt_cuda):
  * TT_BACKEND_DECLARE_BN(tt_cpu) declares tt_cpu_bn_fwd_train and its kin. */

@@ -406,9 +406,10 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
                      st->kind == TT_L_MAXPOOL ? "uint8 argmax" : (st->kind == TT_L_CONV ? plan_compress_name(p->policy.compress) : "1-bit mask"),
                      p->bufs[st->out[TT_FWD_COMPACT]].bytes);
   }
-  tt_strbuf_printf(&b, "]}, \"layout\": {\"nhwc_tensors\": %d, \"nhwc_bytes\": %zu, \"layout_changing_convs\": %d, "
+  tt_strbuf_printf(&b, "]}, \"layout\": {\"nhwc_tensors\": %d, \"nhwc_bytes\": %zu, \"nchw16c_tensors\": %d, "
+                       "\"nchw16c_bytes\": %zu, \"layout_changing_convs\": %d, "
                        "\"layout_changing_pools\": %d, \"reorder_steps\": 0, \"reorder_bytes\": 0}",
-                   p->n_nhwc, p->nhwc_bytes, p->n_layout_convs, p->n_layout_pools);
+                   p->n_nhwc, p->nhwc_bytes, p->n_blocked, p->blocked_bytes, p->n_layout_convs, p->n_layout_pools);
   tt_strbuf_printf(&b, ", \"attention\": {\"layers\": %d, \"form\": \"%s\", \"probs_bytes\": %zu}", p->n_attn,
                    p->policy.attn_fused ? "fused" : "probs_kept", p->attn_probs_bytes);
   tt_strbuf_printf(&b, ", \"compressed_saves\": {\"format\": \"%s\", \"count\": %d, \"bytes\": %zu, \"replaces_bytes\": %zu}",
@@ -457,7 +458,7 @@ static void plan_text_layout(const tt_session *s, FILE *out) {
   const tt_graph *g = p->graph;
   int nimg = 0;
   for (int i = 1; g && i < g->nnodes; i++) nimg += !g->nodes[i].tokens && (g->nodes[i].h > 1 || g->nodes[i].w > 1);
-  if (!p->n_nhwc) {
+  if (!p->n_nhwc && !p->n_blocked) {
     fprintf(out, "  layout      NCHW for every activation%s\n",
                  nimg ? (p->policy.act_dtype == TT_F32 && s->be && s->be->layouts_16bit
                           ? " (fp32: this backend takes NHWC for fp16/bf16 activations only)"
@@ -467,10 +468,14 @@ static void plan_text_layout(const tt_session *s, FILE *out) {
   }
   char pools[64] = "";
   if (p->n_layout_pools) snprintf(pools, sizeof pools, " and %d pooling%s", p->n_layout_pools, p->n_layout_pools == 1 ? "" : "s");
-  fprintf(out, "  layout      NHWC (channels-last) for %d activations and their gradients (%.1f MiB of values),\n"
-               "              NCHW for the rest; the layout changes inside %d convolution%s%s (their planned\n"
+  fprintf(out, "  layout      NHWC (channels-last) for %d activations and their gradients (%.1f MiB of values),\n",
+          p->n_nhwc, plan_mib(p->nhwc_bytes));
+  if (p->n_blocked) /* lower_layout.c: fp32 groups of 16-multiple channels around Winograd's 3x3s */
+    fprintf(out, "              nChw16c (blocked, for the 3x3 Winograd convolutions) for %d (%.1f MiB),\n", p->n_blocked,
+            plan_mib(p->blocked_bytes));
+  fprintf(out, "              NCHW for the rest; the layout changes inside %d convolution%s%s (their planned\n"
                "              workspace): 0 reorder steps, 0 bytes of reorder buffers\n",
-          p->n_nhwc, plan_mib(p->nhwc_bytes), p->n_layout_convs, p->n_layout_convs == 1 ? "" : "s", pools);
+          p->n_layout_convs, p->n_layout_convs == 1 ? "" : "s", pools);
 }
 
 /* Which layers the backward pass recomputes, segment by segment (the first few). */

@@ -51,7 +51,7 @@ static const knob_row knob_rows[] = {
     {"TINYTRAIN_DIST_TIMEOUT", KNOB_SECONDS, NULL, KNOB_AT(dist_timeout)},
     {"TINYTRAIN_DIST_BUCKET", KNOB_SIZE, NULL, KNOB_AT(dist_bucket)},
     {"TINYTRAIN_OMP_SPIN", KNOB_CHOICE, "auto|short|long", KNOB_AT(omp_spin)},
-    {"TINYTRAIN_LAYOUT", KNOB_CHOICE, "nchw|nhwc", KNOB_AT(be.layout)},
+    {"TINYTRAIN_LAYOUT", KNOB_CHOICE, "nchw|nhwc|nchw16c", KNOB_AT(be.layout)},
     {"TINYTRAIN_CPU_CHUNK_BYTES", KNOB_SIZE, NULL, KNOB_AT(be.cpu_chunk_bytes)},
     {"TINYTRAIN_CONV_MATMUL", KNOB_BOOL, NULL, KNOB_AT(be.conv_matmul)},
     {"TINYTRAIN_CONV_BWDW", KNOB_CHOICE, "bf16|f32", KNOB_AT(be.conv_bwdw)},

@@ -17,6 +17,7 @@ typedef struct dispatch_ctx {
   int dx;          /* BWD: the input gradient's buffer (-1: fed by the image or frozen) */
   float bdx;       /* BWD: 0 overwrites dx, 1 adds into it (fan-out) */
   int nhwc;        /* TT_SF_NHWC: channel-only ops run on [batch*h*w, c, 1] (backend.h) */
+  int blk;         /* TT_SF_NCHW16C: batch norm runs on [batch, c/16, h*w, 16] (tt_bn_desc.blk) */
   size_t cnt;      /* elementwise kinds: elements at the batch */
   tt_call *calls;
   int n;
@@ -254,6 +255,7 @@ static void dispatch_bn(dispatch_ctx *d) {
   }
   c->op.u.bn.n = d->batch, c->op.u.bn.c = d->a->bn.c, c->op.u.bn.hw = d->a->bn.hw, c->op.u.bn.eps = d->a->bn.eps;
   if (d->nhwc) c->op.u.bn.n = d->batch * d->a->bn.hw, c->op.u.bn.hw = 1;
+  if (d->blk) c->op.u.bn.blk = 16;
 }
 
 /* The activation function of an activation layer kind. */
@@ -276,7 +278,7 @@ static void dispatch_unary(dispatch_ctx *d) {
   int k = s->kind, bwd = d->bwd;
   int act = k == TT_L_RELU || k == TT_L_RELU6 || k == TT_L_SILU || k == TT_L_GELU;
   int compact = (s->flags & TT_SF_COMPACT) != 0;
-  int gap_pool = k == TT_L_GAP && d->nhwc; /* an NHWC input: average pooling over the whole h x w */
+  int gap_pool = k == TT_L_GAP && (d->nhwc || d->blk); /* NHWC (or nChw16c) input: average pooling over h x w */
   int pool = k == TT_L_MAXPOOL || k == TT_L_AVGPOOL || gap_pool;
   tt_call *c;
   if (bwd && d->dx < 0) return;
@@ -304,6 +306,9 @@ static void dispatch_unary(dispatch_ctx *d) {
     c->op.pool_mode = TT_POOL_AVG;
     pd->n = d->batch, pd->c = a->gap.c, pd->h = pd->kh = a->gap.h, pd->w = pd->kw = a->gap.w;
     pd->stride_h = pd->stride_w = 1, pd->p = pd->q = 1, pd->layout = TT_LAYOUT_NHWC;
+    /* nChw16c [batch, c/16, h, w, 16] is NHWC [batch*c/16, h, w, 16], and its pooled [batch*c/16, 16]
+     * is [batch, c] in order: no blocked pooling loop needed (c is a multiple of 16 there) */
+    if (d->blk) pd->n = d->batch * (a->gap.c / 16), pd->c = 16;
   } else if (pool) {
     c->op.pool_mode = k == TT_L_MAXPOOL ? TT_POOL_MAX : TT_POOL_AVG;
     c->op.u.pool = a->pool, c->op.u.pool.n = d->batch;
@@ -399,6 +404,7 @@ int tt_step_calls(const tt_program *p, const tt_step *s, int batch, tt_call call
   d.dx = d.bwd ? s->out[TT_BWD_DX] : -1;
   d.bdx = d.bwd ? (float)s->out_beta[TT_BWD_DX] : 0.0f;
   d.nhwc = (s->flags & TT_SF_NHWC) != 0;
+  d.blk = (s->flags & TT_SF_NCHW16C) != 0;
   d.cnt = (size_t)batch * s->a.eltwise.numel; /* elementwise kinds only */
   dispatch_by_kind[s->kind](&d);
   return d.n;

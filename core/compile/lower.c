@@ -102,6 +102,7 @@ static tt_step *lower_step(lower_ctx *c, tt_step_op op, int node, int flags) {
     const tt_node *n = &c->g->nodes[node];
     int img = n->kind == TT_L_GAP ? c->canon[n->in[0]] : node; /* GAP: its input's layout */
     if (c->p->layout[img] == TT_LAYOUT_NHWC) s->flags |= TT_SF_NHWC;
+    if (c->p->layout[img] == TT_LAYOUT_NCHW16C) s->flags |= TT_SF_NCHW16C;
   }
   s->ws = -1;
   for (int k = 0; k < TT_STEP_MAX_IO; k++) s->in[k] = s->out[k] = -1;

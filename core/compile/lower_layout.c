@@ -15,6 +15,68 @@ static int lower_pool_ends(const tt_graph *g, const tt_backend *be, const int *c
   return (n->kind == TT_L_MAXPOOL || n->kind == TT_L_AVGPOOL) && be->pool_y_nchw && canon[v] == v && !n->tokens;
 }
 
+/* Whether a convolution node could run as Winograd with both sides blocked (cpu_conv.c's
+ * cpu_conv_wino: 3x3, stride 1, pad 1, ungrouped). */
+static int lower_wino_conv(const tt_node *n) {
+  return n->kind == TT_L_CONV && n->L && n->L->kh == 3 && n->L->kw == 3 && n->L->sh == 1 && n->L->sw == 1 &&
+         n->L->ph == 1 && n->L->pw == 1 && n->groups == 1;
+}
+
+/* Which NHWC groups (root[] after the union-find with path roots, forced[] by root) may be
+ * nChw16c instead: every member a convolution's output or an op that sees only channels and
+ * elements in a form that takes the blocked layout (batch norm through bn_blk, the activations
+ * and add by count), every member's channels a multiple of 16 (no padding: the buffers keep
+ * NCHW's bytes). Pooling and concat keep NHWC (no blocked loops). verdict[root] is set to 2 for
+ * such a group, and the return is whether any is taken: only when some 3x3 convolution reads and
+ * writes blocked groups (the Winograd kernels, the point of the layout; elsewhere NHWC is as
+ * fast, docs/measured.md). Global average pooling reads either layout (dispatch.c). verdict is
+ * the caller's `ends` array, whose values past the pass above are no longer needed: overwritten. */
+static int lower_blocked(const tt_graph *g, const int *canon, int *root, const int *forced, char *verdict) {
+  int nn = g->nnodes, any = 0;
+#define LOWER_ROOT(v0, out)                  \
+  do {                                       \
+    int f_ = (v0);                           \
+    while (root[f_] != f_) f_ = root[f_];    \
+    (out) = f_;                              \
+  } while (0)
+  char *ok = (char *)calloc((size_t)nn, 1);
+  if (!ok) return 0; /* NHWC everywhere: a layout, not a failure */
+  for (int v = 0; v < nn; v++) {
+    int r;
+    LOWER_ROOT(v, r);
+    ok[r] = !forced[r];
+  }
+  for (int v = 0; v < nn; v++) {
+    const tt_node *n = &g->nodes[v];
+    tt_layer_kind k = n->kind;
+    int r;
+    if (canon[v] != v) continue;
+    LOWER_ROOT(v, r);
+    int member = k == TT_L_CONV || k == TT_L_BN || k == TT_L_RELU || k == TT_L_RELU6 || k == TT_L_SILU ||
+                 k == TT_L_GELU || k == TT_L_ADD;
+    if (!member || n->c <= 0 || n->c % 16 || n->tokens) ok[r] = 0;
+    /* a reader other than a convolution, global average pooling or a member (a pooling, which
+     * ends a group and reads its input's layout) keeps the groups it reads unblocked */
+    if (!member && k != TT_L_GAP)
+      for (int i = 0; i < n->nin; i++) {
+        int ru;
+        LOWER_ROOT(canon[n->in[i]], ru);
+        ok[ru] = 0;
+      }
+  }
+  for (int v = 0; v < nn && !any; v++) {
+    int ri, rv;
+    if (canon[v] != v || !lower_wino_conv(&g->nodes[v])) continue;
+    LOWER_ROOT(canon[g->nodes[v].in[0]], ri);
+    LOWER_ROOT(v, rv);
+    any = ok[ri] && ok[rv];
+  }
+  for (int v = 0; v < nn; v++) verdict[v] = (char)(any && ok[v] ? 2 : 0);
+  free(ok);
+#undef LOWER_ROOT
+  return any;
+}
+
 /* The layout of every node's value (and gradient): program.layout. On a backend whose conv and
  * pool descs take NHWC (backend.h's `layouts`, or `layouts_16bit` when the activations are fp16 or
  * bf16: the CUDA backend's), an image tensor is NHWC when the ops around it
@@ -91,13 +153,25 @@ int tt_lower_layouts(const tt_graph *g, const tt_policy *pol, const tt_backend *
       if (forced[ru] && !forced[rv]) forced[rv] = 1, changed = 1;
     }
   }
+  /* nChw16c (blocked) in place of NHWC for the groups lower_blocked allows, where the backend
+   * lists it (fp32 programs only), reusing `ends` as each root's verdict */
+  int blocked = (layouts & (1u << TT_LAYOUT_NCHW16C)) && be->bn_blk && pol->act_dtype == TT_F32 &&
+                pol->compress != TT_SAVE_INT8 && !pol->no_blocked;
+  if (blocked) blocked = lower_blocked(g, canon, root, forced, ends);
   for (int v = 0; v < nn; v++) {
     int r;
     LOWER_FIND(v, r);
     if (canon[v] == v && !forced[r]) {
+      size_t bytes = tt_size_mul(tt_size_mul((size_t)pol->micro_batch, tt_node_numel(&g->nodes[v])), tt_dtype_size(pol->act_dtype));
+      if (blocked && ends[r] == 2) {
+        p->layout[v] = TT_LAYOUT_NCHW16C;
+        p->n_blocked++;
+        p->blocked_bytes += bytes;
+        continue;
+      }
       p->layout[v] = TT_LAYOUT_NHWC;
       p->n_nhwc++;
-      p->nhwc_bytes += tt_size_mul(tt_size_mul((size_t)pol->micro_batch, tt_node_numel(&g->nodes[v])), tt_dtype_size(pol->act_dtype));
+      p->nhwc_bytes += bytes;
     }
   }
 #undef LOWER_FIND
@@ -106,8 +180,10 @@ int tt_lower_layouts(const tt_graph *g, const tt_policy *pol, const tt_backend *
   for (int v = 0; v < nn; v++)
     if (g->nodes[v].kind == TT_L_CONV && canon[v] == v && p->layout[canon[g->nodes[v].in[0]]] != p->layout[v])
       p->n_layout_convs++;
-  for (int v = 0; v < nn; v++)
-    if (ends[v] && p->layout[canon[g->nodes[v].in[0]]] == TT_LAYOUT_NHWC && p->layout[v] == TT_LAYOUT_NCHW) p->n_layout_pools++;
+  for (int v = 0; v < nn; v++) /* (ends[] now holds the blocked verdicts: ask the kind again) */
+    if (lower_pool_ends(g, be, canon, v) && p->layout[canon[g->nodes[v].in[0]]] == TT_LAYOUT_NHWC &&
+        p->layout[v] == TT_LAYOUT_NCHW)
+      p->n_layout_pools++;
   free(ends);
   free(root);
   return 0;

@@ -490,6 +490,7 @@ static int policy_eval(const tt_graph *g, tt_backend *be, const tt_policy_opts *
   memset(&pol, 0, sizeof pol);
   pol.act_dtype = r->policy.act_dtype, pol.inplace = o->inplace, pol.training = 0, pol.accum_steps = 1;
   pol.offload = r->policy.offload == 2 ? 2 : 0; /* offload 2: it reads the training program's persistent copies */
+  pol.no_blocked = r->policy.no_blocked;        /* the training program's layouts (its arena was planned so) */
   for (;;) {
     pol.micro_batch = eb;
     tt_program p;
@@ -687,6 +688,36 @@ int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oi
   for (int st = TT_STATE_F32; st <= (ostate_auto ? TT_STATE_INT8 : TT_STATE_F32) && !have; st++)
     if (o.ostate = st, (have = policy_search(g, be, &o, r, rec, &min, memo, err)) < 0) break;
   if (have >= 0 && policy_offload(g, be, &o, r, &have, &min, memo, err)) have = -1;
+  /* nChw16c groups plan a larger workspace (Winograd's: about 80 MiB more for ResNet-50 at
+   * micro-batch 16), so under a budget their plan may need more recompute, or nothing fits: the
+   * whole search again without them (NHWC), and the faster prediction wins, the blocked plan on a
+   * tie (the cost model does not see Winograd's speed). So a larger budget never predicts slower,
+   * and the refusal's smallest budget counts the NHWC plans too. */
+  if (have >= 0 && (be->layouts & (1u << TT_LAYOUT_NCHW16C)) && be->bn_blk &&
+      (have == 0 || (r->budget_bytes && r->train.n_blocked > 0))) {
+    tt_policy_result q;
+    memset(&q, 0, sizeof q);
+    q.budget_bytes = r->budget_bytes, q.reserve_bytes = r->reserve_bytes;
+    q.recompute = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
+    q.compress = (unsigned char *)tt_calloc((size_t)n * 2, 1, "schedule", err); /* as r's */
+    int got = q.recompute && q.compress ? 0 : -1;
+    o.no_blocked = 1;
+    for (int st = TT_STATE_F32; got == 0 && st <= (ostate_auto ? TT_STATE_INT8 : TT_STATE_F32); st++)
+      if (o.ostate = st, (got = policy_search(g, be, &o, &q, rec, &min, memo, err)) < 0) break;
+    if (got >= 0 && policy_offload(g, be, &o, &q, &got, &min, memo, err)) got = -1;
+    o.no_blocked = 0;
+    if (got < 0) {
+      have = -1;
+      tt_policy_result_free(&q);
+    } else if (got == 1 && (!have || q.predicted_step_ms < r->predicted_step_ms * (1.0 - 1e-9))) {
+      q.candidates_tried += r->candidates_tried;
+      tt_policy_result_free(r);
+      *r = q, have = 1;
+    } else {
+      r->candidates_tried += q.candidates_tried;
+      tt_policy_result_free(&q);
+    }
+  }
   tt_plan_memo_free(memo);
   free(rec);
   if (have < 0) {

@@ -49,6 +49,7 @@ typedef struct tt_policy_opts {
                                  * device and the profile has a link, and keeps that plan when it is
                                  * faster (or alone fits) and its host region fits host_bytes */
   int offload;                  /* the candidates being planned hold it there (set by tt_policy_search) */
+  int no_blocked;               /* tt_policy.no_blocked of the candidates (set by tt_policy_search) */
 } tt_policy_opts;
 
 #define TT_POLICY_MAX_ALTS 12

@@ -119,6 +119,7 @@ static int policy_plan_one(const policy_ctx *c, int inplace, unsigned char *rec,
   pol.attn_fused = (form & POLICY_FUSED) != 0;
   pol.ostate = c->o->ostate;
   pol.offload = c->o->offload;
+  pol.no_blocked = c->o->no_blocked;
   pol.batch_transient = c->batch_transient;
   rc = policy_plan(c->g, &pol, c->be, c->memo, p, c->err);
   if (!rc && p->host_bytes > c->o->host_bytes) { /* --host-mem bounds every pinned byte, state and activations */

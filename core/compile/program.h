@@ -138,6 +138,9 @@ enum {
                         * forward's saved statistics (in slots TT_BN_APPLY_*: backend.h bn_apply),
                         * writing y only: one read and one write, the batch statistics not
                         * recomputed, running statistics untouched */
+  TT_SF_NCHW16C = 32,  /* the node's image tensors are nChw16c (program.layout), as TT_SF_NHWC says: batch
+                        * norm then runs through bn_blk (tt_bn_desc.blk 16), global average pooling as
+                        * an NHWC average pool over [N*c/16, 16, h, w] (the same bytes) */
   TT_SF_COMPACT = 4    /* relu/relu6 and max pooling: the forward also writes the compact save
                         * (out slot TT_FWD_COMPACT) and the backward reads it (TT_BWD_SAVED) in
                         * place of the full tensor: a 1-bit mask, a uint8 in-window index */
@@ -317,6 +320,8 @@ typedef struct tt_policy {
   int compact;         /* training: keep for backward a ReLU's 1-bit mask and a max pool's uint8
                         * index instead of the tensor, where nothing else keeps the tensor alive
                         * (and the backend has the compact entries); exact */
+  int no_blocked;      /* 1: no nChw16c groups (lower_layout.c) even where the backend lists the layout:
+                        * the search's fallback when nothing fits with them (policy.c) */
   int compress;        /* tt_save_fmt: a convolution keeps its input for backward as fp16, bf16
                         * or int8 + per-channel scale (lossy; [train] compress_saved); 0: exact */
   unsigned char *recompute; /* per node: 1 = keep only for the forward pass, recompute in backward; may be NULL */
@@ -386,6 +391,8 @@ typedef struct tt_program {
                         * group ends, inside the pooling's planned workspace */
   int n_krsc;          /* 16-bit weight copies stored KRSC by their cast (tt_buf.krsc) */
   size_t nhwc_bytes;   /* the NHWC nodes' value bytes at the micro-batch (no padding: NCHW's bytes) */
+  int n_blocked;       /* image nodes whose value (and gradient) is nChw16c (TT_LAYOUT_NCHW16C) */
+  size_t blocked_bytes; /* their value bytes at the micro-batch (channels multiples of 16: NCHW's bytes) */
   int n_attn;          /* attention forward steps (first instances) in the training program */
   size_t attn_probs_bytes; /* their probabilities' buffers: kept, or (attn_fused) what the fused form avoids */
   /* the final call list (calls.c: tt_program_calls, made by tt_program_plan) */

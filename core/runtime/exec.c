@@ -345,6 +345,55 @@ static int exec_fixed_call(exec_run *r, const tt_call *c, void *const *in, void 
   return 0;
 }
 
+/* A batch-norm call on nChw16c activations (tt_bn_desc.blk): the plain entries' operands, in the
+ * slots exec_call reads them from, as one bn_blk call (backend.h). */
+static int exec_bn_blk(exec_run *r, const tt_call *c, void *const *in, void *const *out, void *ws, size_t wsb,
+                       tt_err *err) {
+  tt_backend *be = r->x->be;
+  const tt_step *s = &r->p->steps[c->step]; /* for messages (EXEC_CHECK) */
+  const tt_op_desc *o = &c->op;
+  tt_bn_blk_args a;
+  memset(&a, 0, sizeof a);
+  a.n = o->u.bn.n, a.c = o->u.bn.c, a.hw = o->u.bn.hw, a.dt = o->dt, a.eps = o->u.bn.eps, a.momentum = c->momentum;
+  a.x = (const float *)in[0], a.gamma = (const float *)in[1], a.bias = (const float *)in[2], a.out = (float *)out[0];
+  a.ws = ws, a.ws_bytes = wsb;
+  switch (c->fn) {
+    case TT_OP_BN_FWD_TRAIN:
+    case TT_CALL_BN_RELU_FWD:
+    case TT_CALL_BN_ADD_RELU_FWD:
+      a.kind = c->fn == TT_CALL_BN_ADD_RELU_FWD ? TT_BNB_FWD_ADD_RELU : TT_BNB_FWD_TRAIN;
+      a.relu = c->fn != TT_OP_BN_FWD_TRAIN;
+      a.running_mean = (float *)in[3], a.running_var = (float *)in[4], a.update_running = c->update_running;
+      a.save_mean = (float *)out[1], a.save_invstd = (float *)out[2];
+      if (c->fn == TT_CALL_BN_ADD_RELU_FWD) a.s = (const float *)in[5];
+      break;
+    case TT_OP_BN_FWD_INFER:
+      a.kind = TT_BNB_FWD_INFER, a.running_mean = (float *)in[3], a.running_var = (float *)in[4];
+      break;
+    case TT_CALL_BN_APPLY: a.kind = TT_BNB_APPLY, a.save_mean = (float *)in[3], a.save_invstd = (float *)in[4]; break;
+    case TT_OP_BN_BWD:
+    case TT_CALL_BN_RELU_BWD: /* in: x, dy, gamma, (bias,) save_mean, save_invstd */
+      a.kind = TT_BNB_BWD, a.relu = c->fn == TT_CALL_BN_RELU_BWD;
+      a.dy = (float *)in[1], a.gamma = (const float *)in[2], a.bias = a.relu ? (const float *)in[3] : NULL;
+      a.save_mean = (float *)in[a.relu ? 4 : 3], a.save_invstd = (float *)in[a.relu ? 5 : 4];
+      a.dgamma = (float *)out[1], a.dbias = (float *)out[2], a.beta_dx = c->beta;
+      a.beta_param = r->micro_index > 0 ? 1.0f : 0.0f;
+      break;
+    case TT_CALL_BN_ADD_RELU_BWD: /* in: x, y or mask, dy, gamma, save_mean, save_invstd; out[3]: ds */
+      a.kind = TT_BNB_BWD_ADD_RELU;
+      a.y = c->mode ? NULL : (const float *)in[1], a.mask = c->mode ? (const uint32_t *)in[1] : NULL;
+      a.dy = (float *)in[2], a.gamma = (const float *)in[3], a.bias = NULL;
+      a.save_mean = (float *)in[4], a.save_invstd = (float *)in[5];
+      a.ds = (float *)out[3], a.dgamma = (float *)out[1], a.dbias = (float *)out[2];
+      a.beta_dx = c->beta, a.beta_s = c->beta_s, a.beta_param = r->micro_index > 0 ? 1.0f : 0.0f;
+      break;
+    default: return tt_fail(err, "internal error: backend call %s (%d) is no batch norm", tt_call_name(c->fn), c->fn);
+  }
+  if (!be->bn_blk) return tt_fail(err, "internal error: the %s backend has no bn_blk (nChw16c batch norm)", be->name);
+  EXEC_CHECK(be->bn_blk(be, &a));
+  return 0;
+}
+
 /* Runs call c (program.h) of the running program: its buffers, its shape at the planned batch,
  * with the run's values (micro-step, seeds, loss scale, the batch's own count for the input and
  * the loss). Calls of the update phase run in tt_exec_update. */
@@ -360,6 +409,11 @@ static int exec_call(exec_run *r, const tt_call *c, tt_err *err) {
   float bp = r->micro_index > 0 ? 1.0f : 0.0f; /* parameter gradients accumulate over micro-steps */
   void *ws = EXEC_P(c->ws);
   size_t wsb = c->ws >= 0 ? r->p->bufs[c->ws].bytes : 0;
+  if ((c->fn == TT_OP_BN_FWD_TRAIN || c->fn == TT_CALL_BN_RELU_FWD || c->fn == TT_CALL_BN_ADD_RELU_FWD ||
+       c->fn == TT_OP_BN_FWD_INFER || c->fn == TT_CALL_BN_APPLY || c->fn == TT_OP_BN_BWD || c->fn == TT_CALL_BN_RELU_BWD ||
+       c->fn == TT_CALL_BN_ADD_RELU_BWD) &&
+      o->u.bn.blk)
+    return exec_bn_blk(r, c, in, out, ws, wsb, err);
   switch (c->fn) {
     case TT_OP_CONV_FWD: EXEC_CHECK(be->conv_fwd(be, &o->u.conv, dt, in[0], in[1], in[2], out[0], ws, wsb)); break;
     case TT_OP_CONV_BWD_DATA: EXEC_CHECK(be->conv_bwd_data(be, &o->u.conv, dt, in[0], in[1], out[0], c->beta, ws, wsb)); break;

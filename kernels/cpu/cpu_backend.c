@@ -9,7 +9,8 @@
  *     norm forward and backward in fp32 (cpu_layernorm.c), GELU (erf and tanh) forward and
  *     backward with dx overwritten in fp32 (cpu_elementwise.c);
  *   OpenBLAS and our vectorised softmax (cpu_attention.c): attention in fp32;
- *   our vectorised loops (cpu_bn.c): batch norm in fp32, bf16 and fp16 storage;
+ *   our vectorised loops (cpu_bn.c): batch norm in fp32, bf16 and fp16 storage; on nChw16c
+ *     activations (cpu_bn_blk.c, bn_blk) in fp32;
  *   our vectorised loops, fp32 and bf16, bit for bit the reference's: ReLU and ReLU6 forward
  *     and backward, add, accumulate, dropout, input normalisation, the compact saves' ReLU/ReLU6
  *     bit masks and the fp32 <-> bf16 casts (the weight copies of a bf16 step)
@@ -120,7 +121,9 @@ size_t tt_cpu_op_workspace(tt_backend *b, const tt_op_desc *op) {
       ((op->kind == TT_OP_LN_FWD || op->kind == TT_OP_LN_BWD) && op->dt != TT_F32))
     return tt_ref_op_workspace(b, op);
   /* batch norm runs our loops (cpu_bn.c): NHWC rows keep per-block partial sums */
-  if (op->kind == TT_OP_BN_FWD_TRAIN || op->kind == TT_OP_BN_BWD) return tt_cpu_bn_workspace(op);
+  if (op->kind == TT_OP_BN_FWD_TRAIN || op->kind == TT_OP_BN_BWD)
+    return op->u.bn.blk ? tt_cpu_bn_blk_workspace(op) : tt_cpu_bn_workspace(op);
+  if (op->kind == TT_OP_BN_FWD_INFER) return 0; /* either layout: no partial sums */
   /* a one-channel first layer's fp32 backward weights may run as column blocks and sgemm (cpu_conv_col.c) */
   if (op->kind == TT_OP_CONV_BWD_FILTER && tt_cpu_conv_col(b, op)) return tt_cpu_conv_col_workspace(b, op);
   /* a backward 1x1 strided convolution may run as its sampled pixels' matmul (cpu_conv.c) */
@@ -195,6 +198,7 @@ static const tt_backend cpu_be_table = {
     tt_cpu_check_finite_multi, /* the overflow check of transient gradients in one call */
     0, /* filter_krsc: KCRS filters only (the planner stores no KRSC copy here) */
     1, /* pool_y_nchw: pool_fwd and pool_bwd end an NHWC group (cpu_pool.c) */
+    tt_cpu_bn_blk, /* batch norm on nChw16c activations (cpu_bn_blk.c) */
 };
 
 tt_backend *tt_cpu_backend_create(int threads) { return tt_cpu_backend_create_knobs(threads, NULL); }
@@ -246,5 +250,11 @@ tt_backend *tt_cpu_backend_create_knobs(int threads, const tt_backend_knobs *kn)
     cpu_be_destroy(b);
     return NULL;
   }
+  /* nChw16c for fp32 groups whose channels are multiples of 16, where oneDNN has its AVX-512
+   * Winograd convolutions (cpu_conv.c's cpu_conv_wino; lower_layout.c plans the groups), unless
+   * TINYTRAIN_LAYOUT names another layout; TINYTRAIN_LAYOUT=nchw16c asks for it on any CPU (the
+   * direct kernels then run it: a test of the layout on AVX2, not a speed-up there) */
+  if (kn->layout == TT_LAYOUT_NCHW16C || (kn->layout < 0 && tt_cpu_dnnl_has_avx512()))
+    b->layouts |= 1u << TT_LAYOUT_NCHW16C;
   return b;
 }

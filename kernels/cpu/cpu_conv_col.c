@@ -44,6 +44,7 @@ int tt_cpu_conv_col(tt_backend *b, const tt_op_desc *op) {
   int on = tt_cpu_st(b)->conv_col;
   if (on < 0) on = !tt_cpu_dnnl_has_avx512();
   return on && op->kind == TT_OP_CONV_BWD_FILTER && op->dt == TT_F32 && d->groups == 1 && d->c == 1 &&
+         d->layout_y != TT_LAYOUT_NCHW16C && /* dy NCHW or NHWC only (cpu_conv_col_run) */
          d->r * d->s <= 343 && d->n > 0 && d->p > 0 && d->q > 0;
 }
 

@@ -512,6 +512,7 @@ void tt_cpu_key(const tt_op_desc *op, tt_op_desc *k) {
     case TT_OP_BN_FWD_INFER:
     case TT_OP_BN_BWD:
       k->u.bn.n = op->u.bn.n, k->u.bn.c = op->u.bn.c, k->u.bn.hw = op->u.bn.hw, k->u.bn.eps = op->u.bn.eps;
+      k->u.bn.blk = op->u.bn.blk;
       k->accumulate = op->kind == TT_OP_BN_BWD && op->accumulate;
       break;
     case TT_OP_POOL_FWD:

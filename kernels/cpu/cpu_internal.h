@@ -294,6 +294,10 @@ int tt_cpu_bn_bwd_relu(tt_backend *b, int n, int c, int hw, tt_dtype dt, const v
                        float *dgamma, float *dbias, float beta_dx, float beta_param, void *ws, size_t ws_bytes);
 /* the loops' workspace for op (TT_OP_BN_FWD_TRAIN, TT_OP_BN_BWD with hw == 1; else 0) */
 size_t tt_cpu_bn_workspace(const tt_op_desc *op);
+/* ---- cpu_bn_blk.c: batch norm on nChw16c activations (backend.h's bn_blk), fp32; its workspace
+ * for a desc whose u.bn.blk is 16 (the units' partial sums) ---- */
+int tt_cpu_bn_blk(tt_backend *b, const tt_bn_blk_args *a);
+size_t tt_cpu_bn_blk_workspace(const tt_op_desc *op);
 
 /* Whether the call for a convolution op runs as a matmul (cpu_conv.c; builds it if needed):
  * 1, 0, or -1 with the error set. Tests check the selection with it. */

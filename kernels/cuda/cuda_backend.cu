@@ -714,6 +714,7 @@ static const tt_backend cuda_be_table = {
     tt_cuda_check_finite_multi, /* the overflow check of transient gradients in one launch */
     1, /* filter_krsc: all-NHWC convolutions read a KRSC weight copy in place, cast_multi writes it */
     0, /* pool_y_nchw: a pooling keeps its input's layout (y and dy too) */
+    NULL, /* bn_blk: no nChw16c layout on CUDA */
 };
 
 extern "C" tt_backend *tt_cuda_backend_create(size_t *reserve_bytes, const tt_backend_knobs *knobs, char *errbuf,

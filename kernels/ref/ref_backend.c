@@ -170,6 +170,7 @@ static const tt_backend ref_be_table = {
     tt_ref_check_finite_multi, /* the overflow check of transient gradients in one call */
     0, /* filter_krsc: KCRS filters only (the planner stores no KRSC copy here) */
     0, /* pool_y_nchw: a pooling keeps its input's layout (y and dy too) */
+    NULL, /* bn_blk: NCHW only (no nChw16c) */
 };
 
 tt_backend *tt_ref_backend_create(int threads) {
