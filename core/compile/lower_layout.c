@@ -5,6 +5,12 @@
 
 #include "lower_int.h"
 
+/* The root of v's group in the union-find forest root[] (no path compression: groups are small). */
+static int lower_find(const int *root, int v) {
+  while (root[v] != v) v = root[v];
+  return v;
+}
+
 /* Whether pooling node v may end an NHWC group (x NHWC, y NCHW: tt_pool_desc.y_nchw): a max or
  * average pooling on a backend with pool_y_nchw. Whatever the policy's compact saves: the layouts
  * stay the same with and without them, so a compact plan computes the same bits as the full one
@@ -31,49 +37,33 @@ static int lower_wino_conv(const tt_node *n) {
  * writes blocked groups (the Winograd kernels, the point of the layout; elsewhere NHWC is as
  * fast, docs/measured.md). Global average pooling reads either layout (dispatch.c). verdict is
  * the caller's `ends` array, whose values past the pass above are no longer needed: overwritten. */
-static int lower_blocked(const tt_graph *g, const int *canon, int *root, const int *forced, char *verdict) {
+static int lower_blocked(const tt_graph *g, const int *canon, const int *root, const int *forced, char *verdict) {
   int nn = g->nnodes, any = 0;
-#define LOWER_ROOT(v0, out)                  \
-  do {                                       \
-    int f_ = (v0);                           \
-    while (root[f_] != f_) f_ = root[f_];    \
-    (out) = f_;                              \
-  } while (0)
   char *ok = (char *)calloc((size_t)nn, 1);
   if (!ok) return 0; /* NHWC everywhere: a layout, not a failure */
   for (int v = 0; v < nn; v++) {
-    int r;
-    LOWER_ROOT(v, r);
+    int r = lower_find(root, v);
     ok[r] = !forced[r];
   }
   for (int v = 0; v < nn; v++) {
     const tt_node *n = &g->nodes[v];
     tt_layer_kind k = n->kind;
-    int r;
     if (canon[v] != v) continue;
-    LOWER_ROOT(v, r);
+    int r = lower_find(root, v);
     int member = k == TT_L_CONV || k == TT_L_BN || k == TT_L_RELU || k == TT_L_RELU6 || k == TT_L_SILU ||
                  k == TT_L_GELU || k == TT_L_ADD;
     if (!member || n->c <= 0 || n->c % 16 || n->tokens) ok[r] = 0;
     /* a reader other than a convolution, global average pooling or a member (a pooling, which
      * ends a group and reads its input's layout) keeps the groups it reads unblocked */
     if (!member && k != TT_L_GAP)
-      for (int i = 0; i < n->nin; i++) {
-        int ru;
-        LOWER_ROOT(canon[n->in[i]], ru);
-        ok[ru] = 0;
-      }
+      for (int i = 0; i < n->nin; i++) ok[lower_find(root, canon[n->in[i]])] = 0;
   }
   for (int v = 0; v < nn && !any; v++) {
-    int ri, rv;
     if (canon[v] != v || !lower_wino_conv(&g->nodes[v])) continue;
-    LOWER_ROOT(canon[g->nodes[v].in[0]], ri);
-    LOWER_ROOT(v, rv);
-    any = ok[ri] && ok[rv];
+    any = ok[lower_find(root, canon[g->nodes[v].in[0]])] && ok[lower_find(root, v)];
   }
   for (int v = 0; v < nn; v++) verdict[v] = (char)(any && ok[v] ? 2 : 0);
   free(ok);
-#undef LOWER_ROOT
   return any;
 }
 
@@ -101,12 +91,6 @@ int tt_lower_layouts(const tt_graph *g, const tt_policy *pol, const tt_backend *
   if (!root) return -1;
   int *forced = root + nn;
   for (int v = 0; v < nn; v++) root[v] = v, forced[v] = 0;
-#define LOWER_FIND(v0, out)                  \
-  do {                                       \
-    int f_ = (v0);                           \
-    while (root[f_] != f_) f_ = root[f_];    \
-    (out) = f_;                              \
-  } while (0)
   char *ends = (char *)tt_malloc((size_t)nn, "layout groups", err); /* node -> a pooling that may end a group */
   if (!ends) {
     free(root);
@@ -127,29 +111,24 @@ int tt_lower_layouts(const tt_graph *g, const tt_policy *pol, const tt_backend *
       int u = canon[n->in[i]], ru, rv;
       if (g->nodes[u].tokens) forced[v] = 1;
       if (keeps) {
-        LOWER_FIND(u, ru);
-        LOWER_FIND(v, rv);
+        ru = lower_find(root, u);
+        rv = lower_find(root, v);
         if (ru != rv) root[ru] = rv;
       } else if (k != TT_L_CONV && k != TT_L_GAP && !ends[v]) {
         forced[u] = 1;
       }
     }
   }
-  for (int v = 0; v < nn; v++) {
-    int r;
-    LOWER_FIND(v, r);
-    if (forced[v]) forced[r] = 1;
-  }
+  for (int v = 0; v < nn; v++)
+    if (forced[v]) forced[lower_find(root, v)] = 1;
   /* A pooling ends an NHWC group only into NCHW (y_nchw): one whose input's group is NCHW while
    * its own is NHWC joins its input's layout, which can force further groups; forcing only turns
    * groups NCHW, so this ends after at most one round per pooling. */
   for (int changed = 1; changed;) {
     changed = 0;
     for (int v = 0; v < nn; v++) {
-      int ru, rv;
       if (!ends[v]) continue;
-      LOWER_FIND(canon[g->nodes[v].in[0]], ru);
-      LOWER_FIND(v, rv);
+      int ru = lower_find(root, canon[g->nodes[v].in[0]]), rv = lower_find(root, v);
       if (forced[ru] && !forced[rv]) forced[rv] = 1, changed = 1;
     }
   }
@@ -159,8 +138,7 @@ int tt_lower_layouts(const tt_graph *g, const tt_policy *pol, const tt_backend *
                 pol->compress != TT_SAVE_INT8 && !pol->no_blocked;
   if (blocked) blocked = lower_blocked(g, canon, root, forced, ends);
   for (int v = 0; v < nn; v++) {
-    int r;
-    LOWER_FIND(v, r);
+    int r = lower_find(root, v);
     if (canon[v] == v && !forced[r]) {
       size_t bytes = tt_size_mul(tt_size_mul((size_t)pol->micro_batch, tt_node_numel(&g->nodes[v])), tt_dtype_size(pol->act_dtype));
       if (blocked && ends[r] == 2) {
@@ -174,7 +152,6 @@ int tt_lower_layouts(const tt_graph *g, const tt_policy *pol, const tt_backend *
       p->nhwc_bytes += bytes;
     }
   }
-#undef LOWER_FIND
   for (int v = 0; v < nn; v++) /* views share their source's buffer */
     p->layout[v] = p->layout[canon[v]];
   for (int v = 0; v < nn; v++)

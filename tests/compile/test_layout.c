@@ -24,6 +24,7 @@
 #include "kernels/backend.h"
 #include "kernels/kernel_math.h"
 #include "tests/tt_test.h"
+#include "tests/compile/layout_train.h"
 
 /* c1 reads the image (NCHW) and writes NHWC; b1 (with its ReLU, a node of its own), p1, c2, b2,
  * cat (concat of b2 and p1), c3, a (add of c3 and cat) and r2 are NHWC, joined through add and
@@ -51,12 +52,6 @@ static const char *layout_recipe =
     "[gap g]\n"
     "[flatten fl]\n"
     "[linear fc]\nout = 5\n";
-
-static int node_of(const tt_model *m, const char *name) {
-  for (int i = 0; i < m->nlayers; i++)
-    if (!strcmp(m->layers[i].name, name)) return i;
-  return -1;
-}
 
 /* c1 reads the image and writes NHWC; b1 and p1 NHWC (p1 read by a convolution); c2 writes NCHW
  * for d (dropout), so p2 reads NCHW and, though only a convolution reads it, writes NCHW too (a
@@ -335,69 +330,6 @@ static void test_pool_y_nchw(void) {
   if (cpu) cpu->destroy(cpu);
   if (ref) ref->destroy(ref);
   TT_TEST_END();
-}
-
-/* Trains `steps` steps of the recipe on the CPU (backend: "onednn" or "ref"; layout: NULL or
- * "nchw") into tt_test_dir()/<tag>; 0 on success. */
-static int layout_train(const char *recipe, const char *backend, const char *layout, tt_run_precision prec, const char *tag,
-                        int steps, char *err, size_t errsize) {
-  tt_run_opts o;
-  tt_run_result res;
-  char out[128];
-  snprintf(out, sizeof out, "%s/%s", tt_test_dir(), tag);
-  tt_run_opts_init(&o);
-  o.recipe = recipe, o.device = TT_DEVICE_CPU, o.threads = 2, o.quiet = 1;
-  o.out_dir = out, o.micro_batch = 8, o.max_steps = steps, o.precision = prec, o.recompute = TT_RECOMPUTE_NONE;
-  FILE *devnull = fopen("/dev/null", "w");
-  o.out = devnull;
-  setenv("TINYTRAIN_CPU_BACKEND", backend, 1);
-  if (layout) setenv("TINYTRAIN_LAYOUT", layout, 1);
-  else unsetenv("TINYTRAIN_LAYOUT");
-  int rc = tt_train(&o, &res, err, errsize);
-  unsetenv("TINYTRAIN_CPU_BACKEND");
-  unsetenv("TINYTRAIN_LAYOUT");
-  if (devnull) fclose(devnull);
-  return rc;
-}
-
-/* The largest |a - b| / (1 + max |a| of the tensor) over every tensor of two weights files; < 0
- * when they do not hold the same tensors. */
-static double weights_diff(const char *a, const char *b, char *where, size_t n) {
-  tt_st_file *fa = NULL, *fb = NULL;
-  tt_err err;
-  double worst = -1.0;
-  snprintf(where, n, "bit for bit");
-  if (tt_st_open(a, &fa, &err) || tt_st_open(b, &fb, &err)) {
-    snprintf(where, n, "%.200s", err.msg);
-    goto done;
-  }
-  if (tt_st_count(fa) != tt_st_count(fb)) {
-    snprintf(where, n, "%d tensors against %d", tt_st_count(fa), tt_st_count(fb));
-    goto done;
-  }
-  worst = 0.0;
-  for (int i = 0; i < tt_st_count(fa); i++) {
-    const tt_st_tensor *ta = tt_st_at(fa, i), *tb = tt_st_get(fb, ta->name);
-    if (!tb || tb->bytes != ta->bytes) {
-      snprintf(where, n, "%s: absent or of another size", ta->name);
-      worst = -1.0;
-      goto done;
-    }
-    const float *x = (const float *)ta->data, *y = (const float *)tb->data;
-    double mx = 0.0;
-    for (size_t k = 0; k < ta->bytes / 4; k++) mx = fmax(mx, fabs(x[k]));
-    for (size_t k = 0; k < ta->bytes / 4; k++) {
-      double d = fabs((double)x[k] - (double)y[k]) / (1.0 + mx);
-      if (d > worst) {
-        worst = d;
-        snprintf(where, n, "%s[%zu]: %.9g against %.9g", ta->name, k, x[k], y[k]);
-      }
-    }
-  }
-done:
-  if (fa) tt_st_close(fa);
-  if (fb) tt_st_close(fb);
-  return worst;
 }
 
 static void test_train_layouts(void) {

@@ -25,6 +25,7 @@
 #include "kernels/backend.h"
 #include "kernels/kernel_math.h"
 #include "tests/tt_test.h"
+#include "tests/compile/layout_train.h"
 
 /* c1 reads the image and writes a blocked group {c1, b1, c2, b2, a, r} (16 channels; c2 a 3x3 read
  * and written blocked: Winograd's); c3 writes 24 channels: NHWC; c4's group (32) is read by the
@@ -49,12 +50,6 @@ static const char *blk_recipe_1x1 =
     "[data]\nformat = synthetic\n"
     "[conv c1]\nfilters = 16\nsize = 3\npad = 1\n[bn b1]\nactivation = relu\n"
     "[conv c2]\nfilters = 16\nsize = 1\n[bn b2]\nactivation = relu\n[gap g]\n[flatten fl]\n[linear fc]\nout = 5\n";
-
-static int node_of(const tt_model *m, const char *name) {
-  for (int i = 0; i < m->nlayers; i++)
-    if (!strcmp(m->layers[i].name, name)) return i;
-  return -1;
-}
 
 /* A CPU backend whose knobs ask for TINYTRAIN_LAYOUT=layout (-1: the default). */
 static tt_backend *blk_backend(int layout, int threads) {
@@ -331,77 +326,23 @@ static void test_blk_bn(void) {
 
 /* ---- training ---- */
 
-/* Trains 4 steps of recipe on the CPU (backend "onednn" or "ref"; layout NULL or a TINYTRAIN_LAYOUT
- * value) into tt_test_dir()/tag; 0 on success. */
-static int blk_train(const char *recipe, const char *backend, const char *layout, const char *tag, char *err, size_t errsize) {
-  tt_run_opts o;
-  tt_run_result res;
-  char out[128];
-  snprintf(out, sizeof out, "%s/%s", tt_test_dir(), tag);
-  tt_run_opts_init(&o);
-  o.recipe = recipe, o.device = TT_DEVICE_CPU, o.threads = 2, o.quiet = 1;
-  o.out_dir = out, o.micro_batch = 8, o.max_steps = 4, o.precision = TT_PRECISION_FP32, o.recompute = TT_RECOMPUTE_NONE;
-  FILE *devnull = fopen("/dev/null", "w");
-  o.out = devnull;
-  setenv("TINYTRAIN_CPU_BACKEND", backend, 1);
-  if (layout) setenv("TINYTRAIN_LAYOUT", layout, 1);
-  else unsetenv("TINYTRAIN_LAYOUT");
-  int rc = tt_train(&o, &res, err, errsize);
-  unsetenv("TINYTRAIN_CPU_BACKEND");
-  unsetenv("TINYTRAIN_LAYOUT");
-  if (devnull) fclose(devnull);
-  return rc;
-}
-
-/* The largest |a - b| / (1 + max |a| of the tensor) over the tensors of two weights files (< 0: they differ in
- * what they hold). */
-static double blk_weights_diff(const char *a, const char *b, char *where, size_t n) {
-  tt_st_file *fa = NULL, *fb = NULL;
-  tt_err err;
-  double worst = -1.0;
-  snprintf(where, n, "bit for bit");
-  if (tt_st_open(a, &fa, &err) || tt_st_open(b, &fb, &err)) {
-    snprintf(where, n, "%.200s", err.msg);
-  } else if (tt_st_count(fa) == tt_st_count(fb)) {
-    worst = 0.0;
-    for (int i = 0; i < tt_st_count(fa) && worst >= 0.0; i++) {
-      const tt_st_tensor *ta = tt_st_at(fa, i), *tb = tt_st_get(fb, ta->name);
-      if (!tb || tb->bytes != ta->bytes) {
-        snprintf(where, n, "%s: absent or of another size", ta->name);
-        worst = -1.0;
-        break;
-      }
-      const float *x = (const float *)ta->data, *y = (const float *)tb->data;
-      double mx = 0.0;
-      for (size_t k = 0; k < ta->bytes / 4; k++) mx = fmax(mx, fabs(x[k]));
-      for (size_t k = 0; k < ta->bytes / 4; k++) {
-        double d = fabs((double)x[k] - (double)y[k]) / (1.0 + mx);
-        if (!(d <= worst)) worst = d, snprintf(where, n, "%s[%zu]: %.9g against %.9g", ta->name, k, x[k], y[k]);
-      }
-    }
-  }
-  if (fa) tt_st_close(fa);
-  if (fb) tt_st_close(fb);
-  return worst;
-}
-
 static void test_blk_train(void) {
   TT_TEST_BEGIN("layout_blk_train_equals_nhwc_and_ref");
   char recipe[128], err[1024], a[192], b[192], where[256];
   snprintf(recipe, sizeof recipe, "%s/blk.recipe", tt_test_dir());
   FILE *f = fopen(recipe, "w");
   if (f) fputs(blk_recipe, f), fclose(f);
-  int ok = f && !blk_train(recipe, "onednn", "nchw16c", "blk", err, sizeof err);
+  int ok = f && !layout_train(recipe, "onednn", "nchw16c", TT_PRECISION_FP32, "blk", 4, err, sizeof err);
   TT_CHECK(ok, "oneDNN nChw16c run: %s", f ? err : "cannot write the recipe");
-  if (ok) ok = !blk_train(recipe, "onednn", "nhwc", "blk_nhwc", err, sizeof err);
+  if (ok) ok = !layout_train(recipe, "onednn", "nhwc", TT_PRECISION_FP32, "blk_nhwc", 4, err, sizeof err);
   TT_CHECK(ok, "oneDNN NHWC run: %s", err);
-  if (ok) ok = !blk_train(recipe, "ref", NULL, "blk_ref", err, sizeof err);
+  if (ok) ok = !layout_train(recipe, "ref", NULL, TT_PRECISION_FP32, "blk_ref", 4, err, sizeof err);
   TT_CHECK(ok, "reference run: %s", err);
   if (ok) {
     snprintf(a, sizeof a, "%s/blk/weights.safetensors", tt_test_dir());
     for (int k = 0; k < 2; k++) {
       snprintf(b, sizeof b, "%s/%s/weights.safetensors", tt_test_dir(), k ? "blk_ref" : "blk_nhwc");
-      double d = blk_weights_diff(a, b, where, sizeof where);
+      double d = weights_diff(a, b, where, sizeof where);
       printf("  nChw16c against %s after 4 steps: worst relative difference %.3g (%s)\n", k ? "the reference" : "NHWC", d, where);
       TT_CHECK(d >= 0.0 && d <= 2e-4, "against %s: %.3g > 2e-4 at %s", k ? "the reference" : "NHWC", d, where);
     }
