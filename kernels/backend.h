@@ -800,7 +800,7 @@ typedef struct tt_bn_blk_args {
   const float *gamma, *bias;
   float *running_mean, *running_var; /* TT_BNB_FWD_TRAIN, _ADD_RELU: moved when update_running */
   float *save_mean, *save_invstd;    /* forward: written; TT_BNB_APPLY and backward: read */
-  float *out;                        /* y forward, dx backward */
+  float *out;                        /* y forward, dx backward (NULL: no dx, the parameters' gradients only) */
   float *ds, *dgamma, *dbias;
   float beta_dx, beta_s, beta_param;
   void *ws; /* the op_workspace answer for the call's desc (training forward and backward) */

@@ -228,7 +228,7 @@ static int cpu_bnb_check(tt_backend *b, const tt_bn_blk_args *a, size_t ws_need)
   if (a->n <= 0 || a->hw <= 0 || a->c <= 0 || a->c % CPU_BNB)
     return tt_ref_fail(b, "bn_blk %s: bad shape n=%d c=%d hw=%d (c must be a positive multiple of 16 for nChw16c)", nm, a->n,
                        a->c, a->hw);
-  if (!a->x || !a->gamma || !a->out || (fwd && !a->bias) || (!fwd && !a->dy) ||
+  if (!a->x || !a->gamma || (fwd && (!a->out || !a->bias)) || (!fwd && !a->dy) ||
       (a->kind != TT_BNB_FWD_INFER && (!a->save_mean || !a->save_invstd)) ||
       (a->kind == TT_BNB_FWD_INFER && (!a->running_mean || !a->running_var)) ||
       (a->kind == TT_BNB_FWD_ADD_RELU && !a->s) || (a->kind == TT_BNB_BWD && a->relu && !a->bias) ||
@@ -318,8 +318,10 @@ int tt_cpu_bn_blk(tt_backend *b, const tt_bn_blk_args *a) {
       f0[ch] = (float)(sdy / (double)m);
       f1[ch] = (float)(sdyx / (double)m) * invstd;
     }
-    P.kind = 4, P.o = a->out, P.mdy = f0, P.kk = f1, P.beta = a->beta_dx;
-    cpu_bnb_run(nt, &P);
+    if (a->out) { /* NULL: the input needs no gradient (frozen layers before it), only the parameters do */
+      P.kind = 4, P.o = a->out, P.mdy = f0, P.kk = f1, P.beta = a->beta_dx;
+      cpu_bnb_run(nt, &P);
+    }
     return 0;
   }
   if (train) {

@@ -301,6 +301,19 @@ static void test_blk_bn(void) {
            wds, wp);
     TT_CHECK(wdx <= 1e-5 && wds <= 1e-6 && wp <= 2e-5, "backward (relu %d): dx %.3g, ds %.3g, parameters %.3g", relu, wdx, wds,
              wp);
+    if (relu == 1) { /* no dx (frozen layers before it): the same parameter gradients, nothing else written */
+      float pg[2][BN_C];
+      memcpy(gb, dyb, BN_CNT * 4);
+      for (int j = 0; j < BN_C; j++) pg[0][j] = pg[1][j] = 0.0f;
+      b.out = NULL, b.dgamma = pg[0], b.dbias = pg[1], b.beta_param = 0.0f;
+      rc = cpu->bn_blk(cpu, &b);
+      int same = 1;
+      for (int j = 0; j < BN_C; j++) /* st[0][4..5] = 0.25 and -0.5 plus the same sums (beta 1) */
+        same &= fabs((double)pg[0][j] + 0.25 - st[0][4][j]) <= 1e-5 * (1.0 + fabs(st[0][4][j])) &&
+                fabs((double)pg[1][j] - 0.5 - st[0][5][j]) <= 1e-5 * (1.0 + fabs(st[0][5][j]));
+      TT_CHECK(rc == 0 && same, "backward without dx: rc %d (%s), parameter gradients %s", rc, cpu->last_error(cpu),
+               same ? "equal" : "differ");
+    }
   }
   /* refusals, each naming what is wrong */
   if (ok) {
