@@ -232,6 +232,8 @@ typedef struct tt_backend_knobs {
   size_t cpu_chunk_bytes; /* TINYTRAIN_CPU_CHUNK_BYTES: the CPU's chunk of a batched loop; 0 its default */
   int conv_matmul;        /* TINYTRAIN_CONV_MATMUL: 1 (default) 1x1 bf16 NHWC backward convolutions as matmuls */
   int conv_bwdw;          /* TINYTRAIN_CONV_BWDW: 0 bf16 (default), 1 fp32 */
+  int conv_wg;            /* TINYTRAIN_CONV_WINOGRAD: 0 auto (default: the CPU's 3x3 fp32 NHWC convolutions by our
+                           * Winograd where oneDNN has no AVX-512), 1 on, 2 off */
   int cuda_find;          /* TINYTRAIN_CUDA_FIND: 1 (default) time the convolution algorithms at setup */
   int cuda_bn_resident;   /* TINYTRAIN_CUDA_BN_RESIDENT: 1 (default) the held-on-chip batch norm */
   int cuda_deterministic; /* TINYTRAIN_CUDA_DETERMINISTIC: 1 deterministic cuDNN algorithms only */
@@ -255,7 +257,7 @@ typedef enum { TT_CPU_ISA_NATIVE = 0, TT_CPU_ISA_AVX2 = 1, TT_CPU_ISA_BASELINE =
 typedef enum { TT_CUDA_CONV_API_AUTO = 0, TT_CUDA_CONV_API_GRAPH = 1, TT_CUDA_CONV_API_LEGACY = 2 } tt_cuda_conv_api;
 
 static inline void tt_backend_knobs_default(tt_backend_knobs *k) {
-  k->layout = -1, k->cpu_chunk_bytes = 0, k->conv_matmul = 1, k->conv_bwdw = 0;
+  k->layout = -1, k->cpu_chunk_bytes = 0, k->conv_matmul = 1, k->conv_bwdw = 0, k->conv_wg = 0;
   k->cuda_find = 1, k->cuda_bn_resident = 1, k->cuda_deterministic = 0, k->cpu_isa = -1, k->cuda_conv_log = 0;
   k->cuda_conv_api = TT_CUDA_CONV_API_LEGACY;
   k->cuda_stack = 1;

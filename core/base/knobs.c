@@ -27,7 +27,7 @@ typedef struct knob_row {
 #define KNOB_AT(field) offsetof(tt_knobs, field)
 
 /* Every knob. A CHOICE knob's value is its choice's index: TINYTRAIN_LAYOUT's are TT_LAYOUT_NCHW
- * and TT_LAYOUT_NHWC, TINYTRAIN_CONV_BWDW's 0 bf16 and 1 fp32, TINYTRAIN_GRADS's 0 auto and 1
+ * and TT_LAYOUT_NHWC, TINYTRAIN_CONV_BWDW's 0 bf16 and 1 fp32, TINYTRAIN_CONV_WINOGRAD's 0 auto, 1 on and 2 off, TINYTRAIN_GRADS's 0 auto and 1
  * persistent, TINYTRAIN_CPU_BACKEND's 0 oneDNN and 1 the reference, TINYTRAIN_OMP_SPIN's 0 auto,
  * 1 short and 2 long, TINYTRAIN_CPU_ISA's the TT_CPU_ISA_* (backend.h), TINYTRAIN_CUDA_CONV_API's
  * the TT_CUDA_CONV_API_* (backend.h). */
@@ -55,6 +55,7 @@ static const knob_row knob_rows[] = {
     {"TINYTRAIN_CPU_CHUNK_BYTES", KNOB_SIZE, NULL, KNOB_AT(be.cpu_chunk_bytes)},
     {"TINYTRAIN_CONV_MATMUL", KNOB_BOOL, NULL, KNOB_AT(be.conv_matmul)},
     {"TINYTRAIN_CONV_BWDW", KNOB_CHOICE, "bf16|f32", KNOB_AT(be.conv_bwdw)},
+    {"TINYTRAIN_CONV_WINOGRAD", KNOB_CHOICE, "auto|on|off", KNOB_AT(be.conv_wg)},
     {"TINYTRAIN_CPU_ISA", KNOB_CHOICE, "native|avx2|baseline", KNOB_AT(be.cpu_isa)},
     {"TINYTRAIN_CUDA_FIND", KNOB_BOOL, NULL, KNOB_AT(be.cuda_find)},
     {"TINYTRAIN_CUDA_BN_RESIDENT", KNOB_BOOL, NULL, KNOB_AT(be.cuda_bn_resident)},

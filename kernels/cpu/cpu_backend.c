@@ -124,6 +124,10 @@ size_t tt_cpu_op_workspace(tt_backend *b, const tt_op_desc *op) {
   if (op->kind == TT_OP_BN_FWD_TRAIN || op->kind == TT_OP_BN_BWD)
     return op->u.bn.blk ? tt_cpu_bn_blk_workspace(op) : tt_cpu_bn_workspace(op);
   if (op->kind == TT_OP_BN_FWD_INFER) return 0; /* either layout: no partial sums */
+  /* a 3x3 stride-1 fp32 NHWC convolution may run by Winograd (cpu_conv_wg.c) */
+  if ((op->kind == TT_OP_CONV_FWD || op->kind == TT_OP_CONV_BWD_DATA || op->kind == TT_OP_CONV_BWD_FILTER) &&
+      tt_cpu_conv_wg(b, op))
+    return tt_cpu_conv_wg_workspace(b, op);
   /* a one-channel first layer's fp32 backward weights may run as column blocks and sgemm (cpu_conv_col.c) */
   if (op->kind == TT_OP_CONV_BWD_FILTER && tt_cpu_conv_col(b, op)) return tt_cpu_conv_col_workspace(b, op);
   /* a backward 1x1 strided convolution may run as its sampled pixels' matmul (cpu_conv.c) */
@@ -151,6 +155,9 @@ int tt_cpu_prepare(tt_backend *b, const tt_op_desc *ops, int nops) {
     tt_op_desc k;
     tt_cpu_key(&ops[i], &k);
     if (ops[i].kind == TT_OP_CONV_BWD_FILTER && tt_cpu_conv_col(b, &ops[i])) continue; /* no oneDNN primitive */
+    if ((ops[i].kind == TT_OP_CONV_FWD || ops[i].kind == TT_OP_CONV_BWD_DATA || ops[i].kind == TT_OP_CONV_BWD_FILTER) &&
+        tt_cpu_conv_wg(b, &ops[i]))
+      continue; /* Winograd: our loops, no primitive */
     if (tt_cpu_uses_dnnl(&k) && !tt_cpu_dnnl_get(b, &k, cpu_be_builder(k.kind))) return -1;
   }
   return 0;
@@ -233,6 +240,9 @@ tt_backend *tt_cpu_backend_create_knobs(int threads, const tt_backend_knobs *kn)
   st->bwdw_f32 = kn->conv_bwdw == 1;
   if (!st->conv_matmul) st->bwdw_f32 = 0;
   st->conv_col = st->conv_matmul ? -1 : 0; /* one-channel first layers' backward weights below AVX-512 (cpu_conv_col.c) */
+  /* 3x3 fp32 NHWC convolutions by our Winograd (cpu_conv_wg.c): by default where oneDNN has no
+   * AVX-512 (and so no Winograd of its own); TINYTRAIN_CONV_WINOGRAD=on|off */
+  st->conv_wg = kn->conv_wg == 1 ? 1 : kn->conv_wg == 2 ? 0 : -1;
   *b = cpu_be_table;
   b->impl = st;
   /* NHWC (activations channels-last between convolutions, cpu_conv.c) unless the knobs ask for

@@ -17,7 +17,8 @@
  * never the gemm fallback. Measured: docs/measured.md. Where oneDNN runs AVX-512, the planner
  * also gives fp32 groups of 16-multiple channels the blocked nChw16c (TT_LAYOUT_NCHW16C), so that
  * the 3x3 stride-1 convolutions between them run oneDNN's Winograd kernels (cpu_conv_wino), which
- * take that layout only. A call whose layouts differ (the first
+ * take that layout only. Where oneDNN has no AVX-512 (and so no Winograd), the 3x3 stride-1 fp32
+ * NHWC calls run our own Winograd instead (cpu_conv_wg.c). A call whose layouts differ (the first
  * convolution reads the NCHW image; one before flatten or dropout writes NCHW) keeps the rule
  * above, and the caller's tensors are reordered into workspace copies and back, a chunk of
  * samples at a time (cpu_internal.h); weights once per
@@ -555,6 +556,9 @@ int tt_cpu_conv_fwd(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, const voi
   if (!d) return tt_ref_fail(b, "conv_fwd: NULL conv desc");
   if (!x || !w || !y) return tt_ref_fail(b, "conv_fwd: NULL x, w or y");
   cpu_conv_op(&op, TT_OP_CONV_FWD, d, dt, bias != NULL, 0);
+  if (cpu_conv_check(b, "conv_fwd", d, dt)) return -1;
+  if (tt_cpu_conv_wg(b, &op))
+    return tt_cpu_conv_wg_fwd(b, d, (const float *)x, (const float *)w, (const float *)bias, (float *)y, ws, ws_bytes);
   if (!(c = tt_cpu_dnnl_get(b, &op, tt_cpu_conv_build))) return -1;
   ptrs[0] = (void *)x, ptrs[1] = (void *)w, ptrs[2] = (void *)bias, ptrs[3] = y;
   return tt_cpu_run(b, c, ptrs, ws, ws_bytes, 0.0f, 0.0f);
@@ -569,6 +573,8 @@ int tt_cpu_conv_bwd_data(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, cons
   if (!d) return tt_ref_fail(b, "conv_bwd_data: NULL conv desc");
   if (!dy || !w || !dx) return tt_ref_fail(b, "conv_bwd_data: NULL dy, w or dx");
   cpu_conv_op(&op, TT_OP_CONV_BWD_DATA, d, dt, 0, beta != 0.0f);
+  if (cpu_conv_check(b, "conv_bwd_data", d, dt)) return -1;
+  if (tt_cpu_conv_wg(b, &op)) return tt_cpu_conv_wg_bwd_data(b, d, (const float *)dy, (const float *)w, (float *)dx, beta, ws, ws_bytes);
   if (cpu_conv_strided_mm(b, &op, &inner)) return cpu_conv_strided_run(b, &op, &inner, NULL, dy, w, dx, NULL, NULL, beta, ws, ws_bytes);
   if (!(c = tt_cpu_dnnl_get(b, &op, tt_cpu_conv_build))) return -1;
   ptrs[0] = (void *)dy, ptrs[1] = (void *)w, ptrs[2] = dx;
@@ -585,6 +591,8 @@ int tt_cpu_conv_bwd_filter(tt_backend *b, const tt_conv_desc *d, tt_dtype dt, co
   if (!x || !dy || !dw) return tt_ref_fail(b, "conv_bwd_filter: NULL x, dy or dw");
   cpu_conv_op(&op, TT_OP_CONV_BWD_FILTER, d, dt, db != NULL, 0);
   if (cpu_conv_check(b, "conv_bwd_filter", d, dt)) return -1;
+  if (tt_cpu_conv_wg(b, &op))
+    return tt_cpu_conv_wg_bwd_filter(b, d, (const float *)x, (const float *)dy, dw, db, beta, ws, ws_bytes);
   if (tt_cpu_conv_col(b, &op)) return tt_cpu_conv_col_bwd_filter(b, d, (const float *)x, (const float *)dy, dw, db, beta, ws, ws_bytes);
   if (cpu_conv_strided_mm(b, &op, &inner)) return cpu_conv_strided_run(b, &op, &inner, x, dy, NULL, NULL, dw, db, beta, ws, ws_bytes);
   if (!(c = tt_cpu_dnnl_get(b, &op, tt_cpu_conv_build))) return -1;
@@ -599,6 +607,7 @@ int tt_cpu_conv_is_matmul(tt_backend *b, const tt_op_desc *op) {
   tt_conv_desc inner;
   if (cpu_conv_strided_mm(b, op, &inner)) return 1; /* the sampled pixels' matmul */
   if (op->kind == TT_OP_CONV_BWD_FILTER && tt_cpu_conv_col(b, op)) return 1; /* column blocks (cpu_conv_col.c) */
+  if (tt_cpu_conv_wg(b, op)) return 0; /* Winograd (cpu_conv_wg.c): transforms around 36 products, not one matmul */
   const tt_cpu_call *c = tt_cpu_dnnl_get(b, op, tt_cpu_conv_build);
   return c ? c->mm : -1;
 }

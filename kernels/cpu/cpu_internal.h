@@ -141,6 +141,8 @@ typedef struct tt_cpu_state {
                         * under TINYTRAIN_CONV_BWDW=f32 */
   int conv_col;        /* one-channel first layers' fp32 backward weights as column blocks and sgemm (cpu_conv_col.c):
                         * -1 where oneDNN has no AVX-512, 0 off (TINYTRAIN_CONV_MATMUL=0), 1 (tests) */
+  int conv_wg;         /* 3x3 stride-1 fp32 NHWC convolutions by Winograd F(4x4, 3x3) (cpu_conv_wg.c): -1 where
+                        * oneDNN has no AVX-512 (TINYTRAIN_CONV_WINOGRAD=auto), 1 on, 0 off */
 } tt_cpu_state;
 
 static inline tt_cpu_state *tt_cpu_st(tt_backend *b) { return (tt_cpu_state *)b->impl; }
@@ -313,6 +315,17 @@ int tt_cpu_conv_col(tt_backend *b, const tt_op_desc *op);
 size_t tt_cpu_conv_col_workspace(tt_backend *b, const tt_op_desc *op);
 int tt_cpu_conv_col_bwd_filter(tt_backend *b, const tt_conv_desc *d, const float *x, const float *dy, float *dw, float *db,
                                float beta, void *ws, size_t ws_bytes);
+/* cpu_conv_wg.c: whether a convolution op runs by Winograd F(4x4, 3x3) (fp32, 3x3, stride 1, pad 1,
+ * NHWC, channels multiples of 8; tt_cpu_state.conv_wg); its workspace (0 when it does not run so);
+ * the three calls, 0 or -1 with the error set (a workspace below the answer). */
+int tt_cpu_conv_wg(tt_backend *b, const tt_op_desc *op);
+size_t tt_cpu_conv_wg_workspace(tt_backend *b, const tt_op_desc *op);
+int tt_cpu_conv_wg_fwd(tt_backend *b, const tt_conv_desc *d, const float *x, const float *w, const float *bias, float *y,
+                       void *ws, size_t ws_bytes);
+int tt_cpu_conv_wg_bwd_data(tt_backend *b, const tt_conv_desc *d, const float *dy, const float *w, float *dx, float beta,
+                            void *ws, size_t ws_bytes);
+int tt_cpu_conv_wg_bwd_filter(tt_backend *b, const tt_conv_desc *d, const float *x, const float *dy, float *dw, float *db,
+                              float beta, void *ws, size_t ws_bytes);
 /* Whether oneDNN runs its AVX-512 kernels here (its effective ISA: ONEDNN_MAX_CPU_ISA and
  * TINYTRAIN_CPU_ISA hold it lower; cpu_dnnl.c). */
 int tt_cpu_dnnl_has_avx512(void);

@@ -1195,74 +1195,8 @@ static void test_pool_idx(void) {
 }
 static void test_conv_all(void) { test_conv(chunked); }
 
-/* A first layer's fp32 backward weights as column blocks and sgemm (cpu_conv_col.c), forced on
- * whatever oneDNN runs here (by itself only below AVX-512): selected for one input channel only
- * (not 3, not 8); against the reference, dy NCHW and NHWC, with a bias, beta 0 and 1: 40 samples
- * of 12x12 (5760 rows: blocks of 2048, 2048 and 1664 on 2 threads, so a thread sums two, and a
- * block splits at sample and output-row boundaries), a 7x7 stride-2 pad-3 stem and a 3x3 layer
- * over 12 channels; bit for bit run to run and at every ISA level of our loops (NHWC); a short
- * workspace refused naming the op. */
-static void test_conv_col(void) {
-  tt_cpu_state *st = tt_cpu_st(C);
-  int keep = st->conv_col;
-  st->conv_col = 1;
-  TT_TEST_BEGIN("cpu_vs_ref:conv_col_selection_and_nhwc");
-  for (int c = 3; c <= 8; c += 5) {
-    tt_conv_desc big = mkconv(2, c, 12, 12, 16, 3, 3, 1, 1, 1, 1, 1);
-    tt_op_desc ob = conv_op(TT_OP_CONV_BWD_FILTER, &big, TT_F32, 0, 0);
-    TT_CHECK(tt_cpu_conv_is_matmul(C, &ob) == 0, "%d input channels ran as column blocks", c);
-  }
-  /* n c h w k r s stride pad: 25 taps (12 + 12 + 1) and 49 (4 x 12 + 1) over 32 and 16 channels, and
-   * 9 taps (one at a time) over 12 channels (8 in a vector, 4 in scalar sums) */
-  static const int shapes[3][9] = {{40, 1, 12, 12, 32, 5, 5, 1, 2}, {6, 1, 13, 11, 16, 7, 7, 2, 3}, {9, 1, 10, 9, 12, 3, 3, 1, 1}};
-  for (int i = 0; i < 3; i++) {
-    const int *v = shapes[i];
-    tt_conv_desc d = mkconv(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[7], v[8], v[8], 1);
-    tt_op_desc op = conv_op(TT_OP_CONV_BWD_FILTER, &d, TT_F32, 1, 0);
-    TT_CHECK(tt_cpu_conv_is_matmul(C, &op) == 1, "c %d: not run as column blocks", d.c);
-    /* x and dy NHWC, against the reference on NCHW */
-    size_t xn = (size_t)d.n * d.c * d.h * d.w, yn = (size_t)d.n * d.k * d.p * d.q, wn = (size_t)d.k * d.c * d.r * d.s;
-    float *x = vec(xn, 1.0f), *dy = vec(yn, 1.0f), *dw0 = vec(wn, 1.0f), *db0 = vec((size_t)d.k, 1.0f);
-    float *xh = (float *)perm_nhwc(x, d.n, d.c, d.h * d.w, 4, 1), *dyh = (float *)perm_nhwc(dy, d.n, d.k, d.p * d.q, 4, 1);
-    tt_conv_desc dn = d;
-    dn.layout_x = dn.layout_y = TT_LAYOUT_NHWC;
-    tt_op_desc on = conv_op(TT_OP_CONV_BWD_FILTER, &dn, TT_F32, 1, 0), orr = conv_op(TT_OP_CONV_BWD_FILTER, &d, TT_F32, 1, 0);
-    for (int beta = 0; beta < 2; beta++) {
-      float *dwc = vr_dup(dw0, wn), *dwr = vr_dup(dw0, wn), *dbc = vr_dup(db0, (size_t)d.k), *dbr = vr_dup(db0, (size_t)d.k);
-      size_t wc, wr;
-      void *wsc = ws_for(C, &on, &wc), *wsr = ws_for(R, &orr, &wr);
-      TT_CHECK(!C->conv_bwd_filter(C, &dn, TT_F32, xh, dyh, dwc, dbc, (float)beta, wsc, wc), "NHWC: %s", C->last_error(C));
-      TT_CHECK(!R->conv_bwd_filter(R, &d, TT_F32, x, dy, dwr, dbr, (float)beta, wsr, wr), "ref: %s", R->last_error(R));
-      cmp(beta ? "NHWC dw (beta 1)" : "NHWC dw", dwc, dwr, wn, TT_F32);
-      cmp(beta ? "NHWC db (beta 1)" : "NHWC db", dbc, dbr, (size_t)d.k, TT_F32);
-      if (beta == 0) {
-        float *dw2 = vr_dup(dw0, wn);
-        TT_CHECK(!C->conv_bwd_filter(C, &dn, TT_F32, xh, dyh, dw2, NULL, 0.0f, wsc, wc) && !memcmp(dw2, dwc, wn * 4),
-                 "NHWC: not bit-identical run to run");
-        int held = tt_cpu_vec_level; /* every copy of cpu_conv_col_acc this CPU runs: the same bits */
-        for (int l = CPU_VEC_BASE; l <= tt_cpu_vec_cpu_level(); l++) {
-          tt_cpu_vec_level = l;
-          TT_CHECK(!C->conv_bwd_filter(C, &dn, TT_F32, xh, dyh, dw2, NULL, 0.0f, wsc, wc) && !memcmp(dw2, dwc, wn * 4),
-                   "NHWC: other bits at ISA level %d than at level %d", l, held);
-        }
-        tt_cpu_vec_level = held;
-        int rc = C->conv_bwd_filter(C, &dn, TT_F32, xh, dyh, dw2, NULL, 0.0f, wsc, wc - 1);
-        TT_CHECK(rc != 0 && strstr(C->last_error(C), "conv_bwd_filter") && strstr(C->last_error(C), "workspace"),
-                 "a short workspace was not refused: %s", C->last_error(C));
-        free(dw2);
-      }
-      free(wsc), free(wsr), free(dwc), free(dwr), free(dbc), free(dbr);
-    }
-    free(x), free(dy), free(dw0), free(db0), free(xh), free(dyh);
-  }
-  TT_TEST_END();
-  for (int i = 0; i < 3; i++) { /* x and dy NCHW: conv_case's checks */
-    const int *v = shapes[i];
-    conv_case(C, i == 2 ? "conv_col_3x3_k12_c1" : i ? "conv_col_7x7_s2_p3_c1" : "conv_col_5x5_p2_c1",
-              mkconv(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[7], v[8], v[8], 1), TT_F32, 1);
-  }
-  st->conv_col = keep;
-}
+#include "tests/kernels/cpu_conv_own.h" /* test_conv_col, test_conv_wg */
+
 /* Max pooling by the CPU backend's own loops (cpu_pool.c: no workspace, no second forward)
  * against the reference, bit for bit: NCHW and NHWC, fp32 and bf16, windows that tile, overlap and
  * are padded; ties (which go to the first maximum), NaN (the last one wins) and -inf; over the
@@ -1427,6 +1361,7 @@ static const tt_test_case tests[] = {
   TT_TEST("maxpool_ours", "kernels cpu pool", test_maxpool_ours),
   TT_TEST("conv", "kernels cpu conv", test_conv_all),
   TT_TEST("conv_col", "kernels cpu conv", test_conv_col),
+  TT_TEST("conv_winograd", "kernels cpu conv", test_conv_wg),
   TT_TEST("linear_bn_pool", "kernels cpu linear bn pool", test_linear_bn_pool),
   TT_TEST("transformer", "kernels cpu transformer", test_transformer),
   TT_TEST("cpu_isa", "kernels cpu", test_cpu_isa),
