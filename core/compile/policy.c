@@ -616,6 +616,17 @@ static void policy_count_units(const tt_graph *g, tt_policy_result *r) {
   free(unit_of);
 }
 
+/* q empty, with r's budgets and its own zeroed schedule arrays for a graph of n nodes (recompute
+ * per node; compress per node twice: compact, then offload). 0, or -1 with err set (q then holds
+ * what was allocated, for tt_policy_result_free). */
+static int policy_result_like(tt_policy_result *q, const tt_policy_result *r, int n, tt_err *err) {
+  memset(q, 0, sizeof *q);
+  q->budget_bytes = r->budget_bytes, q->reserve_bytes = r->reserve_bytes;
+  q->recompute = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
+  q->compress = (unsigned char *)tt_calloc((size_t)n * 2, 1, "schedule", err);
+  return q->recompute && q->compress ? 0 : -1;
+}
+
 /* Planned host offload (offload.h): the search again with the optimizer state in pinned host memory
  * (under [train] optimizer_state = auto, fp32 state first, then bf16, int8, until a plan fits the
  * budget and its host region fits o->host_bytes), and where none does with the 16-bit plans' fp32
@@ -630,13 +641,10 @@ static int policy_offload(const tt_graph *g, tt_backend *be, tt_policy_opts *o, 
       (tc->optimizer == TT_OPT_SGD && tc->momentum == 0.0f))
     return 0;
   tt_policy_result q;
-  memset(&q, 0, sizeof q);
-  q.budget_bytes = r->budget_bytes, q.reserve_bytes = r->reserve_bytes;
   unsigned char *rec = (unsigned char *)tt_calloc((size_t)g->nnodes, 1, "schedule", err);
-  q.recompute = (unsigned char *)tt_calloc((size_t)g->nnodes, 1, "schedule", err);
-  q.compress = (unsigned char *)tt_calloc((size_t)g->nnodes * 2, 1, "schedule", err); /* as tt_policy_search's */
-  int got = 0, ostate_auto = tc->optimizer_state == TT_OSTATE_AUTO, keep_ostate = o->ostate;
-  if (!rec || !q.recompute || !q.compress) got = -1;
+  int got = policy_result_like(&q, r, g->nnodes, err), ostate_auto = tc->optimizer_state == TT_OSTATE_AUTO,
+      keep_ostate = o->ostate;
+  if (!rec) got = -1;
   /* level 1 (the state), then level 2 (the fp32 masters of 16-bit plans too) only where level 1
    * found nothing that fits both budgets: the masters' copies cost 8 bytes per weight more over the
    * link each update (cost.c); one process only */
@@ -664,6 +672,19 @@ static int policy_offload(const tt_graph *g, tt_backend *be, tt_policy_opts *o, 
   return got < 0 ? -1 : 0;
 }
 
+/* The search over the optimizer state's formats ([train] optimizer_state = auto: fp32 state where
+ * anything fits, else bf16, else int8; the smaller state frees its bytes for activations,
+ * tt_program_state_fmt keeps small tensors fp32), then planned host offload (policy_offload),
+ * into r: 1 a plan, 0 none fits, -1 with err set. */
+static int policy_search_states(const tt_graph *g, tt_backend *be, tt_policy_opts *o, tt_policy_result *r, unsigned char *rec,
+                                policy_min *min, tt_plan_memo *memo, tt_err *err) {
+  int have = 0, ostate_auto = g->model->train.optimizer_state == TT_OSTATE_AUTO;
+  for (int st = TT_STATE_F32; st <= (ostate_auto ? TT_STATE_INT8 : TT_STATE_F32) && !have; st++)
+    if (o->ostate = st, (have = policy_search(g, be, o, r, rec, min, memo, err)) < 0) break;
+  if (have >= 0 && policy_offload(g, be, o, r, &have, min, memo, err)) have = -1;
+  return have;
+}
+
 /* One plan memo for the whole search: candidates at different micro-batches never share a plan,
  * but the searches and forms of one candidate often do. */
 int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oin, tt_policy_result *r, tt_err *err) {
@@ -682,12 +703,7 @@ int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oi
   }
   policy_min min = {(size_t)-1, 0, 0, TT_F32};
   tt_plan_memo *memo = tt_plan_memo_new(); /* NULL (out of memory): plans without one */
-  /* [train] optimizer_state = auto: fp32 state where anything fits, else bf16, else int8 (the
-   * smaller state frees its bytes for activations; tt_program_state_fmt keeps small tensors fp32) */
-  int have = 0, ostate_auto = g->model->train.optimizer_state == TT_OSTATE_AUTO;
-  for (int st = TT_STATE_F32; st <= (ostate_auto ? TT_STATE_INT8 : TT_STATE_F32) && !have; st++)
-    if (o.ostate = st, (have = policy_search(g, be, &o, r, rec, &min, memo, err)) < 0) break;
-  if (have >= 0 && policy_offload(g, be, &o, r, &have, &min, memo, err)) have = -1;
+  int have = policy_search_states(g, be, &o, r, rec, &min, memo, err);
   /* nChw16c groups plan a larger workspace (Winograd's: about 80 MiB more for ResNet-50 at
    * micro-batch 16), so under a budget their plan may need more recompute, or nothing fits: the
    * whole search again without them (NHWC), and the faster prediction wins, the blocked plan on a
@@ -696,16 +712,12 @@ int tt_policy_search(const tt_graph *g, tt_backend *be, const tt_policy_opts *oi
   if (have >= 0 && (be->layouts & (1u << TT_LAYOUT_NCHW16C)) && be->bn_blk &&
       (have == 0 || (r->budget_bytes && r->train.n_blocked > 0))) {
     tt_policy_result q;
-    memset(&q, 0, sizeof q);
-    q.budget_bytes = r->budget_bytes, q.reserve_bytes = r->reserve_bytes;
-    q.recompute = (unsigned char *)tt_calloc((size_t)n, 1, "schedule", err);
-    q.compress = (unsigned char *)tt_calloc((size_t)n * 2, 1, "schedule", err); /* as r's */
-    int got = q.recompute && q.compress ? 0 : -1;
-    o.no_blocked = 1;
-    for (int st = TT_STATE_F32; got == 0 && st <= (ostate_auto ? TT_STATE_INT8 : TT_STATE_F32); st++)
-      if (o.ostate = st, (got = policy_search(g, be, &o, &q, rec, &min, memo, err)) < 0) break;
-    if (got >= 0 && policy_offload(g, be, &o, &q, &got, &min, memo, err)) got = -1;
-    o.no_blocked = 0;
+    int got = policy_result_like(&q, r, n, err);
+    if (got == 0) {
+      o.no_blocked = 1;
+      got = policy_search_states(g, be, &o, &q, rec, &min, memo, err);
+      o.no_blocked = 0;
+    }
     if (got < 0) {
       have = -1;
       tt_policy_result_free(&q);

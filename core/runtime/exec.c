@@ -346,7 +346,8 @@ static int exec_fixed_call(exec_run *r, const tt_call *c, void *const *in, void 
 }
 
 /* A batch-norm call on nChw16c activations (tt_bn_desc.blk): the plain entries' operands, in the
- * slots exec_call reads them from, as one bn_blk call (backend.h). */
+ * slots exec_call reads them from, as one bn_blk call (backend.h). 0 done, -1 with err set, 1 not
+ * such a call (another call, or a batch norm on another layout): exec_call's own. */
 static int exec_bn_blk(exec_run *r, const tt_call *c, void *const *in, void *const *out, void *ws, size_t wsb,
                        tt_err *err) {
   tt_backend *be = r->x->be;
@@ -354,9 +355,7 @@ static int exec_bn_blk(exec_run *r, const tt_call *c, void *const *in, void *con
   const tt_op_desc *o = &c->op;
   tt_bn_blk_args a;
   memset(&a, 0, sizeof a);
-  a.n = o->u.bn.n, a.c = o->u.bn.c, a.hw = o->u.bn.hw, a.dt = o->dt, a.eps = o->u.bn.eps, a.momentum = c->momentum;
   a.x = (const float *)in[0], a.gamma = (const float *)in[1], a.bias = (const float *)in[2], a.out = (float *)out[0];
-  a.ws = ws, a.ws_bytes = wsb;
   switch (c->fn) {
     case TT_OP_BN_FWD_TRAIN:
     case TT_CALL_BN_RELU_FWD:
@@ -387,8 +386,11 @@ static int exec_bn_blk(exec_run *r, const tt_call *c, void *const *in, void *con
       a.ds = (float *)out[3], a.dgamma = (float *)out[1], a.dbias = (float *)out[2];
       a.beta_dx = c->beta, a.beta_s = c->beta_s, a.beta_param = r->micro_index > 0 ? 1.0f : 0.0f;
       break;
-    default: return tt_fail(err, "internal error: backend call %s (%d) is no batch norm", tt_call_name(c->fn), c->fn);
+    default: return 1; /* no batch norm */
   }
+  if (!o->u.bn.blk) return 1; /* NCHW or NHWC: the plain entries */
+  a.n = o->u.bn.n, a.c = o->u.bn.c, a.hw = o->u.bn.hw, a.dt = o->dt, a.eps = o->u.bn.eps, a.momentum = c->momentum;
+  a.ws = ws, a.ws_bytes = wsb;
   if (!be->bn_blk) return tt_fail(err, "internal error: the %s backend has no bn_blk (nChw16c batch norm)", be->name);
   EXEC_CHECK(be->bn_blk(be, &a));
   return 0;
@@ -409,11 +411,8 @@ static int exec_call(exec_run *r, const tt_call *c, tt_err *err) {
   float bp = r->micro_index > 0 ? 1.0f : 0.0f; /* parameter gradients accumulate over micro-steps */
   void *ws = EXEC_P(c->ws);
   size_t wsb = c->ws >= 0 ? r->p->bufs[c->ws].bytes : 0;
-  if ((c->fn == TT_OP_BN_FWD_TRAIN || c->fn == TT_CALL_BN_RELU_FWD || c->fn == TT_CALL_BN_ADD_RELU_FWD ||
-       c->fn == TT_OP_BN_FWD_INFER || c->fn == TT_CALL_BN_APPLY || c->fn == TT_OP_BN_BWD || c->fn == TT_CALL_BN_RELU_BWD ||
-       c->fn == TT_CALL_BN_ADD_RELU_BWD) &&
-      o->u.bn.blk)
-    return exec_bn_blk(r, c, in, out, ws, wsb, err);
+  int blk = exec_bn_blk(r, c, in, out, ws, wsb, err);
+  if (blk <= 0) return blk; /* a blocked batch norm, run or failed */
   switch (c->fn) {
     case TT_OP_CONV_FWD: EXEC_CHECK(be->conv_fwd(be, &o->u.conv, dt, in[0], in[1], in[2], out[0], ws, wsb)); break;
     case TT_OP_CONV_BWD_DATA: EXEC_CHECK(be->conv_bwd_data(be, &o->u.conv, dt, in[0], in[1], out[0], c->beta, ws, wsb)); break;
