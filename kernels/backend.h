@@ -878,6 +878,10 @@ const char *tt_cpu_backend_info(void);
 /* The level the CPU backend's own vectorised loops run at: "avx512f", "avx2" or "baseline"
  * (followed by a note in parentheses when TINYTRAIN_CPU_ISA=avx2 asked for more than the CPU has). */
 const char *tt_cpu_backend_loops(void);
+/* Whether backend b runs convolution op (a CONV_* op) by tinytrain's own Winograd F(4x4, 3x3)
+ * (the oneDNN backend below AVX-512, kernels/cpu/cpu_conv_wg.c): 1 or 0; 0 for any other backend.
+ * `plan` counts its calls. */
+int tt_cpu_backend_conv_winograd(tt_backend *b, const tt_op_desc *op);
 /* Holds this process's CPU code to isa (a TT_CPU_ISA_*; -1: native unless held already): our
  * loops' copy and oneDNN's highest ISA (dnnl_set_max_cpu_isa; with `native` oneDNN is left
  * alone, so ONEDNN_MAX_CPU_ISA works as oneDNN documents it; with avx2 or baseline the call

@@ -287,6 +287,23 @@ static void plan_json_process(const tt_session *s, tt_strbuf *b) {
                    pk.ckpt_staging, pk.baseline, pk.baseline_what, pk.conv_configs);
 }
 
+/* The training program's convolution calls per micro-step (*all) and how many of them the backend
+ * runs by tinytrain's own Winograd (the return; tt_cpu_backend_conv_winograd). */
+static int plan_winograd_calls(const tt_session *s, int *all) {
+  const tt_program *p = &s->sched.train;
+  int n = 0;
+  *all = 0;
+  for (int i = 0; i < p->ncalls; i++) {
+    const tt_call *c = &p->calls[i];
+    if (c->skip != TT_CALL_RUNS ||
+        (c->fn != TT_OP_CONV_FWD && c->fn != TT_OP_CONV_BWD_DATA && c->fn != TT_OP_CONV_BWD_FILTER))
+      continue;
+    (*all)++;
+    n += tt_cpu_backend_conv_winograd(s->be, &c->op);
+  }
+  return n;
+}
+
 /* The plan as one JSON object (`plan --json`), built in memory and written whole. */
 static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_err *err) {
   const tt_policy_result *r = &s->sched;
@@ -359,6 +376,10 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
     char cpu[256];
     snprintf(cpu, sizeof cpu, "%s; own loops %s", tt_cpu_backend_info(), tt_cpu_backend_loops());
     tt_strbuf_json(&b, cpu);
+  }
+  { /* the convolution calls per micro-step tinytrain's own Winograd runs (0 on a card, the reference) */
+    int all, wg = s->target_cuda ? 0 : plan_winograd_calls(s, &all);
+    tt_strbuf_printf(&b, ", \"cpu_winograd_calls\": %d", wg);
   }
   tt_strbuf_printf(&b, ", \"planned_for\": ");
   tt_strbuf_json(&b, s->target);
@@ -596,6 +617,13 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
     fprintf(out, "  cpu         %s; own loops %s%s\n", tt_cpu_backend_info(), tt_cpu_backend_loops(),
             tt_knobs_get()->be.cpu_isa > TT_CPU_ISA_NATIVE ? " (TINYTRAIN_CPU_ISA holds both)"
                                                            : " (TINYTRAIN_CPU_ISA=avx2 holds both to AVX2)");
+  if (!s->target_cuda && strcmp(s->be->name, "ref")) {
+    int all, wg = plan_winograd_calls(s, &all);
+    if (wg)
+      fprintf(out, "              %d of %d convolution calls per micro-step by tinytrain's Winograd F(4x4, 3x3) (3x3, stride 1,\n"
+                   "              fp32, NHWC; oneDNN has none below AVX-512; TINYTRAIN_CONV_WINOGRAD=off: its direct kernels)\n",
+              wg, all);
+  }
   else if (!s->target_cuda)
     fprintf(out, "  cpu         the reference loops (TINYTRAIN_CPU_BACKEND=ref)\n");
   plan_text_recomputed(s, out);

@@ -56,6 +56,10 @@ const char *tt_cpu_backend_info(void) {
   return buf;
 }
 
+int tt_cpu_backend_conv_winograd(tt_backend *b, const tt_op_desc *op) {
+  return b && op && b->destroy == cpu_be_destroy && tt_cpu_conv_wg(b, op);
+}
+
 const char *tt_cpu_backend_threading(void) {
   switch (dnnl_version()->cpu_runtime) {
     case DNNL_RUNTIME_OMP: return "OpenMP";

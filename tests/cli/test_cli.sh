@@ -723,6 +723,27 @@ assert j["knobs"] == {"TINYTRAIN_CPU_ISA": "avx2"}, j["knobs"]' "$TMP/j"; then
   fail cli_plan_cpu_isa_knob "exit $RC: $(grep '^  cpu' "$TMP/out"; head -c 300 "$TMP/err")"
 else pass cli_plan_cpu_isa_knob; fi
 
+# ---- plan counts the convolution calls our Winograd runs (cpu_conv_wg.c): the fashion ResNet's 10
+# 3x3 stride-1 convolutions between 24, 48 and 96 channels (not the 1-channel stem, not the two
+# stride-2 ones), 3 directions each, where oneDNN has no AVX-512 (held with ONEDNN_MAX_CPU_ISA=AVX2,
+# or natively on an AVX2 CPU); none under TINYTRAIN_CONV_WINOGRAD=off, nor natively where oneDNN
+# runs AVX-512; the text line says it ----
+if ! grep -qw avx2 /proc/cpuinfo || ! grep -qw fma /proc/cpuinfo; then skip cli_plan_winograd "no AVX2 and FMA here"
+else
+  ok=1
+  ONEDNN_MAX_CPU_ISA=AVX2 "$TT" plan --device cpu --json $R >"$TMP/wj1" 2>"$TMP/err" || ok=0
+  ONEDNN_MAX_CPU_ISA=AVX2 TINYTRAIN_CONV_WINOGRAD=off "$TT" plan --device cpu --json $R >"$TMP/wj0" 2>>"$TMP/err" || ok=0
+  "$TT" plan --device cpu --json $R >"$TMP/wjn" 2>>"$TMP/err" || ok=0
+  ONEDNN_MAX_CPU_ISA=AVX2 "$TT" plan --device cpu $R >"$TMP/wt" 2>>"$TMP/err" || ok=0
+  if [ $ok = 0 ] || ! grep -Eq "30 of [0-9]+ convolution calls per micro-step by tinytrain's Winograd" "$TMP/wt" || ! python3 -c 'import json, sys
+a, b, c = (json.load(open(f)) for f in sys.argv[1:4])
+assert a["cpu_winograd_calls"] == 30 and b["cpu_winograd_calls"] == 0, (a["cpu_winograd_calls"], b["cpu_winograd_calls"])
+native = 0 if "avx512" in c["cpu_backend"] else 30
+assert c["cpu_winograd_calls"] == native, (c["cpu_backend"], c["cpu_winograd_calls"])' "$TMP/wj1" "$TMP/wj0" "$TMP/wjn"; then
+    fail cli_plan_winograd "$(grep -A1 '^  cpu' "$TMP/wt"; head -c 300 "$TMP/err")"
+  else pass cli_plan_winograd; fi
+fi
+
 # ---- --version names the ISA of oneDNN and of our own loops (issue 40): the CPU's by default (as
 # /proc/cpuinfo has it), AVX2 for both under TINYTRAIN_CPU_ISA=avx2; a malformed value is refused ----
 run --version
