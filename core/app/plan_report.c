@@ -377,10 +377,8 @@ static int plan_json(const tt_session *s, const tt_run_opts *o, FILE *out, tt_er
     snprintf(cpu, sizeof cpu, "%s; own loops %s", tt_cpu_backend_info(), tt_cpu_backend_loops());
     tt_strbuf_json(&b, cpu);
   }
-  { /* the convolution calls per micro-step tinytrain's own Winograd runs (0 on a card, the reference) */
-    int all, wg = s->target_cuda ? 0 : plan_winograd_calls(s, &all);
-    tt_strbuf_printf(&b, ", \"cpu_winograd_calls\": %d", wg);
-  }
+  int wg_all, wg = s->target_cuda ? 0 : plan_winograd_calls(s, &wg_all); /* our Winograd's calls (0: a card, ref) */
+  tt_strbuf_printf(&b, ", \"cpu_winograd_calls\": %d", wg);
   tt_strbuf_printf(&b, ", \"planned_for\": ");
   tt_strbuf_json(&b, s->target);
   /* the device's free memory after the context and handles: null without a GPU to ask */
