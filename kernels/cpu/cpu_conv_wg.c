@@ -41,9 +41,11 @@
 #define CPU_WG_U_MAX ((size_t)16 << 20) /* bytes of U at most: 36 x ci x co floats */
 
 /* Output tiles per block, forward and backward data: a multiple of 6 (the kernel's rows), so that
- * the block's V, 36 x TB x ci floats, stays near 512 KiB (an L2 cache's share), 6 to 96 tiles. */
+ * the block's V, 36 x TB x ci floats, stays near 256 KiB and V and M together near 512 KiB (a Zen
+ * 2 core's L2), 6 to 96 tiles. On the 2 MiB-L2 Xeon of docs/measured.md twice that measured the
+ * same (small ResNet and ResNet-50 steps, held to AVX2). */
 static int cpu_wg_tb(int ci, int co) {
-  int m = ci > co ? ci : co, t = 3640 / (6 * m);
+  int m = ci > co ? ci : co, t = 1820 / (6 * m);
   if (t < 1) t = 1;
   if (t > 16) t = 16;
   return 6 * t;
