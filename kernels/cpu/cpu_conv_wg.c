@@ -8,8 +8,8 @@
  * 4x4 output tile from a 6x6 input tile with 36 products per (input, output) channel pair where
  * the direct form takes 144: 4 times fewer, at the price of the tile transforms (additions, memory
  * traffic) and of rounding (the transforms' constants 1/4, 1/6, 1/24 and 8 make the result differ
- * from the direct sum by about 1e-6 relative in fp32; tests/kernels/test_cpu_vs_ref.c holds it to
- * the usual fp32 tolerance against the reference).
+ * from the direct sum by about 1e-6 relative in fp32; test_cpu_vs_ref's conv_winograd,
+ * tests/kernels/cpu_conv_own.h, holds it to the usual fp32 tolerance against the reference).
  *
  * How (the matrices are the standard ones for F(4, 3) with the points 0, 1, -1, 2, -2 and
  * infinity): the weights' transform U = G g G^T, [36][ci][co], is computed per call into the
@@ -51,8 +51,8 @@ static int cpu_wg_tb(int ci, int co) {
   return 6 * t;
 }
 
-/* Tiles per block of backward weights: the block's V and Z, shared by all threads, about 2 MiB
- * together; 16 to 256 tiles. */
+/* Tiles per block of backward weights: the block's V and Z, shared by all threads, at most about
+ * 2.3 MiB each (36 x 16384 floats); 16 to 256 tiles. */
 static int cpu_wg_tbw(int c, int k) {
   int t = 16384 / (c > k ? c : k);
   return t < 16 ? 16 : t > 256 ? 256 : t;
