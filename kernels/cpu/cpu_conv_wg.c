@@ -437,44 +437,35 @@ static void cpu_wg_op(tt_op_desc *op, tt_op_kind kind, const tt_conv_desc *d) {
   op->kind = kind, op->dt = TT_F32, op->u.conv = *d;
 }
 
-int tt_cpu_conv_wg_fwd(tt_backend *b, const tt_conv_desc *d, const float *x, const float *w, const float *bias, float *y,
-                       void *ws, size_t ws_bytes) {
+/* The forward (data 0: y = conv(x, w) + bias) or backward data (data 1: dx = beta*dx + the forward
+ * over dy with the filter rotated and its channels swapped) through cpu_wg_forward. */
+static int cpu_wg_run_forward(tt_backend *b, const tt_conv_desc *d, int data, const float *in, const float *w,
+                              const float *bias, float *out, float beta, void *ws, size_t ws_bytes) {
   tt_op_desc op;
-  cpu_wg_op(&op, TT_OP_CONV_FWD, d);
+  cpu_wg_op(&op, data ? TT_OP_CONV_BWD_DATA : TT_OP_CONV_FWD, d);
   int nt = tt_cpu_st(b)->ref.threads;
-  char *base = cpu_wg_ws(b, &op, "conv_fwd", ws, ws_bytes, nt);
+  char *base = cpu_wg_ws(b, &op, data ? "conv_bwd_data" : "conv_fwd", ws, ws_bytes, nt);
   if (!base) return -1;
 #if CPU_VEC_COPIES
-  size_t u = cpu_wg_al((size_t)CPU_WG_A * d->c * d->k * sizeof(float));
-  int tb = cpu_wg_tb(d->c, d->k);
-  cpu_wg_weights(w, d->c, d->k, 0, (float *)base, nt);
-  cpu_wg_forward(d->n, d->h, d->w, d->c, d->k, x, (const float *)base, bias, y, 0.0f, base + u,
-                 cpu_wg_blk(tb, d->c) + cpu_wg_blk(tb, d->k), nt);
+  int ci = data ? d->k : d->c, co = data ? d->c : d->k, tb = cpu_wg_tb(d->c, d->k);
+  cpu_wg_weights(w, ci, co, data, (float *)base, nt);
+  cpu_wg_forward(d->n, d->h, d->w, ci, co, in, (const float *)base, bias, out, beta,
+                 base + cpu_wg_al((size_t)CPU_WG_A * d->c * d->k * sizeof(float)), cpu_wg_blk(tb, d->c) + cpu_wg_blk(tb, d->k), nt);
   return 0;
 #else
-  (void)x, (void)w, (void)bias, (void)y;
-  return tt_ref_fail(b, "conv_fwd: Winograd not compiled in this build");
+  (void)in, (void)w, (void)bias, (void)out, (void)beta;
+  return tt_ref_fail(b, "%s: Winograd not compiled in this build", data ? "conv_bwd_data" : "conv_fwd");
 #endif
+}
+
+int tt_cpu_conv_wg_fwd(tt_backend *b, const tt_conv_desc *d, const float *x, const float *w, const float *bias, float *y,
+                       void *ws, size_t ws_bytes) {
+  return cpu_wg_run_forward(b, d, 0, x, w, bias, y, 0.0f, ws, ws_bytes);
 }
 
 int tt_cpu_conv_wg_bwd_data(tt_backend *b, const tt_conv_desc *d, const float *dy, const float *w, float *dx, float beta,
                             void *ws, size_t ws_bytes) {
-  tt_op_desc op;
-  cpu_wg_op(&op, TT_OP_CONV_BWD_DATA, d);
-  int nt = tt_cpu_st(b)->ref.threads;
-  char *base = cpu_wg_ws(b, &op, "conv_bwd_data", ws, ws_bytes, nt);
-  if (!base) return -1;
-#if CPU_VEC_COPIES
-  size_t u = cpu_wg_al((size_t)CPU_WG_A * d->c * d->k * sizeof(float));
-  int tb = cpu_wg_tb(d->c, d->k);
-  cpu_wg_weights(w, d->k, d->c, 1, (float *)base, nt);
-  cpu_wg_forward(d->n, d->h, d->w, d->k, d->c, dy, (const float *)base, NULL, dx, beta, base + u,
-                 cpu_wg_blk(tb, d->c) + cpu_wg_blk(tb, d->k), nt);
-  return 0;
-#else
-  (void)dy, (void)w, (void)dx, (void)beta;
-  return tt_ref_fail(b, "conv_bwd_data: Winograd not compiled in this build");
-#endif
+  return cpu_wg_run_forward(b, d, 1, dy, w, NULL, dx, beta, ws, ws_bytes);
 }
 
 int tt_cpu_conv_wg_bwd_filter(tt_backend *b, const tt_conv_desc *d, const float *x, const float *dy, float *dw, float *db,

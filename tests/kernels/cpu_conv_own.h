@@ -5,6 +5,29 @@
 #ifndef TT_TEST_CPU_CONV_OWN_H
 #define TT_TEST_CPU_CONV_OWN_H
 
+/* conv_bwd_filter on NHWC x and dy (xh, dyh; the oneDNN backend C, desc dn) against the reference
+ * on NCHW (x, dy; R, desc d), each into copies of dw0 and db0 with beta, a bias gradient, each with
+ * exactly the workspace it asks for; tag names the comparison. Returns C's dw (the caller frees it),
+ * its workspace in *ws (the caller frees it) and that workspace's bytes in *wsb. */
+static float *bwd_filter_nhwc_vs_ref(const tt_conv_desc *dn, const tt_conv_desc *d, const float *xh, const float *dyh,
+                                     const float *x, const float *dy, const float *dw0, const float *db0, int beta,
+                                     const char *tag, void **ws, size_t *wsb) {
+  size_t wn = (size_t)d->k * d->c * d->r * d->s, wr;
+  char what[64];
+  float *dwc = vr_dup(dw0, wn), *dwr = vr_dup(dw0, wn), *dbc = vr_dup(db0, (size_t)d->k), *dbr = vr_dup(db0, (size_t)d->k);
+  tt_op_desc on = conv_op(TT_OP_CONV_BWD_FILTER, dn, TT_F32, 1, 0), orr = conv_op(TT_OP_CONV_BWD_FILTER, d, TT_F32, 1, 0);
+  void *wsr = ws_for(R, &orr, &wr);
+  *ws = ws_for(C, &on, wsb);
+  TT_CHECK(!C->conv_bwd_filter(C, dn, TT_F32, xh, dyh, dwc, dbc, (float)beta, *ws, *wsb), "%s: %s", tag, C->last_error(C));
+  TT_CHECK(!R->conv_bwd_filter(R, d, TT_F32, x, dy, dwr, dbr, (float)beta, wsr, wr), "ref: %s", R->last_error(R));
+  snprintf(what, sizeof what, "%s dw%s", tag, beta ? " (beta 1)" : "");
+  cmp(what, dwc, dwr, wn, TT_F32);
+  snprintf(what, sizeof what, "%s db%s", tag, beta ? " (beta 1)" : "");
+  cmp(what, dbc, dbr, (size_t)d->k, TT_F32);
+  free(wsr), free(dwr), free(dbc), free(dbr);
+  return dwc;
+}
+
 /* A first layer's fp32 backward weights as column blocks and sgemm (cpu_conv_col.c), forced on
  * whatever oneDNN runs here (by itself only below AVX-512): selected for one input channel only
  * (not 3, not 8); against the reference, dy NCHW and NHWC, with a bias, beta 0 and 1: 40 samples
@@ -36,15 +59,10 @@ static void test_conv_col(void) {
     float *xh = (float *)perm_nhwc(x, d.n, d.c, d.h * d.w, 4, 1), *dyh = (float *)perm_nhwc(dy, d.n, d.k, d.p * d.q, 4, 1);
     tt_conv_desc dn = d;
     dn.layout_x = dn.layout_y = TT_LAYOUT_NHWC;
-    tt_op_desc on = conv_op(TT_OP_CONV_BWD_FILTER, &dn, TT_F32, 1, 0), orr = conv_op(TT_OP_CONV_BWD_FILTER, &d, TT_F32, 1, 0);
     for (int beta = 0; beta < 2; beta++) {
-      float *dwc = vr_dup(dw0, wn), *dwr = vr_dup(dw0, wn), *dbc = vr_dup(db0, (size_t)d.k), *dbr = vr_dup(db0, (size_t)d.k);
-      size_t wc, wr;
-      void *wsc = ws_for(C, &on, &wc), *wsr = ws_for(R, &orr, &wr);
-      TT_CHECK(!C->conv_bwd_filter(C, &dn, TT_F32, xh, dyh, dwc, dbc, (float)beta, wsc, wc), "NHWC: %s", C->last_error(C));
-      TT_CHECK(!R->conv_bwd_filter(R, &d, TT_F32, x, dy, dwr, dbr, (float)beta, wsr, wr), "ref: %s", R->last_error(R));
-      cmp(beta ? "NHWC dw (beta 1)" : "NHWC dw", dwc, dwr, wn, TT_F32);
-      cmp(beta ? "NHWC db (beta 1)" : "NHWC db", dbc, dbr, (size_t)d.k, TT_F32);
+      size_t wc;
+      void *wsc;
+      float *dwc = bwd_filter_nhwc_vs_ref(&dn, &d, xh, dyh, x, dy, dw0, db0, beta, "NHWC", &wsc, &wc);
       if (beta == 0) {
         float *dw2 = vr_dup(dw0, wn);
         TT_CHECK(!C->conv_bwd_filter(C, &dn, TT_F32, xh, dyh, dw2, NULL, 0.0f, wsc, wc) && !memcmp(dw2, dwc, wn * 4),
@@ -61,7 +79,7 @@ static void test_conv_col(void) {
                  "a short workspace was not refused: %s", C->last_error(C));
         free(dw2);
       }
-      free(wsc), free(wsr), free(dwc), free(dwr), free(dbc), free(dbr);
+      free(wsc), free(dwc);
     }
     free(x), free(dy), free(dw0), free(db0), free(xh), free(dyh);
   }
@@ -143,21 +161,15 @@ static void test_conv_wg(void) {
     free(wsc), free(wsr), free(yc), free(yr), free(yb);
     for (int beta = 0; beta < 2; beta++) {
       tt_op_desc od = conv_op(TT_OP_CONV_BWD_DATA, &dn, TT_F32, 0, beta), odr = conv_op(TT_OP_CONV_BWD_DATA, &d, TT_F32, 0, beta);
-      tt_op_desc ow = conv_op(TT_OP_CONV_BWD_FILTER, &dn, TT_F32, 1, 0), owr = conv_op(TT_OP_CONV_BWD_FILTER, &d, TT_F32, 1, 0);
+      tt_op_desc ow = conv_op(TT_OP_CONV_BWD_FILTER, &dn, TT_F32, 1, 0);
       float *dxr = vr_dup(dx0, xn), *dxc = (float *)perm_nhwc(dx0, d.n, d.c, d.h * d.w, 4, 1), *dxb;
-      float *dwc = vr_dup(dw0, wn), *dwr = vr_dup(dw0, wn), *dbc = vr_dup(db0, (size_t)d.k), *dbr = vr_dup(db0, (size_t)d.k);
       wsc = ws_for(C, &od, &wc), wsr = ws_for(R, &odr, &wr);
       TT_CHECK(!C->conv_bwd_data(C, &dn, TT_F32, dyh, w, dxc, (float)beta, wsc, wc), "conv_bwd_data: %s", C->last_error(C));
       TT_CHECK(!R->conv_bwd_data(R, &d, TT_F32, dy, w, dxr, (float)beta, wsr, wr), "ref: %s", R->last_error(R));
       dxb = (float *)perm_nhwc(dxc, d.n, d.c, d.h * d.w, 4, 0);
       cmp(beta ? "dx (beta 1)" : "dx", dxb, dxr, xn, TT_F32);
       free(wsc), free(wsr);
-      wsc = ws_for(C, &ow, &wc), wsr = ws_for(R, &owr, &wr);
-      TT_CHECK(!C->conv_bwd_filter(C, &dn, TT_F32, xh, dyh, dwc, dbc, (float)beta, wsc, wc), "conv_bwd_filter: %s",
-               C->last_error(C));
-      TT_CHECK(!R->conv_bwd_filter(R, &d, TT_F32, x, dy, dwr, dbr, (float)beta, wsr, wr), "ref: %s", R->last_error(R));
-      cmp(beta ? "dw (beta 1)" : "dw", dwc, dwr, wn, TT_F32);
-      cmp(beta ? "db (beta 1)" : "db", dbc, dbr, (size_t)d.k, TT_F32);
+      float *dwc = bwd_filter_nhwc_vs_ref(&dn, &d, xh, dyh, x, dy, dw0, db0, beta, "conv_bwd_filter", &wsc, &wc);
       if (beta == 0) {
         float *dw2 = vr_dup(dw0, wn);
         TT_CHECK(!C->conv_bwd_filter(C, &dn, TT_F32, xh, dyh, dw2, NULL, 0.0f, wsc, wc) && !memcmp(dw2, dwc, wn * 4),
@@ -176,7 +188,7 @@ static void test_conv_wg(void) {
                  "a short workspace was not refused: %s", C->last_error(C));
         free(dw2);
       }
-      free(wsc), free(wsr), free(dxr), free(dxc), free(dxb), free(dwc), free(dwr), free(dbc), free(dbr);
+      free(wsc), free(dxr), free(dxc), free(dxb), free(dwc);
     }
     free(x), free(w), free(bv), free(dy), free(dx0), free(dw0), free(db0), free(xh), free(dyh);
   }
