@@ -611,18 +611,16 @@ static void plan_text_policy(const tt_session *s, const tt_run_opts *o, FILE *ou
   fprintf(out, "  policy      %s\n", pol);
   tt_session_precision_text(s, pol, sizeof pol);
   fprintf(out, "  precision   %s\n", pol);
-  if (!s->target_cuda && strcmp(s->be->name, "ref")) /* what the CPU runs on: oneDNN's ISA and our loops' (issue 40) */
+  if (!s->target_cuda && strcmp(s->be->name, "ref")) { /* what the CPU runs on: oneDNN's ISA and our loops' (issue 40) */
     fprintf(out, "  cpu         %s; own loops %s%s\n", tt_cpu_backend_info(), tt_cpu_backend_loops(),
             tt_knobs_get()->be.cpu_isa > TT_CPU_ISA_NATIVE ? " (TINYTRAIN_CPU_ISA holds both)"
                                                            : " (TINYTRAIN_CPU_ISA=avx2 holds both to AVX2)");
-  if (!s->target_cuda && strcmp(s->be->name, "ref")) {
     int all, wg = plan_winograd_calls(s, &all);
     if (wg)
       fprintf(out, "              %d of %d convolution calls per micro-step by tinytrain's Winograd F(4x4, 3x3) (3x3, stride 1,\n"
                    "              fp32, NHWC; oneDNN has none below AVX-512; TINYTRAIN_CONV_WINOGRAD=off: its direct kernels)\n",
               wg, all);
-  }
-  else if (!s->target_cuda)
+  } else if (!s->target_cuda)
     fprintf(out, "  cpu         the reference loops (TINYTRAIN_CPU_BACKEND=ref)\n");
   plan_text_recomputed(s, out);
   plan_tensors(s, out, NULL);
